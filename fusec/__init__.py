@@ -1,0 +1,36 @@
+"""fusec: a Python-native operator-fusion compiler for AI graphs, built on xDSL.
+
+The public API is imported lazily so that ``import fusec`` (and the CLI) start
+fast; see ``fusec.api`` for the functions themselves.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fusec.errors import FusecError, SourceLocation
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CompiledModule",
+    "FusecError",
+    "Kernel",
+    "SourceLocation",
+    "compile",
+    "parse",
+    "reference",
+]
+
+_API_NAMES = {"parse", "compile", "reference", "CompiledModule", "Kernel"}
+
+if TYPE_CHECKING:
+    from fusec.api import CompiledModule, Kernel, compile, parse, reference  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API_NAMES:
+        from fusec import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'fusec' has no attribute '{name}'")

@@ -1,0 +1,175 @@
+"""The Python API: ``parse``, ``compile``, ``reference`` and ``CompiledModule``.
+
+This is a stable contract: other parts of fusec and its users build on it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xdsl.dialects.builtin import ModuleOp
+
+from fusec.errors import FusecError
+
+TARGETS = ("auto", "reference", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One generated kernel (one launch): its name, fused kind and source text."""
+
+    name: str
+    kind: str
+    source: str
+    target: str = "cpu"
+
+
+@dataclass
+class PassTiming:
+    name: str
+    seconds: float
+
+
+def parse(text_or_path: str | Path) -> ModuleOp:
+    """Parse and verify ai IR from text or from a file path; raise FusecError if bad."""
+    from fusec.frontend.mlir import parse_module, read_source
+
+    text, name = read_source(text_or_path)
+    return parse_module(text, name)
+
+
+def print_ir(module: ModuleOp) -> str:
+    """The IR text of ``module`` in custom (pretty) form."""
+    return str(module) + "\n"
+
+
+def run_pipeline(
+    module: ModuleOp,
+    pipeline: str | None = None,
+    *,
+    after_pass: Callable[[str, ModuleOp], None] | None = None,
+    timings: list[PassTiming] | None = None,
+    source_text: str | None = None,
+) -> ModuleOp:
+    """Run a pass pipeline (default ``fusec-default``) in place and re-verify."""
+    from xdsl.utils.exceptions import DiagnosticException
+
+    from fusec.dialect import make_context
+    from fusec.frontend.mlir import verify_module
+    from fusec.passes import build_pipeline
+
+    ctx = make_context()
+    clock = {"t": time.perf_counter()}
+
+    def callback(previous, mod, _next) -> None:
+        now = time.perf_counter()
+        if previous is not None:
+            if timings is not None:
+                timings.append(PassTiming(previous.name, now - clock["t"]))
+            if after_pass is not None:
+                after_pass(previous.name, mod)
+        clock["t"] = time.perf_counter()
+
+    passes = build_pipeline(pipeline, callback)
+    try:
+        passes.apply(ctx, module)
+    except DiagnosticException as err:
+        raise FusecError(f"pass failed: {err}") from None
+    verify_module(module, source_text)
+    return module
+
+
+class CompiledModule:
+    """A compiled ai module: final IR, generated kernels, and a callable entry point.
+
+    Calling it with numpy arrays runs the entry function and returns one array,
+    or a tuple when the function has several results.
+    """
+
+    def __init__(
+        self,
+        module: ModuleOp,
+        *,
+        target: str,
+        entry: str | None = None,
+        kernels: Sequence[Kernel] = (),
+        runner: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None,
+        timings: Sequence[PassTiming] = (),
+    ) -> None:
+        from fusec.runtime.reference import entry_function
+
+        self.module = module
+        self.target = target
+        self.entry = entry_function(module, entry).sym_name.data
+        self.kernels: list[Kernel] = list(kernels)
+        self.timings = list(timings)
+        self._runner = runner
+
+    @property
+    def ir(self) -> str:
+        return print_ir(self.module)
+
+    def __call__(self, *args: Any) -> Any:
+        if self._runner is None:
+            from fusec.runtime.reference import run_reference
+
+            results = run_reference(self.module, args, entry=self.entry, precision="native")
+        else:
+            results = self._runner(args)
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def __repr__(self) -> str:
+        return (
+            f"CompiledModule(entry=@{self.entry}, target={self.target!r}, "
+            f"kernels={len(self.kernels)})"
+        )
+
+
+def resolve_target(target: str) -> str:
+    """The concrete target for ``target`` (``auto`` -> best available)."""
+    if target not in TARGETS:
+        raise FusecError(f"unknown target '{target}': expected one of {', '.join(TARGETS)}")
+    if target == "auto":
+        return "reference"
+    if target in ("cpu", "cuda"):
+        raise FusecError(f"target '{target}' is not available in this build of fusec yet")
+    return target
+
+
+def compile(  # noqa: A001 - the public name is part of the API contract
+    text_or_path: str | Path | ModuleOp,
+    *,
+    target: str = "auto",
+    pipeline: str | None = None,
+    entry: str | None = None,
+    after_pass: Callable[[str, ModuleOp], None] | None = None,
+) -> CompiledModule:
+    """Parse (unless given a module), run the pipeline and build a CompiledModule."""
+    from fusec.frontend.mlir import read_source
+
+    concrete = resolve_target(target)
+    source_text = None
+    if isinstance(text_or_path, ModuleOp):
+        module = text_or_path.clone()
+    else:
+        source_text, name = read_source(text_or_path)
+        from fusec.frontend.mlir import parse_module
+
+        module = parse_module(source_text, name)
+    timings: list[PassTiming] = []
+    run_pipeline(
+        module, pipeline, after_pass=after_pass, timings=timings, source_text=source_text
+    )
+    return CompiledModule(module, target=concrete, entry=entry, timings=timings)
+
+
+def reference(
+    text_or_path: str | Path | ModuleOp, *, entry: str | None = None
+) -> CompiledModule:
+    """A CompiledModule that runs the IR as written on the numpy reference executor."""
+    module = text_or_path if isinstance(text_or_path, ModuleOp) else parse(text_or_path)
+    return CompiledModule(module, target="reference", entry=entry)

@@ -1,0 +1,215 @@
+"""Shape functions of the ``ai`` ops: one per op, in plain Python.
+
+They take and return ``TensorSpec`` (a static shape and an element-type name)
+so that every place that needs an op's result type (the parser, the builders,
+the verifiers, the Python tracer, the ONNX importer) calls the same function.
+A bad combination raises ``ShapeError`` whose message names the operand and
+shows the expected versus the actual shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+ELEMENT_TYPES = ("f16", "bf16", "f32")
+
+
+class ShapeError(ValueError):
+    """Operands whose shapes or element types do not fit the op."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A static tensor type: ``shape`` and element type name (f16, bf16, f32)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def __str__(self) -> str:
+        dims = "".join(f"{d}x" for d in self.shape)
+        return f"tensor<{dims}{self.dtype}>"
+
+
+def _fmt(shape: Sequence[int]) -> str:
+    return "x".join(str(d) for d in shape) if shape else "scalar"
+
+
+def _same_dtype(op: str, specs: Sequence[tuple[str, TensorSpec]]) -> str:
+    first_name, first = specs[0]
+    for name, spec in specs[1:]:
+        if spec.dtype != first.dtype:
+            raise ShapeError(
+                f"{op}: operand '{name}' has element type {spec.dtype}, expected "
+                f"{first.dtype} (the element type of '{first_name}')"
+            )
+    return first.dtype
+
+
+def _rank(op: str, name: str, spec: TensorSpec, rank: int) -> None:
+    if spec.rank != rank:
+        raise ShapeError(
+            f"{op}: operand '{name}' must have rank {rank}, got {spec} (rank {spec.rank})"
+        )
+
+
+def _normalise_axis(op: str, axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise ShapeError(f"{op}: axis {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def conv2d_padding(padding: Sequence[int]) -> tuple[int, int, int, int]:
+    """(h_begin, w_begin, h_end, w_end) from 2 symmetric or 4 explicit values."""
+    if len(padding) == 2:
+        return (padding[0], padding[1], padding[0], padding[1])
+    if len(padding) == 4:
+        return (padding[0], padding[1], padding[2], padding[3])
+    raise ShapeError(f"ai.conv2d: padding must have 2 or 4 values, got {len(padding)}")
+
+
+def conv2d(
+    x: TensorSpec,
+    w: TensorSpec,
+    *,
+    strides: Sequence[int] = (1, 1),
+    padding: Sequence[int] = (0, 0),
+    dilations: Sequence[int] = (1, 1),
+    groups: int = 1,
+) -> TensorSpec:
+    """NCHW input * KCRS weight -> N x K x OH x OW."""
+    op = "ai.conv2d"
+    _rank(op, "input", x, 4)
+    _rank(op, "weight", w, 4)
+    dtype = _same_dtype(op, [("input", x), ("weight", w)])
+    for name, vals in (("strides", strides), ("dilations", dilations)):
+        if len(vals) != 2 or any(v < 1 for v in vals):
+            raise ShapeError(f"{op}: {name} must be 2 positive values, got {list(vals)}")
+    pads = conv2d_padding(padding)
+    if any(p < 0 for p in pads):
+        raise ShapeError(f"{op}: padding must be non-negative, got {list(padding)}")
+    if groups < 1:
+        raise ShapeError(f"{op}: groups must be positive, got {groups}")
+    n, c, h, wd = x.shape
+    k, cg, kh, kw = w.shape
+    if c % groups or k % groups:
+        raise ShapeError(
+            f"{op}: groups = {groups} must divide input channels ({c}) and output channels ({k})"
+        )
+    if cg != c // groups:
+        raise ShapeError(
+            f"{op}: operand 'weight' has {cg} input channels (shape {_fmt(w.shape)}), "
+            f"expected {c // groups} to match operand 'input' (shape {_fmt(x.shape)}, "
+            f"{c} channels, groups = {groups})"
+        )
+    out = []
+    for size, kern, s, d, pb, pe, axis in (
+        (h, kh, strides[0], dilations[0], pads[0], pads[2], "height"),
+        (wd, kw, strides[1], dilations[1], pads[1], pads[3], "width"),
+    ):
+        span = d * (kern - 1) + 1
+        if size + pb + pe < span:
+            raise ShapeError(
+                f"{op}: kernel {axis} {kern} (dilated to {span}) exceeds padded input "
+                f"{axis} {size + pb + pe}"
+            )
+        out.append((size + pb + pe - span) // s + 1)
+    return TensorSpec((n, k, out[0], out[1]), dtype)
+
+
+def bias_add(x: TensorSpec, b: TensorSpec, *, axis: int = 1) -> TensorSpec:
+    """x + b broadcast along ``axis``; b is 1-D of length x.shape[axis]."""
+    op = "ai.bias_add"
+    dtype = _same_dtype(op, [("input", x), ("bias", b)])
+    _rank(op, "bias", b, 1)
+    ax = _normalise_axis(op, axis, x.rank)
+    if b.shape[0] != x.shape[ax]:
+        raise ShapeError(
+            f"{op}: operand 'bias' has length {b.shape[0]}, expected {x.shape[ax]} "
+            f"(dim {axis} of operand 'input', shape {_fmt(x.shape)})"
+        )
+    return TensorSpec(x.shape, dtype)
+
+
+def broadcast_shapes(op: str, a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
+    """numpy broadcasting of two shapes."""
+    rank = max(len(a), len(b))
+    pa = (1,) * (rank - len(a)) + tuple(a)
+    pb = (1,) * (rank - len(b)) + tuple(b)
+    out = []
+    for da, db in zip(pa, pb, strict=True):
+        if da != db and 1 not in (da, db):
+            raise ShapeError(
+                f"{op}: operands 'lhs' (shape {_fmt(a)}) and 'rhs' (shape {_fmt(b)}) "
+                f"do not broadcast: {da} vs {db}"
+            )
+        out.append(max(da, db) if 1 in (da, db) else da)
+    return tuple(out)
+
+
+def elementwise_binary(op: str, a: TensorSpec, b: TensorSpec) -> TensorSpec:
+    dtype = _same_dtype(op, [("lhs", a), ("rhs", b)])
+    return TensorSpec(broadcast_shapes(op, a.shape, b.shape), dtype)
+
+
+def elementwise_unary(x: TensorSpec) -> TensorSpec:
+    return x
+
+
+def matmul(
+    a: TensorSpec, b: TensorSpec, *, transpose_a: bool = False, transpose_b: bool = False
+) -> TensorSpec:
+    """(..., M, K) @ (..., K, N) -> (..., M, N); leading dims broadcast."""
+    op = "ai.matmul"
+    dtype = _same_dtype(op, [("lhs", a), ("rhs", b)])
+    for name, s in (("lhs", a), ("rhs", b)):
+        if s.rank < 2:
+            raise ShapeError(f"{op}: operand '{name}' must have rank >= 2, got {s}")
+    m, ka = (a.shape[-1], a.shape[-2]) if transpose_a else (a.shape[-2], a.shape[-1])
+    kb, n = (b.shape[-1], b.shape[-2]) if transpose_b else (b.shape[-2], b.shape[-1])
+    if ka != kb:
+        raise ShapeError(
+            f"{op}: inner dimensions do not match: operand 'lhs' (shape {_fmt(a.shape)}"
+            f"{', transposed' if transpose_a else ''}) has K = {ka}, operand 'rhs' "
+            f"(shape {_fmt(b.shape)}{', transposed' if transpose_b else ''}) has K = {kb}"
+        )
+    try:
+        batch = broadcast_shapes(op, a.shape[:-2], b.shape[:-2])
+    except ShapeError:
+        raise ShapeError(
+            f"{op}: batch dimensions of 'lhs' ({_fmt(a.shape[:-2])}) and 'rhs' "
+            f"({_fmt(b.shape[:-2])}) do not broadcast"
+        ) from None
+    return TensorSpec((*batch, m, n), dtype)
+
+
+def layernorm(x: TensorSpec, gamma: TensorSpec, beta: TensorSpec) -> TensorSpec:
+    """Normalise over the last axis; gamma and beta are 1-D of that length."""
+    op = "ai.layernorm"
+    dtype = _same_dtype(op, [("input", x), ("gamma", gamma), ("beta", beta)])
+    if x.rank < 1:
+        raise ShapeError(f"{op}: operand 'input' must have rank >= 1")
+    for name, s in (("gamma", gamma), ("beta", beta)):
+        if s.shape != (x.shape[-1],):
+            raise ShapeError(
+                f"{op}: operand '{name}' has shape {_fmt(s.shape)}, expected "
+                f"{x.shape[-1]} (the last dim of operand 'input', shape {_fmt(x.shape)})"
+            )
+    return TensorSpec(x.shape, dtype)
+
+
+def softmax(x: TensorSpec, *, axis: int = -1) -> TensorSpec:
+    if x.rank < 1:
+        raise ShapeError("ai.softmax: operand 'input' must have rank >= 1")
+    _normalise_axis("ai.softmax", axis, x.rank)
+    return x
+
+
+def cast(x: TensorSpec, to_dtype: str) -> TensorSpec:
+    if to_dtype not in ELEMENT_TYPES:
+        raise ShapeError(f"ai.cast: target element type must be one of {ELEMENT_TYPES}")
+    return TensorSpec(x.shape, to_dtype)

@@ -1,0 +1,66 @@
+"""Passes and pipelines over ai IR.
+
+``available_passes()`` maps kebab-case names to pass classes (ours and the xDSL
+passes we reuse); ``build_pipeline(spec)`` turns an xDSL pass-pipeline spec
+(``infer-shapes,canonicalize``) into a ``PassPipeline``. Named pipelines such
+as ``fusec-default`` expand in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.passes import ModulePass, PassPipeline
+
+PIPELINES: dict[str, str] = {
+    "fusec-default": "infer-shapes,canonicalize,cse",
+}
+
+
+def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    def infer_shapes():
+        from fusec.passes.infer_shapes import InferShapesPass
+
+        return InferShapesPass
+
+    def canonicalize():
+        from xdsl.transforms.canonicalize import CanonicalizePass
+
+        return CanonicalizePass
+
+    def cse():
+        from xdsl.transforms.common_subexpression_elimination import (
+            CommonSubexpressionElimination,
+        )
+
+        return CommonSubexpressionElimination
+
+    def dce():
+        from xdsl.transforms.dead_code_elimination import DeadCodeElimination
+
+        return DeadCodeElimination
+
+    return {
+        "infer-shapes": infer_shapes,
+        "canonicalize": canonicalize,
+        "cse": cse,
+        "dce": dce,
+    }
+
+
+def expand_spec(spec: str) -> str:
+    """Replace named pipelines (``fusec-default``) by their passes."""
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    return ",".join(PIPELINES.get(p, p) for p in parts)
+
+
+def build_pipeline(spec: str | None = None, callback=None) -> PassPipeline:
+    """A PassPipeline from an xDSL pipeline spec; ``None`` means ``fusec-default``."""
+    from fusec.errors import FusecError
+
+    spec = expand_spec("fusec-default" if spec is None else spec)
+    try:
+        return PassPipeline.parse_spec(available_passes(), spec, callback)
+    except Exception as err:  # xDSL raises ValueError/PassPipelineParseError
+        known = ", ".join([*available_passes(), *PIPELINES])
+        raise FusecError(f"bad pass pipeline '{spec}': {err} (known passes: {known})") from None

@@ -1,0 +1,550 @@
+"""Pure-numpy kernels of the reference executor.
+
+These kernels are the ground truth for every numerics test of the project, so
+they favour clarity and accuracy over speed, while staying fully vectorised
+(no per-element Python loops).
+
+Dtype rules
+-----------
+* Every kernel computes in the dtype of its inputs and returns that dtype; a
+  caller that wants a float64 reference upcasts the inputs first.
+* Low-precision floats (``float16``, ``ml_dtypes.bfloat16`` and the other
+  ``ml_dtypes`` float formats) are computed in ``float32`` and the result is
+  rounded back to the input dtype.  In particular the reducing kernels
+  (``conv2d``, ``matmul``, ``layernorm``, ``softmax``) accumulate in float32.
+* ``erf``/``erfc`` (and therefore the exact ``gelu``) are always evaluated in
+  float64 and cast back.
+* Integer inputs to the transcendental / normalising kernels give float64
+  results (numpy's usual promotion); ``conv2d``/``matmul`` on integers stay
+  integral.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+__all__ = [
+    "add",
+    "bias_add",
+    "cast",
+    "conv2d",
+    "div",
+    "erf",
+    "erfc",
+    "exp",
+    "gelu",
+    "layernorm",
+    "matmul",
+    "maximum",
+    "mul",
+    "relu",
+    "sigmoid",
+    "silu",
+    "softmax",
+    "sub",
+    "tanh",
+]
+
+
+# --------------------------------------------------------------------------
+# dtype helpers
+# --------------------------------------------------------------------------
+
+
+def _is_low_precision_float(dt: np.dtype) -> bool:
+    """True for float16 and the (sub-32-bit) ml_dtypes float formats."""
+    if dt == np.float16:
+        return True
+    # ml_dtypes registers its types as numpy "void"-kind custom dtypes.
+    return dt.kind == "V" and (dt.name == "bfloat16" or dt.name.startswith("float"))
+
+
+def _float_dtype(dt: np.dtype) -> np.dtype:
+    """The dtype a floating-point kernel returns for inputs of dtype ``dt``."""
+    dt = np.dtype(dt)
+    if dt.kind in "fc" or _is_low_precision_float(dt):
+        return dt
+    return np.dtype(np.float64)
+
+
+def _compute_dtype(dt: np.dtype) -> np.dtype:
+    """The dtype arithmetic is carried out in: float32 for low-precision floats."""
+    dt = np.dtype(dt)
+    if _is_low_precision_float(dt):
+        return np.dtype(np.float32)
+    return dt
+
+
+def _result_dtype(*arrays: np.ndarray) -> np.dtype:
+    """numpy's promoted dtype of ``arrays`` (identical dtypes short-circuit)."""
+    first = arrays[0].dtype
+    if all(a.dtype == first for a in arrays):
+        return first
+    return np.result_type(*arrays)
+
+
+def _unary_float(x: np.ndarray) -> tuple[np.ndarray, np.dtype]:
+    """Return ``x`` converted to its compute dtype, and the output dtype."""
+    x = np.asarray(x)
+    out_dt = _float_dtype(x.dtype)
+    return x.astype(_compute_dtype(out_dt), copy=False), out_dt
+
+
+def _finish(y: np.ndarray | np.generic, out_dt: np.dtype) -> np.ndarray:
+    return np.asarray(y).astype(out_dt, copy=False)
+
+
+# --------------------------------------------------------------------------
+# convolution
+# --------------------------------------------------------------------------
+
+
+def _pair(value: int | Sequence[int], name: str) -> tuple[int, int]:
+    if isinstance(value, (int, np.integer)):
+        return int(value), int(value)
+    vals = tuple(int(v) for v in value)
+    if len(vals) != 2:
+        raise ValueError(f"{name} must have 2 values, got {len(vals)}")
+    return vals
+
+
+def _conv_padding(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
+    """Normalise padding to (h_begin, w_begin, h_end, w_end)."""
+    if isinstance(padding, (int, np.integer)):
+        p = int(padding)
+        pads = (p, p, p, p)
+    else:
+        vals = tuple(int(v) for v in padding)
+        if len(vals) == 2:
+            pads = (vals[0], vals[1], vals[0], vals[1])
+        elif len(vals) == 4:
+            pads = vals
+        else:
+            raise ValueError(f"padding must have 2 or 4 values, got {len(vals)}")
+    if any(p < 0 for p in pads):
+        raise ValueError(f"padding must be non-negative, got {pads}")
+    return pads  # type: ignore[return-value]
+
+
+def conv2d(
+    x: np.ndarray,
+    w: np.ndarray,
+    strides: int | Sequence[int] = (1, 1),
+    padding: int | Sequence[int] = (0, 0),
+    dilations: int | Sequence[int] = (1, 1),
+    groups: int = 1,
+) -> np.ndarray:
+    """2-D cross-correlation (deep-learning "convolution") without bias.
+
+    ``x`` is NCHW, ``w`` is KCRS = (out_channels, in_channels/groups, kh, kw).
+    ``padding`` is ``(ph, pw)`` (symmetric) or ONNX-ordered
+    ``(h_begin, w_begin, h_end, w_end)``; zero padding is used.  Implemented as
+    im2col (a strided window view) followed by one batched matmul per group.
+    Returns ``(N, K, OH, OW)`` in the promoted input dtype.
+    """
+    x = np.asarray(x)
+    w = np.asarray(w)
+    if x.ndim != 4 or w.ndim != 4:
+        raise ValueError(f"conv2d expects 4-D x and w, got {x.shape} and {w.shape}")
+    sh, sw = _pair(strides, "strides")
+    dh, dw = _pair(dilations, "dilations")
+    if min(sh, sw, dh, dw) < 1:
+        raise ValueError("strides and dilations must be >= 1")
+    pt, pl, pb, pr = _conv_padding(padding)
+    n, c, h, wd = x.shape
+    k, cg, r, s = w.shape
+    groups = int(groups)
+    if groups < 1 or c % groups or k % groups:
+        raise ValueError(f"groups={groups} must divide C={c} and K={k}")
+    if cg != c // groups:
+        raise ValueError(f"weight has {cg} input channels per group, expected {c // groups}")
+    kg = k // groups
+
+    out_dt = _result_dtype(x, w)
+    acc = _compute_dtype(out_dt)
+    xa = x.astype(acc, copy=False)
+    wa = w.astype(acc, copy=False)
+    if pt or pl or pb or pr:
+        xa = np.pad(xa, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    hp, wp = h + pt + pb, wd + pl + pr
+    oh = (hp - dh * (r - 1) - 1) // sh + 1
+    ow = (wp - dw * (s - 1) - 1) // sw + 1
+    if oh <= 0 or ow <= 0:
+        raise ValueError(
+            f"conv2d output would be empty: input {h}x{wd} padded to {hp}x{wp}, "
+            f"kernel {r}x{s}, dilations ({dh}, {dw})"
+        )
+
+    s0, s1, s2, s3 = xa.strides
+    # patches[n, g, c, i, j, r, s] = xa[n, g*cg + c, i*sh + r*dh, j*sw + s*dw]
+    patches = as_strided(
+        xa,
+        shape=(n, groups, cg, oh, ow, r, s),
+        strides=(s0, s1 * cg, s1, s2 * sh, s3 * sw, s2 * dh, s3 * dw),
+        writeable=False,
+    )
+    # im2col: (G, N*OH*OW, Cg*R*S) @ (G, Cg*R*S, Kg) -> (G, N*OH*OW, Kg)
+    cols = patches.transpose(1, 0, 3, 4, 2, 5, 6).reshape(groups, n * oh * ow, cg * r * s)
+    wmat = wa.reshape(groups, kg, cg * r * s).transpose(0, 2, 1)
+    out = np.matmul(cols, wmat)
+    out = out.reshape(groups, n, oh, ow, kg).transpose(1, 0, 4, 2, 3).reshape(n, k, oh, ow)
+    return np.ascontiguousarray(out).astype(out_dt, copy=False)
+
+
+def bias_add(x: np.ndarray, b: np.ndarray, axis: int = 1) -> np.ndarray:
+    """Add the 1-D bias ``b`` along ``axis`` of ``x`` (axis 1 = channels of NCHW)."""
+    x = np.asarray(x)
+    b = np.asarray(b)
+    ax = axis + x.ndim if axis < 0 else axis
+    if not 0 <= ax < x.ndim:
+        raise ValueError(f"axis {axis} out of range for a {x.ndim}-D input")
+    if b.ndim != 1 or b.shape[0] != x.shape[ax]:
+        raise ValueError(f"bias of shape {b.shape} does not match axis {axis} of {x.shape}")
+    shape = [1] * x.ndim
+    shape[ax] = b.shape[0]
+    out_dt = _result_dtype(x, b)
+    acc = _compute_dtype(out_dt)
+    y = x.astype(acc, copy=False) + b.astype(acc, copy=False).reshape(shape)
+    return _finish(y, out_dt)
+
+
+# --------------------------------------------------------------------------
+# error function (W. J. Cody, "Rational Chebyshev approximations for the
+# error function", Math. Comp. 23 (1969) 631-637; netlib specfun CALERF)
+# --------------------------------------------------------------------------
+
+_ERF_A = (
+    3.16112374387056560e00,
+    1.13864154151050156e02,
+    3.77485237685302021e02,
+    3.20937758913846947e03,
+    1.85777706184603153e-1,
+)
+_ERF_B = (
+    2.36012909523441209e01,
+    2.44024637934444173e02,
+    1.28261652607737228e03,
+    2.84423683343917062e03,
+)
+_ERF_C = (
+    5.64188496988670089e-1,
+    8.88314979438837594e00,
+    6.61191906371416295e01,
+    2.98635138197400131e02,
+    8.81952221241769090e02,
+    1.71204761263407058e03,
+    2.05107837782607147e03,
+    1.23033935479799725e03,
+    2.15311535474403846e-8,
+)
+_ERF_D = (
+    1.57449261107098347e01,
+    1.17693950891312499e02,
+    5.37181101862009858e02,
+    1.62138957456669019e03,
+    3.29079923573345963e03,
+    4.36261909014324716e03,
+    3.43936767414372164e03,
+    1.23033935480374942e03,
+)
+_ERF_P = (
+    3.05326634961232344e-1,
+    3.60344899949804439e-1,
+    1.25781726111229246e-1,
+    1.60837851487422766e-2,
+    6.58749161529837803e-4,
+    1.63153871373020978e-2,
+)
+_ERF_Q = (
+    2.56852019228982242e00,
+    1.87295284992346047e00,
+    5.27905102951428412e-1,
+    6.05183413124413191e-2,
+    2.33520497626869185e-3,
+)
+_ONE_OVER_SQRT_PI = 5.6418958354775628695e-1
+_ERF_THRESH = 0.46875
+# Above this, erfc(|x|) is below the smallest subnormal double and exp() underflows.
+_ERFC_CLAMP = 30.0
+
+
+def _erf_small(x: np.ndarray) -> np.ndarray:
+    """erf(x) for |x| <= 0.46875."""
+    ysq = x * x
+    xnum = _ERF_A[4] * ysq
+    xden = ysq
+    for i in range(3):
+        xnum = (xnum + _ERF_A[i]) * ysq
+        xden = (xden + _ERF_B[i]) * ysq
+    # ratio first: a single rounding of the product keeps subnormal x accurate
+    return x * ((xnum + _ERF_A[3]) / (xden + _ERF_B[3]))
+
+
+def _exp_neg_sq(y: np.ndarray) -> np.ndarray:
+    """exp(-y*y), with y*y split so the rounding error of y*y is not amplified."""
+    ysq = np.trunc(y * 16.0) / 16.0
+    delta = (y - ysq) * (y + ysq)
+    return np.exp(-ysq * ysq) * np.exp(-delta)
+
+
+def _erfc_mid(y: np.ndarray) -> np.ndarray:
+    """erfc(y) for 0.46875 < y <= 4."""
+    xnum = _ERF_C[8] * y
+    xden = y
+    for i in range(7):
+        xnum = (xnum + _ERF_C[i]) * y
+        xden = (xden + _ERF_D[i]) * y
+    return _exp_neg_sq(y) * ((xnum + _ERF_C[7]) / (xden + _ERF_D[7]))
+
+
+def _erfc_large(y: np.ndarray) -> np.ndarray:
+    """erfc(y) for y > 4 (including +inf)."""
+    y = np.minimum(y, _ERFC_CLAMP)
+    ysq = 1.0 / (y * y)
+    xnum = _ERF_P[5] * ysq
+    xden = ysq
+    for i in range(4):
+        xnum = (xnum + _ERF_P[i]) * ysq
+        xden = (xden + _ERF_Q[i]) * ysq
+    res = ysq * (xnum + _ERF_P[4]) / (xden + _ERF_Q[4])
+    res = (_ONE_OVER_SQRT_PI - res) / y
+    return _exp_neg_sq(y) * res
+
+
+def _erf_erfc_f64(x: np.ndarray, want_erfc: bool) -> np.ndarray:
+    """erf(x) or erfc(x) of a float64 array, accurate to a few ulp everywhere."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.abs(x)
+    out = np.full(x.shape, np.nan, dtype=np.float64)
+    small = y <= _ERF_THRESH
+    mid = (y > _ERF_THRESH) & (y <= 4.0)
+    large = y > 4.0  # NaN is in no region and stays NaN
+    with np.errstate(under="ignore"):
+        if small.any():
+            e = _erf_small(x[small])
+            out[small] = 1.0 - e if want_erfc else e
+        for mask, fn in ((mid, _erfc_mid), (large, _erfc_large)):
+            if not mask.any():
+                continue
+            ec = fn(y[mask])  # erfc(|x|)
+            neg = x[mask] < 0.0
+            if want_erfc:
+                out[mask] = np.where(neg, 2.0 - ec, ec)
+            else:
+                e = 1.0 - ec
+                out[mask] = np.where(neg, -e, e)
+    return out
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Error function, evaluated in float64 (Cody's CALERF) and cast back."""
+    x = np.asarray(x)
+    return _finish(_erf_erfc_f64(x, want_erfc=False), _float_dtype(x.dtype))
+
+
+def erfc(x: np.ndarray) -> np.ndarray:
+    """Complementary error function 1 - erf(x), accurate for large x too."""
+    x = np.asarray(x)
+    return _finish(_erf_erfc_f64(x, want_erfc=True), _float_dtype(x.dtype))
+
+
+# --------------------------------------------------------------------------
+# element-wise activations
+# --------------------------------------------------------------------------
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    """max(x, 0); NaN propagates."""
+    x = np.asarray(x)
+    return np.maximum(x, np.zeros((), dtype=x.dtype))
+
+
+def _sigmoid_acc(x: np.ndarray) -> np.ndarray:
+    """Overflow-free logistic function (in the dtype of ``x``)."""
+    with np.errstate(under="ignore"):
+        e = np.exp(-np.abs(x))  # in (0, 1], never overflows
+    pos = 1.0 / (1.0 + e)
+    return np.where(x >= 0, pos, e * pos)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-x)), numerically stable for large |x| (no overflow)."""
+    xa, out_dt = _unary_float(x)
+    return _finish(_sigmoid_acc(xa), out_dt)
+
+
+def tanh(x: np.ndarray) -> np.ndarray:
+    """Hyperbolic tangent."""
+    xa, out_dt = _unary_float(x)
+    return _finish(np.tanh(xa), out_dt)
+
+
+def exp(x: np.ndarray) -> np.ndarray:
+    """e**x (overflows to inf like numpy)."""
+    xa, out_dt = _unary_float(x)
+    return _finish(np.exp(xa), out_dt)
+
+
+def _fix_neg_inf(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x * f(x) activations tend to -0 at x = -inf (instead of -inf * 0 = NaN)."""
+    return np.where(np.isneginf(x), -0.0, y).astype(y.dtype, copy=False)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """x * sigmoid(x) (a.k.a. swish)."""
+    xa, out_dt = _unary_float(x)
+    with np.errstate(invalid="ignore"):
+        y = xa * _sigmoid_acc(xa)
+    return _finish(_fix_neg_inf(xa, y), out_dt)
+
+
+_SQRT1_2 = 0.70710678118654752440  # 1/sqrt(2)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
+    """Gaussian error linear unit.
+
+    ``approximate="none"``: 0.5*x*(1 + erf(x/sqrt(2))), evaluated in float64 as
+    0.5*x*erfc(-x/sqrt(2)) (no cancellation for negative x), then cast back.
+
+    ``approximate="tanh"``: 0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x**3))),
+    evaluated in the compute dtype through the identity
+    0.5*(1 + tanh(u)) = sigmoid(2u), which is exact and avoids cancellation.
+    """
+    x = np.asarray(x)
+    out_dt = _float_dtype(x.dtype)
+    if approximate == "none":
+        xd = x.astype(np.float64, copy=False)
+        with np.errstate(invalid="ignore"):
+            y = 0.5 * xd * _erf_erfc_f64(-xd * _SQRT1_2, want_erfc=True)
+        return _finish(_fix_neg_inf(xd, y), out_dt)
+    if approximate == "tanh":
+        xa = x.astype(_compute_dtype(out_dt), copy=False)
+        with np.errstate(over="ignore", invalid="ignore"):
+            u = _SQRT_2_OVER_PI * (xa + 0.044715 * (xa * xa * xa))
+            y = xa * _sigmoid_acc(2.0 * u)
+        return _finish(_fix_neg_inf(xa, y), out_dt)
+    raise ValueError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+# --------------------------------------------------------------------------
+# binary element-wise ops (numpy broadcasting)
+# --------------------------------------------------------------------------
+
+
+def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b."""
+    return np.asarray(np.add(a, b))
+
+
+def sub(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a - b."""
+    return np.asarray(np.subtract(a, b))
+
+
+def mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a * b."""
+    return np.asarray(np.multiply(a, b))
+
+
+def div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a / b (true division)."""
+    return np.asarray(np.true_divide(a, b))
+
+
+def maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Element-wise maximum; NaN propagates."""
+    return np.asarray(np.maximum(a, b))
+
+
+# --------------------------------------------------------------------------
+# reductions / contractions
+# --------------------------------------------------------------------------
+
+
+def matmul(
+    a: np.ndarray,
+    b: np.ndarray,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+) -> np.ndarray:
+    """Matrix product, 2-D or batched with broadcast leading dims.
+
+    ``transpose_a``/``transpose_b`` swap the last two axes of the operand first.
+    """
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if transpose_a:
+        if a.ndim < 2:
+            raise ValueError("transpose_a needs an operand with at least 2 dims")
+        a = np.swapaxes(a, -1, -2)
+    if transpose_b:
+        if b.ndim < 2:
+            raise ValueError("transpose_b needs an operand with at least 2 dims")
+        b = np.swapaxes(b, -1, -2)
+    out_dt = _result_dtype(a, b)
+    acc = _compute_dtype(out_dt)
+    y = np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False))
+    return _finish(y, out_dt)
+
+
+def layernorm(
+    x: np.ndarray,
+    gamma: np.ndarray | None,
+    beta: np.ndarray | None,
+    epsilon: float = 1e-5,
+) -> np.ndarray:
+    """Layer normalisation over the last axis (biased variance, like PyTorch).
+
+    y = (x - mean) / sqrt(var + epsilon) * gamma + beta; ``gamma``/``beta``
+    broadcast against the last axis and may be ``None`` (identity).
+    """
+    xa, out_dt = _unary_float(x)
+    acc = xa.dtype
+    mean = np.mean(xa, axis=-1, keepdims=True)
+    centred = xa - mean
+    var = np.mean(centred * centred, axis=-1, keepdims=True)
+    y = centred / np.sqrt(var + epsilon)
+    if gamma is not None:
+        y = y * np.asarray(gamma).astype(acc, copy=False)
+    if beta is not None:
+        y = y + np.asarray(beta).astype(acc, copy=False)
+    return _finish(y, out_dt)
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """exp(x - max) / sum(exp(x - max)) along ``axis``."""
+    xa, out_dt = _unary_float(x)
+    m = np.max(xa, axis=axis, keepdims=True)
+    with np.errstate(under="ignore"):
+        e = np.exp(xa - m)
+    return _finish(e / np.sum(e, axis=axis, keepdims=True), out_dt)
+
+
+# --------------------------------------------------------------------------
+# casts
+# --------------------------------------------------------------------------
+
+
+def _resolve_dtype(dtype: object) -> np.dtype:
+    try:
+        return np.dtype(dtype)  # type: ignore[call-overload]
+    except TypeError:
+        if isinstance(dtype, str):
+            import ml_dtypes
+
+            return np.dtype(getattr(ml_dtypes, dtype))
+        raise
+
+
+def cast(x: np.ndarray, dtype: object) -> np.ndarray:
+    """Convert ``x`` to ``dtype`` (float16/float32/float64/ml_dtypes.bfloat16, ...).
+
+    Rounds to nearest-even; always returns a new array.
+    """
+    return np.asarray(x).astype(_resolve_dtype(dtype), copy=True)

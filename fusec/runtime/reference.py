@@ -1,0 +1,210 @@
+"""The reference executor: a numpy interpreter of the ``ai`` dialect.
+
+It is the ground truth of every numerics test. It runs on xDSL's
+``Interpreter`` with one ``@impl`` per op, each a call into the vectorised
+kernels of ``numpy_ops``; ``ai.fused`` runs its body, so IR before and after
+fusion can be compared directly.
+
+Two precisions: ``"float64"`` computes everything in float64 (casts are the
+identity: it is the exact maths the IR means), ``"native"`` computes in each
+op's declared element type (float16/bfloat16 reductions accumulate in float32).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from xdsl.dialects import arith, func
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, TensorType
+from xdsl.interpreter import (
+    Interpreter,
+    InterpreterFunctions,
+    ReturnedValues,
+    impl,
+    impl_terminator,
+    register_impls,
+)
+from xdsl.interpreters.func import FuncFunctions
+
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
+from fusec.errors import FusecError
+from fusec.runtime import numpy_ops as K
+from fusec.runtime.dtypes import numpy_dtype
+
+PRECISIONS = ("float64", "native")
+
+
+def _out_dtype(interpreter: Interpreter, value) -> np.dtype:
+    if _precision(interpreter) == "float64":
+        return np.dtype(np.float64)
+    return numpy_dtype(spec_of(value.type).dtype)
+
+
+def _precision(interpreter: Interpreter) -> str:
+    return interpreter.get_data(AiFunctions, "precision", lambda: "float64")
+
+
+def _result(interpreter: Interpreter, op, array: np.ndarray) -> tuple[np.ndarray]:
+    return (np.asarray(array).astype(_out_dtype(interpreter, op.results[0]), copy=False),)
+
+
+_UNARY = {
+    ai.ReluOp: K.relu,
+    ai.SigmoidOp: K.sigmoid,
+    ai.TanhOp: K.tanh,
+    ai.ExpOp: K.exp,
+    ai.SiluOp: K.silu,
+}
+_BINARY = {
+    ai.AddOp: K.add,
+    ai.SubOp: K.sub,
+    ai.MulOp: K.mul,
+    ai.DivOp: K.div,
+    ai.MaximumOp: K.maximum,
+}
+
+
+@register_impls
+class AiFunctions(InterpreterFunctions):
+    """numpy implementations of the ai ops (and of dense arith.constant)."""
+
+    @impl(ai.Conv2DOp)
+    def run_conv2d(self, interpreter: Interpreter, op: ai.Conv2DOp, args: tuple[Any, ...]):
+        return _result(interpreter, op, K.conv2d(*args, **op.attr_values()))
+
+    @impl(ai.BiasAddOp)
+    def run_bias_add(self, interpreter: Interpreter, op: ai.BiasAddOp, args: tuple[Any, ...]):
+        return _result(interpreter, op, K.bias_add(*args, axis=op.attr("axis")))
+
+    @impl(ai.MatmulOp)
+    def run_matmul(self, interpreter: Interpreter, op: ai.MatmulOp, args: tuple[Any, ...]):
+        return _result(interpreter, op, K.matmul(*args, **op.attr_values()))
+
+    @impl(ai.LayerNormOp)
+    def run_layernorm(self, interpreter: Interpreter, op: ai.LayerNormOp, args: tuple[Any, ...]):
+        return _result(interpreter, op, K.layernorm(*args, epsilon=op.attr("epsilon")))
+
+    @impl(ai.SoftmaxOp)
+    def run_softmax(self, interpreter: Interpreter, op: ai.SoftmaxOp, args: tuple[Any, ...]):
+        return _result(interpreter, op, K.softmax(*args, axis=op.attr("axis")))
+
+    @impl(ai.GeluOp)
+    def run_gelu(self, interpreter: Interpreter, op: ai.GeluOp, args: tuple[Any, ...]):
+        return _result(interpreter, op, K.gelu(*args, approximate=op.attr("approximate")))
+
+    @impl(ai.CastOp)
+    def run_cast(self, interpreter: Interpreter, op: ai.CastOp, args: tuple[Any, ...]):
+        return _result(interpreter, op, args[0])
+
+    @impl(arith.ConstantOp)
+    def run_constant(self, interpreter: Interpreter, op: arith.ConstantOp, args: tuple[Any, ...]):
+        return _result(interpreter, op, constant_value(op))
+
+    @impl(ai.FusedOp)
+    def run_fused(self, interpreter: Interpreter, op: ai.FusedOp, args: tuple[Any, ...]):
+        return interpreter.run_ssacfg_region(op.body, args, "ai.fused")
+
+    @impl_terminator(ai.YieldOp)
+    def run_yield(self, interpreter: Interpreter, op: ai.YieldOp, args: tuple[Any, ...]):
+        return ReturnedValues(args), ()
+
+
+def _register_elementwise() -> None:
+    """One impl per unary/binary op: they differ only in the numpy kernel."""
+
+    def make(kernel):
+        def run(self, interpreter: Interpreter, op, args: tuple[Any, ...]):
+            return _result(interpreter, op, kernel(*args))
+
+        return run
+
+    for op_type, kernel in (_UNARY | _BINARY).items():
+        name = f"run_{op_type.name.removeprefix('ai.')}"
+        setattr(AiFunctions, name, impl(op_type)(make(kernel)))
+    register_impls(AiFunctions)
+
+
+_register_elementwise()
+
+
+def constant_value(op: arith.ConstantOp) -> np.ndarray:
+    """The value of a dense tensor ``arith.constant`` as a numpy array."""
+    value = op.value
+    if not isinstance(value, DenseIntOrFPElementsAttr) or not isinstance(value.type, TensorType):
+        raise FusecError(f"arith.constant: only dense tensor constants are supported, got {value}")
+    shape = tuple(value.type.get_shape())
+    data = np.asarray(value.get_values(), dtype=np.float64)
+    return np.broadcast_to(data, shape).copy() if data.size == 1 else data.reshape(shape)
+
+
+def entry_function(module: ModuleOp, entry: str | None = None) -> func.FuncOp:
+    """The function to run: ``entry`` by name, or the module's single public function."""
+    funcs = [op for op in module.ops if isinstance(op, func.FuncOp)]
+    if entry is not None:
+        for f in funcs:
+            if f.sym_name.data == entry:
+                return f
+        names = ", ".join(f"@{f.sym_name.data}" for f in funcs) or "none"
+        raise FusecError(f"no function named '@{entry}' in the module (functions: {names})")
+    public = [f for f in funcs if f.sym_visibility is None or f.sym_visibility.data == "public"]
+    if len(public) != 1:
+        names = ", ".join(f"@{f.sym_name.data}" for f in public) or "none"
+        raise FusecError(
+            f"cannot pick the entry function: {len(public)} public functions ({names}); "
+            "pass entry=NAME"
+        )
+    return public[0]
+
+
+def check_arguments(
+    fn: func.FuncOp, args: Sequence[Any], *, allow_float64: bool = False
+) -> list[np.ndarray]:
+    """Arguments as numpy arrays of the signature's shapes, or a FusecError naming the bad one."""
+    params = fn.function_type.inputs.data
+    name = fn.sym_name.data
+    if len(args) != len(params):
+        raise FusecError(f"@{name} takes {len(params)} argument(s), got {len(args)}")
+    arrays = []
+    for index, (arg, param) in enumerate(zip(args, params, strict=True)):
+        spec = spec_of(param)
+        array = np.asarray(arg)
+        if array.shape != spec.shape:
+            raise FusecError(
+                f"@{name}: argument #{index} has shape {array.shape}, expected {spec.shape} ({spec})"
+            )
+        want = numpy_dtype(spec.dtype)
+        if array.dtype != want and not (allow_float64 and array.dtype == np.float64):
+            raise FusecError(
+                f"@{name}: argument #{index} has dtype {array.dtype}, expected {want} ({spec})"
+            )
+        arrays.append(array)
+    return arrays
+
+
+def run_reference(
+    module: ModuleOp,
+    args: Sequence[Any],
+    *,
+    entry: str | None = None,
+    precision: str = "float64",
+) -> tuple[np.ndarray, ...]:
+    """Run the entry function of ``module`` on numpy ``args``; return all its results."""
+    if precision not in PRECISIONS:
+        raise FusecError(f"precision must be one of {PRECISIONS}, got '{precision}'")
+    fn = entry_function(module, entry)
+    arrays = check_arguments(fn, args, allow_float64=True)
+    if precision == "float64":
+        arrays = [a.astype(np.float64) for a in arrays]
+    else:
+        arrays = [
+            a.astype(numpy_dtype(spec_of(p).dtype), copy=False)
+            for a, p in zip(arrays, fn.function_type.inputs.data, strict=True)
+        ]
+    interpreter = Interpreter(module)
+    interpreter.register_implementations(FuncFunctions())
+    interpreter.register_implementations(AiFunctions())
+    interpreter.set_data(AiFunctions, "precision", precision)
+    return tuple(interpreter.call_op(fn, tuple(arrays)))
