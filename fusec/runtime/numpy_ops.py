@@ -545,6 +545,8 @@ def _resolve_dtype(dtype: object) -> np.dtype:
 def cast(x: np.ndarray, dtype: object) -> np.ndarray:
     """Convert ``x`` to ``dtype`` (float16/float32/float64/ml_dtypes.bfloat16, ...).
 
-    Rounds to nearest-even; always returns a new array.
+    Rounds to nearest-even (values beyond the target range become +-inf,
+    silently, as in IEEE conversion); always returns a new array.
     """
-    return np.asarray(x).astype(_resolve_dtype(dtype), copy=True)
+    with np.errstate(over="ignore"):
+        return np.asarray(x).astype(_resolve_dtype(dtype), copy=True)

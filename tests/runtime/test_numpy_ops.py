@@ -374,7 +374,12 @@ def matmul_loops(a, b):
 @pytest.mark.parametrize("transpose_a", [False, True])
 @pytest.mark.parametrize(
     "a_shape, b_shape",
-    [((4, 3), (3, 5)), ((2, 1, 4, 3), (3, 3, 5)), ((4, 3), (2, 3, 5)), ((3, 1, 4, 3), (1, 2, 3, 5))],
+    [
+        ((4, 3), (3, 5)),
+        ((2, 1, 4, 3), (3, 3, 5)),
+        ((4, 3), (2, 3, 5)),
+        ((3, 1, 4, 3), (1, 2, 3, 5)),
+    ],
 )
 def test_matmul_batched_broadcast_transposes(rng, a_shape, b_shape, transpose_a, transpose_b):
     a = randn(rng, *a_shape)
@@ -441,7 +446,9 @@ def test_layernorm_float16_accumulates_in_float32(rng):
     beta = randn(rng, 4096).astype(np.float16)
     out = ops.layernorm(x, gamma, beta)
     assert out.dtype == np.float16
-    ref = layernorm_rows(x.astype(np.float64), gamma.astype(np.float64), beta.astype(np.float64), 1e-5)
+    ref = layernorm_rows(
+        x.astype(np.float64), gamma.astype(np.float64), beta.astype(np.float64), 1e-5
+    )
     assert rel_err(out, ref) < 1e-2
 
 
@@ -527,9 +534,7 @@ def test_low_precision_tracks_float64(rng, name, dtype):
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16], ids=str
-)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16], ids=str)
 def test_cast(rng, dtype):
     x = randn(rng, 3, 4)
     out = ops.cast(x, dtype)
