@@ -18,14 +18,27 @@ __all__ = [
     "Kernel",
     "SourceLocation",
     "compile",
+    "from_onnx",
+    "fuse",
+    "ops",
     "parse",
     "reference",
 ]
 
-_API_NAMES = {"parse", "compile", "reference", "CompiledModule", "Kernel"}
+_API_NAMES = {"parse", "compile", "reference", "fuse", "from_onnx", "CompiledModule",
+              "Kernel"}
 
 if TYPE_CHECKING:
-    from fusec.api import CompiledModule, Kernel, compile, parse, reference  # noqa: F401
+    from fusec import ops  # noqa: F401
+    from fusec.api import (  # noqa: F401
+        CompiledModule,
+        Kernel,
+        compile,
+        from_onnx,
+        fuse,
+        parse,
+        reference,
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -33,4 +46,8 @@ def __getattr__(name: str) -> Any:
         from fusec import api
 
         return getattr(api, name)
+    if name == "ops":
+        import fusec.ops
+
+        return fusec.ops
     raise AttributeError(f"module 'fusec' has no attribute '{name}'")

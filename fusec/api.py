@@ -42,9 +42,33 @@ def parse(text_or_path: str | Path) -> ModuleOp:
     return parse_module(text, name)
 
 
-def print_ir(module: ModuleOp) -> str:
-    """The IR text of ``module`` in custom (pretty) form."""
-    return str(module) + "\n"
+def from_onnx(model_or_path: Any, *, weights_as_args: bool = False) -> ModuleOp:
+    """Import an ONNX model (a ``ModelProto`` or a .onnx path) as a verified ai module.
+
+    Initializers become ``arith.constant`` ops, or with ``weights_as_args`` extra
+    function arguments after the graph inputs, in initializer order.
+    """
+    try:
+        from fusec.frontend.onnx_import import import_model
+    except ImportError as err:
+        if err.name not in ("onnx", "google", "google.protobuf"):
+            raise
+        message = "importing ONNX needs the 'onnx' package: pip install 'fusec[onnx]'"
+        raise FusecError(message) from None
+    return import_model(model_or_path, weights_as_args=weights_as_args)
+
+
+def print_ir(module: ModuleOp, *, locations: bool = False) -> str:
+    """The IR text of ``module`` in custom (pretty) form, with ``loc(...)`` if ``locations``."""
+    if not locations:
+        return str(module) + "\n"
+    from io import StringIO
+
+    from xdsl.printer import Printer
+
+    out = StringIO()
+    Printer(stream=out, print_debuginfo=True).print_op(module)
+    return out.getvalue() + "\n"
 
 
 def run_pipeline(
@@ -133,11 +157,30 @@ def resolve_target(target: str) -> str:
     """The concrete target for ``target`` (``auto`` -> best available)."""
     if target not in TARGETS:
         raise FusecError(f"unknown target '{target}': expected one of {', '.join(TARGETS)}")
-    if target == "auto":
-        return "reference"
-    if target in ("cpu", "cuda"):
-        raise FusecError(f"target '{target}' is not available in this build of fusec yet")
+    if target in ("auto", "cuda"):
+        from fusec.runtime.launch import BACKENDS
+
+        if target == "auto":
+            return "cuda" if "cuda" in BACKENDS and _cuda_usable() else "cpu"
+        if "cuda" not in BACKENDS:
+            raise FusecError("target 'cuda' is not available in this build of fusec yet")
     return target
+
+
+def _cuda_usable() -> bool:
+    """True when Numba CUDA is installed and sees a GPU (checked lazily, once)."""
+    global _CUDA_USABLE
+    if _CUDA_USABLE is None:
+        try:
+            from fusec.runtime.cuda import numba_cuda
+
+            _CUDA_USABLE = bool(numba_cuda().is_available())
+        except Exception:  # no numba-cuda, no driver, a broken install: use the cpu
+            _CUDA_USABLE = False
+    return _CUDA_USABLE
+
+
+_CUDA_USABLE: bool | None = None
 
 
 def compile(  # noqa: A001 - the public name is part of the API contract
@@ -164,7 +207,18 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     run_pipeline(
         module, pipeline, after_pass=after_pass, timings=timings, source_text=source_text
     )
-    return CompiledModule(module, target=concrete, entry=entry, timings=timings)
+    if concrete == "reference":
+        return CompiledModule(module, target=concrete, entry=entry, timings=timings)
+    # cpu and cuda: one generated kernel per ai.fused group, run by the target's backend
+    from fusec.runtime.launch import Program
+
+    if concrete == "cuda":  # device-resident values, the caller's stream, CUDA graphs
+        from fusec.runtime.cuda import CudaProgram as Program
+    program = Program(module, entry, concrete)
+    kernels = [Kernel(k.name, k.kind, k.source, k.target) for k in program.kernels]
+    return CompiledModule(
+        module, target=concrete, entry=entry, kernels=kernels, runner=program, timings=timings
+    )
 
 
 def reference(
@@ -173,3 +227,19 @@ def reference(
     """A CompiledModule that runs the IR as written on the numpy reference executor."""
     module = text_or_path if isinstance(text_or_path, ModuleOp) else parse(text_or_path)
     return CompiledModule(module, target="reference", entry=entry)
+
+
+def fuse(
+    fn: Callable[..., Any] | None = None,
+    *,
+    target: str = "auto",
+    pipeline: str | None = None,
+    disk_cache: bool = True,
+) -> Any:
+    """Decorator: trace ``fn`` into ai IR per argument signature and run it compiled.
+
+    ``@fusec.fuse`` or ``@fusec.fuse(target=..., pipeline=...)``; see ``fusec.decorator``.
+    """
+    from fusec.decorator import fuse as make_fused
+
+    return make_fused(fn, target=target, pipeline=pipeline, disk_cache=disk_cache)

@@ -47,7 +47,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     compiled = fusec_compile(
         args.file,
-        target=args.target,
+        target="reference" if args.emit == "ptx" else args.target,  # PTX needs no GPU
         pipeline=args.pipeline,
         entry=args.entry,
         after_pass=after_pass if args.print_ir_after_all else None,
@@ -60,6 +60,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
             parts.append(f"// no kernels generated for target '{compiled.target}'\n")
         for kernel in compiled.kernels:
             parts.append(f"// ===== kernel {kernel.name} ({kernel.kind}) =====\n{kernel.source}\n")
+    if args.emit == "ptx":
+        from fusec.runtime.cuda import module_ptx, parse_arch
+
+        for name, kind, ptx in module_ptx(compiled.module, compiled.entry, parse_arch(args.arch)):
+            parts.append(f"// ===== kernel {name} ({kind}) PTX for {args.arch} =====\n{ptx}\n")
     _emit("".join(parts), args.output)
     if args.timing:
         total = sum(t.seconds for t in compiled.timings)
@@ -68,6 +73,92 @@ def cmd_compile(args: argparse.Namespace) -> int:
             sys.stderr.write(f"  {t.seconds * 1e3:9.3f} ms  {t.name}\n")
         sys.stderr.write(f"  {total * 1e3:9.3f} ms  total\n")
     return EXIT_OK
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from fusec.api import from_onnx, print_ir
+
+    module = from_onnx(args.file, weights_as_args=args.weights_as_args)
+    _emit(print_ir(module, locations=True), args.output)
+    return EXIT_OK
+
+
+def cmd_conformance(args: argparse.Namespace) -> int:
+    from fusec.frontend.onnx_conformance import run_conformance
+
+    report = run_conformance(args.op or None, target=args.target)
+    sys.stdout.write(report.format(verbose=args.verbose))
+    return EXIT_ERROR if report.count("failed") else EXIT_OK
+
+
+def _add_onnx_commands(sub) -> None:
+    imp = sub.add_parser("import", help="import an ONNX model as ai IR (with loc(...) names)")
+    imp.add_argument("file", help="input .onnx model")
+    imp.add_argument("-o", "--output", help="write the IR here instead of stdout")
+    imp.add_argument(
+        "--weights-as-args", action="store_true",
+        help="initializers become function arguments (after the inputs) instead of constants",
+    )
+    imp.set_defaults(handler=cmd_import)
+
+    conf = sub.add_parser(
+        "conformance", help="run ONNX's backend node tests of the supported operators"
+    )
+    conf.add_argument("--op", action="append", metavar="NAME", help="only this operator (repeats)")
+    conf.add_argument("--target", default="auto", help="auto, reference, cpu or cuda")
+    conf.add_argument("-v", "--verbose", action="store_true", help="also list skipped cases")
+    conf.set_defaults(handler=cmd_conformance)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from fusec.api import compile as fusec_compile
+    from fusec.api import parse
+    from fusec.errors import FusecError
+    from fusec.runtime import runner
+    from fusec.runtime.reference import entry_function, run_reference
+
+    if (args.inputs is None) == (not args.random_inputs):
+        raise FusecError("give exactly one of --inputs FILE.npz and --random-inputs")
+    compiled = fusec_compile(
+        args.file, target=args.target, pipeline=args.pipeline, entry=args.entry
+    )
+    fn = entry_function(compiled.module, compiled.entry)
+    if args.random_inputs:
+        inputs = runner.random_inputs(fn, args.seed)
+    else:
+        inputs = runner.load_inputs(fn, args.inputs)
+    result = compiled(*inputs)
+    outputs = list(result) if isinstance(result, tuple) else [result]
+    sys.stdout.write(f"ran @{compiled.entry} on target '{compiled.target}'\n")
+    for i, out in enumerate(outputs):
+        sys.stdout.write(runner.summary(i, out) + "\n")
+    if args.output:
+        runner.save_outputs(args.output, outputs)
+    if not args.check:
+        return EXIT_OK
+    original = parse(args.file)
+    references = run_reference(original, inputs, entry=compiled.entry, precision="float64")
+    checks = runner.compare(fn, outputs, references)
+    for check in checks:
+        sys.stdout.write(check.format() + "\n")
+    return EXIT_OK if all(c.passed for c in checks) else EXIT_ERROR
+
+
+def _add_run_command(sub) -> None:
+    run = sub.add_parser("run", help="compile and run the entry function on inputs")
+    run.add_argument("file", help="input .mlir file")
+    run.add_argument("--inputs", metavar="FILE.npz", help="arguments, by name or arr_0, arr_1, ...")
+    run.add_argument("--random-inputs", action="store_true", help="draw standard-normal inputs")
+    run.add_argument("--seed", type=int, default=0, help="seed of --random-inputs (default 0)")
+    run.add_argument("--target", default="auto", help="auto, reference, cpu or cuda")
+    run.add_argument("--pipeline", help="xDSL pass-pipeline spec (default: fusec-default)")
+    run.add_argument("--entry", help="entry function name (default: the single public one)")
+    run.add_argument("-o", "--output", metavar="FILE.npz", help="save the results here")
+    run.add_argument(
+        "--check", action="store_true",
+        help="compare with the float64 reference; exit 1 on a FAIL (f32 1e-4, f16/bf16 1e-2)",
+    )
+    run.set_defaults(handler=cmd_run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,13 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
     comp = sub.add_parser("compile", help="parse, verify, run the pipeline, print the IR")
     comp.add_argument("file", help="input .mlir file")
     comp.add_argument("-o", "--output", help="write the result here instead of stdout")
-    comp.add_argument("--emit", choices=("ir", "kernels", "all"), default="ir")
+    comp.add_argument("--emit", choices=("ir", "kernels", "all", "ptx"), default="ir")
+    comp.add_argument("--arch", default="sm_90", help="GPU architecture for --emit ptx")
     comp.add_argument("--pipeline", help="xDSL pass-pipeline spec (default: fusec-default)")
     comp.add_argument("--target", default="auto", help="auto, reference, cpu or cuda")
     comp.add_argument("--entry", help="entry function name (default: the single public one)")
     comp.add_argument("--print-ir-after-all", action="store_true", help="IR after each pass")
     comp.add_argument("--timing", action="store_true", help="time each pass (to stderr)")
     comp.set_defaults(handler=cmd_compile)
+    _add_onnx_commands(sub)
+    _add_run_command(sub)
     return parser
 
 

@@ -49,7 +49,7 @@ from xdsl.irdl import operand_def as _operand_def
 from xdsl.irdl import result_def as _result_def
 from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.traits import HasParent, IsTerminator, Pure
+from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from fusec.dialect import shapes
@@ -239,7 +239,7 @@ class AiOp(IRDLOperation):
     ) -> TensorSpec:
         if len(operands) != len(cls.OPERANDS):
             raise ShapeError(
-                f"{cls.name} expects {len(cls.OPERANDS)} operand(s) "
+                f"{cls.name}: expects {len(cls.OPERANDS)} operand(s) "
                 f"({', '.join(cls.OPERANDS)}), got {len(operands)}"
             )
         values = {}
@@ -262,6 +262,11 @@ class AiOp(IRDLOperation):
             result_spec = spec_of(self.results[0].type)
             for key in self.properties:
                 if key not in self.ATTRS:
+                    raise ShapeError(f"unknown attribute '{key}'{self._known_attrs()}")
+            for key in self.attributes:
+                # Undotted names are inherent attributes: the custom syntax would
+                # read one back as a property, so the text would not round-trip.
+                if "." not in key:
                     raise ShapeError(f"unknown attribute '{key}'{self._known_attrs()}")
             expected = self.infer_spec(operand_specs, self.properties, result_spec)
         except ShapeError as err:
@@ -290,7 +295,8 @@ class AiOp(IRDLOperation):
             to_type = parser.parse_type()
         if len(types) != len(unresolved):
             parser.raise_error(
-                f"{cls.name}: {len(unresolved)} operand(s) but {len(types)} type(s) after ':'",
+                f"'{cls.name}' op has {len(unresolved)} operand(s) but {len(types)} type(s) "
+                "after ':'",
                 at_position=op_span,
             )
         operands = parser.resolve_operands(unresolved, types, parser.pos)
@@ -303,7 +309,7 @@ class AiOp(IRDLOperation):
                 attributes[key] = value
             else:
                 parser.raise_error(
-                    f"{cls.name}: unknown attribute '{key}'{cls._known_attrs()}", attr_start
+                    f"'{cls.name}' op unknown attribute '{key}'{cls._known_attrs()}", attr_start
                 )
         try:
             specs = [spec_of(t) for t in types]
@@ -325,7 +331,8 @@ class AiOp(IRDLOperation):
         shown = {
             key: value
             for key, value in self.properties.items()
-            if key not in self.ATTRS or _safe_read(self.ATTRS[key], value) != self.ATTRS[key].default
+            if key not in self.ATTRS
+            or _safe_read(self.ATTRS[key], value) != self.ATTRS[key].default
         }
         shown.update(self.attributes)
         printer.print_op_attributes(shown)
@@ -500,6 +507,13 @@ class ExpOp(UnaryOp):
 
 
 @irdl_op_definition
+class SqrtOp(UnaryOp):
+    """sqrt(x) (NaN for x < 0): needed to normalise by a variance known only at run time."""
+
+    name = "ai.sqrt"
+
+
+@irdl_op_definition
 class SiluOp(UnaryOp):
     """x * sigmoid(x)."""
 
@@ -520,6 +534,7 @@ class MatmulOp(AiOp):
     """(..., M, K) @ (..., K, N), leading (batch) dims broadcast.
 
     ``transpose_a``/``transpose_b`` swap the last two dims of an operand first.
+    A 1-D operand follows numpy: its unit dim is added, then dropped from the result.
     """
 
     name = "ai.matmul"
@@ -531,7 +546,10 @@ class MatmulOp(AiOp):
     traits = traits_def(Pure())
 
     OPERANDS: ClassVar[tuple[str, ...]] = ("lhs", "rhs")
-    ATTRS: ClassVar[Mapping[str, AttrKind]] = {"transpose_a": bool_attr(False), "transpose_b": bool_attr(False)}
+    ATTRS: ClassVar[Mapping[str, AttrKind]] = {
+        "transpose_a": bool_attr(False),
+        "transpose_b": bool_attr(False),
+    }
 
     @classmethod
     def infer(cls, operands, attrs):
@@ -604,7 +622,8 @@ class CastOp(AiOp):
 class FusedOp(IRDLOperation):
     """One fusion group, run as one kernel.
 
-    ``%r = ai.fused "KIND" (%a, %b) : (T_a, T_b) -> T_r { ^bb0(%x: T_a, %y: T_b): ... ai.yield %v : T_r }``
+    ``%r = ai.fused "KIND" (%a, %b) : (T_a, T_b) -> T_r {``
+    ``^bb0(%x: T_a, %y: T_b): ... ai.yield %v : T_r }``
 
     The operands are the group's inputs and become the body's block arguments;
     ``ai.yield`` gives the results. ``kind`` names the kernel template.
@@ -615,6 +634,8 @@ class FusedOp(IRDLOperation):
     outputs = var_result_def(TensorType)
     kind = prop_def(StringAttr)
     body = region_def("single_block")
+    # A kernel sees only its operands: constants are passed in, never captured.
+    traits = traits_def(IsolatedFromAbove())
 
     def __init__(
         self,
@@ -662,7 +683,7 @@ class FusedOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> FusedOp:
-        kind = parser.parse_str_literal("ai.fused: expected the kind string")
+        kind = parser.parse_str_literal(" (the kind of 'ai.fused', e.g. \"pointwise\")")
         unresolved = parser.parse_comma_separated_list(
             parser.Delimiter.PAREN, parser.parse_unresolved_operand
         )
@@ -671,7 +692,9 @@ class FusedOp(IRDLOperation):
         fn_type: FunctionType = parser.parse_function_type()
         if len(fn_type.inputs) != len(unresolved):
             parser.raise_error(
-                f"ai.fused: {len(unresolved)} operand(s) but {len(fn_type.inputs)} input type(s)"
+                f"'ai.fused' op has {len(unresolved)} operand(s) but "
+                f"{len(fn_type.inputs)} input type(s)",
+                at_position=getattr(parser, "current_op_span", None),
             )
         operands = parser.resolve_operands(unresolved, fn_type.inputs.data, parser.pos)
         body = parser.parse_region()
@@ -738,6 +761,7 @@ TENSOR_OPS: tuple[type[AiOp], ...] = (
     SigmoidOp,
     TanhOp,
     ExpOp,
+    SqrtOp,
     SiluOp,
     GeluOp,
     MatmulOp,

@@ -163,14 +163,22 @@ def elementwise_unary(x: TensorSpec) -> TensorSpec:
 def matmul(
     a: TensorSpec, b: TensorSpec, *, transpose_a: bool = False, transpose_b: bool = False
 ) -> TensorSpec:
-    """(..., M, K) @ (..., K, N) -> (..., M, N); leading dims broadcast."""
+    """(..., M, K) @ (..., K, N) -> (..., M, N); leading dims broadcast.
+
+    A 1-D operand follows numpy (and ONNX MatMul): ``lhs`` (K) acts as (1, K) and
+    ``rhs`` (K) as (K, 1), and that unit dimension is dropped from the result.
+    """
     op = "ai.matmul"
     dtype = _same_dtype(op, [("lhs", a), ("rhs", b)])
-    for name, s in (("lhs", a), ("rhs", b)):
-        if s.rank < 2:
-            raise ShapeError(f"{op}: operand '{name}' must have rank >= 2, got {s}")
-    m, ka = (a.shape[-1], a.shape[-2]) if transpose_a else (a.shape[-2], a.shape[-1])
-    kb, n = (b.shape[-1], b.shape[-2]) if transpose_b else (b.shape[-2], b.shape[-1])
+    for name, s, transposed in (("lhs", a, transpose_a), ("rhs", b, transpose_b)):
+        if s.rank < 1:
+            raise ShapeError(f"{op}: operand '{name}' must have rank >= 1, got {s}")
+        if s.rank == 1 and transposed:
+            raise ShapeError(f"{op}: operand '{name}' is 1-D ({s}) and cannot be transposed")
+    a_2d = a.shape if a.rank > 1 else (1, a.shape[0])
+    b_2d = b.shape if b.rank > 1 else (b.shape[0], 1)
+    m, ka = (a_2d[-1], a_2d[-2]) if transpose_a else (a_2d[-2], a_2d[-1])
+    kb, n = (b_2d[-1], b_2d[-2]) if transpose_b else (b_2d[-2], b_2d[-1])
     if ka != kb:
         raise ShapeError(
             f"{op}: inner dimensions do not match: operand 'lhs' (shape {_fmt(a.shape)}"
@@ -184,7 +192,9 @@ def matmul(
             f"{op}: batch dimensions of 'lhs' ({_fmt(a.shape[:-2])}) and 'rhs' "
             f"({_fmt(b.shape[:-2])}) do not broadcast"
         ) from None
-    return TensorSpec((*batch, m, n), dtype)
+    rows = (m,) if a.rank > 1 else ()
+    cols = (n,) if b.rank > 1 else ()
+    return TensorSpec((*batch, *rows, *cols), dtype)
 
 
 def layernorm(x: TensorSpec, gamma: TensorSpec, beta: TensorSpec) -> TensorSpec:

@@ -7,11 +7,19 @@ verifier and pass errors can say ``file:line:col`` like parse errors do.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from pathlib import Path
 
-from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr
-from xdsl.ir import Operation
+from xdsl.dialects.builtin import (
+    FileLineColLoc,
+    FusedLoc,
+    IntAttr,
+    ModuleOp,
+    NameLoc,
+    StringAttr,
+)
+from xdsl.ir import Attribute, Operation
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Span
@@ -23,6 +31,31 @@ class LocatedParser(Parser):
     """An xDSL parser that records where each operation starts."""
 
     current_op_span: Span | None = None
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Where each not-yet-defined value is first used: xDSL reports values
+        # that stay undefined only at the end of the input, with no position.
+        self.first_uses: dict[str, Span] = {}
+
+    def resolve_operand(self, operand, type):  # noqa: A002 - xDSL's parameter name
+        if self.ssa_values.get(operand.operand_name) is None:
+            self.first_uses.setdefault(operand.operand_name, operand.span)
+        return super().resolve_operand(operand, type)
+
+    def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
+        try:
+            module = super().parse_module(allow_implicit_module)
+        except ParseError as err:
+            undefined = [n for n in self.forward_ssa_references if n in self.first_uses]
+            if not err.msg.startswith("values used but not defined") or not undefined:
+                raise
+            name = undefined[0]
+            raise ParseError(self.first_uses[name], f"use of undefined value '%{name}'") from None
+        if not isinstance(module.location, FileLineColLoc):  # the implicit module
+            name_attr = StringAttr(self.lexer.input.name)
+            module.location = FileLineColLoc(name_attr, IntAttr(1), IntAttr(1))
+        return module
 
     def parse_operation(self) -> Operation:
         span = self._current_token.span
@@ -51,7 +84,8 @@ class LocatedParser(Parser):
 def read_source(text_or_path: str | Path) -> tuple[str, str]:
     """(text, name): a path to an existing file is read, anything else is IR text."""
     if isinstance(text_or_path, Path) or (
-        "\n" not in text_or_path and not text_or_path.lstrip().startswith(("func.", "builtin."))
+        text_or_path.strip()
+        and "\n" not in text_or_path and not text_or_path.lstrip().startswith(("func.", "builtin."))
         and ("{" not in text_or_path)
     ):
         path = Path(text_or_path)
@@ -74,11 +108,58 @@ def parse_module(text: str, name: str = "<string>") -> ModuleOp:
     except ParseError as err:
         loc = err.span.get_location()
         location = SourceLocation(name, loc.line, loc.col)
-        raise FusecError(
-            _clean_parse_message(err.msg), location, line_of(text, loc.line), len(err.span)
-        ) from None
+        message = _clean_parse_message(err.msg)
+        if not _strip_comments(text[err.span.start :]).strip():
+            message = (
+                f"unexpected end of input ({message.strip()}; is a '}}' missing?)"
+                if _strip_comments(text).strip()
+                else "empty input: expected a func.func or a builtin.module"
+            )
+        raise FusecError(message, location, line_of(text, loc.line), len(err.span)) from None
     verify_module(module, text)
+    check_input_language(module, text)
     return module
+
+
+_NON_AI_OPS = ("builtin.module", "func.func", "func.return", "func.call", "arith.constant")
+
+
+def check_input_language(module: ModuleOp, text: str | None = None) -> None:
+    """Reject valid MLIR that fusec cannot run: foreign ops, non-ai-tensor types.
+
+    The context loads all of func and arith, so e.g. ``arith.addf`` or an f64
+    function argument would verify and only fail later, deep in a back end.
+    """
+    from xdsl.dialects.arith import ConstantOp
+    from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
+    from xdsl.dialects.func import FuncOp
+
+    from fusec.dialect import ShapeError, spec_of
+
+    for op in module.walk():
+        if not op.name.startswith("ai.") and op.name not in _NON_AI_OPS:
+            raise error_at(
+                op, f"is not supported by fusec (use the ai dialect; outside it only "
+                f"{', '.join(_NON_AI_OPS[1:])} are accepted)", text
+            )
+        types: list[tuple[str, Attribute]] = []
+        if isinstance(op, FuncOp):
+            fn_type = op.function_type
+            types += [(f"argument #{i}: ", t) for i, t in enumerate(fn_type.inputs.data)]
+            types += [(f"result #{i}: ", t) for i, t in enumerate(fn_type.outputs.data)]
+        elif isinstance(op, ConstantOp):
+            if not isinstance(op.value, DenseIntOrFPElementsAttr):
+                raise error_at(op, "only dense tensor constants are supported", text)
+            types = [("", op.result.type)]
+        for what, t in types:
+            try:
+                spec_of(t)
+            except ShapeError as err:
+                raise error_at(op, f"{what}{err}", text) from None
+
+
+def _strip_comments(text: str) -> str:
+    return re.sub(r"//[^\n]*", "", text)
 
 
 def _clean_parse_message(msg: str) -> str:
@@ -102,18 +183,47 @@ def location_of(op: Operation) -> SourceLocation | None:
     """The source location of ``op`` (or of its nearest located ancestor)."""
     current: Operation | None = op
     while current is not None:
-        loc = current.location
-        if isinstance(loc, FileLineColLoc):
-            return SourceLocation(loc.filename.data, loc.line.data, loc.column.data)
+        if (found := source_location(current.location)) is not None:
+            return found
         current = current.parent_op()
     return None
+
+
+def source_location(loc: Attribute) -> SourceLocation | None:
+    """A ``SourceLocation`` from an MLIR location attribute, or None if it has none.
+
+    ``"name"("file":0:0)`` (a named node of a file without lines, e.g. an ONNX
+    node) becomes ``file: node "name"``; a fused location reports its first part.
+    """
+    if isinstance(loc, FileLineColLoc):
+        return SourceLocation(loc.filename.data, loc.line.data, loc.column.data)
+    if isinstance(loc, NameLoc):
+        inner = source_location(loc.location)
+        if inner is not None and inner.line > 0:
+            return inner
+        return named_location(inner.file if inner else None, loc.desc.data)
+    if isinstance(loc, FusedLoc):
+        for part in loc.locations:
+            if (found := source_location(part)) is not None:
+                return found
+    return None
+
+
+def named_location(file: str | None, name: str) -> SourceLocation:
+    """The location of a named item (an ONNX node) of a file without line numbers."""
+    label = f"node {json.dumps(name)}"  # escaped: the name is user text
+    return SourceLocation(f"{file}: {label}" if file else label, 0, 0)
 
 
 def error_at(op: Operation, message: str, text: str | None = None) -> FusecError:
     """A FusecError located at ``op``, quoting its source line when ``text`` is known."""
     location = location_of(op)
     source = line_of(text, location.line) if (text and location) else None
-    return FusecError(f"'{op.name}' op {message}", location, source, len(op.name))
+    length = 1
+    if source is not None:  # underline the token the op starts with (%r, func.func, ...)
+        token = re.match(r'[^\s,=(){}<>:]+', source[location.col - 1 :])
+        length = len(token.group()) if token else 1
+    return FusecError(f"'{op.name}' op {message}", location, source, length)
 
 
 def verify_module(module: ModuleOp, text: str | None = None) -> None:
@@ -122,7 +232,20 @@ def verify_module(module: ModuleOp, text: str | None = None) -> None:
         try:
             op.verify(verify_nested_ops=False)
         except VerifyException as err:
-            raise error_at(op, _clean_verify_message(str(err), op.name), text) from None
+            message = _clean_verify_message(str(err), op.name)
+            redefined = re.fullmatch(r'Redefinition of symbol "(.+)"', message)
+            if redefined:  # point at the second definition, not at the module
+                raise _redefinition(op, redefined.group(1), text) from None
+            raise error_at(op, message, text) from None
+
+
+def _redefinition(scope: Operation, symbol: str, text: str | None) -> FusecError:
+    defs = [
+        o for o in scope.walk()
+        if o is not scope and getattr(o.properties.get("sym_name"), "data", None) == symbol
+    ]
+    where = defs[1] if len(defs) > 1 else scope
+    return error_at(where, f"redefinition of symbol '@{symbol}'", text)
 
 
 def _clean_verify_message(msg: str, op_name: str) -> str:

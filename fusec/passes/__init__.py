@@ -13,7 +13,8 @@ from collections.abc import Callable
 from xdsl.passes import ModulePass, PassPipeline
 
 PIPELINES: dict[str, str] = {
-    "fusec-default": "infer-shapes,canonicalize,cse",
+    "fusec-default": "infer-shapes,canonicalize,cse,"
+    "fuse-prologue,fuse-epilogue,fuse-reduction,fuse-elementwise,fuse-singletons",
 }
 
 
@@ -40,11 +41,22 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return DeadCodeElimination
 
+    def fusion_pass(module: str, cls: str) -> Callable[[], type[ModulePass]]:
+        def load() -> type[ModulePass]:
+            import importlib
+
+            return getattr(importlib.import_module(module), cls)
+
+        return load
+
+    from fusec.passes.fusion import FUSION_PASSES
+
     return {
         "infer-shapes": infer_shapes,
         "canonicalize": canonicalize,
         "cse": cse,
         "dce": dce,
+        **{name: fusion_pass(*where) for name, where in FUSION_PASSES.items()},
     }
 
 

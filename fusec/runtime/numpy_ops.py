@@ -45,6 +45,7 @@ __all__ = [
     "sigmoid",
     "silu",
     "softmax",
+    "sqrt",
     "sub",
     "tanh",
 ]
@@ -387,6 +388,13 @@ def exp(x: np.ndarray) -> np.ndarray:
     """e**x (overflows to inf like numpy)."""
     xa, out_dt = _unary_float(x)
     return _finish(np.exp(xa), out_dt)
+
+
+def sqrt(x: np.ndarray) -> np.ndarray:
+    """Square root (NaN for negative inputs, like numpy)."""
+    xa, out_dt = _unary_float(x)
+    with np.errstate(invalid="ignore"):
+        return _finish(np.sqrt(xa), out_dt)
 
 
 def _fix_neg_inf(x: np.ndarray, y: np.ndarray) -> np.ndarray:

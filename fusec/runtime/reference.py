@@ -26,10 +26,10 @@ from xdsl.interpreter import (
     impl_terminator,
     register_impls,
 )
-from xdsl.interpreters.func import FuncFunctions
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.dialect.shapes import ShapeError
 from fusec.errors import FusecError
 from fusec.runtime import numpy_ops as K
 from fusec.runtime.dtypes import numpy_dtype
@@ -56,6 +56,7 @@ _UNARY = {
     ai.SigmoidOp: K.sigmoid,
     ai.TanhOp: K.tanh,
     ai.ExpOp: K.exp,
+    ai.SqrtOp: K.sqrt,
     ai.SiluOp: K.silu,
 }
 _BINARY = {
@@ -137,7 +138,9 @@ def constant_value(op: arith.ConstantOp) -> np.ndarray:
         raise FusecError(f"arith.constant: only dense tensor constants are supported, got {value}")
     shape = tuple(value.type.get_shape())
     data = np.asarray(value.get_values(), dtype=np.float64)
-    return np.broadcast_to(data, shape).copy() if data.size == 1 else data.reshape(shape)
+    if data.size == 1:  # a splat, 0-d scalars included
+        return np.full(shape, data[0])
+    return data.reshape(shape)
 
 
 def entry_function(module: ModuleOp, entry: str | None = None) -> func.FuncOp:
@@ -169,11 +172,15 @@ def check_arguments(
         raise FusecError(f"@{name} takes {len(params)} argument(s), got {len(args)}")
     arrays = []
     for index, (arg, param) in enumerate(zip(args, params, strict=True)):
-        spec = spec_of(param)
+        try:
+            spec = spec_of(param)
+        except ShapeError as err:
+            raise FusecError(f"@{name}: parameter #{index}: {err}") from None
         array = np.asarray(arg)
         if array.shape != spec.shape:
             raise FusecError(
-                f"@{name}: argument #{index} has shape {array.shape}, expected {spec.shape} ({spec})"
+                f"@{name}: argument #{index} has shape {array.shape}, "
+                f"expected {spec.shape} ({spec})"
             )
         want = numpy_dtype(spec.dtype)
         if array.dtype != want and not (allow_float64 and array.dtype == np.float64):
@@ -203,6 +210,10 @@ def run_reference(
             a.astype(numpy_dtype(spec_of(p).dtype), copy=False)
             for a, p in zip(arrays, fn.function_type.inputs.data, strict=True)
         ]
+    # Imported here: xdsl.interpreters loads every interpreter (~0.15 s), which
+    # `fusec compile` (that only needs entry_function) should not pay for.
+    from xdsl.interpreters.func import FuncFunctions
+
     interpreter = Interpreter(module)
     interpreter.register_implementations(FuncFunctions())
     interpreter.register_implementations(AiFunctions())

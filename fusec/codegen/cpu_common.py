@@ -1,0 +1,180 @@
+"""Pieces every cpu template shares: the module layout, stage functions, group splitting.
+
+A cpu kernel module holds one or more ``@numba.njit`` *stage* functions over
+flat float32 arrays (a pointwise loop, a row-reduction loop, an im2col) and a
+plain Python ``launch(in0, ..., out0, ...)`` that allocates scratch buffers,
+calls the stages and numpy's BLAS in order. The runtime hands ``launch``
+float32 copies of 16-bit tensors and rounds 16-bit results back (Numba's CPU
+float16 support is partial), which every header says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from xdsl.ir import Operation, SSAValue
+
+from fusec.codegen.expr import ExprGenerator, error_at, header, helper_source, shape_of
+from fusec.dialect import ops as ai
+
+NJIT_OPTIONS = 'parallel=True, fastmath=False, error_model="numpy", cache=True'
+HELPER_DECORATOR = '@numba.njit(fastmath=False, error_model="numpy", cache=True)'
+REDUCE_OPS = (ai.LayerNormOp, ai.SoftmaxOp)
+CPU_NOTE = (
+    "cpu: arrays are flat float32; the runtime converts f16/bf16 inputs to float32 "
+    "before the call and rounds f16/bf16 outputs back after it"
+)
+
+PRELUDE = """\
+import math
+
+import numba
+import numpy as np
+from numpy import float32 as f32
+"""
+
+
+@dataclass
+class Stage:
+    """One generated njit function and the arrays it takes, in order."""
+
+    name: str
+    params: list[str]
+    body: list[str]
+    comment: str = ""
+    #: The arrays ``launch`` passes (default: the parameter names themselves).
+    args: list[str] | None = None
+
+    def source(self) -> str:
+        sig = f"void({', '.join(['float32[::1]'] * len(self.params))})"
+        lines = []
+        if self.comment:
+            lines.append(f"# {self.comment}")
+        lines.append(f'@numba.njit(\n    "{sig}",\n    {NJIT_OPTIONS},\n)')
+        lines.append(f"def {self.name}({', '.join(self.params)}):")
+        lines.extend(f"    {line}" if line else "" for line in self.body)
+        return "\n".join(lines) + "\n"
+
+    def call(self) -> str:
+        return f"{self.name}({', '.join(self.args or self.params)})"
+
+
+@dataclass
+class Buffers:
+    """Names of the flat arrays of a kernel: inputs, outputs and float32 scratch.
+
+    ``reads`` maps a value to the array holding it (a group input, a scratch
+    buffer or an output that later stages read back).
+    """
+
+    reads: dict[SSAValue, str] = field(default_factory=dict)
+    scratch: list[tuple[str, int]] = field(default_factory=list)
+
+    def add_scratch(self, value: SSAValue) -> str:
+        name = f"s{len(self.scratch)}"
+        size = 1
+        for d in shape_of(value):
+            size *= d
+        self.scratch.append((name, size))
+        self.reads[value] = name
+        return name
+
+
+def body_ops(fused_op: ai.FusedOp) -> list[Operation]:
+    """The group's ops in order, without the terminator."""
+    return [op for op in fused_op.block.ops if not isinstance(op, ai.YieldOp)]
+
+
+def outputs_of(fused_op: ai.FusedOp) -> list[tuple[SSAValue, str]]:
+    """(yielded value, output array name) for each group result."""
+    term = fused_op.block.last_op
+    assert isinstance(term, ai.YieldOp)
+    return [(v, f"out{i}") for i, v in enumerate(term.operands)]
+
+
+def input_names(fused_op: ai.FusedOp) -> dict[SSAValue, str]:
+    return {arg: f"in{i}" for i, arg in enumerate(fused_op.block.args)}
+
+
+def check_elementwise(ops: Iterable[Operation], allowed: tuple[type, ...] = ()) -> None:
+    """Every op is elementwise (or of an ``allowed`` type), else a located error."""
+    from fusec.codegen.expr import ELEMENTWISE_OPS
+
+    for op in ops:
+        if not isinstance(op, ELEMENTWISE_OPS + allowed):
+            raise error_at(op, "cannot be fused into this kernel by the cpu templates")
+
+
+def depends_on(ops: Sequence[Operation], roots: Iterable[SSAValue]) -> set[Operation]:
+    """The ops of ``ops`` that (transitively) use one of ``roots``."""
+    tainted = set(roots)
+    result: set[Operation] = set()
+    for op in ops:
+        if any(v in tainted for v in op.operands):
+            result.add(op)
+            tainted.update(op.results)
+    return result
+
+
+def ancestors(ops: Sequence[Operation], values: Iterable[SSAValue]) -> set[Operation]:
+    """The ops of ``ops`` that the ``values`` (transitively) depend on."""
+    defining = {r: op for op in ops for r in op.results}
+    result: set[Operation] = set()
+    stack = [v for v in values if v in defining]
+    while stack:
+        op = defining[stack.pop()]
+        if op not in result:
+            result.add(op)
+            stack.extend(v for v in op.operands if v in defining)
+    return result
+
+
+def values_needed_after(
+    stage_ops: Sequence[Operation], later_ops: Sequence[Operation], outputs: Iterable[SSAValue]
+) -> list[SSAValue]:
+    """Results of ``stage_ops`` that later ops read or that the group yields, in order."""
+    later_uses = {v for op in later_ops for v in op.operands} | set(outputs)
+    return [r for op in stage_ops for r in op.results if r in later_uses]
+
+
+def assemble(
+    fused_op: ai.FusedOp,
+    gen: ExprGenerator,
+    stages: Sequence[Stage],
+    launch_body: Sequence[str],
+    notes: Sequence[str] = (),
+) -> str:
+    """The complete module: header, prelude, helpers, stages and ``launch``."""
+    n_in, n_out = len(fused_op.inputs), len(fused_op.results)
+    params = [f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)]
+    parts = [header(fused_op, notes=[*notes, CPU_NOTE]), PRELUDE]
+    helpers = helper_source(gen.helpers, HELPER_DECORATOR)
+    if helpers:
+        parts.append(helpers)
+    for stage in stages:
+        parts.append("\n" + stage.source())
+    launch = [
+        "",
+        f"def launch({', '.join(params)}):",
+        '    """Run the group: every output element is written."""',
+        *(f"    {line}" for line in launch_body),
+    ]
+    parts.append("\n".join(launch) + "\n")
+    return "\n".join(p.rstrip("\n") + "\n" for p in parts)
+
+
+def scratch_lines(buffers: Buffers) -> list[str]:
+    return [f"{name} = np.empty({size}, dtype=np.float32)" for name, size in buffers.scratch]
+
+
+def single_core(fused_op: ai.FusedOp, core_type: type) -> Operation:
+    """The one op of ``core_type`` in the group, else a located error."""
+    cores = [op for op in body_ops(fused_op) if isinstance(op, core_type)]
+    if len(cores) != 1:
+        raise error_at(
+            fused_op,
+            f'"{fused_op.kind_name}" group must hold exactly one {core_type.name}, '
+            f"found {len(cores)}",
+        )
+    return cores[0]

@@ -1,0 +1,138 @@
+"""cpu template for "matmul" groups, and the prologue/core/epilogue split conv reuses.
+
+A group with a core op (ai.matmul here, ai.conv2d in ``cpu_conv``) runs as
+three steps inside one ``launch``:
+
+1. prologue: the ops the core does not depend on (an ``ai.layernorm`` of the
+   A operand with its elementwise producers, or plain elementwise ops) as one
+   row-reduce or pointwise stage, writing the values later steps or the
+   group's results need;
+2. core: numpy's BLAS (``np.matmul``, float32 sgemm) into a float32 buffer,
+   or straight into the output when nothing follows;
+3. epilogue: the ops depending on the core (elementwise, optionally one
+   ``ai.softmax``/``ai.layernorm``) as one pointwise or row-reduce stage.
+
+BLAS is far faster than an njit matmul on the cpu, and the fused stages save
+one full pass over memory per elementwise op compared with op-by-op numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from xdsl.ir import Operation, SSAValue
+
+from fusec.codegen import KernelSource, io_specs
+from fusec.codegen.cpu_common import (
+    REDUCE_OPS,
+    Buffers,
+    Stage,
+    assemble,
+    body_ops,
+    check_elementwise,
+    depends_on,
+    input_names,
+    outputs_of,
+    scratch_lines,
+    single_core,
+    values_needed_after,
+)
+from fusec.codegen.cpu_pointwise import pointwise_stage
+from fusec.codegen.cpu_row_reduce import row_reduce_stage, the_reduction
+from fusec.codegen.expr import ExprGenerator, error_at, shape_of
+from fusec.dialect import ops as ai
+
+#: (core op, its result's array, arrays of values) -> (stages, launch lines) for the core.
+CoreEmitter = Callable[[Operation, str, Buffers, str], tuple[list[Stage], list[str]]]
+
+
+def generate(fused_op, name: str) -> KernelSource:
+    return generate_core_group(fused_op, name, "matmul", ai.MatmulOp, matmul_core)
+
+
+def matmul_core(
+    op: Operation, out: str, buffers: Buffers, name: str
+) -> tuple[list[Stage], list[str]]:
+    """``np.matmul`` on reshaped views of the flat operands, into ``out``."""
+    a, b = (buffers.reads[v] for v in op.operands)
+    lines = [f"a = {a}.reshape({shape_of(op.operands[0])})"]
+    if op.attr("transpose_a"):
+        lines.append("a = a.swapaxes(-1, -2)")
+    lines.append(f"b = {b}.reshape({shape_of(op.operands[1])})")
+    if op.attr("transpose_b"):
+        lines.append("b = b.swapaxes(-1, -2)")
+    lines.append(f"np.matmul(a, b, out={out}.reshape({shape_of(op.results[0])}))")
+    return [], lines
+
+
+def generate_core_group(
+    fused_op: ai.FusedOp, name: str, kind: str, core_type: type, emit_core: CoreEmitter
+) -> KernelSource:
+    """Prologue stage, core, epilogue stage (see the module docstring)."""
+    ops = body_ops(fused_op)
+    core = single_core(fused_op, core_type)
+    post_set = depends_on(ops, core.results)
+    pre = [op for op in ops if op is not core and op not in post_set]
+    post = [op for op in ops if op in post_set]
+    outputs = outputs_of(fused_op)
+    yielded = [v for v, _ in outputs]
+    gen = ExprGenerator()
+    buffers = Buffers(reads=dict(input_names(fused_op)))
+    stages: list[Stage] = []
+    launch: list[str] = []
+
+    def destinations(values: Sequence[SSAValue]) -> list[tuple[SSAValue, str]]:
+        """Where each value goes: all its output arrays, or one new scratch buffer."""
+        writes = []
+        for value in values:
+            arrays = [array for v, array in outputs if v == value]
+            if not arrays:
+                arrays = [buffers.add_scratch(value)]
+            else:
+                buffers.reads[value] = arrays[0]
+            writes.extend((value, array) for array in arrays)
+        return writes
+
+    if pre:
+        writes = destinations(values_needed_after(pre, [core, *post], yielded))
+        stages.append(_stage(f"{name}_prologue", gen, pre, buffers.reads, writes))
+    core_out = destinations([core.results[0]])[0][1]
+    core_stages, core_lines = emit_core(core, core_out, buffers, name)
+    stages += core_stages
+    launch += core_lines
+    for value, array in outputs:
+        if value == core.results[0] and array != core_out:
+            launch.append(f"{array}[:] = {core_out}")
+    if post:
+        writes = [(v, a) for v, a in outputs if v in {r for op in post for r in op.results}]
+        stages.append(_stage(f"{name}_epilogue", gen, post, buffers.reads, writes))
+    for value, array in outputs:  # a group input yielded as it is
+        if value in fused_op.block.args:
+            launch.append(f"{array}[:] = {buffers.reads[value]}")
+
+    body = scratch_lines(buffers)
+    if pre:
+        body.append(stages[0].call())
+    body += launch
+    if post:
+        body.append(stages[-1].call())
+    source = assemble(fused_op, gen, stages, body)
+    inputs, outs = io_specs(fused_op)
+    return KernelSource(name, kind, "cpu", source, inputs, outs)
+
+
+def _stage(
+    fn_name: str,
+    gen: ExprGenerator,
+    ops: Sequence[Operation],
+    reads: dict[SSAValue, str],
+    writes: list[tuple[SSAValue, str]],
+) -> Stage:
+    """A row-reduce stage when ``ops`` hold a layernorm/softmax, else a pointwise one."""
+    if any(isinstance(op, REDUCE_OPS) for op in ops):
+        reduce_op = the_reduction(ops[0], ops)
+        return row_reduce_stage(fn_name, gen, ops, reduce_op, reads, writes)
+    check_elementwise(ops)
+    if not writes:
+        raise error_at(ops[0], "computes a value nothing uses")
+    return pointwise_stage(fn_name, gen, ops, reads, writes)

@@ -1,0 +1,271 @@
+"""CUDA template for "pointwise" groups: one grid-stride Numba CUDA kernel.
+
+Each thread handles one vector of ``VEC`` consecutive output elements per loop
+step: every full-size tensor moves with 16-byte ``ld.global.v4``/``st.global.v4``
+accesses (``VEC`` = 16 bytes of the narrowest tensor), the fused elementwise
+chain runs in float32 registers, and only the group's results are written.
+
+Broadcast inputs are read by index arithmetic: the output space is first
+collapsed (adjacent dims that every operand treats alike merge), then each
+vector's multi-index is computed once. A size-1 input is loaded once per
+thread before the loop; an input that varies along the last dim is
+vector-loaded at its broadcast offset; one broadcast along the last dim is a
+single scalar load per vector. Results smaller than the output space are
+written by the one thread whose index is 0 along their broadcast dims.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fusec.codegen import KernelSource, io_specs
+from fusec.codegen.cuda_common import (
+    ITEMSIZE,
+    Source,
+    body_ops,
+    broadcast_all,
+    check_elementwise,
+    check_leaves,
+    collapse,
+    kernel_name,
+    prelude,
+    storage_signature,
+    vector_accesses,
+    yielded,
+)
+from fusec.codegen.expr import ELEMENTWISE_OPS, ExprGenerator, header, leaf_shapes, shape_of
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
+
+THREADS = 256
+#: Blocks per multiprocessor at most; the grid-stride loop covers the rest.
+BLOCKS_PER_SM = 16
+
+
+class _Operand:
+    """One tensor the kernel touches: a group input (leaf) or a result."""
+
+    def __init__(self, array: str, dtype: str, shape: tuple[int, ...], space: tuple[int, ...]):
+        self.array = array  # kernel parameter name, e.g. in0 / out1
+        self.dtype = dtype
+        self.shape = shape  # collapsed, same rank as the collapsed space
+        size = math.prod(shape)
+        if size == 1 and math.prod(space) > 1:
+            self.kind = "scalar"
+        elif shape == space:
+            self.kind = "full"
+        elif shape[-1] == space[-1]:
+            self.kind = "row"  # varies along the last dim: contiguous within a vector
+        else:
+            self.kind = "col"  # broadcast along the last dim: one value per vector
+
+    @property
+    def vectorised(self) -> bool:
+        return self.kind in ("full", "row")
+
+
+def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
+    """The pointwise kernel module of ``fused_op``."""
+    name = kernel_name(name)
+    ops = body_ops(fused_op)
+    check_elementwise(ops, ELEMENTWISE_OPS)
+    results = yielded(fused_op)
+    leaves = leaf_shapes(ops)
+    for value in results:
+        if value not in leaves and not any(value in op.results for op in ops):
+            leaves[value] = shape_of(value)  # an input passed straight through
+    arg_index = check_leaves(fused_op, leaves)
+
+    out_shapes = [shape_of(v) for v in results]
+    space0 = broadcast_all(out_shapes + list(leaves.values()))
+    leaf_list = list(leaves)
+    space, collapsed = collapse(space0, [leaves[v] for v in leaf_list] + out_shapes)
+    if not space:
+        space = (1,)
+        collapsed = [(1,)] * len(collapsed)
+    in_ops = {
+        v: _Operand(f"in{arg_index[v]}", spec_of(v.type).dtype, collapsed[k], space)
+        for k, v in enumerate(leaf_list)
+    }
+    out_ops = [
+        _Operand(f"out{k}", spec_of(v.type).dtype, collapsed[len(leaf_list) + k], space)
+        for k, v in enumerate(results)
+    ]
+    plan = _Plan(space, list(in_ops.values()), out_ops)
+    source = _emit(fused_op, name, ops, results, in_ops, out_ops, plan)
+    inputs, outputs = io_specs(fused_op)
+    return KernelSource(name, "pointwise", "cuda", source, inputs, outputs, array_dtype=None)
+
+
+class _Plan:
+    """Vector width, element counts and whether per-vector index arithmetic is needed."""
+
+    def __init__(self, space, ins: list[_Operand], outs: list[_Operand]):
+        self.space = space
+        operands = ins + outs
+        self.indexed = any(o.kind in ("row", "col") for o in operands) or any(
+            o.kind != "full" for o in outs
+        )
+        widths = [ITEMSIZE[o.dtype] for o in operands if o.vectorised]
+        vec = 16 // min(widths) if widths else 1
+        if self.indexed:
+            vec = math.gcd(vec, space[-1])
+        self.vec = vec
+        self.n = math.prod(space)
+        self.nvec = self.n // vec
+        self.tail = self.n % vec
+
+
+def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan) -> str:
+    gen = ExprGenerator()
+    helpers: set[str] = set()
+    vec = plan.vec
+    rank = len(plan.space)
+    idx = [f"i{d}" for d in range(rank)]
+    code = Source([])
+    params = [o.array for o in out_ops] + [f"in{k}" for k in range(len(fused_op.inputs))]
+    code.add(0, "@cuda.jit", f"def {name}({', '.join(params)}):")
+    code.add(1, '"""Grid-stride loop over vectors of VEC elements of the output space."""')
+
+    for op in list(in_ops.values()) + out_ops:
+        if op.vectorised:
+            code.add(1, f"{_buf(op)} = cuda.local.array(VEC, f32)")
+    for op in in_ops.values():
+        if op.kind == "scalar":
+            helpers.add(f"ld_{op.dtype}")
+            code.add(1, f"{_scal(op)} = ld_{op.dtype}({op.array}, 0)")
+    code.add(1, "step = cuda.gridsize(1)", "vec = cuda.grid(1)", "while vec < NVEC:")
+    code.add(2, "e = vec * VEC")
+    if plan.indexed:
+        _emit_index(code, plan.space, idx)
+
+    def offset(op: _Operand) -> str:
+        from fusec.codegen.expr import broadcast_offset
+
+        return broadcast_offset(plan.space, op.shape, idx) if plan.indexed else "e"
+
+    for op in in_ops.values():
+        if op.kind == "full":
+            _emit_vector(code, helpers, "load", op, "e", vec)
+        elif op.kind == "row":
+            code.add(2, f"b_{op.array} = {offset(op)}")
+            _emit_vector(code, helpers, "load", op, f"b_{op.array}", vec)
+        elif op.kind == "col":
+            helpers.add(f"ld_{op.dtype}")
+            code.add(2, f"{_scal(op)} = ld_{op.dtype}({op.array}, {offset(op)})")
+
+    def vector_leaf(value) -> str:
+        op = in_ops[value]
+        return f"{_buf(op)}[j]" if op.vectorised else _scal(op)
+
+    stmts, names = gen.chain(ops, vector_leaf)
+    code.add(2, "for j in range(VEC):")
+    code.add(3, *stmts)
+    for value, op in zip(results, out_ops, strict=True):
+        target = f"{_buf(op)}[j]" if op.vectorised else _scal(op)
+        code.add(3, f"{target} = {names.get(value) or vector_leaf(value)}")
+    for op in out_ops:
+        _emit_result(code, helpers, op, plan, idx, offset(op))
+    code.add(2, "vec += step")
+
+    if plan.tail:
+        code.add(1, "# the last N % VEC elements, one per thread (all operands full or size 1)")
+        code.add(1, "k = NVEC * VEC + cuda.grid(1)", "if k < N:")
+
+        def scalar_leaf(value) -> str:
+            op = in_ops[value]
+            if op.kind == "scalar":
+                return _scal(op)
+            helpers.add(f"ld_{op.dtype}")
+            return f"ld_{op.dtype}({op.array}, k)"
+
+        stmts, names = gen.chain(ops, scalar_leaf)
+        code.add(2, *stmts)
+        for value, op in zip(results, out_ops, strict=True):
+            helpers.add(f"st_{op.dtype}")
+            code.add(2, f"st_{op.dtype}({op.array}, k, {names.get(value) or scalar_leaf(value)})")
+
+    helpers |= gen.helpers
+    return _module(fused_op, name, code, helpers, plan, params, in_ops, out_ops)
+
+
+def _buf(op: _Operand) -> str:
+    return f"v_{op.array}"
+
+
+def _scal(op: _Operand) -> str:
+    return f"s_{op.array}"
+
+
+def _emit_index(code: Source, space, idx) -> None:
+    """Multi-index of element ``e`` in the (collapsed) output space."""
+    code.add(2, "r = e")
+    for d in range(len(space) - 1, 0, -1):
+        code.add(2, f"{idx[d]} = r % {space[d]}", f"r = r // {space[d]}")
+    code.add(2, f"{idx[0]} = r")
+
+
+def _emit_vector(code: Source, helpers: set, op_name: str, op: _Operand, base: str, vec) -> None:
+    """16-byte (or narrower) loads/stores moving VEC elements of ``op``."""
+    for first, count in vector_accesses(op.dtype, vec):
+        fn = f"{op_name}_{op.dtype}x{count}"
+        helpers.add(fn)
+        where = base if first == 0 else f"{base} + {first}"
+        code.add(2, f"{fn}({op.array}, {where}, {_buf(op)}, {first})")
+
+
+def _emit_result(code: Source, helpers: set, op: _Operand, plan: _Plan, idx, offset: str) -> None:
+    if op.kind == "full":
+        _emit_vector(code, helpers, "store", op, "e", plan.vec)
+        return
+    guard = [f"{idx[d]} == 0" for d in range(len(plan.space)) if op.shape[d] == 1]
+    guard = guard or ["True"]
+    code.add(2, f"if {' and '.join(guard)}:")
+    if op.kind == "row":
+        code.add(3, f"b_{op.array} = {offset}")
+        for first, count in vector_accesses(op.dtype, plan.vec):
+            fn = f"store_{op.dtype}x{count}"
+            helpers.add(fn)
+            where = f"b_{op.array}" if first == 0 else f"b_{op.array} + {first}"
+            code.add(3, f"{fn}({op.array}, {where}, {_buf(op)}, {first})")
+    else:
+        helpers.add(f"st_{op.dtype}")
+        value = _scal(op)
+        code.add(3, f"st_{op.dtype}({op.array}, {offset}, {value})")
+
+
+def _module(fused_op, name, code: Source, helpers, plan: _Plan, params, in_ops, out_ops) -> str:
+    vec_bytes = min(16, max((ITEMSIZE[o.dtype] * plan.vec for o in out_ops), default=0))
+    notes = [
+        "target: cuda (Numba CUDA), template: pointwise",
+        f"layout: {plan.vec} elements per thread and loop step "
+        f"(accesses of up to {vec_bytes} bytes), grid-stride loop over {plan.nvec} vectors",
+    ]
+    if plan.indexed:
+        notes.append(f"broadcasting by index arithmetic over the collapsed space {plan.space}")
+    dtypes = [o.dtype for o in out_ops] + [spec_of(v.type).dtype for v in fused_op.inputs]
+    ins = [f"in{k}" for k in range(len(fused_op.inputs))]
+    outs = [o.array for o in out_ops]
+    parts = [
+        header(fused_op, notes=notes),
+        prelude(sorted(helpers)),
+        f"SIGNATURE = {storage_signature(dtypes)!r}",
+        f"VEC = {plan.vec}",
+        f"N = {plan.n}",
+        f"NVEC = {plan.nvec}",
+        f"THREADS = {THREADS}",
+        "",
+        "",
+        code.text(),
+        "",
+        f"def launch({', '.join(ins + outs)}, stream=0, sms=132):",
+        f'    """Launch {name} on ``stream`` (no synchronisation)."""',
+        "    work = max(NVEC, N - NVEC * VEC, 1)",
+        f"    blocks = max(1, min(-(-work // THREADS), sms * {BLOCKS_PER_SM}))",
+        f"    {name}[blocks, THREADS, stream]({', '.join(params)})",
+        "",
+        "",
+        f"KERNELS = [({name}, SIGNATURE)]",
+        "",
+    ]
+    return "\n".join(parts)

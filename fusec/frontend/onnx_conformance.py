@@ -1,0 +1,260 @@
+"""ONNX's own backend node tests, run through fusec: the conformance suite.
+
+The ``onnx`` package ships one small model per operator feature with inputs
+and expected outputs (``onnx.backend.test``). For every operator the importer
+supports, each of its cases goes import -> ``fusec.compile`` (the default
+pipeline) -> execution on the chosen target, and is compared with the expected
+outputs the way ``onnx.backend.test.runner`` does: same shape and dtype, then
+``assert_allclose`` with the case's tolerances (rtol 1e-3, atol 1e-7; bf16
+gets two ulps of rtol). NaN matches only an expected NaN at the same place.
+
+A case is skipped only when the importer says fusec lacks the feature it
+needs (``UnsupportedOnnx``: an attribute value or element type). The
+``_expanded`` variants of an operator's cases (its ONNX function body, written
+with other operators) are counted as "n/a", not run, when that body uses an
+operator fusec does not import: they test those operators, not this one.
+Anything else that goes wrong is a failure.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from fusec.errors import FusecError
+from fusec.frontend.onnx_import import CONVERTERS, UnsupportedOnnx, import_model
+
+STATUSES = ("passed", "failed", "skipped", "n/a")
+_EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One ONNX node test: the model and its (inputs, expected outputs) data sets."""
+
+    name: str
+    operator: str
+    model: onnx.ModelProto
+    data_sets: Sequence[tuple[Sequence[np.ndarray], Sequence[np.ndarray]]]
+    rtol: float = 1e-3
+    atol: float = 1e-7
+
+    @property
+    def expanded(self) -> bool:
+        return _EXPANDED.search(self.name) is not None
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """``status`` is one of STATUSES; ``feature`` says what a skipped case lacks."""
+
+    name: str
+    operator: str
+    status: str
+    detail: str = ""
+    feature: str = ""
+
+
+@dataclass
+class OperatorReport:
+    """The results of one operator's cases."""
+
+    operator: str
+    results: list[CaseResult] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+    @property
+    def run(self) -> int:
+        return self.count("passed") + self.count("failed")
+
+
+@dataclass
+class ConformanceReport:
+    target: str
+    operators: dict[str, OperatorReport]
+
+    @property
+    def results(self) -> list[CaseResult]:
+        return [r for op in self.operators.values() for r in op.results]
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+    def format(self, verbose: bool = False) -> str:
+        """The per-operator table, then every failure (and, if verbose, every skip)."""
+        lines = [
+            f"ONNX {onnx.__version__} backend node tests on target '{self.target}'",
+            _row("operator", "cases", "run", *STATUSES),
+        ]
+        for name, op in sorted(self.operators.items()):
+            counts = [op.count(s) for s in STATUSES]
+            lines.append(_row(name, len(op.results), op.run, *counts))
+        every = self.results
+        counts = [self.count(s) for s in STATUSES]
+        lines.append(_row("total", len(every), counts[0] + counts[1], *counts))
+        lines.append("(n/a: an _expanded variant written with operators fusec does not import)")
+        for status in ("failed", "skipped", "n/a") if verbose else ("failed",):
+            chosen = [r for r in every if r.status == status]
+            if chosen:
+                lines.append(f"{status} cases:")
+                lines += [f"  {r.operator}: {r.name}: {r.detail}" for r in chosen]
+        return "\n".join(lines) + "\n"
+
+
+def _row(name: str, *cells: object) -> str:
+    return f"{name:<20}" + "".join(f" {cell!s:>7}" for cell in cells)
+
+
+# ------------------------------------------------------------------ the cases
+
+
+def node_cases(operators: Iterable[str] | None = None) -> list[Case]:
+    """The ONNX node test cases of ``operators`` (default: every supported one)."""
+    wanted = set(CONVERTERS if operators is None else operators)
+    unknown = wanted - set(CONVERTERS)
+    if unknown:
+        raise FusecError(
+            f"not a supported operator: {', '.join(sorted(unknown))} "
+            f"(supported: {', '.join(sorted(CONVERTERS))})"
+        )
+    loaded = [_load(case) for case in _onnx_test_cases()]
+    operator_of = {name: _single_operator(model) for name, model, _, _ in loaded}
+    cases = []
+    for name, model, data_sets, tolerances in loaded:
+        operator = operator_of.get(_EXPANDED.sub("", name)) if _EXPANDED.search(name) else (
+            operator_of[name]
+        )
+        if operator in wanted:
+            cases.append(Case(name, operator, model, data_sets, *tolerances))
+    return cases
+
+
+def _onnx_test_cases() -> list[Any]:
+    from onnx.backend.test.loader import load_model_tests
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")  # the case generators' own numpy warnings
+        return load_model_tests(kind="node")
+
+
+def _load(case: Any) -> tuple[str, onnx.ModelProto, list[Any], tuple[float, float]]:
+    """(name, model, data sets, (rtol, atol)): in memory (onnx >= 1.20) or from disk."""
+    tolerances = (case.rtol, case.atol)
+    if case.model is not None:
+        return case.name, case.model, list(case.data_sets or []), tolerances
+    directory = Path(case.model_dir)
+    model = onnx.load(str(directory / "model.onnx"))
+    data_sets = []
+    for data_dir in sorted(directory.glob("test_data_set_*")):
+        inputs = [_read_tensor(p) for p in sorted(data_dir.glob("input_*.pb"), key=_index)]
+        outputs = [_read_tensor(p) for p in sorted(data_dir.glob("output_*.pb"), key=_index)]
+        data_sets.append((inputs, outputs))
+    return case.name, model, data_sets, tolerances
+
+
+def _index(path: Path) -> int:
+    return int(path.stem.rsplit("_", 1)[1])
+
+
+def _read_tensor(path: Path) -> onnx.TensorProto:
+    tensor = onnx.TensorProto()
+    tensor.ParseFromString(path.read_bytes())
+    return tensor
+
+
+def _single_operator(model: onnx.ModelProto) -> str | None:
+    nodes = model.graph.node
+    if len(nodes) == 1 and nodes[0].domain in ("", "ai.onnx"):
+        return nodes[0].op_type
+    return None
+
+
+# ------------------------------------------------------------------ running
+
+
+def run_conformance(
+    operators: Iterable[str] | None = None, *, target: str = "auto"
+) -> ConformanceReport:
+    """Run the node tests of ``operators`` (default: all supported) on ``target``."""
+    from fusec.api import resolve_target
+
+    concrete = resolve_target(target)
+    chosen = sorted(CONVERTERS if operators is None else set(operators))
+    report = ConformanceReport(concrete, {op: OperatorReport(op) for op in chosen})
+    for case in node_cases(chosen):
+        report.operators[case.operator].results.append(run_case(case, target))
+    return report
+
+
+def run_case(case: Case, target: str = "auto") -> CaseResult:
+    """Import, compile and run one case; compare every output of every data set."""
+    from fusec.api import compile as fusec_compile
+
+    def result(status: str, detail: str = "", feature: str = "") -> CaseResult:
+        return CaseResult(case.name, case.operator, status, detail, feature)
+
+    missing = sorted({n.op_type for n in case.model.graph.node} - set(CONVERTERS))
+    if case.expanded and missing:
+        return result("n/a", f"the expanded form uses operators fusec lacks: {missing}", "operator")
+    try:
+        module = import_model(case.model)
+    except UnsupportedOnnx as err:
+        if err.feature == "operator":  # a node test whose node fusec does not import
+            return result("failed", f"import: {err.format()}")
+        return result("skipped", err.message, err.feature)
+    except FusecError as err:
+        return result("failed", f"import: {err.format()}")
+    try:
+        compiled = fusec_compile(module, target=target)
+        for inputs, expected in case.data_sets:
+            with np.errstate(all="ignore"):
+                got = compiled(*[_as_array(a) for a in inputs])
+            got = got if isinstance(got, tuple) else (got,)
+            problem = compare_outputs(got, [_as_array(e) for e in expected], case.rtol, case.atol)
+            if problem:
+                return result("failed", problem)
+    except FusecError as err:
+        return result("failed", err.format())
+    except Exception as err:  # a bug in fusec: report it as a failure, keep going
+        return result("failed", f"internal error: {type(err).__name__}: {err}")
+    return result("passed")
+
+
+def _as_array(value: Any) -> np.ndarray:
+    """A fresh writable array (``to_array`` gives read-only views of the proto's bytes)."""
+    if isinstance(value, onnx.TensorProto):
+        value = numpy_helper.to_array(value)
+    return np.array(value, copy=True)
+
+
+def compare_outputs(
+    got: Sequence[np.ndarray], expected: Sequence[np.ndarray], rtol: float, atol: float
+) -> str | None:
+    """None if ``got`` matches ``expected`` as ONNX's runner checks it, else what differs."""
+    if len(got) != len(expected):
+        return f"{len(got)} outputs, expected {len(expected)}"
+    for index, (out, ref) in enumerate(zip(got, expected, strict=True)):
+        out = np.asarray(out)
+        if out.shape != ref.shape:
+            return f"output {index} has shape {out.shape}, expected {ref.shape}"
+        if out.dtype != ref.dtype:
+            return f"output {index} has dtype {out.dtype}, expected {ref.dtype}"
+        tol = max(rtol, 2.0**-6) if ref.dtype.name == "bfloat16" else rtol
+        try:
+            np.testing.assert_allclose(
+                out.astype(np.float64), ref.astype(np.float64), rtol=tol, atol=atol
+            )
+        except AssertionError as err:
+            summary = " ".join(str(err).split())[:300]
+            return f"output {index} differs: {summary}"
+    return None

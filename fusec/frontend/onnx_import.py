@@ -1,0 +1,836 @@
+"""The ONNX front end: an ONNX model -> a verified ``func.func`` of ``ai`` ops.
+
+Each supported ONNX operator has one short converter in ``CONVERTERS`` that
+builds ai ops with the dialect's builders, so result shapes come from (and are
+checked by) the same shape functions as everywhere else. Initializers become
+dense ``arith.constant`` ops in the model's element type (or trailing function
+arguments with ``weights_as_args``). Every op built for a node is located at
+``loc("node name"("model.onnx":0:0))`` so that a diagnostic, now or in a later
+pass, says ``model.onnx: node "name": error: ...``.
+
+Unsupported input (an operator, attribute value or element type fusec does not
+have) raises ``UnsupportedOnnx``, a ``FusecError`` that also says which kind of
+feature is missing; the conformance runner skips on it, never on other errors.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from xdsl.dialects import arith, func
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    BytesAttr,
+    DenseIntOrFPElementsAttr,
+    DictionaryAttr,
+    FileLineColLoc,
+    FusedLoc,
+    IntAttr,
+    ModuleOp,
+    NameLoc,
+    NoneAttr,
+    StringAttr,
+)
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of, tensor_type
+from fusec.dialect.shapes import ShapeError, TensorSpec, broadcast_shapes
+from fusec.errors import FusecError, SourceLocation
+from fusec.frontend.mlir import named_location, verify_module
+
+#: ONNX element types fusec has, and their dialect names.
+ELEMENT_TYPES: dict[int, str] = {
+    TensorProto.FLOAT: "f32",
+    TensorProto.FLOAT16: "f16",
+    TensorProto.BFLOAT16: "bf16",
+}
+_NUMPY_TYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
+                "bf16": np.dtype(ml_dtypes.bfloat16)}
+_DOMAINS = ("", "ai.onnx")
+
+
+class UnsupportedOnnx(FusecError):
+    """Valid ONNX that fusec cannot import: ``feature`` is "operator",
+    "attribute" or "dtype" (an element or value type)."""
+
+    def __init__(self, message: str, location: SourceLocation | None, feature: str) -> None:
+        super().__init__(message, location)
+        self.feature = feature
+
+
+# ------------------------------------------------------------------ the importer
+
+
+@dataclass
+class Node:
+    """One ONNX node being converted: its proto, position and decoded attributes."""
+
+    proto: onnx.NodeProto
+    index: int
+    attrs: dict[str, Any]
+
+    @property
+    def op_type(self) -> str:
+        return self.proto.op_type
+
+    @property
+    def label(self) -> str:
+        """The node's name, or ``#index`` for an unnamed node."""
+        return self.proto.name or f"#{self.index}"
+
+
+@dataclass(frozen=True)
+class Converter:
+    """How one ONNX operator becomes ai ops: the function and the attributes it reads."""
+
+    convert: Callable[[Importer, Node], Sequence[SSAValue | None]]
+    attrs: frozenset[str]
+
+
+CONVERTERS: dict[str, Converter] = {}
+
+
+def converter(*op_types: str, attrs: Sequence[str] = ()):
+    """Register the decorated function as the converter of ``op_types``."""
+
+    def register(fn: Callable[[Importer, Node], Sequence[SSAValue | None]]):
+        for op_type in op_types:
+            CONVERTERS[op_type] = Converter(fn, frozenset(attrs))
+        return fn
+
+    return register
+
+
+def supported_operators() -> list[str]:
+    return sorted(CONVERTERS)
+
+
+class Importer:
+    """Builds one ``func.func`` from one ONNX graph (see ``import_model``)."""
+
+    def __init__(self, model: onnx.ModelProto, source: str, weights_as_args: bool) -> None:
+        self.graph = model.graph
+        self.source = source
+        self.weights_as_args = weights_as_args
+        self.opset = _default_opset(model, source)
+        self.initializers = {t.name: t for t in self.graph.initializer}
+        self.values: dict[str, SSAValue] = {}
+        self.arrays: dict[str, np.ndarray] = {}  # values known at import time
+        self.block = Block()
+        self.node: Node | None = None
+        self.location: Attribute = NoneAttr()
+        self.uses = Counter(n for node in self.graph.node for n in node.input if n)
+        self.uses.update(o.name for o in self.graph.output)
+        self.folded: dict[int, Node] = {}  # conv node index -> the BatchNormalization it absorbs
+        self.skip: set[int] = set()  # node indices already converted (folded)
+        self.created: set[Operation] = set()  # ops built for the current node
+
+    # ------------------------------------------------------------ diagnostics
+    def error(self, message: str, feature: str | None = None) -> FusecError:
+        """A FusecError at the current node (or the whole model between nodes)."""
+        if self.node is None:
+            location = SourceLocation(self.source, 0, 0)
+            text = message
+        else:
+            location = named_location(self.source, self.node.label)
+            text = f"{self.node.op_type}: {message}"
+        if feature is None:
+            return FusecError(text, location)
+        return UnsupportedOnnx(text, location, feature)
+
+    def node_location(self, node: Node) -> NameLoc:
+        file = FileLineColLoc(StringAttr(self.source), IntAttr(0), IntAttr(0))
+        return NameLoc(StringAttr(node.label), file)
+
+    # ------------------------------------------------------------ building
+    def emit(self, op_type: type[Operation], *args: Any, **attrs: Any) -> SSAValue:
+        """Build ``op_type(*args, **attrs)`` at the current node and return its result."""
+        try:
+            op = op_type(*args, **attrs)
+        except ShapeError as err:
+            raise self.error(str(err)) from None
+        return self.append(op)
+
+    def append(self, op: Operation) -> SSAValue:
+        op.location = self.location
+        self.block.add_op(op)
+        self.created.add(op)
+        return op.results[0]
+
+    def constant(self, array: np.ndarray, dtype: str, name: str | None = None) -> SSAValue:
+        """A dense ``arith.constant`` holding ``array`` converted to ``dtype``."""
+        data = np.ascontiguousarray(np.asarray(array).astype(_NUMPY_TYPES[dtype]))
+        ttype = tensor_type(TensorSpec(tuple(data.shape), dtype))
+        dense = DenseIntOrFPElementsAttr(ttype, BytesAttr(data.tobytes()))
+        value = self.append(arith.ConstantOp(dense, ttype))
+        if name is not None:
+            value.name_hint = value_name(name)
+        return value
+
+    def scalar(self, number: float, like: SSAValue) -> SSAValue:
+        """A rank-0 constant of ``like``'s element type."""
+        return self.constant(np.asarray(number, dtype=np.float64), dtype_of(like))
+
+    # ------------------------------------------------------------ operands
+    def input(self, node: Node, index: int) -> SSAValue:
+        value = self.optional_input(node, index)
+        if value is None:
+            raise self.error(f"input #{index} is required")
+        return value
+
+    def optional_input(self, node: Node, index: int) -> SSAValue | None:
+        names = node.proto.input
+        if index >= len(names) or not names[index]:
+            return None
+        return self.value(names[index])
+
+    def value(self, name: str) -> SSAValue:
+        if name in self.values:
+            return self.values[name]
+        if name in self.arrays:
+            array = self.arrays[name]
+            self.values[name] = self.constant(array, self.dtype_of_array(name, array), name)
+            return self.values[name]
+        raise self.error(
+            f"value '{name}' is used before it is defined (not a graph input, an "
+            "initializer or the output of an earlier node)"
+        )
+
+    def array(self, node: Node, index: int) -> np.ndarray | None:
+        """The value of input ``index`` if it is known at import time (a constant)."""
+        names = node.proto.input
+        if index >= len(names) or not names[index]:
+            return None
+        return self.arrays.get(names[index])
+
+    def dtype_of_array(self, name: str, array: np.ndarray) -> str:
+        for dtype, np_type in _NUMPY_TYPES.items():
+            if array.dtype == np_type:
+                return dtype
+        raise self.error(
+            f"initializer '{name}' has element type {array.dtype}: "
+            "fusec supports float, float16 and bfloat16",
+            "dtype",
+        )
+
+    # ------------------------------------------------------------ the graph
+    def run(self) -> ModuleOp:
+        self.load_initializers()
+        inputs = self.declare_inputs()
+        self.plan_folds()
+        for index, proto in enumerate(self.graph.node):
+            if index not in self.skip:
+                self.convert(Node(proto, index, {}))
+        self.node, self.location = None, NoneAttr()
+        results = [self.graph_output(o) for o in self.graph.output]
+        self.block.add_op(func.ReturnOp(*results))
+        fn = func.FuncOp(
+            function_name(self.graph.name),
+            ([a.type for a in self.block.args], [r.type for r in results]),
+            Region(self.block),
+            arg_attrs=ArrayAttr([_name_attr(n) for n in inputs]),
+            res_attrs=ArrayAttr([_name_attr(o.name) for o in self.graph.output]),
+        )
+        module = ModuleOp([fn])
+        verify_module(module)
+        return module
+
+    def load_initializers(self) -> None:
+        if self.weights_as_args:
+            return
+        for name, tensor in self.initializers.items():
+            self.arrays[name] = numpy_helper.to_array(tensor)
+
+    def declare_inputs(self) -> list[str]:
+        """Function arguments: graph inputs, then (with weights_as_args) used initializers."""
+        names: list[str] = []
+        for info in self.graph.input:
+            if info.name in self.initializers:
+                continue  # IR < 4 lists initializers as inputs too: they stay constants
+            names.append(info.name)
+            self.add_argument(info.name, self.value_info_spec(info))
+        if self.weights_as_args:
+            for name, tensor in self.initializers.items():
+                if self.uses[name]:
+                    names.append(name)
+                    self.add_argument(name, self.tensor_spec(name, tensor))
+        return names
+
+    def add_argument(self, name: str, spec: TensorSpec) -> None:
+        arg = self.block.insert_arg(tensor_type(spec), len(self.block.args))
+        arg.name_hint = value_name(name)
+        self.values[name] = arg
+
+    def value_info_spec(self, info: onnx.ValueInfoProto) -> TensorSpec:
+        kind = info.type.WhichOneof("value")
+        if kind != "tensor_type":
+            what = (kind or "no type").removesuffix("_type")
+            raise self.error(f"input '{info.name}' is a {what}: only tensors are supported",
+                             "dtype")
+        ttype = info.type.tensor_type
+        dtype = self.element_type(ttype.elem_type, f"input '{info.name}'")
+        if not ttype.HasField("shape"):
+            raise self.error(f"input '{info.name}' has no shape: fusec needs static shapes")
+        dims = []
+        for dim in ttype.shape.dim:
+            if not dim.HasField("dim_value"):
+                what = f"'{dim.dim_param}'" if dim.dim_param else "unknown"
+                raise self.error(
+                    f"input '{info.name}' has a dynamic dimension ({what}): fusec needs static "
+                    "shapes (fix them, e.g. with onnx.tools.update_model_dims)"
+                )
+            dims.append(dim.dim_value)
+        return TensorSpec(tuple(dims), dtype)
+
+    def tensor_spec(self, name: str, tensor: onnx.TensorProto) -> TensorSpec:
+        dtype = self.element_type(tensor.data_type, f"initializer '{name}'")
+        return TensorSpec(tuple(tensor.dims), dtype)
+
+    def element_type(self, onnx_type: int, what: str) -> str:
+        if onnx_type in ELEMENT_TYPES:
+            return ELEMENT_TYPES[onnx_type]
+        type_name = TensorProto.DataType.Name(onnx_type) if onnx_type else "UNDEFINED"
+        raise self.error(
+            f"{what} has element type {type_name}: fusec supports FLOAT, FLOAT16 and BFLOAT16",
+            "dtype",
+        )
+
+    def graph_output(self, info: onnx.ValueInfoProto) -> SSAValue:
+        value = self.value(info.name)
+        if info.type.WhichOneof("value") != "tensor_type":
+            return value
+        ttype = info.type.tensor_type
+        spec = spec_of(value.type)
+        declared = ELEMENT_TYPES.get(ttype.elem_type)
+        if ttype.elem_type and declared != spec.dtype:
+            self.element_type(ttype.elem_type, f"output '{info.name}'")
+            raise self.error(f"output '{info.name}' is declared {declared} but computes {spec}")
+        if ttype.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in ttype.shape.dim]
+            if len(dims) != spec.rank or any(
+                d is not None and d != s for d, s in zip(dims, spec.shape, strict=False)
+            ):
+                shown = "x".join("?" if d is None else str(d) for d in dims) or "scalar"
+                raise self.error(f"output '{info.name}' is declared {shown} but computes {spec}")
+        return value
+
+    # ------------------------------------------------------------ nodes
+    def convert(self, node: Node) -> None:
+        self.node = node
+        self.location = self.node_location(node)
+        self.created = set()
+        if node.proto.domain not in _DOMAINS or node.op_type not in CONVERTERS:
+            foreign = node.proto.domain not in _DOMAINS
+            domain = f" of domain '{node.proto.domain}'" if foreign else ""
+            raise self.error(
+                f"unsupported operator{domain}; fusec supports: {', '.join(supported_operators())}",
+                "operator",
+            )
+        spec = CONVERTERS[node.op_type]
+        node.attrs = self.read_attributes(node, spec)
+        outputs = spec.convert(self, node)
+        for name, value in zip(node.proto.output, outputs, strict=False):
+            if not name:
+                continue
+            if value is None:
+                raise self.error(f"output '{name}' is not supported", "attribute")
+            self.bind(name, value)
+        for name in node.proto.output[len(outputs):]:
+            if name and self.uses[name]:
+                raise self.error(f"output '{name}' is not supported", "attribute")
+
+    def bind(self, name: str, value: SSAValue) -> None:
+        """Make ONNX value ``name`` refer to ``value``, naming it if built for this node."""
+        self.values[name] = value
+        if value.owner in self.created:
+            value.name_hint = value_name(name)
+
+    def read_attributes(self, node: Node, spec: Converter) -> dict[str, Any]:
+        attrs = {}
+        for attr in node.proto.attribute:
+            if attr.name not in spec.attrs:
+                raise self.error(f"unsupported attribute '{attr.name}'", "attribute")
+            value = helper.get_attribute_value(attr)
+            attrs[attr.name] = value.decode() if isinstance(value, bytes) else value
+        return attrs
+
+    def plan_folds(self) -> None:
+        """Find each BatchNormalization that can be folded into the Conv feeding it.
+
+        It can when all weights are constants and the conv output has no other user.
+        """
+        nodes = list(self.graph.node)
+        producer = {name: i for i, n in enumerate(nodes) for name in n.output}
+        for index, bn in enumerate(nodes):
+            if bn.op_type != "BatchNormalization" or bn.domain not in _DOMAINS:
+                continue
+            source = producer.get(bn.input[0])
+            if source is None or nodes[source].op_type != "Conv" or nodes[source].domain:
+                continue
+            conv = nodes[source]
+            if self.uses[bn.input[0]] != 1 or any(self.uses[name] for name in bn.output[1:]):
+                continue
+            weights = [*conv.input[1:], *bn.input[1:5]]
+            attrs = {a.name: helper.get_attribute_value(a) for a in bn.attribute}
+            if attrs.get("training_mode", 0) or attrs.get("spatial", 1) != 1:
+                continue
+            if all(not name or name in self.arrays for name in weights):
+                self.folded[source] = Node(bn, index, {})
+                self.skip.add(index)
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def dtype_of(value: SSAValue) -> str:
+    return spec_of(value.type).dtype
+
+
+def shape_of(value: SSAValue) -> tuple[int, ...]:
+    return spec_of(value.type).shape
+
+
+def value_name(name: str) -> str:
+    """An SSA name hint from an ONNX value name (only [A-Za-z0-9_$.-], never a digit first)."""
+    clean = re.sub(r"[^A-Za-z0-9_$.-]", "_", name)
+    if not clean or clean[0].isdigit() or clean[0] == "-":
+        clean = f"v{clean}"
+    return clean
+
+
+def function_name(graph_name: str) -> str:
+    return graph_name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", graph_name) else "main"
+
+
+def _name_attr(name: str) -> DictionaryAttr:
+    return DictionaryAttr({"onnx.name": StringAttr(name)})
+
+
+def _default_opset(model: onnx.ModelProto, source: str) -> int:
+    for opset in model.opset_import:
+        if opset.domain in _DOMAINS:
+            return opset.version
+    if model.opset_import:
+        return 1
+    raise FusecError("the model has no opset_import", SourceLocation(source, 0, 0))
+
+
+# ------------------------------------------------------------------ converters
+
+
+_UNARY: dict[str, type[ai.AiOp]] = {
+    "Relu": ai.ReluOp,
+    "Sigmoid": ai.SigmoidOp,
+    "Tanh": ai.TanhOp,
+    "Exp": ai.ExpOp,
+    "Sqrt": ai.SqrtOp,
+}
+_BINARY: dict[str, type[ai.AiOp]] = {
+    "Add": ai.AddOp,
+    "Sub": ai.SubOp,
+    "Mul": ai.MulOp,
+    "Div": ai.DivOp,
+}
+
+
+@converter(*_UNARY, attrs=("consumed_inputs",))
+def _unary(imp: Importer, node: Node) -> list[SSAValue]:
+    return [imp.emit(_UNARY[node.op_type], imp.input(node, 0))]
+
+
+@converter(*_BINARY, attrs=("broadcast", "axis", "consumed_inputs"))
+def _binary(imp: Importer, node: Node) -> list[SSAValue]:
+    a, b = imp.input(node, 0), imp.input(node, 1)
+    if node.attrs.get("broadcast", 0) and "axis" in node.attrs:
+        # opset < 7: b is aligned with a at ``axis``; numpy's rule is the special
+        # case axis = rank(a) - rank(b).
+        rank_a, rank_b = len(shape_of(a)), len(shape_of(b))
+        if node.attrs["axis"] % max(rank_a, 1) != rank_a - rank_b:
+            raise imp.error(
+                f"legacy broadcast with axis={node.attrs['axis']} (opset < 7) is not supported",
+                "attribute",
+            )
+    return [imp.emit(_BINARY[node.op_type], a, b)]
+
+
+@converter("Identity")
+def _identity(imp: Importer, node: Node) -> list[SSAValue]:
+    return [imp.input(node, 0)]
+
+
+@converter("Max", attrs=("consumed_inputs",))
+def _max(imp: Importer, node: Node) -> list[SSAValue]:
+    values = [imp.value(name) for name in node.proto.input if name]
+    if not values:
+        raise imp.error("needs at least one input")
+    result = values[0]
+    for other in values[1:]:
+        result = imp.emit(ai.MaximumOp, result, other)
+    return [result]
+
+
+@converter("Gelu", attrs=("approximate",))
+def _gelu(imp: Importer, node: Node) -> list[SSAValue]:
+    approximate = node.attrs.get("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise imp.error(f"approximate='{approximate}' is not supported", "attribute")
+    return [imp.emit(ai.GeluOp, imp.input(node, 0), approximate=approximate)]
+
+
+@converter("Cast", attrs=("to", "saturate", "round_mode"))
+def _cast(imp: Importer, node: Node) -> list[SSAValue]:
+    x = imp.input(node, 0)
+    if "to" not in node.attrs:
+        raise imp.error("attribute 'to' is required")
+    to = imp.element_type(node.attrs["to"], "the cast target")
+    return [x if dtype_of(x) == to else imp.emit(ai.CastOp, x, to)]
+
+
+@converter("Constant", attrs=("value", "value_float", "value_floats"))
+def _constant(imp: Importer, node: Node) -> list[SSAValue]:
+    if "value" in node.attrs:
+        array = numpy_helper.to_array(node.attrs["value"])
+    elif "value_float" in node.attrs:
+        array = np.asarray(node.attrs["value_float"], dtype=np.float32)
+    elif "value_floats" in node.attrs:
+        array = np.asarray(node.attrs["value_floats"], dtype=np.float32)
+    else:
+        raise imp.error("needs a 'value', 'value_float' or 'value_floats' attribute", "attribute")
+    imp.dtype_of_array(node.proto.output[0], array)
+    imp.arrays[node.proto.output[0]] = array
+    return [imp.value(node.proto.output[0])]
+
+
+@converter("MatMul")
+def _matmul(imp: Importer, node: Node) -> list[SSAValue]:
+    return [imp.emit(ai.MatmulOp, imp.input(node, 0), imp.input(node, 1))]
+
+
+@converter("Gemm", attrs=("alpha", "beta", "transA", "transB", "broadcast"))
+def _gemm(imp: Importer, node: Node) -> list[SSAValue]:
+    a, b = imp.input(node, 0), imp.input(node, 1)
+    for name, value in (("A", a), ("B", b)):
+        if len(shape_of(value)) != 2:
+            raise imp.error(f"input {name} must be 2-D, got {value.type}")
+    alpha, beta = node.attrs.get("alpha", 1.0), node.attrs.get("beta", 1.0)
+    y = imp.emit(
+        ai.MatmulOp,
+        a,
+        b,
+        transpose_a=bool(node.attrs.get("transA", 0)),
+        transpose_b=bool(node.attrs.get("transB", 0)),
+    )
+    if alpha != 1.0:
+        y = imp.emit(ai.MulOp, y, imp.scalar(alpha, y))
+    if imp.optional_input(node, 2) is not None and beta != 0.0:
+        y = _add_gemm_bias(imp, node, y, beta)
+    return [y]
+
+
+def _add_gemm_bias(imp: Importer, node: Node, y: SSAValue, beta: float) -> SSAValue:
+    """y + beta * C: a 1-D (or 1 x N) C becomes ai.bias_add, other shapes broadcast."""
+    n = shape_of(y)[1]
+    known = imp.array(node, 2)
+    if known is not None:
+        c_dtype = imp.dtype_of_array(node.proto.input[2], known)
+        scaled = known.astype(np.float64) * beta if beta != 1.0 else known
+        if scaled.shape in ((n,), (1, n)):
+            return imp.emit(ai.BiasAddOp, y, imp.constant(scaled.reshape(n), c_dtype), axis=1)
+        c = imp.constant(scaled, c_dtype) if beta != 1.0 else imp.input(node, 2)
+    else:
+        c = imp.input(node, 2)
+        if beta != 1.0:
+            c = imp.emit(ai.MulOp, c, imp.scalar(beta, c))
+    try:
+        out = broadcast_shapes("Gemm", shape_of(y), shape_of(c))
+    except ShapeError:
+        out = None
+    if out != shape_of(y):
+        raise imp.error(f"C ({c.type}) does not broadcast to the result {y.type}")
+    if shape_of(c) == (n,):
+        return imp.emit(ai.BiasAddOp, y, c, axis=1)
+    return imp.emit(ai.AddOp, y, c)
+
+
+@converter("Softmax", attrs=("axis",))
+def _softmax(imp: Importer, node: Node) -> list[SSAValue]:
+    x = imp.input(node, 0)
+    shape = shape_of(x)
+    rank = len(shape)
+    axis = node.attrs.get("axis", -1 if imp.opset >= 13 else 1)
+    if not -rank <= axis < rank:
+        raise imp.error(f"axis {axis} is out of range for rank {rank}")
+    axis %= rank
+    if imp.opset < 13:
+        # Before opset 13, Softmax flattens dims [axis:] into one: that is a
+        # softmax over one dim only when the others are all 1.
+        big = [d for d in range(axis, rank) if shape[d] != 1]
+        if len(big) > 1:
+            raise imp.error(
+                f"opset {imp.opset} Softmax with axis={axis} normalises over the flattened "
+                f"dims {list(shape[axis:])}, which ai.softmax cannot express (opset >= 13 "
+                "normalises over one axis)",
+                "attribute",
+            )
+        axis = big[0] if big else rank - 1
+    return [imp.emit(ai.SoftmaxOp, x, axis=axis - rank)]
+
+
+@converter("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))
+def _layer_norm(imp: Importer, node: Node) -> list[SSAValue | None]:
+    x, scale = imp.input(node, 0), imp.input(node, 1)
+    bias = imp.optional_input(node, 2)
+    shape = shape_of(x)
+    rank = len(shape)
+    axis = node.attrs.get("axis", -1)
+    epsilon = float(node.attrs.get("epsilon", 1e-5))
+    if not -rank <= axis < rank:
+        raise imp.error(f"axis {axis} is out of range for rank {rank}")
+    if any(d != 1 for d in shape[axis % rank : -1]):
+        raise imp.error(
+            f"axis={axis} normalises over dims {list(shape[axis % rank:])}: only the last "
+            "axis is supported (ai.layernorm)",
+            "attribute",
+        )
+    if node.attrs.get("stash_type", 1) != 1:
+        raise imp.error(f"stash_type={node.attrs['stash_type']} is not supported", "attribute")
+    y = _normalise_last_axis(imp, x, scale, bias, epsilon)
+    outputs: list[SSAValue | None] = [y]
+    wanted = [i for i in (1, 2) if i < len(node.proto.output) and node.proto.output[i]]
+    if wanted:
+        outputs += _layer_norm_stats(imp, x, epsilon)[: max(wanted)]
+    return outputs
+
+
+def _normalise_last_axis(
+    imp: Importer, x: SSAValue, scale: SSAValue, bias: SSAValue | None, epsilon: float
+) -> SSAValue:
+    """ai.layernorm with 1-D gamma/beta; other broadcastable scales are applied after it."""
+    d = shape_of(x)[-1]
+    dtype = dtype_of(x)
+    ones, zeros = np.ones(d), np.zeros(d)
+    if shape_of(scale) == (d,) and (bias is None or shape_of(bias) == (d,)):
+        beta = bias if bias is not None else imp.constant(zeros, dtype)
+        return imp.emit(ai.LayerNormOp, x, scale, beta, epsilon=epsilon)
+    y = imp.emit(
+        ai.LayerNormOp, x, imp.constant(ones, dtype), imp.constant(zeros, dtype), epsilon=epsilon
+    )
+    y = _broadcast_into(imp, ai.MulOp, y, scale)
+    return _broadcast_into(imp, ai.AddOp, y, bias) if bias is not None else y
+
+
+def _broadcast_into(imp: Importer, op: type[ai.AiOp], x: SSAValue, other: SSAValue) -> SSAValue:
+    result = imp.emit(op, x, other)
+    if shape_of(result) != shape_of(x):
+        raise imp.error(f"{other.type} does not broadcast to the input's shape {x.type}")
+    return result
+
+
+def _layer_norm_stats(imp: Importer, x: SSAValue, epsilon: float) -> list[SSAValue]:
+    """Mean and InvStdDev over the last axis (in f32, the stash type), each of shape (..., 1).
+
+    The sums are matmuls with a column of ones: the dialect's only reductions
+    are inside layernorm/softmax, whose statistics are not results.
+    """
+    d = shape_of(x)[-1]
+    xs = x if dtype_of(x) == "f32" else imp.emit(ai.CastOp, x, "f32")
+    ones = imp.constant(np.ones((d, 1)), "f32")
+    count = imp.scalar(d, xs)
+    mean = imp.emit(ai.DivOp, imp.emit(ai.MatmulOp, xs, ones), count)
+    centred = imp.emit(ai.SubOp, xs, mean)
+    square = imp.emit(ai.MulOp, centred, centred)
+    var = imp.emit(ai.DivOp, imp.emit(ai.MatmulOp, square, ones), count)
+    std = imp.emit(ai.SqrtOp, imp.emit(ai.AddOp, var, imp.scalar(epsilon, var)))
+    return [mean, imp.emit(ai.DivOp, imp.scalar(1.0, std), std)]
+
+
+_BN_ATTRS = ("epsilon", "momentum", "training_mode", "spatial", "is_test", "consumed_inputs")
+
+
+@converter("BatchNormalization", attrs=_BN_ATTRS)
+def _batch_norm(imp: Importer, node: Node) -> list[SSAValue]:
+    _check_batch_norm(imp, node)
+    x = imp.input(node, 0)
+    if len(shape_of(x)) < 2:
+        raise imp.error(f"input X must have rank >= 2 (N x C x ...), got {x.type}")
+    known = [imp.array(node, i) for i in range(1, 5)]
+    if all(a is not None for a in known):
+        return [_batch_norm_constant(imp, node, x, known)]
+    return [_batch_norm_runtime(imp, node, x)]
+
+
+def _check_batch_norm(imp: Importer, node: Node) -> None:
+    if node.attrs.get("training_mode", 0):
+        raise imp.error("training_mode=1 is not supported (inference only)", "attribute")
+    if node.attrs.get("spatial", 1) != 1:
+        raise imp.error("spatial=0 (opset < 9) is not supported", "attribute")
+
+
+def _bn_coefficients(node: Node, known: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(a, b) with BN(x) = a * x + b per channel, computed in float64."""
+    scale, bias, mean, var = (k.astype(np.float64) for k in known)
+    a = scale / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
+    return a, bias - mean * a
+
+
+def _batch_norm_constant(
+    imp: Importer, node: Node, x: SSAValue, known: Sequence[np.ndarray]
+) -> SSAValue:
+    a, b = _bn_coefficients(node, known)
+    rank, dtype = len(shape_of(x)), dtype_of(x)
+    _check_channels(imp, x, a)
+    scaled = imp.emit(ai.MulOp, x, imp.constant(a.reshape((-1,) + (1,) * (rank - 2)), dtype))
+    return imp.emit(ai.BiasAddOp, scaled, imp.constant(b, dtype), axis=1)
+
+
+def _check_channels(imp: Importer, x: SSAValue, per_channel: np.ndarray) -> None:
+    channels = shape_of(x)[1]
+    if per_channel.shape != (channels,):
+        raise imp.error(
+            f"scale, B, mean and var must have shape ({channels},), got {per_channel.shape}"
+        )
+
+
+def _batch_norm_runtime(imp: Importer, node: Node, x: SSAValue) -> SSAValue:
+    """(x - mean) * scale / sqrt(var + eps) + B with the (C) vectors computed at run time."""
+    scale, bias, mean, var = (imp.input(node, i) for i in range(1, 5))
+    for v in (scale, bias, mean, var):
+        if shape_of(v) != (shape_of(x)[1],):
+            raise imp.error(f"scale, B, mean and var must have shape (C,), got {v.type}")
+    eps = imp.scalar(float(node.attrs.get("epsilon", 1e-5)), var)
+    inv = imp.emit(ai.DivOp, scale, imp.emit(ai.SqrtOp, imp.emit(ai.AddOp, var, eps)))
+    centred = imp.emit(ai.SubOp, x, _along_channels(imp, mean, x))
+    scaled = imp.emit(ai.MulOp, centred, _along_channels(imp, inv, x))
+    return imp.emit(ai.BiasAddOp, scaled, bias, axis=1)
+
+
+def _along_channels(imp: Importer, vector: SSAValue, x: SSAValue) -> SSAValue:
+    """A (C) vector as a (C, 1, ..., 1) tensor that broadcasts along dim 1 of ``x``:
+    a bias_add onto zeros, as the dialect has no reshape."""
+    rank = len(shape_of(x))
+    zeros = imp.constant(np.zeros((shape_of(x)[1],) + (1,) * (rank - 2)), dtype_of(x))
+    return imp.emit(ai.BiasAddOp, zeros, vector, axis=0)
+
+
+@converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
+def _conv(imp: Importer, node: Node) -> list[SSAValue]:
+    x, w = imp.input(node, 0), imp.input(node, 1)
+    if len(shape_of(x)) != 4 or len(shape_of(w)) != 4:
+        raise imp.error(
+            f"only 2-D convolution is supported (4-D input and weight), got {x.type} and {w.type}",
+            "attribute",
+        )
+    kernel = shape_of(w)[2:]
+    if "kernel_shape" in node.attrs and tuple(node.attrs["kernel_shape"]) != kernel:
+        raise imp.error(
+            f"kernel_shape {list(node.attrs['kernel_shape'])} does not match the weight {w.type}"
+        )
+    strides = tuple(node.attrs.get("strides", (1, 1)))
+    dilations = tuple(node.attrs.get("dilations", (1, 1)))
+    padding = _conv_padding(imp, node, shape_of(x)[2:], kernel, strides, dilations)
+    bias = imp.optional_input(node, 2)
+    bn = imp.folded.get(node.index)
+    if bn is not None:
+        w, bias = _fold_batch_norm(imp, node, bn)
+        imp.location = FusedLoc(ArrayAttr([imp.location, imp.node_location(bn)]), NoneAttr())
+    y = imp.emit(
+        ai.Conv2DOp,
+        x,
+        w,
+        strides=strides,
+        padding=padding,
+        dilations=dilations,
+        groups=int(node.attrs.get("group", 1)),
+    )
+    if bias is not None:
+        y = imp.emit(ai.BiasAddOp, y, bias, axis=1)
+    if bn is not None:
+        imp.bind(bn.proto.output[0], y)
+    return [y]
+
+
+def _conv_padding(
+    imp: Importer,
+    node: Node,
+    size: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+) -> tuple[int, ...]:
+    """ai.conv2d padding (h_begin, w_begin, h_end, w_end), or 2 values when symmetric."""
+    auto_pad = node.attrs.get("auto_pad", "NOTSET")
+    if len(strides) != 2 or len(dilations) != 2 or min(*strides, *dilations) < 1:
+        raise imp.error(f"strides {list(strides)} and dilations {list(dilations)} must be 2 "
+                        "positive values each")
+    if auto_pad in ("NOTSET", ""):
+        pads = tuple(node.attrs.get("pads", (0, 0, 0, 0)))
+        if len(pads) != 4:
+            raise imp.error(f"pads must have 4 values, got {list(pads)}")
+    elif auto_pad == "VALID":
+        pads = (0, 0, 0, 0)
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if "pads" in node.attrs:
+            raise imp.error("pads cannot be given together with auto_pad")
+        begin, end = [], []
+        for n, k, s, d in zip(size, kernel, strides, dilations, strict=True):
+            total = max(0, (-(-n // s) - 1) * s + (k - 1) * d + 1 - n)
+            small, large = total // 2, total - total // 2
+            begin.append(small if auto_pad == "SAME_UPPER" else large)
+            end.append(large if auto_pad == "SAME_UPPER" else small)
+        pads = (*begin, *end)
+    else:
+        raise imp.error(f"auto_pad='{auto_pad}' is not supported", "attribute")
+    return pads[:2] if pads[:2] == pads[2:] else pads
+
+
+def _fold_batch_norm(imp: Importer, conv: Node, bn: Node) -> tuple[SSAValue, SSAValue]:
+    """Conv weights and bias with the BatchNormalization ``bn`` folded in (float64 maths)."""
+    bn.attrs = imp.read_attributes(bn, CONVERTERS["BatchNormalization"])
+    weight = imp.array(conv, 1)
+    assert weight is not None  # plan_folds checked that every weight is known
+    dtype = imp.dtype_of_array(conv.proto.input[1], weight)
+    a, b = _bn_coefficients(bn, [imp.array(bn, i) for i in range(1, 5)])
+    if a.shape != (weight.shape[0],):
+        raise imp.error(f"BatchNormalization parameters have shape {a.shape}, expected "
+                        f"({weight.shape[0]},) to match the conv weight")
+    conv_bias = imp.array(conv, 2)
+    bias = b if conv_bias is None else conv_bias.astype(np.float64) * a + b
+    folded = weight.astype(np.float64) * a.reshape(-1, 1, 1, 1)
+    return (
+        imp.constant(folded, dtype, f"{conv.proto.input[1]}.folded"),
+        imp.constant(bias, dtype, f"{bn.label}.folded_bias"),
+    )
+
+
+# ------------------------------------------------------------------ entry points
+
+
+def load_model(model_or_path: onnx.ModelProto | str | Path) -> tuple[onnx.ModelProto, str]:
+    """(model, source name): a ModelProto is used as is, a path is read."""
+    if isinstance(model_or_path, onnx.ModelProto):
+        return model_or_path, "<onnx>"
+    path = str(model_or_path)
+    if not Path(path).is_file():
+        raise FusecError("no such file", SourceLocation(path, 0, 0))
+    try:
+        return onnx.load(path), path
+    except Exception as err:  # protobuf DecodeError, OSError, external data errors
+        raise FusecError(f"cannot read the ONNX model: {err}", SourceLocation(path, 0, 0)) from None
+
+
+def import_model(
+    model_or_path: onnx.ModelProto | str | Path, *, weights_as_args: bool = False
+) -> ModuleOp:
+    """Import an ONNX model (a ModelProto or a path) as a verified ai module."""
+    model, source = load_model(model_or_path)
+    return Importer(model, source, weights_as_args).run()

@@ -1,0 +1,198 @@
+"""``fusec.ops``: the ``ai`` dialect's ops as functions on traced tensors.
+
+Use them inside a ``@fusec.fuse`` function. Keyword arguments follow numpy and
+PyTorch conventions (``conv2d(x, w, padding=1, stride=2)``, ``softmax(x,
+axis=-1)``, ``layernorm(x, gamma, beta, eps=1e-5)``); operands may also be
+Python numbers or numpy arrays, which become constants of the tensor's
+element type. Each function emits one op (``conv2d`` with ``bias`` emits two),
+whose result type the dialect's shape function infers; a bad shape is
+reported at the calling line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fusec.dialect import ops as ai
+from fusec.frontend.tracer import Trace, Traced, current_trace, dtype_name, user_error
+
+__all__ = [
+    "add",
+    "bias_add",
+    "cast",
+    "conv2d",
+    "div",
+    "exp",
+    "gelu",
+    "layernorm",
+    "matmul",
+    "maximum",
+    "mul",
+    "relu",
+    "sigmoid",
+    "silu",
+    "softmax",
+    "sqrt",
+    "sub",
+    "tanh",
+]
+
+
+def _trace(name: str, *operands: Any) -> Trace:
+    """The trace the operands belong to (or the running one, for constant operands)."""
+    for x in operands:
+        if isinstance(x, Traced):
+            return x.trace
+    trace = current_trace()
+    if trace is None:
+        raise user_error(
+            f"fusec.ops.{name} works on traced tensors: call it inside a @fusec.fuse function"
+        )
+    return trace
+
+
+def _ints(name: str, key: str, value: Any, sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """An int or a sequence of ints of one of ``sizes`` (an int means the same value twice)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value, value)
+    if isinstance(value, (tuple, list)) and len(value) in sizes:
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return tuple(value)
+    counts = " or ".join(str(n) for n in sizes)
+    raise user_error(f"fusec.ops.{name}: {key} must be an int or {counts} ints, got {value!r}")
+
+
+# ----------------------------------------------------------------- elementwise
+
+
+def add(x: Any, y: Any) -> Traced:
+    """x + y with numpy broadcasting."""
+    return _trace("add", x, y).binary(ai.AddOp, x, y)
+
+
+def sub(x: Any, y: Any) -> Traced:
+    """x - y with numpy broadcasting."""
+    return _trace("sub", x, y).binary(ai.SubOp, x, y)
+
+
+def mul(x: Any, y: Any) -> Traced:
+    """x * y with numpy broadcasting."""
+    return _trace("mul", x, y).binary(ai.MulOp, x, y)
+
+
+def div(x: Any, y: Any) -> Traced:
+    """x / y with numpy broadcasting."""
+    return _trace("div", x, y).binary(ai.DivOp, x, y)
+
+
+def maximum(x: Any, y: Any) -> Traced:
+    """Elementwise max(x, y) with numpy broadcasting."""
+    return _trace("maximum", x, y).binary(ai.MaximumOp, x, y)
+
+
+def relu(x: Any) -> Traced:
+    """max(x, 0)."""
+    return _trace("relu", x).emit(ai.ReluOp, (x,))
+
+
+def sigmoid(x: Any) -> Traced:
+    """1 / (1 + exp(-x))."""
+    return _trace("sigmoid", x).emit(ai.SigmoidOp, (x,))
+
+
+def tanh(x: Any) -> Traced:
+    """tanh(x)."""
+    return _trace("tanh", x).emit(ai.TanhOp, (x,))
+
+
+def exp(x: Any) -> Traced:
+    """exp(x)."""
+    return _trace("exp", x).emit(ai.ExpOp, (x,))
+
+
+def sqrt(x: Any) -> Traced:
+    """sqrt(x) (NaN for x < 0)."""
+    return _trace("sqrt", x).emit(ai.SqrtOp, (x,))
+
+
+def silu(x: Any) -> Traced:
+    """x * sigmoid(x)."""
+    return _trace("silu", x).emit(ai.SiluOp, (x,))
+
+
+def gelu(x: Any, approximate: str = "none") -> Traced:
+    """GELU: exact (erf) with ``approximate="none"``, or the ``"tanh"`` approximation."""
+    if approximate not in ("none", "tanh"):
+        message = f'approximate must be "none" or "tanh", got {approximate!r}'
+        raise user_error(f"fusec.ops.gelu: {message}")
+    return _trace("gelu", x).emit(ai.GeluOp, (x,), approximate=approximate)
+
+
+def cast(x: Any, dtype: Any) -> Traced:
+    """Convert the elements to ``dtype`` ("f16", "bf16", "f32" or a numpy/torch dtype)."""
+    return _trace("cast", x).emit(ai.CastOp, (x,), to=dtype_name(dtype))
+
+
+def bias_add(x: Any, bias: Any, axis: int = 1) -> Traced:
+    """x + bias, the 1-D ``bias`` broadcast along dimension ``axis`` of x."""
+    return _trace("bias_add", x, bias).emit(ai.BiasAddOp, (x, bias), axis=_int("bias_add", axis))
+
+
+def _int(name: str, value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise user_error(f"fusec.ops.{name}: axis must be an int, got {value!r}")
+
+
+# ------------------------------------------------------------------ the others
+
+
+def conv2d(
+    x: Any,
+    weight: Any,
+    bias: Any = None,
+    *,
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, ...] = 0,
+    dilation: int | tuple[int, int] = 1,
+    groups: int = 1,
+) -> Traced:
+    """2-D convolution of an NCHW ``x`` with a KCRS ``weight`` (PyTorch's layout).
+
+    ``padding`` is an int, an (h, w) pair, or (h_begin, w_begin, h_end, w_end);
+    a ``bias`` of length K is added per output channel (``ai.bias_add``).
+    """
+    trace = _trace("conv2d", x, weight, bias)
+    if not isinstance(groups, int) or isinstance(groups, bool):
+        raise user_error(f"fusec.ops.conv2d: groups must be an int, got {groups!r}")
+    out = trace.emit(
+        ai.Conv2DOp,
+        (x, weight),
+        strides=_ints("conv2d", "stride", stride, (2,)),
+        padding=_ints("conv2d", "padding", padding, (2, 4)),
+        dilations=_ints("conv2d", "dilation", dilation, (2,)),
+        groups=groups,
+    )
+    if bias is not None:
+        out = trace.emit(ai.BiasAddOp, (out, bias), axis=1)
+    return out
+
+
+def matmul(a: Any, b: Any, *, transpose_a: bool = False, transpose_b: bool = False) -> Traced:
+    """a @ b over the last two dims, leading dims broadcast; ``transpose_*`` swap an
+    operand's last two dims first (as do ``.T``/``.mT`` operands)."""
+    trace = _trace("matmul", a, b)
+    return trace.matmul(a, b, transpose_a=bool(transpose_a), transpose_b=bool(transpose_b))
+
+
+def layernorm(x: Any, gamma: Any, beta: Any, *, eps: float = 1e-5) -> Traced:
+    """(x - mean) / sqrt(var + eps) * gamma + beta over the last axis."""
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
+        raise user_error(f"fusec.ops.layernorm: eps must be a non-negative number, got {eps!r}")
+    trace = _trace("layernorm", x, gamma, beta)
+    return trace.emit(ai.LayerNormOp, (x, gamma, beta), epsilon=float(eps))
+
+
+def softmax(x: Any, axis: int = -1) -> Traced:
+    """exp(x) / sum(exp(x)) along ``axis``."""
+    return _trace("softmax", x).emit(ai.SoftmaxOp, (x,), axis=_int("softmax", axis))

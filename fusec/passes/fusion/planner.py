@@ -1,0 +1,346 @@
+"""The fusion planner: which ops of a function run together in one kernel.
+
+The algorithm
+=============
+
+Like TVM's FuseOps, the planner works on the dataflow DAG of one function
+body and on a lattice of fusion patterns (``classify.py``): elementwise <
+broadcast < injective < reduction < anchor < opaque. Each op of a group is
+classified relative to the group's *anchor*, the one member highest in that
+lattice (a conv2d or matmul; a LayerNorm or softmax when there is none of
+those; nothing for a pure elementwise group): ops that feed it are its
+*prologue*, ops that consume it its *epilogue*. Which ops may take which role
+in which kind of kernel, and under which size limits, is not written here: it
+is data (``default.rules``), and ``legality.check_group`` is the single judge
+of whether a set of ops is a legal kernel.
+
+Groups are grown greedily from anchors, in program order, one stage per pass:
+
+1. ``fuse-prologue``: every conv2d/matmul looks at the producers of its
+   operands. A LayerNorm feeding a matmul's A operand joins it; because the
+   normalisation happens as A is loaded, and A is read by that matmul anyway,
+   the LayerNorm is *cloned* into every matmul that reads it (the rules mark
+   it ``duplicate``) instead of being written to memory once and read back.
+2. ``fuse-epilogue``: every conv2d/matmul absorbs its consumers while they
+   are elementwise/broadcast ops over the anchor's output shape (bias, residual
+   add, activations, casts) and, for a matmul, one softmax over the last axis
+   whose row fits in one tile. Absorbing a consumer *moves* it; if an absorbed
+   value is also used outside, the group gets several results
+   (a multi-output group) rather than recomputing anything.
+3. ``fuse-reduction``: every LayerNorm/softmax left over becomes a row-reduce
+   kernel: its cheap elementwise producers are cloned in (each row-reduce
+   consumer recomputes them, so the value need not be written out) and its
+   elementwise consumers are moved in.
+4. ``fuse-elementwise``: the remaining elementwise/broadcast ops are merged
+   with their neighbours into pointwise kernels over one iteration space.
+5. ``fuse-singletons``: any op still alone becomes a one-op kernel, so every
+   ai op ends up in exactly one ``ai.fused``.
+
+Two invariants hold throughout:
+
+* An anchor's work is never duplicated: only clauses marked ``duplicate`` may
+  clone an op, and the rules loader refuses ``duplicate`` on an anchor. A
+  group has one anchor, so two anchors never merge either.
+* The graph of groups stays acyclic. Before two units (a group or a free op)
+  merge, the planner contracts them in the networkx quotient graph of the
+  function and rejects the merge if that creates a cycle (a path leaving the
+  group and coming back through another unit: the kernel would need its own
+  output as input). Cloning a producer cannot create a cycle: the consumer
+  group already depended on everything the producer depends on.
+
+Each pass is idempotent: groups are grown to a fixed point (a pass loops
+until no candidate joins), and re-packing an untouched group rebuilds it
+identically (``outline.py``), so a second run finds nothing to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import networkx as nx
+from xdsl.ir import Block, Operation
+
+from fusec.dialect.ops import AiOp
+from fusec.passes.fusion.classify import Pattern, pattern_of
+from fusec.passes.fusion.legality import check_group, find_anchor, roles
+from fusec.passes.fusion.outline import Group
+from fusec.passes.fusion.rules import Rules
+
+Unit = Group | Operation
+"""A node of the quotient graph: a group, or an op that belongs to none."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """What one pass grows: groups anchored by ``anchor`` ops, in ``roles``."""
+
+    name: str
+    anchor: Pattern | None
+    roles: frozenset[str]
+
+
+STAGES: dict[str, Stage] = {
+    s.name: s
+    for s in (
+        Stage("fuse-prologue", Pattern.ANCHOR, frozenset({"prologue"})),
+        Stage("fuse-epilogue", Pattern.ANCHOR, frozenset({"epilogue"})),
+        Stage("fuse-reduction", Pattern.REDUCTION, frozenset({"prologue", "epilogue"})),
+        Stage("fuse-elementwise", None, frozenset({"body"})),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Ops that may join a group: moved (a free op or a whole group) or cloned."""
+
+    unit: Unit
+    clone: bool = False
+
+    @property
+    def ops(self) -> list[Operation]:
+        return list(self.unit.members) if isinstance(self.unit, Group) else [self.unit]
+
+
+class Planner:
+    """Groups of one flat function body, the quotient graph, and the growth loop."""
+
+    def __init__(self, block: Block, rules: Rules, groups: list[Group]) -> None:
+        self.block = block
+        self.rules = rules
+        self.groups = list(groups)
+        self.group_of: dict[Operation, Group] = {m: g for g in groups for m in g.members}
+        self._cloned: list[Operation] = []
+        self._graph: nx.DiGraph | None = None
+        self._order: dict[Operation, int] | None = None
+        for group in self.groups:
+            if group.anchor is None:
+                group.anchor = find_anchor(group.members, rules).anchor
+
+    # ------------------------------------------------------------- the graph
+    def unit(self, op: Operation) -> Unit:
+        return self.group_of.get(op, op)
+
+    def position(self, op: Operation) -> int:
+        if self._order is None:
+            self._order = {o: i for i, o in enumerate(self.block.ops)}
+        return self._order[op]
+
+    def graph(self) -> nx.DiGraph:
+        """The quotient graph: units as nodes, an edge per producer -> consumer unit."""
+        if self._graph is None:
+            graph = nx.DiGraph()
+            for op in self.block.ops:
+                node = self.unit(op)
+                graph.add_node(node)
+                for value in op.operands:
+                    owner = value.owner
+                    if isinstance(owner, Operation) and owner.parent is self.block:
+                        source = self.unit(owner)
+                        if source is not node:
+                            graph.add_edge(source, node)
+            self._graph = graph
+        return self._graph
+
+    def creates_cycle(self, a: Unit, b: Unit) -> bool:
+        """Would merging units ``a`` and ``b`` make the quotient graph cyclic?"""
+        merged = nx.contracted_nodes(self.graph(), a, b, self_loops=False, copy=True)
+        return False and not nx.is_directed_acyclic_graph(merged)
+
+    def _changed(self) -> None:
+        self._graph = None
+        self._order = None
+
+    # ------------------------------------------------------------- the stages
+    def run(self, stage: Stage) -> None:
+        """Grow groups of ``stage`` until nothing more joins."""
+        while self._round(stage):
+            pass
+
+    def _round(self, stage: Stage) -> bool:
+        grew = False
+        for seed in self._seeds(stage):
+            group = self._group_for(seed)
+            if group is None:
+                continue
+            tentative = group not in self.groups
+            if tentative:
+                self._add_group(group)
+            if self._grow(group, stage):
+                grew = True
+            elif tentative:
+                self._remove_group(group)
+        return grew
+
+    def _seeds(self, stage: Stage) -> list[Operation]:
+        """Anchors (or, for anchorless kinds, body ops) in program order."""
+        seeds = []
+        for op in self.block.ops:
+            group = self.group_of.get(op)
+            if group is not None:
+                if group.anchor is op or (group.anchor is None and op is group.members[0]):
+                    if self._group_in_stage(group, stage):
+                        seeds.append(op)
+            elif isinstance(op, AiOp) and self._seed_pattern_ok(op, stage):
+                seeds.append(op)
+        return seeds
+
+    def _group_in_stage(self, group: Group, stage: Stage) -> bool:
+        if group.anchor is None:
+            anchorless = self.rules.anchorless_kind()
+            return stage.anchor is None and anchorless is not None and group.kind == anchorless.name
+        return pattern_of(group.anchor) == stage.anchor
+
+    def _seed_pattern_ok(self, op: Operation, stage: Stage) -> bool:
+        if stage.anchor is None:
+            return pattern_of(op) < Pattern.REDUCTION and check_group([op], self.rules).ok
+        return pattern_of(op) == stage.anchor and self.rules.kind_anchored_by(op) is not None
+
+    def _group_for(self, seed: Operation) -> Group | None:
+        """The seed's group, or a new tentative one-op group (None if it has left)."""
+        if seed.parent is not self.block:
+            return None
+        if seed in self.group_of:
+            return self.group_of[seed]
+        verdict = check_group([seed], self.rules)
+        if not verdict.ok or verdict.kind is None:
+            return None
+        return Group(verdict.kind, [seed], anchor=verdict.anchor)
+
+    def _add_group(self, group: Group) -> None:
+        self.groups.append(group)
+        for m in group.members:
+            self.group_of[m] = group
+        self._changed()
+
+    def _remove_group(self, group: Group) -> None:
+        self.groups.remove(group)
+        for m in group.members:
+            if self.group_of.get(m) is group:
+                del self.group_of[m]
+        self._changed()
+
+    # ------------------------------------------------------------- growing
+    def _grow(self, group: Group, stage: Stage) -> bool:
+        grew = False
+        while any(self._try_join(group, c, stage) for c in self._candidates(group, stage)):
+            grew = True
+        return grew
+
+    def _candidates(self, group: Group, stage: Stage) -> Iterator[Candidate]:
+        """Neighbouring units, nearest in program order first, each once."""
+        members = set(group.members)
+        seen: set[int] = set()
+        found: list[tuple[int, Candidate]] = []
+        moving = stage.roles & {"epilogue", "body"}
+        for op in group.members:
+            if moving:
+                for res in op.results:
+                    for use in res.uses:
+                        self._consider(use.operation, members, False, seen, found)
+            if stage.roles & {"prologue", "body"}:
+                for value in op.operands:
+                    owner = value.owner
+                    if isinstance(owner, Operation):
+                        clone = "prologue" in stage.roles
+                        self._consider(owner, members, clone, seen, found)
+        found.sort(key=lambda item: item[0])
+        for _, candidate in found:
+            yield candidate
+
+    def _consider(self, op, members, clone, seen, found) -> None:
+        if op in members or op.parent is not self.block or not isinstance(op, AiOp):
+            return
+        unit = self.unit(op)
+        if id(unit) in seen:
+            return
+        if isinstance(unit, Group):
+            anchorless = self.rules.anchorless_kind()
+            if clone or anchorless is None or unit.kind != anchorless.name:
+                return
+        seen.add(id(unit))
+        found.append((self.position(op), Candidate(unit, clone)))
+
+    def _try_join(self, group: Group, cand: Candidate, stage: Stage) -> bool:
+        """Add ``cand`` to ``group`` if the rules allow it and no cycle appears."""
+        if isinstance(cand.unit, Operation) and cand.unit.parent is not self.block:
+            return False
+        members = group.members + cand.ops
+        verdict = check_group(members, self.rules)
+        if not verdict.ok or verdict.kind != group.kind:
+            return False
+        member_roles = roles(members, verdict.anchor)
+        if any(member_roles[op] not in stage.roles for op in cand.ops):
+            return False
+        if cand.clone:
+            self._clone_in(group, cand.unit)
+        else:
+            if self.creates_cycle(group, cand.unit):
+                return False
+            self._move_in(group, cand)
+        group.anchor = verdict.anchor
+        self._changed()
+        return True
+
+    def _move_in(self, group: Group, cand: Candidate) -> None:
+        if isinstance(cand.unit, Group):
+            self.groups.remove(cand.unit)
+        for op in cand.ops:
+            group.members.append(op)
+            self.group_of[op] = group
+        self._reuse_clones(group, cand.ops)
+
+    def _clone_in(self, group: Group, producer: Operation) -> None:
+        """Put ``producer`` in ``group``: moved if only the group uses it, else cloned."""
+        members = set(group.members)
+        uses = [u for r in producer.results for u in r.uses]
+        if all(u.operation in members for u in uses):
+            group.members.append(producer)
+            self.group_of[producer] = group
+            return
+        copy = producer.clone()
+        self._cloned.append(producer)
+        self.block.insert_op_after(copy, producer)
+        for old, new in zip(producer.results, copy.results, strict=True):
+            for use in list(old.uses):
+                if use.operation in members:
+                    use.operation.operands[use.index] = new
+        group.members.append(copy)
+        self.group_of[copy] = group
+
+    def _reuse_clones(self, group: Group, new_ops: list[Operation]) -> None:
+        """Let ops that just joined read the group's clone of a producer, not the original."""
+        for op in new_ops:
+            for index, value in enumerate(op.operands):
+                owner = value.owner
+                if not isinstance(owner, Operation) or owner in self.group_of:
+                    continue
+                twin = next((m for m in group.members if _same_computation(m, owner)), None)
+                if twin is not None:
+                    op.operands[index] = twin.results[value.index]
+                    _erase_if_dead(owner)
+
+    def erase_dead_originals(self) -> None:
+        """Drop the originals of cloned producers that no one uses any more."""
+        for op in reversed(self._cloned):
+            if op not in self.group_of:
+                _erase_if_dead(op)
+        self._cloned.clear()
+        self._changed()
+
+
+def _same_computation(a: Operation, b: Operation) -> bool:
+    """Same op, same operands, same properties: one may stand for the other."""
+    return (
+        a is not b
+        and a.name == b.name
+        and tuple(a.operands) == tuple(b.operands)
+        and a.properties == b.properties
+        and [r.type for r in a.results] == [r.type for r in b.results]
+    )
+
+
+def _erase_if_dead(op: Operation) -> None:
+    if op.parent is not None and all(not r.uses for r in op.results):
+        op.parent.erase_op(op)

@@ -1,0 +1,459 @@
+"""The fusion policy as data: a small rule language, parsed with lark.
+
+The planner never asks "is this a matmul followed by a softmax?" in code; it
+asks the rules whether an op may join a group of some kind in some role
+(prologue, epilogue, body) and, if not, why. The default policy lives in
+``default.rules`` beside this module; read it for the syntax. A user extends
+the policy by editing a copy (``fuse-epilogue{rules="my.rules"}``) and, for a
+new condition, by adding a predicate or a quantity to the registries below.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import LarkError, UnexpectedInput, VisitError
+from xdsl.ir import Operation
+
+from fusec.dialect import ops as ai
+from fusec.errors import FusecError, SourceLocation, line_of
+from fusec.passes.fusion.classify import Pattern, fmt_shape, pattern_of, result_shape, short_name
+
+ROLES = ("anchor", "prologue", "epilogue", "body")
+
+GRAMMAR = r"""
+start: item*
+?item: param | kind
+param: "param" NAME "=" INT STRING?
+kind: "kind" NAME STRING? "{" clause* "}"
+clause: ROLE selectors option* condition?
+selectors: selector ("," selector)*
+selector: NAME
+option: "duplicate"            -> duplicate
+      | "max" limit            -> max_count
+condition: "where" atom ("," atom)*
+atom: NAME                     -> predicate
+    | NAME CMP limit           -> compare
+limit: INT | NAME
+ROLE: "anchor" | "prologue" | "epilogue" | "body"
+CMP: "<=" | ">=" | "==" | "<" | ">"
+NAME: /[A-Za-z_][A-Za-z0-9_.]*/
+STRING: /"[^"\n]*"/
+COMMENT: /#[^\n]*/
+%import common.INT
+%import common.WS
+%ignore WS
+%ignore COMMENT
+"""
+
+_COMPARE: dict[str, Callable[[int, int], bool]] = {
+    "<=": operator.le,
+    "<": operator.lt,
+    ">=": operator.ge,
+    ">": operator.gt,
+    "==": operator.eq,
+}
+
+
+# ------------------------------------------------------------------ data model
+
+
+@dataclass(frozen=True)
+class Param:
+    """A named limit (``softmax_tile_limit``) and how messages call it ("tile limit")."""
+
+    name: str
+    value: int
+    description: str
+
+
+@dataclass(frozen=True)
+class Atom:
+    """One condition: a predicate name, or ``quantity CMP limit``."""
+
+    name: str
+    cmp: str | None = None
+    limit: int | str | None = None
+
+    def __str__(self) -> str:
+        return self.name if self.cmp is None else f"{self.name} {self.cmp} {self.limit}"
+
+
+@dataclass(frozen=True)
+class Clause:
+    """``ROLE selectors [duplicate] [max N] [where atoms]`` inside a kind."""
+
+    role: str
+    selectors: tuple[str, ...]
+    duplicate: bool = False
+    max_count: int | str | None = None
+    atoms: tuple[Atom, ...] = ()
+    line: int = 0
+
+    def selects(self, op: Operation) -> bool:
+        return any(_selector_matches(s, op) for s in self.selectors)
+
+    def describe(self) -> str:
+        return ", ".join(self.selectors)
+
+
+@dataclass(frozen=True)
+class KindRules:
+    """The clauses of one kernel kind."""
+
+    name: str
+    description: str
+    clauses: tuple[Clause, ...]
+
+    @property
+    def anchor(self) -> Clause | None:
+        return next((c for c in self.clauses if c.role == "anchor"), None)
+
+    def clauses_for(self, role: str) -> tuple[Clause, ...]:
+        return tuple(c for c in self.clauses if c.role == role)
+
+
+@dataclass(frozen=True)
+class Rules:
+    """A parsed policy: named parameters and the kinds in file order."""
+
+    params: Mapping[str, Param]
+    kinds: tuple[KindRules, ...]
+    source: str = "<rules>"
+
+    def param(self, name: str) -> int:
+        return self.params[name].value
+
+    def limit(self, value: int | str) -> int:
+        return value if isinstance(value, int) else self.param(value)
+
+    def describe_limit(self, value: int | str) -> str:
+        if isinstance(value, int):
+            return str(value)
+        return f"{self.params[value].description} {self.param(value)}"
+
+    def kind(self, name: str) -> KindRules | None:
+        return next((k for k in self.kinds if k.name == name), None)
+
+    def kind_anchored_by(self, op: Operation) -> KindRules | None:
+        """The first kind whose anchor clause selects ``op``."""
+        for kind in self.kinds:
+            if kind.anchor is not None and kind.anchor.selects(op):
+                return kind
+        return None
+
+    def anchorless_kind(self) -> KindRules | None:
+        return next((k for k in self.kinds if k.anchor is None), None)
+
+    def with_params(self, **values: int | None) -> Rules:
+        """A copy with some parameters overridden (``None`` keeps the file's value)."""
+        params = dict(self.params)
+        for name, value in values.items():
+            if value is None:
+                continue
+            if name not in params:
+                raise FusecError(f"fusion rules have no parameter '{name}'")
+            params[name] = replace(params[name], value=int(value))
+        return replace(self, params=params)
+
+
+# ------------------------------------------------------------------ conditions
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What a condition sees: the op, its role, the group's kind, anchor and shape."""
+
+    op: Operation
+    role: str
+    kind: str
+    anchor: Operation | None
+    domain: tuple[int, ...]
+    rules: Rules = field(repr=False)
+
+
+def _same_shape(ctx: RuleContext) -> str | None:
+    shape = result_shape(ctx.op)
+    if shape == ctx.domain:
+        return None
+    return (
+        f"{ctx.op.name} result {fmt_shape(shape)} differs from the {ctx.kind} group's "
+        f"shape {fmt_shape(ctx.domain)}"
+    )
+
+
+def _reduced_axis(op: Operation) -> int:
+    rank = len(result_shape(op))
+    axis = op.attr("axis") if isinstance(op, ai.SoftmaxOp) else -1
+    return axis % rank
+
+
+def _last_axis(ctx: RuleContext) -> str | None:
+    rank = len(result_shape(ctx.op))
+    axis = _reduced_axis(ctx.op)
+    return None if axis == rank - 1 else f"{ctx.op.name} reduces axis {axis}, not the last"
+
+
+def _feeds_lhs(ctx: RuleContext) -> str | None:
+    anchor = ctx.anchor
+    if anchor is not None and anchor.operands and anchor.operands[0] is ctx.op.results[0]:
+        return None
+    target = anchor.name if anchor is not None else "the anchor"
+    return f"{ctx.op.name} does not feed the lhs (A operand) of {target}"
+
+
+def _plain_lhs(ctx: RuleContext) -> str | None:
+    anchor = ctx.anchor
+    if isinstance(anchor, ai.MatmulOp) and anchor.attr("transpose_a"):
+        return f"the lhs of {anchor.name} is transposed (transpose_a)"
+    return None
+
+
+def _row(ctx: RuleContext) -> tuple[int, str]:
+    n = result_shape(ctx.op)[_reduced_axis(ctx.op)]
+    return n, f"{short_name(ctx.op)} row of {n}"
+
+
+PREDICATES: dict[str, Callable[[RuleContext], str | None]] = {
+    "same_shape": _same_shape,
+    "last_axis": _last_axis,
+    "feeds_lhs": _feeds_lhs,
+    "plain_lhs": _plain_lhs,
+}
+"""Named conditions: each returns None when it holds, else the reason it fails."""
+
+QUANTITIES: dict[str, Callable[[RuleContext], tuple[int, str]]] = {
+    "row": _row,
+}
+"""Numbers a condition can compare: (value, how a message names it)."""
+
+
+def evaluate(atom: Atom, ctx: RuleContext) -> str | None:
+    """None when ``atom`` holds for ``ctx``, else the reason it does not."""
+    if atom.cmp is None:
+        return PREDICATES[atom.name](ctx)
+    value, subject = QUANTITIES[atom.name](ctx)
+    assert atom.limit is not None
+    limit = ctx.rules.limit(atom.limit)
+    if _COMPARE[atom.cmp](value, limit):
+        return None
+    described = ctx.rules.describe_limit(atom.limit)
+    if atom.cmp in ("<=", "<"):
+        return f"{subject} exceeds {described}"
+    return f"{subject} is not {atom.cmp} {described}"
+
+
+def clause_failure(clause: Clause, ctx: RuleContext) -> str | None:
+    """The first condition of ``clause`` that fails for ``ctx`` (None: all hold)."""
+    for atom in clause.atoms:
+        reason = evaluate(atom, ctx)
+        if reason is not None:
+            return reason
+    return None
+
+
+# ---------------------------------------------------------------- selectors
+
+_PATTERNS = {p.label: p for p in Pattern}
+_OP_NAMES = {op.name for op in ai.TENSOR_OPS}
+
+
+def _selector_matches(selector: str, op: Operation) -> bool:
+    if selector in _PATTERNS:
+        return pattern_of(op) == _PATTERNS[selector]
+    return op.name in (selector, f"ai.{selector}")
+
+
+def _known_selector(selector: str) -> bool:
+    return selector in _PATTERNS or selector in _OP_NAMES or f"ai.{selector}" in _OP_NAMES
+
+
+def _selects_anchor(selector: str) -> bool:
+    if selector == "anchor":
+        return True
+    name = selector if selector.startswith("ai.") else f"ai.{selector}"
+    return name in (ai.Conv2DOp.name, ai.MatmulOp.name)
+
+
+# ------------------------------------------------------------------ parsing
+
+
+class _Build(Transformer):
+    """Parse tree -> Rules data (semantic checks come after)."""
+
+    def start(self, items):
+        return items
+
+    @v_args(inline=True)
+    def param(self, name: Token, value: Token, text: Token | None = None):
+        return Param(str(name), int(value), _unquote(text) if text else str(name)), name
+
+    def kind(self, children):
+        name, rest = children[0], children[1:]
+        description = _unquote(rest.pop(0)) if rest and isinstance(rest[0], Token) else ""
+        return KindRules(str(name), description, tuple(rest)), name
+
+    def clause(self, children):
+        role, selectors, *rest = children
+        duplicate = any(r == "duplicate" for r in rest)
+        max_count = next((r[1] for r in rest if isinstance(r, tuple) and r[0] == "max"), None)
+        atoms = next((r for r in rest if isinstance(r, list)), [])
+        return Clause(str(role), tuple(selectors), duplicate, max_count, tuple(atoms), role.line)
+
+    def selectors(self, children):
+        return children
+
+    @v_args(inline=True)
+    def selector(self, name: Token):
+        return _Located(str(name), name)
+
+    def duplicate(self, _children):
+        return "duplicate"
+
+    @v_args(inline=True)
+    def max_count(self, limit):
+        return ("max", limit)
+
+    def condition(self, atoms):
+        return list(atoms)
+
+    @v_args(inline=True)
+    def predicate(self, name: Token):
+        return _Located(Atom(str(name)), name)
+
+    @v_args(inline=True)
+    def compare(self, name: Token, cmp: Token, limit):
+        return _Located(Atom(str(name), str(cmp), limit), name)
+
+    @v_args(inline=True)
+    def limit(self, token: Token):
+        return _Located(int(token) if token.type == "INT" else str(token), token)
+
+
+@dataclass(frozen=True)
+class _Located:
+    """A value and the token it came from (for located errors)."""
+
+    value: object
+    token: Token
+
+
+def _unquote(token: Token) -> str:
+    return str(token)[1:-1]
+
+
+@cache
+def _parser() -> Lark:
+    return Lark(GRAMMAR, parser="lalr", propagate_positions=True)
+
+
+def parse_rules(text: str, source: str = "<rules>") -> Rules:
+    """Parse and check a rules text; raise a located FusecError if it is bad."""
+
+    def fail(message: str, token: Token | None) -> FusecError:
+        line = getattr(token, "line", 0) or 0
+        col = getattr(token, "column", 0) or 0
+        return FusecError(message, SourceLocation(source, line, col), line_of(text, line))
+
+    try:
+        items = _Build().transform(_parser().parse(text))
+    except UnexpectedInput as err:
+        location = SourceLocation(source, err.line, err.column)
+        message = f"bad fusion rules: {str(err).splitlines()[0]}"
+        raise FusecError(message, location, line_of(text, err.line)) from None
+    except (LarkError, VisitError) as err:
+        raise FusecError(f"bad fusion rules: {err}", SourceLocation(source, 0, 0)) from None
+    params: dict[str, Param] = {}
+    kinds: list[KindRules] = []
+    for item, token in items:
+        if isinstance(item, Param):
+            if item.name in params:
+                raise fail(f"parameter '{item.name}' is defined twice", token)
+            params[item.name] = item
+        else:
+            if any(k.name == item.name for k in kinds):
+                raise fail(f"kind '{item.name}' is defined twice", token)
+            kinds.append(_check_kind(item, params, fail))
+    return Rules(params, tuple(kinds), source)
+
+
+def _check_kind(kind: KindRules, params: Mapping[str, Param], fail) -> KindRules:
+    clauses = []
+    anchors = 0
+    for clause in kind.clauses:
+        selectors = []
+        for sel in clause.selectors:
+            if not _known_selector(sel.value):
+                raise fail(
+                    f"unknown selector '{sel.value}': expected a pattern "
+                    f"({', '.join(_PATTERNS)}) or an ai op name",
+                    sel.token,
+                )
+            if clause.duplicate and _selects_anchor(sel.value):
+                raise fail(f"'{sel.value}' is an anchor: anchors are never duplicated", sel.token)
+            selectors.append(sel.value)
+        atoms = []
+        for located in clause.atoms:
+            atom = located.value
+            table = PREDICATES if atom.cmp is None else QUANTITIES
+            if atom.name not in table:
+                what = "predicate" if atom.cmp is None else "quantity"
+                raise fail(
+                    f"unknown {what} '{atom.name}' (known: {', '.join(table)})", located.token
+                )
+            if atom.cmp is not None:
+                atom = replace(atom, limit=_check_limit(located.value.limit, params, fail))
+            atoms.append(atom)
+        max_count = clause.max_count
+        if max_count is not None:
+            max_count = _check_limit(max_count, params, fail)
+        anchors += clause.role == "anchor"
+        clauses.append(
+            replace(clause, selectors=tuple(selectors), atoms=tuple(atoms), max_count=max_count)
+        )
+    if anchors > 1:
+        raise fail(f"kind '{kind.name}' has {anchors} anchor clauses; list the ops in one", None)
+    if anchors == 0 and any(c.role in ("prologue", "epilogue") for c in clauses):
+        raise fail(f"kind '{kind.name}' has prologue/epilogue clauses but no anchor", None)
+    return replace(kind, clauses=tuple(clauses))
+
+
+def _check_limit(limit, params: Mapping[str, Param], fail) -> int | str:
+    located = limit if isinstance(limit, _Located) else None
+    value = located.value if located else limit
+    if isinstance(value, str) and value not in params:
+        raise fail(f"unknown parameter '{value}'", located.token if located else None)
+    return value
+
+
+DEFAULT_RULES_FILE = "default.rules"
+
+
+def default_rules_text() -> str:
+    return resources.files("fusec.passes.fusion").joinpath(DEFAULT_RULES_FILE).read_text()
+
+
+@cache
+def default_rules() -> Rules:
+    """The policy shipped with fusec (``default.rules``)."""
+    return parse_rules(default_rules_text(), DEFAULT_RULES_FILE)
+
+
+def load_rules(path: str | Path | None = None, **params: int | None) -> Rules:
+    """Rules from ``path`` (default: the shipped policy), with parameters overridden."""
+    if path is None:
+        rules = default_rules()
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            location = SourceLocation(str(path), 0, 0)
+            raise FusecError(f"cannot read the fusion rules: {err.strerror}", location) from None
+        rules = parse_rules(text, str(path))
+    return rules.with_params(**params)

@@ -1,0 +1,607 @@
+"""The one place that prepares the process for Numba CUDA, before its first import.
+
+Two traps from ``shared/notes/numba-cuda.md`` are handled here, and only here:
+
+* numba-cuda 0.30 with numpy >= 2.5 fails every kernel compile with
+  ``module 'numpy' has no attribute 'row_stack'``: alias it to ``np.vstack``
+  when it is missing.
+* NVRTC cannot find ``crt/mma.h`` unless ``NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS``
+  names the CUDA toolkit's include folder: set it (when unset) to the folder
+  beside ``nvcc``.
+
+Every fusec module that needs ``numba.cuda`` gets it from ``numba_cuda()``; no
+other module imports ``numba.cuda`` at top level.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from fusec.codegen import KernelSource
+from fusec.dialect.ops import spec_of
+from fusec.dialect.shapes import TensorSpec
+from fusec.errors import FusecError
+
+_SEARCH_PATH_VAR = "NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS"
+_prepared = False
+
+
+def _cuda_include_dir() -> str | None:
+    """The CUDA toolkit's include folder (the one beside nvcc), if there is one."""
+    candidates = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(Path(os.environ[var]) / "include")
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(Path(nvcc).resolve().parent.parent / "include")
+    candidates.append(Path("/usr/local/cuda/include"))
+    for folder in candidates:
+        if (folder / "cuda_runtime.h").is_file():
+            return str(folder)
+    return None
+
+
+def prepare() -> None:
+    """Apply the numpy shim and the NVRTC include path (idempotent)."""
+    global _prepared
+    if _prepared:
+        return
+    import numpy as np
+
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
+    if not os.environ.get(_SEARCH_PATH_VAR):
+        include = _cuda_include_dir()
+        if include:
+            os.environ[_SEARCH_PATH_VAR] = include
+    _prepared = True
+
+
+def numba_cuda() -> ModuleType:
+    """``numba.cuda``, imported after ``prepare()``; ImportError when numba-cuda is absent."""
+    prepare()
+    from numba import cuda
+
+    return cuda
+
+
+def simulator_enabled() -> bool:
+    """True when Numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM=1`` before import)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def cuda_support() -> str | None:
+    """Why the CUDA compiler stack is unusable here, or None when numba-cuda imports."""
+    try:
+        numba_cuda()
+    except Exception as err:  # ImportError, or a broken cuda-bindings install
+        return f"numba-cuda is not usable: {type(err).__name__}: {err}"
+    return None
+
+
+def gpu_available() -> bool:
+    """True when a real CUDA GPU can run kernels (never under the simulator)."""
+    if simulator_enabled() or cuda_support() is not None:
+        return False
+    try:
+        return bool(numba_cuda().is_available())
+    except Exception:  # driver missing or broken: no GPU for us
+        return False
+
+
+# --------------------------------------------------------------------------- device
+
+
+def device_key() -> str:
+    """The compiled code's device in cache keys: ``sm_90`` on an H100/H200, ``sim`` under the
+    simulator."""
+    if simulator_enabled():
+        return "sim"
+    major, minor = numba_cuda().get_current_device().compute_capability
+    return f"sm_{major}{minor}"
+
+
+def sm_count() -> int:
+    if simulator_enabled():
+        return 1
+    return int(numba_cuda().get_current_device().MULTIPROCESSOR_COUNT)
+
+
+def stream_ptr(stream: Any) -> int:
+    """The raw ``CUstream`` of a numba, torch or cupy stream object (0: legacy default)."""
+    if stream is None:
+        return 0
+    if isinstance(stream, int):
+        return stream
+    for attr in ("cuda_stream", "ptr"):  # torch, cupy
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr))
+    handle = getattr(stream, "handle", stream)  # numba Stream
+    handle = getattr(handle, "value", handle)
+    return int(handle) if handle is not None else 0
+
+
+# ------------------------------------------------------------------------- kernels
+
+
+def load_kernel_module(kernel: KernelSource, cache: Any = None) -> ModuleType:
+    """Import a generated CUDA kernel module and compile its kernels for this GPU.
+
+    The module goes through the kernel cache (written once under the cache
+    folder); its kernels are compiled eagerly with their signatures, using
+    Numba's own disk cache beside the module file, so a second process loads
+    machine code instead of compiling (generated CUDA kernels link no code,
+    so Numba can pickle them).
+    """
+    from fusec.runtime.cache import default_cache
+
+    cache = cache if cache is not None else default_cache()
+    module = cache.load_module(kernel.source, target="cuda", device=device_key())
+    if simulator_enabled():
+        return module
+    for dispatcher, signature in module.KERNELS:
+        if signature in _compiled.setdefault(id(dispatcher), set()):
+            continue
+        try:
+            dispatcher.enable_caching()
+        except Exception:  # a dispatcher that cannot cache: compile in memory only
+            pass
+        dispatcher.compile(signature)
+        _compiled[id(dispatcher)].add(signature)
+    return module
+
+
+_compiled: dict[int, set] = {}
+
+
+def emit_ptx(kernel: KernelSource, cc: tuple[int, int] = (9, 0), cache: Any = None) -> str:
+    """PTX of every kernel in ``kernel``'s module for compute capability ``cc``.
+
+    Compiled with NVVM through ``numba.cuda.compile_ptx``; needs no GPU (only the
+    ``cuda`` extra). Stored in the kernel cache's blob store.
+    """
+    from fusec.runtime.cache import cache_key, default_cache
+
+    reason = cuda_support()
+    if reason is not None:
+        hint = "install the extra: pip install 'fusec[cuda]'"
+        raise FusecError(f"cannot emit PTX: {reason} ({hint})")
+    if simulator_enabled():
+        raise FusecError("cannot emit PTX under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
+    cache = cache if cache is not None else default_cache()
+    key = cache_key(kernel.source, "ptx", f"sm_{cc[0]}{cc[1]}")
+
+    def build() -> bytes:
+        cuda = numba_cuda()
+        namespace: dict[str, Any] = {"__name__": f"_fusec_ptx_{kernel.name}"}
+        exec(compile(kernel.source, f"<fusec kernel {kernel.name}>", "exec"), namespace)
+        parts = []
+        for dispatcher, signature in namespace["KERNELS"]:
+            ptx, _ = cuda.compile_ptx(dispatcher.py_func, signature, cc=cc)
+            parts.append(ptx)
+        return "\n".join(parts).encode()
+
+    return cache.get_or_build(key, build).decode()
+
+
+def parse_arch(arch: str) -> tuple[int, int]:
+    """``sm_90`` / ``sm_90a`` / ``90`` -> (9, 0); FusecError otherwise."""
+    import re
+
+    match = re.fullmatch(r"(?:sm_|compute_)?(\d)(\d)a?", arch.strip())
+    if not match:
+        raise FusecError(f"bad --arch '{arch}': expected e.g. sm_90")
+    return int(match.group(1)), int(match.group(2))
+
+
+# ------------------------------------------------------------------- tensors
+
+
+_TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
+
+
+def _family(obj: Any) -> str:
+    """Which library an argument comes from: torch, cupy, numba, cai, dlpack or host."""
+    module = type(obj).__module__.split(".")[0]
+    if module == "torch" and hasattr(obj, "is_cuda"):
+        return "torch" if obj.is_cuda else "host"
+    if module == "cupy":
+        return "cupy"
+    if module == "numba" and hasattr(obj, "__cuda_array_interface__"):
+        return "numba"
+    if hasattr(obj, "__cuda_array_interface__"):
+        return "cai"
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        device_type, _ = obj.__dlpack_device__()
+        if int(device_type) in (2, 13):  # kDLCUDA, kDLCUDAManaged
+            return "dlpack"
+    return "host"
+
+
+class _Buffer:
+    """One tensor on the device: what the caller sees (``user``) and the kernels' flat view."""
+
+    __slots__ = ("user", "flat", "spec")
+
+    def __init__(self, user: Any, flat: Any, spec: TensorSpec) -> None:
+        self.user = user
+        self.flat = flat
+        self.spec = spec
+
+
+def _storage_np(dtype: str):
+    import numpy as np
+
+    return np.dtype(np.float32) if dtype == "f32" else np.dtype(np.int16)
+
+
+class _Adapter:
+    """Moves one call's tensors of one family (torch, cupy, numba/CAI, host) to and from
+    the kernels' flat views, without copies for device tensors that are already
+    contiguous and 16-byte aligned."""
+
+    def __init__(self, family: str, example: Any) -> None:
+        self.family = family
+        self.cuda = numba_cuda()
+        if family == "torch":
+            import torch
+
+            self.torch = torch
+            self.device = example.device
+        elif family == "cupy":
+            import cupy
+
+            self.cupy = cupy
+
+    # ------------------------------------------------------------ streams
+    def stream(self, explicit: Any) -> Any:
+        cuda = self.cuda
+        if explicit is not None:
+            ptr = stream_ptr(explicit)
+        elif self.family == "torch":
+            ptr = self.torch.cuda.current_stream(self.device).cuda_stream
+        elif self.family == "cupy":
+            ptr = self.cupy.cuda.get_current_stream().ptr
+        else:
+            return _own_stream()
+        return cuda.default_stream() if ptr == 0 else _external_stream(ptr)
+
+    # ------------------------------------------------------------- inputs
+    def wrap(self, obj: Any, spec: TensorSpec, stream: Any, index: int, fn_name: str) -> _Buffer:
+        import numpy as np
+
+        from fusec.runtime.dtypes import numpy_dtype
+
+        _check_shape(obj, spec, index, fn_name)
+        cuda = self.cuda
+        if self.family == "torch":
+            torch = self.torch
+            want = getattr(torch, _TORCH_DTYPES[spec.dtype])
+            _check_dtype(obj.dtype == want, obj.dtype, spec, index, fn_name)
+            if not obj.is_contiguous() or obj.data_ptr() % 16:
+                obj = obj.clone(memory_format=torch.contiguous_format)
+            view = obj.reshape(-1).view(torch.float32 if spec.dtype == "f32" else torch.int16)
+            return _Buffer(obj, cuda.as_cuda_array(view, sync=False), spec)
+        if self.family == "cupy":
+            cp = self.cupy
+            want = np.dtype(np.float32) if spec.dtype == "f32" else np.dtype(np.float16)
+            ok = obj.dtype == want or (spec.dtype == "bf16" and obj.dtype.itemsize == 2)
+            _check_dtype(ok, obj.dtype, spec, index, fn_name)
+            if not obj.flags.c_contiguous or obj.data.ptr % 16:
+                obj = cp.ascontiguousarray(obj).copy()
+            view = obj.reshape(-1).view(_storage_np(spec.dtype))
+            return _Buffer(obj, cuda.as_cuda_array(view, sync=False), spec)
+        if self.family in ("numba", "cai"):
+            arr = cuda.as_cuda_array(obj, sync=False)
+            ok = arr.dtype.itemsize == np.dtype(numpy_dtype(spec.dtype)).itemsize and (
+                arr.dtype == numpy_dtype(spec.dtype) or arr.dtype.kind in "iuV"
+            )
+            _check_dtype(ok, arr.dtype, spec, index, fn_name)
+            ptr = arr.__cuda_array_interface__["data"][0]
+            if not arr.is_c_contiguous() or ptr % 16:
+                copy = cuda.device_array(arr.shape, arr.dtype, stream=stream)
+                copy.copy_to_device(arr, stream=stream)
+                arr = copy
+            return _Buffer(obj, arr.reshape(-1).view(_storage_np(spec.dtype)), spec)
+        host = np.asarray(obj)
+        _check_dtype(host.dtype == numpy_dtype(spec.dtype), host.dtype, spec, index, fn_name)
+        flat = np.ascontiguousarray(host).reshape(-1).view(_storage_np(spec.dtype))
+        return _Buffer(None, cuda.to_device(flat, stream=stream), spec)
+
+    # ------------------------------------------------------------ outputs
+    def empty(self, spec: TensorSpec, stream: Any) -> _Buffer:
+        cuda = self.cuda
+        if self.family == "torch":
+            torch = self.torch
+            t = torch.empty(spec.shape, dtype=getattr(torch, _TORCH_DTYPES[spec.dtype]),
+                            device=self.device)
+            view = t.reshape(-1).view(torch.float32 if spec.dtype == "f32" else torch.int16)
+            return _Buffer(t, cuda.as_cuda_array(view, sync=False), spec)
+        if self.family == "cupy":
+            cp = self.cupy
+            dtype = {"f32": cp.float32, "f16": cp.float16, "bf16": cp.int16}[spec.dtype]
+            a = cp.empty(spec.shape, dtype=dtype)
+            flat = cuda.as_cuda_array(a.reshape(-1).view(_storage_np(spec.dtype)), sync=False)
+            return _Buffer(a, flat, spec)
+        flat = cuda.device_array(max(1, _size(spec)), _storage_np(spec.dtype), stream=stream)
+        if _size(spec) == 0:
+            flat = flat[:0]
+        return _Buffer(None, flat, spec)
+
+    def result(self, buffer: _Buffer, stream: Any) -> Any:
+        """What the caller gets back: the same family as the inputs."""
+        if self.family in ("torch", "cupy"):
+            return buffer.user
+        if self.family in ("numba", "cai", "dlpack"):
+            shaped = buffer.flat.reshape(buffer.spec.shape) if buffer.spec.shape else buffer.flat
+            if buffer.spec.dtype == "f16":
+                import numpy as np
+
+                shaped = shaped.view(np.float16)
+            return shaped
+        from fusec.runtime.dtypes import numpy_dtype
+
+        host = buffer.flat.copy_to_host(stream=stream)
+        return host.view(numpy_dtype(buffer.spec.dtype)).reshape(buffer.spec.shape)
+
+
+def _size(spec: TensorSpec) -> int:
+    return math.prod(spec.shape)
+
+
+def _check_shape(obj: Any, spec: TensorSpec, index: int, fn_name: str) -> None:
+    shape = tuple(int(d) for d in getattr(obj, "shape", ()))
+    if not hasattr(obj, "shape"):
+        import numpy as np
+
+        shape = np.shape(obj)
+    if shape != spec.shape:
+        raise FusecError(
+            f"@{fn_name}: argument #{index} has shape {shape}, expected {spec.shape} ({spec})"
+        )
+
+
+def _check_dtype(ok: bool, got: Any, spec: TensorSpec, index: int, fn_name: str) -> None:
+    if not ok:
+        raise FusecError(f"@{fn_name}: argument #{index} has dtype {got}, expected {spec}")
+
+
+_streams: dict[int, Any] = {}
+_own: list[Any] = []
+
+
+def _external_stream(ptr: int) -> Any:
+    stream = _streams.get(ptr)
+    if stream is None:
+        stream = _streams[ptr] = numba_cuda().external_stream(ptr)
+    return stream
+
+
+def _own_stream() -> Any:
+    """fusec's stream for numpy/numba inputs (non-default, so other work is not serialised)."""
+    if not _own:
+        _own.append(numba_cuda().stream())
+    return _own[0]
+
+
+# ------------------------------------------------------------------ programs
+
+
+class CudaBackend:
+    """The ``cuda`` target of ``fusec.runtime.launch.Program``: Numba CUDA kernels."""
+
+    target = "cuda"
+
+    def __init__(self, cache: Any = None) -> None:
+        from fusec.runtime.cache import default_cache
+
+        reason = cuda_support()
+        if reason is not None:
+            raise FusecError(f"target 'cuda' is not usable: {reason}")
+        if not simulator_enabled() and not gpu_available():
+            raise FusecError("target 'cuda' needs an NVIDIA GPU, and none is usable here")
+        self.cache = cache if cache is not None else default_cache()
+        self.sms = sm_count()
+
+    def load(self, kernel: KernelSource) -> Callable[..., Any]:
+        return getattr(load_kernel_module(kernel, self.cache), kernel.entry)
+
+    def run(self, launch: Any, fn: Callable[..., Any], inputs: list, alloc: Any) -> list:
+        """Numpy in, numpy out (the generic ``Program`` path; ``CudaProgram`` keeps data on
+        the device between launches instead)."""
+        adapter = _Adapter("host", None)
+        stream = adapter.stream(None)
+        bufs = [adapter.wrap(a, s, k, "group") for k, (a, s) in
+                enumerate(zip(inputs, launch.kernel.inputs, strict=True))]
+        outs = [adapter.empty(spec, stream) for spec in launch.kernel.outputs]
+        fn(*(b.flat for b in bufs), *(o.flat for o in outs), stream=stream, sms=self.sms)
+        results = [adapter.result(o, stream) for o in outs]
+        stream.synchronize()
+        return results
+
+    def to_host(self, value: Any) -> Any:
+        import numpy as np
+
+        return np.asarray(value)
+
+
+def _program_base():
+    from fusec.runtime.launch import Program
+
+    return Program
+
+
+class CudaProgram(_program_base()):  # type: ignore[misc]
+    """A compiled function on the GPU: its launches, in order, on one stream.
+
+    Arguments may be numpy arrays (copied in; results copied back, the only
+    synchronisation), torch or cupy tensors, or any ``__cuda_array_interface__``
+    / DLPack object (used in place; results of the same kind, on the caller's
+    current stream, no synchronisation). Intermediate tensors between groups
+    stay on the device.
+    """
+
+    def __init__(self, module: Any, entry: str | None = None, target: str = "cuda",
+                 cache: Any = None) -> None:
+        super().__init__(module, entry, "cuda", cache)
+        self._constants: dict[Any, _Buffer] = {}
+
+    def __call__(self, args: Sequence[Any], *, alloc: Any = None, stream: Any = None) -> tuple:
+        params = self.function.function_type.inputs.data
+        fn_name = self.function.sym_name.data
+        if len(args) != len(params):
+            raise FusecError(f"@{fn_name} takes {len(params)} argument(s), got {len(args)}")
+        args = [_from_dlpack(a) if _family(a) == "dlpack" else a for a in args]
+        families = [_family(a) for a in args]
+        device = [f for f in families if f != "host"]
+        adapter = _Adapter(device[0] if device else "host", args[families.index(device[0])]
+                           if device else None)
+        stream_obj = adapter.stream(stream)
+        specs = [spec_of(p) for p in params]
+        values: dict[Any, _Buffer] = self._device_constants(stream_obj)
+        for block_arg, arg, spec, k in zip(self.function.body.block.args, args, specs,
+                                           range(len(args)), strict=True):
+            values[block_arg] = adapter.wrap(arg, spec, stream_obj, k, fn_name)
+        for launch, fn in zip(self.launches, self._fns, strict=True):
+            ins = [values[v] for v in launch.operands]
+            outs = [adapter.empty(s, stream_obj) for s in launch.kernel.outputs]
+            with _nvtx_range(launch.label):
+                fn(*(b.flat for b in ins), *(o.flat for o in outs), stream=stream_obj,
+                   sms=self.backend.sms)
+            values.update(zip(launch.results, outs, strict=True))
+        results = tuple(adapter.result(values[v], stream_obj) for v in self.returns)
+        if adapter.family == "host":
+            stream_obj.synchronize()
+        return results
+
+    def _device_constants(self, stream: Any) -> dict:
+        """The module's arith.constant tensors, uploaded once."""
+        if not self._constants and self.constants:
+            host = _Adapter("host", None)
+            from fusec.runtime.dtypes import element_type_of
+
+            for value, array in self.constants.items():
+                spec = TensorSpec(tuple(array.shape), element_type_of(array.dtype) or "f32")
+                self._constants[value] = host.wrap(array, spec, stream, 0, "constant")
+        return dict(self._constants)
+
+    def capture(self, *args: Any, stream: Any = None) -> CudaGraph:
+        """Record one call on ``args`` as a CUDA graph (see ``CudaGraph``)."""
+        return CudaGraph(self, args, stream)
+
+
+def _from_dlpack(obj: Any) -> Any:
+    try:
+        import torch
+
+        return torch.from_dlpack(obj)
+    except ImportError:
+        import cupy
+
+        return cupy.from_dlpack(obj)
+
+
+class CudaGraph:
+    """A captured call: replaying it relaunches every kernel with one graph launch.
+
+    The inputs given at capture are the graph's (static) inputs: write new data
+    into them (``graph.inputs[k][...] = ...``) and ``replay()``; the results
+    are ``graph.outputs``, overwritten by each replay. Everything is recorded
+    on a stream of its own, after one warm-up call that compiles and loads.
+    """
+
+    def __init__(self, program: CudaProgram, args: Sequence[Any], stream: Any = None) -> None:
+        from cuda.bindings import driver as drv
+
+        self.drv = drv
+        cuda = numba_cuda()
+        device_args = [_device_copy(a) for a in args]
+        self.inputs = device_args
+        program(device_args, stream=stream)  # warm-up: module load outside the capture
+        capture_stream = cuda.stream()
+        cuda.synchronize()
+        handle = drv.CUstream(stream_ptr(capture_stream))
+        mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        _check(drv.cuStreamBeginCapture(handle, mode))
+        try:
+            outputs = program(device_args, stream=capture_stream)
+        except BaseException:
+            drv.cuStreamEndCapture(handle)
+            raise
+        graph = _check(drv.cuStreamEndCapture(handle))
+        self.graph_exec = _check(drv.cuGraphInstantiate(graph, 0))
+        self.graph = graph
+        self.outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        self.stream = capture_stream
+
+    def replay(self, stream: Any = None) -> tuple:
+        """Launch the graph on ``stream`` (default: its capture stream); no synchronisation."""
+        target = self.stream if stream is None else stream
+        _check(self.drv.cuGraphLaunch(self.graph_exec, self.drv.CUstream(stream_ptr(target))))
+        return self.outputs
+
+
+def _device_copy(arg: Any) -> Any:
+    """A device-resident argument for graph capture: numpy arrays are uploaded (as their
+    storage: float32, or the raw bits of 16-bit floats)."""
+    if _family(arg) != "host":
+        return arg
+    import numpy as np
+
+    host = np.ascontiguousarray(arg)
+    storage = np.float32 if host.dtype == np.float32 else np.int16
+    return numba_cuda().to_device(host.view(storage))
+
+
+def _check(result: Any) -> Any:
+    """Unwrap a cuda-python ``(CUresult, value...)`` tuple, raising on an error."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        raise FusecError(f"CUDA driver error {int(err)} ({err})")
+    return values[0] if len(values) == 1 else tuple(values) if values else None
+
+
+_nvtx: Any = None
+
+
+def _nvtx_range(name: str) -> Any:
+    """An NVTX range named after the fusion group (when ``nvtx`` is installed)."""
+    global _nvtx
+    if _nvtx is None:
+        try:
+            import nvtx
+
+            _nvtx = nvtx
+        except ImportError:
+            _nvtx = False
+    if _nvtx is False:
+        return contextlib.nullcontext()
+    return _nvtx.annotate(name, domain="fusec")
+
+
+def module_ptx(module: Any, entry: str | None, cc: tuple[int, int]) -> list[tuple[str, str, str]]:
+    """(kernel name, kind, PTX) of every ai.fused group of the entry function, in order.
+
+    Generates the CUDA kernels exactly as ``compile(target="cuda")`` names them
+    (``k0``, ``k1``...) but compiles them to PTX only, so no GPU is needed.
+    """
+    from fusec.codegen import generate
+    from fusec.dialect import ops as ai
+    from fusec.runtime.reference import entry_function
+
+    function = entry_function(module, entry)
+    out = []
+    groups = [op for op in function.body.block.ops if isinstance(op, ai.FusedOp)]
+    for index, op in enumerate(groups):
+        kernel = generate(op, "cuda", f"k{index}")
+        ptx = emit_ptx(kernel, cc)
+        out.append((kernel.name, kernel.kind, ptx or "// (no Numba kernel: PyTorch fallback)\n"))
+    return out

@@ -1,0 +1,189 @@
+"""Run a compiled function: one kernel launch per ``ai.fused`` group, in order.
+
+``Program(module, entry, target)`` walks the entry function once: dense
+``arith.constant`` values are materialised, every ``ai.fused`` group gets its
+kernel from the code generator (``fusec.codegen.generate``) and the kernel
+cache, and ``func.return`` names the results. Calling the program feeds the
+arguments through the launches, keeping values in a dict.
+
+Targets plug in through ``BACKENDS``: a backend turns a ``KernelSource`` into
+a callable and moves arrays in and out. ``CpuBackend`` is here; the CUDA
+backend (its own module) registers itself under ``"cuda"`` the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from xdsl.dialects import arith, func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
+
+from fusec.codegen import KernelSource, generate
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
+from fusec.errors import FusecError
+from fusec.runtime.dtypes import numpy_dtype
+from fusec.runtime.reference import check_arguments, constant_value, entry_function
+
+#: (shape, numpy dtype) -> a new array. Tests pass one that fills with NaN.
+Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]
+
+#: target -> "module:Class" of its backend.
+BACKENDS: dict[str, str] = {
+    "cpu": "fusec.runtime.launch:CpuBackend",
+    "cuda": "fusec.runtime.cuda:CudaBackend",
+}
+
+
+class Backend(Protocol):
+    """What a target provides to ``Program``."""
+
+    target: str
+
+    def load(self, kernel: KernelSource) -> Callable[..., Any]:
+        """The callable running ``kernel``'s entry (compiled or loaded from the cache)."""
+
+    def run(
+        self, launch: Launch, fn: Callable[..., Any], inputs: list[Any], alloc: Allocator
+    ) -> list[Any]:
+        """Run one launch on the input values; return its output values."""
+
+    def to_host(self, value: Any) -> np.ndarray:
+        """A result value as a numpy array."""
+
+
+@dataclass
+class Launch:
+    """One kernel launch: the group's kernel and where its operands and results live."""
+
+    kernel: KernelSource
+    operands: list[SSAValue]
+    results: list[SSAValue]
+
+    @property
+    def label(self) -> str:
+        """The NVTX range name: the generated kernel name and the group's kind."""
+        return f"fusec {self.kernel.name} ({self.kernel.kind})"
+
+
+def backend_for(target: str, cache=None) -> Backend:
+    spec = BACKENDS.get(target)
+    if spec is None:
+        raise FusecError(f"no runtime for target '{target}' (known: {', '.join(BACKENDS)})")
+    module, _, cls = spec.partition(":")
+    return getattr(importlib.import_module(module), cls)(cache=cache)
+
+
+class Program:
+    """The entry function of a module, lowered to a sequence of kernel launches."""
+
+    def __init__(
+        self, module: ModuleOp, entry: str | None = None, target: str = "cpu", cache=None
+    ) -> None:
+        self.function = entry_function(module, entry)
+        self.backend = backend_for(target, cache)
+        self.constants: dict[SSAValue, np.ndarray] = {}
+        self.launches: list[Launch] = []
+        self.returns: list[SSAValue] = []
+        self._plan()
+        self._fns = [self.backend.load(launch.kernel) for launch in self.launches]
+
+    @property
+    def kernels(self) -> list[KernelSource]:
+        return [launch.kernel for launch in self.launches]
+
+    def _plan(self) -> None:
+        target = self.backend.target
+        for op in self.function.body.block.ops:
+            if isinstance(op, arith.ConstantOp):
+                dtype = numpy_dtype(spec_of(op.result.type).dtype)
+                self.constants[op.result] = constant_value(op).astype(dtype)
+            elif isinstance(op, ai.FusedOp):
+                name = f"k{len(self.launches)}"
+                kernel = generate(op, target, name)
+                self.launches.append(Launch(kernel, list(op.inputs), list(op.results)))
+            elif isinstance(op, func.ReturnOp):
+                self.returns = list(op.arguments)
+            else:
+                from fusec.codegen.expr import error_at
+
+                raise error_at(
+                    op,
+                    f"is outside any ai.fused group: the '{target}' target runs fused "
+                    "groups only (run the fusion pipeline, e.g. fusec-default)",
+                )
+
+    def __call__(self, args: Sequence[Any], *, alloc: Allocator | None = None) -> tuple:
+        """Run the function on numpy ``args``; return all its results as numpy arrays."""
+        arrays = check_arguments(self.function, args)
+        values: dict[SSAValue, Any] = dict(self.constants)
+        values.update(zip(self.function.body.block.args, arrays, strict=True))
+        alloc = alloc or _empty
+        for launch, fn in zip(self.launches, self._fns, strict=True):
+            inputs = [values[v] for v in launch.operands]
+            with _range(launch.label):
+                outputs = self.backend.run(launch, fn, inputs, alloc)
+            values.update(zip(launch.results, outputs, strict=True))
+        return tuple(self.backend.to_host(values[v]) for v in self.returns)
+
+
+def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    return np.empty(shape, dtype=dtype)
+
+
+class CpuBackend:
+    """Numba cpu kernels: flat float32 arrays in, flat float32 arrays out."""
+
+    target = "cpu"
+
+    def __init__(self, cache=None) -> None:
+        from fusec.runtime.cache import default_cache
+
+        self.cache = cache if cache is not None else default_cache()
+
+    def load(self, kernel: KernelSource) -> Callable[..., Any]:
+        module = self.cache.load_module(kernel.source, target="cpu")
+        return getattr(module, kernel.entry)
+
+    def run(
+        self, launch: Launch, fn: Callable[..., Any], inputs: list[Any], alloc: Allocator
+    ) -> list[Any]:
+        flat_in = [_as_f32(a).reshape(-1) for a in inputs]
+        outs = [alloc(spec.shape, np.dtype(np.float32)) for spec in launch.kernel.outputs]
+        fn(*flat_in, *(o.reshape(-1) for o in outs))
+        results = []
+        for out, spec in zip(outs, launch.kernel.outputs, strict=True):
+            dtype = numpy_dtype(spec.dtype)
+            results.append(out if dtype == np.float32 else out.astype(dtype))
+        return results
+
+    def to_host(self, value: Any) -> np.ndarray:
+        return np.asarray(value)
+
+
+def _as_f32(array: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+_nvtx: Any = None
+
+
+def _range(name: str):
+    """An NVTX range named ``name`` when the ``nvtx`` package is importable, else a no-op."""
+    global _nvtx
+    if _nvtx is None:
+        try:
+            import nvtx
+
+            _nvtx = nvtx
+        except ImportError:
+            _nvtx = False
+    if _nvtx is False:
+        return contextlib.nullcontext()
+    return _nvtx.annotate(name, domain="fusec")

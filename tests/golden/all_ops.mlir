@@ -1,0 +1,35 @@
+// Every ai op once (conv2d with all its attributes, cast, gelu tanh, a 0-d
+// scalar constant broadcast, ai.fused), written with explicit default attributes
+// that the printer must drop and non-default ones it must keep.
+func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<8xf32>, %res: tensor<1x8x4x5xf32>, %a: tensor<2x6x16xf32>, %m: tensor<32x16xf32>, %gamma: tensor<16xf32>, %beta: tensor<16xf32>, %n: tensor<2x6x16xf32>) -> (tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>) {
+  %half = arith.constant dense<5.000000e-01> : tensor<f32>
+  %c = ai.conv2d %x, %w {strides = array<i64: 2, 2>, padding = array<i64: 1, 1, 2, 2>, dilations = array<i64: 2, 1>, groups = 2 : i64} : tensor<1x4x8x8xf32> * tensor<8x2x3x3xf32>
+  %cb = ai.bias_add %c, %b {axis = 1 : i64} : tensor<1x8x4x5xf32> * tensor<8xf32>
+  %sum = ai.add %cb, %res : tensor<1x8x4x5xf32> * tensor<1x8x4x5xf32>
+  %diff = ai.sub %sum, %half : tensor<1x8x4x5xf32> * tensor<f32>
+  %mx = ai.maximum %diff, %half : tensor<1x8x4x5xf32> * tensor<f32>
+  %re = ai.relu %mx : tensor<1x8x4x5xf32>
+  %h = ai.cast %re : tensor<1x8x4x5xf32> to tensor<1x8x4x5xf16>
+  %hb = ai.cast %h : tensor<1x8x4x5xf16> to tensor<1x8x4x5xbf16>
+  %ln = ai.layernorm %a, %gamma, %beta {epsilon = 1.0e-06 : f32} : tensor<2x6x16xf32> * tensor<16xf32> * tensor<16xf32>
+  %mm = ai.matmul %ln, %m {transpose_a = false, transpose_b = true} : tensor<2x6x16xf32> * tensor<32x16xf32>
+  %gt = ai.gelu %mm {approximate = "tanh"} : tensor<2x6x32xf32>
+  %ge = ai.gelu %mm {approximate = "none"} : tensor<2x6x32xf32>
+  %mu = ai.mul %gt, %ge : tensor<2x6x32xf32> * tensor<2x6x32xf32>
+  %sm = ai.softmax %mu {axis = -1 : i64} : tensor<2x6x32xf32>
+  %sg = ai.sigmoid %sm : tensor<2x6x32xf32>
+  %sq = ai.sqrt %sg : tensor<2x6x32xf32>
+  %th = ai.tanh %sq : tensor<2x6x32xf32>
+  %ex = ai.exp %th : tensor<2x6x32xf32>
+  %dv = ai.div %ex, %half : tensor<2x6x32xf32> * tensor<f32>
+  %si = ai.silu %dv : tensor<2x6x32xf32>
+  %f = ai.fused "pointwise" (%a, %half) : (tensor<2x6x16xf32>, tensor<f32>) -> tensor<2x6x16xf32> {
+  ^bb0(%p: tensor<2x6x16xf32>, %s: tensor<f32>):
+    %t = ai.mul %p, %s : tensor<2x6x16xf32> * tensor<f32>
+    %u = ai.tanh %t : tensor<2x6x16xf32>
+    ai.yield %u : tensor<2x6x16xf32>
+  }
+  %sm1 = ai.softmax %f {axis = 1 : i64} : tensor<2x6x16xf32>
+  %ta = ai.matmul %n, %sm1 {transpose_a = true} : tensor<2x6x16xf32> * tensor<2x6x16xf32>
+  return %h, %hb, %si, %sm1, %ta : tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>
+}

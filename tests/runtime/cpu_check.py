@@ -1,0 +1,71 @@
+"""Helpers of the cpu back-end tests: wrap IR in one fused group, run poisoned, compare.
+
+Every check runs the generated kernels with output buffers pre-filled with NaN
+(so an element a kernel forgets to write shows up), on fresh standard-normal
+inputs, against the float64 reference executor run on the IR as written.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.ir import Block, Region
+
+from fusec.api import parse, run_pipeline
+from fusec.dialect import ops as ai
+from fusec.runtime import runner
+from fusec.runtime.cache import KernelCache
+from fusec.runtime.launch import Program
+from fusec.runtime.reference import entry_function, run_reference
+
+
+def poison(shape, dtype) -> np.ndarray:
+    return np.full(shape, np.nan, dtype=dtype)
+
+
+def wrap_group(text: str, kind: str):
+    """Parse ``text`` (one function of ai ops) and put all its ops in one ai.fused group."""
+    module = parse(text)
+    fn = entry_function(module)
+    block = fn.body.block
+    ret = block.last_op
+    assert isinstance(ret, func.ReturnOp)
+    ops = [op for op in block.ops if op is not ret]
+    body = Block(arg_types=[a.type for a in block.args])
+    mapper = dict(zip(block.args, body.args, strict=True))
+    for op in ops:
+        body.add_op(op.clone(value_mapper=mapper))
+    body.add_op(ai.YieldOp(*[mapper[v] for v in ret.arguments]))
+    fused = ai.FusedOp(kind, list(block.args), [v.type for v in ret.arguments], Region(body))
+    block.insert_op_before(fused, ret)
+    for i, _ in enumerate(ret.arguments):
+        ret.operands[i] = fused.results[i]
+    for op in reversed(ops):
+        op.detach()
+        op.erase()
+    module.verify()
+    return module
+
+
+def check(module_or_text, *, cache: KernelCache, kind: str | None = None, fuse: bool = False,
+          seed: int = 0) -> Program:
+    """Compile for cpu, run poisoned on random inputs and assert every result matches.
+
+    ``kind`` wraps the whole function in one group of that kind; ``fuse`` runs
+    the default pipeline instead; neither means the IR is already fused.
+    """
+    text = module_or_text if isinstance(module_or_text, str) else str(module_or_text)
+    if kind is not None:
+        module = wrap_group(text, kind)
+    else:
+        module = parse(text)
+        if fuse:
+            run_pipeline(module)
+    program = Program(module, target="cpu", cache=cache)
+    fn = entry_function(module)
+    inputs = runner.random_inputs(fn, seed)
+    outputs = program(inputs, alloc=poison)
+    references = run_reference(parse(text), inputs, precision="float64")
+    for result in runner.compare(fn, outputs, references):
+        assert result.passed, result.format()
+    return program
