@@ -72,6 +72,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
         for t in compiled.timings:
             sys.stderr.write(f"  {t.seconds * 1e3:9.3f} ms  {t.name}\n")
         sys.stderr.write(f"  {total * 1e3:9.3f} ms  total\n")
+    if args.remarks:
+        from fusec.passes.fusion.remarks import format_remarks, fusion_remarks
+
+        sys.stderr.write(format_remarks(fusion_remarks(compiled.module)))
     return EXIT_OK
 
 
@@ -161,6 +165,30 @@ def _add_run_command(sub) -> None:
     run.set_defaults(handler=cmd_run)
 
 
+def cmd_viz(args: argparse.Namespace) -> int:
+    from fusec.api import compile as fusec_compile
+    from fusec.passes.fusion.viz import picture_format, render
+
+    picture_format(args.output)  # a bad suffix fails before any work
+    compiled = fusec_compile(args.file, pipeline=args.pipeline, entry=args.entry)
+    _write_atomically(args.output, render(compiled.module, args.output))
+    return EXIT_OK
+
+
+def _add_viz_command(sub) -> None:
+    viz = sub.add_parser(
+        "viz", help="draw the op graph with fusion groups as clusters coloured by kind"
+    )
+    viz.add_argument("file", help="input .mlir file")
+    viz.add_argument(
+        "-o", "--output", required=True, metavar="graph.svg|graph.dot|graph.html",
+        help="the picture; its suffix picks the format (SVG needs no Graphviz)",
+    )
+    viz.add_argument("--pipeline", help="xDSL pass-pipeline spec (default: fusec-default)")
+    viz.add_argument("--entry", help="entry function name (default: the single public one)")
+    viz.set_defaults(handler=cmd_viz)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fusec", description="fusec: an operator-fusion compiler for AI graphs"
@@ -177,9 +205,14 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--entry", help="entry function name (default: the single public one)")
     comp.add_argument("--print-ir-after-all", action="store_true", help="IR after each pass")
     comp.add_argument("--timing", action="store_true", help="time each pass (to stderr)")
+    comp.add_argument(
+        "--remarks", action="store_true",
+        help="why each producer -> consumer edge left between kernels was not fused (to stderr)",
+    )
     comp.set_defaults(handler=cmd_compile)
     _add_onnx_commands(sub)
     _add_run_command(sub)
+    _add_viz_command(sub)
     return parser
 
 

@@ -158,6 +158,10 @@ class FusedFunction:
             self._launches.clear()
             self._compiled.clear()
 
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        """As a method: the instance is an argument like any other (part of the signature)."""
+        return self if instance is None else functools.partial(self, instance)
+
     def __repr__(self) -> str:
         return f"<fusec.fuse {getattr(self.fn, '__qualname__', self.fn)!r} target={self.target!r}>"
 
@@ -193,7 +197,8 @@ class FusedFunction:
         traced = read_trace(disk_key) if disk_key else None
         if traced is None:
             self.trace_count += 1
-            traced = trace_function(self.fn, call.specs, call.invoke, self.fn.__name__)
+            name = getattr(self.fn, "__name__", "fn")
+            traced = trace_function(self.fn, call.specs, call.invoke, name)
             if disk_key:
                 write_trace(disk_key, traced)
         compiled = fusec_compile(traced.module, target=call.target, pipeline=self.pipeline)

@@ -84,6 +84,11 @@ OP_CASES: dict[str, tuple[str, str, str]] = {
         name: (f"%a: {T}", f"  %r = ai.{name} %a : {T}", T)
         for name in ("relu", "sigmoid", "tanh", "exp", "silu", "gelu", "sqrt")
     },
+    "relu_with_discardable_attribute": (
+        f"%a: {T}",
+        f'  %r = ai.relu %a {{fusec.origin = "onnx:Relu_3"}} : {T}',
+        T,
+    ),
     "gelu_tanh": (f"%a: {T}", f'  %r = ai.gelu %a {{approximate = "tanh"}} : {T}', T),
     "matmul": (
         "%a: tensor<2x3xf16>, %b: tensor<3x5xf16>",

@@ -227,7 +227,8 @@ def error_at(op: Operation, message: str, text: str | None = None) -> FusecError
 
 
 def verify_module(module: ModuleOp, text: str | None = None) -> None:
-    """Verify every op, innermost first, reporting the first failure with its location."""
+    """Verify every op in program order (an op before the ops of its regions); report the
+    first failure with its location."""
     for op in module.walk(reverse=False):
         try:
             op.verify(verify_nested_ops=False)

@@ -39,6 +39,7 @@ from xdsl.dialects.builtin import (
     NameLoc,
     NoneAttr,
     StringAttr,
+    UnknownLoc,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
@@ -128,7 +129,7 @@ class Importer:
         self.arrays: dict[str, np.ndarray] = {}  # values known at import time
         self.block = Block()
         self.node: Node | None = None
-        self.location: Attribute = NoneAttr()
+        self.location: Attribute = UnknownLoc()
         self.uses = Counter(n for node in self.graph.node for n in node.input if n)
         self.uses.update(o.name for o in self.graph.output)
         self.folded: dict[int, Node] = {}  # conv node index -> the BatchNormalization it absorbs
@@ -231,7 +232,7 @@ class Importer:
         for index, proto in enumerate(self.graph.node):
             if index not in self.skip:
                 self.convert(Node(proto, index, {}))
-        self.node, self.location = None, NoneAttr()
+        self.node, self.location = None, UnknownLoc()
         results = [self.graph_output(o) for o in self.graph.output]
         self.block.add_op(func.ReturnOp(*results))
         fn = func.FuncOp(

@@ -532,7 +532,7 @@ class Trace:
         """
         if isinstance(value, (bool, int, float, np.integer, np.floating, np.bool_)):
             array = np.asarray(float(value))
-            key: tuple = ("scalar", float(value), dtype)
+            key: tuple = ("scalar", float(value).hex(), dtype)  # hex: -0.0 is not 0.0
         else:
             array = np.asarray(value)
             if array.dtype.kind not in "fiub" and element_type_of(array.dtype) is None:

@@ -12,11 +12,13 @@ from collections import Counter
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from onnx_nets import node_model, random, rel_err, run_onnxruntime, tensor
 
 import fusec
-from fusec.frontend.mlir import location_of
+from fusec.frontend.mlir import error_at, location_of
 from fusec.frontend.onnx_import import UnsupportedOnnx, import_model
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -79,8 +81,8 @@ CASES = {
         {"ai.matmul": 1, "ai.mul": 1, "ai.bias_add": 1}, 13,
     ),
     "gemm_row_bias_initializer": (
-        "Gemm", {"a": r(5, 7)}, {"b": r(7, 6), "c": r(1, 6)}, {}, {"ai.matmul": 1, "ai.bias_add": 1},
-        13,
+        "Gemm", {"a": r(5, 7)}, {"b": r(7, 6), "c": r(1, 6)}, {},
+        {"ai.matmul": 1, "ai.bias_add": 1}, 13,
     ),
     "gemm_column_bias_input": (
         "Gemm", {"a": r(5, 7), "b": r(7, 6), "c": r(5, 1)}, {}, {"beta": 0.25},
@@ -182,10 +184,8 @@ def test_cast_to_bfloat16_rounds_like_ml_dtypes():
 
 def test_float16_model_matches_onnxruntime():
     x = r(2, 3, 6, 6, dtype=np.float16)
-    model = node_model(
-        "Conv", {"x": x}, weights={"w": r(4, 3, 3, 3, dtype=np.float16), "b": r(4, dtype=np.float16)},
-        pads=[1, 1, 1, 1],
-    )
+    weights = {"w": r(4, 3, 3, 3, dtype=np.float16), "b": r(4, dtype=np.float16)}
+    model = node_model("Conv", {"x": x}, weights=weights, pads=[1, 1, 1, 1])
     module = check_against_onnxruntime(model, {"x": x}, tol=1e-2)
     assert "tensor<4x3x3x3xf16>" in str(module)
 
@@ -249,7 +249,8 @@ def test_batchnorm_with_weights_as_args_is_computed_at_run_time():
 
 
 def test_initializers_become_constants_in_the_model_dtype():
-    model = node_model("Add", {"x": r(2, 3, dtype=np.float16)}, weights={"c": r(3, dtype=np.float16)})
+    weights = {"c": r(3, dtype=np.float16)}
+    model = node_model("Add", {"x": r(2, 3, dtype=np.float16)}, weights=weights)
     text = str(fusec.from_onnx(model))
     assert "arith.constant" in text and "tensor<3xf16>" in text
 
@@ -287,6 +288,8 @@ def test_ops_are_located_at_their_onnx_node(tmp_path):
     module = fusec.from_onnx(path)
     relu = next(op for op in module.walk() if op.name == "ai.relu")
     assert str(location_of(relu)) == f'{path}: node "my relu"'
+    # a later diagnostic (a pass, the verifier) points at the node too
+    assert error_at(relu, "boom").format() == f"{path}: node \"my relu\": error: 'ai.relu' op boom"
     assert f'loc("my relu"("{path}":0:0))' in fusec.api.print_ir(module, locations=True)
 
 
@@ -355,7 +358,8 @@ def test_nodes_out_of_order_are_an_error():
 
 
 def test_unreadable_files(tmp_path):
-    assert _error(tmp_path / "missing.onnx").format() == f"{tmp_path / 'missing.onnx'}: error: no such file"
+    missing = tmp_path / "missing.onnx"
+    assert _error(missing).format() == f"{missing}: error: no such file"
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x00not a model")
     assert "cannot read the ONNX model" in _error(bad).message
@@ -364,3 +368,65 @@ def test_unreadable_files(tmp_path):
 def test_import_model_is_the_api_function():
     model = node_model("Relu", {"x": r(2)})
     assert str(import_model(model)) == str(fusec.from_onnx(model))
+
+
+# ------------------------------------------------------------------ properties
+
+
+@st.composite
+def conv_cases(draw):
+    group = draw(st.sampled_from([1, 2]))
+    cin, cout = group * draw(st.integers(1, 2)), group * draw(st.integers(1, 2))
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    attrs = {
+        "strides": [draw(st.integers(1, 3)), draw(st.integers(1, 3))],
+        "dilations": [draw(st.integers(1, 2)), draw(st.integers(1, 2))],
+        "group": group,
+    }
+    auto_pad = draw(st.sampled_from(["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+    if auto_pad == "NOTSET":
+        attrs["pads"] = [draw(st.integers(0, 2)) for _ in range(4)]
+    else:
+        attrs["auto_pad"] = auto_pad
+    h, w = draw(st.integers(5, 8)), draw(st.integers(5, 8))  # >= the dilated kernel
+    return (1, cin, h, w), (cout, cin // group, kh, kw), attrs
+
+
+@settings(max_examples=30, deadline=None)
+@given(conv_cases(), st.integers(0, 2**32 - 1))
+def test_conv_attributes_match_onnxruntime(case, seed):
+    x_shape, w_shape, attrs = case
+    rng = np.random.default_rng(seed)
+    x = random(rng, *x_shape)
+    model = node_model("Conv", {"x": x}, weights={"w": random(rng, *w_shape)}, **attrs)
+    got = fusec.compile(fusec.from_onnx(model), target="reference")(x)
+    if attrs.get("auto_pad", "").startswith("SAME") and max(attrs["dilations"]) > 1:
+        # onnxruntime rejects dilated SAME convolutions; ONNX's reference runs them
+        from onnx.reference import ReferenceEvaluator
+
+        want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    else:
+        want = run_onnxruntime(model, {"x": x})[0]
+    assert got.shape == want.shape and rel_err(got, want) < 1e-5
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.integers(1, 4), st.integers(1, 4), st.integers(1, 4), st.booleans(), st.booleans(),
+    st.sampled_from([(), (1,), ("n",), (1, "n"), ("m", 1), ("m", "n")]),
+    st.sampled_from([1.0, 0.5, -2.0]), st.sampled_from([1.0, 0.0, 3.0]), st.booleans(),
+)
+def test_gemm_attributes_match_onnxruntime(m, k, n, trans_a, trans_b, c_dims, alpha, beta,
+                                           c_is_weight):
+    rng = np.random.default_rng(m * 100 + k * 10 + n)
+    a = random(rng, *((k, m) if trans_a else (m, k)))
+    b = random(rng, *((n, k) if trans_b else (k, n)))
+    c = random(rng, *[{"m": m, "n": n}.get(d, d) for d in c_dims])
+    inputs, weights = {"a": a, "b": b}, {"c": c}
+    if not c_is_weight:
+        inputs, weights = {**inputs, **weights}, {}
+    model = node_model("Gemm", inputs, weights=weights, alpha=alpha, beta=beta,
+                       transA=int(trans_a), transB=int(trans_b))
+    got = fusec.compile(fusec.from_onnx(model), target="reference")(*inputs.values())
+    want = run_onnxruntime(model, inputs)[0]
+    assert got.shape == want.shape and rel_err(got, want) < 1e-5

@@ -233,7 +233,8 @@ def test_conv_bias_residual_relu(cache, case, dtype):
 
     text = f"""
 func.func @f(%x: {x}, %w: {wt}, %b: {b}, %r: {y}) -> {y} {{
-  %c = ai.conv2d %x, %w {{strides = array<i64: {arr(strides)}>, padding = array<i64: {arr(padding)}>,
+  %c = ai.conv2d %x, %w {{strides = array<i64: {arr(strides)}>,
+                          padding = array<i64: {arr(padding)}>,
                           dilations = array<i64: {arr(dil)}>, groups = {groups}}} : {x} * {wt}
   %a = ai.bias_add %c, %b : {y} * {b}
   %s = ai.add %a, %r : {y} * {y}

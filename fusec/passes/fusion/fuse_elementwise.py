@@ -1,4 +1,4 @@
-"""``fuse-elementwise``: Chains of elementwise/broadcast ops become pointwise kernels.
+"""``fuse-elementwise``: chains of elementwise/broadcast ops become pointwise kernels.
 
 The decisions are the planner's stage "fuse-elementwise" (see ``planner.py``) under
 the clauses of ``default.rules``; this module only names the pass.

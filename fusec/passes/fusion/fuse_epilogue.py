@@ -1,4 +1,7 @@
-"""``fuse-epilogue``: Elementwise consumers (and a fitting softmax) of a conv2d/matmul join its kernel.
+"""``fuse-epilogue``: the consumers of a conv2d/matmul join its kernel as an epilogue.
+
+Elementwise and broadcast ops over the anchor's output (bias, residual add,
+activations, casts) and, after a matmul, one softmax whose row fits a tile.
 
 The decisions are the planner's stage "fuse-epilogue" (see ``planner.py``) under
 the clauses of ``default.rules``; this module only names the pass.
@@ -13,6 +16,6 @@ from fusec.passes.fusion.driver import FusionPass
 
 @dataclass(frozen=True)
 class FuseEpiloguePass(FusionPass):
-    """Elementwise consumers (and a fitting softmax) of a conv2d/matmul join its kernel."""
+    """Grow conv/matmul groups along their consumers."""
 
     name = "fuse-epilogue"

@@ -1,4 +1,7 @@
-"""``fuse-reduction``: Each LayerNorm/softmax becomes a row-reduce kernel with its elementwise neighbours.
+"""``fuse-reduction``: each LayerNorm/softmax becomes a row-reduce kernel.
+
+Its cheap elementwise producers are cloned in (recomputed per row instead of
+written to memory) and its elementwise consumers are moved in.
 
 The decisions are the planner's stage "fuse-reduction" (see ``planner.py``) under
 the clauses of ``default.rules``; this module only names the pass.
@@ -13,6 +16,6 @@ from fusec.passes.fusion.driver import FusionPass
 
 @dataclass(frozen=True)
 class FuseReductionPass(FusionPass):
-    """Each LayerNorm/softmax becomes a row-reduce kernel with its elementwise neighbours."""
+    """Grow row-reduce groups around each LayerNorm/softmax."""
 
     name = "fuse-reduction"

@@ -40,11 +40,11 @@ class Verdict:
 
 
 def where(op: Operation) -> str:
-    """``file:line:col`` of an op, for messages."""
+    """``line:col`` of an op, for messages (the remark line itself names the file)."""
     from fusec.frontend.mlir import location_of
 
     loc = location_of(op)
-    return str(loc) if loc is not None else "unknown location"
+    return f"{loc.line}:{loc.col}" if loc is not None and loc.line > 0 else "?"
 
 
 def _illegal(reason: str) -> Verdict:
@@ -67,8 +67,8 @@ def find_anchor(members: Sequence[Operation], rules: Rules) -> Verdict:
     if len(tops) > 1 and top is Pattern.ANCHOR:
         a, b = tops[0], tops[1]
         return _illegal(
-            f"a group has one anchor: {a.name} ({where(a)}) and {b.name} ({where(b)}) "
-            "would share it; an anchor's work is never merged or duplicated"
+            f"{a.name} ({where(a)}) and {b.name} ({where(b)}) would both be anchors of one "
+            "kernel; a kernel has one anchor, whose work is never merged or duplicated"
         )
     anchor = tops[0]
     kind = rules.kind_anchored_by(anchor)
@@ -79,8 +79,8 @@ def find_anchor(members: Sequence[Operation], rules: Rules) -> Verdict:
         if others:
             b = others[0]
             return _illegal(
-                f"a {kind.name} group has one {noun}: {anchor.name} ({where(anchor)}) and "
-                f"{b.name} ({where(b)}) cannot share it"
+                f"{anchor.name} ({where(anchor)}) and {b.name} ({where(b)}) would both be in "
+                f"one {kind.name} kernel, which has one {noun}"
             )
     return Verdict(kind.name, anchor)
 

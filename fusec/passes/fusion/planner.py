@@ -146,7 +146,7 @@ class Planner:
     def creates_cycle(self, a: Unit, b: Unit) -> bool:
         """Would merging units ``a`` and ``b`` make the quotient graph cyclic?"""
         merged = nx.contracted_nodes(self.graph(), a, b, self_loops=False, copy=True)
-        return False and not nx.is_directed_acyclic_graph(merged)
+        return not nx.is_directed_acyclic_graph(merged)
 
     def _changed(self) -> None:
         self._graph = None

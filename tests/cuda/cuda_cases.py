@@ -1,0 +1,139 @@
+"""IR cases shared by the CUDA tests: one builder per template path, any size and dtype.
+
+Each builder returns ``.mlir`` text of one function holding one ``ai.fused``
+group, so the tests exercise the CUDA templates whatever the fusion passes do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _t(shape, dtype: str) -> str:
+    dims = "".join(f"{d}x" for d in shape)
+    return f"tensor<{dims}{dtype}>"
+
+
+def _func(name, params, results, kind, body) -> str:
+    args = ", ".join(f"%{n}: {t}" for n, t in params)
+    inner = ", ".join(f"%{n}1: {t}" for n, t in params)
+    operands = ", ".join(f"%{n}" for n, _ in params)
+    in_types = ", ".join(t for _, t in params)
+    out_types = ", ".join(results)
+    count = f":{len(results)}" if len(results) > 1 else ""
+    returned = ", ".join(f"%r#{k}" for k in range(len(results))) if len(results) > 1 else "%r"
+    lines = "\n".join(f"    {line}" for line in body)
+    return (
+        f"func.func @{name}({args}) -> ({out_types}) {{\n"
+        f"  %r{count} = ai.fused \"{kind}\" ({operands}) : ({in_types}) -> ({out_types}) {{\n"
+        f"  ^bb0({inner}):\n{lines}\n  }}\n"
+        f"  return {returned} : {out_types}\n}}\n"
+    )
+
+
+def pointwise_broadcast(rows: int, cols: int, dtype: str) -> str:
+    """gelu(x * a + b) * c with a scalar, b a row vector, c a column; a second f32 result."""
+    x, s, b, c = _t((rows, cols), dtype), _t((), dtype), _t((cols,), dtype), _t((rows, 1), dtype)
+    f = _t((rows, cols), "f32")
+    body = [
+        f"%m = ai.mul %x1, %a1 : {x} * {s}",
+        f"%p = ai.add %m, %b1 : {x} * {b}",
+        f"%g = ai.gelu %p : {x}",
+        f"%o = ai.mul %g, %c1 : {x} * {c}",
+        f"%w = ai.cast %o : {x} to {f}" if dtype != "f32" else f"%w = ai.sigmoid %o : {f}",
+        f"%z = ai.silu %w : {f}",
+        f"ai.yield %o, %z : {x}, {f}",
+    ]
+    return _func("pw_bcast", [("x", x), ("a", s), ("b", b), ("c", c)], [x, f], "pointwise", body)
+
+
+def pointwise_tail(n: int, dtype: str) -> str:
+    """maximum(tanh(x), y) - exp(y) / x on a length that no vector width divides."""
+    v = _t((n,), dtype)
+    body = [
+        f"%t = ai.tanh %x1 : {v}",
+        f"%m = ai.maximum %t, %y1 : {v} * {v}",
+        f"%e = ai.exp %y1 : {v}",
+        f"%d = ai.div %e, %x1 : {v} * {v}",
+        f"%o = ai.sub %m, %d : {v} * {v}",
+        f"ai.yield %o : {v}",
+    ]
+    return _func("pw_tail", [("x", v), ("y", v)], [v], "pointwise", body)
+
+
+def pointwise_bias(n: int, c: int, h: int, w: int, dtype: str) -> str:
+    """relu(bias_add(x, bias)) over NCHW, bias along channels; a smaller broadcast result."""
+    x, bias = _t((n, c, h, w), dtype), _t((c,), dtype)
+    body = [
+        f"%b = ai.bias_add %x1, %bias1 : {x} * {bias}",
+        f"%o = ai.relu %b : {x}",
+        f"ai.yield %o : {x}",
+    ]
+    return _func("pw_bias", [("x", x), ("bias", bias)], [x], "pointwise", body)
+
+
+def layernorm_residual(rows: int, cols: int, dtype: str) -> str:
+    """h = x + y (yielded); out = gelu(layernorm(h)) * s + h, s one value per row."""
+    x, v, s = _t((rows, cols), dtype), _t((cols,), dtype), _t((rows, 1), dtype)
+    body = [
+        f"%h = ai.add %x1, %y1 : {x} * {x}",
+        f"%n = ai.layernorm %h, %g1, %b1 {{epsilon = 1.0e-05 : f32}} : {x} * {v} * {v}",
+        f"%a = ai.gelu %n {{approximate = \"tanh\"}} : {x}",
+        f"%m = ai.mul %a, %s1 : {x} * {s}",
+        f"%o = ai.add %m, %h : {x} * {x}",
+        f"ai.yield %h, %o : {x}, {x}",
+    ]
+    params = [("x", x), ("y", x), ("g", v), ("b", v), ("s", s)]
+    return _func("ln_res", params, [x, x], "row_reduce", body)
+
+
+def softmax_last(rows: int, cols: int, dtype: str) -> str:
+    """softmax(x * scale + mask) over the last axis."""
+    x, s, v = _t((rows, cols), dtype), _t((), dtype), _t((cols,), dtype)
+    body = [
+        f"%m = ai.mul %x1, %s1 : {x} * {s}",
+        f"%a = ai.add %m, %k1 : {x} * {v}",
+        f"%o = ai.softmax %a : {x}",
+        f"ai.yield %o : {x}",
+    ]
+    return _func("sm_last", [("x", x), ("s", s), ("k", v)], [x], "row_reduce", body)
+
+
+def softmax_axis(shape, axis: int, dtype: str) -> str:
+    """exp(x) * softmax(x, axis) over a non-last axis."""
+    x = _t(shape, dtype)
+    body = [
+        f"%o = ai.softmax %x1 {{axis = {axis} : i64}} : {x}",
+        f"%e = ai.exp %x1 : {x}",
+        f"%p = ai.mul %o, %e : {x} * {x}",
+        f"ai.yield %p : {x}",
+    ]
+    return _func("sm_axis", [("x", x)], [x], "row_reduce", body)
+
+
+def random_inputs(module, seed: int = 0) -> list[np.ndarray]:
+    """Fresh random arguments (never zeros) for the entry function of ``module``."""
+    from fusec.dialect.ops import spec_of
+    from fusec.runtime.dtypes import numpy_dtype
+    from fusec.runtime.reference import entry_function
+
+    rng = np.random.default_rng(seed)
+    fn = entry_function(module)
+    out = []
+    for param in fn.function_type.inputs.data:
+        spec = spec_of(param)
+        values = rng.uniform(0.5, 1.5, spec.shape) * rng.choice([-1.0, 1.0], spec.shape)
+        out.append(np.asarray(values).astype(numpy_dtype(spec.dtype)))
+    return out
+
+
+def rel_error(actual, expected) -> float:
+    """||actual - expected|| / ||expected|| in float64; NaN anywhere gives inf."""
+    a = np.asarray(actual).astype(np.float64)
+    e = np.asarray(expected).astype(np.float64)
+    if a.shape != e.shape or not np.all(np.isfinite(a)):
+        return float("inf")
+    return float(np.linalg.norm(a - e) / max(np.linalg.norm(e), 1e-30))
+
+
+TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}

@@ -1,0 +1,40 @@
+"""Run CUDA cases under Numba's CUDA simulator; print one JSON line per case.
+
+Run as a subprocess by test_cuda_sim.py: ``NUMBA_ENABLE_CUDASIM=1`` must be set
+before numba.cuda is first imported, which a pytest process cannot promise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+    sys.exit("sim_runner.py needs NUMBA_ENABLE_CUDASIM=1")
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import cuda_cases  # noqa: E402
+
+import fusec  # noqa: E402
+from fusec.runtime.reference import run_reference  # noqa: E402
+
+
+def run(case: dict) -> dict:
+    text = getattr(cuda_cases, case["builder"])(*case["args"])
+    compiled = fusec.compile(text, target="cuda", pipeline="infer-shapes")
+    args = cuda_cases.random_inputs(compiled.module, seed=case.get("seed", 0))
+    outs = compiled._runner(args, poison=True)
+    refs = run_reference(compiled.module, args)
+    errors = [cuda_cases.rel_error(o, r) for o, r in zip(outs, refs, strict=True)]
+    return {"name": case["name"], "errors": errors, "kinds": [k.kind for k in compiled.kernels]}
+
+
+if __name__ == "__main__":
+    for case in json.loads(sys.argv[1]):
+        try:
+            result = run(case)
+        except Exception as err:  # reported to the test, which fails with it
+            result = {"name": case["name"], "error": f"{type(err).__name__}: {err}"}
+        print(json.dumps(result), flush=True)

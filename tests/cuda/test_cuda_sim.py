@@ -1,0 +1,64 @@
+"""CUDA templates under Numba's CUDA simulator, tiny shapes, vs the reference executor.
+
+The simulator must be switched on before numba.cuda is imported, so the cases
+run in one subprocess (``sim_runner.py``) and each test checks its line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cuda_cases import TOLERANCE
+
+HERE = Path(__file__).parent
+
+CASES = [
+    ("pw_bcast_f16", "pointwise_broadcast", [3, 24, "f16"], "f16"),
+    ("pw_bcast_bf16", "pointwise_broadcast", [2, 16, "bf16"], "bf16"),
+    ("pw_bcast_f32", "pointwise_broadcast", [2, 12, "f32"], "f32"),
+    ("pw_tail_f16", "pointwise_tail", [37, "f16"], "f16"),
+    ("pw_tail_f32", "pointwise_tail", [13, "f32"], "f32"),
+    ("pw_bias_f16", "pointwise_bias", [2, 3, 2, 4, "f16"], "f16"),
+    ("ln_warp_f16", "layernorm_residual", [5, 64, "f16"], "f16"),
+    ("ln_block_f32", "layernorm_residual", [2, 1024, "f32"], "f32"),
+    ("ln_odd_bf16", "layernorm_residual", [3, 40, "bf16"], "bf16"),
+    ("sm_last_f16", "softmax_last", [3, 48, "f16"], "f16"),
+    ("sm_last_block_f32", "softmax_last", [2, 600, "f32"], "f32"),
+    ("sm_axis_f32", "softmax_axis", [[2, 5, 3], 1, "f32"], "f32"),
+    ("sm_axis0_bf16", "softmax_axis", [[4, 6], 0, "bf16"], "bf16"),
+]
+
+
+@pytest.fixture(scope="module")
+def sim_results() -> dict:
+    pytest.importorskip("numba.cuda", reason="numba-cuda (the 'cuda' extra) is not installed")
+    payload = json.dumps([{"name": n, "builder": b, "args": a} for n, b, a, _ in CASES])
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONUNBUFFERED="1")
+    done = subprocess.run(
+        [sys.executable, str(HERE / "sim_runner.py"), payload],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
+    )
+    results = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            results[record["name"]] = record
+    if not results:
+        pytest.fail(f"simulator run produced nothing:\n{done.stdout}\n{done.stderr}")
+    return results
+
+
+@pytest.mark.parametrize(("name", "dtype"), [(c[0], c[3]) for c in CASES])
+def test_template_under_simulator(sim_results: dict, name: str, dtype: str) -> None:
+    record = sim_results.get(name)
+    assert record is not None, f"{name}: no result from the simulator run"
+    assert "error" not in record, record.get("error")
+    assert record["errors"], "no outputs compared"
+    for k, err in enumerate(record["errors"]):
+        # the reference is float64; f16/bf16 results round once per output element
+        assert err < TOLERANCE[dtype], f"{name} output #{k}: rel err {err:.3g}"

@@ -1,0 +1,82 @@
+"""ONNX's own backend node tests of every supported operator, through fusec.
+
+Each case goes import -> default pipeline -> execution and is compared with
+the expected outputs at ONNX's tolerances. The per-operator report is printed
+(``pytest -s`` shows it). No case may fail; a skip must name an unsupported
+attribute or element type; every supported operator passes at least one case.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fusec.frontend.onnx_conformance import ConformanceReport, node_cases, run_conformance
+from fusec.frontend.onnx_import import supported_operators
+
+
+def _cpu_available() -> bool:
+    from fusec.api import resolve_target
+    from fusec.errors import FusecError
+
+    try:
+        return resolve_target("cpu") == "cpu"
+    except FusecError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def reference_report() -> ConformanceReport:
+    report = run_conformance(target="reference")
+    print("\n" + report.format())
+    return report
+
+
+def _failures(report: ConformanceReport) -> str:
+    return "\n".join(f"{r.name}: {r.detail}" for r in report.results if r.status == "failed")
+
+
+def test_no_case_fails_on_the_reference_executor(reference_report):
+    assert reference_report.count("failed") == 0, _failures(reference_report)
+
+
+@pytest.mark.parametrize("operator", supported_operators())
+def test_every_supported_operator_passes_its_cases(reference_report, operator):
+    report = reference_report.operators[operator]
+    assert report.count("failed") == 0
+    assert report.count("passed") >= 1, [(r.name, r.detail) for r in report.results]
+
+
+def test_skips_name_an_unsupported_attribute_or_dtype(reference_report):
+    for result in reference_report.results:
+        if result.status == "skipped":
+            assert result.feature in ("attribute", "dtype"), result
+            assert result.detail, result
+        if result.status == "n/a":
+            assert "_expanded" in result.name and result.feature == "operator", result
+
+
+def test_every_case_is_counted_once():
+    cases = node_cases(["Gemm", "Relu"])
+    assert {c.operator for c in cases} == {"Gemm", "Relu"}
+    assert len({c.name for c in cases}) == len(cases)
+    assert "test_relu" in {c.name for c in cases}
+
+
+def test_a_wrong_result_fails(monkeypatch):
+    """The comparison can fail: a kernel that computes the wrong thing is caught."""
+    import fusec.frontend.onnx_import as onnx_import
+    from fusec.dialect import ops as ai
+
+    monkeypatch.setitem(onnx_import._UNARY, "Relu", ai.SigmoidOp)
+    report = run_conformance(["Relu"], target="reference")
+    assert report.operators["Relu"].count("failed") == 1
+    assert "differs" in next(r.detail for r in report.results if r.status == "failed")
+
+
+@pytest.mark.skipif(not _cpu_available(), reason="the cpu target is not available")
+def test_the_cpu_target_passes_the_same_cases(reference_report):
+    report = run_conformance(target="cpu")
+    print("\n" + report.format())
+    assert report.count("failed") == 0, _failures(report)
+    passed = {r.name for r in report.results if r.status == "passed"}
+    assert passed == {r.name for r in reference_report.results if r.status == "passed"}

@@ -1,0 +1,59 @@
+"""Every example graph through the default pipeline on the cpu target, f32 and f16."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cpu_check import check
+
+import fusec
+from fusec.runtime.cache import KernelCache
+
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.mlir"))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> KernelCache:
+    return KernelCache(tmp_path_factory.mktemp("kernels"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_matches_reference(cache, path):
+    program = check(path.read_text(), cache=cache, fuse=True)
+    assert program.launches, "the example produced no kernel"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_in_f16_matches_reference(cache, path):
+    text = re.sub(r"(tensor<[0-9x]*)f32>", r"\1f16>", path.read_text())
+    if text == path.read_text():
+        pytest.skip("the example has no f32 tensors")
+    check(text, cache=cache, fuse=True, seed=1)
+
+
+def test_compile_api_runs_kernels_and_lists_them():
+    path = next(p for p in EXAMPLES if p.stem == "conv_bias_relu")
+    compiled = fusec.compile(path, target="cpu")
+    assert compiled.target == "cpu"
+    assert [k.kind for k in compiled.kernels] == ["conv"]
+    assert "@numba.njit" in compiled.kernels[0].source
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 32, 28, 28)).astype(np.float16)
+    w = rng.standard_normal((64, 32, 3, 3)).astype(np.float16)
+    b = rng.standard_normal(64).astype(np.float16)
+    out = compiled(x, w, b)
+    ref = fusec.reference(path)(x, w, b)
+    assert out.dtype == np.float16 and out.shape == (1, 64, 26, 26)
+    err = np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref.astype(np.float64))
+    assert err < 1e-2
+
+
+def test_auto_target_is_cpu_without_a_gpu(monkeypatch):
+    from fusec import api
+
+    monkeypatch.setattr(api, "_CUDA_USABLE", False)
+    assert api.resolve_target("auto") == "cpu"
+    assert api.resolve_target("cpu") == "cpu"
