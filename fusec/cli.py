@@ -170,7 +170,10 @@ def cmd_viz(args: argparse.Namespace) -> int:
     from fusec.passes.fusion.viz import picture_format, render
 
     picture_format(args.output)  # a bad suffix fails before any work
-    compiled = fusec_compile(args.file, pipeline=args.pipeline, entry=args.entry)
+    # The picture needs the fused IR only: no kernels are generated.
+    compiled = fusec_compile(
+        args.file, target="reference", pipeline=args.pipeline, entry=args.entry
+    )
     _write_atomically(args.output, render(compiled.module, args.output))
     return EXIT_OK
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import KernelSource, io_specs
@@ -27,6 +28,7 @@ from fusec.codegen.cpu_common import (
     REDUCE_OPS,
     Buffers,
     Stage,
+    ancestors,
     assemble,
     body_ops,
     check_elementwise,
@@ -68,12 +70,10 @@ def matmul_core(
 def generate_core_group(
     fused_op: ai.FusedOp, name: str, kind: str, core_type: type, emit_core: CoreEmitter
 ) -> KernelSource:
-    """Prologue stage, core, epilogue stage (see the module docstring)."""
+    """Prologue stage(s), core, epilogue stage (see the module docstring)."""
     ops = body_ops(fused_op)
     core = single_core(fused_op, core_type)
-    post_set = depends_on(ops, core.results)
-    pre = [op for op in ops if op is not core and op not in post_set]
-    post = [op for op in ops if op in post_set]
+    before, after = _segments(ops, core)
     outputs = outputs_of(fused_op)
     yielded = [v for v, _ in outputs]
     gen = ExprGenerator()
@@ -93,9 +93,11 @@ def generate_core_group(
             writes.extend((value, array) for array in arrays)
         return writes
 
-    if pre:
-        writes = destinations(values_needed_after(pre, [core, *post], yielded))
-        stages.append(_stage(f"{name}_prologue", gen, pre, buffers.reads, writes))
+    for i, (label, segment) in enumerate(before):
+        later = [op for _, seg in before[i + 1 :] for op in seg] + [core, *after]
+        writes = destinations(values_needed_after(segment, later, yielded))
+        stages.append(_stage(f"{name}_{label}", gen, segment, buffers.reads, writes))
+        launch.append(stages[-1].call())
     core_out = destinations([core.results[0]])[0][1]
     core_stages, core_lines = emit_core(core, core_out, buffers, name)
     stages += core_stages
@@ -103,22 +105,60 @@ def generate_core_group(
     for value, array in outputs:
         if value == core.results[0] and array != core_out:
             launch.append(f"{array}[:] = {core_out}")
-    if post:
-        writes = [(v, a) for v, a in outputs if v in {r for op in post for r in op.results}]
-        stages.append(_stage(f"{name}_epilogue", gen, post, buffers.reads, writes))
+    if after:
+        results = {r for op in after for r in op.results}
+        writes = [(v, a) for v, a in outputs if v in results]
+        stages.append(_stage(f"{name}_epilogue", gen, after, buffers.reads, writes))
+        launch.append(stages[-1].call())
     for value, array in outputs:  # a group input yielded as it is
         if value in fused_op.block.args:
             launch.append(f"{array}[:] = {buffers.reads[value]}")
 
-    body = scratch_lines(buffers)
-    if pre:
-        body.append(stages[0].call())
-    body += launch
-    if post:
-        body.append(stages[-1].call())
-    source = assemble(fused_op, gen, stages, body)
+    source = assemble(fused_op, gen, stages, scratch_lines(buffers) + launch)
     inputs, outs = io_specs(fused_op)
     return KernelSource(name, kind, "cpu", source, inputs, outs)
+
+
+def _segments(
+    ops: Sequence[Operation], core: Operation
+) -> tuple[list[tuple[str, list[Operation]]], list[Operation]]:
+    """The stages before the core (labelled) and the ops of the epilogue stage.
+
+    Each core operand's producers form one prologue stage (A's and B's chains
+    live in different iteration spaces). The epilogue holds the ops that
+    depend on the core, plus the independent ops whose shapes fit its space;
+    other independent ops get a stage of their own, run first.
+    """
+    before: list[tuple[str, list[Operation]]] = []
+    done: set[Operation] = set()
+    for i, operand in enumerate(core.operands):
+        chain = ancestors(ops, [operand]) - done
+        if chain:
+            before.append((f"prologue{i}", [op for op in ops if op in chain]))
+            done |= chain
+    post = depends_on(ops, core.results)
+    side = [op for op in ops if op is not core and op not in done and op not in post]
+    space = _space([r for op in ops if op in post for r in op.results])
+    fits = [op for op in side if space is not None and _fits(op, space)]
+    rest = [op for op in side if op not in fits]
+    if rest:
+        before.insert(0, ("side", rest))
+    after = [op for op in ops if op in post or op in fits]
+    return before, after
+
+
+def _space(values: Sequence[SSAValue]) -> tuple[int, ...] | None:
+    if not values:
+        return None
+    return tuple(np.broadcast_shapes(*(shape_of(v) for v in values)))
+
+
+def _fits(op: Operation, space: tuple[int, ...]) -> bool:
+    return all(
+        len(shape_of(r)) <= len(space)
+        and tuple(np.broadcast_shapes(space, shape_of(r))) == space
+        for r in op.results
+    )
 
 
 def _stage(

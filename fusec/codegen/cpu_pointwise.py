@@ -26,7 +26,13 @@ from fusec.codegen.cpu_common import (
     input_names,
     outputs_of,
 )
-from fusec.codegen.expr import ExprGenerator, broadcast_offset, leaf_shapes, shape_of
+from fusec.codegen.expr import (
+    ExprGenerator,
+    broadcast_offset,
+    error_at,
+    leaf_shapes,
+    shape_of,
+)
 
 #: Aim for this many parallel tasks, each at least MIN_CHUNK elements long.
 TASKS = 64
@@ -89,7 +95,14 @@ def pointwise_stage(
         if value not in leaves and value not in {r for op in ops for r in op.results}:
             leaves[value] = shape_of(value)
     shapes = [shape_of(r) for op in ops for r in op.results] + [shape_of(v) for v, _ in writes]
-    space = tuple(np.broadcast_shapes(*shapes, *leaves.values()))
+    try:
+        space = tuple(np.broadcast_shapes(*shapes, *leaves.values()))
+    except ValueError:
+        raise error_at(
+            ops[0] if ops else writes[0][0].owner,
+            "is in a group whose values have no common broadcast shape (one loop cannot "
+            "compute them)",
+        ) from None
     leaf_list = list(leaves)
     merged, merged_shapes = coalesce(
         space, [leaves[v] for v in leaf_list] + [shape_of(v) for v, _ in writes]

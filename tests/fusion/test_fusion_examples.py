@@ -47,7 +47,7 @@ EXPECTED: dict[str, list[tuple[str, list[str]]]] = {
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_example_fuses_as_planned(name, example):
-    module = fusec.compile(example(name)).module
+    module = fusec.compile(example(name), target="reference").module
     assert summary(module) == EXPECTED[name]
     check_contract(module)
 
@@ -55,7 +55,7 @@ def test_example_fuses_as_planned(name, example):
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_example_semantics_preserved(name, example, random_args):
     before = example(name)
-    after = fusec.compile(before).module
+    after = fusec.compile(before, target="reference").module
     args = random_args(before)
     same_results(run_reference(before, args), run_reference(after, args))
 
@@ -63,13 +63,13 @@ def test_example_semantics_preserved(name, example, random_args):
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_anchors_are_never_duplicated(name, example):
     before = example(name)
-    after = fusec.compile(before).module
+    after = fusec.compile(before, target="reference").module
     for anchor in ("ai.conv2d", "ai.matmul"):
         assert count_ops(after, anchor) == count_ops(before, anchor)
 
 
 def test_two_consumers_clones_the_cheap_producer_and_keeps_h_once(example):
-    after = fusec.compile(example("two_consumers")).module
+    after = fusec.compile(example("two_consumers"), target="reference").module
     assert count_ops(after, "ai.mul") == 3  # %t twice (one per row-reduce) + %y
     matmul_group = [f for f in after.walk() if getattr(f, "kind_name", "") == "matmul"][0]
     assert len(matmul_group.results) == 2  # %h and %y: a multi-output group
@@ -78,7 +78,7 @@ def test_two_consumers_clones_the_cheap_producer_and_keeps_h_once(example):
 def test_softmax_tile_limit_is_a_parameter(example):
     small = example("ln_matmul_softmax_small")
     spec = "infer-shapes,fuse-prologue,fuse-epilogue{softmax_tile_limit=128},fuse-singletons"
-    module = fusec.compile(small, pipeline=spec).module
+    module = fusec.compile(small, pipeline=spec, target="reference").module
     assert [k for k, _ in summary(module)] == ["matmul", "row_reduce"]
 
 
@@ -90,7 +90,7 @@ func.func @f(%x: tensor<8x16xf32>, %g: tensor<16xf32>, %b: tensor<16xf32>, %w: t
   return %h : tensor<16x4xf32>
 }
 """  # noqa: E501
-    module = fusec.compile(text).module
+    module = fusec.compile(text, target="reference").module
     assert [k for k, _ in summary(module)] == ["row_reduce", "matmul"]
     check_contract(module)
 
@@ -105,7 +105,7 @@ func.func @qkv(%x: tensor<8x16xf32>, %g: tensor<16xf32>, %b: tensor<16xf32>, %wq
   return %q, %k, %v : tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32>
 }
 """  # noqa: E501
-    module = fusec.compile(text).module
+    module = fusec.compile(text, target="reference").module
     assert summary(module) == [("matmul", [LN, MM])] * 3
     check_contract(module)
 
@@ -123,6 +123,6 @@ func.func @f(%x: tensor<4x4xf32>, %w: tensor<4x4xf32>) -> tensor<4x4xf32> {
   return %out : tensor<4x4xf32>
 }
 """
-    module = fusec.compile(text).module
+    module = fusec.compile(text, target="reference").module
     assert summary(module) == [("matmul", [MM, "ai.relu"]), ("matmul", [MM, "ai.add"])]
     check_contract(module)

@@ -36,9 +36,7 @@ class Pattern(IntEnum):
         return self.name.lower()
 
 
-_UNARY = (
-    ai.ReluOp, ai.SigmoidOp, ai.TanhOp, ai.ExpOp, ai.SqrtOp, ai.SiluOp, ai.GeluOp, ai.CastOp
-)
+_UNARY = (ai.ReluOp, ai.SigmoidOp, ai.TanhOp, ai.ExpOp, ai.SqrtOp, ai.SiluOp, ai.GeluOp, ai.CastOp)
 _BINARY = (ai.AddOp, ai.SubOp, ai.MulOp, ai.DivOp, ai.MaximumOp)
 _REDUCTIONS = (ai.LayerNormOp, ai.SoftmaxOp)
 _ANCHORS = (ai.Conv2DOp, ai.MatmulOp)

@@ -320,7 +320,7 @@ def _place(lay: _Layout) -> None:
     preds: dict[str, list[str]] = {u: list(dag.predecessors(u)) for u in lay.units}
     for unit in sorted(lay.units, key=_natural):
         layers[depth[unit]].append(unit)
-    for (source, target) in sorted(lay.links, key=lambda k: (_natural(k[0]), _natural(k[1]))):
+    for source, target in sorted(lay.links, key=lambda k: (_natural(k[0]), _natural(k[1]))):
         chain, previous = [], source
         for level in range(depth[source] + 1, depth[target]):
             dummy = f"d{len(lay.boxes)}"
@@ -491,7 +491,6 @@ def _svg_node(node: Node, box: _Box) -> str:
     )
 
 
-
 # ------------------------------------------------------------------- HTML
 
 
@@ -500,7 +499,7 @@ def to_html(module: ModuleOp, *, use_dot: bool | None = None) -> str:
     e = html.escape
     graph = fusion_graph(module)
     svg = to_svg(module, use_dot=use_dot)
-    svg = svg[svg.find("<svg"):]  # drop Graphviz's XML prologue and doctype
+    svg = svg[svg.find("<svg") :]  # drop Graphviz's XML prologue and doctype
     rows = []
     for i, cluster in enumerate(graph.clusters):
         ops = ", ".join(graph.nodes[n].title for n in cluster.nodes)
