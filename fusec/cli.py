@@ -73,9 +73,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
             sys.stderr.write(f"  {t.seconds * 1e3:9.3f} ms  {t.name}\n")
         sys.stderr.write(f"  {total * 1e3:9.3f} ms  total\n")
     if args.remarks:
-        from fusec.passes.fusion.remarks import format_remarks, fusion_remarks
+        from fusec.passes.fusion.remarks import format_remarks, fusion_remarks, pipeline_rules
 
-        sys.stderr.write(format_remarks(fusion_remarks(compiled.module)))
+        rules = pipeline_rules(args.pipeline)
+        sys.stderr.write(format_remarks(fusion_remarks(compiled.module, rules)))
     return EXIT_OK
 
 

@@ -82,8 +82,12 @@ class Buffers:
 
 
 def body_ops(fused_op: ai.FusedOp) -> list[Operation]:
-    """The group's ops in order, without the terminator."""
-    return [op for op in fused_op.block.ops if not isinstance(op, ai.YieldOp)]
+    """The group's live ops in order: without the terminator and ops nothing uses."""
+    term = fused_op.block.last_op
+    assert isinstance(term, ai.YieldOp)
+    ops = [op for op in fused_op.block.ops if op is not term]
+    live = ancestors(ops, term.operands)
+    return [op for op in ops if op in live]
 
 
 def outputs_of(fused_op: ai.FusedOp) -> list[tuple[SSAValue, str]]:

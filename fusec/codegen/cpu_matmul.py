@@ -154,11 +154,10 @@ def _space(values: Sequence[SSAValue]) -> tuple[int, ...] | None:
 
 
 def _fits(op: Operation, space: tuple[int, ...]) -> bool:
-    return all(
-        len(shape_of(r)) <= len(space)
-        and tuple(np.broadcast_shapes(space, shape_of(r))) == space
-        for r in op.results
-    )
+    try:
+        return all(tuple(np.broadcast_shapes(space, shape_of(r))) == space for r in op.results)
+    except ValueError:
+        return False
 
 
 def _stage(

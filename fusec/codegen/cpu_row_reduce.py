@@ -34,6 +34,7 @@ from fusec.codegen.cpu_common import (
     input_names,
     outputs_of,
 )
+from fusec.codegen.cpu_pointwise import pointwise_stage
 from fusec.codegen.expr import (
     ExprGenerator,
     broadcast_offset,
@@ -50,11 +51,17 @@ MAX_TASKS = 256
 
 def generate(fused_op, name: str) -> KernelSource:
     ops = body_ops(fused_op)
-    reduce_op = the_reduction(fused_op, ops)
     gen = ExprGenerator()
-    stage = row_reduce_stage(
-        f"{name}_row_reduce", gen, ops, reduce_op, input_names(fused_op), outputs_of(fused_op)
-    )
+    if not any(isinstance(op, REDUCE_OPS) for op in ops):  # the reduction's result is unused
+        check_elementwise(ops)
+        stage = pointwise_stage(
+            f"{name}_pointwise", gen, ops, input_names(fused_op), outputs_of(fused_op)
+        )
+    else:
+        reduce_op = the_reduction(fused_op, ops)
+        stage = row_reduce_stage(
+            f"{name}_row_reduce", gen, ops, reduce_op, input_names(fused_op), outputs_of(fused_op)
+        )
     source = assemble(fused_op, gen, [stage], [stage.call()])
     inputs, outs = io_specs(fused_op)
     return KernelSource(name, "row_reduce", "cpu", source, inputs, outs)

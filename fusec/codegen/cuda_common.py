@@ -7,8 +7,9 @@ Conventions of every generated CUDA kernel module (the runtime relies on them):
   ``int16[::1]`` (``fusec.runtime.cuda_device`` converts to float32);
 * the kernel takes the group's outputs first, then its inputs, in order;
 * the module defines ``launch(*inputs, *outputs, stream=0, sms=132)``, which
-  launches the kernel(s) on ``stream``, and ``KERNELS``: ``(dispatcher,
-  signature)`` pairs that ``--emit ptx`` compiles.
+  launches the kernel(s) on ``stream``; ``config(sms)``, the kernel's
+  ``(blocks, threads)``; and ``KERNELS``: ``(dispatcher, signature)`` pairs
+  that ``--emit ptx`` compiles and the runtime launches directly.
 
 All names in the generated code are generated here (``in0``, ``out1``,
 ``v0``...); nothing of the input's text is spliced in.

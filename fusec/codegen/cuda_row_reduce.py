@@ -56,6 +56,8 @@ REDUCTIONS = (ai.LayerNormOp, ai.SoftmaxOp)
 VECS_PER_THREAD = 2
 WARP_ROWS_PER_BLOCK = 4
 STRIDED_THREADS = 256
+#: Threads per row (block) at most: long rows get more vectors per thread instead.
+MAX_THREADS = 256
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
@@ -161,10 +163,15 @@ def _launch_module(group: _Group, name: str, notes, constants, code: Source, hel
         "",
         code.text(),
         "",
+        "def config(sms):",
+        '    """(blocks, threads per block) on a GPU with ``sms`` multiprocessors."""',
+        f"    return {grid}, THREADS",
+        "",
+        "",
         f"def launch({', '.join(ins + outs)}, stream=0, sms=132):",
         f'    """Launch {name} on ``stream`` (no synchronisation)."""',
-        f"    blocks = {grid}",
-        f"    {name}[blocks, THREADS, stream]({', '.join(group.params())})",
+        "    blocks, threads = config(sms)",
+        f"    {name}[blocks, threads, stream]({', '.join(group.params())})",
         "",
         "",
         f"KERNELS = [({name}, SIGNATURE)]",
@@ -207,7 +214,8 @@ class _RowsEmitter:
             self.threads_per_row = 32
         else:
             want = -(-nvecs // VECS_PER_THREAD)
-            self.threads_per_row = min(1024, max(64, 1 << (want - 1).bit_length()))
+            # at most 256 threads: then even 255 registers per thread fit any block
+            self.threads_per_row = min(MAX_THREADS, max(64, 1 << (want - 1).bit_length()))
         self.per_vecs = -(-nvecs // self.threads_per_row)
         self.rows_per_block = WARP_ROWS_PER_BLOCK if self.threads_per_row == 32 else 1
         self.idx = [f"r{d}" for d in range(len(lead))] + ["col"]

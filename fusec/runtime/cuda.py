@@ -121,6 +121,8 @@ def stream_ptr(stream: Any) -> int:
         return 0
     if isinstance(stream, int):
         return stream
+    if hasattr(stream, "__cuda_stream__"):  # the CUDA stream protocol (numba, cuda.core)
+        return int(stream.__cuda_stream__()[1])
     for attr in ("cuda_stream", "ptr"):  # torch, cupy
         if hasattr(stream, attr):
             return int(getattr(stream, attr))
@@ -227,14 +229,29 @@ def _family(obj: Any) -> str:
 
 
 class _Buffer:
-    """One tensor on the device: what the caller sees (``user``) and the kernels' flat view."""
+    """One tensor on the device: what the caller sees (``user``), its raw address and
+    element count (all a direct launch needs), and a numba view made on demand."""
 
-    __slots__ = ("user", "flat", "spec")
+    __slots__ = ("user", "ptr", "n", "spec", "_flat", "_view")
 
-    def __init__(self, user: Any, flat: Any, spec: TensorSpec) -> None:
+    def __init__(self, user: Any, spec: TensorSpec, *, flat: Any = None, ptr: int = 0,
+                 view: Callable[[], Any] | None = None) -> None:
         self.user = user
-        self.flat = flat
         self.spec = spec
+        self._flat = flat
+        self._view = view
+        if flat is not None:  # (the simulator's arrays have no interface: no direct launch)
+            interface = getattr(flat, "__cuda_array_interface__", None)
+            ptr = interface["data"][0] if interface and flat.shape[0] else 0
+        self.ptr = ptr
+        self.n = math.prod(spec.shape)
+
+    @property
+    def flat(self) -> Any:
+        """The flat numba device array of the storage (for copies and the slow path)."""
+        if self._flat is None:
+            self._flat = self._view()
+        return self._flat
 
 
 def _storage_np(dtype: str):
@@ -288,8 +305,7 @@ class _Adapter:
             _check_dtype(obj.dtype == want, obj.dtype, spec, index, fn_name)
             if not obj.is_contiguous() or obj.data_ptr() % 16:
                 obj = obj.clone(memory_format=torch.contiguous_format)
-            view = obj.reshape(-1).view(torch.float32 if spec.dtype == "f32" else torch.int16)
-            return _Buffer(obj, cuda.as_cuda_array(view, sync=False), spec)
+            return self._torch_buffer(obj, spec)
         if self.family == "cupy":
             cp = self.cupy
             want = np.dtype(np.float32) if spec.dtype == "f32" else np.dtype(np.float16)
@@ -298,7 +314,7 @@ class _Adapter:
             if not obj.flags.c_contiguous or obj.data.ptr % 16:
                 obj = cp.ascontiguousarray(obj).copy()
             view = obj.reshape(-1).view(_storage_np(spec.dtype))
-            return _Buffer(obj, cuda.as_cuda_array(view, sync=False), spec)
+            return _Buffer(obj, spec, flat=cuda.as_cuda_array(view, sync=False))
         if self.family in ("numba", "cai"):
             arr = cuda.as_cuda_array(obj, sync=False)
             ok = arr.dtype.itemsize == np.dtype(numpy_dtype(spec.dtype)).itemsize and (
@@ -310,11 +326,20 @@ class _Adapter:
                 copy = cuda.device_array(arr.shape, arr.dtype, stream=stream)
                 copy.copy_to_device(arr, stream=stream)
                 arr = copy
-            return _Buffer(obj, arr.reshape(-1).view(_storage_np(spec.dtype)), spec)
+            return _Buffer(obj, spec, flat=arr.reshape(-1).view(_storage_np(spec.dtype)))
         host = np.asarray(obj)
         _check_dtype(host.dtype == numpy_dtype(spec.dtype), host.dtype, spec, index, fn_name)
         flat = np.ascontiguousarray(host).reshape(-1).view(_storage_np(spec.dtype))
-        return _Buffer(None, cuda.to_device(flat, stream=stream), spec)
+        return _Buffer(None, spec, flat=cuda.to_device(flat, stream=stream))
+
+    def _torch_buffer(self, t: Any, spec: TensorSpec) -> _Buffer:
+        torch, cuda = self.torch, self.cuda
+
+        def view() -> Any:
+            flat = t.reshape(-1).view(torch.float32 if spec.dtype == "f32" else torch.int16)
+            return cuda.as_cuda_array(flat, sync=False)
+
+        return _Buffer(t, spec, ptr=t.data_ptr(), view=view)
 
     # ------------------------------------------------------------ outputs
     def empty(self, spec: TensorSpec, stream: Any) -> _Buffer:
@@ -323,18 +348,17 @@ class _Adapter:
             torch = self.torch
             t = torch.empty(spec.shape, dtype=getattr(torch, _TORCH_DTYPES[spec.dtype]),
                             device=self.device)
-            view = t.reshape(-1).view(torch.float32 if spec.dtype == "f32" else torch.int16)
-            return _Buffer(t, cuda.as_cuda_array(view, sync=False), spec)
+            return self._torch_buffer(t, spec)
         if self.family == "cupy":
             cp = self.cupy
             dtype = {"f32": cp.float32, "f16": cp.float16, "bf16": cp.int16}[spec.dtype]
             a = cp.empty(spec.shape, dtype=dtype)
             flat = cuda.as_cuda_array(a.reshape(-1).view(_storage_np(spec.dtype)), sync=False)
-            return _Buffer(a, flat, spec)
+            return _Buffer(a, spec, flat=flat)
         flat = cuda.device_array(max(1, _size(spec)), _storage_np(spec.dtype), stream=stream)
         if _size(spec) == 0:
             flat = flat[:0]
-        return _Buffer(None, flat, spec)
+        return _Buffer(None, spec, flat=flat)
 
     def result(self, buffer: _Buffer, stream: Any) -> Any:
         """What the caller gets back: the same family as the inputs."""
@@ -412,7 +436,10 @@ class CudaBackend:
         self.sms = sm_count()
 
     def load(self, kernel: KernelSource) -> Callable[..., Any]:
-        return getattr(load_kernel_module(kernel, self.cache), kernel.entry)
+        module = load_kernel_module(kernel, self.cache)
+        if simulator_enabled() or len(getattr(module, "KERNELS", ())) != 1:
+            return getattr(module, kernel.entry)
+        return _DirectLaunch(module, self.sms)
 
     def run(self, launch: Any, fn: Callable[..., Any], inputs: list, alloc: Any) -> list:
         """Numpy in, numpy out (the generic ``Program`` path; ``CudaProgram`` keeps data on
@@ -431,6 +458,68 @@ class CudaBackend:
         import numpy as np
 
         return np.asarray(value)
+
+
+class _DirectLaunch:
+    """Launch a generated module's one kernel straight through the driver.
+
+    Same effect as the module's ``launch`` (same kernel, grid and stream), but
+    without building numba device arrays or re-dispatching on argument types
+    per call. The kernel's parameters follow Numba's array ABI (meminfo,
+    parent, nitems, itemsize, data, shape, strides: seven 64-bit values per
+    flat array); shapes are static, so a call only writes the data addresses
+    into a prepared parameter block and makes one ``cuLaunchKernel`` call.
+    """
+
+    def __init__(self, module: ModuleType, sms: int) -> None:
+        import ctypes
+        import threading
+
+        from cuda.bindings import driver as drv
+
+        self.module = module
+        self.drv = drv
+        ((dispatcher, _signature),) = module.KERNELS
+        overload = next(iter(dispatcher.overloads.values()))
+        handle = overload._codelibrary.get_cufunc().handle
+        self.function = drv.CUfunction(int(handle))
+        self.blocks, self.threads = module.config(sms)
+        self.count = len(overload.argument_types)
+        self.values = (ctypes.c_int64 * (7 * self.count))()
+        base = ctypes.addressof(self.values)
+        self.pointers = (ctypes.c_void_p * (7 * self.count))(
+            *(base + 8 * k for k in range(7 * self.count))
+        )
+        self.params = ctypes.addressof(self.pointers)
+        self.lock = threading.Lock()
+        self.streams: dict[int, Any] = {}
+
+    def __call__(self, *arrays: Any, stream: Any = 0, sms: int = 0) -> None:
+        """``arrays``: inputs then outputs, numba device arrays (the module's own order)."""
+        self.module.launch(*arrays, stream=stream, sms=sms)
+
+    def direct(self, stream: Any, inputs: list[_Buffer], outputs: list[_Buffer]) -> None:
+        buffers = (*outputs, *inputs)  # kernel parameter order: outputs first
+        if len(buffers) != self.count:
+            raise FusecError(f"kernel takes {self.count} arrays, got {len(buffers)}")
+        ptr = stream_ptr(stream)
+        handle = self.streams.get(ptr)
+        if handle is None:
+            handle = self.streams[ptr] = self.drv.CUstream(ptr)
+        values = self.values
+        with self.lock:
+            for k, buf in enumerate(buffers):
+                size = 4 if buf.spec.dtype == "f32" else 2
+                values[7 * k + 2] = buf.n
+                values[7 * k + 3] = size
+                values[7 * k + 4] = buf.ptr
+                values[7 * k + 5] = buf.n
+                values[7 * k + 6] = size
+            (err,) = self.drv.cuLaunchKernel(
+                self.function, self.blocks, 1, 1, self.threads, 1, 1, 0, handle, self.params, 0
+            )
+        if int(err) != 0:
+            raise FusecError(f"CUDA kernel launch failed: {err}")
 
 
 def _program_base():
@@ -452,6 +541,7 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
     def __init__(self, module: Any, entry: str | None = None, target: str = "cuda",
                  cache: Any = None) -> None:
         super().__init__(module, entry, "cuda", cache)
+        self._specs = [spec_of(p) for p in self.function.function_type.inputs.data]
         self._constants: dict[Any, _Buffer] = {}
         self._keep: list | None = None  # set while capturing: every buffer stays alive
 
@@ -471,7 +561,7 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         adapter = _Adapter(device[0] if device else "host", args[families.index(device[0])]
                            if device else None)
         stream_obj = adapter.stream(stream)
-        specs = [spec_of(p) for p in params]
+        specs = self._specs
         values: dict[Any, _Buffer] = self._device_constants(stream_obj)
         for block_arg, arg, spec, k in zip(self.function.body.block.args, args, specs,
                                            range(len(args)), strict=True):
@@ -483,8 +573,11 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
                 for out in outs:
                     _fill_nan(out, stream_obj)
             with _nvtx_range(launch.label):
-                fn(*(b.flat for b in ins), *(o.flat for o in outs), stream=stream_obj,
-                   sms=self.backend.sms)
+                if isinstance(fn, _DirectLaunch):
+                    fn.direct(stream_obj, ins, outs)
+                else:
+                    fn(*(b.flat for b in ins), *(o.flat for o in outs), stream=stream_obj,
+                       sms=self.backend.sms)
             values.update(zip(launch.results, outs, strict=True))
         if self._keep is not None:
             self._keep.extend(values.values())

@@ -23,7 +23,7 @@ START_SHAPES = [(2, 3, 5, 4), (4, 6), (2, 3, 8), (1, 2, 4, 4)]
 UNARY = [ai.ReluOp, ai.SigmoidOp, ai.TanhOp, ai.SiluOp, ai.GeluOp]
 BINARY = [ai.AddOp, ai.SubOp, ai.MulOp, ai.MaximumOp, ai.DivOp]
 OPS = ["unary", "binary", "binary", "bias_add", "matmul", "layernorm", "softmax", "conv2d",
-       "cast", "exp"]  # fmt: skip
+       "cast", "exp", "sqrt"]  # fmt: skip
 
 
 class _Builder:
@@ -63,6 +63,10 @@ class _Builder:
     def _exp(self, x, spec) -> None:
         self.add(ai.TanhOp(x))
         self.add(ai.ExpOp(self.values[-1]))  # exp of a tanh: bounded, never overflows
+
+    def _sqrt(self, x, spec) -> None:
+        self.add(ai.SigmoidOp(x))
+        self.add(ai.SqrtOp(self.values[-1]))  # sqrt of a sigmoid: always defined
 
     def _binary(self, x, spec) -> None:
         cls = self.draw(st.sampled_from(BINARY))

@@ -126,3 +126,26 @@ func.func @f(%x: tensor<4x4xf32>, %w: tensor<4x4xf32>) -> tensor<4x4xf32> {
     module = fusec.compile(text, target="reference").module
     assert summary(module) == [("matmul", [MM, "ai.relu"]), ("matmul", [MM, "ai.add"])]
     check_contract(module)
+
+
+def test_a_diamond_of_cloned_producers_is_computed_once_per_kernel():
+    # %t feeds both %e and %s; the row-reduce kernel clones the whole chain but
+    # must hold one copy of %t, not one per path (CSE would remove the second
+    # copy and a second pipeline run would then change the IR).
+    text = """
+func.func @f(%x: tensor<4x8xf32>, %g: tensor<8xf32>, %b: tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %t = ai.tanh %x : tensor<4x8xf32>
+  %e = ai.exp %t : tensor<4x8xf32>
+  %s = ai.add %e, %t : tensor<4x8xf32> * tensor<4x8xf32>
+  %n = ai.layernorm %s, %g, %b : tensor<4x8xf32> * tensor<8xf32> * tensor<8xf32>
+  return %n, %e : tensor<4x8xf32>, tensor<4x8xf32>
+}
+"""  # noqa: E501
+    module = fusec.compile(text, target="reference").module
+    assert summary(module) == [
+        ("pointwise", ["ai.tanh", "ai.exp"]),
+        ("row_reduce", ["ai.tanh", "ai.exp", "ai.add", LN]),
+    ]
+    check_contract(module)
+    again = fusec.compile(module, target="reference").ir
+    assert again == fusec.compile(text, target="reference").ir

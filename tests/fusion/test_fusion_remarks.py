@@ -82,3 +82,12 @@ def test_remarks_leave_the_module_unchanged(name):
     before = str(module)
     fusion_remarks(module)
     assert str(module) == before
+
+
+def test_cli_remarks_use_the_pipeline_policy(capsys):
+    path = EXAMPLES / "ln_matmul_softmax_small.mlir"
+    spec = "infer-shapes,fuse-prologue,fuse-epilogue{softmax_tile_limit=128},fuse-singletons"
+    argv = ["compile", str(path), "--remarks", "--target", "reference", "--pipeline", spec]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.endswith("softmax row of 256 exceeds tile limit 128\n")

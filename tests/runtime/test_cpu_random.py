@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from cpu_check import check
@@ -13,7 +15,7 @@ from fusec.runtime.cache import KernelCache
 UNARY = ["relu", "sigmoid", "tanh", "silu", "gelu", 'gelu {approximate = "tanh"}']
 BINARY = ["add", "sub", "mul", "maximum"]
 SETTINGS = settings(
-    max_examples=5,
+    max_examples=int(os.environ.get("FUSEC_TEST_EXAMPLES", "5")),  # raise it for a deep run
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -1,7 +1,8 @@
-"""``fuse-reduction``: each LayerNorm/softmax becomes a row-reduce kernel.
+"""``fuse-reduction``: each LayerNorm/softmax grows a row-reduce kernel.
 
 Its cheap elementwise producers are cloned in (recomputed per row instead of
-written to memory) and its elementwise consumers are moved in.
+written to memory) and its elementwise consumers are moved in. A reduction
+with nothing to absorb is left alone for ``fuse-singletons``.
 
 The decisions are the planner's stage "fuse-reduction" (see ``planner.py``) under
 the clauses of ``default.rules``; this module only names the pass.

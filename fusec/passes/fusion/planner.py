@@ -27,26 +27,33 @@ Groups are grown greedily from anchors, in program order, one stage per pass:
    whose row fits in one tile. Absorbing a consumer *moves* it; if an absorbed
    value is also used outside, the group gets several results
    (a multi-output group) rather than recomputing anything.
-3. ``fuse-reduction``: every LayerNorm/softmax left over becomes a row-reduce
-   kernel: its cheap elementwise producers are cloned in (each row-reduce
+3. ``fuse-reduction``: every LayerNorm/softmax left over grows a row-reduce
+   group: its cheap elementwise producers are cloned in (each row-reduce
    consumer recomputes them, so the value need not be written out) and its
    elementwise consumers are moved in.
 4. ``fuse-elementwise``: the remaining elementwise/broadcast ops are merged
    with their neighbours into pointwise kernels over one iteration space.
-5. ``fuse-singletons``: any op still alone becomes a one-op kernel, so every
-   ai op ends up in exactly one ``ai.fused``.
+5. ``fuse-singletons``: any op still alone (a seed of an earlier stage that
+   found nothing to absorb stays free) becomes a one-op kernel, so every ai op
+   ends up in exactly one ``ai.fused``.
 
-Two invariants hold throughout:
+Three invariants hold throughout:
 
 * An anchor's work is never duplicated: only clauses marked ``duplicate`` may
   clone an op, and the rules loader refuses ``duplicate`` on an anchor. A
   group has one anchor, so two anchors never merge either.
-* The graph of groups stays acyclic. Before two units (a group or a free op)
-  merge, the planner contracts them in the networkx quotient graph of the
-  function and rejects the merge if that creates a cycle (a path leaving the
-  group and coming back through another unit: the kernel would need its own
-  output as input). Cloning a producer cannot create a cycle: the consumer
-  group already depended on everything the producer depends on.
+* The graph of groups stays acyclic. The planner keeps the networkx quotient
+  graph of the function (one node per group or free op, an edge per
+  producer -> consumer pair) and, before two units merge, rejects the merge if
+  one reaches the other through a third unit: contracting them would close a
+  cycle (the kernel would need its own output as input). The search visits
+  only units ranked between the two in a topological order, so it stays local
+  on large graphs. Cloning a producer cannot create a cycle: the consumer
+  group already depended on everything the producer depends on. Packing
+  sorts the groups topologically and fails loudly on a cycle.
+* A group never computes the same value twice: a producer reached along two
+  paths of a prologue (a diamond) is cloned once, and an op that joins later
+  reads the group's clone rather than the original.
 
 Each pass is idempotent: groups are grown to a fixed point (a pass loops
 until no candidate joins), and re-packing an untouched group rebuilds it
@@ -113,6 +120,7 @@ class Planner:
         self.group_of: dict[Operation, Group] = {m: g for g in groups for m in g.members}
         self._cloned: list[Operation] = []
         self._graph: nx.DiGraph | None = None
+        self._rank: dict[Unit, int] | None = None
         self._order: dict[Operation, int] | None = None
         for group in self.groups:
             if group.anchor is None:
@@ -144,13 +152,53 @@ class Planner:
         return self._graph
 
     def creates_cycle(self, a: Unit, b: Unit) -> bool:
-        """Would merging units ``a`` and ``b`` make the quotient graph cyclic?"""
-        merged = nx.contracted_nodes(self.graph(), a, b, self_loops=False, copy=True)
-        return not nx.is_directed_acyclic_graph(merged)
+        """Would merging units ``a`` and ``b`` make the quotient graph cyclic?
+
+        Contracting two nodes of a DAG creates a cycle exactly when one reaches
+        the other by a path through some third node. The search only visits
+        nodes ranked (in a topological order of the graph) before its target:
+        no path to the target can pass through a later one, so a check near
+        the frontier of a large graph stays local.
+        """
+        return self._reaches_around(a, b) or self._reaches_around(b, a)
+
+    def _reaches_around(self, source: Unit, target: Unit) -> bool:
+        graph, rank = self.graph(), self.ranks()
+        limit = rank[target]
+        stack = [s for s in graph.successors(source) if s is not target and rank[s] < limit]
+        seen = set(stack)
+        while stack:
+            for nxt in graph.successors(stack.pop()):
+                if nxt is target:
+                    return True
+                if nxt not in seen and rank[nxt] < limit:
+                    seen.add(nxt)
+                    stack.append(nxt)
+        return False
+
+    def ranks(self) -> dict[Unit, int]:
+        """Each unit's index in a topological order of the quotient graph."""
+        if self._rank is None:
+            self._rank = {u: i for i, u in enumerate(nx.topological_sort(self.graph()))}
+        return self._rank
 
     def _changed(self) -> None:
+        """Ops were added or erased: recompute positions and the graph when next needed."""
         self._graph = None
+        self._rank = None
         self._order = None
+
+    def _contract(self, keep: Unit, gone: Unit) -> None:
+        """``gone`` merged into ``keep``: update the cached graph in place."""
+        if self._graph is not None:
+            nx.contracted_nodes(self._graph, keep, gone, self_loops=False, copy=False)
+        self._rank = None
+
+    def _relabel(self, old: Unit, new: Unit) -> None:
+        if self._graph is not None:
+            nx.relabel_nodes(self._graph, {old: new}, copy=False)
+        if self._rank is not None:
+            self._rank[new] = self._rank.pop(old)
 
     # ------------------------------------------------------------- the stages
     def run(self, stage: Stage) -> None:
@@ -209,17 +257,18 @@ class Planner:
         return Group(verdict.kind, [seed], anchor=verdict.anchor)
 
     def _add_group(self, group: Group) -> None:
+        """Register a new one-op group (a seed): its op's node becomes the group's."""
+        (op,) = group.members
         self.groups.append(group)
-        for m in group.members:
-            self.group_of[m] = group
-        self._changed()
+        self.group_of[op] = group
+        self._relabel(op, group)
 
     def _remove_group(self, group: Group) -> None:
+        """Dissolve a seed group that did not grow."""
+        (op,) = group.members
         self.groups.remove(group)
-        for m in group.members:
-            if self.group_of.get(m) is group:
-                del self.group_of[m]
-        self._changed()
+        del self.group_of[op]
+        self._relabel(group, op)
 
     # ------------------------------------------------------------- growing
     def _grow(self, group: Group, stage: Stage) -> bool:
@@ -275,12 +324,12 @@ class Planner:
             return False
         if cand.clone:
             self._clone_in(group, cand.unit)
+            self._changed()
         else:
             if self.creates_cycle(group, cand.unit):
                 return False
             self._move_in(group, cand)
         group.anchor = verdict.anchor
-        self._changed()
         return True
 
     def _move_in(self, group: Group, cand: Candidate) -> None:
@@ -289,12 +338,19 @@ class Planner:
         for op in cand.ops:
             group.members.append(op)
             self.group_of[op] = group
-        self._reuse_clones(group, cand.ops)
+        self._contract(group, cand.unit)
+        if self._reuse_clones(group, cand.ops):
+            self._changed()
 
     def _clone_in(self, group: Group, producer: Operation) -> None:
         """Put ``producer`` in ``group``: moved if only the group uses it, else cloned."""
         members = set(group.members)
         uses = [u for r in producer.results for u in r.uses]
+        twin = next((m for m in group.members if _same_computation(m, producer)), None)
+        if twin is not None:  # the group already computes it (a diamond in the prologue)
+            _redirect(producer, twin, members)
+            _erase_if_dead(producer)
+            return
         if all(u.operation in members for u in uses):
             group.members.append(producer)
             self.group_of[producer] = group
@@ -302,15 +358,16 @@ class Planner:
         copy = producer.clone()
         self._cloned.append(producer)
         self.block.insert_op_after(copy, producer)
-        for old, new in zip(producer.results, copy.results, strict=True):
-            for use in list(old.uses):
-                if use.operation in members:
-                    use.operation.operands[use.index] = new
+        _redirect(producer, copy, members)
         group.members.append(copy)
         self.group_of[copy] = group
 
-    def _reuse_clones(self, group: Group, new_ops: list[Operation]) -> None:
-        """Let ops that just joined read the group's clone of a producer, not the original."""
+    def _reuse_clones(self, group: Group, new_ops: list[Operation]) -> bool:
+        """Let ops that just joined read the group's clone of a producer, not the original.
+
+        Returns whether any operand was redirected.
+        """
+        redirected = False
         for op in new_ops:
             for index, value in enumerate(op.operands):
                 owner = value.owner
@@ -320,6 +377,8 @@ class Planner:
                 if twin is not None:
                     op.operands[index] = twin.results[value.index]
                     _erase_if_dead(owner)
+                    redirected = True
+        return redirected
 
     def erase_dead_originals(self) -> None:
         """Drop the originals of cloned producers that no one uses any more."""
@@ -339,6 +398,14 @@ def _same_computation(a: Operation, b: Operation) -> bool:
         and a.properties == b.properties
         and [r.type for r in a.results] == [r.type for r in b.results]
     )
+
+
+def _redirect(old: Operation, new: Operation, users: set[Operation]) -> None:
+    """Make the ``users`` of ``old``'s results read ``new``'s instead."""
+    for old_res, new_res in zip(old.results, new.results, strict=True):
+        for use in list(old_res.uses):
+            if use.operation in users:
+                use.operation.operands[use.index] = new_res
 
 
 def _erase_if_dead(op: Operation) -> None:

@@ -116,6 +116,22 @@ def _cycle_reason(planner: Planner, producer: Unit, consumer: Unit) -> str:
     return "fusing would create a cycle between kernels"
 
 
+def pipeline_rules(pipeline: str | None = None) -> Rules:
+    """The policy the fusion passes of ``pipeline`` used (their ``rules`` and tile limit).
+
+    So that ``--remarks`` after ``fuse-epilogue{softmax_tile_limit=128}`` explains
+    the decisions with the limit that made them.
+    """
+    from fusec.passes import build_pipeline
+    from fusec.passes.fusion.driver import FusionPass
+    from fusec.passes.fusion.rules import load_rules
+
+    fusion = [p for p in build_pipeline(pipeline).passes if isinstance(p, FusionPass)]
+    path = next((p.rules for p in fusion if p.rules is not None), None)
+    limit = next((p.softmax_tile_limit for p in fusion if p.softmax_tile_limit is not None), None)
+    return load_rules(path, softmax_tile_limit=limit)
+
+
 def format_remarks(remarks: list[Remark]) -> str:
     """The remarks as text, one per line (empty when every edge is fused)."""
     return "".join(f"{r}\n" for r in remarks)
