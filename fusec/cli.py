@@ -20,8 +20,17 @@ EXIT_OK, EXIT_ERROR = 0, 1
 
 def _write_atomically(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file: never half a file."""
+    from fusec.errors import FusecError, SourceLocation
+
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent or Path("."), prefix=f".{target.name}.")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent or Path("."), prefix=f".{target.name}.")
+    except OSError as err:
+        where = SourceLocation(str(path), 0, 0)
+        raise FusecError(f"cannot write the output: {err.strerror or err}", where) from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
@@ -89,7 +98,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
-    from fusec.frontend.onnx_conformance import run_conformance
+    from fusec.conformance import run_conformance
 
     report = run_conformance(args.op or None, target=args.target)
     sys.stdout.write(report.format(verbose=args.verbose))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from fusec.frontend.onnx_conformance import ConformanceReport, node_cases, run_conformance
+from fusec.conformance import ConformanceReport, node_cases, run_conformance
 from fusec.frontend.onnx_import import supported_operators
 
 
