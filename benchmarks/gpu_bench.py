@@ -183,7 +183,7 @@ def measure_case(torch, fusec, bench, label, ir, torch_fn, inputs, nbytes, copy_
     ref = torch_fn(*inputs)
     err = float(torch.linalg.norm((ours.float() - ref.float()).flatten())
                 / torch.linalg.norm(ref.float().flatten()))
-    graph = compiled._runner.capture(*inputs)
+    graph = compiled.capture(*inputs)
     fusec_ms = bench(lambda: compiled(*inputs))
     graph_ms = bench(graph.replay)
     eager_ms = bench(lambda: torch_fn(*inputs))

@@ -146,6 +146,17 @@ class CompiledModule:
             results = self._runner(args)
         return results[0] if len(results) == 1 else tuple(results)
 
+    def capture(self, *args: Any) -> Any:
+        """Record one call on ``args`` as a CUDA graph (``cuda`` target only).
+
+        Returns a ``fusec.runtime.cuda.CudaGraph``: write new data into its
+        ``.inputs``, call ``.replay()``, read ``.outputs``.
+        """
+        capture = getattr(self._runner, "capture", None)
+        if capture is None:
+            raise FusecError(f"CUDA graph capture needs target 'cuda', not '{self.target}'")
+        return capture(*args)
+
     def __repr__(self) -> str:
         return (
             f"CompiledModule(entry=@{self.entry}, target={self.target!r}, "
@@ -207,10 +218,14 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     run_pipeline(
         module, pipeline, after_pass=after_pass, timings=timings, source_text=source_text
     )
+    from fusec.runtime.launch import Program, fully_fused
+
+    if target == "auto" and not fully_fused(module, entry):
+        concrete = "reference"  # a pipeline that leaves ops unfused: only the reference runs it
     if concrete == "reference":
         return CompiledModule(module, target=concrete, entry=entry, timings=timings)
     # cpu and cuda: one generated kernel per ai.fused group, run by the target's backend
-    from fusec.runtime.launch import Program
+    # (kernels are compiled, or loaded from the kernel cache, on the first call)
 
     if concrete == "cuda":  # device-resident values, the caller's stream, CUDA graphs
         from fusec.runtime.cuda import CudaProgram as Program

@@ -54,9 +54,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     def after_pass(name: str, module) -> None:
         sys.stderr.write(f"// -----// IR Dump After {name} //----- //\n{print_ir(module)}\n")
 
+    # CUDA kernel source and PTX are generated without a GPU: no runtime is built for them
+    source_only = args.emit == "ptx" or (args.target == "cuda" and args.emit == "kernels")
     compiled = fusec_compile(
         args.file,
-        target="reference" if args.emit == "ptx" else args.target,  # PTX needs no GPU
+        target="reference" if source_only else args.target,
         pipeline=args.pipeline,
         entry=args.entry,
         after_pass=after_pass if args.print_ir_after_all else None,
@@ -65,9 +67,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.emit in ("ir", "all"):
         parts.append(compiled.ir)
     if args.emit in ("kernels", "all"):
-        if not compiled.kernels:
+        kernels = compiled.kernels
+        if source_only:
+            from fusec.runtime.cuda import module_kernels
+
+            kernels = module_kernels(compiled.module, compiled.entry)
+        if not kernels:
             parts.append(f"// no kernels generated for target '{compiled.target}'\n")
-        for kernel in compiled.kernels:
+        for kernel in kernels:
             parts.append(f"// ===== kernel {kernel.name} ({kernel.kind}) =====\n{kernel.source}\n")
     if args.emit == "ptx":
         from fusec.runtime.cuda import module_ptx, parse_arch
@@ -125,6 +132,9 @@ def _add_onnx_commands(sub) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from fusec.runtime.threads import configure
+
+    configure()  # thread-pool settings, before numpy and Numba start (fusec.runtime.threads)
     from fusec.api import compile as fusec_compile
     from fusec.api import parse
     from fusec.errors import FusecError

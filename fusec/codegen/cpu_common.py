@@ -45,6 +45,8 @@ class Stage:
     comment: str = ""
     #: The arrays ``launch`` passes (default: the parameter names themselves).
     args: list[str] | None = None
+    #: Names of the cpu helpers (``ROW_HELPERS`` of cpu_row_reduce) the body calls.
+    helpers: set[str] = field(default_factory=set)
 
     def source(self) -> str:
         sig = f"void({', '.join(['float32[::1]'] * len(self.params))})"
@@ -156,6 +158,10 @@ def assemble(
     helpers = helper_source(gen.helpers, HELPER_DECORATOR)
     if helpers:
         parts.append(helpers)
+    from fusec.codegen.cpu_row_reduce import ROW_HELPERS
+
+    for name in sorted(set().union(*(stage.helpers for stage in stages))):
+        parts.append(f"\n{HELPER_DECORATOR}\n{ROW_HELPERS[name]}\n")
     for stage in stages:
         parts.append("\n" + stage.source())
     launch = [

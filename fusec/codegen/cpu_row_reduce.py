@@ -122,9 +122,12 @@ def row_reduce_stage(
     def store_at(value: SSAValue, array: str) -> str:
         return f"{array}[{broadcast_offset(space, shape_of(value), index)}]"
 
-    emit = _RowEmitter(gen, leaf, store_at, pre, post, reduce_op, writes, recompute)
     n = space[axis]
-    loop, indent = _task_loop(space, axis)
+    direct = None  # the reduction reads whole contiguous input rows: no copy into ``buf``
+    if not pre and x in reads and leaves[x] == tuple(space) and axis == len(space) - 1:
+        direct = f"{reads[x]}[row * {n}:row * {n} + {n}]"
+    emit = _RowEmitter(gen, leaf, store_at, pre, post, reduce_op, writes, recompute, direct)
+    loop, indent = _task_loop(space, axis, with_buffer=not (direct and is_ln))
     body = loop + [f"{indent}{s}" for s in emit.lines(n)]
     params: list[str] = []
     for value in leaves:
@@ -132,7 +135,8 @@ def row_reduce_stage(
             params.append(reads[value])
     params += [a for _, a in writes if a not in params]
     what = "layernorm" if is_ln else f"softmax (axis {axis})"
-    return Stage(fn_name, params, body, comment=f"{what} over rows of {_fmt(space)}")
+    comment = f"{what} over rows of {_fmt(space)}"
+    return Stage(fn_name, params, body, comment=comment, helpers=emit.helpers)
 
 
 def _check_space(reduce_op, others, writes, space) -> None:
@@ -145,7 +149,7 @@ def _check_space(reduce_op, others, writes, space) -> None:
             raise error_at(reduce_op, "a group result is larger than the reduced tensor")
 
 
-def _task_loop(space: Sequence[int], axis: int) -> tuple[list[str], str]:
+def _task_loop(space: Sequence[int], axis: int, with_buffer: bool) -> tuple[list[str], str]:
     """Tasks over row ranges, each owning a row buffer; row -> indices of the other dims.
 
     Returns the loop lines and the indent of the per-row statements.
@@ -154,15 +158,16 @@ def _task_loop(space: Sequence[int], axis: int) -> tuple[list[str], str]:
     n = space[axis]
     per = math.ceil(rows / min(rows, MAX_TASKS))
     if per == 1:
-        lines = [f"for row in numba.prange({rows}):", f"    buf = np.empty({n}, dtype=np.float32)"]
+        lines = [f"for row in numba.prange({rows}):"]
         indent = "    "
     else:
         lines = [
             f"for task in numba.prange({math.ceil(rows / per)}):",
-            f"    buf = np.empty({n}, dtype=np.float32)",
             f"    for row in range(task * {per}, min(task * {per} + {per}, {rows})):",
         ]
         indent = "        "
+    if with_buffer:
+        lines.insert(1, f"    buf = np.empty({n}, dtype=np.float32)")
     dims = [d for d in range(len(space)) if d != axis]
     stride = rows
     for pos, d in enumerate(dims):
@@ -177,11 +182,13 @@ def _task_loop(space: Sequence[int], axis: int) -> tuple[list[str], str]:
 class _RowEmitter:
     """The three passes over one row (statements at row-loop depth)."""
 
-    def __init__(self, gen, leaf, store_at, pre, post, reduce_op, writes, recompute):
+    def __init__(self, gen, leaf, store_at, pre, post, reduce_op, writes, recompute, direct):
         self.gen, self.leaf, self.store_at = gen, leaf, store_at
+        self.direct = direct
         self.pre, self.post, self.op = pre, post, reduce_op
         self.writes, self.recompute = writes, recompute
         self.pre_results = {r for op in pre for r in op.results}
+        self.helpers: set[str] = set()
 
     def lines(self, n: int) -> list[str]:
         if isinstance(self.op, ai.LayerNormOp):
@@ -205,24 +212,27 @@ class _RowEmitter:
                 out.append(f"{self.store_at(value, array)} = {expr}")
         return out
 
-    def _first_pass(self, n: int, reduce_line: str) -> list[str]:
+    def _first_pass(self, n: int) -> list[str]:
+        """The prologue for each element of the row, into ``buf`` (and early stores).
+
+        In direct mode the row is a view of the input, called ``xrow``.
+        """
+        if self.direct:
+            return [f"xrow = {self.direct}"]
         stmts, names = self._prologue()
-        x = names[self.op.operands[0]]
         stmts += self._stores(names, early=True)
-        stmts += [f"buf[k] = {x}", reduce_line.format(x=x)]
+        stmts.append(f"buf[k] = {names[self.op.operands[0]]}")
         return [f"for k in range({n}):", *_indent(stmts)]
 
     def _layernorm(self, n: int) -> list[str]:
         eps = literal(self.op.attr("epsilon"))
-        lines = ["acc = 0.0", *self._first_pass(n, "acc += {x}"), f"mean = acc / {n}"]
-        lines += [
-            "acc = 0.0",
-            f"for k in range({n}):",
-            "    d = buf[k] - mean",
-            "    acc += d * d",
-            f"rstd = f32(1.0 / math.sqrt(acc / {n} + {eps}))",
+        row = "xrow" if self.direct else "buf"
+        lines = self._first_pass(n) + [
+            f"mean = row_sum({row}) / {n}",
+            f"rstd = f32(1.0 / math.sqrt(row_sq_dev({row}, mean) / {n} + {eps}))",
             "mean32 = f32(mean)",
         ]
+        self.helpers |= {"row_sum", "row_sq_dev"}
         gamma, beta = self.op.operands[1], self.op.operands[2]
 
         def normalise(names: dict[SSAValue, str], x: str) -> str:
@@ -230,32 +240,31 @@ class _RowEmitter:
             b = names.get(beta) or self.leaf(beta)
             return f"y = ({x} - mean32) * rstd * {g} + {b}"
 
-        return lines + self._last_pass(n, normalise)
+        return lines + self._last_pass(n, normalise, row)
 
     def _softmax(self, n: int) -> list[str]:
-        first = self._first_pass(n, "m = {x} if {x} > m or {x} != {x} else m")
-        lines = ["m = f32(-math.inf)", *first]
-        lines += [
-            "acc = 0.0",
+        row = "xrow" if self.direct else "buf"
+        lines = self._first_pass(n) + [
+            f"m = row_max({row})",
             f"for k in range({n}):",
-            "    e = math.exp(buf[k] - m)",
-            "    buf[k] = e",
-            "    acc += e",
-            "inv = f32(1.0 / acc)",
+            f"    buf[k] = math.exp({row}[k] - m)",
+            "inv = f32(1.0 / row_sum(buf))",
         ]
+        self.helpers |= {"row_max", "row_sum"}
 
         def normalise(names: dict[SSAValue, str], x: str) -> str:
             return f"y = math.exp({x} - m) * inv" if self.recompute else f"y = {x} * inv"
 
-        return lines + self._last_pass(n, normalise)
+        return lines + self._last_pass(n, normalise, "buf")
 
-    def _last_pass(self, n: int, normalise) -> list[str]:
+    def _last_pass(self, n: int, normalise, row: str) -> list[str]:
+        """Normalise each element (``row[k]`` holds x or its exponential), then the epilogue."""
         x = self.op.operands[0]
         if self.recompute:
             stmts, names = self._prologue()
             x_name = names[x]
         else:
-            stmts, names, x_name = ["xb = buf[k]"], {}, "xb"
+            stmts, names, x_name = [f"xb = {row}[k]"], {}, "xb"
             if isinstance(self.op, ai.LayerNormOp) and x in self.pre_results:
                 names[x] = "xb"  # the buffer holds the prologue's x itself
         stmts.append(normalise(names, x_name))
@@ -269,6 +278,62 @@ class _RowEmitter:
         stmts += post_stmts
         stmts += self._stores(names, early=False)
         return [f"for k in range({n}):", *_indent(stmts)]
+
+
+def _lanes(n: int = 8) -> range:
+    return range(n)
+
+
+def _nanmax(a: str, b: str) -> str:
+    """``max(a, b)`` that propagates a NaN in either operand (numpy's semantics)."""
+    return f"{b} if {b} > {a} or {b} != {b} else {a}"
+
+
+def _row_max() -> str:
+    body = [
+        f"        x{i} = buf[k + {i}]\n        m{i} = {_nanmax(f'm{i}', f'x{i}')}" for i in _lanes()
+    ]
+    combine = [f"    m = {_nanmax('m', f'm{i}')}" for i in _lanes() if i]
+    return "\n".join([
+        "def row_max(buf):",
+        '    """The largest element (NaN if one is NaN), in 8 independent lanes that vectorise."""',
+        "    n8 = buf.size - buf.size % 8",
+        *(f"    m{i} = f32(-math.inf)" for i in _lanes()),
+        "    for k in range(0, n8, 8):",
+        *body,
+        "    m = m0",
+        *combine,
+        "    for k in range(n8, buf.size):",
+        "        x = buf[k]",
+        f"        m = {_nanmax('m', 'x')}",
+        "    return m",
+    ])
+
+
+def _row_sum(name: str, doc: str, term: str, extra: str = "") -> str:
+    return "\n".join([
+        f"def {name}(buf{extra}):",
+        f'    """{doc}, in float64, in 8 independent lanes that vectorise."""',
+        "    n8 = buf.size - buf.size % 8",
+        *(f"    s{i} = 0.0" for i in _lanes()),
+        "    for k in range(0, n8, 8):",
+        *(f"        s{i} += {term.format(f'buf[k + {i}]')}" for i in _lanes()),
+        "    s = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))",
+        "    for k in range(n8, buf.size):",
+        f"        s += {term.format('buf[k]')}",
+        "    return s",
+    ])
+
+
+#: Row reductions called by the row loops; the lanes keep them exact (no fastmath).
+ROW_HELPERS = {
+    "row_max": _row_max(),
+    "row_sum": _row_sum("row_sum", "The sum of the elements", "{}"),
+    "row_sq_dev": _row_sum(
+        "row_sq_dev", "The sum of squared deviations from mean", "({0} - mean) * ({0} - mean)",
+        ", mean",
+    ),
+}
 
 
 def _indent(lines: Sequence[str]) -> list[str]:

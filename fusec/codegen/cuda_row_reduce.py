@@ -490,20 +490,20 @@ class _StridedEmitter:
         off = broadcast_offset(self.g.space, shape, self.idx)
         return f"ld_{dtype}({self.g.array(value)}, {off})"
 
-    def chain(self, code: Source, indent: int, ops, bound=None) -> dict:
-        """Statements for ``ops`` at element (o, a, i); every value's name."""
-        bound = dict(bound or {})
+    def chain(self, code: Source, indent: int, ops, bound=None):
+        """Statements for ``ops`` at element (o, a, i); returns ``name(value)``, which
+        names any value: computed, given in ``bound``, or loaded from its input."""
+        known = dict(bound or {})
 
-        def leaf(v) -> str:
-            if v not in bound:
-                bound[v] = self.load(v)
-            return bound[v]
+        def name(v) -> str:
+            if v not in known:
+                known[v] = self.load(v)
+            return known[v]
 
-        stmts, names = self.gen.chain(ops, leaf)
+        stmts, names = self.gen.chain(ops, name)
         code.add(indent, *stmts)
-        bound.update(names)
-        bound["leaf"] = leaf
-        return bound
+        known.update(names)
+        return name, known
 
     def emit(self) -> str:
         g, red = self.g, self.g.red
@@ -515,23 +515,23 @@ class _StridedEmitter:
         code.add(2, "o = t // INNER", "i = t % INNER", f"mx = {literal(-math.inf)}")
         code.add(2, "for a in range(A):")
         self.element_index(code, 3)
-        names = self.chain(code, 3, g.pre)
-        code.add(3, f"xv = {names['leaf'](x)}", "mx = xv if xv > mx else mx")
+        name, _ = self.chain(code, 3, g.pre)
+        code.add(3, f"xv = {name(x)}", "mx = xv if xv > mx else mx")
         code.add(2, f"acc = {literal(0.0)}", "for a in range(A):")
         self.element_index(code, 3)
-        names = self.chain(code, 3, g.pre)
-        code.add(3, f"acc += math.exp({names['leaf'](x)} - mx)")
+        name, _ = self.chain(code, 3, g.pre)
+        code.add(3, f"acc += math.exp({name(x)} - mx)")
         code.add(2, f"inv = {literal(1.0)} / acc", "for a in range(A):")
         self.element_index(code, 3)
-        names = self.chain(code, 3, g.pre)
-        code.add(3, f"y = math.exp({names['leaf'](x)} - mx) * inv")
-        names[red.results[0]] = "y"
-        names = self.chain(code, 3, g.post, names)
+        name, known = self.chain(code, 3, g.pre)
+        code.add(3, f"y = math.exp({name(x)} - mx) * inv")
+        known[red.results[0]] = "y"
+        name, _ = self.chain(code, 3, g.post, known)
         code.add(3, "e = (o * A + a) * INNER + i")
         for k, value in enumerate(g.results):
             dtype = g.dtype(value)
             self.helpers.add(f"st_{dtype}")
-            code.add(3, f"st_{dtype}(out{k}, e, {names['leaf'](value)})")
+            code.add(3, f"st_{dtype}(out{k}, e, {name(value)})")
         code.add(2, "t += cuda.gridsize(1)")
         self.helpers |= self.gen.helpers
         notes = [

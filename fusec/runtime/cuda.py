@@ -128,7 +128,10 @@ def stream_ptr(stream: Any) -> int:
             return int(getattr(stream, attr))
     handle = getattr(stream, "handle", stream)  # numba Stream
     handle = getattr(handle, "value", handle)
-    return int(handle) if handle is not None else 0
+    try:
+        return int(handle) if handle is not None else 0
+    except TypeError:  # the simulator's streams have no handle
+        return 0
 
 
 # ------------------------------------------------------------------------- kernels
@@ -279,17 +282,24 @@ class _Adapter:
             self.cupy = cupy
 
     # ------------------------------------------------------------ streams
-    def stream(self, explicit: Any) -> Any:
-        cuda = self.cuda
+    def stream(self, explicit: Any) -> _StreamRef:
+        """The stream to launch on: ``explicit``, else the caller's current one."""
         if explicit is not None:
+            if isinstance(explicit, _StreamRef):
+                return explicit
             ptr = stream_ptr(explicit)
         elif self.family == "torch":
-            ptr = self.torch.cuda.current_stream(self.device).cuda_stream
+            raw = getattr(self.torch._C, "_cuda_getCurrentRawStream", None)
+            if raw is not None:
+                ptr = raw(self.device.index)
+            else:
+                ptr = self.torch.cuda.current_stream(self.device).cuda_stream
         elif self.family == "cupy":
             ptr = self.cupy.cuda.get_current_stream().ptr
         else:
-            return _own_stream()
-        return cuda.default_stream() if ptr == 0 else _external_stream(ptr)
+            own = _own_stream()
+            return _StreamRef(stream_ptr(own), own)
+        return _stream_ref(ptr)
 
     # ------------------------------------------------------------- inputs
     def wrap(self, obj: Any, spec: TensorSpec, stream: Any, index: int, fn_name: str) -> _Buffer:
@@ -297,15 +307,17 @@ class _Adapter:
 
         from fusec.runtime.dtypes import numpy_dtype
 
-        _check_shape(obj, spec, index, fn_name)
         cuda = self.cuda
         if self.family == "torch":
             torch = self.torch
+            if tuple(obj.shape) != spec.shape:
+                _check_shape(obj, spec, index, fn_name)
             want = getattr(torch, _TORCH_DTYPES[spec.dtype])
             _check_dtype(obj.dtype == want, obj.dtype, spec, index, fn_name)
             if not obj.is_contiguous() or obj.data_ptr() % 16:
                 obj = obj.clone(memory_format=torch.contiguous_format)
             return self._torch_buffer(obj, spec)
+        _check_shape(obj, spec, index, fn_name)
         if self.family == "cupy":
             cp = self.cupy
             want = np.dtype(np.float32) if spec.dtype == "f32" else np.dtype(np.float16)
@@ -323,14 +335,14 @@ class _Adapter:
             _check_dtype(ok, arr.dtype, spec, index, fn_name)
             ptr = arr.__cuda_array_interface__["data"][0]
             if not arr.is_c_contiguous() or ptr % 16:
-                copy = cuda.device_array(arr.shape, arr.dtype, stream=stream)
-                copy.copy_to_device(arr, stream=stream)
+                copy = cuda.device_array(arr.shape, arr.dtype, stream=stream.numba)
+                copy.copy_to_device(arr, stream=stream.numba)
                 arr = copy
             return _Buffer(obj, spec, flat=arr.reshape(-1).view(_storage_np(spec.dtype)))
         host = np.asarray(obj)
         _check_dtype(host.dtype == numpy_dtype(spec.dtype), host.dtype, spec, index, fn_name)
         flat = np.ascontiguousarray(host).reshape(-1).view(_storage_np(spec.dtype))
-        return _Buffer(None, spec, flat=cuda.to_device(flat, stream=stream))
+        return _Buffer(None, spec, flat=cuda.to_device(flat, stream=stream.numba))
 
     def _torch_buffer(self, t: Any, spec: TensorSpec) -> _Buffer:
         torch, cuda = self.torch, self.cuda
@@ -355,7 +367,8 @@ class _Adapter:
             a = cp.empty(spec.shape, dtype=dtype)
             flat = cuda.as_cuda_array(a.reshape(-1).view(_storage_np(spec.dtype)), sync=False)
             return _Buffer(a, spec, flat=flat)
-        flat = cuda.device_array(max(1, _size(spec)), _storage_np(spec.dtype), stream=stream)
+        flat = cuda.device_array(max(1, _size(spec)), _storage_np(spec.dtype),
+                                 stream=stream.numba)
         if _size(spec) == 0:
             flat = flat[:0]
         return _Buffer(None, spec, flat=flat)
@@ -373,7 +386,7 @@ class _Adapter:
             return shaped
         from fusec.runtime.dtypes import numpy_dtype
 
-        host = buffer.flat.copy_to_host(stream=stream)
+        host = buffer.flat.copy_to_host(stream=stream.numba)
         return host.view(numpy_dtype(buffer.spec.dtype)).reshape(buffer.spec.shape)
 
 
@@ -400,6 +413,38 @@ def _check_dtype(ok: bool, got: Any, spec: TensorSpec, index: int, fn_name: str)
 
 _streams: dict[int, Any] = {}
 _own: list[Any] = []
+_refs: dict[int, _StreamRef] = {}
+
+
+class _StreamRef:
+    """A CUDA stream by its raw handle; the numba Stream object is made only when needed
+    (copies, the simulator, fallback groups), so a direct launch never touches numba."""
+
+    __slots__ = ("ptr", "_numba")
+
+    def __init__(self, ptr: int, numba_stream: Any = None) -> None:
+        self.ptr = ptr
+        self._numba = numba_stream
+
+    @property
+    def numba(self) -> Any:
+        if self._numba is None:
+            cuda = numba_cuda()
+            self._numba = cuda.default_stream() if self.ptr == 0 else _external_stream(self.ptr)
+        return self._numba
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.ptr)
+
+    def synchronize(self) -> None:
+        self.numba.synchronize()
+
+
+def _stream_ref(ptr: int) -> _StreamRef:
+    ref = _refs.get(ptr)
+    if ref is None:
+        ref = _refs[ptr] = _StreamRef(ptr)
+    return ref
 
 
 def _external_stream(ptr: int) -> Any:
@@ -446,10 +491,11 @@ class CudaBackend:
         the device between launches instead)."""
         adapter = _Adapter("host", None)
         stream = adapter.stream(None)
-        bufs = [adapter.wrap(a, s, k, "group") for k, (a, s) in
-                enumerate(zip(inputs, launch.kernel.inputs, strict=True))]
+        specs = launch.kernel.inputs
+        bufs = [adapter.wrap(a, spec, stream, k, "group")
+                for k, (a, spec) in enumerate(zip(inputs, specs, strict=True))]
         outs = [adapter.empty(spec, stream) for spec in launch.kernel.outputs]
-        fn(*(b.flat for b in bufs), *(o.flat for o in outs), stream=stream, sms=self.sms)
+        fn(*(b.flat for b in bufs), *(o.flat for o in outs), stream=stream.numba, sms=self.sms)
         results = [adapter.result(o, stream) for o in outs]
         stream.synchronize()
         return results
@@ -493,28 +539,30 @@ class _DirectLaunch:
         self.params = ctypes.addressof(self.pointers)
         self.lock = threading.Lock()
         self.streams: dict[int, Any] = {}
+        self.sized = False
 
     def __call__(self, *arrays: Any, stream: Any = 0, sms: int = 0) -> None:
         """``arrays``: inputs then outputs, numba device arrays (the module's own order)."""
         self.module.launch(*arrays, stream=stream, sms=sms)
 
-    def direct(self, stream: Any, inputs: list[_Buffer], outputs: list[_Buffer]) -> None:
+    def direct(self, stream: int, inputs: list[_Buffer], outputs: list[_Buffer]) -> None:
+        """Launch on the raw stream handle ``stream`` with the buffers' addresses."""
         buffers = (*outputs, *inputs)  # kernel parameter order: outputs first
         if len(buffers) != self.count:
             raise FusecError(f"kernel takes {self.count} arrays, got {len(buffers)}")
-        ptr = stream_ptr(stream)
-        handle = self.streams.get(ptr)
+        handle = self.streams.get(stream)
         if handle is None:
-            handle = self.streams[ptr] = self.drv.CUstream(ptr)
+            handle = self.streams[stream] = self.drv.CUstream(stream)
         values = self.values
         with self.lock:
+            if not self.sized:  # shapes are static: sizes are written once
+                for k, buf in enumerate(buffers):
+                    size = 4 if buf.spec.dtype == "f32" else 2
+                    values[7 * k + 2] = values[7 * k + 5] = buf.n
+                    values[7 * k + 3] = values[7 * k + 6] = size
+                self.sized = True
             for k, buf in enumerate(buffers):
-                size = 4 if buf.spec.dtype == "f32" else 2
-                values[7 * k + 2] = buf.n
-                values[7 * k + 3] = size
                 values[7 * k + 4] = buf.ptr
-                values[7 * k + 5] = buf.n
-                values[7 * k + 6] = size
             (err,) = self.drv.cuLaunchKernel(
                 self.function, self.blocks, 1, 1, self.threads, 1, 1, 0, handle, self.params, 0
             )
@@ -542,8 +590,28 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
                  cache: Any = None) -> None:
         super().__init__(module, entry, "cuda", cache)
         self._specs = [spec_of(p) for p in self.function.function_type.inputs.data]
-        self._constants: dict[Any, _Buffer] = {}
+        self._name = self.function.sym_name.data
+        self._constants: dict[int, _Buffer] = {}
         self._keep: list | None = None  # set while capturing: every buffer stays alive
+        self._plan_slots()
+
+    def _plan_slots(self) -> None:
+        """Number every value once, so that a call indexes a list (no IR objects)."""
+        slot = {arg: k for k, arg in enumerate(self.function.body.block.args)}
+        self._constant_slots = []
+        for value in self.constants:
+            slot[value] = len(slot)
+            self._constant_slots.append((slot[value], self.constants[value]))
+        self._steps = []
+        for launch in self.launches:
+            ins = [slot[v] for v in launch.operands]
+            outs = []
+            for value in launch.results:
+                slot[value] = len(slot)
+                outs.append(slot[value])
+            self._steps.append((ins, outs, launch.kernel.outputs, launch.label))
+        self._return_slots = [slot[v] for v in self.returns]
+        self._slot_count = len(slot)
 
     def __call__(
         self, args: Sequence[Any], *, alloc: Any = None, stream: Any = None, poison: bool = False
@@ -551,51 +619,56 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         """Run on ``args``; ``poison`` (or any ``alloc``, as tests pass) fills every output
         with NaN first, so that an element no kernel writes shows up."""
         poison = poison or alloc is not None
-        params = self.function.function_type.inputs.data
-        fn_name = self.function.sym_name.data
-        if len(args) != len(params):
-            raise FusecError(f"@{fn_name} takes {len(params)} argument(s), got {len(args)}")
-        args = [_from_dlpack(a) if _family(a) == "dlpack" else a for a in args]
+        if len(args) != len(self._specs):
+            raise FusecError(
+                f"@{self._name} takes {len(self._specs)} argument(s), got {len(args)}"
+            )
         families = [_family(a) for a in args]
-        device = [f for f in families if f != "host"]
-        adapter = _Adapter(device[0] if device else "host", args[families.index(device[0])]
-                           if device else None)
-        stream_obj = adapter.stream(stream)
-        specs = self._specs
-        values: dict[Any, _Buffer] = self._device_constants(stream_obj)
-        for block_arg, arg, spec, k in zip(self.function.body.block.args, args, specs,
-                                           range(len(args)), strict=True):
-            values[block_arg] = adapter.wrap(arg, spec, stream_obj, k, fn_name)
-        for launch, fn in zip(self.launches, self._fns, strict=True):
-            ins = [values[v] for v in launch.operands]
-            outs = [adapter.empty(s, stream_obj) for s in launch.kernel.outputs]
+        if "dlpack" in families:
+            pairs = zip(args, families, strict=True)
+            args = [_from_dlpack(a) if f == "dlpack" else a for a, f in pairs]
+            families = [_family(a) for a in args]
+        first = next((k for k, f in enumerate(families) if f != "host"), None)
+        adapter = _adapter_for("host" if first is None else families[first],
+                               None if first is None else args[first])
+        stream_ref = adapter.stream(stream)
+        values: list[Any] = [None] * self._slot_count
+        for index, arg in enumerate(args):
+            values[index] = adapter.wrap(arg, self._specs[index], stream_ref, index, self._name)
+        for index, buffer in self._device_constants(stream_ref).items():
+            values[index] = buffer
+        fns = self._fns if self._fns is not None else self.load()  # compiled on first use
+        for fn, (ins, outs, out_specs, label) in zip(fns, self._steps, strict=True):
+            inputs = [values[k] for k in ins]
+            outputs = [adapter.empty(spec, stream_ref) for spec in out_specs]
             if poison:
-                for out in outs:
-                    _fill_nan(out, stream_obj)
-            with _nvtx_range(launch.label):
+                for out in outputs:
+                    _fill_nan(out, stream_ref)
+            with _nvtx_range(label):
                 if isinstance(fn, _DirectLaunch):
-                    fn.direct(stream_obj, ins, outs)
+                    fn.direct(stream_ref.ptr, inputs, outputs)
                 else:
-                    fn(*(b.flat for b in ins), *(o.flat for o in outs), stream=stream_obj,
-                       sms=self.backend.sms)
-            values.update(zip(launch.results, outs, strict=True))
+                    fn(*(b.flat for b in inputs), *(o.flat for o in outputs),
+                       stream=stream_ref.numba, sms=self.backend.sms)
+            for k, out in zip(outs, outputs, strict=True):
+                values[k] = out
         if self._keep is not None:
-            self._keep.extend(values.values())
-        results = tuple(adapter.result(values[v], stream_obj) for v in self.returns)
+            self._keep.extend(v for v in values if v is not None)
+        results = tuple(adapter.result(values[k], stream_ref) for k in self._return_slots)
         if adapter.family == "host":
-            stream_obj.synchronize()
+            stream_ref.synchronize()
         return results
 
-    def _device_constants(self, stream: Any) -> dict:
-        """The module's arith.constant tensors, uploaded once."""
-        if not self._constants and self.constants:
+    def _device_constants(self, stream: _StreamRef) -> dict[int, _Buffer]:
+        """The module's arith.constant tensors, uploaded once (slot -> buffer)."""
+        if not self._constants and self._constant_slots:
             host = _Adapter("host", None)
             from fusec.runtime.dtypes import element_type_of
 
-            for value, array in self.constants.items():
+            for index, array in self._constant_slots:
                 spec = TensorSpec(tuple(array.shape), element_type_of(array.dtype) or "f32")
-                self._constants[value] = host.wrap(array, spec, stream, 0, "constant")
-        return dict(self._constants)
+                self._constants[index] = host.wrap(array, spec, stream, 0, "constant")
+        return self._constants
 
     def capture(self, *args: Any, stream: Any = None) -> CudaGraph:
         """Record one call on ``args`` as a CUDA graph (see ``CudaGraph``)."""
@@ -613,7 +686,19 @@ def _fill_nan(buffer: _Buffer, stream: Any) -> None:
         host = np.full(n, np.nan, dtype=np.float32)
     else:
         host = np.full(n, _NAN_BITS[buffer.spec.dtype], dtype=np.int16)
-    buffer.flat.copy_to_device(host, stream=stream)
+    buffer.flat.copy_to_device(host, stream=stream.numba)
+
+
+_adapters: dict[Any, _Adapter] = {}
+
+
+def _adapter_for(family: str, example: Any) -> _Adapter:
+    """One adapter per family (and torch device), reused across calls."""
+    key = (family, getattr(example, "device", None) if family == "torch" else None)
+    adapter = _adapters.get(key)
+    if adapter is None:
+        adapter = _adapters[key] = _Adapter(family, example)
+    return adapter
 
 
 def _from_dlpack(obj: Any) -> Any:
@@ -708,21 +793,23 @@ def _nvtx_range(name: str) -> Any:
     return _nvtx.annotate(name, domain="fusec")
 
 
-def module_ptx(module: Any, entry: str | None, cc: tuple[int, int]) -> list[tuple[str, str, str]]:
-    """(kernel name, kind, PTX) of every ai.fused group of the entry function, in order.
-
-    Generates the CUDA kernels exactly as ``compile(target="cuda")`` names them
-    (``k0``, ``k1``...) but compiles them to PTX only, so no GPU is needed.
-    """
+def module_kernels(module: Any, entry: str | None = None) -> list[KernelSource]:
+    """The CUDA kernel modules of every ai.fused group of the entry function, in order,
+    named as ``compile(target="cuda")`` names them (``k0``, ``k1``...); no GPU needed."""
     from fusec.codegen import generate
     from fusec.dialect import ops as ai
     from fusec.runtime.reference import entry_function
 
     function = entry_function(module, entry)
-    out = []
     groups = [op for op in function.body.block.ops if isinstance(op, ai.FusedOp)]
-    for index, op in enumerate(groups):
-        kernel = generate(op, "cuda", f"k{index}")
+    return [generate(op, "cuda", f"k{index}") for index, op in enumerate(groups)]
+
+
+def module_ptx(module: Any, entry: str | None, cc: tuple[int, int]) -> list[tuple[str, str, str]]:
+    """(kernel name, kind, PTX) of every ai.fused group of the entry function, in order,
+    compiled for compute capability ``cc`` with NVVM only, so no GPU is needed."""
+    out = []
+    for kernel in module_kernels(module, entry):
         ptx = emit_ptx(kernel, cc)
         out.append((kernel.name, kernel.kind, ptx or "// (no Numba kernel: PyTorch fallback)\n"))
     return out

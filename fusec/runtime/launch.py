@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -92,11 +93,19 @@ class Program:
         self.launches: list[Launch] = []
         self.returns: list[SSAValue] = []
         self._plan()
-        self._fns = [self.backend.load(launch.kernel) for launch in self.launches]
+        self._fns: list[Callable[..., Any]] | None = None
+        self._lock = threading.Lock()
 
     @property
     def kernels(self) -> list[KernelSource]:
         return [launch.kernel for launch in self.launches]
+
+    def load(self) -> list[Callable[..., Any]]:
+        """Compile (or load from the kernel cache) every kernel; the first call does it."""
+        with self._lock:
+            if self._fns is None:
+                self._fns = [self.backend.load(launch.kernel) for launch in self.launches]
+            return self._fns
 
     def _plan(self) -> None:
         target = self.backend.target
@@ -125,12 +134,19 @@ class Program:
         values: dict[SSAValue, Any] = dict(self.constants)
         values.update(zip(self.function.body.block.args, arrays, strict=True))
         alloc = alloc or _empty
-        for launch, fn in zip(self.launches, self._fns, strict=True):
+        for launch, fn in zip(self.launches, self.load(), strict=True):
             inputs = [values[v] for v in launch.operands]
             with _range(launch.label):
                 outputs = self.backend.run(launch, fn, inputs, alloc)
             values.update(zip(launch.results, outputs, strict=True))
         return tuple(self.backend.to_host(values[v]) for v in self.returns)
+
+
+def fully_fused(module: ModuleOp, entry: str | None = None) -> bool:
+    """True when the entry function holds only constants, ai.fused groups and its return."""
+    fn = entry_function(module, entry)
+    kinds = (arith.ConstantOp, ai.FusedOp, func.ReturnOp)
+    return all(isinstance(op, kinds) for op in fn.body.block.ops)
 
 
 def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -144,7 +160,9 @@ class CpuBackend:
 
     def __init__(self, cache=None) -> None:
         from fusec.runtime.cache import default_cache
+        from fusec.runtime.threads import configure
 
+        configure()  # before Numba starts its thread pool: see fusec.runtime.threads
         self.cache = cache if cache is not None else default_cache()
 
     def load(self, kernel: KernelSource) -> Callable[..., Any]:
@@ -156,6 +174,8 @@ class CpuBackend:
     ) -> list[Any]:
         flat_in = [_as_f32(a).reshape(-1) for a in inputs]
         outs = [alloc(spec.shape, np.dtype(np.float32)) for spec in launch.kernel.outputs]
+        if not all(o.flags.c_contiguous and o.dtype == np.float32 for o in outs):
+            raise ValueError("the allocator must return C-contiguous float32 arrays")
         fn(*flat_in, *(o.reshape(-1) for o in outs))
         results = []
         for out, spec in zip(outs, launch.kernel.outputs, strict=True):

@@ -6,6 +6,8 @@ float64 reference executor on fresh random inputs.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from cuda_cases import (
@@ -112,7 +114,7 @@ def test_cuda_graph_replay() -> None:
     compiled = _compile(pointwise_broadcast(1024, 1024, "f16"))
     args = random_inputs(compiled.module, 5)
     tensors = [torch.from_numpy(a).cuda() for a in args]
-    graph = compiled._runner.capture(*tensors)
+    graph = compiled.capture(*tensors)
     fresh = random_inputs(compiled.module, 6)
     for t, a in zip(graph.inputs, fresh, strict=True):
         t.copy_(torch.from_numpy(a))
@@ -151,3 +153,35 @@ def test_examples_run_on_cuda() -> None:
         refs = run_reference(fusec.parse(str(path)), args)
         for out, ref in zip(outs, refs, strict=True):
             assert rel_error(out, ref) < 2e-2, path.name
+
+
+def test_second_process_loads_compiled_kernels_from_disk(tmp_path) -> None:
+    """Numba's disk cache beside the cached module: the second process compiles nothing."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = f"""
+import json, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import cuda_cases, fusec
+from fusec.codegen import generate
+from fusec.dialect import ops as ai
+from fusec.runtime.cuda import load_kernel_module
+c = fusec.compile(cuda_cases.softmax_last(64, 1024, "f16"), target="cuda", pipeline="infer-shapes")
+group = next(op for op in c.module.walk() if isinstance(op, ai.FusedOp))
+module = load_kernel_module(generate(group, "cuda", "k0"))
+stats = module.KERNELS[0][0].stats
+hits, misses = sum(stats.cache_hits.values()), sum(stats.cache_misses.values())
+print(json.dumps({{"hits": hits, "misses": misses}}))
+"""
+    env = dict(os.environ, FUSEC_CACHE_DIR=str(tmp_path))
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              env=env, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert runs[0]["misses"] >= 1 and runs[0]["hits"] == 0, runs
+    assert runs[1]["hits"] >= 1 and runs[1]["misses"] == 0, runs

@@ -37,7 +37,8 @@ def test_pointwise_every_op_with_broadcasts(cache, dtype):
         f"%a = ai.add %u{n}, %c : {t} * {col}",
         f"%b = ai.sub %a, %x : {t} * {t}",
         f"%m = ai.maximum %b, %s : {t} * {row}",
-        f"%d = ai.div %m, %e1 : {t} * {t}",  # exp(e) > 0: a safe divisor
+        f"%q = ai.sqrt %e1 : {t}",
+        f"%d = ai.div %m, %q : {t} * {t}",  # sqrt(exp(e)) > 0: a safe divisor
         f"%e0 = ai.bias_add %d, %bias {{axis = 0}} : {t} * {vec}",
     ]
     body = "\n  ".join(lines)
@@ -134,6 +135,23 @@ func.func @f(%x: {t}, %c: {c}) -> {t} {{
   return %y : {t}
 }}"""
     check(text, cache=cache, kind="row_reduce")
+
+
+@pytest.mark.parametrize("op", ["layernorm", "softmax"])
+def test_reduction_reading_input_rows_directly(cache, op):
+    t, v = _t((33, 200), "f32"), _t((200,), "f32")
+    reduce = (
+        f"ai.layernorm %x, %g, %b : {t} * {v} * {v}" if op == "layernorm"
+        else f"ai.softmax %x : {t}"
+    )
+    text = f"""
+func.func @f(%x: {t}, %g: {v}, %b: {v}) -> ({t}, {t}) {{
+  %n = {reduce}
+  %y = ai.mul %n, %x : {t} * {t}
+  return %n, %y : {t}, {t}
+}}"""
+    program = check(text, cache=cache, kind="row_reduce")
+    assert "xrow = in0[row * 200:row * 200 + 200]" in program.kernels[0].source
 
 
 def test_softmax_f16_rows_with_gamma_computed_in_prologue(cache):
@@ -255,3 +273,27 @@ def test_unfused_op_is_a_located_error(cache):
     with pytest.raises(FusecError, match="outside any ai.fused group") as err:
         Program(module, target="cpu", cache=cache)
     assert err.value.location is not None and err.value.location.line == 2
+
+
+def test_each_launch_gets_an_nvtx_range_named_after_its_group(cache, monkeypatch):
+    import contextlib
+    import sys
+    import types
+
+    from cpu_check import wrap_group
+
+    from fusec.runtime import launch
+
+    names = []
+    fake = types.ModuleType("nvtx")
+    fake.annotate = lambda name, domain: contextlib.nullcontext(names.append((name, domain)))
+    monkeypatch.setitem(sys.modules, "nvtx", fake)
+    monkeypatch.setattr(launch, "_nvtx", None)
+    t = _t((8,), "f32")
+    text = f"func.func @f(%x: {t}) -> {t} {{\n  %y = ai.relu %x : {t}\n  return %y : {t}\n}}"
+    program = Program(wrap_group(text, "pointwise"), target="cpu", cache=cache)
+    program([np.ones(8, np.float32)])
+    assert names == [("fusec k0 (pointwise)", "fusec")]
+    monkeypatch.setattr(launch, "_nvtx", False)  # nvtx absent: a no-op
+    program([np.ones(8, np.float32)])
+    assert len(names) == 1

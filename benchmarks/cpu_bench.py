@@ -1,0 +1,274 @@
+"""fusec on the cpu target vs numpy op by op (a benchmark, not a test).
+
+For each graph: fusec's generated Numba kernels (``target="cpu"``), the
+reference executor in native precision (numpy, one op at a time: the
+baseline a user without fusec has), and, where it is short to write, the same
+graph as hand-written numpy expressions (no interpreter in the way). Every
+fusec result is checked against the float64 reference first.
+
+Prints a markdown table and writes ``benchmarks/results/cpu-<date>.md`` and
+``.json`` (date, machine, versions, numbers).
+
+    python benchmarks/cpu_bench.py [--repeats 10] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from fusec.runtime.threads import configure
+
+configure()  # before numpy loads OpenBLAS: applies to fusec and the numpy baselines alike
+
+import numpy as np  # noqa: E402
+
+import fusec  # noqa: E402
+from fusec.api import parse  # noqa: E402
+from fusec.runtime.reference import entry_function, run_reference  # noqa: E402
+from fusec.runtime.runner import compare, random_inputs  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def t(shape, dtype="f32") -> str:
+    return f"tensor<{'x'.join(map(str, shape))}x{dtype}>"
+
+
+def pointwise_graph(n: int) -> str:
+    v = t((n,))
+    return f"""
+func.func @pointwise(%x: {v}, %a: {v}, %b: {v}, %c: {v}) -> {v} {{
+  %0 = ai.mul %x, %a : {v} * {v}
+  %1 = ai.add %0, %b : {v} * {v}
+  %2 = ai.relu %1 : {v}
+  %3 = ai.mul %2, %c : {v} * {v}
+  return %3 : {v}
+}}"""
+
+
+def layernorm_graph(m: int, n: int) -> str:
+    x, v = t((m, n)), t((n,))
+    return f"""
+func.func @layernorm(%x: {x}, %g: {v}, %b: {v}) -> {x} {{
+  %0 = ai.layernorm %x, %g, %b : {x} * {v} * {v}
+  return %0 : {x}
+}}"""
+
+
+def softmax_graph(m: int, n: int) -> str:
+    x = t((m, n))
+    return f"""
+func.func @softmax(%x: {x}) -> {x} {{
+  %0 = ai.softmax %x : {x}
+  return %0 : {x}
+}}"""
+
+
+def mlp_graph(b: int, s: int, d: int, h: int) -> str:
+    x, v, w1, hb, w2, hv, hh = (
+        t((b, s, d)), t((d,)), t((d, h)), t((b, s, h)), t((h, d)), t((h,)), t((b, s, d)),
+    )
+    return f"""
+func.func @mlp(%x: {x}, %g: {v}, %be: {v}, %w1: {w1}, %b1: {hv}, %w2: {w2}, %b2: {v}) -> {x} {{
+  %n = ai.layernorm %x, %g, %be : {x} * {v} * {v}
+  %h = ai.matmul %n, %w1 : {x} * {w1}
+  %hb = ai.bias_add %h, %b1 {{axis = 2}} : {hb} * {hv}
+  %a = ai.gelu %hb : {hb}
+  %o = ai.matmul %a, %w2 : {hb} * {w2}
+  %ob = ai.bias_add %o, %b2 {{axis = 2}} : {hh} * {v}
+  %y = ai.add %ob, %x : {hh} * {x}
+  return %y : {x}
+}}"""
+
+
+def conv_graph(n: int, c: int, hw: int, k: int) -> str:
+    x, w, b, y = t((n, c, hw, hw)), t((k, c, 3, 3)), t((k,)), t((n, k, hw, hw))
+    return f"""
+func.func @conv_bias_relu(%x: {x}, %w: {w}, %b: {b}) -> {y} {{
+  %c = ai.conv2d %x, %w {{padding = array<i64: 1, 1>}} : {x} * {w}
+  %a = ai.bias_add %c, %b : {y} * {b}
+  %r = ai.relu %a : {y}
+  return %r : {y}
+}}"""
+
+
+def _layernorm_np(x, g, b):
+    mean = x.mean(-1, keepdims=True)
+    c = x - mean
+    return c / np.sqrt((c * c).mean(-1, keepdims=True) + np.float32(1e-5)) * g + b
+
+
+def _softmax_np(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _mlp_np(x, g, be, w1, b1, w2, b2):
+    from scipy.special import erf  # float32 in, float32 out
+
+    h = _layernorm_np(x, g, be) @ w1 + b1
+    a = np.float32(0.5) * h * (np.float32(1) + erf(h * np.float32(0.7071067811865476)))
+    return a @ w2 + b2 + x
+
+
+HAND = {
+    "pointwise": lambda x, a, b, c: np.maximum(x * a + b, 0) * c,
+    "layernorm": _layernorm_np,
+    "softmax": _softmax_np,
+    "mlp_block": _mlp_np,
+}
+
+
+def bench(fn: Callable[[], object], repeats: int, budget_s: float = 20.0) -> float:
+    """Median milliseconds of ``fn`` after two warm-up calls (fewer repeats if slow).
+
+    The fastest run is kept too (``MINIMA``): on a shared machine it shows how
+    much of a median is noise from neighbours.
+    """
+    fn()
+    start = time.perf_counter()
+    fn()
+    once = time.perf_counter() - start
+    repeats = max(3, min(repeats, int(budget_s / max(once, 1e-9))))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    MINIMA.append(min(times))
+    return statistics.median(times)
+
+
+MINIMA: list[float] = []
+
+
+def run_case(name: str, text: str, repeats: int) -> dict:
+    module = parse(text)
+    fn = entry_function(module)
+    args = random_inputs(fn, seed=0)
+    start = time.perf_counter()
+    compiled = fusec.compile(text, target="cpu")
+    out = compiled(*args)  # the first call compiles the kernels (or loads them from the cache)
+    compile_s = time.perf_counter() - start
+    ref = run_reference(module, args, precision="float64")
+    (check,) = compare(fn, [out], ref)
+    if not check.passed:
+        raise SystemExit(f"{name}: fusec result is wrong: {check.format()}")
+    row = {
+        "graph": name,
+        "shape": ", ".join(str(a.shape) for a in args[:1]),
+        "kernels": [k.kind for k in compiled.kernels],
+        "compile_s": compile_s,
+        "rel_err": check.rel_err,
+        "fusec_ms": bench(lambda: compiled(*args), repeats),
+        "fusec_min_ms": MINIMA[-1],
+        "numpy_op_by_op_ms": bench(
+            lambda: run_reference(module, args, precision="native"), repeats
+        ),
+        "numpy_op_by_op_min_ms": MINIMA[-1],
+    }
+    if name in HAND and (name != "mlp_block" or _has_scipy()):
+        row["numpy_hand_ms"] = bench(lambda: HAND[name](*args), repeats)
+        row["numpy_hand_min_ms"] = MINIMA[-1]
+    row["speedup_vs_op_by_op"] = row["numpy_op_by_op_ms"] / row["fusec_ms"]
+    return row
+
+
+def _has_scipy() -> bool:
+    try:
+        import scipy.special  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def machine() -> dict:
+    import numba
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "numba_threads": numba.config.NUMBA_NUM_THREADS,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "fusec": fusec.__version__,
+        "platform": platform.platform(),
+        "load_average": os.getloadavg(),
+    }
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| graph | input | fusec kernels | fusec ms | numpy op-by-op ms | numpy hand-written ms "
+        "| speedup vs op-by-op | rel err |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        hand = f"{r['numpy_hand_ms']:.2f}" if "numpy_hand_ms" in r else "-"
+        lines.append(
+            f"| {r['graph']} | {r['shape']} | {' + '.join(r['kernels'])} | {r['fusec_ms']:.2f} "
+            f"| {r['numpy_op_by_op_ms']:.2f} | {hand} | {r['speedup_vs_op_by_op']:.2f}x "
+            f"| {r['rel_err']:.1e} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    args = parser.parse_args()
+    scale = 16 if args.quick else 1
+    cases = [
+        ("pointwise", pointwise_graph((1 << 24) // scale)),
+        ("layernorm", layernorm_graph(4096 // scale, 1024)),
+        ("softmax", softmax_graph(4096 // scale, 1024)),
+        ("mlp_block", mlp_graph(4, 256 // scale, 512, 2048)),
+        ("conv_bias_relu", conv_graph(8 // (8 if args.quick else 1), 64, 56, 64)),
+    ]
+    rows = []
+    for name, text in cases:
+        rows.append(run_case(name, text, args.repeats))
+        print(f"{name}: fusec {rows[-1]['fusec_ms']:.2f} ms", flush=True)
+    info = machine()
+    now = dt.datetime.now(dt.UTC)
+    md = (
+        f"# fusec cpu benchmark, {now:%Y-%m-%d %H:%M} UTC\n\n"
+        f"Machine: {info['cpu']}, {info['cores']} cores ({info['numba_threads']} Numba threads), "
+        f"Python {info['python']}, numpy {info['numpy']}, Numba {info['numba']}, "
+        f"fusec {info['fusec']}; load average {info['load_average'][0]:.2f}. All graphs "
+        "float32; medians after warm-up (the JSON has the minima too). "
+        "\"numpy op-by-op\" is fusec's reference executor in native precision (one numpy "
+        "kernel per op, the way the graph runs without fusec); \"hand-written\" is the same "
+        "maths as direct numpy expressions.\n\n" + table(rows)
+    )
+    print()
+    print(md)
+    if not args.quick:
+        RESULTS.mkdir(exist_ok=True)
+        stem = RESULTS / f"cpu-{now:%Y-%m-%d}"
+        stem.with_suffix(".md").write_text(md)
+        payload = {"date": now.isoformat(), "machine": info, "results": rows}
+        stem.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"wrote {stem}.md and {stem}.json")
+
+
+if __name__ == "__main__":
+    main()
