@@ -182,12 +182,9 @@ def _cuda_usable() -> bool:
     """True when Numba CUDA is installed and sees a GPU (checked lazily, once)."""
     global _CUDA_USABLE
     if _CUDA_USABLE is None:
-        try:
-            from fusec.runtime.cuda import numba_cuda
+        from fusec.runtime.cuda import gpu_available
 
-            _CUDA_USABLE = bool(numba_cuda().is_available())
-        except Exception:  # no numba-cuda, no driver, a broken install: use the cpu
-            _CUDA_USABLE = False
+        _CUDA_USABLE = gpu_available()
     return _CUDA_USABLE
 
 

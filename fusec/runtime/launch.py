@@ -136,7 +136,7 @@ class Program:
         alloc = alloc or _empty
         for launch, fn in zip(self.launches, self.load(), strict=True):
             inputs = [values[v] for v in launch.operands]
-            with _range(launch.label):
+            with nvtx_range(launch.label):
                 outputs = self.backend.run(launch, fn, inputs, alloc)
             values.update(zip(launch.results, outputs, strict=True))
         return tuple(self.backend.to_host(values[v]) for v in self.returns)
@@ -194,7 +194,7 @@ def _as_f32(array: np.ndarray) -> np.ndarray:
 _nvtx: Any = None
 
 
-def _range(name: str):
+def nvtx_range(name: str) -> Any:
     """An NVTX range named ``name`` when the ``nvtx`` package is importable, else a no-op."""
     global _nvtx
     if _nvtx is None:
