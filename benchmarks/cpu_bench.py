@@ -74,7 +74,13 @@ func.func @softmax(%x: {x}) -> {x} {{
 
 def mlp_graph(b: int, s: int, d: int, h: int) -> str:
     x, v, w1, hb, w2, hv, hh = (
-        t((b, s, d)), t((d,)), t((d, h)), t((b, s, h)), t((h, d)), t((h,)), t((b, s, d)),
+        t((b, s, d)),
+        t((d,)),
+        t((d, h)),
+        t((b, s, h)),
+        t((h, d)),
+        t((h,)),
+        t((b, s, d)),
     )
     return f"""
 func.func @mlp(%x: {x}, %g: {v}, %be: {v}, %w1: {w1}, %b1: {hv}, %w2: {w2}, %b2: {v}) -> {x} {{
@@ -255,8 +261,8 @@ def main() -> None:
         f"Python {info['python']}, numpy {info['numpy']}, Numba {info['numba']}, "
         f"fusec {info['fusec']}; load average {info['load_average'][0]:.2f}. All graphs "
         "float32; medians after warm-up (the JSON has the minima too). "
-        "\"numpy op-by-op\" is fusec's reference executor in native precision (one numpy "
-        "kernel per op, the way the graph runs without fusec); \"hand-written\" is the same "
+        '"numpy op-by-op" is fusec\'s reference executor in native precision (one numpy '
+        'kernel per op, the way the graph runs without fusec); "hand-written" is the same '
         "maths as direct numpy expressions.\n\n" + table(rows)
     )
     print()

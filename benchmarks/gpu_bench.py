@@ -105,10 +105,24 @@ def main() -> int:
         return torch.relu(x * a + b) * c
 
     size = "2^28" if n == N_POINTWISE else f"{n}"
-    cases.append((f"relu(x*a+b)*c, {size} fp16, scalar a,b,c", pointwise_ir(n, True), chain,
-                  (x, sa, sb, sc), 2 * n * 2))
-    cases.append((f"relu(x*a+b)*c, {size} fp16, tensor a,b,c", pointwise_ir(n, False), chain,
-                  (x, ta, tb, tc), 5 * n * 2))
+    cases.append(
+        (
+            f"relu(x*a+b)*c, {size} fp16, scalar a,b,c",
+            pointwise_ir(n, True),
+            chain,
+            (x, sa, sb, sc),
+            2 * n * 2,
+        )
+    )
+    cases.append(
+        (
+            f"relu(x*a+b)*c, {size} fp16, tensor a,b,c",
+            pointwise_ir(n, False),
+            chain,
+            (x, ta, tb, tc),
+            5 * n * 2,
+        )
+    )
     lx = torch.randn(rows, COLS, device=dev, dtype=torch.float16)
     g = torch.randn(COLS, device=dev, dtype=torch.float16)
     b = torch.randn(COLS, device=dev, dtype=torch.float16)
@@ -119,10 +133,18 @@ def main() -> int:
     def softmax(x):
         return torch.softmax(x, dim=-1)
 
-    cases.append((f"layernorm {rows}x{COLS} fp16", layernorm_ir(rows, COLS), layer_norm,
-                  (lx, g, b), 2 * rows * COLS * 2))
-    cases.append((f"softmax {rows}x{COLS} fp16", softmax_ir(rows, COLS), softmax, (lx,),
-                  2 * rows * COLS * 2))
+    cases.append(
+        (
+            f"layernorm {rows}x{COLS} fp16",
+            layernorm_ir(rows, COLS),
+            layer_norm,
+            (lx, g, b),
+            2 * rows * COLS * 2,
+        )
+    )
+    cases.append(
+        (f"softmax {rows}x{COLS} fp16", softmax_ir(rows, COLS), softmax, (lx,), 2 * rows * COLS * 2)
+    )
 
     rows_out = []
     for label, ir, torch_fn, inputs, nbytes in cases:
@@ -160,8 +182,11 @@ def main() -> int:
     stem = f"gpu-{meta['date']}" + ("-quick" if args.quick else "")
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": rows_out}, indent=2))
     (out / f"{stem}.md").write_text(md)
-    bad = [r for r in rows_out if not math.isfinite(r["rel_err_vs_eager"])
-           or r["rel_err_vs_eager"] > 1e-2]
+    bad = [
+        r
+        for r in rows_out
+        if not math.isfinite(r["rel_err_vs_eager"]) or r["rel_err_vs_eager"] > 1e-2
+    ]
     return 1 if bad else 0
 
 
@@ -181,8 +206,10 @@ def measure_case(torch, fusec, bench, label, ir, torch_fn, inputs, nbytes, copy_
     ours = compiled(*inputs)
     torch.cuda.synchronize()
     ref = torch_fn(*inputs)
-    err = float(torch.linalg.norm((ours.float() - ref.float()).flatten())
-                / torch.linalg.norm(ref.float().flatten()))
+    err = float(
+        torch.linalg.norm((ours.float() - ref.float()).flatten())
+        / torch.linalg.norm(ref.float().flatten())
+    )
     graph = compiled.capture(*inputs)
     fusec_ms = bench(lambda: compiled(*inputs))
     graph_ms = bench(graph.replay)

@@ -25,8 +25,7 @@ __all__ = [
     "reference",
 ]
 
-_API_NAMES = {"parse", "compile", "reference", "fuse", "from_onnx", "CompiledModule",
-              "Kernel"}
+_API_NAMES = {"parse", "compile", "reference", "fuse", "from_onnx", "CompiledModule", "Kernel"}
 
 if TYPE_CHECKING:
     from fusec import ops  # noqa: F401

@@ -212,9 +212,7 @@ def compile(  # noqa: A001 - the public name is part of the API contract
 
         module = parse_module(source_text, name)
     timings: list[PassTiming] = []
-    run_pipeline(
-        module, pipeline, after_pass=after_pass, timings=timings, source_text=source_text
-    )
+    run_pipeline(module, pipeline, after_pass=after_pass, timings=timings, source_text=source_text)
     from fusec.runtime.launch import Program, fully_fused
 
     if target == "auto" and not fully_fused(module, entry):
@@ -233,9 +231,7 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     )
 
 
-def reference(
-    text_or_path: str | Path | ModuleOp, *, entry: str | None = None
-) -> CompiledModule:
+def reference(text_or_path: str | Path | ModuleOp, *, entry: str | None = None) -> CompiledModule:
     """A CompiledModule that runs the IR as written on the numpy reference executor."""
     module = text_or_path if isinstance(text_or_path, ModuleOp) else parse(text_or_path)
     return CompiledModule(module, target="reference", entry=entry)

@@ -117,7 +117,8 @@ def _add_onnx_commands(sub) -> None:
     imp.add_argument("file", help="input .onnx model")
     imp.add_argument("-o", "--output", help="write the IR here instead of stdout")
     imp.add_argument(
-        "--weights-as-args", action="store_true",
+        "--weights-as-args",
+        action="store_true",
         help="initializers become function arguments (after the inputs) instead of constants",
     )
     imp.set_defaults(handler=cmd_import)
@@ -179,7 +180,8 @@ def _add_run_command(sub) -> None:
     run.add_argument("--entry", help="entry function name (default: the single public one)")
     run.add_argument("-o", "--output", metavar="FILE.npz", help="save the results here")
     run.add_argument(
-        "--check", action="store_true",
+        "--check",
+        action="store_true",
         help="compare with the float64 reference; exit 1 on a FAIL (f32 1e-4, f16/bf16 1e-2)",
     )
     run.set_defaults(handler=cmd_run)
@@ -204,7 +206,10 @@ def _add_viz_command(sub) -> None:
     )
     viz.add_argument("file", help="input .mlir file")
     viz.add_argument(
-        "-o", "--output", required=True, metavar="graph.svg|graph.dot|graph.html",
+        "-o",
+        "--output",
+        required=True,
+        metavar="graph.svg|graph.dot|graph.html",
         help="the picture; its suffix picks the format (SVG needs no Graphviz)",
     )
     viz.add_argument("--pipeline", help="xDSL pass-pipeline spec (default: fusec-default)")
@@ -229,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--print-ir-after-all", action="store_true", help="IR after each pass")
     comp.add_argument("--timing", action="store_true", help="time each pass (to stderr)")
     comp.add_argument(
-        "--remarks", action="store_true",
+        "--remarks",
+        action="store_true",
         help="why each producer -> consumer edge left between kernels was not fused (to stderr)",
     )
     comp.set_defaults(handler=cmd_compile)

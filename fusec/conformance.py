@@ -131,8 +131,10 @@ def node_cases(operators: Iterable[str] | None = None) -> list[Case]:
     operator_of = {name: _single_operator(model) for name, model, _, _ in loaded}
     cases = []
     for name, model, data_sets, tolerances in loaded:
-        operator = operator_of.get(_EXPANDED.sub("", name)) if _EXPANDED.search(name) else (
-            operator_of[name]
+        operator = (
+            operator_of.get(_EXPANDED.sub("", name))
+            if _EXPANDED.search(name)
+            else (operator_of[name])
         )
         if operator in wanted:
             cases.append(Case(name, operator, model, data_sets, *tolerances))

@@ -294,35 +294,39 @@ def _row_max() -> str:
         f"        x{i} = buf[k + {i}]\n        m{i} = {_nanmax(f'm{i}', f'x{i}')}" for i in _lanes()
     ]
     combine = [f"    m = {_nanmax('m', f'm{i}')}" for i in _lanes() if i]
-    return "\n".join([
-        "def row_max(buf):",
-        '    """The largest element (NaN if one is NaN), in 8 independent lanes that vectorise."""',
-        "    n8 = buf.size - buf.size % 8",
-        *(f"    m{i} = f32(-math.inf)" for i in _lanes()),
-        "    for k in range(0, n8, 8):",
-        *body,
-        "    m = m0",
-        *combine,
-        "    for k in range(n8, buf.size):",
-        "        x = buf[k]",
-        f"        m = {_nanmax('m', 'x')}",
-        "    return m",
-    ])
+    return "\n".join(
+        [
+            "def row_max(buf):",
+            '    """Largest element (NaN if any is NaN), in 8 lanes that vectorise."""',
+            "    n8 = buf.size - buf.size % 8",
+            *(f"    m{i} = f32(-math.inf)" for i in _lanes()),
+            "    for k in range(0, n8, 8):",
+            *body,
+            "    m = m0",
+            *combine,
+            "    for k in range(n8, buf.size):",
+            "        x = buf[k]",
+            f"        m = {_nanmax('m', 'x')}",
+            "    return m",
+        ]
+    )
 
 
 def _row_sum(name: str, doc: str, term: str, extra: str = "") -> str:
-    return "\n".join([
-        f"def {name}(buf{extra}):",
-        f'    """{doc}, in float64, in 8 independent lanes that vectorise."""',
-        "    n8 = buf.size - buf.size % 8",
-        *(f"    s{i} = 0.0" for i in _lanes()),
-        "    for k in range(0, n8, 8):",
-        *(f"        s{i} += {term.format(f'buf[k + {i}]')}" for i in _lanes()),
-        "    s = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))",
-        "    for k in range(n8, buf.size):",
-        f"        s += {term.format('buf[k]')}",
-        "    return s",
-    ])
+    return "\n".join(
+        [
+            f"def {name}(buf{extra}):",
+            f'    """{doc}, in float64, in 8 independent lanes that vectorise."""',
+            "    n8 = buf.size - buf.size % 8",
+            *(f"    s{i} = 0.0" for i in _lanes()),
+            "    for k in range(0, n8, 8):",
+            *(f"        s{i} += {term.format(f'buf[k + {i}]')}" for i in _lanes()),
+            "    s = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))",
+            "    for k in range(n8, buf.size):",
+            f"        s += {term.format('buf[k]')}",
+            "    return s",
+        ]
+    )
 
 
 #: Row reductions called by the row loops; the lanes keep them exact (no fastmath).
@@ -330,7 +334,9 @@ ROW_HELPERS = {
     "row_max": _row_max(),
     "row_sum": _row_sum("row_sum", "The sum of the elements", "{}"),
     "row_sq_dev": _row_sum(
-        "row_sq_dev", "The sum of squared deviations from mean", "({0} - mean) * ({0} - mean)",
+        "row_sq_dev",
+        "The sum of squared deviations from mean",
+        "({0} - mean) * ({0} - mean)",
         ", mean",
     ),
 }

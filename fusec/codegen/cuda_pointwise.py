@@ -145,8 +145,11 @@ def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan) -> str:
     code.add(1, "step = cuda.gridsize(1)", "vec = cuda.grid(1)", "while vec < NVEC:")
     code.add(2, "e = vec * VEC")
     if plan.unroll == 2:
-        code.add(2, "e2 = e + step * VEC  # this step's second vector, if there is one",
-                 "more = vec + step < NVEC")
+        code.add(
+            2,
+            "e2 = e + step * VEC  # this step's second vector, if there is one",
+            "more = vec + step < NVEC",
+        )
     if plan.indexed:
         _emit_index(code, plan.space, idx)
 
@@ -224,8 +227,14 @@ def _emit_index(code: Source, space, idx) -> None:
 
 
 def _emit_vector(
-    code: Source, helpers: set, op_name: str, op: _Operand, base: str, vec,
-    indent: int = 2, slot: int = 0,
+    code: Source,
+    helpers: set,
+    op_name: str,
+    op: _Operand,
+    base: str,
+    vec,
+    indent: int = 2,
+    slot: int = 0,
 ) -> None:
     """16-byte (or narrower) loads/stores moving VEC elements of ``op`` (buffer from ``slot``)."""
     for first, count in vector_accesses(op.dtype, vec):

@@ -277,9 +277,7 @@ class ExprGenerator:
         return f"{helper}({a})"
 
     # --------------------------------------------------------------- chains
-    def chain(
-        self, ops: Sequence[Operation], leaf: Leaf
-    ) -> tuple[list[str], dict[SSAValue, str]]:
+    def chain(self, ops: Sequence[Operation], leaf: Leaf) -> tuple[list[str], dict[SSAValue, str]]:
         """Statements ``tN = <expr>`` computing ``ops`` in order.
 
         Operands that ``ops`` do not define are resolved by ``leaf(value)``

@@ -248,8 +248,7 @@ class AiOp(IRDLOperation):
                 values[key] = kind.read(properties.get(key))
             except ValueError:
                 raise ShapeError(
-                    f"{cls.name}: attribute '{key}' must be {kind.describe}, "
-                    f"got {properties[key]}"
+                    f"{cls.name}: attribute '{key}' must be {kind.describe}, got {properties[key]}"
                 ) from None
         if cls.HAS_TO_TYPE:
             assert to_type is not None

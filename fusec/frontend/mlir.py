@@ -85,7 +85,8 @@ def read_source(text_or_path: str | Path) -> tuple[str, str]:
     """(text, name): a path to an existing file is read, anything else is IR text."""
     if isinstance(text_or_path, Path) or (
         text_or_path.strip()
-        and "\n" not in text_or_path and not text_or_path.lstrip().startswith(("func.", "builtin."))
+        and "\n" not in text_or_path
+        and not text_or_path.lstrip().startswith(("func.", "builtin."))
         and ("{" not in text_or_path)
     ):
         path = Path(text_or_path)
@@ -139,8 +140,10 @@ def check_input_language(module: ModuleOp, text: str | None = None) -> None:
     for op in module.walk():
         if not op.name.startswith("ai.") and op.name not in _NON_AI_OPS:
             raise error_at(
-                op, f"is not supported by fusec (use the ai dialect; outside it only "
-                f"{', '.join(_NON_AI_OPS[1:])} are accepted)", text
+                op,
+                f"is not supported by fusec (use the ai dialect; outside it only "
+                f"{', '.join(_NON_AI_OPS[1:])} are accepted)",
+                text,
             )
         types: list[tuple[str, Attribute]] = []
         if isinstance(op, FuncOp):
@@ -221,7 +224,7 @@ def error_at(op: Operation, message: str, text: str | None = None) -> FusecError
     source = line_of(text, location.line) if (text and location) else None
     length = 1
     if source is not None:  # underline the token the op starts with (%r, func.func, ...)
-        token = re.match(r'[^\s,=(){}<>:]+', source[location.col - 1 :])
+        token = re.match(r"[^\s,=(){}<>:]+", source[location.col - 1 :])
         length = len(token.group()) if token else 1
     return FusecError(f"'{op.name}' op {message}", location, source, length)
 
@@ -242,7 +245,8 @@ def verify_module(module: ModuleOp, text: str | None = None) -> None:
 
 def _redefinition(scope: Operation, symbol: str, text: str | None) -> FusecError:
     defs = [
-        o for o in scope.walk()
+        o
+        for o in scope.walk()
         if o is not scope and getattr(o.properties.get("sym_name"), "data", None) == symbol
     ]
     where = defs[1] if len(defs) > 1 else scope

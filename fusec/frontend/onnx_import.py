@@ -55,8 +55,11 @@ ELEMENT_TYPES: dict[int, str] = {
     TensorProto.FLOAT16: "f16",
     TensorProto.BFLOAT16: "bf16",
 }
-_NUMPY_TYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16),
-                "bf16": np.dtype(ml_dtypes.bfloat16)}
+_NUMPY_TYPES = {
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+}
 _DOMAINS = ("", "ai.onnx")
 
 
@@ -276,8 +279,9 @@ class Importer:
         kind = info.type.WhichOneof("value")
         if kind != "tensor_type":
             what = (kind or "no type").removesuffix("_type")
-            raise self.error(f"input '{info.name}' is a {what}: only tensors are supported",
-                             "dtype")
+            raise self.error(
+                f"input '{info.name}' is a {what}: only tensors are supported", "dtype"
+            )
         ttype = info.type.tensor_type
         dtype = self.element_type(ttype.elem_type, f"input '{info.name}'")
         if not ttype.HasField("shape"):
@@ -346,7 +350,7 @@ class Importer:
             if value is None:
                 raise self.error(f"output '{name}' is not supported", "attribute")
             self.bind(name, value)
-        for name in node.proto.output[len(outputs):]:
+        for name in node.proto.output[len(outputs) :]:
             if name and self.uses[name]:
                 raise self.error(f"output '{name}' is not supported", "attribute")
 
@@ -599,7 +603,7 @@ def _layer_norm(imp: Importer, node: Node) -> list[SSAValue | None]:
         raise imp.error(f"axis {axis} is out of range for rank {rank}")
     if any(d != 1 for d in shape[axis % rank : -1]):
         raise imp.error(
-            f"axis={axis} normalises over dims {list(shape[axis % rank:])}: only the last "
+            f"axis={axis} normalises over dims {list(shape[axis % rank :])}: only the last "
             "axis is supported (ai.layernorm)",
             "attribute",
         )
@@ -771,8 +775,10 @@ def _conv_padding(
     """ai.conv2d padding (h_begin, w_begin, h_end, w_end), or 2 values when symmetric."""
     auto_pad = node.attrs.get("auto_pad", "NOTSET")
     if len(strides) != 2 or len(dilations) != 2 or min(*strides, *dilations) < 1:
-        raise imp.error(f"strides {list(strides)} and dilations {list(dilations)} must be 2 "
-                        "positive values each")
+        raise imp.error(
+            f"strides {list(strides)} and dilations {list(dilations)} must be 2 "
+            "positive values each"
+        )
     if auto_pad in ("NOTSET", ""):
         pads = tuple(node.attrs.get("pads", (0, 0, 0, 0)))
         if len(pads) != 4:
@@ -802,8 +808,10 @@ def _fold_batch_norm(imp: Importer, conv: Node, bn: Node) -> tuple[SSAValue, SSA
     dtype = imp.dtype_of_array(conv.proto.input[1], weight)
     a, b = _bn_coefficients(bn, [imp.array(bn, i) for i in range(1, 5)])
     if a.shape != (weight.shape[0],):
-        raise imp.error(f"BatchNormalization parameters have shape {a.shape}, expected "
-                        f"({weight.shape[0]},) to match the conv weight")
+        raise imp.error(
+            f"BatchNormalization parameters have shape {a.shape}, expected "
+            f"({weight.shape[0]},) to match the conv weight"
+        )
     conv_bias = imp.array(conv, 2)
     bias = b if conv_bias is None else conv_bias.astype(np.float64) * a + b
     folded = weight.astype(np.float64) * a.reshape(-1, 1, 1, 1)

@@ -115,8 +115,13 @@ class KernelCache:
         self._lock = threading.RLock()
         #: Counters tests and ``--timing`` read: modules imported from an existing
         #: file versus written fresh, blobs read versus built.
-        self.stats = {"module_files_reused": 0, "module_files_written": 0,
-                      "blob_hits": 0, "blob_builds": 0, "corrupt_entries": 0}
+        self.stats = {
+            "module_files_reused": 0,
+            "module_files_written": 0,
+            "blob_hits": 0,
+            "blob_builds": 0,
+            "corrupt_entries": 0,
+        }
 
     # ----------------------------------------------------------- cpu modules
     def load_module(self, source: str, *, target: str = "cpu", device: str | None = None):

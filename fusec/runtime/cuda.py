@@ -97,8 +97,12 @@ def driver_present() -> bool:
 
     return ctypes.util.find_library("cuda") is not None or any(
         os.path.exists(os.path.join(d, "libcuda.so.1"))
-        for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/nvidia/lib64",
-                  "/usr/lib/wsl/lib")
+        for d in (
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib64",
+            "/usr/local/nvidia/lib64",
+            "/usr/lib/wsl/lib",
+        )
     )
 
 
@@ -252,8 +256,15 @@ class _Buffer:
 
     __slots__ = ("user", "ptr", "n", "spec", "_flat", "_view")
 
-    def __init__(self, user: Any, spec: TensorSpec, *, flat: Any = None, ptr: int = 0,
-                 view: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self,
+        user: Any,
+        spec: TensorSpec,
+        *,
+        flat: Any = None,
+        ptr: int = 0,
+        view: Callable[[], Any] | None = None,
+    ) -> None:
         self.user = user
         self.spec = spec
         self._flat = flat
@@ -373,8 +384,9 @@ class _Adapter:
         cuda = self.cuda
         if self.family == "torch":
             torch = self.torch
-            t = torch.empty(spec.shape, dtype=getattr(torch, _TORCH_DTYPES[spec.dtype]),
-                            device=self.device)
+            t = torch.empty(
+                spec.shape, dtype=getattr(torch, _TORCH_DTYPES[spec.dtype]), device=self.device
+            )
             return self._torch_buffer(t, spec)
         if self.family == "cupy":
             cp = self.cupy
@@ -382,8 +394,7 @@ class _Adapter:
             a = cp.empty(spec.shape, dtype=dtype)
             flat = cuda.as_cuda_array(a.reshape(-1).view(_storage_np(spec.dtype)), sync=False)
             return _Buffer(a, spec, flat=flat)
-        flat = cuda.device_array(max(1, _size(spec)), _storage_np(spec.dtype),
-                                 stream=stream.numba)
+        flat = cuda.device_array(max(1, _size(spec)), _storage_np(spec.dtype), stream=stream.numba)
         if _size(spec) == 0:
             flat = flat[:0]
         return _Buffer(None, spec, flat=flat)
@@ -507,8 +518,10 @@ class CudaBackend:
         adapter = _Adapter("host", None)
         stream = adapter.stream(None)
         specs = launch.kernel.inputs
-        bufs = [adapter.wrap(a, spec, stream, k, "group")
-                for k, (a, spec) in enumerate(zip(inputs, specs, strict=True))]
+        bufs = [
+            adapter.wrap(a, spec, stream, k, "group")
+            for k, (a, spec) in enumerate(zip(inputs, specs, strict=True))
+        ]
         outs = [adapter.empty(spec, stream) for spec in launch.kernel.outputs]
         fn(*(b.flat for b in bufs), *(o.flat for o in outs), stream=stream.numba, sms=self.sms)
         results = [adapter.result(o, stream) for o in outs]
@@ -601,8 +614,9 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
     stay on the device.
     """
 
-    def __init__(self, module: Any, entry: str | None = None, target: str = "cuda",
-                 cache: Any = None) -> None:
+    def __init__(
+        self, module: Any, entry: str | None = None, target: str = "cuda", cache: Any = None
+    ) -> None:
         super().__init__(module, entry, "cuda", cache)
         self._specs = [spec_of(p) for p in self.function.function_type.inputs.data]
         self._name = self.function.sym_name.data
@@ -635,17 +649,16 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         with NaN first, so that an element no kernel writes shows up."""
         poison = poison or alloc is not None
         if len(args) != len(self._specs):
-            raise FusecError(
-                f"@{self._name} takes {len(self._specs)} argument(s), got {len(args)}"
-            )
+            raise FusecError(f"@{self._name} takes {len(self._specs)} argument(s), got {len(args)}")
         families = [_family(a) for a in args]
         if "dlpack" in families:
             pairs = zip(args, families, strict=True)
             args = [_from_dlpack(a) if f == "dlpack" else a for a, f in pairs]
             families = [_family(a) for a in args]
         first = next((k for k, f in enumerate(families) if f != "host"), None)
-        adapter = _adapter_for("host" if first is None else families[first],
-                               None if first is None else args[first])
+        adapter = _adapter_for(
+            "host" if first is None else families[first], None if first is None else args[first]
+        )
         stream_ref = adapter.stream(stream)
         values: list[Any] = [None] * self._slot_count
         for index, arg in enumerate(args):
@@ -663,8 +676,12 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
                 if isinstance(fn, _DirectLaunch):
                     fn.direct(stream_ref.ptr, inputs, outputs)
                 else:
-                    fn(*(b.flat for b in inputs), *(o.flat for o in outputs),
-                       stream=stream_ref.numba, sms=self.backend.sms)
+                    fn(
+                        *(b.flat for b in inputs),
+                        *(o.flat for o in outputs),
+                        stream=stream_ref.numba,
+                        sms=self.backend.sms,
+                    )
             for k, out in zip(outs, outputs, strict=True):
                 values[k] = out
         if self._keep is not None:
@@ -788,7 +805,6 @@ def _check(result: Any) -> Any:
     if int(err) != 0:
         raise FusecError(f"CUDA driver error {int(err)} ({err})")
     return values[0] if len(values) == 1 else tuple(values) if values else None
-
 
 
 def module_kernels(module: Any, entry: str | None = None) -> list[KernelSource]:

@@ -240,8 +240,7 @@ def _make_gpu_helpers() -> dict[str, object]:
                 ins = ", ".join(f"${k + 1}" for k in range(nwords))
                 regs = "{" + ins + "}" if nwords > 1 else ins
                 text = (
-                    "{ .reg .u64 g; cvta.to.global.u64 g, $0; "
-                    f"st.global.{suffix} [g], {regs}; }}"
+                    f"{{ .reg .u64 g; cvta.to.global.u64 g, $0; st.global.{suffix} [g], {regs}; }}"
                 )
                 constraints = ",".join(["l"] + [reg] * nwords + ["~{memory}"])
                 fn_t = ir.FunctionType(ir.VoidType(), [ptr.type] + [word_t] * nwords)

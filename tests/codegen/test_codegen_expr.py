@@ -178,8 +178,25 @@ def _interesting_floats() -> np.ndarray:
     ties16 = (exps | (mant & ~np.uint32(0x1FFF)) | 0x1000).astype(np.uint32)
     tiesbf = (exps | (mant & ~np.uint32(0xFFFF)) | 0x8000).astype(np.uint32)
     specials = np.float32(
-        [0.0, -0.0, np.inf, -np.inf, np.nan, 65504.0, 65519.99, 65520.0, 65536.0, 6.1035e-05,
-         5.96e-08, 2.98e-08, 2.99e-08, 1e-40, 3.4028235e38, 3.3961776e38, 3.3895314e38]
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            65504.0,
+            65519.99,
+            65520.0,
+            65536.0,
+            6.1035e-05,
+            5.96e-08,
+            2.98e-08,
+            2.99e-08,
+            1e-40,
+            3.4028235e38,
+            3.3961776e38,
+            3.3895314e38,
+        ]
     )
     pool = np.concatenate([bits, ties16, ties16 + 1, ties16 - 1, tiesbf, tiesbf + 1, tiesbf - 1])
     return np.concatenate([pool.view(np.float32), specials, -specials])

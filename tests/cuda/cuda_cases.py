@@ -25,7 +25,7 @@ def _func(name, params, results, kind, body) -> str:
     lines = "\n".join(f"    {line}" for line in body)
     return (
         f"func.func @{name}({args}) -> ({out_types}) {{\n"
-        f"  %r{count} = ai.fused \"{kind}\" ({operands}) : ({in_types}) -> ({out_types}) {{\n"
+        f'  %r{count} = ai.fused "{kind}" ({operands}) : ({in_types}) -> ({out_types}) {{\n'
         f"  ^bb0({inner}):\n{lines}\n  }}\n"
         f"  return {returned} : {out_types}\n}}\n"
     )
@@ -78,7 +78,7 @@ def layernorm_residual(rows: int, cols: int, dtype: str) -> str:
     body = [
         f"%h = ai.add %x1, %y1 : {x} * {x}",
         f"%n = ai.layernorm %h, %g1, %b1 {{epsilon = 1.0e-05 : f32}} : {x} * {v} * {v}",
-        f"%a = ai.gelu %n {{approximate = \"tanh\"}} : {x}",
+        f'%a = ai.gelu %n {{approximate = "tanh"}} : {x}',
         f"%m = ai.mul %a, %s1 : {x} * {s}",
         f"%o = ai.add %m, %h : {x} * {x}",
         f"ai.yield %h, %o : {x}, {x}",

@@ -74,7 +74,8 @@ def test_cli_prints_cuda_kernels_without_a_gpu(tmp_path, capsys) -> None:
 
 
 def test_capture_needs_the_cuda_target() -> None:
-    compiled = fusec.compile(pointwise_broadcast(2, 8, "f32"), target="reference",
-                             pipeline="infer-shapes")
+    compiled = fusec.compile(
+        pointwise_broadcast(2, 8, "f32"), target="reference", pipeline="infer-shapes"
+    )
     with pytest.raises(fusec.FusecError, match="needs target 'cuda'"):
         compiled.capture()

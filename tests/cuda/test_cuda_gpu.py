@@ -179,8 +179,14 @@ print(json.dumps({{"hits": hits, "misses": misses}}))
     env = dict(os.environ, FUSEC_CACHE_DIR=str(tmp_path))
     runs = []
     for _ in range(2):
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                              env=env, timeout=300, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     assert runs[0]["misses"] >= 1 and runs[0]["hits"] == 0, runs

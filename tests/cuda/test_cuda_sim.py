@@ -41,7 +41,11 @@ def sim_results() -> dict:
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONUNBUFFERED="1")
     done = subprocess.run(
         [sys.executable, str(HERE / "sim_runner.py"), payload],
-        capture_output=True, text=True, env=env, timeout=600, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
     )
     results = {}
     for line in done.stdout.splitlines():

@@ -67,23 +67,49 @@ def resnet_basic_block(channels=8, size=12, batch=2, seed=0, downsample=False):
     stride = 2 if downsample else 1
     scale = (2.0 / (9 * channels)) ** 0.5
     nodes = [
-        helper.make_node("Conv", ["x", w.normal("conv1.weight", (out_ch, channels, 3, 3), scale)],
-                         ["c1"], name="conv1", pads=[1, 1, 1, 1], strides=[stride, stride]),
-        helper.make_node("BatchNormalization", ["c1", *w.batch_norm("bn1", out_ch)], ["b1"],
-                         name="bn1", epsilon=1e-5),
+        helper.make_node(
+            "Conv",
+            ["x", w.normal("conv1.weight", (out_ch, channels, 3, 3), scale)],
+            ["c1"],
+            name="conv1",
+            pads=[1, 1, 1, 1],
+            strides=[stride, stride],
+        ),
+        helper.make_node(
+            "BatchNormalization",
+            ["c1", *w.batch_norm("bn1", out_ch)],
+            ["b1"],
+            name="bn1",
+            epsilon=1e-5,
+        ),
         helper.make_node("Relu", ["b1"], ["r1"], name="relu1"),
-        helper.make_node("Conv", ["r1", w.normal("conv2.weight", (out_ch, out_ch, 3, 3), scale)],
-                         ["c2"], name="conv2", pads=[1, 1, 1, 1]),
-        helper.make_node("BatchNormalization", ["c2", *w.batch_norm("bn2", out_ch)], ["b2"],
-                         name="bn2"),
+        helper.make_node(
+            "Conv",
+            ["r1", w.normal("conv2.weight", (out_ch, out_ch, 3, 3), scale)],
+            ["c2"],
+            name="conv2",
+            pads=[1, 1, 1, 1],
+        ),
+        helper.make_node(
+            "BatchNormalization", ["c2", *w.batch_norm("bn2", out_ch)], ["b2"], name="bn2"
+        ),
     ]
     shortcut = "x"
     if downsample:
         nodes += [
-            helper.make_node("Conv", ["x", w.normal("down.weight", (out_ch, channels, 1, 1), 0.3)],
-                             ["d"], name="down.conv", strides=[2, 2]),
-            helper.make_node("BatchNormalization", ["d", *w.batch_norm("down.bn", out_ch)],
-                             ["db"], name="down.bn"),
+            helper.make_node(
+                "Conv",
+                ["x", w.normal("down.weight", (out_ch, channels, 1, 1), 0.3)],
+                ["d"],
+                name="down.conv",
+                strides=[2, 2],
+            ),
+            helper.make_node(
+                "BatchNormalization",
+                ["d", *w.batch_norm("down.bn", out_ch)],
+                ["db"],
+                name="down.bn",
+            ),
         ]
         shortcut = "db"
     nodes += [
@@ -108,19 +134,28 @@ def transformer_mlp(
     nodes = [
         helper.make_node(
             "LayerNormalization",
-            ["x", w.add("ln.weight", w.rng.uniform(0.5, 1.5, dim)),
-             w.add("ln.bias", w.rng.normal(0.0, 0.1, dim))],
-            ["h"], name="ln", epsilon=1e-5,
+            [
+                "x",
+                w.add("ln.weight", w.rng.uniform(0.5, 1.5, dim)),
+                w.add("ln.bias", w.rng.normal(0.0, 0.1, dim)),
+            ],
+            ["h"],
+            name="ln",
+            epsilon=1e-5,
         ),
-        helper.make_node("MatMul", ["h", w.normal("fc1.weight", (dim, hidden), dim**-0.5)],
-                         ["f1"], name="fc1"),
-        helper.make_node("Add", ["f1", w.normal("fc1.bias", (hidden,), 0.1)], ["f1b"],
-                         name="fc1.bias_add"),
+        helper.make_node(
+            "MatMul", ["h", w.normal("fc1.weight", (dim, hidden), dim**-0.5)], ["f1"], name="fc1"
+        ),
+        helper.make_node(
+            "Add", ["f1", w.normal("fc1.bias", (hidden,), 0.1)], ["f1b"], name="fc1.bias_add"
+        ),
         helper.make_node("Gelu", ["f1b"], ["g"], name="gelu", approximate=approximate),
-        helper.make_node("MatMul", ["g", w.normal("fc2.weight", (hidden, dim), hidden**-0.5)],
-                         ["f2"], name="fc2"),
-        helper.make_node("Add", ["f2", w.normal("fc2.bias", (dim,), 0.1)], ["f2b"],
-                         name="fc2.bias_add"),
+        helper.make_node(
+            "MatMul", ["g", w.normal("fc2.weight", (hidden, dim), hidden**-0.5)], ["f2"], name="fc2"
+        ),
+        helper.make_node(
+            "Add", ["f2", w.normal("fc2.bias", (dim,), 0.1)], ["f2b"], name="fc2.bias_add"
+        ),
         helper.make_node("Add", ["x", "f2b"], ["y"], name="residual"),
     ]
     return make_model(
@@ -150,9 +185,7 @@ def node_model(
     """A one-node model: ``inputs`` are graph inputs (their arrays give shape and dtype),
     ``weights`` initializers; input order is the dict order, inputs first."""
     weights = weights or {}
-    node = helper.make_node(
-        op_type, [*inputs, *weights], list(outputs), name=name, **attrs
-    )
+    node = helper.make_node(op_type, [*inputs, *weights], list(outputs), name=name, **attrs)
     graph_inputs = [tensor(k, v.shape, v.dtype) for k, v in inputs.items()]
     first = next(iter({**inputs, **weights}.values()))
     elem = _TYPES[np.dtype(out_dtype or first.dtype)]

@@ -16,25 +16,31 @@ def spec(*shape):
     return TensorSpec(tuple(shape), F32)
 
 
-@pytest.mark.parametrize(("a", "b", "out"), [
-    ((5,), (5,), ()),
-    ((5,), (5, 3), (3,)),
-    ((5,), (2, 5, 3), (2, 3)),
-    ((4, 5), (5,), (4,)),
-    ((2, 1, 4, 5), (5,), (2, 1, 4)),
-    ((3, 4, 5), (5, 6), (3, 4, 6)),
-])
+@pytest.mark.parametrize(
+    ("a", "b", "out"),
+    [
+        ((5,), (5,), ()),
+        ((5,), (5, 3), (3,)),
+        ((5,), (2, 5, 3), (2, 3)),
+        ((4, 5), (5,), (4,)),
+        ((2, 1, 4, 5), (5,), (2, 1, 4)),
+        ((3, 4, 5), (5, 6), (3, 4, 6)),
+    ],
+)
 def test_matmul_follows_numpy_for_1d_operands(a, b, out):
     assert matmul(spec(*a), spec(*b)).shape == out
     assert np.matmul(np.ones(a), np.ones(b)).shape == out
 
 
-@pytest.mark.parametrize(("a", "b", "kwargs", "message"), [
-    ((5,), (4,), {}, "inner dimensions do not match"),
-    ((5,), (5, 3), {"transpose_a": True}, "operand 'lhs' is 1-D"),
-    ((3, 5), (5,), {"transpose_b": True}, "operand 'rhs' is 1-D"),
-    ((), (5,), {}, "operand 'lhs' must have rank >= 1"),
-])
+@pytest.mark.parametrize(
+    ("a", "b", "kwargs", "message"),
+    [
+        ((5,), (4,), {}, "inner dimensions do not match"),
+        ((5,), (5, 3), {"transpose_a": True}, "operand 'lhs' is 1-D"),
+        ((3, 5), (5,), {"transpose_b": True}, "operand 'rhs' is 1-D"),
+        ((), (5,), {}, "operand 'lhs' must have rank >= 1"),
+    ],
+)
 def test_matmul_1d_errors(a, b, kwargs, message):
     with pytest.raises(ShapeError, match=message):
         matmul(spec(*a), spec(*b), **kwargs)

@@ -53,46 +53,92 @@ X4 = (2, 4, 9, 8)
 CASES = {
     # id: (op_type, inputs, weights, attrs, expected ai ops, opset)
     "conv_bias_asym_pads": (
-        "Conv", {"x": r(*X4)}, {"w": r(6, 4, 3, 3), "b": r(6)},
-        {"pads": [0, 1, 2, 1], "strides": [2, 1]}, {"ai.conv2d": 1, "ai.bias_add": 1}, 17,
+        "Conv",
+        {"x": r(*X4)},
+        {"w": r(6, 4, 3, 3), "b": r(6)},
+        {"pads": [0, 1, 2, 1], "strides": [2, 1]},
+        {"ai.conv2d": 1, "ai.bias_add": 1},
+        17,
     ),
     "conv_dilations_group": (
-        "Conv", {"x": r(*X4)}, {"w": r(6, 2, 3, 2)},
-        {"dilations": [2, 1], "group": 2, "pads": [1, 1, 1, 1]}, {"ai.conv2d": 1}, 17,
+        "Conv",
+        {"x": r(*X4)},
+        {"w": r(6, 2, 3, 2)},
+        {"dilations": [2, 1], "group": 2, "pads": [1, 1, 1, 1]},
+        {"ai.conv2d": 1},
+        17,
     ),
     "conv_depthwise_weight_as_input": (
-        "Conv", {"x": r(*X4), "w": r(4, 1, 3, 3)}, {}, {"group": 4}, {"ai.conv2d": 1}, 17,
+        "Conv",
+        {"x": r(*X4), "w": r(4, 1, 3, 3)},
+        {},
+        {"group": 4},
+        {"ai.conv2d": 1},
+        17,
     ),
     "conv_same_upper_even_kernel": (
-        "Conv", {"x": r(*X4)}, {"w": r(5, 4, 2, 2)}, {"auto_pad": "SAME_UPPER", "strides": [2, 3]},
-        {"ai.conv2d": 1}, 17,
+        "Conv",
+        {"x": r(*X4)},
+        {"w": r(5, 4, 2, 2)},
+        {"auto_pad": "SAME_UPPER", "strides": [2, 3]},
+        {"ai.conv2d": 1},
+        17,
     ),
     "conv_same_lower_even_kernel": (
-        "Conv", {"x": r(*X4)}, {"w": r(5, 4, 4, 2)}, {"auto_pad": "SAME_LOWER"},
-        {"ai.conv2d": 1}, 17,
+        "Conv",
+        {"x": r(*X4)},
+        {"w": r(5, 4, 4, 2)},
+        {"auto_pad": "SAME_LOWER"},
+        {"ai.conv2d": 1},
+        17,
     ),
     "conv_valid": (
-        "Conv", {"x": r(*X4)}, {"w": r(5, 4, 3, 3)}, {"auto_pad": "VALID", "strides": [2, 2]},
-        {"ai.conv2d": 1}, 17,
+        "Conv",
+        {"x": r(*X4)},
+        {"w": r(5, 4, 3, 3)},
+        {"auto_pad": "VALID", "strides": [2, 2]},
+        {"ai.conv2d": 1},
+        17,
     ),
     "gemm_all_attrs_vector_bias": (
-        "Gemm", {"a": r(7, 5)}, {"b": r(6, 7), "c": r(6)},
+        "Gemm",
+        {"a": r(7, 5)},
+        {"b": r(6, 7), "c": r(6)},
         {"alpha": 0.5, "beta": 2.0, "transA": 1, "transB": 1},
-        {"ai.matmul": 1, "ai.mul": 1, "ai.bias_add": 1}, 13,
+        {"ai.matmul": 1, "ai.mul": 1, "ai.bias_add": 1},
+        13,
     ),
     "gemm_row_bias_initializer": (
-        "Gemm", {"a": r(5, 7)}, {"b": r(7, 6), "c": r(1, 6)}, {},
-        {"ai.matmul": 1, "ai.bias_add": 1}, 13,
+        "Gemm",
+        {"a": r(5, 7)},
+        {"b": r(7, 6), "c": r(1, 6)},
+        {},
+        {"ai.matmul": 1, "ai.bias_add": 1},
+        13,
     ),
     "gemm_column_bias_input": (
-        "Gemm", {"a": r(5, 7), "b": r(7, 6), "c": r(5, 1)}, {}, {"beta": 0.25},
-        {"ai.matmul": 1, "ai.mul": 1, "ai.add": 1}, 13,
+        "Gemm",
+        {"a": r(5, 7), "b": r(7, 6), "c": r(5, 1)},
+        {},
+        {"beta": 0.25},
+        {"ai.matmul": 1, "ai.mul": 1, "ai.add": 1},
+        13,
     ),
     "gemm_scalar_bias_beta_zero": (
-        "Gemm", {"a": r(5, 7), "b": r(7, 6), "c": r()}, {}, {"beta": 0.0}, {"ai.matmul": 1}, 13,
+        "Gemm",
+        {"a": r(5, 7), "b": r(7, 6), "c": r()},
+        {},
+        {"beta": 0.0},
+        {"ai.matmul": 1},
+        13,
     ),
     "matmul_batch_broadcast": (
-        "MatMul", {"a": r(3, 1, 4, 5), "b": r(2, 5, 6)}, {}, {}, {"ai.matmul": 1}, 13,
+        "MatMul",
+        {"a": r(3, 1, 4, 5), "b": r(2, 5, 6)},
+        {},
+        {},
+        {"ai.matmul": 1},
+        13,
     ),
     "matmul_1d_lhs": ("MatMul", {"a": r(5), "b": r(2, 5, 3)}, {}, {}, {"ai.matmul": 1}, 13),
     "matmul_1d_rhs": ("MatMul", {"a": r(2, 4, 5), "b": r(5)}, {}, {}, {"ai.matmul": 1}, 13),
@@ -111,34 +157,63 @@ CASES = {
     "softmax_axis0": ("Softmax", {"x": r(3, 4, 5)}, {}, {"axis": 0}, {"ai.softmax": 1}, 13),
     "softmax_default": ("Softmax", {"x": r(3, 4, 5)}, {}, {}, {"ai.softmax": 1}, 13),
     "softmax_opset11_unit_dims": (
-        "Softmax", {"x": r(2, 1, 5)}, {}, {"axis": 1}, {"ai.softmax": 1}, 11,
+        "Softmax",
+        {"x": r(2, 1, 5)},
+        {},
+        {"axis": 1},
+        {"ai.softmax": 1},
+        11,
     ),
     "softmax_opset11_default_axis": ("Softmax", {"x": r(3, 6)}, {}, {}, {"ai.softmax": 1}, 11),
     "layernorm_weights": (
-        "LayerNormalization", {"x": r(2, 3, 8)}, {"g": r(8), "b": r(8)}, {"epsilon": 1e-3},
-        {"ai.layernorm": 1}, 17,
+        "LayerNormalization",
+        {"x": r(2, 3, 8)},
+        {"g": r(8), "b": r(8)},
+        {"epsilon": 1e-3},
+        {"ai.layernorm": 1},
+        17,
     ),
     "layernorm_no_bias_inputs": (
-        "LayerNormalization", {"x": r(2, 3, 8), "g": r(8)}, {}, {}, {"ai.layernorm": 1}, 17,
+        "LayerNormalization",
+        {"x": r(2, 3, 8), "g": r(8)},
+        {},
+        {},
+        {"ai.layernorm": 1},
+        17,
     ),
     "layernorm_axis_over_unit_dims": (
-        "LayerNormalization", {"x": r(2, 1, 8), "g": r(1, 8), "b": r(1, 8)}, {}, {"axis": 1},
-        {"ai.layernorm": 1, "ai.mul": 1, "ai.add": 1}, 17,
+        "LayerNormalization",
+        {"x": r(2, 1, 8), "g": r(1, 8), "b": r(1, 8)},
+        {},
+        {"axis": 1},
+        {"ai.layernorm": 1, "ai.mul": 1, "ai.add": 1},
+        17,
     ),
     "identity": ("Identity", {"x": r(3, 4)}, {}, {}, {}, 16),
     "max_variadic_broadcast": (
-        "Max", {"a": r(3, 4), "b": r(4), "c": r(3, 1)}, {}, {}, {"ai.maximum": 2}, 13,
+        "Max",
+        {"a": r(3, 4), "b": r(4), "c": r(3, 1)},
+        {},
+        {},
+        {"ai.maximum": 2},
+        13,
     ),
     "max_single": ("Max", {"a": r(3, 4)}, {}, {}, {}, 13),
     "batchnorm_constants": (
-        "BatchNormalization", {"x": r(2, 3, 4, 5)},
-        {"s": r(3), "b": r(3), "m": r(3), "v": r(3, low=0.5)}, {"epsilon": 1e-3},
-        {"ai.mul": 1, "ai.bias_add": 1}, 15,
+        "BatchNormalization",
+        {"x": r(2, 3, 4, 5)},
+        {"s": r(3), "b": r(3), "m": r(3), "v": r(3, low=0.5)},
+        {"epsilon": 1e-3},
+        {"ai.mul": 1, "ai.bias_add": 1},
+        15,
     ),
     "batchnorm_runtime_params": (
-        "BatchNormalization", {"x": r(2, 3, 4), "s": r(3), "b": r(3), "m": r(3),
-                               "v": r(3, low=0.5)}, {}, {},
-        {"ai.sqrt": 1, "ai.add": 1, "ai.div": 1, "ai.sub": 1, "ai.mul": 1, "ai.bias_add": 3}, 15,
+        "BatchNormalization",
+        {"x": r(2, 3, 4), "s": r(3), "b": r(3), "m": r(3), "v": r(3, low=0.5)},
+        {},
+        {},
+        {"ai.sqrt": 1, "ai.add": 1, "ai.div": 1, "ai.sub": 1, "ai.mul": 1, "ai.bias_add": 3},
+        15,
     ),
 }
 
@@ -153,15 +228,22 @@ def test_operator_matches_onnxruntime(case: str):
 
 def test_layernorm_mean_and_inv_std_dev_outputs():
     model = node_model(
-        "LayerNormalization", {"x": r(3, 2, 6)}, weights={"g": r(6), "b": r(6)},
-        outputs=("y", "mean", "inv_std"), epsilon=0.1,
+        "LayerNormalization",
+        {"x": r(3, 2, 6)},
+        weights={"g": r(6), "b": r(6)},
+        outputs=("y", "mean", "inv_std"),
+        epsilon=0.1,
     )
     check_against_onnxruntime(model, {"x": r(3, 2, 6)})
 
 
-@pytest.mark.parametrize(("to", "dtype", "tol"), [
-    (TensorProto.FLOAT16, np.float16, 1e-3), (TensorProto.FLOAT, np.float32, 0.0),
-])
+@pytest.mark.parametrize(
+    ("to", "dtype", "tol"),
+    [
+        (TensorProto.FLOAT16, np.float16, 1e-3),
+        (TensorProto.FLOAT, np.float32, 0.0),
+    ],
+)
 def test_cast(to, dtype, tol):
     x = r(3, 5)
     model = node_model("Cast", {"x": x}, to=to, out_dtype=dtype)
@@ -315,10 +397,15 @@ def test_unsupported_attribute_values_are_clear():
     assert ln.feature == "attribute" and "axis=1" in ln.message
     sm = _error(node_model("Softmax", {"x": r(2, 3, 4)}, axis=1, opset=11))
     assert sm.feature == "attribute" and "opset 11" in sm.message
-    bn = _error(node_model(
-        "BatchNormalization", {"x": r(2, 3, 4)}, weights={k: r(3, low=0.5) for k in "sbmv"},
-        training_mode=1, opset=15,
-    ))
+    bn = _error(
+        node_model(
+            "BatchNormalization",
+            {"x": r(2, 3, 4)},
+            weights={k: r(3, low=0.5) for k in "sbmv"},
+            training_mode=1,
+            opset=15,
+        )
+    )
     assert bn.feature == "attribute" and "training_mode" in bn.message
     conv = _error(node_model("Conv", {"x": r(1, 2, 5)}, weights={"w": r(3, 2, 3)}))
     assert conv.feature == "attribute" and "2-D" in conv.message
@@ -412,12 +499,19 @@ def test_conv_attributes_match_onnxruntime(case, seed):
 
 @settings(max_examples=20, deadline=None)
 @given(
-    st.integers(1, 4), st.integers(1, 4), st.integers(1, 4), st.booleans(), st.booleans(),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.booleans(),
+    st.booleans(),
     st.sampled_from([(), (1,), ("n",), (1, "n"), ("m", 1), ("m", "n")]),
-    st.sampled_from([1.0, 0.5, -2.0]), st.sampled_from([1.0, 0.0, 3.0]), st.booleans(),
+    st.sampled_from([1.0, 0.5, -2.0]),
+    st.sampled_from([1.0, 0.0, 3.0]),
+    st.booleans(),
 )
-def test_gemm_attributes_match_onnxruntime(m, k, n, trans_a, trans_b, c_dims, alpha, beta,
-                                           c_is_weight):
+def test_gemm_attributes_match_onnxruntime(
+    m, k, n, trans_a, trans_b, c_dims, alpha, beta, c_is_weight
+):
     rng = np.random.default_rng(m * 100 + k * 10 + n)
     a = random(rng, *((k, m) if trans_a else (m, k)))
     b = random(rng, *((n, k) if trans_b else (k, n)))
@@ -425,8 +519,15 @@ def test_gemm_attributes_match_onnxruntime(m, k, n, trans_a, trans_b, c_dims, al
     inputs, weights = {"a": a, "b": b}, {"c": c}
     if not c_is_weight:
         inputs, weights = {**inputs, **weights}, {}
-    model = node_model("Gemm", inputs, weights=weights, alpha=alpha, beta=beta,
-                       transA=int(trans_a), transB=int(trans_b))
+    model = node_model(
+        "Gemm",
+        inputs,
+        weights=weights,
+        alpha=alpha,
+        beta=beta,
+        transA=int(trans_a),
+        transB=int(trans_b),
+    )
     got = fusec.compile(fusec.from_onnx(model), target="reference")(*inputs.values())
     want = run_onnxruntime(model, inputs)[0]
     assert got.shape == want.shape and rel_err(got, want) < 1e-5

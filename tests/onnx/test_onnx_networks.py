@@ -21,14 +21,26 @@ NETWORKS = {
     # id: (model factory, input shape, dtype, expected kernels, tolerance)
     "resnet_block": (resnet_basic_block, (2, 8, 12, 12), np.float32, 2, 1e-4),
     "resnet_block_downsample": (
-        lambda: resnet_basic_block(downsample=True), (2, 8, 12, 12), np.float32, 3, 1e-4,
+        lambda: resnet_basic_block(downsample=True),
+        (2, 8, 12, 12),
+        np.float32,
+        3,
+        1e-4,
     ),
     "mlp_block": (transformer_mlp, (2, 8, 32), np.float32, 2, 1e-4),
     "mlp_block_gelu_tanh": (
-        lambda: transformer_mlp(approximate="tanh"), (2, 8, 32), np.float32, 2, 1e-4,
+        lambda: transformer_mlp(approximate="tanh"),
+        (2, 8, 32),
+        np.float32,
+        2,
+        1e-4,
     ),
     "mlp_block_f16": (
-        lambda: transformer_mlp(dtype=np.float16), (2, 8, 32), np.float16, 2, 1e-2,
+        lambda: transformer_mlp(dtype=np.float16),
+        (2, 8, 32),
+        np.float16,
+        2,
+        1e-2,
     ),
 }
 
@@ -60,7 +72,13 @@ def test_batch_norm_is_folded_into_the_convs():
     module = fusec.from_onnx(resnet_basic_block())
     names = [op.name for op in module.walk() if op.name.startswith("ai.")]
     assert names == [
-        "ai.conv2d", "ai.bias_add", "ai.relu", "ai.conv2d", "ai.bias_add", "ai.add", "ai.relu",
+        "ai.conv2d",
+        "ai.bias_add",
+        "ai.relu",
+        "ai.conv2d",
+        "ai.bias_add",
+        "ai.add",
+        "ai.relu",
     ]
 
 

@@ -47,8 +47,14 @@ def wrap_group(text: str, kind: str):
     return module
 
 
-def check(module_or_text, *, cache: KernelCache, kind: str | None = None, fuse: bool = False,
-          seed: int = 0) -> Program:
+def check(
+    module_or_text,
+    *,
+    cache: KernelCache,
+    kind: str | None = None,
+    fuse: bool = False,
+    seed: int = 0,
+) -> Program:
     """Compile for cpu, run poisoned on random inputs and assert every result matches.
 
     ``kind`` wraps the whole function in one group of that kind; ``fuse`` runs

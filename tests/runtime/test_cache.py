@@ -50,7 +50,10 @@ def _spawn(cache_dir: Path) -> subprocess.Popen:
     env = dict(os.environ, FUSEC_CACHE_DIR=str(cache_dir))
     return subprocess.Popen(
         [sys.executable, "-c", CHILD, str(EXAMPLE)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -188,7 +191,9 @@ def test_two_processes_build_a_blob_once(tmp_path):
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", BLOB_CHILD, str(tmp_path / "c"), str(log)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for _ in range(2)
     ]

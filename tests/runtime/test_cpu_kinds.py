@@ -141,7 +141,8 @@ func.func @f(%x: {t}, %c: {c}) -> {t} {{
 def test_reduction_reading_input_rows_directly(cache, op):
     t, v = _t((33, 200), "f32"), _t((200,), "f32")
     reduce = (
-        f"ai.layernorm %x, %g, %b : {t} * {v} * {v}" if op == "layernorm"
+        f"ai.layernorm %x, %g, %b : {t} * {v} * {v}"
+        if op == "layernorm"
         else f"ai.softmax %x : {t}"
     )
     text = f"""
@@ -184,7 +185,10 @@ func.func @f(%x: {t}, %g: {v}, %b: {v}) -> {t} {{
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 def test_matmul_layernorm_prologue_bias_softmax_epilogue(cache, dtype):
     x, v, w, b, y = (
-        _t((2, 24, 32), dtype), _t((32,), dtype), _t((48, 32), dtype), _t((48,), dtype),
+        _t((2, 24, 32), dtype),
+        _t((32,), dtype),
+        _t((48, 32), dtype),
+        _t((48,), dtype),
         _t((2, 24, 48), dtype),
     )
     text = f"""
@@ -242,7 +246,9 @@ def test_conv_bias_residual_relu(cache, case, dtype):
     oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
     ow = (w + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
     x, wt, b, y = (
-        _t((n, c, h, w), dtype), _t((k, c // groups, kh, kw), dtype), _t((k,), dtype),
+        _t((n, c, h, w), dtype),
+        _t((k, c // groups, kh, kw), dtype),
+        _t((k,), dtype),
         _t((n, k, oh, ow), dtype),
     )
 

@@ -30,8 +30,10 @@ def _inputs(seed=3):
 
 
 def test_run_check_passes_on_random_inputs(capsys):
-    assert main(["run", str(CHAIN), "--random-inputs", "--seed", "7", "--check",
-                 "--target", "cpu"]) == 0
+    assert (
+        main(["run", str(CHAIN), "--random-inputs", "--seed", "7", "--check", "--target", "cpu"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "on target 'cpu'" in out
     assert "result #0 tensor<4x8x16xf16>: rel err" in out and "PASS" in out
@@ -40,8 +42,22 @@ def test_run_check_passes_on_random_inputs(capsys):
 def test_run_inputs_by_name_and_output_file(tmp_path, capsys):
     np.savez(tmp_path / "in.npz", **_inputs())
     out_path = tmp_path / "out.npz"
-    assert main(["run", str(CHAIN), "--inputs", str(tmp_path / "in.npz"), "--target", "cpu",
-                 "-o", str(out_path), "--check"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(CHAIN),
+                "--inputs",
+                str(tmp_path / "in.npz"),
+                "--target",
+                "cpu",
+                "-o",
+                str(out_path),
+                "--check",
+            ]
+        )
+        == 0
+    )
     with np.load(out_path) as data:
         result = data["result0"]
     import fusec
@@ -53,8 +69,12 @@ def test_run_inputs_by_name_and_output_file(tmp_path, capsys):
 
 def test_run_positional_npz_and_float64_inputs_are_converted(tmp_path):
     np.savez(tmp_path / "in.npz", *[a.astype(np.float64) for a in _inputs().values()])
-    assert main(["run", str(CHAIN), "--inputs", str(tmp_path / "in.npz"), "--target", "cpu",
-                 "--check"]) == 0
+    assert (
+        main(
+            ["run", str(CHAIN), "--inputs", str(tmp_path / "in.npz"), "--target", "cpu", "--check"]
+        )
+        == 0
+    )
 
 
 @pytest.mark.parametrize(
