@@ -32,6 +32,9 @@ import math
 import numba
 import numpy as np
 from numpy import float32 as f32
+
+ro = numba.types.Array(numba.float32, 1, "C", readonly=True)
+rw = numba.float32[::1]
 """
 
 
@@ -49,11 +52,15 @@ class Stage:
     helpers: set[str] = field(default_factory=set)
 
     def source(self) -> str:
-        sig = f"void({', '.join(['float32[::1]'] * len(self.params))})"
+        # Group inputs (``inN``) are only read: typed read-only so that read-only
+        # arrays (np.frombuffer, onnx initialisers) need no copy; writable ones
+        # convert to that type too.
+        passed = self.args or self.params
+        sig = f"numba.void({', '.join('ro' if a.startswith('in') else 'rw' for a in passed)})"
         lines = []
         if self.comment:
             lines.append(f"# {self.comment}")
-        lines.append(f'@numba.njit(\n    "{sig}",\n    {NJIT_OPTIONS},\n)')
+        lines.append(f"@numba.njit(\n    {sig},\n    {NJIT_OPTIONS},\n)")
         lines.append(f"def {self.name}({', '.join(self.params)}):")
         lines.extend(f"    {line}" if line else "" for line in self.body)
         return "\n".join(lines) + "\n"
