@@ -31,7 +31,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     code.add(0, f"def launch({', '.join(ins + outs)}, stream=0, sms=132):")
     code.add(1, f'"""Run the group\'s {len(ops)} op(s) with PyTorch on ``stream``."""')
     code.add(1, "torch = _torch()")
-    code.add(1, "with torch.cuda.stream(torch.cuda.ExternalStream(stream_ptr(stream))):")
+    code.add(1, "stream = torch.cuda.ExternalStream(stream_ptr(stream))")
+    code.add(1, "with _ieee_fp32(torch), torch.cuda.stream(stream):")
     names = {}
     for k, value in enumerate(fused_op.block.args):
         spec = spec_of(value.type)
@@ -56,6 +57,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     source = "\n".join(
         [
             header(fused_op, notes=notes),
+            "import contextlib",
             "import math",
             "",
             "from fusec.errors import FusecError",
@@ -71,6 +73,18 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             '            "until its Tensor Core template exists: install torch"',
             "        ) from None",
             "    return torch",
+            "",
+            "",
+            "@contextlib.contextmanager",
+            "def _ieee_fp32(torch):",
+            '    """f32 IR means f32 maths: no TF32 in cuBLAS/cuDNN (on by default for conv)."""',
+            "    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32",
+            "    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False",
+            "    try:",
+            "        yield",
+            "    finally:",
+            "        torch.backends.cuda.matmul.allow_tf32 = saved[0]",
+            "        torch.backends.cudnn.allow_tf32 = saved[1]",
             "",
             "",
             "def _tensor(torch, flat, dtype, shape):",
