@@ -198,6 +198,16 @@ def header(fused_op: ai.FusedOp, *, notes: Iterable[str] = ()) -> str:
 Leaf = Callable[[SSAValue], str]
 
 
+#: Binary ops that are one Python operator (bias_add is an add once broadcast).
+_ARITHMETIC: dict[type[Operation], str] = {
+    ai.AddOp: "+",
+    ai.BiasAddOp: "+",
+    ai.SubOp: "-",
+    ai.MulOp: "*",
+    ai.DivOp: "/",
+}
+
+
 class ExprGenerator:
     """Scalar float32 expressions for elementwise ops, and straight-line chains of them.
 
@@ -227,14 +237,8 @@ class ExprGenerator:
         Operands are evaluated more than once in a few forms (maximum, relu),
         so pass names or other side-effect-free expressions.
         """
-        if isinstance(op, (ai.AddOp, ai.BiasAddOp)):
-            return f"({args[0]} + {args[1]})"
-        if isinstance(op, ai.SubOp):
-            return f"({args[0]} - {args[1]})"
-        if isinstance(op, ai.MulOp):
-            return f"({args[0]} * {args[1]})"
-        if isinstance(op, ai.DivOp):
-            return f"({args[0]} / {args[1]})"
+        if (symbol := _ARITHMETIC.get(type(op))) is not None:
+            return f"({args[0]} {symbol} {args[1]})"
         if isinstance(op, ai.MaximumOp):
             a, b = args
             return f"({a} if {a} >= {b} or {a} != {a} else {b})"
