@@ -199,8 +199,13 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     entry: str | None = None,
     after_pass: Callable[[str, ModuleOp], None] | None = None,
 ) -> CompiledModule:
-    """Parse (unless given a module), run the pipeline and build a CompiledModule."""
-    from fusec.frontend.mlir import read_source
+    """Parse (unless given a module), run the pipeline and build a CompiledModule.
+
+    On ``cpu``/``cuda`` each ``ai.fused`` group becomes one generated kernel,
+    compiled (or loaded from the kernel cache) on the first call.
+    """
+    from fusec.frontend.mlir import parse_module, read_source
+    from fusec.runtime.launch import Program, fully_fused
 
     concrete = resolve_target(target)
     source_text = None
@@ -208,20 +213,14 @@ def compile(  # noqa: A001 - the public name is part of the API contract
         module = text_or_path.clone()
     else:
         source_text, name = read_source(text_or_path)
-        from fusec.frontend.mlir import parse_module
-
         module = parse_module(source_text, name)
     timings: list[PassTiming] = []
     run_pipeline(module, pipeline, after_pass=after_pass, timings=timings, source_text=source_text)
-    from fusec.runtime.launch import Program, fully_fused
 
     if target == "auto" and not fully_fused(module, entry):
         concrete = "reference"  # a pipeline that leaves ops unfused: only the reference runs it
     if concrete == "reference":
         return CompiledModule(module, target=concrete, entry=entry, timings=timings)
-    # cpu and cuda: one generated kernel per ai.fused group, run by the target's backend
-    # (kernels are compiled, or loaded from the kernel cache, on the first call)
-
     if concrete == "cuda":  # device-resident values, the caller's stream, CUDA graphs
         from fusec.runtime.cuda import CudaProgram as Program
     program = Program(module, entry, concrete)
