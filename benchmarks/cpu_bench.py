@@ -6,6 +6,12 @@ baseline a user without fusec has), and, where it is short to write, the same
 graph as hand-written numpy expressions (no interpreter in the way). Every
 fusec result is checked against the float64 reference first.
 
+For the memory-bound graphs (pointwise, row reductions) the table also gives
+the floor: the fewest bytes the graph must move (each input read once, each
+output written once) over the rate of a plain copy of as many bytes, measured
+in the same run by a Numba ``prange`` copy on all threads (so cache effects
+are alike: a 16 MiB tensor is half of this machine's L3).
+
 Prints a markdown table and writes ``benchmarks/results/cpu-<date>.md`` and
 ``.json`` (date, machine, versions, numbers).
 
@@ -185,7 +191,41 @@ def run_case(name: str, text: str, repeats: int) -> dict:
         row["numpy_hand_ms"] = bench(lambda: HAND[name](*args), repeats)
         row["numpy_hand_min_ms"] = MINIMA[-1]
     row["speedup_vs_op_by_op"] = row["numpy_op_by_op_ms"] / row["fusec_ms"]
+    if name in MEMORY_BOUND:
+        read = sum(a.nbytes for a in args)
+        write = sum(np.asarray(o).nbytes for o in (out if isinstance(out, tuple) else (out,)))
+        row["min_bytes"] = read + write
+        row["copy_floor_ms"] = copy_floor_ms(read, write, repeats)
+        row["percent_of_copy"] = 100 * row["copy_floor_ms"] / row["fusec_ms"]
     return row
+
+
+#: Graphs whose floor is moving bytes (no matmul/conv arithmetic to dominate).
+MEMORY_BOUND = {"pointwise", "layernorm", "softmax"}
+
+
+def copy_floor_ms(read_bytes: int, write_bytes: int, repeats: int) -> float:
+    """Milliseconds a copy moving ``read + write`` bytes takes on this machine (median).
+
+    The copy reads and writes ``write_bytes`` (a float32 array of that size);
+    the time is scaled to the graph's ``read + write`` bytes.
+    """
+    import numba
+
+    @numba.njit(parallel=True)
+    def parallel_copy(src, dst):
+        tasks = numba.get_num_threads() * 4
+        per = (src.size + tasks - 1) // tasks
+        for t in numba.prange(tasks):
+            end = min(t * per + per, src.size)
+            dst[t * per : end] = src[t * per : end]
+
+    src = np.random.default_rng(0).standard_normal(write_bytes // 4).astype(np.float32)
+    dst = np.full_like(src, np.nan)
+    ms = bench(lambda: parallel_copy(src, dst), repeats)
+    if not np.array_equal(src, dst):
+        raise SystemExit("the reference copy is wrong")
+    return ms * (read_bytes + write_bytes) / (2 * write_bytes)
 
 
 def _has_scipy() -> bool:
@@ -223,15 +263,18 @@ def machine() -> dict:
 def table(rows: list[dict]) -> str:
     lines = [
         "| graph | input | fusec kernels | fusec ms | numpy op-by-op ms | numpy hand-written ms "
-        "| speedup vs op-by-op | rel err |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| speedup vs op-by-op | copy floor ms (% reached) | rel err |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         hand = f"{r['numpy_hand_ms']:.2f}" if "numpy_hand_ms" in r else "-"
+        floor = "-"
+        if "copy_floor_ms" in r:
+            floor = f"{r['copy_floor_ms']:.2f} ({r['percent_of_copy']:.0f}%)"
         lines.append(
             f"| {r['graph']} | {r['shape']} | {' + '.join(r['kernels'])} | {r['fusec_ms']:.2f} "
             f"| {r['numpy_op_by_op_ms']:.2f} | {hand} | {r['speedup_vs_op_by_op']:.2f}x "
-            f"| {r['rel_err']:.1e} |"
+            f"| {floor} | {r['rel_err']:.1e} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -263,7 +306,9 @@ def main() -> None:
         "float32; medians after warm-up (the JSON has the minima too). "
         '"numpy op-by-op" is fusec\'s reference executor in native precision (one numpy '
         'kernel per op, the way the graph runs without fusec); "hand-written" is the same '
-        "maths as direct numpy expressions.\n\n" + table(rows)
+        'maths as direct numpy expressions; "copy floor" is the time a parallel copy takes '
+        "to move the graph's fewest bytes (inputs read once, outputs written once), and the "
+        "percentage how close fusec gets to it.\n\n" + table(rows)
     )
     print()
     print(md)

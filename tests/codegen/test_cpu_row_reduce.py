@@ -1,0 +1,196 @@
+"""The cpu row-reduce template's fast paths: row views, per-row loads, vectorised helpers.
+
+Numerics are checked against the float64 reference on NaN-poisoned outputs;
+vectorisation is checked on the LLVM IR Numba produced for the generated kernels.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+from pathlib import Path
+
+import numba
+import numpy as np
+import pytest
+from numpy import float32 as f32
+
+from fusec.codegen.cpu_common import HELPER_DECORATOR
+from fusec.codegen.cpu_row_reduce import ROW_HELPERS
+from fusec.runtime.cache import KernelCache
+
+_spec = importlib.util.spec_from_file_location(
+    "cpu_check", Path(__file__).parents[1] / "runtime" / "cpu_check.py"
+)
+cpu_check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cpu_check)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> KernelCache:
+    return KernelCache(tmp_path_factory.mktemp("kernels"))
+
+
+def _t(shape) -> str:
+    return f"tensor<{'x'.join(map(str, shape))}xf32>"
+
+
+def _helpers() -> dict:
+    ns = {"math": math, "numba": numba, "np": np, "f32": f32}
+    for source in ROW_HELPERS.values():
+        source = f"{HELPER_DECORATOR}\n{source}".replace("cache=True", "cache=False")  # no file
+        exec(source, ns)  # noqa: S102 - the template's own source
+    return ns
+
+
+HELPERS = _helpers()
+
+
+# -------------------------------------------------------------- row helpers
+
+
+@pytest.mark.parametrize("n", [1, 7, 64, 1000])
+def test_row_max_matches_numpy(n):
+    rng = np.random.default_rng(n)
+    for scale in (1e-30, 1.0, 1e30):
+        row = (rng.standard_normal(n) * scale).astype(np.float32)
+        assert HELPERS["row_max"](row) == row.max()
+        assert HELPERS["row_max"](-np.abs(row)) == (-np.abs(row)).max()
+
+
+def test_row_max_edges():
+    row_max = HELPERS["row_max"]
+    assert row_max(np.full(9, -np.inf, np.float32)) == -np.inf
+    assert row_max(np.array([-np.inf, np.inf, 1.0], np.float32)) == np.inf
+    assert row_max(np.array([-3.0, -1e-45, -2.0], np.float32)) == np.float32(-1e-45)
+    assert row_max(np.array([-1e-45, 0.0, -0.0], np.float32)) == 0.0
+    assert np.isnan(row_max(np.array([1.0, np.nan, 2.0], np.float32)))
+
+
+def test_row_sums_are_float64_accurate_under_cancellation():
+    # rows far from zero: a square expanded into x*x - 2*x*mean + mean*mean would lose
+    # every digit here; the reassociated float64 sums must stay at float64 accuracy
+    rng = np.random.default_rng(3)
+    row = (1e4 + rng.standard_normal(1001)).astype(np.float32)
+    total = math.fsum(float(v) for v in row)
+    assert abs(HELPERS["row_sum"](row) - total) <= 1e-12 * abs(total)
+    mean = total / row.size
+    dev = math.fsum((float(v) - mean) ** 2 for v in row)
+    assert abs(HELPERS["row_sq_dev"](row, mean) - dev) <= 1e-9 * dev
+    assert math.isnan(HELPERS["row_sum"](np.array([1.0, np.nan], np.float32)))
+    assert HELPERS["row_sum"](np.array([1.0, np.inf], np.float32)) == math.inf
+
+
+def _vector_widths(llvm: str) -> set[int]:
+    return {int(w) for w in re.findall(r"<(\d+) x (?:float|double|i32)>", llvm)}
+
+
+@pytest.mark.parametrize("name", ["row_max", "row_sum_f64", "row_sq_dev_f64"])
+def test_row_helpers_vectorise(name):
+    fn = HELPERS[name]
+    row = np.linspace(-1, 1, 256, dtype=np.float32)
+    fn(row, 0.5) if name == "row_sq_dev_f64" else fn(row)
+    (llvm,) = fn.inspect_llvm().values()
+    assert max(_vector_widths(llvm), default=0) >= 4, f"{name} was not vectorised"
+
+
+# ------------------------------------------------------------ whole kernels
+
+
+def _stage_llvm(program, cache: KernelCache) -> str:
+    """The LLVM IR of the (single) generated row-reduce kernel, compiled in this process."""
+    (kernel,) = program.kernels
+    module = cache.load_module(kernel.source)
+    fn = getattr(module, f"{kernel.name}_row_reduce")
+    return "\n".join(fn.inspect_llvm().values())
+
+
+@pytest.mark.parametrize("op", ["softmax", "layernorm"])
+def test_last_axis_kernels_vectorise_without_gathers(cache, op):
+    x, v = _t((64, 256)), _t((256,))
+    reduce = (
+        f"ai.layernorm %0, %g, %b : {x} * {v} * {v}"
+        if op == "layernorm"
+        else f"ai.softmax %0 : {x}"
+    )
+    text = f"""
+func.func @f(%x: {x}, %r: {x}, %g: {v}, %b: {v}) -> {x} {{
+  %0 = ai.add %x, %r : {x} * {x}
+  %1 = {reduce}
+  %2 = ai.mul %1, %r : {x} * {x}
+  return %2 : {x}
+}}"""
+    program = cpu_check.check(text, cache=cache, kind="row_reduce")
+    source = program.kernels[0].source
+    assert "in1_row = in1[row * 256:row * 256 + 256]" in source
+    assert "out0_row[k] = " in source
+    llvm = _stage_llvm(program, cache)
+    assert max(_vector_widths(llvm), default=0) >= 4
+    assert "masked.gather" not in llvm and "masked.scatter" not in llvm
+    assert not re.search(r"call [^\n]*(@expf|@llvm\.exp\.)", llvm)
+
+
+@pytest.mark.parametrize("op", ["softmax", "layernorm"])
+def test_every_broadcast_shape_through_row_views(cache, op):
+    # over a 3-D space (a, b, n): full rows, rows shared along a dim, one row, per-row
+    # scalars of two shapes and a scalar; a prologue value is also a result
+    a, b, n = 3, 5, 40
+    x, ab1, a1n, n1, s1 = _t((a, b, n)), _t((a, b, 1)), _t((a, 1, n)), _t((n,)), _t((b, 1))
+    reduce = (
+        f"ai.layernorm %3, %g, %v : {x} * {n1} * {n1}"
+        if op == "layernorm"
+        else f"ai.softmax %3 : {x}"
+    )
+    text = f"""
+func.func @f(%x: {x}, %p: {ab1}, %q: {a1n}, %g: {n1}, %v: {n1}, %s: {s1}) -> ({x}, {x}) {{
+  %0 = ai.mul %x, %p : {x} * {ab1}
+  %1 = ai.add %0, %q : {x} * {a1n}
+  %2 = ai.sub %1, %s : {x} * {s1}
+  %3 = ai.add %2, %g : {x} * {n1}
+  %4 = {reduce}
+  %5 = ai.mul %4, %q : {x} * {a1n}
+  %6 = ai.add %5, %p : {x} * {ab1}
+  %7 = ai.sigmoid %6 : {x}
+  return %7, %1 : {x}, {x}
+}}"""
+    program = cpu_check.check(text, cache=cache, kind="row_reduce")
+    source = program.kernels[0].source
+    assert "in1_at = in1[i0 * 5 + i1]" in source  # (a, b, 1): one load per row
+    assert f"in2_row = in2[i0 * {n}:i0 * {n} + {n}]" in source  # (a, 1, n): row of dim 0
+    assert "in5_at = in5[i1]" in source
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_strided_rows_with_per_row_operands(cache, axis):
+    x, c = _t((6, 7, 33)), _t((7, 1))
+    text = f"""
+func.func @f(%x: {x}, %c: {c}) -> {x} {{
+  %0 = ai.mul %x, %c : {x} * {c}
+  %1 = ai.softmax %0 {{axis = {axis}}} : {x}
+  %2 = ai.add %1, %c : {x} * {c}
+  return %2 : {x}
+}}"""
+    cpu_check.check(text, cache=cache, kind="row_reduce")
+
+
+def test_softmax_rows_with_inf_and_nan_like_numpy(cache):
+    t = _t((4, 50))
+    text = f"""
+func.func @f(%x: {t}) -> {t} {{
+  %0 = ai.softmax %x : {t}
+  return %0 : {t}
+}}"""
+    program = cpu_check.check(text, cache=cache, kind="row_reduce")
+    x = np.random.default_rng(0).standard_normal((4, 50)).astype(np.float32) * 30
+    x[0, 3] = -np.inf  # exp -> 0, the rest unaffected
+    x[1, :] = -np.inf  # all -inf: NaN, as numpy's
+    x[2, 7] = np.nan  # NaN anywhere: the whole row NaN
+    x[3, 9] = -np.nan
+    (out,) = program([x], alloc=cpu_check.poison)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+        ref = e / e.sum(-1, keepdims=True)
+    assert np.isnan(out[1:]).all() and np.isnan(ref[1:]).all()
+    assert np.isfinite(out[0]).all() and out[0, 3] == 0.0
+    assert np.linalg.norm(out[0] - ref[0]) / np.linalg.norm(ref[0]) < 1e-6
