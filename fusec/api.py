@@ -137,7 +137,12 @@ class CompiledModule:
     def ir(self) -> str:
         return print_ir(self.module)
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            raise FusecError(
+                f"@{self.entry} takes its arguments by position, not by keyword "
+                f"(got {', '.join(kwargs)})"
+            )
         if self._runner is None:
             from fusec.runtime.reference import run_reference
 
@@ -208,12 +213,12 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     from fusec.runtime.launch import Program, fully_fused
 
     concrete = resolve_target(target)
-    source_text = None
+    source_text = source_name = None
     if isinstance(text_or_path, ModuleOp):
         module = text_or_path.clone()
     else:
-        source_text, name = read_source(text_or_path)
-        module = parse_module(source_text, name)
+        source_text, source_name = read_source(text_or_path)
+        module = parse_module(source_text, source_name)
     timings: list[PassTiming] = []
     run_pipeline(module, pipeline, after_pass=after_pass, timings=timings, source_text=source_text)
 
@@ -223,11 +228,25 @@ def compile(  # noqa: A001 - the public name is part of the API contract
         return CompiledModule(module, target=concrete, entry=entry, timings=timings)
     if concrete == "cuda":  # device-resident values, the caller's stream, CUDA graphs
         from fusec.runtime.cuda import CudaProgram as Program
-    program = Program(module, entry, concrete)
+    try:
+        program = Program(module, entry, concrete)
+    except FusecError as err:  # a code generator's error knows the op, not the text
+        _quote_source(err, source_text, source_name)
+        raise
     kernels = [Kernel(k.name, k.kind, k.source, k.target) for k in program.kernels]
     return CompiledModule(
         module, target=concrete, entry=entry, kernels=kernels, runner=program, timings=timings
     )
+
+
+def _quote_source(err: FusecError, text: str | None, name: str | None) -> None:
+    """Give an error located in ``text`` (named ``name``) but without its source line
+    that line."""
+    from fusec.errors import line_of
+
+    where = err.location
+    if err.source_line is None and where is not None and text is not None and where.file == name:
+        err.source_line = line_of(text, where.line)
 
 
 def reference(text_or_path: str | Path | ModuleOp, *, entry: str | None = None) -> CompiledModule:

@@ -18,23 +18,30 @@ from pathlib import Path
 EXIT_OK, EXIT_ERROR = 0, 1
 
 
-def _write_atomically(path: str, text: str) -> None:
+def _write_atomically(path: str, text: str | bytes) -> None:
     """Write ``text`` to ``path`` through a temporary file: never half a file."""
     from fusec.errors import FusecError, SourceLocation
 
     target = Path(path)
+    where = SourceLocation(str(path), 0, 0)
+    if not str(path):
+        raise FusecError("cannot write the output: the file name is empty")
+    if target.is_dir():
+        raise FusecError("cannot write the output: it is a directory, not a file name", where)
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent or Path("."), prefix=f".{target.name}.")
     except OSError as err:
-        where = SourceLocation(str(path), 0, 0)
         raise FusecError(f"cannot write the output: {err.strerror or err}", where) from None
     umask = os.umask(0)
     os.umask(umask)
     os.fchmod(fd, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
     try:
-        with os.fdopen(fd, "w") as handle:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as handle:
             handle.write(text)
         os.replace(tmp, target)
+    except OSError as err:  # disk full, a special file, a directory made meanwhile
+        Path(tmp).unlink(missing_ok=True)
+        raise FusecError(f"cannot write the output: {err.strerror or err}", where) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -157,8 +164,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     sys.stdout.write(f"ran @{compiled.entry} on target '{compiled.target}'\n")
     for i, out in enumerate(outputs):
         sys.stdout.write(runner.summary(i, out) + "\n")
-    if args.output:
-        runner.save_outputs(args.output, outputs)
+    if args.output is not None:
+        _write_atomically(args.output, runner.outputs_npz(outputs))
     if not args.check:
         return EXIT_OK
     original = parse(args.file)
@@ -256,6 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except BrokenPipeError:
         return EXIT_OK
+    except MemoryError as err:  # tensors too large for this machine: the input's size
+        sys.stderr.write(f"error: out of memory{f' ({err})' if str(err) else ''}\n")
+        return EXIT_ERROR
     except KeyboardInterrupt:
         sys.stderr.write("fusec: interrupted\n")
         return 130

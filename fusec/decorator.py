@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from fusec import __version__
-from fusec.dialect.shapes import TensorSpec
+from fusec.dialect.shapes import TensorSpec, shape_problem
 from fusec.errors import FusecError
 from fusec.frontend.tracer import ArgSpec, Traced, TracedFunction, trace_function, user_error
 from fusec.runtime.dtypes import element_type_of
@@ -53,12 +53,15 @@ def fuse(
     """Decorator: run ``fn`` as fused kernels. ``@fuse`` or ``@fuse(target=..., pipeline=...)``."""
     from fusec.api import TARGETS
 
-    if target not in TARGETS:
-        raise user_error(f"unknown target '{target}': expected one of {', '.join(TARGETS)}")
+    if not isinstance(target, str) or target not in TARGETS:
+        raise user_error(f"unknown target {target!r}: expected one of {', '.join(TARGETS)}")
+    if pipeline is not None and not isinstance(pipeline, str):
+        raise user_error(f"pipeline must be a pass-pipeline string, got {type(pipeline).__name__}")
 
     def wrap(f: Callable[..., Any]) -> FusedFunction:
-        if not callable(f):
-            raise user_error(f"@fusec.fuse needs a function, got {type(f).__name__}")
+        if not callable(f) or isinstance(f, np.ufunc):
+            what = f"numpy ufunc {f.__name__}" if isinstance(f, np.ufunc) else type(f).__name__
+            raise user_error(f"@fusec.fuse needs a Python function, got {what}")
         return FusedFunction(f, target=target, pipeline=pipeline, disk_cache=disk_cache)
 
     return wrap if fn is None else wrap(fn)
@@ -201,7 +204,12 @@ class FusedFunction:
             traced = trace_function(self.fn, call.specs, call.invoke, name)
             if disk_key:
                 write_trace(disk_key, traced)
-        compiled = fusec_compile(traced.module, target=call.target, pipeline=self.pipeline)
+        try:
+            compiled = fusec_compile(traced.module, target=call.target, pipeline=self.pipeline)
+        except FusecError as err:
+            if err.location is not None:
+                raise
+            raise user_error(err.message) from None  # e.g. a bad pipeline: at the user's call
         return _Compiled(traced, compiled, print_ir(traced.module))
 
     def _disk_key(self, call: _Call) -> str | None:
@@ -442,7 +450,12 @@ def _leaf_spec(owner: FusedFunction, name: str, value: Any, kind: str) -> Tensor
             f"{fname}(): argument '{name}' has dtype {value.dtype}; fusec supports float16, "
             "bfloat16 and float32"
         )
-    return TensorSpec(tuple(int(d) for d in value.shape), dtype)
+    shape = tuple(int(d) for d in value.shape)
+    problem = shape_problem(shape)
+    if problem is not None:
+        fname = getattr(owner.fn, "__name__", "function")
+        raise user_error(f"{fname}(): argument '{name}' (shape {shape}) {problem}")
+    return TensorSpec(shape, dtype)
 
 
 def _device(value: Any, kind: str) -> str:

@@ -26,6 +26,7 @@ from xdsl.dialects.builtin import (
     FunctionType,
     IntegerAttr,
     IntegerType,
+    NoneAttr,
     StringAttr,
     TensorType,
     bf16,
@@ -79,6 +80,10 @@ def spec_of(t: Attribute) -> TensorSpec:
     shape = tuple(t.get_shape())
     if any(d < 0 for d in shape):
         raise ShapeError(f"dynamic shapes are not supported: {t}")
+    if not isinstance(t.encoding, NoneAttr):
+        raise ShapeError(f"tensor encodings are not supported: {t}")
+    if (problem := shapes.shape_problem(shape)) is not None:
+        raise ShapeError(f"{t} {problem}")
     return TensorSpec(shape, element_type_name(t.get_element_type()))
 
 
@@ -255,6 +260,19 @@ class AiOp(IRDLOperation):
             values["to"] = to_type.dtype
         return cls.infer(operands, values)
 
+    def verify(self, verify_nested_ops: bool = True) -> None:
+        # Attribute kinds before IRDL's property constraints, whose message for the
+        # generic form (`<{axis = "x"}>`) would not name the attribute.
+        for key, kind in self.ATTRS.items():
+            if key in self.properties:
+                try:
+                    kind.read(self.properties[key])
+                except ValueError:
+                    raise VerifyException(
+                        f"attribute '{key}' must be {kind.describe}, got {self.properties[key]}"
+                    ) from None
+        super().verify(verify_nested_ops)
+
     def verify_(self) -> None:
         try:
             operand_specs = [spec_of(v.type) for v in self.operands]
@@ -314,6 +332,13 @@ class AiOp(IRDLOperation):
             specs = [spec_of(t) for t in types]
             to_spec = spec_of(to_type) if to_type is not None else None
             result = cls.infer_spec(specs, properties, to_spec)
+            if to_spec is not None and to_spec != result:
+                raise ShapeError(
+                    f"'to' type {to_spec} must be {result}: "
+                    f"{cls.name} changes only the element type"
+                )
+            if (problem := shapes.shape_problem(result.shape)) is not None:
+                raise ShapeError(f"result {result} {problem}")
         except ShapeError as err:
             message = _strip_op_prefix(str(err), cls.name)
             parser.raise_error(f"'{cls.name}' op {message}", at_position=op_span)
@@ -572,7 +597,7 @@ class LayerNormOp(AiOp):
 
     @classmethod
     def infer(cls, operands, attrs):
-        return shapes.layernorm(*operands)
+        return shapes.layernorm(*operands, epsilon=attrs["epsilon"])
 
 
 @irdl_op_definition

@@ -9,6 +9,7 @@ shows the expected versus the actual shape.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -33,6 +34,31 @@ class TensorSpec:
     def __str__(self) -> str:
         dims = "".join(f"{d}x" for d in self.shape)
         return f"tensor<{dims}{self.dtype}>"
+
+
+#: Limits of a tensor type: numpy's rank limit, and element counts whose byte
+#: offsets fit the 64-bit index arithmetic of the generated kernels.
+MAX_RANK = 32
+MAX_ELEMENTS = 2**60
+
+
+def shape_problem(shape: Sequence[int]) -> str | None:
+    """Why fusec cannot run a tensor of ``shape`` (None when it can): zero-size dims,
+    rank > MAX_RANK, or more than MAX_ELEMENTS elements.
+
+    Empty tensors are refused once, here, rather than half-supported by some
+    kernel templates (a row reduction over zero rows has no tiling).
+    """
+    if len(shape) > MAX_RANK:
+        return f"has rank {len(shape)}; fusec supports rank <= {MAX_RANK}"
+    if 0 in shape:
+        return "has a zero-size dimension: empty tensors are not supported"
+    count = 1
+    for d in shape:
+        count *= d
+    if count > MAX_ELEMENTS:
+        return f"has {count} elements; fusec supports at most 2^60 elements per tensor"
+    return None
 
 
 def _fmt(shape: Sequence[int]) -> str:
@@ -197,9 +223,14 @@ def matmul(
     return TensorSpec((*batch, *rows, *cols), dtype)
 
 
-def layernorm(x: TensorSpec, gamma: TensorSpec, beta: TensorSpec) -> TensorSpec:
+def layernorm(
+    x: TensorSpec, gamma: TensorSpec, beta: TensorSpec, *, epsilon: float = 1e-5
+) -> TensorSpec:
     """Normalise over the last axis; gamma and beta are 1-D of that length."""
     op = "ai.layernorm"
+    if not math.isfinite(epsilon) or epsilon < 0:
+        # a negative or NaN epsilon makes sqrt(var + eps) NaN for some rows
+        raise ShapeError(f"{op}: epsilon must be a finite number >= 0, got {epsilon}")
     dtype = _same_dtype(op, [("input", x), ("gamma", gamma), ("beta", beta)])
     if x.rank < 1:
         raise ShapeError(f"{op}: operand 'input' must have rank >= 1")

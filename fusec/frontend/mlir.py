@@ -9,9 +9,11 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from xdsl.dialects.builtin import (
+    AnyFloat,
     FileLineColLoc,
     FusedLoc,
     IntAttr,
@@ -43,6 +45,12 @@ class LocatedParser(Parser):
             self.first_uses.setdefault(operand.operand_name, operand.span)
         return super().resolve_operand(operand, type)
 
+    def resolve_operands(self, args, input_types, error_pos):
+        # A count mismatch is the op's fault: point at it, not at the token after it.
+        if self.current_op_span is not None and len(args) != len(list(input_types)):
+            error_pos = self.current_op_span.start
+        return super().resolve_operands(args, input_types, error_pos)
+
     def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
         try:
             module = super().parse_module(allow_implicit_module)
@@ -62,6 +70,8 @@ class LocatedParser(Parser):
         outer, self.current_op_span = self.current_op_span, span
         try:
             op = super().parse_operation()
+        except VerifyException as err:  # an attribute built while parsing (i64 out of range)
+            raise ParseError(span, str(err)) from None
         finally:
             self.current_op_span = outer
         if not isinstance(op.location, FileLineColLoc):
@@ -70,6 +80,31 @@ class LocatedParser(Parser):
                 StringAttr(self.lexer.input.name), IntAttr(loc.line), IntAttr(loc.col)
             )
         return op
+
+    def _parse_tensor_literal_element(self):
+        # MLIR reads `0x7FC00000` in a float dense literal as the element's bit pattern
+        # (how NaN and infinities print); xDSL would read the integer's value.
+        hex_literal = self._current_token.text[:2] in ("0x", "0X")
+        element = super()._parse_tensor_literal_element()
+        if hex_literal and type(element.value) is int:
+            return _HexElement(element.is_negative, element.value, element.span)
+        return element
+
+    def parse_dense_int_or_fp_elements_attr(self, type):  # noqa: A002 - xDSL's parameter name
+        start = self._current_token.span.start
+        keyword = self.lexer.input.content.rfind("dense", 0, start)
+        start = keyword if keyword >= 0 else start
+        try:
+            return super().parse_dense_int_or_fp_elements_attr(type)
+        except OverflowError:
+            self.raise_error(
+                "a value of the dense literal is out of range for its element type", start, self.pos
+            )
+        except ParseError as err:
+            if err.span.start < self.pos:  # located inside the literal already
+                raise
+            # a check after the literal (element count, shape): point at the literal
+            self.raise_error(err.msg, start, self.pos)
 
     def _get_op_by_name(self, name: str) -> type[Operation]:
         stack = self._parser_state.dialect_stack
@@ -81,8 +116,24 @@ class LocatedParser(Parser):
         self.raise_error(f"Operation {name} is not registered", start, start + len(name))
 
 
+@dataclass
+class _HexElement(Parser._TensorLiteralElement):
+    """A hexadecimal dense-literal element: the bits of a float, the value of an integer."""
+
+    def to_type(self, parser, type):  # noqa: A002 - xDSL's parameter name
+        if not isinstance(type, AnyFloat):
+            return super().to_type(parser, type)
+        if self.is_negative or self.value.bit_length() > type.bitwidth:
+            parser.raise_error("hexadecimal float constant out of range for type", self.span)
+        raw = self.value.to_bytes(type.compile_time_size, "little")
+        return next(iter(type.iter_unpack(raw)))
+
+
 def read_source(text_or_path: str | Path) -> tuple[str, str]:
     """(text, name): a path to an existing file is read, anything else is IR text."""
+    if not isinstance(text_or_path, str | Path):
+        what = type(text_or_path).__name__
+        raise FusecError(f"expected IR text or a file path (str or pathlib.Path), got {what}")
     if isinstance(text_or_path, Path) or (
         text_or_path.strip()
         and "\n" not in text_or_path
@@ -90,14 +141,20 @@ def read_source(text_or_path: str | Path) -> tuple[str, str]:
         and ("{" not in text_or_path)
     ):
         path = Path(text_or_path)
-        try:
-            return path.read_text(), str(text_or_path)
+        try:  # utf-8-sig: a byte-order mark some editors write is not a syntax error
+            return path.read_text(encoding="utf-8-sig"), str(text_or_path)
         except FileNotFoundError:
-            raise FusecError("no such file", SourceLocation(str(text_or_path), 0, 0)) from None
-        except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+            where = SourceLocation(_shown(str(text_or_path)), 0, 0)
+            raise FusecError("no such file", where) from None
+        except (OSError, UnicodeDecodeError, ValueError) as err:  # a directory, a NUL, ...
             message = f"cannot read the file: {getattr(err, 'strerror', None) or err}"
-            raise FusecError(message, SourceLocation(str(text_or_path), 0, 0)) from None
-    return text_or_path, "<string>"
+            raise FusecError(message, SourceLocation(_shown(str(text_or_path)), 0, 0)) from None
+    return text_or_path.removeprefix("\ufeff"), "<string>"
+
+
+def _shown(name: str, limit: int = 200) -> str:
+    """A file name as diagnostics show it: at most ``limit`` characters."""
+    return name if len(name) <= limit else f"{name[: limit - 3]}..."
 
 
 def parse_module(text: str, name: str = "<string>") -> ModuleOp:
@@ -106,6 +163,9 @@ def parse_module(text: str, name: str = "<string>") -> ModuleOp:
 
     try:
         module = LocatedParser(make_context(), text, name).parse_module()
+    except RecursionError:
+        location = SourceLocation(name, 0, 0)
+        raise FusecError("the input is nested too deeply to parse", location) from None
     except ParseError as err:
         loc = err.span.get_location()
         location = SourceLocation(name, loc.line, loc.col)
@@ -159,6 +219,54 @@ def check_input_language(module: ModuleOp, text: str | None = None) -> None:
                 spec_of(t)
             except ShapeError as err:
                 raise error_at(op, f"{what}{err}", text) from None
+        _check_structure(op, text)
+
+
+def _check_structure(op: Operation, text: str | None) -> None:
+    """Function bodies fusec can run: one block, no declarations, ai ops only in groups."""
+    from xdsl.dialects.func import CallOp, FuncOp
+
+    from fusec.dialect import AiOp, FusedOp, YieldOp
+
+    if isinstance(op, FuncOp):
+        if not op.body.blocks:
+            raise error_at(op, "without a body (a declaration) is not supported", text)
+        if len(op.body.blocks) > 1:
+            raise error_at(op, "must have a single block (fusec has no control flow)", text)
+    parent = op.parent_op()
+    if isinstance(parent, FusedOp) and not isinstance(op, AiOp | YieldOp):
+        raise error_at(
+            op, "cannot be inside an 'ai.fused' body (only ai tensor ops and ai.yield)", text
+        )
+    if isinstance(op, CallOp):
+        _check_not_recursive(op, text)
+
+
+def _check_not_recursive(call: Operation, text: str | None) -> None:
+    """A call that can reach its own function again would never finish."""
+    from xdsl.dialects.func import CallOp, FuncOp
+    from xdsl.traits import SymbolTable
+
+    caller = call.parent_op()
+    while caller is not None and not isinstance(caller, FuncOp):
+        caller = caller.parent_op()
+    module = caller.parent_op() if caller is not None else None
+    if caller is None or module is None:
+        return
+    seen: set[str] = set()
+    pending = [call.callee.root_reference.data]
+    while pending:
+        name = pending.pop()
+        if name == caller.sym_name.data:
+            raise error_at(call, f"makes a recursive call to '@{name}' (not supported)", text)
+        if name in seen:
+            continue
+        seen.add(name)
+        callee = SymbolTable.lookup_symbol(module, name)
+        if isinstance(callee, FuncOp):
+            pending += [
+                c.callee.root_reference.data for c in callee.walk() if isinstance(c, CallOp)
+            ]
 
 
 def _strip_comments(text: str) -> str:
@@ -167,6 +275,7 @@ def _strip_comments(text: str) -> str:
 
 def _clean_parse_message(msg: str) -> str:
     msg = msg.strip().rstrip(".")
+    msg = msg.replace("{first_char}", "'%', '@', '^' or '#'")  # an unformatted xDSL message
     unknown = re.fullmatch(r"Operation (\S+) is not registered", msg)
     if unknown:
         return _unknown_op_message(unknown.group(1))
@@ -232,7 +341,9 @@ def error_at(op: Operation, message: str, text: str | None = None) -> FusecError
 def verify_module(module: ModuleOp, text: str | None = None) -> None:
     """Verify every op in program order (an op before the ops of its regions); report the
     first failure with its location."""
+    order = {op: i for i, op in enumerate(module.walk(reverse=False))}
     for op in module.walk(reverse=False):
+        _check_defined_before_use(op, order, text)
         try:
             op.verify(verify_nested_ops=False)
         except VerifyException as err:
@@ -241,6 +352,17 @@ def verify_module(module: ModuleOp, text: str | None = None) -> None:
             if redefined:  # point at the second definition, not at the module
                 raise _redefinition(op, redefined.group(1), text) from None
             raise error_at(op, message, text) from None
+
+
+def _check_defined_before_use(op: Operation, order: dict[Operation, int], text: str | None) -> None:
+    """An operand made by a later op of the same block (xDSL checks no dominance)."""
+    block = op.parent_block()
+    for value in op.operands:
+        owner = value.owner
+        if isinstance(owner, Operation) and block is not None and owner.parent_block() is block:
+            if order[owner] > order[op]:
+                name = f"'%{value.name_hint}' " if value.name_hint else ""
+                raise error_at(op, f"uses the value {name}before its definition", text)
 
 
 def _redefinition(scope: Operation, symbol: str, text: str | None) -> FusecError:

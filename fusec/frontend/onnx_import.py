@@ -253,7 +253,14 @@ class Importer:
         if self.weights_as_args:
             return
         for name, tensor in self.initializers.items():
-            self.arrays[name] = numpy_helper.to_array(tensor)
+            self.arrays[name] = self.tensor_array(f"initializer '{name}'", tensor)
+
+    def tensor_array(self, what: str, tensor: onnx.TensorProto) -> np.ndarray:
+        """The value of a tensor proto, or an error naming it when its data is malformed."""
+        try:
+            return numpy_helper.to_array(tensor)
+        except Exception as err:  # data that does not fit the dims, bad raw bytes, ...
+            raise self.error(f"{what} is malformed: {err}") from None
 
     def declare_inputs(self) -> list[str]:
         """Function arguments: graph inputs, then (with weights_as_args) used initializers."""
@@ -304,6 +311,8 @@ class Importer:
     def element_type(self, onnx_type: int, what: str) -> str:
         if onnx_type in ELEMENT_TYPES:
             return ELEMENT_TYPES[onnx_type]
+        if onnx_type not in TensorProto.DataType.values():
+            raise self.error(f"{what} has an unknown element type code {onnx_type}")
         type_name = TensorProto.DataType.Name(onnx_type) if onnx_type else "UNDEFINED"
         raise self.error(
             f"{what} has element type {type_name}: fusec supports FLOAT, FLOAT16 and BFLOAT16",
@@ -341,6 +350,9 @@ class Importer:
                 f"unsupported operator{domain}; fusec supports: {', '.join(supported_operators())}",
                 "operator",
             )
+        for name in node.proto.output:
+            if name and (name in self.values or name in self.arrays):  # ONNX is SSA
+                raise self.error(f"output '{name}' is already defined (a value is assigned once)")
         spec = CONVERTERS[node.op_type]
         node.attrs = self.read_attributes(node, spec)
         outputs = spec.convert(self, node)
@@ -504,7 +516,7 @@ def _cast(imp: Importer, node: Node) -> list[SSAValue]:
 @converter("Constant", attrs=("value", "value_float", "value_floats"))
 def _constant(imp: Importer, node: Node) -> list[SSAValue]:
     if "value" in node.attrs:
-        array = numpy_helper.to_array(node.attrs["value"])
+        array = imp.tensor_array("attribute 'value'", node.attrs["value"])
     elif "value_float" in node.attrs:
         array = np.asarray(node.attrs["value_float"], dtype=np.float32)
     elif "value_floats" in node.attrs:
@@ -828,7 +840,12 @@ def load_model(model_or_path: onnx.ModelProto | str | Path) -> tuple[onnx.ModelP
     """(model, source name): a ModelProto is used as is, a path is read."""
     if isinstance(model_or_path, onnx.ModelProto):
         return model_or_path, "<onnx>"
+    if not isinstance(model_or_path, str | Path) or "\n" in str(model_or_path):
+        what = "text" if isinstance(model_or_path, str) else type(model_or_path).__name__
+        raise FusecError(f"expected an onnx.ModelProto or the path of an .onnx file, got {what}")
     path = str(model_or_path)
+    if Path(path).is_dir():
+        raise FusecError("is a directory, not an ONNX model file", SourceLocation(path, 0, 0))
     if not Path(path).is_file():
         raise FusecError("no such file", SourceLocation(path, 0, 0))
     try:

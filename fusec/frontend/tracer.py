@@ -45,7 +45,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of, tensor_type
-from fusec.dialect.shapes import ShapeError, TensorSpec
+from fusec.dialect.shapes import MAX_RANK, ShapeError, TensorSpec, shape_problem
 from fusec.errors import FusecError, SourceLocation
 from fusec.frontend.mlir import verify_module
 from fusec.runtime.dtypes import element_type_of, numpy_dtype
@@ -90,6 +90,11 @@ def user_error(message: str) -> FusecError:
         return FusecError(message)
     location, source, length = frame_location(frame)
     return FusecError(message, location, source, length)
+
+
+class TracedAttributeError(FusecError, AttributeError):
+    """A missing tensor method (``x.sum()``): located like every tracer error, and still
+    an AttributeError, so ``hasattr``/``getattr(x, name, default)`` keep working."""
 
 
 def _loc_attr(location: SourceLocation) -> FileLineColLoc:
@@ -236,6 +241,20 @@ class Traced:
 
     def __iter__(self):
         raise user_error("iterating over a traced tensor is not supported")
+
+    def __format__(self, spec: str) -> str:
+        if not spec:
+            return repr(self)
+        raise user_error("cannot format a traced tensor's value: it is not known while tracing")
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):  # protocol probes (__cuda_array_interface__, ...)
+            raise AttributeError(name)
+        err = user_error(
+            f"traced tensors have no attribute or method '{name}' (the ai dialect's ops are "
+            "in fusec.ops; tensors support + - * / @, .T, .mT, .astype and None indexing)"
+        )
+        raise TracedAttributeError(err.message, err.location, err.source_line, err.length)
 
     def __setitem__(self, index, value):
         raise user_error("in-place assignment to a traced tensor is not supported")
@@ -424,6 +443,8 @@ def index_view(x: Traced, index: Any) -> Traced:
             axis += 1
     if len(shape) == x.ndim:
         return x
+    if len(shape) > MAX_RANK:
+        raise user_error(f"indexing gives rank {len(shape)}; fusec supports rank <= {MAX_RANK}")
     if isinstance(x, UnitDimView):  # compose: a view of a view
         positions = [positions[p] for p in x.positions]
         x = x.source
@@ -531,7 +552,13 @@ class Trace:
         the tensor they meet); f16/bf16/f32 arrays keep their own.
         """
         if isinstance(value, (bool, int, float, np.integer, np.floating, np.bool_)):
-            array = np.asarray(float(value))
+            try:
+                array = np.asarray(float(value))
+            except OverflowError:  # an int beyond any float
+                digits = len(str(abs(int(value))))
+                raise user_error(
+                    f"an integer constant of {digits} digits is out of range"
+                ) from None
             key: tuple = ("scalar", float(value).hex(), dtype)  # hex: -0.0 is not 0.0
         else:
             array = np.asarray(value)
@@ -548,7 +575,15 @@ class Trace:
         return result
 
     def _constant_op(self, array: np.ndarray, name: str) -> TracedTensor:
-        array = np.array(array, dtype=numpy_dtype(name), order="C")  # a copy: taken now
+        source = array
+        with np.errstate(over="ignore", invalid="ignore"):
+            array = np.array(array, dtype=numpy_dtype(name), order="C")  # a copy: taken now
+            overflow = np.isfinite(source) & ~np.isfinite(array)
+        if overflow.any():  # as the .mlir front end rejects dense<1.0e10> : tensor<f16>
+            example = np.asarray(source)[overflow].flat[0]
+            raise user_error(f"constant {example} is out of range of {name}")
+        if (problem := shape_problem(array.shape)) is not None:
+            raise user_error(f"constant of shape {array.shape} {problem}")
         ttype = tensor_type(TensorSpec(tuple(array.shape), name))
         op = arith.ConstantOp(DenseIntOrFPElementsAttr(ttype, BytesAttr(array.tobytes())))
         self._append(op)
@@ -746,5 +781,12 @@ def trace_function(
     trace = Trace(name or getattr(fn, "__name__", "fn"), location)
     with trace:
         tracers = [trace.argument(arg) for arg in args]
-        result = call(tracers)
+        try:
+            result = call(tracers)
+        except RecursionError:  # e.g. a fused function calling itself with no end
+            raise FusecError(
+                f"@{trace.name}: maximum recursion depth exceeded while tracing (does the "
+                "function call itself without a Python-level base case?)",
+                location,
+            ) from None
         return trace.finish(result)

@@ -68,11 +68,20 @@ def expand_spec(spec: str) -> str:
 
 def build_pipeline(spec: str | None = None, callback=None) -> PassPipeline:
     """A PassPipeline from an xDSL pipeline spec; ``None`` means ``fusec-default``."""
+    from xdsl.utils.exceptions import ArgSpecParseError
+
     from fusec.errors import FusecError
 
+    if spec is not None and not isinstance(spec, str):
+        raise FusecError(f"a pass pipeline must be a string, got {type(spec).__name__}")
     spec = expand_spec("fusec-default" if spec is None else spec)
     try:
         return PassPipeline.parse_spec(available_passes(), spec, callback)
+    except ArgSpecParseError as err:  # a BaseException in xDSL: syntax (unbalanced braces)
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        where = next((ln.rsplit(":", 1)[-1] for ln in lines if ln.startswith("pass-pipeline:")), "")
+        column = f" at column {where}" if where.isdigit() else ""
+        raise FusecError(f"bad pass pipeline '{spec}'{column}: {lines[-1]}") from None
     except Exception as err:  # xDSL raises ValueError/PassPipelineParseError
         known = ", ".join([*available_passes(), *PIPELINES])
         raise FusecError(f"bad pass pipeline '{spec}': {err} (known passes: {known})") from None

@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
+from fusec.errors import FusecError
+
 ENV_VAR = "FUSEC_CACHE_DIR"
 _BLOB_MAGIC = b"FUSEC-BLOB-1\n"
 _SAFE_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
@@ -139,13 +141,16 @@ class KernelCache:
         folder = self.root / target
         path = folder / f"k_{key[:40]}.py"
         data = source.encode()
-        if path.exists() and path.read_bytes() != data:
-            self.stats["corrupt_entries"] += 1
-            self._purge_module(path)
-        if path.exists() or not _atomic_write(path, data, exclusive=True):
-            self.stats["module_files_reused"] += 1
-        else:
-            self.stats["module_files_written"] += 1
+        try:
+            if path.exists() and path.read_bytes() != data:
+                self.stats["corrupt_entries"] += 1
+                self._purge_module(path)
+            if path.exists() or not _atomic_write(path, data, exclusive=True):
+                self.stats["module_files_reused"] += 1
+            else:
+                self.stats["module_files_written"] += 1
+        except OSError as err:  # a cache folder setting that is a file, read-only, ...
+            raise _unusable(self.root, err) from None
         try:
             return _exec_file(path)
         except Exception:
@@ -167,7 +172,11 @@ class KernelCache:
             if key in self._blobs:
                 return self._blobs[key]
             path = self.root / "blobs" / f"{key}.bin"
-            payload = self._read_blob(path)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                payload = self._read_blob(path)
+            except OSError as err:
+                raise _unusable(self.root, err) from None
             if payload is None:
                 with _file_lock(path.with_suffix(".lock")):
                     payload = self._read_blob(path)  # built by another process meanwhile?
@@ -199,6 +208,14 @@ class KernelCache:
             self._modules.clear()
             self._blobs.clear()
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _unusable(root: Path, err: OSError) -> FusecError:
+    """The kernel cache folder cannot be used: say which one and how to choose another."""
+    return FusecError(
+        f"cannot use the kernel cache folder {root}: {err.strerror or err} "
+        f"(set {ENV_VAR} to a writable folder)"
+    )
 
 
 def _encode_blob(payload: bytes) -> bytes:

@@ -9,6 +9,7 @@ fusion and code generation together.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,23 +32,27 @@ def argument_names(fn: func.FuncOp) -> list[str]:
 
 def random_inputs(fn: func.FuncOp, seed: int = 0) -> list[np.ndarray]:
     """Standard-normal arrays of the entry's argument types (never zeros)."""
+    if seed < 0:
+        raise FusecError(f"the seed must be >= 0, got {seed}")
     rng = np.random.default_rng(seed)
     arrays = []
     for param in fn.function_type.inputs.data:
         spec = spec_of(param)
-        arrays.append(rng.standard_normal(spec.shape).astype(numpy_dtype(spec.dtype)))
+        try:
+            arrays.append(rng.standard_normal(spec.shape).astype(numpy_dtype(spec.dtype)))
+        except MemoryError:
+            raise FusecError(f"not enough memory for a random {spec}") from None
     return arrays
+
+
+#: The first bytes of a zip archive (an .npz; an empty one starts with its end
+#: record) and of a single-array .npy file.
+_ZIP_MAGIC, _NPY_MAGIC = (b"PK\x03\x04", b"PK\x05\x06"), b"\x93NUMPY"
 
 
 def load_inputs(fn: func.FuncOp, path: str | Path) -> list[np.ndarray]:
     """The entry's arguments from an .npz file, converted to the declared element types."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            stored = {key: data[key] for key in data.files}
-    except FileNotFoundError:
-        raise FusecError(f"{path}: no such file") from None
-    except (OSError, ValueError) as err:
-        raise FusecError(f"{path}: not a readable .npz file ({err})") from None
+    stored = _read_npz(path)
     names = argument_names(fn)
     if all(n in stored for n in names):
         keys = names
@@ -58,6 +63,12 @@ def load_inputs(fn: func.FuncOp, path: str | Path) -> list[np.ndarray]:
             f"{path}: expected arrays named {', '.join(names)} (or arr_0 ... arr_{len(names) - 1}),"
             f" found {', '.join(stored) or 'none'}"
         )
+    extra = [key for key in stored if key not in keys]
+    if extra:  # most likely a misspelt name or a file for another function
+        raise FusecError(
+            f"{path}: unexpected array(s) {', '.join(extra)}: @{fn.sym_name.data} takes "
+            f"{', '.join(keys) or 'no arguments'}"
+        )
     arrays = []
     for key, param in zip(keys, fn.function_type.inputs.data, strict=True):
         spec = spec_of(param)
@@ -66,16 +77,51 @@ def load_inputs(fn: func.FuncOp, path: str | Path) -> list[np.ndarray]:
             raise FusecError(f"{path}: array '{key}' has shape {array.shape}, expected {spec}")
         if array.dtype.kind not in "fiu":
             raise FusecError(f"{path}: array '{key}' has dtype {array.dtype}, expected {spec}")
-        arrays.append(array.astype(numpy_dtype(spec.dtype)))
+        with np.errstate(over="ignore", invalid="ignore"):
+            converted = array.astype(numpy_dtype(spec.dtype))
+            overflow = np.isfinite(array) & ~np.isfinite(converted)
+        if overflow.any():
+            raise FusecError(
+                f"{path}: array '{key}' has values outside the range of {spec.dtype} "
+                f"(e.g. {array[overflow].flat[0]}), expected {spec}"
+            )
+        arrays.append(converted)
     return arrays
 
 
-def save_outputs(path: str | Path, outputs: Sequence[np.ndarray]) -> None:
-    """Results as ``result0``, ``result1``, ... (bf16 stored as float32: npz has no bf16)."""
+def _read_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """Every array of an .npz file, or a FusecError saying what the file is instead."""
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(6)
+    except FileNotFoundError:
+        raise FusecError(f"{path}: no such file") from None
+    except OSError as err:
+        raise FusecError(f"{path}: cannot read the file ({err.strerror or err})") from None
+    if magic.startswith(_NPY_MAGIC):
+        raise FusecError(f"{path}: a .npy file holds one array; give an .npz (numpy.savez)")
+    if not magic.startswith(_ZIP_MAGIC):
+        raise FusecError(f"{path}: not an .npz file (numpy.savez writes one)")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except Exception as err:  # BadZipFile, a truncated member, pickled objects, ...
+        raise FusecError(f"{path}: not a readable .npz file ({err})") from None
+
+
+def outputs_npz(outputs: Sequence[np.ndarray]) -> bytes:
+    """Results as an .npz archive: ``result0``, ``result1``, ... (bf16 as float32)."""
     arrays = {}
     for i, out in enumerate(outputs):
         arrays[f"result{i}"] = out if out.dtype.kind == "f" else out.astype(np.float32)
-    np.savez(path, **arrays)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def save_outputs(path: str | Path, outputs: Sequence[np.ndarray]) -> None:
+    """Results as ``result0``, ``result1``, ... at exactly ``path`` (npz has no bf16)."""
+    Path(path).write_bytes(outputs_npz(outputs))
 
 
 @dataclass(frozen=True)
@@ -113,8 +159,12 @@ def compare(
         got = np.asarray(out).astype(np.float64)
         want = np.asarray(ref, dtype=np.float64)
         has_nan = bool(np.isnan(got).any())
-        denom = np.linalg.norm(want)
-        err = float(np.linalg.norm(got - want) / (denom if denom > 0 else 1.0))
+        # Equal infinities agree (inf - inf would be NaN); an infinity on one side only
+        # stays an infinite error. The scale is that of the reference's finite values.
+        with np.errstate(invalid="ignore"):
+            diff = np.where(got == want, 0.0, got - want)
+        denom = np.linalg.norm(want[np.isfinite(want)])
+        err = float(np.linalg.norm(diff) / (denom if denom > 0 else 1.0))
         if np.isnan(err):
             err = float("inf")
         checks.append(Check(i, str(spec), err, TOLERANCE[spec.dtype], has_nan))
@@ -127,7 +177,6 @@ def summary(index: int, out: np.ndarray) -> str:
     shape = "x".join(str(d) for d in data.shape) or "scalar"
     if data.size == 0:
         return f"result #{index}: {shape} (empty)"
-    return (
-        f"result #{index}: {shape} {out.dtype}: min {data.min():.6g} max {data.max():.6g} "
-        f"mean {data.mean():.6g}"
-    )
+    with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf in the mean is NaN
+        low, high, mean = data.min(), data.max(), data.mean()
+    return f"result #{index}: {shape} {out.dtype}: min {low:.6g} max {high:.6g} mean {mean:.6g}"

@@ -54,7 +54,9 @@ def _inline(fused: FusedOp) -> Group:
     body = fused.block
     term = body.last_op
     assert isinstance(term, YieldOp)
-    yielded = list(term.operands)
+    # A yielded block argument (a group input passed straight through) is that input.
+    args = dict(zip(body.args, fused.inputs, strict=True))
+    yielded = [args.get(v, v) for v in term.operands]
     Rewriter.erase_op(term)
     members = list(body.ops)
     Rewriter.inline_block(body, InsertPoint.before(fused), list(fused.inputs))

@@ -159,6 +159,8 @@ class Rules:
                 continue
             if name not in params:
                 raise FusecError(f"fusion rules have no parameter '{name}'")
+            if int(value) < 0:  # a limit: a negative one would silently mean "never"
+                raise FusecError(f"fusion parameter '{name}' must be >= 0, got {value}")
             params[name] = replace(params[name], value=int(value))
         return replace(self, params=params)
 
@@ -450,10 +452,15 @@ def load_rules(path: str | Path | None = None, **params: int | None) -> Rules:
     if path is None:
         rules = default_rules()
     else:
+        location = SourceLocation(str(path), 0, 0)
+        if not str(path):
+            raise FusecError('the fusion rules path is empty (rules="FILE")')
         try:
             text = Path(path).read_text()
         except OSError as err:
-            location = SourceLocation(str(path), 0, 0)
             raise FusecError(f"cannot read the fusion rules: {err.strerror}", location) from None
+        except UnicodeDecodeError as err:
+            message = f"cannot read the fusion rules: not UTF-8 text ({err})"
+            raise FusecError(message, location) from None
         rules = parse_rules(text, str(path))
     return rules.with_params(**params)
