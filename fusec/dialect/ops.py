@@ -12,6 +12,7 @@ equal to their default are not printed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -75,6 +76,15 @@ def element_type_name(t: Attribute) -> str:
 
 def spec_of(t: Attribute) -> TensorSpec:
     """The TensorSpec of a static ranked tensor type of f16/bf16/f32."""
+    if isinstance(t, TensorType):
+        return _tensor_spec(t)
+    raise ShapeError(f"expected a tensor type, got {t}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _tensor_spec(t: TensorType) -> TensorSpec:
+    # Memoised: passes ask for the same few types hundreds of thousands of times
+    # on large graphs; attributes are immutable and hashable. Errors are not cached.
     if not isinstance(t, TensorType):
         raise ShapeError(f"expected a tensor type, got {t}")
     shape = tuple(t.get_shape())

@@ -53,7 +53,7 @@ def wrap_singletons(module: ModuleOp, rules: Rules) -> None:
 
 @dataclass(frozen=True)
 class FusionPass(ModulePass):
-    """Options every fusion pass takes: another rules file, a tile limit."""
+    """Options every fusion pass takes: another rules file, overrides of its limits."""
 
     name = "fusion"
 
@@ -63,8 +63,15 @@ class FusionPass(ModulePass):
     softmax_tile_limit: int | None = None
     """Overrides the rules' ``softmax_tile_limit`` parameter."""
 
+    max_chain_ops: int | None = None
+    """Overrides the rules' ``max_chain_ops`` parameter (elementwise ops per group)."""
+
+    def overrides(self) -> dict[str, int | None]:
+        """Rule parameters this pass sets (``None``: the rules file's value)."""
+        return {"softmax_tile_limit": self.softmax_tile_limit, "max_chain_ops": self.max_chain_ops}
+
     def policy(self) -> Rules:
-        return load_rules(self.rules, softmax_tile_limit=self.softmax_tile_limit)
+        return load_rules(self.rules, **self.overrides())
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         run_stage(op, self.name, self.policy())

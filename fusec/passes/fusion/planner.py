@@ -121,6 +121,7 @@ class Planner:
         self._cloned: list[Operation] = []
         self._graph: nx.DiGraph | None = None
         self._rank: dict[Unit, int] | None = None
+        self._topo: list[Unit | None] | None = None  # units by rank; None marks a hole
         self._order: dict[Operation, int] | None = None
         for group in self.groups:
             if group.anchor is None:
@@ -179,26 +180,64 @@ class Planner:
     def ranks(self) -> dict[Unit, int]:
         """Each unit's index in a topological order of the quotient graph."""
         if self._rank is None:
-            self._rank = {u: i for i, u in enumerate(nx.topological_sort(self.graph()))}
+            self._topo = list(nx.topological_sort(self.graph()))
+            self._rank = {u: i for i, u in enumerate(self._topo)}
         return self._rank
 
     def _changed(self) -> None:
         """Ops were added or erased: recompute positions and the graph when next needed."""
         self._graph = None
         self._rank = None
+        self._topo = None
         self._order = None
 
     def _contract(self, keep: Unit, gone: Unit) -> None:
-        """``gone`` merged into ``keep``: update the cached graph in place."""
-        if self._graph is not None:
-            nx.contracted_nodes(self._graph, keep, gone, self_loops=False, copy=False)
-        self._rank = None
+        """``gone`` merged into ``keep``: update the cached graph and order in place."""
+        if self._graph is None:
+            self._rank = None
+            return
+        if self._rank is not None:
+            self._reorder_window(keep, gone)
+        nx.contracted_nodes(self._graph, keep, gone, self_loops=False, copy=False)
+
+    def _reorder_window(self, keep: Unit, gone: Unit) -> None:
+        """Keep the topological order valid when ``gone`` merges into ``keep``.
+
+        Only the window of the order between the two changes (a Pearce-Kelly
+        style local repair instead of re-sorting the whole graph on every
+        join): the window's ancestors of its last unit go first, then the
+        merged unit, then the rest, in their old order. This is valid because
+        the merge passed ``creates_cycle``: no unit in the window is both a
+        descendant of the first and an ancestor of the last. ``gone``'s slot
+        becomes a hole, so no rank outside the window moves.
+        """
+        assert self._rank is not None and self._topo is not None and self._graph is not None
+        rank, topo = self._rank, self._topo
+        lo, hi = sorted((rank[keep], rank[gone]))
+        last = topo[hi]
+        before: set[Unit] = set()
+        stack = [last]
+        while stack:
+            for pred in self._graph.predecessors(stack.pop()):
+                if pred not in before and lo < rank[pred] < hi:
+                    before.add(pred)
+                    stack.append(pred)
+        middle = [u for u in topo[lo + 1 : hi] if u is not None]
+        window = [u for u in middle if u in before] + [keep]
+        window += [u for u in middle if u not in before]
+        window += [None] * (hi - lo + 1 - len(window))
+        topo[lo : hi + 1] = window
+        del rank[gone]
+        for i, unit in enumerate(window, start=lo):
+            if unit is not None:
+                rank[unit] = i
 
     def _relabel(self, old: Unit, new: Unit) -> None:
         if self._graph is not None:
             nx.relabel_nodes(self._graph, {old: new}, copy=False)
-        if self._rank is not None:
+        if self._rank is not None and self._topo is not None:
             self._rank[new] = self._rank.pop(old)
+            self._topo[self._rank[new]] = new
 
     # ------------------------------------------------------------- the stages
     def run(self, stage: Stage) -> None:

@@ -117,7 +117,7 @@ def _cycle_reason(planner: Planner, producer: Unit, consumer: Unit) -> str:
 
 
 def pipeline_rules(pipeline: str | None = None) -> Rules:
-    """The policy the fusion passes of ``pipeline`` used (their ``rules`` and tile limit).
+    """The policy the fusion passes of ``pipeline`` used (their ``rules`` and limits).
 
     So that ``--remarks`` after ``fuse-epilogue{softmax_tile_limit=128}`` explains
     the decisions with the limit that made them.
@@ -128,8 +128,12 @@ def pipeline_rules(pipeline: str | None = None) -> Rules:
 
     fusion = [p for p in build_pipeline(pipeline).passes if isinstance(p, FusionPass)]
     path = next((p.rules for p in fusion if p.rules is not None), None)
-    limit = next((p.softmax_tile_limit for p in fusion if p.softmax_tile_limit is not None), None)
-    return load_rules(path, softmax_tile_limit=limit)
+    overrides: dict[str, int] = {}
+    for fusion_pass in fusion:
+        for name, value in fusion_pass.overrides().items():
+            if value is not None:
+                overrides.setdefault(name, value)
+    return load_rules(path, **overrides)
 
 
 def format_remarks(remarks: list[Remark]) -> str:
