@@ -24,6 +24,7 @@ configure()
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
+from floor import parallel_copy  # noqa: E402
 from numpy import float32 as f32  # noqa: E402
 
 from fusec.codegen.cpu_common import HELPER_DECORATOR  # noqa: E402
@@ -402,16 +403,6 @@ def ln3_current(in0, in1, in2, out0):
 
 
 # ---------------------------------------------------------------------- run
-@numba.njit(parallel=True)
-def copy(src, dst):
-    """The floor: a parallel copy of the input into the output."""
-    tasks = numba.get_num_threads() * 4
-    per = (src.size + tasks - 1) // tasks
-    for t in numba.prange(tasks):
-        end = min(t * per + per, src.size)
-        dst[t * per : end] = src[t * per : end]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -427,7 +418,7 @@ def main() -> None:
     sm_ref = (e / e.sum(-1, keepdims=True)).ravel()
     c = x64 - x64.mean(-1, keepdims=True)
     ln_ref = (c / np.sqrt((c * c).mean(-1, keepdims=True) + 1e-5) * g + b).ravel()
-    cases = {"copy (floor)": (lambda: copy(x, out), x.astype(np.float64))}
+    cases = {"copy (floor)": (lambda: parallel_copy(x, out), x.astype(np.float64))}
     for name, fn in globals().items():
         if not name.startswith(("sm", "ln")) or not callable(fn) or name[2] not in "0123456789":
             continue

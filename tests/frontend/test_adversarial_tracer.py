@@ -7,30 +7,16 @@ errors about the function as a whole, at its ``def`` line).
 
 from __future__ import annotations
 
-import contextlib
-from pathlib import Path
-
 import numpy as np
 import pytest
+from markers import Markers
 
 import fusec
 from fusec import ops
 
-SOURCE = Path(__file__).read_text().splitlines()
-
-
-def line_of(marker: str) -> int:
-    (line,) = [i + 1 for i, text in enumerate(SOURCE) if text.endswith(f"# <- {marker}")]
-    return line
-
-
-@contextlib.contextmanager
-def raises_at(marker: str, match: str):
-    with pytest.raises(fusec.FusecError, match=match) as info:
-        yield info
-    err = info.value
-    assert err.location is not None, err
-    assert (err.location.file, err.location.line) == (__file__, line_of(marker)), err.format()
+_MARKERS = Markers(__file__)
+line_of = _MARKERS.line_of
+raises_at = _MARKERS.raises_at
 
 
 def arr(*shape: int, dtype=np.float32) -> np.ndarray:

@@ -6,34 +6,18 @@ the error points at this file and that line.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
+from markers import Markers
 
 import fusec
 from fusec import ops
 
-SOURCE = Path(__file__).read_text().splitlines()
-
-
-def line_of(marker: str) -> int:
-    """The 1-based line of this file that ends with ``# <- marker``."""
-    (line,) = [i + 1 for i, text in enumerate(SOURCE) if text.endswith(f"# <- {marker}")]
-    return line
-
-
-@contextlib.contextmanager
-def raises_at(marker: str, match: str):
-    """Expect a FusecError matching ``match`` located at the line marked ``marker``."""
-    with pytest.raises(fusec.FusecError, match=match) as info:
-        yield info
-    err = info.value
-    assert err.location is not None, err
-    assert (err.location.file, err.location.line) == (__file__, line_of(marker)), err.format()
-    assert err.format().startswith(f"{__file__}:{line_of(marker)}:")
+_MARKERS = Markers(__file__)
+line_of = _MARKERS.line_of
+raises_at = _MARKERS.raises_at
 
 
 def arr(*shape: int, dtype=np.float32) -> np.ndarray:
