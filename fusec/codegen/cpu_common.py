@@ -157,11 +157,13 @@ def assemble(
     stages: Sequence[Stage],
     launch_body: Sequence[str],
     notes: Sequence[str] = (),
+    imports: Sequence[str] = (),
 ) -> str:
-    """The complete module: header, prelude, helpers, stages and ``launch``."""
+    """The complete module: header, prelude (and ``imports``), helpers, stages and ``launch``."""
     n_in, n_out = len(fused_op.inputs), len(fused_op.results)
     params = [f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)]
-    parts = [header(fused_op, notes=[*notes, CPU_NOTE]), PRELUDE]
+    prelude = PRELUDE + "".join(f"{line}\n" for line in imports)
+    parts = [header(fused_op, notes=[*notes, CPU_NOTE]), prelude]
     helpers = helper_source(gen.helpers, HELPER_DECORATOR)
     if helpers:
         parts.append(helpers)
