@@ -32,6 +32,7 @@ import math
 import numba
 import numpy as np
 from numpy import float32 as f32
+from numpy import uint64 as U
 
 ro = numba.types.Array(numba.float32, 1, "C", readonly=True)
 rw = numba.float32[::1]

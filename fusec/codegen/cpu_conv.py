@@ -124,7 +124,6 @@ class ConvBlocks(BlockedCore):
         slice of the input row (contiguous at stride 1).
         """
         h, w, ow, sw = self.h, self.w, self.ow, self.sw
-        step = "" if sw == 1 else f":{sw}"
         return [
             f"for c in range({self.cg}):",
             f"    plane = (n * {self.c} + g * {self.cg} + c) * {h * w}",
@@ -137,14 +136,17 @@ class ConvBlocks(BlockedCore):
             "            for oh in range(oh0, oh1):",
             f"                d = dst0 + (oh - oh0) * {ow}",
             f"                ih = oh * {self.sh} + r * {self.dh} - {self.pt}",
-            f"                if ih < 0 or ih >= {h} or hi == lo:",
-            f"                    cols[d:d + {ow}] = f32(0.0)",
-            "                    continue",
-            f"                src = plane + ih * {w} + shift",
-            "                cols[d:d + lo] = f32(0.0)",
-            f"                first, last = src + lo * {sw}, src + (hi - 1) * {sw} + 1",
-            f"                cols[d + lo:d + hi] = {x}[first:last{step}]",
-            f"                cols[d + hi:d + {ow}] = f32(0.0)",
+            f"                if ih < 0 or ih >= {h}:",
+            "                    lo_row = hi_row = 0",
+            "                else:",
+            "                    lo_row, hi_row = lo, hi",
+            f"                    src = plane + ih * {w} + shift",
+            "                    for j in range(lo, hi):",
+            f"                        cols[U(d + j)] = {x}[U(src + j{f' * {sw}' if sw > 1 else ''})]",
+            "                for j in range(lo_row):",
+            "                    cols[U(d + j)] = f32(0.0)",
+            f"                for j in range(hi_row, {ow}):",
+            "                    cols[U(d + j)] = f32(0.0)",
         ]
 
     def epilogue_rows(self, shapes: Sequence[tuple[int, ...]]) -> EpilogueRows:
