@@ -48,13 +48,11 @@ def from_onnx(model_or_path: Any, *, weights_as_args: bool = False) -> ModuleOp:
     Initializers become ``arith.constant`` ops, or with ``weights_as_args`` extra
     function arguments after the graph inputs, in initializer order.
     """
-    try:
-        from fusec.frontend.onnx_import import import_model
-    except ImportError as err:
-        if err.name not in ("onnx", "google", "google.protobuf"):
-            raise
-        message = "importing ONNX needs the 'onnx' package: pip install 'fusec[onnx]'"
-        raise FusecError(message) from None
+    from fusec.extras import require
+
+    require("onnx", "importing ONNX")
+    from fusec.frontend.onnx_import import import_model
+
     return import_model(model_or_path, weights_as_args=weights_as_args)
 
 
@@ -207,10 +205,13 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     """Parse (unless given a module), run the pipeline and build a CompiledModule.
 
     On ``cpu``/``cuda`` each ``ai.fused`` group becomes one generated kernel,
-    compiled (or loaded from the kernel cache) on the first call.
+    compiled (or loaded from the kernel cache) on the first call; an op that
+    the pipeline leaves outside every group is an error naming it. Only
+    ``target="reference"`` interprets the IR (the numpy executor): it is never
+    chosen behind the caller's back.
     """
     from fusec.frontend.mlir import parse_module, read_source
-    from fusec.runtime.launch import Program, fully_fused
+    from fusec.runtime.launch import Program
 
     concrete = resolve_target(target)
     source_text = source_name = None
@@ -222,8 +223,6 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     timings: list[PassTiming] = []
     run_pipeline(module, pipeline, after_pass=after_pass, timings=timings, source_text=source_text)
 
-    if target == "auto" and not fully_fused(module, entry):
-        concrete = "reference"  # a pipeline that leaves ops unfused: only the reference runs it
     if concrete == "reference":
         return CompiledModule(module, target=concrete, entry=entry, timings=timings)
     if concrete == "cuda":  # device-resident values, the caller's stream, CUDA graphs

@@ -63,6 +63,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     # CUDA kernel source and PTX are generated without a GPU: no runtime is built for them
     source_only = args.emit == "ptx" or (args.target == "cuda" and args.emit == "kernels")
+    if args.emit == "ptx":  # before any work: the answer does not depend on the graph
+        from fusec.runtime.cuda import parse_arch, require_cuda_compiler
+
+        parse_arch(args.arch)
+        require_cuda_compiler("cannot emit PTX")
     compiled = fusec_compile(
         args.file,
         target="reference" if source_only else args.target,
@@ -112,6 +117,9 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
+    from fusec.extras import require
+
+    require("onnx", "fusec conformance")
     from fusec.conformance import run_conformance
 
     report = run_conformance(args.op or None, target=args.target)
