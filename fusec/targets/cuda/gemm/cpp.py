@@ -64,6 +64,7 @@ class Epilogue:
     body: str = "y = acc;"
     extras: tuple[str, ...] = ()
     name: str = "identity"
+    helpers: str = ""  # C++ helper definitions the body calls (generated)
 
 
 BIAS_RELU = Epilogue(
@@ -305,6 +306,7 @@ def generate(spec: GemmSpec) -> str:
 #define A_BYTES {c.a_stage_bytes}
 #define B_BYTES {c.b_stage_bytes}
 
+{spec.epilogue.helpers}
 static __device__ __forceinline__ float fs_epilogue(float acc, int row, int col,
                                                    int bat{extras_params}) {{
   float y;
