@@ -41,8 +41,8 @@ TEMPLATES: dict[tuple[str, str], Template] = {
     ("cpu", "conv"): Template("fusec.codegen.cpu_conv", (ai.Conv2DOp,)),
     ("cuda", "pointwise"): Template("fusec.codegen.cuda_pointwise"),
     ("cuda", "row_reduce"): Template("fusec.codegen.cuda_row_reduce", _ROW),
-    # fallback through PyTorch until the Tensor Core templates
-    ("cuda", "matmul"): Template("fusec.codegen.cuda_torch", (ai.MatmulOp, *_ROW)),
+    # the Hopper wgmma GEMM (PyTorch fallback for the groups it does not take)
+    ("cuda", "matmul"): Template("fusec.targets.cuda.gemm.template", (ai.MatmulOp, *_ROW)),
     ("cuda", "conv"): Template("fusec.codegen.cuda_torch", (ai.Conv2DOp,)),
 }
 

@@ -581,27 +581,44 @@ def helper_source(names: Iterable[str], decorator: str) -> str:
 
 
 _CPP_HELPERS = {
+    # cvt.rn: round to nearest even, as numpy/ml_dtypes do (inline PTX: no headers needed)
     "round_f16": (
-        "#include <cuda_fp16.h>",
-        "__device__ __forceinline__ float round_f16(float x) {\n"
-        "  return __half2float(__float2half_rn(x));  // nearest-even, like numpy\n"
-        "}\n",
+        "static __device__ __forceinline__ float round_f16(float x) {\n"
+        "  unsigned short h; float y;\n"
+        '  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));\n'
+        '  asm("cvt.f32.f16 %0, %1;" : "=f"(y) : "h"(h));\n'
+        "  return y;\n}\n"
     ),
     "round_bf16": (
-        "#include <cuda_bf16.h>",
-        "__device__ __forceinline__ float round_bf16(float x) {\n"
-        "  return __bfloat162float(__float2bfloat16_rn(x));  // nearest-even, like ml_dtypes\n"
-        "}\n",
+        "static __device__ __forceinline__ float round_bf16(float x) {\n"
+        "  unsigned short h;\n"
+        '  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));\n'
+        "  return __uint_as_float(((unsigned int)h) << 16);\n}\n"
     ),
 }
 
 
 def cpp_helper_source(names: Iterable[str]) -> str:
-    """CUDA C++ source of the helpers ``names`` that ``CUDA_CPP`` statements call
-    (their ``#include`` lines first), for the module holding the generated code."""
+    """CUDA C++ definitions of the helpers ``names`` that ``CUDA_CPP`` statements call."""
     chosen = sorted(set(names))
     unknown = [n for n in chosen if n not in _CPP_HELPERS]
     if unknown:
         raise ValueError(f"no CUDA C++ helper {unknown[0]!r}")
-    includes = dict.fromkeys(_CPP_HELPERS[n][0] for n in chosen)
-    return "".join(f"{line}\n" for line in includes) + "".join(_CPP_HELPERS[n][1] for n in chosen)
+    return "".join(_CPP_HELPERS[n] for n in chosen)
+
+
+def cpp_literal(x: float) -> str:
+    """A float32 C++ literal (exact hexadecimal; inf/nan through their bit patterns)."""
+    return CUDA_CPP.literal(x)
+
+
+class CppExprGenerator(ExprGenerator):
+    """``ExprGenerator`` rendering CUDA C++: float32 statements for a generated C++
+    kernel's epilogue (``const float t0 = (acc + l0);``), same NaN and rounding rules."""
+
+    def __init__(self, temp_prefix: str = "t", leaf_prefix: str = "l") -> None:
+        super().__init__(temp_prefix, leaf_prefix, language=CUDA_CPP)
+
+    def helper_source(self) -> str:
+        """C++ definitions of the helpers the statements call."""
+        return cpp_helper_source(self.helpers)
