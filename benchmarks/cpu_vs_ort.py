@@ -100,7 +100,10 @@ def pointwise_case(rng, n: int) -> Case:
     return Case("pointwise", f"relu(x*a+b)*c, {n}", model, [x, a, b, c], numpy_fn)
 
 
-def _layernorm_np(x, g, b, eps=np.float32(1e-5)):
+EPS = np.float32(1e-5)
+
+
+def _layernorm_np(x, g, b, eps=EPS):
     mean = x.mean(-1, keepdims=True)
     c = x - mean
     return c / np.sqrt((c * c).mean(-1, keepdims=True) + eps) * g + b
@@ -220,7 +223,7 @@ def _bn_params(rng, k: int) -> list[np.ndarray]:
     return [gamma, beta, mean, var]
 
 
-def _bn_np(x, gamma, beta, mean, var, eps=np.float32(1e-5)):
+def _bn_np(x, gamma, beta, mean, var, eps=EPS):
     scale = gamma / np.sqrt(var + eps)
     return x * scale[:, None, None] + (beta - mean * scale)[:, None, None]
 
@@ -280,9 +283,7 @@ def ort_session(model: onnx.ModelProto, threads: int):
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(
-        model.SerializeToString(), opts, providers=["CPUExecutionProvider"]
-    )
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
 def rel_err(out: np.ndarray, ref: np.ndarray) -> float:

@@ -124,6 +124,7 @@ class ConvBlocks(BlockedCore):
         slice of the input row (contiguous at stride 1).
         """
         h, w, ow, sw = self.h, self.w, self.ow, self.sw
+        stride = f" * {sw}" if sw > 1 else ""
         return [
             f"for c in range({self.cg}):",
             f"    plane = (n * {self.c} + g * {self.cg} + c) * {h * w}",
@@ -142,18 +143,19 @@ class ConvBlocks(BlockedCore):
             "                    lo_row, hi_row = lo, hi",
             f"                    src = plane + ih * {w} + shift",
             "                    for j in range(lo, hi):",
-            f"                        cols[U(d + j)] = {x}[U(src + j{f' * {sw}' if sw > 1 else ''})]",
+            f"                        cols[U(d + j)] = {x}[U(src + j{stride})]",
             "                for j in range(lo_row):",
             "                    cols[U(d + j)] = f32(0.0)",
             f"                for j in range(hi_row, {ow}):",
             "                    cols[U(d + j)] = f32(0.0)",
         ]
 
-    def epilogue_rows(self, shapes: Sequence[tuple[int, ...]]) -> EpilogueRows:
+    def epilogue_rows(self, shapes: Sequence[tuple[int, ...]], reduces: bool) -> EpilogueRows:
         """Rows (n, k) of the output merged to OH*OW pixels, the block a segment of each;
-        or, when one of the epilogue's ``shapes`` tells H from W, whole output rows."""
+        or whole output rows, when one of the epilogue's ``shapes`` tells H from W or it
+        reduces along W."""
         p = self.oh * self.ow
-        if all(_merges_hw(shape) for shape in shapes):
+        if not reduces and all(_merges_hw(shape) for shape in shapes):
             space = (self.n, self.k, p)
             loops = [
                 f"q0 = n * {self.k} + g * {self.kg}",

@@ -139,8 +139,9 @@ class BlockedCore:
     def compute(self) -> list[str]:
         raise NotImplementedError
 
-    def epilogue_rows(self, shapes: Sequence[tuple[int, ...]]) -> EpilogueRows:
-        """The loop over the block's result rows; ``shapes``: the epilogue's operand shapes."""
+    def epilogue_rows(self, shapes: Sequence[tuple[int, ...]], reduces: bool) -> EpilogueRows:
+        """The loop over the block's result rows; ``shapes``: the epilogue's operand shapes,
+        ``reduces``: whether it holds a row reduction (which needs whole rows)."""
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -223,7 +224,8 @@ def generate_core_group(
     if after or epilogue_writes:
         shapes = [shape_of(v) for v, _ in epilogue_writes]
         shapes += [s for s in leaf_shapes(after).values()] + [shape_of(v) for v in _results(after)]
-        rows = core.epilogue_rows(shapes)
+        reduces = any(isinstance(op, REDUCE_OPS) for op in after)
+        rows = core.epilogue_rows(shapes, reduces)
         parts = row_statements(gen, after, buffers.reads, epilogue_writes, rows.space, rows.block)
         body += _row_buffer(workspace, parts, rows.space)
         body += rows.loops + _indented(rows.indent, parts.lines)
@@ -493,7 +495,7 @@ class MatmulBlocks(BlockedCore):
             "threads_end(prev)",
         ]
 
-    def epilogue_rows(self, shapes: Sequence[tuple[int, ...]]) -> EpilogueRows:
+    def epilogue_rows(self, shapes: Sequence[tuple[int, ...]], reduces: bool) -> EpilogueRows:
         """The block's rows of the result: numbers ``q0 <= row < q1`` of its row space."""
         space = self.result if self.result else (1,)
         length = space[-1]
