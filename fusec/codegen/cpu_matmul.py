@@ -463,7 +463,7 @@ class MatmulBlocks(BlockedCore):
         a_shape = shape_of(self.op.operands[0])
         space = a_shape if len(a_shape) > 1 else (1, a_shape[0])
         first = self._batch_index(self.a_batch)
-        first = f"{first} * {self.m}" if first != "0" else ""
+        first = f"({first}) * {self.m}" if first != "0" else ""
         start = " + ".join(t for t in (first, "r0") if t)
         end = " + ".join(t for t in (first, "r1") if t)
         loops = row_loop(space, f"{start}, {end}")
@@ -480,12 +480,12 @@ class MatmulBlocks(BlockedCore):
         else:
             a = self.reads[self.op.operands[0]]
             base = self._batch_index(self.a_batch)
-            base = f"{base} * {m * k} + " if base != "0" else ""
+            base = f"({base}) * {m * k} + " if base != "0" else ""
             a_off = f"{base}r0" if self.ta else f"{base}r0 * {k}"
             lda, ta = (m if self.ta else k), int(self.ta)
         b = self.reads[self.op.operands[1]]
         b_off = self._batch_index(self.b_batch)
-        b_off = f"{b_off} * {k * n}" if b_off != "0" else "0"
+        b_off = f"({b_off}) * {k * n}" if b_off != "0" else "0"
         ldb = 1 if self.b_is_vector else (k if self.tb else n)
         c_off = "0" if self.c_local else f"(b * {m} + r0) * {n}"
         return [

@@ -93,6 +93,21 @@ func.func @f(%a: {a}, %g: {g}, %be: {g}, %b: {b}, %r: {r}) -> {y} {{
     assert _blocks(program) == 6  # one block per (2 x 3) matrix
 
 
+def test_matmul_two_batch_dims_scalar_and_mask_epilogue(cache):
+    """Attention scores: both operands carry the (2, 3) batch; a scalar and a mask follow."""
+    q, y, mask = _t((2, 3, 40, 8)), _t((2, 3, 40, 40)), _t((40, 40))
+    text = f"""
+func.func @f(%q: {q}, %k: {q}, %s: {_t(())}, %mask: {mask}) -> {y} {{
+  %m = ai.matmul %q, %k {{transpose_b = true}} : {q} * {q}
+  %d = ai.div %m, %s : {y} * {_t(())}
+  %a = ai.add %d, %mask : {y} * {mask}
+  %p = ai.softmax %a : {y}
+  return %p : {y}
+}}"""
+    program = check(text, cache=cache, kind="matmul")
+    assert _blocks(program) == 6  # one block per matrix
+
+
 @pytest.mark.parametrize(
     "a, b, y",
     [
