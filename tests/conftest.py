@@ -75,7 +75,7 @@ def cuda_usable() -> bool:
     CUDA simulator.
     """
     try:
-        from fusec.runtime.cuda import gpu_available
+        from fusec.targets.cuda.runtime import gpu_available
     except ImportError:
         gpu_available = None
     try:

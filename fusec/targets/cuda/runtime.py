@@ -810,25 +810,3 @@ def _check(result: Any) -> Any:
     if int(err) != 0:
         raise FusecError(f"CUDA driver error {int(err)} ({err})")
     return values[0] if len(values) == 1 else tuple(values) if values else None
-
-
-def module_kernels(module: Any, entry: str | None = None) -> list[KernelSource]:
-    """The CUDA kernel modules of every ai.fused group of the entry function, in order,
-    named as ``compile(target="cuda")`` names them (``k0``, ``k1``...); no GPU needed."""
-    from fusec.codegen import generate
-    from fusec.dialect import ops as ai
-    from fusec.runtime.reference import entry_function
-
-    function = entry_function(module, entry)
-    groups = [op for op in function.body.block.ops if isinstance(op, ai.FusedOp)]
-    return [generate(op, "cuda", f"k{index}") for index, op in enumerate(groups)]
-
-
-def module_ptx(module: Any, entry: str | None, cc: tuple[int, int]) -> list[tuple[str, str, str]]:
-    """(kernel name, kind, PTX) of every ai.fused group of the entry function, in order,
-    compiled for compute capability ``cc`` with NVVM only, so no GPU is needed."""
-    out = []
-    for kernel in module_kernels(module, entry):
-        ptx = emit_ptx(kernel, cc)
-        out.append((kernel.name, kernel.kind, ptx or "// (no Numba kernel: PyTorch fallback)\n"))
-    return out

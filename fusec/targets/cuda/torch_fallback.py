@@ -11,10 +11,10 @@ FusecError naming the missing package.
 from __future__ import annotations
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.cuda_common import Source, body_ops, check_leaves, kernel_name, yielded
 from fusec.codegen.expr import TORCH, ExprGenerator, error_at, header
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.targets.cuda.common import Source, body_ops, check_leaves, kernel_name, yielded
 
 _TORCH_DTYPE = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32"}
 
@@ -66,7 +66,7 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
             "import math",
             "",
             "from fusec.errors import FusecError",
-            "from fusec.runtime.cuda import stream_ptr",
+            "from fusec.targets.cuda.runtime import stream_ptr",
             "",
             "",
             "def _torch():",
