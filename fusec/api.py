@@ -6,7 +6,7 @@ This is a stable contract: other parts of fusec and its users build on it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,18 +42,39 @@ def parse(text_or_path: str | Path) -> ModuleOp:
     return parse_module(text, name)
 
 
-def from_onnx(model_or_path: Any, *, weights_as_args: bool = False) -> ModuleOp:
+def from_onnx(
+    model_or_path: Any,
+    *,
+    weights_as_args: bool = False,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> ModuleOp:
     """Import an ONNX model (a ``ModelProto`` or a .onnx path) as a verified ai module.
 
     Initializers become ``arith.constant`` ops, or with ``weights_as_args`` extra
     function arguments after the graph inputs, in initializer order.
+    ``input_shapes`` ({input name: shape}) fixes dynamic input dimensions; every
+    node whose inputs are then constants (shape arithmetic, masks, position ids)
+    is evaluated at import.
     """
+    return import_onnx(
+        model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes
+    ).module
+
+
+def import_onnx(
+    model_or_path: Any,
+    *,
+    weights_as_args: bool = False,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> Any:
+    """``from_onnx`` with what the import did: an ``ImportResult`` (``.module``,
+    ``.evaluated``: the nodes folded at import by operator, ``.summary()``)."""
     from fusec.extras import require
 
     require("onnx", "importing ONNX")
-    from fusec.frontend.onnx_import import import_model
+    from fusec.frontend.onnx_import import import_onnx as import_model
 
-    return import_model(model_or_path, weights_as_args=weights_as_args)
+    return import_model(model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes)
 
 
 def print_ir(module: ModuleOp, *, locations: bool = False) -> str:
