@@ -16,6 +16,12 @@ says so. The aim is to cost no more than the same ops in PyTorch eager:
 * f32 conv/matmul stay IEEE f32 per call (``fusec.runtime.torch_fallback``),
   never by switching PyTorch's process-wide TF32 flags.
 
+Each op maps to the one PyTorch function computing it (``TORCH_FUNCTIONS``:
+one kernel, float32 inside for 16-bit tensors, one rounding, as eager); an
+elementwise op without one is computed from its scalar semantics (the op's
+``scalar`` fact rendered for PyTorch) on float32 copies and rounded once to its
+declared type, so every op the dialect can fuse has a lowering.
+
 The module defines ``run(torch, *inputs) -> tuple`` over torch tensors of the
 group's operand shapes and element types, run on the current torch stream;
 the runtime makes that the caller's stream. ``TORCH_FALLBACK = True`` marks
@@ -30,15 +36,14 @@ from xdsl.ir import BlockArgument
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.cuda_common import Source, body_ops, check_leaves, kernel_name, yielded
-from fusec.codegen.expr import error_at, header
+from fusec.codegen.expr import TORCH, ExprGenerator, error_at, header
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 
 TORCH_DTYPE = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32"}
 
 #: One PyTorch call per op, over the operand expressions (each already in the
-#: op's element type). Every tensor op of the dialect has an entry: a test
-#: checks it, so a new op cannot reach the cuda target without a lowering.
+#: op's element type). Elementwise ops missing here use their scalar fact.
 LOWERINGS: dict[type[ai.AiOp], Callable[[ai.AiOp, list[str]], str]] = {}
 
 
@@ -58,6 +63,8 @@ LOWERINGS.update(
         ai.TanhOp: _simple("torch.tanh({0})"),
         ai.ExpOp: _simple("torch.exp({0})"),
         ai.SqrtOp: _simple("torch.sqrt({0})"),
+        ai.NegOp: _simple("torch.neg({0})"),
+        ai.AbsOp: _simple("torch.abs({0})"),
         ai.SiluOp: _simple("torch.nn.functional.silu({0})"),
     }
 )
@@ -149,14 +156,27 @@ LOWERINGS.update(
 )
 
 
-def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
-    """A module whose ``run`` evaluates the group body with PyTorch."""
+def lowerable(op_type: type[ai.AiOp]) -> bool:
+    """Whether the fallback computes ``op_type``: a PyTorch function or its scalar fact."""
+    return op_type in LOWERINGS or op_type.has_scalar()
+
+
+def _from_scalar_fact(op: ai.AiOp, a: list[str]) -> str:
+    """An elementwise op without a PyTorch function: its scalar semantics on float32
+    copies, rounded once to the declared type (as one kernel would)."""
+    expression = ExprGenerator(language=TORCH).scalar(op, [f"{x}.float()" for x in a])
+    return f"({expression}).to({TORCH_DTYPE[spec_of(op.results[0].type).dtype]})"
+
+
+def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> KernelSource:
+    """A module whose ``run`` evaluates the group body with PyTorch; ``reason`` says why
+    the group's Tensor Core template cannot serve it."""
     name = kernel_name(name)
     ops = body_ops(fused_op)
     results = yielded(fused_op)
     check_leaves(fused_op, [v for op in ops for v in op.operands if v.owner not in ops])
     for op in ops:
-        if type(op) not in LOWERINGS:
+        if not lowerable(type(op)):
             raise error_at(op, "has no PyTorch lowering on the cuda target")
     names = {value: f"x{k}" for k, value in enumerate(fused_op.block.args)}
     code = Source([])
@@ -174,7 +194,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         operands = [_in_dtype(names[v], v, op) for v in op.operands]
         bias_op = absorbed.get(op)
         if bias_op is None:
-            expression = LOWERINGS[type(op)](op, operands)
+            lower = LOWERINGS.get(type(op), _from_scalar_fact)
+            expression = lower(op, operands)
         else:
             bias = _bias_operand(bias_op, op)
             text = _in_dtype(names[bias], bias, op)
@@ -183,9 +204,13 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         names[op.results[0]] = f"v{n}"
         code.add(1, f"v{n} = {expression}")
     code.add(1, f"return ({', '.join(names[v] for v in results)},)")
+    why = (
+        f"the Tensor Core template cannot serve it: {reason};"
+        if reason
+        else "no fused CUDA template for this kind yet (Tensor Core templates: issue 12);"
+    )
     notes = [
-        "target: cuda, FALLBACK: no fused CUDA template for this kind yet (Tensor Core "
-        "templates are a separate issue);",
+        f"target: cuda, FALLBACK: {why}",
         "runs the group's ops one by one through PyTorch (cuDNN/cuBLAS) on the GPU, "
         "each in its declared element type, on the caller's stream",
     ]
