@@ -213,3 +213,21 @@ def test_f32_conv_and_matmul_leave_the_tf32_flags_alone():
         exec(compile(_source(module), "<kernel>", "exec"), namespace)
         namespace["run"](torch, *(_to_torch(torch, a) for a in random_inputs(module, 1)))
     assert (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision()) == before
+
+
+@pytest.mark.parametrize("case", ["relu", "gelu", "maximum_row", "sigmoid"])
+def test_ops_without_a_torch_function_use_their_scalar_fact(case: str, monkeypatch):
+    """An elementwise op missing from LOWERINGS (a new op) still runs: its scalar
+    semantics on float32 copies, rounded once to its declared type."""
+    torch = pytest.importorskip("torch")
+    module = _module(case, "f16")
+    op_type = next(type(op) for op in module.walk() if op.name == f"ai.{case.split('_')[0]}")
+    monkeypatch.delitem(cuda_torch.LOWERINGS, op_type)
+    source = _source(module)
+    assert ".float()" in source and ").to(torch.float16)" in source
+    namespace: dict = {}
+    exec(compile(source, "<kernel>", "exec"), namespace)
+    args = random_inputs(module, seed=5)
+    (got,) = namespace["run"](torch, *(_to_torch(torch, a) for a in args))
+    (want,) = run_reference(module, args, precision="float64", rounding="every-op")
+    assert_close(_to_numpy(got), want, what=case)
