@@ -154,18 +154,25 @@ class CompiledModule:
     def ir(self) -> str:
         return print_ir(self.module)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
+        """Run the entry function. On a device target (cuda) the work is queued on
+        the caller's current stream (torch's or cupy's), or on ``stream`` when given."""
         if kwargs:
             raise FusecError(
                 f"@{self.entry} takes its arguments by position, not by keyword "
                 f"(got {', '.join(kwargs)})"
             )
+        if stream is not None and not getattr(self._runner, "takes_stream", False):
+            raise FusecError(f"stream= needs a target with streams (cuda), not '{self.target}'")
         if self._runner is None:
             raise FusecError(
                 f"this module was compiled for target '{self.target}' without a runtime "
                 "(executable=False): compile it again to run it"
             )
-        results = self._runner(args)
+        if stream is not None:
+            results = self._runner(args, stream=stream)
+        else:
+            results = self._runner(args)
         return results[0] if len(results) == 1 else tuple(results)
 
     def assembly(self, arch: str) -> list[tuple[KernelSource, str]]:
