@@ -27,7 +27,8 @@ from fusec.codegen import KernelSource
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import TensorSpec
 from fusec.errors import FusecError
-from fusec.runtime.cuda_streams import (
+from fusec.runtime.launch import nvtx_range
+from fusec.targets.cuda.streams import (
     LEGACY,
     StreamRef,
     current_torch_ref,
@@ -36,7 +37,6 @@ from fusec.runtime.cuda_streams import (
     stream_ref,
     wait_for,
 )
-from fusec.runtime.launch import nvtx_range
 
 _SEARCH_PATH_VAR = "NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS"
 _prepared = False
@@ -312,7 +312,7 @@ class _Adapter:
     # ------------------------------------------------------------ streams
     def stream(self, explicit: Any) -> StreamRef:
         """The stream to launch on: ``explicit``, else the caller's current one
-        (see ``fusec.runtime.cuda_streams``)."""
+        (see ``fusec.targets.cuda.streams``)."""
         if simulator_enabled():  # one stream, handle 0, in the simulator
             return explicit if isinstance(explicit, StreamRef) else stream_ref(0)
         if explicit is not None:
@@ -542,7 +542,7 @@ class CudaBackend:
 
 
 class TorchGroup:
-    """A conv/matmul group that runs through PyTorch (``fusec.codegen.cuda_torch``).
+    """A conv/matmul group that runs through PyTorch (``fusec.targets.cuda.torch_fallback``).
 
     Called with torch tensors of the group's operand types, on torch's current
     stream (the caller arranges that it is the call's stream); returns
