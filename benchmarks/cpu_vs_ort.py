@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fusec.runtime.threads import configure
+from fusec.targets.cpu.threads import configure
 
 configure()  # before numpy loads OpenBLAS: applies to fusec and the numpy baseline alike
 

@@ -16,12 +16,12 @@ import pytest
 from cpu_check import check
 
 from fusec.api import parse, run_pipeline
-from fusec.codegen import cpu_matmul
-from fusec.runtime import cpu_blas
 from fusec.runtime.cache import KernelCache
 from fusec.runtime.launch import Program
 from fusec.runtime.reference import entry_function, run_reference
 from fusec.runtime.runner import compare, random_inputs
+from fusec.targets.cpu import blas as cpu_blas
+from fusec.targets.cpu import matmul as cpu_matmul
 
 
 @pytest.fixture(scope="module")

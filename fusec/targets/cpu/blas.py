@@ -2,7 +2,7 @@
 
 The cpu templates run a matmul or conv group as one ``@njit(parallel=True)``
 kernel whose tasks each compute blocks of the result: prologue, GEMM of the
-block, epilogue, while the block is in cache (see ``fusec.codegen.cpu_matmul``).
+block, epilogue, while the block is in cache (see ``fusec.targets.cpu.matmul``).
 The GEMM of a block is the ``cblas_sgemm`` of the BLAS numpy links (found with
 threadpoolctl), called from inside the kernel:
 
@@ -171,7 +171,7 @@ def import_line() -> str:
         width = current.split("-")[1]
         threads = "threads_local" if current.endswith("local") else "threads_noop"
         names = f"sgemm_{width} as sgemm, {threads} as threads_begin, {threads} as threads_end"
-    return f"from fusec.runtime.cpu_blas import {names}  # cpu_blas ABI {ABI_VERSION}, {current}"
+    return f"from fusec.targets.cpu.blas import {names}  # cpu_blas ABI {ABI_VERSION}, {current}"
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ workspace and, for each of its blocks in turn,
 
 1. prologue: computes the block of the A operand its rows need (an
    ``ai.layernorm`` of A and its elementwise producers) into the workspace;
-2. core: one single-threaded BLAS ``sgemm`` of the block (``fusec.runtime.cpu_blas``),
+2. core: one single-threaded BLAS ``sgemm`` of the block (``fusec.targets.cpu.blas``),
    after an im2col of just that block for a convolution, into the workspace
    (or straight into the output when nothing follows);
 3. epilogue: the ops that follow the core (elementwise, at most one last-axis
@@ -39,7 +39,15 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import KernelSource, ScratchPlan, io_specs
-from fusec.codegen.cpu_common import (
+from fusec.codegen.expr import (
+    ExprGenerator,
+    broadcast_offset,
+    error_at,
+    leaf_shapes,
+    shape_of,
+)
+from fusec.dialect import ops as ai
+from fusec.targets.cpu.common import (
     REDUCE_OPS,
     Buffers,
     Stage,
@@ -54,22 +62,14 @@ from fusec.codegen.cpu_common import (
     single_core,
     values_needed_after,
 )
-from fusec.codegen.cpu_pointwise import pointwise_stage
-from fusec.codegen.cpu_row_reduce import (
+from fusec.targets.cpu.pointwise import pointwise_stage
+from fusec.targets.cpu.row_reduce import (
     RowBlock,
     RowParts,
     row_reduce_stage,
     row_statements,
     the_reduction,
 )
-from fusec.codegen.expr import (
-    ExprGenerator,
-    broadcast_offset,
-    error_at,
-    leaf_shapes,
-    shape_of,
-)
-from fusec.dialect import ops as ai
 
 #: Most bytes of one task's workspace (its A block, C block, im2col columns, row buffer).
 WORKSPACE_BYTES = 4 << 20
@@ -261,7 +261,7 @@ def generate_core_group(
         if value in fused_op.block.args:
             launch.append(f"{array}[:] = {buffers.reads[value]}")
 
-    from fusec.runtime import cpu_blas
+    from fusec.targets.cpu import blas as cpu_blas
 
     launch_body = scratch_lines(buffers) + launch
     if cpu_blas.mode().endswith("global"):  # no per-thread BLAS thread count
@@ -275,7 +275,7 @@ def generate_core_group(
         stages,
         launch_body,
         notes=notes,
-        imports=[cpu_blas.import_line(), "from fusec.runtime import cpu_blas"],
+        imports=[cpu_blas.import_line(), "from fusec.targets.cpu import blas as cpu_blas"],
     )
     inputs, outs = io_specs(fused_op)
     scratch = ScratchPlan(

@@ -26,7 +26,10 @@ import math
 from collections.abc import Sequence
 
 from fusec.codegen import KernelSource
-from fusec.codegen.cpu_matmul import (
+from fusec.codegen.expr import shape_of
+from fusec.dialect import ops as ai
+from fusec.dialect.shapes import conv2d_padding
+from fusec.targets.cpu.matmul import (
     MIN_BLOCKS,
     BlockedCore,
     EpilogueRows,
@@ -34,10 +37,7 @@ from fusec.codegen.cpu_matmul import (
     generate_core_group,
     row_loop,
 )
-from fusec.codegen.cpu_row_reduce import RowBlock
-from fusec.codegen.expr import shape_of
-from fusec.dialect import ops as ai
-from fusec.dialect.shapes import conv2d_padding
+from fusec.targets.cpu.row_reduce import RowBlock
 
 #: Target size of a block's im2col columns.
 COLS_BYTES = 1 << 20
