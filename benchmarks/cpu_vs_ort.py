@@ -313,7 +313,7 @@ def run_case(case: Case, rounds: int, threads: int) -> dict:
     for name, err in errors.items():
         if not err < 1e-4:
             raise SystemExit(f"{case.name}: {name} is wrong (relative L2 error {err:.2e})")
-    times = interleaved(runs, rounds)
+    times, cpu = interleaved(runs, rounds)
     row = {
         "graph": case.name,
         "what": case.what,
@@ -325,13 +325,21 @@ def run_case(case: Case, rounds: int, threads: int) -> dict:
         row[f"{name}_ms"] = statistics.median(ts)
         row[f"{name}_min_ms"] = min(ts)
         row[f"{name}_spread"] = _spread(ts)
+        row[f"{name}_cpu_ms"] = statistics.median(cpu[name])
+        row[f"{name}_cpu_min_ms"] = min(cpu[name])
+    row["rounds"] = len(times["fusec"])
     return row
 
 
-def interleaved(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
-    """Milliseconds per call of each run, in rounds that call each once in turn.
+def interleaved(
+    runs: dict[str, Callable[[], object]], rounds: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and process-CPU milliseconds per call of each run, in rounds that call each
+    once in turn.
 
     Two warm-up calls each; fewer rounds when one round takes long (at most ~40 s a graph).
+    CPU time counts every thread of the process (onnxruntime's spinning workers too): on
+    a loaded machine it shows the work done when the wall clock mostly shows waiting.
     """
     once = 0.0
     for fn in runs.values():
@@ -340,13 +348,15 @@ def interleaved(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str,
         fn()
         once += time.perf_counter() - start
     rounds = max(5, min(rounds, int(40.0 / max(once, 1e-9))))
-    times: dict[str, list[float]] = {name: [] for name in runs}
+    wall: dict[str, list[float]] = {name: [] for name in runs}
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(rounds):
         for name, fn in runs.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn()
-            times[name].append((time.perf_counter() - start) * 1e3)
-    return times
+            wall[name].append((time.perf_counter() - start) * 1e3)
+            cpu[name].append((time.process_time() - start_cpu) * 1e3)
+    return wall, cpu
 
 
 def _spread(ts: list[float]) -> float:
@@ -420,15 +430,19 @@ def environment(threads: int) -> dict:
 def table(rows: list[dict]) -> str:
     lines = [
         "| graph | fusec kernels | fusec ms | onnxruntime ms | numpy op by op ms "
-        "| ort / fusec | numpy / fusec | spread f/o/n | fusec rel err |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        "| ort / fusec | numpy / fusec | CPU ms fusec / ort / numpy | spread f/o/n "
+        "| fusec rel err |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for r in rows:
         f, o, n = r["fusec_ms"], r["onnxruntime_ms"], r["numpy_ms"]
+        fm, om, nm = r["fusec_min_ms"], r["onnxruntime_min_ms"], r["numpy_min_ms"]
         spread = "/".join(f"{r[f'{k}_spread']:.0%}" for k in ("fusec", "onnxruntime", "numpy"))
+        cpu = " / ".join(f"{r[f'{k}_cpu_min_ms']:.1f}" for k in ("fusec", "onnxruntime", "numpy"))
         lines.append(
-            f"| {r['what']} | {' + '.join(r['kernels'])} | {f:.2f} | {o:.2f} | {n:.2f} "
-            f"| {o / f:.2f}x | {n / f:.2f}x | {spread} | {r['rel_err']['fusec']:.1e} |"
+            f"| {r['what']} | {' + '.join(r['kernels'])} | {f:.2f} ({fm:.2f}) | {o:.2f} ({om:.2f})"
+            f" | {n:.2f} ({nm:.2f}) | {o / f:.2f}x ({om / fm:.2f}x) | {n / f:.2f}x ({nm / fm:.2f}x)"
+            f" | {cpu} | {spread} | {r['rel_err']['fusec']:.1e} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -471,8 +485,10 @@ def main() -> None:
         + ", ".join(f"{k}={v}" for k, v in info["env"].items())
         + f". Load average {load_before[0]:.2f} before, {info['load_average_after'][0]:.2f} "
         "after (other processes share the cores). All graphs float32, the same ONNX model for "
-        "fusec and onnxruntime; medians over interleaved rounds (JSON: minima too); spread = "
-        "interquartile range / median of fusec/onnxruntime/numpy.\n\n" + table(rows)
+        "fusec and onnxruntime; wall-clock medians over interleaved rounds, (minima) in "
+        "brackets; CPU ms = the least process CPU time of one call (all threads; "
+        "onnxruntime's workers spin while waiting, which counts); spread = interquartile "
+        "range / median of fusec/onnxruntime/numpy.\n\n" + table(rows)
     )
     print()
     print(md)

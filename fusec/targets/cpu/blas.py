@@ -17,6 +17,9 @@ threadpoolctl), called from inside the kernel:
   ``MKL_Set_Num_Threads_Local``); with neither, ``single_threaded()`` sets
   the global count around the launch instead.
 
+``next_block`` hands out block numbers to the kernel's tasks (an atomic
+counter), so that the blocks balance over threads that run at different speeds.
+
 The integer width of the interface (LP64 or ILP64: numpy's wheels ship a
 64-bit-integer OpenBLAS) and the threading mode are part of the generated
 source (``import_line``), so a kernel cached under one BLAS is never run
@@ -41,7 +44,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 #: Bump when the intrinsics' calling convention changes (it is in every kernel's source).
-ABI_VERSION = 1
+ABI_VERSION = 2
 ENV_VAR = "FUSEC_CPU_GEMM"
 _SGEMM = {False: "fusec_cblas_sgemm_lp64", True: "fusec_cblas_sgemm_ilp64"}
 _THREADS_LOCAL = "fusec_blas_threads_local"
@@ -166,11 +169,17 @@ def import_line() -> str:
     """The line a generated kernel module imports its GEMM and thread controls with."""
     current = mode()
     if current == "numba":
-        names = "sgemm_numba as sgemm, threads_noop as threads_begin, threads_noop as threads_end"
+        names = (
+            "next_block, sgemm_numba as sgemm, threads_noop as threads_begin, "
+            "threads_noop as threads_end"
+        )
     else:
         width = current.split("-")[1]
         threads = "threads_local" if current.endswith("local") else "threads_noop"
-        names = f"sgemm_{width} as sgemm, {threads} as threads_begin, {threads} as threads_end"
+        names = (
+            f"next_block, sgemm_{width} as sgemm, {threads} as threads_begin, "
+            f"{threads} as threads_end"
+        )
     return f"from fusec.targets.cpu.blas import {names}  # cpu_blas ABI {ABI_VERSION}, {current}"
 
 
@@ -307,3 +316,28 @@ def sgemm_numba(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
                 brow = b[b_off + p * ldb : b_off + p * ldb + n]
                 for j in range(n):
                     row[j] += aip * brow[j]
+
+
+@intrinsic
+def _fetch_add(typingctx, counter, value):
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64):
+        raise numba.core.errors.TypingError("fetch_add: counter must be an int64 array")
+    sig = types.int64(counter, types.int64)
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        value = context.cast(builder, args[1], signature.args[1], types.int64)
+        return builder.atomic_rmw("add", data, value, "monotonic")
+
+    return sig, codegen
+
+
+@numba.njit(cache=True)
+def next_block(counter):
+    """The next block number for the calling task: an atomic fetch-and-add on counter[0].
+
+    The blocked kernels' tasks take blocks from this shared counter instead of a
+    fixed share each, so a thread the OS deschedules (another process on the
+    core) holds up only the block it is in: the other threads take the rest.
+    """
+    return _fetch_add(counter, 1)

@@ -57,7 +57,7 @@ class Stage:
         # arrays (np.frombuffer, onnx initialisers) need no copy; writable ones
         # convert to that type too.
         passed = self.args or self.params
-        sig = f"numba.void({', '.join('ro' if a.startswith('in') else 'rw' for a in passed)})"
+        sig = f"numba.void({', '.join(_array_type(a) for a in passed)})"
         lines = []
         if self.comment:
             lines.append(f"# {self.comment}")
@@ -68,6 +68,14 @@ class Stage:
 
     def call(self) -> str:
         return f"{self.name}({', '.join(self.args or self.params)})"
+
+
+def _array_type(name: str) -> str:
+    """The Numba type of a stage argument: group inputs read-only, the blocked kernels'
+    block ``counter`` int64, everything else writable float32."""
+    if name == "counter":
+        return "numba.int64[::1]"
+    return "ro" if name.startswith("in") else "rw"
 
 
 @dataclass

@@ -1,10 +1,11 @@
 """cpu template for "matmul" groups, and the blocked kernel that conv groups share.
 
-A group with a core op (ai.matmul here, ai.conv2d in ``cpu_conv``) runs as one
+A group with a core op (ai.matmul here, ai.conv2d in ``conv``) runs as one
 ``@njit(parallel=True)`` kernel over *blocks* of the core's result: a block of
 rows of one matrix of a (batched) matmul, or a block of output rows of one
-image and channel group of a convolution. Each parallel task owns a small
-workspace and, for each of its blocks in turn,
+image and channel group of a convolution. Each parallel task (one per thread)
+owns a small workspace and takes blocks from a shared atomic counter (so a
+descheduled thread delays only its current block); for each block,
 
 1. prologue: computes the block of the A operand its rows need (an
    ``ai.layernorm`` of A and its elementwise producers) into the workspace;
@@ -241,12 +242,14 @@ def generate_core_group(
     kernel_body = [
         f"for t in numba.prange(ws.size // {workspace.size}):",
         *(f"    {line}" for line in workspace.views()),
-        f"    for blk in range(t, {core.count}, ws.size // {workspace.size}):",
+        "    blk = next_block(counter)",
+        f"    while blk < {core.count}:",
         *(f"        {line}" for line in core.decode() + body),
+        "        blk = next_block(counter)",
     ]
     stage = Stage(
         f"{name}_blocked",
-        [*kernel_params, "ws"],
+        [*kernel_params, "ws", "counter"],
         kernel_body,
         comment=core.describe(),
         helpers=helpers,
@@ -255,6 +258,7 @@ def generate_core_group(
     launch += [
         f"tasks = min(numba.get_num_threads(), {core.count})",
         f"ws = np.empty(tasks * {workspace.size}, dtype=np.float32)",
+        "counter = np.zeros(1, dtype=np.int64)",
         stage.call(),
     ]
     for value, array in outputs:  # a group input yielded as it is
