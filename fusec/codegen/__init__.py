@@ -32,18 +32,34 @@ class Template:
 
 
 _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
+#: Layout ops: a copy kind of their own, and views a matmul reads its operands through.
+_LAYOUT = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp)
+_COPY = _LAYOUT[1:]
+_REDUCE = (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp)
+_POOL = (ai.MaxPool2DOp, ai.AvgPool2DOp)
 
 #: (target, kind) -> template. The one rule per kind.
 TEMPLATES: dict[tuple[str, str], Template] = {
     ("cpu", "pointwise"): Template("fusec.codegen.cpu_pointwise"),
     ("cpu", "row_reduce"): Template("fusec.codegen.cpu_row_reduce", _ROW),
-    ("cpu", "matmul"): Template("fusec.codegen.cpu_matmul", (ai.MatmulOp, *_ROW)),
+    ("cpu", "matmul"): Template("fusec.codegen.cpu_matmul", (ai.MatmulOp, *_ROW, *_LAYOUT)),
     ("cpu", "conv"): Template("fusec.codegen.cpu_conv", (ai.Conv2DOp,)),
+    ("cpu", "reduce"): Template("fusec.codegen.cpu_reduce", _REDUCE),
+    ("cpu", "pool"): Template("fusec.codegen.cpu_pool", _POOL),
+    ("cpu", "copy"): Template("fusec.codegen.cpu_copy", _COPY),
+    ("cpu", "view"): Template("fusec.codegen.view", (ai.ReshapeOp,)),
     ("cuda", "pointwise"): Template("fusec.codegen.cuda_pointwise"),
     ("cuda", "row_reduce"): Template("fusec.codegen.cuda_row_reduce", _ROW),
     # the Hopper wgmma GEMM (PyTorch fallback for the groups it does not take)
-    ("cuda", "matmul"): Template("fusec.targets.cuda.gemm.template", (ai.MatmulOp, *_ROW)),
+    ("cuda", "matmul"): Template(
+        "fusec.targets.cuda.gemm.template", (ai.MatmulOp, *_ROW, *_LAYOUT)
+    ),
     ("cuda", "conv"): Template("fusec.codegen.cuda_torch", (ai.Conv2DOp,)),
+    # until they have Numba CUDA templates, these kinds run through PyTorch (as conv does)
+    ("cuda", "reduce"): Template("fusec.codegen.cuda_torch", _REDUCE),
+    ("cuda", "pool"): Template("fusec.codegen.cuda_torch", _POOL),
+    ("cuda", "copy"): Template("fusec.codegen.cuda_torch", _COPY),
+    ("cuda", "view"): Template("fusec.codegen.view", (ai.ReshapeOp,)),
 }
 
 

@@ -40,6 +40,7 @@ from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.cpu_common import (
+    PARALLEL_MIN_ELEMENTS,
     REDUCE_OPS,
     Stage,
     ancestors,
@@ -170,7 +171,8 @@ def row_reduce_stage(
     comment = f"{what} over rows of {_fmt(space)}"
     if blocks:
         comment += f", {access.width} rows (adjacent in memory) at a time"
-    return Stage(fn_name, params, body, comment=comment, helpers=emit.helpers)
+    parallel = math.prod(space) >= PARALLEL_MIN_ELEMENTS
+    return Stage(fn_name, params, body, comment=comment, helpers=emit.helpers, parallel=parallel)
 
 
 def _check_space(reduce_op, others, writes, space) -> None:

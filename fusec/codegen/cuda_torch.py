@@ -13,6 +13,7 @@ from __future__ import annotations
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.cuda_common import Source, body_ops, check_leaves, kernel_name, yielded
 from fusec.codegen.expr import TORCH, ExprGenerator, error_at, header
+from fusec.codegen.layout import is_layout, torch_expression
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 
@@ -132,6 +133,17 @@ def _expression(op, a: list[str]) -> str:
         lhs = f"{a[0]}.transpose(-1, -2)" if op.attr("transpose_a") else a[0]
         rhs = f"{a[1]}.transpose(-1, -2)" if op.attr("transpose_b") else a[1]
         return f"torch.matmul({lhs}, {rhs})"
+    if is_layout(op):
+        return torch_expression(op, a)
+    if isinstance(op, ai.ReduceOp):
+        axes = tuple(int(d) for d in op.reduced_axes())
+        keep = bool(op.attr("keepdims"))
+        if op.KIND == "max":
+            return f"torch.amax({a[0]}.float(), dim={axes!r}, keepdim={keep})"
+        function = "torch.mean" if op.KIND == "mean" else "torch.sum"
+        return f"{function}({a[0]}.float(), dim={axes!r}, keepdim={keep})"
+    if isinstance(op, ai.Pool2DOp):
+        return _pool_expression(op, a[0])
     if isinstance(op, ai.LayerNormOp):
         length = spec_of(op.results[0].type).shape[-1]
         return (
@@ -144,6 +156,40 @@ def _expression(op, a: list[str]) -> str:
         # the op's own scalar semantics, applied elementwise by torch in float32
         return ExprGenerator(language=TORCH).scalar(op, [f"{x}.float()" for x in _broadcast(op, a)])
     raise error_at(op, "has no PyTorch fallback")
+
+
+def _pool_expression(op: ai.Pool2DOp, x: str) -> str:
+    """torch pooling; asymmetric padding becomes an explicit pad (-inf for max; for an
+    average, the divisor then comes from a pooled mask of the counted region)."""
+    from fusec.dialect.shapes import conv2d_padding
+
+    attrs = op.attr_values()
+    kernel, strides, dil = (tuple(attrs[k]) for k in ("kernel", "strides", "dilations"))
+    pt, pl, pb, pr = conv2d_padding(attrs["padding"])
+    ceil = bool(attrs["ceil_mode"])
+    _, _, oh, ow = spec_of(op.output.type).shape
+    f = "torch.nn.functional"
+    if op.KIND == "max":
+        if (pt, pl) == (pb, pr):
+            return (
+                f"{f}.max_pool2d({x}.float(), {kernel!r}, {strides!r}, ({pt}, {pl}), {dil!r}, "
+                f"ceil_mode={ceil})"
+            )
+        padded = f"{f}.pad({x}.float(), ({pl}, {pr}, {pt}, {pb}), value=float('-inf'))"
+        pooled = f"{f}.max_pool2d({padded}, {kernel!r}, {strides!r}, 0, {dil!r}, ceil_mode={ceil})"
+        # (torch's ceil_mode rule on the padded input may give one window more: cut it)
+        return f"({pooled})[:, :, :{oh}, :{ow}]"
+    # average: sum over the window / count of counted elements, both as max-free pools
+    include = bool(attrs["count_include_pad"])
+    window = f"{f}.avg_pool2d"
+    if dil != (1, 1):
+        raise error_at(op, "average pooling with dilations has no PyTorch fallback")
+    padded = f"{f}.pad({x}.float(), ({pl}, {pr}, {pt}, {pb}))"
+    ones = f"{f}.pad(torch.ones_like({x}[:1, :1]).float(), ({pl}, {pr}, {pt}, {pb}), "
+    ones += f"value={1.0 if include else 0.0})"
+    total = f"{window}({padded}, {kernel!r}, {strides!r}, 0, ceil_mode={ceil}, divisor_override=1)"
+    count = f"{window}({ones}, {kernel!r}, {strides!r}, 0, ceil_mode={ceil}, divisor_override=1)"
+    return f"(({total}) / ({count}))[:, :, :{oh}, :{ow}]"
 
 
 def _broadcast(op, a: list[str]) -> list[str]:

@@ -282,6 +282,11 @@ class _Buffer:
         self.ptr = ptr
         self.n = math.prod(spec.shape)
 
+    def reshaped(self, spec: TensorSpec) -> _Buffer:
+        """The same storage under another shape (a reshape: no copy)."""
+        user = None if self.user is None else self.user.reshape(spec.shape)
+        return _Buffer(user, spec, flat=self._flat, ptr=self.ptr, view=self._view)
+
     @property
     def flat(self) -> Any:
         """The flat numba device array of the storage (for copies and the slow path)."""
@@ -672,6 +677,9 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
             values[index] = buffer
         fns = self._fns if self._fns is not None else self.load()  # compiled on first use
         for fn, (ins, outs, out_specs, label) in zip(fns, self._steps, strict=True):
+            if fn is None:  # a view (reshape): the operand's buffer under the result's shape
+                values[outs[0]] = values[ins[0]].reshaped(out_specs[0])
+                continue
             inputs = [values[k] for k in ins]
             outputs = [adapter.empty(spec, stream_ref) for spec in out_specs]
             if poison:
@@ -821,7 +829,8 @@ def module_kernels(module: Any, entry: str | None = None) -> list[KernelSource]:
 
     function = entry_function(module, entry)
     groups = [op for op in function.body.block.ops if isinstance(op, ai.FusedOp)]
-    return [generate(op, "cuda", f"k{index}") for index, op in enumerate(groups)]
+    kernels = [generate(op, "cuda", f"k{index}") for index, op in enumerate(groups)]
+    return [k for k in kernels if k.kind != "view"]  # a view is no kernel
 
 
 def module_ptx(module: Any, entry: str | None, cc: tuple[int, int]) -> list[tuple[str, str, str]]:

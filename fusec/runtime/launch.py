@@ -17,7 +17,7 @@ import contextlib
 import importlib
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -26,11 +26,15 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from fusec.codegen import KernelSource, generate
+from fusec.codegen.view import VIEW_KIND
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
 from fusec.runtime.dtypes import numpy_dtype
 from fusec.runtime.reference import check_arguments, constant_value, entry_function
+
+#: The kernel name inside every generated source (the launch names them k0, k1, ...).
+SOURCE_NAME = "kernel"
 
 #: (shape, numpy dtype) -> a new array. Tests pass one that fills with NaN.
 Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]
@@ -72,6 +76,11 @@ class Launch:
         """The NVTX range name: the generated kernel name and the group's kind."""
         return f"fusec {self.kernel.name} ({self.kernel.kind})"
 
+    @property
+    def is_view(self) -> bool:
+        """A reshape: no kernel, the result aliases the operand's buffer."""
+        return self.kernel.kind == VIEW_KIND
+
 
 def backend_for(target: str, cache=None) -> Backend:
     spec = BACKENDS.get(target)
@@ -93,18 +102,22 @@ class Program:
         self.launches: list[Launch] = []
         self.returns: list[SSAValue] = []
         self._plan()
-        self._fns: list[Callable[..., Any]] | None = None
+        self._fns: list[Callable[..., Any] | None] | None = None
         self._lock = threading.Lock()
 
     @property
     def kernels(self) -> list[KernelSource]:
-        return [launch.kernel for launch in self.launches]
+        """The kernels launched, in order (views are none)."""
+        return [launch.kernel for launch in self.launches if not launch.is_view]
 
-    def load(self) -> list[Callable[..., Any]]:
+    def load(self) -> list[Callable[..., Any] | None]:
         """Compile (or load from the kernel cache) every kernel; the first call does it."""
         with self._lock:
             if self._fns is None:
-                self._fns = [self.backend.load(launch.kernel) for launch in self.launches]
+                self._fns = [
+                    None if launch.is_view else self.backend.load(launch.kernel)
+                    for launch in self.launches
+                ]
             return self._fns
 
     def _plan(self) -> None:
@@ -114,8 +127,10 @@ class Program:
                 dtype = numpy_dtype(spec_of(op.result.type).dtype)
                 self.constants[op.result] = constant_value(op).astype(dtype)
             elif isinstance(op, ai.FusedOp):
-                name = f"k{len(self.launches)}"
-                kernel = generate(op, target, name)
+                # The source is generated under one fixed name, so that identical groups
+                # (the layers of a model) are one source: compiled and cached once.
+                kernel = generate(op, target, SOURCE_NAME)
+                kernel = replace(kernel, name=f"k{len(self.launches)}")
                 self.launches.append(Launch(kernel, list(op.inputs), list(op.results)))
             elif isinstance(op, func.ReturnOp):
                 self.returns = list(op.arguments)
@@ -137,8 +152,11 @@ class Program:
         alloc = alloc or _empty
         for launch, fn in zip(self.launches, self.load(), strict=True):
             inputs = [values[v] for v in launch.operands]
-            with nvtx_range(launch.label):
-                outputs = self.backend.run(launch, fn, inputs, alloc)
+            if launch.is_view:
+                outputs = [np.asarray(inputs[0]).reshape(launch.kernel.outputs[0].shape)]
+            else:
+                with nvtx_range(launch.label):
+                    outputs = self.backend.run(launch, fn, inputs, alloc)
             values.update(zip(launch.results, outputs, strict=True))
         return tuple(self.backend.to_host(values[v]) for v in self.returns)
 
