@@ -9,7 +9,6 @@ says so in the (empty) module's header.
 from __future__ import annotations
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.cpu_common import body_ops
 from fusec.codegen.expr import error_at, header
 from fusec.dialect import ops as ai
 
@@ -18,8 +17,9 @@ VIEW_KIND = "view"
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
-    ops = body_ops(fused_op)
-    for op in ops:
+    for op in fused_op.block.ops:
+        if isinstance(op, ai.YieldOp):
+            continue
         if not isinstance(op, ai.ReshapeOp):
             raise error_at(op, 'is not a reshape: a "view" group holds reshapes only')
     if len(fused_op.inputs) != 1 or len(fused_op.results) != 1:

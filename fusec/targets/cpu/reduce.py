@@ -11,10 +11,10 @@ from __future__ import annotations
 from xdsl.ir import Operation
 
 from fusec.codegen import KernelSource
-from fusec.codegen.cpu_common import Buffers, Stage
-from fusec.codegen.cpu_matmul import generate_core_group
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
+from fusec.targets.cpu.common import Buffers, Stage
+from fusec.targets.cpu.matmul import generate_core_group
 
 _NUMPY = {"mean": "np.mean", "sum": "np.sum", "max": "np.max"}
 

@@ -18,7 +18,14 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.cpu_common import (
+from fusec.codegen.expr import (
+    ExprGenerator,
+    broadcast_offset,
+    error_at,
+    leaf_shapes,
+    shape_of,
+)
+from fusec.targets.cpu.common import (
     PARALLEL_MIN_ELEMENTS,
     Stage,
     assemble,
@@ -26,13 +33,6 @@ from fusec.codegen.cpu_common import (
     check_elementwise,
     input_names,
     outputs_of,
-)
-from fusec.codegen.expr import (
-    ExprGenerator,
-    broadcast_offset,
-    error_at,
-    leaf_shapes,
-    shape_of,
 )
 
 #: Aim for this many parallel tasks, each at least MIN_CHUNK elements long.

@@ -14,11 +14,11 @@ import math
 from xdsl.ir import Operation
 
 from fusec.codegen import KernelSource
-from fusec.codegen.cpu_common import PARALLEL_MIN_ELEMENTS, Buffers, Stage
-from fusec.codegen.cpu_matmul import generate_core_group
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
+from fusec.targets.cpu.common import PARALLEL_MIN_ELEMENTS, Buffers, Stage
+from fusec.targets.cpu.matmul import generate_core_group
 
 
 def generate(fused_op, name: str) -> KernelSource:

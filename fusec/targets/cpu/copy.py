@@ -8,10 +8,10 @@ the copy at memory speed.
 from __future__ import annotations
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.cpu_common import body_ops, input_names, outputs_of
 from fusec.codegen.expr import error_at, header, shape_of
 from fusec.codegen.layout import is_layout, numpy_expression
 from fusec.dialect import ops as ai
+from fusec.targets.cpu.common import body_ops, input_names, outputs_of
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
