@@ -250,9 +250,11 @@ def bake_constant_inputs(
     inputs = list(model.graph.input)
     constant = []
     for index, info in enumerate(inputs):
-        if info.type.tensor_type.elem_type in _FLOATS or not data_sets:
+        if info.type.WhichOneof("value") != "tensor_type" or not data_sets:
+            continue  # sequences, maps, optionals stay inputs
+        if info.type.tensor_type.elem_type in _FLOATS:
             continue
-        if any(index >= len(ins) for ins, _ in data_sets):
+        if any(index >= len(ins) or isinstance(ins[index], list | tuple) for ins, _ in data_sets):
             continue
         values = [_as_array(ins[index]) for ins, _ in data_sets]
         if all(v.dtype == values[0].dtype and np.array_equal(v, values[0]) for v in values):
