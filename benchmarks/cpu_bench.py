@@ -39,7 +39,8 @@ import numpy as np  # noqa: E402
 import fusec  # noqa: E402
 from fusec.api import parse  # noqa: E402
 from fusec.runtime.reference import entry_function, run_reference  # noqa: E402
-from fusec.runtime.runner import compare, random_inputs  # noqa: E402
+from fusec.runtime.runner import check as runner_check  # noqa: E402
+from fusec.runtime.runner import random_inputs  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -170,8 +171,7 @@ def run_case(name: str, text: str, repeats: int) -> dict:
     compiled = fusec.compile(text, target="cpu")
     out = compiled(*args)  # the first call compiles the kernels (or loads them from the cache)
     compile_s = time.perf_counter() - start
-    ref = run_reference(module, args, precision="float64")
-    (check,) = compare(fn, [out], ref)
+    (check,) = runner_check(module, args, [out])
     if not check.passed:
         raise SystemExit(f"{name}: fusec result is wrong: {check.format()}")
     row = {

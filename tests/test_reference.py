@@ -494,3 +494,76 @@ def test_bad_precision_and_entry():
         run_reference(module, args, precision="f16")
     with pytest.raises(FusecError, match=r"no function named '@g' in the module \(functions: @f\)"):
         run_reference(module, args, entry="g")
+
+
+ROUNDING_CHAIN = """
+func.func @f(%x: tensor<257xf32>) -> (tensor<257xf32>, tensor<257xf16>) {
+  %h = ai.cast %x : tensor<257xf32> to tensor<257xf16>
+  %e = ai.exp %h : tensor<257xf16>
+  %r = ai.cast %e : tensor<257xf16> to tensor<257xf32>
+  return %r, %e : tensor<257xf32>, tensor<257xf16>
+}
+"""
+
+
+def test_rounding_modes_place_the_roundings():
+    """none: exact maths; casts: what one fused kernel does; every-op: what op-by-op
+    execution does (every 16-bit result stored)."""
+    module = fusec.parse(ROUNDING_CHAIN)
+    x = np.linspace(-3, 3, 257).astype(np.float32) + np.float32(1e-3)
+    h = x.astype(np.float16).astype(np.float64)
+    exact = run_reference(module, [x], rounding="none")
+    casts = run_reference(module, [x], rounding="casts")
+    every = run_reference(module, [x], rounding="every-op")
+    np.testing.assert_array_equal(exact[0], np.exp(x.astype(np.float64)))
+    # casts: the f16 cast rounds, exp does not (inside a kernel), the f32 cast rounds to f32
+    np.testing.assert_array_equal(casts[0], np.exp(h).astype(np.float32).astype(np.float64))
+    np.testing.assert_array_equal(casts[1], np.exp(h))
+    np.testing.assert_array_equal(every[1], np.exp(h).astype(np.float16).astype(np.float64))
+    np.testing.assert_array_equal(every[0], every[1])  # f16 -> f32 is exact
+    assert not np.array_equal(exact[0], casts[0])
+
+
+def test_groups_rounding_rounds_at_fused_results_only():
+    text = """
+func.func @f(%x: tensor<64xf32>) -> tensor<64xf32> {
+  %h = ai.fused "pointwise" (%x) : (tensor<64xf32>) -> tensor<64xf16> {
+  ^bb0(%a: tensor<64xf32>):
+    %c = ai.cast %a : tensor<64xf32> to tensor<64xf16>
+    %t = ai.tanh %c : tensor<64xf16>
+    %s = ai.mul %t, %c : tensor<64xf16> * tensor<64xf16>
+    ai.yield %s : tensor<64xf16>
+  }
+  %r = ai.fused "pointwise" (%h) : (tensor<64xf16>) -> tensor<64xf32> {
+  ^bb0(%b: tensor<64xf16>):
+    %e = ai.exp %b : tensor<64xf16>
+    %f = ai.cast %e : tensor<64xf16> to tensor<64xf32>
+    ai.yield %f : tensor<64xf32>
+  }
+  return %r : tensor<64xf32>
+}
+"""
+    x = np.linspace(-2, 2, 64).astype(np.float32)
+    (got,) = run_reference(fusec.parse(text), [x], rounding="groups")
+    c = x.astype(np.float16).astype(np.float64)  # the cast rounds
+    s = (np.tanh(c) * c).astype(np.float16).astype(np.float64)  # the group result rounds
+    want = np.exp(s).astype(np.float32).astype(np.float64)  # exp stays inside: f32 at the end
+    np.testing.assert_array_equal(got, want)
+
+
+def test_lowest_precision_a_result_passed_through():
+    from fusec.runtime.reference import entry_function
+    from fusec.runtime.runner import lowest_precisions
+
+    text = """
+func.func @f(%x: tensor<4xf32>, %y: tensor<4xbf16>)
+    -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+  %h = ai.cast %x : tensor<4xf32> to tensor<4xf16>
+  %b = ai.cast %h : tensor<4xf16> to tensor<4xf32>
+  %z = ai.cast %y : tensor<4xbf16> to tensor<4xf32>
+  %s = ai.add %b, %z : tensor<4xf32> * tensor<4xf32>
+  %t = ai.exp %x : tensor<4xf32>
+  return %b, %s, %t : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}
+"""
+    assert lowest_precisions(entry_function(fusec.parse(text))) == ["f16", "bf16", "f32"]
