@@ -171,7 +171,7 @@ def run_case(name: str, text: str, repeats: int) -> dict:
     compiled = fusec.compile(text, target="cpu")
     out = compiled(*args)  # the first call compiles the kernels (or loads them from the cache)
     compile_s = time.perf_counter() - start
-    (check,) = runner_check(module, args, [out])
+    (check,) = runner_check(module, compiled, args, [out])
     if not check.passed:
         raise SystemExit(f"{name}: fusec result is wrong: {check.format()}")
     row = {

@@ -232,7 +232,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.check:
         return EXIT_OK
     original = parse(source) if isinstance(source, str) else source
-    checks = runner.check(original, inputs, outputs, entry=compiled.entry)
+    checks = runner.check(original, compiled, inputs, outputs)
     for check in checks:
         sys.stdout.write(check.format() + "\n")
     return EXIT_OK if all(c.passed for c in checks) else EXIT_ERROR

@@ -26,5 +26,5 @@ def test_example_matches_reference_on_cuda(path: Path) -> None:
     args = random_inputs(fn, seed=3)
     out = compiled(*args)
     outs = out if isinstance(out, tuple) else (out,)
-    for result in check(fusec.parse(path), args, outs):  # what fusec run --check does
+    for result in check(fusec.parse(path), compiled, args, outs):  # fusec run --check
         assert result.passed, result.format()

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 import fusec
 from fusec import ops
@@ -256,7 +257,7 @@ _BINARY = {
 }
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(
     shapes=st.lists(st.integers(1, 4), min_size=1, max_size=3).flatmap(
         lambda full: st.tuples(

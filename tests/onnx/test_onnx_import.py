@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from onnx_nets import node_model, random, rel_err, run_onnxruntime, tensor
+from profiles import examples
 
 import fusec
 from fusec.dialect import ops as ai
@@ -494,7 +495,7 @@ def conv_cases(draw):
     return (1, cin, h, w), (cout, cin // group, kh, kw), attrs
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(conv_cases(), st.integers(0, 2**32 - 1))
 def test_conv_attributes_match_onnxruntime(case, seed):
     x_shape, w_shape, attrs = case
@@ -512,7 +513,7 @@ def test_conv_attributes_match_onnxruntime(case, seed):
     assert got.shape == want.shape and rel_err(got, want) < 1e-5
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(
     st.integers(1, 4),
     st.integers(1, 4),

@@ -30,7 +30,7 @@ compiled = fusec.compile(sys.argv[1], target="cpu")
 fn = entry_function(compiled.module, compiled.entry)
 inputs = random_inputs(fn, 0)
 out = compiled(*inputs)
-ok = all(c.passed for c in check(fusec.parse(sys.argv[1]), inputs, [out]))
+ok = all(c.passed for c in check(fusec.parse(sys.argv[1]), compiled, inputs, [out]))
 cache = default_cache()
 dispatchers = [getattr(m, n) for m in cache._modules.values() for n in dir(m)
                if hasattr(getattr(m, n), "stats")]
