@@ -278,7 +278,7 @@ def check(
 
 def op_by_op_groups(compiled: CompiledModule) -> tuple[int, ...]:
     """Indices of the compiled groups that run op by op (the cuda PyTorch fallback)."""
-    from fusec.codegen.cuda_torch import runs_op_by_op
+    from fusec.targets.cuda.torch_fallback import runs_op_by_op
 
     return tuple(k for k, kernel in enumerate(compiled.kernels) if runs_op_by_op(kernel.source))
 
