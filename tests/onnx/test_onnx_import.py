@@ -14,8 +14,10 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numerics import assert_close
 from onnx import TensorProto, helper, numpy_helper
-from onnx_nets import node_model, random, rel_err, run_onnxruntime, tensor
+from onnx_nets import node_model, random, run_onnxruntime, tensor
+from profiles import examples
 
 import fusec
 from fusec.dialect import ops as ai
@@ -44,7 +46,7 @@ def check_against_onnxruntime(model: onnx.ModelProto, feeds: dict, tol: float = 
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype and g.shape == w.shape
-        assert rel_err(g, w) < tol, (rel_err(g, w), g, w)
+        assert_close(g, w, tol=tol)
     return module
 
 
@@ -187,7 +189,7 @@ CASES = {
         {"x": r(2, 1, 8), "g": r(1, 8), "b": r(1, 8)},
         {},
         {"axis": 1},
-        {"ai.layernorm": 1, "ai.mul": 1, "ai.add": 1},
+        {"ai.layernorm": 1, "ai.reshape": 4},  # x, g and b flattened, the result back
         17,
     ),
     "identity": ("Identity", {"x": r(3, 4)}, {}, {}, {}, 16),
@@ -339,7 +341,7 @@ def test_batchnorm_with_weights_as_args_is_computed_at_run_time():
     # copies: the cpu target rejects read-only arrays such as to_array's (reported)
     weights = [numpy_helper.to_array(t).copy() for t in model.graph.initializer]
     got = fusec.compile(module)(x, *weights)
-    assert rel_err(got, run_onnxruntime(model, {"x": x})[0]) < 1e-4
+    assert_close(got, run_onnxruntime(model, {"x": x})[0], tol=1e-4)
 
 
 # ------------------------------------------------------------------ structure
@@ -400,16 +402,16 @@ def _error(model, **kwargs) -> fusec.FusecError:
 
 
 def test_unsupported_operator_names_node_type_and_supported_list():
-    err = _error(node_model("Erf", {"x": r(2, 2)}, name="erf7"))
+    err = _error(node_model("Acos", {"x": r(2, 2)}, name="acos7"))
     assert isinstance(err, UnsupportedOnnx) and err.feature == "operator"
     text = err.format()
-    assert text.startswith('<onnx>: node "erf7": error: Erf: unsupported operator')
+    assert text.startswith('<onnx>: node "acos7": error: Acos: unsupported operator')
     assert "Conv" in text and "LayerNormalization" in text and "BatchNormalization" in text
 
 
 def test_unsupported_attribute_values_are_clear():
-    ln = _error(node_model("LayerNormalization", {"x": r(2, 3, 4), "g": r(3, 4)}, axis=1))
-    assert ln.feature == "attribute" and "axis=1" in ln.message
+    ln = _error(node_model("LayerNormalization", {"x": r(2, 3, 4), "g": r(4)}, stash_type=0))
+    assert ln.feature == "attribute" and "stash_type=0" in ln.message
     sm = _error(node_model("Softmax", {"x": r(2, 3, 4)}, axis=1, opset=11))
     assert sm.feature == "attribute" and "opset 11" in sm.message
     bn = _error(
@@ -494,7 +496,7 @@ def conv_cases(draw):
     return (1, cin, h, w), (cout, cin // group, kh, kw), attrs
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(conv_cases(), st.integers(0, 2**32 - 1))
 def test_conv_attributes_match_onnxruntime(case, seed):
     x_shape, w_shape, attrs = case
@@ -509,10 +511,10 @@ def test_conv_attributes_match_onnxruntime(case, seed):
         want = ReferenceEvaluator(model).run(None, {"x": x})[0]
     else:
         want = run_onnxruntime(model, {"x": x})[0]
-    assert got.shape == want.shape and rel_err(got, want) < 1e-5
+    assert_close(got, want, tol=1e-5)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(
     st.integers(1, 4),
     st.integers(1, 4),
@@ -545,4 +547,4 @@ def test_gemm_attributes_match_onnxruntime(
     )
     got = fusec.compile(fusec.from_onnx(model), target="reference")(*inputs.values())
     want = run_onnxruntime(model, inputs)[0]
-    assert got.shape == want.shape and rel_err(got, want) < 1e-5
+    assert_close(got, want, tol=1e-5)

@@ -47,8 +47,10 @@ from fusec.codegen.expr import (
     leaf_shapes,
     shape_of,
 )
+from fusec.codegen.layout import LAYOUT_OPS, is_layout, numpy_expression
 from fusec.dialect import ops as ai
 from fusec.targets.cpu.common import (
+    PARALLEL_MIN_ELEMENTS,
     REDUCE_OPS,
     Buffers,
     Stage,
@@ -160,13 +162,18 @@ def generate_core_group(
     """Full-size stages for what cannot go per block, then the blocked kernel."""
     ops = body_ops(fused_op)
     core_op = single_core(fused_op, core_type)
-    before, after = _segments(ops, core_op)
+    views = [op for op in ops if is_layout(op)]
+    late = [op for op in views if op in depends_on(ops, core_op.results)]
+    if late:
+        raise error_at(late[0], "follows the core of its group: a layout op must come before it")
+    ops = [op for op in ops if not is_layout(op)]
+    before, after = split_segments(ops, core_op)
     outputs = outputs_of(fused_op)
     yielded = [v for v, _ in outputs]
     gen = ExprGenerator(fast_exp=True)
     buffers = Buffers(reads=dict(input_names(fused_op)))
     stages: list[Stage] = []
-    launch: list[str] = []
+    launch, view_bytes = view_lines(views, buffers)
 
     # The A operand's producers run per block when the core can take them and
     # nothing but the core (or a group result) needs their values.
@@ -194,7 +201,7 @@ def generate_core_group(
     for i, (label, segment) in enumerate(before):
         later = [op for _, seg in before[i + 1 :] for op in seg] + a_chain + [core_op, *after]
         writes = destinations(values_needed_after(segment, later, yielded))
-        stages.append(_full_stage(f"{name}_{label}", gen, segment, buffers.reads, writes))
+        stages.append(full_stage(f"{name}_{label}", gen, segment, buffers.reads, writes))
         launch.append(stages[-1].call())
 
     workspace = Workspace()
@@ -247,22 +254,24 @@ def generate_core_group(
         *(f"        {line}" for line in core.decode() + body),
         "        blk = next_block(counter)",
     ]
+    result_elements = math.prod(shape_of(core_op.results[0]))
     stage = Stage(
         f"{name}_blocked",
         [*kernel_params, "ws", "counter"],
         kernel_body,
         comment=core.describe(),
         helpers=helpers,
+        parallel=core.count > 1 and result_elements >= PARALLEL_MIN_ELEMENTS,
     )
     stages.append(stage)
     launch += [
-        f"tasks = min(numba.get_num_threads(), {core.count})",
+        f"tasks = min(numba.get_num_threads(), {core.count})" if stage.parallel else "tasks = 1",
         f"ws = np.empty(tasks * {workspace.size}, dtype=np.float32)",
         "counter = np.zeros(1, dtype=np.int64)",
         stage.call(),
     ]
-    for value, array in outputs:  # a group input yielded as it is
-        if value in fused_op.block.args:
+    for value, array in outputs:  # a group input (or a view of one) yielded as it is
+        if value in fused_op.block.args or isinstance(value.owner, LAYOUT_OPS):
             launch.append(f"{array}[:] = {buffers.reads[value]}")
 
     from fusec.targets.cpu import blas as cpu_blas
@@ -283,11 +292,36 @@ def generate_core_group(
     )
     inputs, outs = io_specs(fused_op)
     scratch = ScratchPlan(
-        full_bytes=4 * sum(size for _, size in buffers.scratch),
+        full_bytes=4 * sum(size for _, size in buffers.scratch) + view_bytes,
         per_task_bytes=4 * workspace.size,
         max_tasks=core.count,
     )
     return KernelSource(name, kind, "cpu", source, inputs, outs, scratch=scratch)
+
+
+def view_lines(views: Sequence[Operation], buffers: Buffers) -> tuple[list[str], int]:
+    """numpy lines computing the group's layout ops first, and the bytes they allocate.
+
+    Every result becomes a contiguous flat float32 array (the njit loops index
+    flat arrays, and sgemm takes row-major operands): a copy of the operand's
+    size where the layout op is a strided view.
+    """
+    lines: list[str] = []
+    shaped: dict[SSAValue, str] = {}
+    allocated = 0
+    for index, op in enumerate(views):
+        args = [
+            shaped[v] if v in shaped else f"{buffers.reads[v]}.reshape({shape_of(v)!r})"
+            for v in op.operands
+        ]
+        name = f"v{index}"
+        lines.append(f"{name} = {numpy_expression(op, args)}")
+        lines.append(f"{name}f = np.ascontiguousarray({name}, dtype=np.float32).reshape(-1)")
+        result = op.results[0]
+        shaped[result] = name
+        buffers.reads[result] = f"{name}f"
+        allocated += 4 * math.prod(shape_of(result))
+    return lines, allocated
 
 
 def workspace_names(workspace: Workspace) -> set[str]:
@@ -316,7 +350,7 @@ def _indented(indent: str, lines: Sequence[str]) -> list[str]:
     return [f"{indent}{line}" if line else "" for line in lines]
 
 
-def _segments(
+def split_segments(
     ops: Sequence[Operation], core: Operation
 ) -> tuple[list[tuple[str, list[Operation]]], list[Operation]]:
     """The stages before the core (labelled) and the ops of the epilogue.
@@ -357,7 +391,7 @@ def _fits(op: Operation, space: tuple[int, ...]) -> bool:
         return False
 
 
-def _full_stage(
+def full_stage(
     fn_name: str,
     gen: ExprGenerator,
     ops: Sequence[Operation],

@@ -52,6 +52,7 @@ from fusec.codegen.expr import (
 )
 from fusec.dialect import ops as ai
 from fusec.targets.cpu.common import (
+    PARALLEL_MIN_ELEMENTS,
     REDUCE_OPS,
     Stage,
     ancestors,
@@ -131,7 +132,10 @@ def row_reduce_stage(
     comment = f"{what} over rows of {_fmt(space)}"
     if blocks:
         comment += f", {parts.access.width} rows (adjacent in memory) at a time"
-    return Stage(fn_name, parts.params, body, comment=comment, helpers=parts.helpers)
+    parallel = math.prod(space) >= PARALLEL_MIN_ELEMENTS
+    return Stage(
+        fn_name, parts.params, body, comment=comment, helpers=parts.helpers, parallel=parallel
+    )
 
 
 @dataclass

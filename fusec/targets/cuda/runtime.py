@@ -277,6 +277,11 @@ class _Buffer:
         self.ptr = ptr
         self.n = math.prod(spec.shape)
 
+    def reshaped(self, spec: TensorSpec) -> _Buffer:
+        """The same storage under another shape (a reshape: no copy)."""
+        user = None if self.user is None else self.user.reshape(spec.shape)
+        return _Buffer(user, spec, flat=self._flat, ptr=self.ptr, view=self._view)
+
     @property
     def flat(self) -> Any:
         """The flat numba device array of the storage (for copies and the slow path)."""
@@ -726,6 +731,9 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         for index, buffer in self._device_constants(stream_ref).items():
             values[index] = buffer
         for fn, (ins, outs, out_specs, label) in zip(fns, self._steps, strict=True):
+            if fn is None:  # a view (reshape): the operand's buffer under the result's shape
+                values[outs[0]] = values[ins[0]].reshaped(out_specs[0])
+                continue
             inputs = [values[k] for k in ins]
             with nvtx_range(label):
                 if isinstance(fn, TorchGroup):
