@@ -100,7 +100,7 @@ def run_pipeline(
     from xdsl.utils.exceptions import DiagnosticException
 
     from fusec.dialect import make_context
-    from fusec.frontend.mlir import verify_module
+    from fusec.ir.diagnostics import verify_module
     from fusec.passes import build_pipeline
 
     ctx = make_context()
@@ -141,7 +141,7 @@ class CompiledModule:
         runner: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None,
         timings: Sequence[PassTiming] = (),
     ) -> None:
-        from fusec.runtime.reference import entry_function
+        from fusec.ir.module import entry_function
 
         self.module = module
         self.target = target

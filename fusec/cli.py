@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,8 +21,9 @@ EXIT_OK, EXIT_ERROR = 0, 1
 
 
 def _write_atomically(path: str, text: str | bytes) -> None:
-    """Write ``text`` to ``path`` through a temporary file: never half a file."""
+    """Write ``text`` to ``path`` whole (never half a file), or a located FusecError."""
     from fusec.errors import FusecError, SourceLocation
+    from fusec.ir.files import write_atomically
 
     target = Path(path)
     where = SourceLocation(str(path), 0, 0)
@@ -32,22 +32,9 @@ def _write_atomically(path: str, text: str | bytes) -> None:
     if target.is_dir():
         raise FusecError("cannot write the output: it is a directory, not a file name", where)
     try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent or Path("."), prefix=f".{target.name}.")
-    except OSError as err:
+        write_atomically(target, text)
+    except OSError as err:  # disk full, no such folder, a directory made meanwhile
         raise FusecError(f"cannot write the output: {err.strerror or err}", where) from None
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
-    try:
-        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except OSError as err:  # disk full, a special file, a directory made meanwhile
-        Path(tmp).unlink(missing_ok=True)
-        raise FusecError(f"cannot write the output: {err.strerror or err}", where) from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _emit(text: str, output: str | None) -> None:
@@ -204,8 +191,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fusec.api import compile as fusec_compile
     from fusec.api import parse
     from fusec.errors import FusecError
+    from fusec.ir.module import entry_function
     from fusec.runtime import runner
-    from fusec.runtime.reference import entry_function, run_reference
+    from fusec.runtime.reference import run_reference
 
     if (args.inputs is None) == (not args.random_inputs):
         raise FusecError("give exactly one of --inputs FILE.npz and --random-inputs")

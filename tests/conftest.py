@@ -108,8 +108,8 @@ def rng():
 def random_args(rng):
     """``random_args(module, entry=None)``: standard-normal arrays for the entry's parameters."""
     from fusec.dialect import spec_of
-    from fusec.runtime.dtypes import numpy_dtype
-    from fusec.runtime.reference import entry_function
+    from fusec.ir.dtypes import numpy_dtype
+    from fusec.ir.module import entry_function
 
     def make(module, entry: str | None = None) -> list:
         fn = entry_function(module, entry)

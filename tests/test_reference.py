@@ -21,7 +21,7 @@ import pytest
 import fusec
 from fusec import FusecError
 from fusec.frontend.mlir import parse_module
-from fusec.runtime.dtypes import numpy_dtype
+from fusec.ir.dtypes import numpy_dtype
 from fusec.runtime.reference import run_reference
 
 NATIVE_TOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}
@@ -404,7 +404,7 @@ def _example(name: str):
     from pathlib import Path
 
     from fusec.dialect import spec_of
-    from fusec.runtime.reference import constant_value, entry_function
+    from fusec.ir.module import constant_value, entry_function
 
     path = Path(__file__).parent.parent / "examples" / name
     module = fusec.parse(path)

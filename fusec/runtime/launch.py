@@ -27,8 +27,8 @@ from xdsl.ir import SSAValue
 from fusec.codegen import KernelSource
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.runtime.dtypes import numpy_dtype
-from fusec.runtime.reference import check_arguments, constant_value, entry_function
+from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.module import check_arguments, constant_value, entry_function
 from fusec.target import Target, get_target
 
 #: (shape, numpy dtype) -> a new array. Tests pass one that fills with NaN.

@@ -19,7 +19,7 @@ from xdsl.dialects import func
 
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
-from fusec.runtime.dtypes import numpy_dtype
+from fusec.ir.dtypes import numpy_dtype
 
 #: Relative-error tolerance of a result, by element type.
 TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}

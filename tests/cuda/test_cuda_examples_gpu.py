@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import fusec
-from fusec.runtime.reference import entry_function, run_reference
+from fusec.ir.module import entry_function
+from fusec.runtime.reference import run_reference
 from fusec.runtime.runner import compare, random_inputs
 
 pytestmark = pytest.mark.gpu

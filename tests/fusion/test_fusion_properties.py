@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 
 from fusec.api import parse, run_pipeline
 from fusec.dialect.ops import spec_of
+from fusec.ir.module import entry_function
 from fusec.passes.fusion import FUSION_PASSES
-from fusec.runtime.reference import entry_function, run_reference
+from fusec.runtime.reference import run_reference
 
 EXAMPLES = int(os.environ.get("FUSEC_FUSION_EXAMPLES", "40"))  # raise it for a deeper search
 SETTINGS = settings(

@@ -13,10 +13,11 @@ from xdsl.ir import Block, Region
 
 from fusec.api import parse, run_pipeline
 from fusec.dialect import ops as ai
+from fusec.ir.module import entry_function
 from fusec.runtime import runner
 from fusec.runtime.cache import KernelCache
 from fusec.runtime.launch import Program
-from fusec.runtime.reference import entry_function, run_reference
+from fusec.runtime.reference import run_reference
 
 
 def poison(shape, dtype) -> np.ndarray:

@@ -23,7 +23,7 @@ import json, sys
 import numpy as np
 import fusec
 from fusec.runtime.cache import default_cache
-from fusec.runtime.reference import entry_function
+from fusec.ir.module import entry_function
 from fusec.runtime.runner import compare, random_inputs
 from fusec.runtime.reference import run_reference
 

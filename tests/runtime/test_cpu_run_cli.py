@@ -116,7 +116,7 @@ def test_compare_verdicts():
     ref = np.linspace(1, 2, 10)
     fn_text = "func.func @f(%x: tensor<10xf32>) -> tensor<10xf32> { return %x : tensor<10xf32> }"
     import fusec
-    from fusec.runtime.reference import entry_function
+    from fusec.ir.module import entry_function
 
     fn = entry_function(fusec.parse(fn_text))
     (ok,) = runner.compare(fn, [ref.astype(np.float32)], [ref])

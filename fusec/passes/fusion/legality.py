@@ -45,7 +45,7 @@ class Verdict:
 
 def where(op: Operation) -> str:
     """``line:col`` of an op, for messages (the remark line itself names the file)."""
-    from fusec.frontend.mlir import location_of
+    from fusec.ir.diagnostics import location_of
 
     loc = location_of(op)
     return f"{loc.line}:{loc.col}" if loc is not None and loc.line > 0 else "?"

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from fusec.codegen.expr import CodegenError, error_at, is_identifier
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.ir.dtypes import ELEMENT_TYPES
 
-ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4}
-NUMBA_STORAGE = {"f16": "int16", "bf16": "int16", "f32": "float32"}
+ITEMSIZE = {name: t.itemsize for name, t in ELEMENT_TYPES.items()}
+NUMBA_STORAGE = {name: t.storage for name, t in ELEMENT_TYPES.items()}
 VECTOR_BYTES = 16
 
 

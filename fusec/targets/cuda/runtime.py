@@ -27,6 +27,7 @@ from fusec.codegen import KernelSource
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import TensorSpec
 from fusec.errors import FusecError
+from fusec.ir.dtypes import ELEMENT_TYPES
 from fusec.runtime.launch import nvtx_range
 from fusec.targets.cuda.streams import (
     LEGACY,
@@ -226,7 +227,7 @@ def parse_arch(arch: str) -> tuple[int, int]:
 # ------------------------------------------------------------------- tensors
 
 
-_TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
+_TORCH_DTYPES = {name: t.torch for name, t in ELEMENT_TYPES.items()}
 
 
 def _family_of_stream(stream: Any) -> str:
@@ -351,7 +352,7 @@ class _Adapter:
     def wrap(self, obj: Any, spec: TensorSpec, stream: Any, index: int, fn_name: str) -> _Buffer:
         import numpy as np
 
-        from fusec.runtime.dtypes import numpy_dtype
+        from fusec.ir.dtypes import numpy_dtype
 
         cuda = self.cuda
         if self.family == "torch":
@@ -441,7 +442,7 @@ class _Adapter:
 
                 shaped = shaped.view(np.float16)
             return shaped
-        from fusec.runtime.dtypes import numpy_dtype
+        from fusec.ir.dtypes import numpy_dtype
 
         host = buffer.flat.copy_to_host(stream=stream.numba)
         return host.view(numpy_dtype(buffer.spec.dtype)).reshape(buffer.spec.shape)
@@ -769,7 +770,7 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         """
         if not self._constants and self._constant_slots:
             host = _Adapter("host", None)
-            from fusec.runtime.dtypes import element_type_of
+            from fusec.ir.dtypes import element_type_of
 
             for index, array in self._constant_slots:
                 spec = TensorSpec(tuple(array.shape), element_type_of(array.dtype) or "f32")
@@ -782,7 +783,7 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         return CudaGraph(self, args, stream)
 
 
-_NAN_BITS = {"f16": 0x7E00, "bf16": 0x7FC0}
+_NAN_BITS = {name: t.nan_bits for name, t in ELEMENT_TYPES.items()}
 
 
 def _fill_nan(buffer: _Buffer, stream: Any) -> None:

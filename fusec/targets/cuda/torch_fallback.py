@@ -38,9 +38,10 @@ from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import TORCH, ExprGenerator, error_at, header
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.ir.dtypes import ELEMENT_TYPES
 from fusec.targets.cuda.common import Source, body_ops, check_leaves, kernel_name, yielded
 
-TORCH_DTYPE = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32"}
+TORCH_DTYPE = {name: f"torch.{t.torch}" for name, t in ELEMENT_TYPES.items()}
 
 #: One PyTorch call per op, over the operand expressions (each already in the
 #: op's element type). Elementwise ops missing here use their scalar fact.
