@@ -40,7 +40,7 @@ import fusec  # noqa: E402
 from fusec.api import parse  # noqa: E402
 from fusec.ir.module import entry_function  # noqa: E402
 from fusec.runtime.reference import run_reference  # noqa: E402
-from fusec.runtime.runner import compare, random_inputs  # noqa: E402
+from fusec.tools.runner import compare, random_inputs  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 

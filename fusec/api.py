@@ -140,6 +140,7 @@ class CompiledModule:
         kernels: Sequence[KernelSource] = (),
         runner: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None,
         timings: Sequence[PassTiming] = (),
+        pipeline: str | None = None,
     ) -> None:
         from fusec.ir.module import entry_function
 
@@ -148,6 +149,7 @@ class CompiledModule:
         self.entry = entry_function(module, entry).sym_name.data
         self.kernels: list[KernelSource] = list(kernels)
         self.timings = list(timings)
+        self.pipeline = pipeline
         self._runner = runner
 
     @property
@@ -174,6 +176,13 @@ class CompiledModule:
         else:
             results = self._runner(args)
         return results[0] if len(results) == 1 else tuple(results)
+
+    def remarks(self) -> list[Any]:
+        """Why each producer -> consumer edge left between kernels was not fused
+        (``fusec.passes.fusion.remarks.Remark``; ``str()`` of one is its line)."""
+        from fusec.passes.fusion.remarks import fusion_remarks, pipeline_rules
+
+        return fusion_remarks(self.module, pipeline_rules(self.pipeline, target=self.target))
 
     def assembly(self, arch: str) -> list[tuple[KernelSource, str]]:
         """Each kernel with its target assembly for ``arch`` (PTX on cuda); no device needed."""
@@ -260,7 +269,13 @@ def compile(  # noqa: A001 - the public name is part of the API contract
         _quote_source(err, source_text, source_name)
         raise
     return CompiledModule(
-        module, target=chosen.name, entry=entry, kernels=kernels, runner=runner, timings=timings
+        module,
+        target=chosen.name,
+        entry=entry,
+        kernels=kernels,
+        runner=runner,
+        timings=timings,
+        pipeline=pipeline,
     )
 
 
@@ -281,6 +296,17 @@ def reference(text_or_path: str | Path | ModuleOp, *, entry: str | None = None) 
     module = text_or_path if isinstance(text_or_path, ModuleOp) else parse(text_or_path)
     runner = get_target("reference").program(module, entry)
     return CompiledModule(module, target="reference", entry=entry, runner=runner)
+
+
+def reference_outputs(
+    text_or_path: str | Path | ModuleOp, args: Sequence[Any], *, entry: str | None = None
+) -> tuple[Any, ...]:
+    """Every result of the entry function on ``args``, computed by the reference
+    executor in float64 (the exact maths the IR means; casts are the identity)."""
+    from fusec.runtime.reference import run_reference
+
+    module = text_or_path if isinstance(text_or_path, ModuleOp) else parse(text_or_path)
+    return run_reference(module, args, entry=entry, precision="float64")
 
 
 def fuse(

@@ -13,7 +13,7 @@ import pytest
 import fusec
 from fusec.ir.module import entry_function
 from fusec.runtime.reference import run_reference
-from fusec.runtime.runner import compare, random_inputs
+from fusec.tools.runner import compare, random_inputs
 
 pytestmark = pytest.mark.gpu
 

@@ -14,10 +14,10 @@ from xdsl.ir import Block, Region
 from fusec.api import parse, run_pipeline
 from fusec.dialect import ops as ai
 from fusec.ir.module import entry_function
-from fusec.runtime import runner
 from fusec.runtime.cache import KernelCache
 from fusec.runtime.launch import Program
 from fusec.runtime.reference import run_reference
+from fusec.tools import runner
 
 
 def poison(shape, dtype) -> np.ndarray:

@@ -24,7 +24,7 @@ import numpy as np
 import fusec
 from fusec.runtime.cache import default_cache
 from fusec.ir.module import entry_function
-from fusec.runtime.runner import compare, random_inputs
+from fusec.tools.runner import compare, random_inputs
 from fusec.runtime.reference import run_reference
 
 compiled = fusec.compile(sys.argv[1], target="cpu")

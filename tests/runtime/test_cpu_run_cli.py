@@ -9,7 +9,7 @@ import pytest
 
 from fusec.api import CompiledModule
 from fusec.cli import main
-from fusec.runtime import runner
+from fusec.tools import runner
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 CHAIN = EXAMPLES / "elementwise_chain.mlir"

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import numpy as np
 from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
 
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
 from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.module import entry_function
 
 #: Relative-error tolerance of a result, by element type.
 TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}
@@ -180,3 +182,54 @@ def summary(index: int, out: np.ndarray) -> str:
     with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf in the mean is NaN
         low, high, mean = data.min(), data.max(), data.mean()
     return f"result #{index}: {shape} {out.dtype}: min {low:.6g} max {high:.6g} mean {mean:.6g}"
+
+
+@dataclass
+class RunResult:
+    """One ``fusec run``: where it ran, the results, and their checks (``check=True``)."""
+
+    entry: str
+    target: str
+    outputs: list[np.ndarray]
+    checks: list[Check] | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.checks is None or all(c.passed for c in self.checks)
+
+    def lines(self) -> list[str]:
+        lines = [f"ran @{self.entry} on target '{self.target}'"]
+        lines += [summary(i, out) for i, out in enumerate(self.outputs)]
+        lines += [check.format() for check in self.checks or ()]
+        return lines
+
+
+def run(
+    source: str | ModuleOp,
+    *,
+    target: str = "auto",
+    pipeline: str | None = None,
+    entry: str | None = None,
+    inputs: str | Path | None = None,
+    seed: int | None = None,
+    check: bool = False,
+) -> RunResult:
+    """Compile ``source`` (a path, IR text or module) and run it on the arrays of the
+    ``.npz`` file ``inputs`` or, with ``seed``, on random ones; with ``check``,
+    compare every result with the float64 reference run of the IR as given."""
+    from fusec.api import compile as fusec_compile
+    from fusec.api import parse, reference_outputs
+
+    if (inputs is None) == (seed is None):
+        raise FusecError("give exactly one of --inputs FILE.npz and --random-inputs")
+    compiled = fusec_compile(source, target=target, pipeline=pipeline, entry=entry)
+    fn = entry_function(compiled.module, compiled.entry)
+    arrays = random_inputs(fn, seed) if seed is not None else load_inputs(fn, inputs or "")
+    result = compiled(*arrays)
+    outputs = list(result) if isinstance(result, tuple) else [result]
+    checks = None
+    if check:
+        original = source if isinstance(source, ModuleOp) else parse(source)
+        references = reference_outputs(original, arrays, entry=compiled.entry)
+        checks = compare(fn, outputs, references)
+    return RunResult(compiled.entry, compiled.target, outputs, checks)
