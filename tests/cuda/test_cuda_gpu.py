@@ -174,7 +174,7 @@ sys.path.insert(0, {str(Path(__file__).parent)!r})
 import cuda_cases, fusec
 from fusec.target import generate
 from fusec.dialect import ops as ai
-from fusec.targets.cuda.runtime import load_kernel_module
+from fusec.targets.cuda.kernels import load_kernel_module
 c = fusec.compile(cuda_cases.softmax_last(64, 1024, "f16"), target="cuda", pipeline="infer-shapes")
 group = next(op for op in c.module.walk() if isinstance(op, ai.FusedOp))
 module = load_kernel_module(generate(group, "cuda", "k0"))

@@ -39,20 +39,19 @@ def storage_signature(dtypes: Sequence[str]) -> str:
 
 
 def prelude(helpers: Sequence[str]) -> str:
-    """Imports of a kernel module: math, f32, numba.cuda and the device helpers used."""
-    names = sorted(set(helpers))
+    """Imports of a kernel module: math, f32, and from the kernel ABI (``abi``) numba.cuda
+    and the device helpers used."""
+    names = sorted({"cuda", *helpers})
     lines = [
         "import math",
         "",
         "from numpy import float32 as f32",
         "",
-        "from fusec.targets.cuda.runtime import numba_cuda",
+        "from fusec.targets.cuda.abi import (",
+        *(f"    {name}," for name in names),
+        ")",
+        "",
     ]
-    if names:
-        lines.append("from fusec.targets.cuda.device import (")
-        lines.extend(f"    {name}," for name in names)
-        lines.append(")")
-    lines += ["", "cuda = numba_cuda()", ""]
     return "\n".join(lines) + "\n"
 
 

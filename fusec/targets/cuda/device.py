@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from fusec.ir.dtypes import ELEMENT_TYPES
-from fusec.targets.cuda.runtime import numba_cuda, simulator_enabled
+from fusec.targets.cuda.env import numba_cuda, simulator_enabled
 
 cuda = numba_cuda()
 

@@ -216,11 +216,7 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
         "each in its declared element type, on the caller's stream",
     ]
     helpers = [h for h in ("ieee_conv2d", "ieee_matmul", "ieee_addmm") if f"{h}(" in code.text()]
-    imports = (
-        [f"from fusec.targets.cuda.torch_runtime import {', '.join(helpers)}", ""]
-        if helpers
-        else []
-    )
+    imports = [f"from fusec.targets.cuda.abi import {', '.join(helpers)}", ""] if helpers else []
     source = "\n".join(
         [
             header(fused_op, notes=notes),
