@@ -157,6 +157,14 @@ LOWERINGS.update(
 )
 
 
+MARKER = "TORCH_FALLBACK = True"
+
+
+def runs_op_by_op(source: str) -> bool:
+    """Whether a generated kernel module is this fallback (every op rounds to its type)."""
+    return MARKER in source
+
+
 def lowerable(op_type: type[ai.AiOp]) -> bool:
     """Whether the fallback computes ``op_type``: a PyTorch function or its scalar fact."""
     return op_type in LOWERINGS or op_type.has_scalar()
@@ -221,7 +229,7 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
         [
             header(fused_op, notes=notes),
             *imports,
-            "TORCH_FALLBACK = True",
+            MARKER,
             "KERNELS = []  # no Numba kernels: nothing for --emit ptx",
             "",
             "",
@@ -229,7 +237,10 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
         ]
     )
     inputs, outputs = io_specs(fused_op)
-    return KernelSource(name, fused_op.kind_name, "cuda", source, inputs, outputs, array_dtype=None)
+    kind = fused_op.kind_name
+    return KernelSource(
+        name, kind, "cuda", source, inputs, outputs, array_dtype=None, runs_op_by_op=True
+    )
 
 
 def _in_dtype(name: str, value, op: ai.AiOp) -> str:
