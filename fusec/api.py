@@ -307,19 +307,3 @@ def reference_outputs(
 
     module = text_or_path if isinstance(text_or_path, ModuleOp) else parse(text_or_path)
     return run_reference(module, args, entry=entry, precision="float64")
-
-
-def fuse(
-    fn: Callable[..., Any] | None = None,
-    *,
-    target: str = "auto",
-    pipeline: str | None = None,
-    disk_cache: bool = True,
-) -> Any:
-    """Decorator: trace ``fn`` into ai IR per argument signature and run it compiled.
-
-    ``@fusec.fuse`` or ``@fusec.fuse(target=..., pipeline=...)``; see ``fusec.decorator``.
-    """
-    from fusec.decorator import fuse as make_fused
-
-    return make_fused(fn, target=target, pipeline=pipeline, disk_cache=disk_cache)

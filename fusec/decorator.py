@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from fusec import __version__
+from fusec._version import __version__
 from fusec.dialect.shapes import TensorSpec, shape_problem
 from fusec.errors import FusecError
 from fusec.frontend.tracer import ArgSpec, Traced, TracedFunction, trace_function, user_error

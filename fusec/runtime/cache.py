@@ -67,7 +67,7 @@ def cache_key(*parts: str | bytes) -> str:
     """A hex key over ``parts`` plus the fusec and Numba versions."""
     import numba
 
-    from fusec import __version__
+    from fusec._version import __version__
 
     digest = hashlib.sha256()
     for part in (f"fusec {__version__}", f"numba {numba.__version__}", *parts):

@@ -76,9 +76,26 @@ def cuda_support() -> str | None:
 
     numba's own deprecated ``numba.cuda`` does not count (see ``fusec.extras``).
     """
-    from fusec.extras import numba_cuda_problem
-
     return numba_cuda_problem()
+
+
+def numba_cuda_problem() -> str | None:
+    """Why numba-cuda's ``numba.cuda`` is not usable here, or None when it is.
+
+    Imports ``numba.cuda`` only when the numba-cuda distribution is installed,
+    so the old built-in module is never mistaken for it.
+    """
+    from fusec.extras import absent
+
+    if absent("numba_cuda"):
+        return "numba-cuda is not installed"
+    try:
+        cuda = numba_cuda()
+    except Exception as err:  # ImportError, or a broken cuda-bindings install
+        return f"numba-cuda is not usable: {type(err).__name__}: {err}"
+    if getattr(cuda, "implementation", None) != "NVIDIA":
+        return "numba.cuda is numba's deprecated built-in CUDA target, not numba-cuda"
+    return None
 
 
 def require_cuda_compiler(purpose: str) -> None:
