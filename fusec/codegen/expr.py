@@ -317,7 +317,9 @@ class TorchLanguage(Language):
     _FUNCTIONS = {
         "tanh": "torch.tanh",
         "sqrt": "torch.sqrt",
+        "erf": "torch.erf",
         "erfc": "torch.special.erfc",
+        "pow": "torch.pow",
         "fabs": "torch.abs",
         "copysign": "torch.copysign",
     }

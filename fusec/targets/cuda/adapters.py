@@ -73,6 +73,11 @@ class _Buffer:
         self.ptr = ptr
         self.n = math.prod(spec.shape)
 
+    def reshaped(self, spec: TensorSpec) -> _Buffer:
+        """The same storage under another shape (a reshape: no copy)."""
+        user = None if self.user is None else self.user.reshape(spec.shape)
+        return _Buffer(user, spec, flat=self._flat, ptr=self.ptr, view=self._view)
+
     @property
     def flat(self) -> Any:
         """The flat numba device array of the storage (for copies and the slow path)."""

@@ -268,6 +268,9 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         for index, buffer in self._device_constants(stream_ref).items():
             values[index] = buffer
         for fn, (ins, outs, out_specs, label) in zip(fns, self._steps, strict=True):
+            if fn is None:  # a view (reshape): the operand's buffer under the result's shape
+                values[outs[0]] = values[ins[0]].reshaped(out_specs[0])
+                continue
             inputs = [values[k] for k in ins]
             with nvtx_range(label):
                 if isinstance(fn, TorchGroup):

@@ -74,6 +74,26 @@ class CudaTarget(Target):
             fuses=False,
             note="PyTorch's cuDNN conv until a Tensor Core conv template exists",
         ),
+        # until they have Numba CUDA templates, these kinds run through PyTorch too
+        "reduce": Template(
+            "fusec.targets.cuda.torch_fallback",
+            (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp),
+            fuses=False,
+            note="PyTorch's reductions until a Numba CUDA reduce template exists",
+        ),
+        "pool": Template(
+            "fusec.targets.cuda.torch_fallback",
+            (ai.MaxPool2DOp, ai.AvgPool2DOp),
+            fuses=False,
+            note="PyTorch's pooling until a Numba CUDA pool template exists",
+        ),
+        "copy": Template(
+            "fusec.targets.cuda.torch_fallback",
+            (ai.TransposeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp),
+            fuses=False,
+            note="PyTorch's copies until a Numba CUDA copy template exists",
+        ),
+        "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
     }
 
     def unavailable_reason(self) -> str | None:
