@@ -56,6 +56,9 @@ class KernelSource:
     array_dtype: str | None = "f32"
     #: What a launch allocates besides its outputs (None: not tracked by the template).
     scratch: ScratchPlan | None = None
+    #: The kernel runs its ops one by one (a library fallback), each rounding its
+    #: result to its declared type, instead of as one fused loop.
+    runs_op_by_op: bool = False
 
 
 def io_specs(fused_op: FusedOp) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -36,31 +35,28 @@ from xdsl.dialects.builtin import (
     FileLineColLoc,
     FusedLoc,
     IntAttr,
+    LocationAttr,
     ModuleOp,
     NameLoc,
     NoneAttr,
     StringAttr,
     UnknownLoc,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of, tensor_type
 from fusec.dialect.shapes import ShapeError, TensorSpec, broadcast_shapes, shape_problem
 from fusec.errors import FusecError, SourceLocation
 from fusec.frontend import onnx_fold
-from fusec.frontend.mlir import named_location, verify_module
+from fusec.ir.diagnostics import named_location, verify_module
+from fusec.ir.dtypes import element_type_of, numpy_dtype
 
 #: ONNX element types fusec has, and their dialect names.
 ELEMENT_TYPES: dict[int, str] = {
     TensorProto.FLOAT: "f32",
     TensorProto.FLOAT16: "f16",
     TensorProto.BFLOAT16: "bf16",
-}
-_NUMPY_TYPES = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
 }
 _DOMAINS = ("", "ai.onnx")
 
@@ -154,7 +150,7 @@ class Importer:
         self.booleans: set[str] = set()
         self.block = Block()
         self.node: Node | None = None
-        self.location: Attribute = UnknownLoc()
+        self.location: LocationAttr = UnknownLoc()
         self.uses = Counter(n for node in self.graph.node for n in node.input if n)
         self.uses.update(o.name for o in self.graph.output)
         self.folded: dict[int, Node] = {}  # conv node index -> the BatchNormalization it absorbs
@@ -195,7 +191,7 @@ class Importer:
 
     def constant(self, array: np.ndarray, dtype: str, name: str | None = None) -> SSAValue:
         """A dense ``arith.constant`` holding ``array`` converted to ``dtype``."""
-        data = np.ascontiguousarray(np.asarray(array).astype(_NUMPY_TYPES[dtype]))
+        data = np.ascontiguousarray(np.asarray(array).astype(numpy_dtype(dtype)))
         ttype = tensor_type(TensorSpec(tuple(data.shape), dtype))
         dense = DenseIntOrFPElementsAttr(ttype, BytesAttr(data.tobytes()))
         value = self.append(arith.ConstantOp(dense, ttype))
@@ -255,9 +251,9 @@ class Importer:
         return self.arrays.get(names[index])
 
     def dtype_of_array(self, name: str, array: np.ndarray) -> str:
-        for dtype, np_type in _NUMPY_TYPES.items():
-            if array.dtype == np_type:
-                return dtype
+        dtype = element_type_of(array.dtype)
+        if dtype is not None:
+            return dtype
         if name in self.computed:
             raise self.error(
                 f"value '{name}' is a {array.dtype} constant (computed at import) used as data: "
@@ -492,7 +488,7 @@ class Importer:
         self.evaluated[proto.op_type] += 1
         return True
 
-    def unsupported(self, node: Node) -> UnsupportedOnnx:
+    def unsupported(self, node: Node) -> FusecError:
         """The error for a node fusec can neither convert nor evaluate at import."""
         proto = node.proto
         if proto.domain not in _DOMAINS:
@@ -627,7 +623,11 @@ def _clip(imp: Importer, node: Node) -> list[SSAValue]:
     x = imp.input(node, 0)
     bounds: dict[str, float] = {}
     runtime: list[tuple[type[ai.AiOp], SSAValue]] = []
-    for index, key, op in ((1, "min", ai.MaximumOp), (2, "max", ai.MinimumOp)):
+    limits: tuple[tuple[int, str, type[ai.AiOp]], ...] = (
+        (1, "min", ai.MaximumOp),
+        (2, "max", ai.MinimumOp),
+    )
+    for index, key, op in limits:
         if key in node.attrs:
             bounds[key] = float(node.attrs[key])
         elif imp.optional_input_name(node, index) is not None:
@@ -898,8 +898,9 @@ def _batch_norm(imp: Importer, node: Node) -> list[SSAValue]:
     if len(shape_of(x)) < 2:
         raise imp.error(f"input X must have rank >= 2 (N x C x ...), got {x.type}")
     known = [imp.array(node, i) for i in range(1, 5)]
-    if all(a is not None for a in known):
-        return [_batch_norm_constant(imp, node, x, known)]
+    constants = [a for a in known if a is not None]
+    if len(constants) == len(known):
+        return [_batch_norm_constant(imp, node, x, constants)]
     return [_batch_norm_runtime(imp, node, x)]
 
 
@@ -1035,7 +1036,10 @@ def _fold_batch_norm(imp: Importer, conv: Node, bn: Node) -> tuple[SSAValue, SSA
     weight = imp.array(conv, 1)
     assert weight is not None  # plan_folds checked that every weight is known
     dtype = imp.dtype_of_array(conv.proto.input[1], weight)
-    a, b = _bn_coefficients(bn, [imp.array(bn, i) for i in range(1, 5)])
+    known = [imp.array(bn, i) for i in range(1, 5)]
+    parameters = [k for k in known if k is not None]
+    assert len(parameters) == 4  # plan_folds checked that every parameter is known
+    a, b = _bn_coefficients(bn, parameters)
     if a.shape != (weight.shape[0],):
         raise imp.error(
             f"BatchNormalization parameters have shape {a.shape}, expected "
@@ -1194,7 +1198,8 @@ def _slice_of(imp: Importer, x: SSAValue, starts, ends, axes, steps) -> SSAValue
 def _slice(imp: Importer, node: Node) -> list[SSAValue]:
     x = imp.input(node, 0)
     if "starts" in node.attrs:  # opset < 10
-        starts, ends = list(node.attrs["starts"]), list(node.attrs.get("ends", []))
+        starts: list[int] | None = list(node.attrs["starts"])
+        ends: list[int] | None = list(node.attrs.get("ends", []))
         axes, steps = node.attrs.get("axes"), None
     else:
         starts = _constant_ints(imp, node, 1, "input 'starts'")

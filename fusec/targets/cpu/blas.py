@@ -118,7 +118,7 @@ def _mkl(path: str, lib: ctypes.CDLL) -> BlasLibrary | None:
 def find_blas() -> BlasLibrary | None:
     """The cblas of the BLAS numpy uses (OpenBLAS or MKL), or None."""
     try:
-        from threadpoolctl import threadpool_info
+        from threadpoolctl import threadpool_info  # type: ignore[import-untyped]
     except ImportError:
         return None
     for info in threadpool_info():
@@ -138,7 +138,10 @@ def find_blas() -> BlasLibrary | None:
 
 
 def _address(lib: ctypes.CDLL, name: str) -> int:
-    return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+    address = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+    if address is None:
+        raise OSError(f"{name} has no address in {lib._name}")
+    return address
 
 
 def _register() -> tuple[BlasLibrary | None, ctypes.CDLL | None]:

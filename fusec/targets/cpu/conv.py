@@ -102,13 +102,13 @@ class ConvBlocks(BlockedCore):
         p = self.oh * self.ow
         lines = [] if self.direct else self._im2col(x)
         if self.direct:
-            b, b_off, ldb = x, f"(n * {self.c} + g * {self.cg}) * {p} + p0", p
+            b, b_off, ldb = x, f"(n * {self.c} + g * {self.cg}) * {p} + p0", str(p)
         else:
             b, b_off, ldb = "cols", "0", "pw"
         if self.c_local:
             c_off, ldc = "0", "pw"
         else:
-            c_off, ldc = f"(n * {self.k} + g * {self.kg}) * {p} + p0", p
+            c_off, ldc = f"(n * {self.k} + g * {self.kg}) * {p} + p0", str(p)
         return lines + [
             "prev = threads_begin(1)",
             f"sgemm(0, 0, {self.kg}, pw, {self.crs}, {w}, g * {self.kg * self.crs}, {self.crs}, "
@@ -155,6 +155,7 @@ class ConvBlocks(BlockedCore):
         or whole output rows, when one of the epilogue's ``shapes`` tells H from W or it
         reduces along W."""
         p = self.oh * self.ow
+        space: tuple[int, ...]
         if not reduces and all(_merges_hw(shape) for shape in shapes):
             space = (self.n, self.k, p)
             loops = [

@@ -147,6 +147,10 @@ class BlockedCore:
         ``reduces``: whether it holds a row reduction (which needs whole rows)."""
         raise NotImplementedError
 
+    def prologue_rows(self) -> EpilogueRows:
+        """The loop over the rows of A a block needs (cores with ``block_prologue`` only)."""
+        raise NotImplementedError
+
     def describe(self) -> str:
         raise NotImplementedError
 
@@ -188,7 +192,7 @@ def generate_core_group(
 
     def destinations(values: Sequence[SSAValue]) -> list[tuple[SSAValue, str]]:
         """Where each value goes: all its output arrays, or one new full-size scratch buffer."""
-        writes = []
+        writes: list[tuple[SSAValue, str]] = []
         for value in values:
             arrays = [array for v, array in outputs if v == value]
             if not arrays:

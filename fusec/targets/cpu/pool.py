@@ -36,7 +36,10 @@ class PoolBlocks(BlockedCore):
 
     block_prologue = False
 
+    op: ai.Pool2DOp
+
     def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
+        assert isinstance(op, ai.Pool2DOp)
         self.op, self.reads, self.c_array, self.c_local = op, reads, c_array, c_local
         self.n, self.c, _, _ = shape_of(op.input)
         _, _, self.oh, self.ow = shape_of(op.output)
@@ -59,6 +62,7 @@ class PoolBlocks(BlockedCore):
         """The plane as one row of OH*OW pixels, or OH rows when an operand (or a
         reduction along W) tells H from W."""
         local = {}
+        space: tuple[int, ...]
         if not reduces and all(_merges_hw(shape) for shape in shapes):
             space = (self.n, self.c, self.oh * self.ow)
             loops = row_loop(space, "plane, plane + 1")

@@ -53,7 +53,7 @@ def generate(fused_op, name: str) -> KernelSource:
 
     def destinations(values: Sequence[SSAValue]) -> list[tuple[SSAValue, str]]:
         """Where each value goes: all its output arrays, or one new scratch buffer."""
-        writes = []
+        writes: list[tuple[SSAValue, str]] = []
         for value in values:
             arrays = [array for v, array in outputs if v == value]
             if not arrays:

@@ -220,6 +220,7 @@ def _row_parts(
         if value not in defined:
             leaves.setdefault(value, reshape(shape_of(value)))
     written = {a for _, a in writes}
+    access: _BlockAccess | _RowAccess
     if block_rows:
         access = _BlockAccess(space, axis, _block_width(space, axis), written)
     else:
@@ -241,9 +242,9 @@ def _row_parts(
     params += [a for _, a in writes if a not in params]
     length = block.segment[1] if block and block.segment else str(space[axis])
     if reduce_op is None:
-        emit = _ElementwiseRowEmitter(gen, leaf, store_at, post, writes, length)
-        rows = emit.lines()
-        return RowParts(access.setup + rows, params, emit.helpers, False, access)
+        elementwise = _ElementwiseRowEmitter(gen, leaf, store_at, post, writes, length)
+        rows = elementwise.lines()
+        return RowParts(access.setup + rows, params, elementwise.helpers, False, access)
 
     pre_results = {r for op in pre for r in op.results}
     x = reduce_op.operands[0]
@@ -255,9 +256,11 @@ def _row_parts(
     n = space[axis]
     direct = None  # the reduction reads whole contiguous input rows: no copy into ``buf``
     if not pre and x in reads and leaves[x] == tuple(space) and axis == len(space) - 1:
+        assert isinstance(access, _RowAccess)  # rows along the last axis are not blocked
         direct = access.row_view(reads[x], leaves[x], name="xrow")
+    width = access.width if isinstance(access, _BlockAccess) else 1  # rows at a time
     args = (gen, leaf, store_at, pre, post, reduce_op, writes, recompute, direct)
-    emit = _BlockEmitter(*args, width=access.width) if block_rows else _RowEmitter(*args)
+    emit = _BlockEmitter(*args, width=width) if block_rows else _RowEmitter(*args)
     rows = emit.lines(n)  # first: it decides which views and per-row loads ``access`` sets up
     needs_buffer = not (direct and is_ln)
     return RowParts(access.setup + rows, params, emit.helpers, needs_buffer, access)
