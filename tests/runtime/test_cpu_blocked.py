@@ -17,12 +17,13 @@ from cpu_check import check
 from numerics import assert_close
 
 from fusec.api import parse, run_pipeline
+from fusec.ir.module import entry_function
 from fusec.runtime.cache import KernelCache
 from fusec.runtime.launch import Program
-from fusec.runtime.reference import entry_function, run_reference
-from fusec.runtime.runner import random_inputs
+from fusec.runtime.reference import run_reference
 from fusec.targets.cpu import blas as cpu_blas
 from fusec.targets.cpu import matmul as cpu_matmul
+from fusec.tools.runner import random_inputs
 
 
 @pytest.fixture(scope="module")
