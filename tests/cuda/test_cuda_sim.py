@@ -18,6 +18,8 @@ HERE = Path(__file__).parent
 
 CASES = [
     ("pw_bcast_f16", "pointwise_broadcast", [3, 24, "f16"], "f16"),
+    ("cast_rt_f16_exact", "cast_roundtrip", [3, 40, "f16"], "f32"),
+    ("cast_rt_bf16_exact", "cast_roundtrip", [2, 24, "bf16"], "f32"),
     ("pw_bcast_bf16", "pointwise_broadcast", [2, 16, "bf16"], "bf16"),
     ("pw_bcast_f32", "pointwise_broadcast", [2, 12, "f32"], "f32"),
     ("pw_tail_f16", "pointwise_tail", [37, "f16"], "f16"),
