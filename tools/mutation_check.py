@@ -144,6 +144,14 @@ MUTANTS = [
         "layernorm divides the sum of squares by n - 1",
     ),
     Mutant(
+        "cpu-layernorm-epsilon-dropped",
+        "fusec/targets/cpu/row_reduce.py",
+        'f"rstd = f32(1.0 / math.sqrt(row_sq_dev({row}, mean) / {n} + {eps}))"',
+        'f"rstd = f32(1.0 / math.sqrt(row_sq_dev({row}, mean) / {n}))"',
+        "cpu row_reduce",
+        "layernorm ignores epsilon",
+    ),
+    Mutant(
         "cuda-layernorm-epsilon-dropped",
         "fusec/targets/cuda/row_reduce.py",
         'code.add(2, f"rstd = {literal(1.0)} / math.sqrt(var + EPS)")',

@@ -333,3 +333,26 @@ def test_each_launch_gets_an_nvtx_range_named_after_its_group(cache, monkeypatch
     monkeypatch.setattr(launch, "_nvtx", False)  # nvtx absent: a no-op
     program([np.ones(8, np.float32)])
     assert len(names) == 1
+
+
+def test_layernorm_of_rows_with_tiny_variance(cache):
+    """Epsilon matters where a row's variance is near it: inputs scaled by 1e-3 (variance
+    ~1e-6 against epsilon 1e-5); with standard-normal rows dropping epsilon changes the
+    result by ~5e-6, below any tolerance."""
+    from numerics import assert_close
+
+    from fusec.runtime.reference import run_reference
+
+    t, v = _t((4, 64), "f32"), _t((64,), "f32")
+    text = f"""
+func.func @f(%x: {t}, %g: {v}, %b: {v}) -> {t} {{
+  %y = ai.layernorm %x, %g, %b {{epsilon = 1.0e-05 : f32}} : {t} * {v} * {v}
+  return %y : {t}
+}}"""
+    module = wrap_group(text, "row_reduce")
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((4, 64)) * 1e-3).astype(np.float32)
+    g, b = (rng.standard_normal(64).astype(np.float32) for _ in range(2))
+    (out,) = Program(module, target="cpu", cache=cache)([x, g, b], alloc=poison)
+    (want,) = run_reference(module, [x, g, b], rounding="groups")
+    assert_close(out, want)
