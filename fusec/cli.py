@@ -152,6 +152,12 @@ def cmd_import(args: argparse.Namespace) -> int:
     )
     _emit(print_ir(result.module, locations=True), args.output)
     sys.stderr.write(f"{args.file}: {result.summary()}\n")
+    from fusec.passes.recognize import recognize
+
+    counts = recognize(result.module.clone())  # what the default pipeline will rewrite
+    if counts:
+        found = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+        sys.stderr.write(f"{args.file}: recognize-patterns (in fusec-default) rewrites: {found}\n")
     return EXIT_OK
 
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 from xdsl.passes import ModulePass, PassPipeline
 
 PIPELINES: dict[str, str] = {
-    "fusec-default": "infer-shapes,canonicalize,cse,"
+    "fusec-default": "infer-shapes,recognize-patterns,canonicalize,cse,"
     "fuse-prologue,fuse-epilogue,fuse-reduction,fuse-elementwise,fuse-singletons",
 }
 
@@ -29,6 +29,11 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         from xdsl.transforms.canonicalize import CanonicalizePass
 
         return CanonicalizePass
+
+    def recognize_patterns():
+        from fusec.passes.recognize import RecognizePatternsPass
+
+        return RecognizePatternsPass
 
     def cse():
         from xdsl.transforms.common_subexpression_elimination import (
@@ -54,6 +59,7 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
     return {
         "infer-shapes": infer_shapes,
+        "recognize-patterns": recognize_patterns,
         "canonicalize": canonicalize,
         "cse": cse,
         "dce": dce,
