@@ -42,8 +42,8 @@ from fusec.dialect.facts import FUSED_KINDS, Pattern
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
 from fusec.frontend.mlir import parse_module
+from fusec.ir.dtypes import numpy_dtype
 from fusec.passes.fusion.rules import default_rules
-from fusec.runtime.dtypes import numpy_dtype
 from fusec.target import REGISTRY, generate, get_target
 
 N = 64

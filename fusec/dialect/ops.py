@@ -24,19 +24,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 from xdsl.dialects.builtin import (
-    AnyFloat,
-    BFloat16Type,
     DenseArrayBase,
-    Float16Type,
-    Float32Type,
     FloatAttr,
     FunctionType,
     IntegerAttr,
     NoneAttr,
     StringAttr,
     TensorType,
-    bf16,
-    f16,
     f32,
     i1,
     i64,
@@ -73,21 +67,18 @@ from fusec.dialect.facts import (
     ScalarBuilder,
 )
 from fusec.dialect.shapes import ShapeError, TensorSpec
+from fusec.ir.dtypes import ELEMENT_TYPES, element_type_of_xdsl
 
 # --------------------------------------------------------------------------- types
-
-_ELEMENT_TYPES: dict[str, AnyFloat] = {"f16": f16, "bf16": bf16, "f32": f32}
 
 
 def element_type_name(t: Attribute) -> str:
     """'f16' | 'bf16' | 'f32' for a supported element type, else raise ShapeError."""
-    if isinstance(t, Float16Type):
-        return "f16"
-    if isinstance(t, BFloat16Type):
-        return "bf16"
-    if isinstance(t, Float32Type):
-        return "f32"
-    raise ShapeError(f"unsupported element type {t}: expected one of f16, bf16, f32")
+    name = element_type_of_xdsl(t)
+    if name is None:
+        expected = ", ".join(ELEMENT_TYPES)
+        raise ShapeError(f"unsupported element type {t}: expected one of {expected}")
+    return name
 
 
 def spec_of(t: Attribute) -> TensorSpec:
@@ -114,7 +105,7 @@ def _tensor_spec(t: TensorType) -> TensorSpec:
 
 
 def tensor_type(spec: TensorSpec) -> TensorType:
-    return TensorType(_ELEMENT_TYPES[spec.dtype], spec.shape)
+    return TensorType(ELEMENT_TYPES[spec.dtype].xdsl, spec.shape)
 
 
 # ------------------------------------------------------------------- attributes

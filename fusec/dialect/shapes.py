@@ -13,7 +13,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-ELEMENT_TYPES = ("f16", "bf16", "f32")
+from fusec.ir import dtypes
+
+ELEMENT_TYPES = tuple(dtypes.ELEMENT_TYPES)
 
 
 class ShapeError(ValueError):

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -49,18 +48,14 @@ from fusec.dialect.ops import spec_of, tensor_type
 from fusec.dialect.shapes import ShapeError, TensorSpec, broadcast_shapes, shape_problem
 from fusec.errors import FusecError, SourceLocation
 from fusec.frontend import onnx_fold
-from fusec.frontend.mlir import named_location, verify_module
+from fusec.ir.diagnostics import named_location, verify_module
+from fusec.ir.dtypes import element_type_of, numpy_dtype
 
 #: ONNX element types fusec has, and their dialect names.
 ELEMENT_TYPES: dict[int, str] = {
     TensorProto.FLOAT: "f32",
     TensorProto.FLOAT16: "f16",
     TensorProto.BFLOAT16: "bf16",
-}
-_NUMPY_TYPES = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
 }
 _DOMAINS = ("", "ai.onnx")
 
@@ -195,7 +190,7 @@ class Importer:
 
     def constant(self, array: np.ndarray, dtype: str, name: str | None = None) -> SSAValue:
         """A dense ``arith.constant`` holding ``array`` converted to ``dtype``."""
-        data = np.ascontiguousarray(np.asarray(array).astype(_NUMPY_TYPES[dtype]))
+        data = np.ascontiguousarray(np.asarray(array).astype(numpy_dtype(dtype)))
         ttype = tensor_type(TensorSpec(tuple(data.shape), dtype))
         dense = DenseIntOrFPElementsAttr(ttype, BytesAttr(data.tobytes()))
         value = self.append(arith.ConstantOp(dense, ttype))
@@ -255,9 +250,9 @@ class Importer:
         return self.arrays.get(names[index])
 
     def dtype_of_array(self, name: str, array: np.ndarray) -> str:
-        for dtype, np_type in _NUMPY_TYPES.items():
-            if array.dtype == np_type:
-                return dtype
+        dtype = element_type_of(array.dtype)
+        if dtype is not None:
+            return dtype
         if name in self.computed:
             raise self.error(
                 f"value '{name}' is a {array.dtype} constant (computed at import) used as data: "

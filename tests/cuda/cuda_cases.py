@@ -143,8 +143,8 @@ def softmax_axis(shape, axis: int, dtype: str) -> str:
 def random_inputs(module, seed: int = 0) -> list[np.ndarray]:
     """Fresh random arguments (never zeros) for the entry function of ``module``."""
     from fusec.dialect.ops import spec_of
-    from fusec.runtime.dtypes import numpy_dtype
-    from fusec.runtime.reference import entry_function
+    from fusec.ir.dtypes import numpy_dtype
+    from fusec.ir.module import entry_function
 
     rng = np.random.default_rng(seed)
     fn = entry_function(module)

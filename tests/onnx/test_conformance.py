@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from fusec.conformance import ConformanceReport, node_cases, run_conformance
 from fusec.frontend.onnx_import import supported_operators
+from fusec.tools.conformance import ConformanceReport, node_cases, run_conformance
 
 
 def _cpu_available() -> bool:

@@ -21,8 +21,8 @@ from profiles import examples
 
 import fusec
 from fusec.dialect import ops as ai
-from fusec.frontend.mlir import error_at, location_of
 from fusec.frontend.onnx_import import UnsupportedOnnx, import_model
+from fusec.ir.diagnostics import error_at, location_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

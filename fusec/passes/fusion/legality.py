@@ -46,7 +46,7 @@ class Verdict:
 def where(op: Operation) -> str:
     """``line:col`` of an op, or ``node "name"`` for an imported ONNX node, for messages
     (the remark line itself names the file)."""
-    from fusec.frontend.mlir import location_of
+    from fusec.ir.diagnostics import location_of
 
     loc = location_of(op)
     if loc is None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from xdsl.dialects.builtin import ModuleOp
+
 from fusec.dialect import ops as ai
 from fusec.target import Target, Template
 
@@ -35,6 +37,11 @@ class CpuTarget(Target):
         from fusec.targets.cpu.backend import CpuBackend
 
         return CpuBackend(cache)
+
+    def program(self, module: ModuleOp, entry: str | None = None, cache: Any = None) -> Any:
+        from fusec.runtime.launch import Program
+
+        return Program(module, entry, self, cache)
 
 
 TARGET = CpuTarget()

@@ -98,7 +98,7 @@ class CudaTarget(Target):
 
     def unavailable_reason(self) -> str | None:
         from fusec.extras import install_hint
-        from fusec.targets.cuda.runtime import cuda_support, gpu_available, simulator_enabled
+        from fusec.targets.cuda.env import cuda_support, gpu_available, simulator_enabled
 
         problem = cuda_support()
         if problem is not None:
@@ -108,22 +108,22 @@ class CudaTarget(Target):
         return None
 
     def auto_selectable(self) -> bool:
-        from fusec.targets.cuda.runtime import gpu_available
+        from fusec.targets.cuda.env import gpu_available
 
         return gpu_available()  # never the simulator behind the caller's back
 
     def assembly(self, kernel: KernelSource, arch: str) -> str:
-        from fusec.targets.cuda.runtime import emit_ptx, parse_arch
+        from fusec.targets.cuda.kernels import emit_ptx, parse_arch
 
         return emit_ptx(kernel, parse_arch(arch)) or "// (no Numba kernel: see its header)\n"
 
     def backend(self, cache: Any = None) -> Any:
-        from fusec.targets.cuda.runtime import CudaBackend
+        from fusec.targets.cuda.program import CudaBackend
 
         return CudaBackend(cache)
 
     def program(self, module: ModuleOp, entry: str | None = None, cache: Any = None) -> Any:
-        from fusec.targets.cuda.runtime import CudaProgram
+        from fusec.targets.cuda.program import CudaProgram
 
         return CudaProgram(module, entry, self, cache)
 

@@ -40,9 +40,10 @@ from fusec.codegen.expr import TORCH, ExprGenerator, error_at, header
 from fusec.codegen.layout import torch_expression
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.ir.dtypes import ELEMENT_TYPES
 from fusec.targets.cuda.common import Source, body_ops, check_leaves, kernel_name, yielded
 
-TORCH_DTYPE = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32"}
+TORCH_DTYPE = {name: f"torch.{t.torch}" for name, t in ELEMENT_TYPES.items()}
 
 #: One PyTorch call per op, over the operand expressions (each already in the
 #: op's element type). Elementwise ops missing here use their scalar fact.
@@ -299,11 +300,7 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
         "each in its declared element type, on the caller's stream",
     ]
     helpers = [h for h in ("ieee_conv2d", "ieee_matmul", "ieee_addmm") if f"{h}(" in code.text()]
-    imports = (
-        [f"from fusec.targets.cuda.torch_runtime import {', '.join(helpers)}", ""]
-        if helpers
-        else []
-    )
+    imports = [f"from fusec.targets.cuda.abi import {', '.join(helpers)}", ""] if helpers else []
     source = "\n".join(
         [
             header(fused_op, notes=notes),
@@ -316,7 +313,10 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
         ]
     )
     inputs, outputs = io_specs(fused_op)
-    return KernelSource(name, fused_op.kind_name, "cuda", source, inputs, outputs, array_dtype=None)
+    kind = fused_op.kind_name
+    return KernelSource(
+        name, kind, "cuda", source, inputs, outputs, array_dtype=None, runs_op_by_op=True
+    )
 
 
 def _in_dtype(name: str, value, op: ai.AiOp) -> str:
