@@ -59,14 +59,20 @@ def import_onnx(
     weights_as_args: bool = False,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> Any:
-    """``from_onnx`` with what the import did: an ``ImportResult`` (``.module``,
-    ``.evaluated``: the nodes folded at import by operator, ``.summary()``)."""
+    """``from_onnx`` with what the import did: an ``ImportResult`` (``.module``;
+    ``.evaluated``, the nodes folded at import by operator; ``.recognized``, what the
+    ``recognize-patterns`` pass of the default pipeline rewrites in it; ``.summary()``)."""
     from fusec.extras import require
 
     require("onnx", "importing ONNX")
     from fusec.frontend.onnx_import import import_onnx as import_model
+    from fusec.passes.recognize import recognize
 
-    return import_model(model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes)
+    result = import_model(
+        model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes
+    )
+    result.recognized.update(recognize(result.module.clone()))
+    return result
 
 
 def print_ir(module: ModuleOp, *, locations: bool = False) -> str:

@@ -136,11 +136,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     )
     _emit(print_ir(result.module, locations=True), args.output)
     sys.stderr.write(f"{args.file}: {result.summary()}\n")
-    from fusec.passes.recognize import recognize
-
-    counts = recognize(result.module.clone())  # what the default pipeline will rewrite
-    if counts:
-        found = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+    if result.recognized:  # what the default pipeline's recognize-patterns will rewrite
+        found = ", ".join(f"{name} {n}" for name, n in sorted(result.recognized.items()))
         sys.stderr.write(f"{args.file}: recognize-patterns (in fusec-default) rewrites: {found}\n")
     return EXIT_OK
 

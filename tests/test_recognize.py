@@ -17,7 +17,7 @@ from numerics import assert_close
 import fusec
 from fusec.dialect import ops as ai
 from fusec.passes.recognize import recognize
-from fusec.runtime import runner
+from fusec.tools import runner
 from fusec.runtime.reference import entry_function, run_reference
 
 T = "tensor<2x5x8xf32>"
