@@ -82,6 +82,7 @@ class _Buffer:
     def flat(self) -> Any:
         """The flat numba device array of the storage (for copies and the slow path)."""
         if self._flat is None:
+            assert self._view is not None  # a buffer has its flat array or a way to make it
             self._flat = self._view()
         return self._flat
 

@@ -173,7 +173,7 @@ class GemmKernel:
             map_b = tensor_map(spec.dtype, b, b_pitch, b_box)
             tiles = tile_count(config, m, n, batches)
             grid = min(tiles, sms)
-            values = [ctypes.c_uint64(v) for v in (map_a, map_b, out, *extras)]
+            values: list[Any] = [ctypes.c_uint64(v) for v in (map_a, map_b, out, *extras)]
             values += [ctypes.c_int32(v) for v in (m, n, k, batches)]
             pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
             _check(
