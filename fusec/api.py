@@ -68,9 +68,7 @@ def import_onnx(
     from fusec.frontend.onnx_import import import_onnx as import_model
     from fusec.passes.recognize import recognize
 
-    result = import_model(
-        model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes
-    )
+    result = import_model(model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes)
     result.recognized.update(recognize(result.module.clone()))
     return result
 

@@ -17,8 +17,8 @@ from numerics import assert_close
 import fusec
 from fusec.dialect import ops as ai
 from fusec.passes.recognize import recognize
-from fusec.tools import runner
 from fusec.runtime.reference import entry_function, run_reference
+from fusec.tools import runner
 
 T = "tensor<2x5x8xf32>"
 S = "tensor<f32>"

@@ -105,7 +105,8 @@ def single_use(value: SSAValue) -> bool:
 
 def operands_of(value: SSAValue, op_type: type) -> Sequence[SSAValue] | None:
     """The operands of ``value``'s defining op when it is an ``op_type``."""
-    return value.owner.operands if isinstance(value.owner, op_type) else None
+    owner = value.owner
+    return owner.operands if isinstance(owner, Operation) and isinstance(owner, op_type) else None
 
 
 def factors(value: SSAValue, root: bool = True) -> list[SSAValue]:
@@ -258,9 +259,9 @@ class LayerNormFromMoments(Recognition):
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if not isinstance(op, ai.AddOp | ai.MulOp | ai.DivOp):
             return
-        top = op.results[0]
+        top: SSAValue = op.results[0]
         gamma = beta = None
-        core = top
+        core: SSAValue = top
         if isinstance(op, ai.AddOp):
             found = _affine_part(top, ai.AddOp)
             if found is None or not isinstance(found[0].owner, ai.MulOp):
@@ -310,7 +311,9 @@ def _extended_by(value: SSAValue, op_type: type) -> bool:
     if not single_use(value):
         return False
     user = value.get_user_of_unique_use()
-    return isinstance(user, op_type) and _affine_part(user.results[0], op_type) is not None
+    if user is None or not isinstance(user, op_type):
+        return False
+    return _affine_part(user.results[0], op_type) is not None
 
 
 def _vector_for(value: SSAValue, of: SSAValue) -> bool:
@@ -528,7 +531,7 @@ class ReshapeAfterElementwise(Recognition):
         if not isinstance(op, ai.AiOp) or not op.has_scalar():
             return
         out = shape(op.results[0])
-        sources = []
+        sources: list[SSAValue | None] = []
         for value in op.operands:
             if isinstance(value.owner, ai.ReshapeOp) and single_use(value):
                 sources.append(value.owner.operands[0])
@@ -630,7 +633,8 @@ class NeutralOperand(Recognition):
     label = "identity removed"
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        neutral = {ai.AddOp: 0.0, ai.SubOp: 0.0, ai.MulOp: 1.0}.get(type(op))
+        neutrals: dict[type[Operation], float] = {ai.AddOp: 0.0, ai.SubOp: 0.0, ai.MulOp: 1.0}
+        neutral = neutrals.get(type(op))
         if neutral is None:
             return
         out = shape(op.results[0])
