@@ -513,6 +513,10 @@ class CudaBackend:
 
     def load(self, kernel: KernelSource) -> Callable[..., Any]:
         module = load_kernel_module(kernel, self.cache)
+        gemm = getattr(module, "GEMM", None)
+        if gemm is not None and not simulator_enabled():
+            gemm.load(self.sms)  # a linked cubin (Tensor Core GEMM): launched by address
+            return gemm
         if simulator_enabled() or len(getattr(module, "KERNELS", ())) != 1:
             return getattr(module, kernel.entry)
         return _DirectLaunch(module, self.sms)
@@ -528,7 +532,10 @@ class CudaBackend:
             for k, (a, spec) in enumerate(zip(inputs, specs, strict=True))
         ]
         outs = [adapter.empty(spec, stream) for spec in launch.kernel.outputs]
-        fn(*(b.flat for b in bufs), *(o.flat for o in outs), stream=stream.numba, sms=self.sms)
+        if hasattr(fn, "direct"):
+            fn.direct(stream.ptr, bufs, outs)
+        else:
+            fn(*(b.flat for b in bufs), *(o.flat for o in outs), stream=stream.numba, sms=self.sms)
         results = [adapter.result(o, stream) for o in outs]
         stream.synchronize()
         return results
@@ -678,8 +685,9 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
                 for out in outputs:
                     _fill_nan(out, stream_ref)
             with nvtx_range(label):
-                if isinstance(fn, _DirectLaunch):
-                    fn.direct(stream_ref.ptr, inputs, outputs)
+                direct = getattr(fn, "direct", None)  # _DirectLaunch, GemmLaunch: by address
+                if direct is not None:
+                    direct(stream_ref.ptr, inputs, outputs)
                 else:
                     fn(
                         *(b.flat for b in inputs),
