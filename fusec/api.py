@@ -225,7 +225,9 @@ def compile(  # noqa: A001 - the public name is part of the API contract
 ) -> CompiledModule:
     """Parse (unless given a module), run the pipeline and build a CompiledModule.
 
-    On ``cpu``/``cuda`` each ``ai.fused`` group becomes one generated kernel,
+    ``pipeline`` defaults to the target's (``fusec-default``; ``fusec-cuda`` on cuda,
+    which adds the Tensor Core tiling). On ``cpu``/``cuda`` each ``ai.fused`` group
+    becomes one generated kernel,
     compiled (or loaded from the kernel cache) on the first call; an op that
     the pipeline leaves outside every group is an error naming it. Only
     ``target="reference"`` interprets the IR (the numpy executor): it is never
@@ -242,6 +244,10 @@ def compile(  # noqa: A001 - the public name is part of the API contract
         source_text, source_name = read_source(text_or_path)
         module = parse_module(source_text, source_name)
     timings: list[PassTiming] = []
+    if pipeline is None:
+        from fusec.passes import default_pipeline
+
+        pipeline = default_pipeline(concrete)
     run_pipeline(module, pipeline, after_pass=after_pass, timings=timings, source_text=source_text)
 
     if concrete == "reference":

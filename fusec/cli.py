@@ -68,10 +68,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
         parse_arch(args.arch)
         require_cuda_compiler("cannot emit PTX")
+    pipeline = args.pipeline
+    if pipeline is None and source_only:  # the kernels shown are the cuda target's
+        from fusec.passes import default_pipeline
+
+        pipeline = default_pipeline("cuda")
     compiled = fusec_compile(
         _source(args),
         target="reference" if source_only else args.target,
-        pipeline=args.pipeline,
+        pipeline=pipeline,
         entry=args.entry,
         after_pass=after_pass if args.print_ir_after_all else None,
     )

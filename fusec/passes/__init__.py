@@ -15,7 +15,20 @@ from xdsl.passes import ModulePass, PassPipeline
 PIPELINES: dict[str, str] = {
     "fusec-default": "infer-shapes,canonicalize,cse,"
     "fuse-prologue,fuse-epilogue,fuse-reduction,fuse-elementwise,fuse-singletons",
+    # the cuda target: a softmax of any row length joins its matmul (rows longer than a
+    # block tile take the GEMM's partials epilogue and a finalise pass), then the tile
+    "fusec-cuda": "infer-shapes,canonicalize,cse,fuse-prologue,"
+    "fuse-epilogue{softmax_tile_limit=1048576},fuse-reduction,fuse-elementwise,"
+    "fuse-singletons,tile-gemm",
 }
+
+#: The pipeline each target compiles with when none is given.
+TARGET_PIPELINES: dict[str, str] = {"cuda": "fusec-cuda"}
+
+
+def default_pipeline(target: str) -> str:
+    """The named pipeline ``target`` uses by default (``fusec-default`` for most)."""
+    return TARGET_PIPELINES.get(target, "fusec-default")
 
 
 def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
@@ -49,6 +62,11 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return load
 
+    def tile_gemm():
+        from fusec.passes.tile_gemm import TileGemmPass
+
+        return TileGemmPass
+
     from fusec.passes.fusion import FUSION_PASSES
 
     return {
@@ -56,6 +74,7 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "canonicalize": canonicalize,
         "cse": cse,
         "dce": dce,
+        "tile-gemm": tile_gemm,
         **{name: fusion_pass(*where) for name, where in FUSION_PASSES.items()},
     }
 

@@ -243,23 +243,47 @@ class Prepared:
     copies: tuple  # padded-pitch copies to queue before the kernel (CUDA_MEMCPY2D)
 
 
-class GemmKernel:
-    """A loaded GEMM cubin: launch it with ``__call__``."""
+class LoadedKernel:
+    """A loaded cubin of one kernel (the GEMM or one of its auxiliary kernels)."""
 
-    def __init__(self, spec: cpp.GemmSpec, cubin: bytes) -> None:
+    def __init__(self, cubin: bytes, smem_bytes: int = 0) -> None:
         make_context_current()
         drv = driver()
-        self.spec = spec
         self.drv = drv
         self.module = _check(drv.cuModuleLoadData(cubin))
         count = int(_check(drv.cuModuleGetFunctionCount(self.module)))
         functions = _check(drv.cuModuleEnumerateFunctions(count, self.module))
         functions = functions if isinstance(functions, (list, tuple)) else [functions]
         if len(functions) != 1:
-            raise FusecError(f"GEMM cubin holds {len(functions)} kernels, expected 1")
+            raise FusecError(f"a fusec cubin holds {len(functions)} kernels, expected 1")
         self.function = functions[0]
-        attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        _check(drv.cuFuncSetAttribute(self.function, attr, spec.config.smem_bytes))
+        self.smem_bytes = smem_bytes
+        if smem_bytes:
+            attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _check(drv.cuFuncSetAttribute(self.function, attr, smem_bytes))
+
+    def launch_raw(self, grid: int, threads: int, stream: Any, params: int) -> None:
+        """Queue one launch on ``stream`` (a CUstream) with the parameter block ``params``."""
+        (err,) = self.drv.cuLaunchKernel(
+            self.function, grid, 1, 1, threads, 1, 1, self.smem_bytes, stream, params, 0
+        )
+        if int(err) != 0:
+            raise FusecError(f"CUDA driver error {int(err)} ({err}) launching a fusec kernel")
+
+
+def parameter_block(u64s: Any, i32s: Any) -> tuple[int, tuple]:
+    """(address of the void* array cuLaunchKernel reads, the ctypes objects to keep alive)."""
+    values = [ctypes.c_uint64(v) for v in u64s] + [ctypes.c_int32(v) for v in i32s]
+    pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+    return ctypes.addressof(pointers), (values, pointers)
+
+
+class GemmKernel(LoadedKernel):
+    """A loaded GEMM cubin: launch it with ``__call__``."""
+
+    def __init__(self, spec: cpp.GemmSpec, cubin: bytes) -> None:
+        super().__init__(cubin, spec.config.smem_bytes)
+        self.spec = spec
         self.lock = threading.Lock()
         self.prepared: dict[tuple, Prepared] = {}
         #: padded copies of operands TMA cannot read in place, per (stream, operand, bytes):
@@ -293,25 +317,9 @@ class GemmKernel:
 
     def launch(self, prepared: Prepared) -> None:
         """Queue the padded-pitch copies (if any) and the kernel of ``prepared``."""
-        drv = self.drv
         for copy in prepared.copies:
-            _check(drv.cuMemcpy2DAsync(copy, prepared.stream))
-        config = self.spec.config
-        (err,) = drv.cuLaunchKernel(
-            self.function,
-            prepared.grid,
-            1,
-            1,
-            config.threads,
-            1,
-            1,
-            config.smem_bytes,
-            prepared.stream,
-            prepared.params,
-            0,
-        )
-        if int(err) != 0:
-            raise FusecError(f"CUDA driver error {int(err)} ({err}) launching the GEMM kernel")
+            _check(self.drv.cuMemcpy2DAsync(copy, prepared.stream))
+        self.launch_raw(prepared.grid, self.spec.config.threads, prepared.stream, prepared.params)
 
     def prepare(
         self,
@@ -345,19 +353,10 @@ class GemmKernel:
             map_b = tensor_map(spec.dtype, b, b_pitch, b_box, stream)
             if _maps.generation != generation:  # a slab was retired meanwhile: map_a is gone
                 map_a = tensor_map(spec.dtype, a, a_pitch, a_box, stream)
-            values = [ctypes.c_uint64(v) for v in (map_a, map_b, out, *extras)]
-            values += [ctypes.c_int32(v) for v in (m, n, k, batches)]
-            pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+            params, keep = parameter_block((map_a, map_b, out, *extras), (m, n, k, batches))
             grid = min(tile_count(config, m, n, batches), sms)
             copies = tuple(c for c in (a_copy, b_copy) if c is not None)
-            return Prepared(
-                _maps.generation,
-                handle,
-                grid,
-                ctypes.addressof(pointers),
-                (values, pointers),
-                copies,
-            )
+            return Prepared(_maps.generation, handle, grid, params, keep, copies)
 
     def _pitched(self, op: Operand, role: str, stream: int) -> tuple[Operand, int, Any]:
         """``op``, its row pitch in bytes and the copy (or None) that makes it readable by
