@@ -832,11 +832,53 @@ def module_kernels(module: Any, entry: str | None = None) -> list[KernelSource]:
     return [generate(op, "cuda", f"k{index}") for index, op in enumerate(groups)]
 
 
+def linked_specs(kernel: KernelSource) -> list:
+    """The generated-C++ kernels of a Tensor Core GEMM group's module, in launch order
+    (LayerNorm pre-pass, GEMM, softmax finalise); [] for other modules."""
+    if "GEMM = GemmLaunch(" not in kernel.source:
+        return []
+    namespace: dict[str, Any] = {"__name__": f"_fusec_specs_{kernel.name}"}
+    exec(compile(kernel.source, f"<fusec kernel {kernel.name}>", "exec"), namespace)
+    gemm = namespace["GEMM"]
+    specs = [gemm.prologue.spec] if gemm.prologue is not None else []
+    specs.append(gemm.spec)
+    if gemm.finalise is not None:
+        specs.append(gemm.finalise.spec)
+    return specs
+
+
 def module_ptx(module: Any, entry: str | None, cc: tuple[int, int]) -> list[tuple[str, str, str]]:
     """(kernel name, kind, PTX) of every ai.fused group of the entry function, in order,
-    compiled for compute capability ``cc`` with NVVM only, so no GPU is needed."""
+    compiled for compute capability ``cc`` with NVVM only, so no GPU is needed. A Tensor
+    Core GEMM group's PTX is its linked kernels' (nvJitLink, link-time optimised) for
+    sm_90a, which the wgmma instructions need."""
     out = []
     for kernel in module_kernels(module, entry):
-        ptx = emit_ptx(kernel, cc)
-        out.append((kernel.name, kernel.kind, ptx or "// (no Numba kernel: PyTorch fallback)\n"))
+        specs = linked_specs(kernel)
+        if specs:
+            if cc != (9, 0):
+                raise FusecError(
+                    f"kernel {kernel.name} is a Hopper Tensor Core GEMM: its PTX exists for "
+                    "sm_90a only (give --arch sm_90a)"
+                )
+            from fusec.targets.cuda.gemm.build import linked_ptx
+
+            ptx = "\n".join(f"// {spec.function_name}\n{linked_ptx(spec)}" for spec in specs)
+        else:
+            ptx = emit_ptx(kernel, cc) or "// (no Numba kernel: PyTorch fallback)\n"
+        out.append((kernel.name, kernel.kind, ptx))
+    return out
+
+
+def module_cpp(module: Any, entry: str | None) -> list[tuple[str, str, str]]:
+    """(kernel name, kind, generated CUDA C++) of every ai.fused group, in order; groups
+    without generated C++ (Numba kernels, the PyTorch fallback) say so in a comment."""
+    out = []
+    for kernel in module_kernels(module, entry):
+        specs = linked_specs(kernel)
+        if specs:
+            text = "\n".join(spec.cpp_source() for spec in specs)
+        else:
+            text = "// no generated C++: a Numba kernel or the PyTorch fallback (--emit kernels)\n"
+        out.append((kernel.name, kernel.kind, text))
     return out

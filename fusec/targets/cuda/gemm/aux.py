@@ -198,9 +198,9 @@ extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
     s1 = fs_warp_sum(s1);
     s2 = fs_warp_sum(s2);
     if (lane == 0) {{
-      const float dm = s1 / (float)K;
-      const float var = fmaxf(s2 / (float)K - dm * dm, 0.0f);
-      const float rstd = 1.0f / sqrtf(var + {cpp_literal(self.epsilon)});
+      const float dm = __fdividef(s1, (float)K);
+      const float var = fmaxf(__fdividef(s2, (float)K) - dm * dm, 0.0f);
+      const float rstd = rsqrtf(var + {cpp_literal(self.epsilon)});
       ((float2*)stats)[row] = make_float2(shift + dm, rstd);
     }}
     return 0;
@@ -279,7 +279,7 @@ extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
     const float2 p = part[t];
     sum += p.y * expf(p.x - shift);
   }}
-  const float inv = 1.0f / sum;
+  const float inv = __fdividef(1.0f, sum);  // sum >= 1: the max term is exp(0)
   const long long base = r * N;
   for (int col = threadIdx.x; col < N; col += blockDim.x) {{
     const float s = expf({load} - shift) * inv;

@@ -159,7 +159,8 @@ def linked_ptx(spec: LinkedKernel, cache: Any = None) -> str:
     cache = cache if cache is not None else default_cache()
     source = spec.cpp_source()
     key = cache_key(source, python_source(spec, "<cu>"), ARCH, _tool_versions(), "gemm-ptx")
-    return cache.get_or_build(key, lambda: _link(spec, source, cache, "ptx")[0]).decode()
+    ptx = cache.get_or_build(key, lambda: _link(spec, source, cache, "ptx")[0])
+    return ptx.replace(b"\x00", b"").decode()
 
 
 def _link(spec: LinkedKernel, source: str, cache: Any, output: str = "cubin") -> tuple[bytes, str]:
@@ -205,6 +206,7 @@ def _link(spec: LinkedKernel, source: str, cache: Any, output: str = "cubin") ->
         link_time_optimization=True,
         verbose=True,
         optimization_level=3,
+        ptx=output == "ptx",
     )
     linker = Linker(
         ObjectCode.from_ltoir(kernel_ltoir, name="kernel"), cu_ltoir, options=link_options
@@ -230,7 +232,7 @@ def _kernel_namespace(spec: LinkedKernel, source: str, cache: Any) -> dict:
             _atomic_write(path, source.encode(), exclusive=False)
     except OSError as err:
         raise FusecError(f"cannot write the GEMM source under {cache.root}: {err}") from None
-    namespace: dict = {"__name__": f"_fusec_gemm_{spec.key}"}
+    namespace: dict = {"__name__": f"_fusec_{spec.function_name}"}
     code = python_source(spec, str(path))
     exec(compile(code, f"<fusec gemm {spec.function_name}>", "exec"), namespace)
     return namespace

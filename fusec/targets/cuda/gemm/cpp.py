@@ -396,7 +396,7 @@ def _store_section(spec: GemmSpec, extras_args: str) -> str:
           }}
 """
         return head + body + tail
-    body += f"""          const float inv = 1.0f / sum;
+    body += f"""          const float inv = __fdividef(1.0f, sum);  // sum >= 1: exp(0) is a term
           if (live) {{
             const long long row_base = out_base + (long long)row * N;
 #pragma unroll
