@@ -131,10 +131,10 @@ class GemmLaunch:
         self._run(call)
 
     def __call__(self, inputs: tuple, output: Any, stream: Any = 0, sms: int = 132) -> None:
-        from fusec.runtime.cuda import stream_ptr
+        from fusec.runtime.cuda_streams import explicit_handle
 
         self.sms = sms
-        key = (stream_ptr(stream), _address(output), *[_address(x) for x in inputs])
+        key = (explicit_handle(stream), _address(output), *[_address(x) for x in inputs])
         call = self.calls.get(key)
         if call is None or call.generation != host.maps_generation():
             call = self._prepare(key)
