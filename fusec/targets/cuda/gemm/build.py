@@ -200,13 +200,14 @@ def _link(spec: LinkedKernel, source: str, cache: Any, output: str = "cubin") ->
         abi="numba",
         launch_bounds=(spec.threads, 1),
     )
+    extra = {"ptx": True} if output == "ptx" else {}  # (the cubin path as in older cuda-core)
     link_options = LinkerOptions(
         name=name,
         arch=ARCH,
         link_time_optimization=True,
         verbose=True,
         optimization_level=3,
-        ptx=output == "ptx",
+        **extra,
     )
     linker = Linker(
         ObjectCode.from_ltoir(kernel_ltoir, name="kernel"), cu_ltoir, options=link_options

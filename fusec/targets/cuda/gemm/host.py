@@ -131,7 +131,8 @@ class _MapCache:
         words = (ctypes.c_uint64 * 16)(*[int(v) for v in tensor_map.opaque])
         ctypes.memmove(slab.host + offset, ctypes.addressof(words), _MAP_BYTES)
         handle = drv.CUstream(stream)
-        _check(drv.cuMemcpyHtoDAsync(slab.device + offset, slab.host + offset, _MAP_BYTES, handle))
+        target = drv.CUdeviceptr(slab.device + offset)
+        _check(drv.cuMemcpyHtoDAsync(target, slab.host + offset, _MAP_BYTES, handle))
         event = None
         if not _capturing(drv, handle):  # inside a graph capture the graph orders it
             event = _check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING))
@@ -173,7 +174,7 @@ class _MapCache:
             if all(int(drv.cuEventQuery(e)[0]) == 0 for e in events):
                 for event in events:
                     _check(drv.cuEventDestroy(event))
-                _check(drv.cuMemFree(slab.device))
+                _check(drv.cuMemFree(drv.CUdeviceptr(slab.device)))
                 _check(drv.cuMemFreeHost(slab.host))
             else:
                 keep.append((slab, events))

@@ -150,7 +150,7 @@ class GemmLaunch:
                 kernel.launch_raw(grid, threads, stream, params)
             else:
                 _, ptr, words, stream = step
-                host._check(drv.cuMemsetD32Async(ptr, 0, words, stream))
+                host._check(drv.cuMemsetD32Async(drv.CUdeviceptr(ptr), 0, words, stream))
 
     def _prepare(self, key: tuple) -> _Call:
         kernel = self.kernel or self.load()
