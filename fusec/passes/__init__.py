@@ -9,6 +9,7 @@ as ``fusec-default`` expand in place.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from xdsl.passes import ModulePass, PassPipeline
 
@@ -21,14 +22,6 @@ PIPELINES: dict[str, str] = {
     "fuse-epilogue{softmax_tile_limit=1048576},fuse-reduction,fuse-elementwise,"
     "fuse-singletons,tile-gemm",
 }
-
-#: The pipeline each target compiles with when none is given.
-TARGET_PIPELINES: dict[str, str] = {"cuda": "fusec-cuda"}
-
-
-def default_pipeline(target: str) -> str:
-    """The named pipeline ``target`` uses by default (``fusec-default`` for most)."""
-    return TARGET_PIPELINES.get(target, "fusec-default")
 
 
 def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
@@ -85,8 +78,27 @@ def expand_spec(spec: str) -> str:
     return ",".join(PIPELINES.get(p, p) for p in parts)
 
 
-def build_pipeline(spec: str | None = None, callback=None) -> PassPipeline:
-    """A PassPipeline from an xDSL pipeline spec; ``None`` means ``fusec-default``."""
+def build_pipeline(
+    spec: str | None = None, callback=None, target: str | None = None
+) -> PassPipeline:
+    """A PassPipeline from an xDSL pipeline spec; ``None`` means ``fusec-default``.
+
+    ``target`` becomes the ``target`` option of every fusion pass that does not
+    name one itself: the groups are then planned for that back end.
+    """
+    pipeline = _parse_pipeline(spec, callback)
+    if target is None:
+        return pipeline
+    from fusec.passes.fusion.driver import FusionPass
+
+    passes = tuple(
+        replace(p, target=target) if isinstance(p, FusionPass) and p.target is None else p
+        for p in pipeline.passes
+    )
+    return PassPipeline(passes, pipeline.callback)
+
+
+def _parse_pipeline(spec: str | None, callback) -> PassPipeline:
     from xdsl.utils.exceptions import ArgSpecParseError
 
     from fusec.errors import FusecError

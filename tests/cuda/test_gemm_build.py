@@ -21,7 +21,7 @@ from fusec.targets.cuda.gemm.config import TileConfig, choose_config
 
 def _toolchain() -> str | None:
     try:
-        from fusec.runtime.cuda import cuda_support, simulator_enabled
+        from fusec.targets.cuda.runtime import cuda_support, simulator_enabled
     except ImportError as err:
         return str(err)
     if simulator_enabled():
@@ -153,10 +153,10 @@ SPECS = [
 def _group_specs(text: str) -> list:
     """The linked kernels (pre-pass, GEMM, finalise) the template makes of ``text``."""
     import fusec
-    from fusec.runtime.cuda import linked_specs, module_kernels
+    from fusec.targets.cuda.gemm.template import linked_specs
 
-    compiled = fusec.compile(text, target="reference", pipeline="fusec-cuda")
-    (kernel,) = module_kernels(compiled.module, compiled.entry)
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    (kernel,) = compiled.kernels
     return linked_specs(kernel)
 
 

@@ -68,11 +68,11 @@ def test_tuned_record_wins_over_the_heuristic(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
     path = HERE / "tile_gemm_4096.mlir"
-    compiled = fusec.compile(path, target="reference", pipeline="fusec-cuda")
+    compiled = fusec.compile(path, target="cuda", executable=False)
     (group,) = [op for op in compiled.module.walk() if isinstance(op, ai.FusedOp)]
     key = tuning.problem_key(group, template.plan(group), current_device())
     tuning.record(key, TileConfig(256, 128, 64, 4, 2, 8), {"256x128x64 s4 c2 g8": 0.2})
-    again = fusec.compile(path, target="reference", pipeline="fusec-cuda")
+    again = fusec.compile(path, target="cuda", executable=False)
     assert "block = array<i64: 256, 128, 64>" in again.ir and 'choice = "tuned"' in again.ir
     untuned = fusec.compile(
         path, target="reference", pipeline="fusec-default,tile-gemm{tuned=false}"

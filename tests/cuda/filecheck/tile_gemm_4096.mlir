@@ -1,4 +1,4 @@
-// RUN: fusec compile %s --pipeline fusec-cuda | filecheck %s
+// RUN: fusec compile %s --target cuda | filecheck %s
 // A large square problem takes the 128x256 tile (two consumer warpgroups, 4 stages):
 // 512 tiles fill the 132 SMs of an H200 (the device without a GPU) in 4 waves.
 // CHECK: ai.fused "matmul" (%a, %b, %bias) {fusec.tile = {block = array<i64: 128, 256, 64>, mma = "m64n256k16", stages = 4 : i64, consumers = 2 : i64, group_m = 8 : i64, choice = "heuristic"}}

@@ -1,4 +1,4 @@
-// RUN: fusec compile %s --pipeline fusec-cuda | filecheck %s
+// RUN: fusec compile %s --target cuda | filecheck %s
 // f32 matmuls keep IEEE f32 maths (the PyTorch fallback, no TF32): no Tensor Core tile.
 // CHECK: ai.fused "matmul"
 // CHECK-NOT: fusec.tile

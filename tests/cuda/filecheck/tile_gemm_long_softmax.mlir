@@ -1,5 +1,5 @@
-// RUN: fusec compile %s --pipeline fusec-cuda | filecheck %s
-// RUN: fusec compile %s | filecheck %s --check-prefix=DEFAULT
+// RUN: fusec compile %s --target cuda | filecheck %s
+// RUN: fusec compile %s --target cuda --pipeline fusec-default | filecheck %s --check-prefix=DEFAULT
 // On the cuda pipeline a 4096-long softmax row joins its matmul (partials + finalise pass),
 // tiled like any large GEMM; the default pipeline keeps it a separate row-reduce group.
 // CHECK: ai.fused "matmul" (%x, %g, %be, %w) {fusec.tile = {block = array<i64: 128, 256, 64>

@@ -131,7 +131,7 @@ class GemmLaunch:
         self._run(call)
 
     def __call__(self, inputs: tuple, output: Any, stream: Any = 0, sms: int = 132) -> None:
-        from fusec.runtime.cuda_streams import explicit_handle
+        from fusec.targets.cuda.streams import explicit_handle
 
         self.sms = sms
         key = (explicit_handle(stream), _address(output), *[_address(x) for x in inputs])

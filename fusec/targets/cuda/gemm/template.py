@@ -24,7 +24,7 @@ the output's shape. The parts map onto the kernel as follows:
 
 Everything else (f32 graphs, which keep IEEE f32 maths; partial batch
 broadcasting; 1-D operands; other prologues) is served by the PyTorch fallback
-(``fusec.codegen.cuda_torch``), whose kernel header says why.
+(``fusec.targets.cuda.torch_fallback``), whose kernel header says why.
 
 The tile configuration comes from the ``fusec.tile`` attribute the
 ``tile-gemm`` pass writes on the group, or the same heuristic when absent.
@@ -36,7 +36,6 @@ import math
 from dataclasses import dataclass
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.cuda_common import body_ops, kernel_name
 from fusec.codegen.expr import (
     ELEMENTWISE_OPS,
     CppExprGenerator,
@@ -47,6 +46,7 @@ from fusec.codegen.expr import (
 )
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.targets.cuda.common import body_ops, kernel_name
 from fusec.targets.cuda.gemm import aux
 from fusec.targets.cuda.gemm.config import (
     TileConfig,
@@ -347,12 +347,12 @@ def gemm_spec(fused_op: ai.FusedOp, p: GemmPlan, config: TileConfig):
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The kernel module of a matmul group (the fallback's when the kernel cannot serve it)."""
-    from fusec.codegen import cuda_torch
+    from fusec.targets.cuda import torch_fallback
 
     name = kernel_name(name)
     p = plan(fused_op)
     if isinstance(p, str):
-        return cuda_torch.generate(fused_op, name, reason=p)
+        return torch_fallback.generate(fused_op, name, reason=p)
     config = tile_config(fused_op, p)
     spec, sources, finalise, prep = gemm_spec(fused_op, p, config)
     args = {arg: i for i, arg in enumerate(fused_op.block.args)}
@@ -406,3 +406,27 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     )
     ins, outs = io_specs(fused_op)
     return KernelSource(name, "matmul", "cuda", source, ins, outs, array_dtype=None)
+
+
+def linked_specs(kernel: KernelSource) -> list:
+    """The generated-C++ kernels of a GEMM group's module, in launch order (LayerNorm
+    pre-pass, GEMM, softmax finalise); [] for other modules (the fallback's, Numba's)."""
+    if kernel.kind != "matmul" or "GEMM = GemmLaunch(" not in kernel.source:
+        return []
+    namespace: dict = {"__name__": f"_fusec_specs_{kernel.name}"}
+    exec(compile(kernel.source, f"<fusec kernel {kernel.name}>", "exec"), namespace)
+    gemm = namespace["GEMM"]
+    specs = [gemm.prologue.spec] if gemm.prologue is not None else []
+    specs.append(gemm.spec)
+    if gemm.finalise is not None:
+        specs.append(gemm.finalise.spec)
+    return specs
+
+
+def cpp_text(kernel: KernelSource) -> str:
+    """The generated CUDA C++ of ``kernel`` (``--emit cuda``), or a comment saying there is
+    none (Numba kernels, the PyTorch fallback)."""
+    specs = linked_specs(kernel)
+    if not specs:
+        return "// no generated C++: a Numba kernel or the PyTorch fallback (--emit kernels)\n"
+    return "\n".join(spec.cpp_source() for spec in specs)

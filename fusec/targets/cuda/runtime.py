@@ -27,7 +27,8 @@ from fusec.codegen import KernelSource
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import TensorSpec
 from fusec.errors import FusecError
-from fusec.runtime.cuda_streams import (
+from fusec.runtime.launch import nvtx_range
+from fusec.targets.cuda.streams import (
     LEGACY,
     StreamRef,
     current_torch_ref,
@@ -36,7 +37,6 @@ from fusec.runtime.cuda_streams import (
     stream_ref,
     wait_for,
 )
-from fusec.runtime.launch import nvtx_range
 
 _SEARCH_PATH_VAR = "NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS"
 _prepared = False
@@ -312,7 +312,7 @@ class _Adapter:
     # ------------------------------------------------------------ streams
     def stream(self, explicit: Any) -> StreamRef:
         """The stream to launch on: ``explicit``, else the caller's current one
-        (see ``fusec.runtime.cuda_streams``)."""
+        (see ``fusec.targets.cuda.streams``)."""
         if simulator_enabled():  # one stream, handle 0, in the simulator
             return explicit if isinstance(explicit, StreamRef) else stream_ref(0)
         if explicit is not None:
@@ -549,7 +549,7 @@ class CudaBackend:
 
 
 class TorchGroup:
-    """A conv/matmul group that runs through PyTorch (``fusec.codegen.cuda_torch``).
+    """A conv/matmul group that runs through PyTorch (``fusec.targets.cuda.torch_fallback``).
 
     Called with torch tensors of the group's operand types, on torch's current
     stream (the caller arranges that it is the call's stream); returns
@@ -664,6 +664,9 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
     current stream, no synchronisation). Intermediate tensors between groups
     stay on the device.
     """
+
+    #: ``CompiledModule(..., stream=s)`` queues the work on ``s``.
+    takes_stream = True
 
     def __init__(
         self, module: Any, entry: str | None = None, target: str = "cuda", cache: Any = None
@@ -894,67 +897,3 @@ def _check(result: Any) -> Any:
     if int(err) != 0:
         raise FusecError(f"CUDA driver error {int(err)} ({err})")
     return values[0] if len(values) == 1 else tuple(values) if values else None
-
-
-def module_kernels(module: Any, entry: str | None = None) -> list[KernelSource]:
-    """The CUDA kernel modules of every ai.fused group of the entry function, in order,
-    named as ``compile(target="cuda")`` names them (``k0``, ``k1``...); no GPU needed."""
-    from fusec.codegen import generate
-    from fusec.dialect import ops as ai
-    from fusec.runtime.reference import entry_function
-
-    function = entry_function(module, entry)
-    groups = [op for op in function.body.block.ops if isinstance(op, ai.FusedOp)]
-    return [generate(op, "cuda", f"k{index}") for index, op in enumerate(groups)]
-
-
-def linked_specs(kernel: KernelSource) -> list:
-    """The generated-C++ kernels of a Tensor Core GEMM group's module, in launch order
-    (LayerNorm pre-pass, GEMM, softmax finalise); [] for other modules."""
-    if "GEMM = GemmLaunch(" not in kernel.source:
-        return []
-    namespace: dict[str, Any] = {"__name__": f"_fusec_specs_{kernel.name}"}
-    exec(compile(kernel.source, f"<fusec kernel {kernel.name}>", "exec"), namespace)
-    gemm = namespace["GEMM"]
-    specs = [gemm.prologue.spec] if gemm.prologue is not None else []
-    specs.append(gemm.spec)
-    if gemm.finalise is not None:
-        specs.append(gemm.finalise.spec)
-    return specs
-
-
-def module_ptx(module: Any, entry: str | None, cc: tuple[int, int]) -> list[tuple[str, str, str]]:
-    """(kernel name, kind, PTX) of every ai.fused group of the entry function, in order,
-    compiled for compute capability ``cc`` with NVVM only, so no GPU is needed. A Tensor
-    Core GEMM group's PTX is its linked kernels' (nvJitLink, link-time optimised) for
-    sm_90a, which the wgmma instructions need."""
-    out = []
-    for kernel in module_kernels(module, entry):
-        specs = linked_specs(kernel)
-        if specs:
-            if cc != (9, 0):
-                raise FusecError(
-                    f"kernel {kernel.name} is a Hopper Tensor Core GEMM: its PTX exists for "
-                    "sm_90a only (give --arch sm_90a)"
-                )
-            from fusec.targets.cuda.gemm.build import linked_ptx
-
-            ptx = "\n".join(f"// {spec.function_name}\n{linked_ptx(spec)}" for spec in specs)
-        else:
-            ptx = emit_ptx(kernel, cc) or "// (no Numba kernel: PyTorch fallback)\n"
-        out.append((kernel.name, kernel.kind, ptx))
-    return out
-
-
-def module_cpp(module: Any, entry: str | None) -> list[tuple[str, str, str]]:
-    """(kernel name, kind, generated CUDA C++) of every ai.fused group, in order; groups
-    without generated C++ (Numba kernels, the PyTorch fallback) say so in a comment."""
-    out = []
-    for kernel in module_kernels(module, entry):
-        specs = linked_specs(kernel)
-        if specs:
-            text = "\n".join(spec.cpp_source() for spec in specs)
-        else:
-            text = "// no generated C++: a Numba kernel or the PyTorch fallback (--emit kernels)\n"
-        out.append((kernel.name, kernel.kind, text))
-    return out
