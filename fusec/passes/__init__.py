@@ -16,9 +16,13 @@ from xdsl.passes import ModulePass, PassPipeline
 PIPELINES: dict[str, str] = {
     "fusec-default": "infer-shapes,canonicalize,cse,"
     "fuse-prologue,fuse-epilogue,fuse-reduction,fuse-elementwise,fuse-singletons",
-    # the cuda target: a softmax of any row length joins its matmul (rows longer than a
-    # block tile take the GEMM's partials epilogue and a finalise pass), then the tile
-    "fusec-cuda": "infer-shapes,canonicalize,cse,fuse-prologue,"
+    # the cuda target: fusion, then the Tensor Core tile of every GEMM group
+    "fusec-cuda": "fusec-default,tile-gemm",
+    # ... with a softmax of any row length in its matmul's group (rows longer than a block
+    # tile: the GEMM's partials epilogue and a finalise pass). Measured slower than the
+    # softmax as its own kernel on the H200 (benchmarks/results/gemm-2026-11-30.md), so
+    # not the default
+    "fusec-cuda-long-softmax": "infer-shapes,canonicalize,cse,fuse-prologue,"
     "fuse-epilogue{softmax_tile_limit=1048576},fuse-reduction,fuse-elementwise,"
     "fuse-singletons,tile-gemm",
 }
@@ -73,9 +77,9 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
 
 def expand_spec(spec: str) -> str:
-    """Replace named pipelines (``fusec-default``) by their passes."""
+    """Replace named pipelines (``fusec-default``) by their passes (recursively)."""
     parts = [p.strip() for p in spec.split(",") if p.strip()]
-    return ",".join(PIPELINES.get(p, p) for p in parts)
+    return ",".join(expand_spec(PIPELINES[p]) if p in PIPELINES else p for p in parts)
 
 
 def build_pipeline(

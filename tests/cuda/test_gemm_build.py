@@ -155,7 +155,9 @@ def _group_specs(text: str) -> list:
     import fusec
     from fusec.targets.cuda.gemm.template import linked_specs
 
-    compiled = fusec.compile(text, target="cuda", executable=False)
+    compiled = fusec.compile(
+        text, target="cuda", pipeline="fusec-cuda-long-softmax", executable=False
+    )
     (kernel,) = compiled.kernels
     return linked_specs(kernel)
 

@@ -285,6 +285,7 @@ class GemmKernel(LoadedKernel):
     def __init__(self, spec: cpp.GemmSpec, cubin: bytes) -> None:
         super().__init__(cubin, spec.config.smem_bytes)
         self.spec = spec
+        self.threads = spec.config.threads
         self.lock = threading.Lock()
         self.prepared: dict[tuple, Prepared] = {}
         #: padded copies of operands TMA cannot read in place, per (stream, operand, bytes):
@@ -320,7 +321,7 @@ class GemmKernel(LoadedKernel):
         """Queue the padded-pitch copies (if any) and the kernel of ``prepared``."""
         for copy in prepared.copies:
             _check(self.drv.cuMemcpy2DAsync(copy, prepared.stream))
-        self.launch_raw(prepared.grid, self.spec.config.threads, prepared.stream, prepared.params)
+        self.launch_raw(prepared.grid, self.threads, prepared.stream, prepared.params)
 
     def prepare(
         self,
