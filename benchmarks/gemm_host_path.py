@@ -76,11 +76,12 @@ def main() -> int:
     from fake_driver import FakeDriver
 
     import fusec
+    from fusec.dialect.ops import spec_of
     from fusec.runtime.launch import plan_launches
     from fusec.runtime.reference import entry_function
     from fusec.target import resolve_target
     from fusec.targets.cuda.gemm import host
-    from fusec.targets.cuda.runtime import CudaProgram, spec_of
+    from fusec.targets.cuda.program import CudaProgram
 
     driver = FakeDriver(record=False)
     host.driver = lambda: driver

@@ -44,6 +44,11 @@ REGISTRY: dict[str, str] = {
     "cuda": "fusec.targets.cuda.target",
 }
 
+#: Passes a target contributes to the pipelines: pass name -> "module:Class".
+TARGET_PASSES: dict[str, str] = {
+    "tile-gemm": "fusec.targets.cuda.gemm.tiling:TileGemmPass",
+}
+
 #: ``auto`` is the first target of this list that is available.
 AUTO_ORDER: tuple[str, ...] = ("cuda", "cpu")
 
@@ -162,17 +167,25 @@ class Target:
         """The kernel compiled to this target's assembly for ``arch`` (e.g. PTX)."""
         raise FusecError(f"target '{self.name}' has no assembly to emit")
 
+    def native_source(self, kernel: KernelSource) -> str | None:
+        """Source in another language that the kernel's module compiles and links (the
+        CUDA C++ of a Tensor Core GEMM), or None when it has none."""
+        return None
+
+    def tune(self, module: ModuleOp, entry: str | None = None, reps: int = 20) -> list:
+        """Time candidate configurations of the entry function's kernels on this machine
+        and record the fastest for later compilations; one result per tuned kernel."""
+        raise FusecError(f"target '{self.name}' has nothing to tune")
+
     # --------------------------------------------------------------- runtime
     def backend(self, cache: Any = None) -> Any:
         """The ``fusec.runtime.launch.Backend`` that loads and runs this target's kernels."""
         raise FusecError(f"target '{self.name}' runs no generated kernels")
 
     def program(self, module: ModuleOp, entry: str | None = None, cache: Any = None) -> Any:
-        """A callable running the entry function of ``module`` on this target: by
-        default a ``Program`` of one launch per ``ai.fused`` group, on ``backend``."""
-        from fusec.runtime.launch import Program
-
-        return Program(module, entry, self, cache)
+        """A callable running the entry function of ``module`` on this target (usually a
+        ``fusec.runtime.launch.Program``: one launch per group, on ``backend``)."""
+        raise NotImplementedError
 
 
 def target_names() -> tuple[str, ...]:

@@ -47,8 +47,8 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of, tensor_type
 from fusec.dialect.shapes import MAX_RANK, ShapeError, TensorSpec, shape_problem
 from fusec.errors import FusecError, SourceLocation
-from fusec.frontend.mlir import verify_module
-from fusec.runtime.dtypes import element_type_of, numpy_dtype
+from fusec.ir.diagnostics import verify_module
+from fusec.ir.dtypes import element_type_of, numpy_dtype
 
 _FUSEC_DIRS = tuple(
     {str(Path(__file__).parents[1]) + os.sep, str(Path(__file__).resolve().parents[1]) + os.sep}

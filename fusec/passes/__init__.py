@@ -59,20 +59,25 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return load
 
-    def tile_gemm():
-        from fusec.passes.tile_gemm import TileGemmPass
+    def target_pass(where: str) -> Callable[[], type[ModulePass]]:
+        def load() -> type[ModulePass]:
+            import importlib
 
-        return TileGemmPass
+            module, _, cls = where.partition(":")
+            return getattr(importlib.import_module(module), cls)
+
+        return load
 
     from fusec.passes.fusion import FUSION_PASSES
+    from fusec.target import TARGET_PASSES
 
     return {
         "infer-shapes": infer_shapes,
         "canonicalize": canonicalize,
         "cse": cse,
         "dce": dce,
-        "tile-gemm": tile_gemm,
         **{name: fusion_pass(*where) for name, where in FUSION_PASSES.items()},
+        **{name: target_pass(where) for name, where in TARGET_PASSES.items()},
     }
 
 

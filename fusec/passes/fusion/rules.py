@@ -222,6 +222,25 @@ def _feeds_lhs(ctx: RuleContext) -> str | None:
     return f"{ctx.op.name} does not feed the lhs (A operand) of {target}"
 
 
+def _views_operand(ctx: RuleContext) -> str | None:
+    """The op is a view (layout op) that the anchor reads through: a chain of layout ops
+    leads from it to an operand of the anchor."""
+    anchor = ctx.anchor
+    seen: set[Operation] = set()
+    frontier = [ctx.op]
+    while frontier:
+        op = frontier.pop()
+        for use in op.results[0].uses:
+            user = use.operation
+            if user is anchor:
+                return None
+            if pattern_of(user) is Pattern.INJECTIVE and user not in seen:
+                seen.add(user)
+                frontier.append(user)
+    target = anchor.name if anchor is not None else "the anchor"
+    return f"{ctx.op.name} is not a view of an operand of {target}"
+
+
 def _plain_lhs(ctx: RuleContext) -> str | None:
     anchor = ctx.anchor
     if isinstance(anchor, ai.MatmulOp) and anchor.attr("transpose_a"):
@@ -239,6 +258,7 @@ PREDICATES: dict[str, Callable[[RuleContext], str | None]] = {
     "last_axis": _last_axis,
     "feeds_lhs": _feeds_lhs,
     "plain_lhs": _plain_lhs,
+    "views_operand": _views_operand,
 }
 """Named conditions: each returns None when it holds, else the reason it fails."""
 

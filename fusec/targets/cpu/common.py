@@ -18,7 +18,10 @@ from xdsl.ir import Operation, SSAValue
 from fusec.codegen.expr import ExprGenerator, error_at, header, helper_source, shape_of
 from fusec.dialect import ops as ai
 
-NJIT_OPTIONS = 'parallel=True, fastmath=False, error_model="numpy", cache=True'
+NJIT_OPTIONS = 'fastmath=False, error_model="numpy", cache=True'
+#: Below this many elements a stage runs on one thread: the thread pool costs more
+#: than it gains, and Numba compiles a parallel loop about 3x slower.
+PARALLEL_MIN_ELEMENTS = 1 << 15
 HELPER_DECORATOR = '@numba.njit(fastmath=False, error_model="numpy", cache=True)'
 REDUCE_OPS = (ai.LayerNormOp, ai.SoftmaxOp)
 CPU_NOTE = (
@@ -50,6 +53,8 @@ class Stage:
     args: list[str] | None = None
     #: Names of the cpu helpers (``ROW_HELPERS`` of cpu_row_reduce) the body calls.
     helpers: set[str] = field(default_factory=set)
+    #: ``numba.prange`` loops run in parallel (else they are plain loops).
+    parallel: bool = True
 
     def source(self) -> str:
         # Group inputs (``inN``) are only read: typed read-only so that read-only
@@ -60,7 +65,8 @@ class Stage:
         lines = []
         if self.comment:
             lines.append(f"# {self.comment}")
-        lines.append(f"@numba.njit(\n    {sig},\n    {NJIT_OPTIONS},\n)")
+        options = f"parallel={self.parallel}, {NJIT_OPTIONS}"
+        lines.append(f"@numba.njit(\n    {sig},\n    {options},\n)")
         lines.append(f"def {self.name}({', '.join(self.params)}):")
         lines.extend(f"    {line}" if line else "" for line in self.body)
         return "\n".join(lines) + "\n"

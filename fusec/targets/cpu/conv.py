@@ -18,7 +18,7 @@ from fusec.codegen import KernelSource
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
-from fusec.targets.cpu.common import Buffers, Stage
+from fusec.targets.cpu.common import PARALLEL_MIN_ELEMENTS, Buffers, Stage
 from fusec.targets.cpu.matmul import generate_core_group
 
 
@@ -51,6 +51,7 @@ def conv_core(
         _im2col_body(n, c, h, wd, r, s, oh, ow, sh, sw, dh, dw, pt, pl),
         comment=f"im2col: cols[n, c*{r * s} + r*{s} + s, oh*{ow} + ow] = padded input window",
         args=[x, cols],
+        parallel=n * c * r * s * p >= PARALLEL_MIN_ELEMENTS,
     )
     return [stage], [
         f"{cols} = np.empty({n * c * r * s * p}, dtype=np.float32)",

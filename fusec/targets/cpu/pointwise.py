@@ -26,6 +26,7 @@ from fusec.codegen.expr import (
     shape_of,
 )
 from fusec.targets.cpu.common import (
+    PARALLEL_MIN_ELEMENTS,
     Stage,
     assemble,
     body_ops,
@@ -122,7 +123,8 @@ def pointwise_stage(
         stmts.append(f"{array}[{broadcast_offset(merged, shape, index)}] = {expr}")
     body.extend(f"{inner}{s}" for s in stmts)
     params = _params([reads[v] for v in leaf_list if v in reads], [a for _, a in writes])
-    return Stage(fn_name, params, body, comment=f"pointwise over {_fmt(space)}")
+    parallel = math.prod(space) >= PARALLEL_MIN_ELEMENTS
+    return Stage(fn_name, params, body, comment=f"pointwise over {_fmt(space)}", parallel=parallel)
 
 
 def loop_header(space: Sequence[int]) -> tuple[list[str], str]:

@@ -50,6 +50,7 @@ from fusec.codegen.expr import (
 )
 from fusec.dialect import ops as ai
 from fusec.targets.cpu.common import (
+    PARALLEL_MIN_ELEMENTS,
     REDUCE_OPS,
     Stage,
     ancestors,
@@ -170,7 +171,8 @@ def row_reduce_stage(
     comment = f"{what} over rows of {_fmt(space)}"
     if blocks:
         comment += f", {access.width} rows (adjacent in memory) at a time"
-    return Stage(fn_name, params, body, comment=comment, helpers=emit.helpers)
+    parallel = math.prod(space) >= PARALLEL_MIN_ELEMENTS
+    return Stage(fn_name, params, body, comment=comment, helpers=emit.helpers, parallel=parallel)
 
 
 def _check_space(reduce_op, others, writes, space) -> None:

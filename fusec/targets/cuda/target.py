@@ -97,11 +97,31 @@ class CudaTarget(Target):
             fuses=False,
             note="PyTorch's cuDNN conv until a Tensor Core conv template exists",
         ),
+        # until they have Numba CUDA templates, these kinds run through PyTorch too
+        "reduce": Template(
+            "fusec.targets.cuda.torch_fallback",
+            (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp),
+            fuses=False,
+            note="PyTorch's reductions until a Numba CUDA reduce template exists",
+        ),
+        "pool": Template(
+            "fusec.targets.cuda.torch_fallback",
+            (ai.MaxPool2DOp, ai.AvgPool2DOp),
+            fuses=False,
+            note="PyTorch's pooling until a Numba CUDA pool template exists",
+        ),
+        "copy": Template(
+            "fusec.targets.cuda.torch_fallback",
+            (ai.TransposeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp),
+            fuses=False,
+            note="PyTorch's copies until a Numba CUDA copy template exists",
+        ),
+        "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
     }
 
     def unavailable_reason(self) -> str | None:
         from fusec.extras import install_hint
-        from fusec.targets.cuda.runtime import cuda_support, gpu_available, simulator_enabled
+        from fusec.targets.cuda.env import cuda_support, gpu_available, simulator_enabled
 
         problem = cuda_support()
         if problem is not None:
@@ -111,7 +131,7 @@ class CudaTarget(Target):
         return None
 
     def auto_selectable(self) -> bool:
-        from fusec.targets.cuda.runtime import gpu_available
+        from fusec.targets.cuda.env import gpu_available
 
         return gpu_available()  # never the simulator behind the caller's back
 
@@ -120,7 +140,7 @@ class CudaTarget(Target):
         (nvJitLink, link-time optimised) for sm_90a, which the wgmma instructions need."""
         from fusec.errors import FusecError
         from fusec.targets.cuda.gemm.template import linked_specs
-        from fusec.targets.cuda.runtime import emit_ptx, parse_arch
+        from fusec.targets.cuda.kernels import emit_ptx, parse_arch
 
         cc = parse_arch(arch)
         specs = linked_specs(kernel)
@@ -135,13 +155,25 @@ class CudaTarget(Target):
 
         return "\n".join(f"// {spec.function_name}\n{linked_ptx(spec)}" for spec in specs)
 
+    def native_source(self, kernel: KernelSource) -> str | None:
+        from fusec.targets.cuda.gemm.template import linked_specs
+
+        specs = linked_specs(kernel)
+        return "\n".join(spec.cpp_source() for spec in specs) if specs else None
+
+    def tune(self, module: ModuleOp, entry: str | None = None, reps: int = 20) -> list:
+        """``fusec tune``: the tile of every Tensor Core GEMM group (``gemm.tuning``)."""
+        from fusec.targets.cuda.gemm.tuning import tune
+
+        return tune(module, entry, reps)
+
     def backend(self, cache: Any = None) -> Any:
-        from fusec.targets.cuda.runtime import CudaBackend
+        from fusec.targets.cuda.program import CudaBackend
 
         return CudaBackend(cache)
 
     def program(self, module: ModuleOp, entry: str | None = None, cache: Any = None) -> Any:
-        from fusec.targets.cuda.runtime import CudaProgram
+        from fusec.targets.cuda.program import CudaProgram
 
         return CudaProgram(module, entry, self, cache)
 

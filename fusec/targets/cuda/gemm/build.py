@@ -94,7 +94,7 @@ def kernel_signature(spec: LinkedKernel) -> str:
 def build(spec: LinkedKernel, cache: Any = None) -> Build:
     """The linked cubin of ``spec`` (from the blob cache when it was built before)."""
     from fusec.runtime.cache import cache_key, default_cache
-    from fusec.targets.cuda.runtime import cuda_support
+    from fusec.targets.cuda.env import cuda_support
 
     reason = cuda_support()
     if reason is not None:
@@ -175,7 +175,7 @@ def _link(spec: LinkedKernel, source: str, cache: Any, output: str = "cubin") ->
             ProgramOptions,
         )
 
-    from fusec.targets.cuda.runtime import numba_cuda
+    from fusec.targets.cuda.env import numba_cuda
 
     cuda = numba_cuda()
     name = spec.function_name

@@ -53,7 +53,7 @@ def driver() -> Any:
 
 def make_context_current() -> None:
     """Make the primary context (Numba's) current in this thread (tests replace it)."""
-    from fusec.targets.cuda.runtime import numba_cuda
+    from fusec.targets.cuda.env import numba_cuda
 
     numba_cuda().current_context()
 

@@ -141,13 +141,15 @@ class GemmLaunch:
         self._run(call)
 
     def _run(self, call: _Call) -> None:
+        kernel = self.kernel
+        assert kernel is not None  # loaded by _prepare
         if len(call.steps) == 1:  # the plain GEMM: one launch
-            self.kernel.launch(call.steps[0][1])
+            kernel.launch(call.steps[0][1])
             return
         drv = host.driver()
         for step in call.steps:
             if step[0] == "gemm":
-                self.kernel.launch(step[1])
+                kernel.launch(step[1])
             elif step[0] == "kernel":
                 _, kernel, grid, threads, stream, params = step
                 kernel.launch_raw(grid, threads, stream, params)

@@ -252,7 +252,7 @@ def _chain(fused_op, ops, inputs: _Inputs, gen: CppExprGenerator, leaves: dict, 
 
 def epilogue(
     fused_op: ai.FusedOp, p: GemmPlan
-) -> tuple[Epilogue, tuple, aux.SoftmaxFinalise | None]:
+) -> tuple[Epilogue, tuple, tuple[aux.SoftmaxFinalise, tuple] | None]:
     """The group's ops after the matmul as C++ on ``acc`` at output element (bat, row, col):
     the GEMM epilogue, the sources of its extra inputs (``e0, e1...``), and the finalise
     pass of a long-row softmax (with its own inputs) or None."""
@@ -356,10 +356,11 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     config = tile_config(fused_op, p)
     spec, sources, finalise, prep = gemm_spec(fused_op, p, config)
     args = {arg: i for i, arg in enumerate(fused_op.block.args)}
-    b_operand = p.b
+    b_operand: tuple = p.b
     prologue_text = "None"
     if prep is not None:
         ln = p.layernorm
+        assert ln is not None
         prologue_text = (
             f"Prologue({prep!r}, x={args[ln.input]}, gamma={args[ln.gamma]}, "
             f"beta={args[ln.beta]}, w={p.b[0]})"
@@ -379,10 +380,10 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     source = "\n".join(
         [
             header(fused_op, notes=notes),
-            "from fusec.targets.cuda.gemm.aux import LayerNormPrep, SoftmaxFinalise",
-            "from fusec.targets.cuda.gemm.config import TileConfig",
-            "from fusec.targets.cuda.gemm.cpp import Epilogue, GemmSpec",
-            "from fusec.targets.cuda.gemm.launcher import Finalise, GemmLaunch, Prologue",
+            "from fusec.targets.cuda.abi import (",
+            "    Epilogue, Finalise, GemmLaunch, GemmSpec, LayerNormPrep, Prologue,",
+            "    SoftmaxFinalise, TileConfig,",
+            ")",
             "",
             "GEMM = GemmLaunch(",
             f"    {spec!r},",
@@ -421,12 +422,3 @@ def linked_specs(kernel: KernelSource) -> list:
     if gemm.finalise is not None:
         specs.append(gemm.finalise.spec)
     return specs
-
-
-def cpp_text(kernel: KernelSource) -> str:
-    """The generated CUDA C++ of ``kernel`` (``--emit cuda``), or a comment saying there is
-    none (Numba kernels, the PyTorch fallback)."""
-    specs = linked_specs(kernel)
-    if not specs:
-        return "// no generated C++: a Numba kernel or the PyTorch fallback (--emit kernels)\n"
-    return "\n".join(spec.cpp_source() for spec in specs)

@@ -83,11 +83,12 @@ class TuneResult:
 def tune(module: Any, entry: str | None = None, reps: int = 20, cache: Any = None) -> list:
     """Time the candidates of every GEMM group of the entry function on this GPU and
     record each winner; returns one ``TuneResult`` per group."""
-    from fusec.passes.tile_gemm import current_device
     from fusec.runtime.reference import entry_function
+    from fusec.targets.cuda.env import gpu_available
     from fusec.targets.cuda.gemm import template
     from fusec.targets.cuda.gemm.config import candidates, to_attr
-    from fusec.targets.cuda.runtime import CudaBackend, gpu_available
+    from fusec.targets.cuda.gemm.tiling import current_device
+    from fusec.targets.cuda.program import CudaBackend
 
     if not gpu_available():
         raise FusecError("fusec tune needs a usable NVIDIA GPU (it times kernels)")
@@ -129,7 +130,7 @@ def _random_inputs(fused: ai.FusedOp) -> list:
     import numpy as np
 
     from fusec.dialect.ops import spec_of
-    from fusec.targets.cuda.runtime import numba_cuda
+    from fusec.targets.cuda.env import numba_cuda
 
     cuda = numba_cuda()
     rng = np.random.default_rng(0)
@@ -155,7 +156,8 @@ class _Ptr:
 def _time(fn: Any, inputs: list, kernel: Any, reps: int) -> float:
     import numpy as np
 
-    from fusec.targets.cuda.runtime import numba_cuda, stream_ptr
+    from fusec.targets.cuda.env import numba_cuda
+    from fusec.targets.cuda.streams import stream_ptr
 
     cuda = numba_cuda()
     stream = cuda.stream()

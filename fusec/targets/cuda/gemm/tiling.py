@@ -33,11 +33,11 @@ def current_device(sms: int = 0):
 
     if sms > 0:
         return Device(f"{sms} SMs (option)", sms)
-    from fusec.targets.cuda.runtime import driver_present, gpu_available
+    from fusec.targets.cuda.env import driver_present, gpu_available
 
     if not driver_present() or not gpu_available():
         return H200
-    from fusec.targets.cuda.runtime import numba_cuda
+    from fusec.targets.cuda.env import numba_cuda
 
     gpu = numba_cuda().get_current_device()
     name = gpu.name.decode() if isinstance(gpu.name, bytes) else str(gpu.name)

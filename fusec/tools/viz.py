@@ -82,7 +82,7 @@ def _type_text(value: SSAValue) -> str:
 
 
 def _where(op: Operation) -> str:
-    from fusec.frontend.mlir import location_of
+    from fusec.ir.diagnostics import location_of
 
     loc = location_of(op)
     return f"{loc.line}:{loc.col}" if loc is not None and loc.line > 0 else ""
