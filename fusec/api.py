@@ -172,7 +172,7 @@ class CompiledModule:
                 "(executable=False): compile it again to run it"
             )
         if stream is not None:
-            results = self._runner(args, stream=stream)
+            results = self._runner(args, stream=stream)  # type: ignore[call-arg]
         else:
             results = self._runner(args)
         return results[0] if len(results) == 1 else tuple(results)

@@ -211,7 +211,7 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
     takes_stream = True
 
     def __init__(
-        self, module: Any, entry: str | None = None, target: str = "cuda", cache: Any = None
+        self, module: Any, entry: str | None = None, target: Any = "cuda", cache: Any = None
     ) -> None:
         super().__init__(module, entry, "cuda", cache)
         self._specs = [spec_of(p) for p in self.function.function_type.inputs.data]
@@ -282,8 +282,8 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
             inputs = [values[k] for k in ins]
             with nvtx_range(label):
                 if isinstance(fn, TorchGroup):
-                    results = fn([adapter.as_torch(b) for b in inputs])
-                    pairs = zip(results, out_specs, strict=True)
+                    tensors = fn([adapter.as_torch(b) for b in inputs])
+                    pairs = zip(tensors, out_specs, strict=True)
                     outputs = [_torch_buffer(t, spec) for t, spec in pairs]
                 else:
                     outputs = self._launch(fn, adapter, stream_ref, inputs, out_specs, poison)
@@ -363,7 +363,8 @@ class CudaGraph:
         handle = drv.CUstream(stream_ptr(capture_stream))
         mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
         _check(drv.cuStreamBeginCapture(handle, mode))
-        program._keep = self.buffers = []  # intermediates must outlive the capture
+        self.buffers: list[Any] = []
+        program._keep = self.buffers  # intermediates must outlive the capture
         # torch allocations stay on torch's current stream, outside the capture: the
         # buffers are kept alive above, and the kernels are what is recorded
         capture = StreamRef(stream_ptr(capture_stream), capture_stream, current=True)
