@@ -555,7 +555,7 @@ _LIBRARY_DIRS = _library_dirs()
 
 
 def _is_library(filename: str | None) -> bool:
-    return bool(filename) and filename.startswith(_LIBRARY_DIRS)
+    return filename is not None and filename.startswith(_LIBRARY_DIRS)
 
 
 def function_fingerprint(fn: Callable[..., Any]) -> str | None:

@@ -36,3 +36,16 @@ def test_import_contracts_are_kept():
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "BROKEN" not in done.stdout and "Contracts: 3 kept, 0 broken." in done.stdout
+
+
+def test_the_package_type_checks(tmp_path):
+    done = subprocess.run(  # files and settings: pyproject.toml [tool.mypy]
+        [_tool("mypy"), "--no-incremental", "--cache-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Success: no issues found" in done.stdout

@@ -130,7 +130,7 @@ def _conv_padding(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
             raise ValueError(f"padding must have 2 or 4 values, got {len(vals)}")
     if any(p < 0 for p in pads):
         raise ValueError(f"padding must be non-negative, got {pads}")
-    return pads  # type: ignore[return-value]
+    return pads[0], pads[1], pads[2], pads[3]
 
 
 def conv2d(
@@ -603,7 +603,9 @@ def pool2d(
             else:
                 acc = window if acc is None else acc + window
                 count = inside[rows, cols] if count is None else count + inside[rows, cols]
+    assert acc is not None  # a kernel has at least one element
     if kind == "avg":
+        assert count is not None
         acc = acc / count
     return _finish(acc, out_dt)
 

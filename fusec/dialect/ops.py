@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from xdsl.dialects.builtin import (
+    AnyFloat,
     DenseArrayBase,
     FloatAttr,
     FunctionType,
@@ -104,7 +105,7 @@ def _tensor_spec(t: TensorType) -> TensorSpec:
     return TensorSpec(shape, element_type_name(t.get_element_type()))
 
 
-def tensor_type(spec: TensorSpec) -> TensorType:
+def tensor_type(spec: TensorSpec) -> TensorType[AnyFloat]:
     return TensorType(ELEMENT_TYPES[spec.dtype].xdsl, spec.shape)
 
 
@@ -490,7 +491,8 @@ class Conv2DOp(AiOp):
         return shapes.conv2d(*operands, **attrs)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        return K.conv2d(*args, **self.attr_values())
+        x, w = args
+        return K.conv2d(x, w, **self.attr_values())
 
 
 @irdl_op_definition
@@ -515,7 +517,8 @@ class BiasAddOp(AiOp):
         return s.arith(args[0], "+", args[1])  # an add, once the bias is broadcast
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        return K.bias_add(*args, axis=self.attr("axis"))
+        x, bias = args
+        return K.bias_add(x, bias, axis=self.attr("axis"))
 
 
 class BinaryOp(AiOp):
@@ -795,7 +798,7 @@ class GeluOp(UnaryOp):
         return _minus_zero_at_minus_inf(s, a, value)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        return K.gelu(*args, approximate=self.attr("approximate"))
+        return K.gelu(args[0], approximate=self.attr("approximate"))
 
 
 @irdl_op_definition
@@ -932,7 +935,8 @@ class MatmulOp(AiOp):
         return shapes.matmul(*operands, **attrs)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        return K.matmul(*args, **self.attr_values())
+        a, b = args
+        return K.matmul(a, b, **self.attr_values())
 
 
 @irdl_op_definition
@@ -955,7 +959,8 @@ class LayerNormOp(AiOp):
         return shapes.layernorm(*operands, epsilon=attrs["epsilon"])
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        return K.layernorm(*args, epsilon=self.attr("epsilon"))
+        x, gamma, beta = args
+        return K.layernorm(x, gamma, beta, epsilon=self.attr("epsilon"))
 
 
 @irdl_op_definition
@@ -976,7 +981,7 @@ class SoftmaxOp(AiOp):
         return shapes.softmax(*operands, **attrs)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        return K.softmax(*args, axis=self.attr("axis"))
+        return K.softmax(args[0], axis=self.attr("axis"))
 
 
 @irdl_op_definition

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     AnyFloat,
     FileLineColLoc,
@@ -240,7 +241,7 @@ def _check_structure(op: Operation, text: str | None) -> None:
         _check_not_recursive(op, text)
 
 
-def _check_not_recursive(call: Operation, text: str | None) -> None:
+def _check_not_recursive(call: func.CallOp, text: str | None) -> None:
     """A call that can reach its own function again would never finish."""
     from xdsl.dialects.func import CallOp, FuncOp
     from xdsl.traits import SymbolTable

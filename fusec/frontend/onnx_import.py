@@ -19,7 +19,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +35,14 @@ from xdsl.dialects.builtin import (
     FileLineColLoc,
     FusedLoc,
     IntAttr,
+    LocationAttr,
     ModuleOp,
     NameLoc,
     NoneAttr,
     StringAttr,
     UnknownLoc,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of, tensor_type
@@ -149,7 +150,7 @@ class Importer:
         self.booleans: set[str] = set()
         self.block = Block()
         self.node: Node | None = None
-        self.location: Attribute = UnknownLoc()
+        self.location: LocationAttr = UnknownLoc()
         self.uses = Counter(n for node in self.graph.node for n in node.input if n)
         self.uses.update(o.name for o in self.graph.output)
         self.folded: dict[int, Node] = {}  # conv node index -> the BatchNormalization it absorbs
@@ -487,7 +488,7 @@ class Importer:
         self.evaluated[proto.op_type] += 1
         return True
 
-    def unsupported(self, node: Node) -> UnsupportedOnnx:
+    def unsupported(self, node: Node) -> FusecError:
         """The error for a node fusec can neither convert nor evaluate at import."""
         proto = node.proto
         if proto.domain not in _DOMAINS:
@@ -622,7 +623,11 @@ def _clip(imp: Importer, node: Node) -> list[SSAValue]:
     x = imp.input(node, 0)
     bounds: dict[str, float] = {}
     runtime: list[tuple[type[ai.AiOp], SSAValue]] = []
-    for index, key, op in ((1, "min", ai.MaximumOp), (2, "max", ai.MinimumOp)):
+    limits: tuple[tuple[int, str, type[ai.AiOp]], ...] = (
+        (1, "min", ai.MaximumOp),
+        (2, "max", ai.MinimumOp),
+    )
+    for index, key, op in limits:
         if key in node.attrs:
             bounds[key] = float(node.attrs[key])
         elif imp.optional_input_name(node, index) is not None:
@@ -893,8 +898,9 @@ def _batch_norm(imp: Importer, node: Node) -> list[SSAValue]:
     if len(shape_of(x)) < 2:
         raise imp.error(f"input X must have rank >= 2 (N x C x ...), got {x.type}")
     known = [imp.array(node, i) for i in range(1, 5)]
-    if all(a is not None for a in known):
-        return [_batch_norm_constant(imp, node, x, known)]
+    constants = [a for a in known if a is not None]
+    if len(constants) == len(known):
+        return [_batch_norm_constant(imp, node, x, constants)]
     return [_batch_norm_runtime(imp, node, x)]
 
 
@@ -1030,7 +1036,10 @@ def _fold_batch_norm(imp: Importer, conv: Node, bn: Node) -> tuple[SSAValue, SSA
     weight = imp.array(conv, 1)
     assert weight is not None  # plan_folds checked that every weight is known
     dtype = imp.dtype_of_array(conv.proto.input[1], weight)
-    a, b = _bn_coefficients(bn, [imp.array(bn, i) for i in range(1, 5)])
+    known = [imp.array(bn, i) for i in range(1, 5)]
+    parameters = [k for k in known if k is not None]
+    assert len(parameters) == 4  # plan_folds checked that every parameter is known
+    a, b = _bn_coefficients(bn, parameters)
     if a.shape != (weight.shape[0],):
         raise imp.error(
             f"BatchNormalization parameters have shape {a.shape}, expected "
@@ -1189,7 +1198,8 @@ def _slice_of(imp: Importer, x: SSAValue, starts, ends, axes, steps) -> SSAValue
 def _slice(imp: Importer, node: Node) -> list[SSAValue]:
     x = imp.input(node, 0)
     if "starts" in node.attrs:  # opset < 10
-        starts, ends = list(node.attrs["starts"]), list(node.attrs.get("ends", []))
+        starts: list[int] | None = list(node.attrs["starts"])
+        ends: list[int] | None = list(node.attrs.get("ends", []))
         axes, steps = node.attrs.get("axes"), None
     else:
         starts = _constant_ints(imp, node, 1, "input 'starts'")
@@ -1360,6 +1370,9 @@ class ImportResult:
     evaluated: Counter[str]
     #: the nodes of the model
     nodes: int
+    #: rewrite name -> count: what ``recognize-patterns`` makes of the module (filled
+    #: by ``fusec.api.import_onnx``; the front end does not run passes)
+    recognized: Counter[str] = field(default_factory=Counter)
 
     def summary(self) -> str:
         """One line: how many nodes were folded at import, by operator."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 
-from xdsl.dialects.builtin import FileLineColLoc, FusedLoc, ModuleOp, NameLoc
+from xdsl.dialects.builtin import ArrayAttr, FileLineColLoc, FusedLoc, ModuleOp, NameLoc
 from xdsl.ir import Attribute, Operation
 from xdsl.utils.exceptions import VerifyException
 
@@ -45,7 +45,8 @@ def source_location(loc: Attribute) -> SourceLocation | None:
             return inner
         return named_location(inner.file if inner else None, loc.desc.data)
     if isinstance(loc, FusedLoc):
-        for part in loc.locations:
+        parts = loc.locations.data if isinstance(loc.locations, ArrayAttr) else ()
+        for part in parts:
             if (found := source_location(part)) is not None:
                 return found
     return None
@@ -69,7 +70,9 @@ def error_at(
     location = location_of(op)
     source = line_of(text, location.line) if (text and location) else None
     length = 1
-    if source is not None:  # underline the token the op starts with (%r, func.func, ...)
+    if (
+        source is not None and location is not None
+    ):  # underline the token the op starts with (%r, func.func, ...)
         token = re.match(r"[^\s,=(){}<>:]+", source[location.col - 1 :])
         length = len(token.group()) if token else 1
     return error(f"'{op.name}' op {message}", location, source, length)

@@ -36,7 +36,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from xdsl.dialects import func
@@ -146,7 +146,7 @@ def _read_npz(path: str | Path) -> dict[str, np.ndarray]:
 
 def outputs_npz(outputs: Sequence[np.ndarray]) -> bytes:
     """Results as an .npz archive: ``result0``, ``result1``, ... (bf16 as float32)."""
-    arrays = {}
+    arrays: dict[str, Any] = {}
     for i, out in enumerate(outputs):
         arrays[f"result{i}"] = out if out.dtype.kind == "f" else out.astype(np.float32)
     buffer = io.BytesIO()
@@ -176,6 +176,7 @@ def lowest_precisions(fn: func.FuncOp) -> list[str]:
         for result in op.results:  # (an ai.fused group: its results, from all its operands)
             lowest[result] = least(op.operands, spec_of(result.type).dtype)
     ret = fn.body.block.last_op
+    assert ret is not None  # a verified function ends in its return
     return [least([v], spec_of(v.type).dtype) for v in ret.operands]
 
 
@@ -259,8 +260,9 @@ def check(
     from fusec.runtime.reference import run_reference
 
     entry = compiled.entry
+    op_by_op: tuple[int, ...] = ()
     if compiled.target == "reference":  # runs every op in its declared type
-        rounding, op_by_op = "every-op", ()
+        rounding = "every-op"
     else:
         rounding, op_by_op = "groups", op_by_op_groups(compiled)
     program = run_reference(

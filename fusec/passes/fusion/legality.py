@@ -158,6 +158,7 @@ def check_group(members: Sequence[Operation], rules: Rules) -> Verdict:
         if role == "anchor":
             continue
         if role == "side":
+            assert anchor is not None  # anchorless groups have only "body" members
             return _illegal(
                 f"{op.name} neither feeds nor follows the anchor {anchor.name} ({where(anchor)})"
             )
@@ -178,9 +179,9 @@ def check_group(members: Sequence[Operation], rules: Rules) -> Verdict:
                 f"a {kind.name} group takes at most {limit} {clause.describe()} {role} op(s)"
             )
     if rules.target is not None:
-        reason = rules.target.can_fuse(kind.name, members, anchor)
-        if reason is not None:
-            return _illegal(reason)
+        refusal = rules.target.can_fuse(kind.name, members, anchor)
+        if refusal is not None:
+            return _illegal(refusal)
     return Verdict(kind.name, anchor)
 
 

@@ -138,7 +138,7 @@ def depends_on(ops: Sequence[Operation], roots: Iterable[SSAValue]) -> set[Opera
 
 def ancestors(ops: Sequence[Operation], values: Iterable[SSAValue]) -> set[Operation]:
     """The ops of ``ops`` that the ``values`` (transitively) depend on."""
-    defining = {r: op for op in ops for r in op.results}
+    defining: dict[SSAValue, Operation] = {r: op for op in ops for r in op.results}
     result: set[Operation] = set()
     stack = [v for v in values if v in defining]
     while stack:
@@ -191,7 +191,7 @@ def scratch_lines(buffers: Buffers) -> list[str]:
     return [f"{name} = np.empty({size}, dtype=np.float32)" for name, size in buffers.scratch]
 
 
-def single_core(fused_op: ai.FusedOp, core_type: type) -> Operation:
+def single_core(fused_op: ai.FusedOp, core_type: type[ai.AiOp]) -> Operation:
     """The one op of ``core_type`` in the group, else a located error."""
     cores = [op for op in body_ops(fused_op) if isinstance(op, core_type)]
     if len(cores) != 1:

@@ -30,6 +30,7 @@ def conv_core(
     op: Operation, out: str, buffers: Buffers, name: str
 ) -> tuple[list[Stage], list[str]]:
     """The im2col stage (unless 1x1) and the batched matmul into ``out``."""
+    assert isinstance(op, ai.Conv2DOp)
     x, w = (buffers.reads[v] for v in op.operands)
     n, c, h, wd = shape_of(op.operands[0])
     k, cg, r, s = shape_of(op.operands[1])

@@ -57,6 +57,7 @@ def matmul_core(
     op: Operation, out: str, buffers: Buffers, name: str
 ) -> tuple[list[Stage], list[str]]:
     """``np.matmul`` on reshaped views of the flat operands, into ``out``."""
+    assert isinstance(op, ai.MatmulOp)
     a, b = (buffers.reads[v] for v in op.operands)
     lines = [f"a = {a}.reshape({shape_of(op.operands[0])})"]
     if op.attr("transpose_a"):
@@ -91,7 +92,7 @@ def generate_core_group(
 
     def destinations(values: Sequence[SSAValue]) -> list[tuple[SSAValue, str]]:
         """Where each value goes: all its output arrays, or one new scratch buffer."""
-        writes = []
+        writes: list[tuple[SSAValue, str]] = []
         for value in values:
             arrays = [array for v, array in outputs if v == value]
             if not arrays:

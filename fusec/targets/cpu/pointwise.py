@@ -99,8 +99,10 @@ def pointwise_stage(
     try:
         space = tuple(np.broadcast_shapes(*shapes, *leaves.values()))
     except ValueError:
+        culprit = ops[0] if ops else writes[0][0].owner
+        assert isinstance(culprit, Operation)
         raise error_at(
-            ops[0] if ops else writes[0][0].owner,
+            culprit,
             "is in a group whose values have no common broadcast shape (one loop cannot "
             "compute them)",
         ) from None

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from xdsl.ir import BlockArgument
+from xdsl.ir import BlockArgument, SSAValue
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import TORCH, ExprGenerator, error_at, header
@@ -263,7 +263,7 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
     for op in ops:
         if not lowerable(type(op)):
             raise error_at(op, "has no PyTorch lowering on the cuda target")
-    names = {value: f"x{k}" for k, value in enumerate(fused_op.block.args)}
+    names: dict[SSAValue, str] = {value: f"x{k}" for k, value in enumerate(fused_op.block.args)}
     code = Source([])
     code.add(0, f"def run(torch, {', '.join(names.values())}):")
     code.add(
