@@ -49,6 +49,9 @@ import fusec  # noqa: E402
 from fusec.runtime.reference import run_reference  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
+#: Pause before each timed call: onnxruntime's pool spins for a while after a run, which
+#: would take the cores from (and add CPU time to) whichever call comes next.
+SETTLE_S = 0.02
 F32 = TensorProto.FLOAT
 
 
@@ -340,6 +343,7 @@ def interleaved(
     Two warm-up calls each; fewer rounds when one round takes long (at most ~40 s a graph).
     CPU time counts every thread of the process (onnxruntime's spinning workers too): on
     a loaded machine it shows the work done when the wall clock mostly shows waiting.
+    Each call starts ``SETTLE_S`` after the previous one ended.
     """
     once = 0.0
     for fn in runs.values():
@@ -352,6 +356,7 @@ def interleaved(
     cpu: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(rounds):
         for name, fn in runs.items():
+            time.sleep(SETTLE_S)
             start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             wall[name].append((time.perf_counter() - start) * 1e3)
