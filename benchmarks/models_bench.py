@@ -192,17 +192,18 @@ def cpu_markdown(rows: list[dict], env: dict, stamp: str, revision: str) -> str:
         "wall-clock calls after warm-up (the JSON has the minima). fusec is checked "
         "against onnxruntime first (elementwise, tests/numerics.py tolerances; rel L2 "
         'shown). "first call" is import + compile + the first run (kernels from the '
-        "cache when warm).",
+        "cache when warm). The ratio is of the medians.",
         "",
-        "| model | input | ONNX nodes | fusec kernels | fusec ms | onnxruntime ms "
+        "| model | input | ONNX nodes | fusec kernels | fusec ms (min) | onnxruntime ms (min) "
         "| onnxruntime / fusec | first call s | check | rel L2 |",
         "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for r in rows:
         lines.append(
             f"| {r['model']} | {'x'.join(map(str, r['input']))} | {r['onnx_nodes']} | "
-            f"{r['fusec_kernels']} ({r['kernel_kinds']}) | {r['fusec_ms']:.2f} | "
-            f"{r['onnxruntime_ms']:.2f} | {r['speedup_vs_onnxruntime']:.2f}x | "
+            f"{r['fusec_kernels']} ({r['kernel_kinds']}) | {r['fusec_ms']:.2f} "
+            f"({r['fusec_min_ms']:.2f}) | {r['onnxruntime_ms']:.2f} "
+            f"({r['onnxruntime_min_ms']:.2f}) | {r['speedup_vs_onnxruntime']:.2f}x | "
             f"{r['first_call_s']:.1f} | {'PASS' if r['passed'] else 'FAIL'} | "
             f"{r['rel_l2']:.1e} |"
         )
