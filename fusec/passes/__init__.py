@@ -14,8 +14,7 @@ from dataclasses import replace
 from xdsl.passes import ModulePass, PassPipeline
 
 PIPELINES: dict[str, str] = {
-    "fusec-default": "infer-shapes,canonicalize,cse,"
-    "fuse-prologue,fuse-epilogue,fuse-reduction,fuse-elementwise,fuse-singletons",
+    "fusec-default": "infer-shapes,canonicalize,cse,fuse",
 }
 
 
@@ -42,22 +41,23 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return DeadCodeElimination
 
-    def fusion_pass(module: str, cls: str) -> Callable[[], type[ModulePass]]:
+    def fusion(name: str) -> Callable[[], type[ModulePass]]:
         def load() -> type[ModulePass]:
-            import importlib
+            from fusec.passes.fusion.driver import STAGE_PASSES, FusePass
 
-            return getattr(importlib.import_module(module), cls)
+            return FusePass if name == "fuse" else STAGE_PASSES[name]
 
         return load
 
-    from fusec.passes.fusion import FUSION_PASSES
+    from fusec.passes.fusion.planner import STAGE_ORDER
 
     return {
         "infer-shapes": infer_shapes,
         "canonicalize": canonicalize,
         "cse": cse,
         "dce": dce,
-        **{name: fusion_pass(*where) for name, where in FUSION_PASSES.items()},
+        "fuse": fusion("fuse"),
+        **{f"fuse-{stage}": fusion(f"fuse-{stage}") for stage in STAGE_ORDER},
     }
 
 
@@ -78,10 +78,10 @@ def build_pipeline(
     pipeline = _parse_pipeline(spec, callback)
     if target is None:
         return pipeline
-    from fusec.passes.fusion.driver import FusionPass
+    from fusec.passes.fusion.driver import FusePass
 
     passes = tuple(
-        replace(p, target=target) if isinstance(p, FusionPass) and p.target is None else p
+        replace(p, target=target) if isinstance(p, FusePass) and p.target is None else p
         for p in pipeline.passes
     )
     return PassPipeline(passes, pipeline.callback)
