@@ -14,26 +14,27 @@ in which kind of kernel, and under which size limits, is not written here: it
 is data (``default.rules``), and ``legality.check_group`` is the single judge
 of whether a set of ops is a legal kernel.
 
-Groups are grown greedily from anchors, in program order, one stage per pass:
+Groups are grown greedily from anchors, in program order, one stage after the
+other (``STAGE_ORDER``; the ``fuse`` pass runs them all on one planner):
 
-1. ``fuse-prologue``: every conv2d/matmul looks at the producers of its
+1. ``prologue``: every conv2d/matmul looks at the producers of its
    operands. A LayerNorm feeding a matmul's A operand joins it; because the
    normalisation happens as A is loaded, and A is read by that matmul anyway,
    the LayerNorm is *cloned* into every matmul that reads it (the rules mark
    it ``duplicate``) instead of being written to memory once and read back.
-2. ``fuse-epilogue``: every conv2d/matmul absorbs its consumers while they
+2. ``epilogue``: every conv2d/matmul absorbs its consumers while they
    are elementwise/broadcast ops over the anchor's output shape (bias, residual
    add, activations, casts) and, for a matmul, one softmax over the last axis
    whose row fits in one tile. Absorbing a consumer *moves* it; if an absorbed
    value is also used outside, the group gets several results
    (a multi-output group) rather than recomputing anything.
-3. ``fuse-reduction``: every LayerNorm/softmax left over grows a row-reduce
+3. ``reduction``: every LayerNorm/softmax left over grows a row-reduce
    group: its cheap elementwise producers are cloned in (each row-reduce
    consumer recomputes them, so the value need not be written out) and its
    elementwise consumers are moved in.
-4. ``fuse-elementwise``: the remaining elementwise/broadcast ops are merged
+4. ``elementwise``: the remaining elementwise/broadcast ops are merged
    with their neighbours into pointwise kernels over one iteration space.
-5. ``fuse-singletons``: any op still alone (a seed of an earlier stage that
+5. ``singletons``: any op still alone (a seed of an earlier stage that
    found nothing to absorb stays free) becomes a one-op kernel, so every ai op
    ends up in exactly one ``ai.fused``.
 
@@ -55,9 +56,11 @@ Three invariants hold throughout:
   paths of a prologue (a diamond) is cloned once, and an op that joins later
   reads the group's clone rather than the original.
 
-Each pass is idempotent: groups are grown to a fixed point (a pass loops
+Each stage is idempotent: groups are grown to a fixed point (a stage loops
 until no candidate joins), and re-packing an untouched group rebuilds it
-identically (``outline.py``), so a second run finds nothing to do.
+identically (``outline.py``), so a second run finds nothing to do. Every
+refused merge is recorded with its reason as it is refused (``rejections``),
+which is what the remarks report.
 """
 
 from __future__ import annotations
