@@ -251,3 +251,61 @@ def test_views_the_front_end_builds_as_ops(rng):
     other = np.exp(yd)[None] + np.tanh(yd)
     check(f(x, y), np.maximum(xd.T, 0)[:, :, None] * yd + other, np.float32)
     assert "ai.transpose" in f.ir(x, y) and "ai.reshape" in f.ir(x, y)
+
+
+_BINARY = {
+    "add": (lambda a, b: a + b, np.add),
+    "sub": (lambda a, b: a - b, np.subtract),
+    "mul": (lambda a, b: a * b, np.multiply),
+    "max": (ops.maximum, np.maximum),
+}
+
+
+@settings(max_examples=examples(12), deadline=None)
+@given(
+    shapes=st.lists(st.integers(1, 4), min_size=1, max_size=3).flatmap(
+        lambda full: st.tuples(
+            st.just(tuple(full)),
+            st.lists(st.booleans(), min_size=len(full), max_size=len(full)),
+            st.integers(0, len(full)),
+        )
+    ),
+    names=st.lists(st.sampled_from(sorted(_BINARY)), min_size=1, max_size=3),
+    scalar=st.floats(-3, 3, allow_nan=False).filter(lambda v: abs(v) > 0.1),
+)
+def test_broadcasting_chains_match_numpy(shapes, names, scalar):
+    full, ones, drop = shapes
+    other = tuple(1 if one else d for d, one in zip(full, ones, strict=True))[drop:]
+    rng = np.random.default_rng(len(names))
+    x, y = rand(rng, full), rand(rng, other)
+
+    def program(x, y):
+        acc = x
+        for name in names:
+            acc = _BINARY[name][0](acc, y) * scalar
+        return acc
+
+    expected = f64(x)[0]
+    for name in names:
+        expected = _BINARY[name][1](expected, f64(y)[0]) * np.float64(np.float32(scalar))
+    check(fusec.fuse(program, disk_cache=False)(x, y), expected, np.float32)
+
+
+def test_batch_norm_after_a_conv_folds_into_it_as_for_onnx(rng):
+    w = rng.standard_normal((6, 3, 3, 3)).astype(np.float32)
+    scale, bias, mean = (rng.standard_normal(6).astype(np.float32) for _ in range(3))
+    var = rng.random(6).astype(np.float32) + 0.5
+
+    @fusec.fuse(disk_cache=False)
+    def block(x):
+        return ops.relu(ops.batch_norm(ops.conv2d(x, w, padding=1), scale, bias, mean, var))
+
+    x = rand(rng, (2, 3, 8, 8))
+    fused = block.fused_ir(x)
+    assert "ai.batch_norm" not in fused and fused.count("ai.fused") == 1  # one conv kernel
+    xd, wd = f64(x, w)
+    a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + 1e-5)
+    conv = np_conv2d(xd, wd, 1)
+    expected = np.maximum((conv - mean[None, :, None, None]) * a[None, :, None, None]
+                          + bias[None, :, None, None], 0)  # fmt: skip
+    check(block(x), expected, np.float32)
