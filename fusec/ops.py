@@ -124,9 +124,7 @@ def bias_add(x: Any, bias: Any, axis: int = 1) -> Traced:
     return _trace("bias_add", x, bias).emit(ai.BiasAddOp, (x, bias), axis=_int("bias_add", axis))
 
 
-def batch_norm(
-    x: Any, scale: Any, bias: Any, mean: Any, var: Any, *, eps: float = 1e-5
-) -> Traced:
+def batch_norm(x: Any, scale: Any, bias: Any, mean: Any, var: Any, *, eps: float = 1e-5) -> Traced:
     """Inference batch normalisation over dim 1 (channels):
     (x - mean) / sqrt(var + eps) * scale + bias (folded into a conv2d feeding it)."""
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
