@@ -156,6 +156,10 @@ CONVS = [
     ((2, 1), (0, 0), (1, 1), 1, (2, 8, 13, 9), (4, 1, 1)),  # 1x1 with a stride: im2col
     ((1, 1), (0, 0), (1, 1), 2, (1, 8, 11, 7), (6, 1, 1)),  # 1x1: reads the input directly
     ((1, 1), (3, 3), (1, 1), 1, (1, 3, 5, 5), (4, 3, 3)),  # padding wider than the kernel
+    # taps: uneven padding and a non-square kernel; a ragged last block (OH 13 over
+    # blocks of TAP_PIXELS // Wp rows); a 1xS kernel (no padding rows)
+    ((1, 1), (2, 0, 1, 3), (1, 1), 1, (2, 5, 13, 40), (7, 3, 5)),
+    ((1, 1), (0, 1), (1, 1), 1, (1, 6, 9, 30), (5, 1, 3)),
 ]
 
 
@@ -184,8 +188,11 @@ func.func @f(%x: {x}, %w: {wt}, %b: {b}) -> {y} {{
 @pytest.mark.parametrize("case", CONVS)
 def test_conv_blocks(cache, case):
     program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
-    im2col = case[5][1:] != (1, 1) or case[0] != (1, 1) or any(case[1])
-    assert ("cols = ws[" in program.kernels[0].source) == im2col
+    taps = case[0] == (1, 1) and case[5][1:] != (1, 1)  # stride 1, larger than 1x1
+    im2col = not taps and (case[5][1:] != (1, 1) or case[0] != (1, 1) or any(case[1]))
+    source = program.kernels[0].source
+    assert ("cols = ws[" in source) == im2col
+    assert ("xpad = ws[" in source) == taps and ("sgemm_acc(" in source) == taps
     assert _blocks(program) > 1
 
 
