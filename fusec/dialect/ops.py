@@ -55,7 +55,13 @@ from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from fusec.dialect import shapes
-from fusec.dialect.canonical import CastCanonicalization, ReluCanonicalization
+from fusec.dialect.canonical import (
+    AddCanonicalization,
+    BiasAddCanonicalization,
+    CastCanonicalization,
+    Conv2DCanonicalization,
+    ReluCanonicalization,
+)
 from fusec.dialect.shapes import ShapeError, TensorSpec
 
 # --------------------------------------------------------------------------- types
@@ -362,9 +368,14 @@ class AiOp(IRDLOperation):
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
         printer.print_list(self.operands, printer.print_operand)
+        # In declaration order, whatever order the builder or the text gave them in,
+        # so that one op prints one way (MLIR sorts attribute dictionaries too).
+        order = {key: i for i, key in enumerate(self.ATTRS)}
         shown = {
             key: value
-            for key, value in self.properties.items()
+            for key, value in sorted(
+                self.properties.items(), key=lambda item: order.get(item[0], len(order))
+            )
             if key not in self.ATTRS
             or _safe_read(self.ATTRS[key], value) != self.ATTRS[key].default
         }
@@ -415,7 +426,7 @@ class Conv2DOp(AiOp):
     padding = opt_prop_def(DenseArrayBase)
     dilations = opt_prop_def(DenseArrayBase)
     groups = opt_prop_def(IntegerAttr)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Conv2DCanonicalization())
 
     OPERANDS: ClassVar[tuple[str, ...]] = ("input", "weight")
     ATTRS: ClassVar[Mapping[str, AttrKind]] = {
@@ -439,7 +450,7 @@ class BiasAddOp(AiOp):
     bias = operand("bias")
     output = result()
     axis = opt_prop_def(IntegerAttr)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), BiasAddCanonicalization())
 
     OPERANDS: ClassVar[tuple[str, ...]] = ("input", "bias")
     ATTRS: ClassVar[Mapping[str, AttrKind]] = {"axis": int_attr(1)}
@@ -468,6 +479,7 @@ class AddOp(BinaryOp):
     """Elementwise a + b (numpy broadcasting)."""
 
     name = "ai.add"
+    traits = traits_def(Pure(), AddCanonicalization())
 
 
 @irdl_op_definition

@@ -1,7 +1,7 @@
 // -----// IR Dump After fuse-prologue //----- //
 builtin.module {
   func.func @elementwise_chain(%x: tensor<4x8x16xf32>, %b: tensor<16xf32>, %s: tensor<8x1xf32>) -> tensor<4x8x16xf16> {
-    %a = ai.add %x, %b : tensor<4x8x16xf32> * tensor<16xf32>
+    %a = ai.bias_add %x, %b {axis = 2 : i64} : tensor<4x8x16xf32> * tensor<16xf32>
     %m = ai.mul %a, %s : tensor<4x8x16xf32> * tensor<8x1xf32>
     %g = ai.sigmoid %m : tensor<4x8x16xf32>
     %y = ai.mul %m, %g : tensor<4x8x16xf32> * tensor<4x8x16xf32>
@@ -14,7 +14,7 @@ builtin.module {
 // -----// IR Dump After fuse-epilogue //----- //
 builtin.module {
   func.func @elementwise_chain(%x: tensor<4x8x16xf32>, %b: tensor<16xf32>, %s: tensor<8x1xf32>) -> tensor<4x8x16xf16> {
-    %a = ai.add %x, %b : tensor<4x8x16xf32> * tensor<16xf32>
+    %a = ai.bias_add %x, %b {axis = 2 : i64} : tensor<4x8x16xf32> * tensor<16xf32>
     %m = ai.mul %a, %s : tensor<4x8x16xf32> * tensor<8x1xf32>
     %g = ai.sigmoid %m : tensor<4x8x16xf32>
     %y = ai.mul %m, %g : tensor<4x8x16xf32> * tensor<4x8x16xf32>
@@ -27,7 +27,7 @@ builtin.module {
 // -----// IR Dump After fuse-reduction //----- //
 builtin.module {
   func.func @elementwise_chain(%x: tensor<4x8x16xf32>, %b: tensor<16xf32>, %s: tensor<8x1xf32>) -> tensor<4x8x16xf16> {
-    %a = ai.add %x, %b : tensor<4x8x16xf32> * tensor<16xf32>
+    %a = ai.bias_add %x, %b {axis = 2 : i64} : tensor<4x8x16xf32> * tensor<16xf32>
     %m = ai.mul %a, %s : tensor<4x8x16xf32> * tensor<8x1xf32>
     %g = ai.sigmoid %m : tensor<4x8x16xf32>
     %y = ai.mul %m, %g : tensor<4x8x16xf32> * tensor<4x8x16xf32>
@@ -42,7 +42,7 @@ builtin.module {
   func.func @elementwise_chain(%x: tensor<4x8x16xf32>, %b: tensor<16xf32>, %s: tensor<8x1xf32>) -> tensor<4x8x16xf16> {
     %c = ai.fused "pointwise" (%x, %b, %s) : (tensor<4x8x16xf32>, tensor<16xf32>, tensor<8x1xf32>) -> tensor<4x8x16xf16> {
     ^bb0(%x_1: tensor<4x8x16xf32>, %b_1: tensor<16xf32>, %s_1: tensor<8x1xf32>):
-      %a = ai.add %x_1, %b_1 : tensor<4x8x16xf32> * tensor<16xf32>
+      %a = ai.bias_add %x_1, %b_1 {axis = 2 : i64} : tensor<4x8x16xf32> * tensor<16xf32>
       %m = ai.mul %a, %s_1 : tensor<4x8x16xf32> * tensor<8x1xf32>
       %g = ai.sigmoid %m : tensor<4x8x16xf32>
       %y = ai.mul %m, %g : tensor<4x8x16xf32> * tensor<4x8x16xf32>
@@ -59,7 +59,7 @@ builtin.module {
   func.func @elementwise_chain(%x: tensor<4x8x16xf32>, %b: tensor<16xf32>, %s: tensor<8x1xf32>) -> tensor<4x8x16xf16> {
     %c = ai.fused "pointwise" (%x, %b, %s) : (tensor<4x8x16xf32>, tensor<16xf32>, tensor<8x1xf32>) -> tensor<4x8x16xf16> {
     ^bb0(%x_1: tensor<4x8x16xf32>, %b_1: tensor<16xf32>, %s_1: tensor<8x1xf32>):
-      %a = ai.add %x_1, %b_1 : tensor<4x8x16xf32> * tensor<16xf32>
+      %a = ai.bias_add %x_1, %b_1 {axis = 2 : i64} : tensor<4x8x16xf32> * tensor<16xf32>
       %m = ai.mul %a, %s_1 : tensor<4x8x16xf32> * tensor<8x1xf32>
       %g = ai.sigmoid %m : tensor<4x8x16xf32>
       %y = ai.mul %m, %g : tensor<4x8x16xf32> * tensor<4x8x16xf32>
