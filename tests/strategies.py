@@ -509,7 +509,7 @@ def _matmul(s: _Drawer, x: int) -> int:
         else:
             inner = (k, n) if y_t else (n, k)  # lhs (M, K), transposed (K, M)
         batch = s.partner_shape(spec.shape[:-2]) if spec.rank > 2 else ()
-        if rank == 3 and not batch:
+        if rank == 3 and spec.rank <= 2:
             batch = (draw(st.sampled_from((1, 2, 3))),)
         shape = (*batch, *inner)
     y = s.arg(shape, scale=1 / math.sqrt(k))

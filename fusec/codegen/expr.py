@@ -255,12 +255,13 @@ class ExprGenerator:
         if (symbol := _ARITHMETIC.get(type(op))) is not None:
             return f"({args[0]} {symbol} {args[1]})"
         if isinstance(op, ai.MaximumOp):
+            # numpy's maximum: a NaN operand wins; on a tie (-0.0 vs 0.0) the second one
             a, b = args
-            return f"({a} if {a} >= {b} or {a} != {a} else {b})"
+            return f"({a} if {a} > {b} or {a} != {a} else {b})"
         if isinstance(op, ai.ReluOp):
-            (a,) = args
+            (a,) = args  # maximum(a, 0): relu(NaN) is NaN, relu(-0.0) is 0.0
             zero = literal(0.0)
-            return f"({a} if not {a} < {zero} else {zero})"
+            return f"({a} if {a} > {zero} or {a} != {a} else {zero})"
         if isinstance(op, ai.SigmoidOp):
             (a,) = args
             return f"({literal(1.0)} / ({literal(1.0)} + {self.exp(f'-{a}')}))"
@@ -272,7 +273,7 @@ class ExprGenerator:
             return f"math.sqrt({args[0]})"
         if isinstance(op, ai.SiluOp):
             (a,) = args
-            return f"({a} / ({literal(1.0)} + {self.exp(f'-{a}')}))"
+            return _at_minus_inf(a, f"({a} / ({literal(1.0)} + {self.exp(f'-{a}')}))")
         if isinstance(op, ai.GeluOp):
             return self._gelu(op, args[0])
         if isinstance(op, ai.CastOp):
@@ -290,9 +291,9 @@ class ExprGenerator:
         if op.attr("approximate") == "tanh":
             # 0.5*x*(1 + tanh(u)) == x * sigmoid(2u): exact, and no cancellation
             u2 = f"{literal(_GELU_TANH_2C)} * ({a} + {literal(0.044715)} * {a} * {a} * {a})"
-            return f"({a} / ({literal(1.0)} + {self.exp(f'-({u2})')}))"
+            return _at_minus_inf(a, f"({a} / ({literal(1.0)} + {self.exp(f'-({u2})')}))")
         # 0.5*x*(1 + erf(x/sqrt2)) == 0.5*x*erfc(-x/sqrt2): no cancellation for x < 0
-        return f"({literal(0.5)} * {a} * math.erfc(-{a} * {literal(_SQRT1_2)}))"
+        return _at_minus_inf(a, f"({literal(0.5)} * {a} * math.erfc(-{a} * {literal(_SQRT1_2)}))")
 
     def _cast(self, op: ai.CastOp, a: str) -> str:
         to = dtype_of(op.results[0])
@@ -329,6 +330,12 @@ class ExprGenerator:
             stmts.append(f"{name} = {self.scalar(op, args)}")
             names[op.results[0]] = name
         return stmts, names
+
+
+def _at_minus_inf(a: str, expr: str) -> str:
+    """``expr`` (an ``x * f(x)`` activation of ``a`` with f(-inf) = 0), but -0.0 at
+    ``a = -inf``, its limit, as the reference has it (``-inf * 0`` would be NaN)."""
+    return f"({expr} if {a} != {literal(-math.inf)} else {literal(-0.0)})"
 
 
 # --------------------------------------------------------------------- helpers

@@ -39,6 +39,13 @@ class LocatedParser(Parser):
         # Where each not-yet-defined value is first used: xDSL reports values
         # that stay undefined only at the end of the input, with no position.
         self.first_uses: dict[str, Span] = {}
+        self._location_end = -1
+
+    def parse_optional_location(self):
+        location = super().parse_optional_location()
+        if location is not None:
+            self._location_end = self.pos  # where the op that ends in it ends
+        return location
 
     def resolve_operand(self, operand, type):  # noqa: A002 - xDSL's parameter name
         if self.ssa_values.get(operand.operand_name) is None:
@@ -74,7 +81,10 @@ class LocatedParser(Parser):
             raise ParseError(span, str(err)) from None
         finally:
             self.current_op_span = outer
-        if not isinstance(op.location, FileLineColLoc):
+        # A location the text writes (even `loc(unknown)`) is kept, so that printed IR
+        # with locations parses back to the same module; otherwise: where the op starts.
+        written = self._location_end == self.pos
+        if not written and not isinstance(op.location, FileLineColLoc):
             loc = span.get_location()
             op.location = FileLineColLoc(
                 StringAttr(self.lexer.input.name), IntAttr(loc.line), IntAttr(loc.col)

@@ -23,6 +23,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
+
 from fusec.codegen import KernelSource
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import TensorSpec
@@ -170,6 +172,7 @@ def load_kernel_module(kernel: KernelSource, cache: Any = None) -> ModuleType:
     cache = cache if cache is not None else default_cache()
     module = cache.load_module(kernel.source, target="cuda", device=device_key())
     if simulator_enabled():
+        module.math = _DeviceMath()  # CUDA's results, not Python's math exceptions
         return module
     for dispatcher, signature in module.KERNELS:
         if signature in _compiled.setdefault(id(dispatcher), set()):
@@ -184,6 +187,26 @@ def load_kernel_module(kernel: KernelSource, cache: Any = None) -> ModuleType:
 
 
 _compiled: dict[int, set] = {}
+
+
+class _DeviceMath:
+    """``math`` as a kernel sees it on the GPU, for kernels run by the CUDA simulator.
+
+    The simulator runs a kernel's Python, where ``math.exp(100.0)`` raises
+    OverflowError and ``math.sqrt(-1.0)`` ValueError; CUDA's device functions
+    return inf and NaN (IEEE), which is what the kernels are written for.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        function = getattr(np, name, None) if name in ("exp", "sqrt", "tanh", "log") else None
+        if function is None:
+            return getattr(math, name)
+
+        def ieee(x: Any) -> Any:
+            with np.errstate(all="ignore"):
+                return function(x)
+
+        return ieee
 
 
 def emit_ptx(kernel: KernelSource, cc: tuple[int, int] = (9, 0), cache: Any = None) -> str:
