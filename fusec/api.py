@@ -6,7 +6,7 @@ This is a stable contract: other parts of fusec and its users build on it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,20 +42,39 @@ def parse(text_or_path: str | Path) -> ModuleOp:
     return parse_module(text, name)
 
 
-def from_onnx(model_or_path: Any, *, weights_as_args: bool = False) -> ModuleOp:
+def from_onnx(
+    model_or_path: Any,
+    *,
+    weights_as_args: bool = False,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> ModuleOp:
     """Import an ONNX model (a ``ModelProto`` or a .onnx path) as a verified ai module.
 
     Initializers become ``arith.constant`` ops, or with ``weights_as_args`` extra
     function arguments after the graph inputs, in initializer order.
+    ``input_shapes`` ({input name: shape}) fixes dynamic input dimensions; every
+    node whose inputs are then constants (shape arithmetic, masks, position ids)
+    is evaluated at import.
     """
-    try:
-        from fusec.frontend.onnx_import import import_model
-    except ImportError as err:
-        if err.name not in ("onnx", "google", "google.protobuf"):
-            raise
-        message = "importing ONNX needs the 'onnx' package: pip install 'fusec[onnx]'"
-        raise FusecError(message) from None
-    return import_model(model_or_path, weights_as_args=weights_as_args)
+    return import_onnx(
+        model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes
+    ).module
+
+
+def import_onnx(
+    model_or_path: Any,
+    *,
+    weights_as_args: bool = False,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> Any:
+    """``from_onnx`` with what the import did: an ``ImportResult`` (``.module``,
+    ``.evaluated``: the nodes folded at import by operator, ``.summary()``)."""
+    from fusec.extras import require
+
+    require("onnx", "importing ONNX")
+    from fusec.frontend.onnx_import import import_onnx as import_model
+
+    return import_model(model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes)
 
 
 def print_ir(module: ModuleOp, *, locations: bool = False) -> str:
@@ -207,10 +226,13 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     """Parse (unless given a module), run the pipeline and build a CompiledModule.
 
     On ``cpu``/``cuda`` each ``ai.fused`` group becomes one generated kernel,
-    compiled (or loaded from the kernel cache) on the first call.
+    compiled (or loaded from the kernel cache) on the first call; an op that
+    the pipeline leaves outside every group is an error naming it. Only
+    ``target="reference"`` interprets the IR (the numpy executor): it is never
+    chosen behind the caller's back.
     """
     from fusec.frontend.mlir import parse_module, read_source
-    from fusec.runtime.launch import Program, fully_fused
+    from fusec.runtime.launch import Program
 
     concrete = resolve_target(target)
     source_text = source_name = None
@@ -222,8 +244,6 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     timings: list[PassTiming] = []
     run_pipeline(module, pipeline, after_pass=after_pass, timings=timings, source_text=source_text)
 
-    if target == "auto" and not fully_fused(module, entry):
-        concrete = "reference"  # a pipeline that leaves ops unfused: only the reference runs it
     if concrete == "reference":
         return CompiledModule(module, target=concrete, entry=entry, timings=timings)
     if concrete == "cuda":  # device-resident values, the caller's stream, CUDA graphs

@@ -63,8 +63,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     # CUDA kernel source and PTX are generated without a GPU: no runtime is built for them
     source_only = args.emit == "ptx" or (args.target == "cuda" and args.emit == "kernels")
+    if args.emit == "ptx":  # before any work: the answer does not depend on the graph
+        from fusec.runtime.cuda import parse_arch, require_cuda_compiler
+
+        parse_arch(args.arch)
+        require_cuda_compiler("cannot emit PTX")
     compiled = fusec_compile(
-        args.file,
+        _source(args),
         target="reference" if source_only else args.target,
         pipeline=args.pipeline,
         entry=args.entry,
@@ -103,15 +108,63 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_import(args: argparse.Namespace) -> int:
-    from fusec.api import from_onnx, print_ir
+def _input_shapes(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
+    """``--input-shape NAME=2x3x4`` (repeated) -> {name: shape}; ``NAME=`` is a scalar."""
+    from fusec.errors import FusecError
 
-    module = from_onnx(args.file, weights_as_args=args.weights_as_args)
-    _emit(print_ir(module, locations=True), args.output)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs or ():
+        name, sep, dims = spec.rpartition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split("x")) if dims else ()
+        except ValueError:
+            shape = None
+        if not sep or not name or shape is None or any(d <= 0 for d in shape):
+            raise FusecError(
+                f"--input-shape {spec!r}: expected NAME=DIMS with positive dimensions "
+                "joined by 'x', e.g. x=1x3x224x224"
+            )
+        if name in shapes:
+            raise FusecError(f"--input-shape: '{name}' is given twice")
+        shapes[name] = shape
+    return shapes
+
+
+def _is_onnx(path: str) -> bool:
+    return str(path).lower().endswith(".onnx")
+
+
+def _source(args: argparse.Namespace):
+    """What to compile: the path of an .mlir file, or the module imported from an
+    .onnx file (with ``--input-shape``)."""
+    from fusec.errors import FusecError
+
+    if _is_onnx(args.file):
+        from fusec.api import from_onnx
+
+        return from_onnx(args.file, input_shapes=_input_shapes(args.input_shape))
+    if args.input_shape:
+        raise FusecError("--input-shape applies to .onnx models only")
+    return args.file
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from fusec.api import import_onnx, print_ir
+
+    result = import_onnx(
+        args.file,
+        weights_as_args=args.weights_as_args,
+        input_shapes=_input_shapes(args.input_shape),
+    )
+    _emit(print_ir(result.module, locations=True), args.output)
+    sys.stderr.write(f"{args.file}: {result.summary()}\n")
     return EXIT_OK
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
+    from fusec.extras import require
+
+    require("onnx", "fusec conformance")
     from fusec.conformance import run_conformance
 
     report = run_conformance(args.op or None, target=args.target)
@@ -119,10 +172,21 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     return EXIT_ERROR if report.count("failed") else EXIT_OK
 
 
+def _add_input_shape(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--input-shape",
+        action="append",
+        metavar="NAME=DIMS",
+        help="an ONNX model input's static shape, e.g. x=1x3x224x224 (fixes dynamic "
+        "dimensions; repeat for several inputs)",
+    )
+
+
 def _add_onnx_commands(sub) -> None:
     imp = sub.add_parser("import", help="import an ONNX model as ai IR (with loc(...) names)")
     imp.add_argument("file", help="input .onnx model")
     imp.add_argument("-o", "--output", help="write the IR here instead of stdout")
+    _add_input_shape(imp)
     imp.add_argument(
         "--weights-as-args",
         action="store_true",
@@ -151,9 +215,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if (args.inputs is None) == (not args.random_inputs):
         raise FusecError("give exactly one of --inputs FILE.npz and --random-inputs")
-    compiled = fusec_compile(
-        args.file, target=args.target, pipeline=args.pipeline, entry=args.entry
-    )
+    source = _source(args)
+    compiled = fusec_compile(source, target=args.target, pipeline=args.pipeline, entry=args.entry)
     fn = entry_function(compiled.module, compiled.entry)
     if args.random_inputs:
         inputs = runner.random_inputs(fn, args.seed)
@@ -168,7 +231,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _write_atomically(args.output, runner.outputs_npz(outputs))
     if not args.check:
         return EXIT_OK
-    original = parse(args.file)
+    original = parse(source) if isinstance(source, str) else source
     references = run_reference(original, inputs, entry=compiled.entry, precision="float64")
     checks = runner.compare(fn, outputs, references)
     for check in checks:
@@ -178,7 +241,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _add_run_command(sub) -> None:
     run = sub.add_parser("run", help="compile and run the entry function on inputs")
-    run.add_argument("file", help="input .mlir file")
+    run.add_argument("file", help="input .mlir file or .onnx model")
+    _add_input_shape(run)
     run.add_argument("--inputs", metavar="FILE.npz", help="arguments, by name or arr_0, arr_1, ...")
     run.add_argument("--random-inputs", action="store_true", help="draw standard-normal inputs")
     run.add_argument("--seed", type=int, default=0, help="seed of --random-inputs (default 0)")
@@ -201,7 +265,7 @@ def cmd_viz(args: argparse.Namespace) -> int:
     picture_format(args.output)  # a bad suffix fails before any work
     # The picture needs the fused IR only: no kernels are generated.
     compiled = fusec_compile(
-        args.file, target="reference", pipeline=args.pipeline, entry=args.entry
+        _source(args), target="reference", pipeline=args.pipeline, entry=args.entry
     )
     _write_atomically(args.output, render(compiled.module, args.output))
     return EXIT_OK
@@ -211,7 +275,8 @@ def _add_viz_command(sub) -> None:
     viz = sub.add_parser(
         "viz", help="draw the op graph with fusion groups as clusters coloured by kind"
     )
-    viz.add_argument("file", help="input .mlir file")
+    viz.add_argument("file", help="input .mlir file or .onnx model")
+    _add_input_shape(viz)
     viz.add_argument(
         "-o",
         "--output",
@@ -231,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     comp = sub.add_parser("compile", help="parse, verify, run the pipeline, print the IR")
-    comp.add_argument("file", help="input .mlir file")
+    comp.add_argument("file", help="input .mlir file or .onnx model")
+    _add_input_shape(comp)
     comp.add_argument("-o", "--output", help="write the result here instead of stdout")
     comp.add_argument("--emit", choices=("ir", "kernels", "all", "ptx"), default="ir")
     comp.add_argument("--arch", default="sm_90", help="GPU architecture for --emit ptx")

@@ -223,3 +223,32 @@ def test_import_fusec_is_lazy():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+CALLS_A_FUNCTION = """
+func.func private @helper(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  %r = ai.relu %x : tensor<4x4xf32>
+  return %r : tensor<4x4xf32>
+}
+func.func @main(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  %y = func.call @helper(%x) : (tensor<4x4xf32>) -> tensor<4x4xf32>
+  %z = ai.exp %y : tensor<4x4xf32>
+  return %z : tensor<4x4xf32>
+}
+"""
+
+
+def test_auto_target_never_falls_back_to_the_interpreter():
+    """A module the pipeline leaves partly unfused (a func.call) is an error naming the op
+    on target 'auto', not a silent run on the numpy reference executor."""
+    with pytest.raises(FusecError, match=r"'func\.call' op is outside any ai\.fused group") as info:
+        fusec.compile(CALLS_A_FUNCTION)
+    assert "target 'reference'" in str(info.value)  # the opt-in way to interpret it
+    assert info.value.location is not None and info.value.location.line == 7
+
+
+def test_the_interpreter_is_opt_in_and_says_so():
+    compiled = fusec.compile(CALLS_A_FUNCTION, target="reference")
+    assert compiled.target == "reference" and "reference" in repr(compiled)
+    x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4)
+    np.testing.assert_allclose(compiled(x), np.exp(np.maximum(x, 0)), rtol=1e-6)

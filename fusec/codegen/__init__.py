@@ -24,7 +24,7 @@ TEMPLATES: dict[tuple[str, str], str] = {
     ("cpu", "conv"): "fusec.codegen.cpu_conv",
     ("cuda", "pointwise"): "fusec.codegen.cuda_pointwise",
     ("cuda", "row_reduce"): "fusec.codegen.cuda_row_reduce",
-    ("cuda", "matmul"): "fusec.codegen.cuda_torch",  # fallback until the Tensor Core templates
+    ("cuda", "matmul"): "fusec.targets.cuda.gemm.template",  # Hopper wgmma GEMM (+ fallback)
     ("cuda", "conv"): "fusec.codegen.cuda_torch",
 }
 

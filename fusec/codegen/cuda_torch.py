@@ -19,8 +19,9 @@ from fusec.dialect.ops import spec_of
 _TORCH_DTYPE = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32"}
 
 
-def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
-    """A module whose ``launch`` evaluates the group body with PyTorch on the GPU."""
+def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> KernelSource:
+    """A module whose ``launch`` evaluates the group body with PyTorch on the GPU;
+    ``reason`` says why the group's Tensor Core template cannot serve it."""
     name = kernel_name(name)
     ops = body_ops(fused_op)
     results = yielded(fused_op)
@@ -48,9 +49,13 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             f"_tensor(torch, out{k}, {_TORCH_DTYPE[spec.dtype]}, {spec.shape!r})"
             f".copy_({names[value]})",
         )
+    why = (
+        f"the Tensor Core template cannot serve it: {reason};"
+        if reason
+        else "no fused CUDA template for this kind yet (Tensor Core templates: issue 12);"
+    )
     notes = [
-        "target: cuda, FALLBACK: no fused CUDA template for this kind yet (Tensor Core "
-        "templates are a separate issue);",
+        f"target: cuda, FALLBACK: {why}",
         "runs the group's ops one by one through PyTorch (cuDNN/cuBLAS) on the GPU, "
         "elementwise ops in float32, on the caller's stream",
     ]

@@ -430,3 +430,112 @@ def helper_source(names: Iterable[str], decorator: str) -> str:
     names = set(names)
     names |= {dep for n in names for dep in _REQUIRES.get(n, ())}
     return "".join(_HELPERS[n].format(decorator=decorator) for n in sorted(names))
+
+
+# ------------------------------------------------------------------ C++ rendering
+
+#: C++ helpers the rendered statements may call (``cpp_helper_source`` defines them).
+_CPP_ROUND = {
+    "f16": (
+        "static __device__ __forceinline__ float fs_round_f16(float x) {\n"
+        "  unsigned short h; float y;\n"
+        '  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));\n'
+        '  asm("cvt.f32.f16 %0, %1;" : "=f"(y) : "h"(h));\n'
+        "  return y;\n}\n"
+    ),
+    "bf16": (
+        "static __device__ __forceinline__ float fs_round_bf16(float x) {\n"
+        "  unsigned short h;\n"
+        '  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));\n'
+        "  return __uint_as_float(((unsigned int)h) << 16);\n}\n"
+    ),
+}
+
+
+def cpp_literal(x: float) -> str:
+    """A float32 C++ literal; inf/nan through their bit patterns (no user text)."""
+    value = float(x)
+    if math.isnan(value):
+        return "__int_as_float(0x7fc00000)"
+    if math.isinf(value):
+        return "__int_as_float(0x7f800000)" if value > 0 else "__int_as_float(0xff800000)"
+    return f"{value!r}f"
+
+
+class CppExprGenerator:
+    """The C++ rendering of ``ExprGenerator``: float32 statements for a generated kernel's
+    epilogue (``const float t0 = (acc + l0);``), with the same NaN and rounding rules."""
+
+    def __init__(self, temp_prefix: str = "t", leaf_prefix: str = "l") -> None:
+        if not (is_identifier(temp_prefix) and is_identifier(leaf_prefix)):
+            raise ValueError("prefixes must be identifiers")
+        self.temp_prefix = temp_prefix
+        self.leaf_prefix = leaf_prefix
+        self.helpers: set[str] = set()
+        self._counters: dict[str, int] = {}
+
+    def fresh(self, prefix: str) -> str:
+        n = self._counters.get(prefix, 0)
+        self._counters[prefix] = n + 1
+        return f"{prefix}{n}"
+
+    def scalar(self, op: Operation, args: list[str]) -> str:
+        """A float C++ expression computing ``op`` on operand names ``args``."""
+        one = cpp_literal(1.0)
+        if (symbol := _ARITHMETIC.get(type(op))) is not None:
+            return f"({args[0]} {symbol} {args[1]})"
+        if isinstance(op, ai.MaximumOp):
+            a, b = args
+            return f"(({a} >= {b} || {a} != {a}) ? {a} : {b})"
+        if isinstance(op, ai.ReluOp):
+            (a,) = args
+            return f"(!({a} < 0.0f) ? {a} : 0.0f)"
+        if isinstance(op, ai.SigmoidOp):
+            return f"({one} / ({one} + expf(-{args[0]})))"
+        if isinstance(op, ai.TanhOp):
+            return f"tanhf({args[0]})"
+        if isinstance(op, ai.ExpOp):
+            return f"expf({args[0]})"
+        if isinstance(op, ai.SqrtOp):
+            return f"sqrtf({args[0]})"
+        if isinstance(op, ai.SiluOp):
+            (a,) = args
+            return f"({a} / ({one} + expf(-{a})))"
+        if isinstance(op, ai.GeluOp):
+            (a,) = args
+            if op.attr("approximate") == "tanh":
+                cube = f"{cpp_literal(0.044715)} * {a} * {a} * {a}"
+                u2 = f"{cpp_literal(_GELU_TANH_2C)} * ({a} + {cube})"
+                return f"({a} / ({one} + expf(-({u2}))))"
+            return f"({cpp_literal(0.5)} * {a} * erfcf(-{a} * {cpp_literal(_SQRT1_2)}))"
+        if isinstance(op, ai.CastOp):
+            to = dtype_of(op.results[0])
+            if to == "f32":
+                return args[0]
+            self.helpers.add(to)
+            return f"fs_round_{to}({args[0]})"
+        raise error_at(op, "is not an elementwise op the code generator knows")
+
+    def chain(self, ops: Sequence[Operation], leaf: Leaf) -> tuple[list[str], dict[SSAValue, str]]:
+        """``const float tN = <expr>;`` statements for ``ops`` (as ``ExprGenerator.chain``)."""
+        names: dict[SSAValue, str] = {}
+        stmts: list[str] = []
+        for op in ops:
+            args = []
+            for value in op.operands:
+                if value not in names:
+                    expr = leaf(value)
+                    if not is_identifier(expr):
+                        name = self.fresh(self.leaf_prefix)
+                        stmts.append(f"const float {name} = {expr};")
+                        expr = name
+                    names[value] = expr
+                args.append(names[value])
+            name = self.fresh(self.temp_prefix)
+            stmts.append(f"const float {name} = {self.scalar(op, args)};")
+            names[op.results[0]] = name
+        return stmts, names
+
+    def helper_source(self) -> str:
+        """C++ definitions of the helpers the statements call."""
+        return "".join(_CPP_ROUND[name] for name in sorted(self.helpers))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,8 +45,9 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of, tensor_type
-from fusec.dialect.shapes import ShapeError, TensorSpec, broadcast_shapes
+from fusec.dialect.shapes import ShapeError, TensorSpec, broadcast_shapes, shape_problem
 from fusec.errors import FusecError, SourceLocation
+from fusec.frontend import onnx_fold
 from fusec.frontend.mlir import named_location, verify_module
 
 #: ONNX element types fusec has, and their dialect names.
@@ -115,21 +116,39 @@ def converter(*op_types: str, attrs: Sequence[str] = ()):
     return register
 
 
+#: Operators fusec never compiles but always evaluates at import (they have no
+#: inputs); every other operator is evaluated at import too when its inputs are
+#: constants (``onnx_fold``), whether or not it has a converter.
+ALWAYS_FOLDED = ("Constant",)
+
+
 def supported_operators() -> list[str]:
-    return sorted(CONVERTERS)
+    return sorted({*CONVERTERS, *ALWAYS_FOLDED})
 
 
 class Importer:
     """Builds one ``func.func`` from one ONNX graph (see ``import_model``)."""
 
-    def __init__(self, model: onnx.ModelProto, source: str, weights_as_args: bool) -> None:
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        source: str,
+        weights_as_args: bool,
+        input_shapes: Mapping[str, Sequence[int]] | None = None,
+    ) -> None:
         self.graph = model.graph
         self.source = source
         self.weights_as_args = weights_as_args
+        self.input_shapes = dict(input_shapes or {})
         self.opset = _default_opset(model, source)
         self.initializers = {t.name: t for t in self.graph.initializer}
         self.values: dict[str, SSAValue] = {}
         self.arrays: dict[str, np.ndarray] = {}  # values known at import time
+        self.computed: set[str] = set()  # names of arrays computed at import (not initializers)
+        # Graph inputs that are not float tensors: (shape, ONNX type name). Their
+        # shapes are known; their data exists only at run time, in no ai value.
+        self.other_inputs: dict[str, tuple[tuple[int, ...], str]] = {}
+        self.evaluated: Counter[str] = Counter()  # op type -> nodes evaluated at import
         self.block = Block()
         self.node: Node | None = None
         self.location: Attribute = UnknownLoc()
@@ -205,6 +224,13 @@ class Importer:
             array = self.arrays[name]
             self.values[name] = self.constant(array, self.dtype_of_array(name, array), name)
             return self.values[name]
+        if name in self.other_inputs:
+            raise self.error(
+                f"input '{name}' is {self.other_inputs[name][1]} data known only at run time: "
+                "fusec compiles float data paths (f32, f16, bf16); integer and boolean values "
+                "must be constants (initializers, Constant nodes, or computed from shapes)",
+                "dtype",
+            )
         raise self.error(
             f"value '{name}' is used before it is defined (not a graph input, an "
             "initializer or the output of an earlier node)"
@@ -221,11 +247,27 @@ class Importer:
         for dtype, np_type in _NUMPY_TYPES.items():
             if array.dtype == np_type:
                 return dtype
+        if name in self.computed:
+            raise self.error(
+                f"value '{name}' is a {array.dtype} constant (computed at import) used as data: "
+                "fusec's data path is float, float16 or bfloat16",
+                "dtype",
+            )
         raise self.error(
             f"initializer '{name}' has element type {array.dtype}: "
             "fusec supports float, float16 and bfloat16",
             "dtype",
         )
+
+    def static_shape(self, name: str) -> tuple[int, ...] | None:
+        """The shape of value ``name`` if it is known (every value's is, once defined)."""
+        if name in self.arrays:
+            return tuple(self.arrays[name].shape)
+        if name in self.values:
+            return shape_of(self.values[name])
+        if name in self.other_inputs:
+            return self.other_inputs[name][0]
+        return None
 
     # ------------------------------------------------------------ the graph
     def run(self) -> ModuleOp:
@@ -250,10 +292,11 @@ class Importer:
         return module
 
     def load_initializers(self) -> None:
-        if self.weights_as_args:
-            return
+        """Initializers are constants; with ``weights_as_args`` only the non-float ones
+        (shapes, indices, masks), which are not weights and which fusec folds."""
         for name, tensor in self.initializers.items():
-            self.arrays[name] = self.tensor_array(f"initializer '{name}'", tensor)
+            if not (self.weights_as_args and tensor.data_type in ELEMENT_TYPES):
+                self.arrays[name] = self.tensor_array(f"initializer '{name}'", tensor)
 
     def tensor_array(self, what: str, tensor: onnx.TensorProto) -> np.ndarray:
         """The value of a tensor proto, or an error naming it when its data is malformed."""
@@ -264,15 +307,28 @@ class Importer:
 
     def declare_inputs(self) -> list[str]:
         """Function arguments: graph inputs, then (with weights_as_args) used initializers."""
+        inputs = [i.name for i in self.graph.input if i.name not in self.initializers]
+        unknown = set(self.input_shapes) - {info.name for info in self.graph.input}
+        if unknown:
+            raise self.error(
+                f"input shapes given for {', '.join(repr(n) for n in sorted(unknown))}, which "
+                f"{'is not a graph input' if len(unknown) == 1 else 'are not graph inputs'} "
+                f"(inputs: {', '.join(inputs) or 'none'})"
+            )
         names: list[str] = []
         for info in self.graph.input:
             if info.name in self.initializers:
                 continue  # IR < 4 lists initializers as inputs too: they stay constants
-            names.append(info.name)
-            self.add_argument(info.name, self.value_info_spec(info))
+            shape, elem_type = self.value_info_shape(info)
+            if elem_type in ELEMENT_TYPES:
+                names.append(info.name)
+                self.add_argument(info.name, TensorSpec(shape, ELEMENT_TYPES[elem_type]))
+            else:
+                self.element_type(elem_type, f"input '{info.name}'", known_only=True)
+                self.other_inputs[info.name] = (shape, TensorProto.DataType.Name(elem_type))
         if self.weights_as_args:
             for name, tensor in self.initializers.items():
-                if self.uses[name]:
+                if self.uses[name] and name not in self.arrays:
                     names.append(name)
                     self.add_argument(name, self.tensor_spec(name, tensor))
         return names
@@ -282,7 +338,9 @@ class Importer:
         arg.name_hint = value_name(name)
         self.values[name] = arg
 
-    def value_info_spec(self, info: onnx.ValueInfoProto) -> TensorSpec:
+    def value_info_shape(self, info: onnx.ValueInfoProto) -> tuple[tuple[int, ...], int]:
+        """(static shape, ONNX element type) of a graph input, its dynamic dimensions
+        fixed by ``input_shapes``."""
         kind = info.type.WhichOneof("value")
         if kind != "tensor_type":
             what = (kind or "no type").removesuffix("_type")
@@ -290,29 +348,57 @@ class Importer:
                 f"input '{info.name}' is a {what}: only tensors are supported", "dtype"
             )
         ttype = info.type.tensor_type
-        dtype = self.element_type(ttype.elem_type, f"input '{info.name}'")
+        given = self.input_shapes.get(info.name)
         if not ttype.HasField("shape"):
-            raise self.error(f"input '{info.name}' has no shape: fusec needs static shapes")
+            if given is None:
+                raise self.error(
+                    f"input '{info.name}' has no shape: fusec needs static shapes "
+                    f"(give one: --input-shape {info.name}=2x3x...)"
+                )
+            return tuple(given), ttype.elem_type
+        declared = ttype.shape.dim
+        if given is not None and len(given) != len(declared):
+            raise self.error(
+                f"input '{info.name}' has rank {len(declared)}, but the shape given for it "
+                f"({_dims_text(given)}) has rank {len(given)}"
+            )
         dims = []
-        for dim in ttype.shape.dim:
-            if not dim.HasField("dim_value"):
+        for axis, dim in enumerate(declared):
+            fixed = dim.dim_value if dim.HasField("dim_value") else None
+            if given is not None:
+                if fixed is not None and given[axis] != fixed:
+                    raise self.error(
+                        f"input '{info.name}' has dimension {fixed} at axis {axis}, but the "
+                        f"shape given for it is {_dims_text(given)}"
+                    )
+                dims.append(int(given[axis]))
+            elif fixed is None:
                 what = f"'{dim.dim_param}'" if dim.dim_param else "unknown"
+                example = "x".join(str(d.dim_value) if d.dim_value else "N" for d in declared)
                 raise self.error(
                     f"input '{info.name}' has a dynamic dimension ({what}): fusec needs static "
-                    "shapes (fix them, e.g. with onnx.tools.update_model_dims)"
+                    f"shapes (give them: --input-shape {info.name}={example}, or "
+                    "input_shapes= in Python)"
                 )
-            dims.append(dim.dim_value)
-        return TensorSpec(tuple(dims), dtype)
+            else:
+                dims.append(fixed)
+        if (problem := shape_problem(tuple(dims))) is not None:
+            raise self.error(f"input '{info.name}' of shape {_dims_text(dims)} {problem}")
+        return tuple(dims), ttype.elem_type
 
     def tensor_spec(self, name: str, tensor: onnx.TensorProto) -> TensorSpec:
         dtype = self.element_type(tensor.data_type, f"initializer '{name}'")
         return TensorSpec(tuple(tensor.dims), dtype)
 
-    def element_type(self, onnx_type: int, what: str) -> str:
+    def element_type(self, onnx_type: int, what: str, known_only: bool = False) -> str:
+        """The dialect's name of an ONNX element type; with ``known_only``, only check
+        that the code is a valid ONNX type (and return "")."""
         if onnx_type in ELEMENT_TYPES:
             return ELEMENT_TYPES[onnx_type]
-        if onnx_type not in TensorProto.DataType.values():
+        if onnx_type not in TensorProto.DataType.values() or onnx_type == TensorProto.UNDEFINED:
             raise self.error(f"{what} has an unknown element type code {onnx_type}")
+        if known_only:
+            return ""
         type_name = TensorProto.DataType.Name(onnx_type) if onnx_type else "UNDEFINED"
         raise self.error(
             f"{what} has element type {type_name}: fusec supports FLOAT, FLOAT16 and BFLOAT16",
@@ -343,16 +429,13 @@ class Importer:
         self.node = node
         self.location = self.node_location(node)
         self.created = set()
-        if node.proto.domain not in _DOMAINS or node.op_type not in CONVERTERS:
-            foreign = node.proto.domain not in _DOMAINS
-            domain = f" of domain '{node.proto.domain}'" if foreign else ""
-            raise self.error(
-                f"unsupported operator{domain}; fusec supports: {', '.join(supported_operators())}",
-                "operator",
-            )
         for name in node.proto.output:
             if name and (name in self.values or name in self.arrays):  # ONNX is SSA
                 raise self.error(f"output '{name}' is already defined (a value is assigned once)")
+        if self.fold(node):
+            return
+        if node.proto.domain not in _DOMAINS or node.op_type not in CONVERTERS:
+            raise self.unsupported(node)
         spec = CONVERTERS[node.op_type]
         node.attrs = self.read_attributes(node, spec)
         outputs = spec.convert(self, node)
@@ -365,6 +448,50 @@ class Importer:
         for name in node.proto.output[len(outputs) :]:
             if name and self.uses[name]:
                 raise self.error(f"output '{name}' is not supported", "attribute")
+
+    def fold(self, node: Node) -> bool:
+        """Evaluate ``node`` now if its inputs are all known (its outputs become
+        constants); False if they are not, or if it must not be evaluated."""
+        proto = node.proto
+        if not onnx_fold.foldable(proto):
+            return False
+        if proto.op_type in onnx_fold.SHAPE_ONLY and proto.input and proto.input[0]:
+            shape = self.static_shape(proto.input[0])
+            if shape is None:
+                return False
+            node.attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
+            outputs = [onnx_fold.evaluate_shape_op(proto, shape, node.attrs)]
+        else:
+            if any(name and name not in self.arrays for name in proto.input):
+                return False
+            inputs = [self.arrays[name] if name else None for name in proto.input]
+            try:
+                outputs = onnx_fold.evaluate(proto, inputs, self.opset)
+            except onnx_fold.FoldError as err:
+                message = f"cannot evaluate at import (its inputs are constants): {err}"
+                raise self.error(message) from None
+        for name, array in zip(proto.output, outputs, strict=False):
+            if name:
+                self.arrays[name] = array
+                self.computed.add(name)
+        self.evaluated[proto.op_type] += 1
+        return True
+
+    def unsupported(self, node: Node) -> UnsupportedOnnx:
+        """The error for a node fusec can neither convert nor evaluate at import."""
+        proto = node.proto
+        if proto.domain not in _DOMAINS:
+            message = f"unsupported operator of domain '{proto.domain}'"
+        elif onnx_fold.foldable(proto) and onnx.defs.has(proto.op_type):
+            runtime = [n for n in proto.input if n and n not in self.arrays]
+            message = (
+                f"unsupported operator on values computed at run time (input '{runtime[0]}'); "
+                "fusec evaluates any operator at import when all its inputs are constants, "
+                "and compiles"
+            )
+        else:
+            message = "unsupported operator; fusec supports"
+        return self.error(f"{message}: {', '.join(supported_operators())}", "operator")
 
     def bind(self, name: str, value: SSAValue) -> None:
         """Make ONNX value ``name`` refer to ``value``, naming it if built for this node."""
@@ -427,6 +554,10 @@ def value_name(name: str) -> str:
 
 def function_name(graph_name: str) -> str:
     return graph_name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", graph_name) else "main"
+
+
+def _dims_text(dims: Sequence[int]) -> str:
+    return "x".join(str(d) for d in dims) or "scalar"
 
 
 def _name_attr(name: str) -> DictionaryAttr:
@@ -511,21 +642,6 @@ def _cast(imp: Importer, node: Node) -> list[SSAValue]:
         raise imp.error("attribute 'to' is required")
     to = imp.element_type(node.attrs["to"], "the cast target")
     return [x if dtype_of(x) == to else imp.emit(ai.CastOp, x, to)]
-
-
-@converter("Constant", attrs=("value", "value_float", "value_floats"))
-def _constant(imp: Importer, node: Node) -> list[SSAValue]:
-    if "value" in node.attrs:
-        array = imp.tensor_array("attribute 'value'", node.attrs["value"])
-    elif "value_float" in node.attrs:
-        array = np.asarray(node.attrs["value_float"], dtype=np.float32)
-    elif "value_floats" in node.attrs:
-        array = np.asarray(node.attrs["value_floats"], dtype=np.float32)
-    else:
-        raise imp.error("needs a 'value', 'value_float' or 'value_floats' attribute", "attribute")
-    imp.dtype_of_array(node.proto.output[0], array)
-    imp.arrays[node.proto.output[0]] = array
-    return [imp.value(node.proto.output[0])]
 
 
 @converter("MatMul")
@@ -854,9 +970,49 @@ def load_model(model_or_path: onnx.ModelProto | str | Path) -> tuple[onnx.ModelP
         raise FusecError(f"cannot read the ONNX model: {err}", SourceLocation(path, 0, 0)) from None
 
 
+@dataclass
+class ImportResult:
+    """An imported model: the verified module, and what the importer evaluated."""
+
+    module: ModuleOp
+    #: op type -> number of nodes evaluated at import (constant folding)
+    evaluated: Counter[str]
+    #: the nodes of the model
+    nodes: int
+
+    def summary(self) -> str:
+        """One line: how many nodes were folded at import, by operator."""
+        total = sum(self.evaluated.values())
+        if not total:
+            return f"{self.nodes} nodes, none evaluated at import"
+        by_op = ", ".join(f"{op} {n}" for op, n in sorted(self.evaluated.items()))
+        return f"{self.nodes} nodes, {total} evaluated at import (constant folding): {by_op}"
+
+
+def import_onnx(
+    model_or_path: onnx.ModelProto | str | Path,
+    *,
+    weights_as_args: bool = False,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> ImportResult:
+    """Import an ONNX model (a ModelProto or a path): the module and what was folded.
+
+    ``input_shapes`` fixes the shapes of inputs by name (needed for dynamic
+    dimensions such as a batch size).
+    """
+    model, source = load_model(model_or_path)
+    importer = Importer(model, source, weights_as_args, input_shapes)
+    module = importer.run()
+    return ImportResult(module, importer.evaluated, len(model.graph.node))
+
+
 def import_model(
-    model_or_path: onnx.ModelProto | str | Path, *, weights_as_args: bool = False
+    model_or_path: onnx.ModelProto | str | Path,
+    *,
+    weights_as_args: bool = False,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> ModuleOp:
     """Import an ONNX model (a ModelProto or a path) as a verified ai module."""
-    model, source = load_model(model_or_path)
-    return Importer(model, source, weights_as_args).run()
+    return import_onnx(
+        model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes
+    ).module

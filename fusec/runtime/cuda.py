@@ -81,12 +81,22 @@ def simulator_enabled() -> bool:
 
 
 def cuda_support() -> str | None:
-    """Why the CUDA compiler stack is unusable here, or None when numba-cuda imports."""
-    try:
-        numba_cuda()
-    except Exception as err:  # ImportError, or a broken cuda-bindings install
-        return f"numba-cuda is not usable: {type(err).__name__}: {err}"
-    return None
+    """Why the CUDA compiler stack is unusable here, or None when numba-cuda imports.
+
+    numba's own deprecated ``numba.cuda`` does not count (see ``fusec.extras``).
+    """
+    from fusec.extras import numba_cuda_problem
+
+    return numba_cuda_problem()
+
+
+def require_cuda_compiler(purpose: str) -> None:
+    """Raise a one-line FusecError naming the ``cuda`` extra when numba-cuda is not usable."""
+    from fusec.extras import install_hint
+
+    reason = cuda_support()
+    if reason is not None:
+        raise FusecError(f"{purpose}: {reason} ({install_hint('cuda')})")
 
 
 def driver_present() -> bool:
@@ -217,10 +227,7 @@ def emit_ptx(kernel: KernelSource, cc: tuple[int, int] = (9, 0), cache: Any = No
     """
     from fusec.runtime.cache import cache_key, default_cache
 
-    reason = cuda_support()
-    if reason is not None:
-        hint = "install the extra: pip install 'fusec[cuda]'"
-        raise FusecError(f"cannot emit PTX: {reason} ({hint})")
+    require_cuda_compiler("cannot emit PTX")
     if simulator_enabled():
         raise FusecError("cannot emit PTX under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
     cache = cache if cache is not None else default_cache()
@@ -521,9 +528,7 @@ class CudaBackend:
     def __init__(self, cache: Any = None) -> None:
         from fusec.runtime.cache import default_cache
 
-        reason = cuda_support()
-        if reason is not None:
-            raise FusecError(f"target 'cuda' is not usable: {reason}")
+        require_cuda_compiler("target 'cuda' is not usable")
         if not simulator_enabled() and not gpu_available():
             raise FusecError("target 'cuda' needs an NVIDIA GPU, and none is usable here")
         self.cache = cache if cache is not None else default_cache()

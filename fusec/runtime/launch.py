@@ -125,7 +125,8 @@ class Program:
                 raise error_at(
                     op,
                     f"is outside any ai.fused group: the '{target}' target runs fused "
-                    "groups only (run the fusion pipeline, e.g. fusec-default)",
+                    "groups only (run the fusion pipeline, e.g. fusec-default, or interpret "
+                    "the IR on the numpy reference executor with target 'reference')",
                 )
 
     def __call__(self, args: Sequence[Any], *, alloc: Allocator | None = None) -> tuple:
@@ -140,13 +141,6 @@ class Program:
                 outputs = self.backend.run(launch, fn, inputs, alloc)
             values.update(zip(launch.results, outputs, strict=True))
         return tuple(self.backend.to_host(values[v]) for v in self.returns)
-
-
-def fully_fused(module: ModuleOp, entry: str | None = None) -> bool:
-    """True when the entry function holds only constants, ai.fused groups and its return."""
-    fn = entry_function(module, entry)
-    kinds = (arith.ConstantOp, ai.FusedOp, func.ReturnOp)
-    return all(isinstance(op, kinds) for op in fn.body.block.ops)
 
 
 def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx_nets import node_model
 
 import fusec
@@ -71,3 +72,76 @@ def test_conformance_rejects_an_unknown_operator(capsys):
     assert main(["conformance", "--op", "Erf"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: not a supported operator: Erf (supported: Add,")
+
+
+# ------------------------------------------------------------ dynamic input shapes
+
+
+def _dynamic_relu(tmp_path):
+    """relu(x) + shape(x)[0] with a dynamic batch dimension."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Shape", ["x"], ["s"], end=1),
+        helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["r", "sf"], ["y"], name="add"),
+    ]
+    dims = ["batch", 3]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return _save(tmp_path, model)
+
+
+def test_import_with_input_shape_reports_what_was_folded(tmp_path, capsys):
+    path = _dynamic_relu(tmp_path)
+    assert main(["import", str(path), "--input-shape", "x=4x3"]) == 0
+    captured = capsys.readouterr()
+    assert "%x: tensor<4x3xf32>" in captured.out and "ai.add" in captured.out
+    assert captured.err == (
+        f"{path}: 4 nodes, 2 evaluated at import (constant folding): Cast 1, Shape 1\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("x", "expected NAME=DIMS"),
+        ("x=4x", "expected NAME=DIMS"),
+        ("x=4x-3", "expected NAME=DIMS"),
+        ("=4x3", "expected NAME=DIMS"),
+        ("y=4x3", "input shapes given for 'y', which is not a graph input (inputs: x)"),
+    ],
+)
+def test_bad_input_shape_options(tmp_path, capsys, spec, message):
+    path = _dynamic_relu(tmp_path)
+    assert main(["import", str(path), "--input-shape", spec]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_dynamic_model_without_input_shape_says_how(tmp_path, capsys):
+    path = _dynamic_relu(tmp_path)
+    assert main(["compile", str(path)]) == 1
+    assert "--input-shape x=Nx3" in capsys.readouterr().err
+
+
+def test_run_and_compile_take_onnx_models(tmp_path, capsys):
+    path = _dynamic_relu(tmp_path)
+    args = [str(path), "--input-shape", "x=2x3", "--target", "cpu"]
+    assert main(["run", *args, "--random-inputs", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "ran @g on target 'cpu'" in out and "PASS" in out and "FAIL" not in out
+    assert main(["compile", *args, "--remarks"]) == 0
+    assert 'ai.fused "pointwise"' in capsys.readouterr().out
+
+
+def test_input_shape_is_for_onnx_models_only(capsys):
+    assert main(["compile", "examples/conv_bias_relu.mlir", "--input-shape", "x=1"]) == 1
+    assert "--input-shape applies to .onnx models only" in capsys.readouterr().err

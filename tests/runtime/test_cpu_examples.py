@@ -59,13 +59,14 @@ def test_auto_target_is_cpu_without_a_gpu(monkeypatch):
     assert api.resolve_target("cpu") == "cpu"
 
 
-def test_auto_falls_back_to_the_reference_for_unfused_pipelines(monkeypatch):
+def test_auto_never_falls_back_to_the_reference_for_unfused_pipelines(monkeypatch):
     from fusec import api
 
     monkeypatch.setattr(api, "_CUDA_USABLE", False)
     path = next(p for p in EXAMPLES if p.stem == "mlp_block")
     assert fusec.compile(path).target == "cpu"
-    unfused = fusec.compile(path, pipeline="infer-shapes,canonicalize")
-    assert unfused.target == "reference" and unfused.kernels == []
-    with pytest.raises(fusec.FusecError, match="outside any ai.fused group"):
-        fusec.compile(path, target="cpu", pipeline="canonicalize")
+    for target in ("auto", "cpu"):
+        with pytest.raises(fusec.FusecError, match="outside any ai.fused group"):
+            fusec.compile(path, target=target, pipeline="infer-shapes,canonicalize")
+    interpreted = fusec.compile(path, target="reference", pipeline="infer-shapes,canonicalize")
+    assert interpreted.target == "reference" and interpreted.kernels == []

@@ -1,0 +1,1 @@
+"""Back-end targets of fusec, one package per target."""

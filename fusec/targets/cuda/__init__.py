@@ -1,0 +1,1 @@
+"""The ``cuda`` target's Tensor Core code (the Hopper GEMM in ``gemm``)."""

@@ -1,0 +1,206 @@
+"""Building a GEMM kernel: the Numba ``@cuda.jit`` kernel, its linked C++ and the cubin.
+
+The kernel is a Numba CUDA kernel whose body calls the generated C++ device
+function (``cpp.generate``) declared with ``cuda.declare_device(link=...)``.
+Numba's own dispatcher cannot cache kernels with linked code on disk
+(``Cannot pickle CUDACodeLibrary with linking files``), so fusec links the
+kernel itself, exactly as Numba does with LTO, and caches the cubin:
+
+1. the Numba kernel is compiled to LTO-IR (``numba.cuda.compile(...,
+   output="ltoir")``, with ``launch_bounds=(threads, 1)``: ``setmaxnreg``
+   only works when the kernel has a register cap at entry);
+2. the C++ is compiled to LTO-IR by NVRTC for ``sm_90a`` (wgmma and
+   setmaxnreg are sm_90a-only);
+3. nvJitLink links both with LTO into a cubin for ``sm_90a``, which inlines
+   the device function into the kernel (same SASS as a plain nvcc build).
+
+The cubin goes into fusec's blob cache, keyed by the generated sources and
+the tool versions. None of this needs a GPU, so CPU-only CI compiles every
+variant, reads ptxas's report (``verbose``) and fails on a ptxas warning that
+wgmma was serialised.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from fusec.errors import FusecError
+from fusec.targets.cuda.gemm import cpp
+
+ARCH = "sm_90a"
+#: ptxas says this when it had to serialise wgmma (a silent ~2x slowdown): a build error.
+_SERIALISED = re.compile(r"wgmma[^\n]*serializ|serializ[^\n]*wgmma", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Build:
+    """A linked kernel: its cubin, the linker's report and the entry's mangled name."""
+
+    spec: cpp.GemmSpec
+    cubin: bytes
+    log: str
+    cpp_source: str
+    python_source: str
+
+
+def python_source(spec: cpp.GemmSpec, cu_path: str) -> str:
+    """The Numba kernel module for ``spec``: one ``@cuda.jit``-able function ``kernel``."""
+    n64, n32 = cpp.kernel_arg_count(spec)
+    params = ["map_a", "map_b", "out"] + [f"e{k}" for k in range(n64 - 3)]
+    params += ["m", "n", "k", "batches"]
+    sig_types = ", ".join(["types.uint64"] * (n64 + 1) + ["types.int32"] * n32)  # + smem
+    return f'''"""Numba kernel of fusec GEMM {spec.function_name} ({spec.config.text})."""
+from numba import cuda, types
+
+from fusec.targets.cuda.gemm.intrinsics import shared_address
+
+body = cuda.declare_device(
+    "{spec.function_name}", types.int32({sig_types}), link={cu_path!r}
+)
+
+
+def kernel({", ".join(params)}):
+    smem = cuda.shared.array(0, dtype=types.uint8)
+    body(shared_address(smem), {", ".join(params)})
+'''
+
+
+def kernel_signature(spec: cpp.GemmSpec) -> str:
+    n64, n32 = cpp.kernel_arg_count(spec)
+    return "void(" + ", ".join(["uint64"] * n64 + ["int32"] * n32) + ")"
+
+
+def build(spec: cpp.GemmSpec, cache: Any = None) -> Build:
+    """The linked cubin of ``spec`` (from the blob cache when it was built before)."""
+    from fusec.runtime.cache import cache_key, default_cache
+    from fusec.runtime.cuda import cuda_support
+
+    reason = cuda_support()
+    if reason is not None:
+        raise FusecError(f"cannot build the GEMM kernel: {reason}")
+    cache = cache if cache is not None else default_cache()
+    source = cpp.generate(spec)
+    versions = _tool_versions()
+    key = cache_key(source, python_source(spec, "<cu>"), ARCH, versions, "gemm-cubin")
+    logs: list[str] = []
+
+    def link() -> bytes:
+        cubin, log = _link(spec, source, cache)
+        logs.append(log)
+        return cubin
+
+    cubin = cache.get_or_build(key, link)
+    log_key = cache_key(key, "log")
+    log = cache.get_or_build(log_key, lambda: (logs[0] if logs else "").encode()).decode()
+    return Build(spec, cubin, log, source, python_source(spec, "<cu>"))
+
+
+def ptx(spec: cpp.GemmSpec) -> str:
+    """PTX of the generated C++ for sm_90a (NVRTC alone: no driver, no GPU needed)."""
+    from cuda.bindings import nvrtc
+
+    source = cpp.generate(spec).encode()
+    err, program = nvrtc.nvrtcCreateProgram(source, f"{spec.function_name}.cu".encode(), 0, [], [])
+    _nvrtc_check(nvrtc, err)
+    options = [b"-arch=sm_90a", b"-rdc=true", b"-std=c++17"]
+    (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+    if int(err) != 0:
+        _, size = nvrtc.nvrtcGetProgramLogSize(program)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(program, log)
+        raise FusecError(f"NVRTC rejected the generated GEMM: {log.decode(errors='replace')}")
+    err, size = nvrtc.nvrtcGetPTXSize(program)
+    _nvrtc_check(nvrtc, err)
+    text = b" " * size
+    (err,) = nvrtc.nvrtcGetPTX(program, text)
+    _nvrtc_check(nvrtc, err)
+    nvrtc.nvrtcDestroyProgram(program)
+    return text.rstrip(b"\x00").decode()
+
+
+def _nvrtc_check(nvrtc, err) -> None:
+    if int(err) != 0:
+        raise FusecError(f"NVRTC error {err}")
+
+
+def _tool_versions() -> str:
+    from cuda.bindings import nvjitlink, nvrtc
+
+    err, major, minor = nvrtc.nvrtcVersion()
+    return f"nvrtc {major}.{minor} nvjitlink {nvjitlink.version()}"
+
+
+def _link(spec: cpp.GemmSpec, source: str, cache: Any) -> tuple[bytes, str]:
+    try:
+        from cuda.core import Linker, LinkerOptions, ObjectCode, Program, ProgramOptions
+    except ImportError:  # cuda-core < 1.0
+        from cuda.core.experimental import (
+            Linker,
+            LinkerOptions,
+            ObjectCode,
+            Program,
+            ProgramOptions,
+        )
+
+    from fusec.runtime.cuda import numba_cuda
+
+    cuda = numba_cuda()
+    name = spec.function_name
+    options = ProgramOptions(
+        name=f"{name}.cu",
+        arch=ARCH,
+        relocatable_device_code=True,
+        link_time_optimization=True,
+        std="c++17",
+    )
+    try:
+        cu_ltoir = Program(source, "c++", options=options).compile("ltoir")
+    except Exception as err:  # a generator bug: show NVRTC's message
+        raise FusecError(f"NVRTC rejected the generated GEMM {name}: {err}") from None
+    namespace = _kernel_namespace(spec, source, cache)
+    kernel_ltoir, _ = cuda.compile(
+        namespace["kernel"],
+        kernel_signature(spec),
+        device=False,
+        cc=(9, 0),
+        output="ltoir",
+        abi="numba",
+        launch_bounds=(spec.config.threads, 1),
+    )
+    link_options = LinkerOptions(
+        name=name,
+        arch=ARCH,
+        link_time_optimization=True,
+        verbose=True,
+        optimization_level=3,
+    )
+    linker = Linker(
+        ObjectCode.from_ltoir(kernel_ltoir, name="kernel"), cu_ltoir, options=link_options
+    )
+    try:
+        result = linker.link("cubin")
+    except Exception as err:
+        raise FusecError(f"nvJitLink could not link GEMM {name}: {err}") from None
+    log = linker.get_info_log() or ""
+    if _SERIALISED.search(log):
+        raise FusecError(f"ptxas serialised wgmma in GEMM {name}:\n{log}")
+    return bytes(result.code), log
+
+
+def _kernel_namespace(spec: cpp.GemmSpec, source: str, cache: Any) -> dict:
+    """Execute the Numba kernel module; its ``.cu`` is written to ``<cache>/gemm/`` for
+    ``declare_device(link=...)`` (used if the kernel is ever launched through Numba)."""
+    from fusec.runtime.cache import _atomic_write
+
+    path = cache.root / "gemm" / f"{spec.function_name}.cu"
+    try:
+        if not path.exists() or path.read_text() != source:
+            _atomic_write(path, source.encode(), exclusive=False)
+    except OSError as err:
+        raise FusecError(f"cannot write the GEMM source under {cache.root}: {err}") from None
+    namespace: dict = {"__name__": f"_fusec_gemm_{spec.key}"}
+    code = python_source(spec, str(path))
+    exec(compile(code, f"<fusec gemm {spec.function_name}>", "exec"), namespace)
+    return namespace

@@ -1,0 +1,448 @@
+"""The CUDA C++ of the Hopper GEMM: one device function per (tile config, layout, epilogue).
+
+The function is the whole block program of a warp-specialised, persistent
+GEMM; a Numba ``@cuda.jit`` kernel calls it (see ``kernel.py``) and nvJitLink
+inlines it there (LTO). It needs no headers (NVRTC has no C++ standard
+library): 16-bit conversions, barriers, TMA and wgmma are inline PTX.
+
+Block program (``threads = 128 * (consumers + 1)``):
+
+* warpgroup 0 is the producer: ``setmaxnreg.dec`` to 40 registers, then one
+  thread walks the block's tiles and, per 64-deep K step, waits for a free
+  stage (``empty`` mbarrier), announces the stage's bytes on its ``full``
+  mbarrier and issues the TMA bulk tensor loads of the A and B tiles
+  (128-byte swizzle; out-of-bounds rows/columns/K are zero-filled by TMA, so
+  ragged M, N and K need no predication in the main loop);
+* warpgroups 1..consumers are consumers: ``setmaxnreg.inc`` to 232, each owns
+  ``bm / consumers`` rows of the block tile; per K step they wait on ``full``,
+  issue 4 ``wgmma.mma_async.m64nBNk16`` per 64-row block reading A and B from
+  shared memory through matrix descriptors, keep one wgmma group in flight
+  (``wait_group 1``) and release the previous stage on its ``empty`` barrier;
+* after the last K step the consumers run the epilogue on their registers:
+  ``y = epilogue(acc, row, col, batch)`` (generated C++, see ``Epilogue``),
+  rounded to the output type and stored with bounds checks (pairs of
+  adjacent columns as one 32/64-bit store when the row length allows).
+
+The grid is persistent (``min(tiles, SMs)`` blocks walk tiles ``blockIdx.x +
+i * gridDim.x``) in grouped order: ``group_m`` tile rows at a time, so that
+blocks running together reuse A and B tiles from L2.
+
+Operand layouts: A is K-major (row-major M x K) or M-major (stored K x M,
+``transpose_a``); B is K-major (stored N x K, ``transpose_b``) or N-major
+(stored K x N, the plain ``a @ b``). MN-major operands use wgmma's transpose
+bits with the MN-major descriptor (LBO = stride between 64-element chunks,
+SBO = stride between 8-row K groups), so no operand is ever copied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from fusec.targets.cuda.gemm.config import MMA_K, MMA_M, TileConfig
+
+PRODUCER_REGISTERS = 40
+CONSUMER_REGISTERS = 232
+DTYPES = ("f16", "bf16")
+OUT_DTYPES = ("f16", "bf16", "f32")
+_WGMMA_TYPE = {"f16": "f16", "bf16": "bf16"}
+_ELEMENT_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """The elementwise code applied to each accumulator before the store.
+
+    ``body`` is C++ statements that read ``float acc`` (the f32 dot product),
+    ``int row``, ``int col`` (the output element), ``int bat`` (the flat batch
+    index) and the extra input pointers ``e0``, ``e1``... (``const void*``,
+    element types ``extras``; load them with ``fs_ld_<dtype>(e0, index)``), and
+    assign ``float y``. It must come from a generator (never user text).
+    ``name`` documents it in the kernel header.
+    """
+
+    body: str = "y = acc;"
+    extras: tuple[str, ...] = ()
+    name: str = "identity"
+    helpers: str = ""  # C++ helper definitions the body calls (generated)
+
+
+BIAS_RELU = Epilogue(
+    body=(
+        "const float b = fs_ld_{dtype}(e0, col);\n"
+        "const float t = acc + b;\n"
+        "y = t < 0.0f ? 0.0f : t;"
+    ),
+    extras=("{dtype}",),
+    name="bias_relu",
+)
+
+
+def bias_relu(dtype: str) -> Epilogue:
+    """The hand-written bias (per column) + relu epilogue of the first experiments."""
+    return Epilogue(
+        BIAS_RELU.body.format(dtype=dtype),
+        tuple(e.format(dtype=dtype) for e in BIAS_RELU.extras),
+        "bias_relu",
+    )
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """Everything the generated C++ specialises on."""
+
+    config: TileConfig = field(default_factory=TileConfig)
+    dtype: str = "f16"  # A and B element type
+    out_dtype: str = "f16"
+    a_major: str = "k"  # "k": A is M x K row-major; "m": A is stored K x M
+    b_major: str = "k"  # "k": B is stored N x K; "n": B is stored K x N
+    batch_a: bool = False  # A has the batch dimension (otherwise it is broadcast)
+    batch_b: bool = False
+    epilogue: Epilogue = field(default_factory=Epilogue)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES or self.out_dtype not in OUT_DTYPES:
+            raise ValueError(f"unsupported GEMM types {self.dtype} -> {self.out_dtype}")
+        if self.a_major not in ("k", "m") or self.b_major not in ("k", "n"):
+            raise ValueError("a_major is 'k' or 'm', b_major is 'k' or 'n'")
+        for extra in self.epilogue.extras:
+            if extra not in OUT_DTYPES:
+                raise ValueError(f"epilogue input type {extra!r}")
+
+    @property
+    def key(self) -> str:
+        """A short stable hash naming the generated function."""
+        text = repr(self).encode()
+        return hashlib.sha256(text).hexdigest()[:16]
+
+    @property
+    def function_name(self) -> str:
+        return f"fusec_gemm_{self.key}"
+
+
+def _wgmma(spec: GemmSpec) -> str:
+    """``fs_wgmma``: one m64nBNk16 instruction accumulating into ``d`` (BN/2 floats)."""
+    n = spec.config.bn
+    count = n // 2
+    regs = ", ".join(f"%{i}" for i in range(count))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(count))
+    kind = _WGMMA_TYPE[spec.dtype]
+    trans_a = 1 if spec.a_major == "m" else 0
+    trans_b = 1 if spec.b_major == "n" else 0
+    return f"""
+static __device__ __forceinline__ void fs_wgmma(float* d, u64 da, u64 db, int scale_d) {{
+  asm volatile(
+    "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{count + 2}, 0;\\n"
+    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
+    "{{{regs}}}, %{count}, %{count + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"
+    : {outs}
+    : "l"(da), "l"(db), "r"(scale_d));
+}}
+"""
+
+
+_HELPERS = r"""
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+static __device__ __forceinline__ u32 fs_smem(const void* p) {
+  return (u32)__cvta_generic_to_shared(p);
+}
+static __device__ __forceinline__ void fs_bar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void fs_bar_expect(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               :: "r"(bar), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void fs_bar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+// A C loop around try_wait (no PTX labels: they clash when the function is inlined twice).
+static __device__ __forceinline__ void fs_bar_wait(u32 bar, u32 parity) {
+  u32 done = 0;
+  while (!done) {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  }
+}
+static __device__ __forceinline__ void fs_tma_load(u32 dst, u64 map, u32 bar,
+                                                   int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%3, %4, %5}], [%2];"
+               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+static __device__ __forceinline__ void fs_prefetch_map(u64 map) {
+  asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
+}
+static __device__ __forceinline__ void fs_wg_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void fs_wg_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N> static __device__ __forceinline__ void fs_wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator reads/writes across wgmma waits.
+static __device__ __forceinline__ void fs_fence_reg(float& r) {
+  asm volatile("" : "+f"(r) :: "memory");
+}
+// Shared-memory matrix descriptor, 128-byte swizzle.
+static __device__ __forceinline__ u64 fs_desc(u32 addr, u32 lbo, u32 sbo) {
+  return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((lbo & 0x3FFFF) >> 4) << 16) |
+         ((u64)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+static __device__ __forceinline__ float fs_ld_f32(const void* p, long long i) {
+  return __ldg((const float*)p + i);
+}
+static __device__ __forceinline__ float fs_ld_f16(const void* p, long long i) {
+  u16 h = __ldg((const unsigned short*)p + i);
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+static __device__ __forceinline__ float fs_ld_bf16(const void* p, long long i) {
+  u32 h = __ldg((const unsigned short*)p + i);
+  return __uint_as_float(h << 16);
+}
+static __device__ __forceinline__ u32 fs_pack_f16(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+static __device__ __forceinline__ u32 fs_pack_bf16(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+static __device__ __forceinline__ void fs_st_f32(void* p, long long i, float v) {
+  ((float*)p)[i] = v;
+}
+static __device__ __forceinline__ void fs_st2_f32(void* p, long long i, float a, float b) {
+  *(float2*)((float*)p + i) = make_float2(a, b);
+}
+static __device__ __forceinline__ void fs_st_f16(void* p, long long i, float v) {
+  ((u16*)p)[i] = (u16)(fs_pack_f16(v, 0.0f) & 0xFFFF);
+}
+static __device__ __forceinline__ void fs_st2_f16(void* p, long long i, float a, float b) {
+  *(u32*)((u16*)p + i) = fs_pack_f16(a, b);
+}
+static __device__ __forceinline__ void fs_st_bf16(void* p, long long i, float v) {
+  ((u16*)p)[i] = (u16)(fs_pack_bf16(v, 0.0f) & 0xFFFF);
+}
+static __device__ __forceinline__ void fs_st2_bf16(void* p, long long i, float a, float b) {
+  *(u32*)((u16*)p + i) = fs_pack_bf16(a, b);
+}
+"""
+
+
+def _params(spec: GemmSpec) -> list[str]:
+    extras = [f"u64 e{k}" for k in range(len(spec.epilogue.extras))]
+    return ["int* ret", "u64 smem_raw", "u64 map_a", "u64 map_b", "u64 out", *extras] + [
+        "int M",
+        "int N",
+        "int K",
+        "int batches",
+    ]
+
+
+def kernel_arg_count(spec: GemmSpec) -> tuple[int, int]:
+    """(u64, int32) parameters of the kernel: the device function takes the shared-memory
+    address, then these (map_a, map_b, out, extras..., M, N, K, batches)."""
+    return 3 + len(spec.epilogue.extras), 4
+
+
+def generate(spec: GemmSpec) -> str:
+    """The complete ``.cu`` source of ``spec``'s device function."""
+    c = spec.config
+    name = spec.function_name
+    ks = c.bk // MMA_K
+    mi = c.rows_per_consumer // MMA_M
+    half = c.bn // 2
+    extras_args = "".join(f", (const void*)e{k}" for k in range(len(spec.epilogue.extras)))
+    extras_params = "".join(f", const void* e{k}" for k in range(len(spec.epilogue.extras)))
+    a_load = (
+        "fs_tma_load(a_dst, map_a, full, kb * BK, pm * BM, za);"
+        if spec.a_major == "k"
+        else "for (int c = 0; c < BM / 64; ++c)\n"
+        "            fs_tma_load(a_dst + c * 8192, map_a, full, pm * BM + c * 64, kb * BK, za);"
+    )
+    b_load = (
+        "fs_tma_load(b_dst, map_b, full, kb * BK, pn * BN, zb);"
+        if spec.b_major == "k"
+        else "for (int c = 0; c < BN / 64; ++c)\n"
+        "            fs_tma_load(b_dst + c * 8192, map_b, full, pn * BN + c * 64, kb * BK, zb);"
+    )
+    # K-major: rows of 128 bytes, 8-row groups 1024 bytes apart (SBO), a K step of 16 is +32 bytes.
+    # MN-major: 64-element chunks of BK rows (8192 bytes apart: LBO), 8-row K groups 1024 bytes
+    # apart (SBO), a K step of 16 rows is +2048 bytes.
+    a_desc = (
+        "fs_desc(a_base + (u32)(row_blk * 128 + kk * 32), 16u, 1024u)"
+        if spec.a_major == "k"
+        else "fs_desc(a_base + (u32)((row_blk / 64) * 8192 + kk * 2048), 8192u, 1024u)"
+    )
+    b_desc = (
+        "fs_desc(b_base + (u32)(kk * 32), 16u, 1024u)"
+        if spec.b_major == "k"
+        else "fs_desc(b_base + (u32)(kk * 2048), 8192u, 1024u)"
+    )
+    out = spec.out_dtype
+    epilogue_body = "\n".join("  " + line for line in spec.epilogue.body.splitlines())
+    layout = f"A {spec.a_major.upper()}-major, B {spec.b_major.upper()}-major"
+    batch = f"batch A {int(spec.batch_a)} B {int(spec.batch_b)}"
+    return f"""// fusec generated Hopper GEMM: {c.text}, {spec.dtype} -> {out}
+// {layout}, {batch}, epilogue {spec.epilogue.name}
+{_HELPERS}
+{_wgmma(spec)}
+#define BM {c.bm}
+#define BN {c.bn}
+#define BK {c.bk}
+#define STAGES {c.stages}
+#define CONSUMERS {c.consumers}
+#define GROUP_M {c.group_m}
+#define WM {c.rows_per_consumer}
+#define A_BYTES {c.a_stage_bytes}
+#define B_BYTES {c.b_stage_bytes}
+
+{spec.epilogue.helpers}
+static __device__ __forceinline__ float fs_epilogue(float acc, int row, int col,
+                                                   int bat{extras_params}) {{
+  float y;
+{epilogue_body}
+  return y;
+}}
+
+// Tile t of the persistent walk -> (pm, pn, pz), grouped GROUP_M tile rows at a time.
+static __device__ __forceinline__ void fs_tile(int t, int tiles_m, int tiles_n,
+                                               int& pm, int& pn, int& pz) {{
+  const int per_batch = tiles_m * tiles_n;
+  pz = t / per_batch;
+  const int r = t - pz * per_batch;
+  const int group = GROUP_M * tiles_n;
+  const int first = (r / group) * GROUP_M;
+  const int rows = min(tiles_m - first, GROUP_M);
+  const int w = r % group;
+  pm = first + w % rows;
+  pn = w / rows;
+}}
+
+extern "C" __device__ __attribute__((always_inline)) int {name}({", ".join(_params(spec))}) {{
+  const u32 base = (fs_smem((const void*)smem_raw) + 1023u) & ~1023u;
+  const u32 sa = base;
+  const u32 sb = base + STAGES * A_BYTES;
+  const u32 bars = sb + STAGES * B_BYTES;  // full[s] = bars + 8 s, empty[s] = bars + 8 (STAGES + s)
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  if (tid == 0) {{
+    for (int s = 0; s < STAGES; ++s) {{
+      fs_bar_init(bars + 8 * s, 1);
+      fs_bar_init(bars + 8 * (STAGES + s), CONSUMERS);
+    }}
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }}
+  __syncthreads();
+  const int tiles_m = (M + BM - 1) / BM;
+  const int tiles_n = (N + BN - 1) / BN;
+  const int tiles = tiles_m * tiles_n * batches;
+  const int kblocks = (K + BK - 1) / BK;
+  if (wg == 0) {{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 {PRODUCER_REGISTERS};" ::: "memory");
+    if (tid == 0) {{
+      fs_prefetch_map(map_a);
+      fs_prefetch_map(map_b);
+      int it = 0;
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {{
+        int pm, pn, pz;
+        fs_tile(t, tiles_m, tiles_n, pm, pn, pz);
+        const int za = {"pz" if spec.batch_a else "0"};
+        const int zb = {"pz" if spec.batch_b else "0"};
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {{
+          const int s = it % STAGES;
+          const u32 phase = (u32)(it / STAGES) & 1u;
+          const u32 full = bars + 8 * s;
+          fs_bar_wait(bars + 8 * (STAGES + s), phase ^ 1u);
+          fs_bar_expect(full, A_BYTES + B_BYTES);
+          const u32 a_dst = sa + s * A_BYTES;
+          const u32 b_dst = sb + s * B_BYTES;
+          {a_load}
+          {b_load}
+        }}
+      }}
+    }}
+  }} else {{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 {CONSUMER_REGISTERS};" ::: "memory");
+    const int cw = wg - 1;
+    const int lt = tid % 128;
+    const int warp = lt / 32;
+    const int lane = lt % 32;
+    float acc[{mi}][{half}];
+    int it = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {{
+      int pm, pn, pz;
+      fs_tile(t, tiles_m, tiles_n, pm, pn, pz);
+      for (int kb = 0; kb < kblocks; ++kb, ++it) {{
+        const int s = it % STAGES;
+        fs_bar_wait(bars + 8 * s, (u32)(it / STAGES) & 1u);
+        const u32 a_base = sa + s * A_BYTES;
+        const u32 b_base = sb + s * B_BYTES;
+        fs_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < {ks}; ++kk) {{
+#pragma unroll
+          for (int m = 0; m < {mi}; ++m) {{
+            const int row_blk = cw * WM + m * 64;
+            fs_wgmma(acc[m], {a_desc}, {b_desc}, (kb | kk) != 0);
+          }}
+        }}
+        fs_wg_commit();
+        if (kb > 0) {{
+          fs_wg_wait<1>();
+          if (lt == 0) fs_bar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
+        }}
+      }}
+      fs_wg_wait<0>();
+      if (lt == 0) fs_bar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
+#pragma unroll
+      for (int m = 0; m < {mi}; ++m)
+#pragma unroll
+        for (int j = 0; j < {half}; ++j) fs_fence_reg(acc[m][j]);
+      // Epilogue: accumulator j of m64 block m holds row 16 warp + lane/4 + 8 ((j/2)%2),
+      // column 8 (j/4) + 2 (lane%4) + j%2 of that block.
+      const long long out_base = (long long)pz * M * N;
+      const bool pairs = (N % 2) == 0;
+#pragma unroll
+      for (int m = 0; m < {mi}; ++m) {{
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {{
+          const int row = pm * BM + cw * WM + m * 64 + warp * 16 + (lane / 4) + 8 * h;
+          if (row < M) {{
+            const long long row_base = out_base + (long long)row * N;
+#pragma unroll
+            for (int q = 0; q < BN / 8; ++q) {{
+              const int col = pn * BN + q * 8 + 2 * (lane % 4);
+              if (col < N) {{
+                const float y0 = fs_epilogue(acc[m][4 * q + 2 * h], row, col, pz{extras_args});
+                if (pairs) {{
+                  const float y1 =
+                      fs_epilogue(acc[m][4 * q + 2 * h + 1], row, col + 1, pz{extras_args});
+                  fs_st2_{out}((void*)out, row_base + col, y0, y1);
+                }} else {{
+                  fs_st_{out}((void*)out, row_base + col, y0);
+                  if (col + 1 < N) {{
+                    const float y1 =
+                      fs_epilogue(acc[m][4 * q + 2 * h + 1], row, col + 1, pz{extras_args});
+                    fs_st_{out}((void*)out, row_base + col + 1, y1);
+                  }}
+                }}
+              }}
+            }}
+          }}
+        }}
+      }}
+    }}
+  }}
+  return 0;
+}}
+"""

@@ -1,0 +1,215 @@
+"""The Hopper GEMM on a machine without a GPU: configs, generated C++, PTX, SASS, tile model.
+
+The kernel is built exactly as on the GPU (Numba LTO-IR + NVRTC LTO-IR linked
+by nvJitLink for sm_90a), so the cubin checked here is the one that runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fusec.targets.cuda.gemm import cpp, model
+from fusec.targets.cuda.gemm.config import TileConfig, choose_config
+
+
+def _toolchain() -> str | None:
+    try:
+        from fusec.runtime.cuda import cuda_support, simulator_enabled
+    except ImportError as err:
+        return str(err)
+    if simulator_enabled():
+        return "NUMBA_ENABLE_CUDASIM=1: no compilation under the simulator"
+    reason = cuda_support()
+    if reason:
+        return reason
+    try:
+        from cuda.bindings import nvjitlink
+
+        nvjitlink.version()
+    except Exception as err:  # the nvjitlink wheel is part of the cuda extra
+        return f"nvJitLink is not usable: {err}"
+    return None
+
+
+needs_toolchain = pytest.mark.skipif(_toolchain() is not None, reason=f"{_toolchain()}")
+
+
+def _cuobjdump() -> str | None:
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    try:
+        import nvidia
+
+        for root in nvidia.__path__:
+            candidate = Path(root) / "cu13" / "bin" / "cuobjdump"
+            if candidate.exists():
+                return str(candidate)
+    except ImportError:
+        pass
+    return None
+
+
+# ------------------------------------------------------------------ configs
+
+
+def test_config_text_round_trips() -> None:
+    config = TileConfig(128, 256, 64, 4, 2, 8)
+    assert config.text == "128x256x64 s4 c2 g8"
+    assert TileConfig.parse(config.text) == config
+    assert config.threads == 384
+    assert config.acc_registers == 128
+    assert config.smem_bytes == 4 * (128 + 256) * 128 + 64 + 1024
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("128x256x32 s4 c2 g8", "bk must be 64"),
+        ("128x256x64 s6 c2 g8", "shared memory"),
+        ("128x512x64 s2 c2 g8", "bn must be"),
+        ("192x256x64 s2 c2 g8", "multiple of 64 x consumers"),
+        ("256x256x64 s2 c2 g8", "accumulator registers"),
+    ],
+)
+def test_bad_configs_are_refused(text: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        TileConfig.parse(text)
+
+
+def test_choose_config() -> None:
+    assert choose_config(4096, 4096, 4096).text == "128x256x64 s4 c2 g8"
+    assert choose_config(8192, 8192, 8192).text == "128x256x64 s4 c2 g8"
+    # 1024 x 1024: 32 tiles of 128x256 fill a quarter of the GPU, 64 of 128x128 half
+    assert choose_config(1024, 1024, 1024).bn == 128
+    assert choose_config(32, 1024, 1024).bm == 64
+
+
+# -------------------------------------------------------------- tile model
+
+
+@pytest.mark.parametrize(
+    "config, shape, grid",
+    [
+        (TileConfig(128, 256, 64, 4, 2, 8), (2, 130, 260, 70), 3),
+        (TileConfig(128, 128, 64, 4, 2, 2), (1, 300, 129, 129), 5),
+        (TileConfig(256, 128, 64, 4, 2, 8), (1, 257, 64, 1), 1),
+        (TileConfig(64, 128, 64, 8, 1, 8), (3, 5, 7, 3), 132),
+    ],
+)
+def test_tile_model_writes_every_element_once(config, shape, grid) -> None:
+    batches, m, n, k = shape
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((batches, m, k)).astype(np.float32)
+    b = rng.standard_normal((batches, k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+
+    def bias_relu(acc: float, row: int, col: int, bat: int) -> float:
+        return max(acc + bias[col], 0.0)
+
+    out, writes = model.run(config, a, b, grid=grid, epilogue=bias_relu)
+    assert (writes == 1).all(), "an element was written twice or never"
+    np.testing.assert_allclose(out, np.maximum(a @ b + bias, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_tile_order_is_a_permutation_grouped_by_rows() -> None:
+    tiles_m, tiles_n, group = 10, 7, 4
+    coords = [model.tile_coords(t, tiles_m, tiles_n, group) for t in range(2 * tiles_m * tiles_n)]
+    assert len(set(coords)) == len(coords)
+    assert {c[2] for c in coords} == {0, 1}
+    # the first group_m * tiles_n tiles cover only the first group_m tile rows
+    assert {c[0] for c in coords[: group * tiles_n]} == set(range(group))
+
+
+def test_fragment_layout_covers_the_m64_block() -> None:
+    seen = {model.fragment_coords(t, j) for t in range(128) for j in range(128)}
+    assert seen == {(r, c) for r in range(64) for c in range(256)}
+
+
+# ------------------------------------------------------------ generated C++
+
+SPECS = [
+    cpp.GemmSpec(TileConfig(128, 256, 64, 4, 2, 8), "f16", "f16", "k", "k"),
+    cpp.GemmSpec(
+        TileConfig(128, 128, 64, 4, 2, 8),
+        "bf16",
+        "f32",
+        "m",
+        "n",
+        True,
+        False,
+        cpp.bias_relu("bf16"),
+    ),
+]
+
+
+def test_generated_source_has_no_user_text() -> None:
+    source = cpp.generate(SPECS[0])
+    assert 'extern "C" __device__' in source
+    assert re.fullmatch(r"fusec_gemm_[0-9a-f]{16}", SPECS[0].function_name)
+    assert "m64n256k16.f32.f16.f16" in source
+    assert "setmaxnreg.inc.sync.aligned.u32 232" in source
+    assert "#include" not in source  # NVRTC has no standard headers
+
+
+@needs_toolchain
+@pytest.mark.parametrize("spec", SPECS, ids=["128x256-f16-kk", "128x128-bf16-mn-bias"])
+def test_ptx_for_sm90a_has_wgmma_and_tma(spec: cpp.GemmSpec) -> None:
+    from fusec.targets.cuda.gemm import build
+
+    ptx = build.ptx(spec)
+    assert ".target sm_90a" in ptx
+    assert f"wgmma.mma_async.sync.aligned.m64n{spec.config.bn}k16" in ptx
+    assert "cp.async.bulk.tensor.3d" in ptx
+    assert "setmaxnreg" in ptx
+
+
+@needs_toolchain
+@pytest.mark.parametrize("spec", SPECS, ids=["128x256-f16-kk", "128x128-bf16-mn-bias"])
+def test_linked_cubin_is_one_inlined_kernel(spec: cpp.GemmSpec, tmp_path) -> None:
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    built = build.build(spec, KernelCache(tmp_path))
+    # nvJitLink inlined the C++ into the Numba kernel: ptxas reports one function, no spills
+    assert f"Function properties for {spec.function_name}" not in built.log
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
+    assert "setmaxnreg' ignored" not in built.log
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not found: SASS not checked")
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(built.cubin)
+    sass = subprocess.run(
+        [tool, "-sass", str(cubin)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{Path(tool).parent}:{os.environ.get('PATH', '')}"},
+    ).stdout
+    if "HGMMA" not in sass and "nvdisasm" in sass:
+        pytest.skip("nvdisasm not found: SASS not checked")
+    assert len(re.findall(r"HGMMA\.64x\d+x16\.F32", sass)) == 4 * (
+        spec.config.acc_registers // (spec.config.bn // 2)
+    )
+    assert not re.search(r"\b(LDL|STL)\b", sass), "local-memory traffic in the kernel"
+    assert "CALL" not in sass
+    assert "UTMALDG" in sass
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass  # one wgmma group kept in flight
+
+
+def test_serialised_wgmma_fails_the_build() -> None:
+    from fusec.targets.cuda.gemm.build import _SERIALISED
+
+    log = (
+        "ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async instructions are "
+        "serialized due to wgmma pipeline crossing function boundary"
+    )
+    assert _SERIALISED.search(log)
+    assert not _SERIALISED.search("ptxas info    : Used 168 registers")
