@@ -462,6 +462,11 @@ def cpp_literal(x: float) -> str:
     return f"{value!r}f"
 
 
+def _cpp_at_minus_inf(a: str, expr: str) -> str:
+    """``expr``, but -0.0 at ``a = -inf`` (see ``_at_minus_inf``)."""
+    return f"(({a} != {cpp_literal(-math.inf)}) ? {expr} : -0.0f)"
+
+
 class CppExprGenerator:
     """The C++ rendering of ``ExprGenerator``: float32 statements for a generated kernel's
     epilogue (``const float t0 = (acc + l0);``), with the same NaN and rounding rules."""
@@ -485,11 +490,11 @@ class CppExprGenerator:
         if (symbol := _ARITHMETIC.get(type(op))) is not None:
             return f"({args[0]} {symbol} {args[1]})"
         if isinstance(op, ai.MaximumOp):
-            a, b = args
-            return f"(({a} >= {b} || {a} != {a}) ? {a} : {b})"
+            a, b = args  # numpy's maximum, as ExprGenerator
+            return f"(({a} > {b} || {a} != {a}) ? {a} : {b})"
         if isinstance(op, ai.ReluOp):
             (a,) = args
-            return f"(!({a} < 0.0f) ? {a} : 0.0f)"
+            return f"(({a} > 0.0f || {a} != {a}) ? {a} : 0.0f)"
         if isinstance(op, ai.SigmoidOp):
             return f"({one} / ({one} + expf(-{args[0]})))"
         if isinstance(op, ai.TanhOp):
@@ -500,14 +505,15 @@ class CppExprGenerator:
             return f"sqrtf({args[0]})"
         if isinstance(op, ai.SiluOp):
             (a,) = args
-            return f"({a} / ({one} + expf(-{a})))"
+            return _cpp_at_minus_inf(a, f"({a} / ({one} + expf(-{a})))")
         if isinstance(op, ai.GeluOp):
             (a,) = args
             if op.attr("approximate") == "tanh":
                 cube = f"{cpp_literal(0.044715)} * {a} * {a} * {a}"
                 u2 = f"{cpp_literal(_GELU_TANH_2C)} * ({a} + {cube})"
-                return f"({a} / ({one} + expf(-({u2}))))"
-            return f"({cpp_literal(0.5)} * {a} * erfcf(-{a} * {cpp_literal(_SQRT1_2)}))"
+                return _cpp_at_minus_inf(a, f"({a} / ({one} + expf(-({u2}))))")
+            erfc = f"erfcf(-{a} * {cpp_literal(_SQRT1_2)})"
+            return _cpp_at_minus_inf(a, f"({cpp_literal(0.5)} * {a} * {erfc})")
         if isinstance(op, ai.CastOp):
             to = dtype_of(op.results[0])
             if to == "f32":

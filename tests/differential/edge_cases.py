@@ -212,6 +212,21 @@ def matmul_case(dtype: str) -> Case:
     return text, [a, b], check
 
 
+def matmul_epilogue_case(op: type[ai.AiOp], dtype: str, attrs: str = "") -> Case:
+    """``op`` on the special values as a matmul epilogue: x @ w with x's first column the
+    specials, its others 0, and w all ones, so every output column is the specials
+    (plus zeros); on cuda an f16/bf16 group runs the Tensor Core GEMM with the
+    epilogue rendered as C++."""
+    specials = SPECIALS[dtype]
+    m, k, n = len(specials), 16, 16
+    x = np.zeros((m, k))
+    x[:, 0] = specials
+    a, w = _array(x, dtype), _array(np.ones((k, n)), dtype)
+    ta, tw, to = _t(a.shape, dtype), _t(w.shape, dtype), _t((m, n), dtype)
+    body = [f"%p = ai.matmul %a, %w : {ta} * {tw}", f"%y = {op.name} %p{attrs} : {to}"]
+    return _fn([("a", ta), ("w", tw)], body, [("y", to)]), [a, w], _nothing
+
+
 def _unary_ops() -> list[type[ai.AiOp]]:
     from strategies import ai_ops
 
@@ -240,6 +255,8 @@ def cases() -> dict[str, Case]:
         out[f"softmax-axis0-{dtype}"] = softmax_case(dtype, axis=0)
         out[f"layernorm-constant-rows-{dtype}"] = layernorm_case(dtype)
         out[f"matmul-{dtype}"] = matmul_case(dtype)
+        for op in _unary_ops():
+            out[f"matmul-epilogue-{op.name}-{dtype}"] = matmul_epilogue_case(op, dtype)
     return out
 
 

@@ -104,3 +104,11 @@ def test_cuda_simulator_matches_the_reference(name, sim_outputs):
     with np.load(sim_outputs / f"{name}.npz") as data:
         outputs = [data[f"result{i}"] for i in range(len(data.files))]
     _same_as_reference(name, outputs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_cuda_matches_the_reference(name):
+    text, inputs, _ = CASES[name]
+    compiled = fusec.compile(text, target="cuda")
+    _same_as_reference(name, list(compiled._runner(inputs, poison=True)))
