@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -318,10 +319,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """``fusec: warning: MESSAGE`` for fusec's own warnings; Python's format for others."""
+    from fusec.errors import FusecWarning
+
+    if issubclass(category, FusecWarning):
+        (file or sys.stderr).write(f"fusec: warning: {message}\n")
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
+_python_showwarning = warnings.showwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from fusec.errors import FusecError
 
     args = build_parser().parse_args(argv)
+    shown, warnings.showwarning = warnings.showwarning, _show_warning
     try:
         return args.handler(args)
     except FusecError as err:
@@ -343,6 +358,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "  (this is a bug in fusec; rerun with FUSEC_DEBUG=1 for the traceback)\n"
         )
         return 2
+    finally:
+        warnings.showwarning = shown
 
 
 if __name__ == "__main__":

@@ -23,6 +23,11 @@ class SourceLocation:
         return f"{self.file}:{self.line}:{self.col}"
 
 
+class FusecWarning(UserWarning):
+    """Something fusec works around but the user should know (e.g. an unusable cache
+    folder); the command line prints it as ``fusec: warning: MESSAGE``."""
+
+
 class FusecError(Exception):
     """Bad input to fusec: a syntax, type, shape or usage error.
 

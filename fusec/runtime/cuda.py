@@ -178,6 +178,7 @@ def load_kernel_module(kernel: KernelSource, cache: Any = None) -> ModuleType:
     so Numba can pickle them).
     """
     from fusec.runtime.cache import default_cache
+    from fusec.runtime.numba_cache import enable_signed_caching
 
     cache = cache if cache is not None else default_cache()
     module = cache.load_module(kernel.source, target="cuda", device=device_key())
@@ -187,10 +188,8 @@ def load_kernel_module(kernel: KernelSource, cache: Any = None) -> ModuleType:
     for dispatcher, signature in module.KERNELS:
         if signature in _compiled.setdefault(id(dispatcher), set()):
             continue
-        try:
-            dispatcher.enable_caching()
-        except Exception:  # a dispatcher that cannot cache: compile in memory only
-            pass
+        # Numba's cache files, sealed with the kernel cache's key (they are pickles)
+        enable_signed_caching(dispatcher, cache.signer)  # False: compiled in memory only
         dispatcher.compile(signature)
         _compiled[id(dispatcher)].add(signature)
     return module
