@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.cuda_common import Source, body_ops, check_leaves, kernel_name, yielded
-from fusec.codegen.expr import error_at, header
+from fusec.codegen.expr import TORCH, ExprGenerator, error_at, header
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 
@@ -140,31 +140,17 @@ def _expression(op, a: list[str]) -> str:
         )
     if isinstance(op, ai.SoftmaxOp):
         return f"torch.softmax({a[0]}.float(), dim={int(op.attr('axis'))})"
-    f = [f"{x}.float()" for x in a]
-    simple = {
-        ai.AddOp: "({0} + {1})",
-        ai.SubOp: "({0} - {1})",
-        ai.MulOp: "({0} * {1})",
-        ai.DivOp: "({0} / {1})",
-        ai.MaximumOp: "torch.maximum({0}, {1})",
-        ai.ReluOp: "torch.relu({0})",
-        ai.SigmoidOp: "torch.sigmoid({0})",
-        ai.TanhOp: "torch.tanh({0})",
-        ai.ExpOp: "torch.exp({0})",
-        ai.SiluOp: "torch.nn.functional.silu({0})",
-    }
-    for op_type, pattern in simple.items():
-        if isinstance(op, op_type):
-            return pattern.format(*f)
+    if isinstance(op, ai.AiOp) and op.has_scalar():
+        # the op's own scalar semantics, applied elementwise by torch in float32
+        return ExprGenerator(language=TORCH).scalar(op, [f"{x}.float()" for x in _broadcast(op, a)])
+    raise error_at(op, "has no PyTorch fallback")
+
+
+def _broadcast(op, a: list[str]) -> list[str]:
+    """Operands viewed as numpy broadcasting sees them: a bias along its axis."""
     if isinstance(op, ai.BiasAddOp):
         rank = len(spec_of(op.results[0].type).shape)
-        axis = op.attr("axis") % rank
         shape = [1] * rank
-        shape[axis] = -1
-        return f"({f[0]} + {f[1]}.view({tuple(shape)!r}))"
-    if isinstance(op, ai.GeluOp):
-        approx = "tanh" if op.attr("approximate") == "tanh" else "none"
-        return f"torch.nn.functional.gelu({f[0]}, approximate={approx!r})"
-    if isinstance(op, ai.CastOp):
-        return f"{a[0]}.to({_TORCH_DTYPE[spec_of(op.results[0].type).dtype]})"
-    raise error_at(op, "has no PyTorch fallback")
+        shape[op.attr("axis") % rank] = -1
+        return [a[0], f"{a[1]}.view({tuple(shape)!r})"]
+    return a

@@ -1,9 +1,10 @@
 """The reference executor: a numpy interpreter of the ``ai`` dialect.
 
 It is the ground truth of every numerics test. It runs on xDSL's
-``Interpreter`` with one ``@impl`` per op, each a call into the vectorised
-kernels of ``numpy_ops``; ``ai.fused`` runs its body, so IR before and after
-fusion can be compared directly.
+``Interpreter`` with one ``@impl`` per op, each a call of the op's own
+``reference`` (the vectorised kernels of ``fusec.dialect.numpy_ops``);
+``ai.fused`` runs its body, so IR before and after fusion can be compared
+directly.
 
 Two precisions: ``"float64"`` computes everything in float64 (casts are the
 identity: it is the exact maths the IR means), ``"native"`` computes in each
@@ -31,7 +32,6 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import ShapeError
 from fusec.errors import FusecError
-from fusec.runtime import numpy_ops as K
 from fusec.runtime.dtypes import numpy_dtype
 
 PRECISIONS = ("float64", "native")
@@ -51,54 +51,10 @@ def _result(interpreter: Interpreter, op, array: np.ndarray) -> tuple[np.ndarray
     return (np.asarray(array).astype(_out_dtype(interpreter, op.results[0]), copy=False),)
 
 
-_UNARY = {
-    ai.ReluOp: K.relu,
-    ai.SigmoidOp: K.sigmoid,
-    ai.TanhOp: K.tanh,
-    ai.ExpOp: K.exp,
-    ai.SqrtOp: K.sqrt,
-    ai.SiluOp: K.silu,
-}
-_BINARY = {
-    ai.AddOp: K.add,
-    ai.SubOp: K.sub,
-    ai.MulOp: K.mul,
-    ai.DivOp: K.div,
-    ai.MaximumOp: K.maximum,
-}
-
-
 @register_impls
 class AiFunctions(InterpreterFunctions):
-    """numpy implementations of the ai ops (and of dense arith.constant)."""
-
-    @impl(ai.Conv2DOp)
-    def run_conv2d(self, interpreter: Interpreter, op: ai.Conv2DOp, args: tuple[Any, ...]):
-        return _result(interpreter, op, K.conv2d(*args, **op.attr_values()))
-
-    @impl(ai.BiasAddOp)
-    def run_bias_add(self, interpreter: Interpreter, op: ai.BiasAddOp, args: tuple[Any, ...]):
-        return _result(interpreter, op, K.bias_add(*args, axis=op.attr("axis")))
-
-    @impl(ai.MatmulOp)
-    def run_matmul(self, interpreter: Interpreter, op: ai.MatmulOp, args: tuple[Any, ...]):
-        return _result(interpreter, op, K.matmul(*args, **op.attr_values()))
-
-    @impl(ai.LayerNormOp)
-    def run_layernorm(self, interpreter: Interpreter, op: ai.LayerNormOp, args: tuple[Any, ...]):
-        return _result(interpreter, op, K.layernorm(*args, epsilon=op.attr("epsilon")))
-
-    @impl(ai.SoftmaxOp)
-    def run_softmax(self, interpreter: Interpreter, op: ai.SoftmaxOp, args: tuple[Any, ...]):
-        return _result(interpreter, op, K.softmax(*args, axis=op.attr("axis")))
-
-    @impl(ai.GeluOp)
-    def run_gelu(self, interpreter: Interpreter, op: ai.GeluOp, args: tuple[Any, ...]):
-        return _result(interpreter, op, K.gelu(*args, approximate=op.attr("approximate")))
-
-    @impl(ai.CastOp)
-    def run_cast(self, interpreter: Interpreter, op: ai.CastOp, args: tuple[Any, ...]):
-        return _result(interpreter, op, args[0])
+    """The ai ops (each through its own numpy ``reference``), ``ai.fused`` and dense
+    ``arith.constant``."""
 
     @impl(arith.ConstantOp)
     def run_constant(self, interpreter: Interpreter, op: arith.ConstantOp, args: tuple[Any, ...]):
@@ -113,22 +69,19 @@ class AiFunctions(InterpreterFunctions):
         return ReturnedValues(args), ()
 
 
-def _register_elementwise() -> None:
-    """One impl per unary/binary op: they differ only in the numpy kernel."""
+def _run_tensor_op(self, interpreter: Interpreter, op: ai.AiOp, args: tuple[Any, ...]):
+    return _result(interpreter, op, op.reference(*args))
 
-    def make(kernel):
-        def run(self, interpreter: Interpreter, op, args: tuple[Any, ...]):
-            return _result(interpreter, op, kernel(*args))
 
-        return run
-
-    for op_type, kernel in (_UNARY | _BINARY).items():
+def _register_tensor_ops() -> None:
+    """One impl per ai op, all the same: the op carries its numpy implementation."""
+    for op_type in ai.TENSOR_OPS:
         name = f"run_{op_type.name.removeprefix('ai.')}"
-        setattr(AiFunctions, name, impl(op_type)(make(kernel)))
+        setattr(AiFunctions, name, impl(op_type)(_run_tensor_op))
     register_impls(AiFunctions)
 
 
-_register_elementwise()
+_register_tensor_ops()
 
 
 def constant_value(op: arith.ConstantOp) -> np.ndarray:
