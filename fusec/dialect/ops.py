@@ -252,7 +252,8 @@ class AiOp(IRDLOperation):
 
     @classmethod
     def encode_attrs(cls, attrs: Mapping[str, Any]) -> dict[str, Attribute]:
-        """Python values -> properties, dropping values equal to the default."""
+        """Python values -> properties, dropping values equal to the default (as stored:
+        ``epsilon=1e-5`` is the f32 default), so that one op has one representation."""
         declared = cls.declared_properties()
         props: dict[str, Attribute] = {}
         for key, value in attrs.items():
@@ -260,10 +261,11 @@ class AiOp(IRDLOperation):
                 raise ShapeError(f"{cls.name}: unknown attribute '{key}'{cls._known_attrs()}")
             default = declared[key].default_value
             assert default is not None
-            if isinstance(value, Attribute):
-                props[key] = value
-            elif value is not None and value != python_value(default):
-                props[key] = attribute_like(value, default)
+            if value is None:
+                continue
+            attr = value if isinstance(value, Attribute) else attribute_like(value, default)
+            if not _is_default(declared[key], attr):
+                props[key] = attr
         return props
 
     @classmethod
@@ -397,7 +399,8 @@ class AiOp(IRDLOperation):
         properties, attributes = {}, {}
         for key, value in attr_dict.items():
             if key in declared:
-                properties[key] = value
+                if not _is_default(declared[key], value):  # as the builders: one representation
+                    properties[key] = value
             elif "." in key:  # dialect-prefixed discardable attribute
                 attributes[key] = value
             else:
