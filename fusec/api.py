@@ -20,12 +20,14 @@ TARGETS = ("auto", "reference", "cpu", "cuda")
 
 @dataclass(frozen=True)
 class Kernel:
-    """One generated kernel (one launch): its name, fused kind and source text."""
+    """One generated kernel (one launch): its name, fused kind and source text, and the
+    other texts generated for it as (language, text), e.g. the CUDA C++ of a GEMM."""
 
     name: str
     kind: str
     source: str
     target: str = "cpu"
+    extra_sources: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -253,7 +255,9 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     except FusecError as err:  # a code generator's error knows the op, not the text
         _quote_source(err, source_text, source_name)
         raise
-    kernels = [Kernel(k.name, k.kind, k.source, k.target) for k in program.kernels]
+    kernels = [
+        Kernel(k.name, k.kind, k.source, k.target, k.extra_sources) for k in program.kernels
+    ]
     return CompiledModule(
         module, target=concrete, entry=entry, kernels=kernels, runner=program, timings=timings
     )

@@ -146,7 +146,7 @@ def _source(args: argparse.Namespace):
         return from_onnx(args.file, input_shapes=_input_shapes(args.input_shape))
     if args.input_shape:
         raise FusecError("--input-shape applies to .onnx models only")
-    return args.file
+    return Path(args.file)  # always a path (a file name may hold a newline or a brace)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -232,7 +232,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _write_atomically(args.output, runner.outputs_npz(outputs))
     if not args.check:
         return EXIT_OK
-    original = parse(source) if isinstance(source, str) else source
+    original = parse(source) if isinstance(source, Path) else source
     references = run_reference(original, inputs, entry=compiled.entry, precision="float64")
     checks = runner.compare(fn, outputs, references)
     for check in checks:

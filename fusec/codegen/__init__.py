@@ -81,6 +81,10 @@ class KernelSource:
     outputs: tuple[TensorSpec, ...]
     entry: str = "launch"
     array_dtype: str | None = "f32"
+    #: Every other text the template generates for this kernel, as (language, text):
+    #: e.g. the CUDA C++ of a linked main loop. tests/test_code_injection.py checks
+    #: ``source`` and these for spliced user text, so list every generated text here.
+    extra_sources: tuple[tuple[str, str], ...] = ()
 
 
 def template_for(target: str, kind: str):

@@ -19,6 +19,7 @@ from numpy import float32 as f32
 from fusec.codegen.cpu_common import HELPER_DECORATOR
 from fusec.codegen.cpu_row_reduce import ROW_HELPERS
 from fusec.runtime.cache import KernelCache
+from fusec.runtime.numba_cache import cached_njit
 
 _spec = importlib.util.spec_from_file_location(
     "cpu_check", Path(__file__).parents[1] / "runtime" / "cpu_check.py"
@@ -37,10 +38,10 @@ def _t(shape) -> str:
 
 
 def _helpers() -> dict:
-    ns = {"math": math, "numba": numba, "np": np, "f32": f32}
+    # outside a kernel cache's ``loading`` block, cached_njit compiles without a disk cache
+    ns = {"math": math, "numba": numba, "np": np, "f32": f32, "cached_njit": cached_njit}
     for source in ROW_HELPERS.values():
-        source = f"{HELPER_DECORATOR}\n{source}".replace("cache=True", "cache=False")  # no file
-        exec(source, ns)  # noqa: S102 - the template's own source
+        exec(f"{HELPER_DECORATOR}\n{source}", ns)  # noqa: S102 - the template's own source
     return ns
 
 

@@ -27,6 +27,7 @@ from fusec.codegen.expr import (
     ELEMENTWISE_OPS,
     CppExprGenerator,
     broadcast_offset,
+    error_at,
     header,
     leaf_shapes,
 )
@@ -34,6 +35,7 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.targets.cuda.gemm.config import TileConfig, choose_config
 from fusec.targets.cuda.gemm.cpp import Epilogue, GemmSpec
+from fusec.targets.cuda.gemm.cpp import generate as generate_cpp
 
 TILE_ATTR = "fusec.tile"
 _DTYPES = ("f16", "bf16")
@@ -118,9 +120,14 @@ def plan(fused_op: ai.FusedOp) -> GemmPlan | str:
 
 def tile_config(fused_op: ai.FusedOp, p: GemmPlan, sms: int = 132) -> TileConfig:
     attr = fused_op.attributes.get(TILE_ATTR)
-    if isinstance(attr, StringAttr):
+    if attr is None:
+        return choose_config(p.m, p.n, p.k, p.batches, sms)
+    if not isinstance(attr, StringAttr):
+        raise error_at(fused_op, f"attribute '{TILE_ATTR}' must be a string, got {attr}")
+    try:
         return TileConfig.parse(attr.data)
-    return choose_config(p.m, p.n, p.k, p.batches, sms)
+    except ValueError as err:  # the user's (or a pass's) attribute: a located error
+        raise error_at(fused_op, f"attribute '{TILE_ATTR}': {err}") from None
 
 
 def epilogue(fused_op: ai.FusedOp, p: GemmPlan) -> tuple[Epilogue, tuple[int, ...], str]:
@@ -228,4 +235,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         ]
     )
     ins, outs = io_specs(fused_op)
-    return KernelSource(name, "matmul", "cuda", source, ins, outs, array_dtype=None)
+    cpp_source = (("cuda-c++", generate_cpp(spec)),)
+    return KernelSource(
+        name, "matmul", "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp_source
+    )
