@@ -255,9 +255,7 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     except FusecError as err:  # a code generator's error knows the op, not the text
         _quote_source(err, source_text, source_name)
         raise
-    kernels = [
-        Kernel(k.name, k.kind, k.source, k.target, k.extra_sources) for k in program.kernels
-    ]
+    kernels = [Kernel(k.name, k.kind, k.source, k.target, k.extra_sources) for k in program.kernels]
     return CompiledModule(
         module, target=concrete, entry=entry, kernels=kernels, runner=program, timings=timings
     )

@@ -536,7 +536,7 @@ def test_huge_random_inputs_are_an_error_not_a_crash(tmp_path: Path, capsys):
     path = tmp_path / "big.mlir"
     path.write_text(fn(f"%x: {big}", f"  %r = ai.relu %x : {big}", big))
     rc, _, err = run_cli(capsys, "run", path, "--random-inputs", "--target", "reference")
-    assert_user_error(rc, err, r"not enough memory for a random tensor<99999999999x3xf32>")
+    assert_user_error(rc, err, r"random inputs: 2\.2 TiB needed, more than the .* of memory")
 
 
 def test_an_unusable_kernel_cache_folder(relu_file: Path, tmp_path: Path, capsys, monkeypatch):

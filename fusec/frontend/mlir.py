@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from xdsl.utils.exceptions import ParseError, VerifyException
 from xdsl.utils.lexer import Span
 
 from fusec.errors import FusecError, SourceLocation, line_of
+from fusec.runtime.memory import check_bytes
 
 
 class LocatedParser(Parser):
@@ -100,6 +102,20 @@ class LocatedParser(Parser):
             return _HexElement(element.is_negative, element.value, element.span)
         return element
 
+    def _parse_dense_literal_type(self):
+        # xDSL expands a splat (dense<1.0> : T) into one list entry per element: refuse
+        # a type too big for memory before that happens (a line could ask for 40 GB)
+        start = self.pos
+        dense_type = super()._parse_dense_literal_type()
+        count = 1
+        for d in dense_type.get_shape():
+            count *= max(d, 0)
+        try:
+            check_bytes(count * 16, f"the dense constant {dense_type}")
+        except FusecError as err:
+            self.raise_error(err.message, start, self.pos)
+        return dense_type
+
     def parse_dense_int_or_fp_elements_attr(self, type):  # noqa: A002 - xDSL's parameter name
         start = self._current_token.span.start
         keyword = self.lexer.input.content.rfind("dense", 0, start)
@@ -152,6 +168,10 @@ def read_source(text_or_path: str | Path) -> tuple[str, str]:
     ):
         path = Path(text_or_path)
         try:  # utf-8-sig: a byte-order mark some editors write is not a syntax error
+            if path.stat().st_size > MAX_SOURCE_BYTES:  # before reading it
+                where = SourceLocation(_shown(str(text_or_path)), 0, 0)
+                message = f"the file is larger than {MAX_SOURCE_BYTES} bytes (1 GiB), fusec's limit"
+                raise FusecError(message, where)
             return path.read_text(encoding="utf-8-sig"), str(text_or_path)
         except FileNotFoundError:
             where = SourceLocation(_shown(str(text_or_path)), 0, 0)
@@ -167,13 +187,56 @@ def _shown(name: str, limit: int = 200) -> str:
     return name if len(name) <= limit else f"{name[: limit - 3]}..."
 
 
+#: Limits of the IR fusec reads, refused with a located error before parsing: a
+#: deeper nesting of brackets ``( [ { <`` (real IR needs a few; a dense literal of
+#: rank r needs r) and a larger text.
+MAX_NESTING = 64
+MAX_SOURCE_BYTES = 1 << 30
+#: Python frames the parser may use while parsing MAX_NESTING levels (the worst
+#: construct, nested attribute dictionaries, takes about 20 frames a level).
+_PARSE_RECURSION = 5000
+
+_BRACKETS = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|->|[\[\](){}<>]')
+
+
+def check_limits(text: str, name: str) -> None:
+    """FusecError when ``text`` is longer than MAX_SOURCE_BYTES or nests brackets deeper
+    than MAX_NESTING (located at the bracket that goes too deep)."""
+    if len(text) > MAX_SOURCE_BYTES:
+        raise FusecError(
+            f"the input has {len(text)} characters; fusec reads at most {MAX_SOURCE_BYTES} "
+            "(1 GiB) of IR text",
+            SourceLocation(name, 0, 0),
+        )
+    if sum(text.count(c) for c in "([{<") <= MAX_NESTING:
+        return  # cannot nest deeper than it opens
+    depth = 0
+    for match in _BRACKETS.finditer(text):
+        token = match.group()
+        if token in "([{<":
+            depth += 1
+            if depth > MAX_NESTING:
+                line = text.count("\n", 0, match.start()) + 1
+                col = match.start() - text.rfind("\n", 0, match.start())
+                raise FusecError(
+                    f"brackets nested deeper than {MAX_NESTING} levels (fusec's limit)",
+                    SourceLocation(name, line, col),
+                    line_of(text, line),
+                )
+        elif token in ")]}>":
+            depth = max(0, depth - 1)
+
+
 def parse_module(text: str, name: str = "<string>") -> ModuleOp:
     """Parse and verify ``text``; raise FusecError with a location on any problem."""
     from fusec.dialect import make_context
 
+    check_limits(text, name)
+    limit = sys.getrecursionlimit()
     try:
+        sys.setrecursionlimit(max(limit, _PARSE_RECURSION))
         module = LocatedParser(make_context(), text, name).parse_module()
-    except RecursionError:
+    except RecursionError:  # a backstop: check_limits keeps nesting far below this
         location = SourceLocation(name, 0, 0)
         raise FusecError("the input is nested too deeply to parse", location) from None
     except ParseError as err:
@@ -187,6 +250,8 @@ def parse_module(text: str, name: str = "<string>") -> ModuleOp:
                 else "empty input: expected a func.func or a builtin.module"
             )
         raise FusecError(message, location, line_of(text, loc.line), len(err.span)) from None
+    finally:
+        sys.setrecursionlimit(limit)
     verify_module(module, text)
     check_input_language(module, text)
     return module

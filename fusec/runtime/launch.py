@@ -30,6 +30,7 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
 from fusec.runtime.dtypes import numpy_dtype
+from fusec.runtime.memory import check_bytes, tensor_bytes
 from fusec.runtime.reference import check_arguments, constant_value, entry_function
 
 #: (shape, numpy dtype) -> a new array. Tests pass one that fills with NaN.
@@ -109,7 +110,12 @@ class Program:
 
     def _plan(self) -> None:
         target = self.backend.target
-        for op in self.function.body.block.ops:
+        ops = list(self.function.body.block.ops)
+        values = [r for op in ops if not isinstance(op, func.ReturnOp) for r in op.results]
+        # every value of a call (and the constants) at float32, before anything is allocated
+        self.call_bytes = tensor_bytes([spec_of(v.type).shape for v in values], 4)
+        check_bytes(self.call_bytes, f"the buffers of @{self.function.sym_name.data}")
+        for op in ops:
             if isinstance(op, arith.ConstantOp):
                 dtype = numpy_dtype(spec_of(op.result.type).dtype)
                 self.constants[op.result] = constant_value(op).astype(dtype)
@@ -132,6 +138,7 @@ class Program:
     def __call__(self, args: Sequence[Any], *, alloc: Allocator | None = None) -> tuple:
         """Run the function on numpy ``args``; return all its results as numpy arrays."""
         arrays = check_arguments(self.function, args)
+        check_bytes(self.call_bytes, f"the buffers of @{self.function.sym_name.data}")
         values: dict[SSAValue, Any] = dict(self.constants)
         values.update(zip(self.function.body.block.args, arrays, strict=True))
         alloc = alloc or _empty

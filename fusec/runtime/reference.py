@@ -33,6 +33,7 @@ from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import ShapeError
 from fusec.errors import FusecError
 from fusec.runtime.dtypes import numpy_dtype
+from fusec.runtime.memory import check_bytes, tensor_bytes
 
 PRECISIONS = ("float64", "native")
 
@@ -90,10 +91,15 @@ def constant_value(op: arith.ConstantOp) -> np.ndarray:
     if not isinstance(value, DenseIntOrFPElementsAttr) or not isinstance(value.type, TensorType):
         raise FusecError(f"arith.constant: only dense tensor constants are supported, got {value}")
     shape = tuple(value.type.get_shape())
+    check_bytes(tensor_bytes([shape], 8), f"the constant {value.type}")
     data = np.asarray(value.get_values(), dtype=np.float64)
     if data.size == 1:  # a splat, 0-d scalars included
         return np.full(shape, data[0])
     return data.reshape(shape)
+
+
+def _is_tensor(value) -> bool:
+    return isinstance(value.type, TensorType)
 
 
 def entry_function(module: ModuleOp, entry: str | None = None) -> func.FuncOp:
@@ -156,6 +162,8 @@ def run_reference(
         raise FusecError(f"precision must be one of {PRECISIONS}, got '{precision}'")
     fn = entry_function(module, entry)
     arrays = check_arguments(fn, args, allow_float64=True)
+    shapes = [spec_of(r.type).shape for op in fn.walk() for r in op.results if _is_tensor(r)]
+    check_bytes(tensor_bytes(shapes, 8), f"the reference run of @{fn.sym_name.data}")
     if precision == "float64":
         arrays = [a.astype(np.float64) for a in arrays]
     else:
