@@ -8,7 +8,7 @@ ONNX node names), string attributes (discardable ones, ``fusec.tile``), the
 names. Each carries a payload below that would run ``touch MARKER`` if it
 were spliced into Python or C++ (it closes strings and comments and starts a
 statement), and holds a unique token. The proof, for each (target, kind)
-template in ``fusec.codegen.TEMPLATES`` (a new template is checked
+template of every registered target (``fusec.target``: a new template is checked
 automatically, a new kind needs a sample group in ``SAMPLES``):
 
 * the token appears in no generated text (``KernelSource.source`` and every
@@ -31,8 +31,9 @@ import numpy as np
 import pytest
 
 import fusec
-from fusec.codegen import TEMPLATES, KernelSource, generate
+from fusec.codegen import KernelSource
 from fusec.dialect.ops import FusedOp
+from fusec.target import REGISTRY, generate, get_target
 from fusec.runtime.reference import entry_function
 from fusec.runtime.runner import random_inputs
 
@@ -125,12 +126,16 @@ def _texts(kernels: list[KernelSource]) -> list[tuple[str, str]]:
     ]
 
 
+TEMPLATES = sorted((target, kind) for target in REGISTRY for kind in get_target(target).templates)
+
+
 def test_every_kind_has_a_sample():
+    assert TEMPLATES
     kinds = {kind for _, kind in TEMPLATES}
     assert kinds <= set(SAMPLES), f"add a sample group for {sorted(kinds - set(SAMPLES))}"
 
 
-@pytest.mark.parametrize(("target", "kind"), sorted(TEMPLATES))
+@pytest.mark.parametrize(("target", "kind"), TEMPLATES)
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 @pytest.mark.parametrize("context", ["python-string", "python-single", "python-comment", "cpp"])
 def test_no_template_splices_user_text(target, kind, dtype, context, tmp_path):

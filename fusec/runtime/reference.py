@@ -6,9 +6,23 @@ It is the ground truth of every numerics test. It runs on xDSL's
 ``ai.fused`` runs its body, so IR before and after fusion can be compared
 directly.
 
-Two precisions: ``"float64"`` computes everything in float64 (casts are the
-identity: it is the exact maths the IR means), ``"native"`` computes in each
-op's declared element type (float16/bfloat16 reductions accumulate in float32).
+Two precisions: ``"float64"`` computes in float64, ``"native"`` computes in
+each op's declared element type (float16/bfloat16 reductions accumulate in
+float32).
+
+In float64, ``rounding`` says where a value is rounded to its declared element
+type, so that the reference can reproduce each way of running the IR:
+
+* ``"none"``: nowhere; casts are the identity (the exact maths).
+* ``"casts"``: at every ``ai.cast`` result only. This is what one fused kernel
+  does: 16-bit intermediates stay float32 inside it, and only the IR's explicit
+  casts round.
+* ``"every-op"``: at every op result. This is what running op by op does
+  (unfused ops, PyTorch eager, the cuda target's PyTorch fallback groups):
+  each 16-bit result is stored, so rounded, before the next op reads it.
+* ``"groups"``: at ``ai.cast`` results and at ``ai.fused`` results, for fused
+  IR: what a compiled program of fused kernels does (f32 inside each group,
+  rounding at the group boundaries, where values are stored).
 """
 
 from __future__ import annotations
@@ -36,6 +50,7 @@ from fusec.runtime.dtypes import numpy_dtype
 from fusec.runtime.memory import check_bytes, tensor_bytes
 
 PRECISIONS = ("float64", "native")
+ROUNDINGS = ("none", "casts", "every-op", "groups")
 
 
 def _out_dtype(interpreter: Interpreter, value) -> np.dtype:
@@ -48,8 +63,23 @@ def _precision(interpreter: Interpreter) -> str:
     return interpreter.get_data(AiFunctions, "precision", lambda: "float64")
 
 
+def _rounding(interpreter: Interpreter) -> str:
+    return interpreter.get_data(AiFunctions, "rounding", lambda: "none")
+
+
+def round_to(array: np.ndarray, dtype: str) -> np.ndarray:
+    """``array`` (float64) rounded to the element type ``dtype``, back in float64."""
+    return np.asarray(array).astype(numpy_dtype(dtype)).astype(np.float64)
+
+
 def _result(interpreter: Interpreter, op, array: np.ndarray) -> tuple[np.ndarray]:
-    return (np.asarray(array).astype(_out_dtype(interpreter, op.results[0]), copy=False),)
+    value = np.asarray(array).astype(_out_dtype(interpreter, op.results[0]), copy=False)
+    if _precision(interpreter) == "float64":
+        rounding = _rounding(interpreter)
+        stored = isinstance(op, (ai.CastOp, arith.ConstantOp))  # a constant is stored typed
+        if rounding == "every-op" or (rounding in ("casts", "groups") and stored):
+            value = round_to(value, spec_of(op.results[0].type).dtype)
+    return (value,)
 
 
 @register_impls
@@ -63,7 +93,12 @@ class AiFunctions(InterpreterFunctions):
 
     @impl(ai.FusedOp)
     def run_fused(self, interpreter: Interpreter, op: ai.FusedOp, args: tuple[Any, ...]):
-        return interpreter.run_ssacfg_region(op.body, args, "ai.fused")
+        results = interpreter.run_ssacfg_region(op.body, args, "ai.fused")
+        if _precision(interpreter) == "float64" and _rounding(interpreter) == "groups":
+            results = tuple(
+                round_to(r, spec_of(v.type).dtype) for r, v in zip(results, op.results, strict=True)
+            )
+        return results
 
     @impl_terminator(ai.YieldOp)
     def run_yield(self, interpreter: Interpreter, op: ai.YieldOp, args: tuple[Any, ...]):
@@ -156,20 +191,30 @@ def run_reference(
     *,
     entry: str | None = None,
     precision: str = "float64",
+    rounding: str = "none",
 ) -> tuple[np.ndarray, ...]:
-    """Run the entry function of ``module`` on numpy ``args``; return all its results."""
+    """Run the entry function of ``module`` on numpy ``args``; return all its results.
+
+    ``rounding`` (float64 only) places the roundings to declared element types:
+    see the module docstring.
+    """
     if precision not in PRECISIONS:
         raise FusecError(f"precision must be one of {PRECISIONS}, got '{precision}'")
+    if rounding not in ROUNDINGS:
+        raise FusecError(f"rounding must be one of {ROUNDINGS}, got '{rounding}'")
     fn = entry_function(module, entry)
     arrays = check_arguments(fn, args, allow_float64=True)
     shapes = [spec_of(r.type).shape for op in fn.walk() for r in op.results if _is_tensor(r)]
     check_bytes(tensor_bytes(shapes, 8), f"the reference run of @{fn.sym_name.data}")
-    if precision == "float64":
+    params = fn.function_type.inputs.data
+    if precision == "float64" and rounding != "none":  # arguments are stored typed
+        arrays = [round_to(a, spec_of(p).dtype) for a, p in zip(arrays, params, strict=True)]
+    elif precision == "float64":
         arrays = [a.astype(np.float64) for a in arrays]
     else:
         arrays = [
             a.astype(numpy_dtype(spec_of(p).dtype), copy=False)
-            for a, p in zip(arrays, fn.function_type.inputs.data, strict=True)
+            for a, p in zip(arrays, params, strict=True)
         ]
     # Imported here: xdsl.interpreters loads every interpreter (~0.15 s), which
     # `fusec compile` (that only needs entry_function) should not pay for.
@@ -179,4 +224,5 @@ def run_reference(
     interpreter.register_implementations(FuncFunctions())
     interpreter.register_implementations(AiFunctions())
     interpreter.set_data(AiFunctions, "precision", precision)
+    interpreter.set_data(AiFunctions, "rounding", rounding)
     return tuple(interpreter.call_op(fn, tuple(arrays)))

@@ -151,3 +151,13 @@ def rel_error(actual, expected) -> float:
 
 
 TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}
+
+
+def one_group(name, params, results, kind, body) -> str:
+    """A function of one ``ai.fused`` group of ``kind``: ``params`` are (name, type) pairs,
+    ``body`` lines use ``%<name>1`` for the block arguments."""
+    return _func(name, params, results, kind, body)
+
+
+def tensor_type(shape, dtype: str) -> str:
+    return _t(shape, dtype)
