@@ -242,7 +242,7 @@ def test_hostile_onnx_names_are_not_spliced(tmp_path):
 SIM_IMPORT = r"""
 import sys
 import fusec
-from fusec.runtime.cuda import load_kernel_module
+from fusec.targets.cuda.runtime import load_kernel_module
 for path in sys.argv[2:]:
     text = open(path).read()
     compiled = fusec.compile(text, target="cuda", pipeline="infer-shapes")
@@ -272,3 +272,16 @@ def test_cuda_modules_import_without_running_payloads(tmp_path):
     )
     assert done.returncode == 0 and "imported" in done.stdout, done.stderr[-3000:]
     assert not marker.exists()
+
+
+def test_control_characters_in_the_input_reach_no_terminal(tmp_path, capsys):
+    from fusec import cli
+
+    path = tmp_path / "esc.mlir"  # an OSC title, a bell, a colour and a bidi override
+    path.write_text('func.func @f() -> () {\n  %r = "ai.\x1b]0;pwned\x07\x1b[31m\u202eX" %x\n}\n')
+    assert cli.main(["compile", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert not any(c in err for c in "\x1b\x07\u202e"), repr(err)
+    assert "'ai.\\x1b]0;pwned\\x07\\x1b[31m\\u202eX'" in err  # shown, escaped
+    source, caret = err.splitlines()[1:3]
+    assert source.index('"') == caret.index("^")  # the caret still points at the column

@@ -24,11 +24,25 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation
 from xdsl.parser import Parser
+from xdsl.parser.generic_parser import ParserState
 from xdsl.utils.exceptions import ParseError, VerifyException
-from xdsl.utils.lexer import Span
+from xdsl.utils.lexer import Input, Span
+from xdsl.utils.mlir_lexer import MLIRLexer
 
 from fusec.errors import FusecError, SourceLocation, line_of
 from fusec.runtime.memory import check_bytes
+
+
+class _Lexer(MLIRLexer):
+    """xDSL's lexer with a string-literal pattern that cannot backtrack exponentially.
+
+    xDSL's ``"(?:[^"\\...]+|\\...)*"`` nests a ``+`` in a ``*``: on a string with no
+    closing quote, matching takes time exponential in the rest of the line (a
+    100-byte file ran for minutes). One character per repetition matches the
+    same strings in linear time.
+    """
+
+    _unescaped_characters_regex = re.compile(r'"(?:[^"\\\n\v\f]|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*"')
 
 
 class LocatedParser(Parser):
@@ -36,12 +50,14 @@ class LocatedParser(Parser):
 
     current_op_span: Span | None = None
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, ctx, text: str, name: str = "<unknown>") -> None:
+        super().__init__(ctx, "", name)
+        self._parser_state = ParserState(_Lexer(Input(text, name)))
         # Where each not-yet-defined value is first used: xDSL reports values
         # that stay undefined only at the end of the input, with no position.
         self.first_uses: dict[str, Span] = {}
         self._location_end = -1
+        self._written: set[Operation] = set()  # ops whose text gave their location
 
     def parse_optional_location(self):
         location = super().parse_optional_location()
@@ -69,7 +85,8 @@ class LocatedParser(Parser):
                 raise
             name = undefined[0]
             raise ParseError(self.first_uses[name], f"use of undefined value '%{name}'") from None
-        if not isinstance(module.location, FileLineColLoc):  # the implicit module
+        if module not in self._written and not isinstance(module.location, FileLineColLoc):
+            # the implicit module (an explicit one was located by parse_operation)
             name_attr = StringAttr(self.lexer.input.name)
             module.location = FileLineColLoc(name_attr, IntAttr(1), IntAttr(1))
         return module
@@ -86,7 +103,9 @@ class LocatedParser(Parser):
         # A location the text writes (even `loc(unknown)`) is kept, so that printed IR
         # with locations parses back to the same module; otherwise: where the op starts.
         written = self._location_end == self.pos
-        if not written and not isinstance(op.location, FileLineColLoc):
+        if written:
+            self._written.add(op)
+        elif not isinstance(op.location, FileLineColLoc):
             loc = span.get_location()
             op.location = FileLineColLoc(
                 StringAttr(self.lexer.input.name), IntAttr(loc.line), IntAttr(loc.col)
