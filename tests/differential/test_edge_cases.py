@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from differential import mismatch, poison, tolerance
+from differential import least_precise, mismatch, poison
 from edge_cases import cases, uses_anchor
 
 import fusec
@@ -52,9 +52,9 @@ def _reference(name: str) -> list[np.ndarray]:
 def _same_as_reference(name: str, outputs: list[np.ndarray]) -> None:
     text, _, check = CASES[name]
     refs = _reference(name)
-    rtol = tolerance(_dtypes(text))
+    dtype = least_precise(_dtypes(text))
     for i, (out, ref) in enumerate(zip(outputs, refs, strict=True)):
-        why = mismatch(out, ref, rtol)
+        why = mismatch(out, ref, dtype)
         assert why is None, f"{name} result #{i}: {why}"
         got, want = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
         zeros = want == 0
