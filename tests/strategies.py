@@ -220,14 +220,21 @@ TRACER_KEYWORDS: dict[type[AiOp], dict[str, str]] = {
 
 
 def tracer_function(op_cls: type[AiOp]) -> Callable[..., Any] | None:
-    """The ``fusec.ops`` function of an op (same name without ``ai.``), if there is one."""
+    """The ``fusec.ops`` function of an op (its ``FRONTEND.function`` fact), if it has one."""
     import fusec.ops as fops
 
-    return getattr(fops, op_cls.name.removeprefix("ai."), None)
+    name = op_cls.FRONTEND.function
+    return getattr(fops, name, None) if name else None
+
+
+def traceable(graph: Graph) -> bool:
+    """Whether every op of ``graph`` has a ``fusec.ops`` function (can be traced)."""
+    return all(tracer_function(node.op) is not None for node in graph.nodes)
 
 
 def trace_op(fops: Any, node: Node, operands: list[Any]) -> Any:
-    fn = getattr(fops, node.op.name.removeprefix("ai."))
+    fn = tracer_function(node.op)
+    assert fn is not None, f"{node.op.name} has no fusec.ops function"
     attrs = dict(node.attrs)
     if node.op is ai.CastOp:
         return fn(operands[0], attrs["to"])

@@ -288,13 +288,14 @@ class KernelCache:
                 _make_private_folder(root)
                 reason = untrusted_reason(root)
                 if reason is None:
+                    root = root.resolve()  # what was checked, whatever links change later
                     key = _read_or_create_key(root)
                     _probe_writable(root)
             except OSError as err:
                 reason = reason or _describe(err)
             if reason is not None:
                 self.fallback_reason = reason
-                _warn_once(root, reason)
+                _warn_once(self.requested_root, reason)
                 root, key = _private_temp_folder(), os.urandom(_KEY_BYTES)
             from fusec.runtime.numba_cache import Signer
 
@@ -434,7 +435,7 @@ def _file_lock(path: Path) -> Iterator[None]:
     """An exclusive lock on ``path`` (best effort: no lock where none can be created)."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        handle = open(path, "a+b")  # noqa: SIM115 - closed below
+        handle = open(path, "a+b")  # closed by the with below
     except OSError:
         yield
         return
