@@ -32,14 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from fusec import __version__
+from fusec._version import __version__
 from fusec.dialect.shapes import TensorSpec, shape_problem
 from fusec.errors import FusecError
 from fusec.frontend.tracer import ArgSpec, Traced, TracedFunction, trace_function, user_error
-from fusec.runtime.dtypes import element_type_of
+from fusec.ir.dtypes import ELEMENT_TYPES, element_type_of
 
 TRACE_FORMAT = 1
-_TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
+_TORCH_DTYPES = {f"torch.{t.torch}": name for name, t in ELEMENT_TYPES.items()}
 
 
 def fuse(
@@ -553,7 +553,7 @@ _LIBRARY_DIRS = _library_dirs()
 
 
 def _is_library(filename: str | None) -> bool:
-    return bool(filename) and filename.startswith(_LIBRARY_DIRS)
+    return filename is not None and filename.startswith(_LIBRARY_DIRS)
 
 
 def function_fingerprint(fn: Callable[..., Any]) -> str | None:

@@ -29,12 +29,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fusec.runtime.runner import random_inputs
 
 import fusec
 from fusec.codegen import KernelSource
 from fusec.dialect.ops import FusedOp
 from fusec.runtime.reference import entry_function
-from fusec.runtime.runner import random_inputs
 from fusec.target import REGISTRY, generate, get_target
 
 TOKEN = f"PWN{uuid.uuid4().hex[:12]}"
@@ -242,7 +242,7 @@ def test_hostile_onnx_names_are_not_spliced(tmp_path):
 SIM_IMPORT = r"""
 import sys
 import fusec
-from fusec.targets.cuda.runtime import load_kernel_module
+from fusec.targets.cuda.kernels import load_kernel_module
 for path in sys.argv[2:]:
     text = open(path).read()
     compiled = fusec.compile(text, target="cuda", pipeline="infer-shapes")

@@ -59,6 +59,8 @@ from pathlib import Path
 from types import ModuleType
 
 from fusec.errors import FusecWarning
+from fusec.ir.files import write_atomically
+from fusec.runtime.seal import Signer, loading
 
 ENV_VAR = "FUSEC_CACHE_DIR"
 KEY_FILE = "key"
@@ -89,7 +91,7 @@ def cache_key(*parts: str | bytes) -> str:
     """A hex key over ``parts`` plus the fusec and Numba versions."""
     import numba
 
-    from fusec import __version__
+    from fusec._version import __version__
 
     digest = hashlib.sha256()
     for part in (f"fusec {__version__}", f"numba {numba.__version__}", *parts):
@@ -205,33 +207,10 @@ def _private_temp_folder() -> Path:
 
 
 def _atomic_write(path: Path, data: bytes, *, exclusive: bool) -> bool:
-    """Write ``data`` to ``path`` through a temp file; False if ``exclusive`` and it exists.
-
-    ``exclusive`` publishes with ``os.link`` (fails if the name exists), so a
-    file another process already published is never replaced.
-    """
+    """``data`` to ``path`` whole (``fusec.ir.files.write_atomically``, synced, 0600, in a
+    0700 folder); False if ``exclusive`` and another process published it first."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if not exclusive:
-            os.replace(tmp, path)
-            return True
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        except OSError:  # a file system without hard links
-            if path.exists():
-                return False
-            os.replace(tmp, path)
-            return True
-        return True
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    return write_atomically(path, data, exclusive=exclusive, sync=True, mode=0o600)
 
 
 # -------------------------------------------------------------------------- cache
@@ -248,7 +227,7 @@ class KernelCache:
     def __init__(self, root: Path | str | None = None) -> None:
         self.requested_root = Path(root) if root is not None else cache_root()
         self._root: Path | None = None
-        self._signer = None
+        self._signer: Signer | None = None
         self._modules: dict[str, ModuleType] = {}
         self._blobs: dict[str, bytes] = {}
         self._lock = threading.RLock()
@@ -273,17 +252,19 @@ class KernelCache:
         return self._root
 
     @property
-    def signer(self):
-        """The ``numba_cache.Signer`` holding this cache's key."""
+    def signer(self) -> Signer:
+        """The ``Signer`` holding this cache's key."""
         self._ready()
+        assert self._signer is not None
         return self._signer
 
     def _ready(self) -> None:
         with self._lock:
             if self._root is not None:
                 return
-            root, key = self.requested_root, None
-            reason = None
+            root: Path = self.requested_root
+            key: bytes | None = None
+            reason: str | None = None
             try:
                 _make_private_folder(root)
                 reason = untrusted_reason(root)
@@ -293,12 +274,10 @@ class KernelCache:
                     _probe_writable(root)
             except OSError as err:
                 reason = reason or _describe(err)
-            if reason is not None:
-                self.fallback_reason = reason
-                _warn_once(self.requested_root, reason)
+            if reason is not None or key is None:
+                self.fallback_reason = reason or "has no key"
+                _warn_once(self.requested_root, self.fallback_reason)
                 root, key = _private_temp_folder(), os.urandom(_KEY_BYTES)
-            from fusec.runtime.numba_cache import Signer
-
             self._signer = Signer(key, self._rejected)
             self._root = root
 
@@ -319,8 +298,6 @@ class KernelCache:
             return module
 
     def _import(self, key: str, source: str, target: str) -> ModuleType:
-        from fusec.runtime.numba_cache import loading
-
         path = self.root / target / f"k_{key[:40]}.py"
         data = source.encode()
         try:

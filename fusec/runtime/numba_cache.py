@@ -16,7 +16,8 @@ Numba's own format) is ignored: the kernel is compiled and the file rewritten.
   (used for the CUDA kernels).
 
 Both take the key of the ``KernelCache`` that is importing the module
-(``loading``); outside one, kernels are compiled without a disk cache.
+(``fusec.runtime.seal.loading``); outside one, kernels are compiled without a
+disk cache.
 
 This builds on Numba internals (``Dispatcher._cache``, ``Cache._cache_file``,
 ``IndexDataCacheFile``'s load/save methods), stable for years and pinned by
@@ -25,62 +26,15 @@ This builds on Numba internals (``Dispatcher._cache``, ``Cache._cache_file``,
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import hashlib
-import hmac
 import os
 import pickle
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from numba.core.caching import IndexDataCacheFile
 
-#: The first bytes of every sealed file (Numba's, blobs, records) of the kernel cache.
-SEAL = b"FUSEC-SEALED-1\n"
-_MAC_BYTES = 32
-
-
-class Signer:
-    """Seals and opens files with a kernel cache's key (``on_rejected``: told of each
-    Numba cache file that does not verify)."""
-
-    def __init__(self, key: bytes, on_rejected: Callable[[Path], None] | None = None) -> None:
-        self.key = key
-        self.on_rejected = on_rejected
-
-    def seal(self, name: str, body: bytes) -> bytes:
-        return SEAL + self.mac(name, body) + body
-
-    def open(self, name: str, data: bytes) -> bytes | None:
-        """The body of a sealed file named ``name``, or None when it does not verify."""
-        if not data.startswith(SEAL) or len(data) < len(SEAL) + _MAC_BYTES:
-            return None
-        mac = data[len(SEAL) : len(SEAL) + _MAC_BYTES]
-        body = data[len(SEAL) + _MAC_BYTES :]
-        return body if hmac.compare_digest(mac, self.mac(name, body)) else None
-
-    def mac(self, name: str, body: bytes) -> bytes:
-        digest = hmac.new(self.key, digestmod=hashlib.sha256)
-        digest.update(name.encode() + b"\0")
-        digest.update(body)
-        return digest.digest()
-
-
-_loading: contextvars.ContextVar[Signer | None] = contextvars.ContextVar(
-    "fusec_kernel_cache_signer", default=None
-)
-
-
-@contextlib.contextmanager
-def loading(signer: Signer) -> Iterator[None]:
-    """Within this block, kernels cache through ``signer`` (the kernel cache's key)."""
-    token = _loading.set(signer)
-    try:
-        yield
-    finally:
-        _loading.reset(token)
+from fusec.runtime.seal import Signer, current_signer
 
 
 class SignedIndexDataCacheFile(IndexDataCacheFile):
@@ -131,7 +85,7 @@ class SignedIndexDataCacheFile(IndexDataCacheFile):
 def enable_signed_caching(dispatcher: Any, signer: Signer | None = None) -> bool:
     """Give ``dispatcher`` Numba's disk cache with sealed files; False if it cannot cache
     (no kernel cache is loading, or Numba refuses to cache this function)."""
-    signer = signer if signer is not None else _loading.get()
+    signer = signer if signer is not None else current_signer()
     if signer is None:
         return False
     try:

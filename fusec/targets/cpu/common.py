@@ -20,7 +20,10 @@ from fusec.dialect import ops as ai
 
 # ``cached_njit`` is ``numba.njit(..., cache=True)`` with authenticated cache files
 # (see fusec.runtime.numba_cache): Numba's cache is pickles, and loading one runs code.
-NJIT_OPTIONS = 'parallel=True, fastmath=False, error_model="numpy"'
+NJIT_OPTIONS = 'fastmath=False, error_model="numpy"'
+#: Below this many elements a stage runs on one thread: the thread pool costs more
+#: than it gains, and Numba compiles a parallel loop about 3x slower.
+PARALLEL_MIN_ELEMENTS = 1 << 15
 HELPER_DECORATOR = '@cached_njit(fastmath=False, error_model="numpy")'
 REDUCE_OPS = (ai.LayerNormOp, ai.SoftmaxOp)
 CPU_NOTE = (
@@ -54,6 +57,8 @@ class Stage:
     args: list[str] | None = None
     #: Names of the cpu helpers (``ROW_HELPERS`` of cpu_row_reduce) the body calls.
     helpers: set[str] = field(default_factory=set)
+    #: ``numba.prange`` loops run in parallel (else they are plain loops).
+    parallel: bool = True
 
     def source(self) -> str:
         # Group inputs (``inN``) are only read: typed read-only so that read-only
@@ -64,7 +69,8 @@ class Stage:
         lines = []
         if self.comment:
             lines.append(f"# {self.comment}")
-        lines.append(f"@cached_njit(\n    {sig},\n    {NJIT_OPTIONS},\n)")
+        options = f"parallel={self.parallel}, {NJIT_OPTIONS}"
+        lines.append(f"@cached_njit(\n    {sig},\n    {options},\n)")
         lines.append(f"def {self.name}({', '.join(self.params)}):")
         lines.extend(f"    {line}" if line else "" for line in self.body)
         return "\n".join(lines) + "\n"
@@ -136,7 +142,7 @@ def depends_on(ops: Sequence[Operation], roots: Iterable[SSAValue]) -> set[Opera
 
 def ancestors(ops: Sequence[Operation], values: Iterable[SSAValue]) -> set[Operation]:
     """The ops of ``ops`` that the ``values`` (transitively) depend on."""
-    defining = {r: op for op in ops for r in op.results}
+    defining: dict[SSAValue, Operation] = {r: op for op in ops for r in op.results}
     result: set[Operation] = set()
     stack = [v for v in values if v in defining]
     while stack:
@@ -189,7 +195,7 @@ def scratch_lines(buffers: Buffers) -> list[str]:
     return [f"{name} = np.empty({size}, dtype=np.float32)" for name, size in buffers.scratch]
 
 
-def single_core(fused_op: ai.FusedOp, core_type: type) -> Operation:
+def single_core(fused_op: ai.FusedOp, core_type: type[ai.AiOp]) -> Operation:
     """The one op of ``core_type`` in the group, else a located error."""
     cores = [op for op in body_ops(fused_op) if isinstance(op, core_type)]
     if len(cores) != 1:

@@ -75,7 +75,7 @@ def kernel_signature(spec: cpp.GemmSpec) -> str:
 def build(spec: cpp.GemmSpec, cache: Any = None) -> Build:
     """The linked cubin of ``spec`` (from the blob cache when it was built before)."""
     from fusec.runtime.cache import cache_key, default_cache
-    from fusec.targets.cuda.runtime import cuda_support
+    from fusec.targets.cuda.env import cuda_support
 
     reason = cuda_support()
     if reason is not None:
@@ -144,7 +144,7 @@ def _link(spec: cpp.GemmSpec, source: str, cache: Any) -> tuple[bytes, str]:
             ProgramOptions,
         )
 
-    from fusec.targets.cuda.runtime import numba_cuda
+    from fusec.targets.cuda.env import numba_cuda
 
     cuda = numba_cuda()
     name = spec.function_name
