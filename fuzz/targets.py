@@ -50,9 +50,10 @@ def _check_module(module, name: str) -> None:
     """The rest of the pipeline on an accepted module: located errors only."""
     from fusec.api import parse, print_ir, run_pipeline
     from fusec.dialect.ops import FusedOp
-    from fusec.runtime.reference import entry_function, run_reference
-    from fusec.runtime.runner import random_inputs
+    from fusec.ir.module import entry_function
+    from fusec.runtime.reference import run_reference
     from fusec.target import get_target
+    from fusec.tools.runner import random_inputs
 
     try:
         run_pipeline(module)
@@ -142,8 +143,8 @@ _NPZ_FUNCTION = """func.func @f(%x: tensor<2x3xf32>, %y: tensor<3xf16>) -> tenso
 
 
 def check_npz(data: bytes) -> None:
-    from fusec.runtime.reference import entry_function
-    from fusec.runtime.runner import load_inputs
+    from fusec.ir.module import entry_function
+    from fusec.tools.runner import load_inputs
 
     fn = entry_function(fusec.parse(_NPZ_FUNCTION))
     path = _file(data, ".npz")

@@ -51,8 +51,8 @@ from xdsl.ir import Block, Region, SSAValue
 from fusec.dialect import AI, AiOp
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of, tensor_type
-from fusec.dialect.shapes import TensorSpec
-from fusec.runtime.dtypes import numpy_dtype
+from fusec.dialect.shapes import ShapeError, TensorSpec
+from fusec.ir.dtypes import numpy_dtype
 
 DTYPES = ("f32", "f16", "bf16")
 #: Dims: size 1 (broadcasting), small, and ragged sizes no vector width divides.
@@ -215,6 +215,8 @@ def build_op(op_cls: type[AiOp], operands: Sequence[SSAValue], attrs: dict[str, 
 #: fusec.ops keyword names that differ from the attribute names (numpy/PyTorch style).
 TRACER_KEYWORDS: dict[type[AiOp], dict[str, str]] = {
     ai.Conv2DOp: {"strides": "stride", "dilations": "dilation"},
+    ai.MaxPool2DOp: {"strides": "stride", "dilations": "dilation"},
+    ai.AvgPool2DOp: {"strides": "stride", "dilations": "dilation"},
     ai.LayerNormOp: {"epsilon": "eps"},
 }
 
@@ -238,6 +240,10 @@ def trace_op(fops: Any, node: Node, operands: list[Any]) -> Any:
     attrs = dict(node.attrs)
     if node.op is ai.CastOp:
         return fn(operands[0], attrs["to"])
+    if node.op is ai.ConcatOp:
+        return fn(operands, **attrs)
+    if node.op is ai.ClipOp:  # an infinite bound is no bound
+        attrs = {k: None if math.isinf(v) else v for k, v in attrs.items()}
     names = TRACER_KEYWORDS.get(node.op, {})
     return fn(*operands, **{names.get(k, k): v for k, v in attrs.items()})
 
@@ -562,8 +568,166 @@ def _conv2d(s: _Drawer, x: int) -> int:
     return s.node(ai.Conv2DOp, [x, weight], s.bound[x] * 4.0, **attrs)
 
 
+def _pow(s: _Drawer, x: int) -> int:
+    base = s.positive_of(x) if not s.low[x] >= 0.25 else x  # powf: NaN for a negative base
+    shape = s.spec(base).shape
+    exponent = s.tame(_operand_like(s, s.partner_shape(shape)), 3.0)
+    bound = max(s.bound[base], 1 / s.low[base]) ** s.bound[exponent]
+    return s.node(ai.PowOp, [base, exponent], bound)
+
+
+def _clip(s: _Drawer, x: int) -> int:
+    low, high = s.draw(
+        st.sampled_from([(-1.0, 1.0), (0.0, 6.0), (-math.inf, 0.5), (-0.5, math.inf)])
+    )
+    return s.node(ai.ClipOp, [x], min(s.bound[x], max(abs(low), abs(high))), min=low, max=high)
+
+
+def _where(s: _Drawer, x: int) -> int:
+    shape = s.spec(x).shape
+    mask_shape = s.partner_shape(shape)
+    seed = s.draw(st.integers(0, 2**16))
+    mask = np.random.default_rng(seed).integers(0, 2, mask_shape).astype(np.float64)
+    spec = TensorSpec(tuple(mask_shape), s.spec(x).dtype)
+    condition = s._add(Const(spec, mask), 1.0)
+    other = s.pick(lambda u: u != x and s.same_dtype(x)(u) and _broadcasts(s.spec(u).shape, shape))
+    if other is None or s.draw(st.booleans()):
+        other = _operand_like(s, s.partner_shape(shape))
+    a, b = (x, other) if s.draw(st.booleans()) else (other, x)
+    if not _broadcasts(np.broadcast_shapes(s.spec(a).shape, s.spec(b).shape), mask_shape):
+        return build_unary(ai.TanhOp)(s, x)
+    return s.node(ai.WhereOp, [condition, a, b], max(s.bound[a], s.bound[b]))
+
+
+def _split(draw: Callable, count: int, rank: int) -> tuple[int, ...]:
+    """A shape of ``rank`` dims (fewer if ``count`` has too few factors) with ``count``
+    elements."""
+    dims = []
+    for _ in range(rank - 1):
+        divisors = [d for d in range(1, count + 1) if count % d == 0]
+        d = draw(st.sampled_from(divisors))
+        dims.append(d)
+        count //= d
+    return (*dims, count)
+
+
+def _reshape(s: _Drawer, x: int) -> int:
+    count = _size(s.spec(x).shape)
+    shape = _split(s.draw, count, s.draw(st.integers(1, 4)))
+    return s.node(ai.ReshapeOp, [x], s.bound[x], shape=shape)
+
+
+def _transpose(s: _Drawer, x: int) -> int:
+    rank = s.spec(x).rank
+    if rank < 2:
+        return _reshape(s, x)
+    perm = tuple(s.draw(st.permutations(range(rank))))
+    return s.node(ai.TransposeOp, [x], s.bound[x], perm=perm)
+
+
+def _slice(s: _Drawer, x: int) -> int:
+    shape = s.spec(x).shape
+    if not shape:
+        return build_unary(ai.NegOp)(s, x)
+    offsets, sizes, strides = [], [], []
+    for dim in shape:
+        step = s.draw(st.sampled_from([1, 1, 2, -1, -2]))
+        size = s.draw(st.integers(1, (dim - 1) // abs(step) + 1))
+        span = (size - 1) * abs(step)
+        low, high = (0, dim - 1 - span) if step > 0 else (span, dim - 1)
+        offsets.append(s.draw(st.integers(low, high)))
+        sizes.append(size)
+        strides.append(step)
+    attrs = {"offsets": tuple(offsets), "sizes": tuple(sizes), "strides": tuple(strides)}
+    return s.node(ai.SliceOp, [x], s.bound[x], **attrs)
+
+
+def _concat(s: _Drawer, x: int) -> int:
+    shape = s.spec(x).shape
+    if not shape:
+        return build_unary(ai.AbsOp)(s, x)
+    axis = s.draw(st.integers(-len(shape), len(shape) - 1))
+    parts = [x]
+    for _ in range(s.draw(st.integers(1, 2))):
+        dims = list(shape)
+        dims[axis] = s.draw(st.sampled_from(DIMS[:6]))
+        other = tuple(dims)
+        if _size(other) * 3 > MAX_ELEMENTS:
+            break
+        same = s.pick(lambda u, want=other: s.spec(u).shape == want and s.same_dtype(x)(u))
+        parts.append(same if same is not None else _operand_like(s, other))
+    order = s.draw(st.permutations(parts))
+    return s.node(ai.ConcatOp, list(order), max(s.bound[v] for v in parts), axis=axis)
+
+
+def _gather(s: _Drawer, x: int) -> int:
+    shape = s.spec(x).shape
+    if not shape:
+        return build_unary(ai.ReluOp)(s, x)
+    axis = s.draw(st.integers(-len(shape), len(shape) - 1))
+    count = s.draw(st.integers(1, 4))
+    indices = tuple(s.draw(st.integers(0, shape[axis] - 1)) for _ in range(count))
+    return s.node(ai.GatherOp, [x], s.bound[x], axis=axis, indices=indices)
+
+
+def build_reduce(op_cls: type[AiOp]) -> Callable[[_Drawer, int], int]:
+    def build(s: _Drawer, x: int) -> int:
+        rank = s.spec(x).rank
+        chosen = s.draw(st.lists(st.integers(0, max(rank - 1, 0)), unique=True, max_size=rank))
+        axes = tuple(a - rank if s.draw(st.booleans()) else a for a in chosen) if rank else ()
+        keepdims = s.draw(st.booleans())
+        count = _size([s.spec(x).shape[a] for a in (axes or range(rank))])
+        x = s.tame(x, MAX_BOUND / count) if op_cls is ai.ReduceSumOp else x
+        bound = s.bound[x] * count if op_cls is ai.ReduceSumOp else s.bound[x]
+        return s.node(op_cls, [x], bound, axes=axes, keepdims=keepdims)
+
+    return build
+
+
+def build_pool(op_cls: type[AiOp]) -> Callable[[_Drawer, int], int]:
+    def build(s: _Drawer, x: int) -> int:
+        draw = s.draw
+        if s.spec(x).rank != 4:
+            shape = (
+                draw(st.sampled_from((1, 2))),
+                *(draw(st.sampled_from(DIMS[:7])) for _ in "chw"),
+            )
+            x = s.arg(shape)
+        attrs: dict[str, Any] = {
+            "kernel": (draw(st.integers(1, 3)), draw(st.integers(1, 3))),
+            "strides": (draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+            "dilations": (draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+            "ceil_mode": draw(st.booleans()),
+        }
+        spans = [d * (k - 1) + 1 for d, k in zip(attrs["dilations"], attrs["kernel"], strict=True)]
+        pads = [draw(st.integers(0, span - 1)) for span in (*spans, *spans)]
+        attrs["padding"] = tuple(pads) if draw(st.booleans()) else tuple(pads[:2])
+        if op_cls is ai.AvgPool2DOp:
+            attrs["count_include_pad"] = draw(st.booleans())
+        try:
+            _result_spec(op_cls, [s.spec(x)], attrs)
+        except ShapeError:  # a window larger than the padded input: the smallest one
+            attrs.update(kernel=(1, 1), dilations=(1, 1), padding=(0, 0))
+        return s.node(op_cls, [x], s.bound[x], **attrs)
+
+    return build
+
+
 #: Ops that need more than the generic unary/binary builders.
 BUILDERS: dict[type[AiOp], Callable[[_Drawer, int], int]] = {
+    ai.PowOp: _pow,
+    ai.ClipOp: _clip,
+    ai.WhereOp: _where,
+    ai.ReshapeOp: _reshape,
+    ai.TransposeOp: _transpose,
+    ai.SliceOp: _slice,
+    ai.ConcatOp: _concat,
+    ai.GatherOp: _gather,
+    ai.ReduceMeanOp: build_reduce(ai.ReduceMeanOp),
+    ai.ReduceSumOp: build_reduce(ai.ReduceSumOp),
+    ai.ReduceMaxOp: build_reduce(ai.ReduceMaxOp),
+    ai.MaxPool2DOp: build_pool(ai.MaxPool2DOp),
+    ai.AvgPool2DOp: build_pool(ai.AvgPool2DOp),
     ai.Conv2DOp: _conv2d,
     ai.BiasAddOp: _bias_add,
     ai.DivOp: _div,

@@ -21,6 +21,7 @@ automatically, a new kind needs a sample group in ``SAMPLES``):
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -29,13 +30,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fusec.runtime.runner import random_inputs
 
 import fusec
 from fusec.codegen import KernelSource
 from fusec.dialect.ops import FusedOp
-from fusec.runtime.reference import entry_function
+from fusec.ir.module import entry_function
 from fusec.target import REGISTRY, generate, get_target
+from fusec.tools.runner import random_inputs
 
 TOKEN = f"PWN{uuid.uuid4().hex[:12]}"
 
@@ -66,15 +67,44 @@ SAMPLES = {
       %y = ai.mul %x, %b {ATTR} : tensor<16x32xTYPE> * tensor<32xTYPE> LOC
       %r = ai.gelu %y {ATTR} : tensor<16x32xTYPE> LOC""",
     "row_reduce": """
-      %y = ai.layernorm %x, %b, %b {ATTR} : tensor<16x32xTYPE> * V * V LOC
+      %y = ai.layernorm %x, %b, %b {ATTR} : tensor<16x32xTYPE> * VECTOR * VECTOR LOC
       %r = ai.tanh %y {ATTR} : tensor<16x32xTYPE> LOC""",
     "matmul": """
       %m = ai.matmul %x, %w {ATTR} : tensor<16x32xTYPE> * tensor<32x32xTYPE> LOC
-      %y = ai.bias_add %m, %b {ATTR} : tensor<16x32xTYPE> * V LOC
+      %y = ai.bias_add %m, %b {ATTR} : tensor<16x32xTYPE> * VECTOR LOC
       %r = ai.silu %y {ATTR} : tensor<16x32xTYPE> LOC""",
     "conv": """
       %c = ai.conv2d %i, %k {PADDED} : tensor<1x4x8x8xTYPE> * tensor<4x4x3x3xTYPE> LOC
       %r = ai.relu %c {ATTR} : tensor<1x4x8x8xTYPE> LOC""",
+    "pool": """
+      %c = ai.max_pool2d %i {POOL} : tensor<1x4x8x8xTYPE> LOC
+      %r = ai.relu %c {ATTR} : tensor<1x4x8x8xTYPE> LOC""",
+    "reduce": """
+      %s = ai.reduce_sum %x {axes = array<i64: 0>, keepdims = true, evil.a = STR} : MATRIX LOC
+      %r = ai.add %s, %x {ATTR} : tensor<1x32xTYPE> * MATRIX LOC""",
+    "copy": """
+      %r = ai.slice %x {SLICE} : MATRIX LOC""",
+    "view": """
+      %y = ai.reshape %x {shape = array<i64: 32, 16>, evil.a = STR} : MATRIX LOC
+      %r = ai.reshape %y {shape = array<i64: 16, 32>, evil.a = STR} : tensor<32x16xTYPE> LOC""",
+}
+
+
+_PLACEHOLDERS = {
+    "{ATTR}": "{evil.a = STR}",
+    "{PADDED}": "{padding = array<i64: 1, 1>, evil.a = STR}",
+    "{POOL}": "{kernel = array<i64: 3, 3>, padding = array<i64: 1, 1>, evil.a = STR}",
+    "{SLICE}": "{offsets = array<i64: 0, 0>, sizes = array<i64: 16, 32>, "
+    "strides = array<i64: 1, 1>, evil.a = STR}",
+    "MATRIX": "tensor<16x32xTYPE>",
+    "VECTOR": "tensor<32xTYPE>",
+}
+_PARAMS = {  # every argument a sample may use: name -> type
+    "%x": "tensor<16x32xTYPE>",
+    "%w": "tensor<32x32xTYPE>",
+    "%b": "tensor<32xTYPE>",
+    "%i": "tensor<1x4x8x8xTYPE>",
+    "%k": "tensor<4x4x3x3xTYPE>",
 }
 
 
@@ -83,28 +113,23 @@ def sample_module(kind: str, dtype: str, payload: str, *, tile: bool = False) ->
     user can put text: the symbol name, every location and string attribute."""
     string = _mlir_string(payload)
     loc = f"loc({string}:3:4)" if kind != "pointwise" else f"loc({string})"
-    body = SAMPLES[kind].replace("{ATTR}", "{evil.a = STR}").replace("V", "tensor<32xTYPE>")
-    body = body.replace("{PADDED}", "{padding = array<i64: 1, 1>, evil.a = STR}")
-    body = body.replace("STR", string)
-    body = body.replace("LOC", loc).replace("TYPE", dtype)
-    result = "tensor<1x4x8x8xTYPE>" if kind == "conv" else "tensor<16x32xTYPE>"
+    body = SAMPLES[kind]
+    for placeholder, text in _PLACEHOLDERS.items():
+        body = body.replace(placeholder, text)
+    body = body.replace("STR", string).replace("LOC", loc).replace("TYPE", dtype)
+    used = [a for a in _PARAMS if re.search(rf"{a}\b", body)]
+    types = [_PARAMS[a].replace("TYPE", dtype) for a in used]
+    result = "tensor<1x4x8x8xTYPE>" if kind in ("conv", "pool") else "tensor<16x32xTYPE>"
     result = result.replace("TYPE", dtype)
-    if kind == "conv":
-        params = f"%i: tensor<1x4x8x8x{dtype}>, %k: tensor<4x4x3x3x{dtype}>"
-    else:
-        params = f"%x: tensor<16x32x{dtype}>, %w: tensor<32x32x{dtype}>, %b: tensor<32x{dtype}>"
-    args = [p.split(":")[0].strip() for p in params.split(", ")]
-    block_args = ", ".join(
-        f"{p.split(':')[0].strip()}_1:{p.split(':', 1)[1]}" for p in params.split(", ")
-    )
     inner = body
-    for a in args:
-        inner = inner.replace(f"{a},", f"{a}_1,").replace(f"{a} ", f"{a}_1 ")
-    types = ", ".join(p.split(":", 1)[1].strip() for p in params.split(", "))
+    for a in used:
+        inner = re.sub(rf"{a}\b", f"{a}_1", inner)
+    params = ", ".join(f"{a}: {t}" for a, t in zip(used, types, strict=True))
+    block_args = ", ".join(f"{a}_1: {t}" for a, t in zip(used, types, strict=True))
     attrs = f"{{evil.a = {string}" + (f", fusec.tile = {string}" if tile else "") + "}"
     return textwrap.dedent(f"""\
         func.func @{string}({params}) -> {result} attributes {{evil.f = {string}}} {{
-          %r = ai.fused "{kind}" ({", ".join(args)}) {attrs} : ({types}) -> {result} {{
+          %r = ai.fused "{kind}" ({", ".join(used)}) {attrs} : ({", ".join(types)}) -> {result} {{
           ^bb0({block_args}):{inner}
             ai.yield %r : {result} {loc}
           }} {loc}

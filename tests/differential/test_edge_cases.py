@@ -22,8 +22,9 @@ from edge_cases import cases, uses_anchor
 
 import fusec
 from fusec.dialect.ops import spec_of
-from fusec.runtime.dtypes import numpy_dtype
-from fusec.runtime.reference import entry_function, run_reference
+from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.module import entry_function
+from fusec.runtime.reference import run_reference
 
 HERE = Path(__file__).parent
 CASES = cases()

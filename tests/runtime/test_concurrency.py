@@ -52,8 +52,8 @@ def _graph(rows: int, cols: int, act: str = "gelu") -> str:
 
 
 def _inputs(text: str, seed: int) -> list[np.ndarray]:
-    from fusec.runtime.reference import entry_function
-    from fusec.runtime.runner import random_inputs
+    from fusec.ir.module import entry_function
+    from fusec.tools.runner import random_inputs
 
     return random_inputs(entry_function(fusec.parse(text)), seed)
 
@@ -181,8 +181,8 @@ import json, sys
 import numpy as np
 import fusec
 from fusec.runtime.cache import default_cache
-from fusec.runtime.reference import entry_function
-from fusec.runtime.runner import random_inputs
+from fusec.ir.module import entry_function
+from fusec.tools.runner import random_inputs
 
 for path in sys.argv[1:]:
     compiled = fusec.compile(path, target="cpu")
