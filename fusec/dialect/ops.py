@@ -643,8 +643,10 @@ class MinimumOp(BinaryOp):
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("minimum", ufuncs=("minimum",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        a, b = args  # no min/max builtins: NaN must propagate from either side
-        return s.select(s.either(s.compare(a, "<=", b), s.compare(a, "!=", a)), a, b)
+        # numpy's minimum: no min/max builtins, NaN propagates from either side, and a
+        # tie (-0.0 vs 0.0) gives the second operand
+        a, b = args
+        return s.select(s.either(s.compare(a, "<", b), s.compare(a, "!=", a)), a, b)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         return np.asarray(np.minimum(*args))

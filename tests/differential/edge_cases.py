@@ -79,7 +79,18 @@ def unary_case(op: type[ai.AiOp], dtype: str, attrs: str = "") -> Case:
     check = _same_specials(x)
     if op is ai.ReluOp:
         check = _relu_facts(x)
+    elif op is ai.IsNanOp:
+        check = _isnan_facts(x)
     return text, [x], check
+
+
+def _isnan_facts(x: np.ndarray) -> Check:
+    def check(outputs: list[np.ndarray]) -> None:
+        (y,) = outputs
+        want = np.isnan(x.astype(np.float64)).astype(np.float64)
+        assert np.array_equal(y.astype(np.float64), want), "isnan is 1 exactly where x is NaN"
+
+    return check
 
 
 def _relu_facts(x: np.ndarray) -> Check:
@@ -107,14 +118,16 @@ def binary_case(op: type[ai.AiOp], dtype: str) -> Case:
         (y,) = outputs
         ad, bd, yd = (v.astype(np.float64) for v in (a, b, y))
         either = np.isnan(ad) | np.isnan(bd)
+        if op is ai.PowOp:  # IEEE pow: x ** 0 and 1 ** y are 1, even for NaN
+            either &= ~((bd == 0) | (ad == 1))
         assert np.isnan(yd[either]).all(), f"{op.name} with a NaN operand must be NaN"
         if op is ai.AddOp:
             both = (ad == 0) & np.signbit(ad) & (bd == 0) & np.signbit(bd)
             assert np.signbit(yd[both]).all(), "-0.0 + -0.0 is -0.0"
-        if op is ai.MaximumOp:  # numpy: a if a > b (or a is NaN) else b
+        if op in (ai.MaximumOp, ai.MinimumOp):  # numpy: a if a > b (a < b) or a is NaN, else b
             ties = (ad == bd) & ~either
             assert np.array_equal(np.signbit(yd[ties]), np.signbit(bd[ties])), (
-                "maximum(a, b) with a == b is b in numpy (maximum(-0.0, 0.0) = 0.0)"
+                f"{op.name}(a, b) with a == b is b in numpy (maximum(-0.0, 0.0) = 0.0)"
             )
         if op is ai.MulOp:
             neg = (ad == 0) & np.signbit(ad) & (bd == 3.0)

@@ -44,6 +44,10 @@ def load_kernel_module(kernel: KernelSource, cache: Any = None) -> ModuleType:
 _compiled: dict[int, set] = {}
 
 
+#: math functions that raise in Python where CUDA returns inf or NaN, and their numpy forms.
+_NUMPY_NAMES = {"exp": "exp", "sqrt": "sqrt", "tanh": "tanh", "log": "log", "pow": "power"}
+
+
 class _DeviceMath:
     """``math`` as a kernel sees it on the GPU, for kernels run by the CUDA simulator.
 
@@ -53,13 +57,13 @@ class _DeviceMath:
     """
 
     def __getattr__(self, name: str) -> Any:
-        function = getattr(np, name, None) if name in ("exp", "sqrt", "tanh", "log") else None
+        function = getattr(np, _NUMPY_NAMES.get(name, ""), None)
         if function is None:
             return getattr(math, name)
 
-        def ieee(x: Any) -> Any:
+        def ieee(*args: Any) -> Any:
             with np.errstate(all="ignore"):
-                return function(x)
+                return function(*args)
 
         return ieee
 
