@@ -57,6 +57,10 @@ class CudaBackend:
         module = load_kernel_module(kernel, self.cache)
         if getattr(module, "TORCH_FALLBACK", False):
             return TorchGroup(module, kernel)
+        gemm = getattr(module, "GEMM", None)
+        if gemm is not None and not simulator_enabled():
+            gemm.load(self.sms)  # linked cubins (Tensor Core GEMM): launched by address
+            return gemm
         if simulator_enabled() or len(getattr(module, "KERNELS", ())) != 1:
             return getattr(module, kernel.entry)
         return _DirectLaunch(module, self.sms)
@@ -72,7 +76,10 @@ class CudaBackend:
             for k, (a, spec) in enumerate(zip(inputs, specs, strict=True))
         ]
         outs = [adapter.empty(spec, stream) for spec in launch.kernel.outputs]
-        fn(*(b.flat for b in bufs), *(o.flat for o in outs), stream=stream.numba, sms=self.sms)
+        if hasattr(fn, "direct"):
+            fn.direct(stream.ptr, bufs, outs)
+        else:
+            fn(*(b.flat for b in bufs), *(o.flat for o in outs), stream=stream.numba, sms=self.sms)
         results = [adapter.result(o, stream) for o in outs]
         stream.synchronize()
         return results
@@ -265,8 +272,9 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         values: list[Any] = [None] * self._slot_count
         for index, arg in enumerate(args):
             values[index] = adapter.wrap(arg, self._specs[index], stream_ref, index, self._name)
-        for index, buffer in self._device_constants(stream_ref).items():
-            values[index] = buffer
+        if self._constant_slots:
+            for index, buffer in self._device_constants(stream_ref).items():
+                values[index] = buffer
         for fn, (ins, outs, out_specs, label) in zip(fns, self._steps, strict=True):
             if fn is None:  # a view (reshape): the operand's buffer under the result's shape
                 values[outs[0]] = values[ins[0]].reshaped(out_specs[0])
@@ -296,8 +304,9 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         if poison:
             for out in outputs:
                 _fill_nan(out, stream)
-        if isinstance(fn, _DirectLaunch):
-            fn.direct(stream.ptr, inputs, outputs)
+        direct = getattr(fn, "direct", None)  # _DirectLaunch, GemmLaunch: by address
+        if direct is not None:
+            direct(stream.ptr, inputs, outputs)
         else:
             fn(
                 *(b.flat for b in inputs),
