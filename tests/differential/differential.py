@@ -22,23 +22,16 @@ from collections.abc import Sequence
 import numpy as np
 from hypothesis import HealthCheck, settings
 from numerics import RTOL, compare
+from profiles import examples
 
 #: Element types from the most to the least precise.
 PRECISION_ORDER = ("f32", "bf16", "f16")
 
 
-def examples(base: int) -> int:
-    """``base`` scaled by the loaded hypothesis profile (``max_examples`` / 100).
-
-    The default and CI profiles keep the bounded count; a long profile
-    (``--hypothesis-profile=long``) multiplies it.
-    """
-    return max(1, round(base * settings().max_examples / 100))
-
-
 def graph_settings(base: int) -> settings:
-    """Settings of a property over random graphs: ``examples(base)`` graphs, no deadline
-    (the first call of a graph compiles kernels)."""
+    """Settings of a property over random graphs: ``base`` graphs scaled by the loaded
+    hypothesis profile (``tests/profiles.py``: ``ci`` keeps them, ``slow`` is 10x), no
+    deadline (the first call of a graph compiles kernels)."""
     return settings(
         max_examples=examples(base),
         deadline=None,

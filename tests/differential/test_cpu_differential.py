@@ -7,7 +7,7 @@ IR as written (see ``differential.py`` for the comparison). Graphs are small
 and drawn from few shapes, so kernels repeat and the kernel cache pays off:
 Numba's compile time is the cost of this test.
 
-Long run: ``pytest -m fuzz --hypothesis-profile=long tests/differential``.
+Long run: ``pytest -m fuzz --hypothesis-profile=slow tests/differential``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 reference (as ``test_cpu_differential.py``; outputs poisoned by the cuda runner).
 
 Run on a GPU machine: ``pytest -m gpu tests/differential`` (bounded), or
-``pytest -m "gpu and fuzz" --hypothesis-profile=long tests/differential``.
+``pytest -m "gpu and fuzz" --hypothesis-profile=slow tests/differential``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
   compiles to the same IR.
 
 No kernel is compiled here (target ``reference``), so these run many graphs.
-Long run: ``pytest -m fuzz --hypothesis-profile=long``.
+Long run: ``pytest -m fuzz --hypothesis-profile=slow``.
 """
 
 from __future__ import annotations
