@@ -134,7 +134,7 @@ def work(t):
     rng = np.random.default_rng(t)
     for _ in range(10):
         args = [rng.standard_normal(a.shape).astype(np.float32) for a in (
-            np.empty((16, 64)), np.empty(64), np.empty(64), np.empty((64, 16)))]
+            np.empty((256, 128)), np.empty(128), np.empty(128), np.empty((128, 16)))]
         for o, r in zip(compiled(*args), reference(*args)):
             if not np.allclose(o, r, rtol=1e-4, atol=1e-4):
                 errors.append(t)
@@ -148,7 +148,8 @@ print(numba.threading_layer(), "errors", len(errors))
 def test_threads_under_numbas_workqueue_layer(tmp_path):
     env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue", FUSEC_CACHE_DIR=str(tmp_path))
     done = subprocess.run(
-        [sys.executable, "-c", THREADS_CHILD, _graph(16, 64)],
+        # big enough for parallel stages (small ones run on one thread)
+        [sys.executable, "-c", THREADS_CHILD, _graph(256, 128)],
         env=env,
         capture_output=True,
         text=True,
