@@ -218,6 +218,7 @@ TRACER_KEYWORDS: dict[type[AiOp], dict[str, str]] = {
     ai.MaxPool2DOp: {"strides": "stride", "dilations": "dilation"},
     ai.AvgPool2DOp: {"strides": "stride", "dilations": "dilation"},
     ai.LayerNormOp: {"epsilon": "eps"},
+    ai.BatchNormOp: {"epsilon": "eps"},
 }
 
 
@@ -713,8 +714,21 @@ def build_pool(op_cls: type[AiOp]) -> Callable[[_Drawer, int], int]:
     return build
 
 
+def _batch_norm(s: _Drawer, x: int) -> int:
+    spec = s.spec(x)
+    if spec.rank < 2:
+        return _layernorm(s, x)
+    c = spec.shape[1]
+    scale, bias, mean = (_operand_like(s, (c,)) for _ in range(3))
+    var = _operand_like(s, (c,), positive=True)  # var + epsilon under a square root
+    epsilon = s.draw(st.sampled_from([1e-5, 1e-3]))
+    bound = (s.bound[x] + s.bound[mean]) / math.sqrt(s.low[var]) * s.bound[scale] + s.bound[bias]
+    return s.node(ai.BatchNormOp, [x, scale, bias, mean, var], bound, epsilon=epsilon)
+
+
 #: Ops that need more than the generic unary/binary builders.
 BUILDERS: dict[type[AiOp], Callable[[_Drawer, int], int]] = {
+    ai.BatchNormOp: _batch_norm,
     ai.PowOp: _pow,
     ai.ClipOp: _clip,
     ai.WhereOp: _where,
