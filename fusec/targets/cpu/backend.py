@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +38,11 @@ class CpuBackend:
         outs = [alloc(shape, _F32) for shape in shapes]
         if not all(o.flags.c_contiguous and o.dtype == _F32 for o in outs):
             raise ValueError("the allocator must return C-contiguous float32 arrays")
-        fn(*flat_in, *(o.reshape(-1) for o in outs))
+        if _threadsafe_layer():
+            fn(*flat_in, *(o.reshape(-1) for o in outs))
+        else:
+            with _WORKQUEUE_LOCK:
+                fn(*flat_in, *(o.reshape(-1) for o in outs))
         if not casts:
             return outs
         pairs = zip(outs, casts, strict=True)
@@ -60,6 +65,24 @@ class CpuBackend:
 
 
 _F32 = np.dtype(np.float32)
+
+#: Serialises kernel calls while Numba's threading layer may be "workqueue", which
+#: aborts the process when parallel kernels run from two Python threads at once.
+_WORKQUEUE_LOCK = threading.Lock()
+_THREADSAFE: bool | None = None
+
+
+def _threadsafe_layer() -> bool:
+    """True once Numba has started a threading layer other than workqueue (omp, tbb)."""
+    global _THREADSAFE
+    if _THREADSAFE is None:
+        import numba
+
+        try:
+            _THREADSAFE = numba.threading_layer() != "workqueue"
+        except ValueError:  # no parallel kernel has run yet: the layer is not chosen
+            return False
+    return _THREADSAFE
 
 
 def _as_f32(array: np.ndarray) -> np.ndarray:
