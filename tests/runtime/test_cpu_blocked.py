@@ -160,6 +160,10 @@ CONVS = [
     # blocks of TAP_PIXELS // Wp rows); a 1xS kernel (no padding rows)
     ((1, 1), (2, 0, 1, 3), (1, 1), 1, (2, 5, 13, 40), (7, 3, 5)),
     ((1, 1), (0, 1), (1, 1), 1, (1, 6, 9, 30), (5, 1, 3)),
+    # Winograd F(2x2, 3x3): odd OH and OW (half tiles at both edges), groups, more
+    # blocks than threads with a ragged last one; and unpadded, several images
+    ((1, 1), (1, 1), (1, 1), 2, (2, 6, 15, 13), (8, 3, 3)),
+    ((1, 1), (0, 0), (1, 1), 1, (3, 16, 40, 9), (12, 3, 3)),
 ]
 
 
@@ -188,11 +192,14 @@ func.func @f(%x: {x}, %w: {wt}, %b: {b}) -> {y} {{
 @pytest.mark.parametrize("case", CONVS)
 def test_conv_blocks(cache, case):
     program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
-    taps = case[0] == (1, 1) and case[5][1:] != (1, 1)  # stride 1, larger than 1x1
-    im2col = not taps and (case[5][1:] != (1, 1) or case[0] != (1, 1) or any(case[1]))
+    stride_1 = case[0] == (1, 1)
+    winograd = stride_1 and case[5][1:] == (3, 3) and case[2] == (1, 1)
+    taps = stride_1 and case[5][1:] != (1, 1) and not winograd  # larger than 1x1
+    im2col = not (taps or winograd) and (case[5][1:] != (1, 1) or not stride_1 or any(case[1]))
     source = program.kernels[0].source
     assert ("cols = ws[" in source) == im2col
-    assert ("xpad = ws[" in source) == taps and ("sgemm_acc(" in source) == taps
+    assert ("sgemm_acc(" in source) == taps and ("wv = ws[" in source) == winograd
+    assert ("xpad = ws[" in source) == (taps or winograd)
     assert _blocks(program) > 1
 
 
