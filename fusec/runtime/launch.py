@@ -156,7 +156,7 @@ class Program:
         call indexes lists and compares tuples: hashing IR values and reading types
         through xDSL cost more than a small kernel (measured ~25 us a call before)."""
         params = self.function.function_type.inputs.data
-        slot = {arg: k for k, arg in enumerate(self.function.body.block.args)}
+        slot: dict[SSAValue, int] = {arg: k for k, arg in enumerate(self.function.body.block.args)}
         self._host_constants: list[tuple[int, np.ndarray]] = []
         for value, array in self.constants.items():
             slot[value] = len(slot)

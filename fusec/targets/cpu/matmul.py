@@ -135,6 +135,8 @@ class BlockedCore:
 
     op: Operation
     count: int
+    #: The group's arrays by value (the names ``compute`` reads them by).
+    reads: dict[SSAValue, str]
     #: Bytes of operand copies ``launch_lines`` makes (``ScratchPlan.operand_bytes``).
     operand_bytes = 0
 
