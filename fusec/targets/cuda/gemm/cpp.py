@@ -49,6 +49,11 @@ _WGMMA_TYPE = {"f16": "f16", "bf16": "bf16"}
 _ELEMENT_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 
 
+def element_bytes(dtype: str) -> int:
+    """Bytes of one element of an operand or output type."""
+    return _ELEMENT_BYTES[dtype]
+
+
 @dataclass(frozen=True)
 class Epilogue:
     """The elementwise code applied to each accumulator before the store.
