@@ -27,6 +27,25 @@ The grid is persistent (``min(tiles, SMs)`` blocks walk tiles ``blockIdx.x +
 i * gridDim.x``) in grouped order: ``group_m`` tile rows at a time, so that
 blocks running together reuse A and B tiles from L2.
 
+Opt-in variants (``TileConfig.schedule/epilogue/math``; the default kernel's
+source does not change):
+
+* ``schedule="pingpong"`` (CUTLASS's KernelTmaWarpSpecializedPingpong): each
+  consumer warpgroup owns whole ``bm x bn`` tiles, alternate ones of the
+  block's walk; named barriers 1 and 2 make them take turns on the tensor
+  cores (a consumer starts its main loop once the other has issued its own),
+  so one's epilogue runs during the other's MMA. The ring of stages is shared
+  in tile order; an ``empty`` barrier expects one arrival.
+* ``epilogue="smem"``: the epilogue first replaces the accumulators by the
+  values to store, then each warp stages 16-row x 128-byte chunks through two
+  2 KB shared-memory buffers (128-byte swizzle, ``stmatrix`` for 16-bit
+  outputs) and lane 0 stores each with one TMA bulk tensor store (the output's
+  tensor map clips the ragged edges); without a map (rows not 16-byte
+  aligned) the warp copies the chunk out with masked 16-byte stores.
+* ``math="fast"``: the epilogue expression uses ``ex2.approx``,
+  ``tanh.approx`` and ``__fdividef`` (``CppExprGenerator(fast_math=True)``)
+  where the output is 16-bit.
+
 Operand layouts: A is K-major (row-major M x K) or M-major (stored K x M,
 ``transpose_a``); B is K-major (stored N x K, ``transpose_b``) or N-major
 (stored K x N, the plain ``a @ b``). MN-major operands use wgmma's transpose
