@@ -63,7 +63,7 @@ def ring_schedule(config: TileConfig, block: int, grid: int, tiles: int, kblocks
     The producer fills position ``it`` = (its count of the block's K steps so far) into
     stage ``it % stages`` at phase ``it // stages``: a consumer's parity wait is exact only
     if no position is waited for before all earlier ones were (tests check this order)."""
-    order = []
+    order: list[tuple[int, int, int, int]] = []
     for local, t in enumerate(range(block, tiles, grid)):
         owners = [local % 2] if config.pingpong else range(config.consumers)
         for kb in range(kblocks):
