@@ -124,9 +124,7 @@ def bias_add(x: Any, bias: Any, axis: int = 1) -> Traced:
     return _trace("bias_add", x, bias).emit(ai.BiasAddOp, (x, bias), axis=_int("bias_add", axis))
 
 
-def batch_norm(
-    x: Any, scale: Any, bias: Any, mean: Any, var: Any, *, eps: float = 1e-5
-) -> Traced:
+def batch_norm(x: Any, scale: Any, bias: Any, mean: Any, var: Any, *, eps: float = 1e-5) -> Traced:
     """Inference batch normalisation over dim 1 (channels):
     (x - mean) / sqrt(var + eps) * scale + bias (folded into a conv2d feeding it)."""
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
@@ -188,6 +186,18 @@ def layernorm(x: Any, gamma: Any, beta: Any, *, eps: float = 1e-5) -> Traced:
         raise user_error(f"fusec.ops.layernorm: eps must be a non-negative number, got {eps!r}")
     trace = _trace("layernorm", x, gamma, beta)
     return trace.emit(ai.LayerNormOp, (x, gamma, beta), epsilon=float(eps))
+
+
+def attention(
+    q: Any, kt: Any, v: Any, mask: Any = 0.0, *, scale: float = 1.0, nan_to_zero: bool = False
+) -> Traced:
+    """softmax(q @ kt * scale + mask) @ v over the last axis; ``kt`` is the key transposed
+    (..., D, T); ``mask`` (added to the scores) broadcasts to them."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise user_error(f"fusec.ops.attention: scale must be a number, got {scale!r}")
+    trace = _trace("attention", q, kt, v, mask)
+    attrs = {"scale": float(scale), "nan_to_zero": bool(nan_to_zero)}
+    return trace.emit(ai.AttentionOp, (q, kt, v, mask), **attrs)
 
 
 def softmax(x: Any, axis: int = -1) -> Traced:
@@ -295,6 +305,7 @@ __all__ = sorted(
     [
         *_simple_ops(),
         "batch_norm",
+        "attention",
         "bias_add",
         "cast",
         "clip",

@@ -513,6 +513,7 @@ class Importer:
             attrs[attr.name] = value.decode() if isinstance(value, bytes) else value
         return attrs
 
+
 # ------------------------------------------------------------------ helpers
 
 

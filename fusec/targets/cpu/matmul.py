@@ -87,7 +87,9 @@ def generate_core_group(
     buffers = Buffers(reads=dict(input_names(fused_op)))
     stages: list[Stage] = []
     flat_readers = {v for op in ops if op is not core for v in op.operands} | set(yielded)
-    view_core = core if core_type is ai.MatmulOp else None
+    view_core = (
+        core if core_type in (ai.MatmulOp, ai.AttentionOp) else None
+    )  # np.matmul reads views
     launch: list[str] = view_lines(views, buffers, view_core, flat_readers)
 
     def destinations(values: Sequence[SSAValue]) -> list[tuple[SSAValue, str]]:
