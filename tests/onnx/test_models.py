@@ -146,7 +146,7 @@ def test_import_reports_what_is_recognised(capsys):
     path = _path("bert.torchscript-opset14.onnx")
     assert main(["import", str(path), "--input-shape", "inputs_embeds=1x16x64"]) == 0
     err = capsys.readouterr().err
-    assert "rewrites: gelu (erf) 2, " in err and "layernorm 5" in err
+    assert "rewrites: attention 2, gelu (erf) 2, " in err and "layernorm 5" in err
 
 
 def test_remarks_on_an_imported_model_name_the_nodes(capsys):
