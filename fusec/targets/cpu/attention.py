@@ -1,11 +1,12 @@
 """cpu template for "attention" groups: both products and the softmax in one launch.
 
-The core is numpy on the shaped operands (strided views of the head split
-need no copy): the scores ``q @ kt`` (BLAS), scaled and masked in place, a
+The core is numpy on the shaped operands (the head split's layout ops made
+contiguous first, as every cpu template reads row-major operands): the scores ``q @ kt`` (BLAS), scaled and masked in place, a
 numerically safe softmax over the last axis in place, NaN probabilities set
 to 0 when the op says so, and the product with ``v`` straight into the output
-(or a scratch buffer that the fused elementwise epilogue then reads). The
-scores never leave the kernel.
+(or a scratch buffer that the fused elementwise epilogue then reads; the
+prologue/epilogue split is ``reduce.library_group``'s). The scores never
+leave the kernel.
 """
 
 from __future__ import annotations
@@ -15,17 +16,15 @@ from xdsl.ir import Operation
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
-from fusec.targets.cpu.common import Buffers, Stage
-from fusec.targets.cpu.matmul import generate_core_group
+from fusec.targets.cpu.common import Buffers
+from fusec.targets.cpu.reduce import library_group
 
 
 def generate(fused_op, name: str) -> KernelSource:
-    return generate_core_group(fused_op, name, "attention", ai.AttentionOp, attention_core)
+    return library_group(fused_op, name, "attention", ai.AttentionOp, attention_core)
 
 
-def attention_core(
-    op: Operation, out: str, buffers: Buffers, name: str
-) -> tuple[list[Stage], list[str]]:
+def attention_core(op: Operation, out: str, buffers: Buffers) -> list[str]:
     assert isinstance(op, ai.AttentionOp)
     q, kt, v, mask = (f"{buffers.reads[x]}.reshape({shape_of(x)!r})" for x in op.operands)
     scale = float(op.attr("scale"))
@@ -40,4 +39,4 @@ def attention_core(
         f"np.matmul(s, {v}, out={out}.reshape({shape_of(op.output)!r}))",
     ]
     lines = [line for line in lines if line]
-    return [], ["with np.errstate(all='ignore'):", *(f"    {line}" for line in lines)]
+    return ["with np.errstate(all='ignore'):", *(f"    {line}" for line in lines)]
