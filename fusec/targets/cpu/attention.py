@@ -1,12 +1,12 @@
 """cpu template for "attention" groups: both products and the softmax in one launch.
 
 The core is numpy on the shaped operands (the head split's layout ops made
-contiguous first, as every cpu template reads row-major operands): the scores ``q @ kt`` (BLAS), scaled and masked in place, a
-numerically safe softmax over the last axis in place, NaN probabilities set
-to 0 when the op says so, and the product with ``v`` straight into the output
-(or a scratch buffer that the fused elementwise epilogue then reads; the
-prologue/epilogue split is ``reduce.library_group``'s). The scores never
-leave the kernel.
+contiguous first, as every cpu template reads row-major operands): the scores
+``q @ kt`` (BLAS), scaled and masked in place, a numerically safe softmax over
+the last axis in place, NaN probabilities set to 0 when the op says so, and
+the product with ``v`` straight into the output (or a scratch buffer that the
+fused elementwise epilogue then reads; the prologue/epilogue split is
+``reduce.library_group``'s). The scores never leave the kernel.
 """
 
 from __future__ import annotations
