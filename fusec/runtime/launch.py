@@ -108,6 +108,9 @@ def plan_launches(module: ModuleOp, entry: str | None, target: Target) -> Launch
         else:
             from fusec.codegen.expr import error_at
 
+            refusal = target.can_generate(op) if isinstance(op, ai.AiOp) else None
+            if refusal is not None:  # why the planner left it out
+                raise error_at(op, f"cannot run on target '{target.name}': {refusal}")
             raise error_at(
                 op,
                 f"is outside any ai.fused group: the '{target.name}' target runs fused "
