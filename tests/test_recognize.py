@@ -219,6 +219,18 @@ def test_the_default_pipeline_recognises():
     assert "ai.gelu" in ir and "ai.erf" not in ir
 
 
+def test_scalars_are_left_alone():
+    """A scalar has no last axis to scale or shift along (found by tests/differential:
+    the pattern used to index the empty shape of a 0-d tensor)."""
+    text = """func.func @f(%a: tensor<f32>) -> tensor<f32> {
+  %r = ai.relu %a : tensor<f32>
+  %s = ai.add %a, %r : tensor<f32> * tensor<f32>
+  return %s : tensor<f32>
+}"""
+    compiled = fusec.compile(text, target="reference")
+    assert compiled.ir.count("ai.add") == 1
+
+
 # ------------------------------------------------------------------ attention
 
 Q, K_T, V = "tensor<2x3x6x8xf32>", "tensor<2x3x8x6xf32>", "tensor<2x3x6x8xf32>"
