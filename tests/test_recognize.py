@@ -231,6 +231,19 @@ def test_scalars_are_left_alone():
     assert compiled.ir.count("ai.add") == 1
 
 
+def test_a_vector_against_a_reshaped_scalar_stays():
+    """where(c, x, reshape(scalar)) with a (1,) condition: the reshape's source has no
+    last axis for the vector to run along, so nothing sinks (found by tests/differential:
+    the pattern indexed the empty shape)."""
+    text = """func.func @f(%a: tensor<f32>) -> tensor<1x1x1xf32> {
+  %c = arith.constant dense<1.0> : tensor<1xf32>
+  %r = ai.reshape %a {shape = array<i64: 1, 1, 1>} : tensor<f32>
+  %w = ai.where %c, %a, %r : tensor<1xf32> * tensor<f32> * tensor<1x1x1xf32>
+  return %w : tensor<1x1x1xf32>
+}"""
+    _check(text, Counter({"ai.reshape": 1, "ai.where": 1}))
+
+
 # ------------------------------------------------------------------ attention
 
 Q, K_T, V = "tensor<2x3x6x8xf32>", "tensor<2x3x8x6xf32>", "tensor<2x3x6x8xf32>"

@@ -578,7 +578,7 @@ def _broadcasts_alike(
     if isinstance(op, ai.BiasAddOp):
         return True  # checked by the caller: a last-axis bias, last dim kept
     last_only = len(s) >= 1 and all(n == 1 for n in s[:-1]) and s[-1] == out[-1]
-    return last_only and source[-1] == out[-1] and len(s) <= len(source)
+    return last_only and len(s) <= len(source) and source[-1] == out[-1]
 
 
 class FoldReshapes(Recognition):
