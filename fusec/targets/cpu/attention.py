@@ -1,42 +1,180 @@
-"""cpu template for "attention" groups: both products and the softmax in one launch.
+"""cpu template for "attention" groups: one blocked kernel, the scores never leave cache.
 
-The core is numpy on the shaped operands (the head split's layout ops made
-contiguous first, as every cpu template reads row-major operands): the scores
-``q @ kt`` (BLAS), scaled and masked in place, a numerically safe softmax over
-the last axis in place, NaN probabilities set to 0 when the op says so, and
-the product with ``v`` straight into the output (or a scratch buffer that the
-fused elementwise epilogue then reads; the prologue/epilogue split is
-``reduce.library_group``'s). The scores never leave the kernel.
+``ai.attention`` (``softmax(q @ kt * scale + mask) @ v``, q (..., S, D), kt
+(..., D, T), v (..., T, E), the mask broadcasting to the scores) runs in the
+blocked kernel of ``cpu_matmul``. A block is ``mb`` query rows of one matrix
+of the batch (``AttentionBlocks``); per block, in its task's workspace:
+
+1. ``sbuf = q[rows] @ kt``: one single-threaded sgemm, ``mb x T`` scores;
+2. per row, while the block is in cache: ``* scale + mask`` (IEEE, in the
+   reference's order), the max, ``exp_nonpos_f32(x - max)``, the float64 sum,
+   ``* (1 / sum)``, NaN probabilities set to 0 when ``nan_to_zero`` says so;
+3. ``sgemm(sbuf, v)`` into the output rows (or the block's ``cbuf`` when an
+   elementwise epilogue follows, which the shared machinery runs per block).
+
+So the ``S x T`` scores of a head are never written to memory, and the work is
+spread over the threads by blocks (the first version of this template ran three
+whole-tensor numpy calls on one thread: CPU 16.4 ms against onnxruntime's 9.0
+at B1 H12 S512 D64, benchmarks/results/cpu-notes.md). The head split's layout
+ops become contiguous operands first, as for a matmul group.
 """
 
 from __future__ import annotations
 
-from xdsl.ir import Operation
+import math
+from collections.abc import Sequence
 
 from fusec.codegen import KernelSource
-from fusec.codegen.expr import shape_of
+from fusec.codegen.expr import broadcast_offset, shape_of
 from fusec.dialect import ops as ai
-from fusec.targets.cpu.common import Buffers
-from fusec.targets.cpu.reduce import library_group
+from fusec.targets.cpu.matmul import (
+    MIN_BLOCKS,
+    BlockedCore,
+    EpilogueRows,
+    Workspace,
+    generate_core_group,
+    row_loop,
+)
+from fusec.targets.cpu.row_reduce import RowBlock
+
+#: Bytes of a block's scores (and its C block, when local): a few hundred KiB stay in
+#: L2 between the two sgemms; fewer rows would repack kt and v more often per flop.
+BLOCK_BYTES = 512 << 10
+#: Query rows per block, at most and at least (unless S is smaller).
+MAX_ROWS, MIN_ROWS = 256, 16
 
 
 def generate(fused_op, name: str) -> KernelSource:
-    return library_group(fused_op, name, "attention", ai.AttentionOp, attention_core)
+    return generate_core_group(fused_op, name, "attention", ai.AttentionOp, AttentionBlocks)
 
 
-def attention_core(op: Operation, out: str, buffers: Buffers) -> list[str]:
-    assert isinstance(op, ai.AttentionOp)
-    q, kt, v, mask = (f"{buffers.reads[x]}.reshape({shape_of(x)!r})" for x in op.operands)
-    scale = float(op.attr("scale"))
-    lines = [
-        f"s = np.matmul({q}, {kt})",
-        f"s *= f32({scale!r})" if scale != 1.0 else "",
-        f"s += {mask}",
-        "s -= s.max(axis=-1, keepdims=True)",
-        "np.exp(s, out=s)",
-        "s /= s.sum(axis=-1, keepdims=True)",
-        "s[np.isnan(s)] = f32(0.0)" if op.attr("nan_to_zero") else "",
-        f"np.matmul(s, {v}, out={out}.reshape({shape_of(op.output)!r}))",
-    ]
-    lines = [line for line in lines if line]
-    return ["with np.errstate(all='ignore'):", *(f"    {line}" for line in lines)]
+class AttentionBlocks(BlockedCore):
+    """Blocks of ``mb`` query rows of one matrix of an ``ai.attention``'s batch.
+
+    Block ``blk`` is batch ``b = blk // nrb`` (indices ``bi<d>`` in the output's
+    batch dims, which q, kt, v and the mask broadcast to), rows ``r0 <= i < r1``.
+    """
+
+    row_helpers = frozenset({"row_max", "row_sum"})
+    expr_helpers = frozenset({"exp_nonpos_f32"})
+
+    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
+        assert isinstance(op, ai.AttentionOp)
+        self.op, self.reads, self.c_array, self.c_local = op, reads, c_array, c_local
+        q, kt, v, mask = (shape_of(x) for x in op.operands)
+        self.result = shape_of(op.output)
+        self.s, self.d = q[-2:]
+        self.t, self.e = kt[-1], v[-1]
+        self.batch = self.result[:-2]
+        self.q_batch, self.k_batch, self.v_batch = q[:-2], kt[:-2], v[:-2]
+        self.mask = tuple(mask)
+        fit = BLOCK_BYTES // (4 * (self.t + (self.e if c_local else 0)))
+        mb = min(self.s, MAX_ROWS, max(MIN_ROWS, fit))
+        batches = math.prod(self.batch)
+        if batches < MIN_BLOCKS:  # split further so that every thread has blocks
+            mb = min(mb, max(MIN_ROWS, math.ceil(self.s * batches / MIN_BLOCKS)))
+        self.mb = max(1, min(mb, self.s))
+        self.nrb = math.ceil(self.s / self.mb)
+        self.count = batches * self.nrb
+        workspace.add("sbuf", self.mb * self.t)
+        if c_local:
+            workspace.add(c_array, self.mb * self.e)
+
+    def describe(self) -> str:
+        batch = "x".join(map(str, self.batch))
+        return (
+            f"attention {batch + ' x ' if batch else ''}(S {self.s}, D {self.d}, T {self.t}, "
+            f"E {self.e}) in {self.count} blocks of up to {self.mb} query rows: sgemm scores, "
+            "softmax rows in cache, sgemm with v, epilogue per block"
+        )
+
+    def decode(self) -> list[str]:
+        lines = [
+            f"b = blk // {self.nrb}",
+            f"r0 = blk % {self.nrb} * {self.mb}",
+            f"r1 = min(r0 + {self.mb}, {self.s})",
+        ]
+        stride = math.prod(self.batch)
+        for d, size in enumerate(self.batch):
+            stride //= size
+            expr = "b" if stride == 1 else f"b // {stride}"
+            lines.append(f"bi{d} = {expr}" + (f" % {size}" if d > 0 else ""))
+        return lines
+
+    def _matrix(self, batch_shape: Sequence[int], size: int) -> str:
+        """Offset of batch ``b``'s matrix (``size`` elements) in an operand of batch
+        shape ``batch_shape``."""
+        index = broadcast_offset(
+            self.batch, batch_shape, [f"bi{d}" for d in range(len(self.batch))]
+        )
+        return "0" if index == "0" else f"({index}) * {size}"
+
+    def _mask_row(self) -> tuple[list[str], str]:
+        """Lines binding the mask's row ``r0 + i`` of batch ``b`` and the term to add for
+        column ``j``: a row view, or one value when the mask is constant along T."""
+        mask = self.reads[self.op.operands[3]]
+        space = (*self.batch, self.s, self.t)
+        rank = len(space)
+        padded = (1,) * (rank - len(self.mask)) + self.mask
+        strides, step = [], 1
+        for size in reversed(padded):
+            strides.append(step if size != 1 else 0)
+            step *= size
+        strides.reverse()
+        terms = [f"bi{d} * {st}" for d, st in enumerate(strides[:-2]) if st]
+        if strides[-2]:
+            terms.append(f"(r0 + i) * {strides[-2]}")
+        offset = " + ".join(terms) or "0"
+        if strides[-1]:
+            return [f"mrow = {mask}[{offset}:{offset} + {self.t}]"], "mrow[j]"
+        return [f"mval = {mask}[{offset}]"], "mval"
+
+    def compute(self) -> list[str]:
+        q, kt, v = (self.reads[x] for x in self.op.operands[:3])
+        s, d, t, e = self.s, self.d, self.t, self.e
+        q_off = self._matrix(self.q_batch, s * d)
+        q_off = f"{q_off} + r0 * {d}" if q_off != "0" else f"r0 * {d}"
+        k_off, v_off = self._matrix(self.k_batch, d * t), self._matrix(self.v_batch, t * e)
+        c_off = "0" if self.c_local else f"(b * {s} + r0) * {e}"
+        scale = float(self.op.attr("scale"))
+        mask_lines, mask_term = self._mask_row()
+        scaled = "srow[j]" if scale == 1.0 else f"srow[j] * f32({scale!r})"
+        lines = [
+            "prev = threads_begin(1)",
+            f"sgemm(0, 0, r1 - r0, {t}, {d}, {q}, {q_off}, {d}, {kt}, {k_off}, {t}, sbuf, 0, {t})",
+            "threads_end(prev)",
+            "for i in range(r1 - r0):",
+            f"    srow = sbuf[i * {t}:i * {t} + {t}]",
+            *(f"    {line}" for line in mask_lines),
+            f"    for j in range({t}):",
+            f"        srow[j] = {scaled} + {mask_term}",
+            "    m = row_max(srow)",
+            f"    for j in range({t}):",
+            "        srow[j] = exp_nonpos_f32(srow[j] - m)",  # x - max <= 0 (or NaN)
+            "    inv = f32(1.0 / row_sum(srow))",
+            f"    for j in range({t}):",
+            "        srow[j] = srow[j] * inv",
+        ]
+        if self.op.attr("nan_to_zero"):
+            lines += [
+                f"    for j in range({t}):",
+                "        if srow[j] != srow[j]:",
+                "            srow[j] = f32(0.0)",
+            ]
+        return lines + [
+            "prev = threads_begin(1)",
+            f"sgemm(0, 0, r1 - r0, {e}, {t}, sbuf, 0, {t}, {v}, {v_off}, {e}, "
+            f"{self.c_array}, {c_off}, {e})",
+            "threads_end(prev)",
+        ]
+
+    def epilogue_rows(self, shapes: Sequence[tuple[int, ...]], reduces: bool) -> EpilogueRows:
+        """The block's rows of the result: numbers ``q0 <= row < q1`` of its row space."""
+        space = self.result
+        q0, q1 = f"b * {self.s} + r0", f"b * {self.s} + r1"
+        loops = [f"q0 = {q0}", *row_loop(space, f"q0, {q1}")]
+        local = {}
+        if self.c_local:
+            loops.append(f"    lc = (row - q0) * {self.e}")
+            local[self.c_array] = "lc"
+        return EpilogueRows(loops, "    ", tuple(space), RowBlock(local))

@@ -137,6 +137,10 @@ class BlockedCore:
     count: int
     #: The group's arrays by value (the names ``compute`` reads them by).
     reads: dict[SSAValue, str]
+    #: Row helpers (``ROW_HELPERS``) and expression helpers (``fusec.codegen.expr``)
+    #: that ``compute`` calls.
+    row_helpers: frozenset[str] = frozenset()
+    expr_helpers: frozenset[str] = frozenset()
     #: Bytes of operand copies ``launch_lines`` makes (``ScratchPlan.operand_bytes``).
     operand_bytes = 0
 
@@ -236,7 +240,8 @@ def generate_core_group(
     core = make_core(core_op, buffers.reads, workspace, a_array, c_array, c_local)
 
     body: list[str] = []
-    helpers: set[str] = set()
+    helpers: set[str] = set(core.row_helpers)
+    gen.helpers |= core.expr_helpers
     params: list[str] = []
     if a_chain:
         a_value = core_op.operands[0]
