@@ -25,7 +25,7 @@ TEMPLATES: dict[tuple[str, str], str] = {
     ("cuda", "pointwise"): "fusec.codegen.cuda_pointwise",
     ("cuda", "row_reduce"): "fusec.codegen.cuda_row_reduce",
     ("cuda", "matmul"): "fusec.targets.cuda.gemm.template",  # Hopper wgmma GEMM (+ fallback)
-    ("cuda", "conv"): "fusec.codegen.cuda_torch",
+    ("cuda", "conv"): "fusec.targets.cuda.conv.template",  # implicit GEMM / direct (+ fallback)
 }
 
 

@@ -513,6 +513,8 @@ class CudaBackend:
 
     def load(self, kernel: KernelSource) -> Callable[..., Any]:
         module = load_kernel_module(kernel, self.cache)
+        if not simulator_enabled() and hasattr(module, "launch_raw"):
+            return _RawLaunch(module, self.sms)
         if simulator_enabled() or len(getattr(module, "KERNELS", ())) != 1:
             return getattr(module, kernel.entry)
         return _DirectLaunch(module, self.sms)
@@ -603,6 +605,21 @@ class _DirectLaunch:
             raise FusecError(f"CUDA kernel launch failed: {err}")
 
 
+class _RawLaunch:
+    """A module that launches its own kernels from raw device addresses (``launch_raw``:
+    the linked-cubin templates), so a call builds no numba device arrays."""
+
+    def __init__(self, module: ModuleType, sms: int) -> None:
+        self.module = module
+        self.sms = sms
+
+    def __call__(self, *arrays: Any, stream: Any = 0, sms: int = 0) -> None:
+        self.module.launch(*arrays, stream=stream, sms=sms or self.sms)
+
+    def direct(self, stream: int, inputs: list[_Buffer], outputs: list[_Buffer]) -> None:
+        self.module.launch_raw(stream, [b.ptr for b in inputs], [b.ptr for b in outputs], self.sms)
+
+
 def _program_base():
     from fusec.runtime.launch import Program
 
@@ -678,7 +695,7 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
                 for out in outputs:
                     _fill_nan(out, stream_ref)
             with nvtx_range(label):
-                if isinstance(fn, _DirectLaunch):
+                if isinstance(fn, (_DirectLaunch, _RawLaunch)):
                     fn.direct(stream_ref.ptr, inputs, outputs)
                 else:
                     fn(

@@ -24,34 +24,52 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from fusec.errors import FusecError
-from fusec.targets.cuda.gemm import cpp
 
 ARCH = "sm_90a"
 #: ptxas says this when it had to serialise wgmma (a silent ~2x slowdown): a build error.
 _SERIALISED = re.compile(r"wgmma[^\n]*serializ|serializ[^\n]*wgmma", re.IGNORECASE)
 
 
+class LinkedSpec(Protocol):
+    """What a kernel built here provides (``cpp.GemmSpec``, the conv and attention specs):
+    a generated ``extern "C"`` device function ``function_name`` (``source()``) that the
+    Numba kernel calls with the shared-memory address and then ``kernel_params()``
+    (name, Numba scalar type) in order, launched with ``threads`` threads per block."""
+
+    @property
+    def function_name(self) -> str: ...
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def threads(self) -> int: ...
+
+    def source(self) -> str: ...
+
+    def kernel_params(self) -> list[tuple[str, str]]: ...
+
+
 @dataclass(frozen=True)
 class Build:
-    """A linked kernel: its cubin, the linker's report and the entry's mangled name."""
+    """A linked kernel: its cubin, the linker's report and the sources it came from."""
 
-    spec: cpp.GemmSpec
+    spec: LinkedSpec
     cubin: bytes
     log: str
     cpp_source: str
     python_source: str
 
 
-def python_source(spec: cpp.GemmSpec, cu_path: str) -> str:
+def python_source(spec: LinkedSpec, cu_path: str) -> str:
     """The Numba kernel module for ``spec``: one ``@cuda.jit``-able function ``kernel``."""
-    n64, n32 = cpp.kernel_arg_count(spec)
-    params = ["map_a", "map_b", "out"] + [f"e{k}" for k in range(n64 - 3)]
-    params += ["m", "n", "k", "batches"]
-    sig_types = ", ".join(["types.uint64"] * (n64 + 1) + ["types.int32"] * n32)  # + smem
-    return f'''"""Numba kernel of fusec GEMM {spec.function_name} ({spec.config.text})."""
+    params = [name for name, _ in spec.kernel_params()]
+    # the device function takes the shared-memory address first
+    sig_types = ", ".join(["types.uint64"] + [f"types.{t}" for _, t in spec.kernel_params()])
+    return f'''"""Numba kernel of fusec {spec.function_name}."""
 from numba import cuda, types
 
 from fusec.targets.cuda.gemm.intrinsics import shared_address
@@ -67,21 +85,20 @@ def kernel({", ".join(params)}):
 '''
 
 
-def kernel_signature(spec: cpp.GemmSpec) -> str:
-    n64, n32 = cpp.kernel_arg_count(spec)
-    return "void(" + ", ".join(["uint64"] * n64 + ["int32"] * n32) + ")"
+def kernel_signature(spec: LinkedSpec) -> str:
+    return "void(" + ", ".join(t for _, t in spec.kernel_params()) + ")"
 
 
-def build(spec: cpp.GemmSpec, cache: Any = None) -> Build:
+def build(spec: LinkedSpec, cache: Any = None) -> Build:
     """The linked cubin of ``spec`` (from the blob cache when it was built before)."""
     from fusec.runtime.cache import cache_key, default_cache
     from fusec.runtime.cuda import cuda_support
 
     reason = cuda_support()
     if reason is not None:
-        raise FusecError(f"cannot build the GEMM kernel: {reason}")
+        raise FusecError(f"cannot build the kernel {spec.function_name}: {reason}")
     cache = cache if cache is not None else default_cache()
-    source = cpp.generate(spec)
+    source = spec.source()
     versions = _tool_versions()
     key = cache_key(source, python_source(spec, "<cu>"), ARCH, versions, "gemm-cubin")
     logs: list[str] = []
@@ -97,11 +114,11 @@ def build(spec: cpp.GemmSpec, cache: Any = None) -> Build:
     return Build(spec, cubin, log, source, python_source(spec, "<cu>"))
 
 
-def ptx(spec: cpp.GemmSpec) -> str:
+def ptx(spec: LinkedSpec) -> str:
     """PTX of the generated C++ for sm_90a (NVRTC alone: no driver, no GPU needed)."""
     from cuda.bindings import nvrtc
 
-    source = cpp.generate(spec).encode()
+    source = spec.source().encode()
     err, program = nvrtc.nvrtcCreateProgram(source, f"{spec.function_name}.cu".encode(), 0, [], [])
     _nvrtc_check(nvrtc, err)
     options = [b"-arch=sm_90a", b"-rdc=true", b"-std=c++17"]
@@ -110,7 +127,7 @@ def ptx(spec: cpp.GemmSpec) -> str:
         _, size = nvrtc.nvrtcGetProgramLogSize(program)
         log = b" " * size
         nvrtc.nvrtcGetProgramLog(program, log)
-        raise FusecError(f"NVRTC rejected the generated GEMM: {log.decode(errors='replace')}")
+        raise FusecError(f"NVRTC rejected {spec.function_name}: {log.decode(errors='replace')}")
     err, size = nvrtc.nvrtcGetPTXSize(program)
     _nvrtc_check(nvrtc, err)
     text = b" " * size
@@ -132,7 +149,7 @@ def _tool_versions() -> str:
     return f"nvrtc {major}.{minor} nvjitlink {nvjitlink.version()}"
 
 
-def _link(spec: cpp.GemmSpec, source: str, cache: Any) -> tuple[bytes, str]:
+def _link(spec: LinkedSpec, source: str, cache: Any) -> tuple[bytes, str]:
     try:
         from cuda.core import Linker, LinkerOptions, ObjectCode, Program, ProgramOptions
     except ImportError:  # cuda-core < 1.0
@@ -158,7 +175,7 @@ def _link(spec: cpp.GemmSpec, source: str, cache: Any) -> tuple[bytes, str]:
     try:
         cu_ltoir = Program(source, "c++", options=options).compile("ltoir")
     except Exception as err:  # a generator bug: show NVRTC's message
-        raise FusecError(f"NVRTC rejected the generated GEMM {name}: {err}") from None
+        raise FusecError(f"NVRTC rejected the generated {name}: {err}") from None
     namespace = _kernel_namespace(spec, source, cache)
     kernel_ltoir, _ = cuda.compile(
         namespace["kernel"],
@@ -167,7 +184,7 @@ def _link(spec: cpp.GemmSpec, source: str, cache: Any) -> tuple[bytes, str]:
         cc=(9, 0),
         output="ltoir",
         abi="numba",
-        launch_bounds=(spec.config.threads, 1),
+        launch_bounds=(spec.threads, 1),
     )
     link_options = LinkerOptions(
         name=name,
@@ -182,14 +199,14 @@ def _link(spec: cpp.GemmSpec, source: str, cache: Any) -> tuple[bytes, str]:
     try:
         result = linker.link("cubin")
     except Exception as err:
-        raise FusecError(f"nvJitLink could not link GEMM {name}: {err}") from None
+        raise FusecError(f"nvJitLink could not link {name}: {err}") from None
     log = linker.get_info_log() or ""
     if _SERIALISED.search(log):
-        raise FusecError(f"ptxas serialised wgmma in GEMM {name}:\n{log}")
+        raise FusecError(f"ptxas serialised wgmma in {name}:\n{log}")
     return bytes(result.code), log
 
 
-def _kernel_namespace(spec: cpp.GemmSpec, source: str, cache: Any) -> dict:
+def _kernel_namespace(spec: LinkedSpec, source: str, cache: Any) -> dict:
     """Execute the Numba kernel module; its ``.cu`` is written to ``<cache>/gemm/`` for
     ``declare_device(link=...)`` (used if the kernel is ever launched through Numba)."""
     from fusec.runtime.cache import _atomic_write
@@ -199,8 +216,8 @@ def _kernel_namespace(spec: cpp.GemmSpec, source: str, cache: Any) -> dict:
         if not path.exists() or path.read_text() != source:
             _atomic_write(path, source.encode(), exclusive=False)
     except OSError as err:
-        raise FusecError(f"cannot write the GEMM source under {cache.root}: {err}") from None
-    namespace: dict = {"__name__": f"_fusec_gemm_{spec.key}"}
+        raise FusecError(f"cannot write the kernel source under {cache.root}: {err}") from None
+    namespace: dict = {"__name__": f"_fusec_{spec.function_name}"}
     code = python_source(spec, str(path))
-    exec(compile(code, f"<fusec gemm {spec.function_name}>", "exec"), namespace)
+    exec(compile(code, f"<fusec {spec.function_name}>", "exec"), namespace)
     return namespace

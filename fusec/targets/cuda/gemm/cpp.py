@@ -119,6 +119,21 @@ class GemmSpec:
     def function_name(self) -> str:
         return f"fusec_gemm_{self.key}"
 
+    @property
+    def threads(self) -> int:
+        return self.config.threads
+
+    def source(self) -> str:
+        return generate(self)
+
+    def kernel_params(self) -> list[tuple[str, str]]:
+        """The kernel's parameters after the shared-memory address (see ``_params``)."""
+        n64, n32 = kernel_arg_count(self)
+        names = ["map_a", "map_b", "out"] + [f"e{k}" for k in range(n64 - 3)]
+        return [(n, "uint64") for n in names] + [
+            (n, "int32") for n in ("m", "n", "k", "batches")[:n32]
+        ]
+
 
 def _wgmma(spec: GemmSpec) -> str:
     """``fs_wgmma``: one m64nBNk16 instruction accumulating into ``d`` (BN/2 floats)."""

@@ -1,0 +1,52 @@
+"""``ConvLaunch``: what a generated conv kernel module calls (build once, then launch)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec
+
+
+def _address(array: Any) -> int:
+    interface = getattr(array, "__cuda_array_interface__", None)
+    if interface is None:
+        raise TypeError("the conv kernel takes device arrays")
+    return int(interface["data"][0])
+
+
+class ConvLaunch:
+    """One conv group: its spec and which group inputs are the input, the weights and the
+    epilogue's extra inputs. The cubin is built (or read from the cache) on the first call."""
+
+    def __init__(
+        self, spec: ConvSpec | DirectConvSpec, *, x: int, w: int, extras: tuple[int, ...]
+    ) -> None:
+        self.spec = spec
+        self.x, self.w, self.extras = x, w, extras
+        self.kernel: Any = None
+        self.lock = threading.Lock()
+
+    def load(self) -> Any:
+        with self.lock:
+            if self.kernel is None:
+                from fusec.targets.cuda.conv import host
+                from fusec.targets.cuda.gemm import build
+
+                cubin = build.build(self.spec).cubin
+                if isinstance(self.spec, ConvSpec):
+                    self.kernel = host.ConvKernel(self.spec, cubin)
+                else:
+                    self.kernel = host.DirectConvKernel(self.spec, cubin)
+            return self.kernel
+
+    def raw(self, stream: int, inputs: list[int], outputs: list[int], sms: int = 132) -> None:
+        """Queue the conv on the raw stream handle ``stream`` with raw device addresses."""
+        kernel = self.kernel or self.load()
+        extras = tuple(inputs[i] for i in self.extras)
+        kernel(inputs[self.x], inputs[self.w], outputs[0], extras, stream, sms)
+
+    def __call__(self, inputs: tuple, output: Any, stream: Any = 0, sms: int = 132) -> None:
+        from fusec.runtime.cuda import stream_ptr
+
+        self.raw(stream_ptr(stream), [_address(a) for a in inputs], [_address(output)], sms)
