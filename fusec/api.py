@@ -242,6 +242,10 @@ def compile(  # noqa: A001 - the public name is part of the API contract
         source_text, source_name = read_source(text_or_path)
         module = parse_module(source_text, source_name)
     timings: list[PassTiming] = []
+    if pipeline is None:
+        from fusec.passes import TARGET_PIPELINES
+
+        pipeline = TARGET_PIPELINES.get(concrete)
     run_pipeline(module, pipeline, after_pass=after_pass, timings=timings, source_text=source_text)
 
     if concrete == "reference":

@@ -26,6 +26,7 @@ TEMPLATES: dict[tuple[str, str], str] = {
     ("cuda", "row_reduce"): "fusec.codegen.cuda_row_reduce",
     ("cuda", "matmul"): "fusec.targets.cuda.gemm.template",  # Hopper wgmma GEMM (+ fallback)
     ("cuda", "conv"): "fusec.targets.cuda.conv.template",  # implicit GEMM / direct (+ fallback)
+    ("cuda", "attention"): "fusec.targets.cuda.attention.template",  # flash-style (+ fallback)
 }
 
 

@@ -15,7 +15,13 @@ from xdsl.passes import ModulePass, PassPipeline
 PIPELINES: dict[str, str] = {
     "fusec-default": "infer-shapes,canonicalize,cse,"
     "fuse-prologue,fuse-epilogue,fuse-reduction,fuse-elementwise,fuse-singletons",
+    # the cuda target also has a fused attention kernel: attention chains first
+    "fusec-cuda": "infer-shapes,canonicalize,cse,fuse-attention,"
+    "fuse-prologue,fuse-epilogue,fuse-reduction,fuse-elementwise,fuse-singletons",
 }
+
+#: the pipeline ``fusec.compile`` runs for a target when none is given
+TARGET_PIPELINES: dict[str, str] = {"cuda": "fusec-cuda"}
 
 
 def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
@@ -57,6 +63,7 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "cse": cse,
         "dce": dce,
         **{name: fusion_pass(*where) for name, where in FUSION_PASSES.items()},
+        "fuse-attention": fusion_pass("fusec.passes.fusion.fuse_attention", "FuseAttentionPass"),
     }
 
 

@@ -57,6 +57,7 @@ class _MapCache:
     def __init__(self) -> None:
         self.slots: dict[tuple, int] = {}
         self.slab = 0
+        self.stream: Any = None
         self.lock = threading.Lock()
 
     def get(self, key: tuple, encode) -> int:
@@ -73,7 +74,14 @@ class _MapCache:
                 self.slots.clear()
             address = self.slab + _MAP_BYTES * len(self.slots)
             words = (ctypes.c_uint64 * 16)(*[int(v) for v in encode().opaque])
-            _check(drv.cuMemcpyHtoD(drv.CUdeviceptr(address), ctypes.addressof(words), _MAP_BYTES))
+            # through a private non-blocking stream: a synchronous copy on the legacy stream
+            # is illegal while a (blocking) stream is being captured into a CUDA graph
+            if self.stream is None:
+                flags = int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
+                self.stream = _check(drv.cuStreamCreate(flags))
+            dst = drv.CUdeviceptr(address)
+            _check(drv.cuMemcpyHtoDAsync(dst, ctypes.addressof(words), _MAP_BYTES, self.stream))
+            _check(drv.cuStreamSynchronize(self.stream))
             self.slots[key] = address
             return address
 
