@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import statistics
 import subprocess
@@ -101,7 +102,7 @@ def old_template(module):
     """Generate row_reduce groups with ``module`` (and its row helpers) inside the block."""
     key = ("cpu", "row_reduce")
     saved_path, saved_helpers = codegen.TEMPLATES[key], current.ROW_HELPERS
-    codegen.TEMPLATES[key] = module.__name__
+    codegen.TEMPLATES[key] = dataclasses.replace(saved_path, module=module.__name__)
     current.ROW_HELPERS = module.ROW_HELPERS  # cpu_common.assemble reads them from here
     try:
         yield

@@ -1,12 +1,23 @@
 """GPU benchmark of the cuda target: fusec vs PyTorch eager vs torch.compile.
 
 Cases (fp16): relu(x*a+b)*c on 2^28 elements with scalar a, b, c and with
-tensor a, b, c; layernorm and softmax on 8192x4096. For each: the median time
-(``triton.testing.do_bench``: CUDA events, L2 flushed before every run) of
-fusec called with torch tensors, fusec replayed as a CUDA graph, PyTorch eager
-and torch.compile; the bytes each case must move; and the percentage of the
-measured device-to-device copy bandwidth. Every fusec result is checked against
-PyTorch eager first (relative error in float32).
+tensor a, b, c; layernorm and softmax on 8192x4096; and the conv/matmul groups
+that run through the PyTorch fallback (conv N32 C64 56x56 K64 3x3 + bias +
+relu; matmul 4096^3 + bias + relu; layernorm(8192x256) -> matmul 256x256 ->
+softmax as one group), which must not be slower than the same ops in PyTorch
+eager. For each: the median time of fusec called with torch tensors, fusec
+replayed as a CUDA graph (Numba groups only), PyTorch eager and torch.compile;
+the bytes each memory-bound case must move and the percentage of the measured
+device-to-device copy bandwidth. Every fusec result is checked against PyTorch
+eager first (relative error in float32).
+
+Timing: CUDA events recorded on the caller's stream (torch's current stream)
+around each call, L2 flushed before each, median of the runs. Events time only
+the work queued on that stream, so a call that put its work on another stream
+would look fast; every case therefore also times a loop of back-to-back calls
+both with events and with the wall clock up to a device-wide synchronisation,
+and the run fails (exit 1, "stream check FAILED" in the table) when the two
+disagree by more than 10% + 0.1 ms.
 
     python benchmarks/gpu_bench.py --out benchmarks/results
 
@@ -81,7 +92,6 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    import triton.testing
 
     import fusec
 
@@ -91,7 +101,7 @@ def main() -> int:
     rows = 512 if args.quick else ROWS
 
     def bench(fn) -> float:
-        return float(triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median"))
+        return event_ms(torch, fn)
 
     # copy bandwidth: a large device-to-device copy, bytes read + written
     copy_ms, copy_gbs = measure_copy(torch, bench, dev)
@@ -145,6 +155,7 @@ def main() -> int:
     cases.append(
         (f"softmax {rows}x{COLS} fp16", softmax_ir(rows, COLS), softmax, (lx,), 2 * rows * COLS * 2)
     )
+    cases.extend(fallback_cases(torch, dev, args.quick))
 
     rows_out = []
     for label, ir, torch_fn, inputs, nbytes in cases:
@@ -162,8 +173,9 @@ def main() -> int:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "fusec": fusec.__version__,
-        "timing": "triton.testing.do_bench median (CUDA events, L2 flushed), "
-        "warmup 25 ms, rep 200 ms",
+        "timing": "median of CUDA events on the caller's stream around each call "
+        f"(L2 flushed, {REPS} runs after {WARMUP} warm-up calls), checked against the "
+        "wall clock of a loop of calls",
         "command": "python benchmarks/gpu_bench.py" + (" --quick" if args.quick else ""),
     }
     import numba
@@ -185,9 +197,143 @@ def main() -> int:
     bad = [
         r
         for r in rows_out
-        if not math.isfinite(r["rel_err_vs_eager"]) or r["rel_err_vs_eager"] > 1e-2
+        if not math.isfinite(r["rel_err_vs_eager"])
+        or r["rel_err_vs_eager"] > 1e-2
+        or not r["stream_check_ok"]
     ]
     return 1 if bad else 0
+
+
+WARMUP, REPS = 10, 50
+_FLUSH_BYTES = 256 << 20  # larger than the H200's 50 MiB L2
+
+
+def event_ms(torch, fn) -> float:
+    """Median ms of ``fn`` by CUDA events on the current stream, L2 flushed before each run."""
+    flush = torch.empty(_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    for _ in range(WARMUP):
+        fn()
+    stream = torch.cuda.current_stream()
+    pairs = []
+    for _ in range(REPS):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        fn()
+        end.record(stream)
+        pairs.append((start, end))
+    torch.cuda.synchronize()
+    times = sorted(start.elapsed_time(end) for start, end in pairs)
+    return float(times[len(times) // 2])
+
+
+def stream_check(torch, fn, calls: int = 20) -> dict:
+    """Events on the caller's stream vs wall clock to a device-wide sync, over ``calls``
+    back-to-back calls. Work queued on another stream ends after the end event, so the
+    wall clock exceeds the event time; work on the caller's stream makes them agree."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    stream = torch.cuda.current_stream()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    start.record(stream)
+    for _ in range(calls):
+        fn()
+    end.record(stream)
+    torch.cuda.synchronize()
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    events = start.elapsed_time(end)
+    return {
+        "loop_event_ms": events,
+        "loop_wall_ms": wall_ms,
+        "stream_check_ok": abs(wall_ms - events) <= 0.1 * wall_ms + 0.1,
+    }
+
+
+def fallback_cases(torch, dev, quick: bool) -> list:
+    """The conv/matmul groups that run through the PyTorch fallback, vs the same ops eager."""
+    f = torch.nn.functional
+    n, c, hw = (4, 64, 56) if quick else (32, 64, 56)
+    x = torch.randn(n, c, hw, hw, device=dev, dtype=torch.float16)
+    w = torch.randn(c, c, 3, 3, device=dev, dtype=torch.float16) * 0.05
+    b = torch.randn(c, device=dev, dtype=torch.float16)
+    t = f"tensor<{n}x{c}x{hw}x{hw}xf16>"
+    conv_ir = f"""
+func.func @conv(%x: {t}, %w: tensor<{c}x{c}x3x3xf16>, %b: tensor<{c}xf16>) -> {t} {{
+  %r = ai.fused "conv" (%x, %w, %b) : ({t}, tensor<{c}x{c}x3x3xf16>, tensor<{c}xf16>) -> {t} {{
+  ^bb0(%x1: {t}, %w1: tensor<{c}x{c}x3x3xf16>, %b1: tensor<{c}xf16>):
+    %y = ai.conv2d %x1, %w1 {{padding = array<i64: 1, 1>}} : {t} * tensor<{c}x{c}x3x3xf16>
+    %z = ai.bias_add %y, %b1 : {t} * tensor<{c}xf16>
+    %o = ai.relu %z : {t}
+    ai.yield %o : {t}
+  }}
+  return %r : {t}
+}}
+"""
+
+    def conv(x, w, b):
+        return torch.relu(f.conv2d(x, w, padding=1) + b.view(1, -1, 1, 1))
+
+    m = 1024 if quick else 4096
+    a = torch.randn(m, m, device=dev, dtype=torch.float16)
+    mw = torch.randn(m, m, device=dev, dtype=torch.float16) * m**-0.5
+    mb = torch.randn(m, device=dev, dtype=torch.float16)
+    s, v = f"tensor<{m}x{m}xf16>", f"tensor<{m}xf16>"
+    matmul_ir = f"""
+func.func @mm(%a: {s}, %w: {s}, %b: {v}) -> {s} {{
+  %r = ai.fused "matmul" (%a, %w, %b) : ({s}, {s}, {v}) -> {s} {{
+  ^bb0(%a1: {s}, %w1: {s}, %b1: {v}):
+    %y = ai.matmul %a1, %w1 : {s} * {s}
+    %z = ai.bias_add %y, %b1 {{axis = 1 : i64}} : {s} * {v}
+    %o = ai.relu %z : {s}
+    ai.yield %o : {s}
+  }}
+  return %r : {s}
+}}
+"""
+
+    def matmul(a, w, b):
+        return torch.relu(a @ w + b)
+
+    rows, k = (1024 if quick else 8192), 256
+    lx = torch.randn(rows, k, device=dev, dtype=torch.float16)
+    g, be = torch.randn(k, device=dev, dtype=torch.float16), torch.randn(k, device=dev).half()
+    lw = torch.randn(k, k, device=dev, dtype=torch.float16) * k**-0.5
+    r, kv, kk = f"tensor<{rows}x{k}xf16>", f"tensor<{k}xf16>", f"tensor<{k}x{k}xf16>"
+    lms_ir = f"""
+func.func @lms(%x: {r}, %g: {kv}, %b: {kv}, %w: {kk}) -> {r} {{
+  %o = ai.fused "matmul" (%x, %g, %b, %w) : ({r}, {kv}, {kv}, {kk}) -> {r} {{
+  ^bb0(%x1: {r}, %g1: {kv}, %b1: {kv}, %w1: {kk}):
+    %n = ai.layernorm %x1, %g1, %b1 : {r} * {kv} * {kv}
+    %y = ai.matmul %n, %w1 : {r} * {kk}
+    %s = ai.softmax %y : {r}
+    ai.yield %s : {r}
+  }}
+  return %o : {r}
+}}
+"""
+
+    def lms(x, g, b, w):
+        return torch.softmax(f.layer_norm(x, (k,), g, b, 1e-5) @ w, dim=-1)
+
+    return [
+        (
+            f"conv N{n} C{c} {hw}x{hw} K{c} 3x3 + bias + relu fp16 (fallback)",
+            conv_ir,
+            conv,
+            (x, w, b),
+            0,
+        ),
+        (f"matmul {m}^3 + bias + relu fp16 (fallback)", matmul_ir, matmul, (a, mw, mb), 0),
+        (
+            f"layernorm({rows}x{k}) -> matmul {k}x{k} -> softmax fp16, one group (fallback)",
+            lms_ir,
+            lms,
+            (lx, g, be, lw),
+            0,
+        ),
+    ]
 
 
 def measure_copy(torch, bench, dev) -> tuple[float, float]:
@@ -210,9 +356,10 @@ def measure_case(torch, fusec, bench, label, ir, torch_fn, inputs, nbytes, copy_
         torch.linalg.norm((ours.float() - ref.float()).flatten())
         / torch.linalg.norm(ref.float().flatten())
     )
-    graph = compiled.capture(*inputs)
+    fallback = any(k.kind in ("conv", "matmul") for k in compiled.kernels)
     fusec_ms = bench(lambda: compiled(*inputs))
-    graph_ms = bench(graph.replay)
+    graph_ms = float("nan") if fallback else bench(compiled.capture(*inputs).replay)
+    check = stream_check(torch, lambda: compiled(*inputs))
     eager_ms = bench(lambda: torch_fn(*inputs))
     t0 = time.perf_counter()
     compiled_torch = torch.compile(torch_fn)
@@ -220,7 +367,7 @@ def measure_case(torch, fusec, bench, label, ir, torch_fn, inputs, nbytes, copy_
     torch.cuda.synchronize()
     tc_compile_s = time.perf_counter() - t0
     tc_ms = bench(lambda: compiled_torch(*inputs))
-    best = min(fusec_ms, graph_ms)
+    best = fusec_ms if math.isnan(graph_ms) else min(fusec_ms, graph_ms)
     return {
         "case": label,
         "bytes": nbytes,
@@ -228,12 +375,16 @@ def measure_case(torch, fusec, bench, label, ir, torch_fn, inputs, nbytes, copy_
         "fusec_graph_ms": graph_ms,
         "torch_eager_ms": eager_ms,
         "torch_compile_ms": tc_ms,
-        "fusec_pct_of_copy": 100 * nbytes / best / 1e6 / copy_gbs,
-        "torch_compile_pct_of_copy": 100 * nbytes / tc_ms / 1e6 / copy_gbs,
+        "fusec_pct_of_copy": 100 * nbytes / best / 1e6 / copy_gbs if nbytes else float("nan"),
+        "torch_compile_pct_of_copy": 100 * nbytes / tc_ms / 1e6 / copy_gbs
+        if nbytes
+        else float("nan"),
         "fusec_vs_torch_compile": tc_ms / best,
+        "fusec_vs_torch_eager": eager_ms / best,
         "rel_err_vs_eager": err,
         "fusec_compile_s": compile_s,
         "torch_compile_s": tc_compile_s,
+        **check,
     }
 
 
@@ -246,19 +397,24 @@ def render(meta: dict, rows: list[dict]) -> str:
         f"numba-cuda {meta.get('numba_cuda')}. Command: `{meta['command']}`.",
         "",
         "`fusec` is a plain call with torch tensors (per-call Python and launch overhead "
-        "included); `fusec graph` replays the same call captured as a CUDA graph. "
-        "`% copy` uses the faster of the two.",
+        "included); `fusec graph` replays the same call captured as a CUDA graph (not for "
+        "fallback groups). `% copy` uses the faster of the two. `stream check`: events on "
+        "the caller's stream vs wall clock over 20 back-to-back calls (ms).",
         "",
         "| case | fusec ms | fusec graph ms | torch eager ms | torch.compile ms | fusec % copy "
-        "| torch.compile % copy | torch.compile / fusec | rel err |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| torch.compile % copy | eager / fusec | torch.compile / fusec | rel err "
+        "| stream check |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
+        verdict = "ok" if r["stream_check_ok"] else "FAILED"
         lines.append(
             f"| {r['case']} | {r['fusec_ms']:.3f} | {r['fusec_graph_ms']:.3f} | "
             f"{r['torch_eager_ms']:.3f} | {r['torch_compile_ms']:.3f} | "
             f"{r['fusec_pct_of_copy']:.1f}% | {r['torch_compile_pct_of_copy']:.1f}% | "
-            f"{r['fusec_vs_torch_compile']:.2f}x | {r['rel_err_vs_eager']:.1e} |"
+            f"{r['fusec_vs_torch_eager']:.2f}x | "
+            f"{r['fusec_vs_torch_compile']:.2f}x | {r['rel_err_vs_eager']:.1e} | "
+            f"{verdict} ({r['loop_event_ms']:.2f} events, {r['loop_wall_ms']:.2f} wall) |"
         )
     lines.append("")
     return "\n".join(lines)

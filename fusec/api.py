@@ -156,16 +156,22 @@ class CompiledModule:
     def ir(self) -> str:
         return print_ir(self.module)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
+        """Run the entry function. On the ``cuda`` target the work is queued on the
+        caller's current stream (torch's or cupy's), or on ``stream`` when given."""
         if kwargs:
             raise FusecError(
                 f"@{self.entry} takes its arguments by position, not by keyword "
                 f"(got {', '.join(kwargs)})"
             )
+        if stream is not None and self.target != "cuda":
+            raise FusecError(f"stream= needs target 'cuda', not '{self.target}'")
         if self._runner is None:
             from fusec.runtime.reference import run_reference
 
             results = run_reference(self.module, args, entry=self.entry, precision="native")
+        elif stream is not None:
+            results = self._runner(args, stream=stream)
         else:
             results = self._runner(args)
         return results[0] if len(results) == 1 else tuple(results)

@@ -7,35 +7,19 @@ Python numbers or numpy arrays, which become constants of the tensor's
 element type. Each function emits one op (``conv2d`` with ``bias`` emits two),
 whose result type the dialect's shape function infers; a bad shape is
 reported at the calling line.
+
+The functions of unary and binary ops without attributes (``relu``, ``add``,
+...) are made from the op classes' facts (``FRONTEND.function``), so a new
+such op needs nothing here; ops with attributes have a function below.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fusec.dialect import ops as ai
 from fusec.frontend.tracer import Trace, Traced, current_trace, dtype_name, user_error
-
-__all__ = [
-    "add",
-    "bias_add",
-    "cast",
-    "conv2d",
-    "div",
-    "exp",
-    "gelu",
-    "layernorm",
-    "matmul",
-    "maximum",
-    "mul",
-    "relu",
-    "sigmoid",
-    "silu",
-    "softmax",
-    "sqrt",
-    "sub",
-    "tanh",
-]
 
 
 def _trace(name: str, *operands: Any) -> Trace:
@@ -65,59 +49,39 @@ def _ints(name: str, key: str, value: Any, sizes: tuple[int, ...]) -> tuple[int,
 # ----------------------------------------------------------------- elementwise
 
 
-def add(x: Any, y: Any) -> Traced:
-    """x + y with numpy broadcasting."""
-    return _trace("add", x, y).binary(ai.AddOp, x, y)
+def _elementwise_function(op_cls: type[ai.AiOp], name: str) -> Callable[..., Traced]:
+    """``fusec.ops.<name>`` for a unary or binary op without attributes."""
+    if issubclass(op_cls, ai.BinaryOp):
+
+        def binary(x: Any, y: Any) -> Traced:
+            return _trace(name, x, y).binary(op_cls, x, y)
+
+        function: Callable[..., Traced] = binary
+    else:
+
+        def unary(x: Any) -> Traced:
+            return _trace(name, x).emit(op_cls, (x,))
+
+        function = unary
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = op_cls.__doc__
+    function.__module__ = __name__
+    return function
 
 
-def sub(x: Any, y: Any) -> Traced:
-    """x - y with numpy broadcasting."""
-    return _trace("sub", x, y).binary(ai.SubOp, x, y)
+def _simple_ops() -> dict[str, type[ai.AiOp]]:
+    """The ops whose ``fusec.ops`` function follows from their facts alone."""
+    return {
+        op.FRONTEND.function: op
+        for op in ai.TENSOR_OPS
+        if op.FRONTEND.function is not None
+        and issubclass(op, (ai.UnaryOp, ai.BinaryOp))
+        and not op.declared_properties()
+    }
 
 
-def mul(x: Any, y: Any) -> Traced:
-    """x * y with numpy broadcasting."""
-    return _trace("mul", x, y).binary(ai.MulOp, x, y)
-
-
-def div(x: Any, y: Any) -> Traced:
-    """x / y with numpy broadcasting."""
-    return _trace("div", x, y).binary(ai.DivOp, x, y)
-
-
-def maximum(x: Any, y: Any) -> Traced:
-    """Elementwise max(x, y) with numpy broadcasting."""
-    return _trace("maximum", x, y).binary(ai.MaximumOp, x, y)
-
-
-def relu(x: Any) -> Traced:
-    """max(x, 0)."""
-    return _trace("relu", x).emit(ai.ReluOp, (x,))
-
-
-def sigmoid(x: Any) -> Traced:
-    """1 / (1 + exp(-x))."""
-    return _trace("sigmoid", x).emit(ai.SigmoidOp, (x,))
-
-
-def tanh(x: Any) -> Traced:
-    """tanh(x)."""
-    return _trace("tanh", x).emit(ai.TanhOp, (x,))
-
-
-def exp(x: Any) -> Traced:
-    """exp(x)."""
-    return _trace("exp", x).emit(ai.ExpOp, (x,))
-
-
-def sqrt(x: Any) -> Traced:
-    """sqrt(x) (NaN for x < 0)."""
-    return _trace("sqrt", x).emit(ai.SqrtOp, (x,))
-
-
-def silu(x: Any) -> Traced:
-    """x * sigmoid(x)."""
-    return _trace("silu", x).emit(ai.SiluOp, (x,))
+for _name, _op in _simple_ops().items():
+    globals()[_name] = _elementwise_function(_op, _name)
 
 
 def gelu(x: Any, approximate: str = "none") -> Traced:
@@ -196,3 +160,8 @@ def layernorm(x: Any, gamma: Any, beta: Any, *, eps: float = 1e-5) -> Traced:
 def softmax(x: Any, axis: int = -1) -> Traced:
     """exp(x) / sum(exp(x)) along ``axis``."""
     return _trace("softmax", x).emit(ai.SoftmaxOp, (x,), axis=_int("softmax", axis))
+
+
+__all__ = sorted(
+    [*_simple_ops(), "bias_add", "cast", "conv2d", "gelu", "layernorm", "matmul", "softmax"]
+)

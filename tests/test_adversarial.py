@@ -254,8 +254,8 @@ MLIR_CASES: dict[str, tuple[str | bytes, str, str | None]] = {
     ),
     "fused_unknown_kind": (
         fused("bogus", f"    %e = ai.relu %a : {T}"),
-        r"kind 'bogus' has no 'cpu' template",
-        "%e",
+        r"'ai\.fused' op unknown kind 'bogus' \(registered kinds: conv, matmul",
+        "%r",
     ),
     "fused_kind_does_not_fit": (
         fused("conv", f"    %e = ai.relu %a : {T}"),

@@ -17,6 +17,7 @@ from xdsl.printer import Printer
 
 from fusec.dialect import AI, FusedOp, ShapeError, TensorSpec, YieldOp, spec_of
 from fusec.dialect import ops as ai
+from fusec.errors import FusecError
 from fusec.frontend.mlir import parse_module
 
 DESIGN_DOC_TEXT = """\
@@ -50,6 +51,11 @@ def wrap(args: str, body: str, results: str) -> str:
     return f"func.func @f({args}) -> {results} {{\n{body}\n  return %r : {results}\n}}\n"
 
 
+def _short_names(base: type) -> list[str]:
+    """``relu``, ... for every dialect op derived from ``base`` (new ops are covered too)."""
+    return [op.name.removeprefix("ai.") for op in ai.TENSOR_OPS if issubclass(op, base)]
+
+
 # One snippet per op (several for ops with attributes): (args, body, result type).
 T = "tensor<2x3xf32>"
 OP_CASES: dict[str, tuple[str, str, str]] = {
@@ -77,13 +83,10 @@ OP_CASES: dict[str, tuple[str, str, str]] = {
     ),
     **{
         name: (f"%a: {T}, %b: tensor<3xf32>", f"  %r = ai.{name} %a, %b : {T} * tensor<3xf32>", T)
-        for name in ("add", "sub", "mul", "div", "maximum")
+        for name in _short_names(ai.BinaryOp)
     },
     "add_scalar": (f"%a: {T}, %s: tensor<f32>", f"  %r = ai.add %s, %a : tensor<f32> * {T}", T),
-    **{
-        name: (f"%a: {T}", f"  %r = ai.{name} %a : {T}", T)
-        for name in ("relu", "sigmoid", "tanh", "exp", "silu", "gelu", "sqrt")
-    },
+    **{name: (f"%a: {T}", f"  %r = ai.{name} %a : {T}", T) for name in _short_names(ai.UnaryOp)},
     "relu_with_discardable_attribute": (
         f"%a: {T}",
         f'  %r = ai.relu %a {{fusec.origin = "onnx:Relu_3"}} : {T}',
@@ -211,19 +214,19 @@ def test_attribute_values_read_back():
     assert mm.attr_values() == {"transpose_a": False, "transpose_b": False}
 
 
-def test_kind_string_is_escaped_when_printed():
+def test_kind_must_be_registered_and_is_escaped_in_the_error():
     text = wrap(
         f"%a: {T}",
         f'  %r = ai.fused "a\\"b\\n}} {{" (%a) : ({T}) -> {T} {{\n'
         f"  ^bb0(%x: {T}):\n    ai.yield %x : {T}\n  }}",
         T,
     )
-    module = parse_module(text)
-    fused = next(op for op in module.walk() if isinstance(op, FusedOp))
-    assert fused.kind_name == 'a"b\n} {'
-    printed = str(module)
-    assert '"a\\22b\\0A} {"' in printed
-    assert str(parse_module(printed)) == printed
+    with pytest.raises(FusecError, match="unknown kind") as err:
+        parse_module(text)
+    assert err.value.location is not None and err.value.location.line == 2
+    assert "\n" not in err.value.message  # the kind is quoted with escapes, on one line
+    printed = str(parse_module(text.replace('a\\"b\\n} {', "pointwise")))
+    assert '"pointwise"' in printed and str(parse_module(printed)) == printed
 
 
 # ------------------------------------------------------------------ builders

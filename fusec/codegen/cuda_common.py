@@ -9,7 +9,9 @@ Conventions of every generated CUDA kernel module (the runtime relies on them):
 * the module defines ``launch(*inputs, *outputs, stream=0, sms=132)``, which
   launches the kernel(s) on ``stream``; ``config(sms)``, the kernel's
   ``(blocks, threads)``; and ``KERNELS``: ``(dispatcher, signature)`` pairs
-  that ``--emit ptx`` compiles and the runtime launches directly.
+  that ``--emit ptx`` compiles and the runtime launches directly. (The
+  PyTorch fallback modules of ``cuda_torch`` define ``run`` over torch
+  tensors instead, with ``TORCH_FALLBACK = True`` and no kernels.)
 
 All names in the generated code are generated here (``in0``, ``out1``,
 ``v0``...); nothing of the input's text is spliced in.

@@ -2,53 +2,208 @@
 
 The Tensor Core templates for these kinds are a separate issue. Until then a
 conv or matmul group on the ``cuda`` target runs op by op through PyTorch
-(cuDNN/cuBLAS for the core, float32 for the fused elementwise ops, on the
-caller's stream, zero-copy on the same buffers). It is correct but not fused:
-the kernel header says so. Without PyTorch on the machine the launch raises a
-FusecError naming the missing package.
+(cuDNN/cuBLAS for the core). It is correct but not fused: the kernel header
+says so. The aim is to cost no more than the same ops in PyTorch eager:
+
+* every op runs in its declared element type, as eager would: no float32
+  copies of 16-bit tensors (PyTorch computes 16-bit elementwise ops and
+  reductions in float32 inside each kernel and rounds the result, so a 16-bit
+  value is rounded after every op, exactly as between unfused ops);
+* a bias that follows the core rides on it (``conv2d(x, w, bias)``,
+  ``addmm(bias, a, b)``: cuBLAS's bias epilogue);
+* the results are the tensors PyTorch returns (no copy into preallocated
+  outputs);
+* f32 conv/matmul stay IEEE f32 per call (``fusec.runtime.torch_fallback``),
+  never by switching PyTorch's process-wide TF32 flags.
+
+Each op maps to the one PyTorch function computing it (``TORCH_FUNCTIONS``:
+one kernel, float32 inside for 16-bit tensors, one rounding, as eager); an
+elementwise op without one is computed from its scalar semantics (the op's
+``scalar`` fact rendered for PyTorch) on float32 copies and rounded once to its
+declared type, so every op the dialect can fuse has a lowering.
+
+The module defines ``run(torch, *inputs) -> tuple`` over torch tensors of the
+group's operand shapes and element types, run on the current torch stream;
+the runtime makes that the caller's stream. ``TORCH_FALLBACK = True`` marks
+it; ``KERNELS`` is empty (nothing for ``--emit ptx``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from xdsl.ir import BlockArgument
+
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.cuda_common import Source, body_ops, check_leaves, kernel_name, yielded
-from fusec.codegen.expr import error_at, header
+from fusec.codegen.expr import TORCH, ExprGenerator, error_at, header
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 
-_TORCH_DTYPE = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32"}
+TORCH_DTYPE = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32"}
+
+#: One PyTorch call per op, over the operand expressions (each already in the
+#: op's element type). Elementwise ops missing here use their scalar fact.
+LOWERINGS: dict[type[ai.AiOp], Callable[[ai.AiOp, list[str]], str]] = {}
+
+
+def _simple(pattern: str) -> Callable[[ai.AiOp, list[str]], str]:
+    return lambda op, a: pattern.format(*a)
+
+
+LOWERINGS.update(
+    {
+        ai.AddOp: _simple("torch.add({0}, {1})"),
+        ai.SubOp: _simple("torch.sub({0}, {1})"),
+        ai.MulOp: _simple("torch.mul({0}, {1})"),
+        ai.DivOp: _simple("torch.div({0}, {1})"),
+        ai.MaximumOp: _simple("torch.maximum({0}, {1})"),
+        ai.ReluOp: _simple("torch.relu({0})"),
+        ai.SigmoidOp: _simple("torch.sigmoid({0})"),
+        ai.TanhOp: _simple("torch.tanh({0})"),
+        ai.ExpOp: _simple("torch.exp({0})"),
+        ai.SqrtOp: _simple("torch.sqrt({0})"),
+        ai.NegOp: _simple("torch.neg({0})"),
+        ai.AbsOp: _simple("torch.abs({0})"),
+        ai.SiluOp: _simple("torch.nn.functional.silu({0})"),
+    }
+)
+
+
+def _gelu(op: ai.AiOp, a: list[str]) -> str:
+    approximate = "tanh" if op.attr("approximate") == "tanh" else "none"
+    return f"torch.nn.functional.gelu({a[0]}, approximate={approximate!r})"
+
+
+def _bias_add(op: ai.AiOp, a: list[str]) -> str:
+    rank = len(spec_of(op.results[0].type).shape)
+    shape = [1] * rank
+    shape[op.attr("axis") % rank] = -1
+    return f"torch.add({a[0]}, {a[1]}.view({tuple(shape)!r}))"
+
+
+def _layernorm(op: ai.AiOp, a: list[str]) -> str:
+    length = spec_of(op.results[0].type).shape[-1]
+    eps = float(op.attr("epsilon"))
+    return f"torch.nn.functional.layer_norm({a[0]}, ({length},), {a[1]}, {a[2]}, {eps!r})"
+
+
+def _softmax(op: ai.AiOp, a: list[str]) -> str:
+    return f"torch.softmax({a[0]}, dim={int(op.attr('axis'))})"
+
+
+def _cast(op: ai.AiOp, a: list[str]) -> str:
+    return f"{a[0]}.to({TORCH_DTYPE[spec_of(op.results[0].type).dtype]})"
+
+
+def _conv2d(op: ai.AiOp, a: list[str], bias: str = "None") -> str:
+    attrs = op.attr_values()
+    strides, dilations = tuple(attrs["strides"]), tuple(attrs["dilations"])
+    groups = int(attrs["groups"])
+    pads = tuple(attrs["padding"])
+    x = a[0]
+    if len(pads) == 4 and pads[:2] != pads[2:]:  # (h_begin, w_begin, h_end, w_end)
+        x = f"torch.nn.functional.pad({x}, {(pads[1], pads[3], pads[0], pads[2])!r})"
+        pads = (0, 0)
+    padding = pads[:2]
+    if spec_of(op.results[0].type).dtype == "f32":
+        return (
+            f"ieee_conv2d(torch, {x}, {a[1]}, {bias}, {strides}, {padding}, {dilations}, {groups})"
+        )
+    return (
+        f"torch.nn.functional.conv2d({x}, {a[1]}, {bias}, stride={strides}, "
+        f"padding={padding}, dilation={dilations}, groups={groups})"
+    )
+
+
+def _operands_of_matmul(op: ai.AiOp, a: list[str]) -> tuple[str, str]:
+    ranks = [len(spec_of(v.type).shape) for v in op.operands]
+    lhs = f"{a[0]}.transpose(-1, -2)" if op.attr("transpose_a") and ranks[0] >= 2 else a[0]
+    rhs = f"{a[1]}.transpose(-1, -2)" if op.attr("transpose_b") and ranks[1] >= 2 else a[1]
+    return lhs, rhs
+
+
+def _matmul(op: ai.AiOp, a: list[str]) -> str:
+    lhs, rhs = _operands_of_matmul(op, a)
+    if spec_of(op.results[0].type).dtype == "f32":
+        return f"ieee_matmul(torch, {lhs}, {rhs})"
+    return f"torch.matmul({lhs}, {rhs})"
+
+
+def _addmm(op: ai.AiOp, a: list[str], bias: str) -> str:
+    """bias + a @ b as one cuBLAS call; a (..., M, K) with a 2-D b is viewed as (-1, K)
+    (the operands are contiguous), as ``torch.nn.functional.linear`` does."""
+    lhs, rhs = _operands_of_matmul(op, a)
+    out = spec_of(op.results[0].type).shape
+    if len(out) > 2:
+        lhs = f"{lhs}.reshape(-1, {spec_of(op.operands[0].type).shape[-1]})"
+    call = f"torch.addmm({bias}, {lhs}, {rhs})"
+    if spec_of(op.results[0].type).dtype == "f32":
+        call = f"ieee_addmm(torch, {bias}, {lhs}, {rhs})"
+    return f"{call}.view({out!r})" if len(out) > 2 else call
+
+
+LOWERINGS.update(
+    {
+        ai.GeluOp: _gelu,
+        ai.BiasAddOp: _bias_add,
+        ai.LayerNormOp: _layernorm,
+        ai.SoftmaxOp: _softmax,
+        ai.CastOp: _cast,
+        ai.Conv2DOp: _conv2d,
+        ai.MatmulOp: _matmul,
+    }
+)
+
+
+def lowerable(op_type: type[ai.AiOp]) -> bool:
+    """Whether the fallback computes ``op_type``: a PyTorch function or its scalar fact."""
+    return op_type in LOWERINGS or op_type.has_scalar()
+
+
+def _from_scalar_fact(op: ai.AiOp, a: list[str]) -> str:
+    """An elementwise op without a PyTorch function: its scalar semantics on float32
+    copies, rounded once to the declared type (as one kernel would)."""
+    expression = ExprGenerator(language=TORCH).scalar(op, [f"{x}.float()" for x in a])
+    return f"({expression}).to({TORCH_DTYPE[spec_of(op.results[0].type).dtype]})"
 
 
 def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> KernelSource:
-    """A module whose ``launch`` evaluates the group body with PyTorch on the GPU;
-    ``reason`` says why the group's Tensor Core template cannot serve it."""
+    """A module whose ``run`` evaluates the group body with PyTorch; ``reason`` says why
+    the group's Tensor Core template cannot serve it."""
     name = kernel_name(name)
     ops = body_ops(fused_op)
     results = yielded(fused_op)
     check_leaves(fused_op, [v for op in ops for v in op.operands if v.owner not in ops])
+    for op in ops:
+        if not lowerable(type(op)):
+            raise error_at(op, "has no PyTorch lowering on the cuda target")
+    names = {value: f"x{k}" for k, value in enumerate(fused_op.block.args)}
     code = Source([])
-    ins = [f"in{k}" for k in range(len(fused_op.inputs))]
-    outs = [f"out{k}" for k in range(len(results))]
-    code.add(0, f"def launch({', '.join(ins + outs)}, stream=0, sms=132):")
-    code.add(1, f'"""Run the group\'s {len(ops)} op(s) with PyTorch on ``stream``."""')
-    code.add(1, "torch = _torch()")
-    code.add(1, "stream = torch.cuda.ExternalStream(stream_ptr(stream))")
-    code.add(1, "with _ieee_fp32(torch), torch.cuda.stream(stream):")
-    names = {}
-    for k, value in enumerate(fused_op.block.args):
-        spec = spec_of(value.type)
-        names[value] = f"x{k}"
-        code.add(2, f"x{k} = _tensor(torch, in{k}, {_TORCH_DTYPE[spec.dtype]}, {spec.shape!r})")
+    code.add(0, f"def run(torch, {', '.join(names.values())}):")
+    code.add(
+        1,
+        f'"""The group\'s {len(ops)} op(s) through PyTorch on the current torch stream; '
+        'its results."""',
+    )
+    absorbed = _absorbed_biases(ops, results)
     for n, op in enumerate(ops):
+        if op in absorbed.values():
+            names[op.results[0]] = names[_absorbing(absorbed, op).results[0]]
+            continue
+        operands = [_in_dtype(names[v], v, op) for v in op.operands]
+        bias_op = absorbed.get(op)
+        if bias_op is None:
+            lower = LOWERINGS.get(type(op), _from_scalar_fact)
+            expression = lower(op, operands)
+        else:
+            bias = _bias_operand(bias_op, op)
+            text = _in_dtype(names[bias], bias, op)
+            fuse = _conv2d if isinstance(op, ai.Conv2DOp) else _addmm
+            expression = fuse(op, operands, text)
         names[op.results[0]] = f"v{n}"
-        code.add(2, f"v{n} = {_expression(op, [names[v] for v in op.operands])}")
-    for k, value in enumerate(results):
-        spec = spec_of(value.type)
-        code.add(
-            2,
-            f"_tensor(torch, out{k}, {_TORCH_DTYPE[spec.dtype]}, {spec.shape!r})"
-            f".copy_({names[value]})",
-        )
+        code.add(1, f"v{n} = {expression}")
+    code.add(1, f"return ({', '.join(names[v] for v in results)},)")
     why = (
         f"the Tensor Core template cannot serve it: {reason};"
         if reason
@@ -57,114 +212,88 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
     notes = [
         f"target: cuda, FALLBACK: {why}",
         "runs the group's ops one by one through PyTorch (cuDNN/cuBLAS) on the GPU, "
-        "elementwise ops in float32, on the caller's stream",
+        "each in its declared element type, on the caller's stream",
     ]
+    helpers = [h for h in ("ieee_conv2d", "ieee_matmul", "ieee_addmm") if f"{h}(" in code.text()]
+    imports = (
+        [f"from fusec.runtime.torch_fallback import {', '.join(helpers)}", ""] if helpers else []
+    )
     source = "\n".join(
         [
             header(fused_op, notes=notes),
-            "import contextlib",
-            "import math",
-            "",
-            "from fusec.errors import FusecError",
-            "from fusec.runtime.cuda import stream_ptr",
-            "",
-            "",
-            "def _torch():",
-            "    try:",
-            "        import torch",
-            "    except ImportError:",
-            "        raise FusecError(",
-            '            "this conv/matmul group runs through PyTorch on the cuda target "',
-            '            "until its Tensor Core template exists: install torch"',
-            "        ) from None",
-            "    return torch",
-            "",
-            "",
-            "@contextlib.contextmanager",
-            "def _ieee_fp32(torch):",
-            '    """f32 IR means f32 maths: no TF32 in cuBLAS/cuDNN (on by default for conv)."""',
-            "    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32",
-            "    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False",
-            "    try:",
-            "        yield",
-            "    finally:",
-            "        torch.backends.cuda.matmul.allow_tf32 = saved[0]",
-            "        torch.backends.cudnn.allow_tf32 = saved[1]",
-            "",
-            "",
-            "def _tensor(torch, flat, dtype, shape):",
-            '    """A torch view (no copy) of a flat device array holding ``dtype`` values."""',
-            "    t = torch.as_tensor(flat, device='cuda')",
-            "    return (t if dtype == torch.float32 else t.view(dtype)).view(shape)",
+            *imports,
+            "TORCH_FALLBACK = True",
+            "KERNELS = []  # no Numba kernels: nothing for --emit ptx",
             "",
             "",
             code.text(),
-            "",
-            "KERNELS = []  # no Numba kernels: nothing for --emit ptx",
-            "",
         ]
     )
     inputs, outputs = io_specs(fused_op)
-    kind = fused_op.kind_name
-    return KernelSource(name, kind, "cuda", source, inputs, outputs, array_dtype=None)
+    return KernelSource(name, fused_op.kind_name, "cuda", source, inputs, outputs, array_dtype=None)
 
 
-def _expression(op, a: list[str]) -> str:
-    """PyTorch expression for one op; results of elementwise ops are float32."""
-    if isinstance(op, (ai.Conv2DOp, ai.MatmulOp)):  # the core runs in the declared dtype
-        dtype = _TORCH_DTYPE[spec_of(op.results[0].type).dtype]
-        a = [f"{x}.to({dtype})" for x in a]
-    if isinstance(op, ai.Conv2DOp):
-        attrs = op.attr_values()
-        pads = attrs["padding"]
-        if len(pads) == 4 and (pads[0], pads[1]) != (pads[2], pads[3]):
-            pad = f"torch.nn.functional.pad({a[0]}, ({pads[1]}, {pads[3]}, {pads[0]}, {pads[2]}))"
-            return (
-                f"torch.nn.functional.conv2d({pad}, {a[1]}, stride={tuple(attrs['strides'])!r}, "
-                f"dilation={tuple(attrs['dilations'])!r}, groups={int(attrs['groups'])})"
-            )
-        return (
-            f"torch.nn.functional.conv2d({a[0]}, {a[1]}, stride={tuple(attrs['strides'])!r}, "
-            f"padding={tuple(pads[:2])!r}, dilation={tuple(attrs['dilations'])!r}, "
-            f"groups={int(attrs['groups'])})"
-        )
-    if isinstance(op, ai.MatmulOp):
-        lhs = f"{a[0]}.transpose(-1, -2)" if op.attr("transpose_a") else a[0]
-        rhs = f"{a[1]}.transpose(-1, -2)" if op.attr("transpose_b") else a[1]
-        return f"torch.matmul({lhs}, {rhs})"
-    if isinstance(op, ai.LayerNormOp):
-        length = spec_of(op.results[0].type).shape[-1]
-        return (
-            f"torch.nn.functional.layer_norm({a[0]}.float(), ({length},), {a[1]}.float(), "
-            f"{a[2]}.float(), {float(op.attr('epsilon'))!r})"
-        )
-    if isinstance(op, ai.SoftmaxOp):
-        return f"torch.softmax({a[0]}.float(), dim={int(op.attr('axis'))})"
-    f = [f"{x}.float()" for x in a]
-    simple = {
-        ai.AddOp: "({0} + {1})",
-        ai.SubOp: "({0} - {1})",
-        ai.MulOp: "({0} * {1})",
-        ai.DivOp: "({0} / {1})",
-        ai.MaximumOp: "torch.maximum({0}, {1})",
-        ai.ReluOp: "torch.relu({0})",
-        ai.SigmoidOp: "torch.sigmoid({0})",
-        ai.TanhOp: "torch.tanh({0})",
-        ai.ExpOp: "torch.exp({0})",
-        ai.SiluOp: "torch.nn.functional.silu({0})",
-    }
-    for op_type, pattern in simple.items():
-        if isinstance(op, op_type):
-            return pattern.format(*f)
-    if isinstance(op, ai.BiasAddOp):
-        rank = len(spec_of(op.results[0].type).shape)
-        axis = op.attr("axis") % rank
-        shape = [1] * rank
-        shape[axis] = -1
-        return f"({f[0]} + {f[1]}.view({tuple(shape)!r}))"
-    if isinstance(op, ai.GeluOp):
-        approx = "tanh" if op.attr("approximate") == "tanh" else "none"
-        return f"torch.nn.functional.gelu({f[0]}, approximate={approx!r})"
+def _in_dtype(name: str, value, op: ai.AiOp) -> str:
+    """``name`` converted to the element type ``op`` computes in, when it differs."""
+    want = _compute_dtype(op)
+    have = spec_of(value.type).dtype
+    return name if want is None or have == want else f"{name}.to({TORCH_DTYPE[want]})"
+
+
+def _compute_dtype(op: ai.AiOp) -> str | None:
+    """The element type an op's operands must have in PyTorch (None: any, e.g. a cast)."""
     if isinstance(op, ai.CastOp):
-        return f"{a[0]}.to({_TORCH_DTYPE[spec_of(op.results[0].type).dtype]})"
-    raise error_at(op, "has no PyTorch fallback")
+        return None
+    return spec_of(op.results[0].type).dtype
+
+
+def _absorbed_biases(ops: list, results: list) -> dict:
+    """core op -> the bias op that follows it and rides on its call (conv2d's bias,
+    addmm's): the core's only use, its bias a vector along the output channels/columns."""
+    absorbed = {}
+    for op in ops:
+        if not isinstance(op, (ai.Conv2DOp, ai.MatmulOp)):
+            continue
+        value = op.results[0]
+        uses = list(value.uses)
+        if value in results or len(uses) != 1:
+            continue
+        user = uses[0].operation
+        bias = _bias_operand(user, op) if user in ops else None
+        if isinstance(bias, BlockArgument):  # defined before the core's call
+            absorbed[op] = user
+    return absorbed
+
+
+def _absorbing(absorbed: dict, bias_op) -> ai.AiOp:
+    return next(core for core, user in absorbed.items() if user is bias_op)
+
+
+def _bias_operand(user, core: ai.AiOp):
+    """The vector that ``user`` adds to ``core``'s result, if it is a bias the core's call
+    can take; else None."""
+    out = spec_of(core.results[0].type)
+    if spec_of(user.results[0].type) != out:
+        return None
+    value = core.results[0]
+    if isinstance(core, ai.Conv2DOp):
+        channels = out.shape[1]
+        if isinstance(user, ai.BiasAddOp) and user.operands[0] is value:
+            if user.attr("axis") % 4 == 1 and spec_of(user.operands[1].type).shape == (channels,):
+                return user.operands[1]
+        return None
+    lhs_rank, rhs_rank = (len(spec_of(v.type).shape) for v in core.operands)
+    if lhs_rank < 2 or rhs_rank != 2 or (lhs_rank > 2 and core.attr("transpose_a")):
+        return None  # addmm is for (rows, K) @ (K, N), rows possibly flattened batch dims
+    rank, columns = len(out.shape), out.shape[-1]
+    if isinstance(user, ai.BiasAddOp) and user.operands[0] is value:
+        if user.attr("axis") % rank == rank - 1:
+            if spec_of(user.operands[1].type).shape == (columns,):
+                return user.operands[1]
+        return None
+    if isinstance(user, ai.AddOp):
+        for mine, other in ((0, 1), (1, 0)):
+            if user.operands[mine] is value and user.operands[other] is not value:
+                if spec_of(user.operands[other].type).shape in ((columns,), (1, columns)):
+                    return user.operands[other]
+    return None

@@ -1,18 +1,29 @@
-"""The one expression generator shared by every template and both targets.
+"""The one expression generator shared by every template and every target.
 
-A fused group's elementwise/broadcast ops become straight-line scalar Python
+A fused group's elementwise/broadcast ops become straight-line scalar
 statements (``t0 = l0 * l1``) that a template places inside its loops: the
 pointwise body, a row reduction's prologue and epilogue, a matmul or conv
-epilogue. The statements are valid in a Numba CPU kernel and in a Numba CUDA
-kernel alike, because they use only
+epilogue. What each op computes is its own fact: the op class's ``scalar``
+method (``fusec.dialect.ops``) builds the expression through the generator,
+which implements the dialect's ``ScalarBuilder`` for one ``Language``:
 
-* ``math.exp``, ``math.sqrt``, ``math.tanh``, ``math.erfc``, ``math.copysign`` and plain
-  arithmetic/comparisons (no ``min``/``max`` builtins: NaN must propagate),
-* ``f32(...)`` (``numpy.float32``) around every literal, so arithmetic stays in
-  float32 instead of being promoted to float64 by a Python float literal,
-* the helpers ``round_f16``/``round_bf16`` (source from ``helper_source``) for
-  a mid-chain ``ai.cast`` to a 16-bit type, which round to nearest-even exactly
-  like numpy/ml_dtypes do, using float32 arithmetic only (Veltkamp splitting).
+* ``PYTHON``: Numba Python, valid in a Numba CPU kernel and in a Numba CUDA
+  kernel alike;
+* ``CUDA_CPP``: CUDA C++ device code (``const float t0 = ...;``), for the
+  epilogues of generated C++ kernels such as the Tensor Core GEMM;
+* ``TORCH``: PyTorch tensor expressions, for the cuda fallback path.
+
+The numerics guarantees hold in every language:
+
+* no ``min``/``max`` builtins: ``maximum`` and ``relu`` are selects written so
+  that NaN propagates (``a != a``), and comparisons stay IEEE (no fast-math);
+* every literal is a float32 (``f32(...)`` in Python, an exact hexadecimal
+  ``0x1.8p-1f`` in C++), so arithmetic stays in float32 instead of being
+  promoted to float64;
+* a mid-chain ``ai.cast`` to a 16-bit type rounds to nearest-even exactly like
+  numpy/ml_dtypes do: Python calls the helpers ``round_f16``/``round_bf16``
+  (source from ``helper_source``; float32 arithmetic only, Veltkamp
+  splitting), C++ the CUDA conversion intrinsics (``cpp_helper_source``).
 
 A cpu template may ask for ``ExprGenerator(fast_exp=True)``: ``exp`` (and the
 sigmoid, silu and tanh-gelu forms built on it) then calls the helper
@@ -25,8 +36,9 @@ exhaustively) and exact at the edges (NaN, +-inf, overflow, subnormal results).
 It needs ``fma32`` (an LLVM ``fma`` intrinsic), so it is cpu only; the CUDA
 templates keep ``math.exp``, which is a fast device function there.
 
-The module holding the generated code must therefore bind ``math``, ``f32`` and
-the helpers ``gen.helpers`` names (see ``PRELUDE_NAMES`` and ``helper_source``).
+The Python module holding the generated code must therefore bind ``math``,
+``f32`` and the helpers ``gen.helpers`` names (see ``PRELUDE_NAMES`` and
+``helper_source``).
 
 Nothing spliced into generated source comes from user text: identifiers are
 generated (``t0``, ``l0``, ``in0``), op names come from the dialect's classes,
@@ -40,37 +52,22 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 
+import numpy as np
 from xdsl.dialects.builtin import FileLineColLoc
 from xdsl.ir import Operation, SSAValue
 
 from fusec.dialect import ops as ai
+from fusec.dialect.facts import MATH_FUNCTIONS
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError, SourceLocation
 
 #: Names the generated statements refer to; the kernel module must bind them.
 PRELUDE_NAMES = ("math", "f32")
 
-#: Elementwise ops the generator knows (a fused group's non-core ops).
-ELEMENTWISE_OPS: tuple[type[ai.AiOp], ...] = (
-    ai.AddOp,
-    ai.SubOp,
-    ai.MulOp,
-    ai.DivOp,
-    ai.MaximumOp,
-    ai.ReluOp,
-    ai.SigmoidOp,
-    ai.TanhOp,
-    ai.ExpOp,
-    ai.SqrtOp,
-    ai.SiluOp,
-    ai.GeluOp,
-    ai.CastOp,
-    ai.BiasAddOp,
-)
+#: Elementwise ops the generator knows: those with scalar semantics.
+ELEMENTWISE_OPS: tuple[type[ai.AiOp], ...] = tuple(op for op in ai.TENSOR_OPS if op.has_scalar())
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SQRT1_2 = 0.7071067811865476
-_GELU_TANH_2C = 2.0 * math.sqrt(2.0 / math.pi)  # 2 * sqrt(2/pi): x*sigmoid(2u) form
 
 
 class CodegenError(FusecError):
@@ -209,18 +206,166 @@ def header(fused_op: ai.FusedOp, *, notes: Iterable[str] = ()) -> str:
 Leaf = Callable[[SSAValue], str]
 
 
-#: Binary ops that are one Python operator (bias_add is an add once broadcast).
-_ARITHMETIC: dict[type[Operation], str] = {
-    ai.AddOp: "+",
-    ai.BiasAddOp: "+",
-    ai.SubOp: "-",
-    ai.MulOp: "*",
-    ai.DivOp: "/",
-}
+# ------------------------------------------------------------------- languages
+
+
+class Language:
+    """How scalar expressions and statements are spelled in one target language.
+
+    The arithmetic and comparison operators are the same in every language
+    here (fully parenthesised); a language differs in literals, conditions,
+    function names and statements.
+    """
+
+    name = "abstract"
+
+    def literal(self, value: float) -> str:
+        raise NotImplementedError
+
+    def either(self, a: str, b: str) -> str:
+        raise NotImplementedError
+
+    def negate(self, cond: str) -> str:
+        raise NotImplementedError
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        raise NotImplementedError
+
+    def call(self, function: str, args: Sequence[str]) -> str:
+        raise NotImplementedError
+
+    def exp(self, a: str) -> str:
+        raise NotImplementedError
+
+    def assign(self, name: str, expr: str) -> str:
+        """The statement binding the new name ``name`` to ``expr``."""
+        raise NotImplementedError
+
+
+class PythonLanguage(Language):
+    """Numba Python (cpu ``@njit`` and CUDA ``@cuda.jit`` kernels alike).
+
+    Every literal is ``f32(...)`` (``numpy.float32``) so arithmetic stays in
+    float32; math functions are ``math.*``, which Numba types as float32.
+    """
+
+    name = "python"
+
+    def literal(self, value: float) -> str:
+        return literal(value)
+
+    def either(self, a: str, b: str) -> str:
+        return f"({a} or {b})"
+
+    def negate(self, cond: str) -> str:
+        return f"(not {cond})"
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        return f"({a} if {cond} else {b})"
+
+    def call(self, function: str, args: Sequence[str]) -> str:
+        return f"math.{function}({', '.join(args)})"
+
+    def exp(self, a: str) -> str:
+        return f"math.exp({a})"
+
+    def assign(self, name: str, expr: str) -> str:
+        return f"{name} = {expr}"
+
+
+class CudaCppLanguage(Language):
+    """CUDA C++ device code (e.g. a Tensor Core kernel's epilogue).
+
+    Literals are exact hexadecimal ``float`` literals; the math functions are
+    the single-precision CUDA math library (``expf``...), which nvcc compiles
+    IEEE-correctly unless ``--use_fast_math`` is given (the generated code
+    needs NaN comparisons to work, so it must not be); 16-bit rounding uses the
+    round-to-nearest-even conversions of ``cuda_fp16.h``/``cuda_bf16.h`` (see
+    ``cpp_helper_source``).
+    """
+
+    name = "cuda-c++"
+
+    def literal(self, value: float) -> str:
+        value = float(np.float32(value))
+        if math.isnan(value):
+            return "__int_as_float(0x7fc00000)"
+        if math.isinf(value):
+            return "__int_as_float(0x7f800000)" if value > 0 else "__int_as_float(0xff800000)"
+        return f"{value.hex()}f"
+
+    def either(self, a: str, b: str) -> str:
+        return f"({a} || {b})"
+
+    def negate(self, cond: str) -> str:
+        return f"(!{cond})"
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        return f"({cond} ? {a} : {b})"
+
+    def call(self, function: str, args: Sequence[str]) -> str:
+        return f"{function}f({', '.join(args)})"
+
+    def exp(self, a: str) -> str:
+        return f"expf({a})"
+
+    def assign(self, name: str, expr: str) -> str:
+        return f"const float {name} = {expr};"
+
+
+class TorchLanguage(Language):
+    """PyTorch expressions on float32 tensors: the same scalar semantics, applied
+    elementwise by torch (the cuda fallback for groups without a fused template)."""
+
+    name = "torch"
+    _FUNCTIONS = {
+        "tanh": "torch.tanh",
+        "sqrt": "torch.sqrt",
+        "erfc": "torch.special.erfc",
+        "fabs": "torch.abs",
+        "copysign": "torch.copysign",
+    }
+
+    def literal(self, value: float) -> str:
+        value = float(np.float32(value))
+        if math.isnan(value) or math.isinf(value):
+            return f"float({str(value)!r})"
+        return repr(value)
+
+    def either(self, a: str, b: str) -> str:
+        return f"({a} | {b})"
+
+    def negate(self, cond: str) -> str:
+        return f"(~{cond})"
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        return f"torch.where({cond}, {a}, {b})"
+
+    def call(self, function: str, args: Sequence[str]) -> str:
+        return f"{self._FUNCTIONS[function]}({', '.join(args)})"
+
+    def exp(self, a: str) -> str:
+        return f"torch.exp({a})"
+
+    def assign(self, name: str, expr: str) -> str:
+        return f"{name} = {expr}"
+
+
+PYTHON = PythonLanguage()
+CUDA_CPP = CudaCppLanguage()
+TORCH = TorchLanguage()
+LANGUAGES: tuple[Language, ...] = (PYTHON, CUDA_CPP, TORCH)
+
+_ARITHMETIC = frozenset("+-*/")
+_COMPARISONS = frozenset(("<", "<=", ">", ">=", "==", "!="))
 
 
 class ExprGenerator:
     """Scalar float32 expressions for elementwise ops, and straight-line chains of them.
+
+    It is the dialect's ``ScalarBuilder`` for one ``language``: an op class's
+    ``scalar`` method builds its expression through it, so each op's
+    semantics is written once and rendered for every target.
 
     One instance per generated kernel module: it numbers temporaries (``t0``,
     ``t1``, ... and ``l0``, ... for bound leaf loads) uniquely within the
@@ -228,12 +373,20 @@ class ExprGenerator:
     """
 
     def __init__(
-        self, temp_prefix: str = "t", leaf_prefix: str = "l", *, fast_exp: bool = False
+        self,
+        temp_prefix: str = "t",
+        leaf_prefix: str = "l",
+        *,
+        fast_exp: bool = False,
+        language: Language = PYTHON,
     ) -> None:
         if not (is_identifier(temp_prefix) and is_identifier(leaf_prefix)):
             raise ValueError("prefixes must be identifiers")
+        if fast_exp and language is not PYTHON:
+            raise ValueError("fast_exp is a Numba cpu helper: Python only")
         self.temp_prefix = temp_prefix
         self.leaf_prefix = leaf_prefix
+        self.language = language
         #: Exponentials call the vectorisable ``exp_f32`` helper (cpu) instead of ``math.exp``.
         self.fast_exp = fast_exp
         self.helpers: set[str] = set()
@@ -247,58 +400,60 @@ class ExprGenerator:
 
     # ----------------------------------------------------------------- ops
     def scalar(self, op: Operation, args: list[str]) -> str:
-        """A float32 expression computing ``op`` on scalar operand expressions ``args``.
+        """An expression computing ``op`` on scalar operand expressions ``args``.
 
         Operands are evaluated more than once in a few forms (maximum, relu),
         so pass names or other side-effect-free expressions.
         """
-        if (symbol := _ARITHMETIC.get(type(op))) is not None:
-            return f"({args[0]} {symbol} {args[1]})"
-        if isinstance(op, ai.MaximumOp):
-            a, b = args
-            return f"({a} if {a} >= {b} or {a} != {a} else {b})"
-        if isinstance(op, ai.ReluOp):
-            (a,) = args
-            zero = literal(0.0)
-            return f"({a} if not {a} < {zero} else {zero})"
-        if isinstance(op, ai.SigmoidOp):
-            (a,) = args
-            return f"({literal(1.0)} / ({literal(1.0)} + {self.exp(f'-{a}')}))"
-        if isinstance(op, ai.TanhOp):
-            return f"math.tanh({args[0]})"
-        if isinstance(op, ai.ExpOp):
-            return self.exp(args[0])
-        if isinstance(op, ai.SqrtOp):
-            return f"math.sqrt({args[0]})"
-        if isinstance(op, ai.SiluOp):
-            (a,) = args
-            return f"({a} / ({literal(1.0)} + {self.exp(f'-{a}')}))"
-        if isinstance(op, ai.GeluOp):
-            return self._gelu(op, args[0])
-        if isinstance(op, ai.CastOp):
-            return self._cast(op, args[0])
-        raise error_at(op, "is not an elementwise op the code generator knows")
+        if not (isinstance(op, ai.AiOp) and op.has_scalar()):
+            raise error_at(op, "is not an elementwise op the code generator knows")
+        return op.scalar(self, *args)
+
+    # ------------------------------------------------------ ScalarBuilder
+    def literal(self, value: float) -> str:
+        return self.language.literal(value)
+
+    def arith(self, a: str, symbol: str, b: str) -> str:
+        if symbol not in _ARITHMETIC:
+            raise ValueError(f"not an arithmetic operator: {symbol!r}")
+        return f"({a} {symbol} {b})"
+
+    def neg(self, a: str) -> str:
+        return f"(-{a})"
+
+    def compare(self, a: str, symbol: str, b: str) -> str:
+        if symbol not in _COMPARISONS:
+            raise ValueError(f"not a comparison: {symbol!r}")
+        return f"({a} {symbol} {b})"
+
+    def either(self, cond_a: str, cond_b: str) -> str:
+        return self.language.either(cond_a, cond_b)
+
+    def negate(self, cond: str) -> str:
+        return self.language.negate(cond)
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        return self.language.select(cond, a, b)
+
+    def call(self, function: str, *args: str) -> str:
+        if function not in MATH_FUNCTIONS:
+            raise ValueError(f"not a scalar math function: {function!r}")
+        return self.language.call(function, args)
 
     def exp(self, a: str) -> str:
         """A float32 ``e ** a``: ``exp_f32`` with ``fast_exp`` (recorded in ``helpers``)."""
-        if not self.fast_exp:
-            return f"math.exp({a})"
-        self.helpers.add("exp_f32")
-        return f"exp_f32({a})"
+        if self.fast_exp:
+            self.helpers.add("exp_f32")
+            return f"exp_f32({a})"
+        return self.language.exp(a)
 
-    def _gelu(self, op: ai.GeluOp, a: str) -> str:
-        if op.attr("approximate") == "tanh":
-            # 0.5*x*(1 + tanh(u)) == x * sigmoid(2u): exact, and no cancellation
-            u2 = f"{literal(_GELU_TANH_2C)} * ({a} + {literal(0.044715)} * {a} * {a} * {a})"
-            return f"({a} / ({literal(1.0)} + {self.exp(f'-({u2})')}))"
-        # 0.5*x*(1 + erf(x/sqrt2)) == 0.5*x*erfc(-x/sqrt2): no cancellation for x < 0
-        return f"({literal(0.5)} * {a} * math.erfc(-{a} * {literal(_SQRT1_2)}))"
-
-    def _cast(self, op: ai.CastOp, a: str) -> str:
-        to = dtype_of(op.results[0])
-        if to == "f32":
+    def round_to(self, dtype: str, a: str) -> str:
+        """``a`` rounded to ``dtype`` exactly (nearest-even), as a float32."""
+        if dtype == "f32":
             return a
-        helper = {"f16": "round_f16", "bf16": "round_bf16"}[to]
+        if self.language is TORCH:
+            return f"{a}.to(torch.{'float16' if dtype == 'f16' else 'bfloat16'}).float()"
+        helper = {"f16": "round_f16", "bf16": "round_bf16"}[dtype]
         self.helpers.add(helper)
         return f"{helper}({a})"
 
@@ -321,12 +476,12 @@ class ExprGenerator:
                     expr = leaf(value)
                     if not is_identifier(expr):
                         name = self.fresh(self.leaf_prefix)
-                        stmts.append(f"{name} = {expr}")
+                        stmts.append(self.language.assign(name, expr))
                         expr = name
                     names[value] = expr
                 args.append(names[value])
             name = self.fresh(self.temp_prefix)
-            stmts.append(f"{name} = {self.scalar(op, args)}")
+            stmts.append(self.language.assign(name, self.scalar(op, args)))
             names[op.results[0]] = name
         return stmts, names
 
@@ -425,19 +580,17 @@ def helper_source(names: Iterable[str], decorator: str) -> str:
     return "".join(_HELPERS[n].format(decorator=decorator) for n in sorted(names))
 
 
-# ------------------------------------------------------------------ C++ rendering
-
-#: C++ helpers the rendered statements may call (``cpp_helper_source`` defines them).
-_CPP_ROUND = {
-    "f16": (
-        "static __device__ __forceinline__ float fs_round_f16(float x) {\n"
+_CPP_HELPERS = {
+    # cvt.rn: round to nearest even, as numpy/ml_dtypes do (inline PTX: no headers needed)
+    "round_f16": (
+        "static __device__ __forceinline__ float round_f16(float x) {\n"
         "  unsigned short h; float y;\n"
         '  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));\n'
         '  asm("cvt.f32.f16 %0, %1;" : "=f"(y) : "h"(h));\n'
         "  return y;\n}\n"
     ),
-    "bf16": (
-        "static __device__ __forceinline__ float fs_round_bf16(float x) {\n"
+    "round_bf16": (
+        "static __device__ __forceinline__ float round_bf16(float x) {\n"
         "  unsigned short h;\n"
         '  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));\n'
         "  return __uint_as_float(((unsigned int)h) << 16);\n}\n"
@@ -445,90 +598,27 @@ _CPP_ROUND = {
 }
 
 
+def cpp_helper_source(names: Iterable[str]) -> str:
+    """CUDA C++ definitions of the helpers ``names`` that ``CUDA_CPP`` statements call."""
+    chosen = sorted(set(names))
+    unknown = [n for n in chosen if n not in _CPP_HELPERS]
+    if unknown:
+        raise ValueError(f"no CUDA C++ helper {unknown[0]!r}")
+    return "".join(_CPP_HELPERS[n] for n in chosen)
+
+
 def cpp_literal(x: float) -> str:
-    """A float32 C++ literal; inf/nan through their bit patterns (no user text)."""
-    value = float(x)
-    if math.isnan(value):
-        return "__int_as_float(0x7fc00000)"
-    if math.isinf(value):
-        return "__int_as_float(0x7f800000)" if value > 0 else "__int_as_float(0xff800000)"
-    return f"{value!r}f"
+    """A float32 C++ literal (exact hexadecimal; inf/nan through their bit patterns)."""
+    return CUDA_CPP.literal(x)
 
 
-class CppExprGenerator:
-    """The C++ rendering of ``ExprGenerator``: float32 statements for a generated kernel's
-    epilogue (``const float t0 = (acc + l0);``), with the same NaN and rounding rules."""
+class CppExprGenerator(ExprGenerator):
+    """``ExprGenerator`` rendering CUDA C++: float32 statements for a generated C++
+    kernel's epilogue (``const float t0 = (acc + l0);``), same NaN and rounding rules."""
 
     def __init__(self, temp_prefix: str = "t", leaf_prefix: str = "l") -> None:
-        if not (is_identifier(temp_prefix) and is_identifier(leaf_prefix)):
-            raise ValueError("prefixes must be identifiers")
-        self.temp_prefix = temp_prefix
-        self.leaf_prefix = leaf_prefix
-        self.helpers: set[str] = set()
-        self._counters: dict[str, int] = {}
-
-    def fresh(self, prefix: str) -> str:
-        n = self._counters.get(prefix, 0)
-        self._counters[prefix] = n + 1
-        return f"{prefix}{n}"
-
-    def scalar(self, op: Operation, args: list[str]) -> str:
-        """A float C++ expression computing ``op`` on operand names ``args``."""
-        one = cpp_literal(1.0)
-        if (symbol := _ARITHMETIC.get(type(op))) is not None:
-            return f"({args[0]} {symbol} {args[1]})"
-        if isinstance(op, ai.MaximumOp):
-            a, b = args
-            return f"(({a} >= {b} || {a} != {a}) ? {a} : {b})"
-        if isinstance(op, ai.ReluOp):
-            (a,) = args
-            return f"(!({a} < 0.0f) ? {a} : 0.0f)"
-        if isinstance(op, ai.SigmoidOp):
-            return f"({one} / ({one} + expf(-{args[0]})))"
-        if isinstance(op, ai.TanhOp):
-            return f"tanhf({args[0]})"
-        if isinstance(op, ai.ExpOp):
-            return f"expf({args[0]})"
-        if isinstance(op, ai.SqrtOp):
-            return f"sqrtf({args[0]})"
-        if isinstance(op, ai.SiluOp):
-            (a,) = args
-            return f"({a} / ({one} + expf(-{a})))"
-        if isinstance(op, ai.GeluOp):
-            (a,) = args
-            if op.attr("approximate") == "tanh":
-                cube = f"{cpp_literal(0.044715)} * {a} * {a} * {a}"
-                u2 = f"{cpp_literal(_GELU_TANH_2C)} * ({a} + {cube})"
-                return f"({a} / ({one} + expf(-({u2}))))"
-            return f"({cpp_literal(0.5)} * {a} * erfcf(-{a} * {cpp_literal(_SQRT1_2)}))"
-        if isinstance(op, ai.CastOp):
-            to = dtype_of(op.results[0])
-            if to == "f32":
-                return args[0]
-            self.helpers.add(to)
-            return f"fs_round_{to}({args[0]})"
-        raise error_at(op, "is not an elementwise op the code generator knows")
-
-    def chain(self, ops: Sequence[Operation], leaf: Leaf) -> tuple[list[str], dict[SSAValue, str]]:
-        """``const float tN = <expr>;`` statements for ``ops`` (as ``ExprGenerator.chain``)."""
-        names: dict[SSAValue, str] = {}
-        stmts: list[str] = []
-        for op in ops:
-            args = []
-            for value in op.operands:
-                if value not in names:
-                    expr = leaf(value)
-                    if not is_identifier(expr):
-                        name = self.fresh(self.leaf_prefix)
-                        stmts.append(f"const float {name} = {expr};")
-                        expr = name
-                    names[value] = expr
-                args.append(names[value])
-            name = self.fresh(self.temp_prefix)
-            stmts.append(f"const float {name} = {self.scalar(op, args)};")
-            names[op.results[0]] = name
-        return stmts, names
+        super().__init__(temp_prefix, leaf_prefix, language=CUDA_CPP)
 
     def helper_source(self) -> str:
         """C++ definitions of the helpers the statements call."""
-        return "".join(_CPP_ROUND[name] for name in sorted(self.helpers))
+        return cpp_helper_source(self.helpers)

@@ -6,17 +6,23 @@ Every op but ``ai.fused``/``ai.yield`` shares one custom syntax::
 
 (``ai.cast`` adds ``to T_result``). Result types are never written: they are
 inferred by the op's shape function in ``shapes.py``, the same function the
-builders and the verifier call. Attributes are stored as properties; those
-equal to their default are not printed.
+builders and the verifier call. Attributes are IRDL properties declared once
+with their constraint and default; those equal to their default are not printed.
+
+Each op class is the single home of its facts (``fusec.dialect.facts``): its
+fusion pattern, its scalar semantics for the code generators, its numpy
+reference implementation and the names front ends map onto it. Adding an
+elementwise op is one class here (plus its line in ``TENSOR_OPS``).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+import numpy as np
 from xdsl.dialects.builtin import (
     AnyFloat,
     BFloat16Type,
@@ -26,7 +32,6 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     FunctionType,
     IntegerAttr,
-    IntegerType,
     NoneAttr,
     StringAttr,
     TensorType,
@@ -38,24 +43,35 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Dialect, Region, SSAValue
 from xdsl.irdl import (
+    AttrSetConstraint,
     IRDLOperation,
+    OptPropertyDef,
+    VerificationContext,
     irdl_op_definition,
+    operand_def,
     opt_prop_def,
     prop_def,
     region_def,
+    result_def,
     traits_def,
     var_operand_def,
     var_result_def,
 )
-from xdsl.irdl import operand_def as _operand_def
-from xdsl.irdl import result_def as _result_def
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
+from fusec.dialect import numpy_ops as K
 from fusec.dialect import shapes
 from fusec.dialect.canonical import CastCanonicalization, ReluCanonicalization
+from fusec.dialect.facts import (
+    FUSED_KINDS,
+    NO_TARGETS,
+    FrontendNames,
+    Pattern,
+    ScalarBuilder,
+)
 from fusec.dialect.shapes import ShapeError, TensorSpec
 
 # --------------------------------------------------------------------------- types
@@ -101,97 +117,104 @@ def tensor_type(spec: TensorSpec) -> TensorType:
     return TensorType(_ELEMENT_TYPES[spec.dtype], spec.shape)
 
 
-# ---------------------------------------------------------------- attribute kinds
+# ------------------------------------------------------------------- attributes
+#
+# Each attribute is declared once, as an IRDL property with a typed constraint
+# and a default value (``opt_prop_def(..., default_value=...)``): absent means
+# the default, which is never stored by the builders nor printed. The Python
+# value of a property (``op.attr(name)``) and its conversion back follow from
+# the attribute's own type.
 
 
-@dataclass(frozen=True)
-class AttrKind:
-    """How one op attribute is stored (an xDSL attribute) and read (a Python value)."""
-
-    default: Any
-    to_python: Callable[[Attribute], Any]
-    from_python: Callable[[Any], Attribute]
-    describe: str
-
-    def read(self, attr: Attribute | None) -> Any:
-        return self.default if attr is None else self.to_python(attr)
+def int_array_prop(*default: int) -> Any:
+    """An ``array<i64: ...>`` property (read as a tuple of ints)."""
+    return opt_prop_def(DenseArrayBase.constr(i64), DenseArrayBase.from_list(i64, list(default)))
 
 
-def _read_int_array(attr: Attribute) -> tuple[int, ...]:
-    if isinstance(attr, DenseArrayBase) and isinstance(attr.elt_type, IntegerType):
-        return tuple(int(v) for v in attr.get_values())
-    raise ValueError
+def int_prop(default: int) -> Any:
+    """An ``N : i64`` property (read as an int)."""
+    return opt_prop_def(IntegerAttr.constr(type=i64), IntegerAttr(default, i64))
 
 
-def _read_int(attr: Attribute) -> int:
-    if isinstance(attr, IntegerAttr) and attr.type != i1:
-        return int(attr.value.data)
-    raise ValueError
+def bool_prop(default: bool) -> Any:
+    """A ``true``/``false`` property (read as a bool)."""
+    return opt_prop_def(IntegerAttr.constr(type=i1), IntegerAttr(int(default), i1))
 
 
-def _read_bool(attr: Attribute) -> bool:
-    if isinstance(attr, IntegerAttr) and attr.type == i1:
-        return bool(attr.value.data)
-    raise ValueError
+def float_prop(default: float) -> Any:
+    """A float property, ``X : f32`` (any float width is accepted; read as a float)."""
+    return opt_prop_def(FloatAttr, FloatAttr(default, f32))
 
 
-def _read_float(attr: Attribute) -> float:
-    if isinstance(attr, FloatAttr):
-        return float(attr.value.data)
-    raise ValueError
-
-
-def _read_string(attr: Attribute) -> str:
-    if isinstance(attr, StringAttr):
-        return attr.data
-    raise ValueError
-
-
-def int_array(default: tuple[int, ...]) -> AttrKind:
-    return AttrKind(
-        default,
-        _read_int_array,
-        lambda v: DenseArrayBase.from_list(i64, list(v)),
-        "array<i64: ...>",
+def choice_prop(default: str, *choices: str) -> Any:
+    """A string property restricted to ``choices`` (read as a str)."""
+    return opt_prop_def(
+        AttrSetConstraint.get(*(StringAttr(c) for c in choices)), StringAttr(default)
     )
 
 
-def int_attr(default: int) -> AttrKind:
-    return AttrKind(default, _read_int, lambda v: IntegerAttr(int(v), i64), "an integer (: i64)")
+def python_value(attr: Attribute) -> Any:
+    """The Python value of a property of one of the kinds above."""
+    if isinstance(attr, DenseArrayBase):
+        return tuple(int(v) for v in attr.get_values())
+    if isinstance(attr, IntegerAttr):
+        return bool(attr.value.data) if attr.type == i1 else int(attr.value.data)
+    if isinstance(attr, FloatAttr):
+        return float(attr.value.data)
+    if isinstance(attr, StringAttr):
+        return attr.data
+    raise ValueError(f"no Python value for {attr}")
 
 
-def bool_attr(default: bool) -> AttrKind:
-    return AttrKind(default, _read_bool, lambda v: IntegerAttr(int(bool(v)), i1), "true or false")
+def attribute_like(value: Any, default: Attribute) -> Attribute:
+    """``value`` as an attribute of the kind of ``default``."""
+    if isinstance(default, DenseArrayBase):
+        return DenseArrayBase.from_list(i64, [int(v) for v in value])
+    if isinstance(default, IntegerAttr):
+        if default.type == i1:
+            return IntegerAttr(int(bool(value)), i1)
+        return IntegerAttr(int(value), i64)
+    if isinstance(default, FloatAttr):
+        return FloatAttr(float(value), f32)
+    return StringAttr(str(value))
 
 
-def f32_attr(default: float) -> AttrKind:
-    return AttrKind(default, _read_float, lambda v: FloatAttr(float(v), f32), "a float (: f32)")
-
-
-def string_attr(default: str, choices: tuple[str, ...] | None = None) -> AttrKind:
-    def read(attr: Attribute) -> str:
-        value = _read_string(attr)
-        if choices is not None and value not in choices:
-            raise ValueError
-        return value
-
-    describe = " or ".join(f'"{c}"' for c in choices) if choices else "a string"
-    return AttrKind(default, read, StringAttr, describe)
+def describe(prop: OptPropertyDef) -> str:
+    """What a property must be, for messages: ``array<i64: ...>``, ``true or false``..."""
+    default = prop.default_value
+    if isinstance(default, DenseArrayBase):
+        return "array<i64: ...>"
+    if isinstance(default, IntegerAttr):
+        return "true or false" if default.type == i1 else "an integer (: i64)"
+    if isinstance(default, FloatAttr):
+        return "a float (: f32)"
+    constr = prop.constr
+    values = constr.values if isinstance(constr, AttrSetConstraint) else ()
+    choices = sorted(v.data for v in values if isinstance(v, StringAttr))
+    return " or ".join(f'"{c}"' for c in choices) if choices else "a string"
 
 
 # ------------------------------------------------------------------- base class
 
 
 class AiOp(IRDLOperation):
-    """Common machinery of the ``ai`` tensor ops: syntax, builder, verifier.
+    """Common machinery of the ``ai`` tensor ops: syntax, builder, verifier, facts.
 
-    Subclasses declare ``OPERANDS`` (operand names in order), ``ATTRS`` (name ->
-    AttrKind) and ``infer`` (the op's shape function from ``shapes.py``).
+    Subclasses declare their operands, result and properties with IRDL, give
+    ``infer`` (the op's shape function from ``shapes.py``) and their facts
+    (see ``fusec.dialect.facts``): ``PATTERN`` or ``fusion_pattern``,
+    ``reference``, ``scalar`` for elementwise ops, ``FRONTEND`` names and
+    ``UNSUPPORTED`` targets.
     """
 
-    OPERANDS: ClassVar[tuple[str, ...]] = ()
-    ATTRS: ClassVar[Mapping[str, AttrKind]] = {}
+    #: ``ai.cast`` writes its result type: ``: T_from to T_to``.
     HAS_TO_TYPE: ClassVar[bool] = False
+    #: The op's place in the fusion lattice (see ``fusion_pattern``).
+    PATTERN: ClassVar[Pattern] = Pattern.OPAQUE
+    #: Names front ends map one-to-one onto this op.
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames()
+    #: Targets that cannot lower this op, each with the reason.
+    UNSUPPORTED: ClassVar[Mapping[str, str]] = NO_TARGETS
 
     # ---------------------------------------------------------------- builder
     def __init__(
@@ -213,32 +236,47 @@ class AiOp(IRDLOperation):
         )
 
     @classmethod
+    def declared_properties(cls) -> dict[str, OptPropertyDef]:
+        """The op's attributes (IRDL properties), by name, in declaration order."""
+        return _declared_properties(cls)
+
+    @classmethod
+    def operand_names(cls) -> tuple[str, ...]:
+        return tuple(name for name, _ in cls.get_irdl_definition().operands)
+
+    @classmethod
     def encode_attrs(cls, attrs: Mapping[str, Any]) -> dict[str, Attribute]:
         """Python values -> properties, dropping values equal to the default."""
+        declared = cls.declared_properties()
         props: dict[str, Attribute] = {}
         for key, value in attrs.items():
-            if key not in cls.ATTRS:
+            if key not in declared:
                 raise ShapeError(f"{cls.name}: unknown attribute '{key}'{cls._known_attrs()}")
-            kind = cls.ATTRS[key]
+            default = declared[key].default_value
+            assert default is not None
             if isinstance(value, Attribute):
                 props[key] = value
-            elif value != kind.default and value is not None:
-                props[key] = kind.from_python(value)
+            elif value is not None and value != python_value(default):
+                props[key] = attribute_like(value, default)
         return props
 
     @classmethod
     def _known_attrs(cls) -> str:
-        if not cls.ATTRS:
+        declared = cls.declared_properties()
+        if not declared:
             return f" ({cls.name} has no attributes)"
-        return f" (expected one of: {', '.join(cls.ATTRS)})"
+        return f" (expected one of: {', '.join(declared)})"
 
     # ------------------------------------------------------------- semantics
     def attr(self, key: str) -> Any:
         """The Python value of attribute ``key`` (its default when absent)."""
-        return self.ATTRS[key].read(self.properties.get(key))
+        prop = self.declared_properties()[key]
+        value = self.properties.get(key, prop.default_value)
+        assert value is not None
+        return python_value(value)
 
     def attr_values(self) -> dict[str, Any]:
-        return {key: self.attr(key) for key in self.ATTRS}
+        return {key: self.attr(key) for key in self.declared_properties()}
 
     @classmethod
     def infer(cls, operands: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> TensorSpec:
@@ -252,43 +290,64 @@ class AiOp(IRDLOperation):
         properties: Mapping[str, Attribute],
         to_type: TensorSpec | None,
     ) -> TensorSpec:
-        if len(operands) != len(cls.OPERANDS):
+        names = cls.operand_names()
+        if len(operands) != len(names):
             raise ShapeError(
-                f"{cls.name}: expects {len(cls.OPERANDS)} operand(s) "
-                f"({', '.join(cls.OPERANDS)}), got {len(operands)}"
+                f"{cls.name}: expects {len(names)} operand(s) "
+                f"({', '.join(names)}), got {len(operands)}"
             )
         values = {}
-        for key, kind in cls.ATTRS.items():
-            try:
-                values[key] = kind.read(properties.get(key))
-            except ValueError:
-                raise ShapeError(
-                    f"{cls.name}: attribute '{key}' must be {kind.describe}, got {properties[key]}"
-                ) from None
+        for key, prop in cls.declared_properties().items():
+            attr = properties.get(key)
+            if attr is None:
+                attr = prop.default_value
+            elif (problem := _property_problem(key, prop, attr)) is not None:
+                raise ShapeError(f"{cls.name}: {problem}")
+            assert attr is not None
+            values[key] = python_value(attr)
         if cls.HAS_TO_TYPE:
             assert to_type is not None
             values["to"] = to_type.dtype
         return cls.infer(operands, values)
 
+    # ------------------------------------------------------------------ facts
+    def fusion_pattern(self) -> Pattern:
+        """This op instance's place in the fusion lattice (``PATTERN`` unless it
+        depends on the operands, as broadcasting does)."""
+        return self.PATTERN
+
+    @classmethod
+    def has_scalar(cls) -> bool:
+        """True when the op has scalar semantics (``scalar``): the code generators
+        compute it per element inside any kernel."""
+        return cls.scalar is not AiOp.scalar
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        """The float32 expression of one result element from operand elements ``args``."""
+        raise NotImplementedError(f"{self.name} has no scalar semantics")
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        """The numpy implementation (``fusec.dialect.numpy_ops``) of the op."""
+        raise NotImplementedError(f"{self.name} has no reference implementation")
+
+    # ------------------------------------------------------------ verification
     def verify(self, verify_nested_ops: bool = True) -> None:
         # Attribute kinds before IRDL's property constraints, whose message for the
         # generic form (`<{axis = "x"}>`) would not name the attribute.
-        for key, kind in self.ATTRS.items():
+        for key, prop in self.declared_properties().items():
             if key in self.properties:
-                try:
-                    kind.read(self.properties[key])
-                except ValueError:
-                    raise VerifyException(
-                        f"attribute '{key}' must be {kind.describe}, got {self.properties[key]}"
-                    ) from None
+                problem = _property_problem(key, prop, self.properties[key])
+                if problem is not None:
+                    raise VerifyException(problem)
         super().verify(verify_nested_ops)
 
     def verify_(self) -> None:
         try:
             operand_specs = [spec_of(v.type) for v in self.operands]
             result_spec = spec_of(self.results[0].type)
+            declared = self.declared_properties()
             for key in self.properties:
-                if key not in self.ATTRS:
+                if key not in declared:
                     raise ShapeError(f"unknown attribute '{key}'{self._known_attrs()}")
             for key in self.attributes:
                 # Undotted names are inherent attributes: the custom syntax would
@@ -328,9 +387,10 @@ class AiOp(IRDLOperation):
             )
         operands = parser.resolve_operands(unresolved, types, parser.pos)
 
+        declared = cls.declared_properties()
         properties, attributes = {}, {}
         for key, value in attr_dict.items():
-            if key in cls.ATTRS:
+            if key in declared:
                 properties[key] = value
             elif "." in key:  # dialect-prefixed discardable attribute
                 attributes[key] = value
@@ -362,11 +422,11 @@ class AiOp(IRDLOperation):
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
         printer.print_list(self.operands, printer.print_operand)
+        declared = self.declared_properties()
         shown = {
             key: value
             for key, value in self.properties.items()
-            if key not in self.ATTRS
-            or _safe_read(self.ATTRS[key], value) != self.ATTRS[key].default
+            if key not in declared or not _is_default(declared[key], value)
         }
         shown.update(self.attributes)
         printer.print_op_attributes(shown)
@@ -377,23 +437,37 @@ class AiOp(IRDLOperation):
             printer.print_attribute(self.results[0].type)
 
 
-def _safe_read(kind: AttrKind, attr: Attribute) -> Any:
+@functools.cache
+def _declared_properties(cls: type[AiOp]) -> dict[str, OptPropertyDef]:
+    props = cls.get_irdl_definition().properties.items()
+    return {name: prop for name, prop in props if isinstance(prop, OptPropertyDef)}
+
+
+def _property_problem(key: str, prop: OptPropertyDef, attr: Attribute) -> str | None:
     try:
-        return kind.to_python(attr)
-    except ValueError:
-        return attr
+        prop.constr.verify(attr, VerificationContext())
+    except VerifyException:
+        return f"attribute '{key}' must be {describe(prop)}, got {attr}"
+    return None
+
+
+def _is_default(prop: OptPropertyDef, attr: Attribute) -> bool:
+    if _property_problem("", prop, attr) is not None:
+        return False
+    assert prop.default_value is not None
+    return python_value(attr) == python_value(prop.default_value)
 
 
 def _strip_op_prefix(message: str, op_name: str) -> str:
     return message.removeprefix(f"{op_name}: ")
 
 
-def operand(name: str):  # noqa: ARG001 - the name documents the field
-    return _operand_def(TensorType)
+def operand() -> Any:
+    return operand_def(TensorType)
 
 
-def result():
-    return _result_def(TensorType)
+def result() -> Any:
+    return result_def(TensorType)
 
 
 # ---------------------------------------------------------------- tensor ops
@@ -408,26 +482,24 @@ class Conv2DOp(AiOp):
     """
 
     name = "ai.conv2d"
-    input = operand("input")
-    weight = operand("weight")
+    input = operand()
+    weight = operand()
     output = result()
-    strides = opt_prop_def(DenseArrayBase)
-    padding = opt_prop_def(DenseArrayBase)
-    dilations = opt_prop_def(DenseArrayBase)
-    groups = opt_prop_def(IntegerAttr)
+    strides = int_array_prop(1, 1)
+    padding = int_array_prop(0, 0)
+    dilations = int_array_prop(1, 1)
+    groups = int_prop(1)
     traits = traits_def(Pure())
 
-    OPERANDS: ClassVar[tuple[str, ...]] = ("input", "weight")
-    ATTRS: ClassVar[Mapping[str, AttrKind]] = {
-        "strides": int_array((1, 1)),
-        "padding": int_array((0, 0)),
-        "dilations": int_array((1, 1)),
-        "groups": int_attr(1),
-    }
+    PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="conv2d")
 
     @classmethod
     def infer(cls, operands, attrs):
         return shapes.conv2d(*operands, **attrs)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.conv2d(*args, **self.attr_values())
 
 
 @irdl_op_definition
@@ -435,32 +507,48 @@ class BiasAddOp(AiOp):
     """x + bias, the 1-D bias broadcast along dimension ``axis`` of x."""
 
     name = "ai.bias_add"
-    input = operand("input")
-    bias = operand("bias")
+    input = operand()
+    bias = operand()
     output = result()
-    axis = opt_prop_def(IntegerAttr)
+    axis = int_prop(1)
     traits = traits_def(Pure())
 
-    OPERANDS: ClassVar[tuple[str, ...]] = ("input", "bias")
-    ATTRS: ClassVar[Mapping[str, AttrKind]] = {"axis": int_attr(1)}
+    PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="bias_add")
 
     @classmethod
     def infer(cls, operands, attrs):
         return shapes.bias_add(*operands, **attrs)
 
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.arith(args[0], "+", args[1])  # an add, once the bias is broadcast
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.bias_add(*args, axis=self.attr("axis"))
+
 
 class BinaryOp(AiOp):
     """Elementwise binary op with numpy broadcasting."""
 
-    lhs = operand("lhs")
-    rhs = operand("rhs")
+    lhs = operand()
+    rhs = operand()
     output = result()
     traits = traits_def(Pure())
-    OPERANDS: ClassVar[tuple[str, ...]] = ("lhs", "rhs")
+
+    PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
 
     @classmethod
     def infer(cls, operands, attrs):
         return shapes.elementwise_binary(cls.name, *operands)
+
+    def fusion_pattern(self) -> Pattern:
+        """Elementwise when both operands have one shape, else broadcast."""
+        if (
+            self.lhs.type == self.rhs.type
+            or spec_of(self.lhs.type).shape == spec_of(self.rhs.type).shape
+        ):
+            return Pattern.ELEMENTWISE
+        return Pattern.BROADCAST
 
 
 @irdl_op_definition
@@ -468,6 +556,13 @@ class AddOp(BinaryOp):
     """Elementwise a + b (numpy broadcasting)."""
 
     name = "ai.add"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("add", ufuncs=("add",), onnx=("Add",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.arith(args[0], "+", args[1])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.add(*args)
 
 
 @irdl_op_definition
@@ -475,6 +570,13 @@ class SubOp(BinaryOp):
     """Elementwise a - b (numpy broadcasting)."""
 
     name = "ai.sub"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("sub", ufuncs=("subtract",), onnx=("Sub",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.arith(args[0], "-", args[1])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.sub(*args)
 
 
 @irdl_op_definition
@@ -482,6 +584,13 @@ class MulOp(BinaryOp):
     """Elementwise a * b (numpy broadcasting)."""
 
     name = "ai.mul"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("mul", ufuncs=("multiply",), onnx=("Mul",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.arith(args[0], "*", args[1])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.mul(*args)
 
 
 @irdl_op_definition
@@ -489,22 +598,40 @@ class DivOp(BinaryOp):
     """Elementwise a / b (numpy broadcasting)."""
 
     name = "ai.div"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "div", ufuncs=("divide", "true_divide"), onnx=("Div",)
+    )
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.arith(args[0], "/", args[1])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.div(*args)
 
 
 @irdl_op_definition
 class MaximumOp(BinaryOp):
-    """Elementwise max(a, b) (numpy broadcasting)."""
+    """Elementwise max(a, b) (numpy broadcasting); NaN propagates."""
 
     name = "ai.maximum"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("maximum", ufuncs=("maximum",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        a, b = args  # no min/max builtins: NaN must propagate from either side
+        return s.select(s.either(s.compare(a, ">=", b), s.compare(a, "!=", a)), a, b)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.maximum(*args)
 
 
 class UnaryOp(AiOp):
     """Elementwise unary op: result type equals operand type."""
 
-    input = operand("input")
+    input = operand()
     output = result()
     traits = traits_def(Pure())
-    OPERANDS: ClassVar[tuple[str, ...]] = ("input",)
+
+    PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
 
     @classmethod
     def infer(cls, operands, attrs):
@@ -513,10 +640,19 @@ class UnaryOp(AiOp):
 
 @irdl_op_definition
 class ReluOp(UnaryOp):
-    """max(x, 0)."""
+    """max(x, 0); NaN propagates."""
 
     name = "ai.relu"
     traits = traits_def(Pure(), ReluCanonicalization())
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("relu", onnx=("Relu",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        zero = s.literal(0.0)
+        return s.select(s.negate(s.compare(a, "<", zero)), a, zero)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.relu(*args)
 
 
 @irdl_op_definition
@@ -524,6 +660,14 @@ class SigmoidOp(UnaryOp):
     """1 / (1 + exp(-x))."""
 
     name = "ai.sigmoid"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("sigmoid", onnx=("Sigmoid",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        one = s.literal(1.0)
+        return s.arith(one, "/", s.arith(one, "+", s.exp(s.neg(args[0]))))
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.sigmoid(*args)
 
 
 @irdl_op_definition
@@ -531,6 +675,13 @@ class TanhOp(UnaryOp):
     """tanh(x)."""
 
     name = "ai.tanh"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("tanh", ufuncs=("tanh",), onnx=("Tanh",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.call("tanh", args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.tanh(*args)
 
 
 @irdl_op_definition
@@ -538,6 +689,13 @@ class ExpOp(UnaryOp):
     """exp(x)."""
 
     name = "ai.exp"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("exp", ufuncs=("exp",), onnx=("Exp",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.exp(args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.exp(*args)
 
 
 @irdl_op_definition
@@ -545,6 +703,41 @@ class SqrtOp(UnaryOp):
     """sqrt(x) (NaN for x < 0): needed to normalise by a variance known only at run time."""
 
     name = "ai.sqrt"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("sqrt", ufuncs=("sqrt",), onnx=("Sqrt",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.call("sqrt", args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.sqrt(*args)
+
+
+@irdl_op_definition
+class NegOp(UnaryOp):
+    """-x."""
+
+    name = "ai.neg"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("neg", ufuncs=("negative",), onnx=("Neg",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.neg(args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return np.negative(args[0])
+
+
+@irdl_op_definition
+class AbsOp(UnaryOp):
+    """|x| (NaN stays NaN)."""
+
+    name = "ai.abs"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("abs", ufuncs=("absolute",), onnx=("Abs",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.call("fabs", args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return np.abs(args[0])
 
 
 @irdl_op_definition
@@ -552,6 +745,26 @@ class SiluOp(UnaryOp):
     """x * sigmoid(x)."""
 
     name = "ai.silu"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("silu")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        return _minus_zero_at_minus_inf(
+            s, a, s.arith(a, "/", s.arith(s.literal(1.0), "+", s.exp(s.neg(a))))
+        )
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.silu(*args)
+
+
+def _minus_zero_at_minus_inf(s: ScalarBuilder, x: str, value: str) -> str:
+    """``x * f(x)`` activations tend to -0 as x -> -inf, where the formula gives
+    -inf * 0 = NaN: the limit, as the reference computes it."""
+    return s.select(s.compare(x, "==", s.literal(-math.inf)), s.literal(-0.0), value)
+
+
+_SQRT1_2 = 0.7071067811865476
+_GELU_TANH_2C = 2.0 * math.sqrt(2.0 / math.pi)  # 2 * sqrt(2/pi): the x*sigmoid(2u) form
 
 
 @irdl_op_definition
@@ -559,8 +772,24 @@ class GeluOp(UnaryOp):
     """GELU: exact (erf) by default, or the tanh approximation."""
 
     name = "ai.gelu"
-    approximate = opt_prop_def(StringAttr)
-    ATTRS: ClassVar[Mapping[str, AttrKind]] = {"approximate": string_attr("none", ("none", "tanh"))}
+    approximate = choice_prop("none", "none", "tanh")
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("gelu")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        if self.attr("approximate") == "tanh":
+            # 0.5*x*(1 + tanh(u)) == x * sigmoid(2u): exact, and no cancellation
+            cube = s.arith(s.arith(s.arith(s.literal(0.044715), "*", a), "*", a), "*", a)
+            u2 = s.arith(s.literal(_GELU_TANH_2C), "*", s.arith(a, "+", cube))
+            value = s.arith(a, "/", s.arith(s.literal(1.0), "+", s.exp(s.neg(u2))))
+        else:
+            # 0.5*x*(1 + erf(x/sqrt2)) == 0.5*x*erfc(-x/sqrt2): no cancellation for x < 0
+            erfc = s.call("erfc", s.arith(s.neg(a), "*", s.literal(_SQRT1_2)))
+            value = s.arith(s.arith(s.literal(0.5), "*", a), "*", erfc)
+        return _minus_zero_at_minus_inf(s, a, value)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.gelu(*args, approximate=self.attr("approximate"))
 
 
 @irdl_op_definition
@@ -572,22 +801,22 @@ class MatmulOp(AiOp):
     """
 
     name = "ai.matmul"
-    lhs = operand("lhs")
-    rhs = operand("rhs")
+    lhs = operand()
+    rhs = operand()
     output = result()
-    transpose_a = opt_prop_def(IntegerAttr)
-    transpose_b = opt_prop_def(IntegerAttr)
+    transpose_a = bool_prop(False)
+    transpose_b = bool_prop(False)
     traits = traits_def(Pure())
 
-    OPERANDS: ClassVar[tuple[str, ...]] = ("lhs", "rhs")
-    ATTRS: ClassVar[Mapping[str, AttrKind]] = {
-        "transpose_a": bool_attr(False),
-        "transpose_b": bool_attr(False),
-    }
+    PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="matmul")
 
     @classmethod
     def infer(cls, operands, attrs):
         return shapes.matmul(*operands, **attrs)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.matmul(*args, **self.attr_values())
 
 
 @irdl_op_definition
@@ -595,19 +824,22 @@ class LayerNormOp(AiOp):
     """Layer normalisation over the last axis: (x - mean) / sqrt(var + eps) * gamma + beta."""
 
     name = "ai.layernorm"
-    input = operand("input")
-    gamma = operand("gamma")
-    beta = operand("beta")
+    input = operand()
+    gamma = operand()
+    beta = operand()
     output = result()
-    epsilon = opt_prop_def(FloatAttr)
+    epsilon = float_prop(1e-5)
     traits = traits_def(Pure())
 
-    OPERANDS: ClassVar[tuple[str, ...]] = ("input", "gamma", "beta")
-    ATTRS: ClassVar[Mapping[str, AttrKind]] = {"epsilon": f32_attr(1e-5)}
+    PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="layernorm")
 
     @classmethod
     def infer(cls, operands, attrs):
         return shapes.layernorm(*operands, epsilon=attrs["epsilon"])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.layernorm(*args, epsilon=self.attr("epsilon"))
 
 
 @irdl_op_definition
@@ -615,17 +847,20 @@ class SoftmaxOp(AiOp):
     """Softmax along ``axis`` (default the last)."""
 
     name = "ai.softmax"
-    input = operand("input")
+    input = operand()
     output = result()
-    axis = opt_prop_def(IntegerAttr)
+    axis = int_prop(-1)
     traits = traits_def(Pure())
 
-    OPERANDS: ClassVar[tuple[str, ...]] = ("input",)
-    ATTRS: ClassVar[Mapping[str, AttrKind]] = {"axis": int_attr(-1)}
+    PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="softmax")
 
     @classmethod
     def infer(cls, operands, attrs):
         return shapes.softmax(*operands, **attrs)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.softmax(*args, axis=self.attr("axis"))
 
 
 @irdl_op_definition
@@ -633,12 +868,13 @@ class CastOp(AiOp):
     """Element type conversion: ``ai.cast %x : T_from to T_to``."""
 
     name = "ai.cast"
-    input = operand("input")
+    input = operand()
     output = result()
     traits = traits_def(Pure(), CastCanonicalization())
 
-    OPERANDS: ClassVar[tuple[str, ...]] = ("input",)
     HAS_TO_TYPE: ClassVar[bool] = True
+    PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="cast")
 
     def __init__(self, value: SSAValue, to_dtype: str) -> None:
         spec = shapes.cast(spec_of(value.type), to_dtype)
@@ -647,6 +883,14 @@ class CastOp(AiOp):
     @classmethod
     def infer(cls, operands, attrs):
         return shapes.cast(operands[0], attrs["to"])
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        # Kernels compute in float32: a cast to a 16-bit type rounds exactly as
+        # numpy/ml_dtypes do, so mid-chain casts change values as the IR says.
+        return s.round_to(spec_of(self.results[0].type).dtype, args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return args[0]  # the executor stores each result in its declared dtype
 
 
 # ----------------------------------------------------------- fusion groups
@@ -660,7 +904,8 @@ class FusedOp(IRDLOperation):
     ``^bb0(%x: T_a, %y: T_b): ... ai.yield %v : T_r }``
 
     The operands are the group's inputs and become the body's block arguments;
-    ``ai.yield`` gives the results. ``kind`` names the kernel template.
+    ``ai.yield`` gives the results. ``kind`` names the kernel template: one of
+    the registered ``FUSED_KINDS``.
     """
 
     name = "ai.fused"
@@ -698,6 +943,10 @@ class FusedOp(IRDLOperation):
     def verify_(self) -> None:
         if not self.kind.data:
             raise VerifyException("'kind' must be a non-empty string")
+        if self.kind.data not in FUSED_KINDS:
+            raise VerifyException(
+                f"unknown kind {self.kind.data!r} (registered kinds: {', '.join(FUSED_KINDS)})"
+            )
         block = self.body.block
         arg_types = [a.type for a in block.args]
         in_types = [v.type for v in self.inputs]
@@ -796,6 +1045,8 @@ TENSOR_OPS: tuple[type[AiOp], ...] = (
     TanhOp,
     ExpOp,
     SqrtOp,
+    NegOp,
+    AbsOp,
     SiluOp,
     GeluOp,
     MatmulOp,

@@ -576,19 +576,13 @@ def _default_opset(model: onnx.ModelProto, source: str) -> int:
 # ------------------------------------------------------------------ converters
 
 
-_UNARY: dict[str, type[ai.AiOp]] = {
-    "Relu": ai.ReluOp,
-    "Sigmoid": ai.SigmoidOp,
-    "Tanh": ai.TanhOp,
-    "Exp": ai.ExpOp,
-    "Sqrt": ai.SqrtOp,
-}
-_BINARY: dict[str, type[ai.AiOp]] = {
-    "Add": ai.AddOp,
-    "Sub": ai.SubOp,
-    "Mul": ai.MulOp,
-    "Div": ai.DivOp,
-}
+def _onnx_names(base: type[ai.AiOp]) -> dict[str, type[ai.AiOp]]:
+    """ONNX operator -> op, from the ops' own facts (``FRONTEND.onnx``)."""
+    return {n: op for op in ai.TENSOR_OPS if issubclass(op, base) for n in op.FRONTEND.onnx}
+
+
+_UNARY = _onnx_names(ai.UnaryOp)
+_BINARY = _onnx_names(ai.BinaryOp)
 
 
 @converter(*_UNARY, attrs=("consumed_inputs",))

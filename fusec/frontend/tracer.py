@@ -114,16 +114,15 @@ def current_trace() -> Trace | None:
 
 # ------------------------------------------------------------ tracer objects
 
-_UNARY_UFUNCS: dict[str, type[ai.AiOp]] = {"exp": ai.ExpOp, "tanh": ai.TanhOp, "sqrt": ai.SqrtOp}
-_BINARY_UFUNCS: dict[str, type[ai.AiOp]] = {
-    "add": ai.AddOp,
-    "subtract": ai.SubOp,
-    "multiply": ai.MulOp,
-    "divide": ai.DivOp,
-    "true_divide": ai.DivOp,
-    "maximum": ai.MaximumOp,
-}
-_SUPPORTED_UFUNCS = (*_UNARY_UFUNCS, *_BINARY_UFUNCS, "negative", "positive", "matmul")
+
+def _ufuncs(base: type[ai.AiOp]) -> dict[str, type[ai.AiOp]]:
+    """numpy ufunc name -> op, from the ops' own facts (``FRONTEND.ufuncs``)."""
+    return {u: op for op in ai.TENSOR_OPS if issubclass(op, base) for u in op.FRONTEND.ufuncs}
+
+
+_UNARY_UFUNCS = _ufuncs(ai.UnaryOp)
+_BINARY_UFUNCS = _ufuncs(ai.BinaryOp)
+_SUPPORTED_UFUNCS = (*_UNARY_UFUNCS, *_BINARY_UFUNCS, "positive", "matmul")
 
 
 class Traced:
@@ -191,7 +190,7 @@ class Traced:
         return self.trace.matmul(other, self)
 
     def __neg__(self):
-        return self.trace.binary(ai.MulOp, self, -1.0)
+        return self.trace.emit(ai.NegOp, (self,))
 
     def __pos__(self):
         return self
@@ -215,7 +214,7 @@ class Traced:
     __rmod__ = __mod__
 
     def __abs__(self):
-        self._unsupported_operator("abs()")
+        return self.trace.emit(ai.AbsOp, (self,))
 
     # ---------------------------------------------------------- comparisons
     def _compare(self, other):
@@ -279,8 +278,6 @@ class Traced:
             return trace.emit(_UNARY_UFUNCS[ufunc.__name__], inputs)
         if ufunc.__name__ in _BINARY_UFUNCS:
             return trace.binary(_BINARY_UFUNCS[ufunc.__name__], *inputs)
-        if ufunc.__name__ == "negative":
-            return trace.binary(ai.MulOp, inputs[0], -1.0)
         if ufunc.__name__ == "positive":
             return inputs[0]
         return trace.matmul(*inputs)

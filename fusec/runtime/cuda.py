@@ -27,6 +27,15 @@ from fusec.codegen import KernelSource
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import TensorSpec
 from fusec.errors import FusecError
+from fusec.runtime.cuda_streams import (
+    LEGACY,
+    StreamRef,
+    current_torch_ref,
+    explicit_handle,
+    stream_ptr,
+    stream_ref,
+    wait_for,
+)
 from fusec.runtime.launch import nvtx_range
 
 _SEARCH_PATH_VAR = "NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS"
@@ -144,25 +153,6 @@ def sm_count() -> int:
     return int(numba_cuda().get_current_device().MULTIPROCESSOR_COUNT)
 
 
-def stream_ptr(stream: Any) -> int:
-    """The raw ``CUstream`` of a numba, torch or cupy stream object (0: legacy default)."""
-    if stream is None:
-        return 0
-    if isinstance(stream, int):
-        return stream
-    if hasattr(stream, "__cuda_stream__"):  # the CUDA stream protocol (numba, cuda.core)
-        return int(stream.__cuda_stream__()[1])
-    for attr in ("cuda_stream", "ptr"):  # torch, cupy
-        if hasattr(stream, attr):
-            return int(getattr(stream, attr))
-    handle = getattr(stream, "handle", stream)  # numba Stream
-    handle = getattr(handle, "value", handle)
-    try:
-        return int(handle) if handle is not None else 0
-    except TypeError:  # the simulator's streams have no handle
-        return 0
-
-
 # ------------------------------------------------------------------------- kernels
 
 
@@ -237,6 +227,11 @@ def parse_arch(arch: str) -> tuple[int, int]:
 
 
 _TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
+
+
+def _family_of_stream(stream: Any) -> str:
+    module = type(stream).__module__.split(".")[0]
+    return "torch" if module == "torch" and hasattr(stream, "cuda_stream") else module
 
 
 def _family(obj: Any) -> str:
@@ -315,24 +310,42 @@ class _Adapter:
             self.cupy = cupy
 
     # ------------------------------------------------------------ streams
-    def stream(self, explicit: Any) -> _StreamRef:
-        """The stream to launch on: ``explicit``, else the caller's current one."""
+    def stream(self, explicit: Any) -> StreamRef:
+        """The stream to launch on: ``explicit``, else the caller's current one
+        (see ``fusec.runtime.cuda_streams``)."""
+        if simulator_enabled():  # one stream, handle 0, in the simulator
+            return explicit if isinstance(explicit, StreamRef) else stream_ref(0)
         if explicit is not None:
-            if isinstance(explicit, _StreamRef):
+            if isinstance(explicit, StreamRef):
                 return explicit
-            ptr = stream_ptr(explicit)
-        elif self.family == "torch":
-            raw = getattr(self.torch._C, "_cuda_getCurrentRawStream", None)
-            if raw is not None:
-                ptr = raw(self.device.index)
-            else:
-                ptr = self.torch.cuda.current_stream(self.device).cuda_stream
-        elif self.family == "cupy":
-            ptr = self.cupy.cuda.get_current_stream().ptr
-        else:
+            torch_stream = explicit if _family_of_stream(explicit) == "torch" else None
+            return StreamRef(explicit_handle(explicit), torch_stream=torch_stream)
+        if self.family == "torch":
+            return current_torch_ref(self._raw_current(self.device.index))
+        if self.family == "cupy":
+            return stream_ref(explicit_handle(self.cupy.cuda.get_current_stream()))
+        if self.family == "host":
             own = _own_stream()
-            return _StreamRef(stream_ptr(own), own)
-        return _stream_ref(ptr)
+            return StreamRef(stream_ptr(own), own)
+        return stream_ref(LEGACY)  # numba / CAI / DLPack arrays: Numba's default stream
+
+    def _raw_current(self, index: int) -> int:
+        raw = getattr(self.torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return int(raw(index))
+        return int(self.torch.cuda.current_stream(self.device).cuda_stream)
+
+    def torch_context(self, stream: StreamRef) -> Any:
+        """A context making ``stream`` torch's current stream (for torch allocations,
+        copies and PyTorch fallback groups); nothing to do when it already is."""
+        import contextlib
+
+        if stream.current:
+            return contextlib.nullcontext()
+        import torch
+
+        device = self.device if self.family == "torch" else None
+        return torch.cuda.stream(stream.torch_stream(torch, device))
 
     # ------------------------------------------------------------- inputs
     def wrap(self, obj: Any, spec: TensorSpec, stream: Any, index: int, fn_name: str) -> _Buffer:
@@ -349,7 +362,7 @@ class _Adapter:
             _check_dtype(obj.dtype == want, obj.dtype, spec, index, fn_name)
             if not obj.is_contiguous() or obj.data_ptr() % 16:
                 obj = obj.clone(memory_format=torch.contiguous_format)
-            return self._torch_buffer(obj, spec)
+            return _torch_buffer(obj, spec)
         _check_shape(obj, spec, index, fn_name)
         if self.family == "cupy":
             cp = self.cupy
@@ -361,6 +374,9 @@ class _Adapter:
             view = obj.reshape(-1).view(_storage_np(spec.dtype))
             return _Buffer(obj, spec, flat=cuda.as_cuda_array(view, sync=False))
         if self.family in ("numba", "cai"):
+            producer = obj.__cuda_array_interface__.get("stream")
+            if producer is not None:  # CAI v3: the stream that produced the data
+                wait_for(stream, int(producer))
             arr = cuda.as_cuda_array(obj, sync=False)
             ok = arr.dtype.itemsize == np.dtype(numpy_dtype(spec.dtype)).itemsize and (
                 arr.dtype == numpy_dtype(spec.dtype) or arr.dtype.kind in "iuV"
@@ -377,14 +393,16 @@ class _Adapter:
         flat = np.ascontiguousarray(host).reshape(-1).view(_storage_np(spec.dtype))
         return _Buffer(None, spec, flat=cuda.to_device(flat, stream=stream.numba))
 
-    def _torch_buffer(self, t: Any, spec: TensorSpec) -> _Buffer:
-        torch, cuda = self.torch, self.cuda
+    def as_torch(self, buffer: _Buffer) -> Any:
+        """A torch tensor (no copy) of ``buffer`` with its spec's shape and element type."""
+        if _is_torch(buffer.user):
+            return buffer.user
+        import torch
 
-        def view() -> Any:
-            flat = t.reshape(-1).view(torch.float32 if spec.dtype == "f32" else torch.int16)
-            return cuda.as_cuda_array(flat, sync=False)
-
-        return _Buffer(t, spec, ptr=t.data_ptr(), view=view)
+        flat = torch.as_tensor(buffer.flat, device="cuda")
+        if buffer.spec.dtype != "f32":
+            flat = flat.view(getattr(torch, _TORCH_DTYPES[buffer.spec.dtype]))
+        return flat.view(buffer.spec.shape)
 
     # ------------------------------------------------------------ outputs
     def empty(self, spec: TensorSpec, stream: Any) -> _Buffer:
@@ -394,7 +412,7 @@ class _Adapter:
             t = torch.empty(
                 spec.shape, dtype=getattr(torch, _TORCH_DTYPES[spec.dtype]), device=self.device
             )
-            return self._torch_buffer(t, spec)
+            return _torch_buffer(t, spec)
         if self.family == "cupy":
             cp = self.cupy
             dtype = {"f32": cp.float32, "f16": cp.float16, "bf16": cp.int16}[spec.dtype]
@@ -408,8 +426,14 @@ class _Adapter:
 
     def result(self, buffer: _Buffer, stream: Any) -> Any:
         """What the caller gets back: the same family as the inputs."""
-        if self.family in ("torch", "cupy"):
+        if self.family == "torch":
             return buffer.user
+        if self.family == "cupy":
+            if type(buffer.user).__module__.split(".")[0] == "cupy":
+                return buffer.user
+            cp = self.cupy  # a PyTorch fallback group's tensor: a cupy view of its memory
+            dtype = {"f32": cp.float32, "f16": cp.float16, "bf16": cp.int16}[buffer.spec.dtype]
+            return cp.asarray(buffer.flat).view(dtype).reshape(buffer.spec.shape)
         if self.family in ("numba", "cai", "dlpack"):
             shaped = buffer.flat.reshape(buffer.spec.shape) if buffer.spec.shape else buffer.flat
             if buffer.spec.dtype == "f16":
@@ -421,6 +445,22 @@ class _Adapter:
 
         host = buffer.flat.copy_to_host(stream=stream.numba)
         return host.view(numpy_dtype(buffer.spec.dtype)).reshape(buffer.spec.shape)
+
+
+def _is_torch(obj: Any) -> bool:
+    return type(obj).__module__.split(".")[0] == "torch"
+
+
+def _torch_buffer(t: Any, spec: TensorSpec) -> _Buffer:
+    """A buffer over a contiguous torch tensor of ``spec``'s shape and element type."""
+
+    def view() -> Any:
+        import torch
+
+        flat = t.reshape(-1).view(torch.float32 if spec.dtype == "f32" else torch.int16)
+        return numba_cuda().as_cuda_array(flat, sync=False)
+
+    return _Buffer(t, spec, ptr=t.data_ptr(), view=view)
 
 
 def _size(spec: TensorSpec) -> int:
@@ -444,47 +484,7 @@ def _check_dtype(ok: bool, got: Any, spec: TensorSpec, index: int, fn_name: str)
         raise FusecError(f"@{fn_name}: argument #{index} has dtype {got}, expected {spec}")
 
 
-_streams: dict[int, Any] = {}
 _own: list[Any] = []
-_refs: dict[int, _StreamRef] = {}
-
-
-class _StreamRef:
-    """A CUDA stream by its raw handle; the numba Stream object is made only when needed
-    (copies, the simulator, fallback groups), so a direct launch never touches numba."""
-
-    __slots__ = ("ptr", "_numba")
-
-    def __init__(self, ptr: int, numba_stream: Any = None) -> None:
-        self.ptr = ptr
-        self._numba = numba_stream
-
-    @property
-    def numba(self) -> Any:
-        if self._numba is None:
-            cuda = numba_cuda()
-            self._numba = cuda.default_stream() if self.ptr == 0 else _external_stream(self.ptr)
-        return self._numba
-
-    def __cuda_stream__(self) -> tuple[int, int]:
-        return (0, self.ptr)
-
-    def synchronize(self) -> None:
-        self.numba.synchronize()
-
-
-def _stream_ref(ptr: int) -> _StreamRef:
-    ref = _refs.get(ptr)
-    if ref is None:
-        ref = _refs[ptr] = _StreamRef(ptr)
-    return ref
-
-
-def _external_stream(ptr: int) -> Any:
-    stream = _streams.get(ptr)
-    if stream is None:
-        stream = _streams[ptr] = numba_cuda().external_stream(ptr)
-    return stream
 
 
 def _own_stream() -> Any:
@@ -513,6 +513,8 @@ class CudaBackend:
 
     def load(self, kernel: KernelSource) -> Callable[..., Any]:
         module = load_kernel_module(kernel, self.cache)
+        if getattr(module, "TORCH_FALLBACK", False):
+            return TorchGroup(module, kernel)
         if not simulator_enabled() and hasattr(module, "launch_raw"):
             return _RawLaunch(module, self.sms)
         if simulator_enabled() or len(getattr(module, "KERNELS", ())) != 1:
@@ -539,6 +541,43 @@ class CudaBackend:
         import numpy as np
 
         return np.asarray(value)
+
+
+class TorchGroup:
+    """A conv/matmul group that runs through PyTorch (``fusec.codegen.cuda_torch``).
+
+    Called with torch tensors of the group's operand types, on torch's current
+    stream (the caller arranges that it is the call's stream); returns
+    PyTorch's result tensors, checked against the group's result types.
+    """
+
+    def __init__(self, module: ModuleType, kernel: KernelSource) -> None:
+        from fusec.extras import require
+
+        require(
+            "gpu",
+            "conv/matmul groups on the cuda target run through PyTorch until their Tensor "
+            "Core templates exist; this",
+        )
+        import torch
+
+        self.torch = torch
+        self.run = module.run
+        self.outputs = kernel.outputs
+        self.name = kernel.name
+        self.dtypes = [getattr(torch, _TORCH_DTYPES[spec.dtype]) for spec in kernel.outputs]
+
+    def __call__(self, tensors: list[Any]) -> list[Any]:
+        results = list(self.run(self.torch, *tensors))
+        for k, (t, spec, dtype) in enumerate(zip(results, self.outputs, self.dtypes, strict=True)):
+            if tuple(t.shape) != spec.shape or t.dtype != dtype:  # a code generator bug
+                raise FusecError(
+                    f"kernel {self.name}: result #{k} is {tuple(t.shape)} {t.dtype}, "
+                    f"expected {spec}"
+                )
+            if not t.is_contiguous():
+                results[k] = t.contiguous()
+        return results
 
 
 class _DirectLaunch:
@@ -682,28 +721,33 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
             "host" if first is None else families[first], None if first is None else args[first]
         )
         stream_ref = adapter.stream(stream)
+        fns = self._fns if self._fns is not None else self.load()  # compiled on first use
+        if adapter.family == "torch" or self._torch_groups:  # torch work: on the call's stream
+            with adapter.torch_context(stream_ref):
+                return self._run(args, adapter, stream_ref, fns, poison)
+        return self._run(args, adapter, stream_ref, fns, poison)
+
+    @property
+    def _torch_groups(self) -> bool:
+        return any(isinstance(fn, TorchGroup) for fn in self._fns or ())
+
+    def _run(
+        self, args: Sequence[Any], adapter: _Adapter, stream_ref: StreamRef, fns: list, poison: bool
+    ) -> tuple:
         values: list[Any] = [None] * self._slot_count
         for index, arg in enumerate(args):
             values[index] = adapter.wrap(arg, self._specs[index], stream_ref, index, self._name)
         for index, buffer in self._device_constants(stream_ref).items():
             values[index] = buffer
-        fns = self._fns if self._fns is not None else self.load()  # compiled on first use
         for fn, (ins, outs, out_specs, label) in zip(fns, self._steps, strict=True):
             inputs = [values[k] for k in ins]
-            outputs = [adapter.empty(spec, stream_ref) for spec in out_specs]
-            if poison:
-                for out in outputs:
-                    _fill_nan(out, stream_ref)
             with nvtx_range(label):
-                if isinstance(fn, (_DirectLaunch, _RawLaunch)):
-                    fn.direct(stream_ref.ptr, inputs, outputs)
+                if isinstance(fn, TorchGroup):
+                    results = fn([adapter.as_torch(b) for b in inputs])
+                    pairs = zip(results, out_specs, strict=True)
+                    outputs = [_torch_buffer(t, spec) for t, spec in pairs]
                 else:
-                    fn(
-                        *(b.flat for b in inputs),
-                        *(o.flat for o in outputs),
-                        stream=stream_ref.numba,
-                        sms=self.backend.sms,
-                    )
+                    outputs = self._launch(fn, adapter, stream_ref, inputs, out_specs, poison)
             for k, out in zip(outs, outputs, strict=True):
                 values[k] = out
         if self._keep is not None:
@@ -713,8 +757,30 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
             stream_ref.synchronize()
         return results
 
-    def _device_constants(self, stream: _StreamRef) -> dict[int, _Buffer]:
-        """The module's arith.constant tensors, uploaded once (slot -> buffer)."""
+    def _launch(
+        self, fn: Any, adapter: _Adapter, stream: StreamRef, inputs: list, specs, poison: bool
+    ) -> list[_Buffer]:
+        """One Numba kernel group: outputs allocated (poisoned on request), one launch."""
+        outputs = [adapter.empty(spec, stream) for spec in specs]
+        if poison:
+            for out in outputs:
+                _fill_nan(out, stream)
+        if isinstance(fn, (_DirectLaunch, _RawLaunch)):
+            fn.direct(stream.ptr, inputs, outputs)
+        else:
+            fn(
+                *(b.flat for b in inputs),
+                *(o.flat for o in outputs),
+                stream=stream.numba,
+                sms=self.backend.sms,
+            )
+        return outputs
+
+    def _device_constants(self, stream: StreamRef) -> dict[int, _Buffer]:
+        """The module's arith.constant tensors, uploaded once (slot -> buffer).
+
+        Later calls may run on other streams, so the upload is waited for once.
+        """
         if not self._constants and self._constant_slots:
             host = _Adapter("host", None)
             from fusec.runtime.dtypes import element_type_of
@@ -722,6 +788,7 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
             for index, array in self._constant_slots:
                 spec = TensorSpec(tuple(array.shape), element_type_of(array.dtype) or "f32")
                 self._constants[index] = host.wrap(array, spec, stream, 0, "constant")
+            stream.synchronize()
         return self._constants
 
     def capture(self, *args: Any, stream: Any = None) -> CudaGraph:
@@ -783,14 +850,22 @@ class CudaGraph:
         device_args = [_device_copy(a) for a in args]
         self.inputs = device_args
         program(device_args, stream=stream)  # warm-up: module load outside the capture
+        if program._torch_groups:
+            raise FusecError(
+                "CUDA graph capture of conv/matmul groups that run through PyTorch is not "
+                "supported (their Tensor Core templates will be capturable)"
+            )
         capture_stream = cuda.stream()
         cuda.synchronize()
         handle = drv.CUstream(stream_ptr(capture_stream))
         mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
         _check(drv.cuStreamBeginCapture(handle, mode))
         program._keep = self.buffers = []  # intermediates must outlive the capture
+        # torch allocations stay on torch's current stream, outside the capture: the
+        # buffers are kept alive above, and the kernels are what is recorded
+        capture = StreamRef(stream_ptr(capture_stream), capture_stream, current=True)
         try:
-            outputs = program(device_args, stream=capture_stream)
+            outputs = program(device_args, stream=capture)
         except BaseException:
             drv.cuStreamEndCapture(handle)
             raise
@@ -805,7 +880,8 @@ class CudaGraph:
     def replay(self, stream: Any = None) -> tuple:
         """Launch the graph on ``stream`` (default: its capture stream); no synchronisation."""
         target = self.stream if stream is None else stream
-        _check(self.drv.cuGraphLaunch(self.graph_exec, self.drv.CUstream(stream_ptr(target))))
+        handle = self.drv.CUstream(explicit_handle(target))
+        _check(self.drv.cuGraphLaunch(self.graph_exec, handle))
         return self.outputs
 
 

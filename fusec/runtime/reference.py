@@ -1,13 +1,28 @@
 """The reference executor: a numpy interpreter of the ``ai`` dialect.
 
 It is the ground truth of every numerics test. It runs on xDSL's
-``Interpreter`` with one ``@impl`` per op, each a call into the vectorised
-kernels of ``numpy_ops``; ``ai.fused`` runs its body, so IR before and after
-fusion can be compared directly.
+``Interpreter`` with one ``@impl`` per op, each a call of the op's own
+``reference`` (the vectorised kernels of ``fusec.dialect.numpy_ops``);
+``ai.fused`` runs its body, so IR before and after fusion can be compared
+directly.
 
-Two precisions: ``"float64"`` computes everything in float64 (casts are the
-identity: it is the exact maths the IR means), ``"native"`` computes in each
-op's declared element type (float16/bfloat16 reductions accumulate in float32).
+Two precisions: ``"float64"`` computes in float64, ``"native"`` computes in
+each op's declared element type (float16/bfloat16 reductions accumulate in
+float32).
+
+In float64, ``rounding`` says where a value is rounded to its declared element
+type, so that the reference can reproduce each way of running the IR:
+
+* ``"none"``: nowhere; casts are the identity (the exact maths).
+* ``"casts"``: at every ``ai.cast`` result only. This is what one fused kernel
+  does: 16-bit intermediates stay float32 inside it, and only the IR's explicit
+  casts round.
+* ``"every-op"``: at every op result. This is what running op by op does
+  (unfused ops, PyTorch eager, the cuda target's PyTorch fallback groups):
+  each 16-bit result is stored, so rounded, before the next op reads it.
+* ``"groups"``: at ``ai.cast`` results and at ``ai.fused`` results, for fused
+  IR: what a compiled program of fused kernels does (f32 inside each group,
+  rounding at the group boundaries, where values are stored).
 """
 
 from __future__ import annotations
@@ -31,10 +46,10 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import ShapeError
 from fusec.errors import FusecError
-from fusec.runtime import numpy_ops as K
 from fusec.runtime.dtypes import numpy_dtype
 
 PRECISIONS = ("float64", "native")
+ROUNDINGS = ("none", "casts", "every-op", "groups")
 
 
 def _out_dtype(interpreter: Interpreter, value) -> np.dtype:
@@ -47,58 +62,29 @@ def _precision(interpreter: Interpreter) -> str:
     return interpreter.get_data(AiFunctions, "precision", lambda: "float64")
 
 
+def _rounding(interpreter: Interpreter) -> str:
+    return interpreter.get_data(AiFunctions, "rounding", lambda: "none")
+
+
+def round_to(array: np.ndarray, dtype: str) -> np.ndarray:
+    """``array`` (float64) rounded to the element type ``dtype``, back in float64."""
+    return np.asarray(array).astype(numpy_dtype(dtype)).astype(np.float64)
+
+
 def _result(interpreter: Interpreter, op, array: np.ndarray) -> tuple[np.ndarray]:
-    return (np.asarray(array).astype(_out_dtype(interpreter, op.results[0]), copy=False),)
-
-
-_UNARY = {
-    ai.ReluOp: K.relu,
-    ai.SigmoidOp: K.sigmoid,
-    ai.TanhOp: K.tanh,
-    ai.ExpOp: K.exp,
-    ai.SqrtOp: K.sqrt,
-    ai.SiluOp: K.silu,
-}
-_BINARY = {
-    ai.AddOp: K.add,
-    ai.SubOp: K.sub,
-    ai.MulOp: K.mul,
-    ai.DivOp: K.div,
-    ai.MaximumOp: K.maximum,
-}
+    value = np.asarray(array).astype(_out_dtype(interpreter, op.results[0]), copy=False)
+    if _precision(interpreter) == "float64":
+        rounding = _rounding(interpreter)
+        stored = isinstance(op, (ai.CastOp, arith.ConstantOp))  # a constant is stored typed
+        if rounding == "every-op" or (rounding in ("casts", "groups") and stored):
+            value = round_to(value, spec_of(op.results[0].type).dtype)
+    return (value,)
 
 
 @register_impls
 class AiFunctions(InterpreterFunctions):
-    """numpy implementations of the ai ops (and of dense arith.constant)."""
-
-    @impl(ai.Conv2DOp)
-    def run_conv2d(self, interpreter: Interpreter, op: ai.Conv2DOp, args: tuple[Any, ...]):
-        return _result(interpreter, op, K.conv2d(*args, **op.attr_values()))
-
-    @impl(ai.BiasAddOp)
-    def run_bias_add(self, interpreter: Interpreter, op: ai.BiasAddOp, args: tuple[Any, ...]):
-        return _result(interpreter, op, K.bias_add(*args, axis=op.attr("axis")))
-
-    @impl(ai.MatmulOp)
-    def run_matmul(self, interpreter: Interpreter, op: ai.MatmulOp, args: tuple[Any, ...]):
-        return _result(interpreter, op, K.matmul(*args, **op.attr_values()))
-
-    @impl(ai.LayerNormOp)
-    def run_layernorm(self, interpreter: Interpreter, op: ai.LayerNormOp, args: tuple[Any, ...]):
-        return _result(interpreter, op, K.layernorm(*args, epsilon=op.attr("epsilon")))
-
-    @impl(ai.SoftmaxOp)
-    def run_softmax(self, interpreter: Interpreter, op: ai.SoftmaxOp, args: tuple[Any, ...]):
-        return _result(interpreter, op, K.softmax(*args, axis=op.attr("axis")))
-
-    @impl(ai.GeluOp)
-    def run_gelu(self, interpreter: Interpreter, op: ai.GeluOp, args: tuple[Any, ...]):
-        return _result(interpreter, op, K.gelu(*args, approximate=op.attr("approximate")))
-
-    @impl(ai.CastOp)
-    def run_cast(self, interpreter: Interpreter, op: ai.CastOp, args: tuple[Any, ...]):
-        return _result(interpreter, op, args[0])
+    """The ai ops (each through its own numpy ``reference``), ``ai.fused`` and dense
+    ``arith.constant``."""
 
     @impl(arith.ConstantOp)
     def run_constant(self, interpreter: Interpreter, op: arith.ConstantOp, args: tuple[Any, ...]):
@@ -106,29 +92,31 @@ class AiFunctions(InterpreterFunctions):
 
     @impl(ai.FusedOp)
     def run_fused(self, interpreter: Interpreter, op: ai.FusedOp, args: tuple[Any, ...]):
-        return interpreter.run_ssacfg_region(op.body, args, "ai.fused")
+        results = interpreter.run_ssacfg_region(op.body, args, "ai.fused")
+        if _precision(interpreter) == "float64" and _rounding(interpreter) == "groups":
+            results = tuple(
+                round_to(r, spec_of(v.type).dtype) for r, v in zip(results, op.results, strict=True)
+            )
+        return results
 
     @impl_terminator(ai.YieldOp)
     def run_yield(self, interpreter: Interpreter, op: ai.YieldOp, args: tuple[Any, ...]):
         return ReturnedValues(args), ()
 
 
-def _register_elementwise() -> None:
-    """One impl per unary/binary op: they differ only in the numpy kernel."""
+def _run_tensor_op(self, interpreter: Interpreter, op: ai.AiOp, args: tuple[Any, ...]):
+    return _result(interpreter, op, op.reference(*args))
 
-    def make(kernel):
-        def run(self, interpreter: Interpreter, op, args: tuple[Any, ...]):
-            return _result(interpreter, op, kernel(*args))
 
-        return run
-
-    for op_type, kernel in (_UNARY | _BINARY).items():
+def _register_tensor_ops() -> None:
+    """One impl per ai op, all the same: the op carries its numpy implementation."""
+    for op_type in ai.TENSOR_OPS:
         name = f"run_{op_type.name.removeprefix('ai.')}"
-        setattr(AiFunctions, name, impl(op_type)(make(kernel)))
+        setattr(AiFunctions, name, impl(op_type)(_run_tensor_op))
     register_impls(AiFunctions)
 
 
-_register_elementwise()
+_register_tensor_ops()
 
 
 def constant_value(op: arith.ConstantOp) -> np.ndarray:
@@ -197,18 +185,28 @@ def run_reference(
     *,
     entry: str | None = None,
     precision: str = "float64",
+    rounding: str = "none",
 ) -> tuple[np.ndarray, ...]:
-    """Run the entry function of ``module`` on numpy ``args``; return all its results."""
+    """Run the entry function of ``module`` on numpy ``args``; return all its results.
+
+    ``rounding`` (float64 only) places the roundings to declared element types:
+    see the module docstring.
+    """
     if precision not in PRECISIONS:
         raise FusecError(f"precision must be one of {PRECISIONS}, got '{precision}'")
+    if rounding not in ROUNDINGS:
+        raise FusecError(f"rounding must be one of {ROUNDINGS}, got '{rounding}'")
     fn = entry_function(module, entry)
     arrays = check_arguments(fn, args, allow_float64=True)
-    if precision == "float64":
+    params = fn.function_type.inputs.data
+    if precision == "float64" and rounding != "none":  # arguments are stored typed
+        arrays = [round_to(a, spec_of(p).dtype) for a, p in zip(arrays, params, strict=True)]
+    elif precision == "float64":
         arrays = [a.astype(np.float64) for a in arrays]
     else:
         arrays = [
             a.astype(numpy_dtype(spec_of(p).dtype), copy=False)
-            for a, p in zip(arrays, fn.function_type.inputs.data, strict=True)
+            for a, p in zip(arrays, params, strict=True)
         ]
     # Imported here: xdsl.interpreters loads every interpreter (~0.15 s), which
     # `fusec compile` (that only needs entry_function) should not pay for.
@@ -218,4 +216,5 @@ def run_reference(
     interpreter.register_implementations(FuncFunctions())
     interpreter.register_implementations(AiFunctions())
     interpreter.set_data(AiFunctions, "precision", precision)
+    interpreter.set_data(AiFunctions, "rounding", rounding)
     return tuple(interpreter.call_op(fn, tuple(arrays)))

@@ -7,6 +7,7 @@ import pytest
 from fusec.api import parse, run_pipeline
 from fusec.codegen import generate
 from fusec.dialect import ops as ai
+from fusec.dialect.facts import FUSED_KINDS
 from fusec.errors import FusecError
 
 EVIL = """
@@ -46,8 +47,23 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
   }
   return %r : tensor<4xf32>
 }"""
-    module = parse(text)
-    group = next(op for op in module.walk() if isinstance(op, ai.FusedOp))
+    with pytest.raises(FusecError, match="unknown kind") as err:
+        parse(text)  # the verifier knows the registered kinds: it never reaches codegen
+    assert err.value.location is not None and err.value.location.line == 3
+
+
+def test_registered_kind_without_a_template_is_a_located_error(monkeypatch):
+    monkeypatch.setitem(FUSED_KINDS, "experimental", "a kind no target has a template for")
+    text = """
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %r = ai.fused "experimental" (%x) : (tensor<4xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>):
+    %y = ai.relu %a : tensor<4xf32>
+    ai.yield %y : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}"""
+    group = next(op for op in parse(text).walk() if isinstance(op, ai.FusedOp))
     with pytest.raises(FusecError, match="has no 'cpu' template") as err:
         generate(group, "cpu", "k0")
     assert err.value.location is not None and err.value.location.line == 3

@@ -61,6 +61,20 @@ def pointwise_tail(n: int, dtype: str) -> str:
     return _func("pw_tail", [("x", v), ("y", v)], [v], "pointwise", body)
 
 
+def pointwise_every_unary(n: int, dtype: str) -> str:
+    """Every unary op of the dialect in one chain (new ops join it by themselves)."""
+    from fusec.dialect import ops as ai
+
+    v = _t((n,), dtype)
+    names = [op.name for op in ai.TENSOR_OPS if issubclass(op, ai.UnaryOp)]
+    body = [f"%u0 = ai.abs %x1 : {v}"]  # sqrt anywhere in the chain sees x >= 0
+    for k, name in enumerate(names):
+        body.append(f"%u{k + 1} = {name} %u{k} : {v}")
+    body.append(f'%g = ai.gelu %u{len(names)} {{approximate = "tanh"}} : {v}')
+    body.append(f"ai.yield %g : {v}")
+    return _func("pw_unary", [("x", v)], [v], "pointwise", body)
+
+
 def pointwise_bias(n: int, c: int, h: int, w: int, dtype: str) -> str:
     """relu(bias_add(x, bias)) over NCHW, bias along channels; a smaller broadcast result."""
     x, bias = _t((n, c, h, w), dtype), _t((c,), dtype)
@@ -137,3 +151,13 @@ def rel_error(actual, expected) -> float:
 
 
 TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}
+
+
+def one_group(name, params, results, kind, body) -> str:
+    """A function of one ``ai.fused`` group of ``kind``: ``params`` are (name, type) pairs,
+    ``body`` lines use ``%<name>1`` for the block arguments."""
+    return _func(name, params, results, kind, body)
+
+
+def tensor_type(shape, dtype: str) -> str:
+    return _t(shape, dtype)

@@ -15,7 +15,7 @@ import pytest
 from test_gemm_build import needs_toolchain, sass_of
 
 import fusec
-from fusec.runtime.numpy_ops import conv2d as reference_conv2d
+from fusec.dialect.numpy_ops import conv2d as reference_conv2d
 from fusec.targets.cuda.conv import model
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
 from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec

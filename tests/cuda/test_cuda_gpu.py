@@ -15,6 +15,7 @@ from cuda_cases import (
     layernorm_residual,
     pointwise_bias,
     pointwise_broadcast,
+    pointwise_every_unary,
     pointwise_tail,
     random_inputs,
     rel_error,
@@ -53,6 +54,11 @@ def test_pointwise_broadcast(dtype: str) -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_pointwise_tail(dtype: str) -> None:
     _check(pointwise_tail((1 << 22) + 3, dtype), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pointwise_every_unary_op(dtype: str) -> None:
+    _check(pointwise_every_unary((1 << 20) + 5, dtype), dtype)
 
 
 def test_pointwise_bias_nchw() -> None:

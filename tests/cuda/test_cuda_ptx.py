@@ -8,6 +8,7 @@ import pytest
 from cuda_cases import (
     layernorm_residual,
     pointwise_broadcast,
+    pointwise_every_unary,
     pointwise_tail,
     softmax_axis,
     softmax_last,
@@ -52,6 +53,11 @@ def test_pointwise_ptx_uses_16_byte_accesses(dtype: str) -> None:
     # x and the row-broadcast b are vector-loaded; the scalar a and column c are single loads
     assert ptx.count("ld.global.v4.u32") >= 2
     assert "st.global.v4.b32" in ptx
+
+
+def test_every_unary_op_ptx() -> None:
+    ((_, _, ptx),) = _ptx(pointwise_every_unary(4096, "f32"))
+    _check_common(ptx)
 
 
 def test_pointwise_tail_ptx() -> None:

@@ -125,10 +125,16 @@ def test_scalars_become_0d_constants_of_the_tensor_type():
 
 
 def test_unary_minus_and_numpy_ufuncs_map_to_ops():
-    ir = trace(lambda x: np.maximum(np.tanh(-x), np.exp(x)) / np.sqrt(x * x + 1), f32(4))
-    assert "dense<-1.000000e+00> : tensor<f32>" in ir and "ai.mul" in ir
-    for op in ("ai.tanh", "ai.exp", "ai.maximum", "ai.sqrt", "ai.div"):
+    ir = trace(
+        lambda x: np.maximum(np.tanh(-x), np.exp(abs(x))) / np.sqrt(np.negative(x * x) + 1),
+        f32(4),
+    )
+    assert re.search(r"ai.neg %x : tensor<4xf32>", ir) and "ai.mul %x, %x" in ir
+    assert ir.count("ai.neg") == 2 and "dense<-1.0" not in ir
+    for op in ("ai.tanh", "ai.exp", "ai.abs", "ai.maximum", "ai.sqrt", "ai.div"):
         assert op in ir
+    ir = trace(lambda x: np.absolute(+x), f32(4))
+    assert "ai.abs %x : tensor<4xf32>" in ir
 
 
 def test_one_dim_bias_becomes_bias_add_on_its_axis():

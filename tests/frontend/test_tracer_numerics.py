@@ -210,6 +210,17 @@ def test_reflected_operators_and_numpy_on_the_left(rng):
     check(f(x), expected, np.float32)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_negation_and_absolute_value(rng, dtype):
+    @fusec.fuse(disk_cache=False)
+    def f(x, y):
+        return ops.abs(-x) * np.negative(y) + abs(ops.neg(y)) - np.abs(x)
+
+    x, y = rand(rng, (5, 33), dtype), rand(rng, (5, 33), dtype)
+    xd, yd = f64(x, y)
+    check(f(x, y), np.abs(xd) * -yd + np.abs(yd) - np.abs(xd), dtype)
+
+
 def test_nested_fused_functions_are_inlined(rng):
     @fusec.fuse(disk_cache=False)
     def inner(x, b):

@@ -20,7 +20,9 @@ builtin.module {
     %th = ai.tanh %sq : tensor<2x6x32xf32>
     %ex = ai.exp %th : tensor<2x6x32xf32>
     %dv = ai.div %ex, %half : tensor<2x6x32xf32> * tensor<f32>
-    %si = ai.silu %dv : tensor<2x6x32xf32>
+    %sl = ai.silu %dv : tensor<2x6x32xf32>
+    %ng = ai.neg %sl : tensor<2x6x32xf32>
+    %si = ai.abs %ng : tensor<2x6x32xf32>
     %f = ai.fused "pointwise" (%a, %half) : (tensor<2x6x16xf32>, tensor<f32>) -> tensor<2x6x16xf32> {
     ^bb0(%p: tensor<2x6x16xf32>, %s: tensor<f32>):
       %t = ai.mul %p, %s : tensor<2x6x16xf32> * tensor<f32>

@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_nets import node_model, random, rel_err, run_onnxruntime, tensor
 
 import fusec
+from fusec.dialect import ops as ai
 from fusec.frontend.mlir import error_at, location_of
 from fusec.frontend.onnx_import import UnsupportedOnnx, import_model
 
@@ -216,6 +217,20 @@ CASES = {
         15,
     ),
 }
+
+
+def _one_to_one() -> list[tuple[str, type]]:
+    """(ONNX operator, op) for every op that names ONNX operators among its facts."""
+    return [(name, op) for op in ai.TENSOR_OPS for name in op.FRONTEND.onnx]
+
+
+@pytest.mark.parametrize(("op_type", "op"), _one_to_one(), ids=lambda x: getattr(x, "name", x))
+def test_every_onnx_name_of_an_op_imports_as_it_and_matches_onnxruntime(op_type, op):
+    arity = len(op.operand_names())
+    inputs = {f"x{i}": r(3, 4, low=0.1 if op is ai.SqrtOp else None) for i in range(arity)}
+    model = node_model(op_type, inputs, opset=14)
+    module = check_against_onnxruntime(model, inputs)
+    assert ai_ops(module) == Counter({op.name: 1})
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)

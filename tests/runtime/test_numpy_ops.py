@@ -1,4 +1,4 @@
-"""Tests of the pure-numpy reference kernels (fusec.runtime.numpy_ops).
+"""Tests of the pure-numpy reference kernels (fusec.dialect.numpy_ops).
 
 Every kernel is checked against an independent, deliberately naive reference
 (explicit Python loops, the ``math`` module) on fresh seeded random inputs.
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusec.runtime import numpy_ops as ops
+from fusec.dialect import numpy_ops as ops
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 LOW_PRECISION = [np.dtype(np.float16), BF16]

@@ -22,6 +22,7 @@ from lark.exceptions import LarkError, UnexpectedInput, VisitError
 from xdsl.ir import Operation
 
 from fusec.dialect import ops as ai
+from fusec.dialect.facts import FUSED_KINDS
 from fusec.errors import FusecError, SourceLocation, line_of
 from fusec.passes.fusion.classify import Pattern, fmt_shape, pattern_of, result_shape, short_name
 
@@ -276,11 +277,14 @@ def _known_selector(selector: str) -> bool:
     return selector in _PATTERNS or selector in _OP_NAMES or f"ai.{selector}" in _OP_NAMES
 
 
+_ANCHOR_OPS = {op.name for op in ai.TENSOR_OPS if op.PATTERN is Pattern.ANCHOR}
+
+
 def _selects_anchor(selector: str) -> bool:
     if selector == "anchor":
         return True
     name = selector if selector.startswith("ai.") else f"ai.{selector}"
-    return name in (ai.Conv2DOp.name, ai.MatmulOp.name)
+    return name in _ANCHOR_OPS
 
 
 # ------------------------------------------------------------------ parsing
@@ -382,6 +386,12 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
             if any(k.name == item.name for k in kinds):
                 raise fail(f"kind '{item.name}' is defined twice", token)
             kinds.append(_check_kind(item, params, fail))
+            if item.name not in FUSED_KINDS:
+                raise fail(
+                    f"unknown kind '{item.name}': an ai.fused kind must be registered "
+                    f"(registered: {', '.join(FUSED_KINDS)})",
+                    token,
+                )
     return Rules(params, tuple(kinds), source)
 
 

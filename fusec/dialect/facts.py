@@ -1,0 +1,137 @@
+"""The vocabulary of op facts: what every ``ai`` op class declares about itself.
+
+An op class is the single home of its facts (as in TVM's op registry and
+xDSL's ``py_operation``/traits): the passes, the code generators, the
+reference executor and the front ends read them from the op instead of
+keeping their own tables.
+
+* ``fusion_pattern()``: where the op sits in TVM's fusion lattice (``Pattern``).
+* ``scalar(s, *args)``: for elementwise/broadcast ops, the float32 expression
+  computing one element, written against ``ScalarBuilder`` so that one
+  definition renders to every code generator's language (Numba Python, CUDA
+  C++, PyTorch).
+* ``reference(*arrays)``: the numpy implementation the reference executor runs.
+* ``FRONTEND_NAMES``: the ``fusec.ops`` function, numpy ufuncs and ONNX
+  operators that map one-to-one onto the op.
+* ``UNSUPPORTED``: targets that cannot lower the op at all, each with the reason
+  (an explicit "no", which the fusion planner respects, instead of a silent gap).
+
+``FUSED_KINDS`` is the registry of ``ai.fused`` kinds (kernel templates); the
+verifier rejects any other kind, and the rules file may only name these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Protocol
+
+
+class Pattern(IntEnum):
+    """TVM's fusion lattice; a larger value fuses less freely.
+
+    ``elementwise < broadcast < injective < reduction < anchor < opaque``: an
+    elementwise op can be computed wherever its inputs are, a reduction needs
+    a whole row, an *anchor* (TVM's "out-elementwise-fusable": conv2d,
+    matmul) owns its own loop nest and only lets elementwise work ride on its
+    output, and an opaque op fuses with nothing.
+    """
+
+    ELEMENTWISE = 0
+    BROADCAST = 1
+    INJECTIVE = 2
+    REDUCTION = 3
+    ANCHOR = 4
+    OPAQUE = 5
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+#: The math functions a scalar expression may call (each language renders them).
+MATH_FUNCTIONS = ("tanh", "sqrt", "erfc", "fabs", "copysign")
+
+
+class ScalarBuilder(Protocol):
+    """Builds one float32 scalar expression in some target language.
+
+    Every method returns the text of an expression (fully parenthesised, so
+    results compose); operands are names or other such expressions and may be
+    evaluated more than once. ``literal`` rounds to float32; ``exp`` is the
+    language's exponential (a fast exact-enough one on cpu); ``round_to``
+    rounds a float32 to a 16-bit float type exactly (nearest-even) and back.
+    """
+
+    def literal(self, value: float) -> str: ...
+
+    def arith(self, a: str, symbol: str, b: str) -> str:
+        """``a + b``, ``a - b``, ``a * b`` or ``a / b`` (``symbol`` one of + - * /)."""
+        ...
+
+    def neg(self, a: str) -> str: ...
+
+    def compare(self, a: str, symbol: str, b: str) -> str:
+        """A condition: ``a < b`` etc. (``symbol`` one of < <= > >= == !=)."""
+        ...
+
+    def either(self, cond_a: str, cond_b: str) -> str:
+        """Logical or of two conditions."""
+        ...
+
+    def negate(self, cond: str) -> str:
+        """Logical not of a condition."""
+        ...
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        """``a`` where ``cond`` holds, else ``b``."""
+        ...
+
+    def call(self, function: str, *args: str) -> str:
+        """One of ``MATH_FUNCTIONS`` on float32 arguments."""
+        ...
+
+    def exp(self, a: str) -> str: ...
+
+    def round_to(self, dtype: str, a: str) -> str:
+        """``a`` rounded to ``dtype`` ("f16", "bf16"; "f32" is the identity)."""
+        ...
+
+
+@dataclass(frozen=True)
+class FrontendNames:
+    """The names front ends map one-to-one onto an op.
+
+    ``function``: the ``fusec.ops`` function (generated from the op class for
+    unary and binary ops without attributes); ``ufuncs``: numpy ufuncs a traced
+    tensor turns into the op; ``onnx``: ONNX operators converted to it
+    directly (no attributes besides the legacy ``consumed_inputs``/broadcast).
+    """
+
+    function: str | None = None
+    ufuncs: tuple[str, ...] = ()
+    onnx: tuple[str, ...] = ()
+
+
+#: Kinds of ``ai.fused`` groups: name -> what one kernel of the kind computes.
+FUSED_KINDS: dict[str, str] = {
+    "conv": "one conv2d whose output tile runs an elementwise epilogue",
+    "matmul": "one matmul; LayerNorm on A as it is loaded; epilogue on the output tile",
+    "row_reduce": "one LayerNorm or softmax per row with its elementwise neighbours",
+    "pointwise": "elementwise and broadcast ops over one iteration space",
+    "attention": "matmul -> scale -> [causal mask] -> softmax -> matmul with the scores on chip",
+}
+
+
+def register_fused_kind(name: str, description: str) -> None:
+    """Register a new ``ai.fused`` kind (its templates and rules come with it)."""
+    if not name.isidentifier():
+        raise ValueError(f"a fused kind must be an identifier, got {name!r}")
+    FUSED_KINDS[name] = description
+
+
+#: The targets whose lowerings the op facts are checked against.
+TARGETS = ("reference", "cpu", "cuda")
+
+NO_TARGETS: Mapping[str, str] = {}

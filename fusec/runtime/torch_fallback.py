@@ -1,0 +1,78 @@
+"""What the generated PyTorch fallback modules call: IEEE f32 conv and matmul, per call.
+
+An f32 group must compute in f32: the IR says f32, and ``--check`` holds it to
+1e-4. PyTorch lets cuDNN use TF32 for f32 convolutions by default
+(``torch.backends.cudnn.allow_tf32``), and cuBLAS when the process asked for
+it (``torch.set_float32_matmul_precision("high")``). Switching those
+process-wide flags around each call would not be thread-safe (another
+thread's op could run under the wrong setting) and would change the caller's
+own ops, so nothing global is touched here:
+
+* conv: ``aten::cudnn_convolution`` takes ``allow_tf32`` as an argument, so
+  the one call runs in IEEE f32; where cuDNN cannot run it, the conv is
+  computed in float64 and rounded to f32.
+* matmul: cuBLAS is IEEE f32 unless the process asked for TF32; then this
+  product is computed in float64 and rounded (Hopper's float64 tensor cores
+  match its IEEE f32 rate).
+
+The functions take ``torch`` as their first argument: importing this module
+never imports PyTorch (``--emit ptx`` executes kernel modules without it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def ieee_conv2d(
+    torch: Any,
+    x: Any,
+    w: Any,
+    bias: Any,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    groups: int,
+) -> Any:
+    """An f32 2-D convolution (+ bias) in IEEE f32, whatever the TF32 flags say."""
+    if x.is_cuda:
+        try:
+            y = torch.ops.aten.cudnn_convolution(
+                x,
+                w,
+                list(padding),
+                list(stride),
+                list(dilation),
+                groups,
+                bool(torch.backends.cudnn.benchmark),
+                bool(torch.backends.cudnn.deterministic),
+                False,  # allow_tf32
+            )
+        except (RuntimeError, NotImplementedError):  # no cuDNN, or a case it rejects
+            y = torch.nn.functional.conv2d(
+                x.double(), w.double(), None, stride, padding, dilation, groups
+            ).float()
+    else:  # no TF32 off the GPU
+        y = torch.nn.functional.conv2d(x, w, None, stride, padding, dilation, groups)
+    if bias is not None:
+        y.add_(bias.view(1, -1, 1, 1))  # y is a fresh tensor: add in place
+    return y
+
+
+def _tf32_matmul(torch: Any) -> bool:
+    return torch.get_float32_matmul_precision() != "highest"
+
+
+def ieee_matmul(torch: Any, a: Any, b: Any) -> Any:
+    """``torch.matmul`` of f32 operands in IEEE f32 (float64 when TF32 is on for matmuls)."""
+    if a.is_cuda and _tf32_matmul(torch):
+        return torch.matmul(a.double(), b.double()).float()
+    return torch.matmul(a, b)
+
+
+def ieee_addmm(torch: Any, bias: Any, a: Any, b: Any) -> Any:
+    """``torch.addmm`` (bias + a @ b, cuBLAS's bias epilogue) of f32 operands in IEEE f32."""
+    if a.is_cuda and _tf32_matmul(torch):
+        return torch.addmm(bias.double(), a.double(), b.double()).float()
+    return torch.addmm(bias, a, b)

@@ -1,0 +1,233 @@
+"""The PyTorch fallback of conv/matmul groups on the cuda target (codegen/cuda_torch.py).
+
+Without a GPU: every tensor op of the dialect has a lowering; the generated
+module keeps 16-bit values 16-bit (no float32 copies), lets a bias ride on the
+conv/matmul call, returns PyTorch's tensors (no final copy) and never touches
+PyTorch's process-wide TF32 flags. Where PyTorch is installed (any build, CPU
+included), each generated ``run`` is executed on CPU tensors and compared
+elementwise with the float64 reference that rounds every op's result to its
+declared type (the fallback runs op by op): the same code runs on the GPU's
+tensors there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cuda_cases import one_group, random_inputs
+from cuda_cases import tensor_type as t
+from numerics import assert_close
+
+import fusec
+from fusec.codegen import cuda_torch
+from fusec.dialect import ops as ai
+from fusec.runtime.reference import run_reference
+
+# name -> (params, result types, body): one "matmul" or "conv" group each.
+M, K, N = 6, 16, 12
+
+
+def _mm(dtype: str, tail: list[str], out_dtype: str | None = None, extra=()):
+    """x @ w (M x K @ K x N) followed by ``tail`` (lines using %m); result %o."""
+    x, w, o = t((M, K), dtype), t((K, N), dtype), t((M, N), out_dtype or dtype)
+    params = [("x", x), ("w", w), *extra]
+    body = [f"%m = ai.matmul %x1, %w1 : {x} * {w}", *tail, f"ai.yield %o : {o}"]
+    return params, [o], "matmul", body
+
+
+def _unary(name: str, dtype: str):
+    y = t((M, N), dtype)
+    return _mm(dtype, [f"%o = {name} %m : {y}"])
+
+
+def _binary(name: str, dtype: str, shape=(M, N)):
+    y, z = t((M, N), dtype), t(shape, dtype)
+    return _mm(dtype, [f"%o = {name} %m, %z1 : {y} * {z}"], extra=[("z", z)])
+
+
+def _conv(dtype: str, attrs: str, x_shape, w_shape, out_shape, tail=None, extra=()):
+    x, w, o = t(x_shape, dtype), t(w_shape, dtype), t(out_shape, dtype)
+    lines = tail or ["%o = ai.relu %c : " + o]
+    body = [f"%c = ai.conv2d %x1, %w1 {attrs} : {x} * {w}", *lines, f"ai.yield %o : {o}"]
+    return [("x", x), ("w", w), *extra], [o], "conv", body
+
+
+def _conv_bias_relu(dtype: str):
+    o, b = t((2, 8, 6, 6), dtype), t((8,), dtype)
+    tail = [f"%b = ai.bias_add %c, %bias1 : {o} * {b}", f"%o = ai.relu %b : {o}"]
+    return _conv(dtype, "", (2, 4, 8, 8), (8, 4, 3, 3), (2, 8, 6, 6), tail, [("bias", b)])
+
+
+def _matmul_bias(dtype: str):
+    y, b = t((M, N), dtype), t((N,), dtype)
+    return _mm(
+        dtype, [f"%o = ai.bias_add %m, %b1 {{axis = 1 : i64}} : {y} * {b}"], extra=[("b", b)]
+    )
+
+
+def _batched_linear(dtype: str):
+    """(2, M, K) @ (N, K)^T + (1, N) row: a 3-D product whose bias rides on addmm."""
+    x, w, r, o = t((2, M, K), dtype), t((N, K), dtype), t((1, N), dtype), t((2, M, N), dtype)
+    body = [
+        f"%m = ai.matmul %x1, %w1 {{transpose_b = true}} : {x} * {w}",
+        f"%o = ai.add %row1, %m : {r} * {o}",
+        f"ai.yield %o : {o}",
+    ]
+    return [("x", x), ("w", w), ("row", r)], [o], "matmul", body
+
+
+def _layernorm_matmul_softmax(dtype: str):
+    x, v, w, o = t((M, K), dtype), t((K,), dtype), t((K, N), dtype), t((M, N), dtype)
+    body = [
+        f"%n = ai.layernorm %x1, %g1, %b1 {{epsilon = 1.0e-05 : f32}} : {x} * {v} * {v}",
+        f"%m = ai.matmul %n, %w1 : {x} * {w}",
+        f"%o = ai.softmax %m {{axis = 0 : i64}} : {o}",
+        f"ai.yield %o : {o}",
+    ]
+    return [("x", x), ("g", v), ("b", v), ("w", w)], [o], "matmul", body
+
+
+def _cast_chain(dtype: str):
+    y, f = t((M, N), dtype), t((M, N), "f32")
+    tail = [f"%c = ai.cast %m : {y} to {f}", f'%o = ai.gelu %c {{approximate = "tanh"}} : {f}']
+    return _mm(dtype, tail, out_dtype="f32")
+
+
+CASES = {
+    "add": lambda d: _binary("ai.add", d),
+    "sub_broadcast_column": lambda d: _binary("ai.sub", d, (M, 1)),
+    "mul_scalar": lambda d: _binary("ai.mul", d, ()),
+    "div": lambda d: _binary("ai.div", d),
+    "maximum_row": lambda d: _binary("ai.maximum", d, (N,)),
+    "relu": lambda d: _unary("ai.relu", d),
+    "sigmoid": lambda d: _unary("ai.sigmoid", d),
+    "tanh": lambda d: _unary("ai.tanh", d),
+    "exp": lambda d: _unary("ai.exp", d),
+    "silu": lambda d: _unary("ai.silu", d),
+    "neg": lambda d: _unary("ai.neg", d),
+    "abs": lambda d: _unary("ai.abs", d),
+    "gelu": lambda d: _unary("ai.gelu", d),
+    "sqrt_of_relu": lambda d: _mm(
+        d, [f"%r = ai.relu %m : {t((M, N), d)}", f"%o = ai.sqrt %r : {t((M, N), d)}"]
+    ),
+    "matmul_bias": _matmul_bias,
+    "batched_linear_row_bias": _batched_linear,
+    "layernorm_matmul_softmax_axis0": _layernorm_matmul_softmax,
+    "cast_gelu": _cast_chain,
+    "conv_bias_relu": _conv_bias_relu,
+    "conv_strided_grouped_dilated": lambda d: _conv(
+        d,
+        "{strides = array<i64: 2, 2>, dilations = array<i64: 2, 1>, groups = 2 : i64}",
+        (1, 4, 11, 9),
+        (6, 2, 3, 3),
+        (1, 6, 4, 4),
+    ),
+    "conv_asymmetric_padding": lambda d: _conv(
+        d, "{padding = array<i64: 0, 1, 2, 1>}", (1, 3, 6, 6), (4, 3, 3, 3), (1, 4, 6, 6)
+    ),
+}
+
+
+def _module(case: str, dtype: str):
+    params, results, kind, body = CASES[case](dtype)
+    return fusec.parse(one_group("g", params, results, kind, body))
+
+
+def _source(module) -> str:
+    group = next(op for op in module.walk() if isinstance(op, ai.FusedOp))
+    return cuda_torch.generate(group, "k0").source
+
+
+def test_every_tensor_op_has_a_torch_lowering():
+    """A new op cannot be fused into a conv/matmul group that the cuda target then cannot
+    run (as ai.sqrt could: 'has no PyTorch fallback')."""
+    assert [op.name for op in ai.TENSOR_OPS if not cuda_torch.lowerable(op)] == []
+
+
+def test_every_op_is_exercised_here():
+    covered = set()
+    for case in CASES:
+        covered |= {type(op) for op in _module(case, "f32").walk() if isinstance(op, ai.AiOp)}
+    assert covered >= set(ai.TENSOR_OPS)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
+def test_generated_source_is_lean(case: str, dtype: str):
+    source = _source(_module(case, dtype))
+    compile(source, "<kernel>", "exec")
+    assert ".float()" not in source and "float32)" not in source.replace("to(torch.float32)", "")
+    assert "allow_tf32" not in source and "backends" not in source  # no global flags
+    assert ".copy_(" not in source  # results are PyTorch's own tensors
+
+
+def test_a_bias_rides_on_the_conv_and_matmul_call():
+    conv = _source(_module("conv_bias_relu", "f16"))
+    assert "torch.nn.functional.conv2d(x0, x1, x2," in conv and "torch.add(" not in conv
+    conv32 = _source(_module("conv_bias_relu", "f32"))
+    assert "ieee_conv2d(torch, x0, x1, x2," in conv32
+    assert "torch.addmm(x2, x0, x1)" in _source(_module("matmul_bias", "f16"))
+    linear = _source(_module("batched_linear_row_bias", "bf16"))
+    assert "torch.addmm(x2, x0.reshape(-1, 16), x1.transpose(-1, -2)).view((2, 6, 12))" in linear
+
+
+# ------------------------------------------------------------- run on CPU torch
+
+
+def _to_torch(torch, array: np.ndarray):
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(array.copy())
+
+
+def _to_numpy(tensor) -> np.ndarray:
+    import ml_dtypes
+
+    if str(tensor.dtype) == "torch.bfloat16":
+        return tensor.view(__import__("torch").int16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
+def test_generated_run_matches_the_reference(case: str, dtype: str):
+    torch = pytest.importorskip("torch")
+    module = _module(case, dtype)
+    namespace: dict = {}
+    exec(compile(_source(module), "<kernel>", "exec"), namespace)
+    args = random_inputs(module, seed=11)
+    results = namespace["run"](torch, *(_to_torch(torch, a) for a in args))
+    # op by op: every result is rounded to its declared type, as the reference does here
+    references = run_reference(module, args, precision="float64", rounding="every-op")
+    for k, (got, want) in enumerate(zip(results, references, strict=True)):
+        assert tuple(got.shape) == want.shape and got.is_contiguous()
+        assert_close(_to_numpy(got), want, what=f"{case} {dtype} result #{k}")
+
+
+def test_f32_conv_and_matmul_leave_the_tf32_flags_alone():
+    torch = pytest.importorskip("torch")
+    before = (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+    for case in ("conv_bias_relu", "matmul_bias", "layernorm_matmul_softmax_axis0"):
+        module = _module(case, "f32")
+        namespace: dict = {}
+        exec(compile(_source(module), "<kernel>", "exec"), namespace)
+        namespace["run"](torch, *(_to_torch(torch, a) for a in random_inputs(module, 1)))
+    assert (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision()) == before
+
+
+@pytest.mark.parametrize("case", ["relu", "gelu", "maximum_row", "sigmoid"])
+def test_ops_without_a_torch_function_use_their_scalar_fact(case: str, monkeypatch):
+    """An elementwise op missing from LOWERINGS (a new op) still runs: its scalar
+    semantics on float32 copies, rounded once to its declared type."""
+    torch = pytest.importorskip("torch")
+    module = _module(case, "f16")
+    op_type = next(type(op) for op in module.walk() if op.name == f"ai.{case.split('_')[0]}")
+    monkeypatch.delitem(cuda_torch.LOWERINGS, op_type)
+    source = _source(module)
+    assert ".float()" in source and ").to(torch.float16)" in source
+    namespace: dict = {}
+    exec(compile(source, "<kernel>", "exec"), namespace)
+    args = random_inputs(module, seed=5)
+    (got,) = namespace["run"](torch, *(_to_torch(torch, a) for a in args))
+    (want,) = run_reference(module, args, precision="float64", rounding="every-op")
+    assert_close(_to_numpy(got), want, what=case)
