@@ -8,6 +8,7 @@
 # Run from the repository root on the GPU machine; WHL holds the pure-Python wheels
 # the machine lacks (../shared/tools/device-wheels.sh). Logs and tables go to $OUT.
 set -u
+export FUSEC_COMMIT=${FUSEC_COMMIT:-}
 OUT=${OUT:-/tmp/conv-attn}
 WHL=${WHL:-.whl}
 mkdir -p "$OUT"
@@ -17,7 +18,8 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FUSEC_CACHE_DIR=/tmp/fusec-c
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu \
   --format=csv | tee "$OUT/device.txt"
 
-stage() {  # stage NAME SECONDS COMMAND...: run, keep the log, print its tail and status
+stage() {  # stage NAME SECONDS COMMAND...: run (a program, not a shell function: `timeout`
+  # execs it), keep the log, print its tail and status
   local name=$1 limit=$2
   shift 2
   local t0=$SECONDS
@@ -27,15 +29,13 @@ stage() {  # stage NAME SECONDS COMMAND...: run, keep the log, print its tail an
   grep -E "PASSED|FAILED|ERROR|passed|failed|rror|Timeout|^\| " "$OUT/$name.log" | tail -30
 }
 
-pytest_gpu() {
-  python3 -m pytest -m gpu -v -p no:cacheprovider -rfE --tb=short "$@"
-}
+PYTEST="python3 -m pytest -m gpu -v -p no:cacheprovider -rfE --tb=short"
 
 # 1. conv: implicit GEMM (odd sizes, strides, padding, groups, bf16, epilogues), direct
 #    (depthwise), fallback; results on the caller's stream
-stage conv_tests 100 pytest_gpu tests/cuda/test_conv_gpu.py
+stage conv_tests 100 $PYTEST tests/cuda/test_conv_gpu.py
 # 2. attention: ragged, 4-D batch, bf16, causal; the caller's stream
-stage attention_tests 60 pytest_gpu tests/cuda/test_attention_gpu.py
+stage attention_tests 60 $PYTEST tests/cuda/test_attention_gpu.py
 # 3. the benchmark (conv, ResNet block, attention x2) against eager / compile / NHWC / SDPA
-FUSEC_COMMIT=${FUSEC_COMMIT:-} stage bench 150 python3 benchmarks/conv_attn_bench.py --out "$OUT"
+stage bench 150 python3 benchmarks/conv_attn_bench.py --out "$OUT"
 cat "$OUT"/conv-attn-*.md 2>/dev/null

@@ -115,6 +115,14 @@ def test_online_softmax_model_matches_attention(spec: AttentionSpec) -> None:
 
 # ------------------------------------------------------------ generated C++
 
+
+def test_tma_innermost_coordinates_are_16_byte_aligned() -> None:
+    from test_conv_build import tma_innermost_coordinates
+
+    coords = tma_innermost_coordinates(AttentionSpec(2, 100, 70, 128, 64).source())
+    assert len(coords) == 3 and all(c == "c * 64" for c in coords), coords
+
+
 SPECS = [
     AttentionSpec(32, 1024, 1024, 64, 64),
     AttentionSpec(16, 4096, 4096, 128, 128, "bf16", "bf16", causal=True),

@@ -80,7 +80,7 @@ CASES = {
         conv_graph(2, 32, 9, 9, 16, 3, 3, pad=(1, 1), groups=8), "direct conv2d"
     ),
     "no-epilogue": (conv_graph(1, 32, 6, 9, 16, 2, 2, tail="none"), "implicit-GEMM"),
-    "odd-width-pitched-copy": (conv_graph(2, 64, 17, 23, 64, 3, 3, pad=(1, 1)), "implicit-GEMM"),
+    "odd-width": (conv_graph(2, 64, 17, 23, 64, 3, 3, pad=(1, 1)), "implicit-GEMM"),
     "ragged-channels-128-rows": (conv_graph(2, 40, 5, 64, 72, 3, 3, pad=(1, 1)), "implicit-GEMM"),
     "residual": (conv_graph(2, 64, 14, 14, 64, 3, 3, pad=(1, 1), tail="residual"), "implicit-GEMM"),
     "bn-folded": (conv_graph(2, 64, 8, 8, 128, 3, 3, pad=(1, 1), tail="bn"), "implicit-GEMM"),

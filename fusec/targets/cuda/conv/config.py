@@ -5,20 +5,24 @@ The implicit GEMM computes, per group ``g`` of a grouped convolution,
 q + s*DW - PL]`` as a GEMM whose rows are output channels (M = KG), whose columns
 are output pixels (N) and whose reduction runs over (tap, input channel):
 
+* the input is first re-laid out to channels-last, ``[N][H][W][G][CGP]``
+  (channels padded to a multiple of 8 per group, zeros): TMA needs the
+  innermost coordinate of every box 16-byte aligned, so the tap shifts must
+  fall on an outer dimension (on the H200, an NCHW box shifted by one pixel
+  along W was an illegal instruction);
 * columns: output pixels in *strips* of 64 consecutive columns of one output
   row (``q0 .. q0+63`` of row ``p`` of image ``n``); a strip is one TMA box of
-  the NCHW input per (tap, 64-channel chunk): 64 pixels x 64 channels, pixels
-  contiguous, which is the MN-major B operand layout of wgmma (transpose bit);
-  padding is TMA's out-of-bounds zero fill, so no index is clamped;
-* rows: the weights, re-laid out once per call to ``[K][R*S][CGP]`` (KRSC,
-  channels padded to a multiple of 8 for TMA's 16-byte strides) so that one
-  (tap, channel chunk) of a row block is one K-major TMA box;
+  the channels-last input per (tap, 64-channel chunk): 64 pixel rows of 64
+  channels, the K-major B operand layout of wgmma; padding and ragged edges
+  are TMA's out-of-bounds zero fill, so no index is clamped;
+* rows: the weights, re-laid out once per call to ``[K][R*S][CGP]`` (KRSC)
+  so that one (tap, channel chunk) of a row block is one K-major TMA box;
 * the reduction: ``R*S*CC`` steps of 64 (CC = ceil(CG / 64) channel chunks per
   tap); channels past CG are zero-filled in both operands.
 
-TMA cannot stride the innermost (W) dimension, so the template takes stride 1
-along W; any stride along H, dilations, asymmetric padding and groups are box
-coordinates.
+The template takes stride 1 along W (a strided W box would need TMA element
+strides, not built); any stride along H, dilations, asymmetric padding and
+groups are box coordinates.
 """
 
 from __future__ import annotations
@@ -86,9 +90,9 @@ class ConvGeometry:
         return cdiv(self.cg, 8) * 8
 
     @property
-    def w_pitch(self) -> int:
-        """Row pitch (elements) of the input as TMA reads it: W rounded up to 8."""
-        return cdiv(self.w, 8) * 8
+    def nhwc_elements(self) -> int:
+        """Elements of the channels-last copy of the input, ``[N][H][W][G][CGP]``."""
+        return self.n * self.h * self.w * self.groups * self.cgp
 
     @property
     def strips_per_row(self) -> int:

@@ -7,17 +7,21 @@ the shape of the GEMM's (``gemm.cpp``):
 * warpgroup 0, thread 0 (the producer, 40 registers) walks the block's tiles
   and, per reduction step (tap ``r, s``, channel chunk ``cc``), issues one 4-D
   TMA box of the re-laid weights (``bm`` output channels x 64 channels,
-  K-major) and one 5-D TMA box per pixel strip of the NCHW input
-  (64 pixels x 64 channels at ``(q0 + s*DW - PL, p*SH + r*DH - PT, cc*64, g,
-  n)``: MN-major, 128-byte swizzle; padding and ragged edges are zero fill);
-* consumer warpgroups (232 registers) run ``wgmma.m64n{wn}k16`` (B
-  transposed) on their rows (split "m") or columns (split "n") of the tile
-  and then the epilogue on the f32 accumulators at output element
-  ``(n, k, p, q)``, stored into the NCHW output with bounds checks (adjacent
-  pixels as one 32/64-bit store when Q is even).
+  K-major) and one 5-D TMA box per pixel strip of the channels-last input
+  (64 pixels x 64 channels at ``(cc*64, g, q0 + s*DW - PL, p*SH + r*DH - PT,
+  n)``: K-major, 128-byte swizzle; padding and ragged edges are zero fill);
+* consumer warpgroups (232 registers) run ``wgmma.m64n{wn}k16`` on their
+  rows (split "m") or columns (split "n") of the tile and then the epilogue
+  on the f32 accumulators at output element ``(n, k, p, q)``, stored into the
+  NCHW output with bounds checks (adjacent pixels as one 32/64-bit store when
+  Q is even).
 
-The weights are re-laid out to ``[K][R*S][CGP]`` by a small ``__global__``
-kernel in the same module, launched on the same stream before the conv.
+Two small ``__global__`` kernels in the same module run first on the same
+stream: the weights to ``[K][R*S][CGP]`` and the input to channels-last
+``[N][H][W][G][CGP]`` (a tiled shared-memory transpose). TMA requires the
+innermost coordinate of a box to be 16-byte aligned, so the tap shifts must
+not move along the contiguous dimension: reading NCHW in place by shifting
+along W was an illegal instruction on the H200.
 
 ``DirectConvSpec``: a grid-stride direct convolution (one output element per
 thread and step, f32 accumulation, the same epilogue), for what is not a GEMM:
@@ -126,6 +130,11 @@ class ConvSpec:
         return f"fusec_convw_{self.key}"
 
     @property
+    def transpose_name(self) -> str:
+        """The ``__global__`` kernel that makes the input channels-last (N, H, W, G, CGP)."""
+        return f"fusec_convx_{self.key}"
+
+    @property
     def threads(self) -> int:
         return self.tile.threads
 
@@ -168,7 +177,7 @@ def generate(spec: ConvSpec) -> str:
 {HELPERS}
 {tma_load(4)}
 {tma_load(5)}
-{wgmma_ss("fs_wgmma", tile.wn, spec.dtype, 0, 1)}
+{wgmma_ss("fs_wgmma", tile.wn, spec.dtype, 0, 0)}
 {_geometry_defines(geo)}
 #define BM {tile.bm}
 #define BN {tile.bn}
@@ -196,6 +205,32 @@ extern "C" __global__ void {spec.relayout_name}(const u16* __restrict__ w, u16* 
     const int tap = rest % (R * S);
     const int k = rest / (R * S);
     wp[i] = c < CG ? w[(k * CG + c) * (R * S) + tap] : (u16)0;
+  }}
+}}
+
+// Input NCHW -> [NB][H][W][G][CGP] (each group's channels padded to CGP with zeros): one block
+// moves 64 channels x 64 pixels of one image through shared memory, reading pixel-contiguous
+// rows and writing channel-contiguous rows.
+extern "C" __global__ void {spec.transpose_name}(const u16* __restrict__ x, u16* __restrict__ xt) {{
+  __shared__ u16 tile[64][66];
+  const int pix0 = blockIdx.x * 64;
+  const int ch0 = blockIdx.y * 64;
+  const long long n = blockIdx.z;
+  for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) {{
+    const int cl = i / 64, pl = i % 64;
+    const int cp = ch0 + cl, pix = pix0 + pl;
+    u16 v = 0;
+    if (cp < G * CGP && pix < H * W) {{
+      const int g = cp / CGP, cg = cp % CGP;
+      if (cg < CG) v = x[(n * C + g * CG + cg) * (H * W) + pix];
+    }}
+    tile[cl][pl] = v;
+  }}
+  __syncthreads();
+  for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) {{
+    const int pl = i / 64, cl = i % 64;
+    const int cp = ch0 + cl, pix = pix0 + pl;
+    if (cp < G * CGP && pix < H * W) xt[(n * (H * W) + pix) * (G * CGP) + cp] = tile[cl][pl];
   }}
 }}
 
@@ -258,7 +293,7 @@ int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
             int n, p, q0;
             fs_strip(strip, n, p, q0);
             fs_tma_load5(sb + st * B_BYTES + j * 8192, map_x, full,
-                         q0 + s * DW - PL, p * SH + r * DH - PT, cc * 64, g, n);
+                         cc * 64, g, q0 + s * DW - PL, p * SH + r * DH - PT, n);
           }}
         }}
       }}
@@ -278,7 +313,7 @@ int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
         const int st = it % STAGES;
         fs_bar_wait(bars + 8 * st, (u32)(it / STAGES) & 1u);
         const u32 a_base = sa + st * A_BYTES;
-        const u32 b_base = sb + st * B_BYTES + ({b_col0} / 64) * 8192;
+        const u32 b_base = sb + st * B_BYTES + ({b_col0}) * 128;  // pixel rows of 128 bytes
         fs_wg_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {{
@@ -286,7 +321,7 @@ int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
           for (int m = 0; m < {mi}; ++m) {{
             const int row_blk = {a_row0} + m * 64;
             fs_wgmma(acc[m], fs_desc(a_base + (u32)(row_blk * 128 + kk * 32), 16u, 1024u),
-                     fs_desc(b_base + (u32)(kk * 2048), 8192u, 1024u), (kb | kk) != 0);
+                     fs_desc(b_base + (u32)(kk * 32), 16u, 1024u), (kb | kk) != 0);
           }}
         }}
         fs_wg_commit();

@@ -2,12 +2,10 @@
 
 Per call of the implicit GEMM, on the caller's stream and in this order:
 
-1. the weights are re-laid out (``fusec_convw_*``, KCRS -> [K][R*S][CGP]) into
-   a scratch buffer kept per stream (a later call on the same stream runs
-   after this one, so reusing it is ordered; another stream has its own);
-2. an input whose row pitch TMA cannot take (W not a multiple of 8, or a base
-   not 16-byte aligned) is copied to a pitched scratch by ``cuMemcpy2DAsync``
-   (the map keeps the true W, so TMA zero-fills the padding);
+1. the weights are re-laid out (``fusec_convw_*``, KCRS -> [K][R*S][CGP]) and
+2. the input is made channels-last (``fusec_convx_*``, NCHW -> [N][H][W][G][CGP])
+   into scratch buffers kept per stream (a later call on the same stream runs
+   after this one, so reusing them is ordered; another stream has its own);
 3. the conv kernel: a persistent grid of ``min(tiles, SMs)`` blocks.
 
 Tensor maps are cached by everything they encode (``gemm.host``'s cache).
@@ -103,13 +101,15 @@ class LinkedKernel:
             ptr = self.scratch[key] = int(check(self.drv.cuMemAlloc(max(size, 16))))
         return ptr
 
-    def launch(self, function: Any, grid: int, threads: int, smem: int, handle: Any, args) -> None:
-        """``function<<<grid, threads, smem, handle>>>(args)``; ``args``: (ctypes type, value)."""
+    def launch(self, function: Any, grid, threads: int, smem: int, handle: Any, args) -> None:
+        """``function<<<grid, threads, smem, handle>>>(args)``; ``grid`` an int or (x, y, z),
+        ``args`` (ctypes type, value) pairs."""
+        gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else grid
         values = [kind(v) for kind, v in args]
         pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
         check(
             self.drv.cuLaunchKernel(
-                function, grid, 1, 1, threads, 1, 1, smem, handle, ctypes.addressof(pointers), 0
+                function, gx, gy, gz, threads, 1, 1, smem, handle, ctypes.addressof(pointers), 0
             )
         )
 
@@ -118,9 +118,11 @@ class ConvKernel(LinkedKernel):
     """The implicit-GEMM conv of ``spec``: ``__call__`` queues the re-layout and the conv."""
 
     def __init__(self, spec: ConvSpec, cubin: bytes) -> None:
-        super().__init__(cubin, spec.tile.smem_bytes, (spec.relayout_name,))
+        names = (spec.relayout_name, spec.transpose_name)
+        super().__init__(cubin, spec.tile.smem_bytes, names)
         self.spec = spec
         self.relayout = self.named[spec.relayout_name]
+        self.transpose = self.named[spec.transpose_name]
 
     def __call__(
         self, x: int, w: int, out: int, extras: tuple[int, ...], stream: int = 0, sms: int = 132
@@ -137,14 +139,16 @@ class ConvKernel(LinkedKernel):
             wp = self.buffer((stream, "w"), total * 2)
             blocks = min(-(-total // _RELAYOUT_THREADS), 4 * sms)
             self.launch(self.relayout, blocks, _RELAYOUT_THREADS, 0, handle, [(u64, w), (u64, wp)])
-            x = self._pitched_input(x, stream, handle)
-            pitch = geo.w_pitch * 2
+            xt = self.buffer((stream, "x"), geo.nhwc_elements * 2)
+            grid = (-(-geo.h * geo.w // 64), -(-geo.groups * geo.cgp // 64), geo.n)
+            self.launch(self.transpose, grid, 256, 0, handle, [(u64, x), (u64, xt)])
+            pixel = geo.groups * geo.cgp * 2  # bytes per channels-last pixel
             map_x = tensor_map(
                 spec.dtype,
-                x,
-                (geo.w, geo.h, geo.cg, geo.groups, geo.n),
-                (pitch, pitch * geo.h, pitch * geo.h * geo.cg, pitch * geo.h * geo.c),
-                (STRIP, 1, CHUNK, 1, 1),
+                xt,
+                (geo.cg, geo.groups, geo.w, geo.h, geo.n),
+                (geo.cgp * 2, pixel, pixel * geo.w, pixel * geo.w * geo.h),
+                (CHUNK, 1, STRIP, 1, 1),
             )
             row = geo.cgp * 2
             taps = geo.r * geo.s
@@ -158,26 +162,6 @@ class ConvKernel(LinkedKernel):
             args = [(u64, v) for v in (map_w, map_x, out, *extras)]
             grid = min(spec.tiles, sms)
             self.launch(self.function, grid, tile.threads, tile.smem_bytes, handle, args)
-
-    def _pitched_input(self, x: int, stream: int, handle: Any) -> int:
-        """``x``, or a copy with rows of ``w_pitch`` elements when TMA cannot read it in place."""
-        geo, drv = self.spec.geo, self.drv
-        if geo.w == geo.w_pitch and x % 16 == 0:
-            return x
-        rows = geo.n * geo.c * geo.h
-        padded = geo.w_pitch * 2
-        ptr = self.buffer((stream, "x"), padded * rows)
-        copy = drv.CUDA_MEMCPY2D()
-        copy.srcMemoryType = drv.CUmemorytype.CU_MEMORYTYPE_DEVICE
-        copy.srcDevice = drv.CUdeviceptr(x)
-        copy.srcPitch = geo.w * 2
-        copy.dstMemoryType = drv.CUmemorytype.CU_MEMORYTYPE_DEVICE
-        copy.dstDevice = drv.CUdeviceptr(ptr)
-        copy.dstPitch = padded
-        copy.WidthInBytes = geo.w * 2
-        copy.Height = rows
-        check(drv.cuMemcpy2DAsync(copy, handle))
-        return ptr
 
 
 class DirectConvKernel(LinkedKernel):

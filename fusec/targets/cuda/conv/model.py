@@ -2,9 +2,10 @@
 
 The CUDA simulator cannot run linked C++, so this replays what the generated
 block program does, with the formulas of ``cpp.generate``: the weight
-re-layout, the persistent walk over (channel block, strip block, group)
-tiles, the producer's TMA boxes per (tap, channel chunk) with zero fill
-outside the tensor (``tma_box``), the consumers' split of the tile and the
+re-layout and the channels-last copy of the input, the persistent walk over
+(channel block, strip block, group) tiles, the producer's TMA boxes per (tap,
+channel chunk) with zero fill outside the tensor (``tma_box``; the innermost
+coordinate always 16-byte aligned), the consumers' split of the tile and the
 wgmma accumulator fragments (``gemm.model.fragment_coords``), and the
 epilogue's strip decoding and bounds checks. ``run`` returns the output and
 how many times each element was written.
@@ -23,6 +24,14 @@ def relayout(geo: ConvGeometry, w: np.ndarray) -> np.ndarray:
     wp = np.zeros((geo.k, geo.r * geo.s, geo.cgp), dtype=np.float32)
     wp[:, :, : geo.cg] = w.reshape(geo.k, geo.cg, geo.r * geo.s).transpose(0, 2, 1)
     return wp
+
+
+def channels_last(geo: ConvGeometry, x: np.ndarray) -> np.ndarray:
+    """The input as ``fusec_convx_*`` writes it: ``[N][H][W][G][CGP]``, padding zero."""
+    xt = np.zeros((geo.n, geo.h, geo.w, geo.groups, geo.cgp), dtype=np.float32)
+    grouped = x.reshape(geo.n, geo.groups, geo.cg, geo.h, geo.w)
+    xt[..., : geo.cg] = grouped.transpose(0, 3, 4, 1, 2)
+    return xt
 
 
 def tma_box(tensor: np.ndarray, coords: tuple[int, ...], box: tuple[int, ...]) -> np.ndarray:
@@ -66,9 +75,9 @@ def run(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The kernel on NCHW ``x`` and KCRS ``w`` with ``grid`` persistent blocks."""
     wp = relayout(geo, w)
-    # the tensors as the TMA maps see them: weights [G][KG][RS][CG], input [N][G][CG][H][W]
+    # the tensors as the TMA maps see them: weights [G][KG][RS][CG], input [N][H][W][G][CG]
     w_map = wp[:, :, : geo.cg].reshape(geo.groups, geo.kg, geo.r * geo.s, geo.cg)
-    x_map = x.astype(np.float32).reshape(geo.n, geo.groups, geo.cg, geo.h, geo.w)
+    x_map = channels_last(geo, x)[..., : geo.cg]
     spt = tile.bn // STRIP
     tiles_m, tiles_n = cdiv(geo.kg, tile.bm), cdiv(geo.strips, spt)
     tiles = tiles_m * tiles_n * geo.groups
@@ -82,19 +91,21 @@ def run(
                 tap, cc = divmod(kb, geo.chunks)
                 r, s = divmod(tap, geo.s)
                 a = tma_box(w_map, (cc * CHUNK, tap, pm * tile.bm, g), (CHUNK, 1, tile.bm, 1))
+                assert (cc * CHUNK) % 8 == 0
                 a = a.reshape(tile.bm, CHUNK)
                 b = np.zeros((CHUNK, tile.bn), dtype=np.float32)
                 for j in range(spt):
                     n, p, q0 = strip_coords(geo, min(pn * spt + j, geo.strips - 1))
                     coords = (
-                        q0 + s * geo.dil_w - geo.pad_left,
-                        p * geo.stride_h + r * geo.dil_h - geo.pad_top,
                         cc * CHUNK,
                         g,
+                        q0 + s * geo.dil_w - geo.pad_left,
+                        p * geo.stride_h + r * geo.dil_h - geo.pad_top,
                         n,
                     )
-                    box = tma_box(x_map, coords, (STRIP, 1, CHUNK, 1, 1))
-                    b[:, j * STRIP : (j + 1) * STRIP] = box.reshape(CHUNK, STRIP)
+                    assert coords[0] % 8 == 0, "TMA: innermost coordinate 16-byte aligned"
+                    box = tma_box(x_map, coords, (CHUNK, 1, STRIP, 1, 1))  # 64 pixel rows
+                    b[:, j * STRIP : (j + 1) * STRIP] = box.reshape(STRIP, CHUNK).T
                 acc += a @ b
             _store(geo, tile, acc, out, writes, pm, pn, g, epilogue)
     return out, writes
