@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fusec.runtime.threads import configure
+from fusec.targets.cpu.threads import configure
 
 configure()  # before numpy loads OpenBLAS: applies to fusec and the numpy baselines alike
 

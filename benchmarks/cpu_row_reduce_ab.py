@@ -3,7 +3,7 @@
 The machine is shared and noisy, so the old and new kernels (and numpy op by
 op) are timed in interleaved rounds in one process: each round runs every
 variant ``--reps`` times, and the table shows the median over all rounds. The
-old template is loaded from ``git show REV:fusec/codegen/cpu_row_reduce.py``
+old template is loaded from ``git show REV:fusec/targets/cpu/row_reduce.py``
 (with that revision's row helpers) and only swapped in while the graph is
 compiled. Every result is first checked against the float64 reference on a
 NaN-poisoned output.
@@ -23,21 +23,21 @@ import sys
 import time
 from pathlib import Path
 
-from fusec.runtime.threads import configure
+from fusec.targets.cpu.threads import configure
 
 configure()
 
 import numpy as np  # noqa: E402
 
 import fusec  # noqa: E402
-import fusec.codegen as codegen  # noqa: E402
-import fusec.codegen.cpu_row_reduce as current  # noqa: E402
+import fusec.targets.cpu.row_reduce as current  # noqa: E402
 from fusec.api import parse  # noqa: E402
 from fusec.runtime.reference import entry_function, run_reference  # noqa: E402
 from fusec.runtime.runner import random_inputs  # noqa: E402
+from fusec.targets.cpu.target import TARGET as CPU  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = "fusec/codegen/cpu_row_reduce.py"
+TEMPLATE = "fusec/targets/cpu/row_reduce.py"  # fusec/codegen/cpu_row_reduce.py before the move
 
 
 def t(shape) -> str:
@@ -100,14 +100,14 @@ def load_old(rev: str):
 @contextlib.contextmanager
 def old_template(module):
     """Generate row_reduce groups with ``module`` (and its row helpers) inside the block."""
-    key = ("cpu", "row_reduce")
-    saved_path, saved_helpers = codegen.TEMPLATES[key], current.ROW_HELPERS
-    codegen.TEMPLATES[key] = dataclasses.replace(saved_path, module=module.__name__)
+    key = "row_reduce"
+    saved_path, saved_helpers = CPU.templates[key], current.ROW_HELPERS
+    CPU.templates[key] = dataclasses.replace(saved_path, module=module.__name__)
     current.ROW_HELPERS = module.ROW_HELPERS  # cpu_common.assemble reads them from here
     try:
         yield
     finally:
-        codegen.TEMPLATES[key] = saved_path
+        CPU.templates[key] = saved_path
         current.ROW_HELPERS = saved_helpers
 
 

@@ -18,7 +18,7 @@ import os
 import statistics
 import time
 
-from fusec.runtime.threads import configure
+from fusec.targets.cpu.threads import configure
 
 configure()
 
@@ -27,9 +27,9 @@ import numpy as np  # noqa: E402
 from floor import parallel_copy  # noqa: E402
 from numpy import float32 as f32  # noqa: E402
 
-from fusec.codegen.cpu_common import HELPER_DECORATOR  # noqa: E402
-from fusec.codegen.cpu_row_reduce import ROW_HELPERS  # noqa: E402
 from fusec.codegen.expr import helper_source  # noqa: E402
+from fusec.targets.cpu.common import HELPER_DECORATOR  # noqa: E402
+from fusec.targets.cpu.row_reduce import ROW_HELPERS  # noqa: E402
 
 M, N = 4096, 1024
 NJ = {"parallel": True, "fastmath": False, "error_model": "numpy"}

@@ -13,19 +13,11 @@ from typing import Any
 
 from xdsl.dialects.builtin import ModuleOp
 
+from fusec.codegen import KernelSource
 from fusec.errors import FusecError
 
-TARGETS = ("auto", "reference", "cpu", "cuda")
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """One generated kernel (one launch): its name, fused kind and source text."""
-
-    name: str
-    kind: str
-    source: str
-    target: str = "cpu"
+#: One generated kernel (one launch): name, fused kind, target, source, I/O types.
+Kernel = KernelSource
 
 
 @dataclass
@@ -97,8 +89,14 @@ def run_pipeline(
     after_pass: Callable[[str, ModuleOp], None] | None = None,
     timings: list[PassTiming] | None = None,
     source_text: str | None = None,
+    target: str | None = None,
 ) -> ModuleOp:
-    """Run a pass pipeline (default ``fusec-default``) in place and re-verify."""
+    """Run a pass pipeline (default ``fusec-default``) in place and re-verify.
+
+    ``target`` names the back end the result is for: the fusion passes then
+    form only groups that target generates, and fuses only where it gains
+    (a pass's own ``target=`` option wins). ``None``: the rules alone decide.
+    """
     from xdsl.utils.exceptions import DiagnosticException
 
     from fusec.dialect import make_context
@@ -117,7 +115,7 @@ def run_pipeline(
                 after_pass(previous.name, mod)
         clock["t"] = time.perf_counter()
 
-    passes = build_pipeline(pipeline, callback)
+    passes = build_pipeline(pipeline, callback, target=target)
     try:
         passes.apply(ctx, module)
     except DiagnosticException as err:
@@ -139,7 +137,7 @@ class CompiledModule:
         *,
         target: str,
         entry: str | None = None,
-        kernels: Sequence[Kernel] = (),
+        kernels: Sequence[KernelSource] = (),
         runner: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None,
         timings: Sequence[PassTiming] = (),
     ) -> None:
@@ -148,7 +146,7 @@ class CompiledModule:
         self.module = module
         self.target = target
         self.entry = entry_function(module, entry).sym_name.data
-        self.kernels: list[Kernel] = list(kernels)
+        self.kernels: list[KernelSource] = list(kernels)
         self.timings = list(timings)
         self._runner = runner
 
@@ -157,34 +155,42 @@ class CompiledModule:
         return print_ir(self.module)
 
     def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
-        """Run the entry function. On the ``cuda`` target the work is queued on the
-        caller's current stream (torch's or cupy's), or on ``stream`` when given."""
+        """Run the entry function. On a device target (cuda) the work is queued on
+        the caller's current stream (torch's or cupy's), or on ``stream`` when given."""
         if kwargs:
             raise FusecError(
                 f"@{self.entry} takes its arguments by position, not by keyword "
                 f"(got {', '.join(kwargs)})"
             )
-        if stream is not None and self.target != "cuda":
-            raise FusecError(f"stream= needs target 'cuda', not '{self.target}'")
+        if stream is not None and not getattr(self._runner, "takes_stream", False):
+            raise FusecError(f"stream= needs a target with streams (cuda), not '{self.target}'")
         if self._runner is None:
-            from fusec.runtime.reference import run_reference
-
-            results = run_reference(self.module, args, entry=self.entry, precision="native")
-        elif stream is not None:
+            raise FusecError(
+                f"this module was compiled for target '{self.target}' without a runtime "
+                "(executable=False): compile it again to run it"
+            )
+        if stream is not None:
             results = self._runner(args, stream=stream)
         else:
             results = self._runner(args)
         return results[0] if len(results) == 1 else tuple(results)
 
-    def capture(self, *args: Any) -> Any:
-        """Record one call on ``args`` as a CUDA graph (``cuda`` target only).
+    def assembly(self, arch: str) -> list[tuple[KernelSource, str]]:
+        """Each kernel with its target assembly for ``arch`` (PTX on cuda); no device needed."""
+        from fusec.target import get_target
 
-        Returns a ``fusec.runtime.cuda.CudaGraph``: write new data into its
-        ``.inputs``, call ``.replay()``, read ``.outputs``.
+        target = get_target(self.target)
+        return [(kernel, target.assembly(kernel, arch)) for kernel in self.kernels]
+
+    def capture(self, *args: Any) -> Any:
+        """Record one call on ``args`` as a device graph (targets with devices only).
+
+        On cuda: a ``CudaGraph``; write new data into its ``.inputs``, call
+        ``.replay()``, read ``.outputs``.
         """
         capture = getattr(self._runner, "capture", None)
         if capture is None:
-            raise FusecError(f"CUDA graph capture needs target 'cuda', not '{self.target}'")
+            raise FusecError(f"graph capture needs a device target, not '{self.target}'")
         return capture(*args)
 
     def __repr__(self) -> str:
@@ -195,30 +201,10 @@ class CompiledModule:
 
 
 def resolve_target(target: str) -> str:
-    """The concrete target for ``target`` (``auto`` -> best available)."""
-    if target not in TARGETS:
-        raise FusecError(f"unknown target '{target}': expected one of {', '.join(TARGETS)}")
-    if target in ("auto", "cuda"):
-        from fusec.runtime.launch import BACKENDS
+    """The concrete target name for ``target`` (``auto``: the best available one)."""
+    from fusec.target import resolve_target as resolve
 
-        if target == "auto":
-            return "cuda" if "cuda" in BACKENDS and _cuda_usable() else "cpu"
-        if "cuda" not in BACKENDS:
-            raise FusecError("target 'cuda' is not available in this build of fusec yet")
-    return target
-
-
-def _cuda_usable() -> bool:
-    """True when Numba CUDA is installed and sees a GPU (checked lazily, once)."""
-    global _CUDA_USABLE
-    if _CUDA_USABLE is None:
-        from fusec.runtime.cuda import gpu_available
-
-        _CUDA_USABLE = gpu_available()
-    return _CUDA_USABLE
-
-
-_CUDA_USABLE: bool | None = None
+    return resolve(target, available=False).name
 
 
 def compile(  # noqa: A001 - the public name is part of the API contract
@@ -228,19 +214,25 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     pipeline: str | None = None,
     entry: str | None = None,
     after_pass: Callable[[str, ModuleOp], None] | None = None,
+    executable: bool = True,
 ) -> CompiledModule:
-    """Parse (unless given a module), run the pipeline and build a CompiledModule.
+    """Parse (unless given a module), run the pipeline for the target and build a
+    CompiledModule.
 
-    On ``cpu``/``cuda`` each ``ai.fused`` group becomes one generated kernel,
-    compiled (or loaded from the kernel cache) on the first call; an op that
-    the pipeline leaves outside every group is an error naming it. Only
-    ``target="reference"`` interprets the IR (the numpy executor): it is never
-    chosen behind the caller's back.
+    The target is resolved first (``auto``: the best available one) and the
+    fusion passes plan for it. Each ``ai.fused`` group becomes one generated
+    kernel, compiled (or loaded from the kernel cache) on the first call; an
+    op that the pipeline leaves outside every group is an error naming it.
+    Only ``target="reference"`` interprets the IR (the numpy executor): it is
+    never chosen behind the caller's back. With ``executable=False`` the
+    kernels are generated but no runtime is built, so a target that is not
+    usable here (cuda without a GPU) can still show its kernels.
     """
     from fusec.frontend.mlir import parse_module, read_source
-    from fusec.runtime.launch import Program
+    from fusec.runtime.launch import plan_launches
+    from fusec.target import resolve_target as resolve
 
-    concrete = resolve_target(target)
+    chosen = resolve(target, available=executable)
     source_text = source_name = None
     if isinstance(text_or_path, ModuleOp):
         module = text_or_path.clone()
@@ -248,24 +240,27 @@ def compile(  # noqa: A001 - the public name is part of the API contract
         source_text, source_name = read_source(text_or_path)
         module = parse_module(source_text, source_name)
     timings: list[PassTiming] = []
-    if pipeline is None:
-        from fusec.passes import TARGET_PIPELINES
-
-        pipeline = TARGET_PIPELINES.get(concrete)
-    run_pipeline(module, pipeline, after_pass=after_pass, timings=timings, source_text=source_text)
-
-    if concrete == "reference":
-        return CompiledModule(module, target=concrete, entry=entry, timings=timings)
-    if concrete == "cuda":  # device-resident values, the caller's stream, CUDA graphs
-        from fusec.runtime.cuda import CudaProgram as Program
+    run_pipeline(
+        module,
+        pipeline,
+        after_pass=after_pass,
+        timings=timings,
+        source_text=source_text,
+        target=chosen.name,
+    )
     try:
-        program = Program(module, entry, concrete)
+        runner = chosen.program(module, entry) if executable else None
+        if not chosen.generates_kernels:
+            kernels: list[KernelSource] = []
+        elif runner is not None:
+            kernels = list(runner.kernels)
+        else:
+            kernels = plan_launches(module, entry, chosen).kernels
     except FusecError as err:  # a code generator's error knows the op, not the text
         _quote_source(err, source_text, source_name)
         raise
-    kernels = [Kernel(k.name, k.kind, k.source, k.target) for k in program.kernels]
     return CompiledModule(
-        module, target=concrete, entry=entry, kernels=kernels, runner=program, timings=timings
+        module, target=chosen.name, entry=entry, kernels=kernels, runner=runner, timings=timings
     )
 
 
@@ -281,8 +276,11 @@ def _quote_source(err: FusecError, text: str | None, name: str | None) -> None:
 
 def reference(text_or_path: str | Path | ModuleOp, *, entry: str | None = None) -> CompiledModule:
     """A CompiledModule that runs the IR as written on the numpy reference executor."""
+    from fusec.target import get_target
+
     module = text_or_path if isinstance(text_or_path, ModuleOp) else parse(text_or_path)
-    return CompiledModule(module, target="reference", entry=entry)
+    runner = get_target("reference").program(module, entry)
+    return CompiledModule(module, target="reference", entry=entry, runner=runner)
 
 
 def fuse(

@@ -15,6 +15,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+#: The targets, as the registry lists them (``fusec.target.REGISTRY``).
+_TARGETS_HELP = "auto (the best available), reference, or a registered back end (cpu, cuda)"
+
 EXIT_OK, EXIT_ERROR = 0, 1
 
 
@@ -61,38 +64,29 @@ def cmd_compile(args: argparse.Namespace) -> int:
     def after_pass(name: str, module) -> None:
         sys.stderr.write(f"// -----// IR Dump After {name} //----- //\n{print_ir(module)}\n")
 
-    # CUDA kernel source and PTX are generated without a GPU: no runtime is built for them
-    source_only = args.emit == "ptx" or (args.target == "cuda" and args.emit == "kernels")
-    if args.emit == "ptx":  # before any work: the answer does not depend on the graph
-        from fusec.runtime.cuda import parse_arch, require_cuda_compiler
-
-        parse_arch(args.arch)
-        require_cuda_compiler("cannot emit PTX")
+    # `fusec compile` runs nothing: kernels (and their assembly) need no device
+    target = "cuda" if args.emit == "ptx" and args.target == "auto" else args.target  # PTX: cuda
     compiled = fusec_compile(
         _source(args),
-        target="reference" if source_only else args.target,
+        target=target,
         pipeline=args.pipeline,
         entry=args.entry,
         after_pass=after_pass if args.print_ir_after_all else None,
+        executable=False,
     )
     parts = []
     if args.emit in ("ir", "all"):
         parts.append(compiled.ir)
     if args.emit in ("kernels", "all"):
-        kernels = compiled.kernels
-        if source_only:
-            from fusec.runtime.cuda import module_kernels
-
-            kernels = module_kernels(compiled.module, compiled.entry)
-        if not kernels:
+        if not compiled.kernels:
             parts.append(f"// no kernels generated for target '{compiled.target}'\n")
-        for kernel in kernels:
+        for kernel in compiled.kernels:
             parts.append(f"// ===== kernel {kernel.name} ({kernel.kind}) =====\n{kernel.source}\n")
     if args.emit == "ptx":
-        from fusec.runtime.cuda import module_ptx, parse_arch
-
-        for name, kind, ptx in module_ptx(compiled.module, compiled.entry, parse_arch(args.arch)):
-            parts.append(f"// ===== kernel {name} ({kind}) PTX for {args.arch} =====\n{ptx}\n")
+        for kernel, text in compiled.assembly(args.arch):
+            parts.append(
+                f"// ===== kernel {kernel.name} ({kernel.kind}) PTX for {args.arch} =====\n{text}\n"
+            )
     _emit("".join(parts), args.output)
     if args.timing:
         total = sum(t.seconds for t in compiled.timings)
@@ -103,7 +97,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.remarks:
         from fusec.passes.fusion.remarks import format_remarks, fusion_remarks, pipeline_rules
 
-        rules = pipeline_rules(args.pipeline)
+        rules = pipeline_rules(args.pipeline, target=compiled.target)
         sys.stderr.write(format_remarks(fusion_remarks(compiled.module, rules)))
     return EXIT_OK
 
@@ -198,15 +192,15 @@ def _add_onnx_commands(sub) -> None:
         "conformance", help="run ONNX's backend node tests of the supported operators"
     )
     conf.add_argument("--op", action="append", metavar="NAME", help="only this operator (repeats)")
-    conf.add_argument("--target", default="auto", help="auto, reference, cpu or cuda")
+    conf.add_argument("--target", default="auto", help=_TARGETS_HELP)
     conf.add_argument("-v", "--verbose", action="store_true", help="also list skipped cases")
     conf.set_defaults(handler=cmd_conformance)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from fusec.runtime.threads import configure
+    from fusec.targets.cpu.threads import configure
 
-    configure()  # thread-pool settings, before numpy and Numba start (fusec.runtime.threads)
+    configure()  # thread-pool settings, before numpy and Numba start (fusec.targets.cpu.threads)
     from fusec.api import compile as fusec_compile
     from fusec.api import parse
     from fusec.errors import FusecError
@@ -246,7 +240,7 @@ def _add_run_command(sub) -> None:
     run.add_argument("--inputs", metavar="FILE.npz", help="arguments, by name or arr_0, arr_1, ...")
     run.add_argument("--random-inputs", action="store_true", help="draw standard-normal inputs")
     run.add_argument("--seed", type=int, default=0, help="seed of --random-inputs (default 0)")
-    run.add_argument("--target", default="auto", help="auto, reference, cpu or cuda")
+    run.add_argument("--target", default="auto", help=_TARGETS_HELP)
     run.add_argument("--pipeline", help="xDSL pass-pipeline spec (default: fusec-default)")
     run.add_argument("--entry", help="entry function name (default: the single public one)")
     run.add_argument("-o", "--output", metavar="FILE.npz", help="save the results here")
@@ -302,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--emit", choices=("ir", "kernels", "all", "ptx"), default="ir")
     comp.add_argument("--arch", default="sm_90", help="GPU architecture for --emit ptx")
     comp.add_argument("--pipeline", help="xDSL pass-pipeline spec (default: fusec-default)")
-    comp.add_argument("--target", default="auto", help="auto, reference, cpu or cuda")
+    comp.add_argument("--target", default="auto", help=_TARGETS_HELP)
     comp.add_argument("--entry", help="entry function name (default: the single public one)")
     comp.add_argument("--print-ir-after-all", action="store_true", help="IR after each pass")
     comp.add_argument("--timing", action="store_true", help="time each pass (to stderr)")

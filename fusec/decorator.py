@@ -51,10 +51,11 @@ def fuse(
     disk_cache: bool = True,
 ) -> Any:
     """Decorator: run ``fn`` as fused kernels. ``@fuse`` or ``@fuse(target=..., pipeline=...)``."""
-    from fusec.api import TARGETS
+    from fusec.target import target_names
 
-    if not isinstance(target, str) or target not in TARGETS:
-        raise user_error(f"unknown target {target!r}: expected one of {', '.join(TARGETS)}")
+    if not isinstance(target, str) or target not in target_names():
+        names = ", ".join(target_names())
+        raise user_error(f"unknown target {target!r}: expected one of {names}")
     if pipeline is not None and not isinstance(pipeline, str):
         raise user_error(f"pipeline must be a pass-pipeline string, got {type(pipeline).__name__}")
 
@@ -330,8 +331,10 @@ class _Call:
             call.template[pname] = call._walk(pname, value, probes.arguments[pname])
         if len(call.devices) > 1:
             raise user_error(f"{name}(): the arrays are on different devices ({call.devices})")
-        if owner.target == "auto" and "cuda" in call.devices:
-            call.target = "cuda"
+        if owner.target == "auto" and call.devices:
+            from fusec.target import target_for_device
+
+            call.target = target_for_device(next(iter(call.devices))) or "auto"
         return call
 
     def _walk(self, name: str, value: Any, probe: Any) -> Any:

@@ -59,7 +59,7 @@ def numba_cuda_problem() -> str | None:
     if _absent("numba_cuda"):
         return "numba-cuda is not installed"
     try:
-        from fusec.runtime.cuda import numba_cuda
+        from fusec.targets.cuda.runtime import numba_cuda
 
         cuda = numba_cuda()
     except Exception as err:  # ImportError, or a broken cuda-bindings install

@@ -71,11 +71,11 @@ def cuda_usable() -> bool:
     """True when numba can see a working CUDA GPU (evaluated once, on first use).
 
     fusec's own probe comes first when it exists: it prepares the process before
-    numba.cuda's first import (see fusec/runtime/cuda.py) and says no under the
+    numba.cuda's first import (see fusec/targets/cuda/runtime.py) and says no under the
     CUDA simulator.
     """
     try:
-        from fusec.runtime.cuda import gpu_available
+        from fusec.targets.cuda.runtime import gpu_available
     except ImportError:
         gpu_available = None
     try:

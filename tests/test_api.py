@@ -119,13 +119,11 @@ def test_kernels_attribute():
 
 
 def test_kernel_record_fields():
-    kernel = fusec.Kernel(name="k0", kind="conv", source="// src", target="cpu")
-    assert (kernel.name, kernel.kind, kernel.source, kernel.target) == (
-        "k0",
-        "conv",
-        "// src",
-        "cpu",
-    )
+    compiled = fusec.compile(CONV, target="cpu", executable=False)
+    (kernel,) = compiled.kernels
+    assert isinstance(kernel, fusec.Kernel)  # one kernel type: fusec.codegen.KernelSource
+    assert (kernel.name, kernel.kind, kernel.target) == ("k0", "conv", "cpu")
+    assert kernel.source.startswith("# fusec kernel") and kernel.outputs[0].dtype == "f16"
 
 
 def test_unknown_target_is_a_fusec_error():

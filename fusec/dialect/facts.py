@@ -131,7 +131,4 @@ def register_fused_kind(name: str, description: str) -> None:
     FUSED_KINDS[name] = description
 
 
-#: The targets whose lowerings the op facts are checked against.
-TARGETS = ("reference", "cpu", "cuda")
-
 NO_TARGETS: Mapping[str, str] = {}

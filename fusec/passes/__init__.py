@@ -9,19 +9,14 @@ as ``fusec-default`` expand in place.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from xdsl.passes import ModulePass, PassPipeline
 
 PIPELINES: dict[str, str] = {
-    "fusec-default": "infer-shapes,canonicalize,cse,"
-    "fuse-prologue,fuse-epilogue,fuse-reduction,fuse-elementwise,fuse-singletons",
-    # the cuda target also has a fused attention kernel: attention chains first
-    "fusec-cuda": "infer-shapes,canonicalize,cse,fuse-attention,"
+    "fusec-default": "infer-shapes,canonicalize,cse,fuse-attention,"
     "fuse-prologue,fuse-epilogue,fuse-reduction,fuse-elementwise,fuse-singletons",
 }
-
-#: the pipeline ``fusec.compile`` runs for a target when none is given
-TARGET_PIPELINES: dict[str, str] = {"cuda": "fusec-cuda"}
 
 
 def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
@@ -73,8 +68,27 @@ def expand_spec(spec: str) -> str:
     return ",".join(PIPELINES.get(p, p) for p in parts)
 
 
-def build_pipeline(spec: str | None = None, callback=None) -> PassPipeline:
-    """A PassPipeline from an xDSL pipeline spec; ``None`` means ``fusec-default``."""
+def build_pipeline(
+    spec: str | None = None, callback=None, target: str | None = None
+) -> PassPipeline:
+    """A PassPipeline from an xDSL pipeline spec; ``None`` means ``fusec-default``.
+
+    ``target`` becomes the ``target`` option of every fusion pass that does not
+    name one itself: the groups are then planned for that back end.
+    """
+    pipeline = _parse_pipeline(spec, callback)
+    if target is None:
+        return pipeline
+    from fusec.passes.fusion.driver import FusionPass
+
+    passes = tuple(
+        replace(p, target=target) if isinstance(p, FusionPass) and p.target is None else p
+        for p in pipeline.passes
+    )
+    return PassPipeline(passes, pipeline.callback)
+
+
+def _parse_pipeline(spec: str | None, callback) -> PassPipeline:
     from xdsl.utils.exceptions import ArgSpecParseError
 
     from fusec.errors import FusecError

@@ -1,23 +1,22 @@
 """Run a compiled function: one kernel launch per ``ai.fused`` group, in order.
 
-``Program(module, entry, target)`` walks the entry function once: dense
-``arith.constant`` values are materialised, every ``ai.fused`` group gets its
-kernel from the code generator (``fusec.codegen.generate``) and the kernel
-cache, and ``func.return`` names the results. Calling the program feeds the
-arguments through the launches, keeping values in a dict.
+``Program(module, entry, target)`` walks the entry function once
+(``plan_launches``): dense ``arith.constant`` values are materialised, every
+``ai.fused`` group gets its kernel from the target (``Target.generate``), and
+``func.return`` names the results. Calling the program feeds the arguments
+through the launches, keeping values in a dict.
 
-Targets plug in through ``BACKENDS``: a backend turns a ``KernelSource`` into
-a callable and moves arrays in and out. ``CpuBackend`` is here; the CUDA
-backend (its own module) registers itself under ``"cuda"`` the same way.
+A target plugs in a ``Backend`` (``Target.backend``), which turns a
+``KernelSource`` into a callable and moves arrays in and out; a target whose
+values live on a device subclasses ``Program`` instead (``Target.program``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -25,27 +24,19 @@ from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
-from fusec.codegen import KernelSource, generate
+from fusec.codegen import KernelSource
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.errors import FusecError
 from fusec.runtime.dtypes import numpy_dtype
 from fusec.runtime.reference import check_arguments, constant_value, entry_function
+from fusec.target import Target, get_target
 
 #: (shape, numpy dtype) -> a new array. Tests pass one that fills with NaN.
 Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 
-#: target -> "module:Class" of its backend.
-BACKENDS: dict[str, str] = {
-    "cpu": "fusec.runtime.launch:CpuBackend",
-    "cuda": "fusec.runtime.cuda:CudaBackend",
-}
-
 
 class Backend(Protocol):
     """What a target provides to ``Program``."""
-
-    target: str
 
     def load(self, kernel: KernelSource) -> Callable[..., Any]:
         """The callable running ``kernel``'s entry (compiled or loaded from the cache)."""
@@ -73,26 +64,62 @@ class Launch:
         return f"fusec {self.kernel.name} ({self.kernel.kind})"
 
 
-def backend_for(target: str, cache=None) -> Backend:
-    spec = BACKENDS.get(target)
-    if spec is None:
-        raise FusecError(f"no runtime for target '{target}' (known: {', '.join(BACKENDS)})")
-    module, _, cls = spec.partition(":")
-    return getattr(importlib.import_module(module), cls)(cache=cache)
+@dataclass
+class LaunchPlan:
+    """The entry function as constants, kernel launches (in order) and returned values."""
+
+    function: func.FuncOp
+    constants: dict[SSAValue, np.ndarray] = field(default_factory=dict)
+    launches: list[Launch] = field(default_factory=list)
+    returns: list[SSAValue] = field(default_factory=list)
+
+    @property
+    def kernels(self) -> list[KernelSource]:
+        return [launch.kernel for launch in self.launches]
+
+
+def plan_launches(module: ModuleOp, entry: str | None, target: Target) -> LaunchPlan:
+    """Generate the kernel of every ``ai.fused`` group of the entry function, named
+    ``k0``, ``k1``... in order; any other ai op is a located error."""
+    plan = LaunchPlan(entry_function(module, entry))
+    for op in plan.function.body.block.ops:
+        if isinstance(op, arith.ConstantOp):
+            dtype = numpy_dtype(spec_of(op.result.type).dtype)
+            plan.constants[op.result] = constant_value(op).astype(dtype)
+        elif isinstance(op, ai.FusedOp):
+            kernel = target.generate(op, f"k{len(plan.launches)}")
+            plan.launches.append(Launch(kernel, list(op.inputs), list(op.results)))
+        elif isinstance(op, func.ReturnOp):
+            plan.returns = list(op.arguments)
+        else:
+            from fusec.codegen.expr import error_at
+
+            raise error_at(
+                op,
+                f"is outside any ai.fused group: the '{target.name}' target runs fused "
+                "groups only (run the fusion pipeline, e.g. fusec-default, or interpret "
+                "the IR on the numpy reference executor with target 'reference')",
+            )
+    return plan
 
 
 class Program:
     """The entry function of a module, lowered to a sequence of kernel launches."""
 
     def __init__(
-        self, module: ModuleOp, entry: str | None = None, target: str = "cpu", cache=None
+        self,
+        module: ModuleOp,
+        entry: str | None = None,
+        target: str | Target = "cpu",
+        cache: Any = None,
     ) -> None:
-        self.function = entry_function(module, entry)
-        self.backend = backend_for(target, cache)
-        self.constants: dict[SSAValue, np.ndarray] = {}
-        self.launches: list[Launch] = []
-        self.returns: list[SSAValue] = []
-        self._plan()
+        self.target = get_target(target) if isinstance(target, str) else target
+        self.backend = self.target.backend(cache)
+        plan = plan_launches(module, entry, self.target)
+        self.function = plan.function
+        self.constants = plan.constants
+        self.launches = plan.launches
+        self.returns = plan.returns
         self._fns: list[Callable[..., Any]] | None = None
         self._lock = threading.Lock()
 
@@ -106,28 +133,6 @@ class Program:
             if self._fns is None:
                 self._fns = [self.backend.load(launch.kernel) for launch in self.launches]
             return self._fns
-
-    def _plan(self) -> None:
-        target = self.backend.target
-        for op in self.function.body.block.ops:
-            if isinstance(op, arith.ConstantOp):
-                dtype = numpy_dtype(spec_of(op.result.type).dtype)
-                self.constants[op.result] = constant_value(op).astype(dtype)
-            elif isinstance(op, ai.FusedOp):
-                name = f"k{len(self.launches)}"
-                kernel = generate(op, target, name)
-                self.launches.append(Launch(kernel, list(op.inputs), list(op.results)))
-            elif isinstance(op, func.ReturnOp):
-                self.returns = list(op.arguments)
-            else:
-                from fusec.codegen.expr import error_at
-
-                raise error_at(
-                    op,
-                    f"is outside any ai.fused group: the '{target}' target runs fused "
-                    "groups only (run the fusion pipeline, e.g. fusec-default, or interpret "
-                    "the IR on the numpy reference executor with target 'reference')",
-                )
 
     def __call__(self, args: Sequence[Any], *, alloc: Allocator | None = None) -> tuple:
         """Run the function on numpy ``args``; return all its results as numpy arrays."""
@@ -145,44 +150,6 @@ class Program:
 
 def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.empty(shape, dtype=dtype)
-
-
-class CpuBackend:
-    """Numba cpu kernels: flat float32 arrays in, flat float32 arrays out."""
-
-    target = "cpu"
-
-    def __init__(self, cache=None) -> None:
-        from fusec.runtime.cache import default_cache
-        from fusec.runtime.threads import configure
-
-        configure()  # before Numba starts its thread pool: see fusec.runtime.threads
-        self.cache = cache if cache is not None else default_cache()
-
-    def load(self, kernel: KernelSource) -> Callable[..., Any]:
-        module = self.cache.load_module(kernel.source, target="cpu")
-        return getattr(module, kernel.entry)
-
-    def run(
-        self, launch: Launch, fn: Callable[..., Any], inputs: list[Any], alloc: Allocator
-    ) -> list[Any]:
-        flat_in = [_as_f32(a).reshape(-1) for a in inputs]
-        outs = [alloc(spec.shape, np.dtype(np.float32)) for spec in launch.kernel.outputs]
-        if not all(o.flags.c_contiguous and o.dtype == np.float32 for o in outs):
-            raise ValueError("the allocator must return C-contiguous float32 arrays")
-        fn(*flat_in, *(o.reshape(-1) for o in outs))
-        results = []
-        for out, spec in zip(outs, launch.kernel.outputs, strict=True):
-            dtype = numpy_dtype(spec.dtype)
-            results.append(out if dtype == np.float32 else out.astype(dtype))
-        return results
-
-    def to_host(self, value: Any) -> np.ndarray:
-        return np.asarray(value)
-
-
-def _as_f32(array: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(array, dtype=np.float32)
 
 
 _nvtx: Any = None

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from fusec.api import parse, run_pipeline
-from fusec.codegen import generate
 from fusec.dialect import ops as ai
 from fusec.dialect.facts import FUSED_KINDS
 from fusec.errors import FusecError
+from fusec.target import generate
 
 EVIL = """
 func.func @"evil\\"; import os; os.system('pwn')"(%evil_arg: tensor<4x8xf32>, %b: tensor<8xf32>,

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from numpy import float32 as f32
 
-from fusec.codegen.cpu_common import HELPER_DECORATOR
-from fusec.codegen.cpu_row_reduce import ROW_HELPERS
 from fusec.runtime.cache import KernelCache
+from fusec.targets.cpu.common import HELPER_DECORATOR
+from fusec.targets.cpu.row_reduce import ROW_HELPERS
 
 _spec = importlib.util.spec_from_file_location(
     "cpu_check", Path(__file__).parents[1] / "runtime" / "cpu_check.py"

@@ -15,16 +15,14 @@ from fusec.targets.cuda.attention import model
 from fusec.targets.cuda.attention.cpp import AttentionSpec
 
 
-def _groups(text: str, pipeline: str = "fusec-cuda") -> list[ai.FusedOp]:
-    compiled = fusec.compile(text, target="reference", pipeline=pipeline)
+def _groups(text: str, target: str = "cuda") -> list[ai.FusedOp]:
+    compiled = fusec.compile(text, target=target, executable=False)
     return [op for op in compiled.module.walk() if isinstance(op, ai.FusedOp)]
 
 
 def _source(text: str) -> str:
-    from fusec.runtime.cuda import module_kernels
-
-    compiled = fusec.compile(text, target="reference", pipeline="fusec-cuda")
-    (kernel,) = module_kernels(compiled.module)
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    (kernel,) = compiled.kernels
     compile(kernel.source, kernel.name, "exec")
     return kernel.source
 
@@ -40,8 +38,8 @@ def test_attention_chain_is_one_group() -> None:
     assert "fusec.causal" not in group.attributes
 
 
-def test_default_pipeline_keeps_two_matmul_kernels() -> None:
-    kinds = sorted(g.kind_name for g in _groups(attention_graph((2,), 64, 64, 64, 64), None))
+def test_targets_without_the_kernel_keep_two_matmul_kernels() -> None:
+    kinds = sorted(g.kind_name for g in _groups(attention_graph((2,), 64, 64, 64, 64), "cpu"))
     assert kinds == ["matmul", "matmul"]
 
 
@@ -72,20 +70,27 @@ def test_other_masks_and_shared_scores_are_not_fused() -> None:
     [
         (attention_graph((4,), 100, 77, 64, 128), "fused flash-style attention"),
         (attention_graph((2,), 64, 64, 128, 128, "bf16", scale="div"), "scale div"),
-        (attention_graph((2,), 64, 64, 32, 32), "FALLBACK: the Tensor Core template cannot"),
-        (attention_graph((2,), 64, 64, 64, 64, "f32"), "f32 attention"),
     ],
 )
 def test_routing(text: str, expected: str) -> None:
     assert expected in _source(text)
 
 
-def test_example_attention_runs_on_the_fallback_path() -> None:
+@pytest.mark.parametrize(
+    "text",
+    [attention_graph((2,), 64, 64, 32, 32), attention_graph((2,), 64, 64, 64, 64, "f32")],
+    ids=["head-32", "f32"],
+)
+def test_chains_the_kernel_cannot_take_stay_two_matmuls(text: str) -> None:
+    assert "attention" not in {g.kind_name for g in _groups(text)}
+
+
+def test_example_attention_is_not_fused_in_f32() -> None:
     from pathlib import Path
 
     example = Path(__file__).parents[2] / "examples" / "attention.mlir"
-    (group,) = _groups(example.read_text())
-    assert group.kind_name == "attention"  # f32: one group, served by the PyTorch fallback
+    kinds = sorted(g.kind_name for g in _groups(example.read_text()))
+    assert "attention" not in kinds  # f32 and head size 32: no kernel for it
 
 
 # ------------------------------------------------------------ online softmax model

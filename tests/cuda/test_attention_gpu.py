@@ -1,7 +1,7 @@
 """The fused attention kernel on the GPU vs the float64 reference (skipped without a GPU).
 
-Graphs go through ``fusec.compile(target="cuda")`` (the ``fusec-cuda`` pipeline
-forms the attention group) on fresh random inputs with the output poisoned
+Graphs go through ``fusec.compile(target="cuda")`` (``fuse-attention`` forms
+the attention group for the cuda target) on fresh random inputs with the output poisoned
 (NaN) first; the kernel header must name the fused kernel, so a case cannot
 pass on the PyTorch fallback.
 """
@@ -35,12 +35,11 @@ def _check(out: np.ndarray, ref: np.ndarray) -> None:
 @pytest.mark.parametrize("name", list(CASES))
 def test_attention_matches_reference(name: str) -> None:
     import fusec
-    from fusec.runtime.cuda import module_kernels
     from fusec.runtime.reference import entry_function, run_reference
     from fusec.runtime.runner import random_inputs
 
     compiled = fusec.compile(CASES[name], target="cuda")
-    (kernel,) = module_kernels(compiled.module)
+    (kernel,) = compiled.kernels
     assert "fused flash-style attention" in kernel.source.split("\n\n")[0]
     for seed in (0, 1):
         args = random_inputs(entry_function(compiled.module), seed=seed)

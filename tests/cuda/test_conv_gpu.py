@@ -109,13 +109,12 @@ def _check_close(out: np.ndarray, ref: np.ndarray, dtype: str) -> float:
 @pytest.mark.parametrize("name", list(CASES))
 def test_conv_matches_reference(name: str) -> None:
     import fusec
-    from fusec.runtime.cuda import module_kernels
     from fusec.runtime.reference import entry_function, run_reference
     from fusec.runtime.runner import random_inputs
 
     text, routing = CASES[name]
     compiled = fusec.compile(text, target="cuda")
-    (kernel,) = [k for k in module_kernels(compiled.module) if k.kind == "conv"]
+    (kernel,) = [k for k in compiled.kernels if k.kind == "conv"]
     assert routing in kernel.source.split("\n\n")[0], kernel.source[:600]
     for seed in (0, 1):  # fresh inputs: a second draw catches stale or unwritten outputs
         args = random_inputs(entry_function(compiled.module), seed=seed)

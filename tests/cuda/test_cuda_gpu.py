@@ -172,9 +172,9 @@ def test_second_process_loads_compiled_kernels_from_disk(tmp_path) -> None:
 import json, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 import cuda_cases, fusec
-from fusec.codegen import generate
+from fusec.target import generate
 from fusec.dialect import ops as ai
-from fusec.runtime.cuda import load_kernel_module
+from fusec.targets.cuda.runtime import load_kernel_module
 c = fusec.compile(cuda_cases.softmax_last(64, 1024, "f16"), target="cuda", pipeline="infer-shapes")
 group = next(op for op in c.module.walk() if isinstance(op, ai.FusedOp))
 module = load_kernel_module(generate(group, "cuda", "k0"))

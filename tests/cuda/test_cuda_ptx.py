@@ -17,9 +17,9 @@ from cuda_cases import (
 
 def _ptx_support() -> str | None:
     try:
-        from fusec.runtime.cuda import cuda_support, simulator_enabled
+        from fusec.targets.cuda.runtime import cuda_support, simulator_enabled
     except ImportError as err:
-        return f"fusec.runtime.cuda does not import: {err}"
+        return f"fusec.targets.cuda.runtime does not import: {err}"
     if simulator_enabled():
         return "NUMBA_ENABLE_CUDASIM=1 is set: no PTX under the simulator"
     return cuda_support()
@@ -32,10 +32,9 @@ pytestmark = pytest.mark.skipif(
 
 def _ptx(text: str) -> list[tuple[str, str, str]]:
     import fusec
-    from fusec.runtime.cuda import module_ptx
 
-    compiled = fusec.compile(text, target="reference", pipeline="infer-shapes")
-    return module_ptx(compiled.module, None, (9, 0))
+    compiled = fusec.compile(text, target="cuda", pipeline="infer-shapes", executable=False)
+    return [(k.name, k.kind, ptx) for k, ptx in compiled.assembly("sm_90")]
 
 
 def _check_common(ptx: str) -> None:

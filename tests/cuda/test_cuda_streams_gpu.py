@@ -162,7 +162,7 @@ def _cupy_dtype(cp, tensor):
 
 def test_torch_external_stream_of_a_zero_handle_is_not_the_default_stream(torch):
     """The cause of the race: a zero pointer gives a new pool stream, not stream 0."""
-    from fusec.runtime.cuda_streams import LEGACY, current_torch_ref
+    from fusec.targets.cuda.streams import LEGACY, current_torch_ref
 
     assert torch.cuda.ExternalStream(0) != torch.cuda.default_stream()
     ref = current_torch_ref(0)  # what a call on torch's default stream uses

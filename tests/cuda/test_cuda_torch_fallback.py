@@ -1,4 +1,4 @@
-"""The PyTorch fallback of conv/matmul groups on the cuda target (codegen/cuda_torch.py).
+"""The PyTorch fallback of conv/matmul groups on cuda (fusec/targets/cuda/torch_fallback.py).
 
 Without a GPU: every tensor op of the dialect has a lowering; the generated
 module keeps 16-bit values 16-bit (no float32 copies), lets a bias ride on the
@@ -19,9 +19,9 @@ from cuda_cases import tensor_type as t
 from numerics import assert_close
 
 import fusec
-from fusec.codegen import cuda_torch
 from fusec.dialect import ops as ai
 from fusec.runtime.reference import run_reference
+from fusec.targets.cuda import torch_fallback as cuda_torch
 
 # name -> (params, result types, body): one "matmul" or "conv" group each.
 M, K, N = 6, 16, 12

@@ -51,18 +51,22 @@ def test_compile_api_runs_kernels_and_lists_them():
     assert err < 1e-2
 
 
+def _no_gpu(monkeypatch):
+    from fusec.targets.cuda.target import CudaTarget
+
+    monkeypatch.setattr(CudaTarget, "auto_selectable", lambda self: False)
+
+
 def test_auto_target_is_cpu_without_a_gpu(monkeypatch):
     from fusec import api
 
-    monkeypatch.setattr(api, "_CUDA_USABLE", False)
+    _no_gpu(monkeypatch)
     assert api.resolve_target("auto") == "cpu"
     assert api.resolve_target("cpu") == "cpu"
 
 
 def test_auto_never_falls_back_to_the_reference_for_unfused_pipelines(monkeypatch):
-    from fusec import api
-
-    monkeypatch.setattr(api, "_CUDA_USABLE", False)
+    _no_gpu(monkeypatch)
     path = next(p for p in EXAMPLES if p.stem == "mlp_block")
     assert fusec.compile(path).target == "cpu"
     for target in ("auto", "cpu"):

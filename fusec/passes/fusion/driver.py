@@ -66,12 +66,21 @@ class FusionPass(ModulePass):
     max_chain_ops: int | None = None
     """Overrides the rules' ``max_chain_ops`` parameter (elementwise ops per group)."""
 
+    target: str | None = None
+    """The back end the groups are for (``fusec.target``): only groups it generates,
+    and gains by, are formed. ``fusec.api.compile`` sets its resolved target."""
+
     def overrides(self) -> dict[str, int | None]:
         """Rule parameters this pass sets (``None``: the rules file's value)."""
         return {"softmax_tile_limit": self.softmax_tile_limit, "max_chain_ops": self.max_chain_ops}
 
     def policy(self) -> Rules:
-        return load_rules(self.rules, **self.overrides())
+        rules = load_rules(self.rules, **self.overrides())
+        if self.target is None:
+            return rules
+        from fusec.target import get_target
+
+        return rules.for_target(get_target(self.target))
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         run_stage(op, self.name, self.policy())

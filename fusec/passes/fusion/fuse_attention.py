@@ -20,7 +20,10 @@ add stops the match (the ops then fuse as two matmul kernels).
 This is a pattern pass rather than a clause of ``default.rules``: the rules
 give a kernel one anchor, and attention has two (its matmuls). It runs before
 the rule-driven passes, which leave an ``attention`` group alone (it is
-nobody's seed, and no rule kind accepts two anchors).
+nobody's seed, and no rule kind accepts two anchors). Like them it plans for
+its ``target``: a chain becomes a group only when that target has an
+``attention`` template that takes it (``Target.can_fuse``); without a target,
+or on one without the template, the ops fuse as two matmul kernels.
 """
 
 from __future__ import annotations
@@ -32,11 +35,10 @@ from xdsl.context import Context
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, UnitAttr
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.passes.fusion.driver import function_blocks
+from fusec.passes.fusion.driver import FusionPass, function_blocks
 from fusec.passes.fusion.outline import Group, pack, unpack
 
 KIND = "attention"
@@ -115,12 +117,19 @@ def match(out_matmul: ai.MatmulOp) -> tuple[list[Operation], bool] | None:
 
 
 @dataclass(frozen=True)
-class FuseAttentionPass(ModulePass):
-    """Outline every attention chain (see the module docstring) as one group."""
+class FuseAttentionPass(FusionPass):
+    """Outline every attention chain the target can run as one kernel (module docstring)."""
 
     name = "fuse-attention"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.target is None:
+            return
+        from fusec.target import get_target
+
+        target = get_target(self.target)
+        if KIND not in target.templates:
+            return
         for block in function_blocks(op):
             groups = unpack(block)
             grouped = {m for g in groups for m in g.members}
@@ -131,6 +140,8 @@ class FuseAttentionPass(ModulePass):
                 if found is None or any(m in grouped for m in found[0]):
                     continue
                 members, causal = found
+                if target.can_fuse(KIND, members, candidate) is not None:
+                    continue
                 attrs = {CAUSAL_ATTR: UnitAttr()} if causal else {}
                 groups.append(Group(KIND, members, attrs, anchor=candidate))
                 grouped.update(members)

@@ -2,7 +2,11 @@
 
 One function answers both the planner ("may this op join?") and the remarks
 ("why were these two groups not merged?"), so the reasons users read are the
-reasons the planner acted on.
+reasons the planner acted on. It is the single judge: besides the rules it
+asks the target the rules are applied for (``Rules.target``) whether its
+template for the kind generates the group and gains by fusing it, so a plan
+never asks a back end for a kernel it cannot emit, nor for a fusion that
+would run slower than separate kernels.
 
 A legal group has at most one anchor (the highest op of the pattern lattice;
 no anchor means an anchorless kind such as pointwise). Every other member
@@ -167,6 +171,10 @@ def check_group(members: Sequence[Operation], rules: Rules) -> Verdict:
             return _illegal(
                 f"a {kind.name} group takes at most {limit} {clause.describe()} {role} op(s)"
             )
+    if rules.target is not None:
+        reason = rules.target.can_fuse(kind.name, members, anchor)
+        if reason is not None:
+            return _illegal(reason)
     return Verdict(kind.name, anchor)
 
 

@@ -116,8 +116,9 @@ def _cycle_reason(planner: Planner, producer: Unit, consumer: Unit) -> str:
     return "fusing would create a cycle between kernels"
 
 
-def pipeline_rules(pipeline: str | None = None) -> Rules:
-    """The policy the fusion passes of ``pipeline`` used (their ``rules`` and limits).
+def pipeline_rules(pipeline: str | None = None, target: str | None = None) -> Rules:
+    """The policy the fusion passes of ``pipeline`` used (their ``rules`` and limits,
+    applied for ``target``, the back end the groups were planned for).
 
     So that ``--remarks`` after ``fuse-epilogue{softmax_tile_limit=128}`` explains
     the decisions with the limit that made them.
@@ -126,14 +127,21 @@ def pipeline_rules(pipeline: str | None = None) -> Rules:
     from fusec.passes.fusion.driver import FusionPass
     from fusec.passes.fusion.rules import load_rules
 
-    fusion = [p for p in build_pipeline(pipeline).passes if isinstance(p, FusionPass)]
+    passes = build_pipeline(pipeline, target=target).passes
+    fusion = [p for p in passes if isinstance(p, FusionPass)]
     path = next((p.rules for p in fusion if p.rules is not None), None)
     overrides: dict[str, int] = {}
     for fusion_pass in fusion:
         for name, value in fusion_pass.overrides().items():
             if value is not None:
                 overrides.setdefault(name, value)
-    return load_rules(path, **overrides)
+    rules = load_rules(path, **overrides)
+    planned_for = next((p.target for p in fusion if p.target is not None), None)
+    if planned_for is None:
+        return rules
+    from fusec.target import get_target
+
+    return rules.for_target(get_target(planned_for))
 
 
 def format_remarks(remarks: list[Remark]) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import LarkError, UnexpectedInput, VisitError
@@ -25,6 +26,9 @@ from fusec.dialect import ops as ai
 from fusec.dialect.facts import FUSED_KINDS
 from fusec.errors import FusecError, SourceLocation, line_of
 from fusec.passes.fusion.classify import Pattern, fmt_shape, pattern_of, result_shape, short_name
+
+if TYPE_CHECKING:
+    from fusec.target import Target
 
 ROLES = ("anchor", "prologue", "epilogue", "body")
 
@@ -127,6 +131,9 @@ class Rules:
     params: Mapping[str, Param]
     kinds: tuple[KindRules, ...]
     source: str = "<rules>"
+    #: The back end the groups are for: a group is legal only where it generates
+    #: the group and gains by fusing it (``Target.can_fuse``). None: rules only.
+    target: Target | None = None
 
     def param(self, name: str) -> int:
         return self.params[name].value
@@ -151,6 +158,10 @@ class Rules:
 
     def anchorless_kind(self) -> KindRules | None:
         return next((k for k in self.kinds if k.anchor is None), None)
+
+    def for_target(self, target: Target | None) -> Rules:
+        """The same rules, applied for ``target``."""
+        return replace(self, target=target)
 
     def with_params(self, **values: int | None) -> Rules:
         """A copy with some parameters overridden (``None`` keeps the file's value)."""

@@ -1,3 +1,15 @@
+// -----// IR Dump After fuse-attention //----- //
+builtin.module {
+  func.func @attention(%q: tensor<4x64x32xf32>, %k: tensor<4x64x32xf32>, %v: tensor<4x64x32xf32>) -> tensor<4x64x32xf32> {
+    %s = ai.matmul %q, %k {transpose_b = true} : tensor<4x64x32xf32> * tensor<4x64x32xf32>
+    %scale = arith.constant dense<0.176776692> : tensor<f32>
+    %t = ai.mul %s, %scale : tensor<4x64x64xf32> * tensor<f32>
+    %p = ai.softmax %t : tensor<4x64x64xf32>
+    %o = ai.matmul %p, %v : tensor<4x64x64xf32> * tensor<4x64x32xf32>
+    func.return %o : tensor<4x64x32xf32>
+  }
+}
+
 // -----// IR Dump After fuse-prologue //----- //
 builtin.module {
   func.func @attention(%q: tensor<4x64x32xf32>, %k: tensor<4x64x32xf32>, %v: tensor<4x64x32xf32>) -> tensor<4x64x32xf32> {

@@ -1,3 +1,16 @@
+// -----// IR Dump After fuse-attention //----- //
+builtin.module {
+  func.func @elementwise_chain(%x: tensor<4x8x16xf32>, %b: tensor<16xf32>, %s: tensor<8x1xf32>) -> tensor<4x8x16xf16> {
+    %a = ai.add %x, %b : tensor<4x8x16xf32> * tensor<16xf32>
+    %m = ai.mul %a, %s : tensor<4x8x16xf32> * tensor<8x1xf32>
+    %g = ai.sigmoid %m : tensor<4x8x16xf32>
+    %y = ai.mul %m, %g : tensor<4x8x16xf32> * tensor<4x8x16xf32>
+    %z = ai.maximum %y, %x : tensor<4x8x16xf32> * tensor<4x8x16xf32>
+    %c = ai.cast %z : tensor<4x8x16xf32> to tensor<4x8x16xf16>
+    func.return %c : tensor<4x8x16xf16>
+  }
+}
+
 // -----// IR Dump After fuse-prologue //----- //
 builtin.module {
   func.func @elementwise_chain(%x: tensor<4x8x16xf32>, %b: tensor<16xf32>, %s: tensor<8x1xf32>) -> tensor<4x8x16xf16> {

@@ -1,3 +1,13 @@
+// -----// IR Dump After fuse-attention //----- //
+builtin.module {
+  func.func @ln_matmul_softmax_large(%x: tensor<16x128xf32>, %gamma: tensor<128xf32>, %beta: tensor<128xf32>, %w: tensor<128x4096xf32>) -> tensor<16x4096xf32> {
+    %n = ai.layernorm %x, %gamma, %beta : tensor<16x128xf32> * tensor<128xf32> * tensor<128xf32>
+    %h = ai.matmul %n, %w : tensor<16x128xf32> * tensor<128x4096xf32>
+    %p = ai.softmax %h : tensor<16x4096xf32>
+    func.return %p : tensor<16x4096xf32>
+  }
+}
+
 // -----// IR Dump After fuse-prologue //----- //
 builtin.module {
   func.func @ln_matmul_softmax_large(%x: tensor<16x128xf32>, %gamma: tensor<128xf32>, %beta: tensor<128xf32>, %w: tensor<128x4096xf32>) -> tensor<16x4096xf32> {

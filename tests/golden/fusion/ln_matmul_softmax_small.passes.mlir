@@ -1,3 +1,13 @@
+// -----// IR Dump After fuse-attention //----- //
+builtin.module {
+  func.func @ln_matmul_softmax_small(%x: tensor<32x128xf32>, %gamma: tensor<128xf32>, %beta: tensor<128xf32>, %w: tensor<128x256xf32>) -> tensor<32x256xf32> {
+    %n = ai.layernorm %x, %gamma, %beta : tensor<32x128xf32> * tensor<128xf32> * tensor<128xf32>
+    %h = ai.matmul %n, %w : tensor<32x128xf32> * tensor<128x256xf32>
+    %p = ai.softmax %h : tensor<32x256xf32>
+    func.return %p : tensor<32x256xf32>
+  }
+}
+
 // -----// IR Dump After fuse-prologue //----- //
 builtin.module {
   func.func @ln_matmul_softmax_small(%x: tensor<32x128xf32>, %gamma: tensor<128xf32>, %beta: tensor<128xf32>, %w: tensor<128x256xf32>) -> tensor<32x256xf32> {

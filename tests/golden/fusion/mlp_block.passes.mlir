@@ -1,3 +1,17 @@
+// -----// IR Dump After fuse-attention //----- //
+builtin.module {
+  func.func @mlp_block(%x: tensor<2x16x64xf32>, %gamma: tensor<64xf32>, %beta: tensor<64xf32>, %w1: tensor<64x256xf32>, %b1: tensor<256xf32>, %w2: tensor<256x64xf32>, %b2: tensor<64xf32>) -> tensor<2x16x64xf32> {
+    %n = ai.layernorm %x, %gamma, %beta : tensor<2x16x64xf32> * tensor<64xf32> * tensor<64xf32>
+    %h = ai.matmul %n, %w1 : tensor<2x16x64xf32> * tensor<64x256xf32>
+    %hb = ai.bias_add %h, %b1 {axis = 2 : i64} : tensor<2x16x256xf32> * tensor<256xf32>
+    %a = ai.gelu %hb : tensor<2x16x256xf32>
+    %o = ai.matmul %a, %w2 : tensor<2x16x256xf32> * tensor<256x64xf32>
+    %ob = ai.bias_add %o, %b2 {axis = 2 : i64} : tensor<2x16x64xf32> * tensor<64xf32>
+    %y = ai.add %ob, %x : tensor<2x16x64xf32> * tensor<2x16x64xf32>
+    func.return %y : tensor<2x16x64xf32>
+  }
+}
+
 // -----// IR Dump After fuse-prologue //----- //
 builtin.module {
   func.func @mlp_block(%x: tensor<2x16x64xf32>, %gamma: tensor<64xf32>, %beta: tensor<64xf32>, %w1: tensor<64x256xf32>, %b1: tensor<256xf32>, %w2: tensor<256x64xf32>, %b2: tensor<64xf32>) -> tensor<2x16x64xf32> {

@@ -1,3 +1,18 @@
+// -----// IR Dump After fuse-attention //----- //
+builtin.module {
+  func.func @two_consumers(%x: tensor<8x64xf32>, %scale: tensor<64xf32>, %gamma: tensor<64xf32>, %beta: tensor<64xf32>, %w: tensor<64x32xf32>) -> (tensor<8x32xf32>, tensor<8x32xf32>) {
+    %t = ai.mul %x, %scale : tensor<8x64xf32> * tensor<64xf32>
+    %p = ai.softmax %t : tensor<8x64xf32>
+    %n = ai.layernorm %t, %gamma, %beta : tensor<8x64xf32> * tensor<64xf32> * tensor<64xf32>
+    %o = ai.add %p, %n : tensor<8x64xf32> * tensor<8x64xf32>
+    %h = ai.matmul %o, %w : tensor<8x64xf32> * tensor<64x32xf32>
+    %a = ai.gelu %h : tensor<8x32xf32>
+    %s = ai.sigmoid %h : tensor<8x32xf32>
+    %y = ai.mul %a, %s : tensor<8x32xf32> * tensor<8x32xf32>
+    func.return %h, %y : tensor<8x32xf32>, tensor<8x32xf32>
+  }
+}
+
 // -----// IR Dump After fuse-prologue //----- //
 builtin.module {
   func.func @two_consumers(%x: tensor<8x64xf32>, %scale: tensor<64xf32>, %gamma: tensor<64xf32>, %beta: tensor<64xf32>, %w: tensor<64x32xf32>) -> (tensor<8x32xf32>, tensor<8x32xf32>) {

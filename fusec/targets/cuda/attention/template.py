@@ -14,12 +14,12 @@ import math
 from xdsl.dialects.builtin import UnitAttr
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.cuda_common import body_ops, kernel_name
 from fusec.codegen.expr import header
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.passes.fusion.fuse_attention import CAUSAL_ATTR
 from fusec.targets.cuda.attention.cpp import AttentionSpec
+from fusec.targets.cuda.common import body_ops, kernel_name
 
 
 def plan(fused_op: ai.FusedOp) -> tuple[AttentionSpec, dict[str, int]] | str:
@@ -64,14 +64,30 @@ def plan(fused_op: ai.FusedOp) -> tuple[AttentionSpec, dict[str, int]] | str:
     return spec, inputs
 
 
+def accepts(members, anchor) -> str | None:
+    """Whether the kernel takes an attention chain of ``members`` (``Template.accepts``):
+    otherwise its ops are better off as two matmul kernels than one PyTorch group."""
+    matmuls = [op for op in members if isinstance(op, ai.MatmulOp)]
+    if len(matmuls) != 2:
+        return "an attention group has two matmuls"
+    scores, out = matmuls
+    q, k, v = (spec_of(x.type) for x in (scores.lhs, scores.rhs, out.rhs))
+    spec = dict(batch=math.prod(q.shape[:-2]), sq=q.shape[-2], sk=k.shape[-2], d=q.shape[-1])
+    try:
+        AttentionSpec(**spec, dv=v.shape[-1], dtype=q.dtype, out_dtype=q.dtype)
+    except ValueError as err:
+        return f"the cuda attention kernel cannot take it: {err}"
+    return None
+
+
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The kernel module of an attention group (the fallback's when the kernel cannot)."""
-    from fusec.codegen import cuda_torch
+    from fusec.targets.cuda import torch_fallback
 
     name = kernel_name(name)
     planned = plan(fused_op)
     if isinstance(planned, str):
-        return cuda_torch.generate(fused_op, name, reason=planned)
+        return torch_fallback.generate(fused_op, name, reason=planned)
     spec, inputs = planned
     notes = [
         "target: cuda, fused flash-style attention on the Hopper Tensor Cores (wgmma + TMA, "

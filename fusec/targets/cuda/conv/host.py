@@ -64,7 +64,7 @@ class LinkedKernel:
     def __init__(self, cubin: bytes, smem_bytes: int, named: tuple[str, ...] = ()) -> None:
         from cuda.bindings import driver as drv
 
-        from fusec.runtime.cuda import numba_cuda
+        from fusec.targets.cuda.runtime import numba_cuda
 
         numba_cuda().current_context()  # the primary context (Numba's) is current
         self.drv = drv

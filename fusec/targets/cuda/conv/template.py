@@ -10,7 +10,7 @@ to the output type). It runs as
   with stride 1 along W and at least 16 input channels per group;
 * the direct template (``cpp.DirectConvSpec``) for f16/bf16 depthwise and
   other groups of fewer than 16 channels (not a GEMM worth the name);
-* the PyTorch fallback (``fusec.codegen.cuda_torch``) otherwise, the reason in
+* the PyTorch fallback (``fusec.targets.cuda.torch_fallback``) otherwise, the reason in
   its header: f32 graphs (IEEE f32 through cuDNN without TF32; the templates
   are 16-bit Tensor Core kernels), a stride along W with many channels (TMA
   cannot stride the contiguous dimension; an NHWC path is not built).
@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from xdsl.dialects.builtin import StringAttr
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.cuda_common import body_ops, kernel_name, yielded
 from fusec.codegen.expr import (
     ELEMENTWISE_OPS,
     CppExprGenerator,
@@ -34,6 +33,7 @@ from fusec.codegen.expr import (
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import conv2d_padding
+from fusec.targets.cuda.common import body_ops, kernel_name, yielded
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
 from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec, implicit_gemm_problem
 from fusec.targets.cuda.gemm.cpp import Epilogue
@@ -75,17 +75,44 @@ def plan(fused_op: ai.FusedOp) -> ConvPlan | str:
         )
     if any(spec_of(op.results[0].type).shape != out.shape for op in rest):
         return "an epilogue op broadcasts beyond the conv's shape"
+    geo = geometry(conv)
+    if (geo.p, geo.q) != out.shape[2:] or 0 in (*x.shape, *w.shape):
+        return "an empty dimension"
+    return ConvPlan(conv, rest, geo, args[conv.input], args[conv.weight])
+
+
+def geometry(conv: ai.Conv2DOp) -> ConvGeometry:
+    """The ``ConvGeometry`` of ``conv`` (shapes and attributes)."""
+    x, w = (spec_of(v.type) for v in (conv.input, conv.weight))
     attrs = conv.attr_values()
     pt, pl, pb, pr = conv2d_padding(attrs["padding"])
     sh, sw = attrs["strides"]
     dh, dw = attrs["dilations"]
-    geo = ConvGeometry(
+    return ConvGeometry(
         *x.shape, w.shape[0], w.shape[2], w.shape[3], sh, sw, pt, pl, pb, pr, dh, dw,
         int(attrs["groups"]),
     )  # fmt: skip
-    if (geo.p, geo.q) != out.shape[2:] or 0 in (*x.shape, *w.shape):
-        return "an empty dimension"
-    return ConvPlan(conv, rest, geo, args[conv.input], args[conv.weight])
+
+
+def accepts(members, anchor) -> str | None:
+    """Whether a template of this module computes a conv group of ``members`` fused
+    (``Template.accepts`` of the cuda target): a group it cannot take would run op by
+    op through PyTorch, where fused work is slower than a separate kernel."""
+    if len(members) == 1 or not isinstance(anchor, ai.Conv2DOp):
+        return None
+    fallback = "so the group would run op by op through PyTorch"
+    dtype = spec_of(anchor.input.type).dtype
+    if dtype not in _DTYPES:
+        return f"the cuda conv templates take f16/bf16, not {dtype}, {fallback}"
+    memberset = set(members)
+    if any(v.owner in memberset for v in (anchor.input, anchor.weight)):
+        return f"the cuda conv templates take no prologue, {fallback}"
+    escaping = {r for op in members for r in op.results for u in r.uses}
+    escaping = [r for r in escaping if any(u.operation not in memberset for u in r.uses)]
+    if len(escaping) > 1:
+        return f"the cuda conv templates write one result, not {len(escaping)}, {fallback}"
+    how = route_geometry(geometry(anchor))
+    return None if how in ("implicit", "direct") else f"{how}, {fallback}"
 
 
 def epilogue(fused_op: ai.FusedOp, p: ConvPlan) -> tuple[Epilogue, tuple[int, ...]]:
@@ -126,21 +153,26 @@ def tile_for(fused_op: ai.FusedOp, geo: ConvGeometry, sms: int = 132) -> ConvTil
 
 def route(p: ConvPlan) -> str:
     """``"implicit"``, ``"direct"`` or the reason for the fallback."""
-    if p.geo.cg < MIN_GEMM_CHANNELS:
+    return route_geometry(p.geo)
+
+
+def route_geometry(geo: ConvGeometry) -> str:
+    """``"implicit"``, ``"direct"`` or the reason for the fallback."""
+    if geo.cg < MIN_GEMM_CHANNELS:
         return "direct"
-    why = implicit_gemm_problem(p.geo)
-    return f"{why} (an NHWC implicit GEMM is not built)" if why else "implicit"
+    why = implicit_gemm_problem(geo)
+    return f"{why} (strided W boxes are not built)" if why else "implicit"
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The kernel module of a conv group (the fallback's when no template can serve it)."""
-    from fusec.codegen import cuda_torch
+    from fusec.targets.cuda import torch_fallback
 
     name = kernel_name(name)
     p = plan(fused_op)
     how = p if isinstance(p, str) else route(p)
     if isinstance(p, str) or how not in ("implicit", "direct"):
-        return cuda_torch.generate(fused_op, name, reason=how)
+        return torch_fallback.generate(fused_op, name, reason=how)
     epi, extra_inputs = epilogue(fused_op, p)
     dtype = spec_of(p.conv.input.type).dtype
     out_dtype = spec_of(fused_op.results[0].type).dtype
@@ -163,8 +195,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             "target: cuda, implicit-GEMM conv2d on the Hopper Tensor Cores (wgmma + TMA, "
             f"sm_90a), tile {tile.text}, {spec.tiles} tiles;",
             f"{shape}; {dtype} -> {out_dtype}, f32 accumulation;",
-            "NCHW input read in place by 5-D TMA boxes (padding = zero fill), weights re-laid "
-            "out to [K][R*S][C] per call (a second, small launch);",
+            "input made channels-last and weights re-laid out to [K][R*S][C] per call (two "
+            "small launches before the conv); 5-D TMA boxes per tap, padding = zero fill;",
             f"epilogue on the accumulators: {epi.name} (f32, one rounding at the store)",
         ]
         spec_text = f"ConvSpec({geo_text}, ConvTile.parse({tile.text!r}), {dtype!r}, "

@@ -129,7 +129,7 @@ class GemmKernel:
     def __init__(self, spec: cpp.GemmSpec, cubin: bytes) -> None:
         from cuda.bindings import driver as drv
 
-        from fusec.runtime.cuda import numba_cuda
+        from fusec.targets.cuda.runtime import numba_cuda
 
         numba_cuda().current_context()  # make the primary context current (Numba's)
         self.spec = spec

@@ -8,7 +8,7 @@ epilogue, rendered to C++ by ``CppExprGenerator`` and run on the f32
 accumulators before the one rounding to the output type). Everything else
 (f32 graphs, which keep IEEE f32 maths; a LayerNorm prologue; partial batch
 broadcasting; 1-D operands) is served by the PyTorch fallback
-(``fusec.codegen.cuda_torch``), whose kernel header says so.
+(``fusec.targets.cuda.torch_fallback``), whose kernel header says so.
 
 The tile configuration comes from the ``fusec.tile`` attribute the
 ``tile-gemm`` pass writes on the group, or the same heuristic when absent.
@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from xdsl.dialects.builtin import StringAttr
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.cuda_common import body_ops, kernel_name, yielded
 from fusec.codegen.expr import (
     ELEMENTWISE_OPS,
     CppExprGenerator,
@@ -32,6 +31,7 @@ from fusec.codegen.expr import (
 )
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.targets.cuda.common import body_ops, kernel_name, yielded
 from fusec.targets.cuda.gemm.config import TileConfig, choose_config
 from fusec.targets.cuda.gemm.cpp import Epilogue, GemmSpec
 
@@ -172,12 +172,12 @@ def _decompose(flat: str, dims, first: int) -> list[str]:
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The kernel module of a matmul group (the fallback's when the kernel cannot serve it)."""
-    from fusec.codegen import cuda_torch
+    from fusec.targets.cuda import torch_fallback
 
     name = kernel_name(name)
     p = plan(fused_op)
     if isinstance(p, str):
-        return cuda_torch.generate(fused_op, name, reason=p)
+        return torch_fallback.generate(fused_op, name, reason=p)
     config = tile_config(fused_op, p)
     epi, extra_inputs, helpers = epilogue(fused_op, p)
     out_dtype = spec_of(fused_op.results[0].type).dtype

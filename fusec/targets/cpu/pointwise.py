@@ -18,20 +18,20 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.cpu_common import (
-    Stage,
-    assemble,
-    body_ops,
-    check_elementwise,
-    input_names,
-    outputs_of,
-)
 from fusec.codegen.expr import (
     ExprGenerator,
     broadcast_offset,
     error_at,
     leaf_shapes,
     shape_of,
+)
+from fusec.targets.cpu.common import (
+    Stage,
+    assemble,
+    body_ops,
+    check_elementwise,
+    input_names,
+    outputs_of,
 )
 
 #: Aim for this many parallel tasks, each at least MIN_CHUNK elements long.

@@ -24,7 +24,9 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.cpu_common import (
+from fusec.codegen.expr import ExprGenerator, error_at, shape_of
+from fusec.dialect import ops as ai
+from fusec.targets.cpu.common import (
     REDUCE_OPS,
     Buffers,
     Stage,
@@ -39,10 +41,8 @@ from fusec.codegen.cpu_common import (
     single_core,
     values_needed_after,
 )
-from fusec.codegen.cpu_pointwise import pointwise_stage
-from fusec.codegen.cpu_row_reduce import row_reduce_stage, the_reduction
-from fusec.codegen.expr import ExprGenerator, error_at, shape_of
-from fusec.dialect import ops as ai
+from fusec.targets.cpu.pointwise import pointwise_stage
+from fusec.targets.cpu.row_reduce import row_reduce_stage, the_reduction
 
 #: (core op, its result's array, arrays of values) -> (stages, launch lines) for the core.
 CoreEmitter = Callable[[Operation, str, Buffers, str], tuple[list[Stage], list[str]]]

@@ -39,17 +39,6 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.cpu_common import (
-    REDUCE_OPS,
-    Stage,
-    ancestors,
-    assemble,
-    body_ops,
-    check_elementwise,
-    input_names,
-    outputs_of,
-)
-from fusec.codegen.cpu_pointwise import pointwise_stage
 from fusec.codegen.expr import (
     ExprGenerator,
     broadcast_offset,
@@ -60,6 +49,17 @@ from fusec.codegen.expr import (
     shape_of,
 )
 from fusec.dialect import ops as ai
+from fusec.targets.cpu.common import (
+    REDUCE_OPS,
+    Stage,
+    ancestors,
+    assemble,
+    body_ops,
+    check_elementwise,
+    input_names,
+    outputs_of,
+)
+from fusec.targets.cpu.pointwise import pointwise_stage
 
 #: At most this many parallel tasks (each allocates one row buffer).
 MAX_TASKS = 256
@@ -580,7 +580,7 @@ def _sum_helper(name: str, doc: str, params: str, term: str) -> str:
             "",
             '@numba.njit(fastmath={"reassoc"}, error_model="numpy", cache=True)',
             f"def {name}_f64({params}):",
-            '    """Reassociable float64 sum, vectorised; see fusec.codegen.cpu_row_reduce."""',
+            '    """Reassociable float64 sum, vectorised; see fusec.targets.cpu.row_reduce."""',
             "    s = 0.0",
             "    for k in range(buf.size):",
             f"        s += {term}",

@@ -24,7 +24,19 @@ from __future__ import annotations
 import math
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.cuda_common import (
+from fusec.codegen.expr import (
+    ELEMENTWISE_OPS,
+    ExprGenerator,
+    broadcast_offset,
+    error_at,
+    header,
+    leaf_shapes,
+    literal,
+    shape_of,
+)
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
+from fusec.targets.cuda.common import (
     ITEMSIZE,
     Source,
     body_ops,
@@ -38,18 +50,6 @@ from fusec.codegen.cuda_common import (
     vector_accesses,
     yielded,
 )
-from fusec.codegen.expr import (
-    ELEMENTWISE_OPS,
-    ExprGenerator,
-    broadcast_offset,
-    error_at,
-    header,
-    leaf_shapes,
-    literal,
-    shape_of,
-)
-from fusec.dialect import ops as ai
-from fusec.dialect.ops import spec_of
 
 REDUCTIONS = (ai.LayerNormOp, ai.SoftmaxOp)
 #: Threads per row: aim for this many vectors per thread.

@@ -13,7 +13,7 @@ says so. The aim is to cost no more than the same ops in PyTorch eager:
   ``addmm(bias, a, b)``: cuBLAS's bias epilogue);
 * the results are the tensors PyTorch returns (no copy into preallocated
   outputs);
-* f32 conv/matmul stay IEEE f32 per call (``fusec.runtime.torch_fallback``),
+* f32 conv/matmul stay IEEE f32 per call (``fusec.targets.cuda.torch_runtime``),
   never by switching PyTorch's process-wide TF32 flags.
 
 Each op maps to the one PyTorch function computing it (``TORCH_FUNCTIONS``:
@@ -35,10 +35,10 @@ from collections.abc import Callable
 from xdsl.ir import BlockArgument
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.cuda_common import Source, body_ops, check_leaves, kernel_name, yielded
 from fusec.codegen.expr import TORCH, ExprGenerator, error_at, header
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.targets.cuda.common import Source, body_ops, check_leaves, kernel_name, yielded
 
 TORCH_DTYPE = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32"}
 
@@ -216,7 +216,9 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
     ]
     helpers = [h for h in ("ieee_conv2d", "ieee_matmul", "ieee_addmm") if f"{h}(" in code.text()]
     imports = (
-        [f"from fusec.runtime.torch_fallback import {', '.join(helpers)}", ""] if helpers else []
+        [f"from fusec.targets.cuda.torch_runtime import {', '.join(helpers)}", ""]
+        if helpers
+        else []
     )
     source = "\n".join(
         [

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from fusec.runtime.cuda import numba_cuda, simulator_enabled
+from fusec.targets.cuda.runtime import numba_cuda, simulator_enabled
 
 cuda = numba_cuda()
 

@@ -165,7 +165,7 @@ def assemble(
     helpers = helper_source(gen.helpers, HELPER_DECORATOR)
     if helpers:
         parts.append(helpers)
-    from fusec.codegen.cpu_row_reduce import ROW_HELPERS
+    from fusec.targets.cpu.row_reduce import ROW_HELPERS
 
     for name in sorted(set().union(*(stage.helpers for stage in stages))):
         parts.append(f"\n{HELPER_DECORATOR}\n{ROW_HELPERS[name]}\n")

@@ -15,11 +15,11 @@ from __future__ import annotations
 from xdsl.ir import Operation
 
 from fusec.codegen import KernelSource
-from fusec.codegen.cpu_common import Buffers, Stage
-from fusec.codegen.cpu_matmul import generate_core_group
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
+from fusec.targets.cpu.common import Buffers, Stage
+from fusec.targets.cpu.matmul import generate_core_group
 
 
 def generate(fused_op, name: str) -> KernelSource:

@@ -19,7 +19,10 @@ from __future__ import annotations
 import math
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.cuda_common import (
+from fusec.codegen.expr import ELEMENTWISE_OPS, ExprGenerator, header, leaf_shapes, shape_of
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
+from fusec.targets.cuda.common import (
     ITEMSIZE,
     Source,
     body_ops,
@@ -33,9 +36,6 @@ from fusec.codegen.cuda_common import (
     vector_accesses,
     yielded,
 )
-from fusec.codegen.expr import ELEMENTWISE_OPS, ExprGenerator, header, leaf_shapes, shape_of
-from fusec.dialect import ops as ai
-from fusec.dialect.ops import spec_of
 
 THREADS = 256
 #: Bytes of the narrowest tensor per thread and loop step: one 16-byte access per

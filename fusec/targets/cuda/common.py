@@ -4,7 +4,7 @@ Conventions of every generated CUDA kernel module (the runtime relies on them):
 
 * each tensor is passed flattened (1-D, C order, contiguous, base address
   16-byte aligned); f32 as ``float32[::1]``, f16/bf16 as their raw bits in
-  ``int16[::1]`` (``fusec.runtime.cuda_device`` converts to float32);
+  ``int16[::1]`` (``fusec.targets.cuda.device`` converts to float32);
 * the kernel takes the group's outputs first, then its inputs, in order;
 * the module defines ``launch(*inputs, *outputs, stream=0, sms=132)``, which
   launches the kernel(s) on ``stream``; ``config(sms)``, the kernel's
@@ -45,10 +45,10 @@ def prelude(helpers: Sequence[str]) -> str:
         "",
         "from numpy import float32 as f32",
         "",
-        "from fusec.runtime.cuda import numba_cuda",
+        "from fusec.targets.cuda.runtime import numba_cuda",
     ]
     if names:
-        lines.append("from fusec.runtime.cuda_device import (")
+        lines.append("from fusec.targets.cuda.device import (")
         lines.extend(f"    {name}," for name in names)
         lines.append(")")
     lines += ["", "cuda = numba_cuda()", ""]

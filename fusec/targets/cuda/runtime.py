@@ -27,7 +27,8 @@ from fusec.codegen import KernelSource
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import TensorSpec
 from fusec.errors import FusecError
-from fusec.runtime.cuda_streams import (
+from fusec.runtime.launch import nvtx_range
+from fusec.targets.cuda.streams import (
     LEGACY,
     StreamRef,
     current_torch_ref,
@@ -36,7 +37,6 @@ from fusec.runtime.cuda_streams import (
     stream_ref,
     wait_for,
 )
-from fusec.runtime.launch import nvtx_range
 
 _SEARCH_PATH_VAR = "NUMBA_CUDA_NVRTC_EXTRA_SEARCH_PATHS"
 _prepared = False
@@ -312,7 +312,7 @@ class _Adapter:
     # ------------------------------------------------------------ streams
     def stream(self, explicit: Any) -> StreamRef:
         """The stream to launch on: ``explicit``, else the caller's current one
-        (see ``fusec.runtime.cuda_streams``)."""
+        (see ``fusec.targets.cuda.streams``)."""
         if simulator_enabled():  # one stream, handle 0, in the simulator
             return explicit if isinstance(explicit, StreamRef) else stream_ref(0)
         if explicit is not None:
@@ -544,7 +544,7 @@ class CudaBackend:
 
 
 class TorchGroup:
-    """A conv/matmul group that runs through PyTorch (``fusec.codegen.cuda_torch``).
+    """A conv/matmul group that runs through PyTorch (``fusec.targets.cuda.torch_fallback``).
 
     Called with torch tensors of the group's operand types, on torch's current
     stream (the caller arranges that it is the call's stream); returns
@@ -674,6 +674,9 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
     current stream, no synchronisation). Intermediate tensors between groups
     stay on the device.
     """
+
+    #: ``CompiledModule(..., stream=s)`` queues the work on ``s``.
+    takes_stream = True
 
     def __init__(
         self, module: Any, entry: str | None = None, target: str = "cuda", cache: Any = None
@@ -903,25 +906,3 @@ def _check(result: Any) -> Any:
     if int(err) != 0:
         raise FusecError(f"CUDA driver error {int(err)} ({err})")
     return values[0] if len(values) == 1 else tuple(values) if values else None
-
-
-def module_kernels(module: Any, entry: str | None = None) -> list[KernelSource]:
-    """The CUDA kernel modules of every ai.fused group of the entry function, in order,
-    named as ``compile(target="cuda")`` names them (``k0``, ``k1``...); no GPU needed."""
-    from fusec.codegen import generate
-    from fusec.dialect import ops as ai
-    from fusec.runtime.reference import entry_function
-
-    function = entry_function(module, entry)
-    groups = [op for op in function.body.block.ops if isinstance(op, ai.FusedOp)]
-    return [generate(op, "cuda", f"k{index}") for index, op in enumerate(groups)]
-
-
-def module_ptx(module: Any, entry: str | None, cc: tuple[int, int]) -> list[tuple[str, str, str]]:
-    """(kernel name, kind, PTX) of every ai.fused group of the entry function, in order,
-    compiled for compute capability ``cc`` with NVVM only, so no GPU is needed."""
-    out = []
-    for kernel in module_kernels(module, entry):
-        ptx = emit_ptx(kernel, cc)
-        out.append((kernel.name, kernel.kind, ptx or "// (no Numba kernel: PyTorch fallback)\n"))
-    return out

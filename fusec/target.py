@@ -1,0 +1,214 @@
+"""Back ends: one ``Target`` per back end, found through one registry.
+
+A target is a package under ``fusec/targets/`` whose ``target`` module
+defines ``TARGET``, a ``Target`` holding
+
+* its ``templates``, one per fused kind it generates (``Template``): where the
+  code generator lives, which non-elementwise ops it lowers, whether it really
+  fuses (a fallback that runs ops one by one does not), and an optional
+  finer acceptance check on a group's members;
+* what it can generate and fuse, *derived* from those templates and the op
+  facts (``can_generate``, ``can_fuse``), which the fusion legality check
+  consults, so a plan never asks a target for a kernel it cannot emit, and
+  never fuses where fusing is a loss;
+* how it runs a compiled function (``program``) and whether it can here
+  (``unavailable_reason``: a missing extra, no GPU).
+
+Adding a back end is one package plus one line in ``REGISTRY``. Nothing else
+in fusec names a particular target: ``auto`` takes the first available one of
+``AUTO_ORDER``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from xdsl.ir import Operation
+
+from fusec.codegen import KernelSource
+from fusec.dialect.ops import AiOp, FusedOp
+from fusec.errors import FusecError
+
+if TYPE_CHECKING:
+    from xdsl.dialects.builtin import ModuleOp
+
+#: Target name -> the module defining its ``TARGET`` (imported on first use).
+REGISTRY: dict[str, str] = {
+    "reference": "fusec.targets.reference.target",
+    "cpu": "fusec.targets.cpu.target",
+    "cuda": "fusec.targets.cuda.target",
+}
+
+#: ``auto`` is the first target of this list that is available.
+AUTO_ORDER: tuple[str, ...] = ("cuda", "cpu")
+
+#: A finer check of a group on a template: (members, anchor) -> None, or why not.
+Acceptance = Callable[[Sequence[Operation], Operation | None], str | None]
+
+
+@dataclass(frozen=True)
+class Template:
+    """A (target, kind) code generator and what it can take.
+
+    ``module`` exposes ``generate(fused_op, name) -> KernelSource``. Every
+    template computes elementwise ops from their scalar semantics (the op's
+    ``scalar`` fact); ``lowers`` lists the other ops it handles. A template
+    that does not ``fuse`` (a library fallback running the group's ops one by
+    one) takes a group of its anchor alone: anything fused into it would be
+    slower than a kernel of its own. ``accepts``, when given, is consulted on
+    every candidate group, with the reason shown in fusion remarks.
+    """
+
+    module: str
+    lowers: tuple[type[AiOp], ...] = ()
+    fuses: bool = True
+    accepts: Acceptance | None = None
+    note: str = ""
+
+    def load(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+
+class Target:
+    """A back end: its templates, what it can generate and fuse, how it runs."""
+
+    name: str = ""
+    description: str = ""
+    templates: Mapping[str, Template] = {}
+    #: Kernels are generated from IR alone (no device needed) and can be printed.
+    generates_kernels: bool = True
+    #: Array device types (``torch.device.type``) whose data this target computes on
+    #: in place: ``auto`` picks this target for arguments living there.
+    devices: tuple[str, ...] = ()
+
+    # ------------------------------------------------------------ availability
+    def unavailable_reason(self) -> str | None:
+        """Why this target cannot run here (a missing extra, no device), or None."""
+        return None
+
+    def is_available(self) -> bool:
+        return self.unavailable_reason() is None
+
+    def auto_selectable(self) -> bool:
+        """Whether ``auto`` may pick this target (available, and not an emulation)."""
+        return self.is_available()
+
+    # ---------------------------------------------------------- capabilities
+    def can_generate(self, op: Operation) -> str | None:
+        """None when some template of this target computes ``op``, else why not."""
+        if not isinstance(op, AiOp):
+            return f"{op.name} is not an ai op"
+        if self.name in op.UNSUPPORTED:
+            reason = op.UNSUPPORTED[self.name]
+            return f"{op.name} is not supported on target '{self.name}': {reason}"
+        if op.has_scalar() or any(type(op) in t.lowers for t in self.templates.values()):
+            return None
+        return f"target '{self.name}' has no template that computes {op.name}"
+
+    def can_fuse(
+        self, kind: str, members: Sequence[Operation], anchor: Operation | None
+    ) -> str | None:
+        """None when this target's ``kind`` template generates ``members`` as one
+        kernel worth having, else the reason (for the planner and ``--remarks``)."""
+        template = self.templates.get(kind)
+        if template is None:
+            return f"target '{self.name}' has no {kind} template"
+        for op in members:
+            reason = self.can_generate(op)
+            if reason is not None:
+                return reason
+            if isinstance(op, AiOp) and not op.has_scalar() and type(op) not in template.lowers:
+                return f"the {self.name} {kind} template does not compute {op.name}"
+        if not template.fuses and len(members) > 1:
+            what = anchor.name if anchor is not None else "its ops"
+            return (
+                f"the {self.name} {kind} template runs {what} alone ({template.note}): fused "
+                "work would run op by op, slower than a separate kernel"
+            )
+        if template.accepts is not None:
+            return template.accepts(members, anchor)
+        return None
+
+    # --------------------------------------------------------------- codegen
+    def generate(self, fused_op: FusedOp, name: str) -> KernelSource:
+        """The kernel of ``fused_op``; ``name`` must be a generated identifier."""
+        from fusec.codegen.expr import error_at, is_identifier
+
+        if not is_identifier(name):
+            raise ValueError(f"kernel name {name!r} is not an identifier")
+        for op in fused_op.block.ops:
+            if isinstance(op, AiOp) and self.name in op.UNSUPPORTED:
+                reason = op.UNSUPPORTED[self.name]
+                raise error_at(op, f"is not supported on target '{self.name}': {reason}")
+        template = self.templates.get(fused_op.kind_name)
+        if template is None:
+            kinds = sorted(self.templates) or ["none"]
+            raise error_at(
+                fused_op,
+                f"kind {fused_op.kind_name!r} has no '{self.name}' template "
+                f"(kinds with one: {', '.join(kinds)})",
+            )
+        return template.load().generate(fused_op, name)
+
+    def assembly(self, kernel: KernelSource, arch: str) -> str:
+        """The kernel compiled to this target's assembly for ``arch`` (e.g. PTX)."""
+        raise FusecError(f"target '{self.name}' has no assembly to emit")
+
+    # --------------------------------------------------------------- runtime
+    def backend(self, cache: Any = None) -> Any:
+        """The ``fusec.runtime.launch.Backend`` that loads and runs this target's kernels."""
+        raise FusecError(f"target '{self.name}' runs no generated kernels")
+
+    def program(self, module: ModuleOp, entry: str | None = None, cache: Any = None) -> Any:
+        """A callable running the entry function of ``module`` on this target: by
+        default a ``Program`` of one launch per ``ai.fused`` group, on ``backend``."""
+        from fusec.runtime.launch import Program
+
+        return Program(module, entry, self, cache)
+
+
+def target_names() -> tuple[str, ...]:
+    """Every registered target, and ``auto``."""
+    return ("auto", *REGISTRY)
+
+
+@cache
+def get_target(name: str) -> Target:
+    """The registered target ``name`` (not ``auto``: see ``resolve_target``)."""
+    if name not in REGISTRY:
+        raise FusecError(f"unknown target '{name}': expected one of {', '.join(target_names())}")
+    target = importlib.import_module(REGISTRY[name]).TARGET
+    assert isinstance(target, Target) and target.name == name
+    return target
+
+
+def resolve_target(name: str, *, available: bool = True) -> Target:
+    """The target for ``name``: ``auto`` is the first available of ``AUTO_ORDER``;
+    with ``available`` a named target must be usable here (else why it is not)."""
+    if not isinstance(name, str):
+        raise FusecError(f"a target must be a string, got {type(name).__name__}")
+    if name == "auto":
+        for candidate in AUTO_ORDER:
+            target = get_target(candidate)
+            if target.auto_selectable():
+                return target
+        raise FusecError(f"no target is available (tried {', '.join(AUTO_ORDER)})")
+    target = get_target(name)
+    if available and (reason := target.unavailable_reason()) is not None:
+        raise FusecError(f"target '{name}' is not usable here: {reason}")
+    return target
+
+
+def target_for_device(device: str) -> str | None:
+    """The registered target computing on arrays of ``device`` in place, if any."""
+    return next((name for name in REGISTRY if device in get_target(name).devices), None)
+
+
+def generate(fused_op: FusedOp, target: str, name: str) -> KernelSource:
+    """Kernel source of ``fused_op`` on the registered target ``target``."""
+    return get_target(target).generate(fused_op, name)

@@ -1,0 +1,114 @@
+"""The ``cuda`` target: its templates per fused kind, availability and runtime."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
+
+from fusec.codegen import KernelSource
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
+from fusec.target import Target, Template
+from fusec.targets.cuda.attention.template import accepts as attention_accepts
+from fusec.targets.cuda.conv.template import accepts as conv_accepts
+
+_ROW = (ai.LayerNormOp, ai.SoftmaxOp)
+
+
+def gemm_accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
+    """Whether the Tensor Core GEMM computes a matmul group with this epilogue.
+
+    A group it cannot take runs op by op through PyTorch, where any fused work
+    is slower than a separate kernel: so only the matmul alone, or an f16/bf16
+    matmul of group inputs (rank >= 2, batch dims whole or broadcast) with an
+    elementwise tail.
+    """
+    if len(members) == 1 or not isinstance(anchor, ai.MatmulOp):
+        return None
+    lhs, rhs, out = (spec_of(v.type) for v in (anchor.lhs, anchor.rhs, anchor.output))
+    fallback = "so the group would run op by op through PyTorch"
+    if lhs.dtype not in ("f16", "bf16") or rhs.dtype != lhs.dtype:
+        return (
+            f"the cuda Tensor Core GEMM takes f16/bf16 operands, not {lhs.dtype} x {rhs.dtype}, "
+            f"{fallback}"
+        )
+    if lhs.rank < 2 or rhs.rank < 2:
+        return f"the cuda Tensor Core GEMM takes no 1-D operand, {fallback}"
+    memberset = set(members)
+    if any(v.owner in memberset for v in (anchor.lhs, anchor.rhs)):
+        return f"the cuda Tensor Core GEMM takes no prologue, {fallback}"
+    escaping = [
+        r
+        for op in members
+        for r in op.results
+        if any(use.operation not in memberset for use in r.uses)
+    ]
+    if len(escaping) > 1:
+        return f"the cuda Tensor Core GEMM writes one result, not {len(escaping)}, {fallback}"
+    batch = out.shape[:-2]
+    for shape in (lhs.shape[:-2], rhs.shape[:-2]):
+        padded = (1,) * (len(batch) - len(shape)) + tuple(shape)
+        if math.prod(shape) != 1 and padded != batch:
+            return f"the cuda Tensor Core GEMM takes no partially broadcast batch, {fallback}"
+    return None
+
+
+class CudaTarget(Target):
+    """Numba CUDA kernels (pointwise, row reductions); on the Hopper Tensor Cores the wgmma
+    GEMM for matmul groups, the implicit-GEMM conv (a direct kernel for depthwise) and
+    fused flash-style attention."""
+
+    name = "cuda"
+    description = "NVIDIA GPUs: Numba CUDA kernels and the Hopper Tensor Core GEMM"
+    devices = ("cuda",)
+    templates = {
+        "pointwise": Template("fusec.targets.cuda.pointwise"),
+        "row_reduce": Template("fusec.targets.cuda.row_reduce", _ROW),
+        "matmul": Template(
+            "fusec.targets.cuda.gemm.template", (ai.MatmulOp,), accepts=gemm_accepts
+        ),
+        "conv": Template("fusec.targets.cuda.conv.template", (ai.Conv2DOp,), accepts=conv_accepts),
+        "attention": Template(
+            "fusec.targets.cuda.attention.template",
+            (ai.MatmulOp, ai.SoftmaxOp),
+            accepts=attention_accepts,
+        ),
+    }
+
+    def unavailable_reason(self) -> str | None:
+        from fusec.extras import install_hint
+        from fusec.targets.cuda.runtime import cuda_support, gpu_available, simulator_enabled
+
+        problem = cuda_support()
+        if problem is not None:
+            return f"{problem} ({install_hint('cuda')})"
+        if not simulator_enabled() and not gpu_available():
+            return "it needs an NVIDIA GPU, and none is usable here"
+        return None
+
+    def auto_selectable(self) -> bool:
+        from fusec.targets.cuda.runtime import gpu_available
+
+        return gpu_available()  # never the simulator behind the caller's back
+
+    def assembly(self, kernel: KernelSource, arch: str) -> str:
+        from fusec.targets.cuda.runtime import emit_ptx, parse_arch
+
+        return emit_ptx(kernel, parse_arch(arch)) or "// (no Numba kernel: see its header)\n"
+
+    def backend(self, cache: Any = None) -> Any:
+        from fusec.targets.cuda.runtime import CudaBackend
+
+        return CudaBackend(cache)
+
+    def program(self, module: ModuleOp, entry: str | None = None, cache: Any = None) -> Any:
+        from fusec.targets.cuda.runtime import CudaProgram
+
+        return CudaProgram(module, entry, self, cache)
+
+
+TARGET = CudaTarget()

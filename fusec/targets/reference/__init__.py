@@ -1,0 +1,1 @@
+"""The ``reference`` target: the numpy interpreter of the IR (the ground truth)."""
