@@ -9,18 +9,25 @@ argument routing and the call of the ``CompiledModule``. This script times
   (when the target is ``cpu``; it reaches into ``fusec.runtime.launch.Program``);
 
 and reports ``fused - compiled`` (what the decorator adds) and ``fused - kernel``
-(everything fusec adds around the kernel). Each figure is the median over
-repeats of the mean of a batch of calls.
+(everything fusec adds around the kernel: signature lookup, argument checks,
+float32 staging of the inputs, output allocation, the launch). Each figure is
+the median over repeats of the mean of a batch of calls, so it includes the
+machine's load: the JSON records the load average.
 
     python benchmarks/trace_overhead.py [--target cpu] [--calls 2000] [--repeats 15]
+        [--out benchmarks/results/trace-overhead-DATE.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -61,6 +68,7 @@ def main() -> None:
     parser.add_argument("--target", default="cpu")
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--out", help="also write the result (with date and machine) here")
     args = parser.parse_args()
 
     @fusec.fuse(target=args.target)
@@ -88,7 +96,20 @@ def main() -> None:
         "overhead_beyond_kernel_us": round((fused_s - kernel_s) * us, 2) if kernel_s else None,
         "traces": block.trace_count,
     }
+    result["date"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    result["machine"] = {
+        "cores": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "python": platform.python_version(),
+        "fusec": fusec.__version__,
+    }
+    result["command"] = "python benchmarks/trace_overhead.py " + " ".join(
+        f"--{k} {v}"
+        for k, v in (("target", args.target), ("calls", args.calls), ("repeats", args.repeats))
+    )
     print(json.dumps(result, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
-"""Shared pytest machinery: golden-file snapshots and the ``gpu`` marker.
+"""Shared pytest machinery: golden-file snapshots, the ``gpu`` marker, hypothesis profiles.
+
+- Hypothesis runs under the derandomised ``ci`` profile unless
+  ``--hypothesis-profile slow`` (or ``HYPOTHESIS_PROFILE=slow``) asks for a
+  deeper random search: see ``tests/profiles.py``.
 
 - ``pytest --update-golden`` rewrites golden snapshots on purpose; without it a
   mismatch fails with a unified diff (expected -> actual).
@@ -14,6 +18,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+import profiles  # noqa: F401  (registers and loads the hypothesis profiles)
 import pytest
 
 

@@ -53,25 +53,21 @@ class Comparison:
         )
 
 
-def compare(actual, expected, dtype: str | None = None) -> Comparison:
+def compare(actual, expected, dtype: str | None = None, tol: float | None = None) -> Comparison:
     """Compare ``actual`` with ``expected`` at the tolerance of ``dtype`` (default: the
-    element type of ``actual``)."""
+    element type of ``actual``), or at rtol = atol-per-RMS = ``tol`` when given (float64
+    maths checked tighter than any element type)."""
     dtype = dtype or dtype_name(actual)
     got = np.asarray(actual).astype(np.float64)
     want = np.asarray(expected).astype(np.float64)
     if got.shape != want.shape:
         return Comparison(
-            False,
-            got.size,
-            got.size,
-            f"shape {got.shape} != {want.shape}",
-            float("inf"),
-            RTOL[dtype],
-            0.0,
+            False, got.size, got.size, f"shape {got.shape} != {want.shape}", float("inf"), 0, 0
         )
     finite = want[np.isfinite(want)]
     scale = float(np.sqrt(np.mean(finite**2))) if finite.size else 0.0
-    rtol, atol = RTOL[dtype], ATOL[dtype] * (scale if scale > 0 else 1.0)
+    rtol = RTOL[dtype] if tol is None else tol
+    atol = (ATOL[dtype] if tol is None else tol) * (scale if scale > 0 else 1.0)
     with np.errstate(invalid="ignore"):
         error = np.where(got == want, 0.0, np.abs(got - want))  # equal infinities agree
     limit = atol + rtol * np.abs(want)
@@ -89,7 +85,9 @@ def compare(actual, expected, dtype: str | None = None) -> Comparison:
     return Comparison(bad == 0, bad, got.size, worst, rel_l2, rtol, atol)
 
 
-def assert_close(actual, expected, dtype: str | None = None, what: str = "result") -> None:
+def assert_close(
+    actual, expected, dtype: str | None = None, what: str = "result", tol: float | None = None
+) -> None:
     """Fail with the worst element when ``actual`` is not close to ``expected``."""
-    result = compare(actual, expected, dtype)
+    result = compare(actual, expected, dtype, tol)
     assert result.passed, f"{what}: {result}"

@@ -11,6 +11,7 @@ import io
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from profiles import examples
 from xdsl.dialects.builtin import ModuleOp, TensorType, f16, f32
 from xdsl.ir import Block
 from xdsl.printer import Printer
@@ -289,7 +290,7 @@ def test_built_module_prints_and_parses_back():
 # ------------------------------------------- shape functions vs independent formulas
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(
     c=st.integers(1, 4),
     g=st.sampled_from([1, 2]),
@@ -332,7 +333,7 @@ def test_conv2d_printed_result_type_matches_the_textbook_formula(
     assert str(parse_module(printed)) == printed
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(
     a=st.lists(st.integers(1, 3), min_size=0, max_size=3),
     b=st.lists(st.integers(1, 3), min_size=0, max_size=3),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from numerics import assert_close
 
 import fusec
 from fusec import FusecError
@@ -25,13 +26,6 @@ from fusec.runtime.dtypes import numpy_dtype
 from fusec.runtime.reference import run_reference
 
 NATIVE_TOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}
-
-
-def rel_err(actual: np.ndarray, expected: np.ndarray) -> float:
-    a = np.asarray(actual, dtype=np.float64)
-    e = np.asarray(expected, dtype=np.float64)
-    assert a.shape == e.shape, f"shape {a.shape} != {e.shape}"
-    return float(np.linalg.norm(a - e) / np.linalg.norm(e))
 
 
 def tensor(shape: tuple[int, ...], dtype: str) -> str:
@@ -259,11 +253,10 @@ def test_op_against_formula(name: str, dtype: str, rng):
 
     (exact,) = run_reference(module, args, precision="float64")
     assert exact.dtype == np.float64
-    assert rel_err(exact, want) < 1e-12
-
+    assert_close(exact, want, tol=1e-12)
     (native,) = run_reference(module, args, precision="native")
     assert native.dtype == numpy_dtype(dtype)
-    assert rel_err(native, want) < NATIVE_TOL[dtype]
+    assert_close(native, want, tol=NATIVE_TOL[dtype])
 
 
 # --------------------------------------------------------------------- cast
@@ -321,10 +314,10 @@ def test_multiple_results_come_back_as_a_tuple(rng):
     x, y = (rng.standard_normal((3, 4)).astype(np.float32) for _ in range(2))
     out = fusec.reference(text)(x, y)
     assert isinstance(out, tuple) and len(out) == 3
-    assert rel_err(out[0], x + y) < 1e-6
-    assert rel_err(out[1], x * y) < 1e-6
+    assert_close(out[0], x + y, tol=1e-6)
+    assert_close(out[1], x * y, tol=1e-6)
     assert out[2].dtype == np.float16
-    assert rel_err(out[2], x * y) < 1e-3
+    assert_close(out[2], x * y, tol=1e-3)
 
 
 def test_multi_output_fused_group(rng):
@@ -341,9 +334,9 @@ def test_multi_output_fused_group(rng):
     )
     x = rng.standard_normal((4, 8)).astype(np.float32)
     soft, half = fusec.reference(text)(x)
-    assert rel_err(soft, softmax(x.astype(np.float64))) < 1e-6
+    assert_close(soft, softmax(x.astype(np.float64)), tol=1e-6)
     assert half.dtype == np.float16
-    assert rel_err(half, softmax(x.astype(np.float64))) < 1e-3
+    assert_close(half, softmax(x.astype(np.float64)), tol=1e-3)
 
 
 def test_fused_and_unfused_ir_agree(rng):
@@ -373,7 +366,7 @@ def test_fused_and_unfused_ir_agree(rng):
         (got,) = run_reference(parse_module(fused), args, precision=precision)
         np.testing.assert_array_equal(got, want)
     direct = conv2d_loop(*(a.astype(np.float64) for a in args[:2]), (1, 1), (0,) * 4, (1, 1), 1)
-    assert rel_err(want, np.maximum(direct + args[2][None, :, None, None], 0)) < 1e-5
+    assert_close(want, np.maximum(direct + args[2][None, :, None, None], 0), tol=1e-5)
 
 
 def test_private_function_call(rng):
@@ -388,7 +381,7 @@ def test_private_function_call(rng):
     )
     x = rng.standard_normal(5).astype(np.float32)
     silu = lambda v: v / (1 + np.exp(-v))  # noqa: E731
-    assert rel_err(fusec.reference(text)(x), silu(silu(x.astype(np.float64)))) < 1e-6
+    assert_close(fusec.reference(text)(x), silu(silu(x.astype(np.float64))), tol=1e-6)
 
 
 def test_scalar_argument_and_result(rng):
@@ -421,10 +414,10 @@ def test_attention_example_against_formula(rng):
     q, k, v = (a.astype(np.float64) for a in args)
     want = softmax(q @ np.swapaxes(k, -1, -2) * scale) @ v
     (exact,) = run_reference(module, args, precision="float64")
-    assert rel_err(exact, want) < 1e-12
+    assert_close(exact, want, tol=1e-12)
     out = fusec.reference(path)(*args)
     assert out.dtype == args[0].dtype
-    assert rel_err(out, want) < NATIVE_TOL[specs[0].dtype]
+    assert_close(out, want, tol=NATIVE_TOL[specs[0].dtype])
 
 
 def test_mlp_block_example_against_formula(rng):
@@ -438,10 +431,10 @@ def test_mlp_block_example_against_formula(rng):
     h = layernorm(x, g, b, 1e-5) @ w1 + b1
     want = x + (0.5 * h * (1 + _erf(h / 2**0.5))) @ w2 + b2
     (exact,) = run_reference(module, args, precision="float64")
-    assert rel_err(exact, want) < 1e-12
+    assert_close(exact, want, tol=1e-12)
     out = fusec.reference(path)(*args)
     assert out.dtype == args[0].dtype
-    assert rel_err(out, want) < NATIVE_TOL[specs[0].dtype]
+    assert_close(out, want, tol=NATIVE_TOL[specs[0].dtype])
 
 
 # ---------------------------------------------------------------- bad calls
@@ -494,3 +487,76 @@ def test_bad_precision_and_entry():
         run_reference(module, args, precision="f16")
     with pytest.raises(FusecError, match=r"no function named '@g' in the module \(functions: @f\)"):
         run_reference(module, args, entry="g")
+
+
+ROUNDING_CHAIN = """
+func.func @f(%x: tensor<257xf32>) -> (tensor<257xf32>, tensor<257xf16>) {
+  %h = ai.cast %x : tensor<257xf32> to tensor<257xf16>
+  %e = ai.exp %h : tensor<257xf16>
+  %r = ai.cast %e : tensor<257xf16> to tensor<257xf32>
+  return %r, %e : tensor<257xf32>, tensor<257xf16>
+}
+"""
+
+
+def test_rounding_modes_place_the_roundings():
+    """none: exact maths; casts: what one fused kernel does; every-op: what op-by-op
+    execution does (every 16-bit result stored)."""
+    module = fusec.parse(ROUNDING_CHAIN)
+    x = np.linspace(-3, 3, 257).astype(np.float32) + np.float32(1e-3)
+    h = x.astype(np.float16).astype(np.float64)
+    exact = run_reference(module, [x], rounding="none")
+    casts = run_reference(module, [x], rounding="casts")
+    every = run_reference(module, [x], rounding="every-op")
+    np.testing.assert_array_equal(exact[0], np.exp(x.astype(np.float64)))
+    # casts: the f16 cast rounds, exp does not (inside a kernel), the f32 cast rounds to f32
+    np.testing.assert_array_equal(casts[0], np.exp(h).astype(np.float32).astype(np.float64))
+    np.testing.assert_array_equal(casts[1], np.exp(h))
+    np.testing.assert_array_equal(every[1], np.exp(h).astype(np.float16).astype(np.float64))
+    np.testing.assert_array_equal(every[0], every[1])  # f16 -> f32 is exact
+    assert not np.array_equal(exact[0], casts[0])
+
+
+def test_groups_rounding_rounds_at_fused_results_only():
+    text = """
+func.func @f(%x: tensor<64xf32>) -> tensor<64xf32> {
+  %h = ai.fused "pointwise" (%x) : (tensor<64xf32>) -> tensor<64xf16> {
+  ^bb0(%a: tensor<64xf32>):
+    %c = ai.cast %a : tensor<64xf32> to tensor<64xf16>
+    %t = ai.tanh %c : tensor<64xf16>
+    %s = ai.mul %t, %c : tensor<64xf16> * tensor<64xf16>
+    ai.yield %s : tensor<64xf16>
+  }
+  %r = ai.fused "pointwise" (%h) : (tensor<64xf16>) -> tensor<64xf32> {
+  ^bb0(%b: tensor<64xf16>):
+    %e = ai.exp %b : tensor<64xf16>
+    %f = ai.cast %e : tensor<64xf16> to tensor<64xf32>
+    ai.yield %f : tensor<64xf32>
+  }
+  return %r : tensor<64xf32>
+}
+"""
+    x = np.linspace(-2, 2, 64).astype(np.float32)
+    (got,) = run_reference(fusec.parse(text), [x], rounding="groups")
+    c = x.astype(np.float16).astype(np.float64)  # the cast rounds
+    s = (np.tanh(c) * c).astype(np.float16).astype(np.float64)  # the group result rounds
+    want = np.exp(s).astype(np.float32).astype(np.float64)  # exp stays inside: f32 at the end
+    np.testing.assert_array_equal(got, want)
+
+
+def test_lowest_precision_a_result_passed_through():
+    from fusec.runtime.reference import entry_function
+    from fusec.runtime.runner import lowest_precisions
+
+    text = """
+func.func @f(%x: tensor<4xf32>, %y: tensor<4xbf16>)
+    -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) {
+  %h = ai.cast %x : tensor<4xf32> to tensor<4xf16>
+  %b = ai.cast %h : tensor<4xf16> to tensor<4xf32>
+  %z = ai.cast %y : tensor<4xbf16> to tensor<4xf32>
+  %s = ai.add %b, %z : tensor<4xf32> * tensor<4xf32>
+  %t = ai.exp %x : tensor<4xf32>
+  return %b, %s, %t : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+}
+"""
+    assert lowest_precisions(entry_function(fusec.parse(text))) == ["f16", "bf16", "f32"]

@@ -22,7 +22,9 @@ type, so that the reference can reproduce each way of running the IR:
   each 16-bit result is stored, so rounded, before the next op reads it.
 * ``"groups"``: at ``ai.cast`` results and at ``ai.fused`` results, for fused
   IR: what a compiled program of fused kernels does (f32 inside each group,
-  rounding at the group boundaries, where values are stored).
+  rounding at the group boundaries, where values are stored). Groups listed
+  in ``op_by_op_groups`` (a target's fallback that runs a group's ops one by
+  one, e.g. through PyTorch) round after every op inside instead.
 """
 
 from __future__ import annotations
@@ -71,11 +73,19 @@ def round_to(array: np.ndarray, dtype: str) -> np.ndarray:
     return np.asarray(array).astype(numpy_dtype(dtype)).astype(np.float64)
 
 
+def _op_by_op(interpreter: Interpreter, op) -> bool:
+    """Whether ``op`` is inside a group that the ``groups`` rounding runs op by op."""
+    groups = interpreter.get_data(AiFunctions, "op_by_op_groups", frozenset)
+    return bool(groups) and id(op.parent_op()) in groups
+
+
 def _result(interpreter: Interpreter, op, array: np.ndarray) -> tuple[np.ndarray]:
     value = np.asarray(array).astype(_out_dtype(interpreter, op.results[0]), copy=False)
     if _precision(interpreter) == "float64":
         rounding = _rounding(interpreter)
         stored = isinstance(op, (ai.CastOp, arith.ConstantOp))  # a constant is stored typed
+        if rounding == "groups" and _op_by_op(interpreter, op):
+            stored = True
         if rounding == "every-op" or (rounding in ("casts", "groups") and stored):
             value = round_to(value, spec_of(op.results[0].type).dtype)
     return (value,)
@@ -186,11 +196,14 @@ def run_reference(
     entry: str | None = None,
     precision: str = "float64",
     rounding: str = "none",
+    op_by_op_groups: Sequence[int] = (),
 ) -> tuple[np.ndarray, ...]:
     """Run the entry function of ``module`` on numpy ``args``; return all its results.
 
     ``rounding`` (float64 only) places the roundings to declared element types:
-    see the module docstring.
+    see the module docstring. ``op_by_op_groups`` are indices, in program
+    order, of the entry function's ``ai.fused`` groups that round every op
+    under ``rounding="groups"``.
     """
     if precision not in PRECISIONS:
         raise FusecError(f"precision must be one of {PRECISIONS}, got '{precision}'")
@@ -217,4 +230,7 @@ def run_reference(
     interpreter.register_implementations(AiFunctions())
     interpreter.set_data(AiFunctions, "precision", precision)
     interpreter.set_data(AiFunctions, "rounding", rounding)
+    groups = [op for op in fn.body.block.ops if isinstance(op, ai.FusedOp)]
+    chosen = frozenset(id(groups[k]) for k in op_by_op_groups)
+    interpreter.set_data(AiFunctions, "op_by_op_groups", chosen)
     return tuple(interpreter.call_op(fn, tuple(arrays)))

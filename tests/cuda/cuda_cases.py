@@ -141,18 +141,6 @@ def random_inputs(module, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
-def rel_error(actual, expected) -> float:
-    """||actual - expected|| / ||expected|| in float64; NaN anywhere gives inf."""
-    a = np.asarray(actual).astype(np.float64)
-    e = np.asarray(expected).astype(np.float64)
-    if a.shape != e.shape or not np.all(np.isfinite(a)):
-        return float("inf")
-    return float(np.linalg.norm(a - e) / max(np.linalg.norm(e), 1e-30))
-
-
-TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}
-
-
 def one_group(name, params, results, kind, body) -> str:
     """A function of one ``ai.fused`` group of ``kind``: ``params`` are (name, type) pairs,
     ``body`` lines use ``%<name>1`` for the block arguments."""

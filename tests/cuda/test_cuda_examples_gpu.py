@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import fusec
-from fusec.runtime.reference import entry_function, run_reference
-from fusec.runtime.runner import compare, random_inputs
+from fusec.runtime.reference import entry_function
+from fusec.runtime.runner import check, random_inputs
 
 pytestmark = pytest.mark.gpu
 
@@ -26,6 +26,5 @@ def test_example_matches_reference_on_cuda(path: Path) -> None:
     args = random_inputs(fn, seed=3)
     out = compiled(*args)
     outs = out if isinstance(out, tuple) else (out,)
-    refs = run_reference(fusec.parse(path), args, precision="float64")
-    for check in compare(fn, outs, refs):
-        assert check.passed, check.format()
+    for result in check(fusec.parse(path), compiled, args, outs):  # fusec run --check
+        assert result.passed, result.format()

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from cuda_cases import TOLERANCE
 
 HERE = Path(__file__).parent
 
@@ -64,7 +63,6 @@ def test_template_under_simulator(sim_results: dict, name: str, dtype: str) -> N
     record = sim_results.get(name)
     assert record is not None, f"{name}: no result from the simulator run"
     assert "error" not in record, record.get("error")
-    assert record["errors"], "no outputs compared"
-    for k, err in enumerate(record["errors"]):
-        # the reference is float64; f16/bf16 results round once per output element
-        assert err < TOLERANCE[dtype], f"{name} output #{k}: rel err {err:.3g}"
+    assert record["passed"], "no outputs compared"
+    for k, (ok, detail) in enumerate(zip(record["passed"], record["details"], strict=True)):
+        assert ok, f"{name} ({dtype}) output #{k}: {detail}"

@@ -14,24 +14,16 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numerics import assert_close
+from profiles import examples
 
 import fusec
 from fusec import ops
 
-TOL = {np.float32: 1e-4, np.float16: 1e-2, ml_dtypes.bfloat16: 1e-2}
-
-
-def rel_err(actual, expected) -> float:
-    a = np.asarray(actual, dtype=np.float64)
-    e = np.asarray(expected, dtype=np.float64)
-    assert a.shape == e.shape, f"shape {a.shape} != {e.shape}"
-    return float(np.linalg.norm(a - e) / np.linalg.norm(e))
-
 
 def check(actual, expected, dtype) -> None:
     assert np.asarray(actual).dtype == np.dtype(dtype)
-    err = rel_err(actual, expected)
-    assert err < TOL[dtype], f"relative error {err:.3g}"
+    assert_close(actual, expected, {np.float32: "f32", np.float16: "f16"}.get(dtype, "bf16"))
 
 
 def rand(rng, shape, dtype=np.float32) -> np.ndarray:
@@ -256,7 +248,7 @@ _BINARY = {
 }
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(
     shapes=st.lists(st.integers(1, 4), min_size=1, max_size=3).flatmap(
         lambda full: st.tuples(

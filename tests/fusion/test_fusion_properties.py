@@ -11,20 +11,19 @@ For random DAGs of the supported ops with valid random shapes:
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from fusion_graphs import graphs
 from fusion_helpers import apply, check_contract, count_ops, fusion_pass, ir, same_results
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 from fusec.api import parse, run_pipeline
 from fusec.dialect.ops import spec_of
 from fusec.passes.fusion import FUSION_PASSES
 from fusec.runtime.reference import entry_function, run_reference
 
-EXAMPLES = int(os.environ.get("FUSEC_FUSION_EXAMPLES", "40"))  # raise it for a deeper search
+EXAMPLES = examples(40)  # --hypothesis-profile slow: 10x
 SETTINGS = settings(
     max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

@@ -213,11 +213,3 @@ def random(rng: np.random.Generator, *shape: int, dtype=np.float32, low=None) ->
     values = rng.normal(0.0, 1.0, size=shape)
     values[np.abs(values) < 1e-3] = 0.5
     return values.astype(dtype)
-
-
-def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
-    """||got - ref|| / ||ref|| in float64; NaN anywhere gives inf (NaN never passes)."""
-    got64, ref64 = np.asarray(got, np.float64), np.asarray(ref, np.float64)
-    if got64.shape != ref64.shape or np.isnan(got64).any() or np.isnan(ref64).any():
-        return float("inf")
-    return float(np.linalg.norm(got64 - ref64) / np.linalg.norm(ref64))

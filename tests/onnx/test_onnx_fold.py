@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from numerics import assert_close
 from onnx import TensorProto, helper, numpy_helper
-from onnx_nets import make_model, random, rel_err, run_onnxruntime, tensor
+from onnx_nets import make_model, random, run_onnxruntime, tensor
 
 import fusec
 from fusec.errors import FusecError
@@ -83,7 +84,7 @@ def test_shape_arithmetic_is_folded_and_matches_onnxruntime():
     x = random(RNG, 2, 6, 6)
     got = fusec.compile(result.module)(x)
     want = run_onnxruntime(model, {"x": x})[0]
-    assert rel_err(got, want) < 1e-6 and np.allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert_close(got, want, tol=1e-6)
 
 
 def test_summary_names_the_folded_operators():

@@ -14,8 +14,10 @@ import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numerics import assert_close
 from onnx import TensorProto, helper, numpy_helper
-from onnx_nets import node_model, random, rel_err, run_onnxruntime, tensor
+from onnx_nets import node_model, random, run_onnxruntime, tensor
+from profiles import examples
 
 import fusec
 from fusec.dialect import ops as ai
@@ -44,7 +46,7 @@ def check_against_onnxruntime(model: onnx.ModelProto, feeds: dict, tol: float = 
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype and g.shape == w.shape
-        assert rel_err(g, w) < tol, (rel_err(g, w), g, w)
+        assert_close(g, w, tol=tol)
     return module
 
 
@@ -339,7 +341,7 @@ def test_batchnorm_with_weights_as_args_is_computed_at_run_time():
     # copies: the cpu target rejects read-only arrays such as to_array's (reported)
     weights = [numpy_helper.to_array(t).copy() for t in model.graph.initializer]
     got = fusec.compile(module)(x, *weights)
-    assert rel_err(got, run_onnxruntime(model, {"x": x})[0]) < 1e-4
+    assert_close(got, run_onnxruntime(model, {"x": x})[0], tol=1e-4)
 
 
 # ------------------------------------------------------------------ structure
@@ -494,7 +496,7 @@ def conv_cases(draw):
     return (1, cin, h, w), (cout, cin // group, kh, kw), attrs
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(conv_cases(), st.integers(0, 2**32 - 1))
 def test_conv_attributes_match_onnxruntime(case, seed):
     x_shape, w_shape, attrs = case
@@ -509,10 +511,10 @@ def test_conv_attributes_match_onnxruntime(case, seed):
         want = ReferenceEvaluator(model).run(None, {"x": x})[0]
     else:
         want = run_onnxruntime(model, {"x": x})[0]
-    assert got.shape == want.shape and rel_err(got, want) < 1e-5
+    assert_close(got, want, tol=1e-5)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(
     st.integers(1, 4),
     st.integers(1, 4),
@@ -545,4 +547,4 @@ def test_gemm_attributes_match_onnxruntime(
     )
     got = fusec.compile(fusec.from_onnx(model), target="reference")(*inputs.values())
     want = run_onnxruntime(model, inputs)[0]
-    assert got.shape == want.shape and rel_err(got, want) < 1e-5
+    assert_close(got, want, tol=1e-5)

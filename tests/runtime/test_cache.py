@@ -24,15 +24,13 @@ import numpy as np
 import fusec
 from fusec.runtime.cache import default_cache
 from fusec.runtime.reference import entry_function
-from fusec.runtime.runner import compare, random_inputs
-from fusec.runtime.reference import run_reference
+from fusec.runtime.runner import check, random_inputs
 
 compiled = fusec.compile(sys.argv[1], target="cpu")
 fn = entry_function(compiled.module, compiled.entry)
 inputs = random_inputs(fn, 0)
 out = compiled(*inputs)
-ref = run_reference(fusec.parse(sys.argv[1]), inputs)
-ok = all(c.passed for c in compare(fn, [out], ref))
+ok = all(c.passed for c in check(fusec.parse(sys.argv[1]), compiled, inputs, [out]))
 cache = default_cache()
 dispatchers = [getattr(m, n) for m in cache._modules.values() for n in dir(m)
                if hasattr(getattr(m, n), "stats")]

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 from cpu_check import check
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from profiles import examples
 
 from fusec.runtime.cache import KernelCache
 
 UNARY = ["relu", "sigmoid", "tanh", "silu", "gelu", 'gelu {approximate = "tanh"}']
 BINARY = ["add", "sub", "mul", "maximum"]
 SETTINGS = settings(
-    max_examples=int(os.environ.get("FUSEC_TEST_EXAMPLES", "5")),  # raise it for a deep run
+    max_examples=examples(5),  # --hypothesis-profile slow: 10x
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

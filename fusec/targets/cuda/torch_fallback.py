@@ -156,6 +156,14 @@ LOWERINGS.update(
 )
 
 
+MARKER = "TORCH_FALLBACK = True"
+
+
+def runs_op_by_op(source: str) -> bool:
+    """Whether a generated kernel module is this fallback (every op rounds to its type)."""
+    return MARKER in source
+
+
 def lowerable(op_type: type[ai.AiOp]) -> bool:
     """Whether the fallback computes ``op_type``: a PyTorch function or its scalar fact."""
     return op_type in LOWERINGS or op_type.has_scalar()
@@ -224,7 +232,7 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
         [
             header(fused_op, notes=notes),
             *imports,
-            "TORCH_FALLBACK = True",
+            MARKER,
             "KERNELS = []  # no Numba kernels: nothing for --emit ptx",
             "",
             "",
