@@ -37,12 +37,12 @@ from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, UnitAttr
 from xdsl.ir import Operation, SSAValue
 
 from fusec.dialect import ops as ai
+from fusec.dialect.facts import CAUSAL_ATTR
 from fusec.dialect.ops import spec_of
 from fusec.passes.fusion.driver import FusionPass, function_blocks
 from fusec.passes.fusion.outline import Group, pack, unpack
 
 KIND = "attention"
-CAUSAL_ATTR = "fusec.causal"
 #: a mask entry at most this is "masked": exp(-1e4 + anything the scores reach) is 0 in f32
 MASKED = -1.0e4
 

@@ -16,8 +16,8 @@ from xdsl.dialects.builtin import UnitAttr
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import header
 from fusec.dialect import ops as ai
+from fusec.dialect.facts import CAUSAL_ATTR
 from fusec.dialect.ops import spec_of
-from fusec.passes.fusion.fuse_attention import CAUSAL_ATTR
 from fusec.targets.cuda.attention.cpp import AttentionSpec
 from fusec.targets.cuda.common import body_ops, kernel_name
 
