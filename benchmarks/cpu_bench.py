@@ -41,9 +41,10 @@ import numpy as np  # noqa: E402
 
 import fusec  # noqa: E402
 from fusec.api import parse  # noqa: E402
-from fusec.runtime.reference import entry_function, run_reference  # noqa: E402
-from fusec.runtime.runner import check as runner_check  # noqa: E402
-from fusec.runtime.runner import random_inputs  # noqa: E402
+from fusec.ir.module import entry_function  # noqa: E402
+from fusec.runtime.reference import run_reference  # noqa: E402
+from fusec.tools.runner import check as runner_check  # noqa: E402
+from fusec.tools.runner import random_inputs  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -32,9 +32,10 @@ import numpy as np  # noqa: E402
 import fusec  # noqa: E402
 import fusec.targets.cpu.row_reduce as current  # noqa: E402
 from fusec.api import parse  # noqa: E402
-from fusec.runtime.reference import entry_function, run_reference  # noqa: E402
-from fusec.runtime.runner import random_inputs  # noqa: E402
+from fusec.ir.module import entry_function  # noqa: E402
+from fusec.runtime.reference import run_reference  # noqa: E402
 from fusec.targets.cpu.target import TARGET as CPU  # noqa: E402
+from fusec.tools.runner import random_inputs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = "fusec/targets/cpu/row_reduce.py"  # fusec/codegen/cpu_row_reduce.py before the move

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fusec._version import __version__ as __version__
 from fusec.errors import FusecError, SourceLocation
-
-__version__ = "0.1.0"
 
 __all__ = [
     "CompiledModule",
@@ -25,7 +24,7 @@ __all__ = [
     "reference",
 ]
 
-_API_NAMES = {"parse", "compile", "reference", "fuse", "from_onnx", "CompiledModule", "Kernel"}
+_API_NAMES = {"parse", "compile", "reference", "from_onnx", "CompiledModule", "Kernel"}
 
 if TYPE_CHECKING:
     from fusec import ops  # noqa: F401
@@ -34,13 +33,17 @@ if TYPE_CHECKING:
         Kernel,
         compile,
         from_onnx,
-        fuse,
         parse,
         reference,
     )
+    from fusec.decorator import fuse  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:
+    if name == "fuse":  # the decorator builds on the API, not the other way round
+        from fusec.decorator import fuse
+
+        return fuse
     if name in _API_NAMES:
         from fusec import api
 

@@ -100,7 +100,7 @@ def run_pipeline(
     from xdsl.utils.exceptions import DiagnosticException
 
     from fusec.dialect import make_context
-    from fusec.frontend.mlir import verify_module
+    from fusec.ir.diagnostics import verify_module
     from fusec.passes import build_pipeline
 
     ctx = make_context()
@@ -140,14 +140,16 @@ class CompiledModule:
         kernels: Sequence[KernelSource] = (),
         runner: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None,
         timings: Sequence[PassTiming] = (),
+        pipeline: str | None = None,
     ) -> None:
-        from fusec.runtime.reference import entry_function
+        from fusec.ir.module import entry_function
 
         self.module = module
         self.target = target
         self.entry = entry_function(module, entry).sym_name.data
         self.kernels: list[KernelSource] = list(kernels)
         self.timings = list(timings)
+        self.pipeline = pipeline
         self._runner = runner
 
     @property
@@ -170,10 +172,17 @@ class CompiledModule:
                 "(executable=False): compile it again to run it"
             )
         if stream is not None:
-            results = self._runner(args, stream=stream)
+            results = self._runner(args, stream=stream)  # type: ignore[call-arg]
         else:
             results = self._runner(args)
         return results[0] if len(results) == 1 else tuple(results)
+
+    def remarks(self) -> list[Any]:
+        """Why each producer -> consumer edge left between kernels was not fused
+        (``fusec.passes.fusion.remarks.Remark``; ``str()`` of one is its line)."""
+        from fusec.passes.fusion.remarks import fusion_remarks, pipeline_rules
+
+        return fusion_remarks(self.module, pipeline_rules(self.pipeline, target=self.target))
 
     def assembly(self, arch: str) -> list[tuple[KernelSource, str]]:
         """Each kernel with its target assembly for ``arch`` (PTX on cuda); no device needed."""
@@ -260,7 +269,13 @@ def compile(  # noqa: A001 - the public name is part of the API contract
         _quote_source(err, source_text, source_name)
         raise
     return CompiledModule(
-        module, target=chosen.name, entry=entry, kernels=kernels, runner=runner, timings=timings
+        module,
+        target=chosen.name,
+        entry=entry,
+        kernels=kernels,
+        runner=runner,
+        timings=timings,
+        pipeline=pipeline,
     )
 
 
@@ -283,17 +298,12 @@ def reference(text_or_path: str | Path | ModuleOp, *, entry: str | None = None) 
     return CompiledModule(module, target="reference", entry=entry, runner=runner)
 
 
-def fuse(
-    fn: Callable[..., Any] | None = None,
-    *,
-    target: str = "auto",
-    pipeline: str | None = None,
-    disk_cache: bool = True,
-) -> Any:
-    """Decorator: trace ``fn`` into ai IR per argument signature and run it compiled.
+def reference_outputs(
+    text_or_path: str | Path | ModuleOp, args: Sequence[Any], *, entry: str | None = None
+) -> tuple[Any, ...]:
+    """Every result of the entry function on ``args``, computed by the reference
+    executor in float64 (the exact maths the IR means; casts are the identity)."""
+    from fusec.runtime.reference import run_reference
 
-    ``@fusec.fuse`` or ``@fusec.fuse(target=..., pipeline=...)``; see ``fusec.decorator``.
-    """
-    from fusec.decorator import fuse as make_fused
-
-    return make_fused(fn, target=target, pipeline=pipeline, disk_cache=disk_cache)
+    module = text_or_path if isinstance(text_or_path, ModuleOp) else parse(text_or_path)
+    return run_reference(module, args, entry=entry, precision="float64")

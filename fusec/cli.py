@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,8 +21,9 @@ EXIT_OK, EXIT_ERROR = 0, 1
 
 
 def _write_atomically(path: str, text: str | bytes) -> None:
-    """Write ``text`` to ``path`` through a temporary file: never half a file."""
+    """Write ``text`` to ``path`` whole (never half a file), or a located FusecError."""
     from fusec.errors import FusecError, SourceLocation
+    from fusec.ir.files import write_atomically
 
     target = Path(path)
     where = SourceLocation(str(path), 0, 0)
@@ -32,22 +32,9 @@ def _write_atomically(path: str, text: str | bytes) -> None:
     if target.is_dir():
         raise FusecError("cannot write the output: it is a directory, not a file name", where)
     try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent or Path("."), prefix=f".{target.name}.")
-    except OSError as err:
+        write_atomically(target, text)
+    except OSError as err:  # disk full, no such folder, a directory made meanwhile
         raise FusecError(f"cannot write the output: {err.strerror or err}", where) from None
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
-    try:
-        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except OSError as err:  # disk full, a special file, a directory made meanwhile
-        Path(tmp).unlink(missing_ok=True)
-        raise FusecError(f"cannot write the output: {err.strerror or err}", where) from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _emit(text: str, output: str | None) -> None:
@@ -95,10 +82,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
             sys.stderr.write(f"  {t.seconds * 1e3:9.3f} ms  {t.name}\n")
         sys.stderr.write(f"  {total * 1e3:9.3f} ms  total\n")
     if args.remarks:
-        from fusec.passes.fusion.remarks import format_remarks, fusion_remarks, pipeline_rules
-
-        rules = pipeline_rules(args.pipeline, target=compiled.target)
-        sys.stderr.write(format_remarks(fusion_remarks(compiled.module, rules)))
+        sys.stderr.write("".join(f"{remark}\n" for remark in compiled.remarks()))
     return EXIT_OK
 
 
@@ -159,7 +143,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     from fusec.extras import require
 
     require("onnx", "fusec conformance")
-    from fusec.conformance import run_conformance
+    from fusec.tools.conformance import run_conformance
 
     report = run_conformance(args.op or None, target=args.target)
     sys.stdout.write(report.format(verbose=args.verbose))
@@ -201,35 +185,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fusec.targets.cpu.threads import configure
 
     configure()  # thread-pool settings, before numpy and Numba start (fusec.targets.cpu.threads)
-    from fusec.api import compile as fusec_compile
-    from fusec.api import parse
-    from fusec.errors import FusecError
-    from fusec.runtime import runner
-    from fusec.runtime.reference import entry_function
+    from fusec.tools import runner
 
-    if (args.inputs is None) == (not args.random_inputs):
-        raise FusecError("give exactly one of --inputs FILE.npz and --random-inputs")
-    source = _source(args)
-    compiled = fusec_compile(source, target=args.target, pipeline=args.pipeline, entry=args.entry)
-    fn = entry_function(compiled.module, compiled.entry)
-    if args.random_inputs:
-        inputs = runner.random_inputs(fn, args.seed)
-    else:
-        inputs = runner.load_inputs(fn, args.inputs)
-    result = compiled(*inputs)
-    outputs = list(result) if isinstance(result, tuple) else [result]
-    sys.stdout.write(f"ran @{compiled.entry} on target '{compiled.target}'\n")
-    for i, out in enumerate(outputs):
-        sys.stdout.write(runner.summary(i, out) + "\n")
+    result = runner.run(
+        _source(args),
+        target=args.target,
+        pipeline=args.pipeline,
+        entry=args.entry,
+        inputs=args.inputs,
+        seed=args.seed if args.random_inputs else None,
+        check_results=args.check,
+    )
+    sys.stdout.write("".join(f"{line}\n" for line in result.lines()))
     if args.output is not None:
-        _write_atomically(args.output, runner.outputs_npz(outputs))
-    if not args.check:
-        return EXIT_OK
-    original = parse(source) if isinstance(source, str) else source
-    checks = runner.check(original, compiled, inputs, outputs)
-    for check in checks:
-        sys.stdout.write(check.format() + "\n")
-    return EXIT_OK if all(c.passed for c in checks) else EXIT_ERROR
+        _write_atomically(args.output, runner.outputs_npz(result.outputs))
+    return EXIT_OK if result.passed else EXIT_ERROR
 
 
 def _add_run_command(sub) -> None:
@@ -255,7 +225,7 @@ def _add_run_command(sub) -> None:
 
 def cmd_viz(args: argparse.Namespace) -> int:
     from fusec.api import compile as fusec_compile
-    from fusec.passes.fusion.viz import picture_format, render
+    from fusec.tools.viz import picture_format, render
 
     picture_format(args.output)  # a bad suffix fails before any work
     # The picture needs the fused IR only: no kernels are generated.

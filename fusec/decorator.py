@@ -24,7 +24,6 @@ import json
 import os
 import sys
 import sysconfig
-import tempfile
 import threading
 import types
 from collections.abc import Callable, Sequence
@@ -33,14 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from fusec import __version__
+from fusec._version import __version__
 from fusec.dialect.shapes import TensorSpec, shape_problem
 from fusec.errors import FusecError
 from fusec.frontend.tracer import ArgSpec, Traced, TracedFunction, trace_function, user_error
-from fusec.runtime.dtypes import element_type_of
+from fusec.ir.dtypes import ELEMENT_TYPES, element_type_of
+from fusec.ir.files import write_atomically
 
 TRACE_FORMAT = 1
-_TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
+_TORCH_DTYPES = {f"torch.{t.torch}": name for name, t in ELEMENT_TYPES.items()}
 
 
 def fuse(
@@ -531,14 +531,7 @@ def write_trace(key: str, traced: TracedFunction) -> None:
     path = _trace_path(key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(record, handle)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(path, json.dumps(record), mode=0o600)
     except OSError:
         pass
 
@@ -562,7 +555,7 @@ _LIBRARY_DIRS = _library_dirs()
 
 
 def _is_library(filename: str | None) -> bool:
-    return bool(filename) and filename.startswith(_LIBRARY_DIRS)
+    return filename is not None and filename.startswith(_LIBRARY_DIRS)
 
 
 def function_fingerprint(fn: Callable[..., Any]) -> str | None:

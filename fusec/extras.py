@@ -26,6 +26,11 @@ EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+def absent(name: str) -> bool:
+    """True when the import name ``name`` is not installed (nothing is imported)."""
+    return _absent(name)
+
+
 def _absent(name: str) -> bool:
     try:
         return importlib.util.find_spec(name) is None
@@ -48,22 +53,3 @@ def require(extra: str, purpose: str) -> None:
     if absent:
         packages = ", ".join(name.replace("_", "-") for name in absent)
         raise FusecError(f"{purpose} needs {packages}: {install_hint(extra)}")
-
-
-def numba_cuda_problem() -> str | None:
-    """Why numba-cuda's ``numba.cuda`` is not usable here, or None when it is.
-
-    Imports ``numba.cuda`` only when the numba-cuda distribution is installed,
-    so the old built-in module is never mistaken for it.
-    """
-    if _absent("numba_cuda"):
-        return "numba-cuda is not installed"
-    try:
-        from fusec.targets.cuda.runtime import numba_cuda
-
-        cuda = numba_cuda()
-    except Exception as err:  # ImportError, or a broken cuda-bindings install
-        return f"numba-cuda is not usable: {type(err).__name__}: {err}"
-    if getattr(cuda, "implementation", None) != "NVIDIA":
-        return "numba.cuda is numba's deprecated built-in CUDA target, not numba-cuda"
-    return None

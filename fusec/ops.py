@@ -92,6 +92,28 @@ def gelu(x: Any, approximate: str = "none") -> Traced:
     return _trace("gelu", x).emit(ai.GeluOp, (x,), approximate=approximate)
 
 
+def clip(x: Any, min: float | None = None, max: float | None = None) -> Traced:  # noqa: A002
+    """min(max(x, min), max) with constant bounds (``None``: no bound); NaN propagates."""
+    bounds = {}
+    for key, value in (("min", min), ("max", max)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise user_error(f"fusec.ops.clip: {key} must be a number or None, got {value!r}")
+        bounds[key] = float(value)
+    return _trace("clip", x).emit(ai.ClipOp, (x,), **bounds)
+
+
+def isnan(x: Any) -> Traced:
+    """1 where x is NaN, else 0 (in x's element type): a condition for ``where``."""
+    return _trace("isnan", x).emit(ai.IsNanOp, (x,))
+
+
+def where(condition: Any, a: Any, b: Any) -> Traced:
+    """``a`` where ``condition`` is non-zero, else ``b`` (all three broadcast)."""
+    return _trace("where", condition, a, b).emit(ai.WhereOp, (condition, a, b))
+
+
 def cast(x: Any, dtype: Any) -> Traced:
     """Convert the elements to ``dtype`` ("f16", "bf16", "f32" or a numpy/torch dtype)."""
     return _trace("cast", x).emit(ai.CastOp, (x,), to=dtype_name(dtype))
@@ -162,6 +184,124 @@ def softmax(x: Any, axis: int = -1) -> Traced:
     return _trace("softmax", x).emit(ai.SoftmaxOp, (x,), axis=_int("softmax", axis))
 
 
+# ------------------------------------------------------------- layout ops
+
+
+def _int_list(name: str, key: str, value: Any) -> tuple[int, ...]:
+    if isinstance(value, (tuple, list)) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        return tuple(value)
+    raise user_error(f"fusec.ops.{name}: {key} must be a sequence of ints, got {value!r}")
+
+
+def reshape(x: Any, shape: Any) -> Traced:
+    """The same elements in row-major order under a static ``shape`` (free: a view)."""
+    return _trace("reshape", x).emit(ai.ReshapeOp, (x,), shape=_int_list("reshape", "shape", shape))
+
+
+def transpose(x: Any, perm: Any) -> Traced:
+    """Permuted dims (``numpy.transpose`` with ``axes=perm``)."""
+    return _trace("transpose", x).emit(
+        ai.TransposeOp, (x,), perm=_int_list("transpose", "perm", perm)
+    )
+
+
+def slice(x: Any, offsets: Any, sizes: Any, strides: Any = None) -> Traced:  # noqa: A001
+    """Per dim, ``sizes[d]`` elements from ``offsets[d]`` every ``strides[d]`` (default 1)."""
+    offsets = _int_list("slice", "offsets", offsets)
+    sizes = _int_list("slice", "sizes", sizes)
+    strides = (1,) * len(sizes) if strides is None else _int_list("slice", "strides", strides)
+    return _trace("slice", x).emit(ai.SliceOp, (x,), offsets=offsets, sizes=sizes, strides=strides)
+
+
+def concat(tensors: Any, axis: int = 0) -> Traced:
+    """The tensors joined along ``axis``."""
+    if not isinstance(tensors, (tuple, list)) or not tensors:
+        raise user_error("fusec.ops.concat: expects a non-empty sequence of tensors")
+    return _trace("concat", *tensors).emit(ai.ConcatOp, tuple(tensors), axis=_int("concat", axis))
+
+
+def gather(x: Any, indices: Any, axis: int = 0) -> Traced:
+    """The slices ``indices`` (constant ints) of dim ``axis``, in that order."""
+    chosen = _int_list("gather", "indices", indices)
+    return _trace("gather", x).emit(ai.GatherOp, (x,), axis=_int("gather", axis), indices=chosen)
+
+
+# ------------------------------------------------------- reductions, pooling
+
+
+def _reduction(op_cls: type[ai.ReduceOp], name: str) -> Callable[..., Traced]:
+    def reduction(x: Any, axes: Any = (), keepdims: bool = False) -> Traced:
+        chosen = (axes,) if isinstance(axes, int) else _int_list(name, "axes", axes)
+        return _trace(name, x).emit(op_cls, (x,), axes=chosen, keepdims=bool(keepdims))
+
+    reduction.__name__ = reduction.__qualname__ = name
+    reduction.__doc__ = f"{op_cls.__doc__} (an int or ints; all dims when empty)"
+    return reduction
+
+
+reduce_mean = _reduction(ai.ReduceMeanOp, "reduce_mean")
+reduce_sum = _reduction(ai.ReduceSumOp, "reduce_sum")
+reduce_max = _reduction(ai.ReduceMaxOp, "reduce_max")
+
+
+def _pool(op_cls: type[ai.Pool2DOp], name: str) -> Callable[..., Traced]:
+    def pool(
+        x: Any,
+        kernel: int | tuple[int, int],
+        *,
+        stride: int | tuple[int, int] | None = None,
+        padding: int | tuple[int, ...] = 0,
+        dilation: int | tuple[int, int] = 1,
+        ceil_mode: bool = False,
+        **extra: Any,
+    ) -> Traced:
+        kernel_hw = _ints(name, "kernel", kernel, (2,))
+        attrs = {
+            "kernel": kernel_hw,
+            "strides": kernel_hw if stride is None else _ints(name, "stride", stride, (2,)),
+            "padding": _ints(name, "padding", padding, (2, 4)),
+            "dilations": _ints(name, "dilation", dilation, (2,)),
+            "ceil_mode": bool(ceil_mode),
+        }
+        if extra:
+            if set(extra) != {"count_include_pad"} or op_cls is not ai.AvgPool2DOp:
+                raise user_error(f"fusec.ops.{name}: unknown argument(s) {', '.join(extra)}")
+            attrs["count_include_pad"] = bool(extra["count_include_pad"])
+        return _trace(name, x).emit(op_cls, (x,), **attrs)
+
+    pool.__name__ = pool.__qualname__ = name
+    pool.__doc__ = f"{op_cls.__doc__} (stride defaults to the kernel, as in PyTorch)"
+    return pool
+
+
+max_pool2d = _pool(ai.MaxPool2DOp, "max_pool2d")
+avg_pool2d = _pool(ai.AvgPool2DOp, "avg_pool2d")
+
+
 __all__ = sorted(
-    [*_simple_ops(), "bias_add", "cast", "conv2d", "gelu", "layernorm", "matmul", "softmax"]
+    [
+        *_simple_ops(),
+        "bias_add",
+        "cast",
+        "clip",
+        "conv2d",
+        "gelu",
+        "isnan",
+        "layernorm",
+        "matmul",
+        "softmax",
+        "where",
+        "reshape",
+        "transpose",
+        "slice",
+        "concat",
+        "gather",
+        "reduce_mean",
+        "reduce_sum",
+        "reduce_max",
+        "max_pool2d",
+        "avg_pool2d",
+    ]
 )

@@ -165,11 +165,9 @@ class Target:
         raise FusecError(f"target '{self.name}' runs no generated kernels")
 
     def program(self, module: ModuleOp, entry: str | None = None, cache: Any = None) -> Any:
-        """A callable running the entry function of ``module`` on this target: by
-        default a ``Program`` of one launch per ``ai.fused`` group, on ``backend``."""
-        from fusec.runtime.launch import Program
-
-        return Program(module, entry, self, cache)
+        """A callable running the entry function of ``module`` on this target (usually a
+        ``fusec.runtime.launch.Program``: one launch per group, on ``backend``)."""
+        raise NotImplementedError
 
 
 def target_names() -> tuple[str, ...]:

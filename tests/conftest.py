@@ -76,11 +76,11 @@ def cuda_usable() -> bool:
     """True when numba can see a working CUDA GPU (evaluated once, on first use).
 
     fusec's own probe comes first when it exists: it prepares the process before
-    numba.cuda's first import (see fusec/targets/cuda/runtime.py) and says no under the
+    numba.cuda's first import (see fusec/targets/cuda/env.py) and says no under the
     CUDA simulator.
     """
     try:
-        from fusec.targets.cuda.runtime import gpu_available
+        from fusec.targets.cuda.env import gpu_available
     except ImportError:
         gpu_available = None
     try:
@@ -113,8 +113,8 @@ def rng():
 def random_args(rng):
     """``random_args(module, entry=None)``: standard-normal arrays for the entry's parameters."""
     from fusec.dialect import spec_of
-    from fusec.runtime.dtypes import numpy_dtype
-    from fusec.runtime.reference import entry_function
+    from fusec.ir.dtypes import numpy_dtype
+    from fusec.ir.module import entry_function
 
     def make(module, entry: str | None = None) -> list:
         fn = entry_function(module, entry)

@@ -124,6 +124,59 @@ OP_CASES: dict[str, tuple[str, str, str]] = {
         "  %r = arith.constant dense<[[1.0, 2.0, 3.0], [4.0, 5.0, 6.5]]> : tensor<2x3xf32>",
         T,
     ),
+    "clip": (f"%a: {T}", f"  %r = ai.clip %a {{min = 0.0 : f32, max = 6.0 : f32}} : {T}", T),
+    "where": (
+        f"%c: {T}, %a: {T}, %b: tensor<3xf32>",
+        f"  %r = ai.where %c, %a, %b : {T} * {T} * tensor<3xf32>",
+        T,
+    ),
+    "reshape": (
+        f"%a: {T}",
+        f"  %r = ai.reshape %a {{shape = array<i64: 3, 1, 2>}} : {T}",
+        "tensor<3x1x2xf32>",
+    ),
+    "transpose": (
+        f"%a: {T}",
+        f"  %r = ai.transpose %a {{perm = array<i64: 1, 0>}} : {T}",
+        "tensor<3x2xf32>",
+    ),
+    "slice_negative_stride": (
+        f"%a: {T}",
+        f"  %r = ai.slice %a {{offsets = array<i64: 1, 2>, sizes = array<i64: 1, 2>, "
+        f"strides = array<i64: 1, -2>}} : {T}",
+        "tensor<1x2xf32>",
+    ),
+    "concat_three": (
+        f"%a: {T}, %b: tensor<2x1xf32>",
+        f"  %r = ai.concat %a, %b, %a {{axis = 1 : i64}} : {T} * tensor<2x1xf32> * {T}",
+        "tensor<2x7xf32>",
+    ),
+    "gather": (
+        f"%a: {T}",
+        f"  %r = ai.gather %a {{axis = 1 : i64, indices = array<i64: 2, 2, 0>}} : {T}",
+        T,
+    ),
+    **{
+        name: (
+            f"%a: {T}",
+            f"  %r = ai.{name} %a {{axes = array<i64: 0>, keepdims = true}} : {T}",
+            "tensor<1x3xf32>",
+        )
+        for name in ("reduce_mean", "reduce_sum", "reduce_max")
+    },
+    "reduce_all": (f"%a: {T}", f"  %r = ai.reduce_sum %a : {T}", "tensor<f32>"),
+    "max_pool2d": (
+        "%x: tensor<1x2x5x5xf16>",
+        "  %r = ai.max_pool2d %x {kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, "
+        "padding = array<i64: 1, 1>, ceil_mode = true} : tensor<1x2x5x5xf16>",
+        "tensor<1x2x3x3xf16>",
+    ),
+    "avg_pool2d": (
+        "%x: tensor<1x2x5x5xf32>",
+        "  %r = ai.avg_pool2d %x {kernel = array<i64: 2, 2>, padding = array<i64: 0, 0, 1, 1>, "
+        "dilations = array<i64: 2, 2>, count_include_pad = true} : tensor<1x2x5x5xf32>",
+        "tensor<1x2x4x4xf32>",
+    ),
     "fused": (
         f"%a: {T}, %s: tensor<f32>",
         f'  %r = ai.fused "pointwise" (%a, %s) : ({T}, tensor<f32>) -> {T} {{\n'

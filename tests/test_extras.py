@@ -72,7 +72,7 @@ def test_the_builtin_numba_cuda_module_is_not_taken_for_numba_cuda():
         "sys.modules['numba_cuda'] = None\n"
         "import warnings; warnings.simplefilter('ignore')\n"
         "import numba.cuda\n"  # the built-in module: imports without error
-        "from fusec.extras import numba_cuda_problem\n"
+        "from fusec.targets.cuda.env import numba_cuda_problem\n"
         "print(numba_cuda_problem())\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -42,8 +42,8 @@ from fusec.dialect.facts import FUSED_KINDS, Pattern
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
 from fusec.frontend.mlir import parse_module
+from fusec.ir.dtypes import numpy_dtype
 from fusec.passes.fusion.rules import default_rules
-from fusec.runtime.dtypes import numpy_dtype
 from fusec.target import REGISTRY, generate, get_target
 
 N = 64
@@ -60,11 +60,16 @@ def _instances(op_type: type[ai.AiOp]) -> list[ai.AiOp]:
     if issubclass(op_type, ai.BinaryOp):
         x, y = Block(arg_types=[TensorType(F32, [N])] * 2).args
         return [op_type(x, y)]
+    if op_type is ai.WhereOp:
+        c, x, y = Block(arg_types=[TensorType(F32, [N])] * 3).args
+        return [ai.WhereOp(c, x, y)]
     if issubclass(op_type, ai.UnaryOp):
         (x,) = Block(arg_types=[TensorType(F32, [N])]).args
         variants = [op_type(x)]
         if op_type is ai.GeluOp:
             variants.append(ai.GeluOp(x, approximate="tanh"))
+        if op_type is ai.ClipOp:
+            variants += [ai.ClipOp(x, min=0.0, max=6.0), ai.ClipOp(x, min=-1.5)]
         return variants
     raise AssertionError(f"no sample instance for {op_type.name}")
 
@@ -179,6 +184,19 @@ def _any_instance(op_type):
         "ai.layernorm": "%r = ai.layernorm %m, %v, %v : tensor<4x4xf32> * tensor<4xf32> * "
         "tensor<4xf32>",
         "ai.softmax": "%r = ai.softmax %m : tensor<4x4xf32>",
+        "ai.reduce_mean": "%r = ai.reduce_mean %m {axes = array<i64: 1>} : tensor<4x4xf32>",
+        "ai.reduce_sum": "%r = ai.reduce_sum %m : tensor<4x4xf32>",
+        "ai.reduce_max": "%r = ai.reduce_max %m {keepdims = true} : tensor<4x4xf32>",
+        "ai.max_pool2d": "%r = ai.max_pool2d %a {kernel = array<i64: 2, 2>} : tensor<1x2x4x4xf32>",
+        "ai.avg_pool2d": "%r = ai.avg_pool2d %a {kernel = array<i64: 3, 3>, "
+        "padding = array<i64: 1, 1>} : tensor<1x2x4x4xf32>",
+        "ai.reshape": "%r = ai.reshape %m {shape = array<i64: 2, 8>} : tensor<4x4xf32>",
+        "ai.transpose": "%r = ai.transpose %a {perm = array<i64: 0, 2, 3, 1>} : "
+        "tensor<1x2x4x4xf32>",
+        "ai.slice": "%r = ai.slice %m {offsets = array<i64: 0, 3>, sizes = array<i64: 2, 2>, "
+        "strides = array<i64: 2, -2>} : tensor<4x4xf32>",
+        "ai.concat": "%r = ai.concat %m, %m {axis = 1 : i64} : tensor<4x4xf32> * tensor<4x4xf32>",
+        "ai.gather": "%r = ai.gather %v {indices = array<i64: 3, 0, 3>} : tensor<4xf32>",
     }[op_type.name]
     module = parse_module(
         "func.func @f(%a: tensor<1x2x4x4xf32>, %w: tensor<3x2x3x3xf32>, %m: tensor<4x4xf32>, "
@@ -230,7 +248,9 @@ FLOAT32_MATH = types.SimpleNamespace(
     sqrt=np.sqrt,
     fabs=np.fabs,
     copysign=np.copysign,
+    erf=lambda x: f32(math.erf(x)),
     erfc=lambda x: f32(math.erfc(x)),
+    pow=np.power,
     inf=math.inf,
     nan=math.nan,
 )
@@ -345,5 +365,5 @@ def test_torch_scalar_semantics_match_the_reference(op):
 def test_every_language_renders_every_op():
     for language in LANGUAGES:
         for op in SAMPLES:
-            text = ExprGenerator(language=language).scalar(op, ["a", "b"][: len(op.operands)])
+            text = ExprGenerator(language=language).scalar(op, ["a", "b", "c"][: len(op.operands)])
             assert text and "None" not in text, (language.name, _label(op))

@@ -22,7 +22,7 @@ from numerics import assert_close
 import fusec
 from fusec import FusecError
 from fusec.frontend.mlir import parse_module
-from fusec.runtime.dtypes import numpy_dtype
+from fusec.ir.dtypes import numpy_dtype
 from fusec.runtime.reference import run_reference
 
 NATIVE_TOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}
@@ -397,7 +397,7 @@ def _example(name: str):
     from pathlib import Path
 
     from fusec.dialect import spec_of
-    from fusec.runtime.reference import constant_value, entry_function
+    from fusec.ir.module import constant_value, entry_function
 
     path = Path(__file__).parent.parent / "examples" / name
     module = fusec.parse(path)
@@ -545,8 +545,8 @@ func.func @f(%x: tensor<64xf32>) -> tensor<64xf32> {
 
 
 def test_lowest_precision_a_result_passed_through():
-    from fusec.runtime.reference import entry_function
-    from fusec.runtime.runner import lowest_precisions
+    from fusec.ir.module import entry_function
+    from fusec.tools.runner import lowest_precisions
 
     text = """
 func.func @f(%x: tensor<4xf32>, %y: tensor<4xbf16>)

@@ -571,7 +571,7 @@ def test_verifier_catches_ops_built_in_python_with_a_wrong_result_type():
     from xdsl.ir import Block, Region
 
     from fusec.dialect.ops import ReluOp
-    from fusec.frontend.mlir import verify_module
+    from fusec.ir.diagnostics import verify_module
 
     block = Block(arg_types=[TensorType(f32, [2, 3])])
     relu = ReluOp(block.args[0], result_type=TensorType(f32, [3, 2]))

@@ -36,6 +36,9 @@ class KernelSource:
     outputs: tuple[TensorSpec, ...]
     entry: str = "launch"
     array_dtype: str | None = "f32"
+    #: The kernel runs its ops one by one (a library fallback), each rounding its
+    #: result to its declared type, instead of as one fused loop.
+    runs_op_by_op: bool = False
 
 
 def io_specs(fused_op: FusedOp) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:

@@ -53,13 +53,13 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import FileLineColLoc
 from xdsl.ir import Operation, SSAValue
 
 from fusec.dialect import ops as ai
 from fusec.dialect.facts import MATH_FUNCTIONS
 from fusec.dialect.ops import spec_of
-from fusec.errors import FusecError, SourceLocation
+from fusec.errors import FusecError
+from fusec.ir import diagnostics
 
 #: Names the generated statements refer to; the kernel module must bind them.
 PRELUDE_NAMES = ("math", "f32")
@@ -74,13 +74,9 @@ class CodegenError(FusecError):
     """A group the templates cannot lower (located at the offending op)."""
 
 
-def error_at(op: Operation, message: str) -> CodegenError:
-    """A CodegenError located at ``op`` (its FileLineColLoc when it has one)."""
-    loc = op.location
-    where = None
-    if isinstance(loc, FileLineColLoc):
-        where = SourceLocation(loc.filename.data, loc.line.data, loc.column.data)
-    return CodegenError(f"'{op.name}' op {message}", where)
+def error_at(op: Operation, message: str) -> FusecError:
+    """A CodegenError located at ``op`` (its file:line:col, or its ONNX node)."""
+    return diagnostics.error_at(op, message, error=CodegenError)
 
 
 def literal(x: float) -> str:
@@ -321,7 +317,9 @@ class TorchLanguage(Language):
     _FUNCTIONS = {
         "tanh": "torch.tanh",
         "sqrt": "torch.sqrt",
+        "erf": "torch.erf",
         "erfc": "torch.special.erfc",
+        "pow": "torch.pow",
         "fabs": "torch.abs",
         "copysign": "torch.copysign",
     }

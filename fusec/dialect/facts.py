@@ -51,7 +51,7 @@ class Pattern(IntEnum):
 
 
 #: The math functions a scalar expression may call (each language renders them).
-MATH_FUNCTIONS = ("tanh", "sqrt", "erfc", "fabs", "copysign")
+MATH_FUNCTIONS = ("tanh", "sqrt", "erf", "erfc", "fabs", "copysign", "pow")
 
 
 class ScalarBuilder(Protocol):
@@ -120,6 +120,10 @@ FUSED_KINDS: dict[str, str] = {
     "matmul": "one matmul; LayerNorm on A as it is loaded; epilogue on the output tile",
     "row_reduce": "one LayerNorm or softmax per row with its elementwise neighbours",
     "pointwise": "elementwise and broadcast ops over one iteration space",
+    "reduce": "one reduction over axes (mean, sum, max) with an elementwise epilogue",
+    "pool": "one 2-D max or average pooling with an elementwise epilogue",
+    "copy": "one data-movement op (transpose, slice, concat, gather) into a new buffer",
+    "view": "a reshape: the same buffer under another shape, no kernel at all",
     "attention": "matmul -> scale -> [causal mask] -> softmax -> matmul with the scores on chip",
 }
 

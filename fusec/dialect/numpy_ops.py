@@ -41,6 +41,8 @@ __all__ = [
     "matmul",
     "maximum",
     "mul",
+    "pool2d",
+    "reduce",
     "relu",
     "sigmoid",
     "silu",
@@ -128,7 +130,7 @@ def _conv_padding(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
             raise ValueError(f"padding must have 2 or 4 values, got {len(vals)}")
     if any(p < 0 for p in pads):
         raise ValueError(f"padding must be non-negative, got {pads}")
-    return pads  # type: ignore[return-value]
+    return pads[0], pads[1], pads[2], pads[3]
 
 
 def conv2d(
@@ -532,6 +534,80 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     with np.errstate(under="ignore"):
         e = np.exp(xa - m)
     return _finish(e / np.sum(e, axis=axis, keepdims=True), out_dt)
+
+
+# --------------------------------------------------------------------------
+# reductions over axes, pooling
+# --------------------------------------------------------------------------
+
+
+def reduce(x: np.ndarray, kind: str, axes: Sequence[int], keepdims: bool) -> np.ndarray:
+    """Mean, sum or max over ``axes`` (all when empty); NaN propagates through max."""
+    xa, out_dt = _unary_float(x)
+    axis = tuple(axes) if axes else None
+    if kind == "max":
+        y = np.max(xa, axis=axis, keepdims=keepdims)
+    elif kind == "sum":
+        y = np.sum(xa, axis=axis, keepdims=keepdims)
+    elif kind == "mean":
+        y = np.mean(xa, axis=axis, keepdims=keepdims)
+    else:
+        raise ValueError(f"unknown reduction {kind!r}")
+    return _finish(y, out_dt)
+
+
+def pool2d(
+    x: np.ndarray,
+    kind: str,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    padding: Sequence[int],
+    dilations: Sequence[int],
+    out_size: Sequence[int],
+    count_include_pad: bool = False,
+) -> np.ndarray:
+    """Max or average pooling of an NCHW ``x`` to ``out_size`` (OH, OW).
+
+    Padding is -inf (max) or 0 (average). An average divides by the window's
+    elements inside the input, or with ``count_include_pad`` inside the padded
+    input; a ``ceil_mode`` window that overhangs even the padding counts only
+    what it covers (ONNX Runtime's and PyTorch's rule).
+    """
+    xa, out_dt = _unary_float(x)
+    pads = _conv_padding(padding)
+    _, _, h, w = xa.shape
+    reach = [(out_size[d] - 1) * strides[d] + dilations[d] * (kernel[d] - 1) + 1 for d in (0, 1)]
+    extra = [max(0, reach[0] - (h + pads[0] + pads[2])), max(0, reach[1] - (w + pads[1] + pads[3]))]
+    widths = ((0, 0), (0, 0), (pads[0], pads[2] + extra[0]), (pads[1], pads[3] + extra[1]))
+    fill = -np.inf if kind == "max" else 0.0
+    padded = np.pad(xa, widths, constant_values=fill)
+    # which padded positions count for an average: the input, or the input and its padding
+    inside = np.zeros(padded.shape[2:], dtype=xa.dtype)
+    if count_include_pad:
+        inside[: h + pads[0] + pads[2], : w + pads[1] + pads[3]] = 1
+    else:
+        inside[pads[0] : pads[0] + h, pads[1] : pads[1] + w] = 1
+    acc = None
+    count = None
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            rows = slice(i * dilations[0], i * dilations[0] + (out_size[0] - 1) * strides[0] + 1,
+                         strides[0])  # fmt: skip
+            cols = slice(j * dilations[1], j * dilations[1] + (out_size[1] - 1) * strides[1] + 1,
+                         strides[1])  # fmt: skip
+            window = padded[:, :, rows, cols]
+            if kind == "max":
+                acc = window if acc is None else np.where(
+                    (window > acc) | np.isnan(window), window, acc
+                )  # fmt: skip
+            else:
+                acc = window if acc is None else acc + window
+                count = inside[rows, cols] if count is None else count + inside[rows, cols]
+    assert acc is not None  # a kernel has at least one element
+    if kind == "avg":
+        assert count is not None
+        acc = acc / count
+    return _finish(acc, out_dt)
 
 
 # --------------------------------------------------------------------------

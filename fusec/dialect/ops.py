@@ -25,18 +25,13 @@ from typing import Any, ClassVar
 import numpy as np
 from xdsl.dialects.builtin import (
     AnyFloat,
-    BFloat16Type,
     DenseArrayBase,
-    Float16Type,
-    Float32Type,
     FloatAttr,
     FunctionType,
     IntegerAttr,
     NoneAttr,
     StringAttr,
     TensorType,
-    bf16,
-    f16,
     f32,
     i1,
     i64,
@@ -73,21 +68,18 @@ from fusec.dialect.facts import (
     ScalarBuilder,
 )
 from fusec.dialect.shapes import ShapeError, TensorSpec
+from fusec.ir.dtypes import ELEMENT_TYPES, element_type_of_xdsl
 
 # --------------------------------------------------------------------------- types
-
-_ELEMENT_TYPES: dict[str, AnyFloat] = {"f16": f16, "bf16": bf16, "f32": f32}
 
 
 def element_type_name(t: Attribute) -> str:
     """'f16' | 'bf16' | 'f32' for a supported element type, else raise ShapeError."""
-    if isinstance(t, Float16Type):
-        return "f16"
-    if isinstance(t, BFloat16Type):
-        return "bf16"
-    if isinstance(t, Float32Type):
-        return "f32"
-    raise ShapeError(f"unsupported element type {t}: expected one of f16, bf16, f32")
+    name = element_type_of_xdsl(t)
+    if name is None:
+        expected = ", ".join(ELEMENT_TYPES)
+        raise ShapeError(f"unsupported element type {t}: expected one of {expected}")
+    return name
 
 
 def spec_of(t: Attribute) -> TensorSpec:
@@ -113,8 +105,8 @@ def _tensor_spec(t: TensorType) -> TensorSpec:
     return TensorSpec(shape, element_type_name(t.get_element_type()))
 
 
-def tensor_type(spec: TensorSpec) -> TensorType:
-    return TensorType(_ELEMENT_TYPES[spec.dtype], spec.shape)
+def tensor_type(spec: TensorSpec) -> TensorType[AnyFloat]:
+    return TensorType(ELEMENT_TYPES[spec.dtype].xdsl, spec.shape)
 
 
 # ------------------------------------------------------------------- attributes
@@ -499,7 +491,8 @@ class Conv2DOp(AiOp):
         return shapes.conv2d(*operands, **attrs)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        return K.conv2d(*args, **self.attr_values())
+        x, w = args
+        return K.conv2d(x, w, **self.attr_values())
 
 
 @irdl_op_definition
@@ -524,7 +517,8 @@ class BiasAddOp(AiOp):
         return s.arith(args[0], "+", args[1])  # an add, once the bias is broadcast
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        return K.bias_add(*args, axis=self.attr("axis"))
+        x, bias = args
+        return K.bias_add(x, bias, axis=self.attr("axis"))
 
 
 class BinaryOp(AiOp):
@@ -622,6 +616,21 @@ class MaximumOp(BinaryOp):
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         return K.maximum(*args)
+
+
+@irdl_op_definition
+class MinimumOp(BinaryOp):
+    """Elementwise min(a, b) (numpy broadcasting); NaN propagates."""
+
+    name = "ai.minimum"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("minimum", ufuncs=("minimum",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        a, b = args  # no min/max builtins: NaN must propagate from either side
+        return s.select(s.either(s.compare(a, "<=", b), s.compare(a, "!=", a)), a, b)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return np.asarray(np.minimum(*args))
 
 
 class UnaryOp(AiOp):
@@ -789,7 +798,117 @@ class GeluOp(UnaryOp):
         return _minus_zero_at_minus_inf(s, a, value)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        return K.gelu(*args, approximate=self.attr("approximate"))
+        return K.gelu(args[0], approximate=self.attr("approximate"))
+
+
+@irdl_op_definition
+class ErfOp(UnaryOp):
+    """The error function erf(x)."""
+
+    name = "ai.erf"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("erf", onnx=("Erf",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.call("erf", args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.erf(*args)
+
+
+@irdl_op_definition
+class IsNanOp(UnaryOp):
+    """1 where x is NaN, else 0, in x's element type: a condition for ``ai.where``
+    (the dialect's tensors are float; a boolean is 0 or 1)."""
+
+    name = "ai.isnan"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("isnan")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        return s.select(s.compare(a, "!=", a), s.literal(1.0), s.literal(0.0))
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        x = np.asarray(args[0])
+        return np.isnan(x).astype(x.dtype)
+
+
+@irdl_op_definition
+class ClipOp(UnaryOp):
+    """min(max(x, min), max) with constant bounds (default: none); NaN propagates."""
+
+    name = "ai.clip"
+    min = float_prop(-math.inf)
+    max = float_prop(math.inf)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("clip")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        value = a
+        if self.attr("max") != math.inf:
+            high = s.literal(self.attr("max"))
+            value = s.select(s.compare(value, ">", high), high, value)
+        if self.attr("min") != -math.inf:
+            low = s.literal(self.attr("min"))
+            value = s.select(s.compare(a, "<", low), low, value)
+        return value
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        x = np.asarray(args[0])
+        low, high = (x.dtype.type(self.attr(k)) for k in ("min", "max"))
+        return np.minimum(np.maximum(x, low), high).astype(x.dtype)
+
+
+@irdl_op_definition
+class PowOp(BinaryOp):
+    """Elementwise a ** b (numpy broadcasting; C's powf: NaN for a negative base and a
+    non-integer exponent)."""
+
+    name = "ai.pow"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("pow", ufuncs=("power",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.call("pow", *args)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.asarray(np.power(*args))
+
+
+@irdl_op_definition
+class WhereOp(AiOp):
+    """``a`` where ``condition`` is non-zero, else ``b`` (numpy broadcasting of all three).
+
+    The condition is a float tensor of the same element type (1/0, e.g. a
+    constant mask or ``ai.isnan``); NaN counts as true, as it is non-zero.
+    """
+
+    name = "ai.where"
+    condition = operand()
+    lhs = operand()
+    rhs = operand()
+    output = result()
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("where")
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.where(*operands)
+
+    def fusion_pattern(self) -> Pattern:
+        """Elementwise when all operands have one shape, else broadcast."""
+        if len({spec_of(v.type).shape for v in self.operands}) == 1:
+            return Pattern.ELEMENTWISE
+        return Pattern.BROADCAST
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        cond, a, b = args
+        return s.select(s.compare(cond, "!=", s.literal(0.0)), a, b)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        cond, a, b = (np.asarray(x) for x in args)
+        return np.where(cond != 0, a, b).astype(a.dtype)
 
 
 @irdl_op_definition
@@ -816,7 +935,8 @@ class MatmulOp(AiOp):
         return shapes.matmul(*operands, **attrs)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        return K.matmul(*args, **self.attr_values())
+        a, b = args
+        return K.matmul(a, b, **self.attr_values())
 
 
 @irdl_op_definition
@@ -839,7 +959,8 @@ class LayerNormOp(AiOp):
         return shapes.layernorm(*operands, epsilon=attrs["epsilon"])
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        return K.layernorm(*args, epsilon=self.attr("epsilon"))
+        x, gamma, beta = args
+        return K.layernorm(x, gamma, beta, epsilon=self.attr("epsilon"))
 
 
 @irdl_op_definition
@@ -860,7 +981,7 @@ class SoftmaxOp(AiOp):
         return shapes.softmax(*operands, **attrs)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        return K.softmax(*args, axis=self.attr("axis"))
+        return K.softmax(args[0], axis=self.attr("axis"))
 
 
 @irdl_op_definition
@@ -891,6 +1012,261 @@ class CastOp(AiOp):
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         return args[0]  # the executor stores each result in its declared dtype
+
+
+# ------------------------------------------------------------- layout ops
+#
+# Data movement without arithmetic (TVM's "injective" ops). A reshape is free
+# (the same buffer under another shape); the others copy, unless a kernel
+# reads its operand through them (a matmul's operand views).
+
+
+@irdl_op_definition
+class ReshapeOp(AiOp):
+    """The same elements in row-major order under the static shape ``shape``."""
+
+    name = "ai.reshape"
+    input = operand()
+    output = result()
+    shape = int_array_prop()
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("reshape")
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.reshape(*operands, **attrs)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return np.reshape(args[0], self.attr("shape"))
+
+
+@irdl_op_definition
+class TransposeOp(AiOp):
+    """Permuted dims: result dim i is input dim ``perm[i]``."""
+
+    name = "ai.transpose"
+    input = operand()
+    output = result()
+    perm = int_array_prop()
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("transpose")
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.transpose(*operands, **attrs)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.transpose(args[0], self.attr("perm")))
+
+
+@irdl_op_definition
+class SliceOp(AiOp):
+    """A strided sub-tensor: along dim d, elements ``offsets[d] + i * strides[d]`` for
+    i < ``sizes[d]`` (as ``tensor.extract_slice``; a stride may be negative)."""
+
+    name = "ai.slice"
+    input = operand()
+    output = result()
+    offsets = int_array_prop()
+    sizes = int_array_prop()
+    strides = int_array_prop()
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("slice")
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.slice_(*operands, **attrs)
+
+    def index(self) -> tuple[slice, ...]:
+        """The numpy index of the slice."""
+        out = []
+        for start, size, step in zip(
+            self.attr("offsets"), self.attr("sizes"), self.attr("strides"), strict=True
+        ):
+            stop = start + size * step
+            out.append(slice(start, None if stop < 0 else stop, step))
+        return tuple(out)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.asarray(args[0])[self.index()])
+
+
+@irdl_op_definition
+class ConcatOp(AiOp):
+    """The operands joined along ``axis`` (their other dims agree)."""
+
+    name = "ai.concat"
+    inputs = var_operand_def(TensorType)
+    output = result()
+    axis = int_prop(0)
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("concat")
+
+    def __init__(self, *operands: SSAValue, **attrs: Any) -> None:
+        properties = self.encode_attrs(attrs)
+        specs = [spec_of(v.type) for v in operands]
+        result_type = tensor_type(self.infer_spec(specs, properties, None))
+        IRDLOperation.__init__(
+            self, operands=[list(operands)], result_types=[result_type], properties=properties
+        )
+
+    @classmethod
+    def infer_spec(cls, operands, properties, to_type):
+        attr = properties.get("axis")
+        prop = cls.declared_properties()["axis"]
+        if attr is not None and (problem := _property_problem("axis", prop, attr)) is not None:
+            raise ShapeError(f"{cls.name}: {problem}")
+        axis = python_value(attr if attr is not None else prop.default_value)
+        return shapes.concat(operands, axis=axis)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return np.concatenate(args, axis=self.attr("axis"))
+
+
+@irdl_op_definition
+class GatherOp(AiOp):
+    """The slices ``indices`` (constants) of dim ``axis``, in that order."""
+
+    name = "ai.gather"
+    input = operand()
+    output = result()
+    axis = int_prop(0)
+    indices = int_array_prop()
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("gather")
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.gather(*operands, **attrs)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return np.take(args[0], list(self.attr("indices")), axis=self.attr("axis"))
+
+
+# ------------------------------------------------------ reductions over axes
+
+
+class ReduceOp(AiOp):
+    """A reduction over ``axes`` (all when empty), kept as size-1 dims with ``keepdims``."""
+
+    input = operand()
+    output = result()
+    axes = int_array_prop()
+    keepdims = bool_prop(False)
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
+    KIND: ClassVar[str] = ""
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.reduce(cls.name, *operands, **attrs)
+
+    def reduced_axes(self) -> tuple[int, ...]:
+        rank = len(spec_of(self.input.type).shape)
+        return shapes.reduce_axes(self.name, self.attr("axes"), rank)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.reduce(args[0], self.KIND, self.reduced_axes(), self.attr("keepdims"))
+
+
+@irdl_op_definition
+class ReduceMeanOp(ReduceOp):
+    """The mean over ``axes``."""
+
+    name = "ai.reduce_mean"
+    KIND: ClassVar[str] = "mean"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("reduce_mean")
+
+
+@irdl_op_definition
+class ReduceSumOp(ReduceOp):
+    """The sum over ``axes``."""
+
+    name = "ai.reduce_sum"
+    KIND: ClassVar[str] = "sum"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("reduce_sum")
+
+
+@irdl_op_definition
+class ReduceMaxOp(ReduceOp):
+    """The maximum over ``axes`` (NaN propagates)."""
+
+    name = "ai.reduce_max"
+    KIND: ClassVar[str] = "max"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("reduce_max")
+
+
+# ---------------------------------------------------------------- pooling
+
+
+class Pool2DOp(AiOp):
+    """2-D pooling of an NCHW input: one value per window of ``kernel`` (h, w).
+
+    ``padding`` has 2 values (symmetric) or 4 (h_begin, w_begin, h_end, w_end),
+    as ``ai.conv2d``; with ``ceil_mode`` the output size rounds up (the last
+    window may overhang the padding, as in ONNX and PyTorch).
+    """
+
+    input = operand()
+    output = result()
+    kernel = int_array_prop(1, 1)
+    strides = int_array_prop(1, 1)
+    padding = int_array_prop(0, 0)
+    dilations = int_array_prop(1, 1)
+    ceil_mode = bool_prop(False)
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
+    KIND: ClassVar[str] = ""
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        window = {k: attrs[k] for k in ("kernel", "strides", "padding", "dilations", "ceil_mode")}
+        return shapes.pool2d(cls.name, *operands, **window)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        attrs = self.attr_values()
+        return K.pool2d(
+            args[0],
+            self.KIND,
+            attrs["kernel"],
+            attrs["strides"],
+            attrs["padding"],
+            attrs["dilations"],
+            spec_of(self.output.type).shape[2:],
+            attrs.get("count_include_pad", False),
+        )
+
+
+@irdl_op_definition
+class MaxPool2DOp(Pool2DOp):
+    """2-D max pooling (padding is -inf; NaN propagates)."""
+
+    name = "ai.max_pool2d"
+    KIND: ClassVar[str] = "max"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("max_pool2d")
+
+
+@irdl_op_definition
+class AvgPool2DOp(Pool2DOp):
+    """2-D average pooling: the window's sum over the elements it covers inside the
+    input, or with ``count_include_pad`` inside the padded input."""
+
+    name = "ai.avg_pool2d"
+    count_include_pad = bool_prop(False)
+    KIND: ClassVar[str] = "avg"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("avg_pool2d")
 
 
 # ----------------------------------------------------------- fusion groups
@@ -1040,6 +1416,7 @@ TENSOR_OPS: tuple[type[AiOp], ...] = (
     MulOp,
     DivOp,
     MaximumOp,
+    MinimumOp,
     ReluOp,
     SigmoidOp,
     TanhOp,
@@ -1049,10 +1426,25 @@ TENSOR_OPS: tuple[type[AiOp], ...] = (
     AbsOp,
     SiluOp,
     GeluOp,
+    ErfOp,
+    IsNanOp,
+    ClipOp,
+    PowOp,
+    WhereOp,
     MatmulOp,
     LayerNormOp,
     SoftmaxOp,
     CastOp,
+    ReshapeOp,
+    TransposeOp,
+    SliceOp,
+    ConcatOp,
+    GatherOp,
+    ReduceMeanOp,
+    ReduceSumOp,
+    ReduceMaxOp,
+    MaxPool2DOp,
+    AvgPool2DOp,
 )
 
 AI = Dialect("ai", [*TENSOR_OPS, FusedOp, YieldOp], [])

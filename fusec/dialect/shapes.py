@@ -13,7 +13,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-ELEMENT_TYPES = ("f16", "bf16", "f32")
+from fusec.ir import dtypes
+
+ELEMENT_TYPES = tuple(dtypes.ELEMENT_TYPES)
 
 
 class ShapeError(ValueError):
@@ -182,6 +184,21 @@ def elementwise_binary(op: str, a: TensorSpec, b: TensorSpec) -> TensorSpec:
     return TensorSpec(broadcast_shapes(op, a.shape, b.shape), dtype)
 
 
+def where(condition: TensorSpec, a: TensorSpec, b: TensorSpec) -> TensorSpec:
+    """ai.where: the three operands broadcast together; one element type."""
+    op = "ai.where"
+    dtype = _same_dtype(op, [("lhs", a), ("rhs", b), ("condition", condition)])
+    shape = broadcast_shapes(op, a.shape, b.shape)
+    try:
+        shape = broadcast_shapes(op, condition.shape, shape)
+    except ShapeError:
+        raise ShapeError(
+            f"{op}: operand 'condition' (shape {_fmt(condition.shape)}) does not broadcast "
+            f"with the values (shape {_fmt(shape)})"
+        ) from None
+    return TensorSpec(shape, dtype)
+
+
 def elementwise_unary(x: TensorSpec) -> TensorSpec:
     return x
 
@@ -254,3 +271,177 @@ def cast(x: TensorSpec, to_dtype: str) -> TensorSpec:
     if to_dtype not in ELEMENT_TYPES:
         raise ShapeError(f"ai.cast: target element type must be one of {ELEMENT_TYPES}")
     return TensorSpec(x.shape, to_dtype)
+
+
+# ------------------------------------------------------------------ layout ops
+
+
+def reshape(x: TensorSpec, *, shape: Sequence[int]) -> TensorSpec:
+    """The same elements in row-major order under another static shape."""
+    op = "ai.reshape"
+    if any(d < 1 for d in shape):
+        raise ShapeError(f"{op}: shape must have positive dimensions, got {list(shape)}")
+    if math.prod(shape) != math.prod(x.shape):
+        raise ShapeError(
+            f"{op}: shape {_fmt(shape)} has {math.prod(shape)} elements, the input "
+            f"{_fmt(x.shape)} has {math.prod(x.shape)}"
+        )
+    return TensorSpec(tuple(shape), x.dtype)
+
+
+def transpose(x: TensorSpec, *, perm: Sequence[int]) -> TensorSpec:
+    """Result dim i is input dim perm[i]."""
+    if sorted(perm) != list(range(x.rank)):
+        raise ShapeError(
+            f"ai.transpose: perm {list(perm)} is not a permutation of the {x.rank} dims of "
+            f"the input {_fmt(x.shape)}"
+        )
+    return TensorSpec(tuple(x.shape[p] for p in perm), x.dtype)
+
+
+def slice_(
+    x: TensorSpec, *, offsets: Sequence[int], sizes: Sequence[int], strides: Sequence[int]
+) -> TensorSpec:
+    """Elements offset + i * stride (i < size) along every dim; strides may be negative."""
+    op = "ai.slice"
+    for name, values in (("offsets", offsets), ("sizes", sizes), ("strides", strides)):
+        if len(values) != x.rank:
+            raise ShapeError(
+                f"{op}: {name} has {len(values)} values, expected one per dim of the input "
+                f"{_fmt(x.shape)}"
+            )
+    for axis, (dim, start, size, step) in enumerate(
+        zip(x.shape, offsets, sizes, strides, strict=True)
+    ):
+        last = start + (size - 1) * step
+        if size < 1 or step == 0 or not (0 <= start < dim and 0 <= last < dim):
+            raise ShapeError(
+                f"{op}: dim {axis} (size {dim}): offset {start}, size {size}, stride {step} "
+                f"reach elements {start}..{last}, outside 0..{dim - 1}"
+                if size >= 1 and step != 0
+                else f"{op}: dim {axis}: size must be positive and stride non-zero, got "
+                f"size {size}, stride {step}"
+            )
+    return TensorSpec(tuple(sizes), x.dtype)
+
+
+def concat(operands: Sequence[TensorSpec], *, axis: int) -> TensorSpec:
+    """Operands joined along ``axis``; every other dim must agree."""
+    op = "ai.concat"
+    if not operands:
+        raise ShapeError(f"{op}: needs at least one operand")
+    first = operands[0]
+    dtype = _same_dtype(op, [(f"#{i}", s) for i, s in enumerate(operands)])
+    axis = _normalise_axis(op, axis, first.rank)
+    total = 0
+    for index, spec in enumerate(operands):
+        same = spec.rank == first.rank and all(
+            a == b
+            for d, (a, b) in enumerate(zip(spec.shape, first.shape, strict=False))
+            if d != axis
+        )
+        if not same:
+            raise ShapeError(
+                f"{op}: operand #{index} (shape {_fmt(spec.shape)}) differs from operand #0 "
+                f"(shape {_fmt(first.shape)}) outside axis {axis}"
+            )
+        total += spec.shape[axis]
+    return TensorSpec(first.shape[:axis] + (total,) + first.shape[axis + 1 :], dtype)
+
+
+def gather(x: TensorSpec, *, axis: int, indices: Sequence[int]) -> TensorSpec:
+    """The slices ``indices`` (constants, 0 <= i < dim) of ``axis``, in that order."""
+    op = "ai.gather"
+    axis = _normalise_axis(op, axis, x.rank)
+    if not indices:
+        raise ShapeError(f"{op}: needs at least one index")
+    bad = [i for i in indices if not 0 <= i < x.shape[axis]]
+    if bad:
+        raise ShapeError(
+            f"{op}: index {bad[0]} is out of range for dim {axis} of size {x.shape[axis]}"
+        )
+    return TensorSpec(x.shape[:axis] + (len(indices),) + x.shape[axis + 1 :], x.dtype)
+
+
+# ------------------------------------------------------------------ reductions and pooling
+
+
+def reduce_axes(op: str, axes: Sequence[int], rank: int) -> tuple[int, ...]:
+    """Sorted non-negative axes; empty means all."""
+    if not axes:
+        return tuple(range(rank))
+    normalised = sorted({_normalise_axis(op, a, rank) for a in axes})
+    if len(normalised) != len(axes):
+        raise ShapeError(f"{op}: axes {list(axes)} repeat a dim")
+    return tuple(normalised)
+
+
+def reduce(op: str, x: TensorSpec, *, axes: Sequence[int], keepdims: bool) -> TensorSpec:
+    """``x`` reduced over ``axes`` (all when empty); kept as size-1 dims with ``keepdims``."""
+    chosen = reduce_axes(op, axes, x.rank)
+    if keepdims:
+        shape = tuple(1 if d in chosen else n for d, n in enumerate(x.shape))
+    else:
+        shape = tuple(n for d, n in enumerate(x.shape) if d not in chosen)
+    return TensorSpec(shape, x.dtype)
+
+
+def pool_output_size(
+    size: int, kernel: int, stride: int, dilation: int, begin: int, end: int, ceil_mode: bool
+) -> int:
+    """Output length of one pooled dim (ONNX/PyTorch: with ``ceil_mode`` the last window
+    must start inside the input or its leading padding)."""
+    span = dilation * (kernel - 1) + 1
+    room = size + begin + end - span
+    out = (-(-room // stride) if ceil_mode else room // stride) + 1
+    if ceil_mode and (out - 1) * stride >= size + begin:
+        out -= 1
+    return out
+
+
+def pool2d(
+    op: str,
+    x: TensorSpec,
+    *,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    padding: Sequence[int],
+    dilations: Sequence[int],
+    ceil_mode: bool,
+) -> TensorSpec:
+    """NCHW input -> N x C x OH x OW, each output the max/mean of one window."""
+    _rank(op, "input", x, 4)
+    for name, vals in (("kernel", kernel), ("strides", strides), ("dilations", dilations)):
+        if len(vals) != 2 or any(v < 1 for v in vals):
+            raise ShapeError(f"{op}: {name} must be 2 positive values, got {list(vals)}")
+    if len(padding) not in (2, 4):
+        raise ShapeError(f"{op}: padding must have 2 or 4 values, got {len(padding)}")
+    pads = conv2d_padding(padding)
+    if any(p < 0 for p in pads):
+        raise ShapeError(f"{op}: padding must be non-negative, got {list(padding)}")
+    out = []
+    for axis, name in ((0, "height"), (1, "width")):
+        span = dilations[axis] * (kernel[axis] - 1) + 1
+        size = x.shape[2 + axis]
+        if pads[axis] >= span or pads[axis + 2] >= span:
+            raise ShapeError(
+                f"{op}: {name} padding {pads[axis]}, {pads[axis + 2]} must be smaller than the "
+                f"window ({span}): a window of padding alone has no value"
+            )
+        if size + pads[axis] + pads[axis + 2] < span:
+            raise ShapeError(
+                f"{op}: window {name} {span} exceeds padded input {name} "
+                f"{size + pads[axis] + pads[axis + 2]}"
+            )
+        out.append(
+            pool_output_size(
+                size,
+                kernel[axis],
+                strides[axis],
+                dilations[axis],
+                pads[axis],
+                pads[axis + 2],
+                ceil_mode,
+            )
+        )
+    return TensorSpec((x.shape[0], x.shape[1], out[0], out[1]), x.dtype)

@@ -15,6 +15,7 @@ feature is missing; the conformance runner skips on it, never on other errors.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -35,31 +35,28 @@ from xdsl.dialects.builtin import (
     FileLineColLoc,
     FusedLoc,
     IntAttr,
+    LocationAttr,
     ModuleOp,
     NameLoc,
     NoneAttr,
     StringAttr,
     UnknownLoc,
 )
-from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of, tensor_type
 from fusec.dialect.shapes import ShapeError, TensorSpec, broadcast_shapes, shape_problem
 from fusec.errors import FusecError, SourceLocation
 from fusec.frontend import onnx_fold
-from fusec.frontend.mlir import named_location, verify_module
+from fusec.ir.diagnostics import named_location, verify_module
+from fusec.ir.dtypes import element_type_of, numpy_dtype
 
 #: ONNX element types fusec has, and their dialect names.
 ELEMENT_TYPES: dict[int, str] = {
     TensorProto.FLOAT: "f32",
     TensorProto.FLOAT16: "f16",
     TensorProto.BFLOAT16: "bf16",
-}
-_NUMPY_TYPES = {
-    "f32": np.dtype(np.float32),
-    "f16": np.dtype(np.float16),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
 }
 _DOMAINS = ("", "ai.onnx")
 
@@ -149,9 +146,11 @@ class Importer:
         # shapes are known; their data exists only at run time, in no ai value.
         self.other_inputs: dict[str, tuple[tuple[int, ...], str]] = {}
         self.evaluated: Counter[str] = Counter()  # op type -> nodes evaluated at import
+        # Booleans computed at run time (IsNaN): 1/0 floats, allowed only as Where conditions.
+        self.booleans: set[str] = set()
         self.block = Block()
         self.node: Node | None = None
-        self.location: Attribute = UnknownLoc()
+        self.location: LocationAttr = UnknownLoc()
         self.uses = Counter(n for node in self.graph.node for n in node.input if n)
         self.uses.update(o.name for o in self.graph.output)
         self.folded: dict[int, Node] = {}  # conv node index -> the BatchNormalization it absorbs
@@ -192,7 +191,7 @@ class Importer:
 
     def constant(self, array: np.ndarray, dtype: str, name: str | None = None) -> SSAValue:
         """A dense ``arith.constant`` holding ``array`` converted to ``dtype``."""
-        data = np.ascontiguousarray(np.asarray(array).astype(_NUMPY_TYPES[dtype]))
+        data = np.ascontiguousarray(np.asarray(array).astype(numpy_dtype(dtype)))
         ttype = tensor_type(TensorSpec(tuple(data.shape), dtype))
         dense = DenseIntOrFPElementsAttr(ttype, BytesAttr(data.tobytes()))
         value = self.append(arith.ConstantOp(dense, ttype))
@@ -212,12 +211,20 @@ class Importer:
         return value
 
     def optional_input(self, node: Node, index: int) -> SSAValue | None:
+        name = self.optional_input_name(node, index)
+        return None if name is None else self.value(name)
+
+    def optional_input_name(self, node: Node, index: int) -> str | None:
         names = node.proto.input
-        if index >= len(names) or not names[index]:
-            return None
-        return self.value(names[index])
+        return names[index] if index < len(names) and names[index] else None
 
     def value(self, name: str) -> SSAValue:
+        if name in self.booleans:
+            raise self.error(
+                f"'{name}' is a boolean computed at run time: fusec uses those only as the "
+                "condition of Where",
+                "dtype",
+            )
         if name in self.values:
             return self.values[name]
         if name in self.arrays:
@@ -244,9 +251,9 @@ class Importer:
         return self.arrays.get(names[index])
 
     def dtype_of_array(self, name: str, array: np.ndarray) -> str:
-        for dtype, np_type in _NUMPY_TYPES.items():
-            if array.dtype == np_type:
-                return dtype
+        dtype = element_type_of(array.dtype)
+        if dtype is not None:
+            return dtype
         if name in self.computed:
             raise self.error(
                 f"value '{name}' is a {array.dtype} constant (computed at import) used as data: "
@@ -326,6 +333,9 @@ class Importer:
             else:
                 self.element_type(elem_type, f"input '{info.name}'", known_only=True)
                 self.other_inputs[info.name] = (shape, TensorProto.DataType.Name(elem_type))
+                if 0 in shape:  # an empty tensor: its (lack of) data is known
+                    dtype = helper.tensor_dtype_to_np_dtype(elem_type)
+                    self.arrays[info.name] = np.empty(shape, dtype=dtype)
         if self.weights_as_args:
             for name, tensor in self.initializers.items():
                 if self.uses[name] and name not in self.arrays:
@@ -382,8 +392,9 @@ class Importer:
                 )
             else:
                 dims.append(fixed)
-        if (problem := shape_problem(tuple(dims))) is not None:
-            raise self.error(f"input '{info.name}' of shape {_dims_text(dims)} {problem}")
+        problem = shape_problem(tuple(dims))
+        if problem is not None and (ttype.elem_type in ELEMENT_TYPES or 0 not in dims):
+            raise self.error(f"input '{info.name}' of shape {_dims_text(dims)} {problem}", "shape")
         return tuple(dims), ttype.elem_type
 
     def tensor_spec(self, name: str, tensor: onnx.TensorProto) -> TensorSpec:
@@ -477,7 +488,7 @@ class Importer:
         self.evaluated[proto.op_type] += 1
         return True
 
-    def unsupported(self, node: Node) -> UnsupportedOnnx:
+    def unsupported(self, node: Node) -> FusecError:
         """The error for a node fusec can neither convert nor evaluate at import."""
         proto = node.proto
         if proto.domain not in _DOMAINS:
@@ -605,19 +616,96 @@ def _binary(imp: Importer, node: Node) -> list[SSAValue]:
     return [imp.emit(_BINARY[node.op_type], a, b)]
 
 
+@converter("Clip", attrs=("min", "max"))
+def _clip(imp: Importer, node: Node) -> list[SSAValue]:
+    """Bounds are attributes before opset 11, optional scalar inputs after: constant
+    bounds become ai.clip, bounds computed at run time ai.maximum/ai.minimum."""
+    x = imp.input(node, 0)
+    bounds: dict[str, float] = {}
+    runtime: list[tuple[type[ai.AiOp], SSAValue]] = []
+    limits: tuple[tuple[int, str, type[ai.AiOp]], ...] = (
+        (1, "min", ai.MaximumOp),
+        (2, "max", ai.MinimumOp),
+    )
+    for index, key, op in limits:
+        if key in node.attrs:
+            bounds[key] = float(node.attrs[key])
+        elif imp.optional_input_name(node, index) is not None:
+            value = imp.array(node, index)
+            if value is None:
+                runtime.append((op, imp.input(node, index)))
+                continue
+            if value.size != 1:
+                raise imp.error(f"input '{key}' must be a scalar, got shape {value.shape}")
+            bounds[key] = float(value.reshape(()))
+    y = imp.emit(ai.ClipOp, x, **bounds) if bounds or not runtime else x
+    for op, bound in runtime:
+        if shape_of(bound) not in ((), (1,)):
+            raise imp.error(f"the bounds must be scalars, got {bound.type}")
+        y = imp.emit(op, y, bound)
+    return [y]
+
+
+@converter("Pow")
+def _pow(imp: Importer, node: Node) -> list[SSAValue]:
+    """x ** y; a constant integer exponent becomes a float one of x's type."""
+    x = imp.input(node, 0)
+    exponent = imp.array(node, 1)
+    if exponent is not None and exponent.dtype.kind in "iub":
+        y = imp.constant(exponent.astype(np.float64), dtype_of(x))
+    else:
+        y = imp.input(node, 1)
+    return [imp.emit(ai.PowOp, x, y)]
+
+
+@converter("IsNaN")
+def _isnan(imp: Importer, node: Node) -> list[SSAValue]:
+    """A boolean computed at run time: 1/0 in x's float type, usable as a Where condition."""
+    for name in node.proto.output[:1]:
+        imp.booleans.add(name)
+    return [imp.emit(ai.IsNanOp, imp.input(node, 0))]
+
+
+@converter("Where")
+def _where(imp: Importer, node: Node) -> list[SSAValue]:
+    """ai.where on a constant condition (any element type) or a boolean from IsNaN."""
+    a, b = imp.input(node, 1), imp.input(node, 2)
+    name = node.proto.input[0]
+    known = imp.array(node, 0)
+    if known is not None:
+        out_shape = np.broadcast_shapes(known.shape, shape_of(a), shape_of(b))
+        if known.all() and shape_of(a) == out_shape:
+            return [a]
+        if not known.any() and shape_of(b) == out_shape:
+            return [b]
+        condition = imp.constant(known.astype(bool).astype(np.float64), dtype_of(a))
+    elif name in imp.booleans:
+        condition = imp.values[name]
+    else:
+        raise imp.error(
+            f"the condition '{name}' is a boolean computed at run time: fusec takes a constant "
+            "condition or one computed by IsNaN",
+            "dtype",
+        )
+    if dtype_of(condition) != dtype_of(a):
+        condition = imp.emit(ai.CastOp, condition, dtype_of(a))
+    return [imp.emit(ai.WhereOp, condition, a, b)]
+
+
 @converter("Identity")
 def _identity(imp: Importer, node: Node) -> list[SSAValue]:
     return [imp.input(node, 0)]
 
 
-@converter("Max", attrs=("consumed_inputs",))
-def _max(imp: Importer, node: Node) -> list[SSAValue]:
+@converter("Max", "Min", attrs=("consumed_inputs",))
+def _max_min(imp: Importer, node: Node) -> list[SSAValue]:
     values = [imp.value(name) for name in node.proto.input if name]
     if not values:
         raise imp.error("needs at least one input")
+    op = ai.MaximumOp if node.op_type == "Max" else ai.MinimumOp
     result = values[0]
     for other in values[1:]:
-        result = imp.emit(ai.MaximumOp, result, other)
+        result = imp.emit(op, result, other)
     return [result]
 
 
@@ -715,6 +803,8 @@ def _softmax(imp: Importer, node: Node) -> list[SSAValue]:
 
 @converter("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))
 def _layer_norm(imp: Importer, node: Node) -> list[SSAValue | None]:
+    """Normalisation over dims [axis:] (ONNX flattens them into one): ai.layernorm over
+    the last axis of a reshaped view when there are several."""
     x, scale = imp.input(node, 0), imp.input(node, 1)
     bias = imp.optional_input(node, 2)
     shape = shape_of(x)
@@ -723,37 +813,60 @@ def _layer_norm(imp: Importer, node: Node) -> list[SSAValue | None]:
     epsilon = float(node.attrs.get("epsilon", 1e-5))
     if not -rank <= axis < rank:
         raise imp.error(f"axis {axis} is out of range for rank {rank}")
-    if any(d != 1 for d in shape[axis % rank : -1]):
-        raise imp.error(
-            f"axis={axis} normalises over dims {list(shape[axis % rank :])}: only the last "
-            "axis is supported (ai.layernorm)",
-            "attribute",
-        )
+    axis %= rank
     if node.attrs.get("stash_type", 1) != 1:
         raise imp.error(f"stash_type={node.attrs['stash_type']} is not supported", "attribute")
-    y = _normalise_last_axis(imp, x, scale, bias, epsilon)
+    normalised = shape[axis:]
+    d = math.prod(normalised)
+    rows = imp.emit(ai.ReshapeOp, x, shape=shape[:axis] + (d,)) if axis < rank - 1 else x
+    gamma = _flat_parameter(imp, node, 1, scale, normalised)
+    beta = None if bias is None else _flat_parameter(imp, node, 2, bias, normalised)
+    if gamma is not None and (bias is None or beta is not None):
+        y = _normalise_last_axis(imp, rows, gamma, beta, epsilon)
+        y = imp.emit(ai.ReshapeOp, y, shape=shape) if rows is not x else y
+    else:  # parameters that broadcast over part of the normalised dims: applied after
+        plain = _normalise_last_axis(imp, rows, None, None, epsilon)
+        y = imp.emit(ai.ReshapeOp, plain, shape=shape) if rows is not x else plain
+        y = _broadcast_into(imp, ai.MulOp, y, scale)
+        y = _broadcast_into(imp, ai.AddOp, y, bias) if bias is not None else y
     outputs: list[SSAValue | None] = [y]
     wanted = [i for i in (1, 2) if i < len(node.proto.output) and node.proto.output[i]]
     if wanted:
-        outputs += _layer_norm_stats(imp, x, epsilon)[: max(wanted)]
+        outputs += _layer_norm_stats(imp, x, axis, epsilon)[: max(wanted)]
     return outputs
 
 
+def _flat_parameter(
+    imp: Importer, node: Node, index: int, value: SSAValue, normalised: tuple[int, ...]
+) -> SSAValue | None:
+    """Scale or bias as a 1-D vector over the flattened normalised dims: a constant
+    broadcast to them, or a value of exactly their shape; None when neither."""
+    d = math.prod(normalised)
+    known = imp.array(node, index)
+    if known is not None:
+        try:
+            full = np.broadcast_to(known, normalised)
+        except ValueError:
+            raise imp.error(
+                f"input #{index} of shape {known.shape} does not broadcast to the normalised "
+                f"dims {list(normalised)}"
+            ) from None
+        if full.shape == normalised:
+            return imp.constant(full.reshape(d), dtype_of(value))
+    if shape_of(value) == normalised:
+        return value if len(normalised) == 1 else imp.emit(ai.ReshapeOp, value, shape=(d,))
+    return None
+
+
 def _normalise_last_axis(
-    imp: Importer, x: SSAValue, scale: SSAValue, bias: SSAValue | None, epsilon: float
+    imp: Importer, x: SSAValue, gamma: SSAValue | None, beta: SSAValue | None, epsilon: float
 ) -> SSAValue:
-    """ai.layernorm with 1-D gamma/beta; other broadcastable scales are applied after it."""
+    """ai.layernorm over the last axis with 1-D gamma/beta (ones/zeros when absent)."""
     d = shape_of(x)[-1]
     dtype = dtype_of(x)
-    ones, zeros = np.ones(d), np.zeros(d)
-    if shape_of(scale) == (d,) and (bias is None or shape_of(bias) == (d,)):
-        beta = bias if bias is not None else imp.constant(zeros, dtype)
-        return imp.emit(ai.LayerNormOp, x, scale, beta, epsilon=epsilon)
-    y = imp.emit(
-        ai.LayerNormOp, x, imp.constant(ones, dtype), imp.constant(zeros, dtype), epsilon=epsilon
-    )
-    y = _broadcast_into(imp, ai.MulOp, y, scale)
-    return _broadcast_into(imp, ai.AddOp, y, bias) if bias is not None else y
+    gamma = gamma if gamma is not None else imp.constant(np.ones(d), dtype)
+    beta = beta if beta is not None else imp.constant(np.zeros(d), dtype)
+    return imp.emit(ai.LayerNormOp, x, gamma, beta, epsilon=epsilon)
 
 
 def _broadcast_into(imp: Importer, op: type[ai.AiOp], x: SSAValue, other: SSAValue) -> SSAValue:
@@ -763,20 +876,14 @@ def _broadcast_into(imp: Importer, op: type[ai.AiOp], x: SSAValue, other: SSAVal
     return result
 
 
-def _layer_norm_stats(imp: Importer, x: SSAValue, epsilon: float) -> list[SSAValue]:
-    """Mean and InvStdDev over the last axis (in f32, the stash type), each of shape (..., 1).
-
-    The sums are matmuls with a column of ones: the dialect's only reductions
-    are inside layernorm/softmax, whose statistics are not results.
-    """
-    d = shape_of(x)[-1]
+def _layer_norm_stats(imp: Importer, x: SSAValue, axis: int, epsilon: float) -> list[SSAValue]:
+    """Mean and InvStdDev over dims [axis:] (in f32, the stash type), kept as size-1 dims."""
     xs = x if dtype_of(x) == "f32" else imp.emit(ai.CastOp, x, "f32")
-    ones = imp.constant(np.ones((d, 1)), "f32")
-    count = imp.scalar(d, xs)
-    mean = imp.emit(ai.DivOp, imp.emit(ai.MatmulOp, xs, ones), count)
+    axes = tuple(range(axis, len(shape_of(x))))
+    mean = imp.emit(ai.ReduceMeanOp, xs, axes=axes, keepdims=True)
     centred = imp.emit(ai.SubOp, xs, mean)
     square = imp.emit(ai.MulOp, centred, centred)
-    var = imp.emit(ai.DivOp, imp.emit(ai.MatmulOp, square, ones), count)
+    var = imp.emit(ai.ReduceMeanOp, square, axes=axes, keepdims=True)
     std = imp.emit(ai.SqrtOp, imp.emit(ai.AddOp, var, imp.scalar(epsilon, var)))
     return [mean, imp.emit(ai.DivOp, imp.scalar(1.0, std), std)]
 
@@ -791,8 +898,9 @@ def _batch_norm(imp: Importer, node: Node) -> list[SSAValue]:
     if len(shape_of(x)) < 2:
         raise imp.error(f"input X must have rank >= 2 (N x C x ...), got {x.type}")
     known = [imp.array(node, i) for i in range(1, 5)]
-    if all(a is not None for a in known):
-        return [_batch_norm_constant(imp, node, x, known)]
+    constants = [a for a in known if a is not None]
+    if len(constants) == len(known):
+        return [_batch_norm_constant(imp, node, x, constants)]
     return [_batch_norm_runtime(imp, node, x)]
 
 
@@ -928,7 +1036,10 @@ def _fold_batch_norm(imp: Importer, conv: Node, bn: Node) -> tuple[SSAValue, SSA
     weight = imp.array(conv, 1)
     assert weight is not None  # plan_folds checked that every weight is known
     dtype = imp.dtype_of_array(conv.proto.input[1], weight)
-    a, b = _bn_coefficients(bn, [imp.array(bn, i) for i in range(1, 5)])
+    known = [imp.array(bn, i) for i in range(1, 5)]
+    parameters = [k for k in known if k is not None]
+    assert len(parameters) == 4  # plan_folds checked that every parameter is known
+    a, b = _bn_coefficients(bn, parameters)
     if a.shape != (weight.shape[0],):
         raise imp.error(
             f"BatchNormalization parameters have shape {a.shape}, expected "
@@ -941,6 +1052,292 @@ def _fold_batch_norm(imp: Importer, conv: Node, bn: Node) -> tuple[SSAValue, SSA
         imp.constant(folded, dtype, f"{conv.proto.input[1]}.folded"),
         imp.constant(bias, dtype, f"{bn.label}.folded_bias"),
     )
+
+
+# ------------------------------------------------------------------ layout
+
+
+def _constant_ints(imp: Importer, node: Node, index: int, what: str) -> list[int] | None:
+    """An optional integer input that must be a constant (shapes, axes, indices)."""
+    name = imp.optional_input_name(node, index)
+    if name is None:
+        return None
+    known = imp.arrays.get(name)
+    if known is None:
+        raise imp.error(
+            f"{what} ('{name}') is computed at run time: fusec needs it constant (static shapes)",
+            "attribute",
+        )
+    return [int(v) for v in np.asarray(known).reshape(-1)]
+
+
+def _axes(imp: Importer, node: Node, index: int) -> list[int] | None:
+    """Axes from the ``axes`` attribute (older opsets) or input ``index`` (newer)."""
+    if "axes" in node.attrs:
+        return [int(a) for a in node.attrs["axes"]]
+    return _constant_ints(imp, node, index, "input 'axes'")
+
+
+def _normalised(imp: Importer, axes: Sequence[int], rank: int) -> list[int]:
+    out = []
+    for a in axes:
+        if not -rank <= a < rank:
+            raise imp.error(f"axis {a} is out of range for rank {rank}")
+        out.append(a % rank)
+    if len(set(out)) != len(out):
+        raise imp.error(f"axes {list(axes)} repeat a dim")
+    return out
+
+
+def _reshape_to(imp: Importer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+    shape = tuple(int(d) for d in shape)
+    return x if shape == shape_of(x) else imp.emit(ai.ReshapeOp, x, shape=shape)
+
+
+@converter("Reshape", attrs=("allowzero",))
+def _reshape(imp: Importer, node: Node) -> list[SSAValue]:
+    x = imp.input(node, 0)
+    target = _constant_ints(imp, node, 1, "input 'shape'")
+    if target is None:
+        raise imp.error("input 'shape' is required")
+    source = shape_of(x)
+    dims = []
+    for i, d in enumerate(target):
+        if d == 0 and not node.attrs.get("allowzero", 0):
+            if i >= len(source):
+                raise imp.error(f"shape {target}: 0 at {i} copies a dim the input lacks")
+            d = source[i]
+        dims.append(d)
+    if dims.count(-1) > 1 or any(d < -1 for d in dims):
+        raise imp.error(f"shape {target} is not a valid target shape")
+    if -1 in dims:
+        known = math.prod(d for d in dims if d != -1)
+        total = math.prod(source)
+        if known == 0 or total % known:
+            raise imp.error(f"cannot reshape {x.type} to {target}")
+        dims[dims.index(-1)] = total // known
+    return [_reshape_to(imp, x, dims)]
+
+
+@converter("Flatten", attrs=("axis",))
+def _flatten(imp: Importer, node: Node) -> list[SSAValue]:
+    x = imp.input(node, 0)
+    shape = shape_of(x)
+    axis = node.attrs.get("axis", 1)
+    if not -len(shape) <= axis <= len(shape):
+        raise imp.error(f"axis {axis} is out of range for rank {len(shape)}")
+    axis = axis + len(shape) if axis < 0 else axis
+    return [_reshape_to(imp, x, (math.prod(shape[:axis]), math.prod(shape[axis:])))]
+
+
+@converter("Squeeze", attrs=("axes",))
+def _squeeze(imp: Importer, node: Node) -> list[SSAValue]:
+    x = imp.input(node, 0)
+    shape = shape_of(x)
+    axes = _axes(imp, node, 1)
+    chosen = set(_normalised(imp, axes, len(shape)) if axes else range(len(shape)))
+    if axes and any(shape[a] != 1 for a in chosen):
+        raise imp.error(f"cannot squeeze axes {axes} of {x.type}: not all of size 1")
+    kept = [d for i, d in enumerate(shape) if not (i in chosen and d == 1)]
+    return [_reshape_to(imp, x, kept)]
+
+
+@converter("Unsqueeze", attrs=("axes",))
+def _unsqueeze(imp: Importer, node: Node) -> list[SSAValue]:
+    x = imp.input(node, 0)
+    axes = _axes(imp, node, 1)
+    if not axes:
+        raise imp.error("needs axes")
+    rank = len(shape_of(x)) + len(axes)
+    chosen = set(_normalised(imp, axes, rank))
+    dims = iter(shape_of(x))
+    return [_reshape_to(imp, x, [1 if i in chosen else next(dims) for i in range(rank)])]
+
+
+@converter("Transpose", attrs=("perm",))
+def _transpose(imp: Importer, node: Node) -> list[SSAValue]:
+    x = imp.input(node, 0)
+    rank = len(shape_of(x))
+    perm = tuple(int(p) for p in node.attrs.get("perm", range(rank - 1, -1, -1)))
+    if perm == tuple(range(rank)):
+        return [x]
+    return [imp.emit(ai.TransposeOp, x, perm=perm)]
+
+
+def _slice_of(imp: Importer, x: SSAValue, starts, ends, axes, steps) -> SSAValue:
+    """ONNX Slice semantics (negative indices count from the end, clamping) as ai.slice."""
+    shape = shape_of(x)
+    rank = len(shape)
+    axes = _normalised(imp, axes if axes is not None else range(len(starts)), rank)
+    steps = steps if steps is not None else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise imp.error("starts, ends, axes and steps must have the same length")
+    offsets, sizes, strides = [0] * rank, list(shape), [1] * rank
+    for axis, start, end, step in zip(axes, starts, ends, steps, strict=True):
+        dim = shape[axis]
+        if step == 0:
+            raise imp.error("a step is 0")
+        start, end = (v + dim if v < 0 else v for v in (start, end))
+        if step > 0:
+            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+        else:
+            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+        count = max(0, -(-(end - start) // step))
+        if count == 0:
+            raise imp.error(
+                f"slicing axis {axis} gives an empty tensor: fusec does not support empty tensors",
+                "attribute",
+            )
+        offsets[axis], sizes[axis], strides[axis] = start, count, step
+    if tuple(sizes) == shape and all(s == 1 for s in strides):
+        return x
+    return imp.emit(ai.SliceOp, x, offsets=offsets, sizes=sizes, strides=strides)
+
+
+@converter("Slice", attrs=("starts", "ends", "axes"))
+def _slice(imp: Importer, node: Node) -> list[SSAValue]:
+    x = imp.input(node, 0)
+    if "starts" in node.attrs:  # opset < 10
+        starts: list[int] | None = list(node.attrs["starts"])
+        ends: list[int] | None = list(node.attrs.get("ends", []))
+        axes, steps = node.attrs.get("axes"), None
+    else:
+        starts = _constant_ints(imp, node, 1, "input 'starts'")
+        ends = _constant_ints(imp, node, 2, "input 'ends'")
+        axes = _constant_ints(imp, node, 3, "input 'axes'")
+        steps = _constant_ints(imp, node, 4, "input 'steps'")
+    if starts is None or ends is None:
+        raise imp.error("starts and ends are required")
+    big = 2**62  # INT64_MAX and friends mean "to the end"
+    clip = [max(min(v, big), -big) for v in ends]
+    return [_slice_of(imp, x, list(starts), clip, axes, steps)]
+
+
+@converter("Split", attrs=("axis", "split", "num_outputs"))
+def _split(imp: Importer, node: Node) -> list[SSAValue]:
+    x = imp.input(node, 0)
+    shape = shape_of(x)
+    axis = _normalised(imp, [node.attrs.get("axis", 0)], len(shape))[0]
+    outputs = len(node.proto.output)
+    parts = node.attrs.get("split") or _constant_ints(imp, node, 1, "input 'split'")
+    if not parts:
+        count = node.attrs.get("num_outputs", outputs)
+        chunk = -(-shape[axis] // count)
+        parts = [min(chunk, shape[axis] - i * chunk) for i in range(count)]
+    if sum(parts) != shape[axis] or len(parts) != outputs or min(parts) < 1:
+        raise imp.error(f"split {list(parts)} does not divide axis {axis} of {x.type}")
+    results, start = [], 0
+    for size in parts:
+        results.append(_slice_of(imp, x, [start], [start + size], [axis], [1]))
+        start += size
+    return results
+
+
+@converter("Concat", attrs=("axis",))
+def _concat(imp: Importer, node: Node) -> list[SSAValue]:
+    names = [n for n in node.proto.input if n]
+    empty = {n for n in names if n in imp.arrays and imp.arrays[n].size == 0}
+    values = [imp.value(n) for n in names if n not in empty]  # empty tensors add nothing
+    if not values:
+        raise imp.error("all inputs are empty: fusec does not support empty tensors")
+    if "axis" not in node.attrs:
+        raise imp.error("attribute 'axis' is required")
+    if len(values) == 1:
+        return values
+    return [imp.emit(ai.ConcatOp, *values, axis=int(node.attrs["axis"]))]
+
+
+@converter("Gather", attrs=("axis",))
+def _gather(imp: Importer, node: Node) -> list[SSAValue]:
+    """Constant indices (any rank): ai.gather of the flat indices, reshaped."""
+    x = imp.input(node, 0)
+    shape = shape_of(x)
+    axis = _normalised(imp, [node.attrs.get("axis", 0)], len(shape))[0]
+    name = node.proto.input[1]
+    indices = imp.arrays.get(name)
+    if indices is None:
+        raise imp.error(
+            f"the indices '{name}' are computed at run time (an embedding lookup?): fusec "
+            "gathers constant indices only; feed the looked-up values instead",
+            "dtype",
+        )
+    flat = [int(i) + shape[axis] if i < 0 else int(i) for i in np.asarray(indices).reshape(-1)]
+    if any(not 0 <= i < shape[axis] for i in flat):
+        raise imp.error(f"an index is out of range for axis {axis} of {x.type}")
+    out_shape = shape[:axis] + tuple(np.shape(indices)) + shape[axis + 1 :]
+    if flat == list(range(shape[axis])):
+        picked = x
+    elif len(flat) == 1 or flat == list(range(flat[0], flat[0] + len(flat))):
+        picked = _slice_of(imp, x, [flat[0]], [flat[0] + len(flat)], [axis], [1])
+    else:
+        picked = imp.emit(ai.GatherOp, x, axis=axis, indices=flat)
+    return [_reshape_to(imp, picked, out_shape)]
+
+
+# ------------------------------------------------------------------ reductions, pooling
+
+_REDUCTIONS = {
+    "ReduceMean": ai.ReduceMeanOp,
+    "ReduceSum": ai.ReduceSumOp,
+    "ReduceMax": ai.ReduceMaxOp,
+}
+
+
+@converter(*_REDUCTIONS, attrs=("axes", "keepdims", "noop_with_empty_axes"))
+def _reduce(imp: Importer, node: Node) -> list[SSAValue]:
+    x = imp.input(node, 0)
+    axes = _axes(imp, node, 1) or []
+    keep = bool(node.attrs.get("keepdims", 1))
+    if not axes and node.attrs.get("noop_with_empty_axes", 0):
+        return [x]
+    axes = sorted(_normalised(imp, axes, len(shape_of(x)))) if axes else []
+    return [imp.emit(_REDUCTIONS[node.op_type], x, axes=axes, keepdims=keep)]
+
+
+@converter("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(imp: Importer, node: Node) -> list[SSAValue]:
+    x = imp.input(node, 0)
+    rank = len(shape_of(x))
+    if rank < 3:
+        raise imp.error(f"input must be N x C x spatial dims, got {x.type}")
+    op = ai.ReduceMeanOp if node.op_type == "GlobalAveragePool" else ai.ReduceMaxOp
+    return [imp.emit(op, x, axes=tuple(range(2, rank)), keepdims=True)]
+
+
+_POOL_ATTRS = (
+    "auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads",
+    "storage_order", "strides",
+)  # fmt: skip
+
+
+@converter("MaxPool", "AveragePool", attrs=_POOL_ATTRS)
+def _pool(imp: Importer, node: Node) -> list[SSAValue]:
+    x = imp.input(node, 0)
+    if len(shape_of(x)) != 4:
+        raise imp.error(f"only 2-D pooling is supported (a 4-D input), got {x.type}", "attribute")
+    if len(node.proto.output) > 1 and node.proto.output[1]:
+        raise imp.error("the Indices output is not supported", "attribute")
+    if node.attrs.get("storage_order", 0):
+        raise imp.error("storage_order=1 is not supported", "attribute")
+    if "kernel_shape" not in node.attrs:
+        raise imp.error("attribute 'kernel_shape' is required")
+    kernel = tuple(int(k) for k in node.attrs["kernel_shape"])
+    strides = tuple(int(v) for v in node.attrs.get("strides", (1, 1)))
+    dilations = tuple(int(v) for v in node.attrs.get("dilations", (1, 1)))
+    if len(kernel) != 2:
+        raise imp.error(f"kernel_shape must have 2 values, got {list(kernel)}", "attribute")
+    padding = _conv_padding(imp, node, shape_of(x)[2:], kernel, strides, dilations)
+    attrs = {
+        "kernel": kernel,
+        "strides": strides,
+        "padding": padding,
+        "dilations": dilations,
+        "ceil_mode": bool(node.attrs.get("ceil_mode", 0)),
+    }
+    if node.op_type == "MaxPool":
+        return [imp.emit(ai.MaxPool2DOp, x, **attrs)]
+    include = bool(node.attrs.get("count_include_pad", 0))
+    return [imp.emit(ai.AvgPool2DOp, x, count_include_pad=include, **attrs)]
 
 
 # ------------------------------------------------------------------ entry points

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -47,8 +48,8 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of, tensor_type
 from fusec.dialect.shapes import MAX_RANK, ShapeError, TensorSpec, shape_problem
 from fusec.errors import FusecError, SourceLocation
-from fusec.frontend.mlir import verify_module
-from fusec.runtime.dtypes import element_type_of, numpy_dtype
+from fusec.ir.diagnostics import verify_module
+from fusec.ir.dtypes import element_type_of, numpy_dtype
 
 _FUSEC_DIRS = tuple(
     {str(Path(__file__).parents[1]) + os.sep, str(Path(__file__).resolve().parents[1]) + os.sep}
@@ -60,7 +61,7 @@ _NAME_HINT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def user_frame(depth: int = 1):
     """The innermost stack frame that is not fusec's own code (None if there is none)."""
-    frame = sys._getframe(depth)
+    frame: FrameType | None = sys._getframe(depth)
     while frame is not None and frame.f_code.co_filename.startswith(_FUSEC_DIRS):
         frame = frame.f_back
     return frame
@@ -399,6 +400,7 @@ def transpose_view(x: Traced) -> Traced:
         return x.source
     if isinstance(x, UnitDimView):
         raise user_error("transposing a tensor indexed with None is not supported")
+    assert isinstance(x, TracedTensor)
     return TransposeView(x)
 
 
@@ -445,6 +447,7 @@ def index_view(x: Traced, index: Any) -> Traced:
     if isinstance(x, UnitDimView):  # compose: a view of a view
         positions = [positions[p] for p in x.positions]
         x = x.source
+    assert isinstance(x, TracedTensor)
     return UnitDimView(x, tuple(shape), tuple(positions))
 
 
@@ -670,6 +673,7 @@ class Trace:
                 "a transposed tensor (.T / .mT / transpose) can only be an operand of a matmul "
                 "(the ai dialect has no transpose op)"
             )
+        assert isinstance(x, UnitDimView)
         return self._materialise(x)
 
     def _broadcast_value(self, x: Traced, partner_rank: int) -> SSAValue:
@@ -775,7 +779,7 @@ def trace_function(
     """Trace ``fn``: ``call(tracers)`` runs it with one tracer per entry of ``args``."""
     code = getattr(fn, "__code__", None)
     location = SourceLocation(code.co_filename, code.co_firstlineno, 1) if code else None
-    trace = Trace(name or getattr(fn, "__name__", "fn"), location)
+    trace = Trace(str(name or getattr(fn, "__name__", "fn")), location)
     with trace:
         tracers = [trace.argument(arg) for arg in args]
         try:

@@ -27,7 +27,7 @@ class InferShapesPass(ModulePass):
     name = "infer-shapes"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from fusec.frontend.mlir import error_at
+        from fusec.ir.diagnostics import error_at
 
         for inner in op.walk():
             if not isinstance(inner, AiOp):

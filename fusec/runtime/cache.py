@@ -32,13 +32,13 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
 from fusec.errors import FusecError
+from fusec.ir.files import write_atomically
 
 ENV_VAR = "FUSEC_CACHE_DIR"
 _BLOB_MAGIC = b"FUSEC-BLOB-1\n"
@@ -67,7 +67,7 @@ def cache_key(*parts: str | bytes) -> str:
     """A hex key over ``parts`` plus the fusec and Numba versions."""
     import numba
 
-    from fusec import __version__
+    from fusec._version import __version__
 
     digest = hashlib.sha256()
     for part in (f"fusec {__version__}", f"numba {numba.__version__}", *parts):
@@ -78,33 +78,10 @@ def cache_key(*parts: str | bytes) -> str:
 
 
 def _atomic_write(path: Path, data: bytes, *, exclusive: bool) -> bool:
-    """Write ``data`` to ``path`` through a temp file; False if ``exclusive`` and it exists.
-
-    ``exclusive`` publishes with ``os.link`` (fails if the name exists), so a
-    file another process already published is never replaced.
-    """
+    """Write ``data`` to ``path`` whole; False if ``exclusive`` and another process
+    published it first (``fusec.ir.files.write_atomically``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if not exclusive:
-            os.replace(tmp, path)
-            return True
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        except OSError:  # a file system without hard links
-            if path.exists():
-                return False
-            os.replace(tmp, path)
-            return True
-        return True
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    return write_atomically(path, data, exclusive=exclusive, sync=True, mode=0o600)
 
 
 class KernelCache:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -25,11 +25,15 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from fusec.codegen import KernelSource
+from fusec.codegen.view import VIEW_KIND
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.runtime.dtypes import numpy_dtype
-from fusec.runtime.reference import check_arguments, constant_value, entry_function
+from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.module import check_arguments, constant_value, entry_function
 from fusec.target import Target, get_target
+
+#: The kernel name inside every generated source (the launches name them k0, k1, ...).
+SOURCE_NAME = "kernel"
 
 #: (shape, numpy dtype) -> a new array. Tests pass one that fills with NaN.
 Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]
@@ -63,6 +67,11 @@ class Launch:
         """The NVTX range name: the generated kernel name and the group's kind."""
         return f"fusec {self.kernel.name} ({self.kernel.kind})"
 
+    @property
+    def is_view(self) -> bool:
+        """A reshape: no kernel, the result aliases the operand's buffer."""
+        return self.kernel.kind == VIEW_KIND
+
 
 @dataclass
 class LaunchPlan:
@@ -75,7 +84,8 @@ class LaunchPlan:
 
     @property
     def kernels(self) -> list[KernelSource]:
-        return [launch.kernel for launch in self.launches]
+        """The kernels launched, in order (a view is none)."""
+        return [launch.kernel for launch in self.launches if not launch.is_view]
 
 
 def plan_launches(module: ModuleOp, entry: str | None, target: Target) -> LaunchPlan:
@@ -87,7 +97,10 @@ def plan_launches(module: ModuleOp, entry: str | None, target: Target) -> Launch
             dtype = numpy_dtype(spec_of(op.result.type).dtype)
             plan.constants[op.result] = constant_value(op).astype(dtype)
         elif isinstance(op, ai.FusedOp):
-            kernel = target.generate(op, f"k{len(plan.launches)}")
+            # Generated under one fixed name, so that identical groups (the layers of
+            # a model) are one source: compiled and cached once.
+            kernel = target.generate(op, SOURCE_NAME)
+            kernel = replace(kernel, name=f"k{len(plan.launches)}")
             plan.launches.append(Launch(kernel, list(op.inputs), list(op.results)))
         elif isinstance(op, func.ReturnOp):
             plan.returns = list(op.arguments)
@@ -120,18 +133,22 @@ class Program:
         self.constants = plan.constants
         self.launches = plan.launches
         self.returns = plan.returns
-        self._fns: list[Callable[..., Any]] | None = None
+        self._fns: list[Callable[..., Any] | None] | None = None
         self._lock = threading.Lock()
 
     @property
     def kernels(self) -> list[KernelSource]:
-        return [launch.kernel for launch in self.launches]
+        """The kernels launched, in order (a view is none)."""
+        return [launch.kernel for launch in self.launches if not launch.is_view]
 
-    def load(self) -> list[Callable[..., Any]]:
+    def load(self) -> list[Callable[..., Any] | None]:
         """Compile (or load from the kernel cache) every kernel; the first call does it."""
         with self._lock:
             if self._fns is None:
-                self._fns = [self.backend.load(launch.kernel) for launch in self.launches]
+                self._fns = [
+                    None if launch.is_view else self.backend.load(launch.kernel)
+                    for launch in self.launches
+                ]
             return self._fns
 
     def __call__(self, args: Sequence[Any], *, alloc: Allocator | None = None) -> tuple:
@@ -142,8 +159,11 @@ class Program:
         alloc = alloc or _empty
         for launch, fn in zip(self.launches, self.load(), strict=True):
             inputs = [values[v] for v in launch.operands]
-            with nvtx_range(launch.label):
-                outputs = self.backend.run(launch, fn, inputs, alloc)
+            if launch.is_view:
+                outputs = [np.asarray(inputs[0]).reshape(launch.kernel.outputs[0].shape)]
+            else:
+                with nvtx_range(launch.label):
+                    outputs = self.backend.run(launch, fn, inputs, alloc)
             values.update(zip(launch.results, outputs, strict=True))
         return tuple(self.backend.to_host(values[v]) for v in self.returns)
 

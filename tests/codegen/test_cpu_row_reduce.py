@@ -17,6 +17,7 @@ import pytest
 from numpy import float32 as f32
 
 from fusec.runtime.cache import KernelCache
+from fusec.runtime.launch import SOURCE_NAME
 from fusec.targets.cpu.common import HELPER_DECORATOR
 from fusec.targets.cpu.row_reduce import ROW_HELPERS
 
@@ -102,7 +103,7 @@ def _stage_llvm(program, cache: KernelCache) -> str:
     """The LLVM IR of the (single) generated row-reduce kernel, compiled in this process."""
     (kernel,) = program.kernels
     module = cache.load_module(kernel.source)
-    fn = getattr(module, f"{kernel.name}_row_reduce")
+    fn = getattr(module, f"{SOURCE_NAME}_row_reduce")  # sources name kernels alike
     return "\n".join(fn.inspect_llvm().values())
 
 

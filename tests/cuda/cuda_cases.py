@@ -75,6 +75,21 @@ def pointwise_every_unary(n: int, dtype: str) -> str:
     return _func("pw_unary", [("x", v)], [v], "pointwise", body)
 
 
+def pointwise_select(rows: int, cols: int, dtype: str) -> str:
+    """where(isnan(x), y, pow(|x|, y)) clipped, minimum with y: the ternary and binary ops."""
+    x, y = _t((rows, cols), dtype), _t((cols,), dtype)
+    body = [
+        f"%a = ai.abs %x1 : {x}",
+        f"%p = ai.pow %a, %y1 : {x} * {y}",
+        f"%n = ai.isnan %x1 : {x}",
+        f"%w = ai.where %n, %y1, %p : {x} * {y} * {x}",
+        f"%c = ai.clip %w {{min = -1.5 : f32, max = 2.0 : f32}} : {x}",
+        f"%m = ai.minimum %c, %y1 : {x} * {y}",
+        f"ai.yield %m : {x}",
+    ]
+    return _func("pw_select", [("x", x), ("y", y)], [x], "pointwise", body)
+
+
 def pointwise_bias(n: int, c: int, h: int, w: int, dtype: str) -> str:
     """relu(bias_add(x, bias)) over NCHW, bias along channels; a smaller broadcast result."""
     x, bias = _t((n, c, h, w), dtype), _t((c,), dtype)
@@ -128,8 +143,8 @@ def softmax_axis(shape, axis: int, dtype: str) -> str:
 def random_inputs(module, seed: int = 0) -> list[np.ndarray]:
     """Fresh random arguments (never zeros) for the entry function of ``module``."""
     from fusec.dialect.ops import spec_of
-    from fusec.runtime.dtypes import numpy_dtype
-    from fusec.runtime.reference import entry_function
+    from fusec.ir.dtypes import numpy_dtype
+    from fusec.ir.module import entry_function
 
     rng = np.random.default_rng(seed)
     fn = entry_function(module)

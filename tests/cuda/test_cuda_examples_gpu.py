@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import fusec
-from fusec.runtime.reference import entry_function
-from fusec.runtime.runner import check, random_inputs
+from fusec.ir.module import entry_function
+from fusec.tools.runner import check, random_inputs
 
 pytestmark = pytest.mark.gpu
 

@@ -151,8 +151,9 @@ def test_examples_run_on_cuda() -> None:
     from pathlib import Path
 
     import fusec
-    from fusec.runtime.reference import entry_function, run_reference
-    from fusec.runtime.runner import lowest_precisions, op_by_op_groups
+    from fusec.ir.module import entry_function
+    from fusec.runtime.reference import run_reference
+    from fusec.tools.runner import lowest_precisions, op_by_op_groups
 
     examples = sorted(Path(__file__).parents[2].joinpath("examples").glob("*.mlir"))
     for path in examples:
@@ -179,7 +180,7 @@ sys.path.insert(0, {str(Path(__file__).parent)!r})
 import cuda_cases, fusec
 from fusec.target import generate
 from fusec.dialect import ops as ai
-from fusec.targets.cuda.runtime import load_kernel_module
+from fusec.targets.cuda.kernels import load_kernel_module
 c = fusec.compile(cuda_cases.softmax_last(64, 1024, "f16"), target="cuda", pipeline="infer-shapes")
 group = next(op for op in c.module.walk() if isinstance(op, ai.FusedOp))
 module = load_kernel_module(generate(group, "cuda", "k0"))

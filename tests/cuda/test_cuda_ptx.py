@@ -17,9 +17,9 @@ from cuda_cases import (
 
 def _ptx_support() -> str | None:
     try:
-        from fusec.targets.cuda.runtime import cuda_support, simulator_enabled
+        from fusec.targets.cuda.env import cuda_support, simulator_enabled
     except ImportError as err:
-        return f"fusec.targets.cuda.runtime does not import: {err}"
+        return f"fusec.targets.cuda.env does not import: {err}"
     if simulator_enabled():
         return "NUMBA_ENABLE_CUDASIM=1 is set: no PTX under the simulator"
     return cuda_support()

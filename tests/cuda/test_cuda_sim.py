@@ -25,6 +25,8 @@ CASES = [
     ("pw_bias_f16", "pointwise_bias", [2, 3, 2, 4, "f16"], "f16"),
     ("pw_unary_f32", "pointwise_every_unary", [21, "f32"], "f32"),
     ("pw_unary_bf16", "pointwise_every_unary", [16, "bf16"], "bf16"),
+    ("pw_select_f32", "pointwise_select", [3, 10, "f32"], "f32"),
+    ("pw_select_f16", "pointwise_select", [2, 24, "f16"], "f16"),
     ("ln_warp_f16", "layernorm_residual", [5, 64, "f16"], "f16"),
     ("ln_block_f32", "layernorm_residual", [2, 1024, "f32"], "f32"),
     ("ln_odd_bf16", "layernorm_residual", [3, 40, "bf16"], "bf16"),

@@ -61,7 +61,7 @@ CASES = {
 
 def _inputs(torch, compiled, seed: int) -> list:
     from fusec.dialect.ops import spec_of
-    from fusec.runtime.reference import entry_function
+    from fusec.ir.module import entry_function
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
     dtypes = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}

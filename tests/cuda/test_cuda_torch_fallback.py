@@ -93,6 +93,41 @@ def _cast_chain(dtype: str):
     return _mm(dtype, tail, out_dtype="f32")
 
 
+def _matmul_views(dtype: str):
+    """Layout ops in a matmul group: a head split (slice, reshape, transpose), a concat
+    and a gather of the weight."""
+    x, w = t((2, 6, 8), dtype), t((2, 4), dtype)
+    h, ht, o = t((2, 6, 2, 2), dtype), t((2, 2, 6, 2), dtype), t((2, 2, 6, 4), dtype)
+    body = [
+        f"%s = ai.slice %x1 {{offsets = array<i64: 0, 0, 4>, sizes = array<i64: 2, 6, 4>, "
+        f"strides = array<i64: 1, 1, 1>}} : {x}",
+        f"%r = ai.reshape %s {{shape = array<i64: 2, 6, 2, 2>}} : {t((2, 6, 4), dtype)}",
+        f"%p = ai.transpose %r {{perm = array<i64: 0, 2, 1, 3>}} : {h}",
+        f"%g = ai.gather %w1 {{axis = 1 : i64, indices = array<i64: 3, 1>}} : {w}",
+        f"%c = ai.concat %g, %g {{axis = 1 : i64}} : {t((2, 2), dtype)} * {t((2, 2), dtype)}",
+        f"%o = ai.matmul %p, %c : {ht} * {t((2, 4), dtype)}",
+        f"ai.yield %o : {o}",
+    ]
+    return [("x", x), ("w", w)], [o], "matmul", body
+
+
+def _reductions(dtype: str):
+    x = t((3, 4, 5), dtype)
+    body = [
+        f"%a = ai.reduce_mean %x1 {{axes = array<i64: 2>, keepdims = true}} : {x}",
+        f"%b = ai.reduce_sum %a {{axes = array<i64: 0>}} : {t((3, 4, 1), dtype)}",
+        f"%o = ai.reduce_max %b : {t((4, 1), dtype)}",
+        f"ai.yield %o : {t((), dtype)}",
+    ]
+    return [("x", x)], [t((), dtype)], "reduce", body
+
+
+def _pool(dtype: str, op: str, attrs: str, in_shape, out_shape):
+    x, o = t(in_shape, dtype), t(out_shape, dtype)
+    body = [f"%o = ai.{op} %x1 {attrs} : {x}", f"ai.yield %o : {o}"]
+    return [("x", x)], [o], "pool", body
+
+
 CASES = {
     "add": lambda d: _binary("ai.add", d),
     "sub_broadcast_column": lambda d: _binary("ai.sub", d, (M, 1)),
@@ -124,6 +159,45 @@ CASES = {
     ),
     "conv_asymmetric_padding": lambda d: _conv(
         d, "{padding = array<i64: 0, 1, 2, 1>}", (1, 3, 6, 6), (4, 3, 3, 3), (1, 4, 6, 6)
+    ),
+    "minimum_row": lambda d: _binary("ai.minimum", d, (N,)),
+    "erf": lambda d: _unary("ai.erf", d),
+    "clip": lambda d: _mm(
+        d, [f"%o = ai.clip %m {{min = -0.5 : f32, max = 1.5 : f32}} : {t((M, N), d)}"]
+    ),
+    "pow_of_abs": lambda d: _mm(
+        d,
+        [
+            f"%a = ai.abs %m : {t((M, N), d)}",
+            f"%o = ai.pow %a, %z1 : {t((M, N), d)} * {t((N,), d)}",
+        ],
+        extra=[("z", t((N,), d))],
+    ),
+    "where_isnan": lambda d: _mm(
+        d,
+        [
+            f"%n = ai.isnan %m : {t((M, N), d)}",
+            f"%o = ai.where %n, %z1, %m : {t((M, N), d)} * {t((N,), d)} * {t((M, N), d)}",
+        ],
+        extra=[("z", t((N,), d))],
+    ),
+    "matmul_through_views": _matmul_views,
+    "reductions": _reductions,
+    "max_pool_asymmetric_ceil": lambda d: _pool(
+        d,
+        "max_pool2d",
+        "{kernel = array<i64: 2, 3>, strides = array<i64: 2, 1>, padding = array<i64: 0, 1, 1, 0>, "
+        "dilations = array<i64: 2, 1>, ceil_mode = true}",
+        (1, 2, 7, 6),
+        (1, 2, 4, 5),
+    ),
+    "avg_pool_include_pad_ceil": lambda d: _pool(
+        d,
+        "avg_pool2d",
+        "{kernel = array<i64: 3, 2>, strides = array<i64: 2, 2>, padding = array<i64: 1, 0, 0, 1>, "
+        "ceil_mode = true, count_include_pad = true}",
+        (1, 3, 8, 7),
+        (1, 3, 4, 4),
     ),
 }
 

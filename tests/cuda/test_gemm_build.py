@@ -21,7 +21,7 @@ from fusec.targets.cuda.gemm.config import TileConfig, choose_config
 
 def _toolchain() -> str | None:
     try:
-        from fusec.targets.cuda.runtime import cuda_support, simulator_enabled
+        from fusec.targets.cuda.env import cuda_support, simulator_enabled
     except ImportError as err:
         return str(err)
     if simulator_enabled():

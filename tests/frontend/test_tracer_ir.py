@@ -206,7 +206,7 @@ def test_ops_keyword_arguments_become_attributes():
 def test_locations_point_at_the_user_line():
     block = fusec.fuse(mlp_block, disk_cache=False)
     module = block.compiled(*snapshot_args("mlp_block", np.random.default_rng(1))).module
-    from fusec.frontend.mlir import location_of
+    from fusec.ir.diagnostics import location_of
 
     lines = {location_of(op).line for op in module.walk() if op.name.startswith("ai.")}
     first = mlp_block.__code__.co_firstlineno

@@ -12,7 +12,7 @@ from xdsl.ir import Operation
 from fusec.api import print_ir
 from fusec.dialect import make_context
 from fusec.dialect.ops import AiOp, FusedOp
-from fusec.frontend.mlir import verify_module
+from fusec.ir.diagnostics import verify_module
 from fusec.passes.fusion import FUSION_PASSES
 from fusec.passes.fusion.legality import check_group
 from fusec.passes.fusion.rules import default_rules

@@ -20,8 +20,9 @@ from profiles import examples
 
 from fusec.api import parse, run_pipeline
 from fusec.dialect.ops import spec_of
+from fusec.ir.module import entry_function
 from fusec.passes.fusion import FUSION_PASSES
-from fusec.runtime.reference import entry_function, run_reference
+from fusec.runtime.reference import run_reference
 
 EXAMPLES = examples(40)  # --hypothesis-profile slow: 10x
 SETTINGS = settings(

@@ -44,7 +44,16 @@ def test_pattern_lattice_per_op_instance():
 
 def test_default_rules_are_data_with_named_parameters():
     rules = default_rules()
-    assert [k.name for k in rules.kinds] == ["conv", "matmul", "row_reduce", "pointwise"]
+    assert [k.name for k in rules.kinds] == [
+        "conv",
+        "matmul",
+        "row_reduce",
+        "pointwise",
+        "reduce",
+        "pool",
+        "copy",
+        "view",
+    ]
     assert rules.param("softmax_tile_limit") == 256
     assert "softmax_tile_limit" in default_rules_text()
     assert load_rules(softmax_tile_limit=8).param("softmax_tile_limit") == 8

@@ -12,7 +12,7 @@ from conftest import EXAMPLES
 import fusec
 from fusec.cli import main
 from fusec.errors import FusecError
-from fusec.passes.fusion.viz import KIND_COLOURS, dot_string, render, to_dot, to_html, to_svg
+from fusec.tools.viz import KIND_COLOURS, dot_string, render, to_dot, to_html, to_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 

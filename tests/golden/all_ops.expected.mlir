@@ -1,5 +1,5 @@
 builtin.module {
-  func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<8xf32>, %res: tensor<1x8x4x5xf32>, %a: tensor<2x6x16xf32>, %m: tensor<32x16xf32>, %gamma: tensor<16xf32>, %beta: tensor<16xf32>, %n: tensor<2x6x16xf32>) -> (tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>) {
+  func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<8xf32>, %res: tensor<1x8x4x5xf32>, %a: tensor<2x6x16xf32>, %m: tensor<32x16xf32>, %gamma: tensor<16xf32>, %beta: tensor<16xf32>, %n: tensor<2x6x16xf32>) -> (tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>) {
     %half = arith.constant dense<5.000000e-01> : tensor<f32>
     %c = ai.conv2d %x, %w {strides = array<i64: 2, 2>, padding = array<i64: 1, 1, 2, 2>, dilations = array<i64: 2, 1>, groups = 2 : i64} : tensor<1x4x8x8xf32> * tensor<8x2x3x3xf32>
     %cb = ai.bias_add %c, %b : tensor<1x8x4x5xf32> * tensor<8xf32>
@@ -23,6 +23,22 @@ builtin.module {
     %sl = ai.silu %dv : tensor<2x6x32xf32>
     %ng = ai.neg %sl : tensor<2x6x32xf32>
     %si = ai.abs %ng : tensor<2x6x32xf32>
+    %er = ai.erf %si : tensor<2x6x32xf32>
+    %cl = ai.clip %er {min = -5.000000e-01 : f32} : tensor<2x6x32xf32>
+    %pw = ai.pow %cl, %half : tensor<2x6x32xf32> * tensor<f32>
+    %mn = ai.minimum %pw, %half : tensor<2x6x32xf32> * tensor<f32>
+    %nn = ai.isnan %mn : tensor<2x6x32xf32>
+    %wh = ai.where %nn, %half, %mn : tensor<2x6x32xf32> * tensor<f32> * tensor<2x6x32xf32>
+    %rm = ai.reduce_mean %wh {axes = array<i64: 2>, keepdims = true} : tensor<2x6x32xf32>
+    %rs = ai.reduce_sum %wh {axes = array<i64: 1>} : tensor<2x6x32xf32>
+    %rx = ai.reduce_max %rs : tensor<2x32xf32>
+    %rp = ai.reshape %wh {shape = array<i64: 12, 32>} : tensor<2x6x32xf32>
+    %tp = ai.transpose %rp {perm = array<i64: 1, 0>} : tensor<12x32xf32>
+    %sc = ai.slice %tp {offsets = array<i64: 31, 0>, sizes = array<i64: 16, 12>, strides = array<i64: -2, 1>} : tensor<32x12xf32>
+    %cc = ai.concat %sc, %sc {axis = 1 : i64} : tensor<16x12xf32> * tensor<16x12xf32>
+    %ga = ai.gather %cc {axis = 1 : i64, indices = array<i64: 3, 0>} : tensor<16x24xf32>
+    %mp = ai.max_pool2d %x {kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 1, 1>} : tensor<1x4x8x8xf32>
+    %ap = ai.avg_pool2d %mp {kernel = array<i64: 2, 2>, padding = array<i64: 0, 0, 1, 1>, count_include_pad = true} : tensor<1x4x4x4xf32>
     %f = ai.fused "pointwise" (%a, %half) : (tensor<2x6x16xf32>, tensor<f32>) -> tensor<2x6x16xf32> {
     ^bb0(%p: tensor<2x6x16xf32>, %s: tensor<f32>):
       %t = ai.mul %p, %s : tensor<2x6x16xf32> * tensor<f32>
@@ -31,6 +47,6 @@ builtin.module {
     }
     %sm1 = ai.softmax %f {axis = 1 : i64} : tensor<2x6x16xf32>
     %ta = ai.matmul %n, %sm1 {transpose_a = true} : tensor<2x6x16xf32> * tensor<2x6x16xf32>
-    func.return %h, %hb, %si, %sm1, %ta : tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>
+    func.return %h, %hb, %si, %sm1, %ta, %rm, %rx, %ga, %ap : tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>
   }
 }

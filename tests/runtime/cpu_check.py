@@ -17,10 +17,11 @@ from xdsl.ir import Block, Region
 
 from fusec.api import parse, run_pipeline
 from fusec.dialect import ops as ai
-from fusec.runtime import runner
+from fusec.ir.module import entry_function
 from fusec.runtime.cache import KernelCache
 from fusec.runtime.launch import Program
-from fusec.runtime.reference import entry_function, run_reference
+from fusec.runtime.reference import run_reference
+from fusec.tools import runner
 
 
 def poison(shape, dtype) -> np.ndarray:

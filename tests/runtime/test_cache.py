@@ -23,8 +23,8 @@ import json, sys
 import numpy as np
 import fusec
 from fusec.runtime.cache import default_cache
-from fusec.runtime.reference import entry_function
-from fusec.runtime.runner import check, random_inputs
+from fusec.ir.module import entry_function
+from fusec.tools.runner import check, random_inputs
 
 compiled = fusec.compile(sys.argv[1], target="cpu")
 fn = entry_function(compiled.module, compiled.entry)

@@ -5,8 +5,8 @@ import pytest
 
 import fusec
 from fusec.dialect.ops import spec_of
-from fusec.runtime.dtypes import numpy_dtype
-from fusec.runtime.reference import entry_function
+from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.module import entry_function
 
 
 @pytest.mark.parametrize("example", ["elementwise_chain", "mlp_block", "resnet_block"])

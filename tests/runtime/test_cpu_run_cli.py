@@ -9,7 +9,7 @@ import pytest
 
 from fusec.api import CompiledModule
 from fusec.cli import main
-from fusec.runtime import runner
+from fusec.tools import runner
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 CHAIN = EXAMPLES / "elementwise_chain.mlir"
@@ -117,7 +117,7 @@ def test_compare_verdicts():
     ref = np.linspace(1, 2, 10)
     fn_text = "func.func @f(%x: tensor<10xf32>) -> tensor<10xf32> { return %x : tensor<10xf32> }"
     import fusec
-    from fusec.runtime.reference import entry_function
+    from fusec.ir.module import entry_function
 
     fn = entry_function(fusec.parse(fn_text))
     (ok,) = runner.compare(fn, [ref.astype(np.float32)], ("reference", [ref]))

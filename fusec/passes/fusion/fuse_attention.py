@@ -29,12 +29,13 @@ or on one without the template, the ops fuse as two matmul kernels.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, UnitAttr
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from fusec.dialect import ops as ai
 from fusec.dialect.facts import CAUSAL_ATTR
@@ -51,7 +52,10 @@ def _single_use(value: SSAValue) -> bool:
     return value.has_one_use()
 
 
-def _owner(value: SSAValue, kind: type[Operation]) -> Operation | None:
+OpT = TypeVar("OpT", bound=Operation)
+
+
+def _owner(value: SSAValue, kind: type[OpT]) -> OpT | None:
     owner = value.owner
     return owner if isinstance(owner, kind) else None
 
@@ -97,7 +101,7 @@ def match(out_matmul: ai.MatmulOp) -> tuple[list[Operation], bool] | None:
         members.insert(0, add)
         causal = True
         value = add.lhs
-    scale = _owner(value, ai.MulOp) or _owner(value, ai.DivOp)
+    scale: ai.BinaryOp | None = _owner(value, ai.MulOp) or _owner(value, ai.DivOp)
     if scale is not None and _single_use(value) and _is_scalar(scale.rhs):
         members.insert(0, scale)
         value = scale.lhs
@@ -142,7 +146,7 @@ class FuseAttentionPass(FusionPass):
                 members, causal = found
                 if target.can_fuse(KIND, members, candidate) is not None:
                     continue
-                attrs = {CAUSAL_ATTR: UnitAttr()} if causal else {}
+                attrs: dict[str, Attribute] = {CAUSAL_ATTR: UnitAttr()} if causal else {}
                 groups.append(Group(KIND, members, attrs, anchor=candidate))
                 grouped.update(members)
             pack(block, groups)

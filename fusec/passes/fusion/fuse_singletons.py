@@ -2,8 +2,8 @@
 
 The last fusion pass of ``fusec-default``: afterwards every ai tensor op of a
 function lives in exactly one ``ai.fused`` (the contract the code generators
-rely on), with the kind its rules give it alone (conv, matmul, row_reduce or
-pointwise).
+rely on), with the kind its rules give it alone (conv, matmul, row_reduce,
+pointwise, reduce, pool, copy or view).
 """
 
 from __future__ import annotations

@@ -44,11 +44,17 @@ class Verdict:
 
 
 def where(op: Operation) -> str:
-    """``line:col`` of an op, for messages (the remark line itself names the file)."""
-    from fusec.frontend.mlir import location_of
+    """``line:col`` of an op, or ``node "name"`` for an imported ONNX node, for messages
+    (the remark line itself names the file)."""
+    from fusec.ir.diagnostics import location_of
 
     loc = location_of(op)
-    return f"{loc.line}:{loc.col}" if loc is not None and loc.line > 0 else "?"
+    if loc is None:
+        return "?"
+    if loc.line > 0:
+        return f"{loc.line}:{loc.col}"
+    _, found, label = loc.file.rpartition(": node ")
+    return f"node {label}" if found else "?"
 
 
 def _illegal(reason: str) -> Verdict:
@@ -61,13 +67,13 @@ def find_anchor(members: Sequence[Operation], rules: Rules) -> Verdict:
         if pattern_of(op) is Pattern.OPAQUE:
             return _illegal(f"{op.name} is opaque: it fuses with nothing")
     top = max((pattern_of(op) for op in members), default=Pattern.ELEMENTWISE)
-    if top < Pattern.REDUCTION:
+    if top < Pattern.INJECTIVE:
         kind = rules.anchorless_kind()
         if kind is None:
             return _illegal("no kind of the rules groups anchorless ops")
         return Verdict(kind.name)
     tops = [op for op in members if pattern_of(op) is top]
-    noun = "anchor" if top is Pattern.ANCHOR else "reduction"
+    noun = {Pattern.ANCHOR: "anchor", Pattern.REDUCTION: "reduction"}.get(top, "layout op")
     if len(tops) > 1 and top is Pattern.ANCHOR:
         a, b = tops[0], tops[1]
         return _illegal(
@@ -152,6 +158,7 @@ def check_group(members: Sequence[Operation], rules: Rules) -> Verdict:
         if role == "anchor":
             continue
         if role == "side":
+            assert anchor is not None  # anchorless groups have only "body" members
             return _illegal(
                 f"{op.name} neither feeds nor follows the anchor {anchor.name} ({where(anchor)})"
             )
@@ -172,9 +179,9 @@ def check_group(members: Sequence[Operation], rules: Rules) -> Verdict:
                 f"a {kind.name} group takes at most {limit} {clause.describe()} {role} op(s)"
             )
     if rules.target is not None:
-        reason = rules.target.can_fuse(kind.name, members, anchor)
-        if reason is not None:
-            return _illegal(reason)
+        refusal = rules.target.can_fuse(kind.name, members, anchor)
+        if refusal is not None:
+            return _illegal(refusal)
     return Verdict(kind.name, anchor)
 
 

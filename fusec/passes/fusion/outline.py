@@ -55,7 +55,7 @@ def _inline(fused: FusedOp) -> Group:
     term = body.last_op
     assert isinstance(term, YieldOp)
     # A yielded block argument (a group input passed straight through) is that input.
-    args = dict(zip(body.args, fused.inputs, strict=True))
+    args: dict[SSAValue, SSAValue] = dict(zip(body.args, fused.inputs, strict=True))
     yielded = [args.get(v, v) for v in term.operands]
     Rewriter.erase_op(term)
     members = list(body.ops)
@@ -113,7 +113,7 @@ def _deps(op: Operation, block: Block) -> set[Operation]:
     out = set()
     for inner in op.walk():
         for value in inner.operands:
-            owner = value.owner
+            owner: Operation | Block | None = value.owner
             while isinstance(owner, Operation) and owner.parent is not block:
                 owner = owner.parent_op()
             if isinstance(owner, Operation) and owner is not op:

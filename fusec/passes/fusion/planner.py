@@ -66,7 +66,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import networkx as nx
-from xdsl.ir import Block, Operation
+from xdsl.ir import Block, Operation, OpResult
 
 from fusec.dialect.ops import AiOp
 from fusec.passes.fusion.classify import Pattern, pattern_of
@@ -180,8 +180,9 @@ class Planner:
     def ranks(self) -> dict[Unit, int]:
         """Each unit's index in a topological order of the quotient graph."""
         if self._rank is None:
-            self._topo = list(nx.topological_sort(self.graph()))
-            self._rank = {u: i for i, u in enumerate(self._topo)}
+            order: list[Unit] = list(nx.topological_sort(self.graph()))
+            self._topo = list(order)
+            self._rank = {u: i for i, u in enumerate(order)}
         return self._rank
 
     def _changed(self) -> None:
@@ -223,7 +224,8 @@ class Planner:
                     before.add(pred)
                     stack.append(pred)
         middle = [u for u in topo[lo + 1 : hi] if u is not None]
-        window = [u for u in middle if u in before] + [keep]
+        window: list[Unit | None] = [u for u in middle if u in before]
+        window.append(keep)
         window += [u for u in middle if u not in before]
         window += [None] * (hi - lo + 1 - len(window))
         topo[lo : hi + 1] = window
@@ -262,13 +264,13 @@ class Planner:
 
     def _seeds(self, stage: Stage) -> list[Operation]:
         """Anchors (or, for anchorless kinds, body ops) in program order."""
-        seeds = []
+        seeds: list[Operation] = []
         for op in self.block.ops:
             group = self.group_of.get(op)
             if group is not None:
-                if group.anchor is op or (group.anchor is None and op is group.members[0]):
-                    if self._group_in_stage(group, stage):
-                        seeds.append(op)
+                leads = op is (group.anchor or group.members[0])
+                if leads and self._group_in_stage(group, stage):
+                    seeds.append(op)
             elif isinstance(op, AiOp) and self._seed_pattern_ok(op, stage):
                 seeds.append(op)
         return seeds
@@ -362,6 +364,7 @@ class Planner:
         if any(member_roles[op] not in stage.roles for op in cand.ops):
             return False
         if cand.clone:
+            assert isinstance(cand.unit, Operation)  # only single ops are cloned
             self._clone_in(group, cand.unit)
             self._changed()
         else:
@@ -414,6 +417,7 @@ class Planner:
                     continue
                 twin = next((m for m in group.members if _same_computation(m, owner)), None)
                 if twin is not None:
+                    assert isinstance(value, OpResult)
                     op.operands[index] = twin.results[value.index]
                     _erase_if_dead(owner)
                     redirected = True

@@ -46,7 +46,7 @@ class Remark:
 
 def fusion_remarks(module: ModuleOp, rules: Rules | None = None) -> list[Remark]:
     """The remarks of every function of ``module`` in program order (module unchanged)."""
-    from fusec.frontend.mlir import location_of
+    from fusec.ir.diagnostics import location_of
 
     rules = rules or default_rules()
     flat = module.clone()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import LarkError, UnexpectedInput, VisitError
@@ -29,6 +29,8 @@ from fusec.passes.fusion.classify import Pattern, fmt_shape, pattern_of, result_
 
 if TYPE_CHECKING:
     from fusec.target import Target
+
+_T = TypeVar("_T")
 
 ROLES = ("anchor", "prologue", "epilogue", "body")
 
@@ -222,6 +224,25 @@ def _feeds_lhs(ctx: RuleContext) -> str | None:
     return f"{ctx.op.name} does not feed the lhs (A operand) of {target}"
 
 
+def _views_operand(ctx: RuleContext) -> str | None:
+    """The op is a view (layout op) that the anchor reads through: a chain of layout ops
+    leads from it to an operand of the anchor."""
+    anchor = ctx.anchor
+    seen: set[Operation] = set()
+    frontier = [ctx.op]
+    while frontier:
+        op = frontier.pop()
+        for use in op.results[0].uses:
+            user = use.operation
+            if user is anchor:
+                return None
+            if pattern_of(user) is Pattern.INJECTIVE and user not in seen:
+                seen.add(user)
+                frontier.append(user)
+    target = anchor.name if anchor is not None else "the anchor"
+    return f"{ctx.op.name} is not a view of an operand of {target}"
+
+
 def _plain_lhs(ctx: RuleContext) -> str | None:
     anchor = ctx.anchor
     if isinstance(anchor, ai.MatmulOp) and anchor.attr("transpose_a"):
@@ -239,6 +260,7 @@ PREDICATES: dict[str, Callable[[RuleContext], str | None]] = {
     "last_axis": _last_axis,
     "feeds_lhs": _feeds_lhs,
     "plain_lhs": _plain_lhs,
+    "views_operand": _views_operand,
 }
 """Named conditions: each returns None when it holds, else the reason it fails."""
 
@@ -314,14 +336,16 @@ class _Build(Transformer):
     def kind(self, children):
         name, rest = children[0], children[1:]
         description = _unquote(rest.pop(0)) if rest and isinstance(rest[0], Token) else ""
-        return KindRules(str(name), description, tuple(rest)), name
+        return _RawKind(str(name), description, tuple(rest)), name
 
     def clause(self, children):
         role, selectors, *rest = children
         duplicate = any(r == "duplicate" for r in rest)
         max_count = next((r[1] for r in rest if isinstance(r, tuple) and r[0] == "max"), None)
         atoms = next((r for r in rest if isinstance(r, list)), [])
-        return Clause(str(role), tuple(selectors), duplicate, max_count, tuple(atoms), role.line)
+        return _RawClause(
+            str(role), tuple(selectors), duplicate, max_count, tuple(atoms), role.line
+        )
 
     def selectors(self, children):
         return children
@@ -354,11 +378,32 @@ class _Build(Transformer):
 
 
 @dataclass(frozen=True)
-class _Located:
+class _Located(Generic[_T]):
     """A value and the token it came from (for located errors)."""
 
-    value: object
+    value: _T
     token: Token
+
+
+@dataclass(frozen=True)
+class _RawClause:
+    """A clause as parsed: every name still with its token, limits unchecked."""
+
+    role: str
+    selectors: tuple[_Located[str], ...]
+    duplicate: bool
+    max_count: _Located[int | str] | None
+    atoms: tuple[_Located[Atom], ...]
+    line: int
+
+
+@dataclass(frozen=True)
+class _RawKind:
+    """A kind as parsed (see ``_check_kind``)."""
+
+    name: str
+    description: str
+    clauses: tuple[_RawClause, ...]
 
 
 def _unquote(token: Token) -> str:
@@ -406,8 +451,8 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
     return Rules(params, tuple(kinds), source)
 
 
-def _check_kind(kind: KindRules, params: Mapping[str, Param], fail) -> KindRules:
-    clauses = []
+def _check_kind(kind: _RawKind, params: Mapping[str, Param], fail) -> KindRules:
+    clauses: list[Clause] = []
     anchors = 0
     for clause in kind.clauses:
         selectors = []
@@ -431,27 +476,36 @@ def _check_kind(kind: KindRules, params: Mapping[str, Param], fail) -> KindRules
                     f"unknown {what} '{atom.name}' (known: {', '.join(table)})", located.token
                 )
             if atom.cmp is not None:
-                atom = replace(atom, limit=_check_limit(located.value.limit, params, fail))
+                atom = replace(atom, limit=_check_limit(atom.limit, params, fail))
             atoms.append(atom)
-        max_count = clause.max_count
-        if max_count is not None:
-            max_count = _check_limit(max_count, params, fail)
+        max_count = None
+        if clause.max_count is not None:
+            max_count = _check_limit(clause.max_count, params, fail)
         anchors += clause.role == "anchor"
         clauses.append(
-            replace(clause, selectors=tuple(selectors), atoms=tuple(atoms), max_count=max_count)
+            Clause(
+                clause.role,
+                tuple(selectors),
+                clause.duplicate,
+                max_count,
+                tuple(atoms),
+                clause.line,
+            )
         )
     if anchors > 1:
         raise fail(f"kind '{kind.name}' has {anchors} anchor clauses; list the ops in one", None)
     if anchors == 0 and any(c.role in ("prologue", "epilogue") for c in clauses):
         raise fail(f"kind '{kind.name}' has prologue/epilogue clauses but no anchor", None)
-    return replace(kind, clauses=tuple(clauses))
+    return KindRules(kind.name, kind.description, tuple(clauses))
 
 
-def _check_limit(limit, params: Mapping[str, Param], fail) -> int | str:
+def _check_limit(limit: object, params: Mapping[str, Param], fail) -> int | str:
+    """The value of a parsed limit (an int or a parameter name), checked."""
     located = limit if isinstance(limit, _Located) else None
-    value = located.value if located else limit
+    value = located.value if located is not None else limit
     if isinstance(value, str) and value not in params:
         raise fail(f"unknown parameter '{value}'", located.token if located else None)
+    assert isinstance(value, int | str)
     return value
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from fusec.codegen import KernelSource
-from fusec.runtime.dtypes import numpy_dtype
+from fusec.ir.dtypes import numpy_dtype
 from fusec.runtime.launch import Allocator, Launch
 
 

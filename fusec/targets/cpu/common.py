@@ -18,7 +18,10 @@ from xdsl.ir import Operation, SSAValue
 from fusec.codegen.expr import ExprGenerator, error_at, header, helper_source, shape_of
 from fusec.dialect import ops as ai
 
-NJIT_OPTIONS = 'parallel=True, fastmath=False, error_model="numpy", cache=True'
+NJIT_OPTIONS = 'fastmath=False, error_model="numpy", cache=True'
+#: Below this many elements a stage runs on one thread: the thread pool costs more
+#: than it gains, and Numba compiles a parallel loop about 3x slower.
+PARALLEL_MIN_ELEMENTS = 1 << 15
 HELPER_DECORATOR = '@numba.njit(fastmath=False, error_model="numpy", cache=True)'
 REDUCE_OPS = (ai.LayerNormOp, ai.SoftmaxOp)
 CPU_NOTE = (
@@ -50,6 +53,8 @@ class Stage:
     args: list[str] | None = None
     #: Names of the cpu helpers (``ROW_HELPERS`` of cpu_row_reduce) the body calls.
     helpers: set[str] = field(default_factory=set)
+    #: ``numba.prange`` loops run in parallel (else they are plain loops).
+    parallel: bool = True
 
     def source(self) -> str:
         # Group inputs (``inN``) are only read: typed read-only so that read-only
@@ -60,7 +65,8 @@ class Stage:
         lines = []
         if self.comment:
             lines.append(f"# {self.comment}")
-        lines.append(f"@numba.njit(\n    {sig},\n    {NJIT_OPTIONS},\n)")
+        options = f"parallel={self.parallel}, {NJIT_OPTIONS}"
+        lines.append(f"@numba.njit(\n    {sig},\n    {options},\n)")
         lines.append(f"def {self.name}({', '.join(self.params)}):")
         lines.extend(f"    {line}" if line else "" for line in self.body)
         return "\n".join(lines) + "\n"
@@ -132,7 +138,7 @@ def depends_on(ops: Sequence[Operation], roots: Iterable[SSAValue]) -> set[Opera
 
 def ancestors(ops: Sequence[Operation], values: Iterable[SSAValue]) -> set[Operation]:
     """The ops of ``ops`` that the ``values`` (transitively) depend on."""
-    defining = {r: op for op in ops for r in op.results}
+    defining: dict[SSAValue, Operation] = {r: op for op in ops for r in op.results}
     result: set[Operation] = set()
     stack = [v for v in values if v in defining]
     while stack:
@@ -185,7 +191,7 @@ def scratch_lines(buffers: Buffers) -> list[str]:
     return [f"{name} = np.empty({size}, dtype=np.float32)" for name, size in buffers.scratch]
 
 
-def single_core(fused_op: ai.FusedOp, core_type: type) -> Operation:
+def single_core(fused_op: ai.FusedOp, core_type: type[ai.AiOp]) -> Operation:
     """The one op of ``core_type`` in the group, else a located error."""
     cores = [op for op in body_ops(fused_op) if isinstance(op, core_type)]
     if len(cores) != 1:

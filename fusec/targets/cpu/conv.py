@@ -18,7 +18,7 @@ from fusec.codegen import KernelSource
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
-from fusec.targets.cpu.common import Buffers, Stage
+from fusec.targets.cpu.common import PARALLEL_MIN_ELEMENTS, Buffers, Stage
 from fusec.targets.cpu.matmul import generate_core_group
 
 
@@ -30,6 +30,7 @@ def conv_core(
     op: Operation, out: str, buffers: Buffers, name: str
 ) -> tuple[list[Stage], list[str]]:
     """The im2col stage (unless 1x1) and the batched matmul into ``out``."""
+    assert isinstance(op, ai.Conv2DOp)
     x, w = (buffers.reads[v] for v in op.operands)
     n, c, h, wd = shape_of(op.operands[0])
     k, cg, r, s = shape_of(op.operands[1])
@@ -51,6 +52,7 @@ def conv_core(
         _im2col_body(n, c, h, wd, r, s, oh, ow, sh, sw, dh, dw, pt, pl),
         comment=f"im2col: cols[n, c*{r * s} + r*{s} + s, oh*{ow} + ow] = padded input window",
         args=[x, cols],
+        parallel=n * c * r * s * p >= PARALLEL_MIN_ELEMENTS,
     )
     return [stage], [
         f"{cols} = np.empty({n * c * r * s * p}, dtype=np.float32)",

@@ -25,6 +25,7 @@ from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import ExprGenerator, error_at, shape_of
+from fusec.codegen.layout import LAYOUT_OPS, is_layout, numpy_expression
 from fusec.dialect import ops as ai
 from fusec.targets.cpu.common import (
     REDUCE_OPS,
@@ -56,6 +57,7 @@ def matmul_core(
     op: Operation, out: str, buffers: Buffers, name: str
 ) -> tuple[list[Stage], list[str]]:
     """``np.matmul`` on reshaped views of the flat operands, into ``out``."""
+    assert isinstance(op, ai.MatmulOp)
     a, b = (buffers.reads[v] for v in op.operands)
     lines = [f"a = {a}.reshape({shape_of(op.operands[0])})"]
     if op.attr("transpose_a"):
@@ -73,17 +75,24 @@ def generate_core_group(
     """Prologue stage(s), core, epilogue stage (see the module docstring)."""
     ops = body_ops(fused_op)
     core = single_core(fused_op, core_type)
+    views = [op for op in ops if is_layout(op)]
+    late = [op for op in ops if op in depends_on(ops, core.results) and is_layout(op)]
+    if late:
+        raise error_at(late[0], "follows the core of its group: a layout op must come before it")
+    ops = [op for op in ops if not is_layout(op)]
     before, after = _segments(ops, core)
     outputs = outputs_of(fused_op)
     yielded = [v for v, _ in outputs]
     gen = ExprGenerator()
     buffers = Buffers(reads=dict(input_names(fused_op)))
     stages: list[Stage] = []
-    launch: list[str] = []
+    flat_readers = {v for op in ops if op is not core for v in op.operands} | set(yielded)
+    view_core = core if core_type is ai.MatmulOp else None
+    launch: list[str] = view_lines(views, buffers, view_core, flat_readers)
 
     def destinations(values: Sequence[SSAValue]) -> list[tuple[SSAValue, str]]:
         """Where each value goes: all its output arrays, or one new scratch buffer."""
-        writes = []
+        writes: list[tuple[SSAValue, str]] = []
         for value in values:
             arrays = [array for v, array in outputs if v == value]
             if not arrays:
@@ -110,13 +119,46 @@ def generate_core_group(
         writes = [(v, a) for v, a in outputs if v in results]
         stages.append(_stage(f"{name}_epilogue", gen, after, buffers.reads, writes))
         launch.append(stages[-1].call())
-    for value, array in outputs:  # a group input yielded as it is
-        if value in fused_op.block.args:
+    for value, array in outputs:  # a group input (or a view of one) yielded as it is
+        if value in fused_op.block.args or isinstance(value.owner, LAYOUT_OPS):
             launch.append(f"{array}[:] = {buffers.reads[value]}")
 
     source = assemble(fused_op, gen, stages, scratch_lines(buffers) + launch)
     inputs, outs = io_specs(fused_op)
     return KernelSource(name, kind, "cpu", source, inputs, outs)
+
+
+def view_lines(
+    views: Sequence[Operation],
+    buffers: Buffers,
+    core: Operation | None,
+    flat_readers: set[SSAValue],
+) -> list[str]:
+    """numpy lines computing the group's layout ops before anything else.
+
+    The core (a matmul: ``np.matmul`` takes strided operands) reads a layout
+    op's result as a numpy view, with no copy when the view is strided; the
+    values in ``flat_readers`` (read by a stage's njit loop, or yielded) are
+    made once into contiguous flat float32 arrays.
+    """
+    lines: list[str] = []
+    shaped: dict[SSAValue, str] = {}
+    for index, op in enumerate(views):
+        args = [
+            shaped[v] if v in shaped else f"{buffers.reads[v]}.reshape({shape_of(v)!r})"
+            for v in op.operands
+        ]
+        name = f"v{index}"
+        lines.append(f"{name} = {numpy_expression(op, args)}")
+        result = op.results[0]
+        shaped[result] = name
+        feeds_core = core is not None and any(u.operation is core for u in result.uses)
+        if result in flat_readers or not feeds_core:
+            lines.append(f"{name}f = np.ascontiguousarray({name}, dtype=np.float32).reshape(-1)")
+            buffers.reads[result] = f"{name}f"
+        else:
+            buffers.reads[result] = name
+    return lines
 
 
 def _segments(

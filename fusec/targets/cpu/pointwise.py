@@ -26,6 +26,7 @@ from fusec.codegen.expr import (
     shape_of,
 )
 from fusec.targets.cpu.common import (
+    PARALLEL_MIN_ELEMENTS,
     Stage,
     assemble,
     body_ops,
@@ -98,8 +99,10 @@ def pointwise_stage(
     try:
         space = tuple(np.broadcast_shapes(*shapes, *leaves.values()))
     except ValueError:
+        culprit = ops[0] if ops else writes[0][0].owner
+        assert isinstance(culprit, Operation)
         raise error_at(
-            ops[0] if ops else writes[0][0].owner,
+            culprit,
             "is in a group whose values have no common broadcast shape (one loop cannot "
             "compute them)",
         ) from None
@@ -122,7 +125,8 @@ def pointwise_stage(
         stmts.append(f"{array}[{broadcast_offset(merged, shape, index)}] = {expr}")
     body.extend(f"{inner}{s}" for s in stmts)
     params = _params([reads[v] for v in leaf_list if v in reads], [a for _, a in writes])
-    return Stage(fn_name, params, body, comment=f"pointwise over {_fmt(space)}")
+    parallel = math.prod(space) >= PARALLEL_MIN_ELEMENTS
+    return Stage(fn_name, params, body, comment=f"pointwise over {_fmt(space)}", parallel=parallel)
 
 
 def loop_header(space: Sequence[int]) -> tuple[list[str], str]:

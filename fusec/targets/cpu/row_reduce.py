@@ -50,6 +50,7 @@ from fusec.codegen.expr import (
 )
 from fusec.dialect import ops as ai
 from fusec.targets.cpu.common import (
+    PARALLEL_MIN_ELEMENTS,
     REDUCE_OPS,
     Stage,
     ancestors,
@@ -130,6 +131,7 @@ def row_reduce_stage(
             leaves.setdefault(value, shape_of(value))
     written = {a for _, a in writes}
     blocks = axis != len(space) - 1 and space[-1] >= MIN_BLOCK
+    access: _BlockAccess | _RowAccess
     if blocks:
         access = _BlockAccess(space, axis, _block_width(space, axis), written)
     else:
@@ -152,12 +154,14 @@ def row_reduce_stage(
     n = space[axis]
     direct = None  # the reduction reads whole contiguous input rows: no copy into ``buf``
     if not pre and x in reads and leaves[x] == tuple(space) and axis == len(space) - 1:
+        assert isinstance(access, _RowAccess)  # rows along the last axis are not blocked
         direct = access.row_view(reads[x], leaves[x], name="xrow")
+    width = access.width if isinstance(access, _BlockAccess) else 1  # rows at a time
     args = (gen, leaf, store_at, pre, post, reduce_op, writes, recompute, direct)
-    emit = _BlockEmitter(*args, width=access.width) if blocks else _RowEmitter(*args)
+    emit = _BlockEmitter(*args, width=width) if blocks else _RowEmitter(*args)
     rows = emit.lines(n)  # first: it decides which views and per-row loads ``access`` sets up
     if blocks:
-        loop, indent = _block_task_loop(space, axis, access.width)
+        loop, indent = _block_task_loop(space, axis, width)
     else:
         loop, indent = _task_loop(space, axis, with_buffer=not (direct and is_ln))
     body = loop + [f"{indent}{s}" for s in access.setup + rows]
@@ -169,8 +173,9 @@ def row_reduce_stage(
     what = "layernorm" if is_ln else f"softmax (axis {axis})"
     comment = f"{what} over rows of {_fmt(space)}"
     if blocks:
-        comment += f", {access.width} rows (adjacent in memory) at a time"
-    return Stage(fn_name, params, body, comment=comment, helpers=emit.helpers)
+        comment += f", {width} rows (adjacent in memory) at a time"
+    parallel = math.prod(space) >= PARALLEL_MIN_ELEMENTS
+    return Stage(fn_name, params, body, comment=comment, helpers=emit.helpers, parallel=parallel)
 
 
 def _check_space(reduce_op, others, writes, space) -> None:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from xdsl.dialects.builtin import ModuleOp
+
 from fusec.dialect import ops as ai
 from fusec.target import Target, Template
 
 _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
+#: Layout ops: a "copy" kernel of their own, or views a matmul reads its operands through.
+_LAYOUT = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp)
 
 
 class CpuTarget(Target):
@@ -19,14 +23,25 @@ class CpuTarget(Target):
     templates = {
         "pointwise": Template("fusec.targets.cpu.pointwise"),
         "row_reduce": Template("fusec.targets.cpu.row_reduce", _ROW),
-        "matmul": Template("fusec.targets.cpu.matmul", (ai.MatmulOp, *_ROW)),
+        "matmul": Template("fusec.targets.cpu.matmul", (ai.MatmulOp, *_ROW, *_LAYOUT)),
         "conv": Template("fusec.targets.cpu.conv", (ai.Conv2DOp,)),
+        "reduce": Template(
+            "fusec.targets.cpu.reduce", (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp)
+        ),
+        "pool": Template("fusec.targets.cpu.pool", (ai.MaxPool2DOp, ai.AvgPool2DOp)),
+        "copy": Template("fusec.targets.cpu.copy", _LAYOUT[1:]),
+        "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
     }
 
     def backend(self, cache: Any = None) -> Any:
         from fusec.targets.cpu.backend import CpuBackend
 
         return CpuBackend(cache)
+
+    def program(self, module: ModuleOp, entry: str | None = None, cache: Any = None) -> Any:
+        from fusec.runtime.launch import Program
+
+        return Program(module, entry, self, cache)
 
 
 TARGET = CpuTarget()

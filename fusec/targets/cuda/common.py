@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from fusec.codegen.expr import CodegenError, error_at, is_identifier
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.ir.dtypes import ELEMENT_TYPES
 
-ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4}
-NUMBA_STORAGE = {"f16": "int16", "bf16": "int16", "f32": "float32"}
+ITEMSIZE = {name: t.itemsize for name, t in ELEMENT_TYPES.items()}
+NUMBA_STORAGE = {name: t.storage for name, t in ELEMENT_TYPES.items()}
 VECTOR_BYTES = 16
 
 
@@ -38,20 +39,19 @@ def storage_signature(dtypes: Sequence[str]) -> str:
 
 
 def prelude(helpers: Sequence[str]) -> str:
-    """Imports of a kernel module: math, f32, numba.cuda and the device helpers used."""
-    names = sorted(set(helpers))
+    """Imports of a kernel module: math, f32, and from the kernel ABI (``abi``) numba.cuda
+    and the device helpers used."""
+    names = sorted({"cuda", *helpers})
     lines = [
         "import math",
         "",
         "from numpy import float32 as f32",
         "",
-        "from fusec.targets.cuda.runtime import numba_cuda",
+        "from fusec.targets.cuda.abi import (",
+        *(f"    {name}," for name in names),
+        ")",
+        "",
     ]
-    if names:
-        lines.append("from fusec.targets.cuda.device import (")
-        lines.extend(f"    {name}," for name in names)
-        lines.append(")")
-    lines += ["", "cuda = numba_cuda()", ""]
     return "\n".join(lines) + "\n"
 
 

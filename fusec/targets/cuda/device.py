@@ -26,12 +26,13 @@ import math
 
 import numpy as np
 
-from fusec.targets.cuda.runtime import numba_cuda, simulator_enabled
+from fusec.ir.dtypes import ELEMENT_TYPES
+from fusec.targets.cuda.env import numba_cuda, simulator_enabled
 
 cuda = numba_cuda()
 
 FORMATS = ("f16", "bf16", "f32")
-ITEMSIZE = {"f16": 2, "bf16": 2, "f32": 4}
+ITEMSIZE = {name: t.itemsize for name, t in ELEMENT_TYPES.items()}
 VECTOR_COUNTS = {"f16": (1, 2, 4, 8), "bf16": (1, 2, 4, 8), "f32": (1, 2, 4)}
 FULL_MASK = 0xFFFFFFFF
 

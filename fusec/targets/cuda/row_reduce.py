@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 
+from xdsl.ir import SSAValue
+
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import (
     ELEMENTWISE_OPS,
@@ -198,7 +200,7 @@ class _RowsEmitter:
         self.rows = math.prod(lead) if lead else 1
         self.space = (*lead, self.length)
         keys = list(group.leaves) + list(group.results)
-        self.shapes = {}
+        self.shapes: dict[SSAValue, tuple[int, ...]] = {}
         for k, key in enumerate(keys):
             lead_shape = lead_shapes[k] if lead0 else ()
             self.shapes.setdefault(key, (*lead_shape, shapes[k][-1]))
@@ -349,7 +351,7 @@ class _RowsEmitter:
         pre_defined = {r for op in g.pre for r in op.results}
         needed = [v for op in g.post for v in op.operands if v in pre_defined]
         needed += [v for v in g.red.operands[1:] if v in pre_defined]
-        cached = {}
+        cached: dict[SSAValue, str] = {}
         for value in needed:
             if value not in cached:
                 cached[value] = "xr" if (is_ln and value is x) else f"c{len(cached)}"

@@ -102,7 +102,7 @@ class StreamRef:
     @property
     def numba(self) -> Any:
         if self._numba is None:
-            from fusec.targets.cuda.runtime import numba_cuda, simulator_enabled
+            from fusec.targets.cuda.env import numba_cuda, simulator_enabled
 
             cuda = numba_cuda()
             if simulator_enabled() or self.ptr == 0:
@@ -147,7 +147,7 @@ _refs: dict[int, StreamRef] = {}
 def _external(ptr: int) -> Any:
     stream = _numba_streams.get(ptr)
     if stream is None:
-        from fusec.targets.cuda.runtime import numba_cuda
+        from fusec.targets.cuda.env import numba_cuda
 
         stream = _numba_streams[ptr] = numba_cuda().external_stream(ptr)
     return stream

@@ -77,11 +77,31 @@ class CudaTarget(Target):
             (ai.MatmulOp, ai.SoftmaxOp),
             accepts=attention_accepts,
         ),
+        # until they have Numba CUDA templates, these kinds run through PyTorch too
+        "reduce": Template(
+            "fusec.targets.cuda.torch_fallback",
+            (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp),
+            fuses=False,
+            note="PyTorch's reductions until a Numba CUDA reduce template exists",
+        ),
+        "pool": Template(
+            "fusec.targets.cuda.torch_fallback",
+            (ai.MaxPool2DOp, ai.AvgPool2DOp),
+            fuses=False,
+            note="PyTorch's pooling until a Numba CUDA pool template exists",
+        ),
+        "copy": Template(
+            "fusec.targets.cuda.torch_fallback",
+            (ai.TransposeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp),
+            fuses=False,
+            note="PyTorch's copies until a Numba CUDA copy template exists",
+        ),
+        "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
     }
 
     def unavailable_reason(self) -> str | None:
         from fusec.extras import install_hint
-        from fusec.targets.cuda.runtime import cuda_support, gpu_available, simulator_enabled
+        from fusec.targets.cuda.env import cuda_support, gpu_available, simulator_enabled
 
         problem = cuda_support()
         if problem is not None:
@@ -91,22 +111,22 @@ class CudaTarget(Target):
         return None
 
     def auto_selectable(self) -> bool:
-        from fusec.targets.cuda.runtime import gpu_available
+        from fusec.targets.cuda.env import gpu_available
 
         return gpu_available()  # never the simulator behind the caller's back
 
     def assembly(self, kernel: KernelSource, arch: str) -> str:
-        from fusec.targets.cuda.runtime import emit_ptx, parse_arch
+        from fusec.targets.cuda.kernels import emit_ptx, parse_arch
 
         return emit_ptx(kernel, parse_arch(arch)) or "// (no Numba kernel: see its header)\n"
 
     def backend(self, cache: Any = None) -> Any:
-        from fusec.targets.cuda.runtime import CudaBackend
+        from fusec.targets.cuda.program import CudaBackend
 
         return CudaBackend(cache)
 
     def program(self, module: ModuleOp, entry: str | None = None, cache: Any = None) -> Any:
-        from fusec.targets.cuda.runtime import CudaProgram
+        from fusec.targets.cuda.program import CudaProgram
 
         return CudaProgram(module, entry, self, cache)
 

@@ -30,17 +30,20 @@ it; ``KERNELS`` is empty (nothing for ``--emit ptx``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
-from xdsl.ir import BlockArgument
+from xdsl.ir import BlockArgument, SSAValue
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import TORCH, ExprGenerator, error_at, header
+from fusec.codegen.layout import torch_expression
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.ir.dtypes import ELEMENT_TYPES
 from fusec.targets.cuda.common import Source, body_ops, check_leaves, kernel_name, yielded
 
-TORCH_DTYPE = {"f16": "torch.float16", "bf16": "torch.bfloat16", "f32": "torch.float32"}
+TORCH_DTYPE = {name: f"torch.{t.torch}" for name, t in ELEMENT_TYPES.items()}
 
 #: One PyTorch call per op, over the operand expressions (each already in the
 #: op's element type). Elementwise ops missing here use their scalar fact.
@@ -66,8 +69,21 @@ LOWERINGS.update(
         ai.NegOp: _simple("torch.neg({0})"),
         ai.AbsOp: _simple("torch.abs({0})"),
         ai.SiluOp: _simple("torch.nn.functional.silu({0})"),
+        ai.MinimumOp: _simple("torch.minimum({0}, {1})"),
+        ai.PowOp: _simple("torch.pow({0}, {1})"),
+        ai.ErfOp: _simple("torch.erf({0})"),
+        ai.WhereOp: _simple("torch.where({0} != 0, {1}, {2})"),
     }
 )
+
+
+def _clip(op: ai.AiOp, a: list[str]) -> str:
+    bounds = [f"{k}={op.attr(k)!r}" for k in ("min", "max") if abs(op.attr(k)) != math.inf]
+    return f"torch.clamp({a[0]}, {', '.join(bounds)})" if bounds else a[0]
+
+
+def _isnan(op: ai.AiOp, a: list[str]) -> str:
+    return f"torch.isnan({a[0]}).to({a[0]}.dtype)"
 
 
 def _gelu(op: ai.AiOp, a: list[str]) -> str:
@@ -143,8 +159,69 @@ def _addmm(op: ai.AiOp, a: list[str], bias: str) -> str:
     return f"{call}.view({out!r})" if len(out) > 2 else call
 
 
+def _layout(op: ai.AiOp, a: list[str]) -> str:
+    return torch_expression(op, a)
+
+
+def _reduce(op: ai.AiOp, a: list[str]) -> str:
+    assert isinstance(op, ai.ReduceOp)
+    axes = tuple(int(d) for d in op.reduced_axes())
+    function = {"mean": "torch.mean", "sum": "torch.sum", "max": "torch.amax"}[op.KIND]
+    return f"{function}({a[0]}, dim={axes!r}, keepdim={bool(op.attr('keepdims'))})"
+
+
+def _pool(op: ai.AiOp, a: list[str]) -> str:
+    """Max pooling through ``max_pool2d`` (asymmetric padding as an explicit -inf pad;
+    torch's own ceil_mode rule on the padded input may add a window: cut to the
+    result's size). Average pooling as window sums over counts, both by
+    ``unfold``, so that padding, dilations, ceil_mode and count_include_pad follow
+    the dialect's definition exactly."""
+    from fusec.dialect.shapes import conv2d_padding
+
+    assert isinstance(op, ai.Pool2DOp)
+    attrs = op.attr_values()
+    kernel, strides, dil = (tuple(attrs[k]) for k in ("kernel", "strides", "dilations"))
+    pt, pl, pb, pr = conv2d_padding(attrs["padding"])
+    n, c, h, w = spec_of(op.input.type).shape
+    _, _, oh, ow = spec_of(op.output.type).shape
+    f = "torch.nn.functional"
+    x = a[0]
+    if op.KIND == "max":
+        padded = f"{f}.pad({x}, ({pl}, {pr}, {pt}, {pb}), value=float('-inf'))"
+        pooled = (
+            f"{f}.max_pool2d({padded}, {kernel!r}, {strides!r}, 0, {dil!r}, "
+            f"ceil_mode={bool(attrs['ceil_mode'])})"
+        )
+        return f"{pooled}[:, :, :{oh}, :{ow}]"
+    # the zeros a ceil_mode window overhangs beyond the padding count nothing
+    extra_h = max(0, (oh - 1) * strides[0] + dil[0] * (kernel[0] - 1) + 1 - (h + pt + pb))
+    extra_w = max(0, (ow - 1) * strides[1] + dil[1] * (kernel[1] - 1) + 1 - (w + pl + pr))
+    grow = f"({pl}, {pr + extra_w}, {pt}, {pb + extra_h})"
+    window = f"{kernel!r}, dilation={dil!r}, stride={strides!r}"
+    total = f"{f}.unfold({f}.pad({x}, {grow}).view({n * c}, 1, {h + pt + pb + extra_h}, "
+    total += f"{w + pl + pr + extra_w}), {window}).sum(1)"
+    pad_value = 1.0 if attrs["count_include_pad"] else 0.0
+    ones = f"torch.ones((1, 1, {h}, {w}), dtype={x}.dtype, device={x}.device)"
+    mask = f"{f}.pad({f}.pad({ones}, ({pl}, {pr}, {pt}, {pb}), value={pad_value}), "
+    mask += f"(0, {extra_w}, 0, {extra_h}))"
+    count = f"{f}.unfold({mask}, {window}).sum(1)"
+    return f"({total} / {count}).view({n}, {c}, {oh}, {ow})"
+
+
 LOWERINGS.update(
     {
+        ai.ReshapeOp: _layout,
+        ai.TransposeOp: _layout,
+        ai.SliceOp: _layout,
+        ai.ConcatOp: _layout,
+        ai.GatherOp: _layout,
+        ai.ReduceMeanOp: _reduce,
+        ai.ReduceSumOp: _reduce,
+        ai.ReduceMaxOp: _reduce,
+        ai.MaxPool2DOp: _pool,
+        ai.AvgPool2DOp: _pool,
+        ai.ClipOp: _clip,
+        ai.IsNanOp: _isnan,
         ai.GeluOp: _gelu,
         ai.BiasAddOp: _bias_add,
         ai.LayerNormOp: _layernorm,
@@ -186,7 +263,7 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
     for op in ops:
         if not lowerable(type(op)):
             raise error_at(op, "has no PyTorch lowering on the cuda target")
-    names = {value: f"x{k}" for k, value in enumerate(fused_op.block.args)}
+    names: dict[SSAValue, str] = {value: f"x{k}" for k, value in enumerate(fused_op.block.args)}
     code = Source([])
     code.add(0, f"def run(torch, {', '.join(names.values())}):")
     code.add(
@@ -223,11 +300,7 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
         "each in its declared element type, on the caller's stream",
     ]
     helpers = [h for h in ("ieee_conv2d", "ieee_matmul", "ieee_addmm") if f"{h}(" in code.text()]
-    imports = (
-        [f"from fusec.targets.cuda.torch_runtime import {', '.join(helpers)}", ""]
-        if helpers
-        else []
-    )
+    imports = [f"from fusec.targets.cuda.abi import {', '.join(helpers)}", ""] if helpers else []
     source = "\n".join(
         [
             header(fused_op, notes=notes),
@@ -240,7 +313,10 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
         ]
     )
     inputs, outputs = io_specs(fused_op)
-    return KernelSource(name, fused_op.kind_name, "cuda", source, inputs, outputs, array_dtype=None)
+    kind = fused_op.kind_name
+    return KernelSource(
+        name, kind, "cuda", source, inputs, outputs, array_dtype=None, runs_op_by_op=True
+    )
 
 
 def _in_dtype(name: str, value, op: ai.AiOp) -> str:

@@ -41,7 +41,7 @@ class ReferenceProgram:
     """Calls the reference executor at native precision (what the IR declares)."""
 
     def __init__(self, module: ModuleOp, entry: str | None) -> None:
-        from fusec.runtime.reference import entry_function
+        from fusec.ir.module import entry_function
 
         self.module = module
         self.entry = entry_function(module, entry).sym_name.data

@@ -75,6 +75,6 @@ class AttentionLaunch:
             )
 
     def __call__(self, inputs: tuple, output: Any, stream: Any = 0) -> None:
-        from fusec.targets.cuda.runtime import stream_ptr
+        from fusec.targets.cuda.streams import stream_ptr
 
         self.raw(stream_ptr(stream), [_address(a) for a in inputs], [_address(output)])

@@ -72,9 +72,10 @@ def accepts(members, anchor) -> str | None:
         return "an attention group has two matmuls"
     scores, out = matmuls
     q, k, v = (spec_of(x.type) for x in (scores.lhs, scores.rhs, out.rhs))
-    spec = dict(batch=math.prod(q.shape[:-2]), sq=q.shape[-2], sk=k.shape[-2], d=q.shape[-1])
     try:
-        AttentionSpec(**spec, dv=v.shape[-1], dtype=q.dtype, out_dtype=q.dtype)
+        AttentionSpec(
+            math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1], q.dtype
+        )
     except ValueError as err:
         return f"the cuda attention kernel cannot take it: {err}"
     return None

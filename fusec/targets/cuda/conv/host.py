@@ -64,7 +64,7 @@ class LinkedKernel:
     def __init__(self, cubin: bytes, smem_bytes: int, named: tuple[str, ...] = ()) -> None:
         from cuda.bindings import driver as drv
 
-        from fusec.targets.cuda.runtime import numba_cuda
+        from fusec.targets.cuda.env import numba_cuda
 
         numba_cuda().current_context()  # the primary context (Numba's) is current
         self.drv = drv
@@ -140,8 +140,8 @@ class ConvKernel(LinkedKernel):
             blocks = min(-(-total // _RELAYOUT_THREADS), 4 * sms)
             self.launch(self.relayout, blocks, _RELAYOUT_THREADS, 0, handle, [(u64, w), (u64, wp)])
             xt = self.buffer((stream, "x"), geo.nhwc_elements * 2)
-            grid = (-(-geo.h * geo.w // 64), -(-geo.groups * geo.cgp // 64), geo.n)
-            self.launch(self.transpose, grid, 256, 0, handle, [(u64, x), (u64, xt)])
+            blocks3 = (-(-geo.h * geo.w // 64), -(-geo.groups * geo.cgp // 64), geo.n)
+            self.launch(self.transpose, blocks3, 256, 0, handle, [(u64, x), (u64, xt)])
             pixel = geo.groups * geo.cgp * 2  # bytes per channels-last pixel
             map_x = tensor_map(
                 spec.dtype,

@@ -47,6 +47,6 @@ class ConvLaunch:
         kernel(inputs[self.x], inputs[self.w], outputs[0], extras, stream, sms)
 
     def __call__(self, inputs: tuple, output: Any, stream: Any = 0, sms: int = 132) -> None:
-        from fusec.targets.cuda.runtime import stream_ptr
+        from fusec.targets.cuda.streams import stream_ptr
 
         self.raw(stream_ptr(stream), [_address(a) for a in inputs], [_address(output)], sms)

@@ -88,10 +88,10 @@ def geometry(conv: ai.Conv2DOp) -> ConvGeometry:
     pt, pl, pb, pr = conv2d_padding(attrs["padding"])
     sh, sw = attrs["strides"]
     dh, dw = attrs["dilations"]
-    return ConvGeometry(
-        *x.shape, w.shape[0], w.shape[2], w.shape[3], sh, sw, pt, pl, pb, pr, dh, dw,
-        int(attrs["groups"]),
-    )  # fmt: skip
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    groups = int(attrs["groups"])
+    return ConvGeometry(n, c, h, wd, k, r, s, sh, sw, pt, pl, pb, pr, dh, dw, groups)
 
 
 def accepts(members, anchor) -> str | None:
@@ -107,8 +107,9 @@ def accepts(members, anchor) -> str | None:
     memberset = set(members)
     if any(v.owner in memberset for v in (anchor.input, anchor.weight)):
         return f"the cuda conv templates take no prologue, {fallback}"
-    escaping = {r for op in members for r in op.results for u in r.uses}
-    escaping = [r for r in escaping if any(u.operation not in memberset for u in r.uses)]
+    escaping = [
+        r for op in members for r in op.results if any(u.operation not in memberset for u in r.uses)
+    ]
     if len(escaping) > 1:
         return f"the cuda conv templates write one result, not {len(escaping)}, {fallback}"
     how = route_geometry(geometry(anchor))
@@ -188,6 +189,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         f"stride {geo.stride_h}x{geo.stride_w}, pad {geo.pad_top},{geo.pad_left},"
         f"{geo.pad_bottom},{geo.pad_right}, dilation {geo.dil_h}x{geo.dil_w}, groups {geo.groups}"
     )
+    spec: ConvSpec | DirectConvSpec
     if how == "implicit":
         tile = tile_for(fused_op, geo)
         spec = ConvSpec(geo, tile, dtype, out_dtype, epi)

@@ -92,7 +92,7 @@ def kernel_signature(spec: LinkedSpec) -> str:
 def build(spec: LinkedSpec, cache: Any = None) -> Build:
     """The linked cubin of ``spec`` (from the blob cache when it was built before)."""
     from fusec.runtime.cache import cache_key, default_cache
-    from fusec.targets.cuda.runtime import cuda_support
+    from fusec.targets.cuda.env import cuda_support
 
     reason = cuda_support()
     if reason is not None:
@@ -161,7 +161,7 @@ def _link(spec: LinkedSpec, source: str, cache: Any) -> tuple[bytes, str]:
             ProgramOptions,
         )
 
-    from fusec.targets.cuda.runtime import numba_cuda
+    from fusec.targets.cuda.env import numba_cuda
 
     cuda = numba_cuda()
     name = spec.function_name

@@ -129,7 +129,7 @@ class GemmKernel:
     def __init__(self, spec: cpp.GemmSpec, cubin: bytes) -> None:
         from cuda.bindings import driver as drv
 
-        from fusec.targets.cuda.runtime import numba_cuda
+        from fusec.targets.cuda.env import numba_cuda
 
         numba_cuda().current_context()  # make the primary context current (Numba's)
         self.spec = spec
@@ -181,7 +181,7 @@ class GemmKernel:
             map_b = tensor_map(spec.dtype, b, b_pitch, b_box)
             tiles = tile_count(config, m, n, batches)
             grid = min(tiles, sms)
-            values = [ctypes.c_uint64(v) for v in (map_a, map_b, out, *extras)]
+            values: list[Any] = [ctypes.c_uint64(v) for v in (map_a, map_b, out, *extras)]
             values += [ctypes.c_int32(v) for v in (m, n, k, batches)]
             pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
             _check(

@@ -46,7 +46,7 @@ class GemmLaunch:
             return self.kernel
 
     def __call__(self, inputs: tuple, output: Any, stream: Any = 0, sms: int = 132) -> None:
-        from fusec.targets.cuda.runtime import stream_ptr
+        from fusec.targets.cuda.streams import stream_ptr
 
         kernel = self.kernel or self.load()
         a_index, a_rows, a_cols, a_batch = self.a

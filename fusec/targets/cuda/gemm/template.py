@@ -202,9 +202,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     source = "\n".join(
         [
             header(fused_op, notes=notes),
-            "from fusec.targets.cuda.gemm.config import TileConfig",
-            "from fusec.targets.cuda.gemm.cpp import Epilogue, GemmSpec",
-            "from fusec.targets.cuda.gemm.launcher import GemmLaunch",
+            "from fusec.targets.cuda.abi import Epilogue, GemmLaunch, GemmSpec, TileConfig",
             "",
             "GEMM = GemmLaunch(",
             "    GemmSpec(",

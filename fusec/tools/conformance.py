@@ -8,8 +8,13 @@ outputs the way ``onnx.backend.test.runner`` does: same shape and dtype, then
 ``assert_allclose`` with the case's tolerances (rtol 1e-3, atol 1e-7; bf16
 gets two ulps of rtol). NaN matches only an expected NaN at the same place.
 
+Integer and boolean inputs of a case (axes, shapes, indices, masks) that
+have the same value in every data set are baked into the model as
+initializers first: fusec compiles float data paths and needs such values to
+be constants, which is what they are in a real model.
+
 A case is skipped only when the importer says fusec lacks the feature it
-needs (``UnsupportedOnnx``: an attribute value or element type). The
+needs (``UnsupportedOnnx``: an attribute value, element type or shape). The
 ``_expanded`` variants of an operator's cases (its ONNX function body, written
 with other operators) are run too: their shape arithmetic is evaluated at
 import (constant folding); they are counted as "n/a" when what remains uses an
@@ -207,8 +212,9 @@ def run_case(case: Case, target: str = "auto") -> CaseResult:
     def result(status: str, detail: str = "", feature: str = "") -> CaseResult:
         return CaseResult(case.name, case.operator, status, detail, feature)
 
+    model, data_sets = bake_constant_inputs(case.model, case.data_sets)
     try:
-        module = import_model(case.model)
+        module = import_model(model)
     except UnsupportedOnnx as err:
         if case.expanded and err.feature == "operator":
             return result("n/a", f"the expanded form needs: {err.format()}", "operator")
@@ -219,7 +225,7 @@ def run_case(case: Case, target: str = "auto") -> CaseResult:
         return result("failed", f"import: {err.format()}")
     try:
         compiled = fusec_compile(module, target=target)
-        for inputs, expected in case.data_sets:
+        for inputs, expected in data_sets:
             with np.errstate(all="ignore"):
                 got = compiled(*[_as_array(a) for a in inputs])
             got = got if isinstance(got, tuple) else (got,)
@@ -231,6 +237,38 @@ def run_case(case: Case, target: str = "auto") -> CaseResult:
     except Exception as err:  # a bug in fusec: report it as a failure, keep going
         return result("failed", f"internal error: {type(err).__name__}: {err}")
     return result("passed")
+
+
+_FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+
+
+def bake_constant_inputs(
+    model: onnx.ModelProto, data_sets: Sequence[tuple[Sequence[Any], Sequence[Any]]]
+) -> tuple[onnx.ModelProto, list[tuple[list[Any], Sequence[Any]]]]:
+    """The model with its non-float inputs that are equal in every data set turned into
+    initializers, and the data sets without them."""
+    inputs = list(model.graph.input)
+    constant = []
+    for index, info in enumerate(inputs):
+        if info.type.WhichOneof("value") != "tensor_type" or not data_sets:
+            continue  # sequences, maps, optionals stay inputs
+        if info.type.tensor_type.elem_type in _FLOATS:
+            continue
+        if any(index >= len(ins) or isinstance(ins[index], list | tuple) for ins, _ in data_sets):
+            continue
+        values = [_as_array(ins[index]) for ins, _ in data_sets]
+        if all(v.dtype == values[0].dtype and np.array_equal(v, values[0]) for v in values):
+            constant.append((index, numpy_helper.from_array(values[0], info.name)))
+    if not constant:
+        return model, [(list(i), o) for i, o in data_sets]
+    baked = onnx.ModelProto()
+    baked.CopyFrom(model)
+    drop = {index for index, _ in constant}
+    del baked.graph.input[:]
+    baked.graph.input.extend(info for k, info in enumerate(inputs) if k not in drop)
+    baked.graph.initializer.extend(tensor for _, tensor in constant)
+    sets = [([a for k, a in enumerate(ins) if k not in drop], outs) for ins, outs in data_sets]
+    return baked, sets
 
 
 def _as_array(value: Any) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""What ``fusec run`` does besides parsing arguments: inputs, outputs, ``--check``.
+"""What ``fusec run`` does besides parsing arguments: inputs, outputs, ``--check`` (``run``).
 
 Inputs come from an ``.npz`` file (arrays named after the entry function's
 arguments, or ``arr_0``, ``arr_1``, ... as ``np.savez(*arrays)`` writes them)
@@ -36,7 +36,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from xdsl.dialects import func
@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
-from fusec.runtime.dtypes import numpy_dtype
+from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.module import entry_function
 
 #: Tolerance by element type: rtol, and atol per unit of the reference's RMS.
 TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}
@@ -145,7 +146,7 @@ def _read_npz(path: str | Path) -> dict[str, np.ndarray]:
 
 def outputs_npz(outputs: Sequence[np.ndarray]) -> bytes:
     """Results as an .npz archive: ``result0``, ``result1``, ... (bf16 as float32)."""
-    arrays = {}
+    arrays: dict[str, Any] = {}
     for i, out in enumerate(outputs):
         arrays[f"result{i}"] = out if out.dtype.kind == "f" else out.astype(np.float32)
     buffer = io.BytesIO()
@@ -175,6 +176,7 @@ def lowest_precisions(fn: func.FuncOp) -> list[str]:
         for result in op.results:  # (an ai.fused group: its results, from all its operands)
             lowest[result] = least(op.operands, spec_of(result.type).dtype)
     ret = fn.body.block.last_op
+    assert ret is not None  # a verified function ends in its return
     return [least([v], spec_of(v.type).dtype) for v in ret.operands]
 
 
@@ -255,11 +257,12 @@ def check(
     """``--check``: ``outputs`` of ``compiled`` (run on ``inputs``) against the float64
     reference with the program's own rounding points, and the compiled IR against the IR
     as ``parsed``; see the module docstring."""
-    from fusec.runtime.reference import entry_function, run_reference
+    from fusec.runtime.reference import run_reference
 
     entry = compiled.entry
+    op_by_op: tuple[int, ...] = ()
     if compiled.target == "reference":  # runs every op in its declared type
-        rounding, op_by_op = "every-op", ()
+        rounding = "every-op"
     else:
         rounding, op_by_op = "groups", op_by_op_groups(compiled)
     program = run_reference(
@@ -278,9 +281,7 @@ def check(
 
 def op_by_op_groups(compiled: CompiledModule) -> tuple[int, ...]:
     """Indices of the compiled groups that run op by op (the cuda PyTorch fallback)."""
-    from fusec.targets.cuda.torch_fallback import runs_op_by_op
-
-    return tuple(k for k, kernel in enumerate(compiled.kernels) if runs_op_by_op(kernel.source))
+    return tuple(k for k, kernel in enumerate(compiled.kernels) if kernel.runs_op_by_op)
 
 
 def summary(index: int, out: np.ndarray) -> str:
@@ -292,3 +293,53 @@ def summary(index: int, out: np.ndarray) -> str:
     with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf in the mean is NaN
         low, high, mean = data.min(), data.max(), data.mean()
     return f"result #{index}: {shape} {out.dtype}: min {low:.6g} max {high:.6g} mean {mean:.6g}"
+
+
+@dataclass
+class RunResult:
+    """One ``fusec run``: where it ran, the results, and their checks (``check=True``)."""
+
+    entry: str
+    target: str
+    outputs: list[np.ndarray]
+    checks: list[Check] | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.checks is None or all(c.passed for c in self.checks)
+
+    def lines(self) -> list[str]:
+        lines = [f"ran @{self.entry} on target '{self.target}'"]
+        lines += [summary(i, out) for i, out in enumerate(self.outputs)]
+        lines += [c.format() for c in self.checks or ()]
+        return lines
+
+
+def run(
+    source: str | ModuleOp,
+    *,
+    target: str = "auto",
+    pipeline: str | None = None,
+    entry: str | None = None,
+    inputs: str | Path | None = None,
+    seed: int | None = None,
+    check_results: bool = False,
+) -> RunResult:
+    """Compile ``source`` (a path, IR text or module) and run it on the arrays of the
+    ``.npz`` file ``inputs`` or, with ``seed``, on random ones; ``check_results``
+    compares every result as ``--check`` does (see the module docstring)."""
+    from fusec.api import compile as fusec_compile
+    from fusec.api import parse
+
+    if (inputs is None) == (seed is None):
+        raise FusecError("give exactly one of --inputs FILE.npz and --random-inputs")
+    compiled = fusec_compile(source, target=target, pipeline=pipeline, entry=entry)
+    fn = entry_function(compiled.module, compiled.entry)
+    arrays = random_inputs(fn, seed) if seed is not None else load_inputs(fn, inputs or "")
+    result = compiled(*arrays)
+    outputs = list(result) if isinstance(result, tuple) else [result]
+    checks = None
+    if check_results:
+        parsed = source if isinstance(source, ModuleOp) else parse(source)
+        checks = check(parsed, compiled, arrays, outputs)
+    return RunResult(compiled.entry, compiled.target, outputs, checks)

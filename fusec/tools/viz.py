@@ -27,7 +27,7 @@ from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 
-from fusec.dialect.ops import FusedOp
+from fusec.dialect.ops import FusedOp, YieldOp
 from fusec.errors import FusecError, SourceLocation
 
 KIND_COLOURS = {
@@ -82,7 +82,7 @@ def _type_text(value: SSAValue) -> str:
 
 
 def _where(op: Operation) -> str:
-    from fusec.frontend.mlir import location_of
+    from fusec.ir.diagnostics import location_of
 
     loc = location_of(op)
     return f"{loc.line}:{loc.col}" if loc is not None and loc.line > 0 else ""
@@ -131,7 +131,7 @@ class _Builder:
         for arg, outer in zip(body.args, fused.inputs, strict=True):
             self.source[arg] = self.source.get(outer, "")
         for op in body.ops:
-            if op is body.last_op:
+            if isinstance(op, YieldOp):
                 for res, value in zip(fused.results, op.operands, strict=True):
                     self.source[res] = self.source.get(value, "")
                 continue
@@ -403,8 +403,8 @@ def _svg_document(lay: _Layout) -> str:
 
 def _unit_edges(lay: _Layout) -> list[str]:
     """Edges between units, spread along the boxes' bottom and top sides."""
-    outs: dict[str, list[tuple[str, str]]] = {}
-    ins: dict[str, list[tuple[str, str]]] = {}
+    outs: dict[str, list[tuple[str, tuple[str, str]]]] = {}
+    ins: dict[str, list[tuple[str, tuple[str, str]]]] = {}
     for key, chain in lay.routes.items():
         first, last = (chain[0], chain[-1]) if chain else (key[1], key[0])
         outs.setdefault(key[0], []).append((first, key))

@@ -1,0 +1,81 @@
+"""The entry function of a module, its arguments and its constants.
+
+What every consumer of a compiled module needs (the reference executor, the
+launch planner, the API): which function runs, whether the arguments match
+its signature (one located message naming the bad one), and the values of
+its dense constants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from xdsl.dialects import arith, func
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, TensorType
+
+from fusec.dialect.ops import spec_of
+from fusec.dialect.shapes import ShapeError
+from fusec.errors import FusecError
+from fusec.ir.dtypes import numpy_dtype
+
+
+def constant_value(op: arith.ConstantOp) -> np.ndarray:
+    """The value of a dense tensor ``arith.constant`` as a numpy array."""
+    value = op.value
+    if not isinstance(value, DenseIntOrFPElementsAttr) or not isinstance(value.type, TensorType):
+        raise FusecError(f"arith.constant: only dense tensor constants are supported, got {value}")
+    shape = tuple(value.type.get_shape())
+    data = np.asarray(value.get_values(), dtype=np.float64)
+    if data.size == 1:  # a splat, 0-d scalars included
+        return np.full(shape, data[0])
+    return data.reshape(shape)
+
+
+def entry_function(module: ModuleOp, entry: str | None = None) -> func.FuncOp:
+    """The function to run: ``entry`` by name, or the module's single public function."""
+    funcs = [op for op in module.ops if isinstance(op, func.FuncOp)]
+    if entry is not None:
+        for f in funcs:
+            if f.sym_name.data == entry:
+                return f
+        names = ", ".join(f"@{f.sym_name.data}" for f in funcs) or "none"
+        raise FusecError(f"no function named '@{entry}' in the module (functions: {names})")
+    public = [f for f in funcs if f.sym_visibility is None or f.sym_visibility.data == "public"]
+    if len(public) != 1:
+        names = ", ".join(f"@{f.sym_name.data}" for f in public) or "none"
+        raise FusecError(
+            f"cannot pick the entry function: {len(public)} public functions ({names}); "
+            "pass entry=NAME"
+        )
+    return public[0]
+
+
+def check_arguments(
+    fn: func.FuncOp, args: Sequence[Any], *, allow_float64: bool = False
+) -> list[np.ndarray]:
+    """Arguments as numpy arrays of the signature's shapes, or a FusecError naming the bad one."""
+    params = fn.function_type.inputs.data
+    name = fn.sym_name.data
+    if len(args) != len(params):
+        raise FusecError(f"@{name} takes {len(params)} argument(s), got {len(args)}")
+    arrays = []
+    for index, (arg, param) in enumerate(zip(args, params, strict=True)):
+        try:
+            spec = spec_of(param)
+        except ShapeError as err:
+            raise FusecError(f"@{name}: parameter #{index}: {err}") from None
+        array = np.asarray(arg)
+        if array.shape != spec.shape:
+            raise FusecError(
+                f"@{name}: argument #{index} has shape {array.shape}, "
+                f"expected {spec.shape} ({spec})"
+            )
+        want = numpy_dtype(spec.dtype)
+        if array.dtype != want and not (allow_float64 and array.dtype == np.float64):
+            raise FusecError(
+                f"@{name}: argument #{index} has dtype {array.dtype}, expected {want} ({spec})"
+            )
+        arrays.append(array)
+    return arrays

@@ -1,0 +1,48 @@
+"""The runtime ABI of generated CUDA kernel modules: the only fusec module they import.
+
+Generated source names everything it needs from here, so the runtime's
+internals can move without invalidating cached kernels or their text:
+
+* ``cuda``: ``numba.cuda``, prepared (``fusec.targets.cuda.env``);
+* the device helpers of ``fusec.targets.cuda.device`` (``ld_f16``,
+  ``load_bf16x8``, ``block_sum``, ``round_f16``...; ``device.helper_names()``);
+* ``ieee_conv2d``, ``ieee_matmul``, ``ieee_addmm``: the PyTorch fallback's
+  IEEE-f32 library calls (``fusec.targets.cuda.torch_runtime``);
+* ``TileConfig``, ``Epilogue``, ``GemmSpec``, ``GemmLaunch``: the Tensor Core
+  GEMM's description and launcher (``fusec.targets.cuda.gemm``).
+
+Names resolve on first use, so a module that needs only the torch helpers
+never imports numba.cuda, and one that needs the device helpers never imports
+the GEMM's toolchain. Removing or changing the meaning of a name here is a
+break of every cached kernel: add names, do not repurpose them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_PROVIDERS: dict[str, str] = {
+    "ieee_conv2d": "fusec.targets.cuda.torch_runtime",
+    "ieee_matmul": "fusec.targets.cuda.torch_runtime",
+    "ieee_addmm": "fusec.targets.cuda.torch_runtime",
+    "TileConfig": "fusec.targets.cuda.gemm.config",
+    "Epilogue": "fusec.targets.cuda.gemm.cpp",
+    "GemmSpec": "fusec.targets.cuda.gemm.cpp",
+    "GemmLaunch": "fusec.targets.cuda.gemm.launcher",
+}
+#: Everything else (the device helpers) comes from here.
+_DEVICE = "fusec.targets.cuda.device"
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    if name == "cuda":
+        from fusec.targets.cuda.env import numba_cuda
+
+        return numba_cuda()
+    module = importlib.import_module(_PROVIDERS.get(name, _DEVICE))
+    if name not in _PROVIDERS and name not in module.helper_names():
+        raise AttributeError(f"'{name}' is not part of the generated-kernel ABI")
+    return getattr(module, name)

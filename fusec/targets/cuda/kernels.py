@@ -1,0 +1,78 @@
+"""Generated CUDA kernel modules: imported and compiled through the kernel cache, or
+compiled to PTX for ``--emit ptx`` (no GPU needed for that)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from fusec.codegen import KernelSource
+from fusec.errors import FusecError
+from fusec.targets.cuda.env import device_key, numba_cuda, require_cuda_compiler, simulator_enabled
+
+
+def load_kernel_module(kernel: KernelSource, cache: Any = None) -> ModuleType:
+    """Import a generated CUDA kernel module and compile its kernels for this GPU.
+
+    The module goes through the kernel cache (written once under the cache
+    folder); its kernels are compiled eagerly with their signatures, using
+    Numba's own disk cache beside the module file, so a second process loads
+    machine code instead of compiling (generated CUDA kernels link no code,
+    so Numba can pickle them).
+    """
+    from fusec.runtime.cache import default_cache
+
+    cache = cache if cache is not None else default_cache()
+    module = cache.load_module(kernel.source, target="cuda", device=device_key())
+    if simulator_enabled():
+        return module
+    for dispatcher, signature in module.KERNELS:
+        if signature in _compiled.setdefault(id(dispatcher), set()):
+            continue
+        try:
+            dispatcher.enable_caching()
+        except Exception:  # a dispatcher that cannot cache: compile in memory only
+            pass
+        dispatcher.compile(signature)
+        _compiled[id(dispatcher)].add(signature)
+    return module
+
+
+_compiled: dict[int, set] = {}
+
+
+def emit_ptx(kernel: KernelSource, cc: tuple[int, int] = (9, 0), cache: Any = None) -> str:
+    """PTX of every kernel in ``kernel``'s module for compute capability ``cc``.
+
+    Compiled with NVVM through ``numba.cuda.compile_ptx``; needs no GPU (only the
+    ``cuda`` extra). Stored in the kernel cache's blob store.
+    """
+    from fusec.runtime.cache import cache_key, default_cache
+
+    require_cuda_compiler("cannot emit PTX")
+    if simulator_enabled():
+        raise FusecError("cannot emit PTX under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
+    cache = cache if cache is not None else default_cache()
+    key = cache_key(kernel.source, "ptx", f"sm_{cc[0]}{cc[1]}")
+
+    def build() -> bytes:
+        cuda = numba_cuda()
+        namespace: dict[str, Any] = {"__name__": f"_fusec_ptx_{kernel.name}"}
+        exec(compile(kernel.source, f"<fusec kernel {kernel.name}>", "exec"), namespace)
+        parts = []
+        for dispatcher, signature in namespace["KERNELS"]:
+            ptx, _ = cuda.compile_ptx(dispatcher.py_func, signature, cc=cc)
+            parts.append(ptx)
+        return "\n".join(parts).encode()
+
+    return cache.get_or_build(key, build).decode()
+
+
+def parse_arch(arch: str) -> tuple[int, int]:
+    """``sm_90`` / ``sm_90a`` / ``90`` -> (9, 0); FusecError otherwise."""
+    import re
+
+    match = re.fullmatch(r"(?:sm_|compute_)?(\d)(\d)a?", arch.strip())
+    if not match:
+        raise FusecError(f"bad --arch '{arch}': expected e.g. sm_90")
+    return int(match.group(1)), int(match.group(2))

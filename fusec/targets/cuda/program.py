@@ -1,0 +1,397 @@
+"""Running a compiled function on the GPU: the backend, direct launches, the program
+(device-resident values between launches, the caller's stream) and CUDA graphs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+from fusec.codegen import KernelSource
+from fusec.dialect.ops import spec_of
+from fusec.dialect.shapes import TensorSpec
+from fusec.errors import FusecError
+from fusec.runtime.launch import nvtx_range
+from fusec.targets.cuda.adapters import (
+    _TORCH_DTYPES,
+    _Adapter,
+    _adapter_for,
+    _Buffer,
+    _check,
+    _device_copy,
+    _family,
+    _fill_nan,
+    _from_dlpack,
+    _torch_buffer,
+)
+from fusec.targets.cuda.env import (
+    gpu_available,
+    numba_cuda,
+    require_cuda_compiler,
+    simulator_enabled,
+    sm_count,
+)
+from fusec.targets.cuda.kernels import load_kernel_module
+from fusec.targets.cuda.streams import (
+    StreamRef,
+    explicit_handle,
+    stream_ptr,
+)
+
+
+class CudaBackend:
+    """The ``cuda`` target of ``fusec.runtime.launch.Program``: Numba CUDA kernels."""
+
+    target = "cuda"
+
+    def __init__(self, cache: Any = None) -> None:
+        from fusec.runtime.cache import default_cache
+
+        require_cuda_compiler("target 'cuda' is not usable")
+        if not simulator_enabled() and not gpu_available():
+            raise FusecError("target 'cuda' needs an NVIDIA GPU, and none is usable here")
+        self.cache = cache if cache is not None else default_cache()
+        self.sms = sm_count()
+
+    def load(self, kernel: KernelSource) -> Callable[..., Any]:
+        module = load_kernel_module(kernel, self.cache)
+        if getattr(module, "TORCH_FALLBACK", False):
+            return TorchGroup(module, kernel)
+        if not simulator_enabled() and hasattr(module, "launch_raw"):
+            return _RawLaunch(module, self.sms)
+        if simulator_enabled() or len(getattr(module, "KERNELS", ())) != 1:
+            return getattr(module, kernel.entry)
+        return _DirectLaunch(module, self.sms)
+
+    def run(self, launch: Any, fn: Callable[..., Any], inputs: list, alloc: Any) -> list:
+        """Numpy in, numpy out (the generic ``Program`` path; ``CudaProgram`` keeps data on
+        the device between launches instead)."""
+        adapter = _Adapter("host", None)
+        stream = adapter.stream(None)
+        specs = launch.kernel.inputs
+        bufs = [
+            adapter.wrap(a, spec, stream, k, "group")
+            for k, (a, spec) in enumerate(zip(inputs, specs, strict=True))
+        ]
+        outs = [adapter.empty(spec, stream) for spec in launch.kernel.outputs]
+        fn(*(b.flat for b in bufs), *(o.flat for o in outs), stream=stream.numba, sms=self.sms)
+        results = [adapter.result(o, stream) for o in outs]
+        stream.synchronize()
+        return results
+
+    def to_host(self, value: Any) -> Any:
+        import numpy as np
+
+        return np.asarray(value)
+
+
+class TorchGroup:
+    """A conv/matmul group that runs through PyTorch (``fusec.targets.cuda.torch_fallback``).
+
+    Called with torch tensors of the group's operand types, on torch's current
+    stream (the caller arranges that it is the call's stream); returns
+    PyTorch's result tensors, checked against the group's result types.
+    """
+
+    def __init__(self, module: ModuleType, kernel: KernelSource) -> None:
+        from fusec.extras import require
+
+        require(
+            "gpu",
+            "conv/matmul groups on the cuda target run through PyTorch until their Tensor "
+            "Core templates exist; this",
+        )
+        import torch
+
+        self.torch = torch
+        self.run = module.run
+        self.outputs = kernel.outputs
+        self.name = kernel.name
+        self.dtypes = [getattr(torch, _TORCH_DTYPES[spec.dtype]) for spec in kernel.outputs]
+
+    def __call__(self, tensors: list[Any]) -> list[Any]:
+        results = list(self.run(self.torch, *tensors))
+        for k, (t, spec, dtype) in enumerate(zip(results, self.outputs, self.dtypes, strict=True)):
+            if tuple(t.shape) != spec.shape or t.dtype != dtype:  # a code generator bug
+                raise FusecError(
+                    f"kernel {self.name}: result #{k} is {tuple(t.shape)} {t.dtype}, "
+                    f"expected {spec}"
+                )
+            if not t.is_contiguous():
+                results[k] = t.contiguous()
+        return results
+
+
+class _DirectLaunch:
+    """Launch a generated module's one kernel straight through the driver.
+
+    Same effect as the module's ``launch`` (same kernel, grid and stream), but
+    without building numba device arrays or re-dispatching on argument types
+    per call. The kernel's parameters follow Numba's array ABI (meminfo,
+    parent, nitems, itemsize, data, shape, strides: seven 64-bit values per
+    flat array); shapes are static, so a call only writes the data addresses
+    into a prepared parameter block and makes one ``cuLaunchKernel`` call.
+    """
+
+    def __init__(self, module: ModuleType, sms: int) -> None:
+        import ctypes
+        import threading
+
+        from cuda.bindings import driver as drv
+
+        self.module = module
+        self.drv = drv
+        ((dispatcher, _signature),) = module.KERNELS
+        overload = next(iter(dispatcher.overloads.values()))
+        handle = overload._codelibrary.get_cufunc().handle
+        self.function = drv.CUfunction(int(handle))
+        self.blocks, self.threads = module.config(sms)
+        self.count = len(overload.argument_types)
+        self.values = (ctypes.c_int64 * (7 * self.count))()
+        base = ctypes.addressof(self.values)
+        self.pointers = (ctypes.c_void_p * (7 * self.count))(
+            *(base + 8 * k for k in range(7 * self.count))
+        )
+        self.params = ctypes.addressof(self.pointers)
+        self.lock = threading.Lock()
+        self.streams: dict[int, Any] = {}
+        self.sized = False
+
+    def __call__(self, *arrays: Any, stream: Any = 0, sms: int = 0) -> None:
+        """``arrays``: inputs then outputs, numba device arrays (the module's own order)."""
+        self.module.launch(*arrays, stream=stream, sms=sms)
+
+    def direct(self, stream: int, inputs: list[_Buffer], outputs: list[_Buffer]) -> None:
+        """Launch on the raw stream handle ``stream`` with the buffers' addresses."""
+        buffers = (*outputs, *inputs)  # kernel parameter order: outputs first
+        if len(buffers) != self.count:
+            raise FusecError(f"kernel takes {self.count} arrays, got {len(buffers)}")
+        handle = self.streams.get(stream)
+        if handle is None:
+            handle = self.streams[stream] = self.drv.CUstream(stream)
+        values = self.values
+        with self.lock:
+            if not self.sized:  # shapes are static: sizes are written once
+                for k, buf in enumerate(buffers):
+                    size = 4 if buf.spec.dtype == "f32" else 2
+                    values[7 * k + 2] = values[7 * k + 5] = buf.n
+                    values[7 * k + 3] = values[7 * k + 6] = size
+                self.sized = True
+            for k, buf in enumerate(buffers):
+                values[7 * k + 4] = buf.ptr
+            (err,) = self.drv.cuLaunchKernel(
+                self.function, self.blocks, 1, 1, self.threads, 1, 1, 0, handle, self.params, 0
+            )
+        if int(err) != 0:
+            raise FusecError(f"CUDA kernel launch failed: {err}")
+
+
+class _RawLaunch:
+    """A module that launches its own kernels from raw device addresses (``launch_raw``:
+    the linked-cubin templates), so a call builds no numba device arrays."""
+
+    def __init__(self, module: ModuleType, sms: int) -> None:
+        self.module = module
+        self.sms = sms
+
+    def __call__(self, *arrays: Any, stream: Any = 0, sms: int = 0) -> None:
+        self.module.launch(*arrays, stream=stream, sms=sms or self.sms)
+
+    def direct(self, stream: int, inputs: list[_Buffer], outputs: list[_Buffer]) -> None:
+        self.module.launch_raw(stream, [b.ptr for b in inputs], [b.ptr for b in outputs], self.sms)
+
+
+def _program_base():
+    from fusec.runtime.launch import Program
+
+    return Program
+
+
+class CudaProgram(_program_base()):  # type: ignore[misc]
+    """A compiled function on the GPU: its launches, in order, on one stream.
+
+    Arguments may be numpy arrays (copied in; results copied back, the only
+    synchronisation), torch or cupy tensors, or any ``__cuda_array_interface__``
+    / DLPack object (used in place; results of the same kind, on the caller's
+    current stream, no synchronisation). Intermediate tensors between groups
+    stay on the device.
+    """
+
+    #: ``CompiledModule(..., stream=s)`` queues the work on ``s``.
+    takes_stream = True
+
+    def __init__(
+        self, module: Any, entry: str | None = None, target: Any = "cuda", cache: Any = None
+    ) -> None:
+        super().__init__(module, entry, "cuda", cache)
+        self._specs = [spec_of(p) for p in self.function.function_type.inputs.data]
+        self._name = self.function.sym_name.data
+        self._constants: dict[int, _Buffer] = {}
+        self._keep: list | None = None  # set while capturing: every buffer stays alive
+        self._plan_slots()
+
+    def _plan_slots(self) -> None:
+        """Number every value once, so that a call indexes a list (no IR objects)."""
+        slot = {arg: k for k, arg in enumerate(self.function.body.block.args)}
+        self._constant_slots = []
+        for value in self.constants:
+            slot[value] = len(slot)
+            self._constant_slots.append((slot[value], self.constants[value]))
+        self._steps = []
+        for launch in self.launches:
+            ins = [slot[v] for v in launch.operands]
+            outs = []
+            for value in launch.results:
+                slot[value] = len(slot)
+                outs.append(slot[value])
+            self._steps.append((ins, outs, launch.kernel.outputs, launch.label))
+        self._return_slots = [slot[v] for v in self.returns]
+        self._slot_count = len(slot)
+
+    def __call__(
+        self, args: Sequence[Any], *, alloc: Any = None, stream: Any = None, poison: bool = False
+    ) -> tuple:
+        """Run on ``args``; ``poison`` (or any ``alloc``, as tests pass) fills every output
+        with NaN first, so that an element no kernel writes shows up."""
+        poison = poison or alloc is not None
+        if len(args) != len(self._specs):
+            raise FusecError(f"@{self._name} takes {len(self._specs)} argument(s), got {len(args)}")
+        families = [_family(a) for a in args]
+        if "dlpack" in families:
+            pairs = zip(args, families, strict=True)
+            args = [_from_dlpack(a) if f == "dlpack" else a for a, f in pairs]
+            families = [_family(a) for a in args]
+        first = next((k for k, f in enumerate(families) if f != "host"), None)
+        adapter = _adapter_for(
+            "host" if first is None else families[first], None if first is None else args[first]
+        )
+        stream_ref = adapter.stream(stream)
+        fns = self._fns if self._fns is not None else self.load()  # compiled on first use
+        if adapter.family == "torch" or self._torch_groups:  # torch work: on the call's stream
+            with adapter.torch_context(stream_ref):
+                return self._run(args, adapter, stream_ref, fns, poison)
+        return self._run(args, adapter, stream_ref, fns, poison)
+
+    @property
+    def _torch_groups(self) -> bool:
+        return any(isinstance(fn, TorchGroup) for fn in self._fns or ())
+
+    def _run(
+        self, args: Sequence[Any], adapter: _Adapter, stream_ref: StreamRef, fns: list, poison: bool
+    ) -> tuple:
+        values: list[Any] = [None] * self._slot_count
+        for index, arg in enumerate(args):
+            values[index] = adapter.wrap(arg, self._specs[index], stream_ref, index, self._name)
+        for index, buffer in self._device_constants(stream_ref).items():
+            values[index] = buffer
+        for fn, (ins, outs, out_specs, label) in zip(fns, self._steps, strict=True):
+            if fn is None:  # a view (reshape): the operand's buffer under the result's shape
+                values[outs[0]] = values[ins[0]].reshaped(out_specs[0])
+                continue
+            inputs = [values[k] for k in ins]
+            with nvtx_range(label):
+                if isinstance(fn, TorchGroup):
+                    tensors = fn([adapter.as_torch(b) for b in inputs])
+                    pairs = zip(tensors, out_specs, strict=True)
+                    outputs = [_torch_buffer(t, spec) for t, spec in pairs]
+                else:
+                    outputs = self._launch(fn, adapter, stream_ref, inputs, out_specs, poison)
+            for k, out in zip(outs, outputs, strict=True):
+                values[k] = out
+        if self._keep is not None:
+            self._keep.extend(v for v in values if v is not None)
+        results = tuple(adapter.result(values[k], stream_ref) for k in self._return_slots)
+        if adapter.family == "host":
+            stream_ref.synchronize()
+        return results
+
+    def _launch(
+        self, fn: Any, adapter: _Adapter, stream: StreamRef, inputs: list, specs, poison: bool
+    ) -> list[_Buffer]:
+        """One Numba kernel group: outputs allocated (poisoned on request), one launch."""
+        outputs = [adapter.empty(spec, stream) for spec in specs]
+        if poison:
+            for out in outputs:
+                _fill_nan(out, stream)
+        if isinstance(fn, (_DirectLaunch, _RawLaunch)):
+            fn.direct(stream.ptr, inputs, outputs)
+        else:
+            fn(
+                *(b.flat for b in inputs),
+                *(o.flat for o in outputs),
+                stream=stream.numba,
+                sms=self.backend.sms,
+            )
+        return outputs
+
+    def _device_constants(self, stream: StreamRef) -> dict[int, _Buffer]:
+        """The module's arith.constant tensors, uploaded once (slot -> buffer).
+
+        Later calls may run on other streams, so the upload is waited for once.
+        """
+        if not self._constants and self._constant_slots:
+            host = _Adapter("host", None)
+            from fusec.ir.dtypes import element_type_of
+
+            for index, array in self._constant_slots:
+                spec = TensorSpec(tuple(array.shape), element_type_of(array.dtype) or "f32")
+                self._constants[index] = host.wrap(array, spec, stream, 0, "constant")
+            stream.synchronize()
+        return self._constants
+
+    def capture(self, *args: Any, stream: Any = None) -> CudaGraph:
+        """Record one call on ``args`` as a CUDA graph (see ``CudaGraph``)."""
+        return CudaGraph(self, args, stream)
+
+
+class CudaGraph:
+    """A captured call: replaying it relaunches every kernel with one graph launch.
+
+    The inputs given at capture are the graph's (static) inputs: write new data
+    into them (``graph.inputs[k][...] = ...``) and ``replay()``; the results
+    are ``graph.outputs``, overwritten by each replay. Everything is recorded
+    on a stream of its own, after one warm-up call that compiles and loads.
+    """
+
+    def __init__(self, program: CudaProgram, args: Sequence[Any], stream: Any = None) -> None:
+        from cuda.bindings import driver as drv
+
+        self.drv = drv
+        cuda = numba_cuda()
+        device_args = [_device_copy(a) for a in args]
+        self.inputs = device_args
+        program(device_args, stream=stream)  # warm-up: module load outside the capture
+        if program._torch_groups:
+            raise FusecError(
+                "CUDA graph capture of conv/matmul groups that run through PyTorch is not "
+                "supported (their Tensor Core templates will be capturable)"
+            )
+        capture_stream = cuda.stream()
+        cuda.synchronize()
+        handle = drv.CUstream(stream_ptr(capture_stream))
+        mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        _check(drv.cuStreamBeginCapture(handle, mode))
+        self.buffers: list[Any] = []
+        program._keep = self.buffers  # intermediates must outlive the capture
+        # torch allocations stay on torch's current stream, outside the capture: the
+        # buffers are kept alive above, and the kernels are what is recorded
+        capture = StreamRef(stream_ptr(capture_stream), capture_stream, current=True)
+        try:
+            outputs = program(device_args, stream=capture)
+        except BaseException:
+            drv.cuStreamEndCapture(handle)
+            raise
+        finally:
+            program._keep = None
+        graph = _check(drv.cuStreamEndCapture(handle))
+        self.graph_exec = _check(drv.cuGraphInstantiate(graph, 0))
+        self.graph = graph
+        self.outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        self.stream = capture_stream
+
+    def replay(self, stream: Any = None) -> tuple:
+        """Launch the graph on ``stream`` (default: its capture stream); no synchronisation."""
+        target = self.stream if stream is None else stream
+        handle = self.drv.CUstream(explicit_handle(target))
+        _check(self.drv.cuGraphLaunch(self.graph_exec, handle))
+        return self.outputs

@@ -1,0 +1,169 @@
+"""The layout, reduction and pooling kinds on the cpu target vs the float64 reference.
+
+Every case compiles with the default pipeline (so the fusion rules decide the
+groups), runs on fresh random inputs with NaN-poisoned outputs, and compares
+every result elementwise with the reference executor (``cpu_check.check``);
+the kernel kinds the pipeline chose are pinned too.
+"""
+
+from __future__ import annotations
+
+import pytest
+from cpu_check import check
+
+import fusec
+from fusec.dialect.shapes import TensorSpec, pool2d
+from fusec.runtime.cache import KernelCache
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> KernelCache:
+    return KernelCache(tmp_path_factory.mktemp("kernels"))
+
+
+def _t(shape, dtype="f32"):
+    return f"tensor<{''.join(f'{d}x' for d in shape)}{dtype}>"
+
+
+def _run(text: str, cache: KernelCache) -> list[str]:
+    """Check the numerics; the kinds of the kernels launched, in order."""
+    program = check(text, cache=cache, fuse=True)
+    return [k.kind for k in program.kernels]
+
+
+# ------------------------------------------------------------------ pooling
+
+POOLS = {
+    # name: (op, attributes, input shape)
+    "max_3x3_s2_p1": (
+        "max_pool2d",
+        {"kernel": (3, 3), "strides": (2, 2), "padding": (1, 1)},
+        (2, 3, 9, 8),
+    ),
+    "max_asym_dilated_ceil": (
+        "max_pool2d",
+        {
+            "kernel": (2, 3),
+            "strides": (2, 1),
+            "padding": (0, 1, 1, 0),
+            "dilations": (2, 1),
+            "ceil_mode": True,
+        },
+        (1, 2, 7, 6),
+    ),
+    "avg_exclude_pad": ("avg_pool2d", {"kernel": (3, 3), "padding": (1, 1)}, (2, 2, 5, 5)),
+    "avg_include_pad_ceil": (
+        "avg_pool2d",
+        {
+            "kernel": (3, 2),
+            "strides": (2, 2),
+            "padding": (1, 0, 0, 1),
+            "ceil_mode": True,
+            "count_include_pad": True,
+        },
+        (1, 3, 8, 7),
+    ),
+    "avg_large_parallel": ("avg_pool2d", {"kernel": (2, 2), "strides": (2, 2)}, (4, 16, 64, 64)),
+}
+
+
+def _attr_text(attrs: dict) -> str:
+    parts = []
+    for key, value in attrs.items():
+        if isinstance(value, bool):
+            parts.append(f"{key} = {str(value).lower()}")
+        else:
+            parts.append(f"{key} = array<i64: {', '.join(map(str, value))}>")
+    return ", ".join(parts)
+
+
+@pytest.mark.parametrize("case", POOLS)
+def test_pooling_with_its_epilogue(cache, case):
+    op, attrs, shape = POOLS[case]
+    window = {k: attrs.get(k, d) for k, d in (("kernel", (1, 1)), ("strides", (1, 1)),
+              ("padding", (0, 0)), ("dilations", (1, 1)), ("ceil_mode", False))}  # fmt: skip
+    out = pool2d(f"ai.{op}", TensorSpec(shape, "f32"), **window).shape
+    x, y, c = _t(shape), _t(out), _t((shape[1], 1, 1))
+    text = f"""
+func.func @f(%x: {x}, %c: {c}) -> {y} {{
+  %p = ai.{op} %x {{{_attr_text(attrs)}}} : {x}
+  %s = ai.mul %p, %c : {y} * {c}
+  %r = ai.relu %s : {y}
+  return %r : {y}
+}}"""
+    assert _run(text, cache) == ["pool"]  # the per-channel scale and relu ride along
+
+
+def test_max_pooling_propagates_nan(cache):
+    import numpy as np
+
+    x, y = _t((1, 1, 4, 4)), _t((1, 1, 2, 2))
+    text = f"""
+func.func @f(%x: {x}) -> {y} {{
+  %p = ai.max_pool2d %x {{kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>}} : {x}
+  return %p : {y}
+}}"""
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    x[0, 0, 1, 0] = np.nan
+    got = fusec.compile(text, target="cpu")(x)
+    assert np.isnan(got[0, 0, 0, 0]) and got[0, 0, 1, 1] == 15.0
+
+
+# ------------------------------------------------------------------ reductions
+
+
+@pytest.mark.parametrize(
+    ("op", "axes", "keepdims", "out"),
+    [
+        ("reduce_mean", (1, 3), True, (3, 1, 5, 1)),
+        ("reduce_sum", (0,), False, (4, 5, 6)),
+        ("reduce_max", (), False, ()),
+        ("reduce_mean", (2, 3), False, (3, 4)),
+    ],
+)
+def test_reductions_with_their_epilogue(cache, op, axes, keepdims, out):
+    x, y = _t((3, 4, 5, 6)), _t(out)
+    axes_text = f"axes = array<i64: {', '.join(map(str, axes))}>, " if axes else ""
+    text = f"""
+func.func @f(%x: {x}) -> {y} {{
+  %m = ai.{op} %x {{{axes_text}keepdims = {str(keepdims).lower()}}} : {x}
+  %r = ai.tanh %m : {y}
+  return %r : {y}
+}}"""
+    assert _run(text, cache) == ["reduce"]
+
+
+# ------------------------------------------------------------------ layout
+
+
+def test_layout_ops_copy_or_alias(cache):
+    a, b = _t((2, 3, 4)), _t((2, 5, 4))
+    text = f"""
+func.func @f(%a: {a}, %b: {b}) -> ({_t((4, 3, 2))}, {_t((2, 4, 4))}, {_t((8, 4))}, {_t((2, 2, 4))}) {{
+  %t = ai.transpose %a {{perm = array<i64: 2, 1, 0>}} : {a}
+  %c = ai.concat %a, %b {{axis = 1 : i64}} : {a} * {b}
+  %s = ai.slice %c {{offsets = array<i64: 0, 7, 3>, sizes = array<i64: 2, 4, 4>, strides = array<i64: 1, -2, -1>}} : {_t((2, 8, 4))}
+  %r = ai.reshape %s {{shape = array<i64: 8, 4>}} : {_t((2, 4, 4))}
+  %g = ai.gather %b {{axis = 1 : i64, indices = array<i64: 4, 0>}} : {b}
+  return %t, %s, %r, %g : {_t((4, 3, 2))}, {_t((2, 4, 4))}, {_t((8, 4))}, {_t((2, 2, 4))}
+}}"""  # noqa: E501
+    assert sorted(_run(text, cache)) == ["copy"] * 4  # the reshape is no kernel (an alias)
+
+
+def test_a_matmul_reads_its_operands_through_layout_ops(cache):
+    """The attention head split: reshape + transpose (and a transposed K through a
+    slice) become numpy views of the matmul kernel's operands, not copy kernels."""
+    qkv, w = _t((2, 6, 24)), _t((8, 8))
+    text = f"""
+func.func @f(%qkv: {qkv}, %w: {w}) -> {_t((2, 2, 6, 6))} {{
+  %q = ai.slice %qkv {{offsets = array<i64: 0, 0, 0>, sizes = array<i64: 2, 6, 8>, strides = array<i64: 1, 1, 1>}} : {qkv}
+  %k = ai.slice %qkv {{offsets = array<i64: 0, 0, 8>, sizes = array<i64: 2, 6, 8>, strides = array<i64: 1, 1, 1>}} : {qkv}
+  %qh = ai.reshape %q {{shape = array<i64: 2, 6, 2, 4>}} : {_t((2, 6, 8))}
+  %kh = ai.reshape %k {{shape = array<i64: 2, 6, 2, 4>}} : {_t((2, 6, 8))}
+  %qt = ai.transpose %qh {{perm = array<i64: 0, 2, 1, 3>}} : {_t((2, 6, 2, 4))}
+  %kt = ai.transpose %kh {{perm = array<i64: 0, 2, 3, 1>}} : {_t((2, 6, 2, 4))}
+  %s = ai.matmul %qt, %kt : {_t((2, 2, 6, 4))} * {_t((2, 2, 4, 6))}
+  %p = ai.softmax %s : {_t((2, 2, 6, 6))}
+  return %p : {_t((2, 2, 6, 6))}
+}}"""  # noqa: E501
+    assert _run(text, cache) == ["matmul"]
