@@ -1,13 +1,30 @@
-"""fusec's cuda matmul template (Hopper wgmma GEMM) vs PyTorch eager and torch.compile.
+"""fusec's cuda matmul template (Hopper wgmma GEMM) vs cuBLAS, PyTorch eager, torch.compile.
 
     python benchmarks/gemm_bench.py --out benchmarks/results
 
-Cases (fp16 unless noted): matmul 4096^3 and 8192^3 (fp16, bf16; % of cuBLAS =
-torch.matmul in the same run), matmul 4096^3 + bias + relu, the MLP block
-(LN -> matmul -> bias -> gelu -> matmul -> bias -> residual, 8192x1024x4096)
-and the 2-layer MLP without LN. Every fusec result is checked against torch
-in float32 first (fresh randn inputs). Timing: CUDA events on torch's current
-stream, median of 20 after 5 warm-ups, checked against the wall clock.
+Cases (fp16 unless noted): matmul 4096^3 and 8192^3 (fp16, bf16), matmul
+4096^3 + bias + relu, the MLP block (LN -> matmul -> bias -> gelu -> matmul ->
+bias -> residual, 8192x1024x4096) and the same without LN, LN(8192x4096) ->
+matmul(4096x4096) -> softmax (fusec: a GEMM group with the LayerNorm prologue and a
+softmax kernel; also fusec-cuda-long-softmax: one group, long-row softmax
+partials + finalise) and
+LN(8192x256) -> matmul(256x256) -> softmax (one group, row softmax in the
+epilogue). Every result is checked against torch in float32 first (fresh
+randn inputs; elementwise, rtol 1e-2, atol 1e-2 x max|ref|; NaN fails).
+
+Three times per implementation, CUDA events on torch's current stream (the
+caller's stream, which fusec launches on), each checked against the wall clock:
+
+* ``gpu``: the GPU time alone: one call captured as a CUDA graph, replayed
+  back to back (events around 20 replays, median of 7);
+* ``call``: one call on an idle GPU (synchronised before; events around the
+  call, so the host's work before the first launch counts), median of 20;
+* ``stream``: 20 calls back to back (events around them, per call): the host's
+  per-call cost overlaps the GPU's work when it is the shorter.
+
+``host_us`` is the CPU time of one call (back to back, no synchronisation).
+"% of cuBLAS" (plain matmuls) and "vs eager" compare ``gpu`` times. Inputs are
+reused between repetitions (no L2 flush): the same for every implementation.
 Writes gemm-<date>.md and .json (date, device, commit).
 """
 
@@ -19,6 +36,7 @@ import functools
 import json
 import os
 import subprocess
+import sys
 import time
 
 MATMUL = """func.func @f(%a: tensor<{m}x{k}x{t}>, %b: tensor<{k}x{n}x{t}>) -> tensor<{m}x{n}x{t}> {{
@@ -42,37 +60,134 @@ MLP = """func.func @f(%x: tensor<{m}x{d}xf16>, %g: tensor<{d}xf16>, %be: tensor<
   return %y : tensor<{m}x{d}xf16>
 }}"""  # noqa: E501
 LN = "%n = ai.layernorm %x, %g, %be : tensor<{m}x{d}xf16> * tensor<{d}xf16> * tensor<{d}xf16>"
+LN_SOFTMAX = """func.func @f(%x: tensor<{m}x{k}xf16>, %g: tensor<{k}xf16>, %be: tensor<{k}xf16>, %w: tensor<{k}x{n}xf16>) -> tensor<{m}x{n}xf16> {{
+  %y = ai.layernorm %x, %g, %be : tensor<{m}x{k}xf16> * tensor<{k}xf16> * tensor<{k}xf16>
+  %h = ai.matmul %y, %w : tensor<{m}x{k}xf16> * tensor<{k}x{n}xf16>
+  %p = ai.softmax %h : tensor<{m}x{n}xf16>
+  return %p : tensor<{m}x{n}xf16>
+}}"""  # noqa: E501
+
+REPS = 20
 
 
-def time_it(fn, warmup: int = 5, reps: int = 20) -> float:
+def _wall_checked(events_ms: float, wall_ms: float, what: str) -> None:
+    if events_ms > wall_ms * 1.05:
+        raise RuntimeError(f"{what}: event time {events_ms:.4f} ms > wall clock {wall_ms:.4f} ms")
+
+
+def time_call(fn) -> float:
+    """Median ms of one call on an idle GPU (host work before the launch included)."""
     import torch
 
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
     stream = torch.cuda.current_stream()
     times = []
-    wall0 = time.perf_counter()
-    for _ in range(reps):
+    for _ in range(REPS):
+        torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        wall0 = time.perf_counter()
         start.record(stream)
         fn()
         end.record(stream)
         end.synchronize()
+        wall = (time.perf_counter() - wall0) * 1e3
         times.append(start.elapsed_time(end))
-    wall = (time.perf_counter() - wall0) * 1e3 / reps
+        _wall_checked(times[-1], wall, "call")
     times.sort()
-    median = times[len(times) // 2]
-    if median > wall * 1.05:
-        raise RuntimeError(f"event time {median:.3f} ms exceeds wall clock {wall:.3f} ms")
-    return median
+    return times[len(times) // 2]
+
+
+def time_stream(fn) -> tuple[float, float]:
+    """(ms per call of REPS back-to-back calls, host us per call), medians of 5."""
+    import torch
+
+    stream = torch.cuda.current_stream()
+    per_call, host = [], []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        wall0 = time.perf_counter()
+        start.record(stream)
+        for _ in range(REPS):
+            fn()
+        host.append((time.perf_counter() - wall0) * 1e6 / REPS)
+        end.record(stream)
+        end.synchronize()
+        wall = (time.perf_counter() - wall0) * 1e3
+        _wall_checked(start.elapsed_time(end), wall, "stream")
+        per_call.append(start.elapsed_time(end) / REPS)
+    per_call.sort()
+    host.sort()
+    return per_call[2], host[2]
+
+
+def time_gpu(replay) -> float:
+    """Median ms of one graph replay (REPS replays between events, 7 times)."""
+    import torch
+
+    stream = torch.cuda.current_stream()
+    for _ in range(3):
+        replay()
+    times = []
+    for _ in range(7):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        wall0 = time.perf_counter()
+        start.record(stream)
+        for _ in range(REPS):
+            replay()
+        end.record(stream)
+        end.synchronize()
+        wall = (time.perf_counter() - wall0) * 1e3
+        _wall_checked(start.elapsed_time(end), wall, "gpu")
+        times.append(start.elapsed_time(end) / REPS)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def torch_graph(fn):
+    """A replay function of ``fn`` captured as a torch CUDA graph (None if capture fails)."""
+    import torch
+
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        return graph.replay
+    except Exception as err:  # e.g. a torch.compile'd function that cannot be captured
+        print(f"  (graph capture failed: {type(err).__name__}: {str(err)[:120]})", flush=True)
+        return None
+
+
+def fusec_graph(compiled, args):
+    import torch
+
+    try:
+        graph = compiled.capture(*args)
+    except Exception as err:
+        print(f"  (fusec capture failed: {type(err).__name__}: {str(err)[:160]})", flush=True)
+        return None
+    stream = torch.cuda.current_stream()
+    return lambda: graph.replay(stream)
+
+
+def measure(fn, replay) -> dict:
+    call = time_call(fn)
+    stream_ms, host_us = time_stream(fn)
+    gpu = time_gpu(replay) if replay is not None else None
+    return {"gpu_ms": gpu, "call_ms": call, "stream_ms": stream_ms, "host_us": host_us}
 
 
 def check(got, ref) -> float:
     import torch
 
     got, ref = got.float(), ref.float()
-    tol = 1e-2 * max(float(ref.abs().max()), 1.0)
+    tol = 1e-2 * max(float(ref.abs().max()), 1e-6)
     bad = int((~torch.isclose(got, ref, rtol=1e-2, atol=tol) | torch.isnan(got)).sum())
     rel = float((got - ref).norm() / ref.norm())
     if bad or rel > 1e-2:
@@ -80,7 +195,7 @@ def check(got, ref) -> float:
     return rel
 
 
-def main() -> None:
+def main() -> int:
     import torch
     import torch.nn.functional as F
 
@@ -88,59 +203,89 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--only", default="", help="run cases whose name contains this")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     args = parser.parse_args()
-    rows = []
+    rows: list[dict] = []
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}
 
-    def record(case, fusec_ms, eager_ms, compile_ms, flops, rel, **extra):
-        row = {
-            "case": case,
-            "fusec_ms": fusec_ms,
-            "eager_ms": eager_ms,
-            "compile_ms": compile_ms,
-            "rel_l2": rel,
-            **extra,
-        }
-        if flops:
-            row["fusec_tflops"] = flops / fusec_ms / 1e9
-            row["pct_of_eager"] = 100 * eager_ms / fusec_ms
+    def bench(case, text, inputs, reference, flops, pipeline=None, compile_fn=True):
+        if args.only and args.only not in case:
+            return
+        print(f"== {case}", flush=True)
+        row: dict = {"case": case, "flops": flops}
+        try:
+            t0 = time.perf_counter()
+            compiled = fusec.compile(text, target="cuda", pipeline=pipeline)
+            out = compiled(*inputs)  # builds and loads the kernels
+            torch.cuda.synchronize()
+            row["fusec_first_call_s"] = time.perf_counter() - t0
+            row["kernels"] = [k.kind for k in compiled.kernels]
+            ref = reference(*(t.float() for t in inputs))
+            row["rel_l2"] = check(out, ref)
+            call = functools.partial(compiled, *inputs)
+            row["fusec"] = measure(call, fusec_graph(compiled, inputs))
+        except Exception as err:
+            row["fusec_error"] = f"{type(err).__name__}: {err}"[:400]
+            print("  fusec FAILED:", row["fusec_error"], flush=True)
+        eager = functools.partial(reference, *inputs)
+        row["eager"] = measure(eager, torch_graph(eager))
+        if compile_fn and not args.no_compile:
+            try:
+                t0 = time.perf_counter()
+                comp = torch.compile(reference)
+                comp(*inputs)
+                torch.cuda.synchronize()
+                row["compile_s"] = time.perf_counter() - t0
+                fn = functools.partial(comp, *inputs)
+                row["compile"] = measure(fn, torch_graph(fn))
+            except Exception as err:
+                row["compile_error"] = f"{type(err).__name__}: {err}"[:300]
         rows.append(row)
         print(json.dumps(row), flush=True)
+        write(rows, args.out, quiet=True)  # a run cut short keeps the cases done
+
+    def matmul(a, b):
+        return a @ b
 
     for size in (4096, 8192):
         for t in ("f16", "bf16"):
             a = torch.randn(size, size, device="cuda", dtype=tdt[t])
             b = torch.randn(size, size, device="cuda", dtype=tdt[t])
-            f = fusec.compile(MATMUL.format(m=size, n=size, k=size, t=t), target="cuda")
-            rel = check(f(a, b), a.float() @ b.float())
-            ms = time_it(functools.partial(f, a, b))
-            eager = time_it(functools.partial(torch.matmul, a, b))
-            record(f"matmul {size}^3 {t}", ms, eager, None, 2.0 * size**3, rel)
+            text = MATMUL.format(m=size, n=size, k=size, t=t)
+            bench(f"matmul {size}^3 {t}", text, (a, b), matmul, 2.0 * size**3, compile_fn=False)
+    later: list = []
+    for m, k, n in ((8192, 256, 256), (8192, 4096, 4096)):
+        x = torch.randn(m, k, device="cuda", dtype=torch.float16) + 1.0
+        g = 1 + 0.1 * torch.randn(k, device="cuda", dtype=torch.float16)
+        be = 0.1 * torch.randn(k, device="cuda", dtype=torch.float16)
+        w = torch.randn(k, n, device="cuda", dtype=torch.float16) / k**0.5
+
+        def ln_softmax(x, g, be, w, k=k):
+            return torch.softmax(F.layer_norm(x, (k,), g, be) @ w, dim=-1)
+
+        text = LN_SOFTMAX.format(m=m, k=k, n=n)
+        name = f"LN {m}x{k} -> matmul {k}x{n} -> softmax"
+        bench(name, text, (x, g, be, w), ln_softmax, 2.0 * m * k * n)
+        if n > 256:  # the softmax in the GEMM group (partials + finalise pass): at the end
+            later.append(
+                (f"{name} (softmax fused)", text, (x, g, be, w), ln_softmax, 2 * m * k * n)
+            )
     size = 4096
     a = torch.randn(size, size, device="cuda", dtype=torch.float16)
     b = torch.randn(size, size, device="cuda", dtype=torch.float16)
     bias = torch.randn(size, device="cuda", dtype=torch.float16)
-    f = fusec.compile(BIAS_RELU.format(m=size, n=size, k=size, t="f16"), target="cuda")
 
     def bias_relu(x, y, z):
         return torch.relu(x @ y + z)
 
-    rel = check(f(a, b, bias), torch.relu(a.float() @ b.float() + bias.float()))
-    comp = torch.compile(bias_relu)
-    comp(a, b, bias)
-    record(
-        "matmul 4096^3 + bias + relu",
-        time_it(functools.partial(f, a, b, bias)),
-        time_it(functools.partial(bias_relu, a, b, bias)),
-        time_it(functools.partial(comp, a, b, bias)),
-        2.0 * size**3,
-        rel,
-    )
+    text = BIAS_RELU.format(m=size, n=size, k=size, t="f16")
+    bench("matmul 4096^3 + bias + relu", text, (a, b, bias), bias_relu, 2.0 * size**3)
     m, d, h = 8192, 1024, 4096
     for with_ln in (True, False):
         x = torch.randn(m, d, device="cuda", dtype=torch.float16)
-        g = torch.randn(d, device="cuda", dtype=torch.float16)
-        be = torch.randn(d, device="cuda", dtype=torch.float16)
+        g = 1 + 0.1 * torch.randn(d, device="cuda", dtype=torch.float16)
+        be = 0.1 * torch.randn(d, device="cuda", dtype=torch.float16)
         w1 = torch.randn(d, h, device="cuda", dtype=torch.float16) * 0.03
         b1 = torch.randn(h, device="cuda", dtype=torch.float16)
         w2 = torch.randn(h, d, device="cuda", dtype=torch.float16) * 0.03
@@ -148,29 +293,34 @@ def main() -> None:
         text = MLP.format(
             m=m, d=d, h=h, ln=LN.format(m=m, d=d) if with_ln else "", src="%n" if with_ln else "%x"
         )
-        f = fusec.compile(text, target="cuda")
 
         def mlp(x, g, be, w1, b1, w2, b2, with_ln=with_ln):
             n = F.layer_norm(x, (d,), g, be) if with_ln else x
             hh = F.gelu(n @ w1 + b1, approximate="tanh")
             return hh @ w2 + b2 + x
 
-        inputs = (x, g, be, w1, b1, w2, b2)
-        ref = mlp(*(t.float() for t in inputs))
-        rel = check(f(*inputs), ref)
-        comp = torch.compile(mlp)
-        comp(*inputs)
-        record(
-            f"MLP {'LN ' if with_ln else ''}8192x1024x4096",
-            time_it(functools.partial(f, *inputs)),
-            time_it(functools.partial(mlp, *inputs)),
-            time_it(functools.partial(comp, *inputs)),
-            4.0 * m * d * h,
-            rel,
-        )
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip() or os.environ.get("FUSEC_COMMIT", "?")
+        name = f"MLP {'LN ' if with_ln else ''}8192x1024x4096"
+        bench(name, text, (x, g, be, w1, b1, w2, b2), mlp, 4.0 * m * d * h)
+    for case, text, inputs, reference, flops in later:
+        bench(case, text, inputs, reference, flops, "fusec-cuda-long-softmax", compile_fn=False)
+    write(rows, args.out)
+    return 0
+
+
+def _fmt(value, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def write(rows: list[dict], out: str, quiet: bool = False) -> None:
+    import torch
+
+    commit = (
+        os.environ.get("FUSEC_COMMIT")
+        or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or "?"
+    )
     meta = {
         "date": datetime.date.today().isoformat(),
         "device": torch.cuda.get_device_name(),
@@ -178,28 +328,38 @@ def main() -> None:
         "torch": torch.__version__,
         "rows": rows,
     }
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"gemm-{meta['date']}")
+    os.makedirs(out, exist_ok=True)
+    stem = os.path.join(out, f"gemm-{meta['date']}")
     with open(stem + ".json", "w") as handle:
         json.dump(meta, handle, indent=1)
     lines = [
         f"# fusec cuda GEMM vs PyTorch ({meta['device']}, {meta['date']}, commit {commit})",
         "",
-        "| case | fusec ms | eager ms | torch.compile ms | fusec TFLOP/s | % of eager "
-        "(cuBLAS for plain matmul) | rel L2 |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "ms; gpu = CUDA-graph replay (GPU time alone), call = one call on an idle GPU (host "
+        "work included), stream = back-to-back calls; host = CPU us per call.",
+        "",
+        "| case | fusec gpu | fusec call | fusec stream | fusec host us | eager gpu | eager call "
+        "| compile gpu | compile call | fusec TFLOP/s | fusec vs eager (gpu) | rel L2 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
-        comp = f"{r['compile_ms']:.4f}" if r["compile_ms"] else "-"
+        f, e, c = r.get("fusec") or {}, r["eager"], r.get("compile") or {}
+        gpu = f.get("gpu_ms") or f.get("stream_ms")
+        tflops = r["flops"] / gpu / 1e9 if gpu else None
+        ratio = 100 * e["gpu_ms"] / f["gpu_ms"] if f.get("gpu_ms") and e.get("gpu_ms") else None
         lines.append(
-            f"| {r['case']} | {r['fusec_ms']:.4f} | {r['eager_ms']:.4f} | {comp} | "
-            f"{r.get('fusec_tflops', 0):.0f} | {r.get('pct_of_eager', 0):.1f} | "
-            f"{r['rel_l2']:.1e} |"
+            f"| {r['case']} | {_fmt(f.get('gpu_ms'))} | {_fmt(f.get('call_ms'))} | "
+            f"{_fmt(f.get('stream_ms'))} | {_fmt(f.get('host_us'), 1)} | {_fmt(e.get('gpu_ms'))} | "
+            f"{_fmt(e.get('call_ms'))} | {_fmt(c.get('gpu_ms'))} | {_fmt(c.get('call_ms'))} | "
+            f"{_fmt(tflops, 0)} | {_fmt(ratio, 1)}% | {_fmt(r.get('rel_l2'), 5)} |"
         )
+        if "fusec_error" in r:
+            lines.append(f"| ^ fusec failed: {r['fusec_error'][:150]} | | | | | | | | | | | |")
     with open(stem + ".md", "w") as handle:
         handle.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    if not quiet:
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

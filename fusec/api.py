@@ -59,14 +59,18 @@ def import_onnx(
     weights_as_args: bool = False,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> Any:
-    """``from_onnx`` with what the import did: an ``ImportResult`` (``.module``,
-    ``.evaluated``: the nodes folded at import by operator, ``.summary()``)."""
+    """``from_onnx`` with what the import did: an ``ImportResult`` (``.module``;
+    ``.evaluated``, the nodes folded at import by operator; ``.recognized``, what the
+    ``recognize-patterns`` pass of the default pipeline rewrites in it; ``.summary()``)."""
     from fusec.extras import require
 
     require("onnx", "importing ONNX")
     from fusec.frontend.onnx_import import import_onnx as import_model
+    from fusec.passes.recognize import recognize
 
-    return import_model(model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes)
+    result = import_model(model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes)
+    result.recognized.update(recognize(result.module.clone()))
+    return result
 
 
 def print_ir(module: ModuleOp, *, locations: bool = False) -> str:
@@ -191,6 +195,21 @@ class CompiledModule:
         target = get_target(self.target)
         return [(kernel, target.assembly(kernel, arch)) for kernel in self.kernels]
 
+    def native_sources(self) -> list[tuple[KernelSource, str | None]]:
+        """Each kernel with the source in another language its module links (the CUDA C++
+        of a Tensor Core GEMM), or None; no device needed."""
+        from fusec.target import get_target
+
+        target = get_target(self.target)
+        return [(kernel, target.native_source(kernel)) for kernel in self.kernels]
+
+    def tune(self, reps: int = 20) -> list:
+        """Time candidate configurations of the kernels on this machine's device and record
+        the fastest (``fusec tune``); compile again to use them."""
+        from fusec.target import get_target
+
+        return get_target(self.target).tune(self.module, self.entry, reps)
+
     def capture(self, *args: Any) -> Any:
         """Record one call on ``args`` as a device graph (targets with devices only).
 
@@ -229,9 +248,11 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     CompiledModule.
 
     The target is resolved first (``auto``: the best available one) and the
-    fusion passes plan for it. Each ``ai.fused`` group becomes one generated
-    kernel, compiled (or loaded from the kernel cache) on the first call; an
-    op that the pipeline leaves outside every group is an error naming it.
+    fusion passes plan for it; ``pipeline`` defaults to the target's own
+    (``fusec-default``; ``fusec-cuda`` adds the Tensor Core tiling). Each
+    ``ai.fused`` group becomes one generated kernel, compiled (or loaded from
+    the kernel cache) on the first call; an op that the pipeline leaves outside
+    every group is an error naming it.
     Only ``target="reference"`` interprets the IR (the numpy executor): it is
     never chosen behind the caller's back. With ``executable=False`` the
     kernels are generated but no runtime is built, so a target that is not
@@ -251,7 +272,7 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     timings: list[PassTiming] = []
     run_pipeline(
         module,
-        pipeline,
+        pipeline if pipeline is not None else chosen.pipeline,
         after_pass=after_pass,
         timings=timings,
         source_text=source_text,

@@ -52,7 +52,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         sys.stderr.write(f"// -----// IR Dump After {name} //----- //\n{print_ir(module)}\n")
 
     # `fusec compile` runs nothing: kernels (and their assembly) need no device
-    target = "cuda" if args.emit == "ptx" and args.target == "auto" else args.target  # PTX: cuda
+    gpu_code = args.emit in ("ptx", "cuda")  # PTX and generated C++: the cuda target's
+    target = "cuda" if gpu_code and args.target == "auto" else args.target
     compiled = fusec_compile(
         _source(args),
         target=target,
@@ -69,6 +70,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
             parts.append(f"// no kernels generated for target '{compiled.target}'\n")
         for kernel in compiled.kernels:
             parts.append(f"// ===== kernel {kernel.name} ({kernel.kind}) =====\n{kernel.source}\n")
+    if args.emit == "cuda":
+        for kernel, text in compiled.native_sources():
+            text = text or "// no generated C++: a Numba kernel or the PyTorch fallback\n"
+            parts.append(f"// ===== kernel {kernel.name} ({kernel.kind}) CUDA C++ =====\n{text}\n")
     if args.emit == "ptx":
         for kernel, text in compiled.assembly(args.arch):
             parts.append(
@@ -136,6 +141,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     )
     _emit(print_ir(result.module, locations=True), args.output)
     sys.stderr.write(f"{args.file}: {result.summary()}\n")
+    if result.recognized:  # what the default pipeline's recognize-patterns will rewrite
+        found = ", ".join(f"{name} {n}" for name, n in sorted(result.recognized.items()))
+        sys.stderr.write(f"{args.file}: recognize-patterns (in fusec-default) rewrites: {found}\n")
     return EXIT_OK
 
 
@@ -254,6 +262,38 @@ def _add_viz_command(sub) -> None:
     viz.set_defaults(handler=cmd_viz)
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from fusec.api import compile as fusec_compile
+
+    compiled = fusec_compile(  # the cuda target's IR: tune builds and times the candidates
+        _source(args), target="cuda", pipeline=args.pipeline, entry=args.entry, executable=False
+    )
+    results = compiled.tune(reps=args.reps)
+    if not results:
+        sys.stdout.write("no Tensor Core GEMM group to tune\n")
+    for result in results:
+        sys.stdout.write(f"group #{result.group} ({result.problem}):\n")
+        for text, ms in sorted(result.timings.items(), key=lambda kv: kv[1]):
+            mark = "  <- recorded" if text == result.best else ""
+            sys.stdout.write(f"  {text:24s} {ms:9.4f} ms{mark}\n")
+        sys.stdout.write(f"  record: {result.path}\n")
+    return EXIT_OK
+
+
+def _add_tune_command(sub) -> None:
+    tune = sub.add_parser(
+        "tune",
+        help="time a few Tensor Core tile configurations of each GEMM group on this GPU and "
+        "record the fastest in the kernel cache (the tile-gemm pass then uses it)",
+    )
+    tune.add_argument("file", help="input .mlir file or .onnx model")
+    _add_input_shape(tune)
+    tune.add_argument("--pipeline", help="xDSL pass-pipeline spec (default: fusec-cuda)")
+    tune.add_argument("--entry", help="entry function name (default: the single public one)")
+    tune.add_argument("--reps", type=int, default=20, help="launches timed per candidate")
+    tune.set_defaults(handler=cmd_tune)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fusec", description="fusec: an operator-fusion compiler for AI graphs"
@@ -264,8 +304,16 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("file", help="input .mlir file or .onnx model")
     _add_input_shape(comp)
     comp.add_argument("-o", "--output", help="write the result here instead of stdout")
-    comp.add_argument("--emit", choices=("ir", "kernels", "all", "ptx"), default="ir")
-    comp.add_argument("--arch", default="sm_90", help="GPU architecture for --emit ptx")
+    comp.add_argument(
+        "--emit",
+        choices=("ir", "kernels", "all", "ptx", "cuda"),
+        default="ir",
+        help="what to print: the IR, the kernel modules, PTX, or the generated CUDA C++ of "
+        "the Tensor Core GEMM groups (ptx and cuda need no GPU)",
+    )
+    comp.add_argument(
+        "--arch", default="sm_90", help="GPU architecture for --emit ptx (sm_90a for GEMMs)"
+    )
     comp.add_argument("--pipeline", help="xDSL pass-pipeline spec (default: fusec-default)")
     comp.add_argument("--target", default="auto", help=_TARGETS_HELP)
     comp.add_argument("--entry", help="entry function name (default: the single public one)")
@@ -279,6 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.set_defaults(handler=cmd_compile)
     _add_onnx_commands(sub)
     _add_run_command(sub)
+    _add_tune_command(sub)
     _add_viz_command(sub)
     return parser
 

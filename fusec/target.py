@@ -44,6 +44,11 @@ REGISTRY: dict[str, str] = {
     "cuda": "fusec.targets.cuda.target",
 }
 
+#: Passes a target contributes to the pipelines: pass name -> "module:Class".
+TARGET_PASSES: dict[str, str] = {
+    "tile-gemm": "fusec.targets.cuda.gemm.tiling:TileGemmPass",
+}
+
 #: ``auto`` is the first target of this list that is available.
 AUTO_ORDER: tuple[str, ...] = ("cuda", "cpu")
 
@@ -82,6 +87,9 @@ class Target:
     templates: Mapping[str, Template] = {}
     #: Kernels are generated from IR alone (no device needed) and can be printed.
     generates_kernels: bool = True
+    #: The named pass pipeline (``fusec.passes.PIPELINES``) compiling for this target
+    #: when the caller names none.
+    pipeline: str = "fusec-default"
     #: Array device types (``torch.device.type``) whose data this target computes on
     #: in place: ``auto`` picks this target for arguments living there.
     devices: tuple[str, ...] = ()
@@ -158,6 +166,16 @@ class Target:
     def assembly(self, kernel: KernelSource, arch: str) -> str:
         """The kernel compiled to this target's assembly for ``arch`` (e.g. PTX)."""
         raise FusecError(f"target '{self.name}' has no assembly to emit")
+
+    def native_source(self, kernel: KernelSource) -> str | None:
+        """Source in another language that the kernel's module compiles and links (the
+        CUDA C++ of a Tensor Core GEMM), or None when it has none."""
+        return None
+
+    def tune(self, module: ModuleOp, entry: str | None = None, reps: int = 20) -> list:
+        """Time candidate configurations of the entry function's kernels on this machine
+        and record the fastest for later compilations; one result per tuned kernel."""
+        raise FusecError(f"target '{self.name}' has nothing to tune")
 
     # --------------------------------------------------------------- runtime
     def backend(self, cache: Any = None) -> Any:

@@ -19,7 +19,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -1370,6 +1370,9 @@ class ImportResult:
     evaluated: Counter[str]
     #: the nodes of the model
     nodes: int
+    #: rewrite name -> count: what ``recognize-patterns`` makes of the module (filled
+    #: by ``fusec.api.import_onnx``; the front end does not run passes)
+    recognized: Counter[str] = field(default_factory=Counter)
 
     def summary(self) -> str:
         """One line: how many nodes were folded at import, by operator."""

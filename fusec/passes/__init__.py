@@ -14,8 +14,17 @@ from dataclasses import replace
 from xdsl.passes import ModulePass, PassPipeline
 
 PIPELINES: dict[str, str] = {
-    "fusec-default": "infer-shapes,canonicalize,cse,fuse-attention,"
+    "fusec-default": "infer-shapes,recognize-patterns,canonicalize,cse,fuse-attention,"
     "fuse-prologue,fuse-epilogue,fuse-reduction,fuse-elementwise,fuse-singletons",
+    # the cuda target: fusion, then the Tensor Core tile of every GEMM group
+    "fusec-cuda": "fusec-default,tile-gemm",
+    # ... with a softmax of any row length in its matmul's group (rows longer than a block
+    # tile: the GEMM's partials epilogue and a finalise pass). Measured slower than the
+    # softmax as its own kernel on the H200 (benchmarks/results/gemm-2026-11-30.md), so
+    # not the default
+    "fusec-cuda-long-softmax": "infer-shapes,canonicalize,cse,fuse-attention,fuse-prologue,"
+    "fuse-epilogue{softmax_tile_limit=1048576},fuse-reduction,fuse-elementwise,"
+    "fuse-singletons,tile-gemm",
 }
 
 
@@ -29,6 +38,11 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         from xdsl.transforms.canonicalize import CanonicalizePass
 
         return CanonicalizePass
+
+    def recognize_patterns():
+        from fusec.passes.recognize import RecognizePatternsPass
+
+        return RecognizePatternsPass
 
     def cse():
         from xdsl.transforms.common_subexpression_elimination import (
@@ -50,22 +64,33 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return load
 
+    def target_pass(where: str) -> Callable[[], type[ModulePass]]:
+        def load() -> type[ModulePass]:
+            import importlib
+
+            module, _, cls = where.partition(":")
+            return getattr(importlib.import_module(module), cls)
+
+        return load
+
     from fusec.passes.fusion import FUSION_PASSES
+    from fusec.target import TARGET_PASSES
 
     return {
         "infer-shapes": infer_shapes,
+        "recognize-patterns": recognize_patterns,
         "canonicalize": canonicalize,
         "cse": cse,
         "dce": dce,
         **{name: fusion_pass(*where) for name, where in FUSION_PASSES.items()},
-        "fuse-attention": fusion_pass("fusec.passes.fusion.fuse_attention", "FuseAttentionPass"),
+        **{name: target_pass(where) for name, where in TARGET_PASSES.items()},
     }
 
 
 def expand_spec(spec: str) -> str:
-    """Replace named pipelines (``fusec-default``) by their passes."""
+    """Replace named pipelines (``fusec-default``) by their passes (recursively)."""
     parts = [p.strip() for p in spec.split(",") if p.strip()]
-    return ",".join(PIPELINES.get(p, p) for p in parts)
+    return ",".join(expand_spec(PIPELINES[p]) if p in PIPELINES else p for p in parts)
 
 
 def build_pipeline(

@@ -124,7 +124,7 @@ def test_online_softmax_model_matches_attention(spec: AttentionSpec) -> None:
 def test_tma_innermost_coordinates_are_16_byte_aligned() -> None:
     from test_conv_build import tma_innermost_coordinates
 
-    coords = tma_innermost_coordinates(AttentionSpec(2, 100, 70, 128, 64).source())
+    coords = tma_innermost_coordinates(AttentionSpec(2, 100, 70, 128, 64).cpp_source())
     assert len(coords) == 3 and all(c == "c * 64" for c in coords), coords
 
 

@@ -185,7 +185,7 @@ def test_tma_innermost_coordinates_are_16_byte_aligned() -> None:
     """TMA requires the innermost coordinate of a box to be 16-byte aligned (an NCHW box
     shifted along W was an illegal instruction on the H200): only chunk multiples."""
     for spec in SPECS:
-        coords = tma_innermost_coordinates(spec.source())
+        coords = tma_innermost_coordinates(spec.cpp_source())
         assert coords and all(re.fullmatch(r"\w+ \* 64", c) for c in coords), coords
 
 

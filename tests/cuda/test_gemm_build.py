@@ -168,6 +168,111 @@ SPECS = [
 ]
 
 
+def _group_specs(text: str) -> list:
+    """The linked kernels (pre-pass, GEMM, finalise) the template makes of ``text``."""
+    import fusec
+    from fusec.targets.cuda.gemm.template import linked_specs
+
+    compiled = fusec.compile(
+        text, target="cuda", pipeline="fusec-cuda-long-softmax", executable=False
+    )
+    (kernel,) = compiled.kernels
+    return linked_specs(kernel)
+
+
+LN_SOFTMAX = """func.func @f(%x: tensor<{m}x{k}xf16>, %g: tensor<{k}xf16>, %b: tensor<{k}xf16>,
+                 %w: tensor<{k}x{n}xf16>) -> tensor<{m}x{n}xf16> {{
+  %y = ai.layernorm %x, %g, %b : tensor<{m}x{k}xf16> * tensor<{k}xf16> * tensor<{k}xf16>
+  %h = ai.matmul %y, %w : tensor<{m}x{k}xf16> * tensor<{k}x{n}xf16>
+  %p = ai.softmax %h : tensor<{m}x{n}xf16>
+  return %p : tensor<{m}x{n}xf16>
+}}"""
+
+
+def test_group_kernels_of_the_fused_chains() -> None:
+    small = _group_specs(LN_SOFTMAX.format(m=8192, k=256, n=256))
+    assert [type(s).__name__ for s in small] == ["LayerNormPrep", "GemmSpec"]
+    assert small[1].epilogue.softmax == "row" and small[1].config.bn == 256
+    large = _group_specs(LN_SOFTMAX.format(m=8192, k=4096, n=4096))
+    assert [type(s).__name__ for s in large] == ["LayerNormPrep", "GemmSpec", "SoftmaxFinalise"]
+    assert large[1].epilogue.softmax == "partials" and large[1].epilogue.extras[-1] == "f32"
+
+
+def _fused_variants() -> list:
+    """Every new kernel variant: the row-softmax and partials GEMMs (with the LayerNorm
+    rewrite), both pre-pass layouts and the finalise pass."""
+    small = _group_specs(LN_SOFTMAX.format(m=8192, k=256, n=256))
+    large = _group_specs(LN_SOFTMAX.format(m=8192, k=4096, n=4096))
+    from fusec.targets.cuda.gemm import aux
+
+    return [
+        small[1],
+        large[1],
+        small[0],
+        aux.LayerNormPrep("bf16", "f32", "bf16", "k", 1e-5),
+        large[2],
+        aux.SoftmaxFinalise("f32", "y = s * 2.0f;", ("f16",)),
+    ]
+
+
+VARIANT_IDS = ["row-softmax-ln", "partials-ln", "prep-n", "prep-k", "finalise", "finalise-f32"]
+
+
+@needs_toolchain
+@pytest.mark.parametrize("index", range(6), ids=VARIANT_IDS)
+def test_fused_variant_ptx(index: int) -> None:
+    from fusec.targets.cuda.gemm import build
+
+    spec = _fused_variants()[index]
+    ptx = build.ptx(spec)
+    assert ".target sm_90a" in ptx
+    if isinstance(spec, cpp.GemmSpec):
+        assert f"wgmma.mma_async.sync.aligned.m64n{spec.config.bn}k16" in ptx
+        assert "shfl.sync.bfly" in ptx  # the quad reductions of the row statistics
+    elif spec.function_name.startswith("fusec_lnprep"):
+        assert "shfl.sync.bfly" in ptx
+        atomics = re.search(r"\b(red|atom)(\.global)?\.add\.f32", ptx) is not None
+        assert atomics == (spec.b_major == "n")  # the column sums of a K x N weight
+    else:
+        assert "ex2.approx" in ptx  # expf
+
+
+@needs_toolchain
+@pytest.mark.parametrize("index", range(6), ids=VARIANT_IDS)
+def test_fused_variant_cubin(index: int, tmp_path) -> None:
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    spec = _fused_variants()[index]
+    built = build.build(spec, KernelCache(tmp_path))
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
+    assert "0 bytes stack frame" in built.log
+    sass = _sass(built.cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    assert not re.search(r"\b(LDL|STL)\b", sass), "local-memory traffic in the kernel"
+    assert "CALL" not in sass
+    if isinstance(spec, cpp.GemmSpec):
+        hgmma = len(re.findall(r"HGMMA\.64x\d+x16\.F32", sass))
+        assert hgmma == 4 * (spec.config.acc_registers // (spec.config.bn // 2))
+        assert "SHFL.BFLY" in sass and "UTMALDG" in sass
+
+
+def _sass(cubin: bytes, tmp_path) -> str | None:
+    tool = _cuobjdump()
+    if tool is None:
+        return None
+    path = tmp_path / "k.cubin"
+    path.write_bytes(cubin)
+    sass = subprocess.run(
+        [tool, "-sass", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{Path(tool).parent}:{os.environ.get('PATH', '')}"},
+    ).stdout
+    return sass if "Function" in sass and ("nvdisasm" not in sass) else None
+
+
 def test_generated_source_has_no_user_text() -> None:
     source = cpp.generate(SPECS[0])
     assert 'extern "C" __device__' in source

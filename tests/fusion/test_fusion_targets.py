@@ -86,15 +86,16 @@ def test_cuda_gemm_takes_a_16_bit_matmul_with_its_elementwise_tail():
     assert _groups(_matmul("f32"), "cpu") == [("matmul", ["ai.matmul", "ai.relu"])]
 
 
-def test_cuda_matmul_takes_no_softmax_or_layernorm():
-    # the GEMM has no LayerNorm prologue or softmax epilogue: each is a Numba kernel
-    assert _groups(LN_MATMUL_SOFTMAX, "cuda") == [
+def test_cuda_matmul_takes_a_layernorm_prologue_and_a_softmax_epilogue():
+    # the Tensor Core GEMM: LayerNorm pre-pass + rewrite, row softmax in the epilogue
+    one_group = [("matmul", ["ai.layernorm", "ai.matmul", "ai.softmax"])]
+    assert _groups(LN_MATMUL_SOFTMAX, "cuda") == one_group
+    assert _groups(LN_MATMUL_SOFTMAX, "cpu") == one_group
+    # in f32 the matmul runs through PyTorch (IEEE f32): nothing is fused into it
+    assert _groups(LN_MATMUL_SOFTMAX.replace("f16", "f32"), "cuda") == [
         ("row_reduce", ["ai.layernorm"]),
         ("matmul", ["ai.matmul"]),
         ("row_reduce", ["ai.softmax"]),
-    ]
-    assert _groups(LN_MATMUL_SOFTMAX, "cpu") == [
-        ("matmul", ["ai.layernorm", "ai.matmul", "ai.softmax"])
     ]
 
 

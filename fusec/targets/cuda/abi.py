@@ -9,7 +9,9 @@ internals can move without invalidating cached kernels or their text:
 * ``ieee_conv2d``, ``ieee_matmul``, ``ieee_addmm``: the PyTorch fallback's
   IEEE-f32 library calls (``fusec.targets.cuda.torch_runtime``);
 * ``TileConfig``, ``Epilogue``, ``GemmSpec``, ``GemmLaunch``: the Tensor Core
-  GEMM's description and launcher (``fusec.targets.cuda.gemm``).
+  GEMM's description and launcher, with ``Prologue``/``LayerNormPrep`` (its
+  LayerNorm pre-pass) and ``Finalise``/``SoftmaxFinalise`` (its long-row
+  softmax pass) (``fusec.targets.cuda.gemm``).
 
 Names resolve on first use, so a module that needs only the torch helpers
 never imports numba.cuda, and one that needs the device helpers never imports
@@ -30,6 +32,10 @@ _PROVIDERS: dict[str, str] = {
     "Epilogue": "fusec.targets.cuda.gemm.cpp",
     "GemmSpec": "fusec.targets.cuda.gemm.cpp",
     "GemmLaunch": "fusec.targets.cuda.gemm.launcher",
+    "Prologue": "fusec.targets.cuda.gemm.launcher",
+    "Finalise": "fusec.targets.cuda.gemm.launcher",
+    "LayerNormPrep": "fusec.targets.cuda.gemm.aux",
+    "SoftmaxFinalise": "fusec.targets.cuda.gemm.aux",
 }
 #: Everything else (the device helpers) comes from here.
 _DEVICE = "fusec.targets.cuda.device"

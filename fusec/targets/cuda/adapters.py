@@ -4,6 +4,7 @@ wrapped as a device buffer with its stream; results come back as the same kind."
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,7 @@ from fusec.targets.cuda.streams import (
 )
 
 _TORCH_DTYPES = {name: t.torch for name, t in ELEMENT_TYPES.items()}
+_NO_CONTEXT = contextlib.nullcontext()  # reusable: nothing to enter
 
 
 def _family_of_stream(stream: Any) -> str:
@@ -30,14 +32,26 @@ def _family_of_stream(stream: Any) -> str:
     return "torch" if module == "torch" and hasattr(stream, "cuda_stream") else module
 
 
+#: type -> its library, for the types whose library alone decides (per-call fast path)
+_LIBRARY_OF_TYPE: dict[type, str] = {}
+
+
 def _family(obj: Any) -> str:
     """Which library an argument comes from: torch, cupy, numba, cai, dlpack or host."""
+    library = _LIBRARY_OF_TYPE.get(type(obj))
+    if library == "torch":
+        return "torch" if obj.is_cuda else "host"
+    if library is not None:
+        return library
     module = type(obj).__module__.split(".")[0]
     if module == "torch" and hasattr(obj, "is_cuda"):
+        _LIBRARY_OF_TYPE[type(obj)] = "torch"
         return "torch" if obj.is_cuda else "host"
     if module == "cupy":
+        _LIBRARY_OF_TYPE[type(obj)] = "cupy"
         return "cupy"
     if module == "numba" and hasattr(obj, "__cuda_array_interface__"):
+        _LIBRARY_OF_TYPE[type(obj)] = "numba"
         return "numba"
     if hasattr(obj, "__cuda_array_interface__"):
         return "cai"
@@ -52,7 +66,7 @@ class _Buffer:
     """One tensor on the device: what the caller sees (``user``), its raw address and
     element count (all a direct launch needs), and a numba view made on demand."""
 
-    __slots__ = ("user", "ptr", "n", "spec", "_flat", "_view")
+    __slots__ = ("user", "ptr", "spec", "_flat", "_view")
 
     def __init__(
         self,
@@ -71,7 +85,11 @@ class _Buffer:
             interface = getattr(flat, "__cuda_array_interface__", None)
             ptr = interface["data"][0] if interface and flat.shape[0] else 0
         self.ptr = ptr
-        self.n = math.prod(spec.shape)
+
+    @property
+    def n(self) -> int:
+        """Element count."""
+        return math.prod(self.spec.shape)
 
     def reshaped(self, spec: TensorSpec) -> _Buffer:
         """The same storage under another shape (a reshape: no copy)."""
@@ -82,8 +100,7 @@ class _Buffer:
     def flat(self) -> Any:
         """The flat numba device array of the storage (for copies and the slow path)."""
         if self._flat is None:
-            assert self._view is not None  # a buffer has its flat array or a way to make it
-            self._flat = self._view()
+            self._flat = self._view() if self._view is not None else _torch_view(self)
         return self._flat
 
 
@@ -101,11 +118,13 @@ class _Adapter:
     def __init__(self, family: str, example: Any) -> None:
         self.family = family
         self.cuda = numba_cuda()
+        self.simulated = simulator_enabled()  # read once, as Numba does at its import
         if family == "torch":
             import torch
 
             self.torch = torch
             self.device = example.device
+            self.torch_dtypes = {k: getattr(torch, v) for k, v in _TORCH_DTYPES.items()}
         elif family == "cupy":
             import cupy
 
@@ -115,7 +134,7 @@ class _Adapter:
     def stream(self, explicit: Any) -> StreamRef:
         """The stream to launch on: ``explicit``, else the caller's current one
         (see ``fusec.targets.cuda.streams``)."""
-        if simulator_enabled():  # one stream, handle 0, in the simulator
+        if self.simulated:  # one stream, handle 0, in the simulator
             return explicit if isinstance(explicit, StreamRef) else stream_ref(0)
         if explicit is not None:
             if isinstance(explicit, StreamRef):
@@ -140,10 +159,8 @@ class _Adapter:
     def torch_context(self, stream: StreamRef) -> Any:
         """A context making ``stream`` torch's current stream (for torch allocations,
         copies and PyTorch fallback groups); nothing to do when it already is."""
-        import contextlib
-
         if stream.current:
-            return contextlib.nullcontext()
+            return _NO_CONTEXT
         import torch
 
         device = self.device if self.family == "torch" else None
@@ -151,20 +168,21 @@ class _Adapter:
 
     # ------------------------------------------------------------- inputs
     def wrap(self, obj: Any, spec: TensorSpec, stream: Any, index: int, fn_name: str) -> _Buffer:
+        if self.family == "torch":  # the per-call path of torch callers: no imports, no copies
+            if obj.shape != spec.shape:  # (torch.Size is a tuple)
+                _check_shape(obj, spec, index, fn_name)
+            if obj.dtype != self.torch_dtypes[spec.dtype]:
+                _check_dtype(False, obj.dtype, spec, index, fn_name)
+            ptr = obj.data_ptr()
+            if not obj.is_contiguous() or ptr % 16:
+                obj = obj.clone(memory_format=self.torch.contiguous_format)
+                ptr = obj.data_ptr()
+            return _Buffer(obj, spec, ptr=ptr)
         import numpy as np
 
         from fusec.ir.dtypes import numpy_dtype
 
         cuda = self.cuda
-        if self.family == "torch":
-            torch = self.torch
-            if tuple(obj.shape) != spec.shape:
-                _check_shape(obj, spec, index, fn_name)
-            want = getattr(torch, _TORCH_DTYPES[spec.dtype])
-            _check_dtype(obj.dtype == want, obj.dtype, spec, index, fn_name)
-            if not obj.is_contiguous() or obj.data_ptr() % 16:
-                obj = obj.clone(memory_format=torch.contiguous_format)
-            return _torch_buffer(obj, spec)
         _check_shape(obj, spec, index, fn_name)
         if self.family == "cupy":
             cp = self.cupy
@@ -208,13 +226,11 @@ class _Adapter:
 
     # ------------------------------------------------------------ outputs
     def empty(self, spec: TensorSpec, stream: Any) -> _Buffer:
-        cuda = self.cuda
         if self.family == "torch":
-            torch = self.torch
-            t = torch.empty(
-                spec.shape, dtype=getattr(torch, _TORCH_DTYPES[spec.dtype]), device=self.device
-            )
-            return _torch_buffer(t, spec)
+            dtype = self.torch_dtypes[spec.dtype]
+            t = self.torch.empty(spec.shape, dtype=dtype, device=self.device)
+            return _Buffer(t, spec, ptr=t.data_ptr())
+        cuda = self.cuda
         if self.family == "cupy":
             cp = self.cupy
             dtype = {"f32": cp.float32, "f16": cp.float16, "bf16": cp.int16}[spec.dtype]
@@ -255,14 +271,16 @@ def _is_torch(obj: Any) -> bool:
 
 def _torch_buffer(t: Any, spec: TensorSpec) -> _Buffer:
     """A buffer over a contiguous torch tensor of ``spec``'s shape and element type."""
+    return _Buffer(t, spec, ptr=t.data_ptr())
 
-    def view() -> Any:
-        import torch
 
-        flat = t.reshape(-1).view(torch.float32 if spec.dtype == "f32" else torch.int16)
-        return numba_cuda().as_cuda_array(flat, sync=False)
+def _torch_view(buffer: _Buffer) -> Any:
+    """The flat numba view of a torch buffer's storage (made only when needed)."""
+    import torch
 
-    return _Buffer(t, spec, ptr=t.data_ptr(), view=view)
+    flat = buffer.user.reshape(-1)
+    flat = flat.view(torch.float32 if buffer.spec.dtype == "f32" else torch.int16)
+    return numba_cuda().as_cuda_array(flat, sync=False)
 
 
 def _size(spec: TensorSpec) -> int:

@@ -57,8 +57,11 @@ class CudaBackend:
         module = load_kernel_module(kernel, self.cache)
         if getattr(module, "TORCH_FALLBACK", False):
             return TorchGroup(module, kernel)
-        if not simulator_enabled() and hasattr(module, "launch_raw"):
-            return _RawLaunch(module, self.sms)
+        # linked cubins (Tensor Core GEMM, conv, attention): launched by address
+        linked = getattr(module, "GEMM", None) or getattr(module, "LINKED", None)
+        if linked is not None and not simulator_enabled():
+            linked.load(self.sms)
+            return linked
         if simulator_enabled() or len(getattr(module, "KERNELS", ())) != 1:
             return getattr(module, kernel.entry)
         return _DirectLaunch(module, self.sms)
@@ -74,7 +77,10 @@ class CudaBackend:
             for k, (a, spec) in enumerate(zip(inputs, specs, strict=True))
         ]
         outs = [adapter.empty(spec, stream) for spec in launch.kernel.outputs]
-        fn(*(b.flat for b in bufs), *(o.flat for o in outs), stream=stream.numba, sms=self.sms)
+        if hasattr(fn, "direct"):
+            fn.direct(stream.ptr, bufs, outs)
+        else:
+            fn(*(b.flat for b in bufs), *(o.flat for o in outs), stream=stream.numba, sms=self.sms)
         results = [adapter.result(o, stream) for o in outs]
         stream.synchronize()
         return results
@@ -186,21 +192,6 @@ class _DirectLaunch:
             raise FusecError(f"CUDA kernel launch failed: {err}")
 
 
-class _RawLaunch:
-    """A module that launches its own kernels from raw device addresses (``launch_raw``:
-    the linked-cubin templates), so a call builds no numba device arrays."""
-
-    def __init__(self, module: ModuleType, sms: int) -> None:
-        self.module = module
-        self.sms = sms
-
-    def __call__(self, *arrays: Any, stream: Any = 0, sms: int = 0) -> None:
-        self.module.launch(*arrays, stream=stream, sms=sms or self.sms)
-
-    def direct(self, stream: int, inputs: list[_Buffer], outputs: list[_Buffer]) -> None:
-        self.module.launch_raw(stream, [b.ptr for b in inputs], [b.ptr for b in outputs], self.sms)
-
-
 def _program_base():
     from fusec.runtime.launch import Program
 
@@ -282,8 +273,9 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         values: list[Any] = [None] * self._slot_count
         for index, arg in enumerate(args):
             values[index] = adapter.wrap(arg, self._specs[index], stream_ref, index, self._name)
-        for index, buffer in self._device_constants(stream_ref).items():
-            values[index] = buffer
+        if self._constant_slots:
+            for index, buffer in self._device_constants(stream_ref).items():
+                values[index] = buffer
         for fn, (ins, outs, out_specs, label) in zip(fns, self._steps, strict=True):
             if fn is None:  # a view (reshape): the operand's buffer under the result's shape
                 values[outs[0]] = values[ins[0]].reshaped(out_specs[0])
@@ -313,8 +305,9 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         if poison:
             for out in outputs:
                 _fill_nan(out, stream)
-        if isinstance(fn, (_DirectLaunch, _RawLaunch)):
-            fn.direct(stream.ptr, inputs, outputs)
+        direct = getattr(fn, "direct", None)  # _DirectLaunch, GemmLaunch: by address
+        if direct is not None:
+            direct(stream.ptr, inputs, outputs)
         else:
             fn(
                 *(b.flat for b in inputs),

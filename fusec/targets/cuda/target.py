@@ -20,12 +20,13 @@ _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
 
 
 def gemm_accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
-    """Whether the Tensor Core GEMM computes a matmul group with this epilogue.
+    """Whether the Tensor Core GEMM computes a matmul group with these members.
 
     A group it cannot take runs op by op through PyTorch, where any fused work
     is slower than a separate kernel: so only the matmul alone, or an f16/bf16
-    matmul of group inputs (rank >= 2, batch dims whole or broadcast) with an
-    elementwise tail.
+    matmul of group inputs (rank >= 2, batch dims whole or broadcast) with a
+    LayerNorm on its left operand (an unbatched right operand), an elementwise
+    tail and at most one softmax over the last axis.
     """
     if len(members) == 1 or not isinstance(anchor, ai.MatmulOp):
         return None
@@ -39,8 +40,27 @@ def gemm_accepts(members: Sequence[Operation], anchor: Operation | None) -> str 
     if lhs.rank < 2 or rhs.rank < 2:
         return f"the cuda Tensor Core GEMM takes no 1-D operand, {fallback}"
     memberset = set(members)
-    if any(v.owner in memberset for v in (anchor.lhs, anchor.rhs)):
-        return f"the cuda Tensor Core GEMM takes no prologue, {fallback}"
+    if anchor.rhs.owner in memberset:
+        return f"the cuda Tensor Core GEMM takes no prologue on its right operand, {fallback}"
+    producer = anchor.lhs.owner
+    if producer in memberset:
+        if not isinstance(producer, ai.LayerNormOp) or producer.input.owner in memberset:
+            return (
+                "the cuda Tensor Core GEMM takes one prologue, a LayerNorm of a group input, "
+                f"{fallback}"
+            )
+        if anchor.attr("transpose_a") or rhs.rank != 2:
+            return (
+                "the cuda Tensor Core GEMM's LayerNorm prologue needs a plain left operand and "
+                f"an unbatched right one, {fallback}"
+            )
+    softmaxes = [op for op in members if isinstance(op, ai.SoftmaxOp)]
+    if len(softmaxes) > 1:
+        return f"the cuda Tensor Core GEMM takes at most one softmax, {fallback}"
+    for op in softmaxes:
+        rank = spec_of(op.output.type).rank
+        if op.attr("axis") % rank != rank - 1:
+            return f"the cuda Tensor Core GEMM takes a softmax over the last axis only, {fallback}"
     escaping = [
         r
         for op in members
@@ -65,11 +85,14 @@ class CudaTarget(Target):
     name = "cuda"
     description = "NVIDIA GPUs: Numba CUDA kernels and the Hopper Tensor Core GEMM"
     devices = ("cuda",)
+    pipeline = "fusec-cuda"
     templates = {
         "pointwise": Template("fusec.targets.cuda.pointwise"),
         "row_reduce": Template("fusec.targets.cuda.row_reduce", _ROW),
         "matmul": Template(
-            "fusec.targets.cuda.gemm.template", (ai.MatmulOp,), accepts=gemm_accepts
+            "fusec.targets.cuda.gemm.template",
+            (ai.MatmulOp, ai.LayerNormOp, ai.SoftmaxOp),
+            accepts=gemm_accepts,
         ),
         "conv": Template("fusec.targets.cuda.conv.template", (ai.Conv2DOp,), accepts=conv_accepts),
         "attention": Template(
@@ -116,9 +139,36 @@ class CudaTarget(Target):
         return gpu_available()  # never the simulator behind the caller's back
 
     def assembly(self, kernel: KernelSource, arch: str) -> str:
+        """PTX: NVVM's for Numba kernels; for a Tensor Core GEMM group, its linked kernels'
+        (nvJitLink, link-time optimised) for sm_90a, which the wgmma instructions need."""
+        from fusec.errors import FusecError
+        from fusec.targets.cuda.gemm.template import linked_specs
         from fusec.targets.cuda.kernels import emit_ptx, parse_arch
 
-        return emit_ptx(kernel, parse_arch(arch)) or "// (no Numba kernel: see its header)\n"
+        cc = parse_arch(arch)
+        specs = linked_specs(kernel)
+        if not specs:
+            return emit_ptx(kernel, cc) or "// (no Numba kernel: see its header)\n"
+        if cc != (9, 0):
+            raise FusecError(
+                f"kernel {kernel.name} is a Hopper Tensor Core GEMM: its PTX exists for sm_90a "
+                "only (give --arch sm_90a)"
+            )
+        from fusec.targets.cuda.gemm.build import linked_ptx
+
+        return "\n".join(f"// {spec.function_name}\n{linked_ptx(spec)}" for spec in specs)
+
+    def native_source(self, kernel: KernelSource) -> str | None:
+        from fusec.targets.cuda.gemm.template import linked_specs
+
+        specs = linked_specs(kernel)
+        return "\n".join(spec.cpp_source() for spec in specs) if specs else None
+
+    def tune(self, module: ModuleOp, entry: str | None = None, reps: int = 20) -> list:
+        """``fusec tune``: the tile of every Tensor Core GEMM group (``gemm.tuning``)."""
+        from fusec.targets.cuda.gemm.tuning import tune
+
+        return tune(module, entry, reps)
 
     def backend(self, cache: Any = None) -> Any:
         from fusec.targets.cuda.program import CudaBackend

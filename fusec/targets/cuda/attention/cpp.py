@@ -68,11 +68,12 @@ class AttentionSpec:
     def threads(self) -> int:
         return THREADS
 
-    def source(self) -> str:
+    def cpp_source(self) -> str:
         return generate(self)
 
-    def kernel_params(self) -> list[tuple[str, str]]:
-        return [(name, "uint64") for name in ("map_q", "map_k", "map_v", "out", "scale")]
+    def arg_count(self) -> tuple[int, int]:
+        """(u64, int32) kernel parameters: map_q, map_k, map_v, out, scale."""
+        return 5, 0
 
     @property
     def q_blocks(self) -> int:

@@ -30,7 +30,8 @@ class AttentionLaunch:
         self.kernel: Any = None
         self.lock = threading.Lock()
 
-    def load(self) -> Any:
+    def load(self, sms: int | None = None) -> Any:
+        """Build (or read from the cache) and load the cubin (the grid does not use ``sms``)."""
         with self.lock:
             if self.kernel is None:
                 from fusec.targets.cuda.conv.host import LinkedKernel
@@ -54,6 +55,7 @@ class AttentionLaunch:
                 (cols, rows, spec.batch),
                 (pitch, pitch * rows),
                 (64, box_rows, 1),
+                stream,
             )
 
         scale = inputs[self.inputs["scale"]] if "scale" in self.inputs else 0
@@ -74,7 +76,11 @@ class AttentionLaunch:
                 args,
             )
 
-    def __call__(self, inputs: tuple, output: Any, stream: Any = 0) -> None:
-        from fusec.targets.cuda.streams import stream_ptr
+    def direct(self, stream: int, inputs: list, outputs: list) -> None:
+        """The runtime's launch: ``inputs``/``outputs`` are buffers with ``.ptr``."""
+        self.raw(stream, [b.ptr for b in inputs], [b.ptr for b in outputs])
 
-        self.raw(stream_ptr(stream), [_address(a) for a in inputs], [_address(output)])
+    def __call__(self, inputs: tuple, output: Any, stream: Any = 0) -> None:
+        from fusec.targets.cuda.streams import explicit_handle
+
+        self.raw(explicit_handle(stream), [_address(a) for a in inputs], [_address(output)])

@@ -138,12 +138,15 @@ class ConvSpec:
     def threads(self) -> int:
         return self.tile.threads
 
-    def source(self) -> str:
+    def cpp_source(self) -> str:
         return generate(self)
 
-    def kernel_params(self) -> list[tuple[str, str]]:
-        names = ["map_w", "map_x", "out"] + [f"e{k}" for k in range(len(self.epilogue.extras))]
-        return [(name, "uint64") for name in names]
+    def kernel_params(self) -> list[str]:
+        """The kernel's (u64) parameters after the shared-memory address."""
+        return ["map_w", "map_x", "out"] + [f"e{k}" for k in range(len(self.epilogue.extras))]
+
+    def arg_count(self) -> tuple[int, int]:
+        return len(self.kernel_params()), 0
 
     @property
     def tiles(self) -> int:
@@ -165,7 +168,7 @@ def generate(spec: ConvSpec) -> str:
     mi = tile.wm // 64
     half = tile.wn // 2
     extras_args = "".join(f", (const void*)e{k}" for k in range(len(spec.epilogue.extras)))
-    params = ", ".join(f"{t.replace('uint64', 'u64')} {n}" for n, t in spec.kernel_params())
+    params = ", ".join(f"u64 {n}" for n in spec.kernel_params())
     a_row0 = "cw * WM" if tile.split == "m" else "0"
     b_col0 = "cw * WN" if tile.split == "n" else "0"
     out = spec.out_dtype
@@ -413,18 +416,21 @@ class DirectConvSpec:
     def threads(self) -> int:
         return DIRECT_THREADS
 
-    def source(self) -> str:
+    def cpp_source(self) -> str:
         return generate_direct(self)
 
-    def kernel_params(self) -> list[tuple[str, str]]:
-        names = ["x", "w", "out"] + [f"e{k}" for k in range(len(self.epilogue.extras))]
-        return [(name, "uint64") for name in names]
+    def kernel_params(self) -> list[str]:
+        """The kernel's (u64) parameters after the shared-memory address."""
+        return ["x", "w", "out"] + [f"e{k}" for k in range(len(self.epilogue.extras))]
+
+    def arg_count(self) -> tuple[int, int]:
+        return len(self.kernel_params()), 0
 
 
 def generate_direct(spec: DirectConvSpec) -> str:
     geo = spec.geo
     extras_args = "".join(f", (const void*)e{k}" for k in range(len(spec.epilogue.extras)))
-    params = ", ".join(f"u64 {n}" for n, _ in spec.kernel_params())
+    params = ", ".join(f"u64 {n}" for n in spec.kernel_params())
     ld = f"fs_ld_{spec.dtype}"
     return f"""// fusec generated direct conv2d, {spec.dtype} -> {spec.out_dtype}, f32 accumulation
 // {_shape_comment(geo)}

@@ -52,10 +52,11 @@ def encode_tiled(dtype: str, ptr: int, dims: tuple, strides: tuple, box: tuple):
     )
 
 
-def tensor_map(dtype: str, ptr: int, dims: tuple, strides: tuple, box: tuple) -> int:
-    """Device address of the (cached) tensor map."""
+def tensor_map(dtype: str, ptr: int, dims: tuple, strides: tuple, box: tuple, stream: int) -> int:
+    """Device address of the (cached) tensor map, usable by work queued next on ``stream``
+    (a new map is uploaded stream-ordered, ``gemm.host``)."""
     key = ("nd", dtype, ptr, dims, strides, box)
-    return tensor_maps.get(key, lambda: encode_tiled(dtype, ptr, dims, strides, box))
+    return tensor_maps.get(key, lambda: encode_tiled(dtype, ptr, dims, strides, box), stream)
 
 
 class LinkedKernel:
@@ -149,6 +150,7 @@ class ConvKernel(LinkedKernel):
                 (geo.cg, geo.groups, geo.w, geo.h, geo.n),
                 (geo.cgp * 2, pixel, pixel * geo.w, pixel * geo.w * geo.h),
                 (CHUNK, 1, STRIP, 1, 1),
+                stream,
             )
             row = geo.cgp * 2
             taps = geo.r * geo.s
@@ -158,6 +160,7 @@ class ConvKernel(LinkedKernel):
                 (geo.cg, taps, geo.kg, geo.groups),
                 (row, row * taps, row * taps * geo.kg),
                 (CHUNK, 1, tile.bm, 1),
+                stream,
             )
             args = [(u64, v) for v in (map_w, map_x, out, *extras)]
             grid = min(spec.tiles, sms)

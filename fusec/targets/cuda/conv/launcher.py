@@ -25,10 +25,14 @@ class ConvLaunch:
         self.spec = spec
         self.x, self.w, self.extras = x, w, extras
         self.kernel: Any = None
+        self.sms = 132
         self.lock = threading.Lock()
 
-    def load(self) -> Any:
+    def load(self, sms: int | None = None) -> Any:
+        """Build (or read from the cache) and load the cubin; ``sms`` sizes the grid."""
         with self.lock:
+            if sms is not None:
+                self.sms = sms
             if self.kernel is None:
                 from fusec.targets.cuda.conv import host
                 from fusec.targets.cuda.gemm import build
@@ -40,13 +44,18 @@ class ConvLaunch:
                     self.kernel = host.DirectConvKernel(self.spec, cubin)
             return self.kernel
 
-    def raw(self, stream: int, inputs: list[int], outputs: list[int], sms: int = 132) -> None:
+    def raw(self, stream: int, inputs: list[int], outputs: list[int]) -> None:
         """Queue the conv on the raw stream handle ``stream`` with raw device addresses."""
         kernel = self.kernel or self.load()
         extras = tuple(inputs[i] for i in self.extras)
-        kernel(inputs[self.x], inputs[self.w], outputs[0], extras, stream, sms)
+        kernel(inputs[self.x], inputs[self.w], outputs[0], extras, stream, self.sms)
+
+    def direct(self, stream: int, inputs: list, outputs: list) -> None:
+        """The runtime's launch: ``inputs``/``outputs`` are buffers with ``.ptr``."""
+        self.raw(stream, [b.ptr for b in inputs], [b.ptr for b in outputs])
 
     def __call__(self, inputs: tuple, output: Any, stream: Any = 0, sms: int = 132) -> None:
-        from fusec.targets.cuda.streams import stream_ptr
+        from fusec.targets.cuda.streams import explicit_handle
 
-        self.raw(stream_ptr(stream), [_address(a) for a in inputs], [_address(output)], sms)
+        self.sms = sms
+        self.raw(explicit_handle(stream), [_address(a) for a in inputs], [_address(output)])

@@ -33,42 +33,43 @@ ARCH = "sm_90a"
 _SERIALISED = re.compile(r"wgmma[^\n]*serializ|serializ[^\n]*wgmma", re.IGNORECASE)
 
 
-class LinkedSpec(Protocol):
-    """What a kernel built here provides (``cpp.GemmSpec``, the conv and attention specs):
-    a generated ``extern "C"`` device function ``function_name`` (``source()``) that the
-    Numba kernel calls with the shared-memory address and then ``kernel_params()``
-    (name, Numba scalar type) in order, launched with ``threads`` threads per block."""
-
-    @property
-    def function_name(self) -> str: ...
+class LinkedKernel(Protocol):
+    """What ``build`` needs of a kernel whose body is generated C++ (``cpp.GemmSpec``, the
+    auxiliary kernels of ``fusec.targets.cuda.gemm.aux``)."""
 
     @property
     def key(self) -> str: ...
 
     @property
+    def function_name(self) -> str: ...
+
+    @property
     def threads(self) -> int: ...
 
-    def source(self) -> str: ...
+    def cpp_source(self) -> str:
+        """The ``.cu`` source defining ``extern "C" __device__ int function_name(int* ret,
+        u64 smem, <arg_count()[0] u64>, <arg_count()[1] int>)``."""
 
-    def kernel_params(self) -> list[tuple[str, str]]: ...
+    def arg_count(self) -> tuple[int, int]:
+        """(u64, int32) kernel parameters, after the shared-memory address."""
 
 
 @dataclass(frozen=True)
 class Build:
-    """A linked kernel: its cubin, the linker's report and the sources it came from."""
+    """A linked kernel: its cubin, the linker's report and the entry's mangled name."""
 
-    spec: LinkedSpec
+    spec: LinkedKernel
     cubin: bytes
     log: str
     cpp_source: str
     python_source: str
 
 
-def python_source(spec: LinkedSpec, cu_path: str) -> str:
+def python_source(spec: LinkedKernel, cu_path: str) -> str:
     """The Numba kernel module for ``spec``: one ``@cuda.jit``-able function ``kernel``."""
-    params = [name for name, _ in spec.kernel_params()]
-    # the device function takes the shared-memory address first
-    sig_types = ", ".join(["types.uint64"] + [f"types.{t}" for _, t in spec.kernel_params()])
+    n64, n32 = spec.arg_count()
+    params = [f"p{k}" for k in range(n64)] + [f"i{k}" for k in range(n32)]
+    sig_types = ", ".join(["types.uint64"] * (n64 + 1) + ["types.int32"] * n32)  # + smem
     return f'''"""Numba kernel of fusec {spec.function_name}."""
 from numba import cuda, types
 
@@ -85,20 +86,21 @@ def kernel({", ".join(params)}):
 '''
 
 
-def kernel_signature(spec: LinkedSpec) -> str:
-    return "void(" + ", ".join(t for _, t in spec.kernel_params()) + ")"
+def kernel_signature(spec: LinkedKernel) -> str:
+    n64, n32 = spec.arg_count()
+    return "void(" + ", ".join(["uint64"] * n64 + ["int32"] * n32) + ")"
 
 
-def build(spec: LinkedSpec, cache: Any = None) -> Build:
+def build(spec: LinkedKernel, cache: Any = None) -> Build:
     """The linked cubin of ``spec`` (from the blob cache when it was built before)."""
     from fusec.runtime.cache import cache_key, default_cache
     from fusec.targets.cuda.env import cuda_support
 
     reason = cuda_support()
     if reason is not None:
-        raise FusecError(f"cannot build the kernel {spec.function_name}: {reason}")
+        raise FusecError(f"cannot build the GEMM kernel: {reason}")
     cache = cache if cache is not None else default_cache()
-    source = spec.source()
+    source = spec.cpp_source()
     versions = _tool_versions()
     key = cache_key(source, python_source(spec, "<cu>"), ARCH, versions, "gemm-cubin")
     logs: list[str] = []
@@ -114,11 +116,11 @@ def build(spec: LinkedSpec, cache: Any = None) -> Build:
     return Build(spec, cubin, log, source, python_source(spec, "<cu>"))
 
 
-def ptx(spec: LinkedSpec) -> str:
+def ptx(spec: LinkedKernel) -> str:
     """PTX of the generated C++ for sm_90a (NVRTC alone: no driver, no GPU needed)."""
     from cuda.bindings import nvrtc
 
-    source = spec.source().encode()
+    source = spec.cpp_source().encode()
     err, program = nvrtc.nvrtcCreateProgram(source, f"{spec.function_name}.cu".encode(), 0, [], [])
     _nvrtc_check(nvrtc, err)
     options = [b"-arch=sm_90a", b"-rdc=true", b"-std=c++17"]
@@ -127,7 +129,7 @@ def ptx(spec: LinkedSpec) -> str:
         _, size = nvrtc.nvrtcGetProgramLogSize(program)
         log = b" " * size
         nvrtc.nvrtcGetProgramLog(program, log)
-        raise FusecError(f"NVRTC rejected {spec.function_name}: {log.decode(errors='replace')}")
+        raise FusecError(f"NVRTC rejected the generated GEMM: {log.decode(errors='replace')}")
     err, size = nvrtc.nvrtcGetPTXSize(program)
     _nvrtc_check(nvrtc, err)
     text = b" " * size
@@ -149,7 +151,19 @@ def _tool_versions() -> str:
     return f"nvrtc {major}.{minor} nvjitlink {nvjitlink.version()}"
 
 
-def _link(spec: LinkedSpec, source: str, cache: Any) -> tuple[bytes, str]:
+def linked_ptx(spec: LinkedKernel, cache: Any = None) -> str:
+    """PTX of the whole kernel after link-time optimisation (the Numba kernel with the C++
+    inlined), as nvJitLink hands it to ptxas: what ``--emit ptx`` shows. No GPU needed."""
+    from fusec.runtime.cache import cache_key, default_cache
+
+    cache = cache if cache is not None else default_cache()
+    source = spec.cpp_source()
+    key = cache_key(source, python_source(spec, "<cu>"), ARCH, _tool_versions(), "gemm-ptx")
+    ptx = cache.get_or_build(key, lambda: _link(spec, source, cache, "ptx")[0])
+    return ptx.replace(b"\x00", b"").decode()
+
+
+def _link(spec: LinkedKernel, source: str, cache: Any, output: str = "cubin") -> tuple[bytes, str]:
     try:
         from cuda.core import Linker, LinkerOptions, ObjectCode, Program, ProgramOptions
     except ImportError:  # cuda-core < 1.0
@@ -175,7 +189,7 @@ def _link(spec: LinkedSpec, source: str, cache: Any) -> tuple[bytes, str]:
     try:
         cu_ltoir = Program(source, "c++", options=options).compile("ltoir")
     except Exception as err:  # a generator bug: show NVRTC's message
-        raise FusecError(f"NVRTC rejected the generated {name}: {err}") from None
+        raise FusecError(f"NVRTC rejected the generated GEMM {name}: {err}") from None
     namespace = _kernel_namespace(spec, source, cache)
     kernel_ltoir, _ = cuda.compile(
         namespace["kernel"],
@@ -186,27 +200,29 @@ def _link(spec: LinkedSpec, source: str, cache: Any) -> tuple[bytes, str]:
         abi="numba",
         launch_bounds=(spec.threads, 1),
     )
+    extra = {"ptx": True} if output == "ptx" else {}  # (the cubin path as in older cuda-core)
     link_options = LinkerOptions(
         name=name,
         arch=ARCH,
         link_time_optimization=True,
         verbose=True,
         optimization_level=3,
+        **extra,
     )
     linker = Linker(
         ObjectCode.from_ltoir(kernel_ltoir, name="kernel"), cu_ltoir, options=link_options
     )
     try:
-        result = linker.link("cubin")
+        result = linker.link(output)
     except Exception as err:
-        raise FusecError(f"nvJitLink could not link {name}: {err}") from None
+        raise FusecError(f"nvJitLink could not link GEMM {name}: {err}") from None
     log = linker.get_info_log() or ""
     if _SERIALISED.search(log):
-        raise FusecError(f"ptxas serialised wgmma in {name}:\n{log}")
+        raise FusecError(f"ptxas serialised wgmma in GEMM {name}:\n{log}")
     return bytes(result.code), log
 
 
-def _kernel_namespace(spec: LinkedSpec, source: str, cache: Any) -> dict:
+def _kernel_namespace(spec: LinkedKernel, source: str, cache: Any) -> dict:
     """Execute the Numba kernel module; its ``.cu`` is written to ``<cache>/gemm/`` for
     ``declare_device(link=...)`` (used if the kernel is ever launched through Numba)."""
     from fusec.runtime.cache import _atomic_write
@@ -216,8 +232,8 @@ def _kernel_namespace(spec: LinkedSpec, source: str, cache: Any) -> dict:
         if not path.exists() or path.read_text() != source:
             _atomic_write(path, source.encode(), exclusive=False)
     except OSError as err:
-        raise FusecError(f"cannot write the kernel source under {cache.root}: {err}") from None
+        raise FusecError(f"cannot write the GEMM source under {cache.root}: {err}") from None
     namespace: dict = {"__name__": f"_fusec_{spec.function_name}"}
     code = python_source(spec, str(path))
-    exec(compile(code, f"<fusec {spec.function_name}>", "exec"), namespace)
+    exec(compile(code, f"<fusec gemm {spec.function_name}>", "exec"), namespace)
     return namespace

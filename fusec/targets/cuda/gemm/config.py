@@ -16,6 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, IntegerAttr, StringAttr, i64
+from xdsl.ir import Attribute
+
 #: Shared memory one block may use on an H100/H200 (227 KB), less the 1 KB
 #: the kernel spends aligning its base to the 128-byte swizzle atom.
 SMEM_LIMIT = 227 * 1024
@@ -108,6 +111,62 @@ class TileConfig:
         return cls(bm, bn, bk, stages, consumers, group_m)
 
 
+@dataclass(frozen=True)
+class Device:
+    """What the tiling heuristic needs of a GPU. ``H200`` when no GPU is present."""
+
+    name: str
+    sms: int
+    smem_per_block: int = SMEM_LIMIT
+    arch: str = "sm_90a"
+
+
+H200 = Device("H200 (default)", 132)
+
+
+def to_attr(config: TileConfig, choice: str) -> DictionaryAttr:
+    """The ``fusec.tile`` attribute of ``config``; ``choice`` says where it came from
+    ("heuristic", "tuned", "row softmax")."""
+    return DictionaryAttr(
+        {
+            "block": DenseArrayBase.from_list(i64, [config.bm, config.bn, config.bk]),
+            "mma": StringAttr(f"m{MMA_M}n{config.bn}k{MMA_K}"),
+            "stages": IntegerAttr(config.stages, i64),
+            "consumers": IntegerAttr(config.consumers, i64),
+            "group_m": IntegerAttr(config.group_m, i64),
+            "choice": StringAttr(choice),
+        }
+    )
+
+
+def from_attr(attr: Attribute) -> TileConfig:
+    """The config a ``fusec.tile`` attribute names; ValueError saying what is wrong."""
+    if not isinstance(attr, DictionaryAttr):
+        raise ValueError("fusec.tile must be a dictionary {block = array<i64: BM, BN, BK>, ...}")
+    data = attr.data
+    block = data.get("block")
+    if not isinstance(block, DenseArrayBase) or len(block.get_values()) != 3:
+        raise ValueError("fusec.tile 'block' must be array<i64: BM, BN, BK>")
+    fields = {}
+    for name in ("stages", "consumers", "group_m"):
+        value = data.get(name)
+        if not isinstance(value, IntegerAttr):
+            raise ValueError(f"fusec.tile '{name}' must be an integer")
+        fields[name] = value.value.data
+    bm, bn, bk = (int(v) for v in block.get_values())
+    config = TileConfig(bm, bn, bk, fields["stages"], fields["consumers"], fields["group_m"])
+    mma = data.get("mma")
+    if mma is not None and (not isinstance(mma, StringAttr) or mma.data != f"m64n{bn}k16"):
+        raise ValueError(f"fusec.tile 'mma' must be \"m64n{bn}k16\" for a {bn}-wide block")
+    return config
+
+
+def max_stages(bm: int, bn: int, limit: int = SMEM_LIMIT, most: int = 8) -> int:
+    """The deepest pipeline of a bm x bn x 64 tile that fits ``limit`` bytes of shared memory."""
+    per_stage = (bm + bn) * 64 * 2 + 16
+    return max(2, min(most, (limit - SMEM_ALIGN) // per_stage))
+
+
 def tile_count(config: TileConfig, m: int, n: int, batch: int = 1) -> int:
     return -(-m // config.bm) * -(-n // config.bn) * batch
 
@@ -137,3 +196,38 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = 132) -> Til
         if waste(config) + 0.15 < waste(best):
             best = config
     return best
+
+
+def choose_row_config(m: int, n: int, batch: int = 1, sms: int = 132) -> TileConfig:
+    """The config of a GEMM whose block tile holds whole output rows (``n`` <= 256: a row
+    softmax in the epilogue): BN is ``n`` rounded up to 64; 128-row tiles when they fill
+    the GPU, else 64-row tiles (one consumer) so that more blocks run."""
+    if n > 256:
+        raise ValueError(f"a {n}-wide row does not fit one block tile (at most 256)")
+    bn = max(64, -(-n // 64) * 64)
+    bm, consumers = (128, 2) if -(-m // 128) * batch >= sms else (64, 1)
+    return TileConfig(bm, bn, 64, max_stages(bm, bn), consumers, 8)
+
+
+def candidates(m: int, n: int, batch: int = 1, sms: int = 132, full_rows: bool = False):
+    """A few configs worth timing for ``fusec tune`` (the heuristic's choice first)."""
+    if full_rows:
+        first = choose_row_config(m, n, batch, sms)
+        bn = first.bn
+        out = [first, TileConfig(64, bn, 64, max_stages(64, bn), 1, 8)]
+        out.append(TileConfig(128, bn, 64, max_stages(128, bn), 2, 8))
+    else:
+        first = choose_config(m, n, 0, batch, sms)
+        out = [
+            first,
+            TileConfig(128, 256, 64, 4, 2, 8),
+            TileConfig(128, 256, 64, 3, 2, 8),
+            TileConfig(128, 128, 64, 6, 2, 8),
+            TileConfig(256, 128, 64, 4, 2, 8),
+            TileConfig(128, 256, 64, 4, 2, 4),
+        ]
+    unique: list[TileConfig] = []
+    for config in out:
+        if config not in unique:
+            unique.append(config)
+    return unique

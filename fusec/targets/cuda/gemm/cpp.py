@@ -65,6 +65,18 @@ class Epilogue:
     extras: tuple[str, ...] = ()
     name: str = "identity"
     helpers: str = ""  # C++ helper definitions the body calls (generated)
+    #: "" (store ``y``), "row" (softmax over each output row, which one block tile holds:
+    #: N <= BN; ``post_body`` maps ``float s``, the softmax value, to ``y``) or "partials"
+    #: (store ``y`` and write each row's per-tile (max, sum of exp) to the last extra,
+    #: an f32 buffer of batches x M x tiles_n pairs, for a finalise pass)
+    softmax: str = ""
+    post_body: str = "y = s;"
+
+    def __post_init__(self) -> None:
+        if self.softmax not in ("", "row", "partials"):
+            raise ValueError(f"epilogue softmax mode {self.softmax!r}")
+        if self.softmax == "partials" and (not self.extras or self.extras[-1] != "f32"):
+            raise ValueError("the partials epilogue writes to its last extra (f32)")
 
 
 BIAS_RELU = Epilogue(
@@ -123,16 +135,11 @@ class GemmSpec:
     def threads(self) -> int:
         return self.config.threads
 
-    def source(self) -> str:
+    def cpp_source(self) -> str:
         return generate(self)
 
-    def kernel_params(self) -> list[tuple[str, str]]:
-        """The kernel's parameters after the shared-memory address (see ``_params``)."""
-        n64, n32 = kernel_arg_count(self)
-        names = ["map_a", "map_b", "out"] + [f"e{k}" for k in range(n64 - 3)]
-        return [(n, "uint64") for n in names] + [
-            (n, "int32") for n in ("m", "n", "k", "batches")[:n32]
-        ]
+    def arg_count(self) -> tuple[int, int]:
+        return kernel_arg_count(self)
 
 
 def _wgmma(spec: GemmSpec) -> str:
@@ -232,6 +239,19 @@ static __device__ __forceinline__ u32 fs_pack_bf16(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
+static __device__ __forceinline__ float fs_to_f32(float v) { return v; }
+static __device__ __forceinline__ float fs_to_f16(float v) {
+  unsigned short h;
+  float y;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(y) : "h"(h));
+  return y;
+}
+static __device__ __forceinline__ float fs_to_bf16(float v) {
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+  return __uint_as_float(((u32)h) << 16);
+}
 static __device__ __forceinline__ void fs_st_f32(void* p, long long i, float v) {
   ((float*)p)[i] = v;
 }
@@ -251,6 +271,157 @@ static __device__ __forceinline__ void fs_st2_bf16(void* p, long long i, float a
   *(u32*)((u16*)p + i) = fs_pack_bf16(a, b);
 }
 """
+
+
+NEG_INF = "__int_as_float(0xff800000)"
+
+
+def _frag(m: str = "m", q: str = "q", e: str = "e") -> str:
+    """The accumulator register of element ``e`` of column pair ``q`` in row half ``h``."""
+    return f"acc[{m}][4 * {q} + 2 * h + {e}]"
+
+
+def _post_function(spec: GemmSpec, extras_params: str) -> str:
+    """``fs_post``: the ops after a row softmax (only in the "row" softmax epilogue)."""
+    if spec.epilogue.softmax != "row":
+        return ""
+    body = "\n".join("  " + line for line in spec.epilogue.post_body.splitlines())
+    return f"""static __device__ __forceinline__ float fs_post(float s, int row, int col,
+                                                int bat{extras_params}) {{
+  float y;
+{body}
+  return y;
+}}
+"""
+
+
+def _store_section(spec: GemmSpec, extras_args: str) -> str:
+    """C++ of the consumers' epilogue: accumulators -> ``fs_epilogue`` -> stores.
+
+    Accumulator j of m64 block m holds row 16 warp + lane/4 + 8 ((j/2)%2) and
+    column 8 (j/4) + 2 (lane%4) + j%2 of that block, so the 4 lanes of a quad
+    hold one row's BN columns of the tile: row statistics (softmax) need two
+    ``shfl.xor`` steps (1, 2) and no shared memory.
+    """
+    mi = spec.config.rows_per_consumer // MMA_M
+    out = spec.out_dtype
+    head = f"""      const long long out_base = (long long)pz * M * N;
+      const bool pairs = (N % 2) == 0;
+#pragma unroll
+      for (int m = 0; m < {mi}; ++m) {{
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {{
+          const int row = pm * BM + cw * WM + m * 64 + warp * 16 + (lane / 4) + 8 * h;
+"""
+    tail = "        }\n      }\n"
+    if not spec.epilogue.softmax:
+        body = f"""          if (row < M) {{
+            const long long row_base = out_base + (long long)row * N;
+#pragma unroll
+            for (int q = 0; q < BN / 8; ++q) {{
+              const int col = pn * BN + q * 8 + 2 * (lane % 4);
+              if (col < N) {{
+                const float y0 = fs_epilogue({_frag(e="0")}, row, col, pz{extras_args});
+                if (pairs) {{
+                  const float y1 = fs_epilogue({_frag(e="1")}, row, col + 1, pz{extras_args});
+                  fs_st2_{out}((void*)out, row_base + col, y0, y1);
+                }} else {{
+                  fs_st_{out}((void*)out, row_base + col, y0);
+                  if (col + 1 < N) {{
+                    const float y1 = fs_epilogue({_frag(e="1")}, row, col + 1, pz{extras_args});
+                    fs_st_{out}((void*)out, row_base + col + 1, y1);
+                  }}
+                }}
+              }}
+            }}
+          }}
+"""
+        return head + body + tail
+    partials = spec.epilogue.softmax == "partials"
+    value = (
+        f"fs_to_{out}(fs_epilogue({_frag()}, row, col, pz{extras_args}))"
+        if partials
+        else f"fs_epilogue({_frag()}, row, col, pz{extras_args})"
+    )
+    # pass 1: the row's values (-inf outside the matrix) and their maximum over the quad
+    body = f"""          const bool live = row < M;
+          float mx = {NEG_INF};
+#pragma unroll
+          for (int q = 0; q < BN / 8; ++q) {{
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {{
+              const int col = pn * BN + q * 8 + 2 * (lane % 4) + e;
+              float v = {NEG_INF};
+              if (live && col < N) v = {value};
+              {_frag()} = v;
+              mx = fmaxf(mx, v);
+            }}
+          }}
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float shift = mx == {NEG_INF} ? 0.0f : mx;
+          float sum = 0.0f;
+#pragma unroll
+          for (int q = 0; q < BN / 8; ++q) {{
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {{
+              const float p = expf({_frag()} - shift);
+              {"" if partials else _frag() + " = p;"}
+              sum += p;
+            }}
+          }}
+          sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+          sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+"""
+    if partials:
+        last = len(spec.epilogue.extras) - 1
+        body += f"""          if (live) {{
+            const long long row_base = out_base + (long long)row * N;
+            if (lane % 4 == 0) {{
+              const int tiles_n = (N + BN - 1) / BN;
+              ((float2*)e{last})[((long long)pz * M + row) * tiles_n + pn] = make_float2(mx, sum);
+            }}
+#pragma unroll
+            for (int q = 0; q < BN / 8; ++q) {{
+              const int col = pn * BN + q * 8 + 2 * (lane % 4);
+              if (col < N) {{
+                if (pairs) {{
+                  fs_st2_{out}((void*)out, row_base + col, {_frag(e="0")}, {_frag(e="1")});
+                }} else {{
+                  fs_st_{out}((void*)out, row_base + col, {_frag(e="0")});
+                  if (col + 1 < N) fs_st_{out}((void*)out, row_base + col + 1, {_frag(e="1")});
+                }}
+              }}
+            }}
+          }}
+"""
+        return head + body + tail
+    body += f"""          const float inv = __fdividef(1.0f, sum);  // sum >= 1: exp(0) is a term
+          if (live) {{
+            const long long row_base = out_base + (long long)row * N;
+#pragma unroll
+            for (int q = 0; q < BN / 8; ++q) {{
+              const int col = pn * BN + q * 8 + 2 * (lane % 4);
+              if (col < N) {{
+                const float s0 = {_frag(e="0")} * inv;
+                const float y0 = fs_post(s0, row, col, pz{extras_args});
+                if (pairs) {{
+                  const float s1 = {_frag(e="1")} * inv;
+                  const float y1 = fs_post(s1, row, col + 1, pz{extras_args});
+                  fs_st2_{out}((void*)out, row_base + col, y0, y1);
+                }} else {{
+                  fs_st_{out}((void*)out, row_base + col, y0);
+                  if (col + 1 < N) {{
+                    const float s1 = {_frag(e="1")} * inv;
+                    fs_st_{out}((void*)out, row_base + col + 1,
+                                fs_post(s1, row, col + 1, pz{extras_args}));
+                  }}
+                }}
+              }}
+            }}
+          }}
+"""
+    return head + body + tail
 
 
 def _params(spec: GemmSpec) -> list[str]:
@@ -329,6 +500,7 @@ static __device__ __forceinline__ float fs_epilogue(float acc, int row, int col,
   return y;
 }}
 
+{_post_function(spec, extras_params)}
 // Tile t of the persistent walk -> (pm, pn, pz), grouped GROUP_M tile rows at a time.
 static __device__ __forceinline__ void fs_tile(int t, int tiles_m, int tiles_n,
                                                int& pm, int& pn, int& pz) {{
@@ -423,39 +595,7 @@ extern "C" __device__ __attribute__((always_inline)) int {name}({", ".join(_para
       for (int m = 0; m < {mi}; ++m)
 #pragma unroll
         for (int j = 0; j < {half}; ++j) fs_fence_reg(acc[m][j]);
-      // Epilogue: accumulator j of m64 block m holds row 16 warp + lane/4 + 8 ((j/2)%2),
-      // column 8 (j/4) + 2 (lane%4) + j%2 of that block.
-      const long long out_base = (long long)pz * M * N;
-      const bool pairs = (N % 2) == 0;
-#pragma unroll
-      for (int m = 0; m < {mi}; ++m) {{
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {{
-          const int row = pm * BM + cw * WM + m * 64 + warp * 16 + (lane / 4) + 8 * h;
-          if (row < M) {{
-            const long long row_base = out_base + (long long)row * N;
-#pragma unroll
-            for (int q = 0; q < BN / 8; ++q) {{
-              const int col = pn * BN + q * 8 + 2 * (lane % 4);
-              if (col < N) {{
-                const float y0 = fs_epilogue(acc[m][4 * q + 2 * h], row, col, pz{extras_args});
-                if (pairs) {{
-                  const float y1 =
-                      fs_epilogue(acc[m][4 * q + 2 * h + 1], row, col + 1, pz{extras_args});
-                  fs_st2_{out}((void*)out, row_base + col, y0, y1);
-                }} else {{
-                  fs_st_{out}((void*)out, row_base + col, y0);
-                  if (col + 1 < N) {{
-                    const float y1 =
-                      fs_epilogue(acc[m][4 * q + 2 * h + 1], row, col + 1, pz{extras_args});
-                    fs_st_{out}((void*)out, row_base + col + 1, y1);
-                  }}
-                }}
-              }}
-            }}
-          }}
-        }}
-      }}
+{_store_section(spec, extras_args)}
     }}
   }}
   return 0;

@@ -1,28 +1,38 @@
 """Host side of the Hopper GEMM: load the cubin, encode tensor maps, launch on a stream.
 
-Tensor maps (TMA descriptors) live in device memory, 128 bytes each, and the
-kernel gets their addresses (Numba kernels cannot take ``__grid_constant__``
-parameters). A map depends only on (address, type, dims, strides, box), so
-maps are cached under that key: a call on buffers seen before encodes and
-uploads nothing. The upload is a synchronous ``cuMemcpyHtoD`` (done once per
-new buffer); when the slab of map slots is full, the device is synchronised
-before the slots are reused, so no kernel in flight reads a rewritten map.
+A call on buffers seen before costs one dictionary lookup and one
+``cuLaunchKernel`` on the caller's stream: nothing is encoded, allocated,
+copied or synchronised. What a launch needs is prepared once per (stream,
+operand addresses, output address) and kept (``Prepared``):
+
+* Tensor maps (TMA descriptors) live in device memory, 128 bytes each, and the
+  kernel gets their addresses (Numba kernels cannot take ``__grid_constant__``
+  parameters). A map depends only on (address, type, dims, strides, box), so
+  ``_MapCache`` keeps one per key. A new map is written into a pinned host
+  slot and copied to its device slot with ``cuMemcpyHtoDAsync`` on the stream
+  of the kernel that first reads it: stream-ordered, never a synchronous copy.
+  Another stream that later reads the map waits for that copy through an event
+  (only if it has not completed yet). Slots are written once; when a slab of
+  slots is full a new one is started and the old one is freed only after
+  events recorded on every stream that used it have completed (no device
+  synchronisation, no slot rewritten under a running kernel).
+* The kernel's parameter block (ctypes) is built once per key.
 
 TMA needs every row stride to be a multiple of 16 bytes. An operand whose
 contiguous dimension is not a multiple of 8 elements (K = 77, say) is first
 copied to a buffer with a padded pitch by ``cuMemcpy2DAsync`` on the caller's
-stream, before the kernel on the same stream; the tensor map
-keeps the true size, so TMA zero-fills the padding and no kernel clears it.
-The copy costs one read and one write of that operand; the padded buffer is
-kept per (stream, operand, size) and reused by later calls. Every other
-operand is read in place.
+stream, before the kernel on the same stream (its data may change between
+calls, so that copy is made on every call); the tensor map keeps the true
+size, so TMA zero-fills the padding and no kernel clears it. The padded buffer
+is allocated once per (stream, operand, size). Every other operand is read in
+place.
 """
 
 from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fusec.errors import FusecError
@@ -30,7 +40,22 @@ from fusec.targets.cuda.gemm import cpp
 from fusec.targets.cuda.gemm.config import tile_count
 
 _MAP_BYTES = 128
-_SLOTS = 1024
+_SLOTS = 512
+_PREPARED_LIMIT = 256  # launch parameter blocks kept per kernel (a new stream or buffer adds one)
+
+
+def driver() -> Any:
+    """``cuda.bindings.driver`` (tests replace it with a recording fake)."""
+    from cuda.bindings import driver as drv
+
+    return drv
+
+
+def make_context_current() -> None:
+    """Make the primary context (Numba's) current in this thread (tests replace it)."""
+    from fusec.targets.cuda.env import numba_cuda
+
+    numba_cuda().current_context()
 
 
 def _check(result: Any) -> Any:
@@ -51,47 +76,126 @@ class Operand:
     batch: int = 1
 
 
+# ------------------------------------------------------------------ tensor maps
+
+
+@dataclass
+class _Slab:
+    """Device slots for tensor maps and their pinned host mirror (the copies' source)."""
+
+    device: int
+    host: int
+    used: int = 0
+    streams: set[int] = field(default_factory=set)
+
+
+@dataclass
+class _Slot:
+    address: int
+    stream: int  # the stream its upload was queued on
+    event: Any  # recorded after the upload; None once known complete (or never needed)
+
+
 class _MapCache:
-    """Tensor maps in device memory, keyed by everything they encode."""
+    """Tensor maps in device memory, keyed by everything they encode (module docstring)."""
 
     def __init__(self) -> None:
-        self.slots: dict[tuple, int] = {}
-        self.slab = 0
-        self.stream: Any = None
+        self.slots: dict[tuple, _Slot] = {}
+        self.slab: _Slab | None = None
+        self.retired: list[tuple[_Slab, list[Any]]] = []
+        self.generation = 0  # bumped when slots are dropped: prepared launches are rebuilt
         self.lock = threading.Lock()
 
-    def get(self, key: tuple, encode) -> int:
+    def get(self, key: tuple, encode, stream: int) -> int:
+        """Device address of the map ``key``, usable by work queued next on ``stream``."""
         with self.lock:
-            address = self.slots.get(key)
-            if address is not None:
-                return address
-            from cuda.bindings import driver as drv
+            drv = driver()
+            slot = self.slots.get(key)
+            if slot is None:
+                slot = self._upload(drv, key, encode(), stream)
+            elif slot.event is not None and slot.stream != stream:
+                self._order_after_upload(drv, slot, stream)
+            if self.slab is not None:
+                self.slab.streams.add(stream)
+            return slot.address
 
-            if not self.slab:
-                self.slab = int(_check(drv.cuMemAlloc(_MAP_BYTES * _SLOTS)))
-            if len(self.slots) == _SLOTS:
-                _check(drv.cuCtxSynchronize())  # no kernel may still read a slot we rewrite
-                self.slots.clear()
-            address = self.slab + _MAP_BYTES * len(self.slots)
-            words = (ctypes.c_uint64 * 16)(*[int(v) for v in encode().opaque])
-            # through a private non-blocking stream: a synchronous copy on the legacy stream
-            # is illegal while a (blocking) stream is being captured into a CUDA graph
-            if self.stream is None:
-                flags = int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
-                self.stream = _check(drv.cuStreamCreate(flags))
-            dst = drv.CUdeviceptr(address)
-            _check(drv.cuMemcpyHtoDAsync(dst, ctypes.addressof(words), _MAP_BYTES, self.stream))
-            _check(drv.cuStreamSynchronize(self.stream))
-            self.slots[key] = address
-            return address
+    def _upload(self, drv: Any, key: tuple, tensor_map: Any, stream: int) -> _Slot:
+        self._free_finished(drv)
+        if self.slab is None or self.slab.used == _SLOTS:
+            self._new_slab(drv)
+        slab = self.slab
+        assert slab is not None
+        offset = _MAP_BYTES * slab.used
+        slab.used += 1
+        slab.streams.add(stream)
+        words = (ctypes.c_uint64 * 16)(*[int(v) for v in tensor_map.opaque])
+        ctypes.memmove(slab.host + offset, ctypes.addressof(words), _MAP_BYTES)
+        handle = drv.CUstream(stream)
+        target = drv.CUdeviceptr(slab.device + offset)
+        _check(drv.cuMemcpyHtoDAsync(target, slab.host + offset, _MAP_BYTES, handle))
+        event = None
+        if not _capturing(drv, handle):  # inside a graph capture the graph orders it
+            event = _check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING))
+            _check(drv.cuEventRecord(event, handle))
+        slot = _Slot(slab.device + offset, stream, event)
+        self.slots[key] = slot
+        return slot
+
+    def _order_after_upload(self, drv: Any, slot: _Slot, stream: int) -> None:
+        """Make ``stream`` wait for the map's upload if it may still be in flight."""
+        (err,) = drv.cuEventQuery(slot.event)
+        if int(err) == 0:
+            _check(drv.cuEventDestroy(slot.event))
+            slot.event = None
+        else:
+            _check(drv.cuStreamWaitEvent(drv.CUstream(stream), slot.event, 0))
+
+    def _new_slab(self, drv: Any) -> None:
+        if self.slab is not None:  # retire: freed once every stream that used it got past here
+            events = []
+            for stream in self.slab.streams:
+                event = _check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING))
+                _check(drv.cuEventRecord(event, drv.CUstream(stream)))
+                events.append(event)
+            self.retired.append((self.slab, events))
+            for slot in self.slots.values():
+                if slot.event is not None:
+                    _check(drv.cuEventDestroy(slot.event))
+            self.slots.clear()
+            self.generation += 1
+        size = _MAP_BYTES * _SLOTS
+        device = int(_check(drv.cuMemAlloc(size)))
+        host = int(_check(drv.cuMemHostAlloc(size, 0)))
+        self.slab = _Slab(device, host)
+
+    def _free_finished(self, drv: Any) -> None:
+        keep = []
+        for slab, events in self.retired:
+            if all(int(drv.cuEventQuery(e)[0]) == 0 for e in events):
+                for event in events:
+                    _check(drv.cuEventDestroy(event))
+                _check(drv.cuMemFree(drv.CUdeviceptr(slab.device)))
+                _check(drv.cuMemFreeHost(slab.host))
+            else:
+                keep.append((slab, events))
+        self.retired = keep
+
+
+def _capturing(drv: Any, handle: Any) -> bool:
+    status = _check(drv.cuStreamIsCapturing(handle))
+    return int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
 
 
 _maps = _MapCache()
 
 
-def _encode(dtype: str, ptr: int, cols: int, rows: int, batch: int, pitch: int, box: tuple):
-    from cuda.bindings import driver as drv
+def maps_generation() -> int:
+    """Changes whenever cached tensor-map addresses become invalid (prepared launches too)."""
+    return _maps.generation
 
+
+def _encode(dtype: str, ptr: int, cols: int, rows: int, batch: int, pitch: int, box: tuple):
+    drv = driver()
     kind = {
         "f16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         "bf16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
@@ -117,33 +221,73 @@ def _encode(dtype: str, ptr: int, cols: int, rows: int, batch: int, pitch: int, 
     )
 
 
-def tensor_map(dtype: str, op: Operand, pitch: int, box: tuple) -> int:
-    """Device address of the tensor map of ``op`` (row pitch ``pitch`` bytes) with ``box``."""
+def tensor_map(dtype: str, op: Operand, pitch: int, box: tuple, stream: int = 0) -> int:
+    """Device address of the tensor map of ``op`` (row pitch ``pitch`` bytes) with ``box``,
+    readable by kernels queued on ``stream`` from now on."""
     key = (dtype, op.ptr, op.cols, op.rows, op.batch, pitch, box)
-    return _maps.get(key, lambda: _encode(dtype, op.ptr, op.cols, op.rows, op.batch, pitch, box))
+    encode = lambda: _encode(dtype, op.ptr, op.cols, op.rows, op.batch, pitch, box)  # noqa: E731
+    return _maps.get(key, encode, stream)
 
 
-class GemmKernel:
-    """A loaded GEMM cubin: launch it with ``__call__``."""
+# ----------------------------------------------------------------------- launch
 
-    def __init__(self, spec: cpp.GemmSpec, cubin: bytes) -> None:
-        from cuda.bindings import driver as drv
 
-        from fusec.targets.cuda.env import numba_cuda
+@dataclass
+class Prepared:
+    """Everything one launch needs, built once per (stream, addresses, sizes)."""
 
-        numba_cuda().current_context()  # make the primary context current (Numba's)
-        self.spec = spec
+    generation: int
+    stream: Any  # CUstream
+    grid: int
+    params: int  # address of the void* array cuLaunchKernel reads
+    keep: tuple  # the ctypes objects behind ``params``
+    copies: tuple  # padded-pitch copies to queue before the kernel (CUDA_MEMCPY2D)
+
+
+class LoadedKernel:
+    """A loaded cubin of one kernel (the GEMM or one of its auxiliary kernels)."""
+
+    def __init__(self, cubin: bytes, smem_bytes: int = 0) -> None:
+        make_context_current()
+        drv = driver()
         self.drv = drv
         self.module = _check(drv.cuModuleLoadData(cubin))
         count = int(_check(drv.cuModuleGetFunctionCount(self.module)))
         functions = _check(drv.cuModuleEnumerateFunctions(count, self.module))
         functions = functions if isinstance(functions, (list, tuple)) else [functions]
         if len(functions) != 1:
-            raise FusecError(f"GEMM cubin holds {len(functions)} kernels, expected 1")
+            raise FusecError(f"a fusec cubin holds {len(functions)} kernels, expected 1")
         self.function = functions[0]
-        attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        _check(drv.cuFuncSetAttribute(self.function, attr, spec.config.smem_bytes))
+        self.smem_bytes = smem_bytes
+        if smem_bytes:
+            attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _check(drv.cuFuncSetAttribute(self.function, attr, smem_bytes))
+
+    def launch_raw(self, grid: int, threads: int, stream: Any, params: int) -> None:
+        """Queue one launch on ``stream`` (a CUstream) with the parameter block ``params``."""
+        (err,) = self.drv.cuLaunchKernel(
+            self.function, grid, 1, 1, threads, 1, 1, self.smem_bytes, stream, params, 0
+        )
+        if int(err) != 0:
+            raise FusecError(f"CUDA driver error {int(err)} ({err}) launching a fusec kernel")
+
+
+def parameter_block(u64s: Any, i32s: Any) -> tuple[int, tuple]:
+    """(address of the void* array cuLaunchKernel reads, the ctypes objects to keep alive)."""
+    values = [ctypes.c_uint64(v) for v in u64s] + [ctypes.c_int32(v) for v in i32s]
+    pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+    return ctypes.addressof(pointers), (values, pointers)
+
+
+class GemmKernel(LoadedKernel):
+    """A loaded GEMM cubin: launch it with ``__call__``."""
+
+    def __init__(self, spec: cpp.GemmSpec, cubin: bytes) -> None:
+        super().__init__(cubin, spec.config.smem_bytes)
+        self.spec = spec
+        self.threads = spec.config.threads
         self.lock = threading.Lock()
+        self.prepared: dict[tuple, Prepared] = {}
         #: padded copies of operands TMA cannot read in place, per (stream, operand, bytes):
         #: reused across calls, ordered by the stream (copy, then the kernel that reads it)
         self.scratch: dict[tuple, int] = {}
@@ -162,9 +306,38 @@ class GemmKernel:
         sms: int = 132,
     ) -> None:
         """``out[z] = epilogue(A[z] @ B[z])`` for z < batches, queued on ``stream``."""
-        spec, config, drv = self.spec, self.spec.config, self.drv
         if m <= 0 or n <= 0 or batches <= 0:
             return
+        key = (stream, a, b, out, extras, m, n, k, batches, sms)
+        prepared = self.prepared.get(key)
+        if prepared is None or prepared.generation != _maps.generation:
+            prepared = self.prepare(*key)
+            if len(self.prepared) >= _PREPARED_LIMIT:
+                self.prepared.clear()
+            self.prepared[key] = prepared
+        self.launch(prepared)
+
+    def launch(self, prepared: Prepared) -> None:
+        """Queue the padded-pitch copies (if any) and the kernel of ``prepared``."""
+        for copy in prepared.copies:
+            _check(self.drv.cuMemcpy2DAsync(copy, prepared.stream))
+        self.launch_raw(prepared.grid, self.threads, prepared.stream, prepared.params)
+
+    def prepare(
+        self,
+        stream: int,
+        a: Operand,
+        b: Operand,
+        out: int,
+        extras: tuple[int, ...],
+        m: int,
+        n: int,
+        k: int,
+        batches: int,
+        sms: int,
+    ) -> Prepared:
+        """Tensor maps, padded-copy descriptors and the parameter block of one launch."""
+        spec, config, drv = self.spec, self.spec.config, self.drv
         if k <= 0:
             raise FusecError("the GEMM kernel needs K >= 1")
         if len(extras) != len(spec.epilogue.extras):
@@ -175,38 +348,26 @@ class GemmKernel:
         a_box = (64, config.bm, 1) if spec.a_major == "k" else (64, 64, 1)
         b_box = (64, config.bn, 1) if spec.b_major == "k" else (64, 64, 1)
         with self.lock:
-            a, a_pitch = self._pitched(a, "a", stream, handle)
-            b, b_pitch = self._pitched(b, "b", stream, handle)
-            map_a = tensor_map(spec.dtype, a, a_pitch, a_box)
-            map_b = tensor_map(spec.dtype, b, b_pitch, b_box)
-            tiles = tile_count(config, m, n, batches)
-            grid = min(tiles, sms)
-            values: list[Any] = [ctypes.c_uint64(v) for v in (map_a, map_b, out, *extras)]
-            values += [ctypes.c_int32(v) for v in (m, n, k, batches)]
-            pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-            _check(
-                drv.cuLaunchKernel(
-                    self.function,
-                    grid,
-                    1,
-                    1,
-                    config.threads,
-                    1,
-                    1,
-                    config.smem_bytes,
-                    handle,
-                    ctypes.addressof(pointers),
-                    0,
-                )
-            )
+            generation = _maps.generation
+            (a, a_pitch, a_copy) = self._pitched(a, "a", stream)
+            (b, b_pitch, b_copy) = self._pitched(b, "b", stream)
+            map_a = tensor_map(spec.dtype, a, a_pitch, a_box, stream)
+            map_b = tensor_map(spec.dtype, b, b_pitch, b_box, stream)
+            if _maps.generation != generation:  # a slab was retired meanwhile: map_a is gone
+                map_a = tensor_map(spec.dtype, a, a_pitch, a_box, stream)
+            params, keep = parameter_block((map_a, map_b, out, *extras), (m, n, k, batches))
+            grid = min(tile_count(config, m, n, batches), sms)
+            copies = tuple(c for c in (a_copy, b_copy) if c is not None)
+            return Prepared(_maps.generation, handle, grid, params, keep, copies)
 
-    def _pitched(self, op: Operand, role: str, stream: int, handle: Any) -> tuple[Operand, int]:
-        """``op`` and its row pitch in bytes; a padded copy (on ``stream``) when the pitch is
-        not a multiple of 16 bytes or the base is not 16-byte aligned (TMA's rules)."""
+    def _pitched(self, op: Operand, role: str, stream: int) -> tuple[Operand, int, Any]:
+        """``op``, its row pitch in bytes and the copy (or None) that makes it readable by
+        TMA: a padded copy when the pitch is not a multiple of 16 bytes or the base is not
+        16-byte aligned (TMA's rules)."""
         drv = self.drv
         pitch = op.cols * 2
         if pitch % 16 == 0 and op.ptr % 16 == 0:
-            return op, pitch
+            return op, pitch, None
         padded = -(-pitch // 16) * 16
         rows = op.rows * op.batch
         key = (stream, role, padded * rows)
@@ -222,5 +383,4 @@ class GemmKernel:
         copy.dstPitch = padded
         copy.WidthInBytes = pitch
         copy.Height = rows
-        _check(drv.cuMemcpy2DAsync(copy, handle))
-        return Operand(ptr, op.rows, op.cols, op.batch), padded
+        return Operand(ptr, op.rows, op.cols, op.batch), padded, copy

@@ -1,11 +1,25 @@
-"""``GemmLaunch``: what a generated matmul kernel module calls (build once, then launch)."""
+"""``GemmLaunch``: what a generated matmul kernel module calls (build once, then launch).
+
+A matmul group is one GEMM launch, preceded by the LayerNorm pre-pass when the
+group has a LayerNorm prologue and followed by the softmax finalise pass when
+its softmax rows are longer than one block tile (``fusec.targets.cuda.gemm.aux``).
+Operands and epilogue inputs name their ``Source``: a group input (its index)
+or a scratch buffer of the group (its name: ``w`` the folded weight, ``stats``
+the row statistics, ``cd`` the fold's column sums, ``partials`` the softmax
+partials). Scratch buffers are allocated once per stream and reused by every
+later call on that stream (stream order keeps calls from overlapping).
+"""
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any
 
-from fusec.targets.cuda.gemm import cpp, host
+from fusec.targets.cuda.gemm import aux, cpp, host
+from fusec.targets.cuda.gemm.config import tile_count
+
+Source = int | str  # a group input's index, or a scratch buffer's name
 
 
 def _address(array: Any) -> int:
@@ -15,54 +29,214 @@ def _address(array: Any) -> int:
     return int(interface["data"][0])
 
 
+@dataclass(frozen=True)
+class Prologue:
+    """The LayerNorm pre-pass of a group: its spec and the group inputs it reads."""
+
+    spec: aux.LayerNormPrep
+    x: int
+    gamma: int
+    beta: int
+    w: int
+
+
+@dataclass(frozen=True)
+class Finalise:
+    """The softmax finalise pass of a group and the group inputs its post-ops read."""
+
+    spec: aux.SoftmaxFinalise
+    extras: tuple[int, ...] = ()
+
+
+@dataclass
+class _Call:
+    """The prepared launches of one (stream, addresses) key, in order."""
+
+    generation: int
+    steps: list  # ("memset", ptr, words) | ("kernel", kernel, grid, threads, params) | ("gemm", p)
+    keep: list
+
+
 class GemmLaunch:
-    """One GEMM group: its spec, problem sizes and which group inputs are A, B and the
-    epilogue's extra inputs. The cubin is built (or read from the cache) on the first call."""
+    """One GEMM group: its specs, problem sizes and operand sources. The cubins are built
+    (or read from the cache) on the first call.
+
+    The runtime calls ``direct`` with raw addresses (no array objects are made per
+    call); ``__call__`` takes device arrays (the module's ``launch``, for other callers).
+    """
 
     def __init__(
         self,
         spec: cpp.GemmSpec,
         *,
-        a: tuple[int, int, int, int],
-        b: tuple[int, int, int, int],
-        extras: tuple[int, ...],
+        a: tuple[Source, int, int, int],
+        b: tuple[Source, int, int, int],
+        extras: tuple[Source, ...],
         m: int,
         n: int,
         k: int,
         batches: int,
+        prologue: Prologue | None = None,
+        finalise: Finalise | None = None,
     ) -> None:
         self.spec = spec
-        self.a, self.b, self.extras = a, b, extras  # (input index, rows, cols, batch)
+        self.a, self.b, self.extras = a, b, extras  # (source, rows, cols, batch)
         self.m, self.n, self.k, self.batches = m, n, k, batches
+        self.prologue, self.finalise = prologue, finalise
         self.kernel: host.GemmKernel | None = None
+        self.prep: host.LoadedKernel | None = None
+        self.fin: host.LoadedKernel | None = None
         self.lock = threading.Lock()
+        self.sms = 132
+        #: (stream, output address, input addresses) -> prepared launches: the per-call path
+        self.calls: dict[tuple, _Call] = {}
+        self.scratch: dict[int, dict[str, int]] = {}  # stream -> name -> device address
 
-    def load(self) -> host.GemmKernel:
+    # ----------------------------------------------------------------- sizes
+    def scratch_bytes(self) -> dict[str, int]:
+        """Bytes of each scratch buffer a call needs."""
+        sizes = {}
+        if self.prologue is not None:
+            sizes["w"] = self.k * self.n * 2
+            sizes["stats"] = 8 * self.m * self.batches
+            sizes["cd"] = 8 * self.n
+        if self.finalise is not None:
+            tiles_n = -(-self.n // self.spec.config.bn)
+            sizes["partials"] = 8 * self.batches * self.m * tiles_n
+        return sizes
+
+    # ------------------------------------------------------------------ load
+    def load(self, sms: int | None = None) -> host.GemmKernel:
+        """Build (or read from the cache) and load the cubins; ``sms`` sizes the grid."""
         with self.lock:
+            if sms is not None:
+                self.sms = sms
             if self.kernel is None:
                 from fusec.targets.cuda.gemm import build
 
+                if self.prologue is not None:
+                    self.prep = host.LoadedKernel(build.build(self.prologue.spec).cubin)
+                if self.finalise is not None:
+                    self.fin = host.LoadedKernel(build.build(self.finalise.spec).cubin)
                 self.kernel = host.GemmKernel(self.spec, build.build(self.spec).cubin)
             return self.kernel
 
-    def __call__(self, inputs: tuple, output: Any, stream: Any = 0, sms: int = 132) -> None:
-        from fusec.targets.cuda.streams import stream_ptr
+    # ---------------------------------------------------------------- launch
+    def direct(self, stream: int, inputs: list, outputs: list) -> None:
+        """Launch on the raw stream handle ``stream``; ``inputs``/``outputs`` have ``.ptr``."""
+        key = (stream, outputs[0].ptr, *[b.ptr for b in inputs])
+        call = self.calls.get(key)
+        if call is None or call.generation != host.maps_generation():
+            call = self._prepare(key)
+        self._run(call)
 
+    def __call__(self, inputs: tuple, output: Any, stream: Any = 0, sms: int = 132) -> None:
+        from fusec.targets.cuda.streams import explicit_handle
+
+        self.sms = sms
+        key = (explicit_handle(stream), _address(output), *[_address(x) for x in inputs])
+        call = self.calls.get(key)
+        if call is None or call.generation != host.maps_generation():
+            call = self._prepare(key)
+        self._run(call)
+
+    def _run(self, call: _Call) -> None:
+        kernel = self.kernel
+        assert kernel is not None  # loaded by _prepare
+        if len(call.steps) == 1:  # the plain GEMM: one launch
+            kernel.launch(call.steps[0][1])
+            return
+        drv = host.driver()
+        for step in call.steps:
+            if step[0] == "gemm":
+                kernel.launch(step[1])
+            elif step[0] == "kernel":
+                _, kernel, grid, threads, stream, params = step
+                kernel.launch_raw(grid, threads, stream, params)
+            else:
+                _, ptr, words, stream = step
+                host._check(drv.cuMemsetD32Async(drv.CUdeviceptr(ptr), 0, words, stream))
+
+    def _prepare(self, key: tuple) -> _Call:
         kernel = self.kernel or self.load()
-        a_index, a_rows, a_cols, a_batch = self.a
-        b_index, b_rows, b_cols, b_batch = self.b
-        op_a = host.Operand(_address(inputs[a_index]), a_rows, a_cols, a_batch)
-        op_b = host.Operand(_address(inputs[b_index]), b_rows, b_cols, b_batch)
-        extras = tuple(_address(inputs[i]) for i in self.extras)
-        kernel(
-            op_a,
-            op_b,
-            _address(output),
-            extras,
+        stream, out, *inputs = key
+        generation = host.maps_generation()
+        call = _Call(generation, [], [])
+        if self.m <= 0 or self.n <= 0 or self.batches <= 0:
+            return call
+        scratch = self._scratch(stream)
+
+        def address(source: Source) -> int:
+            return inputs[source] if isinstance(source, int) else scratch[source]
+
+        handle = host.driver().CUstream(stream)
+        if self.prologue is not None:
+            call.steps.extend(self._prologue_steps(address, handle, call.keep))
+        a_source, a_rows, a_cols, a_batch = self.a
+        b_source, b_rows, b_cols, b_batch = self.b
+        prepared = kernel.prepare(
+            stream,
+            host.Operand(address(a_source), a_rows, a_cols, a_batch),
+            host.Operand(address(b_source), b_rows, b_cols, b_batch),
+            out,
+            tuple(address(s) for s in self.extras),
             self.m,
             self.n,
             self.k,
             self.batches,
-            stream_ptr(stream),
-            sms,
+            self.sms,
         )
+        call.steps.append(("gemm", prepared))
+        if self.finalise is not None:
+            tiles_n = tile_count(self.spec.config, 1, self.n, 1)
+            params, keep = host.parameter_block(
+                (out, scratch["partials"], *[inputs[i] for i in self.finalise.extras]),
+                (self.m, self.n, tiles_n, self.batches),
+            )
+            call.keep.append(keep)
+            grid = self.m * self.batches
+            call.steps.append(("kernel", self.fin, grid, aux.THREADS, handle, params))
+        if host.maps_generation() != generation:  # a map slab was retired meanwhile
+            return self._prepare(key)
+        if len(self.calls) >= 64:
+            self.calls.clear()
+        self.calls[key] = call
+        return call
+
+    def _prologue_steps(self, address, handle: Any, keep: list) -> list[tuple]:
+        """Zero the fold's column sums (W stored K x N: atomics add into them), then the
+        pre-pass."""
+        p = self.prologue
+        assert p is not None
+        rows = self.m * self.batches
+        stat_blocks = p.spec.stat_blocks(rows)
+        grid = stat_blocks + p.spec.fold_blocks(self.k, self.n)
+        params, kept = host.parameter_block(
+            (
+                address(p.x),
+                address(p.gamma),
+                address(p.beta),
+                address(p.w),
+                address("w"),
+                address("stats"),
+                address("cd"),
+            ),
+            (rows, self.k, self.n, stat_blocks),
+        )
+        keep.append(kept)
+        steps: list[tuple] = []
+        if p.spec.b_major == "n":
+            steps.append(("memset", address("cd"), 2 * self.n, handle))
+        steps.append(("kernel", self.prep, grid, aux.THREADS, handle, params))
+        return steps
+
+    def _scratch(self, stream: int) -> dict[str, int]:
+        buffers = self.scratch.get(stream)
+        if buffers is None:
+            drv = host.driver()
+            buffers = {
+                name: int(host._check(drv.cuMemAlloc(max(size, 16))))
+                for name, size in self.scratch_bytes().items()
+            }
+            self.scratch[stream] = buffers
+        return buffers

@@ -97,3 +97,60 @@ def _store(config, acc, out, writes, pm, pn, pz, epilogue) -> None:
                             value = epilogue(value, row, col, pz)
                         out[pz, row, col] = value
                         writes[pz, row, col] += 1
+
+
+# ----------------------------------------------------------- fused prologue/epilogues
+
+
+def row_owners(bn: int) -> dict[int, set[tuple[int, int]]]:
+    """For each row of an m64nBN accumulator block: the (thread, register) pairs holding
+    it. The row softmax epilogue relies on each row living in one quad (4 lanes of a warp
+    that differ in ``lane % 4``), so that ``shfl.xor`` 1 and 2 reduce it."""
+    owners: dict[int, set[tuple[int, int]]] = {}
+    for thread in range(128):
+        for j in range(bn // 2):
+            r, _ = fragment_coords(thread, j)
+            owners.setdefault(r, set()).add((thread, j))
+    return owners
+
+
+def softmax_partials(logits: np.ndarray, bn: int) -> np.ndarray:
+    """The (max, sum of exp(v - max)) pair of each row and BN-wide tile, as the partials
+    epilogue writes them (columns past the row's end are -inf, excluded)."""
+    rows, n = logits.shape
+    tiles = -(-n // bn)
+    padded = np.full((rows, tiles * bn), -np.inf, dtype=np.float32)
+    padded[:, :n] = logits
+    blocks = padded.reshape(rows, tiles, bn)
+    mx = blocks.max(axis=2)
+    shift = np.where(np.isneginf(mx), 0.0, mx)
+    sums = np.exp(blocks - shift[:, :, None]).sum(axis=2)
+    return np.stack([mx, sums], axis=2).astype(np.float32)
+
+
+def softmax_finalise(logits: np.ndarray, partials: np.ndarray) -> np.ndarray:
+    """What the finalise pass writes: exp(v - M) / S with (M, S) combined from the pairs."""
+    mx = partials[:, :, 0].max(axis=1)
+    shift = np.where(np.isneginf(mx), 0.0, mx)
+    total = (partials[:, :, 1] * np.exp(partials[:, :, 0] - shift[:, None])).sum(axis=1)
+    return np.exp(logits - shift[:, None]) / total[:, None]
+
+
+def layernorm_prep(x: np.ndarray, gamma, beta, w: np.ndarray, eps: float, dtype=np.float16):
+    """The pre-pass: per row (mean, rstd) from sums shifted by the row's first element,
+    W' = gamma * W rounded to ``dtype``, c = column sums of W', d = beta @ W (W is K x N)."""
+    x32 = x.astype(np.float32)
+    shifted = x32 - x32[:, :1]
+    dm = shifted.sum(axis=1, dtype=np.float32) / np.float32(x.shape[1])
+    var = np.maximum((shifted * shifted).sum(axis=1) / np.float32(x.shape[1]) - dm * dm, 0)
+    stats = np.stack([x32[:, 0] + dm, 1.0 / np.sqrt(var + np.float32(eps))], axis=1)
+    w32 = w.astype(np.float32)
+    folded = (gamma.astype(np.float32)[:, None] * w32).astype(dtype)
+    c = folded.astype(np.float32).sum(axis=0)
+    d = beta.astype(np.float32) @ w32
+    return stats.astype(np.float32), folded, c, d
+
+
+def layernorm_epilogue(acc: np.ndarray, stats: np.ndarray, c: np.ndarray, d: np.ndarray):
+    """The GEMM epilogue's rewrite: rstd_i * (acc_ij - mu_i c_j) + d_j."""
+    return stats[:, 1:2] * (acc - stats[:, 0:1] * c[None, :]) + d[None, :]

@@ -1,14 +1,30 @@
-"""The cuda target's ``matmul`` template: one Hopper GEMM kernel per ``ai.fused "matmul"`` group.
+"""The cuda target's ``matmul`` template: one Hopper GEMM per ``ai.fused "matmul"`` group.
 
-A group is generated as the Tensor Core kernel when it is ``ai.matmul`` on two
-group inputs of f16 or bf16 (same type), rank >= 2, whose leading (batch) dims
-are either the output's or all 1 (broadcast), followed by elementwise ops of
-the output's shape (bias, activations, residual add, scale, casts: the
-epilogue, rendered to C++ by ``CppExprGenerator`` and run on the f32
-accumulators before the one rounding to the output type). Everything else
-(f32 graphs, which keep IEEE f32 maths; a LayerNorm prologue; partial batch
-broadcasting; 1-D operands) is served by the PyTorch fallback
-(``fusec.targets.cuda.torch_fallback``), whose kernel header says so.
+A group is generated as the Tensor Core kernel when it is
+
+    [ai.layernorm on A] -> ai.matmul -> elementwise* -> [ai.softmax (last axis) -> elementwise*]
+
+with both matmul operands f16 or bf16 (same type), rank >= 2, leading (batch)
+dims either the output's or all 1 (broadcast), and every op after the matmul of
+the output's shape. The parts map onto the kernel as follows:
+
+* the elementwise tail (bias, activations, residual add, scale, casts) is the
+  GEMM epilogue, rendered to C++ by ``CppExprGenerator`` and run on the f32
+  accumulators before the one rounding to the output type;
+* a LayerNorm prologue (``layernorm(x) @ W`` with W not batched) is the exact
+  rewrite ``rstd_i * (x @ W' - mu_i * c) + d`` (``aux.LayerNormPrep``: one
+  light pre-pass computes the row statistics of x and folds gamma and beta
+  into W', c, d; the GEMM reads the raw x and applies the rewrite in its
+  epilogue);
+* a softmax over rows of at most 256 columns runs in the epilogue (the block
+  tile holds whole rows: ``choose_row_config``; row max and sum by quad
+  shuffles on the accumulator layout); longer rows store the logits with
+  per-tile (max, sum of exp) partials, and ``aux.SoftmaxFinalise`` rewrites
+  them in place (two launches, the logits read once, in 16 bits).
+
+Everything else (f32 graphs, which keep IEEE f32 maths; partial batch
+broadcasting; 1-D operands; other prologues) is served by the PyTorch fallback
+(``fusec.targets.cuda.torch_fallback``), whose kernel header says why.
 
 The tile configuration comes from the ``fusec.tile`` attribute the
 ``tile-gemm`` pass writes on the group, or the same heuristic when absent.
@@ -19,24 +35,30 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from xdsl.dialects.builtin import StringAttr
-
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import (
     ELEMENTWISE_OPS,
     CppExprGenerator,
     broadcast_offset,
+    error_at,
     header,
     leaf_shapes,
 )
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.targets.cuda.common import body_ops, kernel_name, yielded
-from fusec.targets.cuda.gemm.config import TileConfig, choose_config
+from fusec.targets.cuda.common import body_ops, kernel_name
+from fusec.targets.cuda.gemm import aux
+from fusec.targets.cuda.gemm.config import (
+    TileConfig,
+    choose_config,
+    choose_row_config,
+    from_attr,
+)
 from fusec.targets.cuda.gemm.cpp import Epilogue, GemmSpec
 
 TILE_ATTR = "fusec.tile"
 _DTYPES = ("f16", "bf16")
+ROW_SOFTMAX_LIMIT = 256  # widest row one block tile holds (BN <= 256)
 
 
 @dataclass(frozen=True)
@@ -44,7 +66,7 @@ class GemmPlan:
     """How a group maps onto the kernel: the problem and the operand storage."""
 
     matmul: ai.MatmulOp
-    epilogue_ops: tuple
+    epilogue_ops: tuple  # between the matmul and the softmax (or the end)
     m: int
     n: int
     k: int
@@ -56,20 +78,55 @@ class GemmPlan:
     b: tuple[int, int, int, int]
     batch_a: bool
     batch_b: bool
+    layernorm: ai.LayerNormOp | None = None
+    softmax: ai.SoftmaxOp | None = None
+    post_ops: tuple = ()  # after the softmax
+
+    @property
+    def softmax_mode(self) -> str:
+        if self.softmax is None:
+            return ""
+        return "row" if self.n <= ROW_SOFTMAX_LIMIT else "partials"
+
+
+def _split_softmax(rest: list) -> tuple[list, ai.SoftmaxOp | None, list] | str:
+    softmaxes = [k for k, op in enumerate(rest) if isinstance(op, ai.SoftmaxOp)]
+    if len(softmaxes) > 1:
+        return "more than one softmax after the matmul"
+    if not softmaxes:
+        return rest, None, []
+    k = softmaxes[0]
+    softmax = rest[k]
+    rank = len(spec_of(softmax.output.type).shape)
+    if softmax.attr("axis") % rank != rank - 1:
+        return "a softmax over an axis other than the last"
+    return rest[:k], softmax, rest[k + 1 :]
 
 
 def plan(fused_op: ai.FusedOp) -> GemmPlan | str:
     """The kernel's view of ``fused_op``, or why the group needs the fallback."""
     ops = body_ops(fused_op)
-    matmuls = [op for op in ops if isinstance(op, ai.MatmulOp)]
-    if len(matmuls) != 1 or ops[0] is not matmuls[0]:
-        return "the group is not one matmul followed by elementwise ops (a prologue?)"
+    layernorm = ops[0] if ops and isinstance(ops[0], ai.LayerNormOp) else None
+    core = ops[1:] if layernorm is not None else ops
+    matmuls = [op for op in core if isinstance(op, ai.MatmulOp)]
+    if len(matmuls) != 1 or core[0] is not matmuls[0]:
+        return "the group is not [layernorm ->] matmul -> elementwise/softmax ops"
     matmul = matmuls[0]
-    rest = tuple(ops[1:])
-    if len(fused_op.results) != 1 or not all(isinstance(op, ELEMENTWISE_OPS) for op in rest):
-        return "the epilogue is not a chain of elementwise ops with one result"
+    split = _split_softmax(list(core[1:]))
+    if isinstance(split, str):
+        return split
+    pre, softmax, post = split
+    allowed = all(isinstance(op, ELEMENTWISE_OPS) for op in (*pre, *post))
+    if len(fused_op.results) != 1 or not allowed:
+        return "the epilogue is not a chain of elementwise ops (and one softmax) with one result"
     args = {arg: i for i, arg in enumerate(fused_op.block.args)}
-    if matmul.lhs not in args or matmul.rhs not in args:
+    lhs_value = layernorm.input if layernorm is not None else matmul.lhs
+    if layernorm is not None:
+        if matmul.lhs is not layernorm.output or matmul.rhs is layernorm.output:
+            return "the LayerNorm does not feed only the matmul's left operand"
+        if any(v not in args for v in (layernorm.input, layernorm.gamma, layernorm.beta)):
+            return "a LayerNorm operand is computed inside the group"
+    if lhs_value not in args or matmul.rhs not in args:
         return "a matmul operand is computed inside the group"
     lhs, rhs, res = (spec_of(v.type) for v in (matmul.lhs, matmul.rhs, matmul.output))
     if lhs.dtype not in _DTYPES or rhs.dtype != lhs.dtype:
@@ -77,7 +134,9 @@ def plan(fused_op: ai.FusedOp) -> GemmPlan | str:
     if len(lhs.shape) < 2 or len(rhs.shape) < 2:
         return "a 1-D operand"
     out_shape = res.shape
-    if any(spec_of(op.results[0].type).shape != out_shape for op in rest):
+    if any(spec_of(op.results[0].type).shape != out_shape for op in (*pre, *post)) or (
+        softmax is not None and spec_of(softmax.output.type).shape != out_shape
+    ):
         return "an epilogue op broadcasts beyond the matmul's shape"
     ta, tb = bool(matmul.attr("transpose_a")), bool(matmul.attr("transpose_b"))
     m, n = out_shape[-2], out_shape[-1]
@@ -93,6 +152,8 @@ def plan(fused_op: ai.FusedOp) -> GemmPlan | str:
     if 0 in (m, n, k):
         return "an empty dimension"
     folded = batch_of["a"] and not batch_of["b"] and not ta
+    if layernorm is not None and (ta or batch_of["b"]):
+        return "a LayerNorm prologue needs a plain (not transposed) A and an unbatched B"
     a_rows, a_cols = (k, m) if ta else (m, k)
     b_rows, b_cols = (n, k) if tb else (k, n)
     a_batch = batches if batch_of["a"] else 1
@@ -101,7 +162,7 @@ def plan(fused_op: ai.FusedOp) -> GemmPlan | str:
         a_rows, a_batch = batches * m, 1
     return GemmPlan(
         matmul,
-        rest,
+        tuple(pre),
         batches * m if folded else m,
         n,
         k,
@@ -109,55 +170,150 @@ def plan(fused_op: ai.FusedOp) -> GemmPlan | str:
         folded,
         "m" if ta else "k",
         "k" if tb else "n",
-        (args[matmul.lhs], a_rows, a_cols, a_batch),
+        (args[lhs_value], a_rows, a_cols, a_batch),
         (args[matmul.rhs], b_rows, b_cols, b_batch),
         batch_of["a"] and not folded,
         batch_of["b"],
+        layernorm,
+        softmax,
+        tuple(post),
     )
 
 
+def heuristic_config(p: GemmPlan, sms: int = 132) -> tuple[TileConfig, str]:
+    """(config, why) chosen from the problem shape and the GPU's SM count."""
+    if p.softmax_mode == "row":
+        return choose_row_config(p.m, p.n, p.batches, sms), "row softmax"
+    return choose_config(p.m, p.n, p.k, p.batches, sms), "heuristic"
+
+
 def tile_config(fused_op: ai.FusedOp, p: GemmPlan, sms: int = 132) -> TileConfig:
+    """The group's ``fusec.tile`` (checked against the plan), else the heuristic's choice."""
     attr = fused_op.attributes.get(TILE_ATTR)
-    if isinstance(attr, StringAttr):
-        return TileConfig.parse(attr.data)
-    return choose_config(p.m, p.n, p.k, p.batches, sms)
+    if attr is None:
+        return heuristic_config(p, sms)[0]
+    try:
+        config = from_attr(attr)
+    except ValueError as err:
+        raise error_at(fused_op, f"has a bad {TILE_ATTR} attribute: {err}") from None
+    if p.softmax_mode == "row" and config.bn < p.n:
+        raise error_at(
+            fused_op,
+            f"has {TILE_ATTR} with a {config.bn}-wide block, but its row softmax needs the "
+            f"whole {p.n}-wide row in one block",
+        )
+    return config
 
 
-def epilogue(fused_op: ai.FusedOp, p: GemmPlan) -> tuple[Epilogue, tuple[int, ...], str]:
-    """The group's elementwise tail as C++ on ``acc`` at output element (bat, row, col): the
-    epilogue, the group inputs it reads (in ``e0, e1...`` order) and its C++ helpers."""
-    out_shape = spec_of(p.matmul.output.type).shape
+class _Inputs:
+    """The extra pointers an epilogue reads (``e0, e1...``): group inputs and scratch."""
+
+    def __init__(self) -> None:
+        self.sources: list[int | str] = []
+        self.dtypes: list[str] = []
+
+    def slot(self, source: int | str, dtype: str) -> int:
+        if source not in self.sources:
+            self.sources.append(source)
+            self.dtypes.append(dtype)
+        return self.sources.index(source)
+
+
+def _index_lines(p: GemmPlan, out_shape: tuple) -> list[str]:
     rank = len(out_shape)
-    lines = []
     if p.folded:  # row runs over (batch dims..., M)
-        lines += _decompose("row", out_shape[:-1], 0)
+        lines = _decompose("row", out_shape[:-1], 0)
     else:
-        lines += _decompose("bat", out_shape[:-2], 0)
+        lines = _decompose("bat", out_shape[:-2], 0)
         lines.append(f"const long long i{rank - 2} = row;")
     lines.append(f"const long long i{rank - 1} = col;")
+    return lines
+
+
+def _chain(fused_op, ops, inputs: _Inputs, gen: CppExprGenerator, leaves: dict, out_shape):
+    """C++ statements of ``ops`` and the name of their last value; ``leaves`` maps values
+    computed elsewhere (the accumulator, the softmax value) to C++ names."""
+    rank = len(out_shape)
     index_vars = [f"i{d}" for d in range(rank)]
     args = {arg: index for index, arg in enumerate(fused_op.block.args)}
-    shapes = leaf_shapes(p.epilogue_ops) if p.epilogue_ops else {}
-    extras: list[str] = []
-    extra_inputs: list[int] = []
-    gen = CppExprGenerator()
+    shapes = leaf_shapes(ops) if ops else {}
 
     def leaf(value) -> str:
-        if value is p.matmul.output:
-            return "acc"
-        index = args[value]
-        if index not in extra_inputs:
-            extra_inputs.append(index)
-            extras.append(spec_of(value.type).dtype)
-        slot = extra_inputs.index(index)
+        if value in leaves:
+            return leaves[value]
+        dtype = spec_of(value.type).dtype
+        slot = inputs.slot(args[value], dtype)
         offset = broadcast_offset(out_shape, shapes[value], index_vars)
-        return f"fs_ld_{spec_of(value.type).dtype}(e{slot}, {offset})"
+        return f"fs_ld_{dtype}(e{slot}, {offset})"
 
-    stmts, names = gen.chain(p.epilogue_ops, leaf)
-    final = names[yielded(fused_op)[0]] if p.epilogue_ops else "acc"
-    body = "\n".join([*lines, *stmts, f"y = {final};"])
-    ops = " -> ".join(op.name for op in p.epilogue_ops) or "identity"
-    return Epilogue(body, tuple(extras), ops), tuple(extra_inputs), gen.helper_source()
+    stmts, names = gen.chain(ops, leaf)
+    return stmts, names
+
+
+def epilogue(
+    fused_op: ai.FusedOp, p: GemmPlan
+) -> tuple[Epilogue, tuple, tuple[aux.SoftmaxFinalise, tuple] | None]:
+    """The group's ops after the matmul as C++ on ``acc`` at output element (bat, row, col):
+    the GEMM epilogue, the sources of its extra inputs (``e0, e1...``), and the finalise
+    pass of a long-row softmax (with its own inputs) or None."""
+    out_shape = spec_of(p.matmul.output.type).shape
+    lines = _index_lines(p, out_shape)
+    inputs = _Inputs()
+    gen = CppExprGenerator()
+    acc = "acc"
+    ln_lines: list[str] = []
+    if p.layernorm is not None:
+        stats, cd = inputs.slot("stats", "f32"), inputs.slot("cd", "f32")
+        ln_lines = [
+            f"const float ln_mu = fs_ld_f32(e{stats}, 2LL * row);",
+            f"const float ln_rstd = fs_ld_f32(e{stats}, 2LL * row + 1);",
+            f"const float ln_acc = ln_rstd * (acc - ln_mu * fs_ld_f32(e{cd}, col)) + "
+            f"fs_ld_f32(e{cd}, {p.n}LL + col);",
+        ]
+        acc = "ln_acc"
+    stmts, names = _chain(fused_op, p.epilogue_ops, inputs, gen, {p.matmul.output: acc}, out_shape)
+    final = names[p.epilogue_ops[-1].results[0]] if p.epilogue_ops else acc
+    body = "\n".join([*lines, *ln_lines, *stmts, f"y = {final};"])
+    ops = " -> ".join(op.name for op in (*p.epilogue_ops,)) or "identity"
+    if p.layernorm is not None:
+        ops = f"layernorm rewrite -> {ops}"
+    if p.softmax is None:
+        return (
+            Epilogue(body, tuple(inputs.dtypes), ops, gen.helper_source()),
+            tuple(inputs.sources),
+            None,
+        )
+    post_inputs = _Inputs() if p.softmax_mode == "partials" else inputs
+    post_gen = CppExprGenerator() if p.softmax_mode == "partials" else gen
+    post_stmts, post_names = _chain(
+        fused_op, p.post_ops, post_inputs, post_gen, {p.softmax.output: "s"}, out_shape
+    )
+    post_final = post_names[p.post_ops[-1].results[0]] if p.post_ops else "s"
+    post_body = "\n".join([*lines, *post_stmts, f"y = {post_final};"])
+    post_name = " -> ".join(op.name for op in p.post_ops) or "identity"
+    if p.softmax_mode == "row":
+        epi = Epilogue(
+            body,
+            tuple(inputs.dtypes),
+            f"{ops} -> row softmax -> {post_name}",
+            gen.helper_source(),
+            softmax="row",
+            post_body=post_body,
+        )
+        return epi, tuple(inputs.sources), None
+    inputs.slot("partials", "f32")  # the kernel writes the partials to its last extra
+    epi = Epilogue(
+        body,
+        tuple(inputs.dtypes),
+        f"{ops} -> softmax partials",
+        gen.helper_source(),
+        softmax="partials",
+    )
+    out_dtype = spec_of(fused_op.results[0].type).dtype
+    finalise = aux.SoftmaxFinalise(
+        out_dtype, post_body, tuple(post_inputs.dtypes), post_gen.helper_source(), post_name
+    )
+    return epi, tuple(inputs.sources), (finalise, tuple(post_inputs.sources))
 
 
 def _decompose(flat: str, dims, first: int) -> list[str]:
@@ -170,6 +326,25 @@ def _decompose(flat: str, dims, first: int) -> list[str]:
     return lines
 
 
+def gemm_spec(fused_op: ai.FusedOp, p: GemmPlan, config: TileConfig):
+    """(GemmSpec, epilogue input sources, finalise or None, LayerNorm prep or None)."""
+    epi, sources, finalise = epilogue(fused_op, p)
+    out_dtype = spec_of(fused_op.results[0].type).dtype
+    dtype = spec_of(p.matmul.lhs.type).dtype
+    spec = GemmSpec(config, dtype, out_dtype, p.a_major, p.b_major, p.batch_a, p.batch_b, epi)
+    prep = None
+    if p.layernorm is not None:
+        ln = p.layernorm
+        prep = aux.LayerNormPrep(
+            dtype,
+            spec_of(ln.gamma.type).dtype,
+            spec_of(ln.beta.type).dtype,
+            p.b_major,
+            float(ln.attr("epsilon")),
+        )
+    return spec, sources, finalise, prep
+
+
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The kernel module of a matmul group (the fallback's when the kernel cannot serve it)."""
     from fusec.targets.cuda import torch_fallback
@@ -179,51 +354,75 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     if isinstance(p, str):
         return torch_fallback.generate(fused_op, name, reason=p)
     config = tile_config(fused_op, p)
-    epi, extra_inputs, helpers = epilogue(fused_op, p)
-    out_dtype = spec_of(fused_op.results[0].type).dtype
-    dtype = spec_of(p.matmul.lhs.type).dtype
-    spec = GemmSpec(
-        config,
-        dtype,
-        out_dtype,
-        p.a_major,
-        p.b_major,
-        p.batch_a,
-        p.batch_b,
-        Epilogue(epi.body, epi.extras, epi.name, helpers),
-    )
-    inputs = [f"in{k}" for k in range(len(fused_op.inputs))]
+    spec, sources, finalise, prep = gemm_spec(fused_op, p, config)
+    args = {arg: i for i, arg in enumerate(fused_op.block.args)}
+    b_operand: tuple = p.b
+    prologue_text = "None"
+    if prep is not None:
+        ln = p.layernorm
+        assert ln is not None
+        prologue_text = (
+            f"Prologue({prep!r}, x={args[ln.input]}, gamma={args[ln.gamma]}, "
+            f"beta={args[ln.beta]}, w={p.b[0]})"
+        )
+        b_operand = ("w", *p.b[1:])
+    finalise_text = "None" if finalise is None else f"Finalise({finalise[0]!r}, {finalise[1]!r})"
     notes = [
         f"target: cuda, Hopper Tensor Core GEMM (wgmma + TMA, sm_90a), tile {config.text};",
         f"M={p.m} N={p.n} K={p.k} batches={p.batches}, A {p.a_major.upper()}-major, "
-        f"B {p.b_major.upper()}-major, {dtype} -> {out_dtype}, f32 accumulation;",
-        f"epilogue on the accumulators: {epi.name} (f32, one rounding at the store)",
+        f"B {p.b_major.upper()}-major, {spec.dtype} -> {spec.out_dtype}, f32 accumulation;",
+        f"epilogue on the accumulators: {spec.epilogue.name} (f32, one rounding at the store)",
     ]
+    if prep is not None:
+        notes.append("LayerNorm prologue: pre-pass (row statistics, gamma/beta folded into W)")
+    if finalise is not None:
+        notes.append("long-row softmax: per-tile partials in the epilogue, then a finalise pass")
     source = "\n".join(
         [
             header(fused_op, notes=notes),
-            "from fusec.targets.cuda.abi import Epilogue, GemmLaunch, GemmSpec, TileConfig",
+            "from fusec.targets.cuda.abi import (",
+            "    Epilogue, Finalise, GemmLaunch, GemmSpec, LayerNormPrep, Prologue,",
+            "    SoftmaxFinalise, TileConfig,",
+            ")",
             "",
             "GEMM = GemmLaunch(",
-            "    GemmSpec(",
-            f"        TileConfig.parse({config.text!r}),",
-            f"        {dtype!r}, {out_dtype!r}, {p.a_major!r}, {p.b_major!r}, "
-            f"{p.batch_a!r}, {p.batch_b!r},",
-            f"        Epilogue({epi.body!r}, {epi.extras!r}, {epi.name!r}, {helpers!r}),",
-            "    ),",
-            f"    a={p.a!r}, b={p.b!r}, extras={extra_inputs!r},",
+            f"    {spec!r},",
+            f"    a={p.a!r}, b={b_operand!r}, extras={sources!r},",
             f"    m={p.m}, n={p.n}, k={p.k}, batches={p.batches},",
+            f"    prologue={prologue_text},",
+            f"    finalise={finalise_text},",
             ")",
             "",
             "",
-            f"def launch({', '.join([*inputs, 'out0'])}, stream=0, sms=132):",
-            f"    GEMM(({', '.join(inputs)},), out0, stream, sms)",
+            f"def launch({', '.join([*(f'in{k}' for k in range(len(fused_op.inputs))), 'out0'])}"
+            ", stream=0, sms=132):",
+            f"    GEMM(({', '.join(f'in{k}' for k in range(len(fused_op.inputs)))},), out0, "
+            "stream, sms)",
             "",
             "",
-            "KERNELS = []  # a linked cubin, launched by GemmLaunch (not a Numba dispatcher)",
+            "KERNELS = []  # linked cubins, launched by GemmLaunch (not Numba dispatchers)",
             f"GEMM_SPECS = [GEMM.spec]  # {spec.function_name}",
             "",
         ]
     )
     ins, outs = io_specs(fused_op)
     return KernelSource(name, "matmul", "cuda", source, ins, outs, array_dtype=None)
+
+
+def linked_specs(kernel: KernelSource) -> list:
+    """The generated-C++ kernels of a GEMM group's module, in launch order (LayerNorm
+    pre-pass, GEMM, softmax finalise), or of a conv/attention module (its ``LINKED``
+    launcher's spec); [] for other modules (the fallback's, Numba's)."""
+    gemm_module = kernel.kind == "matmul" and "GEMM = GemmLaunch(" in kernel.source
+    if not gemm_module and "\nLINKED = " not in kernel.source:
+        return []
+    namespace: dict = {"__name__": f"_fusec_specs_{kernel.name}"}
+    exec(compile(kernel.source, f"<fusec kernel {kernel.name}>", "exec"), namespace)
+    if not gemm_module:
+        return [namespace["LINKED"].spec]
+    gemm = namespace["GEMM"]
+    specs = [gemm.prologue.spec] if gemm.prologue is not None else []
+    specs.append(gemm.spec)
+    if gemm.finalise is not None:
+        specs.append(gemm.finalise.spec)
+    return specs

@@ -1,0 +1,682 @@
+"""``recognize-patterns``: what exporters spell out in small ops becomes the dialect's op.
+
+Exported models write GELU, LayerNorm and attention scaling with elementary
+operators (an older opset has no Gelu or LayerNormalization; PyTorch's
+decompositions scale the query and key separately; a Linear layer flattens
+its input to 2-D around a Gemm). Fused as written, each of those is a chain
+of kernels; recognised, it is the one op the fusion rules and templates know.
+The rewrites are xDSL ``RewritePattern``s, run to a fixed point:
+
+* ``x * 0.5 * (1 + erf(x / sqrt 2))`` -> ``ai.gelu``; the tanh form
+  ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`` -> ``ai.gelu
+  {approximate = "tanh"}`` (factors in any order and association);
+* ``(x - mean) / sqrt(var + eps) * gamma + beta`` with ``mean``/``var``
+  ``ai.reduce_mean`` over the last axis -> ``ai.layernorm``;
+* a matmul operand scaled by a scalar constant: the scale moves after the
+  product (``(a c) @ b = (a @ b) c``), where it rides in the epilogue, and
+  two scalar scales of one value merge;
+* reshapes sink towards their consumers: through a matmul whose lhs only had
+  its leading dims merged (``reshape(x) @ w = reshape(x @ w)``), through
+  elementwise ops and a bias on the last axis, and cancel against the next
+  reshape, so a Linear layer's 2-D Gemm becomes a batched matmul whose
+  epilogue meets the ops after it;
+* ``pow(x, 2|3|0.5|1)`` -> products, ``sqrt``, ``x``; ``x + 0`` and ``x * 1``
+  (constants, same shape as x) -> ``x``.
+
+Every rewrite keeps the location of the op it replaces; intermediate ops
+left without users are erased. Each rewrite is counted by name
+(``recognize``), which ``fusec import`` reports.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+)
+
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
+
+_NUMPY = {"f32": np.float32, "f16": np.float16}
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def shape(value: SSAValue) -> tuple[int, ...]:
+    return spec_of(value.type).shape
+
+
+def constant(value: SSAValue, max_elements: int = 1 << 16) -> np.ndarray | None:
+    """The value of a dense ``arith.constant`` (small ones only), else None."""
+    op = value.owner
+    if not isinstance(op, arith.ConstantOp):
+        return None
+    attr = op.value
+    if not isinstance(attr, DenseIntOrFPElementsAttr):
+        return None
+    spec = spec_of(value.type)
+    if math.prod(spec.shape) > max_elements:
+        return None
+    if spec.dtype == "bf16":
+        import ml_dtypes
+
+        dtype: type = ml_dtypes.bfloat16
+    else:
+        dtype = _NUMPY[spec.dtype]
+    data = np.frombuffer(attr.data.data, dtype=dtype).astype(np.float64)
+    if data.size == 1:  # a splat, 0-d scalars included
+        return np.full(spec.shape, data[0])
+    return data.reshape(spec.shape)
+
+
+def scalar(value: SSAValue) -> float | None:
+    """The number a constant holds in every element (a splat), else None."""
+    array = constant(value)
+    if array is None or array.size == 0:
+        return None
+    first = float(array.reshape(-1)[0])
+    return first if np.all(array == first) else None
+
+
+def is_scalar(value: SSAValue, number: float, rtol: float = 1e-6) -> bool:
+    """``value`` is a constant equal to ``number`` in every element (to float32 rounding)."""
+    found = scalar(value)
+    return found is not None and math.isclose(found, number, rel_tol=rtol, abs_tol=0.0)
+
+
+def single_use(value: SSAValue) -> bool:
+    return value.has_one_use()
+
+
+def operands_of(value: SSAValue, op_type: type) -> Sequence[SSAValue] | None:
+    """The operands of ``value``'s defining op when it is an ``op_type``."""
+    owner = value.owner
+    return owner.operands if isinstance(owner, Operation) and isinstance(owner, op_type) else None
+
+
+def factors(value: SSAValue, root: bool = True) -> list[SSAValue]:
+    """The multiplicands of a tree of ``ai.mul`` of one shape (inner products used once)."""
+    op = value.owner
+    if isinstance(op, ai.MulOp) and (root or single_use(value)):
+        return [f for operand in op.operands for f in factors(operand, root=False)]
+    return [value]
+
+
+def split(values: Sequence[SSAValue], test: Callable[[SSAValue], bool]):
+    """(the first value passing ``test``, the others), or (None, values)."""
+    for index, value in enumerate(values):
+        if test(value):
+            return value, [*values[:index], *values[index + 1 :]]
+    return None, list(values)
+
+
+def commuted(value: SSAValue, op_type: type) -> list[tuple[SSAValue, SSAValue]]:
+    """Both (a, b) orders of the operands of a commutative binary op defining ``value``."""
+    pair = operands_of(value, op_type)
+    if pair is None:
+        return []
+    return [(pair[0], pair[1]), (pair[1], pair[0])]
+
+
+@dataclass
+class Recognized:
+    """Counts of rewrites by name (what ``fusec import`` reports)."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+class Recognition(RewritePattern):
+    """A rewrite that counts itself under ``label`` and locates new ops at the root."""
+
+    label = ""
+
+    def __init__(self, seen: Recognized) -> None:
+        self.seen = seen
+
+    def rewrite(
+        self, rewriter: PatternRewriter, root: Operation, new_ops: Sequence[Operation], result
+    ) -> None:
+        for op in new_ops:
+            op.location = root.location
+        rewriter.replace(root, list(new_ops), [result])
+        self.seen.counts[self.label] += 1
+
+
+# ------------------------------------------------------------------ GELU
+
+
+class GeluFromErf(Recognition):
+    """``x * 0.5 * (1 + erf(x / sqrt 2))`` (or ``erf(x * (1/sqrt 2))``) -> ``ai.gelu``."""
+
+    label = "gelu (erf)"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, ai.MulOp):
+            return
+        terms = factors(op.results[0])
+        if len(terms) != 3:
+            return
+        half, rest = split(terms, lambda v: is_scalar(v, 0.5))
+        if half is None:
+            return
+        for x, one_plus in (rest, rest[::-1]):
+            if shape(x) == shape(op.results[0]) and _erf_of(one_plus, x):
+                self.rewrite(rewriter, op, [gelu := ai.GeluOp(x)], gelu.results[0])
+                return
+
+
+def _erf_of(value: SSAValue, x: SSAValue) -> bool:
+    """``value`` is ``1 + erf(x / sqrt 2)``, used only here."""
+    if not single_use(value):
+        return False
+    for one, erf in commuted(value, ai.AddOp):
+        if is_scalar(one, 1.0) and isinstance(erf.owner, ai.ErfOp) and single_use(erf):
+            (arg,) = erf.owner.operands
+            div = operands_of(arg, ai.DivOp)
+            if div is not None and div[0] is x and is_scalar(div[1], math.sqrt(2.0)):
+                return True
+            for a, c in commuted(arg, ai.MulOp):
+                if a is x and is_scalar(c, math.sqrt(0.5)):
+                    return True
+    return False
+
+
+class GeluFromTanh(Recognition):
+    """``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))`` -> ``ai.gelu`` tanh."""
+
+    label = "gelu (tanh)"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, ai.MulOp):
+            return
+        terms = factors(op.results[0])
+        if len(terms) != 3:
+            return
+        half, rest = split(terms, lambda v: is_scalar(v, 0.5))
+        if half is None:
+            return
+        for x, one_plus in (rest, rest[::-1]):
+            if shape(x) == shape(op.results[0]) and _tanh_of(one_plus, x):
+                gelu = ai.GeluOp(x, approximate="tanh")
+                self.rewrite(rewriter, op, [gelu], gelu.results[0])
+                return
+
+
+def _tanh_of(value: SSAValue, x: SSAValue) -> bool:
+    """``value`` is ``1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))``, used only here."""
+    if not single_use(value):
+        return False
+    for one, tanh in commuted(value, ai.AddOp):
+        if not (is_scalar(one, 1.0) and isinstance(tanh.owner, ai.TanhOp)):
+            continue
+        for c, inner in commuted(tanh.owner.operands[0], ai.MulOp):
+            if not is_scalar(c, math.sqrt(2.0 / math.pi)):
+                continue
+            for a, cubic in commuted(inner, ai.AddOp):
+                if a is x and _cubic_term(cubic, x):
+                    return True
+    return False
+
+
+def _cubic_term(value: SSAValue, x: SSAValue) -> bool:
+    """``0.044715 * x^3`` (``pow(x, 3)`` or ``x * x * x``)."""
+    for c, cube in commuted(value, ai.MulOp):
+        if not is_scalar(c, 0.044715):
+            continue
+        power = operands_of(cube, ai.PowOp)
+        if power is not None and power[0] is x and is_scalar(power[1], 3.0):
+            return True
+        if [t is x for t in factors(cube)] == [True, True, True]:
+            return True
+    return False
+
+
+# ------------------------------------------------------------------ LayerNorm
+
+
+class LayerNormFromMoments(Recognition):
+    """``(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) [* gamma + beta]`` over the
+    last axis -> ``ai.layernorm`` (the form of exports before opset 17). The match is
+    made at the outermost op: the shift, else the scale, else the division."""
+
+    label = "layernorm"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, ai.AddOp | ai.MulOp | ai.DivOp):
+            return
+        top: SSAValue = op.results[0]
+        gamma = beta = None
+        core: SSAValue = top
+        if isinstance(op, ai.AddOp):
+            found = _affine_part(top, ai.AddOp)
+            if found is None or not isinstance(found[0].owner, ai.MulOp):
+                return
+            scaled, beta = found
+            found = _affine_part(scaled, ai.MulOp)
+            if found is None or not single_use(scaled):
+                return
+            core, gamma = found
+        elif isinstance(op, ai.MulOp):
+            if _extended_by(top, ai.AddOp):
+                return  # the shift after it is the root
+            found = _affine_part(top, ai.MulOp)
+            if found is None:
+                return
+            core, gamma = found
+        elif _extended_by(top, ai.MulOp):
+            return  # the scale after it is the root
+        normalised = _normalised(core)
+        if normalised is None or (core is not top and not single_use(core)):
+            return
+        x, epsilon = normalised
+        d = shape(x)[-1]
+        dtype = spec_of(x.type).dtype
+        new: list[Operation] = []
+        params = []
+        for value, fill in ((gamma, 1.0), (beta, 0.0)):
+            if value is None:
+                new.append(const := _constant(np.full(d, fill), dtype))
+                value = const.results[0]
+            params.append(_as_vector(value, d, new))
+        new.append(ln := ai.LayerNormOp(x, *params, epsilon=epsilon))
+        self.rewrite(rewriter, op, new, ln.results[0])
+
+
+def _affine_part(value: SSAValue, op_type: type) -> tuple[SSAValue, SSAValue] | None:
+    """(other operand, last-axis vector) of a binary ``op_type`` defining ``value``."""
+    for other, vector in commuted(value, op_type):
+        if _vector_for(vector, value) and shape(other) == shape(value):
+            return other, vector
+    return None
+
+
+def _extended_by(value: SSAValue, op_type: type) -> bool:
+    """``value``'s one user is an ``op_type`` with a last-axis vector (a scale or shift
+    that belongs to the same LayerNorm)."""
+    if not single_use(value):
+        return False
+    user = value.get_user_of_unique_use()
+    if user is None or not isinstance(user, op_type):
+        return False
+    return _affine_part(user.results[0], op_type) is not None
+
+
+def _vector_for(value: SSAValue, of: SSAValue) -> bool:
+    """A scale or shift along the last axis: shape (D,) or (1, ..., D)."""
+    s, d = shape(value), shape(of)[-1]
+    return bool(s) and s[-1] == d and all(n == 1 for n in s[:-1]) and len(s) <= len(shape(of))
+
+
+def _as_vector(value: SSAValue, d: int, new: list[Operation]) -> SSAValue:
+    if shape(value) == (d,):
+        return value
+    new.append(reshaped := ai.ReshapeOp(value, shape=(d,)))
+    return reshaped.results[0]
+
+
+def _constant(array: np.ndarray, dtype: str) -> arith.ConstantOp:
+    from xdsl.dialects.builtin import BytesAttr
+
+    from fusec.dialect.ops import tensor_type
+    from fusec.dialect.shapes import TensorSpec
+
+    data = np.ascontiguousarray(array.astype(np.float32 if dtype == "f32" else _np(dtype)))
+    ttype = tensor_type(TensorSpec(tuple(array.shape), dtype))
+    return arith.ConstantOp(DenseIntOrFPElementsAttr(ttype, BytesAttr(data.tobytes())), ttype)
+
+
+def _np(dtype: str):
+    if dtype == "bf16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return _NUMPY[dtype]
+
+
+def _normalised(value: SSAValue) -> tuple[SSAValue, float] | None:
+    """(x, epsilon) when ``value`` is ``(x - mean) / sqrt(var + eps)`` over the last axis."""
+    div = operands_of(value, ai.DivOp)
+    if div is None:
+        return None
+    centred, std = div
+    diff = operands_of(centred, ai.SubOp)
+    root = operands_of(std, ai.SqrtOp)
+    if diff is None or root is None or not single_use(std):
+        return None
+    x, mean = diff
+    if not (_last_axis_mean(mean, x) and single_use(mean)):
+        return None
+    for var, eps in commuted(root[0], ai.AddOp):
+        epsilon = scalar(eps)
+        if epsilon is None or not single_use(root[0]) or not single_use(var):
+            continue
+        if not isinstance(var.owner, ai.ReduceMeanOp) or not _last_axis_mean(var, None):
+            continue
+        square = var.owner.operands[0]
+        readers = {use.operation for use in centred.uses}
+        if single_use(square) and _square_of(square, centred):
+            if readers == {square.owner, value.owner}:
+                return x, epsilon
+    return None
+
+
+def _last_axis_mean(value: SSAValue, of: SSAValue | None) -> bool:
+    op = value.owner
+    if not isinstance(op, ai.ReduceMeanOp) or not op.attr("keepdims"):
+        return False
+    if of is not None and op.operands[0] is not of:
+        return False
+    return op.reduced_axes() == (len(shape(op.operands[0])) - 1,)
+
+
+def _square_of(value: SSAValue, of: SSAValue) -> bool:
+    power = operands_of(value, ai.PowOp)
+    if power is not None:
+        return power[0] is of and is_scalar(power[1], 2.0)
+    product = operands_of(value, ai.MulOp)
+    return product is not None and product[0] is of and product[1] is of
+
+
+# ------------------------------------------------------------------ scaling, matmul
+
+
+class ScaleAfterMatmul(Recognition):
+    """``matmul(a * c, b)`` (or ``b * c``, also seen through reshapes, transposes and
+    slices of the scaled value) with a scalar constant ``c`` used once:
+    ``matmul(a, b) * c``, where the scale joins the matmul's epilogue."""
+
+    label = "scale moved after matmul"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, ai.MatmulOp):
+            return
+        new: list[Operation] = []
+        operands = list(op.operands)
+        scales: list[SSAValue] = []
+        for index, value in enumerate(operands):
+            found = _scaled_through_layout(value, len(shape(op.results[0])))
+            if found is not None:
+                source, c, chain = found
+                for layout in reversed(chain):  # the same views, of the unscaled value
+                    new.append(moved := _relayout(layout, source))
+                    source = moved.results[0]
+                operands[index] = source
+                scales.append(c)
+        if not scales:
+            return
+        new.append(matmul := ai.MatmulOp(*operands, **_matmul_attrs(op)))
+        result = matmul.results[0]
+        for c in scales:
+            new.append(scaled := ai.MulOp(result, c))
+            result = scaled.results[0]
+        self.rewrite(rewriter, op, new, result)
+
+
+_LAYOUT = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp)
+
+
+def _scaled_through_layout(value: SSAValue, rank: int):
+    """(x, c, layout ops from value up) when ``value`` is layout ops (each used once) of
+    ``x * c``, ``c`` a one-element constant; else None."""
+    chain: list[Operation] = []
+    while isinstance(value.owner, _LAYOUT) and single_use(value):
+        chain.append(value.owner)
+        value = value.owner.operands[0]
+    if not single_use(value):
+        return None
+    for x, c in commuted(value, ai.MulOp):
+        one = math.prod(shape(c)) == 1 and len(shape(c)) <= rank
+        if one and scalar(c) is not None and shape(x) == shape(value):
+            return x, c, chain
+    return None
+
+
+def _relayout(op: Operation, source: SSAValue) -> Operation:
+    """``op`` (a layout op) applied to ``source`` instead of its operand."""
+    assert isinstance(op, ai.AiOp)
+    return type(op)(source, **op.attr_values())
+
+
+def _matmul_attrs(op: ai.MatmulOp) -> dict:
+    return {k: op.attr(k) for k in ("transpose_a", "transpose_b")}
+
+
+class MergeScales(Recognition):
+    """``(x * c1) * c2`` with scalar constants -> ``x * (c1 * c2)``."""
+
+    label = "scales merged"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, ai.MulOp):
+            return
+        for inner, c2 in commuted(op.results[0], ai.MulOp):
+            outer = scalar(c2)
+            if outer is None or not single_use(inner) or shape(c2) not in ((), (1,)):
+                continue
+            for x, c1 in commuted(inner, ai.MulOp):
+                first = scalar(c1)
+                if first is None or shape(c1) not in ((), (1,)) or shape(x) != shape(inner):
+                    continue
+                dtype = spec_of(x.type).dtype
+                const = _constant(np.asarray(first * outer), dtype)
+                new = [const, scaled := ai.MulOp(x, const.results[0])]
+                self.rewrite(rewriter, op, new, scaled.results[0])
+                return
+
+
+# ------------------------------------------------------------------ reshapes
+
+
+def _leading_split(source: tuple[int, ...], target: tuple[int, ...]) -> int | None:
+    """k when the 2-D ``target`` is ``source`` with dims [:k] merged into its rows and
+    dims [k:] into its columns (the largest such k), else None."""
+    if len(target) != 2 or len(source) < 2:
+        return None
+    for k in range(len(source) - 1, 0, -1):
+        if math.prod(source[:k]) == target[0] and math.prod(source[k:]) == target[1]:
+            return k
+    return None
+
+
+class ReshapeAfterMatmul(Recognition):
+    """``matmul(reshape(x), w)``, the reshape flattening x to 2-D (leading dims into
+    rows, the others into columns), w 2-D -> ``reshape(matmul(x', w))`` with ``x'``
+    keeping x's leading dims: the product is batched over them, and the reshape after it
+    sinks to the ops that follow (often to meet the inverse reshape and vanish)."""
+
+    label = "reshape moved after matmul"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, ai.MatmulOp) or op.attr("transpose_a"):
+            return
+        lhs, rhs = op.operands
+        if not isinstance(lhs.owner, ai.ReshapeOp) or len(shape(rhs)) != 2:
+            return
+        x = lhs.owner.operands[0]
+        k = _leading_split(shape(x), shape(lhs))
+        if k is None or k == 1:  # k == 1: the product is 2-D already, nothing to batch
+            return
+        new: list[Operation] = []
+        batched = (*shape(x)[:k], shape(lhs)[1])
+        if batched != shape(x):
+            new.append(flat := ai.ReshapeOp(x, shape=batched))
+            x = flat.results[0]
+        new.append(matmul := ai.MatmulOp(x, rhs, **_matmul_attrs(op)))
+        new.append(back := ai.ReshapeOp(matmul.results[0], shape=shape(op.results[0])))
+        self.rewrite(rewriter, op, new, back.results[0])
+
+
+class ReshapeAfterElementwise(Recognition):
+    """An elementwise op, or a bias on the last axis, of a reshaped value used once ->
+    the op on the value, reshaped: reshapes sink to their consumers."""
+
+    label = "reshape sunk"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, ai.AiOp) or not op.has_scalar():
+            return
+        out = shape(op.results[0])
+        sources: list[SSAValue | None] = []
+        for value in op.operands:
+            if isinstance(value.owner, ai.ReshapeOp) and single_use(value):
+                sources.append(value.owner.operands[0])
+            else:
+                sources.append(None)
+        first = next((s for s in sources if s is not None), None)
+        if first is None or shape(first) == out:
+            return
+        operands = []
+        for value, source in zip(op.operands, sources, strict=True):
+            if source is not None and shape(value) == out and shape(source) == shape(first):
+                operands.append(source)
+            elif shape(value) == out:
+                return  # a full operand not reshaped the same way
+            elif not _broadcasts_alike(op, value, out, shape(first)):
+                return
+            else:
+                operands.append(value)
+        if isinstance(op, ai.BiasAddOp):
+            if op.attr("axis") % len(out) != len(out) - 1 or shape(first)[-1] != out[-1]:
+                return
+            moved: ai.AiOp = ai.BiasAddOp(*operands, axis=len(shape(first)) - 1)
+        elif isinstance(op, ai.CastOp):
+            moved = ai.CastOp(operands[0], spec_of(op.results[0].type).dtype)
+        else:
+            moved = type(op)(*operands, **op.attr_values())
+        back = ai.ReshapeOp(moved.results[0], shape=out)
+        self.rewrite(rewriter, op, [moved, back], back.results[0])
+
+
+def _broadcasts_alike(
+    op: Operation, value: SSAValue, out: tuple[int, ...], source: tuple[int, ...]
+) -> bool:
+    """A small operand that means the same against the reshape's source: a scalar, or
+    a bias/vector along the last axis when that axis is kept."""
+    s = shape(value)
+    if math.prod(s) == 1 and len(s) <= len(source):
+        return True
+    if isinstance(op, ai.BiasAddOp):
+        return True  # checked by the caller: a last-axis bias, last dim kept
+    last_only = len(s) >= 1 and all(n == 1 for n in s[:-1]) and s[-1] == out[-1]
+    return last_only and source[-1] == out[-1] and len(s) <= len(source)
+
+
+class FoldReshapes(Recognition):
+    """``reshape(reshape(x))`` -> ``reshape(x)``; a reshape to x's own shape -> ``x``."""
+
+    label = "reshapes folded"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, ai.ReshapeOp):
+            return
+        source = op.operands[0]
+        if shape(source) == shape(op.results[0]):
+            rewriter.replace(op, [], [source])
+            self.seen.counts[self.label] += 1
+            return
+        if isinstance(source.owner, ai.ReshapeOp):
+            inner = source.owner.operands[0]
+            if shape(inner) == shape(op.results[0]):
+                rewriter.replace(op, [], [inner])
+                self.seen.counts[self.label] += 1
+            else:
+                self.rewrite(rewriter, op, [r := ai.ReshapeOp(inner, shape=shape(op.results[0]))],
+                             r.results[0])  # fmt: skip
+
+
+# ------------------------------------------------------------------ small identities
+
+
+class PowByConstant(Recognition):
+    """``pow(x, 2)`` -> ``x * x``, ``3`` -> ``x * x * x``, ``0.5`` -> ``sqrt``, ``1`` -> x."""
+
+    label = "pow expanded"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, ai.PowOp):
+            return
+        x, e = op.operands
+        exponent = scalar(e)
+        if exponent is None or shape(x) != shape(op.results[0]):
+            return
+        if exponent == 1.0:
+            rewriter.replace(op, [], [x])
+            self.seen.counts[self.label] += 1
+        elif exponent == 2.0:
+            self.rewrite(rewriter, op, [m := ai.MulOp(x, x)], m.results[0])
+        elif exponent == 3.0:
+            square = ai.MulOp(x, x)
+            cube = ai.MulOp(square.results[0], x)
+            self.rewrite(rewriter, op, [square, cube], cube.results[0])
+        elif exponent == 0.5:
+            self.rewrite(rewriter, op, [r := ai.SqrtOp(x)], r.results[0])
+
+
+class NeutralOperand(Recognition):
+    """``x + 0``, ``x - 0`` and ``x * 1`` with a constant of x's shape or less -> ``x``."""
+
+    label = "identity removed"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        neutrals: dict[type[Operation], float] = {ai.AddOp: 0.0, ai.SubOp: 0.0, ai.MulOp: 1.0}
+        neutral = neutrals.get(type(op))
+        if neutral is None:
+            return
+        out = shape(op.results[0])
+        pairs = [tuple(op.operands)]
+        if not isinstance(op, ai.SubOp):
+            pairs.append(tuple(op.operands)[::-1])
+        for x, c in pairs:
+            if shape(x) == out and is_scalar(c, neutral, rtol=0.0):
+                rewriter.replace(op, [], [x])
+                self.seen.counts[self.label] += 1
+                return
+
+
+PATTERNS: tuple[type[Recognition], ...] = (
+    GeluFromErf,
+    GeluFromTanh,
+    LayerNormFromMoments,
+    ScaleAfterMatmul,
+    MergeScales,
+    ReshapeAfterMatmul,
+    ReshapeAfterElementwise,
+    FoldReshapes,
+    PowByConstant,
+    NeutralOperand,
+)
+
+
+def recognize(module: ModuleOp) -> Counter[str]:
+    """Apply every pattern to a fixed point; the rewrites made, by name."""
+    seen = Recognized()
+    walker = PatternRewriteWalker(
+        GreedyRewritePatternApplier([p(seen) for p in PATTERNS]), apply_recursively=True
+    )
+    walker.rewrite_module(module)
+    return seen.counts
+
+
+@dataclass(frozen=True)
+class RecognizePatternsPass(ModulePass):
+    """Rewrite elementary-op spellings (GELU, LayerNorm, scales, reshapes) into ai ops."""
+
+    name = "recognize-patterns"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        recognize(op)

@@ -1,0 +1,291 @@
+"""The light kernels around the Hopper GEMM: LayerNorm prologue pre-pass, softmax finalise.
+
+Both are generated C++ device functions linked into a Numba kernel exactly like
+the GEMM (``build.build`` takes any ``LinkedKernel``), one block program each.
+
+``LayerNormPrep`` serves ``layernorm(x) @ W`` by the exact rewrite (FlashNorm)
+
+    LN(x) @ W = rstd_i * (x @ W' - mu_i * c) + d,  W' = diag(gamma) W,
+    c = 1^T W' (column sums of the rounded W'), d = beta @ W,
+
+so the GEMM reads the raw ``x`` through TMA and applies the normalisation in
+its epilogue (``rstd * (acc - mu * c[col]) + d[col]``). One launch computes
+the row statistics of ``x`` (blocks ``< stat_blocks``, one warp per row, f32
+sums shifted by the row's first element so that a large mean does not cancel)
+and folds gamma and beta into the weight (the other blocks). With W stored
+K x N the column sums of a 64-row chunk are added with f32 atomics into ``c``
+and ``d``, which the host zeroes (``cuMemsetD32Async``) first on the same
+stream; with W stored N x K each warp owns a row of W and writes its sums.
+
+``SoftmaxFinalise`` completes a long-row softmax after a GEMM whose epilogue
+stored the logits (rounded to the output type) and, per row and N tile, the
+pair (max, sum of exp(v - max)): one block per row combines the row's pairs
+into (M, S), then rewrites the row in place as ``post(exp(v - M) / S)``. The
+logits are read once, in their 16-bit form, never as f32.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from fusec.codegen.expr import cpp_literal
+
+_HELPERS = r"""
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+static __device__ __forceinline__ float fs_cvt_f16(u32 h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((u16)h));
+  return f;
+}
+static __device__ __forceinline__ float fs_cvt_bf16(u32 h) { return __uint_as_float(h << 16); }
+static __device__ __forceinline__ float fs_ld_f32(const void* p, long long i) {
+  return __ldg((const float*)p + i);
+}
+static __device__ __forceinline__ float fs_ld_f16(const void* p, long long i) {
+  return fs_cvt_f16(__ldg((const u16*)p + i));
+}
+static __device__ __forceinline__ float fs_ld_bf16(const void* p, long long i) {
+  return fs_cvt_bf16(__ldg((const u16*)p + i));
+}
+static __device__ __forceinline__ u16 fs_bits_f16(float v) {
+  u16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+  return h;
+}
+static __device__ __forceinline__ u16 fs_bits_bf16(float v) {
+  u16 h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+  return h;
+}
+static __device__ __forceinline__ float fs_warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+"""
+
+THREADS = 256
+FOLD_ROWS = 64  # rows of W per fold block (W stored K x N)
+_DTYPES = ("f16", "bf16")
+_ANY = ("f16", "bf16", "f32")
+
+
+def _key(obj: object) -> str:
+    return hashlib.sha256(repr(obj).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class LayerNormPrep:
+    """Row statistics of x and the gamma/beta fold of W for ``LN(x) @ W`` (module docstring).
+
+    Kernel parameters: x, gamma, beta, w, w_folded, stats (float2 per row: mean,
+    rstd), cd (2N floats: c then d); M (rows of x), K, N, stat_blocks.
+    """
+
+    dtype: str  # x and W
+    gamma_dtype: str
+    beta_dtype: str
+    b_major: str  # "n": W stored K x N; "k": W stored N x K
+    epsilon: float
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _DTYPES or {self.gamma_dtype, self.beta_dtype} - set(_ANY):
+            raise ValueError("LayerNorm prologue types")
+        if self.b_major not in ("n", "k"):
+            raise ValueError("b_major is 'n' or 'k'")
+
+    @property
+    def key(self) -> str:
+        return _key(self)
+
+    @property
+    def function_name(self) -> str:
+        return f"fusec_lnprep_{self.key}"
+
+    threads = THREADS
+
+    def arg_count(self) -> tuple[int, int]:
+        return 7, 4
+
+    @staticmethod
+    def stat_blocks(m: int) -> int:
+        return -(-m // (THREADS // 32))
+
+    def fold_blocks(self, k: int, n: int) -> int:
+        if self.b_major == "n":
+            return -(-n // THREADS) * -(-k // FOLD_ROWS)
+        return -(-n // (THREADS // 32))
+
+    def cpp_source(self) -> str:
+        t, g, b = self.dtype, self.gamma_dtype, self.beta_dtype
+        if self.b_major == "n":
+            fold = f"""    const int strips = (N + {THREADS - 1}) / {THREADS};
+    const int n = (fb % strips) * {THREADS} + tid;
+    const int k0 = (fb / strips) * {FOLD_ROWS};
+    if (n >= N) return 0;
+    const int k1 = min(K, k0 + {FOLD_ROWS});
+    float cs = 0.0f, ds = 0.0f;
+#pragma unroll 8
+    for (int k = k0; k < k1; ++k) {{
+      const long long i = (long long)k * N + n;
+      const float wv = fs_ld_{t}((const void*)w, i);
+      const u16 q = fs_bits_{t}(fs_ld_{g}((const void*)gamma, k) * wv);
+      ((u16*)wout)[i] = q;
+      cs += fs_cvt_{t}(q);
+      ds += fs_ld_{b}((const void*)beta, k) * wv;
+    }}
+    atomicAdd((float*)cd + n, cs);
+    atomicAdd((float*)cd + N + n, ds);
+    return 0;"""
+        else:
+            fold = f"""    const int n = fb * {THREADS // 32} + warp;
+    if (n >= N) return 0;
+    float cs = 0.0f, ds = 0.0f;
+    for (int k = lane; k < K; k += 32) {{
+      const long long i = (long long)n * K + k;
+      const float wv = fs_ld_{t}((const void*)w, i);
+      const u16 q = fs_bits_{t}(fs_ld_{g}((const void*)gamma, k) * wv);
+      ((u16*)wout)[i] = q;
+      cs += fs_cvt_{t}(q);
+      ds += fs_ld_{b}((const void*)beta, k) * wv;
+    }}
+    cs = fs_warp_sum(cs);
+    ds = fs_warp_sum(ds);
+    if (lane == 0) {{
+      ((float*)cd)[n] = cs;
+      ((float*)cd)[N + n] = ds;
+    }}
+    return 0;"""
+        return f"""// fusec generated LayerNorm prologue pre-pass ({t}, gamma {g}, beta {b}, W {
+            self.b_major.upper()
+        }-major)
+{_HELPERS}
+extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
+    int* ret, u64 smem, u64 x, u64 gamma, u64 beta, u64 w, u64 wout, u64 stats, u64 cd,
+    int M, int K, int N, int stat_blocks) {{
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  if ((int)blockIdx.x < stat_blocks) {{
+    const int row = blockIdx.x * {THREADS // 32} + warp;
+    if (row >= M) return 0;
+    const u16* xr = (const u16*)x + (long long)row * K;
+    const float shift = fs_cvt_{t}(__ldg(xr));
+    float s1 = 0.0f, s2 = 0.0f;
+    if ((K % 8) == 0 && (x % 16) == 0) {{
+      for (int k = lane * 8; k < K; k += 256) {{
+        const uint4 v = __ldg((const uint4*)(xr + k));
+        const u32 words[4] = {{v.x, v.y, v.z, v.w}};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {{
+          const float lo = fs_cvt_{t}(words[j] & 0xFFFFu) - shift;
+          const float hi = fs_cvt_{t}(words[j] >> 16) - shift;
+          s1 += lo + hi;
+          s2 += lo * lo + hi * hi;
+        }}
+      }}
+    }} else {{
+      for (int k = lane; k < K; k += 32) {{
+        const float f = fs_cvt_{t}(__ldg(xr + k)) - shift;
+        s1 += f;
+        s2 += f * f;
+      }}
+    }}
+    s1 = fs_warp_sum(s1);
+    s2 = fs_warp_sum(s2);
+    if (lane == 0) {{
+      const float dm = __fdividef(s1, (float)K);
+      const float var = fmaxf(__fdividef(s2, (float)K) - dm * dm, 0.0f);
+      const float rstd = rsqrtf(var + {cpp_literal(self.epsilon)});
+      ((float2*)stats)[row] = make_float2(shift + dm, rstd);
+    }}
+    return 0;
+  }}
+  const int fb = (int)blockIdx.x - stat_blocks;
+{fold}
+}}
+"""
+
+
+@dataclass(frozen=True)
+class SoftmaxFinalise:
+    """Second pass of a long-row softmax (module docstring).
+
+    Kernel parameters: out (the logits, rewritten in place), partials (float2 per
+    row and N tile), then the post-softmax ops' extra inputs; M, N, tiles_n,
+    batches. ``post_body`` is generated C++ mapping ``float s`` (the softmax
+    value) at (bat, row, col) to ``float y``, reading ``e0, e1...``.
+    """
+
+    out_dtype: str
+    post_body: str = "y = s;"
+    extras: tuple[str, ...] = ()
+    helpers: str = ""
+    name: str = "softmax"
+
+    @property
+    def key(self) -> str:
+        return _key(self)
+
+    @property
+    def function_name(self) -> str:
+        return f"fusec_smfin_{self.key}"
+
+    threads = THREADS
+
+    def arg_count(self) -> tuple[int, int]:
+        return 2 + len(self.extras), 4
+
+    def cpp_source(self) -> str:
+        out = self.out_dtype
+        extras_params = "".join(f", u64 e{k}" for k in range(len(self.extras)))
+        extras_args = "".join(f", (const void*)e{k}" for k in range(len(self.extras)))
+        post_params = "".join(f", const void* e{k}" for k in range(len(self.extras)))
+        body = "\n".join("  " + line for line in self.post_body.splitlines())
+        neg_inf = "__int_as_float(0xff800000)"
+        if out == "f32":
+            load = "((const float*)out)[base + col]"
+            store = "((float*)out)[base + col] = y;"
+        else:
+            load = f"fs_cvt_{out}(((const u16*)out)[base + col])"
+            store = f"((u16*)out)[base + col] = fs_bits_{out}(y);"
+        return f"""// fusec generated softmax finalise ({out}), then: {self.name}
+{_HELPERS}
+{self.helpers}
+static __device__ __forceinline__ float fs_post(float s, int row, int col,
+                                                int bat{post_params}) {{
+  float y;
+{body}
+  return y;
+}}
+
+extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
+    int* ret, u64 smem, u64 out, u64 partials{extras_params}, int M, int N, int tiles_n,
+    int batches) {{
+  const long long r = blockIdx.x;
+  if (r >= (long long)batches * M) return 0;
+  const int row = (int)(r % M);
+  const int bat = (int)(r / M);
+  const float2* part = (const float2*)partials + r * tiles_n;
+  float mx = {neg_inf};
+  for (int t = 0; t < tiles_n; ++t) mx = fmaxf(mx, part[t].x);
+  const float shift = mx == {neg_inf} ? 0.0f : mx;
+  float sum = 0.0f;
+  for (int t = 0; t < tiles_n; ++t) {{
+    const float2 p = part[t];
+    sum += p.y * expf(p.x - shift);
+  }}
+  const float inv = __fdividef(1.0f, sum);  // sum >= 1: the max term is exp(0)
+  const long long base = r * N;
+  for (int col = threadIdx.x; col < N; col += blockDim.x) {{
+    const float s = expf({load} - shift) * inv;
+    const float y = fs_post(s, row, col, bat{extras_args});
+    {store}
+  }}
+  return 0;
+}}
+"""

@@ -1,0 +1,75 @@
+"""``tile-gemm``: choose the Tensor Core tile of every matmul group and write it on the op.
+
+For each ``ai.fused "matmul"`` group that the cuda GEMM template serves (see
+``fusec.targets.cuda.gemm.template.plan``) the pass writes
+
+    fusec.tile = {block = array<i64: BM, BN, BK>, mma = "m64nBNk16", stages = S,
+                  consumers = C, group_m = G, choice = "..."}
+
+chosen, in this order, from a ``fusec tune`` record of the same problem on the
+same device (``choice = "tuned"``), or by the heuristic from the problem shape
+and the device's SM count (``"heuristic"``, or ``"row softmax"`` when the block
+tile must hold whole rows). The device is the GPU when one is usable, else the
+H200 defaults, or what the ``sms`` option says. Groups the template cannot
+serve (they run on the PyTorch fallback) get no attribute. The attribute is
+what the template generates from, so ``fusec compile`` output shows the tile
+and FileCheck tests pin it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from fusec.dialect import ops as ai
+
+
+def current_device(sms: int = 0):
+    """The ``Device`` to tile for: ``sms`` when given, else the usable GPU, else the H200."""
+    from fusec.targets.cuda.gemm.config import H200, Device
+
+    if sms > 0:
+        return Device(f"{sms} SMs (option)", sms)
+    from fusec.targets.cuda.env import driver_present, gpu_available
+
+    if not driver_present() or not gpu_available():
+        return H200
+    from fusec.targets.cuda.env import numba_cuda
+
+    gpu = numba_cuda().get_current_device()
+    name = gpu.name.decode() if isinstance(gpu.name, bytes) else str(gpu.name)
+    return Device(name, int(gpu.MULTIPROCESSOR_COUNT))
+
+
+@dataclass(frozen=True)
+class TileGemmPass(ModulePass):
+    """Write ``fusec.tile`` on every matmul group the Tensor Core GEMM serves."""
+
+    name = "tile-gemm"
+
+    sms: int = 0
+    """SM count to tile for (0: the GPU's, or 132, an H200's, without one)."""
+
+    tuned: bool = True
+    """Use ``fusec tune`` records from the kernel cache when one matches."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from fusec.targets.cuda.gemm import template, tuning
+        from fusec.targets.cuda.gemm.config import to_attr
+
+        device = None
+        for fused in op.walk():
+            if not isinstance(fused, ai.FusedOp) or fused.kind_name != "matmul":
+                continue
+            p = template.plan(fused)
+            if isinstance(p, str):
+                continue
+            device = device or current_device(self.sms)
+            config, choice = template.heuristic_config(p, device.sms)
+            record = tuning.lookup(fused, p, device) if self.tuned else None
+            if record is not None:
+                config, choice = record, "tuned"
+            fused.attributes[template.TILE_ATTR] = to_attr(config, choice)

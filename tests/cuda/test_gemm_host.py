@@ -1,0 +1,123 @@
+"""The GEMM host path without a GPU: which driver calls a launch makes (a recording fake).
+
+A call on buffers seen before must make exactly one ``cuLaunchKernel`` on the
+caller's stream: no encoding, allocation, copy or synchronisation. New tensor
+maps are uploaded asynchronously on the launching stream; another stream waits
+for such an upload only while it may still be in flight; full slabs of map slots
+are retired without synchronising the device.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from fake_driver import FakeDriver
+
+from fusec.targets.cuda.gemm import cpp, host
+from fusec.targets.cuda.gemm.config import TileConfig
+from fusec.targets.cuda.gemm.launcher import GemmLaunch
+
+SYNCHRONOUS = {
+    "cuCtxSynchronize",
+    "cuStreamSynchronize",
+    "cuMemcpyHtoD",
+    "cuMemcpyDtoH",
+    "cuEventSynchronize",
+    "cuMemcpy",
+    "cuMemcpy2D",
+}
+
+
+@pytest.fixture
+def drv(monkeypatch) -> FakeDriver:
+    fake = FakeDriver()
+    monkeypatch.setattr(host, "driver", lambda: fake)
+    monkeypatch.setattr(host, "make_context_current", lambda: None)
+    monkeypatch.setattr(host, "_maps", host._MapCache())
+    return fake
+
+
+def _launch(spec: cpp.GemmSpec, m=256, n=512, k=128) -> GemmLaunch:
+    launch = GemmLaunch(
+        spec,
+        a=(0, m, k, 1),
+        b=(1, k, n, 1),
+        extras=tuple(range(2, 2 + len(spec.epilogue.extras))),
+        m=m,
+        n=n,
+        k=k,
+        batches=1,
+    )
+    launch.kernel = host.GemmKernel(spec, b"cubin")
+    return launch
+
+
+def _bufs(*ptrs: int) -> list:
+    return [SimpleNamespace(ptr=p) for p in ptrs]
+
+
+SPEC = cpp.GemmSpec(TileConfig(), "f16", "f16", "k", "n")
+
+
+def test_second_call_is_one_launch_on_the_callers_stream(drv: FakeDriver) -> None:
+    launch = _launch(SPEC)
+    launch.direct(7, _bufs(0x10000, 0x20000), _bufs(0x30000))
+    first = drv.names()
+    assert first.count("cuTensorMapEncodeTiled") == 2
+    assert first.count("cuMemcpyHtoDAsync") == 2  # the two maps, on stream 7
+    assert all(args[-1] == 7 for name, args in drv.calls if name == "cuMemcpyHtoDAsync")
+    assert not SYNCHRONOUS & set(first)
+    drv.calls.clear()
+    launch.direct(7, _bufs(0x10000, 0x20000), _bufs(0x30000))
+    assert drv.names() == ["cuLaunchKernel"]
+    grid, threads, smem, stream = (drv.calls[0][1][i] for i in (1, 4, 7, 8))
+    assert (grid, threads, smem, stream) == (4, 384, SPEC.config.smem_bytes, 7)
+
+
+def test_new_output_buffer_needs_no_new_map(drv: FakeDriver) -> None:
+    launch = _launch(SPEC)
+    launch.direct(7, _bufs(0x10000, 0x20000), _bufs(0x30000))
+    drv.calls.clear()
+    launch.direct(7, _bufs(0x10000, 0x20000), _bufs(0x40000))  # the output is not a map
+    assert drv.names() == ["cuLaunchKernel"]
+
+
+def test_other_stream_waits_for_an_upload_in_flight(drv: FakeDriver) -> None:
+    launch = _launch(SPEC)
+    launch.direct(7, _bufs(0x10000, 0x20000), _bufs(0x30000))
+    assert drv.names().count("cuEventCreate") == 2
+    drv.pending = {args[0] for name, args in drv.calls if name == "cuEventRecord"}
+    drv.calls.clear()
+    launch.direct(9, _bufs(0x10000, 0x20000), _bufs(0x30000))
+    names = drv.names()
+    assert names.count("cuStreamWaitEvent") == 2 and names[-1] == "cuLaunchKernel"
+    assert not SYNCHRONOUS & set(names)
+    drv.pending.clear()
+    drv.calls.clear()
+    launch.direct(11, _bufs(0x10000, 0x20000), _bufs(0x30000))  # uploads done: no wait
+    assert "cuStreamWaitEvent" not in drv.names()
+
+
+def test_full_slab_is_retired_without_synchronising(drv: FakeDriver, monkeypatch) -> None:
+    monkeypatch.setattr(host, "_SLOTS", 4)
+    launch = _launch(SPEC)
+    for k in range(5):  # 2 maps per new A/B pair: the third pair overflows the slab
+        launch.direct(7, _bufs(0x100000 * (k + 1), 0x200000 * (k + 1)), _bufs(0x30000))
+    names = drv.names()
+    assert names.count("cuMemAlloc") >= 2 and not SYNCHRONOUS & set(names)
+    assert host._maps.retired or "cuMemFree" in names
+    drv.calls.clear()
+    # a launch prepared against the retired slab is rebuilt, not launched with stale maps
+    launch.direct(7, _bufs(0x100000, 0x200000), _bufs(0x30000))
+    assert drv.names().count("cuTensorMapEncodeTiled") == 2
+
+
+def test_padded_operand_is_copied_on_every_call(drv: FakeDriver) -> None:
+    launch = _launch(SPEC, m=256, n=512, k=77)  # a row of 77 halves: not a 16-byte pitch
+    launch.direct(7, _bufs(0x10000, 0x20000), _bufs(0x30000))
+    drv.calls.clear()
+    launch.direct(7, _bufs(0x10000, 0x20000), _bufs(0x30000))
+    assert drv.names() == ["cuMemcpy2DAsync", "cuLaunchKernel"]
+    copy, stream = drv.calls[0][1]
+    assert stream == 7 and copy.srcPitch == 154 and copy.dstPitch == 160

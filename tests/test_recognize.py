@@ -1,0 +1,218 @@
+"""``recognize-patterns``: exporters' spellings of GELU, LayerNorm, scales and reshapes.
+
+Each case is IR as an importer builds it from an exported graph; the pass must
+rewrite it into the dialect's op (the ops that remain are pinned) and keep its
+meaning: the float64 reference gives the same results before and after, on
+random inputs (to 1e-6: the constants written in the IR are float32 roundings
+of the numbers the dialect's ops use exactly). Negative cases pin what must not be rewritten.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from numerics import assert_close
+
+import fusec
+from fusec.dialect import ops as ai
+from fusec.passes.recognize import recognize
+from fusec.runtime.reference import entry_function, run_reference
+from fusec.tools import runner
+
+T = "tensor<2x5x8xf32>"
+S = "tensor<f32>"
+
+
+def _func(args: str, body: str, result: str = T) -> str:
+    return f"func.func @f({args}) -> {result} {{\n{body}\n  return %r : {result}\n}}"
+
+
+def _consts(**values: float) -> str:
+    return "\n".join(
+        f"  %{name} = arith.constant dense<{value:.9e}> : {S}" for name, value in values.items()
+    )
+
+
+def _check(text: str, expected_ops: Counter, rewrites: dict[str, int] | None = None) -> None:
+    """Recognise, pin the ai ops left (and the rewrites counted), compare numerics."""
+    before = fusec.parse(text)
+    after = fusec.parse(text)
+    counts = recognize(after)
+    after.verify()
+    left = Counter(op.name for op in after.walk() if isinstance(op, ai.AiOp))
+    assert left == expected_ops, str(after)
+    if rewrites is not None:
+        assert {k: counts[k] for k in rewrites} == rewrites, counts
+    fn = entry_function(before)
+    inputs = runner.random_inputs(fn, seed=3)
+    want = run_reference(before, inputs, precision="float64")
+    got = run_reference(after, inputs, precision="float64")
+    for g, w in zip(got, want, strict=True):
+        assert_close(g, w, tol=1e-6)
+
+
+# ------------------------------------------------------------------ GELU
+
+ERF_FORMS = {
+    # x * (0.5 * (1 + erf(x / sqrt2))), as the dynamo exporter writes it
+    "dynamo": """
+  %d = ai.div %x, %sqrt2 : {T} * {S}
+  %e = ai.erf %d : {T}
+  %a = ai.add %e, %one : {T} * {S}
+  %m = ai.mul %half, %a : {S} * {T}
+  %r = ai.mul %x, %m : {T} * {T}""",
+    # (x * (1 + erf(x * 1/sqrt2))) * 0.5, other orders and the reciprocal
+    "reassociated": """
+  %d = ai.mul %rsqrt2, %x : {S} * {T}
+  %e = ai.erf %d : {T}
+  %a = ai.add %one, %e : {S} * {T}
+  %m = ai.mul %a, %x : {T} * {T}
+  %r = ai.mul %m, %half : {T} * {S}""",
+}
+
+
+@pytest.mark.parametrize("form", ERF_FORMS)
+def test_erf_gelu(form):
+    consts = _consts(sqrt2=2**0.5, rsqrt2=0.5**0.5, one=1.0, half=0.5)
+    text = _func(f"%x: {T}", consts + ERF_FORMS[form].format(T=T, S=S))
+    _check(text, Counter({"ai.gelu": 1}), {"gelu (erf)": 1})
+
+
+def test_gpt2_tanh_gelu_with_pow_and_with_products():
+    consts = _consts(half=0.5, three=3.0, c=0.044715, k=0.7978845608028654, one=1.0)
+    for cube in (
+        f"  %p = ai.pow %x, %three : {T} * {S}",
+        f"  %xx = ai.mul %x, %x : {T} * {T}\n  %p = ai.mul %xx, %x : {T} * {T}",
+    ):
+        body = f"""{consts}
+  %h = ai.mul %x, %half : {T} * {S}
+{cube}
+  %q = ai.mul %p, %c : {T} * {S}
+  %s = ai.add %x, %q : {T} * {T}
+  %u = ai.mul %s, %k : {T} * {S}
+  %t = ai.tanh %u : {T}
+  %a = ai.add %t, %one : {T} * {S}
+  %r = ai.mul %h, %a : {T} * {T}"""
+        _check(_func(f"%x: {T}", body), Counter({"ai.gelu": 1}), {"gelu (tanh)": 1})
+
+
+def test_a_gelu_factor_used_elsewhere_is_kept():
+    """1 + erf(...) is also returned: rewriting would not remove it; nothing changes."""
+    consts = _consts(sqrt2=2**0.5, one=1.0, half=0.5)
+    body = f"""{consts}
+  %d = ai.div %x, %sqrt2 : {T} * {S}
+  %e = ai.erf %d : {T}
+  %a = ai.add %e, %one : {T} * {S}
+  %m = ai.mul %half, %a : {S} * {T}
+  %g = ai.mul %x, %m : {T} * {T}
+  %r = ai.add %g, %a : {T} * {T}"""
+    expected = Counter({"ai.div": 1, "ai.erf": 1, "ai.add": 2, "ai.mul": 2})
+    _check(_func(f"%x: {T}", body), expected)
+
+
+# ------------------------------------------------------------------ LayerNorm
+
+
+def _moments(square: str, tail: str) -> str:
+    consts = _consts(two=2.0, eps=1e-5)
+    return f"""{consts}
+  %mean = ai.reduce_mean %x {{axes = array<i64: -1>, keepdims = true}} : {T}
+  %c = ai.sub %x, %mean : {T} * tensor<2x5x1xf32>
+  {square}
+  %var = ai.reduce_mean %sq {{axes = array<i64: 2>, keepdims = true}} : {T}
+  %ve = ai.add %var, %eps : tensor<2x5x1xf32> * {S}
+  %std = ai.sqrt %ve : tensor<2x5x1xf32>
+  %n = ai.div %c, %std : {T} * tensor<2x5x1xf32>
+{tail}"""
+
+
+@pytest.mark.parametrize(
+    ("square", "tail"),
+    [
+        (
+            f"%sq = ai.pow %c, %two : {T} * {S}",
+            f"  %s = ai.mul %n, %g : {T} * tensor<8xf32>\n"
+            f"  %r = ai.add %s, %b : {T} * tensor<8xf32>",
+        ),
+        (
+            f"%sq = ai.mul %c, %c : {T} * {T}",
+            f"  %s = ai.mul %g, %n : tensor<8xf32> * {T}\n"
+            f"  %r = ai.add %b, %s : tensor<8xf32> * {T}",
+        ),
+        (f"%sq = ai.mul %c, %c : {T} * {T}", f"  %r = ai.mul %n, %g : {T} * tensor<8xf32>"),
+        (f"%sq = ai.mul %c, %c : {T} * {T}", f"  %r = ai.add %n, %b : {T} * tensor<8xf32>"),
+    ],
+    ids=["pow_scale_shift", "product_reordered", "scale_only", "plain_then_shift"],
+)
+def test_layernorm_from_moments(square, tail):
+    args = f"%x: {T}, %g: tensor<8xf32>, %b: tensor<8xf32>"
+    text = _func(args, _moments(square, tail))
+    expected = Counter({"ai.layernorm": 1})
+    if "%r = ai.add %n" in tail:  # a shift without a scale: the shift stays an add
+        expected["ai.add"] = 1
+    _check(text, expected, {"layernorm": 1})
+
+
+def test_a_mean_used_elsewhere_is_no_layernorm():
+    body = _moments(
+        f"%sq = ai.mul %c, %c : {T} * {T}", f"  %r = ai.add %n, %mean : {T} * tensor<2x5x1xf32>"
+    )
+    text = _func(f"%x: {T}", body)
+    after = fusec.parse(text)
+    recognize(after)
+    assert not any(isinstance(op, ai.LayerNormOp) for op in after.walk())
+
+
+# ------------------------------------------------------------------ scales, reshapes
+
+
+def test_attention_scales_move_after_the_matmul_through_views():
+    """q * s @ (transpose(reshape(k)) * s): both scales leave the operands, through the
+    key's layout ops, and merge into one scale of the product."""
+    q, k = "tensor<2x4x6x8xf32>", "tensor<2x6x32xf32>"
+    body = f"""{_consts(s=0.35355339)}
+  %qs = ai.mul %q, %s : {q} * {S}
+  %ks = ai.mul %k, %s : {k} * {S}
+  %kh = ai.reshape %ks {{shape = array<i64: 2, 6, 4, 8>}} : {k}
+  %kt = ai.transpose %kh {{perm = array<i64: 0, 2, 3, 1>}} : tensor<2x6x4x8xf32>
+  %r = ai.matmul %qs, %kt : {q} * tensor<2x4x8x6xf32>"""
+    expected = Counter({"ai.matmul": 1, "ai.mul": 1, "ai.reshape": 1, "ai.transpose": 1})
+    _check(
+        _func(f"%q: {q}, %k: {k}", body, "tensor<2x4x6x6xf32>"),
+        expected,
+        {"scale moved after matmul": 1, "scales merged": 1},
+    )
+
+
+def test_a_linear_layer_on_a_flattened_input_becomes_batched():
+    """reshape -> matmul -> bias -> reshape back -> gelu (a Gemm export): the reshapes
+    vanish and the bias meets the gelu in one epilogue."""
+    x, w, b = "tensor<2x5x8xf32>", "tensor<8x16xf32>", "tensor<16xf32>"
+    body = f"""
+  %flat = ai.reshape %x {{shape = array<i64: 10, 8>}} : {x}
+  %m = ai.matmul %flat, %w : tensor<10x8xf32> * {w}
+  %a = ai.bias_add %m, %b : tensor<10x16xf32> * {b}
+  %back = ai.reshape %a {{shape = array<i64: 2, 5, 16>}} : tensor<10x16xf32>
+  %r = ai.gelu %back : tensor<2x5x16xf32>"""
+    text = _func(f"%x: {x}, %w: {w}, %b: {b}", body, "tensor<2x5x16xf32>")
+    _check(text, Counter({"ai.matmul": 1, "ai.bias_add": 1, "ai.gelu": 1}))
+    kinds = [k.kind for k in fusec.compile(text, target="cpu").kernels]
+    assert kinds == ["matmul"]
+
+
+def test_pow_and_neutral_operands():
+    body = f"""{_consts(two=2.0, half=0.5, zero=0.0, one=1.0)}
+  %a = ai.pow %x, %two : {T} * {S}
+  %b = ai.abs %a : {T}
+  %c = ai.pow %b, %half : {T} * {S}
+  %d = ai.add %c, %zero : {T} * {S}
+  %r = ai.mul %one, %d : {S} * {T}"""
+    _check(_func(f"%x: {T}", body), Counter({"ai.mul": 1, "ai.abs": 1, "ai.sqrt": 1}))
+
+
+def test_the_default_pipeline_recognises():
+    consts = _consts(sqrt2=2**0.5, one=1.0, half=0.5)
+    text = _func(f"%x: {T}", consts + ERF_FORMS["dynamo"].format(T=T, S=S))
+    ir = fusec.compile(text, target="reference").ir
+    assert "ai.gelu" in ir and "ai.erf" not in ir
