@@ -142,10 +142,12 @@ class CudaTarget(Target):
         """PTX: NVVM's for Numba kernels; for a Tensor Core GEMM group, its linked kernels'
         (nvJitLink, link-time optimised) for sm_90a, which the wgmma instructions need."""
         from fusec.errors import FusecError
+        from fusec.targets.cuda.env import require_cuda_compiler
         from fusec.targets.cuda.gemm.template import linked_specs
         from fusec.targets.cuda.kernels import emit_ptx, parse_arch
 
         cc = parse_arch(arch)
+        require_cuda_compiler("cannot emit PTX")  # also when a linked kernel's PTX is cached
         specs = linked_specs(kernel)
         if not specs:
             return emit_ptx(kernel, cc) or "// (no Numba kernel: see its header)\n"
