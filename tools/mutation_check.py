@@ -144,6 +144,14 @@ MUTANTS = [
         "layernorm divides the sum of squares by n - 1",
     ),
     Mutant(
+        "cpu-layernorm-epsilon-dropped",
+        "fusec/targets/cpu/row_reduce.py",
+        'f"rstd = f32(1.0 / math.sqrt(row_sq_dev({row}, mean) / {n} + {eps}))"',
+        'f"rstd = f32(1.0 / math.sqrt(row_sq_dev({row}, mean) / {n}))"',
+        "cpu row_reduce",
+        "layernorm ignores epsilon",
+    ),
+    Mutant(
         "cuda-layernorm-epsilon-dropped",
         "fusec/targets/cuda/row_reduce.py",
         'code.add(2, f"rstd = {literal(1.0)} / math.sqrt(var + EPS)")',
@@ -170,7 +178,7 @@ MUTANTS = [
 ]
 
 
-def run_mutant(mutant: Mutant, workdir: Path) -> dict:
+def run_mutant(mutant: Mutant, workdir: Path, tests: list[str] = TESTS, stop: bool = True) -> dict:
     tree = workdir / mutant.name
     shutil.copytree(
         ROOT,
@@ -185,7 +193,16 @@ def run_mutant(mutant: Mutant, workdir: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree), FUSEC_CACHE_DIR=str(tree / ".cache"))
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *TESTS, "-x", "-q", "-p", "no:cacheprovider"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *tests,
+            *(["-x"] if stop else []),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ],
         cwd=tree,
         env=env,
         capture_output=True,
@@ -196,7 +213,10 @@ def run_mutant(mutant: Mutant, workdir: Path) -> dict:
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
     if proc.returncode == 0:
         return {"status": "SURVIVED", "detail": "every test passed", "seconds": seconds}
-    killer = failed[0].removeprefix("FAILED ").split(" - ")[0] if failed else proc.stdout[-300:]
+    names = [line.removeprefix("FAILED ").split(" - ")[0] for line in failed]
+    killer = names[0] if names else proc.stdout[-300:]
+    if not stop and len(names) > 1:
+        killer = f"{len(names)} tests, e.g. " + ", ".join(names[:3])
     return {"status": "killed", "detail": killer, "seconds": seconds}
 
 
@@ -217,15 +237,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="*", help="mutant names (default: all)")
     parser.add_argument("--out", default=str(ROOT / "tools" / "mutation_check.md"))
+    parser.add_argument("--tests", nargs="*", help="test paths (default: TESTS)")
+    parser.add_argument("--all-failures", action="store_true", help="no -x: count them all")
     args = parser.parse_args()
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
     rows = []
+    tests = args.tests or TESTS
     with tempfile.TemporaryDirectory(prefix="fusec-mutants-") as tmp:
         probe_tree = Path(tmp) / "probe"
         shutil.copytree(ROOT / "fusec", probe_tree / "fusec")
         check_imports_the_copy(probe_tree)
         for mutant in chosen:
-            result = run_mutant(mutant, Path(tmp))
+            result = run_mutant(mutant, Path(tmp), tests, stop=not args.all_failures)
             rows.append((mutant, result))
             print(f"{mutant.name}: {result['status']} ({result['detail']})", flush=True)
             shutil.rmtree(Path(tmp) / mutant.name, ignore_errors=True)
@@ -237,8 +260,13 @@ def main() -> int:
         "",
         f"Commit {commit}; command `python tools/mutation_check.py`. Each mutant is one "
         "textual change in a copy of the tree; the tests run are "
-        + ", ".join(f"`{t}`" for t in TESTS)
-        + " (`-x`: the first failing test is named). On this machine the PyTorch fallback "
+        + ", ".join(f"`{t}`" for t in tests)
+        + (
+            " (all failures counted)."
+            if args.all_failures
+            else " (`-x`: the first failing test is named)."
+        )
+        + " On this machine the PyTorch fallback "
         "tests run on CPU torch when it is installed, and skip otherwise.",
         "",
         "| mutant | file | paths | what it breaks | result | first failing test |",

@@ -164,3 +164,17 @@ def one_group(name, params, results, kind, body) -> str:
 
 def tensor_type(shape, dtype: str) -> str:
     return _t(shape, dtype)
+
+
+def cast_roundtrip(rows: int, cols: int, mid: str) -> str:
+    """(x + x) rounded through ``mid`` and back, plus x: exact in float32 arithmetic, so a
+    cast that does not round shows (the simulator compares it bit for bit)."""
+    t32, tmid = _t((rows, cols), "f32"), _t((rows, cols), mid)
+    body = [
+        f"%a = ai.add %x1, %x1 : {t32} * {t32}",
+        f"%h = ai.cast %a : {t32} to {tmid}",
+        f"%b = ai.cast %h : {tmid} to {t32}",
+        f"%o = ai.add %b, %x1 : {t32} * {t32}",
+        f"ai.yield %o : {t32}",
+    ]
+    return _func("cast_rt", [("x", t32)], [t32], "pointwise", body)

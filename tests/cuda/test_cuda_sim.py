@@ -18,6 +18,8 @@ HERE = Path(__file__).parent
 
 CASES = [
     ("pw_bcast_f16", "pointwise_broadcast", [3, 24, "f16"], "f16"),
+    ("cast_rt_f16_exact", "cast_roundtrip", [3, 40, "f16"], "f32"),
+    ("cast_rt_bf16_exact", "cast_roundtrip", [2, 24, "bf16"], "f32"),
     ("pw_bcast_bf16", "pointwise_broadcast", [2, 16, "bf16"], "bf16"),
     ("pw_bcast_f32", "pointwise_broadcast", [2, 12, "f32"], "f32"),
     ("pw_tail_f16", "pointwise_tail", [37, "f16"], "f16"),
@@ -30,6 +32,7 @@ CASES = [
     ("ln_warp_f16", "layernorm_residual", [5, 64, "f16"], "f16"),
     ("ln_block_f32", "layernorm_residual", [2, 1024, "f32"], "f32"),
     ("ln_odd_bf16", "layernorm_residual", [3, 40, "bf16"], "bf16"),
+    ("ln_tiny_variance_f32", "layernorm_residual", [3, 64, "f32"], "f32", 1e-3),
     ("sm_last_f16", "softmax_last", [3, 48, "f16"], "f16"),
     ("sm_last_block_f32", "softmax_last", [2, 600, "f32"], "f32"),
     ("sm_axis_f32", "softmax_axis", [[2, 5, 3], 1, "f32"], "f32"),
@@ -40,7 +43,9 @@ CASES = [
 @pytest.fixture(scope="module")
 def sim_results() -> dict:
     pytest.importorskip("numba.cuda", reason="numba-cuda (the 'cuda' extra) is not installed")
-    payload = json.dumps([{"name": n, "builder": b, "args": a} for n, b, a, _ in CASES])
+    payload = json.dumps(
+        [{"name": c[0], "builder": c[1], "args": c[2], **_scale(c)} for c in CASES]
+    )
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONUNBUFFERED="1")
     done = subprocess.run(
         [sys.executable, str(HERE / "sim_runner.py"), payload],
@@ -58,6 +63,11 @@ def sim_results() -> dict:
     if not results:
         pytest.fail(f"simulator run produced nothing:\n{done.stdout}\n{done.stderr}")
     return results
+
+
+def _scale(case: tuple) -> dict:
+    """Inputs scaled by the case's fifth field, when it has one."""
+    return {"scale": case[4]} if len(case) > 4 else {}
 
 
 @pytest.mark.parametrize(("name", "dtype"), [(c[0], c[3]) for c in CASES])

@@ -74,15 +74,25 @@ def _inputs(torch, compiled, seed: int) -> list:
 
 
 def _race(torch, compiled, sources: list, explicit=None) -> list:
-    """Poisoned inputs written on the (busy) current stream, then fusec, then a read on it."""
-    inputs = [torch.full_like(s, float("nan")) for s in sources]
+    """Poisoned inputs written on the (busy) caller's stream, then fusec, then a read on it.
+
+    The caller's stream is ``explicit`` (passed as ``stream=`` while the current stream
+    stays torch's default) or else the current stream.
+    """
     stream = explicit if explicit is not None else torch.cuda.current_stream()
+    inputs = [torch.full_like(s, float("nan")) for s in sources]  # on the current stream
+    stream.wait_stream(torch.cuda.current_stream())  # the poison lands first
     with torch.cuda.stream(stream):
         torch.cuda._sleep(SLEEP_CYCLES)
         for dst, src in zip(inputs, sources, strict=True):
             dst.copy_(src)
-        out = compiled(*inputs) if explicit is None else compiled(*inputs, stream=explicit)
-        outs = out if isinstance(out, tuple) else (out,)
+        if explicit is None:
+            out = compiled(*inputs)
+    if explicit is not None:
+        assert torch.cuda.current_stream() == torch.cuda.default_stream()
+        out = compiled(*inputs, stream=explicit)
+    outs = out if isinstance(out, tuple) else (out,)
+    with torch.cuda.stream(stream):
         return [o.float().cpu() for o in outs]  # a copy on this stream, then its sync only
 
 
@@ -129,8 +139,7 @@ def test_an_explicit_stream_orders_the_call(torch, kind: str):
     sources = _inputs(torch, compiled, seed=2)
     want = _expected(torch, compiled, sources)
     side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    got = _race(torch, compiled, sources, explicit=side)  # current stream: the default one
+    got = _race(torch, compiled, sources, explicit=side)
     _same(torch, got, want)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cpu_check import check, poison
+from cpu_check import check, poison, wrap_group
 
 from fusec.api import parse
 from fusec.dialect import ops as ai
@@ -54,6 +54,30 @@ func.func @f(%x: {t}, %s: {row}, %c: {col}, %e: {t}, %bias: {vec}) -> ({t}, {t})
   return %e0, %u3 : {t}, {t}
 }}"""
     check(text, cache=cache, kind="pointwise")
+
+
+@pytest.mark.parametrize("mid", ["f16", "bf16"])
+def test_mid_chain_casts_round_exactly(cache, mid: str):
+    """A cast to a 16-bit type inside a kernel rounds (nearest-even), bit for bit as numpy
+    and ml_dtypes do: the result is compared exactly, so a cast that does not round
+    (whose error a sigmoid or an f32 tolerance could hide) fails here."""
+    import ml_dtypes
+
+    t32, t16 = _t((3, 257), "f32"), _t((3, 257), mid)
+    text = f"""
+func.func @f(%x: {t32}) -> {t32} {{
+  %a = ai.add %x, %x : {t32} * {t32}
+  %h = ai.cast %a : {t32} to {t16}
+  %b = ai.cast %h : {t16} to {t32}
+  %o = ai.add %b, %x : {t32} * {t32}
+  return %o : {t32}
+}}"""
+    program = Program(wrap_group(text, "pointwise"), target="cpu", cache=cache)
+    x = np.random.default_rng(7).standard_normal((3, 257)).astype(np.float32)
+    (out,) = program([x], alloc=poison)
+    storage = np.float16 if mid == "f16" else ml_dtypes.bfloat16
+    want = (x + x).astype(storage).astype(np.float32) + x  # float32 throughout, like the kernel
+    np.testing.assert_array_equal(out, want)
 
 
 def test_pointwise_mid_chain_casts_round_like_the_reference(cache):
@@ -309,3 +333,26 @@ def test_each_launch_gets_an_nvtx_range_named_after_its_group(cache, monkeypatch
     monkeypatch.setattr(launch, "_nvtx", False)  # nvtx absent: a no-op
     program([np.ones(8, np.float32)])
     assert len(names) == 1
+
+
+def test_layernorm_of_rows_with_tiny_variance(cache):
+    """Epsilon matters where a row's variance is near it: inputs scaled by 1e-3 (variance
+    ~1e-6 against epsilon 1e-5); with standard-normal rows dropping epsilon changes the
+    result by ~5e-6, below any tolerance."""
+    from numerics import assert_close
+
+    from fusec.runtime.reference import run_reference
+
+    t, v = _t((4, 64), "f32"), _t((64,), "f32")
+    text = f"""
+func.func @f(%x: {t}, %g: {v}, %b: {v}) -> {t} {{
+  %y = ai.layernorm %x, %g, %b {{epsilon = 1.0e-05 : f32}} : {t} * {v} * {v}
+  return %y : {t}
+}}"""
+    module = wrap_group(text, "row_reduce")
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((4, 64)) * 1e-3).astype(np.float32)
+    g, b = (rng.standard_normal(64).astype(np.float32) for _ in range(2))
+    (out,) = Program(module, target="cpu", cache=cache)([x, g, b], alloc=poison)
+    (want,) = run_reference(module, [x, g, b], rounding="groups")
+    assert_close(out, want)

@@ -1,0 +1,43 @@
+# fusec kernel for one ai.fused "matmul" group of 5 op(s):
+#   ai.transpose -> ai.reshape -> ai.reshape -> ai.matmul -> ai.bias_add
+#   inputs : tensor<2x4x16x16xf32>, tensor<64x64xf32>, tensor<64xf32>
+#   outputs: tensor<32x64xf32>
+# cpu: arrays are flat float32; the runtime converts f16/bf16 inputs to float32 before the call and rounds f16/bf16 outputs back after it
+
+import math
+
+import numba
+import numpy as np
+from numpy import float32 as f32
+
+ro = numba.types.Array(numba.float32, 1, "C", readonly=True)
+rw = numba.float32[::1]
+
+
+# pointwise over 32x64
+@numba.njit(
+    numba.void(rw, ro, rw),
+    parallel=False, fastmath=False, error_model="numpy", cache=True,
+)
+def kernel_epilogue(s0, in2, out0):
+    for task in numba.prange(32):
+        i0 = task
+        for j in range(64):
+            l0 = s0[i0 * 64 + j]
+            l1 = in2[j]
+            t0 = (l0 + l1)
+            out0[i0 * 64 + j] = t0
+
+
+def launch(in0, in1, in2, out0):
+    """Run the group: every output element is written."""
+    s0 = np.empty(2048, dtype=np.float32)
+    v0 = in0.reshape((2, 4, 16, 16)).transpose((0, 2, 1, 3,))
+    v0f = np.ascontiguousarray(v0, dtype=np.float32).reshape(-1)
+    v1 = v0.reshape((2, 16, 64,))
+    v1f = np.ascontiguousarray(v1, dtype=np.float32).reshape(-1)
+    v2 = v1.reshape((32, 64,))
+    a = v2.reshape((32, 64))
+    b = in1.reshape((64, 64))
+    np.matmul(a, b, out=s0.reshape((32, 64)))
+    kernel_epilogue(s0, in2, out0)

@@ -1,0 +1,13 @@
+# fusec kernel for one ai.fused "copy" group of 1 op(s):
+#   ai.transpose
+#   inputs : tensor<2x3x4xf32>
+#   outputs: tensor<3x4x2xf32>
+# target: cpu; numpy views and one copy into the output
+
+import numpy as np
+
+
+def launch(in0, out0):
+    """Run the group: every output element is written."""
+    v0 = in0.reshape((2, 3, 4)).transpose((1, 2, 0,))
+    out0.reshape((3, 4, 2))[...] = v0

@@ -1,0 +1,61 @@
+# fusec kernel for one ai.fused "conv" group of 2 op(s):
+#   ai.conv2d -> ai.bias_add
+#   inputs : tensor<2x16x16x16xf32>, tensor<32x16x1x1xf32>, tensor<32xf32>
+#   outputs: tensor<2x32x8x8xf32>
+# cpu: arrays are flat float32; the runtime converts f16/bf16 inputs to float32 before the call and rounds f16/bf16 outputs back after it
+
+import math
+
+import numba
+import numpy as np
+from numpy import float32 as f32
+
+ro = numba.types.Array(numba.float32, 1, "C", readonly=True)
+rw = numba.float32[::1]
+
+
+# im2col: cols[n, c*1 + r*1 + s, oh*8 + ow] = padded input window
+@numba.njit(
+    numba.void(ro, rw),
+    parallel=False, fastmath=False, error_model="numpy", cache=True,
+)
+def kernel_im2col(x, cols):
+    for task in numba.prange(32):
+        base_in = task * 256
+        for r in range(1):
+            for s in range(1):
+                base = ((task * 1 + r) * 1 + s) * 64
+                for oh in range(8):
+                    ih = oh * 2 + r * 1 - 0
+                    inside = ih >= 0 and ih < 16
+                    for ow in range(8):
+                        iw = ow * 2 + s * 1 - 0
+                        if inside and iw >= 0 and iw < 16:
+                            cols[base + oh * 8 + ow] = x[base_in + ih * 16 + iw]
+                        else:
+                            cols[base + oh * 8 + ow] = f32(0.0)
+
+
+# pointwise over 2x32x8x8
+@numba.njit(
+    numba.void(rw, ro, rw),
+    parallel=False, fastmath=False, error_model="numpy", cache=True,
+)
+def kernel_epilogue(s0, in2, out0):
+    for task in numba.prange(64):
+        i0 = task // 32
+        i1 = task % 32
+        for j in range(64):
+            l0 = s0[i0 * 2048 + i1 * 64 + j]
+            l1 = in2[i1]
+            t0 = (l0 + l1)
+            out0[i0 * 2048 + i1 * 64 + j] = t0
+
+
+def launch(in0, in1, in2, out0):
+    """Run the group: every output element is written."""
+    s0 = np.empty(4096, dtype=np.float32)
+    kernel_cols = np.empty(2048, dtype=np.float32)
+    kernel_im2col(in0, kernel_cols)
+    np.matmul(in1.reshape((1, 32, 16)), kernel_cols.reshape((2, 1, 16, 64)), out=s0.reshape((2, 1, 32, 64)))
+    kernel_epilogue(s0, in2, out0)

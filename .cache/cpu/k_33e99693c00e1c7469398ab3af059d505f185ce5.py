@@ -1,0 +1,35 @@
+# fusec kernel for one ai.fused "pointwise" group of 2 op(s):
+#   ai.sub -> ai.mul
+#   inputs : tensor<3x2x6xf32>, tensor<3x2x1xf32>
+#   outputs: tensor<3x2x6xf32>
+# cpu: arrays are flat float32; the runtime converts f16/bf16 inputs to float32 before the call and rounds f16/bf16 outputs back after it
+
+import math
+
+import numba
+import numpy as np
+from numpy import float32 as f32
+
+ro = numba.types.Array(numba.float32, 1, "C", readonly=True)
+rw = numba.float32[::1]
+
+
+# pointwise over 3x2x6
+@numba.njit(
+    numba.void(ro, ro, rw),
+    parallel=False, fastmath=False, error_model="numpy", cache=True,
+)
+def kernel_pointwise(in0, in1, out0):
+    for task in numba.prange(6):
+        i0 = task
+        for j in range(6):
+            l0 = in0[i0 * 6 + j]
+            l1 = in1[i0]
+            t0 = (l0 - l1)
+            t1 = (t0 * t0)
+            out0[i0 * 6 + j] = t1
+
+
+def launch(in0, in1, out0):
+    """Run the group: every output element is written."""
+    kernel_pointwise(in0, in1, out0)

@@ -1,0 +1,39 @@
+# fusec kernel for one ai.fused "conv" group of 3 op(s):
+#   ai.conv2d -> ai.bias_add -> ai.add
+#   inputs : tensor<2x192x4x4xf32>, tensor<32x192x1x1xf32>, tensor<32xf32>, tensor<2x32x4x4xf32>
+#   outputs: tensor<2x32x4x4xf32>
+# cpu: arrays are flat float32; the runtime converts f16/bf16 inputs to float32 before the call and rounds f16/bf16 outputs back after it
+
+import math
+
+import numba
+import numpy as np
+from numpy import float32 as f32
+
+ro = numba.types.Array(numba.float32, 1, "C", readonly=True)
+rw = numba.float32[::1]
+
+
+# pointwise over 2x32x4x4
+@numba.njit(
+    numba.void(rw, ro, ro, rw),
+    parallel=False, fastmath=False, error_model="numpy", cache=True,
+)
+def kernel_epilogue(s0, in2, in3, out0):
+    for task in numba.prange(64):
+        i0 = task // 32
+        i1 = task % 32
+        for j in range(16):
+            l0 = s0[i0 * 512 + i1 * 16 + j]
+            l1 = in2[i1]
+            t0 = (l0 + l1)
+            l2 = in3[i0 * 512 + i1 * 16 + j]
+            t1 = (l2 + t0)
+            out0[i0 * 512 + i1 * 16 + j] = t1
+
+
+def launch(in0, in1, in2, in3, out0):
+    """Run the group: every output element is written."""
+    s0 = np.empty(1024, dtype=np.float32)
+    np.matmul(in1.reshape((1, 32, 192)), in0.reshape((2, 1, 192, 16)), out=s0.reshape((2, 1, 32, 16)))
+    kernel_epilogue(s0, in2, in3, out0)

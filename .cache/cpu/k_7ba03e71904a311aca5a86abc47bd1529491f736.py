@@ -1,0 +1,64 @@
+# fusec kernel for one ai.fused "conv" group of 4 op(s):
+#   ai.conv2d -> ai.bias_add -> ai.add -> ai.relu
+#   inputs : tensor<2x32x8x8xf32>, tensor<32x32x3x3xf32>, tensor<32xf32>, tensor<2x32x8x8xf32>
+#   outputs: tensor<2x32x8x8xf32>
+# cpu: arrays are flat float32; the runtime converts f16/bf16 inputs to float32 before the call and rounds f16/bf16 outputs back after it
+
+import math
+
+import numba
+import numpy as np
+from numpy import float32 as f32
+
+ro = numba.types.Array(numba.float32, 1, "C", readonly=True)
+rw = numba.float32[::1]
+
+
+# im2col: cols[n, c*9 + r*3 + s, oh*8 + ow] = padded input window
+@numba.njit(
+    numba.void(ro, rw),
+    parallel=True, fastmath=False, error_model="numpy", cache=True,
+)
+def kernel_im2col(x, cols):
+    for task in numba.prange(64):
+        base_in = task * 64
+        for r in range(3):
+            for s in range(3):
+                base = ((task * 3 + r) * 3 + s) * 64
+                for oh in range(8):
+                    ih = oh * 1 + r * 1 - 1
+                    inside = ih >= 0 and ih < 8
+                    for ow in range(8):
+                        iw = ow * 1 + s * 1 - 1
+                        if inside and iw >= 0 and iw < 8:
+                            cols[base + oh * 8 + ow] = x[base_in + ih * 8 + iw]
+                        else:
+                            cols[base + oh * 8 + ow] = f32(0.0)
+
+
+# pointwise over 2x32x8x8
+@numba.njit(
+    numba.void(rw, ro, ro, rw),
+    parallel=False, fastmath=False, error_model="numpy", cache=True,
+)
+def kernel_epilogue(s0, in2, in3, out0):
+    for task in numba.prange(64):
+        i0 = task // 32
+        i1 = task % 32
+        for j in range(64):
+            l0 = s0[i0 * 2048 + i1 * 64 + j]
+            l1 = in2[i1]
+            t0 = (l0 + l1)
+            l2 = in3[i0 * 2048 + i1 * 64 + j]
+            t1 = (t0 + l2)
+            t2 = (t1 if (not (t1 < f32(0.0))) else f32(0.0))
+            out0[i0 * 2048 + i1 * 64 + j] = t2
+
+
+def launch(in0, in1, in2, in3, out0):
+    """Run the group: every output element is written."""
+    s0 = np.empty(4096, dtype=np.float32)
+    kernel_cols = np.empty(36864, dtype=np.float32)
+    kernel_im2col(in0, kernel_cols)
+    np.matmul(in1.reshape((1, 32, 288)), kernel_cols.reshape((2, 1, 288, 64)), out=s0.reshape((2, 1, 32, 64)))
+    kernel_epilogue(s0, in2, in3, out0)

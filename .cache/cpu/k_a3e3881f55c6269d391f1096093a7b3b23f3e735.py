@@ -1,0 +1,44 @@
+# fusec kernel for one ai.fused "pool" group of 1 op(s):
+#   ai.avg_pool2d
+#   inputs : tensor<1x3x32x32xf32>
+#   outputs: tensor<1x3x32x32xf32>
+# cpu: arrays are flat float32; the runtime converts f16/bf16 inputs to float32 before the call and rounds f16/bf16 outputs back after it
+
+import math
+
+import numba
+import numpy as np
+from numpy import float32 as f32
+
+ro = numba.types.Array(numba.float32, 1, "C", readonly=True)
+rw = numba.float32[::1]
+
+
+# avg pooling: one task per (n, c) plane
+@numba.njit(
+    numba.void(ro, rw),
+    parallel=False, fastmath=False, error_model="numpy", cache=True,
+)
+def kernel_pool(x, y):
+    for task in numba.prange(3):
+        base = task * 1024
+        obase = task * 1024
+        for i in range(32):
+            for j in range(32):
+                acc = f32(0.0)
+                count = 0
+                for r in range(2):
+                    ih = i * 1 + r * 1 - 0
+                    for s in range(2):
+                        iw = j * 1 + s * 1 - 0
+                        if ih >= 0 and ih < 32 and iw >= 0 and iw < 32:
+                            v = x[base + ih * 32 + iw]
+                            acc += v
+                        if ih >= 0 and ih < 32 and iw >= 0 and iw < 32:
+                            count += 1
+                y[obase + i * 32 + j] = acc / f32(count)
+
+
+def launch(in0, out0):
+    """Run the group: every output element is written."""
+    kernel_pool(in0, out0)

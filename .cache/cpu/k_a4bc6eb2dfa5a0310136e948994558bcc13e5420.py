@@ -1,0 +1,39 @@
+# fusec kernel for one ai.fused "conv" group of 3 op(s):
+#   ai.conv2d -> ai.bias_add -> ai.add
+#   inputs : tensor<2x336x2x2xf32>, tensor<56x336x1x1xf32>, tensor<56xf32>, tensor<2x56x2x2xf32>
+#   outputs: tensor<2x56x2x2xf32>
+# cpu: arrays are flat float32; the runtime converts f16/bf16 inputs to float32 before the call and rounds f16/bf16 outputs back after it
+
+import math
+
+import numba
+import numpy as np
+from numpy import float32 as f32
+
+ro = numba.types.Array(numba.float32, 1, "C", readonly=True)
+rw = numba.float32[::1]
+
+
+# pointwise over 2x56x2x2
+@numba.njit(
+    numba.void(rw, ro, ro, rw),
+    parallel=False, fastmath=False, error_model="numpy", cache=True,
+)
+def kernel_epilogue(s0, in2, in3, out0):
+    for task in numba.prange(112):
+        i0 = task // 56
+        i1 = task % 56
+        for j in range(4):
+            l0 = s0[i0 * 224 + i1 * 4 + j]
+            l1 = in2[i1]
+            t0 = (l0 + l1)
+            l2 = in3[i0 * 224 + i1 * 4 + j]
+            t1 = (l2 + t0)
+            out0[i0 * 224 + i1 * 4 + j] = t1
+
+
+def launch(in0, in1, in2, in3, out0):
+    """Run the group: every output element is written."""
+    s0 = np.empty(448, dtype=np.float32)
+    np.matmul(in1.reshape((1, 56, 336)), in0.reshape((2, 1, 336, 4)), out=s0.reshape((2, 1, 56, 4)))
+    kernel_epilogue(s0, in2, in3, out0)

@@ -1,0 +1,34 @@
+# fusec kernel for one ai.fused "pointwise" group of 1 op(s):
+#   ai.sub
+#   inputs : tensor<3x4xf32>, tensor<4xf32>
+#   outputs: tensor<3x4xf32>
+# cpu: arrays are flat float32; the runtime converts f16/bf16 inputs to float32 before the call and rounds f16/bf16 outputs back after it
+
+import math
+
+import numba
+import numpy as np
+from numpy import float32 as f32
+
+ro = numba.types.Array(numba.float32, 1, "C", readonly=True)
+rw = numba.float32[::1]
+
+
+# pointwise over 3x4
+@numba.njit(
+    numba.void(ro, ro, rw),
+    parallel=False, fastmath=False, error_model="numpy", cache=True,
+)
+def kernel_pointwise(in0, in1, out0):
+    for task in numba.prange(3):
+        i0 = task
+        for j in range(4):
+            l0 = in0[i0 * 4 + j]
+            l1 = in1[j]
+            t0 = (l0 - l1)
+            out0[i0 * 4 + j] = t0
+
+
+def launch(in0, in1, out0):
+    """Run the group: every output element is written."""
+    kernel_pointwise(in0, in1, out0)

@@ -1,0 +1,13 @@
+# fusec kernel for one ai.fused "copy" group of 1 op(s):
+#   ai.slice
+#   inputs : tensor<2x16x192xf32>
+#   outputs: tensor<2x16x64xf32>
+# target: cpu; numpy views and one copy into the output
+
+import numpy as np
+
+
+def launch(in0, out0):
+    """Run the group: every output element is written."""
+    v0 = in0.reshape((2, 16, 192))[0:2:1, 0:16:1, 0:64:1]
+    out0.reshape((2, 16, 64))[...] = v0

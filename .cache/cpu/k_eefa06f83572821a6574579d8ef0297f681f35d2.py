@@ -1,0 +1,62 @@
+# fusec kernel for one ai.fused "conv" group of 3 op(s):
+#   ai.conv2d -> ai.bias_add -> ai.clip
+#   inputs : tensor<2x48x32x32xf32>, tensor<48x1x3x3xf32>, tensor<48xf32>
+#   outputs: tensor<2x48x16x16xf32>
+# cpu: arrays are flat float32; the runtime converts f16/bf16 inputs to float32 before the call and rounds f16/bf16 outputs back after it
+
+import math
+
+import numba
+import numpy as np
+from numpy import float32 as f32
+
+ro = numba.types.Array(numba.float32, 1, "C", readonly=True)
+rw = numba.float32[::1]
+
+
+# im2col: cols[n, c*9 + r*3 + s, oh*16 + ow] = padded input window
+@numba.njit(
+    numba.void(ro, rw),
+    parallel=True, fastmath=False, error_model="numpy", cache=True,
+)
+def kernel_im2col(x, cols):
+    for task in numba.prange(96):
+        base_in = task * 1024
+        for r in range(3):
+            for s in range(3):
+                base = ((task * 3 + r) * 3 + s) * 256
+                for oh in range(16):
+                    ih = oh * 2 + r * 1 - 1
+                    inside = ih >= 0 and ih < 32
+                    for ow in range(16):
+                        iw = ow * 2 + s * 1 - 1
+                        if inside and iw >= 0 and iw < 32:
+                            cols[base + oh * 16 + ow] = x[base_in + ih * 32 + iw]
+                        else:
+                            cols[base + oh * 16 + ow] = f32(0.0)
+
+
+# pointwise over 2x48x16x16
+@numba.njit(
+    numba.void(rw, ro, rw),
+    parallel=False, fastmath=False, error_model="numpy", cache=True,
+)
+def kernel_epilogue(s0, in2, out0):
+    for task in numba.prange(96):
+        i0 = task // 48
+        i1 = task % 48
+        for j in range(256):
+            l0 = s0[i0 * 12288 + i1 * 256 + j]
+            l1 = in2[i1]
+            t0 = (l0 + l1)
+            t1 = (f32(0.0) if (t0 < f32(0.0)) else (f32(6.0) if (t0 > f32(6.0)) else t0))
+            out0[i0 * 12288 + i1 * 256 + j] = t1
+
+
+def launch(in0, in1, in2, out0):
+    """Run the group: every output element is written."""
+    s0 = np.empty(24576, dtype=np.float32)
+    kernel_cols = np.empty(221184, dtype=np.float32)
+    kernel_im2col(in0, kernel_cols)
+    np.matmul(in1.reshape((48, 1, 9)), kernel_cols.reshape((2, 48, 9, 256)), out=s0.reshape((2, 48, 1, 256)))
+    kernel_epilogue(s0, in2, out0)
