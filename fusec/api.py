@@ -145,6 +145,7 @@ class CompiledModule:
         runner: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None,
         timings: Sequence[PassTiming] = (),
         pipeline: str | None = None,
+        remarks: Mapping[str, list[Any]] | None = None,
     ) -> None:
         from fusec.ir.module import entry_function
 
@@ -155,6 +156,7 @@ class CompiledModule:
         self.timings = list(timings)
         self.pipeline = pipeline
         self._runner = runner
+        self._remarks = dict(remarks or {})
 
     @property
     def ir(self) -> str:
@@ -183,9 +185,14 @@ class CompiledModule:
 
     def remarks(self) -> list[Any]:
         """Why each producer -> consumer edge left between kernels was not fused
-        (``fusec.passes.fusion.remarks.Remark``; ``str()`` of one is its line)."""
-        from fusec.passes.fusion.remarks import fusion_remarks, pipeline_rules
+        (``fusec.passes.fusion.remarks.Remark``; ``str()`` of one is its line): as the
+        fusion pass recorded its decisions, or, for a function no fusion pass ran on,
+        judged now under the pipeline's rules."""
+        from fusec.passes.fusion.remarks import functions, fusion_remarks, pipeline_rules
 
+        names = [fn.sym_name.data for fn in functions(self.module)]
+        if names and all(name in self._remarks for name in names):
+            return [r for name in names for r in self._remarks[name]]
         return fusion_remarks(self.module, pipeline_rules(self.pipeline, target=self.target))
 
     def assembly(self, arch: str) -> list[tuple[KernelSource, str]]:
@@ -270,14 +277,17 @@ def compile(  # noqa: A001 - the public name is part of the API contract
         source_text, source_name = read_source(text_or_path)
         module = parse_module(source_text, source_name)
     timings: list[PassTiming] = []
-    run_pipeline(
-        module,
-        pipeline if pipeline is not None else chosen.pipeline,
-        after_pass=after_pass,
-        timings=timings,
-        source_text=source_text,
-        target=chosen.name,
-    )
+    from fusec.passes.fusion.remarks import collect
+
+    with collect() as reported:  # the fusion passes' own why-not-fused record
+        run_pipeline(
+            module,
+            pipeline if pipeline is not None else chosen.pipeline,
+            after_pass=after_pass,
+            timings=timings,
+            source_text=source_text,
+            target=chosen.name,
+        )
     try:
         runner = chosen.program(module, entry) if executable else None
         if not chosen.generates_kernels:
@@ -297,6 +307,7 @@ def compile(  # noqa: A001 - the public name is part of the API contract
         runner=runner,
         timings=timings,
         pipeline=pipeline,
+        remarks=reported,
     )
 
 

@@ -124,6 +124,15 @@ def bias_add(x: Any, bias: Any, axis: int = 1) -> Traced:
     return _trace("bias_add", x, bias).emit(ai.BiasAddOp, (x, bias), axis=_int("bias_add", axis))
 
 
+def batch_norm(x: Any, scale: Any, bias: Any, mean: Any, var: Any, *, eps: float = 1e-5) -> Traced:
+    """Inference batch normalisation over dim 1 (channels):
+    (x - mean) / sqrt(var + eps) * scale + bias (folded into a conv2d feeding it)."""
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
+        raise user_error(f"fusec.ops.batch_norm: eps must be a non-negative number, got {eps!r}")
+    trace = _trace("batch_norm", x, scale, bias, mean, var)
+    return trace.emit(ai.BatchNormOp, (x, scale, bias, mean, var), epsilon=float(eps))
+
+
 def _int(name: str, value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -283,6 +292,7 @@ avg_pool2d = _pool(ai.AvgPool2DOp, "avg_pool2d")
 __all__ = sorted(
     [
         *_simple_ops(),
+        "batch_norm",
         "bias_add",
         "cast",
         "clip",

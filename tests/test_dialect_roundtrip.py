@@ -116,6 +116,12 @@ OP_CASES: dict[str, tuple[str, str, str]] = {
         " tensor<2x8xf32> * tensor<8xf32> * tensor<8xf32>",
         "tensor<2x8xf32>",
     ),
+    "batch_norm": (
+        "%x: tensor<2x3x4xf32>, %v: tensor<3xf32>",
+        "  %r = ai.batch_norm %x, %v, %v, %v, %v {epsilon = 1.000000e-03 : f32} :"
+        " tensor<2x3x4xf32> * tensor<3xf32> * tensor<3xf32> * tensor<3xf32> * tensor<3xf32>",
+        "tensor<2x3x4xf32>",
+    ),
     "softmax": (f"%a: {T}", f"  %r = ai.softmax %a : {T}", T),
     "softmax_axis": (f"%a: {T}", f"  %r = ai.softmax %a {{axis = 0 : i64}} : {T}", T),
     "cast": (f"%a: {T}", f"  %r = ai.cast %a : {T} to tensor<2x3xbf16>", "tensor<2x3xbf16>"),

@@ -397,7 +397,8 @@ def _example(name: str):
     from pathlib import Path
 
     from fusec.dialect import spec_of
-    from fusec.ir.module import constant_value, entry_function
+    from fusec.ir.constants import constant_value
+    from fusec.ir.module import entry_function
 
     path = Path(__file__).parent.parent / "examples" / name
     module = fusec.parse(path)

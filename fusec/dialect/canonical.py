@@ -1,14 +1,24 @@
 """Canonicalisation patterns of the ai ops (run by xDSL's ``canonicalize`` pass).
 
+Optimisations on the IR live here, not in a front end, so ``.mlir`` text,
+traced Python and ONNX models all get them: e.g. an inference BatchNorm after
+a conv is folded into the conv's weights whatever built the graph.
+
 The op classes import this module for their traits, so the patterns test the
 op type with ``isinstance`` instead of ``op_type_rewrite_pattern`` type hints.
 """
 
 from __future__ import annotations
 
-from xdsl.ir import Operation
+import numpy as np
+from xdsl.dialects import arith
+from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
+from xdsl.rewriter import InsertPoint
 from xdsl.traits import HasCanonicalizationPatternsTrait
+
+from fusec.errors import FusecError
+from fusec.ir.constants import constant_value, dense_constant
 
 
 class FoldIdentityCast(RewritePattern):
@@ -41,3 +51,119 @@ class ReluCanonicalization(HasCanonicalizationPatternsTrait):
     @classmethod
     def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
         return (FoldReluOfRelu(),)
+
+
+# ------------------------------------------------------------------ batch norm
+
+
+def _constant(value: SSAValue) -> np.ndarray | None:
+    """The value of ``value`` when a dense ``arith.constant`` defines it, else None."""
+    owner = value.owner
+    if isinstance(owner, arith.ConstantOp):
+        try:
+            return constant_value(owner)
+        except FusecError:
+            return None
+    return None
+
+
+def _single_use(op: Operation) -> bool:
+    return len(op.results) == 1 and sum(1 for _ in op.results[0].uses) == 1
+
+
+def _bn_coefficients(op: Operation) -> tuple[np.ndarray, np.ndarray] | None:
+    """(a, b) with batch_norm(x) = a * x + b per channel (float64), when every parameter
+    is a constant."""
+    from fusec.dialect.ops import BatchNormOp
+
+    assert isinstance(op, BatchNormOp)
+    params = [_constant(v) for v in (op.scale, op.bias, op.mean, op.var)]
+    if any(p is None for p in params):
+        return None
+    scale, bias, mean, var = (np.asarray(p, dtype=np.float64) for p in params)
+    a = scale / np.sqrt(var + op.attr("epsilon"))
+    return a, bias - mean * a
+
+
+class FoldBatchNormIntoConv(RewritePattern):
+    """``batch_norm(conv2d(x, W) [+ bias_add b])`` with constant W, b and parameters,
+    the conv (and bias) used only here, is ``bias_add(conv2d(x, a W), a b + shift)``:
+    new constant weights and bias computed in float64, one kernel less."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        from fusec.dialect.ops import BatchNormOp, BiasAddOp, Conv2DOp, spec_of
+
+        if not isinstance(op, BatchNormOp) or (coefficients := _bn_coefficients(op)) is None:
+            return
+        a, shift = coefficients
+        producer = op.input.owner
+        conv_bias = None
+        if isinstance(producer, BiasAddOp) and _single_use(producer):
+            if producer.attr("axis") % len(spec_of(producer.output.type).shape) != 1:
+                return
+            conv_bias = _constant(producer.bias)
+            if conv_bias is None:
+                return
+            producer = producer.input.owner
+        if not isinstance(producer, Conv2DOp) or not _single_use(producer):
+            return
+        weight = _constant(producer.weight)
+        if weight is None:
+            return
+        dtype = spec_of(producer.weight.type).dtype
+        new_weight = dense_constant(weight.astype(np.float64) * a.reshape(-1, 1, 1, 1), dtype)
+        folded_bias = shift if conv_bias is None else conv_bias.astype(np.float64) * a + shift
+        new_bias = dense_constant(folded_bias, dtype)
+        conv = Conv2DOp(
+            producer.input,
+            new_weight.result,
+            **{key: producer.attr(key) for key in producer.declared_properties()},
+        )
+        conv.location = producer.location
+        biased = BiasAddOp(conv.output, new_bias.result, axis=1)
+        biased.location = op.location
+        rewriter.insert([new_weight, new_bias, conv], InsertPoint.before(op))
+        rewriter.replace(op, biased)
+
+
+class DecomposeBatchNorm(RewritePattern):
+    """Any other ``batch_norm``: a per-channel multiply and ``ai.bias_add``, which fuse
+    as elementwise work (constant coefficients computed in float64; parameters known
+    only at run time normalised by ``(x - mean) * (scale / sqrt(var + eps))``)."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        from fusec.dialect import ops as ai
+
+        if not isinstance(op, ai.BatchNormOp):
+            return
+        spec = ai.spec_of(op.output.type)
+        column = (spec.shape[1],) + (1,) * (len(spec.shape) - 2)  # broadcasts along dim 1
+        new: list[Operation] = []
+        if (coefficients := _bn_coefficients(op)) is not None:
+            a, shift = coefficients
+            scale = dense_constant(a.reshape(column), spec.dtype)
+            shifted = dense_constant(shift, spec.dtype)
+            scaled = ai.MulOp(op.input, scale.result)
+            new += [scale, shifted, scaled]
+            result = ai.BiasAddOp(scaled.output, shifted.result, axis=1)
+        else:
+            eps = dense_constant(np.asarray(op.attr("epsilon")), spec.dtype)
+            var = ai.AddOp(op.var, eps.result)
+            root = ai.SqrtOp(var.output)
+            inv = ai.DivOp(op.scale, root.output)
+            mean = ai.ReshapeOp(op.mean, shape=column)
+            factor = ai.ReshapeOp(inv.output, shape=column)
+            centred = ai.SubOp(op.input, mean.output)
+            scaled = ai.MulOp(centred.output, factor.output)
+            new += [eps, var, root, inv, mean, factor, centred, scaled]
+            result = ai.BiasAddOp(scaled.output, op.bias, axis=1)
+        for created in (*new, result):
+            created.location = op.location
+        rewriter.insert(new, InsertPoint.before(op))
+        rewriter.replace(op, result)
+
+
+class BatchNormCanonicalization(HasCanonicalizationPatternsTrait):
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
+        return (FoldBatchNormIntoConv(), DecomposeBatchNorm())

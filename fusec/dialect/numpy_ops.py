@@ -29,6 +29,7 @@ from numpy.lib.stride_tricks import as_strided
 
 __all__ = [
     "add",
+    "batch_norm",
     "bias_add",
     "cast",
     "conv2d",
@@ -501,6 +502,25 @@ def matmul(
     acc = _compute_dtype(out_dt)
     y = np.matmul(a.astype(acc, copy=False), b.astype(acc, copy=False))
     return _finish(y, out_dt)
+
+
+def batch_norm(
+    x: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+    epsilon: float = 1e-5,
+) -> np.ndarray:
+    """Inference batch normalisation over dim 1: (x - mean) / sqrt(var + eps) * scale + bias."""
+    xa, out_dt = _unary_float(x)
+    shape = (1, -1) + (1,) * (xa.ndim - 2)
+
+    def per_channel(v: np.ndarray) -> np.ndarray:
+        return np.asarray(v).astype(xa.dtype, copy=False).reshape(shape)
+
+    y = (xa - per_channel(mean)) / np.sqrt(per_channel(var) + epsilon)
+    return _finish(y * per_channel(scale) + per_channel(bias), out_dt)
 
 
 def layernorm(

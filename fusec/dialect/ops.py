@@ -59,7 +59,11 @@ from xdsl.utils.exceptions import VerifyException
 
 from fusec.dialect import numpy_ops as K
 from fusec.dialect import shapes
-from fusec.dialect.canonical import CastCanonicalization, ReluCanonicalization
+from fusec.dialect.canonical import (
+    BatchNormCanonicalization,
+    CastCanonicalization,
+    ReluCanonicalization,
+)
 from fusec.dialect.facts import (
     FUSED_KINDS,
     NO_TARGETS,
@@ -940,6 +944,43 @@ class MatmulOp(AiOp):
 
 
 @irdl_op_definition
+class BatchNormOp(AiOp):
+    """Inference batch normalisation over dim 1 (channels) of an N x C x ... input:
+    (x - mean) / sqrt(var + epsilon) * scale + bias, each parameter of length C.
+
+    No kernel computes it: ``canonicalize`` folds it into the conv2d feeding it
+    (new constant weights and bias) or decomposes it into a per-channel
+    multiply and ``ai.bias_add``, which fuse like any elementwise epilogue.
+    """
+
+    name = "ai.batch_norm"
+    input = operand()
+    scale = operand()
+    bias = operand()
+    mean = operand()
+    var = operand()
+    output = result()
+    epsilon = float_prop(1e-5)
+    traits = traits_def(Pure(), BatchNormCanonicalization())
+
+    PATTERN: ClassVar[Pattern] = Pattern.OPAQUE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("batch_norm")
+    UNSUPPORTED: ClassVar[Mapping[str, str]] = {
+        target: "canonicalize rewrites it (folded into its conv2d, or a multiply and a "
+        "bias_add): run canonicalize before fusion"
+        for target in ("cpu", "cuda")
+    }
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.batch_norm(*operands, epsilon=attrs["epsilon"])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        x, scale, bias, mean, var = args
+        return K.batch_norm(x, scale, bias, mean, var, epsilon=self.attr("epsilon"))
+
+
+@irdl_op_definition
 class LayerNormOp(AiOp):
     """Layer normalisation over the last axis: (x - mean) / sqrt(var + eps) * gamma + beta."""
 
@@ -1432,6 +1473,7 @@ TENSOR_OPS: tuple[type[AiOp], ...] = (
     PowOp,
     WhereOp,
     MatmulOp,
+    BatchNormOp,
     LayerNormOp,
     SoftmaxOp,
     CastOp,

@@ -240,6 +240,33 @@ def matmul(
     return TensorSpec((*batch, *rows, *cols), dtype)
 
 
+def batch_norm(
+    x: TensorSpec,
+    scale: TensorSpec,
+    bias: TensorSpec,
+    mean: TensorSpec,
+    var: TensorSpec,
+    *,
+    epsilon: float,
+) -> TensorSpec:
+    """Inference batch normalisation: x is N x C x ..., every parameter 1-D of length C."""
+    op = "ai.batch_norm"
+    params = [("scale", scale), ("bias", bias), ("mean", mean), ("var", var)]
+    dtype = _same_dtype(op, [("input", x), *params])
+    if x.rank < 2:
+        raise ShapeError(f"{op}: operand 'input' must have rank >= 2 (N x C x ...), got {x}")
+    for name, spec in params:
+        _rank(op, name, spec, 1)
+        if spec.shape[0] != x.shape[1]:
+            raise ShapeError(
+                f"{op}: operand '{name}' has length {spec.shape[0]}, expected the "
+                f"{x.shape[1]} channels of operand 'input' (dim 1 of {_fmt(x.shape)})"
+            )
+    if not math.isfinite(epsilon) or epsilon < 0:
+        raise ShapeError(f"{op}: epsilon must be a finite number >= 0, got {epsilon}")
+    return TensorSpec(x.shape, dtype)
+
+
 def layernorm(
     x: TensorSpec, gamma: TensorSpec, beta: TensorSpec, *, epsilon: float = 1e-5
 ) -> TensorSpec:

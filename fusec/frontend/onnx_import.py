@@ -33,12 +33,10 @@ from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     DictionaryAttr,
     FileLineColLoc,
-    FusedLoc,
     IntAttr,
     LocationAttr,
     ModuleOp,
     NameLoc,
-    NoneAttr,
     StringAttr,
     UnknownLoc,
 )
@@ -153,8 +151,6 @@ class Importer:
         self.location: LocationAttr = UnknownLoc()
         self.uses = Counter(n for node in self.graph.node for n in node.input if n)
         self.uses.update(o.name for o in self.graph.output)
-        self.folded: dict[int, Node] = {}  # conv node index -> the BatchNormalization it absorbs
-        self.skip: set[int] = set()  # node indices already converted (folded)
         self.created: set[Operation] = set()  # ops built for the current node
 
     # ------------------------------------------------------------ diagnostics
@@ -280,10 +276,8 @@ class Importer:
     def run(self) -> ModuleOp:
         self.load_initializers()
         inputs = self.declare_inputs()
-        self.plan_folds()
         for index, proto in enumerate(self.graph.node):
-            if index not in self.skip:
-                self.convert(Node(proto, index, {}))
+            self.convert(Node(proto, index, {}))
         self.node, self.location = None, UnknownLoc()
         results = [self.graph_output(o) for o in self.graph.output]
         self.block.add_op(func.ReturnOp(*results))
@@ -518,30 +512,6 @@ class Importer:
             value = helper.get_attribute_value(attr)
             attrs[attr.name] = value.decode() if isinstance(value, bytes) else value
         return attrs
-
-    def plan_folds(self) -> None:
-        """Find each BatchNormalization that can be folded into the Conv feeding it.
-
-        It can when all weights are constants and the conv output has no other user.
-        """
-        nodes = list(self.graph.node)
-        producer = {name: i for i, n in enumerate(nodes) for name in n.output}
-        for index, bn in enumerate(nodes):
-            if bn.op_type != "BatchNormalization" or bn.domain not in _DOMAINS:
-                continue
-            source = producer.get(bn.input[0])
-            if source is None or nodes[source].op_type != "Conv" or nodes[source].domain:
-                continue
-            conv = nodes[source]
-            if self.uses[bn.input[0]] != 1 or any(self.uses[name] for name in bn.output[1:]):
-                continue
-            weights = [*conv.input[1:], *bn.input[1:5]]
-            attrs = {a.name: helper.get_attribute_value(a) for a in bn.attribute}
-            if attrs.get("training_mode", 0) or attrs.get("spatial", 1) != 1:
-                continue
-            if all(not name or name in self.arrays for name in weights):
-                self.folded[source] = Node(bn, index, {})
-                self.skip.add(index)
 
 
 # ------------------------------------------------------------------ helpers
@@ -893,68 +863,16 @@ _BN_ATTRS = ("epsilon", "momentum", "training_mode", "spatial", "is_test", "cons
 
 @converter("BatchNormalization", attrs=_BN_ATTRS)
 def _batch_norm(imp: Importer, node: Node) -> list[SSAValue]:
-    _check_batch_norm(imp, node)
-    x = imp.input(node, 0)
-    if len(shape_of(x)) < 2:
-        raise imp.error(f"input X must have rank >= 2 (N x C x ...), got {x.type}")
-    known = [imp.array(node, i) for i in range(1, 5)]
-    constants = [a for a in known if a is not None]
-    if len(constants) == len(known):
-        return [_batch_norm_constant(imp, node, x, constants)]
-    return [_batch_norm_runtime(imp, node, x)]
-
-
-def _check_batch_norm(imp: Importer, node: Node) -> None:
+    """``ai.batch_norm``: canonicalize folds it into a conv2d feeding it or decomposes it
+    (the importer builds IR and stops; ``.mlir`` and traced graphs get the same)."""
     if node.attrs.get("training_mode", 0):
         raise imp.error("training_mode=1 is not supported (inference only)", "attribute")
     if node.attrs.get("spatial", 1) != 1:
         raise imp.error("spatial=0 (opset < 9) is not supported", "attribute")
-
-
-def _bn_coefficients(node: Node, known: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(a, b) with BN(x) = a * x + b per channel, computed in float64."""
-    scale, bias, mean, var = (k.astype(np.float64) for k in known)
-    a = scale / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
-    return a, bias - mean * a
-
-
-def _batch_norm_constant(
-    imp: Importer, node: Node, x: SSAValue, known: Sequence[np.ndarray]
-) -> SSAValue:
-    a, b = _bn_coefficients(node, known)
-    rank, dtype = len(shape_of(x)), dtype_of(x)
-    _check_channels(imp, x, a)
-    scaled = imp.emit(ai.MulOp, x, imp.constant(a.reshape((-1,) + (1,) * (rank - 2)), dtype))
-    return imp.emit(ai.BiasAddOp, scaled, imp.constant(b, dtype), axis=1)
-
-
-def _check_channels(imp: Importer, x: SSAValue, per_channel: np.ndarray) -> None:
-    channels = shape_of(x)[1]
-    if per_channel.shape != (channels,):
-        raise imp.error(
-            f"scale, B, mean and var must have shape ({channels},), got {per_channel.shape}"
-        )
-
-
-def _batch_norm_runtime(imp: Importer, node: Node, x: SSAValue) -> SSAValue:
-    """(x - mean) * scale / sqrt(var + eps) + B with the (C) vectors computed at run time."""
-    scale, bias, mean, var = (imp.input(node, i) for i in range(1, 5))
-    for v in (scale, bias, mean, var):
-        if shape_of(v) != (shape_of(x)[1],):
-            raise imp.error(f"scale, B, mean and var must have shape (C,), got {v.type}")
-    eps = imp.scalar(float(node.attrs.get("epsilon", 1e-5)), var)
-    inv = imp.emit(ai.DivOp, scale, imp.emit(ai.SqrtOp, imp.emit(ai.AddOp, var, eps)))
-    centred = imp.emit(ai.SubOp, x, _along_channels(imp, mean, x))
-    scaled = imp.emit(ai.MulOp, centred, _along_channels(imp, inv, x))
-    return imp.emit(ai.BiasAddOp, scaled, bias, axis=1)
-
-
-def _along_channels(imp: Importer, vector: SSAValue, x: SSAValue) -> SSAValue:
-    """A (C) vector as a (C, 1, ..., 1) tensor that broadcasts along dim 1 of ``x``:
-    a bias_add onto zeros, as the dialect has no reshape."""
-    rank = len(shape_of(x))
-    zeros = imp.constant(np.zeros((shape_of(x)[1],) + (1,) * (rank - 2)), dtype_of(x))
-    return imp.emit(ai.BiasAddOp, zeros, vector, axis=0)
+    x = imp.input(node, 0)
+    params = [imp.input(node, i) for i in range(1, 5)]
+    epsilon = float(node.attrs.get("epsilon", 1e-5))
+    return [imp.emit(ai.BatchNormOp, x, *params, epsilon=epsilon)]
 
 
 @converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
@@ -974,10 +892,6 @@ def _conv(imp: Importer, node: Node) -> list[SSAValue]:
     dilations = tuple(node.attrs.get("dilations", (1, 1)))
     padding = _conv_padding(imp, node, shape_of(x)[2:], kernel, strides, dilations)
     bias = imp.optional_input(node, 2)
-    bn = imp.folded.get(node.index)
-    if bn is not None:
-        w, bias = _fold_batch_norm(imp, node, bn)
-        imp.location = FusedLoc(ArrayAttr([imp.location, imp.node_location(bn)]), NoneAttr())
     y = imp.emit(
         ai.Conv2DOp,
         x,
@@ -989,8 +903,6 @@ def _conv(imp: Importer, node: Node) -> list[SSAValue]:
     )
     if bias is not None:
         y = imp.emit(ai.BiasAddOp, y, bias, axis=1)
-    if bn is not None:
-        imp.bind(bn.proto.output[0], y)
     return [y]
 
 
@@ -1028,30 +940,6 @@ def _conv_padding(
     else:
         raise imp.error(f"auto_pad='{auto_pad}' is not supported", "attribute")
     return pads[:2] if pads[:2] == pads[2:] else pads
-
-
-def _fold_batch_norm(imp: Importer, conv: Node, bn: Node) -> tuple[SSAValue, SSAValue]:
-    """Conv weights and bias with the BatchNormalization ``bn`` folded in (float64 maths)."""
-    bn.attrs = imp.read_attributes(bn, CONVERTERS["BatchNormalization"])
-    weight = imp.array(conv, 1)
-    assert weight is not None  # plan_folds checked that every weight is known
-    dtype = imp.dtype_of_array(conv.proto.input[1], weight)
-    known = [imp.array(bn, i) for i in range(1, 5)]
-    parameters = [k for k in known if k is not None]
-    assert len(parameters) == 4  # plan_folds checked that every parameter is known
-    a, b = _bn_coefficients(bn, parameters)
-    if a.shape != (weight.shape[0],):
-        raise imp.error(
-            f"BatchNormalization parameters have shape {a.shape}, expected "
-            f"({weight.shape[0]},) to match the conv weight"
-        )
-    conv_bias = imp.array(conv, 2)
-    bias = b if conv_bias is None else conv_bias.astype(np.float64) * a + b
-    folded = weight.astype(np.float64) * a.reshape(-1, 1, 1, 1)
-    return (
-        imp.constant(folded, dtype, f"{conv.proto.input[1]}.folded"),
-        imp.constant(bias, dtype, f"{bn.label}.folded_bias"),
-    )
 
 
 # ------------------------------------------------------------------ layout

@@ -7,12 +7,12 @@ infer the result types. Each op is located at the user's own source line (the
 first stack frame outside fusec), so shape errors, unsupported Python and
 numpy usage are reported where the user wrote them.
 
-The dialect has no reshape or transpose op, so two kinds of lazy views exist:
-``x[None, :, ...]`` (unit dims inserted) and ``x.T``/``x.mT`` (last two dims
-swapped). A view is lowered only where an existing op expresses it exactly:
-a bias (``ai.bias_add``), broadcasting (leading unit dims), a matmul transpose
-flag, or a zero-copy reshape of a function argument or constant (passed as an
-extra function parameter / constant). Anything else is a located FusecError.
+Two kinds of lazy views exist: ``x[None, :, ...]`` (unit dims inserted) and
+``x.T``/``x.mT``/``transpose`` (dims permuted). A view becomes the op that
+expresses it best where it is used: a bias (``ai.bias_add``), broadcasting
+(leading unit dims), a matmul transpose flag, a reshaped constant, and
+otherwise ``ai.reshape`` / ``ai.transpose`` (zero-copy views or copy kernels
+for the back ends).
 
 This module builds IR and stops: compiling and running is ``fusec.fuse``'s job.
 """
@@ -312,23 +312,36 @@ class Traced:
         return transpose_view(self)
 
     def transpose(self, *axes):
-        """numpy's ``transpose(axes)``, or torch's ``transpose(d0, d1)``: only a swap of the
-        last two dims is supported."""
+        """numpy's ``transpose(axes)`` (all dims, or none: reversed), or torch's
+        ``transpose(d0, d1)`` (a swap): ``ai.transpose``, or a matmul transpose flag for a
+        swap of the last two dims that a matmul consumes."""
         if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
             axes = tuple(axes[0])
         rank = self.ndim
-        if not axes and rank == 2:
-            return self.T
-        if len(axes) == 2 and rank >= 2:
-            if sorted(a % rank for a in axes) == [rank - 2, rank - 1]:
-                return transpose_view(self)
-        elif len(axes) == rank and rank >= 2:
-            if tuple(a % rank for a in axes) == (*range(rank - 2), rank - 1, rank - 2):
-                return transpose_view(self)
-        raise user_error(
-            f"transpose{tuple(axes)} of a rank-{rank} traced tensor is not supported: only a "
-            "swap of the last two dims (used by a matmul) is"
-        )
+        if not all(isinstance(a, int) and not isinstance(a, bool) for a in axes):
+            raise user_error(f"transpose axes must be ints, got {axes!r}")
+        if not all(-rank <= a < rank for a in axes):
+            raise user_error(f"transpose axes {axes} are out of range for rank {rank}")
+        perm = list(range(rank))
+        if not axes:
+            perm.reverse()
+        elif len(axes) == 2 and rank != 2:
+            a, b = (x % rank for x in axes)
+            perm[a], perm[b] = perm[b], perm[a]
+        elif len(axes) == rank:
+            perm = [a % rank for a in axes]
+        elif len(axes) == 2:  # rank 2: a swap and a full permutation read alike
+            perm = [a % rank for a in axes] if len(set(axes)) == 2 else perm
+        else:
+            raise user_error(f"transpose{tuple(axes)} of a rank-{rank} traced tensor: give "
+                             "all the dims, or two dims to swap")  # fmt: skip
+        if sorted(perm) != list(range(rank)):
+            raise user_error(f"transpose{tuple(axes)} is not a permutation of {rank} dims")
+        if rank >= 2 and perm == [*range(rank - 2), rank - 1, rank - 2]:
+            return transpose_view(self)
+        if perm == list(range(rank)):
+            return self
+        return self.trace.transpose(self, tuple(perm))
 
     def swapaxes(self, axis1: int, axis2: int):
         return self.transpose(axis1, axis2)
@@ -396,10 +409,11 @@ class TransposeView(Traced):
 
 
 def transpose_view(x: Traced) -> Traced:
+    """``x`` with its last two dims swapped: lazily, so a matmul can take it as a flag."""
     if isinstance(x, TransposeView):
         return x.source
     if isinstance(x, UnitDimView):
-        raise user_error("transposing a tensor indexed with None is not supported")
+        x = x.trace.materialise(x)
     assert isinstance(x, TracedTensor)
     return TransposeView(x)
 
@@ -408,7 +422,7 @@ def index_view(x: Traced, index: Any) -> Traced:
     """``x[index]`` for an index of None, ':' and '...' only: unit dims inserted."""
     items = index if isinstance(index, tuple) else (index,)
     if isinstance(x, TransposeView):
-        raise user_error("indexing a transposed traced tensor is not supported")
+        x = x.trace.materialise(x)
     for item in items:
         if item is None or item is Ellipsis:
             continue
@@ -512,7 +526,7 @@ class Trace:
         self.active = False
         self._constants: dict[tuple, TracedTensor] = {}
         self._pinned: list[Any] = []  # keeps constant arrays alive so their ids stay unique
-        self._view_params: dict[tuple[int, tuple[int, ...]], TracedTensor] = {}
+        self._views: dict[tuple[SSAValue, tuple[int, ...]], TracedTensor] = {}
         self._arg_names: list[str] = []
 
     # ------------------------------------------------------------ lifecycle
@@ -668,13 +682,7 @@ class Trace:
         """The SSA value of a tracer used where no broadcasting rule applies."""
         if isinstance(x, TracedTensor):
             return x.value
-        if isinstance(x, TransposeView):
-            raise user_error(
-                "a transposed tensor (.T / .mT / transpose) can only be an operand of a matmul "
-                "(the ai dialect has no transpose op)"
-            )
-        assert isinstance(x, UnitDimView)
-        return self._materialise(x)
+        return self.materialise(x).value
 
     def _broadcast_value(self, x: Traced, partner_rank: int) -> SSAValue:
         """Like ``_value``, but leading unit dims may be dropped: broadcasting restores them."""
@@ -704,25 +712,27 @@ class Trace:
             return None  # not a bias: plain broadcasting (or its shape error) applies
         return source.value, axis
 
-    def _materialise(self, view: UnitDimView) -> SSAValue:
-        """A view of a function argument or constant as a tensor of the view's shape."""
+    def materialise(self, view: Traced) -> TracedTensor:
+        """A lazy view as a tensor: ``ai.reshape`` (unit dims; a constant is reshaped
+        itself) or ``ai.transpose`` (last two dims swapped); the same view once per trace."""
+        if isinstance(view, TracedTensor):
+            return view
+        if isinstance(view, TransposeView):
+            rank = view.ndim
+            return self.transpose(view.source, (*range(rank - 2), rank - 1, rank - 2))
+        assert isinstance(view, UnitDimView)
         source = view.source
         if source.leaf is not None and source.leaf[0] == "const":
-            return self._constant_op(source.leaf[1].reshape(view.shape), source.dtype_name).value
-        if source.leaf is not None and source.leaf[0] == "arg":
-            leaf = source.leaf[1]
-            key = (leaf, view.shape)
-            if key not in self._view_params:
-                spec = TensorSpec(view.shape, view.dtype_name)
-                name = f"{self._arg_names[leaf]}_view"
-                self._view_params[key] = self._parameter(name, spec, leaf, view.shape)
-            return self._view_params[key].value
-        raise user_error(
-            f"cannot use a {TensorSpec(source.shape, source.dtype_name)} indexed as shape "
-            f"{'x'.join(map(str, view.shape))} here: the ai dialect has no reshape op. Unit "
-            "dims of an intermediate tensor must be leading (broadcasting), or form a bias "
-            "(x + b[None, :, None, None]); a function argument or constant can be indexed freely"
-        )
+            return self._constant_op(source.leaf[1].reshape(view.shape), source.dtype_name)
+        key = (source.value, view.shape)
+        if key not in self._views:
+            self._views[key] = self._build(ai.ReshapeOp, [source.value], {"shape": view.shape})
+        return self._views[key]
+
+    def transpose(self, x: Traced, perm: tuple[int, ...]) -> TracedTensor:
+        """``ai.transpose`` of ``x`` by ``perm``."""
+        value = self.materialise(x).value
+        return self._build(ai.TransposeOp, [value], {"perm": perm})
 
     # ------------------------------------------------------------- results
     def finish(self, result: Any) -> TracedFunction:

@@ -12,25 +12,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from xdsl.dialects import arith, func
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, TensorType
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
 
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import ShapeError
 from fusec.errors import FusecError
 from fusec.ir.dtypes import numpy_dtype
-
-
-def constant_value(op: arith.ConstantOp) -> np.ndarray:
-    """The value of a dense tensor ``arith.constant`` as a numpy array."""
-    value = op.value
-    if not isinstance(value, DenseIntOrFPElementsAttr) or not isinstance(value.type, TensorType):
-        raise FusecError(f"arith.constant: only dense tensor constants are supported, got {value}")
-    shape = tuple(value.type.get_shape())
-    data = np.asarray(value.get_values(), dtype=np.float64)
-    if data.size == 1:  # a splat, 0-d scalars included
-        return np.full(shape, data[0])
-    return data.reshape(shape)
 
 
 def entry_function(module: ModuleOp, entry: str | None = None) -> func.FuncOp:

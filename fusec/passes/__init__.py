@@ -14,17 +14,15 @@ from dataclasses import replace
 from xdsl.passes import ModulePass, PassPipeline
 
 PIPELINES: dict[str, str] = {
-    "fusec-default": "infer-shapes,recognize-patterns,canonicalize,cse,fuse-attention,"
-    "fuse-prologue,fuse-epilogue,fuse-reduction,fuse-elementwise,fuse-singletons",
+    "fusec-default": "infer-shapes,recognize-patterns,canonicalize,cse,fuse",
     # the cuda target: fusion, then the Tensor Core tile of every GEMM group
     "fusec-cuda": "fusec-default,tile-gemm",
     # ... with a softmax of any row length in its matmul's group (rows longer than a block
     # tile: the GEMM's partials epilogue and a finalise pass). Measured slower than the
     # softmax as its own kernel on the H200 (benchmarks/results/gemm-2026-11-30.md), so
     # not the default
-    "fusec-cuda-long-softmax": "infer-shapes,canonicalize,cse,fuse-attention,fuse-prologue,"
-    "fuse-epilogue{softmax_tile_limit=1048576},fuse-reduction,fuse-elementwise,"
-    "fuse-singletons,tile-gemm",
+    "fusec-cuda-long-softmax": "infer-shapes,recognize-patterns,canonicalize,cse,"
+    "fuse{softmax_tile_limit=1048576},tile-gemm",
 }
 
 
@@ -56,11 +54,11 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return DeadCodeElimination
 
-    def fusion_pass(module: str, cls: str) -> Callable[[], type[ModulePass]]:
+    def fusion(name: str) -> Callable[[], type[ModulePass]]:
         def load() -> type[ModulePass]:
-            import importlib
+            from fusec.passes.fusion.driver import STAGE_PASSES, FusePass
 
-            return getattr(importlib.import_module(module), cls)
+            return FusePass if name == "fuse" else STAGE_PASSES[name]
 
         return load
 
@@ -73,7 +71,7 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return load
 
-    from fusec.passes.fusion import FUSION_PASSES
+    from fusec.passes.fusion.planner import STAGE_ORDER
     from fusec.target import TARGET_PASSES
 
     return {
@@ -82,7 +80,8 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "canonicalize": canonicalize,
         "cse": cse,
         "dce": dce,
-        **{name: fusion_pass(*where) for name, where in FUSION_PASSES.items()},
+        "fuse": fusion("fuse"),
+        **{f"fuse-{stage}": fusion(f"fuse-{stage}") for stage in STAGE_ORDER},
         **{name: target_pass(where) for name, where in TARGET_PASSES.items()},
     }
 
@@ -104,10 +103,10 @@ def build_pipeline(
     pipeline = _parse_pipeline(spec, callback)
     if target is None:
         return pipeline
-    from fusec.passes.fusion.driver import FusionPass
+    from fusec.passes.fusion.driver import FusePass
 
     passes = tuple(
-        replace(p, target=target) if isinstance(p, FusionPass) and p.target is None else p
+        replace(p, target=target) if isinstance(p, FusePass) and p.target is None else p
         for p in pipeline.passes
     )
     return PassPipeline(passes, pipeline.callback)

@@ -28,8 +28,9 @@ from fusec.codegen import KernelSource
 from fusec.codegen.view import VIEW_KIND
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.ir.constants import constant_value
 from fusec.ir.dtypes import numpy_dtype
-from fusec.ir.module import check_arguments, constant_value, entry_function
+from fusec.ir.module import check_arguments, entry_function
 from fusec.target import Target, get_target
 
 #: The kernel name inside every generated source (the launches name them k0, k1, ...).

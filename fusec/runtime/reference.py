@@ -47,8 +47,9 @@ from xdsl.interpreter import (
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
+from fusec.ir.constants import constant_value
 from fusec.ir.dtypes import numpy_dtype
-from fusec.ir.module import check_arguments, constant_value, entry_function
+from fusec.ir.module import check_arguments, entry_function
 
 PRECISIONS = ("float64", "native")
 ROUNDINGS = ("none", "casts", "every-op", "groups")

@@ -215,14 +215,16 @@ def _source(module) -> str:
 def test_every_tensor_op_has_a_torch_lowering():
     """A new op cannot be fused into a conv/matmul group that the cuda target then cannot
     run (as ai.sqrt could: 'has no PyTorch fallback')."""
-    assert [op.name for op in ai.TENSOR_OPS if not cuda_torch.lowerable(op)] == []
+    # (an op the cuda target refuses, with its reason, never reaches a fallback group)
+    lowered = [op for op in ai.TENSOR_OPS if "cuda" not in op.UNSUPPORTED]
+    assert [op.name for op in lowered if not cuda_torch.lowerable(op)] == []
 
 
 def test_every_op_is_exercised_here():
     covered = set()
     for case in CASES:
         covered |= {type(op) for op in _module(case, "f32").walk() if isinstance(op, ai.AiOp)}
-    assert covered >= set(ai.TENSOR_OPS)
+    assert covered >= {op for op in ai.TENSOR_OPS if "cuda" not in op.UNSUPPORTED}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

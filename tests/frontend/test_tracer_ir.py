@@ -150,12 +150,21 @@ def test_leading_unit_dims_are_plain_broadcasting():
     assert "ai.mul %x, %b : tensor<2x5x3xf32> * tensor<3xf32>" in ir
 
 
-def test_indexed_argument_becomes_a_reshaped_parameter():
+def test_indexed_argument_becomes_a_reshape():
     x, s = f32(2, 4, 3, 3), f32(4)
     block = fusec.fuse(lambda x, s: x * s[None, :, None, None], disk_cache=False)
     ir = block.ir(x, s)
-    assert "%s_view: tensor<1x4x1x1xf32>" in ir
+    assert "ai.reshape %s {shape = array<i64: 1, 4, 1, 1>} : tensor<4xf32>" in ir
     np.testing.assert_allclose(block(x, s), x * s[None, :, None, None], rtol=1e-6)
+
+
+def test_views_outside_a_matmul_are_reshape_and_transpose_ops():
+    ir = trace(lambda x: ops.relu(x.T), f32(2, 3))
+    assert "ai.transpose %x {perm = array<i64: 1, 0>} : tensor<2x3xf32>" in ir
+    ir = trace(lambda x, y: ops.relu(x)[:, None] * y, f32(3), f32(2, 3, 4))
+    assert re.search(r"ai.reshape %\d+ \{shape = array<i64: 3, 1>\} : tensor<3xf32>", ir)
+    ir = trace(lambda x: x.transpose(2, 0, 1), f32(2, 3, 4))
+    assert "{perm = array<i64: 2, 0, 1>}" in ir
 
 
 def test_transposes_become_matmul_flags():

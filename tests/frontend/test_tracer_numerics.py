@@ -237,7 +237,20 @@ def test_indexed_argument_used_by_several_ops(rng):
     xd, sd = f64(x, s)
     sv = sd[None, :, None, None]
     check(f(x, s), xd * sv + np.maximum(xd, 0) / (sv * sv + 1), np.float32)
-    assert f.ir(x, s).count("%s_view") == 4  # one parameter, three uses
+    assert f.ir(x, s).count("ai.reshape %s") == 1  # one reshape, three uses
+
+
+def test_views_the_front_end_builds_as_ops(rng):
+    @fusec.fuse(disk_cache=False)
+    def f(x, y):
+        other = ops.exp(y.transpose(2, 1, 0)).transpose(2, 1, 0)[None] + ops.tanh(y.mT).mT
+        return ops.relu(x.T)[:, :, None] * y + other
+
+    x, y = rand(rng, (3, 4)), rand(rng, (4, 3, 5))
+    xd, yd = f64(x, y)
+    other = np.exp(yd)[None] + np.tanh(yd)
+    check(f(x, y), np.maximum(xd.T, 0)[:, :, None] * yd + other, np.float32)
+    assert "ai.transpose" in f.ir(x, y) and "ai.reshape" in f.ir(x, y)
 
 
 _BINARY = {
@@ -276,3 +289,23 @@ def test_broadcasting_chains_match_numpy(shapes, names, scalar):
     for name in names:
         expected = _BINARY[name][1](expected, f64(y)[0]) * np.float64(np.float32(scalar))
     check(fusec.fuse(program, disk_cache=False)(x, y), expected, np.float32)
+
+
+def test_batch_norm_after_a_conv_folds_into_it_as_for_onnx(rng):
+    w = rng.standard_normal((6, 3, 3, 3)).astype(np.float32)
+    scale, bias, mean = (rng.standard_normal(6).astype(np.float32) for _ in range(3))
+    var = rng.random(6).astype(np.float32) + 0.5
+
+    @fusec.fuse(disk_cache=False)
+    def block(x):
+        return ops.relu(ops.batch_norm(ops.conv2d(x, w, padding=1), scale, bias, mean, var))
+
+    x = rand(rng, (2, 3, 8, 8))
+    fused = block.fused_ir(x)
+    assert "ai.batch_norm" not in fused and fused.count("ai.fused") == 1  # one conv kernel
+    xd, wd = f64(x, w)
+    a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + 1e-5)
+    conv = np_conv2d(xd, wd, 1)
+    expected = np.maximum((conv - mean[None, :, None, None]) * a[None, :, None, None]
+                          + bias[None, :, None, None], 0)  # fmt: skip
+    check(block(x), expected, np.float32)

@@ -13,19 +13,20 @@ from fusec.api import print_ir
 from fusec.dialect import make_context
 from fusec.dialect.ops import AiOp, FusedOp
 from fusec.ir.diagnostics import verify_module
-from fusec.passes.fusion import FUSION_PASSES
+from fusec.passes.fusion.driver import STAGE_PASSES, FusePass
 from fusec.passes.fusion.legality import check_group
 from fusec.passes.fusion.rules import default_rules
 
 KINDS = ("conv", "matmul", "row_reduce", "pointwise")
 
 
+#: Every fusion pass: the whole transform and each of its stages alone.
+FUSION_PASSES = {"fuse": FusePass, **STAGE_PASSES}
+
+
 def fusion_pass(name: str, **options):
     """An instance of the fusion pass ``name`` with ``options``."""
-    import importlib
-
-    module, cls = FUSION_PASSES[name]
-    return getattr(importlib.import_module(module), cls)(**options)
+    return FUSION_PASSES[name](**options)
 
 
 def apply(module: ModuleOp, passes) -> ModuleOp:

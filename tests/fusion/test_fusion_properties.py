@@ -13,7 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 from fusion_graphs import graphs
-from fusion_helpers import apply, check_contract, count_ops, fusion_pass, ir, same_results
+from fusion_helpers import (
+    FUSION_PASSES,
+    apply,
+    check_contract,
+    count_ops,
+    fusion_pass,
+    ir,
+    same_results,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from profiles import examples
@@ -21,7 +29,6 @@ from profiles import examples
 from fusec.api import parse, run_pipeline
 from fusec.dialect.ops import spec_of
 from fusec.ir.module import entry_function
-from fusec.passes.fusion import FUSION_PASSES
 from fusec.runtime.reference import run_reference
 
 EXAMPLES = examples(40)  # --hypothesis-profile slow: 10x

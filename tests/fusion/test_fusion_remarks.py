@@ -60,7 +60,7 @@ func.func @f(%x: tensor<4x4xf32>, %w: tensor<4x4xf32>) -> tensor<4x4xf32> {
         "producer through ai.matmul (4:3)"
     )
     assert reasons[("ai.matmul", "ai.add")] == (
-        "the rules allow this fusion, but no pass of the pipeline made it"
+        "the rules allow this fusion, but no stage of the pipeline made it"
     )
     assert "prologue takes layernorm, injective, not ai.relu" in reasons[("ai.relu", "ai.matmul")]
 
@@ -91,3 +91,40 @@ def test_cli_remarks_use_the_pipeline_policy(capsys):
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert err.endswith("softmax row of 256 exceeds tile limit 128\n")
+
+
+@pytest.mark.parametrize(
+    "name", ["attention", "mlp_block", "ln_matmul_softmax_large", "resnet_block", "two_consumers"]
+)
+def test_the_pass_records_the_same_reasons_it_would_give_after_the_fact(name):
+    compiled = fusec.compile(EXAMPLES / f"{name}.mlir", target="reference")
+    recorded, judged = compiled.remarks(), fusion_remarks(compiled.module)
+    assert [r.edge for r in recorded] == [r.edge for r in judged]
+    for now, later in zip(recorded, judged, strict=True):
+        # the same reason; a merge judged from the other side may name two anchors the
+        # other way round
+        assert sorted(now.reason.split()) == sorted(later.reason.split()), (now, later)
+
+
+def test_remarks_are_recorded_at_decision_time_for_the_target():
+    # in f32 the cuda conv runs alone through PyTorch (IEEE f32): its epilogue cannot join
+    text = (EXAMPLES / "conv_bias_relu.mlir").read_text().replace("xf16>", "xf32>")
+    (remark,) = fusec.compile(text, target="cuda", executable=False).remarks()
+    assert (remark.producer, remark.consumer) == ("ai.conv2d", "ai.bias_add")
+    assert "the cuda conv templates take f16/bf16, not f32" in remark.reason
+    assert fusec.compile(text, target="cpu", executable=False).remarks() == []
+
+
+def test_stage_dumps_are_a_debug_option(capsys):
+    path = EXAMPLES / "mlp_block.mlir"
+    plain = fusec.compile(path, target="reference").ir
+    dumped = fusec.compile(
+        path, target="reference", pipeline="infer-shapes,canonicalize,cse,fuse{dump_stages=true}"
+    )
+    err = capsys.readouterr().err
+    stages = [line for line in err.splitlines() if line.startswith("// -----// IR Dump After")]
+    assert stages == [
+        f"// -----// IR Dump After fuse[{s}] //----- //"
+        for s in ("attention", "prologue", "epilogue", "reduction", "elementwise", "singletons")
+    ]
+    assert dumped.ir == plain

@@ -2,7 +2,17 @@ builtin.module {
   func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<8xf32>, %res: tensor<1x8x4x5xf32>, %a: tensor<2x6x16xf32>, %m: tensor<32x16xf32>, %gamma: tensor<16xf32>, %beta: tensor<16xf32>, %n: tensor<2x6x16xf32>) -> (tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>) {
     %half = arith.constant dense<5.000000e-01> : tensor<f32>
     %c = ai.conv2d %x, %w {strides = array<i64: 2, 2>, padding = array<i64: 1, 1, 2, 2>, dilations = array<i64: 2, 1>, groups = 2 : i64} : tensor<1x4x8x8xf32> * tensor<8x2x3x3xf32>
-    %cb = ai.bias_add %c, %b : tensor<1x8x4x5xf32> * tensor<8xf32>
+    %cb0 = ai.bias_add %c, %b : tensor<1x8x4x5xf32> * tensor<8xf32>
+    %var = ai.exp %b : tensor<8xf32>
+    %0 = arith.constant dense<1.000000e-05> : tensor<f32>
+    %1 = ai.add %var, %0 : tensor<8xf32> * tensor<f32>
+    %2 = ai.sqrt %1 : tensor<8xf32>
+    %3 = ai.div %b, %2 : tensor<8xf32> * tensor<8xf32>
+    %4 = ai.reshape %b {shape = array<i64: 8, 1, 1>} : tensor<8xf32>
+    %5 = ai.reshape %3 {shape = array<i64: 8, 1, 1>} : tensor<8xf32>
+    %6 = ai.sub %cb0, %4 : tensor<1x8x4x5xf32> * tensor<8x1x1xf32>
+    %7 = ai.mul %6, %5 : tensor<1x8x4x5xf32> * tensor<8x1x1xf32>
+    %cb = ai.bias_add %7, %b : tensor<1x8x4x5xf32> * tensor<8xf32>
     %sum = ai.add %cb, %res : tensor<1x8x4x5xf32> * tensor<1x8x4x5xf32>
     %diff = ai.sub %sum, %half : tensor<1x8x4x5xf32> * tensor<f32>
     %mx = ai.maximum %diff, %half : tensor<1x8x4x5xf32> * tensor<f32>

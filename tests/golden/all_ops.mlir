@@ -4,7 +4,9 @@
 func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<8xf32>, %res: tensor<1x8x4x5xf32>, %a: tensor<2x6x16xf32>, %m: tensor<32x16xf32>, %gamma: tensor<16xf32>, %beta: tensor<16xf32>, %n: tensor<2x6x16xf32>) -> (tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>) {
   %half = arith.constant dense<5.000000e-01> : tensor<f32>
   %c = ai.conv2d %x, %w {strides = array<i64: 2, 2>, padding = array<i64: 1, 1, 2, 2>, dilations = array<i64: 2, 1>, groups = 2 : i64} : tensor<1x4x8x8xf32> * tensor<8x2x3x3xf32>
-  %cb = ai.bias_add %c, %b {axis = 1 : i64} : tensor<1x8x4x5xf32> * tensor<8xf32>
+  %cb0 = ai.bias_add %c, %b {axis = 1 : i64} : tensor<1x8x4x5xf32> * tensor<8xf32>
+  %var = ai.exp %b : tensor<8xf32>
+  %cb = ai.batch_norm %cb0, %b, %b, %b, %var : tensor<1x8x4x5xf32> * tensor<8xf32> * tensor<8xf32> * tensor<8xf32> * tensor<8xf32>
   %sum = ai.add %cb, %res : tensor<1x8x4x5xf32> * tensor<1x8x4x5xf32>
   %diff = ai.sub %sum, %half : tensor<1x8x4x5xf32> * tensor<f32>
   %mx = ai.maximum %diff, %half : tensor<1x8x4x5xf32> * tensor<f32>

@@ -71,6 +71,7 @@ def test_fuses_into_the_expected_kernel_count(network):
 
 def test_batch_norm_is_folded_into_the_convs():
     module = fusec.from_onnx(resnet_basic_block())
+    fusec.api.run_pipeline(module, "canonicalize")  # the importer builds IR; this folds
     names = [op.name for op in module.walk() if op.name.startswith("ai.")]
     assert names == [
         "ai.conv2d",

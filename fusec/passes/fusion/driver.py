@@ -1,61 +1,45 @@
-"""Running a fusion stage over every function of a module.
+"""``fuse``: operator fusion as one transform, its stages as data.
 
-Each fusion pass unpacks the ``ai.fused`` groups of a function body, lets the
-planner regroup the flat ops, and packs the groups again (``outline.py``).
+Each function body is unpacked once (its ``ai.fused`` groups inlined, their
+membership kept), the planner runs the stages of ``stages`` in order on the
+flat ops (``planner.STAGE_ORDER`` by default: prologue, epilogue, reduction,
+elementwise, singletons), and the groups are packed once at the end
+(``outline.py``). Every candidate the planner refuses is recorded with its
+reason as it is refused; the edges left between kernels are reported from that
+record (``remarks.py``), so ``--remarks`` says exactly what the pass decided
+under exactly the rules and target it used.
+
+``fuse-prologue`` ... ``fuse-singletons`` run one stage each (the same pass
+with ``stages`` fixed), for pipelines and tests that look between stages;
+``fuse{dump_stages=true}`` prints the IR after every stage to stderr instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block
 from xdsl.passes import ModulePass
 
-from fusec.dialect.ops import AiOp
-from fusec.passes.fusion.legality import check_group
-from fusec.passes.fusion.outline import Group, pack, unpack
-from fusec.passes.fusion.planner import STAGES, Planner
+from fusec.errors import FusecError
+from fusec.passes.fusion import remarks
+from fusec.passes.fusion.outline import pack, unpack
+from fusec.passes.fusion.planner import STAGE_ORDER, Planner
+from fusec.passes.fusion.remarks import functions
 from fusec.passes.fusion.rules import Rules, load_rules
 
 
-def function_blocks(module: ModuleOp) -> Iterator[Block]:
-    """The body of each single-block function of ``module``."""
-    for op in module.walk():
-        if isinstance(op, func.FuncOp) and len(op.body.blocks) == 1:
-            yield op.body.block
-
-
-def run_stage(module: ModuleOp, stage: str, rules: Rules) -> None:
-    """Grow the groups of one planner stage (a fusion pass) in every function."""
-    for block in function_blocks(module):
-        planner = Planner(block, rules, unpack(block))
-        planner.run(STAGES[stage])
-        planner.erase_dead_originals()
-        pack(block, planner.groups)
-
-
-def wrap_singletons(module: ModuleOp, rules: Rules) -> None:
-    """Give every ai op that is in no group a one-op group of its own kind."""
-    for block in function_blocks(module):
-        groups = unpack(block)
-        grouped = {m for g in groups for m in g.members}
-        for op in list(block.ops):
-            if isinstance(op, AiOp) and op not in grouped:
-                verdict = check_group([op], rules)
-                if verdict.ok and verdict.kind is not None:
-                    groups.append(Group(verdict.kind, [op], anchor=verdict.anchor))
-        pack(block, groups)
-
-
 @dataclass(frozen=True)
-class FusionPass(ModulePass):
-    """Options every fusion pass takes: another rules file, overrides of its limits."""
+class FusePass(ModulePass):
+    """Group the ai ops of every function into ``ai.fused`` kernels (see the module
+    docstring); its options set the policy once for all stages."""
 
-    name = "fusion"
+    name = "fuse"
+
+    stages: tuple[str, ...] = ()
+    """The stages to run, in order (default: all of ``STAGE_ORDER``)."""
 
     rules: str | None = None
     """Path of a rules file to use instead of the shipped ``default.rules``."""
@@ -70,6 +54,18 @@ class FusionPass(ModulePass):
     """The back end the groups are for (``fusec.target``): only groups it generates,
     and gains by, are formed. ``fusec.api.compile`` sets its resolved target."""
 
+    dump_stages: bool = False
+    """Print the IR after every stage to stderr (a debugging aid)."""
+
+    def stage_list(self) -> tuple[str, ...]:
+        chosen = self.stages or STAGE_ORDER
+        unknown = [s for s in chosen if s not in STAGE_ORDER]
+        if unknown:
+            raise FusecError(
+                f"unknown fusion stage '{unknown[0]}' (stages: {', '.join(STAGE_ORDER)})"
+            )
+        return chosen
+
     def overrides(self) -> dict[str, int | None]:
         """Rule parameters this pass sets (``None``: the rules file's value)."""
         return {"softmax_tile_limit": self.softmax_tile_limit, "max_chain_ops": self.max_chain_ops}
@@ -83,4 +79,44 @@ class FusionPass(ModulePass):
         return rules.for_target(get_target(self.target))
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        run_stage(op, self.name, self.policy())
+        rules = self.policy()
+        stages = self.stage_list()
+        for fn in functions(op):
+            block = fn.body.block
+            planner = Planner(block, rules, unpack(block))
+            for stage in stages:
+                planner.run_stage(stage)
+                if self.dump_stages:
+                    planner = self._dump(op, planner, stage)
+            if remarks.collecting():
+                remarks.report(fn.sym_name.data, remarks.cut_edge_remarks(planner))
+            pack(block, planner.groups)
+
+    def _dump(self, module: ModuleOp, planner: Planner, stage: str) -> Planner:
+        """Print the IR as it stands after ``stage``; a planner for the stages left."""
+        pack(planner.block, planner.groups)
+        sys.stderr.write(f"// -----// IR Dump After {self.name}[{stage}] //----- //\n")
+        sys.stderr.write(f"{module}\n\n")
+        again = Planner(planner.block, planner.rules, unpack(planner.block))
+        again.rejections = planner.rejections
+        return again
+
+
+def _stage_pass(stage: str) -> type[FusePass]:
+    """The pass running the one stage ``stage`` of ``fuse`` (``fuse-<stage>``)."""
+
+    @dataclass(frozen=True)
+    class StagePass(FusePass):
+        def stage_list(self) -> tuple[str, ...]:
+            return (stage,)
+
+    StagePass.name = f"fuse-{stage}"
+    StagePass.__name__ = StagePass.__qualname__ = f"Fuse{stage.title()}Pass"
+    StagePass.__doc__ = f"The {stage} stage of ``fuse`` alone."
+    return StagePass
+
+
+#: ``fuse-prologue``, ``fuse-epilogue``, ... : one pass per stage.
+STAGE_PASSES: dict[str, type[FusePass]] = {
+    f"fuse-{stage}": _stage_pass(stage) for stage in STAGE_ORDER
+}

@@ -14,26 +14,31 @@ in which kind of kernel, and under which size limits, is not written here: it
 is data (``default.rules``), and ``legality.check_group`` is the single judge
 of whether a set of ops is a legal kernel.
 
-Groups are grown greedily from anchors, in program order, one stage per pass:
+Groups are grown greedily from anchors, in program order, one stage after the
+other (``STAGE_ORDER``; the ``fuse`` pass runs them all on one planner):
 
-1. ``fuse-prologue``: every conv2d/matmul looks at the producers of its
+0. ``attention``: a scaled dot-product attention chain (matmul -> scale ->
+   [causal constant mask] -> softmax -> matmul) becomes one group of kind
+   ``attention`` when the target has a kernel for it (``attention.py``:
+   a pattern, since the group has two anchors; no rule kind takes it).
+1. ``prologue``: every conv2d/matmul looks at the producers of its
    operands. A LayerNorm feeding a matmul's A operand joins it; because the
    normalisation happens as A is loaded, and A is read by that matmul anyway,
    the LayerNorm is *cloned* into every matmul that reads it (the rules mark
    it ``duplicate``) instead of being written to memory once and read back.
-2. ``fuse-epilogue``: every conv2d/matmul absorbs its consumers while they
+2. ``epilogue``: every conv2d/matmul absorbs its consumers while they
    are elementwise/broadcast ops over the anchor's output shape (bias, residual
    add, activations, casts) and, for a matmul, one softmax over the last axis
    whose row fits in one tile. Absorbing a consumer *moves* it; if an absorbed
    value is also used outside, the group gets several results
    (a multi-output group) rather than recomputing anything.
-3. ``fuse-reduction``: every LayerNorm/softmax left over grows a row-reduce
+3. ``reduction``: every LayerNorm/softmax left over grows a row-reduce
    group: its cheap elementwise producers are cloned in (each row-reduce
    consumer recomputes them, so the value need not be written out) and its
    elementwise consumers are moved in.
-4. ``fuse-elementwise``: the remaining elementwise/broadcast ops are merged
+4. ``elementwise``: the remaining elementwise/broadcast ops are merged
    with their neighbours into pointwise kernels over one iteration space.
-5. ``fuse-singletons``: any op still alone (a seed of an earlier stage that
+5. ``singletons``: any op still alone (a seed of an earlier stage that
    found nothing to absorb stays free) becomes a one-op kernel, so every ai op
    ends up in exactly one ``ai.fused``.
 
@@ -55,9 +60,11 @@ Three invariants hold throughout:
   paths of a prologue (a diamond) is cloned once, and an op that joins later
   reads the group's clone rather than the original.
 
-Each pass is idempotent: groups are grown to a fixed point (a pass loops
+Each stage is idempotent: groups are grown to a fixed point (a stage loops
 until no candidate joins), and re-packing an untouched group rebuilds it
-identically (``outline.py``), so a second run finds nothing to do.
+identically (``outline.py``), so a second run finds nothing to do. Every
+refused merge is recorded with its reason as it is refused (``rejections``),
+which is what the remarks report.
 """
 
 from __future__ import annotations
@@ -70,7 +77,7 @@ from xdsl.ir import Block, Operation, OpResult
 
 from fusec.dialect.ops import AiOp
 from fusec.passes.fusion.classify import Pattern, pattern_of
-from fusec.passes.fusion.legality import check_group, find_anchor, roles
+from fusec.passes.fusion.legality import check_group, find_anchor, roles, where
 from fusec.passes.fusion.outline import Group
 from fusec.passes.fusion.rules import Rules
 
@@ -90,12 +97,16 @@ class Stage:
 STAGES: dict[str, Stage] = {
     s.name: s
     for s in (
-        Stage("fuse-prologue", Pattern.ANCHOR, frozenset({"prologue"})),
-        Stage("fuse-epilogue", Pattern.ANCHOR, frozenset({"epilogue"})),
-        Stage("fuse-reduction", Pattern.REDUCTION, frozenset({"prologue", "epilogue"})),
-        Stage("fuse-elementwise", None, frozenset({"body"})),
+        Stage("prologue", Pattern.ANCHOR, frozenset({"prologue"})),
+        Stage("epilogue", Pattern.ANCHOR, frozenset({"epilogue"})),
+        Stage("reduction", Pattern.REDUCTION, frozenset({"prologue", "epilogue"})),
+        Stage("elementwise", None, frozenset({"body"})),
     )
 }
+"""The growth stages (see the module docstring); ``singletons`` is the last stage."""
+
+#: Every stage, in the order ``fuse`` runs them; ``fuse-<stage>`` runs one alone.
+STAGE_ORDER: tuple[str, ...] = ("attention", *STAGES, "singletons")
 
 
 @dataclass(frozen=True)
@@ -123,6 +134,9 @@ class Planner:
         self._rank: dict[Unit, int] | None = None
         self._topo: list[Unit | None] | None = None  # units by rank; None marks a hole
         self._order: dict[Operation, int] | None = None
+        #: Why each producer -> consumer edge was refused when a merge across it was
+        #: last judged (the verdict's reason, or the cycle it would close).
+        self.rejections: dict[tuple[Operation, Operation], str] = {}
         for group in self.groups:
             if group.anchor is None:
                 group.anchor = find_anchor(group.members, rules).anchor
@@ -242,6 +256,37 @@ class Planner:
             self._topo[self._rank[new]] = new
 
     # ------------------------------------------------------------- the stages
+    def run_stage(self, name: str) -> None:
+        """Run the stage ``name`` of ``STAGE_ORDER`` on the current groups."""
+        if name == "singletons":
+            self.wrap_singletons()
+        elif name == "attention":
+            self.outline_attention()
+        else:
+            self.run(STAGES[name])
+        self.erase_dead_originals()
+
+    def outline_attention(self) -> None:
+        """Make every attention chain the target can run one group (``attention.py``)."""
+        from fusec.passes.fusion.attention import attention_groups
+
+        for group in attention_groups(self.block, set(self.group_of), self.rules.target):
+            self.groups.append(group)
+            for op in group.members:
+                self.group_of[op] = group
+        self._changed()
+
+    def wrap_singletons(self) -> None:
+        """Give every ai op that is in no group a one-op group of its own kind."""
+        for op in list(self.block.ops):
+            if isinstance(op, AiOp) and op not in self.group_of:
+                verdict = check_group([op], self.rules)
+                if verdict.ok and verdict.kind is not None:
+                    group = Group(verdict.kind, [op], anchor=verdict.anchor)
+                    self.groups.append(group)
+                    self.group_of[op] = group
+        self._changed()
+
     def run(self, stage: Stage) -> None:
         """Grow groups of ``stage`` until nothing more joins."""
         while self._round(stage):
@@ -358,7 +403,11 @@ class Planner:
             return False
         members = group.members + cand.ops
         verdict = check_group(members, self.rules)
-        if not verdict.ok or verdict.kind != group.kind:
+        if not verdict.ok:
+            assert verdict.reason is not None
+            self._reject(group, cand, verdict.reason)
+            return False
+        if verdict.kind != group.kind:
             return False
         member_roles = roles(members, verdict.anchor)
         if any(member_roles[op] not in stage.roles for op in cand.ops):
@@ -369,10 +418,34 @@ class Planner:
             self._changed()
         else:
             if self.creates_cycle(group, cand.unit):
+                self._reject(group, cand, self.cycle_reason(group, cand.unit))
                 return False
             self._move_in(group, cand)
         group.anchor = verdict.anchor
         return True
+
+    def _reject(self, group: Group, cand: Candidate, reason: str) -> None:
+        """Record ``reason`` on every producer -> consumer edge between the two units."""
+        ours, theirs = set(group.members), set(cand.ops)
+        for side, other in ((ours, theirs), (theirs, ours)):
+            for producer in side:
+                for res in producer.results:
+                    for use in res.uses:
+                        if use.operation in other:
+                            self.rejections[(producer, use.operation)] = reason
+
+    def cycle_reason(self, producer: Unit, consumer: Unit) -> str:
+        """Why merging the units closes a cycle: the unit on the path between them."""
+        graph = self.graph()
+        for a, b in ((producer, consumer), (consumer, producer)):
+            for middle in graph.successors(a) if a in graph else ():
+                if middle is not b and nx.has_path(graph, middle, b):
+                    op = middle.anchor or middle.members[0] if isinstance(middle, Group) else middle
+                    return (
+                        "fusing would create a cycle between kernels: the consumer also "
+                        f"depends on the producer through {op.name} ({where(op)})"
+                    )
+        return "fusing would create a cycle between kernels"
 
     def _move_in(self, group: Group, cand: Candidate) -> None:
         if isinstance(cand.unit, Group):

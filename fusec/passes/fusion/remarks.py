@@ -1,25 +1,33 @@
 """Why-not-fused remarks: one line per producer -> consumer edge left between kernels.
 
-The remarks are computed on the final IR, not logged while planning, so they
-describe the program the user gets whatever pipeline produced it. For each
-edge that crosses from one unit (an ``ai.fused`` group, or an op in none) to
-another, the explanation is the first reason the two units could not be one
-kernel: the rules' verdict on their union (``legality.check_group``, the same
-judge the planner uses), else the cycle merging them would create, else
-"allowed, but no pass of the pipeline merged them".
+The ``fuse`` pass records, as it refuses each candidate, the reason
+(``Planner.rejections``: the verdict of ``legality.check_group``, the single
+judge, or the cycle the merge would close). When it packs the groups it
+reports a remark for every edge crossing from one unit (an ``ai.fused``
+group, or an op in none) to another, with the reason recorded for that edge;
+an edge the pass never judged gets the verdict on the union of its two units
+under the same rules and target (for a pipeline of single-stage passes, whose
+earlier stages ran in an earlier pass), else "allowed, but no stage made it".
+
+Reports go to whoever collects them (``collect()``, as an MLIR diagnostic
+handler would): ``fusec.api.compile`` does, so ``CompiledModule.remarks()``
+are the pass's own. ``fusion_remarks(module)`` explains an already fused IR
+the same way, after the fact.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 
+from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
 from fusec.dialect.ops import AiOp
 from fusec.errors import SourceLocation
-from fusec.passes.fusion.driver import function_blocks
 from fusec.passes.fusion.legality import check_group, where
 from fusec.passes.fusion.outline import Group, unpack
 from fusec.passes.fusion.planner import Planner, Unit
@@ -35,6 +43,12 @@ class Remark:
     producer: str
     producer_at: str
     reason: str
+    #: The reason is a decision the pass took (not a judgement after the fact).
+    decided: bool = field(default=False, compare=False)
+
+    @property
+    def edge(self) -> tuple[SourceLocation | None, str, str, str]:
+        return (self.location, self.consumer, self.producer, self.producer_at)
 
     def __str__(self) -> str:
         where_ = f"{self.location}: " if self.location is not None else ""
@@ -44,22 +58,73 @@ class Remark:
         )
 
 
-def fusion_remarks(module: ModuleOp, rules: Rules | None = None) -> list[Remark]:
-    """The remarks of every function of ``module`` in program order (module unchanged)."""
-    from fusec.ir.diagnostics import location_of
+def functions(module: ModuleOp) -> Iterator[func.FuncOp]:
+    """Each single-block function of ``module``."""
+    for op in module.walk():
+        if isinstance(op, func.FuncOp) and len(op.body.blocks) == 1:
+            yield op
 
+
+def fusion_remarks(module: ModuleOp, rules: Rules | None = None) -> list[Remark]:
+    """The remarks of every function of an already fused ``module`` (left unchanged)."""
     rules = rules or default_rules()
     flat = module.clone()
-    remarks = []
-    for block in function_blocks(flat):
-        planner = Planner(block, rules, unpack(block))
-        for producer, consumer in _cut_edges(planner):
+    found: list[Remark] = []
+    for fn in functions(flat):
+        block = fn.body.block
+        found += cut_edge_remarks(Planner(block, rules, unpack(block)))
+    return found
+
+
+def cut_edge_remarks(planner: Planner) -> list[Remark]:
+    """A remark for every edge between two units of ``planner``, in program order, with
+    the reason recorded when the merge was refused (else judged now)."""
+    from fusec.ir.diagnostics import location_of
+
+    found = []
+    for producer, consumer in _cut_edges(planner):
+        reason = planner.rejections.get((producer, consumer))
+        decided = reason is not None
+        if reason is None:
             units = planner.unit(producer), planner.unit(consumer)
             reason = why_not_fused(planner, *units, edge=(producer, consumer))
-            remarks.append(
-                Remark(location_of(consumer), consumer.name, producer.name, where(producer), reason)
-            )
-    return remarks
+        location = location_of(consumer)
+        found.append(
+            Remark(location, consumer.name, producer.name, where(producer), reason, decided)
+        )
+    return found
+
+
+# ------------------------------------------------------------- the collector
+
+_SINK: ContextVar[dict[str, list[Remark]] | None] = ContextVar("fusec_remarks", default=None)
+
+
+@contextmanager
+def collect() -> Iterator[dict[str, list[Remark]]]:
+    """Collect the remarks the fusion passes report while the block runs: function
+    name -> its remarks, as the last fusion pass to run on it left them."""
+    sink: dict[str, list[Remark]] = {}
+    token = _SINK.set(sink)
+    try:
+        yield sink
+    finally:
+        _SINK.reset(token)
+
+
+def collecting() -> bool:
+    """Whether someone collects remarks (otherwise the pass need not compute them)."""
+    return _SINK.get() is not None
+
+
+def report(function: str, found: list[Remark]) -> None:
+    """The remarks of ``function`` after a fusion pass, replacing an earlier pass's; an
+    edge this pass did not judge keeps the decision an earlier pass took on it."""
+    sink = _SINK.get()
+    if sink is None:
+        return
+    earlier = {r.edge: r for r in sink.get(function, ()) if r.decided}
+    sink[function] = [r if r.decided else earlier.get(r.edge, r) for r in found]
 
 
 def _cut_edges(planner: Planner) -> Iterator[tuple[Operation, Operation]]:
@@ -97,23 +162,8 @@ def why_not_fused(
         assert verdict.reason is not None
         return verdict.reason
     if planner.creates_cycle(producer, consumer):
-        return _cycle_reason(planner, producer, consumer)
-    return "the rules allow this fusion, but no pass of the pipeline made it"
-
-
-def _cycle_reason(planner: Planner, producer: Unit, consumer: Unit) -> str:
-    import networkx as nx
-
-    graph = planner.graph()
-    for middle in graph.successors(producer):
-        if middle is not consumer and nx.has_path(graph, middle, consumer):
-            op = _members(middle)[0] if isinstance(middle, Operation) else middle.anchor
-            op = op or _members(middle)[0]
-            return (
-                f"fusing would create a cycle between kernels: the consumer also depends on "
-                f"the producer through {op.name} ({where(op)})"
-            )
-    return "fusing would create a cycle between kernels"
+        return planner.cycle_reason(producer, consumer)
+    return "the rules allow this fusion, but no stage of the pipeline made it"
 
 
 def pipeline_rules(pipeline: str | None = None, target: str | None = None) -> Rules:
@@ -124,11 +174,11 @@ def pipeline_rules(pipeline: str | None = None, target: str | None = None) -> Ru
     the decisions with the limit that made them.
     """
     from fusec.passes import build_pipeline
-    from fusec.passes.fusion.driver import FusionPass
+    from fusec.passes.fusion.driver import FusePass
     from fusec.passes.fusion.rules import load_rules
 
     passes = build_pipeline(pipeline, target=target).passes
-    fusion = [p for p in passes if isinstance(p, FusionPass)]
+    fusion = [p for p in passes if isinstance(p, FusePass)]
     path = next((p.rules for p in fusion if p.rules is not None), None)
     overrides: dict[str, int] = {}
     for fusion_pass in fusion:

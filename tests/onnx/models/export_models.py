@@ -110,7 +110,7 @@ class Encoder(nn.Module):
         self.model = model
 
     def forward(self, inputs_embeds: torch.Tensor):
-        mask = torch.ones(inputs_embeds.shape[:2], dtype=torch.long)
+        mask = torch.ones(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
         out = self.model(inputs_embeds=inputs_embeds, attention_mask=mask, return_dict=False)
         return tuple(t for t in out if isinstance(t, torch.Tensor))
 

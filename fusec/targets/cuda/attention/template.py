@@ -1,6 +1,6 @@
 """The cuda target's ``attention`` template: one flash-style kernel per ``ai.fused "attention"``.
 
-The group (``fuse-attention``) is ``matmul(q, k^T) [-> mul/div by one value]
+The group (the ``attention`` stage of ``fuse``) is ``matmul(q, k^T) [-> mul/div by one value]
 [-> + causal constant] -> softmax -> matmul(., v)``. It runs as the fused
 kernel (``cpp.AttentionSpec``) for f16/bf16 with head sizes 64 or 128;
 otherwise through the PyTorch fallback op by op (f32 graphs keep IEEE f32

@@ -1,4 +1,4 @@
-"""``fuse-attention``: scaled dot-product attention chains become one ``ai.fused "attention"``.
+"""The ``attention`` stage of ``fuse``: attention chains become one ``ai.fused "attention"``.
 
 The chain, as fusec graphs write it (``examples/attention.mlir``)::
 
@@ -17,31 +17,31 @@ A mask is recognised only when it is an ``arith.constant`` that is causal:
 the same result) above it; the group then carries ``fusec.causal``. Any other
 add stops the match (the ops then fuse as two matmul kernels).
 
-This is a pattern pass rather than a clause of ``default.rules``: the rules
-give a kernel one anchor, and attention has two (its matmuls). It runs before
-the rule-driven passes, which leave an ``attention`` group alone (it is
-nobody's seed, and no rule kind accepts two anchors). Like them it plans for
-its ``target``: a chain becomes a group only when that target has an
-``attention`` template that takes it (``Target.can_fuse``); without a target,
-or on one without the template, the ops fuse as two matmul kernels.
+This is a pattern rather than a clause of ``default.rules``: the rules give a
+kernel one anchor, and attention has two (its matmuls). It is the first stage
+of the planner; the rule-driven stages leave an ``attention`` group alone (it
+is nobody's seed, and no rule kind accepts two anchors). A chain becomes a
+group only when the target the plan is for has an ``attention`` template that
+takes it (``Target.can_fuse``); without a target, or on one without the
+template, its ops fuse as two matmul kernels.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
-from xdsl.context import Context
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, UnitAttr
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, UnitAttr
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from fusec.dialect import ops as ai
 from fusec.dialect.facts import CAUSAL_ATTR
 from fusec.dialect.ops import spec_of
-from fusec.passes.fusion.driver import FusionPass, function_blocks
-from fusec.passes.fusion.outline import Group, pack, unpack
+from fusec.passes.fusion.outline import Group
+
+if TYPE_CHECKING:
+    from fusec.target import Target
 
 KIND = "attention"
 #: a mask entry at most this is "masked": exp(-1e4 + anything the scores reach) is 0 in f32
@@ -120,33 +120,22 @@ def match(out_matmul: ai.MatmulOp) -> tuple[list[Operation], bool] | None:
     return [scores, *members], causal
 
 
-@dataclass(frozen=True)
-class FuseAttentionPass(FusionPass):
-    """Outline every attention chain the target can run as one kernel (module docstring)."""
-
-    name = "fuse-attention"
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.target is None:
-            return
-        from fusec.target import get_target
-
-        target = get_target(self.target)
-        if KIND not in target.templates:
-            return
-        for block in function_blocks(op):
-            groups = unpack(block)
-            grouped = {m for g in groups for m in g.members}
-            for candidate in list(block.ops):
-                if not isinstance(candidate, ai.MatmulOp) or candidate in grouped:
-                    continue
-                found = match(candidate)
-                if found is None or any(m in grouped for m in found[0]):
-                    continue
-                members, causal = found
-                if target.can_fuse(KIND, members, candidate) is not None:
-                    continue
-                attrs: dict[str, Attribute] = {CAUSAL_ATTR: UnitAttr()} if causal else {}
-                groups.append(Group(KIND, members, attrs, anchor=candidate))
-                grouped.update(members)
-            pack(block, groups)
+def attention_groups(block: Block, grouped: set[Operation], target: Target | None) -> list[Group]:
+    """New groups for the attention chains of ``block`` (ops of ``grouped`` excluded)."""
+    if target is None or KIND not in target.templates:
+        return []
+    groups = []
+    taken = set(grouped)
+    for candidate in list(block.ops):
+        if not isinstance(candidate, ai.MatmulOp) or candidate in taken:
+            continue
+        found = match(candidate)
+        if found is None or any(m in taken for m in found[0]):
+            continue
+        members, causal = found
+        if target.can_fuse(KIND, members, candidate) is not None:
+            continue
+        attrs: dict[str, Attribute] = {CAUSAL_ATTR: UnitAttr()} if causal else {}
+        groups.append(Group(KIND, members, attrs, anchor=candidate))
+        taken.update(members)
+    return groups

@@ -1,0 +1,30 @@
+"""Dense tensor constants: their values as numpy arrays, and new ones from arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr, TensorType
+
+from fusec.errors import FusecError
+from fusec.ir.dtypes import ELEMENT_TYPES
+
+
+def constant_value(op: arith.ConstantOp) -> np.ndarray:
+    """The value of a dense tensor ``arith.constant`` as a numpy array."""
+    value = op.value
+    if not isinstance(value, DenseIntOrFPElementsAttr) or not isinstance(value.type, TensorType):
+        raise FusecError(f"arith.constant: only dense tensor constants are supported, got {value}")
+    shape = tuple(value.type.get_shape())
+    data = np.asarray(value.get_values(), dtype=np.float64)
+    if data.size == 1:  # a splat, 0-d scalars included
+        return np.full(shape, data[0])
+    return data.reshape(shape)
+
+
+def dense_constant(array: np.ndarray, dtype: str) -> arith.ConstantOp:
+    """An ``arith.constant`` holding ``array`` rounded to the element type ``dtype``."""
+    element = ELEMENT_TYPES[dtype]
+    data = np.array(array, dtype=element.numpy, order="C")  # (0-d stays 0-d)
+    ttype = TensorType(element.xdsl, data.shape)
+    return arith.ConstantOp(DenseIntOrFPElementsAttr(ttype, BytesAttr(data.tobytes())), ttype)
