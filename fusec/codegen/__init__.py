@@ -16,6 +16,24 @@ from fusec.dialect.shapes import TensorSpec
 
 
 @dataclass(frozen=True)
+class ScratchPlan:
+    """Memory one launch allocates besides its outputs (cpu templates).
+
+    ``full_bytes`` in buffers that scale with the group's tensors (written once,
+    read by a later stage), plus ``per_task_bytes`` for each parallel task of a
+    blocked kernel; there are at most ``max_tasks`` tasks (its block count) and
+    never more than Numba's thread count.
+    """
+
+    full_bytes: int = 0
+    per_task_bytes: int = 0
+    max_tasks: int = 0
+
+    def peak_bytes(self, threads: int) -> int:
+        return self.full_bytes + self.per_task_bytes * min(threads, self.max_tasks)
+
+
+@dataclass(frozen=True)
 class KernelSource:
     """The generated module of one fused group, and how to call it.
 
@@ -36,6 +54,8 @@ class KernelSource:
     outputs: tuple[TensorSpec, ...]
     entry: str = "launch"
     array_dtype: str | None = "f32"
+    #: What a launch allocates besides its outputs (None: not tracked by the template).
+    scratch: ScratchPlan | None = None
     #: The kernel runs its ops one by one (a library fallback), each rounding its
     #: result to its declared type, instead of as one fused loop.
     runs_op_by_op: bool = False

@@ -35,6 +35,7 @@ import math
 import numba
 import numpy as np
 from numpy import float32 as f32
+from numpy import uint64 as U
 
 ro = numba.types.Array(numba.float32, 1, "C", readonly=True)
 rw = numba.float32[::1]
@@ -61,7 +62,7 @@ class Stage:
         # arrays (np.frombuffer, onnx initialisers) need no copy; writable ones
         # convert to that type too.
         passed = self.args or self.params
-        sig = f"numba.void({', '.join('ro' if a.startswith('in') else 'rw' for a in passed)})"
+        sig = f"numba.void({', '.join(_array_type(a) for a in passed)})"
         lines = []
         if self.comment:
             lines.append(f"# {self.comment}")
@@ -73,6 +74,14 @@ class Stage:
 
     def call(self) -> str:
         return f"{self.name}({', '.join(self.args or self.params)})"
+
+
+def _array_type(name: str) -> str:
+    """The Numba type of a stage argument: group inputs read-only, the blocked kernels'
+    block ``counter`` int64, everything else writable float32."""
+    if name == "counter":
+        return "numba.int64[::1]"
+    return "ro" if name.startswith("in") else "rw"
 
 
 @dataclass
@@ -163,11 +172,13 @@ def assemble(
     stages: Sequence[Stage],
     launch_body: Sequence[str],
     notes: Sequence[str] = (),
+    imports: Sequence[str] = (),
 ) -> str:
-    """The complete module: header, prelude, helpers, stages and ``launch``."""
+    """The complete module: header, prelude (and ``imports``), helpers, stages and ``launch``."""
     n_in, n_out = len(fused_op.inputs), len(fused_op.results)
     params = [f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)]
-    parts = [header(fused_op, notes=[*notes, CPU_NOTE]), PRELUDE]
+    prelude = PRELUDE + "".join(f"{line}\n" for line in imports)
+    parts = [header(fused_op, notes=[*notes, CPU_NOTE]), prelude]
     helpers = helper_source(gen.helpers, HELPER_DECORATOR)
     if helpers:
         parts.append(helpers)

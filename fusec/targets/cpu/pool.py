@@ -1,48 +1,85 @@
-"""cpu template for "pool" groups: one parallel njit loop over the windows, then the epilogue.
+"""cpu template for "pool" groups: the blocked kernel of ``matmul``, one block per plane.
 
-Each (n, c) plane is one parallel task; a max starts at -inf and keeps a NaN
-once it sees one (``v > m or v != v``), an average divides the window's sum
-by the number of elements it covers inside the input (or, with
-``count_include_pad``, inside the padded input). The elementwise epilogue is
-one pointwise stage (``cpu_matmul``'s prologue/core/epilogue split).
+Each (n, c) plane is one block: its windows are reduced into the task's
+workspace (or straight into the output when nothing follows), then the
+elementwise epilogue runs over the plane while it is in cache. A max starts
+at -inf and keeps a NaN once it sees one (``v > m or v != v``), an average
+divides the window's sum by the number of elements it covers inside the input
+(or, with ``count_include_pad``, inside the padded input).
 """
 
 from __future__ import annotations
 
-import math
-
-from xdsl.ir import Operation
+from collections.abc import Sequence
 
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
-from fusec.targets.cpu.common import PARALLEL_MIN_ELEMENTS, Buffers, Stage
-from fusec.targets.cpu.matmul import generate_core_group
+from fusec.targets.cpu.conv import _merge_last_two, _merges_hw
+from fusec.targets.cpu.matmul import (
+    BlockedCore,
+    EpilogueRows,
+    Workspace,
+    generate_core_group,
+    row_loop,
+)
+from fusec.targets.cpu.row_reduce import RowBlock
 
 
 def generate(fused_op, name: str) -> KernelSource:
-    return generate_core_group(fused_op, name, "pool", ai.Pool2DOp, pool_core)
+    return generate_core_group(fused_op, name, "pool", ai.Pool2DOp, PoolBlocks)
 
 
-def pool_core(
-    op: Operation, out: str, buffers: Buffers, name: str
-) -> tuple[list[Stage], list[str]]:
-    assert isinstance(op, ai.Pool2DOp)
-    x = buffers.reads[op.operands[0]]
-    stage = Stage(
-        f"{name}_pool",
-        ["x", "y"],
-        _body(op),
-        comment=f"{op.KIND} pooling: one task per (n, c) plane",
-        args=[x, out],
-        parallel=math.prod(shape_of(op.output)) * math.prod(op.attr("kernel"))
-        >= PARALLEL_MIN_ELEMENTS,
-    )
-    return [stage], [stage.call()]
+class PoolBlocks(BlockedCore):
+    """One block per (n, c) plane of an ``ai.pool2d``."""
+
+    block_prologue = False
+
+    op: ai.Pool2DOp
+
+    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
+        assert isinstance(op, ai.Pool2DOp)
+        self.op, self.reads, self.c_array, self.c_local = op, reads, c_array, c_local
+        self.n, self.c, _, _ = shape_of(op.input)
+        _, _, self.oh, self.ow = shape_of(op.output)
+        self.count = self.n * self.c
+        if c_local:
+            workspace.add(c_array, self.oh * self.ow)
+
+    def describe(self) -> str:
+        return f"{self.op.KIND} pooling: one block per (n, c) plane, epilogue per block"
+
+    def decode(self) -> list[str]:
+        return ["plane = blk"]
+
+    def compute(self) -> list[str]:
+        x = self.reads[self.op.operands[0]]
+        obase = "0" if self.c_local else f"plane * {self.oh * self.ow}"
+        return _body(self.op, x, self.c_array, obase)
+
+    def epilogue_rows(self, shapes: Sequence[tuple[int, ...]], reduces: bool) -> EpilogueRows:
+        """The plane as one row of OH*OW pixels, or OH rows when an operand (or a
+        reduction along W) tells H from W."""
+        local = {}
+        space: tuple[int, ...]
+        if not reduces and all(_merges_hw(shape) for shape in shapes):
+            space = (self.n, self.c, self.oh * self.ow)
+            loops = row_loop(space, "plane, plane + 1")
+            if self.c_local:
+                loops.append("    lc = 0")
+                local[self.c_array] = "lc"
+            return EpilogueRows(loops, "    ", space, RowBlock(local, None, _merge_last_two))
+        space = (self.n, self.c, self.oh, self.ow)
+        loops = row_loop(space, f"plane * {self.oh}, plane * {self.oh} + {self.oh}")
+        if self.c_local:
+            loops.append(f"    lc = (row - plane * {self.oh}) * {self.ow}")
+            local[self.c_array] = "lc"
+        return EpilogueRows(loops, "    ", space, RowBlock(local))
 
 
-def _body(op: ai.Pool2DOp) -> list[str]:
+def _body(op: ai.Pool2DOp, x: str, y: str, obase: str) -> list[str]:
+    """The plane ``plane`` of ``x`` pooled into ``y`` from offset ``obase``."""
     n, c, h, w = shape_of(op.input)
     _, _, oh, ow = shape_of(op.output)
     kh, kw = op.attr("kernel")
@@ -56,31 +93,30 @@ def _body(op: ai.Pool2DOp) -> list[str]:
     lo_w, hi_w = (-pl, w + pr) if include_pad else (0, w)
     counted = f"ih >= {lo_h} and ih < {hi_h} and iw >= {lo_w} and iw < {hi_w}"
     lines = [
-        f"for task in numba.prange({n * c}):",
-        f"    base = task * {h * w}",
-        f"    obase = task * {oh * ow}",
-        f"    for i in range({oh}):",
-        f"        for j in range({ow}):",
-        "            acc = f32(-math.inf)" if is_max else "            acc = f32(0.0)",
-        "            count = 0",
-        f"            for r in range({kh}):",
-        f"                ih = i * {sh} + r * {dh} - {pt}",
-        f"                for s in range({kw}):",
-        f"                    iw = j * {sw} + s * {dw} - {pl}",
-        f"                    if ih >= 0 and ih < {h} and iw >= 0 and iw < {w}:",
-        f"                        v = x[base + ih * {w} + iw]",
+        f"base = plane * {h * w}",
+        f"obase = {obase}",
+        f"for i in range({oh}):",
+        f"    for j in range({ow}):",
+        "        acc = f32(-math.inf)" if is_max else "        acc = f32(0.0)",
+        "        count = 0",
+        f"        for r in range({kh}):",
+        f"            ih = i * {sh} + r * {dh} - {pt}",
+        f"            for s in range({kw}):",
+        f"                iw = j * {sw} + s * {dw} - {pl}",
+        f"                if ih >= 0 and ih < {h} and iw >= 0 and iw < {w}:",
+        f"                    v = {x}[base + ih * {w} + iw]",
     ]
     if is_max:
         lines += [
-            "                        if v > acc or v != v:",
-            "                            acc = v",
-            f"            y[obase + i * {ow} + j] = acc",
+            "                    if v > acc or v != v:",
+            "                        acc = v",
+            f"        {y}[obase + i * {ow} + j] = acc",
         ]
     else:
         lines += [
-            "                        acc += v",
-            f"                    if {counted}:",
-            "                        count += 1",
-            f"            y[obase + i * {ow} + j] = acc / f32(count)",
+            "                    acc += v",
+            f"                if {counted}:",
+            "                    count += 1",
+            f"        {y}[obase + i * {ow} + j] = acc / f32(count)",
         ]
     return lines

@@ -3,35 +3,99 @@
 The core is ``np.mean``/``np.sum``/``np.max`` over the shaped input (float32
 with numpy's pairwise summation), written straight into the output or a
 scratch buffer, followed by the fused elementwise epilogue as one pointwise
-stage (``cpu_matmul``'s prologue/core/epilogue split).
+stage: a whole-tensor library call, so not the blocked kernel of ``matmul``
+(the prologues and epilogue are split the same way, into stages of their own).
 """
 
 from __future__ import annotations
 
-from xdsl.ir import Operation
+from collections.abc import Sequence
 
-from fusec.codegen import KernelSource
-from fusec.codegen.expr import shape_of
+from xdsl.ir import Operation, SSAValue
+
+from fusec.codegen import KernelSource, ScratchPlan, io_specs
+from fusec.codegen.expr import ExprGenerator, error_at, shape_of
+from fusec.codegen.layout import LAYOUT_OPS, is_layout
 from fusec.dialect import ops as ai
-from fusec.targets.cpu.common import Buffers, Stage
-from fusec.targets.cpu.matmul import generate_core_group
+from fusec.targets.cpu.common import (
+    Buffers,
+    Stage,
+    assemble,
+    body_ops,
+    depends_on,
+    input_names,
+    outputs_of,
+    scratch_lines,
+    single_core,
+    values_needed_after,
+)
+from fusec.targets.cpu.matmul import full_stage, split_segments, view_lines
 
 _NUMPY = {"mean": "np.mean", "sum": "np.sum", "max": "np.max"}
 
 
 def generate(fused_op, name: str) -> KernelSource:
-    return generate_core_group(fused_op, name, "reduce", ai.ReduceOp, reduce_core)
+    """Prologue stage(s), the numpy reduction, the epilogue stage."""
+    ops = body_ops(fused_op)
+    core = single_core(fused_op, ai.ReduceOp)
+    views = [op for op in ops if is_layout(op)]
+    late = [op for op in views if op in depends_on(ops, core.results)]
+    if late:
+        raise error_at(late[0], "follows the core of its group: a layout op must come before it")
+    ops = [op for op in ops if not is_layout(op)]
+    before, after = split_segments(ops, core)
+    outputs = outputs_of(fused_op)
+    yielded = [v for v, _ in outputs]
+    gen = ExprGenerator(fast_exp=True)
+    buffers = Buffers(reads=dict(input_names(fused_op)))
+    stages: list[Stage] = []
+    launch, view_bytes = view_lines(views, buffers)
+
+    def destinations(values: Sequence[SSAValue]) -> list[tuple[SSAValue, str]]:
+        """Where each value goes: all its output arrays, or one new scratch buffer."""
+        writes: list[tuple[SSAValue, str]] = []
+        for value in values:
+            arrays = [array for v, array in outputs if v == value]
+            if not arrays:
+                arrays = [buffers.add_scratch(value)]
+            else:
+                buffers.reads[value] = arrays[0]
+            writes.extend((value, array) for array in arrays)
+        return writes
+
+    for i, (label, segment) in enumerate(before):
+        later = [op for _, seg in before[i + 1 :] for op in seg] + [core, *after]
+        writes = destinations(values_needed_after(segment, later, yielded))
+        stages.append(full_stage(f"{name}_{label}", gen, segment, buffers.reads, writes))
+        launch.append(stages[-1].call())
+    core_out = destinations([core.results[0]])[0][1]
+    launch += reduce_core(core, core_out, buffers)
+    for value, array in outputs:
+        if value == core.results[0] and array != core_out:
+            launch.append(f"{array}[:] = {core_out}")
+    if after:
+        results = {r for op in after for r in op.results}
+        writes = [(v, a) for v, a in outputs if v in results]
+        stages.append(full_stage(f"{name}_epilogue", gen, after, buffers.reads, writes))
+        launch.append(stages[-1].call())
+    for value, array in outputs:  # a group input (or a view of one) yielded as it is
+        if value in fused_op.block.args or isinstance(value.owner, LAYOUT_OPS):
+            launch.append(f"{array}[:] = {buffers.reads[value]}")
+
+    source = assemble(fused_op, gen, stages, scratch_lines(buffers) + launch)
+    inputs, outs = io_specs(fused_op)
+    scratch = ScratchPlan(full_bytes=4 * sum(n for _, n in buffers.scratch) + view_bytes)
+    return KernelSource(name, "reduce", "cpu", source, inputs, outs, scratch=scratch)
 
 
-def reduce_core(
-    op: Operation, out: str, buffers: Buffers, name: str
-) -> tuple[list[Stage], list[str]]:
+def reduce_core(op: Operation, out: str, buffers: Buffers) -> list[str]:
+    """The numpy reduction of ``op`` into ``out``."""
     assert isinstance(op, ai.ReduceOp)
     x = buffers.reads[op.operands[0]]
     axes = tuple(int(a) for a in op.reduced_axes())
     keep = shape_of(op.input)
     kept = tuple(1 if d in axes else n for d, n in enumerate(keep))
-    return [], [
+    return [
         f"{_NUMPY[op.KIND]}({x}.reshape({keep!r}), axis={axes!r}, keepdims=True, "
         f"out={out}.reshape({kept!r}))"
     ]

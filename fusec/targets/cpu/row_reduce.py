@@ -33,7 +33,9 @@ buffered one, the prologue is recomputed in the last pass rather than buffered.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from xdsl.ir import Operation, SSAValue
@@ -118,31 +120,131 @@ def row_reduce_stage(
     """A parallel row loop computing ``ops`` around ``reduce_op``, storing ``writes``."""
     space = shape_of(reduce_op.results[0])
     axis = reduce_axis(reduce_op)
+    blocks = axis != len(space) - 1 and space[-1] >= MIN_BLOCK
+    if blocks:
+        parts = _row_parts(gen, ops, reduce_op, reads, writes, space, axis, block_rows=True)
+        loop, indent = _block_task_loop(space, axis, parts.access.width)
+    else:
+        parts = _row_parts(gen, ops, reduce_op, reads, writes, space, axis)
+        loop, indent = _task_loop(space, axis, with_buffer=parts.needs_buffer)
+    body = loop + [f"{indent}{s}" for s in parts.lines]
+    what = "layernorm" if isinstance(reduce_op, ai.LayerNormOp) else f"softmax (axis {axis})"
+    comment = f"{what} over rows of {_fmt(space)}"
+    if blocks:
+        comment += f", {parts.access.width} rows (adjacent in memory) at a time"
+    parallel = math.prod(space) >= PARALLEL_MIN_ELEMENTS
+    return Stage(
+        fn_name, parts.params, body, comment=comment, helpers=parts.helpers, parallel=parallel
+    )
+
+
+@dataclass
+class RowBlock:
+    """How a blocked kernel (cpu_matmul) walks the rows of its prologue or epilogue.
+
+    The kernel sets ``row`` (the row's number in C order over the dims other than
+    the last) and the index ``i<d>`` of each of those dims before the row's
+    statements, and ``buf`` (a float32 array of one row) when a reduction needs it.
+    """
+
+    #: Arrays that hold only the current block: name -> offset of this row's first element.
+    local: dict[str, str] = field(default_factory=dict)
+    #: The part of the row to compute, ``(first element, length)`` as expressions;
+    #: None for whole rows (a reduction always takes whole rows).
+    segment: tuple[str, str] | None = None
+    #: Maps a value's shape (broadcast to the group's space) into ``space``'s dims,
+    #: when ``space`` merges some of them (the conv epilogue merges H and W).
+    reshape: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None
+
+
+@dataclass
+class RowParts:
+    """The per-row statements of a row loop and what they need."""
+
+    lines: list[str]
+    params: list[str]
+    helpers: set[str]
+    needs_buffer: bool
+    access: Any
+
+
+def row_statements(
+    gen: ExprGenerator,
+    ops: Sequence[Operation],
+    reads: dict[SSAValue, str],
+    writes: Sequence[tuple[SSAValue, str]],
+    space: Sequence[int],
+    block: RowBlock,
+) -> RowParts:
+    """Statements computing ``ops`` (elementwise, at most one last-axis reduction) for one
+    row of ``space`` and storing each ``writes`` value; see ``RowBlock``."""
+    reductions = [op for op in ops if isinstance(op, REDUCE_OPS)]
+    if reductions:
+        reduce_op = the_reduction(ops[0], ops)
+        if reduce_axis(reduce_op) != len(shape_of(reduce_op.results[0])) - 1:
+            raise error_at(reduce_op, "reduces an axis other than the last inside a blocked kernel")
+        if block.segment is not None:
+            raise error_at(reduce_op, "needs whole rows, but the kernel's blocks split them")
+    else:
+        check_elementwise(ops)
+        reduce_op = None
+    return _row_parts(gen, ops, reduce_op, reads, writes, tuple(space), len(space) - 1, block)
+
+
+def _row_parts(
+    gen: ExprGenerator,
+    ops: Sequence[Operation],
+    reduce_op: Operation | None,
+    reads: dict[SSAValue, str],
+    writes: Sequence[tuple[SSAValue, str]],
+    space: tuple[int, ...],
+    axis: int,
+    block: RowBlock | None = None,
+    block_rows: bool = False,
+) -> RowParts:
+    """Access, emitter and per-row lines of one row loop (``block``: inside a blocked kernel)."""
+    reshape = (block.reshape if block else None) or (lambda shape: tuple(shape))
     others = [op for op in ops if op is not reduce_op]
-    _check_space(reduce_op, others, writes, space)
-    pre_set = ancestors(others, reduce_op.operands)
+    anchor = reduce_op or (ops[0] if ops else writes[0][0].owner)
+    _check_space(anchor, others, writes, space, reshape)
+    if reduce_op is not None:
+        pre_set = ancestors(others, reduce_op.operands)
+    else:
+        pre_set = set()
     pre = [op for op in others if op in pre_set]
     post = [op for op in others if op not in pre_set]
 
-    leaves = leaf_shapes(others + [reduce_op])
+    leaves = {v: reshape(s) for v, s in leaf_shapes(ops).items()}
     defined = {r for op in ops for r in op.results}
     for value, _ in writes:
         if value not in defined:
-            leaves.setdefault(value, shape_of(value))
+            leaves.setdefault(value, reshape(shape_of(value)))
     written = {a for _, a in writes}
-    blocks = axis != len(space) - 1 and space[-1] >= MIN_BLOCK
     access: _BlockAccess | _RowAccess
-    if blocks:
+    if block_rows:
         access = _BlockAccess(space, axis, _block_width(space, axis), written)
     else:
         index = [f"i{d}" if d != axis else "k" for d in range(len(space))]
-        access = _RowAccess(space, axis, index, written)
+        local = block.local if block else {}
+        segment = block.segment if block else None
+        access = _RowAccess(space, axis, index, written, local, segment)
 
     def leaf(value: SSAValue) -> str:
         return access.load(reads[value], leaves[value])
 
     def store_at(value: SSAValue, array: str) -> str:
-        return access.store(array, shape_of(value))
+        return access.store(array, reshape(shape_of(value)))
+
+    params: list[str] = []
+    for value in leaves:
+        if value in reads and reads[value] not in params:
+            params.append(reads[value])
+    params += [a for _, a in writes if a not in params]
+    length = block.segment[1] if block and block.segment else str(space[axis])
+    if reduce_op is None:
+        elementwise = _ElementwiseRowEmitter(gen, leaf, store_at, post, writes, length)
+        rows = elementwise.lines()
+        return RowParts(access.setup + rows, params, elementwise.helpers, False, access)
 
     pre_results = {r for op in pre for r in op.results}
     x = reduce_op.operands[0]
@@ -158,34 +260,26 @@ def row_reduce_stage(
         direct = access.row_view(reads[x], leaves[x], name="xrow")
     width = access.width if isinstance(access, _BlockAccess) else 1  # rows at a time
     args = (gen, leaf, store_at, pre, post, reduce_op, writes, recompute, direct)
-    emit = _BlockEmitter(*args, width=width) if blocks else _RowEmitter(*args)
+    emit = _BlockEmitter(*args, width=width) if block_rows else _RowEmitter(*args)
     rows = emit.lines(n)  # first: it decides which views and per-row loads ``access`` sets up
-    if blocks:
-        loop, indent = _block_task_loop(space, axis, width)
-    else:
-        loop, indent = _task_loop(space, axis, with_buffer=not (direct and is_ln))
-    body = loop + [f"{indent}{s}" for s in access.setup + rows]
-    params: list[str] = []
-    for value in leaves:
-        if value in reads and reads[value] not in params:
-            params.append(reads[value])
-    params += [a for _, a in writes if a not in params]
-    what = "layernorm" if is_ln else f"softmax (axis {axis})"
-    comment = f"{what} over rows of {_fmt(space)}"
-    if blocks:
-        comment += f", {width} rows (adjacent in memory) at a time"
-    parallel = math.prod(space) >= PARALLEL_MIN_ELEMENTS
-    return Stage(fn_name, params, body, comment=comment, helpers=emit.helpers, parallel=parallel)
+    needs_buffer = not (direct and is_ln)
+    return RowParts(access.setup + rows, params, emit.helpers, needs_buffer, access)
 
 
-def _check_space(reduce_op, others, writes, space) -> None:
+def _check_space(anchor, others, writes, space, reshape) -> None:
+    def fits(shape) -> bool:
+        try:
+            return tuple(np.broadcast_shapes(space, reshape(shape))) == tuple(space)
+        except ValueError:
+            return False
+
     for op in others:
         for r in op.results:
-            if tuple(np.broadcast_shapes(space, shape_of(r))) != tuple(space):
-                raise error_at(op, f"broadcasts beyond the reduced tensor {_fmt(space)}")
+            if not fits(shape_of(r)):
+                raise error_at(op, f"broadcasts beyond the row space {_fmt(space)}")
     for value, _ in writes:
-        if tuple(np.broadcast_shapes(space, shape_of(value))) != tuple(space):
-            raise error_at(reduce_op, "a group result is larger than the reduced tensor")
+        if not fits(shape_of(value)):
+            raise error_at(anchor, f"a group result is larger than the row space {_fmt(space)}")
 
 
 def _task_loop(space: Sequence[int], axis: int, with_buffer: bool) -> tuple[list[str], str]:
@@ -332,42 +426,65 @@ class _RowAccess:
     ``setup`` collects the per-row statements (the views and loads) in order.
     """
 
-    def __init__(self, space, axis: int, index: Sequence[str], written: set[str]) -> None:
+    def __init__(
+        self,
+        space,
+        axis: int,
+        index: Sequence[str],
+        written: set[str],
+        local: dict[str, str] | None = None,
+        segment: tuple[str, str] | None = None,
+    ) -> None:
         self.space, self.axis, self.index = tuple(space), axis, list(index)
         self.n = space[axis]
         self.contiguous = axis == len(space) - 1
         self.written = written
+        #: Block-local arrays (see ``RowBlock``) and the part of the row walked.
+        self.local = local or {}
+        self.segment = segment
         self.setup: list[str] = []
         self._bound: dict[tuple[str, str, str], str] = {}
         self._used: set[str] = set()
 
     def load(self, array: str, shape: Sequence[int]) -> str:
         """An expression reading the element (a name for a per-row constant)."""
-        if not self._spans(shape) and array not in self.written:
+        if not self._spans(shape) and array not in self.written and array not in self.local:
             offset = broadcast_offset(self.space, shape, self.index)
             return self._bind(("at", array, offset), f"{array}[{offset}]", f"{array}_at")
         return self.store(array, shape)
 
     def store(self, array: str, shape: Sequence[int]) -> str:
         """An element expression that can be assigned to."""
-        if self._spans(shape) and self.contiguous:
+        if array in self.local or (self._spans(shape) and self.contiguous):
             view = self.row_view(array, shape)
             return f"{view}[k]"
+        assert self.segment is None, "row segments need contiguous rows"
         return f"{array}[{broadcast_offset(self.space, shape, self.index)}]"
 
     def row_view(self, array: str, shape: Sequence[int], name: str | None = None) -> str:
-        """The name of this row of ``array`` (which spans the contiguous row) as a 1-D view."""
+        """The name of this row of ``array`` (which spans the contiguous row) as a 1-D view.
+
+        A block-local array is always viewed at its own offset; with a segment the
+        view covers the segment only.
+        """
+        start, length = self.segment or ("", str(self.n))
+        if array in self.local:
+            base = self.local[array]
+            view = f"{array}[{base}:{base} + {length}]"
+            return self._bind(("row", array, base), view, name or f"{array}_row")
         padded = (1,) * (len(self.space) - len(shape)) + tuple(shape)
         if padded == self.space:
             base = "row"  # rows are numbered in C order over the other dims
         else:
             base = broadcast_offset(self.space[:-1], padded[:-1], self.index[:-1])
-            if base == "0":
+            if base == "0" and not start:
                 return array  # the array is one row: index it directly
             if not is_identifier(base):
                 base = f"({base})"
         n = self.n
-        view = f"{array}[{base} * {n}:{base} * {n} + {n}]"
+        first = f"{base} * {n}" if base != "0" else ""
+        first = " + ".join(t for t in (first, start) if t) or "0"
+        view = f"{array}[{first}:{first} + {length}]"
         return self._bind(("row", array, base), view, name or f"{array}_row")
 
     def _spans(self, shape: Sequence[int]) -> bool:
@@ -495,6 +612,22 @@ class _RowEmitter:
         stmts += post_stmts
         stmts += self._stores(names, early=False)
         return self._loop(n, stmts)
+
+
+class _ElementwiseRowEmitter:
+    """A row without a reduction: the elementwise ops and stores, one pass of ``length``."""
+
+    def __init__(self, gen, leaf, store_at, ops, writes, length: str) -> None:
+        self.gen, self.leaf, self.store_at = gen, leaf, store_at
+        self.ops, self.writes, self.length = ops, writes, length
+        self.helpers: set[str] = set()
+
+    def lines(self) -> list[str]:
+        stmts, names = self.gen.chain(self.ops, self.leaf)
+        for value, array in self.writes:
+            expr = names.get(value) or self.leaf(value)
+            stmts.append(f"{self.store_at(value, array)} = {expr}")
+        return [f"for k in range({self.length}):", *_indent(stmts)]
 
 
 class _BlockEmitter(_RowEmitter):

@@ -1,0 +1,510 @@
+"""fusec's cpu target vs onnxruntime vs numpy op by op, on the same ONNX graphs (a benchmark).
+
+Each graph is built here as an ONNX model (weights as initialisers) and run
+three ways in one process:
+
+* fusec: ``fusec.from_onnx`` + ``fusec.compile(target="cpu")``;
+* onnxruntime: CPU provider, all graph optimisations, intra-op threads = the
+  cores Numba uses, sequential execution;
+* numpy op by op: the same maths written by hand with one numpy call per op
+  (what a user without either tool would write).
+
+Every result is checked against fusec's float64 reference executor (relative
+L2 error, f32). Timing: warm-up calls, then rounds in which each of the three
+runs once in turn (interleaved, so load from other processes hits all three
+alike); medians and minima over the rounds. Prints a markdown table and, unless
+``--quick``, writes ``benchmarks/results/cpu-vs-ort-<date>.md`` and ``.json``
+(date, machine, commit, thread counts, BLAS in use, load average).
+
+    python benchmarks/cpu_vs_ort.py [--rounds 30] [--only conv,mlp] [--quick]
+
+This machine may set ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` (see the
+results' notes): the table records them; to measure against an unrestricted
+numpy, unset both in the benchmark's command only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fusec.targets.cpu.threads import configure
+
+configure()  # before numpy loads OpenBLAS: applies to fusec and the numpy baseline alike
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import fusec  # noqa: E402
+from fusec.runtime.reference import run_reference  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+#: Pause before each timed call: onnxruntime's pool spins for a while after a run, which
+#: would take the cores from (and add CPU time to) whichever call comes next.
+SETTLE_S = 0.02
+F32 = TensorProto.FLOAT
+
+
+@dataclass
+class Case:
+    """One graph: its ONNX model, random inputs and the numpy op-by-op version."""
+
+    name: str
+    what: str
+    model: onnx.ModelProto
+    inputs: list[np.ndarray]
+    numpy_fn: Callable[..., np.ndarray]
+    weights: list[np.ndarray] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------- graph builders
+
+
+def _model(nodes, inputs, output, initializers, opset=17) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, F32, a.shape) for n, a in inputs],
+        [helper.make_tensor_value_info(output[0], F32, output[1])],
+        [numpy_helper.from_array(a, n) for n, a in initializers],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def _rand(rng, *shape, scale=1.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def pointwise_case(rng, n: int) -> Case:
+    x, a, b, c = (_rand(rng, n) for _ in range(4))
+    nodes = [
+        helper.make_node("Mul", ["x", "a"], ["t0"]),
+        helper.make_node("Add", ["t0", "b"], ["t1"]),
+        helper.make_node("Relu", ["t1"], ["t2"]),
+        helper.make_node("Mul", ["t2", "c"], ["y"]),
+    ]
+    model = _model(nodes, [("x", x), ("a", a), ("b", b), ("c", c)], ("y", (n,)), [])
+
+    def numpy_fn(x, a, b, c):
+        return np.maximum(x * a + b, np.float32(0)) * c
+
+    return Case("pointwise", f"relu(x*a+b)*c, {n}", model, [x, a, b, c], numpy_fn)
+
+
+EPS = np.float32(1e-5)
+
+
+def _layernorm_np(x, g, b, eps=EPS):
+    mean = x.mean(-1, keepdims=True)
+    c = x - mean
+    return c / np.sqrt((c * c).mean(-1, keepdims=True) + eps) * g + b
+
+
+def _softmax_np(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def layernorm_case(rng, m: int, n: int) -> Case:
+    x, g, b = _rand(rng, m, n), _rand(rng, n), _rand(rng, n)
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1)]
+    model = _model(nodes, [("x", x)], ("y", (m, n)), [("g", g), ("b", b)])
+    return Case(
+        "layernorm", f"layernorm {m}x{n}", model, [x], lambda x: _layernorm_np(x, g, b), [g, b]
+    )
+
+
+def softmax_case(rng, m: int, n: int) -> Case:
+    x = _rand(rng, m, n)
+    nodes = [helper.make_node("Softmax", ["x"], ["y"], axis=-1)]
+    model = _model(nodes, [("x", x)], ("y", (m, n)), [])
+    return Case("softmax", f"softmax {m}x{n}", model, [x], _softmax_np)
+
+
+def _conv_np(x, w, b, pad=1):
+    """NCHW conv (stride 1, 'same' padding) as im2col + one matmul, then the bias."""
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (r, s), axis=(2, 3))  # N C H W R S
+    cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * h * wd, c * r * s)
+    y = cols @ w.reshape(k, c * r * s).T  # (N*H*W, K)
+    return y.reshape(n, h, wd, k).transpose(0, 3, 1, 2) + b[:, None, None]
+
+
+def conv_case(rng, n: int, c: int, hw: int, k: int) -> Case:
+    x = _rand(rng, n, c, hw, hw)
+    w = _rand(rng, k, c, 3, 3, scale=(2.0 / (9 * c)) ** 0.5)
+    b = _rand(rng, k)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    model = _model(nodes, [("x", x)], ("y", (n, k, hw, hw)), [("w", w), ("b", b)])
+
+    def numpy_fn(x):
+        return np.maximum(_conv_np(x, w, b), np.float32(0))
+
+    what = f"conv N{n} C{c} {hw}x{hw} K{k} 3x3 pad 1 + bias + relu"
+    return Case("conv_bias_relu", what, model, [x], numpy_fn, [w, b])
+
+
+def ln_matmul_softmax_case(rng, m: int, k: int, n: int) -> Case:
+    x, g, be = _rand(rng, m, k), _rand(rng, k), _rand(rng, k)
+    w = _rand(rng, k, n, scale=k**-0.5)
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g", "be"], ["h"], axis=-1),
+        helper.make_node("MatMul", ["h", "w"], ["s"]),
+        helper.make_node("Softmax", ["s"], ["y"], axis=-1),
+    ]
+    model = _model(nodes, [("x", x)], ("y", (m, n)), [("g", g), ("be", be), ("w", w)])
+
+    def numpy_fn(x):
+        return _softmax_np(_layernorm_np(x, g, be) @ w)
+
+    what = f"layernorm -> matmul ({m}x{k}x{n}) -> softmax"
+    return Case("ln_matmul_softmax", what, model, [x], numpy_fn, [g, be, w])
+
+
+def mlp_case(rng, m: int, d: int, h: int) -> Case:
+    x = _rand(rng, m, d)
+    w1, b1 = _rand(rng, d, h, scale=d**-0.5), _rand(rng, h)
+    w2, b2 = _rand(rng, h, d, scale=h**-0.5), _rand(rng, d)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["t0"]),
+        helper.make_node("Add", ["t0", "b1"], ["t1"]),
+        helper.make_node("Relu", ["t1"], ["t2"]),
+        helper.make_node("MatMul", ["t2", "w2"], ["t3"]),
+        helper.make_node("Add", ["t3", "b2"], ["t4"]),
+        helper.make_node("Add", ["t4", "x"], ["y"]),
+    ]
+    inits = [("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2)]
+    model = _model(nodes, [("x", x)], ("y", (m, d)), inits)
+
+    def numpy_fn(x):
+        return np.maximum(x @ w1 + b1, np.float32(0)) @ w2 + b2 + x
+
+    what = f"MLP: matmul {m}x{d}x{h} + bias + relu, matmul + bias + residual"
+    return Case("mlp", what, model, [x], numpy_fn, [w1, b1, w2, b2])
+
+
+def attention_case(rng, b: int, heads: int, s: int, d: int) -> Case:
+    """softmax(q k^T / sqrt(d)) v; k comes transposed (B, H, D, S), as a cache would hold it."""
+    q, kt, v = _rand(rng, b, heads, s, d), _rand(rng, b, heads, d, s), _rand(rng, b, heads, s, d)
+    scale = np.array(d**-0.5, dtype=np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["q", "kt"], ["s0"]),
+        helper.make_node("Mul", ["s0", "scale"], ["s1"]),
+        helper.make_node("Softmax", ["s1"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["y"]),
+    ]
+    inputs = [("q", q), ("kt", kt), ("v", v)]
+    model = _model(nodes, inputs, ("y", (b, heads, s, d)), [("scale", scale)])
+
+    def numpy_fn(q, kt, v):
+        return _softmax_np((q @ kt) * scale) @ v
+
+    what = f"attention B{b} H{heads} S{s} D{d} (k given transposed)"
+    return Case("attention", what, model, [q, kt, v], numpy_fn)
+
+
+def _bn_params(rng, k: int) -> list[np.ndarray]:
+    gamma, beta = _rand(rng, k, scale=0.2) + 1, _rand(rng, k, scale=0.1)
+    mean, var = _rand(rng, k, scale=0.1), np.abs(_rand(rng, k)) + 0.5
+    return [gamma, beta, mean, var]
+
+
+def _bn_np(x, gamma, beta, mean, var, eps=EPS):
+    scale = gamma / np.sqrt(var + eps)
+    return x * scale[:, None, None] + (beta - mean * scale)[:, None, None]
+
+
+def resnet_block_case(rng, n: int, c: int, hw: int) -> Case:
+    """ResNet basic block (inference): conv-BN-relu, conv-BN, + x, relu (BN as exported)."""
+    x = _rand(rng, n, c, hw, hw)
+    w1, w2 = (_rand(rng, c, c, 3, 3, scale=(2.0 / (9 * c)) ** 0.5) for _ in range(2))
+    bn1, bn2 = _bn_params(rng, c), _bn_params(rng, c)
+    conv = {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3]}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], **conv),
+        helper.make_node("BatchNormalization", ["c1", "g1", "b1", "m1", "v1"], ["n1"]),
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], **conv),
+        helper.make_node("BatchNormalization", ["c2", "g2", "b2", "m2", "v2"], ["n2"]),
+        helper.make_node("Add", ["n2", "x"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    inits = [("w1", w1), ("w2", w2)]
+    inits += [(f"{p}1", a) for p, a in zip("gbmv", bn1, strict=True)]
+    inits += [(f"{p}2", a) for p, a in zip("gbmv", bn2, strict=True)]
+    model = _model(nodes, [("x", x)], ("y", (n, c, hw, hw)), inits)
+    zero = np.zeros(c, np.float32)
+
+    def numpy_fn(x):
+        r1 = np.maximum(_bn_np(_conv_np(x, w1, zero), *bn1), np.float32(0))
+        return np.maximum(_bn_np(_conv_np(r1, w2, zero), *bn2) + x, np.float32(0))
+
+    what = f"ResNet basic block N{n} C{c} {hw}x{hw} (conv-BN-relu-conv-BN-add-relu)"
+    return Case("resnet_block", what, model, [x], numpy_fn, [w1, w2, *bn1, *bn2])
+
+
+def cases(quick: bool) -> list[Case]:
+    rng = np.random.default_rng(0)
+    q = 8 if quick else 1
+    return [
+        pointwise_case(rng, (1 << 24) // q),
+        layernorm_case(rng, 4096 // q, 1024),
+        softmax_case(rng, 4096 // q, 1024),
+        conv_case(rng, 8 // q, 64, 56, 64),
+        ln_matmul_softmax_case(rng, 2048 // q, 1024, 1024),
+        mlp_case(rng, 1024 // q, 512, 2048),
+        attention_case(rng, 1, 12, 512 // q, 64),
+        resnet_block_case(rng, 8 // q, 64, 56),
+    ]
+
+
+# ----------------------------------------------------------------- running
+
+
+def ort_session(model: onnx.ModelProto, threads: int):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def rel_err(out: np.ndarray, ref: np.ndarray) -> float:
+    out64, ref64 = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    if not np.all(np.isfinite(out64)):
+        return float("inf")
+    return float(np.linalg.norm(out64 - ref64) / np.linalg.norm(ref64))
+
+
+def run_case(case: Case, rounds: int, threads: int) -> dict:
+    module = fusec.from_onnx(case.model)
+    start = time.perf_counter()
+    compiled = fusec.compile(module, target="cpu")
+    out = compiled(*case.inputs)  # the first call compiles (or loads from the kernel cache)
+    compile_s = time.perf_counter() - start
+    ref = run_reference(module, case.inputs, precision="float64")[0]
+    session = ort_session(case.model, threads)
+    feed = {i.name: a for i, a in zip(session.get_inputs(), case.inputs, strict=True)}
+    runs: dict[str, Callable[[], object]] = {
+        "fusec": lambda: compiled(*case.inputs),
+        "onnxruntime": lambda: session.run(None, feed)[0],
+        "numpy": lambda: case.numpy_fn(*case.inputs),
+    }
+    errors = {"fusec": rel_err(out, ref)}
+    for name in ("onnxruntime", "numpy"):
+        errors[name] = rel_err(runs[name](), ref)
+    for name, err in errors.items():
+        if not err < 1e-4:
+            raise SystemExit(f"{case.name}: {name} is wrong (relative L2 error {err:.2e})")
+    times, cpu = interleaved(runs, rounds)
+    row = {
+        "graph": case.name,
+        "what": case.what,
+        "kernels": [k.kind for k in compiled.kernels],
+        "compile_s": round(compile_s, 3),
+        "rel_err": errors,
+    }
+    for name, ts in times.items():
+        row[f"{name}_ms"] = statistics.median(ts)
+        row[f"{name}_min_ms"] = min(ts)
+        row[f"{name}_spread"] = _spread(ts)
+        row[f"{name}_cpu_ms"] = statistics.median(cpu[name])
+        row[f"{name}_cpu_min_ms"] = min(cpu[name])
+    row["rounds"] = len(times["fusec"])
+    return row
+
+
+def interleaved(
+    runs: dict[str, Callable[[], object]], rounds: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and process-CPU milliseconds per call of each run, in rounds that call each
+    once in turn.
+
+    Two warm-up calls each; fewer rounds when one round takes long (at most ~40 s a graph).
+    CPU time counts every thread of the process (onnxruntime's spinning workers too): on
+    a loaded machine it shows the work done when the wall clock mostly shows waiting.
+    Each call starts ``SETTLE_S`` after the previous one ended.
+    """
+    once = 0.0
+    for fn in runs.values():
+        fn()
+        start = time.perf_counter()
+        fn()
+        once += time.perf_counter() - start
+    rounds = max(5, min(rounds, int(40.0 / max(once, 1e-9))))
+    wall: dict[str, list[float]] = {name: [] for name in runs}
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            time.sleep(SETTLE_S)
+            start, start_cpu = time.perf_counter(), time.process_time()
+            fn()
+            wall[name].append((time.perf_counter() - start) * 1e3)
+            cpu[name].append((time.process_time() - start_cpu) * 1e3)
+    return wall, cpu
+
+
+def _spread(ts: list[float]) -> float:
+    """(p75 - p25) / median: how noisy the runs were."""
+    q = statistics.quantiles(ts, n=4)
+    return (q[2] - q[0]) / statistics.median(ts)
+
+
+# ----------------------------------------------------------------- reporting
+
+
+def environment(threads: int) -> dict:
+    import numba
+    import onnxruntime as ort
+    from threadpoolctl import threadpool_info
+
+    cpu = platform.machine()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parent,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parent,
+            check=True,
+        ).stdout.strip()
+        commit += " (with uncommitted changes)" if dirty else ""
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    blas = [
+        {k: lib.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
+        | {"library": Path(lib["filepath"]).name}
+        for lib in threadpool_info()
+        if lib.get("user_api") == "blas"
+    ]
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "commit": commit,
+        "numba_threads": numba.get_num_threads(),
+        "onnxruntime_intra_op_threads": threads,
+        "blas": blas,
+        "env": {
+            k: os.environ.get(k)
+            for k in (
+                "OPENBLAS_CORETYPE",
+                "OPENBLAS_L2_SIZE",
+                "OPENBLAS_THREAD_TIMEOUT",
+                "OMP_WAIT_POLICY",
+            )
+        },
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "onnxruntime": ort.__version__,
+        "onnx": onnx.__version__,
+        "fusec": fusec.__version__,
+    }
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| graph | fusec kernels | fusec ms | onnxruntime ms | numpy op by op ms "
+        "| ort / fusec | numpy / fusec | CPU ms fusec / ort / numpy | spread f/o/n "
+        "| fusec rel err |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for r in rows:
+        f, o, n = r["fusec_ms"], r["onnxruntime_ms"], r["numpy_ms"]
+        fm, om, nm = r["fusec_min_ms"], r["onnxruntime_min_ms"], r["numpy_min_ms"]
+        spread = "/".join(f"{r[f'{k}_spread']:.0%}" for k in ("fusec", "onnxruntime", "numpy"))
+        cpu = " / ".join(f"{r[f'{k}_cpu_min_ms']:.1f}" for k in ("fusec", "onnxruntime", "numpy"))
+        lines.append(
+            f"| {r['what']} | {' + '.join(r['kernels'])} | {f:.2f} ({fm:.2f}) | {o:.2f} ({om:.2f})"
+            f" | {n:.2f} ({nm:.2f}) | {o / f:.2f}x ({om / fm:.2f}x) | {n / f:.2f}x ({nm / fm:.2f}x)"
+            f" | {cpu} | {spread} | {r['rel_err']['fusec']:.1e} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--only", help="comma-separated graph names")
+    parser.add_argument("--quick", action="store_true", help="small sizes, nothing written")
+    args = parser.parse_args()
+    import numba
+
+    threads = numba.get_num_threads()
+    chosen = cases(args.quick)
+    if args.only:
+        chosen = [c for c in chosen if c.name in args.only.split(",")]
+    load_before = os.getloadavg()
+    rows = []
+    for case in chosen:
+        rows.append(run_case(case, args.rounds, threads))
+        r = rows[-1]
+        print(
+            f"{case.name}: fusec {r['fusec_ms']:.2f} ms, onnxruntime {r['onnxruntime_ms']:.2f} "
+            f"ms, numpy {r['numpy_ms']:.2f} ms",
+            flush=True,
+        )
+    info = environment(threads)
+    info["load_average_before"], info["load_average_after"] = load_before, os.getloadavg()
+    now = dt.datetime.now(dt.UTC)
+    blas = ", ".join(
+        f"{b['library']} {b['version']} ({b['architecture']} kernels, {b['num_threads']} threads)"
+        for b in info["blas"]
+    )
+    md = (
+        f"# fusec cpu vs onnxruntime, {now:%Y-%m-%d %H:%M} UTC, commit {info['commit']}\n\n"
+        f"Machine: {info['cpu']}, {info['cores']} cores; fusec {info['numba_threads']} Numba "
+        f"threads, onnxruntime {threads} intra-op threads (all graph optimisations); BLAS: "
+        f"{blas}. Python {info['python']}, numpy {info['numpy']}, Numba {info['numba']}, "
+        f"onnxruntime {info['onnxruntime']}. Environment: "
+        + ", ".join(f"{k}={v}" for k, v in info["env"].items())
+        + f". Load average {load_before[0]:.2f} before, {info['load_average_after'][0]:.2f} "
+        "after (other processes share the cores). All graphs float32, the same ONNX model for "
+        "fusec and onnxruntime; wall-clock medians over interleaved rounds, (minima) in "
+        "brackets; CPU ms = the least process CPU time of one call (all threads; "
+        "onnxruntime's workers spin while waiting, which counts); spread = interquartile "
+        "range / median of fusec/onnxruntime/numpy.\n\n" + table(rows)
+    )
+    print()
+    print(md)
+    if not args.quick and not args.only:
+        RESULTS.mkdir(exist_ok=True)
+        stem = RESULTS / f"cpu-vs-ort-{now:%Y-%m-%d}"
+        stem.with_suffix(".md").write_text(md)
+        payload = {"date": now.isoformat(), "machine": info, "results": rows}
+        stem.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"wrote {stem}.md and {stem}.json")
+
+
+if __name__ == "__main__":
+    main()

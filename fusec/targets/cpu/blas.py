@@ -1,0 +1,346 @@
+"""BLAS for the cpu kernels: numpy's own single-precision GEMM, callable from Numba code.
+
+The cpu templates run a matmul or conv group as one ``@njit(parallel=True)``
+kernel whose tasks each compute blocks of the result: prologue, GEMM of the
+block, epilogue, while the block is in cache (see ``fusec.targets.cpu.matmul``).
+The GEMM of a block is the ``cblas_sgemm`` of the BLAS numpy links (found with
+threadpoolctl), called from inside the kernel:
+
+* its address is registered with LLVM under a fixed name
+  (``llvmlite.binding.add_symbol``) when this module is imported, and the
+  intrinsics below call that name, so kernels compiled against it stay valid
+  in Numba's on-disk cache (the address itself is never baked in);
+* each call runs single-threaded: the kernel's own threads are the
+  parallelism, and a BLAS that started its pool from every task would
+  oversubscribe the cores. OpenBLAS (0.3.27+) and MKL set a thread count for
+  the calling thread only (``openblas_set_num_threads_local``,
+  ``MKL_Set_Num_Threads_Local``); with neither, ``single_threaded()`` sets
+  the global count around the launch instead.
+
+``next_block`` hands out block numbers to the kernel's tasks (an atomic
+counter), so that the blocks balance over threads that run at different speeds.
+
+The integer width of the interface (LP64 or ILP64: numpy's wheels ship a
+64-bit-integer OpenBLAS) and the threading mode are part of the generated
+source (``import_line``), so a kernel cached under one BLAS is never run
+against another. Without a usable BLAS (or with ``FUSEC_CPU_GEMM=numba``) the
+kernels call ``sgemm_numba``, a plain Numba loop nest: correct, several times
+slower.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from llvmlite import binding, ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+#: Bump when the intrinsics' calling convention changes (it is in every kernel's source).
+ABI_VERSION = 2
+ENV_VAR = "FUSEC_CPU_GEMM"
+_SGEMM = {False: "fusec_cblas_sgemm_lp64", True: "fusec_cblas_sgemm_ilp64"}
+_THREADS_LOCAL = "fusec_blas_threads_local"
+_ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+
+
+@dataclass(frozen=True)
+class BlasLibrary:
+    """The cblas entry points found in the BLAS numpy loaded."""
+
+    path: str
+    api: str  # threadpoolctl's internal_api: "openblas" or "mkl"
+    sgemm: str
+    ilp64: bool
+    threads_local: str | None  # sets the calling thread's BLAS thread count
+    set_threads: str | None  # sets the process-wide count (fallback)
+    get_threads: str | None
+
+
+def _symbols(lib: ctypes.CDLL, names: list[str]) -> str | None:
+    for name in names:
+        if hasattr(lib, name):
+            return name
+    return None
+
+
+def _openblas(path: str, lib: ctypes.CDLL) -> BlasLibrary | None:
+    for prefix in ("scipy_", ""):
+        for suffix in ("64_", ""):
+            sgemm = f"{prefix}cblas_sgemm{suffix}"
+            if not hasattr(lib, sgemm):
+                continue
+            config = _symbols(lib, [f"{prefix}openblas_get_config{suffix}"])
+            ilp64 = suffix == "64_"
+            if config:
+                fn = getattr(lib, config)
+                fn.restype = ctypes.c_char_p
+                ilp64 = ilp64 or b"USE64BITINT" in (fn() or b"")
+            return BlasLibrary(
+                path,
+                "openblas",
+                sgemm,
+                ilp64,
+                _symbols(
+                    lib,
+                    [
+                        "openblas_set_num_threads_local",
+                        f"{prefix}openblas_set_num_threads_local{suffix}",
+                    ],
+                ),
+                _symbols(lib, [f"{prefix}openblas_set_num_threads{suffix}"]),
+                _symbols(lib, [f"{prefix}openblas_get_num_threads{suffix}"]),
+            )
+    return None
+
+
+def _mkl(path: str, lib: ctypes.CDLL) -> BlasLibrary | None:
+    if not hasattr(lib, "cblas_sgemm"):
+        return None
+    return BlasLibrary(
+        path,
+        "mkl",
+        "cblas_sgemm",
+        False,  # mkl_rt's default interface layer is LP64
+        _symbols(lib, ["MKL_Set_Num_Threads_Local"]),
+        _symbols(lib, ["MKL_Set_Num_Threads"]),
+        _symbols(lib, ["MKL_Get_Max_Threads"]),
+    )
+
+
+def find_blas() -> BlasLibrary | None:
+    """The cblas of the BLAS numpy uses (OpenBLAS or MKL), or None."""
+    try:
+        from threadpoolctl import threadpool_info  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    for info in threadpool_info():
+        if info.get("user_api") != "blas":
+            continue
+        finder = {"openblas": _openblas, "mkl": _mkl}.get(info.get("internal_api", ""))
+        if finder is None:
+            continue
+        try:
+            lib = ctypes.CDLL(info["filepath"])
+        except OSError:
+            continue
+        found = finder(info["filepath"], lib)
+        if found is not None:
+            return found
+    return None
+
+
+def _address(lib: ctypes.CDLL, name: str) -> int:
+    address = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+    if address is None:
+        raise OSError(f"{name} has no address in {lib._name}")
+    return address
+
+
+def _register() -> tuple[BlasLibrary | None, ctypes.CDLL | None]:
+    if os.environ.get(ENV_VAR, "blas") == "numba":
+        return None, None
+    found = find_blas()
+    if found is None:
+        return None, None
+    lib = ctypes.CDLL(found.path)
+    binding.add_symbol(_SGEMM[found.ilp64], _address(lib, found.sgemm))
+    if found.threads_local:
+        binding.add_symbol(_THREADS_LOCAL, _address(lib, found.threads_local))
+    return found, lib
+
+
+BLAS, _LIB = _register()
+
+
+def mode() -> str:
+    """How generated kernels multiply: ``blas-<lp64|ilp64>-<local|global>`` or ``numba``."""
+    if BLAS is None:
+        return "numba"
+    width = "ilp64" if BLAS.ilp64 else "lp64"
+    return f"blas-{width}-{'local' if BLAS.threads_local else 'global'}"
+
+
+def import_line() -> str:
+    """The line a generated kernel module imports its GEMM and thread controls with."""
+    current = mode()
+    if current == "numba":
+        names = (
+            "next_block, sgemm_numba as sgemm, threads_noop as threads_begin, "
+            "threads_noop as threads_end"
+        )
+    else:
+        width = current.split("-")[1]
+        threads = "threads_local" if current.endswith("local") else "threads_noop"
+        names = (
+            f"next_block, sgemm_{width} as sgemm, {threads} as threads_begin, "
+            f"{threads} as threads_end"
+        )
+    return f"from fusec.targets.cpu.blas import {names}  # cpu_blas ABI {ABI_VERSION}, {current}"
+
+
+@contextlib.contextmanager
+def single_threaded() -> Iterator[None]:
+    """The process-wide BLAS thread count at 1 for the block (no thread-local setter)."""
+    if BLAS is None or BLAS.threads_local or not (BLAS.set_threads and BLAS.get_threads):
+        yield
+        return
+    previous = getattr(_LIB, BLAS.get_threads)()
+    getattr(_LIB, BLAS.set_threads)(1)
+    try:
+        yield
+    finally:
+        getattr(_LIB, BLAS.set_threads)(previous)
+
+
+# ------------------------------------------------------------------ intrinsics
+
+_I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+
+
+def _sgemm_intrinsic(ilp64: bool):
+    symbol = _SGEMM[ilp64]
+    index = _I64 if ilp64 else _I32
+
+    def sgemm(typingctx, ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
+        for name, arr in (("a", a), ("b", b), ("c", c)):
+            if not (isinstance(arr, types.Array) and arr.dtype == types.float32):
+                raise numba.core.errors.TypingError(f"sgemm: {name} must be a float32 array")
+        ints = (ta, tb, m, n, k, a_off, lda, b_off, ldb, c_off, ldc)
+        if not all(isinstance(t, (types.Integer, types.Boolean)) for t in ints):
+            raise numba.core.errors.TypingError("sgemm: sizes and offsets must be integers")
+        sig = types.void(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
+
+        def codegen(context, builder, signature, args):
+            fnty = ir.FunctionType(
+                ir.VoidType(),
+                [_I32, _I32, _I32, index, index, index, _F32, _F32.as_pointer(), index]
+                + [_F32.as_pointer(), index, _F32, _F32.as_pointer(), index],
+            )
+            fn = cgutils.get_or_insert_function(builder.module, fnty, symbol)
+            argtys = signature.args
+
+            def integer(i: int, ty) -> ir.Value:
+                return context.cast(builder, args[i], argtys[i], ty)
+
+            def pointer(i: int, off: int) -> ir.Value:
+                data = context.make_array(argtys[i])(context, builder, args[i]).data
+                return builder.gep(data, [integer(off, types.int64)])
+
+            def trans(i: int) -> ir.Value:
+                flag = integer(i, types.int32)
+                return builder.select(
+                    builder.icmp_signed("!=", flag, ir.Constant(_I32, 0)),
+                    ir.Constant(_I32, TRANS),
+                    ir.Constant(_I32, NO_TRANS),
+                )
+
+            width = types.int64 if ilp64 else types.int32
+            builder.call(
+                fn,
+                [
+                    ir.Constant(_I32, _ROW_MAJOR),
+                    trans(0),
+                    trans(1),
+                    integer(2, width),
+                    integer(3, width),
+                    integer(4, width),
+                    ir.Constant(_F32, 1.0),
+                    pointer(5, 6),
+                    integer(7, width),
+                    pointer(8, 9),
+                    integer(10, width),
+                    ir.Constant(_F32, 0.0),
+                    pointer(11, 12),
+                    integer(13, width),
+                ],
+            )
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    sgemm.__name__ = f"sgemm_{'ilp64' if ilp64 else 'lp64'}"
+    sgemm.__doc__ = (
+        "C[c_off:] = op(A[a_off:]) @ op(B[b_off:]), row-major, float32; op transposes when "
+        "ta/tb is true. m x n result from m x k and k x n, leading dimensions lda, ldb, ldc."
+    )
+    return intrinsic(sgemm)
+
+
+sgemm_lp64 = _sgemm_intrinsic(False)
+sgemm_ilp64 = _sgemm_intrinsic(True)
+
+
+@intrinsic
+def _threads_local(typingctx, n):
+    sig = types.int32(types.int32)
+
+    def codegen(context, builder, signature, args):
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(_I32, [_I32]), _THREADS_LOCAL
+        )
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@numba.njit(cache=True)
+def threads_local(n):
+    """Set the calling thread's BLAS thread count (0: the global count); return the old one."""
+    return _threads_local(np.int32(n))
+
+
+@numba.njit(cache=True)
+def threads_noop(n):
+    """The stand-in for ``threads_local`` where the BLAS has none (or there is no BLAS)."""
+    return np.int32(0)
+
+
+@numba.njit(cache=True)
+def sgemm_numba(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
+    """``sgemm_lp64``'s contract as plain loops (float32 accumulation, rows of C vectorise)."""
+    for i in range(m):
+        row = c[c_off + i * ldc : c_off + i * ldc + n]
+        for j in range(n):
+            row[j] = np.float32(0.0)
+        for p in range(k):
+            aip = a[a_off + p * lda + i] if ta else a[a_off + i * lda + p]
+            if tb:
+                for j in range(n):
+                    row[j] += aip * b[b_off + j * ldb + p]
+            else:
+                brow = b[b_off + p * ldb : b_off + p * ldb + n]
+                for j in range(n):
+                    row[j] += aip * brow[j]
+
+
+@intrinsic
+def _fetch_add(typingctx, counter, value):
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64):
+        raise numba.core.errors.TypingError("fetch_add: counter must be an int64 array")
+    sig = types.int64(counter, types.int64)
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        value = context.cast(builder, args[1], signature.args[1], types.int64)
+        return builder.atomic_rmw("add", data, value, "monotonic")
+
+    return sig, codegen
+
+
+@numba.njit(cache=True)
+def next_block(counter):
+    """The next block number for the calling task: an atomic fetch-and-add on counter[0].
+
+    The blocked kernels' tasks take blocks from this shared counter instead of a
+    fixed share each, so a thread the OS deschedules (another process on the
+    core) holds up only the block it is in: the other threads take the rest.
+    """
+    return _fetch_add(counter, 1)

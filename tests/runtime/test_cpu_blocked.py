@@ -1,0 +1,299 @@
+"""The blocked matmul/conv kernels of the cpu target: every path, and their scratch bound.
+
+Each numerics check runs poisoned outputs on fresh random inputs against the
+float64 reference (``cpu_check.check``). Shapes are chosen so that the result
+is split into several blocks with a ragged last one (``MIN_BLOCKS`` splits
+small problems), which the assertions on ``ScratchPlan.max_tasks`` confirm.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numba
+import numpy as np
+import pytest
+from cpu_check import check
+from numerics import assert_close
+
+from fusec.api import parse, run_pipeline
+from fusec.ir.module import entry_function
+from fusec.runtime.cache import KernelCache
+from fusec.runtime.launch import Program
+from fusec.runtime.reference import run_reference
+from fusec.targets.cpu import blas as cpu_blas
+from fusec.targets.cpu import matmul as cpu_matmul
+from fusec.tools.runner import random_inputs
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> KernelCache:
+    return KernelCache(tmp_path_factory.mktemp("kernels"))
+
+
+def _t(shape, dtype="f32"):
+    return f"tensor<{''.join(f'{d}x' for d in shape)}{dtype}>"
+
+
+def _blocks(program: Program) -> int:
+    return program.kernels[-1].scratch.max_tasks
+
+
+# -------------------------------------------------------------------- matmul
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_matmul_layernorm_prologue_gelu_epilogue_ragged_blocks(cache, dtype):
+    x, v, w, hv, y = (_t(s, dtype) for s in ((100, 48), (48,), (48, 40), (40,), (100, 40)))
+    text = f"""
+func.func @f(%x: {x}, %g: {v}, %be: {v}, %w: {w}, %b: {hv}) -> {y} {{
+  %n = ai.layernorm %x, %g, %be : {x} * {v} * {v}
+  %m = ai.matmul %n, %w : {x} * {w}
+  %c = ai.bias_add %m, %b {{axis = 1}} : {y} * {hv}
+  %o = ai.gelu %c : {y}
+  return %o : {y}
+}}"""
+    program = check(text, cache=cache, kind="matmul")
+    assert _blocks(program) == 4  # 100 rows: 32 + 32 + 32 + 4
+    assert "la = (row - (r0)) * 48" in program.kernels[0].source  # LN rows into the A block
+
+
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+def test_matmul_transposed_operands_softmax_epilogue(cache, ta, tb):
+    m, k, n = 70, 24, 36
+    a = _t((k, m) if ta else (m, k))
+    b = _t((n, k) if tb else (k, n))
+    y = _t((m, n))
+    attrs = ", ".join(
+        f"{name} = true" for name, on in (("transpose_a", ta), ("transpose_b", tb)) if on
+    )
+    text = f"""
+func.func @f(%a: {a}, %b: {b}, %r: {y}) -> ({y}, {y}) {{
+  %m = ai.matmul %a, %b {{{attrs}}} : {a} * {b}
+  %s = ai.softmax %m : {y}
+  %o = ai.add %s, %r : {y} * {y}
+  return %o, %m : {y}, {y}
+}}"""
+    program = check(text, cache=cache, kind="matmul")
+    assert _blocks(program) == 3  # 70 rows: 32 + 32 + 6
+
+
+def test_matmul_batched_broadcast_operands_and_epilogue(cache):
+    a, b, r = _t((2, 1, 40, 16)), _t((3, 16, 24)), _t((3, 1, 24))
+    y = _t((2, 3, 40, 24))
+    g = _t((16,))
+    text = f"""
+func.func @f(%a: {a}, %g: {g}, %be: {g}, %b: {b}, %r: {r}) -> {y} {{
+  %n = ai.layernorm %a, %g, %be : {a} * {g} * {g}
+  %m = ai.matmul %n, %b : {a} * {b}
+  %o = ai.add %m, %r : {y} * {r}
+  %t = ai.tanh %o : {y}
+  return %t : {y}
+}}"""
+    program = check(text, cache=cache, kind="matmul")
+    assert _blocks(program) == 6  # one block per (2 x 3) matrix
+
+
+def test_matmul_two_batch_dims_scalar_and_mask_epilogue(cache):
+    """Attention scores: both operands carry the (2, 3) batch; a scalar and a mask follow."""
+    q, y, mask = _t((2, 3, 40, 8)), _t((2, 3, 40, 40)), _t((40, 40))
+    text = f"""
+func.func @f(%q: {q}, %k: {q}, %s: {_t(())}, %mask: {mask}) -> {y} {{
+  %m = ai.matmul %q, %k {{transpose_b = true}} : {q} * {q}
+  %d = ai.div %m, %s : {y} * {_t(())}
+  %a = ai.add %d, %mask : {y} * {mask}
+  %p = ai.softmax %a : {y}
+  return %p : {y}
+}}"""
+    program = check(text, cache=cache, kind="matmul")
+    assert _blocks(program) == 6  # one block per matrix
+
+
+@pytest.mark.parametrize(
+    "a, b, y",
+    [
+        ((24,), (2, 24, 30), (2, 30)),  # a 1-D A: one row per matrix
+        ((2, 30, 24), (24,), (2, 30)),  # a 1-D B: whole matrices, rows along M
+        ((24,), (24,), ()),  # a dot product
+    ],
+)
+def test_matmul_vector_operands(cache, a, b, y):
+    ta, tb, ty = _t(a), _t(b), _t(y)
+    if y:
+        epilogue = f"%s = ai.softmax %m : {ty}\n  %o = ai.mul %s, %m : {ty} * {ty}"
+    else:
+        epilogue = f"%o = ai.sigmoid %m : {ty}"
+    text = f"""
+func.func @f(%a: {ta}, %b: {tb}) -> {ty} {{
+  %m = ai.matmul %a, %b : {ta} * {tb}
+  {epilogue}
+  return %o : {ty}
+}}"""
+    check(text, cache=cache, kind="matmul")
+
+
+def test_matmul_prologue_values_needed_later_run_as_a_stage_of_their_own(cache):
+    a, b, y = _t((40, 40)), _t((40, 40)), _t((40, 40))
+    text = f"""
+func.func @f(%a: {a}, %s: {a}, %b: {b}) -> {y} {{
+  %p = ai.mul %a, %s : {a} * {a}
+  %m = ai.matmul %p, %b : {a} * {b}
+  %o = ai.add %m, %p : {y} * {a}
+  return %o : {y}
+}}"""
+    program = check(text, cache=cache, kind="matmul")
+    assert "_prologue0" in program.kernels[0].source  # %p is read by the epilogue too
+
+
+# ---------------------------------------------------------------------- conv
+
+CONVS = [
+    # strides, padding, dilations, groups, (N, C, H, W), (K, kh, kw)
+    ((2, 2), (0, 1, 1, 2), (1, 1), 1, (1, 6, 21, 17), (8, 3, 3)),  # stride, uneven padding
+    ((1, 1), (2, 2), (2, 2), 1, (1, 4, 14, 12), (6, 3, 3)),  # dilation
+    ((1, 1), (1, 1), (1, 1), 8, (1, 8, 12, 12), (16, 3, 3)),  # groups: 1 channel each
+    ((2, 1), (0, 0), (1, 1), 1, (2, 8, 13, 9), (4, 1, 1)),  # 1x1 with a stride: im2col
+    ((1, 1), (0, 0), (1, 1), 2, (1, 8, 11, 7), (6, 1, 1)),  # 1x1: reads the input directly
+    ((1, 1), (3, 3), (1, 1), 1, (1, 3, 5, 5), (4, 3, 3)),  # padding wider than the kernel
+]
+
+
+def _conv_text(case, dtype, epilogue="relu"):
+    strides, padding, dil, groups, (n, c, h, w), (k, kh, kw) = case
+    pads = padding * 2 if len(padding) == 2 else padding
+    oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (w + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
+    x, wt, b = _t((n, c, h, w), dtype), _t((k, c // groups, kh, kw), dtype), _t((k,), dtype)
+    y = _t((n, k, oh, ow), dtype)
+
+    def arr(v):
+        return ", ".join(map(str, v))
+
+    return f"""
+func.func @f(%x: {x}, %w: {wt}, %b: {b}) -> {y} {{
+  %c = ai.conv2d %x, %w {{strides = array<i64: {arr(strides)}>,
+                          padding = array<i64: {arr(padding)}>,
+                          dilations = array<i64: {arr(dil)}>, groups = {groups}}} : {x} * {wt}
+  %a = ai.bias_add %c, %b : {y} * {b}
+  %o = ai.{epilogue} %a : {y}
+  return %o : {y}
+}}"""
+
+
+@pytest.mark.parametrize("case", CONVS)
+def test_conv_blocks(cache, case):
+    program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
+    im2col = case[5][1:] != (1, 1) or case[0] != (1, 1) or any(case[1])
+    assert ("cols = ws[" in program.kernels[0].source) == im2col
+    assert _blocks(program) > 1
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_conv_16_bit(cache, dtype):
+    check(_conv_text(CONVS[0], dtype, "sigmoid"), cache=cache, kind="conv")
+
+
+def test_conv_epilogue_operand_varying_along_h_only(cache):
+    x, w, y, r = _t((1, 4, 10, 9)), _t((5, 4, 3, 3)), _t((1, 5, 8, 7)), _t((5, 8, 1))
+    text = f"""
+func.func @f(%x: {x}, %w: {w}, %r: {r}) -> {y} {{
+  %c = ai.conv2d %x, %w : {x} * {w}
+  %o = ai.mul %c, %r : {y} * {r}
+  return %o : {y}
+}}"""
+    program = check(text, cache=cache, kind="conv")
+    assert "for kk in range(5):" in program.kernels[0].source  # whole output rows
+
+
+def test_conv_softmax_over_the_last_axis_in_the_epilogue(cache):
+    x, w, y = _t((2, 3, 9, 11)), _t((4, 3, 3, 3)), _t((2, 4, 7, 9))
+    text = f"""
+func.func @f(%x: {x}, %w: {w}) -> ({y}, {y}) {{
+  %c = ai.conv2d %x, %w : {x} * {w}
+  %s = ai.softmax %c : {y}
+  return %s, %c : {y}, {y}
+}}"""
+    check(text, cache=cache, kind="conv")
+
+
+# ------------------------------------------------------- the Numba GEMM fallback
+
+
+def test_numba_gemm_fallback(cache, monkeypatch):
+    monkeypatch.setattr(cpu_blas, "BLAS", None)
+    assert "sgemm_numba as sgemm" in cpu_blas.import_line()
+    program = check(_conv_text(CONVS[0], "f32"), cache=cache, kind="conv")
+    assert "sgemm_numba" in program.kernels[0].source
+    test_matmul_transposed_operands_softmax_epilogue(cache, True, True)
+
+
+def test_the_kernel_names_the_blas_it_was_built_for(cache):
+    program = check(_conv_text(CONVS[1], "f32"), cache=cache, kind="conv")
+    assert cpu_blas.import_line() in program.kernels[0].source
+    if cpu_blas.BLAS is not None:  # numpy's wheels ship OpenBLAS
+        assert cpu_blas.mode().startswith("blas-")
+
+
+# ------------------------------------------------------------ scratch bound
+
+
+def _launch_peak(program: Program, inputs) -> tuple[int, list[np.ndarray]]:
+    """Peak bytes traced while the group's kernel runs (outputs allocated before)."""
+    (launch,) = program.launches
+    (fn,) = program.load()
+    flat = [np.ascontiguousarray(a, np.float32).reshape(-1) for a in inputs]
+    outs = [np.full(spec.shape, np.nan, np.float32) for spec in launch.kernel.outputs]
+    fn(*flat, *(o.reshape(-1) for o in outs))  # compile first: the compiler allocates too
+    for o in outs:
+        o.fill(np.nan)
+    tracemalloc.start()
+    try:
+        fn(*flat, *(o.reshape(-1) for o in outs))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak, outs
+
+
+GROUPS = {
+    "layernorm-matmul-softmax": f"""
+func.func @f(%x: {_t((8192, 64))}, %g: {_t((64,))}, %be: {_t((64,))}, %w: {_t((64, 256))})
+    -> {_t((8192, 256))} {{
+  %n = ai.layernorm %x, %g, %be : {_t((8192, 64))} * {_t((64,))} * {_t((64,))}
+  %m = ai.matmul %n, %w : {_t((8192, 64))} * {_t((64, 256))}
+  %s = ai.softmax %m : {_t((8192, 256))}
+  return %s : {_t((8192, 256))}
+}}""",
+    "conv-bias-relu": f"""
+func.func @f(%x: {_t((1, 8, 384, 384))}, %w: {_t((16, 8, 3, 3))}, %b: {_t((16,))})
+    -> {_t((1, 16, 384, 384))} {{
+  %c = ai.conv2d %x, %w {{padding = array<i64: 1, 1>}}
+    : {_t((1, 8, 384, 384))} * {_t((16, 8, 3, 3))}
+  %a = ai.bias_add %c, %b : {_t((1, 16, 384, 384))} * {_t((16,))}
+  %r = ai.relu %a : {_t((1, 16, 384, 384))}
+  return %r : {_t((1, 16, 384, 384))}
+}}""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(GROUPS))
+def test_scratch_is_bounded_by_a_block_not_by_the_output(cache, name):
+    text = GROUPS[name]
+    module = parse(text)
+    run_pipeline(module)
+    program = Program(module, target="cpu", cache=cache)
+    assert len(program.launches) == 1  # the fusion pipeline made it one group
+    plan = program.kernels[0].scratch
+    out_bytes = 4 * int(np.prod(program.kernels[0].outputs[0].shape))
+    threads = numba.get_num_threads()
+    assert plan.full_bytes == 0  # no buffer of a tensor's size
+    assert plan.per_task_bytes <= cpu_matmul.WORKSPACE_BYTES
+    assert plan.peak_bytes(threads) < out_bytes / 4
+
+    inputs = random_inputs(entry_function(module), seed=3)
+    peak, outs = _launch_peak(program, inputs)
+    # tracemalloc sees numpy's allocations: the workspaces are all there is
+    assert plan.per_task_bytes <= peak <= plan.peak_bytes(threads) + 64 * 1024
+    (reference,) = run_reference(parse(text), inputs, precision="float64")
+    assert_close(outs[0], reference, what=name)
