@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -128,7 +129,7 @@ def _source(args: argparse.Namespace):
         return from_onnx(args.file, input_shapes=_input_shapes(args.input_shape))
     if args.input_shape:
         raise FusecError("--input-shape applies to .onnx models only")
-    return args.file
+    return Path(args.file)  # always a path (a file name may hold a newline or a brace)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -332,10 +333,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """``fusec: warning: MESSAGE`` for fusec's own warnings; Python's format for others."""
+    from fusec.errors import FusecWarning
+
+    if issubclass(category, FusecWarning):
+        (file or sys.stderr).write(f"fusec: warning: {message}\n")
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
+_python_showwarning = warnings.showwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from fusec.errors import FusecError
 
     args = build_parser().parse_args(argv)
+    shown, warnings.showwarning = warnings.showwarning, _show_warning
     try:
         return args.handler(args)
     except FusecError as err:
@@ -357,6 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "  (this is a bug in fusec; rerun with FUSEC_DEBUG=1 for the traceback)\n"
         )
         return 2
+    finally:
+        warnings.showwarning = shown
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ followed (when the source text is known) by the offending line and a caret.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -21,6 +22,11 @@ class SourceLocation:
         if self.line <= 0:  # the whole file (e.g. it does not exist)
             return self.file
         return f"{self.file}:{self.line}:{self.col}"
+
+
+class FusecWarning(UserWarning):
+    """Something fusec works around but the user should know (e.g. an unusable cache
+    folder); the command line prints it as ``fusec: warning: MESSAGE``."""
 
 
 class FusecError(Exception):
@@ -48,15 +54,35 @@ class FusecError(Exception):
         return self.format()
 
     def format(self) -> str:
-        """The full diagnostic: header line, then source line and caret when known."""
-        prefix = f"{self.location}: " if self.location else ""
-        lines = [f"{prefix}error: {self.message}"]
+        """The full diagnostic: header line, then source line and caret when known.
+
+        Control characters from the input (terminal escape sequences, bidi
+        overrides) are shown escaped, never sent to the user's terminal.
+        """
+        prefix = f"{_escaped(str(self.location))}: " if self.location else ""
+        lines = [f"{prefix}error: {_escaped(self.message, keep=chr(10) + chr(9))}"]
         if self.location and self.source_line is not None:
-            text = self.source_line.rstrip("\n")
-            lines.append(text)
+            text = _CONTROL.sub("?", self.source_line.rstrip("\n"))  # one column each: the
+            lines.append(text)  # caret stays under the column
             caret_col = min(self.location.col - 1, len(text))
             lines.append(" " * caret_col + "^" * self.length)
         return "\n".join(lines)
+
+
+#: C0 and C1 control characters, DEL, and Unicode's bidirectional formatting characters.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(text: str, keep: str = "") -> str:
+    """``text`` with control characters (but those in ``keep``) as ``\\xNN``/``\\uNNNN``."""
+
+    def escape(match: re.Match) -> str:
+        char = match.group()
+        if char in keep:
+            return char
+        return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+    return _CONTROL.sub(escape, text)
 
 
 def line_of(text: str, line: int) -> str | None:

@@ -19,7 +19,6 @@ from pathlib import Path
 from fusec._version import __version__
 from fusec.errors import FusecError
 from fusec.frontend.tracer import TracedFunction
-from fusec.ir.files import write_atomically
 
 TRACE_FORMAT = 1
 
@@ -45,35 +44,40 @@ def tracer_version() -> str:
     return f"{__version__}+{digest.hexdigest()[:16]}"
 
 
-def _trace_path(key: str) -> Path:
-    """Traces live beside the kernel cache, under the same root (``FUSEC_CACHE_DIR``)."""
-    from fusec.runtime.cache import cache_root
-
-    return cache_root() / "traces" / f"{key}.json"
+def _trace_entry(key: str) -> str:
+    """Traces are sealed records of the kernel cache (same folder, same per-user key:
+    ``fusec.runtime.cache``), so another user cannot plant one."""
+    return f"traces/{key}.json"
 
 
 def read_trace(key: str) -> TracedFunction | None:
-    """The traced function stored under ``key``, or None (missing, stale or unreadable)."""
+    """The traced function stored under ``key``, or None (missing, stale, unreadable or
+    not authentic: the kernel cache checks its seal before anything is parsed)."""
     from fusec.frontend.mlir import parse_module
+    from fusec.runtime.cache import default_cache
 
-    path = _trace_path(key)
+    data = default_cache().read_entry(_trace_entry(key))
+    if data is None:
+        return None
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(data)
         if record.get("format") != TRACE_FORMAT or record.get("fusec") != tracer_version():
             return None
-        module = parse_module(record["ir"], str(path))
+        module = parse_module(record["ir"], f"<trace cache {key[:12]}>")
         params = tuple(
             (int(leaf), tuple(shape) if shape is not None else None)
             for leaf, shape in record["params"]
         )
         return TracedFunction(module, params, record["outputs"], int(record["results"]))
-    except (OSError, ValueError, KeyError, TypeError, FusecError):
+    except (ValueError, KeyError, TypeError, AttributeError, FusecError):
         return None
 
 
 def write_trace(key: str, traced: TracedFunction) -> None:
     """Store ``traced`` under ``key`` atomically; a cache that cannot be written is skipped."""
     from xdsl.printer import Printer
+
+    from fusec.runtime.cache import default_cache
 
     buffer = io.StringIO()
     Printer(stream=buffer, print_debuginfo=True).print_op(traced.module)
@@ -85,9 +89,4 @@ def write_trace(key: str, traced: TracedFunction) -> None:
         "outputs": traced.outputs,
         "results": traced.num_results,
     }
-    path = _trace_path(key)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, json.dumps(record), mode=0o600)
-    except OSError:
-        pass
+    default_cache().write_entry(_trace_entry(key), json.dumps(record).encode())

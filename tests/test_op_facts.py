@@ -372,3 +372,25 @@ def test_every_language_renders_every_op():
         for op in SAMPLES:
             text = ExprGenerator(language=language).scalar(op, ["a", "b", "c"][: len(op.operands)])
             assert text and "None" not in text, (language.name, _label(op))
+
+
+def test_the_planner_respects_an_unsupported_op(monkeypatch):
+    from fusec.api import compile as fusec_compile
+    from fusec.api import run_pipeline
+
+    monkeypatch.setattr(ai.TanhOp, "UNSUPPORTED", {"cpu": "no tanh on this machine"})
+    text = (
+        "func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {\n"
+        "  %a = ai.relu %x : tensor<8xf32>\n"
+        "  %t = ai.tanh %a : tensor<8xf32>\n"
+        "  %e = ai.exp %t : tensor<8xf32>\n"
+        "  return %e : tensor<8xf32>\n}"
+    )
+    module = parse_module(text)
+    run_pipeline(module, target="cpu")
+    grouped = {
+        inner.name for op in module.walk() if isinstance(op, ai.FusedOp) for inner in op.walk()
+    }
+    assert "ai.tanh" not in grouped and {"ai.relu", "ai.exp"} <= grouped  # planned around it
+    with pytest.raises(FusecError, match="ai.tanh is not supported on target 'cpu': no tanh"):
+        fusec_compile(text, target="cpu", executable=False)

@@ -216,3 +216,15 @@ def test_the_default_pipeline_recognises():
     text = _func(f"%x: {T}", consts + ERF_FORMS["dynamo"].format(T=T, S=S))
     ir = fusec.compile(text, target="reference").ir
     assert "ai.gelu" in ir and "ai.erf" not in ir
+
+
+def test_scalars_are_left_alone():
+    """A scalar has no last axis to scale or shift along (found by tests/differential:
+    the pattern used to index the empty shape of a 0-d tensor)."""
+    text = """func.func @f(%a: tensor<f32>) -> tensor<f32> {
+  %r = ai.relu %a : tensor<f32>
+  %s = ai.add %a, %r : tensor<f32> * tensor<f32>
+  return %s : tensor<f32>
+}"""
+    compiled = fusec.compile(text, target="reference")
+    assert compiled.ir.count("ai.add") == 1

@@ -59,6 +59,10 @@ class KernelSource:
     #: The kernel runs its ops one by one (a library fallback), each rounding its
     #: result to its declared type, instead of as one fused loop.
     runs_op_by_op: bool = False
+    #: Every other text the template generates for this kernel, as (language, text):
+    #: e.g. the CUDA C++ of a linked main loop. tests/test_code_injection.py checks
+    #: ``source`` and these for spliced user text, so list every generated text here.
+    extra_sources: tuple[tuple[str, str], ...] = ()
 
 
 def io_specs(fused_op: FusedOp) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:

@@ -60,8 +60,11 @@ from xdsl.utils.exceptions import VerifyException
 from fusec.dialect import numpy_ops as K
 from fusec.dialect import shapes
 from fusec.dialect.canonical import (
+    AddCanonicalization,
     BatchNormCanonicalization,
+    BiasAddCanonicalization,
     CastCanonicalization,
+    Conv2DCanonicalization,
     ReluCanonicalization,
 )
 from fusec.dialect.facts import (
@@ -242,7 +245,8 @@ class AiOp(IRDLOperation):
 
     @classmethod
     def encode_attrs(cls, attrs: Mapping[str, Any]) -> dict[str, Attribute]:
-        """Python values -> properties, dropping values equal to the default."""
+        """Python values -> properties, dropping values equal to the default (as stored:
+        ``epsilon=1e-5`` is the f32 default), so that one op has one representation."""
         declared = cls.declared_properties()
         props: dict[str, Attribute] = {}
         for key, value in attrs.items():
@@ -250,10 +254,11 @@ class AiOp(IRDLOperation):
                 raise ShapeError(f"{cls.name}: unknown attribute '{key}'{cls._known_attrs()}")
             default = declared[key].default_value
             assert default is not None
-            if isinstance(value, Attribute):
-                props[key] = value
-            elif value is not None and value != python_value(default):
-                props[key] = attribute_like(value, default)
+            if value is None:
+                continue
+            attr = value if isinstance(value, Attribute) else attribute_like(value, default)
+            if not _is_default(declared[key], attr):
+                props[key] = attr
         return props
 
     @classmethod
@@ -387,7 +392,8 @@ class AiOp(IRDLOperation):
         properties, attributes = {}, {}
         for key, value in attr_dict.items():
             if key in declared:
-                properties[key] = value
+                if not _is_default(declared[key], value):  # as the builders: one representation
+                    properties[key] = value
             elif "." in key:  # dialect-prefixed discardable attribute
                 attributes[key] = value
             else:
@@ -419,9 +425,14 @@ class AiOp(IRDLOperation):
         printer.print_string(" ")
         printer.print_list(self.operands, printer.print_operand)
         declared = self.declared_properties()
+        # In declaration order, whatever order the builder or the text gave them in,
+        # so that one op prints one way (MLIR sorts attribute dictionaries too).
+        order = {key: i for i, key in enumerate(declared)}
         shown = {
             key: value
-            for key, value in self.properties.items()
+            for key, value in sorted(
+                self.properties.items(), key=lambda item: order.get(item[0], len(order))
+            )
             if key not in declared or not _is_default(declared[key], value)
         }
         shown.update(self.attributes)
@@ -485,7 +496,7 @@ class Conv2DOp(AiOp):
     padding = int_array_prop(0, 0)
     dilations = int_array_prop(1, 1)
     groups = int_prop(1)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Conv2DCanonicalization())
 
     PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="conv2d")
@@ -508,7 +519,7 @@ class BiasAddOp(AiOp):
     bias = operand()
     output = result()
     axis = int_prop(1)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), BiasAddCanonicalization())
 
     PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="bias_add")
@@ -554,6 +565,7 @@ class AddOp(BinaryOp):
     """Elementwise a + b (numpy broadcasting)."""
 
     name = "ai.add"
+    traits = traits_def(Pure(), AddCanonicalization())
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("add", ufuncs=("add",), onnx=("Add",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
@@ -615,8 +627,10 @@ class MaximumOp(BinaryOp):
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("maximum", ufuncs=("maximum",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        a, b = args  # no min/max builtins: NaN must propagate from either side
-        return s.select(s.either(s.compare(a, ">=", b), s.compare(a, "!=", a)), a, b)
+        # numpy's maximum: no min/max builtins, NaN propagates from either side, and a
+        # tie (-0.0 vs 0.0) gives the second operand
+        a, b = args
+        return s.select(s.either(s.compare(a, ">", b), s.compare(a, "!=", a)), a, b)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         return K.maximum(*args)
@@ -630,8 +644,10 @@ class MinimumOp(BinaryOp):
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("minimum", ufuncs=("minimum",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        a, b = args  # no min/max builtins: NaN must propagate from either side
-        return s.select(s.either(s.compare(a, "<=", b), s.compare(a, "!=", a)), a, b)
+        # numpy's minimum: no min/max builtins, NaN propagates from either side, and a
+        # tie (-0.0 vs 0.0) gives the second operand
+        a, b = args
+        return s.select(s.either(s.compare(a, "<", b), s.compare(a, "!=", a)), a, b)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         return np.asarray(np.minimum(*args))
@@ -660,9 +676,9 @@ class ReluOp(UnaryOp):
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("relu", onnx=("Relu",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        (a,) = args
+        (a,) = args  # maximum(a, 0): relu(NaN) is NaN, relu(-0.0) is 0.0, as numpy
         zero = s.literal(0.0)
-        return s.select(s.negate(s.compare(a, "<", zero)), a, zero)
+        return s.select(s.either(s.compare(a, ">", zero), s.compare(a, "!=", a)), a, zero)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         return K.relu(*args)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,11 +22,26 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation
 from xdsl.parser import Parser
+from xdsl.parser.generic_parser import ParserState
 from xdsl.utils.exceptions import ParseError, VerifyException
-from xdsl.utils.lexer import Span
+from xdsl.utils.lexer import Input, Span
+from xdsl.utils.mlir_lexer import MLIRLexer
 
 from fusec.errors import FusecError, SourceLocation, line_of
 from fusec.ir.diagnostics import error_at, verify_module
+from fusec.ir.memory import check_bytes
+
+
+class _Lexer(MLIRLexer):
+    """xDSL's lexer with a string-literal pattern that cannot backtrack exponentially.
+
+    xDSL's ``"(?:[^"\\...]+|\\...)*"`` nests a ``+`` in a ``*``: on a string with no
+    closing quote, matching takes time exponential in the rest of the line (a
+    100-byte file ran for minutes). One character per repetition matches the
+    same strings in linear time.
+    """
+
+    _unescaped_characters_regex = re.compile(r'"(?:[^"\\\n\v\f]|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*"')
 
 
 class LocatedParser(Parser):
@@ -33,11 +49,20 @@ class LocatedParser(Parser):
 
     current_op_span: Span | None = None
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, ctx, text: str, name: str = "<unknown>") -> None:
+        super().__init__(ctx, "", name)
+        self._parser_state = ParserState(_Lexer(Input(text, name)))
         # Where each not-yet-defined value is first used: xDSL reports values
         # that stay undefined only at the end of the input, with no position.
         self.first_uses: dict[str, Span] = {}
+        self._location_end = -1
+        self._written: set[Operation] = set()  # ops whose text gave their location
+
+    def parse_optional_location(self):
+        location = super().parse_optional_location()
+        if location is not None:
+            self._location_end = self.pos  # where the op that ends in it ends
+        return location
 
     def resolve_operand(self, operand, type):  # noqa: A002 - xDSL's parameter name
         if self.ssa_values.get(operand.operand_name) is None:
@@ -59,7 +84,8 @@ class LocatedParser(Parser):
                 raise
             name = undefined[0]
             raise ParseError(self.first_uses[name], f"use of undefined value '%{name}'") from None
-        if not isinstance(module.location, FileLineColLoc):  # the implicit module
+        if module not in self._written and not isinstance(module.location, FileLineColLoc):
+            # the implicit module (an explicit one was located by parse_operation)
             name_attr = StringAttr(self.lexer.input.name)
             module.location = FileLineColLoc(name_attr, IntAttr(1), IntAttr(1))
         return module
@@ -73,7 +99,12 @@ class LocatedParser(Parser):
             raise ParseError(span, str(err)) from None
         finally:
             self.current_op_span = outer
-        if not isinstance(op.location, FileLineColLoc):
+        # A location the text writes (even `loc(unknown)`) is kept, so that printed IR
+        # with locations parses back to the same module; otherwise: where the op starts.
+        written = self._location_end == self.pos
+        if written:
+            self._written.add(op)
+        elif not isinstance(op.location, FileLineColLoc):
             loc = span.get_location()
             op.location = FileLineColLoc(
                 StringAttr(self.lexer.input.name), IntAttr(loc.line), IntAttr(loc.col)
@@ -88,6 +119,20 @@ class LocatedParser(Parser):
         if hex_literal and type(element.value) is int:
             return _HexElement(element.is_negative, element.value, element.span)
         return element
+
+    def _parse_dense_literal_type(self):
+        # xDSL expands a splat (dense<1.0> : T) into one list entry per element: refuse
+        # a type too big for memory before that happens (a line could ask for 40 GB)
+        start = self.pos
+        dense_type = super()._parse_dense_literal_type()
+        count = 1
+        for d in dense_type.get_shape():
+            count *= max(d, 0)
+        try:
+            check_bytes(count * 16, f"the dense constant {dense_type}")
+        except FusecError as err:
+            self.raise_error(err.message, start, self.pos)
+        return dense_type
 
     def parse_dense_int_or_fp_elements_attr(self, type):  # noqa: A002 - xDSL's parameter name
         start = self._current_token.span.start
@@ -141,6 +186,10 @@ def read_source(text_or_path: str | Path) -> tuple[str, str]:
     ):
         path = Path(text_or_path)
         try:  # utf-8-sig: a byte-order mark some editors write is not a syntax error
+            if path.stat().st_size > MAX_SOURCE_BYTES:  # before reading it
+                where = SourceLocation(_shown(str(text_or_path)), 0, 0)
+                message = f"the file is larger than {MAX_SOURCE_BYTES} bytes (1 GiB), fusec's limit"
+                raise FusecError(message, where)
             return path.read_text(encoding="utf-8-sig"), str(text_or_path)
         except FileNotFoundError:
             where = SourceLocation(_shown(str(text_or_path)), 0, 0)
@@ -156,13 +205,56 @@ def _shown(name: str, limit: int = 200) -> str:
     return name if len(name) <= limit else f"{name[: limit - 3]}..."
 
 
+#: Limits of the IR fusec reads, refused with a located error before parsing: a
+#: deeper nesting of brackets ``( [ { <`` (real IR needs a few; a dense literal of
+#: rank r needs r) and a larger text.
+MAX_NESTING = 64
+MAX_SOURCE_BYTES = 1 << 30
+#: Python frames the parser may use while parsing MAX_NESTING levels (the worst
+#: construct, nested attribute dictionaries, takes about 20 frames a level).
+_PARSE_RECURSION = 5000
+
+_BRACKETS = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|->|[\[\](){}<>]')
+
+
+def check_limits(text: str, name: str) -> None:
+    """FusecError when ``text`` is longer than MAX_SOURCE_BYTES or nests brackets deeper
+    than MAX_NESTING (located at the bracket that goes too deep)."""
+    if len(text) > MAX_SOURCE_BYTES:
+        raise FusecError(
+            f"the input has {len(text)} characters; fusec reads at most {MAX_SOURCE_BYTES} "
+            "(1 GiB) of IR text",
+            SourceLocation(name, 0, 0),
+        )
+    if sum(text.count(c) for c in "([{<") <= MAX_NESTING:
+        return  # cannot nest deeper than it opens
+    depth = 0
+    for match in _BRACKETS.finditer(text):
+        token = match.group()
+        if token in "([{<":
+            depth += 1
+            if depth > MAX_NESTING:
+                line = text.count("\n", 0, match.start()) + 1
+                col = match.start() - text.rfind("\n", 0, match.start())
+                raise FusecError(
+                    f"brackets nested deeper than {MAX_NESTING} levels (fusec's limit)",
+                    SourceLocation(name, line, col),
+                    line_of(text, line),
+                )
+        elif token in ")]}>":
+            depth = max(0, depth - 1)
+
+
 def parse_module(text: str, name: str = "<string>") -> ModuleOp:
     """Parse and verify ``text``; raise FusecError with a location on any problem."""
     from fusec.dialect import make_context
 
+    check_limits(text, name)
+    limit = sys.getrecursionlimit()
     try:
+        sys.setrecursionlimit(max(limit, _PARSE_RECURSION))
         module = LocatedParser(make_context(), text, name).parse_module()
-    except RecursionError:
+    except RecursionError:  # a backstop: check_limits keeps nesting far below this
         location = SourceLocation(name, 0, 0)
         raise FusecError("the input is nested too deeply to parse", location) from None
     except ParseError as err:
@@ -176,6 +268,8 @@ def parse_module(text: str, name: str = "<string>") -> ModuleOp:
                 else "empty input: expected a func.func or a builtin.module"
             )
         raise FusecError(message, location, line_of(text, loc.line), len(err.span)) from None
+    finally:
+        sys.setrecursionlimit(limit)
     verify_module(module, text)
     check_input_language(module, text)
     return module

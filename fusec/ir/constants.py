@@ -8,6 +8,7 @@ from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr, TensorTyp
 
 from fusec.errors import FusecError
 from fusec.ir.dtypes import ELEMENT_TYPES
+from fusec.ir.memory import check_bytes, tensor_bytes
 
 
 def constant_value(op: arith.ConstantOp) -> np.ndarray:
@@ -16,6 +17,7 @@ def constant_value(op: arith.ConstantOp) -> np.ndarray:
     if not isinstance(value, DenseIntOrFPElementsAttr) or not isinstance(value.type, TensorType):
         raise FusecError(f"arith.constant: only dense tensor constants are supported, got {value}")
     shape = tuple(value.type.get_shape())
+    check_bytes(tensor_bytes([shape], 8), f"the constant {value.type}")
     data = np.asarray(value.get_values(), dtype=np.float64)
     if data.size == 1:  # a splat, 0-d scalars included
         return np.full(shape, data[0])

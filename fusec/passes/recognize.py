@@ -318,7 +318,10 @@ def _extended_by(value: SSAValue, op_type: type) -> bool:
 
 def _vector_for(value: SSAValue, of: SSAValue) -> bool:
     """A scale or shift along the last axis: shape (D,) or (1, ..., D)."""
-    s, d = shape(value), shape(of)[-1]
+    s, target = shape(value), shape(of)
+    if not target:  # a scalar has no last axis (found by tests/differential)
+        return False
+    d = target[-1]
     return bool(s) and s[-1] == d and all(n == 1 for n in s[:-1]) and len(s) <= len(shape(of))
 
 

@@ -30,6 +30,7 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.ir.constants import constant_value
 from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.memory import check_bytes, tensor_bytes
 from fusec.ir.module import check_arguments, entry_function
 from fusec.target import Target, get_target
 
@@ -82,6 +83,8 @@ class LaunchPlan:
     constants: dict[SSAValue, np.ndarray] = field(default_factory=dict)
     launches: list[Launch] = field(default_factory=list)
     returns: list[SSAValue] = field(default_factory=list)
+    #: Bytes of the constants and of every value one call computes.
+    call_bytes: int = 0
 
     @property
     def kernels(self) -> list[KernelSource]:
@@ -93,7 +96,12 @@ def plan_launches(module: ModuleOp, entry: str | None, target: Target) -> Launch
     """Generate the kernel of every ``ai.fused`` group of the entry function, named
     ``k0``, ``k1``... in order; any other ai op is a located error."""
     plan = LaunchPlan(entry_function(module, entry))
-    for op in plan.function.body.block.ops:
+    ops = list(plan.function.body.block.ops)
+    values = [r for op in ops if not isinstance(op, func.ReturnOp) for r in op.results]
+    # every value of a call (the constants too) at float32, before anything is allocated
+    plan.call_bytes = tensor_bytes([spec_of(v.type).shape for v in values], 4)
+    check_bytes(plan.call_bytes, f"the buffers of @{plan.function.sym_name.data}")
+    for op in ops:
         if isinstance(op, arith.ConstantOp):
             dtype = numpy_dtype(spec_of(op.result.type).dtype)
             plan.constants[op.result] = constant_value(op).astype(dtype)
@@ -108,6 +116,9 @@ def plan_launches(module: ModuleOp, entry: str | None, target: Target) -> Launch
         else:
             from fusec.codegen.expr import error_at
 
+            refusal = target.can_generate(op) if isinstance(op, ai.AiOp) else None
+            if refusal is not None:  # why the planner left it out
+                raise error_at(op, f"cannot run on target '{target.name}': {refusal}")
             raise error_at(
                 op,
                 f"is outside any ai.fused group: the '{target.name}' target runs fused "
@@ -134,6 +145,7 @@ class Program:
         self.constants = plan.constants
         self.launches = plan.launches
         self.returns = plan.returns
+        self.call_bytes = plan.call_bytes
         self._fns: list[Callable[..., Any] | None] | None = None
         self._lock = threading.Lock()
 
@@ -155,6 +167,7 @@ class Program:
     def __call__(self, args: Sequence[Any], *, alloc: Allocator | None = None) -> tuple:
         """Run the function on numpy ``args``; return all its results as numpy arrays."""
         arrays = check_arguments(self.function, args)
+        check_bytes(self.call_bytes, f"the buffers of @{self.function.sym_name.data}")
         values: dict[SSAValue, Any] = dict(self.constants)
         values.update(zip(self.function.body.block.args, arrays, strict=True))
         alloc = alloc or _empty

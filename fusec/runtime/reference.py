@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.interpreter import (
     Interpreter,
     InterpreterFunctions,
@@ -43,12 +43,14 @@ from xdsl.interpreter import (
     impl_terminator,
     register_impls,
 )
+from xdsl.ir import SSAValue
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
 from fusec.ir.constants import constant_value
 from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.memory import check_bytes, tensor_bytes
 from fusec.ir.module import check_arguments, entry_function
 
 PRECISIONS = ("float64", "native")
@@ -130,6 +132,10 @@ def _register_tensor_ops() -> None:
 _register_tensor_ops()
 
 
+def _is_tensor(value: SSAValue) -> bool:
+    return isinstance(value.type, TensorType)
+
+
 def run_reference(
     module: ModuleOp,
     args: Sequence[Any],
@@ -152,6 +158,8 @@ def run_reference(
         raise FusecError(f"rounding must be one of {ROUNDINGS}, got '{rounding}'")
     fn = entry_function(module, entry)
     arrays = check_arguments(fn, args, allow_float64=True)
+    shapes = [spec_of(r.type).shape for op in fn.walk() for r in op.results if _is_tensor(r)]
+    check_bytes(tensor_bytes(shapes, 8), f"the reference run of @{fn.sym_name.data}")
     params = fn.function_type.inputs.data
     if precision == "float64" and rounding != "none":  # arguments are stored typed
         arrays = [round_to(a, spec_of(p).dtype) for a, p in zip(arrays, params, strict=True)]

@@ -33,6 +33,7 @@ The relative L2 errors are printed as information.
 from __future__ import annotations
 
 import io
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
 from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.memory import check_bytes, tensor_bytes
 from fusec.ir.module import entry_function
 
 #: Tolerance by element type: rtol, and atol per unit of the reference's RMS.
@@ -70,6 +72,8 @@ def random_inputs(fn: func.FuncOp, seed: int = 0) -> list[np.ndarray]:
     if seed < 0:
         raise FusecError(f"the seed must be >= 0, got {seed}")
     rng = np.random.default_rng(seed)
+    specs = [spec_of(p) for p in fn.function_type.inputs.data]
+    check_bytes(tensor_bytes([s.shape for s in specs], 8), "random inputs")  # drawn in float64
     arrays = []
     for param in fn.function_type.inputs.data:
         spec = spec_of(param)
@@ -86,46 +90,68 @@ _ZIP_MAGIC, _NPY_MAGIC = (b"PK\x03\x04", b"PK\x05\x06"), b"\x93NUMPY"
 
 
 def load_inputs(fn: func.FuncOp, path: str | Path) -> list[np.ndarray]:
-    """The entry's arguments from an .npz file, converted to the declared element types."""
-    stored = _read_npz(path)
-    names = argument_names(fn)
-    if all(n in stored for n in names):
-        keys = names
-    elif all(f"arr_{i}" in stored for i in range(len(names))):
-        keys = [f"arr_{i}" for i in range(len(names))]
-    else:
-        raise FusecError(
-            f"{path}: expected arrays named {', '.join(names)} (or arr_0 ... arr_{len(names) - 1}),"
-            f" found {', '.join(stored) or 'none'}"
-        )
-    extra = [key for key in stored if key not in keys]
-    if extra:  # most likely a misspelt name or a file for another function
-        raise FusecError(
-            f"{path}: unexpected array(s) {', '.join(extra)}: @{fn.sym_name.data} takes "
-            f"{', '.join(keys) or 'no arguments'}"
-        )
-    arrays = []
-    for key, param in zip(keys, fn.function_type.inputs.data, strict=True):
-        spec = spec_of(param)
-        array = stored[key]
-        if array.shape != spec.shape:
-            raise FusecError(f"{path}: array '{key}' has shape {array.shape}, expected {spec}")
-        if array.dtype.kind not in "fiu":
-            raise FusecError(f"{path}: array '{key}' has dtype {array.dtype}, expected {spec}")
-        with np.errstate(over="ignore", invalid="ignore"):
-            converted = array.astype(numpy_dtype(spec.dtype))
-            overflow = np.isfinite(array) & ~np.isfinite(converted)
-        if overflow.any():
+    """The entry's arguments from an .npz file, converted to the declared element types.
+
+    Each array's header (shape, dtype) is checked against its argument before
+    its data is read: a member that is not wanted, or whose header does not
+    match, is never decompressed (a small file cannot make us allocate much).
+    """
+    with _open_npz(path) as archive:
+        stored = [name.removesuffix(".npy") for name in archive.namelist()]
+        names = argument_names(fn)
+        if all(n in stored for n in names):
+            keys = names
+        elif all(f"arr_{i}" in stored for i in range(len(names))):
+            keys = [f"arr_{i}" for i in range(len(names))]
+        else:
             raise FusecError(
-                f"{path}: array '{key}' has values outside the range of {spec.dtype} "
-                f"(e.g. {array[overflow].flat[0]}), expected {spec}"
+                f"{path}: expected arrays named {', '.join(names)} (or arr_0 ... "
+                f"arr_{len(names) - 1}), found {', '.join(stored) or 'none'}"
             )
-        arrays.append(converted)
-    return arrays
+        extra = [key for key in stored if key not in keys]
+        if extra:  # most likely a misspelt name or a file for another function
+            raise FusecError(
+                f"{path}: unexpected array(s) {', '.join(extra)}: @{fn.sym_name.data} takes "
+                f"{', '.join(keys) or 'no arguments'}"
+            )
+        return [
+            _load_member(archive, path, key, spec_of(param))
+            for key, param in zip(keys, fn.function_type.inputs.data, strict=True)
+        ]
 
 
-def _read_npz(path: str | Path) -> dict[str, np.ndarray]:
-    """Every array of an .npz file, or a FusecError saying what the file is instead."""
+def _load_member(archive: zipfile.ZipFile, path: str | Path, key: str, spec) -> np.ndarray:
+    """One argument: header checked first, then read and converted to ``spec``'s type."""
+    try:
+        with archive.open(f"{key}.npy") as member:
+            version = np.lib.format.read_magic(member)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+            else:
+                shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+            if tuple(shape) != spec.shape:
+                raise FusecError(f"{path}: array '{key}' has shape {tuple(shape)}, expected {spec}")
+            if dtype.kind not in "fiu":
+                raise FusecError(f"{path}: array '{key}' has dtype {dtype}, expected {spec}")
+        with archive.open(f"{key}.npy") as member:
+            array = np.lib.format.read_array(member, allow_pickle=False)
+    except FusecError:
+        raise
+    except Exception as err:  # BadZipFile, a truncated member, a bad header, ...
+        raise FusecError(f"{path}: not a readable .npz file ({err})") from None
+    with np.errstate(over="ignore", invalid="ignore"):
+        converted = array.astype(numpy_dtype(spec.dtype))
+        overflow = np.isfinite(array) & ~np.isfinite(converted)
+    if overflow.any():
+        raise FusecError(
+            f"{path}: array '{key}' has values outside the range of {spec.dtype} "
+            f"(e.g. {array[overflow].flat[0]}), expected {spec}"
+        )
+    return converted
+
+
+def _open_npz(path: str | Path) -> zipfile.ZipFile:
+    """The .npz archive at ``path``, or a FusecError saying what the file is instead."""
     try:
         with open(path, "rb") as handle:
             magic = handle.read(6)
@@ -138,10 +164,14 @@ def _read_npz(path: str | Path) -> dict[str, np.ndarray]:
     if not magic.startswith(_ZIP_MAGIC):
         raise FusecError(f"{path}: not an .npz file (numpy.savez writes one)")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
-    except Exception as err:  # BadZipFile, a truncated member, pickled objects, ...
+        archive = zipfile.ZipFile(path)
+    except Exception as err:  # BadZipFile, a truncated central directory, ...
         raise FusecError(f"{path}: not a readable .npz file ({err})") from None
+    bad = [n for n in archive.namelist() if not n.endswith(".npy")]
+    if bad:
+        archive.close()
+        raise FusecError(f"{path}: not an .npz file (member {bad[0]!r} is not an array)")
+    return archive
 
 
 def outputs_npz(outputs: Sequence[np.ndarray]) -> bytes:

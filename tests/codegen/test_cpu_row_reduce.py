@@ -18,6 +18,7 @@ from numpy import float32 as f32
 
 from fusec.runtime.cache import KernelCache
 from fusec.runtime.launch import SOURCE_NAME
+from fusec.runtime.numba_cache import cached_njit
 from fusec.targets.cpu.common import HELPER_DECORATOR
 from fusec.targets.cpu.row_reduce import ROW_HELPERS
 
@@ -38,10 +39,10 @@ def _t(shape) -> str:
 
 
 def _helpers() -> dict:
-    ns = {"math": math, "numba": numba, "np": np, "f32": f32}
+    # outside a kernel cache's ``loading`` block, cached_njit compiles without a disk cache
+    ns = {"math": math, "numba": numba, "np": np, "f32": f32, "cached_njit": cached_njit}
     for source in ROW_HELPERS.values():
-        source = f"{HELPER_DECORATOR}\n{source}".replace("cache=True", "cache=False")  # no file
-        exec(source, ns)  # noqa: S102 - the template's own source
+        exec(f"{HELPER_DECORATOR}\n{source}", ns)  # noqa: S102 - the template's own source
     return ns
 
 

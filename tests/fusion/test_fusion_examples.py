@@ -34,7 +34,7 @@ EXPECTED: dict[str, list[tuple[str, list[str]]]] = {
     "elementwise_chain": [
         (
             "pointwise",
-            ["ai.add", "ai.mul", "ai.sigmoid", "ai.mul", "ai.maximum", "ai.cast"],
+            ["ai.bias_add", "ai.mul", "ai.sigmoid", "ai.mul", "ai.maximum", "ai.cast"],
         )
     ],
     "two_consumers": [

@@ -522,6 +522,10 @@ def default_rules() -> Rules:
     return parse_rules(default_rules_text(), DEFAULT_RULES_FILE)
 
 
+#: The largest rules file read (the shipped policy is about 2 KiB).
+MAX_RULES_BYTES = 1 << 20
+
+
 def load_rules(path: str | Path | None = None, **params: int | None) -> Rules:
     """Rules from ``path`` (default: the shipped policy), with parameters overridden."""
     if path is None:
@@ -531,6 +535,10 @@ def load_rules(path: str | Path | None = None, **params: int | None) -> Rules:
         if not str(path):
             raise FusecError('the fusion rules path is empty (rules="FILE")')
         try:
+            if Path(path).stat().st_size > MAX_RULES_BYTES:  # a policy is a page or two
+                raise FusecError(
+                    f"the fusion rules file is larger than {MAX_RULES_BYTES} bytes", location
+                )
             text = Path(path).read_text()
         except OSError as err:
             raise FusecError(f"cannot read the fusion rules: {err.strerror}", location) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +34,11 @@ class CpuBackend:
         outs = [alloc(spec.shape, np.dtype(np.float32)) for spec in launch.kernel.outputs]
         if not all(o.flags.c_contiguous and o.dtype == np.float32 for o in outs):
             raise ValueError("the allocator must return C-contiguous float32 arrays")
-        fn(*flat_in, *(o.reshape(-1) for o in outs))
+        if _threadsafe_layer():
+            fn(*flat_in, *(o.reshape(-1) for o in outs))
+        else:
+            with _WORKQUEUE_LOCK:
+                fn(*flat_in, *(o.reshape(-1) for o in outs))
         results = []
         for out, spec in zip(outs, launch.kernel.outputs, strict=True):
             dtype = numpy_dtype(spec.dtype)
@@ -42,6 +47,25 @@ class CpuBackend:
 
     def to_host(self, value: Any) -> np.ndarray:
         return np.asarray(value)
+
+
+#: Serialises kernel calls while Numba's threading layer may be "workqueue", which
+#: aborts the process when parallel kernels run from two Python threads at once.
+_WORKQUEUE_LOCK = threading.Lock()
+_THREADSAFE: bool | None = None
+
+
+def _threadsafe_layer() -> bool:
+    """True once Numba has started a threading layer other than workqueue (omp, tbb)."""
+    global _THREADSAFE
+    if _THREADSAFE is None:
+        import numba
+
+        try:
+            _THREADSAFE = numba.threading_layer() != "workqueue"
+        except ValueError:  # no parallel kernel has run yet: the layer is not chosen
+            return False
+    return _THREADSAFE
 
 
 def _as_f32(array: np.ndarray) -> np.ndarray:

@@ -118,7 +118,7 @@ def _mkl(path: str, lib: ctypes.CDLL) -> BlasLibrary | None:
 def find_blas() -> BlasLibrary | None:
     """The cblas of the BLAS numpy uses (OpenBLAS or MKL), or None."""
     try:
-        from threadpoolctl import threadpool_info  # type: ignore[import-untyped]
+        from threadpoolctl import threadpool_info
     except ImportError:
         return None
     for info in threadpool_info():

@@ -18,11 +18,13 @@ from xdsl.ir import Operation, SSAValue
 from fusec.codegen.expr import ExprGenerator, error_at, header, helper_source, shape_of
 from fusec.dialect import ops as ai
 
-NJIT_OPTIONS = 'fastmath=False, error_model="numpy", cache=True'
+# ``cached_njit`` is ``numba.njit(..., cache=True)`` with authenticated cache files
+# (see fusec.runtime.numba_cache): Numba's cache is pickles, and loading one runs code.
+NJIT_OPTIONS = 'fastmath=False, error_model="numpy"'
 #: Below this many elements a stage runs on one thread: the thread pool costs more
 #: than it gains, and Numba compiles a parallel loop about 3x slower.
 PARALLEL_MIN_ELEMENTS = 1 << 15
-HELPER_DECORATOR = '@numba.njit(fastmath=False, error_model="numpy", cache=True)'
+HELPER_DECORATOR = '@cached_njit(fastmath=False, error_model="numpy")'
 REDUCE_OPS = (ai.LayerNormOp, ai.SoftmaxOp)
 CPU_NOTE = (
     "cpu: arrays are flat float32; the runtime converts f16/bf16 inputs to float32 "
@@ -36,6 +38,8 @@ import numba
 import numpy as np
 from numpy import float32 as f32
 from numpy import uint64 as U
+
+from fusec.runtime.numba_cache import cached_njit
 
 ro = numba.types.Array(numba.float32, 1, "C", readonly=True)
 rw = numba.float32[::1]
@@ -67,7 +71,7 @@ class Stage:
         if self.comment:
             lines.append(f"# {self.comment}")
         options = f"parallel={self.parallel}, {NJIT_OPTIONS}"
-        lines.append(f"@numba.njit(\n    {sig},\n    {options},\n)")
+        lines.append(f"@cached_njit(\n    {sig},\n    {options},\n)")
         lines.append(f"def {self.name}({', '.join(self.params)}):")
         lines.extend(f"    {line}" if line else "" for line in self.body)
         return "\n".join(lines) + "\n"

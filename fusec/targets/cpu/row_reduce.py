@@ -716,7 +716,7 @@ def _sum_helper(name: str, doc: str, params: str, term: str) -> str:
             f"    return {name}_f64({params})",
             "",
             "",
-            '@numba.njit(fastmath={"reassoc"}, error_model="numpy", cache=True)',
+            '@cached_njit(fastmath={"reassoc"}, error_model="numpy")',
             f"def {name}_f64({params}):",
             '    """Reassociable float64 sum, vectorised; see fusec.targets.cpu.row_reduce."""',
             "    s = 0.0",

@@ -3,8 +3,11 @@ compiled to PTX for ``--emit ptx`` (no GPU needed for that)."""
 
 from __future__ import annotations
 
+import math
 from types import ModuleType
 from typing import Any
+
+import numpy as np
 
 from fusec.codegen import KernelSource
 from fusec.errors import FusecError
@@ -21,24 +24,48 @@ def load_kernel_module(kernel: KernelSource, cache: Any = None) -> ModuleType:
     so Numba can pickle them).
     """
     from fusec.runtime.cache import default_cache
+    from fusec.runtime.numba_cache import enable_signed_caching
 
     cache = cache if cache is not None else default_cache()
     module = cache.load_module(kernel.source, target="cuda", device=device_key())
     if simulator_enabled():
+        module.math = _DeviceMath()  # CUDA's results, not Python's math exceptions
         return module
     for dispatcher, signature in module.KERNELS:
         if signature in _compiled.setdefault(id(dispatcher), set()):
             continue
-        try:
-            dispatcher.enable_caching()
-        except Exception:  # a dispatcher that cannot cache: compile in memory only
-            pass
+        # Numba's cache files, sealed with the kernel cache's key (they are pickles)
+        enable_signed_caching(dispatcher, cache.signer)  # False: compiled in memory only
         dispatcher.compile(signature)
         _compiled[id(dispatcher)].add(signature)
     return module
 
 
 _compiled: dict[int, set] = {}
+
+
+#: math functions that raise in Python where CUDA returns inf or NaN, and their numpy forms.
+_NUMPY_NAMES = {"exp": "exp", "sqrt": "sqrt", "tanh": "tanh", "log": "log", "pow": "power"}
+
+
+class _DeviceMath:
+    """``math`` as a kernel sees it on the GPU, for kernels run by the CUDA simulator.
+
+    The simulator runs a kernel's Python, where ``math.exp(100.0)`` raises
+    OverflowError and ``math.sqrt(-1.0)`` ValueError; CUDA's device functions
+    return inf and NaN (IEEE), which is what the kernels are written for.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        function = getattr(np, _NUMPY_NAMES.get(name, ""), None)
+        if function is None:
+            return getattr(math, name)
+
+        def ieee(*args: Any) -> Any:
+            with np.errstate(all="ignore"):
+                return function(*args)
+
+        return ieee
 
 
 def emit_ptx(kernel: KernelSource, cc: tuple[int, int] = (9, 0), cache: Any = None) -> str:

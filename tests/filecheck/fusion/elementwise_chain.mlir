@@ -5,7 +5,7 @@
 
 // CHECK:      ai.fused "pointwise"
 // CHECK-NEXT: ^bb0
-// CHECK-NEXT: ai.add 
+// CHECK-NEXT: ai.bias_add 
 // CHECK-NEXT: ai.mul 
 // CHECK-NEXT: ai.sigmoid 
 // CHECK-NEXT: ai.mul 

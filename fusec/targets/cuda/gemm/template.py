@@ -406,7 +406,12 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         ]
     )
     ins, outs = io_specs(fused_op)
-    return KernelSource(name, "matmul", "cuda", source, ins, outs, array_dtype=None)
+    linked = [*([prep] if prep is not None else []), spec]
+    linked += [finalise[0]] if finalise is not None else []
+    cpp = tuple(("cuda-c++", kernel.cpp_source()) for kernel in linked)  # every linked kernel
+    return KernelSource(
+        name, "matmul", "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp
+    )
 
 
 def linked_specs(kernel: KernelSource) -> list:

@@ -1,0 +1,30 @@
+"""Differential testing of the cuda target on the GPU: random graphs of every op vs the
+reference (as ``test_cpu_differential.py``; outputs poisoned by the cuda runner).
+
+Run on a GPU machine: ``pytest -m gpu tests/differential`` (bounded), or
+``pytest -m "gpu and fuzz" --hypothesis-profile=slow tests/differential``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from differential import assert_matches, graph_settings
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import graphs
+
+import fusec
+from fusec.runtime.reference import run_reference
+
+pytestmark = [pytest.mark.fuzz, pytest.mark.gpu]
+
+
+@graph_settings(100)
+@given(graphs(max_ops=5), st.integers(0, 2**16))
+def test_cuda_matches_the_reference(graph, seed):
+    text = graph.text()
+    compiled = fusec.compile(text, target="cuda")
+    assert len(compiled.kernels) <= len(graph.nodes)
+    args = graph.inputs(seed)
+    outputs = compiled._runner(args, poison=True)
+    assert_matches(outputs, run_reference(fusec.parse(text), args), graph.dtypes())

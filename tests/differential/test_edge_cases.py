@@ -1,0 +1,115 @@
+"""Numeric edge cases (NaN, Inf, -0.0, subnormals, overflow) on every path.
+
+Each case of ``edge_cases.py`` runs on the float64 reference executor, on the
+cpu target and on the cuda target under Numba's CUDA simulator (conv/matmul
+groups excepted: on cuda they run through PyTorch, which the simulator has
+not). Every path must satisfy the case's own facts (numpy's semantics), and
+the compiled paths must equal the reference: NaN, +-Inf and signed zeros in
+the same places, finite values within the dtype's tolerance.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from differential import least_precise, mismatch, poison
+from edge_cases import cases, uses_anchor
+
+import fusec
+from fusec.dialect.ops import spec_of
+from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.module import entry_function
+from fusec.runtime.reference import run_reference
+
+HERE = Path(__file__).parent
+CASES = cases()
+NAMES = sorted(CASES)
+
+
+def _dtypes(text: str) -> set[str]:
+    fn = entry_function(fusec.parse(text))
+    types = [*fn.function_type.inputs.data, *fn.function_type.outputs.data]
+    return {spec_of(t).dtype for t in types}
+
+
+def _reference(name: str) -> list[np.ndarray]:
+    """The float64 reference, rounded once to each result's element type: what the
+    IR means (a result that overflows its type is +-Inf)."""
+    text, inputs, _ = CASES[name]
+    module = fusec.parse(text)
+    results = entry_function(module).function_type.outputs.data
+    with np.errstate(over="ignore"):
+        return [
+            np.asarray(ref).astype(numpy_dtype(spec_of(t).dtype))
+            for ref, t in zip(run_reference(module, inputs), results, strict=True)
+        ]
+
+
+def _same_as_reference(name: str, outputs: list[np.ndarray]) -> None:
+    text, _, check = CASES[name]
+    refs = _reference(name)
+    dtype = least_precise(_dtypes(text))
+    for i, (out, ref) in enumerate(zip(outputs, refs, strict=True)):
+        why = mismatch(out, ref, dtype)
+        assert why is None, f"{name} result #{i}: {why}"
+        got, want = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+        zeros = want == 0
+        wrong = np.signbit(got[zeros]) != np.signbit(want[zeros])
+        assert not wrong.any(), (
+            f"{name} result #{i}: the sign of zero differs at {np.argwhere(zeros)[wrong][0]}"
+        )
+    check(list(outputs))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_has_numpy_semantics(name):
+    CASES[name][2](_reference(name))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cpu_matches_the_reference(name):
+    text, inputs, _ = CASES[name]
+    compiled = fusec.compile(text, target="cpu")
+    _same_as_reference(name, list(compiled._runner(inputs, alloc=poison)))
+
+
+SIM_NAMES = [n for n in NAMES if not uses_anchor(n)]
+
+
+@pytest.fixture(scope="module")
+def sim_outputs(tmp_path_factory) -> Path:
+    pytest.importorskip("numba.cuda", reason="numba-cuda (the 'cuda' extra) is not installed")
+    out = tmp_path_factory.mktemp("edge-sim")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONUNBUFFERED="1")
+    done = subprocess.run(
+        [sys.executable, str(HERE / "edge_sim_runner.py"), str(out), *SIM_NAMES],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out
+
+
+@pytest.mark.parametrize("name", SIM_NAMES)
+def test_cuda_simulator_matches_the_reference(name, sim_outputs):
+    error = sim_outputs / f"{name}.error"
+    assert not error.exists(), error.read_text()
+    with np.load(sim_outputs / f"{name}.npz") as data:
+        outputs = [data[f"result{i}"] for i in range(len(data.files))]
+    _same_as_reference(name, outputs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_cuda_matches_the_reference(name):
+    text, inputs, _ = CASES[name]
+    compiled = fusec.compile(text, target="cuda")
+    _same_as_reference(name, list(compiled._runner(inputs, poison=True)))
