@@ -202,6 +202,17 @@ class FoldBatchNormIntoConv(RewritePattern):
         rewriter.replace(op, biased)
 
 
+def _as_column(value: SSAValue, column: tuple[int, ...], new: list[Operation]) -> SSAValue:
+    """``value`` (one entry per channel) shaped to broadcast along dim 1; a rank-2 input's
+    column is the vector itself (no reshape, which would be a group of its own)."""
+    from fusec.dialect import ops as ai
+
+    if ai.spec_of(value.type).shape == column:
+        return value
+    new.append(reshaped := ai.ReshapeOp(value, shape=column))
+    return reshaped.output
+
+
 class DecomposeBatchNorm(RewritePattern):
     """Any other ``batch_norm``: a per-channel multiply and ``ai.bias_add``, which fuse
     as elementwise work (constant coefficients computed in float64; parameters known
@@ -227,11 +238,11 @@ class DecomposeBatchNorm(RewritePattern):
             var = ai.AddOp(op.var, eps.result)
             root = ai.SqrtOp(var.output)
             inv = ai.DivOp(op.scale, root.output)
-            mean = ai.ReshapeOp(op.mean, shape=column)
-            factor = ai.ReshapeOp(inv.output, shape=column)
-            centred = ai.SubOp(op.input, mean.output)
-            scaled = ai.MulOp(centred.output, factor.output)
-            new += [eps, var, root, inv, mean, factor, centred, scaled]
+            new += [eps, var, root, inv]
+            mean, factor = (_as_column(v, column, new) for v in (op.mean, inv.output))
+            centred = ai.SubOp(op.input, mean)
+            scaled = ai.MulOp(centred.output, factor)
+            new += [centred, scaled]
             result = ai.BiasAddOp(scaled.output, op.bias, axis=1)
         for created in (*new, result):
             created.location = op.location

@@ -124,7 +124,7 @@ FUSED_KINDS: dict[str, str] = {
     "pool": "one 2-D max or average pooling with an elementwise epilogue",
     "copy": "one data-movement op (transpose, slice, concat, gather) into a new buffer",
     "view": "a reshape: the same buffer under another shape, no kernel at all",
-    "attention": "matmul -> scale -> [causal mask] -> softmax -> matmul with the scores on chip",
+    "attention": "one ai.attention (both products and the softmax; the scores stay in the kernel)",
 }
 
 
