@@ -128,11 +128,6 @@ FUSED_KINDS: dict[str, str] = {
 }
 
 
-#: Unit attribute of an ``ai.fused "attention"``: its scores take a causal mask (the
-#: group's mask constant was recognised as one; the kernel masks by index instead).
-CAUSAL_ATTR = "fusec.causal"
-
-
 def register_fused_kind(name: str, description: str) -> None:
     """Register a new ``ai.fused`` kind (its templates and rules come with it)."""
     if not name.isidentifier():

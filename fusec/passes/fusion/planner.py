@@ -17,10 +17,6 @@ of whether a set of ops is a legal kernel.
 Groups are grown greedily from anchors, in program order, one stage after the
 other (``STAGE_ORDER``; the ``fuse`` pass runs them all on one planner):
 
-0. ``attention``: a scaled dot-product attention chain (matmul -> scale ->
-   [causal constant mask] -> softmax -> matmul) becomes one group of kind
-   ``attention`` when the target has a kernel for it (``attention.py``:
-   a pattern, since the group has two anchors; no rule kind takes it).
 1. ``prologue``: every conv2d/matmul looks at the producers of its
    operands. A LayerNorm feeding a matmul's A operand joins it; because the
    normalisation happens as A is loaded, and A is read by that matmul anyway,
@@ -106,7 +102,7 @@ STAGES: dict[str, Stage] = {
 """The growth stages (see the module docstring); ``singletons`` is the last stage."""
 
 #: Every stage, in the order ``fuse`` runs them; ``fuse-<stage>`` runs one alone.
-STAGE_ORDER: tuple[str, ...] = ("attention", *STAGES, "singletons")
+STAGE_ORDER: tuple[str, ...] = (*STAGES, "singletons")
 
 
 @dataclass(frozen=True)
@@ -260,21 +256,9 @@ class Planner:
         """Run the stage ``name`` of ``STAGE_ORDER`` on the current groups."""
         if name == "singletons":
             self.wrap_singletons()
-        elif name == "attention":
-            self.outline_attention()
         else:
             self.run(STAGES[name])
         self.erase_dead_originals()
-
-    def outline_attention(self) -> None:
-        """Make every attention chain the target can run one group (``attention.py``)."""
-        from fusec.passes.fusion.attention import attention_groups
-
-        for group in attention_groups(self.block, set(self.group_of), self.rules.target):
-            self.groups.append(group)
-            for op in group.members:
-                self.group_of[op] = group
-        self._changed()
 
     def wrap_singletons(self) -> None:
         """Give every ai op that is in no group a one-op group of its own kind."""

@@ -97,7 +97,7 @@ class CudaTarget(Target):
         "conv": Template("fusec.targets.cuda.conv.template", (ai.Conv2DOp,), accepts=conv_accepts),
         "attention": Template(
             "fusec.targets.cuda.attention.template",
-            (ai.MatmulOp, ai.SoftmaxOp),
+            (ai.AttentionOp,),
             accepts=attention_accepts,
         ),
         # until they have Numba CUDA templates, these kinds run through PyTorch too
@@ -120,12 +120,6 @@ class CudaTarget(Target):
             note="PyTorch's copies until a Numba CUDA copy template exists",
         ),
         "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
-        "attention": Template(
-            "fusec.targets.cuda.torch_fallback",
-            (ai.AttentionOp,),
-            fuses=False,
-            note="PyTorch's scaled_dot_product_attention until a fused attention template exists",
-        ),
     }
 
     def unavailable_reason(self) -> str | None:

@@ -1,4 +1,5 @@
-"""The CUDA C++ of the fused attention kernel: ``softmax(Q K^T * scale [+ causal]) V``.
+"""The CUDA C++ of the fused attention kernel: ``softmax(Q K^T * scale [+ causal]) V``
+(an ``ai.attention`` whose mask is none or causal; the scale is a constant of the kernel).
 
 One block computes ``BM = 128`` query rows of one (batch, head): FlashAttention's
 online softmax on the Hopper core (FA3's structure without its intra-warpgroup
@@ -22,6 +23,7 @@ pipelining), as one ``extern "C"`` device function in the shape of the GEMM's:
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 from fusec.targets.cuda.gemm.cpp import CONSUMER_REGISTERS, PRODUCER_REGISTERS
@@ -47,8 +49,7 @@ class AttentionSpec:
     dv: int  # V head size
     dtype: str = "f16"
     out_dtype: str = "f16"
-    scale_dtype: str = "f32"
-    scale_op: str = "mul"  # "mul": S * c, "div": S / c, "none"
+    scale: float = 1.0  # the scores' factor (``ai.attention``'s scale)
     causal: bool = False
 
     def __post_init__(self) -> None:
@@ -72,8 +73,8 @@ class AttentionSpec:
         return generate(self)
 
     def arg_count(self) -> tuple[int, int]:
-        """(u64, int32) kernel parameters: map_q, map_k, map_v, out, scale."""
-        return 5, 0
+        """(u64, int32) kernel parameters: map_q, map_k, map_v, out."""
+        return 4, 0
 
     @property
     def q_blocks(self) -> int:
@@ -103,8 +104,8 @@ def problem(spec: AttentionSpec) -> str | None:
         return f"output type {spec.out_dtype}"
     if spec.d not in HEAD_DIMS or spec.dv not in HEAD_DIMS:
         return f"head sizes {spec.d}/{spec.dv}: the kernel takes 64 or 128"
-    if spec.scale_op not in ("mul", "div", "none"):
-        return f"scale op {spec.scale_op}"
+    if not math.isfinite(spec.scale):
+        return f"scale {spec.scale}: not a finite number"
     if spec.causal and spec.sq != spec.sk:
         return "a causal mask with different query and key lengths"
     if min(spec.batch, spec.sq, spec.sk) < 1:
@@ -117,14 +118,11 @@ def generate(spec: AttentionSpec) -> str:
     s_regs = BN // 2
     o_regs = spec.dv // 2
     pack = _PACK[spec.dtype]
-    scale = {
-        "mul": f"fs_ld_{spec.scale_dtype}((const void*)scale, 0)",
-        "div": f"fs_rcp(fs_ld_{spec.scale_dtype}((const void*)scale, 0))",
-        "none": "1.0f",
-    }[spec.scale_op]
+    scale_log2 = float(spec.scale) * 1.4426950408889634  # a number: no user text in the C++
     mask = " + causal mask" if spec.causal else ""
     return f"""// fusec generated fused attention: softmax(Q K^T * scale{mask}) V
-// batch {spec.batch}, {spec.sq} queries x {spec.sk} keys, head {spec.d}/{spec.dv}, {spec.dtype}
+// batch {spec.batch}, {spec.sq} queries x {spec.sk} keys, head {spec.d}/{spec.dv}, {spec.dtype},
+// scale {spec.scale!r}
 {HELPERS}
 {tma_load(3)}
 {wgmma_ss("fs_wgmma_qk", BN, spec.dtype, 0, 0)}
@@ -159,8 +157,7 @@ static __device__ __forceinline__ float fs_shfl_xor(float v, int mask) {{
 }}
 
 extern "C" __device__ __attribute__((always_inline))
-int {spec.function_name}(int* ret, u64 smem_raw, u64 map_q, u64 map_k, u64 map_v, u64 out,
-                         u64 scale) {{
+int {spec.function_name}(int* ret, u64 smem_raw, u64 map_q, u64 map_k, u64 map_v, u64 out) {{
   const u32 base = (fs_smem((const void*)smem_raw) + 1023u) & ~1023u;
   const u32 sq = base;
   const u32 sk = sq + Q_BYTES;
@@ -221,7 +218,7 @@ int {spec.function_name}(int* ret, u64 smem_raw, u64 map_q, u64 map_k, u64 map_v
     const int lt = tid % 128;
     const int warp = lt / 32;
     const int lane = lt % 32;
-    const float sl2 = ({scale}) * 1.4426950408889634f;  // scale * log2(e): softmax in base 2
+    const float sl2 = {scale_log2!r}f;  // scale * log2(e): the softmax in base 2
     const float NEG_INF = __int_as_float(0xff800000);
     // this thread's two rows (h = 0, 1) of the 64-row slice: 16 warp + lane/4 + 8 h
     const int row0 = qb * BM + cw * 64 + warp * 16 + lane / 4;

@@ -22,7 +22,7 @@ def _address(array: Any) -> int:
 
 
 class AttentionLaunch:
-    """One attention group: its spec and which group inputs are q, k, v and the scale."""
+    """One attention group: its spec and which group inputs are q, k and v."""
 
     def __init__(self, spec: AttentionSpec, inputs: dict[str, int]) -> None:
         self.spec = spec
@@ -58,7 +58,6 @@ class AttentionLaunch:
                 stream,
             )
 
-        scale = inputs[self.inputs["scale"]] if "scale" in self.inputs else 0
         u64 = ctypes.c_uint64
         with kernel.lock:
             maps = (
@@ -66,7 +65,7 @@ class AttentionLaunch:
                 operand("k", spec.sk, spec.d, BN),
                 operand("v", spec.sk, spec.dv, BN),
             )
-            args = [(u64, v) for v in (*maps, outputs[0], scale)]
+            args = [(u64, v) for v in (*maps, outputs[0])]
             kernel.launch(
                 kernel.function,
                 spec.grid,

@@ -17,13 +17,12 @@ from fusec.targets.cuda.attention.cpp import BM, BN, AttentionSpec
 LOG2E = 1.4426950408889634
 
 
-def run(spec: AttentionSpec, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float):
+def run(spec: AttentionSpec, q: np.ndarray, k: np.ndarray, v: np.ndarray):
     """``q`` (batch, sq, d), ``k`` (batch, sk, d), ``v`` (batch, sk, dv) -> (out, writes)."""
     out = np.full((spec.batch, spec.sq, spec.dv), np.nan, dtype=np.float32)
     writes = np.zeros(out.shape, dtype=np.int64)
     p_type = np.float16 if spec.dtype == "f16" else np.float32  # bf16: no numpy type
-    factor = scale if spec.scale_op == "mul" else 1 / scale if spec.scale_op == "div" else 1.0
-    sl2 = np.float32(factor * LOG2E)
+    sl2 = np.float32(spec.scale * LOG2E)
     nkv_all = -(-spec.sk // BN)
     for bh in range(spec.batch):
         for qb in range(spec.q_blocks):
