@@ -88,6 +88,7 @@ def cut_edge_remarks(planner: Planner) -> list[Remark]:
         if reason is None:
             units = planner.unit(producer), planner.unit(consumer)
             reason = why_not_fused(planner, *units, edge=(producer, consumer))
+        reason += _not_attention(consumer)
         location = location_of(consumer)
         found.append(
             Remark(location, consumer.name, producer.name, where(producer), reason, decided)
@@ -141,6 +142,15 @@ def _cut_edges(planner: Planner) -> Iterator[tuple[Operation, Operation]]:
                 continue
             seen.add((producer, consumer))
             yield producer, consumer
+
+
+def _not_attention(consumer: Operation) -> str:
+    """Why the chain a matmul ends was not made ``ai.attention`` (recognize-patterns),
+    when it reads a softmax; else nothing."""
+    from fusec.passes.recognize import attention_chain
+
+    why = attention_chain(consumer)
+    return f"; not recognised as ai.attention: {why}" if isinstance(why, str) else ""
 
 
 def _members(unit: Unit) -> list[Operation]:

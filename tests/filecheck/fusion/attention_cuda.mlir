@@ -1,29 +1,50 @@
-// The attention stage: on cuda an f16 chain with head size 64 is one "attention" kernel,
-// a causal constant mask is recognised (fusec.causal); elsewhere it is two matmul kernels.
-// RUN: fusec-opt %s -p "fuse{target=cuda}" | filecheck %s --check-prefix=CUDA
-// RUN: fusec-opt %s -p "fuse{target=cpu}" | filecheck %s --check-prefix=CPU
+// One attention concept on every target: recognize-patterns makes the chain
+// matmul -> scale -> [mask] -> softmax -> matmul one ai.attention, and the planner gives
+// it a group of kind "attention" (cuda runs it as the flash kernel or through PyTorch,
+// decided when the kernel is generated). Probabilities read elsewhere stay two matmuls.
+// RUN: fusec-opt %s -p "infer-shapes,recognize-patterns,canonicalize,cse,fuse{target=cuda}" | filecheck %s --check-prefixes=CHECK,CUDA
+// RUN: fusec-opt %s -p "infer-shapes,recognize-patterns,canonicalize,cse,fuse{target=cpu}" | filecheck %s --check-prefixes=CHECK,CPU
 
-// CUDA-LABEL: func.func @scaled
-// CUDA:       ai.fused "attention" ({{[^)]*}}) : (
-// CUDA-NEXT:  ^bb0
-// CUDA-NEXT:  ai.matmul {{.*}}transpose_b = true
-// CUDA-NEXT:  ai.mul
-// CUDA-NEXT:  ai.softmax
-// CUDA-NEXT:  ai.matmul
-// CUDA-NEXT:  ai.yield
-// CUDA-LABEL: func.func @causal
-// CUDA:       ai.fused "attention" ({{[^)]*}}) {fusec.causal} : (
-// CUDA-NEXT:  ^bb0
-// CUDA-NEXT:  ai.matmul
-// CUDA-NEXT:  ai.div
-// CUDA-NEXT:  ai.add
-// CUDA-NEXT:  ai.softmax
-// CUDA-NEXT:  ai.matmul
-// CUDA-NEXT:  ai.yield
-// CUDA-LABEL: func.func @head32
-// CUDA-NOT:   ai.fused "attention"
+// CHECK-LABEL: func.func @scaled
+// CHECK:       ai.fused "attention" ({{[^)]*}}) : (
+// CHECK-NEXT:  ^bb0
+// CHECK-NEXT:  ai.attention {{.*}} {scale = 1.250000e-01 : f32}
+// CHECK-NEXT:  ai.yield
+// CHECK-NOT:   ai.fused
 
-// CPU-NOT: ai.fused "attention"
+// CHECK-LABEL: func.func @causal
+// CHECK:       %[[MASK:.*]] = arith.constant dense<{{.*}}> : tensor<4x4xf16>
+// CHECK:       ai.fused "attention" ({{.*}}%[[MASK]]) : (
+// CHECK-NEXT:  ^bb0
+// CHECK-NEXT:  ai.attention {{.*}} {scale = 1.250000e-01 : f32}
+// CHECK-NEXT:  ai.yield
+// CHECK-NOT:   ai.fused
+
+// CHECK-LABEL: func.func @head32
+// CHECK:       ai.fused "attention"
+// CHECK-NEXT:  ^bb0
+// CHECK-NEXT:  ai.attention
+// CHECK-NOT:   ai.fused
+
+// The head split's transpose of the query joins the cpu kernel (read as a view); the cuda
+// kernel reads its operands by TMA as they are, so there it is a copy of its own.
+// CHECK-LABEL: func.func @head_split
+// CUDA:        ai.fused "copy"
+// CUDA-NEXT:   ^bb0
+// CUDA-NEXT:   ai.transpose
+// CUDA:        ai.fused "attention"
+// CUDA-NEXT:   ^bb0
+// CUDA-NEXT:   ai.attention
+// CPU:         ai.fused "attention"
+// CPU-NEXT:    ^bb0
+// CPU-NEXT:    ai.transpose
+// CPU-NEXT:    ai.attention
+// CHECK-NOT:   ai.fused
+
+// CHECK-LABEL: func.func @probabilities_returned
+// CHECK-NOT:   ai.attention
+// CHECK:       ai.fused "matmul"
+// CHECK:       ai.fused "matmul"
 
 func.func @scaled(%q: tensor<2x4x64xf16>, %k: tensor<2x4x64xf16>, %v: tensor<2x4x64xf16>) -> tensor<2x4x64xf16> {
   %s = ai.matmul %q, %k {transpose_b = true} : tensor<2x4x64xf16> * tensor<2x4x64xf16>
@@ -50,4 +71,19 @@ func.func @head32(%q: tensor<2x4x32xf16>, %k: tensor<2x4x32xf16>, %v: tensor<2x4
   %p = ai.softmax %s : tensor<2x4x4xf16>
   %o = ai.matmul %p, %v : tensor<2x4x4xf16> * tensor<2x4x32xf16>
   return %o : tensor<2x4x32xf16>
+}
+
+func.func @head_split(%x: tensor<2x4x3x64xf16>, %k: tensor<2x3x4x64xf16>, %v: tensor<2x3x4x64xf16>) -> tensor<2x3x4x64xf16> {
+  %q = ai.transpose %x {perm = array<i64: 0, 2, 1, 3>} : tensor<2x4x3x64xf16>
+  %s = ai.matmul %q, %k {transpose_b = true} : tensor<2x3x4x64xf16> * tensor<2x3x4x64xf16>
+  %p = ai.softmax %s : tensor<2x3x4x4xf16>
+  %o = ai.matmul %p, %v : tensor<2x3x4x4xf16> * tensor<2x3x4x64xf16>
+  return %o : tensor<2x3x4x64xf16>
+}
+
+func.func @probabilities_returned(%q: tensor<2x4x64xf16>, %k: tensor<2x4x64xf16>, %v: tensor<2x4x64xf16>) -> (tensor<2x4x64xf16>, tensor<2x4x4xf16>) {
+  %s = ai.matmul %q, %k {transpose_b = true} : tensor<2x4x64xf16> * tensor<2x4x64xf16>
+  %p = ai.softmax %s : tensor<2x4x4xf16>
+  %o = ai.matmul %p, %v : tensor<2x4x4xf16> * tensor<2x4x64xf16>
+  return %o, %p : tensor<2x4x64xf16>, tensor<2x4x4xf16>
 }
