@@ -1,4 +1,5 @@
-"""Attention graphs as fusec writes them, for the CPU and GPU tests of the fused kernel."""
+"""Attention graphs, for the CPU and GPU tests of the attention kernel: as fusec writes them
+(``attention_graph``) and as PyTorch's exporters do (``exported_attention_graph``)."""
 
 from __future__ import annotations
 
@@ -48,4 +49,40 @@ def attention_graph(
     return (
         f"func.func @attention(%q: {q}, %k: {k}, %v: {v}) -> {o} {{\n  {body}\n"
         f"  return %o : {o}\n}}\n"
+    )
+
+
+def exported_attention_graph(batch: int, seq: int, heads: int, d: int, dtype: str = "f16") -> str:
+    """GPT-2's attention as exported: q, k, v split into heads from (batch, seq, heads * d)
+    by reshape + transpose (the key to (B, H, D, S)), the score scaled, a causal mask of
+    -inf added, the probabilities guarded against NaN, the heads merged back."""
+    x, h = _t((batch, seq, heads * d), dtype), _t((batch, seq, heads, d), dtype)
+    bh, kt = _t((batch, heads, seq, d), dtype), _t((batch, heads, d, seq), dtype)
+    s, m, c = _t((batch, heads, seq, seq), dtype), _t((seq, seq), dtype), _t((), dtype)
+    split = f"{{shape = array<i64: {batch}, {seq}, {heads}, {d}>}}"
+    merge = f"{{shape = array<i64: {batch}, {seq}, {heads * d}>}}"
+    lines = [
+        f"%qh = ai.reshape %xq {split} : {x}",
+        f"%kh = ai.reshape %xk {split} : {x}",
+        f"%vh = ai.reshape %xv {split} : {x}",
+        f"%q = ai.transpose %qh {{perm = array<i64: 0, 2, 1, 3>}} : {h}",
+        f"%kt = ai.transpose %kh {{perm = array<i64: 0, 2, 3, 1>}} : {h}",
+        f"%v = ai.transpose %vh {{perm = array<i64: 0, 2, 1, 3>}} : {h}",
+        f"%s = ai.matmul %q, %kt : {bh} * {kt}",
+        f"%c = arith.constant dense<{1.0 / d**0.5!r}> : {c}",
+        f"%t = ai.mul %s, %c : {s} * {c}",
+        f"%m = arith.constant {_dense(seq, seq, '0xFC00' if dtype == 'f16' else '-1.0e4')} : {m}",
+        f"%u = ai.add %t, %m : {s} * {m}",
+        f"%p = ai.softmax %u : {s}",
+        f"%n = ai.isnan %p : {s}",
+        f"%z = arith.constant dense<0.0> : {c}",
+        f"%g = ai.where %n, %z, %p : {s} * {c} * {s}",
+        f"%o = ai.matmul %g, %v : {s} * {bh}",
+        f"%ot = ai.transpose %o {{perm = array<i64: 0, 2, 1, 3>}} : {bh}",
+        f"%r = ai.reshape %ot {merge} : {h}",
+    ]
+    body = "\n  ".join(lines)
+    return (
+        f"func.func @gpt2_attention(%xq: {x}, %xk: {x}, %xv: {x}) -> {x} {{\n  {body}\n"
+        f"  return %r : {x}\n}}\n"
     )

@@ -98,10 +98,9 @@ CASES = {
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_conv_matches_reference(name: str) -> None:
-    from fusec.runtime.runner import random_inputs
-
     import fusec
     from fusec.runtime.reference import entry_function, run_reference
+    from fusec.tools.runner import random_inputs
 
     text, routing = CASES[name]
     compiled = fusec.compile(text, target="cuda")
@@ -118,10 +117,9 @@ def test_torch_tensors_on_the_callers_stream() -> None:
     """Inputs and the result stay torch tensors on the caller's stream: the launches are
     queued there and the result is read by a copy on the same stream (no synchronize)."""
     torch = pytest.importorskip("torch")
-    from fusec.runtime.runner import random_inputs
-
     import fusec
     from fusec.runtime.reference import entry_function, run_reference
+    from fusec.tools.runner import random_inputs
 
     text = conv_graph(4, 64, 20, 20, 64, 3, 3, pad=(1, 1), tail="residual")
     compiled = fusec.compile(text, target="cuda")

@@ -33,7 +33,7 @@ MASKED = -1.0e4
 
 
 def mask_kind(mask: SSAValue, queries: int, keys: int) -> str | None:
-    """"none" or "causal" for a constant mask of (..., ``queries``, ``keys``) scores that
+    """ "none" or "causal" for a constant mask of (..., ``queries``, ``keys``) scores that
     the kernel computes by index, else None."""
     from fusec.ir.constants import constant_value
 
