@@ -212,3 +212,58 @@ def test_a_huge_rules_file_is_refused_before_reading(tmp_path, capsys):
     path = _write(tmp_path, RELU)
     rc, err = run_cli(capsys, "compile", path, "--pipeline", f'fuse-epilogue{{rules="{rules}"}}')
     assert rc == 1 and "the fusion rules file is larger than 1048576 bytes" in err
+
+
+# ------------------------------------------------------------------- ONNX
+
+
+def _folding_model(op: str, n: int):
+    """A model whose first node, evaluated at import (its inputs are initializers),
+    makes an (n * n)-element float tensor from a few bytes."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    def init(name: str, value) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.asarray(value), name)
+
+    one = init("one", np.ones(1, np.float32))
+    bounds = [init(k, np.array(v, np.float32)) for k, v in (("a", 0), ("b", n * n), ("d", 1))]
+    inputs, inits = {
+        "ConstantOfShape": (["s"], [init("s", np.array([n, n], np.int64))]),
+        "Expand": (["one", "s"], [one, init("s", np.array([n, n], np.int64))]),
+        "Tile": (["one", "s"], [one, init("s", np.array([n * n], np.int64))]),
+        "Range": (["a", "b", "d"], bounds),
+    }[op]
+    shape = [n * n] if op in ("Tile", "Range") else [n, n]
+    graph = helper.make_graph(
+        [
+            helper.make_node(op, inputs, ["c"], name="blowup"),
+            helper.make_node("Add", ["x", "c"], ["y"], name="add"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("op", ["ConstantOfShape", "Expand", "Tile", "Range"])
+def test_onnx_constant_folding_checks_the_size_first(tmp_path, capsys, monkeypatch, op):
+    onnx = pytest.importorskip("onnx")
+    path = tmp_path / "m.onnx"
+    onnx.save(_folding_model(op, 4096), str(path))  # 64 MiB from a model of ~200 bytes
+    monkeypatch.setenv("FUSEC_MEMORY_LIMIT", "1M")
+    tracemalloc.start()
+    try:
+        rc, err = run_cli(capsys, "import", path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rc == 1
+    expected = (
+        rf'\S+m\.onnx: node "blowup": error: {op}: evaluating it at import \(its inputs are '
+        r"constants\): 64\.0 MiB needed, more than the 1\.0 MiB"
+    )
+    assert re.match(expected, err), err
+    assert peak < 16 << 20, f"{peak} bytes allocated while refusing the model"

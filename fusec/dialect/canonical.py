@@ -203,14 +203,16 @@ class FoldBatchNormIntoConv(RewritePattern):
 
 
 def _as_column(value: SSAValue, column: tuple[int, ...], new: list[Operation]) -> SSAValue:
-    """``value`` (one entry per channel) shaped to broadcast along dim 1; a rank-2 input's
-    column is the vector itself (no reshape, which would be a group of its own)."""
+    """``value`` (C,) reshaped to ``column`` (C, 1, ...), appending the reshape to ``new``;
+    ``value`` itself when that is its shape already (rank-2 input: no identity reshape,
+    which a later canonicalisation would remove, so the pipeline would not be idempotent)."""
     from fusec.dialect import ops as ai
 
     if ai.spec_of(value.type).shape == column:
         return value
-    new.append(reshaped := ai.ReshapeOp(value, shape=column))
-    return reshaped.output
+    reshape = ai.ReshapeOp(value, shape=column)
+    new.append(reshape)
+    return reshape.output
 
 
 class DecomposeBatchNorm(RewritePattern):
@@ -239,7 +241,7 @@ class DecomposeBatchNorm(RewritePattern):
             root = ai.SqrtOp(var.output)
             inv = ai.DivOp(op.scale, root.output)
             new += [eps, var, root, inv]
-            mean, factor = (_as_column(v, column, new) for v in (op.mean, inv.output))
+            mean, factor = _as_column(op.mean, column, new), _as_column(inv.output, column, new)
             centred = ai.SubOp(op.input, mean)
             scaled = ai.MulOp(centred.output, factor)
             new += [centred, scaled]

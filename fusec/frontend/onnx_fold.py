@@ -13,12 +13,14 @@ What reaches the ai dialect is the model's float data path only.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 
 import numpy as np
 import onnx
-from onnx import AttributeProto
+import onnx.shape_inference
+from onnx import AttributeProto, helper, numpy_helper
 from onnx.reference.op_run import OpRun
 
 #: Operators whose results differ from run to run: never evaluated at import.
@@ -31,6 +33,10 @@ NONDETERMINISTIC = frozenset(
 SHAPE_ONLY = frozenset({"Shape", "Size"})
 
 _SUBGRAPH_ATTRS = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+
+#: Inputs up to this many elements are passed to shape inference by value (shapes,
+#: repeats, Range bounds); larger ones by type only, so predicting stays cheap.
+_PROPAGATED_ELEMENTS = 1 << 16
 
 
 class FoldError(Exception):
@@ -80,6 +86,49 @@ def evaluate(
     except Exception as err:  # onnx.reference raises anything from ValueError to IndexError
         raise FoldError(f"{type(err).__name__}: {err}") from None
     return [np.asarray(o) for o in outputs]
+
+
+def output_bytes(
+    node: onnx.NodeProto, inputs: Sequence[np.ndarray | None], opset: int
+) -> int | None:
+    """Bytes of ``node``'s outputs on ``inputs``, predicted without evaluating it.
+
+    A small model can ask for a huge constant (``ConstantOfShape``, ``Expand``,
+    ``Tile``, ``Range`` or a broadcast of a few initializer bytes to 40 GB), so the
+    size is checked before ``evaluate`` allocates it. ONNX's own shape inference
+    with the inputs' values (data propagation) predicts it; None when it cannot
+    say (an unknown dimension, an operator without a schema, an inference error:
+    ``evaluate`` then reports what is wrong).
+    """
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+        types, data = {}, {}
+        for name, value in zip(node.input, inputs, strict=True):
+            if name and value is not None:
+                elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+                types[name] = helper.make_tensor_type_proto(elem, value.shape)
+                if value.size <= _PROPAGATED_ELEMENTS:  # shapes, indices, scalars
+                    data[name] = numpy_helper.from_array(value, name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            outputs = onnx.shape_inference.infer_node_outputs(
+                schema, node, types, data, opset_imports=[helper.make_opsetid("", opset)]
+            )
+    except Exception:  # SchemaError, InferenceError, an unsupported dtype: no prediction
+        return None
+    total = 0
+    for name in node.output:
+        tensor = outputs[name].tensor_type if name in outputs else None
+        if tensor is None or not tensor.HasField("shape"):
+            return None
+        if not all(dim.HasField("dim_value") for dim in tensor.shape.dim):
+            return None
+        try:
+            itemsize = helper.tensor_dtype_to_np_dtype(tensor.elem_type).itemsize
+        except Exception:  # a string or an unknown element type
+            itemsize = 8
+        total += math.prod(dim.dim_value for dim in tensor.shape.dim) * max(itemsize, 1)
+    return total
 
 
 def evaluate_shape_op(node: onnx.NodeProto, shape: Sequence[int], attrs: dict) -> np.ndarray:

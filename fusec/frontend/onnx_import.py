@@ -49,6 +49,7 @@ from fusec.errors import FusecError, SourceLocation
 from fusec.frontend import onnx_fold
 from fusec.ir.diagnostics import named_location, verify_module
 from fusec.ir.dtypes import element_type_of, numpy_dtype
+from fusec.ir.memory import check_bytes
 
 #: ONNX element types fusec has, and their dialect names.
 ELEMENT_TYPES: dict[int, str] = {
@@ -470,6 +471,7 @@ class Importer:
             if any(name and name not in self.arrays for name in proto.input):
                 return False
             inputs = [self.arrays[name] if name else None for name in proto.input]
+            self.check_fold_size(proto, inputs)
             try:
                 outputs = onnx_fold.evaluate(proto, inputs, self.opset)
             except onnx_fold.FoldError as err:
@@ -481,6 +483,17 @@ class Importer:
                 self.computed.add(name)
         self.evaluated[proto.op_type] += 1
         return True
+
+    def check_fold_size(self, proto: onnx.NodeProto, inputs: list[np.ndarray | None]) -> None:
+        """A located error when evaluating ``proto`` at import would allocate more than
+        the memory limit (checked before the allocation: see ``onnx_fold.output_bytes``)."""
+        needed = onnx_fold.output_bytes(proto, inputs, self.opset)
+        if needed is None:
+            return
+        try:
+            check_bytes(needed, "evaluating it at import (its inputs are constants)")
+        except FusecError as err:
+            raise self.error(err.message) from None
 
     def unsupported(self, node: Node) -> FusecError:
         """The error for a node fusec can neither convert nor evaluate at import."""

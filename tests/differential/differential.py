@@ -23,6 +23,9 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 from numerics import RTOL, compare
 from profiles import examples
+from strategies import Const, Graph
+
+from fusec.dialect import ops as ai
 
 #: Element types from the most to the least precise.
 PRECISION_ORDER = ("f32", "bf16", "f16")
@@ -37,6 +40,21 @@ def graph_settings(base: int) -> settings:
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
+
+
+def kernel_budget(graph: Graph) -> int:
+    """One kernel per op, but two for a ``batch_norm`` whose statistics are not all
+    constants: its factor ``scale / sqrt(var + eps)`` has the shape (C,), not the
+    input's, and the planner does not recompute a smaller producer inside a pointwise
+    group, so the factor is a kernel of its own (with constant statistics it is folded
+    at compile time)."""
+    runtime_batch_norms = sum(
+        1
+        for node in graph.nodes
+        if node.op is ai.BatchNormOp
+        and not all(isinstance(graph.defs[v], Const) for v in node.operands[1:])
+    )
+    return len(graph.nodes) + runtime_batch_norms
 
 
 def poison(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

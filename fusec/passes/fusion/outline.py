@@ -11,7 +11,9 @@ define (in order of first use), its results the member values used outside
 (in block order). The members are cloned into the new body with inputs mapped
 to block arguments, the uses outside are redirected to the ``ai.fused``
 results, and the originals are erased. A stable topological sort of the block
-then puts every group after the producers of its inputs.
+then puts every group after the producers of its inputs, and the constants go
+first, in the order of their first use: where a constant was written (or traced)
+does not change the packed IR.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -72,7 +75,32 @@ def pack(block: Block, groups: Sequence[Group]) -> list[FusedOp]:
     order = {op: i for i, op in enumerate(block.ops)}
     fused = [_outline(g, order) for g in groups if g.members]
     topo_sort(block)
+    place_constants(block)
     return fused
+
+
+def place_constants(block: Block) -> None:
+    """Move the constants of ``block`` to its start, in the order of their first use
+    (unused ones after them, in block order)."""
+    constants = [op for op in block.ops if isinstance(op, arith.ConstantOp)]
+    if not constants:
+        return
+    first_use: dict[Operation, int] = {}
+    for position, op in enumerate(block.ops):
+        for value in op.operands:
+            owner = value.owner
+            if isinstance(owner, arith.ConstantOp) and owner.parent is block:
+                first_use.setdefault(owner, position)
+    unused = len(block.ops)
+    ordered = sorted(constants, key=lambda c: first_use.get(c, unused))  # stable
+    if ordered == list(block.ops)[: len(ordered)]:
+        return
+    for op in ordered:
+        op.detach()
+    if block.first_op is None:
+        block.add_ops(ordered)
+    else:
+        block.insert_ops_before(ordered, block.first_op)
 
 
 def _outline(group: Group, order: Mapping[Operation, int]) -> FusedOp:

@@ -150,9 +150,9 @@ class GemmLaunch:
         for step in call.steps:
             if step[0] == "gemm":
                 kernel.launch(step[1])
-            elif step[0] == "kernel":
-                _, kernel, grid, threads, stream, params = step
-                kernel.launch_raw(grid, threads, stream, params)
+            elif step[0] == "kernel":  # an auxiliary kernel (LN statistics, softmax finalise)
+                _, auxiliary, grid, threads, stream, params = step
+                auxiliary.launch_raw(grid, threads, stream, params)
             else:
                 _, ptr, words, stream = step
                 host._check(drv.cuMemsetD32Async(drv.CUdeviceptr(ptr), 0, words, stream))
