@@ -81,8 +81,10 @@ def kernel_spec(op: ai.AttentionOp, mask: SSAValue) -> AttentionSpec | str:
 
 
 def _outer(fused_op: ai.FusedOp, inner: SSAValue) -> SSAValue:
-    """The group operand a block argument of ``fused_op`` stands for."""
-    return fused_op.operands[list(fused_op.block.args).index(inner)]
+    """The group operand a block argument of ``fused_op`` stands for (a value defined in
+    the group, a constant, is itself)."""
+    args = list(fused_op.block.args)
+    return fused_op.operands[args.index(inner)] if inner in args else inner
 
 
 def plan(fused_op: ai.FusedOp) -> tuple[AttentionSpec, dict[str, int]] | str:
@@ -95,6 +97,8 @@ def plan(fused_op: ai.FusedOp) -> tuple[AttentionSpec, dict[str, int]] | str:
     if isinstance(spec, str):
         return spec
     args = list(fused_op.block.args)
+    if not all(x in args for x in (op.query, op.key, op.value)):
+        return "q, key or v is computed inside the group"
     return spec, {"q": args.index(op.query), "k": args.index(op.key), "v": args.index(op.value)}
 
 
@@ -148,4 +152,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         ]
     )
     ins, outs = io_specs(fused_op)
-    return KernelSource(name, "attention", "cuda", source, ins, outs, array_dtype=None)
+    cpp = (("cuda-c++", spec.cpp_source()),)
+    return KernelSource(
+        name, "attention", "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp
+    )

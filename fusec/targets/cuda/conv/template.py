@@ -239,4 +239,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         ]
     )
     ins, outs = io_specs(fused_op)
-    return KernelSource(name, "conv", "cuda", source, ins, outs, array_dtype=None)
+    cpp = (("cuda-c++", spec.cpp_source()),)
+    return KernelSource(
+        name, "conv", "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp
+    )
