@@ -141,7 +141,7 @@ def sample_module(kind: str, dtype: str, payload: str, *, tile: bool = False) ->
     params = ", ".join(f"{a}: {t}" for a, t in zip(used, types, strict=True) if a not in _CONSTANTS)
     block_args = ", ".join(f"{a}_1: {t}" for a, t in zip(used, types, strict=True))
     attrs = f"{{evil.a = {string}" + (f", fusec.tile = {string}" if tile else "") + "}"
-    operands = ", ".join(used)
+    operands, signature = ", ".join(used), ", ".join(types)
     constants = "".join(
         f"{a} = {_CONSTANTS[a].replace('TYPE', dtype)} {loc}\n          "
         for a in used
@@ -149,7 +149,7 @@ def sample_module(kind: str, dtype: str, payload: str, *, tile: bool = False) ->
     )
     return textwrap.dedent(f"""\
         func.func @{string}({params}) -> {result} attributes {{evil.f = {string}}} {{
-          {constants}%r = ai.fused "{kind}" ({operands}) {attrs} : ({", ".join(types)}) -> {result} {{
+          {constants}%r = ai.fused "{kind}" ({operands}) {attrs} : ({signature}) -> {result} {{
           ^bb0({block_args}):{inner}
             ai.yield %r : {result} {loc}
           }} {loc}
