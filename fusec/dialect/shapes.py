@@ -482,8 +482,9 @@ def attention(q: TensorSpec, key: TensorSpec, v: TensorSpec, mask: TensorSpec) -
     for name, spec in (("query", q), ("key", key), ("value", v)):
         if spec.rank < 2:
             raise ShapeError(f"{op}: operand '{name}' must have rank >= 2, got {spec}")
-    scores = matmul(TensorSpec(q.shape, dtype), TensorSpec(key.shape, dtype), transpose_b=True)
-    scores = scores.shape
+    scores = matmul(
+        TensorSpec(q.shape, dtype), TensorSpec(key.shape, dtype), transpose_b=True
+    ).shape
     if broadcast_shapes(op, scores, mask.shape) != scores:
         raise ShapeError(
             f"{op}: operand 'mask' (shape {_fmt(mask.shape)}) does not broadcast to the "

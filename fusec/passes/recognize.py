@@ -741,7 +741,8 @@ def _scaled_masked_scores(
             break
     matmul = value.owner
     if not isinstance(matmul, ai.MatmulOp):
-        return f"the softmax reads {owner.name if owner else 'an argument'}, not scores q @ k^T"
+        what = owner.name if isinstance(owner, Operation) else "an argument"
+        return f"the softmax reads {what}, not scores q @ k^T"
     return matmul, scale, mask
 
 

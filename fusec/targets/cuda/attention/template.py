@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from xdsl.dialects import arith
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import header
@@ -83,8 +83,9 @@ def kernel_spec(op: ai.AttentionOp, mask: SSAValue) -> AttentionSpec | str:
 def _outer(fused_op: ai.FusedOp, inner: SSAValue) -> SSAValue:
     """The group operand a block argument of ``fused_op`` stands for (a value defined in
     the group, a constant, is itself)."""
-    args = list(fused_op.block.args)
-    return fused_op.operands[args.index(inner)] if inner in args else inner
+    if isinstance(inner, BlockArgument) and inner.block is fused_op.block:
+        return fused_op.operands[inner.index]
+    return inner
 
 
 def plan(fused_op: ai.FusedOp) -> tuple[AttentionSpec, dict[str, int]] | str:
@@ -96,10 +97,12 @@ def plan(fused_op: ai.FusedOp) -> tuple[AttentionSpec, dict[str, int]] | str:
     spec = kernel_spec(op, _outer(fused_op, op.mask))
     if isinstance(spec, str):
         return spec
-    args = list(fused_op.block.args)
-    if not all(x in args for x in (op.query, op.key, op.value)):
-        return "q, key or v is computed inside the group"
-    return spec, {"q": args.index(op.query), "k": args.index(op.key), "v": args.index(op.value)}
+    inputs = {}
+    for role, value in (("q", op.query), ("k", op.key), ("v", op.value)):
+        if not isinstance(value, BlockArgument) or value.block is not fused_op.block:
+            return f"{role} is computed inside the group"
+        inputs[role] = value.index
+    return spec, inputs
 
 
 def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
