@@ -286,23 +286,23 @@ func.func @f(%x: {x}, %w: {w}) -> ({y}, {y}) {{
 # ----------------------------------------------------------------- attention
 
 ATTENTIONS = [
-    # q, kt, v, mask shapes; scale: ragged row blocks (S 70 over blocks of MIN_BLOCKS'
-    # split), kt and v shared by the batch (broadcast), masks of every broadcast kind
-    ((2, 3, 70, 8), (2, 3, 8, 24), (2, 3, 24, 12), (70, 24), 0.35),
-    ((2, 3, 70, 8), (1, 3, 8, 24), (3, 24, 12), (2, 1, 1, 24), 1.0),  # a padding mask
-    ((40, 16), (16, 33), (33, 5), (), 0.125),  # no batch, a scalar mask
-    ((3, 100, 8), (3, 8, 64), (3, 64, 8), (3, 100, 1), 0.5),  # a mask constant along T
+    # q, key, v, mask shapes; scale: ragged row blocks (S 70 over blocks of MIN_BLOCKS'
+    # split), key and v shared by the batch (broadcast), masks of every broadcast kind
+    ((2, 3, 70, 8), (2, 3, 24, 8), (2, 3, 24, 12), (70, 24), 0.35),
+    ((2, 3, 70, 8), (1, 3, 24, 8), (3, 24, 12), (2, 1, 1, 24), 1.0),  # a padding mask
+    ((40, 16), (33, 16), (33, 5), (), 0.125),  # no batch, a scalar mask
+    ((3, 100, 8), (3, 64, 8), (3, 64, 8), (3, 100, 1), 0.5),  # a mask constant along T
 ]
 
 
 @pytest.mark.parametrize("case", ATTENTIONS)
 def test_attention_blocks(cache, case):
-    q, kt, v, mask, scale = case
-    y = (*np.broadcast_shapes(q[:-2], kt[:-2], v[:-2]), q[-2], v[-1])
-    tq, tk, tv, tm, ty = (_t(s) for s in (q, kt, v, mask, y))
+    q, key, v, mask, scale = case
+    y = (*np.broadcast_shapes(q[:-2], key[:-2], v[:-2]), q[-2], v[-1])
+    tq, tk, tv, tm, ty = (_t(s) for s in (q, key, v, mask, y))
     text = f"""
-func.func @f(%q: {tq}, %kt: {tk}, %v: {tv}, %m: {tm}, %r: {ty}) -> ({ty}, {ty}) {{
-  %a = ai.attention %q, %kt, %v, %m {{scale = {scale} : f32}} : {tq} * {tk} * {tv} * {tm}
+func.func @f(%q: {tq}, %k: {tk}, %v: {tv}, %m: {tm}, %r: {ty}) -> ({ty}, {ty}) {{
+  %a = ai.attention %q, %k, %v, %m {{scale = {scale} : f32}} : {tq} * {tk} * {tv} * {tm}
   %o = ai.add %a, %r : {ty} * {ty}
   %g = ai.gelu %o : {ty}
   return %g, %a : {ty}, {ty}
@@ -314,15 +314,15 @@ func.func @f(%q: {tq}, %kt: {tk}, %v: {tv}, %m: {tm}, %r: {ty}) -> ({ty}, {ty}) 
 
 
 def test_attention_masked_out_rows_are_zero_with_nan_to_zero(cache):
-    q, kt, v, y = _t((2, 40, 8)), _t((2, 8, 30)), _t((2, 30, 8)), _t((2, 40, 8))
+    q, k, v, y = _t((2, 40, 8)), _t((2, 30, 8)), _t((2, 30, 8)), _t((2, 40, 8))
     mask = np.zeros((40, 30))
     mask[3, :] = -np.inf  # a row masked out entirely: NaN, then 0
     mask[7, 2:] = -np.inf
     rows = ", ".join("[" + ", ".join("0xFF800000" if v else "0.0" for v in r) + "]" for r in mask)
     text = f"""
-func.func @f(%q: {q}, %kt: {kt}, %v: {v}) -> {y} {{
+func.func @f(%q: {q}, %k: {k}, %v: {v}) -> {y} {{
   %m = arith.constant dense<[{rows}]> : {_t((40, 30))}
-  %a = ai.attention %q, %kt, %v, %m {{scale = 0.5 : f32, nan_to_zero = true}} : {q} * {kt} * {v} * {_t((40, 30))}
+  %a = ai.attention %q, %k, %v, %m {{scale = 0.5 : f32, nan_to_zero = true}} : {q} * {k} * {v} * {_t((40, 30))}
   return %a : {y}
 }}"""  # noqa: E501
     program = check(text, cache=cache, fuse=True)

@@ -1,11 +1,12 @@
 """cpu template for "attention" groups: one blocked kernel, the scores never leave cache.
 
-``ai.attention`` (``softmax(q @ kt * scale + mask) @ v``, q (..., S, D), kt
-(..., D, T), v (..., T, E), the mask broadcasting to the scores) runs in the
+``ai.attention`` (``softmax(q @ key^T * scale + mask) @ v``, q (..., S, D), key
+(..., T, D), v (..., T, E), the mask broadcasting to the scores) runs in the
 blocked kernel of ``cpu_matmul``. A block is ``mb`` query rows of one matrix
 of the batch (``AttentionBlocks``); per block, in its task's workspace:
 
-1. ``sbuf = q[rows] @ kt``: one single-threaded sgemm, ``mb x T`` scores;
+1. ``sbuf = q[rows] @ key^T``: one single-threaded sgemm (B transposed), ``mb x T``
+   scores;
 2. per row, while the block is in cache: ``* scale + mask`` (IEEE, in the
    reference's order), the max, ``exp_nonpos_f32(x - max)``, the float64 sum,
    ``* (1 / sum)``, NaN probabilities set to 0 when ``nan_to_zero`` says so;
@@ -38,7 +39,7 @@ from fusec.targets.cpu.matmul import (
 from fusec.targets.cpu.row_reduce import RowBlock
 
 #: Bytes of a block's scores (and its C block, when local): a few hundred KiB stay in
-#: L2 between the two sgemms; fewer rows would repack kt and v more often per flop.
+#: L2 between the two sgemms; fewer rows would repack the key and v more often per flop.
 BLOCK_BYTES = 512 << 10
 #: Query rows per block, at most and at least (unless S is smaller).
 MAX_ROWS, MIN_ROWS = 256, 16
@@ -52,7 +53,7 @@ class AttentionBlocks(BlockedCore):
     """Blocks of ``mb`` query rows of one matrix of an ``ai.attention``'s batch.
 
     Block ``blk`` is batch ``b = blk // nrb`` (indices ``bi<d>`` in the output's
-    batch dims, which q, kt, v and the mask broadcast to), rows ``r0 <= i < r1``.
+    batch dims, which q, the key, v and the mask broadcast to), rows ``r0 <= i < r1``.
     """
 
     row_helpers = frozenset({"row_max", "row_sum"})
@@ -61,12 +62,12 @@ class AttentionBlocks(BlockedCore):
     def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
         assert isinstance(op, ai.AttentionOp)
         self.op, self.reads, self.c_array, self.c_local = op, reads, c_array, c_local
-        q, kt, v, mask = (shape_of(x) for x in op.operands)
+        q, key, v, mask = (shape_of(x) for x in op.operands)
         self.result = shape_of(op.output)
         self.s, self.d = q[-2:]
-        self.t, self.e = kt[-1], v[-1]
+        self.t, self.e = key[-2], v[-1]
         self.batch = self.result[:-2]
-        self.q_batch, self.k_batch, self.v_batch = q[:-2], kt[:-2], v[:-2]
+        self.q_batch, self.k_batch, self.v_batch = q[:-2], key[:-2], v[:-2]
         self.mask = tuple(mask)
         fit = BLOCK_BYTES // (4 * (self.t + (self.e if c_local else 0)))
         mb = min(self.s, MAX_ROWS, max(MIN_ROWS, fit))
@@ -130,18 +131,18 @@ class AttentionBlocks(BlockedCore):
         return [f"mval = {mask}[{offset}]"], "mval"
 
     def compute(self) -> list[str]:
-        q, kt, v = (self.reads[x] for x in self.op.operands[:3])
+        q, key, v = (self.reads[x] for x in self.op.operands[:3])
         s, d, t, e = self.s, self.d, self.t, self.e
         q_off = self._matrix(self.q_batch, s * d)
         q_off = f"{q_off} + r0 * {d}" if q_off != "0" else f"r0 * {d}"
-        k_off, v_off = self._matrix(self.k_batch, d * t), self._matrix(self.v_batch, t * e)
+        k_off, v_off = self._matrix(self.k_batch, t * d), self._matrix(self.v_batch, t * e)
         c_off = "0" if self.c_local else f"(b * {s} + r0) * {e}"
         scale = float(self.op.attr("scale"))
         mask_lines, mask_term = self._mask_row()
         scaled = "srow[j]" if scale == 1.0 else f"srow[j] * f32({scale!r})"
         lines = [
             "prev = threads_begin(1)",
-            f"sgemm(0, 0, r1 - r0, {t}, {d}, {q}, {q_off}, {d}, {kt}, {k_off}, {t}, sbuf, 0, {t})",
+            f"sgemm(0, 1, r1 - r0, {t}, {d}, {q}, {q_off}, {d}, {key}, {k_off}, {d}, sbuf, 0, {t})",
             "threads_end(prev)",
             "for i in range(r1 - r0):",
             f"    srow = sbuf[i * {t}:i * {t} + {t}]",
