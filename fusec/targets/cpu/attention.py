@@ -69,6 +69,7 @@ class AttentionBlocks(BlockedCore):
         self.batch = self.result[:-2]
         self.q_batch, self.k_batch, self.v_batch = q[:-2], key[:-2], v[:-2]
         self.mask = tuple(mask)
+        self.scale, self.nan_to_zero = float(op.attr("scale")), bool(op.attr("nan_to_zero"))
         fit = BLOCK_BYTES // (4 * (self.t + (self.e if c_local else 0)))
         mb = min(self.s, MAX_ROWS, max(MIN_ROWS, fit))
         batches = math.prod(self.batch)
@@ -137,7 +138,7 @@ class AttentionBlocks(BlockedCore):
         q_off = f"{q_off} + r0 * {d}" if q_off != "0" else f"r0 * {d}"
         k_off, v_off = self._matrix(self.k_batch, t * d), self._matrix(self.v_batch, t * e)
         c_off = "0" if self.c_local else f"(b * {s} + r0) * {e}"
-        scale = float(self.op.attr("scale"))
+        scale = self.scale
         mask_lines, mask_term = self._mask_row()
         scaled = "srow[j]" if scale == 1.0 else f"srow[j] * f32({scale!r})"
         lines = [
@@ -156,7 +157,7 @@ class AttentionBlocks(BlockedCore):
             f"    for j in range({t}):",
             "        srow[j] = srow[j] * inv",
         ]
-        if self.op.attr("nan_to_zero"):
+        if self.nan_to_zero:
             lines += [
                 f"    for j in range({t}):",
                 "        if srow[j] != srow[j]:",
