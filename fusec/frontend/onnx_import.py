@@ -519,15 +519,39 @@ class Importer:
 
     def read_attributes(self, node: Node, spec: Converter) -> dict[str, Any]:
         attrs = {}
+        declared = _schema_attribute_types(node.proto, self.opset)
         for attr in node.proto.attribute:
             if attr.name not in spec.attrs:
                 raise self.error(f"unsupported attribute '{attr.name}'", "attribute")
+            expected = declared.get(attr.name)
+            if expected is not None and attr.type != expected:
+                raise self.error(
+                    f"attribute '{attr.name}' is {_attribute_type_name(attr.type)}, the "
+                    f"operator's schema says {_attribute_type_name(expected)}"
+                )
             value = helper.get_attribute_value(attr)
             attrs[attr.name] = value.decode() if isinstance(value, bytes) else value
         return attrs
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _schema_attribute_types(node: onnx.NodeProto, opset: int) -> dict[str, int]:
+    """Attribute name -> ``AttributeProto`` type code, as the ONNX schema of ``node``'s
+    operator at ``opset`` declares them (empty when there is no schema)."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+    except Exception:  # onnx.defs.SchemaError: an unknown operator or opset
+        return {}
+    return {name: int(a.type) for name, a in schema.attributes.items()}
+
+
+def _attribute_type_name(code: int) -> str:
+    try:
+        return onnx.AttributeProto.AttributeType.Name(code)
+    except ValueError:
+        return f"of unknown type {code}"
 
 
 def dtype_of(value: SSAValue) -> str:
