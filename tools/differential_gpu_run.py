@@ -35,6 +35,7 @@ import collections
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,7 +52,12 @@ MARGIN = 15.0
 # ------------------------------------------------------------------ a worker
 
 
-def _worker(index: int, seed: int, deadline: float, scratch: Path, target: str) -> None:
+#: Errors after which a process's CUDA context is unusable: the worker exits (after
+#: recording the graph) and the parent starts a fresh one.
+FATAL = ("CUDA_ERROR_ILLEGAL", "CUDA_ERROR_LAUNCH", "illegal memory access", "unspecified launch")
+
+
+def _worker(name: str, seed: int, deadline: float, scratch: Path, target: str) -> None:
     """Check random graphs on ``target`` until ``deadline`` (epoch seconds)."""
     sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "differential"), str(ROOT)]
     from differential import assert_matches, kernel_budget, poison
@@ -63,8 +69,8 @@ def _worker(index: int, seed: int, deadline: float, scratch: Path, target: str) 
     import fusec
     from fusec.runtime.reference import run_reference
 
-    results = open(scratch / f"worker-{index}.jsonl", "a", buffering=1)  # noqa: SIM115
-    inflight = scratch / f"worker-{index}.inflight"
+    results = open(scratch / f"worker-{name}.jsonl", "a", buffering=1)  # noqa: SIM115
+    inflight = scratch / f"worker-{name}.inflight"
     count = 0
 
     def run(graph, args) -> None:
@@ -118,6 +124,9 @@ def _worker(index: int, seed: int, deadline: float, scratch: Path, target: str) 
             record.update(ir=text, seed=input_seed, error=error[-4000:])
         results.write(json.dumps(record) + "\n")
         inflight.unlink(missing_ok=True)
+        if error is not None and any(marker in error for marker in FATAL):
+            results.close()
+            os._exit(3)  # a broken context: the parent starts a fresh process
 
     check()
     results.close()
@@ -126,7 +135,7 @@ def _worker(index: int, seed: int, deadline: float, scratch: Path, target: str) 
 # ------------------------------------------------------------------ the parent
 
 
-def _spawn(args: argparse.Namespace, index: int, deadline: float, scratch: Path):
+def _spawn(args: argparse.Namespace, name: str, seed: int, deadline: float, scratch: Path):
     env = dict(
         os.environ,
         PYTHONUNBUFFERED="1",
@@ -136,30 +145,69 @@ def _spawn(args: argparse.Namespace, index: int, deadline: float, scratch: Path)
         MKL_NUM_THREADS="1",
         FUSEC_CACHE_DIR=str(scratch / "cache"),
     )
-    argv = [sys.executable, __file__, "--worker", str(index), "--deadline", str(deadline)]
-    argv += ["--seed", str(args.seed + index), "--scratch", str(scratch)]
-    argv += ["--target", args.target]
-    log = open(scratch / f"worker-{index}.log", "w")  # noqa: SIM115
+    argv = [sys.executable, __file__, "--worker", name, "--deadline", str(deadline)]
+    argv += ["--seed", str(seed), "--scratch", str(scratch), "--target", args.target]
+    log = open(scratch / f"worker-{name}.log", "w")  # noqa: SIM115
     return subprocess.Popen(argv, env=env, stdout=log, stderr=log, start_new_session=True)
 
 
-def _collect(scratch: Path, workers: int) -> tuple[list[dict], list[dict]]:
-    records, unfinished = [], []
-    for index in range(workers):
-        path = scratch / f"worker-{index}.jsonl"
-        if path.exists():
-            for line in path.read_text().splitlines():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:  # a line cut by the kill
-                    pass
-        inflight = scratch / f"worker-{index}.inflight"
-        if inflight.exists():
+def _inflight(scratch: Path, name: str) -> dict | None:
+    """The graph worker ``name`` was checking when it stopped, if any."""
+    path = scratch / f"worker-{name}.inflight"
+    try:
+        return {"worker": name, **json.loads(path.read_text())}
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _run_workers(args: argparse.Namespace, deadline: float, scratch: Path):
+    """Keep ``args.workers`` workers busy until ``deadline``; a worker that dies early (a
+    crash, a broken CUDA context) is replaced by a fresh one with a new seed. Returns
+    every worker's exit code by name, the graphs workers died in, and the graphs still
+    being checked at the wall limit."""
+    running: dict[str, subprocess.Popen] = {}
+    exits: dict[str, int | None] = {}
+    crashed: list[dict] = []  # graphs a worker died in before the wall limit
+    starts = 0
+    for slot in range(args.workers):
+        running[f"{slot}-0"] = _spawn(args, f"{slot}-0", args.seed + slot, deadline, scratch)
+    while running and time.time() < deadline + MARGIN:
+        time.sleep(1.0)
+        for name, proc in list(running.items()):
+            if proc.poll() is None:
+                continue
+            exits[name] = proc.returncode
+            del running[name]
+            graph = _inflight(scratch, name)
+            if graph is not None:  # died inside a graph: that graph crashed it
+                crashed.append({**graph, "exit": proc.returncode})
+            if time.time() < deadline - MARGIN and starts < 4 * args.workers:
+                starts += 1
+                slot, incarnation = name.split("-")
+                again = f"{slot}-{int(incarnation) + 1}"
+                seed = args.seed + 1000 * starts + int(slot)
+                running[again] = _spawn(args, again, seed, deadline, scratch)
+    unfinished = []  # graphs a worker was still checking at the wall limit
+    for name, proc in running.items():
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            if (graph := _inflight(scratch, name)) is not None:
+                unfinished.append(graph)
+        proc.wait()
+        exits[name] = proc.returncode
+    return exits, crashed, unfinished
+
+
+def _collect(scratch: Path) -> list[dict]:
+    """Every finished graph's record."""
+    records = []
+    for path in sorted(scratch.glob("worker-*.jsonl")):
+        for line in path.read_text().splitlines():
             try:
-                unfinished.append({"worker": index, **json.loads(inflight.read_text())})
-            except json.JSONDecodeError:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by the kill
                 pass
-    return records, unfinished
+    return records
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -169,7 +217,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _summary(args, records, unfinished, wall: float, device: str) -> dict:
+def _summary(args, records, unfinished, crashed, wall: float, device: str) -> dict:
     seconds = [r["seconds"] for r in records]
     ops = collections.Counter(op for r in records for op in r["ops"])
     failures = [r for r in records if not r["ok"]]
@@ -185,6 +233,7 @@ def _summary(args, records, unfinished, wall: float, device: str) -> dict:
         "graphs_passed": len(records) - len(failures),
         "graphs_failed": len(failures),
         "graphs_unfinished": len(unfinished),
+        "graphs_crashing_a_worker": len(crashed),
         "distinct_graphs": len({r["digest"] for r in records}),
         "graphs_per_second": round(len(records) / wall, 2) if wall else 0.0,
         "seconds_per_graph": {
@@ -240,7 +289,8 @@ def _markdown(summary: dict) -> str:
         "| graphs run | passed | failed | unfinished | distinct | graphs/s | s/graph p50 | p90 |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
         f"| {summary['graphs_run']} | {summary['graphs_passed']} | {summary['graphs_failed']} "
-        f"| {summary['graphs_unfinished']} | {summary['distinct_graphs']} "
+        f"| {summary['graphs_unfinished']} + {summary['graphs_crashing_a_worker']} crashed "
+        f"| {summary['distinct_graphs']} "
         f"| {summary['graphs_per_second']} | {summary['seconds_per_graph']['median']} "
         f"| {summary['seconds_per_graph']['p90']} |",
         "",
@@ -254,8 +304,10 @@ def _markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def _failures_text(records: list[dict], unfinished: list[dict]) -> str:
-    parts = []
+def _failures_text(records: list[dict], unfinished: list[dict], crashed: list[dict]) -> str:
+    parts = [
+        f"// WORKER DIED (exit {c['exit']}, input seed {c['seed']})\n{c['ir']}" for c in crashed
+    ]
     for r in records:
         if not r["ok"]:
             parts.append(f"// FAILED (input seed {r['seed']}): {r['error']}\n{r['ir']}")
@@ -273,7 +325,7 @@ def main() -> int:
     parser.add_argument("--wall", type=float, default=420.0, help="seconds, start to summary")
     parser.add_argument("--target", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
-    parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -286,30 +338,26 @@ def main() -> int:
     start = time.time()
     deadline = start + args.wall - 2 * MARGIN  # the last graph, the kill and the summary
     scratch = Path(tempfile.mkdtemp(prefix="fusec-diff-"))
-    procs = [_spawn(args, i, deadline, scratch) for i in range(args.workers)]
     print(f"{args.workers} workers on {args.target} until the wall limit of {args.wall:.0f} s, "
-          f"seeds {args.seed}..{args.seed + args.workers - 1}", flush=True)  # fmt: skip
-    while time.time() < deadline + MARGIN and any(p.poll() is None for p in procs):
-        time.sleep(1.0)
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    records, unfinished = _collect(scratch, args.workers)
-    summary = _summary(args, records, unfinished, time.time() - start, _device(args.target))
-    summary["worker_exit_codes"] = [p.returncode for p in procs]
+          f"seeds from {args.seed}", flush=True)  # fmt: skip
+    exits, crashed, unfinished = _run_workers(args, deadline, scratch)
+    records = _collect(scratch)
+    wall = time.time() - start
+    summary = _summary(args, records, unfinished, crashed, wall, _device(args.target))
+    summary["worker_exit_codes"] = exits
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (args.out / "summary.md").write_text(_markdown(summary))
-    (args.out / "failures.txt").write_text(_failures_text(records, unfinished))
+    (args.out / "failures.txt").write_text(_failures_text(records, unfinished, crashed))
     logs = []
-    for i in range(args.workers):
-        log = scratch / f"worker-{i}.log"
+    for name, code in exits.items():
+        log = scratch / f"worker-{name}.log"
         tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-        logs.append(f"==== worker {i} (exit {procs[i].returncode})\n{tail}")
-    (args.out / "workers.log").write_text("\n".join(logs))
+        logs.append(f"==== worker {name} (exit {code})\n{tail}")
+    (args.out / "workers.log").write_text("\n".join(logs)[-(15 << 20) :])
+    shutil.rmtree(scratch, ignore_errors=True)
     print(_markdown(summary))
-    clean = summary["graphs_failed"] == 0 and summary["graphs_unfinished"] == 0
-    return 0 if clean and summary["graphs_run"] > 0 else 1
+    bad = summary["graphs_failed"] + summary["graphs_unfinished"] + len(crashed)
+    return 0 if bad == 0 and summary["graphs_run"] > 0 else 1
 
 
 if __name__ == "__main__":
