@@ -463,6 +463,10 @@ class ExprGenerator:
             return f"exp_f32({a})"
         return self.language.exp(a)
 
+    def logistic(self, numerator: str, x: str) -> str:
+        """``numerator / (1 + exp(-x))``, with the language's division and exponential."""
+        return self.arith(numerator, "/", self.arith(self.literal(1.0), "+", self.exp(self.neg(x))))
+
     def round_to(self, dtype: str, a: str) -> str:
         """``a`` rounded to ``dtype`` exactly (nearest-even), as a float32."""
         if dtype == "f32":
@@ -614,6 +618,21 @@ _CPP_HELPERS = {
 }
 
 
+# the fast-math forms of ``CppExprGenerator(fast_math=True)`` (MUFU.EX2 / MUFU.TANH in SASS)
+_CPP_HELPERS["exp_approx"] = (
+    "static __device__ __forceinline__ float fs_exp_approx(float x) {\n"
+    "  float y;\n"
+    '  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 0x1.715476p+0f));  // 2^(x log2 e)\n'
+    "  return y;\n}\n"
+)
+_CPP_HELPERS["tanh_approx"] = (
+    "static __device__ __forceinline__ float fs_tanh_approx(float x) {\n"
+    "  float y;\n"
+    '  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));\n'
+    "  return y;\n}\n"
+)
+
+
 def cpp_helper_source(names: Iterable[str]) -> str:
     """CUDA C++ definitions of the helpers ``names`` that ``CUDA_CPP`` statements call."""
     chosen = sorted(set(names))
@@ -630,10 +649,41 @@ def cpp_literal(x: float) -> str:
 
 class CppExprGenerator(ExprGenerator):
     """``ExprGenerator`` rendering CUDA C++: float32 statements for a generated C++
-    kernel's epilogue (``const float t0 = (acc + l0);``), same NaN and rounding rules."""
+    kernel's epilogue (``const float t0 = (acc + l0);``), same NaN and rounding rules.
 
-    def __init__(self, temp_prefix: str = "t", leaf_prefix: str = "l") -> None:
+    With ``fast_math`` (for values rounded to a 16-bit type afterwards) three functions
+    use the hardware's approximations: ``exp`` is ``ex2.approx.ftz.f32`` of ``x * log2 e``,
+    ``tanh`` is ``tanh.approx.f32``, and the logistic form ``a / (1 + exp(-x))`` of
+    sigmoid, silu and the tanh GELU divides with ``__fdividef`` (its denominator is at
+    least 1; above 2**126 the quotient is 0, the correctly rounded one is below 2**-126
+    times ``a``). Their error is far below a 16-bit rounding
+    (``tests/codegen/test_fast_math.py`` bounds it with the PTX ISA's figures). Everything
+    else, ``ai.div`` included (a bf16 denominator may exceed 2**126), stays IEEE; NaN,
+    infinities and the selects around them behave as in the IEEE form.
+    """
+
+    def __init__(
+        self, temp_prefix: str = "t", leaf_prefix: str = "l", *, fast_math: bool = False
+    ) -> None:
         super().__init__(temp_prefix, leaf_prefix, language=CUDA_CPP)
+        self.fast_math = bool(fast_math)
+
+    def exp(self, a: str) -> str:
+        if not self.fast_math:
+            return super().exp(a)
+        self.helpers.add("exp_approx")
+        return f"fs_exp_approx({a})"
+
+    def call(self, function: str, *args: str) -> str:
+        if not (self.fast_math and function == "tanh"):
+            return super().call(function, *args)
+        self.helpers.add("tanh_approx")
+        return f"fs_tanh_approx({args[0]})"
+
+    def logistic(self, numerator: str, x: str) -> str:
+        if not self.fast_math:
+            return super().logistic(numerator, x)
+        return f"__fdividef({numerator}, ({self.literal(1.0)} + {self.exp(self.neg(x))}))"
 
     def helper_source(self) -> str:
         """C++ definitions of the helpers the statements call."""

@@ -94,6 +94,12 @@ class ScalarBuilder(Protocol):
 
     def exp(self, a: str) -> str: ...
 
+    def logistic(self, numerator: str, x: str) -> str:
+        """``numerator / (1 + exp(-x))``: the logistic function's form shared by sigmoid,
+        silu and the tanh GELU (a fast target may divide approximately: the denominator
+        is at least 1)."""
+        ...
+
     def round_to(self, dtype: str, a: str) -> str:
         """``a`` rounded to ``dtype`` ("f16", "bf16"; "f32" is the identity)."""
         ...

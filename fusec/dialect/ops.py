@@ -692,8 +692,7 @@ class SigmoidOp(UnaryOp):
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("sigmoid", onnx=("Sigmoid",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        one = s.literal(1.0)
-        return s.arith(one, "/", s.arith(one, "+", s.exp(s.neg(args[0]))))
+        return s.logistic(s.literal(1.0), args[0])
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         return K.sigmoid(*args)
@@ -778,9 +777,7 @@ class SiluOp(UnaryOp):
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         (a,) = args
-        return _minus_zero_at_minus_inf(
-            s, a, s.arith(a, "/", s.arith(s.literal(1.0), "+", s.exp(s.neg(a))))
-        )
+        return _minus_zero_at_minus_inf(s, a, s.logistic(a, a))
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         return K.silu(*args)
@@ -810,7 +807,7 @@ class GeluOp(UnaryOp):
             # 0.5*x*(1 + tanh(u)) == x * sigmoid(2u): exact, and no cancellation
             cube = s.arith(s.arith(s.arith(s.literal(0.044715), "*", a), "*", a), "*", a)
             u2 = s.arith(s.literal(_GELU_TANH_2C), "*", s.arith(a, "+", cube))
-            value = s.arith(a, "/", s.arith(s.literal(1.0), "+", s.exp(s.neg(u2))))
+            value = s.logistic(a, u2)
         else:
             # 0.5*x*(1 + erf(x/sqrt2)) == 0.5*x*erfc(-x/sqrt2): no cancellation for x < 0
             erfc = s.call("erfc", s.arith(s.neg(a), "*", s.literal(_SQRT1_2)))

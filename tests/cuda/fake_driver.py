@@ -38,7 +38,9 @@ class FakeDriver:
     CUfunction_attribute = _Enum
     CUmemorytype = _Enum
     CUtensorMapDataType = SimpleNamespace(
-        CU_TENSOR_MAP_DATA_TYPE_FLOAT16=6, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16=9
+        CU_TENSOR_MAP_DATA_TYPE_FLOAT16=6,
+        CU_TENSOR_MAP_DATA_TYPE_FLOAT32=7,
+        CU_TENSOR_MAP_DATA_TYPE_BFLOAT16=9,
     )
     CUtensorMapInterleave = SimpleNamespace(CU_TENSOR_MAP_INTERLEAVE_NONE=0)
     CUtensorMapSwizzle = SimpleNamespace(CU_TENSOR_MAP_SWIZZLE_128B=3)

@@ -121,3 +121,47 @@ def test_padded_operand_is_copied_on_every_call(drv: FakeDriver) -> None:
     assert drv.names() == ["cuMemcpy2DAsync", "cuLaunchKernel"]
     copy, stream = drv.calls[0][1]
     assert stream == 7 and copy.srcPitch == 154 and copy.dstPitch == 160
+
+
+STAGED = cpp.GemmSpec(TileConfig(64, 256, 64, 4, 2, 8, "pingpong", "smem"), "f16", "f16", "k", "n")
+
+
+def _u64_params(launch: GemmLaunch) -> list[int]:
+    (call,) = launch.calls.values()
+    prepared = call.steps[-1][1]
+    values, _ = prepared.keep
+    return [v.value for v in values[: launch.spec.arg_count()[0]]]
+
+
+def test_smem_epilogue_gets_the_outputs_tensor_map(drv: FakeDriver) -> None:
+    launch = _launch(STAGED)
+    launch.direct(7, _bufs(0x10000, 0x20000), _bufs(0x30000))
+    encodes = [args for name, args in drv.calls if name == "cuTensorMapEncodeTiled"]
+    assert len(encodes) == 3  # A, B and the output
+    kind, _, ptr, dims, _, box = encodes[2][:6]
+    assert (kind, ptr, dims, box) == (6, 0x30000, [512, 256, 1], [64, 16, 1])
+    map_a, map_b, out, map_out = _u64_params(launch)
+    assert out == 0x30000 and map_out not in (0, map_a, map_b)
+    drv.calls.clear()
+    launch.direct(7, _bufs(0x10000, 0x20000), _bufs(0x30000))
+    assert drv.names() == ["cuLaunchKernel"]
+    assert drv.calls[0][1][7] == STAGED.config.smem_bytes
+
+
+@pytest.mark.parametrize("n, out", [(511, 0x30000), (512, 0x30008)])
+def test_smem_epilogue_without_a_tma_addressable_output_gets_no_map(drv, n, out) -> None:
+    launch = _launch(STAGED, n=n)  # 1022-byte rows, or a base off 16 bytes: no tensor map
+    launch.direct(7, _bufs(0x10000, 0x20000), _bufs(out))
+    assert drv.names().count("cuTensorMapEncodeTiled") == 2
+    assert _u64_params(launch)[3] == 0  # the kernel stores from shared memory itself
+
+
+def test_three_maps_survive_a_slab_retired_in_between(drv: FakeDriver, monkeypatch) -> None:
+    monkeypatch.setattr(host, "_SLOTS", 4)
+    launch = _launch(STAGED)
+    for k in range(4):
+        launch.direct(7, _bufs(0x100000 * (k + 1), 0x200000 * (k + 1)), _bufs(0x30000 * (k + 1)))
+        map_a, map_b, _, map_out = _u64_params(launch)
+        live = {slot.address for slot in host._maps.slots.values()}
+        assert {map_a, map_b, map_out} <= live  # none of them in a retired slab
+        launch.calls.clear()

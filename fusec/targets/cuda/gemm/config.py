@@ -7,14 +7,28 @@ more warpgroup is the TMA producer), and the grouped tile order (``group_m``
 tile rows per group, so that concurrently running blocks share A and B tiles
 in L2). The persistent grid is a launch choice (``min(tiles, SMs)`` blocks).
 
+Three opt-in variants change how the block program runs, not the tile
+arithmetic (``cpp`` has the details):
+
+* ``schedule``: ``"cooperative"`` (both consumer warpgroups share one block tile,
+  ``bm / consumers`` rows each) or ``"pingpong"`` (each consumer warpgroup owns
+  a whole ``bm x bn`` tile; the two alternate on the tensor cores, so one's
+  epilogue overlaps the other's main loop);
+* ``epilogue``: ``"direct"`` (registers -> global stores) or ``"smem"`` (the
+  results staged per warp through shared memory, then TMA bulk tensor stores);
+* ``math``: ``"ieee"`` or ``"fast"`` (hardware approximations of exp, tanh and
+  the logistic function's division in the epilogue, where the output is 16-bit).
+
 The attribute form (``TileConfig.text`` / ``TileConfig.parse``) is what the
-tiling pass writes on an ``ai.fused`` op: ``"128x256x64 s4 c2 g8"``.
+tiling pass writes on an ``ai.fused`` op: ``"128x256x64 s4 c2 g8"``, followed
+by the variants that are not the default (``"64x256x64 s4 c2 g8 sched=pingpong
+epi=smem math=fast"``).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, IntegerAttr, StringAttr, i64
 from xdsl.ir import Attribute
@@ -27,7 +41,32 @@ MMA_M = 64  # wgmma.m64nNk16: one warpgroup computes 64 rows per instruction
 MMA_K = 16
 SWIZZLE_BYTES = 128  # TMA 128-byte swizzle: a K-major row of a tile is 64 16-bit values
 
-_TEXT = re.compile(r"^(\d+)x(\d+)x(\d+) s(\d+) c(\d+) g(\d+)$")
+#: Per-warp staging of the "smem" epilogue: two 2 KB buffers (16 rows x 128 bytes, one TMA
+#: store box each) per consumer warp, so a warp fills one while the other is being stored.
+EPI_BUFFER_BYTES = 2048
+EPI_BUFFERS = 2
+
+SCHEDULES = ("cooperative", "pingpong")
+EPILOGUES = ("direct", "smem")
+MATHS = ("ieee", "fast")
+_VARIANT_KEYS = {"sched": "schedule", "epi": "epilogue", "math": "math"}
+
+_TEXT = re.compile(r"^(\d+)x(\d+)x(\d+) s(\d+) c(\d+) g(\d+)((?: [a-z]+=[a-z]+)*)$")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How the block program runs (the module docstring): schedule, epilogue, maths."""
+
+    schedule: str = "cooperative"
+    epilogue: str = "direct"
+    math: str = "ieee"
+
+
+#: The variant the heuristic gives every GEMM. The opt-in variants become the default by
+#: changing this one line once measured on the device (e.g. Variant("pingpong", "smem",
+#: "fast")); ``with_variant`` adapts the tile and stages to it.
+HEURISTIC_VARIANT = Variant()
 
 
 @dataclass(frozen=True)
@@ -40,6 +79,9 @@ class TileConfig:
     stages: int = 4
     consumers: int = 2
     group_m: int = 8
+    schedule: str = "cooperative"
+    epilogue: str = "direct"
+    math: str = "ieee"
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -51,10 +93,20 @@ class TileConfig:
         out = []
         if self.bk != 64:
             out.append("bk must be 64 (one 128-byte swizzle row of 16-bit values)")
+        if self.schedule not in SCHEDULES:
+            out.append(f"schedule must be one of {', '.join(SCHEDULES)}")
+        if self.epilogue not in EPILOGUES:
+            out.append(f"epilogue must be one of {', '.join(EPILOGUES)}")
+        if self.math not in MATHS:
+            out.append(f"math must be one of {', '.join(MATHS)}")
         if self.consumers < 1 or self.consumers > 3:
             out.append("1 to 3 consumer warpgroups")
-        elif self.bm % (self.consumers * MMA_M):
+        elif self.pingpong and self.consumers != 2:
+            out.append("the pingpong schedule has 2 consumer warpgroups")
+        elif self.bm % (self.consumers * MMA_M) and not self.pingpong:
             out.append("bm must be a multiple of 64 x consumers")
+        elif self.bm % MMA_M:
+            out.append("bm must be a multiple of 64")
         if self.bn % 64 or not 64 <= self.bn <= 256:
             out.append("bn must be 64, 128, 192 or 256")
         if self.bm > 256:
@@ -75,8 +127,25 @@ class TileConfig:
         return 128 * (self.consumers + 1)
 
     @property
+    def pingpong(self) -> bool:
+        return self.schedule == "pingpong"
+
+    @property
+    def variant(self) -> Variant:
+        return Variant(self.schedule, self.epilogue, self.math)
+
+    @property
     def rows_per_consumer(self) -> int:
-        return self.bm // self.consumers
+        """Rows of a tile one consumer warpgroup computes: its share of the block tile
+        (cooperative) or the whole tile (pingpong: each warpgroup owns its own tiles)."""
+        return self.bm if self.pingpong else self.bm // self.consumers
+
+    @property
+    def epi_bytes(self) -> int:
+        """Shared memory of the "smem" epilogue's staging buffers (0 for "direct")."""
+        if self.epilogue != "smem":
+            return 0
+        return self.consumers * 4 * EPI_BUFFERS * EPI_BUFFER_BYTES
 
     @property
     def a_stage_bytes(self) -> int:
@@ -90,7 +159,7 @@ class TileConfig:
     def smem_bytes(self) -> int:
         """Dynamic shared memory of one block: tiles, 2 mbarriers per stage, alignment slack."""
         tiles = self.stages * (self.a_stage_bytes + self.b_stage_bytes)
-        return tiles + 16 * self.stages + SMEM_ALIGN
+        return tiles + self.epi_bytes + 16 * self.stages + SMEM_ALIGN
 
     @property
     def acc_registers(self) -> int:
@@ -99,16 +168,31 @@ class TileConfig:
 
     @property
     def text(self) -> str:
-        return f"{self.bm}x{self.bn}x{self.bk} s{self.stages} c{self.consumers} g{self.group_m}"
+        base = f"{self.bm}x{self.bn}x{self.bk} s{self.stages} c{self.consumers} g{self.group_m}"
+        default = Variant()
+        for key, name in _VARIANT_KEYS.items():
+            if getattr(self, name) != getattr(default, name):
+                base += f" {key}={getattr(self, name)}"
+        return base
 
     @classmethod
     def parse(cls, text: str) -> TileConfig:
-        """The config written as ``text`` (``"128x256x64 s4 c2 g8"``); ValueError if malformed."""
+        """The config written as ``text`` (``"128x256x64 s4 c2 g8"``, then optional
+        ``sched=``/``epi=``/``math=`` tokens); ValueError if malformed."""
         match = _TEXT.match(text.strip())
         if not match:
-            raise ValueError(f"bad GEMM tile config {text!r}: expected e.g. '128x256x64 s4 c2 g8'")
-        bm, bn, bk, stages, consumers, group_m = (int(g) for g in match.groups())
-        return cls(bm, bn, bk, stages, consumers, group_m)
+            raise ValueError(
+                f"bad GEMM tile config {text!r}: expected e.g. '128x256x64 s4 c2 g8' "
+                "[sched=pingpong] [epi=smem] [math=fast]"
+            )
+        bm, bn, bk, stages, consumers, group_m = (int(g) for g in match.groups()[:6])
+        variant: dict[str, str] = {}
+        for token in match.group(7).split():
+            key, value = token.split("=")
+            if key not in _VARIANT_KEYS or _VARIANT_KEYS[key] in variant:
+                raise ValueError(f"bad GEMM tile config {text!r}: unknown or repeated {key!r}")
+            variant[_VARIANT_KEYS[key]] = value
+        return cls(bm, bn, bk, stages, consumers, group_m, **variant)
 
 
 @dataclass(frozen=True)
@@ -126,17 +210,20 @@ H200 = Device("H200 (default)", 132)
 
 def to_attr(config: TileConfig, choice: str) -> DictionaryAttr:
     """The ``fusec.tile`` attribute of ``config``; ``choice`` says where it came from
-    ("heuristic", "tuned", "row softmax")."""
-    return DictionaryAttr(
-        {
-            "block": DenseArrayBase.from_list(i64, [config.bm, config.bn, config.bk]),
-            "mma": StringAttr(f"m{MMA_M}n{config.bn}k{MMA_K}"),
-            "stages": IntegerAttr(config.stages, i64),
-            "consumers": IntegerAttr(config.consumers, i64),
-            "group_m": IntegerAttr(config.group_m, i64),
-            "choice": StringAttr(choice),
-        }
-    )
+    ("heuristic", "tuned", "row softmax"). Variants appear only when not the default."""
+    fields: dict[str, Attribute] = {
+        "block": DenseArrayBase.from_list(i64, [config.bm, config.bn, config.bk]),
+        "mma": StringAttr(f"m{MMA_M}n{config.bn}k{MMA_K}"),
+        "stages": IntegerAttr(config.stages, i64),
+        "consumers": IntegerAttr(config.consumers, i64),
+        "group_m": IntegerAttr(config.group_m, i64),
+    }
+    default = Variant()
+    for name in _VARIANT_KEYS.values():
+        if getattr(config, name) != getattr(default, name):
+            fields[name] = StringAttr(getattr(config, name))
+    fields["choice"] = StringAttr(choice)
+    return DictionaryAttr(fields)
 
 
 def from_attr(attr: Attribute) -> TileConfig:
@@ -153,18 +240,59 @@ def from_attr(attr: Attribute) -> TileConfig:
         if not isinstance(value, IntegerAttr):
             raise ValueError(f"fusec.tile '{name}' must be an integer")
         fields[name] = value.value.data
+    variant: dict[str, str] = {}
+    for name in _VARIANT_KEYS.values():
+        value = data.get(name)
+        if value is not None:
+            if not isinstance(value, StringAttr):
+                raise ValueError(f"fusec.tile '{name}' must be a string")
+            variant[name] = value.data
     bm, bn, bk = (int(v) for v in block.get_values())
-    config = TileConfig(bm, bn, bk, fields["stages"], fields["consumers"], fields["group_m"])
+    config = TileConfig(
+        bm, bn, bk, fields["stages"], fields["consumers"], fields["group_m"], **variant
+    )
     mma = data.get("mma")
     if mma is not None and (not isinstance(mma, StringAttr) or mma.data != f"m64n{bn}k16"):
         raise ValueError(f"fusec.tile 'mma' must be \"m64n{bn}k16\" for a {bn}-wide block")
     return config
 
 
-def max_stages(bm: int, bn: int, limit: int = SMEM_LIMIT, most: int = 8) -> int:
-    """The deepest pipeline of a bm x bn x 64 tile that fits ``limit`` bytes of shared memory."""
+def max_stages(bm: int, bn: int, limit: int = SMEM_LIMIT, most: int = 8, reserved: int = 0) -> int:
+    """The deepest pipeline of a bm x bn x 64 tile that fits ``limit`` bytes of shared memory
+    beside ``reserved`` bytes (the smem epilogue's staging)."""
     per_stage = (bm + bn) * 64 * 2 + 16
-    return max(2, min(most, (limit - SMEM_ALIGN) // per_stage))
+    return max(2, min(most, (limit - SMEM_ALIGN - reserved) // per_stage))
+
+
+def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
+    """``config`` running as ``variant``, with the tile and pipeline adapted to it.
+
+    Pingpong gives each consumer warpgroup a whole tile of the rows it had in the
+    cooperative block tile (128x256 c2 -> 64x256: the same accumulators per thread and
+    wgmma shape, two tiles in flight per block), which needs two consumers: a
+    one-consumer config keeps its schedule. The stages shrink until the tiles (and the
+    smem epilogue's staging) fit the shared memory; they never grow, except when the tile
+    changes (then as many as fit).
+    """
+    schedule, bm = variant.schedule, config.bm
+    if schedule == "pingpong" and not config.pingpong:
+        if config.consumers == 2:
+            bm = config.rows_per_consumer
+        else:
+            schedule = config.schedule
+    elif schedule == "cooperative" and config.pingpong:
+        bm = config.bm * config.consumers
+    staging = replace(config, epilogue=variant.epilogue).epi_bytes
+    fit = max_stages(bm, config.bn, reserved=staging)
+    stages = fit if bm != config.bm else min(config.stages, fit)
+    return replace(
+        config,
+        bm=bm,
+        stages=stages,
+        schedule=schedule,
+        epilogue=variant.epilogue,
+        math=variant.math,
+    )
 
 
 def tile_count(config: TileConfig, m: int, n: int, batch: int = 1) -> int:
@@ -181,7 +309,7 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = 132) -> Til
     better, 128x128 is used; problems of at most 64 rows use a 64x128 tile.
     """
     if m <= 64:
-        return TileConfig(64, 128, 64, 8, 1, 8)
+        return with_variant(TileConfig(64, 128, 64, 8, 1, 8), HEURISTIC_VARIANT)
     candidates = [TileConfig(128, 256, 64, 4, 2, 8), TileConfig(128, 128, 64, 6, 2, 8)]
 
     def waste(config: TileConfig) -> float:
@@ -195,7 +323,7 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = 132) -> Til
     for config in candidates[1:]:
         if waste(config) + 0.15 < waste(best):
             best = config
-    return best
+    return with_variant(best, HEURISTIC_VARIANT)
 
 
 def choose_row_config(m: int, n: int, batch: int = 1, sms: int = 132) -> TileConfig:
@@ -206,11 +334,23 @@ def choose_row_config(m: int, n: int, batch: int = 1, sms: int = 132) -> TileCon
         raise ValueError(f"a {n}-wide row does not fit one block tile (at most 256)")
     bn = max(64, -(-n // 64) * 64)
     bm, consumers = (128, 2) if -(-m // 128) * batch >= sms else (64, 1)
-    return TileConfig(bm, bn, 64, max_stages(bm, bn), consumers, 8)
+    return with_variant(TileConfig(bm, bn, 64, max_stages(bm, bn), consumers, 8), HEURISTIC_VARIANT)
+
+
+#: The opt-in variants ``fusec tune`` times on top of the heuristic's tile.
+TUNE_VARIANTS = (
+    Variant(math="fast"),
+    Variant(epilogue="smem", math="fast"),
+    Variant("pingpong", "direct", "fast"),
+    Variant("pingpong", "smem", "fast"),
+)
 
 
 def candidates(m: int, n: int, batch: int = 1, sms: int = 132, full_rows: bool = False):
-    """A few configs worth timing for ``fusec tune`` (the heuristic's choice first)."""
+    """A few configs worth timing for ``fusec tune`` (the heuristic's choice first): tiles
+    and pipeline depths of the default variant, then the opt-in variants (``TUNE_VARIANTS``)
+    of the heuristic's tile and of the 256x128 tile (pingpong: 64x256 and 128x128 per
+    warpgroup)."""
     if full_rows:
         first = choose_row_config(m, n, batch, sms)
         bn = first.bn
@@ -226,6 +366,8 @@ def candidates(m: int, n: int, batch: int = 1, sms: int = 132, full_rows: bool =
             TileConfig(256, 128, 64, 4, 2, 8),
             TileConfig(128, 256, 64, 4, 2, 4),
         ]
+    bases = [first] if full_rows else [first, TileConfig(256, 128, 64, 4, 2, 8)]
+    out += [with_variant(base, variant) for base in bases for variant in TUNE_VARIANTS]
     unique: list[TileConfig] = []
     for config in out:
         if config not in unique:

@@ -27,6 +27,25 @@ The grid is persistent (``min(tiles, SMs)`` blocks walk tiles ``blockIdx.x +
 i * gridDim.x``) in grouped order: ``group_m`` tile rows at a time, so that
 blocks running together reuse A and B tiles from L2.
 
+Opt-in variants (``TileConfig.schedule/epilogue/math``; the default kernel's
+source does not change):
+
+* ``schedule="pingpong"`` (CUTLASS's KernelTmaWarpSpecializedPingpong): each
+  consumer warpgroup owns whole ``bm x bn`` tiles, alternate ones of the
+  block's walk; named barriers 1 and 2 make them take turns on the tensor
+  cores (a consumer starts its main loop once the other has issued its own),
+  so one's epilogue runs during the other's MMA. The ring of stages is shared
+  in tile order; an ``empty`` barrier expects one arrival.
+* ``epilogue="smem"``: the epilogue first replaces the accumulators by the
+  values to store, then each warp stages 16-row x 128-byte chunks through two
+  2 KB shared-memory buffers (128-byte swizzle, ``stmatrix`` for 16-bit
+  outputs) and lane 0 stores each with one TMA bulk tensor store (the output's
+  tensor map clips the ragged edges); without a map (rows not 16-byte
+  aligned) the warp copies the chunk out with masked 16-byte stores.
+* ``math="fast"``: the epilogue expression uses ``ex2.approx``,
+  ``tanh.approx`` and ``__fdividef`` (``CppExprGenerator(fast_math=True)``)
+  where the output is 16-bit.
+
 Operand layouts: A is K-major (row-major M x K) or M-major (stored K x M,
 ``transpose_a``); B is K-major (stored N x K, ``transpose_b``) or N-major
 (stored K x N, the plain ``a @ b``). MN-major operands use wgmma's transpose
@@ -39,7 +58,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from fusec.targets.cuda.gemm.config import MMA_K, MMA_M, TileConfig
+from fusec.targets.cuda.gemm.config import MMA_K, MMA_M, TileConfig, Variant
 
 PRODUCER_REGISTERS = 40
 CONSUMER_REGISTERS = 232
@@ -47,6 +66,11 @@ DTYPES = ("f16", "bf16")
 OUT_DTYPES = ("f16", "bf16", "f32")
 _WGMMA_TYPE = {"f16": "f16", "bf16": "bf16"}
 _ELEMENT_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes of one element of an operand or output type."""
+    return _ELEMENT_BYTES[dtype]
 
 
 @dataclass(frozen=True)
@@ -272,6 +296,71 @@ static __device__ __forceinline__ void fs_st2_bf16(void* p, long long i, float a
 }
 """
 
+#: Helpers of the "smem" epilogue: staging stores, the async-proxy fence, TMA bulk tensor
+#: stores and their bulk async-groups, and the masked 16-byte copy of the no-TMA fallback.
+_SMEM_HELPERS = r"""
+static __device__ __forceinline__ void fs_stmatrix4(u32 addr, u32 a, u32 b, u32 c, u32 d) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+               :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+static __device__ __forceinline__ void fs_st_shared2(u32 addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(a), "f"(b) : "memory");
+}
+static __device__ __forceinline__ uint4 fs_ld_shared4(u32 addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy (TMA) reads.
+static __device__ __forceinline__ void fs_fence_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+static __device__ __forceinline__ void fs_tma_store(u64 map, u32 src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];"
+               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+static __device__ __forceinline__ void fs_bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// At most N of this thread's bulk groups still reading shared memory.
+template <int N> static __device__ __forceinline__ void fs_bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+// At most N of this thread's bulk groups not complete (writes done).
+template <int N> static __device__ __forceinline__ void fs_bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
+}
+// 16 staged bytes (EPC elements of ES bytes) to p[i..]: one 16-byte store when all EPC
+// elements are in the row and the address is aligned, else element by element.
+template <int ES>
+static __device__ __forceinline__ void fs_st16(void* p, long long i, uint4 v, int left) {
+  char* q = (char*)p + i * ES;
+  if (left >= 16 / ES && (((unsigned long long)q) & 15ull) == 0) {
+    *(uint4*)q = v;
+    return;
+  }
+  const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 16 / ES; ++e) {
+    if (e < left) {
+      if (ES == 4) ((u32*)q)[e] = w[e];
+      else ((u16*)q)[e] = (u16)(w[e / 2] >> (16 * (e % 2)));
+    }
+  }
+}
+"""
+
+#: Helpers of the pingpong schedule: named barriers 1 and 2 order the consumers' main loops.
+_PINGPONG_HELPERS = r"""
+static __device__ __forceinline__ void fs_named_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void fs_named_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(count) : "memory");
+}
+"""
+
 
 NEG_INF = "__int_as_float(0xff800000)"
 
@@ -295,56 +384,35 @@ def _post_function(spec: GemmSpec, extras_params: str) -> str:
 """
 
 
-def _store_section(spec: GemmSpec, extras_args: str) -> str:
-    """C++ of the consumers' epilogue: accumulators -> ``fs_epilogue`` -> stores.
+def _rows(spec: GemmSpec) -> str:
+    """The first row of the consumer's accumulators: its share of the block tile
+    (cooperative) or the tile's first row (pingpong: the warpgroup owns the tile)."""
+    return "pm * BM" if spec.config.pingpong else "pm * BM + cw * WM"
 
-    Accumulator j of m64 block m holds row 16 warp + lane/4 + 8 ((j/2)%2) and
-    column 8 (j/4) + 2 (lane%4) + j%2 of that block, so the 4 lanes of a quad
-    hold one row's BN columns of the tile: row statistics (softmax) need two
-    ``shfl.xor`` steps (1, 2) and no shared memory.
-    """
+
+def _fragment_loops(spec: GemmSpec) -> str:
+    """The loops over a consumer thread's accumulator rows, defining ``row``."""
     mi = spec.config.rows_per_consumer // MMA_M
-    out = spec.out_dtype
-    head = f"""      const long long out_base = (long long)pz * M * N;
-      const bool pairs = (N % 2) == 0;
-#pragma unroll
+    return f"""#pragma unroll
       for (int m = 0; m < {mi}; ++m) {{
 #pragma unroll
         for (int h = 0; h < 2; ++h) {{
-          const int row = pm * BM + cw * WM + m * 64 + warp * 16 + (lane / 4) + 8 * h;
+          const int row = {_rows(spec)} + m * 64 + warp * 16 + (lane / 4) + 8 * h;
 """
-    tail = "        }\n      }\n"
-    if not spec.epilogue.softmax:
-        body = f"""          if (row < M) {{
-            const long long row_base = out_base + (long long)row * N;
-#pragma unroll
-            for (int q = 0; q < BN / 8; ++q) {{
-              const int col = pn * BN + q * 8 + 2 * (lane % 4);
-              if (col < N) {{
-                const float y0 = fs_epilogue({_frag(e="0")}, row, col, pz{extras_args});
-                if (pairs) {{
-                  const float y1 = fs_epilogue({_frag(e="1")}, row, col + 1, pz{extras_args});
-                  fs_st2_{out}((void*)out, row_base + col, y0, y1);
-                }} else {{
-                  fs_st_{out}((void*)out, row_base + col, y0);
-                  if (col + 1 < N) {{
-                    const float y1 = fs_epilogue({_frag(e="1")}, row, col + 1, pz{extras_args});
-                    fs_st_{out}((void*)out, row_base + col + 1, y1);
-                  }}
-                }}
-              }}
-            }}
-          }}
-"""
-        return head + body + tail
+
+
+def _softmax_statistics(spec: GemmSpec, extras_args: str) -> str:
+    """Pass 1 (the row's values, -inf outside the matrix, into the accumulators, and their
+    maximum ``mx`` over the quad) and pass 2 (``sum`` of exp(v - shift)) of a softmax
+    epilogue; in the "row" mode pass 2 leaves exp(v - shift) in the accumulators."""
+    out = spec.out_dtype
     partials = spec.epilogue.softmax == "partials"
     value = (
         f"fs_to_{out}(fs_epilogue({_frag()}, row, col, pz{extras_args}))"
         if partials
         else f"fs_epilogue({_frag()}, row, col, pz{extras_args})"
     )
-    # pass 1: the row's values (-inf outside the matrix) and their maximum over the quad
-    body = f"""          const bool live = row < M;
+    return f"""          const bool live = row < M;
           float mx = {NEG_INF};
 #pragma unroll
           for (int q = 0; q < BN / 8; ++q) {{
@@ -373,6 +441,184 @@ def _store_section(spec: GemmSpec, extras_args: str) -> str:
           sum += __shfl_xor_sync(0xffffffffu, sum, 1);
           sum += __shfl_xor_sync(0xffffffffu, sum, 2);
 """
+
+
+def _compute_section(spec: GemmSpec, extras_args: str) -> str:
+    """C++ of the "smem" epilogue's first half: every accumulator of the matrix replaced in
+    place by the value to store (``fs_epilogue``, or the softmax's output), so that the
+    store half only moves registers. Accumulators outside the matrix keep what they hold
+    (0: TMA zero-fills A and B there; -inf or 0 in the softmax modes): nothing stores them.
+    The bounds checks mirror the direct epilogue's (a branch per row, one per column):
+    with per-element selects ptxas hoisted the epilogue's loads and spilled.
+
+    In the "partials" mode the accumulators keep the rounded logits and the quad's first
+    lane writes the row's (max, sum of exp) pair of the tile, as in the direct epilogue.
+    """
+    head = _fragment_loops(spec)
+    tail = "        }\n      }\n"
+    mode = spec.epilogue.softmax
+    if not mode:
+        body = f"""          if (row < M) {{
+#pragma unroll
+            for (int q = 0; q < BN / 8; ++q) {{
+              const int col = pn * BN + q * 8 + 2 * (lane % 4);
+              if (col < N) {{
+                {_frag(e="0")} = fs_epilogue({_frag(e="0")}, row, col, pz{extras_args});
+              }}
+              if (col + 1 < N) {{
+                {_frag(e="1")} = fs_epilogue({_frag(e="1")}, row, col + 1, pz{extras_args});
+              }}
+            }}
+          }}
+"""
+        return head + body + tail
+    body = _softmax_statistics(spec, extras_args)
+    if mode == "partials":
+        last = len(spec.epilogue.extras) - 1
+        body += f"""          if (live && lane % 4 == 0) {{
+            const int tiles_n = (N + BN - 1) / BN;
+            ((float2*)e{last})[((long long)pz * M + row) * tiles_n + pn] = make_float2(mx, sum);
+          }}
+"""
+        return head + body + tail
+    body += f"""          const float inv = __fdividef(1.0f, sum);  // sum >= 1: exp(0) is a term
+          if (live) {{
+#pragma unroll
+            for (int q = 0; q < BN / 8; ++q) {{
+              const int col = pn * BN + q * 8 + 2 * (lane % 4);
+              if (col < N) {{
+                {_frag(e="0")} = fs_post({_frag(e="0")} * inv, row, col, pz{extras_args});
+              }}
+              if (col + 1 < N) {{
+                {_frag(e="1")} = fs_post({_frag(e="1")} * inv, row, col + 1, pz{extras_args});
+              }}
+            }}
+          }}
+"""
+    return head + body + tail
+
+
+def _smem_store_section(spec: GemmSpec) -> str:
+    """C++ of the "smem" epilogue's second half: each warp's accumulators (16 rows of each
+    64-row block) go through a 2 KB staging buffer of 16 rows x 128 bytes, one TMA store
+    box, in the 128-byte swizzle (16-byte chunk k of row r at chunk k ^ (r % 8): the 8
+    rows a stmatrix or a v2 store writes land in distinct banks).
+
+    Two buffers per warp alternate: before refilling one, lane 0 waits until the store
+    issued from it two chunks ago has read it (``cp.async.bulk.wait_group.read 1``).
+    16-bit outputs are packed in pairs and written by ``stmatrix`` (four 8x8 matrices: the
+    accumulator fragment of two column octets in both row halves); f32 by 8-byte stores.
+    Each writer fences its writes for the async proxy, the warp syncs, and lane 0 issues
+    the TMA store (out-of-bounds rows and columns are clipped by the tensor map). Without a
+    map (an output whose rows are not 16-byte aligned) the warp copies the buffer out
+    itself: 16 bytes per lane, coalesced, masked at the edges.
+    """
+    c = spec.config
+    mi = c.rows_per_consumer // MMA_M
+    es = _ELEMENT_BYTES[spec.out_dtype]
+    cw_cols = 128 // es  # columns of one staged chunk
+    chunks = c.bn // cw_cols
+    if es == 2:
+        pack = f"fs_pack_{spec.out_dtype}"
+        write = f"""#pragma unroll
+          for (int p = 0; p < 4; ++p) {{  // column octets 2p, 2p + 1 of the chunk
+            const int mat = lane / 8;
+            const int r = (lane % 8) + 8 * (mat % 2);
+            const int k = 2 * p + mat / 2;
+            const int q = ch * 8 + 2 * p;
+            fs_stmatrix4(buf + (u32)(r * 128 + ((k ^ (r % 8)) << 4)),
+                         {pack}(acc[m][4 * q + 0], acc[m][4 * q + 1]),
+                         {pack}(acc[m][4 * q + 2], acc[m][4 * q + 3]),
+                         {pack}(acc[m][4 * q + 4], acc[m][4 * q + 5]),
+                         {pack}(acc[m][4 * q + 6], acc[m][4 * q + 7]));
+          }}
+"""
+    else:
+        write = """#pragma unroll
+          for (int qq = 0; qq < 4; ++qq) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = lane / 4 + 8 * h;
+              const int k = 2 * qq + (lane % 4) / 2;
+              const int q = ch * 4 + qq;
+              fs_st_shared2(buf + (u32)(r * 128 + ((k ^ (r % 8)) << 4) + (lane % 2) * 8),
+                            acc[m][4 * q + 2 * h], acc[m][4 * q + 2 * h + 1]);
+            }
+          }
+"""
+    return f"""#pragma unroll
+      for (int m = 0; m < {mi}; ++m) {{
+#pragma unroll
+        for (int ch = 0; ch < {chunks}; ++ch, ++epi_it) {{
+          const u32 buf = se + (u32)(((cw * 4 + warp) * 2 + (epi_it & 1)) * 2048);
+          if (lane == 0) fs_bulk_wait_read<1>();
+          __syncwarp();
+{write}          fs_fence_async_smem();
+          __syncwarp();
+          const int row0 = {_rows(spec)} + m * 64 + warp * 16;
+          const int col0 = pn * BN + ch * {cw_cols};
+          if (map_out != 0) {{
+            if (lane == 0) {{
+              fs_tma_store(map_out, buf, col0, row0, pz);
+              fs_bulk_commit();
+            }}
+          }} else {{
+            const long long out_base = (long long)pz * M * N;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {{
+              const int r = i * 4 + lane / 8;
+              const int k = lane % 8;
+              const int row = row0 + r;
+              const int col = col0 + k * {16 // es};
+              if (row < M && col < N) {{
+                const uint4 v = fs_ld_shared4(buf + (u32)(r * 128 + ((k ^ (r % 8)) << 4)));
+                fs_st16<{es}>((void*)out, out_base + (long long)row * N + col, v, N - col);
+              }}
+            }}
+          }}
+        }}
+      }}
+"""
+
+
+def _store_section(spec: GemmSpec, extras_args: str) -> str:
+    """C++ of the consumers' epilogue: accumulators -> ``fs_epilogue`` -> stores.
+
+    Accumulator j of m64 block m holds row 16 warp + lane/4 + 8 ((j/2)%2) and
+    column 8 (j/4) + 2 (lane%4) + j%2 of that block, so the 4 lanes of a quad
+    hold one row's BN columns of the tile: row statistics (softmax) need two
+    ``shfl.xor`` steps (1, 2) and no shared memory.
+    """
+    out = spec.out_dtype
+    head = f"""      const long long out_base = (long long)pz * M * N;
+      const bool pairs = (N % 2) == 0;
+{_fragment_loops(spec)}"""
+    tail = "        }\n      }\n"
+    if not spec.epilogue.softmax:
+        body = f"""          if (row < M) {{
+            const long long row_base = out_base + (long long)row * N;
+#pragma unroll
+            for (int q = 0; q < BN / 8; ++q) {{
+              const int col = pn * BN + q * 8 + 2 * (lane % 4);
+              if (col < N) {{
+                const float y0 = fs_epilogue({_frag(e="0")}, row, col, pz{extras_args});
+                if (pairs) {{
+                  const float y1 = fs_epilogue({_frag(e="1")}, row, col + 1, pz{extras_args});
+                  fs_st2_{out}((void*)out, row_base + col, y0, y1);
+                }} else {{
+                  fs_st_{out}((void*)out, row_base + col, y0);
+                  if (col + 1 < N) {{
+                    const float y1 = fs_epilogue({_frag(e="1")}, row, col + 1, pz{extras_args});
+                    fs_st_{out}((void*)out, row_base + col + 1, y1);
+                  }}
+                }}
+              }}
+            }}
+          }}
+"""
+        return head + body + tail
+    partials = spec.epilogue.softmax == "partials"
+    body = _softmax_statistics(spec, extras_args)
     if partials:
         last = len(spec.epilogue.extras) - 1
         body += f"""          if (live) {{
@@ -424,9 +670,42 @@ def _store_section(spec: GemmSpec, extras_args: str) -> str:
     return head + body + tail
 
 
+def _tile_loop(spec: GemmSpec) -> str:
+    """The head of a consumer's persistent loop over tiles (and its ring position ``it``).
+
+    Cooperative: every consumer walks every tile of the block (``it`` counts all K steps).
+    Pingpong: consumer ``cw`` takes the block's tiles ``cw, cw + 2, ...`` (``local``); the
+    producer fills the ring tile after tile, so the ring position of a tile's first K step
+    is ``local * kblocks``. A consumer starts a main loop only after the other has issued
+    its previous one (named barrier ``1 + cw``, which the other arrives at): so the two
+    alternate on the tensor cores, and a consumer never waits on a ring phase more than
+    one ahead of the producer's (mbarrier parities would alias).
+    """
+    smem = spec.config.epilogue == "smem"
+    counter = "    int epi_it = 0;  // staged chunks so far: the staging buffer's parity\n" * smem
+    if not spec.config.pingpong:
+        return (
+            counter
+            + """    int it = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int pm, pn, pz;
+      fs_tile(t, tiles_m, tiles_n, pm, pn, pz);"""
+        )
+    return (
+        counter
+        + """    int local = cw;
+    for (int t = blockIdx.x + cw * gridDim.x; t < tiles; t += 2 * gridDim.x, local += 2) {
+      int pm, pn, pz;
+      fs_tile(t, tiles_m, tiles_n, pm, pn, pz);
+      int it = local * kblocks;
+      if (local > 0) fs_named_sync(1 + cw, 256);  // wait for the tensor cores' turn"""
+    )
+
+
 def _params(spec: GemmSpec) -> list[str]:
     extras = [f"u64 e{k}" for k in range(len(spec.epilogue.extras))]
-    return ["int* ret", "u64 smem_raw", "u64 map_a", "u64 map_b", "u64 out", *extras] + [
+    out_map = ["u64 map_out"] if spec.config.epilogue == "smem" else []
+    return ["int* ret", "u64 smem_raw", "u64 map_a", "u64 map_b", "u64 out", *out_map, *extras] + [
         "int M",
         "int N",
         "int K",
@@ -436,8 +715,9 @@ def _params(spec: GemmSpec) -> list[str]:
 
 def kernel_arg_count(spec: GemmSpec) -> tuple[int, int]:
     """(u64, int32) parameters of the kernel: the device function takes the shared-memory
-    address, then these (map_a, map_b, out, extras..., M, N, K, batches)."""
-    return 3 + len(spec.epilogue.extras), 4
+    address, then these (map_a, map_b, out, [map_out: the "smem" epilogue's output tensor
+    map, 0 when the output cannot have one], extras..., M, N, K, batches)."""
+    return 3 + (spec.config.epilogue == "smem") + len(spec.epilogue.extras), 4
 
 
 def generate(spec: GemmSpec) -> str:
@@ -476,11 +756,38 @@ def generate(spec: GemmSpec) -> str:
     )
     out = spec.out_dtype
     epilogue_body = "\n".join("  " + line for line in spec.epilogue.body.splitlines())
+    pingpong, smem = c.pingpong, c.epilogue == "smem"
+    helpers = _HELPERS + (_SMEM_HELPERS if smem else "") + (_PINGPONG_HELPERS if pingpong else "")
+    variant_note = f"\n// {c.schedule} schedule, {c.epilogue} epilogue, {c.math} math" * (
+        c.variant != Variant()
+    )
+    layout_lines = (
+        "  const u32 se = sb + STAGES * B_BYTES;  // the epilogue's staging: 2 x 2 KB per warp\n"
+        f"  const u32 bars = se + {c.epi_bytes};  // full[s] = bars + 8 s, "
+        "empty[s] = bars + 8 (STAGES + s)\n"
+        if smem
+        else "  const u32 bars = sb + STAGES * B_BYTES;  // full[s] = bars + 8 s, "
+        "empty[s] = bars + 8 (STAGES + s)\n"
+    )
+    tile_loop = _tile_loop(spec)
+    hand_over = (
+        "      if (t + gridDim.x < tiles) fs_named_arrive(2 - cw, 256);  // the other's turn\n"
+        if pingpong
+        else ""
+    )
+    epilogue_section = (
+        _compute_section(spec, extras_args) + _smem_store_section(spec)
+        if smem
+        else _store_section(spec, extras_args)
+    )
+    consumer_end = (
+        "    if (lane == 0) fs_bulk_wait<0>();  // every TMA store done\n" if smem else ""
+    )
     layout = f"A {spec.a_major.upper()}-major, B {spec.b_major.upper()}-major"
     batch = f"batch A {int(spec.batch_a)} B {int(spec.batch_b)}"
     return f"""// fusec generated Hopper GEMM: {c.text}, {spec.dtype} -> {out}
-// {layout}, {batch}, epilogue {spec.epilogue.name}
-{_HELPERS}
+// {layout}, {batch}, epilogue {spec.epilogue.name}{variant_note}
+{helpers}
 {_wgmma(spec)}
 #define BM {c.bm}
 #define BN {c.bn}
@@ -519,13 +826,12 @@ extern "C" __device__ __attribute__((always_inline)) int {name}({", ".join(_para
   const u32 base = (fs_smem((const void*)smem_raw) + 1023u) & ~1023u;
   const u32 sa = base;
   const u32 sb = base + STAGES * A_BYTES;
-  const u32 bars = sb + STAGES * B_BYTES;  // full[s] = bars + 8 s, empty[s] = bars + 8 (STAGES + s)
-  const int tid = threadIdx.x;
+{layout_lines}  const int tid = threadIdx.x;
   const int wg = tid / 128;
   if (tid == 0) {{
     for (int s = 0; s < STAGES; ++s) {{
       fs_bar_init(bars + 8 * s, 1);
-      fs_bar_init(bars + 8 * (STAGES + s), CONSUMERS);
+      fs_bar_init(bars + 8 * (STAGES + s), {"1" if pingpong else "CONSUMERS"});
     }}
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }}
@@ -565,10 +871,7 @@ extern "C" __device__ __attribute__((always_inline)) int {name}({", ".join(_para
     const int warp = lt / 32;
     const int lane = lt % 32;
     float acc[{mi}][{half}];
-    int it = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {{
-      int pm, pn, pz;
-      fs_tile(t, tiles_m, tiles_n, pm, pn, pz);
+{tile_loop}
       for (int kb = 0; kb < kblocks; ++kb, ++it) {{
         const int s = it % STAGES;
         fs_bar_wait(bars + 8 * s, (u32)(it / STAGES) & 1u);
@@ -579,7 +882,7 @@ extern "C" __device__ __attribute__((always_inline)) int {name}({", ".join(_para
         for (int kk = 0; kk < {ks}; ++kk) {{
 #pragma unroll
           for (int m = 0; m < {mi}; ++m) {{
-            const int row_blk = cw * WM + m * 64;
+            const int row_blk = {"" if pingpong else "cw * WM + "}m * 64;
             fs_wgmma(acc[m], {a_desc}, {b_desc}, (kb | kk) != 0);
           }}
         }}
@@ -589,15 +892,15 @@ extern "C" __device__ __attribute__((always_inline)) int {name}({", ".join(_para
           if (lt == 0) fs_bar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
         }}
       }}
-      fs_wg_wait<0>();
+{hand_over}      fs_wg_wait<0>();
       if (lt == 0) fs_bar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
 #pragma unroll
       for (int m = 0; m < {mi}; ++m)
 #pragma unroll
         for (int j = 0; j < {half}; ++j) fs_fence_reg(acc[m][j]);
-{_store_section(spec, extras_args)}
+{epilogue_section}
     }}
-  }}
+{consumer_end}  }}
   return 0;
 }}
 """

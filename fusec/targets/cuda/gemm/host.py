@@ -196,10 +196,8 @@ def maps_generation() -> int:
 
 def _encode(dtype: str, ptr: int, cols: int, rows: int, batch: int, pitch: int, box: tuple):
     drv = driver()
-    kind = {
-        "f16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        "bf16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-    }[dtype]
+    name = {"f16": "FLOAT16", "bf16": "BFLOAT16", "f32": "FLOAT32"}[dtype]
+    kind = getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{name}")
     dims = [drv.cuuint64_t(cols), drv.cuuint64_t(rows), drv.cuuint64_t(batch)]
     strides = [drv.cuuint64_t(pitch), drv.cuuint64_t(pitch * rows)]
     boxes = [drv.cuuint32_t(b) for b in box]
@@ -285,6 +283,7 @@ class GemmKernel(LoadedKernel):
     def __init__(self, spec: cpp.GemmSpec, cubin: bytes) -> None:
         super().__init__(cubin, spec.config.smem_bytes)
         self.spec = spec
+        self.staged = spec.config.epilogue == "smem"  # takes the output's tensor map
         self.threads = spec.config.threads
         self.lock = threading.Lock()
         self.prepared: dict[tuple, Prepared] = {}
@@ -348,17 +347,32 @@ class GemmKernel(LoadedKernel):
         a_box = (64, config.bm, 1) if spec.a_major == "k" else (64, 64, 1)
         b_box = (64, config.bn, 1) if spec.b_major == "k" else (64, 64, 1)
         with self.lock:
-            generation = _maps.generation
             (a, a_pitch, a_copy) = self._pitched(a, "a", stream)
             (b, b_pitch, b_copy) = self._pitched(b, "b", stream)
-            map_a = tensor_map(spec.dtype, a, a_pitch, a_box, stream)
-            map_b = tensor_map(spec.dtype, b, b_pitch, b_box, stream)
-            if _maps.generation != generation:  # a slab was retired meanwhile: map_a is gone
+            while True:  # until no slab was retired meanwhile (which drops the maps made)
+                generation = _maps.generation
                 map_a = tensor_map(spec.dtype, a, a_pitch, a_box, stream)
-            params, keep = parameter_block((map_a, map_b, out, *extras), (m, n, k, batches))
+                map_b = tensor_map(spec.dtype, b, b_pitch, b_box, stream)
+                out_map = (self._output_map(out, m, n, batches, stream),) if self.staged else ()
+                if _maps.generation == generation:
+                    break
+            params, keep = parameter_block(
+                (map_a, map_b, out, *out_map, *extras), (m, n, k, batches)
+            )
             grid = min(tile_count(config, m, n, batches), sms)
             copies = tuple(c for c in (a_copy, b_copy) if c is not None)
             return Prepared(_maps.generation, handle, grid, params, keep, copies)
+
+    def _output_map(self, out: int, m: int, n: int, batches: int, stream: int) -> int:
+        """The "smem" epilogue's output tensor map (batches x M x N, 128-byte swizzled boxes
+        of 16 rows x 128 bytes), or 0 when TMA cannot address the output (rows or base not
+        16-byte aligned): the kernel then stores from shared memory itself, masked."""
+        size = cpp.element_bytes(self.spec.out_dtype)
+        pitch = n * size
+        if pitch % 16 or out % 16:
+            return 0
+        box = (128 // size, 16, 1)
+        return tensor_map(self.spec.out_dtype, Operand(out, m, n, batches), pitch, box, stream)
 
     def _pitched(self, op: Operand, role: str, stream: int) -> tuple[Operand, int, Any]:
         """``op``, its row pitch in bytes and the copy (or None) that makes it readable by

@@ -2,10 +2,16 @@
 
 The CUDA simulator cannot run linked C++, so this model replays what the
 generated block program does, with the same formulas as ``cpp.generate``:
-the persistent walk over tiles in grouped order (``tile_coords``), TMA box
-loads with zero fill outside the tensor (``tma_box``), the per-stage K loop of
-64-deep steps, the wgmma accumulator fragment layout of each consumer thread
-(``fragment_coords``) and the bounds-checked epilogue stores. ``run`` returns
+the persistent walk over tiles in grouped order (``tile_coords``), which
+consumer warpgroup takes which tile and at which ring position
+(``ring_schedule``: cooperative or pingpong), TMA box loads with zero fill
+outside the tensor (``tma_box``), the per-stage K loop of 64-deep steps, the
+wgmma accumulator fragment layout of each consumer thread
+(``fragment_coords``) and the epilogue: bounds-checked stores ("direct"), or
+("smem") each warp's 16-row chunks staged through the 128-byte-swizzled
+shared-memory buffer exactly as the stmatrix / v2 stores address it
+(``stage_chunk``), then a TMA store box clipped at the tensor's bounds
+(``tma_store_box``) or the masked copy of the no-map fallback. ``run`` returns
 the output and how many times each element was written, so tests check that
 every element is written exactly once and equals ``a @ b``.
 """
@@ -47,6 +53,24 @@ def fragment_coords(lane_thread: int, j: int) -> tuple[int, int]:
     return warp * 16 + lane // 4 + 8 * ((j // 2) % 2), 8 * (j // 4) + 2 * (lane % 4) + j % 2
 
 
+def ring_schedule(config: TileConfig, block: int, grid: int, tiles: int, kblocks: int):
+    """The block's K steps in the order the consumers wait for them: (ring position ``it``,
+    consumer, tile, kb) tuples, ``consumers`` per step (cooperative: all of them) or one
+    (pingpong: consumer ``local % 2`` takes the block's ``local``-th tile, its steps at
+    ``it = local * kblocks + kb``; the named barriers let a consumer start a main loop
+    only after the other issued the previous tile's, so the steps come in ring order).
+
+    The producer fills position ``it`` = (its count of the block's K steps so far) into
+    stage ``it % stages`` at phase ``it // stages``: a consumer's parity wait is exact only
+    if no position is waited for before all earlier ones were (tests check this order)."""
+    order: list[tuple[int, int, int, int]] = []
+    for local, t in enumerate(range(block, tiles, grid)):
+        owners = [local % 2] if config.pingpong else range(config.consumers)
+        for kb in range(kblocks):
+            order.extend((local * kblocks + kb, cw, t, kb) for cw in owners)
+    return order
+
+
 def run(
     config: TileConfig,
     a: np.ndarray,
@@ -54,12 +78,16 @@ def run(
     *,
     grid: int,
     epilogue: Callable[[float, int, int, int], float] | None = None,
+    out_dtype: str = "f16",
+    tma_out: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Model of the kernel on ``a`` (batch x M x K) and ``b`` (batch x K x N), ``grid`` blocks.
 
     Returns (output, write counts). A and B are given in their logical
     orientation; the operand layouts only change which TMA box is loaded,
-    which the kernel's GPU tests cover.
+    which the kernel's GPU tests cover. ``out_dtype`` sets the "smem" epilogue's
+    staging layout (its values stay float32 here), ``tma_out=False`` models a launch
+    without an output tensor map (the masked fallback copy).
     """
     batches, m, k = a.shape
     n = b.shape[2]
@@ -68,35 +96,182 @@ def run(
     kblocks = -(-k // config.bk)
     out = np.full((batches, m, n), np.nan, dtype=np.float32)
     writes = np.zeros((batches, m, n), dtype=np.int64)
+    per = config.rows_per_consumer
     for block in range(grid):
-        for t in range(block, tiles, grid):
+        steps = ring_schedule(config, block, grid, tiles, kblocks)
+        owners: dict[int, list[int]] = {}
+        for _, cw, t, _ in steps:
+            if cw not in owners.setdefault(t, []):
+                owners[t].append(cw)
+        for t, consumers in owners.items():
             pm, pn, pz = tile_coords(t, tiles_m, tiles_n, config.group_m)
             acc = np.zeros((config.bm, config.bn), dtype=np.float32)
             for kb in range(kblocks):
                 a_tile = tma_box(a[pz], kb * config.bk, pm * config.bm, config.bk, config.bm)
                 b_tile = tma_box(b[pz].T, kb * config.bk, pn * config.bn, config.bk, config.bn)
                 acc += a_tile @ b_tile.T
-            _store(config, acc, out, writes, pm, pn, pz, epilogue)
+            for cw in consumers:
+                first = pm * config.bm + (0 if config.pingpong else cw * per)
+                rows = acc[first - pm * config.bm : first - pm * config.bm + per]
+                regs = _fragments(rows, config.bn)
+                if config.epilogue == "smem":
+                    _store_staged(
+                        config, regs, out, writes, first, pn, pz, epilogue, out_dtype, tma_out
+                    )
+                else:
+                    _store(config, regs, out, writes, first, pn, pz, epilogue)
     return out, writes
 
 
-def _store(config, acc, out, writes, pm, pn, pz, epilogue) -> None:
-    """The epilogue of every consumer thread: fragment registers -> bounds-checked stores."""
+def _fragments(rows: np.ndarray, bn: int) -> np.ndarray:
+    """The consumer's registers: [m64 block, thread, register] of its accumulator rows."""
+    blocks = rows.shape[0] // 64
+    regs = np.zeros((blocks, 128, bn // 2), dtype=np.float32)
+    for thread in range(128):
+        for j in range(bn // 2):
+            r, c = fragment_coords(thread, j)
+            regs[:, thread, j] = rows[r::64, c]
+    return regs
+
+
+def _store(config, regs, out, writes, first, pn, pz, epilogue) -> None:
+    """The direct epilogue of one consumer: fragment registers -> bounds-checked stores."""
     _, m, n = out.shape
-    per = config.rows_per_consumer
-    for cw in range(config.consumers):
+    for block in range(regs.shape[0]):
         for thread in range(128):
-            for block in range(per // 64):
+            for j in range(config.bn // 2):
+                r, c = fragment_coords(thread, j)
+                row, col = first + block * 64 + r, pn * config.bn + c
+                if row < m and col < n:
+                    value = regs[block, thread, j]
+                    if epilogue is not None:
+                        value = epilogue(value, row, col, pz)
+                    out[pz, row, col] = value
+                    writes[pz, row, col] += 1
+
+
+# ------------------------------------------------------------------ smem epilogue
+
+CHUNK_ROWS = 16
+CHUNK_BYTES = 128
+
+
+def swizzled(r: int, chunk: int) -> int:
+    """Byte offset of 16-byte chunk ``chunk`` of row ``r`` in a 128-byte-swizzled buffer."""
+    return r * CHUNK_BYTES + ((chunk ^ (r % 8)) << 4)
+
+
+def stage_chunk(regs: np.ndarray, warp: int, ch: int, element_bytes: int):
+    """The staging stores of warp ``warp``'s chunk ``ch`` of one m64 block, as the C++
+    issues them: a list of store instructions, each a list of (byte offset, values, lanes)
+    per lane. ``regs`` is [thread, register] of the consumer (128 threads)."""
+    stores = []
+    if element_bytes == 2:  # stmatrix x4: matrix i's row j at the address of lane 8i + j
+        for p in range(4):
+            q = ch * 8 + 2 * p
+            for i in range(4):  # one 8x8 matrix = one 128-byte wavefront of the instruction
+                lanes = []
+                for j in range(8):
+                    lane = 8 * i + j
+                    r, k = (lane % 8) + 8 * (i % 2), 2 * p + i // 2
+                    values = [
+                        regs[warp * 32 + 4 * j + e // 2, 4 * q + 2 * i + e % 2] for e in range(8)
+                    ]
+                    lanes.append((swizzled(r, k), values, lane))
+                stores.append(lanes)
+        return stores
+    for qq in range(4):  # st.shared.v2.f32: two adjacent accumulators per lane
+        for h in range(2):
+            q = ch * 4 + qq
+            lanes = []
+            for lane in range(32):
+                r, k = lane // 4 + 8 * h, 2 * qq + (lane % 4) // 2
+                offset = swizzled(r, k) + (lane % 2) * 8
+                thread = warp * 32 + lane
+                lanes.append((offset, [regs[thread, 4 * q + 2 * h + e] for e in range(2)], lane))
+            stores.append(lanes)
+    return stores
+
+
+def stage_buffer(stores, element_bytes: int) -> np.ndarray:
+    """The 2 KB buffer after ``stores`` (element-indexed, NaN where nothing was written)."""
+    buffer = np.full(2048 // element_bytes, np.nan, dtype=np.float32)
+    seen = np.zeros(buffer.shape, dtype=np.int64)
+    for lanes in stores:
+        for offset, values, _ in lanes:
+            first = offset // element_bytes
+            buffer[first : first + len(values)] = values
+            seen[first : first + len(values)] += 1
+    if (seen != 1).any():
+        raise AssertionError("a staging byte written twice or never")
+    return buffer
+
+
+def unswizzle(buffer: np.ndarray, element_bytes: int) -> np.ndarray:
+    """The logical 16 x (128 / element_bytes) box TMA reads from a swizzled buffer."""
+    per_chunk = 16 // element_bytes
+    box = np.zeros((CHUNK_ROWS, CHUNK_BYTES // element_bytes), dtype=np.float32)
+    for r in range(CHUNK_ROWS):
+        for k in range(8):
+            first = swizzled(r, k) // element_bytes
+            box[r, k * per_chunk : (k + 1) * per_chunk] = buffer[first : first + per_chunk]
+    return box
+
+
+def wavefronts(addresses: list[tuple[int, int]]) -> int:
+    """Shared-memory wavefronts of one warp-wide access: (byte offset, bytes) per lane, 32
+    banks of 4 bytes; distinct words in one bank need one wavefront each."""
+    words: dict[int, set[int]] = {}
+    for offset, size in addresses:
+        for word in range(offset // 4, (offset + size) // 4):
+            words.setdefault(word % 32, set()).add(word)
+    return max(len(w) for w in words.values())
+
+
+def _store_staged(config, regs, out, writes, first, pn, pz, epilogue, out_dtype, tma_out):
+    """The smem epilogue of one consumer: per warp and chunk, stage then store the box."""
+    _, m, n = out.shape
+    es = 4 if out_dtype == "f32" else 2
+    cols = CHUNK_BYTES // es
+    values = regs.copy()
+    if epilogue is not None:  # the compute half: every element of the matrix, in place
+        for block in range(regs.shape[0]):
+            for thread in range(128):
                 for j in range(config.bn // 2):
                     r, c = fragment_coords(thread, j)
-                    row = pm * config.bm + cw * per + block * 64 + r
-                    col = pn * config.bn + c
+                    row, col = first + block * 64 + r, pn * config.bn + c
                     if row < m and col < n:
-                        value = acc[row - pm * config.bm, col - pn * config.bn]
-                        if epilogue is not None:
-                            value = epilogue(value, row, col, pz)
-                        out[pz, row, col] = value
-                        writes[pz, row, col] += 1
+                        values[block, thread, j] = epilogue(regs[block, thread, j], row, col, pz)
+    for block in range(regs.shape[0]):
+        for warp in range(4):
+            for ch in range(config.bn // cols):
+                box = unswizzle(stage_buffer(stage_chunk(values[block], warp, ch, es), es), es)
+                row0, col0 = first + block * 64 + warp * 16, pn * config.bn + ch * cols
+                tma_store_box(
+                    out[pz], writes[pz], box, row0, col0, per_lane=None if tma_out else es
+                )
+
+
+def tma_store_box(out, writes, box, row0: int, col0: int, per_lane: int | None = None) -> None:
+    """Write ``box`` at (row0, col0) of the 2-D ``out``: a TMA store (elements outside the
+    tensor dropped) or, with ``per_lane`` (element bytes), the fallback: each lane copies
+    16 bytes, the elements of the row's end masked."""
+    rows, cols = out.shape
+    if per_lane is None:
+        r1, c1 = min(row0 + box.shape[0], rows), min(col0 + box.shape[1], cols)
+        if row0 < rows and col0 < cols:
+            out[row0:r1, col0:c1] = box[: r1 - row0, : c1 - col0]
+            writes[row0:r1, col0:c1] += 1
+        return
+    per = 16 // per_lane
+    for i in range(4):
+        for lane in range(32):
+            r, k = i * 4 + lane // 8, lane % 8
+            row, col = row0 + r, col0 + k * per
+            if row < rows and col < cols:
+                left = min(per, cols - col)
+                out[row, col : col + left] = box[r, k * per : k * per + left]
+                writes[row, col : col + left] += 1
 
 
 # ----------------------------------------------------------- fused prologue/epilogues

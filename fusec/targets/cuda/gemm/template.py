@@ -251,15 +251,16 @@ def _chain(fused_op, ops, inputs: _Inputs, gen: CppExprGenerator, leaves: dict, 
 
 
 def epilogue(
-    fused_op: ai.FusedOp, p: GemmPlan
+    fused_op: ai.FusedOp, p: GemmPlan, fast_math: bool = False
 ) -> tuple[Epilogue, tuple, tuple[aux.SoftmaxFinalise, tuple] | None]:
     """The group's ops after the matmul as C++ on ``acc`` at output element (bat, row, col):
     the GEMM epilogue, the sources of its extra inputs (``e0, e1...``), and the finalise
-    pass of a long-row softmax (with its own inputs) or None."""
+    pass of a long-row softmax (with its own inputs) or None. ``fast_math``: the GEMM's
+    epilogue uses the hardware approximations (``CppExprGenerator``)."""
     out_shape = spec_of(p.matmul.output.type).shape
     lines = _index_lines(p, out_shape)
     inputs = _Inputs()
-    gen = CppExprGenerator()
+    gen = CppExprGenerator(fast_math=fast_math)
     acc = "acc"
     ln_lines: list[str] = []
     if p.layernorm is not None:
@@ -328,8 +329,10 @@ def _decompose(flat: str, dims, first: int) -> list[str]:
 
 def gemm_spec(fused_op: ai.FusedOp, p: GemmPlan, config: TileConfig):
     """(GemmSpec, epilogue input sources, finalise or None, LayerNorm prep or None)."""
-    epi, sources, finalise = epilogue(fused_op, p)
     out_dtype = spec_of(fused_op.results[0].type).dtype
+    # approximate maths only where the result is rounded to 16 bits: f32 outputs stay IEEE
+    fast = config.math == "fast" and out_dtype in _DTYPES
+    epi, sources, finalise = epilogue(fused_op, p, fast)
     dtype = spec_of(p.matmul.lhs.type).dtype
     spec = GemmSpec(config, dtype, out_dtype, p.a_major, p.b_major, p.batch_a, p.batch_b, epi)
     prep = None

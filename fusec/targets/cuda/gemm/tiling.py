@@ -10,7 +10,12 @@ chosen, in this order, from a ``fusec tune`` record of the same problem on the
 same device (``choice = "tuned"``), or by the heuristic from the problem shape
 and the device's SM count (``"heuristic"``, or ``"row softmax"`` when the block
 tile must hold whole rows). The device is the GPU when one is usable, else the
-H200 defaults, or what the ``sms`` option says. Groups the template cannot
+H200 defaults, or what the ``sms`` option says. The ``schedule``, ``epilogue``
+and ``math`` options force a variant on every group (``config.with_variant``
+adapts the tile; ``choice`` then says so), e.g.
+``fusec-default,tile-gemm{schedule=pingpong epilogue=smem math=fast}``; the
+variants and their attribute keys are in ``fusec.targets.cuda.gemm.config``.
+Groups the template cannot
 serve (they run on the PyTorch fallback) get no attribute. The attribute is
 what the template generates from, so ``fusec compile`` output shows the tile
 and FileCheck tests pin it.
@@ -19,12 +24,16 @@ and FileCheck tests pin it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from fusec.dialect import ops as ai
+
+if TYPE_CHECKING:
+    from fusec.targets.cuda.gemm.config import TileConfig, Variant
 
 
 def current_device(sms: int = 0):
@@ -56,9 +65,18 @@ class TileGemmPass(ModulePass):
     tuned: bool = True
     """Use ``fusec tune`` records from the kernel cache when one matches."""
 
+    schedule: str = ""
+    """Force the schedule ("cooperative" or "pingpong"; "": the heuristic's or the record's)."""
+
+    epilogue: str = ""
+    """Force the epilogue ("direct" or "smem")."""
+
+    math: str = ""
+    """Force the epilogue maths ("ieee" or "fast")."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from fusec.targets.cuda.gemm import template, tuning
-        from fusec.targets.cuda.gemm.config import to_attr
+        from fusec.targets.cuda.gemm.config import to_attr, with_variant
 
         device = None
         for fused in op.walk():
@@ -72,4 +90,27 @@ class TileGemmPass(ModulePass):
             record = tuning.lookup(fused, p, device) if self.tuned else None
             if record is not None:
                 config, choice = record, "tuned"
+            forced = self.forced_variant(config)
+            if forced is not None:
+                config, choice = with_variant(config, forced), f"{choice}, variant option"
             fused.attributes[template.TILE_ATTR] = to_attr(config, choice)
+
+    def forced_variant(self, config: TileConfig) -> Variant | None:
+        """The variant the options ask for (the rest from ``config``), or None."""
+        from fusec.errors import FusecError
+        from fusec.targets.cuda.gemm.config import EPILOGUES, MATHS, SCHEDULES, Variant
+
+        asked = {"schedule": self.schedule, "epilogue": self.epilogue, "math": self.math}
+        for name, allowed in (("schedule", SCHEDULES), ("epilogue", EPILOGUES), ("math", MATHS)):
+            if asked[name] and asked[name] not in allowed:
+                raise FusecError(
+                    f"tile-gemm option {name}={asked[name]!r}: expected one of {', '.join(allowed)}"
+                )
+        if not any(asked.values()):
+            return None
+        current = config.variant
+        return Variant(
+            asked["schedule"] or current.schedule,
+            asked["epilogue"] or current.epilogue,
+            asked["math"] or current.math,
+        )

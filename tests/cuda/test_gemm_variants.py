@@ -1,0 +1,300 @@
+"""The GEMM's opt-in variants without a GPU: config, tile model, generated C++, PTX, SASS.
+
+Variants (``config.Variant``): the pingpong schedule, the smem epilogue (staged
+through shared memory, TMA stores) and the fast epilogue maths. Each builds exactly
+as on the GPU (Numba LTO-IR + NVRTC LTO-IR, nvJitLink for sm_90a): no spills, no
+stack, no local memory, wgmma not serialised (``build`` fails on that warning),
+HGMMA in SASS. The model replays the new schedule and the staging layout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+from test_gemm_build import _sass, needs_toolchain
+
+from fusec.targets.cuda.gemm import config as cfg
+from fusec.targets.cuda.gemm import cpp, model
+from fusec.targets.cuda.gemm.config import TileConfig, Variant, with_variant
+
+# ------------------------------------------------------------------ configs
+
+
+def test_variant_text_and_attribute_round_trip() -> None:
+    config = TileConfig(64, 256, 64, 4, 2, 8, "pingpong", "smem", "fast")
+    assert config.text == "64x256x64 s4 c2 g8 sched=pingpong epi=smem math=fast"
+    assert TileConfig.parse(config.text) == config
+    assert TileConfig.parse("128x256x64 s4 c2 g8 math=fast").variant == Variant(math="fast")
+    assert cfg.from_attr(cfg.to_attr(config, "tuned")) == config
+    assert config.rows_per_consumer == 64 and config.acc_registers == 128
+    assert config.epi_bytes == 2 * 4 * 2 * 2048
+    default = cfg.to_attr(TileConfig(), "heuristic")
+    assert set(default.data) == {"block", "mma", "stages", "consumers", "group_m", "choice"}
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("128x256x64 s4 c2 g8 sched=zigzag", "schedule must be"),
+        ("128x256x64 s4 c2 g8 epi=tma", "epilogue must be"),
+        ("128x256x64 s4 c2 g8 math=loose", "math must be"),
+        ("128x256x64 s4 c2 g8 epi=smem epi=smem", "repeated"),
+        ("128x256x64 s4 c2 g8 color=red", "unknown"),
+        ("128x256x64 s4 c1 g8 sched=pingpong", "2 consumer warpgroups"),
+        ("128x256x64 s4 c2 g8 sched=pingpong", "accumulator registers"),
+        ("128x256x64 s5 c2 g8 epi=smem", "shared memory"),
+    ],
+)
+def test_bad_variants_are_refused(text: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        TileConfig.parse(text)
+
+
+def test_heuristic_default_is_unchanged() -> None:
+    assert cfg.HEURISTIC_VARIANT == Variant()
+    for shape in [(4096, 4096, 4096), (8192, 4096, 1024), (1024, 1024, 1024), (32, 512, 512)]:
+        assert cfg.choose_config(*shape).variant == Variant()
+
+
+def test_with_variant_adapts_tile_and_stages() -> None:
+    base = TileConfig(128, 256, 64, 4, 2, 8)
+    assert with_variant(base, Variant()) == base
+    pp = with_variant(base, Variant("pingpong", "smem", "fast"))
+    assert pp.text == "64x256x64 s4 c2 g8 sched=pingpong epi=smem math=fast"
+    assert with_variant(base, Variant("pingpong")).stages == 5  # 40 KB stages: 5 fit
+    assert with_variant(pp, Variant()) == dataclasses.replace(base, stages=4)
+    one = TileConfig(64, 128, 64, 8, 1, 8)  # one consumer: no pingpong
+    assert with_variant(one, Variant("pingpong", "smem")).schedule == "cooperative"
+    assert with_variant(one, Variant("pingpong", "smem")).smem_bytes <= cfg.SMEM_LIMIT
+
+
+def test_tune_candidates_include_every_variant() -> None:
+    found = {c.variant for c in cfg.candidates(8192, 4096)}
+    assert {Variant(), *cfg.TUNE_VARIANTS} <= found
+    texts = {c.text for c in cfg.candidates(8192, 4096)}
+    assert "128x128x64 s6 c2 g8 sched=pingpong epi=smem math=fast" in texts
+    assert cfg.candidates(8192, 4096)[0] == cfg.choose_config(8192, 4096, 0)
+
+
+# -------------------------------------------------------------- tile model
+
+RAGGED = [(1, 130, 260, 70, 3), (2, 65, 129, 129, 2), (1, 200, 100, 64, 132)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "64x256x64 s4 c2 g8 sched=pingpong",
+        "128x128x64 s6 c2 g8 sched=pingpong epi=smem",
+        "128x256x64 s4 c2 g8 epi=smem",
+        "64x128x64 s8 c1 g2 epi=smem",
+    ],
+)
+@pytest.mark.parametrize("out_dtype, tma_out", [("f16", True), ("f32", True), ("bf16", False)])
+@pytest.mark.parametrize("shape", RAGGED, ids=["130x260x70", "b2-65x129x129", "200x100x64"])
+def test_tile_model_writes_every_element_once(text, out_dtype, tma_out, shape) -> None:
+    config = TileConfig.parse(text)
+    batches, m, n, k, grid = shape
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((batches, m, k)).astype(np.float32)
+    b = rng.standard_normal((batches, k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+
+    def bias_relu(acc: float, row: int, col: int, bat: int) -> float:
+        return max(acc + bias[col], 0.0)
+
+    out, writes = model.run(
+        config, a, b, grid=grid, epilogue=bias_relu, out_dtype=out_dtype, tma_out=tma_out
+    )
+    assert (writes == 1).all(), "an element was written twice or never"
+    np.testing.assert_allclose(out, np.maximum(a @ b + bias, 0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("text", ["64x256x64 s4 c2 g8 sched=pingpong", "128x256x64 s4 c2 g8"])
+@pytest.mark.parametrize("tiles, grid, kblocks", [(7, 3, 5), (2, 132, 16), (9, 2, 1)])
+def test_ring_positions_match_the_producer(text, tiles, grid, kblocks) -> None:
+    config = TileConfig.parse(text)
+    for block in range(min(grid, tiles)):
+        steps = model.ring_schedule(config, block, grid, tiles, kblocks)
+        produced = [
+            (local * kblocks + kb, t, kb)
+            for local, t in enumerate(range(block, tiles, grid))
+            for kb in range(kblocks)
+        ]
+        positions = [it for it, _, _, _ in steps]
+        assert positions == sorted(positions)  # waited for in ring order
+        if config.pingpong:
+            assert [(it, t, kb) for it, _, t, kb in steps] == produced  # each once
+            owners = [cw for _, cw, _, kb in steps if kb == 0]
+            assert owners == [local % 2 for local in range(len(owners))]  # alternating
+        else:
+            assert len(steps) == config.consumers * len(produced)
+
+
+# ------------------------------------------------------------ staging layout
+
+
+@pytest.mark.parametrize("element_bytes", [2, 4])
+@pytest.mark.parametrize("warp, ch", [(0, 0), (3, 1), (2, 3)])
+def test_staging_stores_put_each_fragment_value_at_its_box_position(element_bytes, warp, ch):
+    bn = 256
+    rows = np.arange(64 * bn, dtype=np.float32).reshape(64, bn)  # value = its position
+    regs = model._fragments(rows, bn)[0]
+    stores = model.stage_chunk(regs, warp, ch, element_bytes)
+    box = model.unswizzle(model.stage_buffer(stores, element_bytes), element_bytes)
+    cols = 128 // element_bytes
+    expected = rows[warp * 16 : warp * 16 + 16, ch * cols : (ch + 1) * cols]
+    np.testing.assert_array_equal(box, expected)
+
+
+@pytest.mark.parametrize("element_bytes, per_store", [(2, 1), (4, 2)])
+def test_staging_stores_are_bank_conflict_free(element_bytes: int, per_store: int) -> None:
+    regs = np.zeros((128, 128), dtype=np.float32)
+    for lanes in model.stage_chunk(regs, 1, 0, element_bytes):
+        addresses = [(offset, len(values) * element_bytes) for offset, values, _ in lanes]
+        assert model.wavefronts(addresses) == per_store  # 128 bytes per wavefront
+    reads = [(model.swizzled(i * 4 + lane // 8, lane % 8), 16) for i in (0,) for lane in range(32)]
+    assert model.wavefronts(reads) == 4  # the fallback's 16-byte reads: 512 bytes, 4 waves
+
+
+# ------------------------------------------------------------ generated C++
+
+SPECS = {
+    "pingpong-64x256-f16-bias": cpp.GemmSpec(
+        TileConfig.parse("64x256x64 s5 c2 g8 sched=pingpong"),
+        "f16",
+        "f16",
+        "k",
+        "n",
+        epilogue=cpp.bias_relu("f16"),
+    ),
+    "smem-128x256-f16": cpp.GemmSpec(
+        TileConfig.parse("128x256x64 s4 c2 g8 epi=smem"), "f16", "f16", "k", "n"
+    ),
+    "pingpong-smem-128x128-bf16-f32-mn": cpp.GemmSpec(
+        TileConfig.parse("128x128x64 s6 c2 g8 sched=pingpong epi=smem"),
+        "bf16",
+        "f32",
+        "m",
+        "n",
+        True,
+        False,
+        cpp.bias_relu("bf16"),
+    ),
+    "pingpong-smem-64x256-bf16-kk-batched": cpp.GemmSpec(
+        TileConfig.parse("64x256x64 s4 c2 g8 sched=pingpong epi=smem"),
+        "bf16",
+        "bf16",
+        "k",
+        "k",
+        True,
+        True,
+        cpp.bias_relu("bf16"),
+    ),
+    "smem-1consumer-64x128": cpp.GemmSpec(
+        TileConfig.parse("64x128x64 s8 c1 g8 epi=smem"), "f16", "f16", "k", "n"
+    ),
+}
+
+
+def test_default_kernel_source_has_none_of_the_variants() -> None:
+    source = cpp.generate(cpp.GemmSpec(TileConfig(), "f16", "f16", "k", "n"))
+    for word in ("stmatrix", "bulk_group", "bar.sync", "fs_named", "map_out", "const u32 se"):
+        assert word not in source
+
+
+def test_pingpong_source_orders_the_main_loops() -> None:
+    source = cpp.generate(SPECS["pingpong-64x256-f16-bias"])
+    assert "fs_bar_init(bars + 8 * (STAGES + s), 1);" in source  # one consumer per stage
+    assert "if (local > 0) fs_named_sync(1 + cw, 256);" in source
+    assert "if (t + gridDim.x < tiles) fs_named_arrive(2 - cw, 256);" in source
+    assert "int it = local * kblocks;" in source
+    assert "const int row_blk = m * 64;" in source  # the warpgroup owns the whole tile
+
+
+def test_smem_source_stages_and_stores_with_tma() -> None:
+    source = cpp.generate(SPECS["smem-128x256-f16"])
+    assert "u64 map_out" in source and SPECS["smem-128x256-f16"].arg_count() == (4, 4)
+    assert "fs_fence_async_smem();" in source and "fs_bulk_wait_read<1>();" in source
+    assert "if (lane == 0) fs_bulk_wait<0>();" in source
+
+
+@needs_toolchain
+@pytest.mark.parametrize("name", list(SPECS))
+def test_variant_ptx(name: str) -> None:
+    from fusec.targets.cuda.gemm import build
+
+    spec = SPECS[name]
+    ptx = build.ptx(spec)
+    assert ".target sm_90a" in ptx
+    assert f"wgmma.mma_async.sync.aligned.m64n{spec.config.bn}k16" in ptx
+    staged = spec.config.epilogue == "smem"
+    assert ("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group" in ptx) == staged
+    assert ("fence.proxy.async.shared::cta" in ptx) == staged
+    assert ("stmatrix.sync.aligned.m8n8.x4" in ptx) == (staged and spec.out_dtype != "f32")
+    assert ("bar.arrive" in ptx) == spec.config.pingpong
+
+
+@needs_toolchain
+@pytest.mark.parametrize("name", list(SPECS))
+def test_variant_cubin_has_no_local_memory(name: str, tmp_path) -> None:
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    spec = SPECS[name]
+    built = build.build(spec, KernelCache(tmp_path))  # raises if wgmma was serialised
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
+    assert "0 bytes stack frame" in built.log
+    assert "setmaxnreg' ignored" not in built.log
+    sass = _sass(built.cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    assert not re.search(r"\b(LDL|STL)\b", sass), "local-memory traffic in the kernel"
+    assert "CALL" not in sass
+    hgmma = len(re.findall(r"HGMMA\.64x\d+x16\.F32", sass))
+    assert hgmma == 4 * (spec.config.acc_registers // (spec.config.bn // 2))
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass  # one wgmma group kept in flight
+    staged = spec.config.epilogue == "smem"
+    chunks = spec.config.rows_per_consumer // 64 * spec.config.bn * 2 // 128
+    chunks *= 2 if spec.out_dtype == "f32" else 1
+    assert len(re.findall(r"\bUTMASTG\b", sass)) == (chunks if staged else 0)
+    assert ("STSM" in sass) == (staged and spec.out_dtype != "f32")
+    assert ("BAR.ARV" in sass) == spec.config.pingpong
+
+
+@needs_toolchain
+def test_fast_math_epilogue_uses_the_approximations(tmp_path) -> None:
+    """The MLP's first GEMM (bias + tanh GELU) with math=fast: MUFU.EX2 + MUFU.RCP, no
+    IEEE division's slow path; ai.tanh is one MUFU.TANH."""
+    import fusec
+    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda.gemm.template import linked_specs
+
+    text = """func.func @f(%x: tensor<512x256xf16>, %w: tensor<256x512xf16>, %b: tensor<512xf16>)
+        -> tensor<512x512xf16> {
+      %h = ai.matmul %x, %w : tensor<512x256xf16> * tensor<256x512xf16>
+      %hb = ai.bias_add %h, %b {axis = 1 : i64} : tensor<512x512xf16> * tensor<512xf16>
+      %a = ai.gelu %hb {approximate = "tanh"} : tensor<512x512xf16>
+      %t = ai.tanh %a : tensor<512x512xf16>
+      return %t : tensor<512x512xf16>
+    }"""
+    pipeline = "fusec-default,tile-gemm{math=fast epilogue=smem schedule=pingpong}"
+    compiled = fusec.compile(text, target="cuda", pipeline=pipeline, executable=False)
+    (spec,) = linked_specs(compiled.kernels[0])
+    assert spec.config.variant == Variant("pingpong", "smem", "fast")
+    source = spec.cpp_source()
+    assert "__fdividef(" in source and "fs_tanh_approx(" in source and "expf(" not in source
+    ptx = build.ptx(spec)
+    assert "ex2.approx.ftz.f32" in ptx and "tanh.approx.f32" in ptx
+    assert "div.rn.f32" not in ptx  # no IEEE division left
+    built = build.build(spec, _cache(tmp_path))
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
+
+
+def _cache(tmp_path):
+    from fusec.runtime.cache import KernelCache
+
+    return KernelCache(tmp_path)
