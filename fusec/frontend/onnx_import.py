@@ -1320,9 +1320,40 @@ def import_onnx(
     dimensions such as a batch size).
     """
     model, source = load_model(model_or_path)
+    if (where := _non_text_field(model)) is not None:
+        raise FusecError(
+            f"the model's {where} is not UTF-8 text (a damaged or hostile file)",
+            SourceLocation(source, 0, 0),
+        )
     importer = Importer(model, source, weights_as_args, input_shapes)
     module = importer.run()
     return ImportResult(module, importer.evaluated, len(model.graph.node))
+
+
+def _non_text_field(message: Any, path: str = "") -> str | None:
+    """The path of the first string field of ``message`` (recursively) that is not
+    valid UTF-8, else None. ONNX's .proto is proto2, whose strings protobuf does not
+    validate: Python's upb protobuf hands such a value over as ``bytes``, which no
+    name-handling code expects."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    for field_desc, value in message.ListFields():
+        name = f"{path}.{field_desc.name}" if path else field_desc.name
+        repeated = (  # protobuf 7 has only is_repeated, older ones only label
+            field_desc.is_repeated
+            if hasattr(field_desc, "is_repeated")
+            else field_desc.label == FieldDescriptor.LABEL_REPEATED
+        )
+        values = list(value) if repeated else [value]
+        if field_desc.type == FieldDescriptor.TYPE_STRING:
+            for i, item in enumerate(values):
+                if not isinstance(item, str):
+                    return f"{name}[{i}]" if repeated else name
+        elif field_desc.type == FieldDescriptor.TYPE_MESSAGE:
+            for i, item in enumerate(values):
+                if found := _non_text_field(item, f"{name}[{i}]" if repeated else name):
+                    return found
+    return None
 
 
 def import_model(
