@@ -13,7 +13,8 @@ tile must hold whole rows). The device is the GPU when one is usable, else the
 H200 defaults, or what the ``sms`` option says. The ``schedule``, ``epilogue``
 and ``math`` options force a variant on every group (``config.with_variant``
 adapts the tile; ``choice`` then says so), e.g.
-``fusec-default,tile-gemm{schedule=pingpong epilogue=smem math=fast}``; the
+``fusec-default,tile-gemm{schedule=pingpong epilogue=smem math=fast}``, and
+``tile="128x128x64 s6 c2 g8 sched=pingpong"`` forces one exact configuration; the
 variants and their attribute keys are in ``fusec.targets.cuda.gemm.config``.
 Groups the template cannot
 serve (they run on the PyTorch fallback) get no attribute. The attribute is
@@ -65,6 +66,10 @@ class TileGemmPass(ModulePass):
     tuned: bool = True
     """Use ``fusec tune`` records from the kernel cache when one matches."""
 
+    tile: str = ""
+    """Force this exact configuration (``TileConfig.text``, e.g. ``"128x128x64 s6 c2 g8
+    sched=pingpong"``) on every group, tuned or not."""
+
     schedule: str = ""
     """Force the schedule ("cooperative" or "pingpong"; "": the heuristic's or the record's)."""
 
@@ -90,10 +95,21 @@ class TileGemmPass(ModulePass):
             record = tuning.lookup(fused, p, device) if self.tuned else None
             if record is not None:
                 config, choice = record, "tuned"
+            if self.tile:
+                config, choice = self.forced_tile(), "pass option"
             forced = self.forced_variant(config)
             if forced is not None:
                 config, choice = with_variant(config, forced), f"{choice}, variant option"
             fused.attributes[template.TILE_ATTR] = to_attr(config, choice)
+
+    def forced_tile(self) -> TileConfig:
+        from fusec.errors import FusecError
+        from fusec.targets.cuda.gemm.config import TileConfig
+
+        try:
+            return TileConfig.parse(self.tile)
+        except ValueError as err:
+            raise FusecError(f"tile-gemm option tile: {err}") from None
 
     def forced_variant(self, config: TileConfig) -> Variant | None:
         """The variant the options ask for (the rest from ``config``), or None."""
