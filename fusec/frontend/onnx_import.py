@@ -443,6 +443,7 @@ class Importer:
         if node.proto.domain not in _DOMAINS or node.op_type not in CONVERTERS:
             raise self.unsupported(node)
         spec = CONVERTERS[node.op_type]
+        self.check_arity(node)
         node.attrs = self.read_attributes(node, spec)
         outputs = spec.convert(self, node)
         for name, value in zip(node.proto.output, outputs, strict=False):
@@ -516,6 +517,23 @@ class Importer:
         self.values[name] = value
         if value.owner in self.created:
             value.name_hint = value_name(name)
+
+    def check_arity(self, node: Node) -> None:
+        """A located error when ``node`` has fewer or more inputs or outputs than its
+        operator's ONNX schema allows (the converters index them)."""
+        try:
+            schema = onnx.defs.get_schema(node.op_type, self.opset, node.proto.domain)
+        except Exception:  # onnx.defs.SchemaError: no schema, nothing to check against
+            return
+        for what, count, low, high in (
+            ("inputs", len(node.proto.input), schema.min_input, schema.max_input),
+            ("outputs", len(node.proto.output), schema.min_output, schema.max_output),
+        ):
+            if not low <= count <= high:
+                allowed = f"{low}" if low == high else f"{low} to {high}"
+                if high >= 2**31 - 1:
+                    allowed = f"at least {low}"
+                raise self.error(f"has {count} {what}; the operator takes {allowed}")
 
     def read_attributes(self, node: Node, spec: Converter) -> dict[str, Any]:
         attrs = {}
