@@ -1353,21 +1353,19 @@ def _non_text_field(message: Any, path: str = "") -> str | None:
     valid UTF-8, else None. ONNX's .proto is proto2, whose strings protobuf does not
     validate: Python's upb protobuf hands such a value over as ``bytes``, which no
     name-handling code expects."""
-    from google.protobuf.descriptor import FieldDescriptor
-
     for field_desc, value in message.ListFields():
         name = f"{path}.{field_desc.name}" if path else field_desc.name
         repeated = (  # protobuf 7 has only is_repeated, older ones only label
             field_desc.is_repeated
             if hasattr(field_desc, "is_repeated")
-            else field_desc.label == FieldDescriptor.LABEL_REPEATED
+            else field_desc.label == field_desc.LABEL_REPEATED
         )
         values = list(value) if repeated else [value]
-        if field_desc.type == FieldDescriptor.TYPE_STRING:
+        if field_desc.type == field_desc.TYPE_STRING:
             for i, item in enumerate(values):
                 if not isinstance(item, str):
                     return f"{name}[{i}]" if repeated else name
-        elif field_desc.type == FieldDescriptor.TYPE_MESSAGE:
+        elif field_desc.type == field_desc.TYPE_MESSAGE:
             for i, item in enumerate(values):
                 if found := _non_text_field(item, f"{name}[{i}]" if repeated else name):
                     return found
