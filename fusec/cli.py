@@ -276,7 +276,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         sys.stdout.write(f"group #{result.group} ({result.problem}):\n")
         for text, ms in sorted(result.timings.items(), key=lambda kv: kv[1]):
             mark = "  <- recorded" if text == result.best else ""
-            sys.stdout.write(f"  {text:24s} {ms:9.4f} ms{mark}\n")
+            sys.stdout.write(f"  {text:52s} {ms:9.4f} ms{mark}\n")
         sys.stdout.write(f"  record: {result.path}\n")
     return EXIT_OK
 

@@ -91,6 +91,10 @@ class Target:
     #: The named pass pipeline (``fusec.passes.PIPELINES``) compiling for this target
     #: when the caller names none.
     pipeline: str = "fusec-default"
+    #: Values of fusion-rule parameters for this target (``param`` lines of the rules
+    #: file), in place of the file's; a pass option (``fuse{softmax_tile_limit=N}``)
+    #: still overrides them.
+    rule_params: Mapping[str, int] = {}
     #: Array device types (``torch.device.type``) whose data this target computes on
     #: in place: ``auto`` picks this target for arguments living there.
     devices: tuple[str, ...] = ()

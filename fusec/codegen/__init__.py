@@ -22,15 +22,18 @@ class ScratchPlan:
     ``full_bytes`` in buffers that scale with the group's tensors (written once,
     read by a later stage), plus ``per_task_bytes`` for each parallel task of a
     blocked kernel; there are at most ``max_tasks`` tasks (its block count) and
-    never more than Numba's thread count.
+    never more than Numba's thread count. ``operand_bytes``: copies of operands in
+    another layout (a convolution's weights, tap-major), the size of that operand.
     """
 
     full_bytes: int = 0
     per_task_bytes: int = 0
     max_tasks: int = 0
+    operand_bytes: int = 0
 
     def peak_bytes(self, threads: int) -> int:
-        return self.full_bytes + self.per_task_bytes * min(threads, self.max_tasks)
+        tasks = min(threads, self.max_tasks)
+        return self.full_bytes + self.operand_bytes + self.per_task_bytes * tasks
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import tracemalloc
 import numba
 import numpy as np
 import pytest
-from cpu_check import check
+from cpu_check import check, poison, wrap_group
 from numerics import assert_close
 
 from fusec.api import parse, run_pipeline
@@ -22,6 +22,7 @@ from fusec.runtime.cache import KernelCache
 from fusec.runtime.launch import Program
 from fusec.runtime.reference import run_reference
 from fusec.targets.cpu import blas as cpu_blas
+from fusec.targets.cpu import conv as cpu_conv
 from fusec.targets.cpu import matmul as cpu_matmul
 from fusec.tools.runner import random_inputs
 
@@ -156,6 +157,14 @@ CONVS = [
     ((2, 1), (0, 0), (1, 1), 1, (2, 8, 13, 9), (4, 1, 1)),  # 1x1 with a stride: im2col
     ((1, 1), (0, 0), (1, 1), 2, (1, 8, 11, 7), (6, 1, 1)),  # 1x1: reads the input directly
     ((1, 1), (3, 3), (1, 1), 1, (1, 3, 5, 5), (4, 3, 3)),  # padding wider than the kernel
+    # taps: uneven padding and a non-square kernel; a ragged last block (OH 13 over
+    # blocks of TAP_PIXELS // Wp rows); a 1xS kernel (no padding rows)
+    ((1, 1), (2, 0, 1, 3), (1, 1), 1, (2, 5, 13, 40), (7, 3, 5)),
+    ((1, 1), (0, 1), (1, 1), 1, (1, 6, 9, 30), (5, 1, 3)),
+    # Winograd F(2x2, 3x3): odd OH and OW (half tiles at both edges), groups, more
+    # blocks than threads with a ragged last one; and unpadded, several images
+    ((1, 1), (1, 1), (1, 1), 2, (2, 6, 15, 13), (8, 3, 3)),
+    ((1, 1), (0, 0), (1, 1), 1, (3, 16, 40, 9), (12, 3, 3)),
 ]
 
 
@@ -184,9 +193,66 @@ func.func @f(%x: {x}, %w: {wt}, %b: {b}) -> {y} {{
 @pytest.mark.parametrize("case", CONVS)
 def test_conv_blocks(cache, case):
     program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
-    im2col = case[5][1:] != (1, 1) or case[0] != (1, 1) or any(case[1])
-    assert ("cols = ws[" in program.kernels[0].source) == im2col
+    stride_1 = case[0] == (1, 1)
+    winograd = stride_1 and case[5][1:] == (3, 3) and case[2] == (1, 1)
+    taps = stride_1 and case[5][1:] != (1, 1) and not winograd  # larger than 1x1
+    im2col = not (taps or winograd) and (case[5][1:] != (1, 1) or not stride_1 or any(case[1]))
+    source = program.kernels[0].source
+    assert ("cols = ws[" in source) == im2col
+    assert ("sgemm_acc(" in source) == taps and ("wv = ws[" in source) == winograd
+    assert ("xpad = ws[" in source) == (taps or winograd)
     assert _blocks(program) > 1
+
+
+WINOGRAD_CONVS = [
+    # padding, groups, (N, C, H, W), K: deep channel sums (the transform's rounding
+    # accumulates over C), odd and ragged sizes, uneven padding, batch > 1
+    ((1, 1), 1, (2, 64, 23, 17), 48),
+    ((0, 1, 1, 2), 1, (3, 32, 9, 30), 40),
+    ((2, 2), 4, (2, 32, 7, 5), 16),
+    ((0, 0), 1, (1, 128, 4, 3), 8),  # one tile row, a half tile column
+]
+
+
+@pytest.mark.parametrize("case", WINOGRAD_CONVS)
+def test_conv_winograd_against_float64_reference(cache, case):
+    """Winograd F(2x2, 3x3) in f32: elementwise at f32 tolerance and relative L2 < 1e-4
+    against the float64 reference, on fresh random inputs with poisoned outputs."""
+    padding, groups, (n, c, h, w), k = case
+    text = _conv_text(((1, 1), padding, (1, 1), groups, (n, c, h, w), (k, 3, 3)), "f32")
+    module = wrap_group(text, "conv")
+    program = Program(module, target="cpu", cache=cache)
+    assert "Winograd" in program.kernels[0].source
+    for seed in (11, 12):
+        inputs = random_inputs(entry_function(module), seed)
+        (out,) = program(inputs, alloc=poison)
+        (ref,) = run_reference(parse(text), inputs, precision="float64")
+        assert_close(out, ref, what=f"winograd {case}")
+        rel = np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref)
+        assert rel < 1e-4, rel
+
+
+def _conv_op(case):
+    module = wrap_group(_conv_text(case, "f32"), "conv")
+    (group,) = [op for op in entry_function(module).body.block.ops if op.name == "ai.fused"]
+    (conv,) = [op for op in group.body.block.ops if op.name == "ai.conv2d"]
+    return conv
+
+
+@pytest.mark.parametrize(
+    "method, case",
+    [
+        ("direct", ((1, 1), (0, 0), (1, 1), 1, (1, 4, 6, 6), (4, 1, 1))),
+        ("winograd", ((1, 1), (1, 1), (1, 1), 2, (1, 4, 6, 6), (4, 3, 3))),
+        ("taps", ((1, 1), (2, 2), (2, 2), 1, (1, 4, 6, 6), (4, 3, 3))),  # dilated 3x3
+        ("taps", ((1, 1), (2, 2), (1, 1), 1, (1, 4, 6, 6), (4, 5, 5))),
+        ("im2col", ((2, 2), (1, 1), (1, 1), 1, (1, 4, 6, 6), (4, 3, 3))),  # stride 2
+        ("im2col", ((1, 1), (1, 1), (1, 1), 1, (1, 4, 6, 6), (4, 1, 1))),  # a padded 1x1
+    ],
+)
+def test_conv_method_rule(method, case):
+    """The rule ``conv_method`` states, one convolution per clause."""
+    assert cpu_conv.conv_method(_conv_op(case)) == method
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

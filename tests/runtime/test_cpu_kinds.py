@@ -296,7 +296,9 @@ func.func @f(%x: {x}, %w: {wt}, %b: {b}, %r: {y}) -> {y} {{
   return %o : {y}
 }}"""
     program = check(text, cache=cache, kind="conv")
-    assert ("cols = ws[" in program.kernels[0].source) == (kh * kw > 1)  # 1x1: no im2col
+    # im2col only where conv_method's rule says so (stride above 1, or a padded 1x1)
+    im2col = strides != (1, 1) or (kh, kw) == (1, 1) and any(padding)
+    assert ("cols = ws[" in program.kernels[0].source) == im2col
 
 
 def test_unfused_op_is_a_located_error(cache):

@@ -71,12 +71,16 @@ class FusePass(ModulePass):
         return {"softmax_tile_limit": self.softmax_tile_limit, "max_chain_ops": self.max_chain_ops}
 
     def policy(self) -> Rules:
-        rules = load_rules(self.rules, **self.overrides())
+        """The rules file, with the target's parameter values (``Target.rule_params``,
+        those the file defines) and then this pass's own options applied."""
         if self.target is None:
-            return rules
+            return load_rules(self.rules, **self.overrides())
         from fusec.target import get_target
 
-        return rules.for_target(get_target(self.target))
+        target = get_target(self.target)
+        rules = load_rules(self.rules)
+        own = {k: v for k, v in target.rule_params.items() if k in rules.params}
+        return rules.with_params(**own).with_params(**self.overrides()).for_target(target)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         rules = self.policy()

@@ -22,6 +22,9 @@ class CpuBackend:
 
         configure()  # before Numba starts its thread pool: see fusec.targets.cpu.threads
         self.cache = cache if cache is not None else default_cache()
+        #: id(launch) -> its output shapes and casts (the launches live as long as the
+        #: Program that owns this backend)
+        self._plans: dict[int, tuple[list[tuple[int, ...]], list[np.dtype | None]]] = {}
 
     def load(self, kernel: KernelSource) -> Callable[..., Any]:
         module = self.cache.load_module(kernel.source, target="cpu")
@@ -31,23 +34,37 @@ class CpuBackend:
         self, launch: Launch, fn: Callable[..., Any], inputs: list[Any], alloc: Allocator
     ) -> list[Any]:
         flat_in = [_as_f32(a).reshape(-1) for a in inputs]
-        outs = [alloc(spec.shape, np.dtype(np.float32)) for spec in launch.kernel.outputs]
-        if not all(o.flags.c_contiguous and o.dtype == np.float32 for o in outs):
+        shapes, casts = self._outputs(launch)
+        outs = [alloc(shape, _F32) for shape in shapes]
+        if not all(o.flags.c_contiguous and o.dtype == _F32 for o in outs):
             raise ValueError("the allocator must return C-contiguous float32 arrays")
         if _threadsafe_layer():
             fn(*flat_in, *(o.reshape(-1) for o in outs))
         else:
             with _WORKQUEUE_LOCK:
                 fn(*flat_in, *(o.reshape(-1) for o in outs))
-        results = []
-        for out, spec in zip(outs, launch.kernel.outputs, strict=True):
-            dtype = numpy_dtype(spec.dtype)
-            results.append(out if dtype == np.float32 else out.astype(dtype))
-        return results
+        if not casts:
+            return outs
+        pairs = zip(outs, casts, strict=True)
+        return [out if dtype is None else out.astype(dtype) for out, dtype in pairs]
+
+    def _outputs(self, launch: Launch) -> tuple[list[tuple[int, ...]], list[np.dtype | None]]:
+        """The launch's output shapes and, for 16-bit outputs, the dtype to round to
+        (an empty list when all are float32); worked out on its first run."""
+        plan = self._plans.get(id(launch))
+        if plan is None:
+            specs = launch.kernel.outputs
+            dtypes = [np.dtype(numpy_dtype(spec.dtype)) for spec in specs]
+            casts = [None if d == _F32 else d for d in dtypes]
+            plan = ([tuple(spec.shape) for spec in specs], casts if any(casts) else [])
+            self._plans[id(launch)] = plan
+        return plan
 
     def to_host(self, value: Any) -> np.ndarray:
         return np.asarray(value)
 
+
+_F32 = np.dtype(np.float32)
 
 #: Serialises kernel calls while Numba's threading layer may be "workqueue", which
 #: aborts the process when parallel kernels run from two Python threads at once.
@@ -69,4 +86,6 @@ def _threadsafe_layer() -> bool:
 
 
 def _as_f32(array: np.ndarray) -> np.ndarray:
+    if type(array) is np.ndarray and array.dtype == _F32 and array.flags.c_contiguous:
+        return array
     return np.ascontiguousarray(array, dtype=np.float32)

@@ -44,7 +44,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 #: Bump when the intrinsics' calling convention changes (it is in every kernel's source).
-ABI_VERSION = 2
+ABI_VERSION = 3
 ENV_VAR = "FUSEC_CPU_GEMM"
 _SGEMM = {False: "fusec_cblas_sgemm_lp64", True: "fusec_cblas_sgemm_ilp64"}
 _THREADS_LOCAL = "fusec_blas_threads_local"
@@ -173,15 +173,15 @@ def import_line() -> str:
     current = mode()
     if current == "numba":
         names = (
-            "next_block, sgemm_numba as sgemm, threads_noop as threads_begin, "
-            "threads_noop as threads_end"
+            "next_block, sgemm_numba as sgemm, sgemm_acc_numba as sgemm_acc, "
+            "threads_noop as threads_begin, threads_noop as threads_end"
         )
     else:
         width = current.split("-")[1]
         threads = "threads_local" if current.endswith("local") else "threads_noop"
         names = (
-            f"next_block, sgemm_{width} as sgemm, {threads} as threads_begin, "
-            f"{threads} as threads_end"
+            f"next_block, sgemm_{width} as sgemm, sgemm_acc_{width} as sgemm_acc, "
+            f"{threads} as threads_begin, {threads} as threads_end"
         )
     return f"from fusec.targets.cpu.blas import {names}  # cpu_blas ABI {ABI_VERSION}, {current}"
 
@@ -205,7 +205,8 @@ def single_threaded() -> Iterator[None]:
 _I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
 
 
-def _sgemm_intrinsic(ilp64: bool):
+def _sgemm_intrinsic(ilp64: bool, beta: float = 0.0):
+    """The sgemm intrinsic for an interface width; ``beta`` 0 writes C, 1 adds to it."""
     symbol = _SGEMM[ilp64]
     index = _I64 if ilp64 else _I32
 
@@ -257,7 +258,7 @@ def _sgemm_intrinsic(ilp64: bool):
                     integer(7, width),
                     pointer(8, 9),
                     integer(10, width),
-                    ir.Constant(_F32, 0.0),
+                    ir.Constant(_F32, beta),
                     pointer(11, 12),
                     integer(13, width),
                 ],
@@ -266,16 +267,20 @@ def _sgemm_intrinsic(ilp64: bool):
 
         return sig, codegen
 
-    sgemm.__name__ = f"sgemm_{'ilp64' if ilp64 else 'lp64'}"
+    accumulate = "_acc" if beta else ""
+    sgemm.__name__ = f"sgemm{accumulate}_{'ilp64' if ilp64 else 'lp64'}"
     sgemm.__doc__ = (
-        "C[c_off:] = op(A[a_off:]) @ op(B[b_off:]), row-major, float32; op transposes when "
-        "ta/tb is true. m x n result from m x k and k x n, leading dimensions lda, ldb, ldc."
+        f"C[c_off:] {'+=' if beta else '='} op(A[a_off:]) @ op(B[b_off:]), row-major, float32; "
+        "op transposes when ta/tb is true. m x n result from m x k and k x n, leading "
+        "dimensions lda, ldb, ldc."
     )
     return intrinsic(sgemm)
 
 
 sgemm_lp64 = _sgemm_intrinsic(False)
 sgemm_ilp64 = _sgemm_intrinsic(True)
+sgemm_acc_lp64 = _sgemm_intrinsic(False, 1.0)
+sgemm_acc_ilp64 = _sgemm_intrinsic(True, 1.0)
 
 
 @intrinsic
@@ -310,6 +315,14 @@ def sgemm_numba(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
         row = c[c_off + i * ldc : c_off + i * ldc + n]
         for j in range(n):
             row[j] = np.float32(0.0)
+    sgemm_acc_numba(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
+
+
+@numba.njit(cache=True)
+def sgemm_acc_numba(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
+    """``sgemm_acc_lp64``'s contract (C += op(A) @ op(B)) as plain loops."""
+    for i in range(m):
+        row = c[c_off + i * ldc : c_off + i * ldc + n]
         for p in range(k):
             aip = a[a_off + p * lda + i] if ta else a[a_off + i * lda + p]
             if tb:

@@ -135,6 +135,24 @@ class BlockedCore:
 
     op: Operation
     count: int
+    #: The group's arrays by value (the names ``compute`` reads them by).
+    reads: dict[SSAValue, str]
+    #: Bytes of operand copies ``launch_lines`` makes (``ScratchPlan.operand_bytes``).
+    operand_bytes = 0
+
+    @staticmethod
+    def local_result(op: Operation) -> bool:
+        """Whether the core computes its result in the workspace even when the group
+        yields it (its blocks are laid out unlike the result; the epilogue copies)."""
+        return False
+
+    def launch_lines(self) -> list[str]:
+        """numpy lines ``launch`` runs before the kernel (operands in another layout)."""
+        return []
+
+    def arrays(self) -> list[str]:
+        """The arrays ``compute`` reads (besides the workspace)."""
+        return [self.reads[v] for v in self.op.operands if v in self.reads]
 
     def decode(self) -> list[str]:
         raise NotImplementedError
@@ -212,7 +230,7 @@ def generate_core_group(
     a_array = workspace.add("abuf", 0) if a_chain else None  # sized by the core
     core_value = core_op.results[0]
     c_outputs = [array for v, array in outputs if v == core_value]
-    c_local = not c_outputs
+    c_local = not c_outputs or getattr(make_core, "local_result", BlockedCore.local_result)(core_op)
     c_array = "cbuf" if c_local else c_outputs[0]
     buffers.reads[core_value] = c_array
     core = make_core(core_op, buffers.reads, workspace, a_array, c_array, c_local)
@@ -243,9 +261,7 @@ def generate_core_group(
         body += rows.loops + _indented(rows.indent, parts.lines)
         helpers |= parts.helpers
         params += parts.params
-    for value in core_op.operands:
-        if value in buffers.reads:  # not A when its prologue runs per block
-            params.append(buffers.reads[value])
+    params += core.arrays()  # not A when its prologue runs per block
     if not c_local:
         params.append(c_array)
 
@@ -268,6 +284,7 @@ def generate_core_group(
         parallel=core.count > 1 and result_elements >= PARALLEL_MIN_ELEMENTS,
     )
     stages.append(stage)
+    launch += core.launch_lines()
     launch += [
         f"tasks = min(numba.get_num_threads(), {core.count})" if stage.parallel else "tasks = 1",
         f"ws = np.empty(tasks * {workspace.size}, dtype=np.float32)",
@@ -299,6 +316,7 @@ def generate_core_group(
         full_bytes=4 * sum(size for _, size in buffers.scratch) + view_bytes,
         per_task_bytes=4 * workspace.size,
         max_tasks=core.count,
+        operand_bytes=core.operand_bytes,
     )
     return KernelSource(name, kind, "cpu", source, inputs, outs, scratch=scratch)
 

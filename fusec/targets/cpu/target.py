@@ -20,6 +20,10 @@ class CpuTarget(Target):
 
     name = "cpu"
     description = "Numba CPU kernels (parallel loops, BLAS cores)"
+    #: A matmul block holds whole rows of the result (cpu_matmul), so a softmax of any
+    #: row that fits the workspace runs in the block's epilogue, while it is in cache;
+    #: the rules' 256 is a GPU tile.
+    rule_params = {"softmax_tile_limit": 16384}
     templates = {
         "pointwise": Template("fusec.targets.cpu.pointwise"),
         "row_reduce": Template("fusec.targets.cpu.row_reduce", _ROW),

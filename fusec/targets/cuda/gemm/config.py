@@ -63,10 +63,16 @@ class Variant:
     math: str = "ieee"
 
 
-#: The variant the heuristic gives every GEMM. The opt-in variants become the default by
-#: changing this one line once measured on the device (e.g. Variant("pingpong", "smem",
-#: "fast")); ``with_variant`` adapts the tile and stages to it.
-HEURISTIC_VARIANT = Variant()
+#: The variant the heuristic gives the large tiles (128x256 and 128x128, two consumers).
+#: Measured on the H200 (benchmarks/results/gemm-variants-2026-11-30.md): the staged
+#: TMA-store epilogue with fast 16-bit maths was the fastest variant of the 128x256 tile on
+#: every case (4096^3 0.200 -> 0.184 ms, + bias + relu 0.212 -> 0.195, 8192^3 1.75 -> 1.68,
+#: MLP up + gelu 0.296 -> 0.211); pingpong lost at 8192^3. ``with_variant`` adapts the
+#: tile and stages to it.
+HEURISTIC_VARIANT = Variant(epilogue="smem", math="fast")
+#: The small-M (64x128, one consumer) and whole-row (row softmax) tiles keep the plain
+#: variant: the staged epilogue was not measured there, and with a row softmax it spills.
+SMALL_TILE_VARIANT = Variant()
 
 
 @dataclass(frozen=True)
@@ -309,7 +315,7 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = 132) -> Til
     better, 128x128 is used; problems of at most 64 rows use a 64x128 tile.
     """
     if m <= 64:
-        return with_variant(TileConfig(64, 128, 64, 8, 1, 8), HEURISTIC_VARIANT)
+        return with_variant(TileConfig(64, 128, 64, 8, 1, 8), SMALL_TILE_VARIANT)
     candidates = [TileConfig(128, 256, 64, 4, 2, 8), TileConfig(128, 128, 64, 6, 2, 8)]
 
     def waste(config: TileConfig) -> float:
@@ -334,7 +340,8 @@ def choose_row_config(m: int, n: int, batch: int = 1, sms: int = 132) -> TileCon
         raise ValueError(f"a {n}-wide row does not fit one block tile (at most 256)")
     bn = max(64, -(-n // 64) * 64)
     bm, consumers = (128, 2) if -(-m // 128) * batch >= sms else (64, 1)
-    return with_variant(TileConfig(bm, bn, 64, max_stages(bm, bn), consumers, 8), HEURISTIC_VARIANT)
+    config = TileConfig(bm, bn, 64, max_stages(bm, bn), consumers, 8)
+    return with_variant(config, SMALL_TILE_VARIANT)
 
 
 #: The opt-in variants ``fusec tune`` times on top of the heuristic's tile.

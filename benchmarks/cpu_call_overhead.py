@@ -1,0 +1,71 @@
+"""Per-call cost of a compiled cpu function around its kernels (a benchmark).
+
+Two graphs: a 64-element add + relu (one serial kernel: the call is almost all
+overhead) and the same at 2**16 elements (a parallel kernel: the thread pool
+wakes each call). For each: the whole call (``CompiledModule.__call__``), the
+generated ``launch`` alone, and the difference. Best of ``--rounds`` rounds of
+``--calls`` calls, wall and process CPU time per call, in microseconds.
+
+    python benchmarks/cpu_call_overhead.py [--rounds 15] [--calls 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from fusec.targets.cpu.threads import configure
+
+configure()
+
+import numpy as np  # noqa: E402
+
+import fusec  # noqa: E402
+
+
+def graph(n: int) -> str:
+    t = f"tensor<{n}xf32>"
+    return (
+        f"func.func @f(%x: {t}, %y: {t}) -> {t} {{\n"
+        f"  %a = ai.add %x, %y : {t} * {t}\n"
+        f"  %r = ai.relu %a : {t}\n"
+        f"  return %r : {t}\n}}\n"
+    )
+
+
+def best(fn, rounds: int, calls: int) -> tuple[float, float]:
+    """Least wall and least CPU microseconds per call over the rounds."""
+    walls, cpus = [], []
+    for _ in range(rounds):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        for _ in range(calls):
+            fn()
+        walls.append((time.perf_counter() - start) / calls * 1e6)
+        cpus.append((time.process_time() - start_cpu) / calls * 1e6)
+    return min(walls), min(cpus)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--calls", type=int, default=2000)
+    args = parser.parse_args()
+    print("| elements | call us (wall / CPU) | launch alone us | overhead us (wall / CPU) |")
+    print("| ---: | ---: | ---: | ---: |")
+    for n in (64, 1 << 16):
+        compiled = fusec.compile(graph(n), target="cpu")
+        rng = np.random.default_rng(0)
+        x, y = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+        out = np.empty(n, np.float32)
+        compiled(x, y)
+        (launch,) = compiled._runner.load()
+        call = best(lambda: compiled(x, y), args.rounds, args.calls)  # noqa: B023
+        alone = best(lambda: launch(x, y, out), args.rounds, args.calls)  # noqa: B023
+        print(
+            f"| {n} | {call[0]:.1f} / {call[1]:.1f} | {alone[0]:.1f} / {alone[1]:.1f} | "
+            f"{call[0] - alone[0]:.1f} / {call[1] - alone[1]:.1f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
