@@ -192,11 +192,11 @@ def mutate_onnx(data: bytes, seed: int) -> bytes | None:
         return None
     rng = random.Random(seed)
     graph = model.graph
-    for _ in range(1 + rng.randrange(3)):
-        _MUTATIONS[rng.randrange(len(_MUTATIONS))](model, graph, rng)
     try:
+        for _ in range(1 + rng.randrange(3)):
+            _MUTATIONS[rng.randrange(len(_MUTATIONS))](model, graph, rng)
         return model.SerializeToString()
-    except Exception:  # e.g. a string field made invalid UTF-8
+    except Exception:  # a field protobuf refuses, e.g. a name that is not UTF-8 text
         return None
 
 
