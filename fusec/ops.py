@@ -188,6 +188,18 @@ def layernorm(x: Any, gamma: Any, beta: Any, *, eps: float = 1e-5) -> Traced:
     return trace.emit(ai.LayerNormOp, (x, gamma, beta), epsilon=float(eps))
 
 
+def attention(
+    q: Any, kt: Any, v: Any, mask: Any = 0.0, *, scale: float = 1.0, nan_to_zero: bool = False
+) -> Traced:
+    """softmax(q @ kt * scale + mask) @ v over the last axis; ``kt`` is the key transposed
+    (..., D, T); ``mask`` (added to the scores) broadcasts to them."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise user_error(f"fusec.ops.attention: scale must be a number, got {scale!r}")
+    trace = _trace("attention", q, kt, v, mask)
+    attrs = {"scale": float(scale), "nan_to_zero": bool(nan_to_zero)}
+    return trace.emit(ai.AttentionOp, (q, kt, v, mask), **attrs)
+
+
 def softmax(x: Any, axis: int = -1) -> Traced:
     """exp(x) / sum(exp(x)) along ``axis``."""
     return _trace("softmax", x).emit(ai.SoftmaxOp, (x,), axis=_int("softmax", axis))
@@ -293,6 +305,7 @@ __all__ = sorted(
     [
         *_simple_ops(),
         "batch_norm",
+        "attention",
         "bias_add",
         "cast",
         "clip",

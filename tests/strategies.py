@@ -726,9 +726,34 @@ def _batch_norm(s: _Drawer, x: int) -> int:
     return s.node(ai.BatchNormOp, [x, scale, bias, mean, var], bound, epsilon=epsilon)
 
 
+def _attention(s: _Drawer, x: int) -> int:
+    """softmax(q @ kt * scale + mask) @ v with x as the query (..., S, D)."""
+    draw = s.draw
+    if s.spec(x).rank < 2:
+        return _softmax(s, x)
+    q = s.tame(x, 4.0)
+    *batch, rows, d = s.spec(q).shape
+    keys, width = draw(st.sampled_from(DIMS[:8])), draw(st.sampled_from(DIMS[:8]))
+    if _size((*batch, rows, max(keys, width))) > MAX_ELEMENTS:
+        return _softmax(s, x)
+    kt = s.arg((*batch, d, keys), scale=1 / math.sqrt(d))
+    v = s.arg((*batch, keys, width))
+    if draw(st.booleans()):
+        mask = s.const(())
+    else:
+        mask = _operand_like(s, s.partner_shape((*batch, rows, keys)))
+        if np.broadcast_shapes(s.spec(mask).shape, (*batch, rows, keys)) != (*batch, rows, keys):
+            mask = s.const(())
+    mask = s.tame(mask, 4.0)
+    scale = draw(st.sampled_from([1.0, 0.125, 1 / math.sqrt(d)]))
+    attrs = {"scale": scale, "nan_to_zero": draw(st.booleans())}
+    return s.node(ai.AttentionOp, [q, kt, v, mask], s.bound[v], **attrs)
+
+
 #: Ops that need more than the generic unary/binary builders.
 BUILDERS: dict[type[AiOp], Callable[[_Drawer, int], int]] = {
     ai.BatchNormOp: _batch_norm,
+    ai.AttentionOp: _attention,
     ai.PowOp: _pow,
     ai.ClipOp: _clip,
     ai.WhereOp: _where,

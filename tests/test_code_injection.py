@@ -84,6 +84,10 @@ SAMPLES = {
       %r = ai.add %s, %x {ATTR} : tensor<1x32xTYPE> * MATRIX LOC""",
     "copy": """
       %r = ai.slice %x {SLICE} : MATRIX LOC""",
+    "attention": """
+      %a = ai.attention %x, %w, %w, %b {scale = 0.5 : f32, evil.a = STR} : MATRIX * SQUARE *
+        SQUARE * VECTOR LOC
+      %r = ai.tanh %a {ATTR} : tensor<16x32xTYPE> LOC""",
     "view": """
       %y = ai.reshape %x {shape = array<i64: 32, 16>, evil.a = STR} : MATRIX LOC
       %r = ai.reshape %y {shape = array<i64: 16, 32>, evil.a = STR} : tensor<32x16xTYPE> LOC""",
@@ -98,6 +102,7 @@ _PLACEHOLDERS = {
     "strides = array<i64: 1, 1>, evil.a = STR}",
     "MATRIX": "tensor<16x32xTYPE>",
     "VECTOR": "tensor<32xTYPE>",
+    "SQUARE": "tensor<32x32xTYPE>",
 }
 _PARAMS = {  # every argument a sample may use: name -> type
     "%x": "tensor<16x32xTYPE>",

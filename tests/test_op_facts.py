@@ -200,6 +200,8 @@ def _any_instance(op_type):
         "strides = array<i64: 2, -2>} : tensor<4x4xf32>",
         "ai.concat": "%r = ai.concat %m, %m {axis = 1 : i64} : tensor<4x4xf32> * tensor<4x4xf32>",
         "ai.gather": "%r = ai.gather %v {indices = array<i64: 3, 0, 3>} : tensor<4xf32>",
+        "ai.attention": "%r = ai.attention %m, %m, %m, %v {scale = 5.0e-01 : f32} : "
+        "tensor<4x4xf32> * tensor<4x4xf32> * tensor<4x4xf32> * tensor<4xf32>",
         "ai.batch_norm": "%r = ai.batch_norm %m, %v, %v, %v, %v : tensor<4x4xf32> * "
         "tensor<4xf32> * tensor<4xf32> * tensor<4xf32> * tensor<4xf32>",
     }[op_type.name]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 from numerics import assert_close
 
@@ -228,3 +229,63 @@ def test_scalars_are_left_alone():
 }"""
     compiled = fusec.compile(text, target="reference")
     assert compiled.ir.count("ai.add") == 1
+
+
+def test_a_vector_against_a_reshaped_scalar_stays():
+    """where(c, x, reshape(scalar)) with a (1,) condition: the reshape's source has no
+    last axis for the vector to run along, so nothing sinks (found by tests/differential:
+    the pattern indexed the empty shape)."""
+    text = """func.func @f(%a: tensor<f32>) -> tensor<1x1x1xf32> {
+  %c = arith.constant dense<1.0> : tensor<1xf32>
+  %r = ai.reshape %a {shape = array<i64: 1, 1, 1>} : tensor<f32>
+  %w = ai.where %c, %a, %r : tensor<1xf32> * tensor<f32> * tensor<1x1x1xf32>
+  return %w : tensor<1x1x1xf32>
+}"""
+    _check(text, Counter({"ai.reshape": 1, "ai.where": 1}))
+
+
+# ------------------------------------------------------------------ attention
+
+Q, K_T, V = "tensor<2x3x6x8xf32>", "tensor<2x3x8x6xf32>", "tensor<2x3x6x8xf32>"
+P = "tensor<2x3x6x6xf32>"
+
+
+def test_gpt2_attention_with_a_causal_mask_and_the_nan_guard():
+    """softmax(q @ kt * s + mask) guarded against NaN, then @ v: one ai.attention."""
+    mask = np.triu(np.full((6, 6), -np.inf), 1)
+    rows = ", ".join("[" + ", ".join(f"{v:.1e}" for v in row) + "]" for row in mask)
+    rows = rows.replace("-inf", "0xFF800000")
+    body = f"""{_consts(s=0.125, zero=0.0)}
+  %mask = arith.constant dense<[{rows}]> : tensor<6x6xf32>
+  %qk = ai.matmul %q, %kt : {Q} * {K_T}
+  %sc = ai.mul %qk, %s : {P} * {S}
+  %am = ai.add %sc, %mask : {P} * tensor<6x6xf32>
+  %p = ai.softmax %am : {P}
+  %n = ai.isnan %p : {P}
+  %g = ai.where %n, %zero, %p : {P} * {S} * {P}
+  %r = ai.matmul %g, %v : {P} * {V}"""
+    text = _func(f"%q: {Q}, %kt: {K_T}, %v: {V}", body, V)
+    _check(text, Counter({"ai.attention": 1}), {"attention": 1})
+    module = fusec.parse(text)
+    recognize(module)
+    (op,) = [o for o in module.walk() if isinstance(o, ai.AttentionOp)]
+    assert op.attr("nan_to_zero") and op.attr("scale") == 0.125
+
+
+def test_bert_attention_without_mask_or_guard():
+    body = f"""
+  %qk = ai.matmul %q, %kt : {Q} * {K_T}
+  %p = ai.softmax %qk : {P}
+  %r = ai.matmul %p, %v : {P} * {V}"""
+    _check(_func(f"%q: {Q}, %kt: {K_T}, %v: {V}", body, V), Counter({"ai.attention": 1}))
+
+
+def test_probabilities_used_elsewhere_are_no_attention():
+    body = f"""
+  %qk = ai.matmul %q, %kt : {Q} * {K_T}
+  %p = ai.softmax %qk : {P}
+  %o = ai.matmul %p, %v : {P} * {V}
+  %r = ai.reduce_sum %p {{axes = array<i64: 3>, keepdims = true}} : {P}"""
+    module = fusec.parse(_func(f"%q: {Q}, %kt: {K_T}, %v: {V}", body, "tensor<2x3x6x1xf32>"))
+    recognize(module)
+    assert not any(isinstance(o, ai.AttentionOp) for o in module.walk())

@@ -996,6 +996,37 @@ class BatchNormOp(AiOp):
 
 
 @irdl_op_definition
+class AttentionOp(AiOp):
+    """Scaled dot-product attention: ``softmax(q @ kt * scale + mask) @ v``, the softmax
+    over the last axis; ``kt`` is the key already transposed (..., D, T), as the score
+    product reads it. With ``nan_to_zero`` a NaN probability (a row masked out
+    entirely) is 0. Recognised in exported graphs for a fused attention kernel."""
+
+    name = "ai.attention"
+    query = operand()
+    key = operand()
+    value = operand()
+    mask = operand()
+    output = result()
+    scale = float_prop(1.0)
+    nan_to_zero = bool_prop(False)
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="attention")
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.attention(*operands)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        q, kt, v, mask = args
+        return K.attention(
+            q, kt, v, mask, scale=self.attr("scale"), nan_to_zero=self.attr("nan_to_zero")
+        )
+
+
+@irdl_op_definition
 class LayerNormOp(AiOp):
     """Layer normalisation over the last axis: (x - mean) / sqrt(var + eps) * gamma + beta."""
 
@@ -1488,6 +1519,7 @@ TENSOR_OPS: tuple[type[AiOp], ...] = (
     PowOp,
     WhereOp,
     MatmulOp,
+    AttentionOp,
     BatchNormOp,
     LayerNormOp,
     SoftmaxOp,

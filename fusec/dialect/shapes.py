@@ -474,3 +474,25 @@ def pool2d(
             )
         )
     return TensorSpec((x.shape[0], x.shape[1], out[0], out[1]), x.dtype)
+
+
+def attention(q: TensorSpec, kt: TensorSpec, v: TensorSpec, mask: TensorSpec) -> TensorSpec:
+    """softmax(q @ kt * scale + mask) @ v: q (..., S, D), kt (..., D, T), v (..., T, E),
+    mask broadcasting to the scores (..., S, T) -> (..., S, E)."""
+    op = "ai.attention"
+    dtype = _same_dtype(op, [("query", q), ("key", kt), ("value", v), ("mask", mask)])
+    for name, spec in (("query", q), ("key", kt), ("value", v)):
+        if spec.rank < 2:
+            raise ShapeError(f"{op}: operand '{name}' must have rank >= 2, got {spec}")
+    scores = matmul(TensorSpec(q.shape, dtype), TensorSpec(kt.shape, dtype)).shape
+    if broadcast_shapes(op, scores, mask.shape) != scores:
+        raise ShapeError(
+            f"{op}: operand 'mask' (shape {_fmt(mask.shape)}) does not broadcast to the "
+            f"scores (shape {_fmt(scores)})"
+        )
+    if v.shape[-2] != scores[-1]:
+        raise ShapeError(
+            f"{op}: operand 'value' has {v.shape[-2]} rows (shape {_fmt(v.shape)}), expected "
+            f"{scores[-1]}, the key length"
+        )
+    return matmul(TensorSpec(scores, dtype), TensorSpec(v.shape, dtype))

@@ -20,6 +20,8 @@ The rewrites are xDSL ``RewritePattern``s, run to a fixed point:
   elementwise ops and a bias on the last axis, and cancel against the next
   reshape, so a Linear layer's 2-D Gemm becomes a batched matmul whose
   epilogue meets the ops after it;
+* ``softmax(q @ kt [* c] [+ mask]) [NaN -> 0] @ v`` -> ``ai.attention`` (the
+  score and probability tensors vanish: one kernel computes the attention);
 * ``pow(x, 2|3|0.5|1)`` -> products, ``sqrt``, ``x``; ``x + 0`` and ``x * 1``
   (constants, same shape as x) -> ``x``.
 
@@ -576,7 +578,7 @@ def _broadcasts_alike(
     if isinstance(op, ai.BiasAddOp):
         return True  # checked by the caller: a last-axis bias, last dim kept
     last_only = len(s) >= 1 and all(n == 1 for n in s[:-1]) and s[-1] == out[-1]
-    return last_only and source[-1] == out[-1] and len(s) <= len(source)
+    return last_only and len(s) <= len(source) and source[-1] == out[-1]
 
 
 class FoldReshapes(Recognition):
@@ -600,6 +602,89 @@ class FoldReshapes(Recognition):
             else:
                 self.rewrite(rewriter, op, [r := ai.ReshapeOp(inner, shape=shape(op.results[0]))],
                              r.results[0])  # fmt: skip
+
+
+# ------------------------------------------------------------------ attention
+
+
+class AttentionFromParts(Recognition):
+    """``softmax(q @ kt [* c] [+ mask]) [NaN -> 0] @ v`` -> ``ai.attention``: the scores
+    and the probabilities (used only here) are no tensors of the program any more,
+    so one kernel can compute the whole attention."""
+
+    label = "attention"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, ai.MatmulOp) or op.attr("transpose_a") or op.attr("transpose_b"):
+            return
+        probs, v = op.operands
+        nan_to_zero = False
+        guarded = _nan_guarded(probs)
+        if guarded is not None:
+            probs, nan_to_zero = guarded, True
+        elif not single_use(probs):
+            return
+        softmax = probs.owner
+        if not isinstance(softmax, ai.SoftmaxOp):
+            return
+        rank = len(shape(probs))
+        if softmax.attr("axis") % rank != rank - 1:
+            return
+        scores = softmax.operands[0]
+        found = _scaled_masked_scores(scores)
+        if found is None:
+            return
+        q, kt, scale, mask, matmul = found
+        if matmul.attr("transpose_a") or matmul.attr("transpose_b") or len(shape(v)) < 2:
+            return
+        new: list[Operation] = []
+        if mask is None:
+            new.append(zero := _constant(np.zeros(()), spec_of(q.type).dtype))
+            mask = zero.results[0]
+        attention = ai.AttentionOp(q, kt, v, mask, scale=scale, nan_to_zero=nan_to_zero)
+        new.append(attention)
+        self.rewrite(rewriter, op, new, attention.results[0])
+
+
+def _nan_guarded(value: SSAValue) -> SSAValue | None:
+    """p when ``value`` is ``where(isnan(p), 0, p)`` and nothing else reads p or the guard."""
+    where = value.owner
+    if not isinstance(where, ai.WhereOp) or not single_use(value):
+        return None
+    condition, zero, p = where.operands
+    if not isinstance(condition.owner, ai.IsNanOp) or condition.owner.operands[0] is not p:
+        return None
+    if not (is_scalar(zero, 0.0, rtol=0.0) and single_use(condition)):
+        return None
+    readers = {use.operation for use in p.uses}
+    if readers != {where, condition.owner} or shape(value) != shape(p):
+        return None
+    return p
+
+
+def _scaled_masked_scores(value: SSAValue):
+    """(q, kt, scale, mask or None, the matmul) when ``value`` is ``q @ kt``, optionally
+    times a one-element constant, optionally plus a mask that broadcasts to it; every
+    intermediate used once."""
+    if not single_use(value):
+        return None
+    mask = None
+    for scores, m in commuted(value, ai.AddOp):
+        if shape(scores) == shape(value) and single_use(scores) and m is not scores:
+            value, mask = scores, m
+            break
+    scale = 1.0
+    for product, c in commuted(value, ai.MulOp):
+        factor = scalar(c)
+        if factor is not None and math.prod(shape(c)) == 1 and single_use(product):
+            if shape(product) == shape(value):
+                value, scale = product, factor
+                break
+    matmul = value.owner
+    if not isinstance(matmul, ai.MatmulOp) or (mask is not None and mask.owner is matmul):
+        return None
+    q, kt = matmul.operands
+    return q, kt, scale, mask, matmul
 
 
 # ------------------------------------------------------------------ small identities
@@ -652,6 +737,7 @@ class NeutralOperand(Recognition):
 
 
 PATTERNS: tuple[type[Recognition], ...] = (
+    AttentionFromParts,
     GeluFromErf,
     GeluFromTanh,
     LayerNormFromMoments,

@@ -128,6 +128,18 @@ def _pool(dtype: str, op: str, attrs: str, in_shape, out_shape):
     return [("x", x)], [o], "pool", body
 
 
+def _attention(dtype: str):
+    """ai.attention with a mask blocking one row entirely (its probabilities NaN -> 0)."""
+    q, kt, v = t((2, 5, 4), dtype), t((2, 4, 6), dtype), t((2, 6, 3), dtype)
+    m, o = t((5, 6), dtype), t((2, 5, 3), dtype)
+    body = [
+        f"%o = ai.attention %q1, %k1, %v1, %m1 {{scale = 0.5 : f32, nan_to_zero = true}} : "
+        f"{q} * {kt} * {v} * {m}",
+        f"ai.yield %o : {o}",
+    ]
+    return [("q", q), ("k", kt), ("v", v), ("m", m)], [o], "attention", body
+
+
 CASES = {
     "add": lambda d: _binary("ai.add", d),
     "sub_broadcast_column": lambda d: _binary("ai.sub", d, (M, 1)),
@@ -182,6 +194,7 @@ CASES = {
         extra=[("z", t((N,), d))],
     ),
     "matmul_through_views": _matmul_views,
+    "attention": _attention,
     "reductions": _reductions,
     "max_pool_asymmetric_ceil": lambda d: _pool(
         d,

@@ -1,5 +1,5 @@
 builtin.module {
-  func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<8xf32>, %res: tensor<1x8x4x5xf32>, %a: tensor<2x6x16xf32>, %m: tensor<32x16xf32>, %gamma: tensor<16xf32>, %beta: tensor<16xf32>, %n: tensor<2x6x16xf32>) -> (tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>) {
+  func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<8xf32>, %res: tensor<1x8x4x5xf32>, %a: tensor<2x6x16xf32>, %m: tensor<32x16xf32>, %gamma: tensor<16xf32>, %beta: tensor<16xf32>, %n: tensor<2x6x16xf32>) -> (tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>, tensor<2x6x16xf32>) {
     %half = arith.constant dense<5.000000e-01> : tensor<f32>
     %c = ai.conv2d %x, %w {strides = array<i64: 2, 2>, padding = array<i64: 1, 1, 2, 2>, dilations = array<i64: 2, 1>, groups = 2 : i64} : tensor<1x4x8x8xf32> * tensor<8x2x3x3xf32>
     %cb0 = ai.bias_add %c, %b : tensor<1x8x4x5xf32> * tensor<8xf32>
@@ -48,6 +48,8 @@ builtin.module {
     %cc = ai.concat %sc, %sc {axis = 1 : i64} : tensor<16x12xf32> * tensor<16x12xf32>
     %ga = ai.gather %cc {axis = 1 : i64, indices = array<i64: 3, 0>} : tensor<16x24xf32>
     %mp = ai.max_pool2d %x {kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 1, 1>} : tensor<1x4x8x8xf32>
+    %mt = ai.transpose %m {perm = array<i64: 1, 0>} : tensor<32x16xf32>
+    %at = ai.attention %n, %mt, %m, %half {scale = 2.500000e-01 : f32, nan_to_zero = true} : tensor<2x6x16xf32> * tensor<16x32xf32> * tensor<32x16xf32> * tensor<f32>
     %ap = ai.avg_pool2d %mp {count_include_pad = true, kernel = array<i64: 2, 2>, padding = array<i64: 0, 0, 1, 1>} : tensor<1x4x4x4xf32>
     %f = ai.fused "pointwise" (%a, %half) : (tensor<2x6x16xf32>, tensor<f32>) -> tensor<2x6x16xf32> {
     ^bb0(%p: tensor<2x6x16xf32>, %s: tensor<f32>):
@@ -57,6 +59,6 @@ builtin.module {
     }
     %sm1 = ai.softmax %f {axis = 1 : i64} : tensor<2x6x16xf32>
     %ta = ai.matmul %n, %sm1 {transpose_a = true} : tensor<2x6x16xf32> * tensor<2x6x16xf32>
-    func.return %h, %hb, %si, %sm1, %ta, %rm, %rx, %ga, %ap : tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>
+    func.return %h, %hb, %si, %sm1, %ta, %rm, %rx, %ga, %ap, %at : tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>, tensor<2x6x16xf32>
   }
 }

@@ -37,13 +37,16 @@ KERNELS = {
     "mobilenet_v2.dynamo.onnx": 54,
     "resnet18.torchscript.onnx": 23,  # 20 convs (BN folded; add, ReLU fused), pool, mean, fc
     "resnet18.dynamo.onnx": 23,
-    "bert.torchscript.onnx": 23,  # per layer 8 matmuls, 2 LayerNorms; embeddings; pooler
-    "bert.dynamo.onnx": 23,
-    "bert.torchscript-opset14.onnx": 23,  # GELU and LayerNorm recognised from Erf, ReduceMean
-    "bert.dynamo-opset18.onnx": 23,
-    "gpt2.torchscript.onnx": 14,  # per layer 6 matmuls (LayerNorms in their prologues)
-    "gpt2.dynamo.onnx": 14,
-    "gpt2.torchscript-opset14.onnx": 14,
+    # per layer: Q, K, V, attention (both products, softmax), out-proj, 2 FFN matmuls,
+    # 2 LayerNorms; the embeddings' sum; the pooler
+    "bert.torchscript.onnx": 21,
+    "bert.dynamo.onnx": 21,
+    "bert.torchscript-opset14.onnx": 21,  # GELU and LayerNorm recognised from Erf, ReduceMean
+    "bert.dynamo-opset18.onnx": 21,
+    # per layer: QKV, attention, out-proj, 2 FFN matmuls (LayerNorms in their prologues)
+    "gpt2.torchscript.onnx": 12,
+    "gpt2.dynamo.onnx": 12,
+    "gpt2.torchscript-opset14.onnx": 12,
 }
 
 CASES = [
@@ -143,7 +146,7 @@ def test_import_reports_what_is_recognised(capsys):
     path = _path("bert.torchscript-opset14.onnx")
     assert main(["import", str(path), "--input-shape", "inputs_embeds=1x16x64"]) == 0
     err = capsys.readouterr().err
-    assert "rewrites: gelu (erf) 2, " in err and "layernorm 5" in err
+    assert "rewrites: attention 2, gelu (erf) 2, " in err and "layernorm 5" in err
 
 
 def test_remarks_on_an_imported_model_name_the_nodes(capsys):

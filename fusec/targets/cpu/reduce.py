@@ -9,7 +9,7 @@ stage: a whole-tensor library call, so not the blocked kernel of ``matmul``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from xdsl.ir import Operation, SSAValue
 
@@ -36,8 +36,20 @@ _NUMPY = {"mean": "np.mean", "sum": "np.sum", "max": "np.max"}
 
 def generate(fused_op, name: str) -> KernelSource:
     """Prologue stage(s), the numpy reduction, the epilogue stage."""
+    return library_group(fused_op, name, "reduce", ai.ReduceOp, reduce_core)
+
+
+#: (core op, its result's array, arrays of values) -> the launch lines computing it.
+CoreLines = Callable[[Operation, str, Buffers], list[str]]
+
+
+def library_group(
+    fused_op: ai.FusedOp, name: str, kind: str, core_type: type, core_lines: CoreLines
+) -> KernelSource:
+    """A group whose core is whole-tensor library calls (numpy): full-size stages for
+    its prologues, the core, one stage for its elementwise epilogue."""
     ops = body_ops(fused_op)
-    core = single_core(fused_op, ai.ReduceOp)
+    core = single_core(fused_op, core_type)
     views = [op for op in ops if is_layout(op)]
     late = [op for op in views if op in depends_on(ops, core.results)]
     if late:
@@ -69,7 +81,7 @@ def generate(fused_op, name: str) -> KernelSource:
         stages.append(full_stage(f"{name}_{label}", gen, segment, buffers.reads, writes))
         launch.append(stages[-1].call())
     core_out = destinations([core.results[0]])[0][1]
-    launch += reduce_core(core, core_out, buffers)
+    launch += core_lines(core, core_out, buffers)
     for value, array in outputs:
         if value == core.results[0] and array != core_out:
             launch.append(f"{array}[:] = {core_out}")
@@ -85,7 +97,7 @@ def generate(fused_op, name: str) -> KernelSource:
     source = assemble(fused_op, gen, stages, scratch_lines(buffers) + launch)
     inputs, outs = io_specs(fused_op)
     scratch = ScratchPlan(full_bytes=4 * sum(n for _, n in buffers.scratch) + view_bytes)
-    return KernelSource(name, "reduce", "cpu", source, inputs, outs, scratch=scratch)
+    return KernelSource(name, kind, "cpu", source, inputs, outs, scratch=scratch)
 
 
 def reduce_core(op: Operation, out: str, buffers: Buffers) -> list[str]:

@@ -35,6 +35,7 @@ class CpuTarget(Target):
         "pool": Template("fusec.targets.cpu.pool", (ai.MaxPool2DOp, ai.AvgPool2DOp)),
         "copy": Template("fusec.targets.cpu.copy", _LAYOUT[1:]),
         "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
+        "attention": Template("fusec.targets.cpu.attention", (ai.AttentionOp, *_LAYOUT)),
     }
 
     def backend(self, cache: Any = None) -> Any:

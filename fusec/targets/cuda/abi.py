@@ -6,8 +6,8 @@ internals can move without invalidating cached kernels or their text:
 * ``cuda``: ``numba.cuda``, prepared (``fusec.targets.cuda.env``);
 * the device helpers of ``fusec.targets.cuda.device`` (``ld_f16``,
   ``load_bf16x8``, ``block_sum``, ``round_f16``...; ``device.helper_names()``);
-* ``ieee_conv2d``, ``ieee_matmul``, ``ieee_addmm``: the PyTorch fallback's
-  IEEE-f32 library calls (``fusec.targets.cuda.torch_runtime``);
+* ``ieee_conv2d``, ``ieee_matmul``, ``ieee_addmm``, ``ieee_attention``: the
+  PyTorch fallback's IEEE-f32 library calls (``fusec.targets.cuda.torch_runtime``);
 * ``TileConfig``, ``Epilogue``, ``GemmSpec``, ``GemmLaunch``: the Tensor Core
   GEMM's description and launcher, with ``Prologue``/``LayerNormPrep`` (its
   LayerNorm pre-pass) and ``Finalise``/``SoftmaxFinalise`` (its long-row
@@ -28,6 +28,7 @@ _PROVIDERS: dict[str, str] = {
     "ieee_conv2d": "fusec.targets.cuda.torch_runtime",
     "ieee_matmul": "fusec.targets.cuda.torch_runtime",
     "ieee_addmm": "fusec.targets.cuda.torch_runtime",
+    "ieee_attention": "fusec.targets.cuda.torch_runtime",
     "TileConfig": "fusec.targets.cuda.gemm.config",
     "Epilogue": "fusec.targets.cuda.gemm.cpp",
     "GemmSpec": "fusec.targets.cuda.gemm.cpp",

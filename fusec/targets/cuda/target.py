@@ -117,6 +117,12 @@ class CudaTarget(Target):
             note="PyTorch's copies until a Numba CUDA copy template exists",
         ),
         "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
+        "attention": Template(
+            "fusec.targets.cuda.torch_fallback",
+            (ai.AttentionOp,),
+            fuses=False,
+            note="PyTorch's scaled_dot_product_attention until a fused attention template exists",
+        ),
     }
 
     def unavailable_reason(self) -> str | None:

@@ -159,6 +159,11 @@ def _addmm(op: ai.AiOp, a: list[str], bias: str) -> str:
     return f"{call}.view({out!r})" if len(out) > 2 else call
 
 
+def _attention(op: ai.AiOp, a: list[str]) -> str:
+    scale, nan = float(op.attr("scale")), bool(op.attr("nan_to_zero"))
+    return f"ieee_attention(torch, {', '.join(a)}, {scale!r}, {nan})"
+
+
 def _layout(op: ai.AiOp, a: list[str]) -> str:
     return torch_expression(op, a)
 
@@ -220,6 +225,7 @@ LOWERINGS.update(
         ai.ReduceMaxOp: _reduce,
         ai.MaxPool2DOp: _pool,
         ai.AvgPool2DOp: _pool,
+        ai.AttentionOp: _attention,
         ai.ClipOp: _clip,
         ai.IsNanOp: _isnan,
         ai.GeluOp: _gelu,
@@ -299,7 +305,8 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
         "runs the group's ops one by one through PyTorch (cuDNN/cuBLAS) on the GPU, "
         "each in its declared element type, on the caller's stream",
     ]
-    helpers = [h for h in ("ieee_conv2d", "ieee_matmul", "ieee_addmm") if f"{h}(" in code.text()]
+    helper_names = ("ieee_conv2d", "ieee_matmul", "ieee_addmm", "ieee_attention")
+    helpers = [h for h in helper_names if f"{h}(torch," in code.text()]
     imports = [f"from fusec.targets.cuda.abi import {', '.join(helpers)}", ""] if helpers else []
     source = "\n".join(
         [
