@@ -189,6 +189,9 @@ class Importer:
     def constant(self, array: np.ndarray, dtype: str, name: str | None = None) -> SSAValue:
         """A dense ``arith.constant`` holding ``array`` converted to ``dtype``."""
         data = np.ascontiguousarray(np.asarray(array).astype(numpy_dtype(dtype)))
+        if (problem := shape_problem(data.shape)) is not None:
+            what = f"'{name}'" if name is not None else "a constant"
+            raise self.error(f"{what} of shape {_dims_text(data.shape)} {problem}", "shape")
         ttype = tensor_type(TensorSpec(tuple(data.shape), dtype))
         dense = DenseIntOrFPElementsAttr(ttype, BytesAttr(data.tobytes()))
         value = self.append(arith.ConstantOp(dense, ttype))
@@ -302,6 +305,7 @@ class Importer:
 
     def tensor_array(self, what: str, tensor: onnx.TensorProto) -> np.ndarray:
         """The value of a tensor proto, or an error naming it when its data is malformed."""
+        self.check_dims(what, tensor)
         try:
             return numpy_helper.to_array(tensor)
         except Exception as err:  # data that does not fit the dims, bad raw bytes, ...
@@ -392,7 +396,16 @@ class Importer:
             raise self.error(f"input '{info.name}' of shape {_dims_text(dims)} {problem}", "shape")
         return tuple(dims), ttype.elem_type
 
+    def check_dims(self, what: str, tensor: onnx.TensorProto) -> None:
+        """An error when a tensor proto has a negative dimension (numpy would read -1 as
+        "whatever fits the data"). Empty tensors are fine until they reach the ai IR
+        (a Resize's empty roi, say): ``constant`` refuses them there."""
+        dims = tuple(tensor.dims)
+        if any(d < 0 for d in dims):
+            raise self.error(f"{what} of shape {_dims_text(dims)} has a negative dimension")
+
     def tensor_spec(self, name: str, tensor: onnx.TensorProto) -> TensorSpec:
+        self.check_dims(f"initializer '{name}'", tensor)
         dtype = self.element_type(tensor.data_type, f"initializer '{name}'")
         return TensorSpec(tuple(tensor.dims), dtype)
 
