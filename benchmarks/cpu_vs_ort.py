@@ -30,6 +30,7 @@ import datetime as dt
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import time
@@ -316,7 +317,8 @@ def run_case(case: Case, rounds: int, threads: int) -> dict:
     for name, err in errors.items():
         if not err < 1e-4:
             raise SystemExit(f"{case.name}: {name} is wrong (relative L2 error {err:.2e})")
-    times, cpu = interleaved(runs, rounds)
+    load_start = os.getloadavg()[0]
+    times, cpu, faults = interleaved(runs, rounds)
     row = {
         "graph": case.name,
         "what": case.what,
@@ -330,15 +332,17 @@ def run_case(case: Case, rounds: int, threads: int) -> dict:
         row[f"{name}_spread"] = _spread(ts)
         row[f"{name}_cpu_ms"] = statistics.median(cpu[name])
         row[f"{name}_cpu_min_ms"] = min(cpu[name])
+        row[f"{name}_minor_faults"] = statistics.median(faults[name])
     row["rounds"] = len(times["fusec"])
+    row["load_average"] = (load_start, os.getloadavg()[0])
     return row
 
 
 def interleaved(
     runs: dict[str, Callable[[], object]], rounds: int
-) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Wall and process-CPU milliseconds per call of each run, in rounds that call each
-    once in turn.
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[int]]]:
+    """Wall and process-CPU milliseconds and minor page faults per call of each run, in
+    rounds that call each once in turn.
 
     Two warm-up calls each; fewer rounds when one round takes long (at most ~40 s a graph).
     CPU time counts every thread of the process (onnxruntime's spinning workers too): on
@@ -354,14 +358,17 @@ def interleaved(
     rounds = max(5, min(rounds, int(40.0 / max(once, 1e-9))))
     wall: dict[str, list[float]] = {name: [] for name in runs}
     cpu: dict[str, list[float]] = {name: [] for name in runs}
+    faults: dict[str, list[int]] = {name: [] for name in runs}
     for _ in range(rounds):
         for name, fn in runs.items():
             time.sleep(SETTLE_S)
+            start_faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             wall[name].append((time.perf_counter() - start) * 1e3)
             cpu[name].append((time.process_time() - start_cpu) * 1e3)
-    return wall, cpu
+            faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start_faults)
+    return wall, cpu, faults
 
 
 def _spread(ts: list[float]) -> float:
@@ -436,18 +443,22 @@ def table(rows: list[dict]) -> str:
     lines = [
         "| graph | fusec kernels | fusec ms | onnxruntime ms | numpy op by op ms "
         "| ort / fusec | numpy / fusec | CPU ms fusec / ort / numpy | spread f/o/n "
-        "| fusec rel err |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        "| page faults / call f/o/n | load | fusec rel err |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | ---: |",
     ]
     for r in rows:
         f, o, n = r["fusec_ms"], r["onnxruntime_ms"], r["numpy_ms"]
         fm, om, nm = r["fusec_min_ms"], r["onnxruntime_min_ms"], r["numpy_min_ms"]
         spread = "/".join(f"{r[f'{k}_spread']:.0%}" for k in ("fusec", "onnxruntime", "numpy"))
         cpu = " / ".join(f"{r[f'{k}_cpu_min_ms']:.1f}" for k in ("fusec", "onnxruntime", "numpy"))
+        faults = "/".join(
+            f"{r[f'{k}_minor_faults']:.0f}" for k in ("fusec", "onnxruntime", "numpy")
+        )
+        load = "{:.1f}-{:.1f}".format(*r["load_average"])
         lines.append(
             f"| {r['what']} | {' + '.join(r['kernels'])} | {f:.2f} ({fm:.2f}) | {o:.2f} ({om:.2f})"
             f" | {n:.2f} ({nm:.2f}) | {o / f:.2f}x ({om / fm:.2f}x) | {n / f:.2f}x ({nm / fm:.2f}x)"
-            f" | {cpu} | {spread} | {r['rel_err']['fusec']:.1e} |"
+            f" | {cpu} | {spread} | {faults} | {load} | {r['rel_err']['fusec']:.1e} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -488,12 +499,16 @@ def main() -> None:
         f"{blas}. Python {info['python']}, numpy {info['numpy']}, Numba {info['numba']}, "
         f"onnxruntime {info['onnxruntime']}. Environment: "
         + ", ".join(f"{k}={v}" for k, v in info["env"].items())
-        + f". Load average {load_before[0]:.2f} before, {info['load_average_after'][0]:.2f} "
-        "after (other processes share the cores). All graphs float32, the same ONNX model for "
+        + ". Load average (1/5/15 min) "
+        + "/".join(f"{v:.2f}" for v in load_before)
+        + " before, "
+        + "/".join(f"{v:.2f}" for v in info["load_average_after"])
+        + " after (other processes share the cores). All graphs float32, the same ONNX model for "
         "fusec and onnxruntime; wall-clock medians over interleaved rounds, (minima) in "
         "brackets; CPU ms = the least process CPU time of one call (all threads; "
         "onnxruntime's workers spin while waiting, which counts); spread = interquartile "
-        "range / median of fusec/onnxruntime/numpy.\n\n" + table(rows)
+        "range / median of fusec/onnxruntime/numpy; page faults = median minor faults of a "
+        "call; load = the 1-minute load average when the row started and ended.\n\n" + table(rows)
     )
     print()
     print(md)

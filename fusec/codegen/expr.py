@@ -653,6 +653,13 @@ _CPP_HELPERS["exp_approx"] = (
     '  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 0x1.715476p+0f));  // 2^(x log2 e)\n'
     "  return y;\n}\n"
 )
+_CPP_HELPERS["select"] = (
+    "static __device__ __forceinline__ float fs_select(bool c, float a, float b) {\n"
+    "  float r;  // both arms evaluated before: one selp, no branch\n"
+    '  asm("{\\n.reg .pred p;\\nsetp.ne.b32 p, %3, 0;\\nselp.f32 %0, %1, %2, p;\\n}"\n'
+    '      : "=f"(r) : "f"(a), "f"(b), "r"((int)c));\n'
+    "  return r;\n}\n"
+)
 _CPP_HELPERS["tanh_approx"] = (
     "static __device__ __forceinline__ float fs_tanh_approx(float x) {\n"
     "  float y;\n"
@@ -684,7 +691,10 @@ class CppExprGenerator(ExprGenerator):
     ``tanh`` is ``tanh.approx.f32``, and the logistic form ``a / (1 + exp(-x))`` of
     sigmoid, silu and the tanh GELU divides with ``__fdividef`` (its denominator is at
     least 1; above 2**126 the quotient is 0, the correctly rounded one is below 2**-126
-    times ``a``). Their error is far below a 16-bit rounding
+    times ``a``). Selects evaluate both arms (``fs_select``, one ``selp``): the arms are
+    pure arithmetic on bound names, and a branch around an arm holding an exponential
+    serialised the GEMM epilogue (ptxas ran out of predicates and branched). Their
+    error is far below a 16-bit rounding
     (``tests/codegen/test_fast_math.py`` bounds it with the PTX ISA's figures). Everything
     else, ``ai.div`` included (a bf16 denominator may exceed 2**126), stays IEEE; NaN,
     infinities and the selects around them behave as in the IEEE form.
@@ -707,6 +717,12 @@ class CppExprGenerator(ExprGenerator):
             return super().call(function, *args)
         self.helpers.add("tanh_approx")
         return f"fs_tanh_approx({args[0]})"
+
+    def select(self, cond: str, a: str, b: str) -> str:
+        if not self.fast_math:
+            return super().select(cond, a, b)
+        self.helpers.add("select")
+        return f"fs_select({cond}, {a}, {b})"
 
     def logistic(self, numerator: str, x: str) -> str:
         if not self.fast_math:

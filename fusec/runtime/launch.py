@@ -49,9 +49,10 @@ class Backend(Protocol):
         """The callable running ``kernel``'s entry (compiled or loaded from the cache)."""
 
     def run(
-        self, launch: Launch, fn: Callable[..., Any], inputs: list[Any], alloc: Allocator
+        self, launch: Launch, fn: Callable[..., Any], inputs: list[Any], alloc: Allocator | None
     ) -> list[Any]:
-        """Run one launch on the input values; return its output values."""
+        """Run one launch on the input values; return its output values, allocated by
+        ``alloc`` where the backend allocates host arrays (None: the backend's own way)."""
 
     def to_host(self, value: Any) -> np.ndarray:
         """A result value as a numpy array."""
@@ -219,7 +220,6 @@ class Program:
         check_bytes(self.call_bytes, self._buffers_name)
         for index, array in self._host_constants:
             values[index] = array
-        alloc = alloc or _empty
         fns = self._fns if self._fns is not None else self.load()
         run = self.backend.run
         for fn, (launch, ins, outs) in zip(fns, self._host_steps, strict=True):
@@ -235,10 +235,6 @@ class Program:
                 values[k] = out
         to_host = self.backend.to_host
         return tuple(to_host(values[k]) for k in self._host_returns)
-
-
-def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    return np.empty(shape, dtype=dtype)
 
 
 _nvtx: Any = None  # the nvtx module, False when it is not installed, None: not looked yet

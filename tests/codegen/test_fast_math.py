@@ -195,6 +195,8 @@ def test_fast_generator_uses_the_approximations() -> None:
     assert "fs_tanh_approx(x)" in text
     assert "ex2.approx.ftz.f32" in helpers and "tanh.approx.f32" in helpers
     assert "0x1.715476p+0f" in helpers  # log2(e) rounded to float32
+    select, helpers = _chain(True, lambda g: g.select("c", "a", "b"))
+    assert select == "fs_select(c, a, b)" and "selp.f32" in helpers  # both arms, no branch
 
 
 def test_ieee_generator_is_unchanged() -> None:

@@ -11,6 +11,7 @@ import numpy as np
 from fusec.codegen import KernelSource
 from fusec.ir.dtypes import numpy_dtype
 from fusec.runtime.launch import Allocator, Launch
+from fusec.targets.cpu.buffers import shared_pool
 
 
 class CpuBackend:
@@ -22,6 +23,8 @@ class CpuBackend:
 
         configure()  # before Numba starts its thread pool: see fusec.targets.cpu.threads
         self.cache = cache if cache is not None else default_cache()
+        #: outputs (and values between launches) without a caller's allocator
+        self.pool = shared_pool()
         #: id(launch) -> its output shapes and casts (the launches live as long as the
         #: Program that owns this backend)
         self._plans: dict[int, tuple[list[tuple[int, ...]], list[np.dtype | None]]] = {}
@@ -31,11 +34,11 @@ class CpuBackend:
         return getattr(module, kernel.entry)
 
     def run(
-        self, launch: Launch, fn: Callable[..., Any], inputs: list[Any], alloc: Allocator
+        self, launch: Launch, fn: Callable[..., Any], inputs: list[Any], alloc: Allocator | None
     ) -> list[Any]:
         flat_in = [_as_f32(a).reshape(-1) for a in inputs]
         shapes, casts = self._outputs(launch)
-        outs = [alloc(shape, _F32) for shape in shapes]
+        outs = [(alloc or self.pool.empty)(shape, _F32) for shape in shapes]
         if not all(o.flags.c_contiguous and o.dtype == _F32 for o in outs):
             raise ValueError("the allocator must return C-contiguous float32 arrays")
         if _threadsafe_layer():

@@ -444,34 +444,22 @@ def _softmax_statistics(spec: GemmSpec, extras_args: str) -> str:
 
 
 def _compute_section(spec: GemmSpec, extras_args: str) -> str:
-    """C++ of the "smem" epilogue's first half: every accumulator of the matrix replaced in
-    place by the value to store (``fs_epilogue``, or the softmax's output), so that the
-    store half only moves registers. Accumulators outside the matrix keep what they hold
-    (0: TMA zero-fills A and B there; -inf or 0 in the softmax modes): nothing stores them.
-    The bounds checks mirror the direct epilogue's (a branch per row, one per column):
-    with per-element selects ptxas hoisted the epilogue's loads and spilled.
+    """C++ of the "smem" epilogue's first half in the softmax modes: the row statistics,
+    with the accumulators replaced in place by what the store half needs. Accumulators
+    outside the matrix keep what they hold (0: TMA zero-fills A and B there; -inf or 0
+    here): nothing stores them. Without a softmax the store half computes each chunk just
+    before staging it (``_chunk_compute``).
 
     In the "partials" mode the accumulators keep the rounded logits and the quad's first
     lane writes the row's (max, sum of exp) pair of the tile, as in the direct epilogue.
+    In the "row" mode they are replaced by ``fs_post`` of the softmax (chunk by chunk in
+    the store half, as without a softmax, spilled more).
     """
     head = _fragment_loops(spec)
     tail = "        }\n      }\n"
     mode = spec.epilogue.softmax
     if not mode:
-        body = f"""          if (row < M) {{
-#pragma unroll
-            for (int q = 0; q < BN / 8; ++q) {{
-              const int col = pn * BN + q * 8 + 2 * (lane % 4);
-              if (col < N) {{
-                {_frag(e="0")} = fs_epilogue({_frag(e="0")}, row, col, pz{extras_args});
-              }}
-              if (col + 1 < N) {{
-                {_frag(e="1")} = fs_epilogue({_frag(e="1")}, row, col + 1, pz{extras_args});
-              }}
-            }}
-          }}
-"""
-        return head + body + tail
+        return ""  # computed chunk by chunk in the store half (_chunk_compute)
     body = _softmax_statistics(spec, extras_args)
     if mode == "partials":
         last = len(spec.epilogue.extras) - 1
@@ -498,7 +486,54 @@ def _compute_section(spec: GemmSpec, extras_args: str) -> str:
     return head + body + tail
 
 
-def _smem_store_section(spec: GemmSpec) -> str:
+def _chunk_compute(spec: GemmSpec, extras_args: str, octets: int) -> str:
+    """C++ replacing the accumulators of chunk ``ch`` of block ``m`` (``octets`` column
+    octets, both row halves) by ``fs_epilogue`` of them, just before they are staged
+    (only without a softmax: the softmax modes compute theirs in ``_compute_section``).
+
+    Chunk by chunk, so that only one chunk's epilogue inputs are in flight (the whole
+    tile's spilled), and straight-line in interior tiles (all but the edges): a bounds
+    check per element is a branch, which serialised the elements (each one's loads, then
+    its exponential and division, one after the other). Edge tiles check each element.
+    """
+    frag0, frag1 = _frag(q="q", e="0"), _frag(q="q", e="1")
+    half = octets // 2
+    f0 = f"fs_epilogue({frag0}, row, col, pz{extras_args})"
+    f1 = f"fs_epilogue({frag1}, row, col + 1, pz{extras_args})"
+    return f"""          if (interior) {{
+#pragma unroll
+            for (int o = 0; o < {octets}; ++o) {{
+              if (o == {half}) __syncwarp();  // keeps half a chunk's loads in flight at most
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {{
+                const int q = ch * {octets} + o;
+                const int row = {_rows(spec)} + m * 64 + warp * 16 + (lane / 4) + 8 * h;
+                const int col = pn * BN + q * 8 + 2 * (lane % 4);
+                {frag0} = {f0};
+                {frag1} = {f1};
+              }}
+            }}
+          }} else {{
+#pragma unroll
+            for (int o = 0; o < {octets}; ++o) {{
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {{
+                const int q = ch * {octets} + o;
+                const int row = {_rows(spec)} + m * 64 + warp * 16 + (lane / 4) + 8 * h;
+                const int col = pn * BN + q * 8 + 2 * (lane % 4);
+                if (row < M && col < N) {{
+                  {frag0} = {f0};
+                }}
+                if (row < M && col + 1 < N) {{
+                  {frag1} = {f1};
+                }}
+              }}
+            }}
+          }}
+"""
+
+
+def _smem_store_section(spec: GemmSpec, extras_args: str) -> str:
     """C++ of the "smem" epilogue's second half: each warp's accumulators (16 rows of each
     64-row block) go through a 2 KB staging buffer of 16 rows x 128 bytes, one TMA store
     box, in the 128-byte swizzle (16-byte chunk k of row r at chunk k ^ (r % 8): the 8
@@ -518,6 +553,10 @@ def _smem_store_section(spec: GemmSpec) -> str:
     es = _ELEMENT_BYTES[spec.out_dtype]
     cw_cols = 128 // es  # columns of one staged chunk
     chunks = c.bn // cw_cols
+    compute, interior = "", ""
+    if not spec.epilogue.softmax:
+        compute = _chunk_compute(spec, extras_args, cw_cols // 8)
+        interior = f"      const bool interior = {_rows(spec)} + WM <= M && pn * BN + BN <= N;\n"
     if es == 2:
         pack = f"fs_pack_{spec.out_dtype}"
         write = f"""#pragma unroll
@@ -546,11 +585,11 @@ def _smem_store_section(spec: GemmSpec) -> str:
             }
           }
 """
-    return f"""#pragma unroll
+    return f"""{interior}#pragma unroll
       for (int m = 0; m < {mi}; ++m) {{
 #pragma unroll
         for (int ch = 0; ch < {chunks}; ++ch, ++epi_it) {{
-          const u32 buf = se + (u32)(((cw * 4 + warp) * 2 + (epi_it & 1)) * 2048);
+{compute}          const u32 buf = se + (u32)(((cw * 4 + warp) * 2 + (epi_it & 1)) * 2048);
           if (lane == 0) fs_bulk_wait_read<1>();
           __syncwarp();
 {write}          fs_fence_async_smem();
@@ -776,7 +815,7 @@ def generate(spec: GemmSpec) -> str:
         else ""
     )
     epilogue_section = (
-        _compute_section(spec, extras_args) + _smem_store_section(spec)
+        _compute_section(spec, extras_args) + _smem_store_section(spec, extras_args)
         if smem
         else _store_section(spec, extras_args)
     )

@@ -234,7 +234,8 @@ def _store_staged(config, regs, out, writes, first, pn, pz, epilogue, out_dtype,
     es = 4 if out_dtype == "f32" else 2
     cols = CHUNK_BYTES // es
     values = regs.copy()
-    if epilogue is not None:  # the compute half: every element of the matrix, in place
+    if epilogue is not None:  # every element of the matrix once, in place (the C++ does it
+        # chunk by chunk just before staging: the same values)
         for block in range(regs.shape[0]):
             for thread in range(128):
                 for j in range(config.bn // 2):
