@@ -24,6 +24,14 @@ back-to-back calls (a mismatch marks the row and exits 1).
 
     python benchmarks/models_bench.py --threads 1 --out benchmarks/results   # cpu
     python benchmarks/models_bench.py --target cuda --out benchmarks/results
+    python benchmarks/models_bench.py --target cuda --quick --budget 100 --out "$OUT"
+
+On cuda the transformers come first (their attention is one ``ai.attention``
+kernel each layer; in float32 it runs through PyTorch, the flash kernel being
+f16/bf16). ``--budget S`` starts no new case after S seconds (the table says
+which were skipped), ``--models`` picks models, ``--no-torch-compile`` drops the
+torch.compile baseline (its compile time dominates a short device run). The
+commit is ``FUSEC_COMMIT`` when set (a checkout without git), else git's.
 
 ``--threads N`` sets every cpu thread pool (Numba, OpenBLAS, onnxruntime's
 intra-op pool) to N threads (default: all cores). On a machine shared with
@@ -66,6 +74,8 @@ def shapes(name: str, quick: bool) -> list[tuple[int, ...]]:
 
 
 def commit() -> str:
+    if os.environ.get("FUSEC_COMMIT"):
+        return os.environ["FUSEC_COMMIT"]
     try:
         done = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
@@ -250,7 +260,13 @@ def stream_check(torch, fn, calls: int = 20) -> dict:
     return {"loop_event_ms": events, "loop_wall_ms": wall, "ok": wall <= 1.1 * events + 0.1}
 
 
-def run_cuda(quick: bool) -> tuple[list[dict], dict]:
+#: cuda: the transformers first (attention), then the CNNs
+CUDA_ORDER = ("gpt2", "bert", "resnet18", "mobilenet_v2")
+
+
+def run_cuda(
+    quick: bool, models: list[str], budget: float | None, with_compile: bool
+) -> tuple[list[dict], dict]:
     import numpy as np
     import torch
     from numerics import compare
@@ -265,12 +281,17 @@ def run_cuda(quick: bool) -> tuple[list[dict], dict]:
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda")
     rows = []
-    for name in CASES:
+    skipped = []
+    start = time.perf_counter()
+    for name in models:
         path = MODELS / f"{name}.{EXPORT}.onnx"
         input_name = CASES[name][0]
         model = export_models.build(name).to(dev)
-        compiled_torch = torch.compile(model)
+        compiled_torch = torch.compile(model) if with_compile else None
         for shape in shapes(name, quick):
+            if budget is not None and time.perf_counter() - start > budget:
+                skipped.append(f"{name} {'x'.join(map(str, shape))}")
+                continue
             x_host = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
             x = torch.from_numpy(x_host).to(dev)
             result = import_onnx(path, input_shapes={input_name: shape})
@@ -291,7 +312,9 @@ def run_cuda(quick: bool) -> tuple[list[dict], dict]:
                 fusec_ms = event_ms(torch, lambda x=x, compiled=compiled: compiled(x))
                 check = stream_check(torch, lambda x=x, compiled=compiled: compiled(x))
                 eager_ms = event_ms(torch, lambda x=x, model=model: model(x))
-                compile_ms = event_ms(torch, lambda x=x, fn=compiled_torch: fn(x))
+                compile_ms = None
+                if compiled_torch is not None:
+                    compile_ms = event_ms(torch, lambda x=x, fn=compiled_torch: fn(x))
             ort_ms = _onnxruntime_cuda_ms(torch, path, input_name, x)
             row.update(
                 {
@@ -312,6 +335,8 @@ def run_cuda(quick: bool) -> tuple[list[dict], dict]:
         "machine": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
+        "skipped": skipped,
+        "seconds": time.perf_counter() - start,
     }
     return rows, env
 
@@ -365,14 +390,20 @@ def cuda_markdown(rows: list[dict], env: dict, stamp: str, revision: str) -> str
         lines.append(
             f"| {r['model']} | {'x'.join(map(str, r['input']))} | "
             f"{r['fusec_kernels']} ({r['kernel_kinds']}) | {r['fusec_ms']:.3f} | "
-            f"{r['torch_eager_ms']:.3f} | {r['torch_compile_ms']:.3f} | "
+            f"{r['torch_eager_ms']:.3f} | {_ms(r['torch_compile_ms'])} | "
             f"{_ms(r['onnxruntime_cuda_ms'])} | "
             f"{r['torch_eager_ms'] / r['fusec_ms']:.2f}x | "
-            f"{r['torch_compile_ms'] / r['fusec_ms']:.2f}x | {check} | {rel} | "
+            f"{_ratio(r['torch_compile_ms'], r['fusec_ms'])} | {check} | {rel} | "
             f"{'ok' if sc['ok'] else 'FAILED'} ({sc['loop_event_ms']:.2f} events, "
             f"{sc['loop_wall_ms']:.2f} wall) |"
         )
+    if env.get("skipped"):
+        lines += ["", f"Not measured (over the --budget): {', '.join(env['skipped'])}."]
     return "\n".join(lines) + "\n"
+
+
+def _ratio(baseline: float | None, ms: float) -> str:
+    return "n/a" if baseline is None else f"{baseline / ms:.2f}x"
 
 
 def main() -> int:
@@ -381,6 +412,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write models-<target>-<date>.md/.json here")
     parser.add_argument("--quick", action="store_true", help="batch 1 only")
     parser.add_argument("--threads", type=int, help="threads of every cpu pool (default: all)")
+    parser.add_argument("--models", help="comma-separated models (default: all)")
+    parser.add_argument("--budget", type=float, help="cuda: start no case after S seconds")
+    parser.add_argument(
+        "--no-torch-compile", action="store_true", help="cuda: no torch.compile baseline"
+    )
     args = parser.parse_args()
     threads = args.threads or os.cpu_count() or 1
     if args.threads:  # read when the pools start: before numpy, Numba, onnxruntime load
@@ -397,7 +433,8 @@ def main() -> int:
         text = cpu_markdown(rows, env, stamp, revision)
         failed = not all(r["passed"] for r in rows)
     else:
-        rows, env = run_cuda(args.quick)
+        models = [m for m in CUDA_ORDER if not args.models or m in args.models.split(",")]
+        rows, env = run_cuda(args.quick, models, args.budget, not args.no_torch_compile)
         text = cuda_markdown(rows, env, stamp, revision)
         failed = not all(r.get("passed", True) and r["stream_check"]["ok"] for r in rows)
     print(text)

@@ -187,13 +187,16 @@ class CompiledModule:
         """Why each producer -> consumer edge left between kernels was not fused
         (``fusec.passes.fusion.remarks.Remark``; ``str()`` of one is its line): as the
         fusion pass recorded its decisions, or, for a function no fusion pass ran on,
-        judged now under the pipeline's rules."""
+        judged now under the pipeline's rules; then why a group runs on a fallback
+        rather than the target's fused kernel (``fusec.codegen.KernelRemark``)."""
         from fusec.passes.fusion.remarks import functions, fusion_remarks, pipeline_rules
 
         names = [fn.sym_name.data for fn in functions(self.module)]
+        kernels = [k.remark for k in self.kernels if k.remark is not None]
         if names and all(name in self._remarks for name in names):
-            return [r for name in names for r in self._remarks[name]]
-        return fusion_remarks(self.module, pipeline_rules(self.pipeline, target=self.target))
+            return [r for name in names for r in self._remarks[name]] + kernels
+        rules = pipeline_rules(self.pipeline, target=self.target)
+        return fusion_remarks(self.module, rules) + kernels
 
     def assembly(self, arch: str) -> list[tuple[KernelSource, str]]:
         """Each kernel with its target assembly for ``arch`` (PTX on cuda); no device needed."""

@@ -189,15 +189,16 @@ def layernorm(x: Any, gamma: Any, beta: Any, *, eps: float = 1e-5) -> Traced:
 
 
 def attention(
-    q: Any, kt: Any, v: Any, mask: Any = 0.0, *, scale: float = 1.0, nan_to_zero: bool = False
+    q: Any, key: Any, v: Any, mask: Any = 0.0, *, scale: float = 1.0, nan_to_zero: bool = False
 ) -> Traced:
-    """softmax(q @ kt * scale + mask) @ v over the last axis; ``kt`` is the key transposed
-    (..., D, T); ``mask`` (added to the scores) broadcasts to them."""
+    """softmax(q @ key^T * scale + mask) @ v over the last axis, as PyTorch's
+    ``scaled_dot_product_attention`` takes them: q (..., S, D), key (..., T, D),
+    v (..., T, E); ``mask`` (added to the scores) broadcasts to (..., S, T)."""
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise user_error(f"fusec.ops.attention: scale must be a number, got {scale!r}")
-    trace = _trace("attention", q, kt, v, mask)
+    trace = _trace("attention", q, key, v, mask)
     attrs = {"scale": float(scale), "nan_to_zero": bool(nan_to_zero)}
-    return trace.emit(ai.AttentionOp, (q, kt, v, mask), **attrs)
+    return trace.emit(ai.AttentionOp, (q, key, v, mask), **attrs)
 
 
 def softmax(x: Any, axis: int = -1) -> Traced:

@@ -727,7 +727,7 @@ def _batch_norm(s: _Drawer, x: int) -> int:
 
 
 def _attention(s: _Drawer, x: int) -> int:
-    """softmax(q @ kt * scale + mask) @ v with x as the query (..., S, D)."""
+    """softmax(q @ key^T * scale + mask) @ v with x as the query (..., S, D)."""
     draw = s.draw
     if s.spec(x).rank < 2:
         return _softmax(s, x)
@@ -736,7 +736,7 @@ def _attention(s: _Drawer, x: int) -> int:
     keys, width = draw(st.sampled_from(DIMS[:8])), draw(st.sampled_from(DIMS[:8]))
     if _size((*batch, rows, max(keys, width))) > MAX_ELEMENTS:
         return _softmax(s, x)
-    kt = s.arg((*batch, d, keys), scale=1 / math.sqrt(d))
+    key = s.arg((*batch, keys, d), scale=1 / math.sqrt(d))
     v = s.arg((*batch, keys, width))
     if draw(st.booleans()):
         mask = s.const(())
@@ -747,7 +747,7 @@ def _attention(s: _Drawer, x: int) -> int:
     mask = s.tame(mask, 4.0)
     scale = draw(st.sampled_from([1.0, 0.125, 1 / math.sqrt(d)]))
     attrs = {"scale": scale, "nan_to_zero": draw(st.booleans())}
-    return s.node(ai.AttentionOp, [q, kt, v, mask], s.bound[v], **attrs)
+    return s.node(ai.AttentionOp, [q, key, v, mask], s.bound[v], **attrs)
 
 
 #: Ops that need more than the generic unary/binary builders.

@@ -85,9 +85,8 @@ SAMPLES = {
     "copy": """
       %r = ai.slice %x {SLICE} : MATRIX LOC""",
     "attention": """
-      %a = ai.attention %x, %w, %w, %b {scale = 0.5 : f32, evil.a = STR} : MATRIX * SQUARE *
-        SQUARE * VECTOR LOC
-      %r = ai.tanh %a {ATTR} : tensor<16x32xTYPE> LOC""",
+      %r = ai.attention %q, %q, %q, %z {scale = 0.5 : f32, evil.a = STR} : HEADS * HEADS *
+        HEADS * tensor<TYPE> LOC""",
     "view": """
       %y = ai.reshape %x {shape = array<i64: 32, 16>, evil.a = STR} : MATRIX LOC
       %r = ai.reshape %y {shape = array<i64: 16, 32>, evil.a = STR} : tensor<32x16xTYPE> LOC""",
@@ -102,7 +101,7 @@ _PLACEHOLDERS = {
     "strides = array<i64: 1, 1>, evil.a = STR}",
     "MATRIX": "tensor<16x32xTYPE>",
     "VECTOR": "tensor<32xTYPE>",
-    "SQUARE": "tensor<32x32xTYPE>",
+    "HEADS": "tensor<2x16x64xTYPE>",
 }
 _PARAMS = {  # every argument a sample may use: name -> type
     "%x": "tensor<16x32xTYPE>",
@@ -110,6 +109,17 @@ _PARAMS = {  # every argument a sample may use: name -> type
     "%b": "tensor<32xTYPE>",
     "%i": "tensor<1x4x8x8xTYPE>",
     "%k": "tensor<4x4x3x3xTYPE>",
+    "%q": "tensor<2x16x64xTYPE>",
+    "%z": "tensor<TYPE>",
+}
+#: Group operands defined in the function (a constant), not taken as its arguments: the
+#: zero mask that sends an f16 attention sample to the flash kernel.
+_CONSTANTS = {"%z": "arith.constant dense<0.0> : tensor<TYPE>"}
+#: The result type of a sample (default: a matrix).
+_RESULTS = {
+    "conv": "tensor<1x4x8x8xTYPE>",
+    "pool": "tensor<1x4x8x8xTYPE>",
+    "attention": "tensor<2x16x64xTYPE>",
 }
 
 
@@ -124,17 +134,22 @@ def sample_module(kind: str, dtype: str, payload: str, *, tile: bool = False) ->
     body = body.replace("STR", string).replace("LOC", loc).replace("TYPE", dtype)
     used = [a for a in _PARAMS if re.search(rf"{a}\b", body)]
     types = [_PARAMS[a].replace("TYPE", dtype) for a in used]
-    result = "tensor<1x4x8x8xTYPE>" if kind in ("conv", "pool") else "tensor<16x32xTYPE>"
-    result = result.replace("TYPE", dtype)
+    result = _RESULTS.get(kind, "tensor<16x32xTYPE>").replace("TYPE", dtype)
     inner = body
     for a in used:
         inner = re.sub(rf"{a}\b", f"{a}_1", inner)
-    params = ", ".join(f"{a}: {t}" for a, t in zip(used, types, strict=True))
+    params = ", ".join(f"{a}: {t}" for a, t in zip(used, types, strict=True) if a not in _CONSTANTS)
     block_args = ", ".join(f"{a}_1: {t}" for a, t in zip(used, types, strict=True))
     attrs = f"{{evil.a = {string}" + (f", fusec.tile = {string}" if tile else "") + "}"
+    operands, signature = ", ".join(used), ", ".join(types)
+    constants = "".join(
+        f"{a} = {_CONSTANTS[a].replace('TYPE', dtype)} {loc}\n          "
+        for a in used
+        if a in _CONSTANTS
+    )
     return textwrap.dedent(f"""\
         func.func @{string}({params}) -> {result} attributes {{evil.f = {string}}} {{
-          %r = ai.fused "{kind}" ({", ".join(used)}) {attrs} : ({", ".join(types)}) -> {result} {{
+          {constants}%r = ai.fused "{kind}" ({operands}) {attrs} : ({signature}) -> {result} {{
           ^bb0({block_args}):{inner}
             ai.yield %r : {result} {loc}
           }} {loc}
@@ -175,8 +190,8 @@ def test_no_template_splices_user_text(target, kind, dtype, context, tmp_path):
     languages = {language for language, _ in texts}
     for language, source in texts:
         assert TOKEN not in source, f"user text in the generated {language} of {target}/{kind}"
-    if (target, kind, dtype) == ("cuda", "matmul", "f16"):
-        assert "cuda-c++" in languages  # the Tensor Core GEMM's C++ was checked too
+    if target == "cuda" and kind in ("matmul", "conv", "attention") and dtype == "f16":
+        assert "cuda-c++" in languages  # the Tensor Core kernels' C++ was checked too
 
 
 def test_a_tile_attribute_is_parsed_never_spliced(tmp_path):

@@ -184,9 +184,9 @@ OP_CASES: dict[str, tuple[str, str, str]] = {
         "tensor<1x2x4x4xf32>",
     ),
     "attention": (
-        "%q: tensor<2x5x4xf32>, %k: tensor<2x4x7xf32>, %v: tensor<2x7x3xf32>, %m: tensor<5x7xf32>",
+        "%q: tensor<2x5x4xf32>, %k: tensor<2x7x4xf32>, %v: tensor<2x7x3xf32>, %m: tensor<5x7xf32>",
         "  %r = ai.attention %q, %k, %v, %m {scale = 5.000000e-01 : f32, nan_to_zero = true} :"
-        " tensor<2x5x4xf32> * tensor<2x4x7xf32> * tensor<2x7x3xf32> * tensor<5x7xf32>",
+        " tensor<2x5x4xf32> * tensor<2x7x4xf32> * tensor<2x7x3xf32> * tensor<5x7xf32>",
         "tensor<2x5x3xf32>",
     ),
     "fused": (

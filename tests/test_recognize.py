@@ -265,7 +265,8 @@ def test_gpt2_attention_with_a_causal_mask_and_the_nan_guard():
   %g = ai.where %n, %zero, %p : {P} * {S} * {P}
   %r = ai.matmul %g, %v : {P} * {V}"""
     text = _func(f"%q: {Q}, %kt: {K_T}, %v: {V}", body, V)
-    _check(text, Counter({"ai.attention": 1}), {"attention": 1})
+    # k^T given as it is: the key is its transpose (a view of it for the kernels)
+    _check(text, Counter({"ai.attention": 1, "ai.transpose": 1}), {"attention": 1})
     module = fusec.parse(text)
     recognize(module)
     (op,) = [o for o in module.walk() if isinstance(o, ai.AttentionOp)]
@@ -277,7 +278,8 @@ def test_bert_attention_without_mask_or_guard():
   %qk = ai.matmul %q, %kt : {Q} * {K_T}
   %p = ai.softmax %qk : {P}
   %r = ai.matmul %p, %v : {P} * {V}"""
-    _check(_func(f"%q: {Q}, %kt: {K_T}, %v: {V}", body, V), Counter({"ai.attention": 1}))
+    expected = Counter({"ai.attention": 1, "ai.transpose": 1})
+    _check(_func(f"%q: {Q}, %kt: {K_T}, %v: {V}", body, V), expected)
 
 
 def test_probabilities_used_elsewhere_are_no_attention():
@@ -289,3 +291,28 @@ def test_probabilities_used_elsewhere_are_no_attention():
     module = fusec.parse(_func(f"%q: {Q}, %kt: {K_T}, %v: {V}", body, "tensor<2x3x6x1xf32>"))
     recognize(module)
     assert not any(isinstance(o, ai.AttentionOp) for o in module.walk())
+
+
+def _remarks(text: str) -> list[str]:
+    return [str(r) for r in fusec.compile(text, target="cpu", executable=False).remarks()]
+
+
+def test_why_a_chain_is_not_attention_is_a_remark():
+    """A chain that looks like attention but is not one says why, at its last matmul."""
+    runtime_scale = f"""
+  %s = ai.matmul %q, %kt : {Q} * {K_T}
+  %t = ai.mul %s, %c : {P} * {S}
+  %p = ai.softmax %t : {P}
+  %r = ai.matmul %p, %v : {P} * {V}"""
+    remarks = _remarks(_func(f"%q: {Q}, %kt: {K_T}, %v: {V}, %c: {S}", runtime_scale, V))
+    why = "not recognised as ai.attention: the scores are scaled by a value that is not one"
+    assert any(r.startswith("<string>:6:3: remark: ai.matmul") and why in r for r in remarks)
+    returned = f"""
+  %s = ai.matmul %q, %kt : {Q} * {K_T}
+  %p = ai.softmax %s : {P}
+  %o = ai.matmul %p, %v : {P} * {V}"""
+    text = _func(f"%q: {Q}, %kt: {K_T}, %v: {V}", returned, f"{V}, {P}")
+    text = text.replace("return %r : " + f"{V}, {P}", "return %o, %p : " + f"{V}, {P}")
+    text = text.replace(f"-> {V}, {P} {{", f"-> ({V}, {P}) {{")
+    why = "not recognised as ai.attention: the probabilities are also read by func.return"
+    assert any(why in r for r in _remarks(text)), _remarks(text)

@@ -13,6 +13,25 @@ from dataclasses import dataclass
 
 from fusec.dialect.ops import FusedOp, spec_of
 from fusec.dialect.shapes import TensorSpec
+from fusec.errors import SourceLocation
+
+
+@dataclass(frozen=True)
+class KernelRemark:
+    """Why a group runs on a target's fallback instead of its fused kernel (``--remarks``:
+    the template's reason, at the group's first op)."""
+
+    location: SourceLocation | None
+    op: str
+    target: str
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"{self.location}: " if self.location is not None else ""
+        return (
+            f"{where}remark: {self.op} runs op by op through the {self.target} fallback, "
+            f"not a fused kernel: {self.reason}"
+        )
 
 
 @dataclass(frozen=True)
@@ -66,6 +85,8 @@ class KernelSource:
     #: e.g. the CUDA C++ of a linked main loop. tests/test_code_injection.py checks
     #: ``source`` and these for spliced user text, so list every generated text here.
     extra_sources: tuple[tuple[str, str], ...] = ()
+    #: Why the target's fused template declined the group (its fallback runs it).
+    remark: KernelRemark | None = None
 
 
 def io_specs(fused_op: FusedOp) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:

@@ -130,7 +130,7 @@ FUSED_KINDS: dict[str, str] = {
     "pool": "one 2-D max or average pooling with an elementwise epilogue",
     "copy": "one data-movement op (transpose, slice, concat, gather) into a new buffer",
     "view": "a reshape: the same buffer under another shape, no kernel at all",
-    "attention": "one scaled dot-product attention (both products and the softmax)",
+    "attention": "one ai.attention (both products and the softmax; the scores stay in the kernel)",
 }
 
 

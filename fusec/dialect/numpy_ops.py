@@ -558,20 +558,21 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def attention(
     q: np.ndarray,
-    kt: np.ndarray,
+    key: np.ndarray,
     v: np.ndarray,
     mask: np.ndarray,
     scale: float = 1.0,
     nan_to_zero: bool = False,
 ) -> np.ndarray:
-    """softmax(q @ kt * scale + mask) @ v over the last axis (float32 accumulation for
-    16-bit inputs); with ``nan_to_zero`` a probability that is NaN (a row masked out
-    entirely) is 0, as PyTorch's decomposed scaled_dot_product_attention writes it."""
-    out_dt = _result_dtype(q, kt, v)
+    """softmax(q @ key^T * scale + mask) @ v over the last axis, key (..., T, D) (float32
+    accumulation for 16-bit inputs); with ``nan_to_zero`` a probability that is NaN (a
+    row masked out entirely) is 0, as PyTorch's decomposed scaled_dot_product_attention
+    writes it."""
+    out_dt = _result_dtype(q, key, v)
     acc = _compute_dtype(out_dt)
-    q, kt, v, mask = (np.asarray(a).astype(acc, copy=False) for a in (q, kt, v, mask))
+    q, key, v, mask = (np.asarray(a).astype(acc, copy=False) for a in (q, key, v, mask))
     with np.errstate(invalid="ignore", over="ignore"):
-        scores = np.matmul(q, kt) * acc.type(scale) + mask
+        scores = np.matmul(q, np.swapaxes(key, -1, -2)) * acc.type(scale) + mask
         p = softmax(scores, axis=-1)
         if nan_to_zero:
             p = np.where(np.isnan(p), acc.type(0), p)

@@ -995,10 +995,13 @@ class BatchNormOp(AiOp):
 
 @irdl_op_definition
 class AttentionOp(AiOp):
-    """Scaled dot-product attention: ``softmax(q @ kt * scale + mask) @ v``, the softmax
-    over the last axis; ``kt`` is the key already transposed (..., D, T), as the score
-    product reads it. With ``nan_to_zero`` a NaN probability (a row masked out
-    entirely) is 0. Recognised in exported graphs for a fused attention kernel."""
+    """Scaled dot-product attention: ``softmax(q @ key^T * scale + mask) @ v``, the softmax
+    over the last axis; q (..., S, D), key (..., T, D) and v (..., T, E) as
+    ``scaled_dot_product_attention`` and ONNX's Attention take them, the mask added to
+    the (..., S, T) scores. With ``nan_to_zero`` a NaN probability (a row masked out
+    entirely) is 0. ``recognize-patterns`` makes it of the chain matmul -> scale ->
+    [mask] -> softmax -> matmul, written or exported; each target runs it as one kernel
+    (cuda: the flash kernel where it applies)."""
 
     name = "ai.attention"
     query = operand()
@@ -1018,9 +1021,9 @@ class AttentionOp(AiOp):
         return shapes.attention(*operands)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        q, kt, v, mask = args
+        q, key, v, mask = args
         return K.attention(
-            q, kt, v, mask, scale=self.attr("scale"), nan_to_zero=self.attr("nan_to_zero")
+            q, key, v, mask, scale=self.attr("scale"), nan_to_zero=self.attr("nan_to_zero")
         )
 
 

@@ -474,15 +474,17 @@ def pool2d(
     return TensorSpec((x.shape[0], x.shape[1], out[0], out[1]), x.dtype)
 
 
-def attention(q: TensorSpec, kt: TensorSpec, v: TensorSpec, mask: TensorSpec) -> TensorSpec:
-    """softmax(q @ kt * scale + mask) @ v: q (..., S, D), kt (..., D, T), v (..., T, E),
+def attention(q: TensorSpec, key: TensorSpec, v: TensorSpec, mask: TensorSpec) -> TensorSpec:
+    """softmax(q @ key^T * scale + mask) @ v: q (..., S, D), key (..., T, D), v (..., T, E),
     mask broadcasting to the scores (..., S, T) -> (..., S, E)."""
     op = "ai.attention"
-    dtype = _same_dtype(op, [("query", q), ("key", kt), ("value", v), ("mask", mask)])
-    for name, spec in (("query", q), ("key", kt), ("value", v)):
+    dtype = _same_dtype(op, [("query", q), ("key", key), ("value", v), ("mask", mask)])
+    for name, spec in (("query", q), ("key", key), ("value", v)):
         if spec.rank < 2:
             raise ShapeError(f"{op}: operand '{name}' must have rank >= 2, got {spec}")
-    scores = matmul(TensorSpec(q.shape, dtype), TensorSpec(kt.shape, dtype)).shape
+    scores = matmul(
+        TensorSpec(q.shape, dtype), TensorSpec(key.shape, dtype), transpose_b=True
+    ).shape
     if broadcast_shapes(op, scores, mask.shape) != scores:
         raise ShapeError(
             f"{op}: operand 'mask' (shape {_fmt(mask.shape)}) does not broadcast to the "

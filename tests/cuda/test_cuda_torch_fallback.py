@@ -130,14 +130,14 @@ def _pool(dtype: str, op: str, attrs: str, in_shape, out_shape):
 
 def _attention(dtype: str):
     """ai.attention with a mask blocking one row entirely (its probabilities NaN -> 0)."""
-    q, kt, v = t((2, 5, 4), dtype), t((2, 4, 6), dtype), t((2, 6, 3), dtype)
+    q, k, v = t((2, 5, 4), dtype), t((2, 6, 4), dtype), t((2, 6, 3), dtype)
     m, o = t((5, 6), dtype), t((2, 5, 3), dtype)
     body = [
         f"%o = ai.attention %q1, %k1, %v1, %m1 {{scale = 0.5 : f32, nan_to_zero = true}} : "
-        f"{q} * {kt} * {v} * {m}",
+        f"{q} * {k} * {v} * {m}",
         f"ai.yield %o : {o}",
     ]
-    return [("q", q), ("k", kt), ("v", v), ("m", m)], [o], "attention", body
+    return [("q", q), ("k", k), ("v", v), ("m", m)], [o], "attention", body
 
 
 CASES = {

@@ -17,7 +17,7 @@ from fusec.passes.fusion.driver import STAGE_PASSES, FusePass
 from fusec.passes.fusion.legality import check_group
 from fusec.passes.fusion.rules import default_rules
 
-KINDS = ("conv", "matmul", "row_reduce", "pointwise")
+KINDS = ("conv", "matmul", "attention", "row_reduce", "pointwise")
 
 
 #: Every fusion pass: the whole transform and each of its stages alone.

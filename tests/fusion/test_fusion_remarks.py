@@ -7,6 +7,7 @@ from conftest import EXAMPLES
 
 import fusec
 from fusec.cli import main
+from fusec.codegen import KernelRemark
 from fusec.passes.fusion.remarks import fusion_remarks
 from fusec.passes.fusion.rules import load_rules
 
@@ -107,10 +108,15 @@ def test_the_pass_records_the_same_reasons_it_would_give_after_the_fact(name):
 
 
 def test_remarks_are_recorded_at_decision_time_for_the_target():
-    text = (EXAMPLES / "conv_bias_relu.mlir").read_text()
-    (remark,) = fusec.compile(text, target="cuda", executable=False).remarks()
+    # in f32 the cuda conv runs alone through PyTorch (IEEE f32): its epilogue cannot join
+    text = (EXAMPLES / "conv_bias_relu.mlir").read_text().replace("xf16>", "xf32>")
+    remark, fallback = fusec.compile(text, target="cuda", executable=False).remarks()
     assert (remark.producer, remark.consumer) == ("ai.conv2d", "ai.bias_add")
-    assert "the cuda conv template runs ai.conv2d alone" in remark.reason
+    assert "the cuda conv templates take f16/bf16, not f32" in remark.reason
+    # and the conv group itself says why it runs on the fallback, at the conv
+    assert isinstance(fallback, KernelRemark) and fallback.op == "ai.conv2d"
+    assert str(fallback).startswith("<string>:2:3: remark: ai.conv2d runs op by op")
+    assert "f32 conv" in fallback.reason
     assert fusec.compile(text, target="cpu", executable=False).remarks() == []
 
 

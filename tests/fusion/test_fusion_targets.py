@@ -1,9 +1,9 @@
 """Fusion plans for the target they run on: the target's templates judge every group.
 
 The same graph fuses differently on cpu (every kind really fuses) and on cuda
-(conv runs through PyTorch alone, the Tensor Core GEMM takes an f16/bf16
-matmul with an elementwise tail only), and ``--remarks`` give the target's
-reason. Planning needs no GPU: the targets' capabilities are facts.
+(the Tensor Core conv and GEMM take f16/bf16 with an elementwise tail; what
+they cannot take runs through PyTorch alone), and ``--remarks`` give the
+target's reason. Planning needs no GPU: the targets' capabilities are facts.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ func.func @f(%x: tensor<1x8x10x10xf16>, %w: tensor<16x8x3x3xf16>, %b: tensor<16x
 }
 """
 
+CONV_F32 = CONV.replace("xf16>", "xf32>")
+
 
 def _matmul(dtype: str, tail: str = "relu") -> str:
     t = f"tensor<64x64x{dtype}>"
@@ -57,11 +59,17 @@ func.func @f(%x: tensor<32x128xf16>, %g: tensor<128xf16>, %b: tensor<128xf16>,
 """
 
 
-def test_conv_epilogue_fuses_on_cpu_but_not_into_the_cuda_fallback():
-    assert _groups(CONV, "cpu") == [("conv", ["ai.conv2d", "ai.bias_add", "ai.relu"])]
-    assert _groups(CONV, None) == [("conv", ["ai.conv2d", "ai.bias_add", "ai.relu"])]
-    # on cuda conv runs alone through PyTorch: its epilogue becomes one fused kernel
-    assert _groups(CONV, "cuda") == [
+def test_conv_epilogue_fuses_on_cpu_and_into_the_cuda_conv_templates():
+    fused = [("conv", ["ai.conv2d", "ai.bias_add", "ai.relu"])]
+    assert _groups(CONV, "cpu") == fused
+    assert _groups(CONV, None) == fused
+    assert _groups(CONV, "cuda") == fused  # the direct template (8 channels)
+
+
+def test_conv_epilogue_not_fused_into_the_cuda_fallback():
+    assert _groups(CONV_F32, "cpu") == [("conv", ["ai.conv2d", "ai.bias_add", "ai.relu"])]
+    # an f32 conv runs alone through PyTorch on cuda: its epilogue is one fused kernel
+    assert _groups(CONV_F32, "cuda") == [
         ("conv", ["ai.conv2d"]),
         ("pointwise", ["ai.bias_add", "ai.relu"]),
     ]
@@ -92,21 +100,22 @@ def test_cuda_matmul_takes_a_layernorm_prologue_and_a_softmax_epilogue():
 
 
 def test_remarks_give_the_targets_reason():
-    module = parse(CONV)
+    module = parse(CONV_F32)
     run_pipeline(module, target="cuda")
     (remark,) = fusion_remarks(module, pipeline_rules(None, target="cuda"))
     assert remark.producer == "ai.conv2d" and remark.consumer == "ai.bias_add"
-    assert "the cuda conv template runs ai.conv2d alone" in remark.reason
+    assert "the cuda conv templates take f16/bf16, not f32" in remark.reason
 
 
 def test_compile_plans_for_the_resolved_target():
-    compiled = fusec.compile(CONV, target="cuda", executable=False)
+    compiled = fusec.compile(CONV_F32, target="cuda", executable=False)
     assert [k.kind for k in compiled.kernels] == ["conv", "pointwise"]
-    assert [k.kind for k in fusec.compile(CONV, target="cpu", executable=False).kernels] == ["conv"]
+    cpu = fusec.compile(CONV_F32, target="cpu", executable=False)
+    assert [k.kind for k in cpu.kernels] == ["conv"]
 
 
 def test_a_pass_option_names_the_target():
-    module = parse(CONV)
+    module = parse(CONV_F32)
     stages = ("fuse-epilogue", "fuse-elementwise", "fuse-singletons")
     run_pipeline(module, ",".join(["infer-shapes", *(f"{s}{{target=cuda}}" for s in stages)]))
     kinds = [op.kind_name for op in module.walk() if isinstance(op, ai.FusedOp)]

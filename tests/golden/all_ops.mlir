@@ -42,8 +42,7 @@ func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<
   %cc = ai.concat %sc, %sc {axis = 1 : i64} : tensor<16x12xf32> * tensor<16x12xf32>
   %ga = ai.gather %cc {axis = 1 : i64, indices = array<i64: 3, 0>} : tensor<16x24xf32>
   %mp = ai.max_pool2d %x {kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 1, 1>} : tensor<1x4x8x8xf32>
-  %mt = ai.transpose %m {perm = array<i64: 1, 0>} : tensor<32x16xf32>
-  %at = ai.attention %n, %mt, %m, %half {scale = 2.500000e-01 : f32, nan_to_zero = true} : tensor<2x6x16xf32> * tensor<16x32xf32> * tensor<32x16xf32> * tensor<f32>
+  %at = ai.attention %n, %m, %m, %half {scale = 2.500000e-01 : f32, nan_to_zero = true} : tensor<2x6x16xf32> * tensor<32x16xf32> * tensor<32x16xf32> * tensor<f32>
   %ap = ai.avg_pool2d %mp {kernel = array<i64: 2, 2>, padding = array<i64: 0, 0, 1, 1>, ceil_mode = false, count_include_pad = true} : tensor<1x4x4x4xf32>
   %f = ai.fused "pointwise" (%a, %half) : (tensor<2x6x16xf32>, tensor<f32>) -> tensor<2x6x16xf32> {
   ^bb0(%p: tensor<2x6x16xf32>, %s: tensor<f32>):

@@ -190,8 +190,8 @@ func.func @f(%x: {x}, %v: {o}, %res: {o}) -> {o} {{
   %mask = arith.constant dense<[{rows}]> : {m}
   %qh = ai.reshape %x {{shape = array<i64: 2, 6, 2, 8>}} : {x}
   %q = ai.transpose %qh {{perm = array<i64: 0, 2, 1, 3>}} : {h}
-  %kt = ai.transpose %qh {{perm = array<i64: 0, 2, 3, 1>}} : {h}
-  %a = ai.attention %q, %kt, %v, %mask {{scale = 0.35 : f32, nan_to_zero = {str(nan_to_zero).lower()}}} : {ht} * {_t((2, 2, 8, 6))} * {o} * {m}
+  %k = ai.transpose %qh {{perm = array<i64: 0, 2, 1, 3>}} : {h}
+  %a = ai.attention %q, %k, %v, %mask {{scale = 0.35 : f32, nan_to_zero = {str(nan_to_zero).lower()}}} : {ht} * {ht} * {o} * {m}
   %r = ai.add %a, %res : {o} * {o}
   return %r : {o}
 }}"""  # noqa: E501

@@ -88,6 +88,7 @@ def cut_edge_remarks(planner: Planner) -> list[Remark]:
         if reason is None:
             units = planner.unit(producer), planner.unit(consumer)
             reason = why_not_fused(planner, *units, edge=(producer, consumer))
+        reason += _not_attention(producer, consumer)
         location = location_of(consumer)
         found.append(
             Remark(location, consumer.name, producer.name, where(producer), reason, decided)
@@ -141,6 +142,18 @@ def _cut_edges(planner: Planner) -> Iterator[tuple[Operation, Operation]]:
                 continue
             seen.add((producer, consumer))
             yield producer, consumer
+
+
+def _not_attention(producer: Operation, consumer: Operation) -> str:
+    """On the edge from the probabilities (a softmax, or its NaN guard) to the matmul
+    ending the chain: why recognize-patterns did not make it ``ai.attention``."""
+    from fusec.dialect.ops import SoftmaxOp, WhereOp
+    from fusec.passes.recognize import attention_chain
+
+    if not isinstance(producer, SoftmaxOp | WhereOp):
+        return ""
+    why = attention_chain(consumer)
+    return f"; not recognised as ai.attention: {why}" if isinstance(why, str) else ""
 
 
 def _members(unit: Unit) -> list[Operation]:

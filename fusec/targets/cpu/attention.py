@@ -2,11 +2,12 @@
 
 The core is numpy on the shaped operands (the head split's layout ops made
 contiguous first, as every cpu template reads row-major operands): the scores
-``q @ kt`` (BLAS), scaled and masked in place, a numerically safe softmax over
-the last axis in place, NaN probabilities set to 0 when the op says so, and
-the product with ``v`` straight into the output (or a scratch buffer that the
-fused elementwise epilogue then reads; the prologue/epilogue split is
-``reduce.library_group``'s). The scores never leave the kernel.
+``q @ key^T`` (BLAS reads the key transposed), scaled and masked in place, a
+numerically safe softmax over the last axis in place, NaN probabilities set to
+0 when the op says so, and the product with ``v`` straight into the output
+(or a scratch buffer that the fused elementwise epilogue then reads; the
+prologue/epilogue split is ``reduce.library_group``'s). The scores never leave
+the kernel.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ def generate(fused_op, name: str) -> KernelSource:
 
 def attention_core(op: Operation, out: str, buffers: Buffers) -> list[str]:
     assert isinstance(op, ai.AttentionOp)
-    q, kt, v, mask = (f"{buffers.reads[x]}.reshape({shape_of(x)!r})" for x in op.operands)
+    q, key, v, mask = (f"{buffers.reads[x]}.reshape({shape_of(x)!r})" for x in op.operands)
     scale = float(op.attr("scale"))
     lines = [
-        f"s = np.matmul({q}, {kt})",
+        f"s = np.matmul({q}, np.swapaxes({key}, -1, -2))",
         f"s *= f32({scale!r})" if scale != 1.0 else "",
         f"s += {mask}",
         "s -= s.max(axis=-1, keepdims=True)",

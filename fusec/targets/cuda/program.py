@@ -57,10 +57,11 @@ class CudaBackend:
         module = load_kernel_module(kernel, self.cache)
         if getattr(module, "TORCH_FALLBACK", False):
             return TorchGroup(module, kernel)
-        gemm = getattr(module, "GEMM", None)
-        if gemm is not None and not simulator_enabled():
-            gemm.load(self.sms)  # linked cubins (Tensor Core GEMM): launched by address
-            return gemm
+        # linked cubins (Tensor Core GEMM, conv, attention): launched by address
+        linked = getattr(module, "GEMM", None) or getattr(module, "LINKED", None)
+        if linked is not None and not simulator_enabled():
+            linked.load(self.sms)
+            return linked
         if simulator_enabled() or len(getattr(module, "KERNELS", ())) != 1:
             return getattr(module, kernel.entry)
         return _DirectLaunch(module, self.sms)

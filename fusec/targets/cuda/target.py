@@ -13,6 +13,8 @@ from fusec.codegen import KernelSource
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.target import Target, Template
+from fusec.targets.cuda.attention.template import accepts as attention_accepts
+from fusec.targets.cuda.conv.template import accepts as conv_accepts
 
 _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
 
@@ -76,8 +78,9 @@ def gemm_accepts(members: Sequence[Operation], anchor: Operation | None) -> str 
 
 
 class CudaTarget(Target):
-    """Numba CUDA kernels (pointwise, row reductions), the Hopper wgmma GEMM for matmul
-    groups; conv runs through PyTorch (cuDNN) alone until a Tensor Core conv exists."""
+    """Numba CUDA kernels (pointwise, row reductions); on the Hopper Tensor Cores the wgmma
+    GEMM for matmul groups, the implicit-GEMM conv (a direct kernel for depthwise) and
+    fused flash-style attention."""
 
     name = "cuda"
     description = "NVIDIA GPUs: Numba CUDA kernels and the Hopper Tensor Core GEMM"
@@ -91,11 +94,11 @@ class CudaTarget(Target):
             (ai.MatmulOp, ai.LayerNormOp, ai.SoftmaxOp),
             accepts=gemm_accepts,
         ),
-        "conv": Template(
-            "fusec.targets.cuda.torch_fallback",
-            (ai.Conv2DOp,),
-            fuses=False,
-            note="PyTorch's cuDNN conv until a Tensor Core conv template exists",
+        "conv": Template("fusec.targets.cuda.conv.template", (ai.Conv2DOp,), accepts=conv_accepts),
+        "attention": Template(
+            "fusec.targets.cuda.attention.template",
+            (ai.AttentionOp,),
+            accepts=attention_accepts,
         ),
         # until they have Numba CUDA templates, these kinds run through PyTorch too
         "reduce": Template(
@@ -117,12 +120,6 @@ class CudaTarget(Target):
             note="PyTorch's copies until a Numba CUDA copy template exists",
         ),
         "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
-        "attention": Template(
-            "fusec.targets.cuda.torch_fallback",
-            (ai.AttentionOp,),
-            fuses=False,
-            note="PyTorch's scaled_dot_product_attention until a fused attention template exists",
-        ),
     }
 
     def unavailable_reason(self) -> str | None:
@@ -145,10 +142,12 @@ class CudaTarget(Target):
         """PTX: NVVM's for Numba kernels; for a Tensor Core GEMM group, its linked kernels'
         (nvJitLink, link-time optimised) for sm_90a, which the wgmma instructions need."""
         from fusec.errors import FusecError
+        from fusec.targets.cuda.env import require_cuda_compiler
         from fusec.targets.cuda.gemm.template import linked_specs
         from fusec.targets.cuda.kernels import emit_ptx, parse_arch
 
         cc = parse_arch(arch)
+        require_cuda_compiler("cannot emit PTX")  # also when a linked kernel's PTX is cached
         specs = linked_specs(kernel)
         if not specs:
             return emit_ptx(kernel, cc) or "// (no Numba kernel: see its header)\n"

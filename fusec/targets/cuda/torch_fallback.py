@@ -35,11 +35,12 @@ from collections.abc import Callable
 
 from xdsl.ir import BlockArgument, SSAValue
 
-from fusec.codegen import KernelSource, io_specs
+from fusec.codegen import KernelRemark, KernelSource, io_specs
 from fusec.codegen.expr import TORCH, ExprGenerator, error_at, header
 from fusec.codegen.layout import torch_expression
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.ir.diagnostics import location_of
 from fusec.ir.dtypes import ELEMENT_TYPES
 from fusec.targets.cuda.common import Source, body_ops, check_leaves, kernel_name, yielded
 
@@ -321,8 +322,20 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
     )
     inputs, outputs = io_specs(fused_op)
     kind = fused_op.kind_name
+    remark = None
+    if reason:
+        anchor = next((op for op in ops if not op.has_scalar()), ops[0])
+        remark = KernelRemark(location_of(anchor), anchor.name, "cuda", reason)
     return KernelSource(
-        name, kind, "cuda", source, inputs, outputs, array_dtype=None, runs_op_by_op=True
+        name,
+        kind,
+        "cuda",
+        source,
+        inputs,
+        outputs,
+        array_dtype=None,
+        runs_op_by_op=True,
+        remark=remark,
     )
 
 

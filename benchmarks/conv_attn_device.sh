@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One device call for the conv and attention kernels (issue 12): the GPU tests of each
+# template (simplest first, each stage under its own time limit so a hung kernel costs
+# only its stage), then the benchmark, which writes its tables after every case.
+#
+#   bash benchmarks/conv_attn_device.sh              # from the repository root, or anywhere
+#
+# The device tool's $OUT receives the logs and tables (default /tmp/conv-attn); WHL
+# (default .whl of the repository root) holds the pure-Python wheels the machine lacks,
+# installed into /tmp/site; FUSEC_COMMIT (default: git's short HEAD, "+dirty" when the
+# tree differs, or "unknown" without git) goes into the tables.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 1
+if [ -z "${FUSEC_COMMIT:-}" ]; then
+  FUSEC_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  if [ "$FUSEC_COMMIT" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    FUSEC_COMMIT="$FUSEC_COMMIT+dirty"
+  fi
+fi
+export FUSEC_COMMIT
+OUT=${OUT:-/tmp/conv-attn}
+WHL=${WHL:-$ROOT/.whl}
+mkdir -p "$OUT"
+echo "commit $FUSEC_COMMIT, results in $OUT" | tee "$OUT/commit.txt"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site "$WHL"/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$ROOT PYTHONUNBUFFERED=1 FUSEC_CACHE_DIR=/tmp/fusec-cache
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu \
+  --format=csv | tee "$OUT/device.txt"
+
+stage() {  # stage NAME SECONDS COMMAND...: run (a program, not a shell function: `timeout`
+  # execs it), keep the log, print its tail and status
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: rc=$rc in $((SECONDS - t0)) s"
+  grep -E "PASSED|FAILED|ERROR|passed|failed|rror|Timeout|^\| " "$OUT/$name.log" | tail -30
+}
+
+PYTEST="python3 -m pytest -m gpu -v -p no:cacheprovider -rfE --tb=short"
+
+# 1. conv: implicit GEMM (odd sizes, strides, padding, groups, bf16, epilogues), direct
+#    (depthwise), fallback; results on the caller's stream
+stage conv_tests 100 $PYTEST tests/cuda/test_conv_gpu.py
+# 2. attention through compile (written, exported and traced chains -> ai.attention): the
+#    flash kernel (ragged, 4-D batch, bf16, causal), the PyTorch fallback, the caller's stream
+stage attention_tests 90 $PYTEST tests/cuda/test_attention_gpu.py
+# 3. the benchmark (conv, ResNet block, attention x2) against eager / compile / NHWC / SDPA
+stage bench 150 python3 benchmarks/conv_attn_bench.py --out "$OUT"
+cat "$OUT"/conv-attn-*.md 2>/dev/null

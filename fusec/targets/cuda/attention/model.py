@@ -1,0 +1,79 @@
+"""A numpy model of the attention kernel's tiling and online softmax, for CPU tests.
+
+It follows ``cpp.generate`` block by block: per (batch, query block) and per
+consumer slice of 64 rows, the keys in blocks of ``BN`` (only up to the
+diagonal block when causal), the scores scaled to base 2, the ragged-key and
+causal masks on the blocks that need them (``edge``), the running maximum
+and sum, the rescale of O, P rounded to the operand type for the second
+product, and the final ``O / l``. Rows past the sequence are not stored.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fusec.targets.cuda.attention.cpp import BM, BN, AttentionSpec
+
+LOG2E = 1.4426950408889634
+
+
+def run(spec: AttentionSpec, q: np.ndarray, k: np.ndarray, v: np.ndarray):
+    """``q`` (batch, sq, d), ``k`` (batch, sk, d), ``v`` (batch, sk, dv) -> (out, writes)."""
+    out = np.full((spec.batch, spec.sq, spec.dv), np.nan, dtype=np.float32)
+    writes = np.zeros(out.shape, dtype=np.int64)
+    p_type = np.float16 if spec.dtype == "f16" else np.float32  # bf16: no numpy type
+    sl2 = np.float32(spec.scale * LOG2E)
+    nkv_all = -(-spec.sk // BN)
+    for bh in range(spec.batch):
+        for qb in range(spec.q_blocks):
+            nkv = min(nkv_all, -(-((qb + 1) * BM) // BN)) if spec.causal else nkv_all
+            for cw in range(2):
+                rows = qb * BM + cw * 64 + np.arange(64)
+                q_tile = _rows(q[bh], rows)
+                o = np.zeros((64, spec.dv), dtype=np.float32)
+                m_run = np.full(64, -np.inf, dtype=np.float32)
+                l_run = np.zeros(64, dtype=np.float32)
+                for j in range(nkv):
+                    cols = j * BN + np.arange(BN)
+                    s = (q_tile @ _rows(k[bh], cols).T).astype(np.float32) * sl2
+                    edge = (j + 1) * BN > spec.sk or (
+                        spec.causal and (j + 1) * BN > qb * BM + cw * 64
+                    )
+                    if edge:
+                        masked = cols[None, :] >= spec.sk
+                        if spec.causal:
+                            masked = masked | (cols[None, :] > rows[:, None])
+                        s = np.where(masked, -np.inf, s)
+                    mx = np.maximum(m_run, s.max(axis=1))
+                    shift = np.where(mx == -np.inf, 0.0, mx).astype(np.float32)
+                    corr = np.exp2(m_run - shift)
+                    p = np.exp2(s - shift[:, None])
+                    l_run = l_run * corr + p.sum(axis=1)
+                    m_run = mx
+                    p16 = p.astype(p_type).astype(np.float32)
+                    o = o * corr[:, None] + p16 @ _rows(v[bh], cols)
+                inv = np.where(l_run > 0, 1.0 / np.where(l_run > 0, l_run, 1.0), 0.0)
+                valid = rows < spec.sq
+                out[bh, rows[valid]] = (o * inv[:, None])[valid]
+                writes[bh, rows[valid]] += 1
+    return out, writes
+
+
+def _rows(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` of ``a`` as TMA loads them: zeros past the end."""
+    out = np.zeros((len(rows), a.shape[1]), dtype=np.float32)
+    valid = rows < a.shape[0]
+    out[valid] = a[rows[valid]]
+    return out
+
+
+def reference(q, k, v, scale: float, causal: bool) -> np.ndarray:
+    """softmax(q k^T * scale [+ causal mask]) v in float64."""
+    s = np.einsum("bqd,bkd->bqk", q.astype(np.float64), k.astype(np.float64)) * scale
+    if causal:
+        sq, sk = s.shape[1:]
+        s = np.where(np.arange(sk)[None, :] > np.arange(sq)[:, None], -np.inf, s)
+    s = s - s.max(axis=-1, keepdims=True)
+    p = np.exp(s)
+    p /= p.sum(axis=-1, keepdims=True)
+    return p @ v.astype(np.float64)

@@ -1,0 +1,161 @@
+"""The cuda target's ``attention`` template: an ``ai.fused "attention"`` (one ``ai.attention``,
+which ``recognize-patterns`` made of the chain matmul -> scale -> [mask] -> softmax ->
+matmul) runs as the flash-style kernel (``cpp.AttentionSpec``) when it can: f16/bf16
+operands with head sizes 64 or 128, q, key and v with the same batch dims, and a mask
+that is a constant zero (no mask) or causal (0 on and below the diagonal, -inf or at
+most ``MASKED`` above: the kernel masks by index instead). Otherwise it runs through
+the PyTorch fallback (``ieee_attention``: the op's semantics in its declared types),
+the reason in the module's header and in ``--remarks``.
+
+The kernel reads q, key and v from memory as they are (TMA), so the group is the
+attention op alone: the head split's layout ops stay kernels of their own here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.dialects import arith
+from xdsl.ir import BlockArgument, Operation, SSAValue
+
+from fusec.codegen import KernelSource, io_specs
+from fusec.codegen.expr import header
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
+from fusec.errors import FusecError
+from fusec.targets.cuda.attention.cpp import AttentionSpec
+from fusec.targets.cuda.common import body_ops, kernel_name
+
+#: A mask entry at most this is "masked": exp(-1e4 + any score the inputs reach) is 0 in f32.
+MASKED = -1.0e4
+
+
+def mask_kind(mask: SSAValue, queries: int, keys: int) -> str | None:
+    """ "none" or "causal" for a constant mask of (..., ``queries``, ``keys``) scores that
+    the kernel computes by index, else None."""
+    from fusec.ir.constants import constant_value
+
+    const = mask.owner
+    if not isinstance(const, arith.ConstantOp):
+        return None
+    try:
+        values = np.asarray(constant_value(const), dtype=np.float64)
+    except FusecError:  # not a dense constant: not one the kernel can take
+        return None
+    if not values.any():
+        return "none"
+    shape = values.shape
+    if shape[-2:] != (queries, keys) or any(d != 1 for d in shape[:-2]):
+        return None  # a mask broadcast along queries or keys is no causal one
+    grid = values.reshape(queries, keys)
+    above = np.triu(np.ones((queries, keys), dtype=bool), k=1)
+    causal = not grid[~above].any() and bool(np.all(grid[above] <= MASKED))
+    return "causal" if causal else None
+
+
+def kernel_spec(op: ai.AttentionOp, mask: SSAValue) -> AttentionSpec | str:
+    """The flash kernel's spec for ``op`` (``mask`` the value outside the group that
+    feeds its mask operand), or why the kernel cannot compute it."""
+    q, key, v = (spec_of(x.type) for x in op.operands[:3])
+    if not q.shape[:-2] == key.shape[:-2] == v.shape[:-2]:
+        return "q, key and v have different batch dims (the kernel does not broadcast them)"
+    kind = mask_kind(mask, q.shape[-2], key.shape[-2])
+    if kind is None:
+        return "the mask is neither zero nor a causal constant (0 on and below the diagonal)"
+    try:
+        return AttentionSpec(
+            batch=math.prod(q.shape[:-2]),
+            sq=q.shape[-2],
+            sk=key.shape[-2],
+            d=q.shape[-1],
+            dv=v.shape[-1],
+            dtype=q.dtype,
+            out_dtype=spec_of(op.output.type).dtype,
+            scale=float(op.attr("scale")),
+            causal=kind == "causal",
+        )
+    except ValueError as err:
+        return str(err)
+
+
+def _outer(fused_op: ai.FusedOp, inner: SSAValue) -> SSAValue:
+    """The group operand a block argument of ``fused_op`` stands for (a value defined in
+    the group, a constant, is itself)."""
+    if isinstance(inner, BlockArgument) and inner.block is fused_op.block:
+        return fused_op.operands[inner.index]
+    return inner
+
+
+def plan(fused_op: ai.FusedOp) -> tuple[AttentionSpec, dict[str, int]] | str:
+    """The kernel's spec and the group inputs it reads, or why the fallback serves it."""
+    ops = body_ops(fused_op)
+    if len(ops) != 1 or not isinstance(ops[0], ai.AttentionOp):
+        return "the group is more than one ai.attention"
+    op = ops[0]
+    spec = kernel_spec(op, _outer(fused_op, op.mask))
+    if isinstance(spec, str):
+        return spec
+    inputs = {}
+    for role, value in (("q", op.query), ("k", op.key), ("v", op.value)):
+        if not isinstance(value, BlockArgument) or value.block is not fused_op.block:
+            return f"{role} is computed inside the group"
+        inputs[role] = value.index
+    return spec, inputs
+
+
+def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
+    """The group is the attention op alone (``Template.accepts``): the kernel, and the
+    fallback, read the operands from memory and write the result as it is."""
+    others = [op.name for op in members if op is not anchor]
+    if not others:
+        return None
+    return (
+        "the cuda attention template takes ai.attention alone (the flash kernel reads q, "
+        f"key and v from memory by TMA, and has no epilogue): {', '.join(others)} stays "
+        "a kernel of its own"
+    )
+
+
+def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
+    """The kernel module of an attention group (the fallback's when the kernel cannot)."""
+    from fusec.targets.cuda import torch_fallback
+
+    name = kernel_name(name)
+    planned = plan(fused_op)
+    if isinstance(planned, str):
+        return torch_fallback.generate(fused_op, name, reason=planned)
+    spec, inputs = planned
+    notes = [
+        "target: cuda, fused flash-style attention on the Hopper Tensor Cores (wgmma + TMA, "
+        "sm_90a): online softmax, the scores never leave registers;",
+        f"batch {spec.batch}, {spec.sq} queries x {spec.sk} keys, head {spec.d}/{spec.dv}, "
+        f"{spec.dtype} -> {spec.out_dtype}, scale {spec.scale!r}"
+        f"{', causal' if spec.causal else ''}; {spec.grid} blocks of 128 query rows",
+    ]
+    args = ", ".join(f"in{k}" for k in range(len(fused_op.inputs)))
+    source = "\n".join(
+        [
+            header(fused_op, notes=notes),
+            "from fusec.targets.cuda.attention.cpp import AttentionSpec",
+            "from fusec.targets.cuda.attention.launcher import AttentionLaunch",
+            "",
+            f"ATTENTION = AttentionLaunch({spec!r}, {inputs!r})",
+            "",
+            "",
+            f"def launch({args}, out0, stream=0, sms=132):",
+            f"    ATTENTION(({args},), out0, stream)",
+            "",
+            "",
+            "LINKED = ATTENTION  # the runtime launches it by address (ATTENTION.direct)",
+            "",
+            f"KERNELS = []  # a linked cubin, launched by AttentionLaunch ({spec.function_name})",
+            "",
+        ]
+    )
+    ins, outs = io_specs(fused_op)
+    cpp = (("cuda-c++", spec.cpp_source()),)
+    return KernelSource(
+        name, "attention", "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp
+    )

@@ -1,0 +1,223 @@
+"""Geometry of one conv2d and the tile configuration of its implicit GEMM.
+
+The implicit GEMM computes, per group ``g`` of a grouped convolution,
+``out[n, g*KG + k, p, q] = sum_{tap, c} W[g*KG + k, c, tap] * X[n, g*CG + c, p*SH + r*DH - PT,
+q + s*DW - PL]`` as a GEMM whose rows are output channels (M = KG), whose columns
+are output pixels (N) and whose reduction runs over (tap, input channel):
+
+* the input is first re-laid out to channels-last, ``[N][H][W][G][CGP]``
+  (channels padded to a multiple of 8 per group, zeros): TMA needs the
+  innermost coordinate of every box 16-byte aligned, so the tap shifts must
+  fall on an outer dimension (on the H200, an NCHW box shifted by one pixel
+  along W was an illegal instruction);
+* columns: output pixels in *strips* of 64 consecutive columns of one output
+  row (``q0 .. q0+63`` of row ``p`` of image ``n``); a strip is one TMA box of
+  the channels-last input per (tap, 64-channel chunk): 64 pixel rows of 64
+  channels, the K-major B operand layout of wgmma; padding and ragged edges
+  are TMA's out-of-bounds zero fill, so no index is clamped;
+* rows: the weights, re-laid out once per call to ``[K][R*S][CGP]`` (KRSC)
+  so that one (tap, channel chunk) of a row block is one K-major TMA box;
+* the reduction: ``R*S*CC`` steps of 64 (CC = ceil(CG / 64) channel chunks per
+  tap); channels past CG are zero-filled in both operands.
+
+The template takes stride 1 along W (a strided W box would need TMA element
+strides, not built); any stride along H, dilations, asymmetric padding and
+groups are box coordinates.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SMEM_LIMIT = 227 * 1024
+SMEM_ALIGN = 1024
+MMA_M = 64
+STRIP = 64  # output pixels per strip: one 128-byte row of 16-bit values
+CHUNK = 64  # input channels per reduction step
+
+_TEXT = re.compile(r"^(\d+)x(\d+) s(\d+) c(\d+)([mn])$")
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """One ``ai.conv2d``: NCHW input (n, c, h, w), KCRS weights (k, c/groups, r, s)."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    r: int
+    s: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_top: int = 0
+    pad_left: int = 0
+    pad_bottom: int = 0
+    pad_right: int = 0
+    dil_h: int = 1
+    dil_w: int = 1
+    groups: int = 1
+
+    @property
+    def cg(self) -> int:
+        """Input channels per group."""
+        return self.c // self.groups
+
+    @property
+    def kg(self) -> int:
+        """Output channels per group."""
+        return self.k // self.groups
+
+    @property
+    def p(self) -> int:
+        span = self.dil_h * (self.r - 1) + 1
+        return (self.h + self.pad_top + self.pad_bottom - span) // self.stride_h + 1
+
+    @property
+    def q(self) -> int:
+        span = self.dil_w * (self.s - 1) + 1
+        return (self.w + self.pad_left + self.pad_right - span) // self.stride_w + 1
+
+    @property
+    def cgp(self) -> int:
+        """Row pitch (elements) of the re-laid weights: CG rounded up to 8 (16 bytes)."""
+        return cdiv(self.cg, 8) * 8
+
+    @property
+    def nhwc_elements(self) -> int:
+        """Elements of the channels-last copy of the input, ``[N][H][W][G][CGP]``."""
+        return self.n * self.h * self.w * self.groups * self.cgp
+
+    @property
+    def strips_per_row(self) -> int:
+        return cdiv(self.q, STRIP)
+
+    @property
+    def strips(self) -> int:
+        return self.n * self.p * self.strips_per_row
+
+    @property
+    def chunks(self) -> int:
+        return cdiv(self.cg, CHUNK)
+
+    @property
+    def kblocks(self) -> int:
+        return self.r * self.s * self.chunks
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.n * self.k * self.p * self.q * self.cg * self.r * self.s
+
+
+@dataclass(frozen=True)
+class ConvTile:
+    """The block tile of the implicit GEMM: ``bm`` output channels x ``bn`` pixels
+    (``bn / 64`` strips), ``stages`` pipeline stages, ``consumers`` consumer
+    warpgroups splitting the tile along M (``split`` "m": ``bm / consumers`` rows
+    each) or along N ("n": ``bn / consumers`` columns each)."""
+
+    bm: int = 64
+    bn: int = 256
+    stages: int = 4
+    consumers: int = 2
+    split: str = "n"
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ValueError(f"bad conv tile {self.text}: {'; '.join(problems)}")
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.split not in ("m", "n"):
+            out.append("split is 'm' or 'n'")
+        if self.consumers not in (1, 2):
+            out.append("1 or 2 consumer warpgroups")
+        if self.bm not in (64, 128):
+            out.append("bm is 64 or 128")
+        if self.bn % STRIP or not STRIP <= self.bn <= 256:
+            out.append("bn is 64, 128, 192 or 256")
+        if self.split == "m" and self.consumers and self.bm % (MMA_M * self.consumers):
+            out.append("bm must be a multiple of 64 x consumers")
+        if self.split == "n" and self.consumers and self.bn % (STRIP * self.consumers):
+            out.append("bn must be a multiple of 64 x consumers")
+        if self.stages < 2:
+            out.append("at least 2 stages")
+        if self.smem_bytes > SMEM_LIMIT:
+            out.append(f"{self.smem_bytes} bytes of shared memory > {SMEM_LIMIT}")
+        if self.acc_registers > 128:
+            out.append(f"{self.acc_registers} accumulator registers per thread > 128")
+        return out
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + 1)
+
+    @property
+    def wm(self) -> int:
+        """Rows of one consumer."""
+        return self.bm // self.consumers if self.split == "m" else self.bm
+
+    @property
+    def wn(self) -> int:
+        """Columns of one consumer (the wgmma N)."""
+        return self.bn // self.consumers if self.split == "n" else self.bn
+
+    @property
+    def a_stage_bytes(self) -> int:
+        return self.bm * CHUNK * 2
+
+    @property
+    def b_stage_bytes(self) -> int:
+        return self.bn * CHUNK * 2
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.stages * (self.a_stage_bytes + self.b_stage_bytes) + 16 * self.stages + 1024
+
+    @property
+    def acc_registers(self) -> int:
+        return (self.wm // MMA_M) * self.wn // 2
+
+    @property
+    def text(self) -> str:
+        return f"{self.bm}x{self.bn} s{self.stages} c{self.consumers}{self.split}"
+
+    @classmethod
+    def parse(cls, text: str) -> ConvTile:
+        match = _TEXT.match(text.strip())
+        if not match:
+            raise ValueError(f"bad conv tile {text!r}: expected e.g. '64x256 s4 c2n'")
+        bm, bn, stages, consumers, split = match.groups()
+        return cls(int(bm), int(bn), int(stages), int(consumers), split)
+
+
+def tile_count(tile: ConvTile, geo: ConvGeometry) -> int:
+    return cdiv(geo.kg, tile.bm) * cdiv(geo.strips, tile.bn // STRIP) * geo.groups
+
+
+def choose_tile(geo: ConvGeometry, sms: int = 132) -> ConvTile:
+    """64-row tiles when a group has at most 64 output channels (two consumers split the
+    pixels), else 128 rows (two consumers split the channels); 256 pixel columns unless
+    128 fill the GPU's last wave clearly better."""
+    if geo.kg <= 64:
+        candidates = [ConvTile(64, 256, 4, 2, "n"), ConvTile(64, 128, 6, 2, "n")]
+    else:
+        candidates = [ConvTile(128, 256, 4, 2, "m"), ConvTile(128, 128, 6, 2, "m")]
+
+    def waste(tile: ConvTile) -> float:
+        tiles = tile_count(tile, geo)
+        waves = cdiv(tiles, sms)
+        return 1.0 - tiles / (waves * sms)
+
+    best = candidates[0]
+    for tile in candidates[1:]:
+        if waste(tile) + 0.15 < waste(best):
+            best = tile
+    return best

@@ -1,0 +1,476 @@
+"""The CUDA C++ of the conv2d templates: implicit GEMM on the Hopper core, and direct.
+
+``ConvSpec`` (implicit GEMM, see ``config``): one ``extern "C"`` device
+function, the whole block program of a warp-specialised persistent kernel, in
+the shape of the GEMM's (``gemm.cpp``):
+
+* warpgroup 0, thread 0 (the producer, 40 registers) walks the block's tiles
+  and, per reduction step (tap ``r, s``, channel chunk ``cc``), issues one 4-D
+  TMA box of the re-laid weights (``bm`` output channels x 64 channels,
+  K-major) and one 5-D TMA box per pixel strip of the channels-last input
+  (64 pixels x 64 channels at ``(cc*64, g, q0 + s*DW - PL, p*SH + r*DH - PT,
+  n)``: K-major, 128-byte swizzle; padding and ragged edges are zero fill);
+* consumer warpgroups (232 registers) run ``wgmma.m64n{wn}k16`` on their
+  rows (split "m") or columns (split "n") of the tile and then the epilogue
+  on the f32 accumulators at output element ``(n, k, p, q)``, stored into the
+  NCHW output with bounds checks (adjacent pixels as one 32/64-bit store when
+  Q is even).
+
+Two small ``__global__`` kernels in the same module run first on the same
+stream: the weights to ``[K][R*S][CGP]`` and the input to channels-last
+``[N][H][W][G][CGP]`` (a tiled shared-memory transpose). TMA requires the
+innermost coordinate of a box to be 16-byte aligned, so the tap shifts must
+not move along the contiguous dimension: reading NCHW in place by shifting
+along W was an illegal instruction on the H200.
+
+``DirectConvSpec``: a grid-stride direct convolution (one output element per
+thread and step, f32 accumulation, the same epilogue), for what is not a GEMM:
+depthwise and other few-channel grouped convolutions.
+
+Every size is a compile-time constant (a kernel per conv shape, as the graph's
+shapes are static), so index divisions are multiplications.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from fusec.targets.cuda.conv.config import STRIP, ConvGeometry, ConvTile, cdiv, tile_count
+from fusec.targets.cuda.gemm.cpp import CONSUMER_REGISTERS, PRODUCER_REGISTERS, Epilogue
+from fusec.targets.cuda.ptx import HELPERS, tma_load, wgmma_ss
+
+DTYPES = ("f16", "bf16")
+OUT_DTYPES = ("f16", "bf16", "f32")
+
+
+def _geometry_defines(geo: ConvGeometry) -> str:
+    values = {
+        "NB": geo.n,
+        "C": geo.c,
+        "H": geo.h,
+        "W": geo.w,
+        "KOUT": geo.k,
+        "G": geo.groups,
+        "CG": geo.cg,
+        "KG": geo.kg,
+        "CGP": geo.cgp,
+        "R": geo.r,
+        "S": geo.s,
+        "SH": geo.stride_h,
+        "SW": geo.stride_w,
+        "DH": geo.dil_h,
+        "DW": geo.dil_w,
+        "PT": geo.pad_top,
+        "PL": geo.pad_left,
+        "P": geo.p,
+        "Q": geo.q,
+    }
+    return "\n".join(f"#define {name} {int(value)}" for name, value in values.items())
+
+
+def _epilogue_function(epilogue: Epilogue) -> str:
+    """``fs_epilogue(acc, n, k, p, q, e0...)``: the group's elementwise tail at one output
+    element; the body reads ``acc`` and the NCHW indices ``i0..i3``."""
+    extras = "".join(f", const void* e{k}" for k in range(len(epilogue.extras)))
+    body = "\n".join("  " + line for line in epilogue.body.splitlines())
+    return f"""{epilogue.helpers}
+static __device__ __forceinline__ float fs_epilogue(float acc, int n_, int k_, int p_,
+                                                   int q_{extras}) {{
+  const long long i0 = n_, i1 = k_, i2 = p_, i3 = q_;
+  float y;
+{body}
+  return y;
+}}
+"""
+
+
+def _shape_comment(geo: ConvGeometry) -> str:
+    return (
+        f"N{geo.n} C{geo.c} H{geo.h} W{geo.w} -> K{geo.k} P{geo.p} Q{geo.q}, "
+        f"{geo.r}x{geo.s}, groups {geo.groups}"
+    )
+
+
+def _check_types(dtype: str, out_dtype: str, epilogue: Epilogue) -> None:
+    if dtype not in DTYPES or out_dtype not in OUT_DTYPES:
+        raise ValueError(f"unsupported conv types {dtype} -> {out_dtype}")
+    for extra in epilogue.extras:
+        if extra not in OUT_DTYPES:
+            raise ValueError(f"epilogue input type {extra!r}")
+
+
+@dataclass(frozen=True)
+class ConvSpec:
+    """Everything the implicit-GEMM conv kernel specialises on."""
+
+    geo: ConvGeometry
+    tile: ConvTile = field(default_factory=ConvTile)
+    dtype: str = "f16"
+    out_dtype: str = "f16"
+    epilogue: Epilogue = field(default_factory=Epilogue)
+
+    def __post_init__(self) -> None:
+        _check_types(self.dtype, self.out_dtype, self.epilogue)
+        why = implicit_gemm_problem(self.geo)
+        if why:
+            raise ValueError(why)
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:16]
+
+    @property
+    def function_name(self) -> str:
+        return f"fusec_conv_{self.key}"
+
+    @property
+    def relayout_name(self) -> str:
+        """The ``__global__`` kernel that re-lays the weights out (KCRS -> K, R*S, CGP)."""
+        return f"fusec_convw_{self.key}"
+
+    @property
+    def transpose_name(self) -> str:
+        """The ``__global__`` kernel that makes the input channels-last (N, H, W, G, CGP)."""
+        return f"fusec_convx_{self.key}"
+
+    @property
+    def threads(self) -> int:
+        return self.tile.threads
+
+    def cpp_source(self) -> str:
+        return generate(self)
+
+    def kernel_params(self) -> list[str]:
+        """The kernel's (u64) parameters after the shared-memory address."""
+        return ["map_w", "map_x", "out"] + [f"e{k}" for k in range(len(self.epilogue.extras))]
+
+    def arg_count(self) -> tuple[int, int]:
+        return len(self.kernel_params()), 0
+
+    @property
+    def tiles(self) -> int:
+        return tile_count(self.tile, self.geo)
+
+
+def implicit_gemm_problem(geo: ConvGeometry) -> str | None:
+    """Why the implicit GEMM cannot run ``geo`` (None when it can)."""
+    if geo.stride_w != 1:
+        return "stride along W > 1: TMA cannot stride the innermost (contiguous) dimension"
+    if max(geo.stride_h, geo.dil_h, geo.dil_w) > 1 << 15 or geo.n * geo.c * geo.h * geo.w >= 2**31:
+        return "sizes beyond 32-bit coordinates"
+    return None
+
+
+def generate(spec: ConvSpec) -> str:
+    """The ``.cu`` source of ``spec``: the conv device function and the weight re-layout."""
+    geo, tile = spec.geo, spec.tile
+    mi = tile.wm // 64
+    half = tile.wn // 2
+    extras_args = "".join(f", (const void*)e{k}" for k in range(len(spec.epilogue.extras)))
+    params = ", ".join(f"u64 {n}" for n in spec.kernel_params())
+    a_row0 = "cw * WM" if tile.split == "m" else "0"
+    b_col0 = "cw * WN" if tile.split == "n" else "0"
+    out = spec.out_dtype
+    tiles_m = cdiv(geo.kg, tile.bm)
+    tiles_n = cdiv(geo.strips, tile.bn // STRIP)
+    return f"""// fusec generated implicit-GEMM conv2d: tile {tile.text}, {spec.dtype} -> {out}
+// {_shape_comment(geo)}
+// epilogue {spec.epilogue.name}
+{HELPERS}
+{tma_load(4)}
+{tma_load(5)}
+{wgmma_ss("fs_wgmma", tile.wn, spec.dtype, 0, 0)}
+{_geometry_defines(geo)}
+#define BM {tile.bm}
+#define BN {tile.bn}
+#define WM {tile.wm}
+#define WN {tile.wn}
+#define STAGES {tile.stages}
+#define CONSUMERS {tile.consumers}
+#define SPT {tile.bn // STRIP}
+#define QS {geo.strips_per_row}
+#define STRIPS {geo.strips}
+#define CC {geo.chunks}
+#define KBLOCKS {geo.kblocks}
+#define TILES_M {tiles_m}
+#define TILES_N {tiles_n}
+#define TILES {spec.tiles}
+#define A_BYTES {tile.a_stage_bytes}
+#define B_BYTES {tile.b_stage_bytes}
+{_epilogue_function(spec.epilogue)}
+// Weights KCRS -> [KOUT][R*S][CGP], channels CG..CGP-1 zero (the TMA map reads CG of them).
+extern "C" __global__ void {spec.relayout_name}(const u16* __restrict__ w, u16* __restrict__ wp) {{
+  const int total = KOUT * R * S * CGP;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {{
+    const int c = i % CGP;
+    const int rest = i / CGP;
+    const int tap = rest % (R * S);
+    const int k = rest / (R * S);
+    wp[i] = c < CG ? w[(k * CG + c) * (R * S) + tap] : (u16)0;
+  }}
+}}
+
+// Input NCHW -> [NB][H][W][G][CGP] (each group's channels padded to CGP with zeros): one block
+// moves 64 channels x 64 pixels of one image through shared memory, reading pixel-contiguous
+// rows and writing channel-contiguous rows.
+extern "C" __global__ void {spec.transpose_name}(const u16* __restrict__ x, u16* __restrict__ xt) {{
+  __shared__ u16 tile[64][66];
+  const int pix0 = blockIdx.x * 64;
+  const int ch0 = blockIdx.y * 64;
+  const long long n = blockIdx.z;
+  for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) {{
+    const int cl = i / 64, pl = i % 64;
+    const int cp = ch0 + cl, pix = pix0 + pl;
+    u16 v = 0;
+    if (cp < G * CGP && pix < H * W) {{
+      const int g = cp / CGP, cg = cp % CGP;
+      if (cg < CG) v = x[(n * C + g * CG + cg) * (H * W) + pix];
+    }}
+    tile[cl][pl] = v;
+  }}
+  __syncthreads();
+  for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) {{
+    const int pl = i / 64, cl = i % 64;
+    const int cp = ch0 + cl, pix = pix0 + pl;
+    if (cp < G * CGP && pix < H * W) xt[(n * (H * W) + pix) * (G * CGP) + cp] = tile[cl][pl];
+  }}
+}}
+
+// Tile t of the persistent walk -> (pm: channel block, pn: strip block, g: group).
+static __device__ __forceinline__ void fs_tile(int t, int& pm, int& pn, int& g) {{
+  g = t / (TILES_M * TILES_N);
+  const int r = t - g * (TILES_M * TILES_N);
+  pm = r % TILES_M;
+  pn = r / TILES_M;
+}}
+
+// Strip -> (image, output row, first output column).
+static __device__ __forceinline__ void fs_strip(int strip, int& n, int& p, int& q0) {{
+  const int qs = strip % QS;
+  const int rest = strip / QS;
+  p = rest % P;
+  n = rest / P;
+  q0 = qs * 64;
+}}
+
+extern "C" __device__ __attribute__((always_inline))
+int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
+  const u32 base = (fs_smem((const void*)smem_raw) + 1023u) & ~1023u;
+  const u32 sa = base;
+  const u32 sb = base + STAGES * A_BYTES;
+  const u32 bars = sb + STAGES * B_BYTES;  // full[s] = bars + 8 s, empty[s] = bars + 8 (STAGES + s)
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  if (tid == 0) {{
+    for (int s = 0; s < STAGES; ++s) {{
+      fs_bar_init(bars + 8 * s, 1);
+      fs_bar_init(bars + 8 * (STAGES + s), CONSUMERS);
+    }}
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }}
+  __syncthreads();
+  if (wg == 0) {{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 {PRODUCER_REGISTERS};" ::: "memory");
+    if (tid == 0) {{
+      fs_prefetch_map(map_w);
+      fs_prefetch_map(map_x);
+      int it = 0;
+      for (int t = blockIdx.x; t < TILES; t += gridDim.x) {{
+        int pm, pn, g;
+        fs_tile(t, pm, pn, g);
+        for (int kb = 0; kb < KBLOCKS; ++kb, ++it) {{
+          const int tap = kb / CC;
+          const int cc = kb - tap * CC;
+          const int r = tap / S;
+          const int s = tap - r * S;
+          const int st = it % STAGES;
+          const u32 full = bars + 8 * st;
+          fs_bar_wait(bars + 8 * (STAGES + st), ((u32)(it / STAGES) & 1u) ^ 1u);
+          fs_bar_expect(full, A_BYTES + B_BYTES);
+          fs_tma_load4(sa + st * A_BYTES, map_w, full, cc * 64, tap, pm * BM, g);
+#pragma unroll
+          for (int j = 0; j < SPT; ++j) {{
+            // a strip past the end re-reads the last one: its columns are never stored
+            const int strip = min(pn * SPT + j, STRIPS - 1);
+            int n, p, q0;
+            fs_strip(strip, n, p, q0);
+            fs_tma_load5(sb + st * B_BYTES + j * 8192, map_x, full,
+                         cc * 64, g, q0 + s * DW - PL, p * SH + r * DH - PT, n);
+          }}
+        }}
+      }}
+    }}
+  }} else {{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 {CONSUMER_REGISTERS};" ::: "memory");
+    const int cw = wg - 1;
+    const int lt = tid % 128;
+    const int warp = lt / 32;
+    const int lane = lt % 32;
+    float acc[{mi}][{half}];
+    int it = 0;
+    for (int t = blockIdx.x; t < TILES; t += gridDim.x) {{
+      int pm, pn, g;
+      fs_tile(t, pm, pn, g);
+      for (int kb = 0; kb < KBLOCKS; ++kb, ++it) {{
+        const int st = it % STAGES;
+        fs_bar_wait(bars + 8 * st, (u32)(it / STAGES) & 1u);
+        const u32 a_base = sa + st * A_BYTES;
+        const u32 b_base = sb + st * B_BYTES + ({b_col0}) * 128;  // pixel rows of 128 bytes
+        fs_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {{
+#pragma unroll
+          for (int m = 0; m < {mi}; ++m) {{
+            const int row_blk = {a_row0} + m * 64;
+            fs_wgmma(acc[m], fs_desc(a_base + (u32)(row_blk * 128 + kk * 32), 16u, 1024u),
+                     fs_desc(b_base + (u32)(kk * 32), 16u, 1024u), (kb | kk) != 0);
+          }}
+        }}
+        fs_wg_commit();
+        if (kb > 0) {{
+          fs_wg_wait<1>();
+          if (lt == 0) fs_bar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
+        }}
+      }}
+      fs_wg_wait<0>();
+      if (lt == 0) fs_bar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
+#pragma unroll
+      for (int m = 0; m < {mi}; ++m)
+#pragma unroll
+        for (int j = 0; j < {half}; ++j) fs_fence_reg(acc[m][j]);
+      // accumulator j of m64 block m: row 16 warp + lane/4 + 8 ((j/2)%2),
+      // column 8 (j/4) + 2 (lane%4) + j%2
+#pragma unroll
+      for (int m = 0; m < {mi}; ++m) {{
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {{
+          const int kg = pm * BM + {a_row0} + m * 64 + warp * 16 + (lane / 4) + 8 * h;
+          if (kg < KG) {{
+            const int ko = g * KG + kg;
+#pragma unroll
+            for (int sj = 0; sj < WN / 64; ++sj) {{
+              // one strip of 64 output pixels: decoded once, 8 column groups of 8
+              const int strip = pn * SPT + ({b_col0}) / 64 + sj;
+              int n, p, q0;
+              fs_strip(strip, n, p, q0);
+              const long long row = (((long long)n * KOUT + ko) * P + p) * Q;
+#pragma unroll
+              for (int qe = 0; qe < 8; ++qe) {{
+                const int qd = sj * 8 + qe;
+                const int q = q0 + qe * 8 + 2 * (lane % 4);
+                if (strip < STRIPS && q < Q) {{
+                  const long long o = row + q;
+                  const float y0 = fs_epilogue(acc[m][4 * qd + 2 * h], n, ko, p, q{extras_args});
+                  if (Q % 2 == 0) {{
+                    const float y1 =
+                        fs_epilogue(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1{extras_args});
+                    fs_st2_{out}((void*)out, o, y0, y1);
+                  }} else {{
+                    fs_st_{out}((void*)out, o, y0);
+                    if (q + 1 < Q) {{
+                      const float y1 =
+                          fs_epilogue(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1{extras_args});
+                      fs_st_{out}((void*)out, o + 1, y1);
+                    }}
+                  }}
+                }}
+              }}
+            }}
+          }}
+        }}
+      }}
+    }}
+  }}
+  return 0;
+}}
+"""
+
+
+DIRECT_THREADS = 256
+
+
+@dataclass(frozen=True)
+class DirectConvSpec:
+    """A direct convolution (any groups, strides, padding, dilation), one output element
+    per thread and grid-stride step: the template for depthwise and few-channel groups."""
+
+    geo: ConvGeometry
+    dtype: str = "f16"
+    out_dtype: str = "f16"
+    epilogue: Epilogue = field(default_factory=Epilogue)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES + ("f32",) or self.out_dtype not in OUT_DTYPES:
+            raise ValueError(f"unsupported conv types {self.dtype} -> {self.out_dtype}")
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:16]
+
+    @property
+    def function_name(self) -> str:
+        return f"fusec_dconv_{self.key}"
+
+    @property
+    def threads(self) -> int:
+        return DIRECT_THREADS
+
+    def cpp_source(self) -> str:
+        return generate_direct(self)
+
+    def kernel_params(self) -> list[str]:
+        """The kernel's (u64) parameters after the shared-memory address."""
+        return ["x", "w", "out"] + [f"e{k}" for k in range(len(self.epilogue.extras))]
+
+    def arg_count(self) -> tuple[int, int]:
+        return len(self.kernel_params()), 0
+
+
+def generate_direct(spec: DirectConvSpec) -> str:
+    geo = spec.geo
+    extras_args = "".join(f", (const void*)e{k}" for k in range(len(spec.epilogue.extras)))
+    params = ", ".join(f"u64 {n}" for n in spec.kernel_params())
+    ld = f"fs_ld_{spec.dtype}"
+    return f"""// fusec generated direct conv2d, {spec.dtype} -> {spec.out_dtype}, f32 accumulation
+// {_shape_comment(geo)}
+// epilogue {spec.epilogue.name}
+{HELPERS}
+{_geometry_defines(geo)}
+{_epilogue_function(spec.epilogue)}
+extern "C" __device__ __attribute__((always_inline))
+int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
+  const long long total = (long long)NB * KOUT * P * Q;
+  const long long step = (long long)gridDim.x * blockDim.x;
+  const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  for (long long idx = first; idx < total; idx += step) {{
+    const int q = (int)(idx % Q);
+    long long t = idx / Q;
+    const int p = (int)(t % P);
+    t /= P;
+    const int ko = (int)(t % KOUT);
+    const int n = (int)(t / KOUT);
+    const int g = ko / KG;
+    float acc = 0.0f;
+    for (int c = 0; c < CG; ++c) {{
+      const long long x_base = ((long long)n * C + g * CG + c) * H * W;
+      const long long w_base = ((long long)ko * CG + c) * R * S;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {{
+        const int ih = p * SH + r * DH - PT;
+        if (ih >= 0 && ih < H) {{
+#pragma unroll
+          for (int s = 0; s < S; ++s) {{
+            const int iw = q * SW + s * DW - PL;
+            if (iw >= 0 && iw < W)
+              acc += {ld}((const void*)x, x_base + ih * W + iw) *
+                     {ld}((const void*)w, w_base + r * S + s);
+          }}
+        }}
+      }}
+    }}
+    fs_st_{spec.out_dtype}((void*)out, idx, fs_epilogue(acc, n, ko, p, q{extras_args}));
+  }}
+  return 0;
+}}
+"""

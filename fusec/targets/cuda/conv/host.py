@@ -1,0 +1,185 @@
+"""Host side of the conv kernels: load the cubin, tensor maps, scratch, launch on a stream.
+
+Per call of the implicit GEMM, on the caller's stream and in this order:
+
+1. the weights are re-laid out (``fusec_convw_*``, KCRS -> [K][R*S][CGP]) and
+2. the input is made channels-last (``fusec_convx_*``, NCHW -> [N][H][W][G][CGP])
+   into scratch buffers kept per stream (a later call on the same stream runs
+   after this one, so reusing them is ordered; another stream has its own);
+3. the conv kernel: a persistent grid of ``min(tiles, SMs)`` blocks.
+
+Tensor maps are cached by everything they encode (``gemm.host``'s cache).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+from fusec.errors import FusecError
+from fusec.targets.cuda.conv.config import CHUNK, STRIP
+from fusec.targets.cuda.conv.cpp import DIRECT_THREADS, ConvSpec, DirectConvSpec
+from fusec.targets.cuda.gemm.host import _check as check
+from fusec.targets.cuda.gemm.host import _maps as tensor_maps
+
+_RELAYOUT_THREADS = 256
+
+
+def encode_tiled(dtype: str, ptr: int, dims: tuple, strides: tuple, box: tuple):
+    """A 128-byte-swizzled tiled tensor map; ``dims``/``box`` innermost first, ``strides`` in
+    bytes for dims 1.. (TMA needs them multiples of 16)."""
+    from cuda.bindings import driver as drv
+
+    kind = {
+        "f16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        "bf16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+    }[dtype]
+    return check(
+        drv.cuTensorMapEncodeTiled(
+            kind,
+            drv.cuuint32_t(len(dims)),
+            ptr,
+            [drv.cuuint64_t(d) for d in dims],
+            [drv.cuuint64_t(s) for s in strides],
+            [drv.cuuint32_t(b) for b in box],
+            [drv.cuuint32_t(1)] * len(dims),
+            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    )
+
+
+def tensor_map(dtype: str, ptr: int, dims: tuple, strides: tuple, box: tuple, stream: int) -> int:
+    """Device address of the (cached) tensor map, usable by work queued next on ``stream``
+    (a new map is uploaded stream-ordered, ``gemm.host``)."""
+    key = ("nd", dtype, ptr, dims, strides, box)
+    return tensor_maps.get(key, lambda: encode_tiled(dtype, ptr, dims, strides, box), stream)
+
+
+class LinkedKernel:
+    """A loaded cubin: its functions by name (``extern "C"``) and the Numba kernel."""
+
+    def __init__(self, cubin: bytes, smem_bytes: int, named: tuple[str, ...] = ()) -> None:
+        from cuda.bindings import driver as drv
+
+        from fusec.targets.cuda.env import numba_cuda
+
+        numba_cuda().current_context()  # the primary context (Numba's) is current
+        self.drv = drv
+        self.module = check(drv.cuModuleLoadData(cubin))
+        self.named = {
+            name: check(drv.cuModuleGetFunction(self.module, name.encode())) for name in named
+        }
+        count = int(check(drv.cuModuleGetFunctionCount(self.module)))
+        functions = check(drv.cuModuleEnumerateFunctions(count, self.module))
+        functions = functions if isinstance(functions, (list, tuple)) else [functions]
+        known = {int(f) for f in self.named.values()}
+        rest = [f for f in functions if int(f) not in known]
+        if len(rest) != 1:
+            raise FusecError(f"cubin holds {len(rest)} unnamed kernels, expected the Numba one")
+        self.function = rest[0]
+        self.smem_bytes = smem_bytes
+        if smem_bytes > 48 * 1024:
+            attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            check(drv.cuFuncSetAttribute(self.function, attr, smem_bytes))
+        self.lock = threading.Lock()
+        self.scratch: dict[tuple, int] = {}
+        self.streams: dict[int, Any] = {}
+
+    def stream(self, stream: int) -> Any:
+        handle = self.streams.get(stream)
+        if handle is None:
+            handle = self.streams[stream] = self.drv.CUstream(stream)
+        return handle
+
+    def buffer(self, key: tuple, size: int) -> int:
+        """A device scratch buffer kept under ``key`` (callers put the stream in it)."""
+        ptr = self.scratch.get(key)
+        if ptr is None:
+            ptr = self.scratch[key] = int(check(self.drv.cuMemAlloc(max(size, 16))))
+        return ptr
+
+    def launch(self, function: Any, grid, threads: int, smem: int, handle: Any, args) -> None:
+        """``function<<<grid, threads, smem, handle>>>(args)``; ``grid`` an int or (x, y, z),
+        ``args`` (ctypes type, value) pairs."""
+        gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else grid
+        values = [kind(v) for kind, v in args]
+        pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+        check(
+            self.drv.cuLaunchKernel(
+                function, gx, gy, gz, threads, 1, 1, smem, handle, ctypes.addressof(pointers), 0
+            )
+        )
+
+
+class ConvKernel(LinkedKernel):
+    """The implicit-GEMM conv of ``spec``: ``__call__`` queues the re-layout and the conv."""
+
+    def __init__(self, spec: ConvSpec, cubin: bytes) -> None:
+        names = (spec.relayout_name, spec.transpose_name)
+        super().__init__(cubin, spec.tile.smem_bytes, names)
+        self.spec = spec
+        self.relayout = self.named[spec.relayout_name]
+        self.transpose = self.named[spec.transpose_name]
+
+    def __call__(
+        self, x: int, w: int, out: int, extras: tuple[int, ...], stream: int = 0, sms: int = 132
+    ) -> None:
+        spec, geo, tile = self.spec, self.spec.geo, self.spec.tile
+        if len(extras) != len(spec.epilogue.extras):
+            raise FusecError(
+                f"epilogue takes {len(spec.epilogue.extras)} inputs, got {len(extras)}"
+            )
+        handle = self.stream(stream)
+        u64 = ctypes.c_uint64
+        with self.lock:
+            total = geo.k * geo.r * geo.s * geo.cgp
+            wp = self.buffer((stream, "w"), total * 2)
+            blocks = min(-(-total // _RELAYOUT_THREADS), 4 * sms)
+            self.launch(self.relayout, blocks, _RELAYOUT_THREADS, 0, handle, [(u64, w), (u64, wp)])
+            xt = self.buffer((stream, "x"), geo.nhwc_elements * 2)
+            blocks3 = (-(-geo.h * geo.w // 64), -(-geo.groups * geo.cgp // 64), geo.n)
+            self.launch(self.transpose, blocks3, 256, 0, handle, [(u64, x), (u64, xt)])
+            pixel = geo.groups * geo.cgp * 2  # bytes per channels-last pixel
+            map_x = tensor_map(
+                spec.dtype,
+                xt,
+                (geo.cg, geo.groups, geo.w, geo.h, geo.n),
+                (geo.cgp * 2, pixel, pixel * geo.w, pixel * geo.w * geo.h),
+                (CHUNK, 1, STRIP, 1, 1),
+                stream,
+            )
+            row = geo.cgp * 2
+            taps = geo.r * geo.s
+            map_w = tensor_map(
+                spec.dtype,
+                wp,
+                (geo.cg, taps, geo.kg, geo.groups),
+                (row, row * taps, row * taps * geo.kg),
+                (CHUNK, 1, tile.bm, 1),
+                stream,
+            )
+            args = [(u64, v) for v in (map_w, map_x, out, *extras)]
+            grid = min(spec.tiles, sms)
+            self.launch(self.function, grid, tile.threads, tile.smem_bytes, handle, args)
+
+
+class DirectConvKernel(LinkedKernel):
+    """The direct conv of ``spec``: one grid-stride launch."""
+
+    def __init__(self, spec: DirectConvSpec, cubin: bytes) -> None:
+        super().__init__(cubin, 0)
+        self.spec = spec
+
+    def __call__(
+        self, x: int, w: int, out: int, extras: tuple[int, ...], stream: int = 0, sms: int = 132
+    ) -> None:
+        geo = self.spec.geo
+        total = geo.n * geo.k * geo.p * geo.q
+        blocks = max(1, min(-(-total // DIRECT_THREADS), 16 * sms))
+        args = [(ctypes.c_uint64, v) for v in (x, w, out, *extras)]
+        with self.lock:
+            self.launch(self.function, blocks, DIRECT_THREADS, 0, self.stream(stream), args)

@@ -1,0 +1,134 @@
+"""A numpy model of the implicit-GEMM conv kernel's index arithmetic, for CPU tests.
+
+The CUDA simulator cannot run linked C++, so this replays what the generated
+block program does, with the formulas of ``cpp.generate``: the weight
+re-layout and the channels-last copy of the input, the persistent walk over
+(channel block, strip block, group) tiles, the producer's TMA boxes per (tap,
+channel chunk) with zero fill outside the tensor (``tma_box``; the innermost
+coordinate always 16-byte aligned), the consumers' split of the tile and the
+wgmma accumulator fragments (``gemm.model.fragment_coords``), and the
+epilogue's strip decoding and bounds checks. ``run`` returns the output and
+how many times each element was written.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fusec.targets.cuda.conv.config import CHUNK, STRIP, ConvGeometry, ConvTile, cdiv
+from fusec.targets.cuda.gemm.model import fragment_coords
+
+
+def relayout(geo: ConvGeometry, w: np.ndarray) -> np.ndarray:
+    """The re-laid weights ``[K][R*S][CGP]`` of KCRS ``w`` (``fusec_convw_*``)."""
+    wp = np.zeros((geo.k, geo.r * geo.s, geo.cgp), dtype=np.float32)
+    wp[:, :, : geo.cg] = w.reshape(geo.k, geo.cg, geo.r * geo.s).transpose(0, 2, 1)
+    return wp
+
+
+def channels_last(geo: ConvGeometry, x: np.ndarray) -> np.ndarray:
+    """The input as ``fusec_convx_*`` writes it: ``[N][H][W][G][CGP]``, padding zero."""
+    xt = np.zeros((geo.n, geo.h, geo.w, geo.groups, geo.cgp), dtype=np.float32)
+    grouped = x.reshape(geo.n, geo.groups, geo.cg, geo.h, geo.w)
+    xt[..., : geo.cg] = grouped.transpose(0, 3, 4, 1, 2)
+    return xt
+
+
+def tma_box(tensor: np.ndarray, coords: tuple[int, ...], box: tuple[int, ...]) -> np.ndarray:
+    """A TMA tile box: ``tensor`` indexed innermost-first by ``coords`` (may be negative or
+    past the end), ``box`` elements per dimension (innermost first); zeros outside."""
+    rank = tensor.ndim
+    out = np.zeros(tuple(reversed(box)), dtype=np.float32)
+    src, dst = [], []
+    for d in range(rank):  # d counts from the innermost dimension
+        size = tensor.shape[rank - 1 - d]
+        lo, hi = max(coords[d], 0), min(coords[d] + box[d], size)
+        if lo >= hi:
+            return out
+        src.append(slice(lo, hi))
+        dst.append(slice(lo - coords[d], hi - coords[d]))
+    out[tuple(reversed(dst))] = tensor[tuple(reversed(src))]
+    return out
+
+
+def tile_coords(t: int, tiles_m: int, tiles_n: int) -> tuple[int, int, int]:
+    """(pm, pn, g) of tile ``t``: ``fs_tile``."""
+    g, r = divmod(t, tiles_m * tiles_n)
+    return r % tiles_m, r // tiles_m, g
+
+
+def strip_coords(geo: ConvGeometry, strip: int) -> tuple[int, int, int]:
+    """(n, p, q0) of a strip: ``fs_strip``."""
+    rest, qs = divmod(strip, geo.strips_per_row)
+    n, p = divmod(rest, geo.p)
+    return n, p, qs * STRIP
+
+
+def run(
+    geo: ConvGeometry,
+    tile: ConvTile,
+    x: np.ndarray,
+    w: np.ndarray,
+    *,
+    grid: int,
+    epilogue=None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel on NCHW ``x`` and KCRS ``w`` with ``grid`` persistent blocks."""
+    wp = relayout(geo, w)
+    # the tensors as the TMA maps see them: weights [G][KG][RS][CG], input [N][H][W][G][CG]
+    w_map = wp[:, :, : geo.cg].reshape(geo.groups, geo.kg, geo.r * geo.s, geo.cg)
+    x_map = channels_last(geo, x)[..., : geo.cg]
+    spt = tile.bn // STRIP
+    tiles_m, tiles_n = cdiv(geo.kg, tile.bm), cdiv(geo.strips, spt)
+    tiles = tiles_m * tiles_n * geo.groups
+    out = np.full((geo.n, geo.k, geo.p, geo.q), np.nan, dtype=np.float32)
+    writes = np.zeros(out.shape, dtype=np.int64)
+    for block in range(grid):
+        for t in range(block, tiles, grid):
+            pm, pn, g = tile_coords(t, tiles_m, tiles_n)
+            acc = np.zeros((tile.bm, tile.bn), dtype=np.float32)
+            for kb in range(geo.kblocks):
+                tap, cc = divmod(kb, geo.chunks)
+                r, s = divmod(tap, geo.s)
+                a = tma_box(w_map, (cc * CHUNK, tap, pm * tile.bm, g), (CHUNK, 1, tile.bm, 1))
+                assert (cc * CHUNK) % 8 == 0
+                a = a.reshape(tile.bm, CHUNK)
+                b = np.zeros((CHUNK, tile.bn), dtype=np.float32)
+                for j in range(spt):
+                    n, p, q0 = strip_coords(geo, min(pn * spt + j, geo.strips - 1))
+                    coords = (
+                        cc * CHUNK,
+                        g,
+                        q0 + s * geo.dil_w - geo.pad_left,
+                        p * geo.stride_h + r * geo.dil_h - geo.pad_top,
+                        n,
+                    )
+                    assert coords[0] % 8 == 0, "TMA: innermost coordinate 16-byte aligned"
+                    box = tma_box(x_map, coords, (CHUNK, 1, STRIP, 1, 1))  # 64 pixel rows
+                    b[:, j * STRIP : (j + 1) * STRIP] = box.reshape(STRIP, CHUNK).T
+                acc += a @ b
+            _store(geo, tile, acc, out, writes, pm, pn, g, epilogue)
+    return out, writes
+
+
+def _store(geo, tile, acc, out, writes, pm, pn, g, epilogue) -> None:
+    spt = tile.bn // STRIP
+    for cw in range(tile.consumers):
+        row0 = cw * tile.wm if tile.split == "m" else 0
+        col0 = cw * tile.wn if tile.split == "n" else 0
+        for thread in range(128):
+            for m in range(tile.wm // 64):
+                for j in range(tile.wn // 2):
+                    r, c = fragment_coords(thread, j)
+                    kg = pm * tile.bm + row0 + m * 64 + r
+                    jc = col0 + c
+                    strip = pn * spt + jc // STRIP
+                    n, p, q0 = strip_coords(geo, strip)
+                    q = q0 + jc % STRIP
+                    if kg < geo.kg and strip < geo.strips and q < geo.q:
+                        ko = g * geo.kg + kg
+                        value = acc[row0 + m * 64 + r, jc]
+                        if epilogue is not None:
+                            value = epilogue(value, n, ko, p, q)
+                        out[n, ko, p, q] = value
+                        writes[n, ko, p, q] += 1

@@ -1,0 +1,245 @@
+"""The cuda target's ``conv`` template: one kernel per ``ai.fused "conv"`` group.
+
+A group is ``ai.conv2d`` on two group inputs followed by elementwise ops of the
+conv's output shape (bias, BatchNorm folded to a per-channel scale and shift,
+activations, a residual add, casts: the epilogue, rendered to C++ by
+``CppExprGenerator`` and run on the f32 accumulators before the one rounding
+to the output type). It runs as
+
+* the implicit GEMM on the Hopper Tensor Cores (``cpp.ConvSpec``) for f16/bf16
+  with stride 1 along W and at least 16 input channels per group;
+* the direct template (``cpp.DirectConvSpec``) for f16/bf16 depthwise and
+  other groups of fewer than 16 channels (not a GEMM worth the name);
+* the PyTorch fallback (``fusec.targets.cuda.torch_fallback``) otherwise, the reason in
+  its header: f32 graphs (IEEE f32 through cuDNN without TF32; the templates
+  are 16-bit Tensor Core kernels), a stride along W with many channels (TMA
+  cannot stride the contiguous dimension; an NHWC path is not built).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import StringAttr
+
+from fusec.codegen import KernelSource, io_specs
+from fusec.codegen.expr import (
+    ELEMENTWISE_OPS,
+    CppExprGenerator,
+    broadcast_offset,
+    header,
+    leaf_shapes,
+)
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
+from fusec.dialect.shapes import conv2d_padding
+from fusec.targets.cuda.common import body_ops, kernel_name, yielded
+from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
+from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec, implicit_gemm_problem
+from fusec.targets.cuda.gemm.cpp import Epilogue
+
+TILE_ATTR = "fusec.tile"
+_DTYPES = ("f16", "bf16")
+#: below this many input channels per group the direct template serves the conv
+MIN_GEMM_CHANNELS = 16
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """How a group maps onto the templates."""
+
+    conv: ai.Conv2DOp
+    epilogue_ops: tuple
+    geo: ConvGeometry
+    x: int  # group input index of the conv input
+    w: int  # ... and of the weights
+
+
+def plan(fused_op: ai.FusedOp) -> ConvPlan | str:
+    """The templates' view of ``fused_op``, or why the group needs the fallback."""
+    ops = body_ops(fused_op)
+    if not ops or not isinstance(ops[0], ai.Conv2DOp):
+        return "the group does not start with its conv2d (a prologue?)"
+    conv = ops[0]
+    rest = tuple(ops[1:])
+    if len(fused_op.results) != 1 or not all(isinstance(op, ELEMENTWISE_OPS) for op in rest):
+        return "the epilogue is not a chain of elementwise ops with one result"
+    args = {arg: i for i, arg in enumerate(fused_op.block.args)}
+    if conv.input not in args or conv.weight not in args:
+        return "a conv operand is computed inside the group"
+    x, w, out = (spec_of(v.type) for v in (conv.input, conv.weight, conv.output))
+    if x.dtype not in _DTYPES:
+        return (
+            f"{x.dtype} conv: f32 graphs keep IEEE f32 maths (cuDNN without TF32); "
+            "the conv templates are f16/bf16 kernels with f32 accumulation"
+        )
+    if any(spec_of(op.results[0].type).shape != out.shape for op in rest):
+        return "an epilogue op broadcasts beyond the conv's shape"
+    geo = geometry(conv)
+    if (geo.p, geo.q) != out.shape[2:] or 0 in (*x.shape, *w.shape):
+        return "an empty dimension"
+    return ConvPlan(conv, rest, geo, args[conv.input], args[conv.weight])
+
+
+def geometry(conv: ai.Conv2DOp) -> ConvGeometry:
+    """The ``ConvGeometry`` of ``conv`` (shapes and attributes)."""
+    x, w = (spec_of(v.type) for v in (conv.input, conv.weight))
+    attrs = conv.attr_values()
+    pt, pl, pb, pr = conv2d_padding(attrs["padding"])
+    sh, sw = attrs["strides"]
+    dh, dw = attrs["dilations"]
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    groups = int(attrs["groups"])
+    return ConvGeometry(n, c, h, wd, k, r, s, sh, sw, pt, pl, pb, pr, dh, dw, groups)
+
+
+def accepts(members, anchor) -> str | None:
+    """Whether a template of this module computes a conv group of ``members`` fused
+    (``Template.accepts`` of the cuda target): a group it cannot take would run op by
+    op through PyTorch, where fused work is slower than a separate kernel."""
+    if len(members) == 1 or not isinstance(anchor, ai.Conv2DOp):
+        return None
+    fallback = "so the group would run op by op through PyTorch"
+    dtype = spec_of(anchor.input.type).dtype
+    if dtype not in _DTYPES:
+        return f"the cuda conv templates take f16/bf16, not {dtype}, {fallback}"
+    memberset = set(members)
+    if any(v.owner in memberset for v in (anchor.input, anchor.weight)):
+        return f"the cuda conv templates take no prologue, {fallback}"
+    escaping = [
+        r for op in members for r in op.results if any(u.operation not in memberset for u in r.uses)
+    ]
+    if len(escaping) > 1:
+        return f"the cuda conv templates write one result, not {len(escaping)}, {fallback}"
+    how = route_geometry(geometry(anchor))
+    return None if how in ("implicit", "direct") else f"{how}, {fallback}"
+
+
+def epilogue(fused_op: ai.FusedOp, p: ConvPlan) -> tuple[Epilogue, tuple[int, ...]]:
+    """The group's elementwise tail as C++ on ``acc`` at NCHW output element ``i0..i3``,
+    and the group inputs it reads (in ``e0, e1...`` order)."""
+    out_shape = spec_of(p.conv.output.type).shape
+    index_vars = ["i0", "i1", "i2", "i3"]
+    args = {arg: index for index, arg in enumerate(fused_op.block.args)}
+    shapes = leaf_shapes(p.epilogue_ops) if p.epilogue_ops else {}
+    extras: list[str] = []
+    extra_inputs: list[int] = []
+    gen = CppExprGenerator()
+
+    def leaf(value) -> str:
+        if value is p.conv.output:
+            return "acc"
+        index = args[value]
+        if index not in extra_inputs:
+            extra_inputs.append(index)
+            extras.append(spec_of(value.type).dtype)
+        slot = extra_inputs.index(index)
+        offset = broadcast_offset(out_shape, shapes[value], index_vars)
+        return f"fs_ld_{spec_of(value.type).dtype}(e{slot}, {offset})"
+
+    stmts, names = gen.chain(p.epilogue_ops, leaf)
+    final = names[yielded(fused_op)[0]] if p.epilogue_ops else "acc"
+    body = "\n".join([*stmts, f"y = {final};"])
+    name = " -> ".join(op.name for op in p.epilogue_ops) or "identity"
+    return Epilogue(body, tuple(extras), name, gen.helper_source()), tuple(extra_inputs)
+
+
+def tile_for(fused_op: ai.FusedOp, geo: ConvGeometry, sms: int = 132) -> ConvTile:
+    attr = fused_op.attributes.get(TILE_ATTR)
+    if isinstance(attr, StringAttr):
+        return ConvTile.parse(attr.data)
+    return choose_tile(geo, sms)
+
+
+def route(p: ConvPlan) -> str:
+    """``"implicit"``, ``"direct"`` or the reason for the fallback."""
+    return route_geometry(p.geo)
+
+
+def route_geometry(geo: ConvGeometry) -> str:
+    """``"implicit"``, ``"direct"`` or the reason for the fallback."""
+    if geo.cg < MIN_GEMM_CHANNELS:
+        return "direct"
+    why = implicit_gemm_problem(geo)
+    return f"{why} (strided W boxes are not built)" if why else "implicit"
+
+
+def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
+    """The kernel module of a conv group (the fallback's when no template can serve it)."""
+    from fusec.targets.cuda import torch_fallback
+
+    name = kernel_name(name)
+    p = plan(fused_op)
+    how = p if isinstance(p, str) else route(p)
+    if isinstance(p, str) or how not in ("implicit", "direct"):
+        return torch_fallback.generate(fused_op, name, reason=how)
+    epi, extra_inputs = epilogue(fused_op, p)
+    dtype = spec_of(p.conv.input.type).dtype
+    out_dtype = spec_of(fused_op.results[0].type).dtype
+    geo = p.geo
+    geo_text = (
+        f"ConvGeometry({geo.n}, {geo.c}, {geo.h}, {geo.w}, {geo.k}, {geo.r}, {geo.s}, "
+        f"{geo.stride_h}, {geo.stride_w}, {geo.pad_top}, {geo.pad_left}, {geo.pad_bottom}, "
+        f"{geo.pad_right}, {geo.dil_h}, {geo.dil_w}, {geo.groups})"
+    )
+    epi_text = f"Epilogue({epi.body!r}, {epi.extras!r}, {epi.name!r}, {epi.helpers!r})"
+    shape = (
+        f"N{geo.n} C{geo.c} {geo.h}x{geo.w} -> K{geo.k} {geo.p}x{geo.q}, {geo.r}x{geo.s}, "
+        f"stride {geo.stride_h}x{geo.stride_w}, pad {geo.pad_top},{geo.pad_left},"
+        f"{geo.pad_bottom},{geo.pad_right}, dilation {geo.dil_h}x{geo.dil_w}, groups {geo.groups}"
+    )
+    spec: ConvSpec | DirectConvSpec
+    if how == "implicit":
+        tile = tile_for(fused_op, geo)
+        spec = ConvSpec(geo, tile, dtype, out_dtype, epi)
+        notes = [
+            "target: cuda, implicit-GEMM conv2d on the Hopper Tensor Cores (wgmma + TMA, "
+            f"sm_90a), tile {tile.text}, {spec.tiles} tiles;",
+            f"{shape}; {dtype} -> {out_dtype}, f32 accumulation;",
+            "input made channels-last and weights re-laid out to [K][R*S][C] per call (two "
+            "small launches before the conv); 5-D TMA boxes per tap, padding = zero fill;",
+            f"epilogue on the accumulators: {epi.name} (f32, one rounding at the store)",
+        ]
+        spec_text = f"ConvSpec({geo_text}, ConvTile.parse({tile.text!r}), {dtype!r}, "
+    else:
+        spec = DirectConvSpec(geo, dtype, out_dtype, epi)
+        notes = [
+            "target: cuda, direct conv2d (one output element per thread, f32 accumulation): "
+            f"{geo.cg} input channel(s) per group is not a Tensor Core GEMM;",
+            f"{shape}; {dtype} -> {out_dtype};",
+            f"epilogue: {epi.name} (f32, one rounding at the store)",
+        ]
+        spec_text = f"DirectConvSpec({geo_text}, {dtype!r}, "
+    inputs = [f"in{k}" for k in range(len(fused_op.inputs))]
+    source = "\n".join(
+        [
+            header(fused_op, notes=notes),
+            "from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile  # noqa: F401",
+            "from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec  # noqa: F401",
+            "from fusec.targets.cuda.conv.launcher import ConvLaunch",
+            "from fusec.targets.cuda.gemm.cpp import Epilogue",
+            "",
+            "CONV = ConvLaunch(",
+            f"    {spec_text}{out_dtype!r},",
+            f"        {epi_text}),",
+            f"    x={p.x}, w={p.w}, extras={extra_inputs!r},",
+            ")",
+            "",
+            "",
+            f"def launch({', '.join([*inputs, 'out0'])}, stream=0, sms=132):",
+            f"    CONV(({', '.join(inputs)},), out0, stream, sms)",
+            "",
+            "",
+            "LINKED = CONV  # the runtime launches it by address (CONV.direct)",
+            "",
+            f"KERNELS = []  # a linked cubin, launched by ConvLaunch ({spec.function_name})",
+            "CONV_SPECS = [CONV.spec]",
+            "",
+        ]
+    )
+    ins, outs = io_specs(fused_op)
+    cpp = (("cuda-c++", spec.cpp_source()),)
+    return KernelSource(
+        name, "conv", "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp
+    )

@@ -1,0 +1,69 @@
+"""Inline-PTX building blocks shared by the generated Hopper kernels (conv, attention).
+
+The GEMM's helper functions (``gemm.cpp._HELPERS``: mbarriers, TMA, wgmma
+fences, matrix descriptors, 16-bit loads and stores) plus what the other
+kernels need on top: TMA loads of rank 4 and 5, and wgmma instructions of any
+N with A from shared memory (``wgmma_ss``) or from registers (``wgmma_rs``).
+Everything is generated from integers and fixed names, never from user text.
+"""
+
+from __future__ import annotations
+
+from fusec.targets.cuda.gemm.cpp import _HELPERS
+
+HELPERS = _HELPERS
+WGMMA_TYPE = {"f16": "f16", "bf16": "bf16"}
+
+
+def tma_load(rank: int) -> str:
+    """``fs_tma_load{rank}(dst, map, bar, c0, ..., c{rank-1})``: one TMA tile load of a box."""
+    coords = ", ".join(f"int c{i}" for i in range(rank))
+    operands = ", ".join(f"%{3 + i}" for i in range(rank))
+    inputs = ", ".join(f'"r"(c{i})' for i in range(rank))
+    return f"""
+static __device__ __forceinline__ void fs_tma_load{rank}(u32 dst, u64 map, u32 bar, {coords}) {{
+  asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile"
+               ".mbarrier::complete_tx::bytes [%0], [%1, {{{operands}}}], [%2];"
+               :: "r"(dst), "l"(map), "r"(bar), {inputs} : "memory");
+}}
+"""
+
+
+def wgmma_ss(name: str, n: int, dtype: str, trans_a: int, trans_b: int) -> str:
+    """``name(float* d, u64 desc_a, u64 desc_b, int scale_d)``: one wgmma.m64n{n}k16 with
+    both operands in shared memory, accumulating into ``d`` (n/2 floats)."""
+    count = n // 2
+    regs = ", ".join(f"%{i}" for i in range(count))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(count))
+    kind = WGMMA_TYPE[dtype]
+    return f"""
+static __device__ __forceinline__ void {name}(float* d, u64 da, u64 db, int scale_d) {{
+  asm volatile(
+    "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{count + 2}, 0;\\n"
+    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
+    "{{{regs}}}, %{count}, %{count + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"
+    : {outs}
+    : "l"(da), "l"(db), "r"(scale_d));
+}}
+"""
+
+
+def wgmma_rs(name: str, n: int, dtype: str, trans_b: int) -> str:
+    """``name(float* d, const u32* a, u64 desc_b, int scale_d)``: one wgmma.m64n{n}k16 with
+    A from registers (4 x 32-bit: the m64k16 fragment of this thread, the layout of an
+    m16n8k16 A fragment per warp) and B in shared memory."""
+    count = n // 2
+    regs = ", ".join(f"%{i}" for i in range(count))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(count))
+    a_regs = ", ".join(f"%{count + i}" for i in range(4))
+    kind = WGMMA_TYPE[dtype]
+    return f"""
+static __device__ __forceinline__ void {name}(float* d, const u32* a, u64 db, int scale_d) {{
+  asm volatile(
+    "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{count + 5}, 0;\\n"
+    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
+    "{{{regs}}}, {{{a_regs}}}, %{count + 4}, p, 1, 1, {trans_b};\\n}}\\n"
+    : {outs}
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}}
+"""

@@ -1,0 +1,88 @@
+"""Attention graphs, for the CPU and GPU tests of the attention kernel: as fusec writes them
+(``attention_graph``) and as PyTorch's exporters do (``exported_attention_graph``)."""
+
+from __future__ import annotations
+
+
+def _t(shape, dtype: str) -> str:
+    return "tensor<" + "".join(f"{d}x" for d in shape) + dtype + ">"
+
+
+def _dense(rows: int, cols: int, masked: str) -> str:
+    """A causal mask literal: 0 on and below the diagonal, ``masked`` above."""
+    body = ", ".join(
+        "[" + ", ".join("0.0" if c <= r else masked for c in range(cols)) + "]" for r in range(rows)
+    )
+    return f"dense<[{body}]>"
+
+
+def attention_graph(
+    batch: tuple[int, ...],
+    sq: int,
+    sk: int,
+    d: int,
+    dv: int,
+    dtype: str = "f16",
+    *,
+    scale: str = "mul",
+    causal: bool = False,
+    mask_value: str = "-1.0e4",
+) -> str:
+    """softmax(q k^T (* or /) c [+ causal constant]) v over ``batch`` leading dims."""
+    q, k, v = _t((*batch, sq, d), dtype), _t((*batch, sk, d), dtype), _t((*batch, sk, dv), dtype)
+    s, o, c = _t((*batch, sq, sk), dtype), _t((*batch, sq, dv), dtype), _t((), dtype)
+    lines = [f"%s = ai.matmul %q, %k {{transpose_b = true}} : {q} * {k}"]
+    last = "%s"
+    if scale != "none":
+        value = "0.125" if scale == "mul" else "8.0"
+        lines.append(f"%c = arith.constant dense<{value}> : {c}")
+        lines.append(f"%t = ai.{scale} %s, %c : {s} * {c}")
+        last = "%t"
+    if causal:
+        m = _t((sq, sk), dtype)
+        lines.append(f"%m = arith.constant {_dense(sq, sk, mask_value)} : {m}")
+        lines.append(f"%u = ai.add {last}, %m : {s} * {m}")
+        last = "%u"
+    lines.append(f"%p = ai.softmax {last} : {s}")
+    lines.append(f"%o = ai.matmul %p, %v : {s} * {v}")
+    body = "\n  ".join(lines)
+    return (
+        f"func.func @attention(%q: {q}, %k: {k}, %v: {v}) -> {o} {{\n  {body}\n"
+        f"  return %o : {o}\n}}\n"
+    )
+
+
+def exported_attention_graph(batch: int, seq: int, heads: int, d: int, dtype: str = "f16") -> str:
+    """GPT-2's attention as exported: q, k, v split into heads from (batch, seq, heads * d)
+    by reshape + transpose (the key to (B, H, D, S)), the score scaled, a causal mask of
+    -inf added, the probabilities guarded against NaN, the heads merged back."""
+    x, h = _t((batch, seq, heads * d), dtype), _t((batch, seq, heads, d), dtype)
+    bh, kt = _t((batch, heads, seq, d), dtype), _t((batch, heads, d, seq), dtype)
+    s, m, c = _t((batch, heads, seq, seq), dtype), _t((seq, seq), dtype), _t((), dtype)
+    split = f"{{shape = array<i64: {batch}, {seq}, {heads}, {d}>}}"
+    merge = f"{{shape = array<i64: {batch}, {seq}, {heads * d}>}}"
+    lines = [
+        f"%qh = ai.reshape %xq {split} : {x}",
+        f"%kh = ai.reshape %xk {split} : {x}",
+        f"%vh = ai.reshape %xv {split} : {x}",
+        f"%q = ai.transpose %qh {{perm = array<i64: 0, 2, 1, 3>}} : {h}",
+        f"%kt = ai.transpose %kh {{perm = array<i64: 0, 2, 3, 1>}} : {h}",
+        f"%v = ai.transpose %vh {{perm = array<i64: 0, 2, 1, 3>}} : {h}",
+        f"%s = ai.matmul %q, %kt : {bh} * {kt}",
+        f"%c = arith.constant dense<{1.0 / d**0.5!r}> : {c}",
+        f"%t = ai.mul %s, %c : {s} * {c}",
+        f"%m = arith.constant {_dense(seq, seq, '0xFC00' if dtype == 'f16' else '-1.0e4')} : {m}",
+        f"%u = ai.add %t, %m : {s} * {m}",
+        f"%p = ai.softmax %u : {s}",
+        f"%n = ai.isnan %p : {s}",
+        f"%z = arith.constant dense<0.0> : {c}",
+        f"%g = ai.where %n, %z, %p : {s} * {c} * {s}",
+        f"%o = ai.matmul %g, %v : {s} * {bh}",
+        f"%ot = ai.transpose %o {{perm = array<i64: 0, 2, 1, 3>}} : {bh}",
+        f"%r = ai.reshape %ot {merge} : {h}",
+    ]
+    body = "\n  ".join(lines)
+    return (
+        f"func.func @gpt2_attention(%xq: {x}, %xk: {x}, %xv: {x}) -> {x} {{\n  {body}\n"
+        f"  return %r : {x}\n}}\n"
+    )

@@ -1,0 +1,174 @@
+"""Attention on cuda without a GPU: recognition, routing (flash kernel or PyTorch, and
+why), the online-softmax model of the kernel, its SASS.
+
+One concept: ``recognize-patterns`` makes ``ai.attention`` of the chain
+matmul -> scale -> [mask] -> softmax -> matmul (written in .mlir, traced or exported),
+the planner groups it as kind ``attention`` like any anchor, and the cuda
+template runs it as the flash kernel when it can, else through PyTorch.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from attention_cases import attention_graph
+from test_gemm_build import needs_toolchain, sass_of
+
+import fusec
+from fusec.dialect import ops as ai
+from fusec.targets.cuda.attention import model
+from fusec.targets.cuda.attention.cpp import AttentionSpec
+
+
+def _groups(text: str, target: str = "cuda") -> list[ai.FusedOp]:
+    compiled = fusec.compile(text, target=target, executable=False)
+    return [op for op in compiled.module.walk() if isinstance(op, ai.FusedOp)]
+
+
+def _source(text: str) -> str:
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    (kernel,) = compiled.kernels
+    compile(kernel.source, kernel.name, "exec")
+    return kernel.source
+
+
+def _header(text: str) -> str:
+    return _source(text).split("\n\n")[0]
+
+
+# ------------------------------------------------------------ one attention op, one group
+
+
+@pytest.mark.parametrize("target", ["cuda", "cpu", "reference"])
+def test_the_chain_is_one_attention_group_on_every_target(target: str) -> None:
+    (group,) = _groups(attention_graph((2, 3), 64, 80, 64, 64), target)
+    assert group.kind_name == "attention"
+    (op,) = [op for op in group.block.ops if not isinstance(op, ai.YieldOp)]
+    assert isinstance(op, ai.AttentionOp) and op.attr("scale") == 0.125
+
+
+def test_a_division_is_a_scale_and_the_causal_constant_is_the_kernels_mask() -> None:
+    text = attention_graph((2,), 9, 9, 64, 64, scale="div", causal=True)
+    (group,) = _groups(text)
+    (op,) = [op for op in group.block.ops if isinstance(op, ai.AttentionOp)]
+    assert op.attr("scale") == 0.125
+    assert "causal" in _header(text) and "fused flash-style attention" in _header(text)
+
+
+def test_shared_scores_are_no_attention() -> None:
+    shared = (
+        attention_graph((2,), 16, 16, 64, 64)
+        .replace(
+            "return %o : tensor<2x16x64xf16>",
+            "return %o, %t : tensor<2x16x64xf16>, tensor<2x16x16xf16>",
+        )
+        .replace("-> tensor<2x16x64xf16> {", "-> (tensor<2x16x64xf16>, tensor<2x16x16xf16>) {")
+    )
+    assert "attention" not in {g.kind_name for g in _groups(shared)}
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (attention_graph((4,), 100, 77, 64, 128), "scale 0.125;"),
+        (attention_graph((2,), 64, 64, 128, 128, "bf16", scale="div"), "bf16 -> bf16"),
+        (attention_graph((2,), 64, 5, 64, 64, scale="none"), "scale 1.0;"),
+    ],
+)
+def test_the_flash_kernel_takes_f16_and_bf16_with_heads_64_and_128(text, expected) -> None:
+    header = _header(text)
+    assert "fused flash-style attention" in header and expected in header
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        (attention_graph((2,), 64, 64, 32, 32), "head sizes 32/32: the kernel takes 64 or 128"),
+        (attention_graph((2,), 64, 64, 64, 64, "f32"), "f32 attention: the kernel takes f16"),
+        (
+            attention_graph((2,), 9, 9, 64, 64, causal=True).replace(
+                "[0.0, -1.0e4", "[-1.0e4, -1.0e4", 1
+            ),  # row 0 masks its own key: not causal
+            "the mask is neither zero nor a causal constant",
+        ),
+    ],
+    ids=["head-32", "f32", "other-mask"],
+)
+def test_what_the_kernel_cannot_take_runs_through_pytorch_and_says_why(text, why) -> None:
+    (group,) = _groups(text)
+    assert group.kind_name == "attention"  # still one ai.attention, one launch
+    header = _header(text)
+    assert "FALLBACK" in header and why in header
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    assert any(why in str(r) and "ai.attention" in str(r) for r in compiled.remarks())
+
+
+def test_the_example_is_one_attention_kernel_through_pytorch_in_f32() -> None:
+    from pathlib import Path
+
+    example = Path(__file__).parents[2] / "examples" / "attention.mlir"
+    (group,) = _groups(example.read_text())
+    assert group.kind_name == "attention"  # f32 and head size 32: the PyTorch path
+    assert "FALLBACK" in _header(example.read_text())
+
+
+# ------------------------------------------------------------ online softmax model
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        AttentionSpec(2, 200, 300, 64, 128, scale=0.125),  # ragged queries and keys
+        AttentionSpec(1, 257, 257, 128, 64, scale=0.125, causal=True),
+        AttentionSpec(2, 64, 5, 64, 64),  # fewer keys than one block, scale 1
+    ],
+    ids=["ragged", "causal", "short-keys"],
+)
+def test_online_softmax_model_matches_attention(spec: AttentionSpec) -> None:
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((spec.batch, spec.sq, spec.d)).astype(np.float16)
+    k = rng.standard_normal((spec.batch, spec.sk, spec.d)).astype(np.float16)
+    v = rng.standard_normal((spec.batch, spec.sk, spec.dv)).astype(np.float16)
+    out, writes = model.run(spec, q, k, v)
+    assert (writes == 1).all()
+    ref = model.reference(q, k, v, spec.scale, spec.causal)
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-3
+    np.testing.assert_allclose(out, ref, atol=2e-3)
+
+
+# ------------------------------------------------------------ generated C++
+
+
+def test_tma_innermost_coordinates_are_16_byte_aligned() -> None:
+    from test_conv_build import tma_innermost_coordinates
+
+    coords = tma_innermost_coordinates(AttentionSpec(2, 100, 70, 128, 64).cpp_source())
+    assert len(coords) == 3 and all(c == "c * 64" for c in coords), coords
+
+
+SPECS = [
+    AttentionSpec(32, 1024, 1024, 64, 64),
+    AttentionSpec(16, 4096, 4096, 128, 128, "bf16", "bf16", scale=0.08838834764831845, causal=True),
+]
+
+
+@needs_toolchain
+@pytest.mark.parametrize("spec", SPECS, ids=["d64-f16", "d128-bf16-causal"])
+def test_attention_cubin(spec: AttentionSpec, tmp_path) -> None:
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    built = build.build(spec, KernelCache(tmp_path))
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
+    assert "setmaxnreg' ignored" not in built.log
+    sass = sass_of(built.cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    qk = re.findall(r"HGMMA\.64x128x16\.F32\S* R\d+, gdesc", sass)
+    pv = re.findall(rf"HGMMA\.64x{spec.dv}x16\.F32\S* R\d+, R\d+, gdesc\[UR\d+\]\.tnspB", sass)
+    assert len(qk) == spec.d // 16, "Q K^T from shared memory"
+    assert len(pv) == 128 // 16, "P V with P from registers"
+    assert not re.search(r"\b(LDL|STL)\b", sass), "local-memory traffic in the kernel"
+    assert "CALL" not in sass and "UTMALDG" in sass

@@ -1,0 +1,230 @@
+"""The conv templates on a machine without a GPU: routing, tile model, generated C++, SASS.
+
+The kernels are built exactly as on the GPU (Numba LTO-IR + NVRTC LTO-IR linked
+by nvJitLink for sm_90a), so the cubins checked here are the ones that run.
+The numpy model replays the implicit GEMM's index arithmetic (strips, taps,
+channel chunks, TMA zero fill, fragment stores) against the reference conv.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from test_gemm_build import needs_toolchain, sass_of
+
+import fusec
+from fusec.dialect.numpy_ops import conv2d as reference_conv2d
+from fusec.targets.cuda.conv import model
+from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
+from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec
+from fusec.targets.cuda.gemm.cpp import Epilogue
+
+BENCH = ConvGeometry(32, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1)
+BIAS_RELU = Epilogue(
+    "const float b = fs_ld_f16(e0, i1);\nconst float t = acc + b;\ny = t < 0.0f ? 0.0f : t;",
+    ("f16",),
+    "bias_relu",
+)
+
+# ------------------------------------------------------------------ configs
+
+
+def test_tile_text_round_trips() -> None:
+    tile = ConvTile(64, 256, 4, 2, "n")
+    assert tile.text == "64x256 s4 c2n"
+    assert ConvTile.parse(tile.text) == tile
+    assert (tile.wm, tile.wn, tile.acc_registers, tile.threads) == (64, 128, 64, 384)
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("64x320 s4 c2n", "bn is 64"),
+        ("128x256 s6 c2m", "shared memory"),
+        ("64x64 s4 c2n", "multiple of 64 x consumers"),
+        ("128x256 s2 c1m", "accumulator registers"),
+    ],
+)
+def test_bad_tiles_are_refused(text: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        ConvTile.parse(text)
+
+
+def test_choose_tile() -> None:
+    assert choose_tile(BENCH).text == "64x256 s4 c2n"
+    assert choose_tile(ConvGeometry(8, 256, 28, 28, 256, 3, 3)).split == "m"
+
+
+# -------------------------------------------------------------- tile model
+
+GEOMETRIES = [
+    # (geometry, tile, grid): odd sizes, a second strip per row, ragged channels and rows
+    (ConvGeometry(2, 8, 9, 11, 6, 3, 3, 1, 1, 1, 1, 1, 1), ConvTile(64, 128, 2, 2, "n"), 3),
+    # stride 2 along H, asymmetric padding, dilation along H, 2 strips per row, 3 row blocks
+    (ConvGeometry(1, 70, 5, 70, 130, 3, 2, 2, 1, 2, 0, 1, 3, 2, 1),
+     ConvTile(128, 128, 2, 2, "m"), 2),
+    # groups 4 (16 channels each), dilation along W, padding only at the start
+    (ConvGeometry(2, 64, 6, 7, 8, 3, 3, 1, 1, 2, 1, 0, 0, 1, 2, 4), ConvTile(64, 64, 2, 1, "n"), 5),
+    # 1x1, more strips than the grid covers at once
+    (ConvGeometry(3, 16, 4, 5, 24, 1, 1), ConvTile(64, 256, 2, 2, "n"), 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("geo, tile, grid", GEOMETRIES)
+def test_tile_model_matches_the_reference_conv(
+    geo: ConvGeometry, tile: ConvTile, grid: int
+) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((geo.n, geo.c, geo.h, geo.w)).astype(np.float32)
+    w = rng.standard_normal((geo.k, geo.cg, geo.r, geo.s)).astype(np.float32)
+    bias = rng.standard_normal(geo.k).astype(np.float32)
+
+    def bias_relu(acc: float, n: int, k: int, p: int, q: int) -> float:
+        return max(acc + bias[k], 0.0)
+
+    out, writes = model.run(geo, tile, x, w, grid=grid, epilogue=bias_relu)
+    assert (writes == 1).all(), "an output element was written twice or never"
+    ref = reference_conv2d(
+        x,
+        w,
+        strides=(geo.stride_h, geo.stride_w),
+        padding=(geo.pad_top, geo.pad_left, geo.pad_bottom, geo.pad_right),
+        dilations=(geo.dil_h, geo.dil_w),
+        groups=geo.groups,
+    )
+    ref = np.maximum(ref + bias[None, :, None, None], 0)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_tma_box_zero_fills_outside() -> None:
+    t = np.arange(12, dtype=np.float32).reshape(3, 4)
+    box = model.tma_box(t, (-1, 2), (3, 2))  # columns -1..1 of rows 2..3
+    np.testing.assert_array_equal(box, [[0, 8, 9], [0, 0, 0]])
+    assert not model.tma_box(t, (5, -4), (2, 2)).any()  # entirely outside
+
+
+def test_relayout_is_krsc() -> None:
+    geo = ConvGeometry(1, 6, 4, 4, 2, 2, 3, groups=2)
+    w = np.arange(2 * 3 * 2 * 3, dtype=np.float32).reshape(2, 3, 2, 3)
+    wp = model.relayout(geo, w)
+    assert wp.shape == (2, 6, 8)
+    np.testing.assert_array_equal(wp[1, 4, :3], w[1, :, 1, 1])
+    assert not wp[:, :, 3:].any()
+
+
+# ------------------------------------------------------------------ routing
+
+CONV = """func.func @f(%x: tensor<{n}x{c}x{h}x{w}x{t}>, %k: tensor<{k}x{cg}x3x3x{t}>,
+                  %b: tensor<{k}x{t}>) -> tensor<{n}x{k}x{p}x{q}x{t}> {{
+  %c = ai.conv2d %x, %k {{strides = array<i64: {sh}, {sw}>, padding = array<i64: 1, 1>,
+                         groups = {g} : i64}}
+       : tensor<{n}x{c}x{h}x{w}x{t}> * tensor<{k}x{cg}x3x3x{t}>
+  %y = ai.bias_add %c, %b : tensor<{n}x{k}x{p}x{q}x{t}> * tensor<{k}x{t}>
+  %r = ai.relu %y : tensor<{n}x{k}x{p}x{q}x{t}>
+  return %r : tensor<{n}x{k}x{p}x{q}x{t}>
+}}"""
+
+
+def conv_text(t="f16", c=64, k=64, g=1, sh=1, sw=1, n=2, h=9, w=10) -> str:
+    p, q = (h - 1) // sh + 1, (w - 1) // sw + 1
+    return CONV.format(t=t, c=c, k=k, g=g, cg=c // g, sh=sh, sw=sw, n=n, h=h, w=w, p=p, q=q)
+
+
+def _kernel_source(text: str) -> str:
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    (kernel,) = [k for k in compiled.kernels if k.kind == "conv"]
+    compile(kernel.source, kernel.name, "exec")  # valid Python
+    return kernel.source
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (conv_text(), "implicit-GEMM conv2d on the Hopper Tensor Cores"),
+        (conv_text(t="bf16", sh=2), "implicit-GEMM conv2d"),
+        (conv_text(g=64), "direct conv2d"),
+        (conv_text(c=32, k=64, g=8), "direct conv2d"),
+        (conv_text(sw=2), "FALLBACK: the Tensor Core template cannot serve it: stride along W"),
+        (conv_text(t="f32"), "FALLBACK: the Tensor Core template cannot serve it: f32 conv"),
+    ],
+)
+def test_routing_names_the_template_or_the_reason(text: str, expected: str) -> None:
+    assert expected in _kernel_source(text)
+
+
+def test_epilogue_is_generated_from_the_ops() -> None:
+    source = _kernel_source(conv_text().replace("@f(", "@user_marker_fn("))
+    assert "fs_ld_f16(e0, i1)" in source  # the bias along channels
+    assert "ai.bias_add -> ai.relu" in source
+    assert "user_marker" not in source
+
+
+# ------------------------------------------------------------ generated C++
+
+
+SPECS = [
+    ConvSpec(BENCH, choose_tile(BENCH), "f16", "f16", BIAS_RELU),
+    ConvSpec(
+        ConvGeometry(4, 256, 15, 15, 256, 3, 3, 2, 1, 1, 1, 1, 1),
+        ConvTile(128, 256, 4, 2, "m"),
+        "bf16",
+        "f32",
+    ),
+]
+
+
+def tma_innermost_coordinates(source: str) -> list[str]:
+    """The first (innermost) coordinate of every TMA load in generated C++."""
+    calls = re.findall(r"fs_tma_load\d\(([^;]*)\);", source)
+    return [re.split(r",\s*", call)[3].strip() for call in calls]
+
+
+def test_tma_innermost_coordinates_are_16_byte_aligned() -> None:
+    """TMA requires the innermost coordinate of a box to be 16-byte aligned (an NCHW box
+    shifted along W was an illegal instruction on the H200): only chunk multiples."""
+    for spec in SPECS:
+        coords = tma_innermost_coordinates(spec.cpp_source())
+        assert coords and all(re.fullmatch(r"\w+ \* 64", c) for c in coords), coords
+
+
+@needs_toolchain
+@pytest.mark.parametrize("spec", SPECS, ids=["bench-64x256n-f16", "128x256m-bf16-f32"])
+def test_conv_cubin_is_one_inlined_wgmma_kernel(spec: ConvSpec, tmp_path) -> None:
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    ptx = build.ptx(spec)
+    assert f"wgmma.mma_async.sync.aligned.m64n{spec.tile.wn}k16" in ptx
+    assert "cp.async.bulk.tensor.5d" in ptx and "cp.async.bulk.tensor.4d" in ptx
+    built = build.build(spec, KernelCache(tmp_path))
+    assert f"Function properties for {spec.function_name}" not in built.log
+    # the conv kernel and the two re-layout kernels, none spilling
+    assert len(re.findall(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)) == 3
+    assert not re.search(r"\b[1-9]\d* bytes spill", built.log)
+    assert "setmaxnreg' ignored" not in built.log
+    sass = sass_of(built.cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    hgmma = re.findall(r"HGMMA\.64x(\d+)x16\.F32", sass)
+    assert len(hgmma) == 4 * (spec.tile.wm // 64) and set(hgmma) == {str(spec.tile.wn)}
+    assert not re.search(r"\b(LDL|STL)\b", sass), "local-memory traffic in the kernel"
+    assert "CALL" not in sass
+    assert len(re.findall(r"UTMALDG\.5D", sass)) == spec.tile.bn // 64
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass  # one wgmma group kept in flight
+
+
+@needs_toolchain
+def test_direct_cubin_has_no_local_memory(tmp_path) -> None:
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    geo = ConvGeometry(32, 64, 56, 56, 64, 3, 3, 2, 2, 1, 1, 1, 1, groups=64)
+    built = build.build(DirectConvSpec(geo, "bf16", "bf16", BIAS_RELU), KernelCache(tmp_path))
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
+    sass = sass_of(built.cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    assert not re.search(r"\b(LDL|STL)\b", sass)
+    assert "CALL" not in sass

@@ -1,0 +1,89 @@
+// One attention concept on every target: recognize-patterns makes the chain
+// matmul -> scale -> [mask] -> softmax -> matmul one ai.attention, and the planner gives
+// it a group of kind "attention" (cuda runs it as the flash kernel or through PyTorch,
+// decided when the kernel is generated). Probabilities read elsewhere stay two matmuls.
+// RUN: fusec-opt %s -p "infer-shapes,recognize-patterns,canonicalize,cse,fuse{target=cuda}" | filecheck %s --check-prefixes=CHECK,CUDA
+// RUN: fusec-opt %s -p "infer-shapes,recognize-patterns,canonicalize,cse,fuse{target=cpu}" | filecheck %s --check-prefixes=CHECK,CPU
+
+// CHECK-LABEL: func.func @scaled
+// CHECK:       ai.fused "attention" ({{[^)]*}}) : (
+// CHECK-NEXT:  ^bb0
+// CHECK-NEXT:  ai.attention {{.*}} {scale = 1.250000e-01 : f32}
+// CHECK-NEXT:  ai.yield
+// CHECK-NOT:   ai.fused
+
+// CHECK-LABEL: func.func @causal
+// CHECK:       %[[MASK:.*]] = arith.constant dense<{{.*}}> : tensor<4x4xf16>
+// CHECK:       ai.fused "attention" ({{.*}}%[[MASK]]) : (
+// CHECK-NEXT:  ^bb0
+// CHECK-NEXT:  ai.attention {{.*}} {scale = 1.250000e-01 : f32}
+// CHECK-NEXT:  ai.yield
+// CHECK-NOT:   ai.fused
+
+// CHECK-LABEL: func.func @head32
+// CHECK:       ai.fused "attention"
+// CHECK-NEXT:  ^bb0
+// CHECK-NEXT:  ai.attention
+// CHECK-NOT:   ai.fused
+
+// The head split's transpose of the query joins the cpu kernel (read as a view); the cuda
+// kernel reads its operands by TMA as they are, so there it is a copy of its own.
+// CHECK-LABEL: func.func @head_split
+// CUDA:        ai.fused "copy"
+// CUDA-NEXT:   ^bb0
+// CUDA-NEXT:   ai.transpose
+// CUDA:        ai.fused "attention"
+// CUDA-NEXT:   ^bb0
+// CUDA-NEXT:   ai.attention
+// CPU:         ai.fused "attention"
+// CPU-NEXT:    ^bb0
+// CPU-NEXT:    ai.transpose
+// CPU-NEXT:    ai.attention
+// CHECK-NOT:   ai.fused
+
+// CHECK-LABEL: func.func @probabilities_returned
+// CHECK-NOT:   ai.attention
+// CHECK:       ai.fused "matmul"
+// CHECK:       ai.fused "matmul"
+
+func.func @scaled(%q: tensor<2x4x64xf16>, %k: tensor<2x4x64xf16>, %v: tensor<2x4x64xf16>) -> tensor<2x4x64xf16> {
+  %s = ai.matmul %q, %k {transpose_b = true} : tensor<2x4x64xf16> * tensor<2x4x64xf16>
+  %c = arith.constant dense<0.125> : tensor<f16>
+  %t = ai.mul %s, %c : tensor<2x4x4xf16> * tensor<f16>
+  %p = ai.softmax %t : tensor<2x4x4xf16>
+  %o = ai.matmul %p, %v : tensor<2x4x4xf16> * tensor<2x4x64xf16>
+  return %o : tensor<2x4x64xf16>
+}
+
+func.func @causal(%q: tensor<2x4x64xf16>, %k: tensor<2x4x64xf16>, %v: tensor<2x4x64xf16>) -> tensor<2x4x64xf16> {
+  %s = ai.matmul %q, %k {transpose_b = true} : tensor<2x4x64xf16> * tensor<2x4x64xf16>
+  %c = arith.constant dense<8.0> : tensor<f16>
+  %t = ai.div %s, %c : tensor<2x4x4xf16> * tensor<f16>
+  %m = arith.constant dense<[[0.0, -1.0e4, -1.0e4, -1.0e4], [0.0, 0.0, -1.0e4, -1.0e4], [0.0, 0.0, 0.0, -1.0e4], [0.0, 0.0, 0.0, 0.0]]> : tensor<4x4xf16>
+  %u = ai.add %t, %m : tensor<2x4x4xf16> * tensor<4x4xf16>
+  %p = ai.softmax %u : tensor<2x4x4xf16>
+  %o = ai.matmul %p, %v : tensor<2x4x4xf16> * tensor<2x4x64xf16>
+  return %o : tensor<2x4x64xf16>
+}
+
+func.func @head32(%q: tensor<2x4x32xf16>, %k: tensor<2x4x32xf16>, %v: tensor<2x4x32xf16>) -> tensor<2x4x32xf16> {
+  %s = ai.matmul %q, %k {transpose_b = true} : tensor<2x4x32xf16> * tensor<2x4x32xf16>
+  %p = ai.softmax %s : tensor<2x4x4xf16>
+  %o = ai.matmul %p, %v : tensor<2x4x4xf16> * tensor<2x4x32xf16>
+  return %o : tensor<2x4x32xf16>
+}
+
+func.func @head_split(%x: tensor<2x4x3x64xf16>, %k: tensor<2x3x4x64xf16>, %v: tensor<2x3x4x64xf16>) -> tensor<2x3x4x64xf16> {
+  %q = ai.transpose %x {perm = array<i64: 0, 2, 1, 3>} : tensor<2x4x3x64xf16>
+  %s = ai.matmul %q, %k {transpose_b = true} : tensor<2x3x4x64xf16> * tensor<2x3x4x64xf16>
+  %p = ai.softmax %s : tensor<2x3x4x4xf16>
+  %o = ai.matmul %p, %v : tensor<2x3x4x4xf16> * tensor<2x3x4x64xf16>
+  return %o : tensor<2x3x4x64xf16>
+}
+
+func.func @probabilities_returned(%q: tensor<2x4x64xf16>, %k: tensor<2x4x64xf16>, %v: tensor<2x4x64xf16>) -> (tensor<2x4x64xf16>, tensor<2x4x4xf16>) {
+  %s = ai.matmul %q, %k {transpose_b = true} : tensor<2x4x64xf16> * tensor<2x4x64xf16>
+  %p = ai.softmax %s : tensor<2x4x4xf16>
+  %o = ai.matmul %p, %v : tensor<2x4x4xf16> * tensor<2x4x64xf16>
+  return %o, %p : tensor<2x4x64xf16>, tensor<2x4x4xf16>
+}
