@@ -93,7 +93,7 @@ def gelu(x: Any, approximate: str = "none") -> Traced:
 
 
 def clip(x: Any, min: float | None = None, max: float | None = None) -> Traced:  # noqa: A002
-    """min(max(x, min), max) with constant bounds (``None``: no bound); NaN propagates."""
+    """``x`` clipped to [min, max] as ``numpy.clip`` (``None``: no bound); NaN propagates."""
     bounds = {}
     for key, value in (("min", min), ("max", max)):
         if value is None:

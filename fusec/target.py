@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from xdsl.ir import Operation
 
 from fusec.codegen import KernelSource
+from fusec.codegen.expr import INDEXING_CONFLICT, indexing_conflict
 from fusec.dialect.ops import AiOp, FusedOp
 from fusec.errors import FusecError
 
@@ -136,6 +137,9 @@ class Target:
                 return reason
             if isinstance(op, AiOp) and not op.has_scalar() and type(op) not in template.lowers:
                 return f"the {self.name} {kind} template does not compute {op.name}"
+        elementwise = [op for op in members if isinstance(op, AiOp) and op.has_scalar()]
+        if (conflict := indexing_conflict(elementwise)) is not None:
+            return f"{conflict.name} {INDEXING_CONFLICT}"
         if not template.fuses and len(members) > 1:
             what = anchor.name if anchor is not None else "its ops"
             return (

@@ -68,7 +68,18 @@ def main() -> None:
     def one_input(data: bytes) -> None:
         check(data)
 
-    atheris.Setup(sys.argv, one_input)
+    custom = {}
+    if name == "onnx":  # structure-aware: half the mutations change the parsed model
+
+        def mutator(data: bytes, max_size: int, seed: int) -> bytes:
+            if seed % 2 == 0:
+                mutated = targets.mutate_onnx(data, seed)
+                if mutated is not None and len(mutated) <= max_size:
+                    return mutated
+            return atheris.Mutate(data, max_size)
+
+        custom["custom_mutator"] = mutator
+    atheris.Setup(sys.argv, one_input, **custom)
     atheris.Fuzz()
 
 

@@ -14,6 +14,9 @@ corpus and every crash found so far through them in CI.
   executor on random inputs.
 * ``rules``: the text as a fusion rules file, then the pipeline run with it.
 * ``onnx``: the bytes as an ``.onnx`` file: import (and compile when accepted).
+  ``mutate_onnx`` is its structure-aware mutator: one change to a parsed model
+  (a dimension, an attribute, an operator, an edge, an initializer, the opset),
+  so the mutated protobufs stay readable and reach the importer.
 * ``npz``: the bytes as the ``--inputs`` file of a fixed function.
 """
 
@@ -155,6 +158,150 @@ def check_npz(data: bytes) -> None:
         return
     assert [a.shape for a in arrays] == [(2, 3), (3,)]
     assert [str(a.dtype) for a in arrays] == ["float32", "float16"]
+
+
+# ------------------------------------------------------- structure-aware mutation
+
+#: Operators a mutated node may become: what the importer converts or folds, and a few
+#: it does not.
+ONNX_OPS = (
+    "Add", "Sub", "Mul", "Div", "MatMul", "Gemm", "Conv", "Relu", "Sigmoid", "Tanh", "Exp",
+    "Sqrt", "Softmax", "LayerNormalization", "BatchNormalization", "Reshape", "Transpose",
+    "Slice", "Concat", "Gather", "ReduceMean", "ReduceSum", "MaxPool", "AveragePool",
+    "Where", "Clip", "Pow", "Cast", "Shape", "ConstantOfShape", "Expand", "Tile", "Range",
+    "Unsqueeze", "Squeeze", "Flatten", "Erf", "Identity", "Constant", "NonZero", "Loop",
+)  # fmt: skip
+
+#: Numbers a mutated dimension, attribute or opset becomes: edges first.
+_EDGE_INTS = (0, 1, -1, 2, 3, 7, 64, 2**31 - 1, -(2**31), 2**62, -(2**62), 10**6)
+
+
+def mutate_onnx(data: bytes, seed: int) -> bytes | None:
+    """``data`` (a serialized ModelProto) with one structural change drawn from ``seed``:
+    a dimension, an attribute value, an operator type, an edge (node input/output), a
+    node removed or repeated, an initializer's type, dims or bytes, the opset. None when
+    ``data`` is no model (the caller mutates the bytes instead). Byte mutations of a
+    protobuf mostly make it unreadable; these keep it readable and reach the importer."""
+    import random
+
+    import onnx
+
+    try:
+        model = onnx.ModelProto.FromString(data)
+    except Exception:  # protobuf's DecodeError and friends
+        return None
+    rng = random.Random(seed)
+    graph = model.graph
+    try:
+        for _ in range(1 + rng.randrange(3)):
+            _MUTATIONS[rng.randrange(len(_MUTATIONS))](model, graph, rng)
+        return model.SerializeToString()
+    except Exception:  # a field protobuf refuses, e.g. a name that is not UTF-8 text
+        return None
+
+
+def _pick(rng, items):
+    return items[rng.randrange(len(items))] if len(items) else None
+
+
+def _an_int(rng) -> int:
+    return rng.choice(_EDGE_INTS) if rng.random() < 0.7 else rng.randrange(-8, 64)
+
+
+def _mutate_dim(model, graph, rng) -> None:
+    infos = [*graph.input, *graph.output, *graph.value_info]
+    info = _pick(rng, infos)
+    if info is None or not info.type.tensor_type.shape.dim:
+        return
+    dim = _pick(rng, info.type.tensor_type.shape.dim)
+    if rng.random() < 0.2:
+        dim.dim_param = rng.choice(["N", "batch", ""])
+    else:
+        dim.dim_value = _an_int(rng)
+
+
+def _mutate_attribute(model, graph, rng) -> None:
+    node = _pick(rng, graph.node)
+    if node is None or not node.attribute:
+        return
+    attr = _pick(rng, node.attribute)
+    if attr.ints:
+        attr.ints[rng.randrange(len(attr.ints))] = _an_int(rng)
+        if rng.random() < 0.3:
+            attr.ints.append(_an_int(rng))
+    elif attr.floats:
+        attr.floats[rng.randrange(len(attr.floats))] = rng.choice([0.0, -1.0, 1e30, float("nan")])
+    elif attr.HasField("i"):
+        attr.i = _an_int(rng)
+    elif attr.HasField("f"):
+        attr.f = rng.choice([0.0, -0.0, 1e-30, 1e30, float("inf"), float("nan")])
+    elif attr.HasField("s"):
+        attr.s = rng.choice([b"", b"tanh", b"SAME_UPPER", b"\xff", b"NOTSET"])
+    if rng.random() < 0.2:
+        attr.name = rng.choice(["axis", "axes", "perm", "pads", "strides", "group", "alpha", "x"])
+
+
+def _mutate_op_type(model, graph, rng) -> None:
+    node = _pick(rng, graph.node)
+    if node is not None:
+        node.op_type = rng.choice(ONNX_OPS)
+
+
+def _mutate_edge(model, graph, rng) -> None:
+    node = _pick(rng, graph.node)
+    if node is None:
+        return
+    names = [n for other in graph.node for n in other.output]
+    names += [i.name for i in graph.input] + [t.name for t in graph.initializer]
+    names += ["", "missing"]
+    if node.input and rng.random() < 0.7:
+        node.input[rng.randrange(len(node.input))] = rng.choice(names)
+    elif rng.random() < 0.5:
+        node.input.append(rng.choice(names))
+    elif node.output:
+        node.output[rng.randrange(len(node.output))] = rng.choice(names)
+
+
+def _mutate_nodes(model, graph, rng) -> None:
+    if not graph.node:
+        return
+    index = rng.randrange(len(graph.node))
+    if rng.random() < 0.5:
+        del graph.node[index]
+    else:
+        graph.node.insert(rng.randrange(len(graph.node) + 1), graph.node[index])
+
+
+def _mutate_initializer(model, graph, rng) -> None:
+    tensor = _pick(rng, graph.initializer)
+    if tensor is None:
+        return
+    choice = rng.randrange(3)
+    if choice == 0 and tensor.dims:
+        tensor.dims[rng.randrange(len(tensor.dims))] = _an_int(rng)
+    elif choice == 1:
+        tensor.data_type = rng.randrange(0, 22)
+    elif tensor.raw_data:
+        raw = bytearray(tensor.raw_data)
+        raw[rng.randrange(len(raw))] = rng.randrange(256)
+        tensor.raw_data = bytes(raw[: rng.randrange(len(raw) + 1)] if rng.random() < 0.3 else raw)
+
+
+def _mutate_opset(model, graph, rng) -> None:
+    opset = _pick(rng, model.opset_import)
+    if opset is not None:
+        opset.version = rng.choice([1, 6, 7, 11, 13, 17, 18, 21, 22, 23, 99, 0, -1])
+
+
+_MUTATIONS = (
+    _mutate_dim,
+    _mutate_attribute,
+    _mutate_op_type,
+    _mutate_edge,
+    _mutate_nodes,
+    _mutate_initializer,
+    _mutate_opset,
+)
 
 
 CHECKS: dict[str, Callable[[bytes], None]] = {

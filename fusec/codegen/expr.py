@@ -127,6 +127,28 @@ def leaf_shapes(ops: Sequence[Operation]) -> dict[SSAValue, tuple[int, ...]]:
     A value used under two different shapes (a bias that is also added as a
     plain broadcast operand) cannot be one load: that is reported.
     """
+    shapes, conflict = _leaves(ops)
+    if conflict is not None:
+        raise error_at(conflict, INDEXING_CONFLICT)
+    return shapes
+
+
+INDEXING_CONFLICT = (
+    "uses a group input both as a bias and as a broadcast operand; "
+    "the code generator needs one indexing per input"
+)
+
+
+def indexing_conflict(ops: Sequence[Operation]) -> Operation | None:
+    """The first of ``ops`` that uses a value they do not define under another broadcast
+    shape than an earlier op does (``leaf_shapes`` cannot index it), or None. The
+    targets refuse such a group before planning it (``Target.can_fuse``)."""
+    return _leaves(ops)[1]
+
+
+def _leaves(
+    ops: Sequence[Operation],
+) -> tuple[dict[SSAValue, tuple[int, ...]], Operation | None]:
     defined = {r for op in ops for r in op.results}
     shapes: dict[SSAValue, tuple[int, ...]] = {}
     for op in ops:
@@ -136,12 +158,8 @@ def leaf_shapes(ops: Sequence[Operation]) -> dict[SSAValue, tuple[int, ...]]:
             shape = operand_shape(op, index)
             previous = shapes.setdefault(value, shape)
             if _strip_ones(previous) != _strip_ones(shape):
-                raise error_at(
-                    op,
-                    "uses a group input both as a bias and as a broadcast operand; "
-                    "the code generator needs one indexing per input",
-                )
-    return shapes
+                return shapes, op
+    return shapes, None
 
 
 def _strip_ones(shape: Sequence[int]) -> tuple[int, ...]:

@@ -535,6 +535,10 @@ def layernorm(
     broadcast against the last axis and may be ``None`` (identity).
     """
     xa, out_dt = _unary_float(x)
+    # the statistics in float64, as the ground truth should be: in float32 the rounding
+    # of the mean of a constant row (e.g. 48 x 1000.1), times rstd = 1/sqrt(epsilon),
+    # moved its outputs by 2% away from the exact beta
+    xa = xa.astype(np.float64)
     acc = xa.dtype
     mean = np.mean(xa, axis=-1, keepdims=True)
     centred = xa - mean

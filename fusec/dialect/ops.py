@@ -851,7 +851,9 @@ class IsNanOp(UnaryOp):
 
 @irdl_op_definition
 class ClipOp(UnaryOp):
-    """min(max(x, min), max) with constant bounds (default: none); NaN propagates."""
+    """``x`` clipped to [min, max], constant bounds (default: none), as ``numpy.clip``:
+    a value within the bounds is kept as it is (``clip(-0.0, 0, 6)`` is -0.0, unlike
+    ``maximum(-0.0, 0.0)``), NaN propagates."""
 
     name = "ai.clip"
     min = float_prop(-math.inf)
@@ -872,7 +874,7 @@ class ClipOp(UnaryOp):
     def reference(self, *args: np.ndarray) -> np.ndarray:
         x = np.asarray(args[0])
         low, high = (x.dtype.type(self.attr(k)) for k in ("min", "max"))
-        return np.minimum(np.maximum(x, low), high).astype(x.dtype)
+        return np.clip(x, low, high).astype(x.dtype)
 
 
 @irdl_op_definition

@@ -45,14 +45,16 @@ MAX_ELEMENTS = 2**60
 
 
 def shape_problem(shape: Sequence[int]) -> str | None:
-    """Why fusec cannot run a tensor of ``shape`` (None when it can): zero-size dims,
-    rank > MAX_RANK, or more than MAX_ELEMENTS elements.
+    """Why fusec cannot run a tensor of ``shape`` (None when it can): negative or
+    zero-size dims, rank > MAX_RANK, or more than MAX_ELEMENTS elements.
 
     Empty tensors are refused once, here, rather than half-supported by some
     kernel templates (a row reduction over zero rows has no tiling).
     """
     if len(shape) > MAX_RANK:
         return f"has rank {len(shape)}; fusec supports rank <= {MAX_RANK}"
+    if any(d < 0 for d in shape):  # e.g. an ONNX dim_value, which nothing else checks
+        return "has a negative dimension"
     if 0 in shape:
         return "has a zero-size dimension: empty tensors are not supported"
     count = 1

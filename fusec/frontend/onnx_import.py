@@ -189,6 +189,9 @@ class Importer:
     def constant(self, array: np.ndarray, dtype: str, name: str | None = None) -> SSAValue:
         """A dense ``arith.constant`` holding ``array`` converted to ``dtype``."""
         data = np.ascontiguousarray(np.asarray(array).astype(numpy_dtype(dtype)))
+        if (problem := shape_problem(data.shape)) is not None:
+            what = f"'{name}'" if name is not None else "a constant"
+            raise self.error(f"{what} of shape {_dims_text(data.shape)} {problem}", "shape")
         ttype = tensor_type(TensorSpec(tuple(data.shape), dtype))
         dense = DenseIntOrFPElementsAttr(ttype, BytesAttr(data.tobytes()))
         value = self.append(arith.ConstantOp(dense, ttype))
@@ -302,6 +305,7 @@ class Importer:
 
     def tensor_array(self, what: str, tensor: onnx.TensorProto) -> np.ndarray:
         """The value of a tensor proto, or an error naming it when its data is malformed."""
+        self.check_dims(what, tensor)
         try:
             return numpy_helper.to_array(tensor)
         except Exception as err:  # data that does not fit the dims, bad raw bytes, ...
@@ -392,7 +396,16 @@ class Importer:
             raise self.error(f"input '{info.name}' of shape {_dims_text(dims)} {problem}", "shape")
         return tuple(dims), ttype.elem_type
 
+    def check_dims(self, what: str, tensor: onnx.TensorProto) -> None:
+        """An error when a tensor proto has a negative dimension (numpy would read -1 as
+        "whatever fits the data"). Empty tensors are fine until they reach the ai IR
+        (a Resize's empty roi, say): ``constant`` refuses them there."""
+        dims = tuple(tensor.dims)
+        if any(d < 0 for d in dims):
+            raise self.error(f"{what} of shape {_dims_text(dims)} has a negative dimension")
+
     def tensor_spec(self, name: str, tensor: onnx.TensorProto) -> TensorSpec:
+        self.check_dims(f"initializer '{name}'", tensor)
         dtype = self.element_type(tensor.data_type, f"initializer '{name}'")
         return TensorSpec(tuple(tensor.dims), dtype)
 
@@ -443,6 +456,7 @@ class Importer:
         if node.proto.domain not in _DOMAINS or node.op_type not in CONVERTERS:
             raise self.unsupported(node)
         spec = CONVERTERS[node.op_type]
+        self.check_arity(node)
         node.attrs = self.read_attributes(node, spec)
         outputs = spec.convert(self, node)
         for name, value in zip(node.proto.output, outputs, strict=False):
@@ -517,17 +531,58 @@ class Importer:
         if value.owner in self.created:
             value.name_hint = value_name(name)
 
+    def check_arity(self, node: Node) -> None:
+        """A located error when ``node`` has fewer or more inputs or outputs than its
+        operator's ONNX schema allows (the converters index them)."""
+        try:
+            schema = onnx.defs.get_schema(node.op_type, self.opset, node.proto.domain)
+        except Exception:  # onnx.defs.SchemaError: no schema, nothing to check against
+            return
+        for what, count, low, high in (
+            ("inputs", len(node.proto.input), schema.min_input, schema.max_input),
+            ("outputs", len(node.proto.output), schema.min_output, schema.max_output),
+        ):
+            if not low <= count <= high:
+                allowed = f"{low}" if low == high else f"{low} to {high}"
+                if high >= 2**31 - 1:
+                    allowed = f"at least {low}"
+                raise self.error(f"has {count} {what}; the operator takes {allowed}")
+
     def read_attributes(self, node: Node, spec: Converter) -> dict[str, Any]:
         attrs = {}
+        declared = _schema_attribute_types(node.proto, self.opset)
         for attr in node.proto.attribute:
             if attr.name not in spec.attrs:
                 raise self.error(f"unsupported attribute '{attr.name}'", "attribute")
+            expected = declared.get(attr.name)
+            if expected is not None and attr.type != expected:
+                raise self.error(
+                    f"attribute '{attr.name}' is {_attribute_type_name(attr.type)}, the "
+                    f"operator's schema says {_attribute_type_name(expected)}"
+                )
             value = helper.get_attribute_value(attr)
             attrs[attr.name] = value.decode() if isinstance(value, bytes) else value
         return attrs
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _schema_attribute_types(node: onnx.NodeProto, opset: int) -> dict[str, int]:
+    """Attribute name -> ``AttributeProto`` type code, as the ONNX schema of ``node``'s
+    operator at ``opset`` declares them (empty when there is no schema)."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+    except Exception:  # onnx.defs.SchemaError: an unknown operator or opset
+        return {}
+    return {name: int(a.type) for name, a in schema.attributes.items()}
+
+
+def _attribute_type_name(code: int) -> str:
+    try:
+        return onnx.AttributeProto.AttributeType.Name(code)
+    except ValueError:
+        return f"of unknown type {code}"
 
 
 def dtype_of(value: SSAValue) -> str:
@@ -1296,9 +1351,38 @@ def import_onnx(
     dimensions such as a batch size).
     """
     model, source = load_model(model_or_path)
+    if (where := _non_text_field(model)) is not None:
+        raise FusecError(
+            f"the model's {where} is not UTF-8 text (a damaged or hostile file)",
+            SourceLocation(source, 0, 0),
+        )
     importer = Importer(model, source, weights_as_args, input_shapes)
     module = importer.run()
     return ImportResult(module, importer.evaluated, len(model.graph.node))
+
+
+def _non_text_field(message: Any, path: str = "") -> str | None:
+    """The path of the first string field of ``message`` (recursively) that is not
+    valid UTF-8, else None. ONNX's .proto is proto2, whose strings protobuf does not
+    validate: Python's upb protobuf hands such a value over as ``bytes``, which no
+    name-handling code expects."""
+    for field_desc, value in message.ListFields():
+        name = f"{path}.{field_desc.name}" if path else field_desc.name
+        repeated = (  # protobuf 7 has only is_repeated, older ones only label
+            field_desc.is_repeated
+            if hasattr(field_desc, "is_repeated")
+            else field_desc.label == field_desc.LABEL_REPEATED
+        )
+        values = list(value) if repeated else [value]
+        if field_desc.type == field_desc.TYPE_STRING:
+            for i, item in enumerate(values):
+                if not isinstance(item, str):
+                    return f"{name}[{i}]" if repeated else name
+        elif field_desc.type == field_desc.TYPE_MESSAGE:
+            for i, item in enumerate(values):
+                if found := _non_text_field(item, f"{name}[{i}]" if repeated else name):
+                    return found
+    return None
 
 
 def import_model(

@@ -240,6 +240,154 @@ def matmul_epilogue_case(op: type[ai.AiOp], dtype: str, attrs: str = "") -> Case
     return _fn([("a", ta), ("w", tw)], body, [("y", to)]), [a, w], _nothing
 
 
+#: Rows for reductions: NaN, +-Inf, Inf - Inf, signed zeros, subnormals, large values.
+REDUCE_ROWS = [
+    [NAN, 1.0, 2.0, 3.0],
+    [INF, 1.0, -2.0, 3.0],
+    [-INF, -1.0, -2.0, -3.0],
+    [INF, -INF, 0.0, 1.0],  # sum: NaN; max: Inf
+    [-0.0, -0.0, -0.0, -0.0],  # max: -0.0 (numpy); sum: 0.0 (numpy adds to 0.0)
+    [0.0, -0.0, 0.0, -0.0],
+    [1e-40, 1e-40, -1e-40, 1e-40],  # subnormal (f32, bf16; f16 flushes on rounding)
+    [60000.0, 60000.0, 1.0, 2.0],  # overflows f16 when summed
+]
+
+
+def reduce_case(op: type[ai.AiOp], dtype: str, axes: tuple[int, ...], keepdims: bool) -> Case:
+    x = _array(REDUCE_ROWS, dtype)
+    shape = [d for i, d in enumerate(x.shape) if i not in axes or keepdims]
+    if keepdims:
+        shape = [1 if i in axes else d for i, d in enumerate(x.shape)]
+    t, to = _t(x.shape, dtype), _t(tuple(shape), dtype)
+    attrs = (
+        f"{{axes = array<i64: {', '.join(map(str, axes))}>, keepdims = {str(keepdims).lower()}}}"
+    )
+    text = _fn([("x", t)], [f"%y = {op.name} %x {attrs} : {t}"], [("y", to)])
+
+    def check(outputs: list[np.ndarray]) -> None:
+        (y,) = outputs
+        if axes != (1,):
+            return
+        yd = y.astype(np.float64).reshape(len(REDUCE_ROWS))
+        assert np.isnan(yd[0]), f"{op.name} of a row with NaN must be NaN"
+        if op is ai.ReduceMaxOp:
+            assert yd[1] == INF and yd[3] == INF, "max with +Inf is +Inf"
+            assert yd[4] == 0 and np.signbit(yd[4]), "max of -0.0s is -0.0 (numpy)"
+        else:
+            assert np.isnan(yd[3]), f"{op.name} of Inf and -Inf is NaN"
+            assert yd[2] == -INF, f"{op.name} with -Inf is -Inf"
+
+    return text, [x], check
+
+
+def pool_case(op: type[ai.AiOp], dtype: str) -> Case:
+    values = SPECIALS[dtype]
+    x = _array(np.resize(np.asarray(values, dtype=np.float64), 2 * 4 * 4), dtype)
+    x = x.reshape(1, 2, 4, 4)
+    t, to = _t(x.shape, dtype), _t((1, 2, 2, 2), dtype)
+    attrs = "{kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>}"
+    text = _fn([("x", t)], [f"%y = {op.name} %x {attrs} : {t}"], [("y", to)])
+
+    def check(outputs: list[np.ndarray]) -> None:
+        (y,) = outputs
+        windows = x.astype(np.float64).reshape(1, 2, 2, 2, 2, 2).transpose(0, 1, 2, 4, 3, 5)
+        has_nan = np.isnan(windows).any(axis=(-1, -2))
+        assert np.isnan(y.astype(np.float64))[has_nan].all(), "a window with NaN pools to NaN"
+
+    return text, [x], check
+
+
+def clip_case(dtype: str, low: float, high: float) -> Case:
+    x = _array(SPECIALS[dtype], dtype)
+    t = _t(x.shape, dtype)
+    attrs = f"{{min = {low!r} : f32, max = {high!r} : f32}}"
+    text = _fn([("x", t)], [f"%y = ai.clip %x {attrs} : {t}"], [("y", t)])
+
+    def check(outputs: list[np.ndarray]) -> None:
+        (y,) = outputs
+        xd, yd = x.astype(np.float64), y.astype(np.float64)
+        assert np.isnan(yd[np.isnan(xd)]).all(), "clip(NaN) is NaN"
+        inside = (xd >= low) & (xd <= high)
+        assert np.array_equal(np.signbit(yd[inside]), np.signbit(xd[inside])), (
+            "clip keeps a value inside its bounds, -0.0 included"
+        )
+
+    return text, [x], check
+
+
+def where_case(dtype: str) -> Case:
+    values = SPECIALS[dtype]
+    n = len(values)
+    condition = _array([NAN, -0.0, 0.0, 1.0, -INF, 6e-8 if dtype == "f16" else 1e-40] * 3, dtype)
+    condition = condition[:n] if len(condition) >= n else np.resize(condition, n)
+    a = _array(values, dtype)
+    b = _array(values[::-1], dtype)
+    t = _t(a.shape, dtype)
+    text = _fn(
+        [("c", t), ("a", t), ("b", t)], [f"%y = ai.where %c, %a, %b : {t} * {t} * {t}"],
+        [("y", t)],
+    )  # fmt: skip
+
+    def check(outputs: list[np.ndarray]) -> None:
+        (y,) = outputs
+        chosen = np.where(condition.astype(np.float64) != 0, a, b).astype(np.float64)
+        got = y.astype(np.float64)
+        assert np.array_equal(got, chosen, equal_nan=True), "where: NaN is true, -0.0 false"
+        assert np.array_equal(np.signbit(got), np.signbit(chosen)), "where moves -0.0 as is"
+
+    return text, [condition, a, b], check
+
+
+def batch_norm_case(dtype: str) -> Case:
+    x = _array(np.asarray(SPECIALS[dtype], dtype=np.float64).reshape(1, 2, -1, 1), dtype)
+    c = x.shape[1]
+    params = [_array(v, dtype) for v in ([1.0, -2.0], [0.5, 0.0], [0.0, 1.0], [0.0, 4.0])]
+    t, v = _t(x.shape, dtype), _t((c,), dtype)
+    body = [f"%y = ai.batch_norm %x, %s, %b, %m, %v : {t} * {v} * {v} * {v} * {v}"]
+    text = _fn([("x", t), *((n, v) for n in "sbmv")], body, [("y", t)])
+    return text, [x, *params], _same_specials(x)
+
+
+def copy_cases(dtype: str) -> dict[str, Case]:
+    """Data movement moves bits: NaN, +-Inf, -0.0 and subnormals come out unchanged."""
+    x = _array(np.resize(np.asarray(SPECIALS[dtype], dtype=np.float64), 4 * 7), dtype)
+    x = x.reshape(4, 7)
+    t = _t(x.shape, dtype)
+    bodies = {
+        "transpose": ("ai.transpose %x {perm = array<i64: 1, 0>}", (7, 4)),
+        "slice": (
+            "ai.slice %x {offsets = array<i64: 3, 6>, sizes = array<i64: 2, 4>, "
+            "strides = array<i64: -1, -2>}",
+            (2, 4),
+        ),
+        "gather": ("ai.gather %x {axis = 1 : i64, indices = array<i64: 3, 0, 3>}", (4, 3)),
+        "concat": ("ai.concat %x, %x {axis = 0 : i64}", (8, 7)),
+    }
+
+    def moved(expected: np.ndarray) -> Check:
+        def check(outputs: list[np.ndarray]) -> None:
+            (y,) = outputs
+            assert np.array_equal(y.view(np.uint16 if y.itemsize == 2 else np.uint32),
+                                  expected.view(np.uint16 if y.itemsize == 2 else np.uint32)), (
+                "a copy changed the bits of a special value")  # fmt: skip
+
+        return check
+
+    expected = {
+        "transpose": x.T,
+        "slice": x[3:1:-1, 6::-2],
+        "gather": x[:, [3, 0, 3]],
+        "concat": np.concatenate([x, x]),
+    }
+    out = {}
+    for name, (op, shape) in bodies.items():
+        to = _t(shape, dtype)
+        operands = " * ".join([t] * op.count("%x"))
+        text = _fn([("x", t)], [f"%y = {op} : {operands}"], [("y", to)])
+        out[f"copy-{name}-{dtype}"] = (text, [x], moved(np.ascontiguousarray(expected[name])))
+    return out
+
+
 def _unary_ops() -> list[type[ai.AiOp]]:
     from strategies import ai_ops
 
@@ -270,8 +418,21 @@ def cases() -> dict[str, Case]:
         out[f"matmul-{dtype}"] = matmul_case(dtype)
         for op in _unary_ops():
             out[f"matmul-epilogue-{op.name}-{dtype}"] = matmul_epilogue_case(op, dtype)
+        for op in (ai.ReduceMaxOp, ai.ReduceSumOp, ai.ReduceMeanOp):
+            for axes, keepdims in (((1,), False), ((0,), True), ((0, 1), False)):
+                suffix = "-".join(map(str, axes)) + ("-keep" if keepdims else "")
+                out[f"reduce-{op.name}-{suffix}-{dtype}"] = reduce_case(op, dtype, axes, keepdims)
+        for op in (ai.MaxPool2DOp, ai.AvgPool2DOp):
+            out[f"pool-{op.name}-{dtype}"] = pool_case(op, dtype)
+        out[f"clip-{dtype}"] = clip_case(dtype, -1.0, 1.0)
+        out[f"clip-relu6-{dtype}"] = clip_case(dtype, 0.0, 6.0)
+        out[f"where-{dtype}"] = where_case(dtype)
+        out[f"batch-norm-{dtype}"] = batch_norm_case(dtype)
+        out.update(copy_cases(dtype))
     return out
 
 
 def uses_anchor(name: str) -> bool:
-    return name.startswith(("ai.matmul", "matmul", "ai.conv2d"))
+    """The case needs a template the CUDA simulator cannot run: conv/matmul groups, and
+    reduce, pool and copy groups (through PyTorch on cuda)."""
+    return name.startswith(("ai.matmul", "matmul", "ai.conv2d", "reduce-", "pool-", "copy-"))

@@ -59,3 +59,16 @@ CONSTANT_ORDER = Graph(
     ),
     (6, 7),
 )
+
+#: A bias added along axis 0 (``bias_add``) and again as a trailing broadcast
+#: operand (``add``): the planner put both in one pointwise group, whose code
+#: generator needs one indexing per input, so compiling it failed.
+BIAS_TWO_INDEXINGS = Graph(
+    (
+        Arg(_f32(3, 3, 3, 3)),
+        Arg(_f32(3)),
+        Node(ai.BiasAddOp, (0, 1), (("axis", -4),), _f32(3, 3, 3, 3)),
+        Node(ai.AddOp, (2, 1), (), _f32(3, 3, 3, 3)),
+    ),
+    (3,),
+)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 from differential import assert_matches, graph_settings, kernel_budget, poison
-from hypothesis import given
+from found import BIAS_TWO_INDEXINGS
+from hypothesis import example, given
 from hypothesis import strategies as st
 from strategies import graphs
 
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.fuzz
 
 @graph_settings(50)
 @given(graphs(max_ops=5), st.integers(0, 2**16))
+@example(BIAS_TWO_INDEXINGS, 0)
 def test_cpu_matches_the_reference(graph, seed):
     text = graph.text()
     compiled = fusec.compile(text, target="cpu")

@@ -59,3 +59,27 @@ def test_input_is_accepted_or_refused_with_a_located_error(name, path, monkeypat
     except subprocess.TimeoutExpired:
         pytest.fail(f"{path.name}: still running after {DEADLINE} s: a hang")
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+# ------------------------------------------- structure-aware ONNX mutations (bounded)
+
+#: Mutants per ONNX corpus model in CI (the fuzzer makes millions): fixed seeds, so a
+#: failure reappears as it was.
+MUTANTS = 16
+
+
+@pytest.mark.parametrize("path", targets.corpus_files("onnx"), ids=lambda p: p.name)
+def test_mutated_onnx_models_are_imported_or_refused_with_a_located_error(path, monkeypatch):
+    import onnx
+
+    monkeypatch.setenv("FUSEC_MEMORY_LIMIT", "2G")
+    data = path.read_bytes()
+    changed = 0
+    for seed in range(MUTANTS):
+        mutant = targets.mutate_onnx(data, seed)
+        assert mutant is not None, "a readable model stays readable"
+        onnx.ModelProto.FromString(mutant)
+        changed += mutant != data
+        targets.check_onnx(mutant)
+    assert changed >= MUTANTS // 2, "the mutator changed too few models"
+    assert targets.mutate_onnx(b"\xff not a protobuf", 0) is None

@@ -9,7 +9,8 @@ memory across warps); the epilogue then runs on the cached values, so the
 row is read from memory once and written once:
 
 * layernorm: mean, then the variance of the cached centred values (two
-  reductions over registers, no cancellation), then
+  reductions over registers, no cancellation; the mean corrected by the
+  deviations' own sum, so constant rows normalise to exactly 0), then
   ``(x - mean) * rstd * gamma + beta``;
 * softmax: the row maximum, then ``exp(x - max)`` (cached) and its sum, then
   ``e * (1 / sum)``.
@@ -398,12 +399,18 @@ class _RowsEmitter:
             code.add(2, f"acc = {literal(0.0)}", "for k in range(CACHE):")
             code.add(3, "acc += xr[k]")
             code.add(2, f"mean = {self.reduce_fn('sum')}(acc, scratch) * INV_L")
-            code.add(2, f"acc = {literal(0.0)}")
+            # corrected two-pass (Chan, Golub, LeVeque): the deviations' own sum corrects
+            # the rounding of the mean, so a constant row (|mean| >> its rounding error
+            # times rstd) normalises to exactly 0, as numpy's mean does
+            code.add(2, f"acc = {literal(0.0)}", f"dev = {literal(0.0)}")
             self.vector_loop(code)
             code.add(3, "if live and col < L:")
             code.add(4, "for j in range(VEC):")
-            code.add(5, "d = xr[c * VEC + j] - mean", "acc += d * d")
-            code.add(2, f"var = {self.reduce_fn('sum')}(acc, scratch) * INV_L")
+            code.add(5, "d = xr[c * VEC + j] - mean", "acc += d * d", "dev += d")
+            code.add(2, f"shift = {self.reduce_fn('sum')}(dev, scratch) * INV_L")
+            code.add(2, f"var = {self.reduce_fn('sum')}(acc, scratch) * INV_L - shift * shift")
+            code.add(2, f"var = var if var > {literal(0.0)} else {literal(0.0)}")
+            code.add(2, "mean = mean + shift")
             code.add(2, f"rstd = {literal(1.0)} / math.sqrt(var + EPS)")
         else:
             code.add(2, f"m = {literal(-math.inf)}", "for k in range(CACHE):")

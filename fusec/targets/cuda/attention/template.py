@@ -28,8 +28,10 @@ from fusec.errors import FusecError
 from fusec.targets.cuda.attention.cpp import AttentionSpec
 from fusec.targets.cuda.common import body_ops, kernel_name
 
-#: A mask entry at most this is "masked": exp(-1e4 + any score the inputs reach) is 0 in f32.
-MASKED = -1.0e4
+#: A mask entry at most this is "masked": exp(-5e3 + any score the inputs reach) is 0 in
+#: f32. Not -1e4 itself: bf16 rounds a written -1e4 to -9984 (a bf16 causal mask of -1e4
+#: fell back to PyTorch on the H200).
+MASKED = -5.0e3
 
 
 def mask_kind(mask: SSAValue, queries: int, keys: int) -> str | None:

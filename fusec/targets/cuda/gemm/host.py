@@ -318,9 +318,15 @@ class GemmKernel(LoadedKernel):
 
     def launch(self, prepared: Prepared) -> None:
         """Queue the padded-pitch copies (if any) and the kernel of ``prepared``."""
-        for copy in prepared.copies:
-            _check(self.drv.cuMemcpy2DAsync(copy, prepared.stream))
-        self.launch_raw(prepared.grid, self.threads, prepared.stream, prepared.params)
+        if not prepared.copies:
+            self.launch_raw(prepared.grid, self.threads, prepared.stream, prepared.params)
+            return
+        # the padded copies are per stream: another thread's copy must not land between
+        # this call's copy and the kernel that reads it
+        with self.lock:
+            for copy in prepared.copies:
+                _check(self.drv.cuMemcpy2DAsync(copy, prepared.stream))
+            self.launch_raw(prepared.grid, self.threads, prepared.stream, prepared.params)
 
     def prepare(
         self,

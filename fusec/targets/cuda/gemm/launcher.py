@@ -87,6 +87,10 @@ class GemmLaunch:
         self.prep: host.LoadedKernel | None = None
         self.fin: host.LoadedKernel | None = None
         self.lock = threading.Lock()
+        #: held while one call queues its steps: the scratch buffers are per stream, so two
+        #: threads calling on one stream must not interleave their steps (A's statistics
+        #: pass, B's statistics pass, A's GEMM would read B's statistics)
+        self.queue_lock = threading.Lock()
         self.sms = 132
         #: (stream, output address, input addresses) -> prepared launches: the per-call path
         self.calls: dict[tuple, _Call] = {}
@@ -147,6 +151,11 @@ class GemmLaunch:
             kernel.launch(call.steps[0][1])
             return
         drv = host.driver()
+        with self.queue_lock:
+            self._queue(call, kernel, drv)
+
+    @staticmethod
+    def _queue(call: _Call, kernel: host.GemmKernel, drv: Any) -> None:
         for step in call.steps:
             if step[0] == "gemm":
                 kernel.launch(step[1])
