@@ -123,8 +123,11 @@ class TorchGroup:
                     f"kernel {self.name}: result #{k} is {tuple(t.shape)} {t.dtype}, "
                     f"expected {spec}"
                 )
-            if not t.is_contiguous():
-                results[k] = t.contiguous()
+            if not t.is_contiguous() or t.data_ptr() % 16:
+                # a slice is a view: even a contiguous one at an odd offset would give the
+                # next kernel's 16-byte vector loads a misaligned address (it did on the
+                # H200: CUDA_ERROR_MISALIGNED_ADDRESS, found by the differential run)
+                results[k] = t.clone(memory_format=self.torch.contiguous_format)
         return results
 
 
