@@ -560,7 +560,12 @@ class Importer:
                     f"operator's schema says {_attribute_type_name(expected)}"
                 )
             value = helper.get_attribute_value(attr)
-            attrs[attr.name] = value.decode() if isinstance(value, bytes) else value
+            if isinstance(value, bytes):  # STRING attributes are bytes in the protobuf
+                try:
+                    value = value.decode()
+                except UnicodeDecodeError:
+                    raise self.error(f"attribute '{attr.name}' is not UTF-8 text") from None
+            attrs[attr.name] = value
         return attrs
 
 
