@@ -56,7 +56,14 @@ MARGIN = 15.0
 
 #: Errors after which a process's CUDA context is unusable: the worker exits (after
 #: recording the graph) and the parent starts a fresh one.
-FATAL = ("CUDA_ERROR_ILLEGAL", "CUDA_ERROR_LAUNCH", "illegal memory access", "unspecified launch")
+FATAL = (
+    "CUDA_ERROR_ILLEGAL",
+    "CUDA_ERROR_LAUNCH",
+    "CUDA_ERROR_MISALIGNED",  # sticky too: one misaligned kernel failed ~1100 later graphs
+    "illegal memory access",
+    "unspecified launch",
+    "misaligned address",
+)
 
 
 def _worker(name: str, seed: int, deadline: float, scratch: Path, target: str) -> None:
