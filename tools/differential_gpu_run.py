@@ -25,7 +25,9 @@ each can be replayed: ``fusec run graph.mlir --random-inputs --check``, or
 ``workers.log`` (the tail of each worker's stderr). Exit status 0 when every
 graph passed, 1 otherwise.
 
-On the CPU machine, ``--target cpu`` runs the same loop for the cpu target.
+On the CPU machine, ``--target cpu`` runs the same loop for the cpu target, and
+``--target reference`` checks the IR properties of ``test_ir_properties.py`` instead
+(printing round trip, idempotent pipeline, kernels <= ops, traced == written).
 """
 
 from __future__ import annotations
@@ -81,6 +83,16 @@ def _worker(name: str, seed: int, deadline: float, scratch: Path, target: str) -
     count = 0
 
     def run(graph, args) -> None:
+        if target == "reference":  # the IR properties (tests/differential/test_ir_properties.py)
+            import test_ir_properties as properties
+
+            for prop in (
+                properties.test_printed_ir_parses_back_to_the_same_module,
+                properties.test_default_pipeline_is_idempotent_with_at_most_one_kernel_per_op,
+                properties.test_traced_and_written_graphs_compile_to_the_same_ir,
+            ):
+                prop.hypothesis.inner_test(graph)  # the property's body, on this graph
+            return
         compiled = fusec.compile(graph.text(), target=target)
         budget = kernel_budget(graph)
         assert len(compiled.kernels) <= budget, f"{len(compiled.kernels)} kernels > {budget}"
@@ -330,7 +342,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="folder for the summary and failures")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--wall", type=float, default=420.0, help="seconds, start to summary")
-    parser.add_argument("--target", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--target", default="cuda", choices=["cuda", "cpu", "reference"])
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)

@@ -534,9 +534,8 @@ class Importer:
     def check_arity(self, node: Node) -> None:
         """A located error when ``node`` has fewer or more inputs or outputs than its
         operator's ONNX schema allows (the converters index them)."""
-        try:
-            schema = onnx.defs.get_schema(node.op_type, self.opset, node.proto.domain)
-        except Exception:  # onnx.defs.SchemaError: no schema, nothing to check against
+        schema = _schema(node.proto, self.opset)
+        if schema is None:
             return
         for what, count, low, high in (
             ("inputs", len(node.proto.input), schema.min_input, schema.max_input),
@@ -561,7 +560,12 @@ class Importer:
                     f"operator's schema says {_attribute_type_name(expected)}"
                 )
             value = helper.get_attribute_value(attr)
-            attrs[attr.name] = value.decode() if isinstance(value, bytes) else value
+            if isinstance(value, bytes):  # STRING attributes are bytes in the protobuf
+                try:
+                    value = value.decode()
+                except UnicodeDecodeError:
+                    raise self.error(f"attribute '{attr.name}' is not UTF-8 text") from None
+            attrs[attr.name] = value
         return attrs
 
 
@@ -571,11 +575,25 @@ class Importer:
 def _schema_attribute_types(node: onnx.NodeProto, opset: int) -> dict[str, int]:
     """Attribute name -> ``AttributeProto`` type code, as the ONNX schema of ``node``'s
     operator at ``opset`` declares them (empty when there is no schema)."""
-    try:
-        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
-    except Exception:  # onnx.defs.SchemaError: an unknown operator or opset
+    schema = _schema(node, opset)
+    if schema is None:
         return {}
     return {name: int(a.type) for name, a in schema.attributes.items()}
+
+
+def _schema(node: onnx.NodeProto, opset: int) -> onnx.defs.OpSchema | None:
+    """The ONNX schema of ``node``'s operator at ``opset``; the newest one when the
+    operator is younger than the model's opset (a model fusec still reads: its
+    attribute types and input counts are checked against the newest definition);
+    None for an operator ONNX does not define."""
+    for version in (opset, None):
+        try:
+            if version is None:
+                return onnx.defs.get_schema(node.op_type, node.domain)
+            return onnx.defs.get_schema(node.op_type, version, node.domain)
+        except Exception:  # onnx.defs.SchemaError
+            continue
+    return None
 
 
 def _attribute_type_name(code: int) -> str:

@@ -72,3 +72,28 @@ BIAS_TWO_INDEXINGS = Graph(
     ),
     (3,),
 )
+
+
+def _f16(*shape: int) -> TensorSpec:
+    return TensorSpec(shape, "f16")
+
+
+#: A mask constant used by a dead ``where`` and again as an operand after two other
+#: constants of a live one: the traced function made a second copy of the mask, so
+#: after the dead op went its constants stood in another order than the text's
+#: (constants first used by the same op kept their block order).
+CONSTANT_OPERAND_ORDER = Graph(
+    (
+        Arg(_f16(8, 2, 17)),
+        Arg(_f16(8, 2, 17)),
+        Const(_f16(1, 2, 17), np.random.default_rng(0).integers(0, 2, (1, 2, 17)).astype(float)),
+        Const(_f16(2, 8, 2, 1), np.full((2, 8, 2, 1), 0.25)),
+        Const(_f16(), np.array(0.0)),
+        Const(_f16(17), np.full(17, 0.25)),
+        Node(ai.AddOp, (1, 0), (), _f16(8, 2, 17)),
+        Node(ai.WhereOp, (2, 6, 3), (), _f16(2, 8, 2, 17)),
+        Node(ai.WhereOp, (4, 5, 2), (), _f16(1, 2, 17)),
+        Node(ai.IsNanOp, (2,), (), _f16(1, 2, 17)),
+    ),
+    (9, 8),
+)

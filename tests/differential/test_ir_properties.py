@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 from differential import graph_settings, kernel_budget
-from found import BATCH_NORM_RANK_2, CONSTANT_ORDER
+from found import BATCH_NORM_RANK_2, CONSTANT_OPERAND_ORDER, CONSTANT_ORDER
 from hypothesis import assume, example, given
 from strategies import graphs, traceable
 
@@ -68,6 +68,7 @@ def test_default_pipeline_is_idempotent_with_at_most_one_kernel_per_op(graph):
 @graph_settings(60)
 @given(graphs(max_ops=8))
 @example(CONSTANT_ORDER)
+@example(CONSTANT_OPERAND_ORDER)
 def test_traced_and_written_graphs_compile_to_the_same_ir(graph):
     assume(traceable(graph))  # an op without a fusec.ops function cannot be traced
     fused = fusec.fuse(graph.function(), target="reference", disk_cache=False)

@@ -1,6 +1,9 @@
 """Concurrency and faults: threads sharing compiled modules, processes sharing a cache folder,
 processes killed while writing it, and entries from other versions.
 
+* A call (after the first, which loads libraries) leaves the process as it
+  found it (numpy's error state, Numba's and the BLAS pools' thread counts, the
+  environment): no global state is toggled per call and left behind.
 * Compiled modules called from many Python threads at once give the right
   results (cpu; the cuda test is marked ``gpu``), also under Numba's
   ``workqueue`` threading layer, which aborts the process on concurrent
@@ -95,6 +98,34 @@ def test_one_compiled_module_called_from_many_threads():
     text = _graph(32, 48)
     compiled = fusec.compile(text, target="cpu")
     _hammer(lambda t, r: _check(compiled, text, seed=100 * t + r))
+
+
+def _process_state() -> dict:
+    """What a call could toggle for the whole process: numpy's error handling, Numba's
+    and the BLAS pools' thread counts, the environment."""
+    import numba
+    from threadpoolctl import threadpool_info
+
+    pools = {(p["internal_api"], p["filepath"]): p["num_threads"] for p in threadpool_info()}
+    return {
+        "errstate": np.geterr(),
+        "numba_threads": numba.get_num_threads(),
+        "pools": pools,
+        "environ": dict(os.environ),
+    }
+
+
+def test_calls_leave_no_process_state_changed():
+    text = _graph(64, 96)  # layernorm, a BLAS matmul with an epilogue, a softmax
+    compiled = fusec.compile(text, target="cpu")
+    _check(compiled, text, 0)  # the first call loads libraries (Numba's OpenMP pool)
+    before = _process_state()
+    for seed in range(1, 4):
+        _check(compiled, text, seed)
+    after = _process_state()
+    loaded = set(after["pools"]) - set(before["pools"])  # a library loaded later: no toggle
+    after["pools"] = {k: n for k, n in after["pools"].items() if k not in loaded}
+    assert after == before
 
 
 def test_first_calls_from_many_threads_compile_once(tmp_path, monkeypatch):

@@ -80,18 +80,19 @@ def pack(block: Block, groups: Sequence[Group]) -> list[FusedOp]:
 
 
 def place_constants(block: Block) -> None:
-    """Move the constants of ``block`` to its start, in the order of their first use
-    (unused ones after them, in block order)."""
+    """Move the constants of ``block`` to its start, in the order of their first use:
+    the first op using them, then the operand (unused ones after them, in block
+    order)."""
     constants = [op for op in block.ops if isinstance(op, arith.ConstantOp)]
     if not constants:
         return
-    first_use: dict[Operation, int] = {}
+    first_use: dict[Operation, tuple[int, int]] = {}
     for position, op in enumerate(block.ops):
-        for value in op.operands:
+        for index, value in enumerate(op.operands):
             owner = value.owner
             if isinstance(owner, arith.ConstantOp) and owner.parent is block:
-                first_use.setdefault(owner, position)
-    unused = len(block.ops)
+                first_use.setdefault(owner, (position, index))
+    unused = (len(block.ops), 0)
     ordered = sorted(constants, key=lambda c: first_use.get(c, unused))  # stable
     if ordered == list(block.ops)[: len(ordered)]:
         return
