@@ -271,6 +271,10 @@ def _summary(args, records, unfinished, crashed, wall: float, device: str) -> di
 
 
 def _commit() -> str:
+    """``FUSEC_COMMIT`` when set (a copy of the tree without its own .git would otherwise
+    report an enclosing repository's HEAD), else git's HEAD of ``ROOT``."""
+    if os.environ.get("FUSEC_COMMIT"):
+        return os.environ["FUSEC_COMMIT"]
     try:
         done = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
