@@ -169,18 +169,25 @@ class GeluFromErf(Recognition):
     label = "gelu (erf)"
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, ai.MulOp):
-            return
-        terms = factors(op.results[0])
-        if len(terms) != 3:
-            return
-        half, rest = split(terms, lambda v: is_scalar(v, 0.5))
-        if half is None:
-            return
-        for x, one_plus in (rest, rest[::-1]):
-            if shape(x) == shape(op.results[0]) and _erf_of(one_plus, x):
+        for x, one_plus in _half_products(op):
+            if _erf_of(one_plus, x):
                 self.rewrite(rewriter, op, [gelu := ai.GeluOp(x)], gelu.results[0])
                 return
+
+
+def _half_products(op: Operation) -> list[tuple[SSAValue, SSAValue]]:
+    """For ``op`` a product of exactly three factors, one of them the scalar 0.5: the
+    (x, other) orders of the other two with x of the product's shape (both GELU forms
+    are ``0.5 * x * (1 + f(x))``)."""
+    if not isinstance(op, ai.MulOp):
+        return []
+    terms = factors(op.results[0])
+    if len(terms) != 3:
+        return []
+    half, rest = split(terms, lambda v: is_scalar(v, 0.5))
+    if half is None:
+        return []
+    return [(x, other) for x, other in (rest, rest[::-1]) if shape(x) == shape(op.results[0])]
 
 
 def _erf_of(value: SSAValue, x: SSAValue) -> bool:
@@ -205,16 +212,8 @@ class GeluFromTanh(Recognition):
     label = "gelu (tanh)"
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, ai.MulOp):
-            return
-        terms = factors(op.results[0])
-        if len(terms) != 3:
-            return
-        half, rest = split(terms, lambda v: is_scalar(v, 0.5))
-        if half is None:
-            return
-        for x, one_plus in (rest, rest[::-1]):
-            if shape(x) == shape(op.results[0]) and _tanh_of(one_plus, x):
+        for x, one_plus in _half_products(op):
+            if _tanh_of(one_plus, x):
                 gelu = ai.GeluOp(x, approximate="tanh")
                 self.rewrite(rewriter, op, [gelu], gelu.results[0])
                 return
