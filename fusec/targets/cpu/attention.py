@@ -33,6 +33,7 @@ from fusec.targets.cpu.matmul import (
     BlockedCore,
     EpilogueRows,
     Workspace,
+    decode_row_block,
     generate_core_group,
     row_loop,
 )
@@ -91,17 +92,7 @@ class AttentionBlocks(BlockedCore):
         )
 
     def decode(self) -> list[str]:
-        lines = [
-            f"b = blk // {self.nrb}",
-            f"r0 = blk % {self.nrb} * {self.mb}",
-            f"r1 = min(r0 + {self.mb}, {self.s})",
-        ]
-        stride = math.prod(self.batch)
-        for d, size in enumerate(self.batch):
-            stride //= size
-            expr = "b" if stride == 1 else f"b // {stride}"
-            lines.append(f"bi{d} = {expr}" + (f" % {size}" if d > 0 else ""))
-        return lines
+        return decode_row_block(self.nrb, self.mb, self.s, self.batch)
 
     def _matrix(self, batch_shape: Sequence[int], size: int) -> str:
         """Offset of batch ``b``'s matrix (``size`` elements) in an operand of batch

@@ -435,6 +435,25 @@ def full_stage(
     return pointwise_stage(fn_name, gen, ops, reads, writes)
 
 
+def decode_row_block(
+    blocks_per_matrix: int, rows: int, total: int, batch: Sequence[int]
+) -> list[str]:
+    """Lines that decode block ``blk`` of a batched row-blocked core: its matrix ``b``,
+    its rows ``r0:r1`` (``rows`` a block, ``total`` a matrix) and ``b``'s index ``bi<d>``
+    along each batch dim."""
+    lines = [
+        f"b = blk // {blocks_per_matrix}",
+        f"r0 = blk % {blocks_per_matrix} * {rows}",
+        f"r1 = min(r0 + {rows}, {total})",
+    ]
+    stride = math.prod(batch)
+    for d, size in enumerate(batch):
+        stride //= size
+        expr = "b" if stride == 1 else f"b // {stride}"
+        lines.append(f"bi{d} = {expr}" + (f" % {size}" if d > 0 else ""))
+    return lines
+
+
 def row_loop(space: Sequence[int], rows: str) -> list[str]:
     """The head of a loop over rows ``rows`` (a ``range`` argument list) of ``space``:
     ``row`` and the index ``i<d>`` of each dim but the last."""
@@ -506,17 +525,7 @@ class MatmulBlocks(BlockedCore):
         )
 
     def decode(self) -> list[str]:
-        lines = [
-            f"b = blk // {self.nrb}",
-            f"r0 = blk % {self.nrb} * {self.mb}",
-            f"r1 = min(r0 + {self.mb}, {self.m})",
-        ]
-        stride = math.prod(self.batch)
-        for d, size in enumerate(self.batch):
-            stride //= size
-            expr = "b" if stride == 1 else f"b // {stride}"
-            lines.append(f"bi{d} = {expr}" + (f" % {size}" if d > 0 else ""))
-        return lines
+        return decode_row_block(self.nrb, self.mb, self.m, self.batch)
 
     def _batch_index(self, shape: Sequence[int]) -> str:
         """The matrix number, in an operand of batch shape ``shape``, of batch ``b``."""
