@@ -186,14 +186,7 @@ def generate_core_group(
     fused_op: ai.FusedOp, name: str, kind: str, core_type: type, make_core: CoreFactory
 ) -> KernelSource:
     """Full-size stages for what cannot go per block, then the blocked kernel."""
-    ops = body_ops(fused_op)
-    core_op = single_core(fused_op, core_type)
-    views = [op for op in ops if is_layout(op)]
-    late = [op for op in views if op in depends_on(ops, core_op.results)]
-    if late:
-        raise error_at(late[0], "follows the core of its group: a layout op must come before it")
-    ops = [op for op in ops if not is_layout(op)]
-    before, after = split_segments(ops, core_op)
+    core_op, views, _, (before, after) = core_segments(fused_op, core_type)
     outputs = outputs_of(fused_op)
     yielded = [v for v, _ in outputs]
     gen = ExprGenerator(fast_exp=True)
@@ -375,6 +368,27 @@ def _results(ops: Sequence[Operation]) -> set[SSAValue]:
 
 def _indented(indent: str, lines: Sequence[str]) -> list[str]:
     return [f"{indent}{line}" if line else "" for line in lines]
+
+
+def core_segments(
+    fused_op: ai.FusedOp, core_type: type
+) -> tuple[
+    Operation,
+    list[Operation],
+    list[Operation],
+    tuple[list[tuple[str, list[Operation]]], list[Operation]],
+]:
+    """A core group's core op, its layout ops (views, which must come before the core),
+    its other ops, and those split into the stages before the core and the epilogue
+    (``split_segments``)."""
+    ops = body_ops(fused_op)
+    core = single_core(fused_op, core_type)
+    views = [op for op in ops if is_layout(op)]
+    late = [op for op in views if op in depends_on(ops, core.results)]
+    if late:
+        raise error_at(late[0], "follows the core of its group: a layout op must come before it")
+    ops = [op for op in ops if not is_layout(op)]
+    return core, views, ops, split_segments(ops, core)
 
 
 def split_segments(

@@ -14,22 +14,19 @@ from collections.abc import Callable, Sequence
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import KernelSource, ScratchPlan, io_specs
-from fusec.codegen.expr import ExprGenerator, error_at, shape_of
-from fusec.codegen.layout import LAYOUT_OPS, is_layout
+from fusec.codegen.expr import ExprGenerator, shape_of
+from fusec.codegen.layout import LAYOUT_OPS
 from fusec.dialect import ops as ai
 from fusec.targets.cpu.common import (
     Buffers,
     Stage,
     assemble,
-    body_ops,
-    depends_on,
     input_names,
     outputs_of,
     scratch_lines,
-    single_core,
     values_needed_after,
 )
-from fusec.targets.cpu.matmul import full_stage, split_segments, view_lines
+from fusec.targets.cpu.matmul import core_segments, full_stage, view_lines
 
 _NUMPY = {"mean": "np.mean", "sum": "np.sum", "max": "np.max"}
 
@@ -48,14 +45,7 @@ def library_group(
 ) -> KernelSource:
     """A group whose core is whole-tensor library calls (numpy): full-size stages for
     its prologues, the core, one stage for its elementwise epilogue."""
-    ops = body_ops(fused_op)
-    core = single_core(fused_op, core_type)
-    views = [op for op in ops if is_layout(op)]
-    late = [op for op in views if op in depends_on(ops, core.results)]
-    if late:
-        raise error_at(late[0], "follows the core of its group: a layout op must come before it")
-    ops = [op for op in ops if not is_layout(op)]
-    before, after = split_segments(ops, core)
+    core, views, _, (before, after) = core_segments(fused_op, core_type)
     outputs = outputs_of(fused_op)
     yielded = [v for v, _ in outputs]
     gen = ExprGenerator(fast_exp=True)
