@@ -1,0 +1,150 @@
+"""Per-kernel GPU times of fusec vs PyTorch eager vs torch.compile, for profiling misses.
+
+    python benchmarks/profile_cases.py --case lms-small            # torch.profiler table
+    ncu --clock-control none --set basic python benchmarks/profile_cases.py \
+        --case lms-small --impl fusec --reps 2 --no-profiler        # hardware counters
+
+Cases: the issue rows that miss or disagree between benchmarks (``lms-small``: LN(8192x256)
+-> matmul 256x256 -> softmax; ``mlp-down``: 8192x4096x1024 + bias + residual; ``mlp-up``;
+``mlp``: the whole MLP block; ``conv``: conv N32 C64 56x56 3x3 + bias + relu). For each
+implementation the script warms up, then records ``--reps`` calls under ``torch.profiler``
+(CUPTI kernel activity: no hardware counters needed) and prints every GPU kernel with its
+mean duration, so a row's time splits into launches, copies and the kernels that matter.
+Every implementation is checked against eager in float32 first (fresh randn inputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def conv_case(torch):
+    import torch.nn.functional as F
+    from conv_attn_bench import CONV
+
+    h = dict(device="cuda", dtype=torch.float16)
+    x = torch.randn(32, 64, 56, 56, **h)
+    w = torch.randn(64, 64, 3, 3, **h) * 0.05
+    b = torch.randn(64, **h)
+
+    def conv(x, w, b):
+        return torch.relu(F.conv2d(x, w, padding=1) + b.view(1, -1, 1, 1))
+
+    return CONV, (x, w, b), conv
+
+
+def lms_small_case(torch):
+    from gpu_bench import fallback_cases
+
+    label, ir, fn, inputs, _ = fallback_cases(torch, "cuda", quick=False)[2]
+    assert label.startswith("layernorm(8192x256)"), label
+    return ir, inputs, fn
+
+
+def gemm_case(torch, prefix: str):
+    from gemm_variants_bench import cases
+
+    for name, text, inputs, reference, *_ in cases(torch):
+        if name.startswith(prefix):
+            return text, inputs, reference
+    raise KeyError(prefix)
+
+
+def mlp_case(torch):
+    import torch.nn.functional as F
+    from gemm_bench import MLP
+
+    m, d, h = 8192, 1024, 4096
+    text = MLP.format(m=m, d=d, h=h, ln="", src="%x")
+
+    def r(*shape, scale=1.0):
+        return torch.randn(*shape, device="cuda", dtype=torch.float16) * scale
+
+    inputs = (r(m, d), r(d), r(d), r(d, h, scale=0.03), r(h), r(h, d, scale=0.015), r(d))
+
+    def mlp(x, g, be, w1, b1, w2, b2):
+        return F.gelu(x @ w1 + b1, approximate="tanh") @ w2 + b2 + x
+
+    return text, inputs, mlp
+
+
+CASES = {
+    "lms-small": lms_small_case,
+    "mlp-down": lambda t: gemm_case(t, "MLP down"),
+    "mlp-up": lambda t: gemm_case(t, "MLP up"),
+    "mlp": mlp_case,
+    "conv": conv_case,
+}
+
+
+def kernel_table(torch, fn, reps: int) -> list[tuple[str, float, int]]:
+    """(kernel name, mean us per call, launches per call) of ``reps`` calls of ``fn``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    rows = []
+    for evt in prof.key_averages():
+        us = evt.device_time_total / reps
+        if us > 0:
+            rows.append((evt.key[:110], us, evt.count // reps))
+    return sorted(rows, key=lambda r: -r[1])
+
+
+def main() -> int:
+    import torch
+
+    import fusec
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--case", action="append", choices=sorted(CASES), required=True)
+    parser.add_argument("--impl", action="append", choices=["fusec", "eager", "compile"])
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--no-profiler", action="store_true", help="only run (for ncu)")
+    parser.add_argument("--tile", default="", help='tile-gemm options, e.g. "epilogue=smem"')
+    args = parser.parse_args()
+    impls = args.impl or ["fusec", "eager", "compile"]
+    torch.manual_seed(0)
+    for case in args.case:
+        text, inputs, reference = CASES[case](torch)
+        ref = reference(*(t.float() for t in inputs))
+        fns = {}
+        if "fusec" in impls:
+            pipeline = f"fusec-default,tile-gemm{{{args.tile}}}" if args.tile else None
+            fns["fusec"] = fusec.compile(text, target="cuda", pipeline=pipeline)
+            kernels = fns["fusec"].kernels
+            print(f"== {case}: fusec kernels {[k.kind for k in kernels]}", flush=True)
+        if "eager" in impls:
+            fns["eager"] = reference
+        if "compile" in impls:
+            fns["compile"] = torch.compile(reference)
+        for impl, fn in fns.items():
+            got = fn(*inputs).float()
+            rel = float((got - ref).norm() / ref.norm())
+            bad = bool(torch.isnan(got).any())
+            print(f"-- {case} {impl}: rel L2 {rel:.1e}{' NaN!' if bad else ''}", flush=True)
+            for _ in range(3):
+                fn(*inputs)
+            torch.cuda.synchronize()
+            if args.no_profiler:
+                for _ in range(args.reps):
+                    fn(*inputs)
+                torch.cuda.synchronize()
+                continue
+            rows = kernel_table(torch, lambda fn=fn, inputs=inputs: fn(*inputs), args.reps)
+            total = sum(us for _, us, _ in rows)
+            print(f"   GPU kernel time per call: {total:.1f} us")
+            for name, us, count in rows:
+                print(f"   {us:8.1f} us  x{count}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
