@@ -218,8 +218,8 @@ class GemmLaunch:
         p = self.prologue
         assert p is not None
         rows = self.m * self.batches
-        stat_blocks = p.spec.stat_blocks(rows)
-        grid = stat_blocks + p.spec.fold_blocks(self.k, self.n)
+        fold_blocks = p.spec.fold_blocks(self.k, self.n)
+        grid = fold_blocks + p.spec.stat_blocks(rows)
         params, kept = host.parameter_block(
             (
                 address(p.x),
@@ -230,7 +230,7 @@ class GemmLaunch:
                 address("stats"),
                 address("cd"),
             ),
-            (rows, self.k, self.n, stat_blocks),
+            (rows, self.k, self.n, fold_blocks),
         )
         keep.append(kept)
         steps: list[tuple] = []
