@@ -84,8 +84,8 @@ class LayerNormPrep:
     """Row statistics of x and the gamma/beta fold of W for ``LN(x) @ W`` (module docstring).
 
     Kernel parameters: x, gamma, beta, w, w_folded, stats (float2 per row: mean,
-    rstd), cd (2N floats: c then d); M (rows of x), K, N, fold_blocks (the first blocks
-    fold W, the others compute the statistics).
+    rstd), cd (f32: c at 0, d at N rounded up to 4); M (rows of x), K, N, fold_blocks
+    (the first blocks fold W, the others compute the statistics).
     """
 
     dtype: str  # x and W
@@ -142,7 +142,7 @@ class LayerNormPrep:
       ds += fs_ld_{b}((const void*)beta, k) * wv;
     }}
     atomicAdd((float*)cd + n, cs);
-    atomicAdd((float*)cd + N + n, ds);
+    atomicAdd((float*)cd + ((N + 3) & ~3) + n, ds);
     return 0;"""
         else:
             fold = f"""    const int n = fb * {THREADS // 32} + warp;
@@ -160,7 +160,7 @@ class LayerNormPrep:
     ds = fs_warp_sum(ds);
     if (lane == 0) {{
       ((float*)cd)[n] = cs;
-      ((float*)cd)[N + n] = ds;
+      ((float*)cd)[((N + 3) & ~3) + n] = ds;
     }}
     return 0;"""
         return f"""// fusec generated LayerNorm prologue pre-pass ({t}, gamma {g}, beta {b}, W {
