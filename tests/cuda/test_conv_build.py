@@ -223,6 +223,16 @@ def test_routing_names_the_template_or_the_reason(text: str, expected: str) -> N
     assert expected in _kernel_source(text)
 
 
+def test_conv_tile_env_overrides_the_choice(monkeypatch) -> None:
+    """$FUSEC_CONV_TILE (the benchmarks' A/B switch) replaces ``choose_tile``'s tile."""
+    assert "tile 64x192 s4 c1n" not in _kernel_source(conv_text())
+    monkeypatch.setenv("FUSEC_CONV_TILE", "64x192 s4 c1n")
+    assert "tile 64x192 s4 c1n" in _kernel_source(conv_text())
+    monkeypatch.setenv("FUSEC_CONV_TILE", "64x96 s6 c2n")
+    with pytest.raises(ValueError, match="FUSEC_CONV_TILE: bad conv tile"):
+        _kernel_source(conv_text())
+
+
 def test_epilogue_is_generated_from_the_ops() -> None:
     source = _kernel_source(conv_text().replace("@f(", "@user_marker_fn("))
     assert "fs_ld_f16(e0, i1)" in source  # the bias along channels
@@ -235,6 +245,9 @@ def test_epilogue_is_generated_from_the_ops() -> None:
 
 SPECS = [
     ConvSpec(BENCH, choose_tile(BENCH), "f16", "f16", BIAS_RELU),
+    # the A/B alternatives of benchmarks/conv_attn_device.sh ($FUSEC_CONV_TILE)
+    ConvSpec(BENCH, ConvTile.parse("64x128 s6 c2n"), "f16", "f16", BIAS_RELU),
+    ConvSpec(BENCH, ConvTile.parse("64x192 s4 c1n"), "f16", "f16", BIAS_RELU),
     ConvSpec(
         ConvGeometry(4, 256, 15, 15, 256, 3, 3, 2, 1, 1, 1, 1, 1),
         ConvTile(128, 256, 4, 2, "m"),
@@ -259,7 +272,11 @@ def test_tma_innermost_coordinates_are_16_byte_aligned() -> None:
 
 
 @needs_toolchain
-@pytest.mark.parametrize("spec", SPECS, ids=["bench-64x256n-f16", "128x256m-bf16-f32"])
+@pytest.mark.parametrize(
+    "spec",
+    SPECS,
+    ids=["bench-64x256n-f16", "bench-64x128n", "bench-64x192-1c", "128x256m-bf16-f32"],
+)
 def test_conv_cubin_is_one_inlined_wgmma_kernel(spec: ConvSpec, tmp_path) -> None:
     from fusec.runtime.cache import KernelCache
     from fusec.targets.cuda.gemm import build
