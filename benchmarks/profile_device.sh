@@ -11,7 +11,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 FUSEC_CACHE_DIR=/tmp/fusec-c
 W=/tmp/prof; mkdir -p "$W"
 P="python3 benchmarks/profile_cases.py"
 CASES=${PROFILE_CASES-lms-small mlp-down mlp-up mlp conv}
-NCU_CASES=${NCU_CASES:-lms-small mlp-down conv}
+NCU_CASES=${NCU_CASES-lms-small mlp-down conv}
 # only the implementation's own kernels (not the randn that makes the inputs)
 NCU_SET=${NCU_SET:---set full}
 for c in $CASES; do
@@ -26,7 +26,7 @@ for item in "${EXTRA[@]}"; do
   cat "$W/tile.log" >> "$W/tiles.log"
 done
 for c in $NCU_CASES; do
-  timeout 150 ncu --clock-control none $NCU_SET -k regex:fusec -c 4 -o "$W/ncu-$c" \
+  timeout 150 ncu --clock-control none $NCU_SET --kernel-name-base mangled -k regex:fusec -c 4 -o "$W/ncu-$c" \
     $P --case "$c" --impl fusec --reps 1 --no-profiler > "$W/ncu-$c.log" 2>&1
   echo "== ncu $c rc=$?"
   ncu --import "$W/ncu-$c.ncu-rep" --print-summary per-kernel > "$W/ncu-$c.txt" 2>&1
@@ -36,7 +36,7 @@ for c in $NCU_CASES; do
   grep -E "^  [a-zA-Z_].*\(|Duration|Registers Per|Throughput|Achieved Occupancy|Dynamic Shared|Local Memory|No Eligible" \
     "$W/ncu-$c-full.txt" | head -60
 done
-timeout 150 ncu --clock-control none $NCU_SET -k "regex:sm90|triton" -c 4 -o "$W/ncu-conv-compile" \
+[ -n "${NCU_COMPILE-1}" ] && timeout 150 ncu --clock-control none $NCU_SET -k "regex:sm90|triton" -c 4 -o "$W/ncu-conv-compile" \
   $P --case conv --impl compile --reps 1 --no-profiler > "$W/ncu-conv-compile.log" 2>&1
 echo "== ncu conv compile rc=$?"
 ncu --import "$W/ncu-conv-compile.ncu-rep" > "$W/ncu-conv-compile-full.txt" 2>&1
