@@ -313,6 +313,53 @@ func.func @f(%q: {tq}, %k: {tk}, %v: {tv}, %m: {tm}, %r: {ty}) -> ({ty}, {ty}) {
     assert program.kernels[0].scratch.full_bytes == 0  # no scores of a whole head
 
 
+@pytest.mark.parametrize("reshaped", [False, True])
+def test_attention_reads_a_transposed_key_without_a_copy(cache, reshaped):
+    """A key given as (..., D, T) (a cache's layout) swapped into (..., T, D): the kernel
+    reads the given array with sgemm's B not transposed, no contiguous copy of the swap;
+    its source may itself be a view (a reshape, made contiguous)."""
+    q, kt, key, v, m, y = (
+        _t(s)
+        for s in (
+            (2, 3, 70, 8),
+            (2, 3, 8, 24),
+            (2, 3, 24, 8),
+            (2, 3, 24, 12),
+            (70, 24),
+            (2, 3, 70, 12),
+        )
+    )
+    given, source = (_t((6, 8, 24)), "%kr") if reshaped else (kt, "%kt")
+    reshape = (
+        f"%kr = ai.reshape %kt {{shape = array<i64: 2, 3, 8, 24>}} : {given}" if reshaped else ""
+    )
+    text = f"""
+func.func @f(%q: {q}, %kt: {given}, %v: {v}, %m: {m}) -> {y} {{
+  {reshape}
+  %k = ai.transpose {source} {{perm = array<i64: 0, 1, 3, 2>}} : {kt}
+  %a = ai.attention %q, %k, %v, %m {{scale = 0.35 : f32}} : {q} * {key} * {v} * {m}
+  return %a : {y}
+}}"""
+    program = check(text, cache=cache, kind="attention")
+    source = program.kernels[0].source
+    assert "sgemm(0, 0, r1 - r0, 24, 8," in source  # q @ (D, T) as given
+    assert "transpose(" not in source
+    assert program.kernels[0].scratch.full_bytes == (4 * 2 * 3 * 8 * 24 if reshaped else 0)
+    assert _blocks(program) > 1
+
+
+def test_attention_copies_a_transposed_key_that_is_also_a_result(cache):
+    q, kt, key, v, y = (_t(s) for s in ((2, 40, 8), (2, 8, 30), (2, 30, 8), (2, 30, 8), (2, 40, 8)))
+    text = f"""
+func.func @f(%q: {q}, %kt: {kt}, %v: {v}, %m: {_t(())}) -> ({y}, {key}) {{
+  %k = ai.transpose %kt {{perm = array<i64: 0, 2, 1>}} : {kt}
+  %a = ai.attention %q, %k, %v, %m {{scale = 0.5 : f32}} : {q} * {key} * {v} * {_t(())}
+  return %a, %k : {y}, {key}
+}}"""
+    program = check(text, cache=cache, kind="attention")
+    assert "sgemm(0, 1, r1 - r0, 30, 8," in program.kernels[0].source  # the copy, (T, D)
+
+
 def test_attention_masked_out_rows_are_zero_with_nan_to_zero(cache):
     q, k, v, y = _t((2, 40, 8)), _t((2, 30, 8)), _t((2, 30, 8)), _t((2, 40, 8))
     mask = np.zeros((40, 30))

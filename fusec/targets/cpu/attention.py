@@ -6,7 +6,8 @@ blocked kernel of ``cpu_matmul``. A block is ``mb`` query rows of one matrix
 of the batch (``AttentionBlocks``); per block, in its task's workspace:
 
 1. ``sbuf = q[rows] @ key^T``: one single-threaded sgemm (B transposed), ``mb x T``
-   scores;
+   scores; a key the group swapped from a (..., D, T) input (a cache's layout) is
+   read as given, B not transposed, with no copy (``transposed_views``);
 2. per row, while the block is in cache: ``* scale + mask`` (IEEE, in the
    reference's order), the max, ``exp_nonpos_f32(x - max)``, the float64 sum,
    ``* (1 / sum)``, NaN probabilities set to 0 when ``nan_to_zero`` says so;
@@ -59,6 +60,8 @@ class AttentionBlocks(BlockedCore):
 
     row_helpers = frozenset({"row_max", "row_sum"})
     expr_helpers = frozenset({"exp_nonpos_f32"})
+    #: The key given as (..., D, T) (a transpose of a cache's layout) is read as it is.
+    transposable = frozenset({1})
 
     def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
         assert isinstance(op, ai.AttentionOp)
@@ -132,9 +135,12 @@ class AttentionBlocks(BlockedCore):
         scale = self.scale
         mask_lines, mask_term = self._mask_row()
         scaled = "srow[j]" if scale == 1.0 else f"srow[j] * f32({scale!r})"
+        # key^T: the key's (T, D) rows transposed, or a (D, T) matrix the group swapped
+        tb, ldk = (0, t) if 1 in self.transposed else (1, d)
         lines = [
             "prev = threads_begin(1)",
-            f"sgemm(0, 1, r1 - r0, {t}, {d}, {q}, {q_off}, {d}, {key}, {k_off}, {d}, sbuf, 0, {t})",
+            f"sgemm(0, {tb}, r1 - r0, {t}, {d}, {q}, {q_off}, {d}, "
+            f"{key}, {k_off}, {ldk}, sbuf, 0, {t})",
             "threads_end(prev)",
             "for i in range(r1 - r0):",
             f"    srow = sbuf[i * {t}:i * {t} + {t}]",

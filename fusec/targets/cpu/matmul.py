@@ -143,6 +143,10 @@ class BlockedCore:
     expr_helpers: frozenset[str] = frozenset()
     #: Bytes of operand copies ``launch_lines`` makes (``ScratchPlan.operand_bytes``).
     operand_bytes = 0
+    #: Operands (by index) ``compute`` can read through a swap of their last two dims
+    #: (BLAS's transpose flag), and those the group gives it that way (``transposed_views``).
+    transposable: frozenset[int] = frozenset()
+    transposed: frozenset[int] = frozenset()
 
     @staticmethod
     def local_result(op: Operation) -> bool:
@@ -192,7 +196,11 @@ def generate_core_group(
     gen = ExprGenerator(fast_exp=True)
     buffers = Buffers(reads=dict(input_names(fused_op)))
     stages: list[Stage] = []
+    swapped = transposed_views(core_op, views, getattr(make_core, "transposable", frozenset()))
+    views = [op for op in views if op not in swapped.values()]
     launch, view_bytes = view_lines(views, buffers)
+    for op in swapped.values():  # the core reads the view's source as it is
+        buffers.reads[op.results[0]] = buffers.reads[op.operands[0]]
 
     # The A operand's producers run per block when the core can take them and
     # nothing but the core (or a group result) needs their values.
@@ -231,6 +239,7 @@ def generate_core_group(
     c_array = "cbuf" if c_local else c_outputs[0]
     buffers.reads[core_value] = c_array
     core = make_core(core_op, buffers.reads, workspace, a_array, c_array, c_local)
+    core.transposed = frozenset(swapped)
 
     body: list[str] = []
     helpers: set[str] = set(core.row_helpers)
@@ -342,6 +351,30 @@ def view_lines(views: Sequence[Operation], buffers: Buffers) -> tuple[list[str],
         buffers.reads[result] = f"{name}f"
         allocated += 4 * math.prod(shape_of(result))
     return lines, allocated
+
+
+def transposed_views(
+    core_op: Operation, views: Sequence[Operation], transposable: frozenset[int]
+) -> dict[int, Operation]:
+    """The layout ops (by core operand) that only swap the last two dims of an operand
+    the core can read transposed, used by nothing else: no copy of them is made.
+
+    The swap's source must reach the kernel as a contiguous flat array: a group
+    input, or the result of a layout op that ``view_lines`` makes contiguous.
+    """
+    swapped: dict[int, Operation] = {}
+    for index in sorted(transposable):
+        op = core_op.operands[index].owner
+        if not isinstance(op, ai.TransposeOp) or op not in views:
+            continue
+        perm = [int(p) for p in op.attr("perm")]
+        rank = len(perm)
+        if rank < 2 or perm != [*range(rank - 2), rank - 1, rank - 2]:
+            continue
+        if sum(1 for _ in op.results[0].uses) != 1:
+            continue
+        swapped[index] = op
+    return swapped
 
 
 def workspace_names(workspace: Workspace) -> set[str]:
