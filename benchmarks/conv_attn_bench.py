@@ -10,11 +10,18 @@ PyTorch eager (NCHW), torch.compile (default mode), eager channels_last
 (cuDNN NHWC) for the convs, ``scaled_dot_product_attention`` for attention.
 
 Every fusec result is first checked against torch in float32 (fresh randn
-inputs). fusec is timed twice: plain calls through ``fusec.compile(...)(...)``
-(host work per call included) and the replay of a captured CUDA graph (the
-kernels alone). Timing: CUDA events on the current stream, median of 30 after
-5 warm-ups, each median checked against the wall clock. Writes
-conv-attn-<date>.md and .json (date, device, commit).
+inputs). fusec is timed twice: plain calls through ``fusec.compile(...)(...)`` and the
+replay of a captured CUDA graph. Timing (``time_it``, the same for every
+implementation): per run a 256 MiB memset (cold L2) and a GPU sleep longer than
+twice the call's host time are queued first on the current stream, then CUDA
+events around the call, so the events measure GPU time while the host's
+dispatch hides behind the sleep; median of 30 after 5 warm-ups. Each
+implementation is then checked against the wall clock over 20 back-to-back
+calls to a device-wide synchronize (work not ordered on the caller's stream
+makes the wall clock exceed the events). ``--max-autotune`` adds
+torch.compile(mode="max-autotune") for the conv and ResNet rows, compiled and
+timed in a child process killed after ``--max-autotune-budget`` seconds (the
+row then says so). Writes conv-attn-<date>.md and .json (date, device, commit).
 """
 
 from __future__ import annotations
@@ -57,29 +64,99 @@ RESNET = f"""func.func @block(%x: {T}, %w1: {W}, %s1: {C}, %t1: {C}, %w2: {W}, %
 }}"""  # noqa: E501
 
 
-def time_it(fn, warmup: int = 5, reps: int = 30) -> float:
-    """Median ms of ``fn`` by CUDA events on the current stream, checked against wall clock."""
+TIMING = (
+    "GPU time by CUDA events around each call on the current stream, queued behind a "
+    "256 MiB memset (cold L2) and a GPU sleep longer than twice the call's host time (host "
+    "dispatch hidden, the same for every implementation), median of 30 after 5 warm-ups; "
+    "each checked against the wall clock over 20 back-to-back calls"
+)
+_FLUSH_BYTES = 256 << 20  # larger than the H200's 50 MiB L2
+_LOOP_CALLS = 20
+
+
+@functools.cache
+def _flush_buffer():
     import torch
 
+    return torch.empty(_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+
+
+@functools.cache
+def _sleep_cycles_per_ms() -> float:
+    """GPU clock cycles per ms of ``torch.cuda._sleep`` (measured once with events)."""
+    import torch
+
+    cycles = 1 << 22
+    torch.cuda._sleep(cycles)  # warm-up
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / start.elapsed_time(end)
+
+
+def time_it(fn, warmup: int = 5, reps: int = 30) -> float:
+    """Median GPU ms of ``fn`` on the current stream, the same way for every implementation.
+
+    Per run: a 256 MiB memset (cold L2), then ``torch.cuda._sleep`` for longer than
+    twice the host time of one call (measured in the warm-ups), then the start event,
+    the call, the end event, all on the current stream. The launches are queued while
+    the GPU still sleeps, so the events time the GPU work, not the host dispatch
+    (a host-bound wrapper such as torch.compile's is not charged for its Python).
+    Then ``stream_check``: events vs the wall clock over back-to-back calls."""
+    import torch
+
+    host = []
     for _ in range(warmup):
+        t0 = time.perf_counter()
         fn()
-    torch.cuda.synchronize()
+        host.append(time.perf_counter() - t0)
+        torch.cuda.synchronize()
+    host_ms = max(host[1:] or host) * 1e3
+    cycles = int(_sleep_cycles_per_ms() * max(2 * host_ms + 0.05, 0.1))
+    flush = _flush_buffer()
     stream = torch.cuda.current_stream()
-    times = []
-    wall0 = time.perf_counter()
+    pairs = []
     for _ in range(reps):
+        flush.zero_()
+        torch.cuda._sleep(cycles)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record(stream)
         fn()
         end.record(stream)
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    wall = (time.perf_counter() - wall0) * 1e3 / reps
-    times.sort()
-    median = times[len(times) // 2]
-    if median > wall * 1.05:
-        raise RuntimeError(f"event time {median:.4f} ms exceeds wall clock {wall:.4f} ms")
-    return median
+        pairs.append((start, end))
+    torch.cuda.synchronize()
+    times = sorted(start.elapsed_time(end) for start, end in pairs)
+    stream_check(fn)
+    return times[len(times) // 2]
+
+
+def stream_check(fn, calls: int = _LOOP_CALLS) -> None:
+    """Events on the caller's stream vs the wall clock to a device-wide synchronize over
+    ``calls`` back-to-back calls: work queued on another stream (not ordered after the
+    caller's) ends after the end event, so the wall clock exceeds the event span by the
+    GPU time not covered; work ordered on the caller's stream makes them agree. Raises
+    when they differ by more than 10% + 0.1 ms."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    stream = torch.cuda.current_stream()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    start.record(stream)
+    for _ in range(calls):
+        fn()
+    end.record(stream)
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) * 1e3
+    events = start.elapsed_time(end)
+    if abs(wall - events) > 0.1 * wall + 0.1:
+        raise RuntimeError(
+            f"{calls} calls: events {events:.3f} ms on the caller's stream vs wall clock "
+            f"{wall:.3f} ms: work not ordered on the caller's stream?"
+        )
 
 
 def check(got, ref) -> float:
@@ -108,16 +185,104 @@ def graph_ms(compiled, inputs) -> float | None:
         return None
 
 
+def conv_case():
+    """The conv row's inputs (seeded) and its PyTorch function."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    h = dict(device="cuda", dtype=torch.float16)
+    x = torch.randn(32, 64, 56, 56, **h)
+    w = torch.randn(64, 64, 3, 3, **h) * 0.05
+    b = torch.randn(64, **h)
+
+    def conv(x, w, b):
+        return torch.relu(F.conv2d(x, w, padding=1) + b.view(1, -1, 1, 1))
+
+    return (x, w, b), conv
+
+
+def resnet_case():
+    """The ResNet row's inputs (seeded) and its PyTorch function."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(1)
+    h = dict(device="cuda", dtype=torch.float16)
+    x = torch.randn(32, 64, 56, 56, **h)
+    w1, w2 = (torch.randn(64, 64, 3, 3, **h) * 0.05 for _ in range(2))
+    s1, t1, s2, t2 = (torch.rand(64, 1, 1, **h) + 0.5 for _ in range(4))
+
+    def block(x, w1, s1, t1, w2, s2, t2):
+        r1 = torch.relu(F.conv2d(x, w1, padding=1) * s1 + t1)
+        return torch.relu(F.conv2d(r1, w2, padding=1) * s2 + t2 + x)
+
+    return (x, w1, s1, t1, w2, s2, t2), block
+
+
+CASES = {"conv": conv_case, "resnet": resnet_case}
+_WORKER_TAG = "MAX_AUTOTUNE_RESULT "
+
+
+def max_autotune_worker(case: str) -> None:
+    """Child process: compile the case with mode="max-autotune", check it, time it."""
+    import torch
+
+    inputs, fn = CASES[case]()
+    t0 = time.perf_counter()
+    comp = torch.compile(fn, mode="max-autotune")
+    got = comp(*inputs)
+    torch.cuda.synchronize()
+    compile_s = time.perf_counter() - t0
+    check(got, fn(*(t.float() for t in inputs)))
+    ms = time_it(functools.partial(comp, *inputs))
+    print(_WORKER_TAG + json.dumps({"ms": ms, "compile_s": compile_s}), flush=True)
+
+
+def max_autotune_ms(case: str, budget_s: float) -> tuple[float | None, str]:
+    """torch.compile(mode="max-autotune") of ``case`` timed in a child process (its own
+    process group, killed with its autotuning workers when over ``budget_s``)."""
+    import signal
+
+    cmd = [sys.executable, __file__, "--max-autotune-worker", case]
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, _ = child.communicate(timeout=budget_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        return None, f"max-autotune skipped: not done within {budget_s:.0f} s"
+    for line in stdout.splitlines():
+        if line.startswith(_WORKER_TAG):
+            result = json.loads(line[len(_WORKER_TAG) :])
+            return result["ms"], f"max-autotune compiled in {result['compile_s']:.0f} s"
+    return None, f"max-autotune failed (exit {child.returncode}, see the log)"
+
+
 def main() -> None:
     import torch
     import torch.nn.functional as F
 
-    import fusec
-
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--only", default="", help="comma-separated case prefixes")
+    parser.add_argument(
+        "--max-autotune",
+        action="store_true",
+        help='add torch.compile(mode="max-autotune") for the conv and ResNet rows',
+    )
+    parser.add_argument("--max-autotune-budget", type=float, default=240.0, metavar="SECONDS")
+    parser.add_argument(
+        "--fusec-only", action="store_true", help="time fusec alone (tile A/B runs)"
+    )
+    parser.add_argument("--max-autotune-worker", choices=sorted(CASES), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.max_autotune_worker:
+        max_autotune_worker(args.max_autotune_worker)
+        return
+
+    import fusec
+
     only = [s for s in args.only.split(",") if s]
     rows = []
 
@@ -138,19 +303,25 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         write(args.out, rows)  # a later case that fails or hangs keeps this one
 
-    torch.manual_seed(0)
+    def baseline(fn, *inputs) -> float | None:
+        return None if args.fusec_only else time_it(functools.partial(fn, *inputs))
+
+    def compiled_torch(fn):
+        return fn if args.fusec_only else torch.compile(fn)
+
+    def autotuned(case: str) -> dict:
+        if not args.max_autotune or args.fusec_only:
+            return {}
+        ms, note = max_autotune_ms(case, args.max_autotune_budget)
+        print(note, flush=True)
+        return {"max_autotune_ms": ms, "max_autotune_note": note}
+
     h = dict(device="cuda", dtype=torch.float16)
     if wanted("conv"):
-        x = torch.randn(32, 64, 56, 56, **h)
-        w = torch.randn(64, 64, 3, 3, **h) * 0.05
-        b = torch.randn(64, **h)
+        (x, w, b), conv = conv_case()
         f = fusec.compile(CONV, target="cuda")
-
-        def conv(x, w, b):
-            return torch.relu(F.conv2d(x, w, padding=1) + b.view(1, -1, 1, 1))
-
         rel = check(f(x, w, b), conv(x.float(), w.float(), b.float()))
-        comp = torch.compile(conv)
+        comp = compiled_torch(conv)
         comp(x, w, b)
         xl, wl = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
         record(
@@ -161,23 +332,17 @@ def main() -> None:
             f,
             fusec_ms=time_it(functools.partial(f, x, w, b)),
             fusec_graph_ms=graph_ms(f, (x, w, b)),
-            eager_ms=time_it(functools.partial(conv, x, w, b)),
-            compile_ms=time_it(functools.partial(comp, x, w, b)),
-            channels_last_ms=time_it(functools.partial(conv, xl, wl, b)),
+            eager_ms=baseline(conv, x, w, b),
+            compile_ms=baseline(comp, x, w, b),
+            channels_last_ms=baseline(conv, xl, wl, b),
+            **autotuned("conv"),
         )
     if wanted("resnet"):
-        x = torch.randn(32, 64, 56, 56, **h)
-        w1, w2 = (torch.randn(64, 64, 3, 3, **h) * 0.05 for _ in range(2))
-        s1, t1, s2, t2 = (torch.rand(64, 1, 1, **h) + 0.5 for _ in range(4))
-        inputs = (x, w1, s1, t1, w2, s2, t2)
+        inputs, block = resnet_case()
+        x, w1 = inputs[0], inputs[1]
         f = fusec.compile(RESNET, target="cuda")
-
-        def block(x, w1, s1, t1, w2, s2, t2):
-            r1 = torch.relu(F.conv2d(x, w1, padding=1) * s1 + t1)
-            return torch.relu(F.conv2d(r1, w2, padding=1) * s2 + t2 + x)
-
         rel = check(f(*inputs), block(*(t.float() for t in inputs)))
-        comp = torch.compile(block)
+        comp = compiled_torch(block)
         comp(*inputs)
         last = [t.to(memory_format=torch.channels_last) if t.dim() == 4 else t for t in inputs]
         record(
@@ -188,10 +353,12 @@ def main() -> None:
             f,
             fusec_ms=time_it(functools.partial(f, *inputs)),
             fusec_graph_ms=graph_ms(f, inputs),
-            eager_ms=time_it(functools.partial(block, *inputs)),
-            compile_ms=time_it(functools.partial(comp, *inputs)),
-            channels_last_ms=time_it(functools.partial(block, *last)),
+            eager_ms=baseline(block, *inputs),
+            compile_ms=baseline(comp, *inputs),
+            channels_last_ms=baseline(block, *last),
+            **autotuned("resnet"),
         )
+    torch.manual_seed(2)
     for bh, s, d in ((32, 1024, 64), (16, 4096, 128)):
         case = f"attention {bh}x{s}x{d}"
         if not wanted("attention"):
@@ -207,7 +374,7 @@ def main() -> None:
             return out[0]
 
         rel = check(f(q, k, v), sdpa(q.float(), k.float(), v.float()))
-        comp = torch.compile(attention)
+        comp = compiled_torch(attention)
         comp(q, k, v)
         record(
             case,
@@ -217,9 +384,9 @@ def main() -> None:
             f,
             fusec_ms=time_it(functools.partial(f, q, k, v)),
             fusec_graph_ms=graph_ms(f, (q, k, v)),
-            eager_ms=time_it(functools.partial(attention, q, k, v)),
-            compile_ms=time_it(functools.partial(comp, q, k, v)),
-            sdpa_ms=time_it(functools.partial(sdpa, q, k, v)),
+            eager_ms=baseline(attention, q, k, v),
+            compile_ms=baseline(comp, q, k, v),
+            sdpa_ms=baseline(sdpa, q, k, v),
         )
         del q, k, v
     write(args.out, rows, final=True)
@@ -240,7 +407,8 @@ def write(out: str, rows: list[dict], final: bool = False) -> None:
         "device": torch.cuda.get_device_name(),
         "commit": commit or "?",
         "torch": torch.__version__,
-        "timing": "CUDA events on the current stream, median of 30 after 5 warm-ups; "
+        "conv_tile": os.environ.get("FUSEC_CONV_TILE") or "choose_tile",
+        "timing": TIMING + "; "
         "fusec TFLOP/s and GB/s from the CUDA-graph replay (the kernels alone) when captured",
         "rows": rows,
     }
@@ -248,14 +416,25 @@ def write(out: str, rows: list[dict], final: bool = False) -> None:
     stem = os.path.join(out, f"conv-attn-{meta['date']}")
     with open(stem + ".json", "w") as handle:
         json.dump(meta, handle, indent=1)
-    cols = ["fusec_ms", "fusec_graph_ms", "eager_ms", "compile_ms", "channels_last_ms", "sdpa_ms"]
+    cols = [
+        "fusec_ms",
+        "fusec_graph_ms",
+        "eager_ms",
+        "compile_ms",
+        "max_autotune_ms",
+        "channels_last_ms",
+        "sdpa_ms",
+    ]
     lines = [
         f"# fusec cuda conv / attention vs PyTorch ({meta['device']}, {meta['date']}, "
         f"commit {meta['commit']})",
         "",
+        f"Timing: {TIMING}. Conv tile: {meta['conv_tile']}.",
+        "",
         "| case | fusec kernels | fusec ms (call) | fusec ms (graph) | eager ms | torch.compile ms "
-        "| channels_last ms | SDPA ms | fusec TFLOP/s | fusec GB/s (min bytes) | rel L2 |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| max-autotune ms | channels_last ms | SDPA ms | fusec TFLOP/s | fusec GB/s (min bytes) "
+        "| rel L2 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         cells = [f"{r[c]:.4f}" if r.get(c) is not None else "-" for c in cols]
@@ -263,6 +442,8 @@ def write(out: str, rows: list[dict], final: bool = False) -> None:
             f"| {r['case']} | {r['fusec_kernels']} | {' | '.join(cells)} | "
             f"{r['fusec_tflops']:.0f} | {r['fusec_gbps']:.0f} | {r['rel_l2']:.1e} |"
         )
+    notes = [f"- {r['case']}: {r['max_autotune_note']}" for r in rows if "max_autotune_note" in r]
+    lines += ["", *notes] if notes else []
     with open(stem + ".md", "w") as handle:
         handle.write("\n".join(lines) + "\n")
     if final:

@@ -5,6 +5,12 @@
 #
 #   bash benchmarks/conv_attn_device.sh              # from the repository root, or anywhere
 #
+# Optional: MAX_AUTOTUNE=1 adds torch.compile(mode="max-autotune") to the conv and ResNet
+# rows (each compiled in a child process, skipped past MAX_AUTOTUNE_BUDGET seconds, default
+# 240); CONV_TILES (default "64x128 s6 c2n;64x192 s4 c1n", empty for none) lists implicit-
+# GEMM conv tiles to A/B against the default on the conv row, fusec alone
+# ($OUT/tile-<tile>/), after the full benchmark.
+#
 # The device tool's $OUT receives the logs and tables (default /tmp/conv-attn); WHL
 # (default .whl of the repository root) holds the pure-Python wheels the machine lacks,
 # installed into /tmp/site; FUSEC_COMMIT (default: git's short HEAD, "+dirty" when the
@@ -44,10 +50,25 @@ PYTEST="python3 -m pytest -m gpu -v -p no:cacheprovider -rfE --tb=short"
 
 # 1. conv: implicit GEMM (odd sizes, strides, padding, groups, bf16, epilogues), direct
 #    (depthwise), fallback; results on the caller's stream
-stage conv_tests 100 $PYTEST tests/cuda/test_conv_gpu.py
+stage conv_tests 150 $PYTEST tests/cuda/test_conv_gpu.py
 # 2. attention through compile (written, exported and traced chains -> ai.attention): the
 #    flash kernel (ragged, 4-D batch, bf16, causal), the PyTorch fallback, the caller's stream
 stage attention_tests 90 $PYTEST tests/cuda/test_attention_gpu.py
 # 3. the benchmark (conv, ResNet block, attention x2) against eager / compile / NHWC / SDPA
-stage bench 150 python3 benchmarks/conv_attn_bench.py --out "$OUT"
+BENCH_ARGS=()
+BENCH_LIMIT=150
+if [ "${MAX_AUTOTUNE:-0}" = 1 ]; then
+  BENCH_ARGS=(--max-autotune --max-autotune-budget "${MAX_AUTOTUNE_BUDGET:-240}")
+  BENCH_LIMIT=$((150 + 2 * ${MAX_AUTOTUNE_BUDGET:-240}))
+fi
+stage bench "$BENCH_LIMIT" python3 benchmarks/conv_attn_bench.py --out "$OUT" "${BENCH_ARGS[@]}"
 cat "$OUT"/conv-attn-*.md 2>/dev/null
+# 4. conv tile A/B: the conv row, fusec alone, with each tile of CONV_TILES forced
+IFS=';' read -r -a TILES <<<"${CONV_TILES-64x128 s6 c2n;64x192 s4 c1n}"
+for tile in "${TILES[@]}"; do
+  [ -n "$tile" ] || continue
+  dir="$OUT/tile-${tile// /_}"
+  FUSEC_CONV_TILE=$tile stage "tile-${tile// /_}" 60 \
+    python3 benchmarks/conv_attn_bench.py --out "$dir" --only conv --fusec-only
+  cat "$dir"/conv-attn-*.md 2>/dev/null | tail -1
+done

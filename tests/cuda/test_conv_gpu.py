@@ -89,6 +89,15 @@ CASES = {
         conv_graph(2, 128, 7, 7, 256, 1, 1, t="bf16", tail="cast", out_t="f32"),
         "implicit-GEMM",
     ),
+    # the channels-last copy: 16-byte loads (H*W % 8 == 0) on the bench layer's image, with
+    # CG 20 padded to 24, with a ragged third channel block; 2-byte loads (H*W = 49) with
+    # groups 2 of 18 channels (CGP 24)
+    "copy-vector-56x56": (conv_graph(2, 64, 56, 56, 64, 3, 3, pad=(1, 1)), "implicit-GEMM"),
+    "copy-vector-cgp-pad": (conv_graph(2, 20, 56, 56, 64, 3, 3, pad=(1, 1)), "implicit-GEMM"),
+    "copy-vector-136-channels": (conv_graph(1, 136, 8, 8, 64, 1, 1), "implicit-GEMM"),
+    "copy-scalar-7x7-groups2-cgp-pad": (
+        conv_graph(2, 36, 7, 7, 32, 3, 3, pad=(1, 1), groups=2), "implicit-GEMM"
+    ),
     "stride2h-asym-pad-dil2w-bf16": (
         conv_graph(2, 64, 11, 70, 64, 3, 3, t="bf16", stride=(2, 1), pad=(0, 2, 1, 0), dil=(1, 2)),
         "implicit-GEMM",
@@ -134,3 +143,35 @@ def test_torch_tensors_on_the_callers_stream() -> None:
     (ref,) = run_reference(compiled.module, args, rounding="groups")
     assert_close(host.numpy(), ref, "f16", what="first call")
     assert_close(host2.numpy(), ref, "f16", what="second call")
+
+
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned-16-byte-loads", "misaligned-2-byte"])
+def test_misaligned_input_takes_the_scalar_copy(offset: int) -> None:
+    """An input 2 bytes past 16-byte alignment (reachable through ``ConvLaunch``, which the
+    runtime's adapters do not realign) is copied by the 2-byte-load twin."""
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    from fusec.dialect.numpy_ops import conv2d as reference_conv2d
+    from fusec.targets.cuda.conv.config import ConvGeometry, choose_tile
+    from fusec.targets.cuda.conv.cpp import ConvSpec
+    from fusec.targets.cuda.conv.launcher import ConvLaunch
+
+    geo = ConvGeometry(2, 64, 16, 16, 64, 3, 3, 1, 1, 1, 1, 1, 1)
+    launch = ConvLaunch(ConvSpec(geo, choose_tile(geo)), x=0, w=1, extras=())
+    kernel = launch.load()
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((geo.n, geo.c, geo.h, geo.w)).astype(np.float16)
+    w = (rng.standard_normal((geo.k, geo.cg, 3, 3)) * 0.1).astype(np.float16)
+    storage = torch.empty(x.size + 8, dtype=torch.float16, device="cuda")
+    xd = storage[offset : offset + x.size].view(x.shape)
+    xd.copy_(torch.from_numpy(x))
+    wd = torch.from_numpy(w).cuda()
+    assert (xd.data_ptr() % 16 == 0) == (offset == 0)
+    expected = kernel.transpose if offset == 0 else kernel.transpose_scalar
+    assert kernel.transpose_for(xd.data_ptr()) is expected
+    assert kernel.transpose is not kernel.transpose_scalar
+    out = torch.full((geo.n, geo.k, geo.p, geo.q), float("nan"), dtype=torch.float16, device="cuda")
+    launch((xd, wd), out, torch.cuda.current_stream())
+    ref = reference_conv2d(x.astype(np.float64), w.astype(np.float64), padding=(1, 1, 1, 1))
+    assert_close(out.float().cpu().numpy(), ref, "f16", what=f"offset {offset}")

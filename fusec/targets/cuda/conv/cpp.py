@@ -18,7 +18,7 @@ the shape of the GEMM's (``gemm.cpp``):
 
 Two small ``__global__`` kernels in the same module run first on the same
 stream: the weights to ``[K][R*S][CGP]`` and the input to channels-last
-``[N][H][W][G][CGP]`` (a tiled shared-memory transpose). TMA requires the
+``[N][H][W][G][CGP]`` (8 x 8 blocks transposed in registers, ``transpose``). TMA requires the
 innermost coordinate of a box to be 16-byte aligned, so the tap shifts must
 not move along the contiguous dimension: reading NCHW in place by shifting
 along W was an illegal instruction on the H200.
@@ -37,6 +37,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from fusec.targets.cuda.conv.config import STRIP, ConvGeometry, ConvTile, cdiv, tile_count
+from fusec.targets.cuda.conv.transpose import TransposeTiling, transpose_defines, transpose_kernel
 from fusec.targets.cuda.gemm.cpp import CONSUMER_REGISTERS, PRODUCER_REGISTERS, Epilogue
 from fusec.targets.cuda.ptx import HELPERS, tma_load, wgmma_ss
 
@@ -135,6 +136,22 @@ class ConvSpec:
         return f"fusec_convx_{self.key}"
 
     @property
+    def transpose_scalar_name(self) -> str | None:
+        """The 2-byte-load twin of ``transpose_name`` for an input that is not 16-byte
+        aligned, when ``transpose_name`` is the 16-byte-load one (else None)."""
+        return f"fusec_convxs_{self.key}" if self.transposing.vectorizable else None
+
+    @property
+    def transposing(self) -> TransposeTiling:
+        return TransposeTiling(self.geo)
+
+    @property
+    def named_kernels(self) -> tuple[str, ...]:
+        """The ``__global__`` kernels of the module besides Numba's."""
+        names = (self.relayout_name, self.transpose_name, self.transpose_scalar_name)
+        return tuple(name for name in names if name)
+
+    @property
     def threads(self) -> int:
         return self.tile.threads
 
@@ -160,6 +177,17 @@ def implicit_gemm_problem(geo: ConvGeometry) -> str | None:
     if max(geo.stride_h, geo.dil_h, geo.dil_w) > 1 << 15 or geo.n * geo.c * geo.h * geo.w >= 2**31:
         return "sizes beyond 32-bit coordinates"
     return None
+
+
+def _transpose_kernels(spec: ConvSpec) -> str:
+    """The channels-last copies of the input (``transpose``): 16-byte loads when every
+    channel row is aligned, with a 2-byte-load twin for a misaligned input."""
+    tiling = spec.transposing
+    kernels = [transpose_defines(tiling)]
+    kernels.append(transpose_kernel(spec.transpose_name, tiling, tiling.vectorizable))
+    if spec.transpose_scalar_name:
+        kernels.append(transpose_kernel(spec.transpose_scalar_name, tiling, False))
+    return "\n".join(kernels)
 
 
 def generate(spec: ConvSpec) -> str:
@@ -211,32 +239,7 @@ extern "C" __global__ void {spec.relayout_name}(const u16* __restrict__ w, u16* 
   }}
 }}
 
-// Input NCHW -> [NB][H][W][G][CGP] (each group's channels padded to CGP with zeros): one block
-// moves 64 channels x 64 pixels of one image through shared memory, reading pixel-contiguous
-// rows and writing channel-contiguous rows.
-extern "C" __global__ void {spec.transpose_name}(const u16* __restrict__ x, u16* __restrict__ xt) {{
-  __shared__ u16 tile[64][66];
-  const int pix0 = blockIdx.x * 64;
-  const int ch0 = blockIdx.y * 64;
-  const long long n = blockIdx.z;
-  for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) {{
-    const int cl = i / 64, pl = i % 64;
-    const int cp = ch0 + cl, pix = pix0 + pl;
-    u16 v = 0;
-    if (cp < G * CGP && pix < H * W) {{
-      const int g = cp / CGP, cg = cp % CGP;
-      if (cg < CG) v = x[(n * C + g * CG + cg) * (H * W) + pix];
-    }}
-    tile[cl][pl] = v;
-  }}
-  __syncthreads();
-  for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) {{
-    const int pl = i / 64, cl = i % 64;
-    const int cp = ch0 + cl, pix = pix0 + pl;
-    if (cp < G * CGP && pix < H * W) xt[(n * (H * W) + pix) * (G * CGP) + cp] = tile[cl][pl];
-  }}
-}}
-
+{_transpose_kernels(spec)}
 // Tile t of the persistent walk -> (pm: channel block, pn: strip block, g: group).
 static __device__ __forceinline__ void fs_tile(int t, int& pm, int& pn, int& g) {{
   g = t / (TILES_M * TILES_N);

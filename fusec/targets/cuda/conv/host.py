@@ -3,7 +3,8 @@
 Per call of the implicit GEMM, on the caller's stream and in this order:
 
 1. the weights are re-laid out (``fusec_convw_*``, KCRS -> [K][R*S][CGP]) and
-2. the input is made channels-last (``fusec_convx_*``, NCHW -> [N][H][W][G][CGP])
+2. the input is made channels-last (``fusec_convx_*``, NCHW -> [N][H][W][G][CGP];
+   ``fusec_convxs_*``, its 2-byte-load twin, for an input not 16-byte aligned)
    into scratch buffers kept per stream (a later call on the same stream runs
    after this one, so reusing them is ordered; another stream has its own);
 3. the conv kernel: a persistent grid of ``min(tiles, SMs)`` blocks.
@@ -20,6 +21,7 @@ from typing import Any
 from fusec.errors import FusecError
 from fusec.targets.cuda.conv.config import CHUNK, STRIP
 from fusec.targets.cuda.conv.cpp import DIRECT_THREADS, ConvSpec, DirectConvSpec
+from fusec.targets.cuda.conv.transpose import THREADS
 from fusec.targets.cuda.gemm.host import _check as check
 from fusec.targets.cuda.gemm.host import _maps as tensor_maps
 
@@ -119,11 +121,16 @@ class ConvKernel(LinkedKernel):
     """The implicit-GEMM conv of ``spec``: ``__call__`` queues the re-layout and the conv."""
 
     def __init__(self, spec: ConvSpec, cubin: bytes) -> None:
-        names = (spec.relayout_name, spec.transpose_name)
-        super().__init__(cubin, spec.tile.smem_bytes, names)
+        super().__init__(cubin, spec.tile.smem_bytes, spec.named_kernels)
         self.spec = spec
         self.relayout = self.named[spec.relayout_name]
         self.transpose = self.named[spec.transpose_name]
+        scalar = spec.transpose_scalar_name
+        self.transpose_scalar = self.named[scalar] if scalar else self.transpose
+
+    def transpose_for(self, x: int) -> Any:
+        """The channels-last copy that can read ``x``: 16-byte loads need it 16-byte aligned."""
+        return self.transpose if x % 16 == 0 else self.transpose_scalar
 
     def __call__(
         self, x: int, w: int, out: int, extras: tuple[int, ...], stream: int = 0, sms: int = 132
@@ -141,8 +148,8 @@ class ConvKernel(LinkedKernel):
             blocks = min(-(-total // _RELAYOUT_THREADS), 4 * sms)
             self.launch(self.relayout, blocks, _RELAYOUT_THREADS, 0, handle, [(u64, w), (u64, wp)])
             xt = self.buffer((stream, "x"), geo.nhwc_elements * 2)
-            blocks3 = (-(-geo.h * geo.w // 64), -(-geo.groups * geo.cgp // 64), geo.n)
-            self.launch(self.transpose, blocks3, 256, 0, handle, [(u64, x), (u64, xt)])
+            copy = spec.transposing
+            self.launch(self.transpose_for(x), copy.grid, THREADS, 0, handle, [(u64, x), (u64, xt)])
             pixel = geo.groups * geo.cgp * 2  # bytes per channels-last pixel
             map_x = tensor_map(
                 spec.dtype,

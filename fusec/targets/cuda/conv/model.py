@@ -2,7 +2,8 @@
 
 The CUDA simulator cannot run linked C++, so this replays what the generated
 block program does, with the formulas of ``cpp.generate``: the weight
-re-layout and the channels-last copy of the input, the persistent walk over
+re-layout and the channels-last copy of the input (``transpose_threads``: the copy
+kernel's thread blocks and lanes), the persistent walk over
 (channel block, strip block, group) tiles, the producer's TMA boxes per (tap,
 channel chunk) with zero fill outside the tensor (``tma_box``; the innermost
 coordinate always 16-byte aligned), the consumers' split of the tile and the
@@ -16,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from fusec.targets.cuda.conv.config import CHUNK, STRIP, ConvGeometry, ConvTile, cdiv
+from fusec.targets.cuda.conv.transpose import THREADS, TransposeTiling
 from fusec.targets.cuda.gemm.model import fragment_coords
 
 
@@ -32,6 +34,35 @@ def channels_last(geo: ConvGeometry, x: np.ndarray) -> np.ndarray:
     grouped = x.reshape(geo.n, geo.groups, geo.cg, geo.h, geo.w)
     xt[..., : geo.cg] = grouped.transpose(0, 3, 4, 1, 2)
     return xt
+
+
+def transpose_threads(
+    geo: ConvGeometry, x: np.ndarray, vector: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``fusec_convx_*`` thread by thread (``transpose``): the channels-last copy it writes,
+    flattened ``[N][H*W][G*CGP]``, and how many times each element was written."""
+    tiling = TransposeTiling(geo)
+    if vector and not tiling.vectorizable:
+        raise ValueError("the vector path needs H*W % 8 == 0")
+    hw, ct = tiling.pixels, tiling.channels
+    rows = x.reshape(geo.n, geo.c, hw)
+    out = np.full((geo.n, hw, ct), np.nan, dtype=np.float32)
+    writes = np.zeros(out.shape, dtype=np.int64)
+    gx, gy, gz = tiling.grid
+    for n, by, bx, t in np.ndindex(gz, gy, gx, THREADS):
+        c0, p0 = tiling.thread_block(bx, by, t)
+        if c0 >= ct or p0 >= hw:
+            continue
+        block = np.zeros((8, 8), dtype=np.float32)  # [channel i][pixel j]
+        for i in range(8):
+            g, cg = divmod(c0 + i, geo.cgp)
+            if cg < geo.cg:
+                valid = 8 if vector else min(8, hw - p0)
+                block[i, :valid] = rows[n, g * geo.cg + cg, p0 : p0 + valid]
+        for j in range(8 if vector else min(8, hw - p0)):
+            out[n, p0 + j, c0 : c0 + 8] = block[:, j]
+            writes[n, p0 + j, c0 : c0 + 8] += 1
+    return out, writes
 
 
 def tma_box(tensor: np.ndarray, coords: tuple[int, ...], box: tuple[int, ...]) -> np.ndarray:

@@ -18,6 +18,7 @@ to the output type). It runs as
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import StringAttr
@@ -39,6 +40,7 @@ from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec, implicit_gemm_
 from fusec.targets.cuda.gemm.cpp import Epilogue
 
 TILE_ATTR = "fusec.tile"
+TILE_ENV = "FUSEC_CONV_TILE"
 _DTYPES = ("f16", "bf16")
 #: below this many input channels per group the direct template serves the conv
 MIN_GEMM_CHANNELS = 16
@@ -146,9 +148,18 @@ def epilogue(fused_op: ai.FusedOp, p: ConvPlan) -> tuple[Epilogue, tuple[int, ..
 
 
 def tile_for(fused_op: ai.FusedOp, geo: ConvGeometry, sms: int = 132) -> ConvTile:
+    """The group's ``fusec.tile`` attribute, else ``$FUSEC_CONV_TILE`` (e.g. "64x128 s6
+    c2n": an A/B switch for benchmarks, applied to every implicit-GEMM conv it fits),
+    else ``choose_tile``."""
     attr = fused_op.attributes.get(TILE_ATTR)
     if isinstance(attr, StringAttr):
         return ConvTile.parse(attr.data)
+    forced = os.environ.get(TILE_ENV, "").strip()
+    if forced:
+        try:
+            return ConvTile.parse(forced)
+        except ValueError as err:
+            raise ValueError(f"${TILE_ENV}: {err}") from None
     return choose_tile(geo, sms)
 
 

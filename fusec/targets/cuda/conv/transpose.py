@@ -1,0 +1,151 @@
+"""The channels-last copy of the conv input, NCHW -> ``[N][H][W][G][CGP]``, at copy bandwidth.
+
+Each thread moves one 8 x 8 block: 8 consecutive padded channels (``cp`` in
+``0 .. G*CGP-1``; channels ``cg >= CG`` of a group are zeros) x 8 consecutive
+pixels of one image. It reads the 8 channel rows, transposes the block in
+registers (byte permutes) and writes 8 pixels of 8 channels as 16-byte stores,
+which always fit: ``G*CGP`` is a multiple of 8 (``CGP`` is) and the scratch
+buffer is 256-byte aligned. Two ways to read:
+
+* vector (``H*W % 8 == 0`` and the input 16-byte aligned, checked at launch):
+  one 16-byte non-coherent load of 8 pixels per channel row;
+* scalar (otherwise): 8 two-byte loads per channel row, pixels past ``H*W`` zero.
+
+No shared memory: the 32 lanes of a warp are ``LC`` channel lanes (``8*LC``
+channels, ``LC = 8`` once there are 64 padded channels) times ``32 / LC``
+consecutive pixel groups, so a store instruction writes whole pixel rows of
+``16*LC`` bytes and a load instruction reads ``16*32/LC`` contiguous bytes per
+channel row: full 32-byte sectors on both sides, nothing to bank-conflict.
+A block is ``WARPS`` warps along the pixels: ``8*LC`` channels x ``PIXELS``
+pixels (64 x 128 from 64 channels on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fusec.targets.cuda.conv.config import ConvGeometry, cdiv
+
+WARPS = 4
+THREADS = 32 * WARPS
+
+
+@dataclass(frozen=True)
+class TransposeTiling:
+    """How the channels-last copy of ``geo`` splits into blocks and lanes."""
+
+    geo: ConvGeometry
+
+    @property
+    def channels(self) -> int:
+        """Padded channels of the copy, ``G * CGP`` (a multiple of 8)."""
+        return self.geo.groups * self.geo.cgp
+
+    @property
+    def pixels(self) -> int:
+        return self.geo.h * self.geo.w
+
+    @property
+    def lc(self) -> int:
+        """Channel lanes of a warp: the fewest powers of two covering the channels, <= 8."""
+        lanes = 1
+        while lanes < 8 and 8 * lanes < self.channels:
+            lanes *= 2
+        return lanes
+
+    @property
+    def block_channels(self) -> int:
+        return 8 * self.lc
+
+    @property
+    def block_pixels(self) -> int:
+        return 8 * (32 // self.lc) * WARPS
+
+    @property
+    def vectorizable(self) -> bool:
+        """Whether every channel row starts 16-byte aligned (given an aligned input)."""
+        return self.pixels % 8 == 0
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return (
+            cdiv(self.pixels, self.block_pixels),
+            cdiv(self.channels, self.block_channels),
+            self.geo.n,
+        )
+
+    def thread_block(self, bx: int, by: int, t: int) -> tuple[int, int]:
+        """(first padded channel, first pixel) of thread ``t`` of block ``(bx, by)``."""
+        lane, warp = t % 32, t // 32
+        c0 = by * self.block_channels + (lane % self.lc) * 8
+        p0 = bx * self.block_pixels + (warp * (32 // self.lc) + lane // self.lc) * 8
+        return c0, p0
+
+
+def transpose_kernel(name: str, tiling: TransposeTiling, vector: bool) -> str:
+    """The ``__global__`` kernel ``name(x, xt)``; the geometry macros (``C``, ``G``, ``CG``,
+    ``CGP``, ``H``, ``W``) are defined by the including module."""
+    if vector and not tiling.vectorizable:
+        raise ValueError("the vector path needs H*W % 8 == 0")
+    if vector:
+        load = """      const uint4 q = __ldg((const uint4*)row);
+      v[i][0] = q.x;
+      v[i][1] = q.y;
+      v[i][2] = q.z;
+      v[i][3] = q.w;"""
+    else:
+        load = """#pragma unroll
+      for (int j = 0; j < 8; j += 2) {
+        const u32 lo = p0 + j < XT_HW ? __ldg(row + j) : 0u;
+        const u32 hi = p0 + j + 1 < XT_HW ? __ldg(row + j + 1) : 0u;
+        v[i][j / 2] = lo | (hi << 16);
+      }"""
+    store_guard = "" if vector else "if (p0 + j < XT_HW) "
+    kind = "16-byte" if vector else "2-byte"
+    return f"""// Input NCHW -> [NB][H][W][G][CGP] ({kind} loads): one 8 channels x 8 pixels block
+// per thread, transposed in registers, written as 8 16-byte pixel rows.
+extern "C" __global__ void __launch_bounds__({THREADS})
+{name}(const u16* __restrict__ x, u16* __restrict__ xt) {{
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int c0 = blockIdx.y * XT_BC + (lane % XT_LC) * 8;
+  const int p0 = blockIdx.x * XT_BP + (warp * (32 / XT_LC) + lane / XT_LC) * 8;
+  const long long n = blockIdx.z;
+  if (c0 >= XT_CT || p0 >= XT_HW) return;
+  u32 v[8][4];  // v[i]: padded channel c0 + i at pixels p0 .. p0 + 7, two per word
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {{
+    const int g = (c0 + i) / CGP, cg = (c0 + i) - g * CGP;
+    if (cg < CG) {{
+      const u16* row = x + (n * C + g * CG + cg) * XT_HW + p0;
+{load}
+    }} else {{
+      v[i][0] = v[i][1] = v[i][2] = v[i][3] = 0u;
+    }}
+  }}
+  u16* out = xt + (n * XT_HW + p0) * XT_CT + c0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {{
+    // pixel j is the low (even j) or high half of word j / 2 of every channel
+    const u32 sel = j % 2 ? 0x7632u : 0x5410u;
+    const u32 o0 = __byte_perm(v[0][j / 2], v[1][j / 2], sel);
+    const u32 o1 = __byte_perm(v[2][j / 2], v[3][j / 2], sel);
+    const u32 o2 = __byte_perm(v[4][j / 2], v[5][j / 2], sel);
+    const u32 o3 = __byte_perm(v[6][j / 2], v[7][j / 2], sel);
+    // inline PTX: NVVM otherwise splits some of these 16-byte stores into four
+    {store_guard}asm volatile("st.global.v4.b32 [%0], {{%1, %2, %3, %4}};"
+                 :: "l"(out + (long long)j * XT_CT), "r"(o0), "r"(o1), "r"(o2), "r"(o3)
+                 : "memory");
+  }}
+}}
+"""
+
+
+def transpose_defines(tiling: TransposeTiling) -> str:
+    values = {
+        "XT_HW": tiling.pixels,
+        "XT_CT": tiling.channels,
+        "XT_LC": tiling.lc,
+        "XT_BC": tiling.block_channels,
+        "XT_BP": tiling.block_pixels,
+    }
+    return "\n".join(f"#define {name} {value}" for name, value in values.items())
