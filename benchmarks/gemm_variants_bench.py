@@ -74,6 +74,28 @@ PLAIN_VARIANTS = [
 ]
 
 
+#: The small-row LN(8192x256) -> matmul 256x256 -> softmax group (one GEMM launch after the
+#: LayerNorm pre-pass): the staged LayerNorm vectors (vectors=smem) against the element-wise
+#: loads, on the heuristic's 64x256 tile and on 128x256 with two consumers.
+LN_VARIANTS = [
+    ("default", ""),
+    ("vec", "vectors=smem"),
+    ("smem", "epilogue=smem"),
+    ("smem+vec", "epilogue=smem vectors=smem"),
+    ("c2", 'tile="128x256x64 s4 c2 g8"'),
+    ("c2+vec", 'tile="128x256x64 s4 c2 g8 vec=smem"'),
+]
+
+
+def _lms_small(torch):
+    """(name, IR, inputs, reference, flops, variants, with compile) of the small-row chain."""
+    from gpu_bench import fallback_cases
+
+    label, ir, fn, inputs, _ = fallback_cases(torch, "cuda", quick=False)[2]
+    assert label.startswith("layernorm(8192x256)"), label
+    return (label, ir, inputs, fn, 2.0 * 8192 * 256 * 256, LN_VARIANTS, True)
+
+
 def cases(torch):
     """(name, IR text, inputs, reference, flops, variants, with torch.compile)."""
     import torch.nn.functional as F
@@ -114,7 +136,7 @@ def cases(torch):
     for s in (4096, 8192):
         text = MATMUL.format(m=s, k=s, n=s)
         out.append((f"matmul {s}^3", text, (randn(s, s), randn(s, s)), matmul, 2.0 * s**3))
-    return [
+    return [_lms_small(torch)] + [
         (*case, PLAIN_VARIANTS if case[3] is matmul else VARIANTS, case[3] is not matmul)
         for case in out
     ]

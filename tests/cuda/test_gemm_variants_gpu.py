@@ -21,7 +21,10 @@ VARIANTS = {
     "smem": "epilogue=smem",
     "pingpong-smem-fast": "schedule=pingpong epilogue=smem math=fast",
     "fast": "math=fast",
+    "vec": "vectors=smem",
+    "smem-fast-vec": "epilogue=smem math=fast vectors=smem",
 }
+VECTOR_VARIANTS = ["vec", "smem-fast-vec"]
 STRUCTURAL = ["pingpong", "smem", "pingpong-smem-fast"]
 
 
@@ -128,3 +131,26 @@ SILU_TANH = (("ai.silu {v} : {o}", None), ("ai.tanh {v} : {o}", None))
 def test_fast_silu_tanh_bf16(variant: str) -> None:
     text = matmul_ir(700, 640, 384, "bf16", tail=(bias(640, "bf16"), *SILU_TANH))
     _run(text, "bf16", variant)
+
+
+# ------------------------------------------------- staged LayerNorm vectors (vectors=smem)
+
+
+@pytest.mark.parametrize("variant", VECTOR_VARIANTS)
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_layernorm_prologue_ragged_columns(variant: str, dtype: str) -> None:
+    """1000 columns: the last tile's vector chunks past N are zero-filled, d starts at 1000."""
+    tail = (bias(1000, dtype), GELU)
+    _run(matmul_ir(777, 1000, 520, dtype, ln=True, tail=tail), dtype, variant)
+
+
+@pytest.mark.parametrize("variant", VECTOR_VARIANTS)
+@pytest.mark.parametrize("m, n, dtype", [(8192, 256, "f16"), (1001, 200, "bf16")])
+def test_small_row_layernorm_matmul_softmax(variant: str, m: int, n: int, dtype: str) -> None:
+    """The profiled chain (8192 x 256 -> 256 -> softmax) and a ragged one (M, N odd)."""
+    _run(matmul_ir(m, n, 256, dtype, ln=True, tail=(SOFTMAX,)), dtype, variant)
+
+
+@pytest.mark.parametrize("variant", VECTOR_VARIANTS)
+def test_layernorm_long_row_softmax(variant: str) -> None:
+    _run(matmul_ir(513, 1000, 512, "f16", ln=True, tail=(SOFTMAX,)), "f16", variant, True)

@@ -10,10 +10,10 @@ the GEMM (``build.build`` takes any ``LinkedKernel``), one block program each.
 
 so the GEMM reads the raw ``x`` through TMA and applies the normalisation in
 its epilogue (``rstd * (acc - mu * c[col]) + d[col]``). One launch computes
-the row statistics of ``x`` (blocks ``< stat_blocks``, one warp per row, f32
+the row statistics of ``x`` (the blocks after the fold's, one warp per row, f32
 sums shifted by the row's first element so that a large mean does not cancel)
 and folds gamma and beta into the weight (the other blocks). With W stored
-K x N the column sums of a 64-row chunk are added with f32 atomics into ``c``
+K x N the column sums of a 32-row chunk are added with f32 atomics into ``c``
 and ``d``, which the host zeroes (``cuMemsetD32Async``) first on the same
 stream; with W stored N x K each warp owns a row of W and writes its sums.
 
@@ -69,7 +69,8 @@ static __device__ __forceinline__ float fs_warp_sum(float v) {
 """
 
 THREADS = 256
-FOLD_ROWS = 64  # rows of W per fold block (W stored K x N)
+FOLD_ROWS = 32  # rows of W per fold block (W stored K x N): all their loads in flight
+VECTORS = 4  # 16-byte loads a statistics lane issues before it adds the first
 _DTYPES = ("f16", "bf16")
 _ANY = ("f16", "bf16", "f32")
 
@@ -83,7 +84,8 @@ class LayerNormPrep:
     """Row statistics of x and the gamma/beta fold of W for ``LN(x) @ W`` (module docstring).
 
     Kernel parameters: x, gamma, beta, w, w_folded, stats (float2 per row: mean,
-    rstd), cd (2N floats: c then d); M (rows of x), K, N, stat_blocks.
+    rstd), cd (f32: c at 0, d at N rounded up to 4); M (rows of x), K, N, fold_blocks
+    (the first blocks fold W, the others compute the statistics).
     """
 
     dtype: str  # x and W
@@ -127,10 +129,11 @@ class LayerNormPrep:
     const int n = (fb % strips) * {THREADS} + tid;
     const int k0 = (fb / strips) * {FOLD_ROWS};
     if (n >= N) return 0;
-    const int k1 = min(K, k0 + {FOLD_ROWS});
     float cs = 0.0f, ds = 0.0f;
-#pragma unroll 8
-    for (int k = k0; k < k1; ++k) {{
+#pragma unroll
+    for (int j = 0; j < {FOLD_ROWS}; ++j) {{
+      const int k = k0 + j;
+      if (k >= K) break;
       const long long i = (long long)k * N + n;
       const float wv = fs_ld_{t}((const void*)w, i);
       const u16 q = fs_bits_{t}(fs_ld_{g}((const void*)gamma, k) * wv);
@@ -139,7 +142,7 @@ class LayerNormPrep:
       ds += fs_ld_{b}((const void*)beta, k) * wv;
     }}
     atomicAdd((float*)cd + n, cs);
-    atomicAdd((float*)cd + N + n, ds);
+    atomicAdd((float*)cd + ((N + 3) & ~3) + n, ds);
     return 0;"""
         else:
             fold = f"""    const int n = fb * {THREADS // 32} + warp;
@@ -157,56 +160,81 @@ class LayerNormPrep:
     ds = fs_warp_sum(ds);
     if (lane == 0) {{
       ((float*)cd)[n] = cs;
-      ((float*)cd)[N + n] = ds;
+      ((float*)cd)[((N + 3) & ~3) + n] = ds;
     }}
     return 0;"""
         return f"""// fusec generated LayerNorm prologue pre-pass ({t}, gamma {g}, beta {b}, W {
             self.b_major.upper()
         }-major)
 {_HELPERS}
+// Adds the 8 values of v, shifted, to the sums (the same order as one value at a time).
+static __device__ __forceinline__ void fs_add8_{t}(uint4 v, float shift, float& s1, float& s2) {{
+  const u32 words[4] = {{v.x, v.y, v.z, v.w}};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {{
+    const float lo = fs_cvt_{t}(words[j] & 0xFFFFu) - shift;
+    const float hi = fs_cvt_{t}(words[j] >> 16) - shift;
+    s1 += lo + hi;
+    s2 += lo * lo + hi * hi;
+  }}
+}}
+static __device__ __forceinline__ void fs_finish_stats(u64 stats, int row, int K, float shift,
+                                                       float s1, float s2, int lane) {{
+  s1 = fs_warp_sum(s1);
+  s2 = fs_warp_sum(s2);
+  if (lane == 0) {{
+    const float dm = __fdividef(s1, (float)K);
+    const float var = fmaxf(__fdividef(s2, (float)K) - dm * dm, 0.0f);
+    const float rstd = rsqrtf(var + {cpp_literal(self.epsilon)});
+    ((float2*)stats)[row] = make_float2(shift + dm, rstd);
+  }}
+}}
+
 extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
     int* ret, u64 smem, u64 x, u64 gamma, u64 beta, u64 w, u64 wout, u64 stats, u64 cd,
-    int M, int K, int N, int stat_blocks) {{
+    int M, int K, int N, int fold_blocks) {{
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
-  if ((int)blockIdx.x < stat_blocks) {{
-    const int row = blockIdx.x * {THREADS // 32} + warp;
-    if (row >= M) return 0;
-    const u16* xr = (const u16*)x + (long long)row * K;
-    const float shift = fs_cvt_{t}(__ldg(xr));
-    float s1 = 0.0f, s2 = 0.0f;
-    if ((K % 8) == 0 && (x % 16) == 0) {{
-      for (int k = lane * 8; k < K; k += 256) {{
-        const uint4 v = __ldg((const uint4*)(xr + k));
-        const u32 words[4] = {{v.x, v.y, v.z, v.w}};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {{
-          const float lo = fs_cvt_{t}(words[j] & 0xFFFFu) - shift;
-          const float hi = fs_cvt_{t}(words[j] >> 16) - shift;
-          s1 += lo + hi;
-          s2 += lo * lo + hi * hi;
-        }}
-      }}
-    }} else {{
-      for (int k = lane; k < K; k += 32) {{
-        const float f = fs_cvt_{t}(__ldg(xr + k)) - shift;
-        s1 += f;
-        s2 += f * f;
-      }}
-    }}
-    s1 = fs_warp_sum(s1);
-    s2 = fs_warp_sum(s2);
-    if (lane == 0) {{
-      const float dm = __fdividef(s1, (float)K);
-      const float var = fmaxf(__fdividef(s2, (float)K) - dm * dm, 0.0f);
-      const float rstd = rsqrtf(var + {cpp_literal(self.epsilon)});
-      ((float2*)stats)[row] = make_float2(shift + dm, rstd);
-    }}
-    return 0;
-  }}
-  const int fb = (int)blockIdx.x - stat_blocks;
+  // The fold blocks come first: they are few and loop over K, so they start at once and
+  // run beside the statistics blocks instead of after them.
+  if ((int)blockIdx.x < fold_blocks) {{
+    const int fb = (int)blockIdx.x;
 {fold}
+  }}
+  const int row = ((int)blockIdx.x - fold_blocks) * {THREADS // 32} + warp;
+  if (row >= M) return 0;
+  const u16* xr = (const u16*)x + (long long)row * K;
+  float s1 = 0.0f, s2 = 0.0f;
+  if ((K % 8) == 0 && (x % 16) == 0) {{
+    // 16 bytes per lane per load, all of a lane's loads issued before the first is used;
+    // the shift (the row's first element) comes from lane 0's first load by a shuffle, not
+    // from a load of its own that every other load would wait behind.
+    uint4 v[{VECTORS}];
+#pragma unroll
+    for (int j = 0; j < {VECTORS}; ++j) {{
+      const int k = (lane + 32 * j) * 8;
+      v[j] = k < K ? __ldg((const uint4*)(xr + k)) : make_uint4(0u, 0u, 0u, 0u);
+    }}
+    const float shift = fs_cvt_{t}(__shfl_sync(0xffffffffu, v[0].x, 0) & 0xFFFFu);
+#pragma unroll
+    for (int j = 0; j < {VECTORS}; ++j) {{
+      if ((lane + 32 * j) * 8 < K) fs_add8_{t}(v[j], shift, s1, s2);
+    }}
+    for (int k = (lane + 32 * {VECTORS}) * 8; k < K; k += 256) {{
+      fs_add8_{t}(__ldg((const uint4*)(xr + k)), shift, s1, s2);
+    }}
+    fs_finish_stats(stats, row, K, shift, s1, s2, lane);
+  }} else {{
+    const float shift = fs_cvt_{t}(__ldg(xr));
+    for (int k = lane; k < K; k += 32) {{
+      const float f = fs_cvt_{t}(__ldg(xr + k)) - shift;
+      s1 += f;
+      s2 += f * f;
+    }}
+    fs_finish_stats(stats, row, K, shift, s1, s2, lane);
+  }}
+  return 0;
 }}
 """
 

@@ -17,12 +17,16 @@ arithmetic (``cpp`` has the details):
 * ``epilogue``: ``"direct"`` (registers -> global stores) or ``"smem"`` (the
   results staged per warp through shared memory, then TMA bulk tensor stores);
 * ``math``: ``"ieee"`` or ``"fast"`` (hardware approximations of exp, tanh and
-  the logistic function's division in the epilogue, where the output is 16-bit).
+  the logistic function's division in the epilogue, where the output is 16-bit);
+* ``vectors``: ``"global"`` (the epilogue loads the LayerNorm rewrite's per-column
+  and per-row vectors element by element) or ``"smem"`` (each consumer warpgroup
+  copies its tile's share into shared memory with 16-byte ``cp.async`` while the
+  main loop runs; the epilogue reads them from there).
 
 The attribute form (``TileConfig.text`` / ``TileConfig.parse``) is what the
 tiling pass writes on an ``ai.fused`` op: ``"128x256x64 s4 c2 g8"``, followed
 by the variants that are not the default (``"64x256x64 s4 c2 g8 sched=pingpong
-epi=smem math=fast"``).
+epi=smem math=fast vec=smem"``).
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ EPI_BUFFERS = 2
 SCHEDULES = ("cooperative", "pingpong")
 EPILOGUES = ("direct", "smem")
 MATHS = ("ieee", "fast")
-_VARIANT_KEYS = {"sched": "schedule", "epi": "epilogue", "math": "math"}
+VECTORS = ("global", "smem")
+_VARIANT_KEYS = {"sched": "schedule", "epi": "epilogue", "math": "math", "vec": "vectors"}
 
 _TEXT = re.compile(r"^(\d+)x(\d+)x(\d+) s(\d+) c(\d+) g(\d+)((?: [a-z]+=[a-z]+)*)$")
 
@@ -61,6 +66,7 @@ class Variant:
     schedule: str = "cooperative"
     epilogue: str = "direct"
     math: str = "ieee"
+    vectors: str = "global"
 
 
 #: The variant the heuristic gives the large tiles (128x256 and 128x128, two consumers).
@@ -88,6 +94,7 @@ class TileConfig:
     schedule: str = "cooperative"
     epilogue: str = "direct"
     math: str = "ieee"
+    vectors: str = "global"
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -105,6 +112,8 @@ class TileConfig:
             out.append(f"epilogue must be one of {', '.join(EPILOGUES)}")
         if self.math not in MATHS:
             out.append(f"math must be one of {', '.join(MATHS)}")
+        if self.vectors not in VECTORS:
+            out.append(f"vectors must be one of {', '.join(VECTORS)}")
         if self.consumers < 1 or self.consumers > 3:
             out.append("1 to 3 consumer warpgroups")
         elif self.pingpong and self.consumers != 2:
@@ -138,7 +147,7 @@ class TileConfig:
 
     @property
     def variant(self) -> Variant:
-        return Variant(self.schedule, self.epilogue, self.math)
+        return Variant(self.schedule, self.epilogue, self.math, self.vectors)
 
     @property
     def rows_per_consumer(self) -> int:
@@ -154,6 +163,14 @@ class TileConfig:
         return self.consumers * 4 * EPI_BUFFERS * EPI_BUFFER_BYTES
 
     @property
+    def vec_bytes(self) -> int:
+        """Shared memory of the staged epilogue vectors ("smem" vectors: per consumer
+        warpgroup, two f32 per column of the tile and two per row of its share)."""
+        if self.vectors != "smem":
+            return 0
+        return self.consumers * 8 * (self.bn + self.rows_per_consumer)
+
+    @property
     def a_stage_bytes(self) -> int:
         return self.bm * self.bk * 2
 
@@ -165,7 +182,7 @@ class TileConfig:
     def smem_bytes(self) -> int:
         """Dynamic shared memory of one block: tiles, 2 mbarriers per stage, alignment slack."""
         tiles = self.stages * (self.a_stage_bytes + self.b_stage_bytes)
-        return tiles + self.epi_bytes + 16 * self.stages + SMEM_ALIGN
+        return tiles + self.epi_bytes + self.vec_bytes + 16 * self.stages + SMEM_ALIGN
 
     @property
     def acc_registers(self) -> int:
@@ -189,7 +206,7 @@ class TileConfig:
         if not match:
             raise ValueError(
                 f"bad GEMM tile config {text!r}: expected e.g. '128x256x64 s4 c2 g8' "
-                "[sched=pingpong] [epi=smem] [math=fast]"
+                "[sched=pingpong] [epi=smem] [math=fast] [vec=smem]"
             )
         bm, bn, bk, stages, consumers, group_m = (int(g) for g in match.groups()[:6])
         variant: dict[str, str] = {}
@@ -289,6 +306,9 @@ def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
     elif schedule == "cooperative" and config.pingpong:
         bm = config.bm * config.consumers
     staging = replace(config, epilogue=variant.epilogue).epi_bytes
+    if variant.vectors == "smem":
+        rows = bm if schedule == "pingpong" else bm // config.consumers
+        staging += config.consumers * 8 * (config.bn + rows)
     fit = max_stages(bm, config.bn, reserved=staging)
     stages = fit if bm != config.bm else min(config.stages, fit)
     return replace(
@@ -298,6 +318,7 @@ def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
         schedule=schedule,
         epilogue=variant.epilogue,
         math=variant.math,
+        vectors=variant.vectors,
     )
 
 

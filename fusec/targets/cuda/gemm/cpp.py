@@ -42,6 +42,13 @@ source does not change):
   outputs) and lane 0 stores each with one TMA bulk tensor store (the output's
   tensor map clips the ragged edges); without a map (rows not 16-byte
   aligned) the warp copies the chunk out with masked 16-byte stores.
+* ``vectors="smem"`` (with a LayerNorm prologue): at the head of each tile the
+  consumer warpgroup copies the tile's rewrite vectors (c, d of its BN columns, mean
+  and rstd of its rows) into its shared-memory region with 16-byte ``cp.async``
+  (zero-filled past the edges), which complete during the main loop; the epilogue
+  reads them from there (``ld.shared``) instead of loading each element's from global
+  memory behind its bounds predicate. Named barrier ``3 + cw`` orders a tile's reads
+  before the next tile's copies, and the copies before the reads.
 * ``math="fast"``: the epilogue expression uses ``ex2.approx``,
   ``tanh.approx`` and ``__fdividef`` (``CppExprGenerator(fast_math=True)``)
   where the output is 16-bit.
@@ -95,12 +102,19 @@ class Epilogue:
     #: an f32 buffer of batches x M x tiles_n pairs, for a finalise pass)
     softmax: str = ""
     post_body: str = "y = s;"
+    #: The LayerNorm rewrite (FlashNorm) applied to ``acc`` before ``body``: the extra slots
+    #: of the row statistics (float2 mean, rstd per row) and of the fold's column vectors
+    #: (``c`` at 0, ``d`` at ``ln_stride``, f32), or () without a LayerNorm prologue.
+    ln_slots: tuple[int, ...] = ()
+    ln_stride: int = 0
 
     def __post_init__(self) -> None:
         if self.softmax not in ("", "row", "partials"):
             raise ValueError(f"epilogue softmax mode {self.softmax!r}")
         if self.softmax == "partials" and (not self.extras or self.extras[-1] != "f32"):
             raise ValueError("the partials epilogue writes to its last extra (f32)")
+        if self.ln_slots and (len(self.ln_slots) != 2 or self.ln_stride % 4):
+            raise ValueError("ln_slots is (stats, cd); ln_stride a multiple of 4")
 
 
 BIAS_RELU = Epilogue(
@@ -350,6 +364,110 @@ static __device__ __forceinline__ void fs_st16(void* p, long long i, uint4 v, in
   }
 }
 """
+
+#: Helpers of the staged epilogue vectors: 16-byte asynchronous copies global -> shared
+#: (zero-filled past ``bytes``), their completion, named barriers and shared loads.
+_VECTOR_HELPERS = r"""
+static __device__ __forceinline__ void fs_cp16(u32 dst, u64 src, u32 bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+               :: "r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void fs_cp_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+static __device__ __forceinline__ void fs_cp_wait_all() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+static __device__ __forceinline__ void fs_bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(count) : "memory");
+}
+static __device__ __forceinline__ float fs_lds_f32(u32 addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
+  return v;
+}
+static __device__ __forceinline__ float2 fs_lds_f32x2(u32 addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+"""
+
+#: Named barrier of consumer warpgroup cw's staged vectors: 3 + cw (1 and 2 are pingpong's).
+VECTOR_BARRIER = 3
+
+
+def _staged(spec: GemmSpec) -> bool:
+    """The kernel stages its epilogue vectors in shared memory (``vectors="smem"`` and an
+    epilogue that has some: the LayerNorm rewrite's)."""
+    return spec.config.vectors == "smem" and bool(spec.epilogue.ln_slots)
+
+
+def _ln_correction(spec: GemmSpec) -> str:
+    """The first statement of ``fs_epilogue``: the LayerNorm rewrite of ``acc``, reading the
+    vectors from global memory or from the warpgroup's staged copy (``ln_cols``, ``ln_rows``:
+    shared addresses offset so that column ``col``'s c is at ``ln_cols + 4 col``, its d
+    ``4 BN`` further, and row ``row``'s (mean, rstd) at ``ln_rows + 8 row``)."""
+    epi = spec.epilogue
+    if not epi.ln_slots:
+        return ""
+    stats, cd = epi.ln_slots
+    if _staged(spec):
+        return """  const float2 ln_s = fs_lds_f32x2(ln_rows + 8u * (u32)row);
+  acc = ln_s.y * (acc - ln_s.x * fs_lds_f32(ln_cols + 4u * (u32)col)) +
+        fs_lds_f32(ln_cols + 4u * (u32)(BN + col));
+"""
+    return f"""  const float ln_mu = fs_ld_f32(e{stats}, 2LL * row);
+  const float ln_rstd = fs_ld_f32(e{stats}, 2LL * row + 1);
+  acc = ln_rstd * (acc - ln_mu * fs_ld_f32(e{cd}, col)) + fs_ld_f32(e{cd}, {epi.ln_stride}LL + col);
+"""
+
+
+def _stage_vectors(spec: GemmSpec) -> str:
+    """C++ at the head of a consumer's tile: after its warpgroup has finished reading the
+    previous tile's vectors (named barrier), each thread issues 16-byte ``cp.async`` copies
+    of the tile's c and d (BN columns) and (mean, rstd) pairs (its WM rows) into the
+    warpgroup's region; chunks past N or M are zero-filled and never read. The copies
+    complete during the main loop (``_await_vectors`` waits before the epilogue)."""
+    if not _staged(spec):
+        return ""
+    stats, cd = spec.epilogue.ln_slots
+    stride = spec.epilogue.ln_stride
+    return f"""      fs_bar_sync({VECTOR_BARRIER} + cw, 128);  // the previous tile's are read
+      const int vcol0 = pn * BN;
+      const int vrow0 = {_rows(spec)};
+      for (int i = lt; i < BN / 2 + WM / 2; i += 128) {{
+        int first, left, per;  // chunk i: 4 columns of c or of d, or 2 rows' statistics
+        u64 src;
+        if (i < BN / 2) {{
+          const int half = i / (BN / 4);
+          first = vcol0 + 4 * (i % (BN / 4));
+          left = N - first;
+          per = 4;
+          src = e{cd} + 4ull * (unsigned long long)((long long)half * {stride} + first);
+        }} else {{
+          first = vrow0 + 2 * (i - BN / 2);
+          left = M - first;
+          per = 8;
+          src = e{stats} + 8ull * (unsigned long long)first;
+        }}
+        const u32 bytes = (u32)(left <= 0 ? 0 : (left >= 16 / per ? 16 : left * per));
+        fs_cp16(sv_mine + 16u * (u32)i, bytes ? src : e{cd}, bytes);
+      }}
+      fs_cp_commit();
+      const u32 ln_cols = sv_mine - 4u * (u32)vcol0;
+      const u32 ln_rows = sv_mine + 8u * BN - 8u * (u32)vrow0;
+"""
+
+
+def _await_vectors(spec: GemmSpec) -> str:
+    """Before the epilogue: this thread's copies done, then every thread's (barrier)."""
+    if not _staged(spec):
+        return ""
+    return f"""      fs_cp_wait_all();
+      fs_bar_sync({VECTOR_BARRIER} + cw, 128);  // every thread's copies have landed
+"""
+
 
 #: Helpers of the pingpong schedule: named barriers 1 and 2 order the consumers' main loops.
 _PINGPONG_HELPERS = r"""
@@ -768,6 +886,10 @@ def generate(spec: GemmSpec) -> str:
     half = c.bn // 2
     extras_args = "".join(f", (const void*)e{k}" for k in range(len(spec.epilogue.extras)))
     extras_params = "".join(f", const void* e{k}" for k in range(len(spec.epilogue.extras)))
+    staged = _staged(spec)
+    if staged:  # the staged vectors' shared addresses (``_stage_vectors``)
+        extras_args += ", ln_cols, ln_rows"
+        extras_params += ", u32 ln_cols, u32 ln_rows"
     a_load = (
         "fs_tma_load(a_dst, map_a, full, kb * BK, pm * BM, za);"
         if spec.a_major == "k"
@@ -794,21 +916,34 @@ def generate(spec: GemmSpec) -> str:
         else "fs_desc(b_base + (u32)(kk * 2048), 8192u, 1024u)"
     )
     out = spec.out_dtype
-    epilogue_body = "\n".join("  " + line for line in spec.epilogue.body.splitlines())
+    epilogue_body = _ln_correction(spec) + "\n".join(
+        "  " + line for line in spec.epilogue.body.splitlines()
+    )
     pingpong, smem = c.pingpong, c.epilogue == "smem"
-    helpers = _HELPERS + (_SMEM_HELPERS if smem else "") + (_PINGPONG_HELPERS if pingpong else "")
+    helpers = (
+        _HELPERS
+        + (_SMEM_HELPERS if smem else "")
+        + (_PINGPONG_HELPERS if pingpong else "")
+        + (_VECTOR_HELPERS if staged else "")
+    )
     variant_note = f"\n// {c.schedule} schedule, {c.epilogue} epilogue, {c.math} math" * (
         c.variant != Variant()
     )
-    layout_lines = (
-        "  const u32 se = sb + STAGES * B_BYTES;  // the epilogue's staging: 2 x 2 KB per warp\n"
-        f"  const u32 bars = se + {c.epi_bytes};  // full[s] = bars + 8 s, "
-        "empty[s] = bars + 8 (STAGES + s)\n"
-        if smem
-        else "  const u32 bars = sb + STAGES * B_BYTES;  // full[s] = bars + 8 s, "
-        "empty[s] = bars + 8 (STAGES + s)\n"
+    layout_lines = ""
+    free = "sb + STAGES * B_BYTES"
+    if smem:
+        layout_lines += f"  const u32 se = {free};  // the epilogue's staging: 2 x 2 KB per warp\n"
+        free = f"se + {c.epi_bytes}"
+    if c.vec_bytes:
+        layout_lines += (
+            f"  const u32 sv = {free};  // staged epilogue vectors: 8 (BN + WM) B per consumer\n"
+        )
+        free = f"sv + {c.vec_bytes}"
+    layout_lines += (
+        f"  const u32 bars = {free};  // full[s] = bars + 8 s, empty[s] = bars + 8 (STAGES + s)\n"
     )
-    tile_loop = _tile_loop(spec)
+    tile_loop = _tile_loop(spec) + ("\n" + _stage_vectors(spec).rstrip("\n") if staged else "")
+    mine = "    const u32 sv_mine = sv + (u32)cw * (8u * (BN + WM));\n" if staged else ""
     hand_over = (
         "      if (t + gridDim.x < tiles) fs_named_arrive(2 - cw, 256);  // the other's turn\n"
         if pingpong
@@ -909,7 +1044,7 @@ extern "C" __device__ __attribute__((always_inline)) int {name}({", ".join(_para
     const int lt = tid % 128;
     const int warp = lt / 32;
     const int lane = lt % 32;
-    float acc[{mi}][{half}];
+{mine}    float acc[{mi}][{half}];
 {tile_loop}
       for (int kb = 0; kb < kblocks; ++kb, ++it) {{
         const int s = it % STAGES;
@@ -937,7 +1072,7 @@ extern "C" __device__ __attribute__((always_inline)) int {name}({", ".join(_para
       for (int m = 0; m < {mi}; ++m)
 #pragma unroll
         for (int j = 0; j < {half}; ++j) fs_fence_reg(acc[m][j]);
-{epilogue_section}
+{_await_vectors(spec)}{epilogue_section}
     }}
 {consumer_end}  }}
   return 0;

@@ -103,7 +103,7 @@ class GemmLaunch:
         if self.prologue is not None:
             sizes["w"] = self.k * self.n * 2
             sizes["stats"] = 8 * self.m * self.batches
-            sizes["cd"] = 8 * self.n
+            sizes["cd"] = 8 * (-(-self.n // 4) * 4)  # c, then d at n rounded up to 4
         if self.finalise is not None:
             tiles_n = -(-self.n // self.spec.config.bn)
             sizes["partials"] = 8 * self.batches * self.m * tiles_n
@@ -218,8 +218,8 @@ class GemmLaunch:
         p = self.prologue
         assert p is not None
         rows = self.m * self.batches
-        stat_blocks = p.spec.stat_blocks(rows)
-        grid = stat_blocks + p.spec.fold_blocks(self.k, self.n)
+        fold_blocks = p.spec.fold_blocks(self.k, self.n)
+        grid = fold_blocks + p.spec.stat_blocks(rows)
         params, kept = host.parameter_block(
             (
                 address(p.x),
@@ -230,12 +230,12 @@ class GemmLaunch:
                 address("stats"),
                 address("cd"),
             ),
-            (rows, self.k, self.n, stat_blocks),
+            (rows, self.k, self.n, fold_blocks),
         )
         keep.append(kept)
         steps: list[tuple] = []
         if p.spec.b_major == "n":
-            steps.append(("memset", address("cd"), 2 * self.n, handle))
+            steps.append(("memset", address("cd"), 2 * (-(-self.n // 4) * 4), handle))
         steps.append(("kernel", self.prep, grid, aux.THREADS, handle, params))
         return steps
 

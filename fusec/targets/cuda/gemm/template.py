@@ -261,26 +261,20 @@ def epilogue(
     lines = _index_lines(p, out_shape)
     inputs = _Inputs()
     gen = CppExprGenerator(fast_math=fast_math)
-    acc = "acc"
-    ln_lines: list[str] = []
+    acc = "acc"  # with a LayerNorm prologue, the rewrite has been applied to it (``cpp``)
+    ln: dict = {}
     if p.layernorm is not None:
-        stats, cd = inputs.slot("stats", "f32"), inputs.slot("cd", "f32")
-        ln_lines = [
-            f"const float ln_mu = fs_ld_f32(e{stats}, 2LL * row);",
-            f"const float ln_rstd = fs_ld_f32(e{stats}, 2LL * row + 1);",
-            f"const float ln_acc = ln_rstd * (acc - ln_mu * fs_ld_f32(e{cd}, col)) + "
-            f"fs_ld_f32(e{cd}, {p.n}LL + col);",
-        ]
-        acc = "ln_acc"
+        ln_slots = (inputs.slot("stats", "f32"), inputs.slot("cd", "f32"))
+        ln = {"ln_slots": ln_slots, "ln_stride": cd_stride(p.n)}
     stmts, names = _chain(fused_op, p.epilogue_ops, inputs, gen, {p.matmul.output: acc}, out_shape)
     final = names[p.epilogue_ops[-1].results[0]] if p.epilogue_ops else acc
-    body = "\n".join([*lines, *ln_lines, *stmts, f"y = {final};"])
+    body = "\n".join([*lines, *stmts, f"y = {final};"])
     ops = " -> ".join(op.name for op in (*p.epilogue_ops,)) or "identity"
     if p.layernorm is not None:
         ops = f"layernorm rewrite -> {ops}"
     if p.softmax is None:
         return (
-            Epilogue(body, tuple(inputs.dtypes), ops, gen.helper_source()),
+            Epilogue(body, tuple(inputs.dtypes), ops, gen.helper_source(), **ln),
             tuple(inputs.sources),
             None,
         )
@@ -300,6 +294,7 @@ def epilogue(
             gen.helper_source(),
             softmax="row",
             post_body=post_body,
+            **ln,
         )
         return epi, tuple(inputs.sources), None
     inputs.slot("partials", "f32")  # the kernel writes the partials to its last extra
@@ -309,12 +304,19 @@ def epilogue(
         f"{ops} -> softmax partials",
         gen.helper_source(),
         softmax="partials",
+        **ln,
     )
     out_dtype = spec_of(fused_op.results[0].type).dtype
     finalise = aux.SoftmaxFinalise(
         out_dtype, post_body, tuple(post_inputs.dtypes), post_gen.helper_source(), post_name
     )
     return epi, tuple(inputs.sources), (finalise, tuple(post_inputs.sources))
+
+
+def cd_stride(n: int) -> int:
+    """Where ``d`` starts in the fold's f32 column vectors (``c`` at 0): ``n`` rounded up
+    to 4, so that both are 16-byte aligned (the staged vectors copy 16-byte chunks)."""
+    return -(-n // 4) * 4
 
 
 def _decompose(flat: str, dims, first: int) -> list[str]:

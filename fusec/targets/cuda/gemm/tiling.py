@@ -11,9 +11,9 @@ same device (``choice = "tuned"``), or by the heuristic from the problem shape
 and the device's SM count (``"heuristic"``, or ``"row softmax"`` when the block
 tile must hold whole rows). The device is the GPU when one is usable, else the
 H200 defaults, or what the ``sms`` option says. The ``schedule``, ``epilogue``
-and ``math`` options force a variant on every group (``config.with_variant``
+``math`` and ``vectors`` options force a variant on every group (``config.with_variant``
 adapts the tile; ``choice`` then says so), e.g.
-``fusec-default,tile-gemm{schedule=pingpong epilogue=smem math=fast}``, and
+``fusec-default,tile-gemm{schedule=pingpong epilogue=smem math=fast vectors=smem}``, and
 ``tile="128x128x64 s6 c2 g8 sched=pingpong"`` forces one exact configuration; the
 variants and their attribute keys are in ``fusec.targets.cuda.gemm.config``.
 Groups the template cannot
@@ -79,6 +79,9 @@ class TileGemmPass(ModulePass):
     math: str = ""
     """Force the epilogue maths ("ieee" or "fast")."""
 
+    vectors: str = ""
+    """Force where the epilogue reads its LayerNorm vectors ("global" or "smem")."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from fusec.targets.cuda.gemm import template, tuning
         from fusec.targets.cuda.gemm.config import to_attr, with_variant
@@ -114,10 +117,21 @@ class TileGemmPass(ModulePass):
     def forced_variant(self, config: TileConfig) -> Variant | None:
         """The variant the options ask for (the rest from ``config``), or None."""
         from fusec.errors import FusecError
-        from fusec.targets.cuda.gemm.config import EPILOGUES, MATHS, SCHEDULES, Variant
+        from fusec.targets.cuda.gemm.config import EPILOGUES, MATHS, SCHEDULES, VECTORS, Variant
 
-        asked = {"schedule": self.schedule, "epilogue": self.epilogue, "math": self.math}
-        for name, allowed in (("schedule", SCHEDULES), ("epilogue", EPILOGUES), ("math", MATHS)):
+        asked = {
+            "schedule": self.schedule,
+            "epilogue": self.epilogue,
+            "math": self.math,
+            "vectors": self.vectors,
+        }
+        choices = (
+            ("schedule", SCHEDULES),
+            ("epilogue", EPILOGUES),
+            ("math", MATHS),
+            ("vectors", VECTORS),
+        )
+        for name, allowed in choices:
             if asked[name] and asked[name] not in allowed:
                 raise FusecError(
                     f"tile-gemm option {name}={asked[name]!r}: expected one of {', '.join(allowed)}"
@@ -129,4 +143,5 @@ class TileGemmPass(ModulePass):
             asked["schedule"] or current.schedule,
             asked["epilogue"] or current.epilogue,
             asked["math"] or current.math,
+            asked["vectors"] or current.vectors,
         )
