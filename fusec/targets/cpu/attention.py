@@ -9,7 +9,7 @@ of the batch (``AttentionBlocks``); per block, in its task's workspace:
    scores; a key the group swapped from a (..., D, T) input (a cache's layout) is
    read as given, B not transposed, with no copy (``transposed_views``);
 2. per row, while the block is in cache: ``* scale + mask`` (IEEE, in the
-   reference's order), the max, ``exp_nonpos_f32(x - max)``, the float64 sum,
+   reference's order), the max, ``exp_nonpos_f32(x - max)`` and its sum in one loop,
    ``* (1 / sum)``, NaN probabilities set to 0 when ``nan_to_zero`` says so;
 3. ``sgemm(sbuf, v)`` into the output rows (or the block's ``cbuf`` when an
    elementwise epilogue follows, which the shared machinery runs per block).
@@ -58,7 +58,7 @@ class AttentionBlocks(BlockedCore):
     batch dims, which q, the key, v and the mask broadcast to), rows ``r0 <= i < r1``.
     """
 
-    row_helpers = frozenset({"row_max", "row_sum"})
+    row_helpers = frozenset({"row_max", "row_exp_sum_inplace"})
     expr_helpers = frozenset({"exp_nonpos_f32"})
     #: The key given as (..., D, T) (a transpose of a cache's layout) is read as it is.
     transposable = frozenset({1})
@@ -148,9 +148,7 @@ class AttentionBlocks(BlockedCore):
             f"    for j in range({t}):",
             f"        srow[j] = {scaled} + {mask_term}",
             "    m = row_max(srow)",
-            f"    for j in range({t}):",
-            "        srow[j] = exp_nonpos_f32(srow[j] - m)",  # x - max <= 0 (or NaN)
-            "    inv = f32(1.0 / row_sum(srow))",
+            "    inv = f32(1.0 / row_exp_sum_inplace(srow, m))",  # x - max <= 0 (or NaN)
             f"    for j in range({t}):",
             "        srow[j] = srow[j] * inv",
         ]
