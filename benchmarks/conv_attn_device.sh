@@ -9,7 +9,7 @@
 # rows (each compiled in a child process, skipped past MAX_AUTOTUNE_BUDGET seconds, default
 # 240); CONV_TILES (default "64x128 s6 c2n;64x192 s4 c1n", empty for none) lists implicit-
 # GEMM conv tiles to A/B against the default on the conv row, fusec alone
-# ($OUT/tile-<tile>/), after the full benchmark; CONV_INPUTS (default "nhwc nchw") A/Bs
+# ($OUT/tile-<tile>/), after the full benchmark; CONV_INPUTS (default "nhwc nchw nchw-ld") A/Bs
 # $FUSEC_CONV_INPUT on the conv row and its 1x1 twin, fusec alone ($OUT/input-<layout>/).
 #
 # The device tool's $OUT receives the logs and tables (default /tmp/conv-attn); WHL
@@ -52,9 +52,10 @@ PYTEST="python3 -m pytest -m gpu -v -p no:cacheprovider -rfE --tb=short"
 # 1. conv: implicit GEMM (odd sizes, strides, padding, groups, bf16, epilogues), direct
 #    (depthwise), fallback; results on the caller's stream
 stage conv_tests 150 $PYTEST tests/cuda/test_conv_gpu.py -k "not nchw"
-# 1b. the opt-in FUSEC_CONV_INPUT=nchw variant (NCHW input read in place by TMA, no
-#     channels-last copy; the tests force it on): its own stage, so a hang costs only it
-stage conv_nchw_tests 150 $PYTEST tests/cuda/test_conv_gpu.py -k nchw
+# 1b. the opt-in FUSEC_CONV_INPUT=nchw / nchw-ld variants (NCHW input read in place by
+#     TMA / loaded by the producer warpgroup, no channels-last copy; the tests force them
+#     on): their own stage, so a hang costs only it
+stage conv_nchw_tests 240 $PYTEST tests/cuda/test_conv_gpu.py -k nchw
 # 2. attention through compile (written, exported and traced chains -> ai.attention): the
 #    flash kernel (ragged, 4-D batch, bf16, causal), the PyTorch fallback, the caller's stream
 stage attention_tests 90 $PYTEST tests/cuda/test_attention_gpu.py
@@ -76,14 +77,15 @@ for tile in "${TILES[@]}"; do
     python3 benchmarks/conv_attn_bench.py --out "$dir" --only conv --fusec-only
   cat "$dir"/conv-attn-*.md 2>/dev/null | tail -1
 done
-# 5. input A/B (CONV_INPUTS, default "nhwc nchw", empty for none): the conv row and its 1x1
-#    twin, fusec alone, with FUSEC_CONV_INPUT forced ($OUT/input-<layout>/). nchw reads the
-#    input in place only where every tap shift along W is a multiple of 8 pixels (TMA reads
-#    start 16-byte aligned): the 1x1 row; the 3x3 conv row is refused (the kernel header
-#    says why) and re-measures the channels-last copy, a control for the run-to-run noise
-for layout in ${CONV_INPUTS-nhwc nchw}; do
+# 5. input A/B (CONV_INPUTS, default "nhwc nchw nchw-ld", empty for none): the conv row,
+#    the ResNet block and the conv's 1x1 twin, fusec alone, with FUSEC_CONV_INPUT forced
+#    ($OUT/input-<layout>/). nchw (TMA) reads the input in place only where every tap shift along W is a multiple
+#    of 8 pixels (TMA reads start 16-byte aligned): the 1x1 row; on the 3x3 conv row it is
+#    refused (the kernel header says why) and re-measures the channels-last copy, a
+#    control for the noise. nchw-ld (the producer warpgroup's loads) serves all three.
+for layout in ${CONV_INPUTS-nhwc nchw nchw-ld}; do
   dir="$OUT/input-$layout"
-  FUSEC_CONV_INPUT=$layout stage "input-$layout" 90 \
-    python3 benchmarks/conv_attn_bench.py --out "$dir" --only conv,pointwise --fusec-only
-  cat "$dir"/conv-attn-*.md 2>/dev/null | tail -2
+  FUSEC_CONV_INPUT=$layout stage "input-$layout" 120 \
+    python3 benchmarks/conv_attn_bench.py --out "$dir" --only conv,resnet,pointwise --fusec-only
+  cat "$dir"/conv-attn-*.md 2>/dev/null | tail -3
 done

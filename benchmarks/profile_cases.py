@@ -4,8 +4,9 @@
     ncu --clock-control none --set basic python benchmarks/profile_cases.py \
         --case lms-small --impl fusec --reps 2 --no-profiler        # hardware counters
     FUSEC_CONV_INPUT=nchw python benchmarks/profile_cases.py --case conv-1x1 --impl fusec
+    FUSEC_CONV_INPUT=nchw-ld python benchmarks/profile_cases.py --case conv --impl fusec
         # the conv template's environment switches (FUSEC_CONV_TILE, FUSEC_CONV_INPUT)
-        # pass through: the 1x1 conv without the fusec_convx_* launch
+        # pass through: the convs without the fusec_convx_* launch (TMA: 1x1 only)
 
 Cases: the issue rows that miss or disagree between benchmarks (``lms-small``: LN(8192x256)
 -> matmul 256x256 -> softmax; ``mlp-down``: 8192x4096x1024 + bias + residual; ``mlp-up``;

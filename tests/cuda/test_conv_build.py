@@ -491,3 +491,116 @@ def test_nchw_cubin_reads_the_input_by_tma_into_transposed_wgmma(spec: ConvSpec,
     assert len(hgmma) == 4 * (spec.tile.wm // 64) and set(hgmma) == {str(spec.tile.wn)}
     assert len(re.findall(r"UTMALDG\.5D", sass)) == spec.tile.bn // 64
     assert not re.search(r"\b(LDL|STL)\b", sass) and "CALL" not in sass
+
+
+# ----------------------- $FUSEC_CONV_INPUT=nchw-ld: the producer warpgroup loads NCHW itself
+
+
+LD_IM2COL_SHAPES = {name: g for name, g in IM2COL_SHAPES.items() if g.w % 8 == 0} | {
+    "3x3-pad1-w16": ConvGeometry(2, 8, 6, 16, 4, 3, 3, 1, 1, 1, 1, 1, 1),
+    "5x5-pad2-w8-odd-h": ConvGeometry(1, 8, 7, 8, 4, 5, 5, 1, 1, 2, 2, 2, 2),
+    "dilation2-w16": ConvGeometry(1, 8, 11, 16, 4, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2),
+    "13x16-ragged-70ch": ConvGeometry(1, 70, 13, 16, 4, 3, 3, 1, 1, 1, 1, 1, 1),
+}
+
+
+@pytest.mark.parametrize("geo", LD_IM2COL_SHAPES.values(), ids=LD_IM2COL_SHAPES)
+def test_producer_loads_reproduce_the_reference_im2col(geo: ConvGeometry) -> None:
+    """The producer threads' 16-byte loads, word and half-word shifts and zeroing give the
+    im2col matrix bit for bit (f16), for every tap shift (-2 .. 8 pixels here)."""
+    x = np.random.default_rng(4).standard_normal((geo.n, geo.c, geo.h, geo.w))
+    x = x.astype(np.float16).astype(np.float32)
+    cols, _ = model.nchw_columns(geo, x, input="nchw-ld")
+    np.testing.assert_array_equal(cols, _im2col(geo, x))
+
+
+def test_producer_row_shifts_every_sub_vector_offset() -> None:
+    """``ld_row`` at every start pixel -9 .. 9: the 64 pixels from there, zeros outside."""
+    geo = ConvGeometry(1, 1, 1, 24, 1, 1, 1)
+    pixels = np.arange(1, 25, dtype=np.uint16).reshape(1, 1, 1, 24)
+    for ws in range(-9, 10):
+        words = model.ld_row(geo, pixels, 0, 0, 0, 0, ws)
+        got = np.empty(64, dtype=np.uint64)
+        got[0::2], got[1::2] = words & 0xFFFF, words >> 16
+        want = [w + 1 if 0 <= w < 24 else 0 for w in range(ws, ws + 64)]
+        assert got.tolist() == want, ws
+
+
+LD_GEOMETRIES = [
+    # (geometry, tile, grid): the bench layer's shape in small, ragged channels and rows
+    (ConvGeometry(2, 70, 5, 16, 40, 3, 3, 1, 1, 1, 1, 1, 1), ConvTile(64, 128, 2, 2, "n"), 3),
+    # 5x5 pad 2, 2 strips per row (W 72), row split
+    (ConvGeometry(1, 16, 4, 72, 130, 5, 5, 1, 1, 2, 2, 2, 2), ConvTile(128, 128, 2, 2, "m"), 2),
+    # dilation 2, groups 2, stride 2 along H, asymmetric padding
+    (ConvGeometry(2, 32, 9, 8, 16, 3, 3, 2, 1, 2, 1, 0, 3, 2, 2, 2), ConvTile(64, 64, 2, 1, "n"),
+     5),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("geo, tile, grid", LD_GEOMETRIES)
+def test_producer_loads_tile_model_matches_the_reference_conv(
+    geo: ConvGeometry, tile: ConvTile, grid: int
+) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((geo.n, geo.c, geo.h, geo.w)).astype(np.float16).astype(np.float32)
+    w = rng.standard_normal((geo.k, geo.cg, geo.r, geo.s)).astype(np.float32)
+    ConvSpec(geo, tile, input="nchw-ld")  # accepted
+    out, writes = model.run(geo, tile, x, w, grid=grid, input="nchw-ld")
+    assert (writes == 1).all(), "an output element was written twice or never"
+    ref = reference_conv2d(
+        x,
+        w,
+        strides=(geo.stride_h, geo.stride_w),
+        padding=(geo.pad_top, geo.pad_left, geo.pad_bottom, geo.pad_right),
+        dilations=(geo.dil_h, geo.dil_w),
+        groups=geo.groups,
+    )
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_input_env_selects_the_producer_loads(monkeypatch) -> None:
+    monkeypatch.setenv("FUSEC_CONV_INPUT", "nchw-ld")
+    source = _kernel_source(conv_text(w=16))  # 3x3 pad 1
+    assert "NCHW input loaded in place by the producer" in source
+    assert "input='nchw-ld'" in source
+    refused = _kernel_source(conv_text(w=10))
+    assert "$FUSEC_CONV_INPUT=nchw-ld not applied: W = 10: the NCHW row pitch" in refused
+    assert "input made channels-last" in refused
+
+
+LD_SPECS = [
+    ConvSpec(BENCH, choose_tile(BENCH), "f16", "f16", BIAS_RELU, "nchw-ld"),
+    ConvSpec(ConvGeometry(4, 256, 15, 16, 256, 3, 3, 2, 1, 1, 1, 1, 1), ConvTile(128, 256, 4, 2,
+             "m"), "bf16", "f32", input="nchw-ld"),
+]  # fmt: skip
+
+
+@needs_toolchain
+@pytest.mark.parametrize("spec", LD_SPECS, ids=["bench-3x3-64x256n-f16", "128x256m-bf16-f32"])
+def test_producer_loads_cubin(spec: ConvSpec, tmp_path) -> None:
+    """16-byte non-coherent loads and 16-byte shared stores by the producer warpgroup,
+    the proxy fence before its arrival, TMA only for the weights, transposed-B wgmma,
+    no fusec_convx_*, no spills and no local memory under setmaxnreg."""
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    assert spec.kernel_params()[:2] == ["map_w", "x"]
+    ptx = build.ptx(spec)
+    assert "ld.global.nc.v4.u32" in ptx and "st.shared.v4.b32" in ptx
+    assert "fence.proxy.async.shared::cta" in ptx
+    assert "cp.async.bulk.tensor.4d" in ptx and "cp.async.bulk.tensor.5d" not in ptx
+    wgmma = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{spec.tile.wn}k16[^;]*;", ptx)
+    assert wgmma and all(re.search(r"p, 1, 1, 0, 1;$", w) for w in wgmma)
+    assert re.findall(r"\.entry (\w+)", ptx) == [spec.relayout_name]
+    assert "setmaxnreg.dec.sync.aligned.u32 72" in ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 216" in ptx
+    built = build.build(spec, KernelCache(tmp_path))
+    spills = re.findall(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
+    assert len(spills) == 2 and not re.search(r"\b[1-9]\d* bytes spill", built.log)
+    assert "setmaxnreg' ignored" not in built.log
+    sass = sass_of(built.cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    assert not re.search(r"\b(LDL|STL)\b", sass) and "CALL" not in sass
+    assert re.search(r"LDG\.E\.128", sass) and "STS.128" in sass
+    assert len(re.findall(r"UTMALDG\.4D", sass)) == 1 and "UTMALDG.5D" not in sass

@@ -253,8 +253,69 @@ def test_conv_reading_nchw_in_place_matches_reference(name: str, monkeypatch) ->
         assert_close(out, ref, what=f"{name}, seed {seed}")
 
 
+LOADED = "NCHW input loaded in place by the producer"
+RESNET_BASIC = """func.func @block(%x: {X}, %w1: {W}, %s1: {C}, %t1: {C}, %w2: {W}, %s2: {C},
+    %t2: {C}) -> {X} {{
+  %c1 = ai.conv2d %x, %w1 {{padding = array<i64: 1, 1>}} : {X} * {W}
+  %m1 = ai.mul %c1, %s1 : {X} * {C}
+  %a1 = ai.add %m1, %t1 : {X} * {C}
+  %r1 = ai.relu %a1 : {X}
+  %c2 = ai.conv2d %r1, %w2 {{padding = array<i64: 1, 1>}} : {X} * {W}
+  %m2 = ai.mul %c2, %s2 : {X} * {C}
+  %a2 = ai.add %m2, %t2 : {X} * {C}
+  %s = ai.add %a2, %x : {X} * {X}
+  %r = ai.relu %s : {X}
+  return %r : {X}
+}}"""
+
+
+def resnet_basic(n=2, c=64, h=16, w=16, t="f16") -> str:
+    """A ResNet basic block (conv-bn-relu-conv-bn-add-relu, BatchNorm folded)."""
+    return RESNET_BASIC.format(X=_t((n, c, h, w), t), W=_t((c, c, 3, 3), t), C=_t((c, 1, 1), t))
+
+
+LD_CASES = {
+    # name: (graph, the layout each conv group's header must name, in graph order)
+    "bench-3x3-bias-relu": (conv_graph(32, 64, 56, 56, 64, 3, 3, pad=(1, 1)), [LOADED]),
+    "ragged-13x16-c96-k40": (conv_graph(2, 96, 13, 16, 40, 3, 3, pad=(1, 1)), [LOADED]),
+    # W = 9 is not whole 16-byte vectors: refused, the copy serves it
+    "ragged-13x9-refused": (conv_graph(2, 96, 13, 9, 40, 3, 3, pad=(1, 1)), [COPIED]),
+    "bf16-5x5-pad2-to-f32": (
+        conv_graph(2, 64, 9, 24, 64, 5, 5, t="bf16", pad=(2, 2), tail="cast", out_t="f32"),
+        [LOADED],
+    ),
+    "dilation2": (conv_graph(2, 64, 11, 16, 64, 3, 3, pad=(2, 2), dil=(2, 2)), [LOADED]),
+    "groups2-stride2h-asym-pad": (
+        conv_graph(3, 64, 9, 16, 64, 3, 3, stride=(2, 1), pad=(0, 2, 1, 0), groups=2), [LOADED]
+    ),
+    "resnet-basic-block": (resnet_basic(), [LOADED, LOADED]),
+    "resnet-basic-block-bench": (resnet_basic(32, 64, 56, 56), [LOADED, LOADED]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(LD_CASES))
+def test_conv_loading_nchw_by_threads_matches_reference(name: str, monkeypatch) -> None:
+    import fusec
+    from fusec.runtime.reference import entry_function, run_reference
+    from fusec.tools.runner import random_inputs
+
+    monkeypatch.setenv("FUSEC_CONV_INPUT", "nchw-ld")
+    text, layouts = LD_CASES[name]
+    compiled = fusec.compile(text, target="cuda")
+    heads = [k.source.split("\n\n")[0] for k in compiled.kernels if k.kind == "conv"]
+    assert len(heads) == len(layouts)
+    for head, layout in zip(heads, layouts, strict=True):
+        assert "implicit-GEMM" in head and layout in head, head[:800]
+    for seed in (0, 1):
+        args = random_inputs(entry_function(compiled.module), seed=seed)
+        (out,) = compiled._runner(args, poison=True)
+        (ref,) = run_reference(compiled.module, args, rounding="groups")
+        assert_close(out, ref, what=f"{name}, seed {seed}")
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nchw-ld"])
 @pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "misaligned-copied-to-scratch"])
-def test_nchw_in_place_misaligned_input(offset: int) -> None:
+def test_nchw_in_place_misaligned_input(offset: int, layout: str) -> None:
     """An input 2 bytes past 16-byte alignment cannot be a tensor map's base: it is copied
     to an aligned scratch buffer first (stream-ordered), the result unchanged."""
     torch = pytest.importorskip("torch")
@@ -266,12 +327,14 @@ def test_nchw_in_place_misaligned_input(offset: int) -> None:
     from fusec.targets.cuda.conv.launcher import ConvLaunch
 
     geo = ConvGeometry(2, 64, 16, 16, 64, 1, 1)
-    launch = ConvLaunch(ConvSpec(geo, choose_tile(geo), input="nchw"), x=0, w=1, extras=())
+    if layout == "nchw-ld":
+        geo = ConvGeometry(2, 64, 16, 16, 64, 3, 3, 1, 1, 1, 1, 1, 1)
+    launch = ConvLaunch(ConvSpec(geo, choose_tile(geo), input=layout), x=0, w=1, extras=())
     kernel = launch.load()
     assert kernel.transpose is None
     rng = np.random.default_rng(8)
     x = rng.standard_normal((geo.n, geo.c, geo.h, geo.w)).astype(np.float16)
-    w = (rng.standard_normal((geo.k, geo.cg, 1, 1)) * 0.1).astype(np.float16)
+    w = (rng.standard_normal((geo.k, geo.cg, geo.r, geo.s)) * 0.1).astype(np.float16)
     storage = torch.empty(x.size + 8, dtype=torch.float16, device="cuda")
     xd = storage[offset : offset + x.size].view(x.shape)
     xd.copy_(torch.from_numpy(x))
@@ -281,5 +344,6 @@ def test_nchw_in_place_misaligned_input(offset: int) -> None:
         out = torch.full((geo.n, geo.k, geo.p, geo.q), float("nan"), dtype=torch.float16,
                          device="cuda")  # fmt: skip
         launch((xd, wd), out, torch.cuda.current_stream())
-        ref = reference_conv2d(x.astype(np.float64), w.astype(np.float64))
+        pad = (geo.pad_top, geo.pad_left, geo.pad_bottom, geo.pad_right)
+        ref = reference_conv2d(x.astype(np.float64), w.astype(np.float64), padding=pad)
         assert_close(out.float().cpu().numpy(), ref, "f16", what=f"offset {offset}, {call}")

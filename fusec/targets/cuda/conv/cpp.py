@@ -52,8 +52,9 @@ from fusec.targets.cuda.ptx import HELPERS, tma_load, wgmma_ss
 
 DTYPES = ("f16", "bf16")
 OUT_DTYPES = ("f16", "bf16", "f32")
-#: how the implicit GEMM reads its input: "nhwc" = a channels-last copy first, "nchw" = in place
-INPUTS = ("nhwc", "nchw")
+#: how the implicit GEMM reads its input: "nhwc" = a channels-last copy first, "nchw" = in
+#: place by TMA, "nchw-ld" = in place by the producer warpgroup's 16-byte loads
+INPUTS = ("nhwc", "nchw", "nchw-ld")
 #: TMA reads start 16-byte aligned: a W coordinate must be a multiple of this many pixels
 TMA_ALIGN_PIXELS = 8
 
@@ -130,8 +131,8 @@ class ConvSpec:
         if self.input not in INPUTS:
             raise ValueError(f"conv input layout {self.input!r}, expected one of {INPUTS}")
         why = implicit_gemm_problem(self.geo)
-        if not why and self.input == "nchw":
-            why = nchw_input_problem(self.geo)
+        if not why and self.input != "nhwc":
+            why = nchw_input_problem(self.geo, tma=self.input == "nchw")
         if why:
             raise ValueError(why)
 
@@ -185,7 +186,8 @@ class ConvSpec:
 
     def kernel_params(self) -> list[str]:
         """The kernel's (u64) parameters after the shared-memory address."""
-        return ["map_w", "map_x", "out"] + [f"e{k}" for k in range(len(self.epilogue.extras))]
+        x = "x" if self.input == "nchw-ld" else "map_x"
+        return ["map_w", x, "out"] + [f"e{k}" for k in range(len(self.epilogue.extras))]
 
     def arg_count(self) -> tuple[int, int]:
         return len(self.kernel_params()), 0
@@ -204,8 +206,9 @@ def implicit_gemm_problem(geo: ConvGeometry) -> str | None:
     return None
 
 
-def nchw_input_problem(geo: ConvGeometry) -> str | None:
-    """Why the kernel cannot read ``geo``'s NCHW input in place by TMA (None when it can).
+def nchw_input_problem(geo: ConvGeometry, tma: bool = True) -> str | None:
+    """Why the kernel cannot read ``geo``'s NCHW input in place by TMA (``tma``), or by
+    16-byte loads of whole 8-pixel vectors (None when it can).
 
     A TMA tile read must start 16-byte aligned (on the H200 an NCHW box shifted by one
     pixel along W was an illegal instruction; Triton and TileLang document the same
@@ -214,6 +217,8 @@ def nchw_input_problem(geo: ConvGeometry) -> str | None:
     """
     if geo.stride_w != 1:
         return "stride along W > 1"
+    if not tma:
+        return nchw_pitch_problem(geo)
     shifts = sorted({s * geo.dil_w - geo.pad_left for s in range(geo.s)})
     odd = [d for d in shifts if d % TMA_ALIGN_PIXELS]
     if odd:
@@ -221,6 +226,11 @@ def nchw_input_problem(geo: ConvGeometry) -> str | None:
             f"tap shifts along W of {odd} pixels: a TMA read must start 16-byte aligned "
             f"(shifts in multiples of {TMA_ALIGN_PIXELS})"
         )
+    return nchw_pitch_problem(geo)
+
+
+def nchw_pitch_problem(geo: ConvGeometry) -> str | None:
+    """Why NCHW rows of ``geo`` are not whole 16-byte vectors (None when they are)."""
     if geo.w % TMA_ALIGN_PIXELS:
         return f"W = {geo.w}: the NCHW row pitch is not a multiple of 16 bytes"
     return None
@@ -235,6 +245,148 @@ def _transpose_kernels(spec: ConvSpec) -> str:
     if spec.transpose_scalar_name:
         kernels.append(transpose_kernel(spec.transpose_scalar_name, tiling, False))
     return "\n".join(kernels)
+
+
+def _producer(spec: ConvSpec) -> str:
+    """Warpgroup 0: thread 0 issues the TMA boxes of every stage (weights and input), or,
+    for ``input == "nchw-ld"``, the whole warpgroup loads the input (``_LD_PRODUCER``)."""
+    if spec.input == "nchw-ld":
+        return _LD_PRODUCER.replace("PRODUCER_REGISTERS", str(LD_PRODUCER_REGISTERS))
+    return _TMA_PRODUCER.replace("PRODUCER_REGISTERS", str(PRODUCER_REGISTERS)).replace(
+        "STRIP_LOAD\n", _strip_load(spec) + "\n"
+    )
+
+
+#: ``nchw-ld``: the producer warpgroup holds 9 input vectors a row; 72 + 2 x 216 = 3 x 168,
+#: the same register file as the TMA producer's 40 + 2 x 232
+LD_PRODUCER_REGISTERS = 72
+LD_CONSUMER_REGISTERS = 216
+
+# ``nchw-ld``: the 128 producer threads fill the B stage themselves. Row (strip j, channel
+# c) of the [channel][pixel] tile is 64 pixels from ``ws = q0 + s*DW - PL`` of one input
+# row: nine 16-byte loads of the aligned 8-pixel vectors from ``ws & ~7`` (zero outside
+# the row, the image or the group's channels: W % 8 == 0, so a vector is all in or all
+# out), shifted down by ``ws & 7`` pixels in registers (whole words by the template
+# argument, a half word by a funnel shift) and stored as 8 16-byte chunks, chunk u of row
+# c at ``(u ^ (c % 8)) * 16``: the 128-byte swizzle TMA would have written. Then
+# ``fence.proxy.async`` (the generic-proxy stores become visible to wgmma) and one
+# mbarrier arrival per thread; thread 0 also issues the weights' TMA box.
+_LD_HELPERS = """
+static __device__ __forceinline__ uint4 fs_ld_vec(const u16* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+template <int WO>
+static __device__ __forceinline__ void fs_st_row(u32 dst, int c, const u32 (&wd)[36], u32 half) {
+#pragma unroll
+  for (int u = 0; u < 8; ++u) {
+    u32 o[4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m)
+      o[m] = __funnelshift_r(wd[4 * u + m + WO], wd[4 * u + m + WO + 1], half);
+    const u32 chunk = dst + (u32)((u ^ (c & 7)) * 16);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
+                 :: "r"(chunk), "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3]) : "memory");
+  }
+}
+// Row c of a strip's [channel][pixel] tile at dst (the tile's base): channel ch of group g,
+// input row h of image n, pixels ws .. ws + 63.
+static __device__ __forceinline__ void fs_ld_row(u32 dst, int c, const u16* x, int n, int g,
+                                                 int ch, int h, int ws) {
+  const bool live = ch < CG && h >= 0 && h < H;
+  const int a = ws & ~7;  // floor to a multiple of 8 (two's complement)
+  const int sh = ws - a;
+  const u16* row = x + (((long long)n * C + g * CG + ch) * H + h) * W;
+  u32 wd[36];
+#pragma unroll
+  for (int k = 0; k < 9; ++k) {
+    const int w0 = a + 8 * k;
+    const uint4 v = live && w0 >= 0 && w0 < W ? fs_ld_vec(row + w0) : make_uint4(0u, 0u, 0u, 0u);
+    wd[4 * k] = v.x;
+    wd[4 * k + 1] = v.y;
+    wd[4 * k + 2] = v.z;
+    wd[4 * k + 3] = v.w;
+  }
+  const u32 half = (u32)(sh & 1) * 16u;
+  const u32 at = dst + (u32)(c * 128);
+  switch (sh >> 1) {
+    case 0: fs_st_row<0>(at, c, wd, half); break;
+    case 1: fs_st_row<1>(at, c, wd, half); break;
+    case 2: fs_st_row<2>(at, c, wd, half); break;
+    default: fs_st_row<3>(at, c, wd, half); break;
+  }
+}
+"""
+
+_LD_PRODUCER = """  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 PRODUCER_REGISTERS;" ::: "memory");
+    if (tid == 0) fs_prefetch_map(map_w);
+    const u16* xin = (const u16*)x;
+    int it = 0;
+    for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
+      int pm, pn, g;
+      fs_tile(t, pm, pn, g);
+      for (int kb = 0; kb < KBLOCKS; ++kb, ++it) {
+        const int tap = kb / CC;
+        const int cc = kb - tap * CC;
+        const int r = tap / S;
+        const int s = tap - r * S;
+        const int st = it % STAGES;
+        const u32 full = bars + 8 * st;
+        fs_bar_wait(bars + 8 * (STAGES + st), ((u32)(it / STAGES) & 1u) ^ 1u);
+        if (tid == 0) {
+          fs_bar_expect(full, A_BYTES);
+          fs_tma_load4(sa + st * A_BYTES, map_w, full, cc * 64, tap, pm * BM, g);
+        }
+        for (int i = tid; i < SPT * 64; i += 128) {
+          const int j = i / 64;
+          const int c = i - j * 64;
+          // a strip past the end re-reads the last one: its columns are never stored
+          const int strip = min(pn * SPT + j, STRIPS - 1);
+          int n, p, q0;
+          fs_strip(strip, n, p, q0);
+          fs_ld_row(sb + st * B_BYTES + j * 8192, c, xin, n, g, cc * 64 + c,
+                    p * SH + r * DH - PT, q0 + s * DW - PL);
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        fs_bar_arrive(full);
+      }
+    }
+"""
+
+_TMA_PRODUCER = """  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 PRODUCER_REGISTERS;" ::: "memory");
+    if (tid == 0) {
+      fs_prefetch_map(map_w);
+      fs_prefetch_map(map_x);
+      int it = 0;
+      for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
+        int pm, pn, g;
+        fs_tile(t, pm, pn, g);
+        for (int kb = 0; kb < KBLOCKS; ++kb, ++it) {
+          const int tap = kb / CC;
+          const int cc = kb - tap * CC;
+          const int r = tap / S;
+          const int s = tap - r * S;
+          const int st = it % STAGES;
+          const u32 full = bars + 8 * st;
+          fs_bar_wait(bars + 8 * (STAGES + st), ((u32)(it / STAGES) & 1u) ^ 1u);
+          fs_bar_expect(full, A_BYTES + B_BYTES);
+          fs_tma_load4(sa + st * A_BYTES, map_w, full, cc * 64, tap, pm * BM, g);
+#pragma unroll
+          for (int j = 0; j < SPT; ++j) {
+            // a strip past the end re-reads the last one: its columns are never stored
+            const int strip = min(pn * SPT + j, STRIPS - 1);
+            int n, p, q0;
+            fs_strip(strip, n, p, q0);
+STRIP_LOAD
+          }
+        }
+      }
+    }
+"""
 
 
 def _strip_load(spec: ConvSpec) -> str:
@@ -256,7 +408,7 @@ def _b_descriptor(spec: ConvSpec) -> str:
     """The B descriptor of K step ``kk`` (16 channels) as in ``gemm.cpp``: K-major rows of
     128 bytes (+32 bytes a step); MN-major 64-pixel chunks 8192 bytes apart (LBO), 8-row
     channel groups 1024 bytes apart (SBO), +2048 bytes a step."""
-    if spec.input == "nchw":
+    if spec.input != "nhwc":
         return "fs_desc(b_base + (u32)(kk * 2048), 8192u, 1024u)"
     return "fs_desc(b_base + (u32)(kk * 32), 16u, 1024u)"
 
@@ -264,9 +416,15 @@ def _b_descriptor(spec: ConvSpec) -> str:
 def generate(spec: ConvSpec) -> str:
     """The ``.cu`` source of ``spec``: the conv device function and the weight re-layout."""
     geo, tile = spec.geo, spec.tile
-    nchw = spec.input == "nchw"
+    nchw = spec.input != "nhwc"
+    loads = spec.input == "nchw-ld"
+    consumer_registers = LD_CONSUMER_REGISTERS if loads else CONSUMER_REGISTERS
+    full_arrivals = 1 + 128 if loads else 1  # + every producer thread after its stores
     headline = f"tile {tile.text}, {spec.dtype} -> {spec.out_dtype}"
-    headline += ", NCHW input read in place" if nchw else ""
+    headline += {
+        "nchw": ", NCHW input read in place",
+        "nchw-ld": ", NCHW input loaded by threads",
+    }.get(spec.input, "")
     mi = tile.wm // 64
     half = tile.wn // 2
     extras_args = "".join(f", (const void*)e{k}" for k in range(len(spec.epilogue.extras)))
@@ -313,7 +471,7 @@ extern "C" __global__ void {spec.relayout_name}(const u16* __restrict__ w, u16* 
   }}
 }}
 
-{_transpose_kernels(spec) if spec.copies_input else ""}
+{_transpose_kernels(spec) if spec.copies_input else ""}{_LD_HELPERS if loads else ""}
 // Tile t of the persistent walk -> (pm: channel block, pn: strip block, g: group).
 static __device__ __forceinline__ void fs_tile(int t, int& pm, int& pn, int& g) {{
   g = t / (TILES_M * TILES_N);
@@ -341,44 +499,14 @@ int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
   const int wg = tid / 128;
   if (tid == 0) {{
     for (int s = 0; s < STAGES; ++s) {{
-      fs_bar_init(bars + 8 * s, 1);
+      fs_bar_init(bars + 8 * s, {full_arrivals});
       fs_bar_init(bars + 8 * (STAGES + s), CONSUMERS);
     }}
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }}
   __syncthreads();
-  if (wg == 0) {{
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 {PRODUCER_REGISTERS};" ::: "memory");
-    if (tid == 0) {{
-      fs_prefetch_map(map_w);
-      fs_prefetch_map(map_x);
-      int it = 0;
-      for (int t = blockIdx.x; t < TILES; t += gridDim.x) {{
-        int pm, pn, g;
-        fs_tile(t, pm, pn, g);
-        for (int kb = 0; kb < KBLOCKS; ++kb, ++it) {{
-          const int tap = kb / CC;
-          const int cc = kb - tap * CC;
-          const int r = tap / S;
-          const int s = tap - r * S;
-          const int st = it % STAGES;
-          const u32 full = bars + 8 * st;
-          fs_bar_wait(bars + 8 * (STAGES + st), ((u32)(it / STAGES) & 1u) ^ 1u);
-          fs_bar_expect(full, A_BYTES + B_BYTES);
-          fs_tma_load4(sa + st * A_BYTES, map_w, full, cc * 64, tap, pm * BM, g);
-#pragma unroll
-          for (int j = 0; j < SPT; ++j) {{
-            // a strip past the end re-reads the last one: its columns are never stored
-            const int strip = min(pn * SPT + j, STRIPS - 1);
-            int n, p, q0;
-            fs_strip(strip, n, p, q0);
-{_strip_load(spec)}
-          }}
-        }}
-      }}
-    }}
-  }} else {{
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 {CONSUMER_REGISTERS};" ::: "memory");
+{_producer(spec)}  }} else {{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 {consumer_registers};" ::: "memory");
     const int cw = wg - 1;
     const int lt = tid % 128;
     const int warp = lt / 32;

@@ -10,8 +10,9 @@ Per call of the implicit GEMM, on the caller's stream and in this order:
 3. the conv kernel: a persistent grid of ``min(tiles, SMs)`` blocks.
 
 With ``spec.input == "nchw"`` step 2 is gone: the conv kernel's tensor map is over
-the NCHW input itself (an input not 16-byte aligned, which a tensor map cannot
-address, is first copied to an aligned scratch buffer by ``cuMemcpyDtoDAsync``).
+the NCHW input itself; with ``"nchw-ld"`` the kernel gets the input's address (either
+way an input not 16-byte aligned is first copied to an aligned scratch buffer by
+``cuMemcpyDtoDAsync``).
 
 Tensor maps are cached by everything they encode (``gemm.host``'s cache).
 """
@@ -170,14 +171,17 @@ class ConvKernel(LinkedKernel):
 
     def input_map(self, x: int, stream: int, handle: Any) -> int:
         """The tensor map of the B operand: over the channels-last copy of ``x`` (queued
-        here), or over NCHW ``x`` itself for ``input == "nchw"``."""
+        here), or over NCHW ``x`` itself for ``input == "nchw"``; for ``"nchw-ld"`` the
+        address of ``x`` (16-byte aligned)."""
         spec, geo = self.spec, self.spec.geo
+        if spec.input != "nhwc" and x % 16:  # TMA and 16-byte loads need 16-byte alignment
+            size = geo.n * geo.c * geo.h * geo.w * 2
+            aligned = self.buffer((stream, "x"), size)
+            check(self.drv.cuMemcpyDtoDAsync(aligned, x, size, handle))
+            x = aligned
+        if spec.input == "nchw-ld":
+            return x  # the producer warpgroup loads it
         if spec.input == "nchw":
-            if x % 16:  # a tensor map's base must be 16-byte aligned
-                size = geo.n * geo.c * geo.h * geo.w * 2
-                aligned = self.buffer((stream, "x"), size)
-                check(self.drv.cuMemcpyDtoDAsync(aligned, x, size, handle))
-                x = aligned
             plane = geo.h * geo.w * 2
             return tensor_map(
                 spec.dtype,

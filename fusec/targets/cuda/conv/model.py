@@ -12,6 +12,8 @@ epilogue's strip decoding and bounds checks. ``run`` returns the output and
 how many times each element was written. ``input="nchw"`` replays the variant
 that reads the NCHW input in place (``nchw_box``: ``[channel][pixel]`` boxes, the
 MN-major B operand); ``nchw_columns`` lays its boxes out as the im2col matrix.
+``input="nchw-ld"`` replays the producer warpgroup's loads bit for bit (``ld_row``:
+16-byte vectors, the word and half-word shift, the 128-byte swizzle of the stores).
 """
 
 from __future__ import annotations
@@ -107,11 +109,15 @@ def nchw_box(x_map: np.ndarray, coords: tuple) -> np.ndarray:
     return tma_box(x_map, coords, (STRIP, 1, CHUNK, 1, 1)).reshape(CHUNK, STRIP)
 
 
-def nchw_columns(geo: ConvGeometry, x: np.ndarray) -> tuple[np.ndarray, set[int]]:
+def nchw_columns(
+    geo: ConvGeometry, x: np.ndarray, input: str = "nchw"
+) -> tuple[np.ndarray, set[int]]:
     """The im2col matrix ``[G][R*S*CC*CHUNK][N*P*Q]`` (rows (tap, channel), columns output
-    pixels) assembled from the in-place boxes of every strip, tap and channel chunk, and
-    the set of W coordinates issued (TMA needs them multiples of 8 pixels)."""
+    pixels) assembled from the in-place boxes of every strip, tap and channel chunk (TMA
+    boxes, or for ``input="nchw-ld"`` the producer threads' loads of f16 ``x``), and the
+    set of W coordinates issued (TMA needs them multiples of 8 pixels)."""
     x_map = nchw_map(geo, x)
+    bits = np.ascontiguousarray(x, dtype=np.float16).view(np.uint16)
     rows = geo.r * geo.s * geo.chunks * CHUNK
     cols = np.full((geo.groups, rows, geo.n * geo.p * geo.q), np.nan, dtype=np.float32)
     w_coords: set[int] = set()
@@ -119,12 +125,56 @@ def nchw_columns(geo: ConvGeometry, x: np.ndarray) -> tuple[np.ndarray, set[int]
         n, p, q0 = strip_coords(geo, strip)
         coords = nchw_coords(geo, n, p, q0, tap, cc, g)
         w_coords.add(coords[0])
-        box = nchw_box(x_map, coords)
+        box = (
+            ld_box(geo, bits, coords, np.float16) if input == "nchw-ld" else nchw_box(x_map, coords)
+        )
         used = min(STRIP, geo.q - q0)
         first = (n * geo.p + p) * geo.q + q0
         row = (tap * geo.chunks + cc) * CHUNK
         cols[g, row : row + CHUNK, first : first + used] = box[:, :used]
     return cols, w_coords
+
+
+def ld_row(geo: ConvGeometry, bits: np.ndarray, n: int, g: int, ch: int, h: int, ws: int):
+    """``fs_ld_row``: row ``c`` of a strip's tile as the 32 words the producer thread stores
+    (before the swizzle), from ``bits``, the f16/bf16 input as uint16 NCHW; pixels ``ws ..
+    ws + 63`` of channel ``ch`` of group ``g``, input row ``h`` of image ``n``."""
+    live = ch < geo.cg and 0 <= h < geo.h
+    a = ws & ~7
+    shift = ws - a
+    words = np.zeros(36, dtype=np.uint64)
+    for k in range(9):
+        w0 = a + 8 * k
+        if live and 0 <= w0 < geo.w:
+            v = bits[n, g * geo.cg + ch, h, w0 : w0 + 8].astype(np.uint64)
+            words[4 * k : 4 * k + 4] = v[0::2] | (v[1::2] << np.uint64(16))
+    wo, half = shift >> 1, np.uint64((shift & 1) * 16)
+    lo, hi = words[wo : wo + 32], words[wo + 1 : wo + 33]
+    return (((hi << np.uint64(32)) | lo) >> half) & np.uint64(0xFFFFFFFF)
+
+
+def swizzle_128(c: int, words: np.ndarray) -> np.ndarray:
+    """Row ``c``'s 32 words where ``fs_st_row`` stores them: 16-byte chunk ``u`` at chunk
+    ``u ^ (c % 8)`` (the 128-byte swizzle of TMA and of the wgmma descriptors)."""
+    out = np.empty_like(words)
+    for u in range(8):
+        slot = u ^ (c & 7)
+        out[4 * slot : 4 * slot + 4] = words[4 * u : 4 * u + 4]
+    return out
+
+
+def ld_box(geo: ConvGeometry, bits: np.ndarray, coords: tuple, dtype) -> np.ndarray:
+    """One strip's B tile ``[CHUNK][STRIP]`` as the producer warpgroup writes it, read back
+    through the swizzle (what the MN-major descriptors address)."""
+    ws, h, c0, g, n = coords
+    tile = np.zeros((CHUNK, STRIP), dtype=np.float32)
+    for c in range(CHUNK):
+        stored = swizzle_128(c, ld_row(geo, bits, n, g, c0 + c, h, ws))
+        words = swizzle_128(c, stored).astype(np.uint32)  # the swizzle is an involution
+        pixels = np.empty(STRIP, dtype=np.uint16)
+        pixels[0::2], pixels[1::2] = words & 0xFFFF, words >> 16
+        tile[c] = pixels.view(dtype).astype(np.float32)
+    return tile
 
 
 def tile_coords(t: int, tiles_m: int, tiles_n: int) -> tuple[int, int, int]:
@@ -156,8 +206,9 @@ def run(
     # the tensors as the TMA maps see them: weights [G][KG][RS][CG], input [N][H][W][G][CG]
     # (or [N][G][CG][H][W] read in place)
     w_map = wp[:, :, : geo.cg].reshape(geo.groups, geo.kg, geo.r * geo.s, geo.cg)
-    nchw = input == "nchw"
+    nchw = input != "nhwc"
     x_map = nchw_map(geo, x) if nchw else channels_last(geo, x)[..., : geo.cg]
+    bits = np.ascontiguousarray(x, dtype=np.float16).view(np.uint16)
     spt = tile.bn // STRIP
     tiles_m, tiles_n = cdiv(geo.kg, tile.bm), cdiv(geo.strips, spt)
     tiles = tiles_m * tiles_n * geo.groups
@@ -176,6 +227,11 @@ def run(
                 b = np.zeros((CHUNK, tile.bn), dtype=np.float32)
                 for j in range(spt):
                     n, p, q0 = strip_coords(geo, min(pn * spt + j, geo.strips - 1))
+                    if input == "nchw-ld":  # bit-exact on the f16 rounding of x
+                        coords = nchw_coords(geo, n, p, q0, tap, cc, g)
+                        box = ld_box(geo, bits, coords, np.float16)
+                        b[:, j * STRIP : (j + 1) * STRIP] = box
+                        continue
                     if nchw:
                         coords = nchw_coords(geo, n, p, q0, tap, cc, g)
                         assert coords[0] % 8 == 0, "TMA: innermost coordinate 16-byte aligned"

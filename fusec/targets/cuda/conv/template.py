@@ -48,7 +48,9 @@ from fusec.targets.cuda.gemm.cpp import Epilogue
 TILE_ATTR = "fusec.tile"
 TILE_ENV = "FUSEC_CONV_TILE"
 #: "nchw": the implicit GEMM reads the NCHW input in place by TMA where the shape allows
-#: (``cpp.nchw_input_problem``), no channels-last copy; unset or "nhwc": the copy (default)
+#: (``cpp.nchw_input_problem``: tap shifts along W in multiples of 8 pixels), no
+#: channels-last copy; "nchw-ld": in place by the producer warpgroup's 16-byte loads
+#: (any tap shift, W a multiple of 8); unset or "nhwc": the copy (the default)
 INPUT_ENV = "FUSEC_CONV_INPUT"
 _DTYPES = ("f16", "bf16")
 #: below this many input channels per group the direct template serves the conv
@@ -174,15 +176,16 @@ def tile_for(fused_op: ai.FusedOp, geo: ConvGeometry, sms: int = 132) -> ConvTil
 
 def input_for(geo: ConvGeometry) -> tuple[str, str | None]:
     """The input layout of the implicit GEMM (``$FUSEC_CONV_INPUT``, an opt-in A/B switch:
-    "nchw" where ``nchw_input_problem`` allows it, else the channels-last copy) and, when
-    "nchw" was asked for but cannot serve ``geo``, why."""
+    "nchw" or "nchw-ld" where ``nchw_input_problem`` allows it, else the channels-last
+    copy) and, when the in-place read was asked for but cannot serve ``geo``, what and
+    why (validated words and ``nchw_input_problem``'s text, never the raw variable)."""
     asked = os.environ.get(INPUT_ENV, "").strip().lower() or "nhwc"
     if asked not in INPUTS:
         raise ValueError(f"${INPUT_ENV}: {asked!r}, expected one of {INPUTS}")
     if asked == "nhwc":
         return "nhwc", None
-    why = nchw_input_problem(geo)
-    return ("nhwc", why) if why else ("nchw", None)
+    why = nchw_input_problem(geo, tma=asked == "nchw")
+    return ("nhwc", f"{asked} not applied: {why}") if why else (asked, None)
 
 
 def route(p: ConvPlan) -> str:
@@ -237,11 +240,15 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             if spec.copies_input
             else "NCHW input read in place by 5-D TMA boxes per tap (MN-major B, transposed "
             "wgmma), padding = zero fill; weights re-laid out to [K][R*S][C] per call (one "
-            "small launch before the conv);",
+            "small launch before the conv);"
+            if spec.input == "nchw"
+            else "NCHW input loaded in place by the producer warpgroup (16-byte loads shifted "
+            "in registers, MN-major B, transposed wgmma), padding = zeros; weights re-laid "
+            "out to [K][R*S][C] per call (one small launch before the conv);",
             f"epilogue on the accumulators: {epi.name} (f32, one rounding at the store)",
         ]
         if refused:
-            notes.append(f"${INPUT_ENV}=nchw not applied: {refused}")
+            notes.append(f"${INPUT_ENV}={refused}")
         spec_text = f"ConvSpec({geo_text}, ConvTile.parse({tile.text!r}), {dtype!r}, "
         layout_text = "" if spec.copies_input else f", input={spec.input!r}"
     else:
