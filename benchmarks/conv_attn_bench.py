@@ -2,7 +2,9 @@
 
     python benchmarks/conv_attn_bench.py --out benchmarks/results
 
-Cases (fp16): conv N32 C64 56x56 K64 3x3 pad 1 + bias + relu; a ResNet basic
+Cases (fp16): conv N32 C64 56x56 K64 3x3 pad 1 + bias + relu (and, last, its 1x1
+twin, ``pointwise``, run only when ``--only`` names it: the shape that
+``FUSEC_CONV_INPUT=nchw`` reads in place); a ResNet basic
 block (conv-bn-relu-conv-bn-add-relu, BatchNorm folded to a per-channel scale
 and shift, N32 C64 56x56); attention softmax(Q K^T / 8) V at 32 x 1024 x 64
 and 16 x 4096 x 128 (batch x heads flattened). Baselines in the same run:
@@ -46,6 +48,9 @@ CONV = """func.func @f(%x: tensor<32x64x56x56xf16>, %w: tensor<64x64x3x3xf16>, %
   %r = ai.relu %y : tensor<32x64x56x56xf16>
   return %r : tensor<32x64x56x56xf16>
 }"""  # noqa: E501
+POINTWISE = CONV.replace("64x64x3x3xf16", "64x64x1x1xf16").replace(
+    "{padding = array<i64: 1, 1>} ", ""
+)
 T = "tensor<32x64x56x56xf16>"
 W = "tensor<64x64x3x3xf16>"
 C = "tensor<64x1x1xf16>"
@@ -220,7 +225,25 @@ def resnet_case():
     return (x, w1, s1, t1, w2, s2, t2), block
 
 
-CASES = {"conv": conv_case, "resnet": resnet_case}
+def pointwise_case():
+    """The 1x1 conv row (the conv row's shape with a 1x1 kernel: the shape
+    ``$FUSEC_CONV_INPUT=nchw`` can read in place) and its PyTorch function."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(2)
+    h = dict(device="cuda", dtype=torch.float16)
+    x = torch.randn(32, 64, 56, 56, **h)
+    w = torch.randn(64, 64, 1, 1, **h) * 0.1
+    b = torch.randn(64, **h)
+
+    def conv(x, w, b):
+        return torch.relu(F.conv2d(x, w) + b.view(1, -1, 1, 1))
+
+    return (x, w, b), conv
+
+
+CASES = {"conv": conv_case, "resnet": resnet_case, "pointwise": pointwise_case}
 _WORKER_TAG = "MAX_AUTOTUNE_RESULT "
 
 
@@ -389,6 +412,25 @@ def main() -> None:
             sdpa_ms=baseline(sdpa, q, k, v),
         )
         del q, k, v
+    if only and wanted("pointwise"):  # asked for by name only (the input A/B)
+        (x, w, b), conv = pointwise_case()
+        f = fusec.compile(POINTWISE, target="cuda")
+        rel = check(f(x, w, b), conv(x.float(), w.float(), b.float()))
+        comp = compiled_torch(conv)
+        comp(x, w, b)
+        xl, wl = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
+        record(
+            "conv N32 C64 56x56 K64 1x1 + bias + relu",
+            2.0 * 32 * 64 * 56 * 56 * 64,
+            2.0 * (2 * x.numel() + w.numel() + b.numel()),
+            rel,
+            f,
+            fusec_ms=time_it(functools.partial(f, x, w, b)),
+            fusec_graph_ms=graph_ms(f, (x, w, b)),
+            eager_ms=baseline(conv, x, w, b),
+            compile_ms=baseline(comp, x, w, b),
+            channels_last_ms=baseline(conv, xl, wl, b),
+        )
     write(args.out, rows, final=True)
 
 

@@ -9,7 +9,8 @@
 # rows (each compiled in a child process, skipped past MAX_AUTOTUNE_BUDGET seconds, default
 # 240); CONV_TILES (default "64x128 s6 c2n;64x192 s4 c1n", empty for none) lists implicit-
 # GEMM conv tiles to A/B against the default on the conv row, fusec alone
-# ($OUT/tile-<tile>/), after the full benchmark.
+# ($OUT/tile-<tile>/), after the full benchmark; CONV_INPUTS (default "nhwc nchw") A/Bs
+# $FUSEC_CONV_INPUT on the conv row and its 1x1 twin, fusec alone ($OUT/input-<layout>/).
 #
 # The device tool's $OUT receives the logs and tables (default /tmp/conv-attn); WHL
 # (default .whl of the repository root) holds the pure-Python wheels the machine lacks,
@@ -50,7 +51,10 @@ PYTEST="python3 -m pytest -m gpu -v -p no:cacheprovider -rfE --tb=short"
 
 # 1. conv: implicit GEMM (odd sizes, strides, padding, groups, bf16, epilogues), direct
 #    (depthwise), fallback; results on the caller's stream
-stage conv_tests 150 $PYTEST tests/cuda/test_conv_gpu.py
+stage conv_tests 150 $PYTEST tests/cuda/test_conv_gpu.py -k "not nchw"
+# 1b. the opt-in FUSEC_CONV_INPUT=nchw variant (NCHW input read in place by TMA, no
+#     channels-last copy; the tests force it on): its own stage, so a hang costs only it
+stage conv_nchw_tests 150 $PYTEST tests/cuda/test_conv_gpu.py -k nchw
 # 2. attention through compile (written, exported and traced chains -> ai.attention): the
 #    flash kernel (ragged, 4-D batch, bf16, causal), the PyTorch fallback, the caller's stream
 stage attention_tests 90 $PYTEST tests/cuda/test_attention_gpu.py
@@ -71,4 +75,15 @@ for tile in "${TILES[@]}"; do
   FUSEC_CONV_TILE=$tile stage "tile-${tile// /_}" 60 \
     python3 benchmarks/conv_attn_bench.py --out "$dir" --only conv --fusec-only
   cat "$dir"/conv-attn-*.md 2>/dev/null | tail -1
+done
+# 5. input A/B (CONV_INPUTS, default "nhwc nchw", empty for none): the conv row and its 1x1
+#    twin, fusec alone, with FUSEC_CONV_INPUT forced ($OUT/input-<layout>/). nchw reads the
+#    input in place only where every tap shift along W is a multiple of 8 pixels (TMA reads
+#    start 16-byte aligned): the 1x1 row; the 3x3 conv row is refused (the kernel header
+#    says why) and re-measures the channels-last copy, a control for the run-to-run noise
+for layout in ${CONV_INPUTS-nhwc nchw}; do
+  dir="$OUT/input-$layout"
+  FUSEC_CONV_INPUT=$layout stage "input-$layout" 90 \
+    python3 benchmarks/conv_attn_bench.py --out "$dir" --only conv,pointwise --fusec-only
+  cat "$dir"/conv-attn-*.md 2>/dev/null | tail -2
 done

@@ -2,9 +2,11 @@
 
     python benchmarks/gemm_variants_bench.py --out $OUT [--budget 120]
 
-Cases (fp16), most important first: the MLP's two GEMMs separately (8192x1024x4096 +
-bias + tanh GELU; 8192x4096x1024 + bias + residual), 4096^3 + bias + relu, plain 4096^3
-and 8192^3. Variants (``tile-gemm`` pass options, ``fusec.targets.cuda.gemm.config``):
+Cases (fp16), most important first: the small-row LN(8192x256) -> matmul 256x256 ->
+softmax chain (``LN_VARIANTS``: staged LayerNorm vectors, ``vectors=smem``), the MLP's two
+GEMMs separately (8192x1024x4096 + bias + tanh GELU; 8192x4096x1024 + bias + residual,
+also with the residual's L2 prefetch, ``prefetch=tile``), 4096^3 + bias + relu, plain
+4096^3 and 8192^3. Variants (``tile-gemm`` pass options, ``fusec.targets.cuda.gemm.config``):
 the heuristic's choice, the direct epilogue with IEEE or fast maths, the smem epilogue
 (TMA stores) with either, the pingpong schedule (64x256 per consumer warpgroup, and
 128x128); plain matmuls skip the fast-maths variants (no epilogue maths). A variant that
@@ -64,6 +66,13 @@ VARIANTS = [
     ("pingpong128+smem+fast", 'tile="128x128x64 s6 c2 g8 sched=pingpong epi=smem math=fast"'),
     ("direct+fast", "epilogue=direct math=fast"),
     ("smem+ieee", "epilogue=smem math=ieee"),
+]
+#: MLP down has a residual: its L2 prefetch a few K steps ahead of the epilogue, too
+DOWN_VARIANTS = [
+    *VARIANTS[:3],
+    ("smem+fast+prefetch", "schedule=cooperative epilogue=smem math=fast prefetch=tile"),
+    ("pingpong+smem+fast+prefetch", "schedule=pingpong epilogue=smem math=fast prefetch=tile"),
+    *VARIANTS[3:],
 ]
 PLAIN_VARIANTS = [
     ("default", ""),
@@ -136,10 +145,11 @@ def cases(torch):
     for s in (4096, 8192):
         text = MATMUL.format(m=s, k=s, n=s)
         out.append((f"matmul {s}^3", text, (randn(s, s), randn(s, s)), matmul, 2.0 * s**3))
-    return [_lms_small(torch)] + [
-        (*case, PLAIN_VARIANTS if case[3] is matmul else VARIANTS, case[3] is not matmul)
-        for case in out
-    ]
+
+    def variants(fn) -> list:
+        return PLAIN_VARIANTS if fn is matmul else DOWN_VARIANTS if fn is down else VARIANTS
+
+    return [_lms_small(torch)] + [(*case, variants(case[3]), case[3] is not matmul) for case in out]
 
 
 def pipeline(options: str) -> str:

@@ -3,10 +3,14 @@
     python benchmarks/profile_cases.py --case lms-small            # torch.profiler table
     ncu --clock-control none --set basic python benchmarks/profile_cases.py \
         --case lms-small --impl fusec --reps 2 --no-profiler        # hardware counters
+    FUSEC_CONV_INPUT=nchw python benchmarks/profile_cases.py --case conv-1x1 --impl fusec
+        # the conv template's environment switches (FUSEC_CONV_TILE, FUSEC_CONV_INPUT)
+        # pass through: the 1x1 conv without the fusec_convx_* launch
 
 Cases: the issue rows that miss or disagree between benchmarks (``lms-small``: LN(8192x256)
 -> matmul 256x256 -> softmax; ``mlp-down``: 8192x4096x1024 + bias + residual; ``mlp-up``;
-``mlp``: the whole MLP block; ``conv``: conv N32 C64 56x56 3x3 + bias + relu). For each
+``mlp``: the whole MLP block; ``conv``: conv N32 C64 56x56 3x3 + bias + relu;
+``conv-1x1``: its 1x1 twin). For each
 implementation the script warms up, then records ``--reps`` calls under ``torch.profiler``
 (CUPTI kernel activity: no hardware counters needed) and prints every GPU kernel with its
 mean duration, so a row's time splits into launches, copies and the kernels that matter.
@@ -35,6 +39,21 @@ def conv_case(torch):
         return torch.relu(F.conv2d(x, w, padding=1) + b.view(1, -1, 1, 1))
 
     return CONV, (x, w, b), conv
+
+
+def conv_1x1_case(torch):
+    import torch.nn.functional as F
+    from conv_attn_bench import POINTWISE
+
+    h = dict(device="cuda", dtype=torch.float16)
+    x = torch.randn(32, 64, 56, 56, **h)
+    w = torch.randn(64, 64, 1, 1, **h) * 0.1
+    b = torch.randn(64, **h)
+
+    def conv(x, w, b):
+        return torch.relu(F.conv2d(x, w) + b.view(1, -1, 1, 1))
+
+    return POINTWISE, (x, w, b), conv
 
 
 def lms_small_case(torch):
@@ -78,6 +97,7 @@ CASES = {
     "mlp-up": lambda t: gemm_case(t, "MLP up"),
     "mlp": mlp_case,
     "conv": conv_case,
+    "conv-1x1": conv_1x1_case,
 }
 
 

@@ -315,3 +315,179 @@ def test_direct_cubin_has_no_local_memory(tmp_path) -> None:
         pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
     assert not re.search(r"\b(LDL|STL)\b", sass)
     assert "CALL" not in sass
+
+
+# ------------------------------------- the NCHW input read in place ($FUSEC_CONV_INPUT=nchw)
+
+
+def _im2col(geo: ConvGeometry, x: np.ndarray) -> np.ndarray:
+    """The reference conv's im2col (``numpy_ops.conv2d``'s window view), independently:
+    ``[G][(tap, channel)][N*P*Q]``, channels padded to CC chunks of 64 with zeros."""
+    xp = np.pad(x, ((0, 0), (0, 0), (geo.pad_top, geo.pad_bottom), (geo.pad_left, geo.pad_right)))
+    cols = np.zeros((geo.groups, geo.r * geo.s, geo.chunks * 64, geo.n, geo.p, geo.q))
+    for r, s in np.ndindex(geo.r, geo.s):
+        rows = np.arange(geo.p) * geo.stride_h + r * geo.dil_h
+        columns = np.arange(geo.q) * geo.stride_w + s * geo.dil_w
+        window = xp[:, :, rows][:, :, :, columns]  # N, C, P, Q
+        grouped = window.reshape(geo.n, geo.groups, geo.cg, geo.p, geo.q).transpose(1, 2, 0, 3, 4)
+        cols[:, r * geo.s + s, : geo.cg] = grouped
+    return cols.reshape(geo.groups, -1, geo.n * geo.p * geo.q)
+
+
+IM2COL_SHAPES = {
+    # name: geometry (n, c, h, w, k, r, s, sh, sw, pt, pl, pb, pr, dh, dw, groups)
+    "3x3-pad1": ConvGeometry(2, 8, 6, 10, 4, 3, 3, 1, 1, 1, 1, 1, 1),
+    "1x1": ConvGeometry(2, 8, 5, 16, 4, 1, 1),
+    "5x5-pad2": ConvGeometry(1, 8, 9, 11, 4, 5, 5, 1, 1, 2, 2, 2, 2),
+    "7x7-odd": ConvGeometry(2, 8, 7, 7, 4, 3, 3, 1, 1, 1, 1, 1, 1),
+    "13x9-ragged-70ch": ConvGeometry(1, 70, 13, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1),
+    "dilation2": ConvGeometry(1, 8, 11, 12, 4, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2),
+    "stride2h-groups2": ConvGeometry(2, 16, 9, 8, 4, 3, 1, 2, 1, 1, 0, 1, 0, 1, 1, 2),
+    "1x3-dil8-pad8": ConvGeometry(1, 8, 3, 24, 4, 1, 3, 1, 1, 0, 8, 0, 8, 1, 8),
+    "2-strips-per-row": ConvGeometry(1, 8, 2, 72, 4, 1, 1),
+}
+
+
+@pytest.mark.parametrize("geo", IM2COL_SHAPES.values(), ids=IM2COL_SHAPES)
+def test_nchw_boxes_reproduce_the_reference_im2col(geo: ConvGeometry) -> None:
+    """The in-place boxes (coordinates and zero fill) give exactly the im2col matrix, for
+    every shape; TMA can issue them only where every W coordinate is 16-byte aligned
+    (the tap shifts multiples of 8 pixels), and ``nchw_input_problem`` refuses the rest."""
+    from fusec.targets.cuda.conv.cpp import nchw_input_problem
+
+    x = np.random.default_rng(3).standard_normal((geo.n, geo.c, geo.h, geo.w)).astype(np.float32)
+    cols, w_coords = model.nchw_columns(geo, x)
+    np.testing.assert_array_equal(cols, _im2col(geo, x))
+    aligned = all(c % 8 == 0 for c in w_coords)
+    assert aligned == all((s * geo.dil_w - geo.pad_left) % 8 == 0 for s in range(geo.s))
+    assert aligned or nchw_input_problem(geo), "unaligned TMA reads admitted"
+
+
+@pytest.mark.parametrize(
+    "geo, problem",
+    [
+        (BENCH, r"tap shifts along W of \[-1, 1\] pixels: a TMA read must start 16-byte"),
+        (ConvGeometry(2, 96, 13, 9, 40, 1, 1), "W = 9: the NCHW row pitch"),
+        (ConvGeometry(2, 64, 8, 8, 64, 1, 1, 1, 2), "stride along W"),
+        (ConvGeometry(1, 64, 8, 16, 64, 5, 5, 1, 1, 2, 2, 2, 2), r"\[-2, -1, 1, 2\]"),
+    ],
+)
+def test_nchw_input_is_refused_where_tma_cannot_read_it(geo: ConvGeometry, problem: str) -> None:
+    from fusec.targets.cuda.conv.cpp import nchw_input_problem
+
+    assert re.search(problem, nchw_input_problem(geo) or "")
+    with pytest.raises(ValueError, match=problem):
+        ConvSpec(geo, choose_tile(geo), input="nchw")
+
+
+NCHW_GEOMETRIES = [
+    # (geometry, tile, grid): 1x1 with a ragged channel chunk and row block, 2 strips a row
+    (ConvGeometry(2, 70, 3, 72, 130, 1, 1), ConvTile(128, 128, 2, 2, "m"), 3),
+    # 3x1: stride 2 and dilation 2 along H, padding along H only
+    (ConvGeometry(2, 16, 9, 16, 24, 3, 1, 2, 1, 2, 0, 1, 0, 2, 1), ConvTile(64, 128, 2, 2, "n"), 2),
+    # groups 2 of 16 channels (the box's channels past CG are zero fill), odd H
+    (ConvGeometry(3, 32, 7, 8, 32, 1, 1, groups=2), ConvTile(64, 64, 2, 1, "n"), 5),
+    # 1x3 with shifts -8, 0, 8 (negative W coordinates zero-filled)
+    (ConvGeometry(1, 16, 3, 24, 8, 1, 3, 1, 1, 0, 8, 0, 8, 1, 8), ConvTile(64, 256, 2, 2, "n"), 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("geo, tile, grid", NCHW_GEOMETRIES)
+def test_nchw_tile_model_matches_the_reference_conv(
+    geo: ConvGeometry, tile: ConvTile, grid: int
+) -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((geo.n, geo.c, geo.h, geo.w)).astype(np.float32)
+    w = rng.standard_normal((geo.k, geo.cg, geo.r, geo.s)).astype(np.float32)
+    ConvSpec(geo, tile, input="nchw")  # accepted
+    out, writes = model.run(geo, tile, x, w, grid=grid, input="nchw")
+    assert (writes == 1).all(), "an output element was written twice or never"
+    ref = reference_conv2d(
+        x,
+        w,
+        strides=(geo.stride_h, geo.stride_w),
+        padding=(geo.pad_top, geo.pad_left, geo.pad_bottom, geo.pad_right),
+        dilations=(geo.dil_h, geo.dil_w),
+        groups=geo.groups,
+    )
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_nchw_tile_model_refuses_unaligned_boxes() -> None:
+    geo = ConvGeometry(1, 16, 4, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1)
+    x = np.ones((1, 16, 4, 8), dtype=np.float32)
+    w = np.ones((8, 16, 3, 3), dtype=np.float32)
+    with pytest.raises(AssertionError, match="16-byte aligned"):
+        model.run(geo, ConvTile(64, 64, 2, 1, "n"), x, w, grid=1, input="nchw")
+
+
+def _conv_1x1_text(t: str = "f16", w: int = 56) -> str:
+    from test_conv_gpu import conv_graph
+
+    return conv_graph(2, 64, 8, w, 64, 1, 1, t=t)
+
+
+def test_conv_input_env_selects_the_in_place_read(monkeypatch) -> None:
+    """$FUSEC_CONV_INPUT=nchw (off by default) drops the channels-last copy where the shape
+    allows it and says why where it does not."""
+    default = _kernel_source(_conv_1x1_text())
+    assert "input made channels-last" in default and "input='nchw'" not in default
+    monkeypatch.setenv("FUSEC_CONV_INPUT", "nchw")
+    source = _kernel_source(_conv_1x1_text())
+    assert "NCHW input read in place" in source and "input='nchw'" in source
+    namespace: dict = {}
+    exec(compile(source, "conv", "exec"), namespace)
+    (spec,) = namespace["CONV_SPECS"]
+    assert spec.input == "nchw" and spec.named_kernels == (spec.relayout_name,)
+    refused = _kernel_source(conv_text())  # 3x3 pad 1: shifts -1 and 1
+    assert "input made channels-last" in refused
+    assert "$FUSEC_CONV_INPUT=nchw not applied: tap shifts along W of [-1, 1]" in refused
+    assert "W = 9: the NCHW row pitch" in _kernel_source(_conv_1x1_text(w=9))
+    monkeypatch.setenv("FUSEC_CONV_INPUT", "nhwc")
+    assert _kernel_source(_conv_1x1_text()) == default
+    monkeypatch.setenv("FUSEC_CONV_INPUT", "chw")
+    with pytest.raises(ValueError, match="FUSEC_CONV_INPUT: 'chw'"):
+        _kernel_source(_conv_1x1_text())
+
+
+NCHW_SPECS = [
+    ConvSpec(ConvGeometry(32, 64, 56, 56, 64, 1, 1), choose_tile(BENCH), "f16", "f16", BIAS_RELU,
+             "nchw"),
+    ConvSpec(ConvGeometry(4, 256, 15, 16, 256, 3, 1, 2, 1, 1, 0, 1, 0), ConvTile(128, 256, 4, 2,
+             "m"), "bf16", "f32", input="nchw"),
+]  # fmt: skip
+
+
+def test_nchw_tma_innermost_coordinates_are_the_w_shifts() -> None:
+    """The in-place read's innermost coordinate is the strip's column plus the tap shift,
+    legal only because ``nchw_input_problem`` admitted the shape (shifts of 8 pixels)."""
+    for spec in NCHW_SPECS:
+        source = spec.cpp_source()
+        coords = tma_innermost_coordinates(source)
+        assert coords == ["cc * 64", "q0 + s * DW - PL"], coords
+        assert "fusec_convx" not in source
+
+
+@needs_toolchain
+@pytest.mark.parametrize("spec", NCHW_SPECS, ids=["1x1-64x256n-f16", "3x1-128x256m-bf16-f32"])
+def test_nchw_cubin_reads_the_input_by_tma_into_transposed_wgmma(spec: ConvSpec, tmp_path) -> None:
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    ptx = build.ptx(spec)
+    assert "cp.async.bulk.tensor.5d" in ptx and "cp.async.bulk.tensor.4d" in ptx
+    # wgmma ... desc_a, desc_b, p, scale-a, scale-b, tnspA 0, tnspB 1 (MN-major B)
+    wgmma = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{spec.tile.wn}k16[^;]*;", ptx)
+    assert wgmma and all(re.search(r"p, 1, 1, 0, 1;$", w) for w in wgmma)
+    assert re.findall(r"\.entry (\w+)", ptx) == [spec.relayout_name]  # no fusec_convx_*
+    built = build.build(spec, KernelCache(tmp_path))
+    spills = re.findall(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
+    assert len(spills) == 2 and not re.search(r"\b[1-9]\d* bytes spill", built.log)
+    assert "setmaxnreg' ignored" not in built.log
+    sass = sass_of(built.cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    hgmma = re.findall(r"HGMMA\.64x(\d+)x16\.F32", sass)
+    assert len(hgmma) == 4 * (spec.tile.wm // 64) and set(hgmma) == {str(spec.tile.wn)}
+    assert len(re.findall(r"UTMALDG\.5D", sass)) == spec.tile.bn // 64
+    assert not re.search(r"\b(LDL|STL)\b", sass) and "CALL" not in sass

@@ -175,3 +175,111 @@ def test_misaligned_input_takes_the_scalar_copy(offset: int) -> None:
     launch((xd, wd), out, torch.cuda.current_stream())
     ref = reference_conv2d(x.astype(np.float64), w.astype(np.float64), padding=(1, 1, 1, 1))
     assert_close(out.float().cpu().numpy(), ref, "f16", what=f"offset {offset}")
+
+
+# ---------------------------- $FUSEC_CONV_INPUT=nchw: the NCHW input read in place by TMA
+
+IN_PLACE = "NCHW input read in place"
+COPIED = "input made channels-last"
+RESNET_BOTTLENECK = """func.func @block(%x: {X}, %w1: {W1}, %s1: {C1}, %t1: {C1}, %w2: {W2},
+    %s2: {C1}, %t2: {C1}, %w3: {W3}, %s3: {C4}, %t3: {C4}) -> {X} {{
+  %c1 = ai.conv2d %x, %w1 : {X} * {W1}
+  %m1 = ai.mul %c1, %s1 : {Y} * {C1}
+  %a1 = ai.add %m1, %t1 : {Y} * {C1}
+  %r1 = ai.relu %a1 : {Y}
+  %c2 = ai.conv2d %r1, %w2 {{padding = array<i64: 1, 1>}} : {Y} * {W2}
+  %m2 = ai.mul %c2, %s2 : {Y} * {C1}
+  %a2 = ai.add %m2, %t2 : {Y} * {C1}
+  %r2 = ai.relu %a2 : {Y}
+  %c3 = ai.conv2d %r2, %w3 : {Y} * {W3}
+  %m3 = ai.mul %c3, %s3 : {X} * {C4}
+  %a3 = ai.add %m3, %t3 : {X} * {C4}
+  %s = ai.add %a3, %x : {X} * {X}
+  %r = ai.relu %s : {X}
+  return %r : {X}
+}}"""
+
+
+def resnet_bottleneck(n=4, c=256, h=14, w=16, t="f16") -> str:
+    """A ResNet-50 bottleneck block (1x1 -> 3x3 -> 1x1 + identity, BatchNorm folded): the
+    two 1x1 convs can read NCHW in place, the 3x3 (shifts -1 and 1) cannot."""
+    mid = c // 4
+    return RESNET_BOTTLENECK.format(
+        X=_t((n, c, h, w), t), Y=_t((n, mid, h, w), t), W1=_t((mid, c, 1, 1), t),
+        W2=_t((mid, mid, 3, 3), t), W3=_t((c, mid, 1, 1), t), C1=_t((mid, 1, 1), t),
+        C4=_t((c, 1, 1), t),
+    )  # fmt: skip
+
+
+NCHW_CASES = {
+    # name: (graph, the layout each conv group's header must name, in graph order)
+    "bench-1x1-bias-relu": (conv_graph(32, 64, 56, 56, 64, 1, 1), [IN_PLACE]),
+    # the bench layer itself: refused (tap shifts -1, 1), must still be right via the copy
+    "bench-3x3-refused": (conv_graph(32, 64, 56, 56, 64, 3, 3, pad=(1, 1)), [COPIED]),
+    # ragged: 96 channels (second chunk half zero fill), 40 output channels, odd H
+    "ragged-3x1-c96-k40": (conv_graph(2, 96, 13, 16, 40, 3, 1, pad=(1, 0)), [IN_PLACE]),
+    "bf16-to-f32-1x1": (
+        conv_graph(2, 128, 7, 24, 256, 1, 1, t="bf16", tail="cast", out_t="f32"), [IN_PLACE]
+    ),
+    "dilation2h-stride2h-bf16": (
+        conv_graph(2, 64, 15, 32, 64, 3, 1, t="bf16", stride=(2, 1), pad=(2, 0), dil=(2, 1)),
+        [IN_PLACE],
+    ),
+    # shifts -8, 0, 8 along W: negative W coordinates zero-filled by TMA
+    "1x3-dilation8w-pad8": (conv_graph(2, 64, 5, 40, 64, 1, 3, pad=(0, 8), dil=(1, 8)), [IN_PLACE]),
+    "groups2-1x1": (conv_graph(3, 64, 7, 8, 64, 1, 1, groups=2), [IN_PLACE]),
+    "residual-1x1": (conv_graph(2, 64, 14, 16, 64, 1, 1, tail="residual"), [IN_PLACE]),
+    "resnet-bottleneck": (resnet_bottleneck(), [IN_PLACE, COPIED, IN_PLACE]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(NCHW_CASES))
+def test_conv_reading_nchw_in_place_matches_reference(name: str, monkeypatch) -> None:
+    import fusec
+    from fusec.runtime.reference import entry_function, run_reference
+    from fusec.tools.runner import random_inputs
+
+    monkeypatch.setenv("FUSEC_CONV_INPUT", "nchw")
+    text, layouts = NCHW_CASES[name]
+    compiled = fusec.compile(text, target="cuda")
+    heads = [k.source.split("\n\n")[0] for k in compiled.kernels if k.kind == "conv"]
+    assert len(heads) == len(layouts)
+    for head, layout in zip(heads, layouts, strict=True):
+        assert "implicit-GEMM" in head and layout in head, head[:800]
+    for seed in (0, 1):
+        args = random_inputs(entry_function(compiled.module), seed=seed)
+        (out,) = compiled._runner(args, poison=True)
+        (ref,) = run_reference(compiled.module, args, rounding="groups")
+        assert_close(out, ref, what=f"{name}, seed {seed}")
+
+
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "misaligned-copied-to-scratch"])
+def test_nchw_in_place_misaligned_input(offset: int) -> None:
+    """An input 2 bytes past 16-byte alignment cannot be a tensor map's base: it is copied
+    to an aligned scratch buffer first (stream-ordered), the result unchanged."""
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    from fusec.dialect.numpy_ops import conv2d as reference_conv2d
+    from fusec.targets.cuda.conv.config import ConvGeometry, choose_tile
+    from fusec.targets.cuda.conv.cpp import ConvSpec
+    from fusec.targets.cuda.conv.launcher import ConvLaunch
+
+    geo = ConvGeometry(2, 64, 16, 16, 64, 1, 1)
+    launch = ConvLaunch(ConvSpec(geo, choose_tile(geo), input="nchw"), x=0, w=1, extras=())
+    kernel = launch.load()
+    assert kernel.transpose is None
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((geo.n, geo.c, geo.h, geo.w)).astype(np.float16)
+    w = (rng.standard_normal((geo.k, geo.cg, 1, 1)) * 0.1).astype(np.float16)
+    storage = torch.empty(x.size + 8, dtype=torch.float16, device="cuda")
+    xd = storage[offset : offset + x.size].view(x.shape)
+    xd.copy_(torch.from_numpy(x))
+    wd = torch.from_numpy(w).cuda()
+    assert (xd.data_ptr() % 16 == 0) == (offset == 0)
+    for call in range(2):  # the second call reuses the scratch and the cached map
+        out = torch.full((geo.n, geo.k, geo.p, geo.q), float("nan"), dtype=torch.float16,
+                         device="cuda")  # fmt: skip
+        launch((xd, wd), out, torch.cuda.current_stream())
+        ref = reference_conv2d(x.astype(np.float64), w.astype(np.float64))
+        assert_close(out.float().cpu().numpy(), ref, "f16", what=f"offset {offset}, {call}")

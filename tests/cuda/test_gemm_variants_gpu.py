@@ -23,6 +23,8 @@ VARIANTS = {
     "fast": "math=fast",
     "vec": "vectors=smem",
     "smem-fast-vec": "epilogue=smem math=fast vectors=smem",
+    "pre": "prefetch=tile",
+    "pingpong-smem-fast-pre": "schedule=pingpong epilogue=smem math=fast prefetch=tile",
 }
 VECTOR_VARIANTS = ["vec", "smem-fast-vec"]
 STRUCTURAL = ["pingpong", "smem", "pingpong-smem-fast"]
@@ -83,9 +85,9 @@ def test_bias_residual(variant: str) -> None:
     _run(_with_residual(1000, 1000, 520), "f16", variant)
 
 
-def _with_residual(m: int, n: int, k: int) -> str:
+def _with_residual(m: int, n: int, k: int, dtype: str = "f16") -> str:
     """matmul + bias + residual add: the MLP's second GEMM."""
-    t = lambda *s: f"tensor<{'x'.join(map(str, s))}xf16>"  # noqa: E731
+    t = lambda *s: f"tensor<{'x'.join(map(str, s))}x{dtype}>"  # noqa: E731
     return f"""func.func @g(%a: {t(m, k)}, %b: {t(k, n)}, %c: {t(n)}, %r: {t(m, n)}) -> {t(m, n)} {{
   %v0 = ai.matmul %a, %b : {t(m, k)} * {t(k, n)}
   %v1 = ai.bias_add %v0, %c {{axis = 1 : i64}} : {t(m, n)} * {t(n)}
@@ -154,3 +156,14 @@ def test_small_row_layernorm_matmul_softmax(variant: str, m: int, n: int, dtype:
 @pytest.mark.parametrize("variant", VECTOR_VARIANTS)
 def test_layernorm_long_row_softmax(variant: str) -> None:
     _run(matmul_ir(513, 1000, 512, "f16", ln=True, tail=(SOFTMAX,)), "f16", variant, True)
+
+
+# ------------------------------------------- L2 prefetch of the residual (prefetch=tile)
+
+
+@pytest.mark.parametrize("variant", ["pre", "pingpong-smem-fast-pre"])
+@pytest.mark.parametrize(
+    "m, n, k, dtype", [(1000, 1000, 520, "f16"), (4097, 511, 77, "bf16")], ids=["1000", "odd"]
+)
+def test_bias_residual_prefetched(variant: str, m: int, n: int, k: int, dtype: str) -> None:
+    _run(_with_residual(m, n, k, dtype), dtype, variant)

@@ -1,4 +1,5 @@
-"""The GEMM's staged epilogue vectors (``vectors="smem"``) without a GPU: config, generated
+"""The GEMM's staged epilogue vectors (``vectors="smem"``) and L2 prefetch of full-tile
+epilogue inputs (``prefetch="tile"``) without a GPU: config, generated
 C++, PTX and the linked cubin for sm_90a (built as on the GPU: Numba LTO-IR + NVRTC
 LTO-IR, nvJitLink).
 
@@ -108,3 +109,58 @@ def test_layernorm_statistics_read_16_bytes_per_load() -> None:
 
     ptx = build.ptx(aux.LayerNormPrep("f16", "f16", "f16", "n", 1e-5))
     assert "ld.global.nc.v4.u32" in ptx and "shfl.sync.idx" in ptx  # shift by a shuffle
+
+
+# ----------------------------------------------------- prefetch of full-tile inputs
+
+
+def _residual_spec(m: int, n: int, k: int, options: str) -> cpp.GemmSpec:
+    """The GEMM of matmul + bias + residual (the MLP's down projection) with ``options``."""
+    import fusec
+    from fusec.targets.cuda.gemm.template import linked_specs
+
+    t = lambda *s: f"tensor<{'x'.join(map(str, s))}xf16>"  # noqa: E731
+    text = f"""func.func @g(%a: {t(m, k)}, %b: {t(k, n)}, %c: {t(n)}, %r: {t(m, n)}) -> {t(m, n)} {{
+  %v0 = ai.matmul %a, %b : {t(m, k)} * {t(k, n)}
+  %v1 = ai.bias_add %v0, %c {{axis = 1 : i64}} : {t(m, n)} * {t(n)}
+  %v2 = ai.add %v1, %r : {t(m, n)} * {t(m, n)}
+  return %v2 : {t(m, n)}
+}}
+"""
+    pipeline = f"fusec-default,tile-gemm{{{options}}}"
+    compiled = fusec.compile(text, target="cuda", pipeline=pipeline, executable=False)
+    (spec,) = [s for k in compiled.kernels for s in linked_specs(k) if hasattr(s, "config")]
+    return spec
+
+
+def test_prefetch_variant_text_and_the_residual_is_a_tile_input() -> None:
+    config = TileConfig.parse("128x256x64 s4 c2 g8 epi=smem pre=tile")
+    assert (
+        config.prefetch == "tile"
+        and config.smem_bytes == TileConfig.parse("128x256x64 s4 c2 g8 epi=smem").smem_bytes
+    )  # no shared memory
+    spec = _residual_spec(1000, 1000, 520, "prefetch=tile")
+    assert spec.config.prefetch == "tile"
+    (slot,) = spec.epilogue.tile_inputs  # the residual, not the bias vector
+    assert "prefetch.global.L2" in cpp.generate(spec) and f"fs_prefetch_l2(e{slot} +" in (
+        cpp.generate(spec)
+    )
+    plain = _residual_spec(1000, 1000, 520, "")
+    assert "fs_prefetch_l2(e" not in cpp.generate(plain)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("options", ["prefetch=tile", "schedule=pingpong prefetch=tile"])
+def test_prefetch_cubin_has_l2_prefetches_and_no_spills(options: str, tmp_path) -> None:
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    spec = _residual_spec(1000, 1000, 520, options)
+    assert "prefetch.global.L2" in build.ptx(spec)
+    built = build.build(spec, KernelCache(tmp_path))
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
+    sass = _sass(built.cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    assert not re.search(r"\b(LDL|STL)\b", sass)
+    assert "CCTL.E.PF2" in sass  # the L2 prefetch

@@ -23,6 +23,15 @@ innermost coordinate of a box to be 16-byte aligned, so the tap shifts must
 not move along the contiguous dimension: reading NCHW in place by shifting
 along W was an illegal instruction on the H200.
 
+``input="nchw"`` (opt-in, ``template.INPUT_ENV``): no channels-last copy; the
+producer reads the NCHW input in place, one 5-D TMA box ``(W, H, CG, G, N)`` of
+64 pixels x 64 channels per strip at ``(q0 + s*DW - PL, p*SH + r*DH - PT,
+cc*64, g, n)``: a ``[channel][pixel]`` tile of 128-byte rows, the MN-major B
+operand (wgmma's transposed B, the GEMM's ``b_major="n"`` descriptor). Only for
+shapes whose every tap shift along W is a multiple of 8 pixels
+(``nchw_input_problem``): TMA reads must start 16-byte aligned, so a 3x3 conv
+with padding 1 (shifts -1, 0, 1) cannot take it.
+
 ``DirectConvSpec``: a grid-stride direct convolution (one output element per
 thread and step, f32 accumulation, the same epilogue), for what is not a GEMM:
 depthwise and other few-channel grouped convolutions.
@@ -43,6 +52,10 @@ from fusec.targets.cuda.ptx import HELPERS, tma_load, wgmma_ss
 
 DTYPES = ("f16", "bf16")
 OUT_DTYPES = ("f16", "bf16", "f32")
+#: how the implicit GEMM reads its input: "nhwc" = a channels-last copy first, "nchw" = in place
+INPUTS = ("nhwc", "nchw")
+#: TMA reads start 16-byte aligned: a W coordinate must be a multiple of this many pixels
+TMA_ALIGN_PIXELS = 8
 
 
 def _geometry_defines(geo: ConvGeometry) -> str:
@@ -110,10 +123,15 @@ class ConvSpec:
     dtype: str = "f16"
     out_dtype: str = "f16"
     epilogue: Epilogue = field(default_factory=Epilogue)
+    input: str = "nhwc"
 
     def __post_init__(self) -> None:
         _check_types(self.dtype, self.out_dtype, self.epilogue)
+        if self.input not in INPUTS:
+            raise ValueError(f"conv input layout {self.input!r}, expected one of {INPUTS}")
         why = implicit_gemm_problem(self.geo)
+        if not why and self.input == "nchw":
+            why = nchw_input_problem(self.geo)
         if why:
             raise ValueError(why)
 
@@ -142,12 +160,19 @@ class ConvSpec:
         return f"fusec_convxs_{self.key}" if self.transposing.vectorizable else None
 
     @property
+    def copies_input(self) -> bool:
+        """Whether a channels-last copy of the input runs before the conv kernel."""
+        return self.input == "nhwc"
+
+    @property
     def transposing(self) -> TransposeTiling:
         return TransposeTiling(self.geo)
 
     @property
     def named_kernels(self) -> tuple[str, ...]:
         """The ``__global__`` kernels of the module besides Numba's."""
+        if not self.copies_input:
+            return (self.relayout_name,)
         names = (self.relayout_name, self.transpose_name, self.transpose_scalar_name)
         return tuple(name for name in names if name)
 
@@ -179,6 +204,28 @@ def implicit_gemm_problem(geo: ConvGeometry) -> str | None:
     return None
 
 
+def nchw_input_problem(geo: ConvGeometry) -> str | None:
+    """Why the kernel cannot read ``geo``'s NCHW input in place by TMA (None when it can).
+
+    A TMA tile read must start 16-byte aligned (on the H200 an NCHW box shifted by one
+    pixel along W was an illegal instruction; Triton and TileLang document the same
+    rule), so every tap's shift along W, ``s*DW - PL``, must be a multiple of 8 pixels,
+    and the row pitch ``W`` too (the strides of a tensor map are multiples of 16 bytes).
+    """
+    if geo.stride_w != 1:
+        return "stride along W > 1"
+    shifts = sorted({s * geo.dil_w - geo.pad_left for s in range(geo.s)})
+    odd = [d for d in shifts if d % TMA_ALIGN_PIXELS]
+    if odd:
+        return (
+            f"tap shifts along W of {odd} pixels: a TMA read must start 16-byte aligned "
+            f"(shifts in multiples of {TMA_ALIGN_PIXELS})"
+        )
+    if geo.w % TMA_ALIGN_PIXELS:
+        return f"W = {geo.w}: the NCHW row pitch is not a multiple of 16 bytes"
+    return None
+
+
 def _transpose_kernels(spec: ConvSpec) -> str:
     """The channels-last copies of the input (``transpose``): 16-byte loads when every
     channel row is aligned, with a 2-byte-load twin for a misaligned input."""
@@ -190,9 +237,36 @@ def _transpose_kernels(spec: ConvSpec) -> str:
     return "\n".join(kernels)
 
 
+def _strip_load(spec: ConvSpec) -> str:
+    """The producer's TMA box of strip ``j`` (64 pixels x 64 channels, 8192 bytes)."""
+    if spec.input == "nchw":
+        # NCHW map (W, H, CG, G, N): [channel][pixel] rows; q0 + s*DW - PL is a multiple
+        # of 8 (nchw_input_problem), so the read starts 16-byte aligned
+        coords = "q0 + s * DW - PL, p * SH + r * DH - PT, cc * 64, g, n"
+    else:
+        # channels-last map (CG, G, W, H, N): [pixel][channel] rows
+        coords = "cc * 64, g, q0 + s * DW - PL, p * SH + r * DH - PT, n"
+    return (
+        "            fs_tma_load5(sb + st * B_BYTES + j * 8192, map_x, full,\n"
+        f"                         {coords});"
+    )
+
+
+def _b_descriptor(spec: ConvSpec) -> str:
+    """The B descriptor of K step ``kk`` (16 channels) as in ``gemm.cpp``: K-major rows of
+    128 bytes (+32 bytes a step); MN-major 64-pixel chunks 8192 bytes apart (LBO), 8-row
+    channel groups 1024 bytes apart (SBO), +2048 bytes a step."""
+    if spec.input == "nchw":
+        return "fs_desc(b_base + (u32)(kk * 2048), 8192u, 1024u)"
+    return "fs_desc(b_base + (u32)(kk * 32), 16u, 1024u)"
+
+
 def generate(spec: ConvSpec) -> str:
     """The ``.cu`` source of ``spec``: the conv device function and the weight re-layout."""
     geo, tile = spec.geo, spec.tile
+    nchw = spec.input == "nchw"
+    headline = f"tile {tile.text}, {spec.dtype} -> {spec.out_dtype}"
+    headline += ", NCHW input read in place" if nchw else ""
     mi = tile.wm // 64
     half = tile.wn // 2
     extras_args = "".join(f", (const void*)e{k}" for k in range(len(spec.epilogue.extras)))
@@ -202,13 +276,13 @@ def generate(spec: ConvSpec) -> str:
     out = spec.out_dtype
     tiles_m = cdiv(geo.kg, tile.bm)
     tiles_n = cdiv(geo.strips, tile.bn // STRIP)
-    return f"""// fusec generated implicit-GEMM conv2d: tile {tile.text}, {spec.dtype} -> {out}
+    return f"""// fusec generated implicit-GEMM conv2d: {headline}
 // {_shape_comment(geo)}
 // epilogue {spec.epilogue.name}
 {HELPERS}
 {tma_load(4)}
 {tma_load(5)}
-{wgmma_ss("fs_wgmma", tile.wn, spec.dtype, 0, 0)}
+{wgmma_ss("fs_wgmma", tile.wn, spec.dtype, 0, 1 if nchw else 0)}
 {_geometry_defines(geo)}
 #define BM {tile.bm}
 #define BN {tile.bn}
@@ -239,7 +313,7 @@ extern "C" __global__ void {spec.relayout_name}(const u16* __restrict__ w, u16* 
   }}
 }}
 
-{_transpose_kernels(spec)}
+{_transpose_kernels(spec) if spec.copies_input else ""}
 // Tile t of the persistent walk -> (pm: channel block, pn: strip block, g: group).
 static __device__ __forceinline__ void fs_tile(int t, int& pm, int& pn, int& g) {{
   g = t / (TILES_M * TILES_N);
@@ -298,8 +372,7 @@ int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
             const int strip = min(pn * SPT + j, STRIPS - 1);
             int n, p, q0;
             fs_strip(strip, n, p, q0);
-            fs_tma_load5(sb + st * B_BYTES + j * 8192, map_x, full,
-                         cc * 64, g, q0 + s * DW - PL, p * SH + r * DH - PT, n);
+{_strip_load(spec)}
           }}
         }}
       }}
@@ -319,7 +392,9 @@ int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
         const int st = it % STAGES;
         fs_bar_wait(bars + 8 * st, (u32)(it / STAGES) & 1u);
         const u32 a_base = sa + st * A_BYTES;
-        const u32 b_base = sb + st * B_BYTES + ({b_col0}) * 128;  // pixel rows of 128 bytes
+        // 64-pixel strips of 8192 bytes (K-major: 64 pixel rows of 128 bytes; MN-major: 64
+        // channel rows of 128 bytes)
+        const u32 b_base = sb + st * B_BYTES + ({b_col0}) * 128;
         fs_wg_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {{
@@ -327,7 +402,7 @@ int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
           for (int m = 0; m < {mi}; ++m) {{
             const int row_blk = {a_row0} + m * 64;
             fs_wgmma(acc[m], fs_desc(a_base + (u32)(row_blk * 128 + kk * 32), 16u, 1024u),
-                     fs_desc(b_base + (u32)(kk * 32), 16u, 1024u), (kb | kk) != 0);
+                     {_b_descriptor(spec)}, (kb | kk) != 0);
           }}
         }}
         fs_wg_commit();

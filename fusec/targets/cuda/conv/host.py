@@ -9,6 +9,10 @@ Per call of the implicit GEMM, on the caller's stream and in this order:
    after this one, so reusing them is ordered; another stream has its own);
 3. the conv kernel: a persistent grid of ``min(tiles, SMs)`` blocks.
 
+With ``spec.input == "nchw"`` step 2 is gone: the conv kernel's tensor map is over
+the NCHW input itself (an input not 16-byte aligned, which a tensor map cannot
+address, is first copied to an aligned scratch buffer by ``cuMemcpyDtoDAsync``).
+
 Tensor maps are cached by everything they encode (``gemm.host``'s cache).
 """
 
@@ -124,9 +128,11 @@ class ConvKernel(LinkedKernel):
         super().__init__(cubin, spec.tile.smem_bytes, spec.named_kernels)
         self.spec = spec
         self.relayout = self.named[spec.relayout_name]
-        self.transpose = self.named[spec.transpose_name]
-        scalar = spec.transpose_scalar_name
-        self.transpose_scalar = self.named[scalar] if scalar else self.transpose
+        self.transpose = self.transpose_scalar = None
+        if spec.copies_input:
+            self.transpose = self.named[spec.transpose_name]
+            scalar = spec.transpose_scalar_name
+            self.transpose_scalar = self.named[scalar] if scalar else self.transpose
 
     def transpose_for(self, x: int) -> Any:
         """The channels-last copy that can read ``x``: 16-byte loads need it 16-byte aligned."""
@@ -147,18 +153,7 @@ class ConvKernel(LinkedKernel):
             wp = self.buffer((stream, "w"), total * 2)
             blocks = min(-(-total // _RELAYOUT_THREADS), 4 * sms)
             self.launch(self.relayout, blocks, _RELAYOUT_THREADS, 0, handle, [(u64, w), (u64, wp)])
-            xt = self.buffer((stream, "x"), geo.nhwc_elements * 2)
-            copy = spec.transposing
-            self.launch(self.transpose_for(x), copy.grid, THREADS, 0, handle, [(u64, x), (u64, xt)])
-            pixel = geo.groups * geo.cgp * 2  # bytes per channels-last pixel
-            map_x = tensor_map(
-                spec.dtype,
-                xt,
-                (geo.cg, geo.groups, geo.w, geo.h, geo.n),
-                (geo.cgp * 2, pixel, pixel * geo.w, pixel * geo.w * geo.h),
-                (CHUNK, 1, STRIP, 1, 1),
-                stream,
-            )
+            map_x = self.input_map(x, stream, handle)
             row = geo.cgp * 2
             taps = geo.r * geo.s
             map_w = tensor_map(
@@ -172,6 +167,39 @@ class ConvKernel(LinkedKernel):
             args = [(u64, v) for v in (map_w, map_x, out, *extras)]
             grid = min(spec.tiles, sms)
             self.launch(self.function, grid, tile.threads, tile.smem_bytes, handle, args)
+
+    def input_map(self, x: int, stream: int, handle: Any) -> int:
+        """The tensor map of the B operand: over the channels-last copy of ``x`` (queued
+        here), or over NCHW ``x`` itself for ``input == "nchw"``."""
+        spec, geo = self.spec, self.spec.geo
+        if spec.input == "nchw":
+            if x % 16:  # a tensor map's base must be 16-byte aligned
+                size = geo.n * geo.c * geo.h * geo.w * 2
+                aligned = self.buffer((stream, "x"), size)
+                check(self.drv.cuMemcpyDtoDAsync(aligned, x, size, handle))
+                x = aligned
+            plane = geo.h * geo.w * 2
+            return tensor_map(
+                spec.dtype,
+                x,
+                (geo.w, geo.h, geo.cg, geo.groups, geo.n),
+                (geo.w * 2, plane, plane * geo.cg, plane * geo.c),
+                (STRIP, 1, CHUNK, 1, 1),
+                stream,
+            )
+        xt = self.buffer((stream, "x"), geo.nhwc_elements * 2)
+        copy = spec.transposing
+        u64 = ctypes.c_uint64
+        self.launch(self.transpose_for(x), copy.grid, THREADS, 0, handle, [(u64, x), (u64, xt)])
+        pixel = geo.groups * geo.cgp * 2  # bytes per channels-last pixel
+        return tensor_map(
+            spec.dtype,
+            xt,
+            (geo.cg, geo.groups, geo.w, geo.h, geo.n),
+            (geo.cgp * 2, pixel, pixel * geo.w, pixel * geo.w * geo.h),
+            (CHUNK, 1, STRIP, 1, 1),
+            stream,
+        )
 
 
 class DirectConvKernel(LinkedKernel):

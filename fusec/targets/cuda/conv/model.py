@@ -9,7 +9,9 @@ channel chunk) with zero fill outside the tensor (``tma_box``; the innermost
 coordinate always 16-byte aligned), the consumers' split of the tile and the
 wgmma accumulator fragments (``gemm.model.fragment_coords``), and the
 epilogue's strip decoding and bounds checks. ``run`` returns the output and
-how many times each element was written.
+how many times each element was written. ``input="nchw"`` replays the variant
+that reads the NCHW input in place (``nchw_box``: ``[channel][pixel]`` boxes, the
+MN-major B operand); ``nchw_columns`` lays its boxes out as the im2col matrix.
 """
 
 from __future__ import annotations
@@ -82,6 +84,49 @@ def tma_box(tensor: np.ndarray, coords: tuple[int, ...], box: tuple[int, ...]) -
     return out
 
 
+def nchw_map(geo: ConvGeometry, x: np.ndarray) -> np.ndarray:
+    """NCHW ``x`` as the in-place tensor map sees it: dims (W, H, CG, G, N) innermost first."""
+    return x.reshape(geo.n, geo.groups, geo.cg, geo.h, geo.w)
+
+
+def nchw_coords(geo: ConvGeometry, n: int, p: int, q0: int, tap: int, cc: int, g: int) -> tuple:
+    """The box coordinates the producer of ``input="nchw"`` issues for one strip (``cpp``'s
+    ``_strip_load``): (W, H, channel, group, image), innermost first."""
+    r, s = divmod(tap, geo.s)
+    return (
+        q0 + s * geo.dil_w - geo.pad_left,
+        p * geo.stride_h + r * geo.dil_h - geo.pad_top,
+        cc * CHUNK,
+        g,
+        n,
+    )
+
+
+def nchw_box(x_map: np.ndarray, coords: tuple) -> np.ndarray:
+    """One strip's B tile ``[CHUNK channels][STRIP pixels]`` (MN-major: pixels contiguous)."""
+    return tma_box(x_map, coords, (STRIP, 1, CHUNK, 1, 1)).reshape(CHUNK, STRIP)
+
+
+def nchw_columns(geo: ConvGeometry, x: np.ndarray) -> tuple[np.ndarray, set[int]]:
+    """The im2col matrix ``[G][R*S*CC*CHUNK][N*P*Q]`` (rows (tap, channel), columns output
+    pixels) assembled from the in-place boxes of every strip, tap and channel chunk, and
+    the set of W coordinates issued (TMA needs them multiples of 8 pixels)."""
+    x_map = nchw_map(geo, x)
+    rows = geo.r * geo.s * geo.chunks * CHUNK
+    cols = np.full((geo.groups, rows, geo.n * geo.p * geo.q), np.nan, dtype=np.float32)
+    w_coords: set[int] = set()
+    for g, strip, tap, cc in np.ndindex(geo.groups, geo.strips, geo.r * geo.s, geo.chunks):
+        n, p, q0 = strip_coords(geo, strip)
+        coords = nchw_coords(geo, n, p, q0, tap, cc, g)
+        w_coords.add(coords[0])
+        box = nchw_box(x_map, coords)
+        used = min(STRIP, geo.q - q0)
+        first = (n * geo.p + p) * geo.q + q0
+        row = (tap * geo.chunks + cc) * CHUNK
+        cols[g, row : row + CHUNK, first : first + used] = box[:, :used]
+    return cols, w_coords
+
+
 def tile_coords(t: int, tiles_m: int, tiles_n: int) -> tuple[int, int, int]:
     """(pm, pn, g) of tile ``t``: ``fs_tile``."""
     g, r = divmod(t, tiles_m * tiles_n)
@@ -103,12 +148,16 @@ def run(
     *,
     grid: int,
     epilogue=None,
+    input: str = "nhwc",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The kernel on NCHW ``x`` and KCRS ``w`` with ``grid`` persistent blocks."""
+    """The kernel on NCHW ``x`` and KCRS ``w`` with ``grid`` persistent blocks; ``input`` as
+    ``ConvSpec.input``."""
     wp = relayout(geo, w)
     # the tensors as the TMA maps see them: weights [G][KG][RS][CG], input [N][H][W][G][CG]
+    # (or [N][G][CG][H][W] read in place)
     w_map = wp[:, :, : geo.cg].reshape(geo.groups, geo.kg, geo.r * geo.s, geo.cg)
-    x_map = channels_last(geo, x)[..., : geo.cg]
+    nchw = input == "nchw"
+    x_map = nchw_map(geo, x) if nchw else channels_last(geo, x)[..., : geo.cg]
     spt = tile.bn // STRIP
     tiles_m, tiles_n = cdiv(geo.kg, tile.bm), cdiv(geo.strips, spt)
     tiles = tiles_m * tiles_n * geo.groups
@@ -127,6 +176,11 @@ def run(
                 b = np.zeros((CHUNK, tile.bn), dtype=np.float32)
                 for j in range(spt):
                     n, p, q0 = strip_coords(geo, min(pn * spt + j, geo.strips - 1))
+                    if nchw:
+                        coords = nchw_coords(geo, n, p, q0, tap, cc, g)
+                        assert coords[0] % 8 == 0, "TMA: innermost coordinate 16-byte aligned"
+                        b[:, j * STRIP : (j + 1) * STRIP] = nchw_box(x_map, coords)
+                        continue
                     coords = (
                         cc * CHUNK,
                         g,

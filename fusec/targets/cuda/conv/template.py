@@ -36,11 +36,20 @@ from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import conv2d_padding
 from fusec.targets.cuda.common import body_ops, kernel_name, yielded
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
-from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec, implicit_gemm_problem
+from fusec.targets.cuda.conv.cpp import (
+    INPUTS,
+    ConvSpec,
+    DirectConvSpec,
+    implicit_gemm_problem,
+    nchw_input_problem,
+)
 from fusec.targets.cuda.gemm.cpp import Epilogue
 
 TILE_ATTR = "fusec.tile"
 TILE_ENV = "FUSEC_CONV_TILE"
+#: "nchw": the implicit GEMM reads the NCHW input in place by TMA where the shape allows
+#: (``cpp.nchw_input_problem``), no channels-last copy; unset or "nhwc": the copy (default)
+INPUT_ENV = "FUSEC_CONV_INPUT"
 _DTYPES = ("f16", "bf16")
 #: below this many input channels per group the direct template serves the conv
 MIN_GEMM_CHANNELS = 16
@@ -163,6 +172,19 @@ def tile_for(fused_op: ai.FusedOp, geo: ConvGeometry, sms: int = 132) -> ConvTil
     return choose_tile(geo, sms)
 
 
+def input_for(geo: ConvGeometry) -> tuple[str, str | None]:
+    """The input layout of the implicit GEMM (``$FUSEC_CONV_INPUT``, an opt-in A/B switch:
+    "nchw" where ``nchw_input_problem`` allows it, else the channels-last copy) and, when
+    "nchw" was asked for but cannot serve ``geo``, why."""
+    asked = os.environ.get(INPUT_ENV, "").strip().lower() or "nhwc"
+    if asked not in INPUTS:
+        raise ValueError(f"${INPUT_ENV}: {asked!r}, expected one of {INPUTS}")
+    if asked == "nhwc":
+        return "nhwc", None
+    why = nchw_input_problem(geo)
+    return ("nhwc", why) if why else ("nchw", None)
+
+
 def route(p: ConvPlan) -> str:
     """``"implicit"``, ``"direct"`` or the reason for the fallback."""
     return route_geometry(p.geo)
@@ -195,6 +217,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         f"{geo.pad_right}, {geo.dil_h}, {geo.dil_w}, {geo.groups})"
     )
     epi_text = f"Epilogue({epi.body!r}, {epi.extras!r}, {epi.name!r}, {epi.helpers!r})"
+    layout_text = ""
     shape = (
         f"N{geo.n} C{geo.c} {geo.h}x{geo.w} -> K{geo.k} {geo.p}x{geo.q}, {geo.r}x{geo.s}, "
         f"stride {geo.stride_h}x{geo.stride_w}, pad {geo.pad_top},{geo.pad_left},"
@@ -203,16 +226,24 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     spec: ConvSpec | DirectConvSpec
     if how == "implicit":
         tile = tile_for(fused_op, geo)
-        spec = ConvSpec(geo, tile, dtype, out_dtype, epi)
+        layout, refused = input_for(geo)
+        spec = ConvSpec(geo, tile, dtype, out_dtype, epi, layout)
         notes = [
             "target: cuda, implicit-GEMM conv2d on the Hopper Tensor Cores (wgmma + TMA, "
             f"sm_90a), tile {tile.text}, {spec.tiles} tiles;",
             f"{shape}; {dtype} -> {out_dtype}, f32 accumulation;",
             "input made channels-last and weights re-laid out to [K][R*S][C] per call (two "
-            "small launches before the conv); 5-D TMA boxes per tap, padding = zero fill;",
+            "small launches before the conv); 5-D TMA boxes per tap, padding = zero fill;"
+            if spec.copies_input
+            else "NCHW input read in place by 5-D TMA boxes per tap (MN-major B, transposed "
+            "wgmma), padding = zero fill; weights re-laid out to [K][R*S][C] per call (one "
+            "small launch before the conv);",
             f"epilogue on the accumulators: {epi.name} (f32, one rounding at the store)",
         ]
+        if refused:
+            notes.append(f"${INPUT_ENV}=nchw not applied: {refused}")
         spec_text = f"ConvSpec({geo_text}, ConvTile.parse({tile.text!r}), {dtype!r}, "
+        layout_text = "" if spec.copies_input else f", input={spec.input!r}"
     else:
         spec = DirectConvSpec(geo, dtype, out_dtype, epi)
         notes = [
@@ -233,7 +264,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             "",
             "CONV = ConvLaunch(",
             f"    {spec_text}{out_dtype!r},",
-            f"        {epi_text}),",
+            f"        {epi_text}{layout_text}),",
             f"    x={p.x}, w={p.w}, extras={extra_inputs!r},",
             ")",
             "",

@@ -21,7 +21,10 @@ arithmetic (``cpp`` has the details):
 * ``vectors``: ``"global"`` (the epilogue loads the LayerNorm rewrite's per-column
   and per-row vectors element by element) or ``"smem"`` (each consumer warpgroup
   copies its tile's share into shared memory with 16-byte ``cp.async`` while the
-  main loop runs; the epilogue reads them from there).
+  main loop runs; the epilogue reads them from there);
+* ``prefetch``: ``"none"`` or ``"tile"`` (a few K steps before a tile's main loop ends,
+  its consumers prefetch into L2 the tile's rows of the epilogue inputs that have the
+  output's shape, e.g. a residual, so the epilogue's loads of them hit L2, not DRAM).
 
 The attribute form (``TileConfig.text`` / ``TileConfig.parse``) is what the
 tiling pass writes on an ``ai.fused`` op: ``"128x256x64 s4 c2 g8"``, followed
@@ -54,7 +57,14 @@ SCHEDULES = ("cooperative", "pingpong")
 EPILOGUES = ("direct", "smem")
 MATHS = ("ieee", "fast")
 VECTORS = ("global", "smem")
-_VARIANT_KEYS = {"sched": "schedule", "epi": "epilogue", "math": "math", "vec": "vectors"}
+PREFETCHES = ("none", "tile")
+_VARIANT_KEYS = {
+    "sched": "schedule",
+    "epi": "epilogue",
+    "math": "math",
+    "vec": "vectors",
+    "pre": "prefetch",
+}
 
 _TEXT = re.compile(r"^(\d+)x(\d+)x(\d+) s(\d+) c(\d+) g(\d+)((?: [a-z]+=[a-z]+)*)$")
 
@@ -67,6 +77,7 @@ class Variant:
     epilogue: str = "direct"
     math: str = "ieee"
     vectors: str = "global"
+    prefetch: str = "none"
 
 
 #: The variant the heuristic gives the large tiles (128x256 and 128x128, two consumers).
@@ -95,6 +106,7 @@ class TileConfig:
     epilogue: str = "direct"
     math: str = "ieee"
     vectors: str = "global"
+    prefetch: str = "none"
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -114,6 +126,8 @@ class TileConfig:
             out.append(f"math must be one of {', '.join(MATHS)}")
         if self.vectors not in VECTORS:
             out.append(f"vectors must be one of {', '.join(VECTORS)}")
+        if self.prefetch not in PREFETCHES:
+            out.append(f"prefetch must be one of {', '.join(PREFETCHES)}")
         if self.consumers < 1 or self.consumers > 3:
             out.append("1 to 3 consumer warpgroups")
         elif self.pingpong and self.consumers != 2:
@@ -147,7 +161,7 @@ class TileConfig:
 
     @property
     def variant(self) -> Variant:
-        return Variant(self.schedule, self.epilogue, self.math, self.vectors)
+        return Variant(self.schedule, self.epilogue, self.math, self.vectors, self.prefetch)
 
     @property
     def rows_per_consumer(self) -> int:
@@ -206,7 +220,7 @@ class TileConfig:
         if not match:
             raise ValueError(
                 f"bad GEMM tile config {text!r}: expected e.g. '128x256x64 s4 c2 g8' "
-                "[sched=pingpong] [epi=smem] [math=fast] [vec=smem]"
+                "[sched=pingpong] [epi=smem] [math=fast] [vec=smem] [pre=tile]"
             )
         bm, bn, bk, stages, consumers, group_m = (int(g) for g in match.groups()[:6])
         variant: dict[str, str] = {}
@@ -319,6 +333,7 @@ def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
         epilogue=variant.epilogue,
         math=variant.math,
         vectors=variant.vectors,
+        prefetch=variant.prefetch,
     )
 
 

@@ -211,6 +211,9 @@ class _Inputs:
     def __init__(self) -> None:
         self.sources: list[int | str] = []
         self.dtypes: list[str] = []
+        #: slots of inputs read at (row, col) of a 2-D output with its shape (a residual):
+        #: row-major M x N, which the "tile" prefetch can bring into L2 ahead of the epilogue
+        self.tiles: list[int] = []
 
     def slot(self, source: int | str, dtype: str) -> int:
         if source not in self.sources:
@@ -243,6 +246,8 @@ def _chain(fused_op, ops, inputs: _Inputs, gen: CppExprGenerator, leaves: dict, 
             return leaves[value]
         dtype = spec_of(value.type).dtype
         slot = inputs.slot(args[value], dtype)
+        if rank == 2 and tuple(shapes[value]) == tuple(out_shape) and slot not in inputs.tiles:
+            inputs.tiles.append(slot)
         offset = broadcast_offset(out_shape, shapes[value], index_vars)
         return f"fs_ld_{dtype}(e{slot}, {offset})"
 
@@ -262,19 +267,20 @@ def epilogue(
     inputs = _Inputs()
     gen = CppExprGenerator(fast_math=fast_math)
     acc = "acc"  # with a LayerNorm prologue, the rewrite has been applied to it (``cpp``)
-    ln: dict = {}
+    fields: dict = {}  # the Epilogue's LayerNorm and prefetch fields
     if p.layernorm is not None:
         ln_slots = (inputs.slot("stats", "f32"), inputs.slot("cd", "f32"))
-        ln = {"ln_slots": ln_slots, "ln_stride": cd_stride(p.n)}
+        fields = {"ln_slots": ln_slots, "ln_stride": cd_stride(p.n)}
     stmts, names = _chain(fused_op, p.epilogue_ops, inputs, gen, {p.matmul.output: acc}, out_shape)
     final = names[p.epilogue_ops[-1].results[0]] if p.epilogue_ops else acc
     body = "\n".join([*lines, *stmts, f"y = {final};"])
+    fields["tile_inputs"] = tuple(inputs.tiles)
     ops = " -> ".join(op.name for op in (*p.epilogue_ops,)) or "identity"
     if p.layernorm is not None:
         ops = f"layernorm rewrite -> {ops}"
     if p.softmax is None:
         return (
-            Epilogue(body, tuple(inputs.dtypes), ops, gen.helper_source(), **ln),
+            Epilogue(body, tuple(inputs.dtypes), ops, gen.helper_source(), **fields),
             tuple(inputs.sources),
             None,
         )
@@ -294,7 +300,7 @@ def epilogue(
             gen.helper_source(),
             softmax="row",
             post_body=post_body,
-            **ln,
+            **fields,
         )
         return epi, tuple(inputs.sources), None
     inputs.slot("partials", "f32")  # the kernel writes the partials to its last extra
@@ -304,7 +310,7 @@ def epilogue(
         f"{ops} -> softmax partials",
         gen.helper_source(),
         softmax="partials",
-        **ln,
+        **fields,
     )
     out_dtype = spec_of(fused_op.results[0].type).dtype
     finalise = aux.SoftmaxFinalise(

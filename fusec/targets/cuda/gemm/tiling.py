@@ -10,9 +10,9 @@ chosen, in this order, from a ``fusec tune`` record of the same problem on the
 same device (``choice = "tuned"``), or by the heuristic from the problem shape
 and the device's SM count (``"heuristic"``, or ``"row softmax"`` when the block
 tile must hold whole rows). The device is the GPU when one is usable, else the
-H200 defaults, or what the ``sms`` option says. The ``schedule``, ``epilogue``
-``math`` and ``vectors`` options force a variant on every group (``config.with_variant``
-adapts the tile; ``choice`` then says so), e.g.
+H200 defaults, or what the ``sms`` option says. The ``schedule``, ``epilogue``,
+``math``, ``vectors`` and ``prefetch`` options force a variant on every group
+(``config.with_variant`` adapts the tile; ``choice`` then says so), e.g.
 ``fusec-default,tile-gemm{schedule=pingpong epilogue=smem math=fast vectors=smem}``, and
 ``tile="128x128x64 s6 c2 g8 sched=pingpong"`` forces one exact configuration; the
 variants and their attribute keys are in ``fusec.targets.cuda.gemm.config``.
@@ -82,6 +82,9 @@ class TileGemmPass(ModulePass):
     vectors: str = ""
     """Force where the epilogue reads its LayerNorm vectors ("global" or "smem")."""
 
+    prefetch: str = ""
+    """Force the L2 prefetch of full-tile epilogue inputs ("none" or "tile")."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from fusec.targets.cuda.gemm import template, tuning
         from fusec.targets.cuda.gemm.config import to_attr, with_variant
@@ -117,19 +120,28 @@ class TileGemmPass(ModulePass):
     def forced_variant(self, config: TileConfig) -> Variant | None:
         """The variant the options ask for (the rest from ``config``), or None."""
         from fusec.errors import FusecError
-        from fusec.targets.cuda.gemm.config import EPILOGUES, MATHS, SCHEDULES, VECTORS, Variant
+        from fusec.targets.cuda.gemm.config import (
+            EPILOGUES,
+            MATHS,
+            PREFETCHES,
+            SCHEDULES,
+            VECTORS,
+            Variant,
+        )
 
         asked = {
             "schedule": self.schedule,
             "epilogue": self.epilogue,
             "math": self.math,
             "vectors": self.vectors,
+            "prefetch": self.prefetch,
         }
         choices = (
             ("schedule", SCHEDULES),
             ("epilogue", EPILOGUES),
             ("math", MATHS),
             ("vectors", VECTORS),
+            ("prefetch", PREFETCHES),
         )
         for name, allowed in choices:
             if asked[name] and asked[name] not in allowed:
@@ -144,4 +156,5 @@ class TileGemmPass(ModulePass):
             asked["epilogue"] or current.epilogue,
             asked["math"] or current.math,
             asked["vectors"] or current.vectors,
+            asked["prefetch"] or current.prefetch,
         )
