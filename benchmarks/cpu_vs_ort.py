@@ -17,6 +17,7 @@ alike); medians and minima over the rounds. Prints a markdown table and, unless
 (date, machine, commit, thread counts, BLAS in use, load average).
 
     python benchmarks/cpu_vs_ort.py [--rounds 30] [--only conv,mlp] [--quick]
+                                    [--threads 1] [--suffix b]
 
 This machine may set ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` (see the
 results' notes): the table records them; to measure against an unrestricted
@@ -468,9 +469,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--only", help="comma-separated graph names")
     parser.add_argument("--quick", action="store_true", help="small sizes, nothing written")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="threads for fusec (Numba) and onnxruntime (intra-op); default: Numba's count. "
+        "1 compares the kernels' single-threaded speed, apart from thread scheduling",
+    )
+    parser.add_argument(
+        "--suffix", default="", help="appended to the result files' date (a second run that day)"
+    )
     args = parser.parse_args()
     import numba
 
+    if args.threads:
+        numba.set_num_threads(args.threads)
     threads = numba.get_num_threads()
     chosen = cases(args.quick)
     if args.only:
@@ -514,7 +526,7 @@ def main() -> None:
     print(md)
     if not args.quick and not args.only:
         RESULTS.mkdir(exist_ok=True)
-        stem = RESULTS / f"cpu-vs-ort-{now:%Y-%m-%d}"
+        stem = RESULTS / f"cpu-vs-ort-{now:%Y-%m-%d}{args.suffix}"
         stem.with_suffix(".md").write_text(md)
         payload = {"date": now.isoformat(), "machine": info, "results": rows}
         stem.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")

@@ -1,6 +1,6 @@
 """``exp_nonpos_f32``, the softmax's exponential (x - max <= 0), against float64.
 
-The bound: under 1.1 ulp on [-86.5, 0] (tools/exp_nonpos_exhaustive.py checks
+The bound: under 2 ulp on [-86.5, 0] (tools/exp_nonpos_exhaustive.py checks
 every float32 there; benchmarks/results/cpu-notes.md has its figures), 0 below
 -86.5 (where e ** x < 3e-38), NaN in -> NaN out, and a loop of it vectorised.
 """
@@ -45,7 +45,7 @@ def exp_nonpos(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def test_within_1_1_ulp_on_a_dense_sample_of_its_range():
+def test_within_2_ulp_on_a_dense_sample_of_its_range():
     last = int(np.array([FLUSH_BELOW], np.float32).view(np.uint32)[0])
     bits = np.arange(0x80000000, last + 1, 997, dtype=np.int64).astype(np.uint32)  # ~1.1M
     rng = np.random.default_rng(11)
@@ -62,8 +62,8 @@ def test_within_1_1_ulp_on_a_dense_sample_of_its_range():
         ]
     )
     err = ulp_errors(x, exp_nonpos(x))
-    assert err.max() <= 1.1, f"max {err.max():.3f} ulp at x={x[np.argmax(err)]!r}"
-    assert (err <= 0.5).mean() > 0.9
+    assert err.max() < 2.0, f"max {err.max():.3f} ulp at x={x[np.argmax(err)]!r}"
+    assert (err <= 0.5).mean() > 0.85  # degree 5: 87% here (degree 6: over 90%)
 
 
 def test_flushes_to_zero_below_minus_86_5_and_keeps_nan():
