@@ -134,6 +134,23 @@ func.func @f(%a: {ta}, %b: {tb}) -> {ty} {{
     check(text, cache=cache, kind="matmul")
 
 
+def test_a_small_matmul_group_is_split_over_the_threads(cache):
+    """LN -> matmul -> softmax at the benchmark's --quick size in rows (256): one block
+    per 64 rows, the kernel parallel, so both cores of a 2-core machine get blocks."""
+    x, v, w, y = _t((256, 64)), _t((64,)), _t((64, 128)), _t((256, 128))
+    text = f"""
+func.func @f(%x: {x}, %g: {v}, %be: {v}, %w: {w}) -> {y} {{
+  %n = ai.layernorm %x, %g, %be : {x} * {v} * {v}
+  %m = ai.matmul %n, %w : {x} * {w}
+  %s = ai.softmax %m : {y}
+  return %s : {y}
+}}"""
+    program = check(text, cache=cache, kind="matmul")
+    assert _blocks(program) == 4  # 256 rows: MIN_BLOCKS blocks of 64
+    assert "parallel=True" in program.kernels[0].source
+    assert "tasks = min(numba.get_num_threads(), 4)" in program.kernels[0].source
+
+
 def test_matmul_prologue_values_needed_later_run_as_a_stage_of_their_own(cache):
     a, b, y = _t((40, 40)), _t((40, 40)), _t((40, 40))
     text = f"""
