@@ -290,7 +290,7 @@ def test_conv_winograd_against_float64_reference(cache, case):
         assert rel < 1e-4, rel
 
 
-@pytest.mark.parametrize("groups, kg, cg", [(1, 64, 64), (2, 5, 3), (4, 1, 7)])
+@pytest.mark.parametrize("groups, kg, cg", [(1, 64, 64), (2, 5, 3), (4, 1, 7), (1, 3, 37)])
 def test_winograd_filters_match_the_float64_matrix_product(groups, kg, cg):
     """The compiled filter transform is numpy's float64 G g G^T rounded once, laid out
     [g, a, b, k, c] (fresh random filters, poisoned by construction: every element is
