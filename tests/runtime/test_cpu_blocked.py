@@ -21,6 +21,7 @@ from fusec.ir.module import entry_function
 from fusec.runtime.cache import KernelCache
 from fusec.runtime.launch import Program
 from fusec.runtime.reference import run_reference
+from fusec.targets.cpu import attention as cpu_attention
 from fusec.targets.cpu import blas as cpu_blas
 from fusec.targets.cpu import conv as cpu_conv
 from fusec.targets.cpu import matmul as cpu_matmul
@@ -30,6 +31,14 @@ from fusec.tools.runner import random_inputs
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> KernelCache:
     return KernelCache(tmp_path_factory.mktemp("kernels"))
+
+
+@pytest.fixture(autouse=True)
+def four_blocks_at_least(monkeypatch):
+    """The block counts below as on a 4-thread pool, whatever this machine's
+    (``MIN_BLOCKS`` follows Numba's thread count): ragged splits on small shapes."""
+    for module in (cpu_matmul, cpu_conv, cpu_attention):
+        monkeypatch.setattr(module, "MIN_BLOCKS", 4)
 
 
 def _t(shape, dtype="f32"):

@@ -36,6 +36,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
@@ -78,9 +79,13 @@ from fusec.targets.cpu.row_reduce import (
 WORKSPACE_BYTES = 4 << 20
 #: Rows of a matmul block: at most, and at least when the workspace allows.
 MAX_ROWS, MIN_ROWS = 512, 32
-#: Split the result into at least this many blocks when the blocks stay >= MIN_ROWS rows,
-#: so that every thread of a small machine gets work.
-MIN_BLOCKS = 4
+#: Split the result into at least this many blocks when the blocks stay >= MIN_ROWS rows:
+#: one per thread of Numba's pool (at least 2), so that every thread gets work, and no
+#: more, since every block packs its rows of A and its columns of B again. On the 2-core
+#: benchmark machine, MLP 1024x512x2048: 2 blocks of 512 rows against 4 of 256, 1 thread
+#: 44.9 vs 46.2 ms CPU, 2 threads 24.6 (22.3) vs 25.6 (23.0) ms median (min), load ~1;
+#: LN -> matmul -> softmax at 256 rows, 1 thread: 7.1 vs 8.3 ms (cpu-notes.md).
+MIN_BLOCKS = max(2, numba.config.NUMBA_NUM_THREADS)
 
 
 def generate(fused_op, name: str) -> KernelSource:
