@@ -479,8 +479,10 @@ def _ln_affine_load(spec: GemmSpec) -> str:
     gt, bt = (spec.epilogue.extras[slot] for slot in (gamma, beta))
     return f"""  if ((K + BK - 1) / BK > STAGES) return 0;  // ln=tile: K must be resident
   for (int i = tid; i < STAGES * BK; i += {spec.threads}) {{
-    fs_ln_st1f(sg + 4u * (u32)i, i < K ? fs_ld_{gt}((const void*)e{gamma}, i) : 0.0f);
-    fs_ln_st1f(sg + 4u * (u32)(STAGES * BK + i), i < K ? fs_ld_{bt}((const void*)e{beta}, i) : 0.0f);
+    const bool in_row = i < K;
+    fs_ln_st1f(sg + 4u * (u32)i, in_row ? fs_ld_{gt}((const void*)e{gamma}, i) : 0.0f);
+    fs_ln_st1f(sg + 4u * (u32)(STAGES * BK + i),
+               in_row ? fs_ld_{bt}((const void*)e{beta}, i) : 0.0f);
   }}
 """
 

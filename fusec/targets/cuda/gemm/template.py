@@ -284,9 +284,7 @@ def epilogue(
     fields: dict = {}  # the Epilogue's LayerNorm and prefetch fields
     if p.layernorm is not None and ln_tile:
         ln, args = p.layernorm, {arg: i for i, arg in enumerate(fused_op.block.args)}
-        affine = tuple(
-            inputs.slot(args[v], spec_of(v.type).dtype) for v in (ln.gamma, ln.beta)
-        )
+        affine = tuple(inputs.slot(args[v], spec_of(v.type).dtype) for v in (ln.gamma, ln.beta))
         fields = {"ln_affine": affine, "ln_eps": float(ln.attr("epsilon"))}
     elif p.layernorm is not None:
         ln_slots = (inputs.slot("stats", "f32"), inputs.slot("cd", "f32"))

@@ -91,8 +91,8 @@ class TileGemmPass(ModulePass):
     prologue, or whose K does not fit the pipeline, keep "fold")."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from fusec.targets.cuda.gemm import template, tuning
         from fusec.errors import FusecError
+        from fusec.targets.cuda.gemm import template, tuning
         from fusec.targets.cuda.gemm.config import to_attr, with_variant
 
         device = None
