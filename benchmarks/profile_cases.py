@@ -92,7 +92,15 @@ def mlp_case(torch):
     return text, inputs, mlp
 
 
+def resnet_block_case(torch):
+    from conv_attn_bench import RESNET, resnet_case
+
+    inputs, block = resnet_case()
+    return RESNET, inputs, block
+
+
 CASES = {
+    "resnet": resnet_block_case,
     "lms-small": lms_small_case,
     "mlp-down": lambda t: gemm_case(t, "MLP down"),
     "mlp-up": lambda t: gemm_case(t, "MLP up"),
