@@ -62,6 +62,9 @@ def test_ln_tile_text_round_trips_and_reserves_gamma_beta() -> None:
     plain = TileConfig(64, 256, 64, 5, 1, 8)
     assert config.smem_bytes == plain.smem_bytes + config.ln_bytes and plain.ln_bytes == 0
     assert with_variant(choose_row_config(8192, 256), Variant(ln="tile")) == config
+    # the heuristic's staged LayerNorm vectors have nothing to stage under ln=tile
+    staged = with_variant(choose_row_config(8192, 256), Variant(vectors="smem"))
+    assert with_variant(staged, Variant(vectors="smem", ln="tile")) == config
 
 
 def test_ln_tile_rejects_what_it_cannot_run() -> None:
@@ -83,7 +86,7 @@ def test_ln_tile_rejects_what_it_cannot_run() -> None:
 def test_default_tiling_keeps_the_pre_pass() -> None:
     specs = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), "")
     assert [type(s).__name__ for s in specs] == ["LayerNormPrep", "GemmSpec"]
-    assert specs[1].config.ln == "fold"
+    assert specs[1].config.text == "64x256x64 s5 c1 g8 vec=smem"  # ln=fold
 
 
 def test_forced_ln_tile_is_one_launch_with_gamma_beta_inputs() -> None:

@@ -145,8 +145,10 @@ def test_prefetch_variant_text_and_the_residual_is_a_tile_input() -> None:
     assert "prefetch.global.L2" in cpp.generate(spec) and f"fs_prefetch_l2(e{slot} +" in (
         cpp.generate(spec)
     )
-    plain = _residual_spec(1000, 1000, 520, "")
+    plain = _residual_spec(1000, 1000, 520, "prefetch=none")
     assert "fs_prefetch_l2(e" not in cpp.generate(plain)
+    default = _residual_spec(1000, 1000, 520, "")  # the heuristic prefetches a residual
+    assert default.config.prefetch == "tile" and "fs_prefetch_l2(e" in cpp.generate(default)
 
 
 @needs_toolchain

@@ -357,7 +357,8 @@ def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
     wgmma shape, two tiles in flight per block), which needs two consumers: a
     one-consumer config keeps its schedule. The stages shrink until the tiles (and the
     smem epilogue's staging) fit the shared memory; they never grow, except when the tile
-    changes (then as many as fit).
+    changes (then as many as fit). ``ln="tile"`` has no LayerNorm rewrite vectors: it
+    keeps ``vectors="global"`` (nothing staged).
     """
     schedule, bm = variant.schedule, config.bm
     if schedule == "pingpong" and not config.pingpong:
@@ -367,6 +368,8 @@ def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
             schedule = config.schedule
     elif schedule == "cooperative" and config.pingpong:
         bm = config.bm * config.consumers
+    if variant.ln == "tile":  # no LayerNorm rewrite: no vectors to stage
+        variant = replace(variant, vectors="global")
     staging = replace(config, epilogue=variant.epilogue).epi_bytes
     if variant.vectors == "smem":
         rows = bm if schedule == "pingpong" else bm // config.consumers
