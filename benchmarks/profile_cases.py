@@ -5,7 +5,8 @@
         --case lms-small --impl fusec --reps 2 --no-profiler        # hardware counters
     FUSEC_CONV_INPUT=nchw python benchmarks/profile_cases.py --case conv-1x1 --impl fusec
     FUSEC_CONV_INPUT=nchw-ld python benchmarks/profile_cases.py --case conv --impl fusec
-        # the conv template's environment switches (FUSEC_CONV_TILE, FUSEC_CONV_INPUT)
+        # the conv template's environment switches (FUSEC_CONV_TILE, FUSEC_CONV_INPUT,
+        # FUSEC_CONV_EPILOGUE=early: the epilogue's inputs loaded ahead of use)
         # pass through: the convs without the fusec_convx_* launch (TMA: 1x1 only)
 
 Cases: the issue rows that miss or disagree between benchmarks (``lms-small``: LN(8192x256)

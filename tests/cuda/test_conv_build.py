@@ -235,7 +235,8 @@ def test_conv_tile_env_overrides_the_choice(monkeypatch) -> None:
 
 def test_epilogue_is_generated_from_the_ops() -> None:
     source = _kernel_source(conv_text().replace("@f(", "@user_marker_fn("))
-    assert "fs_ld_f16(e0, i1)" in source  # the bias along channels
+    # the bias along channels: loaded by the kernel, passed to the body as ev0
+    assert "const float t0 = (acc + ev0)" in source and "channel_args=(0,)" in source
     assert "ai.bias_add -> ai.relu" in source
     assert "user_marker" not in source
 
@@ -604,3 +605,139 @@ def test_producer_loads_cubin(spec: ConvSpec, tmp_path) -> None:
     assert not re.search(r"\b(LDL|STL)\b", sass) and "CALL" not in sass
     assert re.search(r"LDG\.E\.128", sass) and "STS.128" in sass
     assert len(re.findall(r"UTMALDG\.4D", sass)) == 1 and "UTMALDG.5D" not in sass
+
+
+# ------------------- the epilogue's inputs loaded ahead of use ($FUSEC_CONV_EPILOGUE=early)
+
+RESNET_TAIL = Epilogue(
+    "const float t0 = acc * ev0 + ev1;\nconst float t1 = t0 + ev2;\ny = t1 < 0.0f ? 0.0f : t1;",
+    ("f16", "f16", "f16"),
+    "resnet_tail",
+    channel_args=(0, 1),
+    pixel_args=(2,),
+)
+BF16_F32_TAIL = Epilogue(
+    "y = acc + ev0 + ev1;", ("bf16", "f32"), "bias_residual", channel_args=(0,), pixel_args=(1,)
+)
+EARLY_SPECS = {
+    # the ResNet block's second conv at bench size: a word per pixel pair, at the tile head
+    "bench-resnet-tile": ConvSpec(BENCH, choose_tile(BENCH), "f16", "f16", RESNET_TAIL,
+                                  epilogue_loads="early"),
+    # odd Q (13 x 9): two 2-byte loads per pair, 32 words at the tile head
+    "odd-q-bf16": ConvSpec(ConvGeometry(2, 64, 13, 9, 64, 3, 3, 1, 1, 1, 1, 1, 1),
+                           ConvTile.parse("64x128 s6 c2n"), "bf16", "bf16",
+                           Epilogue("y = acc + ev0;", ("bf16",), "residual", pixel_args=(0,)),
+                           epilogue_loads="early"),
+    # 128 accumulators a thread and an f32 residual: loaded at the head of each output row
+    "split-m-f32-row": ConvSpec(ConvGeometry(4, 256, 15, 15, 256, 3, 3, 1, 1, 1, 1, 1, 1),
+                                ConvTile(128, 256, 4, 2, "m"), "bf16", "f32", BF16_F32_TAIL,
+                                epilogue_loads="early"),
+}  # fmt: skip
+
+
+def test_early_loads_placement() -> None:
+    from fusec.targets.cuda.conv.cpp import _early_placement
+
+    places = {name: _early_placement(spec) for name, spec in EARLY_SPECS.items()}
+    assert places == {
+        "bench-resnet-tile": "tile",
+        "odd-q-bf16": "tile",
+        "split-m-f32-row": "row",
+    }
+
+
+def test_epilogue_loads_are_validated() -> None:
+    with pytest.raises(ValueError, match="conv epilogue loads"):
+        ConvSpec(BENCH, epilogue_loads="smem")
+
+
+def test_inline_loads_read_at_the_element() -> None:
+    """The default reads every loaded argument at its element, behind the bounds check."""
+    source = ConvSpec(BENCH, choose_tile(BENCH), "f16", "f16", RESNET_TAIL).cpp_source()
+    assert "fs_ld_f16((const void*)e0, ko), fs_ld_f16((const void*)e1, ko)" in source
+    assert "fs_ld_f16((const void*)e2, o + 1)" in source
+    assert "ld.global.nc.b32" not in source
+
+
+RESNET_TEXT = """func.func @block(%x: {T}, %w1: {W}, %s1: {C}, %t1: {C}, %w2: {W}, %s2: {C},
+    %t2: {C}) -> {T} {{
+  %c1 = ai.conv2d %x, %w1 {{padding = array<i64: 1, 1>}} : {T} * {W}
+  %m1 = ai.mul %c1, %s1 : {T} * {C}
+  %a1 = ai.add %m1, %t1 : {T} * {C}
+  %r1 = ai.relu %a1 : {T}
+  %c2 = ai.conv2d %r1, %w2 {{padding = array<i64: 1, 1>}} : {T} * {W}
+  %m2 = ai.mul %c2, %s2 : {T} * {C}
+  %a2 = ai.add %m2, %t2 : {T} * {C}
+  %res = ai.add %a2, %x : {T} * {T}
+  %out = ai.relu %res : {T}
+  return %out : {T}
+}}""".format(T="tensor<2x64x9x10xf16>", W="tensor<64x64x3x3xf16>", C="tensor<64x1x1xf16>")
+
+
+def _conv_specs(text: str) -> list[ConvSpec]:
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    specs = []
+    for kernel in compiled.kernels:
+        if kernel.kind == "conv":
+            namespace: dict = {}
+            exec(compile(kernel.source, kernel.name, "exec"), namespace)
+            specs.append((kernel.source, namespace["CONV"].spec))
+    return specs
+
+
+def test_epilogue_inputs_are_classified(monkeypatch) -> None:
+    """The folded BatchNorm's scale and shift are channel arguments, the block's input
+    (the residual) a pixel argument; $FUSEC_CONV_EPILOGUE picks when they are loaded."""
+    (_, first), (_, second) = _conv_specs(RESNET_TEXT)
+    assert (first.epilogue.channel_args, first.epilogue.pixel_args) == ((0, 1), ())
+    assert (second.epilogue.channel_args, second.epilogue.pixel_args) == ((0, 1), (2,))
+    assert "ev2" in second.epilogue.body and "fs_ld" not in second.epilogue.body
+    assert second.epilogue_loads == "inline"
+    monkeypatch.setenv("FUSEC_CONV_EPILOGUE", "early")
+    for source, spec in _conv_specs(RESNET_TEXT):
+        assert spec.epilogue_loads == "early"
+        assert "loaded ahead of use ($FUSEC_CONV_EPILOGUE=early)" in source.split("\n\n")[0]
+    monkeypatch.setenv("FUSEC_CONV_EPILOGUE", "later")
+    with pytest.raises(ValueError, match="FUSEC_CONV_EPILOGUE"):
+        _conv_specs(RESNET_TEXT)
+
+
+def _sass_lines(sass: str, function: str) -> list[str]:
+    """The instructions of the Numba kernel that inlines ``function``."""
+    start = sass.index("Function : _ZN")
+    return [line for line in sass[start:].splitlines() if "/*" in line and ";" in line]
+
+
+@needs_toolchain
+@pytest.mark.parametrize("name", list(EARLY_SPECS))
+def test_early_loads_cubin(name: str, tmp_path) -> None:
+    """Every load of the epilogue's inputs is a plain (branch-free) ``ld.global.nc`` issued
+    before the first use: at the tile head, before the main loop's wgmma (or at the row
+    head); no spills, no local memory."""
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.conv.cpp import _early_placement
+    from fusec.targets.cuda.gemm import build
+
+    spec = EARLY_SPECS[name]
+    ptx = build.ptx(spec)
+    wide = spec.geo.q % 2 == 0 and "f16" in spec.epilogue.extras
+    assert ("ld.global.nc.b32" in ptx) == (wide or "f32" in spec.epilogue.extras)
+    built = build.build(spec, KernelCache(tmp_path))
+    assert not re.search(r"\b[1-9]\d* bytes spill", built.log)
+    assert "setmaxnreg' ignored" not in built.log
+    sass = sass_of(built.cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    lines = _sass_lines(sass, spec.function_name)
+    text = "\n".join(lines)
+    assert not re.search(r"\b(LDL|STL)\b", text), "local-memory traffic in the kernel"
+    first_mma = next(i for i, line in enumerate(lines) if "HGMMA" in line)
+    last_mma = max(i for i, line in enumerate(lines) if "HGMMA" in line)
+    loads = [i for i, line in enumerate(lines) if re.search(r"\bLDG\.E", line)]
+    if _early_placement(spec) == "tile":
+        # all of them before the main loop, none in the epilogue
+        assert loads and max(loads) < first_mma, (loads, first_mma)
+        words = sum(len(re.findall(r"\bLDG\.E\.CONSTANT\b", line)) for line in lines)
+        assert words >= (16 * spec.tile.wn // 64 if wide else 0)
+    else:
+        assert loads and min(loads) > last_mma  # in the epilogue, one row at a time

@@ -347,3 +347,82 @@ def test_nchw_in_place_misaligned_input(offset: int, layout: str) -> None:
         pad = (geo.pad_top, geo.pad_left, geo.pad_bottom, geo.pad_right)
         ref = reference_conv2d(x.astype(np.float64), w.astype(np.float64), padding=pad)
         assert_close(out.float().cpu().numpy(), ref, "f16", what=f"offset {offset}, {call}")
+
+
+# ------------------- $FUSEC_CONV_EPILOGUE=early: the epilogue's inputs loaded ahead of use
+
+EARLY = "loaded ahead of use"
+EPILOGUE_CASES = {
+    # name: graph (every conv group's header must name the early loads when asked)
+    "resnet-basic-block-bench": resnet_basic(32, 64, 56, 56),
+    "resnet-basic-block-ragged-c40-13x16": resnet_basic(2, 40, 13, 16),
+    "residual-bias-relu-bf16": conv_graph(2, 64, 14, 14, 64, 3, 3, t="bf16", pad=(1, 1),
+                                          tail="residual"),
+    "residual-odd-7x7": conv_graph(2, 64, 7, 7, 64, 3, 3, pad=(1, 1), tail="residual"),
+    "residual-odd-13x9-bf16": conv_graph(2, 64, 13, 9, 64, 3, 3, t="bf16", pad=(1, 1),
+                                         tail="residual"),
+    # K 256: split-m tile, 128 accumulators a thread: the loads at each output row's head
+    "residual-k256-row-loads": conv_graph(2, 256, 8, 12, 256, 3, 3, pad=(1, 1),
+                                          tail="residual"),
+    "bn-folded-relu": conv_graph(2, 64, 8, 8, 128, 3, 3, pad=(1, 1), tail="bn"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("loads", ["inline", "early"])
+@pytest.mark.parametrize("name", list(EPILOGUE_CASES))
+def test_conv_epilogue_loads_match_reference(name: str, loads: str, monkeypatch) -> None:
+    import fusec
+    from fusec.runtime.reference import entry_function, run_reference
+    from fusec.tools.runner import random_inputs
+
+    monkeypatch.setenv("FUSEC_CONV_EPILOGUE", loads)
+    compiled = fusec.compile(EPILOGUE_CASES[name], target="cuda")
+    heads = [k.source.split("\n\n")[0] for k in compiled.kernels if k.kind == "conv"]
+    assert heads
+    for head in heads:
+        assert "implicit-GEMM" in head and (EARLY in head) == (loads == "early"), head[:800]
+    for seed in (0, 1):
+        args = random_inputs(entry_function(compiled.module), seed=seed)
+        (out,) = compiled._runner(args, poison=True)
+        (ref,) = run_reference(compiled.module, args, rounding="groups")
+        assert_close(out, ref, what=f"{name}, {loads}, seed {seed}")
+
+
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned-4-byte-pairs", "misaligned-2-byte"])
+def test_early_loads_misaligned_residual(offset: int) -> None:
+    """A residual 2 bytes past 4-byte alignment (reachable through ``ConvLaunch``) takes
+    the two-2-byte-loads copy of the early loads."""
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    from fusec.dialect.numpy_ops import conv2d as reference_conv2d
+    from fusec.targets.cuda.conv.config import ConvGeometry, choose_tile
+    from fusec.targets.cuda.conv.cpp import ConvSpec
+    from fusec.targets.cuda.conv.launcher import ConvLaunch
+    from fusec.targets.cuda.gemm.cpp import Epilogue
+
+    geo = ConvGeometry(2, 64, 16, 16, 64, 3, 3, 1, 1, 1, 1, 1, 1)
+    tail = Epilogue(
+        "const float t = acc * ev0 + ev1;\ny = t < 0.0f ? 0.0f : t;",
+        ("f16", "f16"),
+        "scale_residual_relu",
+        channel_args=(0,),
+        pixel_args=(1,),
+    )
+    spec = ConvSpec(geo, choose_tile(geo), "f16", "f16", tail, epilogue_loads="early")
+    launch = ConvLaunch(spec, x=0, w=1, extras=(2, 3))
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((geo.n, geo.c, geo.h, geo.w)).astype(np.float16)
+    w = (rng.standard_normal((geo.k, geo.cg, 3, 3)) * 0.1).astype(np.float16)
+    scale = rng.standard_normal(geo.k).astype(np.float16)
+    res = rng.standard_normal((geo.n, geo.k, geo.p, geo.q)).astype(np.float16)
+    storage = torch.empty(res.size + 8, dtype=torch.float16, device="cuda")
+    rd = storage[offset : offset + res.size].view(res.shape)
+    rd.copy_(torch.from_numpy(res))
+    assert (rd.data_ptr() % 4 == 0) == (offset == 0)
+    xd, wd, sd = (torch.from_numpy(a).cuda() for a in (x, w, scale))
+    out = torch.full((geo.n, geo.k, geo.p, geo.q), float("nan"), dtype=torch.float16, device="cuda")
+    launch((xd, wd, sd, rd), out, torch.cuda.current_stream())
+    conv = reference_conv2d(x.astype(np.float64), w.astype(np.float64), padding=(1, 1, 1, 1))
+    ref = np.maximum(conv * scale.astype(np.float64)[None, :, None, None] + res, 0.0)
+    assert_close(out.float().cpu().numpy(), ref, "f16", what=f"offset {offset}")

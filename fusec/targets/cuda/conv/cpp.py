@@ -57,6 +57,13 @@ OUT_DTYPES = ("f16", "bf16", "f32")
 INPUTS = ("nhwc", "nchw", "nchw-ld")
 #: TMA reads start 16-byte aligned: a W coordinate must be a multiple of this many pixels
 TMA_ALIGN_PIXELS = 8
+#: when the implicit GEMM's epilogue reads its per-channel and output-shaped inputs
+EPILOGUE_LOADS = ("inline", "early")
+#: "early" loads of the output-shaped inputs are issued at the head of the tile (held in
+#: registers through its main loop) up to this many 32-bit words a thread, else at the head
+#: of each output row of the epilogue (the consumers have 232 registers, 64-128 of them
+#: accumulators)
+EARLY_TILE_WORDS = 32
 
 
 def _geometry_defines(geo: ConvGeometry) -> str:
@@ -85,9 +92,11 @@ def _geometry_defines(geo: ConvGeometry) -> str:
 
 
 def _epilogue_function(epilogue: Epilogue) -> str:
-    """``fs_epilogue(acc, n, k, p, q, e0...)``: the group's elementwise tail at one output
-    element; the body reads ``acc`` and the NCHW indices ``i0..i3``."""
+    """``fs_epilogue(acc, n, k, p, q, e0..., ev...)``: the group's elementwise tail at one
+    output element; the body reads ``acc``, the NCHW indices ``i0..i3`` and the values
+    ``ev<slot>`` the kernel loaded for it (``Epilogue.channel_args``, ``pixel_args``)."""
     extras = "".join(f", const void* e{k}" for k in range(len(epilogue.extras)))
+    extras += "".join(f", float ev{slot}" for slot in _loaded_args(epilogue))
     body = "\n".join("  " + line for line in epilogue.body.splitlines())
     return f"""{epilogue.helpers}
 static __device__ __forceinline__ float fs_epilogue(float acc, int n_, int k_, int p_,
@@ -98,6 +107,19 @@ static __device__ __forceinline__ float fs_epilogue(float acc, int n_, int k_, i
   return y;
 }}
 """
+
+
+def _loaded_args(epilogue: Epilogue) -> tuple[int, ...]:
+    """The extra slots the kernel loads and passes to ``fs_epilogue``, in parameter order."""
+    return epilogue.channel_args + epilogue.pixel_args
+
+
+def _inline_args(epilogue: Epilogue, ko: str, index: str) -> str:
+    """``fs_epilogue``'s loaded arguments read at the call (channel ``ko``, NCHW element
+    ``index``): the direct template's, and the implicit GEMM's with ``loads="inline"``."""
+    args = [f"fs_ld_{epilogue.extras[s]}((const void*)e{s}, {ko})" for s in epilogue.channel_args]
+    args += [f"fs_ld_{epilogue.extras[s]}((const void*)e{s}, {index})" for s in epilogue.pixel_args]
+    return "".join(f", {a}" for a in args)
 
 
 def _shape_comment(geo: ConvGeometry) -> str:
@@ -125,11 +147,20 @@ class ConvSpec:
     out_dtype: str = "f16"
     epilogue: Epilogue = field(default_factory=Epilogue)
     input: str = "nhwc"
+    #: when the epilogue's loaded inputs (``Epilogue.channel_args``, ``pixel_args``) are
+    #: read: "inline" (at each element, behind its bounds check) or "early" (all of a
+    #: thread's, branch-free predicated loads issued at the head of the tile or of each
+    #: output row of the epilogue, before the first use: ``_early_placement``)
+    epilogue_loads: str = "inline"
 
     def __post_init__(self) -> None:
         _check_types(self.dtype, self.out_dtype, self.epilogue)
         if self.input not in INPUTS:
             raise ValueError(f"conv input layout {self.input!r}, expected one of {INPUTS}")
+        if self.epilogue_loads not in EPILOGUE_LOADS:
+            raise ValueError(
+                f"conv epilogue loads {self.epilogue_loads!r}, expected one of {EPILOGUE_LOADS}"
+            )
         why = implicit_gemm_problem(self.geo)
         if not why and self.input != "nhwc":
             why = nchw_input_problem(self.geo, tma=self.input == "nchw")
@@ -427,11 +458,10 @@ def generate(spec: ConvSpec) -> str:
     }.get(spec.input, "")
     mi = tile.wm // 64
     half = tile.wn // 2
-    extras_args = "".join(f", (const void*)e{k}" for k in range(len(spec.epilogue.extras)))
+    helpers = (_LD_HELPERS if loads else "") + (_EARLY_HELPERS if _early(spec) else "")
     params = ", ".join(f"u64 {n}" for n in spec.kernel_params())
     a_row0 = "cw * WM" if tile.split == "m" else "0"
     b_col0 = "cw * WN" if tile.split == "n" else "0"
-    out = spec.out_dtype
     tiles_m = cdiv(geo.kg, tile.bm)
     tiles_n = cdiv(geo.strips, tile.bn // STRIP)
     return f"""// fusec generated implicit-GEMM conv2d: {headline}
@@ -471,7 +501,7 @@ extern "C" __global__ void {spec.relayout_name}(const u16* __restrict__ w, u16* 
   }}
 }}
 
-{_transpose_kernels(spec) if spec.copies_input else ""}{_LD_HELPERS if loads else ""}
+{_transpose_kernels(spec) if spec.copies_input else ""}{helpers}
 // Tile t of the persistent walk -> (pm: channel block, pn: strip block, g: group).
 static __device__ __forceinline__ void fs_tile(int t, int& pm, int& pn, int& g) {{
   g = t / (TILES_M * TILES_N);
@@ -512,11 +542,11 @@ int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
     const int warp = lt / 32;
     const int lane = lt % 32;
     float acc[{mi}][{half}];
-    int it = 0;
+{_wide_flags(spec)}    int it = 0;
     for (int t = blockIdx.x; t < TILES; t += gridDim.x) {{
       int pm, pn, g;
       fs_tile(t, pm, pn, g);
-      for (int kb = 0; kb < KBLOCKS; ++kb, ++it) {{
+{_tile_loads(spec)}      for (int kb = 0; kb < KBLOCKS; ++kb, ++it) {{
         const int st = it % STAGES;
         fs_bar_wait(bars + 8 * st, (u32)(it / STAGES) & 1u);
         const u32 a_base = sa + st * A_BYTES;
@@ -545,16 +575,209 @@ int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
       for (int m = 0; m < {mi}; ++m)
 #pragma unroll
         for (int j = 0; j < {half}; ++j) fs_fence_reg(acc[m][j]);
-      // accumulator j of m64 block m: row 16 warp + lane/4 + 8 ((j/2)%2),
+{_epilogue_section(spec)}    }}
+  }}
+  return 0;
+}}
+"""
+
+
+#: Helpers of ``epilogue_loads="early"``: branch-free predicated loads (zero when not
+#: live) into 32-bit words, kept as raw bits until use (no conversion waits on the load),
+#: and the conversions of a word's low and high 16-bit halves.
+_EARLY_HELPERS = r"""
+static __device__ __forceinline__ u32 fs_ldg_u16(const void* a) {
+  u32 r;
+  asm volatile("ld.global.nc.u16 %0, [%1];" : "=r"(r) : "l"(a));
+  return r;
+}
+static __device__ __forceinline__ u32 fs_ldg_b32(const void* a) {
+  u32 r;
+  asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(r) : "l"(a));
+  return r;
+}
+static __device__ __forceinline__ float fs_f16_lo(u32 w) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)(w & 0xFFFFu)));
+  return f;
+}
+static __device__ __forceinline__ float fs_f16_hi(u32 w) { return fs_f16_lo(w >> 16); }
+static __device__ __forceinline__ float fs_bf16_lo(u32 w) { return __uint_as_float(w << 16); }
+static __device__ __forceinline__ float fs_bf16_hi(u32 w) {
+  return __uint_as_float(w & 0xFFFF0000u);
+}
+static __device__ __forceinline__ float fs_f32_lo(u32 w) { return __uint_as_float(w); }
+"""
+
+
+def _pixel_words(spec: ConvSpec, slot: int) -> int:
+    """32-bit words per output pair (q, q + 1) of output-shaped input ``slot``: one when
+    it is 16-bit and Q even (the pair is one aligned word), else two."""
+    return 1 if spec.epilogue.extras[slot] != "f32" and spec.geo.q % 2 == 0 else 2
+
+
+def _early(spec: ConvSpec) -> bool:
+    return spec.epilogue_loads == "early" and bool(_loaded_args(spec.epilogue))
+
+
+def _early_placement(spec: ConvSpec) -> str:
+    """ "tile": a thread's early loads at the head of each tile, before its main loop (the
+    latency hides behind the MMAs); "row": at the head of each of its output rows in the
+    epilogue (fewer live registers), when the tile's would exceed ``EARLY_TILE_WORDS``."""
+    pairs = (spec.tile.wm // 64) * 2 * (spec.tile.wn // 64) * 8
+    words = sum(pairs * _pixel_words(spec, s) for s in spec.epilogue.pixel_args)
+    return "tile" if words <= EARLY_TILE_WORDS else "row"
+
+
+def _wide_flags(spec: ConvSpec) -> str:
+    """``wide``: every 16-bit output-shaped input of one word per pair has a 4-byte aligned
+    base (then every pair is one aligned word: Q and q are even)."""
+    if not _early(spec):
+        return ""
+    slots = [s for s in spec.epilogue.pixel_args if _pixel_words(spec, s) == 1]
+    test = " && ".join(f"((u64)e{s} & 3ull) == 0" for s in slots) or "true"
+    return f"    const bool wide = {test};\n"
+
+
+def _early_loads(spec: ConvSpec, rows: str, indent: str) -> str:
+    """C++ declaring and filling ``evc<slot>[]`` (channel words) and ``evp<slot>[]`` (pixel
+    words) for the output rows ``rows`` ("tile": every (m, h) of the thread, "row": the
+    current one, whose ``kg``, ``ko`` are in scope).
+
+    The loads are unconditional (no branch between them, so all are in flight before the
+    first use): an element outside the output (ragged rows, strips, columns) reads element
+    0 instead, a value the epilogue never uses. A misaligned 16-bit input (``wide`` false,
+    uniform) takes a second copy of the loop with two 2-byte loads per pair."""
+    epi = spec.epilogue
+    tile = rows == "tile"
+    nrows = (spec.tile.wm // 64) * 2 if tile else 1
+    strips = spec.tile.wn // 64
+    b_col0 = "cw * WN" if spec.tile.split == "n" else "0"
+    a_row0 = "cw * WM" if spec.tile.split == "m" else "0"
+    decl = [f"u32 evc{s}[{nrows}];" for s in epi.channel_args]
+    decl += [f"u32 evp{s}[{nrows * strips * 8 * _pixel_words(spec, s)}];" for s in epi.pixel_args]
+    ci = "m * 2 + h" if tile else "0"
+    newline = "\n"
+    fill = [
+        f"evc{s}[{ci}] = fs_ldg_{'b32' if epi.extras[s] == 'f32' else 'u16'}("
+        f"(const {_ctype(epi.extras[s])}*)e{s} + ko);"
+        for s in epi.channel_args
+    ]
+    pi = f"(({ci}) * {strips} + sj) * 8 + qe"
+
+    def pixel_loads(wide: bool) -> list[str]:
+        lines = []
+        for s in epi.pixel_args:
+            ct = _ctype(epi.extras[s])
+            if _pixel_words(spec, s) == 1:
+                at = f"(const u16*)e{s} + (live ? o : 0)"
+                if wide:
+                    lines.append(f"evp{s}[{pi}] = fs_ldg_b32({at});")
+                else:
+                    hi = f"fs_ldg_u16({at} + (live ? 1 : 0))"
+                    lines.append(f"evp{s}[{pi}] = fs_ldg_u16({at}) | ({hi} << 16);")
+            else:
+                ld = "fs_ldg_b32" if epi.extras[s] == "f32" else "fs_ldg_u16"
+                lines.append(f"evp{s}[2 * ({pi})] = {ld}((const {ct}*)e{s} + (live ? o : 0));")
+                lines.append(
+                    f"evp{s}[2 * ({pi}) + 1] = "
+                    f"{ld}((const {ct}*)e{s} + (live && q + 1 < Q ? o + 1 : 0));"
+                )
+        return lines
+
+    if tile:
+        head = f"""#pragma unroll
+for (int m = 0; m < {spec.tile.wm // 64}; ++m)
+#pragma unroll
+for (int h = 0; h < 2; ++h) {{
+const int kg = pm * BM + {a_row0} + m * 64 + warp * 16 + (lane / 4) + 8 * h;
+const bool krow = kg < KG;
+const int ko = g * KG + (krow ? kg : 0);
+"""
+    else:
+        head = "{\nconst bool krow = true;\n"
+
+    def pixel_loop(wide: bool) -> str:
+        return f"""#pragma unroll
+for (int sj = 0; sj < WN / 64; ++sj) {{
+const int strip = pn * SPT + ({b_col0}) / 64 + sj;
+int n, p, q0;
+fs_strip(min(strip, STRIPS - 1), n, p, q0);
+const long long row = (((long long)n * KOUT + ko) * P + p) * Q;
+#pragma unroll
+for (int qe = 0; qe < 8; ++qe) {{
+const int q = q0 + qe * 8 + 2 * (lane % 4);
+const long long o = row + q;
+const bool live = krow && strip < STRIPS && q < Q;
+{newline.join(pixel_loads(wide))}
+}}
+}}"""
+
+    pixels = ""
+    if epi.pixel_args:
+        if any(_pixel_words(spec, s) == 1 for s in epi.pixel_args):
+            pixels = f"if (wide) {{\n{pixel_loop(True)}\n}} else {{\n{pixel_loop(False)}\n}}"
+        else:
+            pixels = pixel_loop(False)
+    body = f"{head}{newline.join(fill)}\n{pixels}\n}}"
+    lines = [*decl, *body.splitlines()]
+    return "".join(line + "\n" if line.startswith("#") else indent + line + "\n" for line in lines)
+
+
+def _ctype(dtype: str) -> str:
+    return "float" if dtype == "f32" else "u16"
+
+
+def _tile_loads(spec: ConvSpec) -> str:
+    """The early loads of a tile, issued before its main loop (``_early_placement``)."""
+    if not _early(spec) or _early_placement(spec) != "tile":
+        return ""
+    return "      // the epilogue's inputs of this tile, loaded ahead of use\n" + _early_loads(
+        spec, "tile", "      "
+    )
+
+
+def _call_args(spec: ConvSpec, second: bool) -> str:
+    """``fs_epilogue``'s loaded arguments for the pair's first (or ``second``) element."""
+    epi = spec.epilogue
+    if not _early(spec):
+        return _inline_args(epi, "ko", "o + 1" if second else "o")
+    tile = _early_placement(spec) == "tile"
+    ci = "m * 2 + h" if tile else "0"
+    pi = f"(({ci}) * {spec.tile.wn // 64} + sj) * 8 + qe"
+    args = [f"fs_{epi.extras[s]}_lo(evc{s}[{ci}])" for s in epi.channel_args]
+    for s in epi.pixel_args:
+        dt = epi.extras[s]
+        if _pixel_words(spec, s) == 1:
+            args.append(f"fs_{dt}_{'hi' if second else 'lo'}(evp{s}[{pi}])")
+        else:
+            args.append(f"fs_{dt}_lo(evp{s}[2 * ({pi}){' + 1' if second else ''}])")
+    return "".join(f", {a}" for a in args)
+
+
+def _epilogue_section(spec: ConvSpec) -> str:
+    """The consumer's epilogue of a tile: the accumulators through ``fs_epilogue`` into the
+    NCHW output (adjacent pixels as one store when Q is even)."""
+    tile = spec.tile
+    extras = "".join(f", (const void*)e{k}" for k in range(len(spec.epilogue.extras)))
+    a0, a1 = extras + _call_args(spec, False), extras + _call_args(spec, True)
+    a_row0 = "cw * WM" if tile.split == "m" else "0"
+    b_col0 = "cw * WN" if tile.split == "n" else "0"
+    out = spec.out_dtype
+    row_loads = ""
+    if _early(spec) and _early_placement(spec) == "row":
+        row_loads = "            // this row's epilogue inputs, loaded ahead of use\n"
+        row_loads += _early_loads(spec, "row", "            ")
+    return f"""      // accumulator j of m64 block m: row 16 warp + lane/4 + 8 ((j/2)%2),
       // column 8 (j/4) + 2 (lane%4) + j%2
 #pragma unroll
-      for (int m = 0; m < {mi}; ++m) {{
+      for (int m = 0; m < {tile.wm // 64}; ++m) {{
 #pragma unroll
         for (int h = 0; h < 2; ++h) {{
           const int kg = pm * BM + {a_row0} + m * 64 + warp * 16 + (lane / 4) + 8 * h;
           if (kg < KG) {{
             const int ko = g * KG + kg;
-#pragma unroll
+{row_loads}#pragma unroll
             for (int sj = 0; sj < WN / 64; ++sj) {{
               // one strip of 64 output pixels: decoded once, 8 column groups of 8
               const int strip = pn * SPT + ({b_col0}) / 64 + sj;
@@ -567,16 +790,16 @@ int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
                 const int q = q0 + qe * 8 + 2 * (lane % 4);
                 if (strip < STRIPS && q < Q) {{
                   const long long o = row + q;
-                  const float y0 = fs_epilogue(acc[m][4 * qd + 2 * h], n, ko, p, q{extras_args});
+                  const float y0 = fs_epilogue(acc[m][4 * qd + 2 * h], n, ko, p, q{a0});
                   if (Q % 2 == 0) {{
                     const float y1 =
-                        fs_epilogue(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1{extras_args});
+                        fs_epilogue(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1{a1});
                     fs_st2_{out}((void*)out, o, y0, y1);
                   }} else {{
                     fs_st_{out}((void*)out, o, y0);
                     if (q + 1 < Q) {{
                       const float y1 =
-                          fs_epilogue(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1{extras_args});
+                          fs_epilogue(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1{a1});
                       fs_st_{out}((void*)out, o + 1, y1);
                     }}
                   }}
@@ -586,10 +809,6 @@ int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
           }}
         }}
       }}
-    }}
-  }}
-  return 0;
-}}
 """
 
 
@@ -636,6 +855,7 @@ class DirectConvSpec:
 def generate_direct(spec: DirectConvSpec) -> str:
     geo = spec.geo
     extras_args = "".join(f", (const void*)e{k}" for k in range(len(spec.epilogue.extras)))
+    loaded_args = _inline_args(spec.epilogue, "ko", "idx")
     params = ", ".join(f"u64 {n}" for n in spec.kernel_params())
     ld = f"fs_ld_{spec.dtype}"
     return f"""// fusec generated direct conv2d, {spec.dtype} -> {spec.out_dtype}, f32 accumulation
@@ -675,7 +895,8 @@ int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
         }}
       }}
     }}
-    fs_st_{spec.out_dtype}((void*)out, idx, fs_epilogue(acc, n, ko, p, q{extras_args}));
+    fs_st_{spec.out_dtype}((void*)out, idx,
+                           fs_epilogue(acc, n, ko, p, q{extras_args}{loaded_args}));
   }}
   return 0;
 }}

@@ -37,6 +37,7 @@ from fusec.dialect.shapes import conv2d_padding
 from fusec.targets.cuda.common import body_ops, kernel_name, yielded
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
 from fusec.targets.cuda.conv.cpp import (
+    EPILOGUE_LOADS,
     INPUTS,
     ConvSpec,
     DirectConvSpec,
@@ -52,6 +53,10 @@ TILE_ENV = "FUSEC_CONV_TILE"
 #: channels-last copy; "nchw-ld": in place by the producer warpgroup's 16-byte loads
 #: (any tap shift, W a multiple of 8); unset or "nhwc": the copy (the default)
 INPUT_ENV = "FUSEC_CONV_INPUT"
+#: "early": the implicit GEMM's epilogue loads its per-channel vectors and output-shaped
+#: inputs (a residual) with predicated loads issued ahead of use (``cpp.ConvSpec``
+#: ``epilogue_loads``); "inline": at each element (the default until measured on the H200)
+EPILOGUE_ENV = "FUSEC_CONV_EPILOGUE"
 _DTYPES = ("f16", "bf16")
 #: below this many input channels per group the direct template serves the conv
 MIN_GEMM_CHANNELS = 16
@@ -140,6 +145,9 @@ def epilogue(fused_op: ai.FusedOp, p: ConvPlan) -> tuple[Epilogue, tuple[int, ..
     extra_inputs: list[int] = []
     gen = CppExprGenerator()
 
+    channel_args: list[int] = []
+    pixel_args: list[int] = []
+
     def leaf(value) -> str:
         if value is p.conv.output:
             return "acc"
@@ -149,13 +157,31 @@ def epilogue(fused_op: ai.FusedOp, p: ConvPlan) -> tuple[Epilogue, tuple[int, ..
             extras.append(spec_of(value.type).dtype)
         slot = extra_inputs.index(index)
         offset = broadcast_offset(out_shape, shapes[value], index_vars)
+        # per-channel vectors and output-shaped tensors are loaded by the kernel (once per
+        # tile row, ahead of use: ``cpp.ConvSpec.epilogue_loads``) and passed as arguments
+        if offset == "i1":
+            if slot not in channel_args:
+                channel_args.append(slot)
+            return f"ev{slot}"
+        if tuple(shapes[value]) == tuple(out_shape):
+            if slot not in pixel_args:
+                pixel_args.append(slot)
+            return f"ev{slot}"
         return f"fs_ld_{spec_of(value.type).dtype}(e{slot}, {offset})"
 
     stmts, names = gen.chain(p.epilogue_ops, leaf)
     final = names[yielded(fused_op)[0]] if p.epilogue_ops else "acc"
     body = "\n".join([*stmts, f"y = {final};"])
     name = " -> ".join(op.name for op in p.epilogue_ops) or "identity"
-    return Epilogue(body, tuple(extras), name, gen.helper_source()), tuple(extra_inputs)
+    epi = Epilogue(
+        body,
+        tuple(extras),
+        name,
+        gen.helper_source(),
+        channel_args=tuple(channel_args),
+        pixel_args=tuple(pixel_args),
+    )
+    return epi, tuple(extra_inputs)
 
 
 def tile_for(fused_op: ai.FusedOp, geo: ConvGeometry, sms: int = 132) -> ConvTile:
@@ -186,6 +212,14 @@ def input_for(geo: ConvGeometry) -> tuple[str, str | None]:
         return "nhwc", None
     why = nchw_input_problem(geo, tma=asked == "nchw")
     return ("nhwc", f"{asked} not applied: {why}") if why else (asked, None)
+
+
+def epilogue_loads_for() -> str:
+    """``$FUSEC_CONV_EPILOGUE`` (an A/B switch: "early" or "inline", the default)."""
+    asked = os.environ.get(EPILOGUE_ENV, "").strip().lower() or "inline"
+    if asked not in EPILOGUE_LOADS:
+        raise ValueError(f"${EPILOGUE_ENV}: {asked!r}, expected one of {EPILOGUE_LOADS}")
+    return asked
 
 
 def route(p: ConvPlan) -> str:
@@ -219,7 +253,10 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         f"{geo.stride_h}, {geo.stride_w}, {geo.pad_top}, {geo.pad_left}, {geo.pad_bottom}, "
         f"{geo.pad_right}, {geo.dil_h}, {geo.dil_w}, {geo.groups})"
     )
-    epi_text = f"Epilogue({epi.body!r}, {epi.extras!r}, {epi.name!r}, {epi.helpers!r})"
+    epi_text = (
+        f"Epilogue({epi.body!r}, {epi.extras!r}, {epi.name!r}, {epi.helpers!r}, "
+        f"channel_args={epi.channel_args!r}, pixel_args={epi.pixel_args!r})"
+    )
     layout_text = ""
     shape = (
         f"N{geo.n} C{geo.c} {geo.h}x{geo.w} -> K{geo.k} {geo.p}x{geo.q}, {geo.r}x{geo.s}, "
@@ -230,7 +267,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     if how == "implicit":
         tile = tile_for(fused_op, geo)
         layout, refused = input_for(geo)
-        spec = ConvSpec(geo, tile, dtype, out_dtype, epi, layout)
+        loads = epilogue_loads_for()
+        spec = ConvSpec(geo, tile, dtype, out_dtype, epi, layout, loads)
         notes = [
             "target: cuda, implicit-GEMM conv2d on the Hopper Tensor Cores (wgmma + TMA, "
             f"sm_90a), tile {tile.text}, {spec.tiles} tiles;",
@@ -251,6 +289,12 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             notes.append(f"${INPUT_ENV}={refused}")
         spec_text = f"ConvSpec({geo_text}, ConvTile.parse({tile.text!r}), {dtype!r}, "
         layout_text = "" if spec.copies_input else f", input={spec.input!r}"
+        if loads != "inline":
+            layout_text += f", epilogue_loads={loads!r}"
+            notes.append(
+                "epilogue inputs (per-channel vectors, output-shaped tensors) loaded "
+                "ahead of use ($FUSEC_CONV_EPILOGUE=early)"
+            )
     else:
         spec = DirectConvSpec(geo, dtype, out_dtype, epi)
         notes = [

@@ -119,6 +119,12 @@ class Epilogue:
     #: Extra slots read at (row, col) of the output, row-major M x N (a residual): what the
     #: ``prefetch="tile"`` variant brings into L2 before the epilogue.
     tile_inputs: tuple[int, ...] = ()
+    #: The conv template's arguments: extra slots the kernel loads itself and passes to the
+    #: body as ``float ev<slot>`` (``fs_epilogue``'s parameters): one value per output
+    #: channel (index ``k``, e.g. a folded BatchNorm's scale) or one at the output element
+    #: (an NCHW tensor of the output's shape: a residual).
+    channel_args: tuple[int, ...] = ()
+    pixel_args: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.softmax not in ("", "row", "partials"):
