@@ -80,6 +80,47 @@ func.func @f(%a: {a}, %b: {b}, %r: {y}) -> ({y}, {y}) {{
     assert _blocks(program) == 3  # 70 rows: 32 + 32 + 6
 
 
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("yield_core", [False, True])
+def test_matmul_short_wide_result_split_by_columns(cache, tb, yield_core):
+    """Few rows, many columns, an elementwise epilogue: the tiles split the columns
+    (each packs only its part of B), ragged last tile; a bias along N, a per-row and a
+    full-size operand read at the tile's columns; C in the workspace or yielded."""
+    m, k, n = 40, 24, 200
+    a, b, y = _t((m, k)), _t((n, k) if tb else (k, n)), _t((m, n))
+    bias, rows = _t((n,)), _t((m, 1))
+    attrs = "{transpose_b = true} " if tb else ""
+    results = f"%o, %m : {y}, {y}" if yield_core else f"%o : {y}"
+    types = f"{y}, {y}" if yield_core else y
+    text = f"""
+func.func @f(%a: {a}, %b: {b}, %bias: {bias}, %s: {rows}, %r: {y}) -> ({types}) {{
+  %m = ai.matmul %a, %b {attrs}: {a} * {b}
+  %c = ai.add %m, %bias : {y} * {bias}
+  %d = ai.mul %c, %s : {y} * {rows}
+  %e = ai.relu %d : {y}
+  %o = ai.add %e, %r : {y} * {y}
+  return {results}
+}}"""
+    program = check(text, cache=cache, kind="matmul")
+    source = program.kernels[0].source
+    assert "c0 = blk %" in source and "x 64 columns" in source
+    assert _blocks(program) == 4  # 200 columns: 64 + 64 + 64 + 8
+    assert ("cbuf = ws[" in source) != yield_core
+
+
+def test_matmul_reduction_epilogue_keeps_whole_rows(cache):
+    """A softmax after the matmul needs whole rows: no column tiles however wide."""
+    a, b, y = _t((40, 24)), _t((24, 200)), _t((40, 200))
+    text = f"""
+func.func @f(%a: {a}, %b: {b}) -> {y} {{
+  %m = ai.matmul %a, %b : {a} * {b}
+  %s = ai.softmax %m : {y}
+  return %s : {y}
+}}"""
+    program = check(text, cache=cache, kind="matmul")
+    assert "c0 = blk" not in program.kernels[0].source
+
+
 def test_matmul_batched_broadcast_operands_and_epilogue(cache):
     a, b, r = _t((2, 1, 40, 16)), _t((3, 16, 24)), _t((3, 1, 24))
     y = _t((2, 3, 40, 24))
@@ -247,6 +288,22 @@ def test_conv_winograd_against_float64_reference(cache, case):
         assert_close(out, ref, what=f"winograd {case}")
         rel = np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref)
         assert rel < 1e-4, rel
+
+
+@pytest.mark.parametrize("groups, kg, cg", [(1, 64, 64), (2, 5, 3), (4, 1, 7), (1, 3, 37)])
+def test_winograd_filters_match_the_float64_matrix_product(groups, kg, cg):
+    """The compiled filter transform is numpy's float64 G g G^T rounded once, laid out
+    [g, a, b, k, c] (fresh random filters, poisoned by construction: every element is
+    compared)."""
+    from fusec.targets.cpu.winograd import winograd_filters
+
+    w = np.random.default_rng(kg * cg).standard_normal(groups * kg * cg * 9)
+    w = w.astype(np.float32)
+    gw = np.array(cpu_conv.WINOGRAD_G)
+    ref = gw @ w.reshape(groups, kg, cg, 3, 3).astype(np.float64) @ gw.T
+    ref = ref.transpose(0, 3, 4, 1, 2).astype(np.float32).reshape(-1)
+    out = winograd_filters(w, groups, kg, cg)
+    assert out.shape == ref.shape and np.array_equal(out, ref)
 
 
 def _conv_op(case):

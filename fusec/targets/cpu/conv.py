@@ -128,6 +128,8 @@ class ConvBlocks(BlockedCore):
         self.direct = self.method == "direct"
         self.winograd = self.method == "winograd"
         self.taps = self.method == "taps"
+        if self.winograd:
+            self.imports = ("from fusec.targets.cpu.winograd import winograd_filters",)
         self.wp = self.ow + (self.s - 1) * self.dw  # padded row width (taps)
         self.tw = (self.ow + 1) // 2  # Winograd tiles along a row
         per_row = self.ow * (self.kg * c_local + (0 if self.direct else self.crs))
@@ -170,16 +172,11 @@ class ConvBlocks(BlockedCore):
     def launch_lines(self) -> list[str]:
         """Taps: the weights tap-major, ``wtaps[g, r, s]`` a ``K/G x C/G`` matrix each.
         Winograd: ``wtaps[g, a, b]`` the K/G x C/G matrix of element (a, b) of G g G^T,
-        computed in float64 and rounded once."""
+        computed in float64 and rounded once (``winograd.winograd_filters``)."""
         w = self.reads[self.op.operands[1]]
         shape = (self.groups, self.kg, self.cg, self.r, self.s)
         if self.winograd:
-            return [
-                f"gw = np.array({WINOGRAD_G!r})",
-                f"wtaps = gw @ {w}.reshape({shape!r}).astype(np.float64) @ gw.T",
-                "wtaps = np.ascontiguousarray(wtaps.transpose(0, 3, 4, 1, 2), dtype=np.float32)",
-                "wtaps = wtaps.reshape(-1)",
-            ]
+            return [f"wtaps = winograd_filters({w}, {self.groups}, {self.kg}, {self.cg})"]
         if not self.taps:
             return []
         return [

@@ -147,6 +147,8 @@ class BlockedCore:
     #: (BLAS's transpose flag), and those the group gives it that way (``transposed_views``).
     transposable: frozenset[int] = frozenset()
     transposed: frozenset[int] = frozenset()
+    #: Import lines the generated module needs for ``launch_lines``' helpers.
+    imports: tuple[str, ...] = ()
 
     @staticmethod
     def local_result(op: Operation) -> bool:
@@ -238,7 +240,9 @@ def generate_core_group(
     c_local = not c_outputs or getattr(make_core, "local_result", BlockedCore.local_result)(core_op)
     c_array = "cbuf" if c_local else c_outputs[0]
     buffers.reads[core_value] = c_array
-    core = make_core(core_op, buffers.reads, workspace, a_array, c_array, c_local)
+    whole_rows = any(isinstance(op, REDUCE_OPS) for op in after)
+    options = {"whole_rows": whole_rows} if getattr(make_core, "column_tiles", False) else {}
+    core = make_core(core_op, buffers.reads, workspace, a_array, c_array, c_local, **options)
     core.transposed = frozenset(swapped)
 
     body: list[str] = []
@@ -316,7 +320,11 @@ def generate_core_group(
         stages,
         launch_body,
         notes=notes,
-        imports=[cpu_blas.import_line(), "from fusec.targets.cpu import blas as cpu_blas"],
+        imports=[
+            cpu_blas.import_line(),
+            "from fusec.targets.cpu import blas as cpu_blas",
+            *core.imports,
+        ],
     )
     inputs, outs = io_specs(fused_op)
     scratch = ScratchPlan(
@@ -520,17 +528,27 @@ def row_loop(space: Sequence[int], rows: str) -> list[str]:
 
 
 class MatmulBlocks(BlockedCore):
-    """Blocks of rows of one matrix of a (batched, broadcast) ``ai.matmul``.
+    """Tiles of rows (and columns) of one matrix of a (batched, broadcast) ``ai.matmul``.
 
     The matmul is taken as (batch..., M, K) @ (batch..., K, N) -> (batch..., M, N):
     a 1-D A is one row (M = 1), a 1-D B one column (N = 1, and then a block
     is a whole matrix, so that the epilogue's rows, along M, are whole).
-    Block ``blk`` is batch ``b = blk // nrb``, rows ``r0 <= i < r1``.
+    Block ``blk`` is batch ``b = blk // (nrb * ncb)``, rows ``r0 <= i < r1`` and,
+    when the columns are split too (``ncb`` > 1), columns ``c0 <= j < c1``.
+
+    Each block's sgemm packs its rows of A and its columns of B again (OpenBLAS
+    has no packing shared across calls), so the tiles are chosen to pack the
+    fewest elements per multiply-add, ``1/rows + 1/cols`` (``_tiles``): a short,
+    wide result (few rows, a large B) is split by columns, so that each thread
+    packs only its part of B.
     """
 
     block_prologue = True
+    column_tiles = True
 
-    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
+    def __init__(
+        self, op, reads, workspace: Workspace, a_array, c_array, c_local, whole_rows=True
+    ) -> None:
         self.op, self.reads = op, reads
         self.a_array, self.c_array, self.c_local = a_array, c_array, c_local
         a_shape, b_shape = shape_of(op.operands[0]), shape_of(op.operands[1])
@@ -543,36 +561,67 @@ class MatmulBlocks(BlockedCore):
         self.a_batch, self.b_batch = a2[:-2], b2[:-2]
         self.batch = tuple(np.broadcast_shapes(self.a_batch, self.b_batch))
         self.b_is_vector = len(b_shape) == 1
-        self.mb = self._rows(workspace_row_floats=(self.k if a_array else 0) + self.n * c_local)
-        self.nrb = math.ceil(self.m / self.mb)
-        self.count = math.prod(self.batch) * self.nrb
+        split_columns = not (whole_rows or a_array or self.b_is_vector)
+        self.mb, self.nb = self._tiles(a_array is not None, c_local, split_columns)
+        self.nrb, self.ncb = math.ceil(self.m / self.mb), math.ceil(self.n / self.nb)
+        self.count = math.prod(self.batch) * self.nrb * self.ncb
         if a_array:
             workspace.buffers[[n for n, _ in workspace.buffers].index(a_array)] = (
                 a_array,
                 self.mb * self.k,
             )
         if c_local:
-            workspace.add(c_array, self.mb * self.n)
+            workspace.add(c_array, self.mb * self.nb)
 
-    def _rows(self, workspace_row_floats: int) -> int:
+    def _rows(self, workspace_row_floats: int, tiles_per_matrix: int = 1) -> int:
         if self.b_is_vector:
             return self.m  # the epilogue's rows run along M: whole matrices
         fit = WORKSPACE_BYTES // (4 * max(1, workspace_row_floats))
         mb = min(self.m, MAX_ROWS, max(MIN_ROWS, fit))
-        batches = math.prod(self.batch)
-        if batches < MIN_BLOCKS:  # split further so that every thread has blocks
-            mb = min(mb, max(MIN_ROWS, math.ceil(self.m * batches / MIN_BLOCKS)))
+        tiles = math.prod(self.batch) * tiles_per_matrix
+        if tiles < MIN_BLOCKS:  # split further so that every thread has blocks
+            mb = min(mb, max(MIN_ROWS, math.ceil(self.m * tiles / MIN_BLOCKS)))
         return max(1, min(mb, self.m))
+
+    def _tiles(self, a_rows: bool, c_local: bool, split_columns: bool) -> tuple[int, int]:
+        """Rows and columns of a tile: for each split of the columns into up to
+        ``MIN_BLOCKS`` parts, the rows ``_rows`` gives; the split packing the fewest
+        elements of A and B per multiply-add (``1/rows + 1/cols``) wins, fewer column
+        parts on a tie."""
+        best: tuple[float, int, int] | None = None
+        for parts in range(1, (MIN_BLOCKS if split_columns else 1) + 1):
+            nb = min(self.n, -(-math.ceil(self.n / parts) // 16) * 16)  # whole 64-byte lines
+            if parts > 1 and nb == self.n:
+                break
+            ncb = math.ceil(self.n / nb)
+            mb = self._rows((self.k if a_rows else 0) + nb * c_local, ncb)
+            rows = self.m / math.ceil(self.m / mb)  # the mean tile, ragged ones included
+            cost = 1 / rows + ncb / self.n
+            if best is None or cost < best[0] - 1e-12:
+                best = (cost, mb, nb)
+        assert best is not None
+        return best[1], best[2]
 
     def describe(self) -> str:
         batch = "x".join(map(str, self.batch))
+        columns = f" x {self.nb} columns" if self.ncb > 1 else ""
         return (
             f"matmul {batch + ' x ' if batch else ''}({self.m}x{self.k} @ {self.k}x{self.n}) in "
-            f"{self.count} blocks of up to {self.mb} rows: prologue, sgemm, epilogue per block"
+            f"{self.count} blocks of up to {self.mb} rows{columns}: prologue, sgemm, epilogue "
+            "per block"
         )
 
     def decode(self) -> list[str]:
-        return decode_row_block(self.nrb, self.mb, self.m, self.batch)
+        if self.ncb == 1:
+            return decode_row_block(self.nrb, self.mb, self.m, self.batch)
+        tiles = self.nrb * self.ncb  # a row block's column tiles are consecutive blocks
+        lines = decode_row_block(tiles, self.mb, self.m, self.batch)
+        lines[1] = f"r0 = blk % {tiles} // {self.ncb} * {self.mb}"
+        return [
+            *lines,
+            f"c0 = blk % {self.ncb} * {self.nb}",
+            f"c1 = min(c0 + {self.nb}, {self.n})",
+        ]
 
     def _batch_index(self, shape: Sequence[int]) -> str:
         """The matrix number, in an operand of batch shape ``shape``, of batch ``b``."""
@@ -609,10 +658,15 @@ class MatmulBlocks(BlockedCore):
         b_off = f"({b_off}) * {k * n}" if b_off != "0" else "0"
         ldb = 1 if self.b_is_vector else (k if self.tb else n)
         c_off = "0" if self.c_local else f"(b * {m} + r0) * {n}"
+        cols, ldc = str(n), n
+        if self.ncb > 1:  # this tile's columns: B's from column c0 (row c0 of a B^T)
+            b_off = f"{b_off} + c0{f' * {k}' if self.tb else ''}"
+            c_off = c_off if self.c_local else f"{c_off} + c0"
+            cols, ldc = "c1 - c0", (self.nb if self.c_local else n)
         return [
             "prev = threads_begin(1)",
-            f"sgemm({ta}, {int(self.tb)}, r1 - r0, {n}, {k}, {a}, {a_off}, {lda}, "
-            f"{b}, {b_off}, {ldb}, {self.c_array}, {c_off}, {n})",
+            f"sgemm({ta}, {int(self.tb)}, r1 - r0, {cols}, {k}, {a}, {a_off}, {lda}, "
+            f"{b}, {b_off}, {ldb}, {self.c_array}, {c_off}, {ldc})",
             "threads_end(prev)",
         ]
 
@@ -625,10 +679,11 @@ class MatmulBlocks(BlockedCore):
         loops = [f"q0 = {q0}", *row_loop(space, f"q0, {q1}")]
         local = {}
         if self.c_local:
-            loops.append(f"    lc = (row - q0) * {length}")
+            loops.append(f"    lc = (row - q0) * {self.nb if self.ncb > 1 else length}")
             local[self.c_array] = "lc"
         reshape = None if self.result else (lambda shape: (1,))
-        return EpilogueRows(loops, "    ", tuple(space), RowBlock(local, None, reshape))
+        segment = ("c0", "c1 - c0") if self.ncb > 1 else None
+        return EpilogueRows(loops, "    ", tuple(space), RowBlock(local, segment, reshape))
 
 
 def _insert_unit(rank: int, where: int) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
