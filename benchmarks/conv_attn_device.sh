@@ -11,7 +11,7 @@
 # GEMM conv tiles to A/B against the default on the conv row, fusec alone
 # ($OUT/tile-<tile>/), after the full benchmark; CONV_INPUTS (default "nhwc nchw nchw-ld") A/Bs
 # $FUSEC_CONV_INPUT on the conv row and its 1x1 twin, fusec alone ($OUT/input-<layout>/);
-# CONV_EPILOGUES (default "inline early") A/Bs $FUSEC_CONV_EPILOGUE on the conv row and the
+# CONV_EPILOGUES (default "inline early handoff") A/Bs $FUSEC_CONV_EPILOGUE on the conv row and the
 # ResNet block, fusec alone, with the block's per-kernel profile ($OUT/epilogue-<mode>/).
 #
 # The device tool's $OUT receives the logs and tables (default /tmp/conv-attn); WHL
@@ -54,11 +54,14 @@ PYTEST="python3 -m pytest -m gpu -v -p no:cacheprovider -rfE --tb=short"
 # 1. conv: implicit GEMM (odd sizes, strides, padding, groups, bf16, epilogues), direct
 #    (depthwise), fallback; results on the caller's stream
 stage conv_tests 150 $PYTEST tests/cuda/test_conv_gpu.py \
-  -k "not nchw and not epilogue_loads and not early_loads"
+  -k "not nchw and not epilogue_loads and not early_loads and not handoff"
 # 1a. the epilogue's inputs read at each element (the default) and loaded ahead of use
 #     (FUSEC_CONV_EPILOGUE=early, opt-in): the ResNet block (bench size and ragged), bf16
 #     residual, odd W, split-m row loads, a misaligned residual
 stage conv_epilogue_tests 180 $PYTEST tests/cuda/test_conv_gpu.py -k "epilogue_loads or early_loads"
+# 1b'. the conv -> conv hand-off in channels-last (FUSEC_CONV_HANDOFF=nhwc, opt-in; the tests
+#     force it on): ResNet blocks at bench size, ragged, odd W, bf16, both epilogue loads
+stage conv_handoff_tests 180 $PYTEST tests/cuda/test_conv_gpu.py -k handoff
 # 1b. the opt-in FUSEC_CONV_INPUT=nchw / nchw-ld variants (NCHW input read in place by
 #     TMA / loaded by the producer warpgroup, no channels-last copy; the tests force them
 #     on): their own stage, so a hang costs only it
@@ -96,16 +99,21 @@ for layout in ${CONV_INPUTS-nhwc nchw nchw-ld}; do
     python3 benchmarks/conv_attn_bench.py --out "$dir" --only conv,resnet,pointwise --fusec-only
   cat "$dir"/conv-attn-*.md 2>/dev/null | tail -3
 done
-# 6. epilogue-load A/B (CONV_EPILOGUES, default "inline early", empty for none): the conv
+# 6. epilogue-load A/B (CONV_EPILOGUES, default "inline early handoff", empty for none): the conv
 #    row and the ResNet block, fusec alone, and the block's per-kernel GPU times
 #    (torch.profiler), with FUSEC_CONV_EPILOGUE forced ($OUT/epilogue-<mode>/)
-for mode in ${CONV_EPILOGUES-inline early}; do
+#    A mode "handoff" runs early loads with FUSEC_CONV_HANDOFF=nhwc (conv1 stores channels-
+#    last, conv2 skips its copy).
+for mode in ${CONV_EPILOGUES-inline early handoff}; do
   dir="$OUT/epilogue-$mode"
-  FUSEC_CONV_EPILOGUE=$mode stage "epilogue-$mode" 90 \
+  loads=$mode
+  if [ "$mode" = handoff ]; then export FUSEC_CONV_HANDOFF=nhwc; loads=early; else unset FUSEC_CONV_HANDOFF; fi
+  FUSEC_CONV_EPILOGUE=$loads stage "epilogue-$mode" 90 \
     python3 benchmarks/conv_attn_bench.py --out "$dir" --only conv,resnet --fusec-only
   cat "$dir"/conv-attn-*.md 2>/dev/null | tail -2
-  FUSEC_CONV_EPILOGUE=$mode timeout 60 python3 benchmarks/profile_cases.py --case resnet \
+  FUSEC_CONV_EPILOGUE=$loads timeout 60 python3 benchmarks/profile_cases.py --case resnet \
     --impl fusec >"$dir/profile-resnet.log" 2>&1
   echo "== profile resnet [$mode]: rc=$?"
   grep -E "^--|GPU kernel time|^ +[0-9.]+ us" "$dir/profile-resnet.log" | cut -c1-110 | head -12
 done
+unset FUSEC_CONV_HANDOFF

@@ -43,8 +43,8 @@ IFS=';' read -ra TILES <<< "${LMS_TILES:-}"
 for t in "${TILES[@]}"; do profile "lms-small [$t]" --case lms-small --impl fusec --tile "$t"; done
 profile resnet --case resnet --impl fusec --impl compile
 IFS=';' read -ra ENVS <<< "${CONV_ENVS:-}"
-for e in "${ENVS[@]}"; do
-  env "$e" timeout 60 python3 benchmarks/profile_cases.py --case resnet --case conv \
+for e in "${ENVS[@]}"; do  # $e unquoted below: one entry may set several variables
+  env $e timeout 60 python3 benchmarks/profile_cases.py --case resnet --case conv \
     --impl fusec > "$W/profile/conv-$e.log" 2>&1
   echo "== profile conv, resnet [$e]: rc=$?"
   grep -E "^--|GPU kernel time|^ +[0-9.]+ us" "$W/profile/conv-$e.log" | cut -c1-110 | head -16

@@ -85,7 +85,8 @@ PLAIN_VARIANTS = [
 
 #: The small-row LN(8192x256) -> matmul 256x256 -> softmax group (one GEMM launch after the
 #: LayerNorm pre-pass): the staged LayerNorm vectors (vectors=smem) against the element-wise
-#: loads, on the heuristic's 64x256 tile and on 128x256 with two consumers.
+#: loads, on the heuristic's 64x256 tile and on 128x256 with two consumers; and ln=tile (the
+#: GEMM alone, normalising its resident A tiles: no pre-pass, no memset).
 LN_VARIANTS = [
     ("default", ""),
     ("vec", "vectors=smem"),
@@ -93,6 +94,11 @@ LN_VARIANTS = [
     ("smem+vec", "epilogue=smem vectors=smem"),
     ("c2", 'tile="128x256x64 s4 c2 g8"'),
     ("c2+vec", 'tile="128x256x64 s4 c2 g8 vec=smem"'),
+    # ln=tile: the LayerNorm applied to the resident A tiles, one launch (no pre-pass, memset)
+    ("ln-tile", "ln=tile"),
+    ("ln-tile+smem", "epilogue=smem ln=tile"),
+    ("ln-tile+fast", "math=fast ln=tile"),
+    ("ln-tile+c2", 'tile="128x256x64 s4 c2 g8 ln=tile"'),
 ]
 
 

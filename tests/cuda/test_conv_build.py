@@ -741,3 +741,81 @@ def test_early_loads_cubin(name: str, tmp_path) -> None:
         assert words >= (16 * spec.tile.wn // 64 if wide else 0)
     else:
         assert loads and min(loads) > last_mma  # in the epilogue, one row at a time
+
+
+# ------------------ the conv -> conv hand-off in channels-last ($FUSEC_CONV_HANDOFF=nhwc)
+
+HANDED = "output stored channels-last [N][P][Q][K] for the next conv group"
+GIVEN = "input given channels-last by the previous conv group"
+
+
+def _heads(text: str) -> list[str]:
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    return [k.source.split("\n\n")[0] for k in compiled.kernels if k.kind == "conv"]
+
+
+def test_handoff_is_opt_in(monkeypatch) -> None:
+    assert not any(HANDED in h or GIVEN in h for h in _heads(RESNET_TEXT))
+    monkeypatch.setenv("FUSEC_CONV_HANDOFF", "nhwc")
+    first, second = _heads(RESNET_TEXT)
+    assert HANDED in first and GIVEN not in first  # the block's input x: NCHW, copied
+    assert GIVEN in second and HANDED not in second  # the block's output: NCHW
+    monkeypatch.setenv("FUSEC_CONV_HANDOFF", "yes")
+    with pytest.raises(ValueError, match="FUSEC_CONV_HANDOFF"):
+        _heads(RESNET_TEXT)
+
+
+TWO_CONVS = """func.func @f(%x: {X}, %w1: {W1}, %w2: {W2}) -> ({RET}) {{
+  %c1 = ai.conv2d %x, %w1 {{padding = array<i64: 1, 1>}} : {X} * {W1}
+  %r1 = ai.relu %c1 : {X}
+  %c2 = ai.conv2d %r1, %w2 {{padding = array<i64: 1, 1>, groups = {G} : i64}} : {X} * {W2}
+  return {VALUES} : {RET}
+}}"""
+
+
+@pytest.mark.parametrize(
+    "groups, returned, handed",
+    [(1, False, True), (2, False, False), (1, True, False)],
+    ids=["hands-off", "consumer-groups-2", "result-also-returned"],
+)
+def test_handoff_only_to_the_only_reader(groups: int, returned: bool, handed: bool, monkeypatch):
+    """No hand-off when the result is also a graph output or the next conv has groups."""
+    monkeypatch.setenv("FUSEC_CONV_HANDOFF", "nhwc")
+    x = "tensor<2x64x9x16xf16>"
+    values, ret = ("%c2, %r1", f"{x}, {x}") if returned else ("%c2", x)
+    text = TWO_CONVS.format(
+        X=x, W1="tensor<64x64x3x3xf16>", W2=f"tensor<64x{64 // groups}x3x3xf16>", G=groups,
+        VALUES=values, RET=ret,
+    )  # fmt: skip
+    first, second = _heads(text)
+    assert (HANDED in first) == handed and (GIVEN in second) == handed
+
+
+def test_handoff_stores_channels_last() -> None:
+    geo = ConvGeometry(2, 64, 13, 9, 64, 3, 3, 1, 1, 1, 1, 1, 1)
+    spec = ConvSpec(geo, choose_tile(geo), out_layout="nhwc")
+    source = spec.cpp_source()
+    assert "(((long long)n * P + p) * Q + q) * KOUT + ko" in source
+    assert "os + KOUT" in source and "fs_st2_" not in source.split("fs_epilogue(acc[m]")[1]
+    given = ConvSpec(geo, choose_tile(geo), input="given")
+    assert given.named_kernels == (given.relayout_name,)  # no channels-last copy
+    with pytest.raises(ValueError, match="one group"):
+        ConvSpec(ConvGeometry(2, 40, 9, 9, 40, 3, 3, groups=2), input="given")
+
+
+@needs_toolchain
+def test_handoff_cubins(tmp_path) -> None:
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    for spec in (
+        ConvSpec(BENCH, choose_tile(BENCH), "f16", "f16", RESNET_TAIL, out_layout="nhwc"),
+        ConvSpec(BENCH, choose_tile(BENCH), "f16", "f16", RESNET_TAIL, "given", "early"),
+    ):
+        built = build.build(spec, KernelCache(tmp_path))
+        assert not re.search(r"\b[1-9]\d* bytes spill", built.log)
+        sass = sass_of(built.cubin, tmp_path)
+        if sass is None:
+            pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+        assert not re.search(r"\b(LDL|STL)\b", sass)
+        assert ("convx" in sass) == (spec.input == "nhwc")

@@ -426,3 +426,33 @@ def test_early_loads_misaligned_residual(offset: int) -> None:
     conv = reference_conv2d(x.astype(np.float64), w.astype(np.float64), padding=(1, 1, 1, 1))
     ref = np.maximum(conv * scale.astype(np.float64)[None, :, None, None] + res, 0.0)
     assert_close(out.float().cpu().numpy(), ref, "f16", what=f"offset {offset}")
+
+
+# --------------- $FUSEC_CONV_HANDOFF=nhwc: conv1 stores channels-last, conv2 reads it as is
+
+HANDOFF_CASES = {
+    "resnet-basic-block-bench": resnet_basic(32, 64, 56, 56),
+    "resnet-basic-block-ragged-c40-13x16": resnet_basic(2, 40, 13, 16),
+    "resnet-basic-block-odd-7x7": resnet_basic(2, 64, 7, 7),
+    "resnet-basic-block-bf16-13x9": resnet_basic(2, 64, 13, 9, t="bf16"),
+}
+
+
+@pytest.mark.parametrize("loads", ["inline", "early"])
+@pytest.mark.parametrize("name", list(HANDOFF_CASES))
+def test_conv_handoff_matches_reference(name: str, loads: str, monkeypatch) -> None:
+    import fusec
+    from fusec.runtime.reference import entry_function, run_reference
+    from fusec.tools.runner import random_inputs
+
+    monkeypatch.setenv("FUSEC_CONV_HANDOFF", "nhwc")
+    monkeypatch.setenv("FUSEC_CONV_EPILOGUE", loads)
+    compiled = fusec.compile(HANDOFF_CASES[name], target="cuda")
+    first, second = [k.source.split("\n\n")[0] for k in compiled.kernels if k.kind == "conv"]
+    assert "output stored channels-last" in first, first[:900]
+    assert "input given channels-last" in second, second[:900]
+    for seed in (0, 1):
+        args = random_inputs(entry_function(compiled.module), seed=seed)
+        (out,) = compiled._runner(args, poison=True)
+        (ref,) = run_reference(compiled.module, args, rounding="groups")
+        assert_close(out, ref, what=f"{name}, {loads}, seed {seed}")

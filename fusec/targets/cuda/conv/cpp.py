@@ -55,6 +55,9 @@ OUT_DTYPES = ("f16", "bf16", "f32")
 #: how the implicit GEMM reads its input: "nhwc" = a channels-last copy first, "nchw" = in
 #: place by TMA, "nchw-ld" = in place by the producer warpgroup's 16-byte loads
 INPUTS = ("nhwc", "nchw", "nchw-ld")
+#: ... and "given": the input already is channels-last ``[N][H][W][C]`` (the previous conv
+#: group wrote it so: ``out_layout="nhwc"``, the opt-in conv -> conv hand-off)
+LAYOUTS = (*INPUTS, "given")
 #: TMA reads start 16-byte aligned: a W coordinate must be a multiple of this many pixels
 TMA_ALIGN_PIXELS = 8
 #: when the implicit GEMM's epilogue reads its per-channel and output-shaped inputs
@@ -152,17 +155,24 @@ class ConvSpec:
     #: thread's, branch-free predicated loads issued at the head of the tile or of each
     #: output row of the epilogue, before the first use: ``_early_placement``)
     epilogue_loads: str = "inline"
+    #: "nchw", or "nhwc": the output stored channels-last ``[N][P][Q][K]`` for a next conv
+    #: group that reads it as its ``input="given"``
+    out_layout: str = "nchw"
 
     def __post_init__(self) -> None:
         _check_types(self.dtype, self.out_dtype, self.epilogue)
-        if self.input not in INPUTS:
-            raise ValueError(f"conv input layout {self.input!r}, expected one of {INPUTS}")
+        if self.input not in LAYOUTS:
+            raise ValueError(f"conv input layout {self.input!r}, expected one of {LAYOUTS}")
+        if self.out_layout not in ("nchw", "nhwc"):
+            raise ValueError(f"conv output layout {self.out_layout!r}")
+        if self.input == "given" and (self.geo.groups != 1 or self.geo.cgp != self.geo.cg):
+            raise ValueError("a channels-last input is [N][H][W][C]: one group, C % 8 == 0")
         if self.epilogue_loads not in EPILOGUE_LOADS:
             raise ValueError(
                 f"conv epilogue loads {self.epilogue_loads!r}, expected one of {EPILOGUE_LOADS}"
             )
         why = implicit_gemm_problem(self.geo)
-        if not why and self.input != "nhwc":
+        if not why and self.input in ("nchw", "nchw-ld"):
             why = nchw_input_problem(self.geo, tma=self.input == "nchw")
         if why:
             raise ValueError(why)
@@ -439,7 +449,7 @@ def _b_descriptor(spec: ConvSpec) -> str:
     """The B descriptor of K step ``kk`` (16 channels) as in ``gemm.cpp``: K-major rows of
     128 bytes (+32 bytes a step); MN-major 64-pixel chunks 8192 bytes apart (LBO), 8-row
     channel groups 1024 bytes apart (SBO), +2048 bytes a step."""
-    if spec.input != "nhwc":
+    if spec.input in ("nchw", "nchw-ld"):
         return "fs_desc(b_base + (u32)(kk * 2048), 8192u, 1024u)"
     return "fs_desc(b_base + (u32)(kk * 32), 16u, 1024u)"
 
@@ -447,7 +457,7 @@ def _b_descriptor(spec: ConvSpec) -> str:
 def generate(spec: ConvSpec) -> str:
     """The ``.cu`` source of ``spec``: the conv device function and the weight re-layout."""
     geo, tile = spec.geo, spec.tile
-    nchw = spec.input != "nhwc"
+    nchw = spec.input in ("nchw", "nchw-ld")
     loads = spec.input == "nchw-ld"
     consumer_registers = LD_CONSUMER_REGISTERS if loads else CONSUMER_REGISTERS
     full_arrivals = 1 + 128 if loads else 1  # + every producer thread after its stores
@@ -455,7 +465,10 @@ def generate(spec: ConvSpec) -> str:
     headline += {
         "nchw": ", NCHW input read in place",
         "nchw-ld": ", NCHW input loaded by threads",
+        "given": ", channels-last input given",
     }.get(spec.input, "")
+    if spec.out_layout == "nhwc":
+        headline += ", channels-last output"
     mi = tile.wm // 64
     half = tile.wn // 2
     helpers = (_LD_HELPERS if loads else "") + (_EARLY_HELPERS if _early(spec) else "")
@@ -764,6 +777,28 @@ def _epilogue_section(spec: ConvSpec) -> str:
     a_row0 = "cw * WM" if tile.split == "m" else "0"
     b_col0 = "cw * WN" if tile.split == "n" else "0"
     out = spec.out_dtype
+    if spec.out_layout == "nhwc":  # [N][P][Q][KOUT]: the pair's pixels KOUT apart
+        store = f"""                  const long long os =
+                      (((long long)n * P + p) * Q + q) * KOUT + ko;
+                  fs_st_{out}((void*)out, os, y0);
+                  if (q + 1 < Q) {{
+                    const float y1 =
+                        fs_epilogue(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1{a1});
+                    fs_st_{out}((void*)out, os + KOUT, y1);
+                  }}"""
+    else:
+        store = f"""                  if (Q % 2 == 0) {{
+                    const float y1 =
+                        fs_epilogue(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1{a1});
+                    fs_st2_{out}((void*)out, o, y0, y1);
+                  }} else {{
+                    fs_st_{out}((void*)out, o, y0);
+                    if (q + 1 < Q) {{
+                      const float y1 =
+                          fs_epilogue(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1{a1});
+                      fs_st_{out}((void*)out, o + 1, y1);
+                    }}
+                  }}"""
     row_loads = ""
     if _early(spec) and _early_placement(spec) == "row":
         row_loads = "            // this row's epilogue inputs, loaded ahead of use\n"
@@ -791,18 +826,7 @@ def _epilogue_section(spec: ConvSpec) -> str:
                 if (strip < STRIPS && q < Q) {{
                   const long long o = row + q;
                   const float y0 = fs_epilogue(acc[m][4 * qd + 2 * h], n, ko, p, q{a0});
-                  if (Q % 2 == 0) {{
-                    const float y1 =
-                        fs_epilogue(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1{a1});
-                    fs_st2_{out}((void*)out, o, y0, y1);
-                  }} else {{
-                    fs_st_{out}((void*)out, o, y0);
-                    if (q + 1 < Q) {{
-                      const float y1 =
-                          fs_epilogue(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1{a1});
-                      fs_st_{out}((void*)out, o + 1, y1);
-                    }}
-                  }}
+{store}
                 }}
               }}
             }}

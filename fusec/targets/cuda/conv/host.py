@@ -174,13 +174,26 @@ class ConvKernel(LinkedKernel):
         here), or over NCHW ``x`` itself for ``input == "nchw"``; for ``"nchw-ld"`` the
         address of ``x`` (16-byte aligned)."""
         spec, geo = self.spec, self.spec.geo
-        if spec.input != "nhwc" and x % 16:  # TMA and 16-byte loads need 16-byte alignment
+        # TMA and 16-byte loads need 16-byte alignment
+        if spec.input in ("nchw", "nchw-ld") and x % 16:
             size = geo.n * geo.c * geo.h * geo.w * 2
             aligned = self.buffer((stream, "x"), size)
             check(self.drv.cuMemcpyDtoDAsync(aligned, x, size, handle))
             x = aligned
         if spec.input == "nchw-ld":
             return x  # the producer warpgroup loads it
+        pixel = geo.groups * geo.cgp * 2  # bytes per channels-last pixel
+        if spec.input == "given":  # the previous conv group wrote it channels-last
+            if x % 16:
+                raise FusecError("a channels-last conv input must be 16-byte aligned")
+            return tensor_map(
+                spec.dtype,
+                x,
+                (geo.cg, geo.groups, geo.w, geo.h, geo.n),
+                (geo.cgp * 2, pixel, pixel * geo.w, pixel * geo.w * geo.h),
+                (CHUNK, 1, STRIP, 1, 1),
+                stream,
+            )
         if spec.input == "nchw":
             plane = geo.h * geo.w * 2
             return tensor_map(
@@ -195,7 +208,6 @@ class ConvKernel(LinkedKernel):
         copy = spec.transposing
         u64 = ctypes.c_uint64
         self.launch(self.transpose_for(x), copy.grid, THREADS, 0, handle, [(u64, x), (u64, xt)])
-        pixel = geo.groups * geo.cgp * 2  # bytes per channels-last pixel
         return tensor_map(
             spec.dtype,
             xt,

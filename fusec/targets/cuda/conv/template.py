@@ -57,6 +57,10 @@ INPUT_ENV = "FUSEC_CONV_INPUT"
 #: inputs (a residual) with predicated loads issued ahead of use (``cpp.ConvSpec``
 #: ``epilogue_loads``); "inline": at each element (the default until measured on the H200)
 EPILOGUE_ENV = "FUSEC_CONV_EPILOGUE"
+#: "nhwc": a conv group whose result only feeds the next conv group's input (not a graph
+#: output) stores it channels-last, and the next group reads it without the copy (opt-in
+#: A/B switch: ``hands_off``); unset or "off": NCHW between groups (the default)
+HANDOFF_ENV = "FUSEC_CONV_HANDOFF"
 _DTYPES = ("f16", "bf16")
 #: below this many input channels per group the direct template serves the conv
 MIN_GEMM_CHANNELS = 16
@@ -222,6 +226,51 @@ def epilogue_loads_for() -> str:
     return asked
 
 
+def handoff_enabled() -> bool:
+    """``$FUSEC_CONV_HANDOFF`` is "nhwc" (validated: "", "off" or "nhwc")."""
+    asked = os.environ.get(HANDOFF_ENV, "").strip().lower()
+    if asked not in ("", "off", "nhwc"):
+        raise ValueError(f"${HANDOFF_ENV}: {asked!r}, expected 'off' or 'nhwc'")
+    return asked == "nhwc"
+
+
+def _implicit_plan(op) -> ConvPlan | None:
+    """The plan of ``op`` when it is a conv group the implicit GEMM runs, else None."""
+    if not isinstance(op, ai.FusedOp) or len(op.results) != 1:
+        return None
+    p = plan(op)
+    return p if not isinstance(p, str) and route(p) == "implicit" else None
+
+
+def hands_off(producer, consumer) -> bool:
+    """Whether conv group ``producer`` stores its result channels-last ``[N][P][Q][K]`` for
+    conv group ``consumer`` (``$FUSEC_CONV_HANDOFF=nhwc``): both run the implicit GEMM, the
+    result's only use is the consumer's conv input (so no graph output, no other reader),
+    and that layout is the consumer's channels-last input (one group, C a multiple of 8,
+    no in-place NCHW read asked for). Both groups decide with this one predicate."""
+    if not handoff_enabled():
+        return False
+    made, used = _implicit_plan(producer), _implicit_plan(consumer)
+    if made is None or used is None:
+        return False
+    uses = list(producer.results[0].uses)
+    if len(uses) != 1 or uses[0].operation is not consumer or uses[0].index != used.x:
+        return False
+    geo = used.geo
+    return geo.groups == 1 and geo.cg % 8 == 0 and input_for(geo)[0] == "nhwc"
+
+
+def hands_off_output(fused_op: ai.FusedOp) -> bool:
+    """``fused_op`` stores its result channels-last for the next conv group."""
+    uses = list(fused_op.results[0].uses) if len(fused_op.results) == 1 else []
+    return len(uses) == 1 and hands_off(fused_op, uses[0].operation)
+
+
+def takes_handoff(fused_op: ai.FusedOp, p: ConvPlan) -> bool:
+    """``fused_op``'s conv input was stored channels-last by the previous conv group."""
+    return hands_off(fused_op.operands[p.x].owner, fused_op)
+
+
 def route(p: ConvPlan) -> str:
     """``"implicit"``, ``"direct"`` or the reason for the fallback."""
     return route_geometry(p.geo)
@@ -267,8 +316,11 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     if how == "implicit":
         tile = tile_for(fused_op, geo)
         layout, refused = input_for(geo)
+        if takes_handoff(fused_op, p):
+            layout, refused = "given", None
+        out_layout = "nhwc" if hands_off_output(fused_op) else "nchw"
         loads = epilogue_loads_for()
-        spec = ConvSpec(geo, tile, dtype, out_dtype, epi, layout, loads)
+        spec = ConvSpec(geo, tile, dtype, out_dtype, epi, layout, loads, out_layout)
         notes = [
             "target: cuda, implicit-GEMM conv2d on the Hopper Tensor Cores (wgmma + TMA, "
             f"sm_90a), tile {tile.text}, {spec.tiles} tiles;",
@@ -276,6 +328,10 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             "input made channels-last and weights re-laid out to [K][R*S][C] per call (two "
             "small launches before the conv); 5-D TMA boxes per tap, padding = zero fill;"
             if spec.copies_input
+            else "input given channels-last by the previous conv group ($FUSEC_CONV_HANDOFF="
+            "nhwc): no copy; weights re-laid out to [K][R*S][C] per call (one small launch "
+            "before the conv); 5-D TMA boxes per tap, padding = zero fill;"
+            if spec.input == "given"
             else "NCHW input read in place by 5-D TMA boxes per tap (MN-major B, transposed "
             "wgmma), padding = zero fill; weights re-laid out to [K][R*S][C] per call (one "
             "small launch before the conv);"
@@ -289,6 +345,12 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             notes.append(f"${INPUT_ENV}={refused}")
         spec_text = f"ConvSpec({geo_text}, ConvTile.parse({tile.text!r}), {dtype!r}, "
         layout_text = "" if spec.copies_input else f", input={spec.input!r}"
+        if out_layout != "nchw":
+            layout_text += f", out_layout={out_layout!r}"
+            notes.append(
+                "output stored channels-last [N][P][Q][K] for the next conv group, its only "
+                "reader ($FUSEC_CONV_HANDOFF=nhwc)"
+            )
         if loads != "inline":
             layout_text += f", epilogue_loads={loads!r}"
             notes.append(

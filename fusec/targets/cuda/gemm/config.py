@@ -24,7 +24,12 @@ arithmetic (``cpp`` has the details):
   main loop runs; the epilogue reads them from there);
 * ``prefetch``: ``"none"`` or ``"tile"`` (a few K steps before a tile's main loop ends,
   its consumers prefetch into L2 the tile's rows of the epilogue inputs that have the
-  output's shape, e.g. a residual, so the epilogue's loads of them hit L2, not DRAM).
+  output's shape, e.g. a residual, so the epilogue's loads of them hit L2, not DRAM);
+* ``ln`` (with a LayerNorm prologue): ``"fold"`` (a pre-pass computes the row statistics
+  and folds gamma and beta into W'; the epilogue applies the exact rewrite) or ``"tile"``
+  (the whole K of the block's rows is resident in the pipeline, K <= stages x BK: the
+  consumers normalise the A tiles in shared memory in place before the main loop; one
+  launch, no pre-pass; ``ln_tile_problem`` says when K does not fit).
 
 The attribute form (``TileConfig.text`` / ``TileConfig.parse``) is what the
 tiling pass writes on an ``ai.fused`` op: ``"128x256x64 s4 c2 g8"``, followed
@@ -58,12 +63,14 @@ EPILOGUES = ("direct", "smem")
 MATHS = ("ieee", "fast")
 VECTORS = ("global", "smem")
 PREFETCHES = ("none", "tile")
+LAYERNORMS = ("fold", "tile")
 _VARIANT_KEYS = {
     "sched": "schedule",
     "epi": "epilogue",
     "math": "math",
     "vec": "vectors",
     "pre": "prefetch",
+    "ln": "ln",
 }
 
 _TEXT = re.compile(r"^(\d+)x(\d+)x(\d+) s(\d+) c(\d+) g(\d+)((?: [a-z]+=[a-z]+)*)$")
@@ -78,6 +85,7 @@ class Variant:
     math: str = "ieee"
     vectors: str = "global"
     prefetch: str = "none"
+    ln: str = "fold"
 
 
 #: The variant the heuristic gives the large tiles (128x256 and 128x128, two consumers).
@@ -107,6 +115,7 @@ class TileConfig:
     math: str = "ieee"
     vectors: str = "global"
     prefetch: str = "none"
+    ln: str = "fold"
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -128,6 +137,12 @@ class TileConfig:
             out.append(f"vectors must be one of {', '.join(VECTORS)}")
         if self.prefetch not in PREFETCHES:
             out.append(f"prefetch must be one of {', '.join(PREFETCHES)}")
+        if self.ln not in LAYERNORMS:
+            out.append(f"ln must be one of {', '.join(LAYERNORMS)}")
+        elif self.ln == "tile" and self.pingpong:
+            out.append("ln=tile runs the cooperative schedule")
+        elif self.ln == "tile" and self.bm > 128 * self.consumers:
+            out.append("ln=tile normalises at most 128 rows per consumer warpgroup")
         if self.consumers < 1 or self.consumers > 3:
             out.append("1 to 3 consumer warpgroups")
         elif self.pingpong and self.consumers != 2:
@@ -161,7 +176,9 @@ class TileConfig:
 
     @property
     def variant(self) -> Variant:
-        return Variant(self.schedule, self.epilogue, self.math, self.vectors, self.prefetch)
+        return Variant(
+            self.schedule, self.epilogue, self.math, self.vectors, self.prefetch, self.ln
+        )
 
     @property
     def rows_per_consumer(self) -> int:
@@ -185,6 +202,17 @@ class TileConfig:
         return self.consumers * 8 * (self.bn + self.rows_per_consumer)
 
     @property
+    def ln_bytes(self) -> int:
+        """Shared memory of ``ln="tile"``: gamma and beta as f32 for every K the pipeline
+        holds (stages x BK columns), read by every tile of the block."""
+        return 8 * self.stages * self.bk if self.ln == "tile" else 0
+
+    @property
+    def k_resident(self) -> int:
+        """The largest K whose whole rows the pipeline holds at once (stages x BK)."""
+        return self.stages * self.bk
+
+    @property
     def a_stage_bytes(self) -> int:
         return self.bm * self.bk * 2
 
@@ -196,7 +224,8 @@ class TileConfig:
     def smem_bytes(self) -> int:
         """Dynamic shared memory of one block: tiles, 2 mbarriers per stage, alignment slack."""
         tiles = self.stages * (self.a_stage_bytes + self.b_stage_bytes)
-        return tiles + self.epi_bytes + self.vec_bytes + 16 * self.stages + SMEM_ALIGN
+        staging = self.epi_bytes + self.vec_bytes + self.ln_bytes
+        return tiles + staging + 16 * self.stages + SMEM_ALIGN
 
     @property
     def acc_registers(self) -> int:
@@ -220,7 +249,7 @@ class TileConfig:
         if not match:
             raise ValueError(
                 f"bad GEMM tile config {text!r}: expected e.g. '128x256x64 s4 c2 g8' "
-                "[sched=pingpong] [epi=smem] [math=fast] [vec=smem] [pre=tile]"
+                "[sched=pingpong] [epi=smem] [math=fast] [vec=smem] [pre=tile] [ln=tile]"
             )
         bm, bn, bk, stages, consumers, group_m = (int(g) for g in match.groups()[:6])
         variant: dict[str, str] = {}
@@ -243,6 +272,17 @@ class Device:
 
 
 H200 = Device("H200 (default)", 132)
+
+
+def ln_tile_problem(config: TileConfig, k: int) -> str | None:
+    """Why ``config`` (``ln="tile"``) cannot normalise a K = ``k`` LayerNorm prologue in its
+    A tiles, or None when it can: the whole row must be resident, K <= stages x BK."""
+    if k > config.k_resident:
+        return (
+            f"ln=tile needs the whole K of a row in the pipeline: K = {k} > stages x BK = "
+            f"{config.stages} x {config.bk} = {config.k_resident} (use ln=fold, or more stages)"
+        )
+    return None
 
 
 def to_attr(config: TileConfig, choice: str) -> DictionaryAttr:
@@ -294,10 +334,18 @@ def from_attr(attr: Attribute) -> TileConfig:
     return config
 
 
-def max_stages(bm: int, bn: int, limit: int = SMEM_LIMIT, most: int = 8, reserved: int = 0) -> int:
+def max_stages(
+    bm: int,
+    bn: int,
+    limit: int = SMEM_LIMIT,
+    most: int = 8,
+    reserved: int = 0,
+    ln_tile: bool = False,
+) -> int:
     """The deepest pipeline of a bm x bn x 64 tile that fits ``limit`` bytes of shared memory
-    beside ``reserved`` bytes (the smem epilogue's staging)."""
-    per_stage = (bm + bn) * 64 * 2 + 16
+    beside ``reserved`` bytes (the smem epilogue's staging); ``ln_tile``: each stage also
+    holds 64 columns of gamma and beta (f32)."""
+    per_stage = (bm + bn) * 64 * 2 + 16 + 512 * ln_tile
     return max(2, min(most, (limit - SMEM_ALIGN - reserved) // per_stage))
 
 
@@ -309,7 +357,8 @@ def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
     wgmma shape, two tiles in flight per block), which needs two consumers: a
     one-consumer config keeps its schedule. The stages shrink until the tiles (and the
     smem epilogue's staging) fit the shared memory; they never grow, except when the tile
-    changes (then as many as fit).
+    changes (then as many as fit). ``ln="tile"`` has no LayerNorm rewrite vectors: it
+    keeps ``vectors="global"`` (nothing staged).
     """
     schedule, bm = variant.schedule, config.bm
     if schedule == "pingpong" and not config.pingpong:
@@ -319,11 +368,13 @@ def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
             schedule = config.schedule
     elif schedule == "cooperative" and config.pingpong:
         bm = config.bm * config.consumers
+    if variant.ln == "tile":  # no LayerNorm rewrite: no vectors to stage
+        variant = replace(variant, vectors="global")
     staging = replace(config, epilogue=variant.epilogue).epi_bytes
     if variant.vectors == "smem":
         rows = bm if schedule == "pingpong" else bm // config.consumers
         staging += config.consumers * 8 * (config.bn + rows)
-    fit = max_stages(bm, config.bn, reserved=staging)
+    fit = max_stages(bm, config.bn, reserved=staging, ln_tile=variant.ln == "tile")
     stages = fit if bm != config.bm else min(config.stages, fit)
     return replace(
         config,
@@ -334,6 +385,7 @@ def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
         math=variant.math,
         vectors=variant.vectors,
         prefetch=variant.prefetch,
+        ln=variant.ln,
     )
 
 

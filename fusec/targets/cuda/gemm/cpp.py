@@ -66,6 +66,7 @@ SBO = stride between 8-row K groups), so no operand is ever copied.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 
 from fusec.targets.cuda.gemm.config import MMA_K, MMA_M, TileConfig, Variant
@@ -110,6 +111,11 @@ class Epilogue:
     #: (``c`` at 0, ``d`` at ``ln_stride``, f32), or () without a LayerNorm prologue.
     ln_slots: tuple[int, ...] = ()
     ln_stride: int = 0
+    #: ``ln="tile"``: the extra slots of the LayerNorm's gamma and beta (K values each), which
+    #: the consumers apply to the resident A tiles before the main loop, and its epsilon;
+    #: () otherwise (then ``ln_eps`` is unused)
+    ln_affine: tuple[int, ...] = ()
+    ln_eps: float = 1e-5
     #: Extra slots read at (row, col) of the output, row-major M x N (a residual): what the
     #: ``prefetch="tile"`` variant brings into L2 before the epilogue.
     tile_inputs: tuple[int, ...] = ()
@@ -127,6 +133,10 @@ class Epilogue:
             raise ValueError("the partials epilogue writes to its last extra (f32)")
         if self.ln_slots and (len(self.ln_slots) != 2 or self.ln_stride % 4):
             raise ValueError("ln_slots is (stats, cd); ln_stride a multiple of 4")
+        if self.ln_affine and (len(self.ln_affine) != 2 or self.ln_slots):
+            raise ValueError("ln_affine is (gamma, beta), and excludes the rewrite's ln_slots")
+        if not (math.isfinite(self.ln_eps) and self.ln_eps >= 0.0):
+            raise ValueError(f"LayerNorm epsilon {self.ln_eps!r}")
 
 
 BIAS_RELU = Epilogue(
@@ -170,6 +180,10 @@ class GemmSpec:
         for extra in self.epilogue.extras:
             if extra not in OUT_DTYPES:
                 raise ValueError(f"epilogue input type {extra!r}")
+        if (self.config.ln == "tile") != bool(self.epilogue.ln_affine):
+            raise ValueError("ln=tile and the epilogue's gamma/beta slots come together")
+        if self.config.ln == "tile" and self.a_major != "k":
+            raise ValueError("ln=tile normalises a K-major A")
 
     @property
     def key(self) -> str:
@@ -410,6 +424,167 @@ static __device__ __forceinline__ float2 fs_lds_f32x2(u32 addr) {
 
 #: Named barrier of consumer warpgroup cw's staged vectors: 3 + cw (1 and 2 are pingpong's).
 VECTOR_BARRIER = 3
+
+
+#: Helpers of ``ln="tile"``: 16-byte shared loads and stores, the unpacking of 8 16-bit
+#: values, the async-proxy fence and the warpgroup's named barrier.
+_LN_TILE_HELPERS = r"""
+static __device__ __forceinline__ uint4 fs_ln_ld4(u32 addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+static __device__ __forceinline__ void fs_ln_st4(u32 addr, u32 a, u32 b, u32 c, u32 d) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};"
+               :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+static __device__ __forceinline__ float4 fs_ln_ld4f(u32 addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+static __device__ __forceinline__ void fs_ln_st1f(u32 addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
+}
+static __device__ __forceinline__ void fs_unpack_f16(u32 w, float& lo, float& hi) {
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}"
+      : "=f"(lo), "=f"(hi) : "r"(w));
+}
+static __device__ __forceinline__ void fs_unpack_bf16(u32 w, float& lo, float& hi) {
+  lo = __uint_as_float(w << 16);
+  hi = __uint_as_float(w & 0xFFFF0000u);
+}
+static __device__ __forceinline__ void fs_ln_fence() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+static __device__ __forceinline__ void fs_ln_bar(int id, int count) {
+  asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(count) : "memory");
+}
+"""
+
+#: Named barrier of consumer warpgroup cw's normalised A rows (``ln="tile"``): 5 + cw
+#: (1 and 2 are pingpong's, 3 + cw the staged vectors').
+LN_BARRIER = 5
+
+
+def _ln_tile(spec: GemmSpec) -> bool:
+    return spec.config.ln == "tile"
+
+
+def _ln_affine_load(spec: GemmSpec) -> str:
+    """C++ before the block's first ``__syncthreads``: every thread copies its share of gamma
+    and beta (f32, zero past K) into shared memory (``sg``: gamma, then beta STAGES x BK
+    floats further); every tile of the block reads them. ``ln="tile"`` needs the whole K
+    resident: with more K steps than stages the consumers would wait for ever, so the block
+    stores nothing (the launcher refuses such a K before it gets here)."""
+    if not _ln_tile(spec):
+        return ""
+    gamma, beta = spec.epilogue.ln_affine
+    gt, bt = (spec.epilogue.extras[slot] for slot in (gamma, beta))
+    return f"""  if ((K + BK - 1) / BK > STAGES) return 0;  // ln=tile: K must be resident
+  for (int i = tid; i < STAGES * BK; i += {spec.threads}) {{
+    const bool in_row = i < K;
+    fs_ln_st1f(sg + 4u * (u32)i, in_row ? fs_ld_{gt}((const void*)e{gamma}, i) : 0.0f);
+    fs_ln_st1f(sg + 4u * (u32)(STAGES * BK + i),
+               in_row ? fs_ld_{bt}((const void*)e{beta}, i) : 0.0f);
+  }}
+"""
+
+
+def _ln_tile_prologue(spec: GemmSpec) -> str:
+    """C++ at the head of a consumer's tile (``ln="tile"``): wait until every K step of the
+    tile has landed (the ring holds them all), then normalise the warpgroup's WM rows of the
+    A tiles in place. ``128 / WM`` threads share a row (a quad-lane pair: ``shfl.xor``),
+    each reading its chunks of 8 values per stage through the 128-byte swizzle (16-byte
+    chunk c of row r is at r * 128 + ((c ^ r % 8) << 4)). Exact two passes over the resident
+    row: the mean, then the mean squared deviation (columns past K, zero-filled by TMA,
+    left out); then x <- (x - mean) * rstd * gamma + beta, rounded to the operand type (gamma
+    and beta are 0 past K: those columns stay 0). A proxy fence and the warpgroup's named
+    barrier make the writes visible to its wgmma (async proxy)."""
+    if not _ln_tile(spec):
+        return ""
+    dt = spec.dtype
+    tpr = 128 // spec.config.rows_per_consumer
+    chunks = 8 // tpr
+    shuffles = "".join(
+        f"        {{var}} += __shfl_xor_sync(0xffffffffu, {{var}}, {o});\n"
+        for o in (1, 2, 4)[: tpr.bit_length() - 1]
+    )
+    eps = repr(float(spec.epilogue.ln_eps))
+    return f"""      for (int kb = 0; kb < kblocks; ++kb)  // ln=tile: the whole K of the tile
+        fs_bar_wait(bars + 8 * ((it + kb) % STAGES), (u32)((it + kb) / STAGES) & 1u);
+      {{
+        const int lr = cw * WM + lt / {tpr};  // the row of the block tile this thread reads
+        const int part = lt % {tpr};
+        const u32 row_at = (u32)lr * 128u;
+        const u32 swz = (u32)(lr % 8);
+        float sum = 0.0f;
+        for (int kb = 0; kb < kblocks; ++kb) {{
+          const u32 a_row = sa + (u32)((it + kb) % STAGES) * A_BYTES + row_at;
+#pragma unroll
+          for (int c = 0; c < {chunks}; ++c) {{
+            const uint4 v = fs_ln_ld4(a_row + ((((u32)(part * {chunks} + c)) ^ swz) << 4));
+            const u32 w[4] = {{v.x, v.y, v.z, v.w}};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {{
+              float lo, hi;
+              fs_unpack_{dt}(w[e], lo, hi);
+              sum += lo + hi;  // zero past K
+            }}
+          }}
+        }}
+{shuffles.format(var="sum")}        const float mean = sum / (float)K;
+        float ssd = 0.0f;
+        for (int kb = 0; kb < kblocks; ++kb) {{
+          const u32 a_row = sa + (u32)((it + kb) % STAGES) * A_BYTES + row_at;
+#pragma unroll
+          for (int c = 0; c < {chunks}; ++c) {{
+            const int chunk = part * {chunks} + c;
+            const uint4 v = fs_ln_ld4(a_row + ((((u32)chunk) ^ swz) << 4));
+            const u32 w[4] = {{v.x, v.y, v.z, v.w}};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {{
+              float lo, hi;
+              fs_unpack_{dt}(w[e], lo, hi);
+              const int col = kb * BK + chunk * 8 + 2 * e;
+              const float dl = col < K ? lo - mean : 0.0f;
+              const float dh = col + 1 < K ? hi - mean : 0.0f;
+              ssd += dl * dl + dh * dh;
+            }}
+          }}
+        }}
+{shuffles.format(var="ssd")}        const float rstd = rsqrtf(ssd / (float)K + {eps}f);
+        for (int kb = 0; kb < kblocks; ++kb) {{
+          const u32 a_row = sa + (u32)((it + kb) % STAGES) * A_BYTES + row_at;
+#pragma unroll
+          for (int c = 0; c < {chunks}; ++c) {{
+            const int chunk = part * {chunks} + c;
+            const u32 at = a_row + ((((u32)chunk) ^ swz) << 4);
+            const uint4 v = fs_ln_ld4(at);
+            const u32 w[4] = {{v.x, v.y, v.z, v.w}};
+            const u32 g_at = sg + 4u * (u32)(kb * BK + chunk * 8);
+            const float4 g0 = fs_ln_ld4f(g_at), g1 = fs_ln_ld4f(g_at + 16u);
+            const float4 b0 = fs_ln_ld4f(g_at + 4u * STAGES * BK);
+            const float4 b1 = fs_ln_ld4f(g_at + 4u * STAGES * BK + 16u);
+            const float g[8] = {{g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w}};
+            const float b[8] = {{b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w}};
+            u32 y[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {{
+              float lo, hi;
+              fs_unpack_{dt}(w[e], lo, hi);
+              y[e] = fs_pack_{dt}(fmaf((lo - mean) * rstd, g[2 * e], b[2 * e]),
+                                  fmaf((hi - mean) * rstd, g[2 * e + 1], b[2 * e + 1]));
+            }}
+            fs_ln_st4(at, y[0], y[1], y[2], y[3]);
+          }}
+        }}
+        fs_ln_fence();  // the generic-proxy writes before the wgmma's async-proxy reads
+      }}
+      fs_ln_bar({LN_BARRIER} + cw, 128);  // every row of the warpgroup normalised
+"""
 
 
 def _staged(spec: GemmSpec) -> bool:
@@ -968,10 +1143,11 @@ def generate(spec: GemmSpec) -> str:
         + (_SMEM_HELPERS if smem else "")
         + (_PINGPONG_HELPERS if pingpong else "")
         + (_VECTOR_HELPERS if staged else "")
+        + (_LN_TILE_HELPERS if _ln_tile(spec) else "")
     )
     variant_note = f"\n// {c.schedule} schedule, {c.epilogue} epilogue, {c.math} math" * (
         c.variant != Variant()
-    )
+    ) + "\n// LayerNorm normalised in the resident A tiles (ln=tile)" * _ln_tile(spec)
     layout_lines = ""
     free = "sb + STAGES * B_BYTES"
     if smem:
@@ -982,6 +1158,9 @@ def generate(spec: GemmSpec) -> str:
             f"  const u32 sv = {free};  // staged epilogue vectors: 8 (BN + WM) B per consumer\n"
         )
         free = f"sv + {c.vec_bytes}"
+    if c.ln_bytes:
+        layout_lines += f"  const u32 sg = {free};  // ln=tile: gamma, beta (f32, STAGES x BK)\n"
+        free = f"sg + {c.ln_bytes}"
     layout_lines += (
         f"  const u32 bars = {free};  // full[s] = bars + 8 s, empty[s] = bars + 8 (STAGES + s)\n"
     )
@@ -1052,7 +1231,7 @@ extern "C" __device__ __attribute__((always_inline)) int {name}({", ".join(_para
     }}
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }}
-  __syncthreads();
+{_ln_affine_load(spec)}  __syncthreads();
   const int tiles_m = (M + BM - 1) / BM;
   const int tiles_n = (N + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n * batches;
@@ -1089,7 +1268,7 @@ extern "C" __device__ __attribute__((always_inline)) int {name}({", ".join(_para
     const int lane = lt % 32;
 {mine}    float acc[{mi}][{half}];
 {tile_loop}
-      for (int kb = 0; kb < kblocks; ++kb, ++it) {{
+{_ln_tile_prologue(spec)}      for (int kb = 0; kb < kblocks; ++kb, ++it) {{
         const int s = it % STAGES;
         fs_bar_wait(bars + 8 * s, (u32)(it / STAGES) & 1u);
         const u32 a_base = sa + s * A_BYTES;

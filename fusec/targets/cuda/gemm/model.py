@@ -330,3 +330,77 @@ def layernorm_prep(x: np.ndarray, gamma, beta, w: np.ndarray, eps: float, dtype=
 def layernorm_epilogue(acc: np.ndarray, stats: np.ndarray, c: np.ndarray, d: np.ndarray):
     """The GEMM epilogue's rewrite: rstd_i * (acc_ij - mu_i c_j) + d_j."""
     return stats[:, 1:2] * (acc - stats[:, 0:1] * c[None, :]) + d[None, :]
+
+
+def ln_tile_stages(x: np.ndarray, bk: int = 64) -> list[np.ndarray]:
+    """The A stages of a tile as TMA writes them (``ln="tile"``): per 64-deep K step, a
+    128-byte-swizzled buffer of the tile's rows (``x``: rows x K, 16-bit), zero past K."""
+    rows, k = x.shape
+    stages = []
+    for kb in range(-(-k // bk)):
+        box = np.zeros((rows, bk), dtype=x.dtype)
+        part = x[:, kb * bk : (kb + 1) * bk]
+        box[:, : part.shape[1]] = part
+        buffer = np.zeros(rows * bk, dtype=x.dtype)
+        for r in range(rows):
+            for chunk in range(8):
+                first = swizzled(r, chunk) // 2
+                buffer[first : first + 8] = box[r, chunk * 8 : chunk * 8 + 8]
+        stages.append(buffer)
+    return stages
+
+
+def ln_tile_normalise(
+    stages: list[np.ndarray], k: int, gamma, beta, eps: float, rows: int, bk: int = 64
+) -> np.ndarray:
+    """Replays the consumers' in-place normalisation of ``ln="tile"`` on ``stages``
+    (``ln_tile_stages``) as ``cpp._ln_tile_prologue`` addresses them: ``128 / rows``
+    threads per row (one warpgroup), each reading chunks ``part * chunks + c`` of every
+    stage through the swizzle; the mean, then the mean squared deviation of the columns
+    below K, then (x - mean) * rstd * gamma + beta rounded to the stages' type (gamma and
+    beta zero past K). Returns how many times each 16-byte chunk was written (1 each)."""
+    tpr = 128 // rows
+    chunks = 8 // tpr
+    padded = len(stages) * bk
+    g = np.zeros(padded, np.float32)
+    b = np.zeros(padded, np.float32)
+    g[:k], b[:k] = gamma.astype(np.float32), beta.astype(np.float32)
+    writes = np.zeros((len(stages), rows, 8), dtype=np.int64)
+    for r in range(rows):
+        mine = [
+            (kb, part * chunks + c)
+            for part in range(tpr)
+            for kb in range(len(stages))
+            for c in range(chunks)
+        ]
+
+        def load(kb: int, chunk: int, r: int = r) -> np.ndarray:
+            first = swizzled(r, chunk) // 2
+            return stages[kb][first : first + 8].astype(np.float32)
+
+        total = np.float32(sum(load(kb, ch).sum(dtype=np.float32) for kb, ch in mine))
+        mean = total / np.float32(k)
+        ssd = np.float32(0)
+        for kb, ch in mine:
+            cols = kb * bk + ch * 8 + np.arange(8)
+            dev = np.where(cols < k, load(kb, ch) - mean, np.float32(0))
+            ssd += (dev * dev).sum(dtype=np.float32)
+        rstd = np.float32(1) / np.sqrt(ssd / np.float32(k) + np.float32(eps))
+        for kb, ch in mine:
+            cols = kb * bk + ch * 8 + np.arange(8)
+            y = (load(kb, ch) - mean) * rstd * g[cols] + b[cols]
+            first = swizzled(r, ch) // 2
+            stages[kb][first : first + 8] = y.astype(stages[kb].dtype)
+            writes[kb, r, ch] += 1
+    return writes
+
+
+def ln_tile_unswizzle(stages: list[np.ndarray], rows: int, k: int, bk: int = 64) -> np.ndarray:
+    """The logical rows x K matrix the wgmma reads from ``stages``."""
+    out = np.zeros((rows, len(stages) * bk), dtype=stages[0].dtype)
+    for kb, buffer in enumerate(stages):
+        for r in range(rows):
+            for chunk in range(8):
+                first = swizzled(r, chunk) // 2
+                out[r, kb * bk + chunk * 8 : kb * bk + chunk * 8 + 8] = buffer[first : first + 8]
+    return out[:, :k]

@@ -15,7 +15,10 @@ the output's shape. The parts map onto the kernel as follows:
   rewrite ``rstd_i * (x @ W' - mu_i * c) + d`` (``aux.LayerNormPrep``: one
   light pre-pass computes the row statistics of x and folds gamma and beta
   into W', c, d; the GEMM reads the raw x and applies the rewrite in its
-  epilogue);
+  epilogue); or, with the opt-in ``ln=tile`` variant where the whole K fits
+  the pipeline, the GEMM normalises its resident A tiles in shared memory
+  before its main loop (one launch; the LayerNorm output rounded to the
+  operand type, as PyTorch eager computes it);
 * a softmax over rows of at most 256 columns runs in the epilogue (the block
   tile holds whole rows: ``choose_row_config``; row max and sum by quad
   shuffles on the accumulator layout); longer rows store the logits with
@@ -53,6 +56,7 @@ from fusec.targets.cuda.gemm.config import (
     choose_config,
     choose_row_config,
     from_attr,
+    ln_tile_problem,
     with_variant,
 )
 from fusec.targets.cuda.gemm.cpp import Epilogue, GemmSpec
@@ -225,6 +229,14 @@ def tile_config(fused_op: ai.FusedOp, p: GemmPlan, sms: int = 132) -> TileConfig
             f"has {TILE_ATTR} with a {config.bn}-wide block, but its row softmax needs the "
             f"whole {p.n}-wide row in one block",
         )
+    if config.ln == "tile":
+        problem = (
+            "ln=tile needs a LayerNorm prologue"
+            if p.layernorm is None
+            else ln_tile_problem(config, p.k)
+        )
+        if problem is not None:
+            raise error_at(fused_op, f"has {TILE_ATTR} {config.text!r}: {problem}")
     return config
 
 
@@ -279,19 +291,25 @@ def _chain(fused_op, ops, inputs: _Inputs, gen: CppExprGenerator, leaves: dict, 
 
 
 def epilogue(
-    fused_op: ai.FusedOp, p: GemmPlan, fast_math: bool = False
+    fused_op: ai.FusedOp, p: GemmPlan, fast_math: bool = False, ln_tile: bool = False
 ) -> tuple[Epilogue, tuple, tuple[aux.SoftmaxFinalise, tuple] | None]:
     """The group's ops after the matmul as C++ on ``acc`` at output element (bat, row, col):
     the GEMM epilogue, the sources of its extra inputs (``e0, e1...``), and the finalise
     pass of a long-row softmax (with its own inputs) or None. ``fast_math``: the GEMM's
-    epilogue uses the hardware approximations (``CppExprGenerator``)."""
+    epilogue uses the hardware approximations (``CppExprGenerator``); ``ln_tile``: the
+    LayerNorm prologue is applied to the A tiles (``ln="tile"``: gamma and beta are extra
+    inputs of the kernel, the epilogue has no rewrite)."""
     out_shape = spec_of(p.matmul.output.type).shape
     lines = _index_lines(p, out_shape)
     inputs = _Inputs()
     gen = CppExprGenerator(fast_math=fast_math)
     acc = "acc"  # with a LayerNorm prologue, the rewrite has been applied to it (``cpp``)
     fields: dict = {}  # the Epilogue's LayerNorm and prefetch fields
-    if p.layernorm is not None:
+    if p.layernorm is not None and ln_tile:
+        ln, args = p.layernorm, {arg: i for i, arg in enumerate(fused_op.block.args)}
+        affine = tuple(inputs.slot(args[v], spec_of(v.type).dtype) for v in (ln.gamma, ln.beta))
+        fields = {"ln_affine": affine, "ln_eps": float(ln.attr("epsilon"))}
+    elif p.layernorm is not None:
         ln_slots = (inputs.slot("stats", "f32"), inputs.slot("cd", "f32"))
         fields = {"ln_slots": ln_slots, "ln_stride": cd_stride(p.n)}
     stmts, names = _chain(fused_op, p.epilogue_ops, inputs, gen, {p.matmul.output: acc}, out_shape)
@@ -300,7 +318,7 @@ def epilogue(
     fields["tile_inputs"] = tuple(inputs.tiles)
     ops = " -> ".join(op.name for op in (*p.epilogue_ops,)) or "identity"
     if p.layernorm is not None:
-        ops = f"layernorm rewrite -> {ops}"
+        ops = f"layernorm {'in the A tiles' if ln_tile else 'rewrite'} -> {ops}"
     if p.softmax is None:
         return (
             Epilogue(body, tuple(inputs.dtypes), ops, gen.helper_source(), **fields),
@@ -363,11 +381,12 @@ def gemm_spec(fused_op: ai.FusedOp, p: GemmPlan, config: TileConfig):
     out_dtype = spec_of(fused_op.results[0].type).dtype
     # approximate maths only where the result is rounded to 16 bits: f32 outputs stay IEEE
     fast = config.math == "fast" and out_dtype in _DTYPES
-    epi, sources, finalise = epilogue(fused_op, p, fast)
+    ln_tile = p.layernorm is not None and config.ln == "tile"
+    epi, sources, finalise = epilogue(fused_op, p, fast, ln_tile)
     dtype = spec_of(p.matmul.lhs.type).dtype
     spec = GemmSpec(config, dtype, out_dtype, p.a_major, p.b_major, p.batch_a, p.batch_b, epi)
     prep = None
-    if p.layernorm is not None:
+    if p.layernorm is not None and not ln_tile:
         ln = p.layernorm
         prep = aux.LayerNormPrep(
             dtype,
@@ -409,6 +428,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     ]
     if prep is not None:
         notes.append("LayerNorm prologue: pre-pass (row statistics, gamma/beta folded into W)")
+    elif p.layernorm is not None:
+        notes.append("LayerNorm prologue: normalised in the resident A tiles (ln=tile)")
     if finalise is not None:
         notes.append("long-row softmax: per-tile partials in the epilogue, then a finalise pass")
     source = "\n".join(

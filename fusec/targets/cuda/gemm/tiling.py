@@ -11,7 +11,7 @@ same device (``choice = "tuned"``), or by the heuristic from the problem shape
 and the device's SM count (``"heuristic"``, or ``"row softmax"`` when the block
 tile must hold whole rows). The device is the GPU when one is usable, else the
 H200 defaults, or what the ``sms`` option says. The ``schedule``, ``epilogue``,
-``math``, ``vectors`` and ``prefetch`` options force a variant on every group
+``math``, ``vectors``, ``prefetch`` and ``ln`` options force a variant on every group
 (``config.with_variant`` adapts the tile; ``choice`` then says so), e.g.
 ``fusec-default,tile-gemm{schedule=pingpong epilogue=smem math=fast vectors=smem}``, and
 ``tile="128x128x64 s6 c2 g8 sched=pingpong"`` forces one exact configuration; the
@@ -24,7 +24,7 @@ and FileCheck tests pin it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from xdsl.context import Context
@@ -85,7 +85,13 @@ class TileGemmPass(ModulePass):
     prefetch: str = ""
     """Force the L2 prefetch of full-tile epilogue inputs ("none" or "tile")."""
 
+    ln: str = ""
+    """Force how a LayerNorm prologue runs ("fold": pre-pass and epilogue rewrite, or
+    "tile": normalised in the resident A tiles, one launch; groups without a LayerNorm
+    prologue, or whose K does not fit the pipeline, keep "fold")."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from fusec.errors import FusecError
         from fusec.targets.cuda.gemm import template, tuning
         from fusec.targets.cuda.gemm.config import to_attr, with_variant
 
@@ -105,7 +111,13 @@ class TileGemmPass(ModulePass):
                 config, choice = self.forced_tile(), "pass option"
             forced = self.forced_variant(config)
             if forced is not None:
-                config, choice = with_variant(config, forced), f"{choice}, variant option"
+                try:
+                    if forced.ln == "tile" and not _ln_tile_fits(p, with_variant(config, forced)):
+                        forced = replace(forced, ln="fold")
+                    config = with_variant(config, forced)
+                except ValueError as err:
+                    raise FusecError(f"tile-gemm options: {err}") from None
+                choice = f"{choice}, variant option"
             fused.attributes[template.TILE_ATTR] = to_attr(config, choice)
 
     def forced_tile(self) -> TileConfig:
@@ -122,6 +134,7 @@ class TileGemmPass(ModulePass):
         from fusec.errors import FusecError
         from fusec.targets.cuda.gemm.config import (
             EPILOGUES,
+            LAYERNORMS,
             MATHS,
             PREFETCHES,
             SCHEDULES,
@@ -135,6 +148,7 @@ class TileGemmPass(ModulePass):
             "math": self.math,
             "vectors": self.vectors,
             "prefetch": self.prefetch,
+            "ln": self.ln,
         }
         choices = (
             ("schedule", SCHEDULES),
@@ -142,6 +156,7 @@ class TileGemmPass(ModulePass):
             ("math", MATHS),
             ("vectors", VECTORS),
             ("prefetch", PREFETCHES),
+            ("ln", LAYERNORMS),
         )
         for name, allowed in choices:
             if asked[name] and asked[name] not in allowed:
@@ -157,4 +172,13 @@ class TileGemmPass(ModulePass):
             asked["math"] or current.math,
             asked["vectors"] or current.vectors,
             asked["prefetch"] or current.prefetch,
+            asked["ln"] or current.ln,
         )
+
+
+def _ln_tile_fits(p, config: TileConfig) -> bool:
+    """``config`` with ``ln="tile"`` can serve plan ``p``: a LayerNorm prologue whose K the
+    pipeline holds whole (``config.ln_tile_problem``)."""
+    from fusec.targets.cuda.gemm.config import ln_tile_problem
+
+    return p.layernorm is not None and ln_tile_problem(config, p.k) is None
