@@ -117,6 +117,21 @@ func.func @f(%a: {a}, %b: {b}, %bias: {bias}, %s: {rows}, %r: {y}) -> ({types}) 
     assert ("cbuf = ws[" in source) != yield_core
 
 
+def test_matmul_batched_short_wide_result_split_by_columns(cache):
+    """Column tiles of a batched matmul with a B shared by the batch: each tile finds
+    its matrix, rows and columns (2 matrices x 2 column tiles, the last ragged)."""
+    a, b, bias, y = _t((2, 64, 24)), _t((24, 400)), _t((400,)), _t((2, 64, 400))
+    text = f"""
+func.func @f(%a: {a}, %b: {b}, %bias: {bias}) -> {y} {{
+  %m = ai.matmul %a, %b : {a} * {b}
+  %c = ai.add %m, %bias : {y} * {bias}
+  %o = ai.relu %c : {y}
+  return %o : {y}
+}}"""
+    program = check(text, cache=cache, kind="matmul")
+    assert "4 blocks of up to 64 rows x 208 columns" in program.kernels[0].source
+
+
 def test_matmul_reduction_epilogue_keeps_whole_rows(cache):
     """A softmax after the matmul needs whole rows: no column tiles however wide."""
     a, b, y = _t((40, 24)), _t((24, 200)), _t((40, 200))
