@@ -75,12 +75,13 @@ def gemm_case(torch, prefix: str):
     raise KeyError(prefix)
 
 
-def mlp_case(torch):
+def mlp_case(torch, with_ln: bool = False):
     import torch.nn.functional as F
-    from gemm_bench import MLP
+    from gemm_bench import LN, MLP
 
     m, d, h = 8192, 1024, 4096
-    text = MLP.format(m=m, d=d, h=h, ln="", src="%x")
+    ln = LN.format(m=m, d=d) if with_ln else ""
+    text = MLP.format(m=m, d=d, h=h, ln=ln, src="%n" if with_ln else "%x")
 
     def r(*shape, scale=1.0):
         return torch.randn(*shape, device="cuda", dtype=torch.float16) * scale
@@ -88,7 +89,8 @@ def mlp_case(torch):
     inputs = (r(m, d), r(d), r(d), r(d, h, scale=0.03), r(h), r(h, d, scale=0.015), r(d))
 
     def mlp(x, g, be, w1, b1, w2, b2):
-        return F.gelu(x @ w1 + b1, approximate="tanh") @ w2 + b2 + x
+        n = F.layer_norm(x, (d,), g, be) if with_ln else x
+        return F.gelu(n @ w1 + b1, approximate="tanh") @ w2 + b2 + x
 
     return text, inputs, mlp
 
@@ -106,6 +108,7 @@ CASES = {
     "mlp-down": lambda t: gemm_case(t, "MLP down"),
     "mlp-up": lambda t: gemm_case(t, "MLP up"),
     "mlp": mlp_case,
+    "mlp-ln": lambda t: mlp_case(t, with_ln=True),
     "conv": conv_case,
     "conv-1x1": conv_1x1_case,
 }
