@@ -692,11 +692,13 @@ def test_epilogue_inputs_are_classified(monkeypatch) -> None:
     assert (first.epilogue.channel_args, first.epilogue.pixel_args) == ((0, 1), ())
     assert (second.epilogue.channel_args, second.epilogue.pixel_args) == ((0, 1), (2,))
     assert "ev2" in second.epilogue.body and "fs_ld" not in second.epilogue.body
-    assert second.epilogue_loads == "inline"
-    monkeypatch.setenv("FUSEC_CONV_EPILOGUE", "early")
+    assert second.epilogue_loads == "early"  # the default
     for source, spec in _conv_specs(RESNET_TEXT):
         assert spec.epilogue_loads == "early"
         assert "loaded ahead of use ($FUSEC_CONV_EPILOGUE=early)" in source.split("\n\n")[0]
+    monkeypatch.setenv("FUSEC_CONV_EPILOGUE", "inline")
+    for _, spec in _conv_specs(RESNET_TEXT):
+        assert spec.epilogue_loads == "inline"
     monkeypatch.setenv("FUSEC_CONV_EPILOGUE", "later")
     with pytest.raises(ValueError, match="FUSEC_CONV_EPILOGUE"):
         _conv_specs(RESNET_TEXT)
@@ -754,12 +756,14 @@ def _heads(text: str) -> list[str]:
     return [k.source.split("\n\n")[0] for k in compiled.kernels if k.kind == "conv"]
 
 
-def test_handoff_is_opt_in(monkeypatch) -> None:
-    assert not any(HANDED in h or GIVEN in h for h in _heads(RESNET_TEXT))
-    monkeypatch.setenv("FUSEC_CONV_HANDOFF", "nhwc")
+def test_handoff_is_the_default_and_can_be_turned_off(monkeypatch) -> None:
     first, second = _heads(RESNET_TEXT)
     assert HANDED in first and GIVEN not in first  # the block's input x: NCHW, copied
     assert GIVEN in second and HANDED not in second  # the block's output: NCHW
+    monkeypatch.setenv("FUSEC_CONV_HANDOFF", "nhwc")
+    assert _heads(RESNET_TEXT) == [first, second]
+    monkeypatch.setenv("FUSEC_CONV_HANDOFF", "off")
+    assert not any(HANDED in h or GIVEN in h for h in _heads(RESNET_TEXT))
     monkeypatch.setenv("FUSEC_CONV_HANDOFF", "yes")
     with pytest.raises(ValueError, match="FUSEC_CONV_HANDOFF"):
         _heads(RESNET_TEXT)

@@ -34,6 +34,10 @@ def _compile(text: str, options: str):
     )
 
 
+#: The small chain's tile with ``ln=tile`` and the direct epilogue, exactly.
+EXACT = 'tile="64x256x64 s5 c1 g8 ln=tile"'
+
+
 def _specs(text: str, options: str = "ln=tile") -> list:
     from fusec.targets.cuda.gemm.template import linked_specs
 
@@ -83,18 +87,22 @@ def test_ln_tile_rejects_what_it_cannot_run() -> None:
 # ------------------------------------------------------------------------- tiling pass
 
 
-def test_default_tiling_keeps_the_pre_pass() -> None:
-    specs = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), "")
+def test_default_tiling_normalises_in_the_kernel_when_k_is_resident() -> None:
+    (spec,) = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), "")
+    assert spec.config.text == "64x256x64 s5 c1 g8 epi=smem ln=tile"
+    specs = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), "ln=fold")
     assert [type(s).__name__ for s in specs] == ["LayerNormPrep", "GemmSpec"]
-    assert specs[1].config.text == "64x256x64 s5 c1 g8 vec=smem"  # ln=fold
+    specs = _specs(LN_SOFTMAX.format(m=8192, k=384, n=256), "")  # K > 5 stages x 64
+    assert [type(s).__name__ for s in specs] == ["LayerNormPrep", "GemmSpec"]
+    assert specs[1].config.ln == "fold" and specs[1].config.vectors == "smem"
 
 
 def test_forced_ln_tile_is_one_launch_with_gamma_beta_inputs() -> None:
-    (spec,) = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256))
+    (spec,) = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), EXACT)
     assert spec.config.text == "64x256x64 s5 c1 g8 ln=tile"
     assert spec.epilogue.ln_affine == (0, 1) and not spec.epilogue.ln_slots
     assert spec.epilogue.extras == ("f16", "f16") and spec.epilogue.softmax == "row"
-    (kernel,) = _compile(LN_SOFTMAX.format(m=8192, k=256, n=256), "ln=tile").kernels
+    (kernel,) = _compile(LN_SOFTMAX.format(m=8192, k=256, n=256), EXACT).kernels
     assert "prologue=None" in kernel.source and "extras=(1, 2)" in kernel.source
     assert "b=(3, 256, 256, 1)" in kernel.source  # the raw W, no folded scratch copy
     assert "normalised in the resident A tiles (ln=tile)" in kernel.source
@@ -164,7 +172,7 @@ def test_source_normalises_in_place_before_the_main_loop() -> None:
     assert "__shfl_xor_sync(0xffffffffu, sum, 2)" not in prologue
     epilogue = source[source.index("float fs_epilogue(") : source.index("return y;")]
     assert "ln_mu" not in epilogue and "fs_lds" not in epilogue  # no FlashNorm rewrite
-    default = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), "")[1]
+    default = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), "ln=fold")[1]
     assert "fs_ln_" not in cpp.generate(default)
 
 

@@ -15,7 +15,7 @@ import dataclasses
 import re
 
 import pytest
-from test_gemm_build import LN_SOFTMAX, _group_specs, _sass, needs_toolchain
+from test_gemm_build import FOLD_TILE, LN_SOFTMAX, _group_specs, _sass, needs_toolchain
 
 from fusec.targets.cuda.gemm import cpp
 from fusec.targets.cuda.gemm.config import TileConfig, Variant, with_variant
@@ -23,7 +23,8 @@ from fusec.targets.cuda.gemm.config import TileConfig, Variant, with_variant
 
 def _staged(n: int, **variant: str) -> cpp.GemmSpec:
     """The GEMM of LN(8192 x 256) -> matmul(256 x n) -> softmax with ``variant``."""
-    spec = _group_specs(LN_SOFTMAX.format(m=8192, k=256, n=n))[1]
+    text = LN_SOFTMAX.format(m=8192, k=256, n=n)
+    spec = (_group_specs(text, FOLD_TILE) if n <= 256 else _group_specs(text))[1]
     wanted = dataclasses.replace(spec.config.variant, vectors="smem", **variant)
     return dataclasses.replace(spec, config=with_variant(spec.config, wanted))
 

@@ -189,18 +189,36 @@ def heuristic_config(p: GemmPlan, sms: int = 132) -> tuple[TileConfig, str]:
     """(config, why) chosen from the problem shape and the GPU's SM count, with the
     variants that pay for what the group holds (measured on the H200,
     benchmarks/results/profile-2026-12-01.md): a whole-row tile with a LayerNorm prologue
-    stages the rewrite's vectors in shared memory (LN(8192x256) -> matmul -> softmax: GEMM
-    24.2 -> 12.9 us), and an epilogue that reads an output-shaped input (a residual) has
-    it prefetched into L2 (MLP down + bias + residual: 105.1 -> 102.2 us)."""
+    normalises its resident A rows in the kernel when the whole K fits the pipeline
+    (``ln="tile"`` with the staged epilogue: LN(8192x256) -> matmul -> softmax in one
+    launch, 11.8 us against 21.2 for the pre-pass, the GEMM and a memset), else stages the
+    rewrite's vectors in shared memory (GEMM 24.2 -> 12.9 us); an epilogue that reads an
+    output-shaped input (a residual) has it prefetched into L2 (MLP down + bias +
+    residual: 105.1 -> 102.2 us)."""
     if p.softmax_mode == "row":
         config, why = choose_row_config(p.m, p.n, p.batches, sms), "row softmax"
         if p.layernorm is not None:
+            in_kernel = _in_kernel_layernorm(config, p.k)
+            if in_kernel is not None:
+                return in_kernel, why
             config = with_variant(config, replace(config.variant, vectors="smem"))
         return config, why
     config = choose_config(p.m, p.n, p.k, p.batches, sms)
     if _reads_output_shaped_input(p):
         config = with_variant(config, replace(config.variant, prefetch="tile"))
     return config, "heuristic"
+
+
+def _in_kernel_layernorm(config: TileConfig, k: int) -> TileConfig | None:
+    """``config`` normalising its resident A rows (``ln="tile"``, staged epilogue), or None
+    when K does not fit its pipeline or the staging does not fit its shared memory."""
+    try:
+        tiled = with_variant(config, replace(config.variant, ln="tile", epilogue="smem"))
+    except ValueError:  # the staged epilogue leaves too little shared memory
+        return None
+    if tiled.problems() or ln_tile_problem(tiled, k) is not None:
+        return None
+    return tiled
 
 
 def _reads_output_shaped_input(p: GemmPlan) -> bool:
