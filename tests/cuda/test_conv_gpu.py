@@ -240,6 +240,7 @@ def test_conv_reading_nchw_in_place_matches_reference(name: str, monkeypatch) ->
     from fusec.tools.runner import random_inputs
 
     monkeypatch.setenv("FUSEC_CONV_INPUT", "nchw")
+    monkeypatch.setenv("FUSEC_CONV_HANDOFF", "off")  # each group's own input path
     text, layouts = NCHW_CASES[name]
     compiled = fusec.compile(text, target="cuda")
     heads = [k.source.split("\n\n")[0] for k in compiled.kernels if k.kind == "conv"]
