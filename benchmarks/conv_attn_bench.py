@@ -41,6 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "cuda"))
 
 from attention_cases import attention_graph  # noqa: E402
+from stream_timing import loop_event_and_wall_ms  # noqa: E402  (beside this script)
 
 CONV = """func.func @f(%x: tensor<32x64x56x56xf16>, %w: tensor<64x64x3x3xf16>, %b: tensor<64xf16>) -> tensor<32x64x56x56xf16> {
   %c = ai.conv2d %x, %w {padding = array<i64: 1, 1>} : tensor<32x64x56x56xf16> * tensor<64x64x3x3xf16>
@@ -143,20 +144,7 @@ def stream_check(fn, calls: int = _LOOP_CALLS) -> None:
     caller's) ends after the end event, so the wall clock exceeds the event span by the
     GPU time not covered; work ordered on the caller's stream makes them agree. Raises
     when they differ by more than 10% + 0.1 ms."""
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    stream = torch.cuda.current_stream()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0 = time.perf_counter()
-    start.record(stream)
-    for _ in range(calls):
-        fn()
-    end.record(stream)
-    torch.cuda.synchronize()
-    wall = (time.perf_counter() - t0) * 1e3
-    events = start.elapsed_time(end)
+    events, wall = loop_event_and_wall_ms(fn, calls)
     if abs(wall - events) > 0.1 * wall + 0.1:
         raise RuntimeError(
             f"{calls} calls: events {events:.3f} ms on the caller's stream vs wall clock "
@@ -340,46 +328,51 @@ def main() -> None:
         return {"max_autotune_ms": ms, "max_autotune_note": note}
 
     h = dict(device="cuda", dtype=torch.float16)
-    if wanted("conv"):
-        (x, w, b), conv = conv_case()
-        f = fusec.compile(CONV, target="cuda")
-        rel = check(f(x, w, b), conv(x.float(), w.float(), b.float()))
-        comp = compiled_torch(conv)
-        comp(x, w, b)
-        xl, wl = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
-        record(
-            "conv N32 C64 56x56 K64 3x3 + bias + relu",
-            2.0 * 32 * 64 * 56 * 56 * 64 * 9,
-            2.0 * (2 * x.numel() + w.numel() + b.numel()),
-            rel,
-            f,
-            fusec_ms=time_it(functools.partial(f, x, w, b)),
-            fusec_graph_ms=graph_ms(f, (x, w, b)),
-            eager_ms=baseline(conv, x, w, b),
-            compile_ms=baseline(comp, x, w, b),
-            channels_last_ms=baseline(conv, xl, wl, b),
-            **autotuned("conv"),
-        )
-    if wanted("resnet"):
-        inputs, block = resnet_case()
-        x, w1 = inputs[0], inputs[1]
-        f = fusec.compile(RESNET, target="cuda")
-        rel = check(f(*inputs), block(*(t.float() for t in inputs)))
-        comp = compiled_torch(block)
+
+    def conv_row(case, text, inputs, fn, flops, min_bytes, tuned_case=None) -> None:
+        """A conv row: fusec (call, graph) vs eager NCHW, torch.compile, eager channels_last
+        (every 4-D input), and max-autotune when ``tuned_case`` names its case."""
+        f = fusec.compile(text, target="cuda")
+        rel = check(f(*inputs), fn(*(t.float() for t in inputs)))
+        comp = compiled_torch(fn)
         comp(*inputs)
         last = [t.to(memory_format=torch.channels_last) if t.dim() == 4 else t for t in inputs]
         record(
-            "ResNet basic block N32 C64 56x56 (BN folded)",
-            2 * 2.0 * 32 * 64 * 56 * 56 * 64 * 9,
-            2.0 * (2 * x.numel() + 2 * w1.numel()),
+            case,
+            flops,
+            min_bytes,
             rel,
             f,
             fusec_ms=time_it(functools.partial(f, *inputs)),
             fusec_graph_ms=graph_ms(f, inputs),
-            eager_ms=baseline(block, *inputs),
+            eager_ms=baseline(fn, *inputs),
             compile_ms=baseline(comp, *inputs),
-            channels_last_ms=baseline(block, *last),
-            **autotuned("resnet"),
+            channels_last_ms=baseline(fn, *last),
+            **(autotuned(tuned_case) if tuned_case else {}),
+        )
+
+    if wanted("conv"):
+        (x, w, b), conv = conv_case()
+        conv_row(
+            "conv N32 C64 56x56 K64 3x3 + bias + relu",
+            CONV,
+            (x, w, b),
+            conv,
+            2.0 * 32 * 64 * 56 * 56 * 64 * 9,
+            2.0 * (2 * x.numel() + w.numel() + b.numel()),
+            "conv",
+        )
+    if wanted("resnet"):
+        inputs, block = resnet_case()
+        x, w1 = inputs[0], inputs[1]
+        conv_row(
+            "ResNet basic block N32 C64 56x56 (BN folded)",
+            RESNET,
+            inputs,
+            block,
+            2 * 2.0 * 32 * 64 * 56 * 56 * 64 * 9,
+            2.0 * (2 * x.numel() + 2 * w1.numel()),
+            "resnet",
         )
     torch.manual_seed(2)
     for bh, s, d in ((32, 1024, 64), (16, 4096, 128)):
@@ -414,22 +407,13 @@ def main() -> None:
         del q, k, v
     if only and wanted("pointwise"):  # asked for by name only (the input A/B)
         (x, w, b), conv = pointwise_case()
-        f = fusec.compile(POINTWISE, target="cuda")
-        rel = check(f(x, w, b), conv(x.float(), w.float(), b.float()))
-        comp = compiled_torch(conv)
-        comp(x, w, b)
-        xl, wl = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
-        record(
+        conv_row(
             "conv N32 C64 56x56 K64 1x1 + bias + relu",
+            POINTWISE,
+            (x, w, b),
+            conv,
             2.0 * 32 * 64 * 56 * 56 * 64,
             2.0 * (2 * x.numel() + w.numel() + b.numel()),
-            rel,
-            f,
-            fusec_ms=time_it(functools.partial(f, x, w, b)),
-            fusec_graph_ms=graph_ms(f, (x, w, b)),
-            eager_ms=baseline(conv, x, w, b),
-            compile_ms=baseline(comp, x, w, b),
-            channels_last_ms=baseline(conv, xl, wl, b),
         )
     write(args.out, rows, final=True)
 

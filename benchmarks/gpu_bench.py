@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+from stream_timing import loop_event_and_wall_ms  # beside this script
+
 N_POINTWISE = 1 << 28
 ROWS, COLS = 8192, 4096
 
@@ -233,19 +235,7 @@ def stream_check(torch, fn, calls: int = 20) -> dict:
     """Events on the caller's stream vs wall clock to a device-wide sync, over ``calls``
     back-to-back calls. Work queued on another stream ends after the end event, so the
     wall clock exceeds the event time; work on the caller's stream makes them agree."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    stream = torch.cuda.current_stream()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0 = time.perf_counter()
-    start.record(stream)
-    for _ in range(calls):
-        fn()
-    end.record(stream)
-    torch.cuda.synchronize()
-    wall_ms = (time.perf_counter() - t0) * 1e3
-    events = start.elapsed_time(end)
+    events, wall_ms = loop_event_and_wall_ms(fn, calls, warmup=3)
     return {
         "loop_event_ms": events,
         "loop_wall_ms": wall_ms,

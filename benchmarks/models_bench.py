@@ -54,6 +54,8 @@ import sys
 import time
 from pathlib import Path
 
+from stream_timing import loop_event_and_wall_ms  # beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "tests" / "onnx" / "models"
 sys.path.insert(0, str(ROOT / "tests"))  # numerics.py: the tests' one comparison
@@ -244,19 +246,7 @@ def event_ms(torch, fn) -> float:
 def stream_check(torch, fn, calls: int = 20) -> dict:
     """Events on the caller's stream vs wall clock to a device-wide sync, over ``calls``
     back-to-back calls: work on another stream would make the events too short."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    stream = torch.cuda.current_stream()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0 = time.perf_counter()
-    start.record(stream)
-    for _ in range(calls):
-        fn()
-    end.record(stream)
-    torch.cuda.synchronize()
-    wall = (time.perf_counter() - t0) * 1e3
-    events = start.elapsed_time(end)
+    events, wall = loop_event_and_wall_ms(fn, calls, warmup=3)
     return {"loop_event_ms": events, "loop_wall_ms": wall, "ok": wall <= 1.1 * events + 0.1}
 
 
