@@ -314,6 +314,28 @@ def test_conv_winograd_against_float64_reference(cache, case):
         assert rel < 1e-4, rel
 
 
+@pytest.mark.parametrize("architecture, rows", [("SkylakeX", 8), ("Haswell", 24)])
+def test_conv_winograd_blocks_follow_the_blas_kernels(cache, monkeypatch, architecture, rows):
+    """Wider Winograd blocks under OpenBLAS's Haswell kernels (``conv.winograd_tiles``):
+    20 tiles a row, 96 tiles -> 4 tile rows (8 output rows), 256 -> 12 (24 rows, then a
+    ragged block of 16); both against the float64 reference with poisoned outputs."""
+    monkeypatch.setattr(cpu_blas, "architecture", lambda: architecture)
+    text = _conv_text(((1, 1), (1, 1), (1, 1), 1, (4, 16, 40, 40), (8, 3, 3)), "f32")
+    module = wrap_group(text, "conv")
+    program = Program(module, target="cpu", cache=cache)
+    assert f"blocks of {rows} output rows: padded copy, Winograd" in program.kernels[0].source
+    inputs = random_inputs(entry_function(module), 13)
+    (out,) = program(inputs, alloc=poison)
+    (ref,) = run_reference(parse(text), inputs, precision="float64")
+    assert_close(out, ref, what=f"winograd blocks of {rows} rows")
+
+
+def test_winograd_tiles_by_blas_kernels():
+    assert cpu_conv.winograd_tiles("Haswell") == cpu_conv.WINOGRAD_TILES_HASWELL
+    assert cpu_conv.winograd_tiles("SkylakeX") == cpu_conv.WINOGRAD_TILES
+    assert cpu_conv.winograd_tiles("Zen") == cpu_conv.WINOGRAD_TILES  # as OpenBLAS names none
+
+
 @pytest.mark.parametrize("groups, kg, cg", [(1, 64, 64), (2, 5, 3), (4, 1, 7), (1, 3, 37)])
 def test_winograd_filters_match_the_float64_matrix_product(groups, kg, cg):
     """The compiled filter transform is numpy's float64 G g G^T rounded once, laid out

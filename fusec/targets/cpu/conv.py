@@ -33,6 +33,7 @@ from fusec.codegen import KernelSource
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
+from fusec.targets.cpu import blas
 from fusec.targets.cpu.matmul import (
     MIN_BLOCKS,
     BlockedCore,
@@ -57,13 +58,27 @@ def generate(fused_op, name: str) -> KernelSource:
 
 #: Winograd blocks: tiles (2x2 output pixels each) per block, at most; and the most bytes
 #: of a block's transformed input and products (16 x (C/G + K/G) x tiles float32s).
-#: 3 tile rows of 28 (84 tiles) measured best at 56x56, C = K = 64 (12.2 ms
-#: single-threaded against 13.1-18.0 for 1, 2, 4 and 8 rows, 19.5 by taps).
+#: With OpenBLAS's SkylakeX kernels 3 tile rows of 28 (84 tiles) measured best at 56x56,
+#: C = K = 64 (12.2 ms single-threaded against 13.1-18.0 for 1, 2, 4 and 8 rows, 19.5 by
+#: taps); see ``winograd_tiles`` for its Haswell kernels.
 WINOGRAD_TILES, WINOGRAD_BYTES = 96, 2 << 20
+#: Tiles per block with OpenBLAS's Haswell kernels (OPENBLAS_CORETYPE=ZEN on Zen 4,
+#: fusec.targets.cpu.threads), whose 64 x N x 64 sgemm is slow on narrow N (N = 84:
+#: 78-80 GFLOP/s against 93 for SkylakeX's; N = 336: 95 against 84-91). Same conv,
+#: single-threaded CPU ms: 96 tiles 15.1-19.5, 192: 16.0, 256 (9 tile rows): 13.9-14.1.
+WINOGRAD_TILES_HASWELL = 256
 #: F(2x2, 3x3) (Lavin and Gray): V = B^T d B of each 4x4 input tile d, U = G g G^T of
 #: each 3x3 filter g, the 2x2 output tile A^T (U * V) A; the products summed over input
 #: channels are 16 GEMMs. Rows of B^T and A^T as the generated code spells them out.
 WINOGRAD_G = ((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0))
+
+
+def winograd_tiles(architecture: str | None = None) -> int:
+    """Tiles per Winograd block, at most, for the BLAS kernels the sgemms run on
+    (``architecture``: default, those of the BLAS loaded, ``blas.architecture()``)."""
+    if architecture is None:
+        architecture = blas.architecture()
+    return WINOGRAD_TILES_HASWELL if architecture == "Haswell" else WINOGRAD_TILES
 
 
 def conv_method(op) -> str:
@@ -138,7 +153,7 @@ class ConvBlocks(BlockedCore):
             bh = max(1, min(self.oh, TAP_PIXELS // self.wp))
         if self.winograd:
             fit = WINOGRAD_BYTES // (64 * (self.cg + self.kg))  # tiles within the bytes
-            bh = 2 * max(1, min((self.oh + 1) // 2, min(WINOGRAD_TILES, fit) // self.tw))
+            bh = 2 * max(1, min((self.oh + 1) // 2, min(winograd_tiles(), fit) // self.tw))
         images = self.n * self.groups
         if images < MIN_BLOCKS:  # split further so that every thread has blocks
             bh = min(bh, max(1, math.ceil(self.oh * images / MIN_BLOCKS)))

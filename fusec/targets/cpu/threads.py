@@ -1,4 +1,4 @@
-"""Thread-pool settings that keep Numba's and BLAS's worker threads from fighting.
+"""Thread-pool and BLAS-kernel settings for the cpu kernels, applied as environment variables.
 
 A cpu kernel alternates Numba parallel loops (OpenMP threads) with numpy's
 BLAS (OpenBLAS threads). Both pools busy-wait after finishing a job, so each
@@ -8,24 +8,55 @@ OpenMP wait policy and 2.3 ms with OpenBLAS's spinning shortened too.
 
 The settings are environment variables read when the libraries start:
 ``OMP_WAIT_POLICY`` when Numba first starts its OpenMP pool (fusec's cpu
-runtime calls ``configure()`` before that), ``OPENBLAS_THREAD_TIMEOUT`` only
-when numpy is first imported (so only entry points that run before numpy, such
-as the ``fusec`` command and the benchmarks, can apply it). Values the user
-has set are kept.
+runtime calls ``configure()`` before that), ``OPENBLAS_THREAD_TIMEOUT`` and
+``OPENBLAS_CORETYPE`` only when numpy is first imported (so only entry points
+that run before numpy, such as the ``fusec`` command and the benchmarks, can
+apply them). Values the user has set are kept.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 DEFAULTS = {
     "OMP_WAIT_POLICY": "PASSIVE",
     # OpenBLAS workers spin 2**N cycles before sleeping (default N = 28, ~0.1 s)
     "OPENBLAS_THREAD_TIMEOUT": "4",
 }
+#: AMD's CPU family of Zen 3 and Zen 4 (Zen 3 has no AVX-512: OpenBLAS picks Zen there).
+ZEN3_4_FAMILY = 0x19
 
 
 def configure() -> None:
-    """Set the thread-pool variables the user has not set (see the module docstring)."""
+    """Set the variables the user has not set (see the module docstring)."""
     for key, value in DEFAULTS.items():
         os.environ.setdefault(key, value)
+    coretype = openblas_coretype(_cpuinfo())
+    if coretype is not None:
+        os.environ.setdefault("OPENBLAS_CORETYPE", coretype)
+
+
+def openblas_coretype(cpuinfo: str) -> str | None:
+    """The OpenBLAS kernels to ask for on the CPU that ``cpuinfo`` (the text of
+    /proc/cpuinfo) describes: ``ZEN`` on Zen 4, else None (OpenBLAS's own choice)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.split("\n\n", 1)[0].splitlines():  # the first processor's block
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    try:
+        family = int(fields.get("cpu family", ""))
+    except ValueError:
+        return None
+    amd = fields.get("vendor_id") == "AuthenticAMD"
+    if amd and family == ZEN3_4_FAMILY and "avx512f" in fields.get("flags", "").split():
+        return "ZEN"
+    return None
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux: OpenBLAS's own choice
+        return ""

@@ -1,0 +1,51 @@
+"""The cpu target's environment defaults (``fusec.targets.cpu.threads``): the OpenBLAS
+kernel choice by CPU, and that values the user has set are kept."""
+
+from __future__ import annotations
+
+import pytest
+
+from fusec.targets.cpu import threads
+
+
+def _cpuinfo(vendor: str, family: int, flags: str) -> str:
+    block = f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: {family}\nflags\t\t: {flags}\n"
+    return block + "\n" + block.replace("processor\t: 0", "processor\t: 1")
+
+
+@pytest.mark.parametrize(
+    "vendor, family, flags, expected",
+    [
+        ("AuthenticAMD", 25, "fpu sse2 avx2 fma avx512f avx512bw", "ZEN"),  # Zen 4
+        ("AuthenticAMD", 25, "fpu sse2 avx2 fma", None),  # Zen 3: OpenBLAS picks Zen itself
+        ("AuthenticAMD", 26, "fpu sse2 avx2 fma avx512f", None),  # Zen 5: not measured
+        ("GenuineIntel", 6, "fpu sse2 avx2 fma avx512f", None),
+        ("AuthenticAMD", 25, "fpu avx512fp16", None),  # a flag that only starts alike
+    ],
+)
+def test_openblas_coretype(vendor, family, flags, expected):
+    assert threads.openblas_coretype(_cpuinfo(vendor, family, flags)) == expected
+
+
+@pytest.mark.parametrize("text", ["", "processor\t: 0\n", "cpu family\t: x86\n"])
+def test_openblas_coretype_without_a_usable_cpuinfo(text):
+    assert threads.openblas_coretype(text) is None
+
+
+def test_configure_sets_the_coretype_and_keeps_the_users(monkeypatch):
+    zen4 = _cpuinfo("AuthenticAMD", 25, "avx2 avx512f")
+    monkeypatch.setattr(threads, "_cpuinfo", lambda: zen4)
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    threads.configure()
+    assert threads.os.environ["OPENBLAS_CORETYPE"] == "ZEN"
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "SKYLAKEX")
+    threads.configure()
+    assert threads.os.environ["OPENBLAS_CORETYPE"] == "SKYLAKEX"
+
+
+def test_configure_leaves_other_cpus_to_openblas(monkeypatch):
+    intel = _cpuinfo("GenuineIntel", 6, "avx2 avx512f")
+    monkeypatch.setattr(threads, "_cpuinfo", lambda: intel)
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    threads.configure()
+    assert "OPENBLAS_CORETYPE" not in threads.os.environ
