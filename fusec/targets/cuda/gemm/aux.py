@@ -69,7 +69,8 @@ static __device__ __forceinline__ float fs_warp_sum(float v) {
 """
 
 THREADS = 256
-FOLD_ROWS = 32  # rows of W per fold block (W stored K x N): all their loads in flight
+FOLD_ROWS = 16  # rows of W a fold thread owns (W stored K x N): all their loads in flight
+FOLD_COLS = 8  # adjacent columns a fold thread owns: one 16-byte load per row
 VECTORS = 4  # 16-byte loads a statistics lane issues before it adds the first
 _DTYPES = ("f16", "bf16")
 _ANY = ("f16", "bf16", "f32")
@@ -119,42 +120,127 @@ class LayerNormPrep:
 
     def fold_blocks(self, k: int, n: int) -> int:
         if self.b_major == "n":
-            return -(-n // THREADS) * -(-k // FOLD_ROWS)
+            return -(-n // (THREADS * FOLD_COLS)) * -(-k // FOLD_ROWS)
         return -(-n // (THREADS // 32))
 
-    def cpp_source(self) -> str:
+    def _fold_k_by_n(self) -> str:
+        """W stored K x N: a thread folds FOLD_COLS adjacent columns of FOLD_ROWS rows.
+
+        Every load of the chunk (W, gamma, beta) is issued before the first store:
+        a store to ``wout`` between two loads of ``w`` would order them (the pointers
+        may alias as far as the compiler knows), one memory round trip per row.
+        """
         t, g, b = self.dtype, self.gamma_dtype, self.beta_dtype
-        if self.b_major == "n":
-            fold = f"""    const int strips = (N + {THREADS - 1}) / {THREADS};
-    const int n = (fb % strips) * {THREADS} + tid;
+        return f"""    const int strips = (N + {THREADS * FOLD_COLS - 1}) / {THREADS * FOLD_COLS};
+    const int n0 = ((fb % strips) * {THREADS} + tid) * {FOLD_COLS};
     const int k0 = (fb / strips) * {FOLD_ROWS};
-    if (n >= N) return 0;
-    float cs = 0.0f, ds = 0.0f;
+    if (n0 >= N) return 0;
+    const int rows = min({FOLD_ROWS}, K - k0);
+    float gm[{FOLD_ROWS}], bt[{FOLD_ROWS}], cs[{FOLD_COLS}], ds[{FOLD_COLS}];
+#pragma unroll
+    for (int c = 0; c < {FOLD_COLS}; ++c) cs[c] = ds[c] = 0.0f;
 #pragma unroll
     for (int j = 0; j < {FOLD_ROWS}; ++j) {{
-      const int k = k0 + j;
-      if (k >= K) break;
-      const long long i = (long long)k * N + n;
-      const float wv = fs_ld_{t}((const void*)w, i);
-      const u16 q = fs_bits_{t}(fs_ld_{g}((const void*)gamma, k) * wv);
-      ((u16*)wout)[i] = q;
-      cs += fs_cvt_{t}(q);
-      ds += fs_ld_{b}((const void*)beta, k) * wv;
+      gm[j] = j < rows ? fs_ld_{g}((const void*)gamma, k0 + j) : 0.0f;
+      bt[j] = j < rows ? fs_ld_{b}((const void*)beta, k0 + j) : 0.0f;
     }}
-    atomicAdd((float*)cd + n, cs);
-    atomicAdd((float*)cd + ((N + 3) & ~3) + n, ds);
+    if (n0 + {FOLD_COLS} <= N && (N % 8) == 0 && ((w | wout) % 16) == 0) {{
+      uint4 v[{FOLD_ROWS}];
+#pragma unroll
+      for (int j = 0; j < {FOLD_ROWS}; ++j) {{
+        v[j] = j < rows ? __ldg((const uint4*)((const u16*)w + (long long)(k0 + j) * N + n0))
+                        : make_uint4(0u, 0u, 0u, 0u);
+      }}
+#pragma unroll
+      for (int j = 0; j < {FOLD_ROWS}; ++j) {{
+        if (j >= rows) break;
+        const u32 in[4] = {{v[j].x, v[j].y, v[j].z, v[j].w}};
+        u32 out[4];
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {{
+          const float w0 = fs_cvt_{t}(in[h] & 0xFFFFu), w1 = fs_cvt_{t}(in[h] >> 16);
+          const u32 q0 = fs_bits_{t}(gm[j] * w0), q1 = fs_bits_{t}(gm[j] * w1);
+          out[h] = q0 | (q1 << 16);
+          cs[2 * h] += fs_cvt_{t}(q0);
+          cs[2 * h + 1] += fs_cvt_{t}(q1);
+          ds[2 * h] += bt[j] * w0;
+          ds[2 * h + 1] += bt[j] * w1;
+        }}
+        *(uint4*)((u16*)wout + (long long)(k0 + j) * N + n0) =
+            make_uint4(out[0], out[1], out[2], out[3]);
+      }}
+    }} else {{
+      // Ragged or unaligned: one column at a time, still every row's load ahead of its use.
+#pragma unroll
+      for (int c = 0; c < {FOLD_COLS}; ++c) {{
+        if (n0 + c >= N) break;
+        float wv[{FOLD_ROWS}];
+#pragma unroll
+        for (int j = 0; j < {FOLD_ROWS}; ++j) {{
+          wv[j] = j < rows ? fs_ld_{t}((const void*)w, (long long)(k0 + j) * N + n0 + c) : 0.0f;
+        }}
+#pragma unroll
+        for (int j = 0; j < {FOLD_ROWS}; ++j) {{
+          if (j >= rows) break;
+          const u16 q = fs_bits_{t}(gm[j] * wv[j]);
+          ((u16*)wout)[(long long)(k0 + j) * N + n0 + c] = q;
+          cs[c] += fs_cvt_{t}(q);
+          ds[c] += bt[j] * wv[j];
+        }}
+      }}
+    }}
+#pragma unroll
+    for (int c = 0; c < {FOLD_COLS}; ++c) {{
+      if (n0 + c < N) {{
+        atomicAdd((float*)cd + n0 + c, cs[c]);
+        atomicAdd((float*)cd + ((N + 3) & ~3) + n0 + c, ds[c]);
+      }}
+    }}
     return 0;"""
-        else:
-            fold = f"""    const int n = fb * {THREADS // 32} + warp;
+
+    def _fold_n_by_k(self) -> str:
+        """W stored N x K: a warp folds a row of W, ``VECTORS`` 16-byte loads per lane in flight."""
+        t, g, b = self.dtype, self.gamma_dtype, self.beta_dtype
+        return f"""    const int n = fb * {THREADS // 32} + warp;
     if (n >= N) return 0;
+    const u16* wr = (const u16*)w + (long long)n * K;
+    u16* qr = (u16*)wout + (long long)n * K;
     float cs = 0.0f, ds = 0.0f;
-    for (int k = lane; k < K; k += 32) {{
-      const long long i = (long long)n * K + k;
-      const float wv = fs_ld_{t}((const void*)w, i);
-      const u16 q = fs_bits_{t}(fs_ld_{g}((const void*)gamma, k) * wv);
-      ((u16*)wout)[i] = q;
-      cs += fs_cvt_{t}(q);
-      ds += fs_ld_{b}((const void*)beta, k) * wv;
+    if ((K % 8) == 0 && ((w | wout) % 16) == 0) {{
+      for (int base = 0; base < K; base += {256 * VECTORS}) {{
+        uint4 v[{VECTORS}];
+#pragma unroll
+        for (int j = 0; j < {VECTORS}; ++j) {{
+          const int k = base + (lane + 32 * j) * 8;
+          v[j] = k < K ? __ldg((const uint4*)(wr + k)) : make_uint4(0u, 0u, 0u, 0u);
+        }}
+#pragma unroll
+        for (int j = 0; j < {VECTORS}; ++j) {{
+          const int k = base + (lane + 32 * j) * 8;
+          if (k >= K) break;
+          const u32 in[4] = {{v[j].x, v[j].y, v[j].z, v[j].w}};
+          u32 out[4];
+#pragma unroll
+          for (int h = 0; h < 4; ++h) {{
+            const float w0 = fs_cvt_{t}(in[h] & 0xFFFFu), w1 = fs_cvt_{t}(in[h] >> 16);
+            const u32 q0 = fs_bits_{t}(fs_ld_{g}((const void*)gamma, k + 2 * h) * w0);
+            const u32 q1 = fs_bits_{t}(fs_ld_{g}((const void*)gamma, k + 2 * h + 1) * w1);
+            out[h] = q0 | (q1 << 16);
+            cs += fs_cvt_{t}(q0) + fs_cvt_{t}(q1);
+            ds += fs_ld_{b}((const void*)beta, k + 2 * h) * w0
+                + fs_ld_{b}((const void*)beta, k + 2 * h + 1) * w1;
+          }}
+          *(uint4*)(qr + k) = make_uint4(out[0], out[1], out[2], out[3]);
+        }}
+      }}
+    }} else {{
+      for (int k = lane; k < K; k += 32) {{
+        const float wv = fs_cvt_{t}(__ldg(wr + k));
+        const u16 q = fs_bits_{t}(fs_ld_{g}((const void*)gamma, k) * wv);
+        qr[k] = q;
+        cs += fs_cvt_{t}(q);
+        ds += fs_ld_{b}((const void*)beta, k) * wv;
+      }}
     }}
     cs = fs_warp_sum(cs);
     ds = fs_warp_sum(ds);
@@ -163,6 +249,10 @@ class LayerNormPrep:
       ((float*)cd)[((N + 3) & ~3) + n] = ds;
     }}
     return 0;"""
+
+    def cpp_source(self) -> str:
+        t, g, b = self.dtype, self.gamma_dtype, self.beta_dtype
+        fold = self._fold_k_by_n() if self.b_major == "n" else self._fold_n_by_k()
         return f"""// fusec generated LayerNorm prologue pre-pass ({t}, gamma {g}, beta {b}, W {
             self.b_major.upper()
         }-major)
