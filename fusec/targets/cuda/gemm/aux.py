@@ -10,10 +10,10 @@ the GEMM (``build.build`` takes any ``LinkedKernel``), one block program each.
 
 so the GEMM reads the raw ``x`` through TMA and applies the normalisation in
 its epilogue (``rstd * (acc - mu * c[col]) + d[col]``). One launch computes
-the row statistics of ``x`` (the blocks after the fold's, one warp per row, f32
+the row statistics of ``x`` (the blocks after the fold's, each warp four rows, f32
 sums shifted by the row's first element so that a large mean does not cancel)
 and folds gamma and beta into the weight (the other blocks). With W stored
-K x N the column sums of a 32-row chunk are added with f32 atomics into ``c``
+K x N the column sums of a 16-row chunk are added with f32 atomics into ``c``
 and ``d``, which the host zeroes (``cuMemsetD32Async``) first on the same
 stream; with W stored N x K each warp owns a row of W and writes its sums.
 
@@ -71,7 +71,8 @@ static __device__ __forceinline__ float fs_warp_sum(float v) {
 THREADS = 256
 FOLD_ROWS = 16  # rows of W a fold thread owns (W stored K x N): all their loads in flight
 FOLD_COLS = 8  # adjacent columns a fold thread owns: one 16-byte load per row
-VECTORS = 4  # 16-byte loads a statistics lane issues before it adds the first
+VECTORS = 4  # 16-byte loads per row a statistics lane issues before it adds the first
+STAT_ROWS = 4  # rows of x a statistics warp owns, all their first loads in flight
 _DTYPES = ("f16", "bf16")
 _ANY = ("f16", "bf16", "f32")
 
@@ -116,7 +117,7 @@ class LayerNormPrep:
 
     @staticmethod
     def stat_blocks(m: int) -> int:
-        return -(-m // (THREADS // 32))
+        return -(-m // (THREADS // 32 * STAT_ROWS))
 
     def fold_blocks(self, k: int, n: int) -> int:
         if self.b_major == "n":
@@ -292,37 +293,53 @@ extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
     const int fb = (int)blockIdx.x;
 {fold}
   }}
-  const int row = ((int)blockIdx.x - fold_blocks) * {THREADS // 32} + warp;
-  if (row >= M) return 0;
-  const u16* xr = (const u16*)x + (long long)row * K;
-  float s1 = 0.0f, s2 = 0.0f;
+  // A warp owns STAT_ROWS rows and issues every first load of all of them before it adds:
+  // the fold's registers leave room for one block per SM, so the bytes in flight that
+  // hide the memory latency come from each warp, not from many resident warps.
+  const int row0 = (((int)blockIdx.x - fold_blocks) * {THREADS // 32} + warp) * {STAT_ROWS};
+  if (row0 >= M) return 0;
   if ((K % 8) == 0 && (x % 16) == 0) {{
-    // 16 bytes per lane per load, all of a lane's loads issued before the first is used;
-    // the shift (the row's first element) comes from lane 0's first load by a shuffle, not
-    // from a load of its own that every other load would wait behind.
-    uint4 v[{VECTORS}];
+    // 16 bytes per lane per load; the shift (the row's first element) comes from lane 0's
+    // first load by a shuffle, not from a load of its own that the others would wait behind.
+    uint4 v[{STAT_ROWS}][{VECTORS}];
 #pragma unroll
-    for (int j = 0; j < {VECTORS}; ++j) {{
-      const int k = (lane + 32 * j) * 8;
-      v[j] = k < K ? __ldg((const uint4*)(xr + k)) : make_uint4(0u, 0u, 0u, 0u);
-    }}
-    const float shift = fs_cvt_{t}(__shfl_sync(0xffffffffu, v[0].x, 0) & 0xFFFFu);
+    for (int r = 0; r < {STAT_ROWS}; ++r) {{
+      const u16* xr = (const u16*)x + (long long)(row0 + r) * K;
 #pragma unroll
-    for (int j = 0; j < {VECTORS}; ++j) {{
-      if ((lane + 32 * j) * 8 < K) fs_add8_{t}(v[j], shift, s1, s2);
+      for (int j = 0; j < {VECTORS}; ++j) {{
+        const int k = (lane + 32 * j) * 8;
+        v[r][j] = row0 + r < M && k < K ? __ldg((const uint4*)(xr + k))
+                                        : make_uint4(0u, 0u, 0u, 0u);
+      }}
     }}
-    for (int k = (lane + 32 * {VECTORS}) * 8; k < K; k += 256) {{
-      fs_add8_{t}(__ldg((const uint4*)(xr + k)), shift, s1, s2);
+#pragma unroll
+    for (int r = 0; r < {STAT_ROWS}; ++r) {{
+      const int row = row0 + r;
+      if (row >= M) break;
+      const u16* xr = (const u16*)x + (long long)row * K;
+      const float shift = fs_cvt_{t}(__shfl_sync(0xffffffffu, v[r][0].x, 0) & 0xFFFFu);
+      float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+      for (int j = 0; j < {VECTORS}; ++j) {{
+        if ((lane + 32 * j) * 8 < K) fs_add8_{t}(v[r][j], shift, s1, s2);
+      }}
+      for (int k = (lane + 32 * {VECTORS}) * 8; k < K; k += 256) {{
+        fs_add8_{t}(__ldg((const uint4*)(xr + k)), shift, s1, s2);
+      }}
+      fs_finish_stats(stats, row, K, shift, s1, s2, lane);
     }}
-    fs_finish_stats(stats, row, K, shift, s1, s2, lane);
   }} else {{
-    const float shift = fs_cvt_{t}(__ldg(xr));
-    for (int k = lane; k < K; k += 32) {{
-      const float f = fs_cvt_{t}(__ldg(xr + k)) - shift;
-      s1 += f;
-      s2 += f * f;
+    for (int row = row0; row < min(row0 + {STAT_ROWS}, M); ++row) {{
+      const u16* xr = (const u16*)x + (long long)row * K;
+      const float shift = fs_cvt_{t}(__ldg(xr));
+      float s1 = 0.0f, s2 = 0.0f;
+      for (int k = lane; k < K; k += 32) {{
+        const float f = fs_cvt_{t}(__ldg(xr + k)) - shift;
+        s1 += f;
+        s2 += f * f;
+      }}
+      fs_finish_stats(stats, row, K, shift, s1, s2, lane);
     }}
-    fs_finish_stats(stats, row, K, shift, s1, s2, lane);
   }}
   return 0;
 }}
