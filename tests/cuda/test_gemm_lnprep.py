@@ -1,11 +1,11 @@
 """The LayerNorm prologue pre-pass (``aux.LayerNormPrep``) without a GPU: its grid and
 the order of its memory operations in the linked cubin for sm_90a.
 
-The fold of gamma into W once stored each row of W right after loading it; the store to
-``wout`` may alias ``w`` as far as the compiler knows, so every row cost one memory round
-trip, one after the other: 17.8 us for the MLP's 8192 x 1024 -> 4096 pre-pass on the H200
-(2026-12-01), where the bytes need about 8. Now a fold thread issues all its loads (16
-rows of 8 columns, 16 bytes each) before its first store.
+The fold of gamma into W adds the column sums of W' and beta W into ``cd`` with f32
+atomics. Atomics to one cache line serialise in L2: on the H200 (2026-12-01) the MLP's
+8192 x 1024 -> 4096 pre-pass took 17.9 us with 262K of them, 26 us with twice as many and
+34 us with four times, where its 32 MB need about 8. Now a warp sums its 128 rows by
+shuffles first and adds 16 bytes per atomic (``red.global.add.v4.f32``): 16K atomics.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ SPECS = {
 
 def test_fold_grid_covers_w() -> None:
     kxn, nxk = SPECS["kxn-f16"], SPECS["nxk-f16"]
-    # a K x N thread owns FOLD_ROWS rows x FOLD_COLS columns, 256 threads a block
-    assert kxn.fold_blocks(1024, 4096) == 2 * 64
-    assert kxn.fold_blocks(1000, 4097) == 3 * 63  # ragged: the edges get blocks too
-    assert kxn.fold_blocks(256, 256) == 1 * 16
+    # a K x N warp owns 32 columns x 8 * FOLD_ROWS rows, 8 warps a block
+    assert kxn.fold_blocks(1024, 4096) == 16 * 8
+    assert kxn.fold_blocks(1000, 4097) == 17 * 8  # ragged: the edges get blocks too
+    assert kxn.fold_blocks(256, 256) == 1 * 2
     assert nxk.fold_blocks(1024, 4096) == 4096 // 8  # a warp per row of W
     assert aux.LayerNormPrep.stat_blocks(8193) == 257  # 8 warps x 4 rows a block
 
@@ -53,6 +53,8 @@ def test_prepass_cubin_has_no_spills(name: str, tmp_path) -> None:
         pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
     assert not re.search(r"\b(LDL|STL)\b", sass), "local-memory traffic in the kernel"
     assert "STG.E.128" in sass, "the fold stores 16 bytes at a time"
+    if name.startswith("kxn"):
+        assert "REDG.E.ADD.F32x4" in sass, "column sums go out 16 bytes per atomic"
 
 
 @needs_toolchain
