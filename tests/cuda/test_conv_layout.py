@@ -279,3 +279,43 @@ def test_emit_ptx_of_a_copy_group() -> None:
     copy = next(k for k in compiled.kernels if k.kind == "copy")
     ptx = get_target("cuda").assembly(copy, "sm_90a")
     assert "st.global.v4.b32" in ptx
+
+
+# --------------------------------------------------- the cpu target on this IR
+
+
+def _poison(shape: tuple, dtype) -> np.ndarray:
+    return np.full(shape, np.nan, dtype=dtype)
+
+
+def test_cpu_target_runs_the_ir_without_the_handoff() -> None:
+    """The pass is in the cuda pipeline only; the cpu target still runs its IR with
+    ``handoff=off`` (its conv template takes the transposes in front of the conv as
+    layout ops) and refuses an NHWC-stored group with a located error."""
+    pipeline = "fusec-default,conv-layout{handoff=off}"
+    for path in (RESNET, CONSTANTS):
+        compiled = fusec.compile(path, target="cpu", pipeline=pipeline)
+        args = random_inputs(entry_function(compiled.module), seed=4)
+        outs = compiled._runner(args, alloc=_poison)
+        for out, ref in zip(outs, run_reference(fusec.parse(path), args), strict=True):
+            assert not np.isnan(out).any()
+            scale = np.sqrt(np.mean(ref**2))
+            np.testing.assert_allclose(out, ref, rtol=1e-2, atol=1e-2 * scale)
+    with pytest.raises(fusec.FusecError, match=r"conv_layout_resnet.mlir:\d+:\d+: .*ai.transpose"):
+        fusec.compile(RESNET, target="cpu", pipeline="fusec-cuda")
+
+
+def test_an_input_the_epilogue_also_reads_stays_nchw() -> None:
+    """``conv(x) + x`` in one group: the body reads x beyond the conv, so the group keeps
+    NCHW/KCRS (and the implicit GEMM, not the fallback, still serves it)."""
+    t, w = "tensor<2x64x8x8xf16>", "tensor<64x64x1x1xf16>"
+    text = f"""func.func @f(%x: {t}, %w: {w}) -> {t} {{
+      %c = ai.conv2d %x, %w : {t} * {w}
+      %s = ai.add %c, %x : {t} * {t}
+      return %s : {t}
+    }}"""
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    (group,) = _groups(compiled.module, "conv")
+    assert LAYOUT_ATTR not in group.attributes and not _groups(compiled.module, "copy")
+    (spec,) = _conv_kernels(compiled)
+    assert spec.copies_input and spec.weight == "kcrs"

@@ -18,7 +18,9 @@ the shape of the GEMM's (``gemm.cpp``):
 
 Two small ``__global__`` kernels in the same module run first on the same
 stream: the weights to ``[K][R*S][CGP]`` and the input to channels-last
-``[N][H][W][G][CGP]`` (8 x 8 blocks transposed in registers, ``transpose``). TMA requires the
+``[N][H][W][G][CGP]`` (8 x 8 blocks transposed in registers, ``transpose``);
+neither when the group takes them so (``weight="krsc"``, ``input="given"``: the
+``conv-layout`` pass relaid them in the IR). TMA requires the
 innermost coordinate of a box to be 16-byte aligned, so the tap shifts must
 not move along the contiguous dimension: reading NCHW in place by shifting
 along W was an illegal instruction on the H200.
@@ -227,7 +229,7 @@ class ConvSpec:
     @property
     def named_kernels(self) -> tuple[str, ...]:
         """The ``__global__`` kernels of the module besides Numba's."""
-        names = (self.relayout_name if self.relayouts_weights else None,)
+        names: tuple[str | None, ...] = (self.relayout_name if self.relayouts_weights else None,)
         if self.copies_input:
             names += (self.transpose_name, self.transpose_scalar_name)
         return tuple(name for name in names if name)
@@ -293,7 +295,8 @@ def nchw_pitch_problem(geo: ConvGeometry) -> str | None:
 
 def _relayout_kernel(spec: ConvSpec) -> str:
     """The weights' re-layout KCRS -> ``[KOUT][R*S][CGP]`` (channels CG..CGP-1 zero)."""
-    return f"""// Weights KCRS -> [KOUT][R*S][CGP], channels CG..CGP-1 zero (the TMA map reads CG of them).
+    return f"""// Weights KCRS -> [KOUT][R*S][CGP], channels CG..CGP-1 zero (the TMA map reads CG of
+// them).
 extern "C" __global__ void {spec.relayout_name}(const u16* __restrict__ w, u16* __restrict__ wp) {{
   const int total = KOUT * R * S * CGP;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {{
@@ -533,7 +536,8 @@ def generate(spec: ConvSpec) -> str:
 #define A_BYTES {tile.a_stage_bytes}
 #define B_BYTES {tile.b_stage_bytes}
 {_epilogue_function(spec.epilogue)}
-{_relayout_kernel(spec) if spec.relayouts_weights else ""}{_transpose_kernels(spec) if spec.copies_input else ""}{helpers}
+{_relayout_kernel(spec) if spec.relayouts_weights else ""}\
+{_transpose_kernels(spec) if spec.copies_input else ""}{helpers}
 // Tile t of the persistent walk -> (pm: channel block, pn: strip block, g: group).
 static __device__ __forceinline__ void fs_tile(int t, int& pm, int& pn, int& g) {{
   g = t / (TILES_M * TILES_N);

@@ -4,9 +4,10 @@ The graph is NCHW with KCRS weights at the API; the implicit-GEMM conv reads its
 input channels-last (``[N][H][W][C]``) and its weights as ``[K][R][S][C]``. This
 pass, run after fusion in the cuda pipeline, makes that choice explicit in the IR:
 
-* every conv group the implicit GEMM serves with one group and ``C % 8 == 0``
-  (``channels_last_plan``) takes its weights KRSC and, unless an in-place NCHW read
-  is asked for (``$FUSEC_CONV_INPUT``), its input NHWC. Its result is stored NHWC
+* every conv group the implicit GEMM serves with one group and ``C % 8 == 0``,
+  whose input and weights only the conv reads (``channels_last_plan``), takes its
+  weights KRSC and, unless an in-place NCHW read is asked for
+  (``$FUSEC_CONV_INPUT``), its input NHWC. Its result is stored NHWC
   when every use of it is the input of such a group (the conv -> conv hand-off;
   ``handoff=off``, or ``$FUSEC_CONV_HANDOFF=off`` when the option is not given,
   keeps every result NCHW). The group says so in
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func
@@ -50,6 +52,9 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.ir.constants import constant_value, dense_constant
+
+if TYPE_CHECKING:
+    from fusec.targets.cuda.conv.template import ConvPlan
 
 #: NCHW -> NHWC, and KCRS -> KRSC (the same permutation of a 4-D tensor)
 TO_CHANNELS_LAST = (0, 2, 3, 1)
@@ -111,7 +116,7 @@ def handoff_from_env() -> str:
     return asked
 
 
-def channels_last_plan(fused_op: ai.FusedOp):
+def channels_last_plan(fused_op: ai.FusedOp) -> ConvPlan | None:
     """The conv template's plan of ``fused_op`` when the implicit GEMM can take it with
     channels-last operands (one group, ``C % 8 == 0``: no channel padding, so NHWC and
     KRSC are plain permutations), else None."""
@@ -122,6 +127,9 @@ def channels_last_plan(fused_op: ai.FusedOp):
     p = template.plan(fused_op)
     if isinstance(p, str) or template.route(p) != "implicit":
         return None
+    args = fused_op.block.args
+    if any([u.operation for u in args[i].uses] != [p.conv] for i in (p.x, p.w)):
+        return None  # the epilogue reads the input too (conv(x) + x): it stays NCHW
     return p if p.geo.groups == 1 and p.geo.cg % 8 == 0 else None
 
 
@@ -190,7 +198,7 @@ def _convert(value: SSAValue, perm: tuple[int, ...], before, conversions: dict) 
     return conversions[key]
 
 
-def _relayout_group(fused: ai.FusedOp, p, layout: Layout, conversions: dict) -> None:
+def _relayout_group(fused: ai.FusedOp, p: ConvPlan, layout: Layout, conversions: dict) -> None:
     """Replace conv group ``fused`` by one taking and giving the operands of ``layout``."""
     body = fused.block
     inputs = list(fused.inputs)
@@ -199,9 +207,9 @@ def _relayout_group(fused: ai.FusedOp, p, layout: Layout, conversions: dict) -> 
         inputs[index] = _convert(inputs[index], TO_CHANNELS_LAST, fused, conversions)
     for index in reversed(relaid):  # (each view goes first: the input's ends up on top)
         old = body.args[index]
-        new = body.insert_arg(inputs[index].type, index)
-        new.name_hint = old.name_hint
-        view = ai.TransposeOp(new, perm=TO_CHANNELS_FIRST)
+        arg = body.insert_arg(inputs[index].type, index)
+        arg.name_hint = old.name_hint
+        view = ai.TransposeOp(arg, perm=TO_CHANNELS_FIRST)
         Rewriter.insert_op(view, InsertPoint.at_start(body))
         old.replace_all_uses_with(view.output)
         body.erase_arg(old)

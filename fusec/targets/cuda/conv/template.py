@@ -14,6 +14,13 @@ to the output type). It runs as
   its header: f32 graphs (IEEE f32 through cuDNN without TF32; the templates
   are 16-bit Tensor Core kernels), a stride along W with many channels (TMA
   cannot stride the contiguous dimension; an NHWC path is not built).
+
+Memory layouts come from the IR: ``fusec.layout`` on the group (written by the
+``conv-layout`` pass, ``conv.layout``) says whether the implicit GEMM takes its
+input channels-last (``ConvSpec`` input "given", else the NCHW input is copied
+channels-last by the module's own kernel, or read in place: ``$FUSEC_CONV_INPUT``),
+its weights KRSC (else re-laid out per call) and stores its result NHWC. The
+body's ``ai.transpose`` views around the conv must agree (``plan`` checks them).
 """
 
 from __future__ import annotations
@@ -36,13 +43,6 @@ from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import conv2d_padding
 from fusec.targets.cuda.common import body_ops, kernel_name, yielded
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
-from fusec.targets.cuda.conv.layout import (
-    LAYOUT_ATTR,
-    TO_CHANNELS_FIRST,
-    TO_CHANNELS_LAST,
-    Layout,
-    layout_of,
-)
 from fusec.targets.cuda.conv.cpp import (
     EPILOGUE_LOADS,
     INPUTS,
@@ -50,6 +50,13 @@ from fusec.targets.cuda.conv.cpp import (
     DirectConvSpec,
     implicit_gemm_problem,
     nchw_input_problem,
+)
+from fusec.targets.cuda.conv.layout import (
+    LAYOUT_ATTR,
+    TO_CHANNELS_FIRST,
+    TO_CHANNELS_LAST,
+    Layout,
+    layout_of,
 )
 from fusec.targets.cuda.gemm.cpp import Epilogue
 

@@ -209,12 +209,9 @@ class RelayoutSpec:
         call = "fs_xt_scalar((const u16*)x, (u16*)xt);"
         if vector:
             copies += transpose_device("fs_xt_vector", tiling, True)
-            call = (
-                "if ((x & 15ull) == 0) fs_xt_vector((const u16*)x, (u16*)xt);\n"
-                f"  else {call}"
-            )
-        return f"""// fusec generated channels-last transpose [{self.outer}][{self.channels}][{self.pixels}]
-// -> [{self.outer}][{self.pixels}][{self.channels}] (16-bit)
+            call = f"if ((x & 15ull) == 0) fs_xt_vector((const u16*)x, (u16*)xt);\n  else {call}"
+        a, b, p = self.outer, self.channels, self.pixels
+        return f"""// fusec generated channels-last copy: [{a}][{b}][{p}] -> [{a}][{p}][{b}], 16-bit
 typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
