@@ -13,7 +13,7 @@ its epilogue (``rstd * (acc - mu * c[col]) + d[col]``). One launch computes
 the row statistics of ``x`` (the blocks after the fold's, each warp four rows, f32
 sums shifted by the row's first element so that a large mean does not cancel)
 and folds gamma and beta into the weight (the other blocks). With W stored
-K x N the column sums of a 128-row chunk are added with f32 atomics into ``c``
+K x N the column sums of a 64-row chunk are added with f32 atomics into ``c``
 and ``d``, which the host zeroes (``cuMemsetD32Async``) first on the same
 stream; with W stored N x K each warp owns a row of W and writes its sums.
 
@@ -73,10 +73,10 @@ static __device__ __forceinline__ float fs_warp_sum(float v) {
 """
 
 THREADS = 256
-FOLD_ROWS = 16  # rows of W a fold lane owns (W stored K x N): all their loads in flight
+FOLD_ROWS = 8  # rows of W a fold lane owns (W stored K x N): all their loads in flight
 FOLD_COLS = 32  # columns of W a fold warp owns (W stored K x N): 4 lanes of 8
 VECTORS = 4  # 16-byte loads per row a statistics lane issues before it adds the first
-STAT_ROWS = 4  # rows of x a statistics warp owns, all their first loads in flight
+STAT_ROWS = 2  # rows of x a statistics warp owns, all their first loads in flight
 _DTYPES = ("f16", "bf16")
 _ANY = ("f16", "bf16", "f32")
 
