@@ -32,9 +32,10 @@ def configure() -> None:
     """Set the variables the user has not set (see the module docstring)."""
     for key, value in DEFAULTS.items():
         os.environ.setdefault(key, value)
-    coretype = openblas_coretype(_cpuinfo())
-    if coretype is not None:
-        os.environ.setdefault("OPENBLAS_CORETYPE", coretype)
+    if "OPENBLAS_CORETYPE" not in os.environ:
+        coretype = openblas_coretype(_cpuinfo())
+        if coretype is not None:
+            os.environ["OPENBLAS_CORETYPE"] = coretype
 
 
 def openblas_coretype(cpuinfo: str) -> str | None:
@@ -56,7 +57,10 @@ def openblas_coretype(cpuinfo: str) -> str | None:
 
 
 def _cpuinfo() -> str:
+    """The start of /proc/cpuinfo: the first processor's block is all ``openblas_coretype``
+    reads (the whole file is generated per processor, slow to read on large machines)."""
     try:
-        return Path("/proc/cpuinfo").read_text()
+        with Path("/proc/cpuinfo").open() as f:
+            return f.read(16384)
     except OSError:  # not Linux: OpenBLAS's own choice
         return ""
