@@ -48,6 +48,7 @@ REGISTRY: dict[str, str] = {
 #: Passes a target contributes to the pipelines: pass name -> "module:Class".
 TARGET_PASSES: dict[str, str] = {
     "tile-gemm": "fusec.targets.cuda.gemm.tiling:TileGemmPass",
+    "conv-layout": "fusec.targets.cuda.conv.layout:ConvLayoutPass",
 }
 
 #: ``auto`` is the first target of this list that is available.

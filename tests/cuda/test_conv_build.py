@@ -432,16 +432,17 @@ def test_conv_input_env_selects_the_in_place_read(monkeypatch) -> None:
     """$FUSEC_CONV_INPUT=nchw (off by default) drops the channels-last copy where the shape
     allows it and says why where it does not."""
     default = _kernel_source(_conv_1x1_text())
-    assert "input made channels-last" in default and "input='nchw'" not in default
+    # conv-layout relays the input (a copy group in front): the conv takes it channels-last
+    assert "input given channels-last" in default and "input='nchw'" not in default
     monkeypatch.setenv("FUSEC_CONV_INPUT", "nchw")
     source = _kernel_source(_conv_1x1_text())
     assert "NCHW input read in place" in source and "input='nchw'" in source
     namespace: dict = {}
     exec(compile(source, "conv", "exec"), namespace)
     (spec,) = namespace["CONV_SPECS"]
-    assert spec.input == "nchw" and spec.named_kernels == (spec.relayout_name,)
+    assert spec.input == "nchw" and spec.weight == "krsc" and spec.named_kernels == ()
     refused = _kernel_source(conv_text())  # 3x3 pad 1: shifts -1 and 1
-    assert "input made channels-last" in refused
+    assert "input given channels-last" in refused
     assert "$FUSEC_CONV_INPUT=nchw not applied: tap shifts along W of [-1, 1]" in refused
     assert "W = 9: the NCHW row pitch" in _kernel_source(_conv_1x1_text(w=9))
     monkeypatch.setenv("FUSEC_CONV_INPUT", "nhwc")
@@ -566,7 +567,7 @@ def test_conv_input_env_selects_the_producer_loads(monkeypatch) -> None:
     assert "input='nchw-ld'" in source
     refused = _kernel_source(conv_text(w=10))
     assert "$FUSEC_CONV_INPUT=nchw-ld not applied: W = 10: the NCHW row pitch" in refused
-    assert "input made channels-last" in refused
+    assert "input given channels-last" in refused
 
 
 LD_SPECS = [
@@ -745,27 +746,42 @@ def test_early_loads_cubin(name: str, tmp_path) -> None:
         assert loads and min(loads) > last_mma  # in the epilogue, one row at a time
 
 
-# ------------------ the conv -> conv hand-off in channels-last ($FUSEC_CONV_HANDOFF=nhwc)
+# ------------- the conv -> conv hand-off in channels-last (conv-layout, $FUSEC_CONV_HANDOFF)
 
 HANDED = "output stored channels-last [N][P][Q][K] for the next conv group"
-GIVEN = "input given channels-last by the previous conv group"
+GIVEN = "input given channels-last by the previous conv group or a layout conversion"
 
 
 def _heads(text: str) -> list[str]:
+    """The headers of the conv kernels and of the channels-last copies, in launch order."""
     compiled = fusec.compile(text, target="cuda", executable=False)
-    return [k.source.split("\n\n")[0] for k in compiled.kernels if k.kind == "conv"]
+    return [k.source.split("\n\n")[0] for k in compiled.kernels if k.kind in ("conv", "copy")]
+
+
+def _convs(heads: list[str]) -> list[str]:
+    return [h for h in heads if '"conv" group' in h]
+
+
+def _copies(heads: list[str]) -> list[str]:
+    """What each copy kernel transposes (``[A][B][P]``)."""
+    return [re.search(r"channels-last transpose (\S+)", h)[1] for h in heads if '"copy" group' in h]
 
 
 def test_handoff_is_the_default_and_can_be_turned_off(monkeypatch) -> None:
-    first, second = _heads(RESNET_TEXT)
-    assert HANDED in first and GIVEN not in first  # the block's input x: NCHW, copied
+    heads = _heads(RESNET_TEXT)
+    first, second = _convs(heads)
+    assert HANDED in first and GIVEN in first  # the block's input x: NCHW, copied in front
     assert GIVEN in second and HANDED not in second  # the block's output: NCHW
+    # x and the two graph-input weights: three copies; conv1's result is not copied
+    assert _copies(heads) == ["[2][64][90]", "[64][64][9]", "[64][64][9]"]
     monkeypatch.setenv("FUSEC_CONV_HANDOFF", "nhwc")
-    assert _heads(RESNET_TEXT) == [first, second]
+    assert _heads(RESNET_TEXT) == heads
     monkeypatch.setenv("FUSEC_CONV_HANDOFF", "off")
-    assert not any(HANDED in h or GIVEN in h for h in _heads(RESNET_TEXT))
+    off = _heads(RESNET_TEXT)
+    assert not any(HANDED in h for h in _convs(off)) and all(GIVEN in h for h in _convs(off))
+    assert _copies(off) == ["[2][64][90]", "[64][64][9]", "[2][64][90]", "[64][64][9]"]
     monkeypatch.setenv("FUSEC_CONV_HANDOFF", "yes")
-    with pytest.raises(ValueError, match="FUSEC_CONV_HANDOFF"):
+    with pytest.raises(fusec.FusecError, match="FUSEC_CONV_HANDOFF"):
         _heads(RESNET_TEXT)
 
 
@@ -783,7 +799,8 @@ TWO_CONVS = """func.func @f(%x: {X}, %w1: {W1}, %w2: {W2}) -> ({RET}) {{
     ids=["hands-off", "consumer-groups-2", "result-also-returned"],
 )
 def test_handoff_only_to_the_only_reader(groups: int, returned: bool, handed: bool, monkeypatch):
-    """No hand-off when the result is also a graph output or the next conv has groups."""
+    """No hand-off when the result is also a graph output or the next conv has groups
+    (which conv-layout leaves NCHW/KCRS: it copies its input and weights itself)."""
     monkeypatch.setenv("FUSEC_CONV_HANDOFF", "nhwc")
     x = "tensor<2x64x9x16xf16>"
     values, ret = ("%c2, %r1", f"{x}, {x}") if returned else ("%c2", x)
@@ -791,8 +808,12 @@ def test_handoff_only_to_the_only_reader(groups: int, returned: bool, handed: bo
         X=x, W1="tensor<64x64x3x3xf16>", W2=f"tensor<64x{64 // groups}x3x3xf16>", G=groups,
         VALUES=values, RET=ret,
     )  # fmt: skip
-    first, second = _heads(text)
-    assert (HANDED in first) == handed and (GIVEN in second) == handed
+    heads = _heads(text)
+    first, second = _convs(heads)
+    assert (HANDED in first) == handed and (GIVEN in second) == (groups == 1)
+    assert ("input made channels-last" in second) == (groups != 1)
+    # a returned result stays NCHW and is copied for the next conv like any NCHW input
+    assert _copies(heads).count("[2][64][144]") == (2 if returned else 1)
 
 
 def test_handoff_stores_channels_last() -> None:

@@ -180,7 +180,8 @@ def test_misaligned_input_takes_the_scalar_copy(offset: int) -> None:
 # ---------------------------- $FUSEC_CONV_INPUT=nchw: the NCHW input read in place by TMA
 
 IN_PLACE = "NCHW input read in place"
-COPIED = "input made channels-last"
+#: conv-layout relaid the input (a channels-last copy group in front of the conv)
+GIVEN = "input given channels-last"
 RESNET_BOTTLENECK = """func.func @block(%x: {X}, %w1: {W1}, %s1: {C1}, %t1: {C1}, %w2: {W2},
     %s2: {C1}, %t2: {C1}, %w3: {W3}, %s3: {C4}, %t3: {C4}) -> {X} {{
   %c1 = ai.conv2d %x, %w1 : {X} * {W1}
@@ -215,7 +216,7 @@ NCHW_CASES = {
     # name: (graph, the layout each conv group's header must name, in graph order)
     "bench-1x1-bias-relu": (conv_graph(32, 64, 56, 56, 64, 1, 1), [IN_PLACE]),
     # the bench layer itself: refused (tap shifts -1, 1), must still be right via the copy
-    "bench-3x3-refused": (conv_graph(32, 64, 56, 56, 64, 3, 3, pad=(1, 1)), [COPIED]),
+    "bench-3x3-refused": (conv_graph(32, 64, 56, 56, 64, 3, 3, pad=(1, 1)), [GIVEN]),
     # ragged: 96 channels (second chunk half zero fill), 40 output channels, odd H
     "ragged-3x1-c96-k40": (conv_graph(2, 96, 13, 16, 40, 3, 1, pad=(1, 0)), [IN_PLACE]),
     "bf16-to-f32-1x1": (
@@ -229,7 +230,7 @@ NCHW_CASES = {
     "1x3-dilation8w-pad8": (conv_graph(2, 64, 5, 40, 64, 1, 3, pad=(0, 8), dil=(1, 8)), [IN_PLACE]),
     "groups2-1x1": (conv_graph(3, 64, 7, 8, 64, 1, 1, groups=2), [IN_PLACE]),
     "residual-1x1": (conv_graph(2, 64, 14, 16, 64, 1, 1, tail="residual"), [IN_PLACE]),
-    "resnet-bottleneck": (resnet_bottleneck(), [IN_PLACE, COPIED, IN_PLACE]),
+    "resnet-bottleneck": (resnet_bottleneck(), [IN_PLACE, GIVEN, IN_PLACE]),
 }  # fmt: skip
 
 
@@ -280,7 +281,7 @@ LD_CASES = {
     "bench-3x3-bias-relu": (conv_graph(32, 64, 56, 56, 64, 3, 3, pad=(1, 1)), [LOADED]),
     "ragged-13x16-c96-k40": (conv_graph(2, 96, 13, 16, 40, 3, 3, pad=(1, 1)), [LOADED]),
     # W = 9 is not whole 16-byte vectors: refused, the copy serves it
-    "ragged-13x9-refused": (conv_graph(2, 96, 13, 9, 40, 3, 3, pad=(1, 1)), [COPIED]),
+    "ragged-13x9-refused": (conv_graph(2, 96, 13, 9, 40, 3, 3, pad=(1, 1)), [GIVEN]),
     "bf16-5x5-pad2-to-f32": (
         conv_graph(2, 64, 9, 24, 64, 5, 5, t="bf16", pad=(2, 2), tail="cast", out_t="f32"),
         [LOADED],
@@ -457,3 +458,74 @@ def test_conv_handoff_matches_reference(name: str, loads: str, monkeypatch) -> N
         (out,) = compiled._runner(args, poison=True)
         (ref,) = run_reference(compiled.module, args, rounding="groups")
         assert_close(out, ref, what=f"{name}, {loads}, seed {seed}")
+
+
+# ------------- conv-layout: the channels-last copy groups, constant weights relaid at compile
+
+
+@pytest.mark.parametrize(
+    "shape", [(2, 64, 90), (64, 64, 9), (3, 136, 11), (4, 256, 56 * 56)], ids=lambda s: str(s)
+)
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "misaligned-2-byte-loads"])
+def test_relayout_copy_matches_numpy(shape: tuple, offset: int) -> None:
+    """``RelayoutLaunch`` (the conversions' kernel) writes exactly ``x.transpose(0, 2, 1)``
+    into a poisoned output, from an aligned input and from one 2 bytes past alignment."""
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    from fusec.targets.cuda.conv.launcher import RelayoutLaunch
+    from fusec.targets.cuda.conv.transpose import RelayoutSpec
+
+    launch = RelayoutLaunch(RelayoutSpec(*shape))
+    x = np.random.default_rng(11).standard_normal(shape).astype(np.float16)
+    storage = torch.empty(x.size + 8, dtype=torch.float16, device="cuda")
+    xd = storage[offset : offset + x.size].view(x.shape)
+    xd.copy_(torch.from_numpy(x))
+    assert (xd.data_ptr() % 16 == 0) == (offset == 0)
+    out = torch.full((shape[0], shape[2], shape[1]), float("nan"), dtype=torch.float16,
+                     device="cuda")  # fmt: skip
+    launch((xd,), out, torch.cuda.current_stream())
+    got = out.cpu().numpy()
+    assert not np.isnan(got).any()
+    np.testing.assert_array_equal(got, x.transpose(0, 2, 1))
+
+
+def _constant(shape: tuple, seed: int) -> str:
+    import numpy as np
+
+    value = (np.random.default_rng(seed).standard_normal(shape) * 0.05).astype(np.float16)
+    return f'dense<"0x{value.tobytes().hex().upper()}"> : {_t(shape, "f16")}'
+
+
+def test_resnet_block_with_constant_weights(monkeypatch) -> None:
+    """Constant weights (an ONNX model's) are relaid at compile time: the block launches one
+    copy (its NCHW input), conv1 (NHWC out) and conv2, and matches the reference."""
+    import fusec
+    from fusec.runtime.reference import entry_function, run_reference
+    from fusec.tools.runner import random_inputs
+
+    x, w, c = _t((4, 64, 28, 28), "f16"), _t((64, 64, 3, 3), "f16"), _t((64, 1, 1), "f16")
+    text = f"""func.func @block(%x: {x}, %s1: {c}, %t1: {c}, %s2: {c}, %t2: {c}) -> {x} {{
+  %w1 = arith.constant {_constant((64, 64, 3, 3), 1)}
+  %w2 = arith.constant {_constant((64, 64, 3, 3), 2)}
+  %c1 = ai.conv2d %x, %w1 {{padding = array<i64: 1, 1>}} : {x} * {w}
+  %m1 = ai.mul %c1, %s1 : {x} * {c}
+  %a1 = ai.add %m1, %t1 : {x} * {c}
+  %r1 = ai.relu %a1 : {x}
+  %c2 = ai.conv2d %r1, %w2 {{padding = array<i64: 1, 1>}} : {x} * {w}
+  %m2 = ai.mul %c2, %s2 : {x} * {c}
+  %a2 = ai.add %m2, %t2 : {x} * {c}
+  %s = ai.add %a2, %x : {x} * {x}
+  %r = ai.relu %s : {x}
+  return %r : {x}
+}}"""
+    compiled = fusec.compile(text, target="cuda")
+    assert [k.kind for k in compiled.kernels] == ["copy", "conv", "conv"]
+    first, second = [k.source.split("\n\n")[0] for k in compiled.kernels if k.kind == "conv"]
+    assert "weights given [K][R][S][C]" in first and "weights given [K][R][S][C]" in second
+    assert "output stored channels-last" in first and GIVEN in second
+    for seed in (0, 1):
+        args = random_inputs(entry_function(compiled.module), seed=seed)
+        (out,) = compiled._runner(args, poison=True)
+        (ref,) = run_reference(compiled.module, args, rounding="groups")
+        assert_close(out, ref, what=f"constant weights, seed {seed}")

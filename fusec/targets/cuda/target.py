@@ -139,10 +139,10 @@ class CudaTarget(Target):
             note="PyTorch's pooling until a Numba CUDA pool template exists",
         ),
         "copy": Template(
-            "fusec.targets.cuda.torch_fallback",
+            "fusec.targets.cuda.copy",
             (ai.TransposeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp),
             fuses=False,
-            note="PyTorch's copies until a Numba CUDA copy template exists",
+            note="the channels-last transpose kernel, else PyTorch's copies",
         ),
         "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
     }

@@ -18,7 +18,9 @@ the shape of the GEMM's (``gemm.cpp``):
 
 Two small ``__global__`` kernels in the same module run first on the same
 stream: the weights to ``[K][R*S][CGP]`` and the input to channels-last
-``[N][H][W][G][CGP]`` (8 x 8 blocks transposed in registers, ``transpose``). TMA requires the
+``[N][H][W][G][CGP]`` (8 x 8 blocks transposed in registers, ``transpose``);
+neither when the group takes them so (``weight="krsc"``, ``input="given"``: the
+``conv-layout`` pass relaid them in the IR). TMA requires the
 innermost coordinate of a box to be 16-byte aligned, so the tap shifts must
 not move along the contiguous dimension: reading NCHW in place by shifting
 along W was an illegal instruction on the H200.
@@ -58,6 +60,8 @@ INPUTS = ("nhwc", "nchw", "nchw-ld")
 #: ... and "given": the input already is channels-last ``[N][H][W][C]`` (the previous conv
 #: group wrote it so: ``out_layout="nhwc"``, the opt-in conv -> conv hand-off)
 LAYOUTS = (*INPUTS, "given")
+#: how the weights come: KCRS (re-laid out per call) or KRSC (as they are)
+WEIGHTS = ("kcrs", "krsc")
 #: TMA reads start 16-byte aligned: a W coordinate must be a multiple of this many pixels
 TMA_ALIGN_PIXELS = 8
 #: when the implicit GEMM's epilogue reads its per-channel and output-shaped inputs
@@ -158,9 +162,16 @@ class ConvSpec:
     #: "nchw", or "nhwc": the output stored channels-last ``[N][P][Q][K]`` for a next conv
     #: group that reads it as its ``input="given"``
     out_layout: str = "nchw"
+    #: "kcrs": the weights re-laid out to ``[K][R*S][CGP]`` per call (``relayout_name``);
+    #: "krsc": given as ``[K][R][S][C]`` (``C % 8 == 0``, one group: no padding), read as is
+    weight: str = "kcrs"
 
     def __post_init__(self) -> None:
         _check_types(self.dtype, self.out_dtype, self.epilogue)
+        if self.weight not in WEIGHTS:
+            raise ValueError(f"conv weight layout {self.weight!r}, expected one of {WEIGHTS}")
+        if self.weight == "krsc" and (self.geo.groups != 1 or self.geo.cgp != self.geo.cg):
+            raise ValueError("KRSC weights are [K][R][S][C]: one group, C % 8 == 0")
         if self.input not in LAYOUTS:
             raise ValueError(f"conv input layout {self.input!r}, expected one of {LAYOUTS}")
         if self.out_layout not in ("nchw", "nhwc"):
@@ -211,11 +222,16 @@ class ConvSpec:
         return TransposeTiling(self.geo)
 
     @property
+    def relayouts_weights(self) -> bool:
+        """Whether the weights are re-laid out (``relayout_name``) before the conv kernel."""
+        return self.weight == "kcrs"
+
+    @property
     def named_kernels(self) -> tuple[str, ...]:
         """The ``__global__`` kernels of the module besides Numba's."""
-        if not self.copies_input:
-            return (self.relayout_name,)
-        names = (self.relayout_name, self.transpose_name, self.transpose_scalar_name)
+        names: tuple[str | None, ...] = (self.relayout_name if self.relayouts_weights else None,)
+        if self.copies_input:
+            names += (self.transpose_name, self.transpose_scalar_name)
         return tuple(name for name in names if name)
 
     @property
@@ -275,6 +291,24 @@ def nchw_pitch_problem(geo: ConvGeometry) -> str | None:
     if geo.w % TMA_ALIGN_PIXELS:
         return f"W = {geo.w}: the NCHW row pitch is not a multiple of 16 bytes"
     return None
+
+
+def _relayout_kernel(spec: ConvSpec) -> str:
+    """The weights' re-layout KCRS -> ``[KOUT][R*S][CGP]`` (channels CG..CGP-1 zero)."""
+    return f"""// Weights KCRS -> [KOUT][R*S][CGP], channels CG..CGP-1 zero (the TMA map reads CG of
+// them).
+extern "C" __global__ void {spec.relayout_name}(const u16* __restrict__ w, u16* __restrict__ wp) {{
+  const int total = KOUT * R * S * CGP;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {{
+    const int c = i % CGP;
+    const int rest = i / CGP;
+    const int tap = rest % (R * S);
+    const int k = rest / (R * S);
+    wp[i] = c < CG ? w[(k * CG + c) * (R * S) + tap] : (u16)0;
+  }}
+}}
+
+"""
 
 
 def _transpose_kernels(spec: ConvSpec) -> str:
@@ -502,18 +536,7 @@ def generate(spec: ConvSpec) -> str:
 #define A_BYTES {tile.a_stage_bytes}
 #define B_BYTES {tile.b_stage_bytes}
 {_epilogue_function(spec.epilogue)}
-// Weights KCRS -> [KOUT][R*S][CGP], channels CG..CGP-1 zero (the TMA map reads CG of them).
-extern "C" __global__ void {spec.relayout_name}(const u16* __restrict__ w, u16* __restrict__ wp) {{
-  const int total = KOUT * R * S * CGP;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {{
-    const int c = i % CGP;
-    const int rest = i / CGP;
-    const int tap = rest % (R * S);
-    const int k = rest / (R * S);
-    wp[i] = c < CG ? w[(k * CG + c) * (R * S) + tap] : (u16)0;
-  }}
-}}
-
+{_relayout_kernel(spec) if spec.relayouts_weights else ""}\
 {_transpose_kernels(spec) if spec.copies_input else ""}{helpers}
 // Tile t of the persistent walk -> (pm: channel block, pn: strip block, g: group).
 static __device__ __forceinline__ void fs_tile(int t, int& pm, int& pn, int& g) {{

@@ -2,7 +2,8 @@
 
 Per call of the implicit GEMM, on the caller's stream and in this order:
 
-1. the weights are re-laid out (``fusec_convw_*``, KCRS -> [K][R*S][CGP]) and
+1. the weights are re-laid out (``fusec_convw_*``, KCRS -> [K][R*S][CGP]; not with
+   ``spec.weight == "krsc"``: the group takes them so, ``conv-layout``) and
 2. the input is made channels-last (``fusec_convx_*``, NCHW -> [N][H][W][G][CGP];
    ``fusec_convxs_*``, its 2-byte-load twin, for an input not 16-byte aligned)
    into scratch buffers kept per stream (a later call on the same stream runs
@@ -26,7 +27,7 @@ from typing import Any
 from fusec.errors import FusecError
 from fusec.targets.cuda.conv.config import CHUNK, STRIP
 from fusec.targets.cuda.conv.cpp import DIRECT_THREADS, ConvSpec, DirectConvSpec
-from fusec.targets.cuda.conv.transpose import THREADS
+from fusec.targets.cuda.conv.transpose import THREADS, RelayoutSpec
 from fusec.targets.cuda.gemm.host import _check as check
 from fusec.targets.cuda.gemm.host import _maps as tensor_maps
 
@@ -128,7 +129,7 @@ class ConvKernel(LinkedKernel):
     def __init__(self, spec: ConvSpec, cubin: bytes) -> None:
         super().__init__(cubin, spec.tile.smem_bytes, spec.named_kernels)
         self.spec = spec
-        self.relayout = self.named[spec.relayout_name]
+        self.relayout = self.named[spec.relayout_name] if spec.relayouts_weights else None
         self.transpose = self.transpose_scalar = None
         if spec.copies_input:
             self.transpose = self.named[spec.transpose_name]
@@ -150,10 +151,7 @@ class ConvKernel(LinkedKernel):
         handle = self.stream(stream)
         u64 = ctypes.c_uint64
         with self.lock:
-            total = geo.k * geo.r * geo.s * geo.cgp
-            wp = self.buffer((stream, "w"), total * 2)
-            blocks = min(-(-total // _RELAYOUT_THREADS), 4 * sms)
-            self.launch(self.relayout, blocks, _RELAYOUT_THREADS, 0, handle, [(u64, w), (u64, wp)])
+            wp = self.weights(w, stream, handle, sms)
             map_x = self.input_map(x, stream, handle)
             row = geo.cgp * 2
             taps = geo.r * geo.s
@@ -168,6 +166,21 @@ class ConvKernel(LinkedKernel):
             args = [(u64, v) for v in (map_w, map_x, out, *extras)]
             grid = min(spec.tiles, sms)
             self.launch(self.function, grid, tile.threads, tile.smem_bytes, handle, args)
+
+    def weights(self, w: int, stream: int, handle: Any, sms: int) -> int:
+        """The address of the ``[K][R*S][CGP]`` weights: ``w`` itself when given KRSC, else
+        their re-layout (queued here) in a scratch buffer."""
+        geo = self.spec.geo
+        if not self.spec.relayouts_weights:
+            if w % 16:  # TMA reads from a 16-byte aligned base
+                raise FusecError("KRSC conv weights must be 16-byte aligned")
+            return w
+        total = geo.k * geo.r * geo.s * geo.cgp
+        wp = self.buffer((stream, "w"), total * 2)
+        blocks = min(-(-total // _RELAYOUT_THREADS), 4 * sms)
+        u64 = ctypes.c_uint64
+        self.launch(self.relayout, blocks, _RELAYOUT_THREADS, 0, handle, [(u64, w), (u64, wp)])
+        return wp
 
     def input_map(self, x: int, stream: int, handle: Any) -> int:
         """The tensor map of the B operand: over the channels-last copy of ``x`` (queued
@@ -234,3 +247,18 @@ class DirectConvKernel(LinkedKernel):
         args = [(ctypes.c_uint64, v) for v in (x, w, out, *extras)]
         with self.lock:
             self.launch(self.function, blocks, DIRECT_THREADS, 0, self.stream(stream), args)
+
+
+class RelayoutKernel(LinkedKernel):
+    """A standalone channels-last transpose (``transpose.RelayoutSpec``): one launch."""
+
+    def __init__(self, spec: RelayoutSpec, cubin: bytes) -> None:
+        super().__init__(cubin, 0)
+        self.spec = spec
+
+    def __call__(self, x: int, xt: int, stream: int = 0) -> None:
+        if xt % 16:  # 16-byte stores
+            raise FusecError("the channels-last transpose writes a 16-byte aligned buffer")
+        args = [(ctypes.c_uint64, v) for v in (x, xt)]
+        with self.lock:
+            self.launch(self.function, self.spec.tiling.grid, THREADS, 0, self.stream(stream), args)

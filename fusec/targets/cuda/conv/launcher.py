@@ -1,4 +1,5 @@
-"""``ConvLaunch``: what a generated conv kernel module calls (build once, then launch)."""
+"""``ConvLaunch`` and ``RelayoutLaunch``: what a generated conv or channels-last copy
+module calls (build once, then launch)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import threading
 from typing import Any
 
 from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec
+from fusec.targets.cuda.conv.transpose import RelayoutSpec
 
 
 def _address(array: Any) -> int:
@@ -58,4 +60,36 @@ class ConvLaunch:
         from fusec.targets.cuda.streams import explicit_handle
 
         self.sms = sms
+        self.raw(explicit_handle(stream), [_address(a) for a in inputs], [_address(output)])
+
+
+class RelayoutLaunch:
+    """One channels-last transpose group (``conv-layout``'s conversions): its input to its
+    output. The cubin is built (or read from the cache) on the first call."""
+
+    def __init__(self, spec: RelayoutSpec) -> None:
+        self.spec = spec
+        self.kernel: Any = None
+        self.lock = threading.Lock()
+
+    def load(self, sms: int | None = None) -> Any:
+        """Build (or read from the cache) and load the cubin (``sms`` is not used)."""
+        with self.lock:
+            if self.kernel is None:
+                from fusec.targets.cuda.conv import host
+                from fusec.targets.cuda.gemm import build
+
+                self.kernel = host.RelayoutKernel(self.spec, build.build(self.spec).cubin)
+            return self.kernel
+
+    def raw(self, stream: int, inputs: list[int], outputs: list[int]) -> None:
+        (self.kernel or self.load())(inputs[0], outputs[0], stream)
+
+    def direct(self, stream: int, inputs: list, outputs: list) -> None:
+        """The runtime's launch: ``inputs``/``outputs`` are buffers with ``.ptr``."""
+        self.raw(stream, [b.ptr for b in inputs], [b.ptr for b in outputs])
+
+    def __call__(self, inputs: tuple, output: Any, stream: Any = 0, sms: int = 132) -> None:
+        from fusec.targets.cuda.streams import explicit_handle
+
         self.raw(explicit_handle(stream), [_address(a) for a in inputs], [_address(output)])

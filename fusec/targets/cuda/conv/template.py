@@ -14,6 +14,13 @@ to the output type). It runs as
   its header: f32 graphs (IEEE f32 through cuDNN without TF32; the templates
   are 16-bit Tensor Core kernels), a stride along W with many channels (TMA
   cannot stride the contiguous dimension; an NHWC path is not built).
+
+Memory layouts come from the IR: ``fusec.layout`` on the group (written by the
+``conv-layout`` pass, ``conv.layout``) says whether the implicit GEMM takes its
+input channels-last (``ConvSpec`` input "given", else the NCHW input is copied
+channels-last by the module's own kernel, or read in place: ``$FUSEC_CONV_INPUT``),
+its weights KRSC (else re-laid out per call) and stores its result NHWC. The
+body's ``ai.transpose`` views around the conv must agree (``plan`` checks them).
 """
 
 from __future__ import annotations
@@ -44,6 +51,13 @@ from fusec.targets.cuda.conv.cpp import (
     implicit_gemm_problem,
     nchw_input_problem,
 )
+from fusec.targets.cuda.conv.layout import (
+    LAYOUT_ATTR,
+    TO_CHANNELS_FIRST,
+    TO_CHANNELS_LAST,
+    Layout,
+    layout_of,
+)
 from fusec.targets.cuda.gemm.cpp import Epilogue
 
 TILE_ATTR = "fusec.tile"
@@ -58,11 +72,6 @@ INPUT_ENV = "FUSEC_CONV_INPUT"
 #: ``epilogue_loads``), the default since measured on the H200 (ResNet block's second conv
 #: 38.5 -> 31.9 us, benchmarks/results/profile-2026-12-01.md); "inline": at each element
 EPILOGUE_ENV = "FUSEC_CONV_EPILOGUE"
-#: "nhwc": a conv group whose result only feeds the next conv group's input (not a graph
-#: output) stores it channels-last, and the next group reads it without the copy
-#: (``hands_off``; the default since measured on the H200: ResNet block 76.0 -> 66.6 us
-#: with the early loads); "off": NCHW between groups
-HANDOFF_ENV = "FUSEC_CONV_HANDOFF"
 _DTYPES = ("f16", "bf16")
 #: below this many input channels per group the direct template serves the conv
 MIN_GEMM_CHANNELS = 16
@@ -77,20 +86,47 @@ class ConvPlan:
     geo: ConvGeometry
     x: int  # group input index of the conv input
     w: int  # ... and of the weights
+    #: the memory layouts of the input, weights and result (``fusec.layout``, written by
+    #: the ``conv-layout`` pass; NCHW/KCRS without it)
+    layout: Layout = Layout()
+
+    @property
+    def result(self):
+        """The NCHW value the epilogue computes (the body's view before an NHWC store)."""
+        return self.epilogue_ops[-1].results[0] if self.epilogue_ops else self.conv.output
 
 
 def plan(fused_op: ai.FusedOp) -> ConvPlan | str:
     """The templates' view of ``fused_op``, or why the group needs the fallback."""
+    layout = layout_of(fused_op)
+    if isinstance(layout, str):
+        return layout
     ops = body_ops(fused_op)
+    args = {arg: i for i, arg in enumerate(fused_op.block.args)}
+    views = _views(ops, args, layout)
+    if isinstance(views, str):
+        return views
+    ops = ops[len(views) :]
+    if layout.output == "nhwc":
+        if not ops or not _is_view(ops[-1], TO_CHANNELS_LAST, yielded(fused_op)[0]):
+            return f"{LAYOUT_ATTR} says output nhwc, but the body does not end in that transpose"
+        ops = ops[:-1]
     if not ops or not isinstance(ops[0], ai.Conv2DOp):
         return "the group does not start with its conv2d (a prologue?)"
     conv = ops[0]
     rest = tuple(ops[1:])
     if len(fused_op.results) != 1 or not all(isinstance(op, ELEMENTWISE_OPS) for op in rest):
         return "the epilogue is not a chain of elementwise ops with one result"
-    args = {arg: i for i, arg in enumerate(fused_op.block.args)}
-    if conv.input not in args or conv.weight not in args:
+    if any([u.operation for u in v.output.uses] != [conv] for v in views):
+        return "a transposed operand is read beyond the conv"
+    sources = {view.output: view.input for view in views}
+    x_arg, w_arg = (sources.get(v, v) for v in (conv.input, conv.weight))
+    if x_arg not in args or w_arg not in args:
         return "a conv operand is computed inside the group"
+    if (x_arg is not conv.input) != (layout.input == "nhwc") or (w_arg is not conv.weight) != (
+        layout.weight == "krsc"
+    ):
+        return f"the body's transposes do not match its {LAYOUT_ATTR}"
     x, w, out = (spec_of(v.type) for v in (conv.input, conv.weight, conv.output))
     if x.dtype not in _DTYPES:
         return (
@@ -102,7 +138,28 @@ def plan(fused_op: ai.FusedOp) -> ConvPlan | str:
     geo = geometry(conv)
     if (geo.p, geo.q) != out.shape[2:] or 0 in (*x.shape, *w.shape):
         return "an empty dimension"
-    return ConvPlan(conv, rest, geo, args[conv.input], args[conv.weight])
+    return ConvPlan(conv, rest, geo, args[x_arg], args[w_arg], layout)
+
+
+def _is_view(op, perm: tuple[int, ...], value=None) -> bool:
+    """``op`` is ``ai.transpose {perm}`` (whose result is ``value``, when given)."""
+    return (
+        isinstance(op, ai.TransposeOp)
+        and op.attr("perm") == perm
+        and (value is None or op.output is value)
+    )
+
+
+def _views(ops: list, args: dict, layout: Layout) -> list | str:
+    """The leading ``ai.transpose`` views of a channels-last input and KRSC weights (as
+    many as ``layout`` relays), or what is wrong with them."""
+    count = (layout.input == "nhwc") + (layout.weight == "krsc")
+    views = ops[:count]
+    if len(views) < count or not all(
+        _is_view(v, TO_CHANNELS_FIRST) and v.input in args for v in views
+    ):
+        return f"{LAYOUT_ATTR} relays {count} operand(s), but the body lacks their transposes"
+    return views
 
 
 def geometry(conv: ai.Conv2DOp) -> ConvGeometry:
@@ -176,7 +233,7 @@ def epilogue(fused_op: ai.FusedOp, p: ConvPlan) -> tuple[Epilogue, tuple[int, ..
         return f"fs_ld_{spec_of(value.type).dtype}(e{slot}, {offset})"
 
     stmts, names = gen.chain(p.epilogue_ops, leaf)
-    final = names[yielded(fused_op)[0]] if p.epilogue_ops else "acc"
+    final = names[p.result] if p.epilogue_ops else "acc"
     body = "\n".join([*stmts, f"y = {final};"])
     name = " -> ".join(op.name for op in p.epilogue_ops) or "identity"
     epi = Epilogue(
@@ -228,54 +285,12 @@ def epilogue_loads_for() -> str:
     return asked
 
 
-def handoff_enabled() -> bool:
-    """``$FUSEC_CONV_HANDOFF`` is not "off" (validated: "", "off" or "nhwc"; "" is "nhwc")."""
-    asked = os.environ.get(HANDOFF_ENV, "").strip().lower()
-    if asked not in ("", "off", "nhwc"):
-        raise ValueError(f"${HANDOFF_ENV}: {asked!r}, expected 'off' or 'nhwc'")
-    return asked != "off"
-
-
-def _implicit_plan(op) -> ConvPlan | None:
-    """The plan of ``op`` when it is a conv group the implicit GEMM runs, else None."""
-    if not isinstance(op, ai.FusedOp) or len(op.results) != 1:
-        return None
-    p = plan(op)
-    return p if not isinstance(p, str) and route(p) == "implicit" else None
-
-
-def hands_off(producer, consumer) -> bool:
-    """Whether conv group ``producer`` stores its result channels-last ``[N][P][Q][K]`` for
-    conv group ``consumer`` (``$FUSEC_CONV_HANDOFF=nhwc``): both run the implicit GEMM, the
-    result's only use is the consumer's conv input (so no graph output, no other reader),
-    and that layout is the consumer's channels-last input (one group, C a multiple of 8,
-    no in-place NCHW read asked for). Both groups decide with this one predicate."""
-    if not handoff_enabled():
-        return False
-    made, used = _implicit_plan(producer), _implicit_plan(consumer)
-    if made is None or used is None:
-        return False
-    uses = list(producer.results[0].uses)
-    if len(uses) != 1 or uses[0].operation is not consumer or uses[0].index != used.x:
-        return False
-    geo = used.geo
-    return geo.groups == 1 and geo.cg % 8 == 0 and input_for(geo)[0] == "nhwc"
-
-
-def hands_off_output(fused_op: ai.FusedOp) -> bool:
-    """``fused_op`` stores its result channels-last for the next conv group."""
-    uses = list(fused_op.results[0].uses) if len(fused_op.results) == 1 else []
-    return len(uses) == 1 and hands_off(fused_op, uses[0].operation)
-
-
-def takes_handoff(fused_op: ai.FusedOp, p: ConvPlan) -> bool:
-    """``fused_op``'s conv input was stored channels-last by the previous conv group."""
-    return hands_off(fused_op.operands[p.x].owner, fused_op)
-
-
 def route(p: ConvPlan) -> str:
     """``"implicit"``, ``"direct"`` or the reason for the fallback."""
-    return route_geometry(p.geo)
+    how = route_geometry(p.geo)
+    if how == "direct" and p.layout != Layout():
+        return f"the direct conv reads NCHW/KCRS operands only, not {LAYOUT_ATTR} {p.layout}"
+    return how
 
 
 def route_geometry(geo: ConvGeometry) -> str:
@@ -284,6 +299,22 @@ def route_geometry(geo: ConvGeometry) -> str:
         return "direct"
     why = implicit_gemm_problem(geo)
     return f"{why} (strided W boxes are not built)" if why else "implicit"
+
+
+_INPUT_NOTES = {
+    "nhwc": "input made channels-last per call (a small launch before the conv); 5-D TMA "
+    "boxes per tap, padding = zero fill;",
+    "given": f"input given channels-last by the previous conv group or a layout conversion "
+    f"({LAYOUT_ATTR} input = nhwc): no copy; 5-D TMA boxes per tap, padding = zero fill;",
+    "nchw": "NCHW input read in place by 5-D TMA boxes per tap (MN-major B, transposed "
+    "wgmma), padding = zero fill;",
+    "nchw-ld": "NCHW input loaded in place by the producer warpgroup (16-byte loads shifted "
+    "in registers, MN-major B, transposed wgmma), padding = zeros;",
+}
+_WEIGHT_NOTES = {
+    "kcrs": "weights re-laid out to [K][R*S][C] per call (a small launch before the conv);",
+    "krsc": f"weights given [K][R][S][C] ({LAYOUT_ATTR} weight = krsc): no re-layout;",
+}
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
@@ -318,41 +349,31 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     if how == "implicit":
         tile = tile_for(fused_op, geo)
         layout, refused = input_for(geo)
-        if takes_handoff(fused_op, p):
-            layout, refused = "given", None
-        out_layout = "nhwc" if hands_off_output(fused_op) else "nchw"
+        if p.layout.input == "nhwc":  # conv-layout relaid it (refused: why not in place)
+            layout = "given"
+        weight = "krsc" if p.layout.weight == "krsc" else "kcrs"
         loads = epilogue_loads_for()
-        spec = ConvSpec(geo, tile, dtype, out_dtype, epi, layout, loads, out_layout)
+        spec = ConvSpec(geo, tile, dtype, out_dtype, epi, layout, loads, p.layout.output, weight)
         notes = [
             "target: cuda, implicit-GEMM conv2d on the Hopper Tensor Cores (wgmma + TMA, "
             f"sm_90a), tile {tile.text}, {spec.tiles} tiles;",
             f"{shape}; {dtype} -> {out_dtype}, f32 accumulation;",
-            "input made channels-last and weights re-laid out to [K][R*S][C] per call (two "
-            "small launches before the conv); 5-D TMA boxes per tap, padding = zero fill;"
-            if spec.copies_input
-            else "input given channels-last by the previous conv group ($FUSEC_CONV_HANDOFF="
-            "nhwc): no copy; weights re-laid out to [K][R*S][C] per call (one small launch "
-            "before the conv); 5-D TMA boxes per tap, padding = zero fill;"
-            if spec.input == "given"
-            else "NCHW input read in place by 5-D TMA boxes per tap (MN-major B, transposed "
-            "wgmma), padding = zero fill; weights re-laid out to [K][R*S][C] per call (one "
-            "small launch before the conv);"
-            if spec.input == "nchw"
-            else "NCHW input loaded in place by the producer warpgroup (16-byte loads shifted "
-            "in registers, MN-major B, transposed wgmma), padding = zeros; weights re-laid "
-            "out to [K][R*S][C] per call (one small launch before the conv);",
+            _INPUT_NOTES[spec.input],
+            _WEIGHT_NOTES[spec.weight],
             f"epilogue on the accumulators: {epi.name} (f32, one rounding at the store)",
         ]
         if refused:
             notes.append(f"${INPUT_ENV}={refused}")
         spec_text = f"ConvSpec({geo_text}, ConvTile.parse({tile.text!r}), {dtype!r}, "
         layout_text = "" if spec.copies_input else f", input={spec.input!r}"
-        if out_layout != "nchw":
-            layout_text += f", out_layout={out_layout!r}"
+        if spec.out_layout != "nchw":
+            layout_text += f", out_layout={spec.out_layout!r}"
             notes.append(
-                "output stored channels-last [N][P][Q][K] for the next conv group, its only "
-                "reader ($FUSEC_CONV_HANDOFF=nhwc)"
+                "output stored channels-last [N][P][Q][K] for the next conv group(s), its only "
+                f"readers ({LAYOUT_ATTR} output = nhwc)"
             )
+        if spec.weight != "kcrs":
+            layout_text += f", weight={spec.weight!r}"
         if loads != "inline":
             layout_text += f", epilogue_loads={loads!r}"
             notes.append(

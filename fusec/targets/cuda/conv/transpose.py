@@ -22,6 +22,7 @@ pixels (64 x 128 from 64 channels on).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from fusec.targets.cuda.conv.config import ConvGeometry, cdiv
@@ -85,6 +86,25 @@ class TransposeTiling:
 def transpose_kernel(name: str, tiling: TransposeTiling, vector: bool) -> str:
     """The ``__global__`` kernel ``name(x, xt)``; the geometry macros (``C``, ``G``, ``CG``,
     ``CGP``, ``H``, ``W``) are defined by the including module."""
+    kind = "16-byte" if vector else "2-byte"
+    return f"""// Input NCHW -> [NB][H][W][G][CGP] ({kind} loads): one 8 channels x 8 pixels block
+// per thread, transposed in registers, written as 8 16-byte pixel rows.
+extern "C" __global__ void __launch_bounds__({THREADS})
+{name}(const u16* __restrict__ x, u16* __restrict__ xt) {{
+{_transpose_body(tiling, vector)}}}
+"""
+
+
+def transpose_device(name: str, tiling: TransposeTiling, vector: bool) -> str:
+    """The same copy as ``transpose_kernel`` as an inlined device function ``name(x, xt)``
+    (the body of ``RelayoutSpec``'s kernel)."""
+    return f"""static __device__ __forceinline__ void {name}(const u16* __restrict__ x,
+                                                u16* __restrict__ xt) {{
+{_transpose_body(tiling, vector)}}}
+"""
+
+
+def _transpose_body(tiling: TransposeTiling, vector: bool) -> str:
     if vector and not tiling.vectorizable:
         raise ValueError("the vector path needs H*W % 8 == 0")
     if vector:
@@ -101,12 +121,7 @@ def transpose_kernel(name: str, tiling: TransposeTiling, vector: bool) -> str:
         v[i][j / 2] = lo | (hi << 16);
       }"""
     store_guard = "" if vector else "if (p0 + j < XT_HW) "
-    kind = "16-byte" if vector else "2-byte"
-    return f"""// Input NCHW -> [NB][H][W][G][CGP] ({kind} loads): one 8 channels x 8 pixels block
-// per thread, transposed in registers, written as 8 16-byte pixel rows.
-extern "C" __global__ void __launch_bounds__({THREADS})
-{name}(const u16* __restrict__ x, u16* __restrict__ xt) {{
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    return f"""  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int c0 = blockIdx.y * XT_BC + (lane % XT_LC) * 8;
   const int p0 = blockIdx.x * XT_BP + (warp * (32 / XT_LC) + lane / XT_LC) * 8;
   const long long n = blockIdx.z;
@@ -136,7 +151,6 @@ extern "C" __global__ void __launch_bounds__({THREADS})
                  :: "l"(out + (long long)j * XT_CT), "r"(o0), "r"(o1), "r"(o2), "r"(o3)
                  : "memory");
   }}
-}}
 """
 
 
@@ -149,3 +163,67 @@ def transpose_defines(tiling: TransposeTiling) -> str:
         "XT_BP": tiling.block_pixels,
     }
     return "\n".join(f"#define {name} {value}" for name, value in values.items())
+
+
+@dataclass(frozen=True)
+class RelayoutSpec:
+    """A standalone channels-last transpose ``[A][B][P] -> [A][P][B]`` of 16-bit elements
+    with ``B % 8 == 0``: the ``conv-layout`` conversions NCHW -> NHWC (``A = N, B = C, P =
+    H*W``) and KCRS -> KRSC (``A = K, B = C, P = R*S``) as one linked kernel, the copy
+    above (``[A][B][P]`` is the input of a 1x1 conv of A images of 1 x P pixels). The
+    16-byte loads serve an input whose base is 16-byte aligned (tested per call), the
+    2-byte ones any other; the stores need ``xt`` 16-byte aligned."""
+
+    outer: int
+    channels: int
+    pixels: int
+
+    def __post_init__(self) -> None:
+        if self.channels % 8 or min(self.outer, self.channels, self.pixels) < 1:
+            raise ValueError(f"a relayout of [{self.outer}][{self.channels}][{self.pixels}]")
+
+    @property
+    def tiling(self) -> TransposeTiling:
+        geo = ConvGeometry(self.outer, self.channels, 1, self.pixels, self.channels, 1, 1)
+        return TransposeTiling(geo)
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:16]
+
+    @property
+    def function_name(self) -> str:
+        return f"fusec_relayout_{self.key}"
+
+    @property
+    def threads(self) -> int:
+        return THREADS
+
+    def arg_count(self) -> tuple[int, int]:
+        return 2, 0
+
+    def cpp_source(self) -> str:
+        tiling = self.tiling
+        vector = tiling.vectorizable
+        copies = transpose_device("fs_xt_scalar", tiling, False)
+        call = "fs_xt_scalar((const u16*)x, (u16*)xt);"
+        if vector:
+            copies += transpose_device("fs_xt_vector", tiling, True)
+            call = f"if ((x & 15ull) == 0) fs_xt_vector((const u16*)x, (u16*)xt);\n  else {call}"
+        a, b, p = self.outer, self.channels, self.pixels
+        return f"""// fusec generated channels-last copy: [{a}][{b}][{p}] -> [{a}][{p}][{b}], 16-bit
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+#define C {self.channels}
+#define G 1
+#define CG {self.channels}
+#define CGP {self.channels}
+{transpose_defines(tiling)}
+{copies}
+extern "C" __device__ __attribute__((always_inline))
+int {self.function_name}(int* ret, u64 smem_raw, u64 x, u64 xt) {{
+  {call}
+  return 0;
+}}
+"""

@@ -1,0 +1,279 @@
+"""``conv-layout``: channels-last activations and KRSC weights for the cuda conv groups.
+
+The graph is NCHW with KCRS weights at the API; the implicit-GEMM conv reads its
+input channels-last (``[N][H][W][C]``) and its weights as ``[K][R][S][C]``. This
+pass, run after fusion in the cuda pipeline, makes that choice explicit in the IR:
+
+* every conv group the implicit GEMM serves with one group and ``C % 8 == 0``,
+  whose input and weights only the conv reads (``channels_last_plan``), takes its
+  weights KRSC and, unless an in-place NCHW read is asked for
+  (``$FUSEC_CONV_INPUT``), its input NHWC. Its result is stored NHWC
+  when every use of it is the input of such a group (the conv -> conv hand-off;
+  ``handoff=off``, or ``$FUSEC_CONV_HANDOFF=off`` when the option is not given,
+  keeps every result NCHW). The group says so in
+  ``fusec.layout = {input = "nhwc", weight = "krsc", output = "nhwc"}``, and its body
+  is the same computation on the new operand types: a ``ai.transpose`` from each
+  relaid operand back to the conv's NCHW/KCRS view, and one to NHWC before the
+  ``ai.yield`` (views the template folds into its addressing, never copies);
+* conversions ``ai.transpose {perm = [0, 2, 3, 1]}`` (NCHW -> NHWC, also KCRS ->
+  KRSC) are inserted in front of the relaid operands, and ``[0, 3, 1, 2]`` behind
+  a relaid result for each of its uses;
+* xDSL's pattern rewriter then composes adjacent conversions (a hand-off's
+  NHWC -> NCHW -> NHWC pair cancels) and folds the conversion of a constant into a
+  new ``arith.constant`` (constant weights are relaid at compile time);
+* each conversion left is a ``ai.fused "copy"`` group of its own (the cuda copy
+  template runs it as the channels-last transpose kernel): the graph's NCHW inputs
+  and graph-input weights, converted once per call however many convs read them.
+
+Function arguments and results keep their NCHW types. Everything the pass writes
+is ordinary ``ai`` IR, so the reference executor runs it as it is.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func
+from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, StringAttr
+from xdsl.ir import Block, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
+from fusec.ir.constants import constant_value, dense_constant
+
+if TYPE_CHECKING:
+    from fusec.targets.cuda.conv.template import ConvPlan
+
+#: NCHW -> NHWC, and KCRS -> KRSC (the same permutation of a 4-D tensor)
+TO_CHANNELS_LAST = (0, 2, 3, 1)
+#: NHWC -> NCHW, and KRSC -> KCRS
+TO_CHANNELS_FIRST = (0, 3, 1, 2)
+LAYOUT_ATTR = "fusec.layout"
+#: "off": every conv result stays NCHW (the pass option ``handoff`` wins when given)
+HANDOFF_ENV = "FUSEC_CONV_HANDOFF"
+HANDOFFS = ("nhwc", "off")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a conv group's input, weights and result are laid out in memory."""
+
+    input: str = "nchw"
+    weight: str = "kcrs"
+    output: str = "nchw"
+
+    def to_attr(self) -> DictionaryAttr:
+        return DictionaryAttr(
+            {
+                "input": StringAttr(self.input),
+                "weight": StringAttr(self.weight),
+                "output": StringAttr(self.output),
+            }
+        )
+
+
+#: what each entry of ``fusec.layout`` may be (the first: the NCHW/KCRS default)
+LAYOUT_CHOICES = {"input": ("nchw", "nhwc"), "weight": ("kcrs", "krsc"), "output": ("nchw", "nhwc")}
+
+
+def layout_of(fused_op: ai.FusedOp) -> Layout | str:
+    """The group's ``fusec.layout`` (the NCHW/KCRS default without one), or what is wrong
+    with it."""
+    attr = fused_op.attributes.get(LAYOUT_ATTR)
+    if attr is None:
+        return Layout()
+    if not isinstance(attr, DictionaryAttr):
+        return f"{LAYOUT_ATTR} must be a dictionary, got {attr}"
+    values = {}
+    for key, value in attr.data.items():
+        choices = LAYOUT_CHOICES.get(key)
+        if choices is None:
+            return f"{LAYOUT_ATTR}: unknown entry {key!r} (expected input, weight, output)"
+        if not isinstance(value, StringAttr) or value.data not in choices:
+            expected = " or ".join(f'"{c}"' for c in choices)
+            return f"{LAYOUT_ATTR}: {key} must be {expected}, got {value}"
+        values[key] = value.data
+    return Layout(**values)
+
+
+def handoff_from_env() -> str:
+    """``$FUSEC_CONV_HANDOFF`` (validated: "", "off" or "nhwc"; "" is "nhwc")."""
+    asked = os.environ.get(HANDOFF_ENV, "").strip().lower() or "nhwc"
+    if asked not in HANDOFFS:
+        raise ValueError(f"${HANDOFF_ENV}: {asked!r}, expected 'off' or 'nhwc'")
+    return asked
+
+
+def channels_last_plan(fused_op: ai.FusedOp) -> ConvPlan | None:
+    """The conv template's plan of ``fused_op`` when the implicit GEMM can take it with
+    channels-last operands (one group, ``C % 8 == 0``: no channel padding, so NHWC and
+    KRSC are plain permutations), else None."""
+    from fusec.targets.cuda.conv import template
+
+    if fused_op.kind_name != "conv" or LAYOUT_ATTR in fused_op.attributes:
+        return None
+    p = template.plan(fused_op)
+    if isinstance(p, str) or template.route(p) != "implicit":
+        return None
+    args = fused_op.block.args
+    if any([u.operation for u in args[i].uses] != [p.conv] for i in (p.x, p.w)):
+        return None  # the epilogue reads the input too (conv(x) + x): it stays NCHW
+    return p if p.geo.groups == 1 and p.geo.cg % 8 == 0 else None
+
+
+@dataclass(frozen=True)
+class ConvLayoutPass(ModulePass):
+    """Choose NHWC activations and KRSC weights for the cuda conv groups, explicitly."""
+
+    name = "conv-layout"
+
+    handoff: str = ""
+    """"nhwc": a conv result read only as other conv groups' input is stored NHWC for
+    them; "off": conv results stay NCHW ("": ``$FUSEC_CONV_HANDOFF``, default "nhwc")."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from fusec.errors import FusecError
+
+        try:
+            handoff = self.handoff or handoff_from_env()
+        except ValueError as err:
+            raise FusecError(f"conv-layout: {err}") from None
+        if handoff not in HANDOFFS:
+            raise FusecError(f"conv-layout option handoff={handoff!r}: expected 'nhwc' or 'off'")
+        for function in op.walk():
+            if isinstance(function, func.FuncOp) and function.body.blocks:
+                _relayout_function(function.body.block, handoff == "nhwc")
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier([ComposeTransposes(), FoldConstantTranspose()])
+        ).rewrite_module(op)
+        for function in op.walk():
+            if isinstance(function, func.FuncOp) and function.body.blocks:
+                for transpose in list(function.body.block.ops):
+                    if isinstance(transpose, ai.TransposeOp):
+                        _outline_copy(transpose)
+
+
+def _relayout_function(block: Block, handoff: bool) -> None:
+    from fusec.targets.cuda.conv.template import input_for
+
+    plans = {}
+    for op in block.ops:
+        if isinstance(op, ai.FusedOp) and (p := channels_last_plan(op)) is not None:
+            plans[op] = p
+    nhwc_input = {op for op, p in plans.items() if input_for(p.geo)[0] == "nhwc"}
+
+    def read_as_input(use) -> bool:
+        consumer = use.operation
+        return consumer in nhwc_input and use.index == plans[consumer].x
+
+    conversions: dict[tuple[SSAValue, tuple[int, ...]], SSAValue] = {}
+    for op, p in plans.items():
+        layout = Layout(
+            "nhwc" if op in nhwc_input else "nchw",
+            "krsc",
+            "nhwc" if handoff and all(read_as_input(u) for u in op.results[0].uses) else "nchw",
+        )
+        _relayout_group(op, p, layout, conversions)
+
+
+def _convert(value: SSAValue, perm: tuple[int, ...], before, conversions: dict) -> SSAValue:
+    """``ai.transpose(value, perm)`` at function level (one per value and permutation)."""
+    key = (value, perm)
+    if key not in conversions:
+        transpose = ai.TransposeOp(value, perm=perm)
+        Rewriter.insert_op(transpose, InsertPoint.before(before))
+        conversions[key] = transpose.output
+    return conversions[key]
+
+
+def _relayout_group(fused: ai.FusedOp, p: ConvPlan, layout: Layout, conversions: dict) -> None:
+    """Replace conv group ``fused`` by one taking and giving the operands of ``layout``."""
+    body = fused.block
+    inputs = list(fused.inputs)
+    relaid = ([p.x] if layout.input == "nhwc" else []) + [p.w]
+    for index in relaid:
+        inputs[index] = _convert(inputs[index], TO_CHANNELS_LAST, fused, conversions)
+    for index in reversed(relaid):  # (each view goes first: the input's ends up on top)
+        old = body.args[index]
+        arg = body.insert_arg(inputs[index].type, index)
+        arg.name_hint = old.name_hint
+        view = ai.TransposeOp(arg, perm=TO_CHANNELS_FIRST)
+        Rewriter.insert_op(view, InsertPoint.at_start(body))
+        old.replace_all_uses_with(view.output)
+        body.erase_arg(old)
+    result_types = [r.type for r in fused.results]
+    if layout.output == "nhwc":
+        term = body.last_op
+        assert isinstance(term, ai.YieldOp)
+        store = ai.TransposeOp(term.operands[0], perm=TO_CHANNELS_LAST)
+        Rewriter.insert_op(store, InsertPoint.before(term))
+        term.operands = [store.output]
+        result_types = [store.output.type]
+    attributes = {**fused.attributes, LAYOUT_ATTR: layout.to_attr()}
+    region = fused.detach_region(fused.body)
+    new = ai.FusedOp(fused.kind_name, inputs, result_types, region, attributes)
+    Rewriter.insert_op(new, InsertPoint.before(fused))
+    if layout.output == "nhwc":
+        back = ai.TransposeOp(new.results[0], perm=TO_CHANNELS_FIRST)
+        Rewriter.insert_op(back, InsertPoint.after(new))
+        fused.results[0].replace_all_uses_with(back.output)
+    else:
+        fused.results[0].replace_all_uses_with(new.results[0])
+    Rewriter.erase_op(fused)
+
+
+def _at_function_level(op: ai.TransposeOp) -> bool:
+    return isinstance(op.parent_op(), func.FuncOp)
+
+
+class ComposeTransposes(RewritePattern):
+    """``transpose(transpose(v, p), q)`` -> ``transpose(v, p o q)``, or ``v`` when that is
+    the identity (an NHWC -> NCHW -> NHWC pair cancels). Conversions at function level
+    only: group bodies are kernels, left as they are."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: ai.TransposeOp, rewriter: PatternRewriter) -> None:
+        inner = op.input.owner
+        if not isinstance(inner, ai.TransposeOp) or not _at_function_level(op):
+            return
+        first, second = inner.attr("perm"), op.attr("perm")
+        perm = tuple(first[i] for i in second)
+        if perm == tuple(range(len(perm))):
+            rewriter.replace(op, [], [inner.input])
+        else:
+            rewriter.replace(op, ai.TransposeOp(inner.input, perm=perm))
+
+
+class FoldConstantTranspose(RewritePattern):
+    """``transpose(arith.constant)`` -> the transposed ``arith.constant`` (constant
+    weights are relaid once, at compile time)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: ai.TransposeOp, rewriter: PatternRewriter) -> None:
+        source = op.input.owner
+        if not isinstance(source, arith.ConstantOp) or not _at_function_level(op):
+            return
+        value = constant_value(source).transpose(op.attr("perm"))
+        rewriter.replace(op, dense_constant(value, spec_of(op.output.type).dtype))
+
+
+def _outline_copy(transpose: ai.TransposeOp) -> None:
+    """Wrap a function-level conversion into an ``ai.fused "copy"`` group (the runtime
+    launches groups only)."""
+    block = Block(arg_types=[transpose.input.type])
+    inner = ai.TransposeOp(block.args[0], perm=transpose.attr("perm"))
+    block.add_ops([inner, ai.YieldOp(inner.output)])
+    group = ai.FusedOp("copy", [transpose.input], [transpose.output.type], Region(block))
+    Rewriter.replace_op(transpose, group)

@@ -1,0 +1,85 @@
+"""The cuda target's ``copy`` template: one data-movement op per ``ai.fused "copy"`` group.
+
+The channels-last transpose of a 16-bit 4-D tensor, ``ai.transpose {perm = [0, 2, 3,
+1]}`` with the second dimension a multiple of 8 (``conv-layout``'s conversions:
+NCHW -> NHWC inputs, KCRS -> KRSC graph-input weights), runs as the conv template's
+copy kernel (``conv.transpose.RelayoutSpec``, 16-byte stores); every other copy
+(transposes, slices, concats, gathers) runs through PyTorch
+(``fusec.targets.cuda.torch_fallback``), the reason in its header.
+"""
+
+from __future__ import annotations
+
+from fusec.codegen import KernelSource, io_specs
+from fusec.codegen.expr import header
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
+from fusec.targets.cuda.common import body_ops, kernel_name, yielded
+from fusec.targets.cuda.conv.layout import TO_CHANNELS_LAST
+from fusec.targets.cuda.conv.transpose import RelayoutSpec
+
+
+def relayout_plan(fused_op: ai.FusedOp) -> RelayoutSpec | str:
+    """The channels-last copy kernel serving ``fused_op``, or why it cannot."""
+    ops = body_ops(fused_op)
+    if len(ops) != 1 or not isinstance(ops[0], ai.TransposeOp):
+        return "not a single transpose"
+    op = ops[0]
+    if op.input is not fused_op.block.args[0] or yielded(fused_op) != [op.output]:
+        return "not a transpose of the group input"
+    source = spec_of(op.input.type)
+    if op.attr("perm") != TO_CHANNELS_LAST or source.rank != 4:
+        return "not a channels-last transpose [0, 2, 3, 1] of a 4-D tensor"
+    if source.dtype not in ("f16", "bf16"):
+        return f"the channels-last copy kernel moves 16-bit elements, not {source.dtype}"
+    a, b, h, w = source.shape
+    if b % 8 or 0 in source.shape:
+        return "the channels-last copy kernel needs the second dimension a multiple of 8"
+    return RelayoutSpec(a, b, h * w)
+
+
+def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
+    """The kernel module of a copy group (PyTorch's when the copy kernel cannot serve it)."""
+    from fusec.targets.cuda import torch_fallback
+
+    name = kernel_name(name)
+    spec = relayout_plan(fused_op)
+    if isinstance(spec, str):
+        return torch_fallback.generate(fused_op, name, reason=spec)
+    a, b, p = spec.outer, spec.channels, spec.pixels
+    tiling = spec.tiling
+    notes = [
+        f"target: cuda, channels-last transpose [{a}][{b}][{p}] -> [{a}][{p}][{b}] "
+        "(the conv layout conversion: NCHW -> NHWC, KCRS -> KRSC);",
+        f"one 8 x 8 block per thread, transposed in registers, 16-byte stores; grid "
+        f"{tiling.grid}, {spec.threads} threads; "
+        + (
+            "16-byte loads when the input is 16-byte aligned, else 2-byte ones"
+            if tiling.vectorizable
+            else f"2-byte loads ({p} pixels: not a multiple of 8)"
+        ),
+    ]
+    source = "\n".join(
+        [
+            header(fused_op, notes=notes),
+            "from fusec.targets.cuda.conv.launcher import RelayoutLaunch",
+            "from fusec.targets.cuda.conv.transpose import RelayoutSpec",
+            "",
+            f"COPY = RelayoutLaunch(RelayoutSpec({a}, {b}, {p}))",
+            "",
+            "",
+            "def launch(in0, out0, stream=0, sms=132):",
+            "    COPY((in0,), out0, stream, sms)",
+            "",
+            "",
+            "LINKED = COPY  # the runtime launches it by address (COPY.direct)",
+            "",
+            f"KERNELS = []  # a linked cubin, launched by RelayoutLaunch ({spec.function_name})",
+            "",
+        ]
+    )
+    ins, outs = io_specs(fused_op)
+    cpp = (("cuda-c++", spec.cpp_source()),)
+    return KernelSource(
+        name, "copy", "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp
+    )

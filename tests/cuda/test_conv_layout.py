@@ -1,0 +1,321 @@
+"""The ``conv-layout`` pass: channels-last conv groups and their conversions, explicit in IR.
+
+FileCheck tests of the IR are ``filecheck/conv_layout_*.mlir`` (run by
+``test_tile_gemm.py``). Here: the numerics of the IR after the pass through the
+numpy reference executor, the rewrite patterns one by one, the conv template
+reading ``fusec.layout``, and the channels-last copy kernel (thread model, PTX,
+cubin) that runs the conversions.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_gemm_build import needs_toolchain, sass_of
+from xdsl.dialects.builtin import DictionaryAttr, StringAttr
+
+import fusec
+from fusec.dialect import ops as ai
+from fusec.runtime.reference import entry_function, run_reference
+from fusec.targets.cuda.conv import model
+from fusec.targets.cuda.conv.config import ConvGeometry, choose_tile
+from fusec.targets.cuda.conv.cpp import ConvSpec
+from fusec.targets.cuda.conv.layout import LAYOUT_ATTR
+from fusec.targets.cuda.conv.transpose import RelayoutSpec
+from fusec.tools.runner import random_inputs
+
+HERE = Path(__file__).parent / "filecheck"
+RESNET = HERE / "conv_layout_resnet.mlir"
+CONSTANTS = HERE / "conv_layout_constants.mlir"
+
+
+def _groups(module, kind: str) -> list[ai.FusedOp]:
+    return [op for op in module.walk() if isinstance(op, ai.FusedOp) and op.kind_name == kind]
+
+
+# ------------------------------------------------------------- numerics of the IR
+
+
+@pytest.mark.parametrize("path", [RESNET, CONSTANTS], ids=["resnet-inputs", "constants"])
+@pytest.mark.parametrize("pipeline", ["fusec-cuda", "fusec-default,conv-layout{handoff=off}"])
+def test_ir_after_the_pass_computes_the_graph(path: Path, pipeline: str) -> None:
+    """The reference executor runs the relaid IR (conversion groups, transposed bodies) to
+    the same values as the source graph: transposes are exact, so in float64 equal."""
+    source = fusec.parse(path)
+    compiled = fusec.compile(path, target="cuda", pipeline=pipeline, executable=False)
+    assert _groups(compiled.module, "conv")[0].attributes.get(LAYOUT_ATTR) is not None
+    for seed in (0, 1):
+        args = random_inputs(entry_function(source), seed=seed)
+        assert all(np.abs(a).max() > 0 for a in args)  # fresh random inputs, not zeros
+        expected = run_reference(source, args)
+        got = run_reference(compiled.module, args)
+        for e, g in zip(expected, got, strict=True):
+            assert g.shape == e.shape and not np.isnan(g).any()
+            np.testing.assert_array_equal(g, e)
+        # rounding where the compiled program rounds (16-bit values between groups)
+        rounded = run_reference(compiled.module, args, rounding="groups")
+        for e, g in zip(expected, rounded, strict=True):
+            np.testing.assert_allclose(g, e, rtol=1e-2, atol=1e-2 * np.sqrt(np.mean(e**2)))
+
+
+def test_conversions_are_shared_and_constants_folded() -> None:
+    compiled = fusec.compile(CONSTANTS, target="cuda", executable=False)
+    copies = _groups(compiled.module, "copy")
+    assert len(copies) == 1  # %x, read by two relaid convs, converted once
+    convs = [g for g in _groups(compiled.module, "conv") if LAYOUT_ATTR in g.attributes]
+    assert len(convs) == 2 and all(c.inputs[0] is copies[0].results[0] for c in convs)
+    weight = convs[0].inputs[1].owner
+    assert weight.name == "arith.constant" and convs[1].inputs[1].owner is weight
+
+
+# ------------------------------------------------------------------ the patterns
+
+PAIR = """func.func @f(%x: tensor<2x8x3x5xf16>) -> tensor<2x8x3x5xf16> {
+  %a = ai.transpose %x {perm = array<i64: 0, 2, 3, 1>} : tensor<2x8x3x5xf16>
+  %b = ai.transpose %a {perm = array<i64: 0, 3, 1, 2>} : tensor<2x3x5x8xf16>
+  return %b : tensor<2x8x3x5xf16>
+}"""
+
+CHAIN = """func.func @f(%x: tensor<2x8x3x5xf16>) -> tensor<5x2x8x3xf16> {
+  %a = ai.transpose %x {perm = array<i64: 0, 2, 3, 1>} : tensor<2x8x3x5xf16>
+  %b = ai.transpose %a {perm = array<i64: 2, 0, 3, 1>} : tensor<2x3x5x8xf16>
+  return %b : tensor<5x2x8x3xf16>
+}"""
+
+CONSTANT = """func.func @f() -> tensor<3x4x2xf32> {
+  %c = arith.constant dense<[[[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]],
+      [[9.0, 10.0, 11.0, 12.0], [13.0, 14.0, 15.0, 16.0]],
+      [[17.0, 18.0, 19.0, 20.0], [21.0, 22.0, 23.0, 24.0]]]> : tensor<3x2x4xf32>
+  %t = ai.transpose %c {perm = array<i64: 0, 2, 1>} : tensor<3x2x4xf32>
+  return %t : tensor<3x4x2xf32>
+}"""
+
+
+def _rewrite(text: str):
+    from xdsl.pattern_rewriter import GreedyRewritePatternApplier, PatternRewriteWalker
+
+    from fusec.targets.cuda.conv.layout import ComposeTransposes, FoldConstantTranspose
+
+    module = fusec.parse(text)
+    PatternRewriteWalker(
+        GreedyRewritePatternApplier([ComposeTransposes(), FoldConstantTranspose()])
+    ).rewrite_module(module)
+    module.verify()
+    return module
+
+
+def test_inverse_conversions_cancel() -> None:
+    module = _rewrite(PAIR)
+    assert not [op for op in module.walk() if isinstance(op, ai.TransposeOp)]
+    ret = entry_function(module).body.block.last_op
+    assert ret.operands[0] is entry_function(module).args[0]
+
+
+def test_conversions_compose() -> None:
+    module = _rewrite(CHAIN)
+    (op,) = [op for op in module.walk() if isinstance(op, ai.TransposeOp)]
+    assert op.attr("perm") == (3, 0, 1, 2)  # x dims: (0 2 3 1) then (2 0 3 1)
+    x = np.random.default_rng(0).standard_normal((2, 8, 3, 5))
+    (got,) = run_reference(module, [x])
+    np.testing.assert_array_equal(got, x.transpose(0, 2, 3, 1).transpose(2, 0, 3, 1))
+
+
+def test_constant_transpose_folds() -> None:
+    module = _rewrite(CONSTANT)
+    assert not [op for op in module.walk() if isinstance(op, ai.TransposeOp)]
+    (got,) = run_reference(module, [])
+    expected = np.arange(1, 25, dtype=np.float64).reshape(3, 2, 4).transpose(0, 2, 1)
+    np.testing.assert_array_equal(got, expected)
+
+
+# ----------------------------------------------------- the conv template reads it
+
+
+def _conv_kernels(compiled) -> list:
+    out = []
+    for kernel in compiled.kernels:
+        if kernel.kind == "conv":
+            namespace: dict = {}
+            exec(compile(kernel.source, kernel.name, "exec"), namespace)
+            out.append(namespace["CONV"].spec)
+    return out
+
+
+def test_the_conv_template_takes_the_layout_from_the_ir() -> None:
+    compiled = fusec.compile(RESNET, target="cuda", executable=False)
+    first, second = _conv_kernels(compiled)
+    assert (first.input, first.weight, first.out_layout) == ("given", "krsc", "nhwc")
+    assert (second.input, second.weight, second.out_layout) == ("given", "krsc", "nchw")
+    assert first.named_kernels == () and second.named_kernels == ()  # no convx, no convw
+    # the same graph without the pass: NCHW/KCRS, the template copies privately
+    plain = fusec.compile(RESNET, target="cuda", pipeline="fusec-default", executable=False)
+    for spec in _conv_kernels(plain):
+        assert (spec.input, spec.weight, spec.out_layout) == ("nhwc", "kcrs", "nchw")
+        assert spec.named_kernels[0] == spec.relayout_name and spec.copies_input
+    # launches: copy x, copy w1, conv1, copy w2, conv2 (as many as before the pass: conv1's
+    # module launched convw + convx + conv, conv2's convw + conv)
+    assert [k.kind for k in compiled.kernels] == ["copy", "copy", "conv", "copy", "conv"]
+
+
+def test_a_layout_the_body_does_not_have_is_refused() -> None:
+    """A ``fusec.layout`` that its body does not implement falls back, never misreads."""
+    from fusec.targets.cuda.conv import template
+
+    compiled = fusec.compile(RESNET, target="cuda", pipeline="fusec-default", executable=False)
+    group = _groups(compiled.module, "conv")[0]
+    group.attributes[LAYOUT_ATTR] = DictionaryAttr({"input": StringAttr("nhwc")})
+    assert "lacks their transposes" in template.plan(group)
+    group.attributes[LAYOUT_ATTR] = DictionaryAttr({"input": StringAttr("chwn")})
+    assert 'input must be "nchw" or "nhwc"' in template.plan(group)
+    compiled = fusec.compile(RESNET, target="cuda", executable=False)
+    group = _groups(compiled.module, "conv")[1]
+    group.attributes[LAYOUT_ATTR] = DictionaryAttr(
+        {"input": StringAttr("nhwc"), "weight": StringAttr("krsc"), "output": StringAttr("nhwc")}
+    )
+    assert "does not end in that transpose" in template.plan(group)
+
+
+def test_handoff_option_and_environment(monkeypatch) -> None:
+    def outputs(pipeline: str) -> list[str]:
+        compiled = fusec.compile(RESNET, target="cuda", pipeline=pipeline, executable=False)
+        groups = _groups(compiled.module, "conv")
+        return [g.attributes[LAYOUT_ATTR].data["output"].data for g in groups]
+
+    assert outputs("fusec-cuda") == ["nhwc", "nchw"]
+    monkeypatch.setenv("FUSEC_CONV_HANDOFF", "off")
+    assert outputs("fusec-cuda") == ["nchw", "nchw"]
+    assert outputs("fusec-default,conv-layout{handoff=nhwc}") == ["nhwc", "nchw"]  # option wins
+    with pytest.raises(fusec.FusecError, match="handoff='sideways'"):
+        outputs("fusec-default,conv-layout{handoff=sideways}")
+
+
+def test_krsc_weights_spec() -> None:
+    geo = ConvGeometry(2, 64, 13, 9, 64, 3, 3, 1, 1, 1, 1, 1, 1)
+    spec = ConvSpec(geo, choose_tile(geo), input="given", weight="krsc")
+    assert spec.named_kernels == () and not spec.relayouts_weights
+    assert "fusec_convw_" not in spec.cpp_source()
+    assert ConvSpec(geo, choose_tile(geo)).relayout_name in ConvSpec(geo).cpp_source()
+    with pytest.raises(ValueError, match="one group, C % 8 == 0"):
+        ConvSpec(ConvGeometry(2, 40, 9, 9, 40, 3, 3, groups=2), weight="krsc")
+    with pytest.raises(ValueError, match="conv weight layout"):
+        ConvSpec(geo, weight="rsck")
+
+
+# ------------------------------------------------- the channels-last copy kernel
+
+RELAYOUTS = [
+    RelayoutSpec(2, 64, 90),  # the ResNet test block's input: 16-byte loads possible
+    RelayoutSpec(64, 64, 9),  # 3x3 weights: 2-byte loads
+    RelayoutSpec(3, 136, 11),  # channels past one block, ragged pixels
+    RelayoutSpec(16, 16, 1),  # 1x1 weights
+]
+
+
+@pytest.mark.parametrize("spec", RELAYOUTS, ids=lambda s: f"{s.outer}x{s.channels}x{s.pixels}")
+def test_relayout_threads_write_every_element_once(spec: RelayoutSpec) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((spec.outer, spec.channels, spec.pixels)).astype(np.float32)
+    geo = spec.tiling.geo
+    for vector in (False, True) if spec.tiling.vectorizable else (False,):
+        out, writes = model.transpose_threads(geo, x.reshape(geo.n, geo.c, geo.h, geo.w), vector)
+        assert (writes == 1).all(), "an element was written twice or never"
+        np.testing.assert_array_equal(out, x.transpose(0, 2, 1))
+
+
+def test_relayout_spec_refuses_unpadded_channels() -> None:
+    with pytest.raises(ValueError, match="relayout"):
+        RelayoutSpec(2, 12, 9)
+
+
+def test_copy_template_serves_the_conversions_only() -> None:
+    from fusec.targets.cuda.copy import relayout_plan
+
+    compiled = fusec.compile(RESNET, target="cuda", executable=False)
+    specs = [relayout_plan(g) for g in _groups(compiled.module, "copy")]
+    assert specs == [RelayoutSpec(2, 64, 90), RelayoutSpec(64, 64, 9), RelayoutSpec(64, 64, 9)]
+    other = """func.func @f(%x: tensor<2x12x3x5xf16>, %y: tensor<2x8x3x5xf32>)
+        -> (tensor<2x3x5x12xf16>, tensor<2x3x5x8xf32>, tensor<2x5x3x12xf16>) {
+      %a = ai.transpose %x {perm = array<i64: 0, 2, 3, 1>} : tensor<2x12x3x5xf16>
+      %b = ai.transpose %y {perm = array<i64: 0, 2, 3, 1>} : tensor<2x8x3x5xf32>
+      %c = ai.transpose %x {perm = array<i64: 0, 3, 2, 1>} : tensor<2x12x3x5xf16>
+      return %a, %b, %c : tensor<2x3x5x12xf16>, tensor<2x3x5x8xf32>, tensor<2x5x3x12xf16>
+    }"""
+    compiled = fusec.compile(other, target="cuda", executable=False)
+    reasons = [relayout_plan(g) for g in _groups(compiled.module, "copy")]
+    assert "a multiple of 8" in reasons[0] and "16-bit" in reasons[1]
+    assert "[0, 2, 3, 1]" in reasons[2]
+    assert all("TORCH_FALLBACK = True" in k.source for k in compiled.kernels)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("spec", RELAYOUTS[:2], ids=["input-2x64x90", "weights-64x64x9"])
+def test_relayout_cubin(spec: RelayoutSpec, tmp_path) -> None:
+    """The copy compiles for sm_90a: 16-byte stores (and 16-byte loads where the shape
+    allows them), no shared memory, no spills, no local memory."""
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    ptx = build.ptx(spec)
+    assert "st.global.v4.b32" in ptx
+    assert ("ld.global.nc.v4" in ptx) == spec.tiling.vectorizable
+    built = build.build(spec, KernelCache(tmp_path))
+    assert not re.search(r"\b[1-9]\d* bytes spill", built.log)
+    sass = sass_of(built.cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    assert not re.search(r"\b(LDL|STL)\b", sass)
+    assert "STG.E.128" in sass
+
+
+@needs_toolchain
+def test_emit_ptx_of_a_copy_group() -> None:
+    """``fusec compile --emit ptx`` reaches the copy module's linked kernel."""
+    from fusec.target import get_target
+
+    compiled = fusec.compile(RESNET, target="cuda", executable=False)
+    copy = next(k for k in compiled.kernels if k.kind == "copy")
+    ptx = get_target("cuda").assembly(copy, "sm_90a")
+    assert "st.global.v4.b32" in ptx
+
+
+# --------------------------------------------------- the cpu target on this IR
+
+
+def _poison(shape: tuple, dtype) -> np.ndarray:
+    return np.full(shape, np.nan, dtype=dtype)
+
+
+def test_cpu_target_runs_the_ir_without_the_handoff() -> None:
+    """The pass is in the cuda pipeline only; the cpu target still runs its IR with
+    ``handoff=off`` (its conv template takes the transposes in front of the conv as
+    layout ops) and refuses an NHWC-stored group with a located error."""
+    pipeline = "fusec-default,conv-layout{handoff=off}"
+    for path in (RESNET, CONSTANTS):
+        compiled = fusec.compile(path, target="cpu", pipeline=pipeline)
+        args = random_inputs(entry_function(compiled.module), seed=4)
+        outs = compiled._runner(args, alloc=_poison)
+        for out, ref in zip(outs, run_reference(fusec.parse(path), args), strict=True):
+            assert not np.isnan(out).any()
+            scale = np.sqrt(np.mean(ref**2))
+            np.testing.assert_allclose(out, ref, rtol=1e-2, atol=1e-2 * scale)
+    with pytest.raises(fusec.FusecError, match=r"conv_layout_resnet.mlir:\d+:\d+: .*ai.transpose"):
+        fusec.compile(RESNET, target="cpu", pipeline="fusec-cuda")
+
+
+def test_an_input_the_epilogue_also_reads_stays_nchw() -> None:
+    """``conv(x) + x`` in one group: the body reads x beyond the conv, so the group keeps
+    NCHW/KCRS (and the implicit GEMM, not the fallback, still serves it)."""
+    t, w = "tensor<2x64x8x8xf16>", "tensor<64x64x1x1xf16>"
+    text = f"""func.func @f(%x: {t}, %w: {w}) -> {t} {{
+      %c = ai.conv2d %x, %w : {t} * {w}
+      %s = ai.add %c, %x : {t} * {t}
+      return %s : {t}
+    }}"""
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    (group,) = _groups(compiled.module, "conv")
+    assert LAYOUT_ATTR not in group.attributes and not _groups(compiled.module, "copy")
+    (spec,) = _conv_kernels(compiled)
+    assert spec.copies_input and spec.weight == "kcrs"
