@@ -199,16 +199,37 @@ def test_group_kernels_of_the_fused_chains() -> None:
     small = _group_specs(LN_SOFTMAX.format(m=8192, k=256, n=256), FOLD_TILE)
     assert [type(s).__name__ for s in small] == ["LayerNormPrep", "GemmSpec"]
     assert small[1].epilogue.softmax == "row" and small[1].config.bn == 256
-    large = _group_specs(LN_SOFTMAX.format(m=8192, k=4096, n=4096))
+    large = _group_specs(LN_SOFTMAX.format(m=8192, k=4096, n=2048))  # N < K: the rewrite
     assert [type(s).__name__ for s in large] == ["LayerNormPrep", "GemmSpec", "SoftmaxFinalise"]
     assert large[1].epilogue.softmax == "partials" and large[1].epilogue.extras[-1] == "f32"
+
+
+@pytest.mark.parametrize("k, n", [(4096, 4096), (1024, 4096), (1024, 1024)])
+def test_layernorm_is_a_kernel_of_its_own_before_a_gemm_as_wide_as_k(k: int, n: int) -> None:
+    import fusec
+
+    text = LN_SOFTMAX.format(m=512, k=k, n=n)
+    compiled = fusec.compile(
+        text, target="cuda", pipeline="fusec-cuda-long-softmax", executable=False
+    )
+    assert [kernel.kind for kernel in compiled.kernels] == ["row_reduce", "matmul"]
+
+
+def test_layernorm_prologue_rule() -> None:
+    from fusec.targets.cuda.target import layernorm_prologue_problem
+
+    assert layernorm_prologue_problem(256, 256) is None  # whole-row tiles: ln=tile
+    assert layernorm_prologue_problem(1000, 256) is None  # short rows: the pre-pass is small
+    assert layernorm_prologue_problem(2048, 4096) is None  # N < K: the rewrite pays
+    reason = layernorm_prologue_problem(4096, 1024)
+    assert reason is not None and "K = 1024" in reason and "N = 4096" in reason
 
 
 def _fused_variants() -> list:
     """Every new kernel variant: the row-softmax and partials GEMMs (with the LayerNorm
     rewrite), both pre-pass layouts and the finalise pass."""
     small = _group_specs(LN_SOFTMAX.format(m=8192, k=256, n=256), FOLD_TILE)
-    large = _group_specs(LN_SOFTMAX.format(m=8192, k=4096, n=4096))
+    large = _group_specs(LN_SOFTMAX.format(m=8192, k=4096, n=2048))
     from fusec.targets.cuda.gemm import aux
 
     return [

@@ -155,7 +155,9 @@ def test_long_row_softmax_partials_and_finalise(dtype: str, n: int) -> None:
     _check(matmul_ir(513, n, 512, dtype, tail=tail), dtype, pipeline=LONG_SOFTMAX)
 
 
-@pytest.mark.parametrize("m, k, n", [(8192, 256, 256), (512, 4096, 4096), (1001, 256, 1000)])
+@pytest.mark.parametrize(
+    "m, k, n", [(8192, 256, 256), (512, 4096, 4096), (512, 4096, 2048), (1001, 256, 1000)]
+)
 def test_layernorm_matmul_softmax(m: int, k: int, n: int) -> None:
     _check(matmul_ir(m, n, k, "f16", ln=True, tail=(SOFTMAX,)), "f16", pipeline=LONG_SOFTMAX)
 

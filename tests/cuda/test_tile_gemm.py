@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import shlex
 import shutil
 import subprocess
@@ -129,3 +130,15 @@ def test_emit_ptx_links_the_gemm_for_sm90a() -> None:
 def test_tune_without_a_gpu_says_so() -> None:
     code, _, err = _fusec(["tune", str(HERE / "tile_gemm_4096.mlir")])
     assert code == 1 and "needs a usable NVIDIA GPU" in err
+
+
+def test_remark_says_why_a_long_layernorm_is_a_kernel_of_its_own() -> None:
+    path = HERE / "tile_gemm_long_softmax.mlir"
+    code, _, err = _fusec(["compile", str(path), "--target", "cuda", "--remarks"])
+    assert code == 0
+    assert re.search(
+        r"tile_gemm_long_softmax.mlir:(\d+):3: remark: ai.matmul not fused with its producer "
+        r"ai.layernorm \((\d+):3\): the cuda Tensor Core GEMM leaves a LayerNorm over "
+        r"K = 4096 to a kernel of its own: its output is N = 4096 >= K wide",
+        err,
+    )
