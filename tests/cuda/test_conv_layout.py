@@ -351,3 +351,24 @@ def test_an_input_the_epilogue_also_reads_stays_nchw() -> None:
     assert LAYOUT_ATTR not in group.attributes and not _groups(compiled.module, "copy")
     (spec,) = _conv_kernels(compiled)
     assert spec.copies_input and spec.weight == "kcrs"
+
+
+@needs_toolchain
+def test_krsc_given_conv_cubin(tmp_path) -> None:
+    """The implicit GEMM taking both operands relaid links to one kernel (no fusec_convw_*,
+    no fusec_convx_*), whose weight tensor map reads the KRSC buffer: no spills, no local
+    memory."""
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    geo = ConvGeometry(32, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1)
+    spec = ConvSpec(geo, choose_tile(geo), input="given", out_layout="nhwc", weight="krsc")
+    ptx = build.ptx(spec)
+    assert re.findall(r"\.entry (\w+)", ptx) == []  # only the device function: no relayouts
+    built = build.build(spec, KernelCache(tmp_path))
+    assert not re.search(r"\b[1-9]\d* bytes spill", built.log)
+    sass = sass_of(built.cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    assert not re.search(r"\b(LDL|STL)\b", sass)
+    assert "convw" not in sass and "convx" not in sass
