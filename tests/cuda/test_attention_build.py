@@ -13,7 +13,7 @@ import re
 
 import numpy as np
 import pytest
-from attention_cases import attention_graph
+from attention_cases import attention_graph, exported_attention_graph
 from test_gemm_build import needs_toolchain, sass_of
 
 import fusec
@@ -174,3 +174,22 @@ def test_attention_cubin(spec: AttentionSpec, tmp_path) -> None:
     assert len(pv) == 128 // 16, "P V with P from registers"
     assert not re.search(r"\b(LDL|STL)\b", sass), "local-memory traffic in the kernel"
     assert "CALL" not in sass and "UTMALDG" in sass
+
+
+@needs_toolchain
+def test_nan_to_zero_specialises_the_kernel(tmp_path) -> None:
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    plain = AttentionSpec(2, 64, 64, 64, 64)
+    guarded = AttentionSpec(2, 64, 64, 64, 64, nan_to_zero=True)
+    assert "#define NAN_TO_ZERO 0" in plain.cpp_source()
+    assert "#define NAN_TO_ZERO 1" in guarded.cpp_source()
+    assert plain.key != guarded.key
+    # PyTorch's export guards the probabilities against NaN: its flash kernel zeroes NaN rows
+    text = exported_attention_graph(2, 64, 3, 64)
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    (kernel,) = [k for k in compiled.kernels if k.kind == "attention"]
+    assert "causal, NaN rows to 0;" in kernel.source.split("\n\n")[0]
+    built = build.build(guarded, KernelCache(tmp_path))
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)

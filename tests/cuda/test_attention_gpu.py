@@ -96,3 +96,22 @@ def test_attention_on_the_callers_stream() -> None:
         ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.125)
         got, want = out.float().cpu().numpy(), ref.float().cpu().numpy()  # read on `side`
     assert_close(got, want, "f16", what="fused attention vs SDPA")
+
+
+def test_nan_rows_are_zero_when_the_graph_guards_the_probabilities() -> None:
+    """PyTorch's exported attention sets NaN probabilities to 0 (``nan_to_zero``): a NaN in
+    one query makes its row of scores NaN, so that row of the output is 0, not NaN."""
+    import numpy as np
+
+    import fusec
+    from fusec.runtime.reference import entry_function, run_reference
+    from fusec.tools.runner import random_inputs
+
+    compiled = fusec.compile(exported_attention_graph(1, 64, 2, 64), target="cuda")
+    assert "NaN rows to 0" in _attention_header(compiled)
+    args = random_inputs(entry_function(compiled.module), seed=3)
+    args[0][0, 5, 3] = np.nan  # query 5 of head 0
+    (out,) = compiled._runner(args, poison=True)
+    (ref,) = run_reference(compiled.module, args, rounding="groups")
+    assert np.all(ref[0, 5, :64] == 0) and not np.isnan(ref).any()
+    assert_close(out, ref, what="NaN query row")

@@ -51,6 +51,7 @@ class AttentionSpec:
     out_dtype: str = "f16"
     scale: float = 1.0  # the scores' factor (``ai.attention``'s scale)
     causal: bool = False
+    nan_to_zero: bool = False  # a NaN probability is 0 (``ai.attention``'s nan_to_zero)
 
     def __post_init__(self) -> None:
         why = problem(self)
@@ -137,6 +138,7 @@ def generate(spec: AttentionSpec) -> str:
 #define NKV {-(-spec.sk // BN)}
 #define KV_STAGES {KV_STAGES}
 #define CAUSAL {int(spec.causal)}
+#define NAN_TO_ZERO {int(spec.nan_to_zero)}
 #define Q_BYTES (BM * D * 2)
 #define K_BYTES (BN * D * 2)
 #define V_BYTES (BN * DV * 2)
@@ -306,14 +308,18 @@ int {spec.function_name}(int* ret, u64 smem_raw, u64 map_q, u64 map_k, u64 map_v
       l += fs_shfl_xor(l, 1);
       l += fs_shfl_xor(l, 2);
       const float inv = l > 0.0f ? fs_rcp(l) : 0.0f;
+      // nan_to_zero: a NaN sum means a NaN or infinite score in the row, which makes every
+      // probability of the row NaN (the row maximum is NaN) and the graph sets them to 0.
+      const bool zero_row = NAN_TO_ZERO && !(l == l);
       const int row = row0 + 8 * h;
       if (row < SQ) {{
         const long long base_o = ((long long)bh * SQ + row) * DV;
 #pragma unroll
         for (int q = 0; q < DV / 8; ++q) {{
           const int col = 8 * q + 2 * (lane % 4);
-          fs_st2_{spec.out_dtype}((void*)out, base_o + col, o[4 * q + 2 * h] * inv,
-                                  o[4 * q + 2 * h + 1] * inv);
+          fs_st2_{spec.out_dtype}((void*)out, base_o + col,
+                                  zero_row ? 0.0f : o[4 * q + 2 * h] * inv,
+                                  zero_row ? 0.0f : o[4 * q + 2 * h + 1] * inv);
         }}
       }}
     }}

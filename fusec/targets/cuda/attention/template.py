@@ -77,6 +77,7 @@ def kernel_spec(op: ai.AttentionOp, mask: SSAValue) -> AttentionSpec | str:
             out_dtype=spec_of(op.output.type).dtype,
             scale=float(op.attr("scale")),
             causal=kind == "causal",
+            nan_to_zero=bool(op.attr("nan_to_zero")),
         )
     except ValueError as err:
         return str(err)
@@ -134,7 +135,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         "sm_90a): online softmax, the scores never leave registers;",
         f"batch {spec.batch}, {spec.sq} queries x {spec.sk} keys, head {spec.d}/{spec.dv}, "
         f"{spec.dtype} -> {spec.out_dtype}, scale {spec.scale!r}"
-        f"{', causal' if spec.causal else ''}; {spec.grid} blocks of 128 query rows",
+        f"{', causal' if spec.causal else ''}{', NaN rows to 0' if spec.nan_to_zero else ''}; "
+        f"{spec.grid} blocks of 128 query rows",
     ]
     args = ", ".join(f"in{k}" for k in range(len(fused_op.inputs)))
     source = "\n".join(
