@@ -529,3 +529,29 @@ def test_resnet_block_with_constant_weights(monkeypatch) -> None:
         (out,) = compiled._runner(args, poison=True)
         (ref,) = run_reference(compiled.module, args, rounding="groups")
         assert_close(out, ref, what=f"constant weights, seed {seed}")
+
+
+@pytest.mark.parametrize(
+    "name", ["conv_layout_resnet", "conv_layout_constants", "conv_layout_pointwise"]
+)
+@pytest.mark.parametrize("handoff", ["nhwc", "off"])
+def test_conv_layout_graphs_match_reference(name: str, handoff: str, monkeypatch) -> None:
+    """The FileCheck graphs of ``conv-layout`` (hand-off, shared and constant-folded
+    conversions, an f32 and a depthwise conv left NCHW, an elementwise group relaid
+    between convs) run on the GPU: every result against the reference."""
+    from pathlib import Path
+
+    import fusec
+    from fusec.runtime.reference import entry_function, run_reference
+    from fusec.tools.runner import random_inputs
+
+    monkeypatch.setenv("FUSEC_CONV_HANDOFF", handoff)
+    path = Path(__file__).parent / "filecheck" / f"{name}.mlir"
+    compiled = fusec.compile(path, target="cuda")
+    assert any(k.kind == "copy" and "channels-last transpose" in k.source for k in compiled.kernels)
+    for seed in (0, 1):
+        args = random_inputs(entry_function(compiled.module), seed=seed)
+        outs = compiled._runner(args, poison=True)
+        refs = run_reference(compiled.module, args, rounding="groups")
+        for k, (out, ref) in enumerate(zip(outs, refs, strict=True)):
+            assert_close(out, ref, what=f"{name}, handoff {handoff}, result {k}, seed {seed}")

@@ -30,6 +30,7 @@ from fusec.tools.runner import random_inputs
 HERE = Path(__file__).parent / "filecheck"
 RESNET = HERE / "conv_layout_resnet.mlir"
 CONSTANTS = HERE / "conv_layout_constants.mlir"
+POINTWISE = HERE / "conv_layout_pointwise.mlir"
 
 
 def _groups(module, kind: str) -> list[ai.FusedOp]:
@@ -39,7 +40,9 @@ def _groups(module, kind: str) -> list[ai.FusedOp]:
 # ------------------------------------------------------------- numerics of the IR
 
 
-@pytest.mark.parametrize("path", [RESNET, CONSTANTS], ids=["resnet-inputs", "constants"])
+@pytest.mark.parametrize(
+    "path", [RESNET, CONSTANTS, POINTWISE], ids=["resnet-inputs", "constants", "pointwise"]
+)
 @pytest.mark.parametrize("pipeline", ["fusec-cuda", "fusec-default,conv-layout{handoff=off}"])
 def test_ir_after_the_pass_computes_the_graph(path: Path, pipeline: str) -> None:
     """The reference executor runs the relaid IR (conversion groups, transposed bodies) to
@@ -69,6 +72,35 @@ def test_conversions_are_shared_and_constants_folded() -> None:
     assert len(convs) == 2 and all(c.inputs[0] is copies[0].results[0] for c in convs)
     weight = convs[0].inputs[1].owner
     assert weight.name == "arith.constant" and convs[1].inputs[1].owner is weight
+
+
+EDGE = """func.func @f(%x: {T}, %y: {T}, %w1: {W}, %w2: {W}) -> {T} {{
+  %a = ai.conv2d %x, %w1 {{padding = array<i64: 1, 1>}} : {T} * {W}
+  %c = ai.conv2d %a, %w2 {{padding = array<i64: 1, 1>}} : {T} * {W}
+  %s = ai.{OP} %a, %y : {T} * {T}
+  %b = ai.conv2d %s, %w2 {{padding = array<i64: 1, 1>}} : {T} * {W}
+  %o = ai.add %b, %c : {T} * {T}
+  return %o : {T}
+}}"""
+
+
+def test_an_elementwise_group_with_an_nchw_input_stays_at_the_edge() -> None:
+    """``%a + %y`` between convs, %y a graph input: relaying it would move the conversion
+    of its result onto %y, no gain, so it stays NCHW: %a is stored NCHW (one reader reads
+    it NCHW) and the sum is converted for the next conv."""
+    text = EDGE.format(T="tensor<2x32x8x8xf16>", W="tensor<32x32x3x3xf16>", OP="add")
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    (pointwise,) = _groups(compiled.module, "pointwise")
+    assert LAYOUT_ATTR not in pointwise.attributes
+    outputs = [
+        g.attributes[LAYOUT_ATTR].data["output"].data for g in _groups(compiled.module, "conv")
+    ]
+    assert outputs == ["nchw", "nchw", "nchw"]
+    converted = [g.inputs[0] for g in _groups(compiled.module, "copy")]
+    assert pointwise.results[0] in converted
+    source = fusec.parse(text)
+    args = random_inputs(entry_function(source), seed=2)
+    np.testing.assert_array_equal(run_reference(compiled.module, args), run_reference(source, args))
 
 
 # ------------------------------------------------------------------ the patterns
@@ -319,3 +351,24 @@ def test_an_input_the_epilogue_also_reads_stays_nchw() -> None:
     assert LAYOUT_ATTR not in group.attributes and not _groups(compiled.module, "copy")
     (spec,) = _conv_kernels(compiled)
     assert spec.copies_input and spec.weight == "kcrs"
+
+
+@needs_toolchain
+def test_krsc_given_conv_cubin(tmp_path) -> None:
+    """The implicit GEMM taking both operands relaid links to one kernel (no fusec_convw_*,
+    no fusec_convx_*), whose weight tensor map reads the KRSC buffer: no spills, no local
+    memory."""
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    geo = ConvGeometry(32, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1)
+    spec = ConvSpec(geo, choose_tile(geo), input="given", out_layout="nhwc", weight="krsc")
+    ptx = build.ptx(spec)
+    assert re.findall(r"\.entry (\w+)", ptx) == []  # only the device function: no relayouts
+    built = build.build(spec, KernelCache(tmp_path))
+    assert not re.search(r"\b[1-9]\d* bytes spill", built.log)
+    sass = sass_of(built.cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    assert not re.search(r"\b(LDL|STL)\b", sass)
+    assert "convw" not in sass and "convx" not in sass

@@ -42,19 +42,21 @@ def graph_settings(base: int) -> settings:
     )
 
 
-def kernel_budget(graph: Graph) -> int:
+def kernel_budget(graph: Graph, layout_copies: bool = False) -> int:
     """One kernel per op, but two for a ``batch_norm`` whose statistics are not all
     constants: its factor ``scale / sqrt(var + eps)`` has the shape (C,), not the
     input's, and the planner does not recompute a smaller producer inside a pointwise
     group, so the factor is a kernel of its own (with constant statistics it is folded
-    at compile time)."""
+    at compile time). ``layout_copies`` (the cuda pipeline): up to two more per conv,
+    ``conv-layout``'s channels-last copies of its input and its graph-input weights."""
+    convs = sum(1 for node in graph.nodes if node.op is ai.Conv2DOp)
     runtime_batch_norms = sum(
         1
         for node in graph.nodes
         if node.op is ai.BatchNormOp
         and not all(isinstance(graph.defs[v], Const) for v in node.operands[1:])
     )
-    return len(graph.nodes) + runtime_batch_norms
+    return len(graph.nodes) + runtime_batch_norms + (2 * convs if layout_copies else 0)
 
 
 def poison(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

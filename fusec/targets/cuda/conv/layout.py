@@ -7,14 +7,21 @@ pass, run after fusion in the cuda pipeline, makes that choice explicit in the I
 * every conv group the implicit GEMM serves with one group and ``C % 8 == 0``,
   whose input and weights only the conv reads (``channels_last_plan``), takes its
   weights KRSC and, unless an in-place NCHW read is asked for
-  (``$FUSEC_CONV_INPUT``), its input NHWC. Its result is stored NHWC
-  when every use of it is the input of such a group (the conv -> conv hand-off;
-  ``handoff=off``, or ``$FUSEC_CONV_HANDOFF=off`` when the option is not given,
-  keeps every result NCHW). The group says so in
+  (``$FUSEC_CONV_INPUT``), its input NHWC. Its result is stored NHWC when every
+  use of it reads NHWC: the input of such a group (the conv -> conv hand-off) or of
+  an elementwise group relaid as below (``handoff=off``, or
+  ``$FUSEC_CONV_HANDOFF=off`` when the option is not given, keeps every result
+  NCHW). The group says so in
   ``fusec.layout = {input = "nhwc", weight = "krsc", output = "nhwc"}``, and its body
   is the same computation on the new operand types: a ``ai.transpose`` from each
   relaid operand back to the conv's NCHW/KCRS view, and one to NHWC before the
   ``ai.yield`` (views the template folds into its addressing, never copies);
+* an elementwise group between such convs follows them: a pointwise group of
+  elementwise ops without an axis whose inputs are of its (4-D) result's shape or
+  single elements computes on NHWC values (its body retyped, ``fusec.layout =
+  {input = "nhwc", output = "nhwc"}``) when its full-shape inputs all come NHWC and
+  its every reader reads NHWC, so the conversions on both sides cancel (with
+  ``handoff=off``, never);
 * conversions ``ai.transpose {perm = [0, 2, 3, 1]}`` (NCHW -> NHWC, also KCRS ->
   KRSC) are inserted in front of the relaid operands, and ``[0, 3, 1, 2]`` behind
   a relaid result for each of its uses;
@@ -31,14 +38,15 @@ is ordinary ``ai`` IR, so the reference executor runs it as it is.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func
-from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, StringAttr
-from xdsl.ir import Block, Region, SSAValue
+from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, StringAttr, TensorType
+from xdsl.ir import Attribute, Block, Region, SSAValue, Use
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -140,8 +148,9 @@ class ConvLayoutPass(ModulePass):
     name = "conv-layout"
 
     handoff: str = ""
-    """"nhwc": a conv result read only as other conv groups' input is stored NHWC for
-    them; "off": conv results stay NCHW ("": ``$FUSEC_CONV_HANDOFF``, default "nhwc")."""
+    """"nhwc": a result read only NHWC (as relaid conv groups' input, or through relaid
+    elementwise groups) is stored NHWC; "off": every result stays NCHW, elementwise
+    groups are not relaid ("": ``$FUSEC_CONV_HANDOFF``, default "nhwc")."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from fusec.errors import FusecError
@@ -173,19 +182,78 @@ def _relayout_function(block: Block, handoff: bool) -> None:
         if isinstance(op, ai.FusedOp) and (p := channels_last_plan(op)) is not None:
             plans[op] = p
     nhwc_input = {op for op, p in plans.items() if input_for(p.geo)[0] == "nhwc"}
-
-    def read_as_input(use) -> bool:
-        consumer = use.operation
-        return consumer in nhwc_input and use.index == plans[consumer].x
-
+    pointwise = {op for op in block.ops if isinstance(op, ai.FusedOp) and _relayable(op)}
+    nhwc_output = _nhwc_outputs(plans, nhwc_input, pointwise) if handoff else set()
     conversions: dict[tuple[SSAValue, tuple[int, ...]], SSAValue] = {}
-    for op, p in plans.items():
-        layout = Layout(
-            "nhwc" if op in nhwc_input else "nchw",
-            "krsc",
-            "nhwc" if handoff and all(read_as_input(u) for u in op.results[0].uses) else "nchw",
-        )
-        _relayout_group(op, p, layout, conversions)
+    groups = [op for op in block.ops if isinstance(op, ai.FusedOp)]
+    for op in groups:  # in order: a producer's conversions exist for its readers
+        if op in plans:
+            output = "nhwc" if op in nhwc_output else "nchw"
+            layout = Layout("nhwc" if op in nhwc_input else "nchw", "krsc", output)
+            _relayout_group(op, plans[op], layout, conversions)
+        elif op in nhwc_output:
+            _relayout_pointwise(op, conversions)
+
+
+def _relayable(op: ai.FusedOp) -> bool:
+    """A pointwise group that computes the same elements in any layout: one 4-D result,
+    elementwise ops without an axis (no ``ai.bias_add``), and inputs of the result's
+    shape (at least one) or single elements."""
+    if op.kind_name != "pointwise" or len(op.results) != 1 or LAYOUT_ATTR in op.attributes:
+        return False
+    shape = spec_of(op.results[0].type).shape
+    if len(shape) != 4:
+        return False
+    for body_op in op.block.ops:
+        if isinstance(body_op, ai.YieldOp):
+            continue
+        if not isinstance(body_op, ai.AiOp) or not body_op.has_scalar():
+            return False
+        if "axis" in body_op.declared_properties():
+            return False
+    inputs = [spec_of(v.type).shape for v in op.inputs]
+    single = all(s == shape or (math.prod(s) == 1 and len(s) <= 4) for s in inputs)
+    return single and shape in inputs
+
+
+def _full(value: SSAValue, group: ai.FusedOp) -> bool:
+    """``value`` has the shape of ``group``'s (4-D) result."""
+    return spec_of(value.type).shape == spec_of(group.results[0].type).shape
+
+
+def _nhwc_outputs(plans: dict, nhwc_input: set, pointwise: set) -> set:
+    """The groups whose result is stored NHWC: relaid convs, and relayable pointwise
+    groups, whose every reader reads NHWC (the input of an NHWC-input conv, an input of
+    the result's shape of a relaid pointwise group); a pointwise group is relaid only when
+    its inputs of the result's shape all come NHWC (then it saves its result's conversion
+    and adds none). The largest such sets: start from every candidate, drop until stable."""
+    relaid = set(pointwise)
+    while True:
+        stored = {
+            group
+            for group in (*plans, *relaid)
+            if group.results[0].uses
+            and all(_reads_nhwc(u, plans, nhwc_input, relaid) for u in group.results[0].uses)
+        }
+        kept = {
+            group
+            for group in relaid
+            if group in stored and all(v.owner in stored for v in group.inputs if _full(v, group))
+        }
+        if kept == relaid:
+            return stored
+        relaid = kept
+
+
+def _reads_nhwc(use: Use, plans: dict, nhwc_input: set, relaid: set) -> bool:
+    """``use`` reads its value NHWC: an NHWC-input conv's input, or an input of the
+    result's shape of a relaid pointwise group."""
+    reader = use.operation
+    if not isinstance(reader, ai.FusedOp):
+        return False
+    if reader in nhwc_input:
+        return use.index == plans[reader].x
+    return reader in relaid and _full(reader.operands[use.index], reader)
 
 
 def _convert(value: SSAValue, perm: tuple[int, ...], before, conversions: dict) -> SSAValue:
@@ -225,12 +293,60 @@ def _relayout_group(fused: ai.FusedOp, p: ConvPlan, layout: Layout, conversions:
     region = fused.detach_region(fused.body)
     new = ai.FusedOp(fused.kind_name, inputs, result_types, region, attributes)
     Rewriter.insert_op(new, InsertPoint.before(fused))
+    new.results[0].name_hint = fused.results[0].name_hint
     if layout.output == "nhwc":
         back = ai.TransposeOp(new.results[0], perm=TO_CHANNELS_FIRST)
         Rewriter.insert_op(back, InsertPoint.after(new))
         fused.results[0].replace_all_uses_with(back.output)
     else:
         fused.results[0].replace_all_uses_with(new.results[0])
+    Rewriter.erase_op(fused)
+
+
+def _relayout_pointwise(fused: ai.FusedOp, conversions: dict) -> None:
+    """Replace pointwise group ``fused`` by the same elementwise ops on NHWC values: its
+    inputs of its result's shape converted, every value of that shape retyped (single
+    elements broadcast the same in any layout)."""
+    shape = spec_of(fused.results[0].type).shape
+
+    def nhwc(t: Attribute) -> Attribute:
+        if not isinstance(t, TensorType) or tuple(t.get_shape()) != shape:
+            return t
+        return TensorType(t.get_element_type(), [shape[i] for i in TO_CHANNELS_LAST])
+
+    inputs = [
+        _convert(v, TO_CHANNELS_LAST, fused, conversions) if _full(v, fused) else v
+        for v in fused.inputs
+    ]
+    block = Block(arg_types=[v.type for v in inputs])
+    mapping: dict[SSAValue, SSAValue] = {}
+    for new, old in zip(block.args, fused.block.args, strict=True):
+        new.name_hint = old.name_hint
+        mapping[old] = new
+    for op in fused.block.ops:
+        operands = [mapping[v] for v in op.operands]
+        if isinstance(op, ai.YieldOp):
+            block.add_op(ai.YieldOp(*operands))
+            continue
+        clone = op.create(
+            operands=operands,
+            result_types=[nhwc(r.type) for r in op.results],
+            properties=dict(op.properties),
+            attributes=dict(op.attributes),
+        )
+        block.add_op(clone)
+        for old, new in zip(op.results, clone.results, strict=True):
+            new.name_hint = old.name_hint
+            mapping[old] = new
+    layout = DictionaryAttr({"input": StringAttr("nhwc"), "output": StringAttr("nhwc")})
+    attributes = {**fused.attributes, LAYOUT_ATTR: layout}
+    result_type = nhwc(fused.results[0].type)
+    group = ai.FusedOp(fused.kind_name, inputs, [result_type], Region(block), attributes)
+    Rewriter.insert_op(group, InsertPoint.before(fused))
+    group.results[0].name_hint = fused.results[0].name_hint
+    back = ai.TransposeOp(group.results[0], perm=TO_CHANNELS_FIRST)
+    Rewriter.insert_op(back, InsertPoint.after(group))
+    fused.results[0].replace_all_uses_with(back.output)
     Rewriter.erase_op(fused)
 
 
