@@ -319,7 +319,7 @@ def run_case(case: Case, rounds: int, threads: int) -> dict:
         if not err < 1e-4:
             raise SystemExit(f"{case.name}: {name} is wrong (relative L2 error {err:.2e})")
     load_start = os.getloadavg()[0]
-    times, cpu, faults = interleaved(runs, rounds)
+    times, cpu, faults, after = interleaved(runs, rounds)
     row = {
         "graph": case.name,
         "what": case.what,
@@ -334,6 +334,7 @@ def run_case(case: Case, rounds: int, threads: int) -> dict:
         row[f"{name}_cpu_ms"] = statistics.median(cpu[name])
         row[f"{name}_cpu_min_ms"] = min(cpu[name])
         row[f"{name}_minor_faults"] = statistics.median(faults[name])
+        row[f"{name}_cpu_after_ms"] = statistics.median(after[name])
     row["rounds"] = len(times["fusec"])
     row["load_average"] = (load_start, os.getloadavg()[0])
     return row
@@ -341,9 +342,13 @@ def run_case(case: Case, rounds: int, threads: int) -> dict:
 
 def interleaved(
     runs: dict[str, Callable[[], object]], rounds: int
-) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[int]]]:
-    """Wall and process-CPU milliseconds and minor page faults per call of each run, in
-    rounds that call each once in turn.
+) -> tuple[
+    dict[str, list[float]], dict[str, list[float]], dict[str, list[int]], dict[str, list[float]]
+]:
+    """Wall and process-CPU milliseconds and minor page faults per call of each run, and the
+    process-CPU milliseconds spent in the ``SETTLE_S`` pause after each call (a thread pool
+    that spins while it waits for the next job, as onnxruntime's does by default, burns
+    them), in rounds that call each once in turn.
 
     Two warm-up calls each; fewer rounds when one round takes long (at most ~40 s a graph).
     CPU time counts every thread of the process (onnxruntime's spinning workers too): on
@@ -360,16 +365,20 @@ def interleaved(
     wall: dict[str, list[float]] = {name: [] for name in runs}
     cpu: dict[str, list[float]] = {name: [] for name in runs}
     faults: dict[str, list[int]] = {name: [] for name in runs}
+    after: dict[str, list[float]] = {name: [] for name in runs}
+    time.sleep(SETTLE_S)
     for _ in range(rounds):
         for name, fn in runs.items():
-            time.sleep(SETTLE_S)
             start_faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             wall[name].append((time.perf_counter() - start) * 1e3)
             cpu[name].append((time.process_time() - start_cpu) * 1e3)
             faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start_faults)
-    return wall, cpu, faults
+            start_cpu = time.process_time()
+            time.sleep(SETTLE_S)
+            after[name].append((time.process_time() - start_cpu) * 1e3)
+    return wall, cpu, faults, after
 
 
 def _spread(ts: list[float]) -> float:
@@ -443,15 +452,19 @@ def environment(threads: int) -> dict:
 def table(rows: list[dict]) -> str:
     lines = [
         "| graph | fusec kernels | fusec ms | onnxruntime ms | numpy op by op ms "
-        "| ort / fusec | numpy / fusec | CPU ms fusec / ort / numpy | spread f/o/n "
+        "| ort / fusec | numpy / fusec | CPU ms fusec / ort / numpy "
+        "| CPU ms in the pause after f/o/n | spread f/o/n "
         "| page faults / call f/o/n | load | fusec rel err |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | ---: |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | ---: |",
     ]
     for r in rows:
         f, o, n = r["fusec_ms"], r["onnxruntime_ms"], r["numpy_ms"]
         fm, om, nm = r["fusec_min_ms"], r["onnxruntime_min_ms"], r["numpy_min_ms"]
         spread = "/".join(f"{r[f'{k}_spread']:.0%}" for k in ("fusec", "onnxruntime", "numpy"))
         cpu = " / ".join(f"{r[f'{k}_cpu_min_ms']:.1f}" for k in ("fusec", "onnxruntime", "numpy"))
+        idle = " / ".join(
+            f"{r[f'{k}_cpu_after_ms']:.1f}" for k in ("fusec", "onnxruntime", "numpy")
+        )
         faults = "/".join(
             f"{r[f'{k}_minor_faults']:.0f}" for k in ("fusec", "onnxruntime", "numpy")
         )
@@ -459,7 +472,7 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['what']} | {' + '.join(r['kernels'])} | {f:.2f} ({fm:.2f}) | {o:.2f} ({om:.2f})"
             f" | {n:.2f} ({nm:.2f}) | {o / f:.2f}x ({om / fm:.2f}x) | {n / f:.2f}x ({nm / fm:.2f}x)"
-            f" | {cpu} | {spread} | {faults} | {load} | {r['rel_err']['fusec']:.1e} |"
+            f" | {cpu} | {idle} | {spread} | {faults} | {load} | {r['rel_err']['fusec']:.1e} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -518,7 +531,11 @@ def main() -> None:
         + " after (other processes share the cores). All graphs float32, the same ONNX model for "
         "fusec and onnxruntime; wall-clock medians over interleaved rounds, (minima) in "
         "brackets; CPU ms = the least process CPU time of one call (all threads; "
-        "onnxruntime's workers spin while waiting, which counts); spread = interquartile "
+        "onnxruntime's workers spin while waiting, which counts); CPU ms in the pause after "
+        f"= the median process CPU time in the {SETTLE_S * 1e3:.0f} ms pause after a call "
+        "(a pool spinning for its next job: time neither the call nor its CPU ms column "
+        "counts; a spin longer than the pause lands in the next run's columns too, numpy "
+        "follows onnxruntime); spread = interquartile "
         "range / median of fusec/onnxruntime/numpy; page faults = median minor faults of a "
         "call; load = the 1-minute load average when the row started and ended.\n\n" + table(rows)
     )
