@@ -240,16 +240,36 @@ def test_krsc_weights_spec() -> None:
 
 RELAYOUTS = [
     RelayoutSpec(2, 64, 90),  # the ResNet test block's input: 16-byte loads possible
-    RelayoutSpec(64, 64, 9),  # 3x3 weights: 2-byte loads
-    RelayoutSpec(3, 136, 11),  # channels past one block, ragged pixels
+    RelayoutSpec(64, 64, 9),  # 3x3 weights: a thread per 8 channels of a pixel
+    RelayoutSpec(3, 136, 11),  # channels past one block, few pixels
     RelayoutSpec(16, 16, 1),  # 1x1 weights
+    RelayoutSpec(3, 136, 21),  # channels past one block, ragged pixels: 8 x 8 blocks
 ]
+
+
+def test_few_pixels_is_the_weights_copy() -> None:
+    assert RelayoutSpec(64, 64, 9).few_pixels and RelayoutSpec(64, 64, 1).few_pixels
+    assert not RelayoutSpec(2, 64, 90).few_pixels and not RelayoutSpec(8, 64, 7 * 7).few_pixels
+    assert RelayoutSpec(64, 64, 9).grid == (-(-64 * 9 * 8 // 128), 1, 1)
 
 
 @pytest.mark.parametrize("spec", RELAYOUTS, ids=lambda s: f"{s.outer}x{s.channels}x{s.pixels}")
 def test_relayout_threads_write_every_element_once(spec: RelayoutSpec) -> None:
     rng = np.random.default_rng(3)
     x = rng.standard_normal((spec.outer, spec.channels, spec.pixels)).astype(np.float32)
+    if spec.few_pixels:  # a thread per 8 channels of one pixel, writing xt[8 i: 8 i + 8]
+        out = np.full(x.size, np.nan, np.float32)
+        writes = np.zeros(x.size, int)
+        for i in range(spec.grid[0] * 128):
+            if i >= spec.groups:
+                continue
+            a, p, b0 = spec.thread_group(i)
+            out[8 * i : 8 * i + 8] = x[a, b0 : b0 + 8, p]
+            writes[8 * i : 8 * i + 8] += 1
+        assert (writes == 1).all(), "an element was written twice or never"
+        np.testing.assert_array_equal(out.reshape(x.shape[0], x.shape[2], x.shape[1]),
+                                      x.transpose(0, 2, 1))  # fmt: skip
+        return
     geo = spec.tiling.geo
     for vector in (False, True) if spec.tiling.vectorizable else (False,):
         out, writes = model.transpose_threads(geo, x.reshape(geo.n, geo.c, geo.h, geo.w), vector)

@@ -51,12 +51,17 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     notes = [
         f"target: cuda, channels-last transpose [{a}][{b}][{p}] -> [{a}][{p}][{b}] "
         "(the conv layout conversion: NCHW -> NHWC, KCRS -> KRSC);",
-        f"one 8 x 8 block per thread, transposed in registers, 16-byte stores; grid "
-        f"{tiling.grid}, {spec.threads} threads; "
-        + (
-            "16-byte loads when the input is 16-byte aligned, else 2-byte ones"
-            if tiling.vectorizable
-            else f"2-byte loads ({p} pixels: not a multiple of 8)"
+        (
+            f"one 8-channel group of one pixel per thread ({p} pixels), 2-byte loads, "
+            f"16-byte stores; grid {spec.grid}, {spec.threads} threads"
+            if spec.few_pixels
+            else f"one 8 x 8 block per thread, transposed in registers, 16-byte stores; grid "
+            f"{tiling.grid}, {spec.threads} threads; "
+            + (
+                "16-byte loads when the input is 16-byte aligned, else 2-byte ones"
+                if tiling.vectorizable
+                else f"2-byte loads ({p} pixels: not a multiple of 8)"
+            )
         ),
     ]
     source = "\n".join(

@@ -261,4 +261,4 @@ class RelayoutKernel(LinkedKernel):
             raise FusecError("the channels-last transpose writes a 16-byte aligned buffer")
         args = [(ctypes.c_uint64, v) for v in (x, xt)]
         with self.lock:
-            self.launch(self.function, self.spec.tiling.grid, THREADS, 0, self.stream(stream), args)
+            self.launch(self.function, self.spec.grid, THREADS, 0, self.stream(stream), args)
