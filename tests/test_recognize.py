@@ -244,6 +244,18 @@ def test_a_vector_against_a_reshaped_scalar_stays():
     _check(text, Counter({"ai.reshape": 1, "ai.where": 1}))
 
 
+def test_a_bias_on_a_reshaped_scalar_stays():
+    """bias_add(reshape(scalar to 1x1), b): the scalar has no axis for the bias, so the
+    reshape does not sink (found by tests/differential on the H200: the pattern indexed
+    the empty shape)."""
+    text = """func.func @f(%a: tensor<f32>, %b: tensor<1xf32>) -> tensor<1x1xf32> {
+  %r = ai.reshape %a {shape = array<i64: 1, 1>} : tensor<f32>
+  %y = ai.bias_add %r, %b {axis = 1 : i64} : tensor<1x1xf32> * tensor<1xf32>
+  return %y : tensor<1x1xf32>
+}"""
+    _check(text, Counter({"ai.reshape": 1, "ai.bias_add": 1}))
+
+
 # ------------------------------------------------------------------ attention
 
 Q, K_T, V = "tensor<2x3x6x8xf32>", "tensor<2x3x8x6xf32>", "tensor<2x3x6x8xf32>"

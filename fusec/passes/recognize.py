@@ -556,7 +556,11 @@ class ReshapeAfterElementwise(Recognition):
             else:
                 operands.append(value)
         if isinstance(op, ai.BiasAddOp):
-            if op.attr("axis") % len(out) != len(out) - 1 or shape(first)[-1] != out[-1]:
+            if (
+                not shape(first)  # a reshaped scalar has no axis for the bias
+                or op.attr("axis") % len(out) != len(out) - 1
+                or shape(first)[-1] != out[-1]
+            ):
                 return
             moved: ai.AiOp = ai.BiasAddOp(*operands, axis=len(shape(first)) - 1)
         elif isinstance(op, ai.CastOp):
