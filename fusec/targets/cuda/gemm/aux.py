@@ -10,12 +10,16 @@ the GEMM (``build.build`` takes any ``LinkedKernel``), one block program each.
 
 so the GEMM reads the raw ``x`` through TMA and applies the normalisation in
 its epilogue (``rstd * (acc - mu * c[col]) + d[col]``). One launch computes
-the row statistics of ``x`` (the blocks after the fold's, each warp four rows, f32
-sums shifted by the row's first element so that a large mean does not cancel)
-and folds gamma and beta into the weight (the other blocks). With W stored
-K x N the column sums of a 64-row chunk are added with f32 atomics into ``c``
-and ``d``, which the host zeroes (``cuMemsetD32Async``) first on the same
-stream; with W stored N x K each warp owns a row of W and writes its sums.
+the row statistics of ``x`` (the blocks after the fold's, ``STAT_ROWS`` rows a
+warp, f32 sums shifted by the row's first element so that a large mean does not
+cancel) and folds gamma and beta into the weight (the other blocks). With W
+stored K x N a warp sums the columns of its 64-row chunk by shuffles and adds
+them into ``c`` and ``d`` with 16-byte atomics (atomics into one L2 line
+serialise: their count, not the bytes, set the pre-pass's time), which the host
+zeroes (``cuMemsetD32Async``) first on the same stream; with W stored N x K
+each warp owns a row of W and writes its sums. Since 2026-12-01 the cuda target
+leaves a LayerNorm over K >= 1024 before a GEMM at least K wide to a kernel of
+its own (``target.layernorm_prologue_problem``): this pre-pass serves the rest.
 
 ``SoftmaxFinalise`` completes a long-row softmax after a GEMM whose epilogue
 stored the logits (rounded to the output type) and, per row and N tile, the
