@@ -267,17 +267,8 @@ def test_fused_variant_ptx(index: int) -> None:
 @needs_toolchain
 @pytest.mark.parametrize("index", range(6), ids=VARIANT_IDS)
 def test_fused_variant_cubin(index: int, tmp_path) -> None:
-    from fusec.runtime.cache import KernelCache
-    from fusec.targets.cuda.gemm import build
-
     spec = _fused_variants()[index]
-    built = build.build(spec, KernelCache(tmp_path))
-    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
-    assert "0 bytes stack frame" in built.log
-    sass = _sass(built.cubin, tmp_path)
-    if sass is None:
-        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
-    assert not re.search(r"\b(LDL|STL)\b", sass), "local-memory traffic in the kernel"
+    sass = clean_sass(spec, tmp_path)
     if isinstance(spec, cpp.GemmSpec):
         # nothing called from the main loop (the template's helpers are inlined); ptxas may
         # outline an integer-division routine used by the per-tile set-up (seen with the
@@ -306,6 +297,22 @@ def _sass(cubin: bytes, tmp_path) -> str | None:
         env={**os.environ, "PATH": f"{Path(tool).parent}:{os.environ.get('PATH', '')}"},
     ).stdout
     return sass if "Function" in sass and ("nvdisasm" not in sass) else None
+
+
+def clean_sass(spec, tmp_path) -> str:
+    """``spec``'s linked cubin for sm_90a, checked free of spills, stack frame and
+    local-memory traffic; its SASS (the test is skipped without a disassembler)."""
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    built = build.build(spec, KernelCache(tmp_path))
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
+    assert "0 bytes stack frame" in built.log
+    sass = _sass(built.cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    assert not re.search(r"\b(LDL|STL)\b", sass), "local-memory traffic in the kernel"
+    return sass
 
 
 def test_generated_source_has_no_user_text() -> None:

@@ -10,13 +10,14 @@ copy kernel (``conv.transpose.RelayoutSpec``, 16-byte stores); every other copy
 
 from __future__ import annotations
 
-from fusec.codegen import KernelSource, io_specs
+from fusec.codegen import KernelSource
 from fusec.codegen.expr import header
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.targets.cuda.common import body_ops, kernel_name, yielded
 from fusec.targets.cuda.conv.layout import TO_CHANNELS_LAST
 from fusec.targets.cuda.conv.transpose import RelayoutSpec
+from fusec.targets.cuda.linked import linked_kernel_source
 
 
 def relayout_plan(fused_op: ai.FusedOp) -> RelayoutSpec | str:
@@ -64,27 +65,13 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             )
         ),
     ]
-    source = "\n".join(
-        [
-            header(fused_op, notes=notes),
-            "from fusec.targets.cuda.conv.launcher import RelayoutLaunch",
-            "from fusec.targets.cuda.conv.transpose import RelayoutSpec",
-            "",
-            f"COPY = RelayoutLaunch(RelayoutSpec({a}, {b}, {p}))",
-            "",
-            "",
-            "def launch(in0, out0, stream=0, sms=132):",
-            "    COPY((in0,), out0, stream, sms)",
-            "",
-            "",
-            "LINKED = COPY  # the runtime launches it by address (COPY.direct)",
-            "",
-            f"KERNELS = []  # a linked cubin, launched by RelayoutLaunch ({spec.function_name})",
-            "",
-        ]
-    )
-    ins, outs = io_specs(fused_op)
-    cpp = (("cuda-c++", spec.cpp_source()),)
-    return KernelSource(
-        name, "copy", "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp
+    lines = [
+        header(fused_op, notes=notes),
+        "from fusec.targets.cuda.conv.launcher import RelayoutLaunch",
+        "from fusec.targets.cuda.conv.transpose import RelayoutSpec",
+        "",
+        f"COPY = RelayoutLaunch(RelayoutSpec({a}, {b}, {p}))",
+    ]
+    return linked_kernel_source(
+        fused_op, name, "copy", lines, var="COPY", launcher="RelayoutLaunch", spec=spec
     )

@@ -8,37 +8,25 @@ address; 3-D ``[head size, length, batch]`` with 64 x 128 boxes and the
 from __future__ import annotations
 
 import ctypes
-import threading
 from typing import Any
 
 from fusec.targets.cuda.attention.cpp import BM, BN, AttentionSpec
+from fusec.targets.cuda.linked import LinkedLaunch
 
 
-def _address(array: Any) -> int:
-    interface = getattr(array, "__cuda_array_interface__", None)
-    if interface is None:
-        raise TypeError("the attention kernel takes device arrays")
-    return int(interface["data"][0])
-
-
-class AttentionLaunch:
+class AttentionLaunch(LinkedLaunch):
     """One attention group: its spec and which group inputs are q, k and v."""
 
+    what = "attention"
+
     def __init__(self, spec: AttentionSpec, inputs: dict[str, int]) -> None:
-        self.spec = spec
+        super().__init__(spec)
         self.inputs = inputs
-        self.kernel: Any = None
-        self.lock = threading.Lock()
 
-    def load(self, sms: int | None = None) -> Any:
-        """Build (or read from the cache) and load the cubin (the grid does not use ``sms``)."""
-        with self.lock:
-            if self.kernel is None:
-                from fusec.targets.cuda.conv.host import LinkedKernel
-                from fusec.targets.cuda.gemm import build
+    def make_kernel(self, cubin: bytes) -> Any:
+        from fusec.targets.cuda.conv.host import LinkedKernel
 
-                self.kernel = LinkedKernel(build.build(self.spec).cubin, self.spec.smem_bytes)
-            return self.kernel
+        return LinkedKernel(cubin, self.spec.smem_bytes)
 
     def raw(self, stream: int, inputs: list[int], outputs: list[int]) -> None:
         """Queue the kernel on the raw stream handle ``stream`` with raw device addresses."""
@@ -74,12 +62,3 @@ class AttentionLaunch:
                 kernel.stream(stream),
                 args,
             )
-
-    def direct(self, stream: int, inputs: list, outputs: list) -> None:
-        """The runtime's launch: ``inputs``/``outputs`` are buffers with ``.ptr``."""
-        self.raw(stream, [b.ptr for b in inputs], [b.ptr for b in outputs])
-
-    def __call__(self, inputs: tuple, output: Any, stream: Any = 0) -> None:
-        from fusec.targets.cuda.streams import explicit_handle
-
-        self.raw(explicit_handle(stream), [_address(a) for a in inputs], [_address(output)])

@@ -20,13 +20,14 @@ import numpy as np
 from xdsl.dialects import arith
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
-from fusec.codegen import KernelSource, io_specs
+from fusec.codegen import KernelSource
 from fusec.codegen.expr import header
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
 from fusec.targets.cuda.attention.cpp import AttentionSpec
 from fusec.targets.cuda.common import body_ops, kernel_name
+from fusec.targets.cuda.linked import linked_kernel_source
 
 #: A mask entry at most this is "masked": exp(-5e3 + any score the inputs reach) is 0 in
 #: f32. Not -1e4 itself: bf16 rounds a written -1e4 to -9984 (a bf16 causal mask of -1e4
@@ -138,28 +139,20 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         f"{', causal' if spec.causal else ''}{', NaN rows to 0' if spec.nan_to_zero else ''}; "
         f"{spec.grid} blocks of 128 query rows",
     ]
-    args = ", ".join(f"in{k}" for k in range(len(fused_op.inputs)))
-    source = "\n".join(
-        [
-            header(fused_op, notes=notes),
-            "from fusec.targets.cuda.attention.cpp import AttentionSpec",
-            "from fusec.targets.cuda.attention.launcher import AttentionLaunch",
-            "",
-            f"ATTENTION = AttentionLaunch({spec!r}, {inputs!r})",
-            "",
-            "",
-            f"def launch({args}, out0, stream=0, sms=132):",
-            f"    ATTENTION(({args},), out0, stream)",
-            "",
-            "",
-            "LINKED = ATTENTION  # the runtime launches it by address (ATTENTION.direct)",
-            "",
-            f"KERNELS = []  # a linked cubin, launched by AttentionLaunch ({spec.function_name})",
-            "",
-        ]
-    )
-    ins, outs = io_specs(fused_op)
-    cpp = (("cuda-c++", spec.cpp_source()),)
-    return KernelSource(
-        name, "attention", "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp
+    lines = [
+        header(fused_op, notes=notes),
+        "from fusec.targets.cuda.attention.cpp import AttentionSpec",
+        "from fusec.targets.cuda.attention.launcher import AttentionLaunch",
+        "",
+        f"ATTENTION = AttentionLaunch({spec!r}, {inputs!r})",
+    ]
+    return linked_kernel_source(
+        fused_op,
+        name,
+        "attention",
+        lines,
+        var="ATTENTION",
+        launcher="AttentionLaunch",
+        spec=spec,
+        launch_args="stream",
     )

@@ -45,6 +45,7 @@ shapes are static), so index divisions are multiplications.
 from __future__ import annotations
 
 import hashlib
+import textwrap
 from dataclasses import dataclass, field
 
 from fusec.targets.cuda.conv.config import STRIP, ConvGeometry, ConvTile, cdiv, tile_count
@@ -395,23 +396,35 @@ static __device__ __forceinline__ void fs_ld_row(u32 dst, int c, const u16* x, i
 }
 """
 
-_LD_PRODUCER = """  if (wg == 0) {
+#: The producers' loop over their tiles and K blocks, up to the wait for a free stage:
+#: tap (r, s) and channel block cc of K block kb, stage st and its "full" barrier.
+_STAGE_LOOP_HEAD = """for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
+  int pm, pn, g;
+  fs_tile(t, pm, pn, g);
+  for (int kb = 0; kb < KBLOCKS; ++kb, ++it) {
+    const int tap = kb / CC;
+    const int cc = kb - tap * CC;
+    const int r = tap / S;
+    const int s = tap - r * S;
+    const int st = it % STAGES;
+    const u32 full = bars + 8 * st;
+    fs_bar_wait(bars + 8 * (STAGES + st), ((u32)(it / STAGES) & 1u) ^ 1u);
+"""
+
+
+def _stage_loop_head(indent: int) -> str:
+    return textwrap.indent(_STAGE_LOOP_HEAD, " " * indent)
+
+
+_LD_PRODUCER = (
+    """  if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 PRODUCER_REGISTERS;" ::: "memory");
     if (tid == 0) fs_prefetch_map(map_w);
     const u16* xin = (const u16*)x;
     int it = 0;
-    for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
-      int pm, pn, g;
-      fs_tile(t, pm, pn, g);
-      for (int kb = 0; kb < KBLOCKS; ++kb, ++it) {
-        const int tap = kb / CC;
-        const int cc = kb - tap * CC;
-        const int r = tap / S;
-        const int s = tap - r * S;
-        const int st = it % STAGES;
-        const u32 full = bars + 8 * st;
-        fs_bar_wait(bars + 8 * (STAGES + st), ((u32)(it / STAGES) & 1u) ^ 1u);
-        if (tid == 0) {
+"""
+    + _stage_loop_head(4)
+    + """        if (tid == 0) {
           fs_bar_expect(full, A_BYTES);
           fs_tma_load4(sa + st * A_BYTES, map_w, full, cc * 64, tap, pm * BM, g);
         }
@@ -430,25 +443,18 @@ _LD_PRODUCER = """  if (wg == 0) {
       }
     }
 """
+)
 
-_TMA_PRODUCER = """  if (wg == 0) {
+_TMA_PRODUCER = (
+    """  if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 PRODUCER_REGISTERS;" ::: "memory");
     if (tid == 0) {
       fs_prefetch_map(map_w);
       fs_prefetch_map(map_x);
       int it = 0;
-      for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
-        int pm, pn, g;
-        fs_tile(t, pm, pn, g);
-        for (int kb = 0; kb < KBLOCKS; ++kb, ++it) {
-          const int tap = kb / CC;
-          const int cc = kb - tap * CC;
-          const int r = tap / S;
-          const int s = tap - r * S;
-          const int st = it % STAGES;
-          const u32 full = bars + 8 * st;
-          fs_bar_wait(bars + 8 * (STAGES + st), ((u32)(it / STAGES) & 1u) ^ 1u);
-          fs_bar_expect(full, A_BYTES + B_BYTES);
+"""
+    + _stage_loop_head(6)
+    + """          fs_bar_expect(full, A_BYTES + B_BYTES);
           fs_tma_load4(sa + st * A_BYTES, map_w, full, cc * 64, tap, pm * BM, g);
 #pragma unroll
           for (int j = 0; j < SPT; ++j) {
@@ -462,6 +468,7 @@ STRIP_LOAD
       }
     }
 """
+)
 
 
 def _strip_load(spec: ConvSpec) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from xdsl.dialects.builtin import StringAttr
 
-from fusec.codegen import KernelSource, io_specs
+from fusec.codegen import KernelSource
 from fusec.codegen.expr import (
     ELEMENTWISE_OPS,
     CppExprGenerator,
@@ -59,6 +59,7 @@ from fusec.targets.cuda.conv.layout import (
     layout_of,
 )
 from fusec.targets.cuda.gemm.cpp import Epilogue
+from fusec.targets.cuda.linked import linked_kernel_source
 
 TILE_ATTR = "fusec.tile"
 TILE_ENV = "FUSEC_CONV_TILE"
@@ -389,35 +390,26 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             f"epilogue: {epi.name} (f32, one rounding at the store)",
         ]
         spec_text = f"DirectConvSpec({geo_text}, {dtype!r}, "
-    inputs = [f"in{k}" for k in range(len(fused_op.inputs))]
-    source = "\n".join(
-        [
-            header(fused_op, notes=notes),
-            "from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile  # noqa: F401",
-            "from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec  # noqa: F401",
-            "from fusec.targets.cuda.conv.launcher import ConvLaunch",
-            "from fusec.targets.cuda.gemm.cpp import Epilogue",
-            "",
-            "CONV = ConvLaunch(",
-            f"    {spec_text}{out_dtype!r},",
-            f"        {epi_text}{layout_text}),",
-            f"    x={p.x}, w={p.w}, extras={extra_inputs!r},",
-            ")",
-            "",
-            "",
-            f"def launch({', '.join([*inputs, 'out0'])}, stream=0, sms=132):",
-            f"    CONV(({', '.join(inputs)},), out0, stream, sms)",
-            "",
-            "",
-            "LINKED = CONV  # the runtime launches it by address (CONV.direct)",
-            "",
-            f"KERNELS = []  # a linked cubin, launched by ConvLaunch ({spec.function_name})",
-            "CONV_SPECS = [CONV.spec]",
-            "",
-        ]
-    )
-    ins, outs = io_specs(fused_op)
-    cpp = (("cuda-c++", spec.cpp_source()),)
-    return KernelSource(
-        name, "conv", "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp
+    lines = [
+        header(fused_op, notes=notes),
+        "from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile  # noqa: F401",
+        "from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec  # noqa: F401",
+        "from fusec.targets.cuda.conv.launcher import ConvLaunch",
+        "from fusec.targets.cuda.gemm.cpp import Epilogue",
+        "",
+        "CONV = ConvLaunch(",
+        f"    {spec_text}{out_dtype!r},",
+        f"        {epi_text}{layout_text}),",
+        f"    x={p.x}, w={p.w}, extras={extra_inputs!r},",
+        ")",
+    ]
+    return linked_kernel_source(
+        fused_op,
+        name,
+        "conv",
+        lines,
+        var="CONV",
+        launcher="ConvLaunch",
+        spec=spec,
+        tail=("CONV_SPECS = [CONV.spec]",),
     )

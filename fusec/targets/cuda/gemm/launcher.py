@@ -18,15 +18,13 @@ from typing import Any
 
 from fusec.targets.cuda.gemm import aux, cpp, host
 from fusec.targets.cuda.gemm.config import tile_count
+from fusec.targets.cuda.linked import device_address
 
 Source = int | str  # a group input's index, or a scratch buffer's name
 
 
 def _address(array: Any) -> int:
-    interface = getattr(array, "__cuda_array_interface__", None)
-    if interface is None:
-        raise TypeError("the GEMM kernel takes device arrays")
-    return int(interface["data"][0])
+    return device_address(array, "GEMM")
 
 
 @dataclass(frozen=True)

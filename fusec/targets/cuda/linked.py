@@ -1,0 +1,105 @@
+"""What the templates of one linked cubin share (conv, attention, the channels-last copy).
+
+A generated module of such a group holds a launcher object (``ConvLaunch``,
+``AttentionLaunch``, ``RelayoutLaunch``) that builds the group's cubin on first use
+(or reads it from the kernel cache) and queues it on the caller's stream; the module's
+``launch`` calls it and ``LINKED`` names it for the runtime, which launches it by
+address (``direct``). ``LinkedLaunch`` is that object's build/launch plumbing,
+``linked_kernel_source`` the module around it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from fusec.codegen import KernelSource, io_specs
+from fusec.dialect import ops as ai
+
+
+def device_address(array: Any, what: str) -> int:
+    """The device address of ``array`` (``__cuda_array_interface__``)."""
+    interface = getattr(array, "__cuda_array_interface__", None)
+    if interface is None:
+        raise TypeError(f"the {what} kernel takes device arrays")
+    return int(interface["data"][0])
+
+
+class LinkedLaunch:
+    """Builds ``spec``'s cubin once (``make_kernel`` loads it) and launches it: ``raw``
+    (subclasses) with raw addresses, ``direct`` for the runtime, ``__call__`` for the
+    module's ``launch``. ``sms`` is the GPU's SM count, for the kernels whose grid uses it."""
+
+    what = "linked"  # the kernel's name in errors
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+        self.kernel: Any = None
+        self.sms = 132
+        self.lock = threading.Lock()
+
+    def make_kernel(self, cubin: bytes) -> Any:
+        raise NotImplementedError
+
+    def raw(self, stream: int, inputs: list[int], outputs: list[int]) -> None:
+        raise NotImplementedError
+
+    def load(self, sms: int | None = None) -> Any:
+        """Build (or read from the cache) and load the cubin; ``sms`` sizes a grid that
+        depends on it."""
+        with self.lock:
+            if sms is not None:
+                self.sms = sms
+            if self.kernel is None:
+                from fusec.targets.cuda.gemm import build
+
+                self.kernel = self.make_kernel(build.build(self.spec).cubin)
+            return self.kernel
+
+    def direct(self, stream: int, inputs: list, outputs: list) -> None:
+        """The runtime's launch: ``inputs``/``outputs`` are buffers with ``.ptr``."""
+        self.raw(stream, [b.ptr for b in inputs], [b.ptr for b in outputs])
+
+    def __call__(self, inputs: tuple, output: Any, stream: Any = 0, sms: int = 132) -> None:
+        from fusec.targets.cuda.streams import explicit_handle
+
+        self.sms = sms
+        addresses = [device_address(a, self.what) for a in inputs]
+        self.raw(explicit_handle(stream), addresses, [device_address(output, self.what)])
+
+
+def linked_kernel_source(
+    fused_op: ai.FusedOp,
+    name: str,
+    kind: str,
+    lines: list[str],
+    *,
+    var: str,
+    launcher: str,
+    spec: Any,
+    launch_args: str = "stream, sms",
+    tail: tuple[str, ...] = (),
+) -> KernelSource:
+    """The kernel module of a group run by the launcher object ``var`` (a ``launcher``),
+    which ``lines`` (header, imports, construction) define: then ``launch``, ``LINKED``,
+    ``KERNELS`` and ``tail``; ``spec``'s C++ travels with it."""
+    inputs = ", ".join(f"in{k}" for k in range(len(fused_op.inputs)))
+    source = "\n".join(
+        [
+            *lines,
+            "",
+            "",
+            f"def launch({inputs}, out0, stream=0, sms=132):",
+            f"    {var}(({inputs},), out0, {launch_args})",
+            "",
+            "",
+            f"LINKED = {var}  # the runtime launches it by address ({var}.direct)",
+            "",
+            f"KERNELS = []  # a linked cubin, launched by {launcher} ({spec.function_name})",
+            *tail,
+            "",
+        ]
+    )
+    ins, outs = io_specs(fused_op)
+    cpp = (("cuda-c++", spec.cpp_source()),)
+    return KernelSource(name, kind, "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp)
