@@ -3,7 +3,8 @@ processes killed while writing it, and entries from other versions.
 
 * A call (after the first, which loads libraries) leaves the process as it
   found it (numpy's error state, Numba's and the BLAS pools' thread counts, the
-  environment): no global state is toggled per call and left behind.
+  environment, the caller's CPU mask): no global state is toggled per call and
+  left behind.
 * Compiled modules called from many Python threads at once give the right
   results (cpu; the cuda test is marked ``gpu``), also under Numba's
   ``workqueue`` threading layer, which aborts the process on concurrent
@@ -102,7 +103,7 @@ def test_one_compiled_module_called_from_many_threads():
 
 def _process_state() -> dict:
     """What a call could toggle for the whole process: numpy's error handling, Numba's
-    and the BLAS pools' thread counts, the environment."""
+    and the BLAS pools' thread counts, the environment, the calling thread's CPU mask."""
     import numba
     from threadpoolctl import threadpool_info
 
@@ -112,6 +113,7 @@ def _process_state() -> dict:
         "numba_threads": numba.get_num_threads(),
         "pools": pools,
         "environ": dict(os.environ),
+        "affinity": os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None,
     }
 
 

@@ -11,6 +11,7 @@ import numpy as np
 from fusec.codegen import KernelSource
 from fusec.ir.dtypes import numpy_dtype
 from fusec.runtime.launch import Allocator, Launch
+from fusec.targets.cpu import affinity
 from fusec.targets.cpu.buffers import shared_pool
 
 
@@ -41,11 +42,12 @@ class CpuBackend:
         outs = [(alloc or self.pool.empty)(shape, _F32) for shape in shapes]
         if not all(o.flags.c_contiguous and o.dtype == _F32 for o in outs):
             raise ValueError("the allocator must return C-contiguous float32 arrays")
+        args = [*flat_in, *(o.reshape(-1) for o in outs)]
         if _threadsafe_layer():
-            fn(*flat_in, *(o.reshape(-1) for o in outs))
+            affinity.run(fn, args)
         else:
             with _WORKQUEUE_LOCK:
-                fn(*flat_in, *(o.reshape(-1) for o in outs))
+                affinity.run(fn, args)
         if not casts:
             return outs
         pairs = zip(outs, casts, strict=True)

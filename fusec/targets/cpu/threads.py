@@ -12,6 +12,9 @@ runtime calls ``configure()`` before that), ``OPENBLAS_THREAD_TIMEOUT`` and
 ``OPENBLAS_CORETYPE`` only when numpy is first imported (so only entry points
 that run before numpy, such as the ``fusec`` command and the benchmarks, can
 apply them). Values the user has set are kept.
+
+``FUSEC_CPU_PIN=0`` keeps Numba's worker threads unpinned (by default each runs
+on a CPU of its own: ``fusec.targets.cpu.affinity`` says why).
 """
 
 from __future__ import annotations

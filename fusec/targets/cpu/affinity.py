@@ -1,0 +1,240 @@
+"""Numba's worker threads on CPUs of their own while a cpu kernel runs.
+
+Why. A cpu kernel splits its work over Numba's OpenMP threads: the calling
+thread (thread 0) and the pool's workers. fusec's workers sleep between calls
+(``OMP_WAIT_POLICY=PASSIVE``, ``fusec.targets.cpu.threads``), and the Linux
+scheduler places a thread woken after a pause of a few ms on the CPU of the
+thread that woke it (wake-affine placement), although another CPU is idle. The
+worker then waits for the caller to finish its half, and the two halves run one
+after the other. Measured on the 2-core VM (KVM, 2026-12-01): a C test (a
+pthread woken by a futex while the waker spins) lands on the waker's CPU 60/60
+times after a 5 ms pause (0/60 with none); a ``prange(2)`` Numba kernel of
+2 x 2.5 ms took ~5 ms in 19-30 of 40 calls with 20 ms pauses between calls;
+fusec's attention graph (B1 H12 S512 D64, 2 threads) ran at a median of
+6.4-7.3 ms with 20 ms pauses against 4.96 ms back to back. onnxruntime dodges
+this because its pool spins ~20 ms after each call. ``OMP_PROC_BIND=true`` fixes
+the kernel (0/40 slow calls) but libgomp then pins the *calling* thread to CPU 0
+for good: every thread the program creates later inherits that one CPU.
+
+What. Once per calling thread and thread count, each worker of the calling
+thread's pool (libgomp gives every calling thread a pool of its own) is pinned
+to one CPU of the caller's allowed set, distinct ones; during each launch the
+caller itself is confined to the other CPUs of its set, and its mask is put
+back right after (two ``sched_setaffinity`` calls a launch). The user's thread
+is never left pinned, a mask the user set is respected (CPUs are chosen inside
+it, and a changed mask is noticed at the next launch), and concurrent callers
+get CPU blocks of their own while the set has room for them. Pinning is
+skipped, logged at debug level on this module's logger, when the platform is
+not Linux, the set has fewer CPUs than Numba's thread count, Numba's threading
+layer is not ``omp`` (TBB moves workers between arenas; ``workqueue`` runs no
+task on the caller), or ``FUSEC_CPU_PIN=0``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import logging
+import os
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+#: ``FUSEC_CPU_PIN=0`` turns pinning off (any other value, or unset: on where it can work).
+ENV_VAR = "FUSEC_CPU_PIN"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one calling thread's Numba threads run (``caller_cpus`` None: not pinned)."""
+
+    enabled: bool
+    threads: int
+    #: The caller's own mask when this placement was made.
+    allowed: frozenset[int]
+    #: OS thread ids of the workers (Numba thread ids 1, 2, ...) and the CPU of each.
+    workers: tuple[int, ...] = ()
+    worker_cpus: tuple[int, ...] = ()
+    #: The caller's mask during a launch; None: the launch runs unpinned.
+    caller_cpus: frozenset[int] | None = None
+    #: Why it is not pinned (None when it is).
+    reason: str | None = None
+
+
+#: A kernel whose last call took less runs with the caller unconfined: ...
+LONG_S = 2e-4
+_short: weakref.WeakKeyDictionary[Callable[..., Any], bool] = weakref.WeakKeyDictionary()
+_local = threading.local()
+_ordinals_lock = threading.Lock()
+_ordinals_in_use: set[int] = set()
+#: Set to a reason once pinning is found impossible for the whole process.
+_unsupported: str | None = None if sys.platform.startswith("linux") else "not Linux"
+
+
+def run(fn: Callable[..., Any], args: list[Any]) -> Any:
+    """``fn(*args)`` with the calling thread's Numba threads on CPUs of their own."""
+    allowed = os.sched_getaffinity(0) if _unsupported is None else frozenset()
+    placement = getattr(_local, "placement", None)
+    if (
+        placement is None
+        or placement.allowed != allowed
+        or placement.threads != numba.get_num_threads()
+        or placement.enabled != _enabled()
+    ):
+        placement = _place(frozenset(allowed))
+    if placement.caller_cpus is None:
+        return fn(*args)
+    if _short.get(fn, False):
+        start = time.perf_counter()
+        result = fn(*args)
+        if time.perf_counter() - start >= LONG_S:
+            _short[fn] = False
+        return result
+    os.sched_setaffinity(0, placement.caller_cpus)
+    start = time.perf_counter()
+    try:
+        return fn(*args)
+    finally:
+        _short[fn] = time.perf_counter() - start < LONG_S
+        os.sched_setaffinity(0, allowed)
+
+
+def current() -> Placement | None:
+    """The calling thread's placement (None before its first launch)."""
+    return getattr(_local, "placement", None)
+
+
+def _enabled() -> bool:
+    return os.environ.get(ENV_VAR, "1").strip() != "0"
+
+
+def _place(allowed: frozenset[int]) -> Placement:
+    """Undo the calling thread's previous placement and make the one for now."""
+    previous: Placement | None = getattr(_local, "placement", None)
+    if previous is not None:
+        _unpin(previous.workers, allowed)
+    threads = numba.get_num_threads()
+    placement = _plan(allowed, threads)
+    if placement.reason is not None:
+        log.debug("fusec: cpu threads not pinned: %s", placement.reason)
+    _local.placement = placement
+    return placement
+
+
+def _plan(allowed: frozenset[int], threads: int) -> Placement:
+    global _unsupported
+    unpinned = Placement(_enabled(), threads, allowed)
+    if not unpinned.enabled:
+        return _skip(unpinned, f"{ENV_VAR}=0")
+    if _unsupported is not None:
+        return _skip(unpinned, _unsupported)
+    if threads < 2:
+        return _skip(unpinned, "one thread")
+    if len(allowed) < threads:
+        return _skip(unpinned, f"{len(allowed)} allowed CPUs < {threads} threads")
+    tids = _numba_thread_ids(threads)
+    layer = numba.threading_layer()
+    if layer != "omp":
+        _unsupported = f"Numba's threading layer is {layer}, not omp"
+        return _skip(unpinned, _unsupported)
+    if tids is None:
+        return _skip(unpinned, "not every Numba thread ran a task of the probe")
+    cpus = _block(sorted(allowed), threads)
+    workers, worker_cpus = tuple(tids[1:]), tuple(cpus[1:])
+    try:
+        for tid, cpu in zip(workers, worker_cpus, strict=True):
+            os.sched_setaffinity(tid, {cpu})
+    except OSError as err:
+        _unpin(workers, allowed)
+        return _skip(unpinned, f"sched_setaffinity failed: {err}")
+    caller = allowed - set(worker_cpus)
+    return Placement(True, threads, allowed, workers, worker_cpus, frozenset(caller))
+
+
+def _skip(placement: Placement, reason: str) -> Placement:
+    return Placement(placement.enabled, placement.threads, placement.allowed, reason=reason)
+
+
+def _unpin(workers: tuple[int, ...], allowed: frozenset[int]) -> None:
+    for tid in workers:
+        try:
+            os.sched_setaffinity(tid, allowed)
+        except OSError:  # the thread is gone
+            pass
+
+
+def _block(cpus: list[int], threads: int) -> list[int]:
+    """``threads`` CPUs for the calling thread: a block of its own while ``cpus`` has
+    room for one per calling thread, shared round-robin beyond that."""
+    ordinal = getattr(_local, "ordinal", None)
+    if ordinal is None:
+        ordinal = _local.ordinal = _Ordinal()
+    start = (ordinal.value % (len(cpus) // threads)) * threads
+    return cpus[start : start + threads]
+
+
+class _Ordinal:
+    """The smallest number no other live calling thread holds; given back when the
+    thread ends (its ``threading.local`` storage is dropped then)."""
+
+    def __init__(self) -> None:
+        with _ordinals_lock:
+            self.value = next(k for k in itertools.count() if k not in _ordinals_in_use)
+            _ordinals_in_use.add(self.value)
+        weakref.finalize(self, _ordinals_in_use.discard, self.value)
+
+
+def _numba_thread_ids(threads: int) -> list[int] | None:
+    """The OS thread id of each of the calling thread's Numba threads (index = Numba's
+    thread id; 0 is the caller), or None if a probe left one out."""
+    if not hasattr(ctypes.CDLL(None), "gettid"):  # glibc < 2.30
+        global _unsupported
+        _unsupported = "the C library has no gettid"
+        return None
+    tids = np.zeros(threads, np.int64)
+    for _ in range(3):
+        tids[:] = 0
+        _probe_thread_ids(tids)
+        if tids[0] == threading.get_native_id() and np.all(tids > 0):
+            if len(set(tids.tolist())) == threads:
+                return tids.tolist()
+    return None
+
+
+@intrinsic
+def _gettid(typingctx):
+    sig = types.int32()
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32), [])
+        return builder.call(cgutils.get_or_insert_function(builder.module, fnty, "gettid"), [])
+
+    return sig, codegen
+
+
+@numba.njit(parallel=True, cache=True)
+def _probe_thread_ids(tids):
+    """Each Numba thread writes its OS thread id at its Numba thread id."""
+    for _ in numba.prange(tids.size):
+        tids[numba.get_thread_id()] = _gettid()
+
+
+def _forget_after_fork() -> None:
+    """A forked child has new threads: its next launch places them afresh."""
+    _local.__dict__.pop("placement", None)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
