@@ -438,6 +438,7 @@ def environment(threads: int) -> dict:
                 "OPENBLAS_L2_SIZE",
                 "OPENBLAS_THREAD_TIMEOUT",
                 "OMP_WAIT_POLICY",
+                "FUSEC_CPU_PIN",
             )
         },
         "python": platform.python_version(),
@@ -446,7 +447,21 @@ def environment(threads: int) -> dict:
         "onnxruntime": ort.__version__,
         "onnx": onnx.__version__,
         "fusec": fusec.__version__,
+        "numba_workers": _workers(),
     }
+
+
+def _workers() -> str:
+    """Where this thread's Numba workers ran (``fusec.targets.cpu.affinity``)."""
+    from fusec.targets.cpu import affinity
+
+    placement = affinity.current()
+    if placement is None:
+        return "no launch yet"
+    if placement.reason is not None:
+        return f"not pinned ({placement.reason})"
+    cpus, caller = list(placement.worker_cpus), sorted(placement.caller_cpus or ())
+    return f"pinned to CPUs {cpus}, the caller on {caller} during a kernel"
 
 
 def table(rows: list[dict]) -> str:
@@ -522,7 +537,8 @@ def main() -> None:
         f"Machine: {info['cpu']}, {info['cores']} cores; fusec {info['numba_threads']} Numba "
         f"threads, onnxruntime {threads} intra-op threads (all graph optimisations); BLAS: "
         f"{blas}. Python {info['python']}, numpy {info['numpy']}, Numba {info['numba']}, "
-        f"onnxruntime {info['onnxruntime']}. Environment: "
+        f"onnxruntime {info['onnxruntime']}. Numba workers: {info['numba_workers']}. "
+        "Environment: "
         + ", ".join(f"{k}={v}" for k, v in info["env"].items())
         + ". Load average (1/5/15 min) "
         + "/".join(f"{v:.2f}" for v in load_before)

@@ -106,6 +106,24 @@ def test_the_caller_is_confined_only_during_the_kernel_also_when_it_raises(compi
     assert os.sched_getaffinity(0) == mask
 
 
+def test_a_short_kernel_runs_unconfined_after_its_first_call(compiled, monkeypatch):
+    _check(compiled)
+    mask = os.sched_getaffinity(0)
+    caller = set(_pinned(affinity.current()).caller_cpus)
+    seen: list[set[int]] = []
+
+    def kernel() -> None:
+        seen.append(os.sched_getaffinity(0))
+
+    monkeypatch.setattr(affinity, "LONG_S", 1e3)  # every call is short
+    for _ in range(3):
+        affinity.run(kernel, [])
+    monkeypatch.setattr(affinity, "LONG_S", 0.0)  # every call is long
+    for _ in range(2):
+        affinity.run(kernel, [])
+    assert seen == [caller, mask, mask, mask, caller]  # the 4th call showed it long
+
+
 def test_opting_out_unpins_the_workers(compiled, monkeypatch):
     mask = os.sched_getaffinity(0)
     _check(compiled)

@@ -11,23 +11,32 @@ pthread woken by a futex while the waker spins) lands on the waker's CPU 60/60
 times after a 5 ms pause (0/60 with none); a ``prange(2)`` Numba kernel of
 2 x 2.5 ms took ~5 ms in 19-30 of 40 calls with 20 ms pauses between calls;
 fusec's attention graph (B1 H12 S512 D64, 2 threads) ran at a median of
-6.4-7.3 ms with 20 ms pauses against 4.96 ms back to back. onnxruntime dodges
-this because its pool spins ~20 ms after each call. ``OMP_PROC_BIND=true`` fixes
-the kernel (0/40 slow calls) but libgomp then pins the *calling* thread to CPU 0
-for good: every thread the program creates later inherits that one CPU.
+9.1-10.1 ms with 20-100 ms pauses against 4.8-5.0 ms back to back, and at
+5.3-6.1 ms, no call slow, with this module (``benchmarks/cpu_pin_ab.py``;
+``benchmarks/results/cpu-notes.md`` has the tables). onnxruntime dodges the
+wake-up because its pool spins ~20 ms after each call. ``OMP_PROC_BIND=true``
+fixes the kernel too, but libgomp then pins the *calling* thread to CPU 0 for
+good: every thread the program creates later inherits that one CPU.
 
 What. Once per calling thread and thread count, each worker of the calling
 thread's pool (libgomp gives every calling thread a pool of its own) is pinned
-to one CPU of the caller's allowed set, distinct ones; during each launch the
+to one CPU of the caller's allowed set, distinct ones; during a launch the
 caller itself is confined to the other CPUs of its set, and its mask is put
-back right after (two ``sched_setaffinity`` calls a launch). The user's thread
-is never left pinned, a mask the user set is respected (CPUs are chosen inside
-it, and a changed mask is noticed at the next launch), and concurrent callers
-get CPU blocks of their own while the set has room for them. Pinning is
-skipped, logged at debug level on this module's logger, when the platform is
-not Linux, the set has fewer CPUs than Numba's thread count, Numba's threading
-layer is not ``omp`` (TBB moves workers between arenas; ``workqueue`` runs no
-task on the caller), or ``FUSEC_CPU_PIN=0``.
+back right after (two ``sched_setaffinity`` calls, ~3 us each here). The
+user's thread is never left pinned, a mask the user set is respected (CPUs are
+chosen inside it, and a changed mask is noticed at the next launch), and
+concurrent callers get CPU blocks of their own while the set has room for
+them. A kernel whose previous call took under ``LONG_S`` runs with the caller
+unconfined: waking a worker on another, idle vCPU costs tens of us here (a
+pointwise kernel of 2**16 elements called back to back: 34 us unpinned, 79-110
+us confined), more than such a kernel gains from the second core.
+
+Pinning is skipped, logged at debug level on this module's logger, when the
+platform is not Linux, the set has fewer CPUs than Numba's thread count, Numba's
+threading layer is not ``omp`` (TBB moves workers between arenas;
+``workqueue`` runs no task on the caller), or ``FUSEC_CPU_PIN=0``. The workers
+stay pinned between launches: Numba code of the user's own that runs on the
+same pool finds them so.
 """
 
 from __future__ import annotations
@@ -73,7 +82,8 @@ class Placement:
     reason: str | None = None
 
 
-#: A kernel whose last call took less runs with the caller unconfined: ...
+#: Seconds: a kernel whose last call took less runs with the caller unconfined
+#: (see the module docstring).
 LONG_S = 2e-4
 _short: weakref.WeakKeyDictionary[Callable[..., Any], bool] = weakref.WeakKeyDictionary()
 _local = threading.local()
