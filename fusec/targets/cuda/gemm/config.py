@@ -222,10 +222,12 @@ class TileConfig:
 
     @property
     def smem_bytes(self) -> int:
-        """Dynamic shared memory of one block: tiles, 2 mbarriers per stage, alignment slack."""
+        """Dynamic shared memory of one block: tiles, 2 mbarriers per stage (3 with
+        ``ln="tile"``: its A tiles land on their own), alignment slack."""
         tiles = self.stages * (self.a_stage_bytes + self.b_stage_bytes)
         staging = self.epi_bytes + self.vec_bytes + self.ln_bytes
-        return tiles + staging + 16 * self.stages + SMEM_ALIGN
+        barriers = (16 + 8 * (self.ln == "tile")) * self.stages
+        return tiles + staging + barriers + SMEM_ALIGN
 
     @property
     def acc_registers(self) -> int:
@@ -344,8 +346,8 @@ def max_stages(
 ) -> int:
     """The deepest pipeline of a bm x bn x 64 tile that fits ``limit`` bytes of shared memory
     beside ``reserved`` bytes (the smem epilogue's staging); ``ln_tile``: each stage also
-    holds 64 columns of gamma and beta (f32)."""
-    per_stage = (bm + bn) * 64 * 2 + 16 + 512 * ln_tile
+    holds 64 columns of gamma and beta (f32) and a third mbarrier."""
+    per_stage = (bm + bn) * 64 * 2 + 16 + 520 * ln_tile
     return max(2, min(most, (limit - SMEM_ALIGN - reserved) // per_stage))
 
 
