@@ -91,7 +91,7 @@ def test_ln_tile_rejects_what_it_cannot_run() -> None:
 
 def test_default_tiling_normalises_in_the_kernel_when_k_is_resident() -> None:
     (spec,) = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), "")
-    assert spec.config.text == "64x256x64 s5 c1 g8 epi=smem ln=tile"
+    assert spec.config.text == "64x256x64 s5 c1 g8 epi=smem math=fast ln=tile"
     specs = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), "ln=fold")
     assert [type(s).__name__ for s in specs] == ["LayerNormPrep", "GemmSpec"]
     specs = _specs(LN_SOFTMAX.format(m=8192, k=384, n=256), "")  # K > 5 stages x 64
