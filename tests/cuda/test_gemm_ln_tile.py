@@ -64,7 +64,9 @@ def test_ln_tile_text_round_trips_and_reserves_gamma_beta() -> None:
     assert config.text == "64x256x64 s5 c1 g8 ln=tile" and config.variant == Variant(ln="tile")
     assert config.ln_bytes == 8 * 5 * 64 and config.k_resident == 320
     plain = TileConfig(64, 256, 64, 5, 1, 8)
-    assert config.smem_bytes == plain.smem_bytes + config.ln_bytes and plain.ln_bytes == 0
+    # gamma and beta, and a third mbarrier per stage (the A tiles land on their own)
+    assert config.smem_bytes == plain.smem_bytes + config.ln_bytes + 8 * 5
+    assert plain.ln_bytes == 0
     assert with_variant(choose_row_config(8192, 256), Variant(ln="tile")) == config
     # the heuristic's staged LayerNorm vectors have nothing to stage under ln=tile
     staged = with_variant(choose_row_config(8192, 256), Variant(vectors="smem"))
@@ -89,7 +91,7 @@ def test_ln_tile_rejects_what_it_cannot_run() -> None:
 
 def test_default_tiling_normalises_in_the_kernel_when_k_is_resident() -> None:
     (spec,) = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), "")
-    assert spec.config.text == "64x256x64 s5 c1 g8 epi=smem ln=tile"
+    assert spec.config.text == "64x256x64 s5 c1 g8 epi=smem math=fast ln=tile"
     specs = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), "ln=fold")
     assert [type(s).__name__ for s in specs] == ["LayerNormPrep", "GemmSpec"]
     specs = _specs(LN_SOFTMAX.format(m=8192, k=384, n=256), "")  # K > 5 stages x 64
@@ -174,6 +176,31 @@ def test_source_normalises_in_place_before_the_main_loop() -> None:
     assert "ln_mu" not in epilogue and "fs_lds" not in epilogue  # no FlashNorm rewrite
     default = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), "ln=fold")[1]
     assert "fs_ln_" not in cpp.generate(default)
+
+
+def test_a_tiles_land_first_and_only_consumers_wait_for_gamma_beta() -> None:
+    """The producer issues every A tile of the tile on its own barrier before any B tile, the
+    consumers normalise after waiting for those A barriers only, and gamma/beta are loaded
+    by the consumers after the block's ``__syncthreads`` (not ahead of the first TMA load)."""
+    (spec,) = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256))
+    source = cpp.generate(spec)
+    head, body = source.split("__syncthreads();", 1)
+    kernel_head = head[head.index('extern "C" __device__') :]
+    assert "fs_ld_f16" not in kernel_head and "return 0;  // ln=tile: K must be resident" in head
+    producer = body[: body.index("setmaxnreg.inc")]
+    a_loads = producer.index("fs_tma_load(sa + s * A_BYTES, map_a, a_full")
+    assert a_loads < producer.index("fs_bar_expect(full, B_BYTES);")
+    assert producer.index("fs_bar_expect(full, B_BYTES);") < producer.index("map_b, full")
+    assert "A_BYTES + B_BYTES" not in producer
+    consumer = body[body.index("setmaxnreg.inc") :]
+    prologue = consumer[consumer.index("// ln=tile: the whole K") : consumer.index("fs_wgmma(")]
+    assert "fs_bar_wait(bars + 8 * (2 * STAGES + (it + kb) % STAGES)" in prologue
+    staged = consumer.index("fs_ln_bar(7, 128 * CONSUMERS);  // gamma and beta staged")
+    assert consumer.index("fs_ld_f16((const void*)e") < staged < consumer.index("fs_wgmma(")
+    assert "fs_bar_init(bars + 8 * (2 * STAGES + s), 1);" in head
+    # without ln=tile the stage's one barrier counts both tiles, as before
+    default = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), "ln=fold")[1]
+    assert "fs_bar_expect(full, A_BYTES + B_BYTES);" in cpp.generate(default)
 
 
 def test_gemm_spec_requires_gamma_beta_with_ln_tile() -> None:

@@ -61,7 +61,7 @@ def test_heuristic_default_variant() -> None:
     for shape in [(4096, 4096, 4096), (8192, 4096, 1024), (1024, 1024, 1024)]:
         assert cfg.choose_config(*shape).variant == measured
     assert cfg.choose_config(32, 512, 512).variant == Variant()
-    assert cfg.choose_row_config(8192, 256).variant == Variant()
+    assert cfg.choose_row_config(8192, 256).variant == Variant(math="fast")
 
 
 def test_with_variant_adapts_tile_and_stages() -> None:
@@ -310,3 +310,34 @@ def _cache(tmp_path):
     from fusec.runtime.cache import KernelCache
 
     return KernelCache(tmp_path)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("math", ["ieee", "fast"])
+def test_row_softmax_exponential_and_dense_path(math: str, tmp_path) -> None:
+    """The row softmax epilogue (LN -> matmul 256x256 -> softmax): with math=fast each
+    exponential is one FFMA and one MUFU.EX2 (libdevice's expf is ~8 instructions; the
+    kernel has 128 per thread); with math=ieee it stays expf. Tiles inside the matrix's
+    columns take pass 1 without per-element bounds checks (``dense``)."""
+    from test_gemm_build import LN_SOFTMAX
+
+    import fusec
+    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda.gemm.template import linked_specs
+
+    pipeline = f"fusec-default,tile-gemm{{math={math}}}"
+    text = LN_SOFTMAX.format(m=1024, k=256, n=256)
+    compiled = fusec.compile(text, target="cuda", pipeline=pipeline, executable=False)
+    (spec,) = linked_specs(compiled.kernels[0])
+    assert spec.epilogue.softmax == "row" and spec.config.math == math
+    source = spec.cpp_source()
+    assert "const bool dense = live && pn * BN + BN <= N;" in source
+    assert ("fs_ex2(fmaf(" in source) == (math == "fast")
+    assert ("expf(acc[m]" in source) == (math == "ieee")
+    sass = _sass(build.build(spec, _cache(tmp_path)).cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    exps = len(re.findall(r"\bMUFU\.EX2\b", sass))
+    assert exps >= 128  # at least one per accumulator (the dense and edge paths)
+    # libdevice's expf rounds with FFMA.RM (and clamps with FFMA.SAT) per element
+    assert (len(re.findall(r"\bFFMA\.RM\b", sass)) >= 128) == (math == "ieee")

@@ -2,8 +2,9 @@
 // LN(8192x256) -> matmul(256x256) -> softmax is ONE group; its softmax needs whole rows in a
 // block tile (BN = 256), and 128-row tiles would fill only 64 SMs: 64x256, one consumer;
 // K = 256 fits its 5 stages, so the kernel normalises its resident A rows (ln = "tile": one
-// launch) and stages its epilogue through shared memory.
-// CHECK: ai.fused "matmul" (%x, %g, %be, %w) {fusec.tile = {block = array<i64: 64, 256, 64>, mma = "m64n256k16", stages = 5 : i64, consumers = 1 : i64, group_m = 8 : i64, epilogue = "smem", ln = "tile", choice = "row softmax"}}
+// launch), stages its epilogue through shared memory and takes the fast 16-bit maths
+// (math = "fast": one FFMA + ex2.approx per softmax exponential).
+// CHECK: ai.fused "matmul" (%x, %g, %be, %w) {fusec.tile = {block = array<i64: 64, 256, 64>, mma = "m64n256k16", stages = 5 : i64, consumers = 1 : i64, group_m = 8 : i64, epilogue = "smem", math = "fast", ln = "tile", choice = "row softmax"}}
 // CHECK: ai.layernorm
 // CHECK-NEXT: ai.matmul
 // CHECK-NEXT: ai.softmax

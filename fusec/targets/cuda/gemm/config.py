@@ -95,9 +95,14 @@ class Variant:
 #: MLP up + gelu 0.296 -> 0.211); pingpong lost at 8192^3. ``with_variant`` adapts the
 #: tile and stages to it.
 HEURISTIC_VARIANT = Variant(epilogue="smem", math="fast")
-#: The small-M (64x128, one consumer) and whole-row (row softmax) tiles keep the plain
-#: variant: the staged epilogue was not measured there, and with a row softmax it spills.
+#: The small-M (64x128, one consumer) tile keeps the plain variant: the staged epilogue
+#: was not measured there.
 SMALL_TILE_VARIANT = Variant()
+#: Whole-row tiles (a row softmax in the epilogue) take the fast 16-bit maths: the
+#: softmax's exponentials become one FFMA + ex2.approx each. LN(8192x256) -> matmul
+#: 256x256 -> softmax, same H200 call (benchmarks/results/profile-2026-12-01.md, third
+#: session): kernel 10.6 -> 9.4 us, graph replay 0.0114-0.0117 -> 0.0102-0.0103 ms.
+ROW_TILE_VARIANT = Variant(math="fast")
 
 
 @dataclass(frozen=True)
@@ -222,10 +227,12 @@ class TileConfig:
 
     @property
     def smem_bytes(self) -> int:
-        """Dynamic shared memory of one block: tiles, 2 mbarriers per stage, alignment slack."""
+        """Dynamic shared memory of one block: tiles, 2 mbarriers per stage (3 with
+        ``ln="tile"``: its A tiles land on their own), alignment slack."""
         tiles = self.stages * (self.a_stage_bytes + self.b_stage_bytes)
         staging = self.epi_bytes + self.vec_bytes + self.ln_bytes
-        return tiles + staging + 16 * self.stages + SMEM_ALIGN
+        barriers = (16 + 8 * (self.ln == "tile")) * self.stages
+        return tiles + staging + barriers + SMEM_ALIGN
 
     @property
     def acc_registers(self) -> int:
@@ -344,8 +351,8 @@ def max_stages(
 ) -> int:
     """The deepest pipeline of a bm x bn x 64 tile that fits ``limit`` bytes of shared memory
     beside ``reserved`` bytes (the smem epilogue's staging); ``ln_tile``: each stage also
-    holds 64 columns of gamma and beta (f32)."""
-    per_stage = (bm + bn) * 64 * 2 + 16 + 512 * ln_tile
+    holds 64 columns of gamma and beta (f32) and a third mbarrier."""
+    per_stage = (bm + bn) * 64 * 2 + 16 + 520 * ln_tile
     return max(2, min(most, (limit - SMEM_ALIGN - reserved) // per_stage))
 
 
@@ -429,7 +436,7 @@ def choose_row_config(m: int, n: int, batch: int = 1, sms: int = 132) -> TileCon
     bn = max(64, -(-n // 64) * 64)
     bm, consumers = (128, 2) if -(-m // 128) * batch >= sms else (64, 1)
     config = TileConfig(bm, bn, 64, max_stages(bm, bn), consumers, 8)
-    return with_variant(config, SMALL_TILE_VARIANT)
+    return with_variant(config, ROW_TILE_VARIANT)
 
 
 #: The opt-in variants ``fusec tune`` times on top of the heuristic's tile.

@@ -232,6 +232,13 @@ typedef unsigned long long u64;
 typedef unsigned int u32;
 typedef unsigned short u16;
 
+#define L2E 1.4426950408889634f  // log2(e)
+
+static __device__ __forceinline__ float fs_ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 static __device__ __forceinline__ u32 fs_smem(const void* p) {
   return (u32)__cvta_generic_to_shared(p);
 }
@@ -473,36 +480,72 @@ def _ln_tile(spec: GemmSpec) -> bool:
     return spec.config.ln == "tile"
 
 
-def _ln_affine_load(spec: GemmSpec) -> str:
-    """C++ before the block's first ``__syncthreads``: every thread copies its share of gamma
-    and beta (f32, zero past K) into shared memory (``sg``: gamma, then beta STAGES x BK
-    floats further); every tile of the block reads them. ``ln="tile"`` needs the whole K
-    resident: with more K steps than stages the consumers would wait for ever, so the block
+#: Named barrier of the consumer warpgroups' staged gamma and beta (``ln="tile"``).
+LN_AFFINE_BARRIER = 7
+
+
+def _ln_resident_guard(spec: GemmSpec) -> str:
+    """C++ before the block's first ``__syncthreads`` (``ln="tile"``): the whole K must be
+    resident; with more K steps than stages the consumers would wait for ever, so the block
     stores nothing (the launcher refuses such a K before it gets here)."""
+    if not _ln_tile(spec):
+        return ""
+    return "  if ((K + BK - 1) / BK > STAGES) return 0;  // ln=tile: K must be resident\n"
+
+
+def _ln_affine_load(spec: GemmSpec) -> str:
+    """C++ at the head of the consumers (``ln="tile"``): their threads copy gamma and beta
+    (f32, zero past K) into shared memory (``sg``: gamma, then beta STAGES x BK floats
+    further) and meet at a named barrier; every tile of the block reads them. Only the
+    consumers wait for these global loads: before the block's ``__syncthreads`` they held
+    back the producer's first TMA load by a DRAM round trip."""
     if not _ln_tile(spec):
         return ""
     gamma, beta = spec.epilogue.ln_affine
     gt, bt = (spec.epilogue.extras[slot] for slot in (gamma, beta))
-    return f"""  if ((K + BK - 1) / BK > STAGES) return 0;  // ln=tile: K must be resident
-  for (int i = tid; i < STAGES * BK; i += {spec.threads}) {{
-    const bool in_row = i < K;
-    fs_ln_st1f(sg + 4u * (u32)i, in_row ? fs_ld_{gt}((const void*)e{gamma}, i) : 0.0f);
-    fs_ln_st1f(sg + 4u * (u32)(STAGES * BK + i),
-               in_row ? fs_ld_{bt}((const void*)e{beta}, i) : 0.0f);
-  }}
+    return f"""    for (int i = tid - 128; i < STAGES * BK; i += 128 * CONSUMERS) {{
+      const bool in_row = i < K;
+      fs_ln_st1f(sg + 4u * (u32)i, in_row ? fs_ld_{gt}((const void*)e{gamma}, i) : 0.0f);
+      fs_ln_st1f(sg + 4u * (u32)(STAGES * BK + i),
+                 in_row ? fs_ld_{bt}((const void*)e{beta}, i) : 0.0f);
+    }}
+    fs_ln_bar({LN_AFFINE_BARRIER}, 128 * CONSUMERS);  // gamma and beta staged
+"""
+
+
+def _ln_producer_a_loads(spec: GemmSpec) -> str:
+    """C++ at the head of the producer's tile (``ln="tile"``): every K step's A tile first,
+    each on its stage's own A barrier (``a_full[s] = bars + 8 (2 STAGES + s)``), so that the
+    consumers normalise A while B (four times the bytes at BN = 256) is still landing; the
+    stage's ``full`` barrier then counts B alone."""
+    if not _ln_tile(spec):
+        return ""
+    return """          for (int kb = 0; kb < kblocks; ++kb) {  // ln=tile: the A tiles first
+            const int s = (it + kb) % STAGES;
+            fs_bar_wait(bars + 8 * (STAGES + s), ((u32)((it + kb) / STAGES) & 1u) ^ 1u);
+            const u32 a_full = bars + 8 * (2 * STAGES + s);
+            fs_bar_expect(a_full, A_BYTES);
+            fs_tma_load(sa + s * A_BYTES, map_a, a_full, kb * BK, pm * BM, za);
+          }
 """
 
 
 def _ln_tile_prologue(spec: GemmSpec) -> str:
-    """C++ at the head of a consumer's tile (``ln="tile"``): wait until every K step of the
-    tile has landed (the ring holds them all), then normalise the warpgroup's WM rows of the
-    A tiles in place. ``128 / WM`` threads share a row (a quad-lane pair: ``shfl.xor``),
-    each reading its chunks of 8 values per stage through the 128-byte swizzle (16-byte
-    chunk c of row r is at r * 128 + ((c ^ r % 8) << 4)). Exact two passes over the resident
-    row: the mean, then the mean squared deviation (columns past K, zero-filled by TMA,
-    left out); then x <- (x - mean) * rstd * gamma + beta, rounded to the operand type (gamma
-    and beta are 0 past K: those columns stay 0). A proxy fence and the warpgroup's named
-    barrier make the writes visible to its wgmma (async proxy)."""
+    """C++ at the head of a consumer's tile (``ln="tile"``): wait until every K step's A
+    tile has landed (the ring holds them all; B may still be in flight), then normalise the
+    warpgroup's WM rows of the A tiles in place. ``128 / WM`` threads share a row (a
+    quad-lane pair: ``shfl.xor``), each reading its chunks of 8 values per stage through
+    the 128-byte swizzle (16-byte chunk c of row r is at r * 128 + ((c ^ r % 8) << 4)).
+    Exact two passes over the resident row: the mean, then the mean squared deviation
+    (columns past K, zero-filled by TMA, left out: only a K step that crosses K checks its
+    columns); then x <- (x - mean) * rstd * gamma + beta, rounded to the operand type
+    (gamma and beta are 0 past K: those columns stay 0). A proxy fence and the
+    warpgroup's named barrier make the writes visible to its wgmma (async proxy).
+
+    One warp per scheduler runs this, so its speed is its instruction-level parallelism:
+    the K steps are unrolled (up to STAGES, all loads in flight) and the sums go to eight
+    partial sums (one per value of a 16-byte chunk), not one chain of 4-cycle adds per
+    value (the pass was a quarter of the LN(8192x256) -> GEMM -> softmax kernel)."""
     if not _ln_tile(spec):
         return ""
     dt = spec.dtype
@@ -513,72 +556,82 @@ def _ln_tile_prologue(spec: GemmSpec) -> str:
         for o in (1, 2, 4)[: tpr.bit_length() - 1]
     )
     eps = repr(float(spec.epilogue.ln_eps))
-    return f"""      for (int kb = 0; kb < kblocks; ++kb)  // ln=tile: the whole K of the tile
-        fs_bar_wait(bars + 8 * ((it + kb) % STAGES), (u32)((it + kb) / STAGES) & 1u);
-      {{
-        const int lr = cw * WM + lt / {tpr};  // the row of the block tile this thread reads
-        const int part = lt % {tpr};
-        const u32 row_at = (u32)lr * 128u;
-        const u32 swz = (u32)(lr % 8);
-        float sum = 0.0f;
-        for (int kb = 0; kb < kblocks; ++kb) {{
-          const u32 a_row = sa + (u32)((it + kb) % STAGES) * A_BYTES + row_at;
-#pragma unroll
-          for (int c = 0; c < {chunks}; ++c) {{
-            const uint4 v = fs_ln_ld4(a_row + ((((u32)(part * {chunks} + c)) ^ swz) << 4));
-            const u32 w[4] = {{v.x, v.y, v.z, v.w}};
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {{
-              float lo, hi;
-              fs_unpack_{dt}(w[e], lo, hi);
-              sum += lo + hi;  // zero past K
-            }}
-          }}
-        }}
-{shuffles.format(var="sum")}        const float mean = sum / (float)K;
-        float ssd = 0.0f;
-        for (int kb = 0; kb < kblocks; ++kb) {{
-          const u32 a_row = sa + (u32)((it + kb) % STAGES) * A_BYTES + row_at;
-#pragma unroll
-          for (int c = 0; c < {chunks}; ++c) {{
-            const int chunk = part * {chunks} + c;
-            const uint4 v = fs_ln_ld4(a_row + ((((u32)chunk) ^ swz) << 4));
-            const u32 w[4] = {{v.x, v.y, v.z, v.w}};
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {{
-              float lo, hi;
-              fs_unpack_{dt}(w[e], lo, hi);
-              const int col = kb * BK + chunk * 8 + 2 * e;
-              const float dl = col < K ? lo - mean : 0.0f;
-              const float dh = col + 1 < K ? hi - mean : 0.0f;
-              ssd += dl * dl + dh * dh;
-            }}
-          }}
-        }}
-{shuffles.format(var="ssd")}        const float rstd = rsqrtf(ssd / (float)K + {eps}f);
-        for (int kb = 0; kb < kblocks; ++kb) {{
+    each_chunk = f"""#pragma unroll
+        for (int kb = 0; kb < STAGES; ++kb) {{
+          if (kb >= kblocks) break;
           const u32 a_row = sa + (u32)((it + kb) % STAGES) * A_BYTES + row_at;
 #pragma unroll
           for (int c = 0; c < {chunks}; ++c) {{
             const int chunk = part * {chunks} + c;
             const u32 at = a_row + ((((u32)chunk) ^ swz) << 4);
             const uint4 v = fs_ln_ld4(at);
-            const u32 w[4] = {{v.x, v.y, v.z, v.w}};
+            const u32 w[4] = {{v.x, v.y, v.z, v.w}};"""
+    unpack = f"""#pragma unroll
+            for (int e = 0; e < 4; ++e) {{
+              float lo, hi;
+              fs_unpack_{dt}(w[e], lo, hi);"""
+    total = "((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]))"
+    return f"""      for (int kb = 0; kb < kblocks; ++kb)  // ln=tile: the whole K of the tile
+        fs_bar_wait(bars + 8 * (2 * STAGES + (it + kb) % STAGES), (u32)((it + kb) / STAGES) & 1u);
+      {{
+        const int lr = cw * WM + lt / {tpr};  // the row of the block tile this thread reads
+        const int part = lt % {tpr};
+        const u32 row_at = (u32)lr * 128u;
+        const u32 swz = (u32)(lr % 8);
+        float p[8] = {{0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}};
+{each_chunk}
+{unpack}
+              p[2 * e] += lo;  // zero past K
+              p[2 * e + 1] += hi;
+            }}
+          }}
+        }}
+        float sum = {total};
+{shuffles.format(var="sum")}        const float mean = sum / (float)K;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) p[i] = 0.0f;
+{each_chunk}
+            const bool inside = kb * BK + BK <= K;  // uniform: only the last K step checks
+{unpack}
+              const int col = kb * BK + chunk * 8 + 2 * e;
+              const float dl = inside || col < K ? lo - mean : 0.0f;
+              const float dh = inside || col + 1 < K ? hi - mean : 0.0f;
+              p[2 * e] = fmaf(dl, dl, p[2 * e]);
+              p[2 * e + 1] = fmaf(dh, dh, p[2 * e + 1]);
+            }}
+          }}
+        }}
+        float ssd = {total};
+{shuffles.format(var="ssd")}        const float rstd = rsqrtf(ssd / (float)K + {eps}f);
+#pragma unroll
+        for (int kb = 0; kb < STAGES; ++kb) {{
+          if (kb >= kblocks) break;
+          const u32 a_row = sa + (u32)((it + kb) % STAGES) * A_BYTES + row_at;
+          uint4 v[{chunks}];  // the K step's loads first: the stores below would order them
+          float4 gb[{chunks}][4];
+#pragma unroll
+          for (int c = 0; c < {chunks}; ++c) {{
+            const int chunk = part * {chunks} + c;
+            v[c] = fs_ln_ld4(a_row + ((((u32)chunk) ^ swz) << 4));
             const u32 g_at = sg + 4u * (u32)(kb * BK + chunk * 8);
-            const float4 g0 = fs_ln_ld4f(g_at), g1 = fs_ln_ld4f(g_at + 16u);
-            const float4 b0 = fs_ln_ld4f(g_at + 4u * STAGES * BK);
-            const float4 b1 = fs_ln_ld4f(g_at + 4u * STAGES * BK + 16u);
+            gb[c][0] = fs_ln_ld4f(g_at);
+            gb[c][1] = fs_ln_ld4f(g_at + 16u);
+            gb[c][2] = fs_ln_ld4f(g_at + 4u * STAGES * BK);
+            gb[c][3] = fs_ln_ld4f(g_at + 4u * STAGES * BK + 16u);
+          }}
+#pragma unroll
+          for (int c = 0; c < {chunks}; ++c) {{
+            const int chunk = part * {chunks} + c;
+            const u32 w[4] = {{v[c].x, v[c].y, v[c].z, v[c].w}};
+            const float4 g0 = gb[c][0], g1 = gb[c][1], b0 = gb[c][2], b1 = gb[c][3];
             const float g[8] = {{g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w}};
             const float b[8] = {{b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w}};
             u32 y[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {{
-              float lo, hi;
-              fs_unpack_{dt}(w[e], lo, hi);
+{unpack}
               y[e] = fs_pack_{dt}(fmaf((lo - mean) * rstd, g[2 * e], b[2 * e]),
                                   fmaf((hi - mean) * rstd, g[2 * e + 1], b[2 * e + 1]));
             }}
-            fs_ln_st4(at, y[0], y[1], y[2], y[3]);
+            fs_ln_st4(a_row + ((((u32)chunk) ^ swz) << 4), y[0], y[1], y[2], y[3]);
           }}
         }}
         fs_ln_fence();  // the generic-proxy writes before the wgmma's async-proxy reads
@@ -737,10 +790,22 @@ def _fragment_loops(spec: GemmSpec) -> str:
 """
 
 
+def _fast_math(spec: GemmSpec) -> bool:
+    """The kernel may use hardware approximations (``math="fast"``): only where the result
+    is rounded to a 16-bit type (as ``gemm_spec`` decides for the epilogue expression)."""
+    return spec.config.math == "fast" and spec.out_dtype in ("f16", "bf16")
+
+
 def _softmax_statistics(spec: GemmSpec, extras_args: str) -> str:
     """Pass 1 (the row's values, -inf outside the matrix, into the accumulators, and their
     maximum ``mx`` over the quad) and pass 2 (``sum`` of exp(v - shift)) of a softmax
-    epilogue; in the "row" mode pass 2 leaves exp(v - shift) in the accumulators."""
+    epilogue; in the "row" mode pass 2 leaves exp(v - shift) in the accumulators.
+
+    ``dense`` (a live row of a tile inside the matrix's columns: every tile but the edges)
+    takes pass 1 without a bounds check per element: the selects were a fifth of the
+    LN -> GEMM -> softmax kernel's epilogue. With ``math="fast"`` the exponential is one
+    FMA and ``ex2.approx`` (2^(v log2 e - shift log2 e), as flash attention computes it:
+    the error of the folded shift is |shift| 2^-24 in the exponent)."""
     out = spec.out_dtype
     partials = spec.epilogue.softmax == "partials"
     value = (
@@ -748,28 +813,45 @@ def _softmax_statistics(spec: GemmSpec, extras_args: str) -> str:
         if partials
         else f"fs_epilogue({_frag()}, row, col, pz{extras_args})"
     )
+    columns = """#pragma unroll
+            for (int q = 0; q < BN / 8; ++q) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int col = pn * BN + q * 8 + 2 * (lane % 4) + e;"""
+    if _fast_math(spec):
+        shift = "const float shift = mx == {neg} ? 0.0f : mx * L2E;  // in log2 units"
+        p = f"fs_ex2(fmaf({_frag()}, L2E, -shift))"
+    else:
+        shift = "const float shift = mx == {neg} ? 0.0f : mx;"
+        p = f"expf({_frag()} - shift)"
     return f"""          const bool live = row < M;
+          const bool dense = live && pn * BN + BN <= N;
           float mx = {NEG_INF};
-#pragma unroll
-          for (int q = 0; q < BN / 8; ++q) {{
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {{
-              const int col = pn * BN + q * 8 + 2 * (lane % 4) + e;
-              float v = {NEG_INF};
-              if (live && col < N) v = {value};
-              {_frag()} = v;
-              mx = fmaxf(mx, v);
+          if (dense) {{
+{columns}
+                const float v = {value};
+                {_frag()} = v;
+                mx = fmaxf(mx, v);
+              }}
+            }}
+          }} else {{
+{columns}
+                float v = {NEG_INF};
+                if (live && col < N) v = {value};
+                {_frag()} = v;
+                mx = fmaxf(mx, v);
+              }}
             }}
           }}
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float shift = mx == {NEG_INF} ? 0.0f : mx;
+          {shift.format(neg=NEG_INF)}
           float sum = 0.0f;
 #pragma unroll
           for (int q = 0; q < BN / 8; ++q) {{
 #pragma unroll
             for (int e = 0; e < 2; ++e) {{
-              const float p = expf({_frag()} - shift);
+              const float p = {p};
               {"" if partials else _frag() + " = p;"}
               sum += p;
             }}
@@ -806,7 +888,14 @@ def _compute_section(spec: GemmSpec, extras_args: str) -> str:
 """
         return head + body + tail
     body += f"""          const float inv = __fdividef(1.0f, sum);  // sum >= 1: exp(0) is a term
-          if (live) {{
+          if (dense) {{
+#pragma unroll
+            for (int q = 0; q < BN / 8; ++q) {{
+              const int col = pn * BN + q * 8 + 2 * (lane % 4);
+              {_frag(e="0")} = fs_post({_frag(e="0")} * inv, row, col, pz{extras_args});
+              {_frag(e="1")} = fs_post({_frag(e="1")} * inv, row, col + 1, pz{extras_args});
+            }}
+          }} else if (live) {{
 #pragma unroll
             for (int q = 0; q < BN / 8; ++q) {{
               const int col = pn * BN + q * 8 + 2 * (lane % 4);
@@ -1164,6 +1253,22 @@ def generate(spec: GemmSpec) -> str:
     layout_lines += (
         f"  const u32 bars = {free};  // full[s] = bars + 8 s, empty[s] = bars + 8 (STAGES + s)\n"
     )
+    if _ln_tile(spec):
+        layout_lines += "  // ln=tile: a_full[s] = bars + 8 (2 STAGES + s), full[s] counts B only\n"
+    if _ln_tile(spec):  # the producer loaded the tile's A stages first (_ln_producer_a_loads)
+        stage_loads = f"""          fs_bar_expect(full, B_BYTES);
+          const u32 b_dst = sb + s * B_BYTES;
+          {b_load}"""
+        a_full_init = "\n      fs_bar_init(bars + 8 * (2 * STAGES + s), 1);  // ln=tile: a_full[s]"
+    else:
+        stage_loads = f"""          const u32 phase = (u32)(it / STAGES) & 1u;
+          fs_bar_wait(bars + 8 * (STAGES + s), phase ^ 1u);
+          fs_bar_expect(full, A_BYTES + B_BYTES);
+          const u32 a_dst = sa + s * A_BYTES;
+          const u32 b_dst = sb + s * B_BYTES;
+          {a_load}
+          {b_load}"""
+        a_full_init = ""
     tile_loop = _tile_loop(spec) + ("\n" + _stage_vectors(spec).rstrip("\n") if staged else "")
     mine = "    const u32 sv_mine = sv + (u32)cw * (8u * (BN + WM));\n" if staged else ""
     hand_over = (
@@ -1227,11 +1332,11 @@ extern "C" __device__ __attribute__((always_inline)) int {name}({", ".join(_para
   if (tid == 0) {{
     for (int s = 0; s < STAGES; ++s) {{
       fs_bar_init(bars + 8 * s, 1);
-      fs_bar_init(bars + 8 * (STAGES + s), {"1" if pingpong else "CONSUMERS"});
+      fs_bar_init(bars + 8 * (STAGES + s), {"1" if pingpong else "CONSUMERS"});{a_full_init}
     }}
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }}
-{_ln_affine_load(spec)}  __syncthreads();
+{_ln_resident_guard(spec)}  __syncthreads();
   const int tiles_m = (M + BM - 1) / BM;
   const int tiles_n = (N + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n * batches;
@@ -1247,16 +1352,10 @@ extern "C" __device__ __attribute__((always_inline)) int {name}({", ".join(_para
         fs_tile(t, tiles_m, tiles_n, pm, pn, pz);
         const int za = {"pz" if spec.batch_a else "0"};
         const int zb = {"pz" if spec.batch_b else "0"};
-        for (int kb = 0; kb < kblocks; ++kb, ++it) {{
+{_ln_producer_a_loads(spec)}        for (int kb = 0; kb < kblocks; ++kb, ++it) {{
           const int s = it % STAGES;
-          const u32 phase = (u32)(it / STAGES) & 1u;
           const u32 full = bars + 8 * s;
-          fs_bar_wait(bars + 8 * (STAGES + s), phase ^ 1u);
-          fs_bar_expect(full, A_BYTES + B_BYTES);
-          const u32 a_dst = sa + s * A_BYTES;
-          const u32 b_dst = sb + s * B_BYTES;
-          {a_load}
-          {b_load}
+{stage_loads}
         }}
       }}
     }}
@@ -1266,7 +1365,7 @@ extern "C" __device__ __attribute__((always_inline)) int {name}({", ".join(_para
     const int lt = tid % 128;
     const int warp = lt / 32;
     const int lane = lt % 32;
-{mine}    float acc[{mi}][{half}];
+{mine}{_ln_affine_load(spec)}    float acc[{mi}][{half}];
 {tile_loop}
 {_ln_tile_prologue(spec)}      for (int kb = 0; kb < kblocks; ++kb, ++it) {{
         const int s = it % STAGES;
