@@ -213,10 +213,13 @@ def _numba_thread_ids(threads: int) -> list[int] | None:
         global _unsupported
         _unsupported = "the C library has no gettid"
         return None
+    from fusec.runtime.cache import default_cache
+
+    probe = default_cache().load_module(PROBE_SOURCE, target="cpu").probe
     tids = np.zeros(threads, np.int64)
     for _ in range(3):
         tids[:] = 0
-        _probe_thread_ids(tids)
+        probe(tids)
         if tids[0] == threading.get_native_id() and np.all(tids > 0):
             if len(set(tids.tolist())) == threads:
                 return tids.tolist()
@@ -224,7 +227,8 @@ def _numba_thread_ids(threads: int) -> list[int] | None:
 
 
 @intrinsic
-def _gettid(typingctx):
+def gettid(typingctx):
+    """The calling thread's OS thread id (glibc's ``gettid``), in Numba code."""
     sig = types.int32()
 
     def codegen(context, builder, signature, args):
@@ -234,11 +238,23 @@ def _gettid(typingctx):
     return sig, codegen
 
 
-@numba.njit(parallel=True, cache=True)
-def _probe_thread_ids(tids):
-    """Each Numba thread writes its OS thread id at its Numba thread id."""
+#: Each Numba thread writes its OS thread id at its Numba thread id. A module loaded
+#: through the default kernel cache like the kernels (sealed), not an
+#: ``njit(cache=True)`` here: Numba's own cache files are unauthenticated pickles that
+#: another user could plant (``fusec.runtime.numba_cache``).
+PROBE_SOURCE = """\
+# fusec: the OS thread id of every Numba thread (fusec.targets.cpu.affinity)
+import numba
+
+from fusec.runtime.numba_cache import cached_njit
+from fusec.targets.cpu.affinity import gettid
+
+
+@cached_njit(numba.void(numba.int64[::1]), parallel=True)
+def probe(tids):
     for _ in numba.prange(tids.size):
-        tids[numba.get_thread_id()] = _gettid()
+        tids[numba.get_thread_id()] = gettid()
+"""
 
 
 def _forget_after_fork() -> None:
