@@ -10,7 +10,8 @@
         # pass through: the convs without the fusec_convx_* launch (TMA: 1x1 only)
 
 Cases: the issue rows that miss or disagree between benchmarks (``lms-small``: LN(8192x256)
--> matmul 256x256 -> softmax; ``mlp-down``: 8192x4096x1024 + bias + residual; ``mlp-up``;
+-> matmul 256x256 -> softmax; ``lms-192``: the same into 192 columns, a 64x192 row tile;
+``mlp-down``: 8192x4096x1024 + bias + residual; ``mlp-up``;
 ``mlp``: the whole MLP block; ``conv``: conv N32 C64 56x56 3x3 + bias + relu;
 ``conv-1x1``: its 1x1 twin). For each
 implementation the script warms up, then records ``--reps`` calls under ``torch.profiler``
@@ -66,6 +67,30 @@ def lms_small_case(torch):
     return ir, inputs, fn
 
 
+def lms_192_case(torch):
+    """LN(8192x256) -> matmul 256x192 -> softmax: a whole-row tile of 64x192, whose LayerNorm
+    runs in the kernel (``ln=tile``, 6 stages) or as a pre-pass (``--tile ln=fold``)."""
+    import torch.nn.functional as F
+
+    m, k, n = 8192, 256, 192
+    r, kv, kn = f"tensor<{m}x{k}xf16>", f"tensor<{k}xf16>", f"tensor<{k}x{n}xf16>"
+    o = f"tensor<{m}x{n}xf16>"
+    text = f"""func.func @lms(%x: {r}, %g: {kv}, %b: {kv}, %w: {kn}) -> {o} {{
+  %n = ai.layernorm %x, %g, %b : {r} * {kv} * {kv}
+  %y = ai.matmul %n, %w : {r} * {kn}
+  %s = ai.softmax %y : {o}
+  return %s : {o}
+}}"""
+    h = dict(device="cuda", dtype=torch.float16)
+    inputs = (torch.randn(m, k, **h), torch.randn(k, **h), torch.randn(k, **h))
+    inputs += (torch.randn(k, n, **h) * k**-0.5,)
+
+    def lms(x, g, b, w):
+        return torch.softmax(F.layer_norm(x, (k,), g, b, 1e-5) @ w, dim=-1)
+
+    return text, inputs, lms
+
+
 def gemm_case(torch, prefix: str):
     from gemm_variants_bench import cases
 
@@ -105,6 +130,7 @@ def resnet_block_case(torch):
 CASES = {
     "resnet": resnet_block_case,
     "lms-small": lms_small_case,
+    "lms-192": lms_192_case,
     "mlp-down": lambda t: gemm_case(t, "MLP down"),
     "mlp-up": lambda t: gemm_case(t, "MLP up"),
     "mlp": mlp_case,

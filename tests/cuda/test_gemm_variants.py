@@ -76,6 +76,19 @@ def test_with_variant_adapts_tile_and_stages() -> None:
     assert with_variant(one, Variant("pingpong", "smem")).smem_bytes <= cfg.SMEM_LIMIT
 
 
+def test_with_variant_shrinks_a_full_pipeline_for_the_staged_epilogue() -> None:
+    """A row tile at its deepest pipeline (64x192, 7 stages) takes the staged epilogue and
+    ln=tile by dropping a stage; the staging is computed, not read off an intermediate
+    config at 7 stages (which does not fit and used to raise)."""
+    full = cfg.choose_row_config(8192, 192)
+    assert full.text == "64x192x64 s7 c1 g8 math=fast"
+    tiled = with_variant(full, Variant(epilogue="smem", math="fast", ln="tile"))
+    assert tiled.text == "64x192x64 s6 c1 g8 epi=smem math=fast ln=tile"
+    assert tiled.smem_bytes <= cfg.SMEM_LIMIT
+    assert cfg.epilogue_staging_bytes("smem", 1) == tiled.epi_bytes == 16384
+    assert cfg.epilogue_staging_bytes("direct", 2) == 0
+
+
 def test_tune_candidates_include_every_variant() -> None:
     found = {c.variant for c in cfg.candidates(8192, 4096)}
     assert {Variant(), *cfg.TUNE_VARIANTS} <= found

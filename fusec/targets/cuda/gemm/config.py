@@ -194,9 +194,7 @@ class TileConfig:
     @property
     def epi_bytes(self) -> int:
         """Shared memory of the "smem" epilogue's staging buffers (0 for "direct")."""
-        if self.epilogue != "smem":
-            return 0
-        return self.consumers * 4 * EPI_BUFFERS * EPI_BUFFER_BYTES
+        return epilogue_staging_bytes(self.epilogue, self.consumers)
 
     @property
     def vec_bytes(self) -> int:
@@ -356,6 +354,12 @@ def max_stages(
     return max(2, min(most, (limit - SMEM_ALIGN - reserved) // per_stage))
 
 
+def epilogue_staging_bytes(epilogue: str, consumers: int) -> int:
+    """Shared memory of the "smem" epilogue's staging buffers (2 x 2 KB per warp; 0 for
+    "direct")."""
+    return consumers * 4 * EPI_BUFFERS * EPI_BUFFER_BYTES if epilogue == "smem" else 0
+
+
 def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
     """``config`` running as ``variant``, with the tile and pipeline adapted to it.
 
@@ -377,7 +381,9 @@ def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
         bm = config.bm * config.consumers
     if variant.ln == "tile":  # no LayerNorm rewrite: no vectors to stage
         variant = replace(variant, vectors="global")
-    staging = replace(config, epilogue=variant.epilogue).epi_bytes
+    # computed, not read off an intermediate TileConfig: at the config's own stages the
+    # staging may not fit yet, and a TileConfig that does not fit refuses to exist
+    staging = epilogue_staging_bytes(variant.epilogue, config.consumers)
     if variant.vectors == "smem":
         rows = bm if schedule == "pingpong" else bm // config.consumers
         staging += config.consumers * 8 * (config.bn + rows)
