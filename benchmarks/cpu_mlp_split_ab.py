@@ -17,7 +17,7 @@ poisoned with NaN first). Timing: interleaved rounds, in a new random order each
 round (onnxruntime's spinning pool slows whatever runs next, even after a pause);
 wall and process-CPU medians and minima.
 
-    python benchmarks/cpu_mlp_split_ab.py [--threads 1] [--rounds 15]
+    python benchmarks/cpu_mlp_split_ab.py [--threads 1] [--rounds 15] [--pin]
 """
 
 from __future__ import annotations
@@ -117,18 +117,19 @@ def mlp(scheme: str, x, w1, b1, w2, b2, h, y, tasks: int) -> None:
     def counter():
         return np.zeros(1, np.int64)
 
+    run = LAUNCH[0]
     if scheme.startswith("rows"):
         mb = int(scheme[4:])
-        rows_kernel(x, w1, b1, x, True, h, M, D, H, mb, tasks, counter())
-        rows_kernel(h, w2, b2, x, False, y, M, H, D, mb, tasks, counter())
+        run(rows_kernel, [x, w1, b1, x, True, h, M, D, H, mb, tasks, counter()])
+        run(rows_kernel, [h, w2, b2, x, False, y, M, H, D, mb, tasks, counter()])
     elif scheme.startswith("cols"):
-        cols_kernel(x, w1, b1, x, True, h, M, D, H, H // tasks, tasks, counter())
-        cols_kernel(h, w2, b2, x, False, y, M, H, D, D // tasks, tasks, counter())
-    elif scheme == "threaded":
+        run(cols_kernel, [x, w1, b1, x, True, h, M, D, H, H // tasks, tasks, counter()])
+        run(cols_kernel, [h, w2, b2, x, False, y, M, H, D, D // tasks, tasks, counter()])
+    elif scheme == "threaded":  # OpenBLAS's own threads: not placed by fusec
         sgemm_threaded(x, w1, h, M, D, H, tasks)
-        epilogue_pass(h, b1, x, True, M, H)
+        run(epilogue_pass, [h, b1, x, True, M, H])
         sgemm_threaded(h, w2, y, M, H, D, tasks)
-        epilogue_pass(y, b2, x, False, M, D)
+        run(epilogue_pass, [y, b2, x, False, M, D])
     elif scheme == "ort":
         y[:] = ORT[0].run(None, {"x": x.reshape(M, D)})[0].reshape(-1)
     else:
@@ -137,6 +138,9 @@ def mlp(scheme: str, x, w1, b1, w2, b2, h, y, tasks: int) -> None:
 
 #: The onnxruntime session of the same MLP (set by main), a baseline in the same rounds.
 ORT: list = []
+#: How a Numba kernel is called: directly, or (``--pin``) as fusec's cpu backend does,
+#: with the workers on CPUs of their own (``fusec.targets.cpu.affinity``).
+LAUNCH: list = [lambda fn, args: fn(*args)]
 
 
 def main() -> None:
@@ -144,7 +148,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--schemes", default="rows256,rows512,cols,threaded,ort")
+    parser.add_argument("--pin", action="store_true", help="launch as fusec does (pinned)")
     args = parser.parse_args()
+    if args.pin:
+        from fusec.targets.cpu import affinity
+
+        LAUNCH[0] = affinity.run
     numba.set_num_threads(args.threads)
     tasks = args.threads
     rng = np.random.default_rng()
@@ -179,7 +188,7 @@ def main() -> None:
             mlp(s, x, w1, b1, w2, b2, h, y, tasks)
             wall[s].append((time.perf_counter() - t0) * 1e3)
             cpu[s].append((time.process_time() - c0) * 1e3)
-    print(f"threads {args.threads}, load {os.getloadavg()}")
+    print(f"threads {args.threads}, pinned {args.pin}, load {os.getloadavg()}")
     for s in schemes:
         print(
             f"{s:10s} wall med {statistics.median(wall[s]):6.2f} min {min(wall[s]):6.2f}   "
