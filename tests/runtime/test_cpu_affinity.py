@@ -44,8 +44,10 @@ def compiled():
 
 
 @pytest.fixture(autouse=True)
-def two_threads():
-    """Every test starts with 2 Numba threads, pinning on, and leaves them so."""
+def two_threads(monkeypatch):
+    """Every test starts with 2 Numba threads and pinning on (whatever the environment
+    says), and leaves the thread count as it was."""
+    monkeypatch.delenv(affinity.ENV_VAR, raising=False)
     threads = numba.get_num_threads()
     numba.set_num_threads(2)
     yield
@@ -232,7 +234,8 @@ def test_one_allowed_cpu_skips_pinning():
     """)
     out = subprocess.run(
         [sys.executable, "-c", script],
-        env=os.environ | {"NUMBA_NUM_THREADS": "2"},
+        env={k: v for k, v in os.environ.items() if k != affinity.ENV_VAR}
+        | {"NUMBA_NUM_THREADS": "2"},
         capture_output=True,
         text=True,
         timeout=300,
