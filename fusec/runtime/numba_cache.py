@@ -13,7 +13,9 @@ Numba's own format) is ignored: the kernel is compiled and the file rewritten.
 * ``cached_njit`` replaces ``numba.njit(..., cache=True)`` in generated cpu
   modules (same arguments);
 * ``enable_signed_caching(dispatcher)`` replaces ``dispatcher.enable_caching()``
-  (used for the CUDA kernels).
+  (used for the CUDA kernels);
+* ``sealed_njit`` replaces ``numba.njit(cache=True)`` for fusec's own helpers that
+  generated kernels call (sealed with the default kernel cache's key).
 
 Both take the key of the ``KernelCache`` that is importing the module
 (``fusec.runtime.seal.loading``); outside one, kernels are compiled without a
@@ -95,6 +97,25 @@ def enable_signed_caching(dispatcher: Any, signer: Signer | None = None) -> bool
     cache = dispatcher._cache
     cache._cache_file = SignedIndexDataCacheFile(cache._cache_file, signer)
     return True
+
+
+def sealed_njit(py_func: Callable[..., Any]) -> Any:
+    """``numba.njit`` for fusec's own compiled helpers (``fusec.targets.cpu.blas``,
+    ``.winograd``: called by the generated kernels), with Numba's disk cache sealed by the
+    default kernel cache's key instead of ``cache=True``.
+
+    Numba keeps those cache files beside the module or in the user's cache folder
+    (``$XDG_CACHE_HOME/numba``), where another user may be able to write: a pickle
+    planted there ran as whoever loaded it (``tests/runtime/test_cache_security.py``).
+    Sealed, such a file is ignored and the helper recompiled. Without the disk cache at
+    all they cost every process ~0.6 s of compiling."""
+    import numba
+
+    from fusec.runtime.cache import default_cache
+
+    dispatcher = numba.njit(py_func)
+    enable_signed_caching(dispatcher, default_cache().signer)
+    return dispatcher
 
 
 def cached_njit(*signatures: Any, **options: Any) -> Callable[[Callable[..., Any]], Any]:

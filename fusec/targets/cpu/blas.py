@@ -44,6 +44,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from fusec.runtime.numba_cache import sealed_njit
+
 #: Bump when the intrinsics' calling convention changes (it is in every kernel's source).
 ABI_VERSION = 3
 ENV_VAR = "FUSEC_CPU_GEMM"
@@ -305,19 +307,19 @@ def _threads_local(typingctx, n):
     return sig, codegen
 
 
-@numba.njit(cache=True)
+@sealed_njit
 def threads_local(n):
     """Set the calling thread's BLAS thread count (0: the global count); return the old one."""
     return _threads_local(np.int32(n))
 
 
-@numba.njit(cache=True)
+@sealed_njit
 def threads_noop(n):
     """The stand-in for ``threads_local`` where the BLAS has none (or there is no BLAS)."""
     return np.int32(0)
 
 
-@numba.njit(cache=True)
+@sealed_njit
 def sgemm_numba(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
     """``sgemm_lp64``'s contract as plain loops (float32 accumulation, rows of C vectorise)."""
     for i in range(m):
@@ -327,7 +329,7 @@ def sgemm_numba(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
     sgemm_acc_numba(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
 
 
-@numba.njit(cache=True)
+@sealed_njit
 def sgemm_acc_numba(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
     """``sgemm_acc_lp64``'s contract (C += op(A) @ op(B)) as plain loops."""
     for i in range(m):
@@ -357,7 +359,7 @@ def _fetch_add(typingctx, counter, value):
     return sig, codegen
 
 
-@numba.njit(cache=True)
+@sealed_njit
 def next_block(counter):
     """The next block number for the calling task: an atomic fetch-and-add on counter[0].
 

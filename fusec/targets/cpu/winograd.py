@@ -14,8 +14,10 @@ import numba
 import numpy as np
 from numpy import uint64 as U
 
+from fusec.runtime.numba_cache import sealed_njit
 
-@numba.njit(cache=True)
+
+@sealed_njit
 def winograd_filters(w, groups, kg, cg):
     """``G g G^T`` (``conv.WINOGRAD_G``) of each filter of ``w`` (flat ``groups x kg x cg
     x 3 x 3``), as float32 ``[g, a, b, k, c]``: for each group and element (a, b) of the
