@@ -42,9 +42,11 @@ from fusec.runtime.seal import Signer, current_signer
 class SignedIndexDataCacheFile(IndexDataCacheFile):
     """Numba's index/data cache files, sealed with an HMAC (see the module docstring)."""
 
-    def __init__(self, original: IndexDataCacheFile, signer: Signer) -> None:
+    def __init__(
+        self, original: IndexDataCacheFile, signer: Signer, folder: str | None = None
+    ) -> None:
         base = original._index_name.removesuffix(".nbi")
-        super().__init__(original._cache_path, base, original._source_stamp)
+        super().__init__(folder or original._cache_path, base, original._source_stamp)
         self._signer = signer
 
     def _read(self, path: str) -> bytes | None:
@@ -84,9 +86,12 @@ class SignedIndexDataCacheFile(IndexDataCacheFile):
         self._write(self._data_path(name), self._dump(data))
 
 
-def enable_signed_caching(dispatcher: Any, signer: Signer | None = None) -> bool:
-    """Give ``dispatcher`` Numba's disk cache with sealed files; False if it cannot cache
-    (no kernel cache is loading, or Numba refuses to cache this function)."""
+def enable_signed_caching(
+    dispatcher: Any, signer: Signer | None = None, folder: Path | None = None
+) -> bool:
+    """Give ``dispatcher`` Numba's disk cache with sealed files, in ``folder`` (default:
+    the folder Numba picks); False if it cannot cache (no kernel cache is loading, or
+    Numba refuses to cache this function)."""
     signer = signer if signer is not None else current_signer()
     if signer is None:
         return False
@@ -95,7 +100,11 @@ def enable_signed_caching(dispatcher: Any, signer: Signer | None = None) -> bool
     except Exception:  # e.g. a function Numba cannot locate a cache folder for
         return False
     cache = dispatcher._cache
-    cache._cache_file = SignedIndexDataCacheFile(cache._cache_file, signer)
+    if folder is not None:
+        cache._cache_path = str(folder)
+    cache._cache_file = SignedIndexDataCacheFile(
+        cache._cache_file, signer, None if folder is None else str(folder)
+    )
     return True
 
 
@@ -104,17 +113,24 @@ def sealed_njit(py_func: Callable[..., Any]) -> Any:
     ``.winograd``: called by the generated kernels), with Numba's disk cache sealed by the
     default kernel cache's key instead of ``cache=True``.
 
-    Numba keeps those cache files beside the module or in the user's cache folder
-    (``$XDG_CACHE_HOME/numba``), where another user may be able to write: a pickle
-    planted there ran as whoever loaded it (``tests/runtime/test_cache_security.py``).
-    Sealed, such a file is ignored and the helper recompiled. Without the disk cache at
-    all they cost every process ~0.6 s of compiling."""
+    With ``cache=True`` Numba kept those files beside the module or in the user's cache
+    folder (``$XDG_CACHE_HOME/numba``), where another user may be able to write: a
+    pickle planted there ran as whoever loaded it (``tests/runtime/test_cache_security.py``).
+    Now they live in the kernel cache's own folder (``numba-helpers``: checked, owned,
+    its key's), sealed like the kernels'; without a disk cache at all the helpers cost
+    every process ~0.6 s of compiling."""
     import numba
 
     from fusec.runtime.cache import default_cache
 
     dispatcher = numba.njit(py_func)
-    enable_signed_caching(dispatcher, default_cache().signer)
+    cache = default_cache()
+    folder = cache.root / "numba-helpers"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+    except OSError:  # the folder went read-only since it was checked: compile per process
+        return dispatcher
+    enable_signed_caching(dispatcher, cache.signer, folder)
     return dispatcher
 
 
