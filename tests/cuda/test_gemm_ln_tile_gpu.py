@@ -52,6 +52,14 @@ def test_ragged_1001x200_to_136_bf16(options: str) -> None:
     _run(matmul_ir(1001, 136, 200, "bf16", ln=True, tail=(SOFTMAX,)), "bf16", options)
 
 
+@pytest.mark.parametrize("k", [256, 128])
+def test_several_tiles_per_block_on_a_deeper_ring(k: int) -> None:
+    """20000 rows: 313 tiles of 64 rows, 2-3 per block of the persistent grid, with K
+    steps (4 or 2) fewer than the ring's 5 stages: each tile's A tiles and B tiles land
+    on ring positions and barrier phases that move from tile to tile."""
+    _run(matmul_ir(20000, 256, k, "f16", ln=True, tail=(SOFTMAX,)), "f16")
+
+
 def test_k128_softmax() -> None:
     _run(matmul_ir(3000, 256, 128, "f16", ln=True, tail=(SOFTMAX,)), "f16")
 
