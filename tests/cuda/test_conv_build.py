@@ -12,7 +12,8 @@ import re
 
 import numpy as np
 import pytest
-from test_gemm_build import needs_toolchain, sass_of
+from conv_cases import resnet_basic
+from test_gemm_build import needs_toolchain, sass_of, spill_free_sass
 
 import fusec
 from fusec.dialect.numpy_ops import conv2d as reference_conv2d
@@ -660,19 +661,7 @@ def test_inline_loads_read_at_the_element() -> None:
     assert "ld.global.nc.b32" not in source
 
 
-RESNET_TEXT = """func.func @block(%x: {T}, %w1: {W}, %s1: {C}, %t1: {C}, %w2: {W}, %s2: {C},
-    %t2: {C}) -> {T} {{
-  %c1 = ai.conv2d %x, %w1 {{padding = array<i64: 1, 1>}} : {T} * {W}
-  %m1 = ai.mul %c1, %s1 : {T} * {C}
-  %a1 = ai.add %m1, %t1 : {T} * {C}
-  %r1 = ai.relu %a1 : {T}
-  %c2 = ai.conv2d %r1, %w2 {{padding = array<i64: 1, 1>}} : {T} * {W}
-  %m2 = ai.mul %c2, %s2 : {T} * {C}
-  %a2 = ai.add %m2, %t2 : {T} * {C}
-  %res = ai.add %a2, %x : {T} * {T}
-  %out = ai.relu %res : {T}
-  return %out : {T}
-}}""".format(T="tensor<2x64x9x10xf16>", W="tensor<64x64x3x3xf16>", C="tensor<64x1x1xf16>")
+RESNET_TEXT = resnet_basic(2, 64, 9, 10)
 
 
 def _conv_specs(text: str) -> list[ConvSpec]:
@@ -830,17 +819,9 @@ def test_handoff_stores_channels_last() -> None:
 
 @needs_toolchain
 def test_handoff_cubins(tmp_path) -> None:
-    from fusec.runtime.cache import KernelCache
-    from fusec.targets.cuda.gemm import build
-
     for spec in (
         ConvSpec(BENCH, choose_tile(BENCH), "f16", "f16", RESNET_TAIL, out_layout="nhwc"),
         ConvSpec(BENCH, choose_tile(BENCH), "f16", "f16", RESNET_TAIL, "given", "early"),
     ):
-        built = build.build(spec, KernelCache(tmp_path))
-        assert not re.search(r"\b[1-9]\d* bytes spill", built.log)
-        sass = sass_of(built.cubin, tmp_path)
-        if sass is None:
-            pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
-        assert not re.search(r"\b(LDL|STL)\b", sass)
+        sass = spill_free_sass(spec, tmp_path)
         assert ("convx" in sass) == (spec.input == "nhwc")

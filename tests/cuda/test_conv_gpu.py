@@ -11,13 +11,10 @@ kernel header, so a case cannot silently test the PyTorch fallback instead.
 from __future__ import annotations
 
 import pytest
+from conv_cases import _t, resnet_basic, resnet_basic_body
 from numerics import assert_close
 
 pytestmark = pytest.mark.gpu
-
-
-def _t(shape, dtype: str) -> str:
-    return "tensor<" + "".join(f"{d}x" for d in shape) + dtype + ">"
 
 
 def conv_graph(
@@ -256,26 +253,6 @@ def test_conv_reading_nchw_in_place_matches_reference(name: str, monkeypatch) ->
 
 
 LOADED = "NCHW input loaded in place by the producer"
-RESNET_BASIC = """func.func @block(%x: {X}, %w1: {W}, %s1: {C}, %t1: {C}, %w2: {W}, %s2: {C},
-    %t2: {C}) -> {X} {{
-  %c1 = ai.conv2d %x, %w1 {{padding = array<i64: 1, 1>}} : {X} * {W}
-  %m1 = ai.mul %c1, %s1 : {X} * {C}
-  %a1 = ai.add %m1, %t1 : {X} * {C}
-  %r1 = ai.relu %a1 : {X}
-  %c2 = ai.conv2d %r1, %w2 {{padding = array<i64: 1, 1>}} : {X} * {W}
-  %m2 = ai.mul %c2, %s2 : {X} * {C}
-  %a2 = ai.add %m2, %t2 : {X} * {C}
-  %s = ai.add %a2, %x : {X} * {X}
-  %r = ai.relu %s : {X}
-  return %r : {X}
-}}"""
-
-
-def resnet_basic(n=2, c=64, h=16, w=16, t="f16") -> str:
-    """A ResNet basic block (conv-bn-relu-conv-bn-add-relu, BatchNorm folded)."""
-    return RESNET_BASIC.format(X=_t((n, c, h, w), t), W=_t((c, c, 3, 3), t), C=_t((c, 1, 1), t))
-
-
 LD_CASES = {
     # name: (graph, the layout each conv group's header must name, in graph order)
     "bench-3x3-bias-relu": (conv_graph(32, 64, 56, 56, 64, 3, 3, pad=(1, 1)), [LOADED]),
@@ -508,16 +485,7 @@ def test_resnet_block_with_constant_weights(monkeypatch) -> None:
     text = f"""func.func @block(%x: {x}, %s1: {c}, %t1: {c}, %s2: {c}, %t2: {c}) -> {x} {{
   %w1 = arith.constant {_constant((64, 64, 3, 3), 1)}
   %w2 = arith.constant {_constant((64, 64, 3, 3), 2)}
-  %c1 = ai.conv2d %x, %w1 {{padding = array<i64: 1, 1>}} : {x} * {w}
-  %m1 = ai.mul %c1, %s1 : {x} * {c}
-  %a1 = ai.add %m1, %t1 : {x} * {c}
-  %r1 = ai.relu %a1 : {x}
-  %c2 = ai.conv2d %r1, %w2 {{padding = array<i64: 1, 1>}} : {x} * {w}
-  %m2 = ai.mul %c2, %s2 : {x} * {c}
-  %a2 = ai.add %m2, %t2 : {x} * {c}
-  %s = ai.add %a2, %x : {x} * {x}
-  %r = ai.relu %s : {x}
-  return %r : {x}
+{resnet_basic_body(x, w, c)}
 }}"""
     compiled = fusec.compile(text, target="cuda")
     assert [k.kind for k in compiled.kernels] == ["copy", "conv", "conv"]

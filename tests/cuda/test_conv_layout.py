@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_gemm_build import needs_toolchain, sass_of
+from test_gemm_build import needs_toolchain, spill_free_sass
 from xdsl.dialects.builtin import DictionaryAttr, StringAttr
 
 import fusec
@@ -307,19 +307,12 @@ def test_copy_template_serves_the_conversions_only() -> None:
 def test_relayout_cubin(spec: RelayoutSpec, tmp_path) -> None:
     """The copy compiles for sm_90a: 16-byte stores (and 16-byte loads where the shape
     allows them), no shared memory, no spills, no local memory."""
-    from fusec.runtime.cache import KernelCache
     from fusec.targets.cuda.gemm import build
 
     ptx = build.ptx(spec)
     assert "st.global.v4.b32" in ptx
     assert ("ld.global.nc.v4" in ptx) == spec.tiling.vectorizable
-    built = build.build(spec, KernelCache(tmp_path))
-    assert not re.search(r"\b[1-9]\d* bytes spill", built.log)
-    sass = sass_of(built.cubin, tmp_path)
-    if sass is None:
-        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
-    assert not re.search(r"\b(LDL|STL)\b", sass)
-    assert "STG.E.128" in sass
+    assert "STG.E.128" in spill_free_sass(spec, tmp_path)
 
 
 @needs_toolchain
@@ -378,19 +371,13 @@ def test_krsc_given_conv_cubin(tmp_path) -> None:
     """The implicit GEMM taking both operands relaid links to one kernel (no fusec_convw_*,
     no fusec_convx_*), whose weight tensor map reads the KRSC buffer: no spills, no local
     memory."""
-    from fusec.runtime.cache import KernelCache
     from fusec.targets.cuda.gemm import build
 
     geo = ConvGeometry(32, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1)
     spec = ConvSpec(geo, choose_tile(geo), input="given", out_layout="nhwc", weight="krsc")
     ptx = build.ptx(spec)
     assert re.findall(r"\.entry (\w+)", ptx) == []  # only the device function: no relayouts
-    built = build.build(spec, KernelCache(tmp_path))
-    assert not re.search(r"\b[1-9]\d* bytes spill", built.log)
-    sass = sass_of(built.cubin, tmp_path)
-    if sass is None:
-        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
-    assert not re.search(r"\b(LDL|STL)\b", sass)
+    sass = spill_free_sass(spec, tmp_path)
     assert "convw" not in sass and "convx" not in sass
 
 

@@ -315,6 +315,22 @@ def clean_sass(spec, tmp_path) -> str:
     return sass
 
 
+def spill_free_sass(spec, tmp_path) -> str:
+    """``spec``'s linked cubin for sm_90a, checked free of spills and local-memory traffic
+    (the conv and copy templates' check: a stack frame allowed); its SASS (the test is
+    skipped without a disassembler)."""
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda.gemm import build
+
+    built = build.build(spec, KernelCache(tmp_path))
+    assert not re.search(r"\b[1-9]\d* bytes spill", built.log)
+    sass = sass_of(built.cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
+    assert not re.search(r"\b(LDL|STL)\b", sass)
+    return sass
+
+
 def test_generated_source_has_no_user_text() -> None:
     source = cpp.generate(SPECS[0])
     assert 'extern "C" __device__' in source

@@ -10,6 +10,7 @@ address (``direct``). ``LinkedLaunch`` is that object's build/launch plumbing,
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from typing import Any
 
@@ -23,6 +24,12 @@ def device_address(array: Any, what: str) -> int:
     if interface is None:
         raise TypeError(f"the {what} kernel takes device arrays")
     return int(interface["data"][0])
+
+
+def content_key(spec: object) -> str:
+    """The 16 hex digits naming a linked kernel spec (a frozen dataclass): a hash of its
+    ``repr``, so that two specs share a device function, and a cache entry, only when equal."""
+    return hashlib.sha256(repr(spec).encode()).hexdigest()[:16]
 
 
 class LinkedLaunch:

@@ -22,11 +22,11 @@ pipelining), as one ``extern "C"`` device function in the shape of the GEMM's:
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 
 from fusec.targets.cuda.gemm.cpp import CONSUMER_REGISTERS, PRODUCER_REGISTERS
+from fusec.targets.cuda.linked import content_key
 from fusec.targets.cuda.ptx import HELPERS, tma_load, wgmma_rs, wgmma_ss
 
 BM = 128  # query rows per block: 2 consumer warpgroups x 64
@@ -60,7 +60,7 @@ class AttentionSpec:
 
     @property
     def key(self) -> str:
-        return hashlib.sha256(repr(self).encode()).hexdigest()[:16]
+        return content_key(self)
 
     @property
     def function_name(self) -> str:

@@ -44,13 +44,13 @@ shapes are static), so index divisions are multiplications.
 
 from __future__ import annotations
 
-import hashlib
 import textwrap
 from dataclasses import dataclass, field
 
 from fusec.targets.cuda.conv.config import STRIP, ConvGeometry, ConvTile, cdiv, tile_count
 from fusec.targets.cuda.conv.transpose import TransposeTiling, transpose_defines, transpose_kernel
 from fusec.targets.cuda.gemm.cpp import CONSUMER_REGISTERS, PRODUCER_REGISTERS, Epilogue
+from fusec.targets.cuda.linked import content_key
 from fusec.targets.cuda.ptx import HELPERS, tma_load, wgmma_ss
 
 DTYPES = ("f16", "bf16")
@@ -191,7 +191,7 @@ class ConvSpec:
 
     @property
     def key(self) -> str:
-        return hashlib.sha256(repr(self).encode()).hexdigest()[:16]
+        return content_key(self)
 
     @property
     def function_name(self) -> str:
@@ -885,7 +885,7 @@ class DirectConvSpec:
 
     @property
     def key(self) -> str:
-        return hashlib.sha256(repr(self).encode()).hexdigest()[:16]
+        return content_key(self)
 
     @property
     def function_name(self) -> str:

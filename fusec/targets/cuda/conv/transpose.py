@@ -22,10 +22,10 @@ pixels (64 x 128 from 64 channels on).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from fusec.targets.cuda.conv.config import ConvGeometry, cdiv
+from fusec.targets.cuda.linked import content_key
 
 WARPS = 4
 THREADS = 32 * WARPS
@@ -216,7 +216,7 @@ class RelayoutSpec:
 
     @property
     def key(self) -> str:
-        return hashlib.sha256(repr(self).encode()).hexdigest()[:16]
+        return content_key(self)
 
     @property
     def function_name(self) -> str:
