@@ -412,6 +412,7 @@ ATTENTIONS = [
     ((2, 3, 70, 8), (1, 3, 24, 8), (3, 24, 12), (2, 1, 1, 24), 1.0),  # a padding mask
     ((40, 16), (33, 16), (33, 5), (), 0.125),  # no batch, a scalar mask
     ((3, 100, 8), (3, 64, 8), (3, 64, 8), (3, 100, 1), 0.5),  # a mask constant along T
+    ((40, 16), (33, 16), (33, 5), (), -0.25),  # scale < 0: the scaled scores are stored
 ]
 
 
@@ -431,6 +432,28 @@ func.func @f(%q: {tq}, %k: {tk}, %v: {tv}, %m: {tm}, %r: {ty}) -> ({ty}, {ty}) {
     assert "sbuf = ws[" in program.kernels[0].source
     assert _blocks(program) > 1
     assert program.kernels[0].scratch.full_bytes == 0  # no scores of a whole head
+
+
+def test_attention_folds_a_positive_scale_and_a_row_constant_mask_into_the_exponent(cache):
+    """x -> x * scale + mask is monotone there: the raw max is transformed, the scaled
+    scores are never stored, and the output rows (not the probabilities) are normalised."""
+    q, k, v, m, y = _t((3, 100, 8)), _t((3, 64, 8)), _t((3, 64, 8)), _t((3, 100, 1)), _t((3, 100, 8))
+    body = "ai.attention %q, %k, %v, %m {{scale = {s} : f32}} : {q} * {k} * {v} * {m}"
+    sources = {}
+    for scale in (0.5, -0.5):
+        text = f"""
+func.func @f(%q: {q}, %k: {k}, %v: {v}, %m: {m}) -> {y} {{
+  %a = {body.format(s=scale, q=q, k=k, v=v, m=m)}
+  return %a : {y}
+}}"""
+        sources[scale] = check(text, cache=cache, kind="attention").kernels[0].source
+    folded, stored = sources[0.5], sources[-0.5]
+    assert "m = row_max(srow) * f32(0.5) + mval" in folded
+    assert "row_exp_sum_affine_inplace(srow, f32(0.5), mval, m)" in folded
+    assert "srow[j] = srow[j]" not in folded  # no pass storing scaled scores
+    assert "srow[j] = srow[j] * f32(-0.5) + mval" in stored
+    for source in (folded, stored):
+        assert "crow[j] = crow[j] * rinv[i]" in source
 
 
 @pytest.mark.parametrize("reshaped", [False, True])
@@ -494,6 +517,7 @@ func.func @f(%q: {q}, %k: {k}, %v: {v}) -> {y} {{
 }}"""  # noqa: E501
     program = check(text, cache=cache, fuse=True)
     assert [k.kind for k in program.kernels] == ["attention"]
+    assert "rinv" not in program.kernels[0].source  # probabilities normalised, NaN -> 0
 
 
 # ------------------------------------------------------- the Numba GEMM fallback

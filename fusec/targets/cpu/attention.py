@@ -8,11 +8,20 @@ of the batch (``AttentionBlocks``); per block, in its task's workspace:
 1. ``sbuf = q[rows] @ key^T``: one single-threaded sgemm (B transposed), ``mb x T``
    scores; a key the group swapped from a (..., D, T) input (a cache's layout) is
    read as given, B not transposed, with no copy (``transposed_views``);
-2. per row, while the block is in cache: ``* scale + mask`` (IEEE, in the
-   reference's order), the max, ``exp_nonpos_f32(x - max)`` and its sum in one loop,
-   ``* (1 / sum)``, NaN probabilities set to 0 when ``nan_to_zero`` says so;
+2. per row, while the block is in cache: the max and, in one loop,
+   ``exp_nonpos_f32(x * scale + mask - max)`` (IEEE, in the reference's order) and its
+   sum. When the mask is constant along the row and ``scale > 0``, ``x -> x * scale +
+   mask`` is monotone in float32, so the max of the raw scores, transformed, is the
+   reference's max exactly and the scaled scores are never stored (otherwise a pass
+   stores them first);
 3. ``sgemm(sbuf, v)`` into the output rows (or the block's ``cbuf`` when an
-   elementwise epilogue follows, which the shared machinery runs per block).
+   elementwise epilogue follows, which the shared machinery runs per block), then each
+   output row times its ``1 / sum``: ``E`` multiplies a row instead of ``T``. With
+   ``nan_to_zero`` the probabilities are normalised in ``sbuf`` instead, where their
+   NaNs are set to 0 before the sgemm.
+
+Both changes remove a pass over the ``mb x T`` scores each (four passes before:
+benchmarks/results/cpu-notes.md has the A/B).
 
 So the ``S x T`` scores of a head are never written to memory, and the work is
 spread over the threads by blocks (the first version of this template ran three
@@ -58,7 +67,7 @@ class AttentionBlocks(BlockedCore):
     batch dims, which q, the key, v and the mask broadcast to), rows ``r0 <= i < r1``.
     """
 
-    row_helpers = frozenset({"row_max", "row_exp_sum_inplace"})
+    row_helpers = frozenset({"row_max", "row_exp_sum_inplace", "row_exp_sum_affine_inplace"})
     expr_helpers = frozenset({"exp_nonpos_f32"})
     #: The key given as (..., D, T) (a transpose of a cache's layout) is read as it is.
     transposable = frozenset({1})
@@ -83,6 +92,8 @@ class AttentionBlocks(BlockedCore):
         self.nrb = math.ceil(self.s / self.mb)
         self.count = batches * self.nrb
         workspace.add("sbuf", self.mb * self.t)
+        if not self.nan_to_zero:  # 1 / sum of each row, applied to the output rows
+            workspace.add("rinv", self.mb)
         if c_local:
             workspace.add(c_array, self.mb * self.e)
 
@@ -132,9 +143,6 @@ class AttentionBlocks(BlockedCore):
         q_off = f"{q_off} + r0 * {d}" if q_off != "0" else f"r0 * {d}"
         k_off, v_off = self._matrix(self.k_batch, t * d), self._matrix(self.v_batch, t * e)
         c_off = "0" if self.c_local else f"(b * {s} + r0) * {e}"
-        scale = self.scale
-        mask_lines, mask_term = self._mask_row()
-        scaled = "srow[j]" if scale == 1.0 else f"srow[j] * f32({scale!r})"
         # key^T: the key's (T, D) rows transposed, or a (D, T) matrix the group swapped
         tb, ldk = (0, t) if 1 in self.transposed else (1, d)
         lines = [
@@ -144,25 +152,50 @@ class AttentionBlocks(BlockedCore):
             "threads_end(prev)",
             "for i in range(r1 - r0):",
             f"    srow = sbuf[i * {t}:i * {t} + {t}]",
-            *(f"    {line}" for line in mask_lines),
-            f"    for j in range({t}):",
-            f"        srow[j] = {scaled} + {mask_term}",
-            "    m = row_max(srow)",
-            "    inv = f32(1.0 / row_exp_sum_inplace(srow, m))",  # x - max <= 0 (or NaN)
-            f"    for j in range({t}):",
-            "        srow[j] = srow[j] * inv",
+            *(f"    {line}" for line in self._row_exp()),
         ]
         if self.nan_to_zero:
             lines += [
                 f"    for j in range({t}):",
+                "        srow[j] = srow[j] * inv",
                 "        if srow[j] != srow[j]:",
                 "            srow[j] = f32(0.0)",
             ]
-        return lines + [
+        else:
+            lines.append("    rinv[i] = inv")
+        lines += [
             "prev = threads_begin(1)",
             f"sgemm(0, 0, r1 - r0, {e}, {t}, sbuf, 0, {t}, {v}, {v_off}, {e}, "
             f"{self.c_array}, {c_off}, {e})",
             "threads_end(prev)",
+        ]
+        if not self.nan_to_zero:
+            lines += [
+                "for i in range(r1 - r0):",
+                f"    crow = {self.c_array}[{c_off} + i * {e}:{c_off} + i * {e} + {e}]",
+                f"    for j in range({e}):",
+                "        crow[j] = crow[j] * rinv[i]",
+            ]
+        return lines
+
+    def _row_exp(self) -> list[str]:
+        """Lines leaving ``exp(x * scale + mask - max)`` of row ``i`` in ``srow`` and the
+        reciprocal of its sum in ``inv``."""
+        mask_lines, mask_term = self._mask_row()
+        scale = f"f32({self.scale!r})"
+        if mask_term == "mval" and 0 < self.scale < math.inf:  # monotone: module docstring
+            return [
+                *mask_lines,
+                f"m = row_max(srow) * {scale} + mval",
+                f"inv = f32(1.0 / row_exp_sum_affine_inplace(srow, {scale}, mval, m))",
+            ]
+        scaled = "srow[j]" if self.scale == 1.0 else f"srow[j] * {scale}"
+        return [
+            *mask_lines,
+            f"for j in range({self.t}):",
+            f"    srow[j] = {scaled} + {mask_term}",
+            "m = row_max(srow)",
+            "inv = f32(1.0 / row_exp_sum_inplace(srow, m))",  # x - max <= 0 (or NaN)
         ]
 
     def epilogue_rows(self, shapes: Sequence[tuple[int, ...]], reduces: bool) -> EpilogueRows:

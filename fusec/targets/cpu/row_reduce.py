@@ -762,7 +762,7 @@ def _sum_helper(name: str, doc: str, params: str, term: str) -> str:
 EXP_SUM_CHUNK = 1024
 
 
-def _exp_sum_helper(name: str, params: str, src: str) -> str:
+def _exp_sum_helper(name: str, params: str, src: str, shift: str = "x - m") -> str:
     """Stores ``exp(x - m)`` and sums it in the same loop: one pass over the row, not two.
 
     The sum is float32 per chunk of ``EXP_SUM_CHUNK`` elements and float64 over the
@@ -775,13 +775,34 @@ def _exp_sum_helper(name: str, params: str, src: str) -> str:
     flag-free instructions. The in-place form reads and writes one array: with two
     arguments that are the same array, LLVM's runtime alias check would take the
     scalar fallback loop.
+
+    ``shift`` is the exponent as an expression of ``x`` (the element) and the other
+    parameters; a compound one is its own strict function (``{name}_shift``): inlined
+    into the ``reassoc`` loop, its instructions keep IEEE order (the flag is per
+    instruction), so ``x * a + c - m`` is never regrouped.
     """
     chunk = EXP_SUM_CHUNK
-    args = "src[c:e], m, dst[c:e]" if src == "src" else "dst[c:e], m"
+    rest = params.split(", ")
+    assert not {"c", "e", "k", "s"} & set(rest), "the loops' own names"
+    args = ", ".join(f"{p}[c:e]" if p in ("src", "dst") else p for p in rest)
+    extra = [p for p in rest if p not in ("src", "dst")]
+    exponent = f"{src}[k] - m"
+    doc = shift.replace("x", f"{src}[k]")
+    shift_def: list[str] = []
+    if shift != "x - m":
+        exponent = f"{name}_shift({src}[k], {', '.join(extra)})"
+        shift_def = [
+            "",
+            "",
+            '@cached_njit(fastmath=False, error_model="numpy")',
+            f"def {name}_shift(x, {', '.join(extra)}):",
+            '    """The exponent, in IEEE order (see _exp_sum_helper)."""',
+            f"    return {shift}",
+        ]
     return "\n".join(
         [
             f"def {name}({params}):",
-            f'    """Stores exp({src}[k] - m) in dst[k] and returns their sum (see {name}_f32)."""',
+            f'    """Stores exp({doc}) in dst[k] and returns their sum (see {name}_f32)."""',
             "    s = 0.0",
             f"    for c in range(0, dst.size, {chunk}):",
             f"        e = min(c + {chunk}, dst.size)",
@@ -794,10 +815,11 @@ def _exp_sum_helper(name: str, params: str, src: str) -> str:
             '    """One chunk: exp(x - m) <= 1 stored and summed in float32 lanes, vectorised."""',
             "    s = f32(0.0)",
             "    for k in range(dst.size):",
-            f"        e = exp_nonpos_f32({src}[k] - m)  # x - max <= 0 (or NaN)",
+            f"        e = exp_nonpos_f32({exponent})  # x - max <= 0 (or NaN)",
             "        dst[k] = e",
             "        s += e",
             "    return s",
+            *shift_def,
         ]
     )
 
@@ -815,6 +837,9 @@ ROW_HELPERS = {
     ),
     "row_exp_sum": _exp_sum_helper("row_exp_sum", "src, m, dst", "src"),
     "row_exp_sum_inplace": _exp_sum_helper("row_exp_sum_inplace", "dst, m", "dst"),
+    "row_exp_sum_affine_inplace": _exp_sum_helper(
+        "row_exp_sum_affine_inplace", "dst, scale, shift, m", "dst", "x * scale + shift - m"
+    ),
 }
 
 
