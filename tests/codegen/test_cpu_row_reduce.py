@@ -125,7 +125,15 @@ def _vector_widths(llvm: str) -> set[int]:
 
 @pytest.mark.parametrize(
     "name",
-    ["row_max", "row_sum_f64", "row_sq_dev_f64", "row_exp_sum_f32", "row_exp_sum_inplace_f32"],
+    [
+        "row_max",
+        "row_scale_max",
+        "row_sum_f64",
+        "row_sq_dev_f64",
+        "row_exp_sum_f32",
+        "row_exp_sum_inplace_f32",
+        "row_exp_sum_affine_inplace_f32",
+    ],
 )
 def test_row_helpers_vectorise(name):
     fn = HELPERS[name]
@@ -134,6 +142,8 @@ def test_row_helpers_vectorise(name):
         "row_sq_dev_f64": (row, 0.5),
         "row_exp_sum_f32": (row, f32(1.0), np.empty_like(row)),
         "row_exp_sum_inplace_f32": (row.copy(), f32(1.0)),
+        "row_exp_sum_affine_inplace_f32": (row.copy(), f32(0.5), f32(0.0), f32(1.0)),
+        "row_scale_max": (row.copy(), f32(0.5), row),
     }.get(name, (row,))
     fn(*args)
     (llvm,) = fn.inspect_llvm().values()
@@ -244,3 +254,46 @@ func.func @f(%x: {t}) -> {t} {{
     assert np.isnan(out[1:]).all() and np.isnan(ref[1:]).all()
     assert np.isfinite(out[0]).all() and out[0, 3] == 0.0
     assert np.linalg.norm(out[0] - ref[0]) / np.linalg.norm(ref[0]) < 1e-6
+
+
+def test_row_scale_max_scales_one_row_and_takes_the_next_rows_max():
+    rng = np.random.default_rng(5)
+    for nxt in (
+        rng.standard_normal(300).astype(np.float32),
+        np.full(300, -np.inf, np.float32),
+        np.array([1.0, np.nan] * 150, np.float32),
+    ):
+        dst = rng.standard_normal(300).astype(np.float32)
+        want = dst * f32(0.37)
+        got = HELPERS["row_scale_max"](dst, f32(0.37), nxt)
+        assert np.array_equal(dst, want)
+        assert np.array_equal(got, HELPERS["row_max"](nxt), equal_nan=True)
+
+
+def test_softmax_rows_take_the_next_rows_max_while_scaling(cache):
+    """1001 rows: tasks of 4 rows (the last one of 1): each row after a task's first
+    gets its max from the loop that scaled the row before; -inf and NaN rows inside a
+    task and at its end stay as numpy's."""
+    t = _t((1001, 50))
+    text = f"""
+func.func @f(%x: {t}) -> {t} {{
+  %0 = ai.softmax %x : {t}
+  return %0 : {t}
+}}"""
+    program = cpu_check.check(text, cache=cache, kind="row_reduce")
+    source = program.kernels[0].source
+    assert "m = row_scale_max(out0_row, inv, in0[(row + 1) * 50:(row + 2) * 50])" in source
+    x = np.random.default_rng(1).standard_normal((1001, 50)).astype(np.float32) * 30
+    x[5, :] = -np.inf  # the second row of a task: NaN, as numpy's
+    x[6, 11] = np.nan
+    x[7, 0] = -np.inf  # a task's last row
+    x[1000, 3] = np.nan  # the last task's only row
+    (out,) = program([x], alloc=cpu_check.poison)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+        ref = e / e.sum(-1, keepdims=True)
+    nan_rows = [5, 6, 1000]
+    assert np.isnan(out[nan_rows]).all() and np.isnan(ref[nan_rows]).all()
+    finite = np.setdiff1d(np.arange(1001), nan_rows)
+    assert np.isfinite(out[finite]).all() and out[7, 0] == 0.0
+    assert np.linalg.norm(out[finite] - ref[finite]) / np.linalg.norm(ref[finite]) < 1e-6

@@ -437,7 +437,8 @@ func.func @f(%q: {tq}, %k: {tk}, %v: {tv}, %m: {tm}, %r: {ty}) -> ({ty}, {ty}) {
 def test_attention_folds_a_positive_scale_and_a_row_constant_mask_into_the_exponent(cache):
     """x -> x * scale + mask is monotone there: the raw max is transformed, the scaled
     scores are never stored, and the output rows (not the probabilities) are normalised."""
-    q, k, v, m, y = _t((3, 100, 8)), _t((3, 64, 8)), _t((3, 64, 8)), _t((3, 100, 1)), _t((3, 100, 8))
+    shapes = ((3, 100, 8), (3, 64, 8), (3, 64, 8), (3, 100, 1), (3, 100, 8))
+    q, k, v, m, y = (_t(s) for s in shapes)
     body = "ai.attention %q, %k, %v, %m {{scale = {s} : f32}} : {q} * {k} * {v} * {m}"
     sources = {}
     for scale in (0.5, -0.5):

@@ -126,8 +126,10 @@ def row_reduce_stage(
         parts = _row_parts(gen, ops, reduce_op, reads, writes, space, axis, block_rows=True)
         loop, indent = _block_task_loop(space, axis, parts.access.width)
     else:
-        parts = _row_parts(gen, ops, reduce_op, reads, writes, space, axis)
-        loop, indent = _task_loop(space, axis, with_buffer=parts.needs_buffer)
+        parts = _row_parts(gen, ops, reduce_op, reads, writes, space, axis, pipeline=True)
+        loop, indent = _task_loop(
+            space, axis, with_buffer=parts.needs_buffer, row_range=parts.row_range
+        )
     body = loop + [f"{indent}{s}" for s in parts.lines]
     what = "layernorm" if isinstance(reduce_op, ai.LayerNormOp) else f"softmax (axis {axis})"
     comment = f"{what} over rows of {_fmt(space)}"
@@ -167,6 +169,8 @@ class RowParts:
     helpers: set[str]
     needs_buffer: bool
     access: Any
+    #: The lines read ``row_begin`` / ``row_end``, the bounds of the task's rows.
+    row_range: bool = False
 
 
 def row_statements(
@@ -202,8 +206,10 @@ def _row_parts(
     axis: int,
     block: RowBlock | None = None,
     block_rows: bool = False,
+    pipeline: bool = False,
 ) -> RowParts:
-    """Access, emitter and per-row lines of one row loop (``block``: inside a blocked kernel)."""
+    """Access, emitter and per-row lines of one row loop (``block``: inside a blocked kernel;
+    ``pipeline``: a row may start the next row of its task, see ``_RowEmitter._softmax``)."""
     reshape = (block.reshape if block else None) or (lambda shape: tuple(shape))
     others = [op for op in ops if op is not reduce_op]
     anchor = reduce_op or (ops[0] if ops else writes[0][0].owner)
@@ -256,15 +262,19 @@ def _row_parts(
 
     n = space[axis]
     direct = None  # the reduction reads whole contiguous input rows: no copy into ``buf``
+    next_row = None  # in direct mode, the view of the task's next input row
     if not pre and x in reads and leaves[x] == tuple(space) and axis == len(space) - 1:
         assert isinstance(access, _RowAccess)  # rows along the last axis are not blocked
         direct = access.row_view(reads[x], leaves[x], name="xrow")
+        if pipeline and block is None:
+            next_row = f"{reads[x]}[(row + 1) * {n}:(row + 2) * {n}]"
     width = access.width if isinstance(access, _BlockAccess) else 1  # rows at a time
     args = (gen, leaf, store_at, pre, post, reduce_op, writes, recompute, direct)
     emit = _BlockEmitter(*args, width=width) if block_rows else _RowEmitter(*args)
+    emit.next_row = next_row
     rows = emit.lines(n)  # first: it decides which views and per-row loads ``access`` sets up
     needs_buffer = not (direct and is_ln) and not emit.in_output
-    return RowParts(access.setup + rows, params, emit.helpers, needs_buffer, access)
+    return RowParts(access.setup + rows, params, emit.helpers, needs_buffer, access, emit.row_range)
 
 
 def _check_space(anchor, others, writes, space, reshape) -> None:
@@ -283,10 +293,13 @@ def _check_space(anchor, others, writes, space, reshape) -> None:
             raise error_at(anchor, f"a group result is larger than the row space {_fmt(space)}")
 
 
-def _task_loop(space: Sequence[int], axis: int, with_buffer: bool) -> tuple[list[str], str]:
+def _task_loop(
+    space: Sequence[int], axis: int, with_buffer: bool, row_range: bool = False
+) -> tuple[list[str], str]:
     """Tasks over row ranges, each owning a row buffer; row -> indices of the other dims.
 
-    Returns the loop lines and the indent of the per-row statements.
+    Returns the loop lines and the indent of the per-row statements. ``row_range``:
+    bind ``row_begin`` and ``row_end``, the task's rows.
     """
     rows = math.prod(space) // space[axis]
     n = space[axis]
@@ -294,6 +307,16 @@ def _task_loop(space: Sequence[int], axis: int, with_buffer: bool) -> tuple[list
     if per == 1:
         lines = [f"for row in numba.prange({rows}):"]
         indent = "    "
+        if row_range:
+            lines += ["    row_begin = row", "    row_end = row + 1"]
+    elif row_range:
+        lines = [
+            f"for task in numba.prange({math.ceil(rows / per)}):",
+            f"    row_begin = task * {per}",
+            f"    row_end = min(row_begin + {per}, {rows})",
+            "    for row in range(row_begin, row_end):",
+        ]
+        indent = "        "
     else:
         lines = [
             f"for task in numba.prange({math.ceil(rows / per)}):",
@@ -510,6 +533,10 @@ class _RowEmitter:
     slot, inv = "buf[k]", "inv"
     #: The softmax computes in its output row (no row buffer needed).
     in_output = False
+    #: The view of the task's next input row (direct mode in a row loop), else None.
+    next_row: str | None = None
+    #: The lines read ``row_begin`` / ``row_end`` (``_task_loop``).
+    row_range = False
 
     def __init__(self, gen, leaf, store_at, pre, post, reduce_op, writes, recompute, direct):
         self.gen, self.leaf, self.store_at = gen, leaf, store_at
@@ -587,11 +614,27 @@ class _RowEmitter:
             # while it is in L1; the output's first write (a cache miss) overlaps the exp
             # arithmetic instead of forming a pass of its own (measured -7% single-threaded).
             self.helpers.add("row_exp_sum")
+            if self.next_row is None:
+                return lines + [
+                    f"m = row_max({row})",
+                    f"inv = f32(1.0 / row_exp_sum({row}, m, {out}))",
+                    f"for k in range({n}):",
+                    f"    {out}[k] = {out}[k] * inv",
+                ]
+            # The next row's max is taken in the loop that scales this one: its first
+            # read (from L2 or memory) overlaps the stores (-7% single-threaded,
+            # benchmarks/results/cpu-notes.md); the task's first row takes its own.
+            self.row_range = True
+            self.helpers.add("row_scale_max")
             return lines + [
-                f"m = row_max({row})",
+                "if row == row_begin:",
+                f"    m = row_max({row})",
                 f"inv = f32(1.0 / row_exp_sum({row}, m, {out}))",
-                f"for k in range({n}):",
-                f"    {out}[k] = {out}[k] * inv",
+                "if row + 1 < row_end:",
+                f"    m = row_scale_max({out}, inv, {self.next_row})",
+                "else:",
+                f"    for k in range({n}):",
+                f"        {out}[k] = {out}[k] * inv",
             ]
         if row == "buf":  # the prologue's x, replaced by its exponential
             self.helpers.add("row_exp_sum_inplace")
@@ -731,6 +774,19 @@ _ROW_MAX = '''def row_max(buf):
     return np.int32(m).view(np.float32)'''
 
 
+_ROW_SCALE_MAX = '''def row_scale_max(dst, inv, nxt):
+    """dst[k] * inv stored in dst, and the largest element of nxt (as ``row_max``), in
+    one loop: the scale of one softmax row and the max of the next."""
+    m = np.int32(-2147483648)
+    for k in range(dst.size):
+        dst[k] = dst[k] * inv
+        i = f32(nxt[k]).view(np.int32)
+        i = i ^ ((i >> np.int32(31)) & np.int32(0x7FFFFFFF))
+        m = i if i > m else m
+    m = m ^ ((m >> np.int32(31)) & np.int32(0x7FFFFFFF))
+    return np.int32(m).view(np.float32)'''
+
+
 def _sum_helper(name: str, doc: str, params: str, term: str) -> str:
     """A strict wrapper (the caller's decorator) around a float64 sum marked ``reassoc``.
 
@@ -828,6 +884,7 @@ def _exp_sum_helper(name: str, params: str, src: str, shift: str = "x - m") -> s
 #: ``row_exp_sum*`` call ``exp_nonpos_f32``: whoever uses them adds that expression helper.
 ROW_HELPERS = {
     "row_max": _ROW_MAX,
+    "row_scale_max": _ROW_SCALE_MAX,
     "row_sum": _sum_helper("row_sum", "The sum of the elements", "buf", "buf[k]"),
     "row_sq_dev": _sum_helper(
         "row_sq_dev",
