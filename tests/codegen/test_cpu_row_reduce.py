@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
+import warnings
 from pathlib import Path
 
 import numba
@@ -271,9 +272,10 @@ def test_row_scale_max_scales_one_row_and_takes_the_next_rows_max():
 
 
 def test_softmax_rows_take_the_next_rows_max_while_scaling(cache):
-    """1001 rows: tasks of 4 rows (the last one of 1): each row after a task's first
-    gets its max from the loop that scaled the row before; -inf and NaN rows inside a
-    task and at its end stay as numpy's."""
+    """1001 rows: 16 chunks of 63 rows (the last one of 56), taken by the threads from a
+    shared counter: each row after a chunk's first gets its max from the loop that
+    scaled the row before; -inf and NaN rows inside a chunk, at its end and at its
+    start stay as numpy's."""
     t = _t((1001, 50))
     text = f"""
 func.func @f(%x: {t}) -> {t} {{
@@ -283,17 +285,38 @@ func.func @f(%x: {t}) -> {t} {{
     program = cpu_check.check(text, cache=cache, kind="row_reduce")
     source = program.kernels[0].source
     assert "m = row_scale_max(out0_row, inv, in0[(row + 1) * 50:(row + 2) * 50])" in source
+    assert "while blk < 16:" in source and "row_end = min(row_begin + 63, 1001)" in source
     x = np.random.default_rng(1).standard_normal((1001, 50)).astype(np.float32) * 30
-    x[5, :] = -np.inf  # the second row of a task: NaN, as numpy's
+    x[1, :] = -np.inf  # the second row of a chunk: NaN, as numpy's
     x[6, 11] = np.nan
-    x[7, 0] = -np.inf  # a task's last row
-    x[1000, 3] = np.nan  # the last task's only row
+    x[62, 0] = -np.inf  # a chunk's last row
+    x[63, 5] = np.nan  # the next chunk's first row
+    x[1000, 3] = np.nan  # the last row
     (out,) = program([x], alloc=cpu_check.poison)
     with np.errstate(invalid="ignore"):
         e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
         ref = e / e.sum(-1, keepdims=True)
-    nan_rows = [5, 6, 1000]
+    nan_rows = [1, 6, 63, 1000]
     assert np.isnan(out[nan_rows]).all() and np.isnan(ref[nan_rows]).all()
     finite = np.setdiff1d(np.arange(1001), nan_rows)
-    assert np.isfinite(out[finite]).all() and out[7, 0] == 0.0
+    assert np.isfinite(out[finite]).all() and out[62, 0] == 0.0
     assert np.linalg.norm(out[finite] - ref[finite]) / np.linalg.norm(ref[finite]) < 1e-6
+
+
+@pytest.mark.parametrize("op", ["softmax", "layernorm"])
+def test_row_kernels_compile_cacheable(tmp_path, op):
+    """Nothing in a row kernel stops Numba's (sealed) disk cache: no dynamic globals
+    (``numba.get_num_threads()`` inside the kernel was one: its ctypes pointer)."""
+    x, v = _t((300, 64)), _t((64,))
+    reduce = (
+        f"ai.softmax %x : {x}" if op == "softmax" else f"ai.layernorm %x, %g, %b : {x} * {v} * {v}"
+    )
+    text = f"""
+func.func @f(%x: {x}, %g: {v}, %b: {v}) -> {x} {{
+  %0 = {reduce}
+  return %0 : {x}
+}}"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", numba.NumbaWarning)
+        program = cpu_check.check(text, cache=KernelCache(tmp_path), kind="row_reduce")
+    assert "next_block(counter)" in program.kernels[0].source

@@ -17,8 +17,9 @@ threadpoolctl), called from inside the kernel:
   ``MKL_Set_Num_Threads_Local``); with neither, ``single_threaded()`` sets
   the global count around the launch instead.
 
-``next_block`` hands out block numbers to the kernel's tasks (an atomic
-counter), so that the blocks balance over threads that run at different speeds.
+``next_block`` (``fusec.targets.cpu.tasks``, imported with the GEMM) hands out block
+numbers to the kernel's tasks, so that the blocks balance over threads that run at
+different speeds.
 
 The integer width of the interface (LP64 or ILP64: numpy's wheels ship a
 64-bit-integer OpenBLAS) and the threading mode are part of the generated
@@ -45,6 +46,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from fusec.runtime.numba_cache import sealed_njit
+from fusec.targets.cpu.tasks import next_block  # noqa: F401 - in the kernels' import line
 
 #: Bump when the intrinsics' calling convention changes (it is in every kernel's source).
 ABI_VERSION = 3
@@ -343,28 +345,3 @@ def sgemm_acc_numba(ta, tb, m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc
                 brow = b[b_off + p * ldb : b_off + p * ldb + n]
                 for j in range(n):
                     row[j] += aip * brow[j]
-
-
-@intrinsic
-def _fetch_add(typingctx, counter, value):
-    if not (isinstance(counter, types.Array) and counter.dtype == types.int64):
-        raise numba.core.errors.TypingError("fetch_add: counter must be an int64 array")
-    sig = types.int64(counter, types.int64)
-
-    def codegen(context, builder, signature, args):
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        value = context.cast(builder, args[1], signature.args[1], types.int64)
-        return builder.atomic_rmw("add", data, value, "monotonic")
-
-    return sig, codegen
-
-
-@sealed_njit
-def next_block(counter):
-    """The next block number for the calling task: an atomic fetch-and-add on counter[0].
-
-    The blocked kernels' tasks take blocks from this shared counter instead of a
-    fixed share each, so a thread the OS deschedules (another process on the
-    core) holds up only the block it is in: the other threads take the rest.
-    """
-    return _fetch_add(counter, 1)

@@ -60,6 +60,8 @@ class Stage:
     helpers: set[str] = field(default_factory=set)
     #: ``numba.prange`` loops run in parallel (else they are plain loops).
     parallel: bool = True
+    #: Import lines the body needs (added to the module's prelude once).
+    imports: tuple[str, ...] = ()
 
     def source(self) -> str:
         # Group inputs (``inN``) are only read: typed read-only so that read-only
@@ -181,6 +183,7 @@ def assemble(
     """The complete module: header, prelude (and ``imports``), helpers, stages and ``launch``."""
     n_in, n_out = len(fused_op.inputs), len(fused_op.results)
     params = [f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)]
+    imports = list(dict.fromkeys([*imports, *(i for stage in stages for i in stage.imports)]))
     prelude = PRELUDE + "".join(f"{line}\n" for line in imports)
     parts = [header(fused_op, notes=[*notes, CPU_NOTE]), prelude]
     helpers = helper_source(gen.helpers, HELPER_DECORATOR)

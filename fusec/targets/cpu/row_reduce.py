@@ -67,6 +67,10 @@ from fusec.targets.cpu.pointwise import pointwise_stage
 
 #: At most this many parallel tasks (each allocates one row buffer).
 MAX_TASKS = 256
+#: Rows of a last-axis row loop are handed out in chunks of about this many input
+#: bytes, at least ``MIN_CHUNKS`` chunks (``fusec.targets.cpu.tasks``).
+CHUNK_BYTES, MIN_CHUNKS = 256 * 1024, 16
+TASKS_IMPORT = "from fusec.targets.cpu.tasks import next_block"
 #: Softmax over a non-last axis walks blocks of rows side by side (the rows of a
 #: block are adjacent in memory) when the last dim has at least this many elements.
 MIN_BLOCK = 8
@@ -127,17 +131,23 @@ def row_reduce_stage(
         loop, indent = _block_task_loop(space, axis, parts.access.width)
     else:
         parts = _row_parts(gen, ops, reduce_op, reads, writes, space, axis, pipeline=True)
-        loop, indent = _task_loop(
-            space, axis, with_buffer=parts.needs_buffer, row_range=parts.row_range
-        )
+        loop, indent = _task_loop(space, axis, with_buffer=parts.needs_buffer)
     body = loop + [f"{indent}{s}" for s in parts.lines]
+    if not blocks:
+        body.append("        blk = next_block(counter)")
     what = "layernorm" if isinstance(reduce_op, ai.LayerNormOp) else f"softmax (axis {axis})"
     comment = f"{what} over rows of {_fmt(space)}"
     if blocks:
         comment += f", {parts.access.width} rows (adjacent in memory) at a time"
     parallel = math.prod(space) >= PARALLEL_MIN_ELEMENTS
     return Stage(
-        fn_name, parts.params, body, comment=comment, helpers=parts.helpers, parallel=parallel
+        fn_name,
+        parts.params,
+        body,
+        comment=comment,
+        helpers=parts.helpers,
+        parallel=parallel,
+        imports=() if blocks else (TASKS_IMPORT,),
     )
 
 
@@ -169,8 +179,6 @@ class RowParts:
     helpers: set[str]
     needs_buffer: bool
     access: Any
-    #: The lines read ``row_begin`` / ``row_end``, the bounds of the task's rows.
-    row_range: bool = False
 
 
 def row_statements(
@@ -209,7 +217,7 @@ def _row_parts(
     pipeline: bool = False,
 ) -> RowParts:
     """Access, emitter and per-row lines of one row loop (``block``: inside a blocked kernel;
-    ``pipeline``: a row may start the next row of its task, see ``_RowEmitter._softmax``)."""
+    ``pipeline``: a row may start the next one of its chunk, see ``_RowEmitter._softmax``)."""
     reshape = (block.reshape if block else None) or (lambda shape: tuple(shape))
     others = [op for op in ops if op is not reduce_op]
     anchor = reduce_op or (ops[0] if ops else writes[0][0].owner)
@@ -274,7 +282,7 @@ def _row_parts(
     emit.next_row = next_row
     rows = emit.lines(n)  # first: it decides which views and per-row loads ``access`` sets up
     needs_buffer = not (direct and is_ln) and not emit.in_output
-    return RowParts(access.setup + rows, params, emit.helpers, needs_buffer, access, emit.row_range)
+    return RowParts(access.setup + rows, params, emit.helpers, needs_buffer, access)
 
 
 def _check_space(anchor, others, writes, space, reshape) -> None:
@@ -293,38 +301,31 @@ def _check_space(anchor, others, writes, space, reshape) -> None:
             raise error_at(anchor, f"a group result is larger than the row space {_fmt(space)}")
 
 
-def _task_loop(
-    space: Sequence[int], axis: int, with_buffer: bool, row_range: bool = False
-) -> tuple[list[str], str]:
-    """Tasks over row ranges, each owning a row buffer; row -> indices of the other dims.
+def _task_loop(space: Sequence[int], axis: int, with_buffer: bool) -> tuple[list[str], str]:
+    """Tasks owning a row buffer each and taking chunks of rows
+    (``row_begin <= row < row_end``) from a shared counter until none are left;
+    row -> indices of the other dims. The caller closes the chunk loop with
+    ``blk = next_block(counter)``.
 
-    Returns the loop lines and the indent of the per-row statements. ``row_range``:
-    bind ``row_begin`` and ``row_end``, the task's rows.
+    Returns the loop lines and the indent of the per-row statements.
     """
     rows = math.prod(space) // space[axis]
     n = space[axis]
-    per = math.ceil(rows / min(rows, MAX_TASKS))
-    if per == 1:
-        lines = [f"for row in numba.prange({rows}):"]
-        indent = "    "
-        if row_range:
-            lines += ["    row_begin = row", "    row_end = row + 1"]
-    elif row_range:
-        lines = [
-            f"for task in numba.prange({math.ceil(rows / per)}):",
-            f"    row_begin = task * {per}",
-            f"    row_end = min(row_begin + {per}, {rows})",
-            "    for row in range(row_begin, row_end):",
-        ]
-        indent = "        "
-    else:
-        lines = [
-            f"for task in numba.prange({math.ceil(rows / per)}):",
-            f"    for row in range(task * {per}, min(task * {per} + {per}, {rows})):",
-        ]
-        indent = "        "
-    if with_buffer:
-        lines.insert(1, f"    buf = np.empty({n}, dtype=np.float32)")
+    per = max(1, min(CHUNK_BYTES // (4 * n), math.ceil(rows / MIN_CHUNKS)))
+    chunks = math.ceil(rows / per)
+    lines = [
+        "counter = np.zeros(1, dtype=np.int64)",
+        # a task per chunk: the first tasks of each thread take the chunks, the rest
+        # find none left (numba.get_num_threads() here would make the kernel uncachable)
+        f"for task in numba.prange({chunks}):",
+        *([f"    buf = np.empty({n}, dtype=np.float32)"] if with_buffer else []),
+        "    blk = next_block(counter)",
+        f"    while blk < {chunks}:",
+        f"        row_begin = blk * {per}",
+        f"        row_end = min(row_begin + {per}, {rows})",
+        "        for row in range(row_begin, row_end):",
+    ]
+    indent = "            "
     dims = [d for d in range(len(space)) if d != axis]
     stride = rows
     for pos, d in enumerate(dims):
@@ -533,10 +534,8 @@ class _RowEmitter:
     slot, inv = "buf[k]", "inv"
     #: The softmax computes in its output row (no row buffer needed).
     in_output = False
-    #: The view of the task's next input row (direct mode in a row loop), else None.
+    #: The view of the next input row (direct mode in ``_task_loop``'s chunks), else None.
     next_row: str | None = None
-    #: The lines read ``row_begin`` / ``row_end`` (``_task_loop``).
-    row_range = False
 
     def __init__(self, gen, leaf, store_at, pre, post, reduce_op, writes, recompute, direct):
         self.gen, self.leaf, self.store_at = gen, leaf, store_at
@@ -623,8 +622,7 @@ class _RowEmitter:
                 ]
             # The next row's max is taken in the loop that scales this one: its first
             # read (from L2 or memory) overlaps the stores (-7% single-threaded,
-            # benchmarks/results/cpu-notes.md); the task's first row takes its own.
-            self.row_range = True
+            # benchmarks/results/cpu-notes.md); a chunk's first row takes its own.
             self.helpers.add("row_scale_max")
             return lines + [
                 "if row == row_begin:",
