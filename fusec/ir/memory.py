@@ -11,6 +11,7 @@ checked first against ``memory_limit()``: the machine's physical memory, or
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable
 
@@ -31,6 +32,13 @@ def memory_limit() -> int:
             raise FusecError(
                 f"{ENV_VAR}={os.environ[ENV_VAR]!r}: expected a number of bytes, e.g. 8G"
             ) from None
+    return _physical_memory()
+
+
+@functools.cache
+def _physical_memory() -> int:
+    """The machine's physical memory in bytes, read once (two system calls: a call of a
+    compiled module checks its buffers against the limit every time)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not POSIX: no known limit

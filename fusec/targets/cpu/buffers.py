@@ -8,17 +8,22 @@ ran in 1.6 ms with an output whose pages were already mapped and 8-12 ms
 temporaries in between (``benchmarks/results/cpu-notes.md``). onnxruntime's
 arena reuses its blocks, so it never pays this.
 
-``BufferPool.empty`` hands out a view of a pooled block (``Lease``: the numpy
-array's base, so every view derived from the result keeps it alive). When the
-last such view is gone, CPython's reference counting drops the lease and its
-block goes back to the pool's free list, to be handed out again already
-mapped. The free list holds at most ``max_free_bytes`` (blocks beyond it are
-dropped, returning their memory to the allocator); arrays under ``MIN_BYTES``
-come from ``np.empty`` directly (malloc's heap reuses those).
+``BufferPool.empty`` hands out pooled arrays themselves: the pool keeps each
+array it made, and one is free again when nothing but the pool refers to it (its
+reference count; every view of it refers to it as its ``base``), so a block is
+never handed out while the caller holds the result or any view of it. The pool
+holds at most ``max_free_bytes`` (beyond that, arrays are plain ``np.empty``);
+arrays under ``MIN_BYTES`` come from ``np.empty`` directly (malloc's heap reuses
+those). An earlier version lent each block through a small object whose
+``__del__`` gave it back: building that object and the array over it cost 4 us
+a call back to back and ~110 us in a call after a 20 ms pause (cold caches: the
+pause between calls of ``benchmarks/cpu_vs_ort.py``), against ~8 us for this
+check (benchmarks/results/cpu-notes.md).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import defaultdict
 
@@ -28,31 +33,15 @@ from fusec.ir.memory import memory_limit
 
 #: Arrays smaller than this are not pooled: malloc serves them from its heap, mapped.
 MIN_BYTES = 1 << 20
-#: Bytes the free lists may hold, at most (and at most 1/8 of ``memory_limit()``).
+#: Bytes the pool may hold, at most (and at most 1/8 of ``memory_limit()``).
 MAX_FREE_BYTES = 1 << 30
-
-
-class Lease:
-    """One pooled block lent to a numpy array (the array's ``base``); returns the block
-    to its pool when the last array viewing it is gone."""
-
-    __slots__ = ("__array_interface__", "_block", "_pool")
-
-    def __init__(self, pool: BufferPool, block: np.ndarray, shape: tuple[int, ...]) -> None:
-        self._pool, self._block = pool, block
-        self.__array_interface__ = {
-            "data": (block.ctypes.data, False),
-            "shape": shape,
-            "typestr": block.dtype.str,
-            "version": 3,
-        }
-
-    def __del__(self) -> None:
-        self._pool.give_back(self._block)
+#: ``sys.getrefcount`` of a pooled array nothing else refers to: the pool's list and
+#: the call's own argument.
+_FREE_REFS = 2
 
 
 class BufferPool:
-    """Blocks of memory reused for output arrays of the same byte size."""
+    """Arrays reused for outputs of the same shape and dtype."""
 
     def __init__(self, max_free_bytes: int | None = None) -> None:
         self.max_free_bytes = (
@@ -60,10 +49,11 @@ class BufferPool:
             if max_free_bytes is not None
             else min(MAX_FREE_BYTES, memory_limit() // 8)
         )
-        self._free: defaultdict[tuple[int, str], list[np.ndarray]] = defaultdict(list)
-        self._free_bytes = 0
-        # reentrant: a garbage collection inside ``empty`` may drop a lease (``give_back``)
-        self._lock = threading.RLock()
+        self._arrays: defaultdict[tuple[tuple[int, ...], str], list[np.ndarray]] = (
+            defaultdict(list)
+        )
+        self._pooled_bytes = 0
+        self._lock = threading.Lock()
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         """An uninitialised C-contiguous array, like ``np.empty(shape, dtype)``."""
@@ -71,28 +61,30 @@ class BufferPool:
         count = 1
         for d in shape:
             count *= d
-        if count * dtype.itemsize < MIN_BYTES:
+        nbytes = count * dtype.itemsize
+        if nbytes < MIN_BYTES:
             return np.empty(shape, dtype)
-        key = (count, dtype.str)
         with self._lock:
-            free = self._free.get(key)
-            if free:
-                block = free.pop()
-                self._free_bytes -= block.nbytes
-            else:
-                block = np.empty(count, dtype)
-        return np.asarray(Lease(self, block, tuple(shape)))
-
-    def give_back(self, block: np.ndarray) -> None:
-        """Put ``block`` on its free list, or drop it when the lists are full."""
-        with self._lock:
-            if self._free_bytes + block.nbytes <= self.max_free_bytes:
-                self._free[(block.size, block.dtype.str)].append(block)
-                self._free_bytes += block.nbytes
+            arrays = self._arrays[(tuple(shape), dtype.str)]
+            for k in range(len(arrays)):
+                if sys.getrefcount(arrays[k]) == _FREE_REFS:
+                    return arrays[k]
+            array = np.empty(shape, dtype)
+            if self._pooled_bytes + nbytes <= self.max_free_bytes:
+                arrays.append(array)
+                self._pooled_bytes += nbytes
+            return array
 
     @property
     def free_bytes(self) -> int:
-        return self._free_bytes
+        """Bytes of the pooled arrays nothing outside the pool refers to now."""
+        with self._lock:
+            return sum(
+                a.nbytes
+                for arrays in self._arrays.values()
+                for a in arrays
+                if sys.getrefcount(a) == _FREE_REFS + 1  # + the generator's own name
+            )
 
 
 _shared: BufferPool | None = None
