@@ -49,9 +49,7 @@ class BufferPool:
             if max_free_bytes is not None
             else min(MAX_FREE_BYTES, memory_limit() // 8)
         )
-        self._arrays: defaultdict[tuple[tuple[int, ...], str], list[np.ndarray]] = (
-            defaultdict(list)
-        )
+        self._arrays: defaultdict[tuple[tuple[int, ...], str], list[np.ndarray]] = defaultdict(list)
         self._pooled_bytes = 0
         self._lock = threading.Lock()
 
