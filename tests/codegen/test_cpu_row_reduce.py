@@ -233,14 +233,24 @@ func.func @f(%x: {x}, %c: {c}) -> {x} {{
     cpu_check.check(text, cache=cache, kind="row_reduce")
 
 
-def test_softmax_rows_with_inf_and_nan_like_numpy(cache):
-    t = _t((4, 50))
+def _softmax_program(cache: KernelCache, shape: tuple[int, ...]):
+    t = _t(shape)
     text = f"""
 func.func @f(%x: {t}) -> {t} {{
   %0 = ai.softmax %x : {t}
   return %0 : {t}
 }}"""
-    program = cpu_check.check(text, cache=cache, kind="row_reduce")
+    return cpu_check.check(text, cache=cache, kind="row_reduce")
+
+
+def _softmax_float64(x: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+
+def test_softmax_rows_with_inf_and_nan_like_numpy(cache):
+    program = _softmax_program(cache, (4, 50))
     # no epilogue: the exponentials go straight into the output row, scaled in place
     assert "row_exp_sum(xrow, m, out0_row)" in program.kernels[0].source
     x = np.random.default_rng(0).standard_normal((4, 50)).astype(np.float32) * 30
@@ -249,9 +259,7 @@ func.func @f(%x: {t}) -> {t} {{
     x[2, 7] = np.nan  # NaN anywhere: the whole row NaN
     x[3, 9] = -np.nan
     (out,) = program([x], alloc=cpu_check.poison)
-    with np.errstate(invalid="ignore"):
-        e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
-        ref = e / e.sum(-1, keepdims=True)
+    ref = _softmax_float64(x)
     assert np.isnan(out[1:]).all() and np.isnan(ref[1:]).all()
     assert np.isfinite(out[0]).all() and out[0, 3] == 0.0
     assert np.linalg.norm(out[0] - ref[0]) / np.linalg.norm(ref[0]) < 1e-6
@@ -276,13 +284,7 @@ def test_softmax_rows_take_the_next_rows_max_while_scaling(cache):
     shared counter: each row after a chunk's first gets its max from the loop that
     scaled the row before; -inf and NaN rows inside a chunk, at its end and at its
     start stay as numpy's."""
-    t = _t((1001, 50))
-    text = f"""
-func.func @f(%x: {t}) -> {t} {{
-  %0 = ai.softmax %x : {t}
-  return %0 : {t}
-}}"""
-    program = cpu_check.check(text, cache=cache, kind="row_reduce")
+    program = _softmax_program(cache, (1001, 50))
     source = program.kernels[0].source
     assert "m = row_scale_max(out0_row, inv, in0[(row + 1) * 50:(row + 2) * 50])" in source
     assert "while blk < 16:" in source and "row_end = min(row_begin + 63, 1001)" in source
@@ -293,9 +295,7 @@ func.func @f(%x: {t}) -> {t} {{
     x[63, 5] = np.nan  # the next chunk's first row
     x[1000, 3] = np.nan  # the last row
     (out,) = program([x], alloc=cpu_check.poison)
-    with np.errstate(invalid="ignore"):
-        e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
-        ref = e / e.sum(-1, keepdims=True)
+    ref = _softmax_float64(x)
     nan_rows = [1, 6, 63, 1000]
     assert np.isnan(out[nan_rows]).all() and np.isnan(ref[nan_rows]).all()
     finite = np.setdiff1d(np.arange(1001), nan_rows)
