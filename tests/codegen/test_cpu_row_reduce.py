@@ -280,14 +280,15 @@ def test_row_scale_max_scales_one_row_and_takes_the_next_rows_max():
 
 
 def test_softmax_rows_take_the_next_rows_max_while_scaling(cache):
-    """1001 rows: 16 chunks of 63 rows (the last one of 56), taken by the threads from a
-    shared counter: each row after a chunk's first gets its max from the loop that
-    scaled the row before; -inf and NaN rows inside a chunk, at its end and at its
-    start stay as numpy's."""
+    """1001 rows: 16 chunks of 63 rows (the last one of 56), one per range, taken by the
+    tasks from the ranges' counters: each row after a chunk's first gets its max from
+    the loop that scaled the row before; -inf and NaN rows inside a chunk, at its end
+    and at its start stay as numpy's."""
     program = _softmax_program(cache, (1001, 50))
     source = program.kernels[0].source
     assert "m = row_scale_max(out0_row, inv, in0[(row + 1) * 50:(row + 2) * 50])" in source
-    assert "while blk < 16:" in source and "row_end = min(row_begin + 63, 1001)" in source
+    assert "counters = np.zeros(16, dtype=np.int64)" in source
+    assert "row_end = min(row_begin + 63, 1001)" in source
     x = np.random.default_rng(1).standard_normal((1001, 50)).astype(np.float32) * 30
     x[1, :] = -np.inf  # the second row of a chunk: NaN, as numpy's
     x[6, 11] = np.nan
@@ -319,4 +320,17 @@ func.func @f(%x: {x}, %g: {v}, %b: {v}) -> {x} {{
     with warnings.catch_warnings():
         warnings.simplefilter("error", numba.NumbaWarning)
         program = cpu_check.check(text, cache=KernelCache(tmp_path), kind="row_reduce")
-    assert "next_block(counter)" in program.kernels[0].source
+    assert "next_block(counters[home:home + 1])" in program.kernels[0].source
+
+
+@pytest.mark.parametrize("rows", [1, 15, 16, 17, 255, 1000, 4099, 30000])
+def test_row_chunks_cover_every_row_once(cache, rows):
+    """Every row is written once whatever the chunking: a short last chunk, fewer rows
+    than chunks, ranges left empty (30000 rows: 19 chunks of 1638 in 16 ranges of 2).
+    The poisoned output has no NaN left and matches numpy."""
+    program = _softmax_program(cache, (rows, 40))
+    x = np.random.default_rng(rows).standard_normal((rows, 40)).astype(np.float32)
+    (out,) = program([x], alloc=cpu_check.poison)
+    ref = _softmax_float64(x)
+    assert np.isfinite(out).all()
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-6
