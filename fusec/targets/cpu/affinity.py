@@ -59,6 +59,7 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+from numba.np.ufunc import parallel as _parallel
 
 #: ``FUSEC_CPU_PIN=0`` turns pinning off (any other value, or unset: on where it can work).
 ENV_VAR = "FUSEC_CPU_PIN"
@@ -85,7 +86,10 @@ class Placement:
 #: Seconds: a kernel whose last call took less runs with the caller unconfined
 #: (see the module docstring).
 LONG_S = 2e-4
-_short: weakref.WeakKeyDictionary[Callable[..., Any], bool] = weakref.WeakKeyDictionary()
+#: id(kernel) -> its last call took under ``LONG_S``. A plain dict, not a weak one: a
+#: ``WeakKeyDictionary`` lookup and store cost ~20 us together in a call after an idle
+#: pause (cold caches); an id reused by a later kernel only starts from a stale guess.
+_short: dict[int, bool] = {}
 _local = threading.local()
 _ordinals_lock = threading.Lock()
 _ordinals_in_use: set[int] = set()
@@ -100,25 +104,36 @@ def run(fn: Callable[..., Any], args: list[Any]) -> Any:
     if (
         placement is None
         or placement.allowed != allowed
-        or placement.threads != numba.get_num_threads()
+        or placement.threads != _num_threads()
         or placement.enabled != _enabled()
     ):
         placement = _place(frozenset(allowed))
     if placement.caller_cpus is None:
         return fn(*args)
-    if _short.get(fn, False):
+    key = id(fn)
+    if _short.get(key, False):
         start = time.perf_counter()
         result = fn(*args)
         if time.perf_counter() - start >= LONG_S:
-            _short[fn] = False
+            _short[key] = False
         return result
     os.sched_setaffinity(0, placement.caller_cpus)
     start = time.perf_counter()
     try:
         return fn(*args)
     finally:
-        _short[fn] = time.perf_counter() - start < LONG_S
+        _short[key] = time.perf_counter() - start < LONG_S
         os.sched_setaffinity(0, allowed)
+
+
+def _num_threads() -> int:
+    """``numba.get_num_threads()`` without its lock dance once Numba's threads run:
+    the threading layer's own counter (``parallel._get_num_threads``, set when the
+    threads start). The public call took ~45 us in a call after an idle pause (it
+    takes a process-wide lock every time), the counter ~2 us."""
+    if _parallel._is_initialized:
+        return _parallel._get_num_threads()
+    return numba.get_num_threads()
 
 
 def current() -> Placement | None:
