@@ -213,7 +213,7 @@ func.func @f(%x: {x}, %g: {v}, %be: {v}, %w: {w}) -> {y} {{
     program = check(text, cache=cache, kind="matmul")
     assert _blocks(program) == 4  # 256 rows: MIN_BLOCKS blocks of 64
     assert "parallel=True" in program.kernels[0].source
-    assert "tasks = min(numba.get_num_threads(), 4)" in program.kernels[0].source
+    assert "tasks = min(num_threads(), 4)" in program.kernels[0].source
 
 
 def test_matmul_prologue_values_needed_later_run_as_a_stage_of_their_own(cache):

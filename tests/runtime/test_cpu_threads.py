@@ -49,3 +49,32 @@ def test_configure_leaves_other_cpus_to_openblas(monkeypatch):
     monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
     threads.configure()
     assert "OPENBLAS_CORETYPE" not in threads.os.environ
+
+
+def test_num_threads_is_numbas_count_for_the_calling_thread():
+    """``tasks.num_threads`` (the launch code's cheap read) agrees with
+    ``numba.get_num_threads()`` after ``set_num_threads`` and in another thread."""
+    import threading
+
+    import numba
+
+    from fusec.targets.cpu.tasks import num_threads
+
+    default = numba.get_num_threads()
+    try:
+        for n in sorted({1, default}):
+            numba.set_num_threads(n)
+            assert num_threads() == numba.get_num_threads() == n
+        numba.set_num_threads(1)
+        seen = []
+
+        def read() -> None:
+            seen.append((num_threads(), numba.get_num_threads()))
+
+        worker = threading.Thread(target=read)
+        worker.start()
+        worker.join()
+        assert seen[0][0] == seen[0][1]  # the other thread's own count
+        assert num_threads() == 1
+    finally:
+        numba.set_num_threads(default)

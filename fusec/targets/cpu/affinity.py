@@ -59,7 +59,8 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
-from numba.np.ufunc import parallel as _parallel
+
+from fusec.targets.cpu.tasks import num_threads
 
 #: ``FUSEC_CPU_PIN=0`` turns pinning off (any other value, or unset: on where it can work).
 ENV_VAR = "FUSEC_CPU_PIN"
@@ -104,7 +105,7 @@ def run(fn: Callable[..., Any], args: list[Any]) -> Any:
     if (
         placement is None
         or placement.allowed != allowed
-        or placement.threads != _num_threads()
+        or placement.threads != num_threads()
         or placement.enabled != _enabled()
     ):
         placement = _place(frozenset(allowed))
@@ -124,16 +125,6 @@ def run(fn: Callable[..., Any], args: list[Any]) -> Any:
     finally:
         _short[key] = time.perf_counter() - start < LONG_S
         os.sched_setaffinity(0, allowed)
-
-
-def _num_threads() -> int:
-    """``numba.get_num_threads()`` without its lock dance once Numba's threads run:
-    the threading layer's own counter (``parallel._get_num_threads``, set when the
-    threads start). The public call took ~45 us in a call after an idle pause (it
-    takes a process-wide lock every time), the counter ~2 us."""
-    if _parallel._is_initialized:
-        return _parallel._get_num_threads()
-    return numba.get_num_threads()
 
 
 def current() -> Placement | None:

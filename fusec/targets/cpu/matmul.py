@@ -302,7 +302,7 @@ def generate_core_group(
     stages.append(stage)
     launch += core.launch_lines()
     launch += [
-        f"tasks = min(numba.get_num_threads(), {core.count})" if stage.parallel else "tasks = 1",
+        f"tasks = min(num_threads(), {core.count})" if stage.parallel else "tasks = 1",
         f"ws = np.empty(tasks * {workspace.size}, dtype=np.float32)",
         "counter = np.zeros(1, dtype=np.int64)",
         stage.call(),
@@ -328,6 +328,7 @@ def generate_core_group(
         imports=[
             cpu_blas.import_line(),
             "from fusec.targets.cpu import blas as cpu_blas",
+            "from fusec.targets.cpu.tasks import num_threads",
             *core.imports,
         ],
     )

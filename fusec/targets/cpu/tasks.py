@@ -14,6 +14,7 @@ from __future__ import annotations
 import numba
 from numba import types
 from numba.extending import intrinsic
+from numba.np.ufunc import parallel as _parallel
 
 from fusec.runtime.numba_cache import sealed_njit
 
@@ -30,6 +31,17 @@ def _fetch_add(typingctx, counter, value):
         return builder.atomic_rmw("add", data, value, "monotonic")
 
     return sig, codegen
+
+
+def num_threads() -> int:
+    """``numba.get_num_threads()`` for the launch code, without its lock dance once
+    Numba's threads run: the threading layer's own (per calling thread) count,
+    ``parallel._get_num_threads``, set when the threads start. The public call takes
+    a process-wide lock every time: ~45 us in a call after an idle pause (cold
+    caches), the counter ~2 us (benchmarks/results/cpu-notes.md)."""
+    if _parallel._is_initialized:
+        return _parallel._get_num_threads()
+    return numba.get_num_threads()
 
 
 @sealed_njit
