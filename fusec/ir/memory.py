@@ -15,6 +15,7 @@ import functools
 import os
 from collections.abc import Iterable
 
+from fusec.environ import getenv
 from fusec.errors import FusecError
 
 ENV_VAR = "FUSEC_MEMORY_LIMIT"
@@ -23,7 +24,7 @@ _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 def memory_limit() -> int:
     """Bytes fusec may allocate for one purpose (see the module docstring)."""
-    setting = os.environ.get(ENV_VAR, "").strip().upper().removesuffix("B")
+    setting = getenv(ENV_VAR).strip().upper().removesuffix("B")
     if setting:
         unit = setting[-1] if setting[-1] in _UNITS else ""
         try:

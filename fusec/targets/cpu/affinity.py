@@ -60,6 +60,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from fusec.environ import getenv
 from fusec.targets.cpu.tasks import num_threads
 
 #: ``FUSEC_CPU_PIN=0`` turns pinning off (any other value, or unset: on where it can work).
@@ -133,7 +134,7 @@ def current() -> Placement | None:
 
 
 def _enabled() -> bool:
-    return os.environ.get(ENV_VAR, "1").strip() != "0"
+    return getenv(ENV_VAR, "1").strip() != "0"
 
 
 def _place(allowed: frozenset[int]) -> Placement:

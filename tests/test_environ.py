@@ -1,0 +1,27 @@
+"""``fusec.environ.getenv`` is ``os.environ.get`` (its fast path reads os.environ's own dict)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fusec import environ
+
+
+@pytest.mark.parametrize("value", ["", "0", "8G", "päth/ü", "a=b"])
+def test_getenv_sees_every_change_made_through_os_environ(monkeypatch, value):
+    name = "FUSEC_TEST_GETENV"
+    monkeypatch.delenv(name, raising=False)
+    assert environ.getenv(name) == "" and environ.getenv(name, "x") == "x"
+    monkeypatch.setenv(name, value)
+    assert environ.getenv(name, "x") == os.environ.get(name, "x") == value
+    os.environ[name] = value + "1"
+    assert environ.getenv(name) == value + "1"
+    del os.environ[name]
+    assert environ.getenv(name, "gone") == "gone"
+
+
+def test_the_fast_path_is_taken_on_posix():
+    if os.name == "posix":
+        assert environ._DATA is not None
