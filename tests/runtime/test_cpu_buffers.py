@@ -81,3 +81,18 @@ def test_pooled_arrays_are_ordinary_numpy_arrays(dtype):
     a[...] = 1.5
     assert a.dtype == dtype and a.sum() == 1.5 * a.size
     assert np.array_equal(a.copy(), a) and a.flags.writeable
+
+
+def test_what_a_caller_does_to_a_result_does_not_reach_the_next_one():
+    """The pool hands out a fresh view each time: a result reshaped in place or made
+    read-only, then dropped, leaves the next result with its own shape, writeable."""
+    pool = BufferPool()
+    first = pool.empty(SHAPE, F32)
+    address = _address(first)
+    first.shape = (-1,)
+    first.flags.writeable = False
+    del first
+    second = pool.empty(SHAPE, F32)
+    assert _address(second) == address  # the same block
+    assert second.shape == SHAPE and second.flags.writeable and second.flags.c_contiguous
+    second[...] = 2.0

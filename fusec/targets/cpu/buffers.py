@@ -8,10 +8,12 @@ ran in 1.6 ms with an output whose pages were already mapped and 8-12 ms
 temporaries in between (``benchmarks/results/cpu-notes.md``). onnxruntime's
 arena reuses its blocks, so it never pays this.
 
-``BufferPool.empty`` hands out pooled arrays themselves: the pool keeps each
-array it made, and one is free again when nothing but the pool refers to it (its
+``BufferPool.empty`` hands out views of pooled arrays: the pool keeps each array
+it made, and one is free again when nothing but the pool refers to it (its
 reference count; every view of it refers to it as its ``base``), so a block is
-never handed out while the caller holds the result or any view of it. The pool
+never handed out while the caller holds the result or any view of it. A fresh view
+each time, not the pooled array itself: a caller may set a result's ``shape`` or
+make it read-only, which must not reach the next call's output. The pool
 holds at most ``max_free_bytes`` (beyond that, arrays are plain ``np.empty``);
 arrays under ``MIN_BYTES`` come from ``np.empty`` directly (malloc's heap reuses
 those). An earlier version lent each block through a small object whose
@@ -66,12 +68,13 @@ class BufferPool:
             arrays = self._arrays[(tuple(shape), dtype.str)]
             for k in range(len(arrays)):
                 if sys.getrefcount(arrays[k]) == _FREE_REFS:
-                    return arrays[k]
+                    return arrays[k].view()
             array = np.empty(shape, dtype)
-            if self._pooled_bytes + nbytes <= self.max_free_bytes:
-                arrays.append(array)
-                self._pooled_bytes += nbytes
-            return array
+            if self._pooled_bytes + nbytes > self.max_free_bytes:
+                return array
+            arrays.append(array)
+            self._pooled_bytes += nbytes
+            return array.view()
 
     @property
     def free_bytes(self) -> int:
