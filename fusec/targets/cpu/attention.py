@@ -67,7 +67,6 @@ class AttentionBlocks(BlockedCore):
     batch dims, which q, the key, v and the mask broadcast to), rows ``r0 <= i < r1``.
     """
 
-    row_helpers = frozenset({"row_max", "row_exp_sum_inplace", "row_exp_sum_affine_inplace"})
     expr_helpers = frozenset({"exp_nonpos_f32"})
     #: The key given as (..., D, T) (a transpose of a cache's layout) is read as it is.
     transposable = frozenset({1})
@@ -83,6 +82,10 @@ class AttentionBlocks(BlockedCore):
         self.q_batch, self.k_batch, self.v_batch = q[:-2], key[:-2], v[:-2]
         self.mask = tuple(mask)
         self.scale, self.nan_to_zero = float(op.attr("scale")), bool(op.attr("nan_to_zero"))
+        #: x -> x * scale + mask is monotone: the exponent takes it (module docstring)
+        self.folded = self._mask_row()[1] == "mval" and 0 < self.scale < math.inf
+        exp_sum = "row_exp_sum_affine_inplace" if self.folded else "row_exp_sum_inplace"
+        self.row_helpers = frozenset({"row_max", exp_sum})
         fit = BLOCK_BYTES // (4 * (self.t + (self.e if c_local else 0)))
         mb = min(self.s, MAX_ROWS, max(MIN_ROWS, fit))
         batches = math.prod(self.batch)
@@ -183,7 +186,7 @@ class AttentionBlocks(BlockedCore):
         reciprocal of its sum in ``inv``."""
         mask_lines, mask_term = self._mask_row()
         scale = f"f32({self.scale!r})"
-        if mask_term == "mval" and 0 < self.scale < math.inf:  # monotone: module docstring
+        if self.folded:
             return [
                 *mask_lines,
                 f"m = row_max(srow) * {scale} + mval",

@@ -275,7 +275,7 @@ def _row_parts(
     if not pre and x in reads and leaves[x] == tuple(space) and axis == len(space) - 1:
         assert isinstance(access, _RowAccess)  # rows along the last axis are not blocked
         direct = access.row_view(reads[x], leaves[x], name="xrow")
-        if pipeline and block is None:
+        if pipeline:
             next_row = f"{reads[x]}[(row + 1) * {n}:(row + 2) * {n}]"
     width = access.width if isinstance(access, _BlockAccess) else 1  # rows at a time
     args = (gen, leaf, store_at, pre, post, reduce_op, writes, recompute, direct)
