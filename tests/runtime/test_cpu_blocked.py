@@ -25,6 +25,7 @@ from fusec.targets.cpu import attention as cpu_attention
 from fusec.targets.cpu import blas as cpu_blas
 from fusec.targets.cpu import conv as cpu_conv
 from fusec.targets.cpu import matmul as cpu_matmul
+from fusec.targets.cpu import microkernel
 from fusec.tools.runner import random_inputs
 
 
@@ -460,8 +461,9 @@ func.func @f(%q: {q}, %k: {k}, %v: {v}, %m: {m}) -> {y} {{
 @pytest.mark.parametrize("reshaped", [False, True])
 def test_attention_reads_a_transposed_key_without_a_copy(cache, reshaped):
     """A key given as (..., D, T) (a cache's layout) swapped into (..., T, D): the kernel
-    reads the given array with sgemm's B not transposed, no contiguous copy of the swap;
-    its source may itself be a view (a reshape, made contiguous)."""
+    reads the given array as B, not transposed (gemm_nn where T = 24 is whole vectors,
+    8 lanes; else sgemm), no contiguous copy of the swap; its source may itself be a
+    view (a reshape, made contiguous)."""
     q, kt, key, v, m, y = (
         _t(s)
         for s in (
@@ -486,7 +488,8 @@ func.func @f(%q: {q}, %kt: {given}, %v: {v}, %m: {m}) -> {y} {{
 }}"""
     program = check(text, cache=cache, kind="attention")
     source = program.kernels[0].source
-    assert "sgemm(0, 0, r1 - r0, 24, 8," in source  # q @ (D, T) as given
+    scores = "gemm_nn(r1 - r0, 24, 8," if microkernel.fits(24) else "sgemm(0, 0, r1 - r0, 24, 8,"
+    assert scores in source  # q @ (D, T) as given
     assert "transpose(" not in source
     assert program.kernels[0].scratch.full_bytes == (4 * 2 * 3 * 8 * 24 if reshaped else 0)
     assert _blocks(program) > 1
@@ -519,6 +522,33 @@ func.func @f(%q: {q}, %k: {k}, %v: {v}) -> {y} {{
     program = check(text, cache=cache, fuse=True)
     assert [k.kind for k in program.kernels] == ["attention"]
     assert "rinv" not in program.kernels[0].source  # probabilities normalised, NaN -> 0
+
+
+@pytest.mark.parametrize("key_layout", ["DT", "TD"])
+def test_attention_gemms_in_register_tiles(cache, key_layout):
+    """T and E whole vectors of any target's tiles (16 lanes): both GEMMs of a block run in
+    gemm_nn when the key comes as (D, T); a (T, D) key (rows along D) keeps sgemm's
+    transposed B for the scores, and p @ v still runs in tiles. S = 70 leaves ragged row
+    tiles (70 = 11 x 6 + 4 in a block of 70 rows, fewer in smaller blocks)."""
+    q, key, v, y = (_t(s) for s in ((2, 70, 16), (2, 48, 16), (2, 48, 32), (2, 70, 32)))
+    if key_layout == "DT":
+        kt = _t((2, 16, 48))
+        head = f"%kt: {kt}"
+        swap = f"%k = ai.transpose %kt {{perm = array<i64: 0, 2, 1>}} : {kt}"
+    else:
+        head, swap = f"%k: {key}", ""
+    text = f"""
+func.func @f(%q: {q}, {head}, %v: {v}, %m: {_t(())}) -> {y} {{
+  {swap}
+  %a = ai.attention %q, %k, %v, %m {{scale = 0.25 : f32}} : {q} * {key} * {v} * {_t(())}
+  return %a : {y}
+}}"""
+    source = check(text, cache=cache, kind="attention").kernels[0].source
+    assert "gemm_nn(r1 - r0, 32, 48, sbuf, 0, 48," in source  # p @ v
+    if key_layout == "DT":
+        assert "gemm_nn(r1 - r0, 48, 16," in source and "sgemm(" not in source
+    else:
+        assert "sgemm(0, 1, r1 - r0, 48, 16," in source
 
 
 # ------------------------------------------------------- the Numba GEMM fallback

@@ -5,16 +5,19 @@
 blocked kernel of ``cpu_matmul``. A block is ``mb`` query rows of one matrix
 of the batch (``AttentionBlocks``); per block, in its task's workspace:
 
-1. ``sbuf = q[rows] @ key^T``: one single-threaded sgemm (B transposed), ``mb x T``
-   scores; a key the group swapped from a (..., D, T) input (a cache's layout) is
-   read as given, B not transposed, with no copy (``transposed_views``);
+1. ``sbuf = q[rows] @ key^T``, ``mb x T`` scores: one single-threaded sgemm (B
+   transposed); a key the group swapped from a (..., D, T) input (a cache's layout)
+   is read as given, with no copy (``transposed_views``), by ``gemm_nn``
+   (``fusec.targets.cpu.microkernel``, register tiles, no packing) when T is a whole
+   number of its vectors, else by sgemm with B not transposed;
 2. per row, while the block is in cache: the max and, in one loop,
    ``exp_nonpos_f32(x * scale + mask - max)`` (IEEE, in the reference's order) and its
    sum. When the mask is constant along the row and ``scale > 0``, ``x -> x * scale +
    mask`` is monotone in float32, so the max of the raw scores, transformed, is the
    reference's max exactly and the scaled scores are never stored (otherwise a pass
    stores them first);
-3. ``sgemm(sbuf, v)`` into the output rows (or the block's ``cbuf`` when an
+3. ``sbuf @ v`` (``gemm_nn`` when E is a whole number of its vectors, else sgemm)
+   into the output rows (or the block's ``cbuf`` when an
    elementwise epilogue follows, which the shared machinery runs per block), then each
    output row times its ``1 / sum``: ``E`` multiplies a row instead of ``T``. With
    ``nan_to_zero`` the probabilities are normalised in ``sbuf`` instead, where their
@@ -38,6 +41,7 @@ from collections.abc import Sequence
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import broadcast_offset, shape_of
 from fusec.dialect import ops as ai
+from fusec.targets.cpu import microkernel
 from fusec.targets.cpu.matmul import (
     MIN_BLOCKS,
     BlockedCore,
@@ -68,6 +72,7 @@ class AttentionBlocks(BlockedCore):
     """
 
     expr_helpers = frozenset({"exp_nonpos_f32"})
+    imports = ("from fusec.targets.cpu.microkernel import gemm_nn",)
     #: The key given as (..., D, T) (a transpose of a cache's layout) is read as it is.
     transposable = frozenset({1})
 
@@ -146,13 +151,21 @@ class AttentionBlocks(BlockedCore):
         q_off = f"{q_off} + r0 * {d}" if q_off != "0" else f"r0 * {d}"
         k_off, v_off = self._matrix(self.k_batch, t * d), self._matrix(self.v_batch, t * e)
         c_off = "0" if self.c_local else f"(b * {s} + r0) * {e}"
-        # key^T: the key's (T, D) rows transposed, or a (D, T) matrix the group swapped
-        tb, ldk = (0, t) if 1 in self.transposed else (1, d)
+        # key^T: a (D, T) matrix the group swapped, read in place by gemm_nn when its rows
+        # are whole vectors, else sgemm (which also reads a (T, D) key transposed)
+        if 1 in self.transposed and microkernel.fits(t):
+            operands = f"{q}, {q_off}, {d}, {key}, {k_off}, {t}, sbuf, 0, {t}"
+            scores = [f"gemm_nn(r1 - r0, {t}, {d}, {operands})"]
+        else:
+            tb, ldk = (0, t) if 1 in self.transposed else (1, d)
+            scores = [
+                "prev = threads_begin(1)",
+                f"sgemm(0, {tb}, r1 - r0, {t}, {d}, {q}, {q_off}, {d}, "
+                f"{key}, {k_off}, {ldk}, sbuf, 0, {t})",
+                "threads_end(prev)",
+            ]
         lines = [
-            "prev = threads_begin(1)",
-            f"sgemm(0, {tb}, r1 - r0, {t}, {d}, {q}, {q_off}, {d}, "
-            f"{key}, {k_off}, {ldk}, sbuf, 0, {t})",
-            "threads_end(prev)",
+            *scores,
             "for i in range(r1 - r0):",
             f"    srow = sbuf[i * {t}:i * {t} + {t}]",
             *(f"    {line}" for line in self._row_exp()),
@@ -166,12 +179,15 @@ class AttentionBlocks(BlockedCore):
             ]
         else:
             lines.append("    rinv[i] = inv")
-        lines += [
-            "prev = threads_begin(1)",
-            f"sgemm(0, 0, r1 - r0, {e}, {t}, sbuf, 0, {t}, {v}, {v_off}, {e}, "
-            f"{self.c_array}, {c_off}, {e})",
-            "threads_end(prev)",
-        ]
+        operands = f"sbuf, 0, {t}, {v}, {v_off}, {e}, {self.c_array}, {c_off}, {e}"
+        if microkernel.fits(e):
+            lines.append(f"gemm_nn(r1 - r0, {e}, {t}, {operands})")
+        else:
+            lines += [
+                "prev = threads_begin(1)",
+                f"sgemm(0, 0, r1 - r0, {e}, {t}, {operands})",
+                "threads_end(prev)",
+            ]
         if not self.nan_to_zero:
             lines += [
                 "for i in range(r1 - r0):",

@@ -1,0 +1,209 @@
+"""A register-tiled float32 GEMM for operands read in place: ``gemm_nn``.
+
+Why. Attention's two GEMMs per block are narrow: ``q @ key^T`` with K = D (64 in
+most heads) and ``p @ v`` with N = E. OpenBLAS packs A and B on every call, which
+such shapes do not amortise: single-threaded on the 2-core Zen 4 VM, 256 x 512 x 64
+and 256 x 64 x 512 ran at 88-104 GFLOP/s through numpy's OpenBLAS against 107-117
+for this kernel in the same processes (``benchmarks/results/cpu-notes.md``).
+
+How. ``C = A @ B`` (row-major, no transposes) in tiles of ``MR`` rows by ``NV``
+vectors of ``W`` lanes that stay in registers for the whole K loop: per ``k``, the
+tile loads ``NV`` vectors of B's row ``k``, broadcasts ``A[i, k]`` for its ``MR``
+rows and issues ``MR * NV`` fused multiply-adds (float32 accumulation, in the order
+of ``k``). B's rows are read where they are, so the kernel suits a B whose rows
+are short enough to stay in L1/L2 across the tiles (a head's key^T or v); it needs
+no workspace. The tile is written as LLVM IR (``llvm.fma`` on ``<W x float>``):
+Numba has no vector type, and LLVM's vectoriser does not keep a 2-D accumulator
+in registers. ``W`` follows the target Numba compiles for: 16 lanes with
+AVX-512 (32 vector registers: 6 x 4 tiles, 24 accumulators), else 8 (16 registers:
+6 x 2); other architectures legalise the vectors to their own width. Columns past
+the last multiple of ``W`` take a scalar loop.
+"""
+
+from __future__ import annotations
+
+import numba
+from llvmlite import binding, ir
+from numba import types
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
+
+from fusec.runtime.numba_cache import sealed_njit
+
+_I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+
+
+def target_features() -> str:
+    """The CPU features Numba compiles for (``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES``
+    when set, else the host's)."""
+    if numba.config.CPU_NAME:
+        return numba.config.CPU_FEATURES or ""
+    return binding.get_host_cpu_features().flatten()
+
+
+def vector_lanes(features: str) -> int:
+    """float32 lanes of one tile vector for a target with ``features``."""
+    return 16 if "+avx512f" in features.split(",") else 8
+
+
+#: Lanes per vector, rows per tile and vectors per tile row on this target.
+W = vector_lanes(target_features())
+MR = 6
+NV = 4 if W == 16 else 2
+
+
+def _tile(rows: int, vectors: int, lanes: int):
+    """The intrinsic ``tile(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k)``: C's
+    ``rows x vectors * lanes`` tile at ``c_off`` = A's rows at ``a_off`` @ B's columns at
+    ``b_off`` over ``k`` (the sum over no terms, 0, when ``k <= 0``)."""
+    vty = ir.VectorType(_F32, lanes)
+
+    def tile(typingctx, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k):
+        for name, arr in (("a", a), ("b", b), ("c", c)):
+            if not (isinstance(arr, types.Array) and arr.dtype == types.float32):
+                raise TypingError(f"gemm tile: {name} must be a float32 array")
+        sig = types.void(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k)
+
+        def codegen(context, builder, signature, args):
+            argtys = signature.args
+
+            def integer(i: int) -> ir.Value:
+                return context.cast(builder, args[i], argtys[i], types.int64)
+
+            def pointer(i: int, off: int) -> ir.Value:
+                data = context.make_array(argtys[i])(context, builder, args[i]).data
+                return builder.gep(data, [integer(off)])
+
+            def vector_at(row: ir.Value, v: int) -> ir.Value:
+                at = builder.gep(row, [ir.Constant(_I64, v * lanes)])
+                return builder.bitcast(at, vty.as_pointer())
+
+            pa, pb, pc = pointer(0, 1), pointer(3, 4), pointer(6, 7)
+            lda_, ldb_, ldc_, kk = integer(2), integer(5), integer(8), integer(9)
+            fma = builder.module.declare_intrinsic(
+                f"llvm.fma.v{lanes}f32", (), ir.FunctionType(vty, [vty, vty, vty])
+            )
+            zero = ir.Constant(vty, None)
+            splat_mask = ir.Constant(ir.VectorType(_I32, lanes), None)
+            entry = builder.block
+            loop = builder.append_basic_block("tile.loop")
+            done = builder.append_basic_block("tile.done")
+            builder.cbranch(builder.icmp_signed(">", kk, ir.Constant(_I64, 0)), loop, done)
+
+            builder.position_at_end(loop)
+            p = builder.phi(_I64)
+            acc = [[builder.phi(vty) for _ in range(vectors)] for _ in range(rows)]
+            brow = builder.gep(pb, [builder.mul(p, ldb_)])
+            bv = [builder.load(vector_at(brow, v), align=4) for v in range(vectors)]
+            new = []
+            for r in range(rows):
+                at = builder.add(builder.mul(ir.Constant(_I64, r), lda_), p)
+                scalar = builder.load(builder.gep(pa, [at]))
+                one = builder.insert_element(ir.Constant(vty, ir.Undefined), scalar, _I32(0))
+                splat = builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), splat_mask)
+                new.append([builder.call(fma, [splat, bv[v], acc[r][v]]) for v in range(vectors)])
+            step = builder.add(p, ir.Constant(_I64, 1))
+            body_end = builder.block
+            p.add_incoming(ir.Constant(_I64, 0), entry)
+            p.add_incoming(step, body_end)
+            for r in range(rows):
+                for v in range(vectors):
+                    acc[r][v].add_incoming(zero, entry)
+                    acc[r][v].add_incoming(new[r][v], body_end)
+            builder.cbranch(builder.icmp_signed("<", step, kk), loop, done)
+
+            builder.position_at_end(done)
+            final = []  # phis first: LLVM wants them at the top of the block
+            for r in range(rows):
+                for v in range(vectors):
+                    value = builder.phi(vty)
+                    value.add_incoming(zero, entry)
+                    value.add_incoming(new[r][v], body_end)
+                    final.append(value)
+            for r in range(rows):
+                crow = builder.gep(pc, [builder.mul(ir.Constant(_I64, r), ldc_)])
+                for v in range(vectors):
+                    builder.store(final[r * vectors + v], vector_at(crow, v), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    tile.__name__ = f"tile_{rows}x{vectors}x{lanes}"
+    return intrinsic(tile)
+
+
+# Tiles of every row count up to MR (the last rows of C) for full strips (NV
+# vectors), and for the narrower strips left at C's right edge.
+_T1, _T2, _T3, _T4, _T5, _T6 = (_tile(r, NV, W) for r in range(1, 7))
+_N1, _N2, _N3, _N4, _N5, _N6 = (_tile(r, 1, W) for r in range(1, 7))
+assert MR == 6  # the dispatch below names the tiles of 1..6 rows
+
+
+@sealed_njit
+def _strip(m, n0, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
+    """C's columns ``n0 : n0 + NV * W``, every row."""
+    i = 0
+    while i + 6 <= m:
+        _T6(a, a_off + i * lda, lda, b, b_off + n0, ldb, c, c_off + i * ldc + n0, ldc, k)
+        i += 6
+    rest = m - i
+    ao, co = a_off + i * lda, c_off + i * ldc + n0
+    if rest == 5:
+        _T5(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
+    elif rest == 4:
+        _T4(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
+    elif rest == 3:
+        _T3(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
+    elif rest == 2:
+        _T2(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
+    elif rest == 1:
+        _T1(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
+
+
+@sealed_njit
+def _narrow_strip(m, n0, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
+    """C's columns ``n0 : n0 + W``, every row."""
+    i = 0
+    while i + 6 <= m:
+        _N6(a, a_off + i * lda, lda, b, b_off + n0, ldb, c, c_off + i * ldc + n0, ldc, k)
+        i += 6
+    rest = m - i
+    ao, co = a_off + i * lda, c_off + i * ldc + n0
+    if rest == 5:
+        _N5(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
+    elif rest == 4:
+        _N4(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
+    elif rest == 3:
+        _N3(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
+    elif rest == 2:
+        _N2(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
+    elif rest == 1:
+        _N1(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
+
+
+@sealed_njit
+def gemm_nn(m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
+    """C[c_off:] = A[a_off:] @ B[b_off:]: row-major float32, ``m x n`` from ``m x k`` and
+    ``k x n`` with leading dimensions ``lda``, ``ldb``, ``ldc`` (the ``sgemm`` intrinsics'
+    contract without the transpose flags). Strips of C's columns, each over all rows:
+    a strip's columns of B stay in cache while its tiles go down A."""
+    full, lanes = NV * W, W
+    n0 = 0
+    while n0 + full <= n:
+        _strip(m, n0, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
+        n0 += full
+    while n0 + lanes <= n:
+        _narrow_strip(m, n0, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
+        n0 += lanes
+    for i in range(m):  # the columns right of the last whole vector
+        for j in range(n0, n):
+            s = numba.float32(0.0)
+            for p in range(k):
+                s += a[a_off + i * lda + p] * b[b_off + p * ldb + j]
+            c[c_off + i * ldc + j] = s
+
+
+def fits(n: int) -> bool:
+    """Whether ``gemm_nn`` runs a C of ``n`` columns in whole vectors (no scalar edge):
+    the attention template uses it only then, and OpenBLAS's sgemm otherwise."""
+    return n > 0 and n % W == 0

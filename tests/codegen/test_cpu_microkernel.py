@@ -1,0 +1,83 @@
+"""``gemm_nn``, the cpu target's register-tiled GEMM (``fusec.targets.cpu.microkernel``).
+
+Every case writes into a NaN-poisoned C larger than the result, on fresh random
+inputs, and checks the result against float64 numpy and the poison around it.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+from fusec.targets.cpu import microkernel
+from fusec.targets.cpu.microkernel import gemm_nn
+
+W, NV = microkernel.W, microkernel.NV
+
+SHAPES = [
+    (256, 512, 64),  # attention's q @ key^T block
+    (256, 64, 512),  # and p @ v
+    (6 * 3 + 5, NV * W * 2 + W + 3, 17),  # row remainder 5, a narrow strip, scalar columns
+    (4, NV * W, 1),
+    (1, 1, 1),  # no vector at all
+    (7, W - 1, 9),
+    (13, 2 * W, 0),  # no terms: zeros
+]
+
+
+def _relative(out: np.ndarray, ref: np.ndarray) -> float:
+    scale = np.linalg.norm(ref)
+    return float(np.linalg.norm(out - ref) / scale) if scale else float(np.abs(out).max())
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gemm_nn_against_numpy(shape):
+    m, n, k = shape
+    rng = np.random.default_rng(m * 1000 + n * 10 + k)
+    lda, ldb, ldc = k + 3, n + 5, n + 2  # leading dimensions wider than the rows
+    a_off, b_off, c_off = 7, 2, 11
+    a = rng.standard_normal(a_off + m * lda, dtype=np.float32)
+    b = rng.standard_normal(b_off + max(k, 1) * ldb, dtype=np.float32)
+    a.flags.writeable = b.flags.writeable = False  # read-only operands (initialisers)
+    c = np.full(c_off + m * ldc + 4, np.nan, dtype=np.float32)
+    gemm_nn(m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
+    a2 = a[a_off:].reshape(m, lda)[:, :k].astype(np.float64)
+    b2 = b[b_off : b_off + k * ldb].reshape(k, ldb)[:, :n].astype(np.float64)
+    out = c[c_off : c_off + m * ldc].reshape(m, ldc)
+    assert not np.isnan(out[:, :n]).any()
+    assert _relative(out[:, :n].astype(np.float64), a2 @ b2) < 1e-5
+    assert np.isnan(out[:, n:]).all() and np.isnan(c[:c_off]).all()  # nothing else written
+    assert np.isnan(c[c_off + m * ldc :]).all()
+
+
+def _tile_runner(rows: int, vectors: int, lanes: int):
+    tile = microkernel._tile(rows, vectors, lanes)
+
+    @numba.njit
+    def run(a, b, c, k, n):
+        tile(a, 0, k, b, 0, n, c, 0, n, k)
+
+    return run
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+@pytest.mark.parametrize(("rows", "vectors"), [(1, 1), (6, 2), (5, 4)])
+def test_tiles_of_either_width(lanes, rows, vectors):
+    """Both vector widths compile and compute on any target (LLVM legalises the vectors):
+    the one this machine does not use is what another machine runs."""
+    n, k = vectors * lanes, 37
+    rng = np.random.default_rng(lanes + rows)
+    a = rng.standard_normal(rows * k, dtype=np.float32)
+    b = rng.standard_normal(k * n, dtype=np.float32)
+    c = np.full(rows * n, np.nan, dtype=np.float32)
+    _tile_runner(rows, vectors, lanes)(a, b, c, k, n)
+    ref = a.reshape(rows, k).astype(np.float64) @ b.reshape(k, n)
+    assert _relative(c.reshape(rows, n).astype(np.float64), ref) < 1e-5
+
+
+def test_vector_width_follows_the_target_features():
+    assert microkernel.vector_lanes("+sse2,+avx2,+avx512f,+fma") == 16
+    assert microkernel.vector_lanes("+sse2,+avx2,-avx512f,+fma") == 8
+    assert microkernel.vector_lanes("") == 8
+    assert microkernel.fits(4 * W) and not microkernel.fits(W + 1) and not microkernel.fits(0)
