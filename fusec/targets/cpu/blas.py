@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,9 +66,6 @@ class BlasLibrary:
     threads_local: str | None  # sets the calling thread's BLAS thread count
     set_threads: str | None  # sets the process-wide count (fallback)
     get_threads: str | None
-    #: The kernels OpenBLAS picked for this CPU (threadpoolctl's "architecture":
-    #: "SkylakeX", "Haswell", ...); None for MKL or when unknown.
-    architecture: str | None = None
 
 
 def _symbols(lib: ctypes.CDLL, names: list[str]) -> str | None:
@@ -141,7 +137,7 @@ def find_blas() -> BlasLibrary | None:
             continue
         found = finder(info["filepath"], lib)
         if found is not None:
-            return dataclasses.replace(found, architecture=info.get("architecture"))
+            return found
     return None
 
 
@@ -166,11 +162,6 @@ def _register() -> tuple[BlasLibrary | None, ctypes.CDLL | None]:
 
 
 BLAS, _LIB = _register()
-
-
-def architecture() -> str | None:
-    """The kernels of the BLAS the generated kernels call (``BlasLibrary.architecture``)."""
-    return BLAS.architecture if BLAS is not None else None
 
 
 def mode() -> str:

@@ -1,4 +1,4 @@
-"""cpu template for "conv" groups: per block of output rows, one or more sgemms + epilogue.
+"""cpu template for "conv" groups: per block of output rows, one or more GEMMs + epilogue.
 
 ``conv_method`` states which of four ways a convolution takes (direct, Winograd
 F(2x2, 3x3), one sgemm per tap, im2col); the im2col way is described here, the
@@ -33,7 +33,7 @@ from fusec.codegen import KernelSource
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
-from fusec.targets.cpu import blas
+from fusec.targets.cpu import microkernel
 from fusec.targets.cpu.matmul import (
     MIN_BLOCKS,
     BlockedCore,
@@ -58,27 +58,14 @@ def generate(fused_op, name: str) -> KernelSource:
 
 #: Winograd blocks: tiles (2x2 output pixels each) per block, at most; and the most bytes
 #: of a block's transformed input and products (16 x (C/G + K/G) x tiles float32s).
-#: With OpenBLAS's SkylakeX kernels 3 tile rows of 28 (84 tiles) measured best at 56x56,
-#: C = K = 64 (12.2 ms single-threaded against 13.1-18.0 for 1, 2, 4 and 8 rows, 19.5 by
-#: taps); see ``winograd_tiles`` for its Haswell kernels.
-WINOGRAD_TILES, WINOGRAD_BYTES = 96, 2 << 20
-#: Tiles per block with OpenBLAS's Haswell kernels (OPENBLAS_CORETYPE=ZEN on Zen 4,
-#: fusec.targets.cpu.threads), whose 64 x N x 64 sgemm is slow on narrow N (N = 84:
-#: 78-80 GFLOP/s against 93 for SkylakeX's; N = 336: 95 against 84-91). Same conv,
-#: single-threaded CPU ms: 96 tiles 15.1-19.5, 192: 16.0, 256 (9 tile rows): 13.9-14.1.
-WINOGRAD_TILES_HASWELL = 256
+#: Measured with the 16 GEMMs in ``gemm_nn`` (conv N8 C64 56x56 K64, 20 ms apart, median
+#: ms, 1 / 2 threads): 56 tiles 13.6 / 7.9, 84: 13.4 / 7.9, 112 (4 tile rows of 28):
+#: 12.1 / 7.3, 168: 12.5 / 7.7, 252: 12.6 / 7.9 (benchmarks/results/cpu-notes.md).
+WINOGRAD_TILES, WINOGRAD_BYTES = 128, 2 << 20
 #: F(2x2, 3x3) (Lavin and Gray): V = B^T d B of each 4x4 input tile d, U = G g G^T of
 #: each 3x3 filter g, the 2x2 output tile A^T (U * V) A; the products summed over input
 #: channels are 16 GEMMs. Rows of B^T and A^T as the generated code spells them out.
 WINOGRAD_G = ((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0))
-
-
-def winograd_tiles(architecture: str | None = None) -> int:
-    """Tiles per Winograd block, at most, for the BLAS kernels the sgemms run on
-    (``architecture``: default, those of the BLAS loaded, ``blas.architecture()``)."""
-    if architecture is None:
-        architecture = blas.architecture()
-    return WINOGRAD_TILES_HASWELL if architecture == "Haswell" else WINOGRAD_TILES
 
 
 def conv_method(op) -> str:
@@ -144,7 +131,10 @@ class ConvBlocks(BlockedCore):
         self.winograd = self.method == "winograd"
         self.taps = self.method == "taps"
         if self.winograd:
-            self.imports = ("from fusec.targets.cpu.winograd import winograd_filters",)
+            self.imports = (
+                "from fusec.targets.cpu.winograd import winograd_filters",
+                "from fusec.targets.cpu.microkernel import gemm_nn",
+            )
         self.wp = self.ow + (self.s - 1) * self.dw  # padded row width (taps)
         self.tw = (self.ow + 1) // 2  # Winograd tiles along a row
         per_row = self.ow * (self.kg * c_local + (0 if self.direct else self.crs))
@@ -153,7 +143,7 @@ class ConvBlocks(BlockedCore):
             bh = max(1, min(self.oh, TAP_PIXELS // self.wp))
         if self.winograd:
             fit = WINOGRAD_BYTES // (64 * (self.cg + self.kg))  # tiles within the bytes
-            bh = 2 * max(1, min((self.oh + 1) // 2, min(winograd_tiles(), fit) // self.tw))
+            bh = 2 * max(1, min((self.oh + 1) // 2, min(WINOGRAD_TILES, fit) // self.tw))
         images = self.n * self.groups
         if images < MIN_BLOCKS:  # split further so that every thread has blocks
             bh = min(bh, max(1, math.ceil(self.oh * images / MIN_BLOCKS)))
@@ -165,11 +155,13 @@ class ConvBlocks(BlockedCore):
         if self.winograd:
             # output row pitch in the block: 2 * tiles; a block: bh // 2 tile rows
             self.wp, self.tiles = 2 * self.tw, bh // 2 * self.tw
+            # wv's and wm's rows: the tiles, padded to whole vectors of gemm_nn
+            self.pitch = -(-self.tiles // microkernel.W) * microkernel.W
             self.rows = bh + 2  # padded input rows of a block
             self.xw = 2 * self.tw + 2  # padded input row width (the last tile's 4 columns)
             workspace.add("xpad", self.cg * self.rows * self.xw)
-            workspace.add("wv", 16 * self.cg * self.tiles)
-            workspace.add("wm", 16 * self.kg * self.tiles)
+            workspace.add("wv", 16 * self.e_stride(self.cg))
+            workspace.add("wm", 16 * self.e_stride(self.kg))
             workspace.add(c_array, self.kg * bh * self.wp)
             self.operand_bytes = 4 * 16 * self.k * self.cg
             return
@@ -209,7 +201,7 @@ class ConvBlocks(BlockedCore):
         if self.taps:
             how = f"padded copy, {self.r * self.s} sgemms (one per tap)"
         if self.winograd:
-            how = "padded copy, Winograd F(2x2, 3x3): input transform, 16 sgemms, output transform"
+            how = "padded copy, Winograd F(2x2, 3x3): input transform, 16 GEMMs, output transform"
         return (
             f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x{self.r}x{self.s}"
             f" (groups {self.groups}) in {self.count} blocks of {self.bh} output rows: "
@@ -280,11 +272,22 @@ class ConvBlocks(BlockedCore):
             "                xpad[U(d + j)] = f32(0.0)",
         ]
 
+    def e_stride(self, rows: int) -> int:
+        """Floats from one of the 16 Winograd matrices of ``rows`` rows (wv's, wm's) to the
+        next: the rows, then a cache line, so that the 16 differ in their address modulo
+        4 KiB. The transforms touch all 16 at the same column: 16 streams that, 4 KiB
+        apart, fall into one set of the 8-way L1 (pitch 96, 64 rows: the conv ran 2.3x
+        slower, benchmarks/results/cpu-notes.md)."""
+        return rows * self.pitch + 16
+
     def _winograd(self) -> list[str]:
-        """V = B^T d B of every 4x4 tile into ``wv[e, c, t]``; 16 sgemms
-        ``wm[e] = U[e] @ wv[e]``; Y = A^T M A of every tile into ``cbuf``."""
-        rows, xw, tw, tiles = self.rows, self.xw, self.tw, self.tiles
-        vt, mt = self.cg * tiles, self.kg * tiles  # one e's matrix in wv, wm
+        """V = B^T d B of every 4x4 tile into ``wv[e, c, t]``; 16 GEMMs
+        ``wm[e] = U[e] @ wv[e]`` (``gemm_nn`` over the tiles rounded up to whole vectors:
+        the columns past them are zeros in ``wv`` and never read in ``wm``); Y = A^T M A
+        of every tile into ``cbuf``."""
+        rows, xw, tw, tiles = self.rows, self.xw, self.tw, self.pitch
+        vt, mt = self.e_stride(self.cg), self.e_stride(self.kg)  # one e's matrix in wv, wm
+        lanes = microkernel.W
         pitch = self.bh * self.wp  # a channel of cbuf
         v = [f"wv[U({e * vt} + q)]" for e in range(16)]
         m = [f"wm[U({e * mt} + q)]" for e in range(16)]
@@ -317,11 +320,13 @@ class ConvBlocks(BlockedCore):
         lines += [f"            {line}" for line in body]
         kc = self.kg * self.cg
         lines += [
-            "prev = threads_begin(1)",
+            f"ntv = (nt + {lanes - 1}) // {lanes} * {lanes}",
             "for e in range(16):",
-            f"    sgemm(0, 0, {self.kg}, nt, {self.cg}, wtaps, (g * 16 + e) * {kc}, {self.cg}, "
+            f"    for c in range({self.cg}):",
+            f"        wv[e * {vt} + c * {tiles} + nt:e * {vt} + c * {tiles} + ntv] = f32(0.0)",
+            "for e in range(16):",
+            f"    gemm_nn({self.kg}, ntv, {self.cg}, wtaps, (g * 16 + e) * {kc}, {self.cg}, "
             f"wv, e * {vt}, {tiles}, wm, e * {mt}, {tiles})",
-            "threads_end(prev)",
             f"for kk in range({self.kg}):",
             "    for tr in range(ntr):",
             f"        y0 = cbuf[kk * {pitch} + 2 * tr * {self.wp}:][:{self.wp}]",
