@@ -50,6 +50,7 @@ from fusec.codegen.expr import (
 )
 from fusec.codegen.layout import LAYOUT_OPS, is_layout, numpy_expression
 from fusec.dialect import ops as ai
+from fusec.targets.cpu import microkernel
 from fusec.targets.cpu.common import (
     PARALLEL_MIN_ELEMENTS,
     REDUCE_OPS,
@@ -77,6 +78,15 @@ from fusec.targets.cpu.row_reduce import (
 
 #: Most bytes of one task's workspace (its A block, C block, im2col columns, row buffer).
 WORKSPACE_BYTES = 4 << 20
+#: A matmul runs in ``gemm_nn`` when K or N is at most this (and the operands suit it):
+#: there OpenBLAS's packing on every call costs most (single-threaded GFLOP/s, gemm_nn
+#: against sgemm: 256x512x64 113 / 93, 256x64x512 117 / 98, 64x256x64 113 / 96). With K
+#: and N in the hundreds the two are level (MLP 1024x512x2048 and LN -> matmul
+#: 2048x1024x1024, whole graphs: within 2% either way, benchmarks/results/cpu-notes.md).
+NN_MAX_NARROW = 128
+#: Most bytes of a task's workspace when the blocks run in ``gemm_nn`` (which packs
+#: nothing, so small blocks cost no repacking): A and C blocks that stay in L2.
+NN_WORKSPACE_BYTES = 512 << 10
 #: Rows of a matmul block: at most, and at least when the workspace allows.
 MAX_ROWS, MIN_ROWS = 512, 32
 #: Split the result into at least this many blocks when the blocks stay >= MIN_ROWS rows:
@@ -542,11 +552,14 @@ class MatmulBlocks(BlockedCore):
     Block ``blk`` is batch ``b = blk // (nrb * ncb)``, rows ``r0 <= i < r1`` and,
     when the columns are split too (``ncb`` > 1), columns ``c0 <= j < c1``.
 
-    Each block's sgemm packs its rows of A and its columns of B again (OpenBLAS
-    has no packing shared across calls), so the tiles are chosen to pack the
-    fewest elements per multiply-add, ``1/rows + 1/cols`` (``_tiles``): a short,
-    wide result (few rows, a large B) is split by columns, so that each thread
-    packs only its part of B.
+    A block's GEMM is ``gemm_nn`` (``fusec.targets.cpu.microkernel``: register tiles,
+    B read in place) when K or N is small (``NN_MAX_NARROW``), A and B are row-major
+    and N is whole vectors of its tiles; its blocks are then small
+    (``NN_WORKSPACE_BYTES``). Otherwise it is OpenBLAS's
+    sgemm, which packs the block's rows of A and its columns of B again on every
+    call, so the tiles are chosen to pack the fewest elements per multiply-add,
+    ``1/rows + 1/cols`` (``_tiles``): a short, wide result (few rows, a large B) is
+    split by columns, so that each thread packs only its part of B.
     """
 
     block_prologue = True
@@ -567,7 +580,19 @@ class MatmulBlocks(BlockedCore):
         self.a_batch, self.b_batch = a2[:-2], b2[:-2]
         self.batch = tuple(np.broadcast_shapes(self.a_batch, self.b_batch))
         self.b_is_vector = len(b_shape) == 1
+        a_row_major = bool(a_array) or not self.ta  # a prologue writes row-major blocks
+        narrow = min(self.k, self.n) <= NN_MAX_NARROW
+        self.nn = (
+            narrow
+            and a_row_major
+            and not (self.tb or self.b_is_vector)
+            and microkernel.fits(self.n)
+        )
+        if self.nn:
+            self.imports = ("from fusec.targets.cpu.microkernel import gemm_nn",)
         split_columns = not (whole_rows or a_array or self.b_is_vector)
+        if self.nn and math.prod(self.batch) * math.ceil(self.m / MIN_ROWS) >= MIN_BLOCKS:
+            split_columns = False  # no packing to share out: row blocks, when there are enough
         self.mb, self.nb = self._tiles(a_array is not None, c_local, split_columns)
         self.nrb, self.ncb = math.ceil(self.m / self.mb), math.ceil(self.n / self.nb)
         self.count = math.prod(self.batch) * self.nrb * self.ncb
@@ -582,7 +607,8 @@ class MatmulBlocks(BlockedCore):
     def _rows(self, workspace_row_floats: int, tiles_per_matrix: int = 1) -> int:
         if self.b_is_vector:
             return self.m  # the epilogue's rows run along M: whole matrices
-        fit = WORKSPACE_BYTES // (4 * max(1, workspace_row_floats))
+        budget = NN_WORKSPACE_BYTES if self.nn else WORKSPACE_BYTES
+        fit = budget // (4 * max(1, workspace_row_floats))
         mb = min(self.m, MAX_ROWS, max(MIN_ROWS, fit))
         tiles = math.prod(self.batch) * tiles_per_matrix
         if tiles < MIN_BLOCKS:  # split further so that every thread has blocks
@@ -613,8 +639,8 @@ class MatmulBlocks(BlockedCore):
         columns = f" x {self.nb} columns" if self.ncb > 1 else ""
         return (
             f"matmul {batch + ' x ' if batch else ''}({self.m}x{self.k} @ {self.k}x{self.n}) in "
-            f"{self.count} blocks of up to {self.mb} rows{columns}: prologue, sgemm, epilogue "
-            "per block"
+            f"{self.count} blocks of up to {self.mb} rows{columns}: prologue, "
+            f"{'gemm_nn' if self.nn else 'sgemm'}, epilogue per block"
         )
 
     def decode(self) -> list[str]:
@@ -669,10 +695,12 @@ class MatmulBlocks(BlockedCore):
             b_off = f"{b_off} + c0{f' * {k}' if self.tb else ''}"
             c_off = c_off if self.c_local else f"{c_off} + c0"
             cols, ldc = "c1 - c0", (self.nb if self.c_local else n)
+        operands = f"{a}, {a_off}, {lda}, {b}, {b_off}, {ldb}, {self.c_array}, {c_off}, {ldc}"
+        if self.nn:
+            return [f"gemm_nn(r1 - r0, {cols}, {k}, {operands})"]
         return [
             "prev = threads_begin(1)",
-            f"sgemm({ta}, {int(self.tb)}, r1 - r0, {cols}, {k}, {a}, {a_off}, {lda}, "
-            f"{b}, {b_off}, {ldb}, {self.c_array}, {c_off}, {ldc})",
+            f"sgemm({ta}, {int(self.tb)}, r1 - r0, {cols}, {k}, {operands})",
             "threads_end(prev)",
         ]
 
