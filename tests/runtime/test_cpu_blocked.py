@@ -9,6 +9,7 @@ small problems), which the assertions on ``ScratchPlan.max_tasks`` confirm.
 from __future__ import annotations
 
 import re
+import threading
 import tracemalloc
 
 import numba
@@ -590,6 +591,82 @@ def test_the_kernel_names_the_blas_it_was_built_for(cache):
     assert cpu_blas.import_line() in program.kernels[0].source
     if cpu_blas.BLAS is not None:  # numpy's wheels ship OpenBLAS
         assert cpu_blas.mode().startswith("blas-")
+
+
+def test_a_per_thread_blas_setter_is_tried_before_it_is_trusted():
+    """A setter that sets the process-wide count (scipy-openblas 0.3.31's
+    ``openblas_set_num_threads_local``) is found out; a real per-thread one passes."""
+    shared = {"n": 2}
+
+    def set_shared(n: int) -> int:
+        previous, shared["n"] = shared["n"], n
+        return previous
+
+    local = threading.local()
+
+    def set_local(n: int) -> int:
+        previous = getattr(local, "n", 2)
+        local.n = n
+        return previous
+
+    assert not cpu_blas.per_thread(set_shared, lambda: shared["n"])
+    assert shared["n"] == 2  # put back
+    assert cpu_blas.per_thread(set_local, lambda: getattr(local, "n", 2))
+
+
+def _blas_threads() -> int | None:
+    if cpu_blas.BLAS is None or cpu_blas.BLAS.get_threads is None:
+        return None
+    return getattr(cpu_blas._LIB, cpu_blas.BLAS.get_threads)()
+
+
+def test_a_launch_leaves_the_callers_blas_thread_count_alone(cache):
+    """The caller's numpy keeps its BLAS threads after a kernel that calls sgemm (with the
+    process-wide setter the tasks raced on it and left 1: numpy's next matmul ran on one
+    thread). N = 396 is not whole vectors of gemm_nn: the blocks call sgemm."""
+    before = _blas_threads()
+    if before is None:
+        pytest.skip("no BLAS thread count to read")
+    a, b, y = _t((300, 512)), _t((512, 396)), _t((300, 396))
+    text = f"""
+func.func @f(%a: {a}, %b: {b}) -> {y} {{
+  %m = ai.matmul %a, %b : {a} * {b}
+  %o = ai.relu %m : {y}
+  return %o : {y}
+}}"""
+    program = check(text, cache=cache, kind="matmul")
+    assert "sgemm(" in program.kernels[0].source
+    assert _blas_threads() == before
+
+
+def test_single_threaded_launches_from_two_threads_restore_the_count():
+    """The first launch in sets 1, the last one out restores: overlapping launches from
+    two threads leave the count they found."""
+    before = _blas_threads()
+    if before is None or cpu_blas.BLAS.threads_local:
+        pytest.skip("no process-wide BLAS count to share")
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen: list[int | None] = []
+
+    def first() -> None:
+        with cpu_blas.single_threaded():
+            first_in.set()
+            second_in.wait(5)
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait(5)
+        with cpu_blas.single_threaded():
+            second_in.set()
+            first_out.wait(5)
+            seen.append(_blas_threads())  # the first one left: still 1
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert seen == [1] and _blas_threads() == before
 
 
 # ------------------------------------------------------------ scratch bound

@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numba
@@ -148,6 +150,34 @@ def _address(lib: ctypes.CDLL, name: str) -> int:
     return address
 
 
+def per_thread(set_local: Callable[[int], int], get: Callable[[], int]) -> bool:
+    """Whether ``set_local`` (a BLAS's per-thread thread-count setter, returning the
+    previous count) leaves the other threads' counts alone, tried from a thread of its
+    own while this one reads ``get()``. It may not: scipy-openblas 0.3.31 (numpy's
+    wheels, a pthreads build) exports ``openblas_set_num_threads_local`` but it sets
+    the process-wide count, so the kernels' tasks raced on it and a launch could leave
+    the caller's numpy single-threaded (a 1024x2048x2048 matmul 39 -> 78 ms after an
+    MLP call, benchmarks/results/cpu-notes.md)."""
+    before = get()
+    probe = 2 if before == 1 else 1
+    was_set, read = threading.Event(), threading.Event()
+    seen: list[int] = []
+
+    def other() -> None:
+        previous = set_local(probe)
+        was_set.set()
+        read.wait(5.0)
+        set_local(previous)
+
+    thread = threading.Thread(target=other, name="fusec-blas-probe", daemon=True)
+    thread.start()
+    was_set.wait(5.0)
+    seen.append(get())
+    read.set()
+    thread.join(5.0)
+    return seen == [before] and get() == before
+
+
 def _register() -> tuple[BlasLibrary | None, ctypes.CDLL | None]:
     if os.environ.get(ENV_VAR, "blas") == "numba":
         return None, None
@@ -155,6 +185,9 @@ def _register() -> tuple[BlasLibrary | None, ctypes.CDLL | None]:
     if found is None:
         return None, None
     lib = ctypes.CDLL(found.path)
+    if found.threads_local and found.get_threads:
+        if not per_thread(getattr(lib, found.threads_local), getattr(lib, found.get_threads)):
+            found = dataclasses.replace(found, threads_local=None)
     binding.add_symbol(_SGEMM[found.ilp64], _address(lib, found.sgemm))
     if found.threads_local:
         binding.add_symbol(_THREADS_LOCAL, _address(lib, found.threads_local))
@@ -190,18 +223,34 @@ def import_line() -> str:
     return f"from fusec.targets.cpu.blas import {names}  # cpu_blas ABI {ABI_VERSION}, {current}"
 
 
+_single = threading.Lock()
+#: Launches inside ``single_threaded`` now, and the count to restore when none is.
+_single_users, _single_previous = 0, 0
+
+
 @contextlib.contextmanager
 def single_threaded() -> Iterator[None]:
-    """The process-wide BLAS thread count at 1 for the block (no thread-local setter)."""
+    """The process-wide BLAS thread count at 1 for the block (no per-thread setter).
+
+    Counted across threads: the first launch in sets 1, the last one out puts back the
+    count it found (launches from several threads at once would otherwise restore each
+    other's 1)."""
+    global _single_users, _single_previous
     if BLAS is None or BLAS.threads_local or not (BLAS.set_threads and BLAS.get_threads):
         yield
         return
-    previous = getattr(_LIB, BLAS.get_threads)()
-    getattr(_LIB, BLAS.set_threads)(1)
+    with _single:
+        if _single_users == 0:
+            _single_previous = getattr(_LIB, BLAS.get_threads)()
+            getattr(_LIB, BLAS.set_threads)(1)
+        _single_users += 1
     try:
         yield
     finally:
-        getattr(_LIB, BLAS.set_threads)(previous)
+        with _single:
+            _single_users -= 1
+            if _single_users == 0:
+                getattr(_LIB, BLAS.set_threads)(_single_previous)
 
 
 # ------------------------------------------------------------------ intrinsics

@@ -324,7 +324,8 @@ def generate_core_group(
     from fusec.targets.cpu import blas as cpu_blas
 
     launch_body = scratch_lines(buffers) + launch
-    if cpu_blas.mode().endswith("global"):  # no per-thread BLAS thread count
+    calls_blas = any("sgemm" in line for line in stage.body)
+    if calls_blas and cpu_blas.mode().endswith("global"):  # no per-thread BLAS thread count
         launch_body = ["with cpu_blas.single_threaded():", *(f"    {s}" for s in launch_body)]
     notes = [
         f"blocked: {core.count} blocks, {workspace.size * 4} bytes of workspace per task",
