@@ -124,40 +124,36 @@ def test_matmul_batched_short_wide_result_split_by_columns(cache):
     """Column tiles of a batched matmul with a B shared by the batch: each tile finds
     its matrix, rows and columns (2 matrices x 2 column tiles, the last ragged). N = 396
     is not whole vectors of gemm_nn: sgemm, which repacks B per call, hence the tiles."""
-    a, b, bias, y = _t((2, 64, 24)), _t((24, 396)), _t((396,)), _t((2, 64, 396))
-    text = f"""
+    program = check(_matmul_bias_relu((2, 64, 24), (24, 396)), cache=cache, kind="matmul")
+    assert "4 blocks of up to 64 rows x 208 columns" in program.kernels[0].source
+
+
+def _matmul_bias_relu(a_shape, b_shape, transpose_b: bool = False) -> str:
+    """relu(a @ b + bias) (``b_shape`` given as stored: (N, K) with ``transpose_b``)."""
+    n = b_shape[0] if transpose_b else b_shape[1]
+    a, b, bias, y = _t(a_shape), _t(b_shape), _t((n,)), _t((*a_shape[:-1], n))
+    attrs = " {transpose_b = true}" if transpose_b else ""
+    return f"""
 func.func @f(%a: {a}, %b: {b}, %bias: {bias}) -> {y} {{
-  %m = ai.matmul %a, %b : {a} * {b}
+  %m = ai.matmul %a, %b{attrs} : {a} * {b}
   %c = ai.add %m, %bias : {y} * {bias}
   %o = ai.relu %c : {y}
   return %o : {y}
 }}"""
-    program = check(text, cache=cache, kind="matmul")
-    assert "4 blocks of up to 64 rows x 208 columns" in program.kernels[0].source
 
 
 def test_matmul_in_register_tiles_takes_small_row_blocks(cache):
     """K = 24 narrow (NN_MAX_NARROW), N whole vectors of gemm_nn (16 lanes, so of 8 too)
     and row-major operands: the blocks run gemm_nn, rows only (no packing to share out),
     each C block within NN_WORKSPACE_BYTES; a transposed B keeps sgemm."""
-    a, b, bias, y = _t((2, 300, 24)), _t((24, 512)), _t((512,)), _t((2, 300, 512))
-    text = f"""
-func.func @f(%a: {a}, %b: {b}, %bias: {bias}) -> {y} {{
-  %m = ai.matmul %a, %b : {a} * {b}
-  %c = ai.add %m, %bias : {y} * {bias}
-  %o = ai.relu %c : {y}
-  return %o : {y}
-}}"""
+    text = _matmul_bias_relu((2, 300, 24), (24, 512))
     source = check(text, cache=cache, kind="matmul").kernels[0].source
     found = re.search(r"in (\d+) blocks of up to (\d+) rows: prologue, gemm_nn, epilogue", source)
     assert found, source
     blocks, rows = map(int, found.groups())
     assert rows * 512 * 4 <= cpu_matmul.NN_WORKSPACE_BYTES and blocks == 2 * -(-300 // rows)
     assert "gemm_nn(r1 - r0, 512, 24, in0," in source and "sgemm(" not in source
-    bt = _t((512, 24))
-    text = text.replace(f"%b: {b}", f"%b: {bt}").replace(
-        f"ai.matmul %a, %b : {a} * {b}", f"ai.matmul %a, %b {{transpose_b = true}} : {a} * {bt}"
-    )
+    text = _matmul_bias_relu((2, 300, 24), (512, 24), transpose_b=True)
     assert "sgemm(0, 1, r1 - r0," in check(text, cache=cache, kind="matmul").kernels[0].source
 
 
