@@ -68,6 +68,17 @@ WINOGRAD_TILES, WINOGRAD_BYTES = 128, 2 << 20
 WINOGRAD_G = ((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0))
 
 
+def winograd_stride(rows: int, pitch: int) -> int:
+    """Floats from one of a block's 16 Winograd matrices (``rows`` rows of ``pitch``, in
+    ``wv`` or ``wm``) to the next: rounded up to an odd number of 64-byte lines, so that
+    the 16 start in 16 different lines of a 4 KiB window (``e * odd`` differs mod 64 for
+    every ``e``). The transforms touch all 16 at the same column: 16 streams that, a
+    multiple of 4 KiB apart, fall into one set of the 8-way L1 (64 rows of 96: the conv
+    ran 2.3x slower, benchmarks/results/cpu-notes.md)."""
+    lines = -(-rows * pitch // 16)
+    return 16 * (lines | 1)
+
+
 def conv_method(op) -> str:
     """How the cpu target computes an ``ai.conv2d``, by this rule (first match wins):
 
@@ -160,8 +171,8 @@ class ConvBlocks(BlockedCore):
             self.rows = bh + 2  # padded input rows of a block
             self.xw = 2 * self.tw + 2  # padded input row width (the last tile's 4 columns)
             workspace.add("xpad", self.cg * self.rows * self.xw)
-            workspace.add("wv", 16 * self.e_stride(self.cg))
-            workspace.add("wm", 16 * self.e_stride(self.kg))
+            workspace.add("wv", 16 * winograd_stride(self.cg, self.pitch))
+            workspace.add("wm", 16 * winograd_stride(self.kg, self.pitch))
             workspace.add(c_array, self.kg * bh * self.wp)
             self.operand_bytes = 4 * 16 * self.k * self.cg
             return
@@ -272,21 +283,14 @@ class ConvBlocks(BlockedCore):
             "                xpad[U(d + j)] = f32(0.0)",
         ]
 
-    def e_stride(self, rows: int) -> int:
-        """Floats from one of the 16 Winograd matrices of ``rows`` rows (wv's, wm's) to the
-        next: the rows, then a cache line, so that the 16 differ in their address modulo
-        4 KiB. The transforms touch all 16 at the same column: 16 streams that, 4 KiB
-        apart, fall into one set of the 8-way L1 (pitch 96, 64 rows: the conv ran 2.3x
-        slower, benchmarks/results/cpu-notes.md)."""
-        return rows * self.pitch + 16
-
     def _winograd(self) -> list[str]:
         """V = B^T d B of every 4x4 tile into ``wv[e, c, t]``; 16 GEMMs
         ``wm[e] = U[e] @ wv[e]`` (``gemm_nn`` over the tiles rounded up to whole vectors:
         the columns past them are zeros in ``wv`` and never read in ``wm``); Y = A^T M A
         of every tile into ``cbuf``."""
         rows, xw, tw, tiles = self.rows, self.xw, self.tw, self.pitch
-        vt, mt = self.e_stride(self.cg), self.e_stride(self.kg)  # one e's matrix in wv, wm
+        # one e's matrix in wv, wm
+        vt, mt = winograd_stride(self.cg, tiles), winograd_stride(self.kg, tiles)
         lanes = microkernel.W
         pitch = self.bh * self.wp  # a channel of cbuf
         v = [f"wv[U({e * vt} + q)]" for e in range(16)]
