@@ -577,8 +577,10 @@ func.func @f(%q: {q}, {head}, %v: {v}, %m: {_t(())}) -> {y} {{
     assert "gemm_nn(r1 - r0, 32, 48, sbuf, 0, 48," in source  # p @ v
     if key_layout == "DT":
         assert "gemm_nn(r1 - r0, 48, 16," in source and "sgemm(" not in source
+        assert "gemm_nn scores, softmax rows in cache, gemm_nn with v" in source
     else:
         assert "sgemm(0, 1, r1 - r0, 48, 16," in source
+        assert "sgemm scores, softmax rows in cache, gemm_nn with v" in source
 
 
 # ------------------------------------------------------- the Numba GEMM fallback

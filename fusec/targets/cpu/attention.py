@@ -5,11 +5,11 @@
 blocked kernel of ``cpu_matmul``. A block is ``mb`` query rows of one matrix
 of the batch (``AttentionBlocks``); per block, in its task's workspace:
 
-1. ``sbuf = q[rows] @ key^T``, ``mb x T`` scores: one single-threaded sgemm (B
-   transposed); a key the group swapped from a (..., D, T) input (a cache's layout)
-   is read as given, with no copy (``transposed_views``), by ``gemm_nn``
-   (``fusec.targets.cpu.microkernel``, register tiles, no packing) when T is a whole
-   number of its vectors, else by sgemm with B not transposed;
+1. ``sbuf = q[rows] @ key^T``, ``mb x T`` scores: a key the group swapped from a
+   (..., D, T) input (a cache's layout) is read as given, with no copy
+   (``transposed_views``), by ``gemm_nn`` (``fusec.targets.cpu.microkernel``: register
+   tiles, no packing) when T is a whole number of its vectors, else by sgemm with B not
+   transposed; a (T, D) key by sgemm, B transposed;
 2. per row, while the block is in cache: the max and, in one loop,
    ``exp_nonpos_f32(x * scale + mask - max)`` (IEEE, in the reference's order) and its
    sum. When the mask is constant along the row and ``scale > 0``, ``x -> x * scale +
@@ -109,12 +109,16 @@ class AttentionBlocks(BlockedCore):
         batch = "x".join(map(str, self.batch))
         return (
             f"attention {batch + ' x ' if batch else ''}(S {self.s}, D {self.d}, T {self.t}, "
-            f"E {self.e}) in {self.count} blocks of up to {self.mb} query rows: sgemm scores, "
-            "softmax rows in cache, sgemm with v, epilogue per block"
+            f"E {self.e}) in {self.count} blocks of up to {self.mb} query rows: "
+            f"{self._scores_gemm()} scores, softmax rows in cache, {_gemm(self.e)} with v, "
+            "epilogue per block"
         )
 
     def decode(self) -> list[str]:
         return decode_row_block(self.nrb, self.mb, self.s, self.batch)
+
+    def _scores_gemm(self) -> str:
+        return _gemm(self.t, in_place=1 in self.transposed)
 
     def _matrix(self, batch_shape: Sequence[int], size: int) -> str:
         """Offset of batch ``b``'s matrix (``size`` elements) in an operand of batch
@@ -152,7 +156,9 @@ class AttentionBlocks(BlockedCore):
         k_off, v_off = self._matrix(self.k_batch, t * d), self._matrix(self.v_batch, t * e)
         c_off = "0" if self.c_local else f"(b * {s} + r0) * {e}"
         # key^T: a (D, T) matrix the group swapped, read in place by gemm_nn when its rows
-        # are whole vectors, else sgemm (which also reads a (T, D) key transposed)
+        # are whole vectors; else sgemm, which also reads a (T, D) key transposed (copying
+        # that key's transpose into the workspace for gemm_nn measured level: ~19 us a
+        # block against ~35 saved, benchmarks/results/cpu-notes.md)
         if 1 in self.transposed and microkernel.fits(t):
             operands = f"{q}, {q_off}, {d}, {key}, {k_off}, {t}, sbuf, 0, {t}"
             scores = [f"gemm_nn(r1 - r0, {t}, {d}, {operands})"]
@@ -227,3 +233,9 @@ class AttentionBlocks(BlockedCore):
             loops.append(f"    lc = (row - q0) * {self.e}")
             local[self.c_array] = "lc"
         return EpilogueRows(loops, "    ", tuple(space), RowBlock(local))
+
+
+def _gemm(n: int, in_place: bool = True) -> str:
+    """The GEMM that produces ``n`` columns in a block (``AttentionBlocks.compute``), its
+    B readable in place (row-major) or not."""
+    return "gemm_nn" if in_place and microkernel.fits(n) else "sgemm"
