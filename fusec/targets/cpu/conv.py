@@ -62,6 +62,11 @@ def generate(fused_op, name: str) -> KernelSource:
 #: ms, 1 / 2 threads): 56 tiles 13.6 / 7.9, 84: 13.4 / 7.9, 112 (4 tile rows of 28):
 #: 12.1 / 7.3, 168: 12.5 / 7.7, 252: 12.6 / 7.9 (benchmarks/results/cpu-notes.md).
 WINOGRAD_TILES, WINOGRAD_BYTES = 128, 2 << 20
+#: A block's 16 GEMMs run in ``gemm_nn`` when its tiles rounded up to whole vectors are at
+#: most this times the tiles, else in sgemm. ResNet-18 at 64x64, batch 32, 1 thread: the
+#: 2x2-output convs (one tile a block, padded to 16) took 8.8 ms in gemm_nn against 6.3
+#: in sgemm, the 16x16 ones (8 tile rows of 8) 2.5 against 9.6 (cpu-notes.md).
+WINOGRAD_NN_PAD = 1.25
 #: F(2x2, 3x3) (Lavin and Gray): V = B^T d B of each 4x4 input tile d, U = G g G^T of
 #: each 3x3 filter g, the 2x2 output tile A^T (U * V) A; the products summed over input
 #: channels are 16 GEMMs. Rows of B^T and A^T as the generated code spells them out.
@@ -166,8 +171,14 @@ class ConvBlocks(BlockedCore):
         if self.winograd:
             # output row pitch in the block: 2 * tiles; a block: bh // 2 tile rows
             self.wp, self.tiles = 2 * self.tw, bh // 2 * self.tw
-            # wv's and wm's rows: the tiles, padded to whole vectors of gemm_nn
-            self.pitch = -(-self.tiles // microkernel.W) * microkernel.W
+            # wv's and wm's rows: the tiles, padded to whole vectors of gemm_nn when that
+            # pads little; a block of few tiles (late layers: 2x2 outputs are one tile)
+            # keeps sgemm on its exact width (gemm_nn on 1 tile padded to 16 computed 16)
+            padded = -(-self.tiles // microkernel.W) * microkernel.W
+            self.nn = padded <= WINOGRAD_NN_PAD * self.tiles
+            self.pitch = padded if self.nn else self.tiles
+            if not self.nn:
+                self.imports = self.imports[:1]  # winograd_filters only
             self.rows = bh + 2  # padded input rows of a block
             self.xw = 2 * self.tw + 2  # padded input row width (the last tile's 4 columns)
             workspace.add("xpad", self.cg * self.rows * self.xw)
@@ -286,8 +297,9 @@ class ConvBlocks(BlockedCore):
     def _winograd(self) -> list[str]:
         """V = B^T d B of every 4x4 tile into ``wv[e, c, t]``; 16 GEMMs
         ``wm[e] = U[e] @ wv[e]`` (``gemm_nn`` over the tiles rounded up to whole vectors:
-        the columns past them are zeros in ``wv`` and never read in ``wm``); Y = A^T M A
-        of every tile into ``cbuf``."""
+        the columns past them are zeros in ``wv`` and never read in ``wm``; sgemm when
+        that rounding would pad much, ``WINOGRAD_NN_PAD``); Y = A^T M A of every tile
+        into ``cbuf``."""
         rows, xw, tw, tiles = self.rows, self.xw, self.tw, self.pitch
         # one e's matrix in wv, wm
         vt, mt = winograd_stride(self.cg, tiles), winograd_stride(self.kg, tiles)
@@ -323,14 +335,27 @@ class ConvBlocks(BlockedCore):
             ]
         lines += [f"            {line}" for line in body]
         kc = self.kg * self.cg
+        operands = (
+            f"{self.cg}, wtaps, (g * 16 + e) * {kc}, {self.cg}, "
+            f"wv, e * {vt}, {tiles}, wm, e * {mt}, {tiles})"
+        )
+        if self.nn:
+            lines += [
+                f"ntv = (nt + {lanes - 1}) // {lanes} * {lanes}",
+                "for e in range(16):",
+                f"    for c in range({self.cg}):",
+                f"        wv[e * {vt} + c * {tiles} + nt:e * {vt} + c * {tiles} + ntv] = f32(0.0)",
+                "for e in range(16):",
+                f"    gemm_nn({self.kg}, ntv, {operands}",
+            ]
+        else:
+            lines += [
+                "prev = threads_begin(1)",
+                "for e in range(16):",
+                f"    sgemm(0, 0, {self.kg}, nt, {operands}",
+                "threads_end(prev)",
+            ]
         lines += [
-            f"ntv = (nt + {lanes - 1}) // {lanes} * {lanes}",
-            "for e in range(16):",
-            f"    for c in range({self.cg}):",
-            f"        wv[e * {vt} + c * {tiles} + nt:e * {vt} + c * {tiles} + ntv] = f32(0.0)",
-            "for e in range(16):",
-            f"    gemm_nn({self.kg}, ntv, {self.cg}, wtaps, (g * 16 + e) * {kc}, {self.cg}, "
-            f"wv, e * {vt}, {tiles}, wm, e * {mt}, {tiles})",
             f"for kk in range({self.kg}):",
             "    for tr in range(ntr):",
             f"        y0 = cbuf[kk * {pitch} + 2 * tr * {self.wp}:][:{self.wp}]",
