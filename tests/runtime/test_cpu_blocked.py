@@ -342,12 +342,17 @@ def test_conv_winograd_against_float64_reference(cache, case):
         assert rel < 1e-4, rel
 
 
-@pytest.mark.parametrize("hw, gemm", [(4, "sgemm(0, 0, 8, nt,"), (64, "gemm_nn(8, ntv,")])
-def test_winograd_gemms_pad_little_or_run_in_sgemm(cache, hw, gemm):
+@pytest.mark.parametrize(
+    "channels, hw, gemm",
+    [(32, 4, "sgemm(0, 0, 32, nt,"), (32, 64, "gemm_nn(32, ntv,"), (8, 4, "gemm_nn(8, ntv,")],
+)
+def test_winograd_gemms_pad_little_or_run_in_sgemm(cache, channels, hw, gemm):
     """A 4x4 output is 4 tiles a block: padded to a whole vector of gemm_nn it would
-    compute 2-4x the columns, so its 16 GEMMs stay in sgemm on the exact width; 64x64
-    outputs give blocks of whole vectors, in gemm_nn. Both against the reference."""
-    text = _conv_text(((1, 1), (1, 1), (1, 1), 1, (2, 8, hw, hw), (8, 3, 3)), "f32")
+    compute 2-4x the columns, so 32 x 32 GEMMs stay in sgemm on the exact width; 64x64
+    outputs give blocks of whole vectors, in gemm_nn; 8 x 8 GEMMs (below
+    WINOGRAD_SGEMM_MIN) cost less padded than a call of sgemm. All against the reference."""
+    shape = (2, channels, hw, hw)
+    text = _conv_text(((1, 1), (1, 1), (1, 1), 1, shape, (channels, 3, 3)), "f32")
     source = check(text, cache=cache, kind="conv").kernels[0].source
     assert "Winograd" in source and gemm in source
     assert ("gemm_nn(" in source) == gemm.startswith("gemm_nn")

@@ -63,10 +63,16 @@ def generate(fused_op, name: str) -> KernelSource:
 #: 12.1 / 7.3, 168: 12.5 / 7.7, 252: 12.6 / 7.9 (benchmarks/results/cpu-notes.md).
 WINOGRAD_TILES, WINOGRAD_BYTES = 128, 2 << 20
 #: A block's 16 GEMMs run in ``gemm_nn`` when its tiles rounded up to whole vectors are at
-#: most this times the tiles, else in sgemm. ResNet-18 at 64x64, batch 32, 1 thread: the
-#: 2x2-output convs (one tile a block, padded to 16) took 8.8 ms in gemm_nn against 6.3
-#: in sgemm, the 16x16 ones (8 tile rows of 8) 2.5 against 9.6 (cpu-notes.md).
+#: most this times the tiles, else in sgemm (but see WINOGRAD_SGEMM_MIN). ResNet-18 at
+#: 64x64, batch 32, 1 thread: the 2x2-output convs (one tile a block, padded to 16) took
+#: 8.8 ms in gemm_nn against 6.3 in sgemm, the 16x16 ones (8 tile rows of 8) 2.5 against
+#: 9.6 (cpu-notes.md).
 WINOGRAD_NN_PAD = 1.25
+#: ... unless its GEMMs are smaller than this (K/G x C/G): then sgemm's cost per call
+#: outweighs the padding (MobileNetV2's depthwise convs, one channel a group, many
+#: one-tile blocks: batch 32 34 ms in gemm_nn, 74 in sgemm; ResNet-18's 4x4 outputs,
+#: 64 x 64, 4 tiles a block: 2.3 ms in sgemm, 2.7 in gemm_nn).
+WINOGRAD_SGEMM_MIN = 1024
 #: F(2x2, 3x3) (Lavin and Gray): V = B^T d B of each 4x4 input tile d, U = G g G^T of
 #: each 3x3 filter g, the 2x2 output tile A^T (U * V) A; the products summed over input
 #: channels are 16 GEMMs. Rows of B^T and A^T as the generated code spells them out.
@@ -175,7 +181,8 @@ class ConvBlocks(BlockedCore):
             # pads little; a block of few tiles (late layers: 2x2 outputs are one tile)
             # keeps sgemm on its exact width (gemm_nn on 1 tile padded to 16 computed 16)
             padded = -(-self.tiles // microkernel.W) * microkernel.W
-            self.nn = padded <= WINOGRAD_NN_PAD * self.tiles
+            small = self.kg * self.cg < WINOGRAD_SGEMM_MIN  # a call costs more than the pad
+            self.nn = small or padded <= WINOGRAD_NN_PAD * self.tiles
             self.pitch = padded if self.nn else self.tiles
             if not self.nn:
                 self.imports = self.imports[:1]  # winograd_filters only
