@@ -110,15 +110,17 @@ class AttentionBlocks(BlockedCore):
         return (
             f"attention {batch + ' x ' if batch else ''}(S {self.s}, D {self.d}, T {self.t}, "
             f"E {self.e}) in {self.count} blocks of up to {self.mb} query rows: "
-            f"{self._scores_gemm()} scores, softmax rows in cache, {_gemm(self.e)} with v, "
+            f"{_name(self._tiled_scores())} scores, softmax rows in cache, "
+            f"{_name(microkernel.fits(self.e))} with v, "
             "epilogue per block"
         )
 
     def decode(self) -> list[str]:
         return decode_row_block(self.nrb, self.mb, self.s, self.batch)
 
-    def _scores_gemm(self) -> str:
-        return _gemm(self.t, in_place=1 in self.transposed)
+    def _tiled_scores(self) -> bool:
+        """Whether q @ key^T runs in gemm_nn: a (D, T) key read in place, T whole vectors."""
+        return 1 in self.transposed and microkernel.fits(self.t)
 
     def _matrix(self, batch_shape: Sequence[int], size: int) -> str:
         """Offset of batch ``b``'s matrix (``size`` elements) in an operand of batch
@@ -159,7 +161,7 @@ class AttentionBlocks(BlockedCore):
         # are whole vectors; else sgemm, which also reads a (T, D) key transposed (copying
         # that key's transpose into the workspace for gemm_nn measured level: ~19 us a
         # block against ~35 saved, benchmarks/results/cpu-notes.md)
-        if 1 in self.transposed and microkernel.fits(t):
+        if self._tiled_scores():
             operands = f"{q}, {q_off}, {d}, {key}, {k_off}, {t}, sbuf, 0, {t}"
             scores = [f"gemm_nn(r1 - r0, {t}, {d}, {operands})"]
         else:
@@ -235,7 +237,6 @@ class AttentionBlocks(BlockedCore):
         return EpilogueRows(loops, "    ", tuple(space), RowBlock(local))
 
 
-def _gemm(n: int, in_place: bool = True) -> str:
-    """The GEMM that produces ``n`` columns in a block (``AttentionBlocks.compute``), its
-    B readable in place (row-major) or not."""
-    return "gemm_nn" if in_place and microkernel.fits(n) else "sgemm"
+def _name(tiled: bool) -> str:
+    """The GEMM a product runs in, as the kernel's description names it."""
+    return "gemm_nn" if tiled else "sgemm"

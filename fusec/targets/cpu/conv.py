@@ -153,10 +153,7 @@ class ConvBlocks(BlockedCore):
         self.winograd = self.method == "winograd"
         self.taps = self.method == "taps"
         if self.winograd:
-            self.imports = (
-                "from fusec.targets.cpu.winograd import winograd_filters",
-                "from fusec.targets.cpu.microkernel import gemm_nn",
-            )
+            self.imports = ("from fusec.targets.cpu.winograd import winograd_filters",)
         self.wp = self.ow + (self.s - 1) * self.dw  # padded row width (taps)
         self.tw = (self.ow + 1) // 2  # Winograd tiles along a row
         per_row = self.ow * (self.kg * c_local + (0 if self.direct else self.crs))
@@ -184,8 +181,8 @@ class ConvBlocks(BlockedCore):
             small = self.kg * self.cg < WINOGRAD_SGEMM_MIN  # a call costs more than the pad
             self.nn = small or padded <= WINOGRAD_NN_PAD * self.tiles
             self.pitch = padded if self.nn else self.tiles
-            if not self.nn:
-                self.imports = self.imports[:1]  # winograd_filters only
+            if self.nn:
+                self.imports += ("from fusec.targets.cpu.microkernel import gemm_nn",)
             self.rows = bh + 2  # padded input rows of a block
             self.xw = 2 * self.tw + 2  # padded input row width (the last tile's 4 columns)
             workspace.add("xpad", self.cg * self.rows * self.xw)
