@@ -87,6 +87,10 @@ class KernelSource:
     extra_sources: tuple[tuple[str, str], ...] = ()
     #: Why the target's fused template declined the group (its fallback runs it).
     remark: KernelRemark | None = None
+    #: Inputs the entry takes in a layout of the backend's (``Backend.prepare``), as
+    #: (input index, layout name): constants only, laid out once by the ``Program``
+    #: (the cpu target's packed GEMM operands).
+    prepared_inputs: tuple[tuple[int, str], ...] = ()
 
 
 def io_specs(fused_op: FusedOp) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:

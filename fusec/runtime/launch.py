@@ -57,6 +57,10 @@ class Backend(Protocol):
     def to_host(self, value: Any) -> np.ndarray:
         """A result value as a numpy array."""
 
+    def prepare(self, layout: str, array: np.ndarray) -> Any:
+        """A constant in the layout a kernel names in ``KernelSource.prepared_inputs``
+        (only targets whose kernels name one need it)."""
+
 
 @dataclass
 class Launch:
@@ -144,7 +148,10 @@ class Program:
         self.backend = self.target.backend(cache)
         plan = plan_launches(module, entry, self.target)
         self.function = plan.function
-        self.constants = plan.constants
+        #: Constants the kernels read as they are, and those laid out for a kernel
+        #: ((value, layout) -> array: ``KernelSource.prepared_inputs``).
+        self.constants = dict(plan.constants)
+        self.prepared_constants: dict[tuple[SSAValue, str], Any] = {}
         self.launches = plan.launches
         self.returns = plan.returns
         self.call_bytes = plan.call_bytes
@@ -157,17 +164,26 @@ class Program:
         call indexes lists and compares tuples: hashing IR values and reading types
         through xDSL cost more than a small kernel (measured ~25 us a call before)."""
         params = self.function.function_type.inputs.data
-        slot: dict[SSAValue, int] = {arg: k for k, arg in enumerate(self.function.body.block.args)}
-        self._host_constants: list[tuple[int, np.ndarray]] = []
-        for value, array in self.constants.items():
+        # values, and (constant, layout) pairs of constants a kernel takes laid out
+        slot: dict[Any, int] = {arg: k for k, arg in enumerate(self.function.body.block.args)}
+        for value in self.constants:
             slot[value] = len(slot)
-            self._host_constants.append((slot[value], array))
+        read_as_they_are = set(self.returns)
         self._host_steps: list[tuple[Launch, list[int], list[int]]] = []
         for launch in self.launches:
             ins = [slot[v] for v in launch.operands]
+            laid_out = dict(launch.kernel.prepared_inputs)
+            read_as_they_are.update(v for i, v in enumerate(launch.operands) if i not in laid_out)
+            for index, layout in laid_out.items():
+                ins[index] = self._prepared_slot(launch, index, layout, slot)
             for value in launch.results:
                 slot[value] = len(slot)
             self._host_steps.append((launch, ins, [slot[v] for v in launch.results]))
+        # a constant read only laid out is kept only so
+        for value in {v for v, _ in self.prepared_constants} - read_as_they_are:
+            del self.constants[value]
+        self._host_constants = [(slot[v], a) for v, a in self.constants.items()]
+        self._host_constants += [(slot[key], a) for key, a in self.prepared_constants.items()]
         self._host_returns = [slot[v] for v in self.returns]
         self._buffers_name = f"the buffers of @{self.function.sym_name.data}"
         self._host_slots = len(slot)
@@ -178,6 +194,21 @@ class Program:
                 self._arg_specs.append((tuple(spec.shape), np.dtype(numpy_dtype(spec.dtype))))
             except ShapeError:  # check_arguments reports it, naming the parameter
                 self._arg_specs.append(None)
+
+    def _prepared_slot(self, launch: Launch, index: int, layout: str, slot: dict) -> int:
+        """The slot of ``launch``'s constant operand ``index`` laid out in ``layout``
+        (``KernelSource.prepared_inputs``), laid out by the backend the first time."""
+        value = launch.operands[index]
+        if (value, layout) not in slot:
+            if value not in self.constants:
+                raise ValueError(
+                    f"{launch.label}: operand {index} in layout {layout!r} is not a constant"
+                )
+            slot[value, layout] = len(slot)
+            self.prepared_constants[value, layout] = self.backend.prepare(
+                layout, self.constants[value]
+            )
+        return slot[value, layout]
 
     def _arguments(self, args: Sequence[Any]) -> list[np.ndarray]:
         """``args`` as numpy arrays when they match the signature exactly (the fast

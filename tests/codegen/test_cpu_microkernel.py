@@ -81,3 +81,32 @@ def test_vector_width_follows_the_target_features():
     assert microkernel.vector_lanes("+sse2,+avx2,-avx512f,+fma") == 8
     assert microkernel.vector_lanes("") == 8
     assert microkernel.fits(4 * W) and not microkernel.fits(W + 1) and not microkernel.fits(0)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("m, strips, k", [(23, 3, 40), (6, 1, 1), (1, 2, 300)])
+def test_gemm_packed_reads_b_as_pack_strips_lays_it_out(transposed, m, strips, k):
+    """C's columns from strip 1 on (``bp_off`` = 1 strip of k rows) into a poisoned C
+    with a wider leading dimension: the strips are B's columns, each k x STRIP."""
+    n = strips * microkernel.STRIP
+    rng = np.random.default_rng(m + strips + k)
+    b = rng.standard_normal((n, k) if transposed else (k, n), dtype=np.float32)
+    b2 = (b.T if transposed else b).astype(np.float64)
+    packed = microkernel.pack_strips(b, transposed=transposed)
+    assert packed.shape == (k * n,) and packed.dtype == np.float32
+    lda, ldc, c_off = k + 1, n + 3, 5
+    a = rng.standard_normal(m * lda, dtype=np.float32)
+    c = np.full(c_off + m * ldc, np.nan, dtype=np.float32)
+    cols = n - microkernel.STRIP  # all but the first strip
+    microkernel.gemm_packed(m, cols, k, a, 0, lda, packed, k * microkernel.STRIP, c, c_off, ldc)
+    out = c[c_off:].reshape(m, ldc)
+    ref = a.reshape(m, lda)[:, :k].astype(np.float64) @ b2[:, microkernel.STRIP :]
+    if cols:
+        assert _relative(out[:, :cols].astype(np.float64), ref) < 1e-5
+    assert np.isnan(out[:, cols:]).all() and np.isnan(c[:c_off]).all()
+
+
+def test_pack_strips_wants_whole_strips():
+    with pytest.raises(ValueError, match="not whole strips"):
+        microkernel.pack_strips(np.ones((4, microkernel.STRIP + 1), np.float32))
+    assert microkernel.packs(2 * microkernel.STRIP) and not microkernel.packs(microkernel.W)

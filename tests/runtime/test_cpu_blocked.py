@@ -157,6 +157,82 @@ def test_matmul_in_register_tiles_takes_small_row_blocks(cache):
     assert "sgemm(0, 1, r1 - r0," in check(text, cache=cache, kind="matmul").kernels[0].source
 
 
+def _dense(array: np.ndarray) -> str:
+    """An ``arith.constant`` value for ``array`` (float32s written exactly)."""
+    if array.ndim == 1:
+        return "[" + ", ".join(repr(float(v)) for v in array) + "]"
+    return "[" + ", ".join(_dense(row) for row in array) + "]"
+
+
+def _constant_weight_matmul(m: int, k: int, n: int, transpose_b: bool, weight_twice=False):
+    """relu(a @ W + bias) with W an ``arith.constant`` ((N, K) given ``transpose_b``);
+    ``weight_twice``: + W again in the epilogue (N = K)."""
+    rng = np.random.default_rng(m * k + n)
+    shape = (n, k) if transpose_b else (k, n)
+    w = rng.standard_normal(shape).astype(np.float32)
+    a, wt, bias, y = _t((m, k)), _t(shape), _t((n,)), _t((m, n))
+    attrs = " {transpose_b = true}" if transpose_b else ""
+    again = f"\n  %o = ai.add %r, %w : {y} * {wt}" if weight_twice else ""
+    return f"""
+func.func @f(%a: {a}, %bias: {bias}) -> {y} {{
+  %w = arith.constant dense<{_dense(w)}> : {wt}
+  %m = ai.matmul %a, %w{attrs} : {a} * {wt}
+  %c = ai.add %m, %bias : {y} * {bias}
+  %r = ai.relu %c : {y}{again}
+  return {"%o" if weight_twice else "%r"} : {y}
+}}"""
+
+
+@pytest.mark.parametrize("transpose_b", [False, True])
+@pytest.mark.parametrize("m", [100, 8])
+def test_matmul_constant_weights_are_packed_once(cache, monkeypatch, transpose_b, m):
+    """A wide GEMM (NN_MAX_NARROW lowered to 16) whose B is a constant runs in
+    ``gemm_packed``: the Program lays B out in strips once, at construction, and every
+    call passes that copy (the only one kept). 100 rows: row blocks; 8 rows: tiles of
+    whole strips of columns (``c0 * K`` into the packed B)."""
+    from fusec.targets.cpu.backend import CpuBackend
+
+    monkeypatch.setattr(cpu_matmul, "NN_MAX_NARROW", 16)
+    calls = []
+    prepare = CpuBackend.prepare
+    monkeypatch.setattr(
+        CpuBackend, "prepare", lambda self, *a: calls.append(a[0]) or prepare(self, *a)
+    )
+    k, n = 24, 2 * microkernel.STRIP
+    program = check(_constant_weight_matmul(m, k, n, transpose_b), cache=cache, fuse=True)
+    kernel = program.kernels[0]
+    assert [kernel.kind for kernel in program.kernels] == ["matmul"]
+    assert calls == ["strips_t" if transpose_b else "strips"]
+    ((index, layout),) = kernel.prepared_inputs
+    weight = program.launches[0].operands[index]  # kept laid out only
+    assert (weight, layout) in program.prepared_constants and weight not in program.constants
+    assert "gemm_packed(r1 - r0," in kernel.source and "sgemm(" not in kernel.source
+    if m == 8:
+        assert f"x {microkernel.STRIP} columns" in kernel.source and f"c0 * {k}" in kernel.source
+    fn = entry_function(program.function.parent.parent)
+    for seed in (1, 2):  # more calls, no more packing, still right
+        inputs = random_inputs(fn, seed)
+        (out,) = program(inputs, alloc=poison)
+        (ref,) = run_reference(program.function.parent.parent, inputs, precision="float64")
+        assert_close(out, ref)
+    assert len(calls) == 1
+
+
+def test_matmul_weights_not_packed_when_an_argument_or_read_twice(cache, monkeypatch):
+    """B as a function argument, or a constant the epilogue reads too: sgemm on B as
+    it is (the kernel gets the array itself)."""
+    monkeypatch.setattr(cpu_matmul, "NN_MAX_NARROW", 16)
+    n = 2 * microkernel.STRIP
+    for text in (
+        _matmul_bias_relu((100, 24), (24, n)),
+        _constant_weight_matmul(n, n, n, False, True),
+    ):
+        program = check(text, cache=cache, fuse=True)
+        source = program.kernels[0].source
+        assert "sgemm(" in source and "gemm_packed" not in source, source
+        assert program.kernels[0].prepared_inputs == ()
+
+
 def test_matmul_reduction_epilogue_keeps_whole_rows(cache):
     """A softmax after the matmul needs whole rows: no column tiles however wide."""
     a, b, y = _t((40, 24)), _t((24, 200)), _t((40, 200))

@@ -68,6 +68,15 @@ class CpuBackend:
     def to_host(self, value: Any) -> np.ndarray:
         return np.asarray(value)
 
+    def prepare(self, layout: str, array: np.ndarray) -> np.ndarray:
+        """``array`` in ``layout``: "strips" (a GEMM's B as ``gemm_packed`` reads it) or
+        "strips_t" (the same from B^T), flat float32."""
+        from fusec.targets.cpu.microkernel import pack_strips
+
+        if layout in ("strips", "strips_t"):
+            return pack_strips(_as_f32(array), transposed=layout == "strips_t")
+        raise ValueError(f"the cpu backend has no layout {layout!r}")
+
 
 _F32 = np.dtype(np.float32)
 

@@ -10,8 +10,9 @@ descheduled thread delays only its current block); for each block,
 1. prologue: computes the block of the A operand its rows need (an
    ``ai.layernorm`` of A and its elementwise producers) into the workspace;
 2. core: one single-threaded BLAS ``sgemm`` of the block (``fusec.targets.cpu.blas``),
-   after an im2col of just that block for a convolution, into the workspace
-   (or straight into the output when nothing follows);
+   after an im2col of just that block for a convolution, or a register-tiled GEMM of
+   our own (``fusec.targets.cpu.microkernel``: narrow GEMMs, and constant B operands
+   packed once), into the workspace (or straight into the output when nothing follows);
 3. epilogue: the ops that follow the core (elementwise, at most one last-axis
    softmax/layernorm) row by row over the block, while it is still in cache,
    writing the group's results.
@@ -33,11 +34,12 @@ not fit the epilogue's rows run first as stages of their own, over their own
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numba
 import numpy as np
+from xdsl.dialects import arith
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import KernelSource, ScratchPlan, io_specs
@@ -96,6 +98,10 @@ MAX_ROWS, MIN_ROWS = 512, 32
 #: 44.9 vs 46.2 ms CPU, 2 threads 24.6 (22.3) vs 25.6 (23.0) ms median (min), load ~1;
 #: LN -> matmul -> softmax at 256 rows, 1 thread: 7.1 vs 8.3 ms (cpu-notes.md).
 MIN_BLOCKS = max(2, numba.config.NUMBA_NUM_THREADS)
+#: Most rows of a block when B is a constant packed once (``gemm_packed``): blocks
+#: this small repack nothing and keep A's and C's blocks in L2 (MLP 1024x512x2048 at
+#: 2 threads, both matmuls: 48 rows 20.7 ms, 96 rows 21.4, by median; cpu-notes.md).
+PACKED_ROWS = 48
 
 
 def generate(fused_op, name: str) -> KernelSource:
@@ -256,7 +262,9 @@ def generate_core_group(
     c_array = "cbuf" if c_local else c_outputs[0]
     buffers.reads[core_value] = c_array
     whole_rows = any(isinstance(op, REDUCE_OPS) for op in after)
-    options = {"whole_rows": whole_rows} if getattr(make_core, "column_tiles", False) else {}
+    options: dict[str, object] = {}
+    if getattr(make_core, "column_tiles", False):
+        options = {"whole_rows": whole_rows, "constants": constant_inputs(fused_op)}
     core = make_core(core_op, buffers.reads, workspace, a_array, c_array, c_local, **options)
     core.transposed = frozenset(swapped)
 
@@ -350,7 +358,21 @@ def generate_core_group(
         max_tasks=core.count,
         operand_bytes=core.operand_bytes,
     )
-    return KernelSource(name, kind, "cpu", source, inputs, outs, scratch=scratch)
+    prepared = getattr(core, "prepared", ())
+    return KernelSource(
+        name, kind, "cpu", source, inputs, outs, scratch=scratch, prepared_inputs=prepared
+    )
+
+
+def constant_inputs(fused_op: ai.FusedOp) -> dict[str, int]:
+    """The group's inputs (name -> index) that are ``arith.constant`` values read by one
+    op of the group: those a kernel may take in a layout of its own (``prepared_inputs``)."""
+    names = input_names(fused_op)
+    return {
+        names[arg]: i
+        for i, (arg, operand) in enumerate(zip(fused_op.block.args, fused_op.operands, strict=True))
+        if isinstance(operand.owner, arith.ConstantOp) and len(list(arg.uses)) == 1
+    }
 
 
 def view_lines(views: Sequence[Operation], buffers: Buffers) -> tuple[list[str], int]:
@@ -556,7 +578,12 @@ class MatmulBlocks(BlockedCore):
     A block's GEMM is ``gemm_nn`` (``fusec.targets.cpu.microkernel``: register tiles,
     B read in place) when K or N is small (``NN_MAX_NARROW``), A and B are row-major
     and N is whole vectors of its tiles; its blocks are then small
-    (``NN_WORKSPACE_BYTES``). Otherwise it is OpenBLAS's
+    (``NN_WORKSPACE_BYTES``). A wider GEMM whose B is a constant read by nothing else
+    (a layer's weights) runs in ``gemm_packed``, on B laid out in column strips once by
+    the ``Program`` (``prepared_inputs``), in blocks of up to ``PACKED_ROWS`` rows whose A
+    and C stay in L2 (single-threaded, MLP 1024x512x2048: 41.3 -> 38.5 ms for both
+    matmuls, the two GEMMs at 110 and 115 GFLOP/s against OpenBLAS's 107 and 105;
+    cpu-notes.md). Otherwise it is OpenBLAS's
     sgemm, which packs the block's rows of A and its columns of B again on every
     call, so the tiles are chosen to pack the fewest elements per multiply-add,
     ``1/rows + 1/cols`` (``_tiles``): a short, wide result (few rows, a large B) is
@@ -567,7 +594,15 @@ class MatmulBlocks(BlockedCore):
     column_tiles = True
 
     def __init__(
-        self, op, reads, workspace: Workspace, a_array, c_array, c_local, whole_rows=True
+        self,
+        op,
+        reads,
+        workspace: Workspace,
+        a_array,
+        c_array,
+        c_local,
+        whole_rows=True,
+        constants: Mapping[str, int] | None = None,
     ) -> None:
         self.op, self.reads = op, reads
         self.a_array, self.c_array, self.c_local = a_array, c_array, c_local
@@ -589,10 +624,22 @@ class MatmulBlocks(BlockedCore):
             and not (self.tb or self.b_is_vector)
             and microkernel.fits(self.n)
         )
+        b_input = (constants or {}).get(reads[op.operands[1]])
+        self.packed = (
+            not self.nn
+            and b_input is not None
+            and a_row_major
+            and not (self.b_batch or self.b_is_vector)
+            and microkernel.packs(self.n)
+        )
+        self.prepared = ((b_input, "strips_t" if self.tb else "strips"),) if self.packed else ()
         if self.nn:
             self.imports = ("from fusec.targets.cpu.microkernel import gemm_nn",)
+        if self.packed:
+            self.imports = ("from fusec.targets.cpu.microkernel import gemm_packed",)
         split_columns = not (whole_rows or a_array or self.b_is_vector)
-        if self.nn and math.prod(self.batch) * math.ceil(self.m / MIN_ROWS) >= MIN_BLOCKS:
+        row_blocks = math.prod(self.batch) * math.ceil(self.m / MIN_ROWS)
+        if (self.nn or self.packed) and row_blocks >= MIN_BLOCKS:
             split_columns = False  # no packing to share out: row blocks, when there are enough
         self.mb, self.nb = self._tiles(a_array is not None, c_local, split_columns)
         self.nrb, self.ncb = math.ceil(self.m / self.mb), math.ceil(self.n / self.nb)
@@ -608,9 +655,9 @@ class MatmulBlocks(BlockedCore):
     def _rows(self, workspace_row_floats: int, tiles_per_matrix: int = 1) -> int:
         if self.b_is_vector:
             return self.m  # the epilogue's rows run along M: whole matrices
-        budget = NN_WORKSPACE_BYTES if self.nn else WORKSPACE_BYTES
+        budget = NN_WORKSPACE_BYTES if self.nn or self.packed else WORKSPACE_BYTES
         fit = budget // (4 * max(1, workspace_row_floats))
-        mb = min(self.m, MAX_ROWS, max(MIN_ROWS, fit))
+        mb = min(self.m, PACKED_ROWS if self.packed else MAX_ROWS, max(MIN_ROWS, fit))
         tiles = math.prod(self.batch) * tiles_per_matrix
         if tiles < MIN_BLOCKS:  # split further so that every thread has blocks
             mb = min(mb, max(MIN_ROWS, math.ceil(self.m * tiles / MIN_BLOCKS)))
@@ -620,16 +667,21 @@ class MatmulBlocks(BlockedCore):
         """Rows and columns of a tile: for each split of the columns into up to
         ``MIN_BLOCKS`` parts, the rows ``_rows`` gives; the split packing the fewest
         elements of A and B per multiply-add (``1/rows + 1/cols``) wins, fewer column
-        parts on a tie."""
+        parts on a tie. A packed B (``gemm_packed``) is packed nowhere per block: there
+        the columns are split only as far as needed for ``MIN_BLOCKS`` blocks."""
         best: tuple[float, int, int] | None = None
         for parts in range(1, (MIN_BLOCKS if split_columns else 1) + 1):
-            nb = min(self.n, -(-math.ceil(self.n / parts) // 16) * 16)  # whole 64-byte lines
+            unit = microkernel.STRIP if self.packed else 16  # whole strips, or 64-byte lines
+            nb = min(self.n, -(-math.ceil(self.n / parts) // unit) * unit)
             if parts > 1 and nb == self.n:
                 break
             ncb = math.ceil(self.n / nb)
             mb = self._rows((self.k if a_rows else 0) + nb * c_local, ncb)
             rows = self.m / math.ceil(self.m / mb)  # the mean tile, ragged ones included
             cost = 1 / rows + ncb / self.n
+            if self.packed:
+                blocks = math.prod(self.batch) * math.ceil(self.m / mb) * ncb
+                cost = max(0, MIN_BLOCKS - blocks)
             if best is None or cost < best[0] - 1e-12:
                 best = (cost, mb, nb)
         assert best is not None
@@ -641,8 +693,13 @@ class MatmulBlocks(BlockedCore):
         return (
             f"matmul {batch + ' x ' if batch else ''}({self.m}x{self.k} @ {self.k}x{self.n}) in "
             f"{self.count} blocks of up to {self.mb} rows{columns}: prologue, "
-            f"{'gemm_nn' if self.nn else 'sgemm'}, epilogue per block"
+            f"{self._gemm()}, epilogue per block"
         )
+
+    def _gemm(self) -> str:
+        if self.packed:
+            return "gemm_packed (B packed once)"
+        return "gemm_nn" if self.nn else "sgemm"
 
     def decode(self) -> list[str]:
         if self.ncb == 1:
@@ -696,6 +753,10 @@ class MatmulBlocks(BlockedCore):
             b_off = f"{b_off} + c0{f' * {k}' if self.tb else ''}"
             c_off = c_off if self.c_local else f"{c_off} + c0"
             cols, ldc = "c1 - c0", (self.nb if self.c_local else n)
+        if self.packed:  # strip s of B starts at s * STRIP * k: column c0 at c0 * k
+            b_off = f"c0 * {k}" if self.ncb > 1 else "0"
+            a_args, c_args = f"{a}, {a_off}, {lda}", f"{self.c_array}, {c_off}, {ldc}"
+            return [f"gemm_packed(r1 - r0, {cols}, {k}, {a_args}, {b}, {b_off}, {c_args})"]
         operands = f"{a}, {a_off}, {lda}, {b}, {b_off}, {ldb}, {self.c_array}, {c_off}, {ldc}"
         if self.nn:
             return [f"gemm_nn(r1 - r0, {cols}, {k}, {operands})"]

@@ -23,6 +23,7 @@ the last multiple of ``W`` take a scalar loop.
 from __future__ import annotations
 
 import numba
+import numpy as np
 from llvmlite import binding, ir
 from numba import types
 from numba.core.errors import TypingError
@@ -201,6 +202,38 @@ def gemm_nn(m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
             for p in range(k):
                 s += a[a_off + i * lda + p] * b[b_off + p * ldb + j]
             c[c_off + i * ldc + j] = s
+
+
+#: Columns of one strip of a packed B (``pack_strips``): one tile's width.
+STRIP = NV * W
+
+
+@sealed_njit
+def gemm_packed(m, n, k, a, a_off, lda, bp, bp_off, c, c_off, ldc):
+    """C[c_off:] = A[a_off:] @ B for a B packed by ``pack_strips`` at ``bp[bp_off:]``
+    (``n`` a multiple of ``STRIP``): the tiles of each strip read its ``k x STRIP``
+    block of B contiguously, so B's rows do not alias in the caches as a wide B's do
+    in place (rows 8 KiB apart share a few L1/L2 sets)."""
+    for s in range(n // STRIP):
+        off = bp_off + s * k * STRIP
+        _strip(m, 0, k, a, a_off, lda, bp, off, STRIP, c, c_off + s * STRIP, ldc)
+
+
+def pack_strips(b: np.ndarray, transposed: bool = False) -> np.ndarray:
+    """A 2-D float32 B (``k x n``, or ``n x k`` given ``transposed``) as ``gemm_packed``
+    reads it: its column strips of ``STRIP`` one after the other, each ``k x STRIP``
+    row-major; flat, as long as B. ``n`` must be a multiple of ``STRIP``."""
+    matrix = b.T if transposed else b
+    k, n = matrix.shape
+    if n % STRIP:
+        raise ValueError(f"pack_strips: {n} columns are not whole strips of {STRIP}")
+    strips = matrix.reshape(k, n // STRIP, STRIP).transpose(1, 0, 2)
+    return np.ascontiguousarray(strips, dtype=np.float32).reshape(-1)
+
+
+def packs(n: int) -> bool:
+    """Whether ``gemm_packed`` runs a C of ``n`` columns (whole strips)."""
+    return n > 0 and n % STRIP == 0
 
 
 def fits(n: int) -> bool:
