@@ -351,7 +351,20 @@ CONVS = [
     # 14 tiles a row: a block's tiles are not whole vectors of gemm_nn (zero columns
     # pad each of the 16 x 16 rows of wv, each matrix a cache line past the last)
     ((1, 1), (1, 1), (1, 1), 1, (1, 16, 28, 28), (16, 3, 3)),
+    # depthwise (groups = C = K): MobileNet's 3x3 at strides 1 and 2 (uneven padding,
+    # odd sizes, several planes a block, a ragged last block); dilated 5x5 with padding
+    # wider than a tap reaches; 1x3 whose first column only ever reads padding; 1x1
+    ((1, 1), (1, 1), (1, 1), 24, (2, 24, 9, 11), (24, 3, 3)),
+    ((2, 2), (0, 1, 1, 2), (1, 1), 12, (2, 12, 15, 13), (12, 3, 3)),
+    ((1, 2), (3, 4), (2, 2), 5, (1, 5, 9, 8), (5, 5, 5)),
+    ((1, 1), (0, 3), (1, 1), 3, (1, 3, 6, 2), (3, 1, 3)),
+    ((1, 1), (0, 0), (1, 1), 7, (3, 7, 5, 6), (7, 1, 1)),
 ]
+
+
+def _depthwise(case) -> bool:
+    groups, c, k = case[3], case[4][1], case[5][0]
+    return groups == c == k
 
 
 def _conv_text(case, dtype, epilogue="relu"):
@@ -379,11 +392,15 @@ func.func @f(%x: {x}, %w: {wt}, %b: {b}) -> {y} {{
 @pytest.mark.parametrize("case", CONVS)
 def test_conv_blocks(cache, case):
     program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
-    stride_1 = case[0] == (1, 1)
+    depthwise = _depthwise(case)
+    stride_1 = case[0] == (1, 1) and not depthwise
     winograd = stride_1 and case[5][1:] == (3, 3) and case[2] == (1, 1)
     taps = stride_1 and case[5][1:] != (1, 1) and not winograd  # larger than 1x1
-    im2col = not (taps or winograd) and (case[5][1:] != (1, 1) or not stride_1 or any(case[1]))
+    im2col = not (taps or winograd or depthwise)
+    im2col = im2col and (case[5][1:] != (1, 1) or case[0] != (1, 1) or any(case[1]))
     source = program.kernels[0].source
+    assert ("(depthwise)" in source) == depthwise
+    assert not depthwise or not re.search(r"\bs?gemm(_nn)?\(", source)  # no GEMM at all
     assert ("cols = ws[" in source) == im2col
     assert ("sgemm_acc(" in source) == taps and ("wv = ws[" in source) == winograd
     assert ("xpad = ws[" in source) == (taps or winograd)
@@ -491,6 +508,9 @@ def _conv_op(case):
         ("taps", ((1, 1), (2, 2), (1, 1), 1, (1, 4, 6, 6), (4, 5, 5))),
         ("im2col", ((2, 2), (1, 1), (1, 1), 1, (1, 4, 6, 6), (4, 3, 3))),  # stride 2
         ("im2col", ((1, 1), (1, 1), (1, 1), 1, (1, 4, 6, 6), (4, 1, 1))),  # a padded 1x1
+        ("depthwise", ((1, 1), (1, 1), (1, 1), 4, (1, 4, 6, 6), (4, 3, 3))),
+        ("depthwise", ((2, 2), (0, 0), (1, 1), 4, (1, 4, 6, 6), (4, 1, 1))),
+        ("winograd", ((1, 1), (1, 1), (1, 1), 4, (1, 4, 6, 6), (8, 3, 3))),  # 2 outputs a group
     ],
 )
 def test_conv_method_rule(method, case):
@@ -513,6 +533,26 @@ func.func @f(%x: {x}, %w: {w}, %r: {r}) -> {y} {{
 }}"""
     program = check(text, cache=cache, kind="conv")
     assert "for kk in range(5):" in program.kernels[0].source  # whole output rows
+
+
+@pytest.mark.parametrize("yield_conv", [False, True])
+def test_depthwise_epilogue_by_whole_output_rows_and_the_conv_yielded(cache, yield_conv):
+    """A depthwise block's channel planes through an epilogue operand varying along H
+    (whole output rows, ``kk`` over the block's channels), the conv also a result (then
+    computed straight into it)."""
+    x, w, y, r = _t((2, 6, 10, 9)), _t((6, 1, 3, 3)), _t((2, 6, 8, 4)), _t((6, 8, 1))
+    results = f"%o, %c : {y}, {y}" if yield_conv else f"%o : {y}"
+    types = f"{y}, {y}" if yield_conv else y
+    text = f"""
+func.func @f(%x: {x}, %w: {w}, %r: {r}) -> ({types}) {{
+  %c = ai.conv2d %x, %w {{strides = array<i64: 1, 2>, groups = 6}} : {x} * {w}
+  %o = ai.mul %c, %r : {y} * {r}
+  return {results}
+}}"""
+    program = check(text, cache=cache, kind="conv")
+    source = program.kernels[0].source
+    assert "(depthwise)" in source and "for kk in range(g1 - g):" in source
+    assert ("cbuf = ws[" in source) != yield_conv
 
 
 def test_conv_softmax_over_the_last_axis_in_the_epilogue(cache):

@@ -46,6 +46,9 @@ from fusec.targets.cpu.row_reduce import RowBlock
 
 #: Target size of a block's im2col columns.
 COLS_BYTES = 1 << 20
+#: Output pixels of a depthwise block (whole channel planes, as many as fit): enough
+#: work per block that taking it costs little.
+DEPTHWISE_PIXELS = 4096
 #: Output pixels (padded-width rows) per block of a stride-1 convolution by taps: the
 #: best of 2-16 rows at 56x56 (C = K = 64, 3x3), measured single-threaded, was 2-4 rows
 #: of 58 (19.3 ms against 21.9 at 8 rows and 24.2 for im2col blocks).
@@ -93,6 +96,11 @@ def winograd_stride(rows: int, pitch: int) -> int:
 def conv_method(op) -> str:
     """How the cpu target computes an ``ai.conv2d``, by this rule (first match wins):
 
+    * ``"depthwise"``: one input and one output channel a group (MobileNet's 3x3 convs,
+      any kernel, stride, padding and dilation): a direct loop per output row, each tap
+      a multiply-add of a (strided) input row segment, vectorised along the row; a
+      GEMM of 1 x 1 matrices per tap is all call overhead (as Winograd, MobileNetV2
+      at batch 32: ~23 of its 38 ms, benchmarks/results/cpu-notes.md);
     * ``"direct"``: a 1x1 kernel, stride 1, no padding: one sgemm reads the input as
       it is (it already is the ``C x pixels`` matrix);
     * ``"winograd"``: a 3x3 kernel, stride 1, dilation 1 (any padding, groups, sizes):
@@ -105,7 +113,9 @@ def conv_method(op) -> str:
     * ``"im2col"``: everything else (a stride above 1, a padded 1x1): im2col of the
       block's pixels and one sgemm.
     """
-    _, _, r, s = shape_of(op.operands[1])
+    k, cg, r, s = shape_of(op.operands[1])
+    if cg == 1 and k == op.attr("groups"):
+        return "depthwise"
     stride_1 = tuple(op.attr("strides")) == (1, 1)
     if (r, s) == (1, 1) and stride_1 and not any(conv2d_padding(op.attr("padding"))):
         return "direct"
@@ -152,6 +162,9 @@ class ConvBlocks(BlockedCore):
         self.direct = self.method == "direct"
         self.winograd = self.method == "winograd"
         self.taps = self.method == "taps"
+        if self.method == "depthwise":
+            self._depthwise_blocks(workspace, c_local)
+            return
         if self.winograd:
             self.imports = ("from fusec.targets.cpu.winograd import winograd_filters",)
         self.wp = self.ow + (self.s - 1) * self.dw  # padded row width (taps)
@@ -202,6 +215,20 @@ class ConvBlocks(BlockedCore):
         if c_local:
             workspace.add(c_array, self.kg * self.pixels)
 
+    def _depthwise_blocks(self, workspace: Workspace, c_local: bool) -> None:
+        """Blocks of ``cb`` whole channel planes of one image (``DEPTHWISE_PIXELS``, and
+        at least ``MIN_BLOCKS`` blocks when there are enough planes)."""
+        planes, p = self.n * self.k, self.oh * self.ow
+        cb = max(1, min(self.k, DEPTHWISE_PIXELS // p))
+        if self.n * math.ceil(self.k / cb) < MIN_BLOCKS:
+            cb = max(1, min(cb, math.ceil(planes / MIN_BLOCKS)))
+        self.cb, self.bh, self.nrb = cb, self.oh, 1
+        self.ncb = math.ceil(self.k / cb)
+        self.count = self.n * self.ncb
+        self.pixels = cb * p
+        if c_local:
+            workspace.add(self.c_array, self.pixels)
+
     def launch_lines(self) -> list[str]:
         """Taps: the weights tap-major, ``wtaps[g, r, s]`` a ``K/G x C/G`` matrix each.
         Winograd: ``wtaps[g, a, b]`` the K/G x C/G matrix of element (a, b) of G g G^T,
@@ -228,6 +255,12 @@ class ConvBlocks(BlockedCore):
             how = f"padded copy, {self.r * self.s} sgemms (one per tap)"
         if self.winograd:
             how = "padded copy, Winograd F(2x2, 3x3): input transform, 16 GEMMs, output transform"
+        if self.method == "depthwise":
+            return (
+                f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x1x{self.r}x{self.s}"
+                f" (depthwise) in {self.count} blocks of {self.cb} channel planes: "
+                "direct multiply-adds along output rows, epilogue per block"
+            )
         return (
             f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x{self.r}x{self.s}"
             f" (groups {self.groups}) in {self.count} blocks of {self.bh} output rows: "
@@ -235,6 +268,16 @@ class ConvBlocks(BlockedCore):
         )
 
     def decode(self) -> list[str]:
+        if self.method == "depthwise":  # channels g:g1 of image n, whole planes
+            return [
+                f"n = blk // {self.ncb}",
+                f"g = blk % {self.ncb} * {self.cb}",
+                f"g1 = min(g + {self.cb}, {self.k})",
+                "oh0 = 0",
+                f"oh1 = {self.oh}",
+                "p0 = 0",
+                f"pw = {self.oh * self.ow}",
+            ]
         return [
             f"ng = blk // {self.nrb}",  # image * groups + group
             f"n = ng // {self.groups}",
@@ -246,6 +289,8 @@ class ConvBlocks(BlockedCore):
         ]
 
     def compute(self) -> list[str]:
+        if self.method == "depthwise":
+            return self._depthwise()
         if self.winograd:
             return self._padded_copy(self.xw) + self._winograd()
         if self.taps:
@@ -267,6 +312,43 @@ class ConvBlocks(BlockedCore):
             f"{b}, {b_off}, {ldb}, {self.c_array}, {c_off}, {ldc})",
             "threads_end(prev)",
         ]
+
+    def _depthwise(self) -> list[str]:
+        """Each output row of channels ``g:g1``: zeros, then per tap ``(r, s)`` whose input
+        row is inside the image, weight x the input row segment its output columns
+        ``lo_s <= ow < hi_s`` read (the others read padding: nothing to add). The
+        output row stays in L1 across the taps."""
+        x, w = (self.reads[v] for v in self.op.operands)
+        p, ow, sw = self.oh * self.ow, self.ow, self.sw
+        out = f"(ch - g) * {p}" if self.c_local else f"(n * {self.k} + ch) * {p}"
+        lines = [
+            "for ch in range(g, g1):",
+            f"    xb = (n * {self.c} + ch) * {self.h * self.w}",
+            f"    wb = ch * {self.r * self.s}",
+            f"    for oh in range({self.oh}):",
+            f"        d = {out} + oh * {ow}",
+            f"        for j in range({ow}):",
+            f"            {self.c_array}[U(d + j)] = f32(0.0)",
+            f"        for r in range({self.r}):",
+            f"            ih = oh * {self.sh} + r * {self.dh} - {self.pt}",
+            f"            if ih >= 0 and ih < {self.h}:",
+            f"                src = xb + ih * {self.w}",
+        ]
+        stride = f" * {sw}" if sw > 1 else ""
+        for tap in range(self.s):
+            shift = tap * self.dw - self.pl  # input column of output column 0
+            lo = min(ow, max(0, -(shift // sw)))
+            hi = max(lo, min(ow, (self.w - 1 - shift) // sw + 1))
+            if lo == hi:
+                continue  # this kernel column only ever reads padding
+            offset = f" + {shift}" if shift > 0 else f" - {-shift}" if shift else ""
+            lines += [
+                f"                wv = {w}[wb + r * {self.s} + {tap}]",
+                f"                for j in range({lo}, {hi}):",
+                f"                    {self.c_array}[U(d + j)] += wv * {x}[U(src + j{stride}"
+                f"{offset})]",
+            ]
+        return lines
 
     def _padded_copy(self, width: int) -> list[str]:
         """The block's input rows into ``xpad``, ``width`` columns each (zeros around).
@@ -442,11 +524,14 @@ class ConvBlocks(BlockedCore):
         p = self.oh * self.ow
         space: tuple[int, ...]
         blocked_rows = self.taps or self.winograd
+        depthwise = self.method == "depthwise"
+        channels = "g1 - g" if depthwise else str(self.kg)  # the block's channel rows
         if not blocked_rows and not reduces and all(_merges_hw(shape) for shape in shapes):
             space = (self.n, self.k, p)
+            first = "g" if depthwise else f"g * {self.kg}"
             loops = [
-                f"q0 = n * {self.k} + g * {self.kg}",
-                *row_loop(space, f"q0, q0 + {self.kg}"),
+                f"q0 = n * {self.k} + {first}",
+                *row_loop(space, f"q0, q0 + {channels}"),
             ]
             local = {}
             if self.c_local:
@@ -455,9 +540,10 @@ class ConvBlocks(BlockedCore):
             block = RowBlock(local, ("p0", "pw"), _merge_last_two)
             return EpilogueRows(loops, "    ", space, block)
         space = (self.n, self.k, self.oh, self.ow)
+        first = "g" if depthwise else f"g * {self.kg}"
         loops = [
-            f"for kk in range({self.kg}):",
-            f"    q0 = (n * {self.k} + g * {self.kg} + kk) * {self.oh}",
+            f"for kk in range({channels}):",
+            f"    q0 = (n * {self.k} + {first} + kk) * {self.oh}",
             *(f"    {line}" for line in row_loop(space, "q0 + oh0, q0 + oh1")),
         ]
         local = {}
