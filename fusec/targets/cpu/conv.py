@@ -226,6 +226,11 @@ class ConvBlocks(BlockedCore):
         self.ncb = math.ceil(self.k / cb)
         self.count = self.n * self.ncb
         self.pixels = cb * p
+        # the padded input plane: the rows and columns the taps reach
+        hp = (self.oh - 1) * self.sh + (self.r - 1) * self.dh + 1
+        wp = (self.ow - 1) * self.sw + (self.s - 1) * self.dw + 1
+        self.xpad_shape = (hp, wp)
+        workspace.add("xpad", hp * -(-wp // self.sw) * self.sw)
         if c_local:
             workspace.add(self.c_array, self.pixels)
 
@@ -314,41 +319,52 @@ class ConvBlocks(BlockedCore):
         ]
 
     def _depthwise(self) -> list[str]:
-        """Each output row of channels ``g:g1``: zeros, then per tap ``(r, s)`` whose input
-        row is inside the image, weight x the input row segment its output columns
-        ``lo_s <= ow < hi_s`` read (the others read padding: nothing to add). The
-        output row stays in L1 across the taps."""
+        """Each channel plane of the block: a zero-padded copy of its input plane in
+        ``xpad`` (the rows and columns the taps reach), then every output pixel as one
+        sum over the taps, the weights held in scalars, the taps unrolled at constant
+        offsets: no bounds, no branches, a loop along the output row that LLVM
+        vectorises. The copy splits the padded columns by their phase modulo the column
+        stride (``sw`` planes of ``Wq`` columns), so that a strided tap reads
+        consecutive floats too: padded column ``c`` is ``xpad[c % sw][row][c // sw]``."""
         x, w = (self.reads[v] for v in self.op.operands)
-        p, ow, sw = self.oh * self.ow, self.ow, self.sw
+        p, ow, sw, taps = self.oh * self.ow, self.ow, self.sw, self.r * self.s
+        hp, wp = self.xpad_shape
+        wq, plane = -(-wp // sw), hp * -(-wp // sw)
         out = f"(ch - g) * {p}" if self.c_local else f"(n * {self.k} + ch) * {p}"
-        lines = [
+        right = max(0, min(self.w, wp - self.pl))  # input columns inside the padded row
+        rows = max(0, min(self.h, hp - self.pt))
+        terms = []
+        for r in range(self.r):
+            for t in range(self.s):
+                phase, shift = divmod(t * self.dw, sw)[::-1]
+                off = phase * plane + r * self.dh * wq + shift
+                terms.append(f"w{r * self.s + t} * xpad[U(base + j{_plus(off)})]")
+        copy = []  # padded columns pl <= c < pl + right of phase q: c = q + sw * jj
+        for q in range(sw):
+            lo, hi = -(-(self.pl - q) // sw), -(-(self.pl + right - q) // sw)
+            if hi > lo:
+                at = f"{q * plane} + d + jj" if q else "d + jj"
+                step = f"{sw} * jj" if sw > 1 else "jj"
+                copy += [
+                    f"        for jj in range({lo}, {hi}):",
+                    f"            xpad[U({at})] = {x}[U(src + {step}{_plus(q - self.pl)})]",
+                ]
+        return [
+            f"for i in range({sw * plane}):",
+            "    xpad[i] = f32(0.0)",
             "for ch in range(g, g1):",
             f"    xb = (n * {self.c} + ch) * {self.h * self.w}",
-            f"    wb = ch * {self.r * self.s}",
+            f"    for i in range({rows}):",
+            f"        d = (i + {self.pt}) * {wq}",
+            f"        src = xb + i * {self.w}",
+            *copy,
+            *(f"    w{t} = {w}[ch * {taps} + {t}]" for t in range(taps)),
             f"    for oh in range({self.oh}):",
+            f"        base = oh * {self.sh * wq}",
             f"        d = {out} + oh * {ow}",
             f"        for j in range({ow}):",
-            f"            {self.c_array}[U(d + j)] = f32(0.0)",
-            f"        for r in range({self.r}):",
-            f"            ih = oh * {self.sh} + r * {self.dh} - {self.pt}",
-            f"            if ih >= 0 and ih < {self.h}:",
-            f"                src = xb + ih * {self.w}",
+            f"            {self.c_array}[U(d + j)] = " + " + ".join(terms),
         ]
-        stride = f" * {sw}" if sw > 1 else ""
-        for tap in range(self.s):
-            shift = tap * self.dw - self.pl  # input column of output column 0
-            lo = min(ow, max(0, -(shift // sw)))
-            hi = max(lo, min(ow, (self.w - 1 - shift) // sw + 1))
-            if lo == hi:
-                continue  # this kernel column only ever reads padding
-            offset = f" + {shift}" if shift > 0 else f" - {-shift}" if shift else ""
-            lines += [
-                f"                wv = {w}[wb + r * {self.s} + {tap}]",
-                f"                for j in range({lo}, {hi}):",
-                f"                    {self.c_array}[U(d + j)] += wv * {x}[U(src + j{stride}"
-                f"{offset})]",
-            ]
-        return lines
 
     def _padded_copy(self, width: int) -> list[str]:
         """The block's input rows into ``xpad``, ``width`` columns each (zeros around).
@@ -554,6 +570,11 @@ class ConvBlocks(BlockedCore):
             loops.append(f"        lc = kk * pw + (row - q0 - oh0) * {self.ow}")
             local[self.c_array] = "lc"
         return EpilogueRows(loops, "        ", space, RowBlock(local))
+
+
+def _plus(offset: int) -> str:
+    """`` + offset`` for generated index arithmetic: `` - 3`` for -3, nothing for 0."""
+    return f" + {offset}" if offset > 0 else f" - {-offset}" if offset else ""
 
 
 def _merges_hw(shape: Sequence[int]) -> bool:
