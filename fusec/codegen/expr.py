@@ -407,6 +407,8 @@ class ExprGenerator:
         self.fast_exp = fast_exp
         self.helpers: set[str] = set()
         self._counters: dict[str, int] = {}
+        #: The statements of the chain being generated (``bind`` adds to them).
+        self._statements: list[str] | None = None
 
     def fresh(self, prefix: str) -> str:
         """A new generated identifier ``<prefix><n>``."""
@@ -450,6 +452,15 @@ class ExprGenerator:
 
     def select(self, cond: str, a: str, b: str) -> str:
         return self.language.select(cond, a, b)
+
+    def bind(self, expr: str) -> str:
+        """``expr`` bound to a new temporary by a statement of its own, when a chain is
+        being generated (else ``expr`` itself)."""
+        if self._statements is None:
+            return expr
+        name = self.fresh(self.temp_prefix)
+        self._statements.append(self.language.assign(name, expr))
+        return name
 
     def call(self, function: str, *args: str) -> str:
         if function not in MATH_FUNCTIONS:
@@ -500,8 +511,13 @@ class ExprGenerator:
                         expr = name
                     names[value] = expr
                 args.append(names[value])
+            self._statements = stmts
+            try:
+                expr = self.scalar(op, args)
+            finally:
+                self._statements = None
             name = self.fresh(self.temp_prefix)
-            stmts.append(self.language.assign(name, self.scalar(op, args)))
+            stmts.append(self.language.assign(name, expr))
             names[op.results[0]] = name
         return stmts, names
 

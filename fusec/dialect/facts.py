@@ -88,6 +88,13 @@ class ScalarBuilder(Protocol):
         """``a`` where ``cond`` holds, else ``b``."""
         ...
 
+    def bind(self, expr: str) -> str:
+        """``expr`` as a name a statement of its own binds, where the builder emits
+        statements (else ``expr`` itself): selects in sequence instead of nested. LLVM
+        turned a clip's nested selects in Numba code into branches, which kept the loop
+        scalar and mispredicted (MobileNet's ReLU6 epilogues ran 7x slower)."""
+        ...
+
     def call(self, function: str, *args: str) -> str:
         """One of ``MATH_FUNCTIONS`` on float32 arguments."""
         ...

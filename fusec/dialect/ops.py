@@ -866,6 +866,8 @@ class ClipOp(UnaryOp):
         if self.attr("max") != math.inf:
             high = s.literal(self.attr("max"))
             value = s.select(s.compare(value, ">", high), high, value)
+            if self.attr("min") != -math.inf:
+                value = s.bind(value)  # two selects in sequence, not nested
         if self.attr("min") != -math.inf:
             low = s.literal(self.attr("min"))
             value = s.select(s.compare(a, "<", low), low, value)

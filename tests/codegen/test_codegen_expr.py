@@ -143,6 +143,41 @@ def test_chain_values_match_numpy():
     assert env[names[ops[-1].results[0]]] == expected
 
 
+CLIP = """
+func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %c = ai.clip %x {min = 0.0 : f32, max = 6.0 : f32} : tensor<8xf32>
+  return %c : tensor<8xf32>
+}
+"""
+
+
+def test_a_clip_is_two_selects_in_sequence_numba_vectorises():
+    """Nested selects (``lo if x < lo else (hi if x > hi else x)``) stayed branches in
+    Numba's LLVM code, the loop scalar; bound one after the other they become selects.
+    The values are numpy.clip's: -0.0 kept, NaN through."""
+    (op,) = [op for op in parse(CLIP).walk() if isinstance(op, ai.ClipOp)]
+    stmts, names = ExprGenerator().chain([op], lambda v: "x")
+    assert stmts == [
+        "t0 = (f32(6.0) if (x > f32(6.0)) else x)",
+        "t1 = (f32(0.0) if (x < f32(0.0)) else t0)",
+    ]
+    assert ExprGenerator().scalar(op, ["x"]).count(" if ") == 2  # no chain: one expression
+    kernel = numba.njit("float32(float32)")(_function("x", stmts, names[op.results[0]]))
+    for x in (-1.0, -0.0, 3.5, 7.0, math.nan, -math.inf):
+        want = np.clip(f32(x), f32(0.0), f32(6.0))
+        got = kernel(f32(x))
+        assert (math.isnan(got) and math.isnan(want)) or (
+            got == want and math.copysign(1, got) == math.copysign(1, want)
+        )
+
+
+def _function(arg: str, stmts: list[str], result: str):
+    source = f"def clip({arg}):\n" + "".join(f"    {s}\n" for s in stmts) + f"    return {result}\n"
+    ns = {"f32": f32}
+    exec(source, ns)  # noqa: S102 - generated from the test's own IR
+    return ns["clip"]
+
+
 def test_header_names_ops_only():
     fused, _ = _group()
     text = header(fused)

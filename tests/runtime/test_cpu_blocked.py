@@ -359,6 +359,8 @@ CONVS = [
     ((1, 2), (3, 4), (2, 2), 5, (1, 5, 9, 8), (5, 5, 5)),
     ((1, 1), (0, 3), (1, 1), 3, (1, 3, 6, 2), (3, 1, 3)),
     ((1, 1), (0, 0), (1, 1), 7, (3, 7, 5, 6), (7, 1, 1)),
+    # 1x1 on small planes: blocks of several images side by side (3 + 3 + 3 + 1)
+    ((1, 1), (0, 0), (1, 1), 1, (10, 8, 3, 3), (6, 1, 1)),
 ]
 
 
@@ -399,9 +401,11 @@ def test_conv_blocks(cache, case):
     im2col = not (taps or winograd or depthwise)
     im2col = im2col and (case[5][1:] != (1, 1) or case[0] != (1, 1) or any(case[1]))
     source = program.kernels[0].source
+    images = "images: their pixels side by side" in source
+    assert images == (not (im2col or taps or winograd or depthwise) and case[4][2:] == (3, 3))
     assert ("(depthwise)" in source) == depthwise
     assert not depthwise or not re.search(r"\bs?gemm(_nn)?\(", source)  # no GEMM at all
-    assert ("cols = ws[" in source) == im2col
+    assert ("cols = ws[" in source) == (im2col or images)
     assert ("sgemm_acc(" in source) == taps and ("wv = ws[" in source) == winograd
     assert ("xpad = ws[" in source) == (taps or winograd or depthwise)
     assert _blocks(program) > 1
@@ -553,6 +557,36 @@ func.func @f(%x: {x}, %w: {w}, %r: {r}) -> ({types}) {{
     source = program.kernels[0].source
     assert "(depthwise)" in source and "for kk in range(g1 - g):" in source
     assert ("cbuf = ws[" in source) != yield_conv
+
+
+@pytest.mark.parametrize("epilogue", ["h_only", "softmax", "yielded"])
+def test_1x1_conv_blocks_of_images_by_whole_output_rows(cache, epilogue):
+    """A 1x1 conv on 2x3 planes, several images a block: an epilogue operand varying
+    along H, or a softmax over W, walks each image's whole output rows; the conv also
+    a result (copied out of the block by the epilogue)."""
+    x, w, y, r = _t((9, 5, 2, 3)), _t((4, 5, 1, 1)), _t((9, 4, 2, 3)), _t((4, 2, 1))
+    body = (
+        f"%o = ai.mul %c, %r : {y} * {r}"
+        if epilogue == "h_only"
+        else f"%o = ai.softmax %c {{axis = 3}} : {y}"
+    )
+    results, types = (
+        (f"%o, %c : {y}, {y}", f"{y}, {y}")
+        if epilogue == "yielded"
+        else (
+            f"%o : {y}",
+            y,
+        )
+    )
+    text = f"""
+func.func @f(%x: {x}, %w: {w}, %r: {r}) -> ({types}) {{
+  %c = ai.conv2d %x, %w : {x} * {w}
+  {body}
+  return {results}
+}}"""
+    program = check(text, cache=cache, kind="conv")
+    source = program.kernels[0].source
+    assert "in 3 blocks of 3 images" in source and "for kk in range(4):" in source
 
 
 def test_conv_softmax_over_the_last_axis_in_the_epilogue(cache):

@@ -46,6 +46,9 @@ from fusec.targets.cpu.row_reduce import RowBlock
 
 #: Target size of a block's im2col columns.
 COLS_BYTES = 1 << 20
+#: Pixels a block of a 1x1 convolution gathers from several images when the planes are
+#: small (``images_per_block``).
+DIRECT_PIXELS = 256
 #: Output pixels of a depthwise block (whole channel planes, as many as fit): enough
 #: work per block that taking it costs little.
 DEPTHWISE_PIXELS = 4096
@@ -145,8 +148,9 @@ class ConvBlocks(BlockedCore):
 
     @staticmethod
     def local_result(op) -> bool:
-        # the block's rows are Wp (or 2 * tiles) wide, the output's OW
-        return conv_method(op) in ("taps", "winograd")
+        # the block's rows are Wp (or 2 * tiles) wide, the output's OW; a block of
+        # several images holds K rows of all their pixels
+        return conv_method(op) in ("taps", "winograd") or images_per_block(op) > 1
 
     def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
         self.op, self.reads, self.c_array, self.c_local = op, reads, c_array, c_local
@@ -159,6 +163,7 @@ class ConvBlocks(BlockedCore):
         self.groups = op.attr("groups")
         self.kg, self.cg, self.crs = self.k // self.groups, cg, cg * self.r * self.s
         self.method = conv_method(op)
+        self.nb = images_per_block(op)
         self.direct = self.method == "direct"
         self.winograd = self.method == "winograd"
         self.taps = self.method == "taps"
@@ -210,6 +215,10 @@ class ConvBlocks(BlockedCore):
             workspace.add(c_array, self.kg * bh * self.wp)
             self.operand_bytes = 4 * self.k * self.crs
             return
+        if self.nb > 1:  # blocks of nb whole images: their pixels side by side
+            self.bh, self.nrb, self.count = self.oh, 1, math.ceil(self.n / self.nb)
+            self.pixels = self.nb * self.oh * self.ow
+            workspace.add("cols", self.c * self.pixels)
         if not self.direct:
             workspace.add("cols", self.crs * self.pixels)
         if c_local:
@@ -256,6 +265,12 @@ class ConvBlocks(BlockedCore):
 
     def describe(self) -> str:
         how = "sgemm" if self.direct else "im2col, sgemm"
+        if self.nb > 1:
+            return (
+                f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x1x1 in "
+                f"{self.count} blocks of {self.nb} images: their pixels side by side, one "
+                "sgemm, epilogue per image"
+            )
         if self.taps:
             how = f"padded copy, {self.r * self.s} sgemms (one per tap)"
         if self.winograd:
@@ -273,6 +288,14 @@ class ConvBlocks(BlockedCore):
         )
 
     def decode(self) -> list[str]:
+        if self.nb > 1:  # images n0:n1, all pixels, the one group
+            p = self.oh * self.ow
+            return [
+                f"n0 = blk * {self.nb}",
+                f"n1 = min(n0 + {self.nb}, {self.n})",
+                "g = 0",
+                f"pw = (n1 - n0) * {p}",
+            ]
         if self.method == "depthwise":  # channels g:g1 of image n, whole planes
             return [
                 f"n = blk // {self.ncb}",
@@ -303,6 +326,21 @@ class ConvBlocks(BlockedCore):
         x, w = (self.reads[v] for v in self.op.operands)
         p = self.oh * self.ow
         lines = [] if self.direct else self._im2col(x)
+        if self.nb > 1:
+            lines = [  # cols[c, i * P + q] = x[n0 + i, c, q]: C x pixels of the images
+                "for i in range(n1 - n0):",
+                f"    for c in range({self.c}):",
+                f"        src = ((n0 + i) * {self.c} + c) * {p}",
+                f"        d = c * pw + i * {p}",
+                f"        for q in range({p}):",
+                f"            cols[U(d + q)] = {x}[U(src + q)]",
+            ]
+            return lines + [
+                "prev = threads_begin(1)",
+                f"sgemm(0, 0, {self.k}, pw, {self.c}, {w}, 0, {self.c}, cols, 0, pw, "
+                f"{self.c_array}, 0, pw)",
+                "threads_end(prev)",
+            ]
         if self.direct:
             b, b_off, ldb = x, f"(n * {self.c} + g * {self.cg}) * {p} + p0", str(p)
         else:
@@ -542,6 +580,8 @@ class ConvBlocks(BlockedCore):
         blocked_rows = self.taps or self.winograd
         depthwise = self.method == "depthwise"
         channels = "g1 - g" if depthwise else str(self.kg)  # the block's channel rows
+        if self.nb > 1:
+            return self._images_epilogue_rows(shapes, reduces)
         if not blocked_rows and not reduces and all(_merges_hw(shape) for shape in shapes):
             space = (self.n, self.k, p)
             first = "g" if depthwise else f"g * {self.kg}"
@@ -570,6 +610,47 @@ class ConvBlocks(BlockedCore):
             loops.append(f"        lc = kk * pw + (row - q0 - oh0) * {self.ow}")
             local[self.c_array] = "lc"
         return EpilogueRows(loops, "        ", space, RowBlock(local))
+
+    def _images_epilogue_rows(
+        self, shapes: Sequence[tuple[int, ...]], reduces: bool
+    ) -> EpilogueRows:
+        """The block's images one by one: image ``n``'s K channel rows are segments of
+        ``cbuf``'s rows (``pw`` long), at ``(n - n0) * P``; whole output rows (N, K, OH,
+        OW) when an epilogue operand tells H from W or it reduces, else (N, K, OH*OW)."""
+        p = self.oh * self.ow
+        at = f"(n - n0) * {p}"
+        if not reduces and all(_merges_hw(shape) for shape in shapes):
+            space: tuple[int, ...] = (self.n, self.k, p)
+            loops = [
+                "for n in range(n0, n1):",
+                f"    q0 = n * {self.k}",
+                *(f"    {line}" for line in row_loop(space, f"q0, q0 + {self.k}")),
+                f"        lc = (row - q0) * pw + {at}",
+            ]
+            return EpilogueRows(
+                loops, "        ", space, RowBlock({self.c_array: "lc"}, None, _merge_last_two)
+            )
+        space = (self.n, self.k, self.oh, self.ow)
+        loops = [
+            "for n in range(n0, n1):",
+            f"    for kk in range({self.k}):",
+            f"        q0 = (n * {self.k} + kk) * {self.oh}",
+            *(f"        {line}" for line in row_loop(space, f"q0, q0 + {self.oh}")),
+            f"            lc = kk * pw + {at} + (row - q0) * {self.ow}",
+        ]
+        return EpilogueRows(loops, "            ", space, RowBlock({self.c_array: "lc"}))
+
+
+def images_per_block(op) -> int:
+    """Images a block of a 1x1 convolution read in place (``"direct"``, one group) holds:
+    as many as make ``DIRECT_PIXELS`` pixels, at least ``MIN_BLOCKS`` blocks when the
+    batch allows. Late CNN layers have planes of a few pixels (MobileNetV2 at 64x64:
+    2x2), where one GEMM per image is all call overhead (K x 4 x C)."""
+    if conv_method(op) != "direct" or op.attr("groups") != 1:
+        return 1
+    n, _, oh, ow = shape_of(op.results[0])
+    nb = max(1, min(n, DIRECT_PIXELS // (oh * ow)))
+    return max(1, min(nb, math.ceil(n / MIN_BLOCKS)))
 
 
 def _plus(offset: int) -> str:
