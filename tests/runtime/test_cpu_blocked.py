@@ -25,6 +25,7 @@ from fusec.runtime.launch import Program
 from fusec.runtime.reference import run_reference
 from fusec.targets.cpu import attention as cpu_attention
 from fusec.targets.cpu import blas as cpu_blas
+from fusec.targets.cpu import buffers as cpu_buffers
 from fusec.targets.cpu import conv as cpu_conv
 from fusec.targets.cpu import matmul as cpu_matmul
 from fusec.targets.cpu import microkernel
@@ -855,6 +856,7 @@ def _launch_peak(program: Program, inputs) -> tuple[int, list[np.ndarray]]:
     fn(*flat, *(o.reshape(-1) for o in outs))  # compile first: the compiler allocates too
     for o in outs:
         o.fill(np.nan)
+    cpu_buffers.release_workspace()  # the traced launch allocates its workspaces anew
     tracemalloc.start()
     try:
         fn(*flat, *(o.reshape(-1) for o in outs))

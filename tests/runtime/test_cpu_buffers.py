@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 
 import numpy as np
 import pytest
@@ -96,3 +97,24 @@ def test_what_a_caller_does_to_a_result_does_not_reach_the_next_one():
     assert _address(second) == address  # the same block
     assert second.shape == SHAPE and second.flags.writeable and second.flags.c_contiguous
     second[...] = 2.0
+
+
+def test_launch_workspaces_are_reused_per_thread():
+    """``workspace``: one array per calling thread, grown on demand, views of it handed
+    out (no new mapping per launch); another thread gets its own."""
+    from fusec.targets.cpu.buffers import release_workspace, workspace
+
+    release_workspace()
+    first = workspace(1000)
+    assert first.dtype == np.float32 and first.shape == (1000,)
+    again = workspace(500)
+    assert again.base is first.base and again.size == 500  # the same array
+    bigger = workspace(5000)
+    assert bigger.size == 5000 and bigger.base is not first.base
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(workspace(100)))
+    worker.start()
+    worker.join()
+    assert seen[0].base is not bigger.base
+    release_workspace()
+    assert workspace(10).base is not bigger.base

@@ -89,6 +89,25 @@ class BufferPool:
 
 
 _shared: BufferPool | None = None
+_workspaces = threading.local()
+
+
+def workspace(floats: int) -> np.ndarray:
+    """``floats`` float32s of scratch for one launch of a blocked kernel on this thread
+    (its tasks' workspaces): a view of an array kept per calling thread, grown when a
+    launch needs more. A fresh ``np.empty`` of a few hundred KiB is mapped anew by
+    malloc on each launch: MobileNetV2 at batch 32 took ~2800 page faults a call.
+    Launches on one thread run one after the other, so they never share it."""
+    arena = getattr(_workspaces, "arena", None)
+    if arena is None or arena.size < floats:
+        arena = np.empty(max(1, floats), dtype=np.float32)
+        _workspaces.arena = arena
+    return arena[:floats]
+
+
+def release_workspace() -> None:
+    """Drop this thread's workspace array (the next launch allocates a new one)."""
+    _workspaces.arena = None
 
 
 def shared_pool() -> BufferPool:

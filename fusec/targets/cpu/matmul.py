@@ -321,7 +321,7 @@ def generate_core_group(
     launch += core.launch_lines()
     launch += [
         f"tasks = min(num_threads(), {core.count})" if stage.parallel else "tasks = 1",
-        f"ws = np.empty(tasks * {workspace.size}, dtype=np.float32)",
+        f"ws = workspace(tasks * {workspace.size})",
         "counter = np.zeros(1, dtype=np.int64)",
         stage.call(),
     ]
@@ -348,6 +348,7 @@ def generate_core_group(
             cpu_blas.import_line(),
             "from fusec.targets.cpu import blas as cpu_blas",
             "from fusec.targets.cpu.tasks import num_threads",
+            "from fusec.targets.cpu.buffers import workspace",
             *core.imports,
         ],
     )
