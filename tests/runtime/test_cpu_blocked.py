@@ -360,8 +360,11 @@ CONVS = [
     ((1, 2), (3, 4), (2, 2), 5, (1, 5, 9, 8), (5, 5, 5)),
     ((1, 1), (0, 3), (1, 1), 3, (1, 3, 6, 2), (3, 1, 3)),
     ((1, 1), (0, 0), (1, 1), 7, (3, 7, 5, 6), (7, 1, 1)),
-    # 1x1 on small planes: blocks of several images side by side (3 + 3 + 3 + 1)
+    # small planes in a batch: blocks of several images side by side, 1x1 read as it
+    # is (3 + 3 + 3 + 1 images), 3x3 by im2col (3 x 3 images; 2 + 2 + 2 + 2 at stride 2)
     ((1, 1), (0, 0), (1, 1), 1, (10, 8, 3, 3), (6, 1, 1)),
+    ((1, 1), (1, 1), (1, 1), 1, (9, 6, 2, 2), (5, 3, 3)),
+    ((2, 2), (1, 0, 2, 1), (1, 1), 1, (8, 4, 5, 5), (6, 3, 3)),
 ]
 
 
@@ -395,15 +398,13 @@ func.func @f(%x: {x}, %w: {wt}, %b: {b}) -> {y} {{
 @pytest.mark.parametrize("case", CONVS)
 def test_conv_blocks(cache, case):
     program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
-    depthwise = _depthwise(case)
-    stride_1 = case[0] == (1, 1) and not depthwise
-    winograd = stride_1 and case[5][1:] == (3, 3) and case[2] == (1, 1)
-    taps = stride_1 and case[5][1:] != (1, 1) and not winograd  # larger than 1x1
-    im2col = not (taps or winograd or depthwise)
-    im2col = im2col and (case[5][1:] != (1, 1) or case[0] != (1, 1) or any(case[1]))
+    method = cpu_conv.conv_method(_conv_op(case))
+    depthwise, winograd, taps = (method == m for m in ("depthwise", "winograd", "taps"))
+    im2col = method == "im2col"
     source = program.kernels[0].source
     images = "images: their pixels side by side" in source
-    assert images == (not (im2col or taps or winograd or depthwise) and case[4][2:] == (3, 3))
+    n, (oh, ow) = case[4][0], program.kernels[0].outputs[0].shape[2:]
+    assert images == (n > 1 and oh * ow <= cpu_conv.SMALL_PLANE and method != "depthwise")
     assert ("(depthwise)" in source) == depthwise
     assert not depthwise or not re.search(r"\bs?gemm(_nn)?\(", source)  # no GEMM at all
     assert ("cols = ws[" in source) == (im2col or images)
@@ -513,6 +514,8 @@ def _conv_op(case):
         ("taps", ((1, 1), (2, 2), (1, 1), 1, (1, 4, 6, 6), (4, 5, 5))),
         ("im2col", ((2, 2), (1, 1), (1, 1), 1, (1, 4, 6, 6), (4, 3, 3))),  # stride 2
         ("im2col", ((1, 1), (1, 1), (1, 1), 1, (1, 4, 6, 6), (4, 1, 1))),  # a padded 1x1
+        ("im2col", ((1, 1), (1, 1), (1, 1), 1, (2, 4, 4, 4), (4, 3, 3))),  # batched, 4x4
+        ("winograd", ((1, 1), (1, 1), (1, 1), 1, (2, 4, 5, 4), (4, 3, 3))),  # 5x4: not small
         ("depthwise", ((1, 1), (1, 1), (1, 1), 4, (1, 4, 6, 6), (4, 3, 3))),
         ("depthwise", ((2, 2), (0, 0), (1, 1), 4, (1, 4, 6, 6), (4, 1, 1))),
         ("winograd", ((1, 1), (1, 1), (1, 1), 4, (1, 4, 6, 6), (8, 3, 3))),  # 2 outputs a group

@@ -46,9 +46,13 @@ from fusec.targets.cpu.row_reduce import RowBlock
 
 #: Target size of a block's im2col columns.
 COLS_BYTES = 1 << 20
-#: Pixels a block of a 1x1 convolution gathers from several images when the planes are
-#: small (``images_per_block``).
-DIRECT_PIXELS = 256
+#: Pixels a block of a convolution by one GEMM gathers from several images when the
+#: planes are small (``images_per_block``).
+IMAGE_PIXELS = 256
+#: Batched convolutions whose output planes have at most this many pixels go by
+#: im2col over blocks of images, not by Winograd or taps (whose blocks hold one image:
+#: a 2x2 output is one Winograd tile, 16 GEMMs of one column).
+SMALL_PLANE = 16
 #: Output pixels of a depthwise block (whole channel planes, as many as fit): enough
 #: work per block that taking it costs little.
 DEPTHWISE_PIXELS = 4096
@@ -106,6 +110,8 @@ def conv_method(op) -> str:
       at batch 32: ~23 of its 38 ms, benchmarks/results/cpu-notes.md);
     * ``"direct"``: a 1x1 kernel, stride 1, no padding: one sgemm reads the input as
       it is (it already is the ``C x pixels`` matrix);
+    * ``"im2col"``: a batch of small output planes (``SMALL_PLANE`` pixels, one group):
+      im2col over blocks of several images, one GEMM a block (``images_per_block``);
     * ``"winograd"``: a 3x3 kernel, stride 1, dilation 1 (any padding, groups, sizes):
       F(2x2, 3x3), 2.25x fewer multiplications than a direct 3x3 for 16/9 the
       transformed copies, the fastest at every 3x3 shape measured (conv N8 C64
@@ -122,6 +128,9 @@ def conv_method(op) -> str:
     stride_1 = tuple(op.attr("strides")) == (1, 1)
     if (r, s) == (1, 1) and stride_1 and not any(conv2d_padding(op.attr("padding"))):
         return "direct"
+    n, _, oh, ow = shape_of(op.results[0])
+    if n > 1 and oh * ow <= SMALL_PLANE and op.attr("groups") == 1:
+        return "im2col"
     if (r, s) == (3, 3) and stride_1 and tuple(op.attr("dilations")) == (1, 1):
         return "winograd"
     if stride_1 and r * s > 1:
@@ -218,8 +227,7 @@ class ConvBlocks(BlockedCore):
         if self.nb > 1:  # blocks of nb whole images: their pixels side by side
             self.bh, self.nrb, self.count = self.oh, 1, math.ceil(self.n / self.nb)
             self.pixels = self.nb * self.oh * self.ow
-            workspace.add("cols", self.c * self.pixels)
-        if not self.direct:
+        if self.nb > 1 or not self.direct:
             workspace.add("cols", self.crs * self.pixels)
         if c_local:
             workspace.add(c_array, self.kg * self.pixels)
@@ -267,9 +275,9 @@ class ConvBlocks(BlockedCore):
         how = "sgemm" if self.direct else "im2col, sgemm"
         if self.nb > 1:
             return (
-                f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x1x1 in "
-                f"{self.count} blocks of {self.nb} images: their pixels side by side, one "
-                "sgemm, epilogue per image"
+                f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x{self.r}x"
+                f"{self.s} in {self.count} blocks of {self.nb} images: their pixels side by "
+                f"side ({'copied' if self.direct else 'im2col'}), one sgemm, epilogue per image"
             )
         if self.taps:
             how = f"padded copy, {self.r * self.s} sgemms (one per tap)"
@@ -335,9 +343,16 @@ class ConvBlocks(BlockedCore):
                 f"        for q in range({p}):",
                 f"            cols[U(d + q)] = {x}[U(src + q)]",
             ]
+            if not self.direct:  # each image's im2col, its pixels from column (n - n0) * P
+                lines = [
+                    "for n in range(n0, n1):",
+                    "    oh0 = 0",
+                    f"    oh1 = {self.oh}",
+                    *(f"    {line}" for line in self._im2col(x, f" + (n - n0) * {p}")),
+                ]
             return lines + [
                 "prev = threads_begin(1)",
-                f"sgemm(0, 0, {self.k}, pw, {self.c}, {w}, 0, {self.c}, cols, 0, pw, "
+                f"sgemm(0, 0, {self.k}, pw, {self.crs}, {w}, 0, {self.crs}, cols, 0, pw, "
                 f"{self.c_array}, 0, pw)",
                 "threads_end(prev)",
             ]
@@ -537,7 +552,7 @@ class ConvBlocks(BlockedCore):
             "threads_end(prev)",
         ]
 
-    def _im2col(self, x: str) -> list[str]:
+    def _im2col(self, x: str, col0: str = "") -> list[str]:
         """``cols[(c*R + r)*S + s, p - p0]`` for the block's pixels, a run per output row.
 
         For each kernel column ``s`` the output columns whose input column is
@@ -554,7 +569,7 @@ class ConvBlocks(BlockedCore):
             f"            shift = s * {self.dw} - {self.pl}",  # input column of output column 0
             f"            lo = min({ow}, max(0, (-shift + {sw - 1}) // {sw}))",
             f"            hi = max(lo, min({ow}, ({w - 1} - shift) // {sw} + 1))",
-            f"            dst0 = ((c * {self.r} + r) * {self.s} + s) * pw",
+            f"            dst0 = ((c * {self.r} + r) * {self.s} + s) * pw{col0}",
             "            for oh in range(oh0, oh1):",
             f"                d = dst0 + (oh - oh0) * {ow}",
             f"                ih = oh * {self.sh} + r * {self.dh} - {self.pt}",
@@ -642,14 +657,15 @@ class ConvBlocks(BlockedCore):
 
 
 def images_per_block(op) -> int:
-    """Images a block of a 1x1 convolution read in place (``"direct"``, one group) holds:
-    as many as make ``DIRECT_PIXELS`` pixels, at least ``MIN_BLOCKS`` blocks when the
-    batch allows. Late CNN layers have planes of a few pixels (MobileNetV2 at 64x64:
-    2x2), where one GEMM per image is all call overhead (K x 4 x C)."""
-    if conv_method(op) != "direct" or op.attr("groups") != 1:
+    """Images a block of a convolution by one GEMM (``"direct"`` or ``"im2col"``, one
+    group) holds: as many as make ``IMAGE_PIXELS`` pixels, at least ``MIN_BLOCKS``
+    blocks when the batch allows. Late CNN layers have planes of a few pixels
+    (MobileNetV2 and ResNet-18 at 64x64: 2x2), where one GEMM per image is all call
+    overhead (K x 4 x C)."""
+    if conv_method(op) not in ("direct", "im2col") or op.attr("groups") != 1:
         return 1
     n, _, oh, ow = shape_of(op.results[0])
-    nb = max(1, min(n, DIRECT_PIXELS // (oh * ow)))
+    nb = max(1, min(n, IMAGE_PIXELS // (oh * ow)))
     return max(1, min(nb, math.ceil(n / MIN_BLOCKS)))
 
 
