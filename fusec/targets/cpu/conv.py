@@ -1,8 +1,9 @@
 """cpu template for "conv" groups: per block of output rows, one or more GEMMs + epilogue.
 
-``conv_method`` states which of four ways a convolution takes (direct, Winograd
-F(2x2, 3x3), one sgemm per tap, im2col); the im2col way is described here, the
-others in ``ConvBlocks``.
+``conv_method`` states which of five ways a convolution takes (depthwise, direct,
+Winograd F(2x2, 3x3), one sgemm per tap, im2col); the im2col way is described here,
+the others in ``ConvBlocks``. A batch of small planes (late CNN layers) takes blocks
+of several images instead of output rows of one (``images_per_block``).
 
 ``ai.conv2d`` (NCHW input, KCRS weight, any strides, padding, dilations and
 groups) runs in the blocked kernel of ``cpu_matmul``. A block is ``bh`` output
