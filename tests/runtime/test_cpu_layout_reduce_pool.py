@@ -134,6 +134,29 @@ func.func @f(%x: {x}) -> {y} {{
     assert _run(text, cache) == ["reduce"]
 
 
+@pytest.mark.parametrize("op", ["reduce_mean", "reduce_sum", "reduce_max"])
+def test_short_trailing_rows_reduce_in_the_compiled_loop(cache, op):
+    """A global pool over 2x2 planes (trailing axes, rows of 4): ``reduce_rows``, not
+    numpy; against the reference, and a NaN in a row makes its max NaN."""
+    import numpy as np
+
+    x, y = _t((5, 7, 2, 2)), _t((5, 7, 1, 1))
+    text = f"""
+func.func @f(%x: {x}) -> {y} {{
+  %m = ai.{op} %x {{axes = array<i64: 2, 3>, keepdims = true}} : {x}
+  return %m : {y}
+}}"""
+    assert _run(text, cache) == ["reduce"]
+    compiled = fusec.compile(text, target="cpu")
+    assert "reduce_rows(in0, out0, 35, 4," in compiled._runner.kernels[0].source
+    if op == "reduce_max":
+        data = np.random.default_rng(1).standard_normal((5, 7, 2, 2)).astype(np.float32)
+        data[2, 3, 1, 0] = data[4, 6, 0, 0] = np.nan
+        got = compiled(data)
+        assert np.isnan(got[2, 3]).all() and np.isnan(got[4, 6]).all()
+        assert np.isnan(got).sum() == 2
+
+
 # ------------------------------------------------------------------ layout
 
 
