@@ -336,6 +336,10 @@ func.func @f(%a: {a}, %s: {a}, %b: {b}) -> {y} {{
 CONVS = [
     # strides, padding, dilations, groups, (N, C, H, W), (K, kh, kw)
     ((2, 2), (0, 1, 1, 2), (1, 1), 1, (1, 6, 21, 17), (8, 3, 3)),  # stride, uneven padding
+    # strided im2col by phases of the input row: column stride 3, dilated 5x5, padding
+    # wider than some taps reach; and a 7x7 stride-2 stem
+    ((2, 3), (2, 1, 3, 4), (2, 2), 1, (2, 3, 15, 14), (4, 5, 5)),
+    ((2, 2), (3, 3), (1, 1), 1, (1, 3, 20, 19), (5, 7, 7)),
     ((1, 1), (2, 2), (2, 2), 1, (1, 4, 14, 12), (6, 3, 3)),  # dilation
     ((1, 1), (1, 1), (1, 1), 8, (1, 8, 12, 12), (16, 3, 3)),  # groups: 1 channel each
     ((2, 1), (0, 0), (1, 1), 1, (2, 8, 13, 9), (4, 1, 1)),  # 1x1 with a stride: im2col
@@ -408,6 +412,7 @@ def test_conv_blocks(cache, case):
     assert ("(depthwise)" in source) == depthwise
     assert not depthwise or not re.search(r"\bs?gemm(_nn)?\(", source)  # no GEMM at all
     assert ("cols = ws[" in source) == (im2col or images)
+    assert ("xrow = ws[" in source) == (im2col and case[0][1] > 1 and case[5][2] > 1)
     assert ("sgemm_acc(" in source) == taps and ("wv = ws[" in source) == winograd
     assert ("xpad = ws[" in source) == (taps or winograd or depthwise)
     assert _blocks(program) > 1

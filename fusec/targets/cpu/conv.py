@@ -230,6 +230,9 @@ class ConvBlocks(BlockedCore):
             self.pixels = self.nb * self.oh * self.ow
         if self.nb > 1 or not self.direct:
             workspace.add("cols", self.crs * self.pixels)
+        self.xrow_phase = -(-self.w // self.sw)  # a phase of a strided im2col's input row
+        if not self.direct and self.sw > 1 and self.s > 1:
+            workspace.add("xrow", self.sw * self.xrow_phase)
         if c_local:
             workspace.add(c_array, self.kg * self.pixels)
 
@@ -561,6 +564,8 @@ class ConvBlocks(BlockedCore):
         slice of the input row (contiguous at stride 1).
         """
         h, w, ow, sw = self.h, self.w, self.ow, self.sw
+        if sw > 1 and self.s > 1:
+            return self._strided_im2col(x, col0)
         stride = f" * {sw}" if sw > 1 else ""
         return [
             f"for c in range({self.cg}):",
@@ -586,6 +591,49 @@ class ConvBlocks(BlockedCore):
             f"                for j in range(hi_row, {ow}):",
             "                    cols[U(d + j)] = f32(0.0)",
         ]
+
+    def _strided_im2col(self, x: str, col0: str) -> list[str]:
+        """im2col at a column stride ``sw`` > 1 with several kernel columns: each input
+        row is split once into its ``sw`` phases (``xrow[q][jj]`` = column ``jj * sw +
+        q``, zeros past the row), so that every kernel column copies a contiguous run of
+        one phase instead of gathering at stride ``sw`` (ResNet's 7x7 stride-2 stem
+        gathered 7 times per input row)."""
+        h, w, ow, sw, wq = self.h, self.w, self.ow, self.sw, self.xrow_phase
+        lines = [
+            f"for c in range({self.cg}):",
+            f"    plane = (n * {self.c} + g * {self.cg} + c) * {h * w}",
+            f"    for r in range({self.r}):",
+            "        for oh in range(oh0, oh1):",
+            f"            ih = oh * {self.sh} + r * {self.dh} - {self.pt}",
+            f"            d0 = ((c * {self.r} + r) * {self.s}) * pw{col0} + (oh - oh0) * {ow}",
+            f"            if ih < 0 or ih >= {h}:",
+            f"                for s in range({self.s}):",
+            f"                    for j in range({ow}):",
+            "                        cols[U(d0 + s * pw + j)] = f32(0.0)",
+            "                continue",
+            f"            src = plane + ih * {w}",
+        ]
+        for q in range(sw):  # phase q: input columns q, q + sw, ...
+            count = max(0, -(-(w - q) // sw))
+            lines += [
+                f"            for jj in range({count}):",
+                f"                xrow[U({q * wq} + jj)] = {x}[U(src + jj * {sw}{_plus(q)})]",
+            ]
+        for tap in range(self.s):
+            shift = tap * self.dw - self.pl  # input column of output column 0
+            lo = min(ow, max(0, -(shift // sw)))
+            hi = max(lo, min(ow, (w - 1 - shift) // sw + 1))
+            q, base = shift % sw, shift // sw  # column j * sw + shift: phase q, index j + base
+            dst = f"d0 + {tap} * pw"
+            lines += [
+                f"            for j in range({lo}):",
+                f"                cols[U({dst} + j)] = f32(0.0)",
+                f"            for j in range({lo}, {hi}):",
+                f"                cols[U({dst} + j)] = xrow[U({q * wq}{_plus(base)} + j)]",
+                f"            for j in range({hi}, {ow}):",
+                f"                cols[U({dst} + j)] = f32(0.0)",
+            ]
+        return lines
 
     def epilogue_rows(self, shapes: Sequence[tuple[int, ...]], reduces: bool) -> EpilogueRows:
         """Rows (n, k) of the output merged to OH*OW pixels, the block a segment of each;
