@@ -64,7 +64,7 @@ TAP_PIXELS = 256
 
 
 def generate(fused_op, name: str) -> KernelSource:
-    return generate_core_group(fused_op, name, "conv", ai.Conv2DOp, ConvBlocks)
+    return generate_core_group(fused_op, name, "conv", ai.Conv2DOp, conv_blocks)
 
 
 #: Winograd blocks: tiles (2x2 output pixels each) per block, at most; and the most bytes
@@ -163,23 +163,7 @@ class ConvBlocks(BlockedCore):
         return conv_method(op) in ("taps", "winograd") or images_per_block(op) > 1
 
     def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
-        self.op, self.reads, self.c_array, self.c_local = op, reads, c_array, c_local
-        self.n, self.c, self.h, self.w = shape_of(op.operands[0])
-        self.k, cg, self.r, self.s = shape_of(op.operands[1])
-        _, _, self.oh, self.ow = shape_of(op.results[0])
-        self.sh, self.sw = op.attr("strides")
-        self.dh, self.dw = op.attr("dilations")
-        self.pt, self.pl, _, _ = conv2d_padding(op.attr("padding"))
-        self.groups = op.attr("groups")
-        self.kg, self.cg, self.crs = self.k // self.groups, cg, cg * self.r * self.s
-        self.method = conv_method(op)
-        self.nb = images_per_block(op)
-        self.direct = self.method == "direct"
-        self.winograd = self.method == "winograd"
-        self.taps = self.method == "taps"
-        if self.method == "depthwise":
-            self._depthwise_blocks(workspace, c_local)
-            return
+        self._read_op(op, reads, c_array, c_local)
         if self.winograd:
             self.imports = ("from fusec.targets.cpu.winograd import winograd_filters",)
         self.wp = self.ow + (self.s - 1) * self.dw  # padded row width (taps)
@@ -236,24 +220,22 @@ class ConvBlocks(BlockedCore):
         if c_local:
             workspace.add(c_array, self.kg * self.pixels)
 
-    def _depthwise_blocks(self, workspace: Workspace, c_local: bool) -> None:
-        """Blocks of ``cb`` whole channel planes of one image (``DEPTHWISE_PIXELS``, and
-        at least ``MIN_BLOCKS`` blocks when there are enough planes)."""
-        planes, p = self.n * self.k, self.oh * self.ow
-        cb = max(1, min(self.k, DEPTHWISE_PIXELS // p))
-        if self.n * math.ceil(self.k / cb) < MIN_BLOCKS:
-            cb = max(1, min(cb, math.ceil(planes / MIN_BLOCKS)))
-        self.cb, self.bh, self.nrb = cb, self.oh, 1
-        self.ncb = math.ceil(self.k / cb)
-        self.count = self.n * self.ncb
-        self.pixels = cb * p
-        # the padded input plane: the rows and columns the taps reach
-        hp = (self.oh - 1) * self.sh + (self.r - 1) * self.dh + 1
-        wp = (self.ow - 1) * self.sw + (self.s - 1) * self.dw + 1
-        self.xpad_shape = (hp, wp)
-        workspace.add("xpad", hp * -(-wp // self.sw) * self.sw)
-        if c_local:
-            workspace.add(self.c_array, self.pixels)
+    def _read_op(self, op, reads, c_array: str, c_local: bool) -> None:
+        """The convolution's shapes, attributes and method."""
+        self.op, self.reads, self.c_array, self.c_local = op, reads, c_array, c_local
+        self.n, self.c, self.h, self.w = shape_of(op.operands[0])
+        self.k, cg, self.r, self.s = shape_of(op.operands[1])
+        _, _, self.oh, self.ow = shape_of(op.results[0])
+        self.sh, self.sw = op.attr("strides")
+        self.dh, self.dw = op.attr("dilations")
+        self.pt, self.pl, _, _ = conv2d_padding(op.attr("padding"))
+        self.groups = op.attr("groups")
+        self.kg, self.cg, self.crs = self.k // self.groups, cg, cg * self.r * self.s
+        self.method = conv_method(op)
+        self.nb = images_per_block(op)
+        self.direct = self.method == "direct"
+        self.winograd = self.method == "winograd"
+        self.taps = self.method == "taps"
 
     def launch_lines(self) -> list[str]:
         """Taps: the weights tap-major, ``wtaps[g, r, s]`` a ``K/G x C/G`` matrix each.
@@ -287,12 +269,6 @@ class ConvBlocks(BlockedCore):
             how = f"padded copy, {self.r * self.s} sgemms (one per tap)"
         if self.winograd:
             how = "padded copy, Winograd F(2x2, 3x3): input transform, 16 GEMMs, output transform"
-        if self.method == "depthwise":
-            return (
-                f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x1x{self.r}x{self.s}"
-                f" (depthwise) in {self.count} blocks of {self.cb} channel planes: "
-                "direct multiply-adds along output rows, epilogue per block"
-            )
         return (
             f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x{self.r}x{self.s}"
             f" (groups {self.groups}) in {self.count} blocks of {self.bh} output rows: "
@@ -308,16 +284,6 @@ class ConvBlocks(BlockedCore):
                 "g = 0",
                 f"pw = (n1 - n0) * {p}",
             ]
-        if self.method == "depthwise":  # channels g:g1 of image n, whole planes
-            return [
-                f"n = blk // {self.ncb}",
-                f"g = blk % {self.ncb} * {self.cb}",
-                f"g1 = min(g + {self.cb}, {self.k})",
-                "oh0 = 0",
-                f"oh1 = {self.oh}",
-                "p0 = 0",
-                f"pw = {self.oh * self.ow}",
-            ]
         return [
             f"ng = blk // {self.nrb}",  # image * groups + group
             f"n = ng // {self.groups}",
@@ -329,8 +295,6 @@ class ConvBlocks(BlockedCore):
         ]
 
     def compute(self) -> list[str]:
-        if self.method == "depthwise":
-            return self._depthwise()
         if self.winograd:
             return self._padded_copy(self.xw) + self._winograd()
         if self.taps:
@@ -373,54 +337,6 @@ class ConvBlocks(BlockedCore):
             f"sgemm(0, 0, {self.kg}, pw, {self.crs}, {w}, g * {self.kg * self.crs}, {self.crs}, "
             f"{b}, {b_off}, {ldb}, {self.c_array}, {c_off}, {ldc})",
             "threads_end(prev)",
-        ]
-
-    def _depthwise(self) -> list[str]:
-        """Each channel plane of the block: a zero-padded copy of its input plane in
-        ``xpad`` (the rows and columns the taps reach), then every output pixel as one
-        sum over the taps, the weights held in scalars, the taps unrolled at constant
-        offsets: no bounds, no branches, a loop along the output row that LLVM
-        vectorises. The copy splits the padded columns by their phase modulo the column
-        stride (``sw`` planes of ``Wq`` columns), so that a strided tap reads
-        consecutive floats too: padded column ``c`` is ``xpad[c % sw][row][c // sw]``."""
-        x, w = (self.reads[v] for v in self.op.operands)
-        p, ow, sw, taps = self.oh * self.ow, self.ow, self.sw, self.r * self.s
-        hp, wp = self.xpad_shape
-        wq, plane = -(-wp // sw), hp * -(-wp // sw)
-        out = f"(ch - g) * {p}" if self.c_local else f"(n * {self.k} + ch) * {p}"
-        right = max(0, min(self.w, wp - self.pl))  # input columns inside the padded row
-        rows = max(0, min(self.h, hp - self.pt))
-        terms = []
-        for r in range(self.r):
-            for t in range(self.s):
-                phase, shift = divmod(t * self.dw, sw)[::-1]
-                off = phase * plane + r * self.dh * wq + shift
-                terms.append(f"w{r * self.s + t} * xpad[U(base + j{_plus(off)})]")
-        copy = []  # padded columns pl <= c < pl + right of phase q: c = q + sw * jj
-        for q in range(sw):
-            lo, hi = -(-(self.pl - q) // sw), -(-(self.pl + right - q) // sw)
-            if hi > lo:
-                at = f"{q * plane} + d + jj" if q else "d + jj"
-                step = f"{sw} * jj" if sw > 1 else "jj"
-                copy += [
-                    f"        for jj in range({lo}, {hi}):",
-                    f"            xpad[U({at})] = {x}[U(src + {step}{_plus(q - self.pl)})]",
-                ]
-        return [
-            f"for i in range({sw * plane}):",
-            "    xpad[i] = f32(0.0)",
-            "for ch in range(g, g1):",
-            f"    xb = (n * {self.c} + ch) * {self.h * self.w}",
-            f"    for i in range({rows}):",
-            f"        d = (i + {self.pt}) * {wq}",
-            f"        src = xb + i * {self.w}",
-            *copy,
-            *(f"    w{t} = {w}[ch * {taps} + {t}]" for t in range(taps)),
-            f"    for oh in range({self.oh}):",
-            f"        base = oh * {self.sh * wq}",
-            f"        d = {out} + oh * {ow}",
-            f"        for j in range({ow}):",
-            f"            {self.c_array}[U(d + j)] = " + " + ".join(terms),
         ]
 
     def _padded_copy(self, width: int) -> list[str]:
@@ -642,13 +558,11 @@ class ConvBlocks(BlockedCore):
         p = self.oh * self.ow
         space: tuple[int, ...]
         blocked_rows = self.taps or self.winograd
-        depthwise = self.method == "depthwise"
-        channels = "g1 - g" if depthwise else str(self.kg)  # the block's channel rows
+        channels, first = self._channel_rows()
         if self.nb > 1:
             return self._images_epilogue_rows(shapes, reduces)
         if not blocked_rows and not reduces and all(_merges_hw(shape) for shape in shapes):
             space = (self.n, self.k, p)
-            first = "g" if depthwise else f"g * {self.kg}"
             loops = [
                 f"q0 = n * {self.k} + {first}",
                 *row_loop(space, f"q0, q0 + {channels}"),
@@ -660,7 +574,6 @@ class ConvBlocks(BlockedCore):
             block = RowBlock(local, ("p0", "pw"), _merge_last_two)
             return EpilogueRows(loops, "    ", space, block)
         space = (self.n, self.k, self.oh, self.ow)
-        first = "g" if depthwise else f"g * {self.kg}"
         loops = [
             f"for kk in range({channels}):",
             f"    q0 = (n * {self.k} + {first} + kk) * {self.oh}",
@@ -674,6 +587,10 @@ class ConvBlocks(BlockedCore):
             loops.append(f"        lc = kk * pw + (row - q0 - oh0) * {self.ow}")
             local[self.c_array] = "lc"
         return EpilogueRows(loops, "        ", space, RowBlock(local))
+
+    def _channel_rows(self) -> tuple[str, str]:
+        """The block's output channels: how many, and the first (expressions)."""
+        return str(self.kg), f"g * {self.kg}"
 
     def _images_epilogue_rows(
         self, shapes: Sequence[tuple[int, ...]], reduces: bool
@@ -703,6 +620,115 @@ class ConvBlocks(BlockedCore):
             f"            lc = kk * pw + {at} + (row - q0) * {self.ow}",
         ]
         return EpilogueRows(loops, "            ", space, RowBlock({self.c_array: "lc"}))
+
+
+class DepthwiseBlocks(ConvBlocks):
+    """Blocks of whole channel planes of a depthwise ``ai.conv2d`` (one input and one
+    output channel a group, ``conv_method`` "depthwise"): direct multiply-adds, no GEMM."""
+
+    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
+        """Blocks of ``cb`` whole channel planes of one image (``DEPTHWISE_PIXELS``, and
+        at least ``MIN_BLOCKS`` blocks when there are enough planes)."""
+        self._read_op(op, reads, c_array, c_local)
+        planes, p = self.n * self.k, self.oh * self.ow
+        cb = max(1, min(self.k, DEPTHWISE_PIXELS // p))
+        if self.n * math.ceil(self.k / cb) < MIN_BLOCKS:
+            cb = max(1, min(cb, math.ceil(planes / MIN_BLOCKS)))
+        self.cb, self.bh, self.nrb = cb, self.oh, 1
+        self.ncb = math.ceil(self.k / cb)
+        self.count = self.n * self.ncb
+        self.pixels = cb * p
+        # the padded input plane: the rows and columns the taps reach
+        hp = (self.oh - 1) * self.sh + (self.r - 1) * self.dh + 1
+        wp = (self.ow - 1) * self.sw + (self.s - 1) * self.dw + 1
+        self.xpad_shape = (hp, wp)
+        workspace.add("xpad", hp * -(-wp // self.sw) * self.sw)
+        if c_local:
+            workspace.add(c_array, self.pixels)
+
+    def describe(self) -> str:
+        return (
+            f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x1x{self.r}x{self.s}"
+            f" (depthwise) in {self.count} blocks of {self.cb} channel planes: "
+            "direct multiply-adds along output rows, epilogue per block"
+        )
+
+    def decode(self) -> list[str]:  # channels g:g1 of image n, whole planes
+        return [
+            f"n = blk // {self.ncb}",
+            f"g = blk % {self.ncb} * {self.cb}",
+            f"g1 = min(g + {self.cb}, {self.k})",
+            "oh0 = 0",
+            f"oh1 = {self.oh}",
+            "p0 = 0",
+            f"pw = {self.oh * self.ow}",
+        ]
+
+    def compute(self) -> list[str]:
+        return self._depthwise()
+
+    def _channel_rows(self) -> tuple[str, str]:
+        return "g1 - g", "g"
+
+    def _depthwise(self) -> list[str]:
+        """Each channel plane of the block: a zero-padded copy of its input plane in
+        ``xpad`` (the rows and columns the taps reach), then every output pixel as one
+        sum over the taps, the weights held in scalars, the taps unrolled at constant
+        offsets: no bounds, no branches, a loop along the output row that LLVM
+        vectorises. The copy splits the padded columns by their phase modulo the column
+        stride (``sw`` planes of ``Wq`` columns), so that a strided tap reads
+        consecutive floats too: padded column ``c`` is ``xpad[c % sw][row][c // sw]``."""
+        x, w = (self.reads[v] for v in self.op.operands)
+        p, ow, sw, taps = self.oh * self.ow, self.ow, self.sw, self.r * self.s
+        hp, wp = self.xpad_shape
+        wq, plane = -(-wp // sw), hp * -(-wp // sw)
+        out = f"(ch - g) * {p}" if self.c_local else f"(n * {self.k} + ch) * {p}"
+        right = max(0, min(self.w, wp - self.pl))  # input columns inside the padded row
+        rows = max(0, min(self.h, hp - self.pt))
+        terms = []
+        for r in range(self.r):
+            for t in range(self.s):
+                phase, shift = divmod(t * self.dw, sw)[::-1]
+                off = phase * plane + r * self.dh * wq + shift
+                terms.append(f"w{r * self.s + t} * xpad[U(base + j{_plus(off)})]")
+        copy = []  # padded columns pl <= c < pl + right of phase q: c = q + sw * jj
+        for q in range(sw):
+            lo, hi = -(-(self.pl - q) // sw), -(-(self.pl + right - q) // sw)
+            if hi > lo:
+                at = f"{q * plane} + d + jj" if q else "d + jj"
+                step = f"{sw} * jj" if sw > 1 else "jj"
+                copy += [
+                    f"        for jj in range({lo}, {hi}):",
+                    f"            xpad[U({at})] = {x}[U(src + {step}{_plus(q - self.pl)})]",
+                ]
+        return [
+            f"for i in range({sw * plane}):",
+            "    xpad[i] = f32(0.0)",
+            "for ch in range(g, g1):",
+            f"    xb = (n * {self.c} + ch) * {self.h * self.w}",
+            f"    for i in range({rows}):",
+            f"        d = (i + {self.pt}) * {wq}",
+            f"        src = xb + i * {self.w}",
+            *copy,
+            *(f"    w{t} = {w}[ch * {taps} + {t}]" for t in range(taps)),
+            f"    for oh in range({self.oh}):",
+            f"        base = oh * {self.sh * wq}",
+            f"        d = {out} + oh * {ow}",
+            f"        for j in range({ow}):",
+            f"            {self.c_array}[U(d + j)] = " + " + ".join(terms),
+        ]
+
+
+def conv_blocks(op, reads, workspace: Workspace, a_array, c_array, c_local) -> ConvBlocks:
+    """The blocked core of a conv group: ``DepthwiseBlocks`` or ``ConvBlocks``."""
+    depthwise = conv_method(op) == "depthwise"
+    factory = DepthwiseBlocks if depthwise else ConvBlocks
+    return factory(op, reads, workspace, a_array, c_array, c_local)
+
+
+# what generate_core_group asks of a core factory
+conv_blocks.block_prologue = False  # type: ignore[attr-defined]
+conv_blocks.local_result = ConvBlocks.local_result  # type: ignore[attr-defined]
 
 
 def images_per_block(op) -> int:
