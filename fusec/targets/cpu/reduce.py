@@ -123,14 +123,15 @@ def reduce_core(op: Operation, out: str, buffers: Buffers) -> list[str]:
 @sealed_njit
 def reduce_rows(x, out, rows, inner, kind):
     """``out[i]`` = the sum (kind 0), mean (1) or max (2) of ``x[i * inner:][:inner]``:
-    sums in float64 then rounded once; a max is NaN when the row holds one, as numpy's."""
+    sums in float64 then rounded once; a max is NaN when the row holds one, and of equal
+    values (-0.0 and 0.0) the later, as numpy's."""
     for i in numba.prange(rows):
         row = x[i * inner : (i + 1) * inner]
         if kind == 2:
             m = row[0]
             for j in range(1, inner):
                 v = row[j]
-                m = v if (v > m or v != v) and m == m else m
+                m = v if (v >= m or v != v) and m == m else m  # ties: the later, as numpy
             out[i] = m
         else:
             total = 0.0
