@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-import numba
 import numpy as np
 from xdsl.ir import Operation, SSAValue
 
@@ -125,7 +124,7 @@ def reduce_rows(x, out, rows, inner, kind):
     """``out[i]`` = the sum (kind 0), mean (1) or max (2) of ``x[i * inner:][:inner]``:
     sums in float64 then rounded once; a max is NaN when the row holds one, and of equal
     values (-0.0 and 0.0) the later, as numpy's."""
-    for i in numba.prange(rows):
+    for i in range(rows):  # sequential: the helper is not a parallel kernel
         row = x[i * inner : (i + 1) * inner]
         if kind == 2:
             m = row[0]
