@@ -152,6 +152,9 @@ def test_row_helpers_vectorise(name):
     if name.startswith("row_exp_sum"):  # the exponential vectorised with the sum, no libm
         assert "<16 x float>" in llvm or "<8 x float>" in llvm
         assert not re.search(r"call [^\n]*(@expf|@llvm\.exp\.)", llvm)
+    if name in ("row_max", "row_scale_max"):  # the max's keys in 32-bit lanes, not widened
+        assert re.search(r"<\d+ x i32>", llvm)
+        assert not re.search(r"<\d+ x i64>", llvm), f"{name} widened its int32 keys to int64"
 
 
 # ------------------------------------------------------------ whole kernels

@@ -775,12 +775,14 @@ _ROW_MAX = '''def row_max(buf):
     the order of their values, NaN aside: a NaN with the sign bit clear comes
     out as the max, one with it set is skipped. Only softmax calls this, and a
     NaN anywhere in its row makes every output NaN through exp and the sum
-    either way, as numpy's does.
+    either way, as numpy's does. The ``np.int32`` around the key matters: Numba
+    widens int32 arithmetic to int64, and the loop then ran on 8 lanes, not 16
+    (7.3 cycles per 16 floats on Zen 4, 2.0 with it).
     """
     m = np.int32(-2147483648)
     for k in range(buf.size):
         i = f32(buf[k]).view(np.int32)
-        i = i ^ ((i >> np.int32(31)) & np.int32(0x7FFFFFFF))
+        i = np.int32(i ^ ((i >> np.int32(31)) & np.int32(0x7FFFFFFF)))
         m = i if i > m else m
     m = m ^ ((m >> np.int32(31)) & np.int32(0x7FFFFFFF))
     return np.int32(m).view(np.float32)'''
@@ -793,7 +795,7 @@ _ROW_SCALE_MAX = '''def row_scale_max(dst, inv, nxt):
     for k in range(dst.size):
         dst[k] = dst[k] * inv
         i = f32(nxt[k]).view(np.int32)
-        i = i ^ ((i >> np.int32(31)) & np.int32(0x7FFFFFFF))
+        i = np.int32(i ^ ((i >> np.int32(31)) & np.int32(0x7FFFFFFF)))
         m = i if i > m else m
     m = m ^ ((m >> np.int32(31)) & np.int32(0x7FFFFFFF))
     return np.int32(m).view(np.float32)'''
