@@ -1,10 +1,12 @@
 """Numba's workers on CPUs of their own during a cpu launch (``fusec.targets.cpu.affinity``).
 
 After a launch each worker of the calling thread's pool is allowed one CPU,
-distinct ones inside the caller's mask; the caller is confined to the other
-CPUs only while its kernel runs (also when the kernel raises); a changed thread
-count or mask is placed afresh; ``FUSEC_CPU_PIN=0`` and a mask with fewer CPUs
-than threads leave everything unpinned; results are the reference's either way.
+distinct ones inside the caller's mask; a caller on a worker's CPU is confined
+to the other CPUs only while its kernel runs (also when the kernel raises), one
+already on a CPU of its own is left alone; a changed thread count or mask is
+placed afresh, the mask read at most every ``MASK_CHECK_S``; ``FUSEC_CPU_PIN=0``
+and a mask with fewer CPUs than threads leave everything unpinned; results are
+the reference's either way.
 No timing is asserted (benchmarks/cpu_pin_ab.py measures the effect).
 """
 
@@ -91,9 +93,15 @@ def test_workers_get_one_cpu_each_and_the_caller_keeps_its_mask(compiled):
     assert placement.caller_cpus == mask - set().union(*cpus)
 
 
-def test_the_caller_is_confined_only_during_the_kernel_also_when_it_raises(compiled):
+def _on_cpu(monkeypatch, cpu: int) -> None:
+    """The caller reads as running on ``cpu`` from now on (``sched_getcpu``)."""
+    monkeypatch.setattr(affinity, "_current_cpu", lambda: cpu)
+
+
+def test_the_caller_is_confined_only_during_the_kernel_also_when_it_raises(compiled, monkeypatch):
     _check(compiled)  # placed
     mask = os.sched_getaffinity(0)
+    _on_cpu(monkeypatch, _pinned(affinity.current()).worker_cpus[0])
     seen: list[set[int]] = []
 
     def kernel() -> None:
@@ -117,6 +125,7 @@ def test_a_short_kernel_runs_unconfined_after_its_first_call(compiled, monkeypat
     def kernel() -> None:
         seen.append(os.sched_getaffinity(0))
 
+    _on_cpu(monkeypatch, _pinned(affinity.current()).worker_cpus[0])
     monkeypatch.setattr(affinity, "LONG_S", 1e3)  # every call is short
     for _ in range(3):
         affinity.run(kernel, [])
@@ -124,6 +133,58 @@ def test_a_short_kernel_runs_unconfined_after_its_first_call(compiled, monkeypat
     for _ in range(2):
         affinity.run(kernel, [])
     assert seen == [caller, mask, mask, mask, caller]  # the 4th call showed it long
+
+
+def _counting(monkeypatch, name: str) -> list[object]:
+    """Records each call of ``os.<name>`` (which the test's thread makes) and makes it."""
+    calls: list[object] = []
+    real = getattr(os, name)
+
+    def counted(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(affinity.os, name, counted)
+    return calls
+
+
+def test_a_caller_on_a_cpu_of_its_own_is_left_alone(compiled, monkeypatch):
+    _check(compiled)
+    mask = os.sched_getaffinity(0)
+    placement = _pinned(affinity.current())
+    _on_cpu(monkeypatch, min(placement.caller_cpus))
+    monkeypatch.setattr(affinity, "LONG_S", 0.0)  # a long kernel: confined if it must be
+    sets = _counting(monkeypatch, "sched_setaffinity")
+    seen: list[set[int]] = []
+    affinity.run(lambda: seen.append(os.sched_getaffinity(0)), [])
+    assert seen == [mask] and sets == []
+    assert affinity.current() is placement
+
+
+def test_the_mask_is_read_at_most_every_mask_check_s(compiled, monkeypatch):
+    _check(compiled)
+    placement = _pinned(affinity.current())
+    _on_cpu(monkeypatch, min(placement.caller_cpus))
+    reads = _counting(monkeypatch, "sched_getaffinity")
+    monkeypatch.setattr(affinity, "MASK_CHECK_S", 1e3)
+    for _ in range(3):
+        affinity.run(lambda: None, [])
+    assert reads == []
+    monkeypatch.setattr(affinity, "MASK_CHECK_S", 0.0)
+    for _ in range(2):
+        affinity.run(lambda: None, [])
+    assert len(reads) == 2
+    assert affinity.current() is placement  # the same mask: the same placement
+
+
+def test_a_caller_outside_its_placements_mask_has_the_mask_read_at_once(compiled, monkeypatch):
+    _check(compiled)
+    placement = _pinned(affinity.current())
+    monkeypatch.setattr(affinity, "MASK_CHECK_S", 1e3)
+    reads = _counting(monkeypatch, "sched_getaffinity")
+    _on_cpu(monkeypatch, max(placement.allowed) + 1)  # as if the mask had moved it
+    affinity.run(lambda: None, [])
+    assert len(reads) == 1
 
 
 def test_opting_out_unpins_the_workers(compiled, monkeypatch):
@@ -173,8 +234,9 @@ def _in_thread(fn):
     return out[0]
 
 
-def test_a_mask_the_user_narrows_is_respected(compiled):
+def test_a_mask_the_user_narrows_is_respected(compiled, monkeypatch):
     one = {min(os.sched_getaffinity(0))}
+    monkeypatch.setattr(affinity, "MASK_CHECK_S", 0.0)  # read at every launch
 
     def narrowed():
         _check(compiled)

@@ -24,12 +24,18 @@ to one CPU of the caller's allowed set, distinct ones; during a launch the
 caller itself is confined to the other CPUs of its set, and its mask is put
 back right after (two ``sched_setaffinity`` calls, ~3 us each here). The
 user's thread is never left pinned, a mask the user set is respected (CPUs are
-chosen inside it, and a changed mask is noticed at the next launch), and
+chosen inside it, and a changed mask is noticed, see below), and
 concurrent callers get CPU blocks of their own while the set has room for
 them. A kernel whose previous call took under ``LONG_S`` runs with the caller
 unconfined: waking a worker on another, idle vCPU costs tens of us here (a
 pointwise kernel of 2**16 elements called back to back: 34 us unpinned, 79-110
-us confined), more than such a kernel gains from the second core.
+us confined), more than such a kernel gains from the second core. Nor is a caller
+confined that already runs on one of its own CPUs (``sched_getcpu``, no system
+call): the workers' CPUs are free, and the two ``sched_setaffinity`` calls (~20 us
+together after an idle pause here) would be all the confinement did. The mask
+is read (``sched_getaffinity``, as costly) at a thread's first launch, at its
+first launch ``MASK_CHECK_S`` or more after the last read, and at once when the
+caller runs on a CPU outside the mask its placement was made for.
 
 Pinning is skipped, logged at debug level on this module's logger, when the
 platform is not Linux, the set has fewer CPUs than Numba's thread count, Numba's
@@ -88,6 +94,9 @@ class Placement:
 #: Seconds: a kernel whose last call took less runs with the caller unconfined
 #: (see the module docstring).
 LONG_S = 2e-4
+#: Seconds: the caller's CPU mask is read again at its first launch this long after the
+#: last read (see the module docstring).
+MASK_CHECK_S = 0.5
 #: id(kernel) -> its last call took under ``LONG_S``. A plain dict, not a weak one: a
 #: ``WeakKeyDictionary`` lookup and store cost ~20 us together in a call after an idle
 #: pause (cold caches); an id reused by a later kernel only starts from a stale guess.
@@ -99,17 +108,24 @@ _ordinals_in_use: set[int] = set()
 _unsupported: str | None = None if sys.platform.startswith("linux") else "not Linux"
 
 
+def _getcpu_function() -> Callable[[], int] | None:
+    """glibc's ``sched_getcpu`` (vDSO or rseq: no system call), None without one."""
+    if _unsupported is not None:
+        return None
+    function = getattr(ctypes.CDLL(None), "sched_getcpu", None)
+    if function is None:
+        return None
+    function.restype, function.argtypes = ctypes.c_int, []
+    return function
+
+
+_sched_getcpu = _getcpu_function()
+
+
 def run(fn: Callable[..., Any], args: list[Any]) -> Any:
     """``fn(*args)`` with the calling thread's Numba threads on CPUs of their own."""
-    allowed = os.sched_getaffinity(0) if _unsupported is None else frozenset()
-    placement = getattr(_local, "placement", None)
-    if (
-        placement is None
-        or placement.allowed != allowed
-        or placement.threads != num_threads()
-        or placement.enabled != _enabled()
-    ):
-        placement = _place(frozenset(allowed))
+    cpu = _current_cpu()
+    placement = _placement(cpu)
     if placement.caller_cpus is None:
         return fn(*args)
     key = id(fn)
@@ -119,13 +135,46 @@ def run(fn: Callable[..., Any], args: list[Any]) -> Any:
         if time.perf_counter() - start >= LONG_S:
             _short[key] = False
         return result
-    os.sched_setaffinity(0, placement.caller_cpus)
+    confine = cpu not in placement.caller_cpus
+    if confine:
+        os.sched_setaffinity(0, placement.caller_cpus)
     start = time.perf_counter()
     try:
         return fn(*args)
     finally:
         _short[key] = time.perf_counter() - start < LONG_S
-        os.sched_setaffinity(0, allowed)
+        if confine:
+            os.sched_setaffinity(0, placement.allowed)
+
+
+def _placement(cpu: int) -> Placement:
+    """The calling thread's placement, made afresh when its thread count, opt-out or
+    mask changed (the mask read as the module docstring says)."""
+    placement: Placement | None = getattr(_local, "placement", None)
+    now = time.monotonic()
+    if (
+        placement is not None
+        and placement.threads == num_threads()
+        and placement.enabled == _enabled()
+        and (cpu in placement.allowed or _unsupported is not None)
+        and now - _local.mask_read < MASK_CHECK_S
+    ):
+        return placement
+    allowed = frozenset(os.sched_getaffinity(0)) if _unsupported is None else frozenset()
+    _local.mask_read = now
+    if (
+        placement is None
+        or placement.allowed != allowed
+        or placement.threads != num_threads()
+        or placement.enabled != _enabled()
+    ):
+        placement = _place(allowed)
+    return placement
+
+
+def _current_cpu() -> int:
+    """The CPU the calling thread runs on now (-1 where that cannot be asked)."""
+    return _sched_getcpu() if _sched_getcpu is not None else -1
 
 
 def current() -> Placement | None:
