@@ -57,6 +57,10 @@ class Backend(Protocol):
     def to_host(self, value: Any) -> np.ndarray:
         """A result value as a numpy array."""
 
+    def call_scope(self) -> contextlib.AbstractContextManager[Any]:
+        """Entered once around all the launches of a call: what every launch would
+        otherwise set up and undo for itself (the cpu backend: BLAS at one thread)."""
+
     def prepare(self, layout: str, array: np.ndarray) -> Any:
         """A constant in the layout a kernel names in ``KernelSource.prepared_inputs``
         (only targets whose kernels name one need it)."""
@@ -253,17 +257,18 @@ class Program:
             values[index] = array
         fns = self._fns if self._fns is not None else self.load()
         run = self.backend.run
-        for fn, (launch, ins, outs) in zip(fns, self._host_steps, strict=True):
-            inputs = [values[k] for k in ins]
-            if fn is None:  # a view: the operand's buffer under the result's shape
-                outputs = [np.asarray(inputs[0]).reshape(launch.kernel.outputs[0].shape)]
-            elif _nvtx is False:
-                outputs = run(launch, fn, inputs, alloc)
-            else:
-                with nvtx_range(launch.label):
+        with self.backend.call_scope():
+            for fn, (launch, ins, outs) in zip(fns, self._host_steps, strict=True):
+                inputs = [values[k] for k in ins]
+                if fn is None:  # a view: the operand's buffer under the result's shape
+                    outputs = [np.asarray(inputs[0]).reshape(launch.kernel.outputs[0].shape)]
+                elif _nvtx is False:
                     outputs = run(launch, fn, inputs, alloc)
-            for k, out in zip(outs, outputs, strict=True):
-                values[k] = out
+                else:
+                    with nvtx_range(launch.label):
+                        outputs = run(launch, fn, inputs, alloc)
+                for k, out in zip(outs, outputs, strict=True):
+                    values[k] = out
         to_host = self.backend.to_host
         return tuple(to_host(values[k]) for k in self._host_returns)
 

@@ -305,3 +305,30 @@ def test_one_allowed_cpu_skips_pinning():
     )
     cpu = min(os.sched_getaffinity(0))
     assert out.stdout.strip().splitlines()[-1] == f"1 allowed CPUs < 2 threads [{cpu}]"
+
+
+def test_a_scope_checks_the_placement_once_for_its_launches(compiled, monkeypatch):
+    _check(compiled)  # placed
+    calls: list[int] = []
+    real = affinity._placement
+    monkeypatch.setattr(affinity, "_placement", lambda cpu: calls.append(cpu) or real(cpu))
+    with affinity.Scope():
+        for _ in range(3):
+            affinity.run(lambda: None, [])
+    assert calls == []
+    affinity.run(lambda: None, [])  # outside a scope: checked at the launch
+    assert len(calls) == 1
+
+
+def test_a_scope_leaves_the_first_placement_to_the_launch(compiled):
+    """A thread's first placement runs a probe kernel: a scope does not make it (the
+    launch does, under the backend's lock where Numba's threading layer needs one)."""
+
+    def first_call():
+        with affinity.Scope():
+            before = affinity.current()
+            affinity.run(lambda: None, [])
+        return before, affinity.current()
+
+    before, after = _in_thread(first_call)
+    assert before is None and after is not None

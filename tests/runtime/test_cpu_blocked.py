@@ -853,6 +853,63 @@ def test_single_threaded_launches_from_two_threads_restore_the_count():
     assert seen == [1] and _blas_threads() == before
 
 
+def test_single_threaded_blocks_nest_in_one_thread():
+    """An inner block (a launch's, inside its Program call's) neither sets nor restores."""
+    before = _blas_threads()
+    if before is None or cpu_blas.BLAS.threads_local:
+        pytest.skip("no process-wide BLAS count to share")
+    with cpu_blas.single_threaded():
+        with cpu_blas.single_threaded():
+            assert _blas_threads() == 1
+        assert _blas_threads() == 1  # the inner block left, the outer one holds
+    assert _blas_threads() == before
+
+
+class _CountingLib:
+    """The BLAS library with its thread-count setter's calls counted."""
+
+    def __init__(self, lib) -> None:
+        self.lib, self.sets = lib, 0
+
+    def __getattr__(self, name: str):
+        function = getattr(self.lib, name)
+        if name != cpu_blas.BLAS.set_threads:
+            return function
+
+        def counted(n):
+            self.sets += 1
+            return function(n)
+
+        return counted
+
+
+def test_a_program_call_sets_the_blas_count_once_for_all_its_launches(cache, monkeypatch):
+    """Three sgemm launches in one call: one set to 1 and one restore, not three of each."""
+    before = _blas_threads()
+    if before is None or cpu_blas.BLAS.threads_local:
+        pytest.skip("no process-wide BLAS count to share")
+    a, b, y = _t((300, 512)), _t((512, 396)), _t((300, 396))
+    text = f"""
+func.func @f(%a: {a}, %b: {b}, %c: {b}, %d: {b}) -> ({y}, {y}, {y}) {{
+  %m = ai.matmul %a, %b : {a} * {b}
+  %n = ai.matmul %a, %c : {a} * {b}
+  %o = ai.matmul %a, %d : {a} * {b}
+  return %m, %n, %o : {y}, {y}, {y}
+}}"""
+    module = parse(text)
+    run_pipeline(module)
+    program = Program(module, target="cpu", cache=cache)
+    args = random_inputs(entry_function(module))
+    program(args)  # compiled, and the placement made
+    assert sum("sgemm(" in k.source for k in program.kernels) == 3
+    lib = _CountingLib(cpu_blas._LIB)
+    monkeypatch.setattr(cpu_blas, "_LIB", lib)
+    got = program(args)
+    assert lib.sets == 2 and _blas_threads() == before
+    for out, ref in zip(got, run_reference(module, args), strict=True):
+        assert_close(out, ref)
+
+
 # ------------------------------------------------------------ scratch bound
 
 

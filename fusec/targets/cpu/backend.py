@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -11,8 +13,8 @@ import numpy as np
 from fusec.codegen import KernelSource
 from fusec.ir.dtypes import numpy_dtype
 from fusec.runtime.launch import Allocator, Launch
-from fusec.targets.cpu import affinity
-from fusec.targets.cpu.buffers import shared_pool
+from fusec.targets.cpu import affinity, blas
+from fusec.targets.cpu.buffers import MIN_BYTES, shared_pool
 
 
 class CpuBackend:
@@ -26,9 +28,9 @@ class CpuBackend:
         self.cache = cache if cache is not None else default_cache()
         #: outputs (and values between launches) without a caller's allocator
         self.pool = shared_pool()
-        #: id(launch) -> its output shapes and casts (the launches live as long as the
-        #: Program that owns this backend)
-        self._plans: dict[int, tuple[list[tuple[int, ...]], list[np.dtype | None]]] = {}
+        #: id(launch) -> its outputs' plan (the launches live as long as the Program that
+        #: owns this backend)
+        self._plans: dict[int, _OutputPlan] = {}
 
     def load(self, kernel: KernelSource) -> Callable[..., Any]:
         module = self.cache.load_module(kernel.source, target="cpu")
@@ -37,36 +39,54 @@ class CpuBackend:
     def run(
         self, launch: Launch, fn: Callable[..., Any], inputs: list[Any], alloc: Allocator | None
     ) -> list[Any]:
-        flat_in = [_as_f32(a).reshape(-1) for a in inputs]
-        shapes, casts = self._outputs(launch)
-        outs = [(alloc or self.pool.empty)(shape, _F32) for shape in shapes]
-        if not all(o.flags.c_contiguous and o.dtype == _F32 for o in outs):
-            raise ValueError("the allocator must return C-contiguous float32 arrays")
-        args = [*flat_in, *(o.reshape(-1) for o in outs)]
+        plan = self._plans.get(id(launch)) or self._plan(launch)
+        args = []
+        for a in inputs:
+            if type(a) is not np.ndarray or a.dtype != _F32 or not a.flags.c_contiguous:
+                a = np.ascontiguousarray(a, dtype=np.float32)
+            args.append(a.reshape(-1))
+        if alloc is None:
+            outs = [
+                np.empty(size, _F32).reshape(shape) if small else self.pool.empty(shape, _F32)
+                for shape, size, small in plan.outputs
+            ]
+        else:
+            outs = [alloc(shape, _F32) for shape, _, _ in plan.outputs]
+            if not all(o.flags.c_contiguous and o.dtype == _F32 for o in outs):
+                raise ValueError("the allocator must return C-contiguous float32 arrays")
+        args += [o.reshape(-1) for o in outs]
         if _threadsafe_layer():
             affinity.run(fn, args)
         else:
             with _WORKQUEUE_LOCK:
                 affinity.run(fn, args)
-        if not casts:
+        if not plan.casts:
             return outs
-        pairs = zip(outs, casts, strict=True)
+        pairs = zip(outs, plan.casts, strict=True)
         return [out if dtype is None else out.astype(dtype) for out, dtype in pairs]
 
-    def _outputs(self, launch: Launch) -> tuple[list[tuple[int, ...]], list[np.dtype | None]]:
-        """The launch's output shapes and, for 16-bit outputs, the dtype to round to
-        (an empty list when all are float32); worked out on its first run."""
-        plan = self._plans.get(id(launch))
-        if plan is None:
-            specs = launch.kernel.outputs
-            dtypes = [np.dtype(numpy_dtype(spec.dtype)) for spec in specs]
-            casts = [None if d == _F32 else d for d in dtypes]
-            plan = ([tuple(spec.shape) for spec in specs], casts if any(casts) else [])
-            self._plans[id(launch)] = plan
+    def _plan(self, launch: Launch) -> _OutputPlan:
+        """The launch's outputs, worked out on its first run."""
+        specs = launch.kernel.outputs
+        dtypes = [np.dtype(numpy_dtype(spec.dtype)) for spec in specs]
+        casts = [None if d == _F32 else d for d in dtypes]
+        outputs = []
+        for spec in specs:
+            shape = tuple(spec.shape)
+            size = math.prod(shape)
+            outputs.append((shape, size, size * _F32.itemsize < MIN_BYTES))
+        plan = _OutputPlan(outputs, casts if any(casts) else [])
+        self._plans[id(launch)] = plan
         return plan
 
     def to_host(self, value: Any) -> np.ndarray:
         return np.asarray(value)
+
+    def call_scope(self) -> _CallScope:
+        """What each launch would set up for itself, once for the call: BLAS at one thread
+        (the kernels that call sgemm hold it too, ``blas.single_threaded``, and nested
+        that costs nothing) and the threads' placement (``affinity.Scope``)."""
+        return _CALL_SCOPE
 
     def prepare(self, layout: str, array: np.ndarray) -> np.ndarray:
         """``array`` in ``layout``: "strips" (a GEMM's B as ``gemm_packed`` reads it) or
@@ -97,6 +117,36 @@ def _threadsafe_layer() -> bool:
         except ValueError:  # no parallel kernel has run yet: the layer is not chosen
             return False
     return _THREADSAFE
+
+
+class _CallScope:
+    def __enter__(self) -> None:
+        blas.single_threaded().__enter__()
+        try:
+            _AFFINITY_SCOPE.__enter__()
+        except BaseException:
+            blas.single_threaded().__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            _AFFINITY_SCOPE.__exit__(*exc)
+        finally:
+            blas.single_threaded().__exit__(*exc)
+
+
+_AFFINITY_SCOPE = affinity.Scope()
+_CALL_SCOPE = _CallScope()
+
+
+@dataclass(frozen=True)
+class _OutputPlan:
+    """A launch's outputs: shape, element count and whether it is small enough for a plain
+    ``np.empty`` (``buffers.MIN_BYTES``; larger ones come from the pool), and, for 16-bit
+    outputs, the dtype to round to (an empty list when all are float32)."""
+
+    outputs: list[tuple[tuple[int, ...], int, bool]]
+    casts: list[np.dtype | None]
 
 
 def _as_f32(array: np.ndarray) -> np.ndarray:

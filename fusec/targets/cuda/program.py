@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
@@ -84,6 +85,9 @@ class CudaBackend:
         results = [adapter.result(o, stream) for o in outs]
         stream.synchronize()
         return results
+
+    def call_scope(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()  # CudaProgram orders its launches on a stream
 
     def to_host(self, value: Any) -> Any:
         import numpy as np
