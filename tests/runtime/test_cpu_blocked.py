@@ -399,6 +399,56 @@ func.func @f(%x: {x}, %w: {wt}, %b: {b}) -> {y} {{
 }}"""
 
 
+def _constant_weight_conv(n: int, c: int, hw: int, k: int, groups: int) -> str:
+    """relu(conv3x3(x, W, pad 1) + bias) with W an ``arith.constant``."""
+    w = np.random.default_rng(c * k + groups).standard_normal((k, c // groups, 3, 3))
+    x, wt, b, y = _t((n, c, hw, hw)), _t(w.shape), _t((k,)), _t((n, k, hw, hw))
+    return f"""
+func.func @f(%x: {x}, %b: {b}) -> {y} {{
+  %w = arith.constant dense<{_dense(w.astype(np.float32))}> : {wt}
+  %c = ai.conv2d %x, %w {{strides = array<i64: 1, 1>, padding = array<i64: 1, 1>,
+                          dilations = array<i64: 1, 1>, groups = {groups}}} : {x} * {wt}
+  %a = ai.bias_add %c, %b : {y} * {b}
+  %o = ai.relu %a : {y}
+  return %o : {y}
+}}"""
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_conv_constant_weights_are_winograd_transformed_once(cache, monkeypatch, groups):
+    """A 3x3 conv by Winograd whose weights are a constant: the Program transforms them
+    (G g G^T) once, at construction, keeps only that copy, and every call passes it."""
+    from fusec.targets.cpu.backend import CpuBackend
+
+    calls = []
+    prepare = CpuBackend.prepare
+    monkeypatch.setattr(
+        CpuBackend, "prepare", lambda self, *a: calls.append(a[0]) or prepare(self, *a)
+    )
+    program = check(_constant_weight_conv(1, 8, 6, 12, groups), cache=cache, fuse=True)
+    kernel = program.kernels[0]
+    assert [kernel.kind for kernel in program.kernels] == ["conv"]
+    assert calls == [f"winograd:{groups}"]
+    ((index, layout),) = kernel.prepared_inputs
+    weight = program.launches[0].operands[index]
+    assert (weight, layout) in program.prepared_constants and weight not in program.constants
+    assert "Winograd" in kernel.source and "winograd_filters(" not in kernel.source
+    module = program.function.parent.parent
+    for seed in (1, 2):  # more calls, no more transforms, still right
+        inputs = random_inputs(entry_function(module), seed)
+        (out,) = program(inputs, alloc=poison)
+        (ref,) = run_reference(module, inputs, precision="float64")
+        assert_close(out, ref)
+    assert len(calls) == 1
+
+
+def test_conv_weights_as_an_argument_are_transformed_at_each_launch(cache):
+    case = ((1, 1), (1, 1), (1, 1), 1, (1, 8, 6, 6), (12, 3, 3))
+    program = check(_conv_text(case, "f32"), cache=cache, fuse=True)
+    assert "winograd_filters(" in program.kernels[0].source
+    assert program.kernels[0].prepared_inputs == ()
+
+
 @pytest.mark.parametrize("case", CONVS)
 def test_conv_blocks(cache, case):
     program = check(_conv_text(case, "f32"), cache=cache, kind="conv")

@@ -89,12 +89,16 @@ class CpuBackend:
         return _CALL_SCOPE
 
     def prepare(self, layout: str, array: np.ndarray) -> np.ndarray:
-        """``array`` in ``layout``: "strips" (a GEMM's B as ``gemm_packed`` reads it) or
-        "strips_t" (the same from B^T), flat float32."""
+        """``array`` in ``layout``, flat float32: "strips" (a GEMM's B as ``gemm_packed``
+        reads it), "strips_t" (the same from B^T) or "winograd:<groups>" (3x3 conv
+        weights as G g G^T, ``conv.prepare_winograd``)."""
+        from fusec.targets.cpu.conv import prepare_winograd
         from fusec.targets.cpu.microkernel import pack_strips
 
         if layout in ("strips", "strips_t"):
             return pack_strips(_as_f32(array), transposed=layout == "strips_t")
+        if layout.startswith("winograd:"):
+            return prepare_winograd(layout, array)
         raise ValueError(f"the cpu backend has no layout {layout!r}")
 
 

@@ -28,7 +28,9 @@ input, is never written).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import shape_of
@@ -155,6 +157,8 @@ class ConvBlocks(BlockedCore):
     """
 
     block_prologue = False
+    #: Inputs the Program passes laid out (``KernelSource.prepared_inputs``).
+    prepared: tuple[tuple[int, str], ...] = ()
 
     @staticmethod
     def local_result(op) -> bool:
@@ -162,9 +166,21 @@ class ConvBlocks(BlockedCore):
         # several images holds K rows of all their pixels
         return conv_method(op) in ("taps", "winograd") or images_per_block(op) > 1
 
-    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
+    def __init__(
+        self,
+        op,
+        reads,
+        workspace: Workspace,
+        a_array,
+        c_array,
+        c_local,
+        constants: Mapping[str, int] | None = None,
+    ) -> None:
         self._read_op(op, reads, c_array, c_local)
-        if self.winograd:
+        # constant weights (a model's) transformed once by the Program, not at each launch
+        weights = (constants or {}).get(reads[op.operands[1]]) if self.winograd else None
+        self.prepared = () if weights is None else ((weights, f"winograd:{self.groups}"),)
+        if self.winograd and not self.prepared:
             self.imports = ("from fusec.targets.cpu.winograd import winograd_filters",)
         self.wp = self.ow + (self.s - 1) * self.dw  # padded row width (taps)
         self.tw = (self.ow + 1) // 2  # Winograd tiles along a row
@@ -243,6 +259,8 @@ class ConvBlocks(BlockedCore):
         computed in float64 and rounded once (``winograd.winograd_filters``)."""
         w = self.reads[self.op.operands[1]]
         shape = (self.groups, self.kg, self.cg, self.r, self.s)
+        if self.prepared:  # the Program passes them transformed (``prepare_winograd``)
+            return [f"wtaps = {w}"]
         if self.winograd:
             return [f"wtaps = winograd_filters({w}, {self.groups}, {self.kg}, {self.cg})"]
         if not self.taps:
@@ -719,16 +737,32 @@ class DepthwiseBlocks(ConvBlocks):
         ]
 
 
-def conv_blocks(op, reads, workspace: Workspace, a_array, c_array, c_local) -> ConvBlocks:
+def conv_blocks(
+    op, reads, workspace: Workspace, a_array, c_array, c_local, constants=None
+) -> ConvBlocks:
     """The blocked core of a conv group: ``DepthwiseBlocks`` or ``ConvBlocks``."""
-    depthwise = conv_method(op) == "depthwise"
-    factory = DepthwiseBlocks if depthwise else ConvBlocks
-    return factory(op, reads, workspace, a_array, c_array, c_local)
+    if conv_method(op) == "depthwise":
+        return DepthwiseBlocks(op, reads, workspace, a_array, c_array, c_local)
+    return ConvBlocks(op, reads, workspace, a_array, c_array, c_local, constants)
+
+
+def prepare_winograd(layout: str, weights: np.ndarray) -> np.ndarray:
+    """A constant conv weight (K x C/G x 3 x 3) as ``winograd_filters`` lays it out, for
+    the layout ``"winograd:<groups>"`` a kernel names (``KernelSource.prepared_inputs``)."""
+    from fusec.targets.cpu.winograd import winograd_filters
+
+    groups = int(layout.split(":", 1)[1])
+    k, cg, r, s = weights.shape
+    if (r, s) != (3, 3) or k % groups:
+        raise ValueError(f"{layout}: not a 3x3 weight of {groups} groups: {weights.shape}")
+    flat = np.ascontiguousarray(weights, dtype=np.float32).reshape(-1)
+    return winograd_filters(flat, groups, k // groups, cg)
 
 
 # what generate_core_group asks of a core factory
 conv_blocks.block_prologue = False  # type: ignore[attr-defined]
 conv_blocks.local_result = ConvBlocks.local_result  # type: ignore[attr-defined]
+conv_blocks.takes_constants = True  # type: ignore[attr-defined]
 
 
 def images_per_block(op) -> int:

@@ -264,7 +264,9 @@ def generate_core_group(
     whole_rows = any(isinstance(op, REDUCE_OPS) for op in after)
     options: dict[str, object] = {}
     if getattr(make_core, "column_tiles", False):
-        options = {"whole_rows": whole_rows, "constants": constant_inputs(fused_op)}
+        options["whole_rows"] = whole_rows
+    if getattr(make_core, "takes_constants", False):
+        options["constants"] = constant_inputs(fused_op)
     core = make_core(core_op, buffers.reads, workspace, a_array, c_array, c_local, **options)
     core.transposed = frozenset(swapped)
 
@@ -593,6 +595,8 @@ class MatmulBlocks(BlockedCore):
 
     block_prologue = True
     column_tiles = True
+    #: Takes the group's constant inputs (``constant_inputs``): a constant B is packed.
+    takes_constants = True
 
     def __init__(
         self,
