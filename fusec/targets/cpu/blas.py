@@ -236,34 +236,42 @@ class SingleThreaded(threading.local):
     (2.4 us a launch, ~120 us of MobileNetV2's 54 at batch 1)."""
 
     depth = 0
-    #: The outermost block set the shared count (a BLAS without a per-thread setter).
-    counted = False
+    #: The (getter, setter) names the outermost block set the shared count with (None:
+    #: a per-thread setter or no BLAS, nothing to share).
+    counted: tuple[str, str] | None = None
 
     def __enter__(self) -> None:
         global _single_users, _single_previous
         self.depth += 1
         if self.depth > 1:
             return
-        self.counted = bool(
-            BLAS is not None and not BLAS.threads_local and BLAS.set_threads and BLAS.get_threads
-        )
-        if not self.counted:
+        self.counted = _global_setter()
+        if self.counted is None:
             return
+        get_threads, set_threads = self.counted
         with _single:
             if _single_users == 0:
-                _single_previous = getattr(_LIB, BLAS.get_threads)()
-                getattr(_LIB, BLAS.set_threads)(1)
+                _single_previous = getattr(_LIB, get_threads)()
+                getattr(_LIB, set_threads)(1)
             _single_users += 1
 
     def __exit__(self, *exc: object) -> None:
         global _single_users
         self.depth -= 1
-        if self.depth > 0 or not self.counted:
+        if self.depth > 0 or self.counted is None:
             return
         with _single:
             _single_users -= 1
             if _single_users == 0:
-                getattr(_LIB, BLAS.set_threads)(_single_previous)
+                getattr(_LIB, self.counted[1])(_single_previous)
+
+
+def _global_setter() -> tuple[str, str] | None:
+    """The BLAS's (getter, setter) of the process-wide thread count, when it has no
+    per-thread setter; else None."""
+    if BLAS is None or BLAS.threads_local or not (BLAS.set_threads and BLAS.get_threads):
+        return None
+    return BLAS.get_threads, BLAS.set_threads
 
 
 _SINGLE = SingleThreaded()
