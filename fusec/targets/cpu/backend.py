@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,11 +41,7 @@ class CpuBackend:
         self, launch: Launch, fn: Callable[..., Any], inputs: list[Any], alloc: Allocator | None
     ) -> list[Any]:
         plan = self._plans.get(id(launch)) or self._plan(launch)
-        args = []
-        for a in inputs:
-            if type(a) is not np.ndarray or a.dtype != _F32 or not a.flags.c_contiguous:
-                a = np.ascontiguousarray(a, dtype=np.float32)
-            args.append(a.reshape(-1))
+        args = [_as_f32(a).reshape(-1) for a in inputs]
         if alloc is None:
             outs = [
                 np.empty(size, _F32).reshape(shape) if small else self.pool.empty(shape, _F32)
@@ -82,11 +79,13 @@ class CpuBackend:
     def to_host(self, value: Any) -> np.ndarray:
         return np.asarray(value)
 
-    def call_scope(self) -> _CallScope:
+    @contextlib.contextmanager
+    def call_scope(self) -> Iterator[None]:
         """What each launch would set up for itself, once for the call: BLAS at one thread
         (the kernels that call sgemm hold it too, ``blas.single_threaded``, and nested
         that costs nothing) and the threads' placement (``affinity.Scope``)."""
-        return _CALL_SCOPE
+        with blas.single_threaded(), affinity.Scope():
+            yield
 
     def prepare(self, layout: str, array: np.ndarray) -> np.ndarray:
         """``array`` in ``layout``, flat float32: "strips" (a GEMM's B as ``gemm_packed``
@@ -121,26 +120,6 @@ def _threadsafe_layer() -> bool:
         except ValueError:  # no parallel kernel has run yet: the layer is not chosen
             return False
     return _THREADSAFE
-
-
-class _CallScope:
-    def __enter__(self) -> None:
-        blas.single_threaded().__enter__()
-        try:
-            _AFFINITY_SCOPE.__enter__()
-        except BaseException:
-            blas.single_threaded().__exit__(None, None, None)
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            _AFFINITY_SCOPE.__exit__(*exc)
-        finally:
-            blas.single_threaded().__exit__(*exc)
-
-
-_AFFINITY_SCOPE = affinity.Scope()
-_CALL_SCOPE = _CallScope()
 
 
 @dataclass(frozen=True)
