@@ -32,6 +32,7 @@ from fusec.targets.cuda.env import (
     simulator_enabled,
     sm_count,
 )
+from fusec.targets.cuda.graphs import ProgramGraphs, graphs_enabled
 from fusec.targets.cuda.kernels import load_kernel_module
 from fusec.targets.cuda.streams import (
     StreamRef,
@@ -227,6 +228,9 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         self._constants: dict[int, _Buffer] = {}
         self._keep: list | None = None  # set while capturing: every buffer stays alive
         self._plan_slots()
+        #: whole-program CUDA graphs of torch calls (``fusec.targets.cuda.graphs``);
+        #: None turns them off for this program (``fusec.compile(cuda_graphs=False)``)
+        self.graphs: ProgramGraphs | None = ProgramGraphs(self._run, self._specs)
 
     def _plan_slots(self) -> None:
         """Number every value once, so that a call indexes a list (no IR objects)."""
@@ -267,8 +271,22 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         fns = self._fns if self._fns is not None else self.load()  # compiled on first use
         if adapter.family == "torch" or self._torch_groups:  # torch work: on the call's stream
             with adapter.torch_context(stream_ref):
+                if self._graphed(adapter, poison):
+                    return self.graphs(args, adapter, stream_ref, fns)  # type: ignore[misc]
                 return self._run(args, adapter, stream_ref, fns, poison)
         return self._run(args, adapter, stream_ref, fns, poison)
+
+    def _graphed(self, adapter: _Adapter, poison: bool) -> bool:
+        """Whether this call goes through the program's CUDA graphs: torch tensors on a
+        GPU, graphs on, no poisoning, not inside an explicit ``capture``."""
+        return (
+            adapter.family == "torch"
+            and self.graphs is not None
+            and not poison
+            and self._keep is None
+            and not adapter.simulated
+            and graphs_enabled()
+        )
 
     @property
     def _torch_groups(self) -> bool:

@@ -87,6 +87,7 @@ class _Slab:
     host: int
     used: int = 0
     streams: set[int] = field(default_factory=set)
+    pinned: bool = False  # a CUDA graph reads its slots: never freed
 
 
 @dataclass
@@ -174,8 +175,9 @@ class _MapCache:
             if all(int(drv.cuEventQuery(e)[0]) == 0 for e in events):
                 for event in events:
                     _check(drv.cuEventDestroy(event))
-                _check(drv.cuMemFree(drv.CUdeviceptr(slab.device)))
-                _check(drv.cuMemFreeHost(slab.host))
+                if not slab.pinned:  # a pinned slab's memory is a graph's for good
+                    _check(drv.cuMemFree(drv.CUdeviceptr(slab.device)))
+                    _check(drv.cuMemFreeHost(slab.host))
             else:
                 keep.append((slab, events))
         self.retired = keep
@@ -187,6 +189,22 @@ def _capturing(drv: Any, handle: Any) -> bool:
 
 
 _maps = _MapCache()
+
+
+def pin_live_tensor_maps() -> None:
+    """Keep every slab of tensor maps alive now for the life of the process.
+
+    Called after a CUDA graph is recorded: its kernel nodes hold the device addresses
+    of the maps they read, and its copy nodes the pinned host addresses of maps
+    uploaded during the capture, so neither may be freed when the slab is retired.
+    Every map a graph can reference lives in a slab alive at the end of its capture
+    (retiring a slab drops its slots), so this pins exactly those slabs.
+    """
+    with _maps.lock:
+        if _maps.slab is not None:
+            _maps.slab.pinned = True
+        for slab, _events in _maps.retired:
+            slab.pinned = True
 
 
 def maps_generation() -> int:

@@ -1,0 +1,181 @@
+"""Whole-program CUDA graphs (``fusec.targets.cuda.graphs``) without a GPU.
+
+A fake torch records what the program's ``run`` launches while a graph captures it and
+re-executes that on replay, as a CUDA graph does: during the capture nothing runs (the
+outputs hold NaN until the first replay). The tests pin the policy: warm-up calls, one
+recording per (device, stream), copies in and out, the limit, and a failed capture
+falling back to launch by launch with one warning. ``test_cuda_graphs_gpu.py`` runs the
+same on the H200.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from fusec.dialect.shapes import TensorSpec
+from fusec.targets.cuda import graphs as graphs_module
+from fusec.targets.cuda.graphs import ProgramGraphs
+
+DEVICE = SimpleNamespace(index=0)
+
+
+class FakeTensor:
+    def __init__(self, data: np.ndarray) -> None:
+        self.data = data
+        self.shape = tuple(data.shape)
+        self.dtype = "float32"
+        self.device = DEVICE
+
+    def data_ptr(self) -> int:
+        return self.data.__array_interface__["data"][0]
+
+    def copy_(self, other: FakeTensor) -> FakeTensor:
+        self.data[...] = other.data
+        return self
+
+    def clone(self) -> FakeTensor:
+        return FakeTensor(self.data.copy())
+
+
+class FakeGraph:
+    capturing: FakeGraph | None = None
+
+    def __init__(self) -> None:
+        self.ops: list = []
+
+    def replay(self) -> None:
+        for op in self.ops:
+            op()
+
+
+class FakeTorch:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        stream = SimpleNamespace(cuda_stream=7, wait_stream=lambda other: None)
+        self.cuda = SimpleNamespace(
+            CUDAGraph=FakeGraph,
+            Stream=lambda device: stream,
+            current_stream=lambda device: stream,
+            graph=self._graph,
+        )
+
+    @contextlib.contextmanager
+    def _graph(self, graph: FakeGraph, stream, capture_error_mode: str):
+        assert capture_error_mode == "relaxed"
+        FakeGraph.capturing = graph
+        try:
+            yield
+            if self.fail:
+                raise RuntimeError("operation not permitted when stream is capturing")
+        finally:
+            FakeGraph.capturing = None
+
+    @staticmethod
+    def empty(shape, dtype, device) -> FakeTensor:
+        return FakeTensor(np.full(shape, np.nan, np.float32))
+
+
+def add_one(launched: list):
+    """A program's ``run``: one kernel computing ``x + 1`` into a fresh output."""
+
+    def run(args, adapter, stream_ref, fns, poison):
+        (x,) = args
+        out = FakeTensor(np.empty(x.shape, np.float32))
+
+        def kernel() -> None:
+            out.data[...] = x.data + 1
+
+        launched.append(stream_ref)
+        if FakeGraph.capturing is not None:  # recorded, not run
+            FakeGraph.capturing.ops.append(kernel)
+            out.data[...] = np.nan
+        else:
+            kernel()
+        return (out,)
+
+    return run
+
+
+@pytest.fixture
+def setup(monkeypatch):
+    monkeypatch.setattr("fusec.targets.cuda.gemm.host.pin_live_tensor_maps", lambda: None)
+    monkeypatch.setattr("fusec.targets.cuda.streams.current_torch_ref", lambda ptr: f"s{ptr}")
+
+    def make(fail: bool = False, limit: int = 4):
+        launched: list = []
+        torch = FakeTorch(fail)
+        adapter = SimpleNamespace(torch=torch, device=DEVICE, torch_dtypes={"f32": "float32"})
+        program = ProgramGraphs(add_one(launched), [TensorSpec((2, 3), "f32")], limit=limit)
+        return program, adapter, launched
+
+    return make
+
+
+def _x(rng) -> FakeTensor:
+    return FakeTensor(rng.standard_normal((2, 3)).astype(np.float32))
+
+
+def test_warm_up_then_one_recording_then_replays(setup, rng) -> None:
+    program, adapter, launched = setup()
+    stream = SimpleNamespace(ptr=5)
+    results = []
+    inputs = [_x(rng) for _ in range(4)]
+    for x in inputs:
+        results.append(program([x], adapter, stream, []))
+    # call 1 launch by launch on the caller's stream; call 2 recorded on the side stream
+    assert launched == [stream, "s7"]
+    assert list(program.recorded) == [(0, 5)]
+    assert program.recorded[(0, 5)].replays == 3
+    for x, (y,) in zip(inputs, results, strict=True):  # every result its own call's
+        np.testing.assert_array_equal(y.data, x.data + 1)
+    assert len({id(y) for (y,) in results}) == 4  # copies: no result overwritten later
+
+
+def test_each_stream_has_its_own_graph_up_to_the_limit(setup, rng) -> None:
+    program, adapter, launched = setup(limit=2)
+    for ptr in (5, 6, 8):
+        for _ in range(3):
+            x = _x(rng)
+            (y,) = program([x], adapter, SimpleNamespace(ptr=ptr), [])
+            np.testing.assert_array_equal(y.data, x.data + 1)
+    assert sorted(program.recorded) == [(0, 5), (0, 6)]
+    # the third stream is past the limit: all three of its calls ran launch by launch
+    assert sum(1 for s in launched if getattr(s, "ptr", None) == 8) == 3
+
+
+def test_a_failed_capture_runs_launch_by_launch_and_warns_once(setup, rng) -> None:
+    program, adapter, launched = setup(fail=True)
+    stream = SimpleNamespace(ptr=5)
+    with pytest.warns(RuntimeWarning, match="capture failed .*not permitted"):
+        for _ in range(2):
+            x = _x(rng)
+            (y,) = program([x], adapter, stream, [])
+            np.testing.assert_array_equal(y.data, x.data + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x = _x(rng)
+        (y,) = program([x], adapter, stream, [])
+    np.testing.assert_array_equal(y.data, x.data + 1)
+    assert not program.recorded and (0, 5) in program.failed
+
+
+def test_arguments_the_graph_cannot_take_run_launch_by_launch(setup, rng) -> None:
+    program, adapter, launched = setup()
+    stream = SimpleNamespace(ptr=5)
+    for _ in range(2):
+        program([_x(rng)], adapter, stream, [])
+    other = FakeTensor(rng.standard_normal((3, 2)).astype(np.float32))  # wrong shape
+    program([other], adapter, stream, [])
+    assert launched[-1] is stream  # not replayed: the eager path reports the mismatch
+
+
+def test_the_environment_turns_graphs_off(monkeypatch) -> None:
+    monkeypatch.setenv("FUSEC_CUDA_GRAPHS", "0")
+    assert not graphs_module.graphs_enabled()
+    monkeypatch.setenv("FUSEC_CUDA_GRAPHS", "1")
+    assert graphs_module.graphs_enabled()
