@@ -154,6 +154,11 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     require("onnx", "fusec conformance")
     from fusec.tools.conformance import run_conformance
 
+    if args.all:  # the whole suite as the measure: pass / refused / wrong per operator
+        from fusec.tools.conformance import measure_all
+
+        right = measure_all(args.op, target=args.target, verbose=args.verbose)
+        return EXIT_OK if right else EXIT_ERROR
     report = run_conformance(args.op or None, target=args.target)
     sys.stdout.write(report.format(verbose=args.verbose))
     return EXIT_ERROR if report.count("failed") else EXIT_OK
@@ -187,6 +192,12 @@ def _add_onnx_commands(sub) -> None:
     conf.add_argument("--op", action="append", metavar="NAME", help="only this operator (repeats)")
     conf.add_argument("--target", default="auto", help=_TARGETS_HELP)
     conf.add_argument("-v", "--verbose", action="store_true", help="also list skipped cases")
+    conf.add_argument(
+        "--all",
+        action="store_true",
+        help="every float case of the suite, unsupported operators included: "
+        "pass / refused / wrong per operator (-v lists the refusals)",
+    )
     conf.set_defaults(handler=cmd_conformance)
 
 

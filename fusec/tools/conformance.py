@@ -20,13 +20,30 @@ with other operators) are run too: their shape arithmetic is evaluated at
 import (constant folding); they are counted as "n/a" when what remains uses an
 operator fusec does not compile: they test that operator, not this one.
 Anything else that goes wrong is a failure.
+
+``--all`` (``run_conformance(all_cases=True)``) measures fusec against the whole
+suite instead: every case with a float tensor among its inputs or outputs,
+whatever its operator, each counted as
+
+* ``pass``: it ran and every output matched;
+* ``refused``: fusec said no with a located diagnostic (an unsupported
+  operator, attribute, element type or shape, or any other ``FusecError``);
+* ``wrong``: it ran and an output differs (shape, dtype or values): the
+  number that must stay 0;
+* ``error``: an unexpected exception, a fusec bug.
+
+per operator and in total.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import re
+import sys
+import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +56,8 @@ from fusec.errors import FusecError
 from fusec.frontend.onnx_import import UnsupportedOnnx, import_model, supported_operators
 
 STATUSES = ("passed", "failed", "skipped", "n/a")
+#: What ``--all`` counts: every case is exactly one of these (see the module's docstring).
+VERDICTS = ("pass", "refused", "wrong", "error")
 _EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
 
 
@@ -60,13 +79,28 @@ class Case:
 
 @dataclass(frozen=True)
 class CaseResult:
-    """``status`` is one of STATUSES; ``feature`` says what a skipped case lacks."""
+    """``status`` is one of STATUSES; ``feature`` says what a skipped case lacks;
+    ``wrong`` marks a failure that is a wrong result, ``internal`` one that is an
+    unexpected exception (a fusec bug); any other failure is a located refusal."""
 
     name: str
     operator: str
     status: str
     detail: str = ""
     feature: str = ""
+    wrong: bool = False
+    internal: bool = False
+
+    @property
+    def verdict(self) -> str:
+        """One of VERDICTS."""
+        if self.status == "passed":
+            return "pass"
+        if self.wrong:
+            return "wrong"
+        if self.internal:
+            return "error"
+        return "refused"
 
 
 @dataclass
@@ -78,6 +112,9 @@ class OperatorReport:
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
+
+    def count_verdict(self, verdict: str) -> int:
+        return sum(r.verdict == verdict for r in self.results)
 
     @property
     def run(self) -> int:
@@ -95,6 +132,32 @@ class ConformanceReport:
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
+
+    def count_verdict(self, verdict: str) -> int:
+        return sum(r.verdict == verdict for r in self.results)
+
+    def format_measure(self, verbose: bool = False) -> str:
+        """The ``--all`` table: pass / refused / wrong / error per operator and in total,
+        then every wrong and error case (and, if verbose, every refusal with its reason)."""
+        lines = [
+            f"ONNX {onnx.__version__} backend node tests with float data, "
+            f"on target '{self.target}'",
+            _row("operator", "cases", *VERDICTS),
+        ]
+        for name, op in sorted(self.operators.items()):
+            if op.results:
+                lines.append(_row(name, len(op.results), *map(op.count_verdict, VERDICTS)))
+        every = self.results
+        counts = [self.count_verdict(v) for v in VERDICTS]
+        lines.append(_row("total", len(every), *counts))
+        share = 100.0 * counts[0] / len(every) if every else 0.0
+        lines.append(f"{counts[0]} of {len(every)} cases pass ({share:.1f}%), {counts[2]} wrong")
+        for verdict in ("wrong", "error", "refused") if verbose else ("wrong", "error"):
+            chosen = [r for r in every if r.verdict == verdict]
+            if chosen:
+                lines.append(f"{verdict} cases:")
+                lines += [f"  {r.operator}: {r.name}: {r.detail}" for r in chosen]
+        return "\n".join(lines) + "\n"
 
     def format(self, verbose: bool = False) -> str:
         """The per-operator table, then every failure (and, if verbose, every skip)."""
@@ -134,7 +197,7 @@ def node_cases(operators: Iterable[str] | None = None) -> list[Case]:
             f"not a supported operator: {', '.join(sorted(unknown))} "
             f"(supported: {', '.join(supported)})"
         )
-    loaded = [_load(case) for case in _onnx_test_cases()]
+    loaded = _loaded_cases()
     operator_of = {name: _single_operator(model) for name, model, _, _ in loaded}
     cases = []
     for name, model, data_sets, tolerances in loaded:
@@ -146,6 +209,59 @@ def node_cases(operators: Iterable[str] | None = None) -> list[Case]:
         if operator in wanted:
             cases.append(Case(name, operator, model, data_sets, *tolerances))
     return cases
+
+
+def all_node_cases(operators: Iterable[str] | None = None) -> list[Case]:
+    """Every case of the node suite with a float tensor (f32, f16, bf16) among its
+    inputs or outputs, whether fusec supports its operator or not; only those of
+    ``operators`` when given."""
+    wanted = None if operators is None else set(operators)
+    loaded = _loaded_cases()
+    operator_of = {name: _main_operator(model) for name, model, _, _ in loaded}
+    cases = []
+    for name, model, data_sets, tolerances in loaded:
+        if not _has_float_data(model):
+            continue
+        operator = operator_of.get(_EXPANDED.sub("", name)) or operator_of[name]
+        if wanted is None or operator in wanted:
+            cases.append(Case(name, operator, model, data_sets, *tolerances))
+    if wanted is not None and not cases:
+        raise FusecError(
+            f"no float case of the node suite has operator {', '.join(sorted(wanted))}"
+        )
+    return cases
+
+
+def _main_operator(model: onnx.ModelProto) -> str:
+    """The operator a case tests: its only node's, else its first non-Constant node's."""
+    nodes = [n for n in model.graph.node if n.op_type != "Constant"] or list(model.graph.node)
+    if not nodes:
+        return "(no node)"
+    node = nodes[0]
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+
+
+def _has_float_data(model: onnx.ModelProto) -> bool:
+    values = [*model.graph.input, *model.graph.output]
+    return any(_holds_float(v.type) for v in values)
+
+
+def _holds_float(value_type: onnx.TypeProto) -> bool:
+    """True for a float tensor, or a sequence or optional of one."""
+    kind = value_type.WhichOneof("value")
+    if kind == "tensor_type":
+        return value_type.tensor_type.elem_type in _FLOATS
+    if kind == "sequence_type":
+        return _holds_float(value_type.sequence_type.elem_type)
+    if kind == "optional_type":
+        return _holds_float(value_type.optional_type.elem_type)
+    return False
+
+
+@functools.cache
+def _loaded_cases() -> tuple[tuple[str, onnx.ModelProto, list[Any], tuple[float, float]], ...]:
+    """Every node case, loaded once per process (reading them takes ~15 s of CPU)."""
+    return tuple(_load(case) for case in _onnx_test_cases())
 
 
 def _onnx_test_cases() -> list[Any]:
@@ -191,17 +307,52 @@ def _single_operator(model: onnx.ModelProto) -> str | None:
 # ------------------------------------------------------------------ running
 
 
+#: Called after each case with (cases done, cases in all, the case's result).
+Progress = Callable[[int, int, CaseResult], None]
+
+
 def run_conformance(
-    operators: Iterable[str] | None = None, *, target: str = "auto"
+    operators: Iterable[str] | None = None,
+    *,
+    target: str = "auto",
+    all_cases: bool = False,
+    progress: Progress | None = None,
 ) -> ConformanceReport:
-    """Run the node tests of ``operators`` (default: all supported) on ``target``."""
+    """Run the node tests of ``operators`` (default: all supported) on ``target``; with
+    ``all_cases``, every float case of the suite (of ``operators``, when given)."""
     from fusec.api import resolve_target
 
     concrete = resolve_target(target)
-    chosen = sorted(supported_operators() if operators is None else set(operators))
+    if all_cases:
+        cases = all_node_cases(operators)
+        chosen = sorted({case.operator for case in cases})
+    else:
+        chosen = sorted(supported_operators() if operators is None else set(operators))
+        cases = node_cases(chosen)
     report = ConformanceReport(concrete, {op: OperatorReport(op) for op in chosen})
-    for case in node_cases(chosen):
-        report.operators[case.operator].results.append(run_case(case, target))
+    for done, case in enumerate(cases, 1):
+        outcome = run_case(case, target)
+        report.operators[case.operator].results.append(outcome)
+        if progress is not None:
+            progress(done, len(cases), outcome)
+    return report
+
+
+def stderr_progress(every_s: float = 5.0) -> Progress:
+    """Plain progress lines on stderr: the first case, then at most one every ``every_s``
+    seconds, and the last (the running pass / refused / wrong / error counts)."""
+    counts = dict.fromkeys(VERDICTS, 0)
+    last = [-math.inf]
+
+    def report(done: int, total: int, outcome: CaseResult) -> None:
+        counts[outcome.verdict] += 1
+        now = time.monotonic()
+        if done in (1, total) or now - last[0] >= every_s:
+            last[0] = now
+            tally = ", ".join(f"{v} {n}" for v, n in counts.items())
+            sys.stderr.write(f"conformance: {done}/{total} cases ({tally}): {outcome.name}\n")
+            sys.stderr.flush()
+
     return report
 
 
@@ -209,8 +360,8 @@ def run_case(case: Case, target: str = "auto") -> CaseResult:
     """Import, compile and run one case; compare every output of every data set."""
     from fusec.api import compile as fusec_compile
 
-    def result(status: str, detail: str = "", feature: str = "") -> CaseResult:
-        return CaseResult(case.name, case.operator, status, detail, feature)
+    def result(status: str, detail: str = "", feature: str = "", **kind: bool) -> CaseResult:
+        return CaseResult(case.name, case.operator, status, detail, feature, **kind)
 
     model, data_sets = bake_constant_inputs(case.model, case.data_sets)
     try:
@@ -223,6 +374,10 @@ def run_case(case: Case, target: str = "auto") -> CaseResult:
         return result("skipped", err.message, err.feature)
     except FusecError as err:
         return result("failed", f"import: {err.format()}")
+    except Exception as err:  # a bug in the importer: report it, keep going
+        return result(
+            "failed", f"import: internal error: {type(err).__name__}: {err}", internal=True
+        )
     try:
         compiled = fusec_compile(module, target=target)
         for inputs, expected in data_sets:
@@ -231,11 +386,11 @@ def run_case(case: Case, target: str = "auto") -> CaseResult:
             got = got if isinstance(got, tuple) else (got,)
             problem = compare_outputs(got, [_as_array(e) for e in expected], case.rtol, case.atol)
             if problem:
-                return result("failed", problem)
+                return result("failed", problem, wrong=True)
     except FusecError as err:
         return result("failed", err.format())
     except Exception as err:  # a bug in fusec: report it as a failure, keep going
-        return result("failed", f"internal error: {type(err).__name__}: {err}")
+        return result("failed", f"internal error: {type(err).__name__}: {err}", internal=True)
     return result("passed")
 
 
@@ -299,3 +454,13 @@ def compare_outputs(
             summary = " ".join(str(err).split())[:300]
             return f"output {index} differs: {summary}"
     return None
+
+
+def measure_all(
+    operators: Iterable[str] | None = None, *, target: str = "auto", verbose: bool = False
+) -> bool:
+    """``fusec conformance --all``: run every float case (progress on stderr), print the
+    pass / refused / wrong / error table on stdout; False when a case is wrong or errs."""
+    report = run_conformance(operators, target=target, all_cases=True, progress=stderr_progress())
+    sys.stdout.write(report.format_measure(verbose=verbose))
+    return report.count_verdict("wrong") == 0 and report.count_verdict("error") == 0

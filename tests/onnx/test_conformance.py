@@ -88,3 +88,39 @@ def test_the_cpu_target_passes_the_same_cases(reference_report):
     assert report.count("failed") == 0, _failures(report)
     passed = {r.name for r in report.results if r.status == "passed"}
     assert passed == {r.name for r in reference_report.results if r.status == "passed"}
+
+
+# ------------------------------------------------------------ --all: the suite as the measure
+
+
+def test_all_cases_include_operators_fusec_lacks_as_refusals():
+    """``all_cases`` counts every float case, an unsupported operator's as refused
+    with the importer's reason, never as passed or wrong."""
+    report = run_conformance(["Relu", "GRU"], target="reference", all_cases=True)
+    gru = report.operators["GRU"]
+    assert len(gru.results) >= 3
+    assert {r.verdict for r in gru.results} == {"refused"}
+    assert all("GRU" in r.detail and "unsupported operator" in r.detail for r in gru.results)
+    assert report.operators["Relu"].count_verdict("pass") >= 1
+    table = report.format_measure()
+    assert "wrong" in table.splitlines()[1] and "GRU" in table
+    assert f"of {len(report.results)} cases pass" in table
+
+
+def test_all_cases_count_a_wrong_result_as_wrong(monkeypatch):
+    import fusec.frontend.onnx_import as onnx_import
+    from fusec.dialect import ops as ai
+
+    monkeypatch.setitem(onnx_import._UNARY, "Relu", ai.SigmoidOp)
+    report = run_conformance(["Relu"], target="reference", all_cases=True)
+    assert report.operators["Relu"].count_verdict("wrong") == 1
+    assert "wrong cases:" in report.format_measure()
+
+
+def test_the_cli_measures_all_cases(capsys):
+    from fusec.cli import main
+
+    assert main(["conformance", "--all", "--op", "GRU", "--target", "reference"]) == 0
+    captured = capsys.readouterr()
+    assert "GRU" in captured.out and "refused" in captured.out
+    assert "conformance: 1/" in captured.err  # progress, per case, on stderr
