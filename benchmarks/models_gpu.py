@@ -1,0 +1,1115 @@
+"""The GPU model zoo: real architectures through ONNX into fusec, against PyTorch (issue 28).
+
+Each zoo model is built from torchvision or transformers with random weights (nothing is
+downloaded), cast to fp16 or bf16, exported by one of PyTorch's exporters (``torchscript``:
+``dynamo=False``; ``dynamo``: the default one) to a temporary file per (model, dtype,
+exporter, batch), imported with ``fusec.from_onnx(path, input_shapes=...)``, compiled with
+``fusec.compile(module, target="cuda")`` and timed in the same run against the same module
+under PyTorch eager, ``torch.compile`` (default mode) and, at batch 1,
+``torch.compile(mode="reduce-overhead")`` (CUDA graphs).
+
+Errors are against the module in float32 (TF32 off) on the same inputs (the 16-bit inputs
+widened, so input rounding is not counted): the relative L2 error of fusec's outputs and,
+beside it, of PyTorch eager's in the same 16-bit type, the yardstick of what the type costs.
+A case is ``wrong`` when fusec's output holds NaN or infinity, or its error is above
+``max(1e-2, 4 x eager's)`` (``verdict``). Kernels are counted by kind, with the groups on
+the PyTorch fallback (kernel header ``FALLBACK``: op by op through PyTorch) and the direct
+(non-Tensor-Core) convolutions (header ``direct conv2d``) named.
+
+Timing: CUDA events on the caller's stream (torch's current stream), the median of 50 calls
+after 10 warm-up calls, and the wall clock of 20 back-to-back calls to a device-wide
+synchronize, checked against the events of the same loop (``stream_timing.py``: work queued
+on another stream would make the events too short). Compile times: ``fusec.compile`` plus
+the first call (kernels built or loaded from ``$FUSEC_CACHE_DIR``), and ``torch.compile``'s
+first call.
+
+Every case runs in its own process with a time limit, in two passes: first fusec and eager
+for every case, then the torch.compile baselines (once per model, dtype and batch: they do
+not depend on the exporter), so a run cut short still has every fusec row. Each result is
+appended to ``models-gpu-<suffix>.jsonl`` as soon as it is known, and the tables are
+rewritten after every case; ``--resume`` continues a run from its JSON lines.
+
+    python3 benchmarks/models_gpu.py --quick --budget 540 --out results/       # H200
+    python3 benchmarks/models_gpu.py --models resnet50,bert --dtypes bf16 --out results/
+    python3 benchmarks/models_gpu.py --target cpu --smoke --out /tmp/zoo       # no GPU
+
+``--target cpu --smoke`` runs the same script end to end on the CPU (tiny configs: one or two
+layers, 32x32 images) with wall-clock timing, and records for each case the kernels the cuda
+target would generate (``fusec.compile(..., target="cuda", executable=False)``), fallbacks
+included, without a GPU. Writes ``models-gpu-<suffix>.md`` / ``.json`` / ``.jsonl`` and a
+bar chart ``models-gpu-<suffix>.png`` (matplotlib; skipped with a note when it is missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+# ------------------------------------------------------------------ the zoo (data)
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """One architecture: how it is fed and which sizes it runs at."""
+
+    name: str
+    label: str
+    source: str  # "torchvision" or "transformers"
+    throughput_batch: int
+    full_size: str  # what the full-size build is
+    smoke_size: str  # what --smoke builds instead
+
+
+IMAGE, SMOKE_IMAGE = 224, 32
+SEQUENCE, SMOKE_SEQUENCE = 128, 8
+SMOKE_BATCH = 2
+
+ZOO: dict[str, ZooEntry] = {
+    e.name: e
+    for e in (
+        ZooEntry("resnet50", "ResNet-50", "torchvision", 32, "224x224", "channels / 8, 32x32"),
+        ZooEntry(
+            "mobilenet_v3_large",
+            "MobileNetV3-Large",
+            "torchvision",
+            32,
+            "224x224",
+            "width 0.25, 32x32",
+        ),
+        ZooEntry(
+            "efficientnet_b0", "EfficientNet-B0", "torchvision", 32, "224x224", "channels / 4"
+        ),
+        ZooEntry(
+            "convnext_tiny", "ConvNeXt-T", "torchvision", 32, "224x224", "2 stages of 1 block"
+        ),
+        ZooEntry("vit_b_16", "ViT-B/16", "torchvision", 32, "224x224", "1 layer, width 32"),
+        ZooEntry("bert", "BERT-base encoder", "transformers", 8, "12 layers, seq 128", "2 layers"),
+        ZooEntry("gpt2", "GPT-2 decoder", "transformers", 8, "12 layers, seq 128", "2 layers"),
+        ZooEntry(
+            "llama",
+            "Llama-style decoder",
+            "transformers",
+            8,
+            "4 layers of TinyLlama's (hidden 2048, 32 heads, 4 KV heads), seq 128",
+            "2 layers, hidden 64",
+        ),
+    )
+}
+DTYPES = ("f16", "bf16")
+EXPORTERS = ("dynamo", "torchscript")
+#: ``--quick``: one dtype and one exporter
+QUICK_DTYPE, QUICK_EXPORTER = "f16", "dynamo"
+
+
+def input_name(entry: ZooEntry, form: str) -> str:
+    if entry.source == "torchvision":
+        return "x"
+    return "inputs_embeds" if form == "embeds" else "input_ids"
+
+
+def batches_of(entry: ZooEntry, wanted: Sequence[str], smoke: bool) -> list[int]:
+    """The batch sizes of ``wanted`` ("1", "throughput" or a number) for ``entry``."""
+    big = SMOKE_BATCH if smoke else entry.throughput_batch
+    sizes = [big if w == "throughput" else int(w) for w in wanted]
+    return list(dict.fromkeys(sizes))
+
+
+# ------------------------------------------------------------------ results (pure)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One worker's job: a model in one dtype through one exporter, at some batches."""
+
+    model: str
+    dtype: str
+    exporter: str
+    batches: tuple[int, ...]
+
+    @property
+    def slug(self) -> str:
+        return f"{self.model}-{self.dtype}-{self.exporter}"
+
+
+def row_key(row: dict) -> tuple:
+    """Rows of the same case and batch merge: fusec rows by exporter, torch rows without."""
+    return (row["pass"], row["model"], row["dtype"], row.get("exporter", "-"), row["batch"])
+
+
+def merge_records(lines: Iterable[str]) -> tuple[dict[tuple, dict], dict]:
+    """The JSON lines of a run as {row key: the row's fields, later lines updating earlier
+    ones} and the first environment record; a torn last line (a killed worker) is ignored."""
+    rows: dict[tuple, dict] = {}
+    env: dict = {}
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("pass") == "env":
+            env = env or record
+            continue
+        rows.setdefault(row_key(record), {}).update(record)
+    return rows, env
+
+
+def ratio(baseline_ms: float | None, fusec_ms: float | None) -> float | None:
+    """How many times faster fusec is than a baseline (baseline time / fusec time)."""
+    if baseline_ms is None or fusec_ms is None or fusec_ms <= 0:
+        return None
+    return baseline_ms / fusec_ms
+
+
+#: fusec may lose accuracy against eager in the same type by this factor (other summation
+#: orders, one rounding per fused group instead of per op); beyond it the result is wrong
+WRONG_FACTOR = 4.0
+#: and always this much (tests/numerics.py's 16-bit tolerance, as relative L2)
+ERROR_FLOOR = 1e-2
+
+
+def verdict(fusec_err: float, eager_err: float, fusec_nonfinite: int) -> str:
+    """'ok' or 'wrong' for fusec's output against the float32 module (relative L2 errors of
+    fusec and of eager in the same type). NaN or infinity never passes."""
+    if fusec_nonfinite or not fusec_err <= max(ERROR_FLOOR, WRONG_FACTOR * eager_err):
+        return "wrong"
+    return "ok"
+
+
+def combined_rows(rows: dict[tuple, dict]) -> list[dict]:
+    """The fusec rows, each with the torch.compile baselines of its model, dtype and batch."""
+    torch_rows = {k[1:3] + k[4:]: r for k, r in rows.items() if k[0] == "torch"}
+    out = []
+    for key, row in rows.items():
+        if key[0] != "fusec":
+            continue
+        merged = dict(row)
+        for name, value in torch_rows.get(key[1:3] + key[4:], {}).items():
+            if name.startswith(("compile", "reduce_overhead", "torch_")):
+                merged[name] = value
+        merged["eager_over_fusec"] = ratio(merged.get("eager_ms"), merged.get("fusec_ms"))
+        merged["compile_over_fusec"] = ratio(merged.get("compile_ms"), merged.get("fusec_ms"))
+        merged["reduce_overhead_over_fusec"] = ratio(
+            merged.get("reduce_overhead_ms"), merged.get("fusec_ms")
+        )
+        out.append(merged)
+    order = {name: n for n, name in enumerate(ZOO)}
+    out.sort(
+        key=lambda r: (
+            order.get(r["model"], len(order)),
+            r["dtype"],
+            r["exporter"],
+            r["batch"],
+        )
+    )
+    return out
+
+
+def _f(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _e(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1e}"
+
+
+def kinds_text(kinds: dict[str, int] | None) -> str:
+    if not kinds:
+        return "-"
+    return ", ".join(f"{n} {k}" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def timing_note(row: dict) -> str:
+    check = row.get("stream_check")
+    if not check:
+        return "-"
+    return "ok" if check["ok"] else f"FAILED ({check['events_ms']:.2f} / {check['wall_ms']:.2f})"
+
+
+TABLE_HEAD = (
+    "| model | dtype | exporter | batch | input | status | fusec ms | eager ms "
+    "| compile ms | reduce-overhead ms | eager / fusec | compile / fusec | r-o / fusec "
+    "| fusec err | eager err | NaN | kernels | fallback | direct conv | fusec compile s "
+    "| torch.compile s | stream check |"
+)
+
+
+def table_row(r: dict) -> str:
+    cells = [
+        ZOO[r["model"]].label if r["model"] in ZOO else r["model"],
+        r["dtype"],
+        r["exporter"],
+        str(r["batch"]),
+        r.get("input_form", "-"),
+        r.get("status", "-"),
+        _f(r.get("fusec_ms")),
+        _f(r.get("eager_ms")),
+        _f(r.get("compile_ms")),
+        _f(r.get("reduce_overhead_ms")),
+        _x(r.get("eager_over_fusec")),
+        _x(r.get("compile_over_fusec")),
+        _x(r.get("reduce_overhead_over_fusec")),
+        _e(r.get("fusec_err")),
+        _e(r.get("eager_err")),
+        "-" if r.get("nonfinite") is None else str(r["nonfinite"]),
+        f"{r['kernels']} ({kinds_text(r.get('kinds'))})" if r.get("kernels") else "-",
+        "-" if r.get("fallback") is None else str(r["fallback"]),
+        "-" if r.get("direct_conv") is None else str(r["direct_conv"]),
+        _f(r.get("fusec_compile_s"), 1),
+        _f(r.get("compile_s"), 1),
+        timing_note(r),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    """The table of a run, with what was measured how, and each non-ok row's message."""
+    env = meta.get("environment", {})
+    lines = [
+        f"# fusec model zoo on {meta.get('device', '?')}, {meta.get('date', '?')}",
+        "",
+        f"Device: {meta.get('device', '?')}, driver {meta.get('driver', '?')}; commit "
+        f"{meta.get('commit', '?')}; torch {env.get('torch', '?')}, torchvision "
+        f"{env.get('torchvision', '?')}, transformers {env.get('transformers', '?')}, onnx "
+        f"{env.get('onnx', '?')}. Target {meta.get('target', '?')}"
+        f"{' (smoke sizes)' if meta.get('smoke') else ''}. Command: `{meta.get('command', '')}`.",
+        "",
+        "Random weights (torchvision `weights=None`, transformers from configs), exported to "
+        "ONNX per (model, dtype, exporter, batch) with static shapes, imported with "
+        "`fusec.from_onnx`. ms: median of CUDA events on the caller's stream after warm-up "
+        "(wall clock on cpu); the stream check compares the events of 20 back-to-back calls "
+        "with their wall clock. Ratios are baseline / fusec (above 1: fusec is faster). "
+        "err: relative L2 error against the module in float32 on the same inputs, for fusec "
+        "and for eager in the same dtype; NaN: non-finite outputs of fusec. fallback: kernels "
+        "run op by op through PyTorch; direct conv: convolutions not on the Tensor Cores. "
+        "Compile s: fusec.compile plus the first call; torch.compile's first call.",
+        "",
+        TABLE_HEAD,
+        "|" + " --- |" * (TABLE_HEAD.count("|") - 1),
+    ]
+    lines += [table_row(r) for r in rows]
+    notes = [
+        f"- {ZOO[r['model']].label if r['model'] in ZOO else r['model']} {r['dtype']} "
+        f"{r['exporter']} batch {r['batch']}: {r.get('status')}: {r.get('message', '')}"
+        for r in rows
+        if r.get("status") != "ok" and r.get("message")
+    ]
+    notes += [
+        f"- {ZOO[r['model']].label if r['model'] in ZOO else r['model']} {r['dtype']} "
+        f"batch {r['batch']}: {key}: {r[key]}"
+        for r in rows
+        for key in ("compile_error", "reduce_overhead_error", "torch_error")
+        if r.get(key)
+    ]
+    fallbacks = sorted({reason for r in rows for reason in r.get("fallback_reasons", [])})
+    if notes:
+        lines += ["", "Messages:", "", *notes]
+    if fallbacks:
+        lines += ["", "Fallback reasons (kernel headers):", "", *[f"- {f}" for f in fallbacks]]
+    if meta.get("skipped"):
+        lines += ["", f"Not run (over the --budget): {', '.join(meta['skipped'])}."]
+    if meta.get("chart_note"):
+        lines += ["", meta["chart_note"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(out: Path, suffix: str, rows: list[dict], meta: dict) -> tuple[Path, Path]:
+    """Write ``models-gpu-<suffix>.md`` and ``.json``; return their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    base = out / f"models-gpu-{suffix}"
+    md, js = base.with_suffix(".md"), base.with_suffix(".json")
+    js.write_text(json.dumps({**meta, "rows": rows}, indent=2, default=str) + "\n")
+    md.write_text(markdown(rows, meta))
+    return md, js
+
+
+BASELINES = (
+    ("eager_over_fusec", "eager / fusec"),
+    ("compile_over_fusec", "torch.compile / fusec"),
+    ("reduce_overhead_over_fusec", "reduce-overhead / fusec"),
+)
+
+
+def chart_series(rows: list[dict]) -> tuple[list[str], dict[str, list[float | None]]]:
+    """Bar labels and, per baseline, fusec's speed-up over it (None: not measured)."""
+    measured = [r for r in rows if r.get("status") == "ok" and r.get("fusec_ms")]
+    labels = [
+        f"{ZOO[r['model']].label if r['model'] in ZOO else r['model']} {r['dtype']} "
+        f"{r['exporter']} b{r['batch']}"
+        for r in measured
+    ]
+    return labels, {name: [r.get(key) for r in measured] for key, name in BASELINES}
+
+
+def bar_chart(rows: list[dict], path: Path, title: str) -> str | None:
+    """fusec's speed-up over each baseline per measured row as a horizontal bar chart (log
+    scale, 1 = as fast) in ``path``; returns why not when there is nothing to draw or no
+    matplotlib."""
+    labels, series = chart_series(rows)
+    if not labels:
+        return "No chart: no row was measured."
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "No chart: matplotlib is not installed."
+    height = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * len(labels)))
+    for n, (name, values) in enumerate(series.items()):
+        ys = [i + n * height for i in range(len(labels))]
+        ax.barh(ys, [v or 0.0 for v in values], height=height, label=name)
+    ax.set_yticks([i + height * (len(series) - 1) / 2 for i in range(len(labels))], labels)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("baseline time / fusec time (above 1: fusec faster)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+# ------------------------------------------------------------------ kernels
+
+
+def kernel_stats(kernels: Sequence[Any]) -> dict:
+    """Kernel count by kind, the groups on the PyTorch fallback (with the reasons their
+    headers give) and the direct (non-Tensor-Core) convolutions of a compiled program."""
+    kinds: dict[str, int] = {}
+    reasons: set[str] = set()
+    fallback = direct = 0
+    for kernel in kernels:
+        kinds[kernel.kind] = kinds.get(kernel.kind, 0) + 1
+        head = [line for line in kernel.source.splitlines()[:40] if line.startswith("#")]
+        if kernel.runs_op_by_op:
+            fallback += 1
+            reasons.update(
+                f"{kernel.kind}: {line.split('FALLBACK:', 1)[1].strip()}"
+                for line in head
+                if "FALLBACK:" in line
+            )
+        if any("direct conv2d" in line for line in head):
+            direct += 1
+    return {
+        "kernels": len(kernels),
+        "kinds": kinds,
+        "fallback": fallback,
+        "direct_conv": direct,
+        "fallback_reasons": sorted(reasons),
+    }
+
+
+# ------------------------------------------------------------------ the worker (torch)
+
+
+def build(name: str, smoke: bool, form: str = "embeds") -> Any:
+    """The zoo model ``name`` in float32, eval mode, random weights from a fixed seed."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "tests" / "onnx" / "models"))
+    from export_models import narrow, randomise
+
+    torch.manual_seed(0)
+    if ZOO[name].source == "torchvision":
+        model = _torchvision_model(name, smoke, narrow)
+    else:
+        model = hf_wrapper()(_transformers_model(name, smoke), form)
+    randomise(model)  # non-trivial biases, norm scales and BatchNorm statistics
+    return model.eval()
+
+
+def _torchvision_model(name: str, smoke: bool, narrow: Callable) -> Any:
+    import torchvision
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+
+    models = torchvision.models
+    if name == "resnet50":
+        return narrow(models.resnet50(weights=None), 8) if smoke else models.resnet50()
+    if name == "mobilenet_v3_large":
+        return models.mobilenet_v3_large(weights=None, width_mult=0.25 if smoke else 1.0)
+    if name == "efficientnet_b0":
+        model = models.efficientnet_b0(weights=None)
+        return narrow(model, 4) if smoke else model
+    if name == "convnext_tiny":
+        if smoke:
+            stages = [CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)]
+            return ConvNeXt(stages, num_classes=16)
+        return models.convnext_tiny(weights=None)
+    if name == "vit_b_16":
+        if smoke:
+            return models.VisionTransformer(
+                image_size=SMOKE_IMAGE,
+                patch_size=16,
+                num_layers=1,
+                num_heads=2,
+                hidden_dim=32,
+                mlp_dim=64,
+                num_classes=16,
+            )
+        return models.vit_b_16(weights=None)
+    raise KeyError(name)
+
+
+def _transformers_model(name: str, smoke: bool) -> Any:
+    import transformers as hf
+
+    common = {"vocab_size": 512, "use_cache": False}
+    if name == "bert":
+        size = (
+            {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
+            | {"intermediate_size": 256}
+            if smoke
+            else {}
+        )
+        config = hf.BertConfig(
+            **common, **size, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+        )
+        return hf.BertModel(config)
+    if name == "gpt2":
+        size = {"n_embd": 64, "n_layer": 2, "n_head": 4} if smoke else {}
+        config = hf.GPT2Config(**common, **size, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        return hf.GPT2Model(config)
+    if name == "llama":
+        if smoke:
+            size = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+            heads = {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16}
+        else:  # TinyLlama-1.1B's layer, four of them
+            size = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 4}
+            heads = {"num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 64}
+        config = hf.LlamaConfig(**common, **size, **heads, max_position_embeddings=2048)
+        return hf.LlamaModel(config)
+    raise KeyError(name)
+
+
+@functools.cache
+def hf_wrapper() -> type:
+    """A Hugging Face model fed with ``inputs_embeds`` (float) or ``input_ids``, with an
+    all-ones attention mask built from the input's shape, returning a tuple of tensors
+    (as ``tests/onnx/models/export_models.Encoder``); a class made once torch is imported."""
+    import torch
+
+    class HFWrapper(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module, form: str) -> None:
+            super().__init__()
+            self.model = model
+            self.form = form
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            mask = torch.ones(x.shape[:2], dtype=torch.long, device=x.device)
+            feed = {"inputs_embeds": x} if self.form == "embeds" else {"input_ids": x}
+            out = self.model(**feed, attention_mask=mask, return_dict=False)
+            return tuple(t for t in out if isinstance(t, torch.Tensor))
+
+    return HFWrapper
+
+
+def sample(model: Any, name: str, batch: int, smoke: bool, form: str, dtype: Any) -> Any:
+    """A fresh random input (fixed seed per batch) for ``model``; float inputs in ``dtype``."""
+    import torch
+
+    generator = torch.Generator().manual_seed(1000 + batch)
+    if ZOO[name].source == "torchvision":
+        side = SMOKE_IMAGE if smoke else IMAGE
+        return torch.randn(batch, 3, side, side, generator=generator).to(dtype)
+    sequence = SMOKE_SEQUENCE if smoke else SEQUENCE
+    config = model.model.config
+    if form == "ids":
+        return torch.randint(0, config.vocab_size, (batch, sequence), generator=generator)
+    return torch.randn(batch, sequence, config.hidden_size, generator=generator).to(dtype)
+
+
+def export(model: Any, example: Any, path: Path, exporter: str, name: str) -> None:
+    """Write ``model`` on ``example`` (static shapes) to ``path`` with one exporter."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "torchscript":
+            torch.onnx.export(model, (example,), str(path), dynamo=False, input_names=[name])
+        else:
+            program = torch.onnx.export(
+                model, (example,), dynamo=True, input_names=[name], external_data=False
+            )
+            program.save(str(path), external_data=False)
+
+
+def as_list(out: Any) -> list:
+    return list(out) if isinstance(out, tuple | list) else [out]
+
+
+def to_numpy(value: Any) -> Any:
+    """An output (torch tensor or numpy array, any float type) as float64 numpy."""
+    import numpy as np
+
+    if hasattr(value, "detach"):
+        return value.detach().float().cpu().numpy().astype(np.float64)
+    return np.asarray(value).astype(np.float64)
+
+
+def fusec_argument(x: Any, target: str) -> Any:
+    """``x`` as fusec's compiled module takes it: the torch tensor on cuda, numpy on cpu
+    (bfloat16 through ml_dtypes, which numpy lacks)."""
+    import torch
+
+    if target == "cuda":
+        return x.contiguous()
+    if x.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return x.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return x.numpy()
+
+
+def errors(got: list, want: list) -> tuple[float, int]:
+    """(largest relative L2 error over the outputs, non-finite elements of ``got``)."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from numerics import compare
+
+    if len(got) != len(want):
+        return float("inf"), 0
+    worst, bad = 0.0, 0
+    for g, w in zip(got, want, strict=True):
+        a, b = to_numpy(g), to_numpy(w)
+        bad += int(np.count_nonzero(~np.isfinite(a)))
+        worst = max(worst, compare(a, b, dtype="f32").rel_l2)
+    return worst, bad
+
+
+class Timer:
+    """Medians after warm-up: CUDA events on torch's current stream, checked against the wall
+    clock of a back-to-back loop (cuda); wall clock alone (cpu)."""
+
+    WARMUP, REPS, LOOP = 10, 50, 20
+
+    def __init__(self, target: str, smoke: bool) -> None:
+        self.cuda = target == "cuda"
+        if smoke:
+            self.WARMUP, self.REPS, self.LOOP = 2, 7, 5
+
+    def __call__(self, fn: Callable[[], Any]) -> dict:
+        import torch
+
+        for _ in range(self.WARMUP):
+            fn()
+        if not self.cuda:
+            times = []
+            for _ in range(self.REPS):
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e3)
+            return {"ms": statistics.median(times), "min_ms": min(times)}
+        sys.path.insert(0, str(HERE))
+        from stream_timing import loop_event_and_wall_ms
+
+        stream = torch.cuda.current_stream()
+        pairs = []
+        for _ in range(self.REPS):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            fn()
+            end.record(stream)
+            pairs.append((start, end))
+        torch.cuda.synchronize()
+        times = [s.elapsed_time(e) for s, e in pairs]
+        events, wall = loop_event_and_wall_ms(fn, self.LOOP, warmup=1)
+        return {
+            "ms": statistics.median(times),
+            "min_ms": min(times),
+            "wall_ms": wall / self.LOOP,
+            "stream_check": {
+                "events_ms": events,
+                "wall_ms": wall,
+                "ok": wall <= 1.1 * events + 0.1,
+            },
+        }
+
+
+@dataclass
+class Worker:
+    """What one worker process does, from the parent's JSON."""
+
+    job: str  # "fusec" or "torch"
+    case: Case
+    target: str
+    smoke: bool
+    form: str
+    results: Path
+    reduce_overhead: bool = True
+    fields: dict = field(default_factory=dict)
+
+    def emit(self, row: dict) -> None:
+        with self.results.open("a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+
+    def base(self, batch: int) -> dict:
+        exporter = self.case.exporter if self.job == "fusec" else "-"
+        return {
+            "pass": self.job,
+            "model": self.case.model,
+            "dtype": self.case.dtype,
+            "exporter": exporter,
+            "batch": batch,
+        }
+
+
+def torch_setup(target: str) -> tuple[Any, Any]:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False  # the float32 reference is IEEE float32
+    torch.backends.cudnn.allow_tf32 = False
+    return torch, torch.device("cuda" if target == "cuda" else "cpu")
+
+
+TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
+
+
+def environment(torch: Any, target: str) -> dict:
+    import onnx
+    import torchvision
+    import transformers
+
+    import fusec  # noqa: F401 - its version is the commit
+
+    env = {
+        "pass": "env",
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "transformers": transformers.__version__,
+        "onnx": onnx.__version__,
+        "python": sys.version.split()[0],
+    }
+    if target == "cuda":
+        env["device"] = torch.cuda.get_device_name()
+        env["cuda"] = torch.version.cuda
+    return env
+
+
+def prepare(name: str, dtype: str, smoke: bool, form: str, device: Any) -> tuple[Any, Any]:
+    """(the float32 module, the same weights in ``dtype``) on ``device``."""
+    import torch
+
+    reference = build(name, smoke, form).to(device)
+    model = build(name, smoke, form).to(device=device, dtype=getattr(torch, TORCH_DTYPES[dtype]))
+    return reference, model
+
+
+@dataclass
+class Checked:
+    """A case's row and, when fusec ran it, what timing it needs."""
+
+    row: dict
+    compiled: Any = None
+    arg: Any = None
+    x: Any = None
+
+
+def check_fusec(
+    reference: Any,
+    model: Any,
+    row: dict,
+    *,
+    target: str,
+    smoke: bool,
+    form: str,
+    emit: Callable[[dict], None],
+) -> Checked:
+    """Export ``model`` at ``row``'s batch, import, compile and run it with fusec, and
+    compare fusec and eager with the float32 ``reference``; each stage is announced by
+    ``emit`` first (a killed worker says where it stopped), a failure is the row's status."""
+    import torch
+
+    import fusec
+    from fusec.errors import FusecError
+
+    name = input_name(ZOO[row["model"]], form)
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    x = sample(model, row["model"], row["batch"], smoke, form, dtype).to(device)
+    row |= {"input_form": name, "input": list(x.shape), "stage": "export"}
+    emit(row)
+    with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
+        want = as_list(reference(x.float() if x.is_floating_point() else x))
+        row["eager_err"], row["eager_nonfinite"] = errors(as_list(model(x)), want)
+        path = Path(tmp) / f"{row['model']}-b{row['batch']}.onnx"
+        t0 = time.perf_counter()
+        try:
+            export(model, x, path, row["exporter"], name)
+        except Exception as err:  # the exporter's own failure, not fusec's
+            return Checked(row | failure("export error", err))
+        row["export_s"] = time.perf_counter() - t0
+        row |= onnx_facts(path)
+        emit(row | {"stage": "import"})
+        t0 = time.perf_counter()
+        try:
+            module = fusec.from_onnx(path, input_shapes={name: tuple(x.shape)})
+        except FusecError as err:
+            return Checked(row | {"status": "refused at import", "message": str(err)[:600]})
+        except Exception as err:
+            return Checked(row | failure("import error", err))
+    row["import_s"] = time.perf_counter() - t0
+    if target != "cuda":  # what the cuda target would make of it, without a GPU
+        row["cuda_structure"] = cuda_structure(module)
+    emit(row | {"stage": "compile"})
+    arg = fusec_argument(x, target)
+    try:
+        t0 = time.perf_counter()
+        compiled = fusec.compile(module, target=target)
+        got = as_list(compiled(arg))
+        if target == "cuda":
+            torch.cuda.synchronize()
+        row["fusec_compile_s"] = time.perf_counter() - t0
+    except Exception as err:
+        return Checked(row | failure("compile error", err))
+    row |= kernel_stats(compiled.kernels)
+    row["fusec_err"], row["nonfinite"] = errors(got, want)
+    row["status"] = verdict(row["fusec_err"], row["eager_err"], row["nonfinite"])
+    return Checked(row, compiled, arg, x)
+
+
+def run_fusec_job(w: Worker) -> None:
+    """Check, then time fusec and eager, for each batch of the case."""
+    torch, device = torch_setup(w.target)
+    w.emit(environment(torch, w.target))
+    reference, model = prepare(w.case.model, w.case.dtype, w.smoke, w.form, device)
+    timer = Timer(w.target, w.smoke)
+    for batch in w.case.batches:
+        kw = {"target": w.target, "smoke": w.smoke, "form": w.form, "emit": w.emit}
+        checked = check_fusec(reference, model, w.base(batch), **kw)
+        row = checked.row
+        if checked.compiled is not None:
+            w.emit(row | {"stage": "timing"})
+            with torch.no_grad():
+                fusec_t = timer(lambda c=checked: c.compiled(c.arg))
+                eager_t = timer(lambda x=checked.x: model(x))
+            row["fusec_ms"], row["fusec_min_ms"] = fusec_t["ms"], fusec_t["min_ms"]
+            row["fusec_wall_ms"] = fusec_t.get("wall_ms")
+            row["stream_check"] = fusec_t.get("stream_check")
+            row["eager_ms"], row["eager_min_ms"] = eager_t["ms"], eager_t["min_ms"]
+            row["eager_wall_ms"] = eager_t.get("wall_ms")
+        w.emit(row | {"stage": "done"})
+
+
+def run_torch_job(w: Worker) -> None:
+    """torch.compile (default mode) at each batch and mode="reduce-overhead" at batch 1,
+    each compiled afresh for its static shape; compile time = the first call."""
+    torch, device = torch_setup(w.target)
+    dtype = getattr(torch, TORCH_DTYPES[w.case.dtype])
+    model = build(w.case.model, w.smoke, w.form).to(device=device, dtype=dtype)
+    timer = Timer(w.target, w.smoke)
+    for batch in w.case.batches:
+        row = w.base(batch) | {"stage": "torch.compile"}
+        w.emit(row)
+        x = sample(model, w.case.model, batch, w.smoke, w.form, dtype).to(device)
+        modes = [("compile", "default")]
+        if batch == 1 and w.reduce_overhead:
+            modes.append(("reduce_overhead", "reduce-overhead"))
+        for key, mode in modes:
+            torch._dynamo.reset()
+            fn = torch.compile(model, mode=mode, dynamic=False)
+            try:
+                with torch.no_grad():
+                    t0 = time.perf_counter()
+                    fn(x)
+                    if w.target == "cuda":
+                        torch.cuda.synchronize()
+                    row[f"{key}_s"] = time.perf_counter() - t0
+                    timed = timer(lambda fn=fn, x=x: fn(x))
+            except Exception as err:
+                row[f"{key}_error"] = f"{type(err).__name__}: {str(err)[:300]}"
+                w.emit(row)
+                continue
+            row[f"{key}_ms"] = timed["ms"]
+            row[f"{key}_wall_ms"] = timed.get("wall_ms")
+            w.emit(row | {"stage": f"{mode} done"})
+        w.emit(row | {"stage": "done"})
+
+
+def failure(status: str, err: BaseException) -> dict:
+    where = traceback.extract_tb(err.__traceback__)[-1:] if err.__traceback__ else []
+    at = f" (at {Path(where[0].filename).name}:{where[0].lineno})" if where else ""
+    return {"status": status, "message": f"{type(err).__name__}: {str(err)[:500]}{at}"}
+
+
+def onnx_facts(path: Path) -> dict:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    return {"onnx_nodes": len(model.graph.node), "opset": opset}
+
+
+def cuda_structure(module: Any) -> dict:
+    """The kernels the cuda target generates for ``module`` (no GPU needed)."""
+    import fusec
+
+    try:
+        compiled = fusec.compile(module, target="cuda", executable=False)
+    except Exception as err:
+        return failure("cuda compile error", err)
+    return kernel_stats(compiled.kernels)
+
+
+# ------------------------------------------------------------------ the parent
+
+
+def commit() -> str:
+    if os.environ.get("FUSEC_COMMIT"):
+        return os.environ["FUSEC_COMMIT"]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "fusec"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return (head or "unknown") + ("+dirty" if dirty else "")
+
+
+def driver() -> str:
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "n/a"
+    return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout else "n/a"
+
+
+def plan(args: argparse.Namespace) -> list[Case]:
+    models = args.models.split(",") if args.models else list(ZOO)
+    unknown = [m for m in models if m not in ZOO]
+    if unknown:
+        raise SystemExit(f"unknown model(s) {', '.join(unknown)}; the zoo: {', '.join(ZOO)}")
+    dtypes = [QUICK_DTYPE] if args.quick else args.dtypes.split(",")
+    exporters = [QUICK_EXPORTER] if args.quick else args.exporters.split(",")
+    wanted = ["1", "throughput"] if args.quick else args.batches.split(",")
+    return [
+        Case(m, d, e, tuple(batches_of(ZOO[m], wanted, args.smoke)))
+        for m in models
+        for d in dtypes
+        for e in exporters
+    ]
+
+
+def run_worker(job: str, case: Case, args: argparse.Namespace, results: Path, limit: float) -> str:
+    """Run one job in its own process group within ``limit`` seconds; '' or why it ended."""
+    spec = {
+        "job": job,
+        "case": asdict(case),
+        "target": args.target,
+        "smoke": args.smoke,
+        "form": args.inputs,
+        "results": str(results),
+        "reduce_overhead": not args.no_reduce_overhead,
+    }
+    log = results.parent / "logs" / f"{case.slug}-{job}.log"
+    log.parent.mkdir(exist_ok=True)
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its compile workers (inductor, nvcc) go with it
+        )
+        try:
+            rc = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return f"timeout after {limit:.0f} s"
+    if rc == 0:
+        return ""
+    tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return f"worker exited with {rc}: {tail[-1][:300] if tail else ''}"
+
+
+def close_unfinished(job: str, case: Case, why: str, results: Path) -> None:
+    """Close every row of ``case`` that its worker left unfinished (no "done" stage): a
+    fusec row that had no failure of its own becomes a timeout or a crash, at its stage."""
+    rows, _ = merge_records(results.read_text().splitlines() if results.exists() else [])
+    exporter = case.exporter if job == "fusec" else "-"
+    with results.open("a") as f:
+        for batch in case.batches:
+            row = rows.get((job, case.model, case.dtype, exporter, batch)) or {}
+            if row.get("stage") == "done":
+                continue
+            note = f"{why or 'the worker ended early'} (in {row.get('stage', 'start')})"
+            closing = {
+                "pass": job,
+                "model": case.model,
+                "dtype": case.dtype,
+                "exporter": exporter,
+                "batch": batch,
+                "stage": "done",
+            }
+            if job == "torch":
+                closing["torch_error"] = note
+            else:
+                closing["status"] = "timeout" if why.startswith("timeout") else "crashed"
+                closing["message"] = note
+            f.write(json.dumps(closing) + "\n")
+
+
+def done(job: str, case: Case, rows: dict[tuple, dict]) -> bool:
+    exporter = case.exporter if job == "fusec" else "-"
+    keys = [(job, case.model, case.dtype, exporter, b) for b in case.batches]
+    return all(rows.get(k, {}).get("stage") == "done" for k in keys)
+
+
+def wants_torch(case: Case, rows: dict[tuple, dict]) -> bool:
+    """torch.compile is timed once per model, dtype and batch, where fusec ran."""
+    return any(
+        r.get("fusec_ms") is not None
+        for k, r in rows.items()
+        if k[0] == "fusec" and k[1:3] == (case.model, case.dtype)
+    )
+
+
+def torch_cases(cases: list[Case]) -> list[Case]:
+    seen: dict[tuple, Case] = {}
+    for c in cases:
+        seen.setdefault((c.model, c.dtype), Case(c.model, c.dtype, "-", c.batches))
+    return list(seen.values())
+
+
+def report(args: argparse.Namespace, results: Path, meta: dict, skipped: list[str]) -> Path:
+    rows, env = merge_records(results.read_text().splitlines() if results.exists() else [])
+    table = combined_rows(rows)
+    meta = meta | {"environment": env, "skipped": skipped}
+    if env.get("device"):
+        meta["device"] = env["device"]
+    chart = results.with_suffix(".png")
+    meta["chart_note"] = bar_chart(table, chart, f"fusec vs PyTorch, {meta['device']}")
+    md, _ = write_results(args.out, args.suffix, table, meta)
+    return md
+
+
+def main_parent(args: argparse.Namespace) -> int:
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = args.out / f"models-gpu-{args.suffix}.jsonl"
+    if results.exists() and not args.resume:
+        results.unlink()
+    cases = plan(args)
+    meta = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit(),
+        "device": "cpu" if args.target == "cpu" else "?",
+        "driver": driver() if args.target == "cuda" else "n/a",
+        "target": args.target,
+        "smoke": args.smoke,
+        "command": " ".join(["benchmarks/models_gpu.py", *sys.argv[1:]]),
+    }
+    start = time.monotonic()
+    skipped: list[str] = []
+    jobs = [("fusec", c) for c in cases]
+    if not args.no_torch_compile:
+        jobs += [("torch", c) for c in torch_cases(cases)]
+    for job, case in jobs:
+        rows, _ = merge_records(results.read_text().splitlines() if results.exists() else [])
+        if done(job, case, rows) or (job == "torch" and not wants_torch(case, rows)):
+            continue
+        left = args.budget - (time.monotonic() - start)
+        if left < 20:
+            skipped.append(f"{case.slug} ({job})")
+            continue
+        limit = min(left, args.case_budget)
+        print(f"== {job} {case.slug} {list(case.batches)} (limit {limit:.0f} s)", flush=True)
+        why = run_worker(job, case, args, results, limit)
+        close_unfinished(job, case, why, results)
+        md = report(args, results, meta, skipped)
+    md = report(args, results, meta, skipped)
+    print(md.read_text(), flush=True)
+    return 0
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--suffix", help="name the files models-gpu-<suffix>.* (default: date)")
+    parser.add_argument("--models", help=f"comma-separated, of {', '.join(ZOO)} (default: all)")
+    parser.add_argument("--dtypes", default=",".join(DTYPES))
+    parser.add_argument("--exporters", default=",".join(EXPORTERS))
+    parser.add_argument(
+        "--batches", default="1,throughput", help='comma-separated sizes or "throughput"'
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"{QUICK_DTYPE}, the {QUICK_EXPORTER} exporter, batch 1 and the throughput batch",
+    )
+    parser.add_argument("--budget", type=float, default=540.0, help="start nothing after S s")
+    parser.add_argument("--case-budget", type=float, default=180.0, help="one worker's limit")
+    parser.add_argument("--no-torch-compile", action="store_true")
+    parser.add_argument(
+        "--no-reduce-overhead", action="store_true", help="no reduce-overhead at batch 1"
+    )
+    parser.add_argument(
+        "--inputs",
+        choices=("embeds", "ids"),
+        default="embeds",
+        help="transformers' input: float inputs_embeds, or int64 input_ids (issue 29)",
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny configs (cpu end to end)")
+    parser.add_argument("--resume", action="store_true", help="keep the JSON lines of a run")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.suffix is None:
+        day = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+        args.suffix = f"{day}-smoke" if args.smoke else day
+    return args
+
+
+def main_worker(text: str) -> int:
+    spec = json.loads(text)
+    case = spec.pop("case")
+    worker = Worker(
+        case=Case(**{**case, "batches": tuple(case["batches"])}),
+        **{**spec, "results": Path(spec["results"])},
+    )
+    (run_fusec_job if worker.job == "fusec" else run_torch_job)(worker)
+    return 0
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    if arguments.worker:
+        raise SystemExit(main_worker(arguments.worker))
+    raise SystemExit(main_parent(arguments))
