@@ -1,9 +1,10 @@
 """The kernel cache: in memory, and on disk so that a second process compiles nothing.
 
-Location: ``$FUSEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/fusec``, else
-``~/.cache/fusec``. Every entry is named by a key hashing what determines the
-compiled code: the kernel source, the target, the device (CPU model or GPU
-compute capability), the fusec version and the Numba version.
+Location: ``$FUSEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/fusec`` (when absolute, as the
+XDG Base Directory specification has it), else ``~/.cache/fusec`` (``cache_root``).
+Every entry is named by a key hashing what determines the compiled code: the kernel
+source, the target, the device (CPU model or GPU compute capability), the fusec
+version and the Numba version.
 
 **Only a private folder is used, and every entry is authenticated.** What the
 cache loads is executed: generated modules are imported, Numba's cache files
@@ -70,11 +71,14 @@ _SAFE_ENTRY = re.compile(r"^[A-Za-z0-9_-]{1,32}/[A-Za-z0-9_.-]{1,160}$")
 
 
 def cache_root() -> Path:
-    """The cache folder (not created)."""
+    """The cache folder (not created): ``$FUSEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/fusec``,
+    else ``~/.cache/fusec``. As the XDG Base Directory specification says, an empty or
+    relative ``$XDG_CACHE_HOME`` is ignored (a relative one would put the cache wherever
+    the process happens to run)."""
     if os.environ.get(ENV_VAR):
         return Path(os.environ[ENV_VAR]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    xdg = Path(os.environ.get("XDG_CACHE_HOME", "")).expanduser()
+    base = xdg if xdg.is_absolute() else Path.home() / ".cache"
     return base / "fusec"
 
 
