@@ -8,6 +8,24 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """The exit statuses of ``fusec`` and ``fusec-opt``: each tells one kind of
+    outcome apart, so that scripts and CI can act on it."""
+
+    OK = 0
+    #: The input is wrong: a FusecError, printed as a located diagnostic.
+    BAD_INPUT = 1
+    #: The command line is wrong (argparse's own status): an unknown option or choice.
+    USAGE = 2
+    #: The work ran but a result did not match (``run --check``, ``conformance``).
+    CHECK_FAILED = 3
+    #: A bug in fusec: an unexpected exception (BSD's EX_SOFTWARE).
+    INTERNAL = 70
+    #: Stopped by Ctrl-C (128 + SIGINT, as shells report it).
+    INTERRUPTED = 130
 
 
 @dataclass(frozen=True)

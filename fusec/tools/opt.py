@@ -6,12 +6,18 @@ stdin), run the pass pipeline, print the result. Every xDSL option works
 ``--print-op-generic``, ``-o``...), the named pipelines (``fusec-default``,
 ``fusec-cuda``) expand in ``-p``, and the input goes through fusec's own
 parser, so a bad input is reported as ``fusec compile`` reports it
-(``FILE:LINE:COL: error: ...``, exit 1). The lit tests under
-``tests/filecheck`` run passes through it and check the result with FileCheck.
+(``FILE:LINE:COL: error: ...``, exit 1). A bad option (an unknown ``-t``
+target, a ``-p`` pipeline that does not parse or names an unknown pass or
+option) is one ``fusec-opt: error: ...`` line naming the option, exit 2. The
+exit statuses are those of ``fusec`` (``fusec.errors.ExitCode``). The lit tests
+under ``tests/filecheck`` run passes through it and check the result with
+FileCheck.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import IO
@@ -20,11 +26,19 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import DiagnosticException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
-from fusec.errors import FusecError
+from fusec._version import __version__
+from fusec.errors import ExitCode, FusecError
+
+#: The only output format of ai IR. xDSL's other targets (llvm, x86-asm, wgsl, mps...)
+#: print IR of lowered dialects that fusec never produces: on ai IR they failed with a
+#: traceback or printed nothing at all.
+TARGETS = ("mlir",)
 
 
 class FusecOptMain(xDSLOptMain):
-    """The opt driver over fusec's dialects and passes only."""
+    """The opt driver over fusec's dialects, passes and output format only."""
+
+    version_format = f"fusec-opt {__version__} (xDSL {{xdsl_version}})"
 
     def register_all_dialects(self) -> None:
         from fusec.dialect import make_context
@@ -37,9 +51,30 @@ class FusecOptMain(xDSLOptMain):
         for name, factory in available_passes().items():
             self.register_pass(name, factory)
 
-    def setup_pipeline(self) -> None:
-        from fusec.passes import expand_spec
+    def register_all_targets(self) -> None:
+        from xdsl.targets import get_all_targets
 
+        every = get_all_targets()
+        self.available_targets = {name: every[name] for name in TARGETS}
+
+    def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
+        from fusec.passes import PIPELINES
+
+        super().register_all_arguments(arg_parser)
+        arg_parser.prog = "fusec-opt"
+        arg_parser.epilog = (
+            f"named pipelines (in -p): {', '.join(PIPELINES)}. "
+            "Exit status: 0 ok, 1 bad input, 2 bad command line, 70 a fusec bug."
+        )
+        self._arg_parser = arg_parser  # to report a bad -p as argparse reports a bad -t
+
+    def setup_pipeline(self) -> None:
+        from fusec.passes import build_pipeline, expand_spec
+
+        try:
+            build_pipeline(self.args.passes)  # fusec's own check: one located message
+        except FusecError as err:
+            self._arg_parser.error(f"argument -p/--passes: {err.message}{_hint(err.message)}")
         self.args.passes = expand_spec(self.args.passes)
         super().setup_pipeline()
 
@@ -53,20 +88,38 @@ class FusecOptMain(xDSLOptMain):
         return parse_module("\n" * start_offset + text, self.get_input_name())
 
 
+def _hint(message: str) -> str:
+    """What to do about a pipeline xDSL's lexer could not read (an unquoted path)."""
+    if message.endswith("Unknown token"):
+        return ' (a value that is not a plain word or number needs quotes: rules="my.rules")'
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``fusec-opt`` command: 0 on success, 1 (and one located line) on bad input."""
+    """The ``fusec-opt`` command; its exit status is an ``ExitCode``."""
     try:
         FusecOptMain("fusec-opt: run passes over ai IR", args=argv).run()
     except FusecError as err:
         sys.stderr.write(err.format() + "\n")
-        return 1
+        return ExitCode.BAD_INPUT
     except DiagnosticException as err:  # a pass that failed (xDSL's own diagnostic)
         sys.stderr.write(f"error: pass failed: {err}\n")
-        return 1
+        return ExitCode.BAD_INPUT
     except (OSError, ValueError) as err:  # an unreadable input, an unknown file extension
         sys.stderr.write(f"error: {err}\n")
-        return 1
-    return 0
+        return ExitCode.BAD_INPUT
+    except KeyboardInterrupt:
+        sys.stderr.write("fusec-opt: interrupted\n")
+        return ExitCode.INTERRUPTED
+    except Exception as err:  # a bug in fusec or xDSL, not bad input: say so plainly
+        if os.environ.get("FUSEC_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"fusec-opt: internal error: {type(err).__name__}: {err}\n"
+            "  (this is a bug in fusec; rerun with FUSEC_DEBUG=1 for the traceback)\n"
+        )
+        return ExitCode.INTERNAL
+    return ExitCode.OK
 
 
 if __name__ == "__main__":
