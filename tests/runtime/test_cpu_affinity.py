@@ -47,9 +47,17 @@ def compiled():
 
 @pytest.fixture(autouse=True)
 def two_threads(monkeypatch):
-    """Every test starts with 2 Numba threads and pinning on (whatever the environment
-    says), and leaves the thread count as it was."""
+    """Every test starts with 2 Numba threads, pinning on (whatever the environment
+    says) and no kernel known as short, and leaves the thread count as it was.
+
+    ``affinity._short`` is keyed by ``id(kernel)``: a test's fresh kernel often gets
+    the address of a kernel freed earlier (another test's, or the previous test's),
+    and would inherit its "short" guess and run unconfined at its first call. Which
+    address a closure gets depends on what ran before, so a test relying on a fresh
+    kernel starting long needs a table of its own.
+    """
     monkeypatch.delenv(affinity.ENV_VAR, raising=False)
+    monkeypatch.setattr(affinity, "_short", {})
     threads = numba.get_num_threads()
     numba.set_num_threads(2)
     yield
@@ -309,6 +317,11 @@ def test_one_allowed_cpu_skips_pinning():
 
 def test_a_scope_checks_the_placement_once_for_its_launches(compiled, monkeypatch):
     _check(compiled)  # placed
+    # The placement must still be current when the scope opens: on a loaded machine
+    # MASK_CHECK_S (0.5 s) can pass between the launch above and the scope, and then
+    # the scope rightly leaves the check to the launches.
+    monkeypatch.setattr(affinity, "MASK_CHECK_S", 1e3)
+    _on_cpu(monkeypatch, min(_pinned(affinity.current()).caller_cpus))
     calls: list[int] = []
     real = affinity._placement
     monkeypatch.setattr(affinity, "_placement", lambda cpu: calls.append(cpu) or real(cpu))
