@@ -153,6 +153,10 @@ def row_key(row: dict) -> tuple:
     return (row["pass"], row["model"], row["dtype"], row.get("exporter", "-"), row["batch"])
 
 
+#: the stage of a worker's first record of a row
+FIRST_STAGES = ("export", "torch.compile")
+
+
 def merge_records(lines: Iterable[str]) -> tuple[dict[tuple, dict], dict]:
     """The JSON lines of a run as {row key: the row's fields, later lines updating earlier
     ones} and the first environment record; a torn last line (a killed worker) is ignored."""
@@ -166,6 +170,8 @@ def merge_records(lines: Iterable[str]) -> tuple[dict[tuple, dict], dict]:
         if record.get("pass") == "env":
             env = env or record
             continue
+        if record.get("stage") in FIRST_STAGES:  # a new attempt: nothing of an earlier one
+            rows[row_key(record)] = {}
         rows.setdefault(row_key(record), {}).update(record)
     return rows, env
 
@@ -282,6 +288,18 @@ def table_row(r: dict) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def structure_row(r: dict) -> str:
+    cuda = r["cuda_structure"]
+    if "kernels" not in cuda:
+        kernels, fallback, direct = f"{cuda.get('status')}: {cuda.get('message')}", "-", "-"
+    else:
+        kernels = f"{cuda['kernels']} ({kinds_text(cuda['kinds'])})"
+        fallback, direct = str(cuda["fallback"]), str(cuda["direct_conv"])
+    label = ZOO[r["model"]].label if r["model"] in ZOO else r["model"]
+    cells = [label, r["dtype"], r["exporter"], str(r["batch"]), kernels, fallback, direct]
+    return "| " + " | ".join(cells) + " |"
+
+
 def markdown(rows: list[dict], meta: dict) -> str:
     """The table of a run, with what was measured how, and each non-ok row's message."""
     env = meta.get("environment", {})
@@ -322,6 +340,18 @@ def markdown(rows: list[dict], meta: dict) -> str:
         if r.get(key)
     ]
     fallbacks = sorted({reason for r in rows for reason in r.get("fallback_reasons", [])})
+    structure = [r for r in rows if r.get("cuda_structure")]
+    if structure:
+        lines += [
+            "",
+            "The kernels the cuda target generates for these graphs (`fusec.compile(..., "
+            'target="cuda", executable=False)`, no GPU needed):',
+            "",
+            "| model | dtype | exporter | batch | cuda kernels | fallback | direct conv |",
+            "|" + " --- |" * 7,
+            *[structure_row(r) for r in structure],
+        ]
+    notes = list(dict.fromkeys(notes))  # a torch.compile error repeats per exporter
     if notes:
         lines += ["", "Messages:", "", *notes]
     if fallbacks:
@@ -987,10 +1017,16 @@ def close_unfinished(job: str, case: Case, why: str, results: Path) -> None:
             f.write(json.dumps(closing) + "\n")
 
 
-def done(job: str, case: Case, rows: dict[tuple, dict]) -> bool:
+def done(job: str, case: Case, rows: dict[tuple, dict], retry: bool = False) -> bool:
+    """Whether every row of the job is closed (``retry``: and not by a time-out or a
+    crash, which a resumed run tries again, its kernels now partly cached)."""
     exporter = case.exporter if job == "fusec" else "-"
     keys = [(job, case.model, case.dtype, exporter, b) for b in case.batches]
-    return all(rows.get(k, {}).get("stage") == "done" for k in keys)
+    closed = [rows.get(k, {}) for k in keys]
+    return all(r.get("stage") == "done" for r in closed) and not (
+        retry
+        and any(r.get("status") in ("timeout", "crashed") or r.get("torch_error") for r in closed)
+    )
 
 
 def wants_torch(case: Case, rows: dict[tuple, dict]) -> bool:
@@ -1043,7 +1079,9 @@ def main_parent(args: argparse.Namespace) -> int:
         jobs += [("torch", c) for c in torch_cases(cases)]
     for job, case in jobs:
         rows, _ = merge_records(results.read_text().splitlines() if results.exists() else [])
-        if done(job, case, rows) or (job == "torch" and not wants_torch(case, rows)):
+        if done(job, case, rows, retry=args.resume) or (
+            job == "torch" and not wants_torch(case, rows)
+        ):
             continue
         left = args.budget - (time.monotonic() - start)
         if left < 20:

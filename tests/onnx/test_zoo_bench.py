@@ -106,6 +106,19 @@ def test_a_killed_worker_leaves_each_unfinished_row_closed_at_its_stage(tmp_path
     assert b32["status"] == "timeout" and b32["message"] == "timeout after 180 s (in compile)"
     assert rows[("fusec", "resnet50", "f16", "dynamo", 64)]["message"].endswith("(in start)")
     assert zoo.done("fusec", case, rows)
+    assert not zoo.done("fusec", case, rows, retry=True)  # --resume tries the timeouts again
+
+
+def test_a_new_attempt_keeps_nothing_of_the_last_one() -> None:
+    lines = [
+        _row(batch=1, stage="export"),
+        _row(batch=1, stage="done", status="timeout", message="timeout after 180 s"),
+        _row(batch=1, stage="export"),  # --resume: the case again
+        _row(batch=1, stage="done", status="ok", fusec_ms=1.0),
+    ]
+    rows, _ = zoo.merge_records(json.dumps(r) for r in lines)
+    (row,) = rows.values()
+    assert row["status"] == "ok" and "message" not in row
 
 
 def test_markdown_and_json(tmp_path) -> None:
@@ -114,7 +127,10 @@ def test_markdown_and_json(tmp_path) -> None:
         | {"kinds": {"conv": 2, "copy": 1}, "fallback": 1, "direct_conv": 0}
         | {"fallback_reasons": ["pool: no fused CUDA template"], "fusec_err": 1e-3},
         _row(model="llama", batch=8, status="refused at import", message="Reciprocal"),
+        _row(model="gpt2", batch=2, status="ok", fusec_ms=1.0)
+        | {"cuda_structure": {"kernels": 4, "kinds": {"matmul": 3, "attention": 1}}},
     ]
+    rows[2]["cuda_structure"] |= {"fallback": 1, "direct_conv": 0}
     table = zoo.combined_rows({zoo.row_key(r): r for r in rows})
     meta = {"device": "NVIDIA H200", "driver": "580", "commit": "abc1234", "date": "today"}
     md, js = zoo.write_results(tmp_path, "test", table, meta)
@@ -122,6 +138,7 @@ def test_markdown_and_json(tmp_path) -> None:
     text = md.read_text()
     head, rule, *body = [line for line in text.splitlines() if line.startswith("|")]
     assert head.count("|") == rule.count("|") == body[0].count("|") == body[1].count("|")
+    assert "| GPT-2 decoder | f16 | dynamo | 2 | 4 (3 matmul, 1 attention) | 1 | 0 |" in body
     assert "| ResNet-50 | f16 | dynamo | 1 | - | ok | 2.000 | 3.000 |" in body[0]
     assert "1.50x" in body[0] and "3 (2 conv, 1 copy)" in body[0]
     assert "Llama-style decoder f16 dynamo batch 8: refused at import: Reciprocal" in text
