@@ -23,6 +23,24 @@ rows of one image ``n`` and channel group ``g`` (``P = bh * OW`` pixels):
 C=64, 3x3, 56 wide, sgemm ran at 97 GFLOP/s single-threaded for 224-896 pixels
 against 81 for a whole 3136-pixel image, and the full im2col buffer, 9x the
 input, is never written).
+
+Non-finite values. Every method must give the reference's answer (im2col with zero
+padding, then a matmul): NaN, +Inf and -Inf in the same places, 0 * Inf = NaN in the
+padding included. The GEMM methods (direct, im2col, taps, images) and the depthwise
+loop sum exactly the reference's products w * x (zeros where it has zero padding), so
+they do by construction. Winograd does not: its transforms add and subtract inputs
+(Inf - Inf = NaN where the reference has Inf), scale the filters, and may overflow on
+finite values near the type's limit. It keeps its speed on finite data and is exact
+on the rest thus: after the output transform of a tile row, before the epilogue (a
+relu would hide a NaN), ``winograd.redo_nonfinite_tiles`` scans the row's raw outputs
+for NaN and Inf (an integer max of the exponent bits: one vectorised pass over data in
+L1) and recomputes the 2x2 tiles that have one directly, from the block's padded input
+and the filters as they are, in float64. A non-finite value in a tile's inputs,
+filters, transforms or products always reaches one of its outputs (every element of
+a transform reaches an output with a coefficient +-1, and Inf or NaN plus or times
+anything is never finite, 0 * Inf included), so no such tile is missed, and tiles of
+finite data pay the scan only. Checking inputs and filters per block instead would
+miss the transforms' own overflow and cost a pass over the input.
 """
 
 from __future__ import annotations
@@ -182,6 +200,8 @@ class ConvBlocks(BlockedCore):
         self.prepared = () if weights is None else ((weights, f"winograd:{self.groups}"),)
         if self.winograd and not self.prepared:
             self.imports = ("from fusec.targets.cpu.winograd import winograd_filters",)
+        if self.winograd:
+            self.imports += ("from fusec.targets.cpu.winograd import redo_nonfinite_tiles",)
         self.wp = self.ow + (self.s - 1) * self.dw  # padded row width (taps)
         self.tw = (self.ow + 1) // 2  # Winograd tiles along a row
         per_row = self.ow * (self.kg * c_local + (0 if self.direct else self.crs))
@@ -260,9 +280,12 @@ class ConvBlocks(BlockedCore):
         w = self.reads[self.op.operands[1]]
         shape = (self.groups, self.kg, self.cg, self.r, self.s)
         if self.prepared:  # the Program passes them transformed (``prepare_winograd``)
-            return [f"wtaps = {w}"]
+            return [f"wtaps = {w}", f"wraw = wtaps[{16 * self.k * self.cg}:]"]
         if self.winograd:
-            return [f"wtaps = winograd_filters({w}, {self.groups}, {self.kg}, {self.cg})"]
+            return [
+                f"wtaps = winograd_filters({w}, {self.groups}, {self.kg}, {self.cg})",
+                f"wraw = {w}",
+            ]
         if not self.taps:
             return []
         return [
@@ -273,7 +296,8 @@ class ConvBlocks(BlockedCore):
     def arrays(self) -> list[str]:
         if not (self.taps or self.winograd):
             return super().arrays()
-        return [self.reads[self.op.operands[0]], "wtaps"]
+        x = self.reads[self.op.operands[0]]
+        return [x, "wtaps", "wraw"] if self.winograd else [x, "wtaps"]
 
     def describe(self) -> str:
         how = "sgemm" if self.direct else "im2col, sgemm"
@@ -467,6 +491,11 @@ class ConvBlocks(BlockedCore):
             "y1[2 * tj + 1] = t1 - t2 - t3",
         ]
         lines += [f"            {line}" for line in body]
+        lines += [  # tiles the transforms made non-finite: again, directly (module docstring)
+            f"        redo_nonfinite_tiles(cbuf, kk * {pitch} + 2 * tr * {self.wp}, {self.wp}, "
+            f"{tw}, xpad, 2 * tr * {xw}, {xw}, {rows * xw}, {self.cg}, wraw, "
+            f"(g * {self.kg} + kk) * {9 * self.cg})",
+        ]
         return lines
 
     def _taps(self) -> list[str]:
@@ -747,8 +776,9 @@ def conv_blocks(
 
 
 def prepare_winograd(layout: str, weights: np.ndarray) -> np.ndarray:
-    """A constant conv weight (K x C/G x 3 x 3) as ``winograd_filters`` lays it out, for
-    the layout ``"winograd:<groups>"`` a kernel names (``KernelSource.prepared_inputs``)."""
+    """A constant conv weight (K x C/G x 3 x 3) as ``winograd_filters`` lays it out, then
+    as it is (the kernel's ``wraw``: tiles with non-finite values are recomputed from it),
+    for the layout ``"winograd:<groups>"`` a kernel names (``KernelSource.prepared_inputs``)."""
     from fusec.targets.cpu.winograd import winograd_filters
 
     groups = int(layout.split(":", 1)[1])
@@ -756,7 +786,8 @@ def prepare_winograd(layout: str, weights: np.ndarray) -> np.ndarray:
     if (r, s) != (3, 3) or k % groups:
         raise ValueError(f"{layout}: not a 3x3 weight of {groups} groups: {weights.shape}")
     flat = np.ascontiguousarray(weights, dtype=np.float32).reshape(-1)
-    return winograd_filters(flat, groups, k // groups, cg)
+    # the filters as they are after their transform: tiles redone directly read them
+    return np.concatenate([winograd_filters(flat, groups, k // groups, cg), flat])
 
 
 # what generate_core_group asks of a core factory

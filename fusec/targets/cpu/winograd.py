@@ -16,6 +16,55 @@ from numpy import uint64 as U
 
 from fusec.runtime.numba_cache import sealed_njit
 
+#: The exponent bits of a float32: all set in +-Inf and NaN, and in nothing else.
+EXPONENT = np.uint32(0x7F800000)
+
+
+@sealed_njit
+def redo_nonfinite_tiles(y, y_at, pitch, tiles, x, x_at, xw, plane, cg, w, w_at):
+    """Recompute directly the 2x2 output tiles of one tile row that are not finite.
+
+    ``y[y_at:]`` holds the row's two output rows (``pitch`` apart, ``tiles`` tiles of
+    2 columns), just written by the output transform; ``x[x_at:]`` the block's padded
+    input from the tile row's first input row (rows ``xw`` apart, input channels
+    ``plane`` apart, zeros in the padding); ``w[w_at:]`` the output channel's ``cg x 3
+    x 3`` filters as they are. A tile with a NaN or an Inf gets each of its 4 pixels
+    as the reference computes it: the sum over (c, r, s) of w * x, zero padding
+    included (0 * Inf is NaN), in float64, rounded once. The scan for non-finite
+    values costs a pass over two output rows in L1; an integer max of the exponent
+    bits, which LLVM vectorises (a float reduction it would not reorder)."""
+    worst = np.uint32(0)
+    for row in range(2):
+        bits = y[y_at + row * pitch : y_at + row * pitch + 2 * tiles].view(np.uint32)
+        for i in range(bits.size):
+            worst = max(worst, bits[i] & EXPONENT)
+    if worst != EXPONENT:
+        return
+    for t in range(tiles):
+        if _tile_finite(y, y_at + 2 * t, pitch):
+            continue
+        for i in range(2):
+            for j in range(2):
+                at = x_at + i * xw + 2 * t + j
+                total = 0.0
+                for c in range(cg):
+                    for r in range(3):
+                        for s in range(3):
+                            tap = np.float64(w[w_at + 9 * c + 3 * r + s])
+                            total += tap * np.float64(x[at + c * plane + r * xw + s])
+                y[y_at + i * pitch + 2 * t + j] = np.float32(total)
+
+
+@numba.njit(inline="always")
+def _tile_finite(y, at, pitch):
+    """Whether the tile's 4 outputs at ``y[at]`` (rows ``pitch`` apart) are finite."""
+    return (
+        np.isfinite(y[at])
+        and np.isfinite(y[at + 1])
+        and np.isfinite(y[at + pitch])
+        and np.isfinite(y[at + pitch + 1])
+    )
+
 
 @sealed_njit
 def winograd_filters(w, groups, kg, cg):
