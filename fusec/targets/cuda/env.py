@@ -1,6 +1,7 @@
 """The one place that prepares the process for Numba CUDA, before its first import.
 
-Two traps from ``shared/notes/numba-cuda.md`` are handled here, and only here:
+Two traps of numba-cuda, found on the H200 (numba-cuda 0.30, numpy 2.5, CUDA 13),
+are handled here, and only here:
 
 * numba-cuda 0.30 with numpy >= 2.5 fails every kernel compile with
   ``module 'numpy' has no attribute 'row_stack'``: alias it to ``np.vstack``

@@ -1,9 +1,14 @@
-"""CUDA fallback for "conv" and "matmul" groups: the group's ops through PyTorch on the GPU.
+"""CUDA fallback: a group's ops through PyTorch on the GPU, for the groups no kernel serves.
 
-The Tensor Core templates for these kinds are a separate issue. Until then a
-conv or matmul group on the ``cuda`` target runs op by op through PyTorch
-(cuDNN/cuBLAS for the core). It is correct but not fused: the kernel header
-says so. The aim is to cost no more than the same ops in PyTorch eager:
+The Tensor Core templates (``gemm/``, ``conv/``, ``attention/``) take f16/bf16
+matmul, conv and attention groups within their limits; each hands the others
+here with the reason (f32 operands, kept IEEE f32; a conv or attention shape
+or mask they do not cover), as do the "copy" template for copies other than
+its channels-last transposes, and the "reduce" and "pool" kinds, which have no
+Numba CUDA template yet. Such a group runs op by op through PyTorch
+(cuDNN/cuBLAS for a conv or matmul core). It is correct but not fused: the
+kernel header and ``--remarks`` say why. The aim is to cost no more than the
+same ops in PyTorch eager:
 
 * every op runs in its declared element type, as eager would: no float32
   copies of 16-bit tensors (PyTorch computes 16-bit elementwise ops and

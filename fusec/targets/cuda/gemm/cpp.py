@@ -1,9 +1,10 @@
 """The CUDA C++ of the Hopper GEMM: one device function per (tile config, layout, epilogue).
 
 The function is the whole block program of a warp-specialised, persistent
-GEMM; a Numba ``@cuda.jit`` kernel calls it (see ``kernel.py``) and nvJitLink
-inlines it there (LTO). It needs no headers (NVRTC has no C++ standard
-library): 16-bit conversions, barriers, TMA and wgmma are inline PTX.
+GEMM; a Numba ``@cuda.jit`` kernel calls it (``build.py``: the kernel module, the
+C++ compiled to LTO-IR by NVRTC) and nvJitLink inlines it there (LTO). It needs no
+headers (NVRTC has no C++ standard library): 16-bit conversions, barriers, TMA and
+wgmma are inline PTX.
 
 Block program (``threads = 128 * (consumers + 1)``):
 
