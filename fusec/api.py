@@ -24,6 +24,8 @@ Kernel = KernelSource
 class PassTiming:
     name: str
     seconds: float
+    #: ``time.perf_counter()`` when it began (0.0: not recorded).
+    start: float = 0.0
 
 
 def parse(text_or_path: str | Path) -> ModuleOp:
@@ -114,7 +116,7 @@ def run_pipeline(
         now = time.perf_counter()
         if previous is not None:
             if timings is not None:
-                timings.append(PassTiming(previous.name, now - clock["t"]))
+                timings.append(PassTiming(previous.name, now - clock["t"], clock["t"]))
             if after_pass is not None:
                 after_pass(previous.name, mod)
         clock["t"] = time.perf_counter()
@@ -146,6 +148,7 @@ class CompiledModule:
         timings: Sequence[PassTiming] = (),
         pipeline: str | None = None,
         remarks: Mapping[str, list[Any]] | None = None,
+        phases: Sequence[PassTiming] = (),
     ) -> None:
         from fusec.ir.module import entry_function
 
@@ -153,7 +156,10 @@ class CompiledModule:
         self.target = target
         self.entry = entry_function(module, entry).sym_name.data
         self.kernels: list[KernelSource] = list(kernels)
+        #: Wall-clock seconds of each pass, and of each phase of ``compile``: parse,
+        #: passes, code generation (the kernels' JIT compilation is on the first call).
         self.timings = list(timings)
+        self.phases = list(phases)
         self.pipeline = pipeline
         self._runner = runner
         self._remarks = dict(remarks or {})
@@ -238,6 +244,20 @@ class CompiledModule:
         )
 
 
+def target_names() -> list[str]:
+    """The registered targets (``fusec.target.REGISTRY``), ``auto`` not included."""
+    from fusec.target import REGISTRY
+
+    return list(REGISTRY)
+
+
+def pipeline_names() -> list[str]:
+    """The named pass pipelines (``fusec.passes.PIPELINES``)."""
+    from fusec.passes import PIPELINES
+
+    return list(PIPELINES)
+
+
 def resolve_target(target: str) -> str:
     """The concrete target name for ``target`` (``auto``: the best available one)."""
     from fusec.target import resolve_target as resolve
@@ -274,14 +294,17 @@ def compile(  # noqa: A001 - the public name is part of the API contract
 
     chosen = resolve(target, available=executable)
     source_text = source_name = None
+    clock = time.perf_counter()
     if isinstance(text_or_path, ModuleOp):
         module = text_or_path.clone()
     else:
         source_text, source_name = read_source(text_or_path)
         module = parse_module(source_text, source_name)
+    phases = [PassTiming("parse", time.perf_counter() - clock, clock)]
     timings: list[PassTiming] = []
     from fusec.passes.fusion.remarks import collect
 
+    clock = time.perf_counter()
     with collect() as reported:  # the fusion passes' own why-not-fused record
         run_pipeline(
             module,
@@ -291,6 +314,8 @@ def compile(  # noqa: A001 - the public name is part of the API contract
             source_text=source_text,
             target=chosen.name,
         )
+    phases.append(PassTiming("passes", time.perf_counter() - clock, clock))
+    clock = time.perf_counter()
     try:
         runner = chosen.program(module, entry) if executable else None
         if not chosen.generates_kernels:
@@ -302,6 +327,7 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     except FusecError as err:  # a code generator's error knows the op, not the text
         _quote_source(err, source_text, source_name)
         raise
+    phases.append(PassTiming("code generation", time.perf_counter() - clock, clock))
     return CompiledModule(
         module,
         target=chosen.name,
@@ -311,6 +337,7 @@ def compile(  # noqa: A001 - the public name is part of the API contract
         timings=timings,
         pipeline=pipeline,
         remarks=reported,
+        phases=phases,
     )
 
 

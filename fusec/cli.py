@@ -2,23 +2,78 @@
 
 Every failure caused by the input prints ``FILE:LINE:COL: error: ...`` (with
 the source line and a caret where known) and exits with status 1; no Python
-traceback reaches the user. Heavy modules (xDSL, numpy) are imported only
-inside the commands, so ``fusec --help`` is instant.
+traceback reaches the user. The exit statuses tell the outcomes apart
+(``fusec.errors.ExitCode``, listed in ``fusec --help``). Heavy modules (xDSL,
+numpy, the targets) are imported only inside the commands, so ``fusec --help``
+is quick; the lists of targets and pipelines in the help are read from their
+registries only when the help is shown.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import textwrap
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-#: The targets, as the registry lists them (``fusec.target.REGISTRY``).
-_TARGETS_HELP = "auto (the best available), reference, or a registered back end (cpu, cuda)"
+from fusec._version import __version__
+from fusec.errors import ExitCode
 
-EXIT_OK, EXIT_ERROR = 0, 1
+#: Filled in from the registries when the help is shown (``_Parser.format_help``).
+_TARGETS, _PIPELINES = "{targets}", "{pipelines}"
+_TARGETS_HELP = f"auto (the best available one, the default) or one of: {_TARGETS}"
+_PIPELINE_HELP = (
+    f"xDSL pass-pipeline spec; a named pipeline ({_PIPELINES}) expands in it "
+    "(default: the target's own, fusec-default or fusec-cuda)"
+)
+#: Standard input in place of a file name.
+STDIN = "-"
+
+_EPILOG = """\
+exit status:
+  0    success
+  1    bad input: a located diagnostic (FILE:LINE:COL: error: ...)
+  2    bad command line: an unknown option, command or choice
+  3    a result did not match: run --check, conformance
+  70   a bug in fusec (one line; FUSEC_DEBUG=1 shows the traceback)
+  130  interrupted
+"""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written (the exit statuses' table); help texts
+    wrapped at spaces only, never inside a hyphenated name (fusec-default)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose help names the registered targets and pipelines: read
+    from their registries (which take a while to import) only when it is shown."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)  # the subcommands' parsers too
+        super().__init__(*args, **kwargs)
+
+    def format_help(self) -> str:
+        for action in self._actions:
+            if action.help and (_TARGETS in action.help or _PIPELINES in action.help):
+                action.help = _with_registries(action.help)
+        return super().format_help()
+
+
+def _with_registries(text: str) -> str:
+    from fusec.api import pipeline_names, target_names
+
+    return text.replace(_TARGETS, ", ".join(target_names())).replace(
+        _PIPELINES, ", ".join(pipeline_names())
+    )
 
 
 def _write_atomically(path: str, text: str | bytes) -> None:
@@ -46,6 +101,15 @@ def _emit(text: str, output: str | None) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    timing = _timing(args)
+    with timing or contextlib.nullcontext():
+        code = _compile(args, timing)
+    if timing is not None:
+        sys.stderr.write(timing.report())
+    return code
+
+
+def _compile(args: argparse.Namespace, timing: Any) -> int:
     from fusec.api import compile as fusec_compile
     from fusec.api import print_ir
 
@@ -63,6 +127,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         after_pass=after_pass if args.print_ir_after_all else None,
         executable=False,
     )
+    if timing is not None:
+        timing.add_compile(compiled.phases, compiled.timings)
     parts = []
     if args.emit in ("ir", "all"):
         parts.append(compiled.ir)
@@ -81,15 +147,18 @@ def cmd_compile(args: argparse.Namespace) -> int:
                 f"// ===== kernel {kernel.name} ({kernel.kind}) PTX for {args.arch} =====\n{text}\n"
             )
     _emit("".join(parts), args.output)
-    if args.timing:
-        total = sum(t.seconds for t in compiled.timings)
-        sys.stderr.write("pass timing:\n")
-        for t in compiled.timings:
-            sys.stderr.write(f"  {t.seconds * 1e3:9.3f} ms  {t.name}\n")
-        sys.stderr.write(f"  {total * 1e3:9.3f} ms  total\n")
     if args.remarks:
         sys.stderr.write("".join(f"{remark}\n" for remark in compiled.remarks()))
-    return EXIT_OK
+    return ExitCode.OK
+
+
+def _timing(args: argparse.Namespace) -> Any:
+    """The ``--timing`` measurements of this command, or None without the flag."""
+    if not args.timing:
+        return None
+    from fusec.tools.timing import Timing
+
+    return Timing()
 
 
 def _input_shapes(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
@@ -119,10 +188,14 @@ def _is_onnx(path: str) -> bool:
 
 
 def _source(args: argparse.Namespace):
-    """What to compile: the path of an .mlir file, or the module imported from an
-    .onnx file (with ``--input-shape``)."""
+    """What to compile: the path of an .mlir file, the IR text on stdin (``-``), or the
+    module imported from an .onnx file (with ``--input-shape``)."""
     from fusec.errors import FusecError
 
+    if args.file == STDIN:
+        if args.input_shape:
+            raise FusecError("--input-shape applies to .onnx models only")
+        return _read_stdin()
     if _is_onnx(args.file):
         from fusec.api import from_onnx
 
@@ -130,6 +203,32 @@ def _source(args: argparse.Namespace):
     if args.input_shape:
         raise FusecError("--input-shape applies to .onnx models only")
     return Path(args.file)  # always a path (a file name may hold a newline or a brace)
+
+
+#: How ``fusec.compile`` names IR given as text, and how a diagnostic names stdin.
+_TEXT_NAME, _STDIN_NAME = "<string>", "<stdin>"
+
+
+def _read_stdin() -> str:
+    """The IR text on stdin (``-``): given to ``compile`` as text, with a newline (a
+    single line without one could read as a file name)."""
+    from fusec.errors import FusecError, SourceLocation
+
+    try:
+        text = sys.stdin.buffer.read().decode("utf-8-sig")
+    except (OSError, ValueError) as err:  # a closed stdin, bytes that are not UTF-8
+        raise FusecError(f"cannot read the IR: {err}", SourceLocation(_STDIN_NAME, 0, 0)) from None
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _diagnostic(err: Any, args: argparse.Namespace) -> str:
+    """The FusecError's text; IR read from stdin is named ``<stdin>``, not ``<string>``."""
+    import dataclasses
+
+    where = err.location
+    if getattr(args, "file", None) == STDIN and where is not None and where.file == _TEXT_NAME:
+        err.location = dataclasses.replace(where, file=_STDIN_NAME)
+    return err.format()
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -145,23 +244,34 @@ def cmd_import(args: argparse.Namespace) -> int:
     if result.recognized:  # what the default pipeline's recognize-patterns will rewrite
         found = ", ".join(f"{name} {n}" for name, n in sorted(result.recognized.items()))
         sys.stderr.write(f"{args.file}: recognize-patterns (in fusec-default) rewrites: {found}\n")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
     from fusec.extras import require
 
     require("onnx", "fusec conformance")
-    from fusec.tools.conformance import run_conformance
+    from fusec.tools.conformance import run_conformance, shown_progress
 
     if args.all:  # the whole suite as the measure: pass / refused / wrong per operator
         from fusec.tools.conformance import measure_all
 
-        right = measure_all(args.op, target=args.target, verbose=args.verbose)
-        return EXIT_OK if right else EXIT_ERROR
-    report = run_conformance(args.op or None, target=args.target)
+        right = measure_all(args.op, target=args.target, verbose=args.verbose, quiet=args.quiet)
+        return ExitCode.OK if right else ExitCode.CHECK_FAILED
+    with shown_progress(not args.quiet) as progress:
+        report = run_conformance(args.op or None, target=args.target, progress=progress)
     sys.stdout.write(report.format(verbose=args.verbose))
-    return EXIT_ERROR if report.count("failed") else EXIT_OK
+    return ExitCode.CHECK_FAILED if report.count("failed") else ExitCode.OK
+
+
+def _add_quiet(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress on stderr (shown for work over a second: a bar on a terminal, "
+        "plain lines otherwise)",
+    )
 
 
 def _add_input_shape(parser: argparse.ArgumentParser) -> None:
@@ -192,6 +302,7 @@ def _add_onnx_commands(sub) -> None:
     conf.add_argument("--op", action="append", metavar="NAME", help="only this operator (repeats)")
     conf.add_argument("--target", default="auto", help=_TARGETS_HELP)
     conf.add_argument("-v", "--verbose", action="store_true", help="also list skipped cases")
+    _add_quiet(conf)
     conf.add_argument(
         "--all",
         action="store_true",
@@ -205,41 +316,60 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fusec.targets.cpu.threads import configure
 
     configure()  # thread-pool settings, before numpy and Numba start (fusec.targets.cpu.threads)
-    from fusec.tools import runner
+    timing = _timing(args)
+    with timing or contextlib.nullcontext():
+        code = _run(args, timing)
+    if timing is not None:
+        sys.stderr.write(timing.report())
+    return code
 
-    result = runner.run(
-        _source(args),
-        target=args.target,
-        pipeline=args.pipeline,
-        entry=args.entry,
-        inputs=args.inputs,
-        seed=args.seed if args.random_inputs else None,
-        check_results=args.check,
-    )
+
+def _run(args: argparse.Namespace, timing: Any) -> int:
+    from fusec.tools import runner
+    from fusec.tools.progress import showing_runtime_progress
+
+    with showing_runtime_progress(not args.quiet):
+        result = runner.run(
+            _source(args),
+            target=args.target,
+            pipeline=args.pipeline,
+            entry=args.entry,
+            inputs=args.inputs,
+            seed=args.seed if args.random_inputs else None,
+            check_results=args.check,
+            timing=timing,
+        )
     sys.stdout.write("".join(f"{line}\n" for line in result.lines()))
     if args.output is not None:
         _write_atomically(args.output, runner.outputs_npz(result.outputs))
-    return EXIT_OK if result.passed else EXIT_ERROR
+    return ExitCode.OK if result.passed else ExitCode.CHECK_FAILED
 
 
 def _add_run_command(sub) -> None:
     run = sub.add_parser("run", help="compile and run the entry function on inputs")
-    run.add_argument("file", help="input .mlir file or .onnx model")
+    run.add_argument("file", help=_FILE_HELP)
     _add_input_shape(run)
     run.add_argument("--inputs", metavar="FILE.npz", help="arguments, by name or arr_0, arr_1, ...")
     run.add_argument("--random-inputs", action="store_true", help="draw standard-normal inputs")
     run.add_argument("--seed", type=int, default=0, help="seed of --random-inputs (default 0)")
     run.add_argument("--target", default="auto", help=_TARGETS_HELP)
-    run.add_argument("--pipeline", help="xDSL pass-pipeline spec (default: fusec-default)")
+    run.add_argument("--pipeline", help=_PIPELINE_HELP)
     run.add_argument("--entry", help="entry function name (default: the single public one)")
     run.add_argument("-o", "--output", metavar="FILE.npz", help="save the results here")
     run.add_argument(
         "--check",
         action="store_true",
         help="compare with the float64 reference, rounded as a fused and as an op-by-op "
-        "program rounds 16-bit values; exit 1 on a FAIL (f32 1e-4, f16/bf16 1e-2, by the "
+        "program rounds 16-bit values; exit 3 on a FAIL (f32 1e-4, f16/bf16 1e-2, by the "
         "lowest precision a value passed through)",
     )
+    run.add_argument(
+        "--timing",
+        action="store_true",
+        help="where the time went (to stderr): start-up, imports, parse, each pass, code "
+        "generation, JIT compile, first call",
+    )
+    _add_quiet(run)
     run.set_defaults(handler=cmd_run)
 
 
@@ -253,14 +383,14 @@ def cmd_viz(args: argparse.Namespace) -> int:
         _source(args), target="reference", pipeline=args.pipeline, entry=args.entry
     )
     _write_atomically(args.output, render(compiled.module, args.output))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _add_viz_command(sub) -> None:
     viz = sub.add_parser(
         "viz", help="draw the op graph with fusion groups as clusters coloured by kind"
     )
-    viz.add_argument("file", help="input .mlir file or .onnx model")
+    viz.add_argument("file", help=_FILE_HELP)
     _add_input_shape(viz)
     viz.add_argument(
         "-o",
@@ -269,7 +399,7 @@ def _add_viz_command(sub) -> None:
         metavar="graph.svg|graph.dot|graph.html",
         help="the picture; its suffix picks the format (SVG needs no Graphviz)",
     )
-    viz.add_argument("--pipeline", help="xDSL pass-pipeline spec (default: fusec-default)")
+    viz.add_argument("--pipeline", help=_PIPELINE_HELP)
     viz.add_argument("--entry", help="entry function name (default: the single public one)")
     viz.set_defaults(handler=cmd_viz)
 
@@ -289,7 +419,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             mark = "  <- recorded" if text == result.best else ""
             sys.stdout.write(f"  {text:52s} {ms:9.4f} ms{mark}\n")
         sys.stdout.write(f"  record: {result.path}\n")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _add_tune_command(sub) -> None:
@@ -298,22 +428,28 @@ def _add_tune_command(sub) -> None:
         help="time a few Tensor Core tile configurations of each GEMM group on this GPU and "
         "record the fastest in the kernel cache (the tile-gemm pass then uses it)",
     )
-    tune.add_argument("file", help="input .mlir file or .onnx model")
+    tune.add_argument("file", help=_FILE_HELP)
     _add_input_shape(tune)
-    tune.add_argument("--pipeline", help="xDSL pass-pipeline spec (default: fusec-cuda)")
+    tune.add_argument("--pipeline", help=_PIPELINE_HELP)
     tune.add_argument("--entry", help="entry function name (default: the single public one)")
     tune.add_argument("--reps", type=int, default=20, help="launches timed per candidate")
     tune.set_defaults(handler=cmd_tune)
 
 
+_FILE_HELP = "input .mlir file, .onnx model, or - for the IR on stdin"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="fusec", description="fusec: an operator-fusion compiler for AI graphs"
+    parser = _Parser(
+        prog="fusec",
+        description="fusec: an operator-fusion compiler for AI graphs",
+        epilog=_EPILOG,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     comp = sub.add_parser("compile", help="parse, verify, run the pipeline, print the IR")
-    comp.add_argument("file", help="input .mlir file or .onnx model")
+    comp.add_argument("file", help=_FILE_HELP)
     _add_input_shape(comp)
     comp.add_argument("-o", "--output", help="write the result here instead of stdout")
     comp.add_argument(
@@ -326,11 +462,16 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument(
         "--arch", default="sm_90", help="GPU architecture for --emit ptx (sm_90a for GEMMs)"
     )
-    comp.add_argument("--pipeline", help="xDSL pass-pipeline spec (default: fusec-default)")
+    comp.add_argument("--pipeline", help=_PIPELINE_HELP)
     comp.add_argument("--target", default="auto", help=_TARGETS_HELP)
     comp.add_argument("--entry", help="entry function name (default: the single public one)")
     comp.add_argument("--print-ir-after-all", action="store_true", help="IR after each pass")
-    comp.add_argument("--timing", action="store_true", help="time each pass (to stderr)")
+    comp.add_argument(
+        "--timing",
+        action="store_true",
+        help="where the time went (to stderr): start-up, imports, parse, each pass, code "
+        "generation",
+    )
     comp.add_argument(
         "--remarks",
         action="store_true",
@@ -358,6 +499,8 @@ _python_showwarning = warnings.showwarning
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``fusec`` command; its exit status is an ``ExitCode`` (argparse exits with 2
+    itself on a bad command line)."""
     from fusec.errors import FusecError
 
     args = build_parser().parse_args(argv)
@@ -365,16 +508,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except FusecError as err:
-        sys.stderr.write(err.format() + "\n")
-        return EXIT_ERROR
+        sys.stderr.write(_diagnostic(err, args) + "\n")
+        return ExitCode.BAD_INPUT
     except BrokenPipeError:
-        return EXIT_OK
+        return ExitCode.OK
     except MemoryError as err:  # tensors too large for this machine: the input's size
         sys.stderr.write(f"error: out of memory{f' ({err})' if str(err) else ''}\n")
-        return EXIT_ERROR
+        return ExitCode.BAD_INPUT
     except KeyboardInterrupt:
         sys.stderr.write("fusec: interrupted\n")
-        return 130
+        return ExitCode.INTERRUPTED
     except Exception as err:  # a bug in fusec, not bad input: say so plainly
         if os.environ.get("FUSEC_DEBUG"):
             raise
@@ -382,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"fusec: internal error: {type(err).__name__}: {err}\n"
             "  (this is a bug in fusec; rerun with FUSEC_DEBUG=1 for the traceback)\n"
         )
-        return 2
+        return ExitCode.INTERNAL
     finally:
         warnings.showwarning = shown
 

@@ -216,13 +216,26 @@ def test_print_ir_after_all(capsys):
 
 
 def test_timing(capsys):
+    """The whole compile, not only the passes: its lines add up to the total."""
     assert cli.main(["compile", str(CONV), "--pipeline", PINNED, *REF, "--timing"]) == 0
-    err = capsys.readouterr().err
-    lines = err.splitlines()
-    assert lines[0] == "pass timing:"
-    names = [line.split()[-1] for line in lines[1:]]
-    assert names == ["infer-shapes", "canonicalize", "cse", "total"]
-    assert all(re.fullmatch(r"\s*\d+\.\d{3} ms\s+\S+", line) for line in lines[1:])
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "timing (wall clock):"
+    rows = [re.fullmatch(r" +(\d+\.\d) ms  (.+)", line) for line in lines[1:]]
+    assert all(rows), lines
+    # a top-level row's number ends at column 11, a pass's (under "passes") at 15
+    top = {
+        m.group(2).split(" (")[0]: float(m.group(1))
+        for line, m in zip(lines[1:], rows, strict=True)
+        if line.index(" ms  ") == 11
+    }
+    passes = [
+        m.group(2) for line, m in zip(lines[1:], rows, strict=True) if line.index(" ms  ") == 15
+    ]
+    assert passes == ["infer-shapes", "canonicalize", "cse"]
+    names = [name for name in top if name != "start-up"]  # start-up: where /proc tells it
+    assert names == ["imports", "parse", "passes", "code generation", "other", "total"]
+    parts = sum(seconds for name, seconds in top.items() if name != "total")
+    assert abs(top["total"] - parts) <= 0.1 * len(top)  # each row rounded to 0.1 ms
 
 
 def test_unknown_entry_is_an_error(capsys):
@@ -232,7 +245,7 @@ def test_unknown_entry_is_an_error(capsys):
     )
 
 
-def test_internal_errors_exit_2_without_a_traceback(monkeypatch, capsys):
+def test_internal_errors_exit_70_without_a_traceback(monkeypatch, capsys):
     import fusec.api
 
     def broken(*args, **kwargs):
@@ -240,7 +253,7 @@ def test_internal_errors_exit_2_without_a_traceback(monkeypatch, capsys):
 
     monkeypatch.setattr(fusec.api, "compile", broken)
     monkeypatch.delenv("FUSEC_DEBUG", raising=False)
-    assert cli.main(["compile", str(CONV)]) == 2
+    assert cli.main(["compile", str(CONV)]) == 70
     err = capsys.readouterr().err
     assert "internal error: RuntimeError: boom" in err and "Traceback" not in err
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -33,6 +34,7 @@ from fusec.ir.constants import constant_value
 from fusec.ir.dtypes import numpy_dtype
 from fusec.ir.memory import check_bytes, tensor_bytes
 from fusec.ir.module import check_arguments, entry_function
+from fusec.runtime import progress
 from fusec.target import Target, get_target
 
 #: The kernel name inside every generated source (the launches name them k0, k1, ...).
@@ -111,6 +113,7 @@ def plan_launches(module: ModuleOp, entry: str | None, target: Target) -> Launch
     # every value of a call (the constants too) at float32, before anything is allocated
     plan.call_bytes = tensor_bytes([spec_of(v.type).shape for v in values], 4)
     check_bytes(plan.call_bytes, f"the buffers of @{plan.function.sym_name.data}")
+    step = progress.task(progress.GENERATING, sum(isinstance(op, ai.FusedOp) for op in ops))
     for op in ops:
         if isinstance(op, arith.ConstantOp):
             dtype = numpy_dtype(spec_of(op.result.type).dtype)
@@ -118,9 +121,11 @@ def plan_launches(module: ModuleOp, entry: str | None, target: Target) -> Launch
         elif isinstance(op, ai.FusedOp):
             # Generated under one fixed name, so that identical groups (the layers of
             # a model) are one source: compiled and cached once.
+            start = time.perf_counter()
             kernel = target.generate(op, SOURCE_NAME)
             kernel = replace(kernel, name=f"k{len(plan.launches)}")
             plan.launches.append(Launch(kernel, list(op.inputs), list(op.results)))
+            step(kernel.name, time.perf_counter() - start)
         elif isinstance(op, func.ReturnOp):
             plan.returns = list(op.arguments)
         else:
@@ -239,13 +244,20 @@ class Program:
         return [launch.kernel for launch in self.launches if not launch.is_view]
 
     def load(self) -> list[Callable[..., Any] | None]:
-        """Compile (or load from the kernel cache) every kernel; the first call does it."""
+        """Compile (or load from the kernel cache) every kernel; the first call does it.
+        Each kernel is reported to the progress listeners (``fusec.runtime.progress``)."""
         with self._lock:
             if self._fns is None:
-                self._fns = [
-                    None if launch.is_view else self.backend.load(launch.kernel)
-                    for launch in self.launches
-                ]
+                step = progress.task(progress.COMPILING, len(self.kernels))
+                fns: list[Callable[..., Any] | None] = []
+                for launch in self.launches:
+                    if launch.is_view:
+                        fns.append(None)
+                        continue
+                    start = time.perf_counter()
+                    fns.append(self.backend.load(launch.kernel))
+                    step(launch.kernel.name, time.perf_counter() - start)
+                self._fns = fns
             return self._fns
 
     def __call__(self, args: Sequence[Any], *, alloc: Allocator | None = None) -> tuple:

@@ -37,13 +37,12 @@ per operator and in total.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import math
 import re
 import sys
-import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -338,22 +337,27 @@ def run_conformance(
     return report
 
 
-def stderr_progress(every_s: float = 5.0) -> Progress:
-    """Plain progress lines on stderr: the first case, then at most one every ``every_s``
-    seconds, and the last (the running pass / refused / wrong / error counts)."""
+@contextlib.contextmanager
+def shown_progress(enabled: bool = True) -> Iterator[Progress]:
+    """A Progress showing the cases done on stderr with the running pass / refused /
+    wrong / error counts (a bar on a terminal, plain lines otherwise: ``Meter``)."""
+    from fusec.tools.progress import Meter
+
     counts = dict.fromkeys(VERDICTS, 0)
-    last = [-math.inf]
+    meter: Meter | None = None
 
     def report(done: int, total: int, outcome: CaseResult) -> None:
+        nonlocal meter
+        if meter is None:  # the number of cases is known once they are loaded
+            meter = Meter("conformance cases", total, enabled=enabled)
         counts[outcome.verdict] += 1
-        now = time.monotonic()
-        if done in (1, total) or now - last[0] >= every_s:
-            last[0] = now
-            tally = ", ".join(f"{v} {n}" for v, n in counts.items())
-            sys.stderr.write(f"conformance: {done}/{total} cases ({tally}): {outcome.name}\n")
-            sys.stderr.flush()
+        meter.advance(", ".join(f"{v} {n}" for v, n in counts.items()))
 
-    return report
+    try:
+        yield report
+    finally:
+        if meter is not None:
+            meter.close()
 
 
 def run_case(case: Case, target: str = "auto") -> CaseResult:
@@ -457,10 +461,16 @@ def compare_outputs(
 
 
 def measure_all(
-    operators: Iterable[str] | None = None, *, target: str = "auto", verbose: bool = False
+    operators: Iterable[str] | None = None,
+    *,
+    target: str = "auto",
+    verbose: bool = False,
+    quiet: bool = False,
 ) -> bool:
-    """``fusec conformance --all``: run every float case (progress on stderr), print the
-    pass / refused / wrong / error table on stdout; False when a case is wrong or errs."""
-    report = run_conformance(operators, target=target, all_cases=True, progress=stderr_progress())
+    """``fusec conformance --all``: run every float case (progress on stderr unless
+    ``quiet``), print the pass / refused / wrong / error table on stdout; False when a
+    case is wrong or errs."""
+    with shown_progress(not quiet) as progress:
+        report = run_conformance(operators, target=target, all_cases=True, progress=progress)
     sys.stdout.write(report.format_measure(verbose=verbose))
     return report.count_verdict("wrong") == 0 and report.count_verdict("error") == 0

@@ -32,6 +32,7 @@ The relative L2 errors are printed as information.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import zipfile
 from collections.abc import Sequence
@@ -46,6 +47,7 @@ from xdsl.ir import SSAValue
 
 if TYPE_CHECKING:
     from fusec.api import CompiledModule
+    from fusec.tools.timing import Timing
 
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
@@ -90,7 +92,10 @@ _ZIP_MAGIC, _NPY_MAGIC = (b"PK\x03\x04", b"PK\x05\x06"), b"\x93NUMPY"
 
 
 def load_inputs(fn: func.FuncOp, path: str | Path) -> list[np.ndarray]:
-    """The entry's arguments from an .npz file, converted to the declared element types.
+    """The entry's arguments from an .npz file, each of its declared element type, as
+    calling a compiled module takes them (a float64 array is refused, not rounded
+    behind the caller's back); npz has no bfloat16, so a bf16 argument is given as
+    float32 and rounded.
 
     Each array's header (shape, dtype) is checked against its argument before
     its data is read: a member that is not wanted, or whose header does not
@@ -131,8 +136,14 @@ def _load_member(archive: zipfile.ZipFile, path: str | Path, key: str, spec) -> 
                 shape, _, dtype = np.lib.format.read_array_header_2_0(member)
             if tuple(shape) != spec.shape:
                 raise FusecError(f"{path}: array '{key}' has shape {tuple(shape)}, expected {spec}")
-            if dtype.kind not in "fiu":
-                raise FusecError(f"{path}: array '{key}' has dtype {dtype}, expected {spec}")
+            want = np.dtype(numpy_dtype(spec.dtype))
+            stored_as = np.dtype(np.float32) if spec.dtype == "bf16" else want
+            if dtype != stored_as:
+                bf16 = " (npz has no bfloat16: give float32)" if spec.dtype == "bf16" else ""
+                raise FusecError(
+                    f"{path}: array '{key}' has dtype {dtype}, expected {stored_as} for {spec}"
+                    f"{bf16}"
+                )
         with archive.open(f"{key}.npy") as member:
             array = np.lib.format.read_array(member, allow_pickle=False)
     except FusecError:
@@ -315,14 +326,21 @@ def op_by_op_groups(compiled: CompiledModule) -> tuple[int, ...]:
 
 
 def summary(index: int, out: np.ndarray) -> str:
-    """A one-line description of a result for the terminal."""
+    """A one-line description of a result for the terminal: min, max and mean of its
+    finite values, and how many are NaN or infinite (one NaN made all three NaN)."""
     data = np.asarray(out).astype(np.float64)
     shape = "x".join(str(d) for d in data.shape) or "scalar"
     if data.size == 0:
         return f"result #{index}: {shape} (empty)"
-    with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf in the mean is NaN
-        low, high, mean = data.min(), data.max(), data.mean()
-    return f"result #{index}: {shape} {out.dtype}: min {low:.6g} max {high:.6g} mean {mean:.6g}"
+    finite = data[np.isfinite(data)]
+    head = f"result #{index}: {shape} {out.dtype}: "
+    nan, inf = int(np.isnan(data).sum()), int(np.isinf(data).sum())
+    if not finite.size:
+        return head + f"no finite value; {nan} NaN, {inf} inf"
+    stats = f"min {finite.min():.6g} max {finite.max():.6g} mean {finite.mean():.6g}"
+    if nan or inf:
+        stats += f" of {finite.size} finite; {nan} NaN, {inf} inf"
+    return head + stats
 
 
 @dataclass
@@ -354,19 +372,24 @@ def run(
     inputs: str | Path | None = None,
     seed: int | None = None,
     check_results: bool = False,
+    timing: Timing | None = None,
 ) -> RunResult:
     """Compile ``source`` (a path, IR text or module) and run it on the arrays of the
     ``.npz`` file ``inputs`` or, with ``seed``, on random ones; ``check_results``
-    compares every result as ``--check`` does (see the module docstring)."""
+    compares every result as ``--check`` does (see the module docstring). ``timing``
+    (``--timing``) gets the compile's phases and the first call."""
     from fusec.api import compile as fusec_compile
     from fusec.api import parse
 
     if (inputs is None) == (seed is None):
         raise FusecError("give exactly one of --inputs FILE.npz and --random-inputs")
     compiled = fusec_compile(source, target=target, pipeline=pipeline, entry=entry)
+    if timing is not None:
+        timing.add_compile(compiled.phases, compiled.timings)
     fn = entry_function(compiled.module, compiled.entry)
     arrays = random_inputs(fn, seed) if seed is not None else load_inputs(fn, inputs or "")
-    result = compiled(*arrays)
+    with timing.phase("first call") if timing is not None else contextlib.nullcontext():
+        result = compiled(*arrays)
     outputs = list(result) if isinstance(result, tuple) else [result]
     checks = None
     if check_results:

@@ -117,10 +117,11 @@ def test_all_cases_count_a_wrong_result_as_wrong(monkeypatch):
     assert "wrong cases:" in report.format_measure()
 
 
-def test_the_cli_measures_all_cases(capsys):
+def test_the_cli_measures_all_cases(capsys, monkeypatch):
     from fusec.cli import main
 
+    monkeypatch.setattr("fusec.tools.progress.DELAY_S", 0.0)  # show even short work
     assert main(["conformance", "--all", "--op", "GRU", "--target", "reference"]) == 0
     captured = capsys.readouterr()
     assert "GRU" in captured.out and "refused" in captured.out
-    assert "conformance: 1/" in captured.err  # progress, per case, on stderr
+    assert "fusec: conformance cases: 1/" in captured.err  # progress, per case, on stderr

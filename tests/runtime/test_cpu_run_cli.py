@@ -68,14 +68,22 @@ def test_run_inputs_by_name_and_output_file(tmp_path, capsys):
     assert np.linalg.norm(result.astype(np.float64) - ref) / np.linalg.norm(ref) < 1e-2
 
 
-def test_run_positional_npz_and_float64_inputs_are_converted(tmp_path):
-    np.savez(tmp_path / "in.npz", *[a.astype(np.float64) for a in _inputs().values()])
+def test_run_positional_npz(tmp_path):
+    np.savez(tmp_path / "in.npz", *_inputs().values())
     assert (
         main(
             ["run", str(CHAIN), "--inputs", str(tmp_path / "in.npz"), "--target", "cpu", "--check"]
         )
         == 0
     )
+
+
+def test_run_refuses_float64_inputs_as_the_api_does(tmp_path, capsys):
+    """A compiled module called on a float64 array refuses it; so does --inputs."""
+    np.savez(tmp_path / "in.npz", *[a.astype(np.float64) for a in _inputs().values()])
+    assert main(["run", str(CHAIN), "--inputs", str(tmp_path / "in.npz"), "--target", "cpu"]) == 1
+    err = capsys.readouterr().err
+    assert "in.npz: array 'arr_0' has dtype float64, expected float32 for tensor<4x8x16xf32>" in err
 
 
 @pytest.mark.parametrize(
@@ -108,7 +116,7 @@ def test_run_check_fails_on_wrong_results(monkeypatch, capsys):
         return np.full((4, 8, 16), np.nan, dtype=np.float16)
 
     monkeypatch.setattr(CompiledModule, "__call__", broken)
-    assert main(["run", str(CHAIN), "--random-inputs", "--check", "--target", "cpu"]) == 1
+    assert main(["run", str(CHAIN), "--random-inputs", "--check", "--target", "cpu"]) == 3
     out = capsys.readouterr().out
     assert "FAIL (NaN in the result)" in out
 
@@ -188,5 +196,5 @@ def test_check_still_fails_a_cast_that_does_not_round(tmp_path, capsys, monkeypa
     monkeypatch.setattr(CompiledModule, "__call__", off)
     path = tmp_path / "cast_exp.mlir"
     path.write_text(CAST_EXP)
-    assert main(["run", str(path), "--random-inputs", "--check", "--target", "cpu"]) == 1
+    assert main(["run", str(path), "--random-inputs", "--check", "--target", "cpu"]) == 3
     assert "FAIL" in capsys.readouterr().out

@@ -1,0 +1,171 @@
+"""The command line's conveniences: --version, IR on stdin, the registries in --help,
+progress of long work, the whole-command --timing report, NaN-aware result summaries."""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fusec import __version__, cli
+from fusec.errors import ExitCode
+from fusec.runtime import progress as runtime_progress
+from fusec.tools import progress, runner
+
+ROOT = Path(__file__).parent.parent
+CONV = ROOT / "examples" / "conv_bias_relu.mlir"
+CHAIN = ROOT / "examples" / "elementwise_chain.mlir"
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"fusec {__version__}\n"
+
+
+def test_compile_reads_the_ir_from_stdin(tmp_path: Path):
+    good = subprocess.run(
+        [sys.executable, "-m", "fusec.cli", "compile", "-", "--target", "reference"],
+        input=CONV.read_text(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert good.returncode == 0, good.stderr
+    assert "func.func @fused_conv_bias_relu(" in good.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "fusec.cli", "compile", "-"],
+        input="func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> {\n  %r = ai.relu %x tensor\n}",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert bad.returncode == ExitCode.BAD_INPUT
+    assert bad.stderr.startswith("<stdin>:2:19: error: ")
+    assert "Traceback" not in bad.stderr
+
+
+def test_help_lists_the_registered_targets_and_pipelines(capsys):
+    from fusec.passes import PIPELINES
+    from fusec.target import REGISTRY
+
+    for command in ("compile", "run"):
+        with pytest.raises(SystemExit):
+            cli.main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert f"auto (the best available one, the default) or one of: {', '.join(REGISTRY)}" in (
+            text
+        )
+        assert f"a named pipeline ({', '.join(PIPELINES)}) expands in it" in text
+
+
+def test_help_lists_the_exit_statuses(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    for code in ExitCode:
+        assert re.search(rf"^  {code.value:<4} \S", out, re.MULTILINE), code
+
+
+# ------------------------------------------------------------ result summaries
+
+
+def test_summaries_count_nan_and_inf_and_describe_the_finite_values():
+    out = np.array([1.0, np.nan, 3.0, np.inf, -np.inf, 2.0], np.float32)
+    assert runner.summary(0, out) == (
+        "result #0: 6 float32: min 1 max 3 mean 2 of 3 finite; 1 NaN, 2 inf"
+    )
+    assert runner.summary(1, np.array([0.5, 1.5], np.float32)) == (
+        "result #1: 2 float32: min 0.5 max 1.5 mean 1"
+    )
+    assert runner.summary(2, np.full(2, np.nan, np.float32)) == (
+        "result #2: 2 float32: no finite value; 2 NaN, 0 inf"
+    )
+
+
+# ------------------------------------------------------------ progress
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _run_meter(stream: io.StringIO, steps: int, pause: float, **options) -> None:
+    with progress.Meter("compiling kernels", steps, stream=stream, **options) as meter:
+        for k in range(steps):
+            time.sleep(pause)
+            meter.advance(f"k{k}")
+
+
+@pytest.fixture
+def fast_progress(monkeypatch):
+    monkeypatch.setattr(progress, "DELAY_S", 0.05)
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.1)
+
+
+def test_plain_progress_lines_without_a_terminal(fast_progress):
+    stream = io.StringIO()
+    _run_meter(stream, 6, 0.04)
+    lines = stream.getvalue().splitlines()
+    assert "\r" not in stream.getvalue()
+    assert 2 <= len(lines) <= 4, lines
+    assert all(
+        re.fullmatch(r"fusec: compiling kernels: \d/6, \d+ s( \(k\d\))?", ln) for ln in lines
+    )
+    assert lines[-1].startswith("fusec: compiling kernels: 6/6")  # the final count
+
+
+def test_a_bar_on_a_terminal(fast_progress):
+    stream = _Terminal()
+    _run_meter(stream, 4, 0.04)
+    text = stream.getvalue()
+    assert "compiling kernels:" in text and "/4 [" in text  # tqdm's bar
+    assert "\n" not in text  # redrawn in place and cleared at the end (leave=False)
+
+
+@pytest.mark.parametrize("stream_type", [io.StringIO, _Terminal])
+def test_short_work_and_quiet_show_nothing(fast_progress, stream_type):
+    stream = stream_type()
+    _run_meter(stream, 5, 0.0)  # done within DELAY_S
+    _run_meter(stream, 3, 0.05, enabled=False)  # --quiet
+    assert stream.getvalue() == ""
+
+
+def test_the_runtime_reports_each_kernel_it_generates_and_compiles(tmp_path, monkeypatch):
+    import fusec
+
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "cache"))
+    steps: list[runtime_progress.Step] = []
+    with runtime_progress.listening(steps.append):
+        compiled = fusec.compile(CHAIN, target="cpu")
+        x, b, s = (np.ones(shape, np.float32) for shape in [(4, 8, 16), (16,), (8, 1)])
+        compiled(x, b, s)
+    compiled(x, b, s)  # nobody listens: nothing more
+    for task in (runtime_progress.GENERATING, runtime_progress.COMPILING):
+        mine = [(step.done, step.total) for step in steps if step.task == task]
+        total = len(compiled.kernels)
+        assert mine == [(k, total) for k in range(total + 1)], task
+    named = [s.name for s in steps if s.task == runtime_progress.COMPILING and s.done]
+    assert named == [kernel.name for kernel in compiled.kernels]
+
+
+def test_run_timing_covers_the_jit_and_the_first_call(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "cache"))
+    argv = ["run", str(CHAIN), "--random-inputs", "--target", "cpu", "--timing", "--quiet"]
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    names = [m.group(1) for m in re.finditer(r"^  +\d+\.\d ms  ([a-zA-Z -]+)", err, re.M)]
+    want = ["imports", "parse", "passes", "code generation"]
+    want += ["JIT compile or kernel-cache load", "first call", "other", "total"]
+    assert [n.strip() for n in names if n.strip() in want] == want
+    assert "compiling kernels" not in err.split("timing")[0]  # --quiet: no progress
