@@ -467,3 +467,22 @@ def test_op_table_names_every_attribute_of_its_ops() -> None:
                 assert re.search(rf"\b{prop}\b", syntax), f"{op.name}: its row omits {prop}"
         written = set(re.findall(r"\b(\w+) = ", syntax))
         assert written <= declared, f"{names}: the row writes {sorted(written - declared)}"
+
+
+# ------------------------------------------------------- what the README says in prose
+
+
+def test_a_pipeline_without_fuse_is_a_located_error_on_cpu_and_prints_on_reference(capfd):
+    """ "A `--pipeline` of your own must leave every op in an `ai.fused` group ...:
+    an op outside every group is an error at that op. ... `fusec compile --target
+    reference` ... prints the IR after any pipeline, such as `infer-shapes,canonicalize`"."""
+    from fusec.cli import main
+
+    graph = str(ROOT / "examples" / "conv_bias_relu.mlir")
+    args = ["compile", graph, "--pipeline", "infer-shapes,canonicalize"]
+    assert main([*args, "--target", "cpu"]) == 1
+    err = capfd.readouterr().err
+    assert f"{graph}:2:3: error: 'ai.conv2d' op is outside any ai.fused group" in err
+    assert main([*args, "--target", "reference"]) == 0
+    out = capfd.readouterr().out
+    assert "ai.conv2d" in out and "ai.fused" not in out
