@@ -13,7 +13,7 @@ there) with the kernel cache in a scratch folder too:
   target, also on a GPU machine); the exit status must be 0;
 * ``python SCRIPT ...`` lines run as a subprocess of this interpreter;
 * ``python`` blocks run with ``exec``; a name a block uses without defining it
-  (a fragment that continues an earlier one) must be one of ``STAND_IN_NAMES``.
+  (a fragment that continues an earlier one) must be one of ``stand_in_names()``.
 
 A file a command reads that the README does not provide gets a small real stand-in
 (``STAND_IN_FILES``: ``graph.mlir`` an example graph, ``model.onnx`` a tiny ONNX
@@ -139,7 +139,7 @@ def _onnx_model(path: Path) -> None:
     onnx.save(model, path)
 
 
-def _stand_in_names() -> dict[str, object]:
+def stand_in_names() -> dict[str, object]:
     """Names a python block may use without defining them (fragments of a longer
     session): the modules it would have imported and the input ``x`` of the ONNX
     stand-in."""
@@ -147,9 +147,6 @@ def _stand_in_names() -> dict[str, object]:
 
     x = np.random.default_rng(13).standard_normal(ONNX_INPUT_SHAPE).astype(np.float32)
     return {"np": np, "fusec": fusec, "x": x}
-
-
-STAND_IN_NAMES = ("np", "fusec", "x")
 
 
 # ---------------------------------------------------------------- the README's examples
@@ -345,11 +342,12 @@ def _unbound_names(source: str) -> set[str]:
 
 def _run_python(example: Example, workdir: Path) -> None:
     unbound = _unbound_names(example.text)
-    unknown = unbound - set(STAND_IN_NAMES)
+    stand_ins = stand_in_names()
+    unknown = unbound - set(stand_ins)
     assert not unknown, f"{example.id}: uses {sorted(unknown)} without defining them"
     for name in re.findall(r"""["']([\w.-]+\.(?:onnx|mlir|npz))["']""", example.text):
         _needed_files([name], workdir)
-    scope = {k: v for k, v in _stand_in_names().items() if k in unbound}
+    scope = {k: v for k, v in stand_ins.items() if k in unbound}
     code = compile("\n" * (example.line - 1) + example.text, str(README), "exec")
     exec(code, scope)
     _check_result(example, scope)
@@ -486,3 +484,20 @@ def test_a_pipeline_without_fuse_is_a_located_error_on_cpu_and_prints_on_referen
     assert main([*args, "--target", "reference"]) == 0
     out = capfd.readouterr().out
     assert "ai.conv2d" in out and "ai.fused" not in out
+
+
+def test_the_remarks_the_readme_quotes_are_printed(capfd):
+    """Each ``...:LINE:COL: remark: ...`` the README quotes is printed by its commands:
+    ``--remarks`` of mlp_block on cpu, of ln_matmul_softmax_large by the rules."""
+    from fusec.cli import main
+
+    text = " ".join(README.read_text().split())
+    quoted = re.findall(r"`\.\.\.(:\d+:\d+: remark: [^`]*?)(?:; \.\.\.)?`", text)
+    assert len(quoted) >= 2, "the README quotes no remarks any more: update this test"
+    printed = ""
+    for name, target in (("mlp_block", "cpu"), ("ln_matmul_softmax_large", "reference")):
+        graph = str(ROOT / "examples" / f"{name}.mlir")
+        assert main(["compile", graph, "--remarks", "--target", target]) == 0
+        printed += " ".join(capfd.readouterr().err.split()) + " "
+    for remark in quoted:
+        assert remark in printed, f"README quotes a remark no command prints: {remark}"
