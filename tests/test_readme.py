@@ -501,3 +501,18 @@ def test_the_remarks_the_readme_quotes_are_printed(capfd):
         printed += " ".join(capfd.readouterr().err.split()) + " "
     for remark in quoted:
         assert remark in printed, f"README quotes a remark no command prints: {remark}"
+
+
+def test_the_softmax_tile_limits_the_readme_states():
+    """ "256 in `default.rules` (a GPU tile: the reference and cuda targets) but 16384 on
+    cpu"."""
+    from fusec.passes.fusion.rules import load_rules
+    from fusec.target import get_target
+
+    text = " ".join(README.read_text().split())
+    default = load_rules().param("softmax_tile_limit")
+    cpu = get_target("cpu").rule_params["softmax_tile_limit"]
+    assert f"tile limit, {default} in `default.rules`" in text
+    assert f"but {cpu} on cpu" in text
+    for name in ("reference", "cuda"):
+        assert "softmax_tile_limit" not in get_target(name).rule_params
