@@ -429,10 +429,262 @@ def cases() -> dict[str, Case]:
         out[f"where-{dtype}"] = where_case(dtype)
         out[f"batch-norm-{dtype}"] = batch_norm_case(dtype)
         out.update(copy_cases(dtype))
+    out.update(path_cases())
     return out
 
 
 def uses_anchor(name: str) -> bool:
     """The case needs a template the CUDA simulator cannot run: conv/matmul groups, and
     reduce, pool and copy groups (through PyTorch on cuda)."""
-    return name.startswith(("ai.matmul", "matmul", "ai.conv2d", "reduce-", "pool-", "copy-"))
+    return name.startswith(
+        ("ai.matmul", "matmul", "ai.conv2d", "reduce-", "pool-", "copy-", "conv-", "gemm-",
+         "attention-")
+    )  # fmt: skip
+
+
+# ------------------------------------------------- conv, pool, GEMM and attention paths
+# Issue #26: a 3x3 conv (the cpu target's Winograd) turned +Inf into NaN. Each case
+# below makes one cpu code path run on NaN and +-Inf in its inputs and in its weights
+# (constant weights too, which the Program lays out once); ``PATHS`` names the words
+# the case's cpu kernel must describe itself with, so that a change of the rule that
+# picks a path cannot silently drop a case (``test_edge_cases.py`` asserts them).
+
+#: Case name -> the words its cpu kernel's source must hold (the path taken).
+PATHS: dict[str, str] = {}
+
+#: Where the specials go: an input's (or weight's) first element (a corner: the
+#: padding's zeros meet it), one inside, and its last element.
+SPECIAL_AT = (INF, -INF, NAN)
+
+
+def _with_specials(shape: tuple[int, ...], dtype: str, seed: int, specials=True) -> np.ndarray:
+    """Random values (never zeros) of ``shape``; with ``specials`` +Inf at the first
+    element, -Inf at the middle one and NaN at the last."""
+    values = np.random.default_rng(seed).uniform(0.25, 1.5, shape)
+    values *= np.where(np.random.default_rng(seed + 1).random(shape) < 0.5, -1.0, 1.0)
+    if specials:
+        flat = values.reshape(-1)
+        for at, special in zip((0, flat.size // 2, flat.size - 1), SPECIAL_AT, strict=True):
+            flat[at] = special
+    return _array(values, dtype)
+
+
+def _dense_hex(array: np.ndarray) -> str:
+    """An ``arith.constant`` value holding ``array``'s bits (NaN and Inf included)."""
+    return f'dense<"0x{np.ascontiguousarray(array).tobytes().hex().upper()}">'
+
+
+def _non_finite_facts(expect_inf: bool = True) -> Check:
+    """The specials reach the result: a NaN (NaN in, or 0 * Inf, or Inf - Inf), and an
+    infinity where an Inf meets no NaN."""
+
+    def check(outputs: list[np.ndarray]) -> None:
+        (y,) = outputs
+        yd = y.astype(np.float64)
+        assert np.isnan(yd).any(), "the NaN did not reach the result"
+        assert not expect_inf or np.isinf(yd).any(), "the infinities did not reach the result"
+        assert np.isfinite(yd).any(), "every element is non-finite: the case tests nothing"
+
+    return check
+
+
+#: Conv cases: (x shape, w shape, strides, padding, dilations, groups, the kernel's words).
+CONVS = {
+    "depthwise": ((1, 4, 6, 6), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1), 4, "(depthwise)"),
+    "direct": ((1, 4, 6, 6), (4, 4, 1, 1), (1, 1), (0, 0), (1, 1), 1, "output rows: sgemm,"),
+    # blocks of several images when the batch gives every thread (MIN_BLOCKS) two
+    "images-direct": ((64, 4, 2, 2), (4, 4, 1, 1), (1, 1), (0, 0), (1, 1), 1, "side (copied)"),
+    "images-im2col": ((64, 4, 2, 2), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "side (im2col)"),
+    "winograd": ((1, 4, 7, 6), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "Winograd F(2x2"),
+    "winograd-groups": ((1, 4, 5, 8), (6, 2, 3, 3), (1, 1), (0, 1), (1, 1), 2, "Winograd F(2x2"),
+    "taps": ((1, 4, 6, 7), (4, 4, 5, 5), (1, 1), (2, 2), (1, 1), 1, "(one per tap)"),
+    "taps-dilated": ((1, 4, 7, 6), (4, 4, 3, 3), (1, 1), (2, 2), (2, 2), 1, "(one per tap)"),
+    "im2col-strided": ((1, 4, 7, 7), (4, 4, 3, 3), (2, 2), (1, 1), (1, 1), 1, "im2col, sgemm"),
+    "im2col-padded-1x1": ((1, 4, 5, 5), (4, 4, 1, 1), (1, 1), (1, 1), (1, 1), 1, "im2col, sgemm"),
+}
+
+
+def conv_case(method: str, dtype: str, special_in: str, constant_weight: bool = False) -> Case:
+    """A conv that the cpu target computes by ``method`` (``CONVS``) with the specials
+    in its input (``special_in`` "x") or its weights ("w"), the weights an argument or
+    an ``arith.constant``."""
+    xs, ws, strides, padding, dilations, groups, _ = CONVS[method]
+    x = _with_specials(xs, dtype, 1, special_in == "x")
+    w = _with_specials(ws, dtype, 3, special_in == "w")
+    n, _, h, wd = xs
+    oh = (h + 2 * padding[0] - dilations[0] * (ws[2] - 1) - 1) // strides[0] + 1
+    ow = (wd + 2 * padding[1] - dilations[1] * (ws[3] - 1) - 1) // strides[1] + 1
+    tx, tw, ty = _t(xs, dtype), _t(ws, dtype), _t((n, ws[0], oh, ow), dtype)
+    attrs = (
+        f"{{strides = array<i64: {strides[0]}, {strides[1]}>, padding = array<i64: "
+        f"{padding[0]}, {padding[1]}>, dilations = array<i64: {dilations[0]}, "
+        f"{dilations[1]}>, groups = {groups}}}"
+    )
+    conv = f"%y = ai.conv2d %x, %w {attrs} : {tx} * {tw}"
+    if constant_weight:
+        body = [f"%w = arith.constant {_dense_hex(w)} : {tw}", conv]
+        return _fn([("x", tx)], body, [("y", ty)]), [x], _non_finite_facts()
+    return _fn([("x", tx), ("w", tw)], [conv], [("y", ty)]), [x, w], _non_finite_facts()
+
+
+def conv_bias_relu_case(dtype: str) -> Case:
+    """Issue #26 as reported: relu(conv3x3(x, pad 1) + bias) with x[0, 1, 5, 5] = +Inf
+    (Winograd: the reference's 576 +Inf were 493 NaN and 83 Inf), at the example's
+    shape."""
+    rng = np.random.default_rng(0)
+    x = _array(rng.random((1, 32, 28, 28)), dtype)
+    w = _array(rng.random((64, 32, 3, 3)), dtype)
+    b = _array(rng.random(64), dtype)
+    x[0, 1, 5, 5] = INF
+    tx, tw, tb, ty = (_t(s, dtype) for s in (x.shape, w.shape, b.shape, (1, 64, 28, 28)))
+    body = [
+        f"%c = ai.conv2d %x, %w {{padding = array<i64: 1, 1>}} : {tx} * {tw}",
+        f"%a = ai.bias_add %c, %b : {ty} * {tb}",
+        f"%y = ai.relu %a : {ty}",
+    ]
+
+    def check(outputs: list[np.ndarray]) -> None:
+        (y,) = outputs
+        yd = y.astype(np.float64)
+        assert not np.isnan(yd).any(), "Inf * positive weights is +Inf, never NaN"
+        assert (yd == INF).sum() == 64 * 9, "the Inf reaches a 3x3 window of every channel"
+
+    return _fn([("x", tx), ("w", tw), ("b", tb)], body, [("y", ty)]), [x, w, b], check
+
+
+def conv_cases() -> dict[str, Case]:
+    out: dict[str, Case] = {}
+    for method, (*_, words) in CONVS.items():
+        for special_in in ("x", "w"):
+            name = f"conv-{method}-{special_in}-f32"
+            out[name] = conv_case(method, "f32", special_in)
+            PATHS[name] = words
+    for special_in in ("x", "w"):  # weights laid out once by the Program
+        for method in ("winograd", "taps"):
+            name = f"conv-{method}-constant-{special_in}-f32"
+            out[name] = conv_case(method, "f32", special_in, constant_weight=True)
+            PATHS[name] = CONVS[method][-1]
+        out[f"conv-winograd-{special_in}-f16"] = conv_case("winograd", "f16", special_in)
+        PATHS[f"conv-winograd-{special_in}-f16"] = CONVS["winograd"][-1]
+    for dtype in ("f32", "f16"):
+        out[f"conv-bias-relu-inf-{dtype}"] = conv_bias_relu_case(dtype)
+        PATHS[f"conv-bias-relu-inf-{dtype}"] = CONVS["winograd"][-1]
+    return out
+
+
+#: Pool cases: (kind, x shape, attributes, result height and width).
+POOLS = {
+    "max-padded": ("max", (1, 2, 5, 6), "kernel = array<i64: 3, 3>, padding = array<i64: 1, 1>",
+                   (5, 6)),
+    "avg-padded": ("avg", (1, 2, 5, 6), "kernel = array<i64: 3, 3>, padding = array<i64: 1, 1>",
+                   (5, 6)),
+    "avg-count-pad": ("avg", (1, 2, 5, 6), "kernel = array<i64: 3, 3>, strides = array<i64: 2, "
+                      "2>, padding = array<i64: 1, 1>, count_include_pad = true", (3, 3)),
+    "max-ceil": ("max", (1, 2, 5, 5), "kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>, "
+                 "ceil_mode = true", (3, 3)),
+    "max-global": ("max", (2, 3, 4, 5), "kernel = array<i64: 4, 5>", (1, 1)),
+    "avg-global": ("avg", (2, 3, 4, 5), "kernel = array<i64: 4, 5>", (1, 1)),
+}  # fmt: skip
+
+
+def pool_path_case(name: str, dtype: str) -> Case:
+    """A pool (``POOLS``) of an input with +Inf, -Inf and NaN in different windows."""
+    kind, shape, attrs, (oh, ow) = POOLS[name]
+    x = _with_specials(shape, dtype, 5)
+    tx, ty = _t(shape, dtype), _t((*shape[:2], oh, ow), dtype)
+    text = _fn([("x", tx)], [f"%y = ai.{kind}_pool2d %x {{{attrs}}} : {tx}"], [("y", ty)])
+    return text, [x], _non_finite_facts()
+
+
+#: GEMM cases: (a shape, b shape, attributes, b an ``arith.constant``, the kernel's words).
+GEMMS = {
+    "sgemm": ((5, 6), (6, 5), "", False, ", sgemm, "),
+    "gemm-nn": ((6, 8), (8, 16), "", False, ", gemm_nn, "),
+    "packed": ((6, 136), (136, 192), "", True, "gemm_packed (B packed once)"),
+    "packed-transposed": ((6, 16), (64, 16), "transpose_b = true", True, "gemm_packed (B pack"),
+    "batched-nn": ((2, 5, 8), (2, 8, 16), "", False, ", gemm_nn, "),
+    "batched-sgemm": ((2, 5, 8), (1, 8, 5), "", False, ", sgemm, "),
+    "transposed-b": ((5, 8), (6, 8), "transpose_b = true", False, ", sgemm, "),
+    "transposed-a": ((8, 5), (8, 6), "transpose_a = true", False, ", sgemm, "),
+}
+
+
+def gemm_case(path: str, dtype: str, special_in: str) -> Case:
+    """A matmul that the cpu target runs by ``path`` (``GEMMS``) with the specials in A
+    (``special_in`` "a") or B ("b"): NaN rows, Inf * 0 and Inf - Inf as numpy has them."""
+    a_shape, b_shape, attrs, constant, _ = GEMMS[path]
+    a = _with_specials(a_shape, dtype, 7, special_in == "a")
+    b = _with_specials(b_shape, dtype, 9, special_in == "b")
+    ta_, tb_ = "transpose_a = true" in attrs, "transpose_b = true" in attrs
+    m = a_shape[-1] if ta_ else a_shape[-2]
+    n = b_shape[-2] if tb_ else b_shape[-1]
+    batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    ta, tb, ty = _t(a_shape, dtype), _t(b_shape, dtype), _t((*batch, m, n), dtype)
+    matmul = f"%y = ai.matmul %a, %b {{{attrs}}} : {ta} * {tb}" if attrs else (
+        f"%y = ai.matmul %a, %b : {ta} * {tb}")  # fmt: skip
+    if constant:
+        body = [f"%b = arith.constant {_dense_hex(b)} : {tb}", matmul]
+        return _fn([("a", ta)], body, [("y", ty)]), [a], _non_finite_facts()
+    return _fn([("a", ta), ("b", tb)], [matmul], [("y", ty)]), [a, b], _non_finite_facts()
+
+
+#: Attention cases: (mask shape, nan_to_zero, where the specials go, the key given as
+#: (..., D, T) through a transpose, the kernel's words). The mask's second query row is
+#: -Inf everywhere: softmax of it is NaN (0 / 0, numpy), 0 with ``nan_to_zero``.
+ATTENTIONS = {
+    "mask-full-q": ((4, 16), False, "q", False, "row_exp_sum_inplace("),
+    "mask-full-v-nan-to-zero": ((4, 16), True, "v", False, "row_exp_sum_inplace("),
+    "mask-rows-k": ((2, 4, 1), False, "k", False, "row_exp_sum_affine_inplace("),
+    "mask-rows-nan-to-zero": ((2, 4, 1), True, "", False, "row_exp_sum_affine_inplace("),
+    "key-transposed-k": ((4, 16), False, "k", True, "gemm_nn scores"),
+}
+
+
+def attention_case(name: str, dtype: str) -> Case:
+    """``ai.attention`` (B 2, S 4, T 16, D 8, E 16) with a query row masked out entirely
+    and +Inf, -Inf and NaN in q, the key or v (``ATTENTIONS``)."""
+    mask_shape, nan_to_zero, special_in, key_transposed, _ = ATTENTIONS[name]
+    q = _with_specials((2, 4, 8), dtype, 11, special_in == "q")
+    key = _with_specials((2, 16, 8), dtype, 13, special_in == "k")
+    v = _with_specials((2, 16, 16), dtype, 15, special_in == "v")
+    mask = np.zeros(mask_shape)
+    mask[..., 1, :] = -INF  # query row 1: every key masked out
+    mask[..., 2, : mask_shape[-1] // 2] = -INF
+    mask = _array(mask, dtype)
+    tq, tv, tm, ty = (_t(s, dtype) for s in ((2, 4, 8), (2, 16, 16), mask_shape, (2, 4, 16)))
+    tk = _t((2, 16, 8), dtype)
+    attrs = "scale = 0.35 : f32" + (", nan_to_zero = true" if nan_to_zero else "")
+    body = [f"%y = ai.attention %q, %kt, %v, %m {{{attrs}}} : {tq} * {tk} * {tv} * {tm}"]
+    params = [("q", tq), ("k", tk), ("v", tv), ("m", tm)]
+    if key_transposed:  # a cache's layout: the kernel reads the (D, T) key in place
+        key = np.ascontiguousarray(key.transpose(0, 2, 1))
+        params[1] = ("k", _t(key.shape, dtype))
+        body.insert(0, f"%kt = ai.transpose %k {{perm = array<i64: 0, 2, 1>}} : {params[1][1]}")
+    else:
+        body = [line.replace("%kt", "%k") for line in body]
+
+    def check(outputs: list[np.ndarray]) -> None:
+        (y,) = outputs
+        masked = y.astype(np.float64)[:, 1]
+        if nan_to_zero and special_in != "v":
+            assert (masked == 0).all(), "a row masked out entirely is 0 with nan_to_zero"
+        elif not nan_to_zero:
+            assert np.isnan(masked).all(), "a row masked out entirely is NaN (0 / 0, numpy)"
+
+    return _fn(params, body, [("y", ty)]), [q, key, v, mask], check
+
+
+def path_cases() -> dict[str, Case]:
+    """The conv, pool, GEMM and attention cases (``PATHS`` their kernels' words)."""
+    out = conv_cases()
+    for name in POOLS:
+        for dtype in ("f32", "f16"):
+            out[f"pool-{name}-{dtype}"] = pool_path_case(name, dtype)
+    for path, (*_, words) in GEMMS.items():
+        for special_in in ("a", "b"):
+            out[f"gemm-{path}-{special_in}-f32"] = gemm_case(path, "f32", special_in)
+            PATHS[f"gemm-{path}-{special_in}-f32"] = words
+    for name, (*_, words) in ATTENTIONS.items():
+        out[f"attention-{name}-f32"] = attention_case(name, "f32")
+        PATHS[f"attention-{name}-f32"] = words
+    return out

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from differential import least_precise, mismatch, poison
-from edge_cases import cases, uses_anchor
+from edge_cases import PATHS, cases, uses_anchor
 
 import fusec
 from fusec.dialect.ops import spec_of
@@ -71,11 +71,32 @@ def test_reference_has_numpy_semantics(name):
     CASES[name][2](_reference(name))
 
 
-@pytest.mark.parametrize("name", NAMES)
+#: Path cases (``edge_cases.PATHS``) in the default lane: issue #26's Winograd conv, its
+#: weights as an argument and as a constant; the others compile a kernel each (seconds
+#: apiece), so they run in the slow lane.
+DEFAULT_PATHS = {
+    "conv-winograd-x-f32",
+    "conv-winograd-w-f32",
+    "conv-winograd-constant-w-f32",
+}
+
+
+def _lane(name: str):
+    slow = name in PATHS and name not in DEFAULT_PATHS
+    return pytest.param(name, marks=pytest.mark.slow) if slow else name
+
+
+@pytest.mark.parametrize("name", [_lane(name) for name in NAMES])
 def test_cpu_matches_the_reference(name):
+    """The cpu result equals the reference; a path case (``PATHS``) also ran the code
+    path it is there for (its kernel says so), so that a change of the rule that picks
+    a conv method or a GEMM cannot silently leave a path untested."""
     text, inputs, _ = CASES[name]
     compiled = fusec.compile(text, target="cpu")
     _same_as_reference(name, list(compiled._runner(inputs, alloc=poison)))
+    if name in PATHS:
+        sources = "\n".join(kernel.source for kernel in compiled.kernels)
+        assert PATHS[name] in sources, f"{name}: no kernel ran the path '{PATHS[name]}'"
 
 
 SIM_NAMES = [n for n in NAMES if not uses_anchor(n)]
