@@ -169,3 +169,37 @@ def test_run_timing_covers_the_jit_and_the_first_call(tmp_path, monkeypatch, cap
     want += ["JIT compile or kernel-cache load", "first call", "other", "total"]
     assert [n.strip() for n in names if n.strip() in want] == want
     assert "compiling kernels" not in err.split("timing")[0]  # --quiet: no progress
+
+
+# ------------------------------------------------------------ start-up
+
+
+def test_a_plain_compile_imports_no_module_it_does_not_need():
+    """``fusec compile`` of an f16 graph on the default target reads IR and writes IR:
+    ml_dtypes (numpy's bfloat16, ~0.5 s to import), onnx, the progress bar and the
+    interpreters are not imported (the time is measured in the commit, not here)."""
+    code = (
+        "import contextlib, io, sys\n"
+        "from fusec import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    assert cli.main(['compile', {str(CONV)!r}]) == 0\n"
+        "heavy = ('ml_dtypes', 'onnx', 'tqdm', 'scipy', 'xdsl.interpreters', 'torch')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_bfloat16_arrays_still_work_where_ml_dtypes_comes_late():
+    code = (
+        "import sys\n"
+        "from fusec.ir.dtypes import element_type_of, numpy_dtype\n"
+        "import numpy as np\n"
+        "assert element_type_of(np.float32) == 'f32' and 'ml_dtypes' not in sys.modules\n"
+        "import ml_dtypes\n"
+        "assert element_type_of(np.dtype(ml_dtypes.bfloat16)) == 'bf16'\n"
+        "assert numpy_dtype('bf16') == np.dtype(ml_dtypes.bfloat16)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -4,13 +4,18 @@
 xDSL type, numpy dtype, PyTorch dtype name, byte size, the Numba array type a
 CUDA kernel stores it as (16-bit floats travel as their raw ``int16`` bits)
 and the bits of a quiet NaN (to poison outputs in tests).
+
+numpy's bfloat16 comes from ``ml_dtypes``, whose import takes ~0.5 s: it is
+imported when a bf16 numpy dtype is first needed, not by every command that
+only reads IR (``fusec compile`` of an f16 graph never needs it).
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import AnyFloat, bf16, f16, f32
 from xdsl.ir import Attribute
@@ -22,19 +27,33 @@ class ElementType:
 
     name: str
     xdsl: AnyFloat
-    numpy: np.dtype
+    #: The numpy dtype's name, in numpy or (bfloat16) in ml_dtypes.
+    numpy_name: str
     torch: str
     itemsize: int
     storage: str
     nan_bits: int
 
+    @property
+    def numpy(self) -> np.dtype:
+        return _numpy_dtype(self.numpy_name)
+
+
+@functools.cache
+def _numpy_dtype(name: str) -> np.dtype:
+    if hasattr(np, name):
+        return np.dtype(getattr(np, name))
+    import ml_dtypes  # bfloat16: imported on first use (see the module docstring)
+
+    return np.dtype(getattr(ml_dtypes, name))
+
 
 ELEMENT_TYPES: dict[str, ElementType] = {
     t.name: t
     for t in (
-        ElementType("f16", f16, np.dtype(np.float16), "float16", 2, "int16", 0x7E00),
-        ElementType("bf16", bf16, np.dtype(ml_dtypes.bfloat16), "bfloat16", 2, "int16", 0x7FC0),
-        ElementType("f32", f32, np.dtype(np.float32), "float32", 4, "float32", 0x7FC00000),
+        ElementType("f16", f16, "float16", "float16", 2, "int16", 0x7E00),
+        ElementType("bf16", bf16, "bfloat16", "bfloat16", 2, "int16", 0x7FC0),
+        ElementType("f32", f32, "float32", "float32", 4, "float32", 0x7FC00000),
     )
 }
 
@@ -51,8 +70,11 @@ def numpy_dtype(name: str) -> np.dtype:
 
 def element_type_of(dtype: np.dtype) -> str | None:
     """IR element type name of a numpy dtype, or None when it has none."""
+    dtype = np.dtype(dtype)
     for name, candidate in ELEMENT_TYPES.items():
-        if np.dtype(dtype) == candidate.numpy:
+        if not hasattr(np, candidate.numpy_name) and "ml_dtypes" not in sys.modules:
+            continue  # no array can have the dtype before ml_dtypes defines it
+        if dtype == candidate.numpy:
             return name
     return None
 
