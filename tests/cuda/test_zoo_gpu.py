@@ -1,7 +1,7 @@
 """Every model of the GPU zoo (benchmarks/models_gpu.py) through ONNX and fusec's cuda target,
 against the same module in float32 (issue 28).
 
-Small builds of each architecture (``--smoke`` sizes: one or two layers, 32x32 images) in
+Small builds of each architecture (``--smoke`` sizes: one or two layers, 64x64 images) in
 f16, exported by the dynamo exporter, imported, compiled for cuda and run on fresh random
 inputs; fusec's output must hold no NaN or infinity and its relative L2 error against the
 float32 module must stay within ``max(1e-2, 4 x eager f16's own error)``

@@ -209,3 +209,16 @@ def test_bar_chart(tmp_path) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert zoo.bar_chart(rows[1:], tmp_path / "none.png", "t") == "No chart: no row was measured."
     assert not (tmp_path / "none.png").exists()
+
+
+def test_a_refusal_is_shortened_to_the_file_node_and_reason() -> None:
+    message = (
+        '/tmp/tmpab12/llama-b1.onnx: node "node_expand_1": error: Expand: unsupported '
+        "operator on values computed at run time (input 'u'); fusec evaluates any operator "
+        "at import when all its inputs are constants, and compiles: Abs, Acos, ..."
+    )
+    assert zoo.short(message) == (
+        'llama-b1.onnx: node "node_expand_1": error: Expand: unsupported operator on values '
+        "computed at run time (input 'u')"
+    )
+    assert zoo.short("x" * 700) == "x" * 600
