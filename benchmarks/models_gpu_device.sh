@@ -10,10 +10,12 @@
 #   BUDGET     seconds after which models_gpu.py starts no new case (default 500; each case
 #              is cut at that point too, so the call ends within BUDGET + ~40 s)
 #   CASE       one worker's limit in seconds (default 180)
+#   JOBS       workers at a time (default 2: one exports and compiles while the other
+#              times; timing holds a lock, so no two workers time at once)
 #   RESUME=1   continue the last run on a warm machine (same SUFFIX): its JSON lines are kept
 #              under .cache/zoo, so a second call adds the cases (or the torch.compile pass)
 #              the first one had no time for
-#   SUFFIX     the files' suffix (default <date>-h200)
+#   SUFFIX     the files' suffix (default <date>-h200; RESUME=1: the resumed run's)
 #   TESTS=1    first run tests/cuda/test_zoo_gpu.py (-m gpu; about 60-120 s, out of BUDGET)
 # Kernels (FUSEC_CACHE_DIR) and torch.compile's caches live under the repository's ignored
 # .cache/, so a second call on a warm machine compiles less. Everything lands in $OUT: the
@@ -25,26 +27,29 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export FUSEC_CACHE_DIR=$PWD/.cache/fusec TORCHINDUCTOR_CACHE_DIR=$PWD/.cache/inductor
 export FUSEC_COMMIT=${FUSEC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-SUFFIX=${SUFFIX:-$(date -u +%F)-h200}
 W=$PWD/.cache/zoo
 mkdir -p "$W" "$FUSEC_CACHE_DIR" "$TORCHINDUCTOR_CACHE_DIR"
+if [ "${RESUME:-0}" = 1 ] && [ -z "${SUFFIX:-}" ] && [ -f "$W/suffix" ]; then
+  SUFFIX=$(cat "$W/suffix")  # the run being resumed, also across midnight
+fi
+SUFFIX=${SUFFIX:-$(date -u +%F)-h200}
+echo "$SUFFIX" > "$W/suffix"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu \
   --format=csv | tee "$W/device.txt"
-BUDGET=${BUDGET:-500}
 if [ "${TESTS:-0}" = 1 ]; then
   t=$SECONDS
   timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --tb=short \
     tests/cuda/test_zoo_gpu.py > "$W/tests.log" 2>&1
   echo "== zoo gpu tests: rc=$? in $((SECONDS - t)) s"
   grep -E "^FAILED|^ERROR|passed|failed|skipped" "$W/tests.log" | tail -20
-  BUDGET=$((BUDGET - (SECONDS - t)))
 fi
 RESUME_ARG=""
 [ "${RESUME:-0}" = 1 ] && RESUME_ARG="--resume"
-BUDGET=$((BUDGET - (SECONDS - T0)))
+BUDGET=$((${BUDGET:-500} - (SECONDS - T0)))  # what the install and the tests left
 # shellcheck disable=SC2086  # ZOO_ARGS is a list of options
 timeout $((BUDGET + 40)) python3 benchmarks/models_gpu.py ${ZOO_ARGS:---quick} \
-  --budget "$BUDGET" --case-budget "${CASE:-180}" --out "$W" --suffix "$SUFFIX" $RESUME_ARG \
+  --budget "$BUDGET" --case-budget "${CASE:-180}" --jobs "${JOBS:-2}" --out "$W" \
+  --suffix "$SUFFIX" $RESUME_ARG \
   > "$W/run.log" 2>&1
 echo "== models_gpu.py: rc=$? in $((SECONDS - T0)) s"
 grep -E "^== " "$W/run.log"

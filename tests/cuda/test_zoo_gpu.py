@@ -34,7 +34,22 @@ def device():
     return torch.device("cuda")
 
 
-@pytest.mark.parametrize("name", list(zoo.ZOO))
+#: zoo models fusec refuses today, and why (strict: the test fails once they import)
+REFUSED = {
+    "llama": "issue 28: Expand on values computed at run time (GQA's repeat_kv) is not "
+    "imported yet",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason=REFUSED[n], strict=True))
+        if n in REFUSED
+        else n
+        for n in zoo.ZOO
+    ],
+)
 def test_zoo_model_matches_the_float32_module(name: str, device) -> None:
     reference, model = zoo.prepare(name, "f16", smoke=True, form="embeds", device=device)
     row = {"pass": "fusec", "model": name, "dtype": "f16", "exporter": "dynamo", "batch": 2}
