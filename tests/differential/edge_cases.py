@@ -209,6 +209,45 @@ def layernorm_case(dtype: str, n: int = 48) -> Case:
     return text, [x, gamma, beta], check
 
 
+#: Rows of huge finite values per element type: a float32 sum of them overflows (mean
+#: Inf, or a variance of Inf) where the float64 reference is finite (issue #26: the cuda
+#: target gave NaN for a row of 3e38). Constant rows normalise to beta; the others to
+#: finite values of unit variance.
+HUGE = {"f32": 3e38, "f16": 6e4, "bf16": 3e38}
+
+
+def layernorm_huge_case(dtype: str, n: int) -> Case:
+    big = HUGE[dtype]
+    ramp = np.linspace(0.5, 1.0, n)
+    signs = np.where(np.arange(n) % 2, -1.0, 1.0)
+    rows = [
+        [big] * n,  # constant
+        [-big] * n,
+        big * ramp,  # varied, one sign
+        big * signs * ramp,  # mean near 0, variance ~ big^2
+        min(1e20, big) * signs * ramp,  # only the squares overflow (f32, bf16)
+        [big] * (n // 2) + [1.0] * (n - n // 2),  # huge and ordinary values
+    ]
+    x = _array(rows, dtype)
+    rng = np.random.default_rng(1)
+    gamma = _array(rng.uniform(0.5, 2.0, n), dtype)
+    beta = _array(rng.standard_normal(n), dtype)
+    t, v = _t(x.shape, dtype), _t((n,), dtype)
+    text = _fn(
+        [("x", t), ("g", v), ("b", v)], [f"%y = ai.layernorm %x, %g, %b : {t} * {v} * {v}"],
+        [("y", t)],
+    )  # fmt: skip
+
+    def check(outputs: list[np.ndarray]) -> None:
+        (y,) = outputs
+        yd, bd = y.astype(np.float64), beta.astype(np.float64)
+        assert np.isfinite(yd).all(), "layernorm of finite rows must be finite"
+        for i in (0, 1):
+            np.testing.assert_allclose(yd[i], bd, rtol=1e-2, atol=1e-2)
+
+    return text, [x, gamma, beta], check
+
+
 def matmul_case(dtype: str) -> Case:
     a = _array([[NAN, 1.0], [2.0, 3.0], [INF, 1.0], [1e-40, 1e-40]], dtype)
     b = _array([[0.0, 1.0], [1.0, 1.0]], dtype)
@@ -415,6 +454,8 @@ def cases() -> dict[str, Case]:
         out[f"softmax-{dtype}"] = softmax_case(dtype)
         out[f"softmax-axis0-{dtype}"] = softmax_case(dtype, axis=0)
         out[f"layernorm-constant-rows-{dtype}"] = layernorm_case(dtype)
+        for n in (48, 1536):  # a warp per row, a block per row (cuda)
+            out[f"layernorm-huge-rows-{n}-{dtype}"] = layernorm_huge_case(dtype, n)
         out[f"matmul-{dtype}"] = matmul_case(dtype)
         for op in _unary_ops():
             out[f"matmul-epilogue-{op.name}-{dtype}"] = matmul_epilogue_case(op, dtype)

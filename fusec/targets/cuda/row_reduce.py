@@ -11,7 +11,11 @@ row is read from memory once and written once:
 * layernorm: mean, then the variance of the cached centred values (two
   reductions over registers, no cancellation; the mean corrected by the
   deviations' own sum, so constant rows normalise to exactly 0), then
-  ``(x - mean) * rstd * gamma + beta``;
+  ``(x - mean) * rstd * gamma + beta``. A row of huge finite values whose float32
+  sums overflow (3e38: the float64 reference is finite) takes its statistics
+  again, of ``x / max|x|`` (one more max reduction, for such rows only): other
+  rows pay two compares, where Welford's merging (PyTorch's) costs a division
+  per element on every row;
 * softmax: the row maximum, then ``exp(x - max)`` (cached) and its sum, then
   ``e * (1 / sum)``.
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from xdsl.ir import SSAValue
 
 from fusec.codegen import KernelSource, io_specs
@@ -366,9 +371,9 @@ class _RowsEmitter:
             code.add(2, f"{self.idx[d]} = rr % {self.lead[d]}", f"rr = rr // {self.lead[d]}")
         code.add(2, f"{self.idx[0]} = rr")
 
-    def vector_loop(self, code: Source) -> None:
-        code.add(2, "for c in range(PER_VECS):")
-        code.add(3, "col = (c * THREADS_PER_ROW + lane) * VEC")
+    def vector_loop(self, code: Source, indent: int = 2) -> None:
+        code.add(indent, "for c in range(PER_VECS):")
+        code.add(indent + 1, "col = (c * THREADS_PER_ROW + lane) * VEC")
 
     def phase1(self, code: Source, results, fill: str) -> None:
         g = self.g
@@ -396,22 +401,29 @@ class _RowsEmitter:
     def phase2(self, code: Source, is_ln: bool) -> None:
         code.add(2, "# 2. row statistics in float32")
         if is_ln:
-            code.add(2, f"acc = {literal(0.0)}", "for k in range(CACHE):")
-            code.add(3, "acc += xr[k]")
-            code.add(2, f"mean = {self.reduce_fn('sum')}(acc, scratch) * INV_L")
-            # corrected two-pass (Chan, Golub, LeVeque): the deviations' own sum corrects
-            # the rounding of the mean, so a constant row (|mean| >> its rounding error
-            # times rstd) normalises to exactly 0, as numpy's mean does
-            code.add(2, f"acc = {literal(0.0)}", f"dev = {literal(0.0)}")
-            self.vector_loop(code)
-            code.add(3, "if live and col < L:")
-            code.add(4, "for j in range(VEC):")
-            code.add(5, "d = xr[c * VEC + j] - mean", "acc += d * d", "dev += d")
-            code.add(2, f"shift = {self.reduce_fn('sum')}(dev, scratch) * INV_L")
-            code.add(2, f"var = {self.reduce_fn('sum')}(acc, scratch) * INV_L - shift * shift")
-            code.add(2, f"var = var if var > {literal(0.0)} else {literal(0.0)}")
-            code.add(2, "mean = mean + shift")
-            code.add(2, f"rstd = {literal(1.0)} / math.sqrt(var + EPS)")
+            code.add(2, f"xscale = {literal(1.0)}", "eps = EPS")
+            self.layernorm_statistics(code, 2)
+            # Sums of huge finite values overflow float32 (a row of 3e38: mean NaN, var
+            # NaN; a row of +-1e20: var Inf), where the float64 reference is finite. Such
+            # a row (uniform across the threads that reduce it) takes its statistics
+            # again, of x / max|x|: the result (x - mean) * rstd does not change with the
+            # scale but for epsilon, scaled alike. A NaN or Inf in the row gives NaN
+            # statistics either way (max|x| is Inf, or the NaN reaches the sums).
+            inf = literal(math.inf)  # before the clamp of var (which makes NaN 0)
+            code.add(2, f"if not (abs(mean) < {inf} and var_sums < {inf}):")
+            code.add(3, f"top = {literal(0.0)}", "for k in range(CACHE):")
+            code.add(4, "a = abs(xr[k])", "top = a if a > top else top")
+            code.add(3, f"top = {self.reduce_fn('max')}(top, scratch)")
+            code.add(3, f"if top < {literal(math.inf)}:")
+            code.add(4, f"xscale = {literal(1.0)} / top")
+            self.layernorm_statistics(code, 4)
+            # epsilon scaled alike underflows (3e38: eps / 9e76); var is 0 only for a
+            # constant row, whose deviations are exactly 0: any finite rstd gives beta
+            code.add(4, "eps = EPS * xscale * xscale")
+            if self.g.red.attr("epsilon") > 0:
+                tiny = literal(float(np.finfo(np.float32).tiny))
+                code.add(4, f"eps = eps if eps > {tiny} else {tiny}")
+            code.add(2, f"rstd = {literal(1.0)} / math.sqrt(var + eps)")
         else:
             code.add(2, f"m = {literal(-math.inf)}", "for k in range(CACHE):")
             code.add(3, "m = xr[k] if xr[k] > m else m")
@@ -422,6 +434,28 @@ class _RowsEmitter:
             code.add(4, "for j in range(VEC):")
             code.add(5, "ev = math.exp(xr[c * VEC + j] - mx)", "xr[c * VEC + j] = ev", "acc += ev")
             code.add(2, f"inv = {literal(1.0)} / {self.reduce_fn('sum')}(acc, scratch)")
+
+    def layernorm_statistics(self, code: Source, indent: int) -> None:
+        """``mean`` and ``var`` of the row times ``xscale`` (1, or 1 / max|x|), at
+        ``indent``: the mean, then the variance of the cached centred values (two
+        reductions over registers, no cancellation), corrected two-pass (Chan, Golub,
+        LeVeque): the deviations' own sum corrects the rounding of the mean, so a
+        constant row (|mean| >> its rounding error times rstd) normalises to exactly
+        0, as numpy's mean does."""
+        code.add(indent, f"acc = {literal(0.0)}", "for k in range(CACHE):")
+        code.add(indent + 1, "acc += xr[k] * xscale")
+        code.add(indent, f"mean = {self.reduce_fn('sum')}(acc, scratch) * INV_L")
+        code.add(indent, f"acc = {literal(0.0)}", f"dev = {literal(0.0)}")
+        self.vector_loop(code, indent)
+        code.add(indent + 1, "if live and col < L:")
+        code.add(indent + 2, "for j in range(VEC):")
+        code.add(indent + 3, "d = xr[c * VEC + j] * xscale - mean", "acc += d * d", "dev += d")
+        code.add(indent, f"shift = {self.reduce_fn('sum')}(dev, scratch) * INV_L")
+        code.add(
+            indent, f"var_sums = {self.reduce_fn('sum')}(acc, scratch) * INV_L - shift * shift"
+        )
+        code.add(indent, f"var = var_sums if var_sums > {literal(0.0)} else {literal(0.0)}")
+        code.add(indent, "mean = mean + shift")
 
     def phase3(self, code: Source, results, is_ln: bool) -> None:
         g, red = self.g, self.g.red
@@ -454,7 +488,7 @@ class _RowsEmitter:
         code.add(5, *stmts_a)
         if is_ln:
             gamma, beta = (leaf(p) for p in params)
-            code.add(5, f"{value} = (xr[c * VEC + j] - mean) * rstd * {gamma} + {beta}")
+            code.add(5, f"{value} = (xr[c * VEC + j] * xscale - mean) * rstd * {gamma} + {beta}")
         else:
             code.add(5, f"{value} = xr[c * VEC + j] * inv")
         stmts_b, names_b = self.gen.chain(rest, leaf)
