@@ -156,7 +156,8 @@ class Case:
 
     @property
     def slug(self) -> str:
-        return f"{self.model}-{self.dtype}-{self.exporter}"
+        exporter = "" if self.exporter == "-" else f"-{self.exporter}"  # "-": any (torch)
+        return f"{self.model}-{self.dtype}{exporter}"
 
 
 def row_key(row: dict) -> tuple:
@@ -352,7 +353,14 @@ def markdown(rows: list[dict], meta: dict) -> str:
         for key in ("compile_error", "reduce_overhead_error", "torch_error")
         if r.get(key)
     ]
-    fallbacks = sorted({reason for r in rows for reason in r.get("fallback_reasons", [])})
+    fallbacks = sorted(
+        {
+            reason
+            for r in rows
+            for stats in (r, r.get("cuda_structure") or {})
+            for reason in stats.get("fallback_reasons", [])
+        }
+    )
     structure = [r for r in rows if r.get("cuda_structure")]
     if structure:
         lines += [
@@ -534,7 +542,9 @@ def _transformers_model(name: str, smoke: bool) -> Any:
         return hf.BertModel(config)
     if name == "gpt2":
         size = {"n_embd": 128, "n_layer": 2, "n_head": 2} if smoke else {}
-        config = hf.GPT2Config(**common, **size, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        dropout = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+        tokens = {"bos_token_id": 0, "eos_token_id": 0}  # within the small vocabulary
+        config = hf.GPT2Config(**common, **size, **dropout, **tokens)
         return hf.GPT2Model(config)
     if name == "llama":
         if smoke:
