@@ -101,8 +101,13 @@ class Target:
     devices: tuple[str, ...] = ()
 
     # ------------------------------------------------------------ availability
-    def unavailable_reason(self) -> str | None:
-        """Why this target cannot run here (a missing extra, no device), or None."""
+    def unavailable_reason(self, *, device: bool = True) -> str | None:
+        """Why this target cannot run here (a missing extra, no device), or None.
+
+        ``device=False`` asks about its software only: whether it compiles here
+        (generates and assembles kernels, runs them under an emulator), a device
+        present or not.
+        """
         return None
 
     def is_available(self) -> bool:

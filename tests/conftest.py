@@ -1,4 +1,5 @@
-"""Shared pytest machinery: golden-file snapshots, the ``gpu`` marker, hypothesis profiles.
+"""Shared pytest machinery: golden-file snapshots, the ``requires_target`` and ``gpu``
+markers, hypothesis profiles.
 
 - Hypothesis runs under the derandomised ``ci`` profile unless
   ``--hypothesis-profile slow`` (or ``HYPOTHESIS_PROFILE=slow``) asks for a
@@ -6,9 +7,21 @@
 
 - ``pytest --update-golden`` rewrites golden snapshots on purpose; without it a
   mismatch fails with a unified diff (expected -> actual).
-- Tests marked ``@pytest.mark.gpu`` are skipped when no CUDA GPU is usable. The
-  probe (``numba.cuda.is_available()``) runs once, and only when the first such
-  test runs, so CPU-only runs never import numba.cuda.
+- ``@pytest.mark.requires_target("cuda")``: the test needs the target's software
+  (for cuda, numba-cuda: it generates and assembles kernels, builds PTX and cubins,
+  runs the CUDA simulator in a subprocess), not a device. Without it the test is
+  skipped with the Target's own reason, ``Target.unavailable_reason(device=False)``
+  ("numba-cuda is not installed (install the 'cuda' extra: ...)"). Never
+  ``importorskip("numba.cuda")``: numba still ships its own deprecated built-in
+  ``numba.cuda``, which imports without numba-cuda.
+- ``@pytest.mark.gpu``: the test needs a real NVIDIA GPU (never the simulator);
+  without one it is skipped with the cuda Target's ``unavailable_reason()`` (the
+  missing extra, or no usable GPU).
+- Both are decided in ``pytest_runtest_setup``, before any fixture (a module-scoped
+  fixture that runs the simulator must not run for a skipped test), once per
+  session, when the first such test runs: a run with none never imports
+  numba.cuda. ``python -m pytest -p tests.without_numba_cuda`` runs the tests as if
+  numba-cuda were not installed (``tests/without_numba_cuda``).
 """
 
 from __future__ import annotations
@@ -72,33 +85,38 @@ def golden(request: pytest.FixtureRequest) -> Golden:
 
 
 @functools.cache
-def cuda_usable() -> bool:
-    """True when numba can see a working CUDA GPU (evaluated once, on first use).
+def target_unavailable(name: str, *, device: bool) -> str | None:
+    """Why the registered target ``name`` cannot be used here, in its own words
+    (``Target.unavailable_reason``; ``device=False``: its software only), or None."""
+    from fusec.target import get_target
 
-    fusec's own probe comes first when it exists: it prepares the process before
-    numba.cuda's first import (see fusec/targets/cuda/env.py) and says no under the
-    CUDA simulator.
-    """
     try:
-        from fusec.targets.cuda.env import gpu_available
-    except ImportError:
-        gpu_available = None
-    try:
-        if gpu_available is not None:
-            return bool(gpu_available())
-        try:
-            from numba import cuda
-        except ImportError:
-            return False
-        return bool(cuda.is_available())
-    except Exception:  # a broken driver or toolkit means: no usable GPU
-        return False
+        return get_target(name).unavailable_reason(device=device)
+    except Exception as err:  # a broken driver or toolkit: the target is not usable
+        return f"asking target '{name}' failed: {type(err).__name__}: {err}"
 
 
-@pytest.fixture(autouse=True)
-def _skip_gpu_tests_without_cuda(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("gpu") is not None and not cuda_usable():
-        pytest.skip("needs a usable CUDA GPU (none found by numba.cuda)")
+def gpu_unavailable() -> str | None:
+    """Why no real NVIDIA GPU runs the cuda target here, or None when one does."""
+    reason = target_unavailable("cuda", device=True)
+    if reason is None:
+        from fusec.targets.cuda.env import simulator_enabled
+
+        if simulator_enabled():
+            return "NUMBA_ENABLE_CUDASIM=1: Numba's CUDA simulator is no GPU"
+    return reason
+
+
+@pytest.hookimpl(tryfirst=True)  # before skipif's: a missing extra is the first reason
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip a ``requires_target`` or ``gpu`` test that cannot run here (see the module
+    docstring), before its fixtures are set up."""
+    for marker in item.iter_markers("requires_target"):
+        (name,) = marker.args
+        if (reason := target_unavailable(name, device=False)) is not None:
+            pytest.skip(f"target '{name}' is not usable here: {reason}")
+    if item.get_closest_marker("gpu") is not None and (reason := gpu_unavailable()):
+        pytest.skip(f"needs an NVIDIA GPU: {reason}")
 
 
 @pytest.fixture

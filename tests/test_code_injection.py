@@ -298,8 +298,8 @@ print("imported")
 """
 
 
+@pytest.mark.requires_target("cuda")
 def test_cuda_modules_import_without_running_payloads(tmp_path):
-    pytest.importorskip("numba.cuda", reason="numba-cuda (the 'cuda' extra) is not installed")
     marker = tmp_path / "marker"
     paths = []
     for context, payload in payloads(marker).items():

@@ -14,20 +14,14 @@ from cuda_cases import (
     softmax_last,
 )
 
+from fusec.targets.cuda.env import simulator_enabled
 
-def _ptx_support() -> str | None:
-    try:
-        from fusec.targets.cuda.env import cuda_support, simulator_enabled
-    except ImportError as err:
-        return f"fusec.targets.cuda.env does not import: {err}"
-    if simulator_enabled():
-        return "NUMBA_ENABLE_CUDASIM=1 is set: no PTX under the simulator"
-    return cuda_support()
-
-
-pytestmark = pytest.mark.skipif(
-    _ptx_support() is not None, reason=f"the 'cuda' extra is absent: {_ptx_support()}"
-)
+pytestmark = [
+    pytest.mark.requires_target("cuda"),
+    pytest.mark.skipif(
+        simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1 is set: no PTX under the simulator"
+    ),
+]
 
 
 def _ptx(text: str) -> list[tuple[str, str, str]]:

@@ -16,6 +16,8 @@ import pytest
 
 HERE = Path(__file__).parent
 
+pytestmark = pytest.mark.requires_target("cuda")  # the simulator is numba-cuda's
+
 CASES = [
     ("pw_bcast_f16", "pointwise_broadcast", [3, 24, "f16"], "f16"),
     ("cast_rt_f16_exact", "cast_roundtrip", [3, 40, "f16"], "f32"),
@@ -27,6 +29,7 @@ CASES = [
     ("pw_bias_f16", "pointwise_bias", [2, 3, 2, 4, "f16"], "f16"),
     ("pw_unary_f32", "pointwise_every_unary", [21, "f32"], "f32"),
     ("pw_unary_bf16", "pointwise_every_unary", [16, "bf16"], "bf16"),
+    ("pw_domain_f32", "pointwise_domain_math", [19, "f32"], "f32"),
     ("pw_select_f32", "pointwise_select", [3, 10, "f32"], "f32"),
     ("pw_select_f16", "pointwise_select", [2, 24, "f16"], "f16"),
     ("ln_warp_f16", "layernorm_residual", [5, 64, "f16"], "f16"),
@@ -42,7 +45,6 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def sim_results() -> dict:
-    pytest.importorskip("numba.cuda", reason="numba-cuda (the 'cuda' extra) is not installed")
     payload = json.dumps(
         [{"name": c[0], "builder": c[1], "args": c[2], **_scale(c)} for c in CASES]
     )

@@ -10,35 +10,44 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from fusec.targets.cuda.env import simulator_enabled
 from fusec.targets.cuda.gemm import cpp, model
 from fusec.targets.cuda.gemm.config import TileConfig, choose_config
 
 
-def _toolchain() -> str | None:
-    try:
-        from fusec.targets.cuda.env import cuda_support, simulator_enabled
-    except ImportError as err:
-        return str(err)
-    if simulator_enabled():
-        return "NUMBA_ENABLE_CUDASIM=1: no compilation under the simulator"
-    reason = cuda_support()
-    if reason:
-        return reason
+def _nvjitlink_problem() -> str | None:
+    """Why nvJitLink (part of the cuda extra, beside numba-cuda) cannot link here."""
     try:
         from cuda.bindings import nvjitlink
 
         nvjitlink.version()
-    except Exception as err:  # the nvjitlink wheel is part of the cuda extra
+    except Exception as err:
         return f"nvJitLink is not usable: {err}"
     return None
 
 
-needs_toolchain = pytest.mark.skipif(_toolchain() is not None, reason=f"{_toolchain()}")
+_NVJITLINK_PROBLEM = _nvjitlink_problem()
+_TOOLCHAIN_MARKS = (
+    pytest.mark.requires_target("cuda"),  # first: without numba-cuda, the Target's reason
+    pytest.mark.skipif(
+        simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no compilation under the simulator"
+    ),
+    pytest.mark.skipif(_NVJITLINK_PROBLEM is not None, reason=f"{_NVJITLINK_PROBLEM}"),
+)
+
+
+def needs_toolchain(test: Callable[..., None]) -> Callable[..., None]:
+    """Marks a test that builds cubins as on the GPU: it needs the cuda target's software
+    (``requires_target``), nvJitLink, and no simulator."""
+    for mark in _TOOLCHAIN_MARKS:
+        test = mark(test)
+    return test
 
 
 def _cuobjdump() -> str | None:

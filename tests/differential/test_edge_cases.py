@@ -104,7 +104,6 @@ SIM_NAMES = [n for n in NAMES if not uses_anchor(n)]
 
 @pytest.fixture(scope="module")
 def sim_outputs(tmp_path_factory) -> Path:
-    pytest.importorskip("numba.cuda", reason="numba-cuda (the 'cuda' extra) is not installed")
     out = tmp_path_factory.mktemp("edge-sim")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONUNBUFFERED="1")
     done = subprocess.run(
@@ -119,6 +118,7 @@ def sim_outputs(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.requires_target("cuda")
 @pytest.mark.parametrize("name", SIM_NAMES)
 def test_cuda_simulator_matches_the_reference(name, sim_outputs):
     error = sim_outputs / f"{name}.error"

@@ -147,14 +147,14 @@ class CudaTarget(Target):
         "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
     }
 
-    def unavailable_reason(self) -> str | None:
+    def unavailable_reason(self, *, device: bool = True) -> str | None:
         from fusec.extras import install_hint
         from fusec.targets.cuda.env import cuda_support, gpu_available, simulator_enabled
 
         problem = cuda_support()
         if problem is not None:
             return f"{problem} ({install_hint('cuda')})"
-        if not simulator_enabled() and not gpu_available():
+        if device and not simulator_enabled() and not gpu_available():
             return "it needs an NVIDIA GPU, and none is usable here"
         return None
 
