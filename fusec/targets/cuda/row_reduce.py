@@ -13,9 +13,9 @@ row is read from memory once and written once:
   deviations' own sum, so constant rows normalise to exactly 0), then
   ``(x - mean) * rstd * gamma + beta``. A row of huge finite values whose float32
   sums overflow (3e38: the float64 reference is finite) takes its statistics
-  again, of ``x / max|x|`` (one more max reduction, for such rows only): other
-  rows pay two compares, where Welford's merging (PyTorch's) costs a division
-  per element on every row;
+  again, of ``x`` over a power of 2 near ``max|x|`` (one more max reduction, for
+  such rows only): other rows pay two compares, where Welford's merging
+  (PyTorch's) costs a division per element on every row;
 * softmax: the row maximum, then ``exp(x - max)`` (cached) and its sum, then
   ``e * (1 / sum)``.
 
@@ -406,7 +406,7 @@ class _RowsEmitter:
             # Sums of huge finite values overflow float32 (a row of 3e38: mean NaN, var
             # NaN; a row of +-1e20: var Inf), where the float64 reference is finite. Such
             # a row (uniform across the threads that reduce it) takes its statistics
-            # again, of x / max|x|: the result (x - mean) * rstd does not change with the
+            # again, of x / 2^k ~ x / max|x|: (x - mean) * rstd does not change with the
             # scale but for epsilon, scaled alike. A NaN or Inf in the row gives NaN
             # statistics either way (max|x| is Inf, or the NaN reaches the sums).
             inf = literal(math.inf)  # before the clamp of var (which makes NaN 0)
@@ -415,7 +415,8 @@ class _RowsEmitter:
             code.add(4, "a = abs(xr[k])", "top = a if a > top else top")
             code.add(3, f"top = {self.reduce_fn('max')}(top, scratch)")
             code.add(3, f"if top < {literal(math.inf)}:")
-            code.add(4, f"xscale = {literal(1.0)} / top")
+            # a power of 2 (x * xscale exact: a constant row stays constant), normal
+            code.add(4, f"xscale = f32(math.ldexp({literal(1.0)}, 2 - math.frexp(top)[1]))")
             self.layernorm_statistics(code, 4)
             # epsilon scaled alike underflows (3e38: eps / 9e76); var is 0 only for a
             # constant row, whose deviations are exactly 0: any finite rstd gives beta

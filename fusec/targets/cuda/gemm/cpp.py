@@ -572,29 +572,34 @@ def _ln_tile_prologue(spec: GemmSpec) -> str:
               float lo, hi;
               fs_unpack_{dt}(w[e], lo, hi);"""
     total = "((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]))"
-    return f"""      for (int kb = 0; kb < kblocks; ++kb)  // ln=tile: the whole K of the tile
-        fs_bar_wait(bars + 8 * (2 * STAGES + (it + kb) % STAGES), (u32)((it + kb) / STAGES) & 1u);
-      {{
-        const int lr = cw * WM + lt / {tpr};  // the row of the block tile this thread reads
-        const int part = lt % {tpr};
-        const u32 row_at = (u32)lr * 128u;
-        const u32 swz = (u32)(lr % 8);
-        float p[8] = {{0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}};
+    maxima = "".join(
+        f"          top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, {o}));\n"
+        for o in (1, 2, 4)[: tpr.bit_length() - 1]
+    )
+    most = "3.40282347e+38f"  # FLT_MAX (NVRTC has no INFINITY): finite <=> |v| <= it
+    overflowed = f"!(fabsf(mean) <= {most} && ssd <= {most})"
+    floor = "fmaxf(eps, 1.17549435e-38f)" if spec.epilogue.ln_eps > 0 else "eps"
+
+    def statistics(scaled: bool) -> str:
+        """The two passes: ``mean`` and ``ssd`` of the row (times ``xs``, ``scaled``)."""
+        scale = "              lo *= xs;\n              hi *= xs;\n" if scaled else ""
+        return f"""#pragma unroll
+        for (int i = 0; i < 8; ++i) p[i] = 0.0f;
 {each_chunk}
 {unpack}
-              p[2 * e] += lo;  // zero past K
+{scale}              p[2 * e] += lo;  // zero past K
               p[2 * e + 1] += hi;
             }}
           }}
         }}
-        float sum = {total};
-{shuffles.format(var="sum")}        const float mean = sum / (float)K;
+        sum = {total};
+{shuffles.format(var="sum")}        mean = sum / (float)K;
 #pragma unroll
         for (int i = 0; i < 8; ++i) p[i] = 0.0f;
 {each_chunk}
             const bool inside = kb * BK + BK <= K;  // uniform: only the last K step checks
 {unpack}
-              const int col = kb * BK + chunk * 8 + 2 * e;
+{scale}              const int col = kb * BK + chunk * 8 + 2 * e;
               const float dl = inside || col < K ? lo - mean : 0.0f;
               const float dh = inside || col + 1 < K ? hi - mean : 0.0f;
               p[2 * e] = fmaf(dl, dl, p[2 * e]);
@@ -602,8 +607,44 @@ def _ln_tile_prologue(spec: GemmSpec) -> str:
             }}
           }}
         }}
-        float ssd = {total};
-{shuffles.format(var="ssd")}        const float rstd = rsqrtf(ssd / (float)K + {eps}f);
+        ssd = {total};
+{shuffles.format(var="ssd")}"""
+
+    return f"""      for (int kb = 0; kb < kblocks; ++kb)  // ln=tile: the whole K of the tile
+        fs_bar_wait(bars + 8 * (2 * STAGES + (it + kb) % STAGES), (u32)((it + kb) / STAGES) & 1u);
+      {{
+        const int lr = cw * WM + lt / {tpr};  // the row of the block tile this thread reads
+        const int part = lt % {tpr};
+        const u32 row_at = (u32)lr * 128u;
+        const u32 swz = (u32)(lr % 8);
+        float p[8];
+        float sum, mean, ssd;
+{statistics(False)}
+        // A row of huge finite values (bf16 3e38) overflows the float32 sums, where the
+        // float64 reference is finite: such a row takes them again, of x / 2^ilogb(max|x|)
+        // ((x - mean) * rstd does not change with the scale but for eps, scaled alike and
+        // floored: var is 0 only for a constant row, whose deviations are exactly 0). The
+        // whole warp takes the branch (its shuffles need every lane): a row that did not
+        // overflow keeps xs = 1 and gets the same sums again. NaN or Inf: NaN either way.
+        float xs = 1.0f;
+        float eps = {eps}f;
+        const bool huge = {overflowed};
+        if (__any_sync(0xffffffffu, huge)) {{
+          float top = 0.0f;  // fmaxf drops a NaN: the sums keep it
+{each_chunk}
+{unpack}
+              top = fmaxf(top, fmaxf(fabsf(lo), fabsf(hi)));
+            }}
+          }}
+        }}
+{maxima}          if (huge && top <= {most}) {{
+            xs = ldexpf(1.0f, 1 - ilogbf(top));  // a power of 2 (exact scaling), normal
+            eps = {eps}f * xs * xs;
+            eps = {floor};
+          }}
+{statistics(True)}
+        }}
+        const float rstd = rsqrtf(ssd / (float)K + eps);
 #pragma unroll
         for (int kb = 0; kb < STAGES; ++kb) {{
           if (kb >= kblocks) break;
@@ -629,8 +670,8 @@ def _ln_tile_prologue(spec: GemmSpec) -> str:
             const float b[8] = {{b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w}};
             u32 y[4];
 {unpack}
-              y[e] = fs_pack_{dt}(fmaf((lo - mean) * rstd, g[2 * e], b[2 * e]),
-                                  fmaf((hi - mean) * rstd, g[2 * e + 1], b[2 * e + 1]));
+              y[e] = fs_pack_{dt}(fmaf(fmaf(lo, xs, -mean) * rstd, g[2 * e], b[2 * e]),
+                                  fmaf(fmaf(hi, xs, -mean) * rstd, g[2 * e + 1], b[2 * e + 1]));
             }}
             fs_ln_st4(a_row + ((((u32)chunk) ^ swz) << 4), y[0], y[1], y[2], y[3]);
           }}
