@@ -357,8 +357,9 @@ def ln_tile_normalise(
     (``ln_tile_stages``) as ``cpp._ln_tile_prologue`` addresses them: ``128 / rows``
     threads per row (one warpgroup), each reading chunks ``part * chunks + c`` of every
     stage through the swizzle; the mean, then the mean squared deviation of the columns
-    below K, then (x - mean) * rstd * gamma + beta rounded to the stages' type (gamma and
-    beta zero past K). Returns how many times each 16-byte chunk was written (1 each)."""
+    below K (again, of x scaled by a power of 2, where huge finite values overflow them),
+    then (x - mean) * rstd * gamma + beta rounded to the stages' type (gamma and beta zero
+    past K). Returns how many times each 16-byte chunk was written (1 each)."""
     tpr = 128 // rows
     chunks = 8 // tpr
     padded = len(stages) * bk
@@ -378,17 +379,29 @@ def ln_tile_normalise(
             first = swizzled(r, chunk) // 2
             return stages[kb][first : first + 8].astype(np.float32)
 
-        total = np.float32(sum(load(kb, ch).sum(dtype=np.float32) for kb, ch in mine))
-        mean = total / np.float32(k)
-        ssd = np.float32(0)
+        def statistics(xs: np.float32, mine=mine, load=load) -> tuple[np.float32, np.float32]:
+            total = np.float32(sum((load(kb, ch) * xs).sum(dtype=np.float32) for kb, ch in mine))
+            mean = total / np.float32(k)
+            ssd = np.float32(0)
+            for kb, ch in mine:
+                cols = kb * bk + ch * 8 + np.arange(8)
+                dev = np.where(cols < k, load(kb, ch) * xs - mean, np.float32(0))
+                ssd += (dev * dev).sum(dtype=np.float32)
+            return mean, ssd
+
+        with np.errstate(over="ignore", invalid="ignore"):
+            xs, scaled_eps = np.float32(1), np.float32(eps)
+            mean, ssd = statistics(xs)
+            top = max(np.nanmax(np.abs(load(kb, ch))) for kb, ch in mine)
+            if not (np.isfinite(mean) and np.isfinite(ssd)) and np.isfinite(top):
+                # huge finite values: again, over a power of 2 (ldexpf(1, 1 - ilogbf(top)))
+                xs = np.float32(np.ldexp(np.float32(1), 1 - int(np.frexp(top)[1] - 1)))
+                scaled_eps = max(np.float32(eps) * xs * xs, np.finfo(np.float32).tiny)
+                mean, ssd = statistics(xs)
+            rstd = np.float32(1) / np.sqrt(ssd / np.float32(k) + scaled_eps)
         for kb, ch in mine:
             cols = kb * bk + ch * 8 + np.arange(8)
-            dev = np.where(cols < k, load(kb, ch) - mean, np.float32(0))
-            ssd += (dev * dev).sum(dtype=np.float32)
-        rstd = np.float32(1) / np.sqrt(ssd / np.float32(k) + np.float32(eps))
-        for kb, ch in mine:
-            cols = kb * bk + ch * 8 + np.arange(8)
-            y = (load(kb, ch) - mean) * rstd * g[cols] + b[cols]
+            y = (load(kb, ch) * xs - mean) * rstd * g[cols] + b[cols]
             first = swizzled(r, ch) // 2
             stages[kb][first : first + 8] = y.astype(stages[kb].dtype)
             writes[kb, r, ch] += 1

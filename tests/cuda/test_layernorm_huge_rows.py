@@ -1,0 +1,130 @@
+"""LayerNorm of rows of huge finite values on every cuda LayerNorm path (issue #26).
+
+A row of 3e38 (f32, bf16) summed in float32 overflows (mean Inf, then NaN; a row of
++-1e20 overflows the squares), where the float64 reference is finite: a constant row
+normalises to beta, a varied one to unit variance. Each path takes such a row's
+statistics again, of x scaled by a power of 2:
+
+* the ``row_reduce`` kernel (a LayerNorm of its own, warp and block rows): the edge
+  cases ``layernorm-huge-rows-*`` in ``tests/differential/test_edge_cases.py`` run it
+  under the simulator, and on the GPU (``-m gpu``); here, on the GPU, before a GEMM
+  (K >= 1024, N >= K);
+* the GEMM's in-kernel LayerNorm (``ln="tile"``): its numpy model here, and the kernel
+  on the GPU (``-m gpu``);
+* the FlashNorm pre-pass (``ln="fold"``, K between the pipeline's depth and 1024) is
+  not fixed: the GEMM multiplies the raw rows, which overflow by themselves (an xfail,
+  strict, on the GPU).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fusec.targets.cuda.gemm import model
+
+
+def huge_rows(rows: int, k: int, big: float, seed: int = 0) -> np.ndarray:
+    """Constant +-big rows, varied rows of one sign and of alternating signs, rows
+    whose squares only overflow, ordinary rows: float64."""
+    rng = np.random.default_rng(seed)
+    ramp = rng.uniform(0.5, 1.0, k)
+    signs = np.where(np.arange(k) % 2, -1.0, 1.0)
+    kinds = [
+        np.full(k, big),
+        np.full(k, -big),
+        big * ramp,
+        big * signs * ramp,
+        1e20 * signs * ramp,
+        3.0 + rng.standard_normal(k),
+    ]
+    return np.stack([kinds[i % len(kinds)] for i in range(rows)])
+
+
+def layernorm64(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float = 1e-5):
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=1, keepdims=True)
+    var = ((x64 - mean) ** 2).mean(axis=1, keepdims=True)
+    return (x64 - mean) / np.sqrt(var + eps) * gamma.astype(np.float64) + beta.astype(np.float64)
+
+
+@pytest.mark.parametrize("rows, k", [(64, 256), (128, 200)])
+def test_model_of_ln_tile_on_huge_bf16_rows(rows: int, k: int) -> None:
+    """The in-place normalisation's model (``cpp._ln_tile_prologue``'s arithmetic) gives
+    the float64 LayerNorm, rounded to bf16, for rows of 3e38: constant rows exactly beta."""
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    rng = np.random.default_rng(rows + k)
+    x = huge_rows(rows, k, 3e38).astype(bf16)
+    gamma = (1.0 + 0.2 * rng.standard_normal(k)).astype(bf16)
+    beta = (0.2 * rng.standard_normal(k)).astype(bf16)
+    stages = model.ln_tile_stages(x)
+    writes = model.ln_tile_normalise(stages, k, gamma, beta, 1e-5, rows)
+    assert (writes == 1).all()
+    got = model.ln_tile_unswizzle(stages, rows, k).astype(np.float32)
+    ref = layernorm64(x, gamma, beta).astype(bf16).astype(np.float32)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2)
+    assert (got[0] == beta.astype(np.float32)).all() and (got[1] == got[0]).all()
+
+
+#: LayerNorm -> matmul on the GPU: (M, N, K, the path the group takes, the pipeline).
+#: K = 256 fits the pipeline: ``tile-gemm{ln=tile}`` normalises in the GEMM kernel (the
+#: default does so before a softmax); K = N = 1024: a LayerNorm kernel of its own
+#: (``target.layernorm_prologue_problem``), then the GEMM; K = 512 with N = 256 keeps the
+#: prologue, as the FlashNorm pre-pass (``ln=fold``).
+GPU_PATHS = [
+    (1000, 768, 256, "tile", "fusec-default,tile-gemm{ln=tile}"),
+    (512, 1024, 1024, "own kernel", None),
+    (600, 256, 512, "fold", None),
+]
+FOLD_OVERFLOWS = pytest.mark.xfail(
+    strict=True,
+    reason="FlashNorm reads the raw x: x @ (gamma W) of rows of 3e38 overflows in the GEMM "
+    "itself, whatever the statistics (issue #26, not fixed)",
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "m, n, k, path, pipeline",
+    [pytest.param(*c, marks=FOLD_OVERFLOWS if c[3] == "fold" else ()) for c in GPU_PATHS],
+    ids=[c[3] for c in GPU_PATHS],
+)
+def test_layernorm_matmul_of_huge_bf16_rows_gpu(m, n, k, path, pipeline) -> None:
+    """LN(x) @ W in bf16 with rows of 3e38 (constant and varied) and +-1e20 against the
+    float64 reference, output poisoned first: finite, and within bf16's tolerance."""
+    torch = pytest.importorskip("torch")
+    import ml_dtypes
+    from numerics import compare
+    from test_gemm_gpu import matmul_ir
+
+    import fusec
+    from fusec.runtime.reference import run_reference
+    from fusec.targets.cuda.gemm.template import linked_specs
+
+    text = matmul_ir(m, n, k, "bf16", ln=True)
+    compiled = fusec.compile(text, target="cuda", pipeline=pipeline)
+    specs = [s for kernel in compiled.kernels for s in linked_specs(kernel)]
+    gemm = [s for s in specs if type(s).__name__ == "GemmSpec"]
+    assert len(gemm) == 1, [type(s).__name__ for s in specs]
+    own = any(kernel.kind == "row_reduce" for kernel in compiled.kernels)
+    assert own == (path == "own kernel")
+    assert own or gemm[0].config.ln == path
+
+    rng = np.random.default_rng(m + n + k)
+    bf16 = ml_dtypes.bfloat16
+    arrays = [
+        huge_rows(m, k, 3e38).astype(bf16),
+        (rng.standard_normal((k, n)) / k**0.5).astype(bf16),
+        (1.0 + 0.2 * rng.standard_normal(k)).astype(bf16),
+        (0.2 * rng.standard_normal(k)).astype(bf16),
+    ]
+    tensors = [torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).cuda() for a in arrays]
+    (out,) = compiled._runner(tensors, poison=True)
+    got = out.float().cpu().numpy()
+    (ref,) = run_reference(compiled.module, arrays)
+    assert np.isfinite(got).all(), f"{int((~np.isfinite(got)).sum())} elements not finite"
+    result = compare(got, np.asarray(ref, dtype=np.float64), "bf16")
+    assert result.passed, str(result)
