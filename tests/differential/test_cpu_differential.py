@@ -25,10 +25,22 @@ from fusec.runtime.reference import run_reference
 pytestmark = pytest.mark.fuzz
 
 
-@graph_settings(50)
+@graph_settings(10)
 @given(graphs(max_ops=5), st.integers(0, 2**16))
 @example(BIAS_TWO_INDEXINGS, 0)
 def test_cpu_matches_the_reference(graph, seed):
+    """10 graphs in the default lane; ``test_cpu_matches_the_reference_at_length`` 50 more."""
+    _check(graph, seed)
+
+
+@pytest.mark.slow
+@graph_settings(50)
+@given(graphs(max_ops=5), st.integers(0, 2**16))
+def test_cpu_matches_the_reference_at_length(graph, seed):
+    _check(graph, seed)
+
+
+def _check(graph, seed: int) -> None:
     text = graph.text()
     compiled = fusec.compile(text, target="cpu")
     assert len(compiled.kernels) <= kernel_budget(graph)

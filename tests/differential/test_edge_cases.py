@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from differential import least_precise, mismatch, poison
 from edge_cases import PATHS, cases, uses_anchor
+from lanes import one_per_group, sampled, selected_params
 
 import fusec
 from fusec.dialect.ops import spec_of
@@ -66,7 +67,12 @@ def _same_as_reference(name: str, outputs: list[np.ndarray]) -> None:
     check(list(outputs))
 
 
-@pytest.mark.parametrize("name", NAMES)
+#: The op cases the default lane runs: one dtype of each op, rotating; the slow lane
+#: runs the others.
+DEFAULT_OPS = one_per_group(NAMES, lambda name: name.rsplit("-", 1)[0])
+
+
+@pytest.mark.parametrize("name", sampled(NAMES, DEFAULT_OPS))
 def test_reference_has_numpy_semantics(name):
     CASES[name][2](_reference(name))
 
@@ -82,7 +88,7 @@ DEFAULT_PATHS = {
 
 
 def _lane(name: str):
-    slow = name in PATHS and name not in DEFAULT_PATHS
+    slow = name not in DEFAULT_PATHS if name in PATHS else not DEFAULT_OPS(0, name)
     return pytest.param(name, marks=pytest.mark.slow) if slow else name
 
 
@@ -103,11 +109,13 @@ SIM_NAMES = [n for n in NAMES if not uses_anchor(n)]
 
 
 @pytest.fixture(scope="module")
-def sim_outputs(tmp_path_factory) -> Path:
+def sim_outputs(request, tmp_path_factory) -> Path:
+    """The simulator's outputs of the cases this session runs (one subprocess)."""
+    names = selected_params(request, "test_cuda_simulator_matches_the_reference", "name")
     out = tmp_path_factory.mktemp("edge-sim")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONUNBUFFERED="1")
     done = subprocess.run(
-        [sys.executable, str(HERE / "edge_sim_runner.py"), str(out), *SIM_NAMES],
+        [sys.executable, str(HERE / "edge_sim_runner.py"), str(out), *names],
         capture_output=True,
         text=True,
         env=env,
@@ -119,7 +127,7 @@ def sim_outputs(tmp_path_factory) -> Path:
 
 
 @pytest.mark.requires_target("cuda")
-@pytest.mark.parametrize("name", SIM_NAMES)
+@pytest.mark.parametrize("name", sampled(SIM_NAMES, 7))  # default lane: every 7th
 def test_cuda_simulator_matches_the_reference(name, sim_outputs):
     error = sim_outputs / f"{name}.error"
     assert not error.exists(), error.read_text()
