@@ -300,7 +300,8 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     else:
         source_text, source_name = read_source(text_or_path)
         module = parse_module(source_text, source_name)
-    phases = [PassTiming("parse", time.perf_counter() - clock, clock)]
+    read = "copy the module" if source_text is None else "parse"
+    phases = [PassTiming(read, time.perf_counter() - clock, clock)]
     timings: list[PassTiming] = []
     from fusec.passes.fusion.remarks import collect
 

@@ -120,7 +120,7 @@ def _compile(args: argparse.Namespace, timing: Any) -> int:
     gpu_code = args.emit in ("ptx", "cuda")  # PTX and generated C++: the cuda target's
     target = "cuda" if gpu_code and args.target == "auto" else args.target
     compiled = fusec_compile(
-        _source(args),
+        _timed_source(args, timing),
         target=target,
         pipeline=args.pipeline,
         entry=args.entry,
@@ -203,6 +203,14 @@ def _source(args: argparse.Namespace):
     if args.input_shape:
         raise FusecError("--input-shape applies to .onnx models only")
     return Path(args.file)  # always a path (a file name may hold a newline or a brace)
+
+
+def _timed_source(args: argparse.Namespace, timing: Any):
+    """``_source``, its ONNX import timed as a phase of ``--timing``."""
+    if timing is None or not _is_onnx(args.file):
+        return _source(args)
+    with timing.phase("ONNX import"):
+        return _source(args)
 
 
 #: How ``fusec.compile`` names IR given as text, and how a diagnostic names stdin.
@@ -330,7 +338,7 @@ def _run(args: argparse.Namespace, timing: Any) -> int:
 
     with showing_runtime_progress(not args.quiet):
         result = runner.run(
-            _source(args),
+            _timed_source(args, timing),
             target=args.target,
             pipeline=args.pipeline,
             entry=args.entry,

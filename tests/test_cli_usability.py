@@ -203,3 +203,33 @@ def test_bfloat16_arrays_still_work_where_ml_dtypes_comes_late():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def _relu_onnx(tmp_path: Path) -> Path:
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in ("x", "y")]
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", info[:1], info[1:])
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_timing_of_an_onnx_model_counts_its_import(tmp_path: Path, capsys):
+    path = _relu_onnx(tmp_path)
+    assert cli.main(["compile", str(path), "--target", "reference", "--timing"]) == 0
+    whats = [line.split(" ms  ")[1] for line in capsys.readouterr().err.splitlines()[1:]]
+    assert whats.index("ONNX import") < whats.index("copy the module") < whats.index("passes (5)")
+
+
+def test_conformance_shows_its_progress_per_case(monkeypatch, capsys):
+    pytest.importorskip("onnx")
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)  # show even short work
+    assert cli.main(["conformance", "--op", "Relu", "--target", "reference"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("fusec: conformance cases: 1/")
+    assert re.fullmatch(r"fusec: conformance cases: (\d+)/\1, .*", lines[-1])  # the final count
+    assert "pass " in lines[-1] and "wrong 0" in lines[-1]
+    assert cli.main(["conformance", "--op", "Relu", "--target", "reference", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""

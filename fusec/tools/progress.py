@@ -44,6 +44,7 @@ class Meter:
         self._start = time.monotonic()
         self._last_line: float | None = None  # when a plain line was last written
         self._shown = -1  # the count it showed
+        self._note = ""  # the last step's
         self._bar: Any = None
         if self._enabled and _is_terminal(self._stream):
             from tqdm import tqdm  # imported only when a bar may be drawn
@@ -61,6 +62,7 @@ class Meter:
     def advance(self, note: str = "") -> None:
         """One more step done; ``note`` names it (shown on the bar and the lines)."""
         self.done += 1
+        self._note = note
         if not self._enabled:
             return
         if self._bar is not None:
@@ -72,7 +74,7 @@ class Meter:
         if now - self._start < DELAY_S:
             return
         if self._last_line is None or now - self._last_line >= LINE_EVERY_S:
-            self._line(note)
+            self._line()
             self._last_line = now
 
     def close(self) -> None:
@@ -81,7 +83,7 @@ class Meter:
             self._bar.close()
             self._bar = None
         elif self._enabled and self._last_line is not None and self.done != self._shown:
-            self._line("")
+            self._line()
         self._enabled = False
 
     def __enter__(self) -> Meter:
@@ -90,9 +92,9 @@ class Meter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _line(self, note: str) -> None:
+    def _line(self) -> None:
         elapsed = time.monotonic() - self._start
-        suffix = f" ({note})" if note else ""
+        suffix = f" ({self._note})" if self._note else ""
         self._stream.write(
             f"fusec: {self.task}: {self.done}/{self.total}, {elapsed:.0f} s{suffix}\n"
         )
