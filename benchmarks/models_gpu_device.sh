@@ -16,7 +16,8 @@
 #              under .cache/zoo, so a second call adds the cases (or the torch.compile pass)
 #              the first one had no time for
 #   SUFFIX     the files' suffix (default <date>-h200; RESUME=1: the resumed run's)
-#   TESTS=1    first run tests/cuda/test_zoo_gpu.py (-m gpu; about 60-120 s, out of BUDGET)
+#   TESTS=1    first run tests/cuda/test_zoo_gpu.py (-m gpu, 4 workers; at most 240 s, cold
+#              kernel builds dominate; out of BUDGET)
 # Kernels (FUSEC_CACHE_DIR) and torch.compile's caches live under the repository's ignored
 # .cache/, so a second call on a warm machine compiles less. Everything lands in $OUT: the
 # table (.md, .json), the raw JSON lines, the bar chart (.png) and the workers' logs (.tgz).
@@ -38,7 +39,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
   --format=csv | tee "$W/device.txt"
 if [ "${TESTS:-0}" = 1 ]; then
   t=$SECONDS
-  timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --tb=short \
+  timeout 240 python3 -m pytest -m gpu -q -n 4 -p no:cacheprovider -rfE --tb=short \
     tests/cuda/test_zoo_gpu.py > "$W/tests.log" 2>&1
   echo "== zoo gpu tests: rc=$? in $((SECONDS - t)) s"
   grep -E "^FAILED|^ERROR|passed|failed|skipped" "$W/tests.log" | tail -20
