@@ -104,6 +104,44 @@ def clip(x: Any, min: float | None = None, max: float | None = None) -> Traced: 
     return _trace("clip", x).emit(ai.ClipOp, (x,), **bounds)
 
 
+def _float_attr(name: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise user_error(f"fusec.ops.{name}: {key} must be a number, got {value!r}")
+    return float(value)
+
+
+def _activation(op_cls: type[ai.AiOp], name: str) -> Callable[..., Traced]:
+    """``fusec.ops.<name>`` for a unary op whose attributes are floats (alpha, beta,
+    gamma), taken as keywords with the op's defaults."""
+
+    def activation(x: Any, **attrs: Any) -> Traced:
+        declared = op_cls.declared_properties()
+        for key in attrs:
+            if key not in declared:
+                known = ", ".join(declared)
+                raise user_error(f"fusec.ops.{name}: unknown keyword {key!r} (takes {known})")
+        values = {key: _float_attr(name, key, value) for key, value in attrs.items()}
+        return _trace(name, x).emit(op_cls, (x,), **values)
+
+    defaults = ", ".join(
+        f"{key}={ai.python_value(prop.default_value)}"
+        for key, prop in op_cls.declared_properties().items()
+        if prop.default_value is not None
+    )
+    activation.__name__ = activation.__qualname__ = name
+    activation.__doc__ = f"{op_cls.__doc__} (keywords: {defaults})"
+    activation.__module__ = __name__
+    return activation
+
+
+leaky_relu = _activation(ai.LeakyReluOp, "leaky_relu")
+elu = _activation(ai.EluOp, "elu")
+selu = _activation(ai.SeluOp, "selu")
+celu = _activation(ai.CeluOp, "celu")
+hard_sigmoid = _activation(ai.HardSigmoidOp, "hard_sigmoid")
+thresholded_relu = _activation(ai.ThresholdedReluOp, "thresholded_relu")
+
+
 def isnan(x: Any) -> Traced:
     """1 where x is NaN, else 0 (in x's element type): a condition for ``where``."""
     return _trace("isnan", x).emit(ai.IsNanOp, (x,))
@@ -310,6 +348,12 @@ __all__ = sorted(
         "bias_add",
         "cast",
         "clip",
+        "leaky_relu",
+        "elu",
+        "selu",
+        "celu",
+        "hard_sigmoid",
+        "thresholded_relu",
         "conv2d",
         "gelu",
         "isnan",

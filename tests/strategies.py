@@ -671,6 +671,106 @@ def _gather(s: _Drawer, x: int) -> int:
     return s.node(ai.GatherOp, [x], s.bound[x], axis=axis, indices=indices)
 
 
+def _on_domain(op_cls: type[AiOp], prepare: Callable[[_Drawer, int], int], bound: float):
+    """A unary op on an operand ``prepare`` brings into the op's (well-conditioned) domain."""
+
+    def build(s: _Drawer, x: int) -> int:
+        return s.node(op_cls, [prepare(s, x)], bound)
+
+    return build
+
+
+def _unit_interval(s: _Drawer, x: int) -> int:
+    """sigmoid(tame(x)): in [0.12, 0.88], inside asin's, acos's and atanh's domains."""
+    return s.node(ai.SigmoidOp, [s.tame(x, 2.0)], 1.0)
+
+
+def _exact_operand(s: _Drawer, x: int) -> int:
+    """A function argument of x's shape and type: a step function (floor, sign, a
+    threshold) of a computed value could flip where float32 and the float64 reference
+    round the value differently; of an argument both see the same value."""
+    spec = s.spec(x)
+    return s.pick(lambda u: isinstance(s.defs[u], Arg) and s.spec(u) == spec) or s.arg(spec.shape)
+
+
+def _steps(op_cls: type[AiOp]) -> Callable[[_Drawer, int], int]:
+    def build(s: _Drawer, x: int) -> int:
+        operand = _exact_operand(s, x)
+        attrs = {}
+        if op_cls is ai.ThresholdedReluOp:
+            attrs["alpha"] = s.draw(st.sampled_from([-0.5, 0.0, 0.25, 1.0]))
+        return s.node(op_cls, [operand], s.bound[operand] + 1.0, **attrs)
+
+    return build
+
+
+def _alpha_activation(op_cls: type[AiOp], *keys: str) -> Callable[[_Drawer, int], int]:
+    """An activation with float attributes, drawn (positive: celu divides by alpha)."""
+
+    def build(s: _Drawer, x: int) -> int:
+        attrs = {k: s.draw(st.sampled_from([0.1, 0.5, 1.0, 1.5])) for k in keys}
+        scale = math.prod(attrs.values()) if attrs else 1.0
+        return s.node(op_cls, [x], (s.bound[x] + 1.0) * max(scale, 2.0), **attrs)
+
+    return build
+
+
+def _hard_sigmoid(s: _Drawer, x: int) -> int:
+    alpha = s.draw(st.sampled_from([0.2, 1.0 / 6.0, 0.5]))
+    beta = s.draw(st.sampled_from([0.5, 0.25]))
+    return s.node(ai.HardSigmoidOp, [x], 1.0, alpha=alpha, beta=beta)
+
+
+def _tamed(op_cls: type[AiOp], limit: float, bound: Callable[[float], float]):
+    def build(s: _Drawer, x: int) -> int:
+        x = s.tame(x, limit)
+        return s.node(op_cls, [x], bound(s.bound[x]))
+
+    return build
+
+
+def _log(s: _Drawer, x: int) -> int:
+    return s.node(ai.LogOp, [s.positive_of(x)], 1.0)
+
+
+def _reciprocal(s: _Drawer, x: int) -> int:
+    return s.node(ai.ReciprocalOp, [s.positive_of(x)], math.e)
+
+
+def _acosh(s: _Drawer, x: int) -> int:
+    """acosh(exp(exp(tanh(x)))): its operand is >= e**(1/e) > 1.44, away from the
+    square-root singularity at 1."""
+    above = s.node(ai.ExpOp, [s.positive_of(x)], math.exp(math.e))
+    return s.node(ai.AcoshOp, [above], 4.0)
+
+
+#: The activations and unary maths of ONNX's float operators that need an operand in
+#: range, exact operands or drawn attributes.
+_MATH_BUILDERS: dict[type[AiOp], Callable[[_Drawer, int], int]] = {
+    ai.LogOp: _log,
+    ai.ReciprocalOp: _reciprocal,
+    ai.AsinOp: _on_domain(ai.AsinOp, _unit_interval, 1.6),
+    ai.AcosOp: _on_domain(ai.AcosOp, _unit_interval, 1.6),
+    ai.AtanhOp: _on_domain(ai.AtanhOp, _unit_interval, 1.4),
+    ai.AcoshOp: _acosh,
+    ai.TanOp: _tamed(ai.TanOp, 1.0, lambda b: math.tan(min(b, 1.0)) + 1.0),
+    ai.SinOp: _tamed(ai.SinOp, 16.0, lambda b: 1.0),
+    ai.CosOp: _tamed(ai.CosOp, 16.0, lambda b: 1.0),
+    ai.SinhOp: _tamed(ai.SinhOp, 4.0, lambda b: math.sinh(b) + 1.0),
+    ai.CoshOp: _tamed(ai.CoshOp, 4.0, lambda b: math.cosh(b) + 1.0),
+    ai.FloorOp: _steps(ai.FloorOp),
+    ai.CeilOp: _steps(ai.CeilOp),
+    ai.RoundOp: _steps(ai.RoundOp),
+    ai.SignOp: _steps(ai.SignOp),
+    ai.ThresholdedReluOp: _steps(ai.ThresholdedReluOp),
+    ai.LeakyReluOp: _alpha_activation(ai.LeakyReluOp, "alpha"),
+    ai.EluOp: _alpha_activation(ai.EluOp, "alpha"),
+    ai.CeluOp: _alpha_activation(ai.CeluOp, "alpha"),
+    ai.SeluOp: _alpha_activation(ai.SeluOp, "alpha", "gamma"),
+    ai.HardSigmoidOp: _hard_sigmoid,
+}
+
+
 def build_reduce(op_cls: type[AiOp]) -> Callable[[_Drawer, int], int]:
     def build(s: _Drawer, x: int) -> int:
         rank = s.spec(x).rank
@@ -777,6 +877,7 @@ BUILDERS: dict[type[AiOp], Callable[[_Drawer, int], int]] = {
     ai.LayerNormOp: _layernorm,
     ai.SoftmaxOp: _softmax,
     ai.CastOp: _cast,
+    **_MATH_BUILDERS,
 }
 
 

@@ -70,6 +70,12 @@ def _instances(op_type: type[ai.AiOp]) -> list[ai.AiOp]:
             variants.append(ai.GeluOp(x, approximate="tanh"))
         if op_type is ai.ClipOp:
             variants += [ai.ClipOp(x, min=0.0, max=6.0), ai.ClipOp(x, min=-1.5)]
+        if op_type in (ai.LeakyReluOp, ai.EluOp, ai.CeluOp, ai.ThresholdedReluOp):
+            variants.append(op_type(x, alpha=-0.75 if op_type is ai.ThresholdedReluOp else 2.5))
+        if op_type is ai.HardSigmoidOp:
+            variants.append(ai.HardSigmoidOp(x, alpha=0.5, beta=0.25))
+        if op_type is ai.SeluOp:
+            variants.append(ai.SeluOp(x, alpha=2.0, gamma=3.0))
         return variants
     raise AssertionError(f"no sample instance for {op_type.name}")
 
@@ -258,6 +264,20 @@ FLOAT32_MATH = types.SimpleNamespace(
     erf=lambda x: f32(math.erf(x)),
     erfc=lambda x: f32(math.erfc(x)),
     pow=np.power,
+    log=np.log,
+    log1p=np.log1p,
+    expm1=np.expm1,
+    sin=np.sin,
+    cos=np.cos,
+    tan=np.tan,
+    asin=np.arcsin,
+    acos=np.arccos,
+    atan=np.arctan,
+    sinh=np.sinh,
+    cosh=np.cosh,
+    asinh=np.arcsinh,
+    acosh=np.arccosh,
+    atanh=np.arctanh,
     inf=math.inf,
     nan=math.nan,
 )

@@ -340,6 +340,8 @@ class TorchLanguage(Language):
         "pow": "torch.pow",
         "fabs": "torch.abs",
         "copysign": "torch.copysign",
+        **{f: f"torch.{f}" for f in ("log", "log1p", "expm1", "sin", "cos", "tan", "sinh", "cosh")},
+        **{f: f"torch.{f}" for f in ("asin", "acos", "atan", "asinh", "acosh", "atanh")},
     }
 
     def literal(self, value: float) -> str:

@@ -51,7 +51,10 @@ class Pattern(IntEnum):
 
 
 #: The math functions a scalar expression may call (each language renders them).
-MATH_FUNCTIONS = ("tanh", "sqrt", "erf", "erfc", "fabs", "copysign", "pow")
+MATH_FUNCTIONS = (
+    "tanh", "sqrt", "erf", "erfc", "fabs", "copysign", "pow", "log", "log1p", "expm1",
+    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+)  # fmt: skip
 
 
 class ScalarBuilder(Protocol):

@@ -444,6 +444,106 @@ def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
 
 
 # --------------------------------------------------------------------------
+# more activations and unary maths (ONNX's float operators)
+# --------------------------------------------------------------------------
+
+
+def unary_math(x: np.ndarray, function: np.ufunc) -> np.ndarray:
+    """A numpy ufunc (``np.log``, ``np.sin``, ``np.rint``, ...) in the compute dtype:
+    outside its domain the result is NaN or inf, as in C's math library."""
+    xa, out_dt = _unary_float(x)
+    with np.errstate(all="ignore"):
+        return _finish(function(xa), out_dt)
+
+
+def sign(x: np.ndarray) -> np.ndarray:
+    """-1, 0 or 1 (0.0 for both zeros, NaN for NaN), as ``numpy.sign``."""
+    return unary_math(x, np.sign)
+
+
+def reciprocal(x: np.ndarray) -> np.ndarray:
+    """1 / x."""
+    xa, out_dt = _unary_float(x)
+    with np.errstate(all="ignore"):
+        return _finish(np.float32(1.0).astype(xa.dtype) / xa, out_dt)
+
+
+def hard_sigmoid(x: np.ndarray, alpha: float, beta: float) -> np.ndarray:
+    """max(0, min(1, alpha * x + beta)); NaN propagates."""
+    xa, out_dt = _unary_float(x)
+    with np.errstate(all="ignore"):
+        y = xa * xa.dtype.type(alpha) + xa.dtype.type(beta)
+    return _finish(np.clip(y, 0.0, 1.0).astype(y.dtype, copy=False), out_dt)
+
+
+def hard_swish(x: np.ndarray) -> np.ndarray:
+    """x * hard_sigmoid(x, 1/6, 1/2) (-0.0 at -inf, the limit, as ``silu``)."""
+    xa, out_dt = _unary_float(x)
+    gate = hard_sigmoid(xa, 1.0 / 6.0, 0.5)
+    with np.errstate(all="ignore"):
+        return _finish(_fix_neg_inf(xa, xa * gate), out_dt)
+
+
+def leaky_relu(x: np.ndarray, alpha: float) -> np.ndarray:
+    """x where x >= 0, else alpha * x (NaN and -0.0 pass through)."""
+    xa, out_dt = _unary_float(x)
+    with np.errstate(all="ignore"):
+        return _finish(np.where(xa < 0, xa * xa.dtype.type(alpha), xa), out_dt)
+
+
+def prelu(x: np.ndarray, slope: np.ndarray) -> np.ndarray:
+    """x where x >= 0, else slope * x (numpy broadcasting)."""
+    x, slope = np.asarray(x), np.asarray(slope)
+    with np.errstate(all="ignore"):
+        y = np.where(x < 0, x * slope, x)
+    return y.astype(_result_dtype(x, slope), copy=False)
+
+
+def elu(x: np.ndarray, alpha: float, gamma: float = 1.0, scale_input: bool = False) -> np.ndarray:
+    """x where x > 0, else alpha * (exp(x) - 1), all times ``gamma`` (SELU); with
+    ``scale_input`` the exponential is of x / alpha (CELU). ``expm1``: no cancellation."""
+    xa, out_dt = _unary_float(x)
+    a = xa.dtype.type(alpha)
+    with np.errstate(all="ignore"):
+        y = np.where(xa > 0, xa, a * np.expm1(xa / a if scale_input else xa))
+        if gamma != 1.0:
+            y = xa.dtype.type(gamma) * y
+    return _finish(y, out_dt)
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    """log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): no overflow, no cancellation."""
+    xa, out_dt = _unary_float(x)
+    return _finish(_softplus(xa), out_dt)
+
+
+def _softplus(xa: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return np.maximum(xa, 0) + np.log1p(np.exp(-np.abs(xa)))
+
+
+def softsign(x: np.ndarray) -> np.ndarray:
+    """x / (1 + |x|) (NaN at +-inf, as the formula and ONNX give)."""
+    xa, out_dt = _unary_float(x)
+    with np.errstate(all="ignore"):
+        return _finish(xa / (1 + np.abs(xa)), out_dt)
+
+
+def mish(x: np.ndarray) -> np.ndarray:
+    """x * tanh(softplus(x)) (-0.0 at -inf, the limit, as ``silu``)."""
+    xa, out_dt = _unary_float(x)
+    with np.errstate(all="ignore"):
+        return _finish(_fix_neg_inf(xa, xa * np.tanh(_softplus(xa))), out_dt)
+
+
+def thresholded_relu(x: np.ndarray, alpha: float) -> np.ndarray:
+    """x where x > alpha, else 0; NaN propagates (as PyTorch's threshold and ``relu``)."""
+    xa, out_dt = _unary_float(x)
+    keep = (xa > xa.dtype.type(alpha)) | np.isnan(xa)
+    return _finish(np.where(keep, xa, xa.dtype.type(0)), out_dt)
+
+
+# --------------------------------------------------------------------------
 # binary element-wise ops (numpy broadcasting)
 # --------------------------------------------------------------------------
 

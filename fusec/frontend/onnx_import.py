@@ -765,6 +765,63 @@ def _max_min(imp: Importer, node: Node) -> list[SSAValue]:
     return [result]
 
 
+@converter("Sum", "Mean", attrs=("consumed_inputs",))
+def _sum_mean(imp: Importer, node: Node) -> list[SSAValue]:
+    """A chain of ai.add (the inputs broadcast together); Mean divides by their count."""
+    values = [imp.value(name) for name in node.proto.input if name]
+    if not values:
+        raise imp.error("needs at least one input")
+    result = values[0]
+    for other in values[1:]:
+        result = imp.emit(ai.AddOp, result, other)
+    if node.op_type == "Mean" and len(values) > 1:
+        result = imp.emit(ai.DivOp, result, imp.scalar(len(values), result))
+    return [result]
+
+
+#: Activations whose ONNX attributes are the op's own (same names and defaults).
+_ACTIVATIONS: dict[str, type[ai.AiOp]] = {
+    "LeakyRelu": ai.LeakyReluOp,
+    "Elu": ai.EluOp,
+    "Selu": ai.SeluOp,
+    "Celu": ai.CeluOp,
+    "HardSigmoid": ai.HardSigmoidOp,
+    "ThresholdedRelu": ai.ThresholdedReluOp,
+}
+
+
+@converter(*_ACTIVATIONS, attrs=("alpha", "beta", "gamma", "consumed_inputs"))
+def _activation(imp: Importer, node: Node) -> list[SSAValue]:
+    op = _ACTIVATIONS[node.op_type]
+    declared = op.declared_properties()
+    attrs = {k: float(v) for k, v in node.attrs.items() if k != "consumed_inputs"}
+    for key in attrs:
+        if key not in declared:
+            raise imp.error(f"unsupported attribute '{key}'", "attribute")
+    return [imp.emit(op, imp.input(node, 0), **attrs)]
+
+
+@converter("Dropout", attrs=("ratio", "seed", "is_test", "consumed_inputs"))
+def _dropout(imp: Importer, node: Node) -> list[SSAValue | None]:
+    """Inference: the identity. Training mode (a true ``training_mode`` input, or
+    ``is_test=0`` before opset 7) is refused, as is the mask output (a boolean)."""
+    training = imp.array(node, 2)
+    if imp.optional_input_name(node, 2) is not None and training is None:
+        raise imp.error(
+            "training_mode is computed at run time: fusec compiles inference only", "attribute"
+        )
+    ratio = imp.array(node, 1)
+    drops = float(node.attrs.get("ratio", 0.5) if ratio is None else np.asarray(ratio).item())
+    if training is not None and bool(np.asarray(training).item()) and drops != 0.0:
+        raise imp.error("training_mode=1 is not supported (inference only)", "attribute")
+    if imp.opset < 7 and node.attrs.get("is_test", 0) == 0:
+        raise imp.error("is_test=0 (opset < 7) is training mode: not supported", "attribute")
+    mask = node.proto.output[1] if len(node.proto.output) > 1 else ""
+    if mask and imp.uses[mask]:
+        raise imp.error("the mask output (a boolean tensor) is not supported", "dtype")
+    return [imp.input(node, 0)]
+
+
 @converter("Gelu", attrs=("approximate",))
 def _gelu(imp: Importer, node: Node) -> list[SSAValue]:
     approximate = node.attrs.get("approximate", "none")
@@ -779,6 +836,18 @@ def _cast(imp: Importer, node: Node) -> list[SSAValue]:
     if "to" not in node.attrs:
         raise imp.error("attribute 'to' is required")
     to = imp.element_type(node.attrs["to"], "the cast target")
+    return [x if dtype_of(x) == to else imp.emit(ai.CastOp, x, to)]
+
+
+@converter("CastLike", attrs=("saturate", "round_mode"))
+def _cast_like(imp: Importer, node: Node) -> list[SSAValue]:
+    """Cast to the element type of the second input (a value or a constant)."""
+    x = imp.input(node, 0)
+    like = imp.array(node, 1)
+    if like is not None:
+        to = imp.dtype_of_array(node.proto.input[1], like)
+    else:
+        to = dtype_of(imp.input(node, 1))
     return [x if dtype_of(x) == to else imp.emit(ai.CastOp, x, to)]
 
 
@@ -836,6 +905,11 @@ def _add_gemm_bias(imp: Importer, node: Node, y: SSAValue, beta: float) -> SSAVa
 @converter("Softmax", attrs=("axis",))
 def _softmax(imp: Importer, node: Node) -> list[SSAValue]:
     x = imp.input(node, 0)
+    return [imp.emit(ai.SoftmaxOp, x, axis=_softmax_axis(imp, node, x) - len(shape_of(x)))]
+
+
+def _softmax_axis(imp: Importer, node: Node, x: SSAValue) -> int:
+    """The one axis a Softmax or LogSoftmax normalises over (in [0, rank))."""
     shape = shape_of(x)
     rank = len(shape)
     axis = node.attrs.get("axis", -1 if imp.opset >= 13 else 1)
@@ -848,13 +922,13 @@ def _softmax(imp: Importer, node: Node) -> list[SSAValue]:
         big = [d for d in range(axis, rank) if shape[d] != 1]
         if len(big) > 1:
             raise imp.error(
-                f"opset {imp.opset} Softmax with axis={axis} normalises over the flattened "
+                f"opset {imp.opset} {node.op_type} with axis={axis} normalises over the flattened "
                 f"dims {list(shape[axis:])}, which ai.softmax cannot express (opset >= 13 "
                 "normalises over one axis)",
                 "attribute",
             )
         axis = big[0] if big else rank - 1
-    return [imp.emit(ai.SoftmaxOp, x, axis=axis - rank)]
+    return axis
 
 
 @converter("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))
@@ -942,6 +1016,89 @@ def _layer_norm_stats(imp: Importer, x: SSAValue, axis: int, epsilon: float) -> 
     var = imp.emit(ai.ReduceMeanOp, square, axes=axes, keepdims=True)
     std = imp.emit(ai.SqrtOp, imp.emit(ai.AddOp, var, imp.scalar(epsilon, var)))
     return [mean, imp.emit(ai.DivOp, imp.scalar(1.0, std), std)]
+
+
+@converter("RMSNormalization", attrs=("axis", "epsilon", "stash_type"))
+def _rms_normalization(imp: Importer, node: Node) -> list[SSAValue]:
+    """x / sqrt(mean(x^2 over dims [axis:]) + epsilon) * scale, the statistics in f32
+    (the stash type) as LayerNormalization's."""
+    x, scale = imp.input(node, 0), imp.input(node, 1)
+    rank = len(shape_of(x))
+    axis = int(node.attrs.get("axis", -1))
+    if not -rank <= axis < rank:
+        raise imp.error(f"axis {axis} is out of range for rank {rank}")
+    if node.attrs.get("stash_type", 1) != 1:
+        raise imp.error(f"stash_type={node.attrs['stash_type']} is not supported", "attribute")
+    epsilon = float(node.attrs.get("epsilon", 1e-5))
+    xs = x if dtype_of(x) == "f32" else imp.emit(ai.CastOp, x, "f32")
+    axes = tuple(range(axis % rank, rank))
+    mean_square = imp.emit(ai.ReduceMeanOp, _square(imp, xs), axes=axes, keepdims=True)
+    rms = imp.emit(ai.SqrtOp, imp.emit(ai.AddOp, mean_square, imp.scalar(epsilon, mean_square)))
+    y = imp.emit(ai.DivOp, xs, rms)
+    y = y if dtype_of(x) == "f32" else imp.emit(ai.CastOp, y, dtype_of(x))
+    return [_broadcast_into(imp, ai.MulOp, y, scale)]
+
+
+def _normalise_rows(imp: Importer, x: SSAValue, rows: tuple[int, ...], epsilon: float) -> SSAValue:
+    """``x`` viewed as ``rows`` (its last dim the normalised elements), each row
+    normalised by ai.layernorm (scale 1, bias 0)."""
+    return _normalise_last_axis(imp, _reshape_to(imp, x, rows), None, None, epsilon)
+
+
+def _per_channel(imp: Importer, node: Node, index: int, channels: int, rank: int) -> SSAValue:
+    """Input ``index`` (C values) shaped (C, 1, ..., 1) to broadcast over an N x C x ...
+    tensor of ``rank``."""
+    value = imp.input(node, index)
+    if math.prod(shape_of(value)) != channels:
+        raise imp.error(f"input #{index} must have {channels} values, got {value.type}")
+    return _reshape_to(imp, value, (channels,) + (1,) * (rank - 2))
+
+
+@converter("InstanceNormalization", attrs=("epsilon",))
+def _instance_normalization(imp: Importer, node: Node) -> list[SSAValue]:
+    """Each (n, c) plane normalised (ai.layernorm over its elements), then scale and bias
+    per channel."""
+    x = imp.input(node, 0)
+    shape = shape_of(x)
+    if len(shape) < 3:
+        raise imp.error(f"input must be N x C x spatial dims, got {x.type}")
+    n, c, rank = shape[0], shape[1], len(shape)
+    epsilon = float(node.attrs.get("epsilon", 1e-5))
+    planes = _normalise_rows(imp, x, (n, c, math.prod(shape[2:])), epsilon)
+    y = _reshape_to(imp, planes, shape)
+    y = imp.emit(ai.MulOp, y, _per_channel(imp, node, 1, c, rank))
+    return [imp.emit(ai.AddOp, y, _per_channel(imp, node, 2, c, rank))]
+
+
+@converter("GroupNormalization", attrs=("epsilon", "num_groups", "stash_type"))
+def _group_normalization(imp: Importer, node: Node) -> list[SSAValue]:
+    """The channels split into ``num_groups`` groups, each (n, group) normalised over its
+    channels and spatial elements (ai.layernorm), then scale and bias: per channel
+    (opset 21), or per group (opset 18, parameters of G values)."""
+    x = imp.input(node, 0)
+    shape = shape_of(x)
+    if len(shape) < 3:
+        raise imp.error(f"input must be N x C x spatial dims, got {x.type}")
+    if node.attrs.get("stash_type", 1) != 1:
+        raise imp.error(f"stash_type={node.attrs['stash_type']} is not supported", "attribute")
+    if "num_groups" not in node.attrs:
+        raise imp.error("attribute 'num_groups' is required")
+    groups = int(node.attrs["num_groups"])
+    n, c, rank = shape[0], shape[1], len(shape)
+    if groups <= 0 or c % groups:
+        raise imp.error(f"num_groups={groups} does not divide the {c} channels")
+    epsilon = float(node.attrs.get("epsilon", 1e-5))
+    grouped = _normalise_rows(imp, x, (n, groups, math.prod(shape[1:]) // groups), epsilon)
+    params = [imp.input(node, i) for i in (1, 2)]
+    if all(math.prod(shape_of(p)) == c for p in params):
+        y = _reshape_to(imp, grouped, shape)
+        y = imp.emit(ai.MulOp, y, _per_channel(imp, node, 1, c, rank))
+        return [imp.emit(ai.AddOp, y, _per_channel(imp, node, 2, c, rank))]
+    if all(math.prod(shape_of(p)) == groups for p in params):
+        scale, bias = (_reshape_to(imp, p, (groups, 1)) for p in params)
+        y = imp.emit(ai.AddOp, imp.emit(ai.MulOp, grouped, scale), bias)
+        return [_reshape_to(imp, y, shape)]
+    raise imp.error(f"scale and bias must have {c} (or {groups}) values each")
 
 
 _BN_ATTRS = ("epsilon", "momentum", "training_mode", "spatial", "is_test", "consumed_inputs")
@@ -1266,6 +1423,124 @@ def _reduce(imp: Importer, node: Node) -> list[SSAValue]:
         return [x]
     axes = sorted(_normalised(imp, axes, len(shape_of(x)))) if axes else []
     return [imp.emit(_REDUCTIONS[node.op_type], x, axes=axes, keepdims=keep)]
+
+
+def _reduction_axes(imp: Importer, node: Node, x: SSAValue) -> list[int] | None:
+    """The sorted axes a Reduce* node reduces (all of them: []), or None when it is the
+    identity (no axes and ``noop_with_empty_axes``)."""
+    axes = _axes(imp, node, 1) or []
+    if not axes and node.attrs.get("noop_with_empty_axes", 0):
+        return None
+    return sorted(_normalised(imp, axes, len(shape_of(x)))) if axes else []
+
+
+def _reduce_with(
+    imp: Importer, op: type[ai.AiOp], x: SSAValue, axes: Sequence[int], keep: bool
+) -> SSAValue:
+    return imp.emit(op, x, axes=axes, keepdims=keep)
+
+
+def _log_sum_exp(imp: Importer, x: SSAValue, axes: Sequence[int], keep: bool) -> SSAValue:
+    """log(sum(exp(x - m))) + m with m the maximum clipped to the type's finite range: no
+    overflow, and an infinite maximum still gives +-inf (not inf - inf = NaN)."""
+    m = _finite_max(imp, x, axes)
+    shifted = imp.emit(ai.SubOp, x, m)
+    total = _reduce_with(imp, ai.ReduceSumOp, imp.emit(ai.ExpOp, shifted), axes, True)
+    y = imp.emit(ai.AddOp, imp.emit(ai.LogOp, total), m)
+    return y if keep else _reshape_to(imp, y, _reduced_shape(shape_of(x), axes))
+
+
+def _finite_max(imp: Importer, x: SSAValue, axes: Sequence[int]) -> SSAValue:
+    """The maximum over ``axes`` (kept as size-1 dims), clipped to the largest finite
+    value of x's element type."""
+    largest = float(np.finfo(np.float16).max) if dtype_of(x) == "f16" else 3.3e38
+    m = _reduce_with(imp, ai.ReduceMaxOp, x, axes, True)
+    return imp.emit(ai.ClipOp, m, min=-largest, max=largest)
+
+
+def _reduced_shape(shape: Sequence[int], axes: Sequence[int]) -> tuple[int, ...]:
+    every = set(axes) if axes else set(range(len(shape)))
+    return tuple(d for i, d in enumerate(shape) if i not in every)
+
+
+def _square(imp: Importer, x: SSAValue) -> SSAValue:
+    return imp.emit(ai.MulOp, x, x)
+
+
+@converter(
+    "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp",
+    attrs=("axes", "keepdims", "noop_with_empty_axes"),
+)  # fmt: skip
+def _composite_reduce(imp: Importer, node: Node) -> list[SSAValue]:
+    """The other reductions, written with ReduceMax/ReduceSum and elementwise ops:
+    min = -max(-x), L1 = sum |x|, L2 = sqrt(sum x^2), log-sum and a stable log-sum-exp.
+    With no axes and ``noop_with_empty_axes`` each is its elementwise part alone, as the
+    ONNX reference computes it."""
+    x = imp.input(node, 0)
+    keep = bool(node.attrs.get("keepdims", 1))
+    axes = _reduction_axes(imp, node, x)
+    kind = node.op_type
+    if axes is None:
+        elementwise: dict[str, Callable[[], SSAValue]] = {
+            "ReduceMin": lambda: x,
+            "ReduceL1": lambda: imp.emit(ai.AbsOp, x),
+            "ReduceL2": lambda: imp.emit(ai.AbsOp, x),
+            "ReduceSumSquare": lambda: _square(imp, x),
+            "ReduceLogSum": lambda: imp.emit(ai.LogOp, x),
+            "ReduceLogSumExp": lambda: x,
+        }
+        return [elementwise[kind]()]
+    if kind == "ReduceMin":
+        largest = _reduce_with(imp, ai.ReduceMaxOp, imp.emit(ai.NegOp, x), axes, keep)
+        return [imp.emit(ai.NegOp, largest)]
+    if kind == "ReduceLogSumExp":
+        return [_log_sum_exp(imp, x, axes, keep)]
+    summand = {
+        "ReduceL1": lambda: imp.emit(ai.AbsOp, x),
+        "ReduceL2": lambda: _square(imp, x),
+        "ReduceSumSquare": lambda: _square(imp, x),
+        "ReduceLogSum": lambda: x,
+    }[kind]()
+    total = _reduce_with(imp, ai.ReduceSumOp, summand, axes, keep)
+    if kind == "ReduceL2":
+        return [imp.emit(ai.SqrtOp, total)]
+    if kind == "ReduceLogSum":
+        return [imp.emit(ai.LogOp, total)]
+    return [total]
+
+
+@converter("LogSoftmax", attrs=("axis",))
+def _log_softmax(imp: Importer, node: Node) -> list[SSAValue]:
+    """x - m - log(sum(exp(x - m))) over the axis (m its clipped maximum): no overflow,
+    and no log of an underflowed probability."""
+    x = imp.input(node, 0)
+    axis = _softmax_axis(imp, node, x)
+    shifted = imp.emit(ai.SubOp, x, _finite_max(imp, x, [axis]))
+    total = _reduce_with(imp, ai.ReduceSumOp, imp.emit(ai.ExpOp, shifted), [axis], True)
+    return [imp.emit(ai.SubOp, shifted, imp.emit(ai.LogOp, total))]
+
+
+@converter("LpNormalization", attrs=("axis", "p"))
+def _lp_normalization(imp: Importer, node: Node) -> list[SSAValue]:
+    """x / ||x||_p along the axis, p 1 or 2."""
+    x = imp.input(node, 0)
+    rank = len(shape_of(x))
+    axis = int(node.attrs.get("axis", -1))
+    p = int(node.attrs.get("p", 2))
+    if not -rank <= axis < rank:
+        raise imp.error(f"axis {axis} is out of range for rank {rank}")
+    if p not in (1, 2):
+        raise imp.error(f"p={p} is not supported (1 or 2)", "attribute")
+    summand = imp.emit(ai.AbsOp, x) if p == 1 else _square(imp, x)
+    norm = _reduce_with(imp, ai.ReduceSumOp, summand, [axis % rank], True)
+    norm = norm if p == 1 else imp.emit(ai.SqrtOp, norm)
+    # ONNX gives 0 for a zero vector: divided by the smallest positive value instead
+    # of 0/0; any other norm is at least that value, and NaN propagates
+    divisor = imp.emit(ai.MaximumOp, norm, imp.scalar(_SMALLEST_SUBNORMAL[dtype_of(x)], norm))
+    return [imp.emit(ai.DivOp, x, divisor)]
+
+
+_SMALLEST_SUBNORMAL = {"f32": 2.0**-149, "f16": 2.0**-24, "bf16": 2.0**-133}
 
 
 @converter("GlobalAveragePool", "GlobalMaxPool")

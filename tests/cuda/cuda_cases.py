@@ -66,13 +66,37 @@ def pointwise_every_unary(n: int, dtype: str) -> str:
     from fusec.dialect import ops as ai
 
     v = _t((n,), dtype)
+    # functions defined on part of the line only would make every value NaN (and raise
+    # in the simulator's Python math): pointwise_domain_math runs them on their domains
+    limited = ("ai.log", "ai.asin", "ai.acos", "ai.acosh", "ai.atanh")
     names = [op.name for op in ai.TENSOR_OPS if issubclass(op, ai.UnaryOp)]
+    names = [name for name in names if name not in limited]
     body = [f"%u0 = ai.abs %x1 : {v}"]  # sqrt anywhere in the chain sees x >= 0
     for k, name in enumerate(names):
         body.append(f"%u{k + 1} = {name} %u{k} : {v}")
     body.append(f'%g = ai.gelu %u{len(names)} {{approximate = "tanh"}} : {v}')
     body.append(f"ai.yield %g : {v}")
     return _func("pw_unary", [("x", v)], [v], "pointwise", body)
+
+
+def pointwise_domain_math(n: int, dtype: str) -> str:
+    """log, asin, acos, atanh of s = sigmoid(x) in (0, 1) and acosh of exp(s) >= 1, summed."""
+    v = _t((n,), dtype)
+    body = [
+        f"%s = ai.sigmoid %x1 : {v}",
+        f"%e = ai.exp %s : {v}",
+        f"%a = ai.log %s : {v}",
+        f"%b = ai.asin %s : {v}",
+        f"%c = ai.acos %s : {v}",
+        f"%d = ai.atanh %s : {v}",
+        f"%h = ai.acosh %e : {v}",
+        f"%ab = ai.add %a, %b : {v} * {v}",
+        f"%cd = ai.add %c, %d : {v} * {v}",
+        f"%abcd = ai.add %ab, %cd : {v} * {v}",
+        f"%r = ai.add %abcd, %h : {v} * {v}",
+        f"ai.yield %r : {v}",
+    ]
+    return _func("pw_domain", [("x", v)], [v], "pointwise", body)
 
 
 def pointwise_select(rows: int, cols: int, dtype: str) -> str:

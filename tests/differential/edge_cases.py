@@ -120,6 +120,8 @@ def binary_case(op: type[ai.AiOp], dtype: str) -> Case:
         either = np.isnan(ad) | np.isnan(bd)
         if op is ai.PowOp:  # IEEE pow: x ** 0 and 1 ** y are 1, even for NaN
             either &= ~((bd == 0) | (ad == 1))
+        if op is ai.PReluOp:  # the slope is used only where x < 0 (ONNX, PyTorch)
+            either = np.isnan(ad) | (np.isnan(bd) & (ad < 0))
         assert np.isnan(yd[either]).all(), f"{op.name} with a NaN operand must be NaN"
         if op is ai.AddOp:
             both = (ad == 0) & np.signbit(ad) & (bd == 0) & np.signbit(bd)

@@ -34,7 +34,35 @@ builtin.module {
     %ng = ai.neg %sl : tensor<2x6x32xf32>
     %si = ai.abs %ng : tensor<2x6x32xf32>
     %er = ai.erf %si : tensor<2x6x32xf32>
-    %cl = ai.clip %er {min = -5.000000e-01 : f32} : tensor<2x6x32xf32>
+    %m0 = ai.asin %er : tensor<2x6x32xf32>
+    %m1 = ai.sin %m0 : tensor<2x6x32xf32>
+    %m2 = ai.acos %m1 : tensor<2x6x32xf32>
+    %m3 = ai.cos %m2 : tensor<2x6x32xf32>
+    %m4 = ai.atanh %m3 : tensor<2x6x32xf32>
+    %m5 = ai.softsign %m4 : tensor<2x6x32xf32>
+    %m6 = ai.cosh %m5 : tensor<2x6x32xf32>
+    %m7 = ai.acosh %m6 : tensor<2x6x32xf32>
+    %m8 = ai.sinh %m7 : tensor<2x6x32xf32>
+    %m9 = ai.asinh %m8 : tensor<2x6x32xf32>
+    %m10 = ai.atan %m9 : tensor<2x6x32xf32>
+    %m11 = ai.tan %m10 : tensor<2x6x32xf32>
+    %m12 = ai.log %m11 : tensor<2x6x32xf32>
+    %m13 = ai.reciprocal %m12 : tensor<2x6x32xf32>
+    %m14 = ai.floor %m13 : tensor<2x6x32xf32>
+    %m15 = ai.ceil %m14 : tensor<2x6x32xf32>
+    %m16 = ai.round %m15 : tensor<2x6x32xf32>
+    %m17 = ai.sign %m16 : tensor<2x6x32xf32>
+    %m18 = ai.hard_sigmoid %m17 {alpha = 2.500000e-01 : f32} : tensor<2x6x32xf32>
+    %m19 = ai.hard_swish %m18 : tensor<2x6x32xf32>
+    %m20 = ai.leaky_relu %m19 {alpha = 2.000000e-01 : f32} : tensor<2x6x32xf32>
+    %m21 = ai.prelu %m20, %half : tensor<2x6x32xf32> * tensor<f32>
+    %m22 = ai.elu %m21 {alpha = 2.000000e+00 : f32} : tensor<2x6x32xf32>
+    %m23 = ai.selu %m22 : tensor<2x6x32xf32>
+    %m24 = ai.celu %m23 : tensor<2x6x32xf32>
+    %m25 = ai.softplus %m24 : tensor<2x6x32xf32>
+    %m26 = ai.mish %m25 : tensor<2x6x32xf32>
+    %m27 = ai.thresholded_relu %m26 {alpha = 5.000000e-01 : f32} : tensor<2x6x32xf32>
+    %cl = ai.clip %m27 {min = -5.000000e-01 : f32} : tensor<2x6x32xf32>
     %pw = ai.pow %cl, %half : tensor<2x6x32xf32> * tensor<f32>
     %mn = ai.minimum %pw, %half : tensor<2x6x32xf32> * tensor<f32>
     %nn = ai.isnan %mn : tensor<2x6x32xf32>

@@ -42,6 +42,11 @@ def test_no_case_fails_on_the_reference_executor(reference_report):
 #: Operators whose result is a boolean, which fusec takes only as a Where condition:
 #: no node test (whose output is that boolean) can pass; tests/onnx cover them.
 BOOLEAN_RESULTS = {"IsNaN"}
+#: Operators none of whose node tests fusec can take: CastLike's have an empty input (the
+#: ``like`` of shape 0, whose type alone matters; the expanded forms of Celu, Softplus,
+#: ReduceL2, ... cover it), ReduceLogSumExp's float cases an empty one, the rest float64
+#: (tests/onnx/test_float_ops.py covers it).
+NO_CASE_TO_TAKE = {"CastLike", "ReduceLogSumExp"}
 
 
 @pytest.mark.parametrize("operator", supported_operators())
@@ -50,6 +55,10 @@ def test_every_supported_operator_passes_its_cases(reference_report, operator):
     assert report.count("failed") == 0
     if operator in BOOLEAN_RESULTS:
         assert report.count("skipped") == len(report.results)
+        return
+    if operator in NO_CASE_TO_TAKE:
+        assert report.count("skipped") == len(report.results)
+        assert "shape" in {r.feature for r in report.results}
         return
     assert report.count("passed") >= 1, [(r.name, r.detail) for r in report.results]
 

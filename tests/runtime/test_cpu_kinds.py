@@ -23,12 +23,15 @@ def _t(shape, dtype):
 
 # ------------------------------------------------------------------ pointwise
 
-#: Every unary op of the dialect (sqrt has its own safe operand below), and tanh-gelu.
+#: Functions defined on part of the line only: in one chain they would make every value
+#: NaN (tests/runtime/test_cpu_unary_math.py runs each on its domain).
+DOMAIN_LIMITED = ("log", "asin", "acos", "acosh", "atanh")
+#: Every other unary op of the dialect (sqrt has its own safe operand below), and tanh-gelu.
 ALL_UNARY = [
     *(op.name.removeprefix("ai.") for op in ai.TENSOR_OPS if issubclass(op, ai.UnaryOp)),
     'gelu {approximate = "tanh"}',
 ]
-ALL_UNARY.remove("sqrt")
+ALL_UNARY = [name for name in ALL_UNARY if name not in ("sqrt", *DOMAIN_LIMITED)]
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
