@@ -159,6 +159,21 @@ def test_the_runtime_reports_each_kernel_it_generates_and_compiles(tmp_path, mon
     assert named == [kernel.name for kernel in compiled.kernels]
 
 
+@pytest.mark.gpu
+def test_the_cuda_program_reports_its_kernels_too(tmp_path, monkeypatch):
+    """CudaProgram compiles through Program.load as well: the same reports, one a kernel."""
+    import fusec
+
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "cache"))
+    steps: list[runtime_progress.Step] = []
+    with runtime_progress.listening(steps.append):
+        compiled = fusec.compile(CHAIN, target="cuda")
+        x, b, s = (np.ones(shape, np.float32) for shape in [(4, 8, 16), (16,), (8, 1)])
+        compiled(x, b, s)
+    named = [s.name for s in steps if s.task == runtime_progress.COMPILING and s.done]
+    assert named and named == [kernel.name for kernel in compiled.kernels]
+
+
 def test_run_timing_covers_the_jit_and_the_first_call(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "cache"))
     argv = ["run", str(CHAIN), "--random-inputs", "--target", "cpu", "--timing", "--quiet"]
