@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 from attention_cases import attention_graph, exported_attention_graph
-from test_gemm_build import needs_toolchain, sass_of
+from test_gemm_build import needs_toolchain, needs_toolchain_in_the_default_lane, sass_of
 
 import fusec
 from fusec.dialect import ops as ai
@@ -176,7 +176,7 @@ def test_attention_cubin(spec: AttentionSpec, tmp_path) -> None:
     assert "CALL" not in sass and "UTMALDG" in sass
 
 
-@needs_toolchain
+@needs_toolchain_in_the_default_lane
 def test_nan_to_zero_specialises_the_kernel(tmp_path) -> None:
     from fusec.runtime.cache import KernelCache
     from fusec.targets.cuda.gemm import build

@@ -13,7 +13,13 @@ import re
 import numpy as np
 import pytest
 from conv_cases import resnet_basic
-from test_gemm_build import needs_toolchain, sass_of, spill_free_sass
+from lanes import sampled
+from test_gemm_build import (
+    needs_toolchain,
+    needs_toolchain_in_the_default_lane,
+    sass_of,
+    spill_free_sass,
+)
 
 import fusec
 from fusec.dialect.numpy_ops import conv2d as reference_conv2d
@@ -74,7 +80,13 @@ GEOMETRIES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("geo, tile, grid", GEOMETRIES)
+#: A tile-model test over many geometries runs the first in the default lane (a
+#: Python model of every thread's loads: seconds apiece), the others in the slow lane.
+def _first(index: int, _value: object) -> bool:
+    return index == 0
+
+
+@pytest.mark.parametrize("geo, tile, grid", sampled(GEOMETRIES, _first))  # the rest: slow
 def test_tile_model_matches_the_reference_conv(
     geo: ConvGeometry, tile: ConvTile, grid: int
 ) -> None:
@@ -304,7 +316,7 @@ def test_conv_cubin_is_one_inlined_wgmma_kernel(spec: ConvSpec, tmp_path) -> Non
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass  # one wgmma group kept in flight
 
 
-@needs_toolchain
+@needs_toolchain_in_the_default_lane
 def test_direct_cubin_has_no_local_memory(tmp_path) -> None:
     from fusec.runtime.cache import KernelCache
     from fusec.targets.cuda.gemm import build
@@ -394,7 +406,7 @@ NCHW_GEOMETRIES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("geo, tile, grid", NCHW_GEOMETRIES)
+@pytest.mark.parametrize("geo, tile, grid", sampled(NCHW_GEOMETRIES, _first))  # the rest: slow
 def test_nchw_tile_model_matches_the_reference_conv(
     geo: ConvGeometry, tile: ConvTile, grid: int
 ) -> None:
@@ -540,7 +552,7 @@ LD_GEOMETRIES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("geo, tile, grid", LD_GEOMETRIES)
+@pytest.mark.parametrize("geo, tile, grid", sampled(LD_GEOMETRIES, _first))  # the rest: slow
 def test_producer_loads_tile_model_matches_the_reference_conv(
     geo: ConvGeometry, tile: ConvTile, grid: int
 ) -> None:

@@ -418,6 +418,7 @@ def _random_conv_graph(rng: np.random.Generator) -> str:
     )
 
 
+@pytest.mark.slow  # random graphs through the whole pipeline: seconds
 def test_random_conv_graphs_keep_their_values() -> None:
     """On 40 random conv graphs, both hand-off settings: the IR after the pass verifies and
     computes exactly the source graph's values (float64 reference); across them the pass

@@ -43,8 +43,15 @@ _TOOLCHAIN_MARKS = (
 
 
 def needs_toolchain(test: Callable[..., None]) -> Callable[..., None]:
-    """Marks a test that builds cubins as on the GPU: it needs the cuda target's software
-    (``requires_target``), nvJitLink, and no simulator."""
+    """Marks a test that builds PTX or cubins as on the GPU: it needs the cuda target's
+    software (``requires_target``), nvJitLink, and no simulator. A build takes seconds,
+    so these run in the slow lane; the default lane keeps ``test_cuda_ptx`` (every
+    Numba template's PTX) and ``needs_toolchain_in_the_default_lane`` tests."""
+    return needs_toolchain_in_the_default_lane(pytest.mark.slow(test))
+
+
+def needs_toolchain_in_the_default_lane(test: Callable[..., None]) -> Callable[..., None]:
+    """``needs_toolchain`` for the few builds the default lane keeps (one per path)."""
     for mark in _TOOLCHAIN_MARKS:
         test = mark(test)
     return test

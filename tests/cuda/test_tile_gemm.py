@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_gemm_build import needs_toolchain_in_the_default_lane
 
 from fusec.cli import main
 
@@ -110,11 +111,8 @@ def test_emit_cuda_prints_the_generated_cpp_without_a_gpu() -> None:
     assert "__shfl_xor_sync" in out and "fs_post" in out
 
 
+@needs_toolchain_in_the_default_lane  # the linked Tensor Core GEMM's path
 def test_emit_ptx_links_the_gemm_for_sm90a() -> None:
-    from test_gemm_build import _toolchain
-
-    if _toolchain() is not None:
-        pytest.skip(_toolchain())
     code, out, err = _fusec(
         ["compile", str(HERE / "tile_gemm_1024.mlir"), "--emit", "ptx", "--arch", "sm_90a"]
     )

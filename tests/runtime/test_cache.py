@@ -61,6 +61,7 @@ def _result(proc: subprocess.Popen) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # processes of their own
 def test_second_process_compiles_nothing(tmp_path):
     first = _result(_spawn(tmp_path))
     assert first["ok"] and first["root"] == str(tmp_path)
@@ -71,6 +72,7 @@ def test_second_process_compiles_nothing(tmp_path):
     assert second["written"] == 0
 
 
+@pytest.mark.slow  # processes of their own
 def test_two_processes_compiling_at_once(tmp_path):
     procs = [_spawn(tmp_path), _spawn(tmp_path)]
     results = [_result(p) for p in procs]
@@ -196,6 +198,7 @@ sys.stdout.write(str(len(KernelCache(sys.argv[1]).get_or_build("shared", build))
 """
 
 
+@pytest.mark.slow  # processes of their own
 def test_two_processes_build_a_blob_once(tmp_path):
     log = tmp_path / "builds.log"
     procs = [

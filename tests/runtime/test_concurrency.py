@@ -272,6 +272,7 @@ def _cache_is_complete(cache: Path, graphs: list[Path]) -> None:
     assert fresh == {"misses": 0, "written": 0, "corrupt": 0}, fresh
 
 
+@pytest.mark.slow  # processes of their own
 def test_processes_compiling_into_one_folder_at_once(tmp_path):
     graphs = _write_graphs(tmp_path / "graphs", 3)
     cache = tmp_path / "cache"
@@ -282,6 +283,7 @@ def test_processes_compiling_into_one_folder_at_once(tmp_path):
     _cache_is_complete(cache, graphs)
 
 
+@pytest.mark.slow  # processes of their own
 def test_a_process_killed_while_writing_leaves_no_broken_entry(tmp_path):
     graphs = _write_graphs(tmp_path / "graphs", 4)
     cache = tmp_path / "cache"
@@ -308,6 +310,7 @@ KernelCache(sys.argv[1]).get_or_build("slow", build)
 """
 
 
+@pytest.mark.slow  # processes of their own
 def test_a_process_killed_while_building_a_blob(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", BLOB_CHILD, str(tmp_path), "30"])
     time.sleep(3.0)  # holding the per-key lock, building
