@@ -370,6 +370,7 @@ def _plant(folder: Path, marker: Path) -> int:
     return count
 
 
+@pytest.mark.slow  # two users' processes compiling: half a minute each
 @pytest.mark.parametrize("how", ["FUSEC_CACHE_DIR", "XDG_CACHE_HOME"])
 def test_another_users_shared_cache_does_not_run_code(users, open_tmp, how):
     tmp_path = open_tmp
