@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import importlib
 import os
 import sys
 import time
@@ -24,29 +25,40 @@ from fusec.runtime import progress
 
 
 class ImportClock:
-    """While installed (``with clock:``), the intervals of the import statements that
-    loaded a new module (nested ones within the outermost)."""
+    """While installed (``with clock:``), the intervals of the imports that loaded a new
+    module (nested ones within the outermost): import statements (``__import__``) and
+    ``importlib.import_module`` (how the targets load their code generators)."""
 
     def __init__(self) -> None:
         self.intervals: list[tuple[float, float]] = []
         self._depth = 0
         self._import: Any = None
+        self._import_module: Any = None
 
     def __enter__(self) -> ImportClock:
-        self._import = builtins.__import__
-        builtins.__import__ = self._timed
+        self._import, self._import_module = builtins.__import__, importlib.import_module
+        builtins.__import__ = self._timed_statement
+        importlib.import_module = self._timed_module
         return self
 
     def __exit__(self, *exc: object) -> None:
-        builtins.__import__ = self._import
+        builtins.__import__, importlib.import_module = self._import, self._import_module
 
-    def _timed(self, name: str, globals=None, locals=None, fromlist=(), level=0) -> Any:
+    def _timed_statement(self, name: str, globals=None, locals=None, fromlist=(), level=0):
         if level == 0 and name in sys.modules:  # already loaded: most import statements
             return self._import(name, globals, locals, fromlist, level)
+        return self._timed(self._import, name, globals, locals, fromlist, level)
+
+    def _timed_module(self, name: str, package: str | None = None) -> Any:
+        if name in sys.modules:
+            return self._import_module(name, package)
+        return self._timed(self._import_module, name, package)
+
+    def _timed(self, load: Any, *args: Any) -> Any:
         self._depth += 1
         start = time.perf_counter()
         try:
-            return self._import(name, globals, locals, fromlist, level)
+            return load(*args)
         finally:
             self._depth -= 1
             if self._depth == 0:
