@@ -81,8 +81,8 @@ SLOW: list[tuple[str, str]] = [
     (r"^fusec conformance\b", "ONNX's node tests of an operator: a kernel compile per case"),
     (
         r"compiled = fusec\.compile\(.*conv",
-        "compiles and runs a conv kernel (Winograd and its helpers): 47 s of Numba compiling "
-        "with a cold kernel cache on the loaded 2-core machine",
+        "compiles and runs a conv kernel (Winograd and its helpers): 47-70 s of Numba "
+        "compiling with a cold kernel cache on the loaded 2-core machine",
     ),
 ]
 
