@@ -41,9 +41,7 @@ def _roundtrip(module) -> None:
         assert again.is_structurally_equivalent(module)
 
 
-@graph_settings(100)
-@given(graphs(max_ops=8))
-def test_printed_ir_parses_back_to_the_same_module(graph):
+def printed_ir_parses_back_to_the_same_module(graph) -> None:
     text = graph.text()
     module = parse(text)
     assert print_ir(module) == text
@@ -53,10 +51,8 @@ def test_printed_ir_parses_back_to_the_same_module(graph):
     _roundtrip(module)
 
 
-@graph_settings(100)
-@given(graphs(max_ops=8))
 @example(BATCH_NORM_RANK_2)
-def test_default_pipeline_is_idempotent_with_at_most_one_kernel_per_op(graph):
+def default_pipeline_is_idempotent_with_at_most_one_kernel_per_op(graph) -> None:
     module = parse(graph.text())
     run_pipeline(module)
     once = print_ir(module)
@@ -65,13 +61,33 @@ def test_default_pipeline_is_idempotent_with_at_most_one_kernel_per_op(graph):
     assert print_ir(module) == once
 
 
-@graph_settings(60)
-@given(graphs(max_ops=8))
 @example(CONSTANT_ORDER)
 @example(CONSTANT_OPERAND_ORDER)
-def test_traced_and_written_graphs_compile_to_the_same_ir(graph):
+def traced_and_written_graphs_compile_to_the_same_ir(graph) -> None:
     assume(traceable(graph))  # an op without a fusec.ops function cannot be traced
     fused = fusec.fuse(graph.function(), target="reference", disk_cache=False)
     args = graph.inputs()
     from_text = fusec.compile(graph.text(), target="reference")
     assert fused.fused_ir(*args) == from_text.ir, f"traced IR:\n{fused.ir(*args)}"
+
+
+def _lanes(prop, base: int):
+    """``prop`` as two tests: a fifth of ``base`` graphs in the default lane, ``base``
+    in the slow lane (both scaled by the hypothesis profile)."""
+    default = graph_settings(max(1, base // 5))(given(graphs(max_ops=8))(prop))
+    at_length = pytest.mark.slow(graph_settings(base)(given(graphs(max_ops=8))(prop)))
+    return default, at_length
+
+
+(
+    test_printed_ir_parses_back_to_the_same_module,
+    test_printed_ir_parses_back_to_the_same_module_at_length,
+) = _lanes(printed_ir_parses_back_to_the_same_module, 100)
+(
+    test_default_pipeline_is_idempotent_with_at_most_one_kernel_per_op,
+    test_default_pipeline_is_idempotent_with_at_most_one_kernel_per_op_at_length,
+) = _lanes(default_pipeline_is_idempotent_with_at_most_one_kernel_per_op, 100)
+(
+    test_traced_and_written_graphs_compile_to_the_same_ir,
+    test_traced_and_written_graphs_compile_to_the_same_ir_at_length,
+) = _lanes(traced_and_written_graphs_compile_to_the_same_ir, 60)
