@@ -9,7 +9,7 @@
 #              or "--models resnet50,llama --no-torch-compile"
 #   BUDGET     seconds after which models_gpu.py starts no new case (default 500; each case
 #              is cut at that point too, so the call ends within BUDGET + ~40 s)
-#   CASE       one worker's limit in seconds (default 180)
+#   CASE       one worker's limit in seconds (default 240: a CNN's cold kernel builds)
 #   JOBS       workers at a time (default 2: one exports and compiles while the other
 #              times; timing holds a lock, so no two workers time at once)
 #   RESUME=1   continue the last run on a warm machine (same SUFFIX): its JSON lines are kept
@@ -27,9 +27,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export FUSEC_CACHE_DIR=$PWD/.cache/fusec TORCHINDUCTOR_CACHE_DIR=$PWD/.cache/inductor
+# two workers' compiles at most 2 x (1 + 6) of the 16 cores: the one timing keeps a core
+export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-6}
 export FUSEC_COMMIT=${FUSEC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 W=$PWD/.cache/zoo
-mkdir -p "$W" "$FUSEC_CACHE_DIR" "$TORCHINDUCTOR_CACHE_DIR"
+mkdir -p "$W" "$TORCHINDUCTOR_CACHE_DIR"  # fusec makes its own cache folder, private
 if [ "${RESUME:-0}" = 1 ] && [ -z "${SUFFIX:-}" ] && [ -f "$W/suffix" ]; then
   SUFFIX=$(cat "$W/suffix")  # the run being resumed, also across midnight
 fi
@@ -49,7 +51,7 @@ RESUME_ARG=""
 BUDGET=$((${BUDGET:-500} - (SECONDS - T0)))  # what the install and the tests left
 # shellcheck disable=SC2086  # ZOO_ARGS is a list of options
 timeout $((BUDGET + 40)) python3 benchmarks/models_gpu.py ${ZOO_ARGS:---quick} \
-  --budget "$BUDGET" --case-budget "${CASE:-180}" --jobs "${JOBS:-2}" --out "$W" \
+  --budget "$BUDGET" --case-budget "${CASE:-240}" --jobs "${JOBS:-2}" --out "$W" \
   --suffix "$SUFFIX" $RESUME_ARG \
   > "$W/run.log" 2>&1
 echo "== models_gpu.py: rc=$? in $((SECONDS - T0)) s"
