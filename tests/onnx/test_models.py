@@ -67,7 +67,19 @@ def test_every_model_file_has_a_pinned_kernel_count():
     assert sorted(KERNELS) == sorted(file for _, _, file in CASES)
 
 
-@pytest.fixture(scope="module", params=CASES, ids=lambda case: case[2].removesuffix(".onnx"))
+#: The models the default lane compiles (a conv net of one exporter, a transformer of the
+#: other); every other file's tests run in the slow lane (a model compiles for a minute).
+DEFAULT_LANE = {"resnet18.dynamo.onnx", "gpt2.torchscript.onnx"}
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(case, marks=() if case[2] in DEFAULT_LANE else pytest.mark.slow)
+        for case in CASES
+    ],
+    ids=lambda case: case[2].removesuffix(".onnx"),
+)
 def model(request):
     _, input_name, file = request.param
     path = _path(file)
