@@ -61,16 +61,19 @@ def pointwise_tail(n: int, dtype: str) -> str:
     return _func("pw_tail", [("x", v), ("y", v)], [v], "pointwise", body)
 
 
-def pointwise_every_unary(n: int, dtype: str) -> str:
-    """Every unary op of the dialect in one chain (new ops join it by themselves)."""
+def pointwise_every_unary(n: int, dtype: str, part: int = 0, parts: int = 1) -> str:
+    """Every unary op of the dialect in one chain (new ops join it by themselves), or the
+    ``part``-th of ``parts`` slices of it."""
     from fusec.dialect import ops as ai
 
     v = _t((n,), dtype)
     # functions defined on part of the line only would make every value NaN (and raise
-    # in the simulator's Python math): pointwise_domain_math runs them on their domains
-    limited = ("ai.log", "ai.asin", "ai.acos", "ai.acosh", "ai.atanh")
+    # in the simulator's Python math), and libdevice's sin/cos/tan keep a local array
+    # (their reduction of huge arguments): pointwise_domain_math runs them
+    limited = ("ai.log", "ai.asin", "ai.acos", "ai.acosh", "ai.atanh", "ai.sin", "ai.cos", "ai.tan")
     names = [op.name for op in ai.TENSOR_OPS if issubclass(op, ai.UnaryOp)]
     names = [name for name in names if name not in limited]
+    names = names[part * len(names) // parts : (part + 1) * len(names) // parts]
     body = [f"%u0 = ai.abs %x1 : {v}"]  # sqrt anywhere in the chain sees x >= 0
     for k, name in enumerate(names):
         body.append(f"%u{k + 1} = {name} %u{k} : {v}")
@@ -79,23 +82,20 @@ def pointwise_every_unary(n: int, dtype: str) -> str:
     return _func("pw_unary", [("x", v)], [v], "pointwise", body)
 
 
-def pointwise_domain_math(n: int, dtype: str) -> str:
-    """log, asin, acos, atanh of s = sigmoid(x) in (0, 1) and acosh of exp(s) >= 1, summed."""
+def pointwise_domain_math(n: int, dtype: str, trig: bool = True) -> str:
+    """The functions pointwise_every_unary leaves out: log, asin, acos, atanh of
+    s = sigmoid(x) in (0, 1), acosh of exp(s) >= 1, and (``trig``) sin, cos, tan of s,
+    summed."""
     v = _t((n,), dtype)
-    body = [
-        f"%s = ai.sigmoid %x1 : {v}",
-        f"%e = ai.exp %s : {v}",
-        f"%a = ai.log %s : {v}",
-        f"%b = ai.asin %s : {v}",
-        f"%c = ai.acos %s : {v}",
-        f"%d = ai.atanh %s : {v}",
-        f"%h = ai.acosh %e : {v}",
-        f"%ab = ai.add %a, %b : {v} * {v}",
-        f"%cd = ai.add %c, %d : {v} * {v}",
-        f"%abcd = ai.add %ab, %cd : {v} * {v}",
-        f"%r = ai.add %abcd, %h : {v} * {v}",
-        f"ai.yield %r : {v}",
-    ]
+    body = [f"%s = ai.sigmoid %x1 : {v}", f"%e = ai.exp %s : {v}"]
+    terms = [("log", "%s"), ("asin", "%s"), ("acos", "%s"), ("atanh", "%s"), ("acosh", "%e")]
+    if trig:
+        terms += [("sin", "%s"), ("cos", "%s"), ("tan", "%s")]
+    body += [f"%f{k} = ai.{name} {operand} : {v}" for k, (name, operand) in enumerate(terms)]
+    body.append(f"%a0 = ai.add %f0, %f1 : {v} * {v}")
+    for k in range(2, len(terms)):
+        body.append(f"%a{k - 1} = ai.add %a{k - 2}, %f{k} : {v} * {v}")
+    body.append(f"ai.yield %a{len(terms) - 2} : {v}")
     return _func("pw_domain", [("x", v)], [v], "pointwise", body)
 
 
