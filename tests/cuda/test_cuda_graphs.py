@@ -10,7 +10,6 @@ same on the H200.
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 from types import SimpleNamespace
 
@@ -48,33 +47,31 @@ class FakeGraph:
     def __init__(self) -> None:
         self.ops: list = []
 
-    def replay(self) -> None:
-        for op in self.ops:
+
+class FakeCapture:
+    """``DriverCapture``'s part: records the kernels ``run`` launches, replays them."""
+
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+        self.launches: list[int] = []
+
+    def record(self, run, inputs, adapter, fns):
+        graph = FakeGraph.capturing = FakeGraph()
+        try:
+            outputs = run(inputs, adapter, "capture-stream", fns, False)
+        finally:
+            FakeGraph.capturing = None
+        if self.fail:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return graph, tuple(outputs), list(inputs)
+
+    def launch(self, graph: FakeGraph, stream_ptr: int) -> None:
+        self.launches.append(stream_ptr)
+        for op in graph.ops:
             op()
 
 
 class FakeTorch:
-    def __init__(self, fail: bool = False) -> None:
-        self.fail = fail
-        stream = SimpleNamespace(cuda_stream=7, wait_stream=lambda other: None)
-        self.cuda = SimpleNamespace(
-            CUDAGraph=FakeGraph,
-            Stream=lambda device: stream,
-            current_stream=lambda device: stream,
-            graph=self._graph,
-        )
-
-    @contextlib.contextmanager
-    def _graph(self, graph: FakeGraph, stream, capture_error_mode: str):
-        assert capture_error_mode == "relaxed"
-        FakeGraph.capturing = graph
-        try:
-            yield
-            if self.fail:
-                raise RuntimeError("operation not permitted when stream is capturing")
-        finally:
-            FakeGraph.capturing = None
-
     @staticmethod
     def empty(shape, dtype, device) -> FakeTensor:
         return FakeTensor(np.full(shape, np.nan, np.float32))
@@ -102,15 +99,14 @@ def add_one(launched: list):
 
 
 @pytest.fixture
-def setup(monkeypatch):
-    monkeypatch.setattr("fusec.targets.cuda.gemm.host.pin_live_tensor_maps", lambda: None)
-    monkeypatch.setattr("fusec.targets.cuda.streams.current_torch_ref", lambda ptr: f"s{ptr}")
-
+def setup():
     def make(fail: bool = False, limit: int = 4):
         launched: list = []
-        torch = FakeTorch(fail)
-        adapter = SimpleNamespace(torch=torch, device=DEVICE, torch_dtypes={"f32": "float32"})
-        program = ProgramGraphs(add_one(launched), [TensorSpec((2, 3), "f32")], limit=limit)
+        adapter = SimpleNamespace(torch=FakeTorch(), device=DEVICE, torch_dtypes={"f32": "float32"})
+        capture = FakeCapture(fail)
+        program = ProgramGraphs(
+            add_one(launched), [TensorSpec((2, 3), "f32")], capture, limit=limit
+        )
         return program, adapter, launched
 
     return make
@@ -127,8 +123,9 @@ def test_warm_up_then_one_recording_then_replays(setup, rng) -> None:
     inputs = [_x(rng) for _ in range(4)]
     for x in inputs:
         results.append(program([x], adapter, stream, []))
-    # call 1 launch by launch on the caller's stream; call 2 recorded on the side stream
-    assert launched == [stream, "s7"]
+    # call 1 launch by launch on the caller's stream; call 2 recorded, then replayed
+    assert launched == [stream, "capture-stream"]
+    assert program.capture.launches == [5, 5, 5]  # replays on the caller's stream
     assert list(program.recorded) == [(0, 5)]
     assert program.recorded[(0, 5)].replays == 3
     for x, (y,) in zip(inputs, results, strict=True):  # every result its own call's

@@ -6,26 +6,30 @@ microseconds each, every one of them a Python call and a ``cuLaunchKernel``. A C
 graph replays all of them with one launch (what ``torch.compile(mode="reduce-overhead")``
 does). ``ProgramGraphs`` does it behind the ordinary call, keyed by (device, stream):
 
-1. the first call of a key runs launch by launch (``WARMUP_CALLS``): kernels load, torch
-   fallback groups create their library handles, tensor maps and scratch buffers are
-   made, none of which may happen inside a capture;
+1. the first call of a key runs launch by launch (``WARMUP_CALLS``): kernels load,
+   tensor maps and scratch buffers are made, none of which should happen in a capture;
 2. the next call records the program on *static* inputs (device copies of the
-   arguments) in a graph of its own memory pool (``torch.cuda.graph``): every
-   intermediate and result lives in that pool, valid across replays;
-3. every later call copies its arguments into the static inputs (on the call's stream;
-   skipped for an argument that *is* the static input), replays the graph on the call's
-   stream and returns copies of the static results, so a result the caller keeps is
-   never overwritten by the next call (unlike a bare graph's outputs).
+   arguments) with the driver's stream capture (``DriverCapture``, relaxed mode, as
+   ``CudaProgram.capture`` does); every buffer the recorded launches touch is kept
+   alive with the graph, so the caching allocator never hands their memory out again;
+3. every later call copies its arguments into the static inputs (on the call's stream),
+   replays the graph on the call's stream and returns copies of the static results, so
+   a result the caller keeps is never overwritten by the next call (unlike a bare
+   graph's outputs).
 
-Each key has its own graph and static buffers, so calls on two streams never share
-memory; one lock per graph makes the copy-in, replay and copy-out of a call one unit
-for threads sharing a stream. A key whose capture fails (an op that synchronises,
-say) runs launch by launch from then on, and says why once (``RuntimeWarning``).
-At most ``LIMIT`` keys are recorded per program; calls past it run launch by launch.
+Each key has its own graph and buffers, so calls on two streams never share memory; one
+lock per graph makes the copy-in, replay and copy-out of a call one unit for threads
+sharing a stream. A key whose capture fails runs launch by launch from then on, and
+says why once (``RuntimeWarning``). At most ``LIMIT`` keys are recorded per program.
 
-Only torch tensors are graphed: numpy callers pay host copies that dwarf the launches,
-and cupy/numba callers keep the direct path. ``FUSEC_CUDA_GRAPHS=0`` (read at each
-call) or ``fusec.compile(..., cuda_graphs=False)`` turns it off.
+Not graphed: calls with anything but torch tensors (numpy callers pay host copies that
+dwarf the launches; cupy and numba callers keep the direct path), and programs with a
+PyTorch fallback group: its ops allocate and free temporaries inside PyTorch, which only
+``torch.cuda.graph``'s private pool makes safe to record, and a failed capture under
+``torch.cuda.graph`` left PyTorch's random number generator unusable in the process
+("Offset increment outside graph capture", seen on the H200 with EfficientNet-B0).
+``FUSEC_CUDA_GRAPHS=0`` (read at each call) or ``fusec.compile(..., cuda_graphs=False)``
+turns graphs off.
 """
 
 from __future__ import annotations
@@ -52,13 +56,66 @@ def graphs_enabled() -> bool:
     return getenv("FUSEC_CUDA_GRAPHS", "1").strip().lower() not in ("0", "off", "false", "no")
 
 
+class DriverCapture:
+    """Records a call with the driver's stream capture and launches the graph.
+
+    ``keeping(list)`` is the program's switch that keeps every buffer of the call alive
+    in that list (``CudaProgram._keep``): intermediates must outlive the capture.
+    """
+
+    def __init__(self, keeping: Callable[[list | None], None]) -> None:
+        self.keeping = keeping
+
+    def record(self, run: Run, inputs: list, adapter: Any, fns: list) -> tuple[Any, tuple, list]:
+        """(graph, outputs, buffers kept alive) of one call of ``run`` on ``inputs``."""
+        from cuda.bindings import driver as drv
+
+        from fusec.targets.cuda.adapters import _check
+        from fusec.targets.cuda.env import numba_cuda
+        from fusec.targets.cuda.gemm.host import pin_live_tensor_maps
+        from fusec.targets.cuda.streams import StreamRef, stream_ptr
+
+        capture_stream = numba_cuda().stream()
+        adapter.torch.cuda.synchronize(adapter.device)  # uploads and events all complete
+        handle = drv.CUstream(stream_ptr(capture_stream))
+        _check(
+            drv.cuStreamBeginCapture(handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED)
+        )
+        kept: list = list(inputs)
+        self.keeping(kept)
+        try:
+            # torch allocations stay on torch's current stream, outside the capture: the
+            # buffers are kept alive, and the kernels are what is recorded
+            ref = StreamRef(stream_ptr(capture_stream), capture_stream, current=True)
+            outputs = run(inputs, adapter, ref, fns, False)
+        except BaseException:
+            drv.cuStreamEndCapture(handle)
+            raise
+        finally:
+            self.keeping(None)
+        graph = _check(drv.cuStreamEndCapture(handle))
+        executable = _check(drv.cuGraphInstantiate(graph, 0))
+        pin_live_tensor_maps()  # the graph reads tensor maps from their slots for good
+        return (graph, executable), tuple(outputs), kept
+
+    @staticmethod
+    def launch(graph: Any, stream_ptr: int) -> None:
+        from cuda.bindings import driver as drv
+
+        from fusec.targets.cuda.adapters import _check
+
+        _check(drv.cuGraphLaunch(graph[1], drv.CUstream(stream_ptr)))
+
+
 @dataclass
 class Recorded:
-    """One key's graph: its static inputs and results, and the lock of its calls."""
+    """One key's graph: its static inputs and results, every buffer it touches, and the
+    lock of its calls."""
 
     graph: Any
     inputs: list[Any]
     outputs: tuple
+    kept: list[Any]
     lock: threading.Lock = field(default_factory=threading.Lock)
     replays: int = 0
 
@@ -69,6 +126,7 @@ class ProgramGraphs:
 
     run: Run
     specs: Sequence[Any]  # the program's argument TensorSpecs
+    capture: Any  # DriverCapture, or a stand-in with its record and launch
     warmup_calls: int = WARMUP_CALLS
     limit: int = LIMIT
     calls: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -82,11 +140,11 @@ class ProgramGraphs:
         key = (int(adapter.device.index or 0), int(stream_ref.ptr))
         recorded = self.recorded.get(key)
         if recorded is not None and self._fits(args, adapter):
-            return self._replay(recorded, args)
+            return self._replay(recorded, args, stream_ref.ptr)
         if recorded is None and self._should_record(key) and self._fits(args, adapter):
             recorded = self._record(key, args, adapter, fns)
             if recorded is not None:
-                return self._replay(recorded, args)
+                return self._replay(recorded, args, stream_ref.ptr)
         return self.run(args, adapter, stream_ref, fns, False)
 
     def _should_record(self, key: tuple[int, int]) -> bool:
@@ -111,22 +169,10 @@ class ProgramGraphs:
     def _record(
         self, key: tuple[int, int], args: Sequence[Any], adapter: Any, fns: list
     ) -> Recorded | None:
-        from fusec.targets.cuda.gemm.host import pin_live_tensor_maps
-        from fusec.targets.cuda.streams import current_torch_ref
-
         torch = adapter.torch
-        device = adapter.device
-        caller = torch.cuda.current_stream(device)
-        inputs = [torch.empty(a.shape, dtype=a.dtype, device=device).copy_(a) for a in args]
-        graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream(device=device)
-        side.wait_stream(caller)
+        inputs = [torch.empty(a.shape, dtype=a.dtype, device=adapter.device) for a in args]
         try:
-            # relaxed: the first launch of a kernel on a new stream may allocate its
-            # scratch buffer (cuMemAlloc), which a stricter capture mode refuses
-            with torch.cuda.graph(graph, stream=side, capture_error_mode="relaxed"):
-                ref = current_torch_ref(int(side.cuda_stream))
-                outputs = self.run(inputs, adapter, ref, fns, False)
+            graph, outputs, kept = self.capture.record(self.run, inputs, adapter, fns)
         except Exception as err:  # noqa: BLE001 - any capture failure: launch by launch
             with self.lock:
                 self.failed[key] = f"{type(err).__name__}: {err}"
@@ -137,19 +183,15 @@ class ProgramGraphs:
                 stacklevel=4,
             )
             return None
-        pin_live_tensor_maps()  # the graph reads tensor maps from their slots for good
-        caller.wait_stream(side)
-        recorded = Recorded(graph, inputs, tuple(outputs))
+        recorded = Recorded(graph, inputs, outputs, kept)
         with self.lock:
             self.recorded[key] = recorded
         return recorded
 
-    @staticmethod
-    def _replay(recorded: Recorded, args: Sequence[Any]) -> tuple:
+    def _replay(self, recorded: Recorded, args: Sequence[Any], stream_ptr: int) -> tuple:
         with recorded.lock:
             for static, arg in zip(recorded.inputs, args, strict=True):
-                if arg.data_ptr() != static.data_ptr():
-                    static.copy_(arg)
-            recorded.graph.replay()
+                static.copy_(arg)
+            self.capture.launch(recorded.graph, stream_ptr)
             recorded.replays += 1
             return tuple(out.clone() for out in recorded.outputs)

@@ -32,7 +32,7 @@ from fusec.targets.cuda.env import (
     simulator_enabled,
     sm_count,
 )
-from fusec.targets.cuda.graphs import ProgramGraphs, graphs_enabled
+from fusec.targets.cuda.graphs import DriverCapture, ProgramGraphs, graphs_enabled
 from fusec.targets.cuda.kernels import load_kernel_module
 from fusec.targets.cuda.streams import (
     StreamRef,
@@ -230,7 +230,9 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         self._plan_slots()
         #: whole-program CUDA graphs of torch calls (``fusec.targets.cuda.graphs``);
         #: None turns them off for this program (``fusec.compile(cuda_graphs=False)``)
-        self.graphs: ProgramGraphs | None = ProgramGraphs(self._run, self._specs)
+        self.graphs: ProgramGraphs | None = ProgramGraphs(
+            self._run, self._specs, DriverCapture(self._keeping)
+        )
 
     def _plan_slots(self) -> None:
         """Number every value once, so that a call indexes a list (no IR objects)."""
@@ -278,15 +280,21 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
 
     def _graphed(self, adapter: _Adapter, poison: bool) -> bool:
         """Whether this call goes through the program's CUDA graphs: torch tensors on a
-        GPU, graphs on, no poisoning, not inside an explicit ``capture``."""
+        GPU, graphs on, no poisoning, not inside an explicit ``capture``, no PyTorch
+        fallback group (``fusec.targets.cuda.graphs`` says why)."""
         return (
             adapter.family == "torch"
             and self.graphs is not None
             and not poison
             and self._keep is None
             and not adapter.simulated
+            and not self._torch_groups
             and graphs_enabled()
         )
+
+    def _keeping(self, buffers: list | None) -> None:
+        """Keep every buffer of the calls that follow alive in ``buffers`` (None: stop)."""
+        self._keep = buffers
 
     @property
     def _torch_groups(self) -> bool:
