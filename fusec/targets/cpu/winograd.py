@@ -16,9 +16,6 @@ from numpy import uint64 as U
 
 from fusec.runtime.numba_cache import sealed_njit
 
-#: The exponent bits of a float32: all set in +-Inf and NaN, and in nothing else.
-EXPONENT = np.uint32(0x7F800000)
-
 
 @sealed_njit
 def redo_nonfinite_tiles(y, y_at, pitch, tiles, x, x_at, xw, plane, cg, w, w_at):
@@ -30,16 +27,8 @@ def redo_nonfinite_tiles(y, y_at, pitch, tiles, x, x_at, xw, plane, cg, w, w_at)
     ``plane`` apart, zeros in the padding); ``w[w_at:]`` the output channel's ``cg x 3
     x 3`` filters as they are. A tile with a NaN or an Inf gets each of its 4 pixels
     as the reference computes it: the sum over (c, r, s) of w * x, zero padding
-    included (0 * Inf is NaN), in float64, rounded once. The scan for non-finite
-    values costs a pass over two output rows in L1; an integer max of the exponent
-    bits, which LLVM vectorises (a float reduction it would not reorder)."""
-    worst = np.uint32(0)
-    for row in range(2):
-        bits = y[y_at + row * pitch : y_at + row * pitch + 2 * tiles].view(np.uint32)
-        for i in range(bits.size):
-            worst = max(worst, bits[i] & EXPONENT)
-    if worst != EXPONENT:
-        return
+    included (0 * Inf is NaN), in float64, rounded once. The kernel calls this only
+    for an output channel of a block whose values are not all finite."""
     for t in range(tiles):
         if _tile_finite(y, y_at + 2 * t, pitch):
             continue
