@@ -27,7 +27,12 @@ Every case runs in its own process with a time limit, in two passes: first fusec
 for every case, then the torch.compile baselines (once per model, dtype and batch: they do
 not depend on the exporter), so a run cut short still has every fusec row. Each result is
 appended to ``models-gpu-<suffix>.jsonl`` as soon as it is known, and the tables are
-rewritten after every case; ``--resume`` continues a run from its JSON lines.
+rewritten after every case; ``--resume`` continues a run from its JSON lines (trying its
+time-outs again, their kernels now partly in the cache). ``--jobs N`` runs N workers at a
+time: exports and compiles overlap, timing holds a file lock (no two workers time at once;
+another's first calls may still share the GPU for milliseconds). Transformers are fed float
+``inputs_embeds`` (``--inputs ids``: token ids, which fusec refuses today, issue 29); the
+row says which.
 
     python3 benchmarks/models_gpu.py --quick --budget 540 --out results/       # H200
     python3 benchmarks/models_gpu.py --models resnet50,bert --dtypes bf16 --out results/
