@@ -570,6 +570,25 @@ def conv_case(method: str, dtype: str, special_in: str, constant_weight: bool = 
     return _fn([("x", tx), ("w", tw)], [conv], [("y", ty)]), [x, w], _non_finite_facts()
 
 
+def conv_huge_case(method: str) -> Case:
+    """A conv (``CONVS``) of finite inputs near float32's limit: +3e38 at the first
+    pixel, -3e38 at the last (no window holds both), weights in +-[0.125, 0.75], so the
+    reference (float64, rounded) is finite everywhere.
+    Winograd's transforms scale the filters by up to 9/8 and add inputs: their products
+    overflow to Inf, and the tiles with one must be recomputed to the finite answer."""
+    text, (x, w), _ = conv_case(method, "f32", "")
+    x.reshape(-1)[[0, -1]] = (3e38, -3e38)
+    w = (w * 0.5).astype(np.float32)
+
+    def check(outputs: list[np.ndarray]) -> None:
+        (y,) = outputs
+        yd = y.astype(np.float64)
+        assert np.isfinite(yd).all(), "finite inputs whose products do not overflow"
+        assert np.abs(yd).max() > 1e37, "the huge inputs reach the result"
+
+    return text, [x, w], check
+
+
 def conv_bias_relu_case(dtype: str) -> Case:
     """Issue #26 as reported: relu(conv3x3(x, pad 1) + bias) with x[0, 1, 5, 5] = +Inf
     (Winograd: the reference's 576 +Inf were 493 NaN and 83 Inf), at the example's
@@ -609,6 +628,9 @@ def conv_cases() -> dict[str, Case]:
             PATHS[name] = CONVS[method][-1]
         out[f"conv-winograd-{special_in}-f16"] = conv_case("winograd", "f16", special_in)
         PATHS[f"conv-winograd-{special_in}-f16"] = CONVS["winograd"][-1]
+    for method in ("winograd", "taps"):
+        out[f"conv-{method}-huge-f32"] = conv_huge_case(method)
+        PATHS[f"conv-{method}-huge-f32"] = CONVS[method][-1]
     for dtype in ("f32", "f16"):
         out[f"conv-bias-relu-inf-{dtype}"] = conv_bias_relu_case(dtype)
         PATHS[f"conv-bias-relu-inf-{dtype}"] = CONVS["winograd"][-1]
