@@ -601,20 +601,33 @@ def sample(model: Any, name: str, batch: int, smoke: bool, form: str, dtype: Any
 
 
 def export(model: Any, example: Any, path: Path, exporter: str, name: str) -> None:
-    """Write ``model`` on ``example`` (static shapes) to ``path`` with one exporter."""
+    """Write ``model`` on ``example`` (static shapes) to ``path`` with one exporter.
+
+    nn.MultiheadAttention's inference fast path (ViT's attention under no_grad) is one
+    ``aten::_native_multi_head_attention`` call that the TorchScript exporter cannot write:
+    the export traces the module's ordinary path, the same function."""
     import warnings
 
     import torch
 
+    fastpath = torch.backends.mha.get_fastpath_enabled()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if exporter == "torchscript":
-            torch.onnx.export(model, (example,), str(path), dynamo=False, input_names=[name])
-        else:
-            program = torch.onnx.export(
-                model, (example,), dynamo=True, input_names=[name], external_data=False
-            )
-            program.save(str(path), external_data=False)
+        torch.backends.mha.set_fastpath_enabled(False)
+        try:
+            _export(torch, model, example, path, exporter, name)
+        finally:
+            torch.backends.mha.set_fastpath_enabled(fastpath)
+
+
+def _export(torch: Any, model: Any, example: Any, path: Path, exporter: str, name: str) -> None:
+    if exporter == "torchscript":
+        torch.onnx.export(model, (example,), str(path), dynamo=False, input_names=[name])
+    else:
+        program = torch.onnx.export(
+            model, (example,), dynamo=True, input_names=[name], external_data=False
+        )
+        program.save(str(path), external_data=False)
 
 
 def as_list(out: Any) -> list:
