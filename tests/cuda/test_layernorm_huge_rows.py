@@ -11,9 +11,11 @@ statistics again, of x scaled by a power of 2:
   (K >= 1024, N >= K);
 * the GEMM's in-kernel LayerNorm (``ln="tile"``): its numpy model here, and the kernel
   on the GPU (``-m gpu``);
-* the FlashNorm pre-pass (``ln="fold"``, K between the pipeline's depth and 1024) is
-  not fixed: the GEMM multiplies the raw rows, which overflow by themselves (an xfail,
-  strict, on the GPU).
+* the FlashNorm pre-pass (``ln="fold"``, K between the pipeline's depth and 1024): its
+  statistics are rescaled too (rows of +-1e20 whose squares overflow, on the GPU), but
+  the GEMM multiplies the raw rows, and rows of 3e38 overflow there by themselves (an
+  xfail, strict, on the GPU); so do constant rows of large values lose their digits
+  in ``acc - mean * c`` (``test_gemm_ln_tile_gpu.test_constant_rows_give_exactly_beta``).
 """
 
 from __future__ import annotations
@@ -24,15 +26,14 @@ import pytest
 from fusec.targets.cuda.gemm import model
 
 
-def huge_rows(rows: int, k: int, big: float, seed: int = 0) -> np.ndarray:
-    """Constant +-big rows, varied rows of one sign and of alternating signs, rows
-    whose squares only overflow, ordinary rows: float64."""
+def huge_rows(rows: int, k: int, big: float, seed: int = 0, constant: bool = True):
+    """Constant +-big rows (unless not ``constant``), varied rows of one sign and of
+    alternating signs, rows whose squares only overflow, ordinary rows: float64."""
     rng = np.random.default_rng(seed)
     ramp = rng.uniform(0.5, 1.0, k)
     signs = np.where(np.arange(k) % 2, -1.0, 1.0)
-    kinds = [
-        np.full(k, big),
-        np.full(k, -big),
+    kinds = [np.full(k, big), np.full(k, -big)] if constant else []
+    kinds += [
         big * ramp,
         big * signs * ramp,
         1e20 * signs * ramp,
@@ -78,6 +79,7 @@ GPU_PATHS = [
     (1000, 768, 256, "tile", "fusec-default,tile-gemm{ln=tile}"),
     (512, 1024, 1024, "own kernel", None),
     (600, 256, 512, "fold", None),
+    (600, 256, 512, "fold 1e20", None),  # no constant rows: acc - mean * c cancels there
 ]
 FOLD_OVERFLOWS = pytest.mark.xfail(
     strict=True,
@@ -93,8 +95,9 @@ FOLD_OVERFLOWS = pytest.mark.xfail(
     ids=[c[3] for c in GPU_PATHS],
 )
 def test_layernorm_matmul_of_huge_bf16_rows_gpu(m, n, k, path, pipeline) -> None:
-    """LN(x) @ W in bf16 with rows of 3e38 (constant and varied) and +-1e20 against the
-    float64 reference, output poisoned first: finite, and within bf16's tolerance."""
+    """LN(x) @ W in bf16 with rows of 3e38 (constant and varied) and +-1e20 (for the
+    FlashNorm pre-pass also: varied rows of 1e20, no constant ones) against the float64
+    reference, output poisoned first: finite, and within bf16's tolerance."""
     torch = pytest.importorskip("torch")
     import ml_dtypes
     from numerics import compare
@@ -111,12 +114,13 @@ def test_layernorm_matmul_of_huge_bf16_rows_gpu(m, n, k, path, pipeline) -> None
     assert len(gemm) == 1, [type(s).__name__ for s in specs]
     own = any(kernel.kind == "row_reduce" for kernel in compiled.kernels)
     assert own == (path == "own kernel")
-    assert own or gemm[0].config.ln == path
+    assert own or gemm[0].config.ln == path.split()[0]
 
     rng = np.random.default_rng(m + n + k)
     bf16 = ml_dtypes.bfloat16
+    x = huge_rows(m, k, 1e20, constant=False) if path == "fold 1e20" else huge_rows(m, k, 3e38)
     arrays = [
-        huge_rows(m, k, 3e38).astype(bf16),
+        x.astype(bf16),
         (rng.standard_normal((k, n)) / k**0.5).astype(bf16),
         (1.0 + 0.2 * rng.standard_normal(k)).astype(bf16),
         (0.2 * rng.standard_normal(k)).astype(bf16),
@@ -128,3 +132,25 @@ def test_layernorm_matmul_of_huge_bf16_rows_gpu(m, n, k, path, pipeline) -> None
     assert np.isfinite(got).all(), f"{int((~np.isfinite(got)).sum())} elements not finite"
     result = compare(got, np.asarray(ref, dtype=np.float64), "bf16")
     assert result.passed, str(result)
+
+
+def test_model_of_the_flashnorm_prepass_on_rows_whose_squares_overflow() -> None:
+    """The pre-pass's statistics (``model.layernorm_prep``, as ``aux.fs_finish_stats``)
+    of bf16 rows of +-1e20 (their shifted squares overflow float32: rstd was 0) through
+    the rewrite rstd * (x @ W' - mean * c) + d equal LN(x) @ W in float64. No constant
+    rows: there the rewrite cancels the row's digits whatever the statistics."""
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    m, k, n = 40, 512, 64
+    rng = np.random.default_rng(5)
+    x = huge_rows(m, k, 1e20, constant=False).astype(bf16)
+    gamma = (1.0 + 0.2 * rng.standard_normal(k)).astype(bf16)
+    beta = (0.2 * rng.standard_normal(k)).astype(bf16)
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(bf16)
+    stats, folded, c, d = model.layernorm_prep(x, gamma, beta, w, 1e-5, dtype=bf16)
+    acc = x.astype(np.float32) @ folded.astype(np.float32)  # the GEMM on the raw x
+    got = model.layernorm_epilogue(acc, stats, c, d)
+    ref = layernorm64(x, gamma, beta) @ w.astype(np.float64)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2 * np.abs(ref).max())

@@ -288,6 +288,8 @@ class LayerNormPrep:
     def cpp_source(self) -> str:
         t, g, b = self.dtype, self.gamma_dtype, self.beta_dtype
         fold = self._fold_k_by_n() if self.b_major == "n" else self._fold_n_by_k()
+        scaled = f"{cpp_literal(self.epsilon)} * xs * xs"
+        floor = f"fmaxf({scaled}, 1.17549435e-38f)" if self.epsilon > 0 else scaled
         return f"""// fusec generated LayerNorm prologue pre-pass ({t}, gamma {g}, beta {b}, W {
             self.b_major.upper()
         }-major)
@@ -303,15 +305,48 @@ static __device__ __forceinline__ void fs_add8_{t}(uint4 v, float shift, float& 
     s2 += lo * lo + hi * hi;
   }}
 }}
+static __device__ __forceinline__ float fs_warp_max(float v) {{
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}}
+// A row of huge finite values overflows the shifted sums (bf16 +-1e20: the squares),
+// where the float64 reference is finite: the warp (uniform: the sums are butterflies)
+// takes them again, of x times a power of 2 near 1 / max|x| (exact and normal), from
+// global memory; the mean and rstd come back to x's scale (eps scaled alike, floored:
+// var is 0 only for a constant row). Other rows: xs = 1, the same values bit for bit.
+// NaN or Inf in a row: NaN statistics either way (fmaxf drops a NaN; the sums keep it).
 static __device__ __forceinline__ void fs_finish_stats(u64 stats, int row, int K, float shift,
-                                                       float s1, float s2, int lane) {{
+                                                       float s1, float s2, int lane,
+                                                       const u16* xr) {{
   s1 = fs_warp_sum(s1);
   s2 = fs_warp_sum(s2);
+  float xs = 1.0f;
+  float eps = {cpp_literal(self.epsilon)};
+  if (!(fabsf(s1) <= 3.40282347e+38f && s2 <= 3.40282347e+38f)) {{
+    float top = 0.0f;
+    for (int k = lane; k < K; k += 32) top = fmaxf(top, fabsf(fs_cvt_{t}(__ldg(xr + k))));
+    top = fs_warp_max(top);
+    if (top <= 3.40282347e+38f) {{
+      xs = ldexpf(1.0f, 1 - ilogbf(top));
+      eps = {floor};
+      const float scaled_shift = shift * xs;
+      s1 = 0.0f;
+      s2 = 0.0f;
+      for (int k = lane; k < K; k += 32) {{
+        const float f = fs_cvt_{t}(__ldg(xr + k)) * xs - scaled_shift;
+        s1 += f;
+        s2 += f * f;
+      }}
+      s1 = fs_warp_sum(s1);
+      s2 = fs_warp_sum(s2);
+    }}
+  }}
   if (lane == 0) {{
     const float dm = __fdividef(s1, (float)K);
     const float var = fmaxf(__fdividef(s2, (float)K) - dm * dm, 0.0f);
-    const float rstd = rsqrtf(var + {cpp_literal(self.epsilon)});
-    ((float2*)stats)[row] = make_float2(shift + dm, rstd);
+    const float rstd = rsqrtf(var + eps) * xs;
+    ((float2*)stats)[row] = make_float2((shift * xs + dm) / xs, rstd);
   }}
 }}
 
@@ -360,7 +395,7 @@ extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
       for (int k = (lane + 32 * {VECTORS}) * 8; k < K; k += 256) {{
         fs_add8_{t}(__ldg((const uint4*)(xr + k)), shift, s1, s2);
       }}
-      fs_finish_stats(stats, row, K, shift, s1, s2, lane);
+      fs_finish_stats(stats, row, K, shift, s1, s2, lane, xr);
     }}
   }} else {{
     for (int row = row0; row < min(row0 + {STAT_ROWS}, M); ++row) {{
@@ -372,7 +407,7 @@ extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
         s1 += f;
         s2 += f * f;
       }}
-      fs_finish_stats(stats, row, K, shift, s1, s2, lane);
+      fs_finish_stats(stats, row, K, shift, s1, s2, lane, xr);
     }}
   }}
   return 0;

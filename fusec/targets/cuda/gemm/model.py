@@ -313,13 +313,30 @@ def softmax_finalise(logits: np.ndarray, partials: np.ndarray) -> np.ndarray:
 
 
 def layernorm_prep(x: np.ndarray, gamma, beta, w: np.ndarray, eps: float, dtype=np.float16):
-    """The pre-pass: per row (mean, rstd) from sums shifted by the row's first element,
-    W' = gamma * W rounded to ``dtype``, c = column sums of W', d = beta @ W (W is K x N)."""
+    """The pre-pass: per row (mean, rstd) from sums shifted by the row's first element
+    (again, of x times a power of 2 near 1 / max|x|, where they overflow: ``aux``'s
+    ``fs_finish_stats``), W' = gamma * W rounded to ``dtype``, c = column sums of W',
+    d = beta @ W (W is K x N)."""
     x32 = x.astype(np.float32)
-    shifted = x32 - x32[:, :1]
-    dm = shifted.sum(axis=1, dtype=np.float32) / np.float32(x.shape[1])
-    var = np.maximum((shifted * shifted).sum(axis=1) / np.float32(x.shape[1]) - dm * dm, 0)
-    stats = np.stack([x32[:, 0] + dm, 1.0 / np.sqrt(var + np.float32(eps))], axis=1)
+    k = np.float32(x.shape[1])
+    with np.errstate(over="ignore", invalid="ignore"):
+        shifted = x32 - x32[:, :1]
+        s1 = shifted.sum(axis=1, dtype=np.float32)
+        s2 = (shifted * shifted).sum(axis=1, dtype=np.float32)
+        top = np.nanmax(np.abs(x32), axis=1)
+        redo = ~(np.isfinite(s1) & np.isfinite(s2)) & np.isfinite(top)
+        xs = np.ones(len(x32), np.float32)
+        xs[redo] = np.ldexp(np.float32(1), 2 - np.frexp(top[redo])[1]).astype(np.float32)
+        scaled = x32 * xs[:, None] - (x32[:, :1] * xs[:, None])
+        s1 = np.where(redo, scaled.sum(axis=1, dtype=np.float32), s1)
+        s2 = np.where(redo, (scaled * scaled).sum(axis=1, dtype=np.float32), s2)
+        scaled_eps = np.where(
+            redo, np.maximum(np.float32(eps) * xs * xs, np.finfo(np.float32).tiny), eps
+        ).astype(np.float32)
+        dm = s1 / k
+        var = np.maximum(s2 / k - dm * dm, 0)
+        rstd = np.float32(1) / np.sqrt(var + scaled_eps) * xs
+        stats = np.stack([(x32[:, 0] * xs + dm) / xs, rstd], axis=1)
     w32 = w.astype(np.float32)
     folded = (gamma.astype(np.float32)[:, None] * w32).astype(dtype)
     c = folded.astype(np.float32).sum(axis=0)
