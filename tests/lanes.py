@@ -20,16 +20,19 @@ def sampled(
     values: Iterable[Any],
     keep: int | Callable[[int, Any], bool],
     ids: Sequence[str] | None = None,
+    *,
+    unpack: bool = False,
 ) -> list[Any]:
     """``values`` as ``pytest.param``s: those ``keep`` selects stay in the default lane,
     the others are marked ``slow``. ``keep=n`` keeps every n-th value (the first, the
-    (n+1)-th, ...); a function is asked ``keep(index, value)``."""
+    (n+1)-th, ...); a function is asked ``keep(index, value)``. ``unpack``: each value
+    is a tuple of several argument names' values (``"geo, tile, grid"``)."""
     chosen = keep if callable(keep) else (lambda index, _value: index % keep == 0)
     params = []
     for index, value in enumerate(values):
         marks = () if chosen(index, value) else (SLOW,)
         id_ = ids[index] if ids is not None else None
-        args = value if isinstance(value, tuple) else (value,)
+        args = tuple(value) if unpack else (value,)
         params.append(pytest.param(*args, marks=marks, id=id_))
     return params
 

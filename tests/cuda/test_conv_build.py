@@ -86,7 +86,7 @@ def _first(index: int, _value: object) -> bool:
     return index == 0
 
 
-@pytest.mark.parametrize("geo, tile, grid", sampled(GEOMETRIES, _first))  # the rest: slow
+@pytest.mark.parametrize("geo, tile, grid", sampled(GEOMETRIES, _first, unpack=True))
 def test_tile_model_matches_the_reference_conv(
     geo: ConvGeometry, tile: ConvTile, grid: int
 ) -> None:
@@ -406,7 +406,7 @@ NCHW_GEOMETRIES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("geo, tile, grid", sampled(NCHW_GEOMETRIES, _first))  # the rest: slow
+@pytest.mark.parametrize("geo, tile, grid", sampled(NCHW_GEOMETRIES, _first, unpack=True))
 def test_nchw_tile_model_matches_the_reference_conv(
     geo: ConvGeometry, tile: ConvTile, grid: int
 ) -> None:
@@ -552,7 +552,7 @@ LD_GEOMETRIES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("geo, tile, grid", sampled(LD_GEOMETRIES, _first))  # the rest: slow
+@pytest.mark.parametrize("geo, tile, grid", sampled(LD_GEOMETRIES, _first, unpack=True))
 def test_producer_loads_tile_model_matches_the_reference_conv(
     geo: ConvGeometry, tile: ConvTile, grid: int
 ) -> None:

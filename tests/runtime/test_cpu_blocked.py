@@ -16,6 +16,7 @@ import numba
 import numpy as np
 import pytest
 from cpu_check import check, poison, wrap_group
+from lanes import sampled
 from numerics import assert_close
 
 from fusec.api import parse, run_pipeline
@@ -449,7 +450,7 @@ def test_conv_weights_as_an_argument_are_transformed_at_each_launch(cache):
     assert program.kernels[0].prepared_inputs == ()
 
 
-@pytest.mark.parametrize("case", CONVS)
+@pytest.mark.parametrize("case", sampled(CONVS, 3))  # every 3rd by default, all: slow
 def test_conv_blocks(cache, case):
     program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
     method = cpu_conv.conv_method(_conv_op(case))
@@ -478,7 +479,7 @@ WINOGRAD_CONVS = [
 ]
 
 
-@pytest.mark.parametrize("case", WINOGRAD_CONVS)
+@pytest.mark.parametrize("case", sampled(WINOGRAD_CONVS, 2))  # every 2nd by default
 def test_conv_winograd_against_float64_reference(cache, case):
     """Winograd F(2x2, 3x3) in f32: elementwise at f32 tolerance and relative L2 < 1e-4
     against the float64 reference, on fresh random inputs with poisoned outputs."""
@@ -673,7 +674,7 @@ ATTENTIONS = [
 ]
 
 
-@pytest.mark.parametrize("case", ATTENTIONS)
+@pytest.mark.parametrize("case", sampled(ATTENTIONS, 2))  # every 2nd by default
 def test_attention_blocks(cache, case):
     q, key, v, mask, scale = case
     y = (*np.broadcast_shapes(q[:-2], key[:-2], v[:-2]), q[-2], v[-1])
