@@ -1405,6 +1405,250 @@ def _gather(imp: Importer, node: Node) -> list[SSAValue]:
     return [_reshape_to(imp, picked, out_shape)]
 
 
+def _pick(imp: Importer, x: SSAValue, axis: int, indices: Sequence[int]) -> SSAValue:
+    """The slices ``indices`` of ``axis`` (in [0, dim)): x itself, a slice or ai.gather."""
+    flat = [int(i) for i in indices]
+    if flat == list(range(shape_of(x)[axis])):
+        return x
+    if flat == list(range(flat[0], flat[0] + len(flat))):
+        return _slice_of(imp, x, [flat[0]], [flat[0] + len(flat)], [axis], [1])
+    return imp.emit(ai.GatherOp, x, axis=axis, indices=flat)
+
+
+@converter("DepthToSpace", "SpaceToDepth", attrs=("blocksize", "mode"))
+def _depth_space(imp: Importer, node: Node) -> list[SSAValue]:
+    """A reshape, a transpose and a reshape (DCR or CRD order of the channel blocks)."""
+    x = imp.input(node, 0)
+    if len(shape_of(x)) != 4:
+        raise imp.error(f"input must be N x C x H x W, got {x.type}")
+    n, c, h, w = shape_of(x)
+    if "blocksize" not in node.attrs:
+        raise imp.error("attribute 'blocksize' is required")
+    b = int(node.attrs["blocksize"])
+    mode = node.attrs.get("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        raise imp.error(f"mode '{mode}' is not DCR or CRD")
+    if node.op_type == "SpaceToDepth":
+        if b <= 0 or h % b or w % b:
+            raise imp.error(f"blocksize {b} does not divide the spatial dims {h}x{w}")
+        blocks = _reshape_to(imp, x, (n, c, h // b, b, w // b, b))
+        perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+        moved = imp.emit(ai.TransposeOp, blocks, perm=perm)
+        return [_reshape_to(imp, moved, (n, c * b * b, h // b, w // b))]
+    if b <= 0 or c % (b * b):
+        raise imp.error(f"blocksize {b} squared does not divide the {c} channels")
+    depth = c // (b * b)
+    if mode == "DCR":
+        blocks = _reshape_to(imp, x, (n, b, b, depth, h, w))
+        perm = (0, 3, 4, 1, 5, 2)
+    else:
+        blocks = _reshape_to(imp, x, (n, depth, b, b, h, w))
+        perm = (0, 1, 4, 2, 5, 3)
+    moved = imp.emit(ai.TransposeOp, blocks, perm=perm)
+    return [_reshape_to(imp, moved, (n, depth, h * b, w * b))]
+
+
+@converter("Trilu", attrs=("upper",))
+def _trilu(imp: Importer, node: Node) -> list[SSAValue]:
+    """ai.where of a constant triangular mask over the last two dims (a constant input is
+    evaluated at import instead)."""
+    x = imp.input(node, 0)
+    shape = shape_of(x)
+    if len(shape) < 2:
+        raise imp.error(f"input must have at least 2 dims, got {x.type}")
+    k = _constant_ints(imp, node, 1, "input 'k'")
+    offset = k[0] if k else 0
+    rows, cols = shape[-2:]
+    upper = bool(node.attrs.get("upper", 1))
+    mask = (
+        np.triu(np.ones((rows, cols)), offset) if upper else np.tril(np.ones((rows, cols)), offset)
+    )
+    if mask.all():
+        return [x]
+    zero = imp.scalar(0.0, x)
+    return [imp.emit(ai.WhereOp, imp.constant(mask, dtype_of(x)), x, zero)]
+
+
+@converter("Pad", attrs=("mode", "pads", "value"))
+def _pad(imp: Importer, node: Node) -> list[SSAValue]:
+    """Per padded axis: constant mode concatenates blocks of the value (negative pads
+    slice); edge, reflect and wrap are one ai.gather of the indices they repeat."""
+    x = imp.input(node, 0)
+    shape = shape_of(x)
+    rank = len(shape)
+    pads = node.attrs.get("pads")
+    pads = (
+        [int(p) for p in pads] if pads is not None else _constant_ints(imp, node, 1, "input 'pads'")
+    )
+    if pads is None:
+        raise imp.error("the pads are required")
+    axes = _constant_ints(imp, node, 3, "input 'axes'") if imp.opset >= 18 else None
+    axes = _normalised(imp, axes if axes is not None else range(rank), rank)
+    if len(pads) != 2 * len(axes):
+        raise imp.error(f"{len(pads)} pads for {len(axes)} axes (two per axis)")
+    mode = node.attrs.get("mode", "constant")
+    value = float(node.attrs.get("value", 0.0))
+    known = imp.array(node, 2)
+    if imp.optional_input_name(node, 2) is not None:
+        if known is None:
+            raise imp.error("the constant_value is computed at run time", "attribute")
+        value = float(np.asarray(known).reshape(-1)[0]) if known.size else 0.0
+    y = x
+    for axis, begin, end in zip(axes, pads[: len(axes)], pads[len(axes) :], strict=True):
+        if begin or end:
+            y = _pad_axis(imp, y, axis, begin, end, mode, value)
+    return [y]
+
+
+def _pad_axis(
+    imp: Importer, x: SSAValue, axis: int, begin: int, end: int, mode: str, value: float
+) -> SSAValue:
+    dim = shape_of(x)[axis]
+    if mode == "constant":
+        kept = _slice_of(imp, x, [max(-begin, 0)], [dim - max(-end, 0)], [axis], [1])
+        parts = []
+        for count in (begin, None, end):
+            if count is None:
+                parts.append(kept)
+            elif count > 0:
+                block = list(shape_of(x))
+                block[axis] = count
+                parts.append(imp.constant(np.full(block, value), dtype_of(x)))
+        return parts[0] if len(parts) == 1 else imp.emit(ai.ConcatOp, *parts, axis=axis)
+    if min(begin, end) < 0:
+        raise imp.error(f"negative pads in mode '{mode}' are not supported", "attribute")
+    positions = range(-begin, dim + end)
+    if mode == "edge":
+        indices = [min(max(i, 0), dim - 1) for i in positions]
+    elif mode == "wrap":
+        indices = [i % dim for i in positions]
+    elif mode == "reflect":
+        if dim < 2 or max(begin, end) >= dim:
+            raise imp.error(f"reflect pads of {max(begin, end)} need a dim above it, got {dim}")
+        indices = [-i if i < 0 else 2 * (dim - 1) - i if i >= dim else i for i in positions]
+    else:
+        raise imp.error(f"mode '{mode}' is not supported", "attribute")
+    return _pick(imp, x, axis, indices)
+
+
+_RESIZE_ATTRS = (
+    "mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside",
+    "extrapolation_value", "antialias", "axes", "keep_aspect_ratio_policy",
+)  # fmt: skip
+
+
+@converter("Resize", "Upsample", attrs=(*_RESIZE_ATTRS, "scales", "height_scale", "width_scale"))
+def _resize(imp: Importer, node: Node) -> list[SSAValue]:
+    """Nearest mode: one ai.gather per resized axis, of the source index each output
+    position takes (ONNX's coordinate transformation and rounding, at import)."""
+    x = imp.input(node, 0)
+    shape = shape_of(x)
+    rank = len(shape)
+    mode = node.attrs.get("mode", "nearest")
+    if mode != "nearest":
+        raise imp.error(f"mode '{mode}' is not supported (nearest only)", "attribute")
+    transform = node.attrs.get("coordinate_transformation_mode", "half_pixel")
+    rounding = node.attrs.get("nearest_mode", "round_prefer_floor")
+    if node.op_type == "Upsample":
+        transform, rounding = "asymmetric", "floor"  # each element repeated scale times
+    elif imp.opset < 11:  # its coordinates are not specified: runtimes differ
+        raise imp.error(f"Resize of opset {imp.opset} (< 11) is not supported", "attribute")
+    if node.attrs.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise imp.error("keep_aspect_ratio_policy other than stretch is not supported", "attribute")
+    if node.attrs.get("antialias", 0):
+        raise imp.error("antialias is not supported in nearest mode", "attribute")
+    axes = [int(a) for a in node.attrs.get("axes", range(rank))]
+    axes = _normalised(imp, axes, rank)
+    scales, sizes = _resize_targets(imp, node, len(axes))
+    y = x
+    for k, axis in enumerate(axes):
+        length = shape[axis]
+        if sizes is not None:
+            out, scale = sizes[k], sizes[k] / length
+        else:
+            assert scales is not None
+            scale = scales[k]
+            out = int(math.floor(length * scale))
+        if out <= 0:
+            raise imp.error(f"axis {axis} would have {out} elements", "shape")
+        if out == length and scale == 1.0:
+            continue
+        picks = [_nearest(imp, i, scale, length, out, transform, rounding) for i in range(out)]
+        y = _pick(imp, y, axis, picks)
+    return [y]
+
+
+def _resize_targets(
+    imp: Importer, node: Node, count: int
+) -> tuple[list[float] | None, list[int] | None]:
+    """(scales, sizes) of a Resize or Upsample node, one value per resized axis."""
+    if node.op_type == "Upsample":
+        scales = node.attrs.get("scales")
+        if scales is None and imp.optional_input_name(node, 1) is not None:
+            known = imp.array(node, 1)
+            if known is None:
+                raise imp.error("the scales are computed at run time", "attribute")
+            scales = np.asarray(known).reshape(-1).tolist()
+        if scales is None:
+            raise imp.error("the scales are required")
+        if any(float(v) != int(v) for v in scales):
+            raise imp.error(f"scales {list(scales)} are not whole numbers", "attribute")
+        return [float(v) for v in scales], None
+    for index in (2, 3):
+        name = imp.optional_input_name(node, index)
+        if name is None or index >= len(node.proto.input):
+            continue
+        known = imp.array(node, index)
+        if known is None:
+            raise imp.error(f"input #{index} is computed at run time", "attribute")
+        if known.size == 0:
+            continue
+        values = np.asarray(known).reshape(-1)
+        if len(values) != count:
+            raise imp.error(f"input #{index} has {len(values)} values for {count} axes")
+        if index == 3:
+            return None, [int(v) for v in values]
+        return [float(v) for v in values], None
+    raise imp.error("one of scales and sizes is required")
+
+
+def _nearest(
+    imp: Importer, i: int, scale: float, length: int, out: int, transform: str, rounding: str
+) -> int:
+    """The source index output position ``i`` of a nearest Resize takes."""
+    if transform in ("half_pixel", "half_pixel_symmetric"):
+        if transform == "half_pixel_symmetric":
+            adjustment = out / (scale * length)
+            center = length / 2
+            offset = center * (1 - adjustment)
+            x = offset + (i + 0.5) / scale - 0.5
+        else:
+            x = (i + 0.5) / scale - 0.5
+    elif transform == "pytorch_half_pixel":
+        x = (i + 0.5) / scale - 0.5 if out > 1 else 0.0
+    elif transform == "align_corners":
+        x = i * (length - 1) / (out - 1) if out > 1 else 0.0
+    elif transform == "asymmetric":
+        x = i / scale
+    elif transform == "tf_half_pixel_for_nn":
+        x = (i + 0.5) / scale
+    else:
+        raise imp.error(
+            f"coordinate_transformation_mode '{transform}' is not supported", "attribute"
+        )
+    if rounding == "round_prefer_floor":
+        index = math.ceil(x - 0.5)
+    elif rounding == "round_prefer_ceil":
+        index = math.floor(x + 0.5)
+    elif rounding == "floor":
+        index = math.floor(x)
+    elif rounding == "ceil":
+        index = math.ceil(x)
+    else:
+        raise imp.error(f"nearest_mode '{rounding}' is not supported", "attribute")
+    return min(max(int(index), 0), length - 1)
+
+
 # ------------------------------------------------------------------ reductions, pooling
 
 _REDUCTIONS = {

@@ -405,13 +405,16 @@ def bake_constant_inputs(
     model: onnx.ModelProto, data_sets: Sequence[tuple[Sequence[Any], Sequence[Any]]]
 ) -> tuple[onnx.ModelProto, list[tuple[list[Any], Sequence[Any]]]]:
     """The model with its non-float inputs that are equal in every data set turned into
-    initializers, and the data sets without them."""
+    initializers, and the data sets without them; so are the float inputs that are an
+    operator's parameters rather than data (``PARAMETER_INPUTS``: Resize's scales, Pad's
+    constant_value), which are constants in real models."""
     inputs = list(model.graph.input)
+    parameters = _parameter_inputs(model)
     constant = []
     for index, info in enumerate(inputs):
         if info.type.WhichOneof("value") != "tensor_type" or not data_sets:
             continue  # sequences, maps, optionals stay inputs
-        if info.type.tensor_type.elem_type in _FLOATS:
+        if info.type.tensor_type.elem_type in _FLOATS and info.name not in parameters:
             continue
         if any(index >= len(ins) or isinstance(ins[index], list | tuple) for ins, _ in data_sets):
             continue
@@ -428,6 +431,29 @@ def bake_constant_inputs(
     baked.graph.initializer.extend(tensor for _, tensor in constant)
     sets = [([a for k, a in enumerate(ins) if k not in drop], outs) for ins, outs in data_sets]
     return baked, sets
+
+
+#: (operator, formal input): float inputs that parameterise the operator (shapes,
+#: scales, a padding value) rather than carry data.
+PARAMETER_INPUTS = {
+    ("Resize", "roi"), ("Resize", "scales"), ("Upsample", "scales"), ("Pad", "constant_value"),
+}  # fmt: skip
+
+
+def _parameter_inputs(model: onnx.ModelProto) -> set[str]:
+    """Names of the graph values that feed a ``PARAMETER_INPUTS`` input of a node."""
+    found = set()
+    for node in model.graph.node:
+        try:
+            schema = onnx.defs.get_schema(node.op_type, domain=node.domain)
+        except onnx.defs.SchemaError:
+            continue
+        formal = [p.name for p in schema.inputs]
+        for position, name in enumerate(node.input):
+            role = formal[min(position, len(formal) - 1)] if formal else ""
+            if name and (node.op_type, role) in PARAMETER_INPUTS:
+                found.add(name)
+    return found
 
 
 def _as_array(value: Any) -> np.ndarray:

@@ -199,3 +199,70 @@ def test_dropout_in_training_and_its_mask_are_refused_with_a_reason():
 def test_an_unsupported_p_is_refused():
     err = _refusal(node_model("LpNormalization", {"x": r(2, 3)}, p=3))
     assert err.feature == "attribute" and "p=3" in err.message
+
+
+# ------------------------------------------------------------------ data movement
+
+
+def _with_constants(model: onnx.ModelProto, **constants: np.ndarray) -> onnx.ModelProto:
+    """``model`` with extra node inputs that are initializers (in keyword order)."""
+    for name, value in constants.items():
+        model.graph.initializer.append(numpy_helper.from_array(value, name))
+        model.graph.node[0].input.append(name)
+    return model
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "wrap"])
+def test_pad_modes(mode):
+    x = r(2, 3, 4)
+    pads = np.array([0, 2, 1, 1, -1 if mode == "constant" else 2, 2], np.int64)
+    constants = {"pads": pads, "value": np.array(1.5, np.float32)}
+    if mode != "constant":
+        constants.pop("value")
+    model = _with_constants(node_model("Pad", {"x": x}, opset=19, mode=mode), **constants)
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("k", [-1, 0, 2])
+def test_trilu_of_a_value_computed_at_run_time(upper, k):
+    x = r(2, 4, 5)
+    model = _with_constants(node_model("Trilu", {"x": x}, upper=upper), k=np.array(k, np.int64))
+    _check(model, {"x": x}, ops=["ai.where"])
+
+
+@pytest.mark.parametrize(
+    ("transform", "rounding", "scales"),
+    [
+        ("half_pixel", "round_prefer_floor", [1.0, 1.0, 2.0, 1.5]),
+        ("asymmetric", "floor", [1.0, 1.0, 0.5, 3.0]),
+        ("align_corners", "round_prefer_ceil", [1.0, 1.0, 1.7, 2.0]),
+        ("pytorch_half_pixel", "ceil", [1.0, 1.0, 0.6, 2.0]),
+    ],
+)
+def test_resize_nearest(transform, rounding, scales):
+    x = r(1, 2, 5, 4)
+    model = node_model(
+        "Resize", {"x": x}, opset=19, mode="nearest",
+        coordinate_transformation_mode=transform, nearest_mode=rounding,
+    )  # fmt: skip
+    model.graph.node[0].input.append("")  # no roi
+    _check(_with_constants(model, scales=np.array(scales, np.float32)), {"x": x})
+
+
+def test_resize_linear_is_refused_with_a_reason():
+    x = r(1, 2, 5, 4)
+    model = node_model("Resize", {"x": x}, opset=19, mode="linear")
+    model.graph.node[0].input.append("")
+    err = _refusal(_with_constants(model, scales=np.array([1, 1, 2, 2], np.float32)))
+    assert err.feature == "attribute" and "nearest only" in err.message
+
+
+@pytest.mark.parametrize(
+    ("op_type", "attrs"),
+    [("DepthToSpace", {"mode": "DCR"}), ("DepthToSpace", {"mode": "CRD"}), ("SpaceToDepth", {})],
+)  # SpaceToDepth's CRD mode: the node suite (onnxruntime has no such attribute)
+def test_depth_and_space(op_type, attrs):
+    x = r(2, 8, 4, 6)
+    model = node_model(op_type, {"x": x}, blocksize=2, **attrs)
+    _check(model, {"x": x}, ops=["ai.transpose"])
