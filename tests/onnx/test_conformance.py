@@ -90,6 +90,7 @@ def test_a_wrong_result_fails(monkeypatch):
     assert "differs" in next(r.detail for r in report.results if r.status == "failed")
 
 
+@pytest.mark.slow  # a kernel compile per case: minutes
 @pytest.mark.skipif(not _cpu_available(), reason="the cpu target is not available")
 def test_the_cpu_target_passes_the_same_cases(reference_report):
     report = run_conformance(target="cpu")
