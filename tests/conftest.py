@@ -7,6 +7,10 @@ markers, hypothesis profiles.
 
 - ``pytest --update-golden`` rewrites golden snapshots on purpose; without it a
   mismatch fails with a unified diff (expected -> actual).
+- Lanes (README "Test lanes"): ``python -m pytest`` leaves out ``slow`` and ``gpu``
+  tests (pyproject.toml's ``addopts``); ``-m slow``, ``-m gpu``, ``-m fuzz`` select
+  theirs. A large parametrization keeps a sample in the default lane and marks the
+  rest ``slow`` with ``tests/lanes.py``.
 - ``@pytest.mark.requires_target("cuda")``: the test needs the target's software
   (for cuda, numba-cuda: it generates and assembles kernels, builds PTX and cubins,
   runs the CUDA simulator in a subprocess), not a device. Without it the test is
