@@ -889,14 +889,21 @@ def run_fusec_job(w: Worker) -> None:
     reference, model = prepare(w.case.model, w.case.dtype, w.smoke, w.form, device)
     timer = w.timer
     for batch in w.case.batches:
-        kw = {"target": w.target, "smoke": w.smoke, "form": w.form, "emit": w.emit}
-        checked = check_fusec(reference, model, w.base(batch), **kw)
+        checked = check_fusec(
+            reference,
+            model,
+            w.base(batch),
+            target=w.target,
+            smoke=w.smoke,
+            form=w.form,
+            emit=w.emit,
+        )
         row = checked.row
         if checked.compiled is not None:
             w.emit(row | {"stage": "timing"})
             with torch.no_grad():
-                fusec_t = timer(lambda c=checked: c.compiled(c.arg))
-                eager_t = timer(lambda x=checked.x: model(x))
+                fusec_t = timer(functools.partial(checked.compiled, checked.arg))
+                eager_t = timer(functools.partial(model, checked.x))
             row["fusec_ms"], row["fusec_min_ms"] = fusec_t["ms"], fusec_t["min_ms"]
             row["fusec_wall_ms"] = fusec_t.get("wall_ms")
             row["stream_check"] = fusec_t.get("stream_check")
