@@ -266,3 +266,35 @@ def test_depth_and_space(op_type, attrs):
     x = r(2, 8, 4, 6)
     model = node_model(op_type, {"x": x}, blocksize=2, **attrs)
     _check(model, {"x": x}, ops=["ai.transpose"])
+
+
+@pytest.mark.parametrize("inverse", ["Reciprocal", "Div"])
+def test_exported_rms_norm_pattern(inverse):
+    """Llama's RMSNorm as exporters write it: x * 1/sqrt(mean(x^2) + eps) * w (Pow,
+    ReduceMean, Add, Sqrt, then Reciprocal and Mul, or Div)."""
+    x, w = r(2, 5, 16), r(16)
+    nodes = [
+        helper.make_node("Pow", ["x", "two"], ["sq"]),
+        helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1),
+        helper.make_node("Add", ["ms", "eps"], ["mse"]),
+        helper.make_node("Sqrt", ["mse"], ["rms"]),
+    ]
+    if inverse == "Reciprocal":
+        nodes += [helper.make_node("Reciprocal", ["rms"], ["inv"]),
+                  helper.make_node("Mul", ["x", "inv"], ["n"])]  # fmt: skip
+    else:
+        nodes.append(helper.make_node("Div", ["x", "rms"], ["n"]))
+    nodes.append(helper.make_node("Mul", ["n", "w"], ["y"]))
+    inits = [
+        numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+        numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+        numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+        numpy_helper.from_array(w, "w"),
+    ]
+    graph = helper.make_graph(
+        nodes, "rms", [tensor("x", x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    _check(model, {"x": x})
