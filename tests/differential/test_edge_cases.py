@@ -145,8 +145,26 @@ def test_cuda_simulator_matches_the_reference(name, sim_outputs):
     _same_as_reference(name, outputs)
 
 
+#: Cases the cuda target gets wrong today, with why (strict: a fix makes them fail).
+CUDA_KNOWN_WRONG = {
+    # The Tensor Core implicit-GEMM conv skips a tap whose input rows are all padding
+    # instead of multiplying the zeros: an Inf/NaN weight there gives a finite output
+    # where the reference (and cuDNN, which the f32 cases run on) gives NaN (0 * Inf).
+    # Seen on the H200 at 2dd1ab3: output (0, 0, 0, 0) -4.227, reference NaN.
+    "conv-winograd-w-f16": "implicit-GEMM conv skips all-padding taps (0 * Inf)",
+}
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason=CUDA_KNOWN_WRONG[n], strict=True))
+        if n in CUDA_KNOWN_WRONG
+        else n
+        for n in NAMES
+    ],
+)
 def test_cuda_matches_the_reference(name):
     text, inputs, _ = CASES[name]
     compiled = fusec.compile(text, target="cuda")
