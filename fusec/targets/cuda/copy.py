@@ -3,8 +3,9 @@
 The channels-last transpose of a 16-bit 4-D tensor, ``ai.transpose {perm = [0, 2, 3,
 1]}`` with the second dimension a multiple of 8 (``conv-layout``'s conversions:
 NCHW -> NHWC inputs, KCRS -> KRSC graph-input weights), runs as the conv template's
-copy kernel (``conv.transpose.RelayoutSpec``, 16-byte stores); every other copy
-(transposes, slices, concats, gathers) runs through PyTorch
+copy kernel (``conv.transpose.RelayoutSpec``, 16-byte stores); every other chain of transposes,
+reshapes, slices, gathers and concats with one result runs as a gather kernel
+(``fusec.targets.cuda.gather``); the rest through PyTorch
 (``fusec.targets.cuda.torch_fallback``), the reason in its header.
 """
 
@@ -14,6 +15,7 @@ from fusec.codegen import KernelSource
 from fusec.codegen.expr import header
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.targets.cuda import gather
 from fusec.targets.cuda.common import body_ops, kernel_name, yielded
 from fusec.targets.cuda.conv.layout import TO_CHANNELS_LAST
 from fusec.targets.cuda.conv.transpose import RelayoutSpec
@@ -46,7 +48,10 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     name = kernel_name(name)
     spec = relayout_plan(fused_op)
     if isinstance(spec, str):
-        return torch_fallback.generate(fused_op, name, reason=spec)
+        refused = gather.gather_plan(fused_op)
+        if refused is None:
+            return gather.generate(fused_op, name)
+        return torch_fallback.generate(fused_op, name, reason=f"{spec}; {refused}")
     a, b, p = spec.outer, spec.channels, spec.pixels
     tiling = spec.tiling
     notes = [
