@@ -193,3 +193,27 @@ def test_nan_to_zero_specialises_the_kernel(tmp_path) -> None:
     assert "causal, NaN rows to 0;" in kernel.source.split("\n\n")[0]
     built = build.build(guarded, KernelCache(tmp_path))
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
+
+
+def _mask_constant(values: np.ndarray):
+    from xdsl.dialects import arith
+    from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType, f32
+
+    attr = DenseIntOrFPElementsAttr.from_list(
+        TensorType(f32, values.shape), values.astype(np.float32).reshape(-1).tolist()
+    )
+    return arith.ConstantOp(attr).result
+
+
+def test_a_causal_mask_expanded_over_the_batch_is_the_kernels_causal_mask() -> None:
+    """GPT-2 exported at batch > 1 writes its causal mask as (batch, 1, S, S): the same
+    grid in every slice is the kernel's index-computed mask; one differing slice is not."""
+    from fusec.targets.cuda.attention.template import mask_kind
+
+    s = 6
+    causal = np.where(np.triu(np.ones((s, s), dtype=bool), k=1), np.finfo(np.float32).min, 0.0)
+    stacked = np.broadcast_to(causal, (3, 1, s, s)).copy()
+    assert mask_kind(_mask_constant(stacked), s, s) == "causal"
+    assert mask_kind(_mask_constant(np.zeros((3, 1, s, s))), s, s) == "none"
+    stacked[1, 0, 2, 5] = 0.0  # one batch sees a future key: not the kernel's mask
+    assert mask_kind(_mask_constant(stacked), s, s) is None

@@ -49,10 +49,14 @@ def mask_kind(mask: SSAValue, queries: int, keys: int) -> str | None:
         return None
     if not values.any():
         return "none"
-    shape = values.shape
-    if shape[-2:] != (queries, keys) or any(d != 1 for d in shape[:-2]):
+    if values.shape[-2:] != (queries, keys):
         return None  # a mask broadcast along queries or keys is no causal one
-    grid = values.reshape(queries, keys)
+    # exporters expand the causal mask over the batch (GPT-2 at batch > 1): one grid
+    # repeated over the leading dims is that grid for every (batch, head)
+    stack = values.reshape(-1, queries, keys)
+    if not (stack == stack[:1]).all():
+        return None
+    grid = stack[0]
     above = np.triu(np.ones((queries, keys), dtype=bool), k=1)
     causal = not grid[~above].any() and bool(np.all(grid[above] <= MASKED))
     return "causal" if causal else None
