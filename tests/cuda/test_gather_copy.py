@@ -161,6 +161,14 @@ def test_copy_groups_run_as_gather_kernels_under_the_simulator() -> None:
         assert "template: gather" in record["kinds"][0], record["name"]
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_copy_groups_on_the_gpu(name: str) -> None:
+    record = _run(name)
+    assert record["same"], f"{name}: differs from the reference"
+    assert "template: gather" in record["kinds"][0]
+
+
 @pytest.mark.requires_target("cuda")
 def test_attention_head_split_of_the_default_pipeline_is_a_gather_kernel() -> None:
     import fusec
