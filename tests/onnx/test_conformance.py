@@ -24,6 +24,8 @@ def _cpu_available() -> bool:
         return False
 
 
+#: Every node test on the reference executor: half a minute; the tests reading the whole
+#: report run in the slow lane (the default lane runs the small subsets further down).
 @pytest.fixture(scope="module")
 def reference_report() -> ConformanceReport:
     report = run_conformance(target="reference")
@@ -35,6 +37,7 @@ def _failures(report: ConformanceReport) -> str:
     return "\n".join(f"{r.name}: {r.detail}" for r in report.results if r.status == "failed")
 
 
+@pytest.mark.slow
 def test_no_case_fails_on_the_reference_executor(reference_report):
     assert reference_report.count("failed") == 0, _failures(reference_report)
 
@@ -49,6 +52,7 @@ BOOLEAN_RESULTS = {"IsNaN"}
 NO_CASE_TO_TAKE = {"CastLike", "ReduceLogSumExp", "Trilu"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("operator", supported_operators())
 def test_every_supported_operator_passes_its_cases(reference_report, operator):
     report = reference_report.operators[operator]
@@ -63,6 +67,7 @@ def test_every_supported_operator_passes_its_cases(reference_report, operator):
     assert report.count("passed") >= 1, [(r.name, r.detail) for r in report.results]
 
 
+@pytest.mark.slow
 def test_skips_name_an_unsupported_attribute_or_dtype(reference_report):
     for result in reference_report.results:
         if result.status == "skipped":
