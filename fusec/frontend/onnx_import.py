@@ -801,6 +801,17 @@ def _activation(imp: Importer, node: Node) -> list[SSAValue]:
     return [imp.emit(op, imp.input(node, 0), **attrs)]
 
 
+@converter("Swish", attrs=("alpha",))
+def _swish(imp: Importer, node: Node) -> list[SSAValue]:
+    """x * sigmoid(alpha * x): ai.silu when alpha is 1."""
+    x = imp.input(node, 0)
+    alpha = float(node.attrs.get("alpha", 1.0))
+    if alpha == 1.0:
+        return [imp.emit(ai.SiluOp, x)]
+    gate = imp.emit(ai.SigmoidOp, imp.emit(ai.MulOp, x, imp.scalar(alpha, x)))
+    return [imp.emit(ai.MulOp, x, gate)]
+
+
 @converter("Dropout", attrs=("ratio", "seed", "is_test", "consumed_inputs"))
 def _dropout(imp: Importer, node: Node) -> list[SSAValue | None]:
     """Inference: the identity. Training mode (a true ``training_mode`` input, or

@@ -62,6 +62,15 @@ def test_activation_with_its_attributes(op_type, attrs, op):
     _check(node_model(op_type, {"x": x}, opset=22, **attrs), {"x": x}, ops=[op])
 
 
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_swish(alpha):
+    x = r(3, 17) * 4
+    model = node_model("Swish", {"x": x}, opset=24, alpha=alpha)
+    got = fusec.compile(fusec.from_onnx(model), target="reference")(x)
+    want = x.astype(np.float64) / (1 + np.exp(-alpha * x.astype(np.float64)))
+    assert_close(got, want.astype(np.float32), tol=1e-4)
+
+
 def test_prelu_broadcasts_its_slope():
     x, slope = r(2, 3, 4), r(3, 1)
     _check(
