@@ -34,7 +34,7 @@ configure()
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
-from fusec.targets.cpu.blas import (  # noqa: E402
+from fusec.targets.cpu.blas_calls import (  # noqa: E402
     next_block,
     sgemm_ilp64,
     threads_local,

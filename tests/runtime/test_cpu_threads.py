@@ -34,7 +34,7 @@ def test_openblas_coretype_without_a_usable_cpuinfo(text):
 
 def test_configure_sets_the_coretype_and_keeps_the_users(monkeypatch):
     zen4 = _cpuinfo("AuthenticAMD", 25, "avx2 avx512f")
-    monkeypatch.setattr(threads, "_cpuinfo", lambda: zen4)
+    monkeypatch.setattr(threads, "read_cpuinfo", lambda: zen4)
     monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
     threads.configure()
     assert threads.os.environ["OPENBLAS_CORETYPE"] == "ZEN"
@@ -45,7 +45,7 @@ def test_configure_sets_the_coretype_and_keeps_the_users(monkeypatch):
 
 def test_configure_leaves_other_cpus_to_openblas(monkeypatch):
     intel = _cpuinfo("GenuineIntel", 6, "avx2 avx512f")
-    monkeypatch.setattr(threads, "_cpuinfo", lambda: intel)
+    monkeypatch.setattr(threads, "read_cpuinfo", lambda: intel)
     monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
     threads.configure()
     assert "OPENBLAS_CORETYPE" not in threads.os.environ

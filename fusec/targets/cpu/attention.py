@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import broadcast_offset, shape_of
 from fusec.dialect import ops as ai
-from fusec.targets.cpu import microkernel
+from fusec.targets.cpu import host
 from fusec.targets.cpu.matmul import (
     MIN_BLOCKS,
     BlockedCore,
@@ -111,7 +111,7 @@ class AttentionBlocks(BlockedCore):
             f"attention {batch + ' x ' if batch else ''}(S {self.s}, D {self.d}, T {self.t}, "
             f"E {self.e}) in {self.count} blocks of up to {self.mb} query rows: "
             f"{_name(self._tiled_scores())} scores, softmax rows in cache, "
-            f"{_name(microkernel.fits(self.e))} with v, "
+            f"{_name(host.fits(self.e))} with v, "
             "epilogue per block"
         )
 
@@ -120,7 +120,7 @@ class AttentionBlocks(BlockedCore):
 
     def _tiled_scores(self) -> bool:
         """Whether q @ key^T runs in gemm_nn: a (D, T) key read in place, T whole vectors."""
-        return 1 in self.transposed and microkernel.fits(self.t)
+        return 1 in self.transposed and host.fits(self.t)
 
     def _matrix(self, batch_shape: Sequence[int], size: int) -> str:
         """Offset of batch ``b``'s matrix (``size`` elements) in an operand of batch
@@ -188,7 +188,7 @@ class AttentionBlocks(BlockedCore):
         else:
             lines.append("    rinv[i] = inv")
         operands = f"sbuf, 0, {t}, {v}, {v_off}, {e}, {self.c_array}, {c_off}, {e}"
-        if microkernel.fits(e):
+        if host.fits(e):
             lines.append(f"gemm_nn(r1 - r0, {e}, {t}, {operands})")
         else:
             lines += [

@@ -56,7 +56,7 @@ from fusec.codegen import KernelSource
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
-from fusec.targets.cpu import microkernel
+from fusec.targets.cpu import host
 from fusec.targets.cpu.matmul import (
     MIN_BLOCKS,
     BlockedCore,
@@ -228,7 +228,7 @@ class ConvBlocks(BlockedCore):
             # wv's and wm's rows: the tiles, padded to whole vectors of gemm_nn when that
             # pads little; a block of few tiles (late layers: 2x2 outputs are one tile)
             # keeps sgemm on its exact width (gemm_nn on 1 tile padded to 16 computed 16)
-            padded = -(-self.tiles // microkernel.W) * microkernel.W
+            padded = -(-self.tiles // host.W) * host.W
             small = self.kg * self.cg < WINOGRAD_SGEMM_MIN  # a call costs more than the pad
             self.nn = small or padded <= WINOGRAD_NN_PAD * self.tiles
             self.pitch = padded if self.nn else self.tiles
@@ -423,7 +423,7 @@ class ConvBlocks(BlockedCore):
         rows, xw, tw, tiles = self.rows, self.xw, self.tw, self.pitch
         # one e's matrix in wv, wm
         vt, mt = winograd_stride(self.cg, tiles), winograd_stride(self.kg, tiles)
-        lanes = microkernel.W
+        lanes = host.W
         pitch = self.bh * self.wp  # a channel of cbuf
         v = [f"wv[U({e * vt} + q)]" for e in range(16)]
         m = [f"wm[U({e * mt} + q)]" for e in range(16)]

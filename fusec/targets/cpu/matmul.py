@@ -37,7 +37,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numba
 import numpy as np
 from xdsl.dialects import arith
 from xdsl.ir import Operation, SSAValue
@@ -52,7 +51,7 @@ from fusec.codegen.expr import (
 )
 from fusec.codegen.layout import LAYOUT_OPS, is_layout, numpy_expression
 from fusec.dialect import ops as ai
-from fusec.targets.cpu import microkernel
+from fusec.targets.cpu import host
 from fusec.targets.cpu.common import (
     PARALLEL_MIN_ELEMENTS,
     REDUCE_OPS,
@@ -97,7 +96,7 @@ MAX_ROWS, MIN_ROWS = 512, 32
 #: benchmark machine, MLP 1024x512x2048: 2 blocks of 512 rows against 4 of 256, 1 thread
 #: 44.9 vs 46.2 ms CPU, 2 threads 24.6 (22.3) vs 25.6 (23.0) ms median (min), load ~1;
 #: LN -> matmul -> softmax at 256 rows, 1 thread: 7.1 vs 8.3 ms (cpu-notes.md).
-MIN_BLOCKS = max(2, numba.config.NUMBA_NUM_THREADS)
+MIN_BLOCKS = max(2, host.numba_threads())
 #: Most rows of a block when B is a constant packed once (``gemm_packed``): blocks
 #: this small repack nothing and keep A's and C's blocks in L2 (MLP 1024x512x2048 at
 #: 2 threads, both matmuls: 48 rows 20.7 ms, 96 rows 21.4, by median; cpu-notes.md).
@@ -623,19 +622,14 @@ class MatmulBlocks(BlockedCore):
         self.b_is_vector = len(b_shape) == 1
         a_row_major = bool(a_array) or not self.ta  # a prologue writes row-major blocks
         narrow = min(self.k, self.n) <= NN_MAX_NARROW
-        self.nn = (
-            narrow
-            and a_row_major
-            and not (self.tb or self.b_is_vector)
-            and microkernel.fits(self.n)
-        )
+        self.nn = narrow and a_row_major and not (self.tb or self.b_is_vector) and host.fits(self.n)
         b_input = (constants or {}).get(reads[op.operands[1]])
         self.packed = (
             not self.nn
             and b_input is not None
             and a_row_major
             and not (self.b_batch or self.b_is_vector)
-            and microkernel.packs(self.n)
+            and host.packs(self.n)
         )
         self.prepared = ((b_input, "strips_t" if self.tb else "strips"),) if self.packed else ()
         if self.nn:
@@ -676,7 +670,7 @@ class MatmulBlocks(BlockedCore):
         the columns are split only as far as needed for ``MIN_BLOCKS`` blocks."""
         best: tuple[float, int, int] | None = None
         for parts in range(1, (MIN_BLOCKS if split_columns else 1) + 1):
-            unit = microkernel.STRIP if self.packed else 16  # whole strips, or 64-byte lines
+            unit = host.STRIP if self.packed else 16  # whole strips, or 64-byte lines
             nb = min(self.n, -(-math.ceil(self.n / parts) // unit) * unit)
             if parts > 1 and nb == self.n:
                 break

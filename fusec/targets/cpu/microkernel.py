@@ -24,33 +24,17 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from llvmlite import binding, ir
+from llvmlite import ir
 from numba import types
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 from fusec.runtime.numba_cache import sealed_njit
 
+# The tile shape is the code generators' too (``host``: read there without Numba).
+from fusec.targets.cpu.host import MR, NV, STRIP, W, fits, packs, target_features, vector_lanes
+
 _I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
-
-
-def target_features() -> str:
-    """The CPU features Numba compiles for (``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES``
-    when set, else the host's)."""
-    if numba.config.CPU_NAME:
-        return numba.config.CPU_FEATURES or ""
-    return binding.get_host_cpu_features().flatten()
-
-
-def vector_lanes(features: str) -> int:
-    """float32 lanes of one tile vector for a target with ``features``."""
-    return 16 if "+avx512f" in features.split(",") else 8
-
-
-#: Lanes per vector, rows per tile and vectors per tile row on this target.
-W = vector_lanes(target_features())
-MR = 6
-NV = 4 if W == 16 else 2
 
 
 def _tile(rows: int, vectors: int, lanes: int):
@@ -204,10 +188,6 @@ def gemm_nn(m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
             c[c_off + i * ldc + j] = s
 
 
-#: Columns of one strip of a packed B (``pack_strips``): one tile's width.
-STRIP = NV * W
-
-
 @sealed_njit
 def gemm_packed(m, n, k, a, a_off, lda, bp, bp_off, c, c_off, ldc):
     """C[c_off:] = A[a_off:] @ B for a B packed by ``pack_strips`` at ``bp[bp_off:]``
@@ -231,12 +211,16 @@ def pack_strips(b: np.ndarray, transposed: bool = False) -> np.ndarray:
     return np.ascontiguousarray(strips, dtype=np.float32).reshape(-1)
 
 
-def packs(n: int) -> bool:
-    """Whether ``gemm_packed`` runs a C of ``n`` columns (whole strips)."""
-    return n > 0 and n % STRIP == 0
-
-
-def fits(n: int) -> bool:
-    """Whether ``gemm_nn`` runs a C of ``n`` columns in whole vectors (no scalar edge):
-    the attention template uses it only then, and OpenBLAS's sgemm otherwise."""
-    return n > 0 and n % W == 0
+__all__ = [
+    "MR",
+    "NV",
+    "STRIP",
+    "W",
+    "fits",
+    "gemm_nn",
+    "gemm_packed",
+    "pack_strips",
+    "packs",
+    "target_features",
+    "vector_lanes",
+]

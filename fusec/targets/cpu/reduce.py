@@ -12,14 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import KernelSource, ScratchPlan, io_specs
 from fusec.codegen.expr import ExprGenerator, shape_of
 from fusec.codegen.layout import LAYOUT_OPS
 from fusec.dialect import ops as ai
-from fusec.runtime.numba_cache import sealed_njit
 from fusec.targets.cpu.common import (
     Buffers,
     Stage,
@@ -93,7 +91,7 @@ def library_group(
             launch.append(f"{array}[:] = {buffers.reads[value]}")
 
     uses = any("reduce_rows(" in line for line in launch)
-    imports = ["from fusec.targets.cpu.reduce import reduce_rows"] if uses else []
+    imports = ["from fusec.targets.cpu.reduce_helpers import reduce_rows"] if uses else []
     source = assemble(fused_op, gen, stages, scratch_lines(buffers) + launch, imports=imports)
     inputs, outs = io_specs(fused_op)
     scratch = ScratchPlan(full_bytes=4 * sum(n for _, n in buffers.scratch) + view_bytes)
@@ -117,23 +115,3 @@ def reduce_core(op: Operation, out: str, buffers: Buffers) -> list[str]:
         f"{_NUMPY[op.KIND]}({x}.reshape({keep!r}), axis={axes!r}, keepdims=True, "
         f"out={out}.reshape({kept!r}))"
     ]
-
-
-@sealed_njit
-def reduce_rows(x, out, rows, inner, kind):
-    """``out[i]`` = the sum (kind 0), mean (1) or max (2) of ``x[i * inner:][:inner]``:
-    sums in float64 then rounded once; a max is NaN when the row holds one, and of equal
-    values (-0.0 and 0.0) the later, as numpy's."""
-    for i in range(rows):  # sequential: the helper is not a parallel kernel
-        row = x[i * inner : (i + 1) * inner]
-        if kind == 2:
-            m = row[0]
-            for j in range(1, inner):
-                v = row[j]
-                m = v if (v >= m or v != v) and m == m else m  # ties: the later, as numpy
-            out[i] = m
-        else:
-            total = 0.0
-            for j in range(inner):
-                total += np.float64(row[j])
-            out[i] = np.float32(total / inner if kind == 1 else total)

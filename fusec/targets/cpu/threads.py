@@ -36,7 +36,7 @@ def configure() -> None:
     for key, value in DEFAULTS.items():
         os.environ.setdefault(key, value)
     if "OPENBLAS_CORETYPE" not in os.environ:
-        coretype = openblas_coretype(_cpuinfo())
+        coretype = openblas_coretype(read_cpuinfo())
         if coretype is not None:
             os.environ["OPENBLAS_CORETYPE"] = coretype
 
@@ -44,11 +44,7 @@ def configure() -> None:
 def openblas_coretype(cpuinfo: str) -> str | None:
     """The OpenBLAS kernels to ask for on the CPU that ``cpuinfo`` (the text of
     /proc/cpuinfo) describes: ``ZEN`` on Zen 4, else None (OpenBLAS's own choice)."""
-    fields: dict[str, str] = {}
-    for line in cpuinfo.split("\n\n", 1)[0].splitlines():  # the first processor's block
-        key, sep, value = line.partition(":")
-        if sep:
-            fields.setdefault(key.strip(), value.strip())
+    fields = cpuinfo_fields(cpuinfo)
     try:
         family = int(fields.get("cpu family", ""))
     except ValueError:
@@ -59,11 +55,21 @@ def openblas_coretype(cpuinfo: str) -> str | None:
     return None
 
 
-def _cpuinfo() -> str:
-    """The start of /proc/cpuinfo: the first processor's block is all ``openblas_coretype``
+def cpuinfo_fields(cpuinfo: str) -> dict[str, str]:
+    """The fields of the first processor's block of ``cpuinfo`` (the text of /proc/cpuinfo)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.split("\n\n", 1)[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def read_cpuinfo() -> str:
+    """The start of /proc/cpuinfo: the first processor's block is all ``cpuinfo_fields``
     reads (the whole file is generated per processor, slow to read on large machines)."""
     try:
         with Path("/proc/cpuinfo").open() as f:
             return f.read(16384)
-    except OSError:  # not Linux: OpenBLAS's own choice
+    except OSError:  # not Linux: no fields
         return ""

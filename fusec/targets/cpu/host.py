@@ -1,0 +1,81 @@
+"""What the cpu code generators need to know about the machine, without starting Numba.
+
+Generating a kernel is writing text: the tile width of ``gemm_nn`` (``W``, from the
+CPU features Numba compiles for) and the thread count the blocks are split for
+(``matmul.MIN_BLOCKS``) are all it reads of the host. Importing Numba and llvmlite for them
+took ~0.4 s of a ``fusec compile`` (issue #26), so they are read here the way Numba
+reads them, from its environment variables and the host: the runtime helpers
+(``microkernel``) take ``W`` from this module too, so a kernel and the GEMM it calls
+always agree on it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import cache
+
+from fusec.targets.cpu.threads import cpuinfo_fields, read_cpuinfo
+
+
+def target_features() -> str:
+    """The CPU features Numba compiles for, as LLVM writes them (``+avx2,+avx512f,...``):
+    ``NUMBA_CPU_FEATURES`` when ``NUMBA_CPU_NAME`` is set (none if unset, as Numba
+    reads them), else the host's."""
+    if os.environ.get("NUMBA_CPU_NAME"):
+        return os.environ.get("NUMBA_CPU_FEATURES", "")
+    return host_features()
+
+
+@cache
+def host_features() -> str:
+    """The host's CPU features: the flags of /proc/cpuinfo on Linux, which the kernel
+    clears for a vector extension the OS does not save (LLVM's host detection checks
+    the same, and names the AVX-512 features as the kernel does); elsewhere LLVM's own
+    detection, through llvmlite."""
+    flags = cpuinfo_fields(read_cpuinfo()).get("flags")
+    if flags is not None:
+        return ",".join(f"+{flag}" for flag in flags.split())
+    from llvmlite import binding  # not Linux: no cpuinfo to read
+
+    return str(binding.get_host_cpu_features().flatten())
+
+
+def vector_lanes(features: str) -> int:
+    """float32 lanes of one ``gemm_nn`` tile vector for a target with ``features``."""
+    return 16 if "+avx512f" in features.split(",") else 8
+
+
+def numba_threads() -> int:
+    """The threads of Numba's pool: ``numba.config.NUMBA_NUM_THREADS`` once Numba is
+    imported, else what it will read (``NUMBA_NUM_THREADS``, or the CPUs this process
+    may run on)."""
+    numba = sys.modules.get("numba")
+    if numba is not None:
+        return int(numba.config.NUMBA_NUM_THREADS)
+    try:
+        return int(os.environ["NUMBA_NUM_THREADS"])
+    except (KeyError, ValueError):  # unset, or unparsable (Numba warns and takes its default)
+        pass
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+#: Lanes per vector, rows per tile and vectors per tile row of ``gemm_nn`` on this target.
+W = vector_lanes(target_features())
+MR = 6
+NV = 4 if W == 16 else 2
+#: Columns of one strip of a packed B (``microkernel.pack_strips``): one tile's width.
+STRIP = NV * W
+
+
+def packs(n: int) -> bool:
+    """Whether ``gemm_packed`` runs a C of ``n`` columns (whole strips)."""
+    return n > 0 and n % STRIP == 0
+
+
+def fits(n: int) -> bool:
+    """Whether ``gemm_nn`` runs a C of ``n`` columns in whole vectors (no scalar edge):
+    the attention template uses it only then, and OpenBLAS's sgemm otherwise."""
+    return n > 0 and n % W == 0
