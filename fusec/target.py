@@ -58,6 +58,22 @@ AUTO_ORDER: tuple[str, ...] = ("cuda", "cpu")
 Acceptance = Callable[[Sequence[Operation], Operation | None], str | None]
 
 
+def deferred(module: str, name: str) -> Acceptance:
+    """The acceptance check ``name`` of ``module``, imported at its first call.
+
+    A template's checks usually live with its code generator, which a target should
+    import only when a compile generates that kind (``auto`` resolves every target of
+    ``AUTO_ORDER``; the cuda GEMM, conv and attention generators took a tenth of a
+    ``fusec compile`` on cpu, issue #26)."""
+
+    def check(members: Sequence[Operation], anchor: Operation | None) -> str | None:
+        accepts: Acceptance = getattr(importlib.import_module(module), name)
+        return accepts(members, anchor)
+
+    check.__qualname__ = f"deferred({module}:{name})"
+    return check
+
+
 @dataclass(frozen=True)
 class Template:
     """A (target, kind) code generator and what it can take.

@@ -12,9 +12,7 @@ from xdsl.ir import Operation
 from fusec.codegen import KernelSource
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.target import Target, Template
-from fusec.targets.cuda.attention.template import accepts as attention_accepts
-from fusec.targets.cuda.conv.template import accepts as conv_accepts
+from fusec.target import Target, Template, deferred
 
 _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
 
@@ -119,11 +117,15 @@ class CudaTarget(Target):
             (ai.MatmulOp, ai.LayerNormOp, ai.SoftmaxOp),
             accepts=gemm_accepts,
         ),
-        "conv": Template("fusec.targets.cuda.conv.template", (ai.Conv2DOp,), accepts=conv_accepts),
+        "conv": Template(
+            "fusec.targets.cuda.conv.template",
+            (ai.Conv2DOp,),
+            accepts=deferred("fusec.targets.cuda.conv.template", "accepts"),
+        ),
         "attention": Template(
             "fusec.targets.cuda.attention.template",
             (ai.AttentionOp,),
-            accepts=attention_accepts,
+            accepts=deferred("fusec.targets.cuda.attention.template", "accepts"),
         ),
         # until they have Numba CUDA templates, these kinds run through PyTorch too
         "reduce": Template(
