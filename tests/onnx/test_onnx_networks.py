@@ -46,7 +46,19 @@ NETWORKS = {
 }
 
 
-@pytest.fixture(scope="module", params=NETWORKS, ids=str)
+#: The networks the default lane compiles (10-16 s each on a cold kernel cache); the
+#: variants run in the slow lane.
+DEFAULT_LANE = {"resnet_block", "mlp_block"}
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(name, marks=() if name in DEFAULT_LANE else pytest.mark.slow)
+        for name in NETWORKS
+    ],
+    ids=str,
+)
 def network(request):
     make, shape, dtype, kernels, tol = NETWORKS[request.param]
     model = make()
