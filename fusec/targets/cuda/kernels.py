@@ -45,7 +45,12 @@ _compiled: dict[int, set] = {}
 
 
 #: math functions that raise in Python where CUDA returns inf or NaN, and their numpy forms.
-_NUMPY_NAMES = {"exp": "exp", "sqrt": "sqrt", "tanh": "tanh", "log": "log", "pow": "power"}
+_NUMPY_NAMES = {
+    "exp": "exp", "sqrt": "sqrt", "tanh": "tanh", "log": "log", "pow": "power",
+    "log1p": "log1p", "expm1": "expm1", "sin": "sin", "cos": "cos", "tan": "tan",
+    "sinh": "sinh", "cosh": "cosh", "asin": "arcsin", "acos": "arccos", "atan": "arctan",
+    "asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh",
+}  # fmt: skip
 
 
 class _DeviceMath:
