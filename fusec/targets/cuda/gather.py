@@ -28,7 +28,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from xdsl.ir import SSAValue
+from xdsl.ir import BlockArgument, SSAValue
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import header
@@ -104,9 +104,8 @@ class _IndexMaps:
 
     def load(self, value: SSAValue, idx: list[str]) -> str:
         """The expression reading element ``idx`` of ``value``."""
-        args = list(self.fused_op.block.args)
-        if value in args:
-            return f"in{args.index(value)}[{_flat(idx, spec_of(value.type).shape)}]"
+        if isinstance(value, BlockArgument) and value.block is self.fused_op.block:
+            return f"in{value.index}[{_flat(idx, spec_of(value.type).shape)}]"
         op = value.owner
         if isinstance(op, ai.TransposeOp):
             perm = op.attr("perm")
