@@ -13,6 +13,10 @@ from differential import assert_matches, graph_settings, kernel_budget, poison
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import graphs
+from test_ir_properties import (
+    printed_ir_parses_back_to_the_same_module,
+    traced_and_written_graphs_compile_to_the_same_ir,
+)
 
 import fusec
 from fusec.dialect import ops as ai
@@ -45,3 +49,14 @@ def test_cpu_matches_the_reference_with_the_new_ops(graph, seed):
     args = graph.inputs(seed)
     outputs = compiled._runner(args, alloc=poison)
     assert_matches(outputs, run_reference(fusec.parse(text), args), graph.dtypes())
+
+
+# The printed IR parses back to the same text; a function calling ``fusec.ops`` (the
+# attributes as keywords) traces to the IR written for the same graph.
+_NEW_GRAPHS = given(graphs(max_ops=4, ops=NEW_OPS + NEIGHBOURS))
+test_new_ops_print_and_parse_back = graph_settings(30)(
+    _NEW_GRAPHS(printed_ir_parses_back_to_the_same_module)
+)
+test_new_ops_trace_as_written = graph_settings(30)(
+    _NEW_GRAPHS(traced_and_written_graphs_compile_to_the_same_ir)
+)
