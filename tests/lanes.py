@@ -37,14 +37,18 @@ def sampled(
     return params
 
 
-def one_per_group(values: Sequence[str], group: Callable[[str], str]) -> Callable[[int, str], bool]:
+def one_per_group(
+    values: Sequence[str], group: Callable[[str], str], every: int = 1
+) -> Callable[[int, str], bool]:
     """A ``keep`` for ``sampled``: one value of each group (``group(value)``, e.g. an op
     of several dtypes), the k-th group's (k mod its size)-th member, so that successive
-    groups keep successive members (every dtype appears, spread over the ops)."""
+    groups keep successive members (every dtype appears, spread over the ops); with
+    ``every=k`` only every k-th group keeps one."""
     members: dict[str, list[str]] = {}
     for value in values:
         members.setdefault(group(value), []).append(value)
-    kept = {names[ordinal % len(names)] for ordinal, names in enumerate(members.values())}
+    groups = list(members.values())[::every]
+    kept = {names[ordinal % len(names)] for ordinal, names in enumerate(groups)}
     return lambda _index, value: value in kept
 
 
