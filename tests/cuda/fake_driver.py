@@ -49,6 +49,7 @@ class FakeDriver:
 
     def __init__(self, record: bool = True) -> None:
         self.record = record
+        self.capturing: set[int] = set()  # streams a graph capture is recording
         self.calls: list[tuple[str, tuple]] = []
         self.ids = itertools.count(0x1000, 0x1000)
         self.pending: set[int] = set()
@@ -111,7 +112,7 @@ class FakeDriver:
 
     def cuStreamIsCapturing(self, stream: int) -> tuple:  # noqa: N802
         self._log("cuStreamIsCapturing", (stream,))
-        return (0, 0)
+        return (0, 1 if int(stream) in self.capturing else 0)
 
     def cuTensorMapEncodeTiled(self, *args: Any) -> tuple:  # noqa: N802
         self._log("cuTensorMapEncodeTiled", args)

@@ -113,6 +113,32 @@ def test_full_slab_is_retired_without_synchronising(drv: FakeDriver, monkeypatch
     assert drv.names().count("cuTensorMapEncodeTiled") == 2
 
 
+def test_a_slab_filled_during_a_graph_capture_is_pinned_not_retired(
+    drv: FakeDriver, monkeypatch
+) -> None:
+    """Retiring a slab records an event on every stream that used it; inside a capture
+    that is illegal on the legacy stream (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT on the H200,
+    BERT-base's maps overflowing a slab while its call was recorded). So a slab that
+    fills during a capture is pinned instead, and nothing is freed while capturing."""
+    monkeypatch.setattr(host, "_SLOTS", 4)
+    launch = _launch(SPEC)
+    launch.direct(1, _bufs(0x100000, 0x200000), _bufs(0x30000))  # the legacy stream
+    first = host._maps.slab
+    drv.capturing.add(9)
+    drv.calls.clear()
+    for k in range(2, 5):  # new operands on the capturing stream: the slab overflows
+        launch.direct(9, _bufs(0x100000 * k, 0x200000 * k), _bufs(0x30000))
+    names = drv.names()
+    assert "cuEventRecord" not in names and "cuMemFree" not in names
+    assert first.pinned and host._maps.slab is not first
+    drv.capturing.clear()
+    host.pin_live_tensor_maps()  # the end of the capture: every live slab is the graph's
+    for k in range(5, 12):  # later calls retire slabs again, never freeing a pinned one
+        launch.direct(1, _bufs(0x100000 * k, 0x200000 * k), _bufs(0x30000))
+    freed = [args[0] for name, args in drv.calls if name == "cuMemFree"]
+    assert int(first.device) not in [int(p) for p in freed]
+
+
 def test_padded_operand_is_copied_on_every_call(drv: FakeDriver) -> None:
     launch = _launch(SPEC, m=256, n=512, k=77)  # a row of 77 halves: not a 16-byte pitch
     launch.direct(7, _bufs(0x10000, 0x20000), _bufs(0x30000))

@@ -121,9 +121,12 @@ class _MapCache:
             return slot.address
 
     def _upload(self, drv: Any, key: tuple, tensor_map: Any, stream: int) -> _Slot:
-        self._free_finished(drv)
+        handle = drv.CUstream(stream)
+        capturing = _capturing(drv, handle)
+        if not capturing:  # cuMemFree synchronises: never inside a graph capture
+            self._free_finished(drv)
         if self.slab is None or self.slab.used == _SLOTS:
-            self._new_slab(drv)
+            self._new_slab(drv, capturing)
         slab = self.slab
         assert slab is not None
         offset = _MAP_BYTES * slab.used
@@ -131,11 +134,10 @@ class _MapCache:
         slab.streams.add(stream)
         words = (ctypes.c_uint64 * 16)(*[int(v) for v in tensor_map.opaque])
         ctypes.memmove(slab.host + offset, ctypes.addressof(words), _MAP_BYTES)
-        handle = drv.CUstream(stream)
         target = drv.CUdeviceptr(slab.device + offset)
         _check(drv.cuMemcpyHtoDAsync(target, slab.host + offset, _MAP_BYTES, handle))
         event = None
-        if not _capturing(drv, handle):  # inside a graph capture the graph orders it
+        if not capturing:  # inside a graph capture the graph orders it
             event = _check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING))
             _check(drv.cuEventRecord(event, handle))
         slot = _Slot(slab.device + offset, stream, event)
@@ -151,23 +153,34 @@ class _MapCache:
         else:
             _check(drv.cuStreamWaitEvent(drv.CUstream(stream), slot.event, 0))
 
-    def _new_slab(self, drv: Any) -> None:
-        if self.slab is not None:  # retire: freed once every stream that used it got past here
+    def _new_slab(self, drv: Any, capturing: bool = False) -> None:
+        if self.slab is not None and capturing:
+            # inside a graph capture no event may be recorded on the streams that used the
+            # slab (on the legacy stream: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, seen on the
+            # H200 with BERT's 219 maps a call), and the graph may read its slots: pinned
+            self.slab.pinned = True
+            self.retired.append((self.slab, []))
+            self._drop_slots(drv)
+        elif self.slab is not None:  # retire: freed once every stream that used it got past
             events = []
             for stream in self.slab.streams:
                 event = _check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING))
                 _check(drv.cuEventRecord(event, drv.CUstream(stream)))
                 events.append(event)
             self.retired.append((self.slab, events))
-            for slot in self.slots.values():
-                if slot.event is not None:
-                    _check(drv.cuEventDestroy(slot.event))
-            self.slots.clear()
-            self.generation += 1
+            self._drop_slots(drv)
         size = _MAP_BYTES * _SLOTS
         device = int(_check(drv.cuMemAlloc(size)))
         host = int(_check(drv.cuMemHostAlloc(size, 0)))
         self.slab = _Slab(device, host)
+
+    def _drop_slots(self, drv: Any) -> None:
+        """Forget every slot of the retired slab (prepared launches are rebuilt)."""
+        for slot in self.slots.values():
+            if slot.event is not None:
+                _check(drv.cuEventDestroy(slot.event))
+        self.slots.clear()
+        self.generation += 1
 
     def _free_finished(self, drv: Any) -> None:
         keep = []
