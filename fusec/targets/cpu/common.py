@@ -82,12 +82,17 @@ class Stage:
         return f"{self.name}({', '.join(self.args or self.params)})"
 
 
+#: Stage arguments that are a group input under another name (the Winograd conv's raw
+#: filters, read to redo non-finite tiles): read-only, as the input may be.
+INPUT_ALIASES = frozenset({"wraw"})
+
+
 def _array_type(name: str) -> str:
-    """The Numba type of a stage argument: group inputs read-only, the blocked kernels'
-    block ``counter`` int64, everything else writable float32."""
+    """The Numba type of a stage argument: group inputs (and their aliases) read-only,
+    the blocked kernels' block ``counter`` int64, everything else writable float32."""
     if name == "counter":
         return "numba.int64[::1]"
-    return "ro" if name.startswith("in") else "rw"
+    return "ro" if name.startswith("in") or name in INPUT_ALIASES else "rw"
 
 
 @dataclass
