@@ -10,7 +10,9 @@ markers, hypothesis profiles.
 - Lanes (README "Test lanes"): ``python -m pytest`` leaves out ``slow`` and ``gpu``
   tests (pyproject.toml's ``addopts``); ``-m slow``, ``-m gpu``, ``-m fuzz`` select
   theirs. A large parametrization keeps a sample in the default lane and marks the
-  rest ``slow`` with ``tests/lanes.py``.
+  rest ``slow`` with ``tests/lanes.py``; every file's tests beyond its share of the
+  default lane's time budget are marked ``slow`` at collection (``tests/lane_budget.py``,
+  from the measured durations in ``tests/lane_durations.json``).
 - ``@pytest.mark.requires_target("cuda")``: the test needs the target's software
   (for cuda, numba-cuda: it generates and assembles kernels, builds PTX and cubins,
   runs the CUDA simulator in a subprocess), not a device. Without it the test is
@@ -109,6 +111,20 @@ def gpu_unavailable() -> str | None:
         if simulator_enabled():
             return "NUMBA_ENABLE_CUDASIM=1: Numba's CUDA simulator is no GPU"
     return reason
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the marks must be there
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` what does not fit the default lane's budget (``tests/lane_budget.py``)."""
+    import lane_budget
+
+    default = [
+        i for i in items if not any(i.iter_markers("slow")) and not any(i.iter_markers("gpu"))
+    ]
+    over = lane_budget.over_budget([i.nodeid for i in default], lane_budget.load())
+    for item in default:
+        if item.nodeid in over:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.hookimpl(tryfirst=True)  # before skipif's: a missing extra is the first reason

@@ -99,3 +99,18 @@ def test_without_numba_cuda_the_cuda_tests_skip_with_the_targets_reason():
     assert sum(int(re.match(r"SKIPPED \[(\d+)\]", line)[1]) for line in skips) == int(
         summary.split()[0]
     )
+
+
+def test_the_lane_budget_keeps_a_spread_of_each_file_within_its_share(monkeypatch) -> None:
+    """A test that would overrun its file's share goes to the slow lane; a cheaper one
+    after it still fits; unmeasured tests count UNMEASURED_S; files are independent."""
+    import lane_budget
+
+    monkeypatch.setattr(lane_budget, "FILE_BUDGET_S", 4.0)
+    monkeypatch.setattr(lane_budget, "FILE_BUDGET_OVERRIDES_S", {"tests/b.py": 1.0})
+    durations = {"tests/a.py::x": 3.0, "tests/a.py::y": 2.0, "tests/a.py::z": 0.5,
+                 "tests/b.py::x": 0.8}  # fmt: skip
+    ids = ["tests/a.py::x", "tests/a.py::y", "tests/a.py::z", "tests/a.py::new",
+           "tests/b.py::x", "tests/b.py::new"]  # fmt: skip
+    over = lane_budget.over_budget(ids, durations)
+    assert over == {"tests/a.py::y", "tests/b.py::new"}  # a.py: 3 + 0.5 + 0.5 fit
