@@ -158,13 +158,13 @@ CONV = """func.func @f(%x: tensor<2x{c}x9x10xf16>, %k: tensor<64x{cg}x3x3xf16>)
 }}"""
 
 
+@pytest.mark.requires_target("cuda")
 @pytest.mark.parametrize(
     "groups, stride_w, fallback, direct",
     [(1, 1, 0, 0), (64, 1, 0, 1), (1, 2, 1, 0)],
     ids=["implicit-gemm", "depthwise-direct", "stride-w-fallback"],
 )
 def test_kernel_stats_reads_the_cuda_kernel_headers(groups, stride_w, fallback, direct) -> None:
-    pytest.importorskip("numba.cuda")
     text = CONV.format(c=64, cg=64 // groups, g=groups, sw=stride_w, q=(10 - 1) // stride_w + 1)
     compiled = fusec.compile(text, target="cuda", executable=False)
     stats = zoo.kernel_stats(compiled.kernels)
