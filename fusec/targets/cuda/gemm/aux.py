@@ -322,13 +322,18 @@ static __device__ __forceinline__ void fs_finish_stats(u64 stats, int row, int K
   s1 = fs_warp_sum(s1);
   s2 = fs_warp_sum(s2);
   float xs = 1.0f;
+  float ixs = 1.0f;  // 1 / xs, exact (a power of 2): no division's slow-path call
   float eps = {cpp_literal(self.epsilon)};
   if (!(fabsf(s1) <= 3.40282347e+38f && s2 <= 3.40282347e+38f)) {{
     float top = 0.0f;
     for (int k = lane; k < K; k += 32) top = fmaxf(top, fabsf(fs_cvt_{t}(__ldg(xr + k))));
     top = fs_warp_max(top);
     if (top <= 3.40282347e+38f) {{
-      xs = ldexpf(1.0f, 1 - ilogbf(top));
+      // ldexpf(1, 1 - ilogbf(top)) for a normal top, from its exponent bits: the library
+      // calls were an outlined CALL in the pre-pass (test_fused_variant_cubin)
+      const int e = (__float_as_int(top) >> 23) & 0xff;  // top overflowed sums: e >= 64
+      xs = __int_as_float((255 - e) << 23);
+      ixs = __int_as_float((e - 1) << 23);
       eps = {floor};
       const float scaled_shift = shift * xs;
       s1 = 0.0f;
@@ -346,7 +351,7 @@ static __device__ __forceinline__ void fs_finish_stats(u64 stats, int row, int K
     const float dm = __fdividef(s1, (float)K);
     const float var = fmaxf(__fdividef(s2, (float)K) - dm * dm, 0.0f);
     const float rstd = rsqrtf(var + eps) * xs;
-    ((float2*)stats)[row] = make_float2((shift * xs + dm) / xs, rstd);
+    ((float2*)stats)[row] = make_float2((shift * xs + dm) * ixs, rstd);
   }}
 }}
 
