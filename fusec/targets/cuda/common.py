@@ -55,6 +55,30 @@ def prelude(helpers: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def grid_stride_launch(
+    name: str, work: str, blocks_per_sm: int, args: Sequence[str], params: Sequence[str]
+) -> list[str]:
+    """The module tail of a one-kernel grid-stride module: ``config`` (blocks for the
+    ``work`` items, at most ``blocks_per_sm`` a multiprocessor), ``launch(args...)``
+    calling the kernel with ``params`` (its own order), and ``KERNELS``."""
+    return [
+        "def config(sms):",
+        '    """(blocks, threads per block) on a GPU with ``sms`` multiprocessors."""',
+        f"    work = {work}",
+        f"    return max(1, min(-(-work // THREADS), sms * {blocks_per_sm})), THREADS",
+        "",
+        "",
+        f"def launch({', '.join(args)}, stream=0, sms=132):",
+        f'    """Launch {name} on ``stream`` (no synchronisation)."""',
+        "    blocks, threads = config(sms)",
+        f"    {name}[blocks, threads, stream]({', '.join(params)})",
+        "",
+        "",
+        f"KERNELS = [({name}, SIGNATURE)]",
+        "",
+    ]
+
+
 def vector_accesses(dtype: str, count: int) -> list[tuple[int, int]]:
     """(first element, element count) of the <=16-byte accesses covering ``count`` elements."""
     per = max(1, min(count, VECTOR_BYTES // ITEMSIZE[dtype]))

@@ -37,6 +37,7 @@ from fusec.dialect.ops import spec_of
 from fusec.targets.cuda.common import (
     Source,
     body_ops,
+    grid_stride_launch,
     kernel_name,
     prelude,
     storage_signature,
@@ -207,19 +208,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         "",
         code.text(),
         "",
-        "def config(sms):",
-        '    """(blocks, threads per block) on a GPU with ``sms`` multiprocessors."""',
-        f"    return max(1, min(-(-N // THREADS), sms * {BLOCKS_PER_SM})), THREADS",
-        "",
-        "",
-        f"def launch({', '.join(ins + ['out0'])}, stream=0, sms=132):",
-        f'    """Launch {name} on ``stream`` (no synchronisation)."""',
-        "    blocks, threads = config(sms)",
-        f"    {name}[blocks, threads, stream]({', '.join(params)})",
-        "",
-        "",
-        f"KERNELS = [({name}, SIGNATURE)]",
-        "",
+        *grid_stride_launch(name, "N", BLOCKS_PER_SM, [*ins, "out0"], params),
     ]
     inputs, outputs = io_specs(fused_op)
     return KernelSource(name, "copy", "cuda", "\n".join(parts), inputs, outputs, array_dtype=None)
