@@ -100,13 +100,18 @@ def _emit(text: str, output: str | None) -> None:
         _write_atomically(output, text)
 
 
-def cmd_compile(args: argparse.Namespace) -> int:
+def _timed(command: Any, args: argparse.Namespace) -> int:
+    """``command(args, timing)`` under ``--timing`` (its report on stderr), if asked."""
     timing = _timing(args)
     with timing or contextlib.nullcontext():
-        code = _compile(args, timing)
+        code = command(args, timing)
     if timing is not None:
         sys.stderr.write(timing.report())
     return code
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    return _timed(_compile, args)
 
 
 def _compile(args: argparse.Namespace, timing: Any) -> int:
@@ -324,12 +329,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fusec.targets.cpu.threads import configure
 
     configure()  # thread-pool settings, before numpy and Numba start (fusec.targets.cpu.threads)
-    timing = _timing(args)
-    with timing or contextlib.nullcontext():
-        code = _run(args, timing)
-    if timing is not None:
-        sys.stderr.write(timing.report())
-    return code
+    return _timed(_run, args)
 
 
 def _run(args: argparse.Namespace, timing: Any) -> int:
