@@ -88,3 +88,31 @@ def test_whole_pipeline_is_idempotent(text, limit):
     once = ir(module)
     run_pipeline(module, _pipeline(limit))
     assert ir(module) == once
+
+
+@SETTINGS
+@given(graphs(), st.sampled_from([0, 1, 2]))
+def test_the_local_cycle_proof_agrees_with_contracting_the_graph(text, stages_run):
+    """``Planner.creates_cycle`` answers from the use lists where it can prove no path
+    around; on every pair of units it must agree with contracting the two in the
+    quotient graph and asking networkx whether a cycle appeared."""
+    import networkx as nx
+
+    from fusec.passes.fusion.outline import unpack
+    from fusec.passes.fusion.planner import STAGE_ORDER, Planner
+    from fusec.passes.fusion.rules import default_rules
+
+    module = parse(text)
+    run_pipeline(module, "infer-shapes,canonicalize,cse")
+    block = entry_function(module).body.block
+    planner = Planner(block, default_rules(), unpack(block))
+    for stage in STAGE_ORDER[:stages_run]:
+        planner.run_stage(stage)
+    graph = planner.graph().copy()
+    units = list(graph.nodes)
+    for i, a in enumerate(units):
+        for b in units[i + 1 :]:
+            merged = nx.contracted_nodes(graph, a, b, self_loops=False)
+            expected = not nx.is_directed_acyclic_graph(merged)
+            assert planner.creates_cycle(a, b) == expected
+            assert planner.creates_cycle(b, a) == expected

@@ -49,8 +49,10 @@ Three invariants hold throughout:
   one reaches the other through a third unit: contracting them would close a
   cycle (the kernel would need its own output as input). The search visits
   only units ranked between the two in a topological order, so it stays local
-  on large graphs. Cloning a producer cannot create a cycle: the consumer
-  group already depended on everything the producer depends on. Packing
+  on large graphs; and where the use lists alone prove there is no third unit on
+  a path between them (a plain chain), the graph is not built at all. Cloning
+  a producer cannot create a cycle: the consumer group already depended on
+  everything the producer depends on. Packing
   sorts the groups topologically and fails loudly on a cycle.
 * A group never computes the same value twice: a producer reached along two
   paths of a prologue (a diamond) is cloned once, and an op that joins later
@@ -67,8 +69,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import networkx as nx
 from xdsl.ir import Block, Operation, OpResult
 
 from fusec.dialect.ops import AiOp
@@ -76,6 +78,9 @@ from fusec.passes.fusion.classify import Pattern, pattern_of
 from fusec.passes.fusion.legality import check_group, find_anchor, roles, where
 from fusec.passes.fusion.outline import Group
 from fusec.passes.fusion.rules import Rules
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 Unit = Group | Operation
 """A node of the quotient graph: a group, or an op that belongs to none."""
@@ -149,6 +154,8 @@ class Planner:
     def graph(self) -> nx.DiGraph:
         """The quotient graph: units as nodes, an edge per producer -> consumer unit."""
         if self._graph is None:
+            import networkx as nx  # on first use: ~0.25 s, which a plain chain never pays
+
             graph = nx.DiGraph()
             for op in self.block.ops:
                 node = self.unit(op)
@@ -171,7 +178,36 @@ class Planner:
         no path to the target can pass through a later one, so a check near
         the frontier of a large graph stays local.
         """
+        if self._cannot_reach_around(a, b) and self._cannot_reach_around(b, a):
+            return False
         return self._reaches_around(a, b) or self._reaches_around(b, a)
+
+    def _cannot_reach_around(self, source: Unit, target: Unit) -> bool:
+        """A local proof that no path leads from ``source`` to ``target`` through a third unit.
+
+        True when ``source`` feeds no unit but ``target``, when nothing but ``source``
+        feeds ``target``, or when ``target`` feeds ``source`` (a path back would close a
+        cycle in what is a DAG). Read from the IR's use lists, so a chain's merges are
+        judged without building the quotient graph (or importing networkx) at all.
+        """
+        consumers = self._consumer_units(source)
+        if consumers <= {target}:
+            return True
+        return self._producer_units(target) <= {source} or source in self._consumer_units(target)
+
+    def _unit_ops(self, unit: Unit) -> list[Operation]:
+        return list(unit.members) if isinstance(unit, Group) else [unit]
+
+    def _consumer_units(self, unit: Unit) -> set[Unit]:
+        ops = self._unit_ops(unit)
+        users = {use.operation for op in ops for res in op.results for use in res.uses}
+        return {self.unit(u) for u in users if u.parent is self.block} - {unit}
+
+    def _producer_units(self, unit: Unit) -> set[Unit]:
+        owners = {v.owner for op in self._unit_ops(unit) for v in op.operands}
+        return {
+            self.unit(o) for o in owners if isinstance(o, Operation) and o.parent is self.block
+        } - {unit}
 
     def _reaches_around(self, source: Unit, target: Unit) -> bool:
         graph, rank = self.graph(), self.ranks()
@@ -190,6 +226,8 @@ class Planner:
     def ranks(self) -> dict[Unit, int]:
         """Each unit's index in a topological order of the quotient graph."""
         if self._rank is None:
+            import networkx as nx
+
             order: list[Unit] = list(nx.topological_sort(self.graph()))
             self._topo = list(order)
             self._rank = {u: i for i, u in enumerate(order)}
@@ -209,6 +247,8 @@ class Planner:
             return
         if self._rank is not None:
             self._reorder_window(keep, gone)
+        import networkx as nx  # already loaded: the graph exists
+
         nx.contracted_nodes(self._graph, keep, gone, self_loops=False, copy=False)
 
     def _reorder_window(self, keep: Unit, gone: Unit) -> None:
@@ -246,6 +286,8 @@ class Planner:
 
     def _relabel(self, old: Unit, new: Unit) -> None:
         if self._graph is not None:
+            import networkx as nx  # already loaded: the graph exists
+
             nx.relabel_nodes(self._graph, {old: new}, copy=False)
         if self._rank is not None and self._topo is not None:
             self._rank[new] = self._rank.pop(old)
@@ -420,6 +462,8 @@ class Planner:
 
     def cycle_reason(self, producer: Unit, consumer: Unit) -> str:
         """Why merging the units closes a cycle: the unit on the path between them."""
+        import networkx as nx
+
         graph = self.graph()
         for a, b in ((producer, consumer), (consumer, producer)):
             for middle in graph.successors(a) if a in graph else ():
