@@ -273,7 +273,7 @@ TABLE_HEAD = (
     "| model | dtype | exporter | batch | input | status | fusec ms | eager ms "
     "| compile ms | reduce-overhead ms | eager / fusec | compile / fusec | r-o / fusec "
     "| fusec err | eager err | NaN | kernels | fallback | direct conv | fusec compile s "
-    "| torch.compile s | stream check |"
+    "| torch.compile s | stream check | CUDA graphs |"
 )
 
 
@@ -301,6 +301,7 @@ def table_row(r: dict) -> str:
         _f(r.get("fusec_compile_s"), 1),
         _f(r.get("compile_s"), 1),
         timing_note(r),
+        r.get("cuda_graphs", "-"),
     ]
     return "| " + " | ".join(cells) + " |"
 
@@ -338,6 +339,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "and for eager in the same dtype; NaN: non-finite outputs of fusec. fallback: kernels "
         "run op by op through PyTorch; direct conv: convolutions not on the Tensor Cores. "
         "Compile s: fusec.compile plus the first call; torch.compile's first call. "
+        "CUDA graphs: how fusec's timed calls ran (replays of its whole-program graph, or "
+        "why not). "
         f"Workers at a time: {meta.get('jobs', 1)} (exporting and compiling side by side; "
         "timing one at a time).",
         "",
@@ -882,6 +885,20 @@ def check_fusec(
     return Checked(row, compiled, arg, x)
 
 
+def cuda_graph_state(program: Any) -> str:
+    """How the timed calls ran: replays of the program's CUDA graph, why its capture
+    failed, or why it was not used (off, a PyTorch fallback group, not on cuda)."""
+    graphs = getattr(program, "graphs", None)
+    if graphs is None:
+        return "off" if hasattr(program, "graphs") else "-"
+    if graphs.failed:
+        return "capture failed: " + short(next(iter(graphs.failed.values())))
+    replays = sum(r.replays for r in graphs.recorded.values())
+    if replays:
+        return f"{replays} replays"
+    return "not used (fallback groups)" if program._torch_groups else "not used"
+
+
 def run_fusec_job(w: Worker) -> None:
     """Check, then time fusec and eager, for each batch of the case."""
     torch, device = torch_setup(w.target)
@@ -909,6 +926,7 @@ def run_fusec_job(w: Worker) -> None:
             row["stream_check"] = fusec_t.get("stream_check")
             row["eager_ms"], row["eager_min_ms"] = eager_t["ms"], eager_t["min_ms"]
             row["eager_wall_ms"] = eager_t.get("wall_ms")
+            row["cuda_graphs"] = cuda_graph_state(checked.compiled.program)
         w.emit(row | {"stage": "done"})
 
 

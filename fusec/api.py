@@ -168,6 +168,12 @@ class CompiledModule:
     def ir(self) -> str:
         return print_ir(self.module)
 
+    @property
+    def program(self) -> Any:
+        """The target's runtime program (None when compiled with ``executable=False``):
+        its launches, and on the cuda target its CUDA graphs (``program.graphs``)."""
+        return self._runner
+
     def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
         """Run the entry function. On a device target (cuda) the work is queued on
         the caller's current stream (torch's or cupy's), or on ``stream`` when given."""
