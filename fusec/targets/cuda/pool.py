@@ -1,0 +1,169 @@
+"""CUDA template for "pool" groups: 2-D max or average pooling with its epilogue.
+
+One thread per output element, grid-stride, the output's innermost dimension fastest
+across the threads (OW of an NCHW output), so the stores and each window row's loads
+are coalesced. The window is walked in the reference's order (rows, then columns),
+skipping the taps outside the input, in float32 (16-bit inputs converted on load):
+
+* max starts at -inf (the padding's value) and keeps a NaN once it sees one
+  (``v > m or v != v``), exactly as ``numpy_ops.pool2d``; the result is one of the
+  inputs, so it is exact in every element type;
+* average divides the window's sum by the taps inside the input, or with
+  ``count_include_pad`` inside the padded input; a ``ceil_mode`` window overhanging
+  even the padding counts only what it covers (a window covering nothing is 0 / 0).
+
+The elementwise epilogue runs on the pooled value before the one store
+(``fusec.targets.cuda.anchored``). Global pooling is a ``reduce`` group (the ONNX
+importer makes GlobalAveragePool a ``reduce_mean``), served by the reduce kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fusec.codegen import KernelSource, io_specs
+from fusec.codegen.expr import ExprGenerator, header, literal, shape_of
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
+from fusec.dialect.shapes import conv2d_padding
+from fusec.targets.cuda.anchored import Epilogue, anchor_problem
+from fusec.targets.cuda.common import (
+    Source,
+    body_ops,
+    grid_stride_launch,
+    kernel_name,
+    prelude,
+    storage_signature,
+)
+
+THREADS = 256
+#: Blocks per multiprocessor at most; the grid-stride loop covers the rest.
+BLOCKS_PER_SM = 16
+
+
+def plan_problem(fused_op: ai.FusedOp) -> str | None:
+    """None when the pool kernel serves ``fused_op``, else why it cannot."""
+    problem = anchor_problem(fused_op, (ai.Pool2DOp,))
+    if problem is not None:
+        return problem
+    (pool,) = [op for op in body_ops(fused_op) if isinstance(op, ai.Pool2DOp)]
+    if spec_of(pool.input.type).rank != 4:
+        return "not a 4-D (NCHW) input"
+    return None
+
+
+def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
+    """The pool kernel module of ``fused_op``; PyTorch's when ``plan_problem`` refuses it
+    (the reason in the header)."""
+    from fusec.targets.cuda import torch_fallback
+
+    name = kernel_name(name)
+    problem = plan_problem(fused_op)
+    if problem is not None:
+        return torch_fallback.generate(fused_op, name, reason=f"the pool kernel: {problem}")
+    (pool,) = [op for op in body_ops(fused_op) if isinstance(op, ai.Pool2DOp)]
+    source = _Emitter(fused_op, pool, name).emit()
+    inputs, outputs = io_specs(fused_op)
+    return KernelSource(name, "pool", "cuda", source, inputs, outputs, array_dtype=None)
+
+
+class _Emitter:
+    """The source of one pool kernel module."""
+
+    def __init__(self, fused_op: ai.FusedOp, pool: ai.Pool2DOp, name: str) -> None:
+        self.fused_op, self.pool, self.name = fused_op, pool, name
+        self.gen = ExprGenerator()
+        self.epilogue = Epilogue(fused_op, pool, self.gen)
+        self.array = f"in{fused_op.block.args.index(pool.input)}"
+        self.dtype = spec_of(pool.input.type).dtype
+        self.is_max = pool.KIND == "max"
+        _, _, self.h, self.w = shape_of(pool.input)
+        n, c, self.oh, self.ow = shape_of(pool.output)
+        self.count = n * c * self.oh * self.ow
+
+    def constants(self) -> list[tuple[str, object]]:
+        kh, kw = self.pool.attr("kernel")
+        sh, sw = self.pool.attr("strides")
+        dh, dw = self.pool.attr("dilations")
+        pt, pl, pb, pr = conv2d_padding(self.pool.attr("padding"))
+        include_pad = not self.is_max and bool(self.pool.attr("count_include_pad"))
+        # the region an average counts: the input, or the input and its padding
+        lo_h, hi_h = (-pt, self.h + pb) if include_pad else (0, self.h)
+        lo_w, hi_w = (-pl, self.w + pr) if include_pad else (0, self.w)
+        return [
+            ("N", self.count),
+            ("H", self.h),
+            ("W", self.w),
+            ("OH", self.oh),
+            ("OW", self.ow),
+            ("KH", kh),
+            ("KW", kw),
+            ("SH", sh),
+            ("SW", sw),
+            ("DH", dh),
+            ("DW", dw),
+            ("PT", pt),
+            ("PL", pl),
+            ("LO_H", lo_h),
+            ("HI_H", hi_h),
+            ("LO_W", lo_w),
+            ("HI_W", hi_w),
+            ("THREADS", THREADS),
+        ]
+
+    def emit(self) -> str:
+        code = Source([])
+        params = self.epilogue.params()
+        ld = f"ld_{self.dtype}"
+        code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
+        code.add(1, '"""Grid-stride loop over the output elements, one window each."""')
+        code.add(1, "e = cuda.grid(1)", "while e < N:")
+        code.add(2, "ow = e % OW", "r = e // OW", "oh = r % OH", "base = (r // OH) * (H * W)")
+        code.add(2, "h0 = oh * SH - PT", "w0 = ow * SW - PL")
+        code.add(2, f"acc = {literal(-math.inf) if self.is_max else literal(0.0)}")
+        code.add(2, "for kr in range(KH):")
+        code.add(3, "ih = h0 + kr * DH", "if ih >= 0 and ih < H:")
+        code.add(4, "for ks in range(KW):")
+        code.add(5, "iw = w0 + ks * DW", "if iw >= 0 and iw < W:")
+        code.add(6, f"v = {ld}({self.array}, base + ih * W + iw)")
+        if self.is_max:
+            code.add(6, "acc = v if (v > acc or v != v) else acc")
+            code.add(2, "val = acc")
+        else:
+            code.add(6, "acc += v")
+            code.add(2, "ch = 0", "for kr in range(KH):")
+            code.add(3, "ih = h0 + kr * DH", "if ih >= LO_H and ih < HI_H:")
+            code.add(4, "ch += 1")
+            code.add(2, "cw = 0", "for ks in range(KW):")
+            code.add(3, "iw = w0 + ks * DW", "if iw >= LO_W and iw < HI_W:")
+            code.add(4, "cw += 1")
+            code.add(2, "val = acc / f32(ch * cw)")
+        self.epilogue.emit(code, 2, "val", "e")
+        code.add(2, "e += cuda.gridsize(1)")
+        return self.module(code, params)
+
+    def module(self, code: Source, params: list[str]) -> str:
+        helpers = {f"ld_{self.dtype}"} | self.epilogue.helpers | self.gen.helpers
+        attrs = ", ".join(
+            f"{key} {list(self.pool.attr(key))}"
+            for key in ("kernel", "strides", "padding", "dilations")
+        )
+        notes = [
+            f"target: cuda (Numba CUDA), template: pool ({self.pool.KIND} pooling, {attrs})",
+            f"layout: one output element per thread and loop step over {self.count} elements "
+            "(OW fastest), float32 window accumulation",
+        ]
+        ins = [f"in{k}" for k in range(len(self.fused_op.inputs))]
+        outs = [f"out{k}" for k in range(len(self.epilogue.results))]
+        parts = [
+            header(self.fused_op, notes=notes),
+            prelude(sorted(helpers)),
+            f"SIGNATURE = {storage_signature(self.epilogue.dtypes())!r}",
+            *(f"{key} = {value}" for key, value in self.constants()),
+            "",
+            "",
+            code.text(),
+            "",
+            *grid_stride_launch(self.name, "N", BLOCKS_PER_SM, ins + outs, params),
+        ]
+        return "\n".join(parts)

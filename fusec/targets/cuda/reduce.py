@@ -1,0 +1,264 @@
+"""CUDA template for "reduce" groups: a sum, mean or max over any axes, with its epilogue.
+
+The input's dims are collapsed first (size-1 dims dropped, neighbours that are both
+reduced or both kept merged), which leaves kept groups (the outputs) and reduced groups
+(``R`` elements per output). When the innermost dim is kept (``I`` elements: e.g. the
+channels of an NHWC global mean) the outputs are ``O`` rows of ``I`` contiguous
+columns, else ``I`` = 1 (the contiguous row case: an NCHW global mean, ``R`` = H*W).
+
+One kernel serves both: a block of ``THREADS`` threads is ``Z`` output rows x ``TY``
+reduction lanes x ``TX`` columns, ``x`` the fastest. Each thread accumulates every
+``TY``-th element of its output's reduction in float32 (16-bit inputs converted on
+load), then the ``TY`` partials of each output are combined in shared memory, a tree
+of halving strides (no shuffles: the same code runs in the simulator), and the lane
+``y = 0`` thread finishes (a mean divides by ``R``) and runs the epilogue:
+
+* the row case (``TX`` = 1): ``TY`` threads per row read consecutive elements
+  (coalesced), ``Z`` rows a block when rows are short;
+* the column case: ``TX`` threads over consecutive columns (coalesced), ``TY`` lanes
+  splitting the strided reduction, so a long reduction over few columns still spreads.
+
+Blocks walk their tiles grid-stride. A max keeps a NaN once it sees one (``v > m or
+v != v``), as numpy's. Every output is reduced by one block (no atomics, one pass): a
+reduction of more than ``TY`` x a few thousand elements into fewer outputs than
+multiprocessors runs below the memory bandwidth (the header says so).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fusec.codegen import KernelSource, io_specs
+from fusec.codegen.expr import ExprGenerator, header, literal, shape_of
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
+from fusec.targets.cuda.anchored import Epilogue, anchor_problem
+from fusec.targets.cuda.common import (
+    Source,
+    body_ops,
+    kernel_name,
+    prelude,
+    storage_signature,
+)
+
+THREADS = 256
+#: Elements each reduction lane aims to accumulate before the shared-memory tree.
+PER_LANE = 8
+#: Columns per block at most in the column case (128 bytes of f32, 64 of f16).
+MAX_TX = 32
+#: Blocks per multiprocessor at most; the grid-stride loop covers the rest.
+BLOCKS_PER_SM = 16
+#: Outputs a reduction should have per multiprocessor to keep the GPU busy.
+_FEW_OUTPUTS_PER_SM = 1
+
+
+def plan_problem(fused_op: ai.FusedOp) -> str | None:
+    """None when the reduce kernel serves ``fused_op``, else why it cannot."""
+    return anchor_problem(fused_op, (ai.ReduceOp,))
+
+
+@dataclass(frozen=True)
+class ReducePlan:
+    """The collapsed reduction and the block shape serving it."""
+
+    groups: tuple[tuple[int, bool], ...]  # (size, reduced) per collapsed input dim
+    outer: int  # O: output rows
+    inner: int  # I: contiguous kept columns (1 in the row case)
+    length: int  # R: elements reduced per output
+    tx: int
+    ty: int
+    z: int
+
+    @property
+    def xblocks(self) -> int:
+        return -(-self.inner // self.tx)
+
+    @property
+    def blocks(self) -> int:
+        return -(-self.outer // self.z) * self.xblocks
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def collapse_axes(shape: tuple[int, ...], axes: set[int]) -> list[tuple[int, bool]]:
+    """(size, reduced) of each run of neighbouring dims alike (size-1 dims dropped)."""
+    groups: list[list] = []
+    for d, size in enumerate(shape):
+        if size == 1:
+            continue
+        reduced = d in axes
+        if groups and groups[-1][1] == reduced:
+            groups[-1][0] *= size
+        else:
+            groups.append([size, reduced])
+    return [(size, reduced) for size, reduced in groups]
+
+
+def make_plan(shape: tuple[int, ...], axes: set[int]) -> ReducePlan:
+    """The block shape for reducing ``axes`` of ``shape``."""
+    groups = collapse_axes(shape, axes)
+    inner = groups[-1][0] if groups and not groups[-1][1] else 1
+    length = math.prod(size for size, reduced in groups if reduced)
+    outer = math.prod(size for size, reduced in groups if not reduced) // inner
+    tx = 1 if inner == 1 else min(MAX_TX, _pow2_at_least(inner))
+    lanes = THREADS // tx
+    ty = min(lanes, _pow2_at_least(-(-length // PER_LANE)))
+    return ReducePlan(tuple(groups), outer, inner, length, tx, ty, lanes // ty)
+
+
+def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
+    """The reduce kernel module of ``fused_op``; PyTorch's when ``plan_problem`` refuses it
+    (the reason in the header)."""
+    from fusec.targets.cuda import torch_fallback
+
+    name = kernel_name(name)
+    problem = plan_problem(fused_op)
+    if problem is not None:
+        return torch_fallback.generate(fused_op, name, reason=f"the reduce kernel: {problem}")
+    (red,) = [op for op in body_ops(fused_op) if isinstance(op, ai.ReduceOp)]
+    shape = shape_of(red.operands[0])
+    plan = make_plan(shape, set(red.reduced_axes()))
+    source = _Emitter(fused_op, red, plan, name).emit()
+    inputs, outputs = io_specs(fused_op)
+    return KernelSource(name, "reduce", "cuda", source, inputs, outputs, array_dtype=None)
+
+
+class _Emitter:
+    """The source of one reduce kernel module."""
+
+    def __init__(self, fused_op: ai.FusedOp, red: ai.ReduceOp, plan: ReducePlan, name: str):
+        self.fused_op, self.red, self.plan, self.name = fused_op, red, plan, name
+        self.gen = ExprGenerator()
+        self.epilogue = Epilogue(fused_op, red, self.gen)
+        self.array = f"in{fused_op.block.args.index(red.operands[0])}"
+        self.dtype = spec_of(red.operands[0].type).dtype
+        self.helpers: set[str] = {f"ld_{self.dtype}"}
+
+    def combine(self, acc: str, v: str) -> str:
+        """``acc`` combined with ``v`` (names)."""
+        if self.red.KIND == "max":
+            return f"{v} if ({v} > {acc} or {v} != {v}) else {acc}"
+        return f"{acc} + {v}"
+
+    def offsets(self) -> tuple[str, str]:
+        """(base offset of output row ``o``, offset of reduced element ``r``) in the input."""
+        strides, run = [], 1
+        for size, _ in reversed(self.plan.groups):
+            strides.append(run)
+            run *= size
+        strides.reverse()
+        kept = [(s, st) for (s, red), st in zip(self.plan.groups, strides, strict=True) if not red]
+        if self.plan.inner > 1:
+            kept = kept[:-1]  # the inner columns: ``+ i``
+        reduced = [(s, st) for (s, red), st in zip(self.plan.groups, strides, strict=True) if red]
+        return _decode("o", kept), _decode("r", reduced)
+
+    def emit(self) -> str:
+        p = self.plan
+        code = Source([])
+        params = self.epilogue.params()
+        code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
+        code.add(1, '"""Z output rows x TY reduction lanes x TX columns per block."""')
+        code.add(1, "sh = cuda.shared.array(THREADS, f32)", "t = cuda.threadIdx.x")
+        code.add(1, "x = t % TX", "y = (t // TX) % TY", "z = t // (TX * TY)")
+        code.add(1, "b = cuda.blockIdx.x", "while b < BLOCKS:  # uniform across the block")
+        code.add(2, "o = (b // XBLOCKS) * Z + z", "i = (b % XBLOCKS) * TX + x")
+        code.add(2, "live = o < O and i < I", f"acc = {self.initial()}", "if live:")
+        base, roff = self.offsets()
+        code.add(3, f"base = {base} + i", "r = y", "while r < R:")
+        code.add(4, f"v = ld_{self.dtype}({self.array}, base + {roff})")
+        code.add(4, f"acc = {self.combine('acc', 'v')}", "r += TY")
+        code.add(2, "sh[t] = acc", "cuda.syncthreads()")
+        s = p.ty // 2
+        while s >= 1:
+            code.add(2, f"if y < {s}:")
+            code.add(3, "a = sh[t]", f"c = sh[t + {s * p.tx}]", f"sh[t] = {self.combine('a', 'c')}")
+            code.add(2, "cuda.syncthreads()")
+            s //= 2
+        code.add(2, "if live and y == 0:")
+        finish = f"sh[t] / {literal(float(p.length))}" if self.red.KIND == "mean" else "sh[t]"
+        code.add(3, f"val = {finish}", "e = o * I + i")
+        self.epilogue.emit(code, 3, "val", "e")
+        code.add(2, "b += cuda.gridDim.x")
+        return self.module(code, params)
+
+    def initial(self) -> str:
+        return literal(-math.inf) if self.red.KIND == "max" else literal(0.0)
+
+    def module(self, code: Source, params: list[str]) -> str:
+        p = self.plan
+        helpers = self.helpers | self.epilogue.helpers | self.gen.helpers
+        case = "row" if p.inner == 1 else "column"
+        notes = [
+            f"target: cuda (Numba CUDA), template: reduce ({self.red.KIND} over axes "
+            f"{list(self.red.reduced_axes())}, the {case} case)",
+            f"layout: {p.outer} output rows x {p.inner} columns, {p.length} elements each; "
+            f"blocks of {p.z} rows x {p.ty} lanes x {p.tx} columns, float32 partials "
+            "combined in shared memory, grid-stride over "
+            f"{p.blocks} tiles",
+        ]
+        if p.outer * p.inner < _FEW_OUTPUTS_PER_SM * 132 and p.length > p.ty * 4096:
+            notes.append("few outputs of long reductions: one block per output, below bandwidth")
+        ins = [f"in{k}" for k in range(len(self.fused_op.inputs))]
+        outs = [f"out{k}" for k in range(len(self.epilogue.results))]
+        constants = [
+            ("O", p.outer),
+            ("I", p.inner),
+            ("R", p.length),
+            ("TX", p.tx),
+            ("TY", p.ty),
+            ("Z", p.z),
+            ("XBLOCKS", p.xblocks),
+            ("BLOCKS", p.blocks),
+            ("THREADS", THREADS),
+        ]
+        parts = [
+            header(self.fused_op, notes=notes),
+            prelude(sorted(helpers)),
+            f"SIGNATURE = {storage_signature(self.epilogue.dtypes())!r}",
+            *(f"{key} = {value}" for key, value in constants),
+            "",
+            "",
+            code.text(),
+            "",
+            *block_launch(self.name, "BLOCKS", ins + outs, params),
+        ]
+        return "\n".join(parts)
+
+
+def _decode(var: str, dims: list[tuple[int, int]]) -> str:
+    """The input offset of index ``var`` over ``dims`` ((size, input stride), C order)."""
+    if not dims:
+        return "0"
+    terms = []
+    below = 1
+    for size, stride in reversed(dims):
+        index = var if below == 1 else f"({var} // {below})"
+        if below * size < math.prod(s for s, _ in dims):
+            index = f"({index} % {size})"
+        terms.append(index if stride == 1 else f"{index} * {stride}")
+        below *= size
+    return " + ".join(reversed(terms))
+
+
+def block_launch(name: str, blocks: str, args: list[str], params: list[str]) -> list[str]:
+    """The module tail of a one-kernel module of ``blocks`` block tiles (walked grid-stride,
+    at most ``BLOCKS_PER_SM`` blocks a multiprocessor): ``config``, ``launch``, ``KERNELS``."""
+    return [
+        "def config(sms):",
+        '    """(blocks, threads per block) on a GPU with ``sms`` multiprocessors."""',
+        f"    return max(1, min({blocks}, sms * {BLOCKS_PER_SM})), THREADS",
+        "",
+        "",
+        f"def launch({', '.join(args)}, stream=0, sms=132):",
+        f'    """Launch {name} on ``stream`` (no synchronisation)."""',
+        "    blocks, threads = config(sms)",
+        f"    {name}[blocks, threads, stream]({', '.join(params)})",
+        "",
+        "",
+        f"KERNELS = [({name}, SIGNATURE)]",
+        "",
+    ]
