@@ -127,19 +127,10 @@ class CudaTarget(Target):
             (ai.AttentionOp,),
             accepts=deferred("fusec.targets.cuda.attention.template", "accepts"),
         ),
-        # until they have Numba CUDA templates, these kinds run through PyTorch too
         "reduce": Template(
-            "fusec.targets.cuda.torch_fallback",
-            (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp),
-            fuses=False,
-            note="PyTorch's reductions until a Numba CUDA reduce template exists",
+            "fusec.targets.cuda.reduce", (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp)
         ),
-        "pool": Template(
-            "fusec.targets.cuda.torch_fallback",
-            (ai.MaxPool2DOp, ai.AvgPool2DOp),
-            fuses=False,
-            note="PyTorch's pooling until a Numba CUDA pool template exists",
-        ),
+        "pool": Template("fusec.targets.cuda.pool", (ai.MaxPool2DOp, ai.AvgPool2DOp)),
         "copy": Template(
             "fusec.targets.cuda.copy",
             (ai.TransposeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp),
