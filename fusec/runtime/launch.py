@@ -260,8 +260,16 @@ class Program:
                 self._fns = fns
             return self._fns
 
-    def __call__(self, args: Sequence[Any], *, alloc: Allocator | None = None) -> tuple:
-        """Run the function on numpy ``args``; return all its results as numpy arrays."""
+    def __call__(
+        self,
+        args: Sequence[Any],
+        *,
+        alloc: Allocator | None = None,
+        recorder: LaunchRecorder | None = None,
+    ) -> tuple:
+        """Run the function on numpy ``args``; return all its results as numpy arrays.
+        ``recorder`` (``fusec.profile``) times each kernel launch; without one a call
+        pays nothing for it (the check is once a call, not once a launch)."""
         values: list[Any] = [None] * self._host_slots
         values[: len(args)] = self._arguments(args)
         check_bytes(self.call_bytes, self._buffers_name)
@@ -269,6 +277,8 @@ class Program:
             values[index] = array
         fns = self._fns if self._fns is not None else self.load()
         run = self.backend.run
+        if recorder is not None:
+            run = _recorded(run, recorder.spans(None))
         with self.backend.call_scope():
             for fn, (launch, ins, outs) in zip(fns, self._host_steps, strict=True):
                 inputs = [values[k] for k in ins]
@@ -283,6 +293,111 @@ class Program:
                     values[k] = out
         to_host = self.backend.to_host
         return tuple(to_host(values[k]) for k in self._host_returns)
+
+    def launch_recorder(self) -> LaunchRecorder:
+        """A recorder timing this program's launches with the host's clock
+        (``fusec.profile``); a device target's program returns its own."""
+        return HostLaunchRecorder()
+
+
+#: Opens the span one launch runs in, given the launch's label (``Launch.label``).
+Span = Callable[[str], contextlib.AbstractContextManager[Any]]
+
+
+class LaunchRecorder(Protocol):
+    """Times every kernel launch of the calls it is passed to (``Program(...,
+    recorder=...)``): the program asks it once per call for the span each launch runs
+    in, so a call without a recorder has no per-launch cost. A view (reshape) is no
+    launch and is not timed. ``fusec.tools.profile`` drives one through a call
+    (``time_call``) and reads its times."""
+
+    def spans(self, stream: Any) -> Span:
+        """The span factory for one call on ``stream`` (None on a host target)."""
+
+    def inputs(self, arrays: Sequence[np.ndarray]) -> list[Any]:
+        """The arguments as a timed call takes them (device-resident on a GPU)."""
+
+    def time_call(self, program: Program, args: Sequence[Any]) -> CallTimes:
+        """Run one call through the recorder: each launch's seconds and the call's."""
+
+    def time_plain(self, program: Program, args: Sequence[Any]) -> float:
+        """Wall seconds of one ordinary call (no recorder), results ready."""
+
+    def device(self) -> str:
+        """What ran the kernels, in words (e.g. the GPU's name)."""
+
+
+@dataclass
+class CallTimes:
+    """One recorded call: (launch label, seconds) for each kernel launch in order, the
+    whole call's seconds on the clock that timed the launches (``total``), and the
+    host's seconds to issue the call (``host``: on a GPU the launches are queued)."""
+
+    launches: list[tuple[str, float]]
+    total: float
+    host: float
+
+
+class HostLaunchRecorder:
+    """Launch times from ``time.perf_counter`` around each launch (a host target: a
+    launch returns when its kernel is done)."""
+
+    def __init__(self) -> None:
+        self._times: list[tuple[str, float]] = []
+
+    @contextlib.contextmanager
+    def _span(self, label: str) -> Any:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._times.append((label, time.perf_counter() - start))
+
+    def spans(self, stream: Any) -> Span:
+        return self._span
+
+    def inputs(self, arrays: Sequence[np.ndarray]) -> list[Any]:
+        return list(arrays)
+
+    def time_call(self, program: Program, args: Sequence[Any]) -> CallTimes:
+        self._times = []
+        start = time.perf_counter()
+        program(args, recorder=self)
+        total = time.perf_counter() - start
+        return CallTimes(self._times, total, total)
+
+    def time_plain(self, program: Program, args: Sequence[Any]) -> float:
+        start = time.perf_counter()
+        program(args)
+        return time.perf_counter() - start
+
+    def device(self) -> str:
+        return host_cpu_name()
+
+
+def host_cpu_name() -> str:
+    """The host CPU's model name (Linux's /proc/cpuinfo), else the machine type."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.machine() or platform.processor() or "unknown CPU"
+
+
+def _recorded(run: Callable[..., list[Any]], span: Span) -> Callable[..., list[Any]]:
+    """``Backend.run`` with each launch inside ``span`` (a recorder's)."""
+
+    def timed(launch: Launch, fn: Callable[..., Any], inputs: list[Any], alloc: Any) -> list[Any]:
+        with span(launch.label):
+            return run(launch, fn, inputs, alloc)
+
+    return timed
 
 
 _nvtx: Any = None  # the nvtx module, False when it is not installed, None: not looked yet

@@ -253,10 +253,18 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         self._slot_count = len(slot)
 
     def __call__(
-        self, args: Sequence[Any], *, alloc: Any = None, stream: Any = None, poison: bool = False
+        self,
+        args: Sequence[Any],
+        *,
+        alloc: Any = None,
+        stream: Any = None,
+        poison: bool = False,
+        recorder: Any = None,
     ) -> tuple:
         """Run on ``args``; ``poison`` (or any ``alloc``, as tests pass) fills every output
-        with NaN first, so that an element no kernel writes shows up."""
+        with NaN first, so that an element no kernel writes shows up. ``recorder`` (a
+        ``fusec.runtime.launch.LaunchRecorder``: ``fusec.profile``) times each launch:
+        such a call runs launch by launch, never as a CUDA graph replay."""
         poison = poison or alloc is not None
         if len(args) != len(self._specs):
             raise FusecError(f"@{self._name} takes {len(self._specs)} argument(s), got {len(args)}")
@@ -273,10 +281,10 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         fns = self._fns if self._fns is not None else self.load()  # compiled on first use
         if adapter.family == "torch" or self._torch_groups:  # torch work: on the call's stream
             with adapter.torch_context(stream_ref):
-                if self._graphed(adapter, poison):
+                if recorder is None and self._graphed(adapter, poison):
                     return self.graphs(args, adapter, stream_ref, fns)  # type: ignore[misc]
-                return self._run(args, adapter, stream_ref, fns, poison)
-        return self._run(args, adapter, stream_ref, fns, poison)
+                return self._run(args, adapter, stream_ref, fns, poison, recorder)
+        return self._run(args, adapter, stream_ref, fns, poison, recorder)
 
     def _graphed(self, adapter: _Adapter, poison: bool) -> bool:
         """Whether this call goes through the program's CUDA graphs: torch tensors on a
@@ -301,9 +309,17 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         return any(isinstance(fn, TorchGroup) for fn in self._fns or ())
 
     def _run(
-        self, args: Sequence[Any], adapter: _Adapter, stream_ref: StreamRef, fns: list, poison: bool
+        self,
+        args: Sequence[Any],
+        adapter: _Adapter,
+        stream_ref: StreamRef,
+        fns: list,
+        poison: bool,
+        recorder: Any = None,
     ) -> tuple:
         values: list[Any] = [None] * self._slot_count
+        # each launch runs in an NVTX range, or in the recorder's span (chosen once a call)
+        span = nvtx_range if recorder is None else recorder.spans(stream_ref)
         for index, arg in enumerate(args):
             values[index] = adapter.wrap(arg, self._specs[index], stream_ref, index, self._name)
         if self._constant_slots:
@@ -314,7 +330,7 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
                 values[outs[0]] = values[ins[0]].reshaped(out_specs[0])
                 continue
             inputs = [values[k] for k in ins]
-            with nvtx_range(label):
+            with span(label):
                 if isinstance(fn, TorchGroup):
                     tensors = fn([adapter.as_torch(b) for b in inputs])
                     pairs = zip(tensors, out_specs, strict=True)
@@ -368,6 +384,13 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
     def capture(self, *args: Any, stream: Any = None) -> CudaGraph:
         """Record one call on ``args`` as a CUDA graph (see ``CudaGraph``)."""
         return CudaGraph(self, args, stream)
+
+    def launch_recorder(self) -> Any:
+        """A recorder timing each launch with CUDA events on the call's stream
+        (``fusec.targets.cuda.profiling``)."""
+        from fusec.targets.cuda.profiling import EventLaunchRecorder
+
+        return EventLaunchRecorder()
 
 
 class CudaGraph:
