@@ -21,6 +21,7 @@ __all__ = [
     "fuse",
     "ops",
     "parse",
+    "profile",
     "reference",
 ]
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
         reference,
     )
     from fusec.decorator import fuse  # noqa: F401
+    from fusec.tools.profile import profile  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:
@@ -44,6 +46,10 @@ def __getattr__(name: str) -> Any:
         from fusec.decorator import fuse
 
         return fuse
+    if name == "profile":  # a tool over the API: per-kernel times of a compiled program
+        from fusec.tools.profile import profile
+
+        return profile
     if name in _API_NAMES:
         from fusec import api
 

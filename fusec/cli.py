@@ -381,6 +381,106 @@ def _add_run_command(sub) -> None:
     run.set_defaults(handler=cmd_run)
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    from fusec.targets.cpu.threads import configure
+
+    configure()  # thread-pool settings, before numpy and Numba start (as ``run``)
+    from fusec.tools.profile import profile
+    from fusec.tools.progress import showing_runtime_progress
+
+    if args.html is not None:  # a bad output name fails before any work
+        _check_output_name(args.html)
+    with showing_runtime_progress(not args.quiet):
+        result = profile(
+            _source(args),
+            target=args.target,
+            pipeline=args.pipeline,
+            entry=args.entry,
+            inputs=args.inputs,
+            seed=args.seed,
+            repeat=args.repeat,
+            warmup=args.warmup,
+        )
+    sys.stdout.write(result.table(top=args.top))
+    if args.html is not None:
+        _write_atomically(args.html, result.html())
+    return ExitCode.OK
+
+
+def _check_output_name(path: str) -> None:
+    from fusec.errors import FusecError, SourceLocation
+
+    if not path or Path(path).is_dir():
+        raise FusecError(
+            "cannot write the output: it is a directory, not a file name"
+            if path
+            else "cannot write the output: the file name is empty",
+            SourceLocation(path, 0, 0) if path else None,
+        )
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise FusecError(
+            f"cannot write the output: no folder '{folder}'", SourceLocation(path, 0, 0)
+        )
+
+
+def _positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def _add_profile_command(sub) -> None:
+    prof = sub.add_parser(
+        "profile",
+        help="time every kernel of a compiled graph: kind, how it runs, time, share, FLOPs, "
+        "bytes, achieved rates and the device roofline",
+    )
+    prof.add_argument("file", help=_FILE_HELP)
+    _add_input_shape(prof)
+    prof.add_argument(
+        "--inputs",
+        metavar="FILE.npz",
+        help="arguments, by name or arr_0, arr_1, ... (default: standard-normal random ones)",
+    )
+    prof.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    prof.add_argument("--target", default="auto", help=_TARGETS_HELP)
+    prof.add_argument("--pipeline", help=_PIPELINE_HELP)
+    prof.add_argument("--entry", help="entry function name (default: the single public one)")
+    prof.add_argument(
+        "--repeat", type=_positive, default=20, help="timed calls after warm-up (default 20)"
+    )
+    prof.add_argument(
+        "--warmup", type=_count, default=3, help="ordinary calls before timing (default 3)"
+    )
+    prof.add_argument(
+        "--top", type=_positive, default=15, help="kernels listed before 'other' (default 15)"
+    )
+    prof.add_argument(
+        "--html",
+        metavar="FILE.html",
+        help="also write the table beside the fusion graph as one HTML page",
+    )
+    _add_quiet(prof)
+    prof.set_defaults(handler=cmd_profile)
+
+
 def cmd_viz(args: argparse.Namespace) -> int:
     from fusec.api import compile as fusec_compile
     from fusec.tools.viz import picture_format, render
@@ -488,6 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.set_defaults(handler=cmd_compile)
     _add_onnx_commands(sub)
     _add_run_command(sub)
+    _add_profile_command(sub)
     _add_tune_command(sub)
     _add_viz_command(sub)
     return parser
