@@ -1,4 +1,10 @@
-"""The cuda ``copy`` groups that are index maps: one grid-stride gather kernel.
+"""The cuda ``copy`` groups that are index maps: a fast copy kernel, or one grid-stride gather.
+
+A group whose result reads its one input through a strided view runs as a vectorised
+copy or a tiled transpose (``fusec.targets.cuda.strided`` picks, ``fastcopy`` emits);
+the rest, and every group ``strided.copy_plan`` turns down, as the gather kernel below.
+The kernel header names the path (``path: vectorised 16 B``, ``path: tiled transpose
+32x32``, ``path: gather``) and why.
 
 A copy group whose body is a chain (or tree) of transposes, reshapes, slices, gathers
 of constant indices and concats computes every element of its one result by reading
@@ -34,6 +40,7 @@ from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import header
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.targets.cuda import fastcopy
 from fusec.targets.cuda.common import (
     Source,
     body_ops,
@@ -43,6 +50,7 @@ from fusec.targets.cuda.common import (
     storage_signature,
     yielded,
 )
+from fusec.targets.cuda.strided import copy_plan
 
 THREADS = 256
 #: Blocks per multiprocessor at most; the grid-stride loop covers the rest.
@@ -166,7 +174,18 @@ class _IndexMaps:
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
-    """The gather kernel module of a copy group ``gather_plan`` accepted."""
+    """The kernel module of a copy group ``gather_plan`` accepted: vectorised or a tiled
+    transpose where its strided view allows (``strided.copy_plan``), else the gather."""
+    plan = copy_plan(fused_op)
+    if plan.path == "vectorised":
+        return fastcopy.vectorised(fused_op, name, plan)
+    if plan.path == "tiled transpose":
+        return fastcopy.tiled(fused_op, name, plan)
+    return _generic(fused_op, name, plan.why)
+
+
+def _generic(fused_op: ai.FusedOp, name: str, why: str) -> KernelSource:
+    """The generic gather kernel module (``why``: why neither fast path serves the group)."""
     name = kernel_name(name)
     (result,) = yielded(fused_op)
     spec = spec_of(result.type)
@@ -191,7 +210,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     dtypes = [spec.dtype] + [spec_of(v.type).dtype for v in fused_op.inputs]
     ins = [f"in{k}" for k in range(len(fused_op.inputs))]
     notes = [
-        "target: cuda (Numba CUDA), template: gather (an index-map copy)",
+        "target: cuda (Numba CUDA), template: gather, path: gather (an index-map copy)",
+        why,
         f"one element per thread and loop step over {math.prod(shape)} elements, read "
         "from the source index the transposes, reshapes, slices, gathers and concats give",
     ]

@@ -1,0 +1,107 @@
+"""Raw vector moves for copy kernels: bytes from one flat array to another, unconverted.
+
+``move<W>(dst, de, src, se)`` (``W`` = 4, 8 or 16) copies the ``W`` bytes at element
+``se`` of ``src`` to element ``de`` of ``dst`` with one ``ld.global`` and one
+``st.global`` of ``W`` bytes (``.u32``, ``.v2.u32`` or ``.v4.u32``: inline PTX, so the
+optimiser cannot split the access). Nothing is converted, so every bit pattern (NaN
+payloads, signalling NaNs) arrives as stored; the device helpers of
+``fusec.targets.cuda.device`` convert to float32 and back, which a copy must not. The
+caller guarantees that ``se`` and ``de`` times the element size are multiples of ``W``
+(the arrays' base addresses are 16-byte aligned: the runtime's contract).
+
+Under Numba's CUDA simulator the same names are Python loops that also check that
+alignment, so a simulator test catches an access a GPU would fault on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fusec.targets.cuda.env import numba_cuda, simulator_enabled
+
+WIDTHS = (4, 8, 16)
+
+
+def helper_names() -> list[str]:
+    """The names this module gives generated kernels (through ``fusec.targets.cuda.abi``)."""
+    return [f"move{w}" for w in WIDTHS]
+
+
+def _make_sim_moves() -> dict[str, Any]:
+    def make(width: int) -> Any:
+        def move(dst: Any, de: int, src: Any, se: int) -> None:
+            size = dst.dtype.itemsize
+            if (de * size) % width or (se * size) % width:
+                raise AssertionError(f"move{width}: element {se} -> {de} is not {width}-aligned")
+            for k in range(width // size):
+                dst[de + k] = src[se + k]
+
+        return move
+
+    return {f"move{w}": make(w) for w in WIDTHS}
+
+
+def _make_gpu_moves() -> dict[str, Any]:
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    i32 = ir.IntType(32)
+
+    def pointer(context: Any, builder: Any, arrty: Any, arr: Any, index: Any) -> Any:
+        data = context.make_array(arrty)(context, builder, value=arr).data
+        return builder.gep(data, [index])
+
+    def make(width: int) -> Any:
+        words = width // 4
+        suffix = "u32" if words == 1 else f"v{words}.u32"
+        outs = ", ".join(f"${k}" for k in range(words))
+        loaded = "{" + outs + "}" if words > 1 else outs
+        load_text = (
+            f"{{ .reg .u64 g; cvta.to.global.u64 g, ${words}; ld.global.{suffix} {loaded}, [g]; }}"
+        )
+        ins = ", ".join(f"${k + 1}" for k in range(words))
+        stored = "{" + ins + "}" if words > 1 else ins
+        store_text = (
+            "{ .reg .u64 g; cvta.to.global.u64 g, $0; "
+            f"st.global.{suffix.replace('u32', 'b32')} [g], {stored}; }}"
+        )
+
+        @intrinsic
+        def move(typingctx: Any, dst: Any, de: Any, src: Any, se: Any) -> Any:
+            sig = types.void(dst, de, src, se)
+
+            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+                dst_t, _, src_t, _ = sig.args
+                dst_v, de_v, src_v, se_v = args
+                src_p = pointer(context, builder, src_t, src_v, se_v)
+                ret_t = ir.LiteralStructType([i32] * words) if words > 1 else i32
+                load = ir.InlineAsm(
+                    ir.FunctionType(ret_t, [src_p.type]),
+                    load_text,
+                    ",".join(["=r"] * words + ["l"]),
+                )
+                result = builder.call(load, [src_p])
+                values = [result]
+                if words > 1:
+                    values = [builder.extract_value(result, k) for k in range(words)]
+                dst_p = pointer(context, builder, dst_t, dst_v, de_v)
+                store = ir.InlineAsm(
+                    ir.FunctionType(ir.VoidType(), [dst_p.type] + [i32] * words),
+                    store_text,
+                    ",".join(["l"] + ["r"] * words + ["~{memory}"]),
+                    side_effect=True,
+                )
+                builder.call(store, [dst_p, *values])
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return move
+
+    return {f"move{w}": make(w) for w in WIDTHS}
+
+
+numba_cuda()  # prepared before numba.cuda's extending API is touched
+_MOVES = _make_sim_moves() if simulator_enabled() else _make_gpu_moves()
+globals().update(_MOVES)

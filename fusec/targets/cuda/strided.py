@@ -1,0 +1,236 @@
+"""Which kernel moves a cuda ``copy`` group: a strided view, and the path it allows.
+
+Most copy groups of a transformer (the attention head split ``[B,S,H,D] -> [B,H,S,D]``,
+the head merge, a transpose of K, a slice of a fused QKV projection) read their one
+input through a *strided view*: ``out[i] = in[offset + sum(i[d] * stride[d])]`` with the
+result walked in C order. ``view_of`` derives that view by pushing the input's
+contiguous layout forward through the group's transposes, slices, gathers of an
+arithmetic progression and reshapes (a reshape only where it is a view, as numpy's
+``reshape`` without a copy). ``collapse_view`` then merges the result dimensions that
+stay adjacent and in order in the source, so that a head split of any size becomes
+at most three dimensions.
+
+``copy_plan`` picks the kernel from the collapsed view:
+
+* **vectorised**: the innermost dimension is contiguous in the source, and its length,
+  the offset and every other stride are multiples of a 16-, 8- or 4-byte vector:
+  each thread moves one vector per step, index arithmetic once per vector;
+* **tiled transpose**: the source's contiguous dimension is another one than the
+  result's innermost (a transpose that moves the innermost dimension): 32 x 32 tiles
+  through shared memory, read along the source's contiguous dimension and written
+  along the result's, batched over the other dimensions;
+* **gather**: the rest (a concat, a gather by a table of indices, a strided innermost
+  dimension, an odd offset): the generic gather kernel (``fusec.targets.cuda.gather``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xdsl.ir import Block, BlockArgument, SSAValue
+
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
+from fusec.targets.cuda.common import ITEMSIZE, yielded
+
+#: Vector widths in bytes the vectorised path tries, widest first (4 bytes at least: a
+#: 2-byte "vector" is the gather kernel's one element per thread).
+VECTOR_WIDTHS = (16, 8, 4)
+#: Side of the tiled transpose's square tile (elements).
+TILE = 32
+#: The most tiles of a tiled transpose: one block per tile, in a 1-D grid.
+MAX_TILES = (1 << 31) - 1
+
+
+@dataclass(frozen=True)
+class View:
+    """Element ``i`` of a tensor of ``shape`` is element ``offset + i . strides`` of input
+    ``source`` (a group input, flat, in elements)."""
+
+    source: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    """The kernel a copy group gets: ``path`` (``"vectorised"``, ``"tiled transpose"`` or
+    ``"gather"``), the collapsed ``view`` (None for the gather), the vector width in
+    bytes (vectorised), the source-contiguous dimension (tiled) and why in words."""
+
+    path: str
+    why: str
+    view: View | None = None
+    vector_bytes: int = 0
+    contiguous_dim: int = -1
+
+    @property
+    def label(self) -> str:
+        """The path as the kernel header names it."""
+        if self.path == "vectorised":
+            return f"vectorised {self.vector_bytes} B"
+        if self.path == "tiled transpose":
+            return f"tiled transpose {TILE}x{TILE}"
+        return "gather"
+
+
+def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, run = [], 1
+    for size in reversed(shape):
+        strides.append(run)
+        run *= size
+    return tuple(strides[::-1])
+
+
+def view_reshape(
+    shape: Sequence[int], strides: Sequence[int], new_shape: Sequence[int]
+) -> tuple[int, ...] | None:
+    """The strides of ``new_shape`` over the same elements, or None when the reshape
+    is not a view (numpy's ``_attempt_nocopy_reshape``, C order)."""
+    old = [(n, s) for n, s in zip(shape, strides, strict=True) if n != 1]
+    new = [n for n in new_shape if n != 1]
+    out: list[int] = [0] * len(new)
+    oi = ni = 0
+    while ni < len(new) and oi < len(old):
+        oj, nj = oi + 1, ni + 1
+        np_, op = new[ni], old[oi][0]
+        while np_ != op:
+            if np_ < op:
+                np_ *= new[nj]
+                nj += 1
+            else:
+                op *= old[oj][0]
+                oj += 1
+        for k in range(oi, oj - 1):  # the old dims merged here must be one run
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return None
+        out[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            out[k - 1] = out[k] * new[k]
+        ni, oi = nj, oj
+    ones = iter(out)
+    return tuple(0 if n == 1 else next(ones) for n in new_shape)
+
+
+def view_of(fused_op: ai.FusedOp) -> View | str:
+    """The strided view the group's one result reads its input through, or why not."""
+    results = yielded(fused_op)
+    if len(results) != 1:
+        return f"{len(results)} results"
+    value = results[0]
+    # the result is written in C order, which a reshape keeps: a reshape at the end (the
+    # head merge's, after a transpose) needs no view of its own
+    while isinstance(value.owner, ai.ReshapeOp):
+        value = value.owner.operands[0]
+    return _view(fused_op, value)
+
+
+def _view(fused_op: ai.FusedOp, value: SSAValue) -> View | str:
+    if isinstance(value, BlockArgument) and value.block is fused_op.block:
+        shape = spec_of(value.type).shape
+        return View(value.index, shape, _contiguous(shape), 0)
+    op = value.owner
+    if isinstance(op, ai.ConcatOp):
+        return "a concat (its result reads several inputs)"
+    if not isinstance(op, ai.TransposeOp | ai.ReshapeOp | ai.SliceOp | ai.GatherOp):
+        return (
+            "a value from outside the group"
+            if isinstance(op, Block)
+            else f"{op.name} is not an index map"
+        )
+    inner = _view(fused_op, op.operands[0])
+    if isinstance(inner, str):
+        return inner
+    shape = spec_of(value.type).shape
+    if isinstance(op, ai.TransposeOp):
+        perm = op.attr("perm")
+        return View(inner.source, shape, tuple(inner.strides[p] for p in perm), inner.offset)
+    if isinstance(op, ai.ReshapeOp):
+        strides = view_reshape(inner.shape, inner.strides, shape)
+        if strides is None:
+            return "a reshape that is not a view of its operand's layout"
+        return View(inner.source, shape, strides, inner.offset)
+    if isinstance(op, ai.SliceOp):
+        starts, steps = op.attr("offsets"), op.attr("strides")
+        offset = inner.offset + sum(o * s for o, s in zip(starts, inner.strides, strict=True))
+        strides = tuple(s * k for s, k in zip(inner.strides, steps, strict=True))
+        return View(inner.source, shape, strides, offset)
+    return _gather_view(op, inner, shape)
+
+
+def _gather_view(op: ai.GatherOp, inner: View, shape: tuple[int, ...]) -> View | str:
+    axis = op.attr("axis") % len(inner.shape)
+    indices = [int(i) for i in op.attr("indices")]
+    step = indices[1] - indices[0] if len(indices) > 1 else 0
+    if any(b - a != step for a, b in zip(indices, indices[1:], strict=False)):
+        return "a gather by a table of indices (not an arithmetic progression)"
+    strides = list(inner.strides)
+    offset = inner.offset + indices[0] * strides[axis]
+    strides[axis] *= step
+    return View(inner.source, shape, tuple(strides), offset)
+
+
+def collapse_view(view: View) -> View:
+    """Size-1 dimensions dropped, neighbours that are one run in the source merged."""
+    shape: list[int] = []
+    strides: list[int] = []
+    for n, s in zip(view.shape, view.strides, strict=True):
+        if n == 1:
+            continue
+        if shape and strides[-1] == n * s:
+            shape[-1] *= n
+            strides[-1] = s
+            continue
+        shape.append(n)
+        strides.append(s)
+    if not shape:
+        shape, strides = [1], [1]
+    return View(view.source, tuple(shape), tuple(strides), view.offset)
+
+
+def copy_plan(fused_op: ai.FusedOp) -> CopyPlan:
+    """The kernel for a copy group that the gather kernel serves (``gather_plan``)."""
+    view = view_of(fused_op)
+    if isinstance(view, str):
+        return CopyPlan("gather", view)
+    view = collapse_view(view)
+    itemsize = ITEMSIZE[spec_of(yielded(fused_op)[0].type).dtype]
+    if view.strides[-1] == 1:
+        return _vector_plan(view, itemsize)
+    if 1 in view.strides:
+        return _tile_plan(view)
+    return CopyPlan("gather", "no dimension of the result is contiguous in the source")
+
+
+def _vector_plan(view: View, itemsize: int) -> CopyPlan:
+    inner = view.shape[-1]
+    for width in VECTOR_WIDTHS:
+        per = width // itemsize
+        if per < 1 or width % itemsize:
+            continue
+        if inner % per == 0 and all(s % per == 0 for s in (view.offset, *view.strides[:-1])):
+            runs = math.prod(view.shape[:-1])
+            why = f"{runs} contiguous run(s) of {inner} elements, {per} per vector"
+            return CopyPlan("vectorised", why, view, vector_bytes=width)
+    why = (
+        f"the contiguous runs ({inner} elements of {itemsize} bytes, offset {view.offset}, "
+        f"strides {list(view.strides)}) are not aligned to {VECTOR_WIDTHS[-1]}-byte vectors"
+    )
+    return CopyPlan("gather", why)
+
+
+def _tile_plan(view: View) -> CopyPlan:
+    j = view.strides.index(1)
+    a, b = view.shape[j], view.shape[-1]
+    batch = math.prod(view.shape) // (a * b)
+    tiles = batch * -(-a // TILE) * -(-b // TILE)
+    if tiles > MAX_TILES:
+        return CopyPlan("gather", f"{tiles} tiles: more than one 1-D grid holds")
+    why = (
+        f"the source's contiguous dimension ({a} elements) moves to dimension {j} of the "
+        f"collapsed result {list(view.shape)}: {batch} transpose(s) of {a} x {b}"
+    )
+    return CopyPlan("tiled transpose", why, view, contiguous_dim=j)
