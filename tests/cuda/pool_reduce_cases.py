@@ -1,0 +1,118 @@
+"""Programs and inputs for the cuda pool and reduce templates' tests (simulator and GPU).
+
+Each builder returns the MLIR text of one function: the anchor (a pooling or a
+reduction) of a fresh input, optionally followed by an elementwise epilogue with a
+broadcast operand (which the fusion planner puts into the anchor's group). Inputs are
+random (never zeros); ``special`` scatters NaN and -inf into the anchor's input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fusec.dialect.shapes import TensorSpec, pool2d, reduce
+
+
+def _t(shape, dtype: str) -> str:
+    return f"tensor<{''.join(f'{d}x' for d in shape)}{dtype}>"
+
+
+def _ints(values) -> str:
+    if not len(values):
+        return "array<i64>"
+    return f"array<i64: {', '.join(str(int(v)) for v in values)}>"
+
+
+def pool_program(
+    shape,
+    dtype: str,
+    kind: str,
+    kernel,
+    strides,
+    padding,
+    dilations=(1, 1),
+    ceil_mode: bool = False,
+    include_pad: bool = False,
+    epilogue: bool = False,
+) -> str:
+    """``<kind>_pool2d(x)``, then ``relu(p * s + p)`` with ``s`` one value per channel
+    when ``epilogue``."""
+    out = pool2d(
+        f"ai.{kind}_pool2d",
+        TensorSpec(tuple(shape), dtype),
+        kernel=kernel,
+        strides=strides,
+        padding=padding,
+        dilations=dilations,
+        ceil_mode=ceil_mode,
+    ).shape
+    attrs = [
+        f"kernel = {_ints(kernel)}",
+        f"strides = {_ints(strides)}",
+        f"padding = {_ints(padding)}",
+        f"dilations = {_ints(dilations)}",
+    ]
+    if ceil_mode:
+        attrs.append("ceil_mode = true")
+    if include_pad:
+        attrs.append("count_include_pad = true")
+    x_t, o_t = _t(shape, dtype), _t(out, dtype)
+    lines = [f"  %p = ai.{kind}_pool2d %x {{{', '.join(attrs)}}} : {x_t}"]
+    params = [f"%x: {x_t}"]
+    result = "%p"
+    if epilogue:
+        s_t = _t((shape[1], 1, 1), dtype)
+        params.append(f"%s: {s_t}")
+        lines += [
+            f"  %m = ai.mul %p, %s : {o_t} * {s_t}",
+            f"  %a = ai.add %m, %p : {o_t} * {o_t}",
+            f"  %r = ai.relu %a : {o_t}",
+        ]
+        result = "%r"
+    return _function(params, lines, result, o_t)
+
+
+def reduce_program(shape, dtype: str, kind: str, axes, keepdims: bool, epilogue: bool) -> str:
+    """``reduce_<kind>(x, axes)``, then ``sigmoid(r + b)`` with ``b`` broadcast along the
+    output's last kept dim when ``epilogue``."""
+    out = reduce(f"ai.reduce_{kind}", TensorSpec(tuple(shape), dtype), axes=axes, keepdims=keepdims)
+    x_t, o_t = _t(shape, dtype), _t(out.shape, dtype)
+    attrs = f"axes = {_ints(axes)}, keepdims = {'true' if keepdims else 'false'}"
+    lines = [f"  %p = ai.reduce_{kind} %x {{{attrs}}} : {x_t}"]
+    params = [f"%x: {x_t}"]
+    result = "%p"
+    if epilogue:
+        b_t = _t((out.shape[-1],) if out.shape else (1,), dtype)
+        params.append(f"%b: {b_t}")
+        lines += [f"  %a = ai.add %p, %b : {o_t} * {b_t}", f"  %r = ai.sigmoid %a : {o_t}"]
+        result = "%r"
+    return _function(params, lines, result, o_t)
+
+
+def _function(params, lines, result: str, out_t: str) -> str:
+    body = "\n".join(lines)
+    return (
+        f"func.func @f({', '.join(params)}) -> {out_t} {{\n{body}\n"
+        f"  return {result} : {out_t}\n}}\n"
+    )
+
+
+def inputs(module, seed: int, special: bool) -> list[np.ndarray]:
+    """Random arguments of ``module``'s entry; NaN and -inf in the first when ``special``."""
+    from fusec.dialect.ops import spec_of
+    from fusec.ir.dtypes import numpy_dtype
+    from fusec.ir.module import entry_function
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for param in entry_function(module).function_type.inputs.data:
+        spec = spec_of(param)
+        values = rng.uniform(0.5, 1.5, spec.shape) * rng.choice([-1.0, 1.0], spec.shape)
+        out.append(np.asarray(values).astype(numpy_dtype(spec.dtype)))
+    if special:
+        flat = out[0].reshape(-1)
+        picks = rng.choice(flat.size, size=max(2, flat.size // 16), replace=False)
+        half = len(picks) // 2
+        flat[picks[:half]] = np.nan
+        flat[picks[half:]] = -np.inf
+    return out

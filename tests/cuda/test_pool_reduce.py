@@ -1,0 +1,151 @@
+"""The cuda pool and reduce templates without a GPU or simulator: zoo shape, plans, PTX.
+
+A ResNet-style block's pooling and means are Numba kernels (no PyTorch FALLBACK
+header); the reduce plan's row and column cases; a group the kernels cannot serve
+falls back with its reason; the kernels compile to PTX for sm_90 with NVVM.
+(Numerics: test_pool_reduce_sim.py under the simulator, test_pool_reduce_gpu.py on a
+GPU.)
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pool_reduce_cases import pool_program, reduce_program
+
+from fusec.targets.cuda.env import simulator_enabled
+
+pytestmark = pytest.mark.requires_target("cuda")
+
+
+# --------------------------------------------------------------- ResNet / SE shape
+
+RESNET_STEM = """
+func.func @stem(%x: tensor<1x16x32x32xf16>, %w: tensor<64x16x3x3xf16>, %b: tensor<64xf16>,
+                %w2: tensor<64x64x1x1xf16>, %w3: tensor<64x64x1x1xf16>) -> tensor<1x64xf16> {{
+  %c = ai.conv2d %x, %w {{{pad}, {stride}}} : tensor<1x16x32x32xf16> * tensor<64x16x3x3xf16>
+  %y = ai.bias_add %c, %b : tensor<1x64x16x16xf16> * tensor<64xf16>
+  %r = ai.relu %y : tensor<1x64x16x16xf16>
+  %p = ai.max_pool2d %r {{{kernel}, {stride}, {pad}}} : tensor<1x64x16x16xf16>
+  %m = ai.reduce_mean %p {{axes = array<i64: 2, 3>, keepdims = true}} : tensor<1x64x8x8xf16>
+  %s1 = ai.conv2d %m, %w2 : tensor<1x64x1x1xf16> * tensor<64x64x1x1xf16>
+  %s2 = ai.relu %s1 : tensor<1x64x1x1xf16>
+  %s3 = ai.conv2d %s2, %w3 : tensor<1x64x1x1xf16> * tensor<64x64x1x1xf16>
+  %g = ai.hard_sigmoid %s3 : tensor<1x64x1x1xf16>
+  %se = ai.mul %p, %g : tensor<1x64x8x8xf16> * tensor<1x64x1x1xf16>
+  %gm = ai.reduce_mean %se {{axes = array<i64: 2, 3>}} : tensor<1x64x8x8xf16>
+  return %gm : tensor<1x64xf16>
+}}
+""".format(
+    pad="padding = array<i64: 1, 1>",
+    stride="strides = array<i64: 2, 2>",
+    kernel="kernel = array<i64: 3, 3>",
+)
+
+
+def test_resnet_style_block_has_no_pool_or_reduce_fallback() -> None:
+    """The cuda target's kernels of a ResNet stem with a squeeze-and-excitation gate and
+    the global mean before the classifier: the max pool and both means are Numba
+    kernels, no PyTorch FALLBACK header among them."""
+    import fusec
+
+    compiled = fusec.compile(RESNET_STEM, target="cuda", executable=False)
+    kinds = [k.kind for k in compiled.kernels]
+    assert kinds.count("pool") == 1 and kinds.count("reduce") == 2, kinds
+    for kernel in compiled.kernels:
+        if kernel.kind in ("pool", "reduce"):
+            assert "FALLBACK" not in kernel.source, kernel.source[:600]
+            assert "@cuda.jit" in kernel.source
+
+
+# ------------------------------------------------------------------ plans
+
+
+def test_reduce_plan_row_and_column_cases() -> None:
+    from fusec.targets.cuda.reduce import make_plan
+
+    row = make_plan((32, 2048, 7, 7), {2, 3})  # NCHW global mean: rows of 49
+    assert (row.outer, row.inner, row.length, row.tx) == (32 * 2048, 1, 49, 1)
+    assert row.ty * row.z == 256 and row.ty == 8
+    col = make_plan((32, 7, 7, 2048), {1, 2})  # NHWC global mean: columns over C
+    assert (col.outer, col.inner, col.length, col.tx) == (32, 2048, 49, 32)
+    assert col.tx * col.ty * col.z == 256
+    long_row = make_plan((1, 3, 200, 200), {2, 3})
+    assert (long_row.ty, long_row.z) == (256, 1)  # one block per row
+    # size-1 dims drop out, neighbours alike merge: axes 0 and 2 of (4, 1, 5, 6) -> rows
+    split = make_plan((4, 1, 5, 6), {0, 2})
+    assert split.groups == ((20, True), (6, False))
+    assert (split.outer, split.inner, split.length) == (1, 6, 20)
+
+
+def test_collapse_keeps_runs_alike() -> None:
+    from fusec.targets.cuda.reduce import collapse_axes
+
+    assert collapse_axes((2, 3, 1, 4, 5), {1, 3}) == [(2, False), (12, True), (5, False)]
+    assert collapse_axes((2, 3, 4), {0, 2}) == [(2, True), (3, False), (4, True)]
+
+
+def _group_source(text: str, pipeline: str = "infer-shapes") -> list:
+    import fusec
+
+    compiled = fusec.compile(text, target="cuda", pipeline=pipeline, executable=False)
+    return compiled.kernels
+
+
+def test_a_group_with_a_prologue_falls_back_with_its_reason() -> None:
+    text = """
+func.func @f(%x: tensor<2x3x4xf32>) -> tensor<2x3x1xf32> {
+  %r = ai.fused "reduce" (%x) : (tensor<2x3x4xf32>) -> tensor<2x3x1xf32> {
+  ^bb0(%x1: tensor<2x3x4xf32>):
+    %e = ai.exp %x1 : tensor<2x3x4xf32>
+    %s = ai.reduce_sum %e {axes = array<i64: 2>, keepdims = true} : tensor<2x3x4xf32>
+    ai.yield %s : tensor<2x3x1xf32>
+  }
+  return %r : tensor<2x3x1xf32>
+}
+"""
+    (kernel,) = _group_source(text)
+    assert "FALLBACK" in kernel.source
+    assert "the reduce kernel: the input of ai.reduce_sum is computed inside the group" in (
+        kernel.source
+    )
+
+
+def test_pool_header_names_its_attributes_and_epilogue_runs_before_the_store() -> None:
+    (kernel,) = _group_source(
+        pool_program((1, 4, 9, 9), "f16", "avg", (3, 3), (2, 2), (1, 1), epilogue=True),
+        pipeline="fusec-cuda",
+    )
+    assert kernel.kind == "pool" and "FALLBACK" not in kernel.source
+    assert "template: pool (avg pooling, kernel [3, 3], strides [2, 2]" in kernel.source
+    body = kernel.source[kernel.source.index("@cuda.jit") :]
+    assert body.index("val = acc / f32(ch * cw)") < body.index("st_f16(out0, e,")
+
+
+# ---------------------------------------------------------------------- PTX
+
+
+def _ptx(text: str) -> list[str]:
+    import fusec
+
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    return [ptx for k, ptx in compiled.assembly("sm_90") if k.kind in ("pool", "reduce")]
+
+
+@pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX")
+@pytest.mark.parametrize(
+    "text",
+    [
+        pool_program((32, 64, 112, 112), "f16", "max", (3, 3), (2, 2), (1, 1)),
+        pool_program((2, 8, 9, 9), "bf16", "avg", (3, 3), (2, 2), (1, 1), (1, 1), True, True, True),
+        reduce_program((32, 2048, 7, 7), "f16", "mean", (2, 3), True, True),
+        reduce_program((4, 7, 7, 960), "f32", "max", (1, 2), False, True),
+    ],
+    ids=["maxpool-f16", "avgpool-epilogue-bf16", "mean-rows-f16", "max-columns-f32"],
+)
+def test_ptx_for_sm_90(text: str) -> None:
+    (ptx,) = _ptx(text)
+    assert ".target sm_90" in ptx and ".entry" in ptx
+    assert ".local" not in ptx, "a register array went to local memory"
+    assert not re.search(r"\.f64\b", ptx), "float64 arithmetic in a float32 kernel"

@@ -1,0 +1,145 @@
+"""The cuda pool and reduce templates under Numba's CUDA simulator, vs the reference.
+
+Simulator cases compile a pooling or reduction (with an elementwise epilogue, which the
+planner fuses into its group) for the cuda target, run it with poisoned outputs under
+Numba's CUDA simulator (``pool_reduce_sim.py``, a subprocess) and compare with the
+reference executor: max pooling and max reductions bit for bit with NaN and -inf in
+their inputs, the rest at the element type's tolerance. A few cases run in the
+default lane; the full matrix of attributes and element types in the slow one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+
+pytestmark = pytest.mark.requires_target("cuda")
+
+DTYPES = ("f32", "f16", "bf16")
+
+# (name, builder, args, special): special scatters NaN and -inf into the input
+POOL, REDUCE = "pool_program", "reduce_program"
+QUICK = [
+    ("maxpool_resnet_f16_exact", POOL, [[2, 3, 9, 7], "f16", "max", [3, 3], [2, 2], [1, 1]], True),
+    (
+        "avgpool_pad_ceil_epi_f32",
+        POOL,
+        [[2, 3, 7, 8], "f32", "avg", [3, 3], [2, 2], [1, 1], [1, 1], True, True, True],
+        False,
+    ),
+    ("mean_nchw_epi_f16", REDUCE, [[2, 6, 5, 7], "f16", "mean", [2, 3], True, True], False),
+    ("mean_nhwc_epi_bf16", REDUCE, [[2, 5, 3, 40], "bf16", "mean", [1, 2], False, True], False),
+]
+
+
+def _slow_cases() -> list[tuple]:
+    """Every pooling attribute combination the reference supports, and every reduction
+    layout, in each element type."""
+    cases = []
+    pools = [
+        ("max_k2s2", "max", [2, 2], [2, 2], [0, 0], [1, 1], False, False),
+        ("max_pad_asym_ceil", "max", [3, 3], [2, 2], [0, 1, 1, 0], [1, 1], True, False),
+        ("max_dil2", "max", [2, 3], [1, 2], [1, 1], [2, 2], False, False),
+        ("avg_nopad", "avg", [3, 3], [1, 1], [0, 0], [1, 1], False, False),
+        ("avg_excl_pad", "avg", [3, 3], [2, 2], [1, 1], [1, 1], False, False),
+        ("avg_incl_pad", "avg", [3, 2], [2, 2], [1, 1], [1, 1], False, True),
+        ("avg_excl_ceil", "avg", [2, 2], [2, 2], [0, 0], [1, 1], True, False),
+        ("avg_incl_ceil_dil", "avg", [3, 3], [2, 3], [1, 0, 0, 1], [2, 1], True, True),
+    ]
+    for name, kind, k, s, p, d, ceil, incl in pools:
+        for dtype in DTYPES:
+            exact = kind == "max"
+            args = [[2, 3, 9, 11], dtype, kind, k, s, p, d, ceil, incl]
+            suffix = "_exact" if exact else ""
+            cases.append((f"pool_{name}_{dtype}{suffix}", "pool_program", args, exact))
+            cases.append((f"pool_{name}_epi_{dtype}", "pool_program", [*args, True], False))
+    reductions = [
+        ("rows_long", [1, 3, 40, 40], [2, 3], True),  # 1600 per row: 256 lanes
+        ("cols_long", [1, 30, 30, 5], [1, 2], False),  # NHWC mean over 900 pixels
+        ("all", [3, 4, 5], [], False),
+        ("first", [7, 3, 10], [0], True),
+        ("last", [4, 33], [1], False),
+        ("outer_inner", [4, 3, 5, 6], [0, 3], False),
+    ]
+    for name, shape, axes, keep in reductions:
+        for kind in ("mean", "sum", "max"):
+            for dtype in DTYPES:
+                epi = bool(axes) and (keep or len(axes) < len(shape))
+                args = [shape, dtype, kind, axes, keep, epi]
+                exact = kind == "max" and not epi
+                suffix = "_exact" if exact else ""
+                cases.append((f"red_{name}_{kind}_{dtype}{suffix}", "reduce_program", args, exact))
+    odd = [[1, 2, 8, 9], "bf16", "max", [3, 2], [2, 1], [1, 0, 0, 1], [2, 1], True]
+    cases += [
+        ("maxpool_ceil_dil_bf16_exact", POOL, odd, True),
+        ("max_mid_f32_exact", REDUCE, [[3, 5, 4, 6], "f32", "max", [1], False, False], True),
+        ("sum_split_axes_f32", REDUCE, [[3, 5, 4, 6], "f32", "sum", [0, 2], False, True], False),
+    ]
+    return cases
+
+
+def _run_sim(cases: list[tuple]) -> dict:
+    payload = json.dumps(
+        [
+            {"name": n, "builder": b, "args": a, "seed": k, "special": s}
+            for k, (n, b, a, s) in enumerate(cases)
+        ]  # fmt: skip
+    )
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONUNBUFFERED="1")
+    done = subprocess.run(
+        [sys.executable, str(HERE / "pool_reduce_sim.py"), payload],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+        check=False,
+    )
+    results = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            results[record["name"]] = record
+    if not results:
+        pytest.fail(f"simulator run produced nothing:\n{done.stdout}\n{done.stderr}")
+    return results
+
+
+def _check_record(results: dict, name: str, builder: str) -> None:
+    record = results.get(name)
+    assert record is not None, f"{name}: no result from the simulator run"
+    assert "error" not in record, record.get("error")
+    # one kernel: the epilogue fused into the anchor's group, no PyTorch fallback
+    kind = "pool" if builder == "pool_program" else "reduce"
+    assert record["kinds"] == [kind] and record["fallbacks"] == [], record
+    assert record["passed"] and all(record["passed"]), record["details"]
+
+
+@pytest.fixture(scope="module")
+def quick_results() -> dict:
+    return _run_sim(QUICK)
+
+
+@pytest.mark.parametrize(("name", "builder"), [(c[0], c[1]) for c in QUICK])
+def test_quick_case_under_simulator(quick_results: dict, name: str, builder: str) -> None:
+    _check_record(quick_results, name, builder)
+
+
+SLOW = _slow_cases()
+
+
+@pytest.fixture(scope="module")
+def slow_results() -> dict:
+    return _run_sim(SLOW)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "builder"), [(c[0], c[1]) for c in SLOW])
+def test_case_under_simulator(slow_results: dict, name: str, builder: str) -> None:
+    _check_record(slow_results, name, builder)
