@@ -288,6 +288,29 @@ def gather(x: Any, indices: Any, axis: int = 0) -> Traced:
     return _trace("gather", x).emit(ai.GatherOp, (x,), axis=_int("gather", axis), indices=chosen)
 
 
+def mod(x: Any, y: Any, fmod: bool = False) -> Traced:
+    """Integer remainder: the sign of ``y`` (Python's ``%``), or of ``x`` with ``fmod``."""
+    return _trace("mod", x, y).emit(ai.ModOp, (x, y), fmod=bool(fmod))
+
+
+def take(table: Any, indices: Any, axis: int = 0) -> Traced:
+    """The slices of ``table`` along ``axis`` at the run-time integer ``indices``
+    (``numpy.take``; an embedding lookup)."""
+    trace = _trace("take", table, indices)
+    return trace.emit(ai.TakeOp, (table, indices), axis=_int("take", axis))
+
+
+def cumsum(x: Any, axis: int = 0, *, exclusive: bool = False, reverse: bool = False) -> Traced:
+    """Running sums along ``axis`` (ONNX CumSum's ``exclusive`` and ``reverse``)."""
+    attrs = {"axis": _int("cumsum", axis), "exclusive": bool(exclusive), "reverse": bool(reverse)}
+    return _trace("cumsum", x).emit(ai.CumSumOp, (x,), **attrs)
+
+
+def expand(x: Any, shape: Any) -> Traced:
+    """``x`` broadcast to ``shape`` (``numpy.broadcast_to``)."""
+    return _trace("expand", x).emit(ai.ExpandOp, (x,), shape=_int_list("expand", "shape", shape))
+
+
 # ------------------------------------------------------- reductions, pooling
 
 
@@ -366,6 +389,10 @@ __all__ = sorted(
         "slice",
         "concat",
         "gather",
+        "mod",
+        "take",
+        "cumsum",
+        "expand",
         "reduce_mean",
         "reduce_sum",
         "reduce_max",

@@ -192,7 +192,8 @@ def test_non_dense_tensor_constants_are_rejected(constant: str):
 def test_unsupported_constant_element_type():
     err = parse_error(fn(f"  %c = arith.constant dense<1.0> : tensor<f64>\n  return %x : {T}"))
     assert err.message == (
-        "'arith.constant' op unsupported element type f64: expected one of f16, bf16, f32"
+        "'arith.constant' op unsupported element type f64: expected one of f16, bf16, f32, "
+        "i64, i32, i1"
     )
 
 

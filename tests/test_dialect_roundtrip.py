@@ -59,6 +59,26 @@ def _short_names(base: type) -> list[str]:
 
 # One snippet per op (several for ops with attributes): (args, body, result type).
 T = "tensor<2x3xf32>"
+
+
+def _element_type(name: str) -> str:
+    """The first of f32, i64, i1 that the op ``ai.<name>`` takes."""
+    op = next(op for op in ai.TENSOR_OPS if op.name == f"ai.{name}")
+    return next(t for t in ("f32", "i64", "i1") if t in op.DTYPES)
+
+
+def _binary_case(name: str) -> tuple[str, str, str]:
+    t = _element_type(name)
+    result = "i1" if name in ("equal", "less", "greater", "less_equal", "greater_equal") else t
+    body = f"  %r = ai.{name} %a, %b : tensor<2x3x{t}> * tensor<3x{t}>"
+    return f"%a: tensor<2x3x{t}>, %b: tensor<3x{t}>", body, f"tensor<2x3x{result}>"
+
+
+def _unary_case(name: str) -> tuple[str, str, str]:
+    t = f"tensor<2x3x{_element_type(name)}>"
+    return f"%a: {t}", f"  %r = ai.{name} %a : {t}", t
+
+
 OP_CASES: dict[str, tuple[str, str, str]] = {
     "conv2d": (
         "%x: tensor<1x4x8x8xf16>, %w: tensor<6x4x3x3xf16>",
@@ -82,12 +102,49 @@ OP_CASES: dict[str, tuple[str, str, str]] = {
         "  %r = ai.bias_add %x, %b {axis = -1 : i64} : tensor<2x3x4xf32> * tensor<4xf32>",
         "tensor<2x3x4xf32>",
     ),
-    **{
-        name: (f"%a: {T}, %b: tensor<3xf32>", f"  %r = ai.{name} %a, %b : {T} * tensor<3xf32>", T)
-        for name in _short_names(ai.BinaryOp)
-    },
+    **{name: _binary_case(name) for name in _short_names(ai.BinaryOp)},
     "add_scalar": (f"%a: {T}, %s: tensor<f32>", f"  %r = ai.add %s, %a : tensor<f32> * {T}", T),
-    **{name: (f"%a: {T}", f"  %r = ai.{name} %a : {T}", T) for name in _short_names(ai.UnaryOp)},
+    "add_i64": (
+        "%a: tensor<2x3xi64>, %b: tensor<3xi64>",
+        "  %r = ai.add %a, %b : tensor<2x3xi64> * tensor<3xi64>",
+        "tensor<2x3xi64>",
+    ),
+    "mod_fmod": (
+        "%a: tensor<2x3xi32>, %b: tensor<3xi32>",
+        "  %r = ai.mod %a, %b {fmod = true} : tensor<2x3xi32> * tensor<3xi32>",
+        "tensor<2x3xi32>",
+    ),
+    **{name: _unary_case(name) for name in _short_names(ai.UnaryOp)},
+    "where_i1": (
+        "%c: tensor<3xi1>, %a: tensor<2x3xi64>, %b: tensor<i64>",
+        "  %r = ai.where %c, %a, %b : tensor<3xi1> * tensor<2x3xi64> * tensor<i64>",
+        "tensor<2x3xi64>",
+    ),
+    "cast_to_i1": (
+        f"%a: {T}",
+        f"  %r = ai.cast %a : {T} to tensor<2x3xi1>",
+        "tensor<2x3xi1>",
+    ),
+    "take": (
+        "%t: tensor<10x4xf16>, %i: tensor<2x3xi64>",
+        "  %r = ai.take %t, %i : tensor<10x4xf16> * tensor<2x3xi64>",
+        "tensor<2x3x4xf16>",
+    ),
+    "take_axis": (
+        "%t: tensor<4x10xf32>, %i: tensor<5xi32>",
+        "  %r = ai.take %t, %i {axis = -1 : i64} : tensor<4x10xf32> * tensor<5xi32>",
+        "tensor<4x5xf32>",
+    ),
+    "cumsum": (
+        "%a: tensor<2x3xi64>",
+        "  %r = ai.cumsum %a {axis = 1 : i64, exclusive = true, reverse = true} : tensor<2x3xi64>",
+        "tensor<2x3xi64>",
+    ),
+    "expand": (
+        "%a: tensor<3x1xi1>",
+        "  %r = ai.expand %a {shape = array<i64: 2, 3, 4>} : tensor<3x1xi1>",
+        "tensor<2x3x4xi1>",
+    ),
     "relu_with_discardable_attribute": (
         f"%a: {T}",
         f'  %r = ai.relu %a {{fusec.origin = "onnx:Relu_3"}} : {T}',

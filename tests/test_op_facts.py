@@ -25,6 +25,8 @@ import pytest
 from numpy import float32 as f32
 from xdsl.dialects.builtin import TensorType
 from xdsl.dialects.builtin import f32 as F32
+from xdsl.dialects.builtin import i1 as I1
+from xdsl.dialects.builtin import i64 as I64
 from xdsl.ir import Block
 
 import fusec.ops
@@ -55,17 +57,28 @@ def _instances(op_type: type[ai.AiOp]) -> list[ai.AiOp]:
         x, b = Block(arg_types=[TensorType(F32, [2, N // 2]), TensorType(F32, [N // 2])]).args
         return [ai.BiasAddOp(x, b, axis=1)]
     if op_type is ai.CastOp:
-        (x,) = Block(arg_types=[TensorType(F32, [N])]).args
-        return [ai.CastOp(x, to) for to in ("f16", "bf16", "f32")]
+        x, i, b = Block(arg_types=[TensorType(t, [N]) for t in (F32, I64, I1)]).args
+        to_float = [ai.CastOp(x, to) for to in ("f16", "bf16", "f32")]
+        integers = [ai.CastOp(x, "i64"), ai.CastOp(x, "i1"), ai.CastOp(i, "f32")]
+        integers += [ai.CastOp(i, "i32"), ai.CastOp(i, "i1"), ai.CastOp(b, "f16")]
+        return to_float + integers + [ai.CastOp(b, "i64")]
+    if op_type is ai.ExpandOp:
+        (x,) = Block(arg_types=[TensorType(F32, [N // 2])]).args
+        return [ai.ExpandOp(x, shape=(2, N // 2))]
     if issubclass(op_type, ai.BinaryOp):
-        x, y = Block(arg_types=[TensorType(F32, [N])] * 2).args
-        return [op_type(x, y)]
+        return _binary_instances(op_type)
     if op_type is ai.WhereOp:
         c, x, y = Block(arg_types=[TensorType(F32, [N])] * 3).args
-        return [ai.WhereOp(c, x, y)]
+        b, i, j = Block(arg_types=[TensorType(t, [N]) for t in (I1, I64, I64)]).args
+        return [ai.WhereOp(c, x, y), ai.WhereOp(b, i, j), ai.WhereOp(b, x, y)]
     if issubclass(op_type, ai.UnaryOp):
+        if op_type.DTYPES == ("i1",):
+            (b,) = Block(arg_types=[TensorType(I1, [N])]).args
+            return [op_type(b)]
         (x,) = Block(arg_types=[TensorType(F32, [N])]).args
         variants = [op_type(x)]
+        if "i64" in op_type.DTYPES:
+            variants.append(op_type(Block(arg_types=[TensorType(I64, [N])]).args[0]))
         if op_type is ai.GeluOp:
             variants.append(ai.GeluOp(x, approximate="tanh"))
         if op_type is ai.ClipOp:
@@ -80,26 +93,64 @@ def _instances(op_type: type[ai.AiOp]) -> list[ai.AiOp]:
     raise AssertionError(f"no sample instance for {op_type.name}")
 
 
+def _binary_instances(op_type: type[ai.BinaryOp]) -> list[ai.AiOp]:
+    """An f32 instance where the op takes floats, an i64 one where it takes integers,
+    an i1 one where it takes bools (each attribute variant of ``ai.mod``)."""
+    variants = []
+    for xdsl, name in ((F32, "f32"), (I64, "i64"), (I1, "i1")):
+        if name in op_type.DTYPES:
+            x, y = Block(arg_types=[TensorType(xdsl, [N])] * 2).args
+            variants += (
+                [op_type(x, y, fmod=f) for f in (False, True)]
+                if op_type is ai.ModOp
+                else [op_type(x, y)]
+            )
+    return variants
+
+
 ELEMENTWISE = [op for op in ai.TENSOR_OPS if op.has_scalar()]
 SAMPLES = [op for op_type in ELEMENTWISE for op in _instances(op_type)]
 
 
 def _label(op: ai.AiOp) -> str:
     attrs = ",".join(f"{k}={v}" for k, v in op.attr_values().items())
-    return op.name + (f"[{attrs}]" if attrs else "") + f"->{spec_of(op.results[0].type).dtype}"
+    types_in = ",".join(spec_of(v.type).dtype for v in op.operands)
+    return op.name + (f"[{attrs}]" if attrs else "") + f"({types_in})->{_dtype(op)}"
+
+
+def _dtype(op: ai.AiOp) -> str:
+    return spec_of(op.results[0].type).dtype
 
 
 def _inputs(op: ai.AiOp, seed: int = 0) -> list[np.ndarray]:
-    """Edge values (NaN, +-inf, +-0, huge, tiny) and random ones, each operand its shape."""
+    """Edge values (NaN, +-inf, +-0, huge, tiny) and random ones, each operand its shape;
+    integers small with 0 and +-1 among them, bools random. A float cast to an integer
+    gets finite values in range (NaN and overflow are undefined there, as in ONNX)."""
     rng = np.random.default_rng(seed)
     edges = f32([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 3e38, -3e38, 1e-40, 65520.0, 0.5])
     arrays = []
     for index, value in enumerate(op.operands):
-        shape = spec_of(value.type).shape
-        flat = (rng.standard_normal(math.prod(shape)) * 4).astype(np.float32)
+        spec = spec_of(value.type)
+        count = math.prod(spec.shape)
+        if spec.dtype == "i1":
+            arrays.append(rng.random(count).reshape(spec.shape) < 0.5)
+            continue
+        if spec.dtype in ("i64", "i32"):
+            flat = rng.integers(-40, 40, count)
+            flat[:5] = np.roll([0, 1, -1, 7, -7], index * 2)
+            arrays.append(flat.astype(numpy_dtype(spec.dtype)).reshape(spec.shape))
+            continue
+        flat = (rng.standard_normal(count) * 4).astype(np.float32)
         flat[: len(edges)] = np.roll(edges, index * 5)[: min(len(edges), flat.size)]
-        arrays.append(flat.reshape(shape))
+        if _dtype(op) in ("i64", "i32"):
+            flat[~(np.abs(flat) < 2**24)] = 3.75
+        arrays.append(flat.reshape(spec.shape))
     return arrays
+
+
+def _scalar_value(value: np.generic) -> np.generic:
+    """One operand element as a kernel sees it: float32, or its integer or bool type."""
+    return value if value.dtype.kind in "iub" else f32(value)
 
 
 def _expected(op: ai.AiOp, args: list[np.ndarray]) -> np.ndarray:
@@ -206,6 +257,8 @@ def _any_instance(op_type):
         "strides = array<i64: 2, -2>} : tensor<4x4xf32>",
         "ai.concat": "%r = ai.concat %m, %m {axis = 1 : i64} : tensor<4x4xf32> * tensor<4x4xf32>",
         "ai.gather": "%r = ai.gather %v {indices = array<i64: 3, 0, 3>} : tensor<4xf32>",
+        "ai.take": "%r = ai.take %m, %i {axis = 1 : i64} : tensor<4x4xf32> * tensor<2x3xi64>",
+        "ai.cumsum": "%r = ai.cumsum %m {axis = 1 : i64, reverse = true} : tensor<4x4xf32>",
         "ai.attention": "%r = ai.attention %m, %m, %m, %v {scale = 5.0e-01 : f32} : "
         "tensor<4x4xf32> * tensor<4x4xf32> * tensor<4x4xf32> * tensor<4xf32>",
         "ai.batch_norm": "%r = ai.batch_norm %m, %v, %v, %v, %v : tensor<4x4xf32> * "
@@ -213,7 +266,7 @@ def _any_instance(op_type):
     }[op_type.name]
     module = parse_module(
         "func.func @f(%a: tensor<1x2x4x4xf32>, %w: tensor<3x2x3x3xf32>, %m: tensor<4x4xf32>, "
-        f"%v: tensor<4xf32>) {{\n  {text}\n  return\n}}"
+        f"%v: tensor<4xf32>, %i: tensor<2x3xi64>) {{\n  {text}\n  return\n}}"
     )
     return next(op for op in module.walk() if isinstance(op, op_type))
 
@@ -249,7 +302,9 @@ def test_python_scalar_semantics_match_the_reference(op):
     got = []
     with np.errstate(all="ignore"):
         for values in zip(*columns, strict=True):
-            env = dict(namespace, **{n: f32(v) for n, v in zip(names, values, strict=True)})
+            env = dict(
+                namespace, **{n: _scalar_value(v) for n, v in zip(names, values, strict=True)}
+            )
             got.append(f32(eval(expr, env)))  # noqa: S307 - our own generated text
     _assert_close(np.asarray(got, dtype=np.float32), _expected(op, args), _label(op))
 
@@ -332,9 +387,10 @@ def test_cpp_scalar_semantics_match_the_reference(host_library, index):
     op = SAMPLES[index]
     args = _inputs(op, seed=1)
     columns = _broadcast_args(op, args)
-    out = np.empty_like(columns[0])
     pointer = ctypes.POINTER(ctypes.c_float)
     fn = getattr(host_library, f"op{index}")
+    columns = [c.astype(np.float32) for c in columns]  # C++ carries integers as floats
+    out = np.empty_like(columns[0])
     fn(*(c.ctypes.data_as(pointer) for c in columns), out.ctypes.data_as(pointer), out.size)
     _assert_close(out, _expected(op, args), _label(op))
 

@@ -297,7 +297,7 @@ CASES: dict[str, tuple[str, str, str]] = {
             "  %c = arith.constant dense<1> : tensor<2x3xi32>\n"
             "  %r = ai.sigmoid %c : tensor<2x3xi32>",
         ),
-        r"'ai\.sigmoid' op unsupported element type i32",
+        r"'ai\.sigmoid' op operand 'input' has element type i32; ai\.sigmoid takes f16, bf16, f32",
         "%r = ai.sigmoid",
     ),
     "dynamic_shape": (

@@ -60,6 +60,7 @@ from fusec.dialect.facts import MATH_FUNCTIONS
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
 from fusec.ir import diagnostics
+from fusec.ir.dtypes import is_float
 
 #: Names the generated statements refer to; the kernel module must bind them.
 PRELUDE_NAMES = ("math", "f32")
@@ -490,6 +491,61 @@ class ExprGenerator:
         self.helpers.add(helper)
         return f"{helper}({a})"
 
+    # -------------------------------------------------- integers and bools
+    def convert(self, a: str, source: str, target: str) -> str:
+        """``a`` converted from element type ``source`` to ``target`` (see ScalarBuilder).
+
+        Numba Python and PyTorch compute integers as integers and i1 as conditions;
+        CUDA C++ (the Tensor Core epilogues, which no integer group reaches: the
+        fusion rules keep them out) carries them as floats, exact to 2^24.
+        """
+        if target == "i1":
+            zero = "0.0f" if self.language is CUDA_CPP else "0"
+            return f"({a} != {zero})"
+        if is_float(target):
+            if self.language is TORCH:
+                value = f"{a}.float()"
+            elif self.language is CUDA_CPP:
+                value = a
+            elif source == "i1":
+                value = self.select(a, self.literal(1.0), self.literal(0.0))
+            else:
+                value = f"f32({a})"
+            return self.round_to(target, value)
+        if self.language is TORCH:
+            return f"{a}.to(torch.{'int64' if target == 'i64' else 'int32'})"
+        if self.language is CUDA_CPP:
+            return f"truncf({a})" if is_float(source) else a
+        if is_float(source):
+            self.helpers.add("to_int")
+            return f"to_int({a})"
+        return f"int({a})"
+
+    def int_divide(self, a: str, b: str) -> str:
+        """Integer ``a / b`` truncated toward zero; 0 where ``b`` is 0."""
+        if self.language is TORCH:
+            return (
+                f"torch.div({a}, {b}.masked_fill({b} == 0, 1), rounding_mode='trunc')"
+                f".masked_fill({b} == 0, 0)"
+            )
+        if self.language is CUDA_CPP:
+            return f"(({b}) == 0.0f ? 0.0f : truncf(({a}) / ({b})))"
+        self.helpers.add("int_divide")
+        return f"int_divide({a}, {b})"
+
+    def int_remainder(self, a: str, b: str, floored: bool) -> str:
+        """Integer ``a mod b`` (sign of ``b`` when ``floored``, else of ``a``); 0 where
+        ``b`` is 0."""
+        if self.language is TORCH:
+            function = "torch.remainder" if floored else "torch.fmod"
+            return f"{function}({a}, {b}.masked_fill({b} == 0, 1)).masked_fill({b} == 0, 0)"
+        if self.language is CUDA_CPP:
+            rem = f"(({a}) - floorf(({a}) / ({b})) * ({b}))" if floored else f"fmodf({a}, {b})"
+            return f"(({b}) == 0.0f ? 0.0f : {rem})"
+        helper = "int_mod_floored" if floored else "int_mod_truncated"
+        self.helpers.add(helper)
+        return f"{helper}({a}, {b})"
+
     # --------------------------------------------------------------- chains
     def chain(self, ops: Sequence[Operation], leaf: Leaf) -> tuple[list[str], dict[SSAValue, str]]:
         """Statements ``tN = <expr>`` computing ``ops`` in order.
@@ -631,6 +687,45 @@ def exp_nonpos_f32(x):
     scale = np.int32((f32(t).view(np.int32) << np.int32(23)) + np.int32(0x3F800000))
     y = p * scale.view(np.float32)
     return f32(0.0) if x < f32(-86.5) else y
+'''
+_HELPERS["to_int"] = '''
+{decorator}
+def to_int(x):
+    """A float truncated toward zero; NaN and values beyond int64 give INT64_MIN, as
+    numpy's conversion does on x86 (plain int() of those is undefined in LLVM)."""
+    if x == x and abs(x) < f32(9.2e18):
+        return int(x)
+    return -9223372036854775808
+'''
+_HELPERS["int_divide"] = '''
+{decorator}
+def int_divide(a, b):
+    """Integer a / b truncated toward zero (C, ONNX); 0 where b is 0."""
+    if b == 0:
+        return a - a
+    q = a // b
+    if q < 0 and q * b != a:
+        q += 1
+    return q
+'''
+_HELPERS["int_mod_floored"] = '''
+{decorator}
+def int_mod_floored(a, b):
+    """Integer a mod b with the sign of b (Python's %); 0 where b is 0."""
+    if b == 0:
+        return a - a
+    return a % b
+'''
+_HELPERS["int_mod_truncated"] = '''
+{decorator}
+def int_mod_truncated(a, b):
+    """Integer a mod b with the sign of a (C's %); 0 where b is 0."""
+    if b == 0:
+        return a - a
+    r = a % b
+    if r != 0 and (r < 0) != (a < 0):
+        r -= b
+    return r
 '''
 _REQUIRES = {"exp_f32": ("fma32",), "exp_nonpos_f32": ("fma32",)}
 

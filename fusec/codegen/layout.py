@@ -1,5 +1,9 @@
 """Layout ops (reshape, transpose, slice, concat, gather) as numpy or PyTorch expressions.
 
+The data ops a copy group also holds (``ai.take`` at run-time indices, ``ai.cumsum``)
+are written the same way: numpy's via ``fusec.dialect.numpy_ops`` (imported as ``K``
+by the module), PyTorch's through its own functions.
+
 A layout op moves data without arithmetic, so the templates do not generate
 loops for it: they write it as the array library's own view or copy
 (``x.transpose(...)``, ``x[a:b:c]``), which the library runs at copy speed
@@ -15,6 +19,7 @@ from collections.abc import Sequence
 from xdsl.ir import Operation
 
 from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
 
 LAYOUT_OPS: tuple[type[ai.AiOp], ...] = (
     ai.ReshapeOp,
@@ -25,8 +30,18 @@ LAYOUT_OPS: tuple[type[ai.AiOp], ...] = (
 )
 
 
+#: Data ops a copy group computes with the array library too, but that no kernel reads
+#: through as a view: a gather at run-time indices and a running sum.
+DATA_OPS: tuple[type[ai.AiOp], ...] = (ai.TakeOp, ai.CumSumOp)
+
+
 def is_layout(op: Operation) -> bool:
     return isinstance(op, LAYOUT_OPS)
+
+
+def is_copy(op: Operation) -> bool:
+    """Whether a copy group may hold ``op``: a layout op or a data op."""
+    return isinstance(op, LAYOUT_OPS + DATA_OPS)
 
 
 def _ints(values: Sequence[int]) -> str:
@@ -55,6 +70,12 @@ def numpy_expression(op: Operation, args: Sequence[str]) -> str:
     if isinstance(op, ai.GatherOp):
         indices = [int(i) for i in op.attr("indices")]
         return f"np.take({args[0]}, {indices!r}, axis={int(op.attr('axis'))})"
+    if isinstance(op, ai.TakeOp):
+        # numpy_ops.take: negative indices from the end, a clear error out of range
+        return f"K.take({args[0]}, {args[1]}, axis={int(op.attr('axis'))})"
+    if isinstance(op, ai.CumSumOp):
+        flags = ", ".join(f"{k}={bool(op.attr(k))}" for k in ("exclusive", "reverse"))
+        return f"K.cumsum({args[0]}, axis={int(op.attr('axis'))}, {flags})"
     raise ValueError(f"{op.name} is not a layout op")
 
 
@@ -83,4 +104,32 @@ def torch_expression(op: Operation, args: Sequence[str]) -> str:
             f"torch.index_select({args[0]}, {int(op.attr('axis'))}, "
             f"torch.tensor({indices!r}, device={args[0]}.device))"
         )
+    if isinstance(op, ai.TakeOp):
+        return _torch_take(op, args)
+    if isinstance(op, ai.CumSumOp):
+        return _torch_cumsum(op, args)
     raise ValueError(f"{op.name} is not a layout op")
+
+
+def _torch_take(op: ai.TakeOp, args: Sequence[str]) -> str:
+    """``torch.index_select`` of the flattened indices (negative ones from the end; an
+    index out of range is torch's device-side error), reshaped to the result."""
+    table, indices = args
+    table_shape = spec_of(op.table.type).shape
+    axis = int(op.attr("axis")) % len(table_shape)
+    n = table_shape[axis]
+    shape = _ints(spec_of(op.output.type).shape)
+    flat = f"{indices}.reshape(-1).long()"
+    wrapped = f"torch.where({flat} < 0, {flat} + {n}, {flat})"
+    return f"torch.index_select({table}, {axis}, {wrapped}).reshape({shape})"
+
+
+def _torch_cumsum(op: ai.CumSumOp, args: Sequence[str]) -> str:
+    """``torch.cumsum`` in the operand's dtype; ``reverse`` through flips, ``exclusive``
+    by subtracting the element itself."""
+    axis = int(op.attr("axis"))
+    x = f"torch.flip({args[0]}, dims=({axis},))" if op.attr("reverse") else args[0]
+    text = f"torch.cumsum({x}, dim={axis}, dtype={x}.dtype)"
+    if op.attr("exclusive"):
+        text = f"({text} - {x})"
+    return f"torch.flip({text}, dims=({axis},))" if op.attr("reverse") else text

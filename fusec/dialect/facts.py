@@ -60,6 +60,10 @@ MATH_FUNCTIONS = (
 class ScalarBuilder(Protocol):
     """Builds one float32 scalar expression in some target language.
 
+    Integer and bool values (i64, i32, i1) are the language's integers and
+    conditions where it has them (Numba Python, PyTorch); ``convert``,
+    ``int_divide`` and ``int_remainder`` are the only forms specific to them.
+
     Every method returns the text of an expression (fully parenthesised, so
     results compose); operands are names or other such expressions and may be
     evaluated more than once. ``literal`` rounds to float32; ``exp`` is the
@@ -112,6 +116,21 @@ class ScalarBuilder(Protocol):
 
     def round_to(self, dtype: str, a: str) -> str:
         """``a`` rounded to ``dtype`` ("f16", "bf16"; "f32" is the identity)."""
+        ...
+
+    def convert(self, a: str, source: str, target: str) -> str:
+        """``a`` of element type ``source`` converted to ``target`` (any two of f16, bf16,
+        f32, i64, i32, i1): floats round, float to integer truncates toward zero, anything
+        to i1 is ``!= 0``, i1 to a number is 1 or 0."""
+        ...
+
+    def int_divide(self, a: str, b: str) -> str:
+        """Integer ``a / b`` truncated toward zero (C and ONNX); 0 where ``b`` is 0."""
+        ...
+
+    def int_remainder(self, a: str, b: str, floored: bool) -> str:
+        """Integer ``a mod b``: the sign of ``b`` when ``floored`` (Python, ONNX's
+        ``fmod=0``), else of ``a`` (C's ``%``, ``fmod=1``); 0 where ``b`` is 0."""
         ...
 
 

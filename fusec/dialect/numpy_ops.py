@@ -781,3 +781,56 @@ def cast(x: np.ndarray, dtype: object) -> np.ndarray:
     """
     with np.errstate(over="ignore"):
         return np.asarray(x).astype(_resolve_dtype(dtype), copy=True)
+
+
+# --------------------------------------------------------------------------
+# integers and run-time indices
+# --------------------------------------------------------------------------
+
+
+def int_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer a / b truncated toward zero (C, ONNX); 0 where b is 0."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    safe = np.where(b == 0, 1, b)
+    q = np.floor_divide(a, safe)
+    q = q + ((q < 0) & (q * safe != a))  # floor -> toward zero where the signs differ
+    return np.asarray(np.where(b == 0, 0, q).astype(a.dtype))
+
+
+def int_remainder(a: np.ndarray, b: np.ndarray, *, floored: bool) -> np.ndarray:
+    """Integer remainder with the sign of b (``floored``) or of a; 0 where b is 0."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    safe = np.where(b == 0, 1, b)
+    r = np.mod(a, safe) if floored else np.fmod(a, safe)
+    return np.asarray(np.where(b == 0, 0, r).astype(a.dtype))
+
+
+def take(table: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:
+    """The slices of ``table`` along ``axis`` at ``indices`` (negative: from the end).
+
+    An index outside [-n, n) is an error (a ``FusecError``), as in onnxruntime.
+    """
+    from fusec.errors import FusecError
+
+    axis = axis % table.ndim
+    n = table.shape[axis]
+    indices = np.asarray(indices, dtype=np.int64)
+    bad = (indices < -n) | (indices >= n)
+    if bad.any():
+        raise FusecError(
+            f"ai.take: index {int(indices[bad].flat[0])} is out of range for dim {axis} of size {n}"
+        )
+    return np.take(table, np.where(indices < 0, indices + n, indices), axis=axis)
+
+
+def cumsum(x: np.ndarray, *, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+    """Running sums along ``axis`` (ONNX CumSum), in the dtype of ``x``."""
+    x = np.asarray(x)
+    if reverse:
+        x = np.flip(x, axis)
+    out = np.cumsum(x, axis=axis, dtype=x.dtype)
+    if exclusive:
+        out = out - x
+    if reverse:
+        out = np.flip(out, axis)
+    return np.ascontiguousarray(out)

@@ -24,7 +24,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 from xdsl.dialects.builtin import (
-    AnyFloat,
     DenseArrayBase,
     FloatAttr,
     FunctionType,
@@ -75,13 +74,24 @@ from fusec.dialect.facts import (
     ScalarBuilder,
 )
 from fusec.dialect.shapes import ShapeError, TensorSpec
-from fusec.ir.dtypes import ELEMENT_TYPES, element_type_of_xdsl
+from fusec.ir.dtypes import (
+    ALL_TYPES,
+    ELEMENT_TYPES,
+    FLOAT_TYPES,
+    INT_TYPES,
+    NUMERIC_TYPES,
+    XdslElement,
+    element_type_of_xdsl,
+    is_float,
+    numpy_dtype,
+)
 
 # --------------------------------------------------------------------------- types
 
 
 def element_type_name(t: Attribute) -> str:
-    """'f16' | 'bf16' | 'f32' for a supported element type, else raise ShapeError."""
+    """'f16' | 'bf16' | 'f32' | 'i64' | 'i32' | 'i1' for a supported element type, else
+    raise ShapeError."""
     name = element_type_of_xdsl(t)
     if name is None:
         expected = ", ".join(ELEMENT_TYPES)
@@ -90,7 +100,7 @@ def element_type_name(t: Attribute) -> str:
 
 
 def spec_of(t: Attribute) -> TensorSpec:
-    """The TensorSpec of a static ranked tensor type of f16/bf16/f32."""
+    """The TensorSpec of a static ranked tensor type of f16/bf16/f32/i64/i32/i1."""
     if isinstance(t, TensorType):
         return _tensor_spec(t)
     raise ShapeError(f"expected a tensor type, got {t}")
@@ -112,7 +122,7 @@ def _tensor_spec(t: TensorType) -> TensorSpec:
     return TensorSpec(shape, element_type_name(t.get_element_type()))
 
 
-def tensor_type(spec: TensorSpec) -> TensorType[AnyFloat]:
+def tensor_type(spec: TensorSpec) -> TensorType[XdslElement]:
     return TensorType(ELEMENT_TYPES[spec.dtype].xdsl, spec.shape)
 
 
@@ -214,6 +224,9 @@ class AiOp(IRDLOperation):
     FRONTEND: ClassVar[FrontendNames] = FrontendNames()
     #: Targets that cannot lower this op, each with the reason.
     UNSUPPORTED: ClassVar[Mapping[str, str]] = NO_TARGETS
+    #: The element types each operand may have (``check_dtypes``); floats unless the
+    #: op says otherwise, so a float-only op refuses an integer operand by name.
+    DTYPES: ClassVar[tuple[str, ...]] = FLOAT_TYPES
 
     # ---------------------------------------------------------------- builder
     def __init__(
@@ -297,6 +310,7 @@ class AiOp(IRDLOperation):
                 f"{cls.name}: expects {len(names)} operand(s) "
                 f"({', '.join(names)}), got {len(operands)}"
             )
+        cls.check_dtypes(operands)
         values = {}
         for key, prop in cls.declared_properties().items():
             attr = properties.get(key)
@@ -310,6 +324,33 @@ class AiOp(IRDLOperation):
             assert to_type is not None
             values["to"] = to_type.dtype
         return cls.infer(operands, values)
+
+    @classmethod
+    def check_dtypes(cls, operands: Sequence[TensorSpec]) -> None:
+        """A ShapeError naming the first operand whose element type is not in ``DTYPES``."""
+        names = cls.operand_names()
+        for index, spec in enumerate(operands):
+            if spec.dtype not in cls.DTYPES:
+                label = names[index] if len(names) == len(operands) else f"#{index}"
+                raise ShapeError(
+                    f"{cls.name}: operand '{label}' has element type {spec.dtype}; "
+                    f"{cls.name} takes {', '.join(cls.DTYPES)}"
+                )
+
+    def typed(self, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """``args`` with every integer or bool operand in its declared numpy dtype: the
+        float64 reference holds integers as floats, and integer maths (division,
+        remainders, sums) must run on integers."""
+        out = []
+        for value, arg in zip(self.operands, args, strict=True):
+            dtype = spec_of(value.type).dtype
+            array = np.asarray(arg)
+            out.append(array if is_float(dtype) else array.astype(numpy_dtype(dtype)))
+        return out
+
+    def result_dtype(self) -> str:
+        """The element type of the (first) result."""
+        return spec_of(self.results[0].type).dtype
 
     # ------------------------------------------------------------------ facts
     def fusion_pattern(self) -> Pattern:
@@ -515,6 +556,7 @@ class BiasAddOp(AiOp):
     """x + bias, the 1-D bias broadcast along dimension ``axis`` of x."""
 
     name = "ai.bias_add"
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES  # ``ai.add`` of integers becomes one too
     input = operand()
     bias = operand()
     output = result()
@@ -566,6 +608,7 @@ class AddOp(BinaryOp):
 
     name = "ai.add"
     traits = traits_def(Pure(), AddCanonicalization())
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("add", ufuncs=("add",), onnx=("Add",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
@@ -580,6 +623,7 @@ class SubOp(BinaryOp):
     """Elementwise a - b (numpy broadcasting)."""
 
     name = "ai.sub"
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("sub", ufuncs=("subtract",), onnx=("Sub",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
@@ -594,6 +638,7 @@ class MulOp(BinaryOp):
     """Elementwise a * b (numpy broadcasting)."""
 
     name = "ai.mul"
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("mul", ufuncs=("multiply",), onnx=("Mul",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
@@ -605,17 +650,23 @@ class MulOp(BinaryOp):
 
 @irdl_op_definition
 class DivOp(BinaryOp):
-    """Elementwise a / b (numpy broadcasting)."""
+    """Elementwise a / b (numpy broadcasting); integers divide truncating toward zero (as
+    C and ONNX), and an integer division by zero gives 0."""
 
     name = "ai.div"
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(
         "div", ufuncs=("divide", "true_divide"), onnx=("Div",)
     )
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        if not is_float(self.result_dtype()):
+            return s.int_divide(args[0], args[1])
         return s.arith(args[0], "/", args[1])
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
+        if not is_float(self.result_dtype()):
+            return K.int_divide(*self.typed(args))
         return K.div(*args)
 
 
@@ -624,6 +675,7 @@ class MaximumOp(BinaryOp):
     """Elementwise max(a, b) (numpy broadcasting); NaN propagates."""
 
     name = "ai.maximum"
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("maximum", ufuncs=("maximum",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
@@ -641,6 +693,7 @@ class MinimumOp(BinaryOp):
     """Elementwise min(a, b) (numpy broadcasting); NaN propagates."""
 
     name = "ai.minimum"
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("minimum", ufuncs=("minimum",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
@@ -745,6 +798,7 @@ class NegOp(UnaryOp):
     """-x."""
 
     name = "ai.neg"
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("neg", ufuncs=("negative",), onnx=("Neg",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
@@ -1341,11 +1395,13 @@ class ThresholdedReluOp(UnaryOp):
 class WhereOp(AiOp):
     """``a`` where ``condition`` is non-zero, else ``b`` (numpy broadcasting of all three).
 
-    The condition is a float tensor of the same element type (1/0, e.g. a
-    constant mask or ``ai.isnan``); NaN counts as true, as it is non-zero.
+    The condition is i1 (a comparison's result, or a bool input) or of the
+    values' element type (1/0, e.g. a constant mask or ``ai.isnan``); NaN
+    counts as true, as it is non-zero. The values may be of any element type.
     """
 
     name = "ai.where"
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     condition = operand()
     lhs = operand()
     rhs = operand()
@@ -1371,7 +1427,257 @@ class WhereOp(AiOp):
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         cond, a, b = (np.asarray(x) for x in args)
-        return np.where(cond != 0, a, b).astype(a.dtype)
+        return np.asarray(np.where(cond != 0, a, b).astype(a.dtype))
+
+
+# ------------------------------------------------ comparisons and logic (i1 results)
+
+
+class CompareOp(BinaryOp):
+    """A comparison of two tensors of one element type (broadcast); the result is i1."""
+
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    SYMBOL: ClassVar[str] = "=="
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.compare(cls.name, *operands)
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.compare(args[0], self.SYMBOL, args[1])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        a, b = self.typed(args)
+        return np.asarray(_COMPARE[self.SYMBOL](a, b))
+
+
+_COMPARE = {
+    "==": np.equal, "<": np.less, ">": np.greater, "<=": np.less_equal, ">=": np.greater_equal,
+}  # fmt: skip
+
+
+@irdl_op_definition
+class EqualOp(CompareOp):
+    """a == b, elementwise (i1; NaN equals nothing)."""
+
+    name = "ai.equal"
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
+    SYMBOL: ClassVar[str] = "=="
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("equal", ufuncs=("equal",), onnx=("Equal",))
+
+
+@irdl_op_definition
+class LessOp(CompareOp):
+    """a < b, elementwise (i1)."""
+
+    name = "ai.less"
+    SYMBOL: ClassVar[str] = "<"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("less", ufuncs=("less",), onnx=("Less",))
+
+
+@irdl_op_definition
+class GreaterOp(CompareOp):
+    """a > b, elementwise (i1)."""
+
+    name = "ai.greater"
+    SYMBOL: ClassVar[str] = ">"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "greater", ufuncs=("greater",), onnx=("Greater",)
+    )
+
+
+@irdl_op_definition
+class LessEqualOp(CompareOp):
+    """a <= b, elementwise (i1)."""
+
+    name = "ai.less_equal"
+    SYMBOL: ClassVar[str] = "<="
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "less_equal", ufuncs=("less_equal",), onnx=("LessOrEqual",)
+    )
+
+
+@irdl_op_definition
+class GreaterEqualOp(CompareOp):
+    """a >= b, elementwise (i1)."""
+
+    name = "ai.greater_equal"
+    SYMBOL: ClassVar[str] = ">="
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "greater_equal", ufuncs=("greater_equal",), onnx=("GreaterOrEqual",)
+    )
+
+
+@irdl_op_definition
+class NotOp(UnaryOp):
+    """Logical not of an i1 tensor."""
+
+    name = "ai.not"
+    DTYPES: ClassVar[tuple[str, ...]] = ("i1",)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "logical_not", ufuncs=("logical_not",), onnx=("Not",)
+    )
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.negate(args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return np.asarray(np.logical_not(*self.typed(args)))
+
+
+@irdl_op_definition
+class AndOp(BinaryOp):
+    """Logical and of two i1 tensors (broadcast)."""
+
+    name = "ai.and"
+    DTYPES: ClassVar[tuple[str, ...]] = ("i1",)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "logical_and", ufuncs=("logical_and",), onnx=("And",)
+    )
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        a, b = args  # not (not a or not b): the builder's conditions are either/negate
+        return s.negate(s.either(s.negate(a), s.negate(b)))
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return np.asarray(np.logical_and(*self.typed(args)))
+
+
+@irdl_op_definition
+class OrOp(BinaryOp):
+    """Logical or of two i1 tensors (broadcast)."""
+
+    name = "ai.or"
+    DTYPES: ClassVar[tuple[str, ...]] = ("i1",)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "logical_or", ufuncs=("logical_or",), onnx=("Or",)
+    )
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.either(args[0], args[1])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return np.asarray(np.logical_or(*self.typed(args)))
+
+
+@irdl_op_definition
+class XorOp(BinaryOp):
+    """Logical exclusive or of two i1 tensors (broadcast)."""
+
+    name = "ai.xor"
+    DTYPES: ClassVar[tuple[str, ...]] = ("i1",)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "logical_xor", ufuncs=("logical_xor",), onnx=("Xor",)
+    )
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.compare(args[0], "!=", args[1])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return np.asarray(np.logical_xor(*self.typed(args)))
+
+
+@irdl_op_definition
+class ModOp(BinaryOp):
+    """Integer remainder (broadcast): with the sign of b (Python's ``%``, ONNX ``fmod=0``),
+    or of a with ``fmod`` (C's ``%``); 0 where b is 0."""
+
+    name = "ai.mod"
+    fmod = bool_prop(False)
+    DTYPES: ClassVar[tuple[str, ...]] = INT_TYPES
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("mod")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.int_remainder(args[0], args[1], floored=not self.attr("fmod"))
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return K.int_remainder(*self.typed(args), floored=not self.attr("fmod"))
+
+
+# ------------------------------------------- run-time indices, scans, broadcasts
+
+
+@irdl_op_definition
+class TakeOp(AiOp):
+    """The slices of ``table`` along ``axis`` that the run-time ``indices`` (i64/i32, any
+    shape; negative ones count from the end) name: an embedding lookup
+    (``numpy.take``, ONNX ``Gather``). An index out of range is an error."""
+
+    name = "ai.take"
+    table = operand()
+    indices = operand()
+    output = result()
+    axis = int_prop(0)
+    traits = traits_def(Pure())
+
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
+    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("take")
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.take(*operands, **attrs)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        table, indices = self.typed(args)
+        return K.take(table, indices, axis=self.attr("axis"))
+
+
+@irdl_op_definition
+class CumSumOp(AiOp):
+    """Running sums along ``axis`` (ONNX ``CumSum``): ``exclusive`` leaves each element
+    out of its own sum, ``reverse`` sums from the end."""
+
+    name = "ai.cumsum"
+    input = operand()
+    output = result()
+    axis = int_prop(0)
+    exclusive = bool_prop(False)
+    reverse = bool_prop(False)
+    traits = traits_def(Pure())
+
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("cumsum")
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.cumsum(*operands, **attrs)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        (x,) = self.typed(args)
+        return K.cumsum(x, **self.attr_values())
+
+
+@irdl_op_definition
+class ExpandOp(AiOp):
+    """``input`` broadcast to the static ``shape`` (ONNX ``Expand``, ``numpy.broadcast_to``):
+    a broadcast op that kernels read through, no copy of its own."""
+
+    name = "ai.expand"
+    input = operand()
+    output = result()
+    shape = int_array_prop()
+    traits = traits_def(Pure())
+
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
+    PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("expand")
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.expand(*operands, **attrs)
+
+    def fusion_pattern(self) -> Pattern:
+        """Elementwise when the shape does not change, else broadcast."""
+        same = spec_of(self.input.type).shape == spec_of(self.output.type).shape
+        return Pattern.ELEMENTWISE if same else Pattern.BROADCAST
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return args[0]  # the template indexes the operand broadcast to the result
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.broadcast_to(args[0], self.attr("shape")))
 
 
 @irdl_op_definition
@@ -1520,9 +1826,13 @@ class SoftmaxOp(AiOp):
 
 @irdl_op_definition
 class CastOp(AiOp):
-    """Element type conversion: ``ai.cast %x : T_from to T_to``."""
+    """Element type conversion: ``ai.cast %x : T_from to T_to``, between any two of f16,
+    bf16, f32, i64, i32 and i1: floats round to nearest-even, a float becomes an integer
+    truncated toward zero (NaN and values out of range are undefined, as in ONNX), any
+    value becomes i1 as ``x != 0``, and i1 becomes 1 or 0."""
 
     name = "ai.cast"
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     input = operand()
     output = result()
     traits = traits_def(Pure(), CastCanonicalization())
@@ -1540,12 +1850,23 @@ class CastOp(AiOp):
         return shapes.cast(operands[0], attrs["to"])
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        # Kernels compute in float32: a cast to a 16-bit type rounds exactly as
+        # Kernels compute floats in float32: a cast to a 16-bit type rounds exactly as
         # numpy/ml_dtypes do, so mid-chain casts change values as the IR says.
-        return s.round_to(spec_of(self.results[0].type).dtype, args[0])
+        source, target = spec_of(self.input.type).dtype, self.result_dtype()
+        if is_float(source) and is_float(target):
+            return s.round_to(target, args[0])
+        return s.convert(args[0], source, target)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        return args[0]  # the executor stores each result in its declared dtype
+        target = self.result_dtype()
+        if is_float(target):
+            return args[0]  # the executor stores each result in its declared dtype
+        # An integer or bool is a value, not a precision: converted whatever the rounding.
+        with np.errstate(invalid="ignore"):
+            value = np.asarray(args[0])
+            if target != "i1" and value.dtype.kind == "f":
+                value = np.trunc(value)
+            return value.astype(numpy_dtype(target))
 
 
 # ------------------------------------------------------------- layout ops
@@ -1560,6 +1881,7 @@ class ReshapeOp(AiOp):
     """The same elements in row-major order under the static shape ``shape``."""
 
     name = "ai.reshape"
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     input = operand()
     output = result()
     shape = int_array_prop()
@@ -1581,6 +1903,7 @@ class TransposeOp(AiOp):
     """Permuted dims: result dim i is input dim ``perm[i]``."""
 
     name = "ai.transpose"
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     input = operand()
     output = result()
     perm = int_array_prop()
@@ -1603,6 +1926,7 @@ class SliceOp(AiOp):
     i < ``sizes[d]`` (as ``tensor.extract_slice``; a stride may be negative)."""
 
     name = "ai.slice"
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     input = operand()
     output = result()
     offsets = int_array_prop()
@@ -1636,6 +1960,7 @@ class ConcatOp(AiOp):
     """The operands joined along ``axis`` (their other dims agree)."""
 
     name = "ai.concat"
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     inputs = var_operand_def(TensorType)
     output = result()
     axis = int_prop(0)
@@ -1659,6 +1984,7 @@ class ConcatOp(AiOp):
         if attr is not None and (problem := _property_problem("axis", prop, attr)) is not None:
             raise ShapeError(f"{cls.name}: {problem}")
         axis = python_value(attr if attr is not None else prop.default_value)
+        cls.check_dtypes(operands)
         return shapes.concat(operands, axis=axis)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
@@ -1670,6 +1996,7 @@ class GatherOp(AiOp):
     """The slices ``indices`` (constants) of dim ``axis``, in that order."""
 
     name = "ai.gather"
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     input = operand()
     output = result()
     axis = int_prop(0)
@@ -2004,6 +2331,19 @@ TENSOR_OPS: tuple[type[AiOp], ...] = (
     SliceOp,
     ConcatOp,
     GatherOp,
+    EqualOp,
+    LessOp,
+    GreaterOp,
+    LessEqualOp,
+    GreaterEqualOp,
+    NotOp,
+    AndOp,
+    OrOp,
+    XorOp,
+    ModOp,
+    TakeOp,
+    CumSumOp,
+    ExpandOp,
     ReduceMeanOp,
     ReduceSumOp,
     ReduceMaxOp,

@@ -24,7 +24,7 @@ class ShapeError(ValueError):
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A static tensor type: ``shape`` and element type name (f16, bf16, f32)."""
+    """A static tensor type: ``shape`` and element type name (f16, bf16, f32, i64, i32, i1)."""
 
     shape: tuple[int, ...]
     dtype: str
@@ -186,10 +186,19 @@ def elementwise_binary(op: str, a: TensorSpec, b: TensorSpec) -> TensorSpec:
     return TensorSpec(broadcast_shapes(op, a.shape, b.shape), dtype)
 
 
+def compare(op: str, a: TensorSpec, b: TensorSpec) -> TensorSpec:
+    """A comparison: operands of one element type, broadcast; the result is i1 (bool)."""
+    _same_dtype(op, [("lhs", a), ("rhs", b)])
+    return TensorSpec(broadcast_shapes(op, a.shape, b.shape), "i1")
+
+
 def where(condition: TensorSpec, a: TensorSpec, b: TensorSpec) -> TensorSpec:
-    """ai.where: the three operands broadcast together; one element type."""
+    """ai.where: the three operands broadcast together; the values of one element type,
+    the condition i1 (bool) or of the values' type (non-zero is true)."""
     op = "ai.where"
-    dtype = _same_dtype(op, [("lhs", a), ("rhs", b), ("condition", condition)])
+    dtype = _same_dtype(op, [("lhs", a), ("rhs", b)])
+    if condition.dtype != "i1":
+        _same_dtype(op, [("lhs", a), ("condition", condition)])
     shape = broadcast_shapes(op, a.shape, b.shape)
     try:
         shape = broadcast_shapes(op, condition.shape, shape)
@@ -390,6 +399,55 @@ def gather(x: TensorSpec, *, axis: int, indices: Sequence[int]) -> TensorSpec:
             f"{op}: index {bad[0]} is out of range for dim {axis} of size {x.shape[axis]}"
         )
     return TensorSpec(x.shape[:axis] + (len(indices),) + x.shape[axis + 1 :], x.dtype)
+
+
+def take(table: TensorSpec, indices: TensorSpec, *, axis: int) -> TensorSpec:
+    """ai.take: the slices of ``table`` along ``axis`` that run-time ``indices`` (i64 or
+    i32, any shape) name: ``table.shape[:axis] + indices.shape + table.shape[axis + 1:]``."""
+    op = "ai.take"
+    axis = _normalise_axis(op, axis, table.rank)
+    if dtypes.ELEMENT_TYPES[indices.dtype].kind != "int":
+        raise ShapeError(
+            f"{op}: operand 'indices' has element type {indices.dtype}, expected i64 or i32"
+        )
+    shape = table.shape[:axis] + indices.shape + table.shape[axis + 1 :]
+    return TensorSpec(shape, table.dtype)
+
+
+def cumsum(x: TensorSpec, *, axis: int, exclusive: bool, reverse: bool) -> TensorSpec:
+    """ai.cumsum: running sums along ``axis``; the shape and type of ``x``."""
+    if x.rank < 1:
+        raise ShapeError("ai.cumsum: operand 'input' must have rank >= 1")
+    _normalise_axis("ai.cumsum", axis, x.rank)
+    return x
+
+
+def expand(x: TensorSpec, *, shape: Sequence[int]) -> TensorSpec:
+    """ai.expand: ``x`` broadcast to ``shape``, which the result has exactly (x's dims
+    are 1 or equal, right-aligned; ``shape`` is the broadcast result, as ONNX's Expand
+    computes it at import)."""
+    op = "ai.expand"
+    if len(shape) < x.rank:
+        raise ShapeError(
+            f"{op}: shape {_fmt(shape)} has fewer dims than operand 'input' ({_fmt(x.shape)})"
+        )
+    for have, want in zip(reversed(x.shape), reversed(tuple(shape)), strict=False):
+        if have not in (1, want):
+            raise ShapeError(
+                f"{op}: operand 'input' (shape {_fmt(x.shape)}) does not broadcast to {_fmt(shape)}"
+            )
+    return TensorSpec(tuple(shape), x.dtype)
+
+
+def arg_reduce(op: str, x: TensorSpec, *, axis: int, keepdims: bool) -> TensorSpec:
+    """ai.argmax / ai.argmin: the i64 index of the extreme along ``axis``."""
+    if x.rank < 1:
+        raise ShapeError(f"{op}: operand 'input' must have rank >= 1")
+    axis = _normalise_axis(op, axis, x.rank)
+    shape = tuple(1 if d == axis else n for d, n in enumerate(x.shape))
+    if not keepdims:
+        shape = shape[:axis] + shape[axis + 1 :]
+    return TensorSpec(shape, "i64")
 
 
 # ------------------------------------------------------------------ reductions and pooling

@@ -1,9 +1,12 @@
 """The element types of the IR and every fact about them, in one table.
 
-``f16``, ``bf16`` and ``f32`` are the dialect's element types; each has its
-xDSL type, numpy dtype, PyTorch dtype name, byte size, the Numba array type a
-CUDA kernel stores it as (16-bit floats travel as their raw ``int16`` bits)
-and the bits of a quiet NaN (to poison outputs in tests).
+``f16``, ``bf16`` and ``f32`` are the dialect's float element types, ``i64``,
+``i32`` and ``i1`` (bool) its integer ones (issue 29: token ids, attention
+masks, position ids on the data path). Each has its xDSL type, numpy dtype,
+PyTorch dtype name, byte size, the Numba array type a CUDA kernel stores it
+as (16-bit floats travel as their raw ``int16`` bits), its kind (float, int
+or bool) and the bits tests poison outputs with (a quiet NaN for floats; for
+integers a value no test computes, as they have no NaN).
 
 numpy's bfloat16 comes from ``ml_dtypes``, whose import takes ~0.5 s: it is
 imported when a bf16 numpy dtype is first needed, not by every command that
@@ -17,8 +20,11 @@ import sys
 from dataclasses import dataclass
 
 import numpy as np
-from xdsl.dialects.builtin import AnyFloat, bf16, f16, f32
+from xdsl.dialects.builtin import AnyFloat, IntegerType, bf16, f16, f32, i1, i32, i64
 from xdsl.ir import Attribute
+
+#: The xDSL element types of the IR: floats and signless integers.
+XdslElement = AnyFloat | IntegerType
 
 
 @dataclass(frozen=True)
@@ -26,13 +32,15 @@ class ElementType:
     """One element type of the IR and its names elsewhere."""
 
     name: str
-    xdsl: AnyFloat
+    xdsl: XdslElement
     #: The numpy dtype's name, in numpy or (bfloat16) in ml_dtypes.
     numpy_name: str
     torch: str
     itemsize: int
     storage: str
     nan_bits: int
+    #: "float", "int" or "bool".
+    kind: str = "float"
 
     @property
     def numpy(self) -> np.dtype:
@@ -54,24 +62,47 @@ ELEMENT_TYPES: dict[str, ElementType] = {
         ElementType("f16", f16, "float16", "float16", 2, "int16", 0x7E00),
         ElementType("bf16", bf16, "bfloat16", "bfloat16", 2, "int16", 0x7FC0),
         ElementType("f32", f32, "float32", "float32", 4, "float32", 0x7FC00000),
+        ElementType("i64", i64, "int64", "int64", 8, "int64", 0x5A5A5A5A5A5A5A5A, "int"),
+        ElementType("i32", i32, "int32", "int32", 4, "int32", 0x5A5A5A5A, "int"),
+        ElementType("i1", i1, "bool", "bool", 1, "uint8", 0x5A, "bool"),
     )
 }
 
+#: The float element types (what ``element_type_of`` maps numpy dtypes to).
+FLOAT_TYPES: tuple[str, ...] = tuple(n for n, t in ELEMENT_TYPES.items() if t.kind == "float")
+#: The integer element types, bool excluded.
+INT_TYPES: tuple[str, ...] = tuple(n for n, t in ELEMENT_TYPES.items() if t.kind == "int")
+#: Every element type that holds numbers: floats and integers (not bool).
+NUMERIC_TYPES: tuple[str, ...] = FLOAT_TYPES + INT_TYPES
+#: Every element type.
+ALL_TYPES: tuple[str, ...] = tuple(ELEMENT_TYPES)
+
+
+def is_float(name: str) -> bool:
+    """Whether the element type ``name`` is a float type (f16, bf16, f32)."""
+    return ELEMENT_TYPES[name].kind == "float"
+
 
 def element_type(name: str) -> ElementType:
-    """The element type named ``name`` (f16, bf16, f32); KeyError for any other."""
+    """The element type named ``name`` (f16, bf16, f32, i64, i32, i1); KeyError for any other."""
     return ELEMENT_TYPES[name]
 
 
 def numpy_dtype(name: str) -> np.dtype:
-    """numpy dtype of an IR element type name (f16, bf16, f32)."""
+    """numpy dtype of an IR element type name (f16, bf16, f32, i64, i32, i1)."""
     return ELEMENT_TYPES[name].numpy
 
 
-def element_type_of(dtype: np.dtype) -> str | None:
-    """IR element type name of a numpy dtype, or None when it has none."""
+def element_type_of(dtype: np.dtype, *, floats_only: bool = True) -> str | None:
+    """IR element type name of a numpy dtype, or None when it has none.
+
+    Only float types unless ``floats_only`` is False: the Python front ends turn
+    integer arrays into constants of the tensor they meet, not integer tensors.
+    """
     dtype = np.dtype(dtype)
     for name, candidate in ELEMENT_TYPES.items():
+        if floats_only and candidate.kind != "float":
+            continue
         if not hasattr(np, candidate.numpy_name) and "ml_dtypes" not in sys.modules:
             continue  # no array can have the dtype before ml_dtypes defines it
         if dtype == candidate.numpy:
@@ -80,11 +111,11 @@ def element_type_of(dtype: np.dtype) -> str | None:
 
 
 def element_type_of_xdsl(t: Attribute) -> str | None:
-    """IR element type name of an xDSL float type, or None when it is not one of ours."""
+    """IR element type name of an xDSL element type, or None when it is not one of ours."""
     return next((name for name, e in ELEMENT_TYPES.items() if e.xdsl == t), None)
 
 
 def element_type_of_torch(dtype: object) -> str | None:
-    """IR element type name of a torch dtype (``torch.float16``...), or None."""
+    """IR element type name of a torch dtype (``torch.float16``, ``torch.int64``...), or None."""
     text = str(dtype).removeprefix("torch.")
     return next((name for name, e in ELEMENT_TYPES.items() if e.torch == text), None)

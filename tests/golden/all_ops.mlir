@@ -1,7 +1,8 @@
 // Every ai op once (conv2d with all its attributes, cast, gelu tanh, a 0-d
 // scalar constant broadcast, ai.fused), written with explicit default attributes
-// that the printer must drop and non-default ones it must keep.
-func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<8xf32>, %res: tensor<1x8x4x5xf32>, %a: tensor<2x6x16xf32>, %m: tensor<32x16xf32>, %gamma: tensor<16xf32>, %beta: tensor<16xf32>, %n: tensor<2x6x16xf32>) -> (tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>, tensor<2x6x16xf32>) {
+// that the printer must drop and non-default ones it must keep; the integer and
+// bool ops on token ids (i64) and their masks (i1).
+func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<8xf32>, %res: tensor<1x8x4x5xf32>, %a: tensor<2x6x16xf32>, %m: tensor<32x16xf32>, %gamma: tensor<16xf32>, %beta: tensor<16xf32>, %n: tensor<2x6x16xf32>, %ids: tensor<2x6xi64>, %table: tensor<10x16xf32>) -> (tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>, tensor<2x6x16xf32>, tensor<2x6x16xf32>, tensor<2x6xi32>) {
   %half = arith.constant dense<5.000000e-01> : tensor<f32>
   %c = ai.conv2d %x, %w {strides = array<i64: 2, 2>, padding = array<i64: 1, 1, 2, 2>, dilations = array<i64: 2, 1>, groups = 2 : i64} : tensor<1x4x8x8xf32> * tensor<8x2x3x3xf32>
   %cb0 = ai.bias_add %c, %b {axis = 1 : i64} : tensor<1x8x4x5xf32> * tensor<8xf32>
@@ -80,5 +81,25 @@ func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<
   }
   %sm1 = ai.softmax %f {axis = 1 : i64} : tensor<2x6x16xf32>
   %ta = ai.matmul %n, %sm1 {transpose_a = true} : tensor<2x6x16xf32> * tensor<2x6x16xf32>
-  return %h, %hb, %si, %sm1, %ta, %rm, %rx, %ga, %ap, %at : tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>, tensor<2x6x16xf32>
+  %three = arith.constant dense<3> : tensor<i64>
+  %pos = ai.cumsum %ids {axis = 1 : i64, exclusive = false, reverse = true} : tensor<2x6xi64>
+  %imd = ai.mod %pos, %three {fmod = true} : tensor<2x6xi64> * tensor<i64>
+  %idv = ai.div %imd, %three : tensor<2x6xi64> * tensor<i64>
+  %ieq = ai.equal %idv, %three : tensor<2x6xi64> * tensor<i64>
+  %ilt = ai.less %ids, %three : tensor<2x6xi64> * tensor<i64>
+  %igt = ai.greater %ids, %three : tensor<2x6xi64> * tensor<i64>
+  %ile = ai.less_equal %ids, %three : tensor<2x6xi64> * tensor<i64>
+  %ige = ai.greater_equal %ids, %three : tensor<2x6xi64> * tensor<i64>
+  %inot = ai.not %ieq : tensor<2x6xi1>
+  %iand = ai.and %inot, %ilt : tensor<2x6xi1> * tensor<2x6xi1>
+  %ior = ai.or %iand, %igt : tensor<2x6xi1> * tensor<2x6xi1>
+  %ixor = ai.xor %ior, %ile : tensor<2x6xi1> * tensor<2x6xi1>
+  %iall = ai.and %ixor, %ige : tensor<2x6xi1> * tensor<2x6xi1>
+  %i3d = ai.reshape %iall {shape = array<i64: 2, 6, 1>} : tensor<2x6xi1>
+  %iexp = ai.expand %i3d {shape = array<i64: 2, 6, 16>} : tensor<2x6x1xi1>
+  %emb = ai.take %table, %ids {axis = 0 : i64} : tensor<10x16xf32> * tensor<2x6xi64>
+  %ifl = ai.cast %iexp : tensor<2x6x16xi1> to tensor<2x6x16xf32>
+  %iwh = ai.where %iexp, %emb, %ifl : tensor<2x6x16xi1> * tensor<2x6x16xf32> * tensor<2x6x16xf32>
+  %i32 = ai.cast %idv : tensor<2x6xi64> to tensor<2x6xi32>
+  return %h, %hb, %si, %sm1, %ta, %rm, %rx, %ga, %ap, %at, %iwh, %i32 : tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>, tensor<2x6x16xf32>, tensor<2x6x16xf32>, tensor<2x6xi32>
 }

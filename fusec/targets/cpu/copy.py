@@ -1,4 +1,5 @@
-"""cpu template for "copy" groups: transpose, slice, concat or gather into a new buffer.
+"""cpu template for "copy" groups: transpose, slice, concat or gather into a new buffer,
+or a gather at run-time indices (``ai.take``) or running sum (``ai.cumsum``).
 
 No loop is generated: the op is numpy's own view or gather
 (``codegen.layout``), and one assignment into the output's shaped view does
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import error_at, header, shape_of
-from fusec.codegen.layout import is_layout, numpy_expression
+from fusec.codegen.layout import is_copy, numpy_expression
 from fusec.dialect import ops as ai
 from fusec.targets.cpu.common import body_ops, input_names, outputs_of
 
@@ -19,8 +20,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     names = {v: f"{n}.reshape({shape_of(v)!r})" for v, n in input_names(fused_op).items()}
     lines = []
     for index, op in enumerate(ops):
-        if not is_layout(op):
-            raise error_at(op, 'cannot be part of a "copy" group (layout ops only)')
+        if not is_copy(op):
+            raise error_at(op, 'cannot be part of a "copy" group (layout and data ops only)')
         lines.append(f"v{index} = {numpy_expression(op, [names[v] for v in op.operands])}")
         names[op.results[0]] = f"v{index}"
     for value, array in outputs_of(fused_op):
@@ -31,6 +32,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         [
             header(fused_op, notes=["target: cpu; numpy views and one copy into the output"]),
             "import numpy as np",
+            "",
+            "from fusec.dialect import numpy_ops as K",
             "",
             "",
             f"def launch({', '.join(params)}):",

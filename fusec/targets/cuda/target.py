@@ -133,7 +133,7 @@ class CudaTarget(Target):
         "pool": Template("fusec.targets.cuda.pool", (ai.MaxPool2DOp, ai.AvgPool2DOp)),
         "copy": Template(
             "fusec.targets.cuda.copy",
-            (ai.TransposeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp),
+            (ai.TransposeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp, ai.TakeOp, ai.CumSumOp),
             fuses=False,
             note="the channels-last transpose kernel, else PyTorch's copies",
         ),

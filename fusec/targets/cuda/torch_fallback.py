@@ -226,6 +226,8 @@ LOWERINGS.update(
         ai.SliceOp: _layout,
         ai.ConcatOp: _layout,
         ai.GatherOp: _layout,
+        ai.TakeOp: _layout,
+        ai.CumSumOp: _layout,
         ai.ReduceMeanOp: _reduce,
         ai.ReduceSumOp: _reduce,
         ai.ReduceMaxOp: _reduce,
