@@ -73,8 +73,9 @@ def pool_program(
 
 
 def reduce_program(shape, dtype: str, kind: str, axes, keepdims: bool, epilogue: bool) -> str:
-    """``reduce_<kind>(x, axes)``, then ``sigmoid(r + b)`` with ``b`` broadcast along the
-    output's last kept dim when ``epilogue``."""
+    """``reduce_<kind>(x, axes)``, then ``-(r * b)`` with ``b`` broadcast along the output's
+    last kept dim when ``epilogue`` (a product: an error of the reduction shows at its own
+    relative size, where an added term or a flat function would hide it)."""
     out = reduce(f"ai.reduce_{kind}", TensorSpec(tuple(shape), dtype), axes=axes, keepdims=keepdims)
     x_t, o_t = _t(shape, dtype), _t(out.shape, dtype)
     attrs = f"axes = {_ints(axes)}, keepdims = {'true' if keepdims else 'false'}"
@@ -84,7 +85,7 @@ def reduce_program(shape, dtype: str, kind: str, axes, keepdims: bool, epilogue:
     if epilogue:
         b_t = _t((out.shape[-1],) if out.shape else (1,), dtype)
         params.append(f"%b: {b_t}")
-        lines += [f"  %a = ai.add %p, %b : {o_t} * {b_t}", f"  %r = ai.sigmoid %a : {o_t}"]
+        lines += [f"  %a = ai.mul %p, %b : {o_t} * {b_t}", f"  %r = ai.neg %a : {o_t}"]
         result = "%r"
     return _function(params, lines, result, o_t)
 

@@ -59,6 +59,23 @@ def test_resnet_style_block_has_no_pool_or_reduce_fallback() -> None:
             assert "@cuda.jit" in kernel.source
 
 
+def test_emit_kernels_of_the_block_has_no_pool_or_reduce_fallback(tmp_path, capsys) -> None:
+    """The same through ``fusec compile --emit kernels --target cuda``: every pool and
+    reduce kernel's header names its Numba template, none says FALLBACK."""
+    from fusec import cli
+
+    path = tmp_path / "stem.mlir"
+    path.write_text(RESNET_STEM)
+    assert cli.main(["compile", str(path), "--emit", "kernels", "--target", "cuda"]) == 0
+    text = capsys.readouterr().out
+    headers = re.findall(
+        r'# fusec kernel for one ai.fused "(pool|reduce)".*?\n# target: ([^\n]*)', text, re.S
+    )
+    assert sorted(kind for kind, _ in headers) == ["pool", "reduce", "reduce"], headers
+    for kind, target in headers:
+        assert target.startswith(f"cuda (Numba CUDA), template: {kind}"), target
+
+
 # ------------------------------------------------------------------ plans
 
 

@@ -1,0 +1,73 @@
+"""GPU tests of the cuda pool and reduce templates at the zoo's sizes (skipped without a GPU).
+
+ResNet-50's 3x3/2 max pool, the global means before the classifiers (NCHW: rows; NHWC:
+columns), MobileNetV3's squeeze-and-excitation means with their epilogue, and a long
+reduction into few outputs. Outputs are poisoned with NaN first; max pooling and max
+reductions are compared bit for bit (NaN and -inf in the input), the rest with the
+float64 reference at the element type's tolerance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numerics import assert_close
+from pool_reduce_cases import inputs, pool_program, reduce_program
+
+pytestmark = pytest.mark.gpu
+
+
+def _check(text: str, kind: str, exact: bool = False, seed: int = 0) -> None:
+    import fusec
+    from fusec.runtime.reference import run_reference
+
+    compiled = fusec.compile(text, target="cuda")
+    kernels = [k for k in compiled.kernels if k.kind == kind]
+    assert len(kernels) == 1 and "FALLBACK" not in kernels[0].source
+    args = inputs(compiled.module, seed, special=exact)
+    outs = compiled._runner(args, poison=True)
+    refs = run_reference(compiled.module, args, rounding="groups")
+    for out, ref in zip(outs, refs, strict=True):
+        out = np.asarray(out)
+        if exact:
+            expected = ref.astype(out.dtype)
+            differ = ~((out == expected) | (np.isnan(out) & np.isnan(expected)))
+            assert not differ.any(), f"{int(differ.sum())} of {out.size} elements differ"
+        else:
+            assert_close(out, ref, what=kind)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
+def test_resnet50_max_pool(dtype: str) -> None:
+    text = pool_program((32, 64, 112, 112), dtype, "max", (3, 3), (2, 2), (1, 1))
+    _check(text, "pool", exact=True)
+
+
+@pytest.mark.parametrize("include_pad", [False, True])
+def test_average_pool_ceil_mode_with_epilogue(include_pad: bool) -> None:
+    args = ((32, 96, 35, 35), "f16", "avg", (3, 3), (2, 2), (1, 1), (1, 1), True, include_pad)
+    _check(pool_program(*args, epilogue=True), "pool")
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
+def test_global_mean_nchw_rows(dtype: str) -> None:
+    _check(reduce_program((32, 2048, 7, 7), dtype, "mean", (2, 3), True, False), "reduce")
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f32"])
+def test_global_mean_nhwc_columns(dtype: str) -> None:
+    _check(reduce_program((32, 7, 7, 2048), dtype, "mean", (1, 2), False, True), "reduce")
+
+
+@pytest.mark.parametrize(
+    ("batch", "channels", "size"), [(1, 72, 28), (1, 480, 14), (1, 960, 7), (32, 672, 14)]
+)
+def test_mobilenet_v3_se_means(batch: int, channels: int, size: int) -> None:
+    shape = (batch, channels, size, size)
+    _check(reduce_program(shape, "f16", "mean", (2, 3), True, True), "reduce")
+
+
+@pytest.mark.parametrize("kind", ["max", "sum"])
+def test_long_reduction_into_few_outputs(kind: str) -> None:
+    text = reduce_program((2, 3, 512, 512), "f32", kind, (2, 3), True, False)
+    _check(text, "reduce", exact=kind == "max")
