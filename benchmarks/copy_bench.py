@@ -1,0 +1,316 @@
+"""GPU benchmark of the cuda copy kernels (issue 28) against PyTorch's permute + contiguous.
+
+Cases (f16): the attention head split ``[B,S,E] -> [B,H,S,D]``, the head merge
+``[B,H,S,D] -> [B,S,E]``, the K transpose ``[B,H,S,D] -> [B,H,D,S]`` and the packed QKV
+unpacking ``[B,S,3E] -> [3,B,S,E]`` (nn.MultiheadAttention's) at ViT-B/16 batch 32
+(S = 197, a multiple of nothing) and BERT-base batch 8 (S = 128) shapes (H = 12, D = 64),
+and ViT's class-token concat (which stays on the gather kernel). Each case is one
+``ai.fused "copy"`` group; the table names the path its kernel took (vectorised,
+tiled transpose, gather).
+
+Each fusec result is first compared bit for bit with PyTorch's. Timing: CUDA events on
+the caller's stream (torch's current stream) around one call, L2 flushed before each
+(``gpu_bench.event_ms``: median of 50 runs); the same for ``x.permute(...).contiguous()``
+in the same run. GB/s counts the bytes read and written once; % is of the H200's
+4.8 TB/s. A stream check (events vs the wall clock over 20 back-to-back calls) fails the
+run when fusec's work is not ordered on the caller's stream.
+
+    python benchmarks/copy_bench.py --out benchmarks/results     # on the GPU
+    python benchmarks/copy_bench.py --smoke                      # CPU: CUDA simulator
+
+``--smoke`` runs the same cases at tiny sizes under Numba's CUDA simulator (no GPU, no
+torch): each result is checked bit for bit against numpy and its path printed; no times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+PEAK_GBS = 4800.0  # the H200's HBM3e bandwidth
+
+
+@dataclass(frozen=True)
+class Case:
+    """One copy group: ``ir`` (an ai.fused "copy" of the inputs ``shapes``), ``numpy`` and
+    ``torch`` (called with the torch module first) computing the same result, the torch
+    one as PyTorch code would."""
+
+    label: str
+    ir: str
+    shapes: tuple[tuple[int, ...], ...]
+    numpy: Callable
+    torch: Callable
+
+
+def _t(shape, dtype: str) -> str:
+    return f"tensor<{'x'.join(map(str, shape))}x{dtype}>"
+
+
+def group(ins: list[tuple[int, ...]], out: tuple[int, ...], body: list[str], dtype: str) -> str:
+    """A function of one copy group over inputs ``%x0..`` (``%a0..`` inside)."""
+    args = ", ".join(f"%x{k}: {_t(s, dtype)}" for k, s in enumerate(ins))
+    operands = ", ".join(f"%x{k}" for k in range(len(ins)))
+    types = ", ".join(_t(s, dtype) for s in ins)
+    inner = ", ".join(f"%a{k}: {_t(s, dtype)}" for k, s in enumerate(ins))
+    rt = _t(out, dtype)
+    return "\n".join(
+        [
+            f"func.func @copy({args}) -> {rt} {{",
+            f'  %r = ai.fused "copy" ({operands}) : ({types}) -> {rt} {{',
+            f"  ^bb0({inner}):",
+            *(f"    {line}" for line in body),
+            f"    ai.yield %y : {rt}",
+            "  }",
+            f"  return %r : {rt}",
+            "}",
+        ]
+    )
+
+
+def transformer_cases(model: str, b: int, s: int, h: int, d: int, dtype: str = "f16") -> list:
+    """The head split, head merge, K transpose and QKV unpacking of one attention shape."""
+    e = h * d
+    t = lambda shape: _t(shape, dtype)  # noqa: E731
+    arr = lambda shape: ", ".join(map(str, shape))  # noqa: E731
+    split = group(
+        [(b, s, e)],
+        (b, h, s, d),
+        [
+            f"%v = ai.reshape %a0 {{shape = array<i64: {arr((b, s, h, d))}>}} : {t((b, s, e))}",
+            f"%y = ai.transpose %v {{perm = array<i64: 0, 2, 1, 3>}} : {t((b, s, h, d))}",
+        ],
+        dtype,
+    )
+    merge = group(
+        [(b, h, s, d)],
+        (b, s, e),
+        [
+            f"%v = ai.transpose %a0 {{perm = array<i64: 0, 2, 1, 3>}} : {t((b, h, s, d))}",
+            f"%y = ai.reshape %v {{shape = array<i64: {arr((b, s, e))}>}} : {t((b, s, h, d))}",
+        ],
+        dtype,
+    )
+    k_t = group(
+        [(b, h, s, d)],
+        (b, h, d, s),
+        [f"%y = ai.transpose %a0 {{perm = array<i64: 0, 1, 3, 2>}} : {t((b, h, s, d))}"],
+        dtype,
+    )
+    qkv = group(
+        [(b, s, 3 * e)],
+        (3, b, s, e),
+        [
+            f"%v = ai.reshape %a0 {{shape = array<i64: {arr((b, s, 3, e))}>}} : {t((b, s, 3 * e))}",
+            f"%y = ai.transpose %v {{perm = array<i64: 2, 0, 1, 3>}} : {t((b, s, 3, e))}",
+        ],
+        dtype,
+    )
+    name = f"{model} b{b} s{s}"
+    return [
+        Case(
+            f"{name} head split",
+            split,
+            ((b, s, e),),
+            lambda x: x.reshape(b, s, h, d).transpose(0, 2, 1, 3),
+            lambda torch, x: x.view(b, s, h, d).permute(0, 2, 1, 3).contiguous(),
+        ),
+        Case(
+            f"{name} head merge",
+            merge,
+            ((b, h, s, d),),
+            lambda x: x.transpose(0, 2, 1, 3).reshape(b, s, e),
+            lambda torch, x: x.permute(0, 2, 1, 3).contiguous().view(b, s, e),
+        ),
+        Case(
+            f"{name} K transpose",
+            k_t,
+            ((b, h, s, d),),
+            lambda x: x.transpose(0, 1, 3, 2),
+            lambda torch, x: x.transpose(-1, -2).contiguous(),
+        ),
+        Case(
+            f"{name} QKV unpack",
+            qkv,
+            ((b, s, 3 * e),),
+            lambda x: x.reshape(b, s, 3, e).transpose(2, 0, 1, 3),
+            lambda torch, x: x.view(b, s, 3, e).permute(2, 0, 1, 3).contiguous(),
+        ),
+    ]
+
+
+def concat_case(model: str, b: int, s: int, e: int, dtype: str = "f16") -> Case:
+    """ViT's class token before the patch embeddings (a concat: the gather kernel)."""
+    out = (b, s, e)
+    ir = group(
+        [(b, 1, e), (b, s - 1, e)],
+        out,
+        [
+            f"%y = ai.concat %a0, %a1 {{axis = 1 : i64}} : {_t((b, 1, e), dtype)} * "
+            f"{_t((b, s - 1, e), dtype)}"
+        ],
+        dtype,
+    )
+    return Case(
+        f"{model} b{b} s{s} class-token concat",
+        ir,
+        ((b, 1, e), (b, s - 1, e)),
+        lambda c, x: np.concatenate([c, x], axis=1),
+        lambda torch, c, x: torch.cat([c, x], dim=1),
+    )
+
+
+def all_cases(smoke: bool) -> list[Case]:
+    if smoke:  # tiny, and S odd as ViT's
+        return [*transformer_cases("ViT-like", 2, 5, 2, 8), concat_case("ViT-like", 2, 5, 16)]
+    return [
+        *transformer_cases("ViT-B/16", 32, 197, 12, 64),
+        *transformer_cases("BERT-base", 8, 128, 12, 64),
+        concat_case("ViT-B/16", 32, 197, 768),
+    ]
+
+
+def path_of(source: str) -> str:
+    """The path a copy kernel's header names."""
+    for line in source.splitlines():
+        if "path: " in line:
+            return line.split("path: ", 1)[1].split(" (", 1)[0]
+    return "?"
+
+
+def smoke() -> int:
+    """Every case under the CUDA simulator at tiny sizes, bit-exact against numpy."""
+    import fusec
+
+    rng = np.random.default_rng(0)
+    bad = 0
+    for case in all_cases(smoke=True):
+        compiled = fusec.compile(case.ir, target="cuda", pipeline="infer-shapes")
+        args = [rng.standard_normal(s).astype(np.float16) for s in case.shapes]
+        (out,) = compiled._runner(args, poison=True)
+        want = np.ascontiguousarray(case.numpy(*args))
+        same = np.array_equal(np.asarray(out).view(np.uint16), want.view(np.uint16))
+        bad += not same
+        paths = ", ".join(path_of(k.source) for k in compiled.kernels)
+        print(f"{case.label}: {paths}: {'bit-exact' if same else 'DIFFERS from numpy'}")
+    return 1 if bad else 0
+
+
+def measure(torch, fusec, case: Case, event_ms, stream_check) -> dict:
+    """Check fusec against torch bit for bit, then time both."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    inputs = [torch.randn(s, device="cuda", generator=gen).half() for s in case.shapes]
+    compiled = fusec.compile(case.ir, target="cuda", pipeline="infer-shapes")
+    ours = compiled(*inputs)
+    ref = case.torch(torch, *inputs)
+    torch.cuda.synchronize()
+    exact = bool(torch.equal(ours.view(torch.int16), ref.view(torch.int16)))
+    fusec_ms = event_ms(torch, lambda: compiled(*inputs))
+    torch_ms = event_ms(torch, lambda: case.torch(torch, *inputs))
+    check = stream_check(torch, lambda: compiled(*inputs))
+    nbytes = 2 * ref.numel() * ref.element_size()
+    return {
+        "case": case.label,
+        "path": ", ".join(path_of(k.source) for k in compiled.kernels),
+        "bytes": nbytes,
+        "bit_exact": exact,
+        "fusec_ms": fusec_ms,
+        "torch_ms": torch_ms,
+        "fusec_gbs": nbytes / fusec_ms / 1e6,
+        "torch_gbs": nbytes / torch_ms / 1e6,
+        "fusec_pct_peak": 100 * nbytes / fusec_ms / 1e6 / PEAK_GBS,
+        "torch_pct_peak": 100 * nbytes / torch_ms / 1e6 / PEAK_GBS,
+        "torch_over_fusec": torch_ms / fusec_ms,
+        **check,
+    }
+
+
+def render(meta: dict, rows: list[dict]) -> str:
+    lines = [
+        f"# fusec copy kernels vs PyTorch, {meta['date']}, {meta['device']}",
+        "",
+        f"Commit {meta['commit']}; torch {meta['torch']}; {meta['timing']}. % is of "
+        f"{PEAK_GBS:.0f} GB/s; the measured device-to-device copy: "
+        f"{meta['copy_bandwidth_gbs']:.0f} GB/s. Command: `{meta['command']}`.",
+        "",
+        "| case | path | MB moved | fusec us | fusec GB/s (% peak) | torch us "
+        "| torch GB/s (% peak) | torch / fusec | bit-exact | stream check |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['case']} | {r['path']} | {r['bytes'] / 1e6:.1f} | {1e3 * r['fusec_ms']:.1f} | "
+            f"{r['fusec_gbs']:.0f} ({r['fusec_pct_peak']:.0f}%) | {1e3 * r['torch_ms']:.1f} | "
+            f"{r['torch_gbs']:.0f} ({r['torch_pct_peak']:.0f}%) | {r['torch_over_fusec']:.2f}x | "
+            f"{'yes' if r['bit_exact'] else 'NO'} | "
+            f"{'ok' if r['stream_check_ok'] else 'FAILED'} ({r['loop_event_ms']:.2f} events, "
+            f"{r['loop_wall_ms']:.2f} wall) |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def gpu(out_dir: str) -> int:
+    import subprocess
+
+    import torch
+
+    import fusec
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from gpu_bench import REPS, WARMUP, event_ms, measure_copy, stream_check
+
+    rows = []
+    for case in all_cases(smoke=False):
+        row = measure(torch, fusec, case, event_ms, stream_check)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    _, copy_gbs = measure_copy(torch, lambda fn: event_ms(torch, fn), torch.device("cuda"))
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    meta = {
+        "date": datetime.date.today().isoformat(),
+        "device": torch.cuda.get_device_properties(0).name,
+        "commit": commit or "?",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "copy_bandwidth_gbs": copy_gbs,
+        "timing": f"median of CUDA events on the caller's stream around one call, L2 flushed "
+        f"before each ({REPS} runs after {WARMUP} warm-up calls)",
+        "command": "python benchmarks/copy_bench.py",
+    }
+    md = render(meta, rows)
+    print(md)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"copy-{meta['date']}"
+    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
+    (out / f"{stem}.md").write_text(md)
+    bad = [r for r in rows if not r["bit_exact"] or not r["stream_check_ok"]]
+    return 1 if bad or not all(math.isfinite(r["fusec_ms"]) for r in rows) else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="benchmarks/results", help="folder for .md and .json")
+    parser.add_argument("--smoke", action="store_true", help="CPU: tiny cases, CUDA simulator")
+    args = parser.parse_args()
+    if args.smoke:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before numba.cuda is imported
+        return smoke()
+    return gpu(args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
