@@ -157,6 +157,7 @@ def test_cli_table_and_html_page(tmp_path: Path) -> None:
     page = (tmp_path / "page.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "kernel #1" in page
     assert '<tr id="k0">' in page and '<tr id="k1">' in page
+    assert re.search(r">kernel #0: conv, [\d.]+ us \([\d.]+%\)</text>", page)  # timed graph
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.mlir", "page.html"]  # no temp
 
 

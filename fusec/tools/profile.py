@@ -532,10 +532,16 @@ def _totals(p: Profile) -> list[str]:
     ]
     if abs(p.host_seconds - p.timed_seconds) > 1e-9:
         lines.append(f"host issuing a timed call: {_ms(p.host_seconds)}")
-    lines.append(
-        f"ordinary call (wall):      {_ms(p.plain_seconds)}; {_ms(gap)} ({pct:.1f}%) of it "
-        "outside the kernels: launch/Python overhead"
-    )
+    if gap >= 0:
+        lines.append(
+            f"ordinary call (wall):      {_ms(p.plain_seconds)}; {_ms(gap)} ({pct:.1f}%) of it "
+            "outside the kernels: launch/Python overhead"
+        )
+    else:  # the kernels were timed in other calls than the ordinary ones
+        lines.append(
+            f"ordinary call (wall):      {_ms(p.plain_seconds)}, less than the kernels' sum "
+            "(the calls' times vary more than the overhead: repeat more)"
+        )
     return lines
 
 
@@ -563,6 +569,7 @@ def _html_page(p: Profile, top: int | None) -> str:
             f"<td>{sum(k.share for k in rest):.1f}%</td><td colspan=5></td></tr>"
         )
     graph, how_drawn = _graph_svg(p.module, to_svg)
+    graph = _timed_clusters(graph, p.kernels)
     totals = "".join(f"<li>{e(line)}</li>" for line in _totals(p))
     notes = "".join(f"<li>{e(n)}</li>" for n in p.notes)
     roof = f"<p>Roofline: {e(p.caps.source)}.</p>" if p.caps is not None else ""
@@ -604,6 +611,16 @@ call(s); kernels sorted by time. The graph's clusters are the kernels (<code>ker
 </body>
 </html>
 """
+
+
+def _timed_clusters(svg: str, kernels: Sequence[KernelProfile]) -> str:
+    """The graph's cluster titles (``kernel #i: kind``, as ``fusec.tools.viz`` writes
+    them) with the kernel's time and share appended."""
+    for k in kernels:
+        title = f">kernel #{k.name[1:]}: {html.escape(k.kind)}"
+        timed = f"{title}, {k.seconds * 1e6:.1f} us ({k.share:.1f}%)"
+        svg = svg.replace(f"{title}</text>", f"{timed}</text>", 1)
+    return svg
 
 
 def _graph_svg(module: ModuleOp, to_svg: Any) -> tuple[str, str]:
