@@ -24,7 +24,8 @@ pytestmark = pytest.mark.requires_target("cuda")
 
 DTYPES = ("f32", "f16", "bf16")
 
-# (name, builder, args, special): special scatters NaN and -inf into the input
+# (name, builder, args, special): special scatters NaN and -inf into the input ("zeros":
+# the input is 0.0 and -0.0)
 POOL, REDUCE = "pool_program", "reduce_program"
 QUICK = [
     ("maxpool_resnet_f16_exact", POOL, [[2, 3, 9, 7], "f16", "max", [3, 3], [2, 2], [1, 1]], True),
@@ -81,6 +82,9 @@ def _slow_cases() -> list[tuple]:
         ("maxpool_ceil_dil_bf16_exact", POOL, odd, True),
         ("max_mid_f32_exact", REDUCE, [[3, 5, 4, 6], "f32", "max", [1], False, False], True),
         ("sum_split_axes_f32", REDUCE, [[3, 5, 4, 6], "f32", "sum", [0, 2], False, True], False),
+        # signed zeros: of equal values numpy's max returns the later, across the lanes too
+        ("max_zeros_rows_f32_exact", REDUCE, [[6, 70], "f32", "max", [1], False, False], "zeros"),
+        ("max_zeros_cols_f16_exact", REDUCE, [[50, 3], "f16", "max", [0], True, False], "zeros"),
     ]
     return cases
 

@@ -18,10 +18,13 @@ of halving strides (no shuffles: the same code runs in the simulator), and the l
 * the column case: ``TX`` threads over consecutive columns (coalesced), ``TY`` lanes
   splitting the strided reduction, so a long reduction over few columns still spreads.
 
-Blocks walk their tiles grid-stride. A max keeps a NaN once it sees one (``v > m or
-v != v``), as numpy's. Every output is reduced by one block (no atomics, one pass): a
-reduction of more than ``TY`` x a few thousand elements into fewer outputs than
-multiprocessors runs below the memory bandwidth (the header says so).
+Blocks walk their tiles grid-stride. A max keeps a NaN once it sees one (``v >= m or
+v != v``: ``v >= NaN`` is false), and of equal values the later element (numpy's choice
+between -0.0 and 0.0): each lane scans with ``>=``, and the tree, where a lane's
+elements are not all after another's, compares the indices the partials came from.
+Every output is reduced by one block (no atomics, one pass): a reduction of more than
+``TY`` x a few thousand elements into fewer outputs than multiprocessors runs below
+the memory bandwidth (the header says so).
 """
 
 from __future__ import annotations
@@ -137,11 +140,9 @@ class _Emitter:
         self.dtype = spec_of(red.operands[0].type).dtype
         self.helpers: set[str] = {f"ld_{self.dtype}"}
 
-    def combine(self, acc: str, v: str) -> str:
-        """``acc`` combined with ``v`` (names)."""
-        if self.red.KIND == "max":
-            return f"{v} if ({v} > {acc} or {v} != {v}) else {acc}"
-        return f"{acc} + {v}"
+    @property
+    def is_max(self) -> bool:
+        return self.red.KIND == "max"
 
     def offsets(self) -> tuple[str, str]:
         """(base offset of output row ``o``, offset of reduced element ``r``) in the input."""
@@ -163,19 +164,39 @@ class _Emitter:
         code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
         code.add(1, '"""Z output rows x TY reduction lanes x TX columns per block."""')
         code.add(1, "sh = cuda.shared.array(THREADS, f32)", "t = cuda.threadIdx.x")
+        if self.is_max:
+            code.add(1, "si = cuda.shared.array(THREADS, int32)  # where each partial max is")
         code.add(1, "x = t % TX", "y = (t // TX) % TY", "z = t // (TX * TY)")
         code.add(1, "b = cuda.blockIdx.x", "while b < BLOCKS:  # uniform across the block")
         code.add(2, "o = (b // XBLOCKS) * Z + z", "i = (b % XBLOCKS) * TX + x")
-        code.add(2, "live = o < O and i < I", f"acc = {self.initial()}", "if live:")
+        code.add(2, "live = o < O and i < I", f"acc = {self.initial()}")
+        if self.is_max:
+            code.add(2, "at = -1  # the element acc came from: of equal values the later wins")
+        code.add(2, "if live:")
         base, roff = self.offsets()
         code.add(3, f"base = {base} + i", "r = y", "while r < R:")
         code.add(4, f"v = ld_{self.dtype}({self.array}, base + {roff})")
-        code.add(4, f"acc = {self.combine('acc', 'v')}", "r += TY")
-        code.add(2, "sh[t] = acc", "cuda.syncthreads()")
+        if self.is_max:
+            # NaN sticks (v >= NaN is False); ties: the later element (numpy's -0.0 / 0.0)
+            code.add(4, "if v >= acc or v != v:")
+            code.add(5, "acc = v", "at = r")
+        else:
+            code.add(4, "acc += v")
+        code.add(4, "r += TY")
+        code.add(2, "sh[t] = acc")
+        if self.is_max:
+            code.add(2, "si[t] = at")
+        code.add(2, "cuda.syncthreads()")
         s = p.ty // 2
         while s >= 1:
             code.add(2, f"if y < {s}:")
-            code.add(3, "a = sh[t]", f"c = sh[t + {s * p.tx}]", f"sh[t] = {self.combine('a', 'c')}")
+            code.add(3, "a = sh[t]", f"c = sh[t + {s * p.tx}]")
+            if self.is_max:
+                code.add(3, f"ic = si[t + {s * p.tx}]")
+                code.add(3, "if c > a or c != c or (c == a and ic > si[t]):")
+                code.add(4, "sh[t] = c", "si[t] = ic")
+            else:
+                code.add(3, "sh[t] = a + c")
             code.add(2, "cuda.syncthreads()")
             s //= 2
         code.add(2, "if live and y == 0:")
@@ -186,7 +207,7 @@ class _Emitter:
         return self.module(code, params)
 
     def initial(self) -> str:
-        return literal(-math.inf) if self.red.KIND == "max" else literal(0.0)
+        return literal(-math.inf) if self.is_max else literal(0.0)
 
     def module(self, code: Source, params: list[str]) -> str:
         p = self.plan
@@ -218,6 +239,7 @@ class _Emitter:
         parts = [
             header(self.fused_op, notes=notes),
             prelude(sorted(helpers)),
+            *(["from numpy import int32", ""] if self.is_max else []),
             f"SIGNATURE = {storage_signature(self.epilogue.dtypes())!r}",
             *(f"{key} = {value}" for key, value in constants),
             "",
