@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 import pytest
-from test_gather_copy import DTYPES, NAMES, cases, expected_path, path_of
+from test_gather_copy import NAMES, cases, expected_path, path_of
 
 from fusec.targets.cuda.env import simulator_enabled
 from fusec.targets.cuda.strided import View, collapse_view, view_reshape
@@ -133,14 +133,24 @@ def test_vectorised_ptx_moves_whole_vectors(case: str, dtype: str) -> None:
     assert ".shared" not in ptx
 
 
+#: (case, dtype) -> bytes of the padded shared tile
+TILES = {
+    ("k_transpose", "f16"): 32 * 33 * 2,
+    ("k_transpose", "f32"): 32 * 33 * 4,
+    ("wide_transpose", "bf16"): 64 * 66 * 2,
+    ("wide_transpose", "f32"): 32 * 33 * 4,
+}
+
+
 @pytest.mark.requires_target("cuda")
 @pytest.mark.skipif(simulator_enabled(), reason="no PTX under the simulator")
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_tiled_transpose_ptx_goes_through_shared_memory(dtype: str) -> None:
-    ptx = _ptx("k_transpose", dtype)
-    width = "u16" if dtype != "f32" else "f32"
-    assert re.search(r"\.shared \.align \d+ \.b8 \S+\[(\d+)\]", ptx)
-    size = int(re.search(r"\.shared \.align \d+ \.b8 \S+\[(\d+)\]", ptx).group(1))
-    assert size == 32 * 33 * (4 if dtype == "f32" else 2)  # the padded tile
+@pytest.mark.parametrize(("case", "dtype"), list(TILES))
+def test_tiled_transpose_ptx_goes_through_shared_memory(case: str, dtype: str) -> None:
+    ptx = _ptx(case, dtype)
+    width = "f32" if dtype == "f32" else "u16"
+    shared = re.search(r"\.shared \.align \d+ \.b8 \S+\[(\d+)\]", ptx)
+    assert shared and int(shared.group(1)) == TILES[(case, dtype)]
     assert f"st.shared.{width}" in ptx and f"ld.shared.{width}" in ptx
     assert "bar.sync" in ptx
+    if case == "wide_transpose":  # whole tiles: 16 loads off one address, no bounds
+        assert re.search(rf"ld\.global\.{width}\s+%\w+, \[%rd\d+\+\d+\]", ptx)

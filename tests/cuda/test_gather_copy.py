@@ -162,6 +162,12 @@ def cases(dtype: str) -> dict[str, str]:
             ],
             dtype,
         ),
+        "wide_transpose": _group(  # 16-bit: 64 x 64 tiles, whole ones and edge ones
+            [("x", (70, 130))],
+            (130, 70),
+            [f"%y = ai.transpose %x1 {{perm = array<i64: 1, 0>}} : {t((70, 130))}"],
+            dtype,
+        ),
         "concat_chain": _group(
             [("a", (2, 3, 4)), ("b", (2, 1, 4)), ("c", (2, 5, 4))],
             (2, 4, 9),
@@ -190,6 +196,11 @@ PATHS = {
     "k_transpose": "tiled transpose 32x32",
     "split_to_k_transpose": "tiled transpose 32x32",
     "slice_transpose": "tiled transpose 32x32",
+    "wide_transpose": {
+        "f16": "tiled transpose 64x64",
+        "bf16": "tiled transpose 64x64",
+        "f32": "tiled transpose 32x32",
+    },
     "concat_chain": "gather",
 }
 

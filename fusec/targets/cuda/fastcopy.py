@@ -4,11 +4,13 @@
   each vector's source is ``offset + sum(i[d] * stride[d])`` over the collapsed view
   (one set of constant divisions per vector, not per element) and it moves with one
   raw ``ld.global.v4``/``st.global.v4`` pair (``rawmove``), bits unconverted.
-* ``tiled``: a batched 2-D transpose through a 32 x 33 shared-memory tile (the extra
-  column keeps a warp's column reads on 32 different banks, for 2- and 4-byte
-  elements alike): one block of 32 x 8 threads per tile, reading along the source's
+* ``tiled``: a batched 2-D transpose through a shared-memory tile, 32 x 32 (64 x 64 of
+  2-byte elements on long enough sides; padded rows keep a warp's column reads on 32
+  different banks): one block of 256 threads per tile, reading along the source's
   contiguous dimension and writing along the result's, every read and write
-  coalesced. Edge tiles are masked element by element.
+  coalesced. Each thread issues all its loads before its first store (straight-line
+  code, loads clamped into the tensor rather than branched around); edge tiles mask
+  the stores element by element.
 
 Both move elements as stored (16-bit types as their int16 bits, f32 as float32 loads
 and stores, which do not touch a NaN's payload), so a copy is exact for every value.
@@ -31,13 +33,11 @@ from fusec.targets.cuda.common import (
     storage_signature,
     yielded,
 )
-from fusec.targets.cuda.strided import TILE, CopyPlan, View
+from fusec.targets.cuda.strided import CopyPlan, View
 
 THREADS = 256
 #: Blocks per multiprocessor at most for the vectorised loop; the grid stride covers the rest.
 BLOCKS_PER_SM = 16
-#: Rows of the tile each thread row moves: 32 x 8 threads, 4 elements each way.
-TILE_ROWS = THREADS // TILE
 
 
 def _sum(terms: list[str]) -> str:
@@ -70,7 +70,7 @@ def _module(
     dtype = spec_of(result.type).dtype
     dtypes = [dtype] + [spec_of(v.type).dtype for v in fused_op.inputs]
     storage = "np.float32" if dtype == "f32" else "np.int16"
-    helpers = [f"move{plan.vector_bytes}"] if plan.vector_bytes else []
+    helpers = [f"move{plan.vector_bytes}"] if plan.vector_bytes else ["load_bits", "store_bits"]
     parts = [
         header(
             fused_op,
@@ -145,13 +145,13 @@ def tiled(fused_op: ai.FusedOp, name: str, plan: CopyPlan) -> KernelSource:
     """The tiled transpose kernel module of ``plan`` (path ``tiled transpose``)."""
     name = kernel_name(name)
     view = plan.view
-    assert view is not None and plan.contiguous_dim >= 0
-    rank, j = len(view.shape), plan.contiguous_dim
-    out_strides = _out_strides(view)
+    assert view is not None and plan.contiguous_dim >= 0 and plan.tile
+    rank, j, side = len(view.shape), plan.contiguous_dim, plan.tile
     a, b = view.shape[j], view.shape[-1]
-    ta, tb = -(-a // TILE), -(-b // TILE)
+    ta, tb = -(-a // side), -(-b // side)
     batch = [d for d in range(rank - 1) if d != j]
     tiles = ta * tb * math.prod(view.shape[d] for d in batch)
+    pitch = _pitch(side, ITEMSIZE[spec_of(yielded(fused_op)[0].type).dtype])
     params, ins = _params(fused_op)
     code = Source([])
     code.add(0, "@cuda.jit", f"def {name}({', '.join(params)}):")
@@ -160,32 +160,24 @@ def tiled(fused_op: ai.FusedOp, name: str, plan: CopyPlan) -> KernelSource:
         '"""One tile per block: read along the source\'s contiguous dimension into '
         'shared memory, write along the result\'s."""',
     )
-    code.add(1, f"tile = cuda.shared.array(({TILE}, {TILE + 1}), STORAGE)")
-    code.add(1, "t = cuda.threadIdx.x", f"tx = t % {TILE}", f"ty = t // {TILE}")
-    code.add(1, "blk = cuda.blockIdx.x", f"tb = blk % {tb}", f"blk = blk // {tb}")
-    code.add(1, f"ta = blk % {ta}")
-    if batch:
-        code.add(1, f"blk = blk // {ta}")
-    names = [f"i{d}" for d in batch]
-    _split(code, 1, "blk", names, [view.shape[d] for d in batch])
-    src = _sum(
-        [str(view.offset) if view.offset else ""] + [_term(f"i{d}", view.strides[d]) for d in batch]
-    )
-    dst = _sum([_term(f"i{d}", out_strides[d]) for d in batch])
+    code.add(1, f"tile = cuda.shared.array(({side}, {pitch}), STORAGE)")
+    code.add(1, "t = cuda.threadIdx.x", f"tx = t % {side}", f"ty = t // {side}")
+    code.add(1, "blk = cuda.blockIdx.x")
+    for corner, count in (("b0", tb), ("a0", ta)):  # tile corners, then the batch index
+        code.add(1, f"{corner} = (blk % {count}) * {side}" if count > 1 else f"{corner} = 0")
+        if count > 1 and (batch or corner == "b0"):
+            code.add(1, f"blk = blk // {count}")
+    _split(code, 1, "blk", [f"i{d}" for d in batch], [view.shape[d] for d in batch])
+    offset = [str(view.offset) if view.offset else ""]
+    src = _sum(offset + [_term(f"i{d}", view.strides[d]) for d in batch])
+    dst = _sum([_term(f"i{d}", _out_strides(view)[d]) for d in batch])
     code.add(1, f"src = {src}", f"dst = {dst}")
-    code.add(1, f"a = ta * {TILE} + tx", f"if a < {a}:")
-    code.add(2, f"for y in range(ty, {TILE}, {TILE_ROWS}):")
-    code.add(3, f"b = tb * {TILE} + y", f"if b < {b}:")
-    code.add(4, f"tile[y, tx] = in{view.source}[src + a + {_term('b', view.strides[-1]) or '0'}]")
-    code.add(1, "cuda.syncthreads()")
-    code.add(1, f"b = tb * {TILE} + tx", f"if b < {b}:")
-    code.add(2, f"for y in range(ty, {TILE}, {TILE_ROWS}):")
-    code.add(3, f"a = ta * {TILE} + y", f"if a < {a}:")
-    code.add(4, f"out0[dst + {_term('a', out_strides[j])} + b] = tile[tx, y]")
+    _emit_tile_moves(code, view, j, side, (a, b), f"in{view.source}")
     notes = [
-        f"one {TILE} x {TILE} tile per block of {THREADS} threads ({tiles} tiles), shared "
-        f"memory {TILE} x {TILE + 1}; collapsed view: shape {list(view.shape)}, source "
-        f"strides {list(view.strides)}, offset {view.offset} (elements of input {view.source})",
+        f"one {side} x {side} tile per block of {THREADS} threads ({tiles} tiles), shared "
+        f"memory {side} x {pitch}, every thread's {side * side // THREADS} loads issued "
+        f"before its first store; collapsed view: shape {list(view.shape)}, source strides "
+        f"{list(view.strides)}, offset {view.offset} (elements of input {view.source})",
     ]
     tail = [
         f"TILES = {tiles}",
@@ -205,6 +197,67 @@ def tiled(fused_op: ai.FusedOp, name: str, plan: CopyPlan) -> KernelSource:
         "",
     ]
     return _module(fused_op, name, plan, notes, code.text(), tail)
+
+
+def _pitch(side: int, itemsize: int) -> int:
+    """Elements per shared row: an odd number of 4-byte words, so that the 32 lanes of a
+    column read (rows apart) fall on 32 different banks. (32 halves + 1: rows 16.5 words
+    apart, which also spreads them.)"""
+    if itemsize == 4 or side == 32:
+        return side + 1
+    return side + 2
+
+
+def _emit_tile_moves(
+    code: Source, view: View, j: int, side: int, extent: tuple[int, int], source: str
+) -> None:
+    """A whole tile (every tile but the last along each side) without bounds, else the
+    edge tile: its loads clamped into the tensor, its stores masked."""
+    a, b = extent
+    if a % side == 0 and b % side == 0:  # no edge tiles
+        _emit_tile_body(code, view, j, side, None, source, indent=1)
+    elif a < side or b < side:  # only edge tiles
+        _emit_tile_body(code, view, j, side, extent, source, indent=1)
+    else:
+        code.add(1, f"if a0 + {side} <= {a} and b0 + {side} <= {b}:  # the same for the block")
+        _emit_tile_body(code, view, j, side, None, source, indent=2)
+        code.add(1, "else:")
+        _emit_tile_body(code, view, j, side, extent, source, indent=2)
+
+
+def _emit_tile_body(
+    code: Source,
+    view: View,
+    j: int,
+    side: int,
+    edge: tuple[int, int] | None,
+    source: str,
+    indent: int,
+) -> None:
+    """Straight-line code: the thread's loads all issued before the first store to the
+    shared tile (clamped at an ``edge``, never branched around), the barrier, the tile's
+    column reads, the stores (masked at an ``edge``)."""
+    rows = [f"ty + {k * (THREADS // side)}" if k else "ty" for k in range(side * side // THREADS)]
+    code.add(indent, f"a = min(a0 + tx, {edge[0] - 1})" if edge else "a = a0 + tx")
+    for k, y in enumerate(rows):
+        row = f"min(b0 + {y}, {edge[1] - 1})" if edge else f"b0 + {y}"
+        at = _sum(["src", "a", _term(f"({row})", view.strides[-1])])
+        code.add(indent, f"v{k} = load_bits({source}, {at})")
+    code.add(indent, *(f"tile[{y}, tx] = v{k}" for k, y in enumerate(rows)))
+    code.add(indent, "cuda.syncthreads()")
+    code.add(indent, *(f"w{k} = tile[tx, {y}]" for k, y in enumerate(rows)))
+    out_a = _out_strides(view)[j]
+    code.add(indent, "b = b0 + tx")
+    if edge:
+        code.add(indent, f"if b < {edge[1]}:")
+        indent += 1
+    for k, y in enumerate(rows):
+        at = _sum(["dst", _term(f"(a0 + {y})", out_a), "b"])
+        if edge:
+            code.add(indent, f"if a0 + {y} < {edge[0]}:")
+            code.add(indent + 1, f"store_bits(out0, {at}, w{k})")
+        else:
+            code.add(indent, f"store_bits(out0, {at}, w{k})")
 
 
 def _out_strides(view: View) -> list[int]:

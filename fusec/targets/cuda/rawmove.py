@@ -1,4 +1,4 @@
-"""Raw vector moves for copy kernels: bytes from one flat array to another, unconverted.
+"""Raw moves for copy kernels: bytes from one flat array to another, unconverted.
 
 ``move<W>(dst, de, src, se)`` (``W`` = 4, 8 or 16) copies the ``W`` bytes at element
 ``se`` of ``src`` to element ``de`` of ``dst`` with one ``ld.global`` and one
@@ -9,8 +9,14 @@ payloads, signalling NaNs) arrives as stored; the device helpers of
 caller guarantees that ``se`` and ``de`` times the element size are multiples of ``W``
 (the arrays' base addresses are 16-byte aligned: the runtime's contract).
 
-Under Numba's CUDA simulator the same names are Python loops that also check that
-alignment, so a simulator test catches an access a GPU would fault on.
+``load_bits(arr, i)`` and ``store_bits(arr, i, value)`` read and write one element as
+stored, like ``arr[i]``, but without Numba's wrap-around of negative indices (a compare
+and an add per access, and an address the optimiser cannot fold): the caller's index
+is never negative, so consecutive accesses become one base address and immediate
+offsets.
+
+Under Numba's CUDA simulator the same names are Python that also checks alignment and
+index range, so a simulator test catches an access a GPU would fault on.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ WIDTHS = (4, 8, 16)
 
 def helper_names() -> list[str]:
     """The names this module gives generated kernels (through ``fusec.targets.cuda.abi``)."""
-    return [f"move{w}" for w in WIDTHS]
+    return [f"move{w}" for w in WIDTHS] + ["load_bits", "store_bits"]
 
 
 def _make_sim_moves() -> dict[str, Any]:
@@ -38,7 +44,18 @@ def _make_sim_moves() -> dict[str, Any]:
 
         return move
 
-    return {f"move{w}": make(w) for w in WIDTHS}
+    def load_bits(arr: Any, i: int) -> Any:
+        if not 0 <= i < len(arr):
+            raise AssertionError(f"load_bits: element {i} of {len(arr)}")
+        return arr[i]
+
+    def store_bits(arr: Any, i: int, value: Any) -> None:
+        if not 0 <= i < len(arr):
+            raise AssertionError(f"store_bits: element {i} of {len(arr)}")
+        arr[i] = value
+
+    moves = {f"move{w}": make(w) for w in WIDTHS}
+    return {**moves, "load_bits": load_bits, "store_bits": store_bits}
 
 
 def _make_gpu_moves() -> dict[str, Any]:
@@ -99,7 +116,29 @@ def _make_gpu_moves() -> dict[str, Any]:
 
         return move
 
-    return {f"move{w}": make(w) for w in WIDTHS}
+    @intrinsic
+    def load_bits(typingctx: Any, arr: Any, i: Any) -> Any:
+        sig = arr.dtype(arr, i)
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            return builder.load(pointer(context, builder, sig.args[0], args[0], args[1]))
+
+        return sig, codegen
+
+    @intrinsic
+    def store_bits(typingctx: Any, arr: Any, i: Any, value: Any) -> Any:
+        sig = types.void(arr, i, value)
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            arr_t, _, value_t = sig.args
+            stored = context.cast(builder, args[2], value_t, arr_t.dtype)
+            builder.store(stored, pointer(context, builder, arr_t, args[0], args[1]))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    moves = {f"move{w}": make(w) for w in WIDTHS}
+    return {**moves, "load_bits": load_bits, "store_bits": store_bits}
 
 
 numba_cuda()  # prepared before numba.cuda's extending API is touched

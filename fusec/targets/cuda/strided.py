@@ -17,8 +17,9 @@ at most three dimensions.
   each thread moves one vector per step, index arithmetic once per vector;
 * **tiled transpose**: the source's contiguous dimension is another one than the
   result's innermost (a transpose that moves the innermost dimension): 32 x 32 tiles
-  through shared memory, read along the source's contiguous dimension and written
-  along the result's, batched over the other dimensions;
+  (64 x 64 of 2-byte elements where both sides are that long) through shared memory,
+  read along the source's contiguous dimension and written along the result's, batched
+  over the other dimensions;
 * **gather**: the rest (a concat, a gather by a table of indices, a strided innermost
   dimension, an odd offset): the generic gather kernel (``fusec.targets.cuda.gather``).
 """
@@ -38,8 +39,11 @@ from fusec.targets.cuda.common import ITEMSIZE, yielded
 #: Vector widths in bytes the vectorised path tries, widest first (4 bytes at least: a
 #: 2-byte "vector" is the gather kernel's one element per thread).
 VECTOR_WIDTHS = (16, 8, 4)
-#: Side of the tiled transpose's square tile (elements).
+#: Side of the tiled transpose's square tile (elements): 32, or 64 for 2-byte elements
+#: when both sides of the transpose are at least that long (a block then moves 8 KiB,
+#: as a 32 x 32 tile of 4-byte elements does: as many bytes in flight per block).
 TILE = 32
+TILE_16BIT = 64
 #: The most tiles of a tiled transpose: one block per tile, in a 1-D grid.
 MAX_TILES = (1 << 31) - 1
 
@@ -59,13 +63,15 @@ class View:
 class CopyPlan:
     """The kernel a copy group gets: ``path`` (``"vectorised"``, ``"tiled transpose"`` or
     ``"gather"``), the collapsed ``view`` (None for the gather), the vector width in
-    bytes (vectorised), the source-contiguous dimension (tiled) and why in words."""
+    bytes (vectorised), the source-contiguous dimension and tile side (tiled) and why in
+    words."""
 
     path: str
     why: str
     view: View | None = None
     vector_bytes: int = 0
     contiguous_dim: int = -1
+    tile: int = 0
 
     @property
     def label(self) -> str:
@@ -73,7 +79,7 @@ class CopyPlan:
         if self.path == "vectorised":
             return f"vectorised {self.vector_bytes} B"
         if self.path == "tiled transpose":
-            return f"tiled transpose {TILE}x{TILE}"
+            return f"tiled transpose {self.tile}x{self.tile}"
         return "gather"
 
 
@@ -201,7 +207,7 @@ def copy_plan(fused_op: ai.FusedOp) -> CopyPlan:
     if view.strides[-1] == 1:
         return _vector_plan(view, itemsize)
     if 1 in view.strides:
-        return _tile_plan(view)
+        return _tile_plan(view, itemsize)
     return CopyPlan("gather", "no dimension of the result is contiguous in the source")
 
 
@@ -222,15 +228,16 @@ def _vector_plan(view: View, itemsize: int) -> CopyPlan:
     return CopyPlan("gather", why)
 
 
-def _tile_plan(view: View) -> CopyPlan:
+def _tile_plan(view: View, itemsize: int) -> CopyPlan:
     j = view.strides.index(1)
     a, b = view.shape[j], view.shape[-1]
+    tile = TILE_16BIT if itemsize == 2 and min(a, b) >= TILE_16BIT else TILE
     batch = math.prod(view.shape) // (a * b)
-    tiles = batch * -(-a // TILE) * -(-b // TILE)
+    tiles = batch * -(-a // tile) * -(-b // tile)
     if tiles > MAX_TILES:
         return CopyPlan("gather", f"{tiles} tiles: more than one 1-D grid holds")
     why = (
         f"the source's contiguous dimension ({a} elements) moves to dimension {j} of the "
         f"collapsed result {list(view.shape)}: {batch} transpose(s) of {a} x {b}"
     )
-    return CopyPlan("tiled transpose", why, view, contiguous_dim=j)
+    return CopyPlan("tiled transpose", why, view, contiguous_dim=j, tile=tile)
