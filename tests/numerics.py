@@ -23,14 +23,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-RTOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}
-ATOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}
+RTOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2, "i64": 0.0, "i32": 0.0, "i1": 0.0}
+ATOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2, "i64": 0.0, "i32": 0.0, "i1": 0.0}
 
 
 def dtype_name(array) -> str:
-    """'f32', 'f16' or 'bf16' of a numpy (or ml_dtypes) array; f64 compares as f32."""
+    """'f32', 'f16' or 'bf16' of a numpy (or ml_dtypes) array, f64 compares as f32;
+    'i64', 'i32' or 'i1' of an integer or bool one (compared exactly)."""
     name = np.asarray(array).dtype.name
-    return {"float16": "f16", "bfloat16": "bf16"}.get(name, "f32")
+    known = {"float16": "f16", "bfloat16": "bf16", "int64": "i64", "int32": "i32", "bool": "i1"}
+    return known.get(name, "f32")
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from xdsl.pattern_rewriter import (
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.ir.dtypes import numpy_dtype
 
 _NUMPY = {"f32": np.float32, "f16": np.float16}
 
@@ -75,13 +76,7 @@ def constant(value: SSAValue, max_elements: int = 1 << 16) -> np.ndarray | None:
     spec = spec_of(value.type)
     if math.prod(spec.shape) > max_elements:
         return None
-    if spec.dtype == "bf16":
-        import ml_dtypes
-
-        dtype: type = ml_dtypes.bfloat16
-    else:
-        dtype = _NUMPY[spec.dtype]
-    data = np.frombuffer(attr.data.data, dtype=dtype).astype(np.float64)
+    data = np.frombuffer(attr.data.data, dtype=numpy_dtype(spec.dtype)).astype(np.float64)
     if data.size == 1:  # a splat, 0-d scalars included
         return np.full(spec.shape, data[0])
     return data.reshape(spec.shape)

@@ -55,10 +55,12 @@ from fusec.ir.dtypes import numpy_dtype
 from fusec.ir.memory import check_bytes, tensor_bytes
 from fusec.ir.module import entry_function
 
-#: Tolerance by element type: rtol, and atol per unit of the reference's RMS.
-TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2}
-#: Element types from the most precise to the least (bf16 keeps 8 significant bits).
-PRECISION_ORDER = ("f32", "f16", "bf16")
+#: Tolerance by element type: rtol, and atol per unit of the reference's RMS (integers
+#: and bools exactly).
+TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2, "i64": 0.0, "i32": 0.0, "i1": 0.0}
+#: Element types from the most precise to the least (bf16 keeps 8 significant bits;
+#: integers are exact, so an f32 result computed from them keeps the f32 tolerance).
+PRECISION_ORDER = ("i1", "i32", "i64", "f32", "f16", "bf16")
 
 #: Tolerance of the ``pipeline`` comparison: float64 maths before and after the passes.
 PIPELINE_TOLERANCE = 1e-9
@@ -70,7 +72,9 @@ def argument_names(fn: func.FuncOp) -> list[str]:
 
 
 def random_inputs(fn: func.FuncOp, seed: int = 0) -> list[np.ndarray]:
-    """Standard-normal arrays of the entry's argument types (never zeros)."""
+    """Standard-normal arrays of the entry's float argument types (never zeros); integers
+    uniform in [0, 4) (valid indices of any table of 4 rows or more: token ids, masks)
+    and fair-coin bools for the integer and bool ones."""
     if seed < 0:
         raise FusecError(f"the seed must be >= 0, got {seed}")
     rng = np.random.default_rng(seed)
@@ -80,6 +84,12 @@ def random_inputs(fn: func.FuncOp, seed: int = 0) -> list[np.ndarray]:
     for param in fn.function_type.inputs.data:
         spec = spec_of(param)
         try:
+            if spec.dtype == "i1":
+                arrays.append(np.asarray(rng.random(spec.shape) < 0.5))
+                continue
+            if spec.dtype in ("i64", "i32"):
+                arrays.append(rng.integers(0, 4, spec.shape).astype(numpy_dtype(spec.dtype)))
+                continue
             arrays.append(rng.standard_normal(spec.shape).astype(numpy_dtype(spec.dtype)))
         except MemoryError:
             raise FusecError(f"not enough memory for a random {spec}") from None
@@ -260,9 +270,9 @@ def elementwise_error(out: np.ndarray, ref: np.ndarray, tolerance: float) -> tup
     finite = want[np.isfinite(want)]
     rms = float(np.sqrt(np.mean(finite**2))) if finite.size else 0.0
     allowed = tolerance * (rms if rms > 0 else 1.0) + tolerance * np.abs(want)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):
         diff = np.where(got == want, 0.0, np.abs(got - want))
-        ratio = diff / allowed
+        ratio = np.where(diff == 0, 0.0, diff / allowed)  # exact types: allowed is 0
     worst = float(np.max(np.nan_to_num(ratio, nan=np.inf))) if ratio.size else 0.0
     norm = np.linalg.norm(finite)
     l2 = float(np.linalg.norm(np.nan_to_num(diff, nan=np.inf)) / (norm if norm > 0 else 1.0))

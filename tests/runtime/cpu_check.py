@@ -25,6 +25,12 @@ from fusec.tools import runner
 
 
 def poison(shape, dtype) -> np.ndarray:
+    """NaN, or for an integer dtype a value no test computes (bools: True)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return np.ones(shape, dtype)
+    if dtype.kind in "iu":
+        return np.full(shape, np.iinfo(dtype).min + 7, dtype=dtype)
     return np.full(shape, np.nan, dtype=dtype)
 
 

@@ -6,13 +6,13 @@ import contextlib
 import math
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from fusec.codegen import KernelSource
-from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.dtypes import is_float, numpy_dtype
 from fusec.runtime.launch import Allocator, Launch
 from fusec.targets.cpu import affinity, blas
 from fusec.targets.cpu.buffers import MIN_BYTES, shared_pool
@@ -41,16 +41,22 @@ class CpuBackend:
         self, launch: Launch, fn: Callable[..., Any], inputs: list[Any], alloc: Allocator | None
     ) -> list[Any]:
         plan = self._plans.get(id(launch)) or self._plan(launch)
-        args = [_as_f32(a).reshape(-1) for a in inputs]
+        if plan.input_dtypes:
+            args = [_as(a, d).reshape(-1) for a, d in zip(inputs, plan.input_dtypes, strict=True)]
+        else:
+            args = [_as_f32(a).reshape(-1) for a in inputs]
         if alloc is None:
             outs = [
-                np.empty(size, _F32).reshape(shape) if small else self.pool.empty(shape, _F32)
-                for shape, size, small in plan.outputs
+                np.empty(size, dtype).reshape(shape) if small else self.pool.empty(shape, dtype)
+                for shape, size, small, dtype in plan.outputs
             ]
         else:
-            outs = [alloc(shape, _F32) for shape, _, _ in plan.outputs]
-            if not all(o.flags.c_contiguous and o.dtype == _F32 for o in outs):
-                raise ValueError("the allocator must return C-contiguous float32 arrays")
+            outs = [alloc(shape, dtype) for shape, _, _, dtype in plan.outputs]
+            stored = [dtype for _, _, _, dtype in plan.outputs]
+            if not all(
+                o.flags.c_contiguous and o.dtype == d for o, d in zip(outs, stored, strict=True)
+            ):
+                raise ValueError("the allocator must return C-contiguous arrays of the dtype asked")
         args += [o.reshape(-1) for o in outs]
         if _threadsafe_layer():
             affinity.run(fn, args)
@@ -66,13 +72,16 @@ class CpuBackend:
         """The launch's outputs, worked out on its first run."""
         specs = launch.kernel.outputs
         dtypes = [np.dtype(numpy_dtype(spec.dtype)) for spec in specs]
-        casts = [None if d == _F32 else d for d in dtypes]
+        stored = [_storage(spec.dtype) for spec in specs]
+        casts = [None if d == s else d for d, s in zip(dtypes, stored, strict=True)]
         outputs = []
-        for spec in specs:
+        for spec, dtype in zip(specs, stored, strict=True):
             shape = tuple(spec.shape)
             size = math.prod(shape)
-            outputs.append((shape, size, size * _F32.itemsize < MIN_BYTES))
-        plan = _OutputPlan(outputs, casts if any(casts) else [])
+            outputs.append((shape, size, size * dtype.itemsize < MIN_BYTES, dtype))
+        ins = [_storage(spec.dtype) for spec in launch.kernel.inputs]
+        input_dtypes = ins if any(d != _F32 for d in ins) else []
+        plan = _OutputPlan(outputs, casts if any(casts) else [], input_dtypes)
         self._plans[id(launch)] = plan
         return plan
 
@@ -124,12 +133,27 @@ def _threadsafe_layer() -> bool:
 
 @dataclass(frozen=True)
 class _OutputPlan:
-    """A launch's outputs: shape, element count and whether it is small enough for a plain
-    ``np.empty`` (``buffers.MIN_BYTES``; larger ones come from the pool), and, for 16-bit
-    outputs, the dtype to round to (an empty list when all are float32)."""
+    """A launch's outputs: shape, element count, whether it is small enough for a plain
+    ``np.empty`` (``buffers.MIN_BYTES``; larger ones come from the pool) and the dtype
+    the kernel stores, and, for 16-bit outputs, the dtype to round to (an empty list when
+    none is). ``input_dtypes``: the dtype each input is passed in, when one is not
+    float32 (an integer or bool tensor; else empty, every input float32)."""
 
-    outputs: list[tuple[tuple[int, ...], int, bool]]
+    outputs: list[tuple[tuple[int, ...], int, bool, np.dtype]]
     casts: list[np.dtype | None]
+    input_dtypes: list[np.dtype] = field(default_factory=list)
+
+
+def _storage(dtype: str) -> np.dtype:
+    """The dtype a cpu kernel holds a tensor of element type ``dtype`` in: float32 for
+    every float type (16-bit ones are converted around the call), else its own."""
+    return _F32 if is_float(dtype) else np.dtype(numpy_dtype(dtype))
+
+
+def _as(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    if type(array) is np.ndarray and array.dtype == dtype and array.flags.c_contiguous:
+        return array
+    return np.ascontiguousarray(array, dtype=dtype)
 
 
 def _as_f32(array: np.ndarray) -> np.ndarray:

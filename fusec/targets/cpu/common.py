@@ -5,7 +5,9 @@ flat float32 arrays (a pointwise loop, a row-reduction loop, an im2col) and a
 plain Python ``launch(in0, ..., out0, ...)`` that allocates scratch buffers,
 calls the stages and numpy's BLAS in order. The runtime hands ``launch``
 float32 copies of 16-bit tensors and rounds 16-bit results back (Numba's CPU
-float16 support is partial), which every header says.
+float16 support is partial), which every header says. Integer and bool
+tensors (i64, i32, i1) are passed in their own dtypes, and a stage's arrays
+are typed by the group value they hold (``array_types``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen.expr import ExprGenerator, error_at, header, helper_source, shape_of
 from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
 
 # ``cached_njit`` is ``numba.njit(..., cache=True)`` with authenticated cache files
 # (see fusec.runtime.numba_cache): Numba's cache is pickles, and loading one runs code.
@@ -62,13 +65,17 @@ class Stage:
     parallel: bool = True
     #: Import lines the body needs (added to the module's prelude once).
     imports: tuple[str, ...] = ()
+    #: The element type of arrays that are not float32 (integer and bool group inputs
+    #: and outputs, by name); ``assemble`` fills it from the group.
+    dtypes: dict[str, str] = field(default_factory=dict)
 
     def source(self) -> str:
         # Group inputs (``inN``) are only read: typed read-only so that read-only
         # arrays (np.frombuffer, onnx initialisers) need no copy; writable ones
         # convert to that type too.
         passed = self.args or self.params
-        sig = f"numba.void({', '.join(_array_type(a) for a in passed)})"
+        types = (_array_type(a, self.dtypes.get(a, "f32")) for a in passed)
+        sig = f"numba.void({', '.join(types)})"
         lines = []
         if self.comment:
             lines.append(f"# {self.comment}")
@@ -87,12 +94,32 @@ class Stage:
 INPUT_ALIASES = frozenset({"wraw"})
 
 
-def _array_type(name: str) -> str:
+#: The Numba scalar type of the arrays of each non-float element type.
+_NUMBA_SCALARS = {"i64": "numba.int64", "i32": "numba.int32", "i1": "numba.boolean"}
+
+
+def _array_type(name: str, dtype: str = "f32") -> str:
     """The Numba type of a stage argument: group inputs (and their aliases) read-only,
-    the blocked kernels' block ``counter`` int64, everything else writable float32."""
+    the blocked kernels' block ``counter`` int64, float values float32 (16-bit ones
+    are converted around the call) and integer and bool values their own type."""
     if name == "counter":
         return "numba.int64[::1]"
-    return "ro" if name.startswith("in") or name in INPUT_ALIASES else "rw"
+    read_only = name.startswith("in") or name in INPUT_ALIASES
+    scalar = _NUMBA_SCALARS.get(dtype)
+    if scalar is None:
+        return "ro" if read_only else "rw"
+    if read_only:
+        return f'numba.types.Array({scalar}, 1, "C", readonly=True)'
+    return f"{scalar}[::1]"
+
+
+def array_dtypes(fused_op: ai.FusedOp) -> dict[str, str]:
+    """The element type of every integer or bool group input and output, by array name
+    (``in0``..., ``out0``...): the arrays that are not float32."""
+    named = [(f"in{i}", v) for i, v in enumerate(fused_op.inputs)]
+    named += [(f"out{i}", v) for i, v in enumerate(fused_op.results)]
+    dtypes = {name: spec_of(v.type).dtype for name, v in named}
+    return {name: dtype for name, dtype in dtypes.items() if dtype in _NUMBA_SCALARS}
 
 
 @dataclass
@@ -198,7 +225,9 @@ def assemble(
 
     for name in sorted(set().union(*(stage.helpers for stage in stages))):
         parts.append(f"\n{HELPER_DECORATOR}\n{ROW_HELPERS[name]}\n")
+    dtypes = array_dtypes(fused_op)
     for stage in stages:
+        stage.dtypes = {**dtypes, **stage.dtypes}
         parts.append("\n" + stage.source())
     launch = [
         "",
