@@ -30,3 +30,28 @@ def resnet_basic(n=2, c=64, h=16, w=16, t="f16") -> str:
     %t2: {ct}) -> {x} {{
 {resnet_basic_body(x, wt, ct)}
 }}"""
+
+
+def resnet_downsample(n=2, c=64, h=16, w=16, t="f16") -> str:
+    """A ResNet basic block that halves the image: a 3x3/2 conv and a 1x1/2 downsample of
+    the input (both strided along W), each with BatchNorm folded, added, relu."""
+    k = 2 * c
+    x, y = _t((n, c, h, w), t), _t((n, k, (h + 1) // 2, (w + 1) // 2), t)
+    w1, w2, wd, ck = _t((k, c, 3, 3), t), _t((k, k, 3, 3), t), _t((k, c, 1, 1), t), _t((k, 1, 1), t)
+    stride2 = "strides = array<i64: 2, 2>"
+    return f"""func.func @down(%x: {x}, %w1: {w1}, %s1: {ck}, %t1: {ck}, %w2: {w2}, %s2: {ck},
+    %t2: {ck}, %wd: {wd}, %sd: {ck}, %td: {ck}) -> {y} {{
+  %c1 = ai.conv2d %x, %w1 {{{stride2}, padding = array<i64: 1, 1>}} : {x} * {w1}
+  %m1 = ai.mul %c1, %s1 : {y} * {ck}
+  %a1 = ai.add %m1, %t1 : {y} * {ck}
+  %r1 = ai.relu %a1 : {y}
+  %c2 = ai.conv2d %r1, %w2 {{padding = array<i64: 1, 1>}} : {y} * {w2}
+  %m2 = ai.mul %c2, %s2 : {y} * {ck}
+  %a2 = ai.add %m2, %t2 : {y} * {ck}
+  %cd = ai.conv2d %x, %wd {{{stride2}}} : {x} * {wd}
+  %md = ai.mul %cd, %sd : {y} * {ck}
+  %ad = ai.add %md, %td : {y} * {ck}
+  %s = ai.add %a2, %ad : {y} * {y}
+  %r = ai.relu %s : {y}
+  return %r : {y}
+}}"""

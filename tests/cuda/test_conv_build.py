@@ -77,6 +77,17 @@ GEOMETRIES = [
     (ConvGeometry(2, 64, 6, 7, 8, 3, 3, 1, 1, 2, 1, 0, 0, 1, 2, 4), ConvTile(64, 64, 2, 1, "n"), 5),
     # 1x1, more strips than the grid covers at once
     (ConvGeometry(3, 16, 4, 5, 24, 1, 1), ConvTile(64, 256, 2, 2, "n"), 1),
+    # stride 4 along W (the most a box's 256 pixels allow) with dilation 2 and padding
+    (ConvGeometry(1, 8, 5, 70, 8, 2, 3, 1, 4, 0, 2, 0, 1, 1, 2), ConvTile(64, 64, 2, 1, "n"), 2),
+    # 3x3 stride 3 both ways, padding 1, ragged rows
+    (ConvGeometry(2, 16, 10, 29, 24, 3, 3, 3, 3, 1, 1, 1, 1), ConvTile(64, 64, 2, 1, "n"), 3),
+]  # fmt: skip
+
+#: Strided along W (each strip's box traverses every stride_w-th input pixel): the ResNet
+#: 3x3/2 and the 1x1/2 downsample, a second strip per row (q0 = 64 reads from pixel 128).
+STRIDED_W = [
+    (ConvGeometry(2, 16, 7, 13, 24, 3, 3, 2, 2, 1, 1, 1, 1), ConvTile(64, 64, 2, 1, "n"), 3),
+    (ConvGeometry(1, 16, 3, 150, 8, 1, 1, 2, 2), ConvTile(64, 64, 2, 1, "n"), 2),
 ]  # fmt: skip
 
 
@@ -86,7 +97,7 @@ def _first(index: int, _value: object) -> bool:
     return index == 0
 
 
-@pytest.mark.parametrize("geo, tile, grid", sampled(GEOMETRIES, _first, unpack=True))
+@pytest.mark.parametrize("geo, tile, grid", [*sampled(GEOMETRIES, _first, unpack=True), *STRIDED_W])
 def test_tile_model_matches_the_reference_conv(
     geo: ConvGeometry, tile: ConvTile, grid: int
 ) -> None:
@@ -117,6 +128,16 @@ def test_tma_box_zero_fills_outside() -> None:
     box = model.tma_box(t, (-1, 2), (3, 2))  # columns -1..1 of rows 2..3
     np.testing.assert_array_equal(box, [[0, 8, 9], [0, 0, 0]])
     assert not model.tma_box(t, (5, -4), (2, 2)).any()  # entirely outside
+
+
+def test_tma_box_element_strides_load_every_nth_element_packed() -> None:
+    """A traversal stride loads ceil(box / stride) elements from the box's start, packed,
+    with zero fill where a traversed coordinate is outside."""
+    t = np.arange(30, dtype=np.float32).reshape(3, 10)
+    box = model.tma_box(t, (-1, 1), (7, 2), (2, 1))  # columns -1, 1, 3, 5 of rows 1..2
+    np.testing.assert_array_equal(box, [[0, 11, 13, 15], [0, 21, 23, 25]])
+    box = model.tma_box(t, (5, 0), (8, 1), (3, 1))  # columns 5, 8, 11 (outside) of row 0
+    np.testing.assert_array_equal(box, [[5, 8, 0]])
 
 
 def test_relayout_is_krsc() -> None:
@@ -228,7 +249,12 @@ def _kernel_source(text: str) -> str:
         (conv_text(t="bf16", sh=2), "implicit-GEMM conv2d"),
         (conv_text(g=64), "direct conv2d"),
         (conv_text(c=32, k=64, g=8), "direct conv2d"),
-        (conv_text(sw=2), "FALLBACK: the Tensor Core template cannot serve it: stride along W"),
+        (conv_text(sw=2), "implicit-GEMM conv2d on the Hopper Tensor Cores"),
+        (conv_text(sh=2, sw=4, w=300), "implicit-GEMM conv2d on the Hopper Tensor Cores"),
+        (
+            conv_text(sw=5, w=300),
+            "FALLBACK: the Tensor Core template cannot serve it: stride along W of 5 > 4",
+        ),
         (conv_text(t="f32"), "FALLBACK: the Tensor Core template cannot serve it: f32 conv"),
     ],
 )
@@ -268,6 +294,14 @@ SPECS = [
         "bf16",
         "f32",
     ),
+    # ResNet-50's stride-2 3x3 (layer 2, batch 32): strided boxes along W
+    ConvSpec(
+        ConvGeometry(32, 128, 56, 56, 128, 3, 3, 2, 2, 1, 1, 1, 1),
+        ConvTile.parse("64x128 s4 c2n"),
+        "f16",
+        "f16",
+        BIAS_RELU,
+    ),
 ]
 
 
@@ -289,7 +323,13 @@ def test_tma_innermost_coordinates_are_16_byte_aligned() -> None:
 @pytest.mark.parametrize(
     "spec",
     SPECS,
-    ids=["bench-64x256n-f16", "bench-64x128n", "bench-64x192-1c", "128x256m-bf16-f32"],
+    ids=[
+        "bench-64x256n-f16",
+        "bench-64x128n",
+        "bench-64x192-1c",
+        "128x256m-bf16-f32",
+        "stride2-64x128n",
+    ],
 )
 def test_conv_cubin_is_one_inlined_wgmma_kernel(spec: ConvSpec, tmp_path) -> None:
     from fusec.runtime.cache import KernelCache

@@ -11,7 +11,7 @@ kernel header, so a case cannot silently test the PyTorch fallback instead.
 from __future__ import annotations
 
 import pytest
-from conv_cases import _t, resnet_basic, resnet_basic_body
+from conv_cases import _t, resnet_basic, resnet_basic_body, resnet_downsample
 from numerics import assert_close
 
 pytestmark = pytest.mark.gpu
@@ -66,8 +66,8 @@ def conv_graph(
 CASES = {
     # name: (graph, expected routing text in the kernel header); simplest first, so a
     # failing advanced variant leaves the simpler ones measured
-    "stride2w-fallback": (
-        conv_graph(2, 64, 9, 9, 64, 3, 3, stride=(2, 2), pad=(1, 1)), "FALLBACK"
+    "stride5w-fallback": (
+        conv_graph(2, 64, 9, 300, 64, 3, 3, stride=(2, 5), pad=(1, 1)), "FALLBACK"
     ),
     "depthwise-stride2-bf16": (
         conv_graph(2, 64, 15, 15, 64, 3, 3, t="bf16", stride=(2, 2), pad=(1, 1), groups=64),
@@ -97,6 +97,23 @@ CASES = {
     ),
     "stride2h-asym-pad-dil2w-bf16": (
         conv_graph(2, 64, 11, 70, 64, 3, 3, t="bf16", stride=(2, 1), pad=(0, 2, 1, 0), dil=(1, 2)),
+        "implicit-GEMM",
+    ),
+    # strided along W: each strip's TMA box traverses every stride_w-th input pixel
+    "stride2-3x3": (conv_graph(2, 64, 9, 9, 64, 3, 3, stride=(2, 2), pad=(1, 1)), "implicit-GEMM"),
+    "stride2-3x3-resnet-layer2": (
+        conv_graph(4, 128, 56, 56, 128, 3, 3, stride=(2, 2), pad=(1, 1), tail="bn"),
+        "implicit-GEMM",
+    ),
+    "stride2-1x1-downsample-2-strips": (
+        conv_graph(2, 64, 6, 150, 128, 1, 1, stride=(2, 2), tail="bn"), "implicit-GEMM"
+    ),
+    "stride4w-dil2-pad-bf16": (
+        conv_graph(2, 32, 5, 90, 48, 2, 3, t="bf16", stride=(1, 4), pad=(0, 2, 0, 1), dil=(1, 2)),
+        "implicit-GEMM",
+    ),
+    "stride3-residual": (
+        conv_graph(2, 48, 10, 29, 64, 3, 3, stride=(3, 3), pad=(1, 1), tail="residual"),
         "implicit-GEMM",
     ),
 }  # fmt: skip
@@ -435,6 +452,32 @@ def test_conv_handoff_matches_reference(name: str, loads: str, monkeypatch) -> N
         (out,) = compiled._runner(args, poison=True)
         (ref,) = run_reference(compiled.module, args, rounding="groups")
         assert_close(out, ref, what=f"{name}, {loads}, seed {seed}")
+
+
+@pytest.mark.parametrize("handoff", ["nhwc", "off"])
+@pytest.mark.parametrize(
+    "shape",
+    [(2, 64, 16, 16), (4, 64, 56, 56), (2, 64, 15, 13)],
+    ids=lambda s: "x".join(map(str, s)),
+)
+def test_resnet_downsample_block_runs_every_conv_on_the_tensor_cores(
+    shape: tuple, handoff: str, monkeypatch
+) -> None:
+    """The stride-2 3x3 and 1x1 convs of a downsampling block run as the implicit GEMM
+    (strided TMA boxes), with the conv -> conv hand-off and without, odd sizes included."""
+    import fusec
+    from fusec.runtime.reference import entry_function, run_reference
+    from fusec.tools.runner import random_inputs
+
+    monkeypatch.setenv("FUSEC_CONV_HANDOFF", handoff)
+    compiled = fusec.compile(resnet_downsample(*shape), target="cuda")
+    headers = [k.source.split("\n\n")[0] for k in compiled.kernels if k.kind == "conv"]
+    assert len(headers) == 3 and all("implicit-GEMM" in h for h in headers), headers
+    for seed in (0, 1):
+        args = random_inputs(entry_function(compiled.module), seed=seed)
+        (out,) = compiled._runner(args, poison=True)
+        (ref,) = run_reference(compiled.module, args, rounding="groups")
+        assert_close(out, ref, what=f"downsample {shape}, {handoff}, seed {seed}")
 
 
 # ------------- conv-layout: the channels-last copy groups, constant weights relaid at compile

@@ -161,8 +161,8 @@ CONV = """func.func @f(%x: tensor<2x{c}x9x10xf16>, %k: tensor<64x{cg}x3x3xf16>)
 @pytest.mark.requires_target("cuda")
 @pytest.mark.parametrize(
     "groups, stride_w, fallback, direct",
-    [(1, 1, 0, 0), (64, 1, 0, 1), (1, 2, 1, 0)],
-    ids=["implicit-gemm", "depthwise-direct", "stride-w-fallback"],
+    [(1, 1, 0, 0), (64, 1, 0, 1), (1, 2, 0, 0), (1, 5, 1, 0)],
+    ids=["implicit-gemm", "depthwise-direct", "stride-w-2-implicit-gemm", "stride-w-5-fallback"],
 )
 def test_kernel_stats_reads_the_cuda_kernel_headers(groups, stride_w, fallback, direct) -> None:
     text = CONV.format(c=64, cg=64 // groups, g=groups, sw=stride_w, q=(10 - 1) // stride_w + 1)
@@ -173,7 +173,9 @@ def test_kernel_stats_reads_the_cuda_kernel_headers(groups, stride_w, fallback, 
     assert (stats["fallback"], stats["direct_conv"]) == (fallback, direct)
     if fallback:
         (reason,) = stats["fallback_reasons"]
-        assert reason.startswith("conv: the Tensor Core template cannot serve it: stride along W")
+        assert reason.startswith(
+            "conv: the Tensor Core template cannot serve it: stride along W of 5"
+        )
 
 
 def test_quick_plan_and_batches() -> None:

@@ -35,6 +35,9 @@ SMEM_ALIGN = 1024
 MMA_M = 64
 STRIP = 64  # output pixels per strip: one 128-byte row of 16-bit values
 CHUNK = 64  # input channels per reduction step
+#: A TMA box traverses at most 256 elements along a dimension, so a strip of STRIP output
+#: pixels can span at most 256 input pixels: a stride along W of 4 at most.
+MAX_STRIDE_W = 256 // STRIP
 
 _TEXT = re.compile(r"^(\d+)x(\d+) s(\d+) c(\d+)([mn])$")
 
@@ -196,6 +199,18 @@ class ConvTile:
             raise ValueError(f"bad conv tile {text!r}: expected e.g. '64x256 s4 c2n'")
         bm, bn, stages, consumers, split = match.groups()
         return cls(int(bm), int(bn), int(stages), int(consumers), split)
+
+
+def nhwc_box(geo: ConvGeometry) -> tuple[int, ...]:
+    """The TMA box of one strip of the channels-last input ``(CG, G, W, H, N)``, innermost
+    first: 64 channels of the STRIP * stride_w input pixels a strip's taps traverse."""
+    return (CHUNK, 1, STRIP * geo.stride_w, 1, 1)
+
+
+def nhwc_element_strides(geo: ConvGeometry) -> tuple[int, ...]:
+    """The box's traversal steps: every stride_w-th pixel along W (TMA packs the STRIP
+    pixels it loads), every element elsewhere."""
+    return (1, 1, geo.stride_w, 1, 1)
 
 
 def tile_count(tile: ConvTile, geo: ConvGeometry) -> int:

@@ -8,8 +8,10 @@ the shape of the GEMM's (``gemm.cpp``):
   and, per reduction step (tap ``r, s``, channel chunk ``cc``), issues one 4-D
   TMA box of the re-laid weights (``bm`` output channels x 64 channels,
   K-major) and one 5-D TMA box per pixel strip of the channels-last input
-  (64 pixels x 64 channels at ``(cc*64, g, q0 + s*DW - PL, p*SH + r*DH - PT,
-  n)``: K-major, 128-byte swizzle; padding and ragged edges are zero fill);
+  (64 pixels x 64 channels at ``(cc*64, g, q0*SW + s*DW - PL, p*SH + r*DH - PT,
+  n)``, stepping SW pixels along W: TMA's traversal stride, so a strided conv reads
+  only the pixels it uses: K-major, 128-byte swizzle; padding and ragged edges are
+  zero fill);
 * consumer warpgroups (232 registers) run ``wgmma.m64n{wn}k16`` on their
   rows (split "m") or columns (split "n") of the tile and then the epilogue
   on the f32 accumulators at output element ``(n, k, p, q)``, stored into the
@@ -47,7 +49,14 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass, field
 
-from fusec.targets.cuda.conv.config import STRIP, ConvGeometry, ConvTile, cdiv, tile_count
+from fusec.targets.cuda.conv.config import (
+    MAX_STRIDE_W,
+    STRIP,
+    ConvGeometry,
+    ConvTile,
+    cdiv,
+    tile_count,
+)
 from fusec.targets.cuda.conv.transpose import TransposeTiling, transpose_defines, transpose_kernel
 from fusec.targets.cuda.gemm.cpp import CONSUMER_REGISTERS, PRODUCER_REGISTERS, Epilogue
 from fusec.targets.cuda.linked import content_key
@@ -256,9 +265,14 @@ class ConvSpec:
 
 
 def implicit_gemm_problem(geo: ConvGeometry) -> str | None:
-    """Why the implicit GEMM cannot run ``geo`` (None when it can)."""
-    if geo.stride_w != 1:
-        return "stride along W > 1: TMA cannot stride the innermost (contiguous) dimension"
+    """Why the implicit GEMM cannot run ``geo`` (None when it can). A stride along W is
+    the channels-last box's traversal step (``config.nhwc_element_strides``); the NCHW
+    in-place reads cannot take one (``nchw_input_problem``)."""
+    if geo.stride_w > MAX_STRIDE_W:
+        return (
+            f"stride along W of {geo.stride_w} > {MAX_STRIDE_W}: a TMA box traverses at most "
+            f"256 pixels, and a strip of {STRIP} output pixels would span {STRIP * geo.stride_w}"
+        )
     if max(geo.stride_h, geo.dil_h, geo.dil_w) > 1 << 15 or geo.n * geo.c * geo.h * geo.w >= 2**31:
         return "sizes beyond 32-bit coordinates"
     return None
@@ -274,7 +288,7 @@ def nchw_input_problem(geo: ConvGeometry, tma: bool = True) -> str | None:
     and the row pitch ``W`` too (the strides of a tensor map are multiples of 16 bytes).
     """
     if geo.stride_w != 1:
-        return "stride along W > 1"
+        return "stride along W > 1: TMA cannot stride the innermost (contiguous) dimension"
     if not tma:
         return nchw_pitch_problem(geo)
     shifts = sorted({s * geo.dil_w - geo.pad_left for s in range(geo.s)})
@@ -477,9 +491,12 @@ def _strip_load(spec: ConvSpec) -> str:
         # NCHW map (W, H, CG, G, N): [channel][pixel] rows; q0 + s*DW - PL is a multiple
         # of 8 (nchw_input_problem), so the read starts 16-byte aligned
         coords = "q0 + s * DW - PL, p * SH + r * DH - PT, cc * 64, g, n"
-    else:
+    elif spec.geo.stride_w == 1:
         # channels-last map (CG, G, W, H, N): [pixel][channel] rows
         coords = "cc * 64, g, q0 + s * DW - PL, p * SH + r * DH - PT, n"
+    else:
+        # the same map traversing every SW-th pixel (config.nhwc_element_strides)
+        coords = "cc * 64, g, q0 * SW + s * DW - PL, p * SH + r * DH - PT, n"
     return (
         "            fs_tma_load5(sb + st * B_BYTES + j * 8192, map_x, full,\n"
         f"                         {coords});"

@@ -21,11 +21,12 @@ Tensor maps are cached by everything they encode (``gemm.host``'s cache).
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from typing import Any
 
 from fusec.errors import FusecError
-from fusec.targets.cuda.conv.config import CHUNK, STRIP
+from fusec.targets.cuda.conv.config import CHUNK, STRIP, nhwc_box, nhwc_element_strides
 from fusec.targets.cuda.conv.cpp import DIRECT_THREADS, ConvSpec, DirectConvSpec
 from fusec.targets.cuda.conv.transpose import THREADS, RelayoutSpec
 from fusec.targets.cuda.gemm.host import _check as check
@@ -34,9 +35,12 @@ from fusec.targets.cuda.gemm.host import _maps as tensor_maps
 _RELAYOUT_THREADS = 256
 
 
-def encode_tiled(dtype: str, ptr: int, dims: tuple, strides: tuple, box: tuple):
+def encode_tiled(
+    dtype: str, ptr: int, dims: tuple, strides: tuple, box: tuple, steps: tuple | None = None
+):
     """A 128-byte-swizzled tiled tensor map; ``dims``/``box`` innermost first, ``strides`` in
-    bytes for dims 1.. (TMA needs them multiples of 16)."""
+    bytes for dims 1.. (TMA needs them multiples of 16); ``steps`` the box's traversal
+    strides (default 1: every element)."""
     from cuda.bindings import driver as drv
 
     kind = {
@@ -51,7 +55,7 @@ def encode_tiled(dtype: str, ptr: int, dims: tuple, strides: tuple, box: tuple):
             [drv.cuuint64_t(d) for d in dims],
             [drv.cuuint64_t(s) for s in strides],
             [drv.cuuint32_t(b) for b in box],
-            [drv.cuuint32_t(1)] * len(dims),
+            [drv.cuuint32_t(t) for t in steps or (1,) * len(dims)],
             drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
             drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -60,11 +64,20 @@ def encode_tiled(dtype: str, ptr: int, dims: tuple, strides: tuple, box: tuple):
     )
 
 
-def tensor_map(dtype: str, ptr: int, dims: tuple, strides: tuple, box: tuple, stream: int) -> int:
+def tensor_map(
+    dtype: str,
+    ptr: int,
+    dims: tuple,
+    strides: tuple,
+    box: tuple,
+    stream: int,
+    steps: tuple | None = None,
+) -> int:
     """Device address of the (cached) tensor map, usable by work queued next on ``stream``
     (a new map is uploaded stream-ordered, ``gemm.host``)."""
-    key = ("nd", dtype, ptr, dims, strides, box)
-    return tensor_maps.get(key, lambda: encode_tiled(dtype, ptr, dims, strides, box), stream)
+    key = ("nd", dtype, ptr, dims, strides, box, steps)
+    encode = functools.partial(encode_tiled, dtype, ptr, dims, strides, box, steps)
+    return tensor_maps.get(key, encode, stream)
 
 
 class LinkedKernel:
@@ -195,18 +208,10 @@ class ConvKernel(LinkedKernel):
             x = aligned
         if spec.input == "nchw-ld":
             return x  # the producer warpgroup loads it
-        pixel = geo.groups * geo.cgp * 2  # bytes per channels-last pixel
         if spec.input == "given":  # the previous conv group wrote it channels-last
             if x % 16:
                 raise FusecError("a channels-last conv input must be 16-byte aligned")
-            return tensor_map(
-                spec.dtype,
-                x,
-                (geo.cg, geo.groups, geo.w, geo.h, geo.n),
-                (geo.cgp * 2, pixel, pixel * geo.w, pixel * geo.w * geo.h),
-                (CHUNK, 1, STRIP, 1, 1),
-                stream,
-            )
+            return self.channels_last_map(spec, x, stream)
         if spec.input == "nchw":
             plane = geo.h * geo.w * 2
             return tensor_map(
@@ -221,13 +226,22 @@ class ConvKernel(LinkedKernel):
         copy = spec.transposing
         u64 = ctypes.c_uint64
         self.launch(self.transpose_for(x), copy.grid, THREADS, 0, handle, [(u64, x), (u64, xt)])
+        return self.channels_last_map(spec, xt, stream)
+
+    @staticmethod
+    def channels_last_map(spec: ConvSpec, x: int, stream: int) -> int:
+        """The tensor map of a channels-last input ``[N][H][W][G][CGP]`` at ``x``: dims
+        (CG, G, W, H, N), one strip's box (``config.nhwc_box``), every stride_w-th pixel."""
+        geo = spec.geo
+        pixel = geo.groups * geo.cgp * 2  # bytes per channels-last pixel
         return tensor_map(
             spec.dtype,
-            xt,
+            x,
             (geo.cg, geo.groups, geo.w, geo.h, geo.n),
             (geo.cgp * 2, pixel, pixel * geo.w, pixel * geo.w * geo.h),
-            (CHUNK, 1, STRIP, 1, 1),
+            nhwc_box(geo),
             stream,
+            nhwc_element_strides(geo) if geo.stride_w > 1 else None,
         )
 
 

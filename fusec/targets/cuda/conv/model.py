@@ -20,7 +20,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusec.targets.cuda.conv.config import CHUNK, STRIP, ConvGeometry, ConvTile, cdiv
+from fusec.targets.cuda.conv.config import (
+    CHUNK,
+    STRIP,
+    ConvGeometry,
+    ConvTile,
+    cdiv,
+    nhwc_box,
+    nhwc_element_strides,
+)
 from fusec.targets.cuda.conv.transpose import THREADS, TransposeTiling
 from fusec.targets.cuda.gemm.model import fragment_coords
 
@@ -69,20 +77,30 @@ def transpose_threads(
     return out, writes
 
 
-def tma_box(tensor: np.ndarray, coords: tuple[int, ...], box: tuple[int, ...]) -> np.ndarray:
+def tma_box(
+    tensor: np.ndarray,
+    coords: tuple[int, ...],
+    box: tuple[int, ...],
+    element_strides: tuple[int, ...] | None = None,
+) -> np.ndarray:
     """A TMA tile box: ``tensor`` indexed innermost-first by ``coords`` (may be negative or
-    past the end), ``box`` elements per dimension (innermost first); zeros outside."""
+    past the end), ``box`` elements traversed per dimension (innermost first), of which
+    every ``element_strides[d]``-th is loaded (``ceil(box / stride)`` of them, packed);
+    zeros outside."""
     rank = tensor.ndim
-    out = np.zeros(tuple(reversed(box)), dtype=np.float32)
+    steps = element_strides or (1,) * rank
+    loaded = [-(-b // t) for b, t in zip(box, steps, strict=True)]
+    out = np.zeros(tuple(reversed(loaded)), dtype=np.float32)
     src, dst = [], []
     for d in range(rank):  # d counts from the innermost dimension
-        size = tensor.shape[rank - 1 - d]
-        lo, hi = max(coords[d], 0), min(coords[d] + box[d], size)
-        if lo >= hi:
+        size, step = tensor.shape[rank - 1 - d], steps[d]
+        taken = np.arange(coords[d], coords[d] + box[d], step)  # the traversed coordinates
+        inside = (taken >= 0) & (taken < size)
+        if not inside.any():
             return out
-        src.append(slice(lo, hi))
-        dst.append(slice(lo - coords[d], hi - coords[d]))
-    out[tuple(reversed(dst))] = tensor[tuple(reversed(src))]
+        src.append(taken[inside])
+        dst.append(np.flatnonzero(inside))
+    out[np.ix_(*reversed(dst))] = tensor[np.ix_(*reversed(src))]
     return out
 
 
@@ -240,12 +258,13 @@ def run(
                     coords = (
                         cc * CHUNK,
                         g,
-                        q0 + s * geo.dil_w - geo.pad_left,
+                        q0 * geo.stride_w + s * geo.dil_w - geo.pad_left,
                         p * geo.stride_h + r * geo.dil_h - geo.pad_top,
                         n,
                     )
                     assert coords[0] % 8 == 0, "TMA: innermost coordinate 16-byte aligned"
-                    box = tma_box(x_map, coords, (CHUNK, 1, STRIP, 1, 1))  # 64 pixel rows
+                    # 64 pixel rows, every stride_w-th of the 64 * stride_w traversed
+                    box = tma_box(x_map, coords, nhwc_box(geo), nhwc_element_strides(geo))
                     b[:, j * STRIP : (j + 1) * STRIP] = box.reshape(STRIP, CHUNK).T
                 acc += a @ b
             _store(geo, tile, acc, out, writes, pm, pn, g, epilogue)

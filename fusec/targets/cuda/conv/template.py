@@ -7,13 +7,14 @@ activations, a residual add, casts: the epilogue, rendered to C++ by
 to the output type). It runs as
 
 * the implicit GEMM on the Hopper Tensor Cores (``cpp.ConvSpec``) for f16/bf16
-  with stride 1 along W and at least 16 input channels per group;
+  with at least 16 input channels per group and a stride along W of at most 4 (a
+  strided conv reads its channels-last input by TMA boxes that step over pixels);
 * the direct template (``cpp.DirectConvSpec``) for f16/bf16 depthwise and
   other groups of fewer than 16 channels (not a GEMM worth the name);
 * the PyTorch fallback (``fusec.targets.cuda.torch_fallback``) otherwise, the reason in
   its header: f32 graphs (IEEE f32 through cuDNN without TF32; the templates
-  are 16-bit Tensor Core kernels), a stride along W with many channels (TMA
-  cannot stride the contiguous dimension; an NHWC path is not built).
+  are 16-bit Tensor Core kernels), a stride along W over 4 with many channels (a
+  strip's box would traverse more than TMA's 256 pixels).
 
 Memory layouts come from the IR: ``fusec.layout`` on the group (written by the
 ``conv-layout`` pass, ``conv.layout``) says whether the implicit GEMM takes its
@@ -299,7 +300,7 @@ def route_geometry(geo: ConvGeometry) -> str:
     if geo.cg < MIN_GEMM_CHANNELS:
         return "direct"
     why = implicit_gemm_problem(geo)
-    return f"{why} (strided W boxes are not built)" if why else "implicit"
+    return why or "implicit"
 
 
 _INPUT_NOTES = {
