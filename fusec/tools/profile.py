@@ -382,6 +382,14 @@ def _measure(compiled: Any, program: Any, arrays: list, repeat: int, warmup: int
             f"the kernels' medians add up to {_ms(total)}, more than the whole timed "
             f"call ({_ms(timed)}): the per-launch times are not trustworthy"
         )
+    plain_median = statistics.median(plain)
+    device_clock = any(c.total != c.host for c in calls)  # events, not the host's clock
+    if device_clock and timed > 1.10 * plain_median + 20e-6:
+        notes.append(
+            f"the whole timed call took {_ms(timed)} on the device's clock, more than an "
+            f"ordinary call's wall time ({_ms(plain_median)}): the device clock and the wall "
+            "clock disagree, the per-launch times are not trustworthy"
+        )
     if caps is None:
         notes.append(f"no peak numbers for '{device}': no roofline column")
     return Profile(
@@ -394,7 +402,7 @@ def _measure(compiled: Any, program: Any, arrays: list, repeat: int, warmup: int
         total,
         timed,
         statistics.median(c.host for c in calls),
-        statistics.median(plain),
+        plain_median,
         caps,
         notes,
         compiled.module,
