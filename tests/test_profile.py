@@ -22,6 +22,7 @@ from fusec.runtime.launch import HostLaunchRecorder
 from fusec.tools.profile import (
     DeviceCaps,
     KernelProfile,
+    Profile,
     Work,
     device_caps,
     group_work,
@@ -123,6 +124,33 @@ def test_roofline_against_the_device_peaks() -> None:
     assert memory.ideal_seconds(caps) == (4.0, "memory")
     kernel = KernelProfile("k0", "matmul", "", 12.0, compute, ideal=compute.ideal_seconds(caps))
     assert kernel.roofline == 50.0 and kernel.flop_rate == 420 / 12.0
+
+
+def test_table_top_other_fallbacks_and_roofline(compiled) -> None:
+    """The text of a profile of known numbers: the top kernels, "other", every fallback's
+    whole reason, the roofline column, and the overhead line."""
+    caps = device_caps("NVIDIA H200")
+    assert caps is not None
+    reason = "FALLBACK: the Tensor Core template cannot serve it: " + "a long reason " * 6
+    work = Work({"f16": 2 * 4096**3}, 0, 3 * 2 * 4096**2)
+    kernels = [
+        KernelProfile("k0", "matmul", "template: gemm", 278e-6, work, 60.0),
+        KernelProfile("k1", "conv", reason, 150e-6, Work({}, 10, 10**6), 32.0),
+        KernelProfile("k2", "pointwise", "template: pointwise", 38e-6, Work({}, 10, 10**6), 8.0),
+    ]
+    for k in kernels:
+        k.ideal = k.work.ideal_seconds(caps)
+    profile = Profile(
+        "f", "cuda", "NVIDIA H200", 20, 3, kernels, 466e-6, 470e-6, 300e-6, 600e-6, caps, [],
+        compiled.module,
+    )  # fmt: skip
+    text = profile.table(top=1)
+    assert re.search(r"^k0 +matmul +template: gemm +278\.0 +60\.0%", text, re.M)
+    assert re.search(r"^other +2 kernels +188\.0 +40\.0%", text, re.M)
+    assert f"k1 (conv, 32.0%): {reason}" in text  # whole, though the table cuts it
+    assert re.search(r"^k0 .* 50% compute$", text, re.M)  # 0.139 ms ideal of 0.278 ms
+    assert "0.134 ms (22.3%) of it outside the kernels" in text
+    assert "roofline: H200 SXM datasheet" in text
 
 
 def test_how_it_runs_reads_the_header(compiled) -> None:

@@ -455,7 +455,7 @@ def _ms(seconds: float) -> str:
 
 def _row(k: KernelProfile, width: int) -> list[str]:
     how = k.how if len(k.how) <= width else k.how[: width - 3] + "..."
-    roof = f"{k.roofline:.0f}% {k.ideal[1][:3]}" if k.roofline is not None and k.ideal else "-"
+    roof = f"{k.roofline:.0f}% {k.ideal[1]}" if k.roofline is not None and k.ideal else "-"
     return [
         k.name,
         k.kind,
@@ -523,12 +523,28 @@ def _text_table(p: Profile, top: int) -> str:
         line(_COLUMNS),
         *(line(r) for r in rows),
         "",
+        *_fallbacks(ranked),
         *_totals(p),
     ]
     if p.caps is not None:
         out.append(f"roofline: {p.caps.source}")
     out += [f"note: {n}" for n in p.notes]
     return "\n".join(out) + "\n"
+
+
+def _fallbacks(ranked: Sequence[KernelProfile]) -> list[str]:
+    """Every kernel on a fallback, with its whole reason (the table cuts it short)."""
+    lines = [
+        f"{k.name} ({k.kind}, {k.share:.1f}%): {k.how}"
+        for k in ranked
+        if k.how.startswith("FALLBACK")
+    ]
+    if not lines:
+        return []
+    seconds = sum(k.seconds for k in ranked if k.how.startswith("FALLBACK"))
+    share = sum(k.share for k in ranked if k.how.startswith("FALLBACK"))
+    head = f"{len(lines)} kernel(s) on a fallback, {_ms(seconds)} ({share:.1f}%):"
+    return [head, *(f"  {line}" for line in lines), ""]
 
 
 def _totals(p: Profile) -> list[str]:
