@@ -467,7 +467,10 @@ def _add_profile_command(sub) -> None:
         "--repeat", type=_positive, default=20, help="timed calls after warm-up (default 20)"
     )
     prof.add_argument(
-        "--warmup", type=_count, default=3, help="ordinary calls before timing (default 3)"
+        "--warmup",
+        type=_count,
+        default=3,
+        help="ordinary calls before timing (default 3; at least one runs: it compiles)",
     )
     prof.add_argument(
         "--top", type=_positive, default=15, help="kernels listed before 'other' (default 15)"

@@ -160,6 +160,8 @@ def test_how_it_runs_reads_the_header(compiled) -> None:
     cuda = fusec.compile(NET, target="cuda", executable=False)  # f32: the PyTorch fallback
     reasons = [how_it_runs(k) for k in cuda.kernels if k.runs_op_by_op]
     assert reasons and all(r.startswith("FALLBACK: ") and "f32" in r for r in reasons)
+    with pytest.raises(fusec.FusecError, match="without a runtime"):
+        fusec.profile(cuda)
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

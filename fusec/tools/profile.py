@@ -334,7 +334,12 @@ def profile(
         source if isinstance(source, CompiledModule) else _compile(source, target, pipeline, entry)
     )
     program = compiled.program
-    if program is None or not hasattr(program, "launch_recorder"):
+    if program is None:
+        raise FusecError(
+            "this module was compiled without a runtime (executable=False): compile it "
+            "again to profile it"
+        )
+    if not hasattr(program, "launch_recorder"):
         raise FusecError(
             f"target '{compiled.target}' runs no kernels to profile (give cpu or cuda)"
         )
@@ -360,11 +365,14 @@ def _compile(source: Any, target: str, pipeline: str | None, entry: str | None) 
 def _measure(compiled: Any, program: Any, arrays: list, repeat: int, warmup: int) -> Profile:
     recorder = program.launch_recorder()
     args = recorder.inputs(arrays)
-    for _ in range(max(1, warmup)):  # compile, load, fill caches (and record CUDA graphs)
+    warmup = max(1, warmup)  # the first call compiles (or loads) the kernels
+    for _ in range(warmup):  # and fills caches (and records CUDA graphs)
         recorder.time_plain(program, args)
     recorder.time_call(program, args)  # the recorder's own first use (its kernel, events)
-    calls = [recorder.time_call(program, args) for _ in range(repeat)]
-    plain = [recorder.time_plain(program, args) for _ in range(repeat)]
+    calls, plain = [], []
+    for _ in range(repeat):  # alternated: a drift of the machine's speed hits both alike
+        calls.append(recorder.time_call(program, args))
+        plain.append(recorder.time_plain(program, args))
     per_launch: dict[str, list[float]] = {}
     for call in calls:
         for label, seconds in call.launches:
