@@ -231,6 +231,49 @@ def pointwise_case():
     return (x, w, b), conv
 
 
+def strided_text(n, c, h, w, k, r, stride, pad) -> str:
+    """conv2d (r x r, ``stride`` both ways, ``pad`` all round) + bias + relu in f16."""
+    p = (h + 2 * pad - r) // stride + 1
+    x, wt, o, b = (
+        f"tensor<{n}x{c}x{h}x{w}xf16>",
+        f"tensor<{k}x{c}x{r}x{r}xf16>",
+        f"tensor<{n}x{k}x{p}x{p}xf16>",
+        f"tensor<{k}xf16>",
+    )
+    attrs = f"strides = array<i64: {stride}, {stride}>, padding = array<i64: {pad}, {pad}>"
+    return f"""func.func @f(%x: {x}, %w: {wt}, %b: {b}) -> {o} {{
+  %c = ai.conv2d %x, %w {{{attrs}}} : {x} * {wt}
+  %y = ai.bias_add %c, %b : {o} * {b}
+  %r = ai.relu %y : {o}
+  return %r : {o}
+}}"""
+
+
+#: strided convs of ResNet-50 at batch 32 (--only stem/strided): (n, c, h, w, k, r, stride, pad)
+STRIDED = {
+    "stem N32 C3 224x224 K64 7x7/2 + bias + relu": (32, 3, 224, 224, 64, 7, 2, 3),
+    "strided N32 C128 56x56 K128 3x3/2 + bias + relu": (32, 128, 56, 56, 128, 3, 2, 1),
+    "strided N32 C256 56x56 K512 1x1/2 + bias + relu": (32, 256, 56, 56, 512, 1, 2, 0),
+}
+
+
+def strided_case(n, c, h, w, k, r, stride, pad):
+    """A strided row's inputs (seeded) and its PyTorch function."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(3)
+    hw = dict(device="cuda", dtype=torch.float16)
+    x = torch.randn(n, c, h, w, **hw)
+    wt = torch.randn(k, c, r, r, **hw) * (1.0 / (c * r * r)) ** 0.5
+    b = torch.randn(k, **hw)
+
+    def conv(x, w, b):
+        return torch.relu(F.conv2d(x, w, stride=stride, padding=pad) + b.view(1, -1, 1, 1))
+
+    return (x, wt, b), conv
+
+
 CASES = {"conv": conv_case, "resnet": resnet_case, "pointwise": pointwise_case}
 _WORKER_TAG = "MAX_AUTOTUNE_RESULT "
 
@@ -405,6 +448,22 @@ def main() -> None:
             sdpa_ms=baseline(sdpa, q, k, v),
         )
         del q, k, v
+    for case, shape in STRIDED.items():
+        if not (only and wanted(case)):  # asked for by name only: --only stem,strided
+            continue
+        n, c, hh, ww, k, r, stride, pad = shape
+        inputs, conv = strided_case(*shape)
+        p = (hh + 2 * pad - r) // stride + 1
+        flops = 2.0 * n * k * p * p * c * r * r
+        min_bytes = 2.0 * (inputs[0].numel() + n * k * p * p + inputs[1].numel())
+        text = strided_text(*shape)
+        conv_row(case, text, inputs, conv, flops, min_bytes)
+        if c < 16:  # the stem: the implicit GEMM (zero-filled channel chunks) vs direct
+            os.environ["FUSEC_CONV_FEW_CHANNELS"] = "implicit"
+            try:
+                conv_row(case + " (implicit GEMM)", text, inputs, conv, flops, min_bytes)
+            finally:
+                del os.environ["FUSEC_CONV_FEW_CHANNELS"]
     if only and wanted("pointwise"):  # asked for by name only (the input A/B)
         (x, w, b), conv = pointwise_case()
         conv_row(

@@ -81,6 +81,9 @@ GEOMETRIES = [
     (ConvGeometry(1, 8, 5, 70, 8, 2, 3, 1, 4, 0, 2, 0, 1, 1, 2), ConvTile(64, 64, 2, 1, "n"), 2),
     # 3x3 stride 3 both ways, padding 1, ragged rows
     (ConvGeometry(2, 16, 10, 29, 24, 3, 3, 3, 3, 1, 1, 1, 1), ConvTile(64, 64, 2, 1, "n"), 3),
+    # a stem through the implicit GEMM ($FUSEC_CONV_FEW_CHANNELS=implicit): 3 channels
+    # (CGP 8, the 64-channel chunk zero-filled by TMA), 7x7 stride 2, padding 3
+    (ConvGeometry(1, 3, 21, 70, 16, 7, 7, 2, 2, 3, 3, 3, 3), ConvTile(64, 64, 2, 1, "n"), 2),
 ]  # fmt: skip
 
 #: Strided along W (each strip's box traverses every stride_w-th input pixel): the ResNet
@@ -250,6 +253,7 @@ def _kernel_source(text: str) -> str:
         (conv_text(g=64), "direct conv2d"),
         (conv_text(c=32, k=64, g=8), "direct conv2d"),
         (conv_text(sw=2), "implicit-GEMM conv2d on the Hopper Tensor Cores"),
+        (conv_text(c=3, sw=2), "direct conv2d"),
         (conv_text(sh=2, sw=4, w=300), "implicit-GEMM conv2d on the Hopper Tensor Cores"),
         (
             conv_text(sw=5, w=300),
@@ -294,6 +298,14 @@ SPECS = [
         "bf16",
         "f32",
     ),
+    # ResNet-50's stem through the implicit GEMM: 3 channels, 7x7/2
+    ConvSpec(
+        ConvGeometry(32, 3, 224, 224, 64, 7, 7, 2, 2, 3, 3, 3, 3),
+        ConvTile.parse("64x128 s4 c2n"),
+        "f16",
+        "f16",
+        BIAS_RELU,
+    ),
     # ResNet-50's stride-2 3x3 (layer 2, batch 32): strided boxes along W
     ConvSpec(
         ConvGeometry(32, 128, 56, 56, 128, 3, 3, 2, 2, 1, 1, 1, 1),
@@ -328,6 +340,7 @@ def test_tma_innermost_coordinates_are_16_byte_aligned() -> None:
         "bench-64x128n",
         "bench-64x192-1c",
         "128x256m-bf16-f32",
+        "stem-7x7s2-c3",
         "stride2-64x128n",
     ],
 )

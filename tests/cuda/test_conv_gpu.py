@@ -480,6 +480,32 @@ def test_resnet_downsample_block_runs_every_conv_on_the_tensor_cores(
         assert_close(out, ref, what=f"downsample {shape}, {handoff}, seed {seed}")
 
 
+STEMS = {
+    "resnet-7x7s2-c3": conv_graph(4, 3, 64, 64, 64, 7, 7, stride=(2, 2), pad=(3, 3), tail="bn"),
+    "convnext-4x4s4-c3-bf16": conv_graph(2, 3, 32, 32, 96, 4, 4, t="bf16", stride=(4, 4)),
+    "c5-3x3-odd": conv_graph(2, 5, 13, 11, 32, 3, 3, pad=(1, 1), tail="residual"),
+}
+
+
+@pytest.mark.parametrize("name", list(STEMS))
+def test_few_channel_stems_through_the_implicit_gemm(name: str, monkeypatch) -> None:
+    """$FUSEC_CONV_FEW_CHANNELS=implicit: an ungrouped conv of fewer than 16 input channels
+    runs as the implicit GEMM, the channel chunk zero-filled past the real channels."""
+    import fusec
+    from fusec.runtime.reference import entry_function, run_reference
+    from fusec.tools.runner import random_inputs
+
+    monkeypatch.setenv("FUSEC_CONV_FEW_CHANNELS", "implicit")
+    compiled = fusec.compile(STEMS[name], target="cuda")
+    (kernel,) = [k for k in compiled.kernels if k.kind == "conv"]
+    assert "implicit-GEMM" in kernel.source.split("\n\n")[0], kernel.source[:600]
+    for seed in (0, 1):
+        args = random_inputs(entry_function(compiled.module), seed=seed)
+        (out,) = compiled._runner(args, poison=True)
+        (ref,) = run_reference(compiled.module, args, rounding="groups")
+        assert_close(out, ref, what=f"{name}, seed {seed}")
+
+
 # ------------- conv-layout: the channels-last copy groups, constant weights relaid at compile
 
 

@@ -77,6 +77,11 @@ EPILOGUE_ENV = "FUSEC_CONV_EPILOGUE"
 _DTYPES = ("f16", "bf16")
 #: below this many input channels per group the direct template serves the conv
 MIN_GEMM_CHANNELS = 16
+#: "implicit": an ungrouped conv of fewer than MIN_GEMM_CHANNELS input channels (a stem:
+#: 3 channels of an image) runs as the implicit GEMM anyway, its 64-channel reduction
+#: chunks zero-filled past the real channels; unset or "direct": the direct template (an
+#: A/B switch, benchmarks/conv_attn_bench.py --only stem)
+FEW_CHANNELS_ENV = "FUSEC_CONV_FEW_CHANNELS"
 
 
 @dataclass(frozen=True)
@@ -279,6 +284,14 @@ def input_for(geo: ConvGeometry) -> tuple[str, str | None]:
     return ("nhwc", f"{asked} not applied: {why}") if why else (asked, None)
 
 
+def few_channels_implicit() -> bool:
+    """``$FUSEC_CONV_FEW_CHANNELS`` (an A/B switch: "direct", the default, or "implicit")."""
+    asked = os.environ.get(FEW_CHANNELS_ENV, "").strip().lower() or "direct"
+    if asked not in ("direct", "implicit"):
+        raise ValueError(f"${FEW_CHANNELS_ENV}: {asked!r}, expected 'direct' or 'implicit'")
+    return asked == "implicit"
+
+
 def epilogue_loads_for() -> str:
     """``$FUSEC_CONV_EPILOGUE`` (an A/B switch: "early", the default, or "inline")."""
     asked = os.environ.get(EPILOGUE_ENV, "").strip().lower() or "early"
@@ -297,7 +310,7 @@ def route(p: ConvPlan) -> str:
 
 def route_geometry(geo: ConvGeometry) -> str:
     """``"implicit"``, ``"direct"`` or the reason for the fallback."""
-    if geo.cg < MIN_GEMM_CHANNELS:
+    if geo.cg < MIN_GEMM_CHANNELS and not (geo.groups == 1 and few_channels_implicit()):
         return "direct"
     why = implicit_gemm_problem(geo)
     return why or "implicit"
