@@ -14,6 +14,7 @@ prints one JSON line per case.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -183,7 +184,10 @@ def cases(dtype: str) -> dict[str, str]:
 
 #: The path each case's kernel takes (``strided.CopyPlan.label``), per dtype where it differs.
 PATHS = {
-    "head_split": {"f16": "vectorised 8 B", "bf16": "vectorised 8 B", "f32": "vectorised 16 B"},
+    "head_split": {
+        **{"f16": "vectorised 8 B", "bf16": "vectorised 8 B", "f32": "vectorised 16 B"},
+        **{"i64": "vectorised 16 B", "i32": "vectorised 16 B", "i1": "vectorised 4 B"},
+    },
     "head_merge": {"f16": "vectorised 8 B", "bf16": "vectorised 8 B", "f32": "vectorised 16 B"},
     "transpose_inner": "tiled transpose 32x32",
     "slice_negative": "gather",
@@ -215,6 +219,14 @@ DTYPES = ("f16", "bf16", "f32")
 #: The bits of a signalling NaN with a payload, per element type.
 SIGNALLING_NAN = {"f16": 0x7C05, "bf16": 0x7F85, "f32": 0x7F800005}
 NAMES = [f"{name}-{dtype}" for dtype in DTYPES for name in cases(dtype)]
+#: Integer and bool copies: each path's kernel module run directly (the cuda runtime
+#: does not take integer tensors yet), bit for bit.
+INT_DTYPES = {"i64": np.int64, "i32": np.int32, "i1": np.uint8}
+INT_NAMES = [
+    f"{name}-{dtype}"
+    for dtype in INT_DTYPES
+    for name in ("head_split", "k_transpose", "slice_transpose", "concat_chain")
+]
 
 
 def _run(name: str) -> dict:
@@ -224,6 +236,8 @@ def _run(name: str) -> dict:
     from fusec.runtime.reference import run_reference
 
     case, dtype = name.rsplit("-", 1)
+    if dtype in INT_DTYPES:
+        return _run_module(name)
     text = cases(dtype)[case]
     compiled = fusec.compile(text, target="cuda", pipeline="infer-shapes")
     rng = np.random.default_rng(len(name))
@@ -251,6 +265,38 @@ def _run(name: str) -> dict:
     return {"name": name, "same": bool(same), "kinds": kinds, "path": path_of(kinds[0])}
 
 
+def _run_module(name: str) -> dict:
+    """An integer case: its kernel module launched on random inputs, the output poisoned."""
+    import types
+
+    import fusec
+
+    case, dtype = name.rsplit("-", 1)
+    compiled = fusec.compile(
+        cases(dtype)[case], target="cuda", pipeline="infer-shapes", executable=False
+    )
+    (kernel,) = compiled.kernels
+    module = types.ModuleType(kernel.name)
+    exec(compile(kernel.source, kernel.name, "exec"), module.__dict__)  # noqa: S102
+    rng = np.random.default_rng(len(name))
+    info = np.iinfo(INT_DTYPES[dtype])
+    args = [
+        rng.integers(info.min, info.max, spec.shape, dtype=INT_DTYPES[dtype], endpoint=True)
+        for spec in kernel.inputs
+    ]
+    (spec,) = kernel.outputs
+    out = np.full(math.prod(spec.shape), info.max // 3, INT_DTYPES[dtype])
+    module.launch(*(a.reshape(-1) for a in args), out)
+    want = expected_bits(cases("f32")[case], args)
+    same = np.array_equal(out.view(want.dtype).reshape(spec.shape), want)
+    return {
+        "name": name,
+        "same": bool(same),
+        "kinds": [kernel.source],
+        "path": path_of(kernel.source),
+    }
+
+
 def expected_bits(f32_text: str, args: list[np.ndarray]) -> np.ndarray:
     """The result's bits, each element's fetched from the input element that the f32
     reference of the same group moves there: the reference runs on the inputs' element
@@ -266,7 +312,7 @@ def expected_bits(f32_text: str, args: list[np.ndarray]) -> np.ndarray:
     assert all(a.size < 2**20 for a in args)
     (moved,) = run_reference(module.module, numbers)
     moved = moved.astype(np.int64)
-    bits = [a.reshape(-1).view(np.uint32 if a.itemsize == 4 else np.uint16) for a in args]
+    bits = [a.reshape(-1).view(f"u{a.itemsize}") for a in args]
     want = np.empty(moved.shape, bits[0].dtype)
     for k, flat in enumerate(bits):
         mine = moved >> 20 == k
@@ -284,7 +330,7 @@ def path_of(source: str) -> str:
 def test_copy_groups_run_as_gather_kernels_under_the_simulator() -> None:
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONUNBUFFERED="1")
     done = subprocess.run(
-        [sys.executable, __file__, *NAMES],
+        [sys.executable, __file__, *NAMES, *INT_NAMES],
         capture_output=True,
         text=True,
         env=env,
@@ -292,7 +338,7 @@ def test_copy_groups_run_as_gather_kernels_under_the_simulator() -> None:
         check=False,
     )
     records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert [r["name"] for r in records] == NAMES, done.stderr[-3000:]
+    assert [r["name"] for r in records] == NAMES + INT_NAMES, done.stderr[-3000:]
     for record in records:
         assert "error" not in record, record
         assert record["same"], f"{record['name']}: differs from the reference"

@@ -26,6 +26,7 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.targets.cuda.common import (
     ITEMSIZE,
+    NUMBA_STORAGE,
     Source,
     grid_stride_launch,
     kernel_name,
@@ -69,7 +70,7 @@ def _module(
     (result,) = yielded(fused_op)
     dtype = spec_of(result.type).dtype
     dtypes = [dtype] + [spec_of(v.type).dtype for v in fused_op.inputs]
-    storage = "np.float32" if dtype == "f32" else "np.int16"
+    storage = f"np.{NUMBA_STORAGE[dtype]}"  # the kernel's array type: int16 for f16/bf16
     helpers = [f"move{plan.vector_bytes}"] if plan.vector_bytes else ["load_bits", "store_bits"]
     parts = [
         header(
