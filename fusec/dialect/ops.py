@@ -332,7 +332,7 @@ class AiOp(IRDLOperation):
         for index, spec in enumerate(operands):
             if spec.dtype not in cls.DTYPES:
                 label = names[index] if len(names) == len(operands) else f"#{index}"
-                raise ShapeError(
+                raise shapes.DtypeError(
                     f"{cls.name}: operand '{label}' has element type {spec.dtype}; "
                     f"{cls.name} takes {', '.join(cls.DTYPES)}"
                 )

@@ -22,6 +22,10 @@ class ShapeError(ValueError):
     """Operands whose shapes or element types do not fit the op."""
 
 
+class DtypeError(ShapeError):
+    """An operand of an element type the op does not take (an integer to a float op)."""
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """A static tensor type: ``shape`` and element type name (f16, bf16, f32, i64, i32, i1)."""

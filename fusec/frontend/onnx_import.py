@@ -44,18 +44,32 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of, tensor_type
-from fusec.dialect.shapes import ShapeError, TensorSpec, broadcast_shapes, shape_problem
+from fusec.dialect.shapes import (
+    DtypeError,
+    ShapeError,
+    TensorSpec,
+    broadcast_shapes,
+    shape_problem,
+)
 from fusec.errors import FusecError, SourceLocation
 from fusec.frontend import onnx_fold
 from fusec.ir.diagnostics import named_location, verify_module
 from fusec.ir.dtypes import element_type_of, numpy_dtype
 from fusec.ir.memory import check_bytes
 
-#: ONNX element types fusec has, and their dialect names.
+#: ONNX float element types fusec has, and their dialect names (weights are these).
 ELEMENT_TYPES: dict[int, str] = {
     TensorProto.FLOAT: "f32",
     TensorProto.FLOAT16: "f16",
     TensorProto.BFLOAT16: "bf16",
+}
+#: Every ONNX element type a value computed at run time may have: the floats, and the
+#: integers and bools of token ids and masks (issue 29).
+DATA_TYPES: dict[int, str] = {
+    **ELEMENT_TYPES,
+    TensorProto.INT64: "i64",
+    TensorProto.INT32: "i32",
+    TensorProto.BOOL: "i1",
 }
 _DOMAINS = ("", "ai.onnx")
 
@@ -141,12 +155,10 @@ class Importer:
         self.values: dict[str, SSAValue] = {}
         self.arrays: dict[str, np.ndarray] = {}  # values known at import time
         self.computed: set[str] = set()  # names of arrays computed at import (not initializers)
-        # Graph inputs that are not float tensors: (shape, ONNX type name). Their
-        # shapes are known; their data exists only at run time, in no ai value.
+        # Graph inputs of element types fusec has no tensors of (int8, double...): (shape,
+        # ONNX type name). Their shapes are known; their data exists only at run time.
         self.other_inputs: dict[str, tuple[tuple[int, ...], str]] = {}
         self.evaluated: Counter[str] = Counter()  # op type -> nodes evaluated at import
-        # Booleans computed at run time (IsNaN): 1/0 floats, allowed only as Where conditions.
-        self.booleans: set[str] = set()
         self.block = Block()
         self.node: Node | None = None
         self.location: LocationAttr = UnknownLoc()
@@ -176,6 +188,8 @@ class Importer:
         """Build ``op_type(*args, **attrs)`` at the current node and return its result."""
         try:
             op = op_type(*args, **attrs)
+        except DtypeError as err:  # valid ONNX (an integer Softmax...) fusec does not compute
+            raise self.error(str(err), "dtype") from None
         except ShapeError as err:
             raise self.error(str(err)) from None
         return self.append(op)
@@ -219,12 +233,6 @@ class Importer:
         return names[index] if index < len(names) and names[index] else None
 
     def value(self, name: str) -> SSAValue:
-        if name in self.booleans:
-            raise self.error(
-                f"'{name}' is a boolean computed at run time: fusec uses those only as the "
-                "condition of Where",
-                "dtype",
-            )
         if name in self.values:
             return self.values[name]
         if name in self.arrays:
@@ -234,8 +242,9 @@ class Importer:
         if name in self.other_inputs:
             raise self.error(
                 f"input '{name}' is {self.other_inputs[name][1]} data known only at run time: "
-                "fusec compiles float data paths (f32, f16, bf16); integer and boolean values "
-                "must be constants (initializers, Constant nodes, or computed from shapes)",
+                "fusec computes FLOAT, FLOAT16, BFLOAT16, INT64, INT32 and BOOL tensors; "
+                "values of other types must be constants (initializers, Constant nodes, or "
+                "computed from shapes)",
                 "dtype",
             )
         raise self.error(
@@ -251,18 +260,18 @@ class Importer:
         return self.arrays.get(names[index])
 
     def dtype_of_array(self, name: str, array: np.ndarray) -> str:
-        dtype = element_type_of(array.dtype)
+        dtype = element_type_of(array.dtype, floats_only=False)
         if dtype is not None:
             return dtype
         if name in self.computed:
             raise self.error(
                 f"value '{name}' is a {array.dtype} constant (computed at import) used as data: "
-                "fusec's data path is float, float16 or bfloat16",
+                "fusec's tensors are float, float16, bfloat16, int64, int32 or bool",
                 "dtype",
             )
         raise self.error(
             f"initializer '{name}' has element type {array.dtype}: "
-            "fusec supports float, float16 and bfloat16",
+            "fusec supports float, float16, bfloat16, int64, int32 and bool",
             "dtype",
         )
 
@@ -326,9 +335,9 @@ class Importer:
             if info.name in self.initializers:
                 continue  # IR < 4 lists initializers as inputs too: they stay constants
             shape, elem_type = self.value_info_shape(info)
-            if elem_type in ELEMENT_TYPES:
+            if elem_type in DATA_TYPES and 0 not in shape:
                 names.append(info.name)
-                self.add_argument(info.name, TensorSpec(shape, ELEMENT_TYPES[elem_type]))
+                self.add_argument(info.name, TensorSpec(shape, DATA_TYPES[elem_type]))
             else:
                 self.element_type(elem_type, f"input '{info.name}'", known_only=True)
                 self.other_inputs[info.name] = (shape, TensorProto.DataType.Name(elem_type))
@@ -412,15 +421,16 @@ class Importer:
     def element_type(self, onnx_type: int, what: str, known_only: bool = False) -> str:
         """The dialect's name of an ONNX element type; with ``known_only``, only check
         that the code is a valid ONNX type (and return "")."""
-        if onnx_type in ELEMENT_TYPES:
-            return ELEMENT_TYPES[onnx_type]
+        if onnx_type in DATA_TYPES:
+            return DATA_TYPES[onnx_type]
         if onnx_type not in TensorProto.DataType.values() or onnx_type == TensorProto.UNDEFINED:
             raise self.error(f"{what} has an unknown element type code {onnx_type}")
         if known_only:
             return ""
         type_name = TensorProto.DataType.Name(onnx_type) if onnx_type else "UNDEFINED"
         raise self.error(
-            f"{what} has element type {type_name}: fusec supports FLOAT, FLOAT16 and BFLOAT16",
+            f"{what} has element type {type_name}: fusec supports FLOAT, FLOAT16, BFLOAT16, "
+            "INT64, INT32 and BOOL",
             "dtype",
         )
 
@@ -430,7 +440,7 @@ class Importer:
             return value
         ttype = info.type.tensor_type
         spec = spec_of(value.type)
-        declared = ELEMENT_TYPES.get(ttype.elem_type)
+        declared = DATA_TYPES.get(ttype.elem_type)
         if ttype.elem_type and declared != spec.dtype:
             self.element_type(ttype.elem_type, f"output '{info.name}'")
             raise self.error(f"output '{info.name}' is declared {declared} but computes {spec}")
@@ -716,17 +726,15 @@ def _pow(imp: Importer, node: Node) -> list[SSAValue]:
 
 @converter("IsNaN")
 def _isnan(imp: Importer, node: Node) -> list[SSAValue]:
-    """A boolean computed at run time: 1/0 in x's float type, usable as a Where condition."""
-    for name in node.proto.output[:1]:
-        imp.booleans.add(name)
-    return [imp.emit(ai.IsNanOp, imp.input(node, 0))]
+    """A bool: ai.isnan (1/0 in x's float type) cast to i1."""
+    return [imp.emit(ai.CastOp, imp.emit(ai.IsNanOp, imp.input(node, 0)), "i1")]
 
 
 @converter("Where")
 def _where(imp: Importer, node: Node) -> list[SSAValue]:
-    """ai.where on a constant condition (any element type) or a boolean from IsNaN."""
+    """ai.where on a constant condition (folded away when it picks one side whole) or a
+    bool computed at run time (an attention mask, IsNaN)."""
     a, b = imp.input(node, 1), imp.input(node, 2)
-    name = node.proto.input[0]
     known = imp.array(node, 0)
     if known is not None:
         out_shape = np.broadcast_shapes(known.shape, shape_of(a), shape_of(b))
@@ -735,16 +743,10 @@ def _where(imp: Importer, node: Node) -> list[SSAValue]:
         if not known.any() and shape_of(b) == out_shape:
             return [b]
         condition = imp.constant(known.astype(bool).astype(np.float64), dtype_of(a))
-    elif name in imp.booleans:
-        condition = imp.values[name]
     else:
-        raise imp.error(
-            f"the condition '{name}' is a boolean computed at run time: fusec takes a constant "
-            "condition or one computed by IsNaN",
-            "dtype",
-        )
-    if dtype_of(condition) != dtype_of(a):
-        condition = imp.emit(ai.CastOp, condition, dtype_of(a))
+        condition = imp.input(node, 0)
+        if dtype_of(condition) != "i1":
+            raise imp.error(f"the condition is {condition.type}, expected a BOOL tensor", "dtype")
     return [imp.emit(ai.WhereOp, condition, a, b)]
 
 
@@ -1397,12 +1399,8 @@ def _gather(imp: Importer, node: Node) -> list[SSAValue]:
     axis = _normalised(imp, [node.attrs.get("axis", 0)], len(shape))[0]
     name = node.proto.input[1]
     indices = imp.arrays.get(name)
-    if indices is None:
-        raise imp.error(
-            f"the indices '{name}' are computed at run time (an embedding lookup?): fusec "
-            "gathers constant indices only; feed the looked-up values instead",
-            "dtype",
-        )
+    if indices is None:  # an embedding lookup: ai.take at the run-time indices
+        return [imp.emit(ai.TakeOp, x, imp.input(node, 1), axis=axis)]
     flat = [int(i) + shape[axis] if i < 0 else int(i) for i in np.asarray(indices).reshape(-1)]
     if any(not 0 <= i < shape[axis] for i in flat):
         raise imp.error(f"an index is out of range for axis {axis} of {x.type}")
@@ -1414,6 +1412,60 @@ def _gather(imp: Importer, node: Node) -> list[SSAValue]:
     else:
         picked = imp.emit(ai.GatherOp, x, axis=axis, indices=flat)
     return [_reshape_to(imp, picked, out_shape)]
+
+
+@converter("Mod", attrs=("fmod",))
+def _mod(imp: Importer, node: Node) -> list[SSAValue]:
+    """Integer remainders (ai.mod); float ones are refused."""
+    a, b = imp.input(node, 0), imp.input(node, 1)
+    fmod = bool(node.attrs.get("fmod", 0))
+    if dtype_of(a) in ("i64", "i32"):
+        return [imp.emit(ai.ModOp, a, b, fmod=fmod)]
+    raise imp.error(f"Mod of {dtype_of(a)} values is not supported (integers only)", "dtype")
+
+
+@converter("CumSum", attrs=("exclusive", "reverse"))
+def _cumsum(imp: Importer, node: Node) -> list[SSAValue]:
+    """ai.cumsum along the constant axis input (position ids from a mask)."""
+    x = imp.input(node, 0)
+    axis = _constant_ints(imp, node, 1, "input 'axis'")
+    if axis is None or len(axis) != 1:
+        raise imp.error("input 'axis' must be one integer")
+    attrs = {k: bool(node.attrs.get(k, 0)) for k in ("exclusive", "reverse")}
+    axis = _normalised(imp, axis, len(shape_of(x)))
+    return [imp.emit(ai.CumSumOp, x, axis=axis[0], **attrs)]
+
+
+@converter("Expand")
+def _expand(imp: Importer, node: Node) -> list[SSAValue]:
+    """ai.expand to the broadcast of x's shape and the constant shape input (a GQA K/V
+    head repeat, a mask over the batch)."""
+    x = imp.input(node, 0)
+    target = _constant_ints(imp, node, 1, "input 'shape'")
+    if target is None:
+        raise imp.error("input 'shape' is required")
+    try:
+        shape = tuple(int(d) for d in np.broadcast_shapes(shape_of(x), tuple(target)))
+    except ValueError:
+        raise imp.error(f"{x.type} does not broadcast to {_dims_text(target)}") from None
+    return [x if shape == shape_of(x) else imp.emit(ai.ExpandOp, x, shape=shape)]
+
+
+@converter("Tile")
+def _tile(imp: Importer, node: Node) -> list[SSAValue]:
+    """``x`` repeated ``repeats[d]`` times along each dim d: each dim split into
+    (1, n), expanded to (r, n) and merged again (a reshape, an ai.expand, a reshape)."""
+    x = imp.input(node, 0)
+    repeats = _constant_ints(imp, node, 1, "input 'repeats'")
+    shape = shape_of(x)
+    if repeats is None or len(repeats) != len(shape) or any(r < 0 for r in repeats):
+        raise imp.error(f"input 'repeats' must be {len(shape)} non-negative integers")
+    if all(r == 1 for r in repeats):
+        return [x]
+    split = _reshape_to(imp, x, [d for n in shape for d in (1, n)])
+    wide = tuple(d for r, n in zip(repeats, shape, strict=True) for d in (r, n))
+    expanded = imp.emit(ai.ExpandOp, split, shape=wide)
+    return [_reshape_to(imp, expanded, [r * n for r, n in zip(repeats, shape, strict=True)])]
 
 
 def _pick(imp: Importer, x: SSAValue, axis: int, indices: Sequence[int]) -> SSAValue:

@@ -695,6 +695,9 @@ def _nan_guarded(value: SSAValue) -> SSAValue | None:
     if not isinstance(where, ai.WhereOp) or not single_use(value):
         return None
     condition, zero, p = where.operands
+    cast = condition.owner
+    if isinstance(cast, ai.CastOp) and single_use(condition):  # isnan as i1 (ONNX's IsNaN)
+        condition = cast.input
     if not isinstance(condition.owner, ai.IsNanOp) or condition.owner.operands[0] is not p:
         return None
     if not (is_scalar(zero, 0.0, rtol=0.0) and single_use(condition)):

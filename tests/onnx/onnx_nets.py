@@ -16,6 +16,10 @@ _TYPES = {
     np.dtype(np.float16): TensorProto.FLOAT16,
     np.dtype(np.float64): TensorProto.DOUBLE,
     np.dtype(np.int64): TensorProto.INT64,
+    np.dtype(np.int32): TensorProto.INT32,
+    np.dtype(np.bool_): TensorProto.BOOL,
+    np.dtype(np.uint8): TensorProto.UINT8,
+    np.dtype(np.int8): TensorProto.INT8,
 }
 
 

@@ -174,16 +174,18 @@ def embedding_model() -> onnx.ModelProto:
     )
 
 
-def test_integer_data_at_run_time_names_the_node():
-    err = _error(embedding_model())
-    assert isinstance(err, UnsupportedOnnx) and err.feature == "dtype"
-    text = err.format()
-    assert text.startswith('<onnx>: node "word_embeddings": error: Gather: ')
-    assert "the indices 'ids' are computed at run time (an embedding lookup?)" in text
+def test_integer_data_at_run_time_is_an_argument_and_a_lookup():
+    """int64 ids given at run time: an argument of the function, gathered by ai.take."""
+    model = embedding_model()
+    module = fusec.from_onnx(model)
+    assert "ai.take" in str(module) and "%ids: tensor<2x5xi64>" in str(module)
+    ids = np.array([[0, 9, 3, -1, 4], [5, 5, 1, 2, 8]])
+    want = run_onnxruntime(model, {"ids": ids})[0]
+    np.testing.assert_array_equal(fusec.compile(module)(ids), want)
 
 
-def test_integer_input_used_as_data_is_a_dtype_error():
-    """A converted op (Relu) reading an int64 input: the input's type is the problem."""
+def test_integer_input_used_by_a_float_op_is_a_dtype_error():
+    """A float-only op (Relu) reading an int64 input: the op's operand type is the problem."""
     model = make_model(
         [helper.make_node("Relu", ["ids"], ["y"], name="relu_ids")],
         [tensor("ids", (4,), np.int64)],
@@ -191,12 +193,26 @@ def test_integer_input_used_as_data_is_a_dtype_error():
         [],
     )
     err = _error(model)
+    assert isinstance(err, UnsupportedOnnx)
     assert err.feature == "dtype" and 'node "relu_ids"' in err.format()
-    assert "input 'ids' is INT64 data known only at run time" in err.message
+    assert "operand 'input' has element type i64; ai.relu takes f16, bf16, f32" in err.message
+
+
+def test_an_input_of_a_type_fusec_has_no_tensors_of_is_a_dtype_error_where_used():
+    model = make_model(
+        [helper.make_node("Cast", ["b"], ["y"], name="cast_bytes", to=TensorProto.FLOAT)],
+        [tensor("b", (4,), np.uint8)],
+        [tensor("y", (4,))],
+        [],
+    )
+    err = _error(model)
+    assert err.feature == "dtype" and 'node "cast_bytes"' in err.format()
+    assert "input 'b' is UINT8 data known only at run time" in err.message
 
 
 def test_integer_input_whose_shape_alone_is_used_imports():
-    """Only Shape reads ``ids``: nothing of it is needed at run time, and it is no argument."""
+    """Only Shape reads ``ids``: its shape is a constant; it is still an argument (every
+    INT64, INT32 or BOOL graph input is, as onnxruntime takes them)."""
     nodes = [
         helper.make_node("Shape", ["ids"], ["s"]),
         helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT),
@@ -210,7 +226,7 @@ def test_integer_input_whose_shape_alone_is_used_imports():
     )
     module = fusec.from_onnx(model)
     x = random(RNG, 3)
-    assert_close(fusec.compile(module)(x), 3 * x)
+    assert_close(fusec.compile(module)(x, np.zeros(3, np.int64)), 3 * x)
 
 
 def test_dynamic_dimensions_need_input_shapes():
