@@ -388,8 +388,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from fusec.tools.profile import profile
     from fusec.tools.progress import showing_runtime_progress
 
-    if args.html is not None:  # a bad output name fails before any work
-        _check_output_name(args.html)
+    for output in (args.html, args.json):  # a bad output name fails before any work
+        if output is not None:
+            _check_output_name(output)
     with showing_runtime_progress(not args.quiet):
         result = profile(
             _source(args),
@@ -404,6 +405,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
     sys.stdout.write(result.table(top=args.top))
     if args.html is not None:
         _write_atomically(args.html, result.html())
+    if args.json is not None:
+        import json
+
+        _write_atomically(args.json, json.dumps(result.to_dict(), indent=1) + "\n")
     return ExitCode.OK
 
 
@@ -479,6 +484,9 @@ def _add_profile_command(sub) -> None:
         "--html",
         metavar="FILE.html",
         help="also write the table beside the fusion graph as one HTML page",
+    )
+    prof.add_argument(
+        "--json", metavar="FILE.json", help="also write the measurements as JSON (every kernel)"
     )
     _add_quiet(prof)
     prof.set_defaults(handler=cmd_profile)

@@ -6,6 +6,7 @@ The cuda target's event timing is checked on a GPU (tests/cuda/test_profile_gpu.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import subprocess
@@ -178,7 +179,7 @@ def test_cli_table_and_html_page(tmp_path: Path) -> None:
     (tmp_path / "net.mlir").write_text(NET)
     done = run_cli(
         "net.mlir", "--target", "cpu", "--repeat", "3", "--warmup", "1", "--top", "1",
-        "--html", "page.html", "-q", cwd=tmp_path,
+        "--html", "page.html", "--json", "p.json", "-q", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -188,7 +189,10 @@ def test_cli_table_and_html_page(tmp_path: Path) -> None:
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "kernel #1" in page
     assert '<tr id="k0">' in page and '<tr id="k1">' in page
     assert re.search(r">kernel #0: conv, [\d.]+ us \([\d.]+%\)</text>", page)  # timed graph
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["net.mlir", "page.html"]  # no temp
+    data = json.loads((tmp_path / "p.json").read_text())
+    assert sorted(k["name"] for k in data["kernels"]) == ["k0", "k1"]
+    assert data["kernels"][0]["flops"] == 2 * 288 * 36 + 288 and data["repeat"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["net.mlir", "p.json", "page.html"]
 
 
 BAD = {
