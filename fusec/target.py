@@ -49,6 +49,7 @@ REGISTRY: dict[str, str] = {
 TARGET_PASSES: dict[str, str] = {
     "tile-gemm": "fusec.targets.cuda.gemm.tiling:TileGemmPass",
     "conv-layout": "fusec.targets.cuda.conv.layout:ConvLayoutPass",
+    "conv-patchify": "fusec.targets.cuda.conv.patchify:ConvPatchifyPass",
 }
 
 #: ``auto`` is the first target of this list that is available.

@@ -15,14 +15,15 @@ from xdsl.passes import ModulePass, PassPipeline
 
 PIPELINES: dict[str, str] = {
     "fusec-default": "infer-shapes,recognize-patterns,canonicalize,cse,fuse",
-    # the cuda target: fusion, the channels-last layout of the conv groups (explicit
-    # conversions), then the Tensor Core tile of every GEMM group
-    "fusec-cuda": "fusec-default,conv-layout,tile-gemm",
+    # the cuda target: patchify convs as GEMMs, fusion, the channels-last layout of the
+    # conv groups (explicit conversions), then the Tensor Core tile of every GEMM group
+    "fusec-cuda": "infer-shapes,recognize-patterns,conv-patchify,canonicalize,cse,fuse,"
+    "conv-layout,tile-gemm",
     # ... with a softmax of any row length in its matmul's group (rows longer than a block
     # tile: the GEMM's partials epilogue and a finalise pass). Measured slower than the
     # softmax as its own kernel on the H200 (benchmarks/results/gemm-2026-11-30.md), so
     # not the default
-    "fusec-cuda-long-softmax": "infer-shapes,recognize-patterns,canonicalize,cse,"
+    "fusec-cuda-long-softmax": "infer-shapes,recognize-patterns,conv-patchify,canonicalize,cse,"
     "fuse{softmax_tile_limit=1048576},conv-layout,tile-gemm",
 }
 
