@@ -90,6 +90,40 @@ def reduce_program(shape, dtype: str, kind: str, axes, keepdims: bool, epilogue:
     return _function(params, lines, result, o_t)
 
 
+def channels_last_group(
+    kind: str, shape, dtype: str, attrs: str, out_shape, store_nhwc: bool, epilogue: bool
+) -> str:
+    """One hand-made ``ai.fused`` group as the conv layout writes them: an NHWC input
+    (``shape`` is NCHW) viewed NCHW by ``ai.transpose [0, 3, 1, 2]``, the anchor ``kind``
+    (``max_pool2d``, ``reduce_mean``...) with ``attrs``, ``relu(y * s)`` with ``s`` one
+    value per channel when ``epilogue``, and the result stored NHWC (a transpose
+    ``[0, 2, 3, 1]`` before the yield) when ``store_nhwc``."""
+    n, c, h, w = shape
+    x_t, v_t, o_t = _t((n, h, w, c), dtype), _t(shape, dtype), _t(out_shape, dtype)
+    on, oc, oh, ow = out_shape
+    r_t = _t((on, oh, ow, oc), dtype) if store_nhwc else o_t
+    s_t = _t((c, 1, 1), dtype)
+    body = [
+        f"%v = ai.transpose %x1 {{perm = array<i64: 0, 3, 1, 2>}} : {x_t}",
+        f"%y = ai.{kind} %v {{{attrs}}} : {v_t}",
+    ]
+    last = "%y"
+    if epilogue:
+        body += [f"%m = ai.mul %y, %s1 : {o_t} * {s_t}", f"%e = ai.relu %m : {o_t}"]
+        last = "%e"
+    if store_nhwc:
+        body.append(f"%z = ai.transpose {last} {{perm = array<i64: 0, 2, 3, 1>}} : {o_t}")
+        last = "%z"
+    body.append(f"ai.yield {last} : {r_t}")
+    group = "\n".join(f"    {line}" for line in body)
+    return (
+        f"func.func @f(%x: {x_t}, %s: {s_t}) -> {r_t} {{\n"
+        f'  %r = ai.fused "{"pool" if "pool" in kind else "reduce"}" (%x, %s) : ({x_t}, {s_t})'
+        f" -> {r_t} {{\n  ^bb0(%x1: {x_t}, %s1: {s_t}):\n{group}\n  }}\n"
+        f"  return %r : {r_t}\n}}\n"
+    )
+
+
 def _function(params, lines, result: str, out_t: str) -> str:
     body = "\n".join(lines)
     return (

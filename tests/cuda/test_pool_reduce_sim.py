@@ -26,7 +26,7 @@ DTYPES = ("f32", "f16", "bf16")
 
 # (name, builder, args, special): special scatters NaN and -inf into the input ("zeros":
 # the input is 0.0 and -0.0)
-POOL, REDUCE = "pool_program", "reduce_program"
+POOL, REDUCE, CL = "pool_program", "reduce_program", "channels_last_group"
 QUICK = [
     ("maxpool_resnet_f16_exact", POOL, [[2, 3, 9, 7], "f16", "max", [3, 3], [2, 2], [1, 1]], True),
     (
@@ -86,6 +86,27 @@ def _slow_cases() -> list[tuple]:
         ("max_zeros_rows_f32_exact", REDUCE, [[6, 70], "f32", "max", [1], False, False], "zeros"),
         ("max_zeros_cols_f16_exact", REDUCE, [[50, 3], "f16", "max", [0], True, False], "zeros"),
     ]
+    cases += _channels_last_cases()
+    return cases
+
+
+def _channels_last_cases() -> list[tuple]:
+    """Hand-made groups as the conv layout writes them: an NHWC input viewed NCHW, the
+    result stored NCHW or NHWC (pools) with and without an epilogue."""
+    pool = "kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 1, 1>"
+    mean = "axes = array<i64: 2, 3>, keepdims = true"
+    cases = []
+    for dtype in DTYPES:
+        for store in (False, True):
+            for epi in (False, True):
+                tag = f"{'nhwc' if store else 'nchw'}{'_epi' if epi else ''}_{dtype}"
+                args = ["max_pool2d", [2, 16, 9, 7], dtype, pool, [2, 16, 5, 4], store, epi]
+                name = f"cl_maxpool_{tag}" + ("" if epi else "_exact")
+                cases.append((name, CL, args, not epi))
+                args = ["avg_pool2d", [1, 8, 6, 7], dtype, pool, [1, 8, 3, 4], store, epi]
+                cases.append((f"cl_avgpool_{tag}", CL, args, False))
+        args = ["reduce_mean", [2, 40, 5, 3], dtype, mean, [2, 40, 1, 1], False, True]
+        cases.append((f"cl_reduce_mean_epi_{dtype}", CL, args, False))
     return cases
 
 
@@ -120,7 +141,7 @@ def _check_record(results: dict, name: str, builder: str) -> None:
     assert record is not None, f"{name}: no result from the simulator run"
     assert "error" not in record, record.get("error")
     # one kernel: the epilogue fused into the anchor's group, no PyTorch fallback
-    kind = "pool" if builder == "pool_program" else "reduce"
+    kind = "reduce" if builder == REDUCE or name.startswith("cl_reduce") else "pool"
     assert record["kinds"] == [kind] and record["fallbacks"] == [], record
     assert record["passed"] and all(record["passed"]), record["details"]
 

@@ -24,26 +24,67 @@ from fusec.codegen.expr import (
 )
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.targets.cuda.common import NUMBA_STORAGE, Source, body_ops, pad, yielded
+from fusec.targets.cuda.common import Source, body_ops, pad, yielded
 
 #: Element types the kernels load and store (``fusec.targets.cuda.device``).
 FORMATS = ("f16", "bf16", "f32")
 
 
+def input_view(fused_op: ai.FusedOp, value: SSAValue) -> tuple[BlockArgument, tuple] | None:
+    """(group input, perm) when ``value`` is a group input (perm ``()``) or one transposed
+    (``ai.transpose {perm}`` of it, read by nothing else: a view the kernel folds into its
+    addressing, as the conv layout's channels-last inputs); else None."""
+    if isinstance(value, BlockArgument) and value.block is fused_op.block:
+        return value, ()
+    op = value.owner
+    if isinstance(op, ai.TransposeOp) and _one_use(op.input):
+        source = op.input
+        if isinstance(source, BlockArgument) and source.block is fused_op.block:
+            return source, tuple(op.attr("perm"))
+    return None
+
+
+def stored_views(fused_op: ai.FusedOp) -> list[tuple[SSAValue, tuple]]:
+    """(value, perm) per group result: the yielded value (perm ``()``), or the operand of
+    an ``ai.transpose {perm}`` that only the yield reads (a result stored permuted)."""
+    out: list[tuple[SSAValue, tuple]] = []
+    for value in yielded(fused_op):
+        op = value.owner
+        if isinstance(op, ai.TransposeOp) and _one_use(value):
+            out.append((op.input, tuple(op.attr("perm"))))
+        else:
+            out.append((value, ()))
+    return out
+
+
+def views(fused_op: ai.FusedOp, anchor: Operation) -> list[Operation]:
+    """The transposes of ``fused_op`` that are views: of the anchor's input, of results."""
+    out: list[Operation] = [
+        v.owner for v in yielded(fused_op) if isinstance(v.owner, ai.TransposeOp) and _one_use(v)
+    ]
+    source = anchor.operands[0]
+    if isinstance(source.owner, ai.TransposeOp):
+        out.append(source.owner)
+    return out
+
+
 def anchor_problem(fused_op: ai.FusedOp, anchor_types: tuple[type[Operation], ...]) -> str | None:
-    """None when ``fused_op`` is one anchor of ``anchor_types`` reading a group input, then
-    elementwise ops over the anchor's output shape; else why a kernel cannot serve it."""
+    """None when ``fused_op`` is one anchor of ``anchor_types`` reading a group input (or a
+    transposed view of one), then elementwise ops over the anchor's output shape, its
+    results stored as they are or transposed; else why a kernel cannot serve it."""
     ops = body_ops(fused_op)
     anchors = [op for op in ops if isinstance(op, anchor_types)]
     if len(anchors) != 1:
         return f"{len(anchors)} anchor ops (the kernel computes one)"
     anchor: Operation = anchors[0]
     source = anchor.operands[0]
-    if not (isinstance(source, BlockArgument) and source.block is fused_op.block):
+    if input_view(fused_op, source) is None:
         return f"the input of {anchor.name} is computed inside the group (no prologue)"
     space = shape_of(anchor.results[0])
+    stored = stored_views(fused_op)
+    skip = {anchor, *views(fused_op, anchor)}
     for op in ops:
-        if op is anchor:
+        if op in skip:
             continue
         if not isinstance(op, ELEMENTWISE_OPS):
             return f"{op.name} is neither the anchor nor elementwise"
@@ -51,10 +92,9 @@ def anchor_problem(fused_op: ai.FusedOp, anchor_types: tuple[type[Operation], ..
             return f"{op.name} is not over the anchor's output shape {space}"
         if any(v is source for v in op.operands):
             return f"{op.name} reads the anchor's input (the kernel reads it for the anchor)"
-    if (conflict := indexing_conflict([op for op in ops if op is not anchor])) is not None:
+    if (conflict := indexing_conflict([op for op in ops if op not in skip])) is not None:
         return f"{conflict.name} uses an input under two broadcasts"
-    results = yielded(fused_op)
-    for value in results:
+    for value, _ in stored:
         if value.owner not in ops or shape_of(value) != space:
             return "a result that is not computed over the anchor's output shape"
     values = [*fused_op.inputs, *fused_op.results]
@@ -67,16 +107,37 @@ def anchor_problem(fused_op: ai.FusedOp, anchor_types: tuple[type[Operation], ..
     return None
 
 
+def permuted_strides(shape: tuple[int, ...], perm: tuple) -> list[int]:
+    """The stride of each dim of ``transpose(x, perm)`` in ``x``'s C-order storage
+    (``shape`` is the transposed, logical shape; ``perm`` ``()`` means none)."""
+    if not perm:
+        perm = tuple(range(len(shape)))
+    storage = [0] * len(shape)
+    for d, p in enumerate(perm):
+        storage[p] = shape[d]
+    strides, run = [0] * len(shape), 1
+    for j in range(len(shape) - 1, -1, -1):
+        strides[j] = run
+        run *= storage[j]
+    return [strides[p] for p in perm]
+
+
 class Epilogue:
-    """The elementwise ops after ``anchor`` and the group's stores, per output element."""
+    """The elementwise ops after ``anchor`` and the group's stores, per output element.
+
+    ``emit`` takes the anchor's value and the element's flat index in the anchor's
+    (logical) output space; a result stored transposed is written at its permuted
+    offset, from the element's multi-index."""
 
     def __init__(self, fused_op: ai.FusedOp, anchor: Operation, gen: ExprGenerator) -> None:
         self.fused_op = fused_op
         self.anchor = anchor
         self.gen = gen
         self.helpers: set[str] = set()
-        self.ops = [op for op in body_ops(fused_op) if op is not anchor]
+        skip = {anchor, *views(fused_op, anchor)}
+        self.ops = [op for op in body_ops(fused_op) if op not in skip]
         self.results = yielded(fused_op)
+        self.stored = stored_views(fused_op)
         self.space = shape_of(anchor.results[0]) or (1,)
         self.arg_index: dict[SSAValue, int] = {arg: k for k, arg in enumerate(fused_op.block.args)}
         self.leaves = leaf_shapes(self.ops)
@@ -85,9 +146,11 @@ class Epilogue:
 
     @property
     def indexed(self) -> bool:
-        """Whether a leaf broadcasts, so the element's multi-index is needed."""
+        """Whether a leaf broadcasts or a result is stored transposed, so the element's
+        multi-index is needed."""
         size = math.prod(self.space)
-        return any(math.prod(s) != size for s in self.leaves.values())
+        broadcast = any(math.prod(s) != size for s in self.leaves.values())
+        return broadcast or any(perm for _, perm in self.stored)
 
     def out_dtypes(self) -> list[str]:
         return [spec_of(v.type).dtype for v in self.results]
@@ -100,13 +163,28 @@ class Epilogue:
     def dtypes(self) -> list[str]:
         return self.out_dtypes() + [spec_of(v.type).dtype for v in self.fused_op.inputs]
 
-    def storage(self) -> list[str]:
-        return [NUMBA_STORAGE[d] for d in self.dtypes()]
+    def store_offset(self, perm: tuple, flat: str) -> str:
+        """Where the element goes in a result stored as ``transpose(value, perm)``."""
+        if not perm:
+            return flat
+        # value = transpose(stored, inverse): dim d of value is dim perm.index(d) stored
+        strides = permuted_strides(self.space, tuple(perm.index(d) for d in range(len(perm))))
+        terms = [
+            self.idx[d] if st == 1 else f"{self.idx[d]} * {st}"
+            for d, st in enumerate(strides)
+            if self.space[d] > 1
+        ]
+        return " + ".join(terms) or "0"
 
-    def emit(self, code: Source, indent: int, value: str, flat: str) -> None:
+    def emit(
+        self, code: Source, indent: int, value: str, flat: str, index: list[str] | None = None
+    ) -> None:
         """Statements at ``indent`` computing the epilogue of the anchor's value ``value``
-        (a name) at output element ``flat`` (a name) and storing every result there."""
-        if self.indexed:
+        (a name) at output element ``flat`` (a name) and storing every result there;
+        ``index`` names the element's multi-index when the kernel has it already."""
+        if index is not None:
+            self.idx = list(index)
+        elif self.indexed:
             code.add(indent, f"rq = {flat}")
             for d in range(len(self.space) - 1, 0, -1):
                 size = self.space[d]
@@ -125,7 +203,12 @@ class Epilogue:
 
         stmts, names = self.gen.chain(self.ops, leaf)
         code.add(indent, *stmts)
-        for k, result in enumerate(self.results):
-            dtype = spec_of(result.type).dtype
+        for k, (result, perm) in enumerate(self.stored):
+            dtype = spec_of(self.results[k].type).dtype
             self.helpers.add(f"st_{dtype}")
-            code.add(indent, f"st_{dtype}(out{k}, {flat}, {names.get(result) or leaf(result)})")
+            where = self.store_offset(perm, flat)
+            code.add(indent, f"st_{dtype}(out{k}, {where}, {names.get(result) or leaf(result)})")
+
+
+def _one_use(value: SSAValue) -> bool:
+    return sum(1 for _ in value.uses) == 1

@@ -26,7 +26,13 @@ from fusec.codegen.expr import ExprGenerator, header, literal, shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import conv2d_padding
-from fusec.targets.cuda.anchored import Epilogue, anchor_problem
+from fusec.targets.cuda.anchored import (
+    Epilogue,
+    anchor_problem,
+    input_view,
+    permuted_strides,
+    stored_views,
+)
 from fusec.targets.cuda.common import (
     Source,
     body_ops,
@@ -36,6 +42,7 @@ from fusec.targets.cuda.common import (
     storage_signature,
 )
 
+TO_CHANNELS_LAST = (0, 2, 3, 1)
 THREADS = 256
 #: Blocks per multiprocessor at most; the grid-stride loop covers the rest.
 BLOCKS_PER_SM = 16
@@ -49,6 +56,9 @@ def plan_problem(fused_op: ai.FusedOp) -> str | None:
     (pool,) = [op for op in body_ops(fused_op) if isinstance(op, ai.Pool2DOp)]
     if spec_of(pool.input.type).rank != 4:
         return "not a 4-D (NCHW) input"
+    perms = {perm or (0, 1, 2, 3) for _, perm in stored_views(fused_op)}
+    if len(perms) > 1:
+        return "results stored in different layouts"
     return None
 
 
@@ -74,12 +84,20 @@ class _Emitter:
         self.fused_op, self.pool, self.name = fused_op, pool, name
         self.gen = ExprGenerator()
         self.epilogue = Epilogue(fused_op, pool, self.gen)
-        self.array = f"in{fused_op.block.args.index(pool.input)}"
+        view = input_view(fused_op, pool.input)
+        assert view is not None  # plan_problem checked it
+        source, self.in_perm = view
+        self.array = f"in{fused_op.block.args.index(source)}"
         self.dtype = spec_of(pool.input.type).dtype
         self.is_max = pool.KIND == "max"
         _, _, self.h, self.w = shape_of(pool.input)
-        n, c, self.oh, self.ow = shape_of(pool.output)
-        self.count = n * c * self.oh * self.ow
+        self.out_shape = shape_of(pool.output)
+        n, self.c, self.oh, self.ow = self.out_shape
+        self.count = n * self.c * self.oh * self.ow
+        # the input's strides per NCHW dim (a channels-last input: a transposed view)
+        self.in_strides = permuted_strides(shape_of(pool.input), self.in_perm)
+        # threads walk the first result's storage order: coalesced stores
+        self.out_perm = self.epilogue.stored[0][1] or (0, 1, 2, 3)
 
     def constants(self) -> list[tuple[str, object]]:
         kh, kw = self.pool.attr("kernel")
@@ -108,6 +126,7 @@ class _Emitter:
             ("HI_H", hi_h),
             ("LO_W", lo_w),
             ("HI_W", hi_w),
+            *zip(("XN", "XC", "XH", "XW"), self.in_strides, strict=True),
             ("THREADS", THREADS),
         ]
 
@@ -118,14 +137,14 @@ class _Emitter:
         code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
         code.add(1, '"""Grid-stride loop over the output elements, one window each."""')
         code.add(1, "e = cuda.grid(1)", "while e < N:")
-        code.add(2, "ow = e % OW", "r = e // OW", "oh = r % OH", "base = (r // OH) * (H * W)")
+        self.decode(code)
         code.add(2, "h0 = oh * SH - PT", "w0 = ow * SW - PL")
         code.add(2, f"acc = {literal(-math.inf) if self.is_max else literal(0.0)}")
         code.add(2, "for kr in range(KH):")
         code.add(3, "ih = h0 + kr * DH", "if ih >= 0 and ih < H:")
         code.add(4, "for ks in range(KW):")
         code.add(5, "iw = w0 + ks * DW", "if iw >= 0 and iw < W:")
-        code.add(6, f"v = {ld}({self.array}, base + ih * W + iw)")
+        code.add(6, f"v = {ld}({self.array}, base + ih * XH + iw * XW)")
         if self.is_max:
             code.add(6, "acc = v if (v > acc or v != v) else acc")
             code.add(2, "val = acc")
@@ -138,9 +157,20 @@ class _Emitter:
             code.add(3, "iw = w0 + ks * DW", "if iw >= LO_W and iw < HI_W:")
             code.add(4, "cw += 1")
             code.add(2, "val = acc / f32(ch * cw)")
-        self.epilogue.emit(code, 2, "val", "e")
+        # ``e`` is the NCHW flat index when the result is stored NCHW; stored otherwise,
+        # every store and load goes by the multi-index
+        self.epilogue.emit(code, 2, "val", "e", index=["n", "c", "oh", "ow"])
         code.add(2, "e += cuda.gridsize(1)")
         return self.module(code, params)
+
+    def decode(self, code: Source) -> None:
+        """(n, c, oh, ow) of element ``e`` of the output, counted in its storage order."""
+        names = ("n", "c", "oh", "ow")
+        code.add(2, "r = e")
+        for j in range(3, 0, -1):
+            d = self.out_perm[j]
+            code.add(2, f"{names[d]} = r % {self.out_shape[d]}", f"r = r // {self.out_shape[d]}")
+        code.add(2, f"{names[self.out_perm[0]]} = r", "base = n * XN + c * XC")
 
     def module(self, code: Source, params: list[str]) -> str:
         helpers = {f"ld_{self.dtype}"} | self.epilogue.helpers | self.gen.helpers
@@ -151,8 +181,15 @@ class _Emitter:
         notes = [
             f"target: cuda (Numba CUDA), template: pool ({self.pool.KIND} pooling, {attrs})",
             f"layout: one output element per thread and loop step over {self.count} elements "
-            "(OW fastest), float32 window accumulation",
+            f"({'OW' if self.out_perm[-1] == 3 else 'C'} fastest), float32 window "
+            "accumulation",
         ]
+        if self.in_perm or self.out_perm != (0, 1, 2, 3):
+            layouts = [
+                "channels-last" if p == TO_CHANNELS_LAST or p == (0, 3, 1, 2) else "NCHW"
+                for p in (self.in_perm or (0, 1, 2, 3), self.out_perm)
+            ]
+            notes.append(f"input {layouts[0]}, output {layouts[1]} (transposes as addressing)")
         ins = [f"in{k}" for k in range(len(self.fused_op.inputs))]
         outs = [f"out{k}" for k in range(len(self.epilogue.results))]
         parts = [

@@ -36,7 +36,7 @@ from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import ExprGenerator, header, literal, shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.targets.cuda.anchored import Epilogue, anchor_problem
+from fusec.targets.cuda.anchored import Epilogue, anchor_problem, input_view, stored_views
 from fusec.targets.cuda.common import (
     Source,
     body_ops,
@@ -58,7 +58,31 @@ _FEW_OUTPUTS_PER_SM = 1
 
 def plan_problem(fused_op: ai.FusedOp) -> str | None:
     """None when the reduce kernel serves ``fused_op``, else why it cannot."""
-    return anchor_problem(fused_op, (ai.ReduceOp,))
+    problem = anchor_problem(fused_op, (ai.ReduceOp,))
+    if problem is not None:
+        return problem
+    if any(perm for _, perm in stored_views(fused_op)):
+        return "a result stored transposed"
+    (red,) = [op for op in body_ops(fused_op) if isinstance(op, ai.ReduceOp)]
+    source, perm = input_view(fused_op, red.operands[0]) or (None, ())
+    if perm:
+        shape, axes = shape_of(red.operands[0]), set(red.reduced_axes())
+        kept = [perm[d] for d, size in enumerate(shape) if d not in axes and size > 1]
+        if kept != sorted(kept):
+            return "the input's transpose reorders the kept dims"
+    return None
+
+
+def storage_axes(fused_op: ai.FusedOp, red: ai.ReduceOp) -> tuple[tuple[int, ...], set[int]]:
+    """(shape, reduced axes) of the reduction in its input's storage: a transposed view of
+    a group input is read through (logical dim d is stored dim ``perm[d]``)."""
+    view = input_view(fused_op, red.operands[0])
+    assert view is not None  # plan_problem checked it
+    source, perm = view
+    axes = set(red.reduced_axes())
+    if perm:
+        axes = {perm[a] for a in axes}
+    return shape_of(source), axes
 
 
 @dataclass(frozen=True)
@@ -122,8 +146,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     if problem is not None:
         return torch_fallback.generate(fused_op, name, reason=f"the reduce kernel: {problem}")
     (red,) = [op for op in body_ops(fused_op) if isinstance(op, ai.ReduceOp)]
-    shape = shape_of(red.operands[0])
-    plan = make_plan(shape, set(red.reduced_axes()))
+    plan = make_plan(*storage_axes(fused_op, red))
     source = _Emitter(fused_op, red, plan, name).emit()
     inputs, outputs = io_specs(fused_op)
     return KernelSource(name, "reduce", "cuda", source, inputs, outputs, array_dtype=None)
@@ -136,7 +159,10 @@ class _Emitter:
         self.fused_op, self.red, self.plan, self.name = fused_op, red, plan, name
         self.gen = ExprGenerator()
         self.epilogue = Epilogue(fused_op, red, self.gen)
-        self.array = f"in{fused_op.block.args.index(red.operands[0])}"
+        view = input_view(fused_op, red.operands[0])
+        assert view is not None
+        self.array = f"in{fused_op.block.args.index(view[0])}"
+        self.transposed = bool(view[1])
         self.dtype = spec_of(red.operands[0].type).dtype
         self.helpers: set[str] = {f"ld_{self.dtype}"}
 
@@ -215,7 +241,8 @@ class _Emitter:
         case = "row" if p.inner == 1 else "column"
         notes = [
             f"target: cuda (Numba CUDA), template: reduce ({self.red.KIND} over axes "
-            f"{list(self.red.reduced_axes())}, the {case} case)",
+            f"{list(self.red.reduced_axes())}, the {case} case"
+            + (", of a transposed input read in its storage order)" if self.transposed else ")"),
             f"layout: {p.outer} output rows x {p.inner} columns, {p.length} elements each; "
             f"blocks of {p.z} rows x {p.ty} lanes x {p.tx} columns, float32 partials "
             "combined in shared memory, grid-stride over "
