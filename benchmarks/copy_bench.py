@@ -4,7 +4,7 @@ Cases (f16): the attention head split ``[B,S,E] -> [B,H,S,D]``, the head merge
 ``[B,H,S,D] -> [B,S,E]``, the K transpose ``[B,H,S,D] -> [B,H,D,S]`` and the packed QKV
 unpacking ``[B,S,3E] -> [3,B,S,E]`` (nn.MultiheadAttention's) at ViT-B/16 batch 32
 (S = 197, a multiple of nothing) and BERT-base batch 8 (S = 128) shapes (H = 12, D = 64),
-and ViT's class-token concat (which stays on the gather kernel). Each case is one
+and ViT's class-token concat. Each case is one
 ``ai.fused "copy"`` group; the table names the path its kernel took (vectorised,
 tiled transpose, gather).
 
@@ -150,7 +150,7 @@ def transformer_cases(model: str, b: int, s: int, h: int, d: int, dtype: str = "
 
 
 def concat_case(model: str, b: int, s: int, e: int, dtype: str = "f16") -> Case:
-    """ViT's class token before the patch embeddings (a concat: the gather kernel)."""
+    """ViT's class token before the patch embeddings (a concat of two group inputs)."""
     out = (b, s, e)
     ir = group(
         [(b, 1, e), (b, s - 1, e)],

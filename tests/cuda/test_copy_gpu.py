@@ -39,8 +39,6 @@ LABELS = list(_cases("f16"))
 
 
 def _expected_path(label: str, dtype: str) -> str:
-    if label.endswith("concat"):
-        return "gather"
     if label.endswith("K transpose"):  # 64 x 197 and 64 x 128 transposes
         return "tiled transpose 64x64" if dtype == "f16" else "tiled transpose 32x32"
     return "vectorised 16 B"

@@ -169,6 +169,30 @@ def cases(dtype: str) -> dict[str, str]:
             [f"%y = ai.transpose %x1 {{perm = array<i64: 1, 0>}} : {t((70, 130))}"],
             dtype,
         ),
+        "class_token": _group(  # ViT's class token before the patches: aligned pieces
+            [("c", (2, 1, 8)), ("x", (2, 4, 8))],
+            (2, 5, 8),
+            [f"%y = ai.concat %c1, %x1 {{axis = 1 : i64}} : {t((2, 1, 8))} * {t((2, 4, 8))}"],
+            dtype,
+        ),
+        "rotate_halves": _group(  # cat(x[..., 4:], x[..., :4]): two slices of one input
+            [("x", (2, 3, 8))],
+            (2, 3, 8),
+            [
+                "%h = ai.slice %x1 {offsets = array<i64: 0, 0, 4>, sizes = array<i64: 2, 3, 4>, "
+                f"strides = array<i64: 1, 1, 1>}} : {t((2, 3, 8))}",
+                "%l = ai.slice %x1 {offsets = array<i64: 0, 0, 0>, sizes = array<i64: 2, 3, 4>, "
+                f"strides = array<i64: 1, 1, 1>}} : {t((2, 3, 8))}",
+                f"%y = ai.concat %h, %l {{axis = 2 : i64}} : {t((2, 3, 4))} * {t((2, 3, 4))}",
+            ],
+            dtype,
+        ),
+        "concat_odd": _group(  # rows of 3 + 5 elements: no 16-bit vector fits
+            [("a", (2, 3)), ("b", (2, 5))],
+            (2, 8),
+            [f"%y = ai.concat %a1, %b1 {{axis = 1 : i64}} : {t((2, 3))} * {t((2, 5))}"],
+            dtype,
+        ),
         "concat_chain": _group(
             [("a", (2, 3, 4)), ("b", (2, 1, 4)), ("c", (2, 5, 4))],
             (2, 4, 9),
@@ -205,6 +229,9 @@ PATHS = {
         "bf16": "tiled transpose 64x64",
         "f32": "tiled transpose 32x32",
     },
+    "class_token": "vectorised 16 B",
+    "rotate_halves": {"f16": "vectorised 8 B", "bf16": "vectorised 8 B", "f32": "vectorised 16 B"},
+    "concat_odd": {"f16": "gather", "bf16": "gather", "f32": "vectorised 4 B"},
     "concat_chain": "gather",
 }
 

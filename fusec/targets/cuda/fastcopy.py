@@ -106,32 +106,30 @@ def _params(fused_op: ai.FusedOp) -> tuple[list[str], list[str]]:
 def vectorised(fused_op: ai.FusedOp, name: str, plan: CopyPlan) -> KernelSource:
     """The vectorised copy kernel module of ``plan`` (path ``vectorised``)."""
     name = kernel_name(name)
-    view = plan.view
-    assert view is not None and plan.vector_bytes
     itemsize = ITEMSIZE[spec_of(yielded(fused_op)[0].type).dtype]
     per = plan.vector_bytes // itemsize
-    sizes = [*view.shape[:-1], view.shape[-1] // per]
-    nvec = math.prod(sizes)
-    idx = [f"i{d}" for d in range(len(sizes))]
-    strides = [*view.strides[:-1], per]
     params, ins = _params(fused_op)
     code = Source([])
     code.add(0, "@cuda.jit", f"def {name}({', '.join(params)}):")
     code.add(1, '"""Grid-stride loop over the result\'s vectors, each moved from its source."""')
     code.add(1, "step = cuda.gridsize(1)", "v = cuda.grid(1)", "while v < NVEC:")
-    dims = [d for d, size in enumerate(sizes) if size > 1]  # a dim of one vector: index 0
-    if dims == [len(sizes) - 1]:  # one contiguous run: the vector index is the source's
-        source = _sum([str(view.offset) if view.offset else "", _term("v", per)])
+    if plan.pieces:
+        nvec = _emit_concat(code, plan, per)
+        layout = (
+            f"{plan.rows} row(s) of {sum(c for _, c in plan.pieces)} elements, the pieces' "
+            + "; ".join(_describe(view) for view, _ in plan.pieces)
+        )
     else:
-        _split(code, 2, "v", [idx[d] for d in dims], [sizes[d] for d in dims])
-        terms = [_term(idx[d], strides[d]) for d in dims]
-        source = _sum([str(view.offset) if view.offset else "", *terms])
-    code.add(2, f"move{plan.vector_bytes}(out0, {_term('v', per)}, in{view.source}, {source})")
+        assert plan.view is not None
+        source, nvec = _vector_source(code, 2, plan.view, per, "v")
+        code.add(
+            2, f"move{plan.vector_bytes}(out0, {_term('v', per)}, in{plan.view.source}, {source})"
+        )
+        layout = _describe(plan.view)
     code.add(2, "v += step")
     notes = [
         f"one {plan.vector_bytes}-byte vector ({per} elements) per thread and loop step over "
-        f"{nvec} vectors; collapsed view: shape {list(view.shape)}, source strides "
-        f"{list(view.strides)}, offset {view.offset} (elements of input {view.source})",
+        f"{nvec} vectors; {layout}",
     ]
     tail = [
         f"NVEC = {nvec}",
@@ -140,6 +138,48 @@ def vectorised(fused_op: ai.FusedOp, name: str, plan: CopyPlan) -> KernelSource:
         *grid_stride_launch(name, "NVEC", BLOCKS_PER_SM, [*ins, "out0"], params),
     ]
     return _module(fused_op, name, plan, notes, code.text(), tail)
+
+
+def _describe(view: View) -> str:
+    return (
+        f"collapsed view: shape {list(view.shape)}, source strides {list(view.strides)}, "
+        f"offset {view.offset} (elements of input {view.source})"
+    )
+
+
+def _vector_source(code: Source, indent: int, view: View, per: int, flat: str) -> tuple[str, int]:
+    """The source element of vector ``flat`` (C order over ``view``, ``per`` elements a
+    vector), its index arithmetic emitted; and the number of vectors."""
+    sizes = [*view.shape[:-1], view.shape[-1] // per]
+    strides = [*view.strides[:-1], per]
+    offset = str(view.offset) if view.offset else ""
+    dims = [d for d, size in enumerate(sizes) if size > 1]  # a dim of one vector: index 0
+    if dims == [len(sizes) - 1]:  # one contiguous run: the vector index is the source's
+        return _sum([offset, _term(flat, per)]), math.prod(sizes)
+    idx = [f"i{d}" for d in dims]
+    _split(code, indent, flat, idx, [sizes[d] for d in dims])
+    terms = [_term(i, strides[d]) for i, d in zip(idx, dims, strict=True)]
+    return _sum([offset, *terms]), math.prod(sizes)
+
+
+def _emit_concat(code: Source, plan: CopyPlan, per: int) -> int:
+    """Each vector's piece by its column (vectors never straddle two), then its source in
+    that piece's own view; returns the number of vectors."""
+    row = sum(columns for _, columns in plan.pieces) // per
+    code.add(2, f"o = v // {row}", f"c = v - o * {row}")
+    start, count = 0, len(plan.pieces)
+    for k, (view, columns) in enumerate(plan.pieces):
+        width = columns // per
+        if count > 1:  # the piece whose columns hold c
+            end = f" c < {start + width}:"
+            code.add(2, "if" + end if k == 0 else "else:" if k == count - 1 else "elif" + end)
+        indent = 3 if count > 1 else 2
+        code.add(indent, f"p = o * {width} + c" + (f" - {start}" if start else ""))
+        source, _ = _vector_source(code, indent, view, per, "p")
+        move = f"move{plan.vector_bytes}(out0, {_term('v', per)}, in{view.source}, {source})"
+        code.add(indent, move)
+        start += width
+    return plan.rows * row
 
 
 def tiled(fused_op: ai.FusedOp, name: str, plan: CopyPlan) -> KernelSource:

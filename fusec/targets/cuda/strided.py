@@ -72,6 +72,10 @@ class CopyPlan:
     vector_bytes: int = 0
     contiguous_dim: int = -1
     tile: int = 0
+    #: a concat (vectorised): each operand's collapsed view and its elements per result
+    #: row (the result as [rows, columns], the operands side by side in each row)
+    pieces: tuple[tuple[View, int], ...] = ()
+    rows: int = 0
 
     @property
     def label(self) -> str:
@@ -121,17 +125,39 @@ def view_reshape(
     return tuple(0 if n == 1 else next(ones) for n in new_shape)
 
 
+def _written(fused_op: ai.FusedOp) -> SSAValue:
+    """The value whose elements the result holds in C order: the result, less reshapes at
+    the end (a reshape keeps C order: the head merge's, after a transpose, needs no view)."""
+    (value,) = yielded(fused_op)
+    while isinstance(value.owner, ai.ReshapeOp):
+        value = value.owner.operands[0]
+    return value
+
+
 def view_of(fused_op: ai.FusedOp) -> View | str:
     """The strided view the group's one result reads its input through, or why not."""
     results = yielded(fused_op)
     if len(results) != 1:
         return f"{len(results)} results"
-    value = results[0]
-    # the result is written in C order, which a reshape keeps: a reshape at the end (the
-    # head merge's, after a transpose) needs no view of its own
-    while isinstance(value.owner, ai.ReshapeOp):
-        value = value.owner.operands[0]
-    return _view(fused_op, value)
+    return _view(fused_op, _written(fused_op))
+
+
+def concat_pieces(fused_op: ai.FusedOp) -> tuple[int, list[tuple[View, int]]] | str:
+    """A result that is a concat (then reshapes) of strided views: its rows (the elements
+    before the axis) and each operand's collapsed view with its elements per row."""
+    value = _written(fused_op)
+    op = value.owner
+    if not isinstance(op, ai.ConcatOp):
+        return "not a concat"
+    shape = spec_of(value.type).shape
+    axis = op.attr("axis") % len(shape)
+    pieces = []
+    for operand in op.operands:
+        view = _view(fused_op, operand)
+        if isinstance(view, str):
+            return f"a concat of {view}"
+        pieces.append((collapse_view(view), math.prod(spec_of(operand.type).shape[axis:])))
+    return math.prod(shape[:axis]), pieces
 
 
 def _view(fused_op: ai.FusedOp, value: SSAValue) -> View | str:
@@ -199,11 +225,16 @@ def collapse_view(view: View) -> View:
 
 def copy_plan(fused_op: ai.FusedOp) -> CopyPlan:
     """The kernel for a copy group that the gather kernel serves (``gather_plan``)."""
+    itemsize = ITEMSIZE[spec_of(yielded(fused_op)[0].type).dtype]
+    if len(yielded(fused_op)) == 1 and isinstance(_written(fused_op).owner, ai.ConcatOp):
+        pieces = concat_pieces(fused_op)
+        if isinstance(pieces, str):
+            return CopyPlan("gather", pieces)
+        return _concat_plan(*pieces, itemsize)
     view = view_of(fused_op)
     if isinstance(view, str):
         return CopyPlan("gather", view)
     view = collapse_view(view)
-    itemsize = ITEMSIZE[spec_of(yielded(fused_op)[0].type).dtype]
     if view.strides[-1] == 1:
         return _vector_plan(view, itemsize)
     if 1 in view.strides:
@@ -211,13 +242,35 @@ def copy_plan(fused_op: ai.FusedOp) -> CopyPlan:
     return CopyPlan("gather", "no dimension of the result is contiguous in the source")
 
 
+def _fits(view: View, per: int) -> bool:
+    """Whether vectors of ``per`` elements tile ``view``'s contiguous runs, aligned."""
+    if view.strides[-1] != 1 or view.shape[-1] % per:
+        return False
+    return all(s % per == 0 for s in (view.offset, *view.strides[:-1]))
+
+
+def _widths(itemsize: int) -> list[tuple[int, int]]:
+    """(bytes, elements) of the vectors to try, widest first."""
+    return [(w, w // itemsize) for w in VECTOR_WIDTHS if w >= itemsize and w % itemsize == 0]
+
+
+def _concat_plan(rows: int, pieces: list[tuple[View, int]], itemsize: int) -> CopyPlan:
+    for width, per in _widths(itemsize):
+        if all(columns % per == 0 and _fits(view, per) for view, columns in pieces):
+            why = (
+                f"a concat of {len(pieces)} strided views, {rows} row(s) of "
+                f"{[c for _, c in pieces]} elements side by side, {per} per vector"
+            )
+            return CopyPlan("vectorised", why, vector_bytes=width, pieces=tuple(pieces), rows=rows)
+    return CopyPlan(
+        "gather", f"a concat whose pieces are not aligned to {VECTOR_WIDTHS[-1]}-byte vectors"
+    )
+
+
 def _vector_plan(view: View, itemsize: int) -> CopyPlan:
     inner = view.shape[-1]
-    for width in VECTOR_WIDTHS:
-        per = width // itemsize
-        if per < 1 or width % itemsize:
-            continue
-        if inner % per == 0 and all(s % per == 0 for s in (view.offset, *view.strides[:-1])):
+    for width, per in _widths(itemsize):
+        if _fits(view, per):
             runs = math.prod(view.shape[:-1])
             why = f"{runs} contiguous run(s) of {inner} elements, {per} per vector"
             return CopyPlan("vectorised", why, view, vector_bytes=width)
