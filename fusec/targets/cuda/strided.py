@@ -20,8 +20,12 @@ at most three dimensions.
   (64 x 64 of 2-byte elements where both sides are that long) through shared memory,
   read along the source's contiguous dimension and written along the result's, batched
   over the other dimensions;
-* **gather**: the rest (a concat, a gather by a table of indices, a strided innermost
-  dimension, an odd offset): the generic gather kernel (``fusec.targets.cuda.gather``).
+  A result that is a concat of strided views (``concat_pieces``) is vectorised the
+  same way when each piece's rows and runs align: each vector finds its piece by its
+  column in the result;
+* **gather**: the rest (a concat inside the chain, a gather by a table of indices, a
+  strided innermost dimension, an odd offset): the generic gather kernel
+  (``fusec.targets.cuda.gather``).
 """
 
 from __future__ import annotations
