@@ -14,15 +14,14 @@ at most three dimensions.
 
 * **vectorised**: the innermost dimension is contiguous in the source, and its length,
   the offset and every other stride are multiples of a 16-, 8- or 4-byte vector:
-  each thread moves one vector per step, index arithmetic once per vector;
+  each thread moves one vector per step, index arithmetic once per vector. A result
+  that is a concat of strided views (``concat_pieces``) is vectorised the same way
+  when each piece's rows and runs align: each vector finds its piece by its column;
 * **tiled transpose**: the source's contiguous dimension is another one than the
   result's innermost (a transpose that moves the innermost dimension): 32 x 32 tiles
   (64 x 64 of 2-byte elements where both sides are that long) through shared memory,
   read along the source's contiguous dimension and written along the result's, batched
   over the other dimensions;
-  A result that is a concat of strided views (``concat_pieces``) is vectorised the
-  same way when each piece's rows and runs align: each vector finds its piece by its
-  column in the result;
 * **gather**: the rest (a concat inside the chain, a gather by a table of indices, a
   strided innermost dimension, an odd offset): the generic gather kernel
   (``fusec.targets.cuda.gather``).
