@@ -1,10 +1,11 @@
 """The cuda ``copy`` groups that are index maps: a fast copy kernel, or one grid-stride gather.
 
-A group whose result reads its one input through a strided view runs as a vectorised
-copy or a tiled transpose (``fusec.targets.cuda.strided`` picks, ``fastcopy`` emits);
-the rest, and every group ``strided.copy_plan`` turns down, as the gather kernel below.
-The kernel header names the path (``path: vectorised 16 B``, ``path: tiled transpose
-32x32``, ``path: gather``) and why.
+``gather_plan`` says whether this module serves a copy group at all (else PyTorch
+does); ``strided.copy_plan`` then picks the path, and the kernel header names it and
+says why (``path: vectorised 16 B``, ``path: tiled transpose 64x64``, ``path:
+gather``). A group whose result reads its input(s) through strided views runs as a
+vectorised copy or a tiled transpose (``fusec.targets.cuda.strided`` plans,
+``fastcopy`` emits); the rest as the gather kernel below.
 
 A copy group whose body is a chain (or tree) of transposes, reshapes, slices, gathers
 of constant indices and concats computes every element of its one result by reading
@@ -60,7 +61,8 @@ INDEX_MAPS = (ai.TransposeOp, ai.ReshapeOp, ai.SliceOp, ai.GatherOp, ai.ConcatOp
 
 
 def gather_plan(fused_op: ai.FusedOp) -> str | None:
-    """None when the gather kernel serves ``fused_op``, else why it cannot."""
+    """None when this module's kernels serve ``fused_op`` (the path:
+    ``strided.copy_plan(fused_op).label``), else why they cannot."""
     ops = body_ops(fused_op)
     if not ops:
         return "an empty copy group"
