@@ -592,3 +592,32 @@ def test_conv_layout_graphs_match_reference(name: str, handoff: str, monkeypatch
         refs = run_reference(compiled.module, args, rounding="groups")
         for k, (out, ref) in enumerate(zip(outs, refs, strict=True)):
             assert_close(out, ref, what=f"{name}, handoff {handoff}, result {k}, seed {seed}")
+
+
+# ------------- conv-patchify: patchify convs as one copy and one Tensor Core GEMM
+
+
+@pytest.mark.parametrize(
+    "name, shape",
+    [
+        ("vit-b16-224", (8, 3, 224, 224, 768, 16)),
+        ("vit-odd-batch-bf16", (3, 3, 32, 48, 64, 16)),
+        ("convnext-stem", (4, 3, 64, 64, 96, 4)),
+    ],
+)
+def test_patchify_convs_run_as_a_gemm(name: str, shape: tuple) -> None:
+    from test_conv_patchify import patch_graph
+
+    import fusec
+    from fusec.runtime.reference import entry_function, run_reference
+    from fusec.tools.runner import random_inputs
+
+    n, c, h, w, k, p = shape
+    text = patch_graph(n, c, h, w, k, p, t="bf16" if "bf16" in name else "f16")
+    compiled = fusec.compile(text, target="cuda")
+    assert sorted(kernel.kind for kernel in compiled.kernels) == ["copy", "matmul"]
+    for seed in (0, 1):
+        args = random_inputs(entry_function(compiled.module), seed=seed)
+        (out,) = compiled._runner(args, poison=True)
+        (ref,) = run_reference(compiled.module, args, rounding="groups")
+        assert_close(out, ref, what=f"{name}, seed {seed}")
