@@ -753,6 +753,7 @@ class Worker:
     form: str
     results: Path
     reduce_overhead: bool = True
+    profile: bool = False
 
     @property
     def timer(self) -> Timer:
@@ -899,6 +900,22 @@ def cuda_graph_state(program: Any) -> str:
     return "not used (fallback groups)" if program._torch_groups else "not used"
 
 
+def profile_case(w: Worker, checked: Checked, batch: int) -> str:
+    """``fusec profile`` of the case (per-kernel times, CUDA graphs off while it runs):
+    its table in the worker's log, its JSON beside the results; the file's name."""
+    import numpy as np
+
+    from fusec.tools.profile import profile
+
+    arg = checked.arg
+    host = arg.detach().cpu().numpy() if hasattr(arg, "detach") else np.asarray(arg)
+    prof = profile(checked.compiled, inputs=[host], repeat=10, warmup=2)
+    print(f"== profile of {w.case.slug} batch {batch}\n{prof.table()}", flush=True)
+    path = w.results.parent / f"profile-{w.case.slug}-b{batch}.json"
+    path.write_text(json.dumps(prof.to_dict(), indent=1, default=str))
+    return path.name
+
+
 def run_fusec_job(w: Worker) -> None:
     """Check, then time fusec and eager, for each batch of the case."""
     torch, device = torch_setup(w.target)
@@ -927,6 +944,11 @@ def run_fusec_job(w: Worker) -> None:
             row["eager_ms"], row["eager_min_ms"] = eager_t["ms"], eager_t["min_ms"]
             row["eager_wall_ms"] = eager_t.get("wall_ms")
             row["cuda_graphs"] = cuda_graph_state(checked.compiled.program)
+            if w.profile:  # after the timing, which a failed profile must not lose
+                try:
+                    row["profile"] = profile_case(w, checked, batch)
+                except Exception as err:  # noqa: BLE001 - reported in the row
+                    row["profile"] = f"failed: {short(f'{type(err).__name__}: {err}')}"
         w.emit(row | {"stage": "done"})
 
 
@@ -1084,6 +1106,7 @@ def run_worker(job: str, case: Case, args: argparse.Namespace, results: Path, li
         "form": args.inputs,
         "results": str(results),
         "reduce_overhead": not args.no_reduce_overhead,
+        "profile": args.profile,
     }
     log = results.parent / "logs" / f"{case.slug}-{job}.log"
     log.parent.mkdir(exist_ok=True)
@@ -1253,6 +1276,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="workers at a time (export and compile overlap; timing never does)",
     )
     parser.add_argument("--no-torch-compile", action="store_true")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also run fusec profile on each fusec case (its table in the worker's log, "
+        "profile-<case>-b<batch>.json beside the results)",
+    )
     parser.add_argument(
         "--no-reduce-overhead", action="store_true", help="no reduce-overhead at batch 1"
     )

@@ -59,4 +59,5 @@ grep -E "^== " "$W/run.log"
 grep -E "^\|" "$W/models-gpu-$SUFFIX.md"
 (cd "$W" && tar czf "$OUT/zoo-logs.tgz" logs run.log device.txt tests.log 2>/dev/null)
 cp "$W/models-gpu-$SUFFIX".{md,json,jsonl,png} "$OUT/" 2>/dev/null
+cp "$W"/profile-*.json "$OUT/" 2>/dev/null  # --profile (in ZOO_ARGS)
 ls "$OUT"
