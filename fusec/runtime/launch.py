@@ -326,6 +326,9 @@ class LaunchRecorder(Protocol):
     def device(self) -> str:
         """What ran the kernels, in words (e.g. the GPU's name)."""
 
+    def notes(self, program: Program) -> list[str]:
+        """What a reader of the times must know about how they were taken."""
+
 
 @dataclass
 class CallTimes:
@@ -373,6 +376,9 @@ class HostLaunchRecorder:
 
     def device(self) -> str:
         return host_cpu_name()
+
+    def notes(self, program: Program) -> list[str]:
+        return []
 
 
 def host_cpu_name() -> str:

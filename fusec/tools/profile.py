@@ -383,7 +383,7 @@ def _measure(compiled: Any, program: Any, arrays: list, repeat: int, warmup: int
     total = sum(k.seconds for k in kernels)
     for k in kernels:
         k.share = 100.0 * k.seconds / total if total > 0 else 0.0
-    notes = list(getattr(recorder, "notes", lambda _p: [])(program))
+    notes = recorder.notes(program)
     timed = statistics.median(c.total for c in calls)
     if total > timed * 1.05 + 5e-6:  # a span outside the call, or clocks disagree
         notes.append(
