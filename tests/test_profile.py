@@ -118,6 +118,7 @@ def test_roofline_against_the_device_peaks() -> None:
     assert h200 is not None and h200.matrix_peak("f16") == 989e12
     assert h200.matrix_peak("f32") == h200.vector_flops == 67e12 and h200.bandwidth == 4.8e12
     assert device_caps("AMD EPYC 7B13") is None and device_caps("NVIDIA H200X") is None
+    assert device_caps("NVIDIA H200 NVL") is None  # another model's peaks
     caps = DeviceCaps("toy", {"f16": 100.0}, 10.0, 1000.0)
     compute = Work({"f16": 400}, 20, 1000)  # 4 s + 2 s of compute, 1 s of memory
     assert compute.ideal_seconds(caps) == (6.0, "compute")

@@ -60,6 +60,8 @@ class DeviceCaps:
     vector_flops: float
     bandwidth: float
     source: str = ""
+    #: Words of other models' names that share ``name`` (their peaks differ).
+    unlike: tuple[str, ...] = ()
 
     def matrix_peak(self, dtype: str) -> float:
         return self.matrix_flops.get(dtype, self.vector_flops)
@@ -76,13 +78,22 @@ DEVICE_CAPS: tuple[DeviceCaps, ...] = (
         4.8e12,
         "H200 SXM datasheet: 989 TFLOP/s dense f16/bf16 Tensor Core, 67 TFLOP/s f32, "
         "4.8 TB/s HBM3e",
+        unlike=("NVL",),  # the H200 NVL (PCIe) has lower peaks
     ),
 )
 
 
 def device_caps(device: str) -> DeviceCaps | None:
     """The peak numbers of the device named ``device``, or None when not known."""
-    return next((caps for caps in DEVICE_CAPS if caps.name in device.split()), None)
+    words = device.split()
+    return next(
+        (
+            caps
+            for caps in DEVICE_CAPS
+            if caps.name in words and not any(w in words for w in caps.unlike)
+        ),
+        None,
+    )
 
 
 # ------------------------------------------------------------------ work of a group

@@ -93,7 +93,9 @@ class EventLaunchRecorder:
         torch = _torch_on_gpu()
         if torch is None or self.simulated:
             return [_device_copy(a) for a in arrays]
-        return [_torch_tensor(torch, a) if isinstance(a, np.ndarray) else a for a in arrays]
+        tensors = [_torch_tensor(torch, a) if isinstance(a, np.ndarray) else a for a in arrays]
+        torch.cuda.synchronize()  # the uploads are done before the recorder's stream reads them
+        return tensors
 
     def time_call(self, program: Any, args: Sequence[Any]) -> CallTimes:
         if self.simulated:
