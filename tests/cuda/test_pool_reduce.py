@@ -76,6 +76,100 @@ def test_emit_kernels_of_the_block_has_no_pool_or_reduce_fallback(tmp_path, caps
         assert target.startswith(f"cuda (Numba CUDA), template: {kind}"), target
 
 
+CHAIN = """
+func.func @chain(%x: tensor<2x64x16x16xf16>, %w1: tensor<64x64x3x3xf16>, %b1: tensor<64xf16>,
+                 %w2: tensor<64x64x1x1xf16>) -> ({OUT}) {{
+  %c1 = ai.conv2d %x, %w1 {{padding = array<i64: 1, 1>}} : {T16} * tensor<64x64x3x3xf16>
+  %y1 = ai.bias_add %c1, %b1 : {T16} * tensor<64xf16>
+  %r1 = ai.relu %y1 : {T16}
+  %p = ai.max_pool2d %r1 {{{POOL}}} : {T16}
+  %c2 = ai.conv2d %p, %w2 : tensor<2x64x8x8xf16> * tensor<64x64x1x1xf16>
+  %r2 = ai.relu %c2 : tensor<2x64x8x8xf16>
+  %m = ai.reduce_mean %r2 {{axes = array<i64: {AXES}>, keepdims = true}} : tensor<2x64x8x8xf16>
+  %o = ai.sigmoid %m : {M}
+  return {RET} : {OUT}
+}}
+"""
+
+
+def _chain(axes: str = "2, 3", also_return_relu: bool = False) -> str:
+    m = "tensor<2x64x1x1xf16>" if axes == "2, 3" else "tensor<2x64x1x8xf16>"
+    out = m + (", tensor<2x64x16x16xf16>" if also_return_relu else "")
+    return CHAIN.format(
+        T16="tensor<2x64x16x16xf16>",
+        POOL="kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 1, 1>",
+        AXES=axes,
+        M=m,
+        OUT=out,
+        RET="%o, %r1" if also_return_relu else "%o",
+    )
+
+
+def _layouts(module, kind: str) -> list:
+    from fusec.dialect import ops as ai
+    from fusec.targets.cuda.conv.layout import LAYOUT_ATTR
+
+    out = []
+    for op in module.walk():
+        if isinstance(op, ai.FusedOp) and op.kind_name == kind:
+            attr = op.attributes.get(LAYOUT_ATTR)
+            out.append(None if attr is None else {k: v.data for k, v in attr.data.items()})
+    return out
+
+
+def _same_values(text: str, compiled) -> None:
+    """The IR after the passes computes the source's values (transposes are exact)."""
+    import numpy as np
+
+    import fusec
+    from fusec.runtime.reference import entry_function, run_reference
+    from fusec.tools.runner import random_inputs
+
+    source = fusec.parse(text)
+    args = random_inputs(entry_function(source), seed=3)
+    for got, expected in zip(
+        run_reference(compiled.module, args), run_reference(source, args), strict=True
+    ):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_conv_layout_keeps_a_pool_and_a_mean_between_convs_channels_last() -> None:
+    """conv -> max pool -> conv -> mean: the pool reads and stores NHWC, the mean reads
+    NHWC (the column case), so no conversion is left but the graph inputs' and weights'."""
+    import fusec
+    from fusec.dialect import ops as ai
+
+    text = _chain()
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    assert _layouts(compiled.module, "pool") == [{"input": "nhwc", "output": "nhwc"}]
+    assert _layouts(compiled.module, "reduce") == [{"input": "nhwc", "output": "nchw"}]
+    function_args = set(next(iter(compiled.module.ops)).body.block.args)
+    copies = [op for op in compiled.module.walk() if isinstance(op, ai.FusedOp)]
+    assert all(set(op.inputs) <= function_args for op in copies if op.kind_name == "copy")
+    for kernel in compiled.kernels:
+        if kernel.kind in ("pool", "reduce"):
+            assert "FALLBACK" not in kernel.source
+    (reduce_kernel,) = [k for k in compiled.kernels if k.kind == "reduce"]
+    assert "the column case, of a transposed input" in reduce_kernel.source
+    _same_values(text, compiled)
+
+
+def test_conv_layout_leaves_nchw_readers_alone() -> None:
+    """A conv result the function also returns stays NCHW (the pool reads it so, no
+    conversion added); a mean over H alone, which the transpose would reorder, is no
+    channels-last reader (the conv before it stores NCHW)."""
+    import fusec
+
+    text = _chain(also_return_relu=True)
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    assert _layouts(compiled.module, "pool") == [None]
+    _same_values(text, compiled)
+    text = _chain(axes="2")
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    assert _layouts(compiled.module, "reduce") == [None]
+    _same_values(text, compiled)
+
+
 # ------------------------------------------------------------------ plans
 
 

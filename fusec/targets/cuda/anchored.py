@@ -212,3 +212,36 @@ class Epilogue:
 
 def _one_use(value: SSAValue) -> bool:
     return sum(1 for _ in value.uses) == 1
+
+
+#: NHWC -> NCHW: the view a channels-last input gets inside a group (``conv-layout``).
+CHANNELS_FIRST = (0, 3, 1, 2)
+
+
+def nhwc_input_index(fused_op: ai.FusedOp) -> int | None:
+    """The group input a ``pool`` or ``reduce`` group's kernel could read channels-last
+    instead (its anchor's 4-D input, a group input only the anchor reads), or None.
+
+    ``conv-layout`` asks: such a group is a channels-last reader of that input, so a conv
+    feeding it stores NHWC; the group then reads it through an ``ai.transpose [0, 3, 1,
+    2]`` view, which the kernel folds into its addressing. A reduction whose kept dims
+    the transpose would reorder (e.g. over H alone) cannot read it so.
+    """
+    if fused_op.kind_name not in ("pool", "reduce"):
+        return None
+    types = (ai.Pool2DOp,) if fused_op.kind_name == "pool" else (ai.ReduceOp,)
+    if anchor_problem(fused_op, types) is not None:
+        return None
+    (anchor,) = [op for op in body_ops(fused_op) if isinstance(op, types)]
+    source = anchor.operands[0]
+    if not isinstance(source, BlockArgument) or [u.operation for u in source.uses] != [anchor]:
+        return None
+    shape = shape_of(source)
+    if len(shape) != 4 or any(perm for _, perm in stored_views(fused_op)):
+        return None
+    if isinstance(anchor, ai.ReduceOp):
+        axes = set(anchor.reduced_axes())
+        kept = [CHANNELS_FIRST[d] for d, n in enumerate(shape) if d not in axes and n > 1]
+        if kept != sorted(kept):
+            return None
+    return source.index

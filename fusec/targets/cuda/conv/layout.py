@@ -22,6 +22,13 @@ pass, run after fusion in the cuda pipeline, makes that choice explicit in the I
   {input = "nhwc", output = "nhwc"}``) when its full-shape inputs all come NHWC and
   its every reader reads NHWC, so the conversions on both sides cancel (with
   ``handoff=off``, never);
+* a pool or reduce group reads its anchor's input NHWC where the producer stores it
+  so (a channels-last reader, ``fusec.targets.cuda.anchored.nhwc_input_index``: its
+  body views the NHWC input NCHW with an ``ai.transpose``, which its kernel folds into
+  its addressing; a mean over H alone, which that would reorder, is none), and a pool
+  whose input comes NHWC stores its result NHWC when every reader reads NHWC
+  (``fusec.layout = {input = "nhwc", output = "nhwc"}``): conv -> max pool -> conv and
+  conv -> global mean need no conversion (with ``handoff=off``, never);
 * conversions ``ai.transpose {perm = [0, 2, 3, 1]}`` (NCHW -> NHWC, also KCRS ->
   KRSC) are inserted in front of the relaid operands, and ``[0, 3, 1, 2]`` behind
   a relaid result for each of its uses;
@@ -183,7 +190,9 @@ def _relayout_function(block: Block, handoff: bool) -> None:
             plans[op] = p
     nhwc_input = {op for op, p in plans.items() if input_for(p.geo)[0] == "nhwc"}
     pointwise = {op for op in block.ops if isinstance(op, ai.FusedOp) and _relayable(op)}
-    nhwc_output = _nhwc_outputs(plans, nhwc_input, pointwise) if handoff else set()
+    readers = _nhwc_readers(block) if handoff else {}
+    pools = {op for op in readers if op.kind_name == "pool" and len(op.results) == 1}
+    nhwc_output = _nhwc_outputs(plans, nhwc_input, pointwise | pools, readers) if handoff else set()
     conversions: dict[tuple[SSAValue, tuple[int, ...]], SSAValue] = {}
     groups = [op for op in block.ops if isinstance(op, ai.FusedOp)]
     for op in groups:  # in order: a producer's conversions exist for its readers
@@ -191,6 +200,8 @@ def _relayout_function(block: Block, handoff: bool) -> None:
             output = "nhwc" if op in nhwc_output else "nchw"
             layout = Layout("nhwc" if op in nhwc_input else "nchw", "krsc", output)
             _relayout_group(op, plans[op], layout, conversions)
+        elif op in readers:
+            _relayout_reader(op, readers[op], op in nhwc_output, conversions)
         elif op in nhwc_output:
             _relayout_pointwise(op, conversions)
 
@@ -216,43 +227,68 @@ def _relayable(op: ai.FusedOp) -> bool:
     return single and shape in inputs
 
 
+def _nhwc_readers(block: Block) -> dict[ai.FusedOp, int]:
+    """The pool and reduce groups whose kernel can read its anchor's input channels-last
+    (``fusec.targets.cuda.anchored.nhwc_input_index``): group -> that input's index."""
+    from fusec.targets.cuda.anchored import nhwc_input_index
+
+    readers = {}
+    for op in block.ops:
+        if isinstance(op, ai.FusedOp) and (index := nhwc_input_index(op)) is not None:
+            readers[op] = index
+    return readers
+
+
 def _full(value: SSAValue, group: ai.FusedOp) -> bool:
     """``value`` has the shape of ``group``'s (4-D) result."""
     return spec_of(value.type).shape == spec_of(group.results[0].type).shape
 
 
-def _nhwc_outputs(plans: dict, nhwc_input: set, pointwise: set) -> set:
-    """The groups whose result is stored NHWC: relaid convs, and relayable pointwise
-    groups, whose every reader reads NHWC (the input of an NHWC-input conv, an input of
-    the result's shape of a relaid pointwise group); a pointwise group is relaid only when
-    its inputs of the result's shape all come NHWC (then it saves its result's conversion
-    and adds none). The largest such sets: start from every candidate, drop until stable."""
+def _nhwc_outputs(plans: dict, nhwc_input: set, pointwise: set, readers: dict) -> set:
+    """The groups whose result is stored NHWC: relaid convs, and relayable pointwise (or
+    pool) groups, whose every reader reads NHWC (the input of an NHWC-input conv, an input
+    of the result's shape of a relaid pointwise group, the anchor's input of a pool or
+    reduce group in ``readers``); a pointwise group is relaid only when its inputs of the
+    result's shape all come NHWC, a pool only when its anchor's input does (then it saves
+    its result's conversion and adds none). The largest such sets: start from every
+    candidate, drop until stable."""
     relaid = set(pointwise)
+
+    def sources(group: ai.FusedOp) -> list[SSAValue]:
+        if group in readers:
+            return [group.inputs[readers[group]]]
+        return [v for v in group.inputs if _full(v, group)]
+
     while True:
         stored = {
             group
             for group in (*plans, *relaid)
             if group.results[0].uses
-            and all(_reads_nhwc(u, plans, nhwc_input, relaid) for u in group.results[0].uses)
+            and all(
+                _reads_nhwc(u, plans, nhwc_input, relaid, readers) for u in group.results[0].uses
+            )
         }
         kept = {
             group
             for group in relaid
-            if group in stored and all(v.owner in stored for v in group.inputs if _full(v, group))
+            if group in stored and all(v.owner in stored for v in sources(group))
         }
         if kept == relaid:
             return stored
         relaid = kept
 
 
-def _reads_nhwc(use: Use, plans: dict, nhwc_input: set, relaid: set) -> bool:
-    """``use`` reads its value NHWC: an NHWC-input conv's input, or an input of the
-    result's shape of a relaid pointwise group."""
+def _reads_nhwc(use: Use, plans: dict, nhwc_input: set, relaid: set, readers: dict) -> bool:
+    """``use`` reads its value NHWC: an NHWC-input conv's input, an input of the result's
+    shape of a relaid pointwise group, or the anchor's input of a pool or reduce group
+    that can read it so."""
     reader = use.operation
     if not isinstance(reader, ai.FusedOp):
         return False
     if reader in nhwc_input:
         return use.index == plans[reader].x
+    if reader in readers:
+        return use.index == readers[reader]
     return reader in relaid and _full(reader.operands[use.index], reader)
 
 
@@ -268,9 +304,19 @@ def _convert(value: SSAValue, perm: tuple[int, ...], before, conversions: dict) 
 
 def _relayout_group(fused: ai.FusedOp, p: ConvPlan, layout: Layout, conversions: dict) -> None:
     """Replace conv group ``fused`` by one taking and giving the operands of ``layout``."""
+    relaid = ([p.x] if layout.input == "nhwc" else []) + [p.w]
+    _relayout_operands(fused, relaid, layout.output == "nhwc", layout.to_attr(), conversions)
+
+
+def _relayout_operands(
+    fused: ai.FusedOp, relaid: list[int], nhwc_output: bool, layout: DictionaryAttr, conversions
+) -> None:
+    """Replace group ``fused`` by one taking its inputs ``relaid`` channels-last (each
+    viewed NCHW/KCRS by an ``ai.transpose`` at the top of the body) and storing its result
+    NHWC when ``nhwc_output`` (a transpose before the ``ai.yield``, converted back for its
+    readers); ``layout`` becomes its ``fusec.layout``."""
     body = fused.block
     inputs = list(fused.inputs)
-    relaid = ([p.x] if layout.input == "nhwc" else []) + [p.w]
     for index in relaid:
         inputs[index] = _convert(inputs[index], TO_CHANNELS_LAST, fused, conversions)
     for index in reversed(relaid):  # (each view goes first: the input's ends up on top)
@@ -282,25 +328,44 @@ def _relayout_group(fused: ai.FusedOp, p: ConvPlan, layout: Layout, conversions:
         old.replace_all_uses_with(view.output)
         body.erase_arg(old)
     result_types = [r.type for r in fused.results]
-    if layout.output == "nhwc":
+    if nhwc_output:
         term = body.last_op
         assert isinstance(term, ai.YieldOp)
         store = ai.TransposeOp(term.operands[0], perm=TO_CHANNELS_LAST)
         Rewriter.insert_op(store, InsertPoint.before(term))
         term.operands = [store.output]
         result_types = [store.output.type]
-    attributes = {**fused.attributes, LAYOUT_ATTR: layout.to_attr()}
+    attributes = {**fused.attributes, LAYOUT_ATTR: layout}
     region = fused.detach_region(fused.body)
     new = ai.FusedOp(fused.kind_name, inputs, result_types, region, attributes)
     Rewriter.insert_op(new, InsertPoint.before(fused))
     new.results[0].name_hint = fused.results[0].name_hint
-    if layout.output == "nhwc":
+    if nhwc_output:
         back = ai.TransposeOp(new.results[0], perm=TO_CHANNELS_FIRST)
         Rewriter.insert_op(back, InsertPoint.after(new))
         fused.results[0].replace_all_uses_with(back.output)
     else:
         fused.results[0].replace_all_uses_with(new.results[0])
     Rewriter.erase_op(fused)
+
+
+def _relayout_reader(fused: ai.FusedOp, index: int, nhwc_output: bool, conversions: dict) -> None:
+    """A pool or reduce group reading input ``index`` channels-last when its producer
+    stores it so (the value is then the conversion back to NCHW, which the new conversion
+    cancels), and a pool storing its result NHWC when ``nhwc_output``: the same body on
+    the new operand types, through ``ai.transpose`` views its kernel folds into its
+    addressing (``fusec.targets.cuda.anchored``)."""
+    source = fused.inputs[index].owner
+    nhwc_input = isinstance(source, ai.TransposeOp) and source.attr("perm") == TO_CHANNELS_FIRST
+    if not (nhwc_input or nhwc_output):
+        return
+    layout = DictionaryAttr(
+        {
+            "input": StringAttr("nhwc" if nhwc_input else "nchw"),
+            "output": StringAttr("nhwc" if nhwc_output else "nchw"),
+        }
+    )
+    _relayout_operands(fused, [index] if nhwc_input else [], nhwc_output, layout, conversions)
 
 
 def _relayout_pointwise(fused: ai.FusedOp, conversions: dict) -> None:
