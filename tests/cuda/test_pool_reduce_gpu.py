@@ -17,11 +17,14 @@ from pool_reduce_cases import inputs, pool_program, reduce_program
 pytestmark = pytest.mark.gpu
 
 
-def _check(text: str, kind: str, exact: bool = False, seed: int = 0) -> None:
+def _check(
+    text: str, kind: str, exact: bool = False, seed: int = 0, pipeline: str | None = None
+) -> None:
     import fusec
     from fusec.runtime.reference import run_reference
 
-    compiled = fusec.compile(text, target="cuda")
+    options = {"pipeline": pipeline} if pipeline else {}
+    compiled = fusec.compile(text, target="cuda", **options)
     kernels = [k for k in compiled.kernels if k.kind == kind]
     assert len(kernels) == 1 and "FALLBACK" not in kernels[0].source
     args = inputs(compiled.module, seed, special=exact)
@@ -71,3 +74,32 @@ def test_mobilenet_v3_se_means(batch: int, channels: int, size: int) -> None:
 def test_long_reduction_into_few_outputs(kind: str) -> None:
     text = reduce_program((2, 3, 512, 512), "f32", kind, (2, 3), True, False)
     _check(text, "reduce", exact=kind == "max")
+
+
+def test_channels_last_max_pool_at_resnet50_size() -> None:
+    """The pool as conv-layout leaves it between convs: NHWC in, NHWC out."""
+    from pool_reduce_cases import channels_last_group
+
+    attrs = "kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 1, 1>"
+    text = channels_last_group(
+        "max_pool2d", (32, 64, 112, 112), "f16", attrs, (32, 64, 56, 56), True, False
+    )
+    _check(text, "pool", exact=True, pipeline="infer-shapes")
+
+
+def test_conv_pool_conv_mean_chain_channels_last() -> None:
+    """ResNet's stem shape end to end: conv -> max pool -> 1x1 conv -> global mean, the
+    pool and the mean reading the convs' NHWC results in place."""
+    text = """
+func.func @f(%x: tensor<8x64x56x56xf16>, %w1: tensor<64x64x3x3xf16>, %w2: tensor<256x64x1x1xf16>)
+    -> tensor<8x256x1x1xf16> {
+  %c1 = ai.conv2d %x, %w1 {padding = array<i64: 1, 1>} : tensor<8x64x56x56xf16> * tensor<64x64x3x3xf16>
+  %r1 = ai.relu %c1 : tensor<8x64x56x56xf16>
+  %p = ai.max_pool2d %r1 {kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 1, 1>} : tensor<8x64x56x56xf16>
+  %c2 = ai.conv2d %p, %w2 : tensor<8x64x28x28xf16> * tensor<256x64x1x1xf16>
+  %m = ai.reduce_mean %c2 {axes = array<i64: 2, 3>, keepdims = true} : tensor<8x256x28x28xf16>
+  return %m : tensor<8x256x1x1xf16>
+}
+"""  # noqa: E501
+    _check(text, "pool")
+    _check(text, "reduce")
