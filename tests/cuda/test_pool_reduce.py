@@ -170,6 +170,25 @@ def test_conv_layout_leaves_nchw_readers_alone() -> None:
     _same_values(text, compiled)
 
 
+def test_resnet18_from_onnx_has_no_pool_or_reduce_fallback() -> None:
+    """The exported ResNet-18 of tests/onnx/models on the cuda target: its max pool and
+    its global average pool (a reduce_mean) are Numba kernels."""
+    pytest.importorskip("onnx")
+    from pathlib import Path
+
+    import fusec
+    from fusec.api import import_onnx
+
+    path = Path(__file__).parents[1] / "onnx" / "models" / "resnet18.dynamo.onnx"
+    if not path.exists():
+        pytest.skip(f"{path} is missing (tests/onnx/models/export_models.py)")
+    module = import_onnx(path, input_shapes={"x": (2, 3, 64, 64)}).module
+    kernels = fusec.compile(module, target="cuda", executable=False).kernels
+    ours = [k for k in kernels if k.kind in ("pool", "reduce")]
+    assert sorted(k.kind for k in ours) == ["pool", "reduce"]
+    assert not [k.name for k in ours if "FALLBACK" in k.source]
+
+
 # ------------------------------------------------------------------ plans
 
 
