@@ -131,6 +131,15 @@ def test_vectorised_ptx_moves_whole_vectors(case: str, dtype: str) -> None:
     global_accesses = re.findall(r"\b(?:ld|st)\.global\.[\w.]+", ptx)
     assert sorted(set(global_accesses)) == [load, store], global_accesses
     assert ".shared" not in ptx
+    assert not re.search(r"(mul\.hi|div|rem)\.s64", ptx)  # 32-bit index arithmetic
+
+
+@pytest.mark.requires_target("cuda")
+@pytest.mark.skipif(simulator_enabled(), reason="no PTX under the simulator")
+def test_gather_ptx_divides_in_32_bits() -> None:
+    ptx = _ptx("gather_table", "f16")
+    assert "mul.hi.u32" in ptx or "mul.wide.u32" in ptx
+    assert not re.search(r"(mul\.hi|div|rem)\.s64", ptx)
 
 
 #: (case, dtype) -> bytes of the padded shared tile

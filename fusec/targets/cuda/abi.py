@@ -6,8 +6,9 @@ internals can move without invalidating cached kernels or their text:
 * ``cuda``: ``numba.cuda``, prepared (``fusec.targets.cuda.env``);
 * the device helpers of ``fusec.targets.cuda.device`` (``ld_f16``,
   ``load_bf16x8``, ``block_sum``, ``round_f16``...; ``device.helper_names()``);
-* ``move4``, ``move8``, ``move16``, ``load_bits``, ``store_bits``: raw moves of the
-  copy kernels (``fusec.targets.cuda.rawmove``);
+* ``move4``, ``move8``, ``move16``, ``load_bits``, ``store_bits``, ``udiv32``,
+  ``urem32``: raw moves and 32-bit index arithmetic of the copy kernels
+  (``fusec.targets.cuda.rawmove``);
 * ``ieee_conv2d``, ``ieee_matmul``, ``ieee_addmm``, ``ieee_attention``: the
   PyTorch fallback's IEEE-f32 library calls (``fusec.targets.cuda.torch_runtime``);
 * ``TileConfig``, ``Epilogue``, ``GemmSpec``, ``GemmLaunch``: the Tensor Core
@@ -32,6 +33,8 @@ _PROVIDERS: dict[str, str] = {
     "move16": "fusec.targets.cuda.rawmove",
     "load_bits": "fusec.targets.cuda.rawmove",
     "store_bits": "fusec.targets.cuda.rawmove",
+    "udiv32": "fusec.targets.cuda.rawmove",
+    "urem32": "fusec.targets.cuda.rawmove",
     "ieee_conv2d": "fusec.targets.cuda.torch_runtime",
     "ieee_matmul": "fusec.targets.cuda.torch_runtime",
     "ieee_addmm": "fusec.targets.cuda.torch_runtime",

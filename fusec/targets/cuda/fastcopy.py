@@ -39,6 +39,10 @@ from fusec.targets.cuda.strided import CopyPlan, View
 THREADS = 256
 #: Blocks per multiprocessor at most for the vectorised loop; the grid stride covers the rest.
 BLOCKS_PER_SM = 16
+#: Index arithmetic on numbers below this is 32-bit (``udiv32``, ``urem32``).
+NARROW = 1 << 31
+#: The index helpers every fast copy module imports.
+INDEX_HELPERS = ["udiv32", "urem32"]
 
 
 def _sum(terms: list[str]) -> str:
@@ -51,6 +55,16 @@ def _term(index: str, stride: int) -> str:
     return index if stride == 1 else f"{index} * {stride}"
 
 
+def index_div(x: str, d: int, bound: int) -> str:
+    """``x // d`` for ``0 <= x < bound``: 32-bit unsigned when ``bound`` allows."""
+    return f"udiv32({x}, {d})" if bound <= NARROW else f"{x} // {d}"
+
+
+def index_rem(x: str, d: int, bound: int) -> str:
+    """``x % d`` for ``0 <= x < bound``: 32-bit unsigned when ``bound`` allows."""
+    return f"urem32({x}, {d})" if bound <= NARROW else f"{x} % {d}"
+
+
 def _split(code: Source, indent: int, flat: str, names: list[str], sizes: list[int]) -> None:
     """``names`` (C order) := the multi-index of ``flat`` over ``sizes`` (no size 1)."""
     if not names:
@@ -58,9 +72,12 @@ def _split(code: Source, indent: int, flat: str, names: list[str], sizes: list[i
     if len(names) == 1:
         code.add(indent, f"{names[0]} = {flat}")
         return
+    bound = math.prod(sizes)
     code.add(indent, f"r = {flat}")
     for name, size in zip(names[:0:-1], sizes[:0:-1], strict=True):
-        code.add(indent, f"{name} = r % {size}", f"r = r // {size}")
+        code.add(
+            indent, f"{name} = {index_rem('r', size, bound)}", f"r = {index_div('r', size, bound)}"
+        )
     code.add(indent, f"{names[0]} = r")
 
 
@@ -71,7 +88,8 @@ def _module(
     dtype = spec_of(result.type).dtype
     dtypes = [dtype] + [spec_of(v.type).dtype for v in fused_op.inputs]
     storage = f"np.{NUMBA_STORAGE[dtype]}"  # the kernel's array type: int16 for f16/bf16
-    helpers = [f"move{plan.vector_bytes}"] if plan.vector_bytes else ["load_bits", "store_bits"]
+    moves = [f"move{plan.vector_bytes}"] if plan.vector_bytes else ["load_bits", "store_bits"]
+    helpers = moves + INDEX_HELPERS
     parts = [
         header(
             fused_op,
@@ -166,7 +184,8 @@ def _emit_concat(code: Source, plan: CopyPlan, per: int) -> int:
     """Each vector's piece by its column (vectors never straddle two), then its source in
     that piece's own view; returns the number of vectors."""
     row = sum(columns for _, columns in plan.pieces) // per
-    code.add(2, f"o = v // {row}", f"c = v - o * {row}")
+    nvec = plan.rows * row
+    code.add(2, f"o = {index_div('v', row, nvec)}", f"c = v - o * {row}")
     start, count = 0, len(plan.pieces)
     for k, (view, columns) in enumerate(plan.pieces):
         width = columns // per
@@ -179,7 +198,7 @@ def _emit_concat(code: Source, plan: CopyPlan, per: int) -> int:
         move = f"move{plan.vector_bytes}(out0, {_term('v', per)}, in{view.source}, {source})"
         code.add(indent, move)
         start += width
-    return plan.rows * row
+    return nvec
 
 
 def tiled(fused_op: ai.FusedOp, name: str, plan: CopyPlan) -> KernelSource:
@@ -202,12 +221,14 @@ def tiled(fused_op: ai.FusedOp, name: str, plan: CopyPlan) -> KernelSource:
         'shared memory, write along the result\'s."""',
     )
     code.add(1, f"tile = cuda.shared.array(({side}, {pitch}), STORAGE)")
-    code.add(1, "t = cuda.threadIdx.x", f"tx = t % {side}", f"ty = t // {side}")
+    code.add(1, "t = cuda.threadIdx.x")
+    code.add(1, f"tx = {index_rem('t', side, THREADS)}", f"ty = {index_div('t', side, THREADS)}")
     code.add(1, "blk = cuda.blockIdx.x")
     for corner, count in (("b0", tb), ("a0", ta)):  # tile corners, then the batch index
-        code.add(1, f"{corner} = (blk % {count}) * {side}" if count > 1 else f"{corner} = 0")
+        rem = f"{index_rem('blk', count, tiles)} * {side}"
+        code.add(1, f"{corner} = {rem}" if count > 1 else f"{corner} = 0")
         if count > 1 and (batch or corner == "b0"):
-            code.add(1, f"blk = blk // {count}")
+            code.add(1, f"blk = {index_div('blk', count, tiles)}")
     _split(code, 1, "blk", [f"i{d}" for d in batch], [view.shape[d] for d in batch])
     offset = [str(view.offset) if view.offset else ""]
     src = _sum(offset + [_term(f"i{d}", view.strides[d]) for d in batch])

@@ -204,8 +204,10 @@ def _generic(fused_op: ai.FusedOp, name: str, why: str) -> KernelSource:
         code.add(1, f"G{k} = cuda.const.array_like(TABLE{k})")
     code.add(1, "step = cuda.gridsize(1)", "e = cuda.grid(1)", "while e < N:")
     code.add(2, "r = e")
+    n = math.prod(shape)  # below 2**31: 32-bit divisions, a few instructions each
     for d in range(rank - 1, 0, -1):
-        code.add(2, f"{idx[d]} = r % {shape[d]}", f"r = r // {shape[d]}")
+        rem, div = fastcopy.index_rem("r", shape[d], n), fastcopy.index_div("r", shape[d], n)
+        code.add(2, f"{idx[d]} = {rem}", f"r = {div}")
     code.add(2, f"{idx[0]} = r")
     code.add(2, *maps.lines)
     code.add(2, f"out0[e] = {value}", "e += step")
@@ -219,7 +221,7 @@ def _generic(fused_op: ai.FusedOp, name: str, why: str) -> KernelSource:
     ]
     parts = [
         header(fused_op, notes=notes),
-        prelude([]),
+        prelude(fastcopy.INDEX_HELPERS if n <= fastcopy.NARROW else []),
         "import numpy as np",
         "",
         f"SIGNATURE = {storage_signature(dtypes)!r}",

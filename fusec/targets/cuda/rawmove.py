@@ -15,8 +15,16 @@ and an add per access, and an address the optimiser cannot fold): the caller's i
 is never negative, so consecutive accesses become one base address and immediate
 offsets.
 
-Under Numba's CUDA simulator the same names are Python that also checks alignment and
-index range, so a simulator test catches an access a GPU would fault on.
+``udiv32(x, d)`` and ``urem32(x, d)`` are ``x // d`` and ``x % d`` in 32-bit unsigned
+arithmetic, for a non-negative ``x`` below 2**32 and a constant ``d > 0``: Numba types
+``//`` and ``%`` of integers as signed 64-bit, which the GPU emulates (a 64-bit high
+multiply and sign fix-ups per division, several instructions each); in 32 bits a
+division by a constant is one ``mul.hi.u32`` and a shift. The index arithmetic of the
+copy kernels splits element or vector numbers below 2**31 this way.
+
+Under Numba's CUDA simulator the same names are Python that also checks alignment,
+index range and the 32-bit range, so a simulator test catches an access a GPU would
+fault on.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ WIDTHS = (4, 8, 16)
 
 def helper_names() -> list[str]:
     """The names this module gives generated kernels (through ``fusec.targets.cuda.abi``)."""
-    return [f"move{w}" for w in WIDTHS] + ["load_bits", "store_bits"]
+    return [f"move{w}" for w in WIDTHS] + ["load_bits", "store_bits", "udiv32", "urem32"]
 
 
 def _make_sim_moves() -> dict[str, Any]:
@@ -54,8 +62,24 @@ def _make_sim_moves() -> dict[str, Any]:
             raise AssertionError(f"store_bits: element {i} of {len(arr)}")
         arr[i] = value
 
+    def udiv32(x: int, d: int) -> int:
+        if not 0 <= x < 2**32 or d <= 0:
+            raise AssertionError(f"udiv32({x}, {d}): out of the 32-bit range")
+        return x // d
+
+    def urem32(x: int, d: int) -> int:
+        if not 0 <= x < 2**32 or d <= 0:
+            raise AssertionError(f"urem32({x}, {d}): out of the 32-bit range")
+        return x % d
+
     moves = {f"move{w}": make(w) for w in WIDTHS}
-    return {**moves, "load_bits": load_bits, "store_bits": store_bits}
+    return {
+        **moves,
+        "load_bits": load_bits,
+        "store_bits": store_bits,
+        "udiv32": udiv32,
+        "urem32": urem32,
+    }
 
 
 def _make_gpu_moves() -> dict[str, Any]:
@@ -137,8 +161,28 @@ def _make_gpu_moves() -> dict[str, Any]:
 
         return sig, codegen
 
+    def make_divide(remainder: bool) -> Any:
+        @intrinsic
+        def divide(typingctx: Any, x: Any, d: Any) -> Any:
+            sig = types.int64(x, d)
+
+            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+                x32, d32 = (builder.trunc(v, i32) for v in args)
+                result = builder.urem(x32, d32) if remainder else builder.udiv(x32, d32)
+                return builder.zext(result, ir.IntType(64))
+
+            return sig, codegen
+
+        return divide
+
     moves = {f"move{w}": make(w) for w in WIDTHS}
-    return {**moves, "load_bits": load_bits, "store_bits": store_bits}
+    return {
+        **moves,
+        "load_bits": load_bits,
+        "store_bits": store_bits,
+        "udiv32": make_divide(False),
+        "urem32": make_divide(True),
+    }
 
 
 numba_cuda()  # prepared before numba.cuda's extending API is touched
