@@ -90,6 +90,27 @@ def reduce_program(shape, dtype: str, kind: str, axes, keepdims: bool, epilogue:
     return _function(params, lines, result, o_t)
 
 
+def two_results_program(shape, dtype: str, kind: str) -> str:
+    """``p = <kind>(x)`` and ``exp(p) * s``, both returned: one group (the epilogue fused)
+    with two results, the anchor's value among them. ``kind``: "max_pool2d" (3x3/2,
+    padding 1) or "reduce_max" (over the last two axes, kept)."""
+    n, c, h, w = shape
+    if kind == "max_pool2d":
+        attrs = "kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 1, 1>"
+        out = (n, c, (h - 1) // 2 + 1, (w - 1) // 2 + 1)
+    else:
+        attrs = "axes = array<i64: 2, 3>, keepdims = true"
+        out = (n, c, 1, 1)
+    x_t, o_t, s_t = _t(shape, dtype), _t(out, dtype), _t((c, 1, 1), dtype)
+    return (
+        f"func.func @f(%x: {x_t}, %s: {s_t}) -> ({o_t}, {o_t}) {{\n"
+        f"  %p = ai.{kind} %x {{{attrs}}} : {x_t}\n"
+        f"  %e = ai.exp %p : {o_t}\n"
+        f"  %m = ai.mul %e, %s : {o_t} * {s_t}\n"
+        f"  return %p, %m : {o_t}, {o_t}\n}}\n"
+    )
+
+
 def channels_last_group(
     kind: str, shape, dtype: str, attrs: str, out_shape, store_nhwc: bool, epilogue: bool
 ) -> str:

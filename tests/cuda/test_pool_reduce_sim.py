@@ -86,6 +86,10 @@ def _slow_cases() -> list[tuple]:
         ("max_zeros_rows_f32_exact", REDUCE, [[6, 70], "f32", "max", [1], False, False], "zeros"),
         ("max_zeros_cols_f16_exact", REDUCE, [[50, 3], "f16", "max", [0], True, False], "zeros"),
     ]
+    two = "two_results_program"
+    for dtype in DTYPES:
+        cases.append((f"two_results_pool_{dtype}", two, [[2, 3, 7, 9], dtype, "max_pool2d"], False))
+        cases.append((f"two_results_red_{dtype}", two, [[2, 3, 7, 9], dtype, "reduce_max"], False))
     cases += _channels_last_cases()
     return cases
 
@@ -141,7 +145,8 @@ def _check_record(results: dict, name: str, builder: str) -> None:
     assert record is not None, f"{name}: no result from the simulator run"
     assert "error" not in record, record.get("error")
     # one kernel: the epilogue fused into the anchor's group, no PyTorch fallback
-    kind = "reduce" if builder == REDUCE or name.startswith("cl_reduce") else "pool"
+    reduces = builder == REDUCE or name.startswith(("cl_reduce", "two_results_red"))
+    kind = "reduce" if reduces else "pool"
     assert record["kinds"] == [kind] and record["fallbacks"] == [], record
     assert record["passed"] and all(record["passed"]), record["details"]
 
