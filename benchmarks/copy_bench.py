@@ -11,9 +11,11 @@ tiled transpose, gather).
 Each fusec result is first compared bit for bit with PyTorch's. Timing: CUDA events on
 the caller's stream (torch's current stream) around one call, L2 flushed before each
 (``gpu_bench.event_ms``: median of 50 runs); the same for ``x.permute(...).contiguous()``
-in the same run. GB/s counts the bytes read and written once; % is of the H200's
-4.8 TB/s. A stream check (events vs the wall clock over 20 back-to-back calls) fails the
-run when fusec's work is not ordered on the caller's stream.
+and for the same group forced onto the generic gather kernel (one element per thread:
+the path every copy group took before issue 28, though now with 32-bit index arithmetic),
+in the same run. GB/s counts the bytes read and written once; % is of the H200's 4.8 TB/s.
+A stream check (events vs the wall clock over 20 back-to-back calls) fails the run when
+fusec's work is not ordered on the caller's stream.
 
     python benchmarks/copy_bench.py --out benchmarks/results     # on the GPU
     python benchmarks/copy_bench.py --smoke                      # CPU: CUDA simulator
@@ -197,25 +199,44 @@ def smoke() -> int:
     for case in all_cases(smoke=True):
         compiled = fusec.compile(case.ir, target="cuda", pipeline="infer-shapes")
         args = [rng.standard_normal(s).astype(np.float16) for s in case.shapes]
-        (out,) = compiled._runner(args, poison=True)
-        want = np.ascontiguousarray(case.numpy(*args))
-        same = np.array_equal(np.asarray(out).view(np.uint16), want.view(np.uint16))
+        baseline = compile_as_gather(fusec, case.ir)
+        want = np.ascontiguousarray(case.numpy(*args)).view(np.uint16)
+        same = True
+        for program in (compiled, baseline):
+            (out,) = program._runner(args, poison=True)
+            same = same and np.array_equal(np.asarray(out).view(np.uint16), want)
         bad += not same
         paths = ", ".join(path_of(k.source) for k in compiled.kernels)
+        paths += " (baseline: " + ", ".join(path_of(k.source) for k in baseline.kernels) + ")"
         print(f"{case.label}: {paths}: {'bit-exact' if same else 'DIFFERS from numpy'}")
     return 1 if bad else 0
 
 
+def compile_as_gather(fusec, ir: str):
+    """``ir`` compiled with every copy group on the generic gather kernel (the benchmark's
+    baseline: ``gather.copy_plan`` answers "gather" while it compiles)."""
+    from fusec.targets.cuda import gather, strided
+
+    planned = gather.copy_plan
+    gather.copy_plan = lambda op: strided.CopyPlan("gather", "forced by copy_bench.py")
+    try:
+        return fusec.compile(ir, target="cuda", pipeline="infer-shapes")
+    finally:
+        gather.copy_plan = planned
+
+
 def measure(torch, fusec, case: Case, event_ms, stream_check) -> dict:
-    """Check fusec against torch bit for bit, then time both."""
+    """Check fusec (and its gather baseline) against torch bit for bit, then time all."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     inputs = [torch.randn(s, device="cuda", generator=gen).half() for s in case.shapes]
     compiled = fusec.compile(case.ir, target="cuda", pipeline="infer-shapes")
-    ours = compiled(*inputs)
+    baseline = compile_as_gather(fusec, case.ir)
+    ours, theirs = compiled(*inputs), baseline(*inputs)
     ref = case.torch(torch, *inputs)
     torch.cuda.synchronize()
-    exact = bool(torch.equal(ours.view(torch.int16), ref.view(torch.int16)))
+    exact = all(torch.equal(t.view(torch.int16), ref.view(torch.int16)) for t in (ours, theirs))
     fusec_ms = event_ms(torch, lambda: compiled(*inputs))
+    gather_ms = event_ms(torch, lambda: baseline(*inputs))
     torch_ms = event_ms(torch, lambda: case.torch(torch, *inputs))
     check = stream_check(torch, lambda: compiled(*inputs))
     nbytes = 2 * ref.numel() * ref.element_size()
@@ -226,6 +247,8 @@ def measure(torch, fusec, case: Case, event_ms, stream_check) -> dict:
         "bit_exact": exact,
         "fusec_ms": fusec_ms,
         "torch_ms": torch_ms,
+        "gather_ms": gather_ms,
+        "gather_over_fusec": gather_ms / fusec_ms,
         "fusec_gbs": nbytes / fusec_ms / 1e6,
         "torch_gbs": nbytes / torch_ms / 1e6,
         "fusec_pct_peak": 100 * nbytes / fusec_ms / 1e6 / PEAK_GBS,
@@ -244,14 +267,16 @@ def render(meta: dict, rows: list[dict]) -> str:
         f"{meta['copy_bandwidth_gbs']:.0f} GB/s. Command: `{meta['command']}`.",
         "",
         "| case | path | MB moved | fusec us | fusec GB/s (% peak) | torch us "
-        "| torch GB/s (% peak) | torch / fusec | bit-exact | stream check |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| torch GB/s (% peak) | torch / fusec | gather us | gather / fusec | bit-exact "
+        "| stream check |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
             f"| {r['case']} | {r['path']} | {r['bytes'] / 1e6:.1f} | {1e3 * r['fusec_ms']:.1f} | "
             f"{r['fusec_gbs']:.0f} ({r['fusec_pct_peak']:.0f}%) | {1e3 * r['torch_ms']:.1f} | "
             f"{r['torch_gbs']:.0f} ({r['torch_pct_peak']:.0f}%) | {r['torch_over_fusec']:.2f}x | "
+            f"{1e3 * r['gather_ms']:.1f} | {r['gather_over_fusec']:.2f}x | "
             f"{'yes' if r['bit_exact'] else 'NO'} | "
             f"{'ok' if r['stream_check_ok'] else 'FAILED'} ({r['loop_event_ms']:.2f} events, "
             f"{r['loop_wall_ms']:.2f} wall) |"
