@@ -163,3 +163,25 @@ def test_tiled_transpose_ptx_goes_through_shared_memory(case: str, dtype: str) -
     assert "bar.sync" in ptx
     if case == "wide_transpose":  # whole tiles: 16 loads off one address, no bounds
         assert re.search(rf"ld\.global\.{width}\s+%\w+, \[%rd\d+\+\d+\]", ptx)
+
+
+@pytest.mark.slow
+@pytest.mark.requires_target("cuda")
+def test_copy_bench_smoke_runs_bit_exact() -> None:
+    """``benchmarks/copy_bench.py --smoke``: its cases under the simulator, fast path and
+    gather baseline, bit for bit against numpy (the GPU run's correctness check)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "copy_bench.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 5 and all(line.endswith("bit-exact") for line in lines), lines
