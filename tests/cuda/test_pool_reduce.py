@@ -242,6 +242,28 @@ func.func @f(%x: tensor<2x3x4xf32>) -> tensor<2x3x1xf32> {
     )
 
 
+def test_a_group_with_an_integer_value_falls_back() -> None:
+    """The kernels compute in float32: an integer inside the epilogue (a truncation
+    through i32) is PyTorch's, with the reason."""
+    text = """
+func.func @f(%x: tensor<2x3x4xf32>) -> tensor<2x3x1xf32> {
+  %r = ai.fused "reduce" (%x) : (tensor<2x3x4xf32>) -> tensor<2x3x1xf32> {
+  ^bb0(%x1: tensor<2x3x4xf32>):
+    %s = ai.reduce_sum %x1 {axes = array<i64: 2>, keepdims = true} : tensor<2x3x4xf32>
+    %i = ai.cast %s : tensor<2x3x1xf32> to tensor<2x3x1xi32>
+    %f = ai.cast %i : tensor<2x3x1xi32> to tensor<2x3x1xf32>
+    ai.yield %f : tensor<2x3x1xf32>
+  }
+  return %r : tensor<2x3x1xf32>
+}
+"""
+    (kernel,) = _group_source(text)
+    assert (
+        "FALLBACK" in kernel.source
+        and "i32 values (the kernel moves f16, bf16, f32)" in kernel.source
+    )
+
+
 def test_pool_header_names_its_attributes_and_epilogue_runs_before_the_store() -> None:
     (kernel,) = _group_source(
         pool_program((1, 4, 9, 9), "f16", "avg", (3, 3), (2, 2), (1, 1), epilogue=True),

@@ -97,11 +97,12 @@ def anchor_problem(fused_op: ai.FusedOp, anchor_types: tuple[type[Operation], ..
     for value, _ in stored:
         if value.owner not in ops or shape_of(value) != space:
             return "a result that is not computed over the anchor's output shape"
-    values = [*fused_op.inputs, *fused_op.results]
+    # every value, the epilogue's too: the kernels compute in float32
+    values = [*fused_op.inputs, *fused_op.results, *(r for op in ops for r in op.results)]
     for value in values:
         spec = spec_of(value.type)
         if spec.dtype not in FORMATS:
-            return f"a {spec.dtype} tensor (the kernel moves {', '.join(FORMATS)})"
+            return f"{spec.dtype} values (the kernel moves {', '.join(FORMATS)})"
         if 0 in spec.shape:
             return "an empty tensor"
     return None
