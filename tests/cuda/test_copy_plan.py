@@ -144,8 +144,8 @@ def test_gather_ptx_divides_in_32_bits() -> None:
 
 #: (case, dtype) -> bytes of the padded shared tile
 TILES = {
-    ("k_transpose", "f16"): 32 * 33 * 2,
-    ("k_transpose", "f32"): 32 * 33 * 4,
+    ("k_transpose", "f16"): 128 * 9 * 2,  # 8 x 37 -> 37 x 8: an 8 x 128 tile
+    ("k_transpose", "f32"): 128 * 9 * 4,
     ("wide_transpose", "bf16"): 64 * 66 * 2,
     ("wide_transpose", "f32"): 32 * 33 * 4,
 }

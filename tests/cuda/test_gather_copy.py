@@ -169,6 +169,24 @@ def cases(dtype: str) -> dict[str, str]:
             [f"%y = ai.transpose %x1 {{perm = array<i64: 1, 0>}} : {t((70, 130))}"],
             dtype,
         ),
+        "to_channels_last_3": _group(  # NCHW -> NHWC of 3 channels: a 256 x 4 tile
+            [("x", (2, 3, 5, 8))],
+            (2, 5, 8, 3),
+            [f"%y = ai.transpose %x1 {{perm = array<i64: 0, 2, 3, 1>}} : {t((2, 3, 5, 8))}"],
+            dtype,
+        ),
+        "from_channels_last_3": _group(  # NHWC -> NCHW of 3 channels: a 4 x 256 tile
+            [("x", (2, 5, 8, 3))],
+            (2, 3, 5, 8),
+            [f"%y = ai.transpose %x1 {{perm = array<i64: 0, 3, 1, 2>}} : {t((2, 5, 8, 3))}"],
+            dtype,
+        ),
+        "narrow_whole_tiles": _group(  # 600 x 4 -> 4 x 600: whole 256 x 4 tiles and an edge
+            [("x", (4, 600))],
+            (600, 4),
+            [f"%y = ai.transpose %x1 {{perm = array<i64: 1, 0>}} : {t((4, 600))}"],
+            dtype,
+        ),
         "class_token": _group(  # ViT's class token before the patches: aligned pieces
             [("c", (2, 1, 8)), ("x", (2, 4, 8))],
             (2, 5, 8),
@@ -221,7 +239,7 @@ PATHS = {
     "qkv_slice_split": "vectorised 16 B",
     "qkv_unpack": "vectorised 16 B",
     "odd_offset": {"f16": "gather", "bf16": "gather", "f32": "vectorised 4 B"},
-    "k_transpose": "tiled transpose 32x32",
+    "k_transpose": "tiled transpose 8x128",  # D = 8: the narrow tile
     "split_to_k_transpose": "tiled transpose 32x32",
     "slice_transpose": "tiled transpose 32x32",
     "wide_transpose": {
@@ -229,6 +247,9 @@ PATHS = {
         "bf16": "tiled transpose 64x64",
         "f32": "tiled transpose 32x32",
     },
+    "to_channels_last_3": "tiled transpose 256x4",
+    "from_channels_last_3": "tiled transpose 4x256",
+    "narrow_whole_tiles": "tiled transpose 256x4",
     "class_token": "vectorised 16 B",
     "rotate_halves": {"f16": "vectorised 8 B", "bf16": "vectorised 8 B", "f32": "vectorised 16 B"},
     "concat_odd": {"f16": "gather", "bf16": "gather", "f32": "vectorised 4 B"},

@@ -5,8 +5,9 @@
   (one set of constant divisions per vector, not per element) and it moves with one
   raw ``ld.global.v4``/``st.global.v4`` pair (``rawmove``), bits unconverted.
 * ``tiled``: a batched 2-D transpose through a shared-memory tile, 32 x 32 (64 x 64 of
-  2-byte elements on long enough sides; padded rows keep a warp's column reads on 32
-  different banks): one block of 256 threads per tile, reading along the source's
+  2-byte elements on long enough sides, a short side's power of two by up to 256 where
+  one side is short; padded rows spread a warp's column reads over the banks): one
+  block of 256 threads per tile, reading along the source's
   contiguous dimension and writing along the result's, every read and write
   coalesced. Each thread issues all its loads before its first store (straight-line
   code, loads clamped into the tensor rather than branched around); edge tiles mask
@@ -19,6 +20,7 @@ and stores, which do not touch a NaN's payload), so a copy is exact for every va
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import header
@@ -205,13 +207,13 @@ def tiled(fused_op: ai.FusedOp, name: str, plan: CopyPlan) -> KernelSource:
     """The tiled transpose kernel module of ``plan`` (path ``tiled transpose``)."""
     name = kernel_name(name)
     view = plan.view
-    assert view is not None and plan.contiguous_dim >= 0 and plan.tile
-    rank, j, side = len(view.shape), plan.contiguous_dim, plan.tile
+    assert view is not None and plan.contiguous_dim >= 0 and plan.tile[0]
+    rank, j, (side_a, side_b) = len(view.shape), plan.contiguous_dim, plan.tile
     a, b = view.shape[j], view.shape[-1]
-    ta, tb = -(-a // side), -(-b // side)
+    ta, tb = -(-a // side_a), -(-b // side_b)
     batch = [d for d in range(rank - 1) if d != j]
     tiles = ta * tb * math.prod(view.shape[d] for d in batch)
-    pitch = _pitch(side, ITEMSIZE[spec_of(yielded(fused_op)[0].type).dtype])
+    pitch = _pitch(side_a, ITEMSIZE[spec_of(yielded(fused_op)[0].type).dtype])
     params, ins = _params(fused_op)
     code = Source([])
     code.add(0, "@cuda.jit", f"def {name}({', '.join(params)}):")
@@ -220,11 +222,14 @@ def tiled(fused_op: ai.FusedOp, name: str, plan: CopyPlan) -> KernelSource:
         '"""One tile per block: read along the source\'s contiguous dimension into '
         'shared memory, write along the result\'s."""',
     )
-    code.add(1, f"tile = cuda.shared.array(({side}, {pitch}), STORAGE)")
+    code.add(1, f"tile = cuda.shared.array(({side_b}, {pitch}), STORAGE)")
     code.add(1, "t = cuda.threadIdx.x")
-    code.add(1, f"tx = {index_rem('t', side, THREADS)}", f"ty = {index_div('t', side, THREADS)}")
+    for x, y, side in (("tx", "ty", side_a), ("sx", "sy", side_b)):  # load, store lanes
+        code.add(
+            1, f"{x} = {index_rem('t', side, THREADS)}", f"{y} = {index_div('t', side, THREADS)}"
+        )
     code.add(1, "blk = cuda.blockIdx.x")
-    for corner, count in (("b0", tb), ("a0", ta)):  # tile corners, then the batch index
+    for corner, count, side in (("b0", tb, side_b), ("a0", ta, side_a)):  # then the batch
         rem = f"{index_rem('blk', count, tiles)} * {side}"
         code.add(1, f"{corner} = {rem}" if count > 1 else f"{corner} = 0")
         if count > 1 and (batch or corner == "b0"):
@@ -234,12 +239,12 @@ def tiled(fused_op: ai.FusedOp, name: str, plan: CopyPlan) -> KernelSource:
     src = _sum(offset + [_term(f"i{d}", view.strides[d]) for d in batch])
     dst = _sum([_term(f"i{d}", _out_strides(view)[d]) for d in batch])
     code.add(1, f"src = {src}", f"dst = {dst}")
-    _emit_tile_moves(code, view, j, side, (a, b), f"in{view.source}")
+    _emit_tile_moves(code, _TileSpec(view, j, plan.tile, (a, b)), f"in{view.source}")
     notes = [
-        f"one {side} x {side} tile per block of {THREADS} threads ({tiles} tiles), shared "
-        f"memory {side} x {pitch}, every thread's {side * side // THREADS} loads issued "
-        f"before its first store; collapsed view: shape {list(view.shape)}, source strides "
-        f"{list(view.strides)}, offset {view.offset} (elements of input {view.source})",
+        f"one {side_a} x {side_b} tile per block of {THREADS} threads ({tiles} tiles), "
+        f"shared memory {side_b} x {pitch}, every thread's {side_a * side_b // THREADS} loads "
+        f"issued before its first store; collapsed view: shape {list(view.shape)}, source "
+        f"strides {list(view.strides)}, offset {view.offset} (elements of input {view.source})",
     ]
     tail = [
         f"TILES = {tiles}",
@@ -265,58 +270,64 @@ def _pitch(side: int, itemsize: int) -> int:
     """Elements per shared row: an odd number of 4-byte words, so that the 32 lanes of a
     column read (rows apart) fall on 32 different banks. (32 halves + 1: rows 16.5 words
     apart, which also spreads them.)"""
-    if itemsize == 4 or side == 32:
+    if itemsize == 4 or side <= 32:
         return side + 1
     return side + 2
 
 
-def _emit_tile_moves(
-    code: Source, view: View, j: int, side: int, extent: tuple[int, int], source: str
-) -> None:
+@dataclass(frozen=True)
+class _TileSpec:
+    """What the tile code needs: the view, its source-contiguous dim ``j``, the tile
+    (along a, along b) and the transpose's extent (a, b)."""
+
+    view: View
+    j: int
+    tile: tuple[int, int]
+    extent: tuple[int, int]
+
+
+def _emit_tile_moves(code: Source, spec: _TileSpec, source: str) -> None:
     """A whole tile (every tile but the last along each side) without bounds, else the
     edge tile: its loads clamped into the tensor, its stores masked."""
-    a, b = extent
-    if a % side == 0 and b % side == 0:  # no edge tiles
-        _emit_tile_body(code, view, j, side, None, source, indent=1)
-    elif a < side or b < side:  # only edge tiles
-        _emit_tile_body(code, view, j, side, extent, source, indent=1)
+    (a, b), (side_a, side_b) = spec.extent, spec.tile
+    if a % side_a == 0 and b % side_b == 0:  # no edge tiles
+        _emit_tile_body(code, spec, False, source, indent=1)
+    elif a < side_a or b < side_b:  # only edge tiles
+        _emit_tile_body(code, spec, True, source, indent=1)
     else:
-        code.add(1, f"if a0 + {side} <= {a} and b0 + {side} <= {b}:  # the same for the block")
-        _emit_tile_body(code, view, j, side, None, source, indent=2)
+        code.add(1, f"if a0 + {side_a} <= {a} and b0 + {side_b} <= {b}:  # the same for the block")
+        _emit_tile_body(code, spec, False, source, indent=2)
         code.add(1, "else:")
-        _emit_tile_body(code, view, j, side, extent, source, indent=2)
+        _emit_tile_body(code, spec, True, source, indent=2)
 
 
-def _emit_tile_body(
-    code: Source,
-    view: View,
-    j: int,
-    side: int,
-    edge: tuple[int, int] | None,
-    source: str,
-    indent: int,
-) -> None:
+def _emit_tile_body(code: Source, spec: _TileSpec, edge: bool, source: str, indent: int) -> None:
     """Straight-line code: the thread's loads all issued before the first store to the
     shared tile (clamped at an ``edge``, never branched around), the barrier, the tile's
-    column reads, the stores (masked at an ``edge``)."""
-    rows = [f"ty + {k * (THREADS // side)}" if k else "ty" for k in range(side * side // THREADS)]
-    code.add(indent, f"a = min(a0 + tx, {edge[0] - 1})" if edge else "a = a0 + tx")
-    for k, y in enumerate(rows):
-        row = f"min(b0 + {y}, {edge[1] - 1})" if edge else f"b0 + {y}"
-        at = _sum(["src", "a", _term(f"({row})", view.strides[-1])])
+    column reads, the stores (masked at an ``edge``). Loads: lane ``tx`` along a, rows
+    ``ty`` + k * (threads / tile a) along b; stores: lane ``sx`` along b, rows ``sy`` + k *
+    (threads / tile b) along a."""
+    (a, b), (side_a, side_b) = spec.extent, spec.tile
+    count = side_a * side_b // THREADS
+    loads = [f"ty + {k * (THREADS // side_a)}" if k else "ty" for k in range(count)]
+    stores = [f"sy + {k * (THREADS // side_b)}" if k else "sy" for k in range(count)]
+    code.add(indent, f"a = min(a0 + tx, {a - 1})" if edge else "a = a0 + tx")
+    for k, y in enumerate(loads):
+        row = f"min(b0 + {y}, {b - 1})" if edge else f"b0 + {y}"
+        at = _sum(["src", "a", _term(f"({row})", spec.view.strides[-1])])
         code.add(indent, f"v{k} = load_bits({source}, {at})")
-    code.add(indent, *(f"tile[{y}, tx] = v{k}" for k, y in enumerate(rows)))
+    code.add(indent, *(f"tile[{y}, tx] = v{k}" for k, y in enumerate(loads)))
     code.add(indent, "cuda.syncthreads()")
-    code.add(indent, *(f"w{k} = tile[tx, {y}]" for k, y in enumerate(rows)))
-    out_a = _out_strides(view)[j]
-    code.add(indent, "b = b0 + tx")
+    code.add(indent, *(f"w{k} = tile[sx, {y}]" for k, y in enumerate(stores)))
+    out_a = _out_strides(spec.view)[spec.j]
+    code.add(indent, "b = b0 + sx")
     if edge:
-        code.add(indent, f"if b < {edge[1]}:")
+        code.add(indent, f"if b < {b}:")
         indent += 1
-    for k, y in enumerate(rows):
+    for k, y in enumerate(stores):
         at = _sum(["dst", _term(f"(a0 + {y})", out_a), "b"])
         if edge:
-            code.add(indent, f"if a0 + {y} < {edge[0]}:")
+            code.add(indent, f"if a0 + {y} < {a}:")
             code.add(indent + 1, f"store_bits(out0, {at}, w{k})")
         else:
             code.add(indent, f"store_bits(out0, {at}, w{k})")

@@ -19,9 +19,10 @@ at most three dimensions.
   when each piece's rows and runs align: each vector finds its piece by its column;
 * **tiled transpose**: the source's contiguous dimension is another one than the
   result's innermost (a transpose that moves the innermost dimension): 32 x 32 tiles
-  (64 x 64 of 2-byte elements where both sides are that long) through shared memory,
-  read along the source's contiguous dimension and written along the result's, batched
-  over the other dimensions;
+  (64 x 64 of 2-byte elements where both sides are that long; 4 x 256 or so where one
+  side is short, as the 3 channels of an image) through shared memory, read along the
+  source's contiguous dimension and written along the result's, batched over the other
+  dimensions;
 * **gather**: the rest (a concat inside the chain, a gather by a table of indices, a
   strided innermost dimension, an odd offset): the generic gather kernel
   (``fusec.targets.cuda.gather``).
@@ -74,7 +75,7 @@ class CopyPlan:
     view: View | None = None
     vector_bytes: int = 0
     contiguous_dim: int = -1
-    tile: int = 0
+    tile: tuple[int, int] = (0, 0)
     #: a concat (vectorised): each operand's collapsed view and its elements per result
     #: row (the result as [rows, columns], the operands side by side in each row)
     pieces: tuple[tuple[View, int], ...] = ()
@@ -86,7 +87,7 @@ class CopyPlan:
         if self.path == "vectorised":
             return f"vectorised {self.vector_bytes} B"
         if self.path == "tiled transpose":
-            return f"tiled transpose {self.tile}x{self.tile}"
+            return f"tiled transpose {self.tile[0]}x{self.tile[1]}"
         return "gather"
 
 
@@ -284,12 +285,25 @@ def _vector_plan(view: View, itemsize: int) -> CopyPlan:
     return CopyPlan("gather", why)
 
 
+def tile_shape(a: int, b: int, itemsize: int) -> tuple[int, int]:
+    """The tile (elements along the source's contiguous side ``a``, along the result's
+    ``b``): square, or for a transpose with one short side (NCHW -> NHWC of 3 channels)
+    that side's power of two by up to 256 along the other, so that no thread idles."""
+    if itemsize == 2 and min(a, b) >= TILE_16BIT:
+        return TILE_16BIT, TILE_16BIT
+    if (a < TILE) == (b < TILE):
+        return TILE, TILE
+    short = 1 << (min(a, b) - 1).bit_length()
+    long = min(TILE * TILE // short, 256)
+    return (short, long) if a < TILE else (long, short)
+
+
 def _tile_plan(view: View, itemsize: int) -> CopyPlan:
     j = view.strides.index(1)
     a, b = view.shape[j], view.shape[-1]
-    tile = TILE_16BIT if itemsize == 2 and min(a, b) >= TILE_16BIT else TILE
+    tile = tile_shape(a, b, itemsize)
     batch = math.prod(view.shape) // (a * b)
-    tiles = batch * -(-a // tile) * -(-b // tile)
+    tiles = batch * -(-a // tile[0]) * -(-b // tile[1])
     if tiles > MAX_TILES:
         return CopyPlan("gather", f"{tiles} tiles: more than one 1-D grid holds")
     why = (
