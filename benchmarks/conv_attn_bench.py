@@ -459,9 +459,9 @@ def main() -> None:
         text = strided_text(*shape)
         conv_row(case, text, inputs, conv, flops, min_bytes)
         if c < 16:  # the stem: the implicit GEMM (zero-filled channel chunks) vs direct
-            os.environ["FUSEC_CONV_FEW_CHANNELS"] = "implicit"
+            os.environ["FUSEC_CONV_FEW_CHANNELS"] = "direct"
             try:
-                conv_row(case + " (implicit GEMM)", text, inputs, conv, flops, min_bytes)
+                conv_row(case + " (direct kernel)", text, inputs, conv, flops, min_bytes)
             finally:
                 del os.environ["FUSEC_CONV_FEW_CHANNELS"]
     if only and wanted("pointwise"):  # asked for by name only (the input A/B)

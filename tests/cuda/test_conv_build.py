@@ -253,7 +253,7 @@ def _kernel_source(text: str) -> str:
         (conv_text(g=64), "direct conv2d"),
         (conv_text(c=32, k=64, g=8), "direct conv2d"),
         (conv_text(sw=2), "implicit-GEMM conv2d on the Hopper Tensor Cores"),
-        (conv_text(c=3, sw=2), "direct conv2d"),
+        (conv_text(c=3, sw=2), "implicit-GEMM conv2d on the Hopper Tensor Cores"),
         (conv_text(sh=2, sw=4, w=300), "implicit-GEMM conv2d on the Hopper Tensor Cores"),
         (
             conv_text(sw=5, w=300),

@@ -482,15 +482,17 @@ def test_resnet_downsample_block_runs_every_conv_on_the_tensor_cores(
 
 STEMS = {
     "resnet-7x7s2-c3": conv_graph(4, 3, 64, 64, 64, 7, 7, stride=(2, 2), pad=(3, 3), tail="bn"),
-    "convnext-4x4s4-c3-bf16": conv_graph(2, 3, 32, 32, 96, 4, 4, t="bf16", stride=(4, 4)),
+    # stride 4 (a box of 256 pixels) with padding: not a patchify conv (conv-patchify)
+    "c3-5x5s4-pad2-bf16": conv_graph(2, 3, 33, 35, 96, 5, 5, t="bf16", stride=(4, 4), pad=(2, 2)),
     "c5-3x3-odd": conv_graph(2, 5, 13, 11, 32, 3, 3, pad=(1, 1), tail="residual"),
 }
 
 
 @pytest.mark.parametrize("name", list(STEMS))
 def test_few_channel_stems_through_the_implicit_gemm(name: str, monkeypatch) -> None:
-    """$FUSEC_CONV_FEW_CHANNELS=implicit: an ungrouped conv of fewer than 16 input channels
-    runs as the implicit GEMM, the channel chunk zero-filled past the real channels."""
+    """An ungrouped conv of fewer than 16 input channels runs as the implicit GEMM (the
+    default, $FUSEC_CONV_FEW_CHANNELS=implicit), the channel chunk zero-filled past the
+    real channels."""
     import fusec
     from fusec.runtime.reference import entry_function, run_reference
     from fusec.tools.runner import random_inputs

@@ -9,8 +9,10 @@ to the output type). It runs as
 * the implicit GEMM on the Hopper Tensor Cores (``cpp.ConvSpec``) for f16/bf16
   with at least 16 input channels per group and a stride along W of at most 4 (a
   strided conv reads its channels-last input by TMA boxes that step over pixels);
-* the direct template (``cpp.DirectConvSpec``) for f16/bf16 depthwise and
-  other groups of fewer than 16 channels (not a GEMM worth the name);
+* the direct template (``cpp.DirectConvSpec``) for f16/bf16 depthwise and other
+  grouped convs of fewer than 16 channels a group (not a GEMM worth the name); an
+  ungrouped conv of fewer channels (a stem) is an implicit GEMM whose channel chunks
+  TMA zero-fills (``FEW_CHANNELS_ENV``);
 * the PyTorch fallback (``fusec.targets.cuda.torch_fallback``) otherwise, the reason in
   its header: f32 graphs (IEEE f32 through cuDNN without TF32; the templates
   are 16-bit Tensor Core kernels), a stride along W over 4 with many channels (a
@@ -42,7 +44,7 @@ from fusec.codegen.expr import (
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import conv2d_padding
-from fusec.targets.cuda.common import body_ops, kernel_name, yielded
+from fusec.targets.cuda.common import body_ops, integer_values, kernel_name, yielded
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
 from fusec.targets.cuda.conv.cpp import (
     EPILOGUE_LOADS,
@@ -77,10 +79,11 @@ EPILOGUE_ENV = "FUSEC_CONV_EPILOGUE"
 _DTYPES = ("f16", "bf16")
 #: below this many input channels per group the direct template serves the conv
 MIN_GEMM_CHANNELS = 16
-#: "implicit": an ungrouped conv of fewer than MIN_GEMM_CHANNELS input channels (a stem:
-#: 3 channels of an image) runs as the implicit GEMM anyway, its 64-channel reduction
-#: chunks zero-filled past the real channels; unset or "direct": the direct template (an
-#: A/B switch, benchmarks/conv_attn_bench.py --only stem)
+#: An ungrouped conv of fewer than MIN_GEMM_CHANNELS input channels (a stem: 3 channels of
+#: an image) runs as the implicit GEMM, its 64-channel reduction chunks zero-filled past
+#: the real channels ("implicit", the default: ResNet-50's 7x7/2 stem at batch 32 took
+#: 0.886 ms against the direct kernel's 1.716 ms on the H200, conv-attn-2026-12-02.md),
+#: or as the direct template ("direct"; an A/B switch: conv_attn_bench.py --only stem)
 FEW_CHANNELS_ENV = "FUSEC_CONV_FEW_CHANNELS"
 
 
@@ -188,6 +191,8 @@ def accepts(members, anchor) -> str | None:
     op through PyTorch, where fused work is slower than a separate kernel."""
     if len(members) == 1 or not isinstance(anchor, ai.Conv2DOp):
         return None
+    if (reason := integer_values(members, "the cuda conv templates")) is not None:
+        return reason
     fallback = "so the group would run op by op through PyTorch"
     dtype = spec_of(anchor.input.type).dtype
     if dtype not in _DTYPES:
@@ -285,8 +290,8 @@ def input_for(geo: ConvGeometry) -> tuple[str, str | None]:
 
 
 def few_channels_implicit() -> bool:
-    """``$FUSEC_CONV_FEW_CHANNELS`` (an A/B switch: "direct", the default, or "implicit")."""
-    asked = os.environ.get(FEW_CHANNELS_ENV, "").strip().lower() or "direct"
+    """``$FUSEC_CONV_FEW_CHANNELS`` (an A/B switch: "implicit", the default, or "direct")."""
+    asked = os.environ.get(FEW_CHANNELS_ENV, "").strip().lower() or "implicit"
     if asked not in ("direct", "implicit"):
         raise ValueError(f"${FEW_CHANNELS_ENV}: {asked!r}, expected 'direct' or 'implicit'")
     return asked == "implicit"
