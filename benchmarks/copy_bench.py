@@ -4,7 +4,7 @@ Cases (f16): the attention head split ``[B,S,E] -> [B,H,S,D]``, the head merge
 ``[B,H,S,D] -> [B,S,E]``, the K transpose ``[B,H,S,D] -> [B,H,D,S]`` and the packed QKV
 unpacking ``[B,S,3E] -> [3,B,S,E]`` (nn.MultiheadAttention's) at ViT-B/16 batch 32
 (S = 197, a multiple of nothing) and BERT-base batch 8 (S = 128) shapes (H = 12, D = 64),
-and ViT's class-token concat. Each case is one
+ViT's class-token concat, and a batch of 224 x 224 RGB images NCHW -> NHWC. Each case is one
 ``ai.fused "copy"`` group; the table names the path its kernel took (vectorised,
 tiled transpose, gather).
 
@@ -172,13 +172,35 @@ def concat_case(model: str, b: int, s: int, e: int, dtype: str = "f16") -> Case:
     )
 
 
+def channels_last_case(model: str, n: int, c: int, hw: int, dtype: str = "f16") -> Case:
+    """An image batch NCHW -> NHWC (3 channels: the relayout kernel's C % 8 refuses it)."""
+    ir = group(
+        [(n, c, hw, hw)],
+        (n, hw, hw, c),
+        [f"%y = ai.transpose %a0 {{perm = array<i64: 0, 2, 3, 1>}} : {_t((n, c, hw, hw), dtype)}"],
+        dtype,
+    )
+    return Case(
+        f"{model} b{n} input NCHW -> NHWC",
+        ir,
+        ((n, c, hw, hw),),
+        lambda x: x.transpose(0, 2, 3, 1),
+        lambda torch, x: x.permute(0, 2, 3, 1).contiguous(),
+    )
+
+
 def all_cases(smoke: bool) -> list[Case]:
     if smoke:  # tiny, and S odd as ViT's
-        return [*transformer_cases("ViT-like", 2, 5, 2, 8), concat_case("ViT-like", 2, 5, 16)]
+        return [
+            *transformer_cases("ViT-like", 2, 5, 2, 8),
+            concat_case("ViT-like", 2, 5, 16),
+            channels_last_case("ResNet-like", 2, 3, 6),
+        ]
     return [
         *transformer_cases("ViT-B/16", 32, 197, 12, 64),
         *transformer_cases("BERT-base", 8, 128, 12, 64),
         concat_case("ViT-B/16", 32, 197, 768),
+        channels_last_case("ResNet-50", 32, 3, 224),
     ]
 
 

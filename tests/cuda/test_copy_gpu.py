@@ -2,10 +2,10 @@
 
 The head split, head merge, K transpose and QKV unpacking of ViT-B/16 at batch 32
 (S = 197: a multiple of neither the vector width nor the tile) and BERT-base at batch 8,
-and ViT's class-token concat (the cases of ``benchmarks/copy_bench.py``), in f16 and
-f32: random inputs salted with signalling NaNs that carry payloads, outputs poisoned
-first, every result element compared bit for bit with numpy's, and the path each
-group's kernel took checked.
+ViT's class-token concat and ResNet-50's RGB input NCHW -> NHWC (the cases of
+``benchmarks/copy_bench.py``), in f16 and f32: random inputs salted with signalling NaNs
+that carry payloads, outputs poisoned first, every result element compared bit for bit
+with numpy's, and the path each group's kernel took checked.
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from copy_bench import Case, concat_case, path_of, transformer_cases  # noqa: E402
+from copy_bench import (  # noqa: E402
+    Case,
+    channels_last_case,
+    concat_case,
+    path_of,
+    transformer_cases,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -31,6 +37,7 @@ def _cases(dtype: str) -> dict[str, Case]:
         *transformer_cases("ViT-B/16", 32, 197, 12, 64, dtype),
         *transformer_cases("BERT-base", 8, 128, 12, 64, dtype),
         concat_case("ViT-B/16", 32, 197, 768, dtype),
+        channels_last_case("ResNet-50", 32, 3, 224, dtype),
     ]
     return {case.label: case for case in cases}
 
@@ -39,6 +46,8 @@ LABELS = list(_cases("f16"))
 
 
 def _expected_path(label: str, dtype: str) -> str:
+    if label.endswith("NHWC"):  # 50176 pixels x 3 channels
+        return "tiled transpose 256x4"
     if label.endswith("K transpose"):  # 64 x 197 and 64 x 128 transposes
         return "tiled transpose 64x64" if dtype == "f16" else "tiled transpose 32x32"
     return "vectorised 16 B"

@@ -184,4 +184,4 @@ def test_copy_bench_smoke_runs_bit_exact() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    assert len(lines) == 5 and all(line.endswith("bit-exact") for line in lines), lines
+    assert len(lines) == 6 and all(line.endswith("bit-exact") for line in lines), lines
