@@ -167,7 +167,10 @@ def _make_gpu_moves() -> dict[str, Any]:
             sig = types.int64(x, d)
 
             def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-                x32, d32 = (builder.trunc(v, i32) for v in args)
+                pairs = zip(args, sig.args, strict=True)  # any integer type: via int64
+                x32, d32 = (
+                    builder.trunc(context.cast(builder, v, t, types.int64), i32) for v, t in pairs
+                )
                 result = builder.urem(x32, d32) if remainder else builder.udiv(x32, d32)
                 return builder.zext(result, ir.IntType(64))
 
