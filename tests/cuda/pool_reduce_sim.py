@@ -26,9 +26,20 @@ import pool_reduce_cases  # noqa: E402
 import fusec  # noqa: E402
 from fusec.runtime.reference import run_reference  # noqa: E402
 
+#: The reduce template's constants as they were before a case scaled them.
+DEFAULTS: dict = {}
+
 
 def run(case: dict) -> dict:
     builder = getattr(pool_reduce_cases, case["builder"])
+    # thresholds of the reduce template scaled down, so that a shape the simulator can
+    # run in seconds takes the path a large one takes (e.g. the two-pass split)
+    import fusec.targets.cuda.reduce as reduce_template
+
+    asked = case.get("reduce_constants", {})
+    DEFAULTS.update({k: getattr(reduce_template, k) for k in asked if k not in DEFAULTS})
+    for key, value in {**DEFAULTS, **asked}.items():  # a case's never outlive it
+        setattr(reduce_template, key, value)
     # hand-made groups (channels-last views) are compiled as they are, without fusion
     options = {"pipeline": "infer-shapes"} if case["builder"] == "channels_last_group" else {}
     compiled = fusec.compile(builder(*case["args"]), target="cuda", **options)
@@ -52,6 +63,7 @@ def run(case: dict) -> dict:
         "details": details,
         "kinds": [k.kind for k in compiled.kernels],
         "fallbacks": [k.kind for k in compiled.kernels if "FALLBACK" in k.source],
+        "two_pass": any("two passes" in k.source for k in compiled.kernels),
     }
 
 

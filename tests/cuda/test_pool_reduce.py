@@ -293,11 +293,13 @@ def _ptx(text: str) -> list[str]:
         pool_program((2, 8, 9, 9), "bf16", "avg", (3, 3), (2, 2), (1, 1), (1, 1), True, True, True),
         reduce_program((32, 2048, 7, 7), "f16", "mean", (2, 3), True, True),
         reduce_program((4, 7, 7, 960), "f32", "max", (1, 2), False, True),
+        reduce_program((2, 3, 512, 512), "bf16", "max", (2, 3), True, True),
     ],
-    ids=["maxpool-f16", "avgpool-epilogue-bf16", "mean-rows-f16", "max-columns-f32"],
+    ids=["maxpool-f16", "avgpool-epilogue-bf16", "mean-rows-f16", "max-columns-f32", "split"],
 )
 def test_ptx_for_sm_90(text: str) -> None:
     (ptx,) = _ptx(text)
     assert ".target sm_90" in ptx and ".entry" in ptx
+    assert ptx.count(".entry") == (2 if "512x512" in text else 1)
     assert ".local" not in ptx, "a register array went to local memory"
     assert not re.search(r"\.f64\b", ptx), "float64 arithmetic in a float32 kernel"

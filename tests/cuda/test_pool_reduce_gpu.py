@@ -72,8 +72,31 @@ def test_mobilenet_v3_se_means(batch: int, channels: int, size: int) -> None:
 
 @pytest.mark.parametrize("kind", ["max", "sum"])
 def test_long_reduction_into_few_outputs(kind: str) -> None:
+    """Two passes (parts into a workspace, then combined), rows and columns."""
     text = reduce_program((2, 3, 512, 512), "f32", kind, (2, 3), True, False)
     _check(text, "reduce", exact=kind == "max")
+    text = reduce_program((1, 512, 512, 8), "f16", kind, (1, 2), False, kind != "max")
+    _check(text, "reduce", exact=kind == "max")
+
+
+def test_two_pass_reduction_twice_and_on_two_streams() -> None:
+    """The workspace is per stream and reused: two calls on each of two torch streams
+    give the same (right) results."""
+    torch = pytest.importorskip("torch")
+    import fusec
+
+    text = reduce_program((2, 3, 512, 512), "f32", "mean", (2, 3), True, True)
+    compiled = fusec.compile(text, target="cuda")
+    assert any("two passes" in k.source for k in compiled.kernels)
+    x = torch.randn(2, 3, 512, 512, device="cuda")
+    b = torch.randn(3, device="cuda")
+    expected = -(x.double().mean(dim=(2, 3), keepdim=True) * b.double().view(1, 3, 1, 1))
+    for stream in (torch.cuda.Stream(), torch.cuda.Stream()):
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                out = compiled(x, b)  # one result: the tensor itself
+                torch.cuda.synchronize()
+                assert torch.allclose(out.double(), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_channels_last_max_pool_at_resnet50_size() -> None:

@@ -91,6 +91,7 @@ def _slow_cases() -> list[tuple]:
         cases.append((f"two_results_pool_{dtype}", two, [[2, 3, 7, 9], dtype, "max_pool2d"], False))
         cases.append((f"two_results_red_{dtype}", two, [[2, 3, 7, 9], dtype, "reduce_max"], False))
     cases += _channels_last_cases()
+    cases += _split_cases()
     return cases
 
 
@@ -114,13 +115,35 @@ def _channels_last_cases() -> list[tuple]:
     return cases
 
 
+#: The reduce template's thresholds for the two-pass cases: a reduction of over 2
+#: elements a lane into fewer than 264 tiles splits, 1 element a lane and part.
+SPLIT_SMALL = {"SPLIT_LANE_ELEMENTS": 2, "PART_LANE": 1}
+
+
+def _split_cases() -> list[tuple]:
+    """Two-pass reductions (a few outputs of long reductions) at simulator sizes."""
+    cases = []
+    for kind in ("mean", "sum", "max"):
+        for dtype in DTYPES:
+            exact = kind == "max"
+            rows = [[2, 3, 20, 30], dtype, kind, [2, 3], True, not exact]
+            cols = [[1, 25, 24, 3], dtype, kind, [1, 2], False, not exact]
+            suffix = "_exact" if exact else ""
+            cases.append((f"split_rows_{kind}_{dtype}{suffix}", REDUCE, rows, exact))
+            cases.append((f"split_cols_{kind}_{dtype}{suffix}", REDUCE, cols, exact))
+    zeros = [[1, 2, 40, 40], "f32", "max", [2, 3], True, False]
+    cases.append(("split_zeros_f32_exact", REDUCE, zeros, "zeros"))
+    return cases
+
+
 def _run_sim(cases: list[tuple]) -> dict:
-    payload = json.dumps(
-        [
-            {"name": n, "builder": b, "args": a, "seed": k, "special": s}
-            for k, (n, b, a, s) in enumerate(cases)
-        ]  # fmt: skip
-    )
+    records = []
+    for k, (name, builder, args, special) in enumerate(cases):
+        record = {"name": name, "builder": builder, "args": args, "seed": k, "special": special}
+        if name.startswith("split_"):
+            record["reduce_constants"] = SPLIT_SMALL
+        records.append(record)
+    payload = json.dumps(records)
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONUNBUFFERED="1")
     done = subprocess.run(
         [sys.executable, str(HERE / "pool_reduce_sim.py"), payload],
@@ -149,6 +172,7 @@ def _check_record(results: dict, name: str, builder: str) -> None:
     kind = "reduce" if reduces else "pool"
     assert record["kinds"] == [kind] and record["fallbacks"] == [], record
     assert record["passed"] and all(record["passed"]), record["details"]
+    assert record["two_pass"] == name.startswith("split_"), "the two-pass path, or not"
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,9 @@ internals can move without invalidating cached kernels or their text:
 * ``TileConfig``, ``Epilogue``, ``GemmSpec``, ``GemmLaunch``: the Tensor Core
   GEMM's description and launcher, with ``Prologue``/``LayerNormPrep`` (its
   LayerNorm pre-pass) and ``Finalise``/``SoftmaxFinalise`` (its long-row
-  softmax pass) (``fusec.targets.cuda.gemm``).
+  softmax pass) (``fusec.targets.cuda.gemm``);
+* ``scratch_f32``: a module's float32 workspace per stream (a two-pass reduction's
+  partials, ``fusec.targets.cuda.workspace``).
 
 Names resolve on first use, so a module that needs only the torch helpers
 never imports numba.cuda, and one that needs the device helpers never imports
@@ -47,6 +49,7 @@ _PROVIDERS: dict[str, str] = {
     "Finalise": "fusec.targets.cuda.gemm.launcher",
     "LayerNormPrep": "fusec.targets.cuda.gemm.aux",
     "SoftmaxFinalise": "fusec.targets.cuda.gemm.aux",
+    "scratch_f32": "fusec.targets.cuda.workspace",
 }
 #: Everything else (the device helpers) comes from here.
 _DEVICE = "fusec.targets.cuda.device"

@@ -22,13 +22,19 @@ Blocks walk their tiles grid-stride. A max keeps a NaN once it sees one (``v >= 
 v != v``: ``v >= NaN`` is false), and of equal values the later element (numpy's choice
 between -0.0 and 0.0): each lane scans with ``>=``, and the tree, where a lane's
 elements are not all after another's, compares the indices the partials came from.
-Every output is reduced by one block (no atomics, one pass): a reduction of more than
-``TY`` x a few thousand elements into fewer outputs than multiprocessors runs below
-the memory bandwidth (the header says so).
+
+Few outputs of long reductions (fewer tiles than ``SPLIT_BELOW_BLOCKS``, lanes of
+more than ``SPLIT_LANE_ELEMENTS`` elements: a mean over a whole large image) take two
+passes, without atomics: the first kernel reduces each of ``SPLIT`` parts of every
+reduction as a tile of its own, into a float32 workspace (``scratch_f32``: one per
+stream, allocated once), the second combines each output's parts in order (a later
+part holds later elements, so ties still go to the later one), finishes it and runs
+the epilogue.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -52,8 +58,14 @@ PER_LANE = 8
 MAX_TX = 32
 #: Blocks per multiprocessor at most; the grid-stride loop covers the rest.
 BLOCKS_PER_SM = 16
-#: Outputs a reduction should have per multiprocessor to keep the GPU busy.
-_FEW_OUTPUTS_PER_SM = 1
+#: A reduction of fewer block tiles than this (two per multiprocessor of an H200) whose
+#: lanes would each read more than SPLIT_LANE_ELEMENTS is split into parts across blocks
+#: (two passes), PART_LANE elements per lane and part.
+SPLIT_BELOW_BLOCKS = 264
+SPLIT_LANE_ELEMENTS = 512
+PART_LANE = 64
+#: Threads of the second pass (one output each).
+FINISH_THREADS = 256
 
 
 def plan_problem(fused_op: ai.FusedOp) -> str | None:
@@ -96,6 +108,14 @@ class ReducePlan:
     tx: int
     ty: int
     z: int
+    #: passes over the reduction's parts: 1, or SPLIT parts into a workspace, then a
+    #: second kernel combining them (few outputs of long reductions)
+    split: int = 1
+
+    @property
+    def chunk(self) -> int:
+        """Elements of each part of the reduction."""
+        return -(-self.length // self.split)
 
     @property
     def xblocks(self) -> int:
@@ -133,7 +153,12 @@ def make_plan(shape: tuple[int, ...], axes: set[int]) -> ReducePlan:
     tx = 1 if inner == 1 else min(MAX_TX, _pow2_at_least(inner))
     lanes = THREADS // tx
     ty = min(lanes, _pow2_at_least(-(-length // PER_LANE)))
-    return ReducePlan(tuple(groups), outer, inner, length, tx, ty, lanes // ty)
+    plan = ReducePlan(tuple(groups), outer, inner, length, tx, ty, lanes // ty)
+    if plan.blocks < SPLIT_BELOW_BLOCKS and length > ty * SPLIT_LANE_ELEMENTS:
+        split = min(-(-SPLIT_BELOW_BLOCKS // plan.blocks), -(-length // (ty * PART_LANE)))
+        chunk = -(-length // split)
+        plan = dataclasses.replace(plan, split=-(-length // chunk))  # every part non-empty
+    return plan
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
@@ -187,20 +212,43 @@ class _Emitter:
         p = self.plan
         code = Source([])
         params = self.epilogue.params()
-        code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
-        code.add(1, '"""Z output rows x TY reduction lanes x TX columns per block."""')
+        if p.split == 1:
+            code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
+            code.add(1, '"""Z output rows x TY reduction lanes x TX columns per block."""')
+            self.tiles(code)
+            return self.module(code, params)
+        ins = params[len(self.epilogue.results) :]
+        code.add(0, "@cuda.jit", f"def {self.name}_part({', '.join(['ws', *ins])}):")
+        code.add(
+            1,
+            '"""As the one-pass kernel, each tile one of SPLIT parts of its reduction, into ws."""',
+        )
+        self.tiles(code)
+        code.add(0, "", "", "@cuda.jit", f"def {self.name}({', '.join(['ws', *params])}):")
+        code.add(
+            1, '"""One output per thread: its SPLIT parts combined in order, then the epilogue."""'
+        )
+        self.finish(code)
+        return self.module(code, params)
+
+    def tiles(self, code: Source) -> None:
+        """The block-tile loop: each tile's partials reduced over its lanes, then the
+        epilogue (one pass) or the part's value written to ``ws`` (two passes)."""
+        p = self.plan
         code.add(1, "sh = cuda.shared.array(THREADS, f32)", "t = cuda.threadIdx.x")
         if self.is_max:
             code.add(1, "si = cuda.shared.array(THREADS, int32)  # where each partial max is")
         code.add(1, "x = t % TX", "y = (t // TX) % TY", "z = t // (TX * TY)")
-        code.add(1, "b = cuda.blockIdx.x", "while b < BLOCKS:  # uniform across the block")
-        code.add(2, "o = (b // XBLOCKS) * Z + z", "i = (b % XBLOCKS) * TX + x")
+        code.add(1, "b = cuda.blockIdx.x", "while b < BLOCKS * SPLIT:  # uniform across the block")
+        code.add(2, "bt = b // SPLIT", "part = b % SPLIT")
+        code.add(2, "o = (bt // XBLOCKS) * Z + z", "i = (bt % XBLOCKS) * TX + x")
         code.add(2, "live = o < O and i < I", f"acc = {self.initial()}")
         if self.is_max:
             code.add(2, "at = -1  # the element acc came from: of equal values the later wins")
         code.add(2, "if live:")
         base, roff = self.offsets()
-        code.add(3, f"base = {base} + i", "r = y", "while r < R:")
+        code.add(3, f"base = {base} + i", "r = part * CHUNK + y", "end = min(R, r - y + CHUNK)")
+        code.add(3, "while r < end:")
         code.add(4, f"v = ld_{self.dtype}({self.array}, base + {roff})")
         if self.is_max:
             # NaN sticks (v >= NaN is False); ties: the later element (numpy's -0.0 / 0.0)
@@ -225,12 +273,33 @@ class _Emitter:
                 code.add(3, "sh[t] = a + c")
             code.add(2, "cuda.syncthreads()")
             s //= 2
-        code.add(2, "if live and y == 0:")
-        finish = f"sh[t] / {literal(float(p.length))}" if self.red.KIND == "mean" else "sh[t]"
-        code.add(3, f"val = {finish}", "e = o * I + i")
-        self.epilogue.emit(code, 3, "val", "e")
+        code.add(2, "if live and y == 0:", "    e = o * I + i")
+        if p.split > 1:
+            code.add(3, "ws[part * O * I + e] = sh[t]  # parts of one output O * I apart")
+        else:
+            code.add(3, f"val = {self.finished('sh[t]')}")
+            self.epilogue.emit(code, 3, "val", "e")
         code.add(2, "b += cuda.gridDim.x")
-        return self.module(code, params)
+
+    def finish(self, code: Source) -> None:
+        """The second pass: each output's parts combined in order (a later part holds
+        later elements: of equal maxima it wins), finished, the epilogue."""
+        code.add(1, "e = cuda.grid(1)", "while e < O * I:")
+        code.add(2, "acc = ws[e]", "for part in range(1, SPLIT):")
+        code.add(3, "c = ws[part * O * I + e]")
+        if self.is_max:
+            code.add(3, "if c >= acc or c != c:", "    acc = c")
+        else:
+            code.add(3, "acc += c")
+        code.add(2, f"val = {self.finished('acc')}")
+        self.epilogue.emit(code, 2, "val", "e")
+        code.add(2, "e += cuda.gridsize(1)")
+
+    def finished(self, total: str) -> str:
+        """The output of the reduction from its combined value ``total``."""
+        if self.red.KIND == "mean":
+            return f"{total} / {literal(float(self.plan.length))}"
+        return total
 
     def initial(self) -> str:
         return literal(-math.inf) if self.is_max else literal(0.0)
@@ -248,8 +317,13 @@ class _Emitter:
             "combined in shared memory, grid-stride over "
             f"{p.blocks} tiles",
         ]
-        if p.outer * p.inner < _FEW_OUTPUTS_PER_SM * 132 and p.length > p.ty * 4096:
-            notes.append("few outputs of long reductions: one block per output, below bandwidth")
+        if p.split > 1:
+            notes.append(
+                f"two passes: each reduction in {p.split} parts of {p.chunk} elements (the "
+                f"tiles x parts spread over the GPU), the parts into a float32 workspace per "
+                "stream, then one thread per output combines them in order and runs the "
+                "epilogue"
+            )
         ins = [f"in{k}" for k in range(len(self.fused_op.inputs))]
         outs = [f"out{k}" for k in range(len(self.epilogue.results))]
         constants = [
@@ -261,19 +335,34 @@ class _Emitter:
             ("Z", p.z),
             ("XBLOCKS", p.xblocks),
             ("BLOCKS", p.blocks),
+            ("SPLIT", p.split),
+            ("CHUNK", p.chunk),
             ("THREADS", THREADS),
         ]
+        dtypes = self.epilogue.dtypes()
+        if p.split == 1:
+            signatures = [f"SIGNATURE = {storage_signature(dtypes)!r}"]
+            tail = block_launch(self.name, "BLOCKS", ins + outs, params)
+        else:
+            helpers.add("scratch_f32")
+            part_dtypes = ["f32", *dtypes[len(outs) :]]
+            signatures = [
+                f"PART_SIGNATURE = {storage_signature(part_dtypes)!r}",
+                f"SIGNATURE = {storage_signature(['f32', *dtypes])!r}",
+                f"FINISH_THREADS = {FINISH_THREADS}",
+            ]
+            tail = split_launch(self.name, ins, outs, params)
         parts = [
             header(self.fused_op, notes=notes),
             prelude(sorted(helpers)),
             *(["from numpy import int32", ""] if self.is_max else []),
-            f"SIGNATURE = {storage_signature(self.epilogue.dtypes())!r}",
+            *signatures,
             *(f"{key} = {value}" for key, value in constants),
             "",
             "",
             code.text(),
             "",
-            *block_launch(self.name, "BLOCKS", ins + outs, params),
+            *tail,
         ]
         return "\n".join(parts)
 
@@ -291,6 +380,33 @@ def _decode(var: str, dims: list[tuple[int, int]]) -> str:
         terms.append(index if stride == 1 else f"{index} * {stride}")
         below *= size
     return " + ".join(reversed(terms))
+
+
+def split_launch(name: str, ins: list[str], outs: list[str], params: list[str]) -> list[str]:
+    """The module tail of a two-pass reduction: ``config`` (of the first pass),
+    ``launch`` queueing both kernels on ``stream`` with the module's workspace for that
+    stream (``scratch_f32``), ``KERNELS``."""
+    return [
+        "_WORKSPACES = {}  # stream -> this module's float32 workspace",
+        "",
+        "",
+        "def config(sms):",
+        '    """(blocks, threads per block) of the first pass on ``sms`` multiprocessors."""',
+        f"    return max(1, min(BLOCKS * SPLIT, sms * {BLOCKS_PER_SM})), THREADS",
+        "",
+        "",
+        f"def launch({', '.join(ins + outs)}, stream=0, sms=132):",
+        f'    """Launch {name}_part, then {name}, on ``stream`` (no synchronisation)."""',
+        "    ws = scratch_f32(_WORKSPACES, SPLIT * O * I, stream)",
+        "    blocks, threads = config(sms)",
+        f"    {name}_part[blocks, threads, stream]({', '.join(['ws', *ins])})",
+        "    finish = max(1, min(-(-(O * I) // FINISH_THREADS), sms * 16))",
+        f"    {name}[finish, FINISH_THREADS, stream]({', '.join(['ws', *params])})",
+        "",
+        "",
+        f"KERNELS = [({name}_part, PART_SIGNATURE), ({name}, SIGNATURE)]",
+        "",
+    ]
 
 
 def block_launch(name: str, blocks: str, args: list[str], params: list[str]) -> list[str]:
