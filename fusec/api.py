@@ -96,12 +96,15 @@ def run_pipeline(
     timings: list[PassTiming] | None = None,
     source_text: str | None = None,
     target: str | None = None,
+    sms: int = 0,
 ) -> ModuleOp:
     """Run a pass pipeline (default ``fusec-default``) in place and re-verify.
 
     ``target`` names the back end the result is for: the fusion passes then
     form only groups that target generates, and fuses only where it gains
     (a pass's own ``target=`` option wins). ``None``: the rules alone decide.
+    ``sms`` is the SM count the cuda tiles are chosen for (0: the GPU's, else an
+    H200's; ``tile-gemm{sms=N}`` wins).
     """
     from xdsl.utils.exceptions import DiagnosticException
 
@@ -121,7 +124,7 @@ def run_pipeline(
                 after_pass(previous.name, mod)
         clock["t"] = time.perf_counter()
 
-    passes = build_pipeline(pipeline, callback, target=target)
+    passes = build_pipeline(pipeline, callback, target=target, sms=sms)
     try:
         passes.apply(ctx, module)
     except DiagnosticException as err:
@@ -279,6 +282,7 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     entry: str | None = None,
     after_pass: Callable[[str, ModuleOp], None] | None = None,
     executable: bool = True,
+    sms: int = 0,
 ) -> CompiledModule:
     """Parse (unless given a module), run the pipeline for the target and build a
     CompiledModule.
@@ -292,7 +296,9 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     Only ``target="reference"`` interprets the IR (the numpy executor): it is
     never chosen behind the caller's back. With ``executable=False`` the
     kernels are generated but no runtime is built, so a target that is not
-    usable here (cuda without a GPU) can still show its kernels.
+    usable here (cuda without a GPU) can still show its kernels. ``sms`` names the
+    GPU's SM count the cuda tiles are chosen for (0: the usable GPU's, else an H200's),
+    so that the same inputs give the same kernels on every machine.
     """
     from fusec.frontend.mlir import parse_module, read_source
     from fusec.runtime.launch import plan_launches
@@ -320,6 +326,7 @@ def compile(  # noqa: A001 - the public name is part of the API contract
             timings=timings,
             source_text=source_text,
             target=chosen.name,
+            sms=sms,
         )
     phases.append(PassTiming("passes", time.perf_counter() - clock, clock))
     clock = time.perf_counter()

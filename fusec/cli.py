@@ -131,6 +131,7 @@ def _compile(args: argparse.Namespace, timing: Any) -> int:
         entry=args.entry,
         after_pass=after_pass if args.print_ir_after_all else None,
         executable=False,
+        sms=args.sms,
     )
     if timing is not None:
         timing.add_compile(compiled.phases, compiled.timings)
@@ -155,6 +156,17 @@ def _compile(args: argparse.Namespace, timing: Any) -> int:
     if args.remarks:
         sys.stderr.write("".join(f"{remark}\n" for remark in compiled.remarks()))
     return ExitCode.OK
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: a whole number above 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
 
 
 def _timing(args: argparse.Namespace) -> Any:
@@ -580,6 +592,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     comp.add_argument(
         "--arch", default="sm_90", help="GPU architecture for --emit ptx (sm_90a for GEMMs)"
+    )
+    comp.add_argument(
+        "--sms",
+        type=_positive_int,
+        default=0,
+        metavar="N",
+        help="the GPU's SM count the cuda tiles are chosen for (default: the GPU's, or an "
+        "H200's 132 without one); give it for the same kernels on every machine",
     )
     comp.add_argument("--pipeline", help=_PIPELINE_HELP)
     comp.add_argument("--target", default="auto", help=_TARGETS_HELP)

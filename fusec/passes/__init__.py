@@ -95,23 +95,31 @@ def expand_spec(spec: str) -> str:
 
 
 def build_pipeline(
-    spec: str | None = None, callback=None, target: str | None = None
+    spec: str | None = None, callback=None, target: str | None = None, sms: int = 0
 ) -> PassPipeline:
     """A PassPipeline from an xDSL pipeline spec; ``None`` means ``fusec-default``.
 
     ``target`` becomes the ``target`` option of every fusion pass that does not
-    name one itself: the groups are then planned for that back end.
+    name one itself: the groups are then planned for that back end. ``sms`` (when
+    not 0) becomes the ``sms`` option of a ``tile-gemm`` that does not set one: the
+    device the tiles are chosen for, resolved once by the caller.
     """
     pipeline = _parse_pipeline(spec, callback)
-    if target is None:
+    if target is None and not sms:
         return pipeline
     from fusec.passes.fusion.driver import FusePass
 
-    passes = tuple(
-        replace(p, target=target) if isinstance(p, FusePass) and p.target is None else p
-        for p in pipeline.passes
-    )
-    return PassPipeline(passes, pipeline.callback)
+    def configured(p: ModulePass) -> ModulePass:
+        if target is not None and isinstance(p, FusePass) and p.target is None:
+            return replace(p, target=target)
+        if sms and p.name == "tile-gemm":
+            from fusec.targets.cuda.gemm.tiling import TileGemmPass
+
+            if isinstance(p, TileGemmPass) and not p.sms:
+                return replace(p, sms=sms)
+        return p
+
+    return PassPipeline(tuple(configured(p) for p in pipeline.passes), pipeline.callback)
 
 
 def _parse_pipeline(spec: str | None, callback) -> PassPipeline:

@@ -23,6 +23,7 @@ from test_gemm_build import (
 
 import fusec
 from fusec.dialect.numpy_ops import conv2d as reference_conv2d
+from fusec.errors import FusecError
 from fusec.targets.cuda.conv import model
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
 from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec
@@ -271,8 +272,8 @@ def test_conv_tile_env_overrides_the_choice(monkeypatch) -> None:
     assert "tile 64x192 s4 c1n" not in _kernel_source(conv_text())
     monkeypatch.setenv("FUSEC_CONV_TILE", "64x192 s4 c1n")
     assert "tile 64x192 s4 c1n" in _kernel_source(conv_text())
-    monkeypatch.setenv("FUSEC_CONV_TILE", "64x96 s6 c2n")
-    with pytest.raises(ValueError, match="FUSEC_CONV_TILE: bad conv tile"):
+    monkeypatch.setenv("FUSEC_CONV_TILE", "64x96 s6 c2n")  # a clean error, not a traceback
+    with pytest.raises(FusecError, match=r"tile-gemm: \$FUSEC_CONV_TILE: bad conv tile"):
         _kernel_source(conv_text())
 
 

@@ -6,7 +6,8 @@ Conventions of every generated CUDA kernel module (the runtime relies on them):
   16-byte aligned); f32 as ``float32[::1]``, f16/bf16 as their raw bits in
   ``int16[::1]`` (``fusec.targets.cuda.device`` converts to float32);
 * the kernel takes the group's outputs first, then its inputs, in order;
-* the module defines ``launch(*inputs, *outputs, stream=0, sms=132)``, which
+* the module defines ``launch(*inputs, *outputs, stream=0, sms=132)`` (an H200's SM
+  count by default), which
   launches the kernel(s) on ``stream``; ``config(sms)``, the kernel's
   ``(blocks, threads)``; and ``KERNELS``: ``(dispatcher, signature)`` pairs
   that ``--emit ptx`` compiles and the runtime launches directly. (The
@@ -27,6 +28,7 @@ from fusec.codegen.expr import CodegenError, error_at, is_identifier
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.ir.dtypes import ELEMENT_TYPES
+from fusec.targets.cuda.caps import H200
 
 ITEMSIZE = {name: t.itemsize for name, t in ELEMENT_TYPES.items()}
 NUMBA_STORAGE = {name: t.storage for name, t in ELEMENT_TYPES.items()}
@@ -68,7 +70,7 @@ def grid_stride_launch(
         f"    return max(1, min(-(-work // THREADS), sms * {blocks_per_sm})), THREADS",
         "",
         "",
-        f"def launch({', '.join(args)}, stream=0, sms=132):",
+        f"def launch({', '.join(args)}, stream=0, sms={H200.sms}):",
         f'    """Launch {name} on ``stream`` (no synchronisation)."""',
         "    blocks, threads = config(sms)",
         f"    {name}[blocks, threads, stream]({', '.join(params)})",
@@ -175,3 +177,17 @@ def kernel_name(name: str) -> str:
 
 def specs(values) -> list:
     return [spec_of(v.type) for v in values]
+
+
+def integer_values(members: Sequence, what: str) -> str | None:
+    """Why a float-only cuda template (``what``: the Tensor Core GEMM and conv, whose C++
+    epilogues hold floats; the Numba row and reduction kernels, in float32 registers)
+    does not take a group with these members: one reads or computes an integer or bool
+    value (issue 29). None when every value is a float. The planner then leaves the
+    integer ops to a group of their own."""
+    for op in members:
+        for value in (*op.operands, *op.results):
+            dtype = spec_of(value.type).dtype
+            if ELEMENT_TYPES[dtype].kind != "float":
+                return f"{what} computes floats: {op.name} has {dtype} values"
+    return None

@@ -26,6 +26,7 @@ from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import header
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import (
     ITEMSIZE,
     NUMBA_STORAGE,
@@ -255,7 +256,7 @@ def tiled(fused_op: ai.FusedOp, name: str, plan: CopyPlan) -> KernelSource:
         "    return TILES, THREADS",
         "",
         "",
-        f"def launch({', '.join([*ins, 'out0'])}, stream=0, sms=132):",
+        f"def launch({', '.join([*ins, 'out0'])}, stream=0, sms={H200.sms}):",
         f'    """Launch {name} on ``stream`` (no synchronisation)."""',
         f"    {name}[TILES, THREADS, stream]({', '.join(params)})",
         "",

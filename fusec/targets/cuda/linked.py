@@ -16,6 +16,7 @@ from typing import Any
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.dialect import ops as ai
+from fusec.targets.cuda.caps import H200
 
 
 def device_address(array: Any, what: str) -> int:
@@ -42,7 +43,7 @@ class LinkedLaunch:
     def __init__(self, spec: Any) -> None:
         self.spec = spec
         self.kernel: Any = None
-        self.sms = 132
+        self.sms = H200.sms
         self.lock = threading.Lock()
 
     def make_kernel(self, cubin: bytes) -> Any:
@@ -67,7 +68,7 @@ class LinkedLaunch:
         """The runtime's launch: ``inputs``/``outputs`` are buffers with ``.ptr``."""
         self.raw(stream, [b.ptr for b in inputs], [b.ptr for b in outputs])
 
-    def __call__(self, inputs: tuple, output: Any, stream: Any = 0, sms: int = 132) -> None:
+    def __call__(self, inputs: tuple, output: Any, stream: Any = 0, sms: int = H200.sms) -> None:
         from fusec.targets.cuda.streams import explicit_handle
 
         self.sms = sms
@@ -96,7 +97,7 @@ def linked_kernel_source(
             *lines,
             "",
             "",
-            f"def launch({inputs}, out0, stream=0, sms=132):",
+            f"def launch({inputs}, out0, stream=0, sms={H200.sms}):",
             f"    {var}(({inputs},), out0, {launch_args})",
             "",
             "",

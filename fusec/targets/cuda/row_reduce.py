@@ -44,6 +44,7 @@ from fusec.codegen.expr import (
 )
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import (
     ITEMSIZE,
     Source,
@@ -176,7 +177,7 @@ def _launch_module(group: _Group, name: str, notes, constants, code: Source, hel
         f"    return {grid}, THREADS",
         "",
         "",
-        f"def launch({', '.join(ins + outs)}, stream=0, sms=132):",
+        f"def launch({', '.join(ins + outs)}, stream=0, sms={H200.sms}):",
         f'    """Launch {name} on ``stream`` (no synchronisation)."""',
         "    blocks, threads = config(sms)",
         f"    {name}[blocks, threads, stream]({', '.join(group.params())})",

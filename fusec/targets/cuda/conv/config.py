@@ -30,7 +30,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-SMEM_LIMIT = 227 * 1024
+from fusec.targets.cuda.caps import H200, SMEM_PER_BLOCK_SM90
+
+SMEM_LIMIT = SMEM_PER_BLOCK_SM90
 SMEM_ALIGN = 1024
 MMA_M = 64
 STRIP = 64  # output pixels per strip: one 128-byte row of 16-bit values
@@ -217,7 +219,7 @@ def tile_count(tile: ConvTile, geo: ConvGeometry) -> int:
     return cdiv(geo.kg, tile.bm) * cdiv(geo.strips, tile.bn // STRIP) * geo.groups
 
 
-def choose_tile(geo: ConvGeometry, sms: int = 132) -> ConvTile:
+def choose_tile(geo: ConvGeometry, sms: int = H200.sms) -> ConvTile:
     """64-row tiles when a group has at most 64 output channels (two consumers split the
     pixels), else 128 rows (two consumers split the channels); 256 pixel columns unless
     128 fill the GPU's last wave clearly better."""

@@ -26,6 +26,7 @@ import threading
 from typing import Any
 
 from fusec.errors import FusecError
+from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.conv.config import CHUNK, STRIP, nhwc_box, nhwc_element_strides
 from fusec.targets.cuda.conv.cpp import DIRECT_THREADS, ConvSpec, DirectConvSpec
 from fusec.targets.cuda.conv.transpose import THREADS, RelayoutSpec
@@ -154,7 +155,13 @@ class ConvKernel(LinkedKernel):
         return self.transpose if x % 16 == 0 else self.transpose_scalar
 
     def __call__(
-        self, x: int, w: int, out: int, extras: tuple[int, ...], stream: int = 0, sms: int = 132
+        self,
+        x: int,
+        w: int,
+        out: int,
+        extras: tuple[int, ...],
+        stream: int = 0,
+        sms: int = H200.sms,
     ) -> None:
         spec, geo, tile = self.spec, self.spec.geo, self.spec.tile
         if len(extras) != len(spec.epilogue.extras):
@@ -253,7 +260,13 @@ class DirectConvKernel(LinkedKernel):
         self.spec = spec
 
     def __call__(
-        self, x: int, w: int, out: int, extras: tuple[int, ...], stream: int = 0, sms: int = 132
+        self,
+        x: int,
+        w: int,
+        out: int,
+        extras: tuple[int, ...],
+        stream: int = 0,
+        sms: int = H200.sms,
     ) -> None:
         geo = self.spec.geo
         total = geo.n * geo.k * geo.p * geo.q

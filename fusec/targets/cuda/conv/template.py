@@ -44,6 +44,7 @@ from fusec.codegen.expr import (
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import conv2d_padding
+from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import body_ops, integer_values, kernel_name, yielded
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
 from fusec.targets.cuda.conv.cpp import (
@@ -259,7 +260,7 @@ def epilogue(fused_op: ai.FusedOp, p: ConvPlan) -> tuple[Epilogue, tuple[int, ..
     return epi, tuple(extra_inputs)
 
 
-def tile_for(fused_op: ai.FusedOp, geo: ConvGeometry, sms: int = 132) -> ConvTile:
+def tile_for(fused_op: ai.FusedOp, geo: ConvGeometry, sms: int = H200.sms) -> ConvTile:
     """The group's ``fusec.tile`` attribute, else ``$FUSEC_CONV_TILE`` (e.g. "64x128 s6
     c2n": an A/B switch for benchmarks, applied to every implicit-GEMM conv it fits),
     else ``choose_tile``."""

@@ -45,9 +45,11 @@ from dataclasses import dataclass, replace
 from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, IntegerAttr, StringAttr, i64
 from xdsl.ir import Attribute
 
+from fusec.targets.cuda.caps import H200, SMEM_PER_BLOCK_SM90
+
 #: Shared memory one block may use on an H100/H200 (227 KB), less the 1 KB
 #: the kernel spends aligning its base to the 128-byte swizzle atom.
-SMEM_LIMIT = 227 * 1024
+SMEM_LIMIT = SMEM_PER_BLOCK_SM90
 SMEM_ALIGN = 1024
 MMA_M = 64  # wgmma.m64nNk16: one warpgroup computes 64 rows per instruction
 MMA_K = 16
@@ -266,19 +268,6 @@ class TileConfig:
         return cls(bm, bn, bk, stages, consumers, group_m, **variant)
 
 
-@dataclass(frozen=True)
-class Device:
-    """What the tiling heuristic needs of a GPU. ``H200`` when no GPU is present."""
-
-    name: str
-    sms: int
-    smem_per_block: int = SMEM_LIMIT
-    arch: str = "sm_90a"
-
-
-H200 = Device("H200 (default)", 132)
-
-
 def ln_tile_problem(config: TileConfig, k: int) -> str | None:
     """Why ``config`` (``ln="tile"``) cannot normalise a K = ``k`` LayerNorm prologue in its
     A tiles, or None when it can: the whole row must be resident, K <= stages x BK."""
@@ -406,7 +395,7 @@ def tile_count(config: TileConfig, m: int, n: int, batch: int = 1) -> int:
     return -(-m // config.bm) * -(-n // config.bn) * batch
 
 
-def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = 132) -> TileConfig:
+def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -> TileConfig:
     """The tile configuration for an (m x k) @ (k x n) problem on a GPU with ``sms`` SMs.
 
     Large problems take the 128x256 tile with two consumer warpgroups (the
@@ -433,7 +422,7 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = 132) -> Til
     return with_variant(best, HEURISTIC_VARIANT)
 
 
-def choose_row_config(m: int, n: int, batch: int = 1, sms: int = 132) -> TileConfig:
+def choose_row_config(m: int, n: int, batch: int = 1, sms: int = H200.sms) -> TileConfig:
     """The config of a GEMM whose block tile holds whole output rows (``n`` <= 256: a row
     softmax in the epilogue): BN is ``n`` rounded up to 64; 128-row tiles when they fill
     the GPU, else 64-row tiles (one consumer) so that more blocks run."""
@@ -454,7 +443,7 @@ TUNE_VARIANTS = (
 )
 
 
-def candidates(m: int, n: int, batch: int = 1, sms: int = 132, full_rows: bool = False):
+def candidates(m: int, n: int, batch: int = 1, sms: int = H200.sms, full_rows: bool = False):
     """A few configs worth timing for ``fusec tune`` (the heuristic's choice first): tiles
     and pipeline depths of the default variant, then the opt-in variants (``TUNE_VARIANTS``)
     of the heuristic's tile and of the 256x128 tile (pingpong: 64x256 and 128x128 per

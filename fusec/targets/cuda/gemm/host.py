@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fusec.errors import FusecError
+from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.gemm import cpp
 from fusec.targets.cuda.gemm.config import tile_count
 
@@ -333,7 +334,7 @@ class GemmKernel(LoadedKernel):
         k: int,
         batches: int,
         stream: int = 0,
-        sms: int = 132,
+        sms: int = H200.sms,
     ) -> None:
         """``out[z] = epilogue(A[z] @ B[z])`` for z < batches, queued on ``stream``."""
         if m <= 0 or n <= 0 or batches <= 0:

@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.gemm import aux, cpp, host
 from fusec.targets.cuda.gemm.config import tile_count
 from fusec.targets.cuda.linked import device_address
@@ -89,7 +90,7 @@ class GemmLaunch:
         #: threads calling on one stream must not interleave their steps (A's statistics
         #: pass, B's statistics pass, A's GEMM would read B's statistics)
         self.queue_lock = threading.Lock()
-        self.sms = 132
+        self.sms = H200.sms
         #: (stream, output address, input addresses) -> prepared launches: the per-call path
         self.calls: dict[tuple, _Call] = {}
         self.scratch: dict[int, dict[str, int]] = {}  # stream -> name -> device address
@@ -132,7 +133,7 @@ class GemmLaunch:
             call = self._prepare(key)
         self._run(call)
 
-    def __call__(self, inputs: tuple, output: Any, stream: Any = 0, sms: int = 132) -> None:
+    def __call__(self, inputs: tuple, output: Any, stream: Any = 0, sms: int = H200.sms) -> None:
         from fusec.targets.cuda.streams import explicit_handle
 
         self.sms = sms

@@ -49,6 +49,7 @@ from fusec.codegen.expr import (
 )
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import body_ops, kernel_name
 from fusec.targets.cuda.gemm import aux
 from fusec.targets.cuda.gemm.config import (
@@ -185,7 +186,7 @@ def plan(fused_op: ai.FusedOp) -> GemmPlan | str:
     )
 
 
-def heuristic_config(p: GemmPlan, sms: int = 132) -> tuple[TileConfig, str]:
+def heuristic_config(p: GemmPlan, sms: int = H200.sms) -> tuple[TileConfig, str]:
     """(config, why) chosen from the problem shape and the GPU's SM count, with the
     variants that pay for what the group holds (measured on the H200,
     benchmarks/results/profile-2026-12-01.md): a whole-row tile with a LayerNorm prologue
@@ -232,7 +233,7 @@ def _reads_output_shaped_input(p: GemmPlan) -> bool:
     )
 
 
-def tile_config(fused_op: ai.FusedOp, p: GemmPlan, sms: int = 132) -> TileConfig:
+def tile_config(fused_op: ai.FusedOp, p: GemmPlan, sms: int = H200.sms) -> TileConfig:
     """The group's ``fusec.tile`` (checked against the plan), else the heuristic's choice."""
     attr = fused_op.attributes.get(TILE_ATTR)
     if attr is None:
@@ -468,7 +469,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             "",
             "",
             f"def launch({', '.join([*(f'in{k}' for k in range(len(fused_op.inputs))), 'out0'])}"
-            ", stream=0, sms=132):",
+            f", stream=0, sms={H200.sms}):",
             f"    GEMM(({', '.join(f'in{k}' for k in range(len(fused_op.inputs)))},), out0, "
             "stream, sms)",
             "",

@@ -1,4 +1,4 @@
-"""``tile-gemm``: choose the Tensor Core tile of every matmul group and write it on the op.
+"""``tile-gemm``: choose the Tensor Core tile of every matmul and conv group, on the op.
 
 For each ``ai.fused "matmul"`` group that the cuda GEMM template serves (see
 ``fusec.targets.cuda.gemm.template.plan``) the pass writes
@@ -16,8 +16,10 @@ H200 defaults, or what the ``sms`` option says. The ``schedule``, ``epilogue``,
 ``fusec-default,tile-gemm{schedule=pingpong epilogue=smem math=fast vectors=smem}``, and
 ``tile="128x128x64 s6 c2 g8 sched=pingpong"`` forces one exact configuration; the
 variants and their attribute keys are in ``fusec.targets.cuda.gemm.config``.
-Groups the template cannot
-serve (they run on the PyTorch fallback) get no attribute. The attribute is
+Each conv group the implicit-GEMM conv serves gets its tile the same way
+(``fusec.tile = "64x256 s4 c2n"``: ``conv.config.ConvTile``, from ``choose_tile`` for the
+device's SM count, or ``$FUSEC_CONV_TILE``). Groups the templates cannot
+serve (they run on the PyTorch fallback or the direct conv) get no attribute. The attribute is
 what the template generates from, so ``fusec compile`` output shows the tile
 and FileCheck tests pin it.
 """
@@ -34,24 +36,16 @@ from xdsl.passes import ModulePass
 from fusec.dialect import ops as ai
 
 if TYPE_CHECKING:
+    from fusec.targets.cuda.caps import DeviceCaps
     from fusec.targets.cuda.gemm.config import TileConfig, Variant
 
 
-def current_device(sms: int = 0):
-    """The ``Device`` to tile for: ``sms`` when given, else the usable GPU, else the H200."""
-    from fusec.targets.cuda.gemm.config import H200, Device
+def current_device(sms: int = 0) -> DeviceCaps:
+    """The device to tile for: ``sms`` when given (``caps.resolve_device``), else the usable
+    GPU, else the H200."""
+    from fusec.targets.cuda.caps import resolve_device
 
-    if sms > 0:
-        return Device(f"{sms} SMs (option)", sms)
-    from fusec.targets.cuda.env import driver_present, gpu_available
-
-    if not driver_present() or not gpu_available():
-        return H200
-    from fusec.targets.cuda.env import numba_cuda
-
-    gpu = numba_cuda().get_current_device()
-    name = gpu.name.decode() if isinstance(gpu.name, bytes) else str(gpu.name)
-    return Device(name, int(gpu.MULTIPROCESSOR_COUNT))
+    return resolve_device(sms)
 
 
 @dataclass(frozen=True)
@@ -97,6 +91,9 @@ class TileGemmPass(ModulePass):
 
         device = None
         for fused in op.walk():
+            if isinstance(fused, ai.FusedOp) and fused.kind_name == "conv":
+                device = device or current_device(self.sms)
+                _tile_conv(fused, device)
             if not isinstance(fused, ai.FusedOp) or fused.kind_name != "matmul":
                 continue
             p = template.plan(fused)
@@ -174,6 +171,25 @@ class TileGemmPass(ModulePass):
             asked["prefetch"] or current.prefetch,
             asked["ln"] or current.ln,
         )
+
+
+def _tile_conv(fused: ai.FusedOp, device: DeviceCaps) -> None:
+    """Write the implicit-GEMM conv's tile on a conv group it serves (``conv.template
+    tile_for``: a tile already written, else ``$FUSEC_CONV_TILE``, else ``choose_tile`` for
+    ``device``), so that code generation reads it from the IR, never the machine."""
+    from xdsl.dialects.builtin import StringAttr
+
+    from fusec.errors import FusecError
+    from fusec.targets.cuda.conv import template as conv
+
+    p = conv.plan(fused)
+    if isinstance(p, str) or conv.route(p) != "implicit":
+        return
+    try:
+        tile = conv.tile_for(fused, p.geo, device.sms)
+    except ValueError as err:
+        raise FusecError(f"tile-gemm: {err}") from None
+    fused.attributes[conv.TILE_ATTR] = StringAttr(tile.text)
 
 
 def _ln_tile_fits(p, config: TileConfig) -> bool:

@@ -20,10 +20,11 @@ from typing import Any
 
 from fusec.dialect import ops as ai
 from fusec.errors import FusecError
-from fusec.targets.cuda.gemm.config import Device, TileConfig
+from fusec.targets.cuda.caps import DeviceCaps
+from fusec.targets.cuda.gemm.config import TileConfig
 
 
-def problem_key(fused: ai.FusedOp, p: Any, device: Device) -> str:
+def problem_key(fused: ai.FusedOp, p: Any, device: DeviceCaps) -> str:
     """The tuning key of a planned group (see the module docstring)."""
     from fusec.targets.cuda.gemm import template
 
@@ -47,7 +48,7 @@ def _folder(cache: Any = None) -> Path:
     return Path(cache.root) / "tuning"
 
 
-def lookup(fused: ai.FusedOp, p: Any, device: Device, cache: Any = None) -> TileConfig | None:
+def lookup(fused: ai.FusedOp, p: Any, device: DeviceCaps, cache: Any = None) -> TileConfig | None:
     """The recorded winner for this group on ``device``, or None."""
     path = _folder(cache) / f"{problem_key(fused, p, device)}.json"
     try:
