@@ -158,17 +158,6 @@ def _compile(args: argparse.Namespace, timing: Any) -> int:
     return ExitCode.OK
 
 
-def _positive_int(text: str) -> int:
-    """argparse type: a whole number above 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return value
-
-
 def _timing(args: argparse.Namespace) -> Any:
     """The ``--timing`` measurements of this command, or None without the flag."""
     if not args.timing:
@@ -595,7 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     comp.add_argument(
         "--sms",
-        type=_positive_int,
+        type=_positive,
         default=0,
         metavar="N",
         help="the GPU's SM count the cuda tiles are chosen for (default: the GPU's, or an "
