@@ -17,6 +17,12 @@ from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 from xdsl.rewriter import InsertPoint
 from xdsl.traits import HasCanonicalizationPatternsTrait
 
+from fusec.dialect.views import (
+    CollapseViewChain,
+    ComposeTransposes,
+    FoldIdentityReshape,
+    FoldIdentityTranspose,
+)
 from fusec.errors import FusecError
 from fusec.ir.constants import constant_value, dense_constant
 
@@ -127,6 +133,22 @@ class ReluCanonicalization(HasCanonicalizationPatternsTrait):
     @classmethod
     def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
         return (FoldReluOfRelu(),)
+
+
+class TransposeCanonicalization(HasCanonicalizationPatternsTrait):
+    """Layout round trips cancel (``fusec.dialect.views``)."""
+
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
+        return (FoldIdentityTranspose(), ComposeTransposes(), CollapseViewChain())
+
+
+class ReshapeCanonicalization(HasCanonicalizationPatternsTrait):
+    """Layout round trips cancel (``fusec.dialect.views``)."""
+
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
+        return (FoldIdentityReshape(), CollapseViewChain())
 
 
 # ------------------------------------------------------------------ batch norm

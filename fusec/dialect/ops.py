@@ -65,6 +65,8 @@ from fusec.dialect.canonical import (
     CastCanonicalization,
     Conv2DCanonicalization,
     ReluCanonicalization,
+    ReshapeCanonicalization,
+    TransposeCanonicalization,
 )
 from fusec.dialect.facts import (
     FUSED_KINDS,
@@ -1885,7 +1887,7 @@ class ReshapeOp(AiOp):
     input = operand()
     output = result()
     shape = int_array_prop()
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), ReshapeCanonicalization())
 
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("reshape")
@@ -1907,7 +1909,7 @@ class TransposeOp(AiOp):
     input = operand()
     output = result()
     perm = int_array_prop()
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), TransposeCanonicalization())
 
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("transpose")

@@ -66,6 +66,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.dialect.views import ComposeTransposes, at_function_level
 from fusec.ir.constants import constant_value, dense_constant
 
 if TYPE_CHECKING:
@@ -415,28 +416,6 @@ def _relayout_pointwise(fused: ai.FusedOp, conversions: dict) -> None:
     Rewriter.erase_op(fused)
 
 
-def _at_function_level(op: ai.TransposeOp) -> bool:
-    return isinstance(op.parent_op(), func.FuncOp)
-
-
-class ComposeTransposes(RewritePattern):
-    """``transpose(transpose(v, p), q)`` -> ``transpose(v, p o q)``, or ``v`` when that is
-    the identity (an NHWC -> NCHW -> NHWC pair cancels). Conversions at function level
-    only: group bodies are kernels, left as they are."""
-
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: ai.TransposeOp, rewriter: PatternRewriter) -> None:
-        inner = op.input.owner
-        if not isinstance(inner, ai.TransposeOp) or not _at_function_level(op):
-            return
-        first, second = inner.attr("perm"), op.attr("perm")
-        perm = tuple(first[i] for i in second)
-        if perm == tuple(range(len(perm))):
-            rewriter.replace(op, [], [inner.input])
-        else:
-            rewriter.replace(op, ai.TransposeOp(inner.input, perm=perm))
-
-
 class FoldConstantTranspose(RewritePattern):
     """``transpose(arith.constant)`` -> the transposed ``arith.constant`` (constant
     weights are relaid once, at compile time)."""
@@ -444,7 +423,7 @@ class FoldConstantTranspose(RewritePattern):
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: ai.TransposeOp, rewriter: PatternRewriter) -> None:
         source = op.input.owner
-        if not isinstance(source, arith.ConstantOp) or not _at_function_level(op):
+        if not isinstance(source, arith.ConstantOp) or not at_function_level(op):
             return
         value = constant_value(source).transpose(op.attr("perm"))
         rewriter.replace(op, dense_constant(value, spec_of(op.output.type).dtype))

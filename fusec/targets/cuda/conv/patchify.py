@@ -20,20 +20,17 @@ into views and one matmul on the Tensor Cores::
 A following per-channel ``ai.bias_add`` moves onto ``y`` (the GEMM's epilogue), and
 a chain of views behind ``out`` that only restores ``y``'s row-major order (ViT's
 flatten and transpose to ``[N, P*Q, K]``) collapses to one reshape
-(``CollapseViewChain``), so the patch embedding is one copy kernel (the patches)
-and one GEMM. Only convs the implicit GEMM does not serve are rewritten; the
-rewrite is exact (the same products, summed in another order on the same f32
-accumulators).
+(``fusec.dialect.views.CollapseViewChain``, also a canonicalisation), so the patch
+embedding is one copy kernel (the patches) and one GEMM. Only convs the implicit GEMM
+does not serve are rewritten; the rewrite is exact (the same products, summed in another
+order on the same f32 accumulators).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import numpy as np
 from xdsl.context import Context
-from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
@@ -48,15 +45,13 @@ from xdsl.rewriter import InsertPoint
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.dialect.views import CollapseViewChain, at_function_level
 from fusec.targets.cuda.conv.config import MAX_STRIDE_W
 
 #: The Tensor Core GEMM's element types.
 DTYPES = ("f16", "bf16")
 #: Fewer input channels per group than this go to the direct kernel (``template``).
 MIN_GEMM_CHANNELS = 16
-#: A view chain is checked by pushing the indices of its root through it: at most this
-#: many elements (compile time and memory stay small).
-MAX_CHAIN_ELEMENTS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -105,16 +100,12 @@ def patchify_of(conv: ai.Conv2DOp) -> Patchify | None:
     return Patchify(n, c, h, wd, k, r, s)
 
 
-def _at_function_level(op: Operation) -> bool:
-    return isinstance(op.parent_op(), func.FuncOp)
-
-
 class PatchifyConvToMatmul(RewritePattern):
     """A patchify conv (and a per-channel bias after it) -> views and one matmul."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: ai.Conv2DOp, rewriter: PatternRewriter) -> None:
-        if not _at_function_level(op):
+        if not at_function_level(op):
             return
         sizes = patchify_of(op)
         if sizes is None:
@@ -154,53 +145,6 @@ def _only_bias_user(conv: ai.Conv2DOp) -> Operation | None:
     if isinstance(user, ai.BiasAddOp) and user.attr("axis") == 1 and uses[0].index == 0:
         return user
     return None
-
-
-_VIEWS = (ai.ReshapeOp, ai.TransposeOp)
-
-
-class CollapseViewChain(RewritePattern):
-    """A chain of reshapes and transposes that leaves its root's elements in row-major
-    order is one reshape of the root (or the root itself).
-
-    Decided by pushing the root's flat indices through the chain (``np.arange``), so
-    any composition is recognised; chains over more than ``MAX_CHAIN_ELEMENTS``
-    elements are left alone. Function level only: group bodies are kernels."""
-
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, _VIEWS) or not _at_function_level(op):
-            return
-        chain = _view_chain(op)
-        if len(chain) < 2:
-            return
-        root = chain[0].operands[0]
-        shape = spec_of(root.type).shape
-        size = math.prod(shape)
-        if size > MAX_CHAIN_ELEMENTS:
-            return
-        index = np.arange(size, dtype=np.int64).reshape(shape)
-        for view in chain:
-            assert isinstance(view, _VIEWS)
-            index = view.reference(index)
-        if not np.array_equal(index.reshape(-1), np.arange(size)):
-            return
-        target = spec_of(op.results[0].type).shape
-        if tuple(target) == tuple(shape):
-            rewriter.replace(op, [], [root])
-            return
-        reshape = ai.ReshapeOp(root, shape=tuple(target))
-        reshape.location = op.location
-        rewriter.replace(op, reshape)
-
-
-def _view_chain(op: Operation) -> list[Operation]:
-    """The views ending at ``op``, outermost last, back to the first non-view value."""
-    chain = [op]
-    while True:
-        owner = chain[0].operands[0].owner
-        if not isinstance(owner, _VIEWS) or not _at_function_level(owner):
-            return chain
-        chain.insert(0, owner)
 
 
 @dataclass(frozen=True)
