@@ -443,12 +443,12 @@ def _leaf_spec(owner: FusedFunction, name: str, value: Any, kind: str) -> Tensor
     if kind == "torch":
         dtype = _TORCH_DTYPES.get(str(value.dtype))
     else:
-        dtype = element_type_of(value.dtype)
+        dtype = element_type_of(value.dtype, floats_only=False)
     if dtype is None:
         fname = getattr(owner.fn, "__name__", "function")
         raise user_error(
             f"{fname}(): argument '{name}' has dtype {value.dtype}; fusec supports float16, "
-            "bfloat16 and float32"
+            "bfloat16, float32, int64, int32 and bool"
         )
     shape = tuple(int(d) for d in value.shape)
     problem = shape_problem(shape)

@@ -850,8 +850,112 @@ def _attention(s: _Drawer, x: int) -> int:
     return s.node(ai.AttentionOp, [q, key, v, mask], s.bound[v], **attrs)
 
 
+# ---------------------------------------------------- integers and bools (issue 29)
+# Integer values come from i64 arguments (small: N(0, 2^2) truncated) and integer
+# constants, never from float values (a comparison or truncation of floats would flip
+# where float32 and the float64 reference round differently); each builder ends in a
+# float value (a where, a cast), which the graph goes on from.
+
+
+def _int_arg(s: _Drawer, shape: Sequence[int]) -> int:
+    return s._add(Arg(TensorSpec(tuple(shape), "i64"), scale=2.0), 8.0)
+
+
+def _int_const(s: _Drawer, shape: Sequence[int], low: int = 1, high: int = 5) -> int:
+    """An i64 constant of values in [low, high) (positive by default: divisors)."""
+    rng = np.random.default_rng(s.draw(st.integers(0, 2**16)))
+    values = rng.integers(low, high, tuple(shape)).astype(np.float64)
+    return s._add(Const(TensorSpec(tuple(shape), "i64"), values), float(max(abs(low), high)))
+
+
+def _where_of(s: _Drawer, condition: int, x: int) -> int:
+    """``where(condition, x, y)``: back to x's float type."""
+    full = np.broadcast_shapes(s.spec(condition).shape, s.spec(x).shape)
+    y = _operand_like(s, s.partner_shape(tuple(int(d) for d in full)))
+    return s.node(ai.WhereOp, [condition, x, y], max(s.bound[x], s.bound[y]))
+
+
+def _integer_pair(s: _Drawer, x: int) -> tuple[int, int]:
+    """Two i64 values broadcasting with x: an argument of x's shape and an argument or
+    a constant of a partner shape."""
+    shape = s.spec(x).shape
+    partner = s.partner_shape(shape)
+    other = _int_arg(s, partner) if s.draw(st.booleans()) else _int_const(s, partner, -3, 4)
+    return _int_arg(s, shape), other
+
+
+def build_compare(op_cls: type[AiOp]) -> Callable[[_Drawer, int], int]:
+    def build(s: _Drawer, x: int) -> int:
+        a, b = _integer_pair(s, x)
+        return _where_of(s, s.node(op_cls, [a, b], 1.0), x)
+
+    return build
+
+
+def build_logic(op_cls: type[AiOp]) -> Callable[[_Drawer, int], int]:
+    def build(s: _Drawer, x: int) -> int:
+        first = s.node(ai.LessOp, list(_integer_pair(s, x)), 1.0)
+        if op_cls is ai.NotOp:
+            return _where_of(s, s.node(ai.NotOp, [first], 1.0), x)
+        second = s.node(ai.EqualOp, list(_integer_pair(s, x)), 1.0)
+        return _where_of(s, s.node(op_cls, [first, second], 1.0), x)
+
+    return build
+
+
+def _mod(s: _Drawer, x: int) -> int:
+    """Integer remainder, truncating division and difference, cast back and added to x."""
+    a, _ = _integer_pair(s, x)
+    k = _int_const(s, s.partner_shape(s.spec(a).shape))
+    r = s.node(ai.ModOp, [a, k], 4.0, fmod=s.draw(st.booleans()))
+    q = s.node(ai.DivOp, [a, k], 8.0)
+    d = s.node(ai.SubOp, [q, r], 12.0)
+    f = s.node(ai.CastOp, [d], 12.0, to=s.spec(x).dtype)
+    if not _broadcasts(s.spec(f).shape, s.spec(x).shape):
+        return f
+    return s.node(ai.AddOp, [x, f], s.bound[x] + 12.0)
+
+
+def _take(s: _Drawer, x: int) -> int:
+    """An embedding-style lookup along axis 0 at run-time ids (wrapped into [0, n) by a
+    floored mod, or into [-n, 0): negative ids count from the end), added to x."""
+    shape = s.spec(x).shape
+    if not shape:
+        return build_binary(ai.AddOp)(s, x)
+    n = s.draw(st.sampled_from((1, 3, 7)))
+    table = _operand_like(s, (n, *shape[1:]))
+    size = _int_const(s, (), n, n + 1)
+    ids = s.node(ai.ModOp, [_int_arg(s, shape[:1]), size], float(n))
+    if s.draw(st.booleans()):
+        ids = s.node(ai.SubOp, [ids, size], float(n))
+    taken = s.node(ai.TakeOp, [table, ids], s.bound[table])
+    return s.node(ai.AddOp, [x, taken], s.bound[x] + s.bound[taken])
+
+
+def _cumsum(s: _Drawer, x: int) -> int:
+    spec = s.spec(x)
+    if spec.rank == 0:
+        return build_unary(ai.NegOp)(s, x)
+    axis = s.draw(st.integers(-spec.rank, spec.rank - 1))
+    flags = {"exclusive": s.draw(st.booleans()), "reverse": s.draw(st.booleans())}
+    return s.node(ai.CumSumOp, [x], s.bound[x] * spec.shape[axis], axis=axis, **flags)
+
+
+def _expand(s: _Drawer, x: int) -> int:
+    shape = s.spec(x).shape
+    target = tuple(int(d) for d in np.broadcast_shapes(shape, s.partner_shape(shape)))
+    return s.node(ai.ExpandOp, [x], s.bound[x], shape=target)
+
+
 #: Ops that need more than the generic unary/binary builders.
 BUILDERS: dict[type[AiOp], Callable[[_Drawer, int], int]] = {
+    **{op: build_compare(op) for op in (ai.EqualOp, ai.LessOp, ai.GreaterOp)},
+    **{op: build_compare(op) for op in (ai.LessEqualOp, ai.GreaterEqualOp)},
+    **{op: build_logic(op) for op in (ai.NotOp, ai.AndOp, ai.OrOp, ai.XorOp)},
+    ai.ModOp: _mod,
+    ai.TakeOp: _take,
+    ai.CumSumOp: _cumsum,
+    ai.ExpandOp: _expand,
     ai.BatchNormOp: _batch_norm,
     ai.AttentionOp: _attention,
     ai.PowOp: _pow,
@@ -920,7 +1024,7 @@ def graphs(
     s = _Drawer(draw, draw(st.sampled_from(list(dtypes))))
     s.arg(_start_shape(draw))
     for _ in range(draw(st.integers(1, max_ops))):
-        x = s.pick()
+        x = s.pick(lambda v: s.spec(v).dtype in DTYPES)  # the float values
         assert x is not None
         op_cls = draw(st.sampled_from(pool))
         s.dtype = s.spec(x).dtype  # new operands follow the value they meet

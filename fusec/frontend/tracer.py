@@ -655,10 +655,10 @@ class Trace:
 
     # ------------------------------------------------------- operand kinds
     def _partner_dtype(self, operands: Sequence[Any]) -> str | None:
-        for x in operands:
-            if isinstance(x, Traced):
-                return x.dtype_name
-        return None
+        """The element type constants take: the first traced operand's, a bool one's only
+        when no other is traced (``where(mask, x, 0.0)``: 0.0 is x's type)."""
+        traced = [x.dtype_name for x in operands if isinstance(x, Traced)]
+        return next((d for d in traced if d != "i1"), traced[0] if traced else None)
 
     def _operand(self, x: Any, dtype: str | None) -> Traced:
         """A tracer for ``x``: tracers pass through, scalars and arrays become constants."""

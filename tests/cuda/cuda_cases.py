@@ -71,8 +71,8 @@ def pointwise_every_unary(n: int, dtype: str, part: int = 0, parts: int = 1) -> 
     # in the simulator's Python math), and libdevice's sin/cos/tan keep a local array
     # (their reduction of huge arguments): pointwise_domain_math runs them
     limited = ("ai.log", "ai.asin", "ai.acos", "ai.acosh", "ai.atanh", "ai.sin", "ai.cos", "ai.tan")
-    names = [op.name for op in ai.TENSOR_OPS if issubclass(op, ai.UnaryOp)]
-    names = [name for name in names if name not in limited]
+    floats = [op for op in ai.TENSOR_OPS if issubclass(op, ai.UnaryOp) and "f32" in op.DTYPES]
+    names = [op.name for op in floats if op.name not in limited]  # (ai.not: bools only)
     names = names[part * len(names) // parts : (part + 1) * len(names) // parts]
     body = [f"%u0 = ai.abs %x1 : {v}"]  # sqrt anywhere in the chain sees x >= 0
     for k, name in enumerate(names):
@@ -165,7 +165,8 @@ def softmax_axis(shape, axis: int, dtype: str) -> str:
 
 
 def random_inputs(module, seed: int = 0) -> list[np.ndarray]:
-    """Fresh random arguments (never zeros) for the entry function of ``module``."""
+    """Fresh random arguments (never zeros) for the entry function of ``module``; integers
+    in [-4, 5) and fair-coin bools for the integer and bool ones."""
     from fusec.dialect.ops import spec_of
     from fusec.ir.dtypes import numpy_dtype
     from fusec.ir.module import entry_function
@@ -175,6 +176,11 @@ def random_inputs(module, seed: int = 0) -> list[np.ndarray]:
     out = []
     for param in fn.function_type.inputs.data:
         spec = spec_of(param)
+        if spec.dtype in ("i64", "i32", "i1"):
+            values = rng.integers(-4, 5, spec.shape)
+            values = values > 0 if spec.dtype == "i1" else values
+            out.append(np.asarray(values).astype(numpy_dtype(spec.dtype)))
+            continue
         values = rng.uniform(0.5, 1.5, spec.shape) * rng.choice([-1.0, 1.0], spec.shape)
         out.append(np.asarray(values).astype(numpy_dtype(spec.dtype)))
     return out

@@ -22,6 +22,7 @@ from numerics import assert_close
 
 import fusec
 from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
 from fusec.runtime.reference import run_reference
 from fusec.targets.cuda import torch_fallback as cuda_torch
 
@@ -177,7 +178,50 @@ def _attention(dtype: str):
     return [("q", q), ("k", k), ("v", v), ("m", m)], [o], "attention", body
 
 
+def _integer_mask(dtype: str):
+    """Token-mask maths beside the product: i64 arithmetic (truncating division, the
+    remainder), comparisons, bool logic, casts and a where on an i1 condition, each value
+    in its own type (issue 29)."""
+    y, i, c, b = t((M, N), dtype), t((M, N), "i64"), t((N,), "i64"), t((M, N), "i1")
+    tail = [
+        f"%d = ai.div %i1, %c1 : {i} * {c}",
+        f"%r = ai.mod %i1, %c1 : {i} * {c}",
+        f"%s = ai.sub %d, %r : {i} * {i}",
+        f"%p = ai.mul %s, %i1 : {i} * {i}",
+        f"%mx = ai.maximum %p, %d : {i} * {i}",
+        f"%ng = ai.neg %mx : {i}",
+        f"%e = ai.equal %ng, %c1 : {i} * {c}",
+        f"%l = ai.less %i1, %c1 : {i} * {c}",
+        f"%g = ai.greater %i1, %c1 : {i} * {c}",
+        f"%le = ai.less_equal %i1, %c1 : {i} * {c}",
+        f"%ge = ai.greater_equal %i1, %c1 : {i} * {c}",
+        f"%n = ai.not %e : {b}",
+        f"%a = ai.and %n, %l : {b} * {b}",
+        f"%or = ai.or %a, %g : {b} * {b}",
+        f"%xo = ai.xor %or, %le : {b} * {b}",
+        f"%a2 = ai.and %xo, %ge : {b} * {b}",
+        f"%f = ai.cast %a2 : {b} to {y}",
+        f"%o = ai.where %a2, %m, %f : {b} * {y} * {y}",
+    ]
+    return _mm(dtype, tail, extra=[("i", i), ("c", c)])
+
+
+def _lookup(dtype: str):
+    """An embedding lookup at run-time ids, a running sum and a broadcast: a copy group."""
+    table, ids = t((10, N), dtype), t((M,), "i64")
+    r, o = t((M, N), dtype), t((2, M, N), dtype)
+    body = [
+        f"%r = ai.take %tb1, %ids1 : {table} * {ids}",
+        f"%c = ai.cumsum %r {{axis = 0 : i64, reverse = true}} : {r}",
+        f"%o = ai.expand %c {{shape = array<i64: 2, {M}, {N}>}} : {r}",
+        f"ai.yield %o : {o}",
+    ]
+    return [("tb", table), ("ids", ids)], [o], "copy", body
+
+
 CASES = {
+    "integer_mask": _integer_mask,
+    "lookup_cumsum_expand": _lookup,
     "add": lambda d: _binary("ai.add", d),
     "sub_broadcast_column": lambda d: _binary("ai.sub", d, (M, 1)),
     "mul_scalar": lambda d: _binary("ai.mul", d, ()),
@@ -288,13 +332,20 @@ def test_generated_source_is_lean(case: str, dtype: str):
     body = [op for op in module.walk() if isinstance(op, ai.AiOp)]
     by_fact = [op for op in body if not isinstance(op, (ai.FusedOp, ai.YieldOp))]
     by_fact = [op for op in by_fact if type(op) not in cuda_torch.LOWERINGS]
-    if by_fact:  # PyTorch has no such function: float32 copies, rounded once (as a kernel)
+    by_fact += [op for op in body if isinstance(op, ai.DivOp) and _integer(op)]
+    if any(not _integer(op) for op in by_fact):
+        # PyTorch has no such function: float32 copies, rounded once (as a kernel)
         assert ".float()" in source and ".to(torch." in source
     else:
         assert ".float()" not in source
         assert "float32)" not in source.replace("to(torch.float32)", "")
     assert "allow_tf32" not in source and "backends" not in source  # no global flags
     assert ".copy_(" not in source  # results are PyTorch's own tensors
+
+
+def _integer(op) -> bool:
+    """Whether every operand of ``op`` is an integer or bool (kept as it is, no copy)."""
+    return all(spec_of(v.type).dtype in ("i64", "i32", "i1") for v in op.operands)
 
 
 def test_a_bias_rides_on_the_conv_and_matmul_call():

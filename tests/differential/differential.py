@@ -64,8 +64,10 @@ def poison(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 
 def least_precise(dtypes: set[str]) -> str:
-    """The element type whose tolerance applies to a graph using ``dtypes``."""
-    return max(dtypes, key=lambda d: (RTOL[d], PRECISION_ORDER.index(d)))
+    """The element type whose tolerance applies to a graph using ``dtypes`` (its floats:
+    integer and bool values are exact)."""
+    floats = [d for d in dtypes if d in PRECISION_ORDER] or ["f32"]
+    return max(floats, key=lambda d: (RTOL[d], PRECISION_ORDER.index(d)))
 
 
 def mismatch(out: np.ndarray, ref: np.ndarray, dtype: str) -> str | None:

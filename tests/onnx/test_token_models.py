@@ -64,3 +64,19 @@ def test_padding_changes_the_result_where_the_mask_says():
     assert differs[0].all() and not differs[1:].any()
     (want,) = run_onnxruntime(model, {"input_ids": feeds["input_ids"], "attention_mask": mask})
     assert_close(changed, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_token_model_matches_onnxruntime_on_cuda(case):
+    """On the GPU: the lookups and the integer mask maths run through PyTorch in their
+    own types, the rest as cuda kernels; the results match onnxruntime at f32 tolerance,
+    with poisoned outputs."""
+    kind, kv_heads, positions = CASES[case]
+    model = token_model(kind, kv_heads=kv_heads, positions=positions)
+    feeds = token_feeds(model)
+    (want,) = run_onnxruntime(model, feeds)
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
+    (got,) = compiled._runner(list(feeds.values()), poison=True)
+    assert got.dtype == np.float32 and not np.isnan(got).any()
+    assert_close(got, want, what=f"{case} on cuda")

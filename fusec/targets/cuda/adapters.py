@@ -105,9 +105,11 @@ class _Buffer:
 
 
 def _storage_np(dtype: str):
+    """The numpy dtype kernels store ``dtype`` as: 16-bit floats as their int16 bits,
+    bools as uint8, the others as themselves (``ElementType.storage``)."""
     import numpy as np
 
-    return np.dtype(np.float32) if dtype == "f32" else np.dtype(np.int16)
+    return np.dtype(ELEMENT_TYPES[dtype].storage)
 
 
 class _Adapter:
@@ -186,7 +188,7 @@ class _Adapter:
         _check_shape(obj, spec, index, fn_name)
         if self.family == "cupy":
             cp = self.cupy
-            want = np.dtype(np.float32) if spec.dtype == "f32" else np.dtype(np.float16)
+            want = np.dtype(np.float16) if spec.dtype == "bf16" else numpy_dtype(spec.dtype)
             ok = obj.dtype == want or (spec.dtype == "bf16" and obj.dtype.itemsize == 2)
             _check_dtype(ok, obj.dtype, spec, index, fn_name)
             if not obj.flags.c_contiguous or obj.data.ptr % 16:
@@ -233,8 +235,7 @@ class _Adapter:
         cuda = self.cuda
         if self.family == "cupy":
             cp = self.cupy
-            dtype = {"f32": cp.float32, "f16": cp.float16, "bf16": cp.int16}[spec.dtype]
-            a = cp.empty(spec.shape, dtype=dtype)
+            a = cp.empty(spec.shape, dtype=_cupy_dtype(spec.dtype))
             flat = cuda.as_cuda_array(a.reshape(-1).view(_storage_np(spec.dtype)), sync=False)
             return _Buffer(a, spec, flat=flat)
         flat = cuda.device_array(max(1, _size(spec)), _storage_np(spec.dtype), stream=stream.numba)
@@ -250,7 +251,7 @@ class _Adapter:
             if type(buffer.user).__module__.split(".")[0] == "cupy":
                 return buffer.user
             cp = self.cupy  # a PyTorch fallback group's tensor: a cupy view of its memory
-            dtype = {"f32": cp.float32, "f16": cp.float16, "bf16": cp.int16}[buffer.spec.dtype]
+            dtype = _cupy_dtype(buffer.spec.dtype)
             return cp.asarray(buffer.flat).view(dtype).reshape(buffer.spec.shape)
         if self.family in ("numba", "cai", "dlpack"):
             shaped = buffer.flat.reshape(buffer.spec.shape) if buffer.spec.shape else buffer.flat
@@ -263,6 +264,15 @@ class _Adapter:
 
         host = buffer.flat.copy_to_host(stream=stream.numba)
         return host.view(numpy_dtype(buffer.spec.dtype)).reshape(buffer.spec.shape)
+
+
+def _cupy_dtype(dtype: str) -> Any:
+    """The dtype of a cupy array of element type ``dtype`` (bf16: its int16 bits)."""
+    import numpy as np
+
+    from fusec.ir.dtypes import numpy_dtype
+
+    return np.dtype(np.int16) if dtype == "bf16" else numpy_dtype(dtype)
 
 
 def _is_torch(obj: Any) -> bool:
@@ -279,7 +289,7 @@ def _torch_view(buffer: _Buffer) -> Any:
     import torch
 
     flat = buffer.user.reshape(-1)
-    flat = flat.view(torch.float32 if buffer.spec.dtype == "f32" else torch.int16)
+    flat = flat.view(getattr(torch, str(_storage_np(buffer.spec.dtype))))
     return numba_cuda().as_cuda_array(flat, sync=False)
 
 
@@ -323,8 +333,10 @@ def _fill_nan(buffer: _Buffer, stream: Any) -> None:
     n = buffer.flat.shape[0]
     if buffer.spec.dtype == "f32":
         host = np.full(n, np.nan, dtype=np.float32)
-    else:
-        host = np.full(n, _NAN_BITS[buffer.spec.dtype], dtype=np.int16)
+    else:  # 16-bit NaN bits, or an integer's poison value (ElementType.nan_bits)
+        storage = _storage_np(buffer.spec.dtype)
+        bits = _NAN_BITS[buffer.spec.dtype]
+        host = np.full(n, bits, dtype=storage.str.replace("i", "u")).view(storage)
     buffer.flat.copy_to_device(host, stream=stream.numba)
 
 

@@ -22,6 +22,7 @@ from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import ELEMENTWISE_OPS, ExprGenerator, header, leaf_shapes, shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.ir.dtypes import is_float
 from fusec.targets.cuda.common import (
     ITEMSIZE,
     Source,
@@ -69,11 +70,23 @@ class _Operand:
         return self.kind in ("full", "row")
 
 
+#: Why a group with integer or bool values runs through PyTorch (``torch_fallback``).
+INTEGER_FALLBACK = (
+    "integer and bool values (it loads and computes floats only, in float32 registers): "
+    "the group runs op by op in PyTorch, each value in its own type"
+)
+
+
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
-    """The pointwise kernel module of ``fused_op``."""
+    """The pointwise kernel module of ``fused_op`` (PyTorch's for integer or bool values)."""
     name = kernel_name(name)
     ops = body_ops(fused_op)
     check_elementwise(ops, ELEMENTWISE_OPS)
+    if not all(is_float(spec_of(v.type).dtype) for v in _values(fused_op, ops)):
+        from fusec.targets.cuda import torch_fallback
+
+        template = "the pointwise kernel"
+        return torch_fallback.generate(fused_op, name, reason=INTEGER_FALLBACK, template=template)
     results = yielded(fused_op)
     leaves = leaf_shapes(ops)
     for value in results:
@@ -100,6 +113,11 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     source = _emit(fused_op, name, ops, results, in_ops, out_ops, plan)
     inputs, outputs = io_specs(fused_op)
     return KernelSource(name, "pointwise", "cuda", source, inputs, outputs, array_dtype=None)
+
+
+def _values(fused_op: ai.FusedOp, ops) -> list:
+    """Every value the group reads or computes."""
+    return [*fused_op.block.args, *(r for op in ops for r in op.results)]
 
 
 class _Plan:

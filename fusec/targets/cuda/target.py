@@ -13,8 +13,34 @@ from fusec.codegen import KernelSource
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.target import Target, Template, deferred
+from fusec.targets.cuda.common import integer_values
 
 _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
+#: The layout ops one cuda copy kernel chains (``fusec.targets.cuda.gather``).
+_INDEX_MAPS = (ai.TransposeOp, ai.ReshapeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp)
+
+
+def _copy_accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
+    """A chain of index maps is one copy kernel; ``ai.take`` and ``ai.cumsum`` run alone
+    (through PyTorch, op by op: anything fused with them would be slower)."""
+    if len(members) == 1:
+        return None
+    data = next((op for op in members if not isinstance(op, _INDEX_MAPS)), None)
+    if data is None:
+        return None
+    return (
+        f"the cuda copy template runs {data.name} alone (through PyTorch): only chains of "
+        "index maps (transpose, reshape, slice, gather, concat) are one kernel"
+    )
+
+
+def _floats_only(what: str) -> Any:
+    """The ``accepts`` of a template whose kernels hold floats only (``integer_values``)."""
+
+    def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
+        return integer_values(members, what)
+
+    return accepts
 
 
 def gemm_accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
@@ -28,6 +54,8 @@ def gemm_accepts(members: Sequence[Operation], anchor: Operation | None) -> str 
     """
     if len(members) == 1 or not isinstance(anchor, ai.MatmulOp):
         return None
+    if (reason := integer_values(members, "the cuda Tensor Core GEMM")) is not None:
+        return reason
     lhs, rhs, out = (spec_of(v.type) for v in (anchor.lhs, anchor.rhs, anchor.output))
     fallback = "so the group would run op by op through PyTorch"
     if lhs.dtype not in ("f16", "bf16") or rhs.dtype != lhs.dtype:
@@ -111,7 +139,9 @@ class CudaTarget(Target):
     pipeline = "fusec-cuda"
     templates = {
         "pointwise": Template("fusec.targets.cuda.pointwise"),
-        "row_reduce": Template("fusec.targets.cuda.row_reduce", _ROW),
+        "row_reduce": Template(
+            "fusec.targets.cuda.row_reduce", _ROW, accepts=_floats_only("the cuda row kernel")
+        ),
         "matmul": Template(
             "fusec.targets.cuda.gemm.template",
             (ai.MatmulOp, ai.LayerNormOp, ai.SoftmaxOp),
@@ -133,9 +163,8 @@ class CudaTarget(Target):
         "pool": Template("fusec.targets.cuda.pool", (ai.MaxPool2DOp, ai.AvgPool2DOp)),
         "copy": Template(
             "fusec.targets.cuda.copy",
-            (ai.TransposeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp, ai.TakeOp, ai.CumSumOp),
-            fuses=False,
-            note="the channels-last transpose kernel, else PyTorch's copies",
+            (*_INDEX_MAPS, ai.TakeOp, ai.CumSumOp),
+            accepts=_copy_accepts,
         ),
         "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
     }

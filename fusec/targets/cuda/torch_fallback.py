@@ -46,7 +46,7 @@ from fusec.codegen.layout import torch_expression
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.ir.diagnostics import location_of
-from fusec.ir.dtypes import ELEMENT_TYPES
+from fusec.ir.dtypes import ELEMENT_TYPES, is_float
 from fusec.targets.cuda.common import Source, body_ops, check_leaves, kernel_name, yielded
 
 TORCH_DTYPE = {name: f"torch.{t.torch}" for name, t in ELEMENT_TYPES.items()}
@@ -65,7 +65,6 @@ LOWERINGS.update(
         ai.AddOp: _simple("torch.add({0}, {1})"),
         ai.SubOp: _simple("torch.sub({0}, {1})"),
         ai.MulOp: _simple("torch.mul({0}, {1})"),
-        ai.DivOp: _simple("torch.div({0}, {1})"),
         ai.MaximumOp: _simple("torch.maximum({0}, {1})"),
         ai.ReluOp: _simple("torch.relu({0})"),
         ai.SigmoidOp: _simple("torch.sigmoid({0})"),
@@ -81,6 +80,21 @@ LOWERINGS.update(
         ai.WhereOp: _simple("torch.where({0} != 0, {1}, {2})"),
     }
 )
+
+
+def _div(op: ai.AiOp, a: list[str]) -> str:
+    """Float division; integers divide truncating, 0 where the divisor is 0 (the scalar
+    fact: ``torch.div`` of integers would be a true division)."""
+    if is_float(spec_of(op.results[0].type).dtype):
+        return f"torch.div({a[0]}, {a[1]})"
+    return _from_scalar_fact(op, a)
+
+
+def _expand(op: ai.AiOp, a: list[str]) -> str:
+    """A broadcast to the result shape (the scalar fact, an identity, relies on a kernel's
+    broadcast indexing, which a lone PyTorch op does not do)."""
+    shape = tuple(spec_of(op.results[0].type).shape)
+    return f"{a[0]}.expand({shape!r}).contiguous()"
 
 
 def _clip(op: ai.AiOp, a: list[str]) -> str:
@@ -226,6 +240,8 @@ LOWERINGS.update(
         ai.SliceOp: _layout,
         ai.ConcatOp: _layout,
         ai.GatherOp: _layout,
+        ai.DivOp: _div,
+        ai.ExpandOp: _expand,
         ai.TakeOp: _layout,
         ai.CumSumOp: _layout,
         ai.ReduceMeanOp: _reduce,
@@ -262,14 +278,23 @@ def lowerable(op_type: type[ai.AiOp]) -> bool:
 
 def _from_scalar_fact(op: ai.AiOp, a: list[str]) -> str:
     """An elementwise op without a PyTorch function: its scalar semantics on float32
-    copies, rounded once to the declared type (as one kernel would)."""
-    expression = ExprGenerator(language=TORCH).scalar(op, [f"{x}.float()" for x in a])
+    copies of its float operands (integer and bool ones as they are), rounded once to the
+    declared type (as one kernel would)."""
+    dtypes = [spec_of(v.type).dtype for v in op.operands]
+    args = [f"{x}.float()" if is_float(d) else x for x, d in zip(a, dtypes, strict=True)]
+    expression = ExprGenerator(language=TORCH).scalar(op, args)
     return f"({expression}).to({TORCH_DTYPE[spec_of(op.results[0].type).dtype]})"
 
 
-def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> KernelSource:
+def generate(
+    fused_op: ai.FusedOp,
+    name: str,
+    reason: str | None = None,
+    template: str = "the Tensor Core template",
+) -> KernelSource:
     """A module whose ``run`` evaluates the group body with PyTorch; ``reason`` says why
-    the group's Tensor Core template cannot serve it."""
+    the group's template (a Tensor Core one, or the pointwise kernel for integer values)
+    cannot serve it."""
     name = kernel_name(name)
     ops = body_ops(fused_op)
     results = yielded(fused_op)
@@ -304,7 +329,7 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
         code.add(1, f"v{n} = {expression}")
     code.add(1, f"return ({', '.join(names[v] for v in results)},)")
     why = (
-        f"the Tensor Core template cannot serve it: {reason};"
+        f"{template} cannot serve it: {reason};"
         if reason
         else "no fused CUDA template for this kind yet (Tensor Core templates: issue 12);"
     )
@@ -347,10 +372,14 @@ def generate(fused_op: ai.FusedOp, name: str, reason: str | None = None) -> Kern
 
 
 def _in_dtype(name: str, value, op: ai.AiOp) -> str:
-    """``name`` converted to the element type ``op`` computes in, when it differs."""
+    """``name`` converted to the element type ``op`` computes in, when it differs: one
+    float type to another only (a comparison's, a where's condition, a lookup's indices
+    and integer operands keep their types)."""
     want = _compute_dtype(op)
     have = spec_of(value.type).dtype
-    return name if want is None or have == want else f"{name}.to({TORCH_DTYPE[want]})"
+    if want is None or have == want or not (is_float(have) and is_float(want)):
+        return name
+    return f"{name}.to({TORCH_DTYPE[want]})"
 
 
 def _compute_dtype(op: ai.AiOp) -> str | None:
