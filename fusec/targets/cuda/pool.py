@@ -1,8 +1,11 @@
 """CUDA template for "pool" groups: 2-D max or average pooling with its epilogue.
 
-One thread per output element, grid-stride, the output's innermost dimension fastest
-across the threads (OW of an NCHW output), so the stores and each window row's loads
-are coalesced. The window is walked in the reference's order (rows, then columns),
+One thread per output element, grid-stride, the stored result's innermost dimension
+fastest across the threads (OW of an NCHW result, C of a channels-last one), so the
+stores and each window row's loads are coalesced. The input and the results may be
+transposed views (``conv-layout``'s NHWC tensors between convs: an ``ai.transpose`` of
+the group input, one before the ``ai.yield``): the kernel reads and writes them in
+their storage order through per-dimension strides, no copy. The window is walked in the reference's order (rows, then columns),
 skipping the taps outside the input, in float32 (16-bit inputs converted on load):
 
 * max starts at -inf (the padding's value) and keeps a NaN once it sees one
@@ -185,11 +188,9 @@ class _Emitter:
             "accumulation",
         ]
         if self.in_perm or self.out_perm != (0, 1, 2, 3):
-            layouts = [
-                "channels-last" if p == TO_CHANNELS_LAST or p == (0, 3, 1, 2) else "NCHW"
-                for p in (self.in_perm or (0, 1, 2, 3), self.out_perm)
-            ]
-            notes.append(f"input {layouts[0]}, output {layouts[1]} (transposes as addressing)")
+            given = _layout_name(self.in_perm, (0, 3, 1, 2))  # the NHWC input viewed NCHW
+            stored = _layout_name(self.out_perm, TO_CHANNELS_LAST)
+            notes.append(f"input {given}, output {stored} (the transposes as addressing)")
         ins = [f"in{k}" for k in range(len(self.fused_op.inputs))]
         outs = [f"out{k}" for k in range(len(self.epilogue.results))]
         parts = [
@@ -204,3 +205,10 @@ class _Emitter:
             *grid_stride_launch(self.name, "N", BLOCKS_PER_SM, ins + outs, params),
         ]
         return "\n".join(parts)
+
+
+def _layout_name(perm: tuple, channels_last: tuple) -> str:
+    """How a transpose ``perm`` lays out an NCHW tensor: NCHW, channels-last or other."""
+    if not perm or perm == (0, 1, 2, 3):
+        return "NCHW"
+    return "channels-last" if perm == channels_last else f"transposed {list(perm)}"
