@@ -5,8 +5,9 @@ fastest across the threads (OW of an NCHW result, C of a channels-last one), so 
 stores and each window row's loads are coalesced. The input and the results may be
 transposed views (``conv-layout``'s NHWC tensors between convs: an ``ai.transpose`` of
 the group input, one before the ``ai.yield``): the kernel reads and writes them in
-their storage order through per-dimension strides, no copy. The window is walked in the reference's order (rows, then columns),
-skipping the taps outside the input, in float32 (16-bit inputs converted on load):
+their storage order through per-dimension strides, no copy. The window is walked in
+the reference's order (rows, then columns), skipping the taps outside the input, in
+float32 (16-bit inputs converted on load):
 
 * max starts at -inf (the padding's value) and keeps a NaN once it sees one
   (``v > m or v != v``), exactly as ``numpy_ops.pool2d``; the result is one of the
