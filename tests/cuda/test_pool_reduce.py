@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from pool_reduce_cases import pool_program, reduce_program
+from pool_reduce_cases import channels_last_group, pool_program, reduce_program
 
 from fusec.targets.cuda.env import simulator_enabled
 
@@ -278,10 +278,11 @@ def test_pool_header_names_its_attributes_and_epilogue_runs_before_the_store() -
 # ---------------------------------------------------------------------- PTX
 
 
-def _ptx(text: str) -> list[str]:
+def _ptx(text: str, pipeline: str | None = None) -> list[str]:
     import fusec
 
-    compiled = fusec.compile(text, target="cuda", executable=False)
+    options = {"pipeline": pipeline} if pipeline else {}
+    compiled = fusec.compile(text, target="cuda", executable=False, **options)
     return [ptx for k, ptx in compiled.assembly("sm_90") if k.kind in ("pool", "reduce")]
 
 
@@ -303,3 +304,22 @@ def test_ptx_for_sm_90(text: str) -> None:
     assert ptx.count(".entry") == (2 if "512x512" in text else 1)
     assert ".local" not in ptx, "a register array went to local memory"
     assert not re.search(r"\.f64\b", ptx), "float64 arithmetic in a float32 kernel"
+
+
+@pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX")
+@pytest.mark.parametrize("kind", ["max_pool2d", "reduce_mean"])
+def test_channels_last_ptx_for_sm_90(kind: str) -> None:
+    """The kernels of conv-layout's NHWC groups (transposed views) compile as well."""
+    if kind == "max_pool2d":
+        attrs = "kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 1, 1>"
+        text = channels_last_group(
+            kind, (32, 64, 112, 112), "f16", attrs, (32, 64, 56, 56), True, True
+        )
+    else:
+        attrs = "axes = array<i64: 2, 3>, keepdims = true"
+        text = channels_last_group(
+            kind, (32, 2048, 7, 7), "f16", attrs, (32, 2048, 1, 1), False, True
+        )
+    (ptx,) = _ptx(text, pipeline="infer-shapes")
+    assert ptx.count(".entry") == 1 and ".local" not in ptx
+    assert not re.search(r"\.f64\b", ptx)
