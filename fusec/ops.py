@@ -306,6 +306,22 @@ def cumsum(x: Any, axis: int = 0, *, exclusive: bool = False, reverse: bool = Fa
     return _trace("cumsum", x).emit(ai.CumSumOp, (x,), **attrs)
 
 
+def _arg_reduce(op_cls: type[ai.ArgReduceOp], name: str) -> Callable[..., Traced]:
+    def arg_reduce(
+        x: Any, axis: int = 0, keepdims: bool = True, select_last_index: bool = False
+    ) -> Traced:
+        attrs = {"keepdims": bool(keepdims), "select_last_index": bool(select_last_index)}
+        return _trace(name, x).emit(op_cls, (x,), axis=_int(name, axis), **attrs)
+
+    arg_reduce.__name__ = arg_reduce.__qualname__ = name
+    arg_reduce.__doc__ = op_cls.__doc__
+    return arg_reduce
+
+
+argmax = _arg_reduce(ai.ArgMaxOp, "argmax")
+argmin = _arg_reduce(ai.ArgMinOp, "argmin")
+
+
 def expand(x: Any, shape: Any) -> Traced:
     """``x`` broadcast to ``shape`` (``numpy.broadcast_to``)."""
     return _trace("expand", x).emit(ai.ExpandOp, (x,), shape=_int_list("expand", "shape", shape))
@@ -393,6 +409,8 @@ __all__ = sorted(
         "take",
         "cumsum",
         "expand",
+        "argmax",
+        "argmin",
         "reduce_mean",
         "reduce_sum",
         "reduce_max",

@@ -941,6 +941,26 @@ def _cumsum(s: _Drawer, x: int) -> int:
     return s.node(ai.CumSumOp, [x], s.bound[x] * spec.shape[axis], axis=axis, **flags)
 
 
+def build_arg_reduce(op_cls: type[AiOp]) -> Callable[[_Drawer, int], int]:
+    """The index of the extreme of an i64 argument of x's shape (integers: no float ties
+    that float32 and the reference could break differently), kept as a size-1 dim, cast
+    back and added to x."""
+
+    def build(s: _Drawer, x: int) -> int:
+        spec = s.spec(x)
+        if spec.rank == 0:
+            return build_unary(ai.NegOp)(s, x)
+        axis = s.draw(st.integers(-spec.rank, spec.rank - 1))
+        last = s.draw(st.booleans())
+        a = _int_arg(s, spec.shape)
+        bound = float(spec.shape[axis])
+        index = s.node(op_cls, [a], bound, axis=axis, keepdims=True, select_last_index=last)
+        f = s.node(ai.CastOp, [index], bound, to=spec.dtype)
+        return s.node(ai.AddOp, [x, f], s.bound[x] + bound)
+
+    return build
+
+
 def _expand(s: _Drawer, x: int) -> int:
     shape = s.spec(x).shape
     target = tuple(int(d) for d in np.broadcast_shapes(shape, s.partner_shape(shape)))
@@ -956,6 +976,8 @@ BUILDERS: dict[type[AiOp], Callable[[_Drawer, int], int]] = {
     ai.TakeOp: _take,
     ai.CumSumOp: _cumsum,
     ai.ExpandOp: _expand,
+    ai.ArgMaxOp: build_arg_reduce(ai.ArgMaxOp),
+    ai.ArgMinOp: build_arg_reduce(ai.ArgMinOp),
     ai.BatchNormOp: _batch_norm,
     ai.AttentionOp: _attention,
     ai.PowOp: _pow,

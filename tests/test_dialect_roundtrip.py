@@ -140,6 +140,16 @@ OP_CASES: dict[str, tuple[str, str, str]] = {
         "  %r = ai.cumsum %a {axis = 1 : i64, exclusive = true, reverse = true} : tensor<2x3xi64>",
         "tensor<2x3xi64>",
     ),
+    "argmax": (
+        "%a: tensor<2x3xf16>",
+        "  %r = ai.argmax %a {axis = -1 : i64, keepdims = false} : tensor<2x3xf16>",
+        "tensor<2xi64>",
+    ),
+    "argmin_last": (
+        "%a: tensor<2x3xi32>",
+        "  %r = ai.argmin %a {select_last_index = true} : tensor<2x3xi32>",
+        "tensor<1x3xi64>",
+    ),
     "expand": (
         "%a: tensor<3x1xi1>",
         "  %r = ai.expand %a {shape = array<i64: 2, 3, 4>} : tensor<3x1xi1>",

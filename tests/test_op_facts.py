@@ -259,6 +259,8 @@ def _any_instance(op_type):
         "ai.gather": "%r = ai.gather %v {indices = array<i64: 3, 0, 3>} : tensor<4xf32>",
         "ai.take": "%r = ai.take %m, %i {axis = 1 : i64} : tensor<4x4xf32> * tensor<2x3xi64>",
         "ai.cumsum": "%r = ai.cumsum %m {axis = 1 : i64, reverse = true} : tensor<4x4xf32>",
+        "ai.argmax": "%r = ai.argmax %m {axis = 1 : i64} : tensor<4x4xf32>",
+        "ai.argmin": "%r = ai.argmin %i {select_last_index = true} : tensor<2x3xi64>",
         "ai.attention": "%r = ai.attention %m, %m, %m, %v {scale = 5.0e-01 : f32} : "
         "tensor<4x4xf32> * tensor<4x4xf32> * tensor<4x4xf32> * tensor<4xf32>",
         "ai.batch_norm": "%r = ai.batch_norm %m, %v, %v, %v, %v : tensor<4x4xf32> * "

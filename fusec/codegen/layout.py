@@ -32,7 +32,7 @@ LAYOUT_OPS: tuple[type[ai.AiOp], ...] = (
 
 #: Data ops a copy group computes with the array library too, but that no kernel reads
 #: through as a view: a gather at run-time indices and a running sum.
-DATA_OPS: tuple[type[ai.AiOp], ...] = (ai.TakeOp, ai.CumSumOp)
+DATA_OPS: tuple[type[ai.AiOp], ...] = (ai.TakeOp, ai.CumSumOp, ai.ArgMaxOp, ai.ArgMinOp)
 
 
 def is_layout(op: Operation) -> bool:
@@ -76,6 +76,9 @@ def numpy_expression(op: Operation, args: Sequence[str]) -> str:
     if isinstance(op, ai.CumSumOp):
         flags = ", ".join(f"{k}={bool(op.attr(k))}" for k in ("exclusive", "reverse"))
         return f"K.cumsum({args[0]}, axis={int(op.attr('axis'))}, {flags})"
+    if isinstance(op, ai.ArgReduceOp):
+        flags = ", ".join(f"{k}={bool(op.attr(k))}" for k in ("keepdims", "select_last_index"))
+        return f"K.arg_reduce({args[0]}, {op.KIND!r}, axis={int(op.attr('axis'))}, {flags})"
     raise ValueError(f"{op.name} is not a layout op")
 
 
@@ -108,7 +111,21 @@ def torch_expression(op: Operation, args: Sequence[str]) -> str:
         return _torch_take(op, args)
     if isinstance(op, ai.CumSumOp):
         return _torch_cumsum(op, args)
+    if isinstance(op, ai.ArgReduceOp):
+        return _torch_arg_reduce(op, args)
     raise ValueError(f"{op.name} is not a layout op")
+
+
+def _torch_arg_reduce(op: ai.ArgReduceOp, args: Sequence[str]) -> str:
+    """``torch.argmax``/``argmin`` (the last of equal extremes through a flip)."""
+    axis = int(op.attr("axis")) % len(spec_of(op.input.type).shape)
+    keep = bool(op.attr("keepdims"))
+    function = f"torch.arg{op.KIND}"
+    if not op.attr("select_last_index"):
+        return f"{function}({args[0]}, dim={axis}, keepdim={keep})"
+    n = spec_of(op.input.type).shape[axis]
+    flipped = f"torch.flip({args[0]}, dims=({axis},))"
+    return f"({n - 1} - {function}({flipped}, dim={axis}, keepdim={keep}))"
 
 
 def _torch_take(op: ai.TakeOp, args: Sequence[str]) -> str:

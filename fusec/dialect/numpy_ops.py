@@ -834,3 +834,20 @@ def cumsum(x: np.ndarray, *, axis: int, exclusive: bool, reverse: bool) -> np.nd
     if reverse:
         out = np.flip(out, axis)
     return np.ascontiguousarray(out)
+
+
+def arg_reduce(
+    x: np.ndarray, kind: str, *, axis: int, keepdims: bool, select_last_index: bool
+) -> np.ndarray:
+    """int64 index of the maximum (``kind`` "max") or minimum along ``axis``: the first of
+    equal ones, or the last with ``select_last_index`` (ONNX ArgMax/ArgMin)."""
+    x = np.asarray(x)
+    axis = axis % x.ndim
+    pick = np.argmax if kind == "max" else np.argmin
+    if select_last_index:
+        flipped = np.flip(x, axis)
+        index = x.shape[axis] - 1 - pick(flipped, axis=axis)
+    else:
+        index = pick(x, axis=axis)
+    index = np.asarray(index, dtype=np.int64)
+    return np.expand_dims(index, axis) if keepdims else index

@@ -1682,6 +1682,51 @@ class ExpandOp(AiOp):
         return np.ascontiguousarray(np.broadcast_to(args[0], self.attr("shape")))
 
 
+class ArgReduceOp(AiOp):
+    """The i64 index of the extreme of ``input`` along ``axis`` (kept as a size-1 dim with
+    ``keepdims``); the first one of equal extremes, or the last with
+    ``select_last_index`` (ONNX ``ArgMax``/``ArgMin``); NaN counts as the extreme."""
+
+    input = operand()
+    output = result()
+    axis = int_prop(0)
+    keepdims = bool_prop(True)
+    select_last_index = bool_prop(False)
+    traits = traits_def(Pure())
+
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
+    KIND: ClassVar[str] = "max"
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.arg_reduce(
+            cls.name, operands[0], axis=attrs["axis"], keepdims=attrs["keepdims"]
+        )
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        (x,) = self.typed(args)
+        return K.arg_reduce(x, self.KIND, **self.attr_values())
+
+
+@irdl_op_definition
+class ArgMaxOp(ArgReduceOp):
+    """The i64 index of the maximum along ``axis`` (ONNX ``ArgMax``, ``numpy.argmax``)."""
+
+    name = "ai.argmax"
+    KIND: ClassVar[str] = "max"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("argmax")
+
+
+@irdl_op_definition
+class ArgMinOp(ArgReduceOp):
+    """The i64 index of the minimum along ``axis`` (ONNX ``ArgMin``, ``numpy.argmin``)."""
+
+    name = "ai.argmin"
+    KIND: ClassVar[str] = "min"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("argmin")
+
+
 @irdl_op_definition
 class MatmulOp(AiOp):
     """(..., M, K) @ (..., K, N), leading (batch) dims broadcast.
@@ -2346,6 +2391,8 @@ TENSOR_OPS: tuple[type[AiOp], ...] = (
     TakeOp,
     CumSumOp,
     ExpandOp,
+    ArgMaxOp,
+    ArgMinOp,
     ReduceMeanOp,
     ReduceSumOp,
     ReduceMaxOp,

@@ -1451,6 +1451,15 @@ def _expand(imp: Importer, node: Node) -> list[SSAValue]:
     return [x if shape == shape_of(x) else imp.emit(ai.ExpandOp, x, shape=shape)]
 
 
+@converter("ArgMax", "ArgMin", attrs=("axis", "keepdims", "select_last_index"))
+def _arg_reduce(imp: Importer, node: Node) -> list[SSAValue]:
+    x = imp.input(node, 0)
+    op = ai.ArgMaxOp if node.op_type == "ArgMax" else ai.ArgMinOp
+    axis = _normalised(imp, [int(node.attrs.get("axis", 0))], len(shape_of(x)))[0]
+    flags = {k: bool(node.attrs.get(k, d)) for k, d in (("keepdims", 1), ("select_last_index", 0))}
+    return [imp.emit(op, x, axis=axis, **flags)]
+
+
 @converter("Tile")
 def _tile(imp: Importer, node: Node) -> list[SSAValue]:
     """``x`` repeated ``repeats[d]`` times along each dim d: each dim split into

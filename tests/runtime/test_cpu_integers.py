@@ -105,11 +105,23 @@ func.func @f(%x: tensor<4x6xf32>) -> (tensor<4x6xi64>, tensor<4x6xi1>, tensor<4x
 """
 
 
+ARG_REDUCTIONS = """
+func.func @f(%x: tensor<3x7xf32>, %i: tensor<3x7xi64>) -> (tensor<3xi64>, tensor<1x7xi64>,
+    tensor<3x1xi64>) {
+  %a = ai.argmax %x {axis = 1 : i64, keepdims = false} : tensor<3x7xf32>
+  %b = ai.argmin %i {select_last_index = true} : tensor<3x7xi64>
+  %c = ai.argmax %i {axis = -1 : i64, select_last_index = true} : tensor<3x7xi64>
+  return %a, %b, %c : tensor<3xi64>, tensor<1x7xi64>, tensor<3x1xi64>
+}
+"""
+
+
 @pytest.mark.parametrize(
     "text",
     [EMBEDDING_AND_MASK, INTEGER_ARITHMETIC, LOGIC_AND_WHERE, POSITIONS_AND_EXPAND,
-     FLOAT_TO_INTEGER],
-    ids=["embedding_and_mask", "integer_arithmetic", "logic_and_where", "positions", "casts"],
+     FLOAT_TO_INTEGER, ARG_REDUCTIONS],
+    ids=["embedding_and_mask", "integer_arithmetic", "logic_and_where", "positions", "casts",
+         "arg_reductions"],
 )  # fmt: skip
 def test_integer_graphs_match_the_reference(text, tmp_cache):
     for seed in (0, 1):

@@ -12,6 +12,8 @@ from fusec.target import Target, Template
 _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
 #: Layout ops: a "copy" kernel of their own, or views a matmul reads its operands through.
 _LAYOUT = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp)
+#: Data ops a copy group computes with numpy: run-time lookups, running sums, arg-reductions.
+_DATA = (ai.TakeOp, ai.CumSumOp, ai.ArgMaxOp, ai.ArgMinOp)
 
 
 class CpuTarget(Target):
@@ -33,7 +35,7 @@ class CpuTarget(Target):
             "fusec.targets.cpu.reduce", (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp)
         ),
         "pool": Template("fusec.targets.cpu.pool", (ai.MaxPool2DOp, ai.AvgPool2DOp)),
-        "copy": Template("fusec.targets.cpu.copy", (*_LAYOUT[1:], ai.TakeOp, ai.CumSumOp)),
+        "copy": Template("fusec.targets.cpu.copy", (*_LAYOUT[1:], *_DATA)),
         "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
         "attention": Template("fusec.targets.cpu.attention", (ai.AttentionOp, *_LAYOUT)),
     }

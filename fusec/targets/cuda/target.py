@@ -16,6 +16,8 @@ from fusec.target import Target, Template, deferred
 from fusec.targets.cuda.common import integer_values
 
 _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
+#: Data ops of copy groups, through PyTorch: run-time lookups, running sums, arg-reductions.
+_DATA = (ai.TakeOp, ai.CumSumOp, ai.ArgMaxOp, ai.ArgMinOp)
 #: The layout ops one cuda copy kernel chains (``fusec.targets.cuda.gather``).
 _INDEX_MAPS = (ai.TransposeOp, ai.ReshapeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp)
 
@@ -163,7 +165,7 @@ class CudaTarget(Target):
         "pool": Template("fusec.targets.cuda.pool", (ai.MaxPool2DOp, ai.AvgPool2DOp)),
         "copy": Template(
             "fusec.targets.cuda.copy",
-            (*_INDEX_MAPS, ai.TakeOp, ai.CumSumOp),
+            (*_INDEX_MAPS, *_DATA),
             accepts=_copy_accepts,
         ),
         "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),

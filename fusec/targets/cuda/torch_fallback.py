@@ -244,6 +244,8 @@ LOWERINGS.update(
         ai.ExpandOp: _expand,
         ai.TakeOp: _layout,
         ai.CumSumOp: _layout,
+        ai.ArgMaxOp: _layout,
+        ai.ArgMinOp: _layout,
         ai.ReduceMeanOp: _reduce,
         ai.ReduceSumOp: _reduce,
         ai.ReduceMaxOp: _reduce,
