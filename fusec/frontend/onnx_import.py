@@ -730,6 +730,19 @@ def _isnan(imp: Importer, node: Node) -> list[SSAValue]:
     return [imp.emit(ai.CastOp, imp.emit(ai.IsNanOp, imp.input(node, 0)), "i1")]
 
 
+@converter("IsInf", attrs=("detect_negative", "detect_positive"))
+def _isinf(imp: Importer, node: Node) -> list[SSAValue]:
+    """A bool: x == +inf, x == -inf, or either (ai.equal with infinite constants)."""
+    x = imp.input(node, 0)
+    signs = [
+        s for s, k in ((1.0, "detect_positive"), (-1.0, "detect_negative")) if node.attrs.get(k, 1)
+    ]
+    found = [imp.emit(ai.EqualOp, x, imp.scalar(sign * math.inf, x)) for sign in signs]
+    if not found:  # neither sign: false everywhere
+        return [imp.emit(ai.LessOp, x, imp.scalar(-math.inf, x))]  # nothing is below -inf
+    return [found[0] if len(found) == 1 else imp.emit(ai.OrOp, *found)]
+
+
 @converter("Where")
 def _where(imp: Importer, node: Node) -> list[SSAValue]:
     """ai.where on a constant condition (folded away when it picks one side whole) or a

@@ -174,3 +174,14 @@ def test_a_boolean_used_as_data_is_cast():
     x = np.array([1.0, np.nan, -np.inf, 0.0], np.float32)
     got = fusec.compile(fusec.from_onnx(model))(x)
     np.testing.assert_array_equal(got, np.isnan(x).astype(np.float32))
+
+
+@pytest.mark.parametrize(("positive", "negative"), [(1, 1), (1, 0), (0, 1), (0, 0)])
+def test_isinf_is_a_bool_of_comparisons_with_infinities(positive, negative):
+    node = helper.make_node(
+        "IsInf", ["x"], ["y"], detect_positive=positive, detect_negative=negative
+    )
+    model = make_model([node], [tensor("x", (6,))], [tensor("y", (6,), np.bool_)], [], opset=20)
+    x = np.array([np.inf, -np.inf, np.nan, 0.0, -1.5, 3e38], np.float32)
+    got = fusec.compile(fusec.from_onnx(model))(x)
+    np.testing.assert_array_equal(got, run_onnxruntime(model, {"x": x})[0])
