@@ -112,22 +112,31 @@ def two_results_program(shape, dtype: str, kind: str) -> str:
 
 
 def channels_last_group(
-    kind: str, shape, dtype: str, attrs: str, out_shape, store_nhwc: bool, epilogue: bool
+    kind: str,
+    shape,
+    dtype: str,
+    attrs: str,
+    out_shape,
+    store_nhwc: bool,
+    epilogue: bool,
+    input_nhwc: bool = True,
 ) -> str:
     """One hand-made ``ai.fused`` group as the conv layout writes them: an NHWC input
-    (``shape`` is NCHW) viewed NCHW by ``ai.transpose [0, 3, 1, 2]``, the anchor ``kind``
-    (``max_pool2d``, ``reduce_mean``...) with ``attrs``, ``relu(y * s)`` with ``s`` one
-    value per channel when ``epilogue``, and the result stored NHWC (a transpose
-    ``[0, 2, 3, 1]`` before the yield) when ``store_nhwc``."""
+    (``shape`` is NCHW) viewed NCHW by ``ai.transpose [0, 3, 1, 2]`` (an NCHW input as
+    it is, unless ``input_nhwc``), the anchor ``kind`` (``max_pool2d``, ``reduce_mean``...)
+    with ``attrs``, ``relu(y * s)`` with ``s`` one value per channel when ``epilogue``,
+    and the result stored NHWC (a transpose ``[0, 2, 3, 1]`` before the yield) when
+    ``store_nhwc``."""
     n, c, h, w = shape
-    x_t, v_t, o_t = _t((n, h, w, c), dtype), _t(shape, dtype), _t(out_shape, dtype)
+    x_t = _t((n, h, w, c) if input_nhwc else shape, dtype)
+    v_t, o_t = _t(shape, dtype), _t(out_shape, dtype)
     on, oc, oh, ow = out_shape
     r_t = _t((on, oh, ow, oc), dtype) if store_nhwc else o_t
     s_t = _t((c, 1, 1), dtype)
-    body = [
-        f"%v = ai.transpose %x1 {{perm = array<i64: 0, 3, 1, 2>}} : {x_t}",
-        f"%y = ai.{kind} %v {{{attrs}}} : {v_t}",
-    ]
+    body = [f"%v = ai.transpose %x1 {{perm = array<i64: 0, 3, 1, 2>}} : {x_t}"]
+    if not input_nhwc:
+        body = []
+    body.append(f"%y = ai.{kind} {'%v' if input_nhwc else '%x1'} {{{attrs}}} : {v_t}")
     last = "%y"
     if epilogue:
         body += [f"%m = ai.mul %y, %s1 : {o_t} * {s_t}", f"%e = ai.relu %m : {o_t}"]

@@ -156,13 +156,18 @@ def test_conv_layout_keeps_a_pool_and_a_mean_between_convs_channels_last() -> No
 
 def test_conv_layout_leaves_nchw_readers_alone() -> None:
     """A conv result the function also returns stays NCHW (the pool reads it so, no
-    conversion added); a mean over H alone, which the transpose would reorder, is no
-    channels-last reader (the conv before it stores NCHW)."""
+    conversion added, and stores NHWC for the next conv); a mean over H alone, which the
+    transpose would reorder, is no channels-last reader (the conv before it stores
+    NCHW)."""
     import fusec
+    from fusec.dialect import ops as ai
 
     text = _chain(also_return_relu=True)
     compiled = fusec.compile(text, target="cuda", executable=False)
-    assert _layouts(compiled.module, "pool") == [None]
+    assert _layouts(compiled.module, "pool") == [{"input": "nchw", "output": "nhwc"}]
+    function_args = set(next(iter(compiled.module.ops)).body.block.args)
+    copies = [op for op in compiled.module.walk() if isinstance(op, ai.FusedOp)]
+    assert all(set(op.inputs) <= function_args for op in copies if op.kind_name == "copy")
     _same_values(text, compiled)
     text = _chain(axes="2")
     compiled = fusec.compile(text, target="cuda", executable=False)

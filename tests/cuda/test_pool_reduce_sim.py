@@ -110,6 +110,10 @@ def _channels_last_cases() -> list[tuple]:
                 cases.append((name, CL, args, not epi))
                 args = ["avg_pool2d", [1, 8, 6, 7], dtype, pool, [1, 8, 3, 4], store, epi]
                 cases.append((f"cl_avgpool_{tag}", CL, args, False))
+        for epi in (False, True):  # an NCHW input stored NHWC (after an NCHW conv)
+            args = ["max_pool2d", [2, 16, 9, 7], dtype, pool, [2, 16, 5, 4], True, epi, False]
+            name = f"cl_maxpool_nchw_in{'_epi' if epi else ''}_{dtype}"
+            cases.append((name + ("" if epi else "_exact"), CL, args, not epi))
         args = ["reduce_mean", [2, 40, 5, 3], dtype, mean, [2, 40, 1, 1], False, True]
         cases.append((f"cl_reduce_mean_epi_{dtype}", CL, args, False))
     return cases

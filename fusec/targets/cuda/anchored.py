@@ -164,12 +164,14 @@ class Epilogue:
     def dtypes(self) -> list[str]:
         return self.out_dtypes() + [spec_of(v.type).dtype for v in self.fused_op.inputs]
 
-    def store_offset(self, perm: tuple, flat: str) -> str:
-        """Where the element goes in a result stored as ``transpose(value, perm)``."""
-        if not perm:
+    def store_offset(self, perm: tuple, flat: str | None) -> str:
+        """Where the element goes in a result stored as ``transpose(value, perm)`` (perm
+        ``()``: as it is, at ``flat`` when the kernel has the flat index)."""
+        if not perm and flat is not None:
             return flat
         # value = transpose(stored, inverse): dim d of value is dim perm.index(d) stored
-        strides = permuted_strides(self.space, tuple(perm.index(d) for d in range(len(perm))))
+        inverse = tuple(perm.index(d) for d in range(len(perm))) if perm else ()
+        strides = permuted_strides(self.space, inverse)
         terms = [
             self.idx[d] if st == 1 else f"{self.idx[d]} * {st}"
             for d, st in enumerate(strides)
@@ -178,11 +180,18 @@ class Epilogue:
         return " + ".join(terms) or "0"
 
     def emit(
-        self, code: Source, indent: int, value: str, flat: str, index: list[str] | None = None
+        self,
+        code: Source,
+        indent: int,
+        value: str,
+        flat: str | None,
+        index: list[str] | None = None,
     ) -> None:
         """Statements at ``indent`` computing the epilogue of the anchor's value ``value``
         (a name) at output element ``flat`` (a name) and storing every result there;
-        ``index`` names the element's multi-index when the kernel has it already."""
+        ``index`` names the element's multi-index when the kernel has it already (then
+        ``flat`` may be None: every offset from the index)."""
+        assert flat is not None or index is not None
         if index is not None:
             self.idx = list(index)
         elif self.indexed:
@@ -199,7 +208,8 @@ class Epilogue:
             dtype = spec_of(v.type).dtype
             self.helpers.add(f"ld_{dtype}")
             shape = pad(self.leaves[v], len(self.space))
-            offset = broadcast_offset(self.space, shape, self.idx) if self.indexed else flat
+            by_index = self.indexed or flat is None
+            offset = broadcast_offset(self.space, shape, self.idx) if by_index else flat
             return f"ld_{dtype}(in{self.arg_index[v]}, {offset})"
 
         stmts, names = self.gen.chain(self.ops, leaf)

@@ -1,11 +1,12 @@
 """CUDA template for "pool" groups: 2-D max or average pooling with its epilogue.
 
-One thread per output element, grid-stride, the stored result's innermost dimension
-fastest across the threads (OW of an NCHW result, C of a channels-last one), so the
-stores and each window row's loads are coalesced. The input and the results may be
-transposed views (``conv-layout``'s NHWC tensors between convs: an ``ai.transpose`` of
-the group input, one before the ``ai.yield``): the kernel reads and writes them in
-their storage order through per-dimension strides, no copy. The window is walked in
+One thread per output element, grid-stride, the input's innermost dimension fastest
+across the threads (OW of an NCHW input, C of a channels-last one), so each window
+row's loads (about nine per store) are coalesced, and the stores too when the result
+is laid out alike. The input and the results may be transposed views
+(``conv-layout``'s NHWC tensors: an ``ai.transpose`` of the group input, one before
+the ``ai.yield``): the kernel reads and writes them in their storage order through
+per-dimension strides, no copy. The window is walked in
 the reference's order (rows, then columns), skipping the taps outside the input, in
 float32 (16-bit inputs converted on load):
 
@@ -100,8 +101,11 @@ class _Emitter:
         self.count = n * self.c * self.oh * self.ow
         # the input's strides per NCHW dim (a channels-last input: a transposed view)
         self.in_strides = permuted_strides(shape_of(pool.input), self.in_perm)
-        # threads walk the first result's storage order: coalesced stores
         self.out_perm = self.epilogue.stored[0][1] or (0, 1, 2, 3)
+        # threads walk the input's storage order (nine or so reads per store): the NCHW
+        # dims from the outermost stored to the innermost
+        given = self.in_perm or (0, 1, 2, 3)
+        self.walk = tuple(given.index(j) for j in range(4))
 
     def constants(self) -> list[tuple[str, object]]:
         kh, kw = self.pool.attr("kernel")
@@ -161,20 +165,22 @@ class _Emitter:
             code.add(3, "iw = w0 + ks * DW", "if iw >= LO_W and iw < HI_W:")
             code.add(4, "cw += 1")
             code.add(2, "val = acc / f32(ch * cw)")
-        # ``e`` is the NCHW flat index when the result is stored NCHW; stored otherwise,
-        # every store and load goes by the multi-index
-        self.epilogue.emit(code, 2, "val", "e", index=["n", "c", "oh", "ow"])
+        # ``e`` is the NCHW flat index when the threads walk NCHW; else every load and
+        # store goes by the multi-index
+        flat = "e" if self.walk == (0, 1, 2, 3) else None
+        self.epilogue.emit(code, 2, "val", flat, index=["n", "c", "oh", "ow"])
         code.add(2, "e += cuda.gridsize(1)")
         return self.module(code, params)
 
     def decode(self, code: Source) -> None:
-        """(n, c, oh, ow) of element ``e`` of the output, counted in its storage order."""
+        """(n, c, oh, ow) of element ``e`` of the output, counted in the order the
+        input is stored in (``walk``)."""
         names = ("n", "c", "oh", "ow")
         code.add(2, "r = e")
         for j in range(3, 0, -1):
-            d = self.out_perm[j]
+            d = self.walk[j]
             code.add(2, f"{names[d]} = r % {self.out_shape[d]}", f"r = r // {self.out_shape[d]}")
-        code.add(2, f"{names[self.out_perm[0]]} = r", "base = n * XN + c * XC")
+        code.add(2, f"{names[self.walk[0]]} = r", "base = n * XN + c * XC")
 
     def module(self, code: Source, params: list[str]) -> str:
         helpers = {f"ld_{self.dtype}"} | self.epilogue.helpers | self.gen.helpers
@@ -185,7 +191,7 @@ class _Emitter:
         notes = [
             f"target: cuda (Numba CUDA), template: pool ({self.pool.KIND} pooling, {attrs})",
             f"layout: one output element per thread and loop step over {self.count} elements "
-            f"({'OW' if self.out_perm[-1] == 3 else 'C'} fastest), float32 window "
+            f"({'OW' if self.walk[-1] == 3 else 'C'} fastest), float32 window "
             "accumulation",
         ]
         if self.in_perm or self.out_perm != (0, 1, 2, 3):

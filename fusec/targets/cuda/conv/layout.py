@@ -26,9 +26,10 @@ pass, run after fusion in the cuda pipeline, makes that choice explicit in the I
   so (a channels-last reader, ``fusec.targets.cuda.anchored.nhwc_input_index``: its
   body views the NHWC input NCHW with an ``ai.transpose``, which its kernel folds into
   its addressing; a mean over H alone, which that would reorder, is none), and a pool
-  whose input comes NHWC stores its result NHWC when every reader reads NHWC
-  (``fusec.layout = {input = "nhwc", output = "nhwc"}``): conv -> max pool -> conv and
-  conv -> global mean need no conversion (with ``handoff=off``, never);
+  stores its result NHWC when every reader reads NHWC (``fusec.layout = {input =
+  "nhwc", output = "nhwc"}``, or input "nchw" after a conv that stores NCHW, as a stem
+  conv on 3 channels): conv -> max pool -> conv and conv -> global mean need no
+  conversion (with ``handoff=off``, never);
 * conversions ``ai.transpose {perm = [0, 2, 3, 1]}`` (NCHW -> NHWC, also KCRS ->
   KRSC) are inserted in front of the relaid operands, and ``[0, 3, 1, 2]`` behind
   a relaid result for each of its uses;
@@ -250,14 +251,15 @@ def _nhwc_outputs(plans: dict, nhwc_input: set, pointwise: set, readers: dict) -
     pool) groups, whose every reader reads NHWC (the input of an NHWC-input conv, an input
     of the result's shape of a relaid pointwise group, the anchor's input of a pool or
     reduce group in ``readers``); a pointwise group is relaid only when its inputs of the
-    result's shape all come NHWC, a pool only when its anchor's input does (then it saves
-    its result's conversion and adds none). The largest such sets: start from every
-    candidate, drop until stable."""
+    result's shape all come NHWC (then it saves its result's conversion and adds none), a
+    pool whatever its input's layout (its kernel reads either, its stores replace the
+    conversion of its result). The largest such sets: start from every candidate, drop
+    until stable."""
     relaid = set(pointwise)
 
     def sources(group: ai.FusedOp) -> list[SSAValue]:
-        if group in readers:
-            return [group.inputs[readers[group]]]
+        if group in readers:  # a pool: its kernel reads either layout, reads dominate
+            return []
         return [v for v in group.inputs if _full(v, group)]
 
     while True:
