@@ -30,7 +30,7 @@ def _ops(module) -> Counter:
 @pytest.mark.parametrize(
     "case",
     [
-        "bert",
+        pytest.param("bert", marks=pytest.mark.slow),  # ~10 s of kernels cold
         pytest.param("gpt2_cumsum_positions", marks=pytest.mark.slow),
         pytest.param("llama_gqa_expand", marks=pytest.mark.slow),
     ],

@@ -118,8 +118,8 @@ func.func @f(%x: tensor<3x7xf32>, %i: tensor<3x7xi64>) -> (tensor<3xi64>, tensor
 
 @pytest.mark.parametrize(
     "text",
-    [EMBEDDING_AND_MASK, INTEGER_ARITHMETIC, LOGIC_AND_WHERE, POSITIONS_AND_EXPAND,
-     FLOAT_TO_INTEGER, ARG_REDUCTIONS],
+    [EMBEDDING_AND_MASK, pytest.param(INTEGER_ARITHMETIC, marks=pytest.mark.slow),
+     LOGIC_AND_WHERE, POSITIONS_AND_EXPAND, FLOAT_TO_INTEGER, ARG_REDUCTIONS],
     ids=["embedding_and_mask", "integer_arithmetic", "logic_and_where", "positions", "casts",
          "arg_reductions"],
 )  # fmt: skip
