@@ -47,7 +47,7 @@ def _args(module):
 def _pipeline(limit: int) -> str:
     return (
         f"infer-shapes,canonicalize,cse,fuse-prologue,fuse-epilogue{{softmax_tile_limit={limit}}},"
-        "fuse-reduction,fuse-elementwise,fuse-singletons"
+        "fuse-reduction,fuse-elementwise,fuse-injective,fuse-singletons"
     )
 
 

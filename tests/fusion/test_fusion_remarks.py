@@ -130,6 +130,6 @@ def test_stage_dumps_are_a_debug_option(capsys):
     stages = [line for line in err.splitlines() if line.startswith("// -----// IR Dump After")]
     assert stages == [
         f"// -----// IR Dump After fuse[{s}] //----- //"
-        for s in ("prologue", "epilogue", "reduction", "elementwise", "singletons")
+        for s in ("prologue", "epilogue", "reduction", "elementwise", "injective", "singletons")
     ]
     assert dumped.ir == plain

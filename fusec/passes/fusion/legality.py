@@ -80,19 +80,38 @@ def find_anchor(members: Sequence[Operation], rules: Rules) -> Verdict:
             f"{a.name} ({where(a)}) and {b.name} ({where(b)}) would both be anchors of one "
             "kernel; a kernel has one anchor, whose work is never merged or duplicated"
         )
-    anchor = tops[0]
+    anchor = _layout_anchor(tops, members, rules) if top is Pattern.INJECTIVE else tops[0]
     kind = rules.kind_anchored_by(anchor)
     if kind is None:
         return _illegal(f"no kind of the rules is anchored by {anchor.name}")
-    if len(tops) > 1:
-        others = [op for op in tops[1:] if not _has_clause(kind, op)]
-        if others:
-            b = others[0]
-            return _illegal(
-                f"{anchor.name} ({where(anchor)}) and {b.name} ({where(b)}) would both be in "
-                f"one {kind.name} kernel, which has one {noun}"
-            )
+    others = [op for op in tops if op is not anchor and not _has_clause(kind, op)]
+    if others:
+        b = others[0]
+        return _illegal(
+            f"{anchor.name} ({where(anchor)}) and {b.name} ({where(b)}) would both be in "
+            f"one {kind.name} kernel, which has one {noun}"
+        )
     return Verdict(kind.name, anchor)
+
+
+def _layout_anchor(
+    tops: Sequence[Operation], members: Sequence[Operation], rules: Rules
+) -> Operation:
+    """The anchor of a group of layout ops (a chain of index maps): the sink, the op the
+    others feed, where its kind takes them (else the first member that anchors such a
+    kind: a trailing reshape is a view, not a copy). Independent of the members' order
+    when the sink anchors, so a group re-read from the IR gets the anchor it was built
+    with (the injective stage grows chains from their sinks)."""
+    memberset = set(members)
+
+    def feeds_member(op: Operation) -> bool:
+        return any(use.operation in memberset for r in op.results for use in r.uses)
+
+    for op in sorted(tops, key=feeds_member):  # stable: sinks first, then members' order
+        kind = rules.kind_anchored_by(op)
+        if kind is not None and all(o is op or _has_clause(kind, o) for o in tops):
+            return op
+    return tops[0]
 
 
 def _has_clause(kind: KindRules, op: Operation) -> bool:

@@ -14,8 +14,9 @@ in which kind of kernel, and under which size limits, is not written here: it
 is data (``default.rules``), and ``legality.check_group`` is the single judge
 of whether a set of ops is a legal kernel.
 
-Groups are grown greedily from anchors, in program order, one stage after the
-other (``STAGE_ORDER``; the ``fuse`` pass runs them all on one planner):
+Groups are grown greedily from anchors, in program order (the injective
+stage: reversed), one stage after the other (``STAGE_ORDER``; the ``fuse``
+pass runs them all on one planner):
 
 1. ``prologue``: every conv2d/matmul looks at the producers of its
    operands. A LayerNorm feeding a matmul's A operand joins it; because the
@@ -34,7 +35,16 @@ other (``STAGE_ORDER``; the ``fuse`` pass runs them all on one planner):
    elementwise consumers are moved in.
 4. ``elementwise``: the remaining elementwise/broadcast ops are merged
    with their neighbours into pointwise kernels over one iteration space.
-5. ``singletons``: any op still alone (a seed of an earlier stage that
+5. ``injective``: the layout ops left (transposes, reshapes, slices, gathers,
+   concats: views no anchor took) join the copy kernel at the end of their
+   chain. Groups grow from their *sinks*, seeded in reverse program order, and
+   only upwards (prologue): every member feeds the sink, so a chain of index
+   maps is one kernel with one result, reading its root once (the head split
+   ``slice -> reshape -> transpose`` of a fused QKV projection is one copy, not
+   two with a view between). A layout op also read elsewhere is cloned into
+   the chain (the rules mark it ``duplicate``): the chain then reads the root
+   directly, which costs no more than reading the op's own buffer.
+6. ``singletons``: any op still alone (a seed of an earlier stage that
    found nothing to absorb stays free) becomes a one-op kernel, so every ai op
    ends up in exactly one ``ai.fused``.
 
@@ -42,7 +52,9 @@ Three invariants hold throughout:
 
 * An anchor's work is never duplicated: only clauses marked ``duplicate`` may
   clone an op, and the rules loader refuses ``duplicate`` on an anchor. A
-  group has one anchor, so two anchors never merge either.
+  group has one anchor, so two anchors never merge either. (A layout op cloned
+  into a copy chain is a prologue there: the chain reads through it, no
+  arithmetic is repeated.)
 * The graph of groups stays acyclic. The planner keeps the networkx quotient
   graph of the function (one node per group or free op, an edge per
   producer -> consumer pair) and, before two units merge, rejects the merge if
@@ -88,11 +100,14 @@ Unit = Group | Operation
 
 @dataclass(frozen=True)
 class Stage:
-    """What one pass grows: groups anchored by ``anchor`` ops, in ``roles``."""
+    """What one pass grows: groups anchored by ``anchor`` ops, in ``roles``; seeded in
+    reverse program order when ``sinks_first`` (a stage growing upwards only: the last op
+    of a chain must seed it, or its producers would seed groups of their own first)."""
 
     name: str
     anchor: Pattern | None
     roles: frozenset[str]
+    sinks_first: bool = False
 
 
 STAGES: dict[str, Stage] = {
@@ -102,6 +117,7 @@ STAGES: dict[str, Stage] = {
         Stage("epilogue", Pattern.ANCHOR, frozenset({"epilogue"})),
         Stage("reduction", Pattern.REDUCTION, frozenset({"prologue", "epilogue"})),
         Stage("elementwise", None, frozenset({"body"})),
+        Stage("injective", Pattern.INJECTIVE, frozenset({"prologue"}), sinks_first=True),
     )
 }
 """The growth stages (see the module docstring); ``singletons`` is the last stage."""
@@ -334,9 +350,11 @@ class Planner:
         return grew
 
     def _seeds(self, stage: Stage) -> list[Operation]:
-        """Anchors (or, for anchorless kinds, body ops) in program order."""
+        """Anchors (or, for anchorless kinds, body ops) in program order (reversed for a
+        ``sinks_first`` stage)."""
         seeds: list[Operation] = []
-        for op in self.block.ops:
+        ops = list(self.block.ops)
+        for op in reversed(ops) if stage.sinks_first else ops:
             group = self.group_of.get(op)
             if group is not None:
                 leads = op is (group.anchor or group.members[0])

@@ -35,7 +35,7 @@ class CpuTarget(Target):
             "fusec.targets.cpu.reduce", (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp)
         ),
         "pool": Template("fusec.targets.cpu.pool", (ai.MaxPool2DOp, ai.AvgPool2DOp)),
-        "copy": Template("fusec.targets.cpu.copy", (*_LAYOUT[1:], *_DATA)),
+        "copy": Template("fusec.targets.cpu.copy", (*_LAYOUT, *_DATA)),
         "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
         "attention": Template("fusec.targets.cpu.attention", (ai.AttentionOp, *_LAYOUT)),
     }

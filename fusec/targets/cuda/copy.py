@@ -1,4 +1,4 @@
-"""The cuda target's ``copy`` template: one data-movement op per ``ai.fused "copy"`` group.
+"""The cuda target's ``copy`` template: a chain of index maps per ``ai.fused "copy"`` group.
 
 The channels-last transpose of a 16-bit 4-D tensor, ``ai.transpose {perm = [0, 2, 3,
 1]}`` with the second dimension a multiple of 8 (``conv-layout``'s conversions:

@@ -5,7 +5,7 @@
 // RUN: fusec-opt %s -p fuse-elementwise | filecheck %s --check-prefix=ELEMENTWISE
 // RUN: fusec-opt %s -p fuse-singletons | filecheck %s --check-prefix=SINGLETONS
 // The stages one pass each give what the one pass gives:
-// RUN: fusec-opt %s -p fuse-prologue,fuse-epilogue,fuse-reduction,fuse-elementwise,fuse-singletons > %t.staged
+// RUN: fusec-opt %s -p fuse-prologue,fuse-epilogue,fuse-reduction,fuse-elementwise,fuse-injective,fuse-singletons > %t.staged
 // RUN: fusec-opt %s -p fuse | diff - %t.staged
 
 // prologue: no matmul here has a LayerNorm on its A operand: nothing to group.
