@@ -633,6 +633,9 @@ def conv_cases() -> dict[str, Case]:
             PATHS[name] = CONVS[method][-1]
         out[f"conv-winograd-{special_in}-f16"] = conv_case("winograd", "f16", special_in)
         PATHS[f"conv-winograd-{special_in}-f16"] = CONVS["winograd"][-1]
+        # the cuda target's direct conv (depthwise) in f16: its padding taps too
+        out[f"conv-depthwise-{special_in}-f16"] = conv_case("depthwise", "f16", special_in)
+        PATHS[f"conv-depthwise-{special_in}-f16"] = CONVS["depthwise"][-1]
     for method in ("winograd", "taps"):
         out[f"conv-{method}-huge-f32"] = conv_huge_case(method)
         PATHS[f"conv-{method}-huge-f32"] = CONVS[method][-1]

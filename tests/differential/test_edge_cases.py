@@ -146,13 +146,11 @@ def test_cuda_simulator_matches_the_reference(name, sim_outputs):
 
 
 #: Cases the cuda target gets wrong today, with why (strict: a fix makes them fail).
-CUDA_KNOWN_WRONG = {
-    # The Tensor Core implicit-GEMM conv skips a tap whose input rows are all padding
-    # instead of multiplying the zeros: an Inf/NaN weight there gives a finite output
-    # where the reference (and cuDNN, which the f32 cases run on) gives NaN (0 * Inf).
-    # Seen on the H200 at 2dd1ab3: output (0, 0, 0, 0) -4.227, reference NaN.
-    "conv-winograd-w-f16": "implicit-GEMM conv skips all-padding taps (0 * Inf)",
-}
+#: Cases the cuda target is known to get wrong (strict: a fix shows up as a failure to
+#: update this). Empty since the direct conv multiplies the padding's zeros (an Inf weight
+#: on a padding tap gave a finite output where the reference gives NaN, 0 * Inf: seen on
+#: the H200 at 2dd1ab3 for conv-winograd-w-f16, which the implicit GEMM serves since).
+CUDA_KNOWN_WRONG: dict[str, str] = {}
 
 
 @pytest.mark.gpu

@@ -952,17 +952,18 @@ int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
     for (int c = 0; c < CG; ++c) {{
       const long long x_base = ((long long)n * C + g * CG + c) * H * W;
       const long long w_base = ((long long)ko * CG + c) * R * S;
+      // a tap in the padding multiplies a zero, not nothing: 0 * Inf is NaN there, as
+      // in the reference (and in the implicit GEMM, whose padding TMA zero-fills)
 #pragma unroll
       for (int r = 0; r < R; ++r) {{
         const int ih = p * SH + r * DH - PT;
-        if (ih >= 0 && ih < H) {{
+        const bool row_inside = ih >= 0 && ih < H;
 #pragma unroll
-          for (int s = 0; s < S; ++s) {{
-            const int iw = q * SW + s * DW - PL;
-            if (iw >= 0 && iw < W)
-              acc += {ld}((const void*)x, x_base + ih * W + iw) *
-                     {ld}((const void*)w, w_base + r * S + s);
-          }}
+        for (int s = 0; s < S; ++s) {{
+          const int iw = q * SW + s * DW - PL;
+          const float xv = (row_inside && iw >= 0 && iw < W)
+                               ? {ld}((const void*)x, x_base + ih * W + iw) : 0.0f;
+          acc += xv * {ld}((const void*)w, w_base + r * S + s);
         }}
       }}
     }}
