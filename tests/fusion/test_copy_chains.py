@@ -140,3 +140,12 @@ def test_chains_compute_what_the_ops_do(text: str, target: str) -> None:
     got = got if isinstance(got, tuple) else (got,)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "text", [QKV_SPLIT, SHARED, CLASS_TOKEN], ids=["qkv", "shared", "class-token"]
+)
+def test_fusing_the_fused_chains_again_changes_nothing(text: str) -> None:
+    """A chain re-read from the IR keeps its anchor (its sink), so nothing regroups."""
+    once = fusec.compile(text, target="cuda", executable=False).ir
+    assert fusec.compile(once, target="cuda", pipeline="fuse", executable=False).ir == once
