@@ -63,11 +63,31 @@ def grid_stride_launch(
     """The module tail of a one-kernel grid-stride module: ``config`` (blocks for the
     ``work`` items, at most ``blocks_per_sm`` a multiprocessor), ``launch(args...)``
     calling the kernel with ``params`` (its own order), and ``KERNELS``."""
+    blocks = [
+        f"    work = {work}",
+        f"    return max(1, min(-(-work // THREADS), sms * {blocks_per_sm})), THREADS",
+    ]
+    return launch_tail(name, blocks, args, params)
+
+
+def block_tile_launch(
+    name: str, blocks: str, blocks_per_sm: int, args: Sequence[str], params: Sequence[str]
+) -> list[str]:
+    """The module tail of a one-kernel module of ``blocks`` block tiles (walked
+    grid-stride, at most ``blocks_per_sm`` blocks a multiprocessor)."""
+    config = [f"    return max(1, min({blocks}, sms * {blocks_per_sm})), THREADS"]
+    return launch_tail(name, config, args, params)
+
+
+def launch_tail(
+    name: str, config: Sequence[str], args: Sequence[str], params: Sequence[str]
+) -> list[str]:
+    """``config(sms)`` with the body ``config`` (its ``(blocks, THREADS)``), ``launch(args...)``
+    calling kernel ``name`` with ``params`` on ``stream``, and ``KERNELS``."""
     return [
         "def config(sms):",
         '    """(blocks, threads per block) on a GPU with ``sms`` multiprocessors."""',
-        f"    work = {work}",
-        f"    return max(1, min(-(-work // THREADS), sms * {blocks_per_sm})), THREADS",
+        *config,
         "",
         "",
         f"def launch({', '.join(args)}, stream=0, sms={H200.sms}):",

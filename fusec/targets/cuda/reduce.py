@@ -43,8 +43,10 @@ from fusec.codegen.expr import ExprGenerator, header, literal, shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.targets.cuda.anchored import Epilogue, anchor_problem, input_view, stored_views
+from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import (
     Source,
+    block_tile_launch,
     body_ops,
     kernel_name,
     prelude,
@@ -61,7 +63,7 @@ BLOCKS_PER_SM = 16
 #: A reduction of fewer block tiles than this (two per multiprocessor of an H200) whose
 #: lanes would each read more than SPLIT_LANE_ELEMENTS is split into parts across blocks
 #: (two passes), PART_LANE elements per lane and part.
-SPLIT_BELOW_BLOCKS = 264
+SPLIT_BELOW_BLOCKS = 2 * H200.sms
 SPLIT_LANE_ELEMENTS = 512
 PART_LANE = 64
 #: Threads of the second pass (one output each).
@@ -342,7 +344,7 @@ class _Emitter:
         dtypes = self.epilogue.dtypes()
         if p.split == 1:
             signatures = [f"SIGNATURE = {storage_signature(dtypes)!r}"]
-            tail = block_launch(self.name, "BLOCKS", ins + outs, params)
+            tail = block_tile_launch(self.name, "BLOCKS", BLOCKS_PER_SM, ins + outs, params)
         else:
             helpers.add("scratch_f32")
             part_dtypes = ["f32", *dtypes[len(outs) :]]
@@ -395,7 +397,7 @@ def split_launch(name: str, ins: list[str], outs: list[str], params: list[str]) 
         f"    return max(1, min(BLOCKS * SPLIT, sms * {BLOCKS_PER_SM})), THREADS",
         "",
         "",
-        f"def launch({', '.join(ins + outs)}, stream=0, sms=132):",
+        f"def launch({', '.join(ins + outs)}, stream=0, sms={H200.sms}):",
         f'    """Launch {name}_part, then {name}, on ``stream`` (no synchronisation)."""',
         "    ws = scratch_f32(_WORKSPACES, SPLIT * O * I, stream)",
         "    blocks, threads = config(sms)",
@@ -405,25 +407,5 @@ def split_launch(name: str, ins: list[str], outs: list[str], params: list[str]) 
         "",
         "",
         f"KERNELS = [({name}_part, PART_SIGNATURE), ({name}, SIGNATURE)]",
-        "",
-    ]
-
-
-def block_launch(name: str, blocks: str, args: list[str], params: list[str]) -> list[str]:
-    """The module tail of a one-kernel module of ``blocks`` block tiles (walked grid-stride,
-    at most ``BLOCKS_PER_SM`` blocks a multiprocessor): ``config``, ``launch``, ``KERNELS``."""
-    return [
-        "def config(sms):",
-        '    """(blocks, threads per block) on a GPU with ``sms`` multiprocessors."""',
-        f"    return max(1, min({blocks}, sms * {BLOCKS_PER_SM})), THREADS",
-        "",
-        "",
-        f"def launch({', '.join(args)}, stream=0, sms=132):",
-        f'    """Launch {name} on ``stream`` (no synchronisation)."""',
-        "    blocks, threads = config(sms)",
-        f"    {name}[blocks, threads, stream]({', '.join(params)})",
-        "",
-        "",
-        f"KERNELS = [({name}, SIGNATURE)]",
         "",
     ]
