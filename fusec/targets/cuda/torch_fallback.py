@@ -3,9 +3,9 @@
 The Tensor Core templates (``gemm/``, ``conv/``, ``attention/``) take f16/bf16
 matmul, conv and attention groups within their limits; each hands the others
 here with the reason (f32 operands, kept IEEE f32; a conv or attention shape
-or mask they do not cover), as do the "copy" template for copies other than
-its channels-last transposes, and the "reduce" and "pool" kinds, which have no
-Numba CUDA template yet. Such a group runs op by op through PyTorch
+or mask they do not cover), as do the Numba templates for what they cannot serve
+(the "copy", "reduce" and "pool" kernels: a prologue, a layout they do not read;
+integer values outside the pointwise kernel). Such a group runs op by op through PyTorch
 (cuDNN/cuBLAS for a conv or matmul core). It is correct but not fused: the
 kernel header and ``--remarks`` say why. The aim is to cost no more than the
 same ops in PyTorch eager:
