@@ -91,11 +91,11 @@ class Variant:
 
 
 #: The variant the heuristic gives the large tiles (128x256 and 128x128, two consumers).
-#: Measured on the H200 (benchmarks/results/gemm-variants-2026-11-30.md): the staged
-#: TMA-store epilogue with fast 16-bit maths was the fastest variant of the 128x256 tile on
-#: every case (4096^3 0.200 -> 0.184 ms, + bias + relu 0.212 -> 0.195, 8192^3 1.75 -> 1.68,
-#: MLP up + gelu 0.296 -> 0.211); pingpong lost at 8192^3. ``with_variant`` adapts the
-#: tile and stages to it.
+#: Measured on the H200 (benchmarks/results/gemm-variants-2026-11-30.md, git history,
+#: 43eadf8): the staged TMA-store epilogue with fast 16-bit maths was the fastest variant
+#: of the 128x256 tile on every case (4096^3 0.200 -> 0.184 ms, + bias + relu 0.212 ->
+#: 0.195, 8192^3 1.75 -> 1.68, MLP up + gelu 0.296 -> 0.211); pingpong lost at 8192^3.
+#: ``with_variant`` adapts the tile and stages to it.
 HEURISTIC_VARIANT = Variant(epilogue="smem", math="fast")
 #: The small-M (64x128, one consumer) tile keeps the plain variant: the staged epilogue
 #: was not measured there.
