@@ -21,8 +21,8 @@ PIPELINES: dict[str, str] = {
     "conv-layout,tile-gemm",
     # ... with a softmax of any row length in its matmul's group (rows longer than a block
     # tile: the GEMM's partials epilogue and a finalise pass). Measured slower than the
-    # softmax as its own kernel on the H200 (benchmarks/results/gemm-2026-11-30.md), so
-    # not the default
+    # softmax as its own kernel on the H200 (benchmarks/results/gemm-2026-11-30.md, git
+    # history, 0fa3236), so not the default
     "fusec-cuda-long-softmax": "infer-shapes,recognize-patterns,conv-patchify,canonicalize,cse,"
     "fuse{softmax_tile_limit=1048576},conv-layout,tile-gemm",
 }
