@@ -202,7 +202,7 @@ class Importer:
 
     def constant(self, array: np.ndarray, dtype: str, name: str | None = None) -> SSAValue:
         """A dense ``arith.constant`` holding ``array`` converted to ``dtype``."""
-        data = np.ascontiguousarray(np.asarray(array).astype(numpy_dtype(dtype)))
+        data = np.asarray(array).astype(numpy_dtype(dtype), order="C")  # (0-d stays 0-d)
         if (problem := shape_problem(data.shape)) is not None:
             what = f"'{name}'" if name is not None else "a constant"
             raise self.error(f"{what} of shape {_dims_text(data.shape)} {problem}", "shape")

@@ -42,14 +42,11 @@ def test_no_case_fails_on_the_reference_executor(reference_report):
     assert reference_report.count("failed") == 0, _failures(reference_report)
 
 
-#: Operators whose result is a boolean, which fusec takes only as a Where condition:
-#: no node test (whose output is that boolean) can pass; tests/onnx cover them.
-BOOLEAN_RESULTS = {"IsNaN"}
 #: Operators none of whose node tests fusec can take: CastLike's have an empty input (the
 #: ``like`` of shape 0, whose type alone matters; the expanded forms of Celu, Softplus,
-#: ReduceL2, ... cover it), ReduceLogSumExp's float cases an empty one, the rest float64;
-#: Trilu's are all int64 (tests/onnx/test_float_ops.py covers both).
-NO_CASE_TO_TAKE = {"CastLike", "ReduceLogSumExp", "Trilu"}
+#: ReduceL2, ... cover it), ReduceLogSumExp's float cases an empty one, the rest float64
+#: (tests/onnx/test_float_ops.py covers it). Trilu's int64 cases run since issue 29.
+NO_CASE_TO_TAKE = {"CastLike", "ReduceLogSumExp"}
 
 
 @pytest.mark.slow
@@ -57,9 +54,6 @@ NO_CASE_TO_TAKE = {"CastLike", "ReduceLogSumExp", "Trilu"}
 def test_every_supported_operator_passes_its_cases(reference_report, operator):
     report = reference_report.operators[operator]
     assert report.count("failed") == 0
-    if operator in BOOLEAN_RESULTS:
-        assert report.count("skipped") == len(report.results)
-        return
     if operator in NO_CASE_TO_TAKE:
         assert report.count("skipped") == len(report.results)
         assert {r.feature for r in report.results} & {"shape", "dtype"}
