@@ -480,27 +480,18 @@ def main() -> None:
 def write(out: str, rows: list[dict], final: bool = False) -> None:
     """conv-attn-<date>.md and .json with what has been measured so far."""
     import torch
+    from bench_common import commit, write_results
 
-    commit = (
-        os.environ.get("FUSEC_COMMIT")
-        or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-    )
     meta = {
         "date": datetime.date.today().isoformat(),
         "device": torch.cuda.get_device_name(),
-        "commit": commit or "?",
+        "commit": commit(),
         "torch": torch.__version__,
         "conv_tile": os.environ.get("FUSEC_CONV_TILE") or "choose_tile",
         "timing": TIMING + "; "
         "fusec TFLOP/s and GB/s from the CUDA-graph replay (the kernels alone) when captured",
         "rows": rows,
     }
-    os.makedirs(out, exist_ok=True)
-    stem = os.path.join(out, f"conv-attn-{meta['date']}")
-    with open(stem + ".json", "w") as handle:
-        json.dump(meta, handle, indent=1)
     cols = [
         "fusec_ms",
         "fusec_graph_ms",
@@ -529,8 +520,7 @@ def write(out: str, rows: list[dict], final: bool = False) -> None:
         )
     notes = [f"- {r['case']}: {r['max_autotune_note']}" for r in rows if "max_autotune_note" in r]
     lines += ["", *notes] if notes else []
-    with open(stem + ".md", "w") as handle:
-        handle.write("\n".join(lines) + "\n")
+    write_results(Path(out) / f"conv-attn-{meta['date']}", meta, "\n".join(lines) + "\n", indent=1)
     if final:
         print("\n".join(lines))
 

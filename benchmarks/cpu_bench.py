@@ -25,19 +25,18 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from fusec.targets.cpu.threads import configure
 
 configure()  # before numpy loads OpenBLAS: applies to fusec and the numpy baselines alike
 
 import numpy as np  # noqa: E402
+from bench_common import RESULTS, cpu_name, write_results  # noqa: E402  (beside this script)
 
 import fusec  # noqa: E402
 from fusec.api import parse  # noqa: E402
@@ -45,8 +44,6 @@ from fusec.ir.module import entry_function  # noqa: E402
 from fusec.runtime.reference import run_reference  # noqa: E402
 from fusec.tools.runner import check as runner_check  # noqa: E402
 from fusec.tools.runner import random_inputs  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
 
 
 def t(shape, dtype="f32") -> str:
@@ -264,16 +261,8 @@ def copy_floor_ms(read_bytes: int, write_bytes: int, repeats: int) -> float:
 def machine() -> dict:
     import numba
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "numba_threads": numba.config.NUMBA_NUM_THREADS,
         "python": platform.python_version(),
@@ -337,11 +326,9 @@ def main() -> None:
     print()
     print(md)
     if not args.quick:
-        RESULTS.mkdir(exist_ok=True)
         stem = RESULTS / f"cpu-{now:%Y-%m-%d}"
-        stem.with_suffix(".md").write_text(md)
         payload = {"date": now.isoformat(), "machine": info, "erf": ERF_SOURCE, "results": rows}
-        stem.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
+        write_results(stem, payload, md)
         print(f"wrote {stem}.md and {stem}.json")
 
 

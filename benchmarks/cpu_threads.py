@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import cpu_vs_ort as B  # noqa: E402
+from bench_common import commit  # noqa: E402
 
 import fusec  # noqa: E402
 
@@ -84,7 +85,7 @@ def main() -> None:
     stamp = datetime.datetime.now(datetime.UTC)
     lines = [
         f"# fusec cpu kernels at 1 and 2 threads vs onnxruntime ({stamp:%Y-%m-%d %H:%M} UTC, "
-        f"commit {os.environ.get('FUSEC_COMMIT', 'unknown')})",
+        f"commit {commit(missing='unknown')})",
         "",
         f"Wall ms, median (min) of {args.rounds} calls {args.pause * 1e3:.0f} ms apart, a block "
         f"per implementation; load average {os.getloadavg()[0]:.2f} at the start.",

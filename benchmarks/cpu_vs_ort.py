@@ -29,12 +29,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import functools
-import json
 import os
 import platform
 import resource
 import statistics
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,12 +44,12 @@ configure()  # before numpy loads OpenBLAS: applies to fusec and the numpy basel
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
+from bench_common import RESULTS, commit, cpu_name, write_results  # noqa: E402  (beside this script)
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import fusec  # noqa: E402
 from fusec.runtime.reference import run_reference  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results"
 #: Pause before each timed call: onnxruntime's pool spins for a while after a run, which
 #: would take the cores from (and add CPU time to) whichever call comes next.
 SETTLE_S = 0.02
@@ -456,29 +454,6 @@ def environment(threads: int) -> dict:
     import onnxruntime as ort
     from threadpoolctl import threadpool_info
 
-    cpu = platform.machine()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            cwd=Path(__file__).parent,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            cwd=Path(__file__).parent,
-            check=True,
-        ).stdout.strip()
-        commit += " (with uncommitted changes)" if dirty else ""
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
     blas = [
         {k: lib.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
         | {"library": Path(lib["filepath"]).name}
@@ -486,9 +461,9 @@ def environment(threads: int) -> dict:
         if lib.get("user_api") == "blas"
     ]
     return {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
-        "commit": commit,
+        "commit": commit(dirty=" (with uncommitted changes)", missing="unknown"),
         "numba_threads": numba.get_num_threads(),
         "onnxruntime_intra_op_threads": threads,
         "blas": blas,
@@ -631,11 +606,9 @@ def main() -> None:
     print()
     print(md)
     if not args.quick and not args.only:
-        RESULTS.mkdir(exist_ok=True)
         stem = RESULTS / f"cpu-vs-ort-{now:%Y-%m-%d}{args.suffix}"
-        stem.with_suffix(".md").write_text(md)
         payload = {"date": now.isoformat(), "machine": info, "results": rows}
-        stem.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
+        write_results(stem, payload, md)
         print(f"wrote {stem}.md and {stem}.json")
 
 

@@ -34,8 +34,6 @@ import argparse
 import datetime
 import functools
 import json
-import os
-import subprocess
 import sys
 import time
 
@@ -313,14 +311,10 @@ def _fmt(value, digits: int = 4) -> str:
 
 def write(rows: list[dict], out: str, quiet: bool = False) -> None:
     import torch
+    from bench_common import commit as tree_commit
+    from bench_common import write_results
 
-    commit = (
-        os.environ.get("FUSEC_COMMIT")
-        or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        or "?"
-    )
+    commit = tree_commit()
     meta = {
         "date": datetime.date.today().isoformat(),
         "device": torch.cuda.get_device_name(),
@@ -328,10 +322,6 @@ def write(rows: list[dict], out: str, quiet: bool = False) -> None:
         "torch": torch.__version__,
         "rows": rows,
     }
-    os.makedirs(out, exist_ok=True)
-    stem = os.path.join(out, f"gemm-{meta['date']}")
-    with open(stem + ".json", "w") as handle:
-        json.dump(meta, handle, indent=1)
     lines = [
         f"# fusec cuda GEMM vs PyTorch ({meta['device']}, {meta['date']}, commit {commit})",
         "",
@@ -355,8 +345,7 @@ def write(rows: list[dict], out: str, quiet: bool = False) -> None:
         )
         if "fusec_error" in r:
             lines.append(f"| ^ fusec failed: {r['fusec_error'][:150]} | | | | | | | | | | | |")
-    with open(stem + ".md", "w") as handle:
-        handle.write("\n".join(lines) + "\n")
+    write_results(f"{out}/gemm-{meta['date']}", meta, "\n".join(lines) + "\n", indent=1)
     if not quiet:
         print("\n".join(lines))
 

@@ -32,7 +32,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -292,8 +291,10 @@ def measure(torch, gb, fusec, impl, options, text, inputs, reference, ref) -> di
 
 def write(rows: list[dict], out: str, final: bool = False) -> None:
     import torch
+    from bench_common import commit as tree_commit
+    from bench_common import write_results
 
-    commit = os.environ.get("FUSEC_COMMIT") or _git_commit()
+    commit = tree_commit()
     meta = {
         "date": datetime.date.today().isoformat(),
         "device": torch.cuda.get_device_name(),
@@ -301,8 +302,6 @@ def write(rows: list[dict], out: str, final: bool = False) -> None:
         "torch": torch.__version__,
         "rows": rows,
     }
-    with open(os.path.join(out, "gemm-variants.json"), "w") as handle:
-        json.dump(meta, handle, indent=1)
     lines = [
         f"# fusec GEMM variants vs PyTorch ({meta['device']}, {meta['date']}, commit {commit})",
         "",
@@ -327,24 +326,13 @@ def write(rows: list[dict], out: str, final: bool = False) -> None:
             f"{r['flops'] / gpu / 1e9:.0f} | {_ratio(comp, gpu)} | {_ratio(eager, gpu)} | "
             f"{r['rel_l2']:.5f} |"
         )
-    with open(os.path.join(out, "gemm-variants.md"), "w") as handle:
-        handle.write("\n".join(lines) + "\n")
+    write_results(os.path.join(out, "gemm-variants"), meta, "\n".join(lines) + "\n", indent=1)
     if final:
         print("\n".join(lines), flush=True)
 
 
 def _ratio(baseline, gpu) -> str:
     return f"{baseline / gpu:.3f}" if baseline and gpu else "-"
-
-
-def _git_commit() -> str:
-    try:
-        found = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-        return found.stdout.strip() or "?"
-    except (OSError, subprocess.SubprocessError):
-        return "?"
 
 
 if __name__ == "__main__":

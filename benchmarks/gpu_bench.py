@@ -37,6 +37,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench_common import write_results  # beside this script
 from stream_timing import loop_event_and_wall_ms  # beside this script
 
 N_POINTWISE = 1 << 28
@@ -193,11 +194,8 @@ def main() -> int:
         pass
     md = render(meta, rows_out)
     print(md)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     stem = f"gpu-{meta['date']}" + ("-quick" if args.quick else "")
-    (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": rows_out}, indent=2))
-    (out / f"{stem}.md").write_text(md)
+    write_results(Path(args.out) / stem, {"meta": meta, "results": rows_out}, md)
     bad = [
         r
         for r in rows_out

@@ -47,13 +47,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from bench_common import commit, cpu_name, write_results  # beside this script
 from stream_timing import loop_event_and_wall_ms  # beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,34 +72,6 @@ EXPORT = "dynamo"
 def shapes(name: str, quick: bool) -> list[tuple[int, ...]]:
     _, one, batch = CASES[name]
     return [one] if quick else [one, (batch, *one[1:])]
-
-
-def commit() -> str:
-    if os.environ.get("FUSEC_COMMIT"):
-        return os.environ["FUSEC_COMMIT"]
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
-        return done.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-    except OSError:
-        return "unknown"
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def wall_ms(fn, seconds: float = 1.0, warmup: int = 3) -> dict:
@@ -417,7 +388,7 @@ def main() -> int:
     configure()  # passive OpenMP/OpenBLAS waits (fusec.targets.cpu.threads)
     now = datetime.datetime.now(datetime.UTC)
     stamp = now.strftime("%Y-%m-%d %H:%M UTC")
-    revision = commit()
+    revision = commit(dirty="+dirty", missing="unknown")
     if args.target == "cpu":
         rows, env = run_cpu(args.quick, threads)
         text = cpu_markdown(rows, env, stamp, revision)
@@ -429,11 +400,8 @@ def main() -> int:
         failed = not all(r.get("passed", True) and r["stream_check"]["ok"] for r in rows)
     print(text)
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        base = args.out / f"models-{args.target}-{now.strftime('%Y-%m-%d')}"
         payload = {"date": stamp, "commit": revision, "environment": env, "rows": rows}
-        base.with_suffix(".json").write_text(json.dumps(payload, indent=2) + "\n")
-        base.with_suffix(".md").write_text(text)
+        write_results(args.out / f"models-{args.target}-{now:%Y-%m-%d}", payload, text)
     return 1 if failed else 0
 
 

@@ -394,12 +394,11 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 def write_results(out: Path, suffix: str, rows: list[dict], meta: dict) -> tuple[Path, Path]:
     """Write ``models-gpu-<suffix>.md`` and ``.json``; return their paths."""
-    out.mkdir(parents=True, exist_ok=True)
+    from bench_common import write_results as write_files
+
     base = out / f"models-gpu-{suffix}"
-    md, js = base.with_suffix(".md"), base.with_suffix(".json")
-    js.write_text(json.dumps({**meta, "rows": rows}, indent=2, default=str) + "\n")
-    md.write_text(markdown(rows, meta))
-    return md, js
+    write_files(base, {**meta, "rows": rows}, markdown(rows, meta))
+    return base.with_suffix(".md"), base.with_suffix(".json")
 
 
 BASELINES = (
@@ -1049,24 +1048,6 @@ def cuda_structure(module: Any) -> dict:
 # ------------------------------------------------------------------ the parent
 
 
-def commit() -> str:
-    if os.environ.get("FUSEC_COMMIT"):
-        return os.environ["FUSEC_COMMIT"]
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", "fusec"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-    return (head or "unknown") + ("+dirty" if dirty else "")
-
-
 def driver() -> str:
     try:
         done = subprocess.run(
@@ -1202,9 +1183,11 @@ def main_parent(args: argparse.Namespace) -> int:
     if results.exists() and not args.resume:
         results.unlink()
     cases = plan(args)
+    from bench_common import commit
+
     meta = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": commit(),
+        "commit": commit(dirty="+dirty", paths=("fusec",), missing="unknown"),
         "device": "cpu" if args.target == "cpu" else "?",
         "driver": driver() if args.target == "cuda" else "n/a",
         "target": args.target,

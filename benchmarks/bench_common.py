@@ -1,0 +1,72 @@
+"""Small helpers the benchmark runners share: the commit of a table, the CPU's name, the writer.
+
+Each runner used to carry its own copy of these; the tables they write are unchanged.
+Import it as ``from bench_common import ...``: a runner runs as a script, so this folder is
+first on ``sys.path`` (the tests that import a runner put it there too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+#: The repository root (the runners' git commands run there, wherever they are started).
+ROOT = Path(__file__).resolve().parent.parent
+#: Where the committed tables live (``benchmarks/README.md`` indexes them).
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _git(*args: str) -> str:
+    """A git command's output at ``ROOT``, stripped; "" when git fails or is missing."""
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def commit(*, dirty: str = "", paths: Sequence[str] = (), missing: str = "?") -> str:
+    """The commit a table was measured at, for its header.
+
+    ``FUSEC_COMMIT`` when set (a copy of the tree without git, as on the device machines),
+    else git's short HEAD with ``dirty`` appended when tracked files (those under ``paths``,
+    every one when empty) differ from it; ``missing`` when neither is known.
+    """
+    if os.environ.get("FUSEC_COMMIT"):
+        return os.environ["FUSEC_COMMIT"]
+    head = _git("rev-parse", "--short", "HEAD")
+    if not head:
+        return missing
+    if dirty and _git("status", "--porcelain", "--untracked-files=no", "--", *paths):
+        return head + dirty
+    return head
+
+
+def cpu_name() -> str:
+    """The CPU's model name from ``/proc/cpuinfo``; the platform's word for it elsewhere."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def write_results(stem: Path | str, payload: Any, markdown: str, *, indent: int = 2) -> None:
+    """Write ``<stem>.json`` (``payload``) and ``<stem>.md`` (``markdown``), making the folder.
+
+    ``stem`` is the path without a suffix (``results/gemm-2026-12-01``): dated stems hold
+    dots-free names, and a suffix is appended rather than replaced.
+    """
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{stem}.json").write_text(json.dumps(payload, indent=indent, default=str) + "\n")
+    Path(f"{stem}.md").write_text(markdown)
