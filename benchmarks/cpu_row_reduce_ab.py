@@ -30,7 +30,7 @@ configure()
 import numpy as np  # noqa: E402
 
 import fusec  # noqa: E402
-import fusec.targets.cpu.row_reduce as current  # noqa: E402
+import fusec.targets.cpu.common as current  # noqa: E402
 from fusec.api import parse  # noqa: E402
 from fusec.ir.module import entry_function  # noqa: E402
 from fusec.runtime.reference import run_reference  # noqa: E402

@@ -29,7 +29,7 @@ from numpy import float32 as f32  # noqa: E402
 
 from fusec.codegen.expr import helper_source  # noqa: E402
 from fusec.targets.cpu.common import HELPER_DECORATOR  # noqa: E402
-from fusec.targets.cpu.row_reduce import ROW_HELPERS  # noqa: E402
+from fusec.targets.cpu.row_helpers import ROW_HELPERS  # noqa: E402
 
 M, N = 4096, 1024
 NJ = {"parallel": True, "fastmath": False, "error_model": "numpy"}

@@ -23,7 +23,7 @@ from fusec.runtime.cache import KernelCache
 from fusec.runtime.launch import SOURCE_NAME
 from fusec.runtime.numba_cache import cached_njit
 from fusec.targets.cpu.common import HELPER_DECORATOR
-from fusec.targets.cpu.row_reduce import ROW_HELPERS
+from fusec.targets.cpu.row_helpers import ROW_HELPERS
 
 _spec = importlib.util.spec_from_file_location(
     "cpu_check", Path(__file__).parents[1] / "runtime" / "cpu_check.py"

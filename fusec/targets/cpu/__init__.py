@@ -1,6 +1,13 @@
 """The ``cpu`` target: Numba ``@njit(parallel=True)`` kernels, BLAS for matmul/conv cores.
 
-``target`` holds the ``Target`` (templates per kind, runtime); one module per
-template (``pointwise``, ``row_reduce``, ``matmul``, ``conv``) and their shared
-pieces (``common``); ``backend`` runs the kernels, ``threads`` tunes the pools.
+``target`` holds the ``Target`` (templates per kind, runtime). The templates
+(``pointwise``, ``row_reduce``, ``matmul``, ``conv``, ``attention``, ``pool``,
+``reduce``, ``copy``) are siblings: none imports another (an import contract in
+pyproject.toml). They stand on the kernel layer: ``common`` (the kernel module's
+layout, stages, group helpers), ``loops`` (the pointwise loop), ``rows`` (the row
+loop) with ``row_helpers`` (its reductions' source), ``segments`` (how a core group
+splits into stages), ``blocked`` (the blocked kernel of the core templates),
+``microkernel``, ``winograd``, ``blas``/``blas_calls``, ``buffers``, ``tasks`` and
+``reduce_helpers`` (what the generated modules call). ``backend`` runs the kernels,
+``threads`` tunes the pools.
 """

@@ -2,7 +2,7 @@
 
 ``ai.attention`` (``softmax(q @ key^T * scale + mask) @ v``, q (..., S, D), key
 (..., T, D), v (..., T, E), the mask broadcasting to the scores) runs in the
-blocked kernel of ``cpu_matmul``. A block is ``mb`` query rows of one matrix
+blocked kernel (``fusec.targets.cpu.blocked``). A block is ``mb`` query rows of one matrix
 of the batch (``AttentionBlocks``); per block, in its task's workspace:
 
 1. ``sbuf = q[rows] @ key^T``, ``mb x T`` scores: a key the group swapped from a
@@ -42,7 +42,7 @@ from fusec.codegen import KernelSource
 from fusec.codegen.expr import broadcast_offset, shape_of
 from fusec.dialect import ops as ai
 from fusec.targets.cpu import host
-from fusec.targets.cpu.matmul import (
+from fusec.targets.cpu.blocked import (
     MIN_BLOCKS,
     BlockedCore,
     EpilogueRows,
@@ -51,7 +51,7 @@ from fusec.targets.cpu.matmul import (
     generate_core_group,
     row_loop,
 )
-from fusec.targets.cpu.row_reduce import RowBlock
+from fusec.targets.cpu.rows import RowBlock
 
 #: Bytes of a block's scores (and its C block, when local): a few hundred KiB stay in
 #: L2 between the two sgemms; fewer rows would repack the key and v more often per flop.

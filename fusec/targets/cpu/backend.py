@@ -99,9 +99,9 @@ class CpuBackend:
     def prepare(self, layout: str, array: np.ndarray) -> np.ndarray:
         """``array`` in ``layout``, flat float32: "strips" (a GEMM's B as ``gemm_packed``
         reads it), "strips_t" (the same from B^T) or "winograd:<groups>" (3x3 conv
-        weights as G g G^T, ``conv.prepare_winograd``)."""
-        from fusec.targets.cpu.conv import prepare_winograd
+        weights as G g G^T, ``winograd.prepare_winograd``)."""
         from fusec.targets.cpu.microkernel import pack_strips
+        from fusec.targets.cpu.winograd import prepare_winograd
 
         if layout in ("strips", "strips_t"):
             return pack_strips(_as_f32(array), transposed=layout == "strips_t")

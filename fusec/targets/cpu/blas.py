@@ -2,7 +2,7 @@
 
 The cpu templates run a matmul or conv group as one ``@njit(parallel=True)``
 kernel whose tasks each compute blocks of the result: prologue, GEMM of the
-block, epilogue, while the block is in cache (see ``fusec.targets.cpu.matmul``).
+block, epilogue, while the block is in cache (see ``fusec.targets.cpu.blocked``).
 The GEMM of a block is the ``cblas_sgemm`` of the BLAS numpy links (found with
 threadpoolctl), called from inside the kernel:
 

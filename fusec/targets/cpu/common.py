@@ -20,6 +20,7 @@ from xdsl.ir import Operation, SSAValue
 from fusec.codegen.expr import ExprGenerator, error_at, header, helper_source, shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.targets.cpu.row_helpers import ROW_HELPERS
 
 # ``cached_njit`` is ``numba.njit(..., cache=True)`` with authenticated cache files
 # (see fusec.runtime.numba_cache): Numba's cache is pickles, and loading one runs code.
@@ -59,7 +60,7 @@ class Stage:
     comment: str = ""
     #: The arrays ``launch`` passes (default: the parameter names themselves).
     args: list[str] | None = None
-    #: Names of the cpu helpers (``ROW_HELPERS`` of cpu_row_reduce) the body calls.
+    #: Names of the cpu helpers (``row_helpers.ROW_HELPERS``) the body calls.
     helpers: set[str] = field(default_factory=set)
     #: ``numba.prange`` loops run in parallel (else they are plain loops).
     parallel: bool = True
@@ -221,8 +222,6 @@ def assemble(
     helpers = helper_source(gen.helpers, HELPER_DECORATOR)
     if helpers:
         parts.append(helpers)
-    from fusec.targets.cpu.row_reduce import ROW_HELPERS
-
     for name in sorted(set().union(*(stage.helpers for stage in stages))):
         parts.append(f"\n{HELPER_DECORATOR}\n{ROW_HELPERS[name]}\n")
     dtypes = array_dtypes(fused_op)

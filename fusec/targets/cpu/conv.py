@@ -6,7 +6,7 @@ the others in ``ConvBlocks``. A batch of small planes (late CNN layers) takes bl
 of several images instead of output rows of one (``images_per_block``).
 
 ``ai.conv2d`` (NCHW input, KCRS weight, any strides, padding, dilations and
-groups) runs in the blocked kernel of ``cpu_matmul``. A block is ``bh`` output
+groups) runs in the blocked kernel (``fusec.targets.cpu.blocked``). A block is ``bh`` output
 rows of one image ``n`` and channel group ``g`` (``P = bh * OW`` pixels):
 
 * im2col of the block only: ``cols[(c, r, s), p]`` for the block's pixels
@@ -50,22 +50,22 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
 from fusec.targets.cpu import host
-from fusec.targets.cpu.matmul import (
+from fusec.targets.cpu.blocked import (
     MIN_BLOCKS,
     BlockedCore,
     EpilogueRows,
     Workspace,
     generate_core_group,
+    merge_last_two,
+    merges_hw,
     row_loop,
 )
-from fusec.targets.cpu.row_reduce import RowBlock
+from fusec.targets.cpu.rows import RowBlock
 
 #: Target size of a block's im2col columns.
 COLS_BYTES = 1 << 20
@@ -282,7 +282,7 @@ class ConvBlocks(BlockedCore):
         computed in float64 and rounded once (``winograd.winograd_filters``)."""
         w = self.reads[self.op.operands[1]]
         shape = (self.groups, self.kg, self.cg, self.r, self.s)
-        if self.prepared:  # the Program passes them transformed (``prepare_winograd``)
+        if self.prepared:  # the Program passes them transformed (``winograd.prepare_winograd``)
             return [f"wtaps = {w}", f"wraw = wtaps[{16 * self.k * self.cg}:]"]
         if self.winograd:
             return [
@@ -614,7 +614,7 @@ class ConvBlocks(BlockedCore):
         channels, first = self._channel_rows()
         if self.nb > 1:
             return self._images_epilogue_rows(shapes, reduces)
-        if not blocked_rows and not reduces and all(_merges_hw(shape) for shape in shapes):
+        if not blocked_rows and not reduces and all(merges_hw(shape) for shape in shapes):
             space = (self.n, self.k, p)
             loops = [
                 f"q0 = n * {self.k} + {first}",
@@ -624,7 +624,7 @@ class ConvBlocks(BlockedCore):
             if self.c_local:
                 loops.append("    lc = (row - q0) * pw")
                 local[self.c_array] = "lc"
-            block = RowBlock(local, ("p0", "pw"), _merge_last_two)
+            block = RowBlock(local, ("p0", "pw"), merge_last_two)
             return EpilogueRows(loops, "    ", space, block)
         space = (self.n, self.k, self.oh, self.ow)
         loops = [
@@ -653,7 +653,7 @@ class ConvBlocks(BlockedCore):
         OW) when an epilogue operand tells H from W or it reduces, else (N, K, OH*OW)."""
         p = self.oh * self.ow
         at = f"(n - n0) * {p}"
-        if not reduces and all(_merges_hw(shape) for shape in shapes):
+        if not reduces and all(merges_hw(shape) for shape in shapes):
             space: tuple[int, ...] = (self.n, self.k, p)
             loops = [
                 "for n in range(n0, n1):",
@@ -662,7 +662,7 @@ class ConvBlocks(BlockedCore):
                 f"        lc = (row - q0) * pw + {at}",
             ]
             return EpilogueRows(
-                loops, "        ", space, RowBlock({self.c_array: "lc"}, None, _merge_last_two)
+                loops, "        ", space, RowBlock({self.c_array: "lc"}, None, merge_last_two)
             )
         space = (self.n, self.k, self.oh, self.ow)
         loops = [
@@ -781,21 +781,6 @@ def conv_blocks(
     return ConvBlocks(op, reads, workspace, a_array, c_array, c_local, constants)
 
 
-def prepare_winograd(layout: str, weights: np.ndarray) -> np.ndarray:
-    """A constant conv weight (K x C/G x 3 x 3) as ``winograd_filters`` lays it out, then
-    as it is (the kernel's ``wraw``: tiles with non-finite values are recomputed from it),
-    for the layout ``"winograd:<groups>"`` a kernel names (``KernelSource.prepared_inputs``)."""
-    from fusec.targets.cpu.winograd import winograd_filters
-
-    groups = int(layout.split(":", 1)[1])
-    k, cg, r, s = weights.shape
-    if (r, s) != (3, 3) or k % groups:
-        raise ValueError(f"{layout}: not a 3x3 weight of {groups} groups: {weights.shape}")
-    flat = np.ascontiguousarray(weights, dtype=np.float32).reshape(-1)
-    # the filters as they are after their transform: tiles redone directly read them
-    return np.concatenate([winograd_filters(flat, groups, k // groups, cg), flat])
-
-
 # what generate_core_group asks of a core factory
 conv_blocks.block_prologue = False  # type: ignore[attr-defined]
 conv_blocks.local_result = ConvBlocks.local_result  # type: ignore[attr-defined]
@@ -818,14 +803,3 @@ def images_per_block(op) -> int:
 def _plus(offset: int) -> str:
     """`` + offset`` for generated index arithmetic: `` - 3`` for -3, nothing for 0."""
     return f" + {offset}" if offset > 0 else f" - {-offset}" if offset else ""
-
-
-def _merges_hw(shape: Sequence[int]) -> bool:
-    """Whether a shape (broadcast to NCHW) is full or broadcast along both H and W."""
-    padded = (1,) * (4 - len(shape)) + tuple(shape)
-    return (padded[2] == 1) == (padded[3] == 1)
-
-
-def _merge_last_two(shape: tuple[int, ...]) -> tuple[int, ...]:
-    padded = (1,) * (4 - len(shape)) + tuple(shape)
-    return padded[:2] + (padded[2] * padded[3],)

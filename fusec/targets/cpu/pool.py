@@ -1,4 +1,4 @@
-"""cpu template for "pool" groups: the blocked kernel of ``matmul``, one block per plane.
+"""cpu template for "pool" groups: the blocked kernel (``blocked``), one block per plane.
 
 Each (n, c) plane is one block: its windows are reduced into the task's
 workspace (or straight into the output when nothing follows), then the
@@ -16,15 +16,16 @@ from fusec.codegen import KernelSource
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
-from fusec.targets.cpu.conv import _merge_last_two, _merges_hw
-from fusec.targets.cpu.matmul import (
+from fusec.targets.cpu.blocked import (
     BlockedCore,
     EpilogueRows,
     Workspace,
     generate_core_group,
+    merge_last_two,
+    merges_hw,
     row_loop,
 )
-from fusec.targets.cpu.row_reduce import RowBlock
+from fusec.targets.cpu.rows import RowBlock
 
 
 def generate(fused_op, name: str) -> KernelSource:
@@ -63,13 +64,13 @@ class PoolBlocks(BlockedCore):
         reduction along W) tells H from W."""
         local = {}
         space: tuple[int, ...]
-        if not reduces and all(_merges_hw(shape) for shape in shapes):
+        if not reduces and all(merges_hw(shape) for shape in shapes):
             space = (self.n, self.c, self.oh * self.ow)
             loops = row_loop(space, "plane, plane + 1")
             if self.c_local:
                 loops.append("    lc = 0")
                 local[self.c_array] = "lc"
-            return EpilogueRows(loops, "    ", space, RowBlock(local, None, _merge_last_two))
+            return EpilogueRows(loops, "    ", space, RowBlock(local, None, merge_last_two))
         space = (self.n, self.c, self.oh, self.ow)
         loops = row_loop(space, f"plane * {self.oh}, plane * {self.oh} + {self.oh}")
         if self.c_local:

@@ -3,7 +3,7 @@
 The core is ``np.mean``/``np.sum``/``np.max`` over the shaped input (float32
 with numpy's pairwise summation), written straight into the output or a
 scratch buffer, followed by the fused elementwise epilogue as one pointwise
-stage: a whole-tensor library call, so not the blocked kernel of ``matmul``
+stage: a whole-tensor library call, so not the blocked kernel (``blocked``)
 (the prologues and epilogue are split the same way, into stages of their own).
 """
 
@@ -27,7 +27,7 @@ from fusec.targets.cpu.common import (
     scratch_lines,
     values_needed_after,
 )
-from fusec.targets.cpu.matmul import core_segments, full_stage, view_lines
+from fusec.targets.cpu.segments import core_segments, full_stage, view_lines
 
 _NUMPY = {"mean": "np.mean", "sum": "np.sum", "max": "np.max"}
 #: Reductions over trailing axes of at most this many elements a row run in

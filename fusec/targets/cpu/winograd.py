@@ -109,3 +109,16 @@ def _filter_row(tile, e, c, t0, t1, t2):
     tile[e + 1, c] = np.float32(0.5 * (t0 + t1 + t2))
     tile[e + 2, c] = np.float32(0.5 * (t0 - t1 + t2))
     tile[e + 3, c] = np.float32(t2)
+
+
+def prepare_winograd(layout: str, weights: np.ndarray) -> np.ndarray:
+    """A constant conv weight (K x C/G x 3 x 3) as ``winograd_filters`` lays it out, then
+    as it is (the kernel's ``wraw``: tiles with non-finite values are recomputed from it),
+    for the layout ``"winograd:<groups>"`` a kernel names (``KernelSource.prepared_inputs``)."""
+    groups = int(layout.split(":", 1)[1])
+    k, cg, r, s = weights.shape
+    if (r, s) != (3, 3) or k % groups:
+        raise ValueError(f"{layout}: not a 3x3 weight of {groups} groups: {weights.shape}")
+    flat = np.ascontiguousarray(weights, dtype=np.float32).reshape(-1)
+    # the filters as they are after their transform: tiles redone directly read them
+    return np.concatenate([winograd_filters(flat, groups, k // groups, cg), flat])

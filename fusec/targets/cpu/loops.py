@@ -1,0 +1,150 @@
+"""The pointwise loop of the cpu kernel layer: elementwise ops over their iteration space.
+
+The loop runs over the broadcast of every value's shape (the iteration
+space). Adjacent dims that every array treats alike (all full or all
+broadcast) are merged first, so a plain chain over 2^24 elements is one flat
+loop and a channel bias over NCHW is a 3-deep nest. The last merged dim is the
+inner loop (contiguous, vectorisable loads); the outer dims, and chunks of the
+inner one when there are few outer rows, are spread over threads by
+``numba.prange``. The pointwise template is this loop alone; the other templates
+run it for the stages that do not fit their own loops.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from xdsl.ir import Operation, SSAValue
+
+from fusec.codegen.expr import (
+    ExprGenerator,
+    broadcast_offset,
+    error_at,
+    leaf_shapes,
+    shape_of,
+)
+from fusec.targets.cpu.common import PARALLEL_MIN_ELEMENTS, Stage
+
+#: Aim for this many parallel tasks, each at least MIN_CHUNK elements long.
+TASKS = 64
+MIN_CHUNK = 2048
+
+
+def coalesce(
+    space: Sequence[int], shapes: Sequence[Sequence[int]]
+) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """Merge adjacent dims every shape treats alike; drop dims of size 1.
+
+    ``shapes`` broadcast to ``space`` (right-aligned). Returns the merged space
+    and each shape in it (every merged dim is 1 or the full merged size).
+    """
+    rank = len(space)
+    padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
+    groups: list[list[int]] = []
+    last_pattern = None
+    for d in range(rank):
+        if space[d] == 1:
+            continue
+        pattern = tuple(s[d] != 1 for s in padded)
+        if groups and pattern == last_pattern:
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+        last_pattern = pattern
+    if not groups:
+        return (1,), [(1,)] * len(shapes)
+    new_space = tuple(math.prod(space[d] for d in g) for g in groups)
+    new_shapes = [tuple(math.prod(s[d] for d in g) for g in groups) for s in padded]
+    return new_space, new_shapes
+
+
+def pointwise_stage(
+    fn_name: str,
+    gen: ExprGenerator,
+    ops: Sequence[Operation],
+    reads: dict[SSAValue, str],
+    writes: Sequence[tuple[SSAValue, str]],
+) -> Stage:
+    """A parallel loop computing ``ops`` and storing each ``writes`` value to its array.
+
+    ``reads`` names the array of every value the ops use but do not define
+    (and of written values that are not computed here).
+    """
+    leaves = leaf_shapes(ops)
+    for value, _ in writes:
+        if value not in leaves and value not in {r for op in ops for r in op.results}:
+            leaves[value] = shape_of(value)
+    shapes = [shape_of(r) for op in ops for r in op.results] + [shape_of(v) for v, _ in writes]
+    try:
+        space = tuple(np.broadcast_shapes(*shapes, *leaves.values()))
+    except ValueError:
+        culprit = ops[0] if ops else writes[0][0].owner
+        assert isinstance(culprit, Operation)
+        raise error_at(
+            culprit,
+            "is in a group whose values have no common broadcast shape (one loop cannot "
+            "compute them)",
+        ) from None
+    leaf_list = list(leaves)
+    merged, merged_shapes = coalesce(
+        space, [leaves[v] for v in leaf_list] + [shape_of(v) for v, _ in writes]
+    )
+    leaf_merged = dict(zip(leaf_list, merged_shapes[: len(leaf_list)], strict=True))
+    write_merged = merged_shapes[len(leaf_list) :]
+
+    index = [f"i{d}" for d in range(len(merged) - 1)] + ["j"]
+    body, inner = loop_header(merged)
+
+    def leaf(value: SSAValue) -> str:
+        return f"{reads[value]}[{broadcast_offset(merged, leaf_merged[value], index)}]"
+
+    stmts, names = gen.chain(ops, leaf)
+    for (value, array), shape in zip(writes, write_merged, strict=True):
+        expr = names[value] if value in names else leaf(value)
+        stmts.append(f"{array}[{broadcast_offset(merged, shape, index)}] = {expr}")
+    body.extend(f"{inner}{s}" for s in stmts)
+    params = _params([reads[v] for v in leaf_list if v in reads], [a for _, a in writes])
+    parallel = math.prod(space) >= PARALLEL_MIN_ELEMENTS
+    return Stage(fn_name, params, body, comment=f"pointwise over {_fmt(space)}", parallel=parallel)
+
+
+def loop_header(space: Sequence[int]) -> tuple[list[str], str]:
+    """Loop nest lines over a merged space (index vars i0.. and j) and the inner indent."""
+    outer = math.prod(space[:-1])
+    inner = space[-1]
+    chunks = 1
+    if outer < TASKS:
+        chunks = max(1, min(math.ceil(TASKS / outer), inner // MIN_CHUNK))
+    chunk = math.ceil(inner / chunks)
+    lines = [f"for task in numba.prange({outer * chunks}):"]
+    row = "task"
+    if chunks > 1:
+        lines.append(f"    row = task // {chunks}")
+        lines.append(f"    j0 = task % {chunks} * {chunk}")
+        lines.append(f"    j1 = min(j0 + {chunk}, {inner})")
+        row, bounds = "row", "j0, j1"
+    else:
+        bounds = f"{inner}"
+    stride = outer
+    for d in range(len(space) - 1):
+        stride //= space[d]
+        expr = row if stride == 1 else f"{row} // {stride}"
+        if d > 0:
+            expr = f"{expr} % {space[d]}"
+        lines.append(f"    i{d} = {expr}")
+    lines.append(f"    for j in range({bounds}):")
+    return lines, "        "
+
+
+def _params(reads: Sequence[str], writes: Sequence[str]) -> list[str]:
+    params: list[str] = []
+    for name in [*reads, *writes]:
+        if name not in params:
+            params.append(name)
+    return params
+
+
+def _fmt(shape: Sequence[int]) -> str:
+    return "x".join(str(d) for d in shape) or "scalar"
