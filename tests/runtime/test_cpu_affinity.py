@@ -7,7 +7,9 @@ already on a CPU of its own is left alone; a changed thread count or mask is
 placed afresh, the mask read at most every ``MASK_CHECK_S``; ``FUSEC_CPU_PIN=0``
 and a mask with fewer CPUs than threads leave everything unpinned; results are
 the reference's either way.
-No timing is asserted (benchmarks/cpu_pin_ab.py measures the effect).
+No timing is asserted: ``benchmarks/cpu_threads.py --pause 0.02`` run with
+``FUSEC_CPU_PIN=0`` and ``=1`` measures the effect (the A/B script that measured it,
+benchmarks/cpu_pin_ab.py, is in git history, 831df23).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ times after a 5 ms pause (0/60 with none); a ``prange(2)`` Numba kernel of
 2 x 2.5 ms took ~5 ms in 19-30 of 40 calls with 20 ms pauses between calls;
 fusec's attention graph (B1 H12 S512 D64, 2 threads) ran at a median of
 9.1-10.1 ms with 20-100 ms pauses against 4.8-5.0 ms back to back, and at
-5.3-6.1 ms, no call slow, with this module (``benchmarks/cpu_pin_ab.py``;
-``benchmarks/results/cpu-notes.md`` has the tables). onnxruntime dodges the
+5.3-6.1 ms, no call slow, with this module (``benchmarks/cpu_pin_ab.py``, deleted,
+git history 831df23; ``benchmarks/results/cpu-notes.md`` has the tables). onnxruntime dodges the
 wake-up because its pool spins ~20 ms after each call. ``OMP_PROC_BIND=true``
 fixes the kernel too, but libgomp then pins the *calling* thread to CPU 0 for
 good: every thread the program creates later inherits that one CPU.
