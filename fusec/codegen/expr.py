@@ -516,9 +516,9 @@ class ExprGenerator:
             return f"{a}.to(torch.{'int64' if target == 'i64' else 'int32'})"
         if self.language is CUDA_CPP:
             return f"truncf({a})" if is_float(source) else a
-        if is_float(source):
-            self.helpers.add("to_int")
-            return f"to_int({a})"
+        if is_float(source):  # NaN and values beyond int64: INT64_MIN, as numpy on x86
+            inside = f"({a} == {a} and abs({a}) < {self.literal(9.2e18)})"
+            return f"(int({a}) if {inside} else -9223372036854775808)"
         return f"int({a})"
 
     def int_divide(self, a: str, b: str) -> str:
@@ -530,8 +530,11 @@ class ExprGenerator:
             )
         if self.language is CUDA_CPP:
             return f"(({b}) == 0.0f ? 0.0f : truncf(({a}) / ({b})))"
-        self.helpers.add("int_divide")
-        return f"int_divide({a}, {b})"
+        # inline, no device function (the CUDA kernels compile to PTX without a GPU): the
+        # floor quotient moved toward zero where the signs differ and b does not divide a
+        q = f"({a} // {b})"
+        up = f"(1 if ({q} < 0 and {q} * {b} != {a}) else 0)"
+        return f"({a} - {a} if {b} == 0 else {q} + {up})"
 
     def int_remainder(self, a: str, b: str, floored: bool) -> str:
         """Integer ``a mod b`` (sign of ``b`` when ``floored``, else of ``a``); 0 where
@@ -542,9 +545,10 @@ class ExprGenerator:
         if self.language is CUDA_CPP:
             rem = f"(({a}) - floorf(({a}) / ({b})) * ({b}))" if floored else f"fmodf({a}, {b})"
             return f"(({b}) == 0.0f ? 0.0f : {rem})"
-        helper = "int_mod_floored" if floored else "int_mod_truncated"
-        self.helpers.add(helper)
-        return f"{helper}({a}, {b})"
+        r = f"({a} % {b})"  # Python's (and Numba's) floored remainder
+        if not floored:  # C's: the sign of a
+            r = f"({r} - ({b} if ({r} != 0 and ({r} < 0) != ({a} < 0)) else {b} - {b}))"
+        return f"({a} - {a} if {b} == 0 else {r})"
 
     # --------------------------------------------------------------- chains
     def chain(self, ops: Sequence[Operation], leaf: Leaf) -> tuple[list[str], dict[SSAValue, str]]:
@@ -687,45 +691,6 @@ def exp_nonpos_f32(x):
     scale = np.int32((f32(t).view(np.int32) << np.int32(23)) + np.int32(0x3F800000))
     y = p * scale.view(np.float32)
     return f32(0.0) if x < f32(-86.5) else y
-'''
-_HELPERS["to_int"] = '''
-{decorator}
-def to_int(x):
-    """A float truncated toward zero; NaN and values beyond int64 give INT64_MIN, as
-    numpy's conversion does on x86 (plain int() of those is undefined in LLVM)."""
-    if x == x and abs(x) < f32(9.2e18):
-        return int(x)
-    return -9223372036854775808
-'''
-_HELPERS["int_divide"] = '''
-{decorator}
-def int_divide(a, b):
-    """Integer a / b truncated toward zero (C, ONNX); 0 where b is 0."""
-    if b == 0:
-        return a - a
-    q = a // b
-    if q < 0 and q * b != a:
-        q += 1
-    return q
-'''
-_HELPERS["int_mod_floored"] = '''
-{decorator}
-def int_mod_floored(a, b):
-    """Integer a mod b with the sign of b (Python's %); 0 where b is 0."""
-    if b == 0:
-        return a - a
-    return a % b
-'''
-_HELPERS["int_mod_truncated"] = '''
-{decorator}
-def int_mod_truncated(a, b):
-    """Integer a mod b with the sign of a (C's %); 0 where b is 0."""
-    if b == 0:
-        return a - a
-    r = a % b
-    if r != 0 and (r < 0) != (a < 0):
-        r -= b
-    return r
 '''
 _REQUIRES = {"exp_f32": ("fma32",), "exp_nonpos_f32": ("fma32",)}
 

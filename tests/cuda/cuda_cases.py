@@ -208,3 +208,27 @@ def cast_roundtrip(rows: int, cols: int, mid: str) -> str:
         f"ai.yield %o : {t32}",
     ]
     return _func("cast_rt", [("x", t32)], [t32], "pointwise", body)
+
+
+def integer_pointwise(rows: int, cols: int, dtype: str) -> str:
+    """Token-mask maths in one pointwise group (issue 29): i64 truncating division and a
+    remainder by a row of divisors (a zero among them), a comparison, bool logic, casts
+    both ways and a where; the integer and bool values loaded, computed and stored as
+    themselves; three results (float, i1, i64)."""
+    i, c = _t((rows, cols), "i64"), _t((cols,), "i64")
+    b, x = _t((rows, cols), "i1"), _t((rows, cols), dtype)
+    body = [
+        f"%d = ai.div %i1, %c1 : {i} * {c}",
+        f"%r = ai.mod %i1, %c1 {{fmod = true}} : {i} * {c}",
+        f"%s = ai.sub %d, %r : {i} * {i}",
+        f"%l = ai.less %s, %c1 : {i} * {c}",
+        f"%n = ai.not %p1 : {b}",
+        f"%o = ai.xor %l, %n : {b} * {b}",
+        f"%f = ai.cast %o : {b} to {x}",
+        f"%w = ai.where %o, %x1, %f : {b} * {x} * {x}",
+        f"%g = ai.cast %x1 : {x} to {i}",
+        f"%h = ai.maximum %g, %s : {i} * {i}",
+        f"ai.yield %w, %o, %h : {x}, {b}, {i}",
+    ]
+    params = [("i", i), ("c", c), ("p", b), ("x", x)]
+    return _func("pw_int", params, [x, b, i], "pointwise", body)

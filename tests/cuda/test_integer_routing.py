@@ -3,8 +3,9 @@
 The Tensor Core GEMM and conv epilogues and the Numba row kernels hold floats only, so
 their ``accepts`` refuse a group with an integer or bool value and the planner leaves
 those ops to groups of their own; a pointwise group with integer or bool values (a mask
-computed from ``attention_mask``) and a lookup at run-time ids run through PyTorch, each
-value in its own type, the kernel header saying why.
+computed from ``attention_mask``) is a Numba kernel computing them as themselves
+(tests/cuda/test_integer_sim.py runs it), and a lookup at run-time ids runs through
+PyTorch, the kernel header saying why.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ def test_float_only_kernels_take_no_integer_value(text, anchored):
         if group.kind_name == anchored:
             assert _dtypes(group) <= {"f16", "bf16", "f32"}, group
     pointwise = [k for k in compiled.kernels if k.kind == "pointwise"]
-    assert pointwise and all(k.runs_op_by_op for k in pointwise)
-    assert "integer and bool values" in pointwise[0].source
+    assert pointwise and not any(k.runs_op_by_op for k in pointwise)
+    assert "integer and bool values loaded, computed and stored" in pointwise[0].source
 
 
 def test_the_refusal_names_the_op_and_its_type():
@@ -89,7 +90,7 @@ def test_the_refusal_names_the_op_and_its_type():
     assert integer_values(floats, "the cuda Tensor Core GEMM") is None
 
 
-def test_a_lookup_and_an_integer_chain_run_through_pytorch_in_their_own_types():
+def test_a_lookup_runs_through_pytorch_and_an_integer_chain_as_a_numba_kernel():
     text = """
 func.func @f(%ids: tensor<2x6xi64>, %t: tensor<50x16xf16>)
     -> (tensor<2x6x16xf16>, tensor<2x6xi64>) {
@@ -102,5 +103,5 @@ func.func @f(%ids: tensor<2x6xi64>, %t: tensor<50x16xf16>)
     compiled, _ = _groups(text)
     sources = {k.kind: k.source for k in compiled.kernels}
     assert "torch.index_select(" in sources["copy"]
-    assert "rounding_mode='trunc'" in sources["pointwise"]  # not torch.div's true division
-    assert ".float()" not in sources["pointwise"]  # integers stay integers
+    assert "TORCH_FALLBACK" not in sources["pointwise"]
+    assert " // " in sources["pointwise"]  # an integer division, truncated inline

@@ -69,24 +69,36 @@ class _Operand:
     def vectorised(self) -> bool:
         return self.kind in ("full", "row")
 
+    @property
+    def raw(self) -> bool:
+        """An integer or bool tensor: moved and computed as itself (plain indexed loads and
+        stores, a local array of its type), not through the float32 access helpers."""
+        return not is_float(self.dtype)
 
-#: Why a group with integer or bool values runs through PyTorch (``torch_fallback``).
-INTEGER_FALLBACK = (
-    "integer and bool values (it loads and computes floats only, in float32 registers): "
-    "the group runs op by op in PyTorch, each value in its own type"
-)
+    def load(self, index: str) -> str:
+        """One element as the chain computes it (float32 for float tensors)."""
+        return f"{self.array}[{index}]" if self.raw else f"ld_{self.dtype}({self.array}, {index})"
+
+    def store(self, index: str, value: str) -> str:
+        if self.raw:
+            return f"{self.array}[{index}] = {value}"
+        return f"st_{self.dtype}({self.array}, {index}, {value})"
+
+    def helper(self, op_name: str) -> str | None:
+        """The access helper an ``ld``/``st`` of this operand needs (None for raw ones)."""
+        return None if self.raw else f"{op_name}_{self.dtype}"
+
+
+#: Local-array element types of integer and bool values (bools stored as uint8 0/1).
+_RAW_LOCAL = {"i64": "i64_t", "i32": "i32_t", "i1": "u8_t"}
+_RAW_IMPORT = "from numpy import int32 as i32_t, int64 as i64_t, uint8 as u8_t"
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
-    """The pointwise kernel module of ``fused_op`` (PyTorch's for integer or bool values)."""
+    """The pointwise kernel module of ``fused_op``."""
     name = kernel_name(name)
     ops = body_ops(fused_op)
     check_elementwise(ops, ELEMENTWISE_OPS)
-    if not all(is_float(spec_of(v.type).dtype) for v in _values(fused_op, ops)):
-        from fusec.targets.cuda import torch_fallback
-
-        template = "the pointwise kernel"
-        return torch_fallback.generate(fused_op, name, reason=INTEGER_FALLBACK, template=template)
     results = yielded(fused_op)
     leaves = leaf_shapes(ops)
     for value in results:
@@ -113,11 +125,6 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     source = _emit(fused_op, name, ops, results, in_ops, out_ops, plan)
     inputs, outputs = io_specs(fused_op)
     return KernelSource(name, "pointwise", "cuda", source, inputs, outputs, array_dtype=None)
-
-
-def _values(fused_op: ai.FusedOp, ops) -> list:
-    """Every value the group reads or computes."""
-    return [*fused_op.block.args, *(r for op in ops for r in op.results)]
 
 
 class _Plan:
@@ -156,11 +163,11 @@ def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan) -> str:
 
     for op in list(in_ops.values()) + out_ops:
         if op.vectorised:
-            code.add(1, f"{_buf(op)} = cuda.local.array(SPAN, f32)")
+            code.add(1, f"{_buf(op)} = cuda.local.array(SPAN, {_RAW_LOCAL.get(op.dtype, 'f32')})")
     for op in in_ops.values():
         if op.kind == "scalar":
-            helpers.add(f"ld_{op.dtype}")
-            code.add(1, f"{_scal(op)} = ld_{op.dtype}({op.array}, 0)")
+            _need(helpers, op, "ld")
+            code.add(1, f"{_scal(op)} = {op.load('0')}")
     code.add(1, "step = cuda.gridsize(1)", "vec = cuda.grid(1)", "while vec < NVEC:")
     code.add(2, "e = vec * VEC")
     if plan.unroll == 2:
@@ -187,8 +194,8 @@ def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan) -> str:
             code.add(2, f"b_{op.array} = {offset(op)}")
             _emit_vector(code, helpers, "load", op, f"b_{op.array}", vec)
         elif op.kind == "col":
-            helpers.add(f"ld_{op.dtype}")
-            code.add(2, f"{_scal(op)} = ld_{op.dtype}({op.array}, {offset(op)})")
+            _need(helpers, op, "ld")
+            code.add(2, f"{_scal(op)} = {op.load(offset(op))}")
 
     def vector_leaf(value) -> str:
         op = in_ops[value]
@@ -216,17 +223,23 @@ def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan) -> str:
             op = in_ops[value]
             if op.kind == "scalar":
                 return _scal(op)
-            helpers.add(f"ld_{op.dtype}")
-            return f"ld_{op.dtype}({op.array}, k)"
+            _need(helpers, op, "ld")
+            return op.load("k")
 
         stmts, names = gen.chain(ops, scalar_leaf)
         code.add(2, *stmts)
         for value, op in zip(results, out_ops, strict=True):
-            helpers.add(f"st_{op.dtype}")
-            code.add(2, f"st_{op.dtype}({op.array}, k, {names.get(value) or scalar_leaf(value)})")
+            _need(helpers, op, "st")
+            code.add(2, op.store("k", names.get(value) or scalar_leaf(value)))
 
     helpers |= gen.helpers
     return _module(fused_op, name, code, helpers, plan, params, in_ops, out_ops)
+
+
+def _need(helpers: set, op: _Operand, op_name: str) -> None:
+    """Record the access helper ``op_name`` of ``op`` (raw operands need none)."""
+    if (helper := op.helper(op_name)) is not None:
+        helpers.add(helper)
 
 
 def _buf(op: _Operand) -> str:
@@ -255,7 +268,14 @@ def _emit_vector(
     indent: int = 2,
     slot: int = 0,
 ) -> None:
-    """16-byte (or narrower) loads/stores moving VEC elements of ``op`` (buffer from ``slot``)."""
+    """16-byte (or narrower) loads/stores moving VEC elements of ``op`` (buffer from ``slot``);
+    an integer or bool operand's elements one by one, as themselves."""
+    if op.raw:
+        source, target = f"{op.array}[{base} + q]", f"{_buf(op)}[{slot} + q]"
+        copy = f"{target} = {source}" if op_name == "load" else f"{source} = {target}"
+        code.add(indent, f"for q in range({vec}):")
+        code.add(indent + 1, copy)
+        return
     for first, count in vector_accesses(op.dtype, vec):
         fn = f"{op_name}_{op.dtype}x{count}"
         helpers.add(fn)
@@ -270,7 +290,10 @@ def _emit_result(code: Source, helpers: set, op: _Operand, plan: _Plan, idx, off
     guard = [f"{idx[d]} == 0" for d in range(len(plan.space)) if op.shape[d] == 1]
     guard = guard or ["True"]
     code.add(2, f"if {' and '.join(guard)}:")
-    if op.kind == "row":
+    if op.kind == "row" and op.raw:
+        code.add(3, f"b_{op.array} = {offset}")
+        _emit_vector(code, helpers, "store", op, f"b_{op.array}", plan.vec, indent=3)
+    elif op.kind == "row":
         code.add(3, f"b_{op.array} = {offset}")
         for first, count in vector_accesses(op.dtype, plan.vec):
             fn = f"store_{op.dtype}x{count}"
@@ -278,9 +301,8 @@ def _emit_result(code: Source, helpers: set, op: _Operand, plan: _Plan, idx, off
             where = f"b_{op.array}" if first == 0 else f"b_{op.array} + {first}"
             code.add(3, f"{fn}({op.array}, {where}, {_buf(op)}, {first})")
     else:
-        helpers.add(f"st_{op.dtype}")
-        value = _scal(op)
-        code.add(3, f"st_{op.dtype}({op.array}, {offset}, {value})")
+        _need(helpers, op, "st")
+        code.add(3, op.store(offset, _scal(op)))
 
 
 def _module(fused_op, name, code: Source, helpers, plan: _Plan, params, in_ops, out_ops) -> str:
@@ -296,9 +318,12 @@ def _module(fused_op, name, code: Source, helpers, plan: _Plan, params, in_ops, 
     dtypes = [o.dtype for o in out_ops] + [spec_of(v.type).dtype for v in fused_op.inputs]
     ins = [f"in{k}" for k in range(len(fused_op.inputs))]
     outs = [o.array for o in out_ops]
+    raw = any(o.raw for o in [*in_ops.values(), *out_ops])
+    if raw:
+        notes.append("integer and bool values loaded, computed and stored as themselves")
     parts = [
         header(fused_op, notes=notes),
-        prelude(sorted(helpers)),
+        prelude(sorted(helpers)) + (f"{_RAW_IMPORT}\n" if raw else ""),
         f"SIGNATURE = {storage_signature(dtypes)!r}",
         f"VEC = {plan.vec}",
         f"SPAN = {plan.vec * plan.unroll}  # elements per thread and loop step",
