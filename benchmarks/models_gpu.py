@@ -31,8 +31,8 @@ rewritten after every case; ``--resume`` continues a run from its JSON lines (tr
 time-outs again, their kernels now partly in the cache). ``--jobs N`` runs N workers at a
 time: exports and compiles overlap, timing holds a file lock (no two workers time at once;
 another's first calls may still share the GPU for milliseconds). Transformers are fed float
-``inputs_embeds`` (``--inputs ids``: token ids, which fusec refuses today, issue 29); the
-row says which.
+``inputs_embeds`` (``--inputs ids``: int64 token ids, an embedding lookup fusec compiles
+since issue 29); the row says which.
 
     python3 benchmarks/models_gpu.py --quick --budget 540 --out results/       # H200
     python3 benchmarks/models_gpu.py --models resnet50,bert --dtypes bf16 --out results/
