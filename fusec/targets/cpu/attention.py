@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import broadcast_offset, shape_of
 from fusec.dialect import ops as ai
-from fusec.targets.cpu import host
+from fusec.targets.cpu import abi, host
 from fusec.targets.cpu.blocked import (
     MIN_BLOCKS,
     BlockedCore,
@@ -72,7 +72,7 @@ class AttentionBlocks(BlockedCore):
     """
 
     expr_helpers = frozenset({"exp_nonpos_f32"})
-    imports = ("from fusec.targets.cpu.microkernel import gemm_nn",)
+    imports = (abi.import_line("gemm_nn"),)
     #: The key given as (..., D, T) (a transpose of a cache's layout) is read as it is.
     transposable = frozenset({1})
 

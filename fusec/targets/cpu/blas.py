@@ -201,9 +201,7 @@ def import_line() -> str:
             f"next_block, sgemm_{width} as sgemm, sgemm_acc_{width} as sgemm_acc, "
             f"{threads} as threads_begin, {threads} as threads_end"
         )
-    return (
-        f"from fusec.targets.cpu.blas_calls import {names}  # cpu_blas ABI {ABI_VERSION}, {current}"
-    )
+    return f"from fusec.targets.cpu.abi import {names}  # cpu_blas ABI {ABI_VERSION}, {current}"
 
 
 _single = threading.Lock()

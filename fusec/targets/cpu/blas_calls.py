@@ -3,10 +3,11 @@ calling thread's BLAS thread count.
 
 ``fusec.targets.cpu.blas`` finds the BLAS (without Numba: code generation only needs
 its interface width and threading mode, ``blas.import_line``); this module, imported
-by the generated kernels when they run, registers its entry points with LLVM under
-fixed names (``llvmlite.binding.add_symbol``) and defines the intrinsics that call
-those names, so kernels compiled against them stay valid in Numba's on-disk cache
-(the address itself is never baked in). Without a usable BLAS the kernels call
+by the generated kernels (through ``fusec.targets.cpu.abi``) when they run,
+registers its entry points with LLVM under fixed names
+(``llvmlite.binding.add_symbol``) and defines the intrinsics that call those names,
+so kernels compiled against them stay valid in Numba's on-disk cache (the address
+itself is never baked in). Without a usable BLAS the kernels call
 ``sgemm_numba``, a plain Numba loop nest: correct, several times slower.
 """
 
@@ -23,7 +24,6 @@ from numba.extending import intrinsic
 
 from fusec.runtime.numba_cache import sealed_njit
 from fusec.targets.cpu.blas import FOUND, BlasLibrary
-from fusec.targets.cpu.tasks import next_block  # noqa: F401 - in the kernels' import line
 
 _SGEMM = {False: "fusec_cblas_sgemm_lp64", True: "fusec_cblas_sgemm_ilp64"}
 _THREADS_LOCAL = "fusec_blas_threads_local"

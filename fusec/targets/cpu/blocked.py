@@ -48,7 +48,7 @@ from fusec.codegen import KernelSource, ScratchPlan, io_specs
 from fusec.codegen.expr import ExprGenerator, leaf_shapes, shape_of
 from fusec.codegen.layout import LAYOUT_OPS
 from fusec.dialect import ops as ai
-from fusec.targets.cpu import host
+from fusec.targets.cpu import abi, host
 from fusec.targets.cpu.common import (
     PARALLEL_MIN_ELEMENTS,
     REDUCE_OPS,
@@ -297,7 +297,7 @@ def generate_core_group(
     launch_body = scratch_lines(buffers) + launch
     calls_blas = any("sgemm" in line for line in stage.body)
     if calls_blas and cpu_blas.mode().endswith("global"):  # no per-thread BLAS thread count
-        launch_body = ["with cpu_blas.single_threaded():", *(f"    {s}" for s in launch_body)]
+        launch_body = ["with blas_single_threaded():", *(f"    {s}" for s in launch_body)]
     notes = [
         f"blocked: {core.count} blocks, {workspace.size * 4} bytes of workspace per task",
     ]
@@ -309,9 +309,7 @@ def generate_core_group(
         notes=notes,
         imports=[
             cpu_blas.import_line(),
-            "from fusec.targets.cpu import blas as cpu_blas",
-            "from fusec.targets.cpu.tasks import num_threads",
-            "from fusec.targets.cpu.buffers import workspace",
+            abi.import_line("blas_single_threaded", "num_threads", "workspace"),
             *core.imports,
         ],
     )

@@ -43,7 +43,7 @@ import numpy as np
 from numpy import float32 as f32
 from numpy import uint64 as U
 
-from fusec.runtime.numba_cache import cached_njit
+from fusec.targets.cpu.abi import cached_njit
 
 ro = numba.types.Array(numba.float32, 1, "C", readonly=True)
 rw = numba.float32[::1]

@@ -54,7 +54,7 @@ from fusec.codegen import KernelSource
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
-from fusec.targets.cpu import host
+from fusec.targets.cpu import abi, host
 from fusec.targets.cpu.blocked import (
     MIN_BLOCKS,
     BlockedCore,
@@ -201,10 +201,10 @@ class ConvBlocks(BlockedCore):
         weights = (constants or {}).get(reads[op.operands[1]]) if self.winograd else None
         self.prepared = () if weights is None else ((weights, f"winograd:{self.groups}"),)
         if self.winograd and not self.prepared:
-            self.imports = ("from fusec.targets.cpu.winograd import winograd_filters",)
+            self.imports = (abi.import_line("winograd_filters"),)
         if self.winograd:  # the scan of a block's outputs for NaN and Inf, and the redo
             self.row_helpers = frozenset({"row_sum"})
-            self.imports += ("from fusec.targets.cpu.winograd import redo_nonfinite_tiles",)
+            self.imports += (abi.import_line("redo_nonfinite_tiles"),)
         self.wp = self.ow + (self.s - 1) * self.dw  # padded row width (taps)
         self.tw = (self.ow + 1) // 2  # Winograd tiles along a row
         per_row = self.ow * (self.kg * c_local + (0 if self.direct else self.crs))
@@ -233,7 +233,7 @@ class ConvBlocks(BlockedCore):
             self.nn = small or padded <= WINOGRAD_NN_PAD * self.tiles
             self.pitch = padded if self.nn else self.tiles
             if self.nn:
-                self.imports += ("from fusec.targets.cpu.microkernel import gemm_nn",)
+                self.imports += (abi.import_line("gemm_nn"),)
             self.rows = bh + 2  # padded input rows of a block
             self.xw = 2 * self.tw + 2  # padded input row width (the last tile's 4 columns)
             workspace.add("xpad", self.cg * self.rows * self.xw)

@@ -18,7 +18,7 @@ import numpy as np
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import broadcast_offset, shape_of
 from fusec.dialect import ops as ai
-from fusec.targets.cpu import host
+from fusec.targets.cpu import abi, host
 from fusec.targets.cpu.blocked import (
     MIN_BLOCKS,
     BlockedCore,
@@ -118,9 +118,9 @@ class MatmulBlocks(BlockedCore):
         )
         self.prepared = ((b_input, "strips_t" if self.tb else "strips"),) if self.packed else ()
         if self.nn:
-            self.imports = ("from fusec.targets.cpu.microkernel import gemm_nn",)
+            self.imports = (abi.import_line("gemm_nn"),)
         if self.packed:
-            self.imports = ("from fusec.targets.cpu.microkernel import gemm_packed",)
+            self.imports = (abi.import_line("gemm_packed"),)
         split_columns = not (whole_rows or a_array or self.b_is_vector)
         row_blocks = math.prod(self.batch) * math.ceil(self.m / MIN_ROWS)
         if (self.nn or self.packed) and row_blocks >= MIN_BLOCKS:

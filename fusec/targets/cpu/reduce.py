@@ -18,6 +18,7 @@ from fusec.codegen import KernelSource, ScratchPlan, io_specs
 from fusec.codegen.expr import ExprGenerator, shape_of
 from fusec.codegen.layout import LAYOUT_OPS
 from fusec.dialect import ops as ai
+from fusec.targets.cpu import abi
 from fusec.targets.cpu.common import (
     Buffers,
     Stage,
@@ -91,7 +92,7 @@ def library_group(
             launch.append(f"{array}[:] = {buffers.reads[value]}")
 
     uses = any("reduce_rows(" in line for line in launch)
-    imports = ["from fusec.targets.cpu.reduce_helpers import reduce_rows"] if uses else []
+    imports = [abi.import_line("reduce_rows")] if uses else []
     source = assemble(fused_op, gen, stages, scratch_lines(buffers) + launch, imports=imports)
     inputs, outs = io_specs(fused_op)
     scratch = ScratchPlan(full_bytes=4 * sum(n for _, n in buffers.scratch) + view_bytes)

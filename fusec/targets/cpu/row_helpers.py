@@ -63,7 +63,7 @@ def _sum_helper(name: str, doc: str, params: str, term: str) -> str:
             "",
             '@cached_njit(fastmath={"reassoc"}, error_model="numpy")',
             f"def {name}_f64({params}):",
-            '    """Reassociable float64 sum, vectorised; see fusec.targets.cpu.row_reduce."""',
+            '    """Reassociable float64 sum, vectorised; see fusec.targets.cpu.row_helpers."""',
             "    s = 0.0",
             "    for k in range(buf.size):",
             f"        s += {term}",

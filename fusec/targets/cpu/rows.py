@@ -52,6 +52,7 @@ from fusec.codegen.expr import (
     shape_of,
 )
 from fusec.dialect import ops as ai
+from fusec.targets.cpu import abi
 from fusec.targets.cpu.common import (
     PARALLEL_MIN_ELEMENTS,
     REDUCE_OPS,
@@ -66,7 +67,7 @@ MAX_TASKS = 256
 #: bytes, at least ``MIN_CHUNKS`` chunks, in ``RANGES`` ranges of adjacent chunks
 #: (``_task_loop``).
 CHUNK_BYTES, MIN_CHUNKS, RANGES = 256 * 1024, 16, 16
-TASKS_IMPORT = "from fusec.targets.cpu.tasks import next_block"
+TASKS_IMPORT = abi.import_line("next_block")
 #: Softmax over a non-last axis walks blocks of rows side by side (the rows of a
 #: block are adjacent in memory) when the last dim has at least this many elements.
 MIN_BLOCK = 8
