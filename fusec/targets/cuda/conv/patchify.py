@@ -46,42 +46,15 @@ from xdsl.rewriter import InsertPoint
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.views import CollapseViewChain, at_function_level
-from fusec.targets.cuda.conv.config import MAX_STRIDE_W
+from fusec.targets.cuda.conv.config import MAX_STRIDE_W, ConvGeometry
+from fusec.targets.cuda.conv.template import MIN_GEMM_CHANNELS
 
 #: The Tensor Core GEMM's element types.
 DTYPES = ("f16", "bf16")
-#: Fewer input channels per group than this go to the direct kernel (``template``).
-MIN_GEMM_CHANNELS = 16
 
 
-@dataclass(frozen=True)
-class Patchify:
-    """The sizes of a patchify conv: x [n, c, h, w], w [k, c, r, s], stride (r, s)."""
-
-    n: int
-    c: int
-    h: int
-    w: int
-    k: int
-    r: int
-    s: int
-
-    @property
-    def p(self) -> int:
-        return self.h // self.r
-
-    @property
-    def q(self) -> int:
-        return self.w // self.s
-
-    @property
-    def depth(self) -> int:
-        """The GEMM's reduction length: one patch, C x R x S."""
-        return self.c * self.r * self.s
-
-
-def patchify_of(conv: ai.Conv2DOp) -> Patchify | None:
-    """The sizes of ``conv`` when this pass rewrites it, else None."""
+def patchify_of(conv: ai.Conv2DOp) -> ConvGeometry | None:
+    """The geometry of ``conv`` (stride = kernel) when this pass rewrites it, else None."""
     x, w = spec_of(conv.input.type), spec_of(conv.weight.type)
     if x.dtype not in DTYPES or len(x.shape) != 4:
         return None
@@ -97,7 +70,7 @@ def patchify_of(conv: ai.Conv2DOp) -> Patchify | None:
         return None  # the implicit GEMM serves it, with no copy of the input
     if (c * r * s) % 8:
         return None  # the GEMM's TMA rows must be 16-byte multiples
-    return Patchify(n, c, h, wd, k, r, s)
+    return ConvGeometry(n, c, h, wd, k, r, s, stride_h=r, stride_w=s)
 
 
 class PatchifyConvToMatmul(RewritePattern):
@@ -114,8 +87,8 @@ class PatchifyConvToMatmul(RewritePattern):
         new: list[Operation] = [
             six := ai.ReshapeOp(op.input, shape=(p.n, p.c, p.p, p.r, p.q, p.s)),
             patches := ai.TransposeOp(six.output, perm=(0, 2, 4, 1, 3, 5)),
-            rows := ai.ReshapeOp(patches.output, shape=(p.n * p.p * p.q, p.depth)),
-            weights := ai.ReshapeOp(op.weight, shape=(p.k, p.depth)),
+            rows := ai.ReshapeOp(patches.output, shape=(p.n * p.p * p.q, p.c * p.r * p.s)),
+            weights := ai.ReshapeOp(op.weight, shape=(p.k, p.c * p.r * p.s)),
             product := ai.MatmulOp(rows.output, weights.output, transpose_b=True),
         ]
         y: SSAValue = product.output
