@@ -219,8 +219,20 @@ def _lookup(dtype: str):
     return [("tb", table), ("ids", ids)], [o], "copy", body
 
 
+def _arg_reductions(dtype: str):
+    """The index of each row's maximum, then the last index of their minimum: a copy group."""
+    x, rows, o = t((M, N), dtype), t((M, 1), "i64"), t((1, 1), "i64")
+    body = [
+        f"%a = ai.argmax %x1 {{axis = 1 : i64}} : {x}",
+        f"%o = ai.argmin %a {{select_last_index = true}} : {rows}",
+        f"ai.yield %o : {o}",
+    ]
+    return [("x", x)], [o], "copy", body
+
+
 CASES = {
     "integer_mask": _integer_mask,
+    "arg_reductions": _arg_reductions,
     "lookup_cumsum_expand": _lookup,
     "add": lambda d: _binary("ai.add", d),
     "sub_broadcast_column": lambda d: _binary("ai.sub", d, (M, 1)),
