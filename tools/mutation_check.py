@@ -97,7 +97,7 @@ MUTANTS = [
     ),
     Mutant(
         "cpu-epilogue-op-lost",
-        "fusec/targets/cpu/matmul.py",
+        "fusec/targets/cpu/segments.py",
         "    after = [op for op in ops if op in post or op in fits]\n",
         "    after = [op for op in ops if op in post or op in fits][:-1]\n",
         "cpu matmul/conv",
@@ -113,7 +113,7 @@ MUTANTS = [
     ),
     Mutant(
         "cpu-loop-index-off-by-one",
-        "fusec/targets/cpu/pointwise.py",
+        "fusec/targets/cpu/loops.py",
         'expr = row if stride == 1 else f"{row} // {stride}"',
         'expr = row if stride == 1 else f"({row} + 1) // {stride}"',
         "cpu pointwise",
@@ -137,7 +137,7 @@ MUTANTS = [
     ),
     Mutant(
         "cpu-layernorm-variance-n-minus-1",
-        "fusec/targets/cpu/row_reduce.py",
+        "fusec/targets/cpu/rows.py",
         'f"rstd = f32(1.0 / math.sqrt(row_sq_dev({row}, mean) / {n} + {eps}))"',
         'f"rstd = f32(1.0 / math.sqrt(row_sq_dev({row}, mean) / ({n} - 1) + {eps}))"',
         "cpu row_reduce",
@@ -145,7 +145,7 @@ MUTANTS = [
     ),
     Mutant(
         "cpu-layernorm-epsilon-dropped",
-        "fusec/targets/cpu/row_reduce.py",
+        "fusec/targets/cpu/rows.py",
         'f"rstd = f32(1.0 / math.sqrt(row_sq_dev({row}, mean) / {n} + {eps}))"',
         'f"rstd = f32(1.0 / math.sqrt(row_sq_dev({row}, mean) / {n}))"',
         "cpu row_reduce",
