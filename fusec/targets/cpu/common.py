@@ -238,6 +238,11 @@ def assemble(
     return "\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
+def fmt_shape(shape: Sequence[int]) -> str:
+    """``2x3x4`` (``scalar`` for a rank-0 shape): shapes in comments and diagnostics."""
+    return "x".join(str(d) for d in shape) or "scalar"
+
+
 def scratch_lines(buffers: Buffers) -> list[str]:
     return [f"{name} = np.empty({size}, dtype=np.float32)" for name, size in buffers.scratch]
 

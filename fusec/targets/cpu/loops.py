@@ -25,7 +25,7 @@ from fusec.codegen.expr import (
     leaf_shapes,
     shape_of,
 )
-from fusec.targets.cpu.common import PARALLEL_MIN_ELEMENTS, Stage
+from fusec.targets.cpu.common import PARALLEL_MIN_ELEMENTS, Stage, fmt_shape
 
 #: Aim for this many parallel tasks, each at least MIN_CHUNK elements long.
 TASKS = 64
@@ -107,7 +107,8 @@ def pointwise_stage(
     body.extend(f"{inner}{s}" for s in stmts)
     params = _params([reads[v] for v in leaf_list if v in reads], [a for _, a in writes])
     parallel = math.prod(space) >= PARALLEL_MIN_ELEMENTS
-    return Stage(fn_name, params, body, comment=f"pointwise over {_fmt(space)}", parallel=parallel)
+    comment = f"pointwise over {fmt_shape(space)}"
+    return Stage(fn_name, params, body, comment=comment, parallel=parallel)
 
 
 def loop_header(space: Sequence[int]) -> tuple[list[str], str]:
@@ -144,7 +145,3 @@ def _params(reads: Sequence[str], writes: Sequence[str]) -> list[str]:
         if name not in params:
             params.append(name)
     return params
-
-
-def _fmt(shape: Sequence[int]) -> str:
-    return "x".join(str(d) for d in shape) or "scalar"

@@ -138,7 +138,7 @@ def _exp_sum_helper(name: str, params: str, src: str, shift: str = "x - m") -> s
     )
 
 
-#: Row reductions called by the row loops (name -> source; cpu_common adds the decorator).
+#: Row reductions called by the row loops (name -> source; ``common.assemble`` adds the decorator).
 #: ``row_exp_sum*`` call ``exp_nonpos_f32``: whoever uses them adds that expression helper.
 ROW_HELPERS = {
     "row_max": _ROW_MAX,

@@ -59,6 +59,7 @@ from fusec.targets.cpu.common import (
     Stage,
     ancestors,
     check_elementwise,
+    fmt_shape,
 )
 
 #: At most this many parallel tasks (each allocates one row buffer).
@@ -115,7 +116,7 @@ def row_reduce_stage(
     if not blocks:
         body.append("            blk = next_block(counters[home:home + 1])")
     what = "layernorm" if isinstance(reduce_op, ai.LayerNormOp) else f"softmax (axis {axis})"
-    comment = f"{what} over rows of {_fmt(space)}"
+    comment = f"{what} over rows of {fmt_shape(space)}"
     if blocks:
         comment += f", {parts.access.width} rows (adjacent in memory) at a time"
     parallel = math.prod(space) >= PARALLEL_MIN_ELEMENTS
@@ -274,10 +275,12 @@ def _check_space(anchor, others, writes, space, reshape) -> None:
     for op in others:
         for r in op.results:
             if not fits(shape_of(r)):
-                raise error_at(op, f"broadcasts beyond the row space {_fmt(space)}")
+                raise error_at(op, f"broadcasts beyond the row space {fmt_shape(space)}")
     for value, _ in writes:
         if not fits(shape_of(value)):
-            raise error_at(anchor, f"a group result is larger than the row space {_fmt(space)}")
+            raise error_at(
+                anchor, f"a group result is larger than the row space {fmt_shape(space)}"
+            )
 
 
 def _task_loop(space: Sequence[int], axis: int, with_buffer: bool) -> tuple[list[str], str]:
@@ -740,7 +743,3 @@ class _BlockEmitter(_RowEmitter):
 
 def _indent(lines: Sequence[str]) -> list[str]:
     return [f"    {line}" for line in lines]
-
-
-def _fmt(shape: Sequence[int]) -> str:
-    return "x".join(str(d) for d in shape) or "scalar"
