@@ -46,7 +46,6 @@ from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import KernelSource, ScratchPlan, io_specs
 from fusec.codegen.expr import ExprGenerator, leaf_shapes, shape_of
-from fusec.codegen.layout import LAYOUT_OPS
 from fusec.dialect import ops as ai
 from fusec.targets.cpu import abi, host
 from fusec.targets.cpu.common import (
@@ -61,7 +60,12 @@ from fusec.targets.cpu.common import (
     values_needed_after,
 )
 from fusec.targets.cpu.rows import RowBlock, RowParts, row_statements
-from fusec.targets.cpu.segments import core_segments, full_stage, view_lines
+from fusec.targets.cpu.segments import (
+    core_segments,
+    passthrough_lines,
+    stages_before,
+    view_lines,
+)
 
 #: Split the result into at least this many blocks when the blocks stay >= MIN_ROWS rows:
 #: one per thread of Numba's pool (at least 2), so that every thread gets work, and no
@@ -176,7 +180,6 @@ def generate_core_group(
     """Full-size stages for what cannot go per block, then the blocked kernel."""
     core_op, views, _, (before, after) = core_segments(fused_op, core_type)
     outputs = outputs_of(fused_op)
-    yielded = [v for v, _ in outputs]
     gen = ExprGenerator(fast_exp=True)
     buffers = Buffers(reads=dict(input_names(fused_op)))
     stages: list[Stage] = []
@@ -197,23 +200,8 @@ def generate_core_group(
             a_chain = chain
             before = before[1:]
 
-    def destinations(values: Sequence[SSAValue]) -> list[tuple[SSAValue, str]]:
-        """Where each value goes: all its output arrays, or one new full-size scratch buffer."""
-        writes: list[tuple[SSAValue, str]] = []
-        for value in values:
-            arrays = [array for v, array in outputs if v == value]
-            if not arrays:
-                arrays = [buffers.add_scratch(value)]
-            else:
-                buffers.reads[value] = arrays[0]
-            writes.extend((value, array) for array in arrays)
-        return writes
-
-    for i, (label, segment) in enumerate(before):
-        later = [op for _, seg in before[i + 1 :] for op in seg] + a_chain + [core_op, *after]
-        writes = destinations(values_needed_after(segment, later, yielded))
-        stages.append(full_stage(f"{name}_{label}", gen, segment, buffers.reads, writes))
-        launch.append(stages[-1].call())
+    stages += stages_before(name, gen, before, [*a_chain, core_op, *after], outputs, buffers)
+    launch += [stage.call() for stage in stages]
 
     workspace = Workspace()
     a_array = workspace.add("abuf", 0) if a_chain else None  # sized by the core
@@ -288,9 +276,7 @@ def generate_core_group(
         "counter = np.zeros(1, dtype=np.int64)",
         stage.call(),
     ]
-    for value, array in outputs:  # a group input (or a view of one) yielded as it is
-        if value in fused_op.block.args or isinstance(value.owner, LAYOUT_OPS):
-            launch.append(f"{array}[:] = {buffers.reads[value]}")
+    launch += passthrough_lines(fused_op, outputs, buffers)
 
     from fusec.targets.cpu import blas as cpu_blas
 

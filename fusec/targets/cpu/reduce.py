@@ -10,13 +10,12 @@ stage: a whole-tensor library call, so not the blocked kernel (``blocked``)
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Operation
 
 from fusec.codegen import KernelSource, ScratchPlan, io_specs
 from fusec.codegen.expr import ExprGenerator, shape_of
-from fusec.codegen.layout import LAYOUT_OPS
 from fusec.dialect import ops as ai
 from fusec.targets.cpu import abi
 from fusec.targets.cpu.common import (
@@ -26,9 +25,15 @@ from fusec.targets.cpu.common import (
     input_names,
     outputs_of,
     scratch_lines,
-    values_needed_after,
 )
-from fusec.targets.cpu.segments import core_segments, full_stage, view_lines
+from fusec.targets.cpu.segments import (
+    core_segments,
+    destinations,
+    full_stage,
+    passthrough_lines,
+    stages_before,
+    view_lines,
+)
 
 _NUMPY = {"mean": "np.mean", "sum": "np.sum", "max": "np.max"}
 #: Reductions over trailing axes of at most this many elements a row run in
@@ -54,30 +59,14 @@ def library_group(
     its prologues, the core, one stage for its elementwise epilogue."""
     core, views, _, (before, after) = core_segments(fused_op, core_type)
     outputs = outputs_of(fused_op)
-    yielded = [v for v, _ in outputs]
     gen = ExprGenerator(fast_exp=True)
     buffers = Buffers(reads=dict(input_names(fused_op)))
     stages: list[Stage] = []
     launch, view_bytes = view_lines(views, buffers)
 
-    def destinations(values: Sequence[SSAValue]) -> list[tuple[SSAValue, str]]:
-        """Where each value goes: all its output arrays, or one new scratch buffer."""
-        writes: list[tuple[SSAValue, str]] = []
-        for value in values:
-            arrays = [array for v, array in outputs if v == value]
-            if not arrays:
-                arrays = [buffers.add_scratch(value)]
-            else:
-                buffers.reads[value] = arrays[0]
-            writes.extend((value, array) for array in arrays)
-        return writes
-
-    for i, (label, segment) in enumerate(before):
-        later = [op for _, seg in before[i + 1 :] for op in seg] + [core, *after]
-        writes = destinations(values_needed_after(segment, later, yielded))
-        stages.append(full_stage(f"{name}_{label}", gen, segment, buffers.reads, writes))
-        launch.append(stages[-1].call())
-    core_out = destinations([core.results[0]])[0][1]
+    stages += stages_before(name, gen, before, [core, *after], outputs, buffers)
+    launch += [stage.call() for stage in stages]
+    core_out = destinations([core.results[0]], outputs, buffers)[0][1]
     launch += core_lines(core, core_out, buffers)
     for value, array in outputs:
         if value == core.results[0] and array != core_out:
@@ -87,9 +76,7 @@ def library_group(
         writes = [(v, a) for v, a in outputs if v in results]
         stages.append(full_stage(f"{name}_epilogue", gen, after, buffers.reads, writes))
         launch.append(stages[-1].call())
-    for value, array in outputs:  # a group input (or a view of one) yielded as it is
-        if value in fused_op.block.args or isinstance(value.owner, LAYOUT_OPS):
-            launch.append(f"{array}[:] = {buffers.reads[value]}")
+    launch += passthrough_lines(fused_op, outputs, buffers)
 
     uses = any("reduce_rows(" in line for line in launch)
     imports = [abi.import_line("reduce_rows")] if uses else []

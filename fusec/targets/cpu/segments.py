@@ -15,7 +15,7 @@ import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen.expr import ExprGenerator, error_at, shape_of
-from fusec.codegen.layout import is_layout, numpy_expression
+from fusec.codegen.layout import LAYOUT_OPS, is_layout, numpy_expression
 from fusec.dialect import ops as ai
 from fusec.targets.cpu.common import (
     REDUCE_OPS,
@@ -26,6 +26,7 @@ from fusec.targets.cpu.common import (
     check_elementwise,
     depends_on,
     single_core,
+    values_needed_after,
 )
 from fusec.targets.cpu.loops import pointwise_stage
 from fusec.targets.cpu.rows import row_reduce_stage, the_reduction
@@ -133,3 +134,50 @@ def view_lines(views: Sequence[Operation], buffers: Buffers) -> tuple[list[str],
         buffers.reads[result] = f"{name}f"
         allocated += 4 * math.prod(shape_of(result))
     return lines, allocated
+
+
+def destinations(
+    values: Sequence[SSAValue], outputs: Sequence[tuple[SSAValue, str]], buffers: Buffers
+) -> list[tuple[SSAValue, str]]:
+    """Where each value goes: all its output arrays (later stages read the first), or one
+    new full-size scratch buffer."""
+    writes: list[tuple[SSAValue, str]] = []
+    for value in values:
+        arrays = [array for v, array in outputs if v == value]
+        if not arrays:
+            arrays = [buffers.add_scratch(value)]
+        else:
+            buffers.reads[value] = arrays[0]
+        writes.extend((value, array) for array in arrays)
+    return writes
+
+
+def stages_before(
+    name: str,
+    gen: ExprGenerator,
+    before: Sequence[tuple[str, list[Operation]]],
+    later_ops: Sequence[Operation],
+    outputs: Sequence[tuple[SSAValue, str]],
+    buffers: Buffers,
+) -> list[Stage]:
+    """The full-size stage of each segment that runs before the core (``split_segments``),
+    in order: each writes what the segments after it, ``later_ops`` (the core and what
+    follows it) or the group's results read."""
+    yielded = [v for v, _ in outputs]
+    stages: list[Stage] = []
+    for i, (label, segment) in enumerate(before):
+        later = [op for _, seg in before[i + 1 :] for op in seg] + list(later_ops)
+        writes = destinations(values_needed_after(segment, later, yielded), outputs, buffers)
+        stages.append(full_stage(f"{name}_{label}", gen, segment, buffers.reads, writes))
+    return stages
+
+
+def passthrough_lines(
+    fused_op: ai.FusedOp, outputs: Sequence[tuple[SSAValue, str]], buffers: Buffers
+) -> list[str]:
+    """Copies into the outputs that yield a group input (or a view of one) as it is."""
+    return [
+        f"{array}[:] = {buffers.reads[value]}"
+        for value, array in outputs
+        if value in fused_op.block.args or isinstance(value.owner, LAYOUT_OPS)
+    ]
