@@ -93,3 +93,43 @@ def test_the_integer_kernel_compiles_to_ptx_for_hopper():
     assert re.search(r"ld\.global(\.nc)?\.u64", ptx) or "ld.global.b64" in ptx
     assert re.search(r"st\.global\.u8", ptx)
     assert not re.search(r"\.f64\b", ptx), "float64 arithmetic"
+
+
+CONSTANT_GRAPH = """
+func.func @f(%a: tensor<f32>, %b: tensor<i64>, %c: tensor<f32>)
+    -> (tensor<1xf32>, tensor<i64>, tensor<1xi1>) {
+  %k = arith.constant dense<2> : tensor<1xi64>
+  %e = ai.equal %b, %k : tensor<i64> * tensor<1xi64>
+  %w = ai.where %e, %a, %c : tensor<1xi1> * tensor<f32> * tensor<f32>
+  return %w, %b, %e : tensor<1xf32>, tensor<i64>, tensor<1xi1>
+}
+"""
+
+_CONSTANT_RUN = """
+import numpy as np, fusec, sys
+compiled = fusec.compile(sys.stdin.read(), target="cuda")
+for b in (2, 3):
+    w, same, e = compiled(np.float32(1.5), np.int64(b), np.float32(-3.0))
+    print(float(w[0]), int(same), bool(e[0]), same.dtype, e.dtype)
+"""
+
+
+def test_an_integer_constant_is_uploaded_in_its_own_type() -> None:
+    """The program's constants take the IR's element type (an i64 constant was uploaded
+    as f32 and refused: found by the cuda differential fuzzer on the H200 at e544ccd),
+    and integer and bool results come back in theirs."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    done = subprocess.run(
+        [sys.executable, "-c", _CONSTANT_RUN],
+        input=CONSTANT_GRAPH,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == [
+        "1.5 2 True int64 bool",
+        "-3.0 3 False int64 bool",
+    ]

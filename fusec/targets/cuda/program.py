@@ -240,7 +240,8 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         self._constant_slots = []
         for value in self.constants:
             slot[value] = len(slot)
-            self._constant_slots.append((slot[value], self.constants[value]))
+            # the IR's type, not the array's: an i64 or i1 constant is one (issue 29)
+            self._constant_slots.append((slot[value], self.constants[value], spec_of(value.type)))
         self._steps = []
         for launch in self.launches:
             ins = [slot[v] for v in launch.operands]
@@ -373,10 +374,7 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         """
         if not self._constants and self._constant_slots:
             host = _Adapter("host", None)
-            from fusec.ir.dtypes import element_type_of
-
-            for index, array in self._constant_slots:
-                spec = TensorSpec(tuple(array.shape), element_type_of(array.dtype) or "f32")
+            for index, array, spec in self._constant_slots:
                 self._constants[index] = host.wrap(array, spec, stream, 0, "constant")
             stream.synchronize()
         return self._constants
