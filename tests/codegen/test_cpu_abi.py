@@ -25,11 +25,9 @@ GRAPHS = sorted(ROOT.glob("examples/*.mlir")) + sorted(
 )
 MODELS = ROOT / "tests" / "onnx" / "models"
 
-#: Imports a kernel kind may still make besides the ABI's, until its template moves to
-#: it: the copy template (fusec/targets/cpu/copy.py) imports ``numpy_ops`` directly; it
-#: is part of the ABI (``from fusec.targets.cpu.abi import numpy_ops as K``).
-#: ``test_copy_kernels_import_only_the_abi`` turns XPASS (so fails) once it has moved.
-TOLERATED = {"copy": {("fusec.dialect", "numpy_ops")}}
+#: Imports a kernel kind may still make besides the ABI's (none: the copy template moved
+#: to ``from fusec.targets.cpu.abi import numpy_ops as K`` too).
+TOLERATED: dict[str, set[tuple[str, str]]] = {}
 
 
 def fusec_imports(source: str) -> list[tuple[str, str]]:
@@ -76,9 +74,6 @@ func.func @f(%x: tensor<4x6xf32>, %i: tensor<3xi64>) -> (tensor<6x4xf32>, tensor
 """
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the copy template still imports fusec.dialect.numpy_ops (TOLERATED)"
-)
 def test_copy_kernels_import_only_the_abi() -> None:
     kernels = fusec.compile(COPY_GRAPH, target="cpu", executable=False).kernels
     copies = [k for k in kernels if k.kind == "copy"]

@@ -12,6 +12,7 @@ from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import error_at, header, shape_of
 from fusec.codegen.layout import is_copy, numpy_expression
 from fusec.dialect import ops as ai
+from fusec.targets.cpu.abi import import_line
 from fusec.targets.cpu.common import body_ops, input_names, outputs_of
 
 
@@ -33,7 +34,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             header(fused_op, notes=["target: cpu; numpy views and one copy into the output"]),
             "import numpy as np",
             "",
-            "from fusec.dialect import numpy_ops as K",
+            import_line("numpy_ops as K"),
             "",
             "",
             f"def launch({', '.join(params)}):",
