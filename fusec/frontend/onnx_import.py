@@ -2017,3 +2017,7 @@ def import_model(
     return import_onnx(
         model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes
     ).module
+
+
+# Converters kept in modules of their own register on import (after everything above).
+from fusec.frontend import onnx_attention  # noqa: E402, F401

@@ -1,0 +1,183 @@
+"""ONNX ``Attention`` (opset 23): scaled dot-product attention as ai ops.
+
+The node is decomposed the way ONNX's own function body and reference define it, so
+``recognize-patterns`` can still find the attention chain in it:
+
+* 3-D ``Q``/``K``/``V`` (``[B, S, hidden]``) are split into heads (``q_num_heads``,
+  ``kv_num_heads``): reshape to ``[B, S, H, D]``, transpose to ``[B, H, S, D]``;
+* ``past_key``/``past_value`` are concatenated in front of ``K``/``V`` along the sequence
+  (the ``present_*`` outputs);
+* both ``Q`` and ``K`` are multiplied by ``sqrt(scale)`` in the input type (default scale
+  ``1/sqrt(head size)``), then ``Q @ K^T``; ``softcap`` (> 0) gives
+  ``softcap * tanh(scores / softcap)``;
+* the additive bias: ``attn_mask`` (bool: 0 where true, -inf where false; float: as it
+  is; padded with -inf / false up to the key length), plus, with ``is_causal``, -inf where
+  a key comes after the query (bottom-right aligned: key ``j`` is allowed to query ``i``
+  iff ``j <= i + past length``);
+* grouped-query attention repeats each K/V head ``q_num_heads / kv_num_heads`` times in
+  place (``[h0, h0, h1, h1, ...]``);
+* softmax over the keys (in float32 with ``softmax_precision`` = FLOAT), and a row whose
+  bias is -inf everywhere (no key allowed) is all zeros, as the reference defines it.
+
+Refused with a located error: ``nonpad_kv_seqlen``, the sliding-window attributes (opset
+25), the ``qk_matmul_output`` output, another ``softmax_precision``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+from onnx import TensorProto
+
+from fusec.dialect import ops as ai
+from fusec.frontend.onnx_import import _reshape_to, converter, dtype_of, shape_of
+
+if TYPE_CHECKING:
+    from xdsl.ir import SSAValue
+
+    from fusec.frontend.onnx_import import Importer, Node
+
+_ATTRS = (
+    "is_causal",
+    "kv_num_heads",
+    "q_num_heads",
+    "qk_matmul_output_mode",
+    "scale",
+    "softcap",
+    "softmax_precision",
+)
+
+
+@converter("Attention", attrs=_ATTRS)
+def _attention(imp: Importer, node: Node) -> list[SSAValue]:
+    if imp.optional_input_name(node, 6) is not None:
+        raise imp.error("input 'nonpad_kv_seqlen' is not supported", "attribute")
+    q, k, v = (imp.input(node, i) for i in range(3))
+    rank = len(shape_of(q))
+    if rank not in (3, 4) or {len(shape_of(k)), len(shape_of(v))} != {rank}:
+        raise imp.error(f"Q, K and V must all be 3-D or all 4-D, got {q.type}, {k.type}")
+    if rank == 3:
+        q_heads, kv_heads = node.attrs.get("q_num_heads"), node.attrs.get("kv_num_heads")
+        if q_heads is None or kv_heads is None:
+            raise imp.error("3-D inputs need q_num_heads and kv_num_heads", "attribute")
+        q, k, v = (_split_heads(imp, x, h) for x, h in ((q, q_heads), (k, kv_heads), (v, kv_heads)))
+    past_k, past_v = imp.optional_input(node, 4), imp.optional_input(node, 5)
+    if (past_k is None) != (past_v is None):
+        raise imp.error("past_key and past_value come together")
+    past = 0
+    if past_k is not None and past_v is not None:
+        past = shape_of(past_k)[2]
+        k = imp.emit(ai.ConcatOp, past_k, k, axis=2)
+        v = imp.emit(ai.ConcatOp, past_v, v, axis=2)
+    present_k, present_v = k, v
+    k, v = _repeat_kv_heads(imp, k, shape_of(q)[1]), _repeat_kv_heads(imp, v, shape_of(q)[1])
+    scores = _scores(imp, node, q, k)
+    bias = _bias(imp, node, q, shape_of(scores)[-2:], past)
+    if bias is not None:
+        scores = imp.emit(ai.AddOp, scores, bias)
+    probabilities = _softmax(imp, node, scores, dtype_of(q))
+    if bias is not None:  # a row with no allowed key is zeros, not NaN
+        probabilities = _zero_masked_rows(imp, probabilities, bias)
+    y = imp.emit(ai.MatmulOp, probabilities, v)
+    if rank == 3:
+        b, h, s, d = shape_of(y)
+        y = _reshape_to(imp, imp.emit(ai.TransposeOp, y, perm=(0, 2, 1, 3)), (b, s, h * d))
+    return [y, present_k, present_v]
+
+
+def _split_heads(imp: Importer, x: SSAValue, heads: int) -> SSAValue:
+    """``[B, S, hidden]`` -> ``[B, heads, S, hidden / heads]``."""
+    b, s, hidden = shape_of(x)
+    if heads <= 0 or hidden % heads:
+        raise imp.error(f"a hidden size of {hidden} does not split into {heads} heads")
+    four = _reshape_to(imp, x, (b, s, heads, hidden // heads))
+    return imp.emit(ai.TransposeOp, four, perm=(0, 2, 1, 3))
+
+
+def _repeat_kv_heads(imp: Importer, x: SSAValue, q_heads: int) -> SSAValue:
+    """Each of ``x``'s heads repeated in place to ``q_heads`` (grouped-query attention)."""
+    b, heads, s, d = shape_of(x)
+    if heads == q_heads:
+        return x
+    if q_heads % heads:
+        raise imp.error(f"{q_heads} query heads are not a multiple of {heads} key/value heads")
+    rep = q_heads // heads
+    grouped = _reshape_to(imp, x, (b, heads, 1, s, d))
+    wide = imp.emit(ai.ExpandOp, grouped, shape=(b, heads, rep, s, d))
+    return _reshape_to(imp, wide, (b, q_heads, s, d))
+
+
+def _scores(imp: Importer, node: Node, q: SSAValue, k: SSAValue) -> SSAValue:
+    """``(Q * sqrt(scale)) @ (K * sqrt(scale))^T``, softcapped."""
+    scale = node.attrs.get("scale")
+    scale = 1.0 / math.sqrt(shape_of(q)[-1]) if scale is None else float(scale)
+    root = np.asarray(np.sqrt(scale), dtype=np.float64)
+    factor = imp.constant(root, dtype_of(q))
+    scores = imp.emit(
+        ai.MatmulOp,
+        imp.emit(ai.MulOp, q, factor),
+        imp.emit(ai.MulOp, k, factor),
+        transpose_b=True,
+    )
+    softcap = float(node.attrs.get("softcap", 0.0))
+    if softcap > 0:
+        cap = imp.scalar(softcap, scores)
+        scores = imp.emit(ai.MulOp, imp.emit(ai.TanhOp, imp.emit(ai.DivOp, scores, cap)), cap)
+    return scores
+
+
+def _bias(
+    imp: Importer, node: Node, q: SSAValue, grid: tuple[int, ...], past: int
+) -> SSAValue | None:
+    """The additive mask of the scores (None: none), in ``q``'s type."""
+    queries, keys = grid
+    mask = imp.optional_input(node, 3)
+    if mask is not None:
+        mask = _padded_mask(imp, mask, keys)
+        if dtype_of(mask) == "i1":
+            mask = imp.emit(ai.WhereOp, mask, imp.scalar(0.0, q), imp.scalar(-np.inf, q))
+        elif dtype_of(mask) != dtype_of(q):
+            raise imp.error(f"attn_mask is {mask.type}: bool or the inputs' type")
+    if not node.attrs.get("is_causal", 0):
+        return mask
+    allowed = np.arange(keys)[None, :] <= np.arange(queries)[:, None] + past
+    causal = imp.constant(np.where(allowed, 0.0, -np.inf), dtype_of(q))
+    return causal if mask is None else imp.emit(ai.AddOp, mask, causal)
+
+
+def _padded_mask(imp: Importer, mask: SSAValue, keys: int) -> SSAValue:
+    """``mask`` padded along its last dim to ``keys`` (false / -inf: the keys it does not
+    mention are masked)."""
+    shape = shape_of(mask)
+    missing = keys - shape[-1]
+    if missing < 0:
+        raise imp.error(f"attn_mask covers {shape[-1]} keys, more than the {keys} there are")
+    if missing == 0:
+        return mask
+    fill = np.zeros if dtype_of(mask) == "i1" else (lambda s: np.full(s, -np.inf))
+    block = imp.constant(fill((*shape[:-1], missing)), dtype_of(mask))
+    return imp.emit(ai.ConcatOp, mask, block, axis=len(shape) - 1)
+
+
+def _softmax(imp: Importer, node: Node, scores: SSAValue, dtype: str) -> SSAValue:
+    """Softmax over the keys, in float32 when ``softmax_precision`` asks for it."""
+    precision = node.attrs.get("softmax_precision")
+    if precision is None or precision == _PRECISIONS.get(dtype):
+        return imp.emit(ai.SoftmaxOp, scores, axis=-1)
+    if precision != TensorProto.FLOAT:
+        raise imp.error(f"softmax_precision={precision} is not supported", "attribute")
+    wide = imp.emit(ai.SoftmaxOp, imp.emit(ai.CastOp, scores, "f32"), axis=-1)
+    return imp.emit(ai.CastOp, wide, dtype)
+
+
+_PRECISIONS = {"f32": TensorProto.FLOAT, "f16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
+
+
+def _zero_masked_rows(imp: Importer, probabilities: SSAValue, bias: SSAValue) -> SSAValue:
+    """``probabilities`` with every row whose ``bias`` is -inf throughout set to 0."""
+    last = len(shape_of(bias)) - 1
+    row_max = imp.emit(ai.ReduceMaxOp, bias, axes=(last,), keepdims=True)
+    masked = imp.emit(ai.EqualOp, row_max, imp.scalar(-np.inf, row_max))
+    return imp.emit(ai.WhereOp, masked, imp.scalar(0.0, probabilities), probabilities)

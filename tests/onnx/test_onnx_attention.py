@@ -1,0 +1,106 @@
+"""ONNX ``Attention`` (opset 23) imported as ai ops (``fusec/frontend/onnx_attention.py``):
+each form against onnx's reference evaluator on fresh random inputs, and the refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import fusec  # noqa: E402
+from fusec.errors import FusecError  # noqa: E402
+
+F32 = TensorProto.FLOAT
+
+
+def _model(inputs: list[tuple[str, int, tuple]], attrs: dict, outputs: int = 1):
+    names = [n for n, _, _ in inputs]
+    outs = ["Y", "present_key", "present_value"][:outputs]
+    node = helper.make_node("Attention", names, outs, **attrs)
+    graph = helper.make_graph(
+        [node],
+        "attention",
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(o, F32, None) for o in outs],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+
+
+def _inputs(inputs, rng) -> list[np.ndarray]:
+    arrays = []
+    for _, kind, shape in inputs:
+        if kind == TensorProto.BOOL:
+            arrays.append(rng.random(shape) < 0.7)
+        else:
+            arrays.append(rng.standard_normal(shape).astype(np.float32))
+    return arrays
+
+
+B, H, S, D = 2, 4, 5, 8
+Q4, K4 = ("Q", F32, (B, H, S, D)), ("K", F32, (B, H, 7, D))
+V4 = ("V", F32, (B, H, 7, D))
+
+CASES = {
+    "4d": ([Q4, K4, V4], {}),
+    "4d-scale-softcap": ([Q4, K4, V4], {"scale": 0.3, "softcap": 2.0}),
+    "4d-causal": ([Q4, K4, V4], {"is_causal": 1}),
+    "4d-bool-mask": ([Q4, K4, V4, ("attn_mask", TensorProto.BOOL, (S, 7))], {}),
+    "4d-float-mask-short-causal": (
+        [Q4, K4, V4, ("attn_mask", F32, (B, 1, S, 4))], {"is_causal": 1}
+    ),
+    "3d-gqa": (
+        [("Q", F32, (B, S, 32)), ("K", F32, (B, 7, 16)), ("V", F32, (B, 7, 24))],
+        {"q_num_heads": 4, "kv_num_heads": 2},
+    ),
+    "4d-past-causal": (
+        [Q4, ("K", F32, (B, H, S, D)), ("V", F32, (B, H, S, D)), ("", F32, ()),
+         ("past_key", F32, (B, H, 3, D)), ("past_value", F32, (B, H, 3, D))],
+        {"is_causal": 1},
+    ),
+    "4d-f32-softmax-precision": ([Q4, K4, V4], {"softmax_precision": F32}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_attention_matches_onnx_reference(name: str) -> None:
+    spec, attrs = CASES[name]
+    used = [i for i in spec if i[0]]
+    outputs = 3 if any(n == "past_key" for n, _, _ in spec) else 1
+    model = _model(
+        [i if i[0] else ("", F32, ()) for i in spec], attrs, outputs
+    )  # an empty name: the optional input left out
+    model.graph.ClearField("input")
+    model.graph.input.extend([helper.make_tensor_value_info(n, t, s) for n, t, s in used])
+    rng = np.random.default_rng(7)
+    arrays = _inputs(used, rng)
+    feeds = dict(zip([n for n, _, _ in used], arrays, strict=True))
+    want = ReferenceEvaluator(model).run(None, feeds)
+    got = fusec.compile(fusec.from_onnx(model), target="reference")(*arrays)
+    got = got if isinstance(got, tuple) else (got,)
+    for g, w in zip(got, want, strict=True):
+        assert not np.isnan(g).any()
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_a_fully_masked_row_is_zeros() -> None:
+    mask = np.ones((S, 7), dtype=bool)
+    mask[2] = False  # query 2 may see no key
+    model = _model([Q4, K4, V4, ("attn_mask", TensorProto.BOOL, (S, 7))], {})
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for _, _, s in (Q4, K4, V4))
+    y = fusec.compile(fusec.from_onnx(model), target="reference")(q, k, v, mask)
+    assert not np.isnan(y).any() and not y[:, :, 2].any()
+
+
+def test_unsupported_forms_are_refused() -> None:
+    model = _model([Q4, K4, V4], {})
+    model.graph.node[0].output.extend(["", "", "qk"])  # output 3, qk_matmul_output, used
+    model.graph.output.append(helper.make_tensor_value_info("qk", F32, None))
+    with pytest.raises(FusecError, match="output 'qk' is not supported"):
+        fusec.from_onnx(model)
+    model = _model([("Q", F32, (B, S, 32)), ("K", F32, (B, 7, 32)), ("V", F32, (B, 7, 32))], {})
+    with pytest.raises(FusecError, match="q_num_heads and kv_num_heads"):
+        fusec.from_onnx(model)
