@@ -33,13 +33,59 @@ def reference_report() -> ConformanceReport:
     return report
 
 
+#: Cases whose expected outputs fusec misses only by ONNX's 16-bit rounding: the suite's
+#: reference rounds after every op in float16, fusec's recognised ai.attention computes in
+#: float32 and rounds once. test_rounding_only_cases_are_closer_to_float64 checks that on
+#: each of them fusec is the closer one to a float64 evaluation of the same graph, so the
+#: exception cannot hide a wrong result.
+ROUNDING_ONLY = {"test_attention_4d_causal_fp16"}
+
+
+def _failed(report: ConformanceReport) -> list:
+    return [r for r in report.results if r.status == "failed" and r.name not in ROUNDING_ONLY]
+
+
 def _failures(report: ConformanceReport) -> str:
-    return "\n".join(f"{r.name}: {r.detail}" for r in report.results if r.status == "failed")
+    return "\n".join(f"{r.name}: {r.detail}" for r in _failed(report))
 
 
 @pytest.mark.slow
 def test_no_case_fails_on_the_reference_executor(reference_report):
-    assert reference_report.count("failed") == 0, _failures(reference_report)
+    assert not _failed(reference_report), _failures(reference_report)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["reference", "cpu"])
+@pytest.mark.parametrize("name", sorted(ROUNDING_ONLY))
+def test_rounding_only_cases_are_closer_to_float64(name: str, target: str) -> None:
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    import fusec
+    from fusec.tools.conformance import _loaded_cases
+
+    (case,) = [c for c in _loaded_cases() if c[0] == name]
+    _, model, data_sets, _ = case
+    inputs, outputs = data_sets[0]
+    arrays = [numpy_helper.to_array(t) if not isinstance(t, np.ndarray) else t for t in inputs]
+    want = [numpy_helper.to_array(t) if not isinstance(t, np.ndarray) else t for t in outputs]
+    wide = onnx.ModelProto()
+    wide.CopyFrom(model)
+    for value in [*wide.graph.input, *wide.graph.output]:
+        if value.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16:
+            value.type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
+    feeds = {v.name: a.astype(np.float64) for v, a in zip(wide.graph.input, arrays, strict=True)}
+    truth = ReferenceEvaluator(wide).run(None, feeds)[0]
+    got = fusec.compile(fusec.from_onnx(model), target=target)(*arrays)
+    got = got[0] if isinstance(got, tuple) else got
+
+    def error(x):
+        return float(np.linalg.norm(x.astype(np.float64) - truth) / np.linalg.norm(truth))
+
+    assert not np.isnan(got).any()
+    assert error(got) <= error(want[0]) and error(got) < 1e-2, (error(got), error(want[0]))
 
 
 #: Operators none of whose node tests fusec can take: CastLike's have an empty input (the
@@ -53,7 +99,7 @@ NO_CASE_TO_TAKE = {"CastLike", "ReduceLogSumExp"}
 @pytest.mark.parametrize("operator", supported_operators())
 def test_every_supported_operator_passes_its_cases(reference_report, operator):
     report = reference_report.operators[operator]
-    assert report.count("failed") == 0
+    assert not [r for r in report.results if r.status == "failed" and r.name not in ROUNDING_ONLY]
     if operator in NO_CASE_TO_TAKE:
         assert report.count("skipped") == len(report.results)
         assert {r.feature for r in report.results} & {"shape", "dtype"}
@@ -94,7 +140,7 @@ def test_a_wrong_result_fails(monkeypatch):
 def test_the_cpu_target_passes_the_same_cases(reference_report):
     report = run_conformance(target="cpu")
     print("\n" + report.format())
-    assert report.count("failed") == 0, _failures(report)
+    assert not _failed(report), _failures(report)
     passed = {r.name for r in report.results if r.status == "passed"}
     assert passed == {r.name for r in reference_report.results if r.status == "passed"}
 
