@@ -6,13 +6,10 @@ run in one subprocess (``sim_runner.py``) and each test checks its line.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from sim_client import run_simulator
 
 HERE = Path(__file__).parent
 
@@ -45,26 +42,8 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def sim_results() -> dict:
-    payload = json.dumps(
-        [{"name": c[0], "builder": c[1], "args": c[2], **_scale(c)} for c in CASES]
-    )
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONUNBUFFERED="1")
-    done = subprocess.run(
-        [sys.executable, str(HERE / "sim_runner.py"), payload],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    results = {}
-    for line in done.stdout.splitlines():
-        if line.startswith("{"):
-            record = json.loads(line)
-            results[record["name"]] = record
-    if not results:
-        pytest.fail(f"simulator run produced nothing:\n{done.stdout}\n{done.stderr}")
-    return results
+    records = [{"name": c[0], "builder": c[1], "args": c[2], **_scale(c)} for c in CASES]
+    return run_simulator(HERE / "sim_runner.py", records)
 
 
 def _scale(case: tuple) -> dict:

@@ -5,13 +5,13 @@ random inputs (integers in [-4, 5), bools), integers and bools compared exactly.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from sim_client import run_simulator
 
 HERE = Path(__file__).parent
 
@@ -26,24 +26,8 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def sim_results() -> dict:
-    payload = json.dumps([{"name": n, "builder": b, "args": a} for n, b, a in CASES])
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONUNBUFFERED="1")
-    done = subprocess.run(
-        [sys.executable, str(HERE / "sim_runner.py"), payload],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    results = {}
-    for line in done.stdout.splitlines():
-        if line.startswith("{"):
-            record = json.loads(line)
-            results[record["name"]] = record
-    if not results:
-        pytest.fail(f"simulator run produced nothing:\n{done.stdout}\n{done.stderr}")
-    return results
+    records = [{"name": n, "builder": b, "args": a} for n, b, a in CASES]
+    return run_simulator(HERE / "sim_runner.py", records)
 
 
 @pytest.mark.parametrize("name", [c[0] for c in CASES])

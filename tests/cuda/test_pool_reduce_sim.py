@@ -10,13 +10,10 @@ default lane; the full matrix of attributes and element types in the slow one.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from sim_client import run_simulator
 
 HERE = Path(__file__).parent
 
@@ -147,24 +144,7 @@ def _run_sim(cases: list[tuple]) -> dict:
         if name.startswith("split_"):
             record["reduce_constants"] = SPLIT_SMALL
         records.append(record)
-    payload = json.dumps(records)
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONUNBUFFERED="1")
-    done = subprocess.run(
-        [sys.executable, str(HERE / "pool_reduce_sim.py"), payload],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1200,
-        check=False,
-    )
-    results = {}
-    for line in done.stdout.splitlines():
-        if line.startswith("{"):
-            record = json.loads(line)
-            results[record["name"]] = record
-    if not results:
-        pytest.fail(f"simulator run produced nothing:\n{done.stdout}\n{done.stderr}")
-    return results
+    return run_simulator(HERE / "pool_reduce_sim.py", records, timeout=1200)
 
 
 def _check_record(results: dict, name: str, builder: str) -> None:
