@@ -13,7 +13,6 @@ from fusec.codegen import KernelSource
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.target import Target, Template, deferred
-from fusec.targets.cuda.common import integer_values
 
 _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
 #: Data ops of copy groups, through PyTorch: run-time lookups, running sums, arg-reductions.
@@ -34,6 +33,15 @@ def _copy_accepts(members: Sequence[Operation], anchor: Operation | None) -> str
         f"the cuda copy template runs {data.name} alone (through PyTorch): only chains of "
         "index maps (transpose, reshape, slice, gather, concat) are one kernel"
     )
+
+
+def integer_values(members: Sequence[Operation], what: str) -> str | None:
+    """``fusec.targets.cuda.common.integer_values``, imported when a group is judged: a
+    compile for another target loads none of the cuda code generators (the start-up test
+    in tests/test_cli_usability.py)."""
+    from fusec.targets.cuda.common import integer_values as check
+
+    return check(members, what)
 
 
 def _floats_only(what: str) -> Any:

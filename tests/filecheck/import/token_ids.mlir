@@ -13,7 +13,7 @@
 // CHECK: %mb = ai.cast %attention_mask : tensor<1x4xi64> to tensor<1x4xi1>
 // CHECK: %mbe = ai.expand %mb4 {shape = array<i64: 1, 1, 4, 4>} : tensor<1x1x1x4xi1>
 // CHECK: %allowed = ai.and %causal, %mbe : tensor<1x1x4x4xi1> * tensor<1x1x4x4xi1>
-// CHECK: %mask = ai.where %allowed, %zero, %ninf : tensor<1x1x4x4xi1> * tensor<1xf32> * tensor<1xf32>
+// CHECK: %mask = ai.where %allowed, %zero, %ninf : tensor<1x1x4x4xi1> * tensor<f32> * tensor<f32>
 // The lookups are copy groups; the mask is computed by pointwise groups from the i64
 // input (the cast to i1, then expand, and, where to f32), and the recognised attention
 // reads it as its mask operand.
@@ -21,6 +21,6 @@
 // FUSED-NEXT: ^bb0
 // FUSED-NEXT: ai.take
 // FUSED: %mb = ai.fused "pointwise" (%attention_mask) : (tensor<1x4xi64>) -> tensor<1x4xi1>
-// FUSED: %mask = ai.fused "pointwise" (%mb4, %causal, %zero, %ninf) : (tensor<1x1x1x4xi1>, tensor<1x1x4x4xi1>, tensor<1xf32>, tensor<1xf32>) -> tensor<1x1x4x4xf32>
+// FUSED: %mask = ai.fused "pointwise" (%mb4, %causal, %zero, %ninf) : (tensor<1x1x1x4xi1>, tensor<1x1x4x4xi1>, tensor<f32>, tensor<f32>) -> tensor<1x1x4x4xf32>
 // FUSED: ai.fused "attention" ({{.*}}, %mask)
 // FUSED: ai.attention
