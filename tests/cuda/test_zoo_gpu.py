@@ -35,10 +35,7 @@ def device():
 
 
 #: zoo models fusec refuses today, and why (strict: the test fails once they import)
-REFUSED = {
-    "llama": "issue 28: Expand on values computed at run time (GQA's repeat_kv) is not "
-    "imported yet",
-}
+REFUSED: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(

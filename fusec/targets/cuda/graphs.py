@@ -28,8 +28,8 @@ PyTorch fallback group: its ops allocate and free temporaries inside PyTorch, wh
 ``torch.cuda.graph``'s private pool makes safe to record, and a failed capture under
 ``torch.cuda.graph`` left PyTorch's random number generator unusable in the process
 ("Offset increment outside graph capture", seen on the H200 with EfficientNet-B0).
-``FUSEC_CUDA_GRAPHS=0`` (read at each call) or ``fusec.compile(..., cuda_graphs=False)``
-turns graphs off.
+``FUSEC_CUDA_GRAPHS=0`` (read at each call) turns graphs off, and
+``compiled.program.graphs = None`` turns them off for one compiled module.
 """
 
 from __future__ import annotations

@@ -229,7 +229,7 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
         self._keep: list | None = None  # set while capturing: every buffer stays alive
         self._plan_slots()
         #: whole-program CUDA graphs of torch calls (``fusec.targets.cuda.graphs``);
-        #: None turns them off for this program (``fusec.compile(cuda_graphs=False)``)
+        #: None turns them off for this program
         self.graphs: ProgramGraphs | None = ProgramGraphs(
             self._run, self._specs, DriverCapture(self._keeping)
         )
