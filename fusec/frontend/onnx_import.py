@@ -1843,10 +1843,15 @@ def _log_softmax(imp: Importer, node: Node) -> list[SSAValue]:
     """x - m - log(sum(exp(x - m))) over the axis (m its clipped maximum): no overflow,
     and no log of an underflowed probability."""
     x = imp.input(node, 0)
-    axis = _softmax_axis(imp, node, x)
+    return [log_softmax(imp, x, _softmax_axis(imp, node, x))]
+
+
+def log_softmax(imp: Importer, x: SSAValue, axis: int) -> SSAValue:
+    """``x - m - log(sum(exp(x - m)))`` over ``axis`` (in [0, rank); m the clipped
+    maximum), as ai ops: LogSoftmax, and SoftmaxCrossEntropyLoss's log-probabilities."""
     shifted = imp.emit(ai.SubOp, x, _finite_max(imp, x, [axis]))
     total = _reduce_with(imp, ai.ReduceSumOp, imp.emit(ai.ExpOp, shifted), [axis], True)
-    return [imp.emit(ai.SubOp, shifted, imp.emit(ai.LogOp, total))]
+    return imp.emit(ai.SubOp, shifted, imp.emit(ai.LogOp, total))
 
 
 @converter("LpNormalization", attrs=("axis", "p"))
@@ -1966,13 +1971,17 @@ def import_onnx(
     *,
     weights_as_args: bool = False,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    source: str | None = None,
 ) -> ImportResult:
     """Import an ONNX model (a ModelProto or a path): the module and what was folded.
 
     ``input_shapes`` fixes the shapes of inputs by name (needed for dynamic
-    dimensions such as a batch size).
+    dimensions such as a batch size). ``source`` names the model in locations
+    (default: its path, or ``<onnx>`` for a ModelProto): a model read once and
+    imported again per input shape (``onnx_dynamic``) keeps its file's name.
     """
-    model, source = load_model(model_or_path)
+    model, loaded_from = load_model(model_or_path)
+    source = loaded_from if source is None else source
     if (where := _non_text_field(model)) is not None:
         raise FusecError(
             f"the model's {where} is not UTF-8 text (a damaged or hostile file)",
@@ -2020,4 +2029,4 @@ def import_model(
 
 
 # Converters kept in modules of their own register on import (after everything above).
-from fusec.frontend import onnx_attention  # noqa: E402, F401
+from fusec.frontend import onnx_attention, onnx_loss  # noqa: E402, F401
