@@ -10,7 +10,8 @@ op type with ``isinstance`` instead of ``op_type_rewrite_pattern`` type hints.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
 from xdsl.dialects import arith
 from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
@@ -25,6 +26,9 @@ from fusec.dialect.views import (
 )
 from fusec.errors import FusecError
 from fusec.ir.constants import constant_value, dense_constant
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def _replace(rewriter: PatternRewriter, op: Operation, new: Operation) -> None:
@@ -172,6 +176,8 @@ def _single_use(op: Operation) -> bool:
 def _bn_coefficients(op: Operation) -> tuple[np.ndarray, np.ndarray] | None:
     """(a, b) with batch_norm(x) = a * x + b per channel (float64), when every parameter
     is a constant."""
+    import numpy as np
+
     from fusec.dialect.ops import BatchNormOp
 
     assert isinstance(op, BatchNormOp)
@@ -189,6 +195,8 @@ class FoldBatchNormIntoConv(RewritePattern):
     new constant weights and bias computed in float64, one kernel less."""
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        import numpy as np
+
         from fusec.dialect.ops import BatchNormOp, BiasAddOp, Conv2DOp, spec_of
 
         if not isinstance(op, BatchNormOp) or (coefficients := _bn_coefficients(op)) is None:
@@ -243,6 +251,8 @@ class DecomposeBatchNorm(RewritePattern):
     only at run time normalised by ``(x - mean) * (scale / sqrt(var + eps))``)."""
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        import numpy as np
+
         from fusec.dialect import ops as ai
 
         if not isinstance(op, ai.BatchNormOp):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr, TensorType
 
@@ -10,9 +11,14 @@ from fusec.errors import FusecError
 from fusec.ir.dtypes import ELEMENT_TYPES
 from fusec.ir.memory import check_bytes, tensor_bytes
 
+if TYPE_CHECKING:
+    import numpy as np
+
 
 def constant_value(op: arith.ConstantOp) -> np.ndarray:
     """The value of a dense tensor ``arith.constant`` as a numpy array."""
+    import numpy as np
+
     value = op.value
     if not isinstance(value, DenseIntOrFPElementsAttr) or not isinstance(value.type, TensorType):
         raise FusecError(f"arith.constant: only dense tensor constants are supported, got {value}")
@@ -26,6 +32,8 @@ def constant_value(op: arith.ConstantOp) -> np.ndarray:
 
 def dense_constant(array: np.ndarray, dtype: str) -> arith.ConstantOp:
     """An ``arith.constant`` holding ``array`` rounded to the element type ``dtype``."""
+    import numpy as np
+
     element = ELEMENT_TYPES[dtype]
     data = np.array(array, dtype=element.numpy, order="C")  # (0-d stays 0-d)
     ttype = TensorType(element.xdsl, data.shape)

@@ -10,7 +10,9 @@ integers a value no test computes, as they have no NaN).
 
 numpy's bfloat16 comes from ``ml_dtypes``, whose import takes ~0.5 s: it is
 imported when a bf16 numpy dtype is first needed, not by every command that
-only reads IR (``fusec compile`` of an f16 graph never needs it).
+only reads IR (``fusec compile`` of an f16 graph never needs it). numpy itself
+(~0.3 s) is imported the same way, by the functions that return or take a dtype
+(issue #26: ``fusec compile`` reads and writes IR and imports neither).
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from __future__ import annotations
 import functools
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
 from xdsl.dialects.builtin import AnyFloat, IntegerType, bf16, f16, f32, i1, i32, i64
 from xdsl.ir import Attribute
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: The xDSL element types of the IR: floats and signless integers.
 XdslElement = AnyFloat | IntegerType
@@ -49,6 +54,8 @@ class ElementType:
 
 @functools.cache
 def _numpy_dtype(name: str) -> np.dtype:
+    import numpy as np
+
     if hasattr(np, name):
         return np.dtype(getattr(np, name))
     import ml_dtypes  # bfloat16: imported on first use (see the module docstring)
@@ -99,6 +106,8 @@ def element_type_of(dtype: np.dtype, *, floats_only: bool = True) -> str | None:
     Only float types unless ``floats_only`` is False: the Python front ends turn
     integer arrays into constants of the tensor they meet, not integer tensors.
     """
+    import numpy as np
+
     dtype = np.dtype(dtype)
     for name, candidate in ELEMENT_TYPES.items():
         if floats_only and candidate.kind != "float":
