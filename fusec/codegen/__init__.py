@@ -56,6 +56,26 @@ class ScratchPlan:
 
 
 @dataclass(frozen=True)
+class CompiledEntry:
+    """A cpu kernel module's njit-callable launch, for a program's compiled launcher
+    (``fusec.targets.cpu.program``): ``name(*inputs, *outputs, scratch, counter)``
+    on flat arrays in the kernel's array dtypes, ``scratch`` a float32 array of at
+    least ``fixed_floats + task_floats * tasks`` elements for up to ``max_tasks``
+    parallel tasks (the entry takes as many as fit), ``counter`` an int64 array of
+    one element it resets. It allocates nothing and holds no BLAS setting of its own:
+    the caller keeps BLAS at one thread around it."""
+
+    name: str = "entry"
+    fixed_floats: int = 0
+    task_floats: int = 0
+    max_tasks: int = 1
+
+    def scratch_floats(self, threads: int) -> int:
+        """Scratch elements for ``threads`` threads."""
+        return self.fixed_floats + self.task_floats * max(1, min(threads, self.max_tasks))
+
+
+@dataclass(frozen=True)
 class KernelSource:
     """The generated module of one fused group, and how to call it.
 
@@ -91,6 +111,9 @@ class KernelSource:
     #: (input index, layout name): constants only, laid out once by the ``Program``
     #: (the cpu target's packed GEMM operands).
     prepared_inputs: tuple[tuple[int, str], ...] = ()
+    #: The module's njit-callable form of ``entry`` (cpu), None when it has none (its
+    #: launch runs numpy outside Numba: a copy kernel, a numpy reduction).
+    compiled_entry: CompiledEntry | None = None
 
 
 def io_specs(fused_op: FusedOp) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
