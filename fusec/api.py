@@ -5,16 +5,21 @@ This is a stable contract: other parts of fusec and its users build on it.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from xdsl.dialects.builtin import ModuleOp
 
 from fusec.codegen import KernelSource
 from fusec.errors import FusecError
+
+if TYPE_CHECKING:
+    from fusec.frontend.onnx_dynamic import DynamicModel
+    from fusec.runtime.specialize import DynamicCompiledModule
 
 #: One generated kernel (one launch): name, fused kind, target, source, I/O types.
 Kernel = KernelSource
@@ -41,7 +46,7 @@ def from_onnx(
     *,
     weights_as_args: bool = False,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
-) -> ModuleOp:
+) -> ModuleOp | DynamicModel:
     """Import an ONNX model (a ``ModelProto`` or a .onnx path) as a verified ai module.
 
     Initializers become ``arith.constant`` ops, or with ``weights_as_args`` extra
@@ -49,10 +54,16 @@ def from_onnx(
     ``input_shapes`` ({input name: shape}) fixes dynamic input dimensions; every
     node whose inputs are then constants (shape arithmetic, masks, position ids)
     is evaluated at import.
+
+    A model with a dynamic input dimension that ``input_shapes`` leaves open (a
+    ``dim_param`` such as ``"batch"``) gives a ``DynamicModel`` instead: its symbolic
+    signature (``str()`` is its IR), which ``compile`` turns into a module that
+    imports and compiles the model once per set of input shapes it is called with.
     """
-    return import_onnx(
-        model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes
-    ).module
+    from fusec.frontend.onnx_dynamic import DynamicModel
+
+    result = import_onnx(model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes)
+    return result if isinstance(result, DynamicModel) else result.module
 
 
 def import_onnx(
@@ -63,14 +74,24 @@ def import_onnx(
 ) -> Any:
     """``from_onnx`` with what the import did: an ``ImportResult`` (``.module``;
     ``.evaluated``, the nodes folded at import by operator; ``.recognized``, what the
-    ``recognize-patterns`` pass of the default pipeline rewrites in it; ``.summary()``)."""
+    ``recognize-patterns`` pass of the default pipeline rewrites in it; ``.summary()``),
+    or for a model with dynamic dimensions the ``DynamicModel`` (``.module`` is its
+    symbolic signature; nothing is evaluated until it is compiled for a shape)."""
     from fusec.extras import require
 
     require("onnx", "importing ONNX")
+    from fusec.frontend.onnx_dynamic import dynamic_model
     from fusec.frontend.onnx_import import import_onnx as import_model
     from fusec.passes.recognize import recognize
 
-    result = import_model(model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes)
+    dynamic, model, source = dynamic_model(
+        model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes
+    )
+    if dynamic is not None:
+        return dynamic
+    result = import_model(
+        model, weights_as_args=weights_as_args, input_shapes=input_shapes, source=source
+    )
     result.recognized.update(recognize(result.module.clone()))
     return result
 
@@ -274,8 +295,36 @@ def resolve_target(target: str) -> str:
     return resolve(target, available=False).name
 
 
-def compile(  # noqa: A001 - the public name is part of the API contract
+@overload
+def compile(  # noqa: A001
     text_or_path: str | Path | ModuleOp,
+    *,
+    target: str = ...,
+    pipeline: str | None = ...,
+    entry: str | None = ...,
+    after_pass: Callable[[str, ModuleOp], None] | None = ...,
+    executable: bool = ...,
+    sms: int = ...,
+    max_specializations: int | None = ...,
+) -> CompiledModule: ...
+
+
+@overload
+def compile(  # noqa: A001
+    text_or_path: DynamicModel,
+    *,
+    target: str = ...,
+    pipeline: str | None = ...,
+    entry: str | None = ...,
+    after_pass: Callable[[str, ModuleOp], None] | None = ...,
+    executable: bool = ...,
+    sms: int = ...,
+    max_specializations: int | None = ...,
+) -> DynamicCompiledModule: ...
+
+
+def compile(  # noqa: A001 - the public name is part of the API contract
+    text_or_path: str | Path | ModuleOp | DynamicModel,
     *,
     target: str = "auto",
     pipeline: str | None = None,
@@ -283,7 +332,8 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     after_pass: Callable[[str, ModuleOp], None] | None = None,
     executable: bool = True,
     sms: int = 0,
-) -> CompiledModule:
+    max_specializations: int | None = None,
+) -> CompiledModule | DynamicCompiledModule:
     """Parse (unless given a module), run the pipeline for the target and build a
     CompiledModule.
 
@@ -299,12 +349,35 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     usable here (cuda without a GPU) can still show its kernels. ``sms`` names the
     GPU's SM count the cuda tiles are chosen for (0: the usable GPU's, else an H200's),
     so that the same inputs give the same kernels on every machine.
+
+    A ``DynamicModel`` (``from_onnx`` of a model with dynamic dimensions) gives a
+    ``DynamicCompiledModule`` (``fusec.runtime.specialize``): each call with a new
+    set of input shapes imports the model for them and compiles it as above (the
+    other arguments apply to each), up to ``max_specializations`` sets (default
+    ``$FUSEC_MAX_SPECIALIZATIONS``, else 8); ``.specializations`` lists them.
     """
     from fusec.frontend.mlir import parse_module, read_source
     from fusec.runtime.launch import plan_launches
     from fusec.target import resolve_target as resolve
 
     chosen = resolve(target, available=executable)
+    if not isinstance(text_or_path, str | Path | ModuleOp):
+        return _compile_dynamic(
+            text_or_path,
+            functools.partial(
+                compile,
+                target=chosen.name,
+                pipeline=pipeline,
+                entry=entry,
+                after_pass=after_pass,
+                executable=executable,
+                sms=sms,
+            ),
+            target=chosen.name,
+            max_specializations=max_specializations,
+        )
+    if max_specializations is not None:
+        raise FusecError("max_specializations= applies to models with dynamic dimensions only")
     source_text = source_name = None
     clock = time.perf_counter()
     if isinstance(text_or_path, ModuleOp):
@@ -353,6 +426,21 @@ def compile(  # noqa: A001 - the public name is part of the API contract
         remarks=reported,
         phases=phases,
     )
+
+
+def _compile_dynamic(
+    model: Any, compile_one: Callable[[ModuleOp], CompiledModule], **options: Any
+) -> DynamicCompiledModule:
+    """A DynamicCompiledModule of ``model``, or a FusecError when it is not a model."""
+    from fusec.frontend.onnx_dynamic import DynamicModel
+    from fusec.runtime.specialize import DynamicCompiledModule
+
+    if not isinstance(model, DynamicModel):
+        raise FusecError(
+            "expected IR text, a path, a ModuleOp or a DynamicModel (fusec.from_onnx), "
+            f"got {type(model).__name__}"
+        )
+    return DynamicCompiledModule(model, compile_one, **options)
 
 
 def _quote_source(err: FusecError, text: str | None, name: str | None) -> None:
