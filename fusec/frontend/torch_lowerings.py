@@ -1,0 +1,670 @@
+"""Core ATen op -> ai ops: one short lowering per overload (``torch_fx.LOWERINGS``).
+
+A lowering gets the translator, the FX node and its arguments bound by schema name
+(``a["input"]``), and returns the node's ai value, or a tuple for a multi-result op
+(None for a result fusec does not compute: ``native_layer_norm``'s statistics). Result
+shapes that are plain facts of PyTorch's (a ``view``'s size, an ``expand``'s) are
+read from the node's recorded value rather than recomputed. Elementwise operands are
+cast to the result dtype PyTorch recorded, which is its type promotion.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from torch import fx
+from xdsl.ir import SSAValue
+
+from fusec.dialect import ops as ai
+from fusec.frontend.torch_fx import Translator, dtype_of, lowering, shape_of
+
+Args = dict[str, Any]
+
+
+def _dims(value: Any, count: int = 2) -> tuple[int, ...]:
+    """A size-like argument (an int or a list, a 1-list repeated) as ``count`` ints."""
+    values = [value] if isinstance(value, int) else list(value)
+    if len(values) == 1:
+        values = values * count
+    return tuple(int(v) for v in values)
+
+
+def _axis(t: Translator, axis: int, rank: int) -> int:
+    if not -max(rank, 1) <= axis < max(rank, 1):
+        raise t.error(f"dim {axis} is out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+def _axes(t: Translator, dims: Any, rank: int) -> list[int]:
+    if dims is None:
+        return []
+    values = [dims] if isinstance(dims, int) else list(dims)
+    return sorted(_axis(t, int(d), rank) for d in values)
+
+
+def _reshape(t: Translator, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+    shape = tuple(int(d) for d in shape)
+    return x if shape == shape_of(x) else t.emit(ai.ReshapeOp, x, shape=shape)
+
+
+# ------------------------------------------------------------------ elementwise
+
+_BINARY: dict[str, type[ai.AiOp]] = {
+    "add": ai.AddOp,
+    "sub": ai.SubOp,
+    "mul": ai.MulOp,
+    "div": ai.DivOp,
+    "maximum": ai.MaximumOp,
+    "minimum": ai.MinimumOp,
+    "pow": ai.PowOp,
+}
+
+
+def _binary(t: Translator, kind: str, a: Any, b: Any, alpha: Any = 1) -> SSAValue:
+    dtype = t.out_dtype()
+    lhs = t.tensor(a, dtype)
+    if alpha not in (None, 1):  # add/sub's alpha scales the second operand
+        b = t.emit(ai.MulOp, t.tensor(b, dtype), t.scalar(alpha, dtype))
+    return t.emit(_BINARY[kind], lhs, t.tensor(b, dtype))
+
+
+@lowering("add.Tensor", "add.Scalar")
+def _add(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    return _binary(t, "add", a["self"], a["other"], a.get("alpha"))
+
+
+@lowering("sub.Tensor", "sub.Scalar")
+def _sub(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    return _binary(t, "sub", a["self"], a["other"], a.get("alpha"))
+
+
+@lowering("rsub.Scalar", "rsub.Tensor")
+def _rsub(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """other - alpha * self."""
+    dtype = t.out_dtype()
+    x = t.tensor(a["self"], dtype)
+    if a.get("alpha") not in (None, 1):
+        x = t.emit(ai.MulOp, x, t.scalar(a["alpha"], dtype))
+    return t.emit(ai.SubOp, t.tensor(a["other"], dtype), x)
+
+
+@lowering("mul.Tensor", "mul.Scalar")
+def _mul(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    return _binary(t, "mul", a["self"], a["other"])
+
+
+@lowering("div.Tensor", "div.Scalar")
+def _div(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    return _binary(t, "div", a["self"], a["other"])
+
+
+@lowering("div.Tensor_mode")
+def _div_mode(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    mode = a.get("rounding_mode")
+    if mode is None:
+        return _binary(t, "div", a["self"], a["other"])
+    if t.out_dtype() in ("f32", "f16", "bf16"):
+        quotient = _binary(t, "div", a["self"], a["other"])
+        if mode == "floor":
+            return t.emit(ai.FloorOp, quotient)
+        # trunc(q) = sign(q) * floor(|q|)
+        floor = t.emit(ai.FloorOp, t.emit(ai.AbsOp, quotient))
+        return t.emit(ai.MulOp, t.emit(ai.SignOp, quotient), floor)
+    if mode == "trunc":  # ai.div of integers truncates toward zero
+        return _binary(t, "div", a["self"], a["other"])
+    raise t.error(f"integer division with rounding_mode='{mode}' is not supported")
+
+
+@lowering("maximum.default")
+def _maximum(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    return _binary(t, "maximum", a["self"], a["other"])
+
+
+@lowering("minimum.default")
+def _minimum(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    return _binary(t, "minimum", a["self"], a["other"])
+
+
+@lowering("pow.Tensor_Tensor", "pow.Tensor_Scalar")
+def _pow(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    exponent = a["exponent"]
+    if isinstance(exponent, int | float) and not isinstance(exponent, bool):
+        x = t.tensor(a["self"], t.out_dtype())
+        if exponent == 2:
+            return t.emit(ai.MulOp, x, x)
+        if exponent == 1:
+            return x
+        if exponent == 0.5:
+            return t.emit(ai.SqrtOp, x)
+        if exponent == -1:
+            return t.emit(ai.ReciprocalOp, x)
+    return _binary(t, "pow", a["self"], exponent)
+
+
+@lowering("pow.Scalar")
+def _pow_scalar(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    return _binary(t, "pow", a["self"], a["exponent"])
+
+
+_UNARY: dict[str, type[ai.AiOp]] = {
+    "relu.default": ai.ReluOp,
+    "sigmoid.default": ai.SigmoidOp,
+    "tanh.default": ai.TanhOp,
+    "exp.default": ai.ExpOp,
+    "log.default": ai.LogOp,
+    "sqrt.default": ai.SqrtOp,
+    "neg.default": ai.NegOp,
+    "abs.default": ai.AbsOp,
+    "erf.default": ai.ErfOp,
+    "reciprocal.default": ai.ReciprocalOp,
+    "silu.default": ai.SiluOp,
+    "hardswish.default": ai.HardSwishOp,
+    "sin.default": ai.SinOp,
+    "cos.default": ai.CosOp,
+    "floor.default": ai.FloorOp,
+    "ceil.default": ai.CeilOp,
+    "sign.default": ai.SignOp,
+    "mish.default": ai.MishOp,
+}
+
+
+@lowering(*_UNARY)
+def _unary(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    op = _UNARY[node.target.__name__]
+    return t.emit(op, t.tensor(a["self"], t.out_dtype()))
+
+
+@lowering("rsqrt.default")
+def _rsqrt(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    return t.emit(ai.ReciprocalOp, t.emit(ai.SqrtOp, t.tensor(a["self"], t.out_dtype())))
+
+
+@lowering("gelu.default")
+def _gelu(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    return t.emit(ai.GeluOp, t.tensor(a["self"]), approximate=a.get("approximate") or "none")
+
+
+@lowering("hardsigmoid.default")
+def _hardsigmoid(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """relu6(x + 3) / 6."""
+    return t.emit(ai.HardSigmoidOp, t.tensor(a["self"]), alpha=1.0 / 6.0, beta=0.5)
+
+
+@lowering("leaky_relu.default")
+def _leaky_relu(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    return t.emit(ai.LeakyReluOp, t.tensor(a["self"]), alpha=float(a["negative_slope"]))
+
+
+@lowering("elu.default")
+def _elu(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    if a.get("scale", 1) != 1 or a.get("input_scale", 1) != 1:
+        raise t.error("elu with scale or input_scale other than 1 is not supported")
+    return t.emit(ai.EluOp, t.tensor(a["self"]), alpha=float(a["alpha"]))
+
+
+@lowering("clamp.default", "hardtanh.default")
+def _clamp(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    low = a.get("min", a.get("min_val"))
+    high = a.get("max", a.get("max_val"))
+    x = t.tensor(a["self"], t.out_dtype())
+    if dtype_of(x) not in ("f32", "f16", "bf16"):
+        raise t.error("clamp of integers is not supported")
+    bounds = {"min": low, "max": high}
+    return t.emit(ai.ClipOp, x, **{k: float(v) for k, v in bounds.items() if v is not None})
+
+
+@lowering("clamp.Tensor")
+def _clamp_tensor(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    dtype = t.out_dtype()
+    x = t.tensor(a["self"], dtype)
+    if a.get("min") is not None:
+        x = t.emit(ai.MaximumOp, x, t.tensor(a["min"], dtype))
+    if a.get("max") is not None:
+        x = t.emit(ai.MinimumOp, x, t.tensor(a["max"], dtype))
+    return x
+
+
+# ------------------------------------------------------------ comparisons, where
+
+_COMPARE: dict[str, type[ai.AiOp]] = {
+    "eq": ai.EqualOp,
+    "lt": ai.LessOp,
+    "gt": ai.GreaterOp,
+    "le": ai.LessEqualOp,
+    "ge": ai.GreaterEqualOp,
+}
+
+
+def _common_dtype(t: Translator, args: Sequence[Any]) -> str:
+    """The element type two compared operands meet in (PyTorch's promotion, for the
+    cases of inference graphs: a float wins over an integer, f32 over 16-bit floats)."""
+    names = [dtype_of(t.tensor(x)) for x in args if isinstance(x, fx.Node)]
+    floats = [n for n in names if n in ("f32", "f16", "bf16")]
+    if any(isinstance(x, float) for x in args) and not floats:
+        return "f32"
+    if floats:
+        return floats[0] if len(set(floats)) == 1 else "f32"
+    for name in ("i64", "i32", "i1"):
+        if name in names:
+            return name
+    raise t.error("a comparison of two constants")
+
+
+@lowering(*(f"{k}.{o}" for k in (*_COMPARE, "ne") for o in ("Tensor", "Scalar")))
+def _compare(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    kind = node.target.__name__.split(".")[0]
+    dtype = _common_dtype(t, [a["self"], a["other"]])
+    lhs, rhs = t.tensor(a["self"], dtype), t.tensor(a["other"], dtype)
+    if kind == "ne":
+        return t.emit(ai.NotOp, t.emit(ai.EqualOp, lhs, rhs))
+    return t.emit(_COMPARE[kind], lhs, rhs)
+
+
+@lowering("logical_not.default", "bitwise_not.default")
+def _logical_not(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    if t.out_dtype() != "i1":
+        raise t.error("bitwise_not of integers is not supported")
+    return t.emit(ai.NotOp, t.tensor(a["self"], "i1"))
+
+
+_LOGIC = {"and": ai.AndOp, "or": ai.OrOp, "xor": ai.XorOp}
+
+
+@lowering(
+    *(f"{p}_{k}.{o}" for p in ("logical", "bitwise") for k in _LOGIC for o in ("default", "Tensor"))
+)
+def _logic(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    name = node.target.__name__
+    if name.startswith("bitwise") and t.out_dtype() != "i1":
+        raise t.error("bitwise operations on integers are not supported")
+    kind = name.split(".")[0].split("_")[1]
+    return t.emit(_LOGIC[kind], t.tensor(a["self"], "i1"), t.tensor(a["other"], "i1"))
+
+
+@lowering("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")
+def _where(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    dtype = t.out_dtype()
+    condition = t.tensor(a["condition"])
+    return t.emit(ai.WhereOp, condition, t.tensor(a["self"], dtype), t.tensor(a["other"], dtype))
+
+
+@lowering("_to_copy.default")
+def _to_copy(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    return t.tensor(a["self"], t.out_dtype())
+
+
+@lowering("clone.default", "alias.default", "detach.default", "lift_fresh_copy.default")
+def _identity(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    return t.tensor(a["self"])
+
+
+# ------------------------------------------------------------------ GEMM, conv
+
+
+@lowering("mm.default", "bmm.default", "matmul.default")
+def _matmul(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    dtype = t.out_dtype()
+    return t.emit(
+        ai.MatmulOp,
+        t.tensor(a["self"], dtype),
+        t.tensor(a["mat2" if "mat2" in a else "other"], dtype),
+    )
+
+
+@lowering("addmm.default")
+def _addmm(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """beta * bias + alpha * (mat1 @ mat2): a 1-D bias becomes ai.bias_add."""
+    dtype = t.out_dtype()
+    y = t.emit(ai.MatmulOp, t.tensor(a["mat1"], dtype), t.tensor(a["mat2"], dtype))
+    if a.get("alpha", 1) != 1:
+        y = t.emit(ai.MulOp, y, t.scalar(a["alpha"], dtype))
+    beta = a.get("beta", 1)
+    if beta == 0:
+        return y
+    bias = t.tensor(a["self"], dtype)
+    if beta != 1:
+        bias = t.emit(ai.MulOp, bias, t.scalar(beta, dtype))
+    if shape_of(bias) == (shape_of(y)[1],):
+        return t.emit(ai.BiasAddOp, y, bias, axis=1)
+    return t.emit(ai.AddOp, y, bias)
+
+
+@lowering("convolution.default")
+def _convolution(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    x, w = t.tensor(a["input"]), t.tensor(a["weight"])
+    if a["transposed"]:
+        raise t.error("transposed convolution is not supported")
+    if len(shape_of(x)) != 4 or len(shape_of(w)) != 4:
+        raise t.error("only 2-D convolution (4-D input and weight) is supported")
+    y = t.emit(
+        ai.Conv2DOp,
+        x,
+        w,
+        strides=_dims(a["stride"]),
+        padding=_dims(a["padding"]),
+        dilations=_dims(a["dilation"]),
+        groups=int(a["groups"]),
+    )
+    bias = t.optional(a["bias"])
+    return y if bias is None else t.emit(ai.BiasAddOp, y, bias, axis=1)
+
+
+# ------------------------------------------------------------ normalisation
+
+
+@lowering("_softmax.default")
+def _softmax(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    x = t.tensor(a["self"], t.out_dtype())
+    axis = _axis(t, int(a["dim"]), len(shape_of(x)))
+    return t.emit(ai.SoftmaxOp, x, axis=axis - len(shape_of(x)))
+
+
+@lowering("_log_softmax.default")
+def _log_softmax(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """x - m - log(sum(exp(x - m))), m the row maximum."""
+    x = t.tensor(a["self"], t.out_dtype())
+    axis = _axis(t, int(a["dim"]), len(shape_of(x)))
+    shifted = t.emit(ai.SubOp, x, t.emit(ai.ReduceMaxOp, x, axes=[axis], keepdims=True))
+    total = t.emit(ai.ReduceSumOp, t.emit(ai.ExpOp, shifted), axes=[axis], keepdims=True)
+    return t.emit(ai.SubOp, shifted, t.emit(ai.LogOp, total))
+
+
+@lowering("native_layer_norm.default")
+def _layer_norm(t: Translator, node: fx.Node, a: Args) -> tuple[SSAValue, None, None]:
+    """ai.layernorm over the flattened normalised dims; mean and rstd are not computed
+    (inference graphs do not use them)."""
+    x = t.tensor(a["input"])
+    shape = shape_of(x)
+    normalised = tuple(int(d) for d in a["normalized_shape"])
+    if shape[len(shape) - len(normalised) :] != normalised:
+        raise t.error(f"normalized_shape {list(normalised)} is not the end of {list(shape)}")
+    d = math.prod(normalised)
+    rows = _reshape(t, x, shape[: len(shape) - len(normalised)] + (d,))
+    dtype = dtype_of(x)
+    gamma, beta = (
+        _reshape(t, t.tensor(p, dtype), (d,)) if p is not None else t.constant(np.full(d, v), dtype)
+        for p, v in ((a["weight"], 1.0), (a["bias"], 0.0))
+    )
+    y = t.emit(ai.LayerNormOp, rows, gamma, beta, epsilon=float(a["eps"]))
+    return _reshape(t, y, shape), None, None
+
+
+@lowering("_native_batch_norm_legit_no_training.default")
+def _batch_norm(t: Translator, node: fx.Node, a: Args) -> tuple[SSAValue, None, None]:
+    x = t.tensor(a["input"])
+    c = shape_of(x)[1]
+    dtype = dtype_of(x)
+    params = [
+        t.tensor(a[k], dtype) if a[k] is not None else t.constant(np.full(c, v), dtype)
+        for k, v in (("weight", 1.0), ("bias", 0.0), ("running_mean", 0.0), ("running_var", 1.0))
+    ]
+    return t.emit(ai.BatchNormOp, x, *params, epsilon=float(a["eps"])), None, None
+
+
+# ------------------------------------------------------------------ pooling
+
+
+def _pool_attrs(t: Translator, a: Args) -> dict[str, Any]:
+    kernel = _dims(a["kernel_size"])
+    stride = _dims(a["stride"]) if a.get("stride") else kernel
+    return {
+        "kernel": kernel,
+        "strides": stride,
+        "padding": _dims(a.get("padding", 0)),
+        "ceil_mode": bool(a.get("ceil_mode", False)),
+    }
+
+
+@lowering("max_pool2d_with_indices.default", "max_pool2d.default")
+def _max_pool(t: Translator, node: fx.Node, a: Args) -> Any:
+    x = t.tensor(a["self"])
+    if len(shape_of(x)) != 4:
+        raise t.error("only 4-D (N x C x H x W) pooling is supported")
+    y = t.emit(ai.MaxPool2DOp, x, dilations=_dims(a.get("dilation", 1)), **_pool_attrs(t, a))
+    return (y, None) if "with_indices" in node.target.__name__ else y
+
+
+@lowering("avg_pool2d.default")
+def _avg_pool(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    x = t.tensor(a["self"])
+    if len(shape_of(x)) != 4:
+        raise t.error("only 4-D (N x C x H x W) pooling is supported")
+    if a.get("divisor_override") is not None:
+        raise t.error("divisor_override is not supported")
+    attrs = _pool_attrs(t, a)
+    if attrs["ceil_mode"] and a["count_include_pad"] and any(attrs["padding"]):
+        raise t.error("ceil_mode with count_include_pad and padding is not supported")
+    return t.emit(ai.AvgPool2DOp, x, count_include_pad=bool(a["count_include_pad"]), **attrs)
+
+
+@lowering("_adaptive_avg_pool2d.default", "adaptive_avg_pool2d.default")
+def _adaptive_avg_pool(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """Output sizes that divide the input's: an average pool of the quotient."""
+    x = t.tensor(a["self"])
+    shape = shape_of(x)
+    if len(shape) != 4:
+        raise t.error("only 4-D (N x C x H x W) pooling is supported")
+    out = _dims(a["output_size"])
+    if out == (1, 1):
+        return t.emit(ai.ReduceMeanOp, x, axes=(2, 3), keepdims=True)
+    if shape[2] % out[0] or shape[3] % out[1]:
+        raise t.error(f"output size {list(out)} does not divide the input's {list(shape[2:])}")
+    kernel = (shape[2] // out[0], shape[3] // out[1])
+    return t.emit(ai.AvgPool2DOp, x, kernel=kernel, strides=kernel)
+
+
+# ---------------------------------------------------------------- reductions
+
+
+def _reduce(t: Translator, op: type[ai.AiOp], a: Args, dims_key: str = "dim") -> SSAValue:
+    x = t.tensor(a["self"], t.out_dtype())
+    axes = _axes(t, a.get(dims_key), len(shape_of(x)))
+    keep = bool(a.get("keepdim", False))
+    return t.emit(op, x, axes=axes, keepdims=keep)
+
+
+@lowering("mean.dim", "mean.default")
+def _mean(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    return _reduce(t, ai.ReduceMeanOp, a)
+
+
+@lowering("sum.dim_IntList", "sum.default")
+def _sum(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    return _reduce(t, ai.ReduceSumOp, a)
+
+
+@lowering("amax.default")
+def _amax(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    return _reduce(t, ai.ReduceMaxOp, a)
+
+
+@lowering("amin.default")
+def _amin(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    x = t.tensor(a["self"], t.out_dtype())
+    axes = _axes(t, a.get("dim"), len(shape_of(x)))
+    largest = t.emit(ai.ReduceMaxOp, t.emit(ai.NegOp, x), axes=axes, keepdims=bool(a["keepdim"]))
+    return t.emit(ai.NegOp, largest)
+
+
+@lowering("any.dim", "any.dims", "any.default")
+def _any(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """The maximum of the values as 0/1 floats, back to i1."""
+    x = t.tensor(a["self"], "i1")
+    axes = _axes(t, a.get("dim"), len(shape_of(x)))
+    ones = t.cast(x, "f32")
+    top = t.emit(ai.ReduceMaxOp, ones, axes=axes, keepdims=bool(a.get("keepdim", False)))
+    return t.cast(top, "i1")
+
+
+@lowering("var.correction")
+def _var(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """sum((x - mean)^2) / (N - correction)."""
+    x = t.tensor(a["self"], t.out_dtype())
+    shape = shape_of(x)
+    axes = _axes(t, a.get("dim"), len(shape))
+    count = math.prod(shape[i] for i in (axes or range(len(shape))))
+    correction = 1 if a.get("correction") is None else a["correction"]
+    centred = t.emit(ai.SubOp, x, t.emit(ai.ReduceMeanOp, x, axes=axes, keepdims=True))
+    total = t.emit(
+        ai.ReduceSumOp,
+        t.emit(ai.MulOp, centred, centred),
+        axes=axes,
+        keepdims=bool(a.get("keepdim", False)),
+    )
+    return t.emit(ai.DivOp, total, t.scalar(max(count - correction, 0), dtype_of(x)))
+
+
+@lowering("argmax.default", "argmin.default")
+def _argmax(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    x = t.tensor(a["self"])
+    if a.get("dim") is None:
+        x = _reshape(t, x, (math.prod(shape_of(x)),))
+        dim = 0
+    else:
+        dim = _axis(t, int(a["dim"]), len(shape_of(x)))
+    op = ai.ArgMaxOp if node.target.__name__.startswith("argmax") else ai.ArgMinOp
+    y = t.emit(op, x, axis=dim, keepdims=bool(a.get("keepdim", False)))
+    return _reshape(t, y, t.out_shape())
+
+
+@lowering("cumsum.default")
+def _cumsum(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    x = t.tensor(a["self"], t.out_dtype())
+    return t.emit(ai.CumSumOp, x, axis=_axis(t, int(a["dim"]), len(shape_of(x))))
+
+
+# -------------------------------------------------------------------- layout
+
+
+@lowering(
+    "view.default", "_unsafe_view.default", "reshape.default", "unsqueeze.default",
+    "squeeze.dim", "squeeze.dims", "squeeze.default", "flatten.using_ints",
+    "view_copy.default",
+)  # fmt: skip
+def _view(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """The same elements under the shape PyTorch recorded."""
+    return _reshape(t, t.tensor(a["self"]), t.out_shape())
+
+
+@lowering("expand.default", "expand_copy.default")
+def _expand(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    x = t.tensor(a["self"])
+    shape = t.out_shape()
+    return x if shape == shape_of(x) else t.emit(ai.ExpandOp, x, shape=shape)
+
+
+@lowering("permute.default", "permute_copy.default")
+def _permute(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    x = t.tensor(a["self"])
+    rank = len(shape_of(x))
+    perm = tuple(_axis(t, int(d), rank) for d in a["dims"])
+    return x if perm == tuple(range(rank)) else t.emit(ai.TransposeOp, x, perm=perm)
+
+
+@lowering("transpose.int")
+def _transpose(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    x = t.tensor(a["self"])
+    rank = len(shape_of(x))
+    perm = list(range(rank))
+    d0, d1 = _axis(t, int(a["dim0"]), rank), _axis(t, int(a["dim1"]), rank)
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return x if d0 == d1 else t.emit(ai.TransposeOp, x, perm=perm)
+
+
+@lowering("t.default")
+def _t(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    x = t.tensor(a["self"])
+    return x if len(shape_of(x)) < 2 else t.emit(ai.TransposeOp, x, perm=(1, 0))
+
+
+def _slice(t: Translator, x: SSAValue, dim: int, start: Any, end: Any, step: int) -> SSAValue:
+    """Python slicing of one dim (clamped; negative bounds from the end) as ai.slice."""
+    shape = shape_of(x)
+    axis = _axis(t, dim, len(shape))
+    if step < 1:
+        raise t.error(f"slice step {step} is not supported")
+    picked = range(shape[axis])[slice(start, end, step)]
+    if len(picked) == 0:
+        raise t.error("the slice is empty: fusec does not support empty tensors")
+    if len(picked) == shape[axis] and step == 1:
+        return x
+    offsets, sizes, strides = [0] * len(shape), list(shape), [1] * len(shape)
+    offsets[axis], sizes[axis], strides[axis] = picked.start, len(picked), step
+    return t.emit(ai.SliceOp, x, offsets=offsets, sizes=sizes, strides=strides)
+
+
+@lowering("slice.Tensor", "slice_copy.Tensor")
+def _slice_tensor(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    start, end = a.get("start"), a.get("end")
+    big = 2**62  # INT64_MAX means "to the end"
+    end = None if end is None else max(min(int(end), big), -big)
+    return _slice(t, t.tensor(a["self"]), int(a["dim"]), start, end, int(a.get("step") or 1))
+
+
+@lowering("select.int", "select_copy.int")
+def _select(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    x = t.tensor(a["self"])
+    axis = _axis(t, int(a["dim"]), len(shape_of(x)))
+    index = int(a["index"])
+    size = shape_of(x)[axis]
+    if not -size <= index < size:
+        raise t.error(f"index {index} is out of range for dim {axis} of size {size}")
+    index %= size
+    return _reshape(t, _slice(t, x, axis, index, index + 1, 1), t.out_shape())
+
+
+@lowering("split_with_sizes.default", "split.Tensor", "split_with_sizes_copy.default")
+def _split(t: Translator, node: fx.Node, a: Args) -> tuple[SSAValue, ...]:
+    x = t.tensor(a["self"])
+    axis = _axis(t, int(a.get("dim", 0)), len(shape_of(x)))
+    total = shape_of(x)[axis]
+    if "split_sizes" in a:
+        sizes = [int(s) for s in a["split_sizes"]]
+    else:
+        chunk = int(a["split_size"])
+        sizes = [min(chunk, total - i) for i in range(0, total, chunk)]
+    parts, start = [], 0
+    for size in sizes:
+        parts.append(_slice(t, x, axis, start, start + size, 1))
+        start += size
+    return tuple(parts)
+
+
+@lowering("cat.default", "concat.default")
+def _cat(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    dtype = t.out_dtype()
+    values = [t.tensor(v, dtype) for v in a["tensors"]]
+    values = [v for v in values if 0 not in shape_of(v)]
+    rank = len(t.out_shape())
+    axis = _axis(t, int(a.get("dim", 0)), rank)
+    if len(values) == 1:
+        return values[0]
+    return t.emit(ai.ConcatOp, *values, axis=axis)
+
+
+@lowering("embedding.default")
+def _embedding(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """Rows of the table at the run-time token ids (ai.take)."""
+    return t.emit(ai.TakeOp, t.tensor(a["weight"]), t.tensor(a["indices"]), axis=0)
+
+
+@lowering("index_select.default")
+def _index_select(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    x = t.tensor(a["self"])
+    axis = _axis(t, int(a["dim"]), len(shape_of(x)))
+    return t.emit(ai.TakeOp, x, t.tensor(a["index"]), axis=axis)
+
+
+@lowering("full_like.default", "zeros_like.default", "ones_like.default", "full.default")
+def _full_like(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """One value broadcast to the recorded shape (no buffer of that size)."""
+    name = node.target.__name__
+    value = {"zeros_like.default": 0, "ones_like.default": 1}.get(name, a.get("fill_value"))
+    if not isinstance(value, int | float):
+        raise t.error(f"fill value {value!r} is not a number")
+    scalar = t.scalar(value, t.out_dtype())
+    shape = t.out_shape()
+    return t.emit(ai.ExpandOp, scalar, shape=shape) if shape else scalar
