@@ -139,6 +139,28 @@ def test_a_slab_filled_during_a_graph_capture_is_pinned_not_retired(
     assert int(first.device) not in [int(p) for p in freed]
 
 
+def test_maps_uploaded_inside_a_capture_are_not_reused_after_it(drv: FakeDriver) -> None:
+    """A map uploaded while a graph captures is a copy node, not a copy that ran: after
+    the capture (here: a failed one) a launch on buffers at the same addresses uploads
+    its own map instead of reading a slot that was never written. Reading one gave
+    CUDA_ERROR_ILLEGAL_INSTRUCTION on the H200 (EfficientNet-B0 batch 32: its capture
+    failed, the allocator handed the capture's buffers out again)."""
+    launch = _launch(SPEC)
+    drv.capturing.add(9)
+    launch.direct(9, _bufs(0x100000, 0x200000), _bufs(0x30000))
+    captured = drv.names().count("cuTensorMapEncodeTiled")
+    drv.capturing.clear()
+    host.forget_captured_tensor_maps()  # DriverCapture.record, as the capture ends
+    drv.calls.clear()
+    launch.direct(1, _bufs(0x100000, 0x200000), _bufs(0x30000))
+    assert captured > 0 and drv.names().count("cuTensorMapEncodeTiled") == captured
+    uploads = [args for name, args in drv.calls if name == "cuMemcpyHtoDAsync"]
+    assert len(uploads) == captured and all(int(args[-1]) == 1 for args in uploads)
+    drv.calls.clear()  # and those maps are kept: the next call is one launch
+    launch.direct(1, _bufs(0x100000, 0x200000), _bufs(0x30000))
+    assert drv.names() == ["cuLaunchKernel"]
+
+
 def test_padded_operand_is_copied_on_every_call(drv: FakeDriver) -> None:
     launch = _launch(SPEC, m=256, n=512, k=77)  # a row of 77 halves: not a 16-byte pitch
     launch.direct(7, _bufs(0x10000, 0x20000), _bufs(0x30000))

@@ -72,7 +72,10 @@ class DriverCapture:
 
         from fusec.targets.cuda.adapters import _check
         from fusec.targets.cuda.env import numba_cuda
-        from fusec.targets.cuda.gemm.host import pin_live_tensor_maps
+        from fusec.targets.cuda.gemm.host import (
+            forget_captured_tensor_maps,
+            pin_live_tensor_maps,
+        )
         from fusec.targets.cuda.streams import StreamRef, stream_ptr
 
         capture_stream = numba_cuda().stream()
@@ -88,13 +91,17 @@ class DriverCapture:
             # buffers are kept alive, and the kernels are what is recorded
             ref = StreamRef(stream_ptr(capture_stream), capture_stream, current=True)
             outputs = run(inputs, adapter, ref, fns, False)
-        except BaseException:
+        except BaseException as err:
             drv.cuStreamEndCapture(handle)
-            raise
+            forget_captured_tensor_maps()
+            raise CaptureFailed(f"{type(err).__name__}: {err} (at {_innermost(err)})") from err
         finally:
             self.keeping(None)
-        graph = _check(drv.cuStreamEndCapture(handle))
-        executable = _check(drv.cuGraphInstantiate(graph, 0))
+        try:
+            graph = _check(drv.cuStreamEndCapture(handle))
+            executable = _check(drv.cuGraphInstantiate(graph, 0))
+        finally:
+            forget_captured_tensor_maps()
         pin_live_tensor_maps()  # the graph reads tensor maps from their slots for good
         return (graph, executable), tuple(outputs), kept
 
@@ -105,6 +112,24 @@ class DriverCapture:
         from fusec.targets.cuda.adapters import _check
 
         _check(drv.cuGraphLaunch(graph[1], drv.CUstream(stream_ptr)))
+
+
+class CaptureFailed(RuntimeError):
+    """A call could not be recorded; the message names the innermost frame that failed."""
+
+
+def _innermost(err: BaseException) -> str:
+    """``file:line (function)`` of the innermost fusec frame of ``err``'s traceback (the
+    call that failed may be a library's, so the place in fusec that made it is named)."""
+    import os
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    ours = [f for f in frames if f"{os.sep}fusec{os.sep}" in f.filename] or frames
+    if not ours:
+        return "unknown"
+    last = ours[-1]
+    return f"{last.filename}:{last.lineno} ({last.name})"
 
 
 @dataclass

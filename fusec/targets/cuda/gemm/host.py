@@ -106,6 +106,7 @@ class _MapCache:
         self.slab: _Slab | None = None
         self.retired: list[tuple[_Slab, list[Any]]] = []
         self.generation = 0  # bumped when slots are dropped: prepared launches are rebuilt
+        self.captured: list[tuple] = []  # keys of maps uploaded inside a graph capture
         self.lock = threading.Lock()
 
     def get(self, key: tuple, encode, stream: int) -> int:
@@ -143,7 +144,28 @@ class _MapCache:
             _check(drv.cuEventRecord(event, handle))
         slot = _Slot(slab.device + offset, stream, event)
         self.slots[key] = slot
+        if capturing:
+            self.captured.append(key)
         return slot
+
+    def forget_captured(self) -> None:
+        """Drop the slots of maps uploaded inside the capture that just ended.
+
+        Their upload is a copy node of the graph, not a copy that ran: the device slot
+        holds the map only once the graph has been launched, and never if the capture
+        failed. A later launch-by-launch call on buffers at the same addresses (the
+        capture's buffers, freed after a failed capture and handed out again by the
+        allocator) must not read that slot: it uploads its own map. Reading a slot never
+        written gave ``CUDA_ERROR_ILLEGAL_INSTRUCTION`` on the H200 (EfficientNet-B0
+        batch 32, after a failed capture). The graph keeps its slots: their slab is
+        pinned, and each launch of the graph writes them again.
+        """
+        with self.lock:
+            for key in self.captured:
+                self.slots.pop(key, None)
+            if self.captured:
+                self.generation += 1
+            self.captured.clear()
 
     def _order_after_upload(self, drv: Any, slot: _Slot, stream: int) -> None:
         """Make ``stream`` wait for the map's upload if it may still be in flight."""
@@ -219,6 +241,11 @@ def pin_live_tensor_maps() -> None:
             _maps.slab.pinned = True
         for slab, _events in _maps.retired:
             slab.pinned = True
+
+
+def forget_captured_tensor_maps() -> None:
+    """After a graph capture ends, successful or not: ``_MapCache.forget_captured``."""
+    _maps.forget_captured()
 
 
 def maps_generation() -> int:
