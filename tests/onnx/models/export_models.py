@@ -77,13 +77,21 @@ def randomise(model: nn.Module) -> None:
 
     Initialisers set biases to 0, norm scales to 1 and BatchNorm statistics to
     (0, 1), which would hide mistakes (a bias on the wrong axis, a folding
-    error) and lets the exporters merge identical zero tensors.
+    error) and lets the exporters merge identical zero tensors. Some zero a
+    whole weight (torchvision's ViT head: its logits would be the bias for any
+    input, so no check could see the network) or scale a residual branch by
+    1e-6 (ConvNeXt's layer scale: the blocks would be the identity to any
+    tolerance); those get random values too.
     """
     generator = torch.Generator().manual_seed(SEED)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("bias"):
                 param.normal_(0.0, 0.1, generator=generator)
+            elif name.endswith("layer_scale"):
+                param.uniform_(0.05, 0.2, generator=generator)
+            elif param.dim() >= 2 and not param.any():
+                param.normal_(0.0, 0.02, generator=generator)
         for module in model.modules():
             if isinstance(module, nn.BatchNorm2d | nn.LayerNorm):
                 module.weight.uniform_(0.5, 1.5, generator=generator)
