@@ -1,0 +1,45 @@
+"""Small one-node ONNX models the FileCheck import tests read (``tests/filecheck/import``):
+``python node_models.py OUT NAME`` writes model NAME to OUT."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import onnx
+from onnx import TensorProto, helper
+
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def _model(node: onnx.NodeProto, inputs, outputs, opset: int) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [node],
+        node.op_type.lower(),
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def sce_loss() -> onnx.ModelProto:
+    """SoftmaxCrossEntropyLoss with weights and an ignore_index, both outputs."""
+    node = helper.make_node(
+        "SoftmaxCrossEntropyLoss",
+        ["scores", "labels", "weights"],
+        ["loss", "log_prob"],
+        name="sce",
+        ignore_index=1,
+        reduction="mean",
+    )
+    inputs = [("scores", F32, (2, 3, 4)), ("labels", I64, (2, 4)), ("weights", F32, (3,))]
+    outputs = [("loss", F32, ()), ("log_prob", F32, (2, 3, 4))]
+    return _model(node, inputs, outputs, 13)
+
+
+MODELS: dict[str, Callable[[], onnx.ModelProto]] = {"sce_loss": sce_loss}
+
+if __name__ == "__main__":
+    onnx.save(MODELS[sys.argv[2]](), sys.argv[1])
