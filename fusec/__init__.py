@@ -18,6 +18,7 @@ __all__ = [
     "SourceLocation",
     "compile",
     "from_onnx",
+    "from_torch",
     "fuse",
     "ops",
     "parse",
@@ -25,7 +26,15 @@ __all__ = [
     "reference",
 ]
 
-_API_NAMES = {"parse", "compile", "reference", "from_onnx", "CompiledModule", "Kernel"}
+_API_NAMES = {
+    "parse",
+    "compile",
+    "reference",
+    "from_onnx",
+    "from_torch",
+    "CompiledModule",
+    "Kernel",
+}
 
 if TYPE_CHECKING:
     from fusec import ops  # noqa: F401
@@ -34,6 +43,7 @@ if TYPE_CHECKING:
         Kernel,
         compile,
         from_onnx,
+        from_torch,
         parse,
         reference,
     )

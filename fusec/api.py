@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, overload
 from xdsl.dialects.builtin import ModuleOp
 
 from fusec.codegen import KernelSource
-from fusec.errors import FusecError
+from fusec.errors import FusecError, SourceLocation
 
 if TYPE_CHECKING:
     from fusec.frontend.onnx_dynamic import DynamicModel
@@ -84,16 +84,35 @@ def import_onnx(
     from fusec.frontend.onnx_import import import_onnx as import_model
     from fusec.passes.recognize import recognize
 
-    dynamic, model, source = dynamic_model(
-        model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes
-    )
-    if dynamic is not None:
-        return dynamic
+    read = dynamic_model(model_or_path, weights_as_args=weights_as_args, input_shapes=input_shapes)
+    if read.dynamic is not None:
+        return read.dynamic
     result = import_model(
-        model, weights_as_args=weights_as_args, input_shapes=input_shapes, source=source
+        read.model,
+        weights_as_args=weights_as_args,
+        input_shapes=read.input_shapes,
+        source=read.source,
     )
     result.recognized.update(recognize(result.module.clone()))
     return result
+
+
+def from_torch(program_or_module: Any, example_inputs: Sequence[Any] | None = None) -> ModuleOp:
+    """Import a PyTorch program as a verified ai module: a ``torch.export``
+    ``ExportedProgram``, an ``nn.Module`` (exported on ``example_inputs``, a tuple of
+    tensors) or the path of a ``.pt2`` file saved by ``torch.export.save``. Parameters,
+    buffers and constants become ``arith.constant`` ops; user inputs the arguments."""
+    from fusec.extras import require
+
+    try:
+        require("torch", "importing a PyTorch program")
+    except FusecError as err:
+        if isinstance(program_or_module, str | Path):  # the file it could not read
+            err.location = SourceLocation(str(program_or_module), 0, 0)
+        raise
+    from fusec.frontend.torch_export import from_torch as import_program
+
+    return import_program(program_or_module, example_inputs)
 
 
 def print_ir(module: ModuleOp, *, locations: bool = False) -> str:

@@ -23,6 +23,7 @@ EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "onnx": ("ONNX import", ("onnx",)),
     "cuda": ("CUDA kernels (numba-cuda)", ("numba_cuda",)),
     "gpu": ("the PyTorch fallback for conv/matmul groups on the GPU", ("numba_cuda", "torch")),
+    "torch": ("the PyTorch front end (torch.compile backend, torch.export import)", ("torch",)),
 }
 
 
