@@ -203,12 +203,47 @@ def _source(args: argparse.Namespace):
             raise FusecError("--input-shape applies to .onnx models only")
         return _read_stdin()
     if _is_onnx(args.file):
+        from xdsl.dialects.builtin import ModuleOp  # loaded by fusec.api already
+
         from fusec.api import from_onnx
 
-        return from_onnx(args.file, input_shapes=_input_shapes(args.input_shape))
+        imported = from_onnx(args.file, input_shapes=_input_shapes(args.input_shape))
+        return imported if isinstance(imported, ModuleOp) else _specialized(imported, args)
     if args.input_shape:
         raise FusecError("--input-shape applies to .onnx models only")
     return Path(args.file)  # always a path (a file name may hold a newline or a brace)
+
+
+def _specialized(model: Any, args: argparse.Namespace) -> Any:
+    """A model with dynamic dimensions (a ``DynamicModel``) imported for the shapes of
+    the ``--inputs`` arrays (``run``, ``profile``); without them, a FusecError that
+    asks for ``--input-shape``: a command compiles one program, for one shape."""
+    from fusec.errors import FusecError, SourceLocation
+
+    if getattr(args, "inputs", None):
+        from fusec.tools.runner import npz_argument_shapes
+
+        shapes = npz_argument_shapes(args.inputs, model.argument_names)
+        return model.specialize(model.bind(shapes)[1])
+    example = " ".join(
+        f"--input-shape {t.name}={'x'.join(_example_dims(t.dims))}"
+        for t in model.inputs
+        if t.dims is None or not all(isinstance(d, int) for d in t.dims)
+    )
+    inputs = " or --inputs FILE.npz (their shapes)" if hasattr(args, "inputs") else ""
+    raise FusecError(
+        f"{model.dynamic_dims()}: this command compiles one program, so it needs "
+        f"their sizes: give {example}{inputs}; `fusec import` prints the symbolic signature, "
+        "and fusec.compile(fusec.from_onnx(path)) compiles once per shape it is called with",
+        SourceLocation(args.file, 0, 0),
+    )
+
+
+def _example_dims(dims: Any) -> list[str]:
+    """``N`` for each dynamic dimension, the size of each static one (``N`` twice: any rank)."""
+    if dims is None:
+        return ["N", "N"]
+    return [str(d) if isinstance(d, int) else "N" for d in dims]
 
 
 def _timed_source(args: argparse.Namespace, timing: Any):

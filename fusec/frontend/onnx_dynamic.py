@@ -42,6 +42,8 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     Attribute,
     DictionaryAttr,
+    FileLineColLoc,
+    IntAttr,
     IntegerAttr,
     ModuleOp,
     StringAttr,
@@ -151,10 +153,19 @@ class DynamicModel:
         )
         module = ModuleOp([fn])
         module.attributes["ai.onnx_source"] = StringAttr(self.source)
+        where = FileLineColLoc(StringAttr(self.source), IntAttr(0), IntAttr(0))
+        fn.location = module.location = where
         return module
 
     def summary(self) -> str:
-        """One line: the dynamic dimensions and where they are used."""
+        """One line: the dynamic dimensions, where they are used, what that means."""
+        return (
+            f"{self.dynamic_dims()}: the body is imported for each set of input shapes a "
+            "compiled module is called with (--input-shape shows one)"
+        )
+
+    def dynamic_dims(self) -> str:
+        """``dynamic dimensions 'batch' (x[0], mask[0]), 'seq' (x[1])``."""
         uses: dict[str, list[str]] = {}
         for tensor in self.inputs:
             if tensor.dims is None:
@@ -164,10 +175,14 @@ class DynamicModel:
                     label = f"'{dim}'" if dim != UNNAMED else f"an unnamed one ({tensor.name})"
                     uses.setdefault(label, []).append(f"{tensor.name}[{axis}]")
         listed = ", ".join(f"{k} ({', '.join(v)})" if v else k for k, v in uses.items())
-        return (
-            f"dynamic dimensions {listed}: the body is imported for each set of input "
-            "shapes a compiled module is called with (--input-shape shows one)"
-        )
+        return f"dynamic dimensions {listed}"
+
+    @property
+    def argument_names(self) -> list[str]:
+        """The inputs' names as the IR's arguments have them (``fusec run --inputs`` keys)."""
+        from fusec.frontend.onnx_import import value_name
+
+        return [value_name(t.name) for t in self.inputs]
 
     def __str__(self) -> str:
         return str(self.module) + "\n"
@@ -248,31 +263,41 @@ def dynamic_model(
     *,
     weights_as_args: bool = False,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
-) -> tuple[DynamicModel | None, Any, str]:
-    """(the model as a ``DynamicModel``, the ModelProto, its source name) when an
-    argument keeps a dynamic dimension after ``input_shapes``; (None, the ModelProto,
-    its source name) otherwise: the caller imports it as usual (read once), and the
-    importer reports anything else wrong with it."""
+) -> ReadModel:
+    """The model read once: a ``DynamicModel`` when an argument keeps a dynamic
+    dimension after ``input_shapes`` (and the dimensions tied to them by name), else
+    none, and the shapes to import it with (``input_shapes`` and the inputs whose
+    dimensions they fix by name): the caller imports it as usual, and the importer
+    reports anything else wrong with it."""
     from fusec.frontend.onnx_import import DATA_TYPES, _non_text_field, function_name, load_model
 
     model, source = load_model(model_or_path)
+    try:
+        given: dict[str, tuple[int, ...]] = {
+            name: tuple(int(d) for d in shape) for name, shape in (input_shapes or {}).items()
+        }
+    except (TypeError, ValueError):
+        raise FusecError(
+            f"input_shapes must map input names to sequences of ints, got {input_shapes!r}",
+            SourceLocation(source, 0, 0),
+        ) from None
     if _non_text_field(model) is not None:  # the importer says which field
-        return None, model, source
+        return ReadModel(model, source, None, given)
     graph = model.graph
     initializers = {t.name for t in graph.initializer}
-    given = {name: tuple(int(d) for d in shape) for name, shape in (input_shapes or {}).items()}
     declared = [_tensor(info) for info in graph.input if info.name not in initializers]
     if any(t is None for t in declared):  # not a tensor: the importer says so
-        return None, model, source
+        return ReadModel(model, source, None, given)
     tensors = [t for t in declared if t is not None]
     if set(given) - {t.name for t in tensors}:  # the importer names the unknown ones
-        return None, model, source
+        return ReadModel(model, source, None, given)
     tensors = _fix(tensors, given, source)
+    tied = {t.name: t.dims for t in tensors if t.dims is not None and _static(t.dims)}
     arguments = [
         t for t in tensors if t.dtype in DATA_TYPES and (t.dims is None or 0 not in t.dims)
     ]
-    if all(t.dims is not None and all(isinstance(d, int) for d in t.dims) for t in tensors):
-        return None, model, source
+    if len(tied) == len(tensors):
+        return ReadModel(model, source, None, {**tied, **given})
     for tensor in tensors:
         if tensor not in arguments:  # folded at import: its shape must be known then
             raise FusecError(
@@ -297,7 +322,23 @@ def dynamic_model(
         fixed=given,
         name=function_name(graph.name),
     )
-    return dynamic, model, source
+    return ReadModel(model, source, dynamic, given)
+
+
+@dataclass(frozen=True)
+class ReadModel:
+    """An ONNX model as ``dynamic_model`` read it."""
+
+    model: Any
+    source: str
+    #: None when every input's shape is known.
+    dynamic: DynamicModel | None
+    #: What to import a static model with: the shapes given and those they fix.
+    input_shapes: dict[str, tuple[int, ...]]
+
+
+def _static(dims: Sequence[Dim]) -> bool:
+    return all(isinstance(d, int) for d in dims)
 
 
 @dataclass(frozen=True)

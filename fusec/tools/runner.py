@@ -135,8 +135,26 @@ def load_inputs(fn: func.FuncOp, path: str | Path) -> list[np.ndarray]:
         ]
 
 
-def _load_member(archive: zipfile.ZipFile, path: str | Path, key: str, spec) -> np.ndarray:
-    """One argument: header checked first, then read and converted to ``spec``'s type."""
+def npz_argument_shapes(path: str | Path, names: Sequence[str]) -> list[tuple[int, ...]]:
+    """The shapes of the arguments ``names`` (or ``arr_0``, ``arr_1``, ...) in an .npz
+    file, read from the arrays' headers (no data is read): what a model with dynamic
+    dimensions is specialized for; ``load_inputs`` reads the arrays after."""
+    with _open_npz(path) as archive:
+        stored = [name.removesuffix(".npy") for name in archive.namelist()]
+        if all(n in stored for n in names):
+            keys = list(names)
+        elif all(f"arr_{i}" in stored for i in range(len(names))):
+            keys = [f"arr_{i}" for i in range(len(names))]
+        else:
+            raise FusecError(
+                f"{path}: expected arrays named {', '.join(names)} (or arr_0 ... "
+                f"arr_{len(names) - 1}), found {', '.join(stored) or 'none'}"
+            )
+        return [_header(archive, path, key)[0] for key in keys]
+
+
+def _header(archive: zipfile.ZipFile, path: str | Path, key: str) -> tuple[tuple[int, ...], Any]:
+    """(shape, dtype) of member ``key`` from its .npy header."""
     try:
         with archive.open(f"{key}.npy") as member:
             version = np.lib.format.read_magic(member)
@@ -144,20 +162,26 @@ def _load_member(archive: zipfile.ZipFile, path: str | Path, key: str, spec) -> 
                 shape, _, dtype = np.lib.format.read_array_header_1_0(member)
             else:
                 shape, _, dtype = np.lib.format.read_array_header_2_0(member)
-            if tuple(shape) != spec.shape:
-                raise FusecError(f"{path}: array '{key}' has shape {tuple(shape)}, expected {spec}")
-            want = np.dtype(numpy_dtype(spec.dtype))
-            stored_as = np.dtype(np.float32) if spec.dtype == "bf16" else want
-            if dtype != stored_as:
-                bf16 = " (npz has no bfloat16: give float32)" if spec.dtype == "bf16" else ""
-                raise FusecError(
-                    f"{path}: array '{key}' has dtype {dtype}, expected {stored_as} for {spec}"
-                    f"{bf16}"
-                )
+    except Exception as err:  # BadZipFile, a truncated member, a bad header, ...
+        raise FusecError(f"{path}: not a readable .npz file ({err})") from None
+    return tuple(int(d) for d in shape), dtype
+
+
+def _load_member(archive: zipfile.ZipFile, path: str | Path, key: str, spec) -> np.ndarray:
+    """One argument: header checked first, then read and converted to ``spec``'s type."""
+    shape, dtype = _header(archive, path, key)
+    if shape != spec.shape:
+        raise FusecError(f"{path}: array '{key}' has shape {shape}, expected {spec}")
+    want = np.dtype(numpy_dtype(spec.dtype))
+    stored_as = np.dtype(np.float32) if spec.dtype == "bf16" else want
+    if dtype != stored_as:
+        bf16 = " (npz has no bfloat16: give float32)" if spec.dtype == "bf16" else ""
+        raise FusecError(
+            f"{path}: array '{key}' has dtype {dtype}, expected {stored_as} for {spec}{bf16}"
+        )
+    try:
         with archive.open(f"{key}.npy") as member:
             array = np.lib.format.read_array(member, allow_pickle=False)
-    except FusecError:
-        raise
     except Exception as err:  # BadZipFile, a truncated member, a bad header, ...
         raise FusecError(f"{path}: not a readable .npz file ({err})") from None
     with np.errstate(over="ignore", invalid="ignore"):
