@@ -52,7 +52,6 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 
-import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from fusec.dialect import ops as ai
@@ -168,6 +167,20 @@ def _strip_ones(shape: Sequence[int]) -> tuple[int, ...]:
     while shape and shape[0] == 1:
         shape = shape[1:]
     return shape
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """The shape ``shapes`` broadcast to together by numpy's rules (``np.broadcast_shapes``
+    without importing numpy, which ``fusec compile`` never needs: issue #26); a size 1
+    stretches to any other, 0 included. ValueError when they do not broadcast."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for d in range(-rank, 0):
+        sizes = {s[d] for s in shapes if len(s) >= -d and s[d] != 1}
+        if len(sizes) > 1:
+            raise ValueError(f"shapes {', '.join(map(str, shapes))} do not broadcast together")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
 
 
 def broadcast_offset(
@@ -302,6 +315,8 @@ class CudaCppLanguage(Language):
     name = "cuda-c++"
 
     def literal(self, value: float) -> str:
+        import numpy as np
+
         value = float(np.float32(value))
         if math.isnan(value):
             return "__int_as_float(0x7fc00000)"
@@ -346,6 +361,8 @@ class TorchLanguage(Language):
     }
 
     def literal(self, value: float) -> str:
+        import numpy as np
+
         value = float(np.float32(value))
         if math.isnan(value) or math.isinf(value):
             return f"float({str(value)!r})"

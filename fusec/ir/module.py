@@ -9,9 +9,8 @@ its dense constants.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
@@ -19,6 +18,9 @@ from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import ShapeError
 from fusec.errors import FusecError
 from fusec.ir.dtypes import numpy_dtype
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def entry_function(module: ModuleOp, entry: str | None = None) -> func.FuncOp:
@@ -44,6 +46,8 @@ def check_arguments(
     fn: func.FuncOp, args: Sequence[Any], *, allow_float64: bool = False
 ) -> list[np.ndarray]:
     """Arguments as numpy arrays of the signature's shapes, or a FusecError naming the bad one."""
+    import numpy as np
+
     params = fn.function_type.inputs.data
     name = fn.sym_name.data
     if len(args) != len(params):

@@ -37,8 +37,8 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp
@@ -55,7 +55,11 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.ir.dtypes import numpy_dtype
 
-_NUMPY = {"f32": np.float32, "f16": np.float16}
+if TYPE_CHECKING:
+    import numpy as np
+
+#: numpy scalar type names (numpy is imported when a constant is made).
+_NUMPY = {"f32": "float32", "f16": "float16"}
 
 
 # ------------------------------------------------------------------ helpers
@@ -76,6 +80,8 @@ def constant(value: SSAValue, max_elements: int = 1 << 16) -> np.ndarray | None:
     spec = spec_of(value.type)
     if math.prod(spec.shape) > max_elements:
         return None
+    import numpy as np
+
     data = np.frombuffer(attr.data.data, dtype=numpy_dtype(spec.dtype)).astype(np.float64)
     if data.size == 1:  # a splat, 0-d scalars included
         return np.full(spec.shape, data[0])
@@ -87,6 +93,8 @@ def scalar(value: SSAValue) -> float | None:
     array = constant(value)
     if array is None or array.size == 0:
         return None
+    import numpy as np
+
     first = float(array.reshape(-1)[0])
     return first if np.all(array == first) else None
 
@@ -283,6 +291,8 @@ class LayerNormFromMoments(Recognition):
         x, epsilon = normalised
         d = shape(x)[-1]
         dtype = spec_of(x.type).dtype
+        import numpy as np
+
         new: list[Operation] = []
         params = []
         for value, fill in ((gamma, 1.0), (beta, 0.0)):
@@ -330,6 +340,7 @@ def _as_vector(value: SSAValue, d: int, new: list[Operation]) -> SSAValue:
 
 
 def _constant(array: np.ndarray, dtype: str) -> arith.ConstantOp:
+    import numpy as np
     from xdsl.dialects.builtin import BytesAttr
 
     from fusec.dialect.ops import tensor_type
@@ -341,11 +352,13 @@ def _constant(array: np.ndarray, dtype: str) -> arith.ConstantOp:
 
 
 def _np(dtype: str):
+    import numpy as np
+
     if dtype == "bf16":
         import ml_dtypes
 
         return ml_dtypes.bfloat16
-    return _NUMPY[dtype]
+    return getattr(np, _NUMPY[dtype])
 
 
 def _normalised(value: SSAValue) -> tuple[SSAValue, float] | None:
@@ -472,6 +485,8 @@ class MergeScales(Recognition):
                 first = scalar(c1)
                 if first is None or shape(c1) not in ((), (1,)) or shape(x) != shape(inner):
                     continue
+                import numpy as np
+
                 dtype = spec_of(x.type).dtype
                 const = _constant(np.asarray(first * outer), dtype)
                 new = [const, scaled := ai.MulOp(x, const.results[0])]
@@ -657,6 +672,8 @@ def attention_chain(op: Operation) -> AttentionChain | str | None:
     new: list[Operation] = []
     key = k if scores.attr("transpose_b") else _key_of(k, new)
     if mask is None:
+        import numpy as np
+
         new.append(zero := _constant(np.zeros(()), spec_of(q.type).dtype))
         mask = zero.results[0]
     return AttentionChain(q, key, v, mask, scale, guarded is not None, new)

@@ -18,9 +18,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
 from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
@@ -37,11 +36,14 @@ from fusec.ir.module import check_arguments, entry_function
 from fusec.runtime import progress
 from fusec.target import Target, get_target
 
+if TYPE_CHECKING:
+    import numpy as np
+
 #: The kernel name inside every generated source (the launches name them k0, k1, ...).
 SOURCE_NAME = "kernel"
 
 #: (shape, numpy dtype) -> a new array. Tests pass one that fills with NaN.
-Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]
+Allocator = Callable[[tuple[int, ...], "np.dtype"], "np.ndarray"]  # (numpy: TYPE_CHECKING)
 
 
 class Backend(Protocol):
@@ -172,6 +174,8 @@ class Program:
         """Number every value once and note each argument's shape and dtype, so that a
         call indexes lists and compares tuples: hashing IR values and reading types
         through xDSL cost more than a small kernel (measured ~25 us a call before)."""
+        import numpy as np
+
         params = self.function.function_type.inputs.data
         # values, and (constant, layout) pairs of constants a kernel takes laid out
         slot: dict[Any, int] = {arg: k for k, arg in enumerate(self.function.body.block.args)}
@@ -222,6 +226,8 @@ class Program:
     def _arguments(self, args: Sequence[Any]) -> list[np.ndarray]:
         """``args`` as numpy arrays when they match the signature exactly (the fast
         path); otherwise ``check_arguments`` converts them or says which is wrong."""
+        import numpy as np
+
         specs = self._arg_specs
         if len(args) == len(specs):
             arrays = []
@@ -270,6 +276,8 @@ class Program:
         """Run the function on numpy ``args``; return all its results as numpy arrays.
         ``recorder`` (``fusec.profile``) times each kernel launch; without one a call
         pays nothing for it (the check is once a call, not once a launch)."""
+        import numpy as np
+
         values: list[Any] = [None] * self._host_slots
         values[: len(args)] = self._arguments(args)
         check_bytes(self.call_bytes, self._buffers_name)

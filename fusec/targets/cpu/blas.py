@@ -26,9 +26,10 @@ The integer width of the interface (LP64 or ILP64: numpy's wheels ship a
 64-bit-integer OpenBLAS) and the threading mode are part of the generated
 source (``import_line``), so a kernel cached under one BLAS is never run
 against another. This module finds them without Numba: generating a kernel
-needs them, and generation is text. Without a usable BLAS (or with ``FUSEC_CPU_GEMM=numba``) the
-kernels call ``sgemm_numba``, a plain Numba loop nest: correct, several times
-slower.
+needs them, and generation is text (``blas_mode`` remembers the answer, so that a
+process which only generates need not load numpy to ask). Without a usable BLAS
+(or with ``FUSEC_CPU_GEMM=numba``) the kernels call ``sgemm_numba``, a plain Numba
+loop nest: correct, several times slower.
 """
 
 from __future__ import annotations
@@ -40,9 +41,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-#: Bump when the intrinsics' calling convention changes (it is in every kernel's source).
-ABI_VERSION = 3
-ENV_VAR = "FUSEC_CPU_GEMM"
+from fusec.targets.cpu.blas_mode import ENV_VAR, import_line_for
 
 
 @dataclass(frozen=True)
@@ -111,6 +110,8 @@ def _mkl(path: str, lib: ctypes.CDLL) -> BlasLibrary | None:
 
 def find_blas() -> BlasLibrary | None:
     """The cblas of the BLAS numpy uses (OpenBLAS or MKL), or None."""
+    import numpy  # noqa: F401  (loads its BLAS: threadpoolctl lists only loaded libraries)
+
     try:
         from threadpoolctl import threadpool_info
     except ImportError:
@@ -187,21 +188,9 @@ def mode() -> str:
 
 
 def import_line() -> str:
-    """The line a generated kernel module imports its GEMM and thread controls with."""
-    current = mode()
-    if current == "numba":
-        names = (
-            "next_block, sgemm_numba as sgemm, sgemm_acc_numba as sgemm_acc, "
-            "threads_noop as threads_begin, threads_noop as threads_end"
-        )
-    else:
-        width = current.split("-")[1]
-        threads = "threads_local" if current.endswith("local") else "threads_noop"
-        names = (
-            f"next_block, sgemm_{width} as sgemm, sgemm_acc_{width} as sgemm_acc, "
-            f"{threads} as threads_begin, {threads} as threads_end"
-        )
-    return f"from fusec.targets.cpu.abi import {names}  # cpu_blas ABI {ABI_VERSION}, {current}"
+    """The line a generated kernel module imports its GEMM and thread controls with
+    (``blas_mode.import_line_for``)."""
+    return import_line_for(mode())
 
 
 _single = threading.Lock()

@@ -15,12 +15,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen.expr import (
     ExprGenerator,
     broadcast_offset,
+    broadcast_shapes,
     error_at,
     leaf_shapes,
     shape_of,
@@ -78,7 +78,7 @@ def pointwise_stage(
             leaves[value] = shape_of(value)
     shapes = [shape_of(r) for op in ops for r in op.results] + [shape_of(v) for v, _ in writes]
     try:
-        space = tuple(np.broadcast_shapes(*shapes, *leaves.values()))
+        space = broadcast_shapes(*shapes, *leaves.values())
     except ValueError:
         culprit = ops[0] if ops else writes[0][0].owner
         assert isinstance(culprit, Operation)

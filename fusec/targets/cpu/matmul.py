@@ -13,10 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-import numpy as np
-
 from fusec.codegen import KernelSource
-from fusec.codegen.expr import broadcast_offset, shape_of
+from fusec.codegen.expr import broadcast_offset, broadcast_shapes, shape_of
 from fusec.dialect import ops as ai
 from fusec.targets.cpu import abi, host
 from fusec.targets.cpu.blocked import (
@@ -103,7 +101,7 @@ class MatmulBlocks(BlockedCore):
         self.m, self.k = (a2[-1], a2[-2]) if self.ta else (a2[-2], a2[-1])
         self.n = b2[-2] if self.tb else b2[-1]
         self.a_batch, self.b_batch = a2[:-2], b2[:-2]
-        self.batch = tuple(np.broadcast_shapes(self.a_batch, self.b_batch))
+        self.batch = broadcast_shapes(self.a_batch, self.b_batch)
         self.b_is_vector = len(b_shape) == 1
         a_row_major = bool(a_array) or not self.ta  # a prologue writes row-major blocks
         narrow = min(self.k, self.n) <= NN_MAX_NARROW

@@ -39,12 +39,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen.expr import (
     ExprGenerator,
     broadcast_offset,
+    broadcast_shapes,
     error_at,
     is_identifier,
     leaf_shapes,
@@ -268,7 +268,7 @@ def _row_parts(
 def _check_space(anchor, others, writes, space, reshape) -> None:
     def fits(shape) -> bool:
         try:
-            return tuple(np.broadcast_shapes(space, reshape(shape))) == tuple(space)
+            return broadcast_shapes(space, reshape(shape)) == tuple(space)
         except ValueError:
             return False
 

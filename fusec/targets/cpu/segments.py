@@ -11,10 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 from xdsl.ir import Operation, SSAValue
 
-from fusec.codegen.expr import ExprGenerator, error_at, shape_of
+from fusec.codegen.expr import ExprGenerator, broadcast_shapes, error_at, shape_of
 from fusec.codegen.layout import LAYOUT_OPS, is_layout, numpy_expression
 from fusec.dialect import ops as ai
 from fusec.targets.cpu.common import (
@@ -84,12 +83,12 @@ def split_segments(
 def _space(values: Sequence[SSAValue]) -> tuple[int, ...] | None:
     if not values:
         return None
-    return tuple(np.broadcast_shapes(*(shape_of(v) for v in values)))
+    return broadcast_shapes(*(shape_of(v) for v in values))
 
 
 def _fits(op: Operation, space: tuple[int, ...]) -> bool:
     try:
-        return all(tuple(np.broadcast_shapes(space, shape_of(r))) == space for r in op.results)
+        return all(broadcast_shapes(space, shape_of(r)) == space for r in op.results)
     except ValueError:
         return False
 
