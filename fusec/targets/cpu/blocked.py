@@ -278,11 +278,11 @@ def generate_core_group(
     ]
     launch += passthrough_lines(fused_op, outputs, buffers)
 
-    from fusec.targets.cpu import blas as cpu_blas
+    from fusec.targets.cpu import blas_mode  # not blas: probing it loads numpy (issue #26)
 
     launch_body = scratch_lines(buffers) + launch
     calls_blas = any("sgemm" in line for line in stage.body)
-    if calls_blas and cpu_blas.mode().endswith("global"):  # no per-thread BLAS thread count
+    if calls_blas and blas_mode.mode().endswith("global"):  # no per-thread BLAS thread count
         launch_body = ["with blas_single_threaded():", *(f"    {s}" for s in launch_body)]
     notes = [
         f"blocked: {core.count} blocks, {workspace.size * 4} bytes of workspace per task",
@@ -294,7 +294,7 @@ def generate_core_group(
         launch_body,
         notes=notes,
         imports=[
-            cpu_blas.import_line(),
+            blas_mode.import_line(),
             abi.import_line("blas_single_threaded", "num_threads", "workspace"),
             *core.imports,
         ],
