@@ -2029,4 +2029,4 @@ def import_model(
 
 
 # Converters kept in modules of their own register on import (after everything above).
-from fusec.frontend import onnx_attention, onnx_loss  # noqa: E402, F401
+from fusec.frontend import onnx_attention, onnx_indexing, onnx_loss  # noqa: E402, F401

@@ -39,7 +39,23 @@ def sce_loss() -> onnx.ModelProto:
     return _model(node, inputs, outputs, 13)
 
 
-MODELS: dict[str, Callable[[], onnx.ModelProto]] = {"sce_loss": sce_loss}
+def gather_elements() -> onnx.ModelProto:
+    """GatherElements along axis 1 at int64 indices given at run time."""
+    node = helper.make_node("GatherElements", ["data", "indices"], ["y"], name="ge", axis=1)
+    inputs = [("data", F32, (2, 5, 3)), ("indices", I64, (2, 2, 3))]
+    return _model(node, inputs, [("y", F32, (2, 2, 3))], 13)
+
+
+def hardmax() -> onnx.ModelProto:
+    node = helper.make_node("Hardmax", ["x"], ["y"], name="hardmax", axis=1)
+    return _model(node, [("x", F32, (2, 4, 3))], [("y", F32, (2, 4, 3))], 13)
+
+
+MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "sce_loss": sce_loss,
+    "gather_elements": gather_elements,
+    "hardmax": hardmax,
+}
 
 if __name__ == "__main__":
     onnx.save(MODELS[sys.argv[2]](), sys.argv[1])

@@ -1,0 +1,120 @@
+"""ONNX ``GatherElements`` and ``Hardmax`` imported as ai ops
+(``fusec/frontend/onnx_indexing.py``), against onnxruntime on fresh random data:
+constant indices (one ai.gather) and indices given at run time (a one-hot select),
+negative ones among them; the refusals are located."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numerics import assert_close
+from onnx_nets import node_model, run_onnxruntime
+
+import fusec
+from fusec.errors import FusecError
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+RNG = np.random.default_rng(41)
+
+
+def _indices(data_shape, index_shape, axis):
+    dim = data_shape[axis]
+    return RNG.integers(-dim, dim, size=index_shape).astype(np.int64)
+
+
+def _run(model, feeds, target="reference"):
+    got = fusec.compile(fusec.from_onnx(model), target=target)(*feeds.values())
+    want = run_onnxruntime(model, feeds)[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert not np.isnan(got).any()
+    return got, want
+
+
+GATHERS = [  # data shape, indices shape, axis
+    ((3, 4), (3, 4), 1),
+    ((3, 4), (2, 4), 0),
+    ((2, 5, 3), (2, 2, 3), 1),
+    ((2, 3, 4), (1, 3, 6), -1),
+]
+
+
+@pytest.mark.parametrize(("data_shape", "index_shape", "axis"), GATHERS)
+def test_gather_elements_at_run_time_indices(data_shape, index_shape, axis):
+    data = RNG.standard_normal(data_shape).astype(np.float32)
+    indices = _indices(data_shape, index_shape, axis)
+    model = node_model("GatherElements", {"data": data, "indices": indices}, axis=axis)
+    module = fusec.from_onnx(model)
+    assert "ai.reduce_sum" in {op.name for op in module.walk()}
+    got, want = _run(model, {"data": data, "indices": indices})
+    np.testing.assert_array_equal(got, want)  # a select: exact
+
+
+@pytest.mark.parametrize(("data_shape", "index_shape", "axis"), GATHERS)
+def test_gather_elements_at_constant_indices_is_one_gather(data_shape, index_shape, axis):
+    data = RNG.standard_normal(data_shape).astype(np.float32)
+    indices = _indices(data_shape, index_shape, axis)
+    model = node_model("GatherElements", {"data": data}, weights={"indices": indices}, axis=axis)
+    names = [op.name for op in fusec.from_onnx(model).walk()]
+    assert names.count("ai.gather") == 1 and "ai.reduce_sum" not in names
+    got, want = _run(model, {"data": data})
+    np.testing.assert_array_equal(got, want)
+
+
+def test_gather_elements_leaves_out_what_it_does_not_pick():
+    """An infinite element that no index names stays out of the result (no 0 * inf)."""
+    data = np.array([[1.0, np.inf, 3.0], [np.nan, 5.0, 6.0]], dtype=np.float32)
+    indices = np.array([[0, 2], [1, 2]], dtype=np.int64)
+    model = node_model("GatherElements", {"data": data, "indices": indices}, axis=1)
+    got = fusec.compile(fusec.from_onnx(model), target="reference")(data, indices)
+    np.testing.assert_array_equal(got, [[1.0, 3.0], [5.0, 6.0]])
+
+
+@pytest.mark.slow
+def test_gather_elements_and_hardmax_on_the_cpu_target():
+    data = RNG.standard_normal((2, 5, 3)).astype(np.float32)
+    indices = _indices((2, 5, 3), (2, 2, 3), 1)
+    model = node_model("GatherElements", {"data": data, "indices": indices}, axis=1)
+    got, want = _run(model, {"data": data, "indices": indices}, target="cpu")
+    np.testing.assert_array_equal(got, want)
+    x = RNG.standard_normal((3, 4, 5)).astype(np.float32)
+    got, want = _run(node_model("Hardmax", {"x": x}, axis=1), {"x": x}, target="cpu")
+    np.testing.assert_array_equal(got, want)
+
+
+def test_out_of_range_constant_indices_are_a_located_error():
+    data = RNG.standard_normal((3, 4)).astype(np.float32)
+    indices = np.array([[0, 4]], dtype=np.int64)
+    model = node_model(
+        "GatherElements", {"data": data}, weights={"indices": indices}, axis=1, name="ge"
+    )
+    with pytest.raises(FusecError, match="out of range") as info:
+        fusec.from_onnx(model)
+    assert 'node "ge"' in info.value.format()
+
+
+def test_integer_data_at_run_time_indices_is_refused_with_the_reason():
+    data = RNG.integers(0, 9, size=(3, 4)).astype(np.int64)
+    indices = np.array([[0, 1]], dtype=np.int64)
+    model = node_model("GatherElements", {"data": data, "indices": indices}, axis=1)
+    with pytest.raises(FusecError, match="need float data"):
+        fusec.from_onnx(model)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_hardmax_marks_the_first_maximum(axis):
+    x = RNG.standard_normal((3, 4, 5)).astype(np.float32)
+    x[0, 0, :3] = 2.5  # a tie: the first one wins
+    got, want = _run(node_model("Hardmax", {"x": x}, axis=axis), {"x": x})
+    np.testing.assert_array_equal(got, want)
+
+
+def test_hardmax_is_an_argmax_against_the_iota():
+    x = RNG.standard_normal((2, 6)).astype(np.float32)
+    names = [op.name for op in fusec.from_onnx(node_model("Hardmax", {"x": x})).walk()]
+    assert {"ai.argmax", "ai.equal", "ai.cast"} <= set(names)
+    assert_close(
+        fusec.compile(fusec.from_onnx(node_model("Hardmax", {"x": x})), target="reference")(x),
+        (x == x.max(axis=-1, keepdims=True)).astype(np.float32),
+        tol=0,
+    )
