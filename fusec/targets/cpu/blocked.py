@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from xdsl.dialects import arith
 from xdsl.ir import Operation, SSAValue
 
-from fusec.codegen import KernelSource, ScratchPlan, io_specs
+from fusec.codegen import CompiledEntry, KernelSource, ScratchPlan, io_specs
 from fusec.codegen.expr import ExprGenerator, leaf_shapes, shape_of
 from fusec.dialect import ops as ai
 from fusec.targets.cpu import abi, host
@@ -59,6 +59,9 @@ from fusec.targets.cpu.common import (
     scratch_lines,
     values_needed_after,
 )
+from fusec.targets.cpu.entry import EntryScratch, blocked_launch
+from fusec.targets.cpu.entry import passthrough_lines as entry_passthrough
+from fusec.targets.cpu.entry import view_lines as entry_view_lines
 from fusec.targets.cpu.rows import RowBlock, RowParts, row_statements
 from fusec.targets.cpu.segments import (
     core_segments,
@@ -146,6 +149,11 @@ class BlockedCore:
         """numpy lines ``launch`` runs before the kernel (operands in another layout)."""
         return []
 
+    def entry_lines(self, scratch: EntryScratch) -> list[str] | None:
+        """``launch_lines`` for the njit entry (``fusec.targets.cpu.entry``), buffers taken
+        from ``scratch``; None when they need numpy outside Numba."""
+        return []
+
     def arrays(self) -> list[str]:
         """The arrays ``compute`` reads (besides the workspace)."""
         return [self.reads[v] for v in self.op.operands if v in self.reads]
@@ -185,6 +193,8 @@ def generate_core_group(
     stages: list[Stage] = []
     swapped = transposed_views(core_op, views, getattr(make_core, "transposable", frozenset()))
     views = [op for op in views if op not in swapped.values()]
+    scratch = EntryScratch()
+    entry_views = entry_view_lines(views, buffers.reads, scratch)
     launch, view_bytes = view_lines(views, buffers)
     for op in swapped.values():  # the core reads the view's source as it is
         buffers.reads[op.results[0]] = buffers.reads[op.operands[0]]
@@ -269,6 +279,7 @@ def generate_core_group(
         parallel=core.count > 1 and result_elements >= PARALLEL_MIN_ELEMENTS,
     )
     stages.append(stage)
+    entry_core = core.entry_lines(scratch)
     launch += core.launch_lines()
     launch += [
         f"tasks = min(num_threads(), {core.count})" if stage.parallel else "tasks = 1",
@@ -277,6 +288,15 @@ def generate_core_group(
         stage.call(),
     ]
     launch += passthrough_lines(fused_op, outputs, buffers)
+    entry_body: list[str] | None = None
+    compiled: CompiledEntry | None = None
+    if entry_views is not None and entry_core is not None:
+        entry_body = scratch.scratch_lines(buffers.scratch) + entry_views
+        entry_body += [s.call() for s in stages[:-1]] + entry_core
+        run, compiled = blocked_launch(
+            scratch, core.count, stage.parallel, workspace.size, stage.call()
+        )
+        entry_body += run + entry_passthrough(fused_op, outputs, buffers.reads)
 
     from fusec.targets.cpu import blas_mode  # not blas: probing it loads numpy (issue #26)
 
@@ -298,9 +318,10 @@ def generate_core_group(
             abi.import_line("blas_single_threaded", "num_threads", "workspace"),
             *core.imports,
         ],
+        entry_body=entry_body,
     )
     inputs, outs = io_specs(fused_op)
-    scratch = ScratchPlan(
+    scratch_plan = ScratchPlan(
         full_bytes=4 * sum(size for _, size in buffers.scratch) + view_bytes,
         per_task_bytes=4 * workspace.size,
         max_tasks=core.count,
@@ -308,7 +329,15 @@ def generate_core_group(
     )
     prepared = getattr(core, "prepared", ())
     return KernelSource(
-        name, kind, "cpu", source, inputs, outs, scratch=scratch, prepared_inputs=prepared
+        name,
+        kind,
+        "cpu",
+        source,
+        inputs,
+        outs,
+        scratch=scratch_plan,
+        prepared_inputs=prepared,
+        compiled_entry=compiled,
     )
 
 

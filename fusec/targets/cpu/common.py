@@ -212,8 +212,11 @@ def assemble(
     launch_body: Sequence[str],
     notes: Sequence[str] = (),
     imports: Sequence[str] = (),
+    entry_body: Sequence[str] | None = None,
 ) -> str:
-    """The complete module: header, prelude (and ``imports``), helpers, stages and ``launch``."""
+    """The complete module: header, prelude (and ``imports``), helpers, stages, ``launch``
+    and, given ``entry_body``, the njit ``entry`` a compiled program calls
+    (``fusec.targets.cpu.entry``)."""
     n_in, n_out = len(fused_op.inputs), len(fused_op.results)
     params = [f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)]
     imports = list(dict.fromkeys([*imports, *(i for stage in stages for i in stage.imports)]))
@@ -235,6 +238,10 @@ def assemble(
         *(f"    {line}" for line in launch_body),
     ]
     parts.append("\n".join(launch) + "\n")
+    if entry_body is not None:
+        from fusec.targets.cpu.entry import entry_source
+
+        parts.append("\n" + entry_source(params, entry_body))
     return "\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 

@@ -65,6 +65,7 @@ from fusec.targets.cpu.blocked import (
     merges_hw,
     row_loop,
 )
+from fusec.targets.cpu.entry import EntryScratch, transpose_lines
 from fusec.targets.cpu.rows import RowBlock
 
 #: Target size of a block's im2col columns.
@@ -295,6 +296,22 @@ class ConvBlocks(BlockedCore):
             f"wtaps = np.ascontiguousarray({w}.reshape({shape!r}).transpose(0, 3, 4, 1, 2))",
             "wtaps = wtaps.reshape(-1)",
         ]
+
+    def entry_lines(self, scratch: EntryScratch) -> list[str] | None:
+        """``launch_lines`` in the njit entry: prepared weights as they are, the tap-major
+        copy by a loop into ``scratch``; Winograd filters of a weight that is an argument
+        (computed per call by numpy-allocating ``winograd_filters``) have no entry form."""
+        if self.prepared:
+            return self.launch_lines()
+        if self.winograd:
+            return None
+        if not self.taps:
+            return []
+        w = self.reads[self.op.operands[1]]
+        shape = (self.groups, self.kg, self.cg, self.r, self.s)
+        source = f"{w}.reshape({shape!r})"
+        lines = [scratch.take("wtaps", math.prod(shape))]
+        return lines + transpose_lines("wtaps", source, shape, (0, 3, 4, 1, 2), "cw_")
 
     def arrays(self) -> list[str]:
         if not (self.taps or self.winograd):

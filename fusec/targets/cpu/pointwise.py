@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from fusec.codegen import KernelSource, io_specs
+from fusec.codegen import CompiledEntry, KernelSource, io_specs
 from fusec.codegen.expr import ExprGenerator
 from fusec.targets.cpu.common import (
     assemble,
@@ -22,6 +22,8 @@ def generate(fused_op, name: str) -> KernelSource:
     gen = ExprGenerator()
     outputs = outputs_of(fused_op)
     stage = pointwise_stage(f"{name}_pointwise", gen, ops, input_names(fused_op), outputs)
-    source = assemble(fused_op, gen, [stage], [stage.call()])
+    source = assemble(fused_op, gen, [stage], [stage.call()], entry_body=[stage.call()])
     inputs, outs = io_specs(fused_op)
-    return KernelSource(name, "pointwise", "cpu", source, inputs, outs)
+    return KernelSource(
+        name, "pointwise", "cpu", source, inputs, outs, compiled_entry=CompiledEntry()
+    )

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from xdsl.ir import Operation
 
-from fusec.codegen import KernelSource, ScratchPlan, io_specs
+from fusec.codegen import CompiledEntry, KernelSource, ScratchPlan, io_specs
 from fusec.codegen.expr import ExprGenerator, shape_of
 from fusec.dialect import ops as ai
 from fusec.targets.cpu import abi
@@ -26,6 +26,9 @@ from fusec.targets.cpu.common import (
     outputs_of,
     scratch_lines,
 )
+from fusec.targets.cpu.entry import EntryScratch, copy_lines
+from fusec.targets.cpu.entry import passthrough_lines as entry_passthrough
+from fusec.targets.cpu.entry import view_lines as entry_view_lines
 from fusec.targets.cpu.segments import (
     core_segments,
     destinations,
@@ -62,28 +65,47 @@ def library_group(
     gen = ExprGenerator(fast_exp=True)
     buffers = Buffers(reads=dict(input_names(fused_op)))
     stages: list[Stage] = []
+    scratch = EntryScratch()
+    entry = entry_view_lines(views, buffers.reads, scratch)
     launch, view_bytes = view_lines(views, buffers)
 
     stages += stages_before(name, gen, before, [core, *after], outputs, buffers)
     launch += [stage.call() for stage in stages]
     core_out = destinations([core.results[0]], outputs, buffers)[0][1]
-    launch += core_lines(core, core_out, buffers)
-    for value, array in outputs:
+    computed = core_lines(core, core_out, buffers)
+    launch += computed
+    if entry is not None:  # only reduce_rows is compiled: numpy's reductions are not
+        compiled = all(line.startswith("reduce_rows(") for line in computed)
+        entry = entry + [stage.call() for stage in stages] + computed if compiled else None
+    for k, (value, array) in enumerate(outputs):
         if value == core.results[0] and array != core_out:
             launch.append(f"{array}[:] = {core_out}")
+            if entry is not None:
+                size = math.prod(shape_of(value))
+                entry += copy_lines(array, core_out, (size,), f"r{k}_")
     if after:
         results = {r for op in after for r in op.results}
         writes = [(v, a) for v, a in outputs if v in results]
         stages.append(full_stage(f"{name}_epilogue", gen, after, buffers.reads, writes))
         launch.append(stages[-1].call())
+        if entry is not None:
+            entry.append(stages[-1].call())
     launch += passthrough_lines(fused_op, outputs, buffers)
+    if entry is not None:
+        entry = scratch.scratch_lines(buffers.scratch) + entry
+        entry += entry_passthrough(fused_op, outputs, buffers.reads)
 
     uses = any("reduce_rows(" in line for line in launch)
     imports = [abi.import_line("reduce_rows")] if uses else []
-    source = assemble(fused_op, gen, stages, scratch_lines(buffers) + launch, imports=imports)
+    source = assemble(
+        fused_op, gen, stages, scratch_lines(buffers) + launch, imports=imports, entry_body=entry
+    )
     inputs, outs = io_specs(fused_op)
-    scratch = ScratchPlan(full_bytes=4 * sum(n for _, n in buffers.scratch) + view_bytes)
-    return KernelSource(name, kind, "cpu", source, inputs, outs, scratch=scratch)
+    plan = ScratchPlan(full_bytes=4 * sum(n for _, n in buffers.scratch) + view_bytes)
+    compiled_entry = CompiledEntry(fixed_floats=scratch.floats) if entry is not None else None
+    return KernelSource(
+        name, kind, "cpu", source, inputs, outs, scratch=plan, compiled_entry=compiled_entry
+    )
 
 
 def reduce_core(op: Operation, out: str, buffers: Buffers) -> list[str]:

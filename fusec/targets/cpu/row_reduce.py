@@ -5,7 +5,7 @@ elementwise producers (its prologue) and consumers (its epilogue), in the row lo
 
 from __future__ import annotations
 
-from fusec.codegen import KernelSource, io_specs
+from fusec.codegen import CompiledEntry, KernelSource, io_specs
 from fusec.codegen.expr import ExprGenerator
 from fusec.targets.cpu.common import (
     REDUCE_OPS,
@@ -32,6 +32,8 @@ def generate(fused_op, name: str) -> KernelSource:
         stage = row_reduce_stage(
             f"{name}_row_reduce", gen, ops, reduce_op, input_names(fused_op), outputs_of(fused_op)
         )
-    source = assemble(fused_op, gen, [stage], [stage.call()])
+    source = assemble(fused_op, gen, [stage], [stage.call()], entry_body=[stage.call()])
     inputs, outs = io_specs(fused_op)
-    return KernelSource(name, "row_reduce", "cpu", source, inputs, outs)
+    return KernelSource(
+        name, "row_reduce", "cpu", source, inputs, outs, compiled_entry=CompiledEntry()
+    )

@@ -46,9 +46,9 @@ class CpuTarget(Target):
         return CpuBackend(cache)
 
     def program(self, module: ModuleOp, entry: str | None = None, cache: Any = None) -> Any:
-        from fusec.runtime.launch import Program
+        from fusec.targets.cpu.program import CpuProgram
 
-        return Program(module, entry, self, cache)
+        return CpuProgram(module, entry, self, cache)
 
 
 TARGET = CpuTarget()

@@ -1,0 +1,522 @@
+"""The cpu target's compiled launcher: a whole program called as one Numba function.
+
+``Program`` runs a call as a Python loop over the launches (``Backend.run``: each
+launch converts its arguments, allocates its outputs, sets up BLAS and thread
+placement, calls the generated ``launch``, which takes a workspace and a fresh
+block counter): ~5 us a launch, as much as the compute of a model at batch 1
+(issue 30). ``CpuProgram`` plans instead, when it is built:
+
+* a **buffer plan** (``plan_buffers``): every value the kernels compute gets a byte
+  offset in one arena, reused by liveness (a value's bytes are free once its last
+  reader has run; a kernel never writes over its own operands: no in-place), 64-byte
+  aligned; a reshape (view launch) shares its operand's bytes. The constants (and the
+  laid-out ones, ``KernelSource.prepared_inputs``) are packed once into a second array.
+  A returned value is written straight into an array of its own, allocated per call
+  (the caller keeps it): fresh arrays, never views of the arena.
+* **segments**: runs of kernels that have an njit entry (``KernelSource.compiled_entry``,
+  ``fusec.targets.cpu.entry``) become one generated ``@cached_njit`` function that
+  slices the arena into each kernel's flat arrays and calls the entries in order,
+  with the scratch and block counter they share; a kernel without one (a copy kernel,
+  a numpy reduction, Winograd filters of a weight given as an argument) runs its Python
+  ``launch`` on views of the same arena between segments (``boundaries`` counts them).
+
+A call then checks the arguments, takes its thread's arena (made once per thread and
+program, so concurrent callers never share one), allocates the outputs, and makes one
+njit call per segment inside the backend's ``call_scope`` (BLAS at one thread, the
+threads' placement) and ``affinity.run``. In steady state that allocates nothing but
+the outputs and enters a fixed number of Python frames whatever the number of kernels
+(tests/runtime/test_cpu_program.py counts both).
+
+The Python path stays: a call with a ``recorder`` (``fusec profile`` times each kernel)
+takes it, and so does every call when ``FUSEC_CPU_LAUNCHER=python`` is set as the
+program is built, or when ``compiled_reason`` says why a program cannot be compiled
+(16-bit float values: rounded between kernels by the Python path; an element type the
+arena does not hold).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
+
+from fusec.dialect.ops import spec_of
+from fusec.environ import getenv
+from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.memory import check_bytes
+from fusec.runtime.launch import Allocator, LaunchRecorder, Program
+from fusec.target import Target
+
+#: ``FUSEC_CPU_LAUNCHER=python`` runs every call through the Python launch loop.
+ENV_VAR = "FUSEC_CPU_LAUNCHER"
+#: Byte alignment of every buffer in the arenas (a cache line, an AVX-512 vector).
+ALIGN = 64
+#: The element types an arena holds, as the generated code names them.
+_DTYPES = {"float32": "np.float32", "int64": "np.int64", "int32": "np.int32", "bool": "np.bool_"}
+_MODULE_NAME = re.compile(r"^_fusec_k_[0-9a-f]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a value's elements live during a call: an argument (``index``), an output
+    (``index``), the constants array or the arena (``offset`` in bytes)."""
+
+    kind: str  # "arg" | "out" | "const" | "arena"
+    index: int
+    size: int
+    dtype: np.dtype
+
+
+@dataclass
+class Step:
+    """One kernel launch of the plan: its kernel's index in ``Program.launches`` and the
+    places of its operands and results, in order."""
+
+    launch: int
+    ins: list[Place]
+    outs: list[Place]
+
+
+@dataclass
+class BufferPlan:
+    """The arena layout of a program (see the module docstring)."""
+
+    steps: list[Step] = field(default_factory=list)
+    #: Bytes of the values' part of the arena (the kernels' shared scratch follows it).
+    value_bytes: int = 0
+    scratch_floats: int = 0
+    #: The constants array and, per returned value, its place and shape.
+    constants: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint8))
+    returns: list[tuple[Place, tuple[int, ...]]] = field(default_factory=list)
+    #: Shape and dtype of each output array a call allocates.
+    outputs: list[tuple[tuple[int, ...], np.dtype]] = field(default_factory=list)
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.value_bytes + 4 * self.scratch_floats
+
+
+class CpuProgram(Program):
+    """A cpu ``Program`` whose calls run as compiled segments (see the module docstring)."""
+
+    def __init__(
+        self,
+        module: ModuleOp,
+        entry: str | None = None,
+        target: str | Target = "cpu",
+        cache: Any = None,
+    ) -> None:
+        super().__init__(module, entry, target, cache)
+        #: Why calls take the Python launch loop (None: they run compiled).
+        self.compiled_reason: str | None = None
+        if getenv(ENV_VAR, "").strip().lower() == "python":
+            self.compiled_reason = f"{ENV_VAR}=python"
+        self.plan: BufferPlan | None = None
+        if self.compiled_reason is None:
+            try:
+                self.plan = plan_buffers(self)
+            except _NotCompiled as why:
+                self.compiled_reason = str(why)
+        self._segments: list[Any] | None = None
+        self._local = threading.local()
+
+    @property
+    def boundaries(self) -> int:
+        """Kernels run from Python between compiled segments (no njit entry)."""
+        if self.plan is None:
+            return len(self.kernels)
+        return sum(self.launches[s.launch].kernel.compiled_entry is None for s in self.plan.steps)
+
+    def __call__(
+        self,
+        args: Sequence[Any],
+        *,
+        alloc: Allocator | None = None,
+        recorder: LaunchRecorder | None = None,
+    ) -> tuple:
+        plan = self.plan
+        if plan is None or recorder is not None:
+            return super().__call__(args, alloc=alloc, recorder=recorder)
+        arrays = self._arguments(args)
+        for k, array in enumerate(arrays):
+            if not (array.flags.c_contiguous and array.flags.writeable):
+                arrays[k] = np.array(array, order="C")  # the compiled entries take these only
+        check_bytes(self.call_bytes, self._buffers_name)
+        segments = self._segments if self._segments is not None else self._build()
+        state = self._local.__dict__.get("state") or self._state()
+        outs = self._outputs(plan, alloc)
+        with self.backend.call_scope():
+            for segment in segments:
+                segment(state, arrays, outs)
+        return tuple(_returned(plan, arrays, outs))
+
+    def _outputs(self, plan: BufferPlan, alloc: Allocator | None) -> list[np.ndarray]:
+        if alloc is None:
+            empty = self.backend.pool.empty
+            return [empty(shape, dtype) for shape, dtype in plan.outputs]
+        outs = [alloc(shape, dtype) for shape, dtype in plan.outputs]
+        for out, (shape, dtype) in zip(outs, plan.outputs, strict=True):
+            if not out.flags.c_contiguous or out.dtype != dtype or out.shape != shape:
+                raise ValueError("the allocator must return C-contiguous arrays of the dtype asked")
+        return outs
+
+    def _state(self) -> _ThreadState:
+        """This thread's arena and counter, made on its first call (filled with NaN
+        bytes: a kernel reading a value nothing wrote sees NaN, never stale data)."""
+        assert self.plan is not None
+        arena = np.full(max(ALIGN, self.plan.arena_bytes), 0xFF, dtype=np.uint8)
+        state = _ThreadState(arena, self.plan.constants, np.zeros(1, np.int64))
+        self._local.state = state
+        return state
+
+    def _build(self) -> list[Any]:
+        """Load the kernels and the program module (its segments compile on first call)."""
+        fns = self.load()
+        with self._lock:
+            if self._segments is None:
+                assert self.plan is not None
+                self._segments = build_segments(self, self.plan, fns)
+            return self._segments
+
+
+@dataclass
+class _ThreadState:
+    arena: np.ndarray
+    constants: np.ndarray
+    counter: np.ndarray
+    #: Python boundary steps' flat views of the arenas, made once per thread.
+    views: dict[int, list[np.ndarray | None]] = field(default_factory=dict)
+
+
+class _NotCompiled(Exception):
+    """Why a program runs through the Python launch loop."""
+
+
+# ------------------------------------------------------------------ the buffer plan
+
+
+def plan_buffers(program: Program) -> BufferPlan:
+    """Places for every value of ``program`` (see the module docstring)."""
+    plan = BufferPlan()
+    places: dict[Any, Place] = {}
+    args = program.function.body.block.args
+    for i, arg in enumerate(args):
+        places[arg] = Place("arg", i, _size(arg), _dtype(arg))
+    plan.constants = _pack_constants(program, places)
+    roots = _roots(program)
+    returned = _output_roots(program, roots, places, plan)
+    last = _last_uses(program, roots)
+    arena = _Arena()
+    for i, launch in enumerate(program.launches):
+        if launch.is_view:
+            continue
+        for value in launch.results:
+            if value not in returned:
+                places[value] = Place(
+                    "arena", arena.take(_nbytes(value)), _size(value), _dtype(value)
+                )
+        ins = [
+            _operand_place(program, launch, k, places, roots) for k in range(len(launch.operands))
+        ]
+        plan.steps.append(Step(i, ins, [places[v] for v in launch.results]))
+        for value in [v for v, at in last.items() if at == i and places[v].kind == "arena"]:
+            arena.give(places[value].index, _nbytes(value))
+            del last[value]
+    plan.value_bytes = _aligned(arena.end)
+    threads = _threads()
+    entries = [program.launches[s.launch].kernel.compiled_entry for s in plan.steps]
+    plan.scratch_floats = max([e.scratch_floats(threads) for e in entries if e] + [0])
+    plan.returns = [
+        (_place_of(v, places, roots), tuple(spec_of(v.type).shape)) for v in program.returns
+    ]
+    return plan
+
+
+def _roots(program: Program) -> dict[SSAValue, SSAValue]:
+    """Each value to the value whose bytes it shares (a reshape's operand, followed)."""
+    roots: dict[SSAValue, SSAValue] = {}
+    for launch in program.launches:
+        if launch.is_view:
+            source = launch.operands[0]
+            roots[launch.results[0]] = roots.get(source, source)
+    return roots
+
+
+def _output_roots(
+    program: Program, roots: dict, places: dict[Any, Place], plan: BufferPlan
+) -> set[SSAValue]:
+    """Kernel results that are returned (or shared by a returned reshape): each gets an
+    output array of its own, allocated per call."""
+    computed = {v for launch in program.launches if not launch.is_view for v in launch.results}
+    returned: set[SSAValue] = set()
+    for value in program.returns:
+        root = roots.get(value, value)
+        if root in computed and root not in returned:
+            returned.add(root)
+            shape = tuple(spec_of(root.type).shape)
+            places[root] = Place("out", len(plan.outputs), _size(root), _dtype(root))
+            plan.outputs.append((shape, _dtype(root)))
+    return returned
+
+
+def _last_uses(program: Program, roots: dict) -> dict[SSAValue, int]:
+    """The last launch reading each computed value's bytes (its own launch when unread)."""
+    last: dict[SSAValue, int] = {}
+    for i, launch in enumerate(program.launches):
+        if launch.is_view:
+            continue
+        for value in launch.results:
+            last.setdefault(value, i)
+        for value in launch.operands:
+            root = roots.get(value, value)
+            if root in last:
+                last[root] = i
+    return last
+
+
+def _operand_place(program: Program, launch: Any, k: int, places: dict, roots: dict) -> Place:
+    layout = dict(launch.kernel.prepared_inputs).get(k)
+    value = launch.operands[k]
+    if layout is not None:
+        return places[(value, layout)]
+    return _place_of(value, places, roots)
+
+
+def _place_of(value: SSAValue, places: dict, roots: dict) -> Place:
+    place = places[roots.get(value, value)]
+    return Place(place.kind, place.index, _size(value), place.dtype)
+
+
+def _pack_constants(program: Program, places: dict[Any, Place]) -> np.ndarray:
+    """One byte array holding every constant (in the dtype the kernels read it in) and
+    every laid-out constant, 64-byte aligned; their places recorded in ``places``."""
+    arrays: list[tuple[Any, np.ndarray]] = []
+    for value, array in program.constants.items():
+        arrays.append((value, np.ascontiguousarray(array, dtype=_dtype(value)).reshape(-1)))
+    for key, array in program.prepared_constants.items():
+        arrays.append((key, np.ascontiguousarray(array, dtype=np.float32).reshape(-1)))
+    offset = 0
+    spans = []
+    for key, array in arrays:
+        spans.append((key, offset, array))
+        offset = _aligned(offset + array.nbytes)
+    packed = np.zeros(max(offset, ALIGN), dtype=np.uint8)
+    for key, start, array in spans:
+        packed[start : start + array.nbytes] = array.view(np.uint8)
+        places[key] = Place("const", start, array.size, array.dtype)
+    return packed
+
+
+class _Arena:
+    """First-fit allocation of byte ranges, freed ranges merged with their neighbours."""
+
+    def __init__(self) -> None:
+        self.free: list[tuple[int, int]] = []  # (offset, bytes), sorted
+        self.end = 0
+
+    def take(self, nbytes: int) -> int:
+        nbytes = _aligned(max(nbytes, 1))
+        for k, (start, size) in enumerate(self.free):
+            if size >= nbytes:
+                if size == nbytes:
+                    del self.free[k]
+                else:
+                    self.free[k] = (start + nbytes, size - nbytes)
+                return start
+        start, self.end = self.end, self.end + nbytes
+        return start
+
+    def give(self, start: int, nbytes: int) -> None:
+        self.free.append((start, _aligned(max(nbytes, 1))))
+        self.free.sort()
+        merged: list[tuple[int, int]] = []
+        for begin, size in self.free:
+            if merged and merged[-1][0] + merged[-1][1] == begin:
+                merged[-1] = (merged[-1][0], merged[-1][1] + size)
+            else:
+                merged.append((begin, size))
+        self.free = merged
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _size(value: SSAValue) -> int:
+    return math.prod(spec_of(value.type).shape)
+
+
+def _dtype(value: SSAValue) -> np.dtype:
+    """The dtype the cpu kernels hold ``value`` in; 16-bit floats and types no arena
+    holds are not compiled (``_NotCompiled``)."""
+    spec = spec_of(value.type)
+    dtype = np.dtype(numpy_dtype(spec.dtype))
+    if dtype.kind == "f" and dtype.itemsize != 4:
+        raise _NotCompiled(
+            f"a {spec.dtype} value: 16-bit floats are rounded between kernels by the "
+            "Python launch loop"
+        )
+    if dtype.name not in _DTYPES:
+        raise _NotCompiled(f"a {spec.dtype} value: the compiled launcher holds no {dtype}")
+    return dtype
+
+
+def _nbytes(value: SSAValue) -> int:
+    return _size(value) * _dtype(value).itemsize
+
+
+def _threads() -> int:
+    from fusec.targets.cpu.host import numba_threads
+
+    return numba_threads()
+
+
+def _returned(plan: BufferPlan, arrays: list[np.ndarray], outs: list[np.ndarray]) -> list[Any]:
+    """The call's results: output arrays (reshaped where a reshape is returned), or the
+    argument or constant a result is (as the Python loop returns them)."""
+    results = []
+    for place, shape in plan.returns:
+        if place.kind == "out":
+            array = outs[place.index]
+        elif place.kind == "arg":
+            array = arrays[place.index]
+        else:
+            flat = plan.constants[place.index : place.index + place.size * place.dtype.itemsize]
+            array = flat.view(place.dtype).copy()
+        results.append(array if array.shape == shape else array.reshape(shape))
+    return results
+
+
+# ------------------------------------------------------------- the program module
+
+
+def build_segments(program: Program, plan: BufferPlan, fns: list[Any]) -> list[Callable]:
+    """The call's steps: one per compiled segment (its generated function, bound) and
+    one per kernel run from Python (its ``launch`` on views of the arenas)."""
+    runs: list[list[Step]] = []
+    python: list[Step | None] = []
+    for step in plan.steps:
+        if program.launches[step.launch].kernel.compiled_entry is None:
+            runs.append([])
+            python.append(step)
+        else:
+            if not runs or python[-1] is not None:
+                runs.append([])
+                python.append(None)
+            runs[-1].append(step)
+    source = program_source(program, plan, [r for r in runs if r], fns)
+    module = program.backend.cache.load_module(source, target="cpu")
+    steps: list[Callable] = []
+    number = 0
+    for run, boundary in zip(runs, python, strict=True):
+        if boundary is not None:
+            steps.append(_python_step(boundary, fns[boundary.launch]))
+        elif run:
+            steps.append(_compiled_step(getattr(module, f"segment{number}")))
+            number += 1
+    return steps
+
+
+def program_source(program: Program, plan: BufferPlan, runs: list[list[Step]], fns: list) -> str:
+    """The generated module: one ``segment<i>(arena, consts, counter, a0.., o0..)`` per run."""
+    n_args = len(program.function.body.block.args)
+    params = ["arena", "consts", "counter"]
+    params += [f"a{i}" for i in range(n_args)] + [f"o{j}" for j in range(len(plan.outputs))]
+    imports: dict[str, str] = {}
+    for run in runs:
+        for step in run:
+            module = fns[step.launch].__module__
+            if not _MODULE_NAME.match(module):
+                raise ValueError(f"unexpected kernel module name {module!r}")
+            imports.setdefault(module, f"e{len(imports)}")
+    lines = [
+        f"# fusec program: @{_identifier(program)}, {len(plan.steps)} kernel launches, "
+        f"{len(runs)} compiled segment(s) (fusec.targets.cpu.program)",
+        "import numpy as np",
+        "",
+        "from fusec.targets.cpu.abi import cached_njit",
+        *(f"from {module} import entry as {alias}" for module, alias in imports.items()),
+    ]
+    scratch = f"arena[{plan.value_bytes}:{plan.arena_bytes}].view(np.float32)"
+    for number, run in enumerate(runs):
+        lines += ["", "", '@cached_njit(fastmath=False, error_model="numpy")']
+        lines.append(f"def segment{number}({', '.join(params)}):")
+        lines.append(f"    scratch = {scratch}")
+        for step in run:
+            alias = imports[fns[step.launch].__module__]
+            arrays = [_array_text(p) for p in step.ins + step.outs]
+            lines.append(f"    {alias}({', '.join([*arrays, 'scratch', 'counter'])})")
+    return "\n".join(lines) + "\n"
+
+
+def _identifier(program: Program) -> str:
+    name = program.function.sym_name.data
+    return name if re.fullmatch(r"[A-Za-z0-9_.$-]{1,80}", name) else "<function>"
+
+
+def _array_text(place: Place) -> str:
+    """The flat array of ``place`` in the generated segment."""
+    if place.kind == "arg":
+        return f"a{place.index}.reshape({place.size})"
+    if place.kind == "out":
+        return f"o{place.index}.reshape({place.size})"
+    source = "consts" if place.kind == "const" else "arena"
+    end = place.index + place.size * place.dtype.itemsize
+    return f"{source}[{place.index}:{end}].view({_DTYPES[place.dtype.name]})"
+
+
+def _compiled_step(segment: Any) -> Callable:
+    from fusec.targets.cpu import affinity
+    from fusec.targets.cpu.backend import _WORKQUEUE_LOCK, _threadsafe_layer
+
+    def run(state: _ThreadState, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        args = [state.arena, state.constants, state.counter, *arrays, *outs]
+        if _threadsafe_layer():
+            affinity.run(segment, args)
+        else:
+            with _WORKQUEUE_LOCK:
+                affinity.run(segment, args)
+
+    return run
+
+
+def _python_step(step: Step, fn: Any) -> Callable:
+    from fusec.targets.cpu import affinity
+    from fusec.targets.cpu.backend import _WORKQUEUE_LOCK, _threadsafe_layer
+
+    def run(state: _ThreadState, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        views = state.views.get(step.launch)
+        if views is None:
+            views = state.views[step.launch] = [_flat(state, p) for p in step.ins + step.outs]
+        args = [
+            v if v is not None else _call_array(p, arrays, outs)
+            for v, p in zip(views, step.ins + step.outs, strict=True)
+        ]
+        if _threadsafe_layer():
+            affinity.run(fn, args)
+        else:
+            with _WORKQUEUE_LOCK:
+                affinity.run(fn, args)
+
+    return run
+
+
+def _flat(state: _ThreadState, place: Place) -> np.ndarray | None:
+    """A flat view of an arena place (None: an argument or output, new each call)."""
+    if place.kind not in ("const", "arena"):
+        return None
+    source = state.constants if place.kind == "const" else state.arena
+    end = place.index + place.size * place.dtype.itemsize
+    return source[place.index : end].view(place.dtype)
+
+
+def _call_array(place: Place, arrays: list[np.ndarray], outs: list[np.ndarray]) -> np.ndarray:
+    array = arrays[place.index] if place.kind == "arg" else outs[place.index]
+    return array.reshape(-1)
