@@ -468,10 +468,17 @@ def test_unsupported_element_types_are_dtype_errors():
     assert cast.feature == "dtype" and "INT8" in cast.message
 
 
-def test_dynamic_dimensions_are_rejected():
+def test_dynamic_dimensions_give_a_dynamic_model():
+    """The front end imports static shapes only; from_onnx keeps a model with dynamic
+    dimensions for ``compile`` to import per shape (tests/onnx/test_dynamic_shapes.py)."""
+    from fusec.frontend.onnx_dynamic import DynamicModel
+
     model = node_model("Relu", {"x": r(2, 3)})
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
-    assert "dynamic dimension ('batch')" in _error(model).message
+    dynamic = fusec.from_onnx(model)
+    assert isinstance(dynamic, DynamicModel) and dynamic.symbols == ["batch"]
+    with pytest.raises(fusec.FusecError, match=r"dynamic dimension \('batch'\)"):
+        import_model(model)
 
 
 def test_shape_errors_point_at_the_node():
