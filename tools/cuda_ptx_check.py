@@ -1,0 +1,217 @@
+"""Safety net for refactoring the cuda target's C++ generators: the PTX of every linked kernel
+the tests and graphs produce, hashed, so that a change of the generators' text (moving C++
+into headers) can be shown not to change any kernel.
+
+    python tools/cuda_ptx_check.py collect   # record the specs the tests and graphs make
+    python tools/cuda_ptx_check.py hash      # NVRTC PTX of each spec -> tools/cuda_ptx_hashes.json
+    python tools/cuda_ptx_check.py check     # compile again, compare with the stored hashes
+    python tools/cuda_ptx_check.py check 2 GemmSpec   # 2 processes, the GemmSpec kernels only
+
+``collect`` runs the cuda template tests that make specs (GEMM, its auxiliary kernels, conv,
+attention, the relayout copy) with every spec class's ``cpp_source`` wrapped to record the
+spec (its ``repr``, which evaluates back to an equal spec) and the cubin builds stubbed out
+(only the specs matter, not the tests' verdicts), and compiles the example, golden and
+FileCheck graphs for the cuda target. The specs go to ``tools/cuda_ptx_specs.json``.
+
+``hash`` and ``check`` compile each spec's source as ``build.ptx`` does (NVRTC, ``-arch=sm_90a
+-rdc=true -std=c++17``, no ``-lineinfo``: the PTX has no ``.file``/``.loc`` lines) and hash
+the PTX; comment lines (``//``: the compiler's banner) are dropped before hashing. No GPU
+is needed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = ROOT / "tools" / "cuda_ptx_specs.json"
+HASHES = ROOT / "tools" / "cuda_ptx_hashes.json"
+
+#: the test files whose bodies construct specs (the gpu ones skip before they do)
+TEST_FILES = [
+    "tests/cuda/test_gemm_build.py",
+    "tests/cuda/test_gemm_variants.py",
+    "tests/cuda/test_gemm_vectors.py",
+    "tests/cuda/test_gemm_ln_tile.py",
+    "tests/cuda/test_gemm_host.py",
+    "tests/cuda/test_conv_build.py",
+    "tests/cuda/test_conv_layout.py",
+    "tests/cuda/test_conv_patchify.py",
+    "tests/cuda/test_attention_build.py",
+    "tests/cuda/test_linked_launch.py",
+    "tests/cuda/test_cuda_codegen.py",
+    "tests/cuda/test_tile_gemm.py",
+]
+GRAPH_GLOBS = ["examples/*.mlir", "tests/golden/*.mlir", "tests/cuda/filecheck/*.mlir"]
+
+
+def spec_classes() -> dict[str, type]:
+    """Every class whose ``cpp_source`` is a linked kernel's C++, and the dataclasses their
+    ``repr`` mentions, by name (the namespace ``repr`` evaluates in)."""
+    from fusec.targets.cuda.attention import cpp as attention
+    from fusec.targets.cuda.conv import config as conv_config
+    from fusec.targets.cuda.conv import cpp as conv
+    from fusec.targets.cuda.conv import transpose
+    from fusec.targets.cuda.gemm import aux, config
+    from fusec.targets.cuda.gemm import cpp as gemm
+
+    return {
+        "GemmSpec": gemm.GemmSpec,
+        "Epilogue": gemm.Epilogue,
+        "TileConfig": config.TileConfig,
+        "LayerNormPrep": aux.LayerNormPrep,
+        "SoftmaxFinalise": aux.SoftmaxFinalise,
+        "AttentionSpec": attention.AttentionSpec,
+        "ConvSpec": conv.ConvSpec,
+        "DirectConvSpec": conv.DirectConvSpec,
+        "ConvGeometry": conv_config.ConvGeometry,
+        "ConvTile": conv_config.ConvTile,
+        "RelayoutSpec": transpose.RelayoutSpec,
+        "TransposeTiling": transpose.TransposeTiling,
+    }
+
+
+KERNEL_CLASSES = (
+    "GemmSpec",
+    "LayerNormPrep",
+    "SoftmaxFinalise",
+    "AttentionSpec",
+    "ConvSpec",
+    "DirectConvSpec",
+    "RelayoutSpec",
+)
+
+
+class Recorder:
+    """A pytest plugin (and a context for graph compiles) recording every spec whose C++
+    is generated, with the builds stubbed out."""
+
+    def __init__(self) -> None:
+        self.specs: set[str] = set()
+        classes = spec_classes()
+        for name in KERNEL_CLASSES:
+            self._wrap(classes[name])
+        self._stub_builds()
+
+    def _wrap(self, cls: type) -> None:
+        original = cls.cpp_source  # type: ignore[attr-defined]
+        specs = self.specs
+
+        def cpp_source(spec: Any) -> str:
+            specs.add(repr(spec))
+            return original(spec)
+
+        cls.cpp_source = cpp_source  # type: ignore[attr-defined]
+
+    @staticmethod
+    def _stub_builds() -> None:
+        from fusec.errors import FusecError
+        from fusec.targets.cuda.gemm import build
+
+        def refuse(spec: Any, *args: Any, **kwargs: Any) -> Any:
+            spec.cpp_source()
+            raise FusecError("cuda_ptx_check collect: builds are stubbed out")
+
+        build.build = refuse  # type: ignore[assignment]
+        build.ptx = refuse  # type: ignore[assignment]
+        build.linked_ptx = refuse  # type: ignore[assignment]
+
+
+def collect() -> None:
+    import pytest
+
+    recorder = Recorder()
+    pytest.main(["-q", "-p", "no:cacheprovider", "-m", "not gpu", *TEST_FILES], plugins=[recorder])
+    before = len(recorder.specs)
+    _compile_graphs()
+    print(f"{before} specs from the tests, {len(recorder.specs) - before} more from graphs")
+    SPECS.write_text(json.dumps(sorted(recorder.specs), indent=0) + "\n")
+    print(f"{len(recorder.specs)} specs -> {SPECS.relative_to(ROOT)}")
+
+
+def _compile_graphs() -> None:
+    import fusec
+
+    for pattern in GRAPH_GLOBS:
+        for path in sorted(ROOT.glob(pattern)):
+            if path.name.endswith(".expected.mlir"):
+                continue
+            try:
+                compiled = fusec.compile(path.read_text(), target="cuda", executable=False)
+                for kernel in compiled.kernels:
+                    for _, text in kernel.extra_sources:
+                        assert text
+            except Exception as err:  # a graph the cuda target refuses: no spec to record
+                print(f"{path.relative_to(ROOT)}: {type(err).__name__}: {err}"[:200])
+
+
+def _ptx_hash(spec_repr: str) -> tuple[str, str, str]:
+    """(function name, sha256 of the PTX without comment lines, error or "")."""
+    from cuda.bindings import nvrtc
+
+    spec = eval(spec_repr, {"__builtins__": {}}, spec_classes())  # noqa: S307 (our own file)
+    source = spec.cpp_source().encode()
+    name = spec.function_name
+    _, program = nvrtc.nvrtcCreateProgram(source, f"{name}.cu".encode(), 0, [], [])
+    options = [b"-arch=sm_90a", b"-rdc=true", b"-std=c++17"]
+    (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+    if int(err) != 0:
+        _, size = nvrtc.nvrtcGetProgramLogSize(program)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(program, log)
+        return name, "", log.decode(errors="replace")[:2000]
+    _, size = nvrtc.nvrtcGetPTXSize(program)
+    text = b" " * size
+    nvrtc.nvrtcGetPTX(program, text)
+    nvrtc.nvrtcDestroyProgram(program)
+    lines = text.rstrip(b"\x00").decode().splitlines()
+    kept = [line for line in lines if not line.lstrip().startswith("//")]
+    assert not any(line.lstrip().startswith((".file", ".loc")) for line in kept)
+    return name, hashlib.sha256("\n".join(kept).encode()).hexdigest(), ""
+
+
+def _hash_all(jobs: int, only: str = "") -> dict[str, str]:
+    specs = [s for s in json.loads(SPECS.read_text()) if s.startswith(only)]
+    results: dict[str, str] = {}
+    with ProcessPoolExecutor(jobs) as pool:
+        for (name, digest, error), spec in zip(pool.map(_ptx_hash, specs), specs, strict=True):
+            if error:
+                print(f"NVRTC rejected {name}: {spec[:200]}\n{error}")
+                digest = "error"
+            results[name] = digest
+    return results
+
+
+def main(argv: list[str]) -> int:
+    command = argv[1] if len(argv) > 1 else "check"
+    jobs = int(argv[2]) if len(argv) > 2 else 2
+    only = argv[3] if len(argv) > 3 else ""  # a spec class name: check only those
+    if command == "collect":
+        collect()
+        return 0
+    if command == "hash":
+        hashes = _hash_all(jobs)
+        HASHES.write_text(json.dumps(hashes, indent=1, sort_keys=True) + "\n")
+        print(f"{len(hashes)} kernels hashed -> {HASHES.relative_to(ROOT)}")
+        return 1 if "error" in hashes.values() else 0
+    if command == "check":
+        got = _hash_all(jobs, only)
+        want = json.loads(HASHES.read_text())
+        if only:
+            want = {name: want[name] for name in got}
+        differ = sorted(name for name in want if got.get(name) != want[name])
+        print(f"{len(want)} kernels checked, {len(want) - len(differ)} identical PTX")
+        for name in differ:
+            print(f"  DIFFERS: {name}")
+        return 1 if differ or set(got) != set(want) else 0
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
