@@ -407,18 +407,20 @@ def bake_constant_inputs(
     """The model with its non-float inputs that are equal in every data set turned into
     initializers, and the data sets without them; so are the float inputs that are an
     operator's parameters rather than data (``PARAMETER_INPUTS``: Resize's scales, Pad's
-    constant_value), which are constants in real models."""
+    constant_value), which are constants in real models, and the empty float inputs
+    (CastLike's ``like``: no data, only a type)."""
     inputs = list(model.graph.input)
     parameters = _parameter_inputs(model)
     constant = []
     for index, info in enumerate(inputs):
         if info.type.WhichOneof("value") != "tensor_type" or not data_sets:
             continue  # sequences, maps, optionals stay inputs
-        if info.type.tensor_type.elem_type in _FLOATS and info.name not in parameters:
-            continue
         if any(index >= len(ins) or isinstance(ins[index], list | tuple) for ins, _ in data_sets):
             continue
         values = [_as_array(ins[index]) for ins, _ in data_sets]
+        data = not all(v.size == 0 for v in values)
+        if info.type.tensor_type.elem_type in _FLOATS and info.name not in parameters and data:
+            continue
         if all(v.dtype == values[0].dtype and np.array_equal(v, values[0]) for v in values):
             constant.append((index, numpy_helper.from_array(values[0], info.name)))
     if not constant:

@@ -88,11 +88,11 @@ def test_rounding_only_cases_are_closer_to_float64(name: str, target: str) -> No
     assert error(got) <= error(want[0]) and error(got) < 1e-2, (error(got), error(want[0]))
 
 
-#: Operators none of whose node tests fusec can take: CastLike's have an empty input (the
-#: ``like`` of shape 0, whose type alone matters; the expanded forms of Celu, Softplus,
-#: ReduceL2, ... cover it), ReduceLogSumExp's float cases an empty one, the rest float64
-#: (tests/onnx/test_float_ops.py covers it). Trilu's int64 cases run since issue 29.
-NO_CASE_TO_TAKE = {"CastLike", "ReduceLogSumExp"}
+#: Operators none of whose node tests fusec can take: ReduceLogSumExp's float cases have an
+#: empty input, the rest are float64 (tests/onnx/test_float_ops.py covers it). Trilu's
+#: int64 cases run since issue 29; CastLike's since its empty ``like`` input (a type, no
+#: data) is baked into a constant.
+NO_CASE_TO_TAKE = {"ReduceLogSumExp"}
 
 
 @pytest.mark.slow
@@ -180,3 +180,29 @@ def test_the_cli_measures_all_cases(capsys, monkeypatch):
     captured = capsys.readouterr()
     assert "GRU" in captured.out and "refused" in captured.out
     assert "fusec: conformance cases: 1/" in captured.err  # progress, per case, on stderr
+
+
+def test_an_empty_float_input_is_baked_and_a_float_data_input_is_not():
+    """CastLike's ``like`` input has no data, only a type: it becomes an initializer (fusec
+    has no empty tensors), while a float input carrying data stays an input."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from fusec.tools.conformance import bake_constant_inputs
+
+    node = helper.make_node("CastLike", ["x", "like"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "castlike",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, (3,)),
+            helper.make_tensor_value_info("like", TensorProto.FLOAT16, (0,)),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, (3,))],
+    )
+    x = np.array([1.5, -2.0, 3.25], dtype=np.float32)
+    like = np.empty((0,), dtype=np.float16)
+    baked, sets = bake_constant_inputs(helper.make_model(graph), [([x, like], [x])])
+    assert [i.name for i in baked.graph.input] == ["x"]
+    assert [t.name for t in baked.graph.initializer] == ["like"]
+    assert len(sets[0][0]) == 1 and sets[0][0][0] is x
