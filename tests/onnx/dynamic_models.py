@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import helper
 from onnx_nets import Weights, make_model, tensor
 
 VOCAB, MAX_POSITIONS = 50, 64
@@ -37,13 +37,28 @@ def mlp(dim: int = 16, hidden: int = 32, out: int = 8, seed: int = 3) -> onnx.Mo
     )
 
 
+def scaled_softmax(dtype=np.float32, width: int = 24, seed: int = 7) -> onnx.ModelProto:
+    """``softmax(x * w + b)`` over the last axis, ``x: [batch, seq, width]``: pointwise and
+    row-reduction kernels only (what every target compiles without a GEMM library)."""
+    w = Weights(seed, np.dtype(dtype))
+    nodes = [
+        helper.make_node("Mul", ["x", w.normal("w", (width,), 1.0)], ["xw"]),
+        helper.make_node("Add", ["xw", w.normal("b", (width,), 0.5)], ["z"]),
+        helper.make_node("Softmax", ["z"], ["y"], axis=-1),
+    ]
+    dims = ("batch", "seq", width)
+    return make_model(
+        nodes, [tensor("x", dims, dtype)], [tensor("y", dims, dtype)], w.items, "scaled_softmax"
+    )
+
+
 def _ints(w: Weights, name: str, values) -> str:
     w.items.append(onnx.numpy_helper.from_array(np.asarray(values, np.int64), name))
     return name
 
 
 def _floats(w: Weights, name: str, value: float) -> str:
-    w.items.append(onnx.numpy_helper.from_array(np.float32(value), name))
+    w.items.append(onnx.numpy_helper.from_array(np.asarray(value, w.dtype), name))
     return name
 
 
@@ -78,7 +93,7 @@ def _mask(nodes: list, w: Weights) -> str:
     """Additive [batch, 1, seq, seq] mask: padding (attention_mask) and causal (seq)."""
     n = helper.make_node
     nodes += [
-        n("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT),
+        n("Cast", ["attention_mask"], ["mask_f"], to=helper.np_dtype_to_tensor_dtype(w.dtype)),
         n("Sub", [_floats(w, "onef", 1.0), "mask_f"], ["pad"]),
         n("Mul", ["pad", _floats(w, "big", -1e4)], ["pad_bias"]),
         n("Unsqueeze", ["pad_bias", _ints(w, "ax12", [1, 2])], ["pad4"]),
@@ -92,8 +107,9 @@ def _mask(nodes: list, w: Weights) -> str:
     return "mask"
 
 
-def encoder(dim: int = 32, heads: int = 2, seed: int = 5) -> onnx.ModelProto:
-    w = Weights(seed)
+def encoder(dim: int = 32, heads: int = 2, seed: int = 5, dtype=np.float32) -> onnx.ModelProto:
+    """The encoder layer of the module docstring, its float values of ``dtype``."""
+    w = Weights(seed, np.dtype(dtype))
     n = helper.make_node
     size = dim // heads
     nodes: list = []
@@ -130,7 +146,8 @@ def encoder(dim: int = 32, heads: int = 2, seed: int = 5) -> onnx.ModelProto:
         tensor("input_ids", ("batch", "seq"), np.int64),
         tensor("attention_mask", ("batch", "seq"), np.int64),
     ]
-    return make_model(nodes, inputs, [tensor("hidden", ("batch", "seq", dim))], w.items, "encoder")
+    output = tensor("hidden", ("batch", "seq", dim), dtype)
+    return make_model(nodes, inputs, [output], w.items, "encoder")
 
 
 def encoder_feeds(rng: np.random.Generator, batch: int, seq: int) -> dict[str, np.ndarray]:
