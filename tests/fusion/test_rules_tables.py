@@ -65,3 +65,32 @@ def test_the_parser_comes_from_the_tables_and_from_the_grammar_once_they_are_sta
         assert parser.parse(TEXTS[1]) == rules.build_parser().parse(TEXTS[1])
     finally:
         rules._parser.cache_clear()
+
+
+# ------------------------------------------------- the default policy, parsed ahead
+
+
+def test_the_default_policy_parsed_ahead_is_the_files():
+    from pathlib import Path
+
+    from fusec.passes.fusion import rules_default
+
+    regenerate = "default.rules or the grammar changed: run python -m fusec.passes.fusion.rules"
+    assert Path(rules_default.__file__).read_text() == rules.default_rules_source(), regenerate
+    parsed = rules.parse_rules(rules.default_rules_text(), rules.DEFAULT_RULES_FILE)
+    assert rules_default.RULES == parsed
+    assert list(rules_default.RULES.params) == list(parsed.params)  # in file order
+
+
+def test_the_default_policy_is_parsed_once_what_was_parsed_ahead_is_stale(monkeypatch):
+    from fusec.passes.fusion import rules_default
+
+    rules.default_rules.cache_clear()
+    try:
+        assert rules.default_rules() is rules_default.RULES
+        rules.default_rules.cache_clear()
+        monkeypatch.setattr(rules_default, "RULES_SHA256", "0" * 64)
+        fresh = rules.default_rules()
+        assert fresh is not rules_default.RULES and fresh == rules_default.RULES
+    finally:
+        rules.default_rules.cache_clear()

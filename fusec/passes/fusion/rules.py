@@ -20,11 +20,6 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-import lark
-from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import LarkError, UnexpectedInput, VisitError
-from lark.grammar import Rule
-from lark.lexer import TerminalDef
 from xdsl.ir import Operation
 
 from fusec.dialect import ops as ai
@@ -33,6 +28,8 @@ from fusec.errors import FusecError, SourceLocation, line_of
 from fusec.passes.fusion.classify import Pattern, fmt_shape, pattern_of, result_shape, short_name
 
 if TYPE_CHECKING:
+    from lark import Lark, Token
+
     from fusec.target import Target
 
 _T = TypeVar("_T")
@@ -328,62 +325,8 @@ def _selects_anchor(selector: str) -> bool:
 # ------------------------------------------------------------------ parsing
 
 
-class _Build(Transformer):
-    """Parse tree -> Rules data (semantic checks come after)."""
-
-    def start(self, items):
-        return items
-
-    @v_args(inline=True)
-    def param(self, name: Token, value: Token, text: Token | None = None):
-        return Param(str(name), int(value), _unquote(text) if text else str(name)), name
-
-    def kind(self, children):
-        name, rest = children[0], children[1:]
-        description = _unquote(rest.pop(0)) if rest and isinstance(rest[0], Token) else ""
-        return _RawKind(str(name), description, tuple(rest)), name
-
-    def clause(self, children):
-        role, selectors, *rest = children
-        duplicate = any(r == "duplicate" for r in rest)
-        max_count = next((r[1] for r in rest if isinstance(r, tuple) and r[0] == "max"), None)
-        atoms = next((r for r in rest if isinstance(r, list)), [])
-        return _RawClause(
-            str(role), tuple(selectors), duplicate, max_count, tuple(atoms), role.line
-        )
-
-    def selectors(self, children):
-        return children
-
-    @v_args(inline=True)
-    def selector(self, name: Token):
-        return _Located(str(name), name)
-
-    def duplicate(self, _children):
-        return "duplicate"
-
-    @v_args(inline=True)
-    def max_count(self, limit):
-        return ("max", limit)
-
-    def condition(self, atoms):
-        return list(atoms)
-
-    @v_args(inline=True)
-    def predicate(self, name: Token):
-        return _Located(Atom(str(name)), name)
-
-    @v_args(inline=True)
-    def compare(self, name: Token, cmp: Token, limit):
-        return _Located(Atom(str(name), str(cmp), limit), name)
-
-    @v_args(inline=True)
-    def limit(self, token: Token):
-        return _Located(int(token) if token.type == "INT" else str(token), token)
-
-
 @dataclass(frozen=True)
-class _Located(Generic[_T]):
+class Located(Generic[_T]):
     """A value and the token it came from (for located errors)."""
 
     value: _T
@@ -391,27 +334,27 @@ class _Located(Generic[_T]):
 
 
 @dataclass(frozen=True)
-class _RawClause:
+class RawClause:
     """A clause as parsed: every name still with its token, limits unchecked."""
 
     role: str
-    selectors: tuple[_Located[str], ...]
+    selectors: tuple[Located[str], ...]
     duplicate: bool
-    max_count: _Located[int | str] | None
-    atoms: tuple[_Located[Atom], ...]
+    max_count: Located[int | str] | None
+    atoms: tuple[Located[Atom], ...]
     line: int
 
 
 @dataclass(frozen=True)
-class _RawKind:
+class RawKind:
     """A kind as parsed (see ``_check_kind``)."""
 
     name: str
     description: str
-    clauses: tuple[_RawClause, ...]
+    clauses: tuple[RawClause, ...]
 
 
-def _unquote(token: Token) -> str:
+def unquote(token: Token) -> str:
     return str(token)[1:-1]
 
 
@@ -420,15 +363,19 @@ def _parser() -> Lark:
     """The rules parser: loaded from its tables built ahead (``rules_tables``, ~10 ms)
     when they are GRAMMAR's for this lark, else built from GRAMMAR (~0.2 s of every
     ``fusec compile``, issue #26)."""
+    import lark
+
     from fusec.passes.fusion import rules_tables
 
     if rules_tables.GRAMMAR_SHA256 == grammar_digest() and rules_tables.LARK == lark.__version__:
-        return Lark.load(rules_tables.TABLES)
+        return lark.Lark.load(rules_tables.TABLES)
     return build_parser()
 
 
 def build_parser() -> Lark:
     """The LALR parser of ``GRAMMAR``, built from the grammar (the slow way)."""
+    from lark import Lark
+
     return Lark(GRAMMAR, parser="lalr", propagate_positions=True)
 
 
@@ -440,6 +387,10 @@ def tables_source() -> str:
     """The text of ``rules_tables.py``: the tables of ``build_parser()`` as Python literals
     (imported as code, never unpickled), with the grammar and the lark they are for.
     Written by ``python -m fusec.passes.fusion.rules`` after a change to GRAMMAR."""
+    import lark
+    from lark.grammar import Rule
+    from lark.lexer import TerminalDef
+
     data, memo = build_parser().memo_serialize([TerminalDef, Rule])
     tables = pprint.pformat({"data": data, "memo": memo}, width=99, sort_dicts=True)
     return (
@@ -455,6 +406,9 @@ def tables_source() -> str:
 
 def parse_rules(text: str, source: str = "<rules>") -> Rules:
     """Parse and check a rules text; raise a located FusecError if it is bad."""
+    from lark.exceptions import LarkError, UnexpectedInput, VisitError
+
+    from fusec.passes.fusion.rules_tree import Build
 
     def fail(message: str, token: Token | None) -> FusecError:
         line = getattr(token, "line", 0) or 0
@@ -462,7 +416,7 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
         return FusecError(message, SourceLocation(source, line, col), line_of(text, line))
 
     try:
-        items = _Build().transform(_parser().parse(text))
+        items = Build().transform(_parser().parse(text))
     except UnexpectedInput as err:
         location = SourceLocation(source, err.line, err.column)
         message = f"bad fusion rules: {str(err).splitlines()[0]}"
@@ -489,7 +443,7 @@ def parse_rules(text: str, source: str = "<rules>") -> Rules:
     return Rules(params, tuple(kinds), source)
 
 
-def _check_kind(kind: _RawKind, params: Mapping[str, Param], fail) -> KindRules:
+def _check_kind(kind: RawKind, params: Mapping[str, Param], fail) -> KindRules:
     clauses: list[Clause] = []
     anchors = 0
     for clause in kind.clauses:
@@ -539,7 +493,7 @@ def _check_kind(kind: _RawKind, params: Mapping[str, Param], fail) -> KindRules:
 
 def _check_limit(limit: object, params: Mapping[str, Param], fail) -> int | str:
     """The value of a parsed limit (an int or a parameter name), checked."""
-    located = limit if isinstance(limit, _Located) else None
+    located = limit if isinstance(limit, Located) else None
     value = located.value if located is not None else limit
     if isinstance(value, str) and value not in params:
         raise fail(f"unknown parameter '{value}'", located.token if located else None)
@@ -554,10 +508,40 @@ def default_rules_text() -> str:
     return resources.files("fusec.passes.fusion").joinpath(DEFAULT_RULES_FILE).read_text()
 
 
+def default_rules_digest(text: str) -> str:
+    """What ``rules_default`` is valid for: the policy's text and the grammar it is in."""
+    return hashlib.sha256(f"{grammar_digest()}\n{text}".encode()).hexdigest()
+
+
 @cache
 def default_rules() -> Rules:
-    """The policy shipped with fusec (``default.rules``)."""
-    return parse_rules(default_rules_text(), DEFAULT_RULES_FILE)
+    """The policy shipped with fusec (``default.rules``): parsed ahead (``rules_default``,
+    no lark to import, issue #26) while that is this text's, else parsed now."""
+    from fusec.passes.fusion import rules_default
+
+    text = default_rules_text()
+    if rules_default.RULES_SHA256 == default_rules_digest(text):
+        return rules_default.RULES
+    return parse_rules(text, DEFAULT_RULES_FILE)
+
+
+def default_rules_source() -> str:
+    """The text of ``rules_default.py``: ``default.rules`` parsed, as the Python expression
+    that builds it, with the digest it is for. Written by ``python -m
+    fusec.passes.fusion.rules`` after a change to the policy or the grammar."""
+    text = default_rules_text()
+    parsed = pprint.pformat(parse_rules(text, DEFAULT_RULES_FILE), width=99, sort_dicts=False)
+    return (
+        '"""The shipped fusion policy (``default.rules``) parsed ahead: ``fusec compile``\n'
+        "under it imports no lark (issue #26).\n\n"
+        "Generated by ``python -m fusec.passes.fusion.rules``: do not edit.\n"
+        "``rules.default_rules`` uses it only while its digest is that of ``default.rules``\n"
+        'and ``rules.GRAMMAR``."""\n'
+        "\nfrom fusec.passes.fusion.rules import Atom, Clause, KindRules, Param, Rules\n"
+        "\n# fmt: off\n"
+        f"RULES_SHA256 = {default_rules_digest(text)!r}\n"
+        f"RULES = {parsed}\n"
+    )
 
 
 #: The largest rules file read (the shipped policy is about 2 KiB).
@@ -587,5 +571,21 @@ def load_rules(path: str | Path | None = None, **params: int | None) -> Rules:
     return rules.with_params(**params)
 
 
-if __name__ == "__main__":  # regenerate the parser's tables
-    Path(__file__).with_name("rules_tables.py").write_text(tables_source())
+def regenerate() -> None:
+    """Write ``rules_default.py``, and ``rules_tables.py`` where it is stale (lark numbers
+    the LALR states differently from one build to the next: fresh tables are a churn)."""
+    import lark
+
+    from fusec.passes.fusion import rules_tables
+
+    if (rules_tables.GRAMMAR_SHA256, rules_tables.LARK) != (grammar_digest(), lark.__version__):
+        Path(__file__).with_name("rules_tables.py").write_text(tables_source())
+    Path(__file__).with_name("rules_default.py").write_text(default_rules_source())
+
+
+if __name__ == "__main__":
+    # Through the imported module: ``rules_tree`` builds that module's classes, not this
+    # ``__main__`` copy's.
+    from fusec.passes.fusion import rules
+
+    rules.regenerate()
