@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from fusec.codegen.expr import broadcast_shapes
 from fusec.runtime.cache import KernelCache
-from fusec.targets.cpu import blas, blas_mode
+from fusec.targets.cpu import blas, blas_abi, blas_mode
 
 # ------------------------------------------------------------ broadcast_shapes
 
@@ -100,9 +100,9 @@ def test_a_forged_record_is_not_read(tmp_path):
 
 
 def test_the_key_follows_the_gemm_setting(monkeypatch):
-    monkeypatch.delenv(blas_mode.ENV_VAR, raising=False)
+    monkeypatch.delenv(blas_abi.ENV_VAR, raising=False)
     blas_default = blas_mode.installation_key()
-    monkeypatch.setenv(blas_mode.ENV_VAR, "numba")
+    monkeypatch.setenv(blas_abi.ENV_VAR, "numba")
     assert blas_mode.installation_key() != blas_default
 
 
@@ -118,7 +118,7 @@ def test_with_numpy_loaded_the_mode_is_this_process_own(monkeypatch):
 def test_every_import_line_names_abi_functions(mode):
     from fusec.targets.cpu import abi
 
-    assert blas_mode.MODES.fullmatch(mode)
-    line = blas_mode.import_line_for(mode)
+    assert blas_abi.MODES.fullmatch(mode)
+    line = blas_abi.import_line_for(mode)
     names = line.split(" import ", 1)[1].split("  #")[0].split(", ")
     assert all(name.split(" as ")[0] in abi._PROVIDERS for name in names)

@@ -41,7 +41,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fusec.targets.cpu.blas_mode import ENV_VAR, import_line_for
+from fusec.targets.cpu.blas_abi import ENV_VAR, import_line_for
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ def mode() -> str:
 
 def import_line() -> str:
     """The line a generated kernel module imports its GEMM and thread controls with
-    (``blas_mode.import_line_for``)."""
+    (``blas_abi.import_line_for``)."""
     return import_line_for(mode())
 
 

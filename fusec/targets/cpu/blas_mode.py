@@ -20,20 +20,15 @@ import hashlib
 import importlib.util
 import json
 import os
-import re
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from fusec.targets.cpu.blas_abi import ABI_VERSION, ENV_VAR, MODES, import_line_for
+
 if TYPE_CHECKING:
     from fusec.runtime.cache import KernelCache
 
-#: Bump when the intrinsics' calling convention changes (it is in every kernel's source).
-ABI_VERSION = 3
-#: ``FUSEC_CPU_GEMM=numba``: the kernels multiply with Numba loops, not the BLAS.
-ENV_VAR = "FUSEC_CPU_GEMM"
-#: Every answer ``blas.mode()`` gives; a cached record holding anything else is ignored.
-MODES = re.compile(r"numba|blas-(lp64|ilp64)-(local|global)")
 #: Packages whose installation decides the answer (numpy's BLAS; threadpoolctl finds it).
 _PACKAGES = ("numpy", "threadpoolctl")
 #: Environment variables that decide it too (which BLAS the loader loads, or none).
@@ -53,23 +48,6 @@ def mode() -> str:
 def import_line() -> str:
     """The line a generated kernel module imports its GEMM and thread controls with."""
     return import_line_for(mode())
-
-
-def import_line_for(current: str) -> str:
-    """``import_line`` for the mode ``current`` (one of ``MODES``)."""
-    if current == "numba":
-        names = (
-            "next_block, sgemm_numba as sgemm, sgemm_acc_numba as sgemm_acc, "
-            "threads_noop as threads_begin, threads_noop as threads_end"
-        )
-    else:
-        width = current.split("-")[1]
-        threads = "threads_local" if current.endswith("local") else "threads_noop"
-        names = (
-            f"next_block, sgemm_{width} as sgemm, sgemm_acc_{width} as sgemm_acc, "
-            f"{threads} as threads_begin, {threads} as threads_end"
-        )
-    return f"from fusec.targets.cpu.abi import {names}  # cpu_blas ABI {ABI_VERSION}, {current}"
 
 
 def remembered_mode(cache: KernelCache, probe: Callable[[], str]) -> str:
