@@ -1,0 +1,428 @@
+"""``torch.compile(model, backend="fusec")``: fusec as a TorchDynamo backend.
+
+Dynamo hands the backend FX graphs of torch-level ops with real example inputs.
+Each graph goes through AOTAutograd with PyTorch's core-ATen decompositions
+(functionalised: in-place ops become pure ones), inference only: a graph that
+needs gradients runs in eager PyTorch, with a remark. The core-ATen graph is split
+by ``CapabilityBasedPartitioner``: every node ``torch_fx.unsupported_reason`` accepts
+joins a partition, each partition becomes one ai module compiled by fusec for the
+inputs' device (``cuda`` or ``cpu``), and the rest runs in eager PyTorch, so
+nothing that eager runs fails. Parameters and buffers are frozen into the IR as
+constants (BatchNorm folds into its conv, weights are packed once); each call checks
+that they are the same tensors, unmodified (``Tensor._version``), and compiles again
+if not.
+
+Tensors cross without copies: on ``cpu`` as numpy views (``Tensor.numpy()``,
+``torch.from_numpy``), on ``cuda`` as torch tensors, used in place on the caller's
+stream. A graph with symbolic sizes (``dynamic=True``, or Dynamo's automatic dynamic
+shapes) is compiled once per concrete signature it is called with.
+
+``stats()`` counts graphs, partitions and the nodes left to eager, and lists the
+remarks saying which node and why. Options (``torch.compile(..., options={...})``):
+``target`` ("cpu", "cuda", "reference"; default: the inputs' device), ``pipeline``,
+``freeze`` (default True; False passes parameters and buffers as arguments on every
+call, for weights changed through ``.data``, which no version counter sees).
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import fx
+
+from fusec.errors import FusecError
+
+_LOG = logging.getLogger("fusec.torch")
+#: Ops a partition made of these alone does not pay a kernel launch for.
+_NON_COMPUTE = (
+    *(
+        f"torch.ops.aten.{name}"
+        for name in (
+            "view.default", "_unsafe_view.default", "reshape.default", "permute.default",
+            "expand.default", "unsqueeze.default", "squeeze.dim", "squeeze.dims",
+            "clone.default", "alias.default", "t.default", "transpose.int", "slice.Tensor",
+            "select.int", "_to_copy.default",
+        )
+    ),
+    "_operator.getitem",
+)  # fmt: skip
+
+
+@dataclass
+class Stats:
+    """What the backend did since the last ``reset_stats()``."""
+
+    #: FX graphs Dynamo handed to the backend (one per graph break + 1, per frame).
+    graphs: int = 0
+    #: Graphs run wholly in eager PyTorch (training graphs).
+    eager_graphs: int = 0
+    #: Partitions compiled by fusec.
+    partitions: int = 0
+    #: Partitions fusec could not compile, run in eager PyTorch.
+    eager_partitions: int = 0
+    #: ATen nodes left outside every partition (eager PyTorch).
+    eager_nodes: int = 0
+    #: ATen nodes inside compiled partitions.
+    compiled_nodes: int = 0
+    #: Compilations for one more concrete signature of a graph with symbolic sizes.
+    specializations: int = 0
+    #: Recompilations after a parameter or buffer changed.
+    refreezes: int = 0
+    #: One line per decision: which node or partition runs in eager, and why.
+    remarks: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, list) else v) for k, v in self.__dict__.items()}
+
+
+_STATS = Stats()
+_STATS_LOCK = threading.Lock()
+
+
+def stats() -> dict[str, Any]:
+    """The backend's counters and remarks since the last ``reset_stats()``."""
+    with _STATS_LOCK:
+        return _STATS.as_dict()
+
+
+def reset_stats() -> None:
+    global _STATS
+    with _STATS_LOCK:
+        _STATS = Stats()
+
+
+def _remark(text: str) -> None:
+    with _STATS_LOCK:
+        _STATS.remarks.append(text)
+    _LOG.info("fusec: %s", text)
+
+
+def _count(name: str, n: int = 1) -> None:
+    with _STATS_LOCK:
+        setattr(_STATS, name, getattr(_STATS, name) + n)
+
+
+# ------------------------------------------------------------------ the backend
+
+
+def fusec_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable:
+    """The Dynamo backend: a callable that runs ``gm`` with fusec's kernels where it can."""
+    _count("graphs")
+    if torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs
+    ):
+        _count("eager_graphs")
+        _remark(
+            f"graph of {_op_count(gm)} ops runs in eager PyTorch: it needs gradients "
+            "(fusec compiles inference: torch.no_grad() or torch.inference_mode())"
+        )
+        return gm.forward
+    if _is_dynamic(example_inputs):
+        return _PerSignature(gm, options)
+    return _compile_graph(gm, list(example_inputs), options)
+
+
+def _is_dynamic(inputs: Sequence[Any]) -> bool:
+    for t in inputs:
+        if isinstance(t, torch.SymInt):
+            return True
+        if isinstance(t, torch.Tensor) and any(not isinstance(d, int) for d in t.shape):
+            return True
+    return False
+
+
+def _op_count(gm: fx.GraphModule) -> int:
+    return sum(1 for n in gm.graph.nodes if n.op == "call_function")
+
+
+class _PerSignature:
+    """A graph with symbolic sizes, compiled once per concrete signature it meets."""
+
+    def __init__(self, gm: fx.GraphModule, options: dict[str, Any]) -> None:
+        self.gm = gm
+        self.options = options
+        self.compiled: dict[tuple, Callable] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        key = tuple(
+            (tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else a for a in args
+        )
+        run = self.compiled.get(key)
+        if run is None:
+            _count("specializations")
+            run = self.compiled[key] = _compile_graph(self.gm, list(args), self.options)
+        return run(*args)
+
+
+def _compile_graph(gm: fx.GraphModule, inputs: list[Any], options: dict[str, Any]) -> Callable:
+    """AOTAutograd to core ATen, then ``_compile_aten`` on the forward graph."""
+    from torch._decomp import core_aten_decompositions
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    frozen = _frozen_positions(gm, inputs) if options.get("freeze", True) else []
+
+    def forward_compiler(aten: fx.GraphModule, _fake_inputs: Sequence[Any]) -> Callable:
+        return _Frozen(aten, inputs, frozen, options)
+
+    return aot_module_simplified(
+        gm, inputs, fw_compiler=forward_compiler, decompositions=core_aten_decompositions()
+    )
+
+
+def _frozen_positions(gm: fx.GraphModule, inputs: Sequence[Any]) -> list[int]:
+    """The inputs that are the model's parameters and buffers (frozen into the IR)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    positions = []
+    for index, (node, value) in enumerate(zip(placeholders, inputs, strict=False)):
+        if isinstance(value, torch.nn.Parameter):
+            positions.append(index)
+            continue
+        source = getattr(node.meta.get("grapharg"), "source", None)
+        name = getattr(source, "name", "")
+        name = name() if callable(name) else name  # a method in older PyTorch
+        if isinstance(value, torch.Tensor) and "_buffers" in str(name):
+            positions.append(index)
+    return positions
+
+
+class _Frozen:
+    """The compiled forward graph with its parameters and buffers as constants; a call
+    whose parameters are other tensors, or were modified in place, compiles again."""
+
+    def __init__(
+        self,
+        aten: fx.GraphModule,
+        inputs: list[Any],
+        frozen: list[int],
+        options: dict[str, Any],
+    ) -> None:
+        self.aten = aten
+        self.options = options
+        placeholders = [n for n in aten.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(inputs):  # AOTAutograd changed the inputs: freeze none
+            frozen = []
+        self.frozen = frozen
+        self.placeholders = placeholders
+        self.held: list[tuple[int, torch.Tensor, int]] = []
+        # Compiled on the first call, which has real tensors (the compiler runs under
+        # AOTAutograd's fake tensor mode).
+        self.run: Callable | None = None
+
+    def freeze(self, inputs: Sequence[Any]) -> Callable:
+        self.held = [(i, inputs[i], inputs[i]._version) for i in self.frozen]
+        constants = {self.placeholders[i].name: inputs[i].detach() for i in self.frozen}
+        self.run = _compile_aten(self.aten, constants, inputs, self.options)
+        return self.run
+
+    def __call__(self, *args: Any) -> Any:
+        run = self.run if self.run is not None else self.freeze(args)
+        for index, tensor, version in self.held:
+            if args[index] is not tensor or tensor._version != version:
+                _count("refreezes")
+                _remark("a parameter or buffer changed: the graph is compiled again")
+                run = self.freeze(args)
+                break
+        return run(*args)
+
+
+# ------------------------------------------------------------------ partitioning
+
+
+class _Support:
+    """The partitioner's question: can fusec lower this node? (The translator decides.)"""
+
+    def __init__(self) -> None:
+        self.reasons: dict[fx.Node, str] = {}
+
+    def is_node_supported(self, submodules: Any, node: fx.Node) -> bool:
+        from fusec.frontend.torch_fx import unsupported_reason
+
+        if node.op != "call_function":
+            return False
+        if node.target is operator.getitem:
+            source = node.args[0]
+            return isinstance(source, fx.Node) and source not in self.reasons
+        reason = unsupported_reason(node)
+        if reason is not None:
+            self.reasons[node] = reason
+        return reason is None
+
+
+def _compile_aten(
+    aten: fx.GraphModule,
+    constants: dict[str, torch.Tensor],
+    inputs: Sequence[Any],
+    options: dict[str, Any],
+) -> Callable:
+    """Partition the core-ATen graph; compile each partition with fusec."""
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    class Support(_Support, OperatorSupportBase):
+        pass
+
+    support = Support()
+    aten = _copy(aten)  # the partitioner rewrites its module in place: keep the original
+    partitioner = CapabilityBasedPartitioner(aten, support, allows_single_node_partition=True)
+    partitions = [p for p in partitioner.propose_partitions() if _computes(p.nodes)]
+    fused = partitioner.fuse_partitions(partitions)
+    _note_eager_nodes(support)
+    device = _device_of(inputs)
+    for node in list(fused.graph.nodes):
+        if node.op == "call_module" and str(node.target).startswith("fused_"):
+            _compile_partition(fused, node, constants, device, options)
+    fused.recompile()
+    return fused
+
+
+def _copy(gm: fx.GraphModule) -> fx.GraphModule:
+    """A new module of a copy of ``gm``'s graph (node metadata shared, not copied)."""
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return fx.GraphModule(gm, graph)
+
+
+def _computes(nodes: Any) -> bool:
+    """Whether a partition does arithmetic (one of views and copies alone stays eager)."""
+    from torch.fx.node import _get_qualified_name
+
+    return any(
+        n.op == "call_function" and _get_qualified_name(n.target) not in _NON_COMPUTE for n in nodes
+    )
+
+
+def _note_eager_nodes(support: _Support) -> None:
+    for reason in support.reasons.values():
+        _count("eager_nodes")
+        _remark(f"eager: {reason}")
+
+
+def _device_of(inputs: Sequence[Any]) -> torch.device:
+    devices = {t.device for t in inputs if isinstance(t, torch.Tensor)}
+    return devices.pop() if len(devices) == 1 else torch.device("cpu")
+
+
+def _compile_partition(
+    fused: fx.GraphModule,
+    call: fx.Node,
+    constants: dict[str, torch.Tensor],
+    device: torch.device,
+    options: dict[str, Any],
+) -> None:
+    """Replace the partition's submodule by its fusec program (eager on failure)."""
+    from fusec.api import compile as compile_module
+    from fusec.frontend.torch_fx import translate
+
+    sub = getattr(fused, str(call.target))
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    sub_constants, dynamic = {}, []
+    for position, (placeholder, outer) in enumerate(zip(placeholders, call.args, strict=True)):
+        if isinstance(outer, fx.Node) and outer.name in constants:
+            sub_constants[placeholder.name] = constants[outer.name]
+        else:
+            dynamic.append(position)
+    ops = _op_count(sub)
+    try:
+        module = translate(
+            sub.graph,
+            constants=sub_constants,
+            inputs=[placeholders[i] for i in dynamic],
+            name=_symbol(str(call.target)),
+        )
+        target = options.get("target") or ("cuda" if device.type == "cuda" else "cpu")
+        compiled = compile_module(module, target=target, pipeline=options.get("pipeline"))
+    except Exception as err:  # noqa: BLE001 - anything fusec cannot do runs in eager
+        _count("eager_partitions")
+        _remark(f"eager: partition {call.target} ({ops} ops): {_reason(err)}")
+        return
+    output = next(n for n in sub.graph.nodes if n.op == "output")
+    tuple_out = isinstance(output.args[0], tuple | list)
+    setattr(
+        fused, str(call.target), _FusecCall(compiled, sub, dynamic, tuple_out, str(call.target))
+    )
+    _count("partitions")
+    _count("compiled_nodes", ops)
+
+
+def _symbol(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "main"
+
+
+def _reason(err: BaseException) -> str:
+    if isinstance(err, FusecError):
+        return err.message
+    return f"{type(err).__name__}: {err}"
+
+
+class _FusecCall(torch.nn.Module):
+    """One compiled partition: torch tensors in, torch tensors out, no copies. A call
+    that fails runs the partition in eager PyTorch from then on, with a remark."""
+
+    def __init__(
+        self,
+        compiled: Any,
+        eager: fx.GraphModule,
+        dynamic: list[int],
+        tuple_out: bool,
+        name: str,
+    ) -> None:
+        super().__init__()
+        self.compiled = compiled
+        self.eager = eager
+        self.dynamic = dynamic
+        self.tuple_out = tuple_out
+        self.name = name
+        self.failed = False
+
+    def forward(self, *args: Any) -> Any:
+        if self.failed:
+            return self.eager(*args)
+        try:
+            results = self.run([args[i] for i in self.dynamic])
+        except Exception as err:  # noqa: BLE001 - a failed kernel must not fail the model
+            self.failed = True
+            _count("eager_partitions")
+            _remark(f"eager: partition {self.name} failed when run: {_reason(err)}")
+            return self.eager(*args)
+        return tuple(results) if self.tuple_out else results[0]
+
+    def run(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        if self.compiled.target == "cuda":
+            out = self.compiled(*[t.contiguous() for t in tensors])
+            return list(out) if isinstance(out, tuple) else [out]
+        from fusec.frontend.torch_fx import to_numpy
+
+        device = tensors[0].device if tensors else torch.device("cpu")
+        out = self.compiled(*[to_numpy(t) for t in tensors])
+        arrays = list(out) if isinstance(out, tuple) else [out]
+        return [_from_numpy(a, device) for a in arrays]
+
+
+def _from_numpy(array: Any, device: torch.device) -> torch.Tensor:
+    """A torch view of a numpy result (bfloat16 through its bits)."""
+    a = np.asarray(array)
+    if not a.flags.writeable or not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a).copy()
+    if a.dtype.name == "bfloat16":
+        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(a)
+    return t if device.type == "cpu" else t.to(device)
+
+
+def _register() -> None:
+    """Register the backend as ``"fusec"`` unless the package's entry point does."""
+    from torch._dynamo import list_backends, register_backend
+
+    if "fusec" not in list_backends(exclude_tags=()):
+        register_backend(fusec_backend, name="fusec")
+
+
+_register()
