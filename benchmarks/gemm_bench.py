@@ -66,6 +66,15 @@ LN_SOFTMAX = """func.func @f(%x: tensor<{m}x{k}xf16>, %g: tensor<{k}xf16>, %be: 
 }}"""  # noqa: E501
 
 REPS = 20
+#: (m, k, n) of transformer projections at batch 1, and a square problem the large tiles
+#: leave half-idle
+SMALL_M = (
+    (128, 768, 3072),
+    (128, 3072, 768),
+    (128, 768, 2304),
+    (197, 768, 3072),
+    (1024, 1024, 1024),
+)
 
 
 def _wall_checked(events_ms: float, wall_ms: float, what: str) -> None:
@@ -301,6 +310,17 @@ def main() -> int:
         bench(name, text, (x, g, be, w1, b1, w2, b2), mlp, 4.0 * m * d * h)
     for case, text, inputs, reference, flops in later:
         bench(case, text, inputs, reference, flops, "fusec-cuda-long-softmax", compile_fn=False)
+    # a transformer's projections at batch 1 (BERT-base: 128 tokens, ViT-B/16: 197): the
+    # heuristic's tile, and the 128x256 tile it chose before it sent problems that leave
+    # more than half the SMs idle to the 64x128 tile
+    large = 'fusec-default,tile-gemm{tile="128x256x64 s4 c2 g8 epi=smem math=fast"}'
+    for m, k, n in SMALL_M:
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.float16) / k**0.5
+        text = MATMUL.format(m=m, n=n, k=k, t="f16")
+        for label, pipeline in (("", None), (" (128x256 tile)", large)):
+            name = f"small-M matmul {m}x{k}x{n}{label}"
+            bench(name, text, (a, b), matmul, 2.0 * m * k * n, pipeline, compile_fn=False)
     write(rows, args.out)
     return 0
 

@@ -58,9 +58,18 @@ def test_heuristic_default_variant() -> None:
     tiles keep the plain one."""
     measured = Variant(epilogue="smem", math="fast")
     assert cfg.HEURISTIC_VARIANT == measured
-    for shape in [(4096, 4096, 4096), (8192, 4096, 1024), (1024, 1024, 1024)]:
+    for shape in [(4096, 4096, 4096), (8192, 4096, 1024), (2048, 2048, 1024)]:
         assert cfg.choose_config(*shape).variant == measured
     assert cfg.choose_config(32, 512, 512).variant == Variant()
+
+
+def test_under_filled_problems_take_the_small_tile() -> None:
+    """A problem that the large tiles leave more than half the SMs without a block (BERT's
+    projections at batch 1: 128 tokens) takes the 64x128 tile: 4x the blocks."""
+    for m, n, k in [(128, 3072, 768), (128, 768, 3072), (197, 2304, 768), (1024, 1024, 1024)]:
+        config = cfg.choose_config(m, n, k)
+        assert (config.bm, config.bn, config.consumers) == (64, 128, 1), (m, n, k)
+    assert cfg.choose_config(128, 3072, 768, sms=16).bm == 128  # 12 large tiles fill 16 SMs
     assert cfg.choose_row_config(8192, 256).variant == Variant(math="fast")
 
 

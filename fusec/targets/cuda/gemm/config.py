@@ -402,10 +402,14 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -
     highest arithmetic intensity that fits the register file: 128 f32
     accumulators per thread) and 4 stages. When that tile leaves more than a
     third of the SMs idle in the last wave and a smaller tile fills the GPU
-    better, 128x128 is used; problems of at most 64 rows use a 64x128 tile.
+    better, 128x128 is used; problems of at most 64 rows use a 64x128 tile, and so do
+    problems that even the chosen tile leaves more than half the SMs without a block
+    (a transformer's projections at batch 1: M = 128..256 tokens), where four times the
+    blocks, each half as long, share the problem among more SMs.
     """
+    small = TileConfig(64, 128, 64, 8, 1, 8)
     if m <= 64:
-        return with_variant(TileConfig(64, 128, 64, 8, 1, 8), SMALL_TILE_VARIANT)
+        return with_variant(small, SMALL_TILE_VARIANT)
     candidates = [TileConfig(128, 256, 64, 4, 2, 8), TileConfig(128, 128, 64, 6, 2, 8)]
 
     def waste(config: TileConfig) -> float:
@@ -419,6 +423,8 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -
     for config in candidates[1:]:
         if waste(config) + 0.15 < waste(best):
             best = config
+    if 2 * tile_count(best, m, n, batch) < sms:
+        return with_variant(small, SMALL_TILE_VARIANT)
     return with_variant(best, HEURISTIC_VARIANT)
 
 
