@@ -84,6 +84,11 @@ SLOW: list[tuple[str, str]] = [
         "compiles and runs a conv kernel (Winograd and its helpers): 47-70 s of Numba "
         "compiling with a cold kernel cache on the loaded 2-core machine",
     ),
+    (
+        r"compiled = fusec\.compile\(model\)  # a DynamicCompiledModule",
+        "dynamic shapes: a softmax kernel JIT-compiled for each of two shapes, 38 s with a "
+        "cold kernel cache on the loaded 2-core machine",
+    ),
 ]
 
 #: Files the README's commands read but do not provide: name -> how the stand-in is made.
