@@ -51,7 +51,17 @@ def hardmax() -> onnx.ModelProto:
     return _model(node, [("x", F32, (2, 4, 3))], [("y", F32, (2, 4, 3))], 13)
 
 
+def resize_linear() -> onnx.ModelProto:
+    """Resize, linear, of H (x2) and W (x1.5) with constant scales."""
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize", mode="linear")
+    model = _model(node, [("x", F32, (1, 2, 3, 4))], [("y", F32, (1, 2, 6, 6))], 19)
+    scales = helper.make_tensor("scales", F32, (4,), [1.0, 1.0, 2.0, 1.5])
+    model.graph.initializer.append(scales)
+    return model
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "resize_linear": resize_linear,
     "sce_loss": sce_loss,
     "gather_elements": gather_elements,
     "hardmax": hardmax,

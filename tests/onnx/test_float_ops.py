@@ -259,12 +259,13 @@ def test_resize_nearest(transform, rounding, scales):
     _check(_with_constants(model, scales=np.array(scales, np.float32)), {"x": x})
 
 
-def test_resize_linear_is_refused_with_a_reason():
+def test_resize_nearest_with_antialias_is_refused_with_a_reason():
+    """(Linear and cubic: tests/onnx/test_onnx_resize.py.)"""
     x = r(1, 2, 5, 4)
-    model = node_model("Resize", {"x": x}, opset=19, mode="linear")
+    model = node_model("Resize", {"x": x}, opset=19, mode="nearest", antialias=1)
     model.graph.node[0].input.append("")
-    err = _refusal(_with_constants(model, scales=np.array([1, 1, 2, 2], np.float32)))
-    assert err.feature == "attribute" and "nearest only" in err.message
+    err = _refusal(_with_constants(model, scales=np.array([1, 1, 0.5, 0.5], np.float32)))
+    assert err.feature == "attribute" and "antialias" in err.message
 
 
 @pytest.mark.parametrize(
