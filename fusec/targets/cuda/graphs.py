@@ -79,7 +79,8 @@ class DriverCapture:
         from fusec.targets.cuda.streams import StreamRef, stream_ptr
 
         capture_stream = numba_cuda().stream()
-        adapter.torch.cuda.synchronize(adapter.device)  # uploads and events all complete
+        ref = StreamRef(stream_ptr(capture_stream), capture_stream, current=True)
+        self._rehearse(run, inputs, adapter, ref, fns)
         handle = drv.CUstream(stream_ptr(capture_stream))
         _check(
             drv.cuStreamBeginCapture(handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED)
@@ -89,7 +90,6 @@ class DriverCapture:
         try:
             # torch allocations stay on torch's current stream, outside the capture: the
             # buffers are kept alive, and the kernels are what is recorded
-            ref = StreamRef(stream_ptr(capture_stream), capture_stream, current=True)
             outputs = run(inputs, adapter, ref, fns, False)
         except BaseException as err:
             drv.cuStreamEndCapture(handle)
@@ -104,6 +104,22 @@ class DriverCapture:
             forget_captured_tensor_maps()
         pin_live_tensor_maps()  # the graph reads tensor maps from their slots for good
         return (graph, executable), tuple(outputs), kept
+
+    def _rehearse(self, run: Run, inputs: list, adapter: Any, ref: Any, fns: list) -> None:
+        """One call with every buffer kept alive to its end, as the capture keeps them, then
+        all of them freed: PyTorch's allocator grows its cache to the capture's footprint
+        here, so that the capture allocates from the cache. A ``cudaMalloc`` inside the
+        capture can synchronise the legacy stream with the capturing one
+        (``cudaErrorStreamCaptureImplicit`` on the H200 at EfficientNet-B0 batch 32: its
+        kept intermediates outgrew the cache of the launch-by-launch calls)."""
+        rehearsal: list = []
+        self.keeping(rehearsal)
+        try:
+            run(inputs, adapter, ref, fns, False)
+        finally:
+            self.keeping(None)
+        adapter.torch.cuda.synchronize(adapter.device)  # before the buffers go back
+        rehearsal.clear()
 
     @staticmethod
     def launch(graph: Any, stream_ptr: int) -> None:
@@ -196,6 +212,8 @@ class ProgramGraphs:
     ) -> Recorded | None:
         torch = adapter.torch
         inputs = [torch.empty(a.shape, dtype=a.dtype, device=adapter.device) for a in args]
+        for static, arg in zip(inputs, args, strict=True):
+            static.copy_(arg)  # the capture's rehearsal runs on this call's data (token ids)
         try:
             graph, outputs, kept = self.capture.record(self.run, inputs, adapter, fns)
         except Exception as err:  # noqa: BLE001 - any capture failure: launch by launch
