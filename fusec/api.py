@@ -450,15 +450,15 @@ def compile(  # noqa: A001 - the public name is part of the API contract
 def _compile_dynamic(
     model: Any, compile_one: Callable[[ModuleOp], CompiledModule], **options: Any
 ) -> DynamicCompiledModule:
-    """A DynamicCompiledModule of ``model``, or a FusecError when it is not a model."""
+    """The DynamicCompiledModule of ``model`` (``fusec.runtime.specialize``); anything
+    but a DynamicModel gets ``read_source``'s error (not IR text or a path)."""
+    from fusec.frontend.mlir import read_source
     from fusec.frontend.onnx_dynamic import DynamicModel
     from fusec.runtime.specialize import DynamicCompiledModule
 
     if not isinstance(model, DynamicModel):
-        raise FusecError(
-            "expected IR text, a path, a ModuleOp or a DynamicModel (fusec.from_onnx), "
-            f"got {type(model).__name__}"
-        )
+        read_source(model)  # raises: "expected IR text or a file path, got ..."
+        raise AssertionError(f"read_source took a {type(model).__name__}")
     return DynamicCompiledModule(model, compile_one, **options)
 
 
