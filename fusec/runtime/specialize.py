@@ -104,7 +104,7 @@ class DynamicCompiledModule:
     # ------------------------------------------------------------ calling
     def __call__(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
         """Run the entry function on ``args``, compiling for their shapes first if new."""
-        key = tuple(_shape_of(a) for a in args)
+        key = tuple(shape_of(a) for a in args)
         found = self._by_shapes.get(key)
         if found is None:
             found = self._specialization(key)
@@ -117,7 +117,7 @@ class DynamicCompiledModule:
 
     def capture(self, *args: Any) -> Any:
         """``CompiledModule.capture`` of the specialization for ``args``' shapes."""
-        return self.specialize(*(_shape_of(a) for a in args)).capture(*args)
+        return self.specialize(*(shape_of(a) for a in args)).capture(*args)
 
     @property
     def specializations(self) -> list[Specialization]:
@@ -184,7 +184,7 @@ class DynamicCompiledModule:
         )
 
 
-def _shape_of(value: Any) -> Shape:
+def shape_of(value: Any) -> Shape:
     """The shape of an argument: numpy, torch, cupy, or anything with ``shape``;
     a Python number is rank 0."""
     shape = getattr(value, "shape", None)

@@ -344,6 +344,7 @@ def profile(
     compiled = (
         source if isinstance(source, CompiledModule) else _compile(source, target, pipeline, entry)
     )
+    compiled = _specialized(compiled, inputs)
     program = compiled.program
     if program is None:
         raise FusecError(
@@ -371,6 +372,26 @@ def _compile(source: Any, target: str, pipeline: str | None, entry: str | None) 
     if isinstance(source, (str, Path)) and str(source).lower().endswith(".onnx"):
         source = from_onnx(source)
     return fusec_compile(source, target=target, pipeline=pipeline, entry=entry)
+
+
+def _specialized(compiled: Any, inputs: str | Path | Sequence[np.ndarray] | None) -> Any:
+    """A dynamic module's specialization for the shapes of ``inputs`` (an ordinary
+    CompiledModule as it is): only inputs tell which shapes to profile."""
+    from fusec.runtime.specialize import DynamicCompiledModule, shape_of
+    from fusec.tools.runner import npz_argument_shapes
+
+    if not isinstance(compiled, DynamicCompiledModule):
+        return compiled
+    if inputs is None:
+        raise FusecError(
+            f"@{compiled.entry} has dynamic dimensions ({', '.join(compiled.model.symbols)}): "
+            "give inputs (arrays or an .npz file): their shapes choose what is compiled"
+        )
+    if isinstance(inputs, (str, Path)):
+        shapes = npz_argument_shapes(inputs, compiled.model.argument_names)
+    else:
+        shapes = [shape_of(a) for a in inputs]
+    return compiled.specialize(*shapes)
 
 
 def _measure(compiled: Any, program: Any, arrays: list, repeat: int, warmup: int) -> Profile:

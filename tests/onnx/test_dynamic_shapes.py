@@ -300,7 +300,20 @@ def test_run_and_compile_without_shapes_say_how(tmp_path, capsys, command):
     assert ("--inputs FILE.npz" in err) == (command == "run")
 
 
+def test_profile_of_a_dynamic_model_needs_inputs(tmp_path):
+    path = _save(tmp_path, mlp())
+    with pytest.raises(fusec.FusecError, match=r"@mlp has dynamic dimensions \(batch\): give"):
+        fusec.profile(str(path), target="cpu")
+
+
 # ------------------------------------------------------------ the cpu target
+
+
+@pytest.mark.slow  # a JIT compile of the kernels
+def test_profile_of_a_dynamic_model_times_the_inputs_shape(tmp_path):
+    path = _save(tmp_path, mlp())
+    result = fusec.profile(str(path), target="cpu", inputs=[random(RNG, 5, 16)], repeat=2)
+    assert result.kernels and "5x16" in result.table()
 
 
 @pytest.mark.slow  # a JIT compile per kernel per shape
