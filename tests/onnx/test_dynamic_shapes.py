@@ -201,6 +201,33 @@ def test_a_static_dim_that_does_not_match_is_an_error():
     assert hook.count == 0
 
 
+def test_a_shape_the_graph_cannot_take_is_the_importers_located_error():
+    """A Reshape to a fixed [4, 4] takes batch 4 only: batch 2 fails at the node, and
+    nothing is kept."""
+    shape = onnx.numpy_helper.from_array(np.array([4, 4], np.int64), "fixed")
+    node = helper.make_node("Reshape", ["x", "fixed"], ["y"], name="fixed_reshape")
+    model = make_model([node], [tensor("x", ("batch", 4))], [tensor("y", (4, 4))], [shape])
+    compiled, hook = _compile(model)
+    with pytest.raises(fusec.FusecError) as info:
+        compiled(random(RNG, 2, 4))
+    assert info.value.format().startswith('<onnx>: node "fixed_reshape": error: Reshape')
+    assert compiled.specializations == []
+    x = random(RNG, 4, 4)
+    np.testing.assert_array_equal(compiled(x), x)
+    assert hook.count == 1
+
+
+def test_weights_as_args_follow_the_dynamic_inputs():
+    model = mlp()
+    dynamic = fusec.from_onnx(model, weights_as_args=True)
+    compiled = fusec.compile(dynamic, target="reference")
+    weights = [onnx.numpy_helper.to_array(t) for t in model.graph.initializer]
+    for batch in (2, 5):
+        x = random(RNG, batch, 16)
+        assert_close(compiled(x, *weights), run_onnxruntime(model, {"x": x})[0])
+    assert [s.dims for s in compiled.specializations] == [{"batch": 2}, {"batch": 5}]
+
+
 # ------------------------------------------------------------ the bound
 
 
