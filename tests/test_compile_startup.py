@@ -9,6 +9,7 @@ the broadcast of shapes, and the BLAS mode remembered in the kernel cache.
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -122,3 +123,32 @@ def test_every_import_line_names_abi_functions(mode):
     line = blas_abi.import_line_for(mode)
     names = line.split(" import ", 1)[1].split("  #")[0].split(", ")
     assert all(name.split(" as ")[0] in abi._PROVIDERS for name in names)
+
+
+# ------------------------------------------------------------ the cuda driver test
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="dlopen names are Linux's")
+def test_the_cuda_driver_test_starts_no_program(monkeypatch):
+    """``auto`` asks it on every compile: ``ctypes.util.find_library`` would run ldconfig
+    and gcc (~30-60 ms without a GPU); loading the library as numba-cuda does takes
+    microseconds and answers the same."""
+    import ctypes.util
+    import subprocess
+
+    from fusec.targets.cuda import env
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("driver_present started a program")
+
+    monkeypatch.setattr(ctypes.util, "find_library", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    present = env.driver_present()  # answers without starting a program
+    by_name = []
+    for name in ("libcuda.so.1", "libcuda.so"):
+        try:
+            by_name.append(ctypes.CDLL(name))
+        except OSError:
+            continue
+    if by_name:  # the loader finds it by name: present (else a usual folder may hold it)
+        assert present

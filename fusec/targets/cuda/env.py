@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -109,22 +110,39 @@ def require_cuda_compiler(purpose: str) -> None:
 
 
 def driver_present() -> bool:
-    """Whether the CUDA driver library exists: a cheap test before importing numba.cuda.
+    """Whether the CUDA driver library loads: a cheap test before importing numba.cuda.
 
     Without ``libcuda`` there is no GPU to find, and importing numba.cuda would
-    cost a fifth of a second of every ``fusec compile`` on a CPU-only machine.
+    cost a fifth of a second of every ``fusec compile`` on a CPU-only machine. On
+    Linux the library is loaded as numba-cuda loads it (``dlopen`` by name, then in
+    the usual folders), which takes microseconds; ``ctypes.util.find_library`` runs
+    ``ldconfig`` and then ``gcc`` when it finds none (~30-60 ms, issue #26).
     """
-    import ctypes.util
+    if not sys.platform.startswith("linux"):
+        import ctypes.util
 
-    return ctypes.util.find_library("cuda") is not None or any(
-        os.path.exists(os.path.join(d, "libcuda.so.1"))
-        for d in (
-            "/usr/lib/x86_64-linux-gnu",
-            "/usr/lib64",
-            "/usr/local/nvidia/lib64",
-            "/usr/lib/wsl/lib",
-        )
-    )
+        return ctypes.util.find_library("cuda") is not None
+    import ctypes
+
+    for folder in _DRIVER_FOLDERS:
+        for name in ("libcuda.so.1", "libcuda.so"):
+            try:
+                ctypes.CDLL(os.path.join(folder, name))
+            except OSError:
+                continue
+            return True
+    return False
+
+
+#: Where ``driver_present`` looks for libcuda: the loader's own search ("") first.
+_DRIVER_FOLDERS = (
+    "",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/nvidia/lib64",
+    "/usr/lib/wsl/lib",
+)
 
 
 def gpu_available() -> bool:
