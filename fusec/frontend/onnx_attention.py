@@ -17,10 +17,14 @@ The node is decomposed the way ONNX's own function body and reference define it,
 * grouped-query attention repeats each K/V head ``q_num_heads / kv_num_heads`` times in
   place (``[h0, h0, h1, h1, ...]``);
 * softmax over the keys (in float32 with ``softmax_precision`` = FLOAT), and a row whose
-  bias is -inf everywhere (no key allowed) is all zeros, as the reference defines it.
+  bias is -inf everywhere (no key allowed) is all zeros, as the reference defines it;
+* the optional ``qk_matmul_output`` output is the value of one of those steps, by
+  ``qk_matmul_output_mode``, in the order the node suite numbers them: 0 the scaled
+  ``Q @ K^T``, 1 after softcap, 2 after adding the bias, 3 the (row-guarded) softmax.
 
 Refused with a located error: ``nonpad_kv_seqlen``, the sliding-window attributes (opset
-25), the ``qk_matmul_output`` output, another ``softmax_precision``.
+25), another ``softmax_precision``, ``qk_matmul_output_mode`` 0 with a softcap (ONNX's
+definition and its reference disagree on whether it is capped).
 """
 
 from __future__ import annotations
@@ -73,10 +77,10 @@ def _attention(imp: Importer, node: Node) -> list[SSAValue]:
         v = imp.emit(ai.ConcatOp, past_v, v, axis=2)
     present_k, present_v = k, v
     k, v = _repeat_kv_heads(imp, k, shape_of(q)[1]), _repeat_kv_heads(imp, v, shape_of(q)[1])
-    scores = _scores(imp, node, q, k)
-    bias = _bias(imp, node, q, shape_of(scores)[-2:], past)
-    if bias is not None:
-        scores = imp.emit(ai.AddOp, scores, bias)
+    raw = _scores(imp, node, q, k)
+    capped = _softcap(imp, node, raw)
+    bias = _bias(imp, node, q, shape_of(raw)[-2:], past)
+    scores = capped if bias is None else imp.emit(ai.AddOp, capped, bias)
     probabilities = _softmax(imp, node, scores, dtype_of(q))
     if bias is not None:  # a row with no allowed key is zeros, not NaN
         probabilities = _zero_masked_rows(imp, probabilities, bias)
@@ -84,7 +88,24 @@ def _attention(imp: Importer, node: Node) -> list[SSAValue]:
     if rank == 3:
         b, h, s, d = shape_of(y)
         y = _reshape_to(imp, imp.emit(ai.TransposeOp, y, perm=(0, 2, 1, 3)), (b, s, h * d))
-    return [y, present_k, present_v]
+    outputs = [y, present_k, present_v]
+    if len(node.proto.output) > 3 and node.proto.output[3]:
+        outputs.append(_qk_output(imp, node, (raw, capped, scores, probabilities)))
+    return outputs
+
+
+def _qk_output(imp: Importer, node: Node, steps: tuple[SSAValue, ...]) -> SSAValue:
+    """The ``qk_matmul_output`` output: the step ``qk_matmul_output_mode`` names."""
+    mode = int(node.attrs.get("qk_matmul_output_mode", 0))
+    if not 0 <= mode < len(steps):
+        raise imp.error(f"qk_matmul_output_mode={mode} is not 0, 1, 2 or 3")
+    if mode == 0 and float(node.attrs.get("softcap", 0.0)) > 0:
+        raise imp.error(
+            "qk_matmul_output_mode=0 with a softcap: ONNX's definition (the matmul) and its "
+            "reference (capped) disagree",
+            "attribute",
+        )
+    return steps[mode]
 
 
 def _split_heads(imp: Importer, x: SSAValue, heads: int) -> SSAValue:
@@ -110,17 +131,21 @@ def _repeat_kv_heads(imp: Importer, x: SSAValue, q_heads: int) -> SSAValue:
 
 
 def _scores(imp: Importer, node: Node, q: SSAValue, k: SSAValue) -> SSAValue:
-    """``(Q * sqrt(scale)) @ (K * sqrt(scale))^T``, softcapped."""
+    """``(Q * sqrt(scale)) @ (K * sqrt(scale))^T``."""
     scale = node.attrs.get("scale")
     scale = 1.0 / math.sqrt(shape_of(q)[-1]) if scale is None else float(scale)
     root = np.asarray(np.sqrt(scale), dtype=np.float64)
     factor = imp.constant(root, dtype_of(q))
-    scores = imp.emit(
+    return imp.emit(
         ai.MatmulOp,
         imp.emit(ai.MulOp, q, factor),
         imp.emit(ai.MulOp, k, factor),
         transpose_b=True,
     )
+
+
+def _softcap(imp: Importer, node: Node, scores: SSAValue) -> SSAValue:
+    """``softcap * tanh(scores / softcap)`` for a positive ``softcap``, else the scores."""
     softcap = float(node.attrs.get("softcap", 0.0))
     if softcap > 0:
         cap = imp.scalar(softcap, scores)

@@ -95,11 +95,37 @@ def test_a_fully_masked_row_is_zeros() -> None:
     assert not np.isnan(y).any() and not y[:, :, 2].any()
 
 
-def test_unsupported_forms_are_refused() -> None:
-    model = _model([Q4, K4, V4], {})
-    model.graph.node[0].output.extend(["", "", "qk"])  # output 3, qk_matmul_output, used
+def _with_qk_output(model):
+    model.graph.node[0].output.extend(["", "", "qk"])  # output 3, qk_matmul_output
     model.graph.output.append(helper.make_tensor_value_info("qk", F32, None))
-    with pytest.raises(FusecError, match="output 'qk' is not supported"):
+    return model
+
+
+@pytest.mark.parametrize(
+    ("mode", "softcap"), [(0, 0.0), (1, 0.0), (1, 2.0), (2, 0.0), (2, 2.0), (3, 0.0), (3, 2.0)]
+)  # mode 0 with a softcap is refused: test_unsupported_forms_are_refused
+def test_the_qk_matmul_output_is_the_step_its_mode_names(mode: int, softcap: float) -> None:
+    """0: Q @ K^T (scaled), 1: after softcap, 2: plus the bias, 3: the softmax, against
+    onnx's reference (the node suite's numbering); a fully masked row among them."""
+    mask = ("attn_mask", F32, (S, 7))
+    model = _with_qk_output(
+        _model([Q4, K4, V4, mask], {"qk_matmul_output_mode": mode, "softcap": softcap})
+    )
+    rng = np.random.default_rng(mode)
+    arrays = _inputs([Q4, K4, V4, mask], rng)
+    arrays[3][1] = -np.inf  # query 1 may see no key
+    feeds = dict(zip(["Q", "K", "V", "attn_mask"], arrays, strict=True))
+    want = ReferenceEvaluator(model).run(None, feeds)
+    got = fusec.compile(fusec.from_onnx(model), target="reference")(*arrays)
+    assert len(got) == 2
+    for g, w in zip(got, want, strict=True):
+        assert not np.isnan(g).any()
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_unsupported_forms_are_refused() -> None:
+    model = _with_qk_output(_model([Q4, K4, V4], {"softcap": 2.0}))
+    with pytest.raises(FusecError, match="qk_matmul_output_mode=0 with a softcap"):
         fusec.from_onnx(model)
     model = _model([("Q", F32, (B, S, 32)), ("K", F32, (B, 7, 32)), ("V", F32, (B, 7, 32))], {})
     with pytest.raises(FusecError, match="q_num_heads and kv_num_heads"):
