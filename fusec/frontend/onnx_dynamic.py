@@ -165,14 +165,15 @@ class DynamicModel:
         )
 
     def dynamic_dims(self) -> str:
-        """``dynamic dimensions 'batch' (x[0], mask[0]), 'seq' (x[1])``."""
+        """``dynamic dimensions 'batch' (x[0], mask[0]), 'seq' (x[1]), unnamed ones (y[0])``
+        (an unnamed dimension is tied to no other)."""
         uses: dict[str, list[str]] = {}
         for tensor in self.inputs:
             if tensor.dims is None:
                 uses.setdefault(f"every dimension of '{tensor.name}'", [])
             for axis, dim in enumerate(tensor.dims or ()):
                 if isinstance(dim, str):
-                    label = f"'{dim}'" if dim != UNNAMED else f"an unnamed one ({tensor.name})"
+                    label = f"'{dim}'" if dim != UNNAMED else "unnamed ones"
                     uses.setdefault(label, []).append(f"{tensor.name}[{axis}]")
         listed = ", ".join(f"{k} ({', '.join(v)})" if v else k for k, v in uses.items())
         return f"dynamic dimensions {listed}"

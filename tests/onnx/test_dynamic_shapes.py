@@ -140,6 +140,7 @@ def _concat_model(dims_x, dims_y) -> onnx.ModelProto:
 def test_unnamed_dims_are_not_tied():
     compiled, hook = _compile(_concat_model(("", 4), ("", 4)))
     assert str(compiled.model).count('"?"') == 2
+    assert compiled.model.dynamic_dims() == "dynamic dimensions unnamed ones (x[0], y[0])"
     x, y = random(RNG, 2, 4), random(RNG, 3, 4)
     np.testing.assert_array_equal(compiled(x, y), np.concatenate([x, y]))
     assert compiled.specializations[0].dims == {}
