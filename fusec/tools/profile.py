@@ -330,10 +330,11 @@ def profile(
     repeat: int = 20,
     warmup: int = 3,
 ) -> Profile:
-    """Time every kernel of ``source`` (a ``CompiledModule``, a module, IR text or a
-    path; an .onnx model is imported first) on ``inputs`` (an .npz path or arrays;
-    default: standard-normal arrays drawn with ``seed``): ``warmup`` ordinary calls,
-    then ``repeat`` timed ones; medians per kernel (see the module docstring)."""
+    """Time every kernel of ``source`` (a ``CompiledModule`` or ``DynamicCompiledModule``,
+    a module, IR text or a path; an .onnx model is imported first) on ``inputs`` (an
+    .npz path or arrays; default: standard-normal arrays drawn with ``seed``; needed for
+    dynamic dimensions): ``warmup`` ordinary calls, then ``repeat`` timed ones; medians
+    per kernel (see the module docstring)."""
     from fusec.api import CompiledModule
     from fusec.tools.runner import load_inputs, random_inputs
 
@@ -341,8 +342,12 @@ def profile(
         raise FusecError(f"--repeat must be a positive number of calls, got {repeat}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise FusecError(f"--warmup must be 0 or more calls, got {warmup}")
+    from fusec.runtime.specialize import DynamicCompiledModule
+
     compiled = (
-        source if isinstance(source, CompiledModule) else _compile(source, target, pipeline, entry)
+        source
+        if isinstance(source, CompiledModule | DynamicCompiledModule)
+        else _compile(source, target, pipeline, entry)
     )
     compiled = _specialized(compiled, inputs)
     program = compiled.program

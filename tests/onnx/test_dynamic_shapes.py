@@ -330,8 +330,9 @@ def test_run_and_compile_without_shapes_say_how(tmp_path, capsys, command):
 
 def test_profile_of_a_dynamic_model_needs_inputs(tmp_path):
     path = _save(tmp_path, mlp())
-    with pytest.raises(fusec.FusecError, match=r"@mlp has dynamic dimensions \(batch\): give"):
-        fusec.profile(str(path), target="cpu")
+    for source in (str(path), fusec.compile(fusec.from_onnx(path), target="cpu")):
+        with pytest.raises(fusec.FusecError, match=r"@mlp has dynamic dimensions \(batch\): give"):
+            fusec.profile(source, target="cpu")
 
 
 # ------------------------------------------------------------ the cpu target
