@@ -100,9 +100,9 @@ class DynamicModel:
     """An ONNX model with symbolic input dimensions (see the module docstring).
 
     ``inputs`` are the function's data arguments in order (graph inputs that are
-    not initializers); with ``weights_as_args`` the float initializers follow them
-    as further arguments of static shape. ``fixed`` holds the ``input_shapes`` the
-    model was read with: every specialization keeps them.
+    not initializers); ``weights`` the float initializers that follow them as
+    arguments of static shape with ``weights_as_args`` (else none). ``fixed`` holds
+    the ``input_shapes`` the model was read with: every specialization keeps them.
     """
 
     def __init__(
@@ -112,6 +112,7 @@ class DynamicModel:
         *,
         weights_as_args: bool,
         inputs: Sequence[SymbolicTensor],
+        weights: Sequence[SymbolicTensor] = (),
         outputs: Sequence[SymbolicTensor],
         fixed: Mapping[str, tuple[int, ...]],
         name: str,
@@ -120,6 +121,7 @@ class DynamicModel:
         self.source = source
         self.weights_as_args = weights_as_args
         self.inputs = tuple(inputs)
+        self.weights = tuple(weights)
         self.outputs = tuple(outputs)
         self.fixed = dict(fixed)
         self.name = name
@@ -141,13 +143,14 @@ class DynamicModel:
     @property
     def module(self) -> ModuleOp:
         """The symbolic signature as IR: a declaration (the body is imported per shape)."""
+        arguments = self.inputs + self.weights
         fn = func.FuncOp(
             self.name,
-            ([t.tensor_type() for t in self.inputs], [t.tensor_type() for t in self.outputs]),
+            ([t.tensor_type() for t in arguments], [t.tensor_type() for t in self.outputs]),
             Region(),
             visibility="private",
         )
-        fn.attributes["ai.dims"] = DictionaryAttr({t.name: t.dims_attr() for t in self.inputs})
+        fn.attributes["ai.dims"] = DictionaryAttr({t.name: t.dims_attr() for t in arguments})
         fn.attributes["ai.result_dims"] = DictionaryAttr(
             {t.name: t.dims_attr() for t in self.outputs}
         )
@@ -183,7 +186,7 @@ class DynamicModel:
         """The inputs' names as the IR's arguments have them (``fusec run --inputs`` keys)."""
         from fusec.frontend.onnx_import import value_name
 
-        return [value_name(t.name) for t in self.inputs]
+        return [value_name(t.name) for t in self.inputs + self.weights]
 
     def __str__(self) -> str:
         return str(self.module) + "\n"
@@ -196,14 +199,16 @@ class DynamicModel:
     def bind(self, shapes: Sequence[tuple[int, ...]]) -> tuple[dict[str, int], dict[str, tuple]]:
         """The sizes of the named dimensions and each input's shape, for the argument
         shapes of one call; a FusecError names the first argument that does not fit."""
-        count = len(self.inputs)
-        if len(shapes) < count or (len(shapes) > count and not self.weights_as_args):
-            names = ", ".join(t.name for t in self.inputs)
-            raise FusecError(f"@{self.name} takes {count} arguments ({names}), got {len(shapes)}")
+        arguments = self.inputs + self.weights
+        if len(shapes) != len(arguments):
+            names = ", ".join(t.name for t in arguments)
+            raise FusecError(
+                f"@{self.name} takes {len(arguments)} arguments ({names}), got {len(shapes)}"
+            )
         sizes: dict[str, int] = {}
         where: dict[str, str] = {}
         by_name: dict[str, tuple[int, ...]] = {}
-        for index, (tensor, shape) in enumerate(zip(self.inputs, shapes, strict=False)):
+        for index, (tensor, shape) in enumerate(zip(arguments, shapes, strict=True)):
             label = f"@{self.name}: argument #{index} '{tensor.name}'"
             if (problem := shape_problem(shape)) is not None:
                 raise FusecError(f"{label} of shape {_text(shape)} {problem}")
@@ -223,7 +228,8 @@ class DynamicModel:
                         )
                     sizes.setdefault(dim, size)
                     where.setdefault(dim, f"'{tensor.name}' (axis {axis})")
-            by_name[tensor.name] = tuple(shape)
+            if index < len(self.inputs):
+                by_name[tensor.name] = tuple(shape)
         return sizes, by_name
 
     def specialize(self, input_shapes: Mapping[str, Sequence[int]]) -> ModuleOp:
@@ -319,11 +325,25 @@ def dynamic_model(
         source,
         weights_as_args=weights_as_args,
         inputs=typed,
+        weights=_weights(graph) if weights_as_args else (),
         outputs=results,
         fixed=given,
         name=function_name(graph.name),
     )
     return ReadModel(model, source, dynamic, given)
+
+
+def _weights(graph: Any) -> list[SymbolicTensor]:
+    """The arguments ``weights_as_args`` adds: the float initializers a node or output
+    uses, in the order of the initializers (as the importer adds them)."""
+    from fusec.frontend.onnx_import import ELEMENT_TYPES
+
+    used = {n for node in graph.node for n in node.input} | {o.name for o in graph.output}
+    return [
+        SymbolicTensor(t.name, ELEMENT_TYPES[t.data_type], tuple(int(d) for d in t.dims))
+        for t in graph.initializer
+        if t.data_type in ELEMENT_TYPES and t.name in used
+    ]
 
 
 @dataclass(frozen=True)

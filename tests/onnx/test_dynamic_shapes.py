@@ -221,8 +221,13 @@ def test_a_shape_the_graph_cannot_take_is_the_importers_located_error():
 def test_weights_as_args_follow_the_dynamic_inputs():
     model = mlp()
     dynamic = fusec.from_onnx(model, weights_as_args=True)
+    assert "(tensor<?x16xf32>, tensor<16x32xf32>, tensor<32xf32>, tensor<32x8xf32>)" in str(dynamic)
     compiled = fusec.compile(dynamic, target="reference")
     weights = [onnx.numpy_helper.to_array(t) for t in model.graph.initializer]
+    with pytest.raises(fusec.FusecError, match=r"'w2' has shape 8x32: size 8 at axis 0"):
+        compiled(random(RNG, 2, 16), *weights[:2], weights[2].T)
+    with pytest.raises(fusec.FusecError, match=r"@mlp takes 4 arguments \(x, w1, b1, w2\)"):
+        compiled(random(RNG, 2, 16))
     for batch in (2, 5):
         x = random(RNG, batch, 16)
         assert_close(compiled(x, *weights), run_onnxruntime(model, {"x": x})[0])
