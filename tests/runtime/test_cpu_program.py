@@ -271,7 +271,7 @@ def test_steady_state_call_allocates_nothing_and_enters_no_frame_per_kernel() ->
         assert peak <= out_bytes + 2048, (name, peak, out_bytes)
         assert _peak_bytes(lambda p=program, i=inputs: Program.__call__(p, i)) > peak + 2048
         # Numba allocates one descriptor per array argument of the segment call, no more
-        segment_arrays = 3 + len(inputs) + len(program.plan.outputs)
+        segment_arrays = 5 + len(inputs) + len(program.plan.outputs)
         assert _nrt_allocations(lambda p=program, i=inputs: p(i)) == segment_arrays
     assert frames["large"] == frames["small"], frames
     # the Python launch loop enters frames per kernel: the count above would see that

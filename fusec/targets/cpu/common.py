@@ -220,6 +220,8 @@ def assemble(
     n_in, n_out = len(fused_op.inputs), len(fused_op.results)
     params = [f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)]
     imports = list(dict.fromkeys([*imports, *(i for stage in stages for i in stage.imports)]))
+    if entry_body is not None:
+        imports.append("from fusec.targets.cpu.abi import call_entry")
     prelude = PRELUDE + "".join(f"{line}\n" for line in imports)
     parts = [header(fused_op, notes=[*notes, CPU_NOTE]), prelude]
     helpers = helper_source(gen.helpers, HELPER_DECORATOR)
@@ -241,7 +243,7 @@ def assemble(
     if entry_body is not None:
         from fusec.targets.cpu.entry import entry_source
 
-        parts.append("\n" + entry_source(params, entry_body))
+        parts.append("\n" + entry_source(params, entry_body, [stage.name for stage in stages]))
     return "\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 

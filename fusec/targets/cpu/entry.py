@@ -19,6 +19,7 @@ Generating text only: no numpy or Numba here (``fusec compile`` imports it).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 from xdsl.ir import Operation, SSAValue
@@ -147,14 +148,31 @@ def blocked_launch(
     return lines, needs
 
 
-def entry_source(params: Sequence[str], body: Sequence[str]) -> str:
-    """The entry function: ``params`` (the launch's) plus ``scratch`` and ``counter``."""
+def entry_source(params: Sequence[str], body: Sequence[str], stages: Sequence[str]) -> str:
+    """The entry function: ``params`` (the launch's) plus ``scratch``, ``counter`` and
+    ``stages``, the addresses of the module's ``STAGES`` in order: a call of a stage in
+    ``body`` becomes a call through its address (``abi.call_entry``), so that compiling
+    the entry does not link and compile the stage's machine code again; the module's
+    ``STAGES`` tuple names them for the program that fills ``stages``."""
+    index = {name: k for k, name in enumerate(stages)}
     lines = [
+        f"STAGES = {tuple(stages)!r}",
+        "",
+        "",
         '@cached_njit(fastmath=False, error_model="numpy")',
-        f"def {NAME}({', '.join([*params, 'scratch', 'counter'])}):",
+        f"def {NAME}({', '.join([*params, 'scratch', 'counter', 'stages'])}):",
         '    """``launch`` for a compiled program: buffers from scratch, nothing allocated."""',
-        *(f"    {line}" if line else "" for line in body),
     ]
+    for line in body:
+        call = _STAGE_CALL.match(line)
+        if call is not None and call.group(2) in index:
+            pad, name, args = call.groups()
+            line = f"{pad}call_entry(stages[{index[name]}], {args})"
+        lines.append(f"    {line}" if line else "")
     if not body:
         lines.append("    pass")
     return "\n".join(lines) + "\n"
+
+
+#: A line of an entry body calling a function: indent, name, arguments.
+_STAGE_CALL = re.compile(r"^(\s*)([A-Za-z_][A-Za-z0-9_]*)\((.*)\)$")

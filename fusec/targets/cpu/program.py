@@ -16,7 +16,9 @@ block counter): ~5 us a launch, as much as the compute of a model at batch 1
 * **segments**: runs of kernels that have an njit entry (``KernelSource.compiled_entry``,
   ``fusec.targets.cpu.entry``) become one generated ``@cached_njit`` function that
   slices the arena into each kernel's flat arrays and calls the entries in order,
-  with the scratch and block counter they share; a kernel without one (a copy kernel,
+  with the scratch and block counter they share, each by its address
+  (``entry_call.call_entry``: linking the kernels in made a segment as slow to compile
+  as the kernels themselves); a kernel without one (a copy kernel,
   a numpy reduction, Winograd filters of a weight given as an argument) runs its Python
   ``launch`` on views of the same arena between segments (``boundaries`` counts them).
 
@@ -53,6 +55,7 @@ from fusec.ir.dtypes import numpy_dtype
 from fusec.ir.memory import check_bytes
 from fusec.runtime.launch import Allocator, LaunchRecorder, Program
 from fusec.target import Target
+from fusec.targets.cpu.entry import NAME as ENTRY_NAME
 
 #: ``FUSEC_CPU_LAUNCHER=python`` runs every call through the Python launch loop.
 ENV_VAR = "FUSEC_CPU_LAUNCHER"
@@ -60,7 +63,6 @@ ENV_VAR = "FUSEC_CPU_LAUNCHER"
 ALIGN = 64
 #: The element types an arena holds, as the generated code names them.
 _DTYPES = {"float32": "np.float32", "int64": "np.int64", "int32": "np.int32", "bool": "np.bool_"}
-_MODULE_NAME = re.compile(r"^_fusec_k_[0-9a-f]{1,64}$")
 
 
 @dataclass(frozen=True)
@@ -398,8 +400,9 @@ def _returned(plan: BufferPlan, arrays: list[np.ndarray], outs: list[np.ndarray]
 
 
 def build_segments(program: Program, plan: BufferPlan, fns: list[Any]) -> list[Callable]:
-    """The call's steps: one per compiled segment (its generated function, bound) and
-    one per kernel run from Python (its ``launch`` on views of the arenas)."""
+    """The call's steps: one per compiled segment (its generated function, bound to its
+    entries' addresses) and one per kernel run from Python (its ``launch`` on views of
+    the arenas)."""
     runs: list[list[Step]] = []
     python: list[Step | None] = []
     for step in plan.steps:
@@ -411,7 +414,7 @@ def build_segments(program: Program, plan: BufferPlan, fns: list[Any]) -> list[C
                 runs.append([])
                 python.append(None)
             runs[-1].append(step)
-    source = program_source(program, plan, [r for r in runs if r], fns)
+    source = program_source(program, plan, [r for r in runs if r])
     module = program.backend.cache.load_module(source, target="cpu")
     steps: list[Callable] = []
     number = 0
@@ -419,40 +422,69 @@ def build_segments(program: Program, plan: BufferPlan, fns: list[Any]) -> list[C
         if boundary is not None:
             steps.append(_python_step(boundary, fns[boundary.launch]))
         elif run:
-            steps.append(_compiled_step(getattr(module, f"segment{number}")))
+            addresses = np.array([_entry_address(s, fns[s.launch]) for s in run], np.int64)
+            stages = _stage_table([fns[s.launch] for s in run])
+            steps.append(_compiled_step(getattr(module, f"segment{number}"), addresses, stages))
             number += 1
     return steps
 
 
-def program_source(program: Program, plan: BufferPlan, runs: list[list[Step]], fns: list) -> str:
-    """The generated module: one ``segment<i>(arena, consts, counter, a0.., o0..)`` per run."""
+def _entry_address(step: Step, launch_fn: Any) -> int:
+    """The address of the step's kernel entry compiled (or loaded from Numba's cache) for
+    the flat arrays of the step's places (``entry_call.entry_signature``)."""
+    import sys
+
+    from fusec.targets.cpu.entry_call import entry_signature
+
+    module = sys.modules[launch_fn.__module__]
+    dispatcher = getattr(module, ENTRY_NAME)
+    signature = entry_signature([p.dtype for p in step.ins + step.outs])
+    dispatcher.compile(signature)
+    result = dispatcher.overloads[signature]
+    return int(result.library.get_pointer_to_function(result.fndesc.llvm_func_name))
+
+
+def _stage_table(launch_fns: list[Any]) -> np.ndarray:
+    """Row k: the addresses of the stages of kernel k of a segment (its module's ``STAGES``)."""
+    import sys
+
+    from fusec.targets.cpu.entry_call import stage_address
+
+    rows = []
+    for fn in launch_fns:
+        module = sys.modules[fn.__module__]
+        rows.append([stage_address(getattr(module, name)) for name in module.STAGES])
+    table = np.zeros((len(rows), max([len(r) for r in rows] + [1])), np.int64)
+    for k, row in enumerate(rows):
+        table[k, : len(row)] = row
+    return table
+
+
+def program_source(program: Program, plan: BufferPlan, runs: list[list[Step]]) -> str:
+    """The generated module: one ``segment<i>(entries, stages, arena, consts, counter, a0..,
+    o0..)`` per run of compiled kernels, ``entries`` their addresses in order and row k of
+    ``stages`` the addresses of kernel k's stages."""
     n_args = len(program.function.body.block.args)
-    params = ["arena", "consts", "counter"]
+    params = ["entries", "stages", "arena", "consts", "counter"]
     params += [f"a{i}" for i in range(n_args)] + [f"o{j}" for j in range(len(plan.outputs))]
-    imports: dict[str, str] = {}
-    for run in runs:
-        for step in run:
-            module = fns[step.launch].__module__
-            if not _MODULE_NAME.match(module):
-                raise ValueError(f"unexpected kernel module name {module!r}")
-            imports.setdefault(module, f"e{len(imports)}")
     lines = [
         f"# fusec program: @{_identifier(program)}, {len(plan.steps)} kernel launches, "
         f"{len(runs)} compiled segment(s) (fusec.targets.cpu.program)",
         "import numpy as np",
         "",
-        "from fusec.targets.cpu.abi import cached_njit",
-        *(f"from {module} import entry as {alias}" for module, alias in imports.items()),
+        "from fusec.targets.cpu.abi import cached_njit, call_entry",
     ]
     scratch = f"arena[{plan.value_bytes}:{plan.arena_bytes}].view(np.float32)"
     for number, run in enumerate(runs):
         lines += ["", "", '@cached_njit(fastmath=False, error_model="numpy")']
         lines.append(f"def segment{number}({', '.join(params)}):")
         lines.append(f"    scratch = {scratch}")
-        for step in run:
-            alias = imports[fns[step.launch].__module__]
+        for k, step in enumerate(run):
+            name = program.launches[step.launch].kernel.name
             arrays = [_array_text(p) for p in step.ins + step.outs]
-            lines.append(f"    {alias}({', '.join([*arrays, 'scratch', 'counter'])})")
+            lines.append(f"    # {name}")
+            arguments = [f"entries[{k}]", *arrays, "scratch", "counter", f"stages[{k}]"]
+            lines.append(f"    call_entry({', '.join(arguments)})")
     return "\n".join(lines) + "\n"
 
 
@@ -472,12 +504,12 @@ def _array_text(place: Place) -> str:
     return f"{source}[{place.index}:{end}].view({_DTYPES[place.dtype.name]})"
 
 
-def _compiled_step(segment: Any) -> Callable:
+def _compiled_step(segment: Any, addresses: np.ndarray, stages: np.ndarray) -> Callable:
     from fusec.targets.cpu import affinity
     from fusec.targets.cpu.backend import _WORKQUEUE_LOCK, _threadsafe_layer
 
     def run(state: _ThreadState, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
-        args = [state.arena, state.constants, state.counter, *arrays, *outs]
+        args = [addresses, stages, state.arena, state.constants, state.counter, *arrays, *outs]
         if _threadsafe_layer():
             affinity.run(segment, args)
         else:
