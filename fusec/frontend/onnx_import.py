@@ -470,8 +470,8 @@ class Importer:
         node.attrs = self.read_attributes(node, spec)
         outputs = spec.convert(self, node)
         for name, value in zip(node.proto.output, outputs, strict=False):
-            if not name:
-                continue
+            if not name or (value is None and name in self.arrays):
+                continue  # (an empty result is a constant the converter recorded)
             if value is None:
                 raise self.error(f"output '{name}' is not supported", "attribute")
             self.bind(name, value)
@@ -818,13 +818,15 @@ def _activation(imp: Importer, node: Node) -> list[SSAValue]:
 
 @converter("Swish", attrs=("alpha",))
 def _swish(imp: Importer, node: Node) -> list[SSAValue]:
-    """x * sigmoid(alpha * x): ai.silu when alpha is 1."""
-    x = imp.input(node, 0)
-    alpha = float(node.attrs.get("alpha", 1.0))
+    return [swish(imp, imp.input(node, 0), float(node.attrs.get("alpha", 1.0)))]
+
+
+def swish(imp: Importer, x: SSAValue, alpha: float) -> SSAValue:
+    """x * sigmoid(alpha * x): ai.silu when alpha is 1 (Swish, and SwiGLU's gate)."""
     if alpha == 1.0:
-        return [imp.emit(ai.SiluOp, x)]
+        return imp.emit(ai.SiluOp, x)
     gate = imp.emit(ai.SigmoidOp, imp.emit(ai.MulOp, x, imp.scalar(alpha, x)))
-    return [imp.emit(ai.MulOp, x, gate)]
+    return imp.emit(ai.MulOp, x, gate)
 
 
 @converter("Dropout", attrs=("ratio", "seed", "is_test", "consumed_inputs"))
@@ -1371,7 +1373,10 @@ def _slice(imp: Importer, node: Node) -> list[SSAValue]:
 
 
 @converter("Split", attrs=("axis", "split", "num_outputs"))
-def _split(imp: Importer, node: Node) -> list[SSAValue]:
+def _split(imp: Importer, node: Node) -> list[SSAValue | None]:
+    """Slices along the axis; a part of size 0 is an empty constant (RoPE graphs split
+    off the values not rotated, none when all are): Concat leaves it out, and any
+    other use of it is a located error."""
     x = imp.input(node, 0)
     shape = shape_of(x)
     axis = _normalised(imp, [node.attrs.get("axis", 0)], len(shape))[0]
@@ -1381,10 +1386,16 @@ def _split(imp: Importer, node: Node) -> list[SSAValue]:
         count = node.attrs.get("num_outputs", outputs)
         chunk = -(-shape[axis] // count)
         parts = [min(chunk, shape[axis] - i * chunk) for i in range(count)]
-    if sum(parts) != shape[axis] or len(parts) != outputs or min(parts) < 1:
+    if sum(parts) != shape[axis] or len(parts) != outputs or min(parts) < 0:
         raise imp.error(f"split {list(parts)} does not divide axis {axis} of {x.type}")
-    results, start = [], 0
-    for size in parts:
+    results: list[SSAValue | None] = []
+    start = 0
+    for name, size in zip(node.proto.output, parts, strict=True):
+        if size == 0:
+            empty = shape[:axis] + (0,) + shape[axis + 1 :]
+            imp.arrays[name] = np.empty(empty, dtype=numpy_dtype(dtype_of(x)))
+            results.append(None)
+            continue
         results.append(_slice_of(imp, x, [start], [start + size], [axis], [1]))
         start += size
     return results
@@ -1911,4 +1922,10 @@ def import_model(
 
 
 # Converters kept in modules of their own register on import (after everything above).
-from fusec.frontend import onnx_attention, onnx_indexing, onnx_loss, onnx_resize  # noqa: E402, F401
+from fusec.frontend import (  # noqa: E402, F401
+    onnx_attention,
+    onnx_indexing,
+    onnx_llm,
+    onnx_loss,
+    onnx_resize,
+)

@@ -60,7 +60,19 @@ def resize_linear() -> onnx.ModelProto:
     return model
 
 
+def rotary_embedding() -> onnx.ModelProto:
+    """RotaryEmbedding of a 4-D input, interleaved, at int64 position ids given at run time."""
+    node = helper.make_node(
+        "RotaryEmbedding", ["x", "cos", "sin", "ids"], ["y"], name="rope", interleaved=1
+    )
+    inputs = [
+        ("x", F32, (1, 2, 3, 4)), ("cos", F32, (8, 2)), ("sin", F32, (8, 2)), ("ids", I64, (1, 3)),
+    ]  # fmt: skip
+    return _model(node, inputs, [("y", F32, (1, 2, 3, 4))], 23)
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "rotary_embedding": rotary_embedding,
     "resize_linear": resize_linear,
     "sce_loss": sce_loss,
     "gather_elements": gather_elements,
