@@ -6,6 +6,7 @@ into headers) can be shown not to change any kernel.
     python tools/cuda_ptx_check.py hash      # NVRTC PTX of each spec -> tools/cuda_ptx_hashes.json
     python tools/cuda_ptx_check.py check     # compile again, compare with the stored hashes
     python tools/cuda_ptx_check.py check 2 GemmSpec   # 2 processes, the GemmSpec kernels only
+    python tools/cuda_ptx_check.py check 2 GemmSpec,ConvSpec 8   # every 8th of those
 
 ``collect`` runs the cuda template tests that make specs (GEMM, its auxiliary kernels, conv,
 attention, the relayout copy) with every spec class's ``cpp_source`` wrapped to record the
@@ -175,8 +176,9 @@ def _ptx_hash(spec_repr: str) -> tuple[str, str, str]:
     return name, hashlib.sha256("\n".join(kept).encode()).hexdigest(), ""
 
 
-def _hash_all(jobs: int, only: str = "") -> dict[str, str]:
-    specs = [s for s in json.loads(SPECS.read_text()) if s.startswith(only)]
+def _hash_all(jobs: int, only: str = "", every: int = 1) -> dict[str, str]:
+    prefixes = tuple(only.split(","))
+    specs = [s for s in json.loads(SPECS.read_text()) if s.startswith(prefixes)][::every]
     results: dict[str, str] = {}
     with ProcessPoolExecutor(jobs) as pool:
         for (name, digest, error), spec in zip(pool.map(_ptx_hash, specs), specs, strict=True):
@@ -190,7 +192,8 @@ def _hash_all(jobs: int, only: str = "") -> dict[str, str]:
 def main(argv: list[str]) -> int:
     command = argv[1] if len(argv) > 1 else "check"
     jobs = int(argv[2]) if len(argv) > 2 else 2
-    only = argv[3] if len(argv) > 3 else ""  # a spec class name: check only those
+    only = argv[3] if len(argv) > 3 else ""  # spec class names (a,b): check only those
+    every = int(argv[4]) if len(argv) > 4 else 1  # and of them every n-th
     if command == "collect":
         collect()
         return 0
@@ -200,9 +203,9 @@ def main(argv: list[str]) -> int:
         print(f"{len(hashes)} kernels hashed -> {HASHES.relative_to(ROOT)}")
         return 1 if "error" in hashes.values() else 0
     if command == "check":
-        got = _hash_all(jobs, only)
+        got = _hash_all(jobs, only, every)
         want = json.loads(HASHES.read_text())
-        if only:
+        if only or every > 1:
             want = {name: want[name] for name in got}
         differ = sorted(name for name in want if got.get(name) != want[name])
         print(f"{len(want)} kernels checked, {len(want) - len(differ)} identical PTX")

@@ -320,7 +320,7 @@ SPECS = [
 
 def tma_innermost_coordinates(source: str) -> list[str]:
     """The first (innermost) coordinate of every TMA load in generated C++."""
-    calls = re.findall(r"fs_tma_load\d\(([^;]*)\);", source)
+    calls = re.findall(r"fs_tma_load\(([^;]*)\);", source)
     return [re.split(r",\s*", call)[3].strip() for call in calls]
 
 

@@ -48,7 +48,7 @@ def test_staged_source_copies_the_vectors_and_reads_shared_memory() -> None:
     spec = _staged(256)
     assert spec.epilogue.ln_slots and spec.epilogue.ln_stride == 256
     source = cpp.generate(spec)
-    assert "cp.async.cg.shared.global" in source and "fs_cp_wait_all();" in source
+    assert "cp.async.cg.shared.global" in spec.cpp_source() and "fs_cp_wait_all();" in source
     start = source.index("float fs_epilogue(")
     epilogue = source[start : source.index("return y;", start)]
     assert "fs_lds_f32x2(ln_rows" in epilogue and "fs_ld_f32(" not in epilogue
@@ -134,7 +134,7 @@ def test_prefetch_variant_text_and_the_residual_is_a_tile_input() -> None:
     spec = _residual_spec(1000, 1000, 520, "prefetch=tile")
     assert spec.config.prefetch == "tile"
     (slot,) = spec.epilogue.tile_inputs  # the residual, not the bias vector
-    assert "prefetch.global.L2" in cpp.generate(spec) and f"fs_prefetch_l2(e{slot} +" in (
+    assert "prefetch.global.L2" in spec.cpp_source() and f"fs_prefetch_l2(e{slot} +" in (
         cpp.generate(spec)
     )
     plain = _residual_spec(1000, 1000, 520, "prefetch=none")

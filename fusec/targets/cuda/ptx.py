@@ -1,32 +1,19 @@
-"""Inline-PTX building blocks shared by the generated Hopper kernels (conv, attention).
+"""Inline-PTX building blocks shared by the generated Hopper kernels (gemm, conv, attention).
 
-The GEMM's helper functions (``gemm.cpp._HELPERS``: mbarriers, TMA, wgmma
-fences, matrix descriptors, 16-bit loads and stores) plus what the other
-kernels need on top: TMA loads of rank 4 and 5, and wgmma instructions of any
-N with A from shared memory (``wgmma_ss``) or from registers (``wgmma_rs``).
-Everything is generated from integers and fixed names, never from user text.
+``HELPERS`` includes the kernel layer's headers (``include/fusec``: 16-bit loads and
+stores, mbarriers, TMA loads of rank 3 to 5, wgmma fences and matrix descriptors); the
+wgmma instructions of any N, with A from shared memory (``wgmma_ss``) or from registers
+(``wgmma_rs``), are generated here: an asm statement's operand count (N/2 accumulators)
+cannot be a C++ template parameter. Everything is generated from integers and fixed
+names, never from user text.
 """
 
 from __future__ import annotations
 
-from fusec.targets.cuda.gemm.cpp import _HELPERS
+from fusec.targets.cuda.headers import include
 
-HELPERS = _HELPERS
+HELPERS = include("common", "barrier", "tma", "wgmma")
 WGMMA_TYPE = {"f16": "f16", "bf16": "bf16"}
-
-
-def tma_load(rank: int) -> str:
-    """``fs_tma_load{rank}(dst, map, bar, c0, ..., c{rank-1})``: one TMA tile load of a box."""
-    coords = ", ".join(f"int c{i}" for i in range(rank))
-    operands = ", ".join(f"%{3 + i}" for i in range(rank))
-    inputs = ", ".join(f'"r"(c{i})' for i in range(rank))
-    return f"""
-static __device__ __forceinline__ void fs_tma_load{rank}(u32 dst, u64 map, u32 bar, {coords}) {{
-  asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile"
-               ".mbarrier::complete_tx::bytes [%0], [%1, {{{operands}}}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), {inputs} : "memory");
-}}
-"""
 
 
 def wgmma_ss(name: str, n: int, dtype: str, trans_a: int, trans_b: int) -> str:

@@ -26,8 +26,9 @@ import math
 from dataclasses import dataclass
 
 from fusec.targets.cuda.gemm.cpp import CONSUMER_REGISTERS, PRODUCER_REGISTERS
+from fusec.targets.cuda.headers import expand
 from fusec.targets.cuda.linked import content_key
-from fusec.targets.cuda.ptx import HELPERS, tma_load, wgmma_rs, wgmma_ss
+from fusec.targets.cuda.ptx import HELPERS, wgmma_rs, wgmma_ss
 
 BM = 128  # query rows per block: 2 consumer warpgroups x 64
 BN = 128  # keys per step
@@ -71,7 +72,7 @@ class AttentionSpec:
         return THREADS
 
     def cpp_source(self) -> str:
-        return generate(self)
+        return expand(generate(self))
 
     def arg_count(self) -> tuple[int, int]:
         """(u64, int32) kernel parameters: map_q, map_k, map_v, out."""
@@ -125,7 +126,6 @@ def generate(spec: AttentionSpec) -> str:
 // batch {spec.batch}, {spec.sq} queries x {spec.sk} keys, head {spec.d}/{spec.dv}, {spec.dtype},
 // scale {spec.scale!r}
 {HELPERS}
-{tma_load(3)}
 {wgmma_ss("fs_wgmma_qk", BN, spec.dtype, 0, 0)}
 {wgmma_rs("fs_wgmma_pv", spec.dv, spec.dtype, 1)}
 #define BM {BM}
@@ -184,7 +184,7 @@ int {spec.function_name}(int* ret, u64 smem_raw, u64 map_q, u64 map_k, u64 map_v
       fs_bar_init(k_empty + 8 * s, 2);
       fs_bar_init(v_empty + 8 * s, 2);
     }}
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fs_bar_init_fence();
   }}
   __syncthreads();
   if (wg == 0) {{
@@ -196,7 +196,7 @@ int {spec.function_name}(int* ret, u64 smem_raw, u64 map_q, u64 map_k, u64 map_v
       fs_bar_expect(q_full, Q_BYTES);
 #pragma unroll
       for (int c = 0; c < D / 64; ++c)
-        fs_tma_load3(sq + c * (BM * 128), map_q, q_full, c * 64, qb * BM, bh);
+        fs_tma_load(sq + c * (BM * 128), map_q, q_full, c * 64, qb * BM, bh);
       for (int j = 0; j < nkv; ++j) {{
         const int st = j % KV_STAGES;
         const u32 phase = ((u32)(j / KV_STAGES) & 1u) ^ 1u;
@@ -204,13 +204,13 @@ int {spec.function_name}(int* ret, u64 smem_raw, u64 map_q, u64 map_k, u64 map_v
         fs_bar_expect(k_full + 8 * st, K_BYTES);
 #pragma unroll
         for (int c = 0; c < D / 64; ++c)
-          fs_tma_load3(sk + st * K_BYTES + c * (BN * 128), map_k, k_full + 8 * st,
+          fs_tma_load(sk + st * K_BYTES + c * (BN * 128), map_k, k_full + 8 * st,
                        c * 64, j * BN, bh);
         fs_bar_wait(v_empty + 8 * st, phase);
         fs_bar_expect(v_full + 8 * st, V_BYTES);
 #pragma unroll
         for (int c = 0; c < DV / 64; ++c)
-          fs_tma_load3(sv + st * V_BYTES + c * (BN * 128), map_v, v_full + 8 * st,
+          fs_tma_load(sv + st * V_BYTES + c * (BN * 128), map_v, v_full + 8 * st,
                        c * 64, j * BN, bh);
       }}
     }}

@@ -59,8 +59,9 @@ from fusec.targets.cuda.conv.config import (
 )
 from fusec.targets.cuda.conv.transpose import TransposeTiling, transpose_defines, transpose_kernel
 from fusec.targets.cuda.gemm.cpp import CONSUMER_REGISTERS, PRODUCER_REGISTERS, Epilogue
+from fusec.targets.cuda.headers import expand
 from fusec.targets.cuda.linked import content_key
-from fusec.targets.cuda.ptx import HELPERS, tma_load, wgmma_ss
+from fusec.targets.cuda.ptx import HELPERS, wgmma_ss
 
 DTYPES = ("f16", "bf16")
 OUT_DTYPES = ("f16", "bf16", "f32")
@@ -249,7 +250,7 @@ class ConvSpec:
         return self.tile.threads
 
     def cpp_source(self) -> str:
-        return generate(self)
+        return expand(generate(self))
 
     def kernel_params(self) -> list[str]:
         """The kernel's (u64) parameters after the shared-memory address."""
@@ -440,7 +441,7 @@ _LD_PRODUCER = (
     + _stage_loop_head(4)
     + """        if (tid == 0) {
           fs_bar_expect(full, A_BYTES);
-          fs_tma_load4(sa + st * A_BYTES, map_w, full, cc * 64, tap, pm * BM, g);
+          fs_tma_load(sa + st * A_BYTES, map_w, full, cc * 64, tap, pm * BM, g);
         }
         for (int i = tid; i < SPT * 64; i += 128) {
           const int j = i / 64;
@@ -469,7 +470,7 @@ _TMA_PRODUCER = (
 """
     + _stage_loop_head(6)
     + """          fs_bar_expect(full, A_BYTES + B_BYTES);
-          fs_tma_load4(sa + st * A_BYTES, map_w, full, cc * 64, tap, pm * BM, g);
+          fs_tma_load(sa + st * A_BYTES, map_w, full, cc * 64, tap, pm * BM, g);
 #pragma unroll
           for (int j = 0; j < SPT; ++j) {
             // a strip past the end re-reads the last one: its columns are never stored
@@ -498,7 +499,7 @@ def _strip_load(spec: ConvSpec) -> str:
         # the same map traversing every SW-th pixel (config.nhwc_element_strides)
         coords = "cc * 64, g, q0 * SW + s * DW - PL, p * SH + r * DH - PT, n"
     return (
-        "            fs_tma_load5(sb + st * B_BYTES + j * 8192, map_x, full,\n"
+        "            fs_tma_load(sb + st * B_BYTES + j * 8192, map_x, full,\n"
         f"                         {coords});"
     )
 
@@ -539,8 +540,6 @@ def generate(spec: ConvSpec) -> str:
 // {_shape_comment(geo)}
 // epilogue {spec.epilogue.name}
 {HELPERS}
-{tma_load(4)}
-{tma_load(5)}
 {wgmma_ss("fs_wgmma", tile.wn, spec.dtype, 0, 1 if nchw else 0)}
 {_geometry_defines(geo)}
 #define BM {tile.bm}
@@ -592,7 +591,7 @@ int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
       fs_bar_init(bars + 8 * s, {full_arrivals});
       fs_bar_init(bars + 8 * (STAGES + s), CONSUMERS);
     }}
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fs_bar_init_fence();
   }}
   __syncthreads();
 {_producer(spec)}  }} else {{
@@ -913,7 +912,7 @@ class DirectConvSpec:
         return DIRECT_THREADS
 
     def cpp_source(self) -> str:
-        return generate_direct(self)
+        return expand(generate_direct(self))
 
     def kernel_params(self) -> list[str]:
         """The kernel's (u64) parameters after the shared-memory address."""

@@ -34,47 +34,9 @@ import hashlib
 from dataclasses import dataclass
 
 from fusec.codegen.expr import cpp_literal
+from fusec.targets.cuda.headers import expand, include
 
-_HELPERS = r"""
-typedef unsigned long long u64;
-typedef unsigned int u32;
-typedef unsigned short u16;
-
-static __device__ __forceinline__ float fs_cvt_f16(u32 h) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((u16)h));
-  return f;
-}
-static __device__ __forceinline__ float fs_cvt_bf16(u32 h) { return __uint_as_float(h << 16); }
-static __device__ __forceinline__ float fs_ld_f32(const void* p, long long i) {
-  return __ldg((const float*)p + i);
-}
-static __device__ __forceinline__ float fs_ld_f16(const void* p, long long i) {
-  return fs_cvt_f16(__ldg((const u16*)p + i));
-}
-static __device__ __forceinline__ float fs_ld_bf16(const void* p, long long i) {
-  return fs_cvt_bf16(__ldg((const u16*)p + i));
-}
-static __device__ __forceinline__ u16 fs_bits_f16(float v) {
-  u16 h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-  return h;
-}
-static __device__ __forceinline__ u16 fs_bits_bf16(float v) {
-  u16 h;
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
-  return h;
-}
-static __device__ __forceinline__ void fs_red4(float* p, float a, float b, float c, float d) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
-               :: "l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-}
-static __device__ __forceinline__ float fs_warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-"""
+_HELPERS = include("common", "reduce")
 
 THREADS = 256
 FOLD_ROWS = 8  # rows of W a fold lane owns (W stored K x N): all their loads in flight
@@ -286,6 +248,10 @@ class LayerNormPrep:
     return 0;"""
 
     def cpp_source(self) -> str:
+        return expand(self.generate())
+
+    def generate(self) -> str:
+        """The C++ as the template writes it: includes of the kernel layer, then the kernel."""
         t, g, b = self.dtype, self.gamma_dtype, self.beta_dtype
         fold = self._fold_k_by_n() if self.b_major == "n" else self._fold_n_by_k()
         scaled = f"{cpp_literal(self.epsilon)} * xs * xs"
@@ -450,6 +416,10 @@ class SoftmaxFinalise:
         return 2 + len(self.extras), 4
 
     def cpp_source(self) -> str:
+        return expand(self.generate())
+
+    def generate(self) -> str:
+        """The C++ as the template writes it: includes of the kernel layer, then the kernel."""
         out = self.out_dtype
         extras_params = "".join(f", u64 e{k}" for k in range(len(self.extras)))
         extras_args = "".join(f", (const void*)e{k}" for k in range(len(self.extras)))

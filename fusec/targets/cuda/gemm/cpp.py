@@ -71,13 +71,16 @@ import math
 from dataclasses import dataclass, field
 
 from fusec.targets.cuda.gemm.config import MMA_K, MMA_M, TileConfig, Variant
+from fusec.targets.cuda.headers import expand, include
+from fusec.targets.cuda.ptx import wgmma_ss
 
 PRODUCER_REGISTERS = 40
 CONSUMER_REGISTERS = 232
 DTYPES = ("f16", "bf16")
 OUT_DTYPES = ("f16", "bf16", "f32")
-_WGMMA_TYPE = {"f16": "f16", "bf16": "bf16"}
 _ELEMENT_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+#: the kernel layer's headers the GEMM stands on (``include/fusec``)
+GEMM_HEADERS = ("common", "barrier", "tma", "wgmma", "shared")
 
 
 def element_bytes(dtype: str) -> int:
@@ -201,7 +204,7 @@ class GemmSpec:
         return self.config.threads
 
     def cpp_source(self) -> str:
-        return generate(self)
+        return expand(generate(self))
 
     def arg_count(self) -> tuple[int, int]:
         return kernel_arg_count(self)
@@ -209,268 +212,14 @@ class GemmSpec:
 
 def _wgmma(spec: GemmSpec) -> str:
     """``fs_wgmma``: one m64nBNk16 instruction accumulating into ``d`` (BN/2 floats)."""
-    n = spec.config.bn
-    count = n // 2
-    regs = ", ".join(f"%{i}" for i in range(count))
-    outs = ", ".join(f'"+f"(d[{i}])' for i in range(count))
-    kind = _WGMMA_TYPE[spec.dtype]
     trans_a = 1 if spec.a_major == "m" else 0
     trans_b = 1 if spec.b_major == "n" else 0
-    return f"""
-static __device__ __forceinline__ void fs_wgmma(float* d, u64 da, u64 db, int scale_d) {{
-  asm volatile(
-    "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{count + 2}, 0;\\n"
-    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
-    "{{{regs}}}, %{count}, %{count + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"
-    : {outs}
-    : "l"(da), "l"(db), "r"(scale_d));
-}}
-"""
+    return wgmma_ss("fs_wgmma", spec.config.bn, spec.dtype, trans_a, trans_b)
 
-
-_HELPERS = r"""
-typedef unsigned long long u64;
-typedef unsigned int u32;
-typedef unsigned short u16;
-
-#define L2E 1.4426950408889634f  // log2(e)
-
-static __device__ __forceinline__ float fs_ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-static __device__ __forceinline__ u32 fs_smem(const void* p) {
-  return (u32)__cvta_generic_to_shared(p);
-}
-static __device__ __forceinline__ void fs_bar_init(u32 bar, u32 count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
-}
-static __device__ __forceinline__ void fs_bar_expect(u32 bar, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-               :: "r"(bar), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ void fs_bar_arrive(u32 bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
-}
-// A C loop around try_wait (no PTX labels: they clash when the function is inlined twice).
-static __device__ __forceinline__ void fs_bar_wait(u32 bar, u32 parity) {
-  u32 done = 0;
-  while (!done) {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-  }
-}
-static __device__ __forceinline__ void fs_tma_load(u32 dst, u64 map, u32 bar,
-                                                   int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-               " [%0], [%1, {%3, %4, %5}], [%2];"
-               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-static __device__ __forceinline__ void fs_prefetch_l2(u64 p) {
-  asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
-}
-static __device__ __forceinline__ void fs_prefetch_map(u64 map) {
-  asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
-}
-static __device__ __forceinline__ void fs_wg_fence() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-static __device__ __forceinline__ void fs_wg_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N> static __device__ __forceinline__ void fs_wg_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-// Keeps the compiler from moving accumulator reads/writes across wgmma waits.
-static __device__ __forceinline__ void fs_fence_reg(float& r) {
-  asm volatile("" : "+f"(r) :: "memory");
-}
-// Shared-memory matrix descriptor, 128-byte swizzle.
-static __device__ __forceinline__ u64 fs_desc(u32 addr, u32 lbo, u32 sbo) {
-  return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((lbo & 0x3FFFF) >> 4) << 16) |
-         ((u64)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
-}
-static __device__ __forceinline__ float fs_ld_f32(const void* p, long long i) {
-  return __ldg((const float*)p + i);
-}
-static __device__ __forceinline__ float fs_ld_f16(const void* p, long long i) {
-  u16 h = __ldg((const unsigned short*)p + i);
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-}
-static __device__ __forceinline__ float fs_ld_bf16(const void* p, long long i) {
-  u32 h = __ldg((const unsigned short*)p + i);
-  return __uint_as_float(h << 16);
-}
-static __device__ __forceinline__ u32 fs_pack_f16(float lo, float hi) {
-  u32 r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-static __device__ __forceinline__ u32 fs_pack_bf16(float lo, float hi) {
-  u32 r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-static __device__ __forceinline__ float fs_to_f32(float v) { return v; }
-static __device__ __forceinline__ float fs_to_f16(float v) {
-  unsigned short h;
-  float y;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-  asm("cvt.f32.f16 %0, %1;" : "=f"(y) : "h"(h));
-  return y;
-}
-static __device__ __forceinline__ float fs_to_bf16(float v) {
-  unsigned short h;
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
-  return __uint_as_float(((u32)h) << 16);
-}
-static __device__ __forceinline__ void fs_st_f32(void* p, long long i, float v) {
-  ((float*)p)[i] = v;
-}
-static __device__ __forceinline__ void fs_st2_f32(void* p, long long i, float a, float b) {
-  *(float2*)((float*)p + i) = make_float2(a, b);
-}
-static __device__ __forceinline__ void fs_st_f16(void* p, long long i, float v) {
-  ((u16*)p)[i] = (u16)(fs_pack_f16(v, 0.0f) & 0xFFFF);
-}
-static __device__ __forceinline__ void fs_st2_f16(void* p, long long i, float a, float b) {
-  *(u32*)((u16*)p + i) = fs_pack_f16(a, b);
-}
-static __device__ __forceinline__ void fs_st_bf16(void* p, long long i, float v) {
-  ((u16*)p)[i] = (u16)(fs_pack_bf16(v, 0.0f) & 0xFFFF);
-}
-static __device__ __forceinline__ void fs_st2_bf16(void* p, long long i, float a, float b) {
-  *(u32*)((u16*)p + i) = fs_pack_bf16(a, b);
-}
-"""
-
-#: Helpers of the "smem" epilogue: staging stores, the async-proxy fence, TMA bulk tensor
-#: stores and their bulk async-groups, and the masked 16-byte copy of the no-TMA fallback.
-_SMEM_HELPERS = r"""
-static __device__ __forceinline__ void fs_stmatrix4(u32 addr, u32 a, u32 b, u32 c, u32 d) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-               :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-static __device__ __forceinline__ void fs_st_shared2(u32 addr, float a, float b) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(a), "f"(b) : "memory");
-}
-static __device__ __forceinline__ uint4 fs_ld_shared4(u32 addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
-  return v;
-}
-// Orders this thread's generic-proxy shared-memory writes before later async-proxy (TMA) reads.
-static __device__ __forceinline__ void fs_fence_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-static __device__ __forceinline__ void fs_tma_store(u64 map, u32 src, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];"
-               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-static __device__ __forceinline__ void fs_bulk_commit() {
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-// At most N of this thread's bulk groups still reading shared memory.
-template <int N> static __device__ __forceinline__ void fs_bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
-}
-// At most N of this thread's bulk groups not complete (writes done).
-template <int N> static __device__ __forceinline__ void fs_bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
-}
-// 16 staged bytes (EPC elements of ES bytes) to p[i..]: one 16-byte store when all EPC
-// elements are in the row and the address is aligned, else element by element.
-template <int ES>
-static __device__ __forceinline__ void fs_st16(void* p, long long i, uint4 v, int left) {
-  char* q = (char*)p + i * ES;
-  if (left >= 16 / ES && (((unsigned long long)q) & 15ull) == 0) {
-    *(uint4*)q = v;
-    return;
-  }
-  const u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int e = 0; e < 16 / ES; ++e) {
-    if (e < left) {
-      if (ES == 4) ((u32*)q)[e] = w[e];
-      else ((u16*)q)[e] = (u16)(w[e / 2] >> (16 * (e % 2)));
-    }
-  }
-}
-"""
-
-#: Helpers of the staged epilogue vectors: 16-byte asynchronous copies global -> shared
-#: (zero-filled past ``bytes``), their completion, named barriers and shared loads.
-_VECTOR_HELPERS = r"""
-static __device__ __forceinline__ void fs_cp16(u32 dst, u64 src, u32 bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-               :: "r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ void fs_cp_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-static __device__ __forceinline__ void fs_cp_wait_all() {
-  asm volatile("cp.async.wait_all;" ::: "memory");
-}
-static __device__ __forceinline__ void fs_bar_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(count) : "memory");
-}
-static __device__ __forceinline__ float fs_lds_f32(u32 addr) {
-  float v;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
-  return v;
-}
-static __device__ __forceinline__ float2 fs_lds_f32x2(u32 addr) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr));
-  return v;
-}
-"""
 
 #: Named barrier of consumer warpgroup cw's staged vectors: 3 + cw (1 and 2 are pingpong's).
 VECTOR_BARRIER = 3
 
-
-#: Helpers of ``ln="tile"``: 16-byte shared loads and stores, the unpacking of 8 16-bit
-#: values, the async-proxy fence and the warpgroup's named barrier.
-_LN_TILE_HELPERS = r"""
-static __device__ __forceinline__ uint4 fs_ln_ld4(u32 addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
-  return v;
-}
-static __device__ __forceinline__ void fs_ln_st4(u32 addr, u32 a, u32 b, u32 c, u32 d) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};"
-               :: "r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-static __device__ __forceinline__ float4 fs_ln_ld4f(u32 addr) {
-  float4 v;
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
-  return v;
-}
-static __device__ __forceinline__ void fs_ln_st1f(u32 addr, float v) {
-  asm volatile("st.shared.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
-}
-static __device__ __forceinline__ void fs_unpack_f16(u32 w, float& lo, float& hi) {
-  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}"
-      : "=f"(lo), "=f"(hi) : "r"(w));
-}
-static __device__ __forceinline__ void fs_unpack_bf16(u32 w, float& lo, float& hi) {
-  lo = __uint_as_float(w << 16);
-  hi = __uint_as_float(w & 0xFFFF0000u);
-}
-static __device__ __forceinline__ void fs_ln_fence() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-static __device__ __forceinline__ void fs_ln_bar(int id, int count) {
-  asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(count) : "memory");
-}
-"""
 
 #: Named barrier of consumer warpgroup cw's normalised A rows (``ln="tile"``): 5 + cw
 #: (1 and 2 are pingpong's, 3 + cw the staged vectors').
@@ -506,11 +255,11 @@ def _ln_affine_load(spec: GemmSpec) -> str:
     gt, bt = (spec.epilogue.extras[slot] for slot in (gamma, beta))
     return f"""    for (int i = tid - 128; i < STAGES * BK; i += 128 * CONSUMERS) {{
       const bool in_row = i < K;
-      fs_ln_st1f(sg + 4u * (u32)i, in_row ? fs_ld_{gt}((const void*)e{gamma}, i) : 0.0f);
-      fs_ln_st1f(sg + 4u * (u32)(STAGES * BK + i),
+      fs_st_shared1f(sg + 4u * (u32)i, in_row ? fs_ld_{gt}((const void*)e{gamma}, i) : 0.0f);
+      fs_st_shared1f(sg + 4u * (u32)(STAGES * BK + i),
                  in_row ? fs_ld_{bt}((const void*)e{beta}, i) : 0.0f);
     }}
-    fs_ln_bar({LN_AFFINE_BARRIER}, 128 * CONSUMERS);  // gamma and beta staged
+    fs_named_sync({LN_AFFINE_BARRIER}, 128 * CONSUMERS);  // gamma and beta staged
 """
 
 
@@ -565,7 +314,7 @@ def _ln_tile_prologue(spec: GemmSpec) -> str:
           for (int c = 0; c < {chunks}; ++c) {{
             const int chunk = part * {chunks} + c;
             const u32 at = a_row + ((((u32)chunk) ^ swz) << 4);
-            const uint4 v = fs_ln_ld4(at);
+            const uint4 v = fs_ld_shared4(at);
             const u32 w[4] = {{v.x, v.y, v.z, v.w}};"""
     unpack = f"""#pragma unroll
             for (int e = 0; e < 4; ++e) {{
@@ -654,12 +403,12 @@ def _ln_tile_prologue(spec: GemmSpec) -> str:
 #pragma unroll
           for (int c = 0; c < {chunks}; ++c) {{
             const int chunk = part * {chunks} + c;
-            v[c] = fs_ln_ld4(a_row + ((((u32)chunk) ^ swz) << 4));
+            v[c] = fs_ld_shared4(a_row + ((((u32)chunk) ^ swz) << 4));
             const u32 g_at = sg + 4u * (u32)(kb * BK + chunk * 8);
-            gb[c][0] = fs_ln_ld4f(g_at);
-            gb[c][1] = fs_ln_ld4f(g_at + 16u);
-            gb[c][2] = fs_ln_ld4f(g_at + 4u * STAGES * BK);
-            gb[c][3] = fs_ln_ld4f(g_at + 4u * STAGES * BK + 16u);
+            gb[c][0] = fs_ld_shared4f(g_at);
+            gb[c][1] = fs_ld_shared4f(g_at + 16u);
+            gb[c][2] = fs_ld_shared4f(g_at + 4u * STAGES * BK);
+            gb[c][3] = fs_ld_shared4f(g_at + 4u * STAGES * BK + 16u);
           }}
 #pragma unroll
           for (int c = 0; c < {chunks}; ++c) {{
@@ -673,12 +422,12 @@ def _ln_tile_prologue(spec: GemmSpec) -> str:
               y[e] = fs_pack_{dt}(fmaf(fmaf(lo, xs, -mean) * rstd, g[2 * e], b[2 * e]),
                                   fmaf(fmaf(hi, xs, -mean) * rstd, g[2 * e + 1], b[2 * e + 1]));
             }}
-            fs_ln_st4(a_row + ((((u32)chunk) ^ swz) << 4), y[0], y[1], y[2], y[3]);
+            fs_st_shared4(a_row + ((((u32)chunk) ^ swz) << 4), y[0], y[1], y[2], y[3]);
           }}
         }}
-        fs_ln_fence();  // the generic-proxy writes before the wgmma's async-proxy reads
+        fs_fence_async_smem();  // the generic-proxy writes before the wgmma's async-proxy reads
       }}
-      fs_ln_bar({LN_BARRIER} + cw, 128);  // every row of the warpgroup normalised
+      fs_named_sync({LN_BARRIER} + cw, 128);  // every row of the warpgroup normalised
 """
 
 
@@ -718,7 +467,7 @@ def _stage_vectors(spec: GemmSpec) -> str:
         return ""
     stats, cd = spec.epilogue.ln_slots
     stride = spec.epilogue.ln_stride
-    return f"""      fs_bar_sync({VECTOR_BARRIER} + cw, 128);  // the previous tile's are read
+    return f"""      fs_named_sync({VECTOR_BARRIER} + cw, 128);  // the previous tile's are read
       const int vcol0 = pn * BN;
       const int vrow0 = {_rows(spec)};
       for (int i = lt; i < BN / 2 + WM / 2; i += 128) {{
@@ -750,7 +499,7 @@ def _await_vectors(spec: GemmSpec) -> str:
     if not _staged(spec):
         return ""
     return f"""      fs_cp_wait_all();
-      fs_bar_sync({VECTOR_BARRIER} + cw, 128);  // every thread's copies have landed
+      fs_named_sync({VECTOR_BARRIER} + cw, 128);  // every thread's copies have landed
 """
 
 
@@ -779,17 +528,6 @@ def _prefetch_tile(spec: GemmSpec) -> str:
     return f"""        if (kb == (kblocks > {PREFETCH_AHEAD} ? kblocks - {PREFETCH_AHEAD} : 0)) {{
 {body}
         }}
-"""
-
-
-#: Helpers of the pingpong schedule: named barriers 1 and 2 order the consumers' main loops.
-_PINGPONG_HELPERS = r"""
-static __device__ __forceinline__ void fs_named_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(count) : "memory");
-}
-static __device__ __forceinline__ void fs_named_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(count) : "memory");
-}
 """
 
 
@@ -1269,13 +1007,7 @@ def generate(spec: GemmSpec) -> str:
         "  " + line for line in spec.epilogue.body.splitlines()
     )
     pingpong, smem = c.pingpong, c.epilogue == "smem"
-    helpers = (
-        _HELPERS
-        + (_SMEM_HELPERS if smem else "")
-        + (_PINGPONG_HELPERS if pingpong else "")
-        + (_VECTOR_HELPERS if staged else "")
-        + (_LN_TILE_HELPERS if _ln_tile(spec) else "")
-    )
+    helpers = include(*GEMM_HEADERS)
     variant_note = f"\n// {c.schedule} schedule, {c.epilogue} epilogue, {c.math} math" * (
         c.variant != Variant()
     ) + "\n// LayerNorm normalised in the resident A tiles (ln=tile)" * _ln_tile(spec)
@@ -1376,7 +1108,7 @@ extern "C" __device__ __attribute__((always_inline)) int {name}({", ".join(_para
       fs_bar_init(bars + 8 * s, 1);
       fs_bar_init(bars + 8 * (STAGES + s), {"1" if pingpong else "CONSUMERS"});{a_full_init}
     }}
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fs_bar_init_fence();
   }}
 {_ln_resident_guard(spec)}  __syncthreads();
   const int tiles_m = (M + BM - 1) / BM;

@@ -1,0 +1,32 @@
+// fusec kernel layer: warpgroup MMA (wgmma) fences, groups and shared-memory matrix
+// descriptors. The instruction itself (`wgmma.mma_async` with its BN/2 accumulator
+// operands) is emitted per instantiation: an asm statement's operand count cannot be a
+// template parameter.
+#pragma once
+
+#include "fusec/common.cuh"
+
+// Orders register accesses (accumulators, register A fragments) before the next wgmma.
+static __device__ __forceinline__ void fs_wg_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void fs_wg_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+// At most N committed wgmma groups of this warpgroup still in flight.
+template <int N>
+static __device__ __forceinline__ void fs_wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// Keeps the compiler from moving accumulator reads/writes across wgmma waits.
+static __device__ __forceinline__ void fs_fence_reg(float& r) {
+  asm volatile("" : "+f"(r)::"memory");
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle: the start address, the leading and
+// the stride byte offsets (LBO, SBO), each in units of 16 bytes.
+static __device__ __forceinline__ u64 fs_desc(u32 addr, u32 lbo, u32 sbo) {
+  return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((lbo & 0x3FFFF) >> 4) << 16) |
+         ((u64)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
