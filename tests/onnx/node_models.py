@@ -71,7 +71,15 @@ def rotary_embedding() -> onnx.ModelProto:
     return _model(node, inputs, [("y", F32, (1, 2, 3, 4))], 23)
 
 
+def einsum() -> onnx.ModelProto:
+    """Einsum of attention scores: one batch letter pair, one contracted letter."""
+    node = helper.make_node("Einsum", ["q", "k"], ["y"], name="einsum", equation="bqd,bkd->bqk")
+    inputs = [("q", F32, (2, 3, 4)), ("k", F32, (2, 5, 4))]
+    return _model(node, inputs, [("y", F32, (2, 3, 5))], 12)
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "einsum": einsum,
     "rotary_embedding": rotary_embedding,
     "resize_linear": resize_linear,
     "sce_loss": sce_loss,
