@@ -472,10 +472,27 @@ def _quote_source(err: FusecError, text: str | None, name: str | None) -> None:
         err.source_line = line_of(text, where.line)
 
 
-def reference(text_or_path: str | Path | ModuleOp, *, entry: str | None = None) -> CompiledModule:
-    """A CompiledModule that runs the IR as written on the numpy reference executor."""
+@overload
+def reference(
+    text_or_path: str | Path | ModuleOp, *, entry: str | None = ...
+) -> CompiledModule: ...
+
+
+@overload
+def reference(text_or_path: DynamicModel, *, entry: str | None = ...) -> DynamicCompiledModule: ...
+
+
+def reference(
+    text_or_path: str | Path | ModuleOp | DynamicModel, *, entry: str | None = None
+) -> CompiledModule | DynamicCompiledModule:
+    """A CompiledModule that runs the IR as written on the numpy reference executor
+    (for a DynamicModel, one such module per set of input shapes, the model imported
+    for each and run with no pass)."""
     from fusec.target import get_target
 
+    if not isinstance(text_or_path, str | Path | ModuleOp):
+        one = functools.partial(reference, entry=entry)
+        return _compile_dynamic(text_or_path, one, target="reference")
     module = text_or_path if isinstance(text_or_path, ModuleOp) else parse(text_or_path)
     runner = get_target("reference").program(module, entry)
     return CompiledModule(module, target="reference", entry=entry, runner=runner)

@@ -90,6 +90,16 @@ def test_mlp_batches_on_the_reference_target():
     assert hook.count == 3 and len(compiled.specializations) == 3
 
 
+def test_reference_runs_the_imported_ir_per_shape():
+    model = encoder()
+    ref = fusec.reference(fusec.from_onnx(model))
+    assert isinstance(ref, DynamicCompiledModule)
+    for batch, seq in SHAPES[:2]:
+        _run_encoder(ref, model, batch, seq)
+    assert [s.compiled.target for s in ref.specializations] == ["reference"] * 2
+    assert "ai.fused" not in ref.specializations[0].compiled.ir  # no pass ran
+
+
 def test_specialize_compiles_ahead_of_the_call():
     compiled, hook = _compile(mlp())
     ahead = compiled.specialize((6, 16))
