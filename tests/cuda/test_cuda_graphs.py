@@ -176,3 +176,30 @@ def test_the_environment_turns_graphs_off(monkeypatch) -> None:
     assert not graphs_module.graphs_enabled()
     monkeypatch.setenv("FUSEC_CUDA_GRAPHS", "1")
     assert graphs_module.graphs_enabled()
+
+
+def test_the_capture_stream_is_kept_per_thread_and_device() -> None:
+    """The tensor-map cache records events on every stream that uploaded maps, so a capture
+    stream must outlive the capture (an event on a destroyed stream's handle crashed the
+    process on the H200): one stream per thread and device, created once."""
+    import threading
+
+    class FakeCuda:
+        def __init__(self) -> None:
+            self.made: list[object] = []
+
+        def get_current_device(self):
+            return SimpleNamespace(id=0)
+
+        def stream(self) -> object:
+            self.made.append(object())
+            return self.made[-1]
+
+    cuda = FakeCuda()
+    first = graphs_module._capture_stream(cuda)
+    assert graphs_module._capture_stream(cuda) is first and len(cuda.made) == 1
+    other: list = []
+    thread = threading.Thread(target=lambda: other.append(graphs_module._capture_stream(cuda)))
+    thread.start()
+    thread.join()
+    assert other[0] is not first and len(cuda.made) == 2

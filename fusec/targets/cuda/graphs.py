@@ -78,7 +78,7 @@ class DriverCapture:
         )
         from fusec.targets.cuda.streams import StreamRef, stream_ptr
 
-        capture_stream = numba_cuda().stream()
+        capture_stream = _capture_stream(numba_cuda())
         ref = StreamRef(stream_ptr(capture_stream), capture_stream, current=True)
         self._rehearse(run, inputs, adapter, ref, fns)
         handle = drv.CUstream(stream_ptr(capture_stream))
@@ -128,6 +128,23 @@ class DriverCapture:
         from fusec.targets.cuda.adapters import _check
 
         _check(drv.cuGraphLaunch(graph[1], drv.CUstream(stream_ptr)))
+
+
+#: one capture stream per (thread, device), never destroyed: the tensor-map cache records
+#: events on every stream that uploaded maps when it retires a slab
+#: (``gemm.host._MapCache``), and an event recorded on a destroyed stream's handle
+#: crashed the process (SIGSEGV in ``cuEventRecord`` on the H200, a capture stream of
+#: an earlier call collected by Numba). Captures are rare: a few streams per process.
+_CAPTURE_STREAMS: dict[tuple[int, int], Any] = {}
+
+
+def _capture_stream(cuda: Any) -> Any:
+    """This thread's capture stream on the current device (created once, kept)."""
+    key = (threading.get_ident(), int(cuda.get_current_device().id))
+    stream = _CAPTURE_STREAMS.get(key)
+    if stream is None:
+        stream = _CAPTURE_STREAMS[key] = cuda.stream()
+    return stream
 
 
 class CaptureFailed(RuntimeError):
