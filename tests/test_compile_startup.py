@@ -152,3 +152,25 @@ def test_the_cuda_driver_test_starts_no_program(monkeypatch):
             continue
     if by_name:  # the loader finds it by name: present (else a usual folder may hold it)
         assert present
+
+
+# ------------------------------------------------------------------ arith, lazily
+
+
+def test_is_constant_is_isinstance_of_arith_constant():
+    from xdsl.dialects import arith
+
+    from fusec import parse
+    from fusec.ir.constants import dense_constant, is_constant
+
+    const = dense_constant(np.ones((2,), np.float32), "f32")
+    assert isinstance(const, arith.ConstantOp) and is_constant(const)
+    module = parse(
+        "func.func @f(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+        "  %c = arith.constant dense<2.0> : tensor<2xf32>\n"
+        "  %r = ai.add %x, %c : tensor<2xf32> * tensor<2xf32>\n"
+        "  return %r : tensor<2xf32>\n}\n"
+    )
+    ops = list(module.walk())
+    assert [is_constant(op) for op in ops] == [isinstance(op, arith.ConstantOp) for op in ops]
+    assert sum(map(is_constant, ops)) == 1

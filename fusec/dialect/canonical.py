@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xdsl.dialects import arith
 from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 from xdsl.rewriter import InsertPoint
@@ -25,7 +24,7 @@ from fusec.dialect.views import (
     FoldIdentityTranspose,
 )
 from fusec.errors import FusecError
-from fusec.ir.constants import constant_value, dense_constant
+from fusec.ir.constants import constant_value, dense_constant, is_constant
 
 if TYPE_CHECKING:
     import numpy as np
@@ -161,7 +160,7 @@ class ReshapeCanonicalization(HasCanonicalizationPatternsTrait):
 def _constant(value: SSAValue) -> np.ndarray | None:
     """The value of ``value`` when a dense ``arith.constant`` defines it, else None."""
     owner = value.owner
-    if isinstance(owner, arith.ConstantOp):
+    if is_constant(owner):
         try:
             return constant_value(owner)
         except FusecError:

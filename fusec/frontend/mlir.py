@@ -284,11 +284,11 @@ def check_input_language(module: ModuleOp, text: str | None = None) -> None:
     The context loads all of func and arith, so e.g. ``arith.addf`` or an f64
     function argument would verify and only fail later, deep in a back end.
     """
-    from xdsl.dialects.arith import ConstantOp
     from xdsl.dialects.builtin import DenseIntOrFPElementsAttr
     from xdsl.dialects.func import FuncOp
 
     from fusec.dialect import ShapeError, spec_of
+    from fusec.ir.constants import is_constant
 
     for op in module.walk():
         if not op.name.startswith("ai.") and op.name not in _NON_AI_OPS:
@@ -303,7 +303,7 @@ def check_input_language(module: ModuleOp, text: str | None = None) -> None:
             fn_type = op.function_type
             types += [(f"argument #{i}: ", t) for i, t in enumerate(fn_type.inputs.data)]
             types += [(f"result #{i}: ", t) for i, t in enumerate(fn_type.outputs.data)]
-        elif isinstance(op, ConstantOp):
+        elif is_constant(op):
             if not isinstance(op.value, DenseIntOrFPElementsAttr):
                 raise error_at(op, "only dense tensor constants are supported", text)
             types = [("", op.result.type)]

@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from xdsl.context import Context
-from xdsl.dialects import arith
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
@@ -53,10 +52,12 @@ from xdsl.pattern_rewriter import (
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.ir.constants import is_constant
 from fusec.ir.dtypes import numpy_dtype
 
 if TYPE_CHECKING:
     import numpy as np
+    from xdsl.dialects import arith
 
 #: numpy scalar type names (numpy is imported when a constant is made).
 _NUMPY = {"f32": "float32", "f16": "float16"}
@@ -72,7 +73,7 @@ def shape(value: SSAValue) -> tuple[int, ...]:
 def constant(value: SSAValue, max_elements: int = 1 << 16) -> np.ndarray | None:
     """The value of a dense ``arith.constant`` (small ones only), else None."""
     op = value.owner
-    if not isinstance(op, arith.ConstantOp):
+    if not is_constant(op):
         return None
     attr = op.value
     if not isinstance(attr, DenseIntOrFPElementsAttr):
@@ -341,6 +342,7 @@ def _as_vector(value: SSAValue, d: int, new: list[Operation]) -> SSAValue:
 
 def _constant(array: np.ndarray, dtype: str) -> arith.ConstantOp:
     import numpy as np
+    from xdsl.dialects import arith
     from xdsl.dialects.builtin import BytesAttr
 
     from fusec.dialect.ops import tensor_type

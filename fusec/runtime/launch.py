@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from xdsl.dialects import arith, func
+from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
@@ -29,7 +29,7 @@ from fusec.codegen.view import VIEW_KIND
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import ShapeError
-from fusec.ir.constants import constant_value
+from fusec.ir.constants import constant_value, is_constant
 from fusec.ir.dtypes import numpy_dtype
 from fusec.ir.memory import check_bytes, tensor_bytes
 from fusec.ir.module import check_arguments, entry_function
@@ -117,7 +117,7 @@ def plan_launches(module: ModuleOp, entry: str | None, target: Target) -> Launch
     check_bytes(plan.call_bytes, f"the buffers of @{plan.function.sym_name.data}")
     step = progress.task(progress.GENERATING, sum(isinstance(op, ai.FusedOp) for op in ops))
     for op in ops:
-        if isinstance(op, arith.ConstantOp):
+        if is_constant(op):
             dtype = numpy_dtype(spec_of(op.result.type).dtype)
             plan.constants[op.result] = constant_value(op).astype(dtype)
         elif isinstance(op, ai.FusedOp):

@@ -22,13 +22,13 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from xdsl.dialects import arith
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from fusec.dialect.ops import FusedOp, YieldOp
 from fusec.errors import FusecError
+from fusec.ir.constants import is_constant
 
 
 @dataclass(eq=False)
@@ -83,14 +83,14 @@ def place_constants(block: Block) -> None:
     """Move the constants of ``block`` to its start, in the order of their first use:
     the first op using them, then the operand (unused ones after them, in block
     order)."""
-    constants = [op for op in block.ops if isinstance(op, arith.ConstantOp)]
+    constants = [op for op in block.ops if is_constant(op)]
     if not constants:
         return
     first_use: dict[Operation, tuple[int, int]] = {}
     for position, op in enumerate(block.ops):
         for index, value in enumerate(op.operands):
             owner = value.owner
-            if isinstance(owner, arith.ConstantOp) and owner.parent is block:
+            if is_constant(owner) and owner.parent is block:
                 first_use.setdefault(owner, (position, index))
     unused = (len(block.ops), 0)
     ordered = sorted(constants, key=lambda c: first_use.get(c, unused))  # stable

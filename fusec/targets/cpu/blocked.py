@@ -41,12 +41,12 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from xdsl.dialects import arith
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import CompiledEntry, KernelSource, ScratchPlan, io_specs
 from fusec.codegen.expr import ExprGenerator, leaf_shapes, shape_of
 from fusec.dialect import ops as ai
+from fusec.ir.constants import is_constant
 from fusec.targets.cpu import abi, host
 from fusec.targets.cpu.common import (
     PARALLEL_MIN_ELEMENTS,
@@ -348,7 +348,7 @@ def constant_inputs(fused_op: ai.FusedOp) -> dict[str, int]:
     return {
         names[arg]: i
         for i, (arg, operand) in enumerate(zip(fused_op.block.args, fused_op.operands, strict=True))
-        if isinstance(operand.owner, arith.ConstantOp) and len(list(arg.uses)) == 1
+        if is_constant(operand.owner) and len(list(arg.uses)) == 1
     }
 
 
