@@ -668,3 +668,21 @@ def _full_like(t: Translator, node: fx.Node, a: Args) -> SSAValue:
     scalar = t.scalar(value, t.out_dtype())
     shape = t.out_shape()
     return t.emit(ai.ExpandOp, scalar, shape=shape) if shape else scalar
+
+
+@lowering("repeat.default")
+def _repeat(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """Tiles: each dim d viewed as (1, d), broadcast to (r, d), then merged to r * d."""
+    x = t.tensor(a["self"])
+    repeats = [int(r) for r in a["repeats"]]
+    shape = (1,) * (len(repeats) - len(shape_of(x))) + shape_of(x)
+    interleaved = [d for size in shape for d in (1, size)]
+    tiled = [d for r, size in zip(repeats, shape, strict=True) for d in (r, size)]
+    y = t.emit(ai.ExpandOp, _reshape(t, x, interleaved), shape=tiled)
+    return _reshape(t, y, t.out_shape())
+
+
+@lowering("_assert_tensor_metadata.default", "_assert_scalar.default", "_assert_async.msg")
+def _assertion(t: Translator, node: fx.Node, a: Args) -> None:
+    """PyTorch's checks of facts the import has already checked (static types)."""
+    return None

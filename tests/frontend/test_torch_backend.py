@@ -1,0 +1,203 @@
+"""``torch.compile(model, backend="fusec")`` end to end: small models against eager
+PyTorch on fresh random inputs, partitions and eager fallbacks counted.
+
+The ``reference`` target (the numpy executor) checks the backend's machinery quickly;
+the ``cpu`` target's runs (Numba kernels, compiled on first use) are in the slow lane.
+Only where torch is installed (the ``torch`` extra; README "PyTorch").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from numerics import assert_close
+from torch_cases import quiet_torch_trace
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+import fusec.torch as fusec_torch  # noqa: E402
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8), nn.ReLU())
+
+    def forward(self, x):
+        return self.net(x).softmax(-1)
+
+
+class SmallCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, groups=2)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 5)
+        for bn in (self.bn1, self.bn2):  # statistics that are not the identity
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.max_pool2d(y, 2)
+        y = F.relu6(self.bn2(self.conv2(y)) + y)
+        y = F.adaptive_avg_pool2d(y, 1).flatten(1)
+        return self.fc(y)
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block: attention (causal) + MLP with GELU."""
+
+    def __init__(self, dim: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        att = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.mlp(self.ln2(x))
+
+
+class Branchy(nn.Module):
+    """A Python branch on data (a graph break) and an op fusec lacks (eager)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        if y.sum() > 0:  # data-dependent: Dynamo breaks the graph here
+            y = y * 2
+        y = torch.special.bessel_j0(y)  # no lowering: runs in eager
+        return torch.tanh(self.b(y))
+
+
+def _run(model: nn.Module, target: str, *shapes: tuple[int, ...], calls: int = 2) -> None:
+    """Compile ``model`` with the fusec backend and compare each call with eager."""
+    torch._dynamo.reset()
+    model = model.eval()
+    compiled = torch.compile(model, backend="fusec", options={"target": target})
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for _ in range(calls):  # fresh inputs each call: no result is cached by accident
+            args = [torch.randn(*s, generator=generator) for s in shapes]
+            got = compiled(*args)
+            want = model(*args)
+            assert not torch.isnan(got).any()
+            assert_close(got.numpy(), want.numpy())
+
+
+@pytest.fixture(autouse=True)
+def fresh_stats():
+    fusec_torch.reset_stats()
+    yield from quiet_torch_trace()
+
+
+@pytest.mark.parametrize(
+    "model, shapes",
+    [(MLP, [(4, 16)]), (SmallCNN, [(2, 3, 8, 8)]), (Block, [(2, 5, 16)])],
+    ids=["mlp", "cnn", "transformer_block"],
+)
+def test_models_match_eager_on_the_reference_target(model, shapes) -> None:
+    torch.manual_seed(0)
+    _run(model(), "reference", *shapes)
+    stats = fusec_torch.stats()
+    assert stats["partitions"] == 1, stats
+    assert stats["eager_nodes"] == 0 and stats["eager_partitions"] == 0, stats["remarks"]
+
+
+def test_a_branch_and_an_unsupported_op_run_with_the_rest_compiled() -> None:
+    torch.manual_seed(0)
+    _run(Branchy(), "reference", (3, 8))
+    stats = fusec_torch.stats()
+    assert stats["graphs"] >= 2, stats  # the graph break
+    assert stats["partitions"] >= 2 and stats["eager_nodes"] >= 1, stats
+    assert any("special_bessel_j0" in r for r in stats["remarks"]), stats["remarks"]
+
+
+def test_a_training_graph_runs_in_eager_with_a_remark() -> None:
+    model = MLP()
+    compiled = torch.compile(model, backend="fusec", options={"target": "reference"})
+    torch._dynamo.reset()
+    x = torch.randn(4, 16)
+    got = compiled(x)  # grad mode on and parameters that require grad
+    got.sum().backward()  # eager autograd still works
+    assert_close(got.detach().numpy(), model(x).detach().numpy())
+    stats = fusec_torch.stats()
+    assert stats["eager_graphs"] == 1 and stats["partitions"] == 0, stats
+    assert "needs gradients" in stats["remarks"][0]
+
+
+def test_changed_weights_compile_again() -> None:
+    torch._dynamo.reset()
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="fusec", options={"target": "reference"})
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        compiled(x)
+        model.net[0].weight.mul_(-1.5)  # in place: the version counter moves
+        assert_close(compiled(x).numpy(), model(x).numpy())
+    assert fusec_torch.stats()["refreezes"] == 1
+
+
+def test_dynamic_sizes_compile_once_per_shape() -> None:
+    torch._dynamo.reset()
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="fusec", dynamic=True, options={"target": "reference"})
+    with torch.no_grad():
+        for batch in (3, 5, 3):
+            x = torch.randn(batch, 16)
+            assert_close(compiled(x).numpy(), model(x).numpy())
+    assert fusec_torch.stats()["specializations"] == 2
+
+
+def test_bf16_and_f16_inputs_cross_as_numpy_views() -> None:
+    torch._dynamo.reset()
+    for dtype in (torch.float16, torch.bfloat16):
+        model = MLP().to(dtype).eval()
+        compiled = torch.compile(model, backend="fusec", options={"target": "reference"})
+        x = torch.randn(4, 16).to(dtype)
+        with torch.no_grad():
+            got, want = compiled(x), model(x)
+        assert got.dtype == dtype
+        assert_close(got.float().numpy(), want.float().numpy(), dtype="f16")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "model, shapes",
+    [(MLP, [(4, 16)]), (SmallCNN, [(2, 3, 8, 8)]), (Block, [(2, 5, 16)]), (Branchy, [(3, 8)])],
+    ids=["mlp", "cnn", "transformer_block", "branchy"],
+)
+def test_models_match_eager_on_the_cpu_target(model, shapes) -> None:
+    torch.manual_seed(0)
+    _run(model(), "cpu", *shapes)
+    stats = fusec_torch.stats()
+    assert stats["partitions"] >= 1 and stats["eager_partitions"] == 0, stats["remarks"]
+
+
+def test_outputs_are_torch_tensors_without_a_copy_on_cpu() -> None:
+    """A partition's cpu result is a view of the numpy array the kernel wrote."""
+    from fusec.torch import _from_numpy
+
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    tensor = _from_numpy(array, torch.device("cpu"))
+    tensor[0, 0] = 42.0
+    assert array[0, 0] == 42.0

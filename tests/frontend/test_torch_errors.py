@@ -1,0 +1,103 @@
+"""What the PyTorch front end refuses, and how it says so: a FusecError naming the
+ATen op, the FX node and its input types, located at the user's line."""
+
+from __future__ import annotations
+
+import pytest
+from markers import Markers
+from torch_cases import quiet_torch_trace
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+import fusec  # noqa: E402
+from fusec.frontend.torch_fx import UnsupportedTorch, unsupported_reason  # noqa: E402
+
+MARKS = Markers(__file__)
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    yield from quiet_torch_trace()
+
+
+class Bessel(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        return torch.special.bessel_j0(y)  # <- bessel
+
+
+class Transposed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.ConvTranspose2d(2, 2, 2, stride=2)
+
+    def forward(self, x):
+        return self.up(x)
+
+
+def test_an_op_without_lowering_names_the_node_at_the_user_line() -> None:
+    with MARKS.raises_at("bessel", "no lowering") as info:
+        fusec.from_torch(Bessel(), (torch.randn(2, 3),))
+    assert isinstance(info.value, UnsupportedTorch)
+    assert "aten.special_bessel_j0.default" in info.value.message
+    assert "FX node 'special_bessel_j0'" in info.value.message
+    assert "f32[2, 3]" in info.value.message
+
+
+def test_a_transposed_convolution_is_refused_by_its_lowering() -> None:
+    with pytest.raises(UnsupportedTorch, match="transposed convolution is not supported"):
+        fusec.from_torch(Transposed(), (torch.randn(1, 2, 4, 4),))
+
+
+def test_the_partitioner_asks_the_lowering_itself() -> None:
+    program = torch.export.export(Transposed(), (torch.randn(1, 2, 4, 4),))
+    graph = program.run_decompositions().graph
+    (conv,) = [n for n in graph.nodes if "convolution" in str(n.target)]
+    assert "transposed convolution" in (unsupported_reason(conv) or "")
+    relu = torch.export.export(nn.ReLU(), (torch.randn(3),)).run_decompositions().graph
+    (node,) = [n for n in relu.nodes if n.op == "call_function"]
+    assert unsupported_reason(node) is None
+
+
+def test_a_training_mode_batch_norm_is_refused_with_the_fix() -> None:
+    model = nn.Sequential(nn.Conv2d(2, 2, 1), nn.BatchNorm2d(2)).train()
+    with pytest.raises(fusec.FusecError, match=r"mutates its state.*model\.eval\(\)"):
+        fusec.from_torch(model, (torch.randn(2, 2, 3, 3),))
+
+
+def test_a_missing_pt2_file_is_a_located_error(tmp_path) -> None:
+    path = tmp_path / "absent.pt2"
+    with pytest.raises(fusec.FusecError, match="no such file") as info:
+        fusec.from_torch(path)
+    assert info.value.location is not None and info.value.location.file == str(path)
+
+
+def test_a_file_that_is_not_a_program_is_a_located_error(tmp_path) -> None:
+    path = tmp_path / "junk.pt2"
+    path.write_bytes(b"not a zip archive")
+    with pytest.raises(fusec.FusecError, match="cannot read the torch.export program") as info:
+        fusec.from_torch(path)
+    assert info.value.location is not None and info.value.location.file == str(path)
+
+
+def test_other_objects_are_refused_by_type() -> None:
+    with pytest.raises(fusec.FusecError, match="got dict"):
+        fusec.from_torch({"weight": torch.ones(2)})
+    with pytest.raises(fusec.FusecError, match="needs example_inputs"):
+        fusec.from_torch(nn.ReLU())
+
+
+def test_a_saved_program_imports_like_the_live_one(tmp_path) -> None:
+    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh()).eval()
+    x = torch.randn(2, 4)
+    program = torch.export.export(model, (x,))
+    path = tmp_path / "model.pt2"
+    torch.export.save(program, str(path))
+    assert str(fusec.from_torch(path)) == str(fusec.from_torch(program))
+    got = fusec.reference(fusec.from_torch(path))(x.numpy())
+    with torch.no_grad():
+        want = model(x).numpy()
+    from numerics import assert_close
+
+    assert_close(got, want)
