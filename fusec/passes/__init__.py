@@ -59,9 +59,9 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
     def fusion(name: str) -> Callable[[], type[ModulePass]]:
         def load() -> type[ModulePass]:
-            from fusec.passes.fusion.driver import STAGE_PASSES, FusePass
+            from fusec.passes.fusion.driver import FusePass, stage_pass
 
-            return FusePass if name == "fuse" else STAGE_PASSES[name]
+            return FusePass if name == "fuse" else stage_pass(name.removeprefix("fuse-"))
 
         return load
 

@@ -16,6 +16,7 @@ with ``stages`` fixed), for pipelines and tests that look between stages;
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 
@@ -106,8 +107,10 @@ class FusePass(ModulePass):
         return again
 
 
-def _stage_pass(stage: str) -> type[FusePass]:
-    """The pass running the one stage ``stage`` of ``fuse`` (``fuse-<stage>``)."""
+@functools.cache
+def stage_pass(stage: str) -> type[FusePass]:
+    """The pass running the one stage ``stage`` of ``fuse`` (``fuse-<stage>``), made on
+    first use: a frozen dataclass takes ~1 ms to make, and a compile runs ``fuse`` only."""
 
     @dataclass(frozen=True)
     class StagePass(FusePass):
@@ -120,7 +123,7 @@ def _stage_pass(stage: str) -> type[FusePass]:
     return StagePass
 
 
-#: ``fuse-prologue``, ``fuse-epilogue``, ... : one pass per stage.
-STAGE_PASSES: dict[str, type[FusePass]] = {
-    f"fuse-{stage}": _stage_pass(stage) for stage in STAGE_ORDER
-}
+def __getattr__(name: str) -> dict[str, type[FusePass]]:
+    if name == "STAGE_PASSES":  # fuse-prologue, fuse-epilogue, ...: one pass per stage
+        return {f"fuse-{stage}": stage_pass(stage) for stage in STAGE_ORDER}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import operator
-import pprint
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -392,6 +391,8 @@ def tables_source() -> str:
     from lark.lexer import TerminalDef
 
     data, memo = build_parser().memo_serialize([TerminalDef, Rule])
+    import pprint
+
     tables = pprint.pformat({"data": data, "memo": memo}, width=99, sort_dicts=True)
     return (
         '"""The fusion rules parser\'s LALR tables, built ahead from ``rules.GRAMMAR``.\n\n'
@@ -529,6 +530,8 @@ def default_rules_source() -> str:
     """The text of ``rules_default.py``: ``default.rules`` parsed, as the Python expression
     that builds it, with the digest it is for. Written by ``python -m
     fusec.passes.fusion.rules`` after a change to the policy or the grammar."""
+    import pprint
+
     text = default_rules_text()
     parsed = pprint.pformat(parse_rules(text, DEFAULT_RULES_FILE), width=99, sort_dicts=False)
     return (
