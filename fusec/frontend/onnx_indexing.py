@@ -1,5 +1,5 @@
-"""ONNX operators that pick elements by index, as ai ops: ``GatherElements`` and
-``Hardmax``.
+"""ONNX operators that pick elements by index, as ai ops: ``GatherElements``,
+``Hardmax`` and ``OneHot``.
 
 * ``GatherElements`` with constant indices (what exporters and the conformance suite
   give) is one ``ai.gather`` of the flattened data at the flat positions, computed at
@@ -9,6 +9,8 @@
   non-finite element that is not picked stays out).
 * ``Hardmax``: 1 at the first maximum along the axis, else 0: ``ai.argmax`` (keepdims)
   compared with the axis' iota, cast to the input's type.
+* ``OneHot``: the indices (negative ones wrapped) compared with the iota of a new axis
+  of the constant ``depth``, selecting ``on`` or ``off``.
 """
 
 from __future__ import annotations
@@ -111,3 +113,43 @@ def _hardmax(imp: Importer, node: Node) -> list[SSAValue]:
     iota_shape[axis] = shape_of(x)[axis]
     iota = imp.constant(np.arange(shape_of(x)[axis]).reshape(iota_shape), "i64")
     return [imp.emit(ai.CastOp, imp.emit(ai.EqualOp, first, iota), dtype_of(x))]
+
+
+@converter("OneHot", attrs=("axis",))
+def _one_hot_node(imp: Importer, node: Node) -> list[SSAValue]:
+    """``on`` where an index (negative ones from the end; cast to int64 when they are
+    floats, as ONNX says) names the position along the new axis, else ``off``; an index
+    outside [-depth, depth) names none. ``depth`` must be a constant."""
+    indices = imp.input(node, 0)
+    depth = imp.array(node, 1)
+    if depth is None:
+        raise imp.error("depth is computed at run time: fusec needs it constant", "attribute")
+    if depth.size != 1 or float(depth.reshape(-1)[0]) < 1:
+        raise imp.error(f"depth must be one positive number, got {depth.reshape(-1).tolist()}")
+    count = int(depth.reshape(-1)[0])
+    rank = len(shape_of(indices)) + 1
+    axis = _normalised(imp, [int(node.attrs.get("axis", -1))], rank)[0]
+    if dtype_of(indices) not in ("i64", "i32"):
+        indices = imp.emit(ai.CastOp, indices, "i64")
+    kind = dtype_of(indices)
+    below = imp.emit(ai.LessOp, indices, imp.constant(np.asarray(0), kind))
+    wrapped = imp.emit(ai.AddOp, indices, imp.constant(np.asarray(count), kind))
+    hot = one_hot(imp, imp.emit(ai.WhereOp, below, wrapped, indices), axis, count)
+    off, on = _off_on(imp, node)
+    return [imp.emit(ai.WhereOp, hot, on, off)]
+
+
+def _off_on(imp: Importer, node: Node) -> tuple[SSAValue, SSAValue]:
+    """OneHot's ``values`` input ``[off, on]`` as two rank-0 values."""
+    known = imp.array(node, 2)
+    if known is not None:
+        if known.shape != (2,):
+            raise imp.error(f"values must be [off, on], got shape {list(known.shape)}")
+        dtype = imp.dtype_of_array(node.proto.input[2], known)
+        return imp.constant(known[0], dtype), imp.constant(known[1], dtype)
+    values = imp.input(node, 2)
+    if shape_of(values) != (2,):
+        raise imp.error(f"values must be [off, on], got {values.type}")
+    picks = (imp.emit(ai.SliceOp, values, offsets=[k], sizes=[1], strides=[1]) for k in (0, 1))
+    off, on = (_reshape_to(imp, v, ()) for v in picks)
+    return off, on

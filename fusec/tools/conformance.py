@@ -436,9 +436,10 @@ def bake_constant_inputs(
 
 
 #: (operator, formal input): float inputs that parameterise the operator (shapes,
-#: scales, a padding value) rather than carry data.
+#: scales, a padding value, OneHot's depth) rather than carry data.
 PARAMETER_INPUTS = {
     ("Resize", "roi"), ("Resize", "scales"), ("Upsample", "scales"), ("Pad", "constant_value"),
+    ("OneHot", "depth"),
 }  # fmt: skip
 
 

@@ -78,7 +78,18 @@ def einsum() -> onnx.ModelProto:
     return _model(node, inputs, [("y", F32, (2, 3, 5))], 12)
 
 
+def one_hot() -> onnx.ModelProto:
+    """OneHot of run-time int64 indices, depth 4 and run-time [off, on] values."""
+    node = helper.make_node("OneHot", ["indices", "depth", "values"], ["y"], name="oh", axis=1)
+    model = _model(
+        node, [("indices", I64, (2, 3)), ("values", F32, (2,))], [("y", F32, (2, 4, 3))], 11
+    )
+    model.graph.initializer.append(helper.make_tensor("depth", F32, (), [4.0]))
+    return model
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "one_hot": one_hot,
     "einsum": einsum,
     "rotary_embedding": rotary_embedding,
     "resize_linear": resize_linear,

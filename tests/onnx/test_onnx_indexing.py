@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from numerics import assert_close
+from onnx import TensorProto, helper
 from onnx_nets import node_model, run_onnxruntime
 
 import fusec
@@ -118,3 +119,38 @@ def test_hardmax_is_an_argmax_against_the_iota():
         (x == x.max(axis=-1, keepdims=True)).astype(np.float32),
         tol=0,
     )
+
+
+def _one_hot_model(indices, axis, depth=5.0, values_constant=False):
+    inputs = {"indices": indices}
+    weights = {"depth": np.array(depth, np.float32)}
+    values = np.array([-0.5, 2.5], np.float32)
+    if values_constant:
+        weights["values"] = values
+    else:
+        inputs["values"] = values
+    model = node_model("OneHot", inputs, weights=weights, opset=11, axis=axis)
+    model.graph.node[0].input[:] = ["indices", "depth", "values"]
+    model.graph.output[0].type.tensor_type.elem_type = 1  # FLOAT
+    feeds = {"indices": indices} if values_constant else {"indices": indices, "values": values}
+    return model, feeds
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.float32])
+def test_one_hot(axis, dtype):
+    indices = np.array([[0, 4, -1], [-5, 2, 7]], dtype=dtype)  # 7: out of range, all off
+    model, feeds = _one_hot_model(indices, axis)
+    got, want = _run(model, feeds)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_one_hot_with_constant_values_and_a_run_time_depth():
+    indices = np.array([1, 3], np.int64)
+    model, feeds = _one_hot_model(indices, -1, values_constant=True)
+    got, want = _run(model, feeds)
+    np.testing.assert_array_equal(got, want)
+    model.graph.initializer.pop(0)  # depth
+    model.graph.input.append(helper.make_tensor_value_info("depth", TensorProto.FLOAT, ()))
+    with pytest.raises(FusecError, match="depth is computed at run time"):
+        fusec.from_onnx(model)
