@@ -1,0 +1,51 @@
+"""``torch.compile(model, backend="fusec")`` on an NVIDIA GPU in fp16, against the fp32
+module: a CNN (conv + BN + residual + pools) and a transformer block (causal attention
+with head size 64, LayerNorm, GELU). Needs torch with CUDA (the ``gpu`` lane)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from numerics import assert_close
+from torch_cases import quiet_torch_trace
+
+torch = pytest.importorskip("torch")
+
+from test_torch_backend import Block, SmallCNN  # noqa: E402
+
+import fusec.torch as fusec_torch  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    yield from quiet_torch_trace()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "make, shape",
+    [(SmallCNN, (8, 3, 32, 32)), (lambda: Block(dim=128, heads=2), (4, 64, 128))],
+    ids=["cnn", "transformer_block"],
+)
+def test_fp16_model_through_the_backend_matches_the_fp32_module(make, shape) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no usable CUDA device")
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    fusec_torch.reset_stats()
+    reference = make().eval().cuda()
+    half = copy.deepcopy(reference).half()
+    compiled = torch.compile(half, backend="fusec")
+    with torch.no_grad():
+        for _ in range(2):  # fresh inputs each call
+            x = torch.randn(*shape, device="cuda")
+            got = compiled(x.half())
+            want = reference(x)
+            torch.cuda.synchronize()
+            assert got.dtype == torch.float16 and got.device.type == "cuda"
+            assert not torch.isnan(got).any()
+            assert_close(got.float().cpu().numpy(), want.cpu().numpy(), dtype="f16")
+    stats = fusec_torch.stats()
+    assert stats["partitions"] >= 1, stats
+    assert stats["eager_partitions"] == 0 and stats["eager_nodes"] == 0, stats["remarks"]
