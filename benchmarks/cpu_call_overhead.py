@@ -2,9 +2,12 @@
 
 Two graphs: a 64-element add + relu (one serial kernel: the call is almost all
 overhead) and the same at 2**16 elements (a parallel kernel: the thread pool
-wakes each call). For each: the whole call (``CompiledModule.__call__``), the
-generated ``launch`` alone, and the difference. Best of ``--rounds`` rounds of
-``--calls`` calls, wall and process CPU time per call, in microseconds.
+wakes each call). For each: the whole call (``CompiledModule.__call__``: the
+compiled launcher, ``fusec.targets.cpu.program``), the same call through the Python
+launch loop (``Program.__call__``, what ``FUSEC_CPU_LAUNCHER=python`` runs), the
+generated ``launch`` alone, and the compiled call's overhead over it. Best of
+``--rounds`` rounds of ``--calls`` calls, wall and process CPU time per call, in
+microseconds.
 
     python benchmarks/cpu_call_overhead.py [--rounds 15] [--calls 2000]
 """
@@ -21,6 +24,7 @@ configure()
 import numpy as np  # noqa: E402
 
 import fusec  # noqa: E402
+from fusec.runtime.launch import Program  # noqa: E402
 
 
 def graph(n: int) -> str:
@@ -50,8 +54,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=2000)
     args = parser.parse_args()
-    print("| elements | call us (wall / CPU) | launch alone us | overhead us (wall / CPU) |")
-    print("| ---: | ---: | ---: | ---: |")
+    print(
+        "| elements | call us (wall / CPU) | Python loop us (wall / CPU) | launch alone us "
+        "| overhead us (wall / CPU) |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: |")
     for n in (64, 1 << 16):
         compiled = fusec.compile(graph(n), target="cpu")
         rng = np.random.default_rng(0)
@@ -59,10 +66,13 @@ def main() -> None:
         out = np.empty(n, np.float32)
         compiled(x, y)
         (launch,) = compiled._runner.load()
+        program = compiled.program
         call = best(lambda: compiled(x, y), args.rounds, args.calls)  # noqa: B023
+        loop = best(lambda: Program.__call__(program, [x, y]), args.rounds, args.calls)  # noqa: B023
         alone = best(lambda: launch(x, y, out), args.rounds, args.calls)  # noqa: B023
         print(
-            f"| {n} | {call[0]:.1f} / {call[1]:.1f} | {alone[0]:.1f} / {alone[1]:.1f} | "
+            f"| {n} | {call[0]:.1f} / {call[1]:.1f} | {loop[0]:.1f} / {loop[1]:.1f} | "
+            f"{alone[0]:.1f} / {alone[1]:.1f} | "
             f"{call[0] - alone[0]:.1f} / {call[1] - alone[1]:.1f} |"
         )
 

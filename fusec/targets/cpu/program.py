@@ -55,6 +55,7 @@ from fusec.ir.dtypes import numpy_dtype
 from fusec.ir.memory import check_bytes
 from fusec.runtime.launch import Allocator, LaunchRecorder, Program
 from fusec.target import Target
+from fusec.targets.cpu import affinity, blas
 from fusec.targets.cpu.entry import NAME as ENTRY_NAME
 
 #: ``FUSEC_CPU_LAUNCHER=python`` runs every call through the Python launch loop.
@@ -99,6 +100,20 @@ class BufferPlan:
     returns: list[tuple[Place, tuple[int, ...]]] = field(default_factory=list)
     #: Shape and dtype of each output array a call allocates.
     outputs: list[tuple[tuple[int, ...], np.dtype]] = field(default_factory=list)
+
+    @property
+    def output_sizes(self) -> list[tuple[tuple[int, ...], np.dtype, bool]]:
+        """``outputs`` with whether each is large enough for the buffer pool."""
+        sizes = self.__dict__.get("_output_sizes")
+        if sizes is None:
+            from fusec.targets.cpu.buffers import MIN_BYTES
+
+            sizes = [
+                (shape, dtype, math.prod(shape) * dtype.itemsize >= MIN_BYTES)
+                for shape, dtype in self.outputs
+            ]
+            self.__dict__["_output_sizes"] = sizes
+        return sizes
 
     @property
     def arena_bytes(self) -> int:
@@ -154,15 +169,27 @@ class CpuProgram(Program):
         segments = self._segments if self._segments is not None else self._build()
         state = self._local.__dict__.get("state") or self._state()
         outs = self._outputs(plan, alloc)
-        with self.backend.call_scope():
-            for segment in segments:
-                segment(state, arrays, outs)
+        # the backend's call_scope, without its generator (~3 us a call)
+        single, placed = blas.single_threaded(), affinity.Scope()
+        single.__enter__()
+        try:
+            placed.__enter__()
+            try:
+                for segment in segments:
+                    segment(state, arrays, outs)
+            finally:
+                placed.__exit__()
+        finally:
+            single.__exit__()
         return tuple(_returned(plan, arrays, outs))
 
     def _outputs(self, plan: BufferPlan, alloc: Allocator | None) -> list[np.ndarray]:
-        if alloc is None:
-            empty = self.backend.pool.empty
-            return [empty(shape, dtype) for shape, dtype in plan.outputs]
+        if alloc is None:  # small ones from malloc's heap, large ones from the pool
+            pooled = self.backend.pool.empty
+            return [
+                pooled(shape, dtype) if large else np.empty(shape, dtype)
+                for shape, dtype, large in plan.output_sizes
+            ]
         outs = [alloc(shape, dtype) for shape, dtype in plan.outputs]
         for out, (shape, dtype) in zip(outs, plan.outputs, strict=True):
             if not out.flags.c_contiguous or out.dtype != dtype or out.shape != shape:
