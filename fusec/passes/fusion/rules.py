@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -506,7 +506,14 @@ DEFAULT_RULES_FILE = "default.rules"
 
 
 def default_rules_text() -> str:
-    return resources.files("fusec.passes.fusion").joinpath(DEFAULT_RULES_FILE).read_text()
+    # pkgutil reads it through the package's loader, without importing zipfile and the
+    # resource readers as importlib.resources does (issue #26)
+    data = pkgutil.get_data("fusec.passes.fusion", DEFAULT_RULES_FILE)
+    if data is None:  # a loader without get_data
+        from importlib import resources
+
+        return resources.files("fusec.passes.fusion").joinpath(DEFAULT_RULES_FILE).read_text()
+    return data.decode()
 
 
 def default_rules_digest(text: str) -> str:
