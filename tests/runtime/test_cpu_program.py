@@ -131,6 +131,7 @@ def test_compiled_program_matches_reference(text: str) -> None:
         _check(compiled, seed)
 
 
+@pytest.mark.slow  # four more kernels to compile
 def test_a_copy_kernel_is_a_python_boundary() -> None:
     """The concat (numpy, in the matmul's launch) has no compiled form: that kernel's
     launch is called from Python after a compiled segment, on views of the same arena."""
