@@ -1786,34 +1786,74 @@ _POOL_ATTRS = (
 )  # fmt: skip
 
 
-@converter("MaxPool", "AveragePool", attrs=_POOL_ATTRS)
+@converter("MaxPool", "AveragePool", "LpPool", attrs=(*_POOL_ATTRS, "p"))
 def _pool(imp: Importer, node: Node) -> list[SSAValue]:
+    """2-D pooling, and 1-D pooling as 2-D pooling of a height-1 view."""
     x = imp.input(node, 0)
-    if len(shape_of(x)) != 4:
-        raise imp.error(f"only 2-D pooling is supported (a 4-D input), got {x.type}", "attribute")
+    shape = shape_of(x)
+    if len(shape) not in (3, 4):
+        raise imp.error(
+            f"only 1-D and 2-D pooling are supported (a 3-D or 4-D input), got {x.type}",
+            "attribute",
+        )
     if len(node.proto.output) > 1 and node.proto.output[1]:
         raise imp.error("the Indices output is not supported", "attribute")
     if node.attrs.get("storage_order", 0):
         raise imp.error("storage_order=1 is not supported", "attribute")
+    flat = len(shape) == 3
+    rows = _reshape_to(imp, x, (shape[0], shape[1], 1, shape[2])) if flat else x
+    attrs = _pool_attributes(imp, node, shape_of(rows), flat)
+    if node.op_type == "MaxPool":
+        y = imp.emit(ai.MaxPool2DOp, rows, **attrs)
+    elif node.op_type == "AveragePool":
+        include = bool(node.attrs.get("count_include_pad", 0))
+        y = imp.emit(ai.AvgPool2DOp, rows, count_include_pad=include, **attrs)
+    else:
+        y = _lp_pool(imp, node, rows, attrs)
+    return [_reshape_to(imp, y, shape_of(y)[:2] + shape_of(y)[3:]) if flat else y]
+
+
+def _pool_attributes(
+    imp: Importer, node: Node, shape: tuple[int, ...], flat: bool
+) -> dict[str, Any]:
+    """ai.max_pool2d/avg_pool2d attributes; a 1-D pool's with a height-1 window."""
     if "kernel_shape" not in node.attrs:
         raise imp.error("attribute 'kernel_shape' is required")
+    dims = 1 if flat else 2
     kernel = tuple(int(k) for k in node.attrs["kernel_shape"])
-    strides = tuple(int(v) for v in node.attrs.get("strides", (1, 1)))
-    dilations = tuple(int(v) for v in node.attrs.get("dilations", (1, 1)))
-    if len(kernel) != 2:
-        raise imp.error(f"kernel_shape must have 2 values, got {list(kernel)}", "attribute")
-    padding = _conv_padding(imp, node, shape_of(x)[2:], kernel, strides, dilations)
-    attrs = {
+    strides = tuple(int(v) for v in node.attrs.get("strides", (1,) * dims))
+    dilations = tuple(int(v) for v in node.attrs.get("dilations", (1,) * dims))
+    if len(kernel) != dims:
+        raise imp.error(f"kernel_shape must have {dims} values, got {list(kernel)}", "attribute")
+    view = node
+    if flat:
+        kernel, strides, dilations = ((1, *v) for v in (kernel, strides, dilations))
+        pads = node.attrs.get("pads")
+        if pads is not None:
+            if len(pads) != 2:
+                raise imp.error(f"pads must have 2 values, got {list(pads)}")
+            view = Node(node.proto, node.index, {**node.attrs, "pads": (0, pads[0], 0, pads[1])})
+    return {
         "kernel": kernel,
         "strides": strides,
-        "padding": padding,
+        "padding": _conv_padding(imp, view, shape[2:], kernel, strides, dilations),
         "dilations": dilations,
         "ceil_mode": bool(node.attrs.get("ceil_mode", 0)),
     }
-    if node.op_type == "MaxPool":
-        return [imp.emit(ai.MaxPool2DOp, x, **attrs)]
-    include = bool(node.attrs.get("count_include_pad", 0))
-    return [imp.emit(ai.AvgPool2DOp, x, count_include_pad=include, **attrs)]
+
+
+def _lp_pool(imp: Importer, node: Node, x: SSAValue, attrs: dict[str, Any]) -> SSAValue:
+    """(sum of |x|^p over the window)^(1/p): the window's mean of |x|^p (padding counted
+    as zeros) times its size."""
+    p = int(node.attrs.get("p", 2))
+    if p < 1:
+        raise imp.error(f"p={p} must be a positive integer")
+    if attrs["ceil_mode"]:  # a window past the padding: its mean is not over the kernel
+        raise imp.error("LpPool with ceil_mode=1 is not supported", "attribute")
+    powered = imp.emit(ai.PowOp, imp.emit(ai.AbsOp, x), imp.scalar(p, x))
+    mean = imp.emit(ai.AvgPool2DOp, powered, count_include_pad=True, **attrs)
+    total = imp.emit(ai.MulOp, mean, imp.scalar(math.prod(attrs["kernel"]), mean))
+    return imp.emit(ai.PowOp, total, imp.scalar(1.0 / p, total))
 
 
 # ------------------------------------------------------------------ entry points

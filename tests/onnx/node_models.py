@@ -88,7 +88,14 @@ def one_hot() -> onnx.ModelProto:
     return model
 
 
+def lp_pool_1d() -> onnx.ModelProto:
+    """LpPool (p 3) over a 1-D signal, padded."""
+    node = helper.make_node("LpPool", ["x"], ["y"], name="lp", kernel_shape=[3], pads=[1, 1], p=3)
+    return _model(node, [("x", F32, (1, 2, 8))], [("y", F32, (1, 2, 8))], 18)
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "lp_pool_1d": lp_pool_1d,
     "one_hot": one_hot,
     "einsum": einsum,
     "rotary_embedding": rotary_embedding,

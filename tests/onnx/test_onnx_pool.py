@@ -1,0 +1,79 @@
+"""ONNX 1-D MaxPool/AveragePool (2-D pooling of a height-1 view) and LpPool (1-D and
+2-D: the window's mean of |x|^p, padding as zeros, times its size, to the power 1/p)
+against onnxruntime on fresh random inputs; the refusals say why."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numerics import assert_close
+from onnx_nets import node_model, run_onnxruntime
+
+import fusec
+from fusec.frontend.onnx_import import UnsupportedOnnx
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+RNG = np.random.default_rng(17)
+
+CASES = {
+    # id: (op, input shape, attributes)
+    "max-1d-pads-strides": (
+        "MaxPool", (2, 3, 17), {"kernel_shape": [3], "pads": [1, 2], "strides": [2]},
+    ),
+    "max-1d-dilations-ceil": (
+        "MaxPool", (1, 2, 16),
+        {"kernel_shape": [2], "dilations": [3], "ceil_mode": 1, "strides": [2]},
+    ),
+    "avg-1d-same-upper": (
+        "AveragePool", (2, 3, 11), {"kernel_shape": [4], "auto_pad": "SAME_UPPER"},
+    ),
+    "avg-1d-include-pad": (
+        "AveragePool", (1, 2, 9), {"kernel_shape": [3], "pads": [2, 1], "count_include_pad": 1},
+    ),
+    "lp-1d": ("LpPool", (1, 3, 12), {"kernel_shape": [3], "p": 3}),
+    "lp-2d-pads": ("LpPool", (1, 2, 7, 6), {"kernel_shape": [3, 3], "pads": [1, 2, 1, 0], "p": 2}),
+    "lp-2d-same-lower-strides": (
+        "LpPool", (2, 1, 8, 9),
+        {"kernel_shape": [2, 3], "auto_pad": "SAME_LOWER", "strides": [2, 2], "p": 4},
+    ),
+    "lp-2d-dilations": (
+        "LpPool", (1, 1, 6, 6), {"kernel_shape": [2, 2], "dilations": [2, 2], "p": 1},
+    ),
+}  # fmt: skip
+
+
+def _case(case: str):
+    op, shape, attrs = CASES[case]
+    x = RNG.standard_normal(shape).astype(np.float32)
+    return node_model(op, {"x": x}, opset=18, **attrs), x
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_pool_matches_onnxruntime(case):
+    model, x = _case(case)
+    got = fusec.compile(fusec.from_onnx(model), target="reference")(x)
+    want = run_onnxruntime(model, {"x": x})[0]
+    assert got.shape == want.shape and not np.isnan(got).any()
+    assert_close(got, want, tol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["max-1d-pads-strides", "lp-2d-pads"])
+def test_pool_on_the_cpu_target(case):
+    model, x = _case(case)
+    got = fusec.compile(fusec.from_onnx(model), target="cpu")(x)
+    assert_close(got, run_onnxruntime(model, {"x": x})[0], tol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("op", "shape", "attrs", "message"),
+    [
+        ("MaxPool", (1, 1, 4, 4, 4), {"kernel_shape": [2, 2, 2]}, "only 1-D and 2-D pooling"),
+        ("LpPool", (1, 1, 6, 6), {"kernel_shape": [2, 2], "ceil_mode": 1}, "ceil_mode=1"),
+    ],
+)
+def test_unsupported_pools_are_refused_with_the_reason(op, shape, attrs, message):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    with pytest.raises(UnsupportedOnnx, match=message):
+        fusec.from_onnx(node_model(op, {"x": x}, opset=18, **attrs))
