@@ -35,12 +35,12 @@ def test_import_to_stdout_with_weights_as_args(tmp_path, capsys):
 
 
 def test_import_error_writes_nothing(tmp_path, capsys):
-    path = _save(tmp_path, node_model("Hardmax", {"x": np.ones(2, np.float32)}, name="bad"))
+    path = _save(tmp_path, node_model("Det", {"x": np.ones((2, 2), np.float32)}, name="bad"))
     out = tmp_path / "model.mlir"
     assert main(["import", str(path), "-o", str(out)]) == 1
     assert not out.exists() and list(tmp_path.iterdir()) == [path]
     err = capsys.readouterr().err
-    assert err.startswith(f'{path}: node "bad": error: Hardmax: unsupported operator')
+    assert err.startswith(f'{path}: node "bad": error: Det: unsupported operator')
     assert "Traceback" not in err
 
     out.write_text("keep me")
