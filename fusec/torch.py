@@ -166,6 +166,9 @@ def _compile_graph(gm: fx.GraphModule, inputs: list[Any], options: dict[str, Any
     from torch._decomp import core_aten_decompositions
     from torch._functorch.aot_autograd import aot_module_simplified
 
+    from fusec.frontend.torch_attention import keep_attention
+
+    keep_attention(gm)  # SDPA stays one op (ai.attention), not its decomposed maths
     frozen = _frozen_positions(gm, inputs) if options.get("freeze", True) else []
 
     def forward_compiler(aten: fx.GraphModule, _fake_inputs: Sequence[Any]) -> Callable:

@@ -49,7 +49,9 @@ def export_module(module: torch.nn.Module, example_inputs: Sequence[Any]) -> Any
 
 def import_program(program: Any, source: str = DEFAULT_SOURCE) -> ModuleOp:
     """An ``ExportedProgram`` (any dialect) as a verified ai module."""
-    decomposed = program.run_decompositions()
+    from fusec.frontend.torch_attention import decompositions_keeping_attention
+
+    decomposed = program.run_decompositions(decompositions_keeping_attention())
     signature = decomposed.graph_signature
     constants: dict[str, torch.Tensor] = {}
     for spec in signature.input_specs:

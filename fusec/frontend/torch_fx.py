@@ -98,9 +98,13 @@ def lowering(*names: str) -> Callable[[Lowering], Lowering]:
 
 
 def op_name(target: Any) -> str | None:
-    """The lowering key of an ATen overload (``"convolution.default"``), else None."""
-    if isinstance(target, torch._ops.OpOverload) and target.namespace == "aten":
-        return str(target.__name__)
+    """The lowering key of an ATen overload (``"convolution.default"``) or of one of
+    fusec's own ops (``"fusec.sdpa.default"``), else None."""
+    if isinstance(target, torch._ops.OpOverload):
+        if target.namespace == "aten":
+            return str(target.__name__)
+        if target.namespace == "fusec":
+            return f"fusec.{target.__name__}"
     return None
 
 
@@ -399,7 +403,8 @@ def describe(node: fx.Node) -> str:
     """``aten.add.Tensor (FX node 'add_1', inputs f32[2, 3], 3)``: what the node is."""
     target = node.target
     name = op_name(target)
-    what = f"aten.{name}" if name else getattr(target, "__name__", str(target))
+    what = (name if name.startswith("fusec.") else f"aten.{name}") if name else None
+    what = what or getattr(target, "__name__", str(target))
     shown = []
     for arg in node.args:
         if isinstance(arg, fx.Node):

@@ -686,3 +686,31 @@ def _repeat(t: Translator, node: fx.Node, a: Args) -> SSAValue:
 def _assertion(t: Translator, node: fx.Node, a: Args) -> None:
     """PyTorch's checks of facts the import has already checked (static types)."""
     return None
+
+
+@lowering("scaled_dot_product_attention.default", "fusec.sdpa.default")
+def _sdpa(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """ai.attention: the mask a boolean one (0 / -inf), a float one, a causal one
+    (keys after the query's position: -inf) or none (a zero)."""
+    dtype = t.out_dtype()
+    q, k, v = (t.tensor(a[name], dtype) for name in ("query", "key", "value"))
+    if a.get("dropout_p"):
+        raise t.error("dropout in attention is not supported (inference only)")
+    if shape_of(q)[:-2] != shape_of(k)[:-2]:
+        raise t.error("query and key/value with different head counts (GQA) are not supported")
+    scale = a.get("scale")
+    scale = 1.0 / math.sqrt(shape_of(q)[-1]) if scale is None else float(scale)
+    mask, s, length = a.get("attn_mask"), shape_of(q)[-2], shape_of(k)[-2]
+    if a.get("is_causal"):
+        if mask is not None:
+            raise t.error("attn_mask and is_causal together")
+        causal = np.where(np.tril(np.ones((s, length), dtype=bool)), 0.0, -np.inf)
+        bias = t.constant(causal, dtype)
+    elif mask is None:
+        bias = t.scalar(0.0, dtype)
+    elif dtype_of(t.tensor(mask)) == "i1":
+        bias = t.emit(ai.WhereOp, t.tensor(mask), t.scalar(0.0, dtype), t.scalar(-np.inf, dtype))
+    else:
+        bias = t.tensor(mask, dtype)
+    masked = mask is not None  # a row of -inf only gives 0, as PyTorch's maths does
+    return t.emit(ai.AttentionOp, q, k, v, bias, scale=scale, nan_to_zero=masked)

@@ -54,9 +54,9 @@ class SmallCNN(nn.Module):
 class Block(nn.Module):
     """A pre-norm transformer block: attention (causal) + MLP with GELU."""
 
-    def __init__(self, dim: int = 16, heads: int = 2) -> None:
+    def __init__(self, dim: int = 16, heads: int = 2, sdpa: bool = False) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.sdpa = heads, sdpa
         self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
@@ -66,6 +66,10 @@ class Block(nn.Module):
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        if self.sdpa:  # one op (fusec::sdpa -> ai.attention), not its decomposed maths
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+            return x + self.mlp(self.ln2(x))
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
         mask = torch.ones(t, t, dtype=torch.bool).tril()
         att = scores.masked_fill(~mask, float("-inf")).softmax(-1)
@@ -112,8 +116,13 @@ def fresh_stats():
 
 @pytest.mark.parametrize(
     "model, shapes",
-    [(MLP, [(4, 16)]), (SmallCNN, [(2, 3, 8, 8)]), (Block, [(2, 5, 16)])],
-    ids=["mlp", "cnn", "transformer_block"],
+    [
+        (MLP, [(4, 16)]),
+        (SmallCNN, [(2, 3, 8, 8)]),
+        (Block, [(2, 5, 16)]),
+        (lambda: Block(sdpa=True), [(2, 5, 16)]),
+    ],
+    ids=["mlp", "cnn", "transformer_block", "sdpa_block"],
 )
 def test_models_match_eager_on_the_reference_target(model, shapes) -> None:
     torch.manual_seed(0)
@@ -183,8 +192,14 @@ def test_bf16_and_f16_inputs_cross_as_numpy_views() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "model, shapes",
-    [(MLP, [(4, 16)]), (SmallCNN, [(2, 3, 8, 8)]), (Block, [(2, 5, 16)]), (Branchy, [(3, 8)])],
-    ids=["mlp", "cnn", "transformer_block", "branchy"],
+    [
+        (MLP, [(4, 16)]),
+        (SmallCNN, [(2, 3, 8, 8)]),
+        (Block, [(2, 5, 16)]),
+        (lambda: Block(sdpa=True), [(2, 5, 16)]),
+        (Branchy, [(3, 8)]),
+    ],
+    ids=["mlp", "cnn", "transformer_block", "sdpa_block", "branchy"],
 )
 def test_models_match_eager_on_the_cpu_target(model, shapes) -> None:
     torch.manual_seed(0)

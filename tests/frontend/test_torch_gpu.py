@@ -1,6 +1,7 @@
 """``torch.compile(model, backend="fusec")`` on an NVIDIA GPU in fp16, against the fp32
 module: a CNN (conv + BN + residual + pools) and a transformer block (causal attention
-with head size 64, LayerNorm, GELU). Needs torch with CUDA (the ``gpu`` lane)."""
+with head size 64, written out and as SDPA; LayerNorm, GELU). Needs torch with CUDA
+(the ``gpu`` lane)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,12 @@ def _quiet():
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "make, shape",
-    [(SmallCNN, (8, 3, 32, 32)), (lambda: Block(dim=128, heads=2), (4, 64, 128))],
-    ids=["cnn", "transformer_block"],
+    [
+        (SmallCNN, (8, 3, 32, 32)),
+        (lambda: Block(dim=128, heads=2), (4, 64, 128)),
+        (lambda: Block(dim=128, heads=2, sdpa=True), (4, 64, 128)),
+    ],
+    ids=["cnn", "transformer_block", "sdpa_block"],
 )
 def test_fp16_model_through_the_backend_matches_the_fp32_module(make, shape) -> None:
     if not torch.cuda.is_available():

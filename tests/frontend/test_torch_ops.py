@@ -291,13 +291,26 @@ CASES = [
         "sdpa",
         fn(lambda s, q, k, v: F.scaled_dot_product_attention(q, k, v)),
         inputs(randn(1, 2, 4, 8), randn(1, 2, 6, 8), randn(1, 2, 6, 8)),
-        "CHECK: ai.softmax\nCHECK: ai.matmul",
+        "CHECK: ai.attention {{.*}}scale = 0.353553",
     ),
     Case(
         "sdpa_causal",
-        fn(lambda s, q: F.scaled_dot_product_attention(q, q, q, is_causal=True)),
+        fn(lambda s, q: F.scaled_dot_product_attention(q, q, q, is_causal=True, scale=0.5)),
         inputs(randn(1, 2, 4, 8)),
-        "CHECK: ai.softmax",
+        "CHECK: arith.constant dense<{{.*}}0xff800000{{.*}}> : tensor<4x4xf32>\n"
+        "CHECK: ai.attention {{.*}}scale = 5.000000e-01",
+    ),
+    Case(
+        "sdpa_bool_mask",
+        fn(lambda s, q, m: F.scaled_dot_product_attention(q, q, q, attn_mask=m > 0)),
+        inputs(randn(2, 2, 4, 8), randn(2, 1, 1, 4)),
+        "CHECK: ai.where\nCHECK: ai.attention {{.*}}nan_to_zero = true",
+    ),
+    Case(
+        "sdpa_float_mask",
+        fn(lambda s, q, m: F.scaled_dot_product_attention(q, q, q, attn_mask=m)),
+        inputs(randn(1, 2, 4, 8), randn(4, 4)),
+        "CHECK: ai.attention {{.*}} * tensor<4x4xf32>",
     ),
     Case(
         "argmax_cumsum",

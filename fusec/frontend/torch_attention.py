@@ -1,0 +1,77 @@
+"""Scaled dot-product attention kept whole through PyTorch's decompositions.
+
+Core-ATen decomposition turns ``F.scaled_dot_product_attention`` into its maths (the
+query and key each scaled by the root of the scale, a guard for fully masked rows):
+correct, but no longer the one op fusec runs as one attention kernel. So the
+``torch.compile`` backend rewrites Dynamo's calls of it into ``fusec::sdpa``, an
+opaque custom op with the same arguments (PyTorch's own SDPA when run in eager), and
+``torch.export`` programs are decomposed with SDPA left out of the table; both then
+lower to ``ai.attention`` (``torch_lowerings``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import fx
+
+
+@torch.library.custom_op("fusec::sdpa", mutates_args=())
+def sdpa(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` as one opaque op."""
+    return F.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attn_mask,
+        dropout_p=dropout_p,
+        is_causal=is_causal,
+        scale=scale,
+        enable_gqa=enable_gqa,
+    )
+
+
+@sdpa.register_fake
+def _sdpa_shape(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    return query.new_empty((*query.shape[:-1], value.shape[-1]))
+
+
+#: Dynamo's targets of an SDPA call.
+_SDPA_TARGETS = (F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)
+
+
+def keep_attention(gm: fx.GraphModule) -> int:
+    """Make each SDPA call of a Dynamo graph a ``fusec::sdpa`` call; their count."""
+    count = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _SDPA_TARGETS:
+            node.target = torch.ops.fusec.sdpa.default
+            count += 1
+    if count:
+        gm.recompile()
+    return count
+
+
+def decompositions_keeping_attention() -> dict:
+    """``torch.export``'s default decompositions but SDPA's (it stays one node)."""
+    table = torch.export.default_decompositions()
+    table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
+    return table
