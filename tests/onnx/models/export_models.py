@@ -18,6 +18,18 @@ Each model is written twice, ``NAME.torchscript.onnx`` (``dynamo=False``) and
 dimension (and a dynamic sequence length for the transformers), as models are
 usually exported: ``fusec.from_onnx(path, input_shapes=...)`` fixes them.
 ``manifest.json`` records the input names, the example shapes and the versions.
+
+The token-id models (``bert.ids``, ``gpt2.ids``, ``llama.ids``) are fed as users
+feed them: ``input_ids`` (int64) and an ``attention_mask`` input (int64, with
+padding), so the graph starts with the embedding lookup and computes its masks at
+run time. They need torch and transformers only:
+
+    python3 -m venv /tmp/vexport
+    /tmp/vexport/bin/pip install torch==2.13.0 transformers onnx onnxscript onnxruntime
+    /tmp/vexport/bin/python tests/onnx/models/export_models.py bert.ids gpt2.ids llama.ids
+
+Exporting some models updates their entries of ``manifest.json`` and keeps the
+others' (each entry records the versions it was exported with).
 """
 
 from __future__ import annotations
@@ -29,7 +41,6 @@ from pathlib import Path
 
 import onnx
 import torch
-import torchvision
 import transformers
 from torch import nn
 
@@ -123,17 +134,40 @@ class Encoder(nn.Module):
         return tuple(t for t in out if isinstance(t, torch.Tensor))
 
 
+class TokenModel(nn.Module):
+    """A Hugging Face model fed with ``input_ids`` and ``attention_mask``, returning a tuple.
+
+    What users export: the graph starts with the embedding lookup (an integer
+    ``Gather`` at run-time ids), and the attention masks (padding, causal) are
+    computed from the ``attention_mask`` input at run time. The example mask has
+    padding (zeros at the end of a row), so that a tracing exporter records the
+    padded path, not a shortcut taken for an all-ones mask.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)
+        return tuple(t for t in out if isinstance(t, torch.Tensor))
+
+
 def mobilenet_v2() -> nn.Module:
+    import torchvision  # the CNNs only: the token-id models export without it
+
     return torchvision.models.mobilenet_v2(width_mult=0.35, num_classes=16)
 
 
 def resnet18() -> nn.Module:
+    import torchvision
+
     return narrow(torchvision.models.resnet18(num_classes=16), 4)
 
 
-def bert() -> nn.Module:
-    config = transformers.BertConfig(
-        vocab_size=64,
+def bert_config(vocab: int = 64) -> transformers.BertConfig:
+    return transformers.BertConfig(
+        vocab_size=vocab,
         hidden_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
@@ -142,12 +176,15 @@ def bert() -> nn.Module:
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
-    return Encoder(transformers.BertModel(config))
 
 
-def gpt2() -> nn.Module:
-    config = transformers.GPT2Config(
-        vocab_size=64,
+def bert() -> nn.Module:
+    return Encoder(transformers.BertModel(bert_config()))
+
+
+def gpt2_config(vocab: int = 64) -> transformers.GPT2Config:
+    return transformers.GPT2Config(
+        vocab_size=vocab,
         n_embd=64,
         n_layer=2,
         n_head=4,
@@ -159,7 +196,42 @@ def gpt2() -> nn.Module:
         bos_token_id=0,
         eos_token_id=0,
     )
-    return Encoder(transformers.GPT2Model(config))
+
+
+def gpt2() -> nn.Module:
+    return Encoder(transformers.GPT2Model(gpt2_config()))
+
+
+#: the token-id models' vocabulary (a real lookup table: 512 rows of 64)
+VOCAB = 512
+
+
+def bert_ids() -> nn.Module:
+    return TokenModel(transformers.BertModel(bert_config(VOCAB)))
+
+
+def gpt2_ids() -> nn.Module:
+    return TokenModel(transformers.GPT2Model(gpt2_config(VOCAB)))
+
+
+def llama_ids() -> nn.Module:
+    """A Llama-style decoder: grouped-query attention (2 K/V heads for 4 query
+    heads), rotary position embeddings, RMSNorm and a SwiGLU MLP."""
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        use_cache=False,
+        attention_dropout=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+    )
+    return TokenModel(transformers.LlamaModel(config))
 
 
 #: name -> (builder, input name, example shape, dynamic dims {axis: name}, output names)
@@ -194,10 +266,23 @@ OLDER_EXPORTS = {
     "gpt2": [("torchscript", 14)],
 }
 
+#: token-id models: name -> (builder, output names); each takes ``input_ids`` and
+#: ``attention_mask`` of [batch, sequence] (int64), both dims dynamic
+TOKEN_MODELS = {
+    "bert.ids": (bert_ids, ["last_hidden_state", "pooler_output"]),
+    "gpt2.ids": (gpt2_ids, ["last_hidden_state"]),
+    "llama.ids": (llama_ids, ["last_hidden_state"]),
+}
+TOKEN_INPUTS = ["input_ids", "attention_mask"]
+TOKEN_DYNAMIC = {0: "batch", 1: "sequence"}
+#: the example's valid length per row: padding (zeros at the end of the mask) in
+#: all but the first row, so tracing records the padded path
+TOKEN_LENGTHS = [16, 11, 5]
+
 
 def build(name: str) -> nn.Module:
     torch.manual_seed(SEED)
-    model = MODELS[name][0]()
+    model = (TOKEN_MODELS[name] if name in TOKEN_MODELS else MODELS[name])[0]()
     randomise(model)
     return model.eval()
 
@@ -206,10 +291,27 @@ def file_name(name: str, exporter: str, opset: int | None) -> str:
     return f"{name}.{exporter}{'' if opset is None else f'-opset{opset}'}.onnx"
 
 
-def export(name: str, exporter: str, opset: int | None) -> Path:
+def token_example() -> tuple[torch.Tensor, torch.Tensor]:
+    """Random ids and a mask with padding: row r is valid for TOKEN_LENGTHS[r] tokens."""
+    generator = torch.Generator().manual_seed(SEED)
+    shape = (len(TOKEN_LENGTHS), max(TOKEN_LENGTHS))
+    ids = torch.randint(0, VOCAB, shape, generator=generator)
+    mask = (torch.arange(shape[1])[None, :] < torch.tensor(TOKEN_LENGTHS)[:, None]).long()
+    return ids, mask
+
+
+def signature(name: str) -> tuple[tuple[torch.Tensor, ...], list[str], list[str], dict]:
+    """(example inputs, input names, output names, dynamic dims {axis: name})."""
+    if name in TOKEN_MODELS:
+        return token_example(), TOKEN_INPUTS, TOKEN_MODELS[name][1], TOKEN_DYNAMIC
     _, input_name, shape, dynamic, outputs = MODELS[name]
-    model = build(name)
     example = (torch.randn(*shape, generator=torch.Generator().manual_seed(SEED)),)
+    return example, [input_name], outputs, dynamic
+
+
+def export(name: str, exporter: str, opset: int | None) -> Path:
+    example, inputs, outputs, dynamic = signature(name)
+    model = build(name)
     path = HERE / file_name(name, exporter, opset)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -220,20 +322,22 @@ def export(name: str, exporter: str, opset: int | None) -> Path:
                 str(path),
                 dynamo=False,
                 opset_version=opset,
-                input_names=[input_name],
+                input_names=inputs,
                 output_names=outputs,
-                dynamic_axes={input_name: dynamic},
+                dynamic_axes={input_name: dynamic for input_name in inputs},
             )
         else:
-            dims = {axis: torch.export.Dim(dim, min=1, max=64) for axis, dim in dynamic.items()}
+            # one Dim object per name: inputs that share a name share the dimension
+            dims = {dim: torch.export.Dim(dim, min=1, max=64) for dim in dynamic.values()}
+            shapes = tuple({axis: dims[dim] for axis, dim in dynamic.items()} for _ in inputs)
             program = torch.onnx.export(
                 model,
                 example,
                 dynamo=True,
                 opset_version=opset,
-                input_names=[input_name],
+                input_names=inputs,
                 output_names=outputs,
-                dynamic_shapes=(dims,),
+                dynamic_shapes=shapes,
                 external_data=False,
             )
             program.save(str(path), external_data=False)
@@ -241,42 +345,64 @@ def export(name: str, exporter: str, opset: int | None) -> Path:
     return path
 
 
+def versions(names: list[str]) -> dict[str, str]:
+    found = {"torch": torch.__version__, "transformers": transformers.__version__}
+    if any(name not in TOKEN_MODELS for name in names):
+        import torchvision
+
+        found["torchvision"] = torchvision.__version__
+    return {**found, "onnx": onnx.__version__}
+
+
+def export_files(name: str) -> dict[str, dict]:
+    files = {}
+    for exporter, opset in EXPORTS + OLDER_EXPORTS.get(name, []):
+        path = export(name, exporter, opset)
+        model = onnx.load(str(path))
+        variant = path.name.removeprefix(f"{name}.").removesuffix(".onnx")
+        files[variant] = {
+            "file": path.name,
+            "exporter": exporter,
+            "bytes": path.stat().st_size,
+            "opset": next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+            "nodes": len(model.graph.node),
+        }
+        print(f"{path.name}: {files[variant]}")
+    return files
+
+
 def main() -> int:
-    manifest = {
-        "versions": {
-            "torch": torch.__version__,
-            "torchvision": torchvision.__version__,
-            "transformers": transformers.__version__,
-            "onnx": onnx.__version__,
-        },
-        "seed": SEED,
-        "models": {},
-    }
-    for name in sys.argv[1:] or list(MODELS):
-        _, input_name, shape, dynamic, outputs = MODELS[name]
+    names = sys.argv[1:] or list(MODELS) + list(TOKEN_MODELS)
+    path = HERE / "manifest.json"
+    manifest = json.loads(path.read_text()) if path.exists() else {"seed": SEED, "models": {}}
+    if any(name in MODELS for name in names):
+        manifest["versions"] = versions(list(MODELS))  # the float-input models'
+    for name in names:
         params = sum(p.numel() for p in build(name).parameters())
-        files = {}
-        for exporter, opset in EXPORTS + OLDER_EXPORTS.get(name, []):
-            path = export(name, exporter, opset)
-            model = onnx.load(str(path))
-            variant = path.name.removeprefix(f"{name}.").removesuffix(".onnx")
-            files[variant] = {
-                "file": path.name,
-                "exporter": exporter,
-                "bytes": path.stat().st_size,
-                "opset": next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
-                "nodes": len(model.graph.node),
+        if name in TOKEN_MODELS:
+            example, inputs, outputs, dynamic = signature(name)
+            manifest.setdefault("token_models", {})[name] = {
+                "inputs": inputs,
+                "example_shape": list(example[0].shape),
+                "example_lengths": TOKEN_LENGTHS,
+                "vocab": VOCAB,
+                "dynamic": {str(k): v for k, v in dynamic.items()},
+                "outputs": outputs,
+                "parameters": params,
+                "versions": versions([name]),
+                "files": export_files(name),
             }
-            print(f"{path.name}: {files[variant]}")
+            continue
+        _, input_name, shape, dynamic, outputs = MODELS[name]
         manifest["models"][name] = {
             "input": input_name,
             "example_shape": list(shape),
             "dynamic": {str(k): v for k, v in dynamic.items()},
             "outputs": outputs,
             "parameters": params,
-            "files": files,
+            "files": export_files(name),
         }
-    (HERE / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    path.write_text(json.dumps(manifest, indent=2) + "\n")
     return 0
 
 
