@@ -61,9 +61,10 @@ class CompiledEntry:
     (``fusec.targets.cpu.program``): ``name(*inputs, *outputs, scratch, counter)``
     on flat arrays in the kernel's array dtypes, ``scratch`` a float32 array of at
     least ``fixed_floats + task_floats * tasks`` elements for up to ``max_tasks``
-    parallel tasks (the entry takes as many as fit), ``counter`` an int64 array of
-    one element it resets. It allocates nothing and holds no BLAS setting of its own:
-    the caller keeps BLAS at one thread around it."""
+    parallel tasks (the entry takes as many as fit), ``counter`` an int64 array: [0]
+    the block counter it resets, [1] the number of threads the caller runs with. It
+    allocates nothing and holds no BLAS setting of its own: the caller keeps BLAS at
+    one thread around it."""
 
     name: str = "entry"
     fixed_floats: int = 0

@@ -132,13 +132,15 @@ def blocked_launch(
     scratch: EntryScratch, count: int, parallel: bool, task_floats: int, call: str
 ) -> tuple[list[str], CompiledEntry]:
     """The lines running a blocked kernel's stage ``call``: its per-task workspace ``ws``
-    after the fixed buffers (as many tasks as Numba's threads, its blocks and the
-    scratch allow) and the block counter reset; and the entry's scratch needs."""
+    after the fixed buffers (as many tasks as the caller's thread count ``counter[1]``,
+    its blocks and the scratch allow) and the block counter ``counter[0]`` reset; and
+    the entry's scratch needs. The thread count comes from the caller because
+    ``numba.get_num_threads()`` in the entry would make Numba refuse to cache it (a
+    ctypes pointer global): every process would compile the entry again."""
     fixed = scratch.floats
     if parallel:
         tasks = (
-            f"tasks = max(1, min(numba.get_num_threads(), {count}, "
-            f"(scratch.size - {fixed}) // {task_floats}))"
+            f"tasks = max(1, min(counter[1], {count}, (scratch.size - {fixed}) // {task_floats}))"
         )
     else:
         tasks = "tasks = 1"

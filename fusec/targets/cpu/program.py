@@ -57,6 +57,7 @@ from fusec.runtime.launch import Allocator, LaunchRecorder, Program
 from fusec.target import Target
 from fusec.targets.cpu import affinity, blas
 from fusec.targets.cpu.entry import NAME as ENTRY_NAME
+from fusec.targets.cpu.tasks import num_threads
 
 #: ``FUSEC_CPU_LAUNCHER=python`` runs every call through the Python launch loop.
 ENV_VAR = "FUSEC_CPU_LAUNCHER"
@@ -169,6 +170,7 @@ class CpuProgram(Program):
         segments = self._segments if self._segments is not None else self._build()
         state = self._local.__dict__.get("state") or self._state()
         outs = self._outputs(plan, alloc)
+        state.counter[1] = num_threads()  # the entries' task count (CompiledEntry)
         # the backend's call_scope, without its generator (~3 us a call)
         single, placed = blas.single_threaded(), affinity.Scope()
         single.__enter__()
@@ -201,7 +203,7 @@ class CpuProgram(Program):
         bytes: a kernel reading a value nothing wrote sees NaN, never stale data)."""
         assert self.plan is not None
         arena = np.full(max(ALIGN, self.plan.arena_bytes), 0xFF, dtype=np.uint8)
-        state = _ThreadState(arena, self.plan.constants, np.zeros(1, np.int64))
+        state = _ThreadState(arena, self.plan.constants, np.zeros(2, np.int64))
         self._local.state = state
         return state
 
