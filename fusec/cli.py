@@ -193,6 +193,11 @@ def _is_onnx(path: str) -> bool:
     return str(path).lower().endswith(".onnx")
 
 
+def _is_torch_program(path: str) -> bool:
+    """A program saved by ``torch.export.save`` (the PyTorch front end reads it)."""
+    return str(path).lower().endswith(".pt2")
+
+
 def _source(args: argparse.Namespace):
     """What to compile: the path of an .mlir file, the IR text on stdin (``-``), or the
     module imported from an .onnx file (with ``--input-shape``)."""
@@ -202,6 +207,12 @@ def _source(args: argparse.Namespace):
         if args.input_shape:
             raise FusecError("--input-shape applies to .onnx models only")
         return _read_stdin()
+    if _is_torch_program(args.file):
+        if args.input_shape:
+            raise FusecError("--input-shape applies to .onnx models only")
+        from fusec.api import from_torch
+
+        return from_torch(args.file)
     if _is_onnx(args.file):
         from xdsl.dialects.builtin import ModuleOp  # loaded by fusec.api already
 
@@ -283,6 +294,8 @@ def _diagnostic(err: Any, args: argparse.Namespace) -> str:
 def cmd_import(args: argparse.Namespace) -> int:
     from fusec.api import import_onnx, print_ir
 
+    if _is_torch_program(args.file):
+        return _import_torch_program(args)
     result = import_onnx(
         args.file,
         weights_as_args=args.weights_as_args,
@@ -293,6 +306,17 @@ def cmd_import(args: argparse.Namespace) -> int:
     if result.recognized:  # what the default pipeline's recognize-patterns will rewrite
         found = ", ".join(f"{name} {n}" for name, n in sorted(result.recognized.items()))
         sys.stderr.write(f"{args.file}: recognize-patterns (in fusec-default) rewrites: {found}\n")
+    return ExitCode.OK
+
+
+def _import_torch_program(args: argparse.Namespace) -> int:
+    """``fusec import model.pt2``: a saved torch.export program as ai IR."""
+    from fusec.api import from_torch, print_ir
+    from fusec.errors import FusecError
+
+    if args.input_shape or args.weights_as_args:
+        raise FusecError("--input-shape and --weights-as-args apply to .onnx models only")
+    _emit(print_ir(from_torch(args.file), locations=True), args.output)
     return ExitCode.OK
 
 
@@ -334,8 +358,11 @@ def _add_input_shape(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_onnx_commands(sub) -> None:
-    imp = sub.add_parser("import", help="import an ONNX model as ai IR (with loc(...) names)")
-    imp.add_argument("file", help="input .onnx model")
+    imp = sub.add_parser(
+        "import",
+        help="import an ONNX model or a torch.export program (.pt2) as ai IR (with loc(...))",
+    )
+    imp.add_argument("file", help="input .onnx model or .pt2 program (torch.export.save)")
     imp.add_argument("-o", "--output", help="write the IR here instead of stdout")
     _add_input_shape(imp)
     imp.add_argument(
@@ -591,7 +618,7 @@ def _add_tune_command(sub) -> None:
     tune.set_defaults(handler=cmd_tune)
 
 
-_FILE_HELP = "input .mlir file, .onnx model, or - for the IR on stdin"
+_FILE_HELP = "input .mlir file, .onnx model, .pt2 torch.export program, or - for the IR on stdin"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import linecache
 import operator
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ from fusec.ir.dtypes import element_type_of_torch, numpy_dtype
 DEFAULT_SOURCE = "<torch>"
 _FRAME = re.compile(r'File "([^"\n]+)", line (\d+)')
 _IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
+#: PyTorch's own source files: a node is located at the last frame outside them.
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
 class UnsupportedTorch(FusecError):
@@ -164,8 +167,9 @@ class Translator:
         """Where the user wrote the node (its stack trace's last frame), else its name."""
         trace = node.meta.get("stack_trace") or ""
         frames = _FRAME.findall(trace)
+        users = [f for f in frames if not f[0].startswith(_TORCH_DIR)]  # not nn/modules/...
         if frames:
-            file, line = frames[-1][0], int(frames[-1][1])
+            file, line = (users or frames)[-1][0], int((users or frames)[-1][1])
             text = linecache.getline(file, line).rstrip("\n") or None
             col = len(text) - len(text.lstrip()) + 1 if text else 1
             return SourceLocation(file, line, col), text
