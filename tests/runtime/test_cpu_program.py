@@ -280,3 +280,23 @@ def test_steady_state_call_allocates_nothing_and_enters_no_frame_per_kernel() ->
         len(large.kernels) - len(small.kernels)
     )
     assert per_kernel >= 2, old_frames
+
+
+def test_parallel_entries_are_cacheable() -> None:
+    """A parallel kernel's entry takes the thread count from its caller: an entry that
+    called numba.get_num_threads() held a ctypes pointer, and Numba refused to cache it
+    (every process compiled it again)."""
+    t = "tensor<256x256xf32>"
+    text = (
+        f"func.func @f(%x: {t}, %w: {t}) -> {t} {{\n  %m = ai.matmul %x, %w : {t} * {t}\n"
+        f"  %r = ai.relu %m : {t}\n  return %r : {t}\n}}"
+    )
+    compiled = _compiled(text)
+    (kernel,) = compiled.kernels
+    assert kernel.compiled_entry is not None and kernel.compiled_entry.max_tasks > 1
+    _check(compiled, 9)
+    (launch,) = compiled.program.load()
+    entry = sys.modules[launch.__module__].entry
+    assert entry.overloads
+    for result in entry.overloads.values():
+        assert not result.library.has_dynamic_globals
