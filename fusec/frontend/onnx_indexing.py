@@ -1,5 +1,5 @@
 """ONNX operators that pick elements by index, as ai ops: ``GatherElements``,
-``Hardmax`` and ``OneHot``.
+``GatherND``, ``Hardmax`` and ``OneHot``.
 
 * ``GatherElements`` with constant indices (what exporters and the conformance suite
   give) is one ``ai.gather`` of the flattened data at the flat positions, computed at
@@ -7,6 +7,11 @@
   one-hot select: ``indices == iota`` along a new axis next to ``axis``, ``ai.where``
   of the data there (else 0) and a sum over the new axis (float data; a select, so a
   non-finite element that is not picked stays out).
+* ``GatherND`` picks slices of the data's leading ``batch_dims + k`` dims (``k`` the
+  indices' last dim): the data flattened over them, one ``ai.gather`` at the flat
+  positions computed at import (constant indices: what the dynamo exporter writes for
+  ``mask[batch_idx, kv_idx]`` once the shapes are known; the identity gather is a
+  reshape), or one ``ai.take`` at positions computed with integer ops at run time.
 * ``Hardmax``: 1 at the first maximum along the axis, else 0: ``ai.argmax`` (keepdims)
   compared with the axis' iota, cast to the input's type.
 * ``OneHot``: the indices (negative ones wrapped) compared with the iota of a new axis
@@ -101,6 +106,97 @@ def _gather_at_run_time(imp: Importer, data: SSAValue, indices: SSAValue, axis: 
     spread = _reshape_to(imp, data, tuple(sizes[:axis]) + (1, dim) + tuple(sizes[axis + 1 :]))
     chosen = imp.emit(ai.WhereOp, hot, spread, imp.scalar(0.0, data))
     return imp.emit(ai.ReduceSumOp, chosen, axes=(axis + 1,), keepdims=False)
+
+
+@converter("GatherND", attrs=("batch_dims",))
+def _gather_nd(imp: Importer, node: Node) -> list[SSAValue]:
+    data = imp.input(node, 0)
+    shape = shape_of(data)
+    batch = int(node.attrs.get("batch_dims", 0))
+    known = imp.array(node, 1)
+    index_shape = tuple(known.shape) if known is not None else shape_of(imp.input(node, 1))
+    depth = _check_nd_shapes(imp, shape, index_shape, batch)
+    lead = shape[: batch + depth]
+    flat_data = _reshape_to(imp, data, (int(np.prod(lead)),) + shape[batch + depth :])
+    out_shape = index_shape[:-1] + shape[batch + depth :]
+    if known is not None:
+        flat = _nd_positions_constant(imp, np.asarray(known, dtype=np.int64), lead, batch)
+        if flat.tolist() == list(range(int(np.prod(lead)))):
+            return [_reshape_to(imp, flat_data, out_shape)]  # every slice, in order
+        picked = imp.emit(ai.GatherOp, flat_data, axis=0, indices=[int(i) for i in flat])
+        return [_reshape_to(imp, picked, out_shape)]
+    positions = _nd_positions_at_run_time(imp, imp.input(node, 1), lead, batch)
+    return [_reshape_to(imp, imp.emit(ai.TakeOp, flat_data, positions, axis=0), out_shape)]
+
+
+def _check_nd_shapes(
+    imp: Importer, shape: tuple[int, ...], index_shape: tuple[int, ...], batch: int
+) -> int:
+    """The indices' last dim ``k`` after checking GatherND's shape rules."""
+    if not index_shape or not 0 <= batch < min(len(shape), len(index_shape)):
+        raise imp.error(
+            f"batch_dims {batch} must be below the ranks of the data ({len(shape)}) and "
+            f"the indices ({len(index_shape)})"
+        )
+    depth = index_shape[-1]
+    if not 1 <= depth <= len(shape) - batch:
+        raise imp.error(f"the indices' last dim {depth} must be in [1, {len(shape) - batch}]")
+    if index_shape[:batch] != shape[:batch]:
+        raise imp.error(
+            f"the first {batch} dims of the indices {list(index_shape)} and the data "
+            f"{list(shape)} differ"
+        )
+    return depth
+
+
+def _nd_positions_constant(
+    imp: Importer, indices: np.ndarray, lead: tuple[int, ...], batch: int
+) -> np.ndarray:
+    """The flat position in ``lead`` of each index tuple (batch coordinates first)."""
+    dims = np.asarray(lead[batch:])
+    if ((indices < -dims) | (indices >= dims)).any():
+        raise imp.error(f"an index is out of range for the data's dims {list(lead[batch:])}")
+    indices = np.where(indices < 0, indices + dims, indices)
+    grid = np.indices(indices.shape[:batch]).reshape(batch, *indices.shape[:batch])
+    extra = (1,) * (indices.ndim - 1 - batch)
+    coords = [np.broadcast_to(g.reshape(g.shape + extra), indices.shape[:-1]) for g in grid]
+    coords += [indices[..., j] for j in range(indices.shape[-1])]
+    return np.ravel_multi_index(tuple(coords), lead).reshape(-1)
+
+
+def _nd_positions_at_run_time(
+    imp: Importer, indices: SSAValue, lead: tuple[int, ...], batch: int
+) -> SSAValue:
+    """Integer ops for the flat positions: sum of coordinate * stride, negative
+    coordinates wrapped, the batch coordinates a constant."""
+    kind = dtype_of(indices)
+    if kind not in ("i64", "i32"):
+        raise imp.error(f"the indices must be integers, got {indices.type}", "dtype")
+    index_shape = shape_of(indices)
+    strides = [int(np.prod(lead[k + 1 :])) for k in range(len(lead))]
+    total: SSAValue | None = None
+    for j in range(index_shape[-1]):
+        column = imp.emit(
+            ai.SliceOp,
+            indices,
+            offsets=[0] * (len(index_shape) - 1) + [j],
+            sizes=list(index_shape[:-1]) + [1],
+            strides=[1] * len(index_shape),
+        )
+        column = _reshape_to(imp, column, index_shape[:-1])
+        dim = lead[batch + j]
+        below = imp.emit(ai.LessOp, column, imp.constant(np.asarray(0), kind))
+        wrapped = imp.emit(ai.AddOp, column, imp.constant(np.asarray(dim), kind))
+        column = imp.emit(ai.WhereOp, below, wrapped, column)
+        term = imp.emit(ai.MulOp, column, imp.constant(np.asarray(strides[batch + j]), kind))
+        total = term if total is None else imp.emit(ai.AddOp, total, term)
+    assert total is not None  # the indices' last dim is at least 1
+    if batch:
+        grid = np.indices(index_shape[:batch]).reshape(batch, *index_shape[:batch])
+        base = sum(g * strides[k] for k, g in enumerate(grid))
+        base = np.asarray(base).reshape(index_shape[:batch] + (1,) * (len(index_shape) - 1 - batch))
+        total = imp.emit(ai.AddOp, total, imp.constant(base, kind))
+    return total
 
 
 @converter("Hardmax", attrs=("axis",))
