@@ -829,6 +829,19 @@ def swish(imp: Importer, x: SSAValue, alpha: float) -> SSAValue:
     return imp.emit(ai.MulOp, x, gate)
 
 
+@converter("Shrink", attrs=("bias", "lambd"))
+def _shrink(imp: Importer, node: Node) -> list[SSAValue]:
+    """x + bias below -lambd, x - bias above lambd, else 0 (NaN too, as ONNX's reference)."""
+    x = imp.input(node, 0)
+    bias, lambd = float(node.attrs.get("bias", 0.0)), float(node.attrs.get("lambd", 0.5))
+    low = imp.emit(ai.LessOp, x, imp.scalar(-lambd, x))
+    high = imp.emit(ai.GreaterOp, x, imp.scalar(lambd, x))
+    above = imp.emit(
+        ai.WhereOp, high, imp.emit(ai.SubOp, x, imp.scalar(bias, x)), imp.scalar(0.0, x)
+    )
+    return [imp.emit(ai.WhereOp, low, imp.emit(ai.AddOp, x, imp.scalar(bias, x)), above)]
+
+
 @converter("Dropout", attrs=("ratio", "seed", "is_test", "consumed_inputs"))
 def _dropout(imp: Importer, node: Node) -> list[SSAValue | None]:
     """Inference: the identity. Training mode (a true ``training_mode`` input, or
@@ -1596,6 +1609,28 @@ def _pad(imp: Importer, node: Node) -> list[SSAValue]:
     return [y]
 
 
+@converter("CenterCropPad", attrs=("axes",))
+def _center_crop_pad(imp: Importer, node: Node) -> list[SSAValue]:
+    """Each axis cropped (a slice) or zero-padded (concatenated zero blocks) to the
+    constant shape, centred (the odd element at the end)."""
+    x = imp.input(node, 0)
+    rank = len(shape_of(x))
+    target = _constant_ints(imp, node, 1, "input 'shape'")
+    axes = _normalised(imp, [int(a) for a in node.attrs.get("axes", range(rank))], rank)
+    if target is None or len(target) != len(axes) or min(target) < 1:
+        raise imp.error(f"input 'shape' must be {len(axes)} positive sizes")
+    y = x
+    for axis, size in zip(axes, target, strict=True):
+        dim = shape_of(y)[axis]
+        if size < dim:
+            start = (dim - size) // 2
+            y = _slice_of(imp, y, [start], [start + size], [axis], [1])
+        elif size > dim:
+            begin = (size - dim) // 2
+            y = _pad_axis(imp, y, axis, begin, size - dim - begin, "constant", 0.0)
+    return [y]
+
+
 def _pad_axis(
     imp: Importer, x: SSAValue, axis: int, begin: int, end: int, mode: str, value: float
 ) -> SSAValue:
@@ -1968,5 +2003,6 @@ from fusec.frontend import (  # noqa: E402, F401
     onnx_indexing,
     onnx_llm,
     onnx_loss,
+    onnx_normalize,
     onnx_resize,
 )

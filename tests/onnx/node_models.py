@@ -94,7 +94,14 @@ def lp_pool_1d() -> onnx.ModelProto:
     return _model(node, [("x", F32, (1, 2, 8))], [("y", F32, (1, 2, 8))], 18)
 
 
+def lrn() -> onnx.ModelProto:
+    """LRN over 4 channels, a window of 3."""
+    node = helper.make_node("LRN", ["x"], ["y"], name="lrn", size=3, alpha=0.01, beta=0.5)
+    return _model(node, [("x", F32, (1, 4, 2, 3))], [("y", F32, (1, 4, 2, 3))], 13)
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "lrn": lrn,
     "lp_pool_1d": lp_pool_1d,
     "one_hot": one_hot,
     "einsum": einsum,
