@@ -124,19 +124,19 @@ def driver_present() -> bool:
         return ctypes.util.find_library("cuda") is not None
     import ctypes
 
-    for folder in _DRIVER_FOLDERS:
-        for name in ("libcuda.so.1", "libcuda.so"):
-            try:
-                ctypes.CDLL(os.path.join(folder, name))
-            except OSError:
-                continue
-            return True
+    names = ("libcuda.so.1", "libcuda.so")
+    paths = [os.path.join(folder, name) for folder in _DRIVER_FOLDERS for name in names]
+    for path in [*names, *filter(os.path.exists, paths)]:  # the loader's search first
+        try:
+            ctypes.CDLL(path)
+        except OSError:
+            continue
+        return True
     return False
 
 
-#: Where ``driver_present`` looks for libcuda: the loader's own search ("") first.
+#: Where ``driver_present`` looks for libcuda after the loader's own search.
 _DRIVER_FOLDERS = (
-    "",
     "/usr/lib/x86_64-linux-gnu",
     "/usr/lib64",
     "/usr/lib",
