@@ -1161,10 +1161,13 @@ def _batch_norm(imp: Importer, node: Node) -> list[SSAValue]:
 
 @converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
 def _conv(imp: Importer, node: Node) -> list[SSAValue]:
+    """2-D convolution, and 1-D convolution as 2-D convolution of height-1 views."""
     x, w = imp.input(node, 0), imp.input(node, 1)
-    if len(shape_of(x)) != 4 or len(shape_of(w)) != 4:
+    ranks = (len(shape_of(x)), len(shape_of(w)))
+    if ranks not in ((3, 3), (4, 4)):
         raise imp.error(
-            f"only 2-D convolution is supported (4-D input and weight), got {x.type} and {w.type}",
+            "only 1-D and 2-D convolution are supported (3-D or 4-D input and weight), got "
+            f"{x.type} and {w.type}",
             "attribute",
         )
     kernel = shape_of(w)[2:]
@@ -1172,9 +1175,15 @@ def _conv(imp: Importer, node: Node) -> list[SSAValue]:
         raise imp.error(
             f"kernel_shape {list(node.attrs['kernel_shape'])} does not match the weight {w.type}"
         )
-    strides = tuple(node.attrs.get("strides", (1, 1)))
-    dilations = tuple(node.attrs.get("dilations", (1, 1)))
-    padding = _conv_padding(imp, node, shape_of(x)[2:], kernel, strides, dilations)
+    flat = ranks == (3, 3)
+    dims = 1 if flat else 2
+    strides = tuple(int(v) for v in node.attrs.get("strides", (1,) * dims))
+    dilations = tuple(int(v) for v in node.attrs.get("dilations", (1,) * dims))
+    if flat:
+        x, w = (_reshape_to(imp, v, (*shape_of(v)[:2], 1, shape_of(v)[2])) for v in (x, w))
+        kernel, strides, dilations = ((1, *v) for v in (kernel, strides, dilations))
+    view = _height_one(imp, node) if flat else node
+    padding = _conv_padding(imp, view, shape_of(x)[2:], kernel, strides, dilations)
     bias = imp.optional_input(node, 2)
     y = imp.emit(
         ai.Conv2DOp,
@@ -1187,7 +1196,17 @@ def _conv(imp: Importer, node: Node) -> list[SSAValue]:
     )
     if bias is not None:
         y = imp.emit(ai.BiasAddOp, y, bias, axis=1)
-    return [y]
+    return [_reshape_to(imp, y, shape_of(y)[:2] + shape_of(y)[3:]) if flat else y]
+
+
+def _height_one(imp: Importer, node: Node) -> Node:
+    """A 1-D conv or pool node seen as 2-D over a height-1 view: its 2 pads lifted to 4."""
+    pads = node.attrs.get("pads")
+    if pads is None:
+        return node
+    if len(pads) != 2:
+        raise imp.error(f"pads must have 2 values, got {list(pads)}")
+    return Node(node.proto, node.index, {**node.attrs, "pads": (0, pads[0], 0, pads[1])})
 
 
 def _conv_padding(
@@ -1863,11 +1882,7 @@ def _pool_attributes(
     view = node
     if flat:
         kernel, strides, dilations = ((1, *v) for v in (kernel, strides, dilations))
-        pads = node.attrs.get("pads")
-        if pads is not None:
-            if len(pads) != 2:
-                raise imp.error(f"pads must have 2 values, got {list(pads)}")
-            view = Node(node.proto, node.index, {**node.attrs, "pads": (0, pads[0], 0, pads[1])})
+        view = _height_one(imp, node)
     return {
         "kernel": kernel,
         "strides": strides,

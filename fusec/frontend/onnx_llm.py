@@ -1,5 +1,5 @@
-"""ONNX's language-model operators as ai ops: ``SwiGLU`` (opset 28) and
-``RotaryEmbedding`` (opset 23).
+"""ONNX's language-model operators as ai ops: ``SwiGLU`` (opset 28),
+``RotaryEmbedding`` (opset 23) and ``CausalConvWithState`` (opset 27).
 
 * ``SwiGLU(A, B) = Swish_alpha(A) * B`` (ai.silu when alpha is 1), A and B of one shape.
 * ``RotaryEmbedding``: the input as ``[batch, seq, heads, head_size]`` (a 4-D
@@ -10,6 +10,10 @@
   same layout and followed by the values not rotated. ``cos_cache``/``sin_cache`` rows are
   taken at ``position_ids`` (constant ids: ai.gather; run-time ids: ai.take) or are given
   per ``[batch, seq]`` when there are no ids.
+* ``CausalConvWithState`` (Mamba, Gated DeltaNet): the carried state (zeros without
+  one) concatenated before the input, a depthwise valid convolution (ai.conv2d of
+  height-1 views), bias, SiLU with ``activation``; the new state is the last ``k - 1``
+  positions of the concatenation.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_import import _reshape_to, converter, shape_of, swish
+from fusec.frontend.onnx_import import _reshape_to, converter, dtype_of, shape_of, swish
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -120,3 +124,40 @@ def _rotate(imp: Importer, x: SSAValue, cos: SSAValue, sin: SSAValue, node: Node
     pairs = [_reshape_to(imp, v, (*shape_of(v), 1)) for v in (real, imag)]
     woven = imp.emit(ai.ConcatOp, *pairs, axis=4)
     return _reshape_to(imp, woven, shape_of(x))
+
+
+@converter("CausalConvWithState", attrs=("activation",))
+def _causal_conv_with_state(imp: Importer, node: Node) -> list[SSAValue]:
+    """The input after the carried state (zeros without one), a depthwise valid 1-D
+    convolution of it (a 2-D one of height-1 views), bias and SiLU; the new state is
+    the last ``k - 1`` positions."""
+    x, w = imp.input(node, 0), imp.input(node, 1)
+    if len(shape_of(x)) != 3 or len(shape_of(w)) != 3:
+        raise imp.error(f"input and weight must be 3-D, got {x.type} and {w.type}")
+    n, c, length = shape_of(x)
+    k = shape_of(w)[2]
+    if shape_of(w)[:2] != (c, 1):
+        raise imp.error(f"the weight must be {c} x 1 x k (depthwise), got {w.type}")
+    if k < 2:
+        raise imp.error("a kernel of size 1 carries an empty state", "shape")
+    activation = node.attrs.get("activation", "none")
+    if activation not in ("none", "silu", "swish"):
+        raise imp.error(f"activation '{activation}' is not none, silu or swish", "attribute")
+    past = imp.optional_input(node, 3)
+    if past is None:
+        past = imp.constant(np.zeros((n, c, k - 1)), dtype_of(x))
+    elif shape_of(past) != (n, c, k - 1):
+        raise imp.error(f"past_state must be {n}x{c}x{k - 1}, got {past.type}")
+    padded = imp.emit(ai.ConcatOp, past, x, axis=2)
+    rows, taps = (_reshape_to(imp, v, (*shape_of(v)[:2], 1, shape_of(v)[2])) for v in (padded, w))
+    y = imp.emit(ai.Conv2DOp, rows, taps, groups=c)
+    bias = imp.optional_input(node, 2)
+    if bias is not None:
+        y = imp.emit(ai.BiasAddOp, y, bias, axis=1)
+    y = _reshape_to(imp, y, (n, c, length))
+    if activation != "none":
+        y = imp.emit(ai.SiluOp, y)
+    state = imp.emit(
+        ai.SliceOp, padded, offsets=[0, 0, length], sizes=[n, c, k - 1], strides=[1, 1, 1]
+    )
+    return [y, state]

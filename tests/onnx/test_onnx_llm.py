@@ -137,3 +137,45 @@ def test_a_split_part_of_size_zero_is_left_out_by_concat():
     model.graph.output[0].name = "empty"  # an empty tensor as a result: refused, located
     with pytest.raises(FusecError, match="zero-size dimension"):
         fusec.from_onnx(model)
+
+
+def _causal_conv(k: int, past: bool, bias: bool, activation: str = "none"):
+    inputs = [("x", F32, (2, 4, 7)), ("w", F32, (4, 1, k))]
+    names = ["x", "w", "b" if bias else "", "past" if past else ""]
+    if bias:
+        inputs.append(("b", F32, (4,)))
+    if past:
+        inputs.append(("past", F32, (2, 4, k - 1)))
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node(
+        "CausalConvWithState", names, ["y", "state"], name="ccs", activation=activation
+    )
+    graph = helper.make_graph(
+        [node],
+        "ccs",
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(o, F32, None) for o in ("y", "state")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 27)])
+    model.ir_version = 10
+    return model, _feeds(inputs)
+
+
+@pytest.mark.parametrize(
+    ("k", "past", "bias", "activation"),
+    [(3, False, False, "none"), (4, True, True, "silu"), (2, True, False, "swish")],
+)
+def test_causal_conv_with_state(k, past, bias, activation):
+    model, feeds = _causal_conv(k, past, bias, activation)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    got = fusec.compile(fusec.from_onnx(model), target="reference")(*feeds.values())
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and not np.isnan(g).any()
+        assert_close(g, w, tol=1e-5)
+
+
+def test_causal_conv_of_kernel_one_is_refused():
+    model, _ = _causal_conv(1, False, False)
+    with pytest.raises(FusecError, match="kernel of size 1"):
+        fusec.from_onnx(model)

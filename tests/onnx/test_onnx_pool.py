@@ -1,4 +1,4 @@
-"""ONNX 1-D MaxPool/AveragePool (2-D pooling of a height-1 view) and LpPool (1-D and
+"""ONNX 1-D Conv/MaxPool/AveragePool (2-D of a height-1 view) and LpPool (1-D and
 2-D: the window's mean of |x|^p, padding as zeros, times its size, to the power 1/p)
 against onnxruntime on fresh random inputs; the refusals say why."""
 
@@ -77,3 +77,26 @@ def test_unsupported_pools_are_refused_with_the_reason(op, shape, attrs, message
     x = RNG.standard_normal(shape).astype(np.float32)
     with pytest.raises(UnsupportedOnnx, match=message):
         fusec.from_onnx(node_model(op, {"x": x}, opset=18, **attrs))
+
+
+CONVS = {
+    # id: (input shape, weight shape, attributes)
+    "pads-strides": ((2, 3, 15), (4, 3, 3), {"pads": [1, 2], "strides": [2]}),
+    "dilations-groups": ((1, 4, 12), (6, 2, 2), {"dilations": [3], "group": 2}),
+    "same-lower": ((2, 2, 9), (3, 2, 4), {"auto_pad": "SAME_LOWER"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONVS))
+def test_conv_1d_is_a_2d_conv_of_height_one(case):
+    shape, weight_shape, attrs = CONVS[case]
+    x = RNG.standard_normal(shape).astype(np.float32)
+    w = RNG.standard_normal(weight_shape).astype(np.float32)
+    b = RNG.standard_normal(weight_shape[0]).astype(np.float32)
+    model = node_model("Conv", {"x": x, "w": w, "b": b}, opset=13, **attrs)
+    module = fusec.from_onnx(model)
+    assert "ai.conv2d" in {op.name for op in module.walk()}
+    got = fusec.compile(module, target="reference")(x, w, b)
+    want = run_onnxruntime(model, {"x": x, "w": w, "b": b})[0]
+    assert got.shape == want.shape
+    assert_close(got, want, tol=1e-4)
