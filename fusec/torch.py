@@ -219,7 +219,7 @@ class _Frozen:
         self.run: Callable | None = None
 
     def freeze(self, inputs: Sequence[Any]) -> Callable:
-        self.held = [(i, inputs[i], inputs[i]._version) for i in self.frozen]
+        self.held = [(i, inputs[i], _version(inputs[i])) for i in self.frozen]
         constants = {self.placeholders[i].name: inputs[i].detach() for i in self.frozen}
         self.run = _compile_aten(self.aten, constants, inputs, self.options)
         return self.run
@@ -227,12 +227,21 @@ class _Frozen:
     def __call__(self, *args: Any) -> Any:
         run = self.run if self.run is not None else self.freeze(args)
         for index, tensor, version in self.held:
-            if args[index] is not tensor or tensor._version != version:
+            if args[index] is not tensor or _version(tensor) != version:
                 _count("refreezes")
                 _remark("a parameter or buffer changed: the graph is compiled again")
                 run = self.freeze(args)
                 break
         return run(*args)
+
+
+def _version(tensor: torch.Tensor) -> int:
+    """The tensor's in-place version counter; -1 for an inference tensor, which has none
+    (and which nothing outside inference mode can modify)."""
+    try:
+        return int(tensor._version)
+    except RuntimeError:
+        return -1
 
 
 # ------------------------------------------------------------------ partitioning
@@ -242,20 +251,26 @@ class _Support:
     """The partitioner's question: can fusec lower this node? (The translator decides.)"""
 
     def __init__(self) -> None:
-        self.reasons: dict[fx.Node, str] = {}
+        self.verdicts: dict[fx.Node, str | None] = {}  # node -> why not (None: supported)
 
-    def is_node_supported(self, submodules: Any, node: fx.Node) -> bool:
+    @property
+    def reasons(self) -> dict[fx.Node, str]:
+        return {node: why for node, why in self.verdicts.items() if why is not None}
+
+    def reason(self, node: fx.Node) -> str | None:
         from fusec.frontend.torch_fx import unsupported_reason
 
+        if node not in self.verdicts:
+            self.verdicts[node] = unsupported_reason(node)
+        return self.verdicts[node]
+
+    def is_node_supported(self, submodules: Any, node: fx.Node) -> bool:
         if node.op != "call_function":
             return False
-        if node.target is operator.getitem:
+        if node.target is operator.getitem:  # asked before its source (reverse order)
             source = node.args[0]
-            return isinstance(source, fx.Node) and source not in self.reasons
-        reason = unsupported_reason(node)
-        if reason is not None:
-            self.reasons[node] = reason
-        return reason is None
+            return isinstance(source, fx.Node) and self.reason(source) is None
+        return self.reason(node) is None
 
 
 def _compile_aten(

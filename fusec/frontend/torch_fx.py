@@ -519,14 +519,14 @@ def unsupported_reason(node: fx.Node) -> str | None:
     try:
         for arg in node.all_input_nodes:
             if isinstance(arg.meta.get("val"), tuple | list):
-                return "an input is a tuple"
+                return f"{describe(node)}: an input is a tuple"
             scratch.add_argument(clones[arg])
         scratch.lower(copy)
         used = {u.args[1] for u in node.users if u.target is operator.getitem}
         result = scratch.env[copy]
         for index in used:
             if isinstance(result, tuple) and result[index] is None:
-                return f"result #{index} is not supported"
+                return f"{describe(node)}: its result #{index} is used, and fusec lacks it"
     except FusecError as err:
         return err.message if hasattr(err, "message") else str(err)
     return None

@@ -216,3 +216,35 @@ def test_outputs_are_torch_tensors_without_a_copy_on_cpu() -> None:
     tensor = _from_numpy(array, torch.device("cpu"))
     tensor[0, 0] = 42.0
     assert array[0, 0] == 42.0
+
+
+def test_a_result_fusec_lacks_leaves_its_node_to_eager() -> None:
+    """max_pool2d's indices: the pool runs in eager, the rest is compiled."""
+
+    class PoolIndices(nn.Module):
+        def forward(self, x):
+            y, indices = F.max_pool2d(x, 2, return_indices=True)
+            return torch.relu(y) * 2, indices
+
+    torch._dynamo.reset()
+    compiled = torch.compile(PoolIndices(), backend="fusec", options={"target": "reference"})
+    x = torch.randn(1, 2, 4, 4)
+    with torch.no_grad():
+        (y, indices), (want_y, want_indices) = compiled(x), PoolIndices()(x)
+    assert_close(y.numpy(), want_y.numpy())
+    assert torch.equal(indices, want_indices)
+    stats = fusec_torch.stats()
+    assert stats["eager_nodes"] == 1 and stats["eager_partitions"] == 0, stats
+    assert "max_pool2d_with_indices" in stats["remarks"][0]
+    assert "result #1 is used" in stats["remarks"][0]
+
+
+def test_inference_mode_tensors_have_no_version_counter_to_check() -> None:
+    torch._dynamo.reset()
+    with torch.inference_mode():
+        model = MLP().eval()  # parameters made in inference mode: inference tensors
+        compiled = torch.compile(model, backend="fusec", options={"target": "reference"})
+        for _ in range(2):
+            x = torch.randn(4, 16)
+            assert_close(compiled(x).numpy(), model(x).numpy())
+    assert fusec_torch.stats()["refreezes"] == 0
