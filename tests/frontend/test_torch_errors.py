@@ -101,3 +101,18 @@ def test_a_saved_program_imports_like_the_live_one(tmp_path) -> None:
     from numerics import assert_close
 
     assert_close(got, want)
+
+
+def test_a_lowering_that_disagrees_with_pytorch_is_a_refusal(monkeypatch) -> None:
+    """Each result is checked against the type PyTorch recorded for the node."""
+    from fusec.dialect import ops as ai
+    from fusec.frontend import torch_lowerings
+    from fusec.frontend.torch_fx import LOWERINGS
+
+    def wrong(t, node, a):  # a transpose where PyTorch computes a relu
+        return t.emit(ai.TransposeOp, t.tensor(a["self"]), perm=(1, 0))
+
+    assert torch_lowerings is not None
+    monkeypatch.setitem(LOWERINGS, "relu.default", wrong)
+    with pytest.raises(UnsupportedTorch, match=r"gives .*3x2.* but PyTorch computes .*2x3"):
+        fusec.from_torch(nn.ReLU(), (torch.randn(2, 3),))
