@@ -116,7 +116,7 @@ class Encoder(nn.Module):
     """A Hugging Face model fed with ``inputs_embeds`` (float), returning a tuple.
 
     Token ids would make the graph start with an integer ``Gather`` on an input
-    (an embedding lookup), which fusec does not compile; everything after it is
+    (an embedding lookup: see TokenModel for that form); everything after it is
     the model's float data path. The attention mask says every token is valid,
     as a tokenizer's mask for unpadded text does; it is built from the input's
     shape, so the mask arithmetic is a constant once the shape is known.
