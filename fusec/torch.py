@@ -75,11 +75,15 @@ class Stats:
     specializations: int = 0
     #: Recompilations after a parameter or buffer changed.
     refreezes: int = 0
+    #: Compiled partitions by the fusec target they run on.
+    targets: dict[str, int] = field(default_factory=dict)
     #: One line per decision: which node or partition runs in eager, and why.
     remarks: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, list) else v) for k, v in self.__dict__.items()}
+        return {
+            k: (type(v)(v) if isinstance(v, list | dict) else v) for k, v in self.__dict__.items()
+        }
 
 
 _STATS = Stats()
@@ -112,8 +116,27 @@ def _count(name: str, n: int = 1) -> None:
 # ------------------------------------------------------------------ the backend
 
 
-def fusec_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], **options: Any) -> Callable:
-    """The Dynamo backend: a callable that runs ``gm`` with fusec's kernels where it can."""
+#: The backend's options (``torch.compile(..., options={...})``).
+OPTIONS = ("target", "pipeline", "freeze")
+
+
+def fusec_backend(
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    options: dict[str, Any] | None = None,
+    mode: str | None = None,
+    **settings: Any,
+) -> Callable:
+    """The Dynamo backend: a callable that runs ``gm`` with fusec's kernels where it can.
+    ``torch.compile`` passes its ``options`` dict (and ``mode``, which names inductor's
+    modes and is ignored here); called directly, the options may be keywords."""
+    options = {**(options or {}), **settings}
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise FusecError(
+            f"unknown option(s) of the fusec backend: {', '.join(unknown)} "
+            f"(it takes {', '.join(OPTIONS)})"
+        )
     _count("graphs")
     if torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs
@@ -367,6 +390,8 @@ def _compile_partition(
     )
     _count("partitions")
     _count("compiled_nodes", ops)
+    with _STATS_LOCK:
+        _STATS.targets[compiled.target] = _STATS.targets.get(compiled.target, 0) + 1
 
 
 def _symbol(name: str) -> str:

@@ -128,7 +128,7 @@ def test_models_match_eager_on_the_reference_target(model, shapes) -> None:
     torch.manual_seed(0)
     _run(model(), "reference", *shapes)
     stats = fusec_torch.stats()
-    assert stats["partitions"] == 1, stats
+    assert stats["partitions"] == 1 and stats["targets"] == {"reference": 1}, stats
     assert stats["eager_nodes"] == 0 and stats["eager_partitions"] == 0, stats["remarks"]
 
 
@@ -206,6 +206,7 @@ def test_models_match_eager_on_the_cpu_target(model, shapes) -> None:
     _run(model(), "cpu", *shapes)
     stats = fusec_torch.stats()
     assert stats["partitions"] >= 1 and stats["eager_partitions"] == 0, stats["remarks"]
+    assert set(stats["targets"]) == {"cpu"}, stats
 
 
 def test_outputs_are_torch_tensors_without_a_copy_on_cpu() -> None:
@@ -248,3 +249,10 @@ def test_inference_mode_tensors_have_no_version_counter_to_check() -> None:
             x = torch.randn(4, 16)
             assert_close(compiled(x).numpy(), model(x).numpy())
     assert fusec_torch.stats()["refreezes"] == 0
+
+
+def test_an_unknown_option_is_refused_by_name() -> None:
+    torch._dynamo.reset()
+    compiled = torch.compile(MLP(), backend="fusec", options={"tagret": "cpu"})
+    with torch.no_grad(), pytest.raises(Exception, match="unknown option.*tagret"):
+        compiled(torch.randn(4, 16))
