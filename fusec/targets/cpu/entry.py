@@ -161,7 +161,9 @@ def entry_source(params: Sequence[str], body: Sequence[str], stages: Sequence[st
         f"STAGES = {tuple(stages)!r}",
         "",
         "",
-        '@cached_njit(fastmath=False, error_model="numpy")',
+        "@cached_njit(",
+        '    fastmath=False, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True',
+        ")",
         f"def {NAME}({', '.join([*params, 'scratch', 'counter', 'stages'])}):",
         '    """``launch`` for a compiled program: buffers from scratch, nothing allocated."""',
     ]
