@@ -100,7 +100,14 @@ def lrn() -> onnx.ModelProto:
     return _model(node, [("x", F32, (1, 4, 2, 3))], [("y", F32, (1, 4, 2, 3))], 13)
 
 
+def dft() -> onnx.ModelProto:
+    """A one-sided DFT (opset 17) of 4 real samples along axis 1 of a [1, 4, 3, 1] input."""
+    node = helper.make_node("DFT", ["x"], ["y"], name="dft", axis=1, onesided=1)
+    return _model(node, [("x", F32, (1, 4, 3, 1))], [("y", F32, (1, 3, 3, 2))], 17)
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "dft": dft,
     "lrn": lrn,
     "lp_pool_1d": lp_pool_1d,
     "one_hot": one_hot,
