@@ -16,10 +16,15 @@
   compared with the axis' iota, cast to the input's type.
 * ``OneHot``: the indices (negative ones wrapped) compared with the iota of a new axis
   of the constant ``depth``, selecting ``on`` or ``off``.
+* ``ScatterElements``/``ScatterND`` with constant indices: the flat element each update
+  lands on is computed at import; then, in rounds (the first update of each element, the
+  second, ...), one ``ai.gather`` of the updates and one ``ai.where`` of a constant mask
+  writes or combines them (``reduction`` none, add, mul, max, min) in ONNX's order.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -249,3 +254,101 @@ def _off_on(imp: Importer, node: Node) -> tuple[SSAValue, SSAValue]:
     picks = (imp.emit(ai.SliceOp, values, offsets=[k], sizes=[1], strides=[1]) for k in (0, 1))
     off, on = (_reshape_to(imp, v, ()) for v in picks)
     return off, on
+
+
+_SCATTER_OPS = {
+    "none": None,
+    "add": ai.AddOp,
+    "mul": ai.MulOp,
+    "max": ai.MaximumOp,
+    "min": ai.MinimumOp,
+}
+
+
+@converter("ScatterElements", "Scatter", attrs=("axis", "reduction"))
+def _scatter_elements(imp: Importer, node: Node) -> list[SSAValue]:
+    """Each update element written to (or combined with) the data element its index
+    names along the axis; the indices must be constants."""
+    data, updates = imp.input(node, 0), imp.input(node, 2)
+    shape = shape_of(data)
+    axis = _normalised(imp, [int(node.attrs.get("axis", 0))], len(shape))[0]
+    indices = _scatter_indices(imp, node)
+    if indices.shape != shape_of(updates):
+        raise imp.error(
+            f"the indices' shape {list(indices.shape)} is not the updates' {updates.type}"
+        )
+    _check_index_shape(imp, shape, indices.shape, axis)
+    dim = shape[axis]
+    if ((indices < -dim) | (indices >= dim)).any():
+        raise imp.error(f"an index is out of range for axis {axis} of {data.type}")
+    positions: list[np.ndarray] = list(np.indices(indices.shape))
+    positions[axis] = np.where(indices < 0, indices + dim, indices)
+    targets = np.ravel_multi_index(tuple(positions), shape).reshape(-1)
+    return [_scatter(imp, node, data, updates, targets)]
+
+
+@converter("ScatterND", attrs=("reduction",))
+def _scatter_nd(imp: Importer, node: Node) -> list[SSAValue]:
+    """Each update slice written to (or combined with) the data slice its index tuple
+    names; the indices must be constants."""
+    data, updates = imp.input(node, 0), imp.input(node, 2)
+    shape = shape_of(data)
+    indices = _scatter_indices(imp, node)
+    depth = indices.shape[-1] if indices.ndim else 0
+    if indices.ndim < 1 or not 1 <= depth <= len(shape):
+        raise imp.error(f"the indices' last dim ({depth}) must index 1 to {len(shape)} dims")
+    if shape_of(updates) != indices.shape[:-1] + shape[depth:]:
+        raise imp.error(f"the updates {updates.type} do not match the indices and the data")
+    tuples = indices.reshape(-1, depth)
+    lead = np.asarray(shape[:depth])
+    if ((tuples < -lead) | (tuples >= lead)).any():
+        raise imp.error(f"an index is out of range for {data.type}")
+    tuples = np.where(tuples < 0, tuples + lead, tuples)
+    inner = math.prod(shape[depth:])
+    bases = np.ravel_multi_index(tuple(tuples.T), shape[:depth]) * inner
+    targets = (bases[:, None] + np.arange(inner)[None, :]).reshape(-1)
+    return [_scatter(imp, node, data, updates, targets)]
+
+
+def _scatter_indices(imp: Importer, node: Node) -> np.ndarray:
+    known = imp.array(node, 1)
+    if known is None:
+        raise imp.error(
+            "the indices are computed at run time: fusec needs them constant", "attribute"
+        )
+    return np.asarray(known, dtype=np.int64)
+
+
+def _scatter(
+    imp: Importer, node: Node, data: SSAValue, updates: SSAValue, targets: np.ndarray
+) -> SSAValue:
+    """``data`` with update ``i`` (flat) combined into flat element ``targets[i]``, in
+    order: one select per round, round ``r`` holding each element's ``r``-th update
+    (so the last write wins without a reduction, and repeated ones combine)."""
+    reduction = node.attrs.get("reduction", "none")
+    if reduction not in _SCATTER_OPS:
+        raise imp.error(f"reduction '{reduction}' is not one of {', '.join(_SCATTER_OPS)}")
+    combine = _SCATTER_OPS[reduction]
+    shape = shape_of(data)
+    size = math.prod(shape)
+    flat_updates = _reshape_to(imp, updates, (math.prod(shape_of(updates)),))
+    y = _reshape_to(imp, data, (size,))
+    for hit, source in _rounds(targets, size):
+        picked = imp.emit(ai.GatherOp, flat_updates, axis=0, indices=[int(i) for i in source])
+        value = picked if combine is None else imp.emit(combine, y, picked)
+        y = imp.emit(ai.WhereOp, imp.constant(hit, "i1"), value, y)
+    return _reshape_to(imp, y, shape)
+
+
+def _rounds(targets: np.ndarray, size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(elements hit, the update each takes) per round, in update order."""
+    rounds: list[tuple[np.ndarray, np.ndarray]] = []
+    seen = np.zeros(size, dtype=np.int64)
+    for update, target in enumerate(targets):
+        r = seen[target]
+        seen[target] += 1
+        if r == len(rounds):
+            rounds.append((np.zeros(size, dtype=bool), np.zeros(size, dtype=np.int64)))
+        rounds[r][0][target] = True
+        rounds[r][1][target] = update
+    return rounds

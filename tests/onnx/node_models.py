@@ -106,7 +106,19 @@ def dft() -> onnx.ModelProto:
     return _model(node, [("x", F32, (1, 4, 3, 1))], [("y", F32, (1, 3, 3, 2))], 17)
 
 
+def scatter_nd() -> onnx.ModelProto:
+    """ScatterND adding two rows into run-time data at constant indices, one repeated."""
+    node = helper.make_node(
+        "ScatterND", ["data", "indices", "updates"], ["y"], name="scatter", reduction="add"
+    )
+    inputs = [("data", F32, (3, 2)), ("updates", F32, (3, 2))]
+    model = _model(node, inputs, [("y", F32, (3, 2))], 18)
+    model.graph.initializer.append(helper.make_tensor("indices", I64, (3, 1), [2, 0, 2]))
+    return model
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "scatter_nd": scatter_nd,
     "dft": dft,
     "lrn": lrn,
     "lp_pool_1d": lp_pool_1d,

@@ -154,3 +154,45 @@ def test_one_hot_with_constant_values_and_a_run_time_depth():
     model.graph.input.append(helper.make_tensor_value_info("depth", TensorProto.FLOAT, ()))
     with pytest.raises(FusecError, match="depth is computed at run time"):
         fusec.from_onnx(model)
+
+
+SCATTERS = {
+    # id: (op, data shape, constant indices, updates shape, attributes)
+    "elements-axis1": ("ScatterElements", (3, 5), [[1, 4, -1], [0, 2, 3]], (2, 3), {"axis": 1}),
+    "elements-add-repeats": (
+        "ScatterElements", (4, 3), [[1, 1, 0], [1, 3, 0]], (2, 3), {"reduction": "add"},
+    ),
+    "elements-max": (
+        "ScatterElements", (4, 3), [[2, 0, 1], [2, 0, 3]], (2, 3), {"reduction": "max"},
+    ),
+    "nd-rows": ("ScatterND", (4, 3, 2), [[2], [0]], (2, 3, 2), {}),
+    "nd-elements-mul-repeats": (
+        "ScatterND", (3, 4), [[1, 2], [0, 0], [1, 2]], (3,), {"reduction": "mul"},
+    ),
+    "nd-min-negative": ("ScatterND", (4, 3), [[-1], [1]], (2, 3), {"reduction": "min"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(SCATTERS))
+def test_scatter_at_constant_indices(case):
+    op, shape, indices, updates_shape, attrs = SCATTERS[case]
+    data = RNG.standard_normal(shape).astype(np.float32)
+    updates = RNG.standard_normal(updates_shape).astype(np.float32)
+    index_array = np.array(indices, np.int64)
+    model = node_model(op, {"data": data}, weights={"indices": index_array}, opset=18, **attrs)
+    model.graph.input.append(
+        helper.make_tensor_value_info("updates", TensorProto.FLOAT, updates_shape)
+    )
+    model.graph.node[0].input.append("updates")
+    got, want = _run(model, {"data": data, "updates": updates})
+    assert_close(got, want, tol=1e-6)
+
+
+def test_scatter_at_run_time_indices_is_refused_with_the_reason():
+    data = RNG.standard_normal((3, 4)).astype(np.float32)
+    indices = np.array([[0, 1]], np.int64)
+    model = node_model(
+        "ScatterElements", {"data": data, "indices": indices, "updates": data[:1, :2]}, axis=1
+    )
+    with pytest.raises(FusecError, match="indices are computed at run time"):
+        fusec.from_onnx(model)
