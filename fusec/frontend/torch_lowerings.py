@@ -714,3 +714,44 @@ def _sdpa(t: Translator, node: fx.Node, a: Args) -> SSAValue:
         bias = t.tensor(mask, dtype)
     masked = mask is not None  # a row of -inf only gives 0, as PyTorch's maths does
     return t.emit(ai.AttentionOp, q, k, v, bias, scale=scale, nan_to_zero=masked)
+
+
+@lowering("index.Tensor")
+def _index(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """``x[..., ids, ...]`` with one integer index tensor (a lookup: ai.take)."""
+    x = t.tensor(a["self"])
+    given = [(axis, i) for axis, i in enumerate(a["indices"]) if i is not None]
+    if len(given) != 1:
+        raise t.error("indexing with several index tensors is not supported")
+    axis, index = given[0]
+    ids = t.tensor(index)
+    if dtype_of(ids) not in ("i64", "i32"):
+        raise t.error(f"indexing with {dtype_of(ids)} indices (a mask) is not supported")
+    return t.emit(ai.TakeOp, x, ids, axis=axis)
+
+
+@lowering("constant_pad_nd.default")
+def _constant_pad(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """Per padded dim (pairs from the last dim back): blocks of the value concatenated
+    before and after; a negative pad slices instead."""
+    y = t.tensor(a["self"])
+    rank = len(shape_of(y))
+    pads = [int(p) for p in a["pad"]]
+    value = float(a.get("value") or 0.0)
+    for pair in range(len(pads) // 2):
+        axis = rank - 1 - pair
+        begin, end = pads[2 * pair], pads[2 * pair + 1]
+        size = shape_of(y)[axis]
+        y = _slice(t, y, axis, max(-begin, 0), size - max(-end, 0), 1)
+        parts: list[SSAValue | None] = []
+        for count in (begin, end):
+            if count > 0:
+                block = list(shape_of(y))
+                block[axis] = count
+                fill = t.emit(ai.ExpandOp, t.scalar(value, dtype_of(y)), shape=block)
+                parts.append(fill)
+            else:
+                parts.append(None)
+        pieces = [p for p in (parts[0], y, parts[1]) if p is not None]
+        y = pieces[0] if len(pieces) == 1 else t.emit(ai.ConcatOp, *pieces, axis=axis)
+    return y

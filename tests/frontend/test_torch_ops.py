@@ -313,6 +313,22 @@ CASES = [
         "CHECK: ai.attention {{.*}} * tensor<4x4xf32>",
     ),
     Case(
+        "index_ids",
+        fn(lambda s, x, i: x[i] + x[:, i].sum(1, keepdim=True).mean(1)),
+        inputs(randn(5, 5), ids(5, 3)),
+        "CHECK: ai.take",
+    ),
+    Case(
+        "constant_pad",
+        fn(
+            lambda s, x: (
+                F.pad(x, (1, 2, 0, 1), value=0.5) + 1 + F.pad(x, (-1, 1, 1, -1))[..., :1, :1]
+            )
+        ),
+        inputs(randn(2, 3, 4)),
+        "CHECK: ai.concat",
+    ),
+    Case(
         "argmax_cumsum",
         fn(lambda s, x: x.argmax(-1).float() + x.cumsum(0).sum(-1)),
         inputs(randn(3, 5)),
