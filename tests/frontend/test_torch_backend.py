@@ -78,6 +78,60 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(dim) + 0.5)
+
+    def forward(self, x):
+        variance = x.float().pow(2).mean(-1, keepdim=True)
+        return (x * torch.rsqrt(variance + 1e-6)).to(x.dtype) * self.weight
+
+
+def _rotate(x):
+    a, b = x.chunk(2, -1)
+    return torch.cat((-b, a), -1)
+
+
+class LlamaBlock(nn.Module):
+    """A Llama-style decoder layer: RMSNorm, RoPE at run-time positions (a table lookup),
+    grouped KV heads repeated, causal SDPA, a SiLU-gated MLP, no biases."""
+
+    def __init__(self, dim: int = 64, heads: int = 4, kv_heads: int = 2, seq: int = 8) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head = heads, kv_heads, dim // heads
+        self.norm1, self.norm2 = RMSNorm(dim), RMSNorm(dim)
+        self.q = nn.Linear(dim, dim, bias=False)
+        self.k = nn.Linear(dim, kv_heads * self.head, bias=False)
+        self.v = nn.Linear(dim, kv_heads * self.head, bias=False)
+        self.o = nn.Linear(dim, dim, bias=False)
+        self.gate = nn.Linear(dim, 2 * dim, bias=False)
+        self.up = nn.Linear(dim, 2 * dim, bias=False)
+        self.down = nn.Linear(2 * dim, dim, bias=False)
+        inv = 1 / (10000 ** (torch.arange(0, self.head, 2).float() / self.head))
+        angles = torch.outer(torch.arange(seq).float(), inv).repeat(1, 2)
+        self.register_buffer("cos", angles.cos())
+        self.register_buffer("sin", angles.sin())
+
+    def heads_of(self, x, count):
+        b, t, _ = x.shape
+        return x.view(b, t, count, self.head).transpose(1, 2)
+
+    def forward(self, x, positions):
+        b, t, d = x.shape
+        y = self.norm1(x)
+        q = self.heads_of(self.q(y), self.heads)
+        k, v = self.heads_of(self.k(y), self.kv_heads), self.heads_of(self.v(y), self.kv_heads)
+        cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+        q, k = q * cos + _rotate(q) * sin, k * cos + _rotate(k) * sin
+        repeat = (b, self.kv_heads, self.heads // self.kv_heads, t, self.head)
+        k, v = (z[:, :, None].expand(repeat).reshape(b, self.heads, t, self.head) for z in (k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+        y = self.norm2(x)
+        return x + self.down(F.silu(self.gate(y)) * self.up(y))
+
+
 class Branchy(nn.Module):
     """A Python branch on data (a graph break) and an op fusec lacks (eager)."""
 
@@ -256,3 +310,18 @@ def test_an_unknown_option_is_refused_by_name() -> None:
     compiled = torch.compile(MLP(), backend="fusec", options={"tagret": "cpu"})
     with torch.no_grad(), pytest.raises(Exception, match="unknown option.*tagret"):
         compiled(torch.randn(4, 16))
+
+
+@pytest.mark.parametrize("target", ["reference", pytest.param("cpu", marks=pytest.mark.slow)])
+def test_a_llama_style_block_compiles_whole(target) -> None:
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    model = LlamaBlock().eval()
+    compiled = torch.compile(model, backend="fusec", options={"target": target})
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(2, 8, 64)
+            positions = torch.randint(0, 8, (2, 8))  # run-time positions: a table lookup
+            assert_close(compiled(x, positions).numpy(), model(x, positions).numpy())
+    stats = fusec_torch.stats()
+    assert stats["partitions"] == 1 and stats["eager_nodes"] == 0, stats["remarks"]
