@@ -13,7 +13,7 @@ from torch_cases import quiet_torch_trace
 
 torch = pytest.importorskip("torch")
 
-from test_torch_backend import Block, SmallCNN  # noqa: E402
+from test_torch_backend import Block, LlamaBlock, SmallCNN  # noqa: E402
 
 import fusec.torch as fusec_torch  # noqa: E402
 
@@ -53,4 +53,29 @@ def test_fp16_model_through_the_backend_matches_the_fp32_module(make, shape) -> 
             assert_close(got.float().cpu().numpy(), want.cpu().numpy(), dtype="f16")
     stats = fusec_torch.stats()
     assert stats["partitions"] >= 1, stats
+    assert stats["eager_partitions"] == 0 and stats["eager_nodes"] == 0, stats["remarks"]
+
+
+@pytest.mark.gpu
+def test_fp16_llama_style_block_matches_the_fp32_module() -> None:
+    """RoPE at run-time positions (int64 on the device), grouped KV heads, head size 64."""
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no usable CUDA device")
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    fusec_torch.reset_stats()
+    reference = LlamaBlock(dim=256, heads=4, kv_heads=2, seq=64).eval().cuda()
+    half = copy.deepcopy(reference).half()
+    compiled = torch.compile(half, backend="fusec")
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(2, 64, 256, device="cuda")
+            positions = torch.randint(0, 64, (2, 64), device="cuda")
+            got = compiled(x.half(), positions)
+            want = reference(x, positions)
+            torch.cuda.synchronize()
+            assert not torch.isnan(got).any()
+            assert_close(got.float().cpu().numpy(), want.cpu().numpy(), dtype="f16")
+    stats = fusec_torch.stats()
+    assert stats["targets"] == {"cuda": 1}, stats
     assert stats["eager_partitions"] == 0 and stats["eager_nodes"] == 0, stats["remarks"]
