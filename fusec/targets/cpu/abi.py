@@ -22,8 +22,9 @@ renamed without breaking cached kernels or their text:
 * ``reduce_rows``: short-row reductions (``fusec.targets.cpu.reduce_helpers``);
 * ``numpy_ops``: the numpy forms of the layout and data ops a copy kernel runs
   (``fusec.dialect.numpy_ops``, a module);
-* ``call_entry``: a compiled program's call of a kernel entry by its address
-  (``fusec.targets.cpu.entry_call``; the program modules of ``fusec.targets.cpu.program``).
+* ``call_entry``, ``flat_view``: a compiled program's call of a kernel entry by its
+  address and its flat views of the arenas (``fusec.targets.cpu.entry_call``; the
+  program modules of ``fusec.targets.cpu.program``).
 
 Names resolve on first use, so a module that needs only ``cached_njit`` never
 imports the BLAS intrinsics or the micro-kernels. Removing or changing the meaning
@@ -57,6 +58,7 @@ _PROVIDERS: dict[str, tuple[str, str | None]] = {
     "reduce_rows": ("fusec.targets.cpu.reduce_helpers", "reduce_rows"),
     "numpy_ops": ("fusec.dialect.numpy_ops", None),
     "call_entry": ("fusec.targets.cpu.entry_call", "call_entry"),
+    "flat_view": ("fusec.targets.cpu.entry_call", "flat_view"),
 }
 
 #: The module generated cpu kernels import from (templates spell it with ``import_line``).

@@ -501,9 +501,9 @@ def program_source(program: Program, plan: BufferPlan, runs: list[list[Step]]) -
         f"{len(runs)} compiled segment(s) (fusec.targets.cpu.program)",
         "import numpy as np",
         "",
-        "from fusec.targets.cpu.abi import cached_njit, call_entry",
+        "from fusec.targets.cpu.abi import cached_njit, call_entry, flat_view",
     ]
-    scratch = f"arena[{plan.value_bytes}:{plan.arena_bytes}].view(np.float32)"
+    scratch = f"flat_view(arena, {plan.value_bytes}, {plan.scratch_floats}, np.float32)"
     for number, run in enumerate(runs):
         lines += ["", "", '@cached_njit(fastmath=False, error_model="numpy")']
         lines.append(f"def segment{number}({', '.join(params)}):")
@@ -523,14 +523,12 @@ def _identifier(program: Program) -> str:
 
 
 def _array_text(place: Place) -> str:
-    """The flat array of ``place`` in the generated segment."""
-    if place.kind == "arg":
-        return f"a{place.index}.reshape({place.size})"
-    if place.kind == "out":
-        return f"o{place.index}.reshape({place.size})"
+    """The flat array of ``place`` in the generated segment (``entry_call.flat_view``)."""
+    dtype = _DTYPES[place.dtype.name]
+    if place.kind in ("arg", "out"):
+        return f"flat_view({place.kind[0]}{place.index}, 0, {place.size}, {dtype})"
     source = "consts" if place.kind == "const" else "arena"
-    end = place.index + place.size * place.dtype.itemsize
-    return f"{source}[{place.index}:{end}].view({_DTYPES[place.dtype.name]})"
+    return f"flat_view({source}, {place.index}, {place.size}, {dtype})"
 
 
 def _compiled_step(segment: Any, addresses: np.ndarray, stages: np.ndarray) -> Callable:
