@@ -1,5 +1,7 @@
-"""ONNX ``Resize`` (opset >= 11) and ``Upsample`` as ai ops, one resized axis at a time
-(ONNX defines the resize as separable: each axis in turn, in ``axes`` order).
+"""ONNX ``Resize`` (opset >= 11), ``Upsample`` and ``AffineGrid`` as ai ops. A resize
+is one resized axis at a time (ONNX defines it as separable: each axis in turn, in
+``axes`` order); AffineGrid is one ai.matmul of the constant homogeneous coordinates of
+the output positions with theta.
 
 Everything that depends on positions only is computed at import, from ONNX's
 definition: each output position's source coordinate (``coordinate_transformation_mode``:
@@ -333,3 +335,42 @@ def _along_axis(imp: Importer, x: SSAValue, axis: int, matrix: np.ndarray) -> SS
         y = imp.emit(ai.MatmulOp, imp.constant(matrix, "f32"), rows)
         y = _reshape_to(imp, y, (*shape[:axis], matrix.shape[0], *shape[axis + 1 :]))
     return y if dtype == "f32" else imp.emit(ai.CastOp, y, dtype)
+
+
+# ------------------------------------------------------------------ AffineGrid
+
+
+@converter("AffineGrid", attrs=("align_corners",))
+def _affine_grid(imp: Importer, node: Node) -> list[SSAValue]:
+    """The sampling grid of an affine ``theta`` (``N x 2 x 3`` or ``N x 3 x 4``): the
+    constant homogeneous coordinates ``[x, y, (z,) 1]`` of every output position, in
+    [-1, 1], times ``theta`` transposed (one ai.matmul), viewed as ``N x (D x) H x W x 2|3``."""
+    theta = imp.input(node, 0)
+    size = _constant_ints_of(imp, node)
+    spatial = size[2:]
+    dims = len(spatial)
+    if dims not in (2, 3) or shape_of(theta) != (size[0], dims, dims + 1):
+        raise imp.error(f"theta {theta.type} does not match the size {size}")
+    n = size[0]
+    aligned = bool(node.attrs.get("align_corners", 0))
+    axes = [_grid_coordinates(d, aligned) for d in spatial]
+    mesh = np.meshgrid(*axes, indexing="ij")  # (z,) y, x over the output positions
+    points = [m.reshape(-1) for m in reversed(mesh)]  # x, y, (z)
+    base = np.stack([*points, np.ones_like(points[0])], axis=1)  # positions x (dims + 1)
+    grid = imp.emit(ai.MatmulOp, imp.constant(base, dtype_of(theta)), theta, transpose_b=True)
+    return [_reshape_to(imp, grid, (n, *spatial, len(spatial)))]
+
+
+def _constant_ints_of(imp: Importer, node: Node) -> list[int]:
+    known = imp.array(node, 1)
+    if known is None:
+        raise imp.error("the size is computed at run time: fusec needs it constant", "attribute")
+    return [int(v) for v in np.asarray(known).reshape(-1)]
+
+
+def _grid_coordinates(length: int, aligned: bool) -> np.ndarray:
+    """The normalised coordinates of ``length`` positions: corner centres at -1 and 1
+    with ``align_corners``, else pixel centres ``(2i + 1) / length - 1``."""
+    if aligned:
+        return np.linspace(-1.0, 1.0, length) if length > 1 else np.array([-1.0])
+    return (2 * np.arange(length) + 1) / length - 1

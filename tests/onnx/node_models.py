@@ -117,7 +117,16 @@ def scatter_nd() -> onnx.ModelProto:
     return model
 
 
+def affine_grid() -> onnx.ModelProto:
+    """AffineGrid of a run-time theta over a 2 x 3 image."""
+    node = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], name="ag")
+    model = _model(node, [("theta", F32, (1, 2, 3))], [("grid", F32, (1, 2, 3, 2))], 20)
+    model.graph.initializer.append(helper.make_tensor("size", I64, (4,), [1, 1, 2, 3]))
+    return model
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "affine_grid": affine_grid,
     "scatter_nd": scatter_nd,
     "dft": dft,
     "lrn": lrn,

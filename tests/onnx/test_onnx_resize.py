@@ -11,6 +11,7 @@ import onnx
 import pytest
 from numerics import assert_close
 from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
 from onnx_nets import node_model, run_onnxruntime
 
 import fusec
@@ -165,3 +166,18 @@ def test_upsample_in_linear_mode_is_refused_with_a_reason():
     model.graph.node[0].input.append("scales")
     err = _refusal(model)
     assert err.feature == "attribute" and "Upsample in mode 'linear'" in err.message
+
+
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("size", [[2, 3, 4, 5], [1, 1, 3, 2, 4]])
+def test_affine_grid_matches_onnx_reference(size, align_corners):
+    dims = len(size) - 2
+    theta = RNG.standard_normal((size[0], dims, dims + 1)).astype(np.float32)
+    model = node_model(
+        "AffineGrid", {"theta": theta}, weights={"size": np.array(size, np.int64)},
+        opset=20, align_corners=align_corners,
+    )  # fmt: skip
+    got = fusec.compile(fusec.from_onnx(model), target="reference")(theta)
+    want = ReferenceEvaluator(model).run(None, {"theta": theta})[0]
+    assert got.shape == want.shape == (size[0], *size[2:], dims)
+    assert_close(got, want, tol=1e-5)
