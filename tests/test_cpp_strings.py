@@ -34,15 +34,6 @@ KNOWN_LONG: dict[tuple[str, str], int] = {
     ("fusec/targets/cuda/gemm/aux.py", "LayerNormPrep._fold_n_by_k"): 48,
     ("fusec/targets/cuda/gemm/aux.py", "LayerNormPrep.generate"): 126,
     ("fusec/targets/cuda/gemm/aux.py", "SoftmaxFinalise.generate"): 36,
-    ("fusec/targets/cuda/gemm/cpp.py", "_chunk_compute"): 31,
-    ("fusec/targets/cuda/gemm/cpp.py", "_compute_section"): 21,
-    ("fusec/targets/cuda/gemm/cpp.py", "_ln_tile_prologue"): 70,
-    ("fusec/targets/cuda/gemm/cpp.py", "_ln_tile_prologue.statistics"): 26,
-    ("fusec/targets/cuda/gemm/cpp.py", "_smem_store_section"): 33,
-    ("fusec/targets/cuda/gemm/cpp.py", "_softmax_statistics"): 35,
-    ("fusec/targets/cuda/gemm/cpp.py", "_stage_vectors"): 25,
-    ("fusec/targets/cuda/gemm/cpp.py", "_store_section"): 25,
-    ("fusec/targets/cuda/gemm/cpp.py", "generate"): 113,
 }
 
 

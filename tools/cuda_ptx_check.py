@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -31,7 +33,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "tools" / "cuda_ptx_specs.json"
-HASHES = ROOT / "tools" / "cuda_ptx_hashes.json"
+HASHES = Path(os.environ.get("FUSEC_PTX_HASHES", ROOT / "tools" / "cuda_ptx_hashes.json"))
 
 #: the test files whose bodies construct specs (the gpu ones skip before they do)
 TEST_FILES = [
@@ -151,8 +153,28 @@ def _compile_graphs() -> None:
                 print(f"{path.relative_to(ROOT)}: {type(err).__name__}: {err}"[:200])
 
 
+_REGISTER = re.compile(r"%(r|rd|f|fd|p|rs|h|hh)(\d+)\b")
+
+
+def canonical(lines: list[str]) -> str:
+    """The PTX with its virtual registers renamed in order of first appearance and their
+    declarations dropped: equal for two PTX texts that differ only in register numbers."""
+    names: dict[str, str] = {}
+    counts: dict[str, int] = {}
+
+    def rename(match: re.Match[str]) -> str:
+        if match.group(0) not in names:
+            kind = match.group(1)
+            counts[kind] = counts.get(kind, 0) + 1
+            names[match.group(0)] = f"%{kind}#{counts[kind]}"
+        return names[match.group(0)]
+
+    return "\n".join(_REGISTER.sub(rename, line) for line in lines if ".reg ." not in line)
+
+
 def _ptx_hash(spec_repr: str) -> tuple[str, str, str]:
-    """(function name, sha256 of the PTX without comment lines, error or "")."""
+    """(function name, sha256 of the PTX without comment lines, error or ""); with the
+    environment variable FUSEC_PTX_CANONICAL set, of the PTX with registers renamed."""
     from cuda.bindings import nvrtc
 
     spec = eval(spec_repr, {"__builtins__": {}}, spec_classes())  # noqa: S307 (our own file)
@@ -173,7 +195,8 @@ def _ptx_hash(spec_repr: str) -> tuple[str, str, str]:
     lines = text.rstrip(b"\x00").decode().splitlines()
     kept = [line for line in lines if not line.lstrip().startswith("//")]
     assert not any(line.lstrip().startswith((".file", ".loc")) for line in kept)
-    return name, hashlib.sha256("\n".join(kept).encode()).hexdigest(), ""
+    text = canonical(kept) if os.environ.get("FUSEC_PTX_CANONICAL") else "\n".join(kept)
+    return name, hashlib.sha256(text.encode()).hexdigest(), ""
 
 
 def _hash_all(jobs: int, only: str = "", every: int = 1) -> dict[str, str]:
@@ -189,6 +212,12 @@ def _hash_all(jobs: int, only: str = "", every: int = 1) -> dict[str, str]:
     return results
 
 
+def specs_by_name() -> dict[str, str]:
+    classes = spec_classes()
+    specs = json.loads(SPECS.read_text())
+    return {eval(s, {"__builtins__": {}}, classes).function_name: s for s in specs}  # noqa: S307
+
+
 def main(argv: list[str]) -> int:
     command = argv[1] if len(argv) > 1 else "check"
     jobs = int(argv[2]) if len(argv) > 2 else 2
@@ -198,9 +227,9 @@ def main(argv: list[str]) -> int:
         collect()
         return 0
     if command == "hash":
-        hashes = _hash_all(jobs)
+        hashes = _hash_all(jobs, only, every)
         HASHES.write_text(json.dumps(hashes, indent=1, sort_keys=True) + "\n")
-        print(f"{len(hashes)} kernels hashed -> {HASHES.relative_to(ROOT)}")
+        print(f"{len(hashes)} kernels hashed -> {HASHES}")
         return 1 if "error" in hashes.values() else 0
     if command == "check":
         got = _hash_all(jobs, only, every)
@@ -210,7 +239,7 @@ def main(argv: list[str]) -> int:
         differ = sorted(name for name in want if got.get(name) != want[name])
         print(f"{len(want)} kernels checked, {len(want) - len(differ)} identical PTX")
         for name in differ:
-            print(f"  DIFFERS: {name}")
+            print(f"  DIFFERS: {name} {specs_by_name().get(name, '')[:160]}")
         return 1 if differ or set(got) != set(want) else 0
     print(__doc__)
     return 2

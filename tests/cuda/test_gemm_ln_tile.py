@@ -169,18 +169,23 @@ def test_forced_tile_with_k_too_deep_is_a_diagnostic() -> None:
 
 
 def test_source_normalises_in_place_before_the_main_loop() -> None:
+    """The instantiation turns ln=tile on (its epsilon, gamma and beta accessors, no FlashNorm
+    rewrite in the epilogue); gemm.cuh normalises before the main loop."""
     (spec,) = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256))
     source = cpp.generate(spec)
-    prologue = source[source.index("// ln=tile: the whole K") : source.index("fs_wgmma(acc")]
-    assert prologue.index("fs_fence_async_smem();") < prologue.index("fs_named_sync(5 + cw, 128);")
-    assert "float eps = 9.999999747378752e-06f;" in prologue  # scaled on huge rows only
-    assert "rsqrtf(ssd / (float)K + eps)" in prologue
-    assert "__shfl_xor_sync(0xffffffffu, sum, 1)" in prologue  # 2 threads per row
-    assert "__shfl_xor_sync(0xffffffffu, sum, 2)" not in prologue
-    epilogue = source[source.index("float fs_epilogue(") : source.index("return y;")]
+    assert "LN_TILE = 1," in source and "return 9.999999747378752e-06f;" in source
+    assert "float gamma(int i) const { return fs_ld_f16(e" in source
+    epilogue = source[source.index("float operator()(") : source.index("return y;")]
     assert "ln_mu" not in epilogue and "fs_lds" not in epilogue  # no FlashNorm rewrite
+    assert "WM = 64," in source  # 2 threads per row (TPR = 128 / WM): one shuffle step
+    linked = spec.cpp_source()
+    tile = linked[linked.index("void gemm_ln_tile(") : linked.index("void gemm_stage_vectors(")]
+    assert tile.index("fs_fence_async_smem();") < tile.index("fs_named_sync(LN_BARRIER + cw, 128);")
+    assert "rsqrtf(ssd / (float)K + eps)" in tile
+    consumer = linked[linked.index("void gemm_consumer_tile(") :]
+    assert consumer.index("gemm_ln_tile<C>(") < consumer.index("C::mma(acc[m]")
     default = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), "ln=fold")[1]
-    assert "ln=tile" not in cpp.generate(default)
+    assert "LN_TILE = 0," in cpp.generate(default) and "gamma(" not in cpp.generate(default)
 
 
 def test_a_tiles_land_first_and_only_consumers_wait_for_gamma_beta() -> None:
@@ -188,24 +193,25 @@ def test_a_tiles_land_first_and_only_consumers_wait_for_gamma_beta() -> None:
     consumers normalise after waiting for those A barriers only, and gamma/beta are loaded
     by the consumers after the block's ``__syncthreads`` (not ahead of the first TMA load)."""
     (spec,) = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256))
-    source = cpp.generate(spec)
-    head, body = source.split("__syncthreads();", 1)
-    kernel_head = head[head.index('extern "C" __device__') :]
-    assert "fs_ld_f16" not in kernel_head and "return 0;  // ln=tile: K must be resident" in head
-    producer = body[: body.index("setmaxnreg.inc")]
+    linked = spec.cpp_source()
+    kernel = linked[linked.index("static __device__ __forceinline__ int gemm(") :]
+    head, body = kernel.split("__syncthreads();", 1)
+    assert "epi.gamma" not in head and "return 0;  // ln=tile: K must be resident" in head
+    assert "if constexpr (C::LN_TILE) fs_bar_init(bars + 8 * (2 * STAGES + s), 1);" in head
+    producer = body[: body.index("fs_setmaxnreg_inc")]
     a_loads = producer.index("fs_tma_load(sa + s * A_BYTES, map_a, a_full")
     assert a_loads < producer.index("fs_bar_expect(full, B_BYTES);")
-    assert producer.index("fs_bar_expect(full, B_BYTES);") < producer.index("map_b, full")
-    assert "A_BYTES + B_BYTES" not in producer
-    consumer = body[body.index("setmaxnreg.inc") :]
-    prologue = consumer[consumer.index("// ln=tile: the whole K") : consumer.index("fs_wgmma(")]
-    assert "fs_bar_wait(bars + 8 * (2 * STAGES + (it + kb) % STAGES)" in prologue
-    staged = consumer.index("fs_named_sync(7, 128 * CONSUMERS);  // gamma and beta staged")
-    assert consumer.index("fs_ld_f16((const void*)e") < staged < consumer.index("fs_wgmma(")
-    assert "fs_bar_init(bars + 8 * (2 * STAGES + s), 1);" in head
+    ln_b = producer[producer.index("fs_bar_expect(full, B_BYTES);") :]
+    assert ln_b.index("gemm_load_b<C>(") < ln_b.index("} else {")  # ln=tile: B alone
+    consumer = body[body.index("fs_setmaxnreg_inc") :]
+    assert consumer.index("gemm_ln_affine<C>(epi, sg, tid, K);") < consumer.index("float acc[")
+    tile = linked[linked.index("void gemm_ln_tile(") :]
+    assert "fs_bar_wait(bars + 8 * (2 * STAGES + (it + kb) % STAGES)" in tile
+    affine = linked[linked.index("void gemm_ln_affine(") :]
+    staged = affine.index("fs_named_sync(LN_AFFINE_BARRIER, 128 * C::CONSUMERS);")
+    assert affine.index("epi.gamma(i)") < staged
     # without ln=tile the stage's one barrier counts both tiles, as before
-    default = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), "ln=fold")[1]
-    assert "fs_bar_expect(full, A_BYTES + B_BYTES);" in cpp.generate(default)
+    assert "fs_bar_expect(full, A_BYTES + B_BYTES);" in producer
 
 
 def test_gemm_spec_requires_gamma_beta_with_ln_tile() -> None:

@@ -234,19 +234,27 @@ def test_default_kernel_source_has_none_of_the_variants() -> None:
 
 
 def test_pingpong_source_orders_the_main_loops() -> None:
+    """The instantiation turns the schedule on; gemm.cuh's code for it (one consumer per
+    stage, the named barriers' turns, the ring position of a tile) is in the linked source."""
     source = cpp.generate(SPECS["pingpong-64x256-f16-bias"])
-    assert "fs_bar_init(bars + 8 * (STAGES + s), 1);" in source  # one consumer per stage
-    assert "if (local > 0) fs_named_sync(1 + cw, 256);" in source
-    assert "if (t + gridDim.x < tiles) fs_named_arrive(2 - cw, 256);" in source
-    assert "int it = local * kblocks;" in source
-    assert "const int row_blk = m * 64;" in source  # the warpgroup owns the whole tile
+    assert "PINGPONG = 1," in source and "SMEM_EPILOGUE = 0," in source
+    assert "PINGPONG = 0," in cpp.generate(SPECS["smem-128x256-f16"])
+    linked = SPECS["pingpong-64x256-f16-bias"].cpp_source()
+    assert "fs_bar_init(bars + 8 * (STAGES + s), C::PINGPONG ? 1 : C::CONSUMERS);" in linked
+    assert "if (local > 0) fs_named_sync(1 + cw, 256);" in linked
+    assert "if (t + gridDim.x < tiles) fs_named_arrive(2 - cw, 256);" in linked
+    assert "int it = local * kblocks;" in linked
+    assert "const int row_blk = C::PINGPONG ? m * 64 : cw * WM + m * 64;" in linked
 
 
 def test_smem_source_stages_and_stores_with_tma() -> None:
     source = cpp.generate(SPECS["smem-128x256-f16"])
     assert "u64 map_out" in source and SPECS["smem-128x256-f16"].arg_count() == (4, 4)
-    assert "fs_fence_async_smem();" in source and "fs_bulk_wait_read<1>();" in source
-    assert "if (lane == 0) fs_bulk_wait<0>();" in source
+    assert "SMEM_EPILOGUE = 1," in source and "EPI_BYTES = 32768," in source
+    assert "(epi, smem_raw, map_a, map_b, out, map_out, M, N, K, batches)" in source
+    linked = SPECS["smem-128x256-f16"].cpp_source()
+    assert "fs_fence_async_smem();" in linked and "fs_bulk_wait_read<1>();" in linked
+    assert "if (lane == 0) fs_bulk_wait<0>();" in linked
 
 
 @needs_toolchain

@@ -48,12 +48,13 @@ def test_staged_source_copies_the_vectors_and_reads_shared_memory() -> None:
     spec = _staged(256)
     assert spec.epilogue.ln_slots and spec.epilogue.ln_stride == 256
     source = cpp.generate(spec)
-    assert "cp.async.cg.shared.global" in spec.cpp_source() and "fs_cp_wait_all();" in source
-    start = source.index("float fs_epilogue(")
+    assert "cp.async.cg.shared.global" in spec.cpp_source() and "STAGED = 1," in source
+    start = source.index("float operator()(")
     epilogue = source[start : source.index("return y;", start)]
     assert "fs_lds_f32x2(ln_rows" in epilogue and "fs_ld_f32(" not in epilogue
+    assert "u64 cd() const" in source and "u64 stats() const" in source
     plain = cpp.generate(dataclasses.replace(spec, config=TileConfig(64, 256, 64, 5, 1, 8)))
-    assert "cp.async.cg" not in plain and "fs_ld_f32(e0, 2LL * row)" in plain
+    assert "STAGED = 0," in plain and "fs_ld_f32(e0, 2LL * row)" in plain
 
 
 def test_vectors_variant_without_a_layernorm_stages_nothing() -> None:
@@ -134,13 +135,13 @@ def test_prefetch_variant_text_and_the_residual_is_a_tile_input() -> None:
     spec = _residual_spec(1000, 1000, 520, "prefetch=tile")
     assert spec.config.prefetch == "tile"
     (slot,) = spec.epilogue.tile_inputs  # the residual, not the bias vector
-    assert "prefetch.global.L2" in spec.cpp_source() and f"fs_prefetch_l2(e{slot} +" in (
+    assert "prefetch.global.L2" in spec.cpp_source() and f"fs_prefetch_l2((u64)e{slot} +" in (
         cpp.generate(spec)
     )
     plain = _residual_spec(1000, 1000, 520, "prefetch=none")
-    assert "fs_prefetch_l2(e" not in cpp.generate(plain)
+    assert "fs_prefetch_l2(" not in cpp.generate(plain) and "PREFETCH = 0" in cpp.generate(plain)
     default = _residual_spec(1000, 1000, 520, "")  # the heuristic prefetches a residual
-    assert default.config.prefetch == "tile" and "fs_prefetch_l2(e" in cpp.generate(default)
+    assert default.config.prefetch == "tile" and "PREFETCH = 1" in cpp.generate(default)
 
 
 @needs_toolchain

@@ -106,11 +106,10 @@ def test_emit_cuda_prints_the_generated_cpp_without_a_gpu() -> None:
     code, out, err = _fusec(["compile", str(HERE / "tile_gemm_row_softmax.mlir"), "--emit", "cuda"])
     assert code == 0, err
     assert out.count('extern "C" __device__') == 1  # the GEMM normalises its A rows itself
-    assert (
-        "fs_fence_async_smem();  // the generic-proxy writes" in out
-    )  # ln=tile: the normalised tiles made visible to wgmma
+    assert "LN_TILE = 1," in out  # ln=tile: the GEMM normalises its resident A tiles
+    assert "fs_fence_async_smem();  // the generic-proxy writes" in out
     assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16" in out
-    assert "__shfl_xor_sync" in out and "fs_post" in out
+    assert "__shfl_xor_sync" in out and "float post(float s" in out
 
 
 @needs_toolchain_in_the_default_lane  # the linked Tensor Core GEMM's path

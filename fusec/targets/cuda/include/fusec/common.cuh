@@ -122,7 +122,7 @@ namespace fusec {
 // float, stores of one and of two adjacent elements, rounding to the type, and (16-bit
 // types) packing and unpacking a pair in one word.
 struct F32 {
-  static constexpr int BYTES = 4;
+  enum : int { BYTES = 4, IS_BF16 = 0 };
   static __device__ __forceinline__ float ld(const void* p, long long i) { return fs_ld_f32(p, i); }
   static __device__ __forceinline__ void st(void* p, long long i, float v) { fs_st_f32(p, i, v); }
   static __device__ __forceinline__ void st2(void* p, long long i, float a, float b) {
@@ -131,7 +131,7 @@ struct F32 {
   static __device__ __forceinline__ float to(float v) { return fs_to_f32(v); }
 };
 struct F16 {
-  static constexpr int BYTES = 2;
+  enum : int { BYTES = 2, IS_BF16 = 0 };
   static __device__ __forceinline__ float ld(const void* p, long long i) { return fs_ld_f16(p, i); }
   static __device__ __forceinline__ void st(void* p, long long i, float v) { fs_st_f16(p, i, v); }
   static __device__ __forceinline__ void st2(void* p, long long i, float a, float b) {
@@ -144,7 +144,7 @@ struct F16 {
   }
 };
 struct BF16 {
-  static constexpr int BYTES = 2;
+  enum : int { BYTES = 2, IS_BF16 = 1 };
   static __device__ __forceinline__ float ld(const void* p, long long i) {
     return fs_ld_bf16(p, i);
   }

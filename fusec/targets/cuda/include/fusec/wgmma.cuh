@@ -30,3 +30,14 @@ static __device__ __forceinline__ u64 fs_desc(u32 addr, u32 lbo, u32 sbo) {
   return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((lbo & 0x3FFFF) >> 4) << 16) |
          ((u64)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
+
+// Warpgroup register reallocation (the kernel must have a register cap at entry: launch
+// bounds): the producer gives registers up, the consumers take them.
+template <int N>
+static __device__ __forceinline__ void fs_setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N) : "memory");
+}
+template <int N>
+static __device__ __forceinline__ void fs_setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N) : "memory");
+}
