@@ -9,6 +9,7 @@ import pytest
 
 from fusec.api import CompiledModule
 from fusec.cli import main
+from fusec.frontend.mlir import parse_module
 from fusec.tools import runner
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -198,3 +199,29 @@ def test_check_still_fails_a_cast_that_does_not_round(tmp_path, capsys, monkeypa
     path.write_text(CAST_EXP)
     assert main(["run", str(path), "--random-inputs", "--check", "--target", "cpu"]) == 3
     assert "FAIL" in capsys.readouterr().out
+
+
+CONV_BN = """func.func @f(%x: tensor<1x4x8x8xf32>, %w: tensor<4x4x3x3xf32>) -> tensor<1x4x6x6xf32> {
+  %g = arith.constant dense<[1.1, 0.9, 1.2, 0.8]> : tensor<4xf32>
+  %b = arith.constant dense<[0.1, -0.1, 0.2, 0.0]> : tensor<4xf32>
+  %m = arith.constant dense<[0.01, 0.2, -0.3, 0.1]> : tensor<4xf32>
+  %v = arith.constant dense<[1.5, 0.7, 1.1, 0.9]> : tensor<4xf32>
+  %c = ai.conv2d %x, %w : tensor<1x4x8x8xf32> * tensor<4x4x3x3xf32>
+  %n = ai.batch_norm %c, %g, %b, %m, %v : tensor<1x4x6x6xf32> * tensor<4xf32> * tensor<4xf32> * tensor<4xf32> * tensor<4xf32>
+  return %n : tensor<1x4x6x6xf32>
+}"""  # noqa: E501
+
+
+def test_check_passes_a_batch_norm_folded_into_f32_weights(tmp_path, capsys):
+    """canonicalize folds the BatchNorm into the conv's weights and bias, stored as f32
+    constants: the pipeline comparison allows their rounding (it failed at 1e-9)."""
+    path = tmp_path / "conv_bn.mlir"
+    path.write_text(CONV_BN)
+    assert main(["run", str(path), "--random-inputs", "--check", "--target", "reference"]) == 0
+    out = capsys.readouterr().out
+    assert "pipeline: worst element at" in out and "of the tolerance 5e-07" in out
+    assert runner.pipeline_tolerance(parse_module(CONV_BN)) == 8 * 2.0**-24
+
+
+def test_pipeline_tolerance_without_float_constants_stays_exact():
+    assert runner.pipeline_tolerance(parse_module(CHAIN.read_text())) == runner.PIPELINE_TOLERANCE
