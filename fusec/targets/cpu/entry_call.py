@@ -79,7 +79,8 @@ def flat_view(typingctx: Any, array: Any, offset: Any, count: Any, dtype: Any) -
     offsets and counts come from its buffer plan, within arenas it sized. Numba's
     ``array[a:b].view(dtype)`` is the same array after slice normalisation and view
     checks, as much LLVM code again each: compiling ResNet-18's segment took ~20 s of CPU."""
-    if not (isinstance(array, types.Array) and array.layout == "C" and array.ndim >= 1):
+    # any rank: only the data pointer is read (a 0-d result, such as a bool verdict, too)
+    if not (isinstance(array, types.Array) and array.layout == "C"):
         raise TypingError("flat_view: the array must be C-contiguous")
     if not isinstance(dtype, (types.DType, types.NumberClass)):
         raise TypingError("flat_view: dtype must be a numpy dtype")
