@@ -179,11 +179,10 @@ def test_source_normalises_in_place_before_the_main_loop() -> None:
     assert "ln_mu" not in epilogue and "fs_lds" not in epilogue  # no FlashNorm rewrite
     assert "WM = 64," in source  # 2 threads per row (TPR = 128 / WM): one shuffle step
     linked = spec.cpp_source()
-    tile = linked[linked.index("void gemm_ln_tile(") : linked.index("void gemm_stage_vectors(")]
+    consumer = linked[linked.index("void gemm_consumer_tile(") :]
+    tile = consumer[consumer.index("if constexpr (C::LN_TILE) {") : consumer.index("C::mma(acc[m]")]
     assert tile.index("fs_fence_async_smem();") < tile.index("fs_named_sync(LN_BARRIER + cw, 128);")
     assert "rsqrtf(ssd / (float)K + eps)" in tile
-    consumer = linked[linked.index("void gemm_consumer_tile(") :]
-    assert consumer.index("gemm_ln_tile<C>(") < consumer.index("C::mma(acc[m]")
     default = _specs(LN_SOFTMAX.format(m=8192, k=256, n=256), "ln=fold")[1]
     assert "LN_TILE = 0," in cpp.generate(default) and "gamma(" not in cpp.generate(default)
 
@@ -205,7 +204,7 @@ def test_a_tiles_land_first_and_only_consumers_wait_for_gamma_beta() -> None:
     assert ln_b.index("gemm_load_b<C>(") < ln_b.index("} else {")  # ln=tile: B alone
     consumer = body[body.index("fs_setmaxnreg_inc") :]
     assert consumer.index("gemm_ln_affine<C>(epi, sg, tid, K);") < consumer.index("float acc[")
-    tile = linked[linked.index("void gemm_ln_tile(") :]
+    tile = linked[linked.index("void gemm_consumer_tile(") :]
     assert "fs_bar_wait(bars + 8 * (2 * STAGES + (it + kb) % STAGES)" in tile
     affine = linked[linked.index("void gemm_ln_affine(") :]
     staged = affine.index("fs_named_sync(LN_AFFINE_BARRIER, 128 * C::CONSUMERS);")

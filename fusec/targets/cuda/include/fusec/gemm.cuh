@@ -155,93 +155,13 @@ static __device__ __forceinline__ void gemm_ln_affine(const E& epi, u32 sg, int 
   ssd = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));                      \
   FS_LN_ROW_SUM(ssd)
 
-// ln=tile, at the head of a consumer's tile: wait until every K step's A tile has landed
-// (the ring holds them all; B may still be in flight), then normalise the warpgroup's WM
-// rows of the A tiles in place: x <- (x - mean) * rstd * gamma + beta, rounded to the
-// operand type (gamma and beta are 0 past K: those columns stay 0). 128 / WM threads share
-// a row, each reading its chunks of 8 values per stage through the 128-byte swizzle
+// ln=tile (inline in gemm_consumer_tile, as the kernel had it), at the head of a consumer's tile:
+// wait until every K step's A tile has landed (the ring holds them all; B may still be in flight),
+// then normalise the warpgroup's WM rows of the A tiles in place: x <- (x - mean) * rstd * gamma +
+// beta, rounded to the operand type (gamma and beta are 0 past K: those columns stay 0). 128 / WM
+// threads share a row, each reading its chunks of 8 values per stage through the 128-byte swizzle
 // (16-byte chunk c of row r is at r * 128 + ((c ^ r % 8) << 4)). A proxy fence and the
 // warpgroup's named barrier make the writes visible to its wgmma (async proxy).
-template <class C>
-static __device__ __forceinline__ void gemm_ln_tile(u32 sa, u32 sg, u32 bars, int it, int kblocks,
-                                                    int cw, int lt, int K) {
-  constexpr int STAGES = C::STAGES, BK = C::BK, A_BYTES = C::A_BYTES, WM = C::WM;
-  constexpr int TPR = 128 / WM, CHUNKS = 8 / TPR;
-  constexpr float LN_EPS = C::ln_eps();  // a literal where used (a constexpr local)
-  using In = typename C::In;
-  for (int kb = 0; kb < kblocks; ++kb)  // ln=tile: the whole K of the tile
-    fs_bar_wait(bars + 8 * (2 * STAGES + (it + kb) % STAGES), (u32)((it + kb) / STAGES) & 1u);
-  {
-    const int lr = cw * WM + lt / TPR;  // the row of the block tile this thread reads
-    const int part = lt % TPR;
-    const u32 row_at = (u32)lr * 128u;
-    const u32 swz = (u32)(lr % 8);
-    float p[8];
-    float sum, mean, ssd;
-    FS_LN_STATS()
-    // A row of huge finite values (bf16 3e38) overflows the float32 sums, where the
-    // float64 reference is finite: such a row takes them again, of x / 2^ilogb(max|x|)
-    // ((x - mean) * rstd does not change with the scale but for eps, scaled alike and
-    // floored: var is 0 only for a constant row, whose deviations are exactly 0). The
-    // whole warp takes the branch (its shuffles need every lane): a row that did not
-    // overflow keeps xs = 1 and gets the same sums again. NaN or Inf: NaN either way.
-    float xs = 1.0f;
-    float eps = LN_EPS;
-    const bool huge = !(fabsf(mean) <= FS_FLT_MAX && ssd <= FS_FLT_MAX);
-    if (__any_sync(0xffffffffu, huge)) {
-      float top = 0.0f;  // fmaxf drops a NaN: the sums keep it
-      FS_LN_EACH_CHUNK(_Pragma("unroll") for (int e = 0; e < 4; ++e) {
-        FS_LN_UNPACK
-        top = fmaxf(top, fmaxf(fabsf(lo), fabsf(hi)));
-      })
-      if constexpr (TPR >= 2) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
-      if constexpr (TPR >= 4) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
-      if constexpr (TPR >= 8) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 4));
-      if (huge && top <= FS_FLT_MAX) {
-        xs = ldexpf(1.0f, 1 - ilogbf(top));  // a power of 2 (exact scaling), normal
-        eps = LN_EPS * xs * xs;
-        if constexpr (LN_EPS > 0.0f) eps = fmaxf(eps, 1.17549435e-38f);
-      }
-      FS_LN_STATS(lo *= xs; hi *= xs;)
-    }
-    const float rstd = rsqrtf(ssd / (float)K + eps);
-#pragma unroll
-    for (int kb = 0; kb < STAGES; ++kb) {
-      if (kb >= kblocks) break;
-      const u32 a_row = sa + (u32)((it + kb) % STAGES) * A_BYTES + row_at;
-      uint4 v[CHUNKS];  // the K step's loads first: the stores below would order them
-      float4 gb[CHUNKS][4];
-#pragma unroll
-      for (int c = 0; c < CHUNKS; ++c) {
-        const int chunk = part * CHUNKS + c;
-        v[c] = fs_ld_shared4(a_row + ((((u32)chunk) ^ swz) << 4));
-        const u32 g_at = sg + 4u * (u32)(kb * BK + chunk * 8);
-        gb[c][0] = fs_ld_shared4f(g_at);
-        gb[c][1] = fs_ld_shared4f(g_at + 16u);
-        gb[c][2] = fs_ld_shared4f(g_at + 4u * STAGES * BK);
-        gb[c][3] = fs_ld_shared4f(g_at + 4u * STAGES * BK + 16u);
-      }
-#pragma unroll
-      for (int c = 0; c < CHUNKS; ++c) {
-        const int chunk = part * CHUNKS + c;
-        const u32 w[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
-        const float4 g0 = gb[c][0], g1 = gb[c][1], b0 = gb[c][2], b1 = gb[c][3];
-        const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-        const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-        u32 y[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          FS_LN_UNPACK
-          y[e] = In::pack(fmaf(fmaf(lo, xs, -mean) * rstd, g[2 * e], b[2 * e]),
-                          fmaf(fmaf(hi, xs, -mean) * rstd, g[2 * e + 1], b[2 * e + 1]));
-        }
-        fs_st_shared4(a_row + ((((u32)chunk) ^ swz) << 4), y[0], y[1], y[2], y[3]);
-      }
-    }
-    fs_fence_async_smem();  // the generic-proxy writes before the wgmma's async-proxy reads
-  }
-  fs_named_sync(LN_BARRIER + cw, 128);  // every row of the warpgroup normalised
-}
 
 // vectors=smem, at the head of a consumer's tile: after its warpgroup has finished reading
 // the previous tile's vectors (named barrier), each thread issues 16-byte cp.async copies
@@ -624,10 +544,6 @@ static __device__ __forceinline__ void gemm_smem_store(const E& epi, float (&acc
 }
 
 #undef FS_FRAG
-#undef FS_LN_UNPACK
-#undef FS_LN_EACH_CHUNK
-#undef FS_LN_ROW_SUM
-#undef FS_LN_STATS
 
 // One tile of a consumer warpgroup: [ln=tile: normalise its A rows], the main loop (one
 // wgmma group in flight, each stage released on its empty barrier once read), then the
@@ -643,7 +559,84 @@ static __device__ __forceinline__ void gemm_consumer_tile(
   if constexpr (C::STAGED) {
     gemm_stage_vectors<C>(epi, sv_mine, cw, lt, pm, pn, M, N, ln_cols, ln_rows);
   }
-  if constexpr (C::LN_TILE) gemm_ln_tile<C>(sa, sg, bars, it, kblocks, cw, lt, K);
+  if constexpr (C::LN_TILE) {  // normalise the warpgroup's rows of the resident A tiles
+    constexpr int BK = C::BK;
+    constexpr int TPR = 128 / WM, CHUNKS = 8 / TPR;
+    constexpr float LN_EPS = C::ln_eps();  // a literal where used (a constexpr local)
+    using In = typename C::In;
+    for (int kb = 0; kb < kblocks; ++kb)  // ln=tile: the whole K of the tile
+      fs_bar_wait(bars + 8 * (2 * STAGES + (it + kb) % STAGES), (u32)((it + kb) / STAGES) & 1u);
+    {
+      const int lr = cw * WM + lt / TPR;  // the row of the block tile this thread reads
+      const int part = lt % TPR;
+      const u32 row_at = (u32)lr * 128u;
+      const u32 swz = (u32)(lr % 8);
+      float p[8];
+      float sum, mean, ssd;
+      FS_LN_STATS()
+      // A row of huge finite values (bf16 3e38) overflows the float32 sums, where the
+      // float64 reference is finite: such a row takes them again, of x / 2^ilogb(max|x|)
+      // ((x - mean) * rstd does not change with the scale but for eps, scaled alike and
+      // floored: var is 0 only for a constant row, whose deviations are exactly 0). The
+      // whole warp takes the branch (its shuffles need every lane): a row that did not
+      // overflow keeps xs = 1 and gets the same sums again. NaN or Inf: NaN either way.
+      float xs = 1.0f;
+      float eps = LN_EPS;
+      const bool huge = !(fabsf(mean) <= FS_FLT_MAX && ssd <= FS_FLT_MAX);
+      if (__any_sync(0xffffffffu, huge)) {
+        float top = 0.0f;  // fmaxf drops a NaN: the sums keep it
+        FS_LN_EACH_CHUNK(_Pragma("unroll") for (int e = 0; e < 4; ++e) {
+          FS_LN_UNPACK
+          top = fmaxf(top, fmaxf(fabsf(lo), fabsf(hi)));
+        })
+        if constexpr (TPR >= 2) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
+        if constexpr (TPR >= 4) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
+        if constexpr (TPR >= 8) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 4));
+        if (huge && top <= FS_FLT_MAX) {
+          xs = ldexpf(1.0f, 1 - ilogbf(top));  // a power of 2 (exact scaling), normal
+          eps = LN_EPS * xs * xs;
+          if constexpr (LN_EPS > 0.0f) eps = fmaxf(eps, 1.17549435e-38f);
+        }
+        FS_LN_STATS(lo *= xs; hi *= xs;)
+      }
+      const float rstd = rsqrtf(ssd / (float)K + eps);
+#pragma unroll
+      for (int kb = 0; kb < STAGES; ++kb) {
+        if (kb >= kblocks) break;
+        const u32 a_row = sa + (u32)((it + kb) % STAGES) * A_BYTES + row_at;
+        uint4 v[CHUNKS];  // the K step's loads first: the stores below would order them
+        float4 gb[CHUNKS][4];
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+          const int chunk = part * CHUNKS + c;
+          v[c] = fs_ld_shared4(a_row + ((((u32)chunk) ^ swz) << 4));
+          const u32 g_at = sg + 4u * (u32)(kb * BK + chunk * 8);
+          gb[c][0] = fs_ld_shared4f(g_at);
+          gb[c][1] = fs_ld_shared4f(g_at + 16u);
+          gb[c][2] = fs_ld_shared4f(g_at + 4u * STAGES * BK);
+          gb[c][3] = fs_ld_shared4f(g_at + 4u * STAGES * BK + 16u);
+        }
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+          const int chunk = part * CHUNKS + c;
+          const u32 w[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
+          const float4 g0 = gb[c][0], g1 = gb[c][1], b0 = gb[c][2], b1 = gb[c][3];
+          const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+          const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+          u32 y[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            FS_LN_UNPACK
+            y[e] = In::pack(fmaf(fmaf(lo, xs, -mean) * rstd, g[2 * e], b[2 * e]),
+                            fmaf(fmaf(hi, xs, -mean) * rstd, g[2 * e + 1], b[2 * e + 1]));
+          }
+          fs_st_shared4(a_row + ((((u32)chunk) ^ swz) << 4), y[0], y[1], y[2], y[3]);
+        }
+      }
+      fs_fence_async_smem();  // the generic-proxy writes before the wgmma's async-proxy reads
+    }
+    fs_named_sync(LN_BARRIER + cw, 128);  // every row of the warpgroup normalised
+  }
   for (int kb = 0; kb < kblocks; ++kb, ++it) {
     const int s = it % STAGES;
     fs_bar_wait(bars + 8 * s, (u32)(it / STAGES) & 1u);
@@ -821,5 +814,9 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
 
 }  // namespace fusec
 
+#undef FS_LN_UNPACK
+#undef FS_LN_EACH_CHUNK
+#undef FS_LN_ROW_SUM
+#undef FS_LN_STATS
 #undef FS_NEG_INF
 #undef FS_FLT_MAX
