@@ -100,6 +100,21 @@ def test_a_forged_record_is_not_read(tmp_path):
     assert probe.calls == 1
 
 
+def test_an_untrusted_cache_folder_is_left_alone_without_a_warning(tmp_path, monkeypatch):
+    import warnings
+
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)  # (mkdir's mode is masked by the umask)
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(shared))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert blas_mode.usable_cache() is None
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "mine"))
+    cache = blas_mode.usable_cache()
+    assert cache is not None and cache.root == (tmp_path / "mine").resolve()
+
+
 def test_the_key_follows_the_gemm_setting(monkeypatch):
     monkeypatch.delenv(blas_abi.ENV_VAR, raising=False)
     blas_default = blas_mode.installation_key()

@@ -40,9 +40,20 @@ def mode() -> str:
     (``blas.mode()``, from the cache where numpy is not loaded)."""
     if "numpy" in sys.modules or f"{__package__}.blas" in sys.modules:
         return _probe()
-    from fusec.runtime.cache import default_cache
+    cache = usable_cache()
+    return _probe() if cache is None else remembered_mode(cache, _probe)
 
-    return remembered_mode(default_cache(), _probe)
+
+def usable_cache() -> KernelCache | None:
+    """The kernel cache, or None when its folder exists and is not trusted: the mode is
+    then probed, without the cache's warning (a compile has no other use for the cache;
+    the commands that run kernels say why it is not used)."""
+    from fusec.runtime.cache import cache_root, default_cache, untrusted_reason
+
+    root = cache_root()
+    if root.exists() and untrusted_reason(root) is not None:
+        return None
+    return default_cache()
 
 
 def import_line() -> str:
