@@ -71,7 +71,7 @@ class Block(nn.Module):
             x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
             return x + self.mlp(self.ln2(x))
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        mask = torch.ones(t, t, dtype=torch.bool, device=scores.device).tril()
         att = scores.masked_fill(~mask, float("-inf")).softmax(-1)
         y = (att @ v).transpose(1, 2).reshape(b, t, d)
         x = x + self.proj(y)
