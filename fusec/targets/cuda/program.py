@@ -10,7 +10,6 @@ from typing import Any
 
 from fusec.codegen import KernelSource
 from fusec.dialect.ops import spec_of
-from fusec.dialect.shapes import TensorSpec
 from fusec.errors import FusecError
 from fusec.runtime.launch import nvtx_range
 from fusec.targets.cuda.adapters import (
