@@ -73,6 +73,8 @@ def from_junit(paths: Iterable[str]) -> dict[str, float]:
     for path in paths:
         for case in ET.parse(path).getroot().iter("testcase"):
             module = case.get("classname", "")
+            if not module:  # a report entry of no test file (a collection-time skip)
+                continue
             parts = module.split(".")
             # classname is "tests.dir.test_file" or "tests.dir.test_file.TestClass"
             for cut in range(len(parts), 0, -1):

@@ -7,9 +7,9 @@
 // VARIANT: fusec.tile = {block = array<i64: 64, 256, 64>, mma = "m64n256k16", stages = 4 : i64, consumers = 2 : i64, group_m = 8 : i64, schedule = "pingpong", epilogue = "smem", math = "fast", choice = "heuristic, variant option"}
 // TILE: fusec.tile = {block = array<i64: 128, 128, 64>, mma = "m64n128k16", stages = 6 : i64, consumers = 2 : i64, group_m = 8 : i64, schedule = "pingpong", epilogue = "smem", choice = "pass option"}
 // CUDA: // pingpong schedule, smem epilogue, fast math
-// CUDA: fs_exp_approx
-// CUDA: if (local > 0) fs_named_sync(1 + cw, 256);
-// CUDA: fs_tma_store(map_out, buf, col0, row0, pz);
+// CUDA-DAG: fs_exp_approx
+// CUDA-DAG: if (local > 0) fs_named_sync(1 + cw, 256);
+// CUDA-DAG: fs_tma_store(map_out, buf, col0, row0, pz);
 func.func @mlp_up(%x: tensor<8192x1024xf16>, %w: tensor<1024x4096xf16>, %b: tensor<4096xf16>) -> tensor<8192x4096xf16> {
   %h = ai.matmul %x, %w : tensor<8192x1024xf16> * tensor<1024x4096xf16>
   %hb = ai.bias_add %h, %b : tensor<8192x4096xf16> * tensor<4096xf16>
