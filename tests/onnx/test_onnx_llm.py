@@ -182,14 +182,9 @@ def test_causal_conv_of_kernel_one_is_refused():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="cpu conv template: a depthwise conv with a 1 x 1 output and a bias_add epilogue "
-    "asserts 'row segments need contiguous rows' (fusec/targets/cpu/rows.py; already at "
-    "a6480c4, with plain .mlir too): CausalConvWithState's decode step (input length 1)",
-)
 def test_causal_conv_decode_step_on_the_cpu_target():
+    """CausalConvWithState's decode step (input length 1): a depthwise conv with a 1 x 1
+    output and a bias_add epilogue (it asserted 'row segments need contiguous rows')."""
     model, feeds = _causal_conv(4, True, True)
     model.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 1
     feeds["x"] = feeds["x"][:, :, :1].copy()

@@ -244,3 +244,19 @@ def test_a_rank_0_bool_result_runs_on_the_cpu_launcher(tmp_path, capsys, seed):
     args = ["run", str(path), "--random-inputs", "--seed", str(seed), "--check"]
     assert main([*args, "--target", "cpu"]) == 0
     assert "PASS" in capsys.readouterr().out
+
+
+DEPTHWISE_1X1_OUTPUT = """func.func @f(%x: tensor<3x4x1x3xf32>, %w: tensor<4x1x1x3xf32>, %b: tensor<4xf32>) -> tensor<3x4x1x1xf32> {
+  %c = ai.conv2d %x, %w {groups = 4 : i64} : tensor<3x4x1x3xf32> * tensor<4x1x1x3xf32>
+  %d = ai.bias_add %c, %b {axis = 1 : i64} : tensor<3x4x1x1xf32> * tensor<4xf32>
+  return %d : tensor<3x4x1x1xf32>
+}"""  # noqa: E501
+
+
+def test_a_conv_with_a_one_pixel_output_and_an_epilogue(tmp_path, capsys):
+    """The conv's epilogue rows are one element long: a segment of the row is the row (it
+    asserted 'row segments need contiguous rows'; CausalConvWithState's decode step)."""
+    path = tmp_path / "dw.mlir"
+    path.write_text(DEPTHWISE_1X1_OUTPUT)
+    assert main(["run", str(path), "--random-inputs", "--check", "--target", "cpu"]) == 0
+    assert "PASS" in capsys.readouterr().out

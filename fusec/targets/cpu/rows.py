@@ -478,7 +478,8 @@ class _RowAccess:
         if array in self.local or (self._spans(shape) and self.contiguous):
             view = self.row_view(array, shape)
             return f"{view}[k]"
-        assert self.segment is None, "row segments need contiguous rows"
+        # a row of one element (a conv's 1x1 output) is its own segment: its offset is exact
+        assert self.segment is None or self.n == 1, "row segments need contiguous rows"
         return f"{array}[{broadcast_offset(self.space, shape, self.index)}]"
 
     def row_view(self, array: str, shape: Sequence[int], name: str | None = None) -> str:
