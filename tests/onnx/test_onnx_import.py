@@ -455,8 +455,8 @@ def test_unsupported_attribute_values_are_clear():
         )
     )
     assert bn.feature == "attribute" and "training_mode" in bn.message
-    conv = _error(node_model("Conv", {"x": r(1, 2, 5)}, weights={"w": r(3, 2, 3)}))
-    assert conv.feature == "attribute" and "2-D" in conv.message
+    conv = _error(node_model("Conv", {"x": r(1, 2, 3, 4, 5)}, weights={"w": r(3, 2, 1, 1, 1)}))
+    assert conv.feature == "attribute" and "1-D and 2-D" in conv.message
     extra = _error(node_model("Relu", {"x": r(2)}, alpha=1.0))
     assert extra.feature == "attribute" and "'alpha'" in extra.message
 
