@@ -33,7 +33,6 @@ KNOWN_LONG: dict[tuple[str, str], int] = {
     ("fusec/targets/cuda/gemm/aux.py", "LayerNormPrep._fold_k_by_n"): 89,
     ("fusec/targets/cuda/gemm/aux.py", "LayerNormPrep._fold_n_by_k"): 48,
     ("fusec/targets/cuda/gemm/aux.py", "LayerNormPrep.generate"): 126,
-    ("fusec/targets/cuda/gemm/aux.py", "SoftmaxFinalise.generate"): 36,
 }
 
 

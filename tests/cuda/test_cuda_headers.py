@@ -82,15 +82,26 @@ extern "C" __global__ void probe(float* out) {
 }
 
 
-def _gemm_probe() -> str:
-    """The GEMM template's instantiation for the default spec, as the template writes it
-    (its include line is the test's)."""
-    from fusec.targets.cuda.gemm import cpp
-
-    return cpp.generate(cpp.GemmSpec()).replace('#include "fusec/gemm.cuh"\n', "")
+def _instantiation(source: str, name: str) -> str:
+    """A template's generated source without its include line of ``name`` (the test's)."""
+    assert f'#include "{name}"\n' in source
+    return source.replace(f'#include "{name}"\n', "")
 
 
-PROBES["fusec/gemm.cuh"] = _gemm_probe()
+def _template_probes() -> dict[str, str]:
+    """Each template header's instantiation for a small spec, as its template writes it."""
+    from fusec.targets.cuda.gemm import aux, cpp
+
+    specs = {
+        "fusec/gemm.cuh": cpp.generate(cpp.GemmSpec()),
+        "fusec/softmax_finalise.cuh": aux.SoftmaxFinalise(
+            "bf16", "y = s * fs_ld_f32(e0, col);", ("f32",)
+        ).generate(),
+    }
+    return {name: _instantiation(source, name) for name, source in specs.items()}
+
+
+PROBES.update(_template_probes())
 
 pytestmark = [
     pytest.mark.requires_target("cuda"),
@@ -128,7 +139,7 @@ def test_header_compiles_on_its_own(name: str) -> None:
     """The header alone (its own includes through NVRTC's include path, not ``expand``),
     every function of it used and every template instantiated once."""
     ptx = _nvrtc_ptx(f'#include "{name}"\n{PROBES[name]}\n', f"probe_{Path(name).stem}.cu")
-    assert ".entry probe" in ptx or ".func  (.param .b32 func_retval0) fusec_gemm_" in ptx
+    assert ".entry probe" in ptx or ".func  (.param .b32 func_retval0) fusec_" in ptx
 
 
 @pytest.mark.parametrize("name", sorted(PROBES))
@@ -138,7 +149,7 @@ def test_expand_inlines_the_header_once_without_include_lines(name: str) -> None
     text = (headers.INCLUDE_DIR / name).read_text().replace("#pragma once\n", "")
     assert source.count(text[: text.index("#include") if "#include" in text else -1]) == 1
     ptx = _nvrtc_ptx(source, "expanded.cu")
-    assert ".entry probe" in ptx or ".func  (.param .b32 func_retval0) fusec_gemm_" in ptx
+    assert ".entry probe" in ptx or ".func  (.param .b32 func_retval0) fusec_" in ptx
 
 
 def test_expand_refuses_an_unknown_header() -> None:

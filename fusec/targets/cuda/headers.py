@@ -19,6 +19,8 @@ from pathlib import Path
 #: the folder NVRTC would take as ``-I``: headers are named ``fusec/<name>.cuh`` under it
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 _INCLUDE = re.compile(r'^#include "(fusec/[a-z0-9_]+\.cuh)"[ \t]*$', re.MULTILINE)
+#: the kernel layer's element types (``common.cuh``) that templates take as parameters
+ELEMENT_TYPES = {"f16": "fusec::F16", "bf16": "fusec::BF16", "f32": "fusec::F32"}
 
 
 def header_names() -> list[str]:
@@ -53,3 +55,8 @@ def expand(source: str) -> str:
         return _INCLUDE.sub(replace, body).rstrip("\n")
 
     return _INCLUDE.sub(replace, source)
+
+
+def indent_lines(body: str, spaces: int) -> str:
+    """Generated C++ statements indented into an instantiation's functor."""
+    return "\n".join(" " * spaces + line for line in body.splitlines())

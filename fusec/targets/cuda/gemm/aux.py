@@ -34,7 +34,7 @@ import hashlib
 from dataclasses import dataclass
 
 from fusec.codegen.expr import cpp_literal
-from fusec.targets.cuda.headers import expand, include
+from fusec.targets.cuda.headers import ELEMENT_TYPES, expand, include, indent_lines
 
 _HELPERS = include("common", "reduce")
 
@@ -419,52 +419,27 @@ class SoftmaxFinalise:
         return expand(self.generate())
 
     def generate(self) -> str:
-        """The C++ as the template writes it: includes of the kernel layer, then the kernel."""
-        out = self.out_dtype
-        extras_params = "".join(f", u64 e{k}" for k in range(len(self.extras)))
-        extras_args = "".join(f", (const void*)e{k}" for k in range(len(self.extras)))
-        post_params = "".join(f", const void* e{k}" for k in range(len(self.extras)))
-        body = "\n".join("  " + line for line in self.post_body.splitlines())
-        neg_inf = "__int_as_float(0xff800000)"
-        if out == "f32":
-            load = "((const float*)out)[base + col]"
-            store = "((float*)out)[base + col] = y;"
-        else:
-            load = f"fs_cvt_{out}(((const u16*)out)[base + col])"
-            store = f"((u16*)out)[base + col] = fs_bits_{out}(y);"
-        return f"""// fusec generated softmax finalise ({out}), then: {self.name}
-{_HELPERS}
+        """The C++ as the template writes it: the kernel layer's ``softmax_finalise.cuh``,
+        the ``Post`` functor (the post-softmax ops) and the ``extern "C"`` wrapper."""
+        n = len(self.extras)
+        members = "".join(f"  const void* e{k};\n" for k in range(n))
+        params = "".join(f", u64 e{k}" for k in range(n))
+        pointers = ", ".join(f"(const void*)e{k}" for k in range(n))
+        out = ELEMENT_TYPES[self.out_dtype]
+        return f"""// fusec generated softmax finalise ({self.out_dtype}), then: {self.name}
+{include("softmax_finalise")}
 {self.helpers}
-static __device__ __forceinline__ float fs_post(float s, int row, int col,
-                                                int bat{post_params}) {{
-  float y;
-{body}
-  return y;
-}}
+struct Post {{
+{members}  __device__ __forceinline__ float operator()(float s, int row, int col, int bat) const {{
+    float y;
+{indent_lines(self.post_body, 4)}
+    return y;
+  }}
+}};
 
 extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
-    int* ret, u64 smem, u64 out, u64 partials{extras_params}, int M, int N, int tiles_n,
-    int batches) {{
-  const long long r = blockIdx.x;
-  if (r >= (long long)batches * M) return 0;
-  const int row = (int)(r % M);
-  const int bat = (int)(r / M);
-  const float2* part = (const float2*)partials + r * tiles_n;
-  float mx = {neg_inf};
-  for (int t = 0; t < tiles_n; ++t) mx = fmaxf(mx, part[t].x);
-  const float shift = mx == {neg_inf} ? 0.0f : mx;
-  float sum = 0.0f;
-  for (int t = 0; t < tiles_n; ++t) {{
-    const float2 p = part[t];
-    sum += p.y * expf(p.x - shift);
-  }}
-  const float inv = __fdividef(1.0f, sum);  // sum >= 1: the max term is exp(0)
-  const long long base = r * N;
-  for (int col = threadIdx.x; col < N; col += blockDim.x) {{
-    const float s = expf({load} - shift) * inv;
-    const float y = fs_post(s, row, col, bat{extras_args});
-    {store}
-  }}
-  return 0;
+    int* ret, u64 smem, u64 out, u64 partials{params}, int M, int N, int tiles_n, int batches) {{
+  const Post post{{{pointers}}};
+  return fusec::softmax_finalise<{out}>(post, out, partials, M, N, tiles_n, batches);
 }}
 """

@@ -71,7 +71,7 @@ import math
 from dataclasses import dataclass, field
 
 from fusec.targets.cuda.gemm.config import TileConfig, Variant
-from fusec.targets.cuda.headers import expand, include
+from fusec.targets.cuda.headers import ELEMENT_TYPES, expand, include, indent_lines
 from fusec.targets.cuda.ptx import wgmma_ss
 
 PRODUCER_REGISTERS = 40
@@ -241,7 +241,6 @@ def _prefetches(spec: GemmSpec) -> bool:
 #: K steps before the end of a tile's main loop at which the "tile" prefetch is issued
 #: (a 128x256x64 step is ~0.7 us on an H200: a few us ahead of the epilogue).
 PREFETCH_AHEAD = 4
-_TYPES = {"f16": "fusec::F16", "bf16": "fusec::BF16", "f32": "fusec::F32"}
 _SOFTMAX = {
     "": "fusec::SOFTMAX_NONE",
     "row": "fusec::SOFTMAX_ROW",
@@ -279,8 +278,8 @@ def _config(spec: GemmSpec) -> str:
   }};
   enum : int {{ SOFTMAX = {_SOFTMAX[spec.epilogue.softmax]} }};
   static __host__ __device__ constexpr float ln_eps() {{ return {eps}f; }}
-  using In = {_TYPES[spec.dtype]};
-  using Out = {_TYPES[spec.out_dtype]};
+  using In = {ELEMENT_TYPES[spec.dtype]};
+  using Out = {ELEMENT_TYPES[spec.out_dtype]};
 {_wgmma(spec)}
 }};
 """
@@ -318,10 +317,6 @@ def _ln_correction(spec: GemmSpec) -> str:
 """
 
 
-def _indent(body: str, spaces: int) -> str:
-    return "\n".join(" " * spaces + line for line in body.splitlines())
-
-
 def _functor_methods(spec: GemmSpec) -> list[str]:
     """The functor's accessors that the variants read (``gemm.cuh``: E)."""
     epi, methods = spec.epilogue, []
@@ -329,7 +324,7 @@ def _functor_methods(spec: GemmSpec) -> list[str]:
     if epi.softmax == "row":
         methods.append(f"""{head} float post(float s, int row, int col, int bat) const {{
     float y;
-{_indent(epi.post_body, 4)}
+{indent_lines(epi.post_body, 4)}
     return y;
   }}""")
     if epi.softmax == "partials":
@@ -377,7 +372,7 @@ def _functor(spec: GemmSpec) -> str:
     epi = spec.epilogue
     members = "".join(f"  const void* e{k};\n" for k in range(len(epi.extras)))
     staged = " ln_cols, u32 ln_rows" if _staged(spec) else ", u32"
-    body = _ln_correction(spec) + _indent(epi.body, 4)
+    body = _ln_correction(spec) + indent_lines(epi.body, 4)
     methods = "".join(m + "\n" for m in _functor_methods(spec))
     return f"""struct Epilogue {{
 {members}  __device__ __forceinline__ float operator()(float acc, int row, int col, int bat, u32{

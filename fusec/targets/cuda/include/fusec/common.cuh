@@ -120,7 +120,7 @@ namespace fusec {
 
 // The element types of operands, epilogue inputs and outputs, for templates: a load as a
 // float, stores of one and of two adjacent elements, rounding to the type, and (16-bit
-// types) packing and unpacking a pair in one word.
+// types) packing and unpacking a pair in one word, a value from its bits and its bits.
 struct F32 {
   enum : int { BYTES = 4, IS_BF16 = 0 };
   static __device__ __forceinline__ float ld(const void* p, long long i) { return fs_ld_f32(p, i); }
@@ -142,6 +142,8 @@ struct F16 {
   static __device__ __forceinline__ void unpack(u32 w, float& lo, float& hi) {
     fs_unpack_f16(w, lo, hi);
   }
+  static __device__ __forceinline__ float cvt(u32 h) { return fs_cvt_f16(h); }
+  static __device__ __forceinline__ u16 bits(float v) { return fs_bits_f16(v); }
 };
 struct BF16 {
   enum : int { BYTES = 2, IS_BF16 = 1 };
@@ -157,6 +159,8 @@ struct BF16 {
   static __device__ __forceinline__ void unpack(u32 w, float& lo, float& hi) {
     fs_unpack_bf16(w, lo, hi);
   }
+  static __device__ __forceinline__ float cvt(u32 h) { return fs_cvt_bf16(h); }
+  static __device__ __forceinline__ u16 bits(float v) { return fs_bits_bf16(v); }
 };
 
 }  // namespace fusec
