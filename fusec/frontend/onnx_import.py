@@ -1734,6 +1734,27 @@ def _finite_max(imp: Importer, x: SSAValue, axes: Sequence[int]) -> SSAValue:
     return imp.emit(ai.ClipOp, m, min=-largest, max=largest)
 
 
+def _product(imp: Importer, x: SSAValue, axes: Sequence[int], keep: bool) -> SSAValue:
+    """The product over ``axes`` (all when empty) as ``ai.mul`` of slices: each axis
+    halved until it has one element, its first half times its second (an odd middle
+    element carried over), so ceil(log2 n) multiplies per axis of n, and every target
+    computes it with the ops it has (pairwise, as accurate as a sequential product)."""
+    shape = shape_of(x)
+    y = x
+    for axis in axes or range(len(shape)):
+        while (size := shape_of(y)[axis]) > 1:
+            half = size // 2
+            first, second = (
+                _slice_of(imp, y, [start], [start + half], [axis], [1]) for start in (0, half)
+            )
+            product = imp.emit(ai.MulOp, first, second)
+            if size % 2:  # the last element, not multiplied yet, joins the next round
+                last = _slice_of(imp, y, [size - 1], [size], [axis], [1])
+                product = imp.emit(ai.ConcatOp, product, last, axis=axis)
+            y = product
+    return y if keep else _reshape_to(imp, y, _reduced_shape(shape, axes))
+
+
 def _reduced_shape(shape: Sequence[int], axes: Sequence[int]) -> tuple[int, ...]:
     every = set(axes) if axes else set(range(len(shape)))
     return tuple(d for i, d in enumerate(shape) if i not in every)
@@ -1745,11 +1766,12 @@ def _square(imp: Importer, x: SSAValue) -> SSAValue:
 
 @converter(
     "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp",
-    attrs=("axes", "keepdims", "noop_with_empty_axes"),
+    "ReduceProd", attrs=("axes", "keepdims", "noop_with_empty_axes"),
 )  # fmt: skip
 def _composite_reduce(imp: Importer, node: Node) -> list[SSAValue]:
     """The other reductions, written with ReduceMax/ReduceSum and elementwise ops:
-    min = -max(-x), L1 = sum |x|, L2 = sqrt(sum x^2), log-sum and a stable log-sum-exp.
+    min = -max(-x), L1 = sum |x|, L2 = sqrt(sum x^2), log-sum and a stable log-sum-exp;
+    the product as halves multiplied pairwise (``_product``).
     With no axes and ``noop_with_empty_axes`` each is its elementwise part alone, as the
     ONNX reference computes it."""
     x = imp.input(node, 0)
@@ -1764,8 +1786,11 @@ def _composite_reduce(imp: Importer, node: Node) -> list[SSAValue]:
             "ReduceSumSquare": lambda: _square(imp, x),
             "ReduceLogSum": lambda: imp.emit(ai.LogOp, x),
             "ReduceLogSumExp": lambda: x,
+            "ReduceProd": lambda: x,
         }
         return [elementwise[kind]()]
+    if kind == "ReduceProd":
+        return [_product(imp, x, axes, keep)]
     if kind == "ReduceMin":
         largest = _reduce_with(imp, ai.ReduceMaxOp, imp.emit(ai.NegOp, x), axes, keep)
         return [imp.emit(ai.NegOp, largest)]

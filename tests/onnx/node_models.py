@@ -125,7 +125,27 @@ def affine_grid() -> onnx.ModelProto:
     return model
 
 
+def conv_transpose() -> onnx.ModelProto:
+    """ConvTranspose, stride 2 along H, pads 1, 2 groups, run-time weight and bias."""
+    node = helper.make_node(
+        "ConvTranspose", ["x", "w", "b"], ["y"], name="deconv", group=2, strides=[2, 1],
+        pads=[1, 0, 1, 0],
+    )  # fmt: skip
+    inputs = [("x", F32, (1, 4, 3, 3)), ("w", F32, (4, 1, 3, 2)), ("b", F32, (2,))]
+    return _model(node, inputs, [("y", F32, (1, 2, 5, 4))], 22)
+
+
+def reduce_prod() -> onnx.ModelProto:
+    """ReduceProd over axis 1 (5 elements, so one odd round), keepdims=0."""
+    node = helper.make_node("ReduceProd", ["x", "axes"], ["y"], name="prod", keepdims=0)
+    model = _model(node, [("x", F32, (2, 5, 3))], [("y", F32, (2, 3))], 18)
+    model.graph.initializer.append(helper.make_tensor("axes", I64, (1,), [1]))
+    return model
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "conv_transpose": conv_transpose,
+    "reduce_prod": reduce_prod,
     "affine_grid": affine_grid,
     "scatter_nd": scatter_nd,
     "dft": dft,

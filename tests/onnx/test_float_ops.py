@@ -85,7 +85,7 @@ def test_variadic_sum_and_mean_broadcast(op_type):
 
 
 REDUCTIONS = ["ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
-              "ReduceLogSumExp"]  # fmt: skip
+              "ReduceLogSumExp", "ReduceProd"]  # fmt: skip
 
 
 @pytest.mark.parametrize("op_type", REDUCTIONS)
@@ -97,6 +97,15 @@ def test_reduction_over_axes(op_type, keepdims):
     model.graph.initializer.append(axes)
     model.graph.node[0].input.append("axes")
     _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("target", ["reference", "cpu"])
+@pytest.mark.parametrize("shape", [(7,), (3, 1, 9), (2, 16, 3)])
+def test_reduce_prod_over_every_axis(shape, target):
+    """No axes: every axis halved pairwise (odd sizes carry their last element); values
+    near 1 keep a product of 96 elements in float32's range."""
+    x = r(*shape, low=0.6)
+    _check(node_model("ReduceProd", {"x": x}, opset=18, keepdims=0), {"x": x}, target=target)
 
 
 def test_log_sum_exp_is_stable_and_keeps_infinities():
@@ -156,11 +165,12 @@ def test_the_patterns_on_the_cpu_target():
         helper.make_node("ReduceLogSumExp", ["ls", "axes"], ["y"], keepdims=1),
         helper.make_node("HardSwish", ["g"], ["h"]),
         helper.make_node("ReduceL2", ["h", "axes"], ["z"], keepdims=0),
+        helper.make_node("ReduceProd", ["h", "axes"], ["p"], keepdims=1),
     ]
     axes = numpy_helper.from_array(np.array([1, 3], dtype=np.int64), "axes")
     graph = helper.make_graph(
         nodes, "patterns", [tensor("x", x.shape, x.dtype)],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z", "p")],
         [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(bias, "b"), axes],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
