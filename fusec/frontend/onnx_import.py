@@ -2039,6 +2039,7 @@ def import_model(
 # Converters kept in modules of their own register on import (after everything above).
 from fusec.frontend import (  # noqa: E402, F401
     onnx_attention,
+    onnx_conv_transpose,
     onnx_dft,
     onnx_einsum,
     onnx_indexing,
