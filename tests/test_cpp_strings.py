@@ -30,9 +30,6 @@ KNOWN_LONG: dict[tuple[str, str], int] = {
     ("fusec/targets/cuda/conv/cpp.py", "generate_direct"): 44,
     ("fusec/targets/cuda/conv/transpose.py", "RelayoutSpec._few_pixels_source"): 24,
     ("fusec/targets/cuda/conv/transpose.py", "_transpose_body"): 31,
-    ("fusec/targets/cuda/gemm/aux.py", "LayerNormPrep._fold_k_by_n"): 89,
-    ("fusec/targets/cuda/gemm/aux.py", "LayerNormPrep._fold_n_by_k"): 48,
-    ("fusec/targets/cuda/gemm/aux.py", "LayerNormPrep.generate"): 126,
 }
 
 

@@ -94,6 +94,7 @@ def _template_probes() -> dict[str, str]:
 
     specs = {
         "fusec/gemm.cuh": cpp.generate(cpp.GemmSpec()),
+        "fusec/layernorm_prep.cuh": aux.LayerNormPrep("bf16", "f32", "bf16", "k", 1e-5).generate(),
         "fusec/softmax_finalise.cuh": aux.SoftmaxFinalise(
             "bf16", "y = s * fs_ld_f32(e0, col);", ("f32",)
         ).generate(),

@@ -3,10 +3,16 @@
 
 #include "fusec/common.cuh"
 
-// The sum of v over the warp's 32 lanes, in every lane (butterfly: the same order in each).
+// The sum (max) of v over the warp's 32 lanes, in every lane (butterfly: the same order in
+// each).
 static __device__ __forceinline__ float fs_warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+static __device__ __forceinline__ float fs_warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
