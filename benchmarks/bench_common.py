@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,3 +71,27 @@ def write_results(stem: Path | str, payload: Any, markdown: str, *, indent: int 
     stem.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{stem}.json").write_text(json.dumps(payload, indent=indent, default=str) + "\n")
     Path(f"{stem}.md").write_text(markdown)
+
+
+def run_logged(command: Sequence[str], log: Path, limit: float, env: dict | None = None) -> str:
+    """Run ``command`` in a new process group (its own workers go with it), its output
+    appended to ``log``, within ``limit`` seconds: "" when it exits 0, else why not (the
+    time-out, or the exit status and the log's last line)."""
+    with log.open("a") as out:
+        proc = subprocess.Popen(
+            list(command),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=None if env is None else os.environ | env,
+            start_new_session=True,
+        )
+        try:
+            rc = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return f"timeout after {limit:.0f} s"
+    if rc == 0:
+        return ""
+    tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return f"worker exited with {rc}: {tail[-1][:300] if tail else ''}"

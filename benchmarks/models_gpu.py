@@ -51,8 +51,6 @@ import argparse
 import datetime
 import functools
 import json
-import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -424,6 +422,15 @@ def bar_chart(rows: list[dict], path: Path, title: str) -> str | None:
     scale, 1 = as fast) in ``path``; returns why not when there is nothing to draw or no
     matplotlib."""
     labels, series = chart_series(rows)
+    return draw_bars(labels, series, path, title)
+
+
+def draw_bars(
+    labels: list[str], series: dict[str, list[float | None]], path: Path, title: str
+) -> str | None:
+    """Speed-ups as grouped horizontal bars (one group per label, one bar per series; log
+    scale, 1 = as fast) in ``path``; returns why not when there is nothing to draw or no
+    matplotlib."""
     if not labels:
         return "No chart: no row was measured."
     try:
@@ -484,8 +491,12 @@ def kernel_stats(kernels: Sequence[Any]) -> dict:
 # ------------------------------------------------------------------ the worker (torch)
 
 
-def build(name: str, smoke: bool, form: str = "embeds") -> Any:
-    """The zoo model ``name`` in float32, eval mode, random weights from a fixed seed."""
+def build(name: str, smoke: bool, form: str = "embeds", size: dict | None = None) -> Any:
+    """The zoo model ``name`` in float32, eval mode, random weights from a fixed seed.
+
+    ``size``: the configuration's size fields instead of the full or smoke ones (the cpu
+    zoo's sizes, ``models_cpu.py``): a transformers config's, or ViT's constructor's; the
+    other CNNs take none (their size is the input's)."""
     import torch
 
     sys.path.insert(0, str(ROOT / "tests" / "onnx" / "models"))
@@ -493,14 +504,14 @@ def build(name: str, smoke: bool, form: str = "embeds") -> Any:
 
     torch.manual_seed(0)
     if ZOO[name].source == "torchvision":
-        model = _torchvision_model(name, smoke, narrow)
+        model = _torchvision_model(name, smoke, narrow, size)
     else:
-        model = hf_wrapper()(_transformers_model(name, smoke), form)
+        model = hf_wrapper()(_transformers_model(name, smoke, size), form)
     randomise(model)  # non-trivial biases, norm scales and BatchNorm statistics
     return model.eval()
 
 
-def _torchvision_model(name: str, smoke: bool, narrow: Callable) -> Any:
+def _torchvision_model(name: str, smoke: bool, narrow: Callable, size: dict | None) -> Any:
     import torchvision
     from torchvision.models.convnext import CNBlockConfig, ConvNeXt
 
@@ -518,6 +529,8 @@ def _torchvision_model(name: str, smoke: bool, narrow: Callable) -> Any:
             return ConvNeXt(stages, num_classes=16)
         return models.convnext_tiny(weights=None)
     if name == "vit_b_16":
+        if size:
+            return models.VisionTransformer(**size)
         if smoke:
             return models.VisionTransformer(
                 image_size=SMOKE_IMAGE,
@@ -532,29 +545,33 @@ def _torchvision_model(name: str, smoke: bool, narrow: Callable) -> Any:
     raise KeyError(name)
 
 
-def _transformers_model(name: str, smoke: bool) -> Any:
+def _transformers_model(name: str, smoke: bool, size: dict | None = None) -> Any:
     import transformers as hf
 
     common = {"vocab_size": 512, "use_cache": False}
     if name == "bert":
-        size = (
-            {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2}
-            | {"intermediate_size": 256}
-            if smoke
-            else {}
-        )
+        if size is None:
+            size = (
+                {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2}
+                | {"intermediate_size": 256}
+                if smoke
+                else {}
+            )
         config = hf.BertConfig(
             **common, **size, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
         )
         return hf.BertModel(config)
     if name == "gpt2":
-        size = {"n_embd": 128, "n_layer": 2, "n_head": 2} if smoke else {}
+        if size is None:
+            size = {"n_embd": 128, "n_layer": 2, "n_head": 2} if smoke else {}
         dropout = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
         tokens = {"bos_token_id": 0, "eos_token_id": 0}  # within the small vocabulary
         config = hf.GPT2Config(**common, **size, **dropout, **tokens)
         return hf.GPT2Model(config)
     if name == "llama":
-        if smoke:
+        if size is not None:  # the size fields and the heads' together
+            heads = {}
+        elif smoke:
             size = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2}
             heads = {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64}
         else:  # TinyLlama-1.1B's layer, four of them
@@ -1089,25 +1106,14 @@ def run_worker(job: str, case: Case, args: argparse.Namespace, results: Path, li
         "reduce_overhead": not args.no_reduce_overhead,
         "profile": args.profile,
     }
+    from bench_common import run_logged
+
     log = results.parent / "logs" / f"{case.slug}-{job}.log"
     log.parent.mkdir(exist_ok=True)
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its compile workers (inductor, nvcc) go with it
-        )
-        try:
-            rc = proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return f"timeout after {limit:.0f} s"
-    if rc == 0:
-        return ""
-    tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    return f"worker exited with {rc}: {tail[-1][:300] if tail else ''}"
+    log.write_text("")
+    # a process group: its compile workers (inductor, nvcc) go with it
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
+    return run_logged(command, log, limit)
 
 
 def close_unfinished(job: str, case: Case, why: str, results: Path) -> None:
