@@ -219,6 +219,8 @@ def merge(records: Iterable[dict]) -> tuple[list[dict], dict]:
             row.setdefault("messages", []).append(f"fusec: {timing.get('message')}")
         torch_rec = backend.get((model, batch, threads), {})
         row |= {f"tb_{k}": v for k, v in torch_rec.items() if k not in BASE_KEYS}
+        if torch_rec.get("status", "ok") != "ok":
+            row.setdefault("messages", []).append(f"torch backend: {torch_rec.get('message')}")
         row["status"] = row_status(row, export, compiles.get((model, batch), {}), timing)
         rows.append(row)
     order = {name: n for n, name in enumerate(CPU_ZOO)}
@@ -272,8 +274,8 @@ def table_row(r: dict, torch_backend: bool) -> str:
 
 
 def torch_cells(r: dict) -> list[str]:
-    if "tb_fusec_ms" not in r:
-        return [r.get("tb_message", "-")[:120].replace("|", "/"), *["-"] * 5]
+    if "tb_fusec_ms" not in r:  # not run, or failed: the messages say why
+        return [r.get("tb_status", "-"), *["-"] * 5]
     check = f"{'PASS' if r['tb_passed'] else 'FAIL'} ({zoo._e(r.get('tb_rel_l2'))})"
     counts = f"{r['tb_graphs']} / {r['tb_partitions']} / {r['tb_eager_nodes']}"
     return [
@@ -475,13 +477,19 @@ class Worker:
         """``record`` with what ``step`` measured, or with ``status`` and the error's first
         line when it raised (FusecError: fusec's refusal)."""
         try:
-            return record | step() | {"status": "ok"}
+            return record | {"status": "ok"} | step()
         except Exception as err:
-            traceback.print_exc()
-            from fusec.errors import FusecError
+            return record | failure(err, status)
 
-            why = "refused" if isinstance(err, FusecError) else status
-            return record | {"status": why, "message": first_line(err)}
+
+def failure(err: BaseException, status: str) -> dict:
+    """A step's failure as its record says it (FusecError: fusec's refusal), the
+    traceback in the step's log."""
+    from fusec.errors import FusecError
+
+    traceback.print_exception(err)
+    why = "refused" if isinstance(err, FusecError) else status
+    return {"status": why, "message": first_line(err)}
 
 
 def run_export(w: Worker) -> None:
@@ -546,8 +554,6 @@ def run_time(w: Worker) -> None:
     import numpy as np
     import onnxruntime
 
-    import fusec
-
     threads = w.spec["threads"]
     w.emit(
         {
@@ -569,22 +575,30 @@ def run_time(w: Worker) -> None:
                 path, options, providers=["CPUExecutionProvider"]
             )
             feeds = {w.model.input_name: x}
-            t0 = time.perf_counter()
-            module = fusec.from_onnx(path, input_shapes={w.model.input_name: x.shape})
-            compiled = fusec.compile(module, target="cpu")
-            got = zoo.as_list(compiled(x))
-            first_s = time.perf_counter() - t0
-            result = check(got, session.run(None, feeds)) | {"first_call_s": first_s}
-            result |= zoo.kernel_stats(compiled.kernels)
-            timed = alternate(
-                {"fusec": lambda: compiled(x), "ort": lambda: session.run(None, feeds)},
-                w.spec["seconds"],
-            )
+            calls = {"ort": lambda: session.run(None, feeds)}
+            try:  # onnxruntime is timed even where fusec fails: the row shows what it missed
+                compiled, result = fusec_checked(w.model, path, x, session.run(None, feeds))
+                calls = {"fusec": lambda: compiled(x)} | calls
+            except Exception as err:
+                result = failure(err, "error")
+            timed = alternate(calls, w.spec["seconds"])
             for name, t in timed.items():
                 result |= {f"{name}_ms": t["ms"], f"{name}_min_ms": t["min_ms"]}
-            return result | {"runs": timed["fusec"]["runs"]}
+            return result | {"runs": timed["ort"]["runs"]}
 
         w.emit(w.guarded(record, step, "error"))
+
+
+def fusec_checked(model: CpuModel, path: str, x: Any, want: list) -> tuple[Any, dict]:
+    """fusec's compiled ``path`` for ``x`` and its first call checked against ``want``."""
+    import fusec
+
+    t0 = time.perf_counter()
+    module = fusec.from_onnx(path, input_shapes={model.input_name: x.shape})
+    compiled = fusec.compile(module, target="cpu")
+    got = zoo.as_list(compiled(x))
+    result = check(got, want) | {"first_call_s": time.perf_counter() - t0}
+    return compiled, result | zoo.kernel_stats(compiled.kernels)
 
 
 def run_torch(w: Worker) -> None:

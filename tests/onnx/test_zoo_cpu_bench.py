@@ -41,7 +41,10 @@ def _records() -> list[dict]:
         {"kind": "compile", "model": "convnext_tiny", "batch": 1, "cache": "cold",
          "status": "refused", "message": "FusecError: x.onnx: op 'Foo' is not supported"},
         {"kind": "time", "model": "convnext_tiny", "batch": 1, "threads": 1,
-         "status": "refused", "message": "FusecError: x.onnx: op 'Foo' is not supported"},
+         "status": "refused", "message": "FusecError: x.onnx: op 'Foo' is not supported",
+         "ort_ms": 5.0, "ort_min_ms": 4.0},
+        {"kind": "torch", "model": "convnext_tiny", "batch": 1, "threads": 1,
+         "status": "error", "message": "RuntimeError: eager broke"},
         {"kind": "export", "model": "gpt2", "batch": 4, "status": "export error",
          "message": "RuntimeError: no"},
     ]  # fmt: skip
@@ -96,7 +99,12 @@ def test_markdown_rows_and_messages() -> None:
         "| PASS (1.0e-07) | 3 (3 conv) | 30.0 | 1.5 | 8.00 | 16.00 | 2.00x | PASS (2.0e-07) "
         "| 1 / 1 / 0 | 5.0 |"
     )
-    assert "| ConvNeXt-T | 1 | 1 | refused | - | - | - | - | - | - | - | - |" in text
+    # onnxruntime is timed where fusec fails; a failed backend says so, its message below
+    assert (
+        "| ConvNeXt-T | 1 | 1 | refused | - | 5.00 (4.00) | - | - | - | - | - | - "
+        "| error | - | - | - | - | - |" in text
+    )
+    assert "- ConvNeXt-T batch 1: torch backend: RuntimeError: eager broke" in text
     # a refusal repeated by the compile and timing steps is one message per step
     assert text.count("ConvNeXt-T batch 1: cold compile: FusecError") == 1
     assert "- GPT-2 decoder batch 4: export: RuntimeError: no" in text
