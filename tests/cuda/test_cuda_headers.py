@@ -90,9 +90,11 @@ def _instantiation(source: str, name: str) -> str:
 
 def _template_probes() -> dict[str, str]:
     """Each template header's instantiation for a small spec, as its template writes it."""
+    from fusec.targets.cuda.attention import cpp as attention
     from fusec.targets.cuda.gemm import aux, cpp
 
     specs = {
+        "fusec/attention.cuh": attention.generate(attention.AttentionSpec(2, 200, 200, 64, 128)),
         "fusec/gemm.cuh": cpp.generate(cpp.GemmSpec()),
         "fusec/layernorm_prep.cuh": aux.LayerNormPrep("bf16", "f32", "bf16", "k", 1e-5).generate(),
         "fusec/softmax_finalise.cuh": aux.SoftmaxFinalise(

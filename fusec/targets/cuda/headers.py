@@ -60,3 +60,14 @@ def expand(source: str) -> str:
 def indent_lines(body: str, spaces: int) -> str:
     """Generated C++ statements indented into an instantiation's functor."""
     return "\n".join(" " * spaces + line for line in body.splitlines())
+
+
+def enumerators(items: list[str]) -> str:
+    """``items`` as enumerator lines of at most 100 columns."""
+    lines, line = [], "   "
+    for item in items:
+        if len(line) + len(item) + 2 > 100:
+            lines.append(line.rstrip())
+            line = "   "
+        line += f" {item},"
+    return "\n".join([*lines, line])

@@ -71,7 +71,7 @@ import math
 from dataclasses import dataclass, field
 
 from fusec.targets.cuda.gemm.config import TileConfig, Variant
-from fusec.targets.cuda.headers import ELEMENT_TYPES, expand, include, indent_lines
+from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
 from fusec.targets.cuda.ptx import wgmma_ss
 
 PRODUCER_REGISTERS = 40
@@ -266,8 +266,8 @@ def _config(spec: GemmSpec) -> str:
         "SMEM_EPILOGUE": c.epilogue == "smem", "STAGED": _staged(spec),
         "LN_TILE": _ln_tile(spec), "FAST_MATH": _fast_math(spec), "PREFETCH": _prefetches(spec),
     }  # fmt: skip
-    int_lines = _enumerators([f"{k} = {v}" for k, v in ints.items()])
-    flag_lines = _enumerators([f"{k} = {int(v)}" for k, v in flags.items()])
+    int_lines = enumerators([f"{k} = {v}" for k, v in ints.items()])
+    flag_lines = enumerators([f"{k} = {int(v)}" for k, v in flags.items()])
     eps = repr(float(spec.epilogue.ln_eps))
     return f"""struct Config {{
   enum : int {{
@@ -283,17 +283,6 @@ def _config(spec: GemmSpec) -> str:
 {_wgmma(spec)}
 }};
 """
-
-
-def _enumerators(items: list[str]) -> str:
-    """``items`` as enumerator lines of at most 100 columns."""
-    lines, line = [], "   "
-    for item in items:
-        if len(line) + len(item) + 2 > 100:
-            lines.append(line.rstrip())
-            line = "   "
-        line += f" {item},"
-    return "\n".join([*lines, line])
 
 
 def _ln_correction(spec: GemmSpec) -> str:

@@ -1,0 +1,227 @@
+// fusec kernel layer: fused attention, softmax(Q K^T * scale [+ causal]) V, on the Hopper
+// core (the design is described in fusec/targets/cuda/attention/cpp.py, which instantiates
+// it): FlashAttention's online softmax, FA3's structure without its intra-warpgroup
+// pipelining.
+//
+// fusec::attention<C> is the whole block: BM query rows of one (batch, head). Warpgroup 0,
+// thread 0 loads the block's Q tile once and then, per BN keys, the K and V tiles into a ring
+// of KV_STAGES stages (TMA); the consumer warpgroups own 64 query rows each: S = Q K^T by
+// wgmma from shared memory, the mask and the online softmax in registers, then O += P V by
+// wgmma with P as the A operand in registers. An instantiation supplies C:
+//   BM, BN, SQ, SK, D, DV (sizes), QB (query blocks), NKV (key blocks), KV_STAGES, CAUSAL,
+//   NAN_TO_ZERO, PRODUCER_REGISTERS, CONSUMER_REGISTERS; sl2() (scale * log2 e); the
+//   element types In (Q, K, V) and Out; and its wgmma instructions `qk` (m64nBNk16, both
+//   operands in shared memory) and `pv` (m64nDVk16, A from registers).
+#pragma once
+
+#include "fusec/barrier.cuh"
+#include "fusec/common.cuh"
+#include "fusec/tma.cuh"
+#include "fusec/wgmma.cuh"
+
+namespace fusec {
+
+// 1/x to 1 ulp without the IEEE slow path (a called subroutine)
+static __device__ __forceinline__ float attention_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+static __device__ __forceinline__ float attention_shfl_xor(float v, int mask) {
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+}
+
+// Warpgroup 0's thread 0: the Q tile, then per key block the K and V tiles, each stage
+// once both consumers released it.
+template <class C>
+static __device__ __forceinline__ void attention_producer(u32 sq, u32 sk, u32 sv, u32 q_full,
+                                                          u32 k_full, u32 v_full, u32 k_empty,
+                                                          u32 v_empty, u64 map_q, u64 map_k,
+                                                          u64 map_v, int qb, int bh, int nkv) {
+  enum : int {
+    Q_BYTES = C::BM * C::D * 2,
+    K_BYTES = C::BN * C::D * 2,
+    V_BYTES = C::BN * C::DV * 2
+  };
+  fs_prefetch_map(map_q);
+  fs_prefetch_map(map_k);
+  fs_prefetch_map(map_v);
+  fs_bar_expect(q_full, Q_BYTES);
+#pragma unroll
+  for (int c = 0; c < C::D / 64; ++c)
+    fs_tma_load(sq + c * (C::BM * 128), map_q, q_full, c * 64, qb * C::BM, bh);
+  for (int j = 0; j < nkv; ++j) {
+    const int st = j % C::KV_STAGES;
+    const u32 phase = ((u32)(j / C::KV_STAGES) & 1u) ^ 1u;
+    fs_bar_wait(k_empty + 8 * st, phase);
+    fs_bar_expect(k_full + 8 * st, K_BYTES);
+#pragma unroll
+    for (int c = 0; c < C::D / 64; ++c)
+      fs_tma_load(sk + st * K_BYTES + c * (C::BN * 128), map_k, k_full + 8 * st, c * 64, j * C::BN,
+                  bh);
+    fs_bar_wait(v_empty + 8 * st, phase);
+    fs_bar_expect(v_full + 8 * st, V_BYTES);
+#pragma unroll
+    for (int c = 0; c < C::DV / 64; ++c)
+      fs_tma_load(sv + st * V_BYTES + c * (C::BN * 128), map_v, v_full + 8 * st, c * 64, j * C::BN,
+                  bh);
+  }
+}
+
+template <class C>
+static __device__ __forceinline__ int attention(u64 smem_raw, u64 map_q, u64 map_k, u64 map_v,
+                                                u64 out) {
+  enum : int {
+    Q_BYTES = C::BM * C::D * 2,
+    K_BYTES = C::BN * C::D * 2,
+    V_BYTES = C::BN * C::DV * 2
+  };
+  enum : int { S_REGS = C::BN / 2, O_REGS = C::DV / 2 };
+  const u32 base = (fs_smem((const void*)smem_raw) + 1023u) & ~1023u;
+  const u32 sq = base;
+  const u32 sk = sq + Q_BYTES;
+  const u32 sv = sk + C::KV_STAGES * K_BYTES;
+  // barriers: q_full, k_full[s], v_full[s], k_empty[s], v_empty[s]
+  const u32 q_full = sv + C::KV_STAGES * V_BYTES;
+  const u32 k_full = q_full + 8;
+  const u32 v_full = k_full + 8 * C::KV_STAGES;
+  const u32 k_empty = v_full + 8 * C::KV_STAGES;
+  const u32 v_empty = k_empty + 8 * C::KV_STAGES;
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int qb = blockIdx.x % C::QB;
+  const int bh = blockIdx.x / C::QB;
+  // causal: keys up to the block's last query row
+  const int nkv = C::CAUSAL ? min(C::NKV, ((qb + 1) * C::BM + C::BN - 1) / C::BN) : C::NKV;
+  if (tid == 0) {
+    fs_bar_init(q_full, 1);
+    for (int s = 0; s < C::KV_STAGES; ++s) {
+      fs_bar_init(k_full + 8 * s, 1);
+      fs_bar_init(v_full + 8 * s, 1);
+      fs_bar_init(k_empty + 8 * s, 2);
+      fs_bar_init(v_empty + 8 * s, 2);
+    }
+    fs_bar_init_fence();
+  }
+  __syncthreads();
+  if (wg == 0) {
+    fs_setmaxnreg_dec<C::PRODUCER_REGISTERS>();
+    if (tid == 0) {
+      attention_producer<C>(sq, sk, sv, q_full, k_full, v_full, k_empty, v_empty, map_q, map_k,
+                            map_v, qb, bh, nkv);
+    }
+  } else {
+    fs_setmaxnreg_inc<C::CONSUMER_REGISTERS>();
+    const int cw = wg - 1;
+    const int lt = tid % 128;
+    const int warp = lt / 32;
+    const int lane = lt % 32;
+    const float sl2 = C::sl2();  // scale * log2(e): the softmax in base 2
+    const float NEG_INF = __int_as_float(0xff800000);
+    // this thread's two rows (h = 0, 1) of the 64-row slice: 16 warp + lane/4 + 8 h
+    const int row0 = qb * C::BM + cw * 64 + warp * 16 + lane / 4;
+    float o[O_REGS];
+#pragma unroll
+    for (int i = 0; i < O_REGS; ++i) o[i] = 0.0f;
+    float m_run[2] = {NEG_INF, NEG_INF};
+    float l_run[2] = {0.0f, 0.0f};
+    fs_bar_wait(q_full, 0u);
+    const u32 q_base = sq + (u32)(cw * 64 * 128);
+    for (int j = 0; j < nkv; ++j) {
+      const int st = j % C::KV_STAGES;
+      const u32 phase = (u32)(j / C::KV_STAGES) & 1u;
+      float s[S_REGS];
+      fs_bar_wait(k_full + 8 * st, phase);
+      const u32 k_base = sk + st * K_BYTES;
+      fs_wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < C::D / 16; ++kk) {
+        const u32 off = (u32)((kk % 4) * 32);
+        C::qk(s, fs_desc(q_base + (u32)((kk / 4) * (C::BM * 128)) + off, 16u, 1024u),
+              fs_desc(k_base + (u32)((kk / 4) * (C::BN * 128)) + off, 16u, 1024u), kk != 0);
+      }
+      fs_wg_commit();
+      fs_wg_wait<0>();
+#pragma unroll
+      for (int i = 0; i < S_REGS; ++i) fs_fence_reg(s[i]);
+      if (lt == 0) fs_bar_arrive(k_empty + 8 * st);
+      // scores in base 2; keys past the end (and, causal, after the query) are -inf
+      const bool edge =
+          (j + 1) * C::BN > C::SK || (C::CAUSAL && (j + 1) * C::BN > qb * C::BM + cw * 64);
+      float mx[2] = {m_run[0], m_run[1]};
+#pragma unroll
+      for (int i = 0; i < S_REGS; ++i) {
+        float v = s[i] * sl2;
+        if (edge) {
+          const int col = j * C::BN + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+          const int row = row0 + 8 * ((i / 2) % 2);
+          if (col >= C::SK || (C::CAUSAL && col > row)) v = NEG_INF;
+        }
+        s[i] = v;
+        mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], v);
+      }
+      float corr[2], shift[2], sum[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], attention_shfl_xor(mx[h], 1));
+        mx[h] = fmaxf(mx[h], attention_shfl_xor(mx[h], 2));
+        shift[h] = mx[h] == NEG_INF ? 0.0f : mx[h];  // a fully masked row stays 0
+        corr[h] = fs_ex2(m_run[h] - shift[h]);
+        m_run[h] = mx[h];
+        sum[h] = 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < S_REGS; ++i) {
+        const float p = fs_ex2(s[i] - shift[(i / 2) % 2]);
+        s[i] = p;
+        sum[(i / 2) % 2] += p;
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * corr[h] + sum[h];
+#pragma unroll
+      for (int i = 0; i < O_REGS; ++i) o[i] *= corr[(i / 2) % 2];
+      // O += P V: the S accumulator fragment, packed, is the A fragment of m64k16 slice kk
+      u32 pa[C::BN / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < C::BN / 16; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          pa[kk][e] = C::In::pack(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+      fs_bar_wait(v_full + 8 * st, phase);
+      const u32 v_base = sv + st * V_BYTES;
+      fs_wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < C::BN / 16; ++kk)
+        C::pv(o, pa[kk], fs_desc(v_base + (u32)(kk * 2048), (u32)(C::BN * 128), 1024u), 1);
+      fs_wg_commit();
+      fs_wg_wait<0>();
+#pragma unroll
+      for (int i = 0; i < O_REGS; ++i) fs_fence_reg(o[i]);
+      if (lt == 0) fs_bar_arrive(v_empty + 8 * st);
+    }
+    // O / l, l summed over the quad of lanes that share the row
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = l_run[h];
+      l += attention_shfl_xor(l, 1);
+      l += attention_shfl_xor(l, 2);
+      const float inv = l > 0.0f ? attention_rcp(l) : 0.0f;
+      // nan_to_zero: a NaN sum means a NaN or infinite score in the row, which makes every
+      // probability of the row NaN (the row maximum is NaN) and the graph sets them to 0.
+      const bool zero_row = C::NAN_TO_ZERO && !(l == l);
+      const int row = row0 + 8 * h;
+      if (row < C::SQ) {
+        const long long base_o = ((long long)bh * C::SQ + row) * C::DV;
+#pragma unroll
+        for (int q = 0; q < C::DV / 8; ++q) {
+          const int col = 8 * q + 2 * (lane % 4);
+          C::Out::st2((void*)out, base_o + col, zero_row ? 0.0f : o[4 * q + 2 * h] * inv,
+                      zero_row ? 0.0f : o[4 * q + 2 * h + 1] * inv);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace fusec
