@@ -27,8 +27,6 @@ KNOWN_LONG: dict[tuple[str, str], int] = {
     ("fusec/targets/cuda/conv/cpp.py", "_epilogue_section"): 31,
     ("fusec/targets/cuda/conv/cpp.py", "generate"): 102,
     ("fusec/targets/cuda/conv/cpp.py", "generate_direct"): 44,
-    ("fusec/targets/cuda/conv/transpose.py", "RelayoutSpec._few_pixels_source"): 24,
-    ("fusec/targets/cuda/conv/transpose.py", "_transpose_body"): 31,
 }
 
 

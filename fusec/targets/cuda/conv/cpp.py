@@ -57,9 +57,9 @@ from fusec.targets.cuda.conv.config import (
     cdiv,
     tile_count,
 )
-from fusec.targets.cuda.conv.transpose import TransposeTiling, transpose_defines, transpose_kernel
+from fusec.targets.cuda.conv.transpose import TransposeTiling, transpose_config, transpose_kernel
 from fusec.targets.cuda.gemm.cpp import CONSUMER_REGISTERS, PRODUCER_REGISTERS, Epilogue
-from fusec.targets.cuda.headers import expand
+from fusec.targets.cuda.headers import expand, include
 from fusec.targets.cuda.linked import content_key
 from fusec.targets.cuda.ptx import HELPERS, wgmma_ss
 
@@ -331,11 +331,17 @@ def _transpose_kernels(spec: ConvSpec) -> str:
     """The channels-last copies of the input (``transpose``): 16-byte loads when every
     channel row is aligned, with a 2-byte-load twin for a misaligned input."""
     tiling = spec.transposing
-    kernels = [transpose_defines(tiling)]
-    kernels.append(transpose_kernel(spec.transpose_name, tiling, tiling.vectorizable))
+    kernels = [transpose_kernel(spec.transpose_name, "Xt", tiling, tiling.vectorizable)]
     if spec.transpose_scalar_name:
-        kernels.append(transpose_kernel(spec.transpose_scalar_name, tiling, False))
+        kernels.append(transpose_kernel(spec.transpose_scalar_name, "Xt", tiling, False))
     return "\n".join(kernels)
+
+
+def _transpose_config(spec: ConvSpec) -> str:
+    """The channels-last copy's header and constants (before the geometry's macros)."""
+    if not spec.copies_input:
+        return ""
+    return include("relayout") + transpose_config("Xt", spec.transposing)
 
 
 def _producer(spec: ConvSpec) -> str:
@@ -539,7 +545,7 @@ def generate(spec: ConvSpec) -> str:
     return f"""// fusec generated implicit-GEMM conv2d: {headline}
 // {_shape_comment(geo)}
 // epilogue {spec.epilogue.name}
-{HELPERS}
+{HELPERS}{_transpose_config(spec)}
 {wgmma_ss("fs_wgmma", tile.wn, spec.dtype, 0, 1 if nchw else 0)}
 {_geometry_defines(geo)}
 #define BM {tile.bm}

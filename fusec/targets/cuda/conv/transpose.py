@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusec.targets.cuda.conv.config import ConvGeometry, cdiv
+from fusec.targets.cuda.headers import enumerators, expand, include
 from fusec.targets.cuda.linked import content_key
 
 WARPS = 4
@@ -84,86 +85,33 @@ class TransposeTiling:
         return c0, p0
 
 
-def transpose_kernel(name: str, tiling: TransposeTiling, vector: bool) -> str:
-    """The ``__global__`` kernel ``name(x, xt)``; the geometry macros (``C``, ``G``, ``CG``,
-    ``CGP``, ``H``, ``W``) are defined by the including module."""
+def transpose_config(name: str, tiling: TransposeTiling) -> str:
+    """``struct name``: the constants of ``fusec::relayout_blocks`` (relayout.cuh) for
+    ``tiling``. Emitted before any ``#define`` of the including source (the conv template
+    defines ``CG``, ``CGP``... as macros)."""
+    geo = tiling.geo
+    values = {
+        "CHANNELS": geo.c, "CG": geo.cg, "CGP": geo.cgp, "HW": tiling.pixels,
+        "CT": tiling.channels, "LC": tiling.lc, "BC": tiling.block_channels,
+        "BP": tiling.block_pixels,
+    }  # fmt: skip
+    items = enumerators([f"{k} = {v}" for k, v in values.items()])
+    return f"struct {name} {{\n  enum : int {{\n{items}\n  }};\n}};\n"
+
+
+def transpose_kernel(name: str, config: str, tiling: TransposeTiling, vector: bool) -> str:
+    """The ``__global__`` kernel ``name(x, xt)``: ``fusec::relayout_blocks`` of ``config``
+    (``transpose_config``)."""
+    if vector and not tiling.vectorizable:
+        raise ValueError("the vector path needs H*W % 8 == 0")
     kind = "16-byte" if vector else "2-byte"
     return f"""// Input NCHW -> [NB][H][W][G][CGP] ({kind} loads): one 8 channels x 8 pixels block
 // per thread, transposed in registers, written as 8 16-byte pixel rows.
 extern "C" __global__ void __launch_bounds__({THREADS})
 {name}(const u16* __restrict__ x, u16* __restrict__ xt) {{
-{_transpose_body(tiling, vector)}}}
+  fusec::relayout_blocks<{config}, {str(vector).lower()}>(x, xt);
+}}
 """
-
-
-def transpose_device(name: str, tiling: TransposeTiling, vector: bool) -> str:
-    """The same copy as ``transpose_kernel`` as an inlined device function ``name(x, xt)``
-    (the body of ``RelayoutSpec``'s kernel)."""
-    return f"""static __device__ __forceinline__ void {name}(const u16* __restrict__ x,
-                                                u16* __restrict__ xt) {{
-{_transpose_body(tiling, vector)}}}
-"""
-
-
-def _transpose_body(tiling: TransposeTiling, vector: bool) -> str:
-    if vector and not tiling.vectorizable:
-        raise ValueError("the vector path needs H*W % 8 == 0")
-    if vector:
-        load = """      const uint4 q = __ldg((const uint4*)row);
-      v[i][0] = q.x;
-      v[i][1] = q.y;
-      v[i][2] = q.z;
-      v[i][3] = q.w;"""
-    else:
-        load = """#pragma unroll
-      for (int j = 0; j < 8; j += 2) {
-        const u32 lo = p0 + j < XT_HW ? __ldg(row + j) : 0u;
-        const u32 hi = p0 + j + 1 < XT_HW ? __ldg(row + j + 1) : 0u;
-        v[i][j / 2] = lo | (hi << 16);
-      }"""
-    store_guard = "" if vector else "if (p0 + j < XT_HW) "
-    return f"""  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int c0 = blockIdx.y * XT_BC + (lane % XT_LC) * 8;
-  const int p0 = blockIdx.x * XT_BP + (warp * (32 / XT_LC) + lane / XT_LC) * 8;
-  const long long n = blockIdx.z;
-  if (c0 >= XT_CT || p0 >= XT_HW) return;
-  u32 v[8][4];  // v[i]: padded channel c0 + i at pixels p0 .. p0 + 7, two per word
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {{
-    const int g = (c0 + i) / CGP, cg = (c0 + i) - g * CGP;
-    if (cg < CG) {{
-      const u16* row = x + (n * C + g * CG + cg) * XT_HW + p0;
-{load}
-    }} else {{
-      v[i][0] = v[i][1] = v[i][2] = v[i][3] = 0u;
-    }}
-  }}
-  u16* out = xt + (n * XT_HW + p0) * XT_CT + c0;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {{
-    // pixel j is the low (even j) or high half of word j / 2 of every channel
-    const u32 sel = j % 2 ? 0x7632u : 0x5410u;
-    const u32 o0 = __byte_perm(v[0][j / 2], v[1][j / 2], sel);
-    const u32 o1 = __byte_perm(v[2][j / 2], v[3][j / 2], sel);
-    const u32 o2 = __byte_perm(v[4][j / 2], v[5][j / 2], sel);
-    const u32 o3 = __byte_perm(v[6][j / 2], v[7][j / 2], sel);
-    // inline PTX: NVVM otherwise splits some of these 16-byte stores into four
-    {store_guard}asm volatile("st.global.v4.b32 [%0], {{%1, %2, %3, %4}};"
-                 :: "l"(out + (long long)j * XT_CT), "r"(o0), "r"(o1), "r"(o2), "r"(o3)
-                 : "memory");
-  }}
-"""
-
-
-def transpose_defines(tiling: TransposeTiling) -> str:
-    values = {
-        "XT_HW": tiling.pixels,
-        "XT_CT": tiling.channels,
-        "XT_LC": tiling.lc,
-        "XT_BC": tiling.block_channels,
-        "XT_BP": tiling.block_pixels,
-    }
-    return "\n".join(f"#define {name} {value}" for name, value in values.items())
 
 
 @dataclass(frozen=True)
@@ -230,56 +178,35 @@ class RelayoutSpec:
         return 2, 0
 
     def cpp_source(self) -> str:
-        if self.few_pixels:
-            return self._few_pixels_source()
-        tiling = self.tiling
-        vector = tiling.vectorizable
-        copies = transpose_device("fs_xt_scalar", tiling, False)
-        call = "fs_xt_scalar((const u16*)x, (u16*)xt);"
-        if vector:
-            copies += transpose_device("fs_xt_vector", tiling, True)
-            call = f"if ((x & 15ull) == 0) fs_xt_vector((const u16*)x, (u16*)xt);\n  else {call}"
+        return expand(self.generate())
+
+    def generate(self) -> str:
+        """The C++ as the template writes it: the kernel layer's ``relayout.cuh``, the
+        instantiation's constants and the ``extern "C"`` wrapper."""
         a, b, p = self.outer, self.channels, self.pixels
-        return f"""// fusec generated channels-last copy: [{a}][{b}][{p}] -> [{a}][{p}][{b}], 16-bit
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
-#define C {self.channels}
-#define G 1
-#define CG {self.channels}
-#define CGP {self.channels}
-{transpose_defines(tiling)}
-{copies}
+        head = f"// fusec generated channels-last copy: [{a}][{b}][{p}] -> [{a}][{p}][{b}], 16-bit"
+        if self.few_pixels:
+            return f"""{head}
+// ({p} pixels: a thread gathers 8 channels of one pixel, one 16-byte store)
+{include("relayout")}
+struct Few {{
+  enum : long long {{ GROUPS = {self.groups}, B = {b}, P = {p} }};
+}};
+extern "C" __device__ __attribute__((always_inline))
+int {self.function_name}(int* ret, u64 smem_raw, u64 x, u64 xt) {{
+  return fusec::relayout_few_pixels<Few>(x, xt);
+}}
+"""
+        call = "fusec::relayout_blocks<Xt, false>((const u16*)x, (u16*)xt);"
+        if self.tiling.vectorizable:
+            vector = "fusec::relayout_blocks<Xt, true>((const u16*)x, (u16*)xt);"
+            call = f"if ((x & 15ull) == 0) {vector}\n  else {call}"
+        return f"""{head}
+{include("relayout")}
+{transpose_config("Xt", self.tiling)}
 extern "C" __device__ __attribute__((always_inline))
 int {self.function_name}(int* ret, u64 smem_raw, u64 x, u64 xt) {{
   {call}
-  return 0;
-}}
-"""
-
-    def _few_pixels_source(self) -> str:
-        a, b, p = self.outer, self.channels, self.pixels
-        return f"""// fusec generated channels-last copy: [{a}][{b}][{p}] -> [{a}][{p}][{b}], 16-bit
-// ({p} pixels: a thread gathers 8 channels of one pixel, one 16-byte store)
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef unsigned long long u64;
-extern "C" __device__ __attribute__((always_inline))
-int {self.function_name}(int* ret, u64 smem_raw, u64 x, u64 xt) {{
-  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= {self.groups}ll) return 0;
-  const int b0 = (int)(i % {b // 8}) * 8;
-  const long long ap = i / {b // 8};
-  const long long a = ap / {p};
-  const int p = (int)(ap % {p});
-  const u16* src = (const u16*)x + (a * {b} + b0) * {p} + p;
-  u32 o[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {{
-    o[j] = (u32)__ldg(src + (2 * j) * {p}) | ((u32)__ldg(src + (2 * j + 1) * {p}) << 16);
-  }}
-  asm volatile("st.global.v4.b32 [%0], {{%1, %2, %3, %4}};"
-               :: "l"((u16*)xt + i * 8), "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3]) : "memory");
   return 0;
 }}
 """
