@@ -26,7 +26,6 @@ KNOWN_LONG: dict[tuple[str, str], int] = {
     ("fusec/targets/cuda/conv/cpp.py", "<module>"): 48,
     ("fusec/targets/cuda/conv/cpp.py", "_epilogue_section"): 31,
     ("fusec/targets/cuda/conv/cpp.py", "generate"): 102,
-    ("fusec/targets/cuda/conv/cpp.py", "generate_direct"): 44,
 }
 
 

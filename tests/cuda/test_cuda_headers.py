@@ -91,11 +91,16 @@ def _instantiation(source: str, name: str) -> str:
 def _template_probes() -> dict[str, str]:
     """Each template header's instantiation for a small spec, as its template writes it."""
     from fusec.targets.cuda.attention import cpp as attention
+    from fusec.targets.cuda.conv.config import ConvGeometry
+    from fusec.targets.cuda.conv.cpp import DirectConvSpec, generate_direct
     from fusec.targets.cuda.conv.transpose import RelayoutSpec
     from fusec.targets.cuda.gemm import aux, cpp
 
     specs = {
         "fusec/attention.cuh": attention.generate(attention.AttentionSpec(2, 200, 200, 64, 128)),
+        "fusec/conv_direct.cuh": generate_direct(
+            DirectConvSpec(ConvGeometry(2, 8, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, groups=8), "bf16")
+        ),
         "fusec/gemm.cuh": cpp.generate(cpp.GemmSpec()),
         "fusec/layernorm_prep.cuh": aux.LayerNormPrep("bf16", "f32", "bf16", "k", 1e-5).generate(),
         # both copies: 8 x 8 blocks (16- and 2-byte loads) and few pixels

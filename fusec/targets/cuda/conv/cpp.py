@@ -59,7 +59,7 @@ from fusec.targets.cuda.conv.config import (
 )
 from fusec.targets.cuda.conv.transpose import TransposeTiling, transpose_config, transpose_kernel
 from fusec.targets.cuda.gemm.cpp import CONSUMER_REGISTERS, PRODUCER_REGISTERS, Epilogue
-from fusec.targets.cuda.headers import expand, include
+from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include
 from fusec.targets.cuda.linked import content_key
 from fusec.targets.cuda.ptx import HELPERS, wgmma_ss
 
@@ -84,7 +84,8 @@ EPILOGUE_LOADS = ("inline", "early")
 EARLY_TILE_WORDS = 32
 
 
-def _geometry_defines(geo: ConvGeometry) -> str:
+def _geometry(geo: ConvGeometry) -> dict[str, int]:
+    """The conv's sizes by the names the C++ uses (``C`` is ``CIN`` in a Config)."""
     values = {
         "NB": geo.n,
         "C": geo.c,
@@ -106,7 +107,16 @@ def _geometry_defines(geo: ConvGeometry) -> str:
         "P": geo.p,
         "Q": geo.q,
     }
-    return "\n".join(f"#define {name} {int(value)}" for name, value in values.items())
+    return {name: int(value) for name, value in values.items()}
+
+
+def _geometry_defines(geo: ConvGeometry) -> str:
+    return "\n".join(f"#define {name} {value}" for name, value in _geometry(geo).items())
+
+
+def _geometry_enumerators(geo: ConvGeometry) -> str:
+    names = {"C": "CIN"}
+    return enumerators([f"{names.get(k, k)} = {v}" for k, v in _geometry(geo).items()])
 
 
 def _epilogue_function(epilogue: Epilogue) -> str:
@@ -929,52 +939,36 @@ class DirectConvSpec:
 
 
 def generate_direct(spec: DirectConvSpec) -> str:
-    geo = spec.geo
-    extras_args = "".join(f", (const void*)e{k}" for k in range(len(spec.epilogue.extras)))
+    """The ``.cu`` source of ``spec`` as the template writes it: the kernel layer's
+    ``conv_direct.cuh``, the epilogue function and functor, the ``Config`` (geometry and
+    types) and the ``extern "C"`` wrapper."""
+    n = len(spec.epilogue.extras)
+    extras_args = "".join(f", (const void*)e{k}" for k in range(n))
     loaded_args = _inline_args(spec.epilogue, "ko", "idx")
     params = ", ".join(f"u64 {n}" for n in spec.kernel_params())
-    ld = f"fs_ld_{spec.dtype}"
+    members = "".join(f"  u64 e{k};\n" for k in range(n))
     return f"""// fusec generated direct conv2d, {spec.dtype} -> {spec.out_dtype}, f32 accumulation
-// {_shape_comment(geo)}
+// {_shape_comment(spec.geo)}
 // epilogue {spec.epilogue.name}
-{HELPERS}
-{_geometry_defines(geo)}
+{include("conv_direct")}
 {_epilogue_function(spec.epilogue)}
+struct Epilogue {{
+{members}  __device__ __forceinline__ float operator()(float acc, int n, int ko, int p, int q,
+                                             long long idx) const {{
+    return fs_epilogue(acc, n, ko, p, q{extras_args}{loaded_args});
+  }}
+}};
+struct Config {{
+  enum : int {{
+{_geometry_enumerators(spec.geo)}
+  }};
+  using In = {ELEMENT_TYPES[spec.dtype]};
+  using Out = {ELEMENT_TYPES[spec.out_dtype]};
+}};
+
 extern "C" __device__ __attribute__((always_inline))
 int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
-  const long long total = (long long)NB * KOUT * P * Q;
-  const long long step = (long long)gridDim.x * blockDim.x;
-  const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  for (long long idx = first; idx < total; idx += step) {{
-    const int q = (int)(idx % Q);
-    long long t = idx / Q;
-    const int p = (int)(t % P);
-    t /= P;
-    const int ko = (int)(t % KOUT);
-    const int n = (int)(t / KOUT);
-    const int g = ko / KG;
-    float acc = 0.0f;
-    for (int c = 0; c < CG; ++c) {{
-      const long long x_base = ((long long)n * C + g * CG + c) * H * W;
-      const long long w_base = ((long long)ko * CG + c) * R * S;
-      // a tap in the padding multiplies a zero, not nothing: 0 * Inf is NaN there, as
-      // in the reference (and in the implicit GEMM, whose padding TMA zero-fills)
-#pragma unroll
-      for (int r = 0; r < R; ++r) {{
-        const int ih = p * SH + r * DH - PT;
-        const bool row_inside = ih >= 0 && ih < H;
-#pragma unroll
-        for (int s = 0; s < S; ++s) {{
-          const int iw = q * SW + s * DW - PL;
-          const float xv = (row_inside && iw >= 0 && iw < W)
-                               ? {ld}((const void*)x, x_base + ih * W + iw) : 0.0f;
-          acc += xv * {ld}((const void*)w, w_base + r * S + s);
-        }}
-      }}
-    }}
-    fs_st_{spec.out_dtype}((void*)out, idx,
-                           fs_epilogue(acc, n, ko, p, q{extras_args}{loaded_args}));
-  }}
-  return 0;
+  const Epilogue epi{{{", ".join(f"e{k}" for k in range(n))}}};
+  return fusec::conv_direct<Config>(epi, x, w, out);
 }}
 """
