@@ -301,8 +301,19 @@ class KernelCache:
                 self._modules[key] = module
             return module
 
+    def has_module(self, source: str, *, target: str = "cpu", device: str | None = None) -> bool:
+        """Whether the module of ``source`` is imported in this process or stored in the
+        folder (then its compiled code loads from Numba's cache files beside it, unless
+        the process that wrote it died before them)."""
+        device = cpu_device() if device is None else device
+        key = cache_key(source, target, device)
+        return key in self._modules or self._module_path(key, target).exists()
+
+    def _module_path(self, key: str, target: str) -> Path:
+        return self.root / target / f"k_{key[:40]}.py"
+
     def _import(self, key: str, source: str, target: str) -> ModuleType:
-        path = self.root / target / f"k_{key[:40]}.py"
+        path = self._module_path(key, target)
         data = source.encode()
         try:
             if _read_if_exists(path) not in (None, data):

@@ -255,6 +255,7 @@ class Program:
         with self._lock:
             if self._fns is None:
                 step = progress.task(progress.COMPILING, len(self.kernels))
+                reported = self._compile_ahead(step)
                 fns: list[Callable[..., Any] | None] = []
                 for launch in self.launches:
                     if launch.is_view:
@@ -262,9 +263,16 @@ class Program:
                         continue
                     start = time.perf_counter()
                     fns.append(self.backend.load(launch.kernel))
-                    step(launch.kernel.name, time.perf_counter() - start)
+                    if launch.kernel.name not in reported:
+                        step(launch.kernel.name, time.perf_counter() - start)
                 self._fns = fns
             return self._fns
+
+    def _compile_ahead(self, step: Callable[[str, float], None]) -> set[str]:
+        """Compile kernels before ``load`` loads them one by one, reporting each to
+        ``step``; returns the names reported. A target that compiles its kernels at
+        once (the cpu target, in worker processes) does it here; by default none."""
+        return set()
 
     def __call__(
         self,

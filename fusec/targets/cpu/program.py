@@ -29,6 +29,11 @@ threads' placement) and ``affinity.run``. In steady state that allocates nothing
 the outputs and enters a fixed number of Python frames whatever the number of kernels
 (tests/runtime/test_cpu_program.py counts both).
 
+Compiling: the kernels a program launches and its program module are compiled at
+once on its first call, each distinct module once, the entries and segments for the
+types the call passes (``compile_jobs``; ``fusec.runtime.compile_pool`` runs them in
+worker processes); the program then loads them all from the kernel cache.
+
 The Python path stays: a call with a ``recorder`` (``fusec profile`` times each kernel)
 takes it, and so does every call when ``FUSEC_CPU_LAUNCHER=python`` is set as the
 program is built, or when ``compiled_reason`` says why a program cannot be compiled
@@ -43,7 +48,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
@@ -58,6 +63,9 @@ from fusec.target import Target
 from fusec.targets.cpu import affinity, blas
 from fusec.targets.cpu.entry import NAME as ENTRY_NAME
 from fusec.targets.cpu.tasks import num_threads
+
+if TYPE_CHECKING:
+    from fusec.runtime.compile_pool import Job
 
 #: ``FUSEC_CPU_LAUNCHER=python`` runs every call through the Python launch loop.
 ENV_VAR = "FUSEC_CPU_LAUNCHER"
@@ -206,6 +214,26 @@ class CpuProgram(Program):
         state = _ThreadState(arena, self.plan.constants, np.zeros(2, np.int64))
         self._local.state = state
         return state
+
+    def _compile_ahead(self, step: Callable[[str, float], None]) -> set[str]:
+        """Compile the kernel modules and the program module the kernel cache misses at
+        once, in worker processes (``fusec.runtime.compile_pool``): each module once
+        however many launches share it, with the entries and segments for the argument
+        types this program calls them with; ``load`` then loads them all from the cache."""
+        from fusec.runtime.compile_pool import compile_ahead
+
+        jobs, names = compile_jobs(self)
+        cache = self.backend.cache
+        missing = [k for k, job in enumerate(jobs) if not cache.has_module(job.source)]
+        reported: set[str] = set()
+
+        def done(index: int, seconds: float) -> None:
+            for k, name in enumerate(names[missing[index]]):
+                step(name, seconds if k == 0 else 0.0)  # the wall time, once
+                reported.add(name)
+
+        compile_ahead(cache, [jobs[k] for k in missing], done)
+        return reported
 
     def _build(self) -> list[Any]:
         """Load the kernels and the program module (its segments compile on first call)."""
@@ -425,24 +453,88 @@ def _returned(plan: BufferPlan, arrays: list[np.ndarray], outs: list[np.ndarray]
     return results
 
 
+# ------------------------------------------------------------- compiling ahead
+
+
+def compile_jobs(program: CpuProgram) -> tuple[list[Job], list[list[str]]]:
+    """What compiling ``program`` takes: a job per distinct kernel source (with its
+    entry's signatures) and one for the program module (its segments' signatures),
+    and the names of the kernels of each job (none for the program module)."""
+    from fusec.runtime.compile_pool import Job
+    from fusec.targets.cpu.entry_call import entry_signature
+
+    steps = {s.launch: s for s in program.plan.steps} if program.plan is not None else {}
+    by_source: dict[str, tuple[list[str], dict[Any, None]]] = {}
+    for index, launch in enumerate(program.launches):
+        if launch.is_view:
+            continue
+        names, signatures = by_source.setdefault(launch.kernel.source, ([], {}))
+        names.append(launch.kernel.name)
+        step = steps.get(index)
+        if step is not None and launch.kernel.compiled_entry is not None:
+            signatures[entry_signature([p.dtype for p in step.ins + step.outs])] = None
+    jobs = [
+        Job(source, "cpu", tuple((ENTRY_NAME, sig) for sig in signatures))
+        for source, (_, signatures) in by_source.items()
+    ]
+    kernel_names = [names for names, _ in by_source.values()]
+    segments = _segments_job(program)
+    if segments is not None:
+        jobs.append(segments)
+        kernel_names.append([])
+    return jobs, kernel_names
+
+
+def _segments_job(program: CpuProgram) -> Job | None:
+    """The program module's job: each segment compiled for the types of a call's
+    arguments (``_compiled_step``: the arenas, then the arguments and outputs as a call
+    passes them, C-contiguous and writable), so that the first call finds it in the
+    cache; None when the program runs no segment or an argument's type is unknown."""
+    from numba import types
+    from numba.np.numpy_support import from_dtype
+
+    from fusec.runtime.compile_pool import Job
+
+    plan = program.plan
+    if plan is None or any(spec is None for spec in program._arg_specs):
+        return None
+    runs = [run for run, _ in segment_runs(program, plan) if run]
+    if not runs:
+        return None
+    arrays = [(len(shape), dtype) for shape, dtype in program._arg_specs]  # type: ignore[misc]
+    arrays += [(len(shape), dtype) for shape, dtype in plan.outputs]
+    i64, u8 = types.Array(types.int64, 1, "C"), types.Array(types.uint8, 1, "C")
+    signature = (i64, types.Array(types.int64, 2, "C"), u8, u8, i64)
+    signature += tuple(types.Array(from_dtype(d), ndim, "C") for ndim, d in arrays)
+    source = program_source(program, plan, runs)
+    return Job(source, "cpu", tuple((f"segment{k}", signature) for k in range(len(runs))))
+
+
 # ------------------------------------------------------------- the program module
+
+
+def segment_runs(program: Program, plan: BufferPlan) -> list[tuple[list[Step], Step | None]]:
+    """The plan's steps in call order: each a run of kernels with an njit entry (one
+    compiled segment; empty before a kernel run from Python) paired with None, or an
+    empty run paired with a kernel run from Python."""
+    runs: list[tuple[list[Step], Step | None]] = []
+    for step in plan.steps:
+        if program.launches[step.launch].kernel.compiled_entry is None:
+            runs.append(([], step))
+        else:
+            if not runs or runs[-1][1] is not None:
+                runs.append(([], None))
+            runs[-1][0].append(step)
+    return runs
 
 
 def build_segments(program: Program, plan: BufferPlan, fns: list[Any]) -> list[Callable]:
     """The call's steps: one per compiled segment (its generated function, bound to its
     entries' addresses) and one per kernel run from Python (its ``launch`` on views of
     the arenas)."""
-    runs: list[list[Step]] = []
-    python: list[Step | None] = []
-    for step in plan.steps:
-        if program.launches[step.launch].kernel.compiled_entry is None:
-            runs.append([])
-            python.append(step)
-        else:
-            if not runs or python[-1] is not None:
-                runs.append([])
-                python.append(None)
-            runs[-1].append(step)
+    pairs = segment_runs(program, plan)
+    runs = [run for run, _ in pairs]
+    python = [boundary for _, boundary in pairs]
     source = program_source(program, plan, [r for r in runs if r])
     module = program.backend.cache.load_module(source, target="cpu")
     steps: list[Callable] = []
