@@ -228,7 +228,8 @@ class _Process:
         self.log = tempfile.TemporaryFile()
         try:
             return subprocess.Popen(
-                [sys.executable, "-m", WORKER, str(self.root)],
+                # -P: no current folder first on sys.path, the parent's path only
+                [sys.executable, "-P", "-m", WORKER, str(self.root)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=self.log,
@@ -283,7 +284,8 @@ class _Process:
 
 def worker_environment() -> dict[str, str]:
     """This process's environment, with its ``sys.path`` as the worker's ``PYTHONPATH``
-    (so that it imports the same fusec, however this process found it)."""
+    (so that it imports the same fusec, however this process found it: the worker runs
+    with ``-P``, so no folder of its own comes before them)."""
     paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path if isinstance(p, str)]
     return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
 

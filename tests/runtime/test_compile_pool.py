@@ -114,12 +114,17 @@ def scaled(a, k):
 
 
 def test_a_worker_compiles_a_module_that_then_loads_without_compiling(tmp_path, monkeypatch):
-    """The default lane's worker test: one process, one small module."""
+    """The default lane's worker test: one process, one small module. The worker imports
+    this process's fusec, not one in the folder it runs in."""
     from numba import types
 
     monkeypatch.setenv(compile_pool.ENV_VAR, "1")
     monkeypatch.setattr(compile_pool, "MIN_JOBS", 1)
-    cache = KernelCache(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "fusec").mkdir(parents=True)
+    (elsewhere / "fusec" / "__init__.py").write_text("raise ImportError('another fusec')\n")
+    monkeypatch.chdir(elsewhere)
+    cache = KernelCache(tmp_path / "cache")
     signature = (types.Array(types.float32, 1, "C"), types.float32)
     job = compile_pool.Job(SMALL, "cpu", (("scaled", signature),))
     assert compile_pool.compile_ahead(cache, [job], lambda k, s: None, local=False) == {0}
