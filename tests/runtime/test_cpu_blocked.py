@@ -784,9 +784,10 @@ func.func @f(%q: {q}, %k: {k}, %v: {v}) -> {y} {{
 @pytest.mark.parametrize("key_layout", ["DT", "TD"])
 def test_attention_gemms_in_register_tiles(cache, key_layout):
     """T and E whole vectors of any target's tiles (16 lanes): both GEMMs of a block run in
-    gemm_nn when the key comes as (D, T); a (T, D) key (rows along D) keeps sgemm's
-    transposed B for the scores, and p @ v still runs in tiles. S = 70 leaves ragged row
-    tiles (70 = 11 x 6 + 4 in a block of 70 rows, fewer in smaller blocks)."""
+    gemm_nn when the key comes as (D, T); a narrow (T, D) key (D = 16, rows along D) is
+    transposed into the block's kbuf for gemm_nn (sgemm packed both operands on every
+    call), and p @ v runs in tiles. S = 70 leaves ragged row tiles (70 = 11 x 6 + 4 in a
+    block of 70 rows, fewer in smaller blocks)."""
     q, key, v, y = (_t(s) for s in ((2, 70, 16), (2, 48, 16), (2, 48, 32), (2, 70, 32)))
     if key_layout == "DT":
         kt = _t((2, 16, 48))
@@ -806,8 +807,49 @@ func.func @f(%q: {q}, {head}, %v: {v}, %m: {_t(())}) -> {y} {{
         assert "gemm_nn(r1 - r0, 48, 16," in source and "sgemm(" not in source
         assert "gemm_nn scores, softmax rows in cache, gemm_nn with v" in source
     else:
-        assert "sgemm(0, 1, r1 - r0, 48, 16," in source
-        assert "sgemm scores, softmax rows in cache, gemm_nn with v" in source
+        assert "kbuf[dd * 48 + j] = in1[" in source and "sgemm(" not in source
+        assert (
+            "gemm_nn(r1 - r0, 48, 16, in0, " in source and ", kbuf, 0, 48, sbuf, 0, 48)" in source
+        )
+        assert "gemm_nn (key^T packed) scores, softmax rows in cache, gemm_nn with v" in source
+
+
+@pytest.mark.parametrize("d", [16, 40])
+def test_attention_reads_head_splits_through_strides(cache, d):
+    """q, key and v as a (B, S, H*D) input reshaped to (B, S, H, D) and transposed to
+    (B, H, S, D), as every exported transformer splits heads: the kernel reads head h of
+    batch b at b*S*H*D + h*D with rows H*D apart; no copy of the three operands (odd S
+    and T; D = 40 is not whole vectors: the key goes through sgemm with its row stride)."""
+    b, s, t, h, e = 2, 37, 32, 3, 16
+    x = lambda n, w: _t((b, n, h * w))  # noqa: E731
+    split = lambda n, w: _t((b, n, h, w))  # noqa: E731
+    heads = lambda n, w: _t((b, h, n, w))  # noqa: E731
+    y = heads(s, e)
+    text = f"""
+func.func @f(%q: {x(s, d)}, %k: {x(t, d)}, %v: {x(t, e)}, %m: {_t(())}) -> {y} {{
+  %q4 = ai.reshape %q {{shape = array<i64: {b}, {s}, {h}, {d}>}} : {x(s, d)}
+  %qh = ai.transpose %q4 {{perm = array<i64: 0, 2, 1, 3>}} : {split(s, d)}
+  %k4 = ai.reshape %k {{shape = array<i64: {b}, {t}, {h}, {d}>}} : {x(t, d)}
+  %kh = ai.transpose %k4 {{perm = array<i64: 0, 2, 1, 3>}} : {split(t, d)}
+  %v4 = ai.reshape %v {{shape = array<i64: {b}, {t}, {h}, {e}>}} : {x(t, e)}
+  %vh = ai.transpose %v4 {{perm = array<i64: 0, 2, 1, 3>}} : {split(t, e)}
+  %a = ai.attention %qh, %kh, %vh, %m {{scale = 0.3 : f32}} : {heads(s, d)} * {heads(t, d)} * {heads(t, e)} * {_t(())}
+  return %a : {y}
+}}"""  # noqa: E501
+    kernel = check(text, cache=cache, kind="attention").kernels[0]
+    source = kernel.source
+    q_off = f"bi0 * {s * h * d} + bi1 * {d} + r0 * {h * d}, {h * d}"
+    v_off = f"in2, bi0 * {t * h * e} + bi1 * {e}, {h * e}, out0,"
+    assert q_off in source and v_off in source
+    assert "ascontiguousarray" not in source and "c1_s" not in source  # no copies
+    if d == 16:
+        assert (
+            f"kbuf[dd * {t} + j] = in1[bi0 * {t * h * d} + bi1 * {d} + j * {h * d} + dd]" in source
+        )
+    else:
+        assert f"sgemm(0, 1, r1 - r0, {t}, {d}, in0, " in source
+        assert f"in1, bi0 * {t * h * d} + bi1 * {d}, {h * d}, sbuf, 0, {t})" in source
+    assert kernel.scratch.operand_bytes == 0
 
 
 # ------------------------------------------------------- the Numba GEMM fallback

@@ -38,6 +38,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from xdsl.ir import BlockArgument, Operation, SSAValue
+
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import broadcast_offset, shape_of
 from fusec.dialect import ops as ai
@@ -58,6 +60,8 @@ from fusec.targets.cpu.rows import RowBlock
 BLOCK_BYTES = 512 << 10
 #: Query rows per block, at most and at least (unless S is smaller).
 MAX_ROWS, MIN_ROWS = 256, 16
+#: Widest head (D) whose (T, D) key is transposed per block for gemm_nn (see _packs_key).
+KEY_PACK_MAX_D = 32
 
 
 def generate(fused_op, name: str) -> KernelSource:
@@ -75,6 +79,18 @@ class AttentionBlocks(BlockedCore):
     imports = (abi.import_line("gemm_nn"),)
     #: The key given as (..., D, T) (a transpose of a cache's layout) is read as it is.
     transposable = frozenset({1})
+
+    @staticmethod
+    def strided_views(core_op, views: Sequence[Operation]) -> dict[int, list[Operation]]:
+        """q, key and v given as a head split of a group input (``transpose`` of a
+        ``reshape``, (B, S, H*D) -> (B, H, S, D), rows contiguous) are read where they
+        are: matrix (b, h) starts at b*S*H*D + h*D, rows H*D apart (no copy)."""
+        chains = {}
+        for index in range(3):
+            chain = _strided_chain(core_op.operands[index], views)
+            if chain is not None:
+                chains[index] = chain
+        return chains
 
     def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
         assert isinstance(op, ai.AttentionOp)
@@ -100,6 +116,8 @@ class AttentionBlocks(BlockedCore):
         self.nrb = math.ceil(self.s / self.mb)
         self.count = batches * self.nrb
         workspace.add("sbuf", self.mb * self.t)
+        if self._packs_key(op):
+            workspace.add("kbuf", self.d * self.t)
         if not self.nan_to_zero:  # 1 / sum of each row, applied to the output rows
             workspace.add("rinv", self.mb)
         if c_local:
@@ -110,7 +128,7 @@ class AttentionBlocks(BlockedCore):
         return (
             f"attention {batch + ' x ' if batch else ''}(S {self.s}, D {self.d}, T {self.t}, "
             f"E {self.e}) in {self.count} blocks of up to {self.mb} query rows: "
-            f"{_name(self._tiled_scores())} scores, softmax rows in cache, "
+            f"{self._scores_name()} scores, softmax rows in cache, "
             f"{_name(host.fits(self.e))} with v, "
             "epilogue per block"
         )
@@ -121,6 +139,31 @@ class AttentionBlocks(BlockedCore):
     def _tiled_scores(self) -> bool:
         """Whether q @ key^T runs in gemm_nn: a (D, T) key read in place, T whole vectors."""
         return 1 in self.transposed and host.fits(self.t)
+
+    def _packs_key(self, op) -> bool:
+        """Whether a (T, D) key is transposed into ``kbuf`` per block for gemm_nn: when T
+        is whole vectors of its tiles and D is narrow (BERT's 64 x 64 x 16 scores: OpenBLAS
+        packs both operands on every call, which costs more than the product there)."""
+        return host.fits(self.t) and self.d <= KEY_PACK_MAX_D and not _swaps_last_two(op)
+
+    def _scores_name(self) -> str:
+        if self._tiled_scores():
+            return "gemm_nn"
+        return "gemm_nn (key^T packed)" if self._packs_key(self.op) else "sgemm"
+
+    def _layout(self, index: int, batch_shape: Sequence[int], rows: int, cols: int):
+        """Offset of batch ``b``'s matrix of operand ``index`` (``rows x cols``, batch dims
+        ``batch_shape``) and its row stride: contiguous, or through ``strided``."""
+        if index not in self.strided:
+            return self._matrix(batch_shape, rows * cols), cols
+        strides = _chain_strides(self.strided[index])
+        lead = len(self.batch) - len(batch_shape)
+        terms = [
+            f"bi{lead + d} * {stride}"
+            for d, (size, stride) in enumerate(zip(batch_shape, strides[:-2], strict=True))
+            if size != 1
+        ]
+        return " + ".join(terms) or "0", strides[-2]
 
     def _matrix(self, batch_shape: Sequence[int], size: int) -> str:
         """Offset of batch ``b``'s matrix (``size`` elements) in an operand of batch
@@ -153,23 +196,31 @@ class AttentionBlocks(BlockedCore):
     def compute(self) -> list[str]:
         q, key, v = (self.reads[x] for x in self.op.operands[:3])
         s, d, t, e = self.s, self.d, self.t, self.e
-        q_off = self._matrix(self.q_batch, s * d)
-        q_off = f"{q_off} + r0 * {d}" if q_off != "0" else f"r0 * {d}"
-        k_off, v_off = self._matrix(self.k_batch, t * d), self._matrix(self.v_batch, t * e)
+        q_off, ldq = self._layout(0, self.q_batch, s, d)
+        q_off = f"{q_off} + r0 * {ldq}" if q_off != "0" else f"r0 * {ldq}"
+        k_off, ldk = self._layout(1, self.k_batch, t, d)
+        v_off, ldv = self._layout(2, self.v_batch, t, e)
         c_off = "0" if self.c_local else f"(b * {s} + r0) * {e}"
         # key^T: a (D, T) matrix the group swapped, read in place by gemm_nn when its rows
         # are whole vectors; else sgemm, which also reads a (T, D) key transposed (copying
         # that key's transpose into the workspace for gemm_nn measured level: ~19 us a
         # block against ~35 saved, benchmarks/results/cpu-notes.md)
         if self._tiled_scores():
-            operands = f"{q}, {q_off}, {d}, {key}, {k_off}, {t}, sbuf, 0, {t}"
+            operands = f"{q}, {q_off}, {ldq}, {key}, {k_off}, {t}, sbuf, 0, {t}"
             scores = [f"gemm_nn(r1 - r0, {t}, {d}, {operands})"]
+        elif self._packs_key(self.op):
+            scores = [
+                f"for dd in range({d}):",
+                f"    for j in range({t}):",
+                f"        kbuf[dd * {t} + j] = {key}[{k_off} + j * {ldk} + dd]",
+                f"gemm_nn(r1 - r0, {t}, {d}, {q}, {q_off}, {ldq}, kbuf, 0, {t}, sbuf, 0, {t})",
+            ]
         else:
-            tb, ldk = (0, t) if 1 in self.transposed else (1, d)
+            tb, ldb = (0, t) if 1 in self.transposed else (1, ldk)
             scores = [
                 "prev = threads_begin(1)",
-                f"sgemm(0, {tb}, r1 - r0, {t}, {d}, {q}, {q_off}, {d}, "
-                f"{key}, {k_off}, {ldk}, sbuf, 0, {t})",
+                f"sgemm(0, {tb}, r1 - r0, {t}, {d}, {q}, {q_off}, {ldq}, "
+                f"{key}, {k_off}, {ldb}, sbuf, 0, {t})",
                 "threads_end(prev)",
             ]
         lines = [
@@ -187,7 +238,7 @@ class AttentionBlocks(BlockedCore):
             ]
         else:
             lines.append("    rinv[i] = inv")
-        operands = f"sbuf, 0, {t}, {v}, {v_off}, {e}, {self.c_array}, {c_off}, {e}"
+        operands = f"sbuf, 0, {t}, {v}, {v_off}, {ldv}, {self.c_array}, {c_off}, {e}"
         if host.fits(e):
             lines.append(f"gemm_nn(r1 - r0, {e}, {t}, {operands})")
         else:
@@ -235,6 +286,51 @@ class AttentionBlocks(BlockedCore):
             loops.append(f"    lc = (row - q0) * {self.e}")
             local[self.c_array] = "lc"
         return EpilogueRows(loops, "    ", tuple(space), RowBlock(local))
+
+
+def _swaps_last_two(op) -> bool:
+    """Whether the key is a transpose of its last two dims (read as (D, T) when the group
+    swaps it: ``transposed_views``)."""
+    owner = op.operands[1].owner
+    if not isinstance(owner, ai.TransposeOp):
+        return False
+    perm = [int(p) for p in owner.attr("perm")]
+    rank = len(perm)
+    return rank >= 2 and perm == [*range(rank - 2), rank - 1, rank - 2]
+
+
+def _strided_chain(value: SSAValue, views: Sequence[Operation]) -> list[Operation] | None:
+    """``value``'s layout chain when it reads a group input through strides with unit
+    column stride: a transpose keeping the last dim (after a reshape), each op used once."""
+    op = value.owner
+    if not isinstance(op, ai.TransposeOp) or op not in views or _use_count(value) != 1:
+        return None
+    perm = [int(p) for p in op.attr("perm")]
+    if perm[-1] != len(perm) - 1 or perm == list(range(len(perm))):
+        return None
+    chain: list[Operation] = [op]
+    source = op.operands[0]
+    owner = source.owner
+    if isinstance(owner, ai.ReshapeOp) and owner in views and _use_count(source) == 1:
+        chain.insert(0, owner)
+        source = owner.operands[0]
+    return chain if isinstance(source, BlockArgument) else None
+
+
+def _use_count(value: SSAValue) -> int:
+    return sum(1 for _ in value.uses)
+
+
+def _chain_strides(chain: Sequence[Operation]) -> list[int]:
+    """Element strides of the chain's result over its contiguous source."""
+    shape = shape_of(chain[-1].operands[0])
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    strides.reverse()
+    perm = [int(p) for p in chain[-1].attr("perm")]
+    return [strides[p] for p in perm]
 
 
 def _name(tiled: bool) -> str:

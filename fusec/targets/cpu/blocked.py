@@ -38,7 +38,7 @@ computed, how its epilogue rows are walked); ``generate_core_group`` builds the 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.ir import Operation, SSAValue
@@ -136,8 +136,17 @@ class BlockedCore:
     #: (BLAS's transpose flag), and those the group gives it that way (``transposed_views``).
     transposable: frozenset[int] = frozenset()
     transposed: frozenset[int] = frozenset()
+    #: Operands (by index) the core reads through strides from the source of their layout
+    #: chain (``strided_views``), which is then not copied.
+    strided: Mapping[int, Sequence[Operation]] = {}
     #: Import lines the generated module needs for ``launch_lines``' helpers.
     imports: tuple[str, ...] = ()
+
+    @staticmethod
+    def strided_views(core_op: Operation, views: Sequence[Operation]) -> dict[int, list[Operation]]:
+        """The layout chains (by core operand, source first) that ``compute`` reads with
+        strides from the chain's source, a group input: none by default."""
+        return {}
 
     @staticmethod
     def local_result(op: Operation) -> bool:
@@ -193,11 +202,15 @@ def generate_core_group(
     stages: list[Stage] = []
     swapped = transposed_views(core_op, views, getattr(make_core, "transposable", frozenset()))
     views = [op for op in views if op not in swapped.values()]
+    strided = getattr(make_core, "strided_views", BlockedCore.strided_views)(core_op, views)
+    views = [op for op in views if not any(op in chain for chain in strided.values())]
     scratch = EntryScratch()
     entry_views = entry_view_lines(views, buffers.reads, scratch)
     launch, view_bytes = view_lines(views, buffers)
     for op in swapped.values():  # the core reads the view's source as it is
         buffers.reads[op.results[0]] = buffers.reads[op.operands[0]]
+    for chain in strided.values():  # ... or through strides
+        buffers.reads[chain[-1].results[0]] = buffers.reads[chain[0].operands[0]]
 
     # The A operand's producers run per block when the core can take them and
     # nothing but the core (or a group result) needs their values.
@@ -228,6 +241,7 @@ def generate_core_group(
         options["constants"] = constant_inputs(fused_op)
     core = make_core(core_op, buffers.reads, workspace, a_array, c_array, c_local, **options)
     core.transposed = frozenset(swapped)
+    core.strided = strided
 
     body: list[str] = []
     helpers: set[str] = set(core.row_helpers)
