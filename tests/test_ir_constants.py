@@ -34,6 +34,17 @@ def test_constant_value_matches_xdsl_unpacking(dtype, shape):
     np.testing.assert_array_equal(got, rounded)
 
 
+@pytest.mark.parametrize("dtype", sorted(ELEMENT_TYPES))
+def test_constant_value_in_its_own_type_is_the_stored_array(dtype):
+    """What the runtime asks for (``plan_launches``): the elements in the constant's own
+    type, exactly as stored, in a new writable array."""
+    array = _random(dtype, (4, 6), np.random.default_rng(8))
+    stored = np.asarray(array, dtype=ELEMENT_TYPES[dtype].numpy)
+    got = constant_value(dense_constant(array, dtype), stored.dtype)
+    assert got.dtype == stored.dtype and got.flags.writeable
+    np.testing.assert_array_equal(got.view(np.uint8), stored.view(np.uint8))
+
+
 def test_a_splat_fills_its_shape():
     from xdsl.dialects import arith
     from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, TensorType, f32
@@ -41,3 +52,5 @@ def test_a_splat_fills_its_shape():
     ttype = TensorType(f32, [2, 3])
     op = arith.ConstantOp(DenseIntOrFPElementsAttr.from_list(ttype, [1.5]), ttype)
     np.testing.assert_array_equal(constant_value(op), np.full((2, 3), 1.5))
+    got = constant_value(op, np.dtype(np.float32))
+    assert got.dtype == np.float32 and got.shape == (2, 3) and (got == 1.5).all()

@@ -27,18 +27,21 @@ def is_constant(op: object) -> TypeGuard[arith.ConstantOp]:
     return arith is not None and isinstance(op, arith.ConstantOp)
 
 
-def constant_value(op: arith.ConstantOp) -> np.ndarray:
-    """The value of a dense tensor ``arith.constant`` as a numpy array."""
+def constant_value(op: arith.ConstantOp, dtype: np.dtype | None = None) -> np.ndarray:
+    """The value of a dense tensor ``arith.constant`` as a new numpy array of ``dtype``
+    (default float64; the runtime asks for its own type, and a model's weights are then
+    converted once, not through float64)."""
     import numpy as np
 
     value = op.value
     if not isinstance(value, DenseIntOrFPElementsAttr) or not isinstance(value.type, TensorType):
         raise FusecError(f"arith.constant: only dense tensor constants are supported, got {value}")
     shape = tuple(value.type.get_shape())
-    check_bytes(tensor_bytes([shape], 8), f"the constant {value.type}")
-    data = _stored_values(value).astype(np.float64)
+    dtype = np.dtype(np.float64 if dtype is None else dtype)
+    check_bytes(tensor_bytes([shape], max(dtype.itemsize, 8)), f"the constant {value.type}")
+    data = _stored_values(value).astype(dtype)  # a copy: xDSL's bytes stay immutable
     if data.size == 1:  # a splat, 0-d scalars included
-        return np.full(shape, data[0])
+        return np.full(shape, data[0], dtype=dtype)
     return data.reshape(shape)
 
 

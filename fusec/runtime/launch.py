@@ -119,7 +119,7 @@ def plan_launches(module: ModuleOp, entry: str | None, target: Target) -> Launch
     for op in ops:
         if is_constant(op):
             dtype = numpy_dtype(spec_of(op.result.type).dtype)
-            plan.constants[op.result] = constant_value(op).astype(dtype)
+            plan.constants[op.result] = constant_value(op, dtype)
         elif isinstance(op, ai.FusedOp):
             # Generated under one fixed name, so that identical groups (the layers of
             # a model) are one source: compiled and cached once.
