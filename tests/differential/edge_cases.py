@@ -545,6 +545,8 @@ CONVS = {
     "images-im2col": ((64, 4, 2, 2), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "side (im2col)"),
     "winograd": ((1, 4, 7, 6), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "Winograd F(2x2"),
     "winograd-groups": ((1, 4, 5, 8), (6, 2, 3, 3), (1, 1), (0, 1), (1, 1), 2, "Winograd F(2x2"),
+    # F(4x4, 3x3): constant weights only (``CONSTANT_ONLY``); 9x10 outputs, partial tiles
+    "winograd4": ((1, 4, 9, 10), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "Winograd F(4x4"),
     "taps": ((1, 4, 6, 7), (4, 4, 5, 5), (1, 1), (2, 2), (1, 1), 1, "(one per tap)"),
     "taps-dilated": ((1, 4, 7, 6), (4, 4, 3, 3), (1, 1), (2, 2), (2, 2), 1, "(one per tap)"),
     "im2col-strided": ((1, 4, 7, 7), (4, 4, 3, 3), (2, 2), (1, 1), (1, 1), 1, "im2col, sgemm"),
@@ -552,13 +554,25 @@ CONVS = {
 }
 
 
-def conv_case(method: str, dtype: str, special_in: str, constant_weight: bool = False) -> Case:
+#: Methods the cpu target takes only for a constant weight.
+CONSTANT_ONLY = frozenset({"winograd4"})
+
+
+def conv_case(
+    method: str,
+    dtype: str,
+    special_in: str,
+    constant_weight: bool = False,
+    weight_scale: float = 1.0,
+) -> Case:
     """A conv that the cpu target computes by ``method`` (``CONVS``) with the specials
     in its input (``special_in`` "x") or its weights ("w"), the weights an argument or
-    an ``arith.constant``."""
+    an ``arith.constant``, scaled by ``weight_scale``."""
     xs, ws, strides, padding, dilations, groups, _ = CONVS[method]
     x = _with_specials(xs, dtype, 1, special_in == "x")
     w = _with_specials(ws, dtype, 3, special_in == "w")
+    if weight_scale != 1.0:
+        w = (w * weight_scale).astype(w.dtype)
     n, _, h, wd = xs
     oh = (h + 2 * padding[0] - dilations[0] * (ws[2] - 1) - 1) // strides[0] + 1
     ow = (wd + 2 * padding[1] - dilations[1] * (ws[3] - 1) - 1) // strides[1] + 1
@@ -575,15 +589,14 @@ def conv_case(method: str, dtype: str, special_in: str, constant_weight: bool = 
     return _fn([("x", tx), ("w", tw)], [conv], [("y", ty)]), [x, w], _non_finite_facts()
 
 
-def conv_huge_case(method: str) -> Case:
+def conv_huge_case(method: str, constant_weight: bool = False) -> Case:
     """A conv (``CONVS``) of finite inputs near float32's limit: +3e38 at the first
     pixel, -3e38 at the last (no window holds both), weights in +-[0.125, 0.75], so the
     reference (float64, rounded) is finite everywhere.
     Winograd's transforms scale the filters by up to 9/8 and add inputs: their products
     overflow to Inf, and the tiles with one must be recomputed to the finite answer."""
-    text, (x, w), _ = conv_case(method, "f32", "")
-    x.reshape(-1)[[0, -1]] = (3e38, -3e38)
-    w = (w * 0.5).astype(np.float32)
+    text, inputs, _ = conv_case(method, "f32", "", constant_weight, weight_scale=0.5)
+    inputs[0].reshape(-1)[[0, -1]] = (3e38, -3e38)
 
     def check(outputs: list[np.ndarray]) -> None:
         (y,) = outputs
@@ -591,7 +604,7 @@ def conv_huge_case(method: str) -> Case:
         assert np.isfinite(yd).all(), "finite inputs whose products do not overflow"
         assert np.abs(yd).max() > 1e37, "the huge inputs reach the result"
 
-    return text, [x, w], check
+    return text, inputs, check
 
 
 def conv_bias_relu_case(dtype: str) -> Case:
@@ -622,12 +635,14 @@ def conv_bias_relu_case(dtype: str) -> Case:
 def conv_cases() -> dict[str, Case]:
     out: dict[str, Case] = {}
     for method, (*_, words) in CONVS.items():
+        if method in CONSTANT_ONLY:
+            continue
         for special_in in ("x", "w"):
             name = f"conv-{method}-{special_in}-f32"
             out[name] = conv_case(method, "f32", special_in)
             PATHS[name] = words
     for special_in in ("x", "w"):  # weights laid out once by the Program
-        for method in ("winograd", "taps"):
+        for method in ("winograd", "winograd4", "taps"):
             name = f"conv-{method}-constant-{special_in}-f32"
             out[name] = conv_case(method, "f32", special_in, constant_weight=True)
             PATHS[name] = CONVS[method][-1]
@@ -639,6 +654,8 @@ def conv_cases() -> dict[str, Case]:
     for method in ("winograd", "taps"):
         out[f"conv-{method}-huge-f32"] = conv_huge_case(method)
         PATHS[f"conv-{method}-huge-f32"] = CONVS[method][-1]
+    out["conv-winograd4-constant-huge-f32"] = conv_huge_case("winograd4", constant_weight=True)
+    PATHS["conv-winograd4-constant-huge-f32"] = CONVS["winograd4"][-1]
     for dtype in ("f32", "f16"):
         out[f"conv-bias-relu-inf-{dtype}"] = conv_bias_relu_case(dtype)
         PATHS[f"conv-bias-relu-inf-{dtype}"] = CONVS["winograd"][-1]

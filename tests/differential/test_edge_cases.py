@@ -86,6 +86,7 @@ DEFAULT_PATHS = {
     "conv-winograd-w-f32",
     "conv-winograd-huge-f32",
     "conv-winograd-constant-w-f32",
+    "conv-winograd4-constant-x-f32",
 }
 
 

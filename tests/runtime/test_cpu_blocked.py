@@ -400,6 +400,49 @@ func.func @f(%x: {x}, %w: {wt}, %b: {b}) -> {y} {{
 }}"""
 
 
+def _constant_weight_conv_text(case, seed: int = 0) -> str:
+    """``_conv_text``'s conv + bias + relu with the weight an ``arith.constant`` (random)."""
+    strides, padding, dil, groups, (n, c, h, w), (k, kh, kw) = case
+    weight = np.random.default_rng(seed).standard_normal((k, c // groups, kh, kw))
+    weight = (weight / np.sqrt(c // groups * kh * kw)).astype(np.float32)
+    text = _conv_text(case, "f32")
+    wt = _t(weight.shape)
+    text = text.replace(f", %w: {wt}", "")
+    constant = f"  %w = arith.constant dense<{_dense(weight)}> : {wt}\n  %c = ai.conv2d"
+    return text.replace("  %c = ai.conv2d", constant)
+
+
+WINOGRAD4_CONVS = [
+    # strides, padding, dilations, groups, (N, C, H, W), (K, kh, kw): F(4x4, 3x3) on odd
+    # sizes (a last tile of 1 or 3 columns, ragged tile rows), a deep channel sum,
+    # uneven padding, groups, two images, the smallest plane it takes (8x8)
+    ((1, 1), (1, 1), (1, 1), 1, (1, 64, 23, 17), (48, 3, 3)),
+    ((1, 1), (0, 1, 1, 2), (1, 1), 2, (2, 16, 13, 30), (8, 3, 3)),
+    ((1, 1), (0, 0), (1, 1), 1, (1, 8, 10, 10), (8, 3, 3)),
+]
+
+
+@pytest.mark.parametrize("case", sampled(WINOGRAD4_CONVS, 3))  # the first by default
+def test_conv_winograd4_against_float64_reference(cache, case):
+    """F(4x4, 3x3) with constant weights: the Program transforms them once
+    ("winograd:<groups>:4"); elementwise at f32 tolerance and relative L2 < 1e-4 against
+    the float64 reference, on fresh random inputs with poisoned outputs."""
+    text = _constant_weight_conv_text(case)
+    module = parse(text)
+    run_pipeline(module)
+    program = Program(module, target="cpu", cache=cache)
+    (kernel,) = program.kernels
+    assert "Winograd F(4x4, 3x3): input transform, 36 GEMMs" in kernel.source
+    assert [layout for _, layout in kernel.prepared_inputs] == [f"winograd:{case[3]}:4"]
+    for seed in (21, 22):
+        inputs = random_inputs(entry_function(module), seed)
+        (out,) = program(inputs, alloc=poison)
+        (ref,) = run_reference(parse(text), inputs, precision="float64")
+        assert_close(out, ref, what=f"winograd4 {case}")
+        rel = np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref)
+        assert rel < 1e-4, rel
+
+
 def _constant_weight_conv(n: int, c: int, hw: int, k: int, groups: int) -> str:
     """relu(conv3x3(x, W, pad 1) + bias) with W an ``arith.constant``."""
     w = np.random.default_rng(c * k + groups).standard_normal((k, c // groups, 3, 3))
@@ -581,6 +624,35 @@ def _conv_op(case):
 def test_conv_method_rule(method, case):
     """The rule ``conv_method`` states, one convolution per clause."""
     assert cpu_conv.conv_method(_conv_op(case)) == method
+
+
+@pytest.mark.parametrize(
+    "method, case",
+    [
+        # the shape classes of real models, weights constant (as a model's are)
+        ("winograd4", ((1, 1), (1, 1), (1, 1), 1, (1, 64, 56, 56), (64, 3, 3))),  # ResNet 3x3
+        ("winograd4", ((1, 1), (1, 1), (1, 1), 2, (8, 64, 8, 8), (64, 3, 3))),  # grouped 3x3
+        ("winograd", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 7, 7), (128, 3, 3))),  # 7x7 plane
+        ("winograd", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 4, 4), (128, 3, 3))),  # 4x4 plane
+        ("im2col", ((1, 1), (1, 1), (1, 1), 1, (4, 128, 2, 2), (128, 3, 3))),  # batch of 2x2
+        ("direct", ((1, 1), (0, 0), (1, 1), 1, (1, 64, 14, 14), (256, 1, 1))),  # 1x1
+        ("im2col", ((2, 2), (0, 0), (1, 1), 1, (1, 64, 14, 14), (128, 1, 1))),  # 1x1 / 2
+        ("im2col", ((2, 2), (1, 1), (1, 1), 1, (1, 64, 14, 14), (128, 3, 3))),  # 3x3 / 2
+        ("im2col", ((2, 2), (3, 3), (1, 1), 1, (1, 3, 64, 64), (64, 7, 7))),  # the stem, C=3
+        ("depthwise", ((1, 1), (1, 1), (1, 1), 32, (1, 32, 16, 16), (32, 3, 3))),  # MobileNet
+        ("depthwise", ((2, 2), (1, 1), (1, 1), 32, (1, 32, 16, 16), (32, 3, 3))),  # ... / 2
+        ("depthwise", ((1, 1), (3, 3), (1, 1), 96, (1, 96, 14, 14), (96, 7, 7))),  # ConvNeXt
+        ("taps", ((1, 1), (2, 2), (1, 1), 1, (1, 16, 14, 14), (16, 5, 5))),  # 5x5
+    ],
+)
+def test_conv_method_rule_with_constant_weights(method, case):
+    """The rule for each class of shape #30 names, with a constant weight; F(4x4, 3x3)
+    needs the constant (its filters are transformed once, by the Program): the same
+    convolution with the weight an argument takes F(2x2, 3x3)."""
+    op = _conv_op(case)
+    assert cpu_conv.conv_method(op, constant_weight=True) == method
+    if method == "winograd4":
+        assert cpu_conv.conv_method(op) == "winograd"
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

@@ -17,8 +17,9 @@ renamed without breaking cached kernels or their text:
   launch, when the BLAS has no per-thread setter (``blas.single_threaded``);
 * ``gemm_nn``, ``gemm_packed``: the register-tiled GEMMs
   (``fusec.targets.cpu.microkernel``);
-* ``winograd_filters``, ``redo_nonfinite_tiles``: the Winograd conv's filter
-  transform and its exact redo of non-finite tiles (``fusec.targets.cpu.winograd``);
+* ``winograd_filters``, ``redo_nonfinite_tiles``, ``redo_nonfinite_tiles_m``: the
+  Winograd conv's filter transform and its exact redo of non-finite tiles (2x2, m x m)
+  (``fusec.targets.cpu.winograd``);
 * ``reduce_rows``: short-row reductions (``fusec.targets.cpu.reduce_helpers``);
 * ``numpy_ops``: the numpy forms of the layout and data ops a copy kernel runs
   (``fusec.dialect.numpy_ops``, a module);
@@ -55,6 +56,7 @@ _PROVIDERS: dict[str, tuple[str, str | None]] = {
     "gemm_packed": ("fusec.targets.cpu.microkernel", "gemm_packed"),
     "winograd_filters": ("fusec.targets.cpu.winograd", "winograd_filters"),
     "redo_nonfinite_tiles": ("fusec.targets.cpu.winograd", "redo_nonfinite_tiles"),
+    "redo_nonfinite_tiles_m": ("fusec.targets.cpu.winograd", "redo_nonfinite_tiles_m"),
     "reduce_rows": ("fusec.targets.cpu.reduce_helpers", "reduce_rows"),
     "numpy_ops": ("fusec.dialect.numpy_ops", None),
     "call_entry": ("fusec.targets.cpu.entry_call", "call_entry"),

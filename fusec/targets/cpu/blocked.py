@@ -141,6 +141,10 @@ class BlockedCore:
     strided: Mapping[int, Sequence[Operation]] = {}
     #: Import lines the generated module needs for ``launch_lines``' helpers.
     imports: tuple[str, ...] = ()
+    #: Sources of functions ``compute`` calls, defined in the module under the helper
+    #: decorator (plain njit functions: kept out of the parallel kernel, whose parfor
+    #: passes cost compile time on long straight-line code).
+    definitions: tuple[str, ...] = ()
 
     @staticmethod
     def strided_views(core_op: Operation, views: Sequence[Operation]) -> dict[int, list[Operation]]:
@@ -333,6 +337,7 @@ def generate_core_group(
             *core.imports,
         ],
         entry_body=entry_body,
+        definitions=core.definitions,
     )
     inputs, outs = io_specs(fused_op)
     scratch_plan = ScratchPlan(

@@ -213,9 +213,11 @@ def assemble(
     notes: Sequence[str] = (),
     imports: Sequence[str] = (),
     entry_body: Sequence[str] | None = None,
+    definitions: Sequence[str] = (),
 ) -> str:
-    """The complete module: header, prelude (and ``imports``), helpers, stages, ``launch``
-    and, given ``entry_body``, the njit ``entry`` a compiled program calls
+    """The complete module: header, prelude (and ``imports``), helpers (and a template's
+    own ``definitions``: function sources its stages call), stages, ``launch`` and, given
+    ``entry_body``, the njit ``entry`` a compiled program calls
     (``fusec.targets.cpu.entry``)."""
     n_in, n_out = len(fused_op.inputs), len(fused_op.results)
     params = [f"in{i}" for i in range(n_in)] + [f"out{i}" for i in range(n_out)]
@@ -229,6 +231,7 @@ def assemble(
         parts.append(helpers)
     for name in sorted(set().union(*(stage.helpers for stage in stages))):
         parts.append(f"\n{HELPER_DECORATOR}\n{ROW_HELPERS[name]}\n")
+    parts += [f"\n{HELPER_DECORATOR}\n{source}\n" for source in definitions]
     dtypes = array_dtypes(fused_op)
     for stage in stages:
         stage.dtypes = {**dtypes, **stage.dtypes}

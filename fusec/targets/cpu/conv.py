@@ -1,9 +1,10 @@
 """cpu template for "conv" groups: per block of output rows, one or more GEMMs + epilogue.
 
-``conv_method`` states which of five ways a convolution takes (depthwise, direct,
-Winograd F(2x2, 3x3), one sgemm per tap, im2col); the im2col way is described here,
-the others in ``ConvBlocks``. A batch of small planes (late CNN layers) takes blocks
-of several images instead of output rows of one (``images_per_block``).
+``conv_method`` states which of six ways a convolution takes (depthwise, direct,
+Winograd F(4x4, 3x3) or F(2x2, 3x3), one sgemm per tap, im2col); the im2col way is
+described here, the others in ``ConvBlocks``. A batch of small planes (late CNN
+layers) takes blocks of several images instead of output rows of one
+(``images_per_block``).
 
 ``ai.conv2d`` (NCHW input, KCRS weight, any strides, padding, dilations and
 groups) runs in the blocked kernel (``fusec.targets.cpu.blocked``). A block is ``bh`` output
@@ -35,14 +36,15 @@ on the rest thus: after the output transform of an output channel of a block, be
 the epilogue (a relu would hide a NaN), the kernel sums the channel's raw outputs in
 float64 (``row_sum``: vectorised, reassociated; a float64 sum of float32 values is
 finite exactly when they all are) and, when the sum is not finite,
-``winograd.redo_nonfinite_tiles`` recomputes the 2x2 tiles that hold a NaN or an Inf
+``winograd.redo_nonfinite_tiles`` recomputes the m x m tiles that hold a NaN or an Inf
 directly, from the block's padded input and the filters as they are, in float64 (N8
 C64 56x56 K64: the scan is ~0.1-0.2 ms of CPU in ~27). A non-finite value in a tile's inputs,
 filters, transforms or products always reaches one of its outputs (every element of
-a transform reaches an output with a coefficient +-1, and Inf or NaN plus or times
-anything is never finite, 0 * Inf included), so no such tile is missed, and tiles of
-finite data pay the scan only. Checking inputs and filters per block instead would
-miss the transforms' own overflow and cost a pass over the input.
+a transform reaches an output with a nonzero coefficient, in F(2x2, 3x3) and in
+F(4x4, 3x3), and Inf or NaN plus or times anything is never finite, 0 * Inf
+included), so no such tile is missed, and tiles of finite data pay the scan only.
+Checking inputs and filters per block instead would miss the transforms' own overflow
+and cost a pass over the input.
 """
 
 from __future__ import annotations
@@ -111,6 +113,81 @@ WINOGRAD_SGEMM_MIN = 1024
 #: each 3x3 filter g, the 2x2 output tile A^T (U * V) A; the products summed over input
 #: channels are 16 GEMMs. Rows of B^T and A^T as the generated code spells them out.
 WINOGRAD_G = ((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0))
+#: F(4x4, 3x3), the same with 6x6 input tiles and 4x4 output tiles (points 0, +-1, +-2
+#: and infinity; G in ``winograd.WINOGRAD4_G``): 36 GEMMs for 16 outputs, 4x fewer
+#: multiplications than a direct 3x3 (F(2x2, 3x3): 2.25x), and per output fewer
+#: transform loads and stores (36 / 16 a tile against 16 / 4). Its rounding error is
+#: larger (the transforms scale by up to 8, the filters by 1/24), within 1e-4 (tested).
+#: Tiles of F(4x4, 3x3) per block, at most. Conv N8 C64 56x56 K64 + bias + relu, one
+#: thread, least thread CPU time of 21 calls (load average 4-5 on 2 cores): 28 tiles a
+#: block (2 tile rows of 14) 9.35 ms, 56: 8.21, 84: 9.17, 112: 8.69; F(2x2, 3x3) 10.38.
+WINOGRAD4_TILES = 64
+#: F(4x4, 3x3) takes convolutions whose output planes are at least this high and wide
+#: (a smaller plane wastes much of its 4x4 tiles) and whose weights are constants (the
+#: Program transforms them once, in float64: no compiled per-launch transform).
+WINOGRAD4_MIN_PLANE = 8
+
+
+def _bt(m: int, d: Sequence[str], t: str) -> tuple[list[str], list[str]]:
+    """B^T of F(m x m, 3x3) applied to the ``m + 2`` values ``d``: statements binding
+    temporaries named ``t...`` and the ``m + 2`` result expressions."""
+    if m == 2:
+        return [], [f"{d[0]} - {d[2]}", f"{d[1]} + {d[2]}", f"{d[2]} - {d[1]}", f"{d[1]} - {d[3]}"]
+    lines = [
+        f"{t}p = {d[4]} - f32(4.0) * {d[2]}",
+        f"{t}q = {d[3]} - f32(4.0) * {d[1]}",
+        f"{t}u = {d[4]} - {d[2]}",
+        f"{t}v = f32(2.0) * ({d[3]} - {d[1]})",
+    ]
+    return lines, [
+        f"f32(4.0) * {d[0]} - f32(5.0) * {d[2]} + {d[4]}",
+        f"{t}p + {t}q",
+        f"{t}p - {t}q",
+        f"{t}u + {t}v",
+        f"{t}u - {t}v",
+        f"f32(4.0) * {d[1]} - f32(5.0) * {d[3]} + {d[5]}",
+    ]
+
+
+def _at(m: int, v: Sequence[str], t: str) -> tuple[list[str], list[str]]:
+    """A^T of F(m x m, 3x3) applied to the ``m + 2`` values ``v``: temporaries ``t...``
+    and the ``m`` result expressions."""
+    if m == 2:
+        return [], [f"{v[0]} + {v[1]} + {v[2]}", f"{v[1]} - {v[2]} - {v[3]}"]
+    lines = [
+        f"{t}a = {v[1]} + {v[2]}",
+        f"{t}b = {v[1]} - {v[2]}",
+        f"{t}c = {v[3]} + {v[4]}",
+        f"{t}d = {v[3]} - {v[4]}",
+    ]
+    return lines, [
+        f"{v[0]} + {t}a + {t}c",
+        f"{t}b + f32(2.0) * {t}d",
+        f"{t}a + f32(4.0) * {t}c",
+        f"{t}b + f32(8.0) * {t}d + {v[5]}",
+    ]
+
+
+def _transform_2d(
+    one_d, m: int, x: Sequence[Sequence[str]], out: Sequence[Sequence[str]]
+) -> list[str]:
+    """Statements computing ``T x T^T`` of the square tile ``x`` (names, ``x[row][col]``)
+    for the 1-D transform ``one_d`` (``_bt`` or ``_at``), assigned to ``out[a][b]``:
+    first down the columns (``T`` times each column), then along the rows."""
+    lines: list[str] = []
+    cols = len(x[0])
+    mid: list[list[str]] = []
+    for j in range(cols):
+        temps, exprs = one_d(m, [row[j] for row in x], f"c{j}")
+        lines += temps
+        names = [f"h{a}_{j}" for a in range(len(exprs))]
+        lines += [f"{name} = {e}" for name, e in zip(names, exprs, strict=True)]
+        mid.append(names)
+    for a in range(len(mid[0])):
+        temps, exprs = one_d(m, [mid[j][a] for j in range(cols)], f"r{a}")
+        lines += temps
+        lines += [f"{out[a][b]} = {e}" for b, e in enumerate(exprs)]
+    return lines
 
 
 def winograd_stride(rows: int, pitch: int) -> int:
@@ -124,8 +201,9 @@ def winograd_stride(rows: int, pitch: int) -> int:
     return 16 * (lines | 1)
 
 
-def conv_method(op) -> str:
-    """How the cpu target computes an ``ai.conv2d``, by this rule (first match wins):
+def conv_method(op, constant_weight: bool = False) -> str:
+    """How the cpu target computes an ``ai.conv2d``, by this rule (first match wins;
+    ``constant_weight``: its weight is a constant of the program):
 
     * ``"depthwise"``: one input and one output channel a group (MobileNet's 3x3 convs,
       any kernel, stride, padding and dilation): a direct loop per output row, each tap
@@ -136,6 +214,10 @@ def conv_method(op) -> str:
       it is (it already is the ``C x pixels`` matrix);
     * ``"im2col"``: a batch of small output planes (``SMALL_PLANE`` pixels, one group):
       im2col over blocks of several images, one GEMM a block (``images_per_block``);
+    * ``"winograd4"``: a 3x3 kernel, stride 1, dilation 1, a constant weight, output
+      planes at least ``WINOGRAD4_MIN_PLANE`` high and wide: F(4x4, 3x3), 4x fewer
+      multiplications than a direct 3x3 (conv N8 C64 56x56 K64, one thread: see
+      ``WINOGRAD4_TILES``);
     * ``"winograd"``: a 3x3 kernel, stride 1, dilation 1 (any padding, groups, sizes):
       F(2x2, 3x3), 2.25x fewer multiplications than a direct 3x3 for 16/9 the
       transformed copies, the fastest at every 3x3 shape measured (conv N8 C64
@@ -156,7 +238,8 @@ def conv_method(op) -> str:
     if n > 1 and oh * ow <= SMALL_PLANE and op.attr("groups") == 1:
         return "im2col"
     if (r, s) == (3, 3) and stride_1 and tuple(op.attr("dilations")) == (1, 1):
-        return "winograd"
+        large = min(oh, ow) >= WINOGRAD4_MIN_PLANE
+        return "winograd4" if constant_weight and large else "winograd"
     if stride_1 and r * s > 1:
         return "taps"
     return "im2col"
@@ -186,6 +269,7 @@ class ConvBlocks(BlockedCore):
         # the block's rows are Wp (or 2 * tiles) wide, the output's OW; a block of
         # several images holds K rows of all their pixels
         return conv_method(op) in ("taps", "winograd") or images_per_block(op) > 1
+        # (a "winograd4" conv is a "winograd" one without its constant weight)
 
     def __init__(
         self,
@@ -197,35 +281,40 @@ class ConvBlocks(BlockedCore):
         c_local,
         constants: Mapping[str, int] | None = None,
     ) -> None:
-        self._read_op(op, reads, c_array, c_local)
+        constant = reads.get(op.operands[1]) in (constants or {})
+        self._read_op(op, reads, c_array, c_local, constant)
         # constant weights (a model's) transformed once by the Program, not at each launch
         weights = (constants or {}).get(reads[op.operands[1]]) if self.winograd else None
-        self.prepared = () if weights is None else ((weights, f"winograd:{self.groups}"),)
+        layout = f"winograd:{self.groups}" + (":4" if self.m == 4 else "")
+        self.prepared = () if weights is None else ((weights, layout),)
         if self.winograd and not self.prepared:
             self.imports = (abi.import_line("winograd_filters"),)
         if self.winograd:  # the scan of a block's outputs for NaN and Inf, and the redo
             self.row_helpers = frozenset({"row_sum"})
-            self.imports += (abi.import_line("redo_nonfinite_tiles"),)
+            redo = "redo_nonfinite_tiles" if self.m == 2 else "redo_nonfinite_tiles_m"
+            self.imports += (abi.import_line(redo),)
         self.wp = self.ow + (self.s - 1) * self.dw  # padded row width (taps)
-        self.tw = (self.ow + 1) // 2  # Winograd tiles along a row
+        m = self.m
+        self.tw = -(-self.ow // m)  # Winograd tiles along a row
         per_row = self.ow * (self.kg * c_local + (0 if self.direct else self.crs))
         bh = max(1, min(self.oh, COLS_BYTES // (4 * max(1, per_row))))
         if self.taps:
             bh = max(1, min(self.oh, TAP_PIXELS // self.wp))
-        if self.winograd:
-            fit = WINOGRAD_BYTES // (64 * (self.cg + self.kg))  # tiles within the bytes
-            bh = 2 * max(1, min((self.oh + 1) // 2, min(WINOGRAD_TILES, fit) // self.tw))
+        if self.winograd:  # tiles within the bytes of wv and wm
+            fit = WINOGRAD_BYTES // (4 * (m + 2) ** 2 * (self.cg + self.kg))
+            most = min(WINOGRAD_TILES if m == 2 else WINOGRAD4_TILES, fit)
+            bh = m * max(1, min(-(-self.oh // m), most // self.tw))
         images = self.n * self.groups
         if images < MIN_BLOCKS:  # split further so that every thread has blocks
             bh = min(bh, max(1, math.ceil(self.oh * images / MIN_BLOCKS)))
-            bh += bh % 2 if self.winograd else 0  # whole tile rows
+            bh += -bh % m if self.winograd else 0  # whole tile rows
         self.bh = bh
         self.nrb = math.ceil(self.oh / bh)
         self.count = images * self.nrb
         self.pixels = bh * self.ow
         if self.winograd:
-            # output row pitch in the block: 2 * tiles; a block: bh // 2 tile rows
-            self.wp, self.tiles = 2 * self.tw, bh // 2 * self.tw
+            # output row pitch in the block: m * tiles; a block: bh // m tile rows
+            self.wp, self.tiles = m * self.tw, bh // m * self.tw
             # wv's and wm's rows: the tiles, padded to whole vectors of gemm_nn when that
             # pads little; a block of few tiles (late layers: 2x2 outputs are one tile)
             # keeps sgemm on its exact width (gemm_nn on 1 tile padded to 16 computed 16)
@@ -236,12 +325,12 @@ class ConvBlocks(BlockedCore):
             if self.nn:
                 self.imports += (abi.import_line("gemm_nn"),)
             self.rows = bh + 2  # padded input rows of a block
-            self.xw = 2 * self.tw + 2  # padded input row width (the last tile's 4 columns)
+            self.xw = m * self.tw + 2  # padded input row width (the last tile's m + 2)
             workspace.add("xpad", self.cg * self.rows * self.xw)
-            workspace.add("wv", 16 * winograd_stride(self.cg, self.pitch))
-            workspace.add("wm", 16 * winograd_stride(self.kg, self.pitch))
+            workspace.add("wv", (m + 2) ** 2 * winograd_stride(self.cg, self.pitch))
+            workspace.add("wm", (m + 2) ** 2 * winograd_stride(self.kg, self.pitch))
             workspace.add(c_array, self.kg * bh * self.wp)
-            self.operand_bytes = 4 * 16 * self.k * self.cg
+            self.operand_bytes = 4 * (m + 2) ** 2 * self.k * self.cg
             return
         if self.taps:
             self.rows = bh + (self.r - 1) * self.dh  # padded input rows of a block
@@ -260,8 +349,8 @@ class ConvBlocks(BlockedCore):
         if c_local:
             workspace.add(c_array, self.kg * self.pixels)
 
-    def _read_op(self, op, reads, c_array: str, c_local: bool) -> None:
-        """The convolution's shapes, attributes and method."""
+    def _read_op(self, op, reads, c_array: str, c_local: bool, constant: bool = False) -> None:
+        """The convolution's shapes, attributes and method (``constant``: its weight is)."""
         self.op, self.reads, self.c_array, self.c_local = op, reads, c_array, c_local
         self.n, self.c, self.h, self.w = shape_of(op.operands[0])
         self.k, cg, self.r, self.s = shape_of(op.operands[1])
@@ -271,10 +360,11 @@ class ConvBlocks(BlockedCore):
         self.pt, self.pl, _, _ = conv2d_padding(op.attr("padding"))
         self.groups = op.attr("groups")
         self.kg, self.cg, self.crs = self.k // self.groups, cg, cg * self.r * self.s
-        self.method = conv_method(op)
+        self.method = conv_method(op, constant)
         self.nb = images_per_block(op)
         self.direct = self.method == "direct"
-        self.winograd = self.method == "winograd"
+        self.winograd = self.method in ("winograd", "winograd4")
+        self.m = 4 if self.method == "winograd4" else 2  # Winograd output tile
         self.taps = self.method == "taps"
 
     def launch_lines(self) -> list[str]:
@@ -284,7 +374,7 @@ class ConvBlocks(BlockedCore):
         w = self.reads[self.op.operands[1]]
         shape = (self.groups, self.kg, self.cg, self.r, self.s)
         if self.prepared:  # the Program passes them transformed (``winograd.prepare_winograd``)
-            return [f"wtaps = {w}", f"wraw = wtaps[{16 * self.k * self.cg}:]"]
+            return [f"wtaps = {w}", f"wraw = wtaps[{(self.m + 2) ** 2 * self.k * self.cg}:]"]
         if self.winograd:
             return [
                 f"wtaps = winograd_filters({w}, {self.groups}, {self.kg}, {self.cg})",
@@ -330,7 +420,11 @@ class ConvBlocks(BlockedCore):
         if self.taps:
             how = f"padded copy, {self.r * self.s} sgemms (one per tap)"
         if self.winograd:
-            how = "padded copy, Winograd F(2x2, 3x3): input transform, 16 GEMMs, output transform"
+            m, e = self.m, (self.m + 2) ** 2
+            how = (
+                f"padded copy, Winograd F({m}x{m}, 3x3): input transform, {e} GEMMs, "
+                "output transform"
+            )
         return (
             f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x{self.r}x{self.s}"
             f" (groups {self.groups}) in {self.count} blocks of {self.bh} output rows: "
@@ -410,7 +504,7 @@ class ConvBlocks(BlockedCore):
         x = self.reads[self.op.operands[0]]
         h, w, rows = self.h, self.w, self.rows
         right = min(w, width - self.pl)  # input columns that fit the padded row
-        extra = 2 if self.winograd else (self.r - 1) * self.dh
+        extra = 2 if self.winograd else (self.r - 1) * self.dh  # Winograd: m + 2 rows a tile
         return [
             f"nrows = min(oh1 - oh0 + {extra}, {rows})",
             f"for c in range({self.cg}):",
@@ -432,94 +526,99 @@ class ConvBlocks(BlockedCore):
         ]
 
     def _winograd(self) -> list[str]:
-        """V = B^T d B of every 4x4 tile into ``wv[e, c, t]``; 16 GEMMs
+        """V = B^T d B of every (m+2)x(m+2) input tile into ``wv[e, c, t]``; (m+2)^2 GEMMs
         ``wm[e] = U[e] @ wv[e]`` (``gemm_nn`` over the tiles rounded up to whole vectors:
         the columns past them are zeros in ``wv`` and never read in ``wm``; sgemm when
         that rounding would pad much, ``WINOGRAD_NN_PAD``); Y = A^T M A of every tile
-        into ``cbuf``."""
+        into ``cbuf``; then the exact redo of tiles that are not finite. The transforms
+        of a tile row are functions of their own (``definitions``)."""
+        m, a = self.m, self.m + 2
         rows, xw, tw, tiles = self.rows, self.xw, self.tw, self.pitch
         # one e's matrix in wv, wm
         vt, mt = winograd_stride(self.cg, tiles), winograd_stride(self.kg, tiles)
         lanes = host.W
         pitch = self.bh * self.wp  # a channel of cbuf
-        v = [f"wv[U({e * vt} + q)]" for e in range(16)]
-        m = [f"wm[U({e * mt} + q)]" for e in range(16)]
         lines = [
-            "ntr = (oh1 - oh0 + 1) // 2",  # tile rows of this block
+            f"ntr = (oh1 - oh0 + {m - 1}) // {m}",  # tile rows of this block
             f"nt = ntr * {tw}",
             f"for c in range({self.cg}):",
             "    for tr in range(ntr):",
-            f"        base = c * {rows * xw} + 2 * tr * {xw}",
-            f"        r0 = xpad[base:base + {xw}]",
-            f"        r1 = xpad[base + {xw}:base + {2 * xw}]",
-            f"        r2 = xpad[base + {2 * xw}:base + {3 * xw}]",
-            f"        r3 = xpad[base + {3 * xw}:base + {4 * xw}]",
-            f"        for tj in range({tw}):",
-            "            j = 2 * tj",
-            f"            q = c * {tiles} + tr * {tw} + tj",
+            f"        winograd_in(xpad, c * {rows * xw} + tr * {m * xw}, wv, "
+            f"c * {tiles} + tr * {tw})",
         ]
-        body = []
-        # rows of B^T d: d0 - d2, d1 + d2, d2 - d1, d1 - d3 (each 4 columns)
-        for a, (x, op, y) in enumerate((("r0", "-", "r2"), ("r1", "+", "r2"), ("r2", "-", "r1"))):
-            body += [f"a{a}{i} = {x}[j + {i}] {op} {y}[j + {i}]" for i in range(4)]
-        body += [f"a3{i} = r1[j + {i}] - r3[j + {i}]" for i in range(4)]
-        for a in range(4):  # columns: the same combinations
-            body += [
-                f"{v[4 * a]} = a{a}0 - a{a}2",
-                f"{v[4 * a + 1]} = a{a}1 + a{a}2",
-                f"{v[4 * a + 2]} = a{a}2 - a{a}1",
-                f"{v[4 * a + 3]} = a{a}1 - a{a}3",
-            ]
-        lines += [f"            {line}" for line in body]
         kc = self.kg * self.cg
         operands = (
-            f"{self.cg}, wtaps, (g * 16 + e) * {kc}, {self.cg}, "
+            f"{self.cg}, wtaps, (g * {a * a} + e) * {kc}, {self.cg}, "
             f"wv, e * {vt}, {tiles}, wm, e * {mt}, {tiles})"
         )
         if self.nn:
             lines += [
                 f"ntv = (nt + {lanes - 1}) // {lanes} * {lanes}",
-                "for e in range(16):",
+                f"for e in range({a * a}):",
                 f"    for c in range({self.cg}):",
                 f"        wv[e * {vt} + c * {tiles} + nt:e * {vt} + c * {tiles} + ntv] = f32(0.0)",
-                "for e in range(16):",
+                f"for e in range({a * a}):",
                 f"    gemm_nn({self.kg}, ntv, {operands}",
             ]
         else:
             lines += [
                 "prev = threads_begin(1)",
-                "for e in range(16):",
+                f"for e in range({a * a}):",
                 f"    sgemm(0, 0, {self.kg}, nt, {operands}",
                 "threads_end(prev)",
             ]
+        redo = "redo_nonfinite_tiles" if m == 2 else "redo_nonfinite_tiles_m"
         lines += [
             f"for kk in range({self.kg}):",
             "    for tr in range(ntr):",
-            f"        y0 = cbuf[kk * {pitch} + 2 * tr * {self.wp}:][:{self.wp}]",
-            f"        y1 = cbuf[kk * {pitch} + (2 * tr + 1) * {self.wp}:][:{self.wp}]",
-            f"        for tj in range({tw}):",
-            f"            q = kk * {tiles} + tr * {tw} + tj",
-        ]
-        body = [f"m{e} = {m[e]}" for e in range(16)]
-        # A^T M: s = m[0] + m[1] + m[2] (rows), t = m[1] - m[2] - m[3]; then columns alike
-        body += [f"s{b} = m{b} + m{4 + b} + m{8 + b}" for b in range(4)]
-        body += [f"t{b} = m{4 + b} - m{8 + b} - m{12 + b}" for b in range(4)]
-        body += [
-            "y0[2 * tj] = s0 + s1 + s2",
-            "y0[2 * tj + 1] = s1 - s2 - s3",
-            "y1[2 * tj] = t0 + t1 + t2",
-            "y1[2 * tj + 1] = t1 - t2 - t3",
-        ]
-        lines += [f"            {line}" for line in body]
-        lines += [  # tiles with NaN or Inf: again, directly (module docstring)
+            f"        winograd_out(wm, kk * {tiles} + tr * {tw}, cbuf, kk * {pitch} + tr * "
+            f"{m * self.wp})",
+            # tiles with NaN or Inf: again, directly (module docstring)
             f"    if not math.isfinite(row_sum(cbuf[kk * {pitch}:kk * {pitch} + "
-            f"ntr * {2 * self.wp}])):",
+            f"ntr * {m * self.wp}])):",
             "        for tr in range(ntr):",
-            f"            redo_nonfinite_tiles(cbuf, kk * {pitch} + 2 * tr * {self.wp}, "
-            f"{self.wp}, {tw}, xpad, 2 * tr * {xw}, {xw}, {rows * xw}, {self.cg}, wraw, "
-            f"(g * {self.kg} + kk) * {9 * self.cg})",
+            f"            {redo}(cbuf, kk * {pitch} + {m} * tr * {self.wp}, "
+            f"{self.wp}, {tw}, xpad, {m} * tr * {xw}, {xw}, {rows * xw}, {self.cg}, wraw, "
+            f"(g * {self.kg} + kk) * {9 * self.cg}" + ("" if m == 2 else f", {m}") + ")",
         ]
+        self.definitions = (self._winograd_in(vt), self._winograd_out(mt))
         return lines
+
+    def _winograd_in(self, vt: int) -> str:
+        """``winograd_in(xpad, at, wv, q)``: B^T d B of the tiles of the tile row whose
+        first padded input row starts at ``xpad[at]``, tile ``t`` into column ``q + t``
+        of each of ``wv``'s (m+2)^2 matrices (``vt`` floats apart)."""
+        m, a, xw = self.m, self.m + 2, self.xw
+        d = [[f"r{i}[j + {j}]" for j in range(a)] for i in range(a)]
+        v = [[f"wv[U({(i * a + j) * vt} + q + t)]" for j in range(a)] for i in range(a)]
+        lines = [
+            "def winograd_in(xpad, at, wv, q):",
+            *(f"    r{i} = xpad[at + {i * xw}:at + {(i + 1) * xw}]" for i in range(a)),
+            f"    for t in range({self.tw}):",
+            f"        j = {m} * t",
+            *(f"        {line}" for line in _transform_2d(_bt, m, d, v)),
+        ]
+        return "\n".join(lines)
+
+    def _winograd_out(self, mt: int) -> str:
+        """``winograd_out(wm, q, cbuf, at)``: A^T M A of the tiles of a tile row of one
+        output channel (columns ``q``.. of ``wm``'s matrices, ``mt`` floats apart), its
+        ``m`` output rows (``wp`` apart) at ``cbuf[at]``."""
+        m, a, wp = self.m, self.m + 2, self.wp
+        mm = [[f"m{i * a + j}" for j in range(a)] for i in range(a)]
+        y = [[f"y{i}[{m} * t + {j}]" for j in range(m)] for i in range(m)]
+        lines = [
+            "def winograd_out(wm, q, cbuf, at):",
+            *(f"    y{i} = cbuf[at + {i * wp}:at + {(i + 1) * wp}]" for i in range(m)),
+            f"    for t in range({self.tw}):",
+            *(
+                f"        {mm[i][j]} = wm[U({(i * a + j) * mt} + q + t)]"
+                for i in range(a)
+                for j in range(a)
+            ),
+            *(f"        {line}" for line in _transform_2d(_at, m, mm, y)),
+        ]
+        return "\n".join(lines)
 
     def _taps(self) -> list[str]:
         """One sgemm per tap over the padded copy of the block's input rows."""

@@ -19,10 +19,16 @@ from fusec.runtime.numba_cache import sealed_njit
 
 @sealed_njit
 def redo_nonfinite_tiles(y, y_at, pitch, tiles, x, x_at, xw, plane, cg, w, w_at):
-    """Recompute directly the 2x2 output tiles of one tile row that are not finite.
+    """``redo_nonfinite_tiles_m`` for F(2x2, 3x3): 2x2 output tiles."""
+    redo_nonfinite_tiles_m(y, y_at, pitch, tiles, x, x_at, xw, plane, cg, w, w_at, 2)
 
-    ``y[y_at:]`` holds the row's two output rows (``pitch`` apart, ``tiles`` tiles of
-    2 columns), just written by the output transform; ``x[x_at:]`` the block's padded
+
+@sealed_njit
+def redo_nonfinite_tiles_m(y, y_at, pitch, tiles, x, x_at, xw, plane, cg, w, w_at, m):
+    """Recompute directly the m x m output tiles of one tile row that are not finite.
+
+    ``y[y_at:]`` holds the row's ``m`` output rows (``pitch`` apart, ``tiles`` tiles of
+    ``m`` columns), just written by the output transform; ``x[x_at:]`` the block's padded
     input from the tile row's first input row (rows ``xw`` apart, input channels
     ``plane`` apart, zeros in the padding); ``w[w_at:]`` the output channel's ``cg x 3
     x 3`` filters as they are. A tile with a NaN or an Inf gets each of its 4 pixels
@@ -30,29 +36,28 @@ def redo_nonfinite_tiles(y, y_at, pitch, tiles, x, x_at, xw, plane, cg, w, w_at)
     included (0 * Inf is NaN), in float64, rounded once. The kernel calls this only
     for an output channel of a block whose values are not all finite."""
     for t in range(tiles):
-        if _tile_finite(y, y_at + 2 * t, pitch):
+        if _tile_finite(y, y_at + m * t, pitch, m):
             continue
-        for i in range(2):
-            for j in range(2):
-                at = x_at + i * xw + 2 * t + j
+        for i in range(m):
+            for j in range(m):
+                at = x_at + i * xw + m * t + j
                 total = 0.0
                 for c in range(cg):
                     for r in range(3):
                         for s in range(3):
                             tap = np.float64(w[w_at + 9 * c + 3 * r + s])
                             total += tap * np.float64(x[at + c * plane + r * xw + s])
-                y[y_at + i * pitch + 2 * t + j] = np.float32(total)
+                y[y_at + i * pitch + m * t + j] = np.float32(total)
 
 
 @numba.njit(inline="always")
-def _tile_finite(y, at, pitch):
-    """Whether the tile's 4 outputs at ``y[at]`` (rows ``pitch`` apart) are finite."""
-    return (
-        np.isfinite(y[at])
-        and np.isfinite(y[at + 1])
-        and np.isfinite(y[at + pitch])
-        and np.isfinite(y[at + pitch + 1])
-    )
+def _tile_finite(y, at, pitch, m):
+    """Whether the tile's m x m outputs at ``y[at]`` (rows ``pitch`` apart) are finite."""
+    for i in range(m):
+        for j in range(m):
+            if not np.isfinite(y[at + i * pitch + j]):
+                return False
+    return True
 
 
 @sealed_njit
@@ -98,6 +103,16 @@ def winograd_filters(w, groups, kg, cg):
     return out
 
 
+#: G of F(4x4, 3x3) (Lavin and Gray; points 0, +-1, +-2, infinity): ``fusec.targets.cpu.
+#: conv`` generates its B^T and A^T (F(2x2, 3x3)'s G is ``conv.WINOGRAD_G``).
+WINOGRAD4_G = (
+    (1 / 4, 0.0, 0.0),
+    (-1 / 6, -1 / 6, -1 / 6),
+    (-1 / 6, 1 / 6, -1 / 6),
+    (1 / 24, 1 / 12, 1 / 6),
+    (1 / 24, -1 / 12, 1 / 6),
+    (0.0, 0.0, 1.0),
+)
 #: Filters (input channels) transformed per pass (one 64-byte line of each plane).
 CHUNK = 16
 
@@ -114,11 +129,21 @@ def _filter_row(tile, e, c, t0, t1, t2):
 def prepare_winograd(layout: str, weights: np.ndarray) -> np.ndarray:
     """A constant conv weight (K x C/G x 3 x 3) as ``winograd_filters`` lays it out, then
     as it is (the kernel's ``wraw``: tiles with non-finite values are recomputed from it),
-    for the layout ``"winograd:<groups>"`` a kernel names (``KernelSource.prepared_inputs``)."""
-    groups = int(layout.split(":", 1)[1])
+    for the layout ``"winograd:<groups>"`` a kernel names (``KernelSource.prepared_inputs``);
+    ``"winograd:<groups>:4"``: the same for F(4x4, 3x3) (36 matrices ``[g, a, b, k, c]``
+    of ``G g G^T`` with ``G`` = ``WINOGRAD4_G``, in float64, rounded once)."""
+    _, groups_text, *tile = layout.split(":")
+    groups = int(groups_text)
     k, cg, r, s = weights.shape
-    if (r, s) != (3, 3) or k % groups:
+    if (r, s) != (3, 3) or k % groups or tile not in ([], ["4"]):
         raise ValueError(f"{layout}: not a 3x3 weight of {groups} groups: {weights.shape}")
     flat = np.ascontiguousarray(weights, dtype=np.float32).reshape(-1)
+    if not tile:
+        transformed = winograd_filters(flat, groups, k // groups, cg)
+    else:  # once per program: numpy's float64 matrix products are quick enough
+        g = np.array(WINOGRAD4_G)
+        filters = flat.astype(np.float64).reshape(groups, k // groups, cg, 3, 3)
+        u = g @ filters @ g.T  # groups, kg, cg, 6, 6
+        transformed = u.transpose(0, 3, 4, 1, 2).astype(np.float32).reshape(-1)
     # the filters as they are after their transform: tiles redone directly read them
-    return np.concatenate([winograd_filters(flat, groups, k // groups, cg), flat])
+    return np.concatenate([transformed, flat])
