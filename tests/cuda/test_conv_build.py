@@ -326,10 +326,18 @@ def tma_innermost_coordinates(source: str) -> list[str]:
 
 def test_tma_innermost_coordinates_are_16_byte_aligned() -> None:
     """TMA requires the innermost coordinate of a box to be 16-byte aligned (an NCHW box
-    shifted along W was an illegal instruction on the H200): only chunk multiples."""
+    shifted along W was an illegal instruction on the H200): the conv kernel's boxes
+    (conv.cuh) start at chunk multiples, but for the NCHW in-place read, which only inputs
+    that pass ``nchw_input_problem`` take; these specs take the channels-last read."""
+    from fusec.targets.cuda.headers import INCLUDE_DIR
+
+    header = (INCLUDE_DIR / "fusec" / "conv.cuh").read_text()
+    nchw = header.split("if constexpr (C::INPUT == CONV_INPUT_NCHW) {")[1].split("} else")[0]
+    assert tma_innermost_coordinates(nchw) == ["q0 + s * C::DW - C::PL"]
+    coords = tma_innermost_coordinates(header.replace(nchw, ""))
+    assert len(coords) == 4 and all(re.fullmatch(r"\w+ \* 64", c) for c in coords), coords
     for spec in SPECS:
-        coords = tma_innermost_coordinates(spec.cpp_source())
-        assert coords and all(re.fullmatch(r"\w+ \* 64", c) for c in coords), coords
+        assert "INPUT = fusec::CONV_INPUT_NHWC," in spec.cpp_source()
 
 
 @needs_toolchain
@@ -532,8 +540,7 @@ def test_nchw_tma_innermost_coordinates_are_the_w_shifts() -> None:
     legal only because ``nchw_input_problem`` admitted the shape (shifts of 8 pixels)."""
     for spec in NCHW_SPECS:
         source = spec.cpp_source()
-        coords = tma_innermost_coordinates(source)
-        assert coords == ["cc * 64", "q0 + s * DW - PL"], coords
+        assert "INPUT = fusec::CONV_INPUT_NCHW," in source  # conv.cuh: "q0 + s * C::DW - C::PL"
         assert "fusec_convx" not in source
 
 
@@ -724,7 +731,7 @@ def test_inline_loads_read_at_the_element() -> None:
     source = ConvSpec(BENCH, choose_tile(BENCH), "f16", "f16", RESNET_TAIL).cpp_source()
     assert "fs_ld_f16((const void*)e0, ko), fs_ld_f16((const void*)e1, ko)" in source
     assert "fs_ld_f16((const void*)e2, o + 1)" in source
-    assert "ld.global.nc.b32" not in source
+    assert "fs_ldg_" not in source.split("struct Epilogue")[1]  # no early loads
 
 
 RESNET_TEXT = resnet_basic(2, 64, 9, 10)
@@ -875,8 +882,8 @@ def test_handoff_stores_channels_last() -> None:
     geo = ConvGeometry(2, 64, 13, 9, 64, 3, 3, 1, 1, 1, 1, 1, 1)
     spec = ConvSpec(geo, choose_tile(geo), out_layout="nhwc")
     source = spec.cpp_source()
-    assert "(((long long)n * P + p) * Q + q) * KOUT + ko" in source
-    assert "os + KOUT" in source and "fs_st2_" not in source.split("fs_epilogue(acc[m]")[1]
+    assert "OUT_NHWC = 1," in source  # conv.cuh: (((n * P + p) * Q + q) * KOUT + ko
+    assert "OUT_NHWC = 0," in ConvSpec(geo, choose_tile(geo)).cpp_source()
     given = ConvSpec(geo, choose_tile(geo), input="given")
     assert given.named_kernels == (given.relayout_name,)  # no channels-last copy
     with pytest.raises(ValueError, match="one group"):

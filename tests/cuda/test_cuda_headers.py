@@ -92,12 +92,15 @@ def _template_probes() -> dict[str, str]:
     """Each template header's instantiation for a small spec, as its template writes it."""
     from fusec.targets.cuda.attention import cpp as attention
     from fusec.targets.cuda.conv.config import ConvGeometry
-    from fusec.targets.cuda.conv.cpp import DirectConvSpec, generate_direct
+    from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec, generate, generate_direct
     from fusec.targets.cuda.conv.transpose import RelayoutSpec
     from fusec.targets.cuda.gemm import aux, cpp
 
     specs = {
         "fusec/attention.cuh": attention.generate(attention.AttentionSpec(2, 200, 200, 64, 128)),
+        "fusec/conv.cuh": generate(
+            ConvSpec(ConvGeometry(2, 64, 13, 9, 64, 3, 3, 1, 1, 1, 1, 1, 1), input="given")
+        ),
         "fusec/conv_direct.cuh": generate_direct(
             DirectConvSpec(ConvGeometry(2, 8, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, groups=8), "bf16")
         ),

@@ -46,7 +46,6 @@ shapes are static), so index divisions are multiplications.
 
 from __future__ import annotations
 
-import textwrap
 from dataclasses import dataclass, field
 
 from fusec.targets.cuda.conv.config import (
@@ -59,9 +58,9 @@ from fusec.targets.cuda.conv.config import (
 )
 from fusec.targets.cuda.conv.transpose import TransposeTiling, transpose_config, transpose_kernel
 from fusec.targets.cuda.gemm.cpp import CONSUMER_REGISTERS, PRODUCER_REGISTERS, Epilogue
-from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include
+from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
 from fusec.targets.cuda.linked import content_key
-from fusec.targets.cuda.ptx import HELPERS, wgmma_ss
+from fusec.targets.cuda.ptx import wgmma_ss
 
 DTYPES = ("f16", "bf16")
 OUT_DTYPES = ("f16", "bf16", "f32")
@@ -319,19 +318,12 @@ def nchw_pitch_problem(geo: ConvGeometry) -> str | None:
     return None
 
 
-def _relayout_kernel(spec: ConvSpec) -> str:
-    """The weights' re-layout KCRS -> ``[KOUT][R*S][CGP]`` (channels CG..CGP-1 zero)."""
+def _weights_kernel(spec: ConvSpec) -> str:
+    """The ``__global__`` re-layout of the weights, KCRS -> ``[KOUT][R*S][CGP]``."""
     return f"""// Weights KCRS -> [KOUT][R*S][CGP], channels CG..CGP-1 zero (the TMA map reads CG of
 // them).
 extern "C" __global__ void {spec.relayout_name}(const u16* __restrict__ w, u16* __restrict__ wp) {{
-  const int total = KOUT * R * S * CGP;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {{
-    const int c = i % CGP;
-    const int rest = i / CGP;
-    const int tap = rest % (R * S);
-    const int k = rest / (R * S);
-    wp[i] = c < CG ? w[(k * CG + c) * (R * S) + tap] : (u16)0;
-  }}
+  fusec::conv_relayout_weights<Config>(w, wp);
 }}
 
 """
@@ -348,194 +340,97 @@ def _transpose_kernels(spec: ConvSpec) -> str:
 
 
 def _transpose_config(spec: ConvSpec) -> str:
-    """The channels-last copy's header and constants (before the geometry's macros)."""
+    """The channels-last copy's header and constants."""
     if not spec.copies_input:
         return ""
     return include("relayout") + transpose_config("Xt", spec.transposing)
-
-
-def _producer(spec: ConvSpec) -> str:
-    """Warpgroup 0: thread 0 issues the TMA boxes of every stage (weights and input), or,
-    for ``input == "nchw-ld"``, the whole warpgroup loads the input (``_LD_PRODUCER``)."""
-    if spec.input == "nchw-ld":
-        return _LD_PRODUCER.replace("PRODUCER_REGISTERS", str(LD_PRODUCER_REGISTERS))
-    return _TMA_PRODUCER.replace("PRODUCER_REGISTERS", str(PRODUCER_REGISTERS)).replace(
-        "STRIP_LOAD\n", _strip_load(spec) + "\n"
-    )
 
 
 #: ``nchw-ld``: the producer warpgroup holds 9 input vectors a row; 72 + 2 x 216 = 3 x 168,
 #: the same register file as the TMA producer's 40 + 2 x 232
 LD_PRODUCER_REGISTERS = 72
 LD_CONSUMER_REGISTERS = 216
-
-# ``nchw-ld``: the 128 producer threads fill the B stage themselves. Row (strip j, channel
-# c) of the [channel][pixel] tile is 64 pixels from ``ws = q0 + s*DW - PL`` of one input
-# row: nine 16-byte loads of the aligned 8-pixel vectors from ``ws & ~7`` (zero outside
-# the row, the image or the group's channels: W % 8 == 0, so a vector is all in or all
-# out), shifted down by ``ws & 7`` pixels in registers (whole words by the template
-# argument, a half word by a funnel shift) and stored as 8 16-byte chunks, chunk u of row
-# c at ``(u ^ (c % 8)) * 16``: the 128-byte swizzle TMA would have written. Then
-# ``fence.proxy.async`` (the generic-proxy stores become visible to wgmma) and one
-# mbarrier arrival per thread; thread 0 also issues the weights' TMA box.
-_LD_HELPERS = """
-static __device__ __forceinline__ uint4 fs_ld_vec(const u16* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
+_INPUT = {
+    "nhwc": "fusec::CONV_INPUT_NHWC",
+    "given": "fusec::CONV_INPUT_NHWC",
+    "nchw": "fusec::CONV_INPUT_NCHW",
+    "nchw-ld": "fusec::CONV_INPUT_LD",
 }
-template <int WO>
-static __device__ __forceinline__ void fs_st_row(u32 dst, int c, const u32 (&wd)[36], u32 half) {
-#pragma unroll
-  for (int u = 0; u < 8; ++u) {
-    u32 o[4];
-#pragma unroll
-    for (int m = 0; m < 4; ++m)
-      o[m] = __funnelshift_r(wd[4 * u + m + WO], wd[4 * u + m + WO + 1], half);
-    const u32 chunk = dst + (u32)((u ^ (c & 7)) * 16);
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
-                 :: "r"(chunk), "r"(o[0]), "r"(o[1]), "r"(o[2]), "r"(o[3]) : "memory");
-  }
-}
-// Row c of a strip's [channel][pixel] tile at dst (the tile's base): channel ch of group g,
-// input row h of image n, pixels ws .. ws + 63.
-static __device__ __forceinline__ void fs_ld_row(u32 dst, int c, const u16* x, int n, int g,
-                                                 int ch, int h, int ws) {
-  const bool live = ch < CG && h >= 0 && h < H;
-  const int a = ws & ~7;  // floor to a multiple of 8 (two's complement)
-  const int sh = ws - a;
-  const u16* row = x + (((long long)n * C + g * CG + ch) * H + h) * W;
-  u32 wd[36];
-#pragma unroll
-  for (int k = 0; k < 9; ++k) {
-    const int w0 = a + 8 * k;
-    const uint4 v = live && w0 >= 0 && w0 < W ? fs_ld_vec(row + w0) : make_uint4(0u, 0u, 0u, 0u);
-    wd[4 * k] = v.x;
-    wd[4 * k + 1] = v.y;
-    wd[4 * k + 2] = v.z;
-    wd[4 * k + 3] = v.w;
-  }
-  const u32 half = (u32)(sh & 1) * 16u;
-  const u32 at = dst + (u32)(c * 128);
-  switch (sh >> 1) {
-    case 0: fs_st_row<0>(at, c, wd, half); break;
-    case 1: fs_st_row<1>(at, c, wd, half); break;
-    case 2: fs_st_row<2>(at, c, wd, half); break;
-    default: fs_st_row<3>(at, c, wd, half); break;
-  }
-}
-"""
 
-#: The producers' loop over their tiles and K blocks, up to the wait for a free stage:
-#: tap (r, s) and channel block cc of K block kb, stage st and its "full" barrier.
-_STAGE_LOOP_HEAD = """for (int t = blockIdx.x; t < TILES; t += gridDim.x) {
-  int pm, pn, g;
-  fs_tile(t, pm, pn, g);
-  for (int kb = 0; kb < KBLOCKS; ++kb, ++it) {
-    const int tap = kb / CC;
-    const int cc = kb - tap * CC;
-    const int r = tap / S;
-    const int s = tap - r * S;
-    const int st = it % STAGES;
-    const u32 full = bars + 8 * st;
-    fs_bar_wait(bars + 8 * (STAGES + st), ((u32)(it / STAGES) & 1u) ^ 1u);
+
+def _config(spec: ConvSpec) -> str:
+    """``struct Config``: the compile-time parameters of ``fusec::conv`` (conv.cuh) and its
+    wgmma instruction (B MN-major when the input is read NCHW in place)."""
+    geo, tile = spec.geo, spec.tile
+    loads = spec.input == "nchw-ld"
+    ints = {
+        "BM": tile.bm, "BN": tile.bn, "WM": tile.wm, "WN": tile.wn, "STAGES": tile.stages,
+        "CONSUMERS": tile.consumers, "SPT": tile.bn // STRIP, "QS": geo.strips_per_row,
+        "STRIPS": geo.strips, "CC": geo.chunks, "KBLOCKS": geo.kblocks,
+        "TILES_M": cdiv(geo.kg, tile.bm), "TILES_N": cdiv(geo.strips, tile.bn // STRIP),
+        "TILES": spec.tiles, "A_BYTES": tile.a_stage_bytes, "B_BYTES": tile.b_stage_bytes,
+        "INPUT": _INPUT[spec.input], "SPLIT_N": int(tile.split == "n"),
+        "OUT_NHWC": int(spec.out_layout == "nhwc"),
+        "PRODUCER_REGISTERS": LD_PRODUCER_REGISTERS if loads else PRODUCER_REGISTERS,
+        "CONSUMER_REGISTERS": LD_CONSUMER_REGISTERS if loads else CONSUMER_REGISTERS,
+        "FULL_ARRIVALS": 1 + 128 if loads else 1,  # + every producer thread after its stores
+    }  # fmt: skip
+    nchw = spec.input in ("nchw", "nchw-ld")
+    mma = wgmma_ss("mma", tile.wn, spec.dtype, 0, 1 if nchw else 0).strip()
+    return f"""struct Config {{
+  enum : int {{
+{_geometry_enumerators(geo)}
+  }};
+  enum : int {{
+{enumerators([f"{k} = {v}" for k, v in ints.items()])}
+  }};
+  using Out = {ELEMENT_TYPES[spec.out_dtype]};
+{indent_lines(mma, 2)}
+}};
 """
 
 
-def _stage_loop_head(indent: int) -> str:
-    return textwrap.indent(_STAGE_LOOP_HEAD, " " * indent)
-
-
-_LD_PRODUCER = (
-    """  if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 PRODUCER_REGISTERS;" ::: "memory");
-    if (tid == 0) fs_prefetch_map(map_w);
-    const u16* xin = (const u16*)x;
-    int it = 0;
+def _functor(spec: ConvSpec) -> str:
+    """``struct Epilogue``: the epilogue functor of ``fusec::conv`` (its inputs' pointers,
+    the early loads' words, the call of ``fs_epilogue``). It derives from ``Config``, whose
+    constants the early loads read."""
+    epi = spec.epilogue
+    n = len(epi.extras)
+    members = "".join(f"  u64 e{k};\n" for k in range(n))
+    placement = _early_placement(spec) if _early(spec) else ""
+    arrays = {rows: _early_arrays(spec, rows) if placement == rows else "" for rows in ROWS}
+    loads = {rows: _early_loads(spec, rows) if placement == rows else "" for rows in ROWS}
+    head = "  __device__ __forceinline__"
+    extras = "".join(f", (const void*)e{k}" for k in range(n))
+    first, second = extras + _call_args(spec, False), extras + _call_args(spec, True)
+    return f"""struct Epilogue : Config {{
+{members}  struct TileLoads {{{arrays["tile"]}}};
+  struct RowLoads {{{arrays["row"]}}};
+{head} bool wide() const {{ return {_wide_test(spec)}; }}
+{head} void load_tile(TileLoads& s, bool wide, int pm, int pn, int g, int cw, int warp,
+                       int lane) const {{{loads["tile"]}}}
+{head} void load_row(RowLoads& s, bool wide, int pn, int cw, int lane, int ko) const {{{
+        loads["row"]
+    }}}
+  template <int SECOND>
+{head} float at(float acc, int n, int ko, int p, int q, long long o, int m, int h, int sj,
+                 int qe, const TileLoads& tl, const RowLoads& rl) const {{
+    if constexpr (SECOND) {{
+      return fs_epilogue(acc, n, ko, p, q{second});
+    }} else {{
+      return fs_epilogue(acc, n, ko, p, q{first});
+    }}
+  }}
+}};
 """
-    + _stage_loop_head(4)
-    + """        if (tid == 0) {
-          fs_bar_expect(full, A_BYTES);
-          fs_tma_load(sa + st * A_BYTES, map_w, full, cc * 64, tap, pm * BM, g);
-        }
-        for (int i = tid; i < SPT * 64; i += 128) {
-          const int j = i / 64;
-          const int c = i - j * 64;
-          // a strip past the end re-reads the last one: its columns are never stored
-          const int strip = min(pn * SPT + j, STRIPS - 1);
-          int n, p, q0;
-          fs_strip(strip, n, p, q0);
-          fs_ld_row(sb + st * B_BYTES + j * 8192, c, xin, n, g, cc * 64 + c,
-                    p * SH + r * DH - PT, q0 + s * DW - PL);
-        }
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        fs_bar_arrive(full);
-      }
-    }
-"""
-)
-
-_TMA_PRODUCER = (
-    """  if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 PRODUCER_REGISTERS;" ::: "memory");
-    if (tid == 0) {
-      fs_prefetch_map(map_w);
-      fs_prefetch_map(map_x);
-      int it = 0;
-"""
-    + _stage_loop_head(6)
-    + """          fs_bar_expect(full, A_BYTES + B_BYTES);
-          fs_tma_load(sa + st * A_BYTES, map_w, full, cc * 64, tap, pm * BM, g);
-#pragma unroll
-          for (int j = 0; j < SPT; ++j) {
-            // a strip past the end re-reads the last one: its columns are never stored
-            const int strip = min(pn * SPT + j, STRIPS - 1);
-            int n, p, q0;
-            fs_strip(strip, n, p, q0);
-STRIP_LOAD
-          }
-        }
-      }
-    }
-"""
-)
-
-
-def _strip_load(spec: ConvSpec) -> str:
-    """The producer's TMA box of strip ``j`` (64 pixels x 64 channels, 8192 bytes)."""
-    if spec.input == "nchw":
-        # NCHW map (W, H, CG, G, N): [channel][pixel] rows; q0 + s*DW - PL is a multiple
-        # of 8 (nchw_input_problem), so the read starts 16-byte aligned
-        coords = "q0 + s * DW - PL, p * SH + r * DH - PT, cc * 64, g, n"
-    elif spec.geo.stride_w == 1:
-        # channels-last map (CG, G, W, H, N): [pixel][channel] rows
-        coords = "cc * 64, g, q0 + s * DW - PL, p * SH + r * DH - PT, n"
-    else:
-        # the same map traversing every SW-th pixel (config.nhwc_element_strides)
-        coords = "cc * 64, g, q0 * SW + s * DW - PL, p * SH + r * DH - PT, n"
-    return (
-        "            fs_tma_load(sb + st * B_BYTES + j * 8192, map_x, full,\n"
-        f"                         {coords});"
-    )
-
-
-def _b_descriptor(spec: ConvSpec) -> str:
-    """The B descriptor of K step ``kk`` (16 channels) as in ``gemm.cpp``: K-major rows of
-    128 bytes (+32 bytes a step); MN-major 64-pixel chunks 8192 bytes apart (LBO), 8-row
-    channel groups 1024 bytes apart (SBO), +2048 bytes a step."""
-    if spec.input in ("nchw", "nchw-ld"):
-        return "fs_desc(b_base + (u32)(kk * 2048), 8192u, 1024u)"
-    return "fs_desc(b_base + (u32)(kk * 32), 16u, 1024u)"
 
 
 def generate(spec: ConvSpec) -> str:
-    """The ``.cu`` source of ``spec``: the conv device function and the weight re-layout."""
+    """The ``.cu`` source of ``spec`` as the template writes it: the kernel layer's
+    ``fusec/conv.cuh``, the epilogue function, the instantiation's ``Config`` and
+    ``Epilogue``, the weights' and the input's re-layout kernels, and the ``extern "C"``
+    wrapper (``cpp_source`` inlines the headers)."""
     geo, tile = spec.geo, spec.tile
-    nchw = spec.input in ("nchw", "nchw-ld")
-    loads = spec.input == "nchw-ld"
-    consumer_registers = LD_CONSUMER_REGISTERS if loads else CONSUMER_REGISTERS
-    full_arrivals = 1 + 128 if loads else 1  # + every producer thread after its stores
     headline = f"tile {tile.text}, {spec.dtype} -> {spec.out_dtype}"
     headline += {
         "nchw": ", NCHW input read in place",
@@ -544,145 +439,28 @@ def generate(spec: ConvSpec) -> str:
     }.get(spec.input, "")
     if spec.out_layout == "nhwc":
         headline += ", channels-last output"
-    mi = tile.wm // 64
-    half = tile.wn // 2
-    helpers = (_LD_HELPERS if loads else "") + (_EARLY_HELPERS if _early(spec) else "")
     params = ", ".join(f"u64 {n}" for n in spec.kernel_params())
-    a_row0 = "cw * WM" if tile.split == "m" else "0"
-    b_col0 = "cw * WN" if tile.split == "n" else "0"
-    tiles_m = cdiv(geo.kg, tile.bm)
-    tiles_n = cdiv(geo.strips, tile.bn // STRIP)
+    pointers = ", ".join(["{}", *(f"e{k}" for k in range(len(spec.epilogue.extras)))])
+    x = spec.kernel_params()[1]
     return f"""// fusec generated implicit-GEMM conv2d: {headline}
 // {_shape_comment(geo)}
 // epilogue {spec.epilogue.name}
-{HELPERS}{_transpose_config(spec)}
-{wgmma_ss("fs_wgmma", tile.wn, spec.dtype, 0, 1 if nchw else 0)}
-{_geometry_defines(geo)}
-#define BM {tile.bm}
-#define BN {tile.bn}
-#define WM {tile.wm}
-#define WN {tile.wn}
-#define STAGES {tile.stages}
-#define CONSUMERS {tile.consumers}
-#define SPT {tile.bn // STRIP}
-#define QS {geo.strips_per_row}
-#define STRIPS {geo.strips}
-#define CC {geo.chunks}
-#define KBLOCKS {geo.kblocks}
-#define TILES_M {tiles_m}
-#define TILES_N {tiles_n}
-#define TILES {spec.tiles}
-#define A_BYTES {tile.a_stage_bytes}
-#define B_BYTES {tile.b_stage_bytes}
+{include("conv")}{_transpose_config(spec)}
 {_epilogue_function(spec.epilogue)}
-{_relayout_kernel(spec) if spec.relayouts_weights else ""}\
-{_transpose_kernels(spec) if spec.copies_input else ""}{helpers}
-// Tile t of the persistent walk -> (pm: channel block, pn: strip block, g: group).
-static __device__ __forceinline__ void fs_tile(int t, int& pm, int& pn, int& g) {{
-  g = t / (TILES_M * TILES_N);
-  const int r = t - g * (TILES_M * TILES_N);
-  pm = r % TILES_M;
-  pn = r / TILES_M;
-}}
-
-// Strip -> (image, output row, first output column).
-static __device__ __forceinline__ void fs_strip(int strip, int& n, int& p, int& q0) {{
-  const int qs = strip % QS;
-  const int rest = strip / QS;
-  p = rest % P;
-  n = rest / P;
-  q0 = qs * 64;
-}}
-
+{_config(spec)}
+{_functor(spec)}
+{_weights_kernel(spec) if spec.relayouts_weights else ""}\
+{_transpose_kernels(spec) if spec.copies_input else ""}
 extern "C" __device__ __attribute__((always_inline))
 int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
-  const u32 base = (fs_smem((const void*)smem_raw) + 1023u) & ~1023u;
-  const u32 sa = base;
-  const u32 sb = base + STAGES * A_BYTES;
-  const u32 bars = sb + STAGES * B_BYTES;  // full[s] = bars + 8 s, empty[s] = bars + 8 (STAGES + s)
-  const int tid = threadIdx.x;
-  const int wg = tid / 128;
-  if (tid == 0) {{
-    for (int s = 0; s < STAGES; ++s) {{
-      fs_bar_init(bars + 8 * s, {full_arrivals});
-      fs_bar_init(bars + 8 * (STAGES + s), CONSUMERS);
-    }}
-    fs_bar_init_fence();
-  }}
-  __syncthreads();
-{_producer(spec)}  }} else {{
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 {consumer_registers};" ::: "memory");
-    const int cw = wg - 1;
-    const int lt = tid % 128;
-    const int warp = lt / 32;
-    const int lane = lt % 32;
-    float acc[{mi}][{half}];
-{_wide_flags(spec)}    int it = 0;
-    for (int t = blockIdx.x; t < TILES; t += gridDim.x) {{
-      int pm, pn, g;
-      fs_tile(t, pm, pn, g);
-{_tile_loads(spec)}      for (int kb = 0; kb < KBLOCKS; ++kb, ++it) {{
-        const int st = it % STAGES;
-        fs_bar_wait(bars + 8 * st, (u32)(it / STAGES) & 1u);
-        const u32 a_base = sa + st * A_BYTES;
-        // 64-pixel strips of 8192 bytes (K-major: 64 pixel rows of 128 bytes; MN-major: 64
-        // channel rows of 128 bytes)
-        const u32 b_base = sb + st * B_BYTES + ({b_col0}) * 128;
-        fs_wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {{
-#pragma unroll
-          for (int m = 0; m < {mi}; ++m) {{
-            const int row_blk = {a_row0} + m * 64;
-            fs_wgmma(acc[m], fs_desc(a_base + (u32)(row_blk * 128 + kk * 32), 16u, 1024u),
-                     {_b_descriptor(spec)}, (kb | kk) != 0);
-          }}
-        }}
-        fs_wg_commit();
-        if (kb > 0) {{
-          fs_wg_wait<1>();
-          if (lt == 0) fs_bar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
-        }}
-      }}
-      fs_wg_wait<0>();
-      if (lt == 0) fs_bar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
-#pragma unroll
-      for (int m = 0; m < {mi}; ++m)
-#pragma unroll
-        for (int j = 0; j < {half}; ++j) fs_fence_reg(acc[m][j]);
-{_epilogue_section(spec)}    }}
-  }}
-  return 0;
+  const Epilogue epi{{{pointers}}};
+  return fusec::conv<Config>(epi, smem_raw, map_w, {x}, out);
 }}
 """
 
 
-#: Helpers of ``epilogue_loads="early"``: branch-free predicated loads (zero when not
-#: live) into 32-bit words, kept as raw bits until use (no conversion waits on the load),
-#: and the conversions of a word's low and high 16-bit halves.
-_EARLY_HELPERS = r"""
-static __device__ __forceinline__ u32 fs_ldg_u16(const void* a) {
-  u32 r;
-  asm volatile("ld.global.nc.u16 %0, [%1];" : "=r"(r) : "l"(a));
-  return r;
-}
-static __device__ __forceinline__ u32 fs_ldg_b32(const void* a) {
-  u32 r;
-  asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(r) : "l"(a));
-  return r;
-}
-static __device__ __forceinline__ float fs_f16_lo(u32 w) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)(w & 0xFFFFu)));
-  return f;
-}
-static __device__ __forceinline__ float fs_f16_hi(u32 w) { return fs_f16_lo(w >> 16); }
-static __device__ __forceinline__ float fs_bf16_lo(u32 w) { return __uint_as_float(w << 16); }
-static __device__ __forceinline__ float fs_bf16_hi(u32 w) {
-  return __uint_as_float(w & 0xFFFF0000u);
-}
-static __device__ __forceinline__ float fs_f32_lo(u32 w) { return __uint_as_float(w); }
-"""
+#: where a thread's early loads go (``_early_placement``)
+ROWS = ("tile", "row")
 
 
 def _pixel_words(spec: ConvSpec, slot: int) -> int:
@@ -704,20 +482,29 @@ def _early_placement(spec: ConvSpec) -> str:
     return "tile" if words <= EARLY_TILE_WORDS else "row"
 
 
-def _wide_flags(spec: ConvSpec) -> str:
+def _wide_test(spec: ConvSpec) -> str:
     """``wide``: every 16-bit output-shaped input of one word per pair has a 4-byte aligned
     base (then every pair is one aligned word: Q and q are even)."""
     if not _early(spec):
-        return ""
+        return "true"
     slots = [s for s in spec.epilogue.pixel_args if _pixel_words(spec, s) == 1]
-    test = " && ".join(f"((u64)e{s} & 3ull) == 0" for s in slots) or "true"
-    return f"    const bool wide = {test};\n"
+    return " && ".join(f"((u64)e{s} & 3ull) == 0" for s in slots) or "true"
 
 
-def _early_loads(spec: ConvSpec, rows: str, indent: str) -> str:
-    """C++ declaring and filling ``evc<slot>[]`` (channel words) and ``evp<slot>[]`` (pixel
-    words) for the output rows ``rows`` ("tile": every (m, h) of the thread, "row": the
-    current one, whose ``kg``, ``ko`` are in scope).
+def _early_arrays(spec: ConvSpec, rows: str) -> str:
+    """The words of the early loads of ``rows`` ("tile": every (m, h) of the thread, "row":
+    the current one): ``evc<slot>[]`` (channel words) and ``evp<slot>[]`` (pixel words)."""
+    epi = spec.epilogue
+    nrows = (spec.tile.wm // 64) * 2 if rows == "tile" else 1
+    strips = spec.tile.wn // 64
+    decl = [f" u32 evc{s}[{nrows}];" for s in epi.channel_args]
+    decl += [f" u32 evp{s}[{nrows * strips * 8 * _pixel_words(spec, s)}];" for s in epi.pixel_args]
+    return "".join(decl) + " "
+
+
+def _early_loads(spec: ConvSpec, rows: str) -> str:
+    """The body of ``load_tile`` or ``load_row``: filling the words of ``_early_arrays``
+    (``s``: the output rows' ``kg``, ``ko`` are the method's, or its loop's).
 
     The loads are unconditional (no branch between them, so all are in flight before the
     first use): an element outside the output (ragged rows, strips, columns) reads element
@@ -725,16 +512,13 @@ def _early_loads(spec: ConvSpec, rows: str, indent: str) -> str:
     uniform) takes a second copy of the loop with two 2-byte loads per pair."""
     epi = spec.epilogue
     tile = rows == "tile"
-    nrows = (spec.tile.wm // 64) * 2 if tile else 1
     strips = spec.tile.wn // 64
     b_col0 = "cw * WN" if spec.tile.split == "n" else "0"
     a_row0 = "cw * WM" if spec.tile.split == "m" else "0"
-    decl = [f"u32 evc{s}[{nrows}];" for s in epi.channel_args]
-    decl += [f"u32 evp{s}[{nrows * strips * 8 * _pixel_words(spec, s)}];" for s in epi.pixel_args]
     ci = "m * 2 + h" if tile else "0"
     newline = "\n"
     fill = [
-        f"evc{s}[{ci}] = fs_ldg_{'b32' if epi.extras[s] == 'f32' else 'u16'}("
+        f"s.evc{s}[{ci}] = fs_ldg_{'b32' if epi.extras[s] == 'f32' else 'u16'}("
         f"(const {_ctype(epi.extras[s])}*)e{s} + ko);"
         for s in epi.channel_args
     ]
@@ -747,15 +531,15 @@ def _early_loads(spec: ConvSpec, rows: str, indent: str) -> str:
             if _pixel_words(spec, s) == 1:
                 at = f"(const u16*)e{s} + (live ? o : 0)"
                 if wide:
-                    lines.append(f"evp{s}[{pi}] = fs_ldg_b32({at});")
+                    lines.append(f"s.evp{s}[{pi}] = fs_ldg_b32({at});")
                 else:
                     hi = f"fs_ldg_u16({at} + (live ? 1 : 0))"
-                    lines.append(f"evp{s}[{pi}] = fs_ldg_u16({at}) | ({hi} << 16);")
+                    lines.append(f"s.evp{s}[{pi}] = fs_ldg_u16({at}) | ({hi} << 16);")
             else:
                 ld = "fs_ldg_b32" if epi.extras[s] == "f32" else "fs_ldg_u16"
-                lines.append(f"evp{s}[2 * ({pi})] = {ld}((const {ct}*)e{s} + (live ? o : 0));")
+                lines.append(f"s.evp{s}[2 * ({pi})] = {ld}((const {ct}*)e{s} + (live ? o : 0));")
                 lines.append(
-                    f"evp{s}[2 * ({pi}) + 1] = "
+                    f"s.evp{s}[2 * ({pi}) + 1] = "
                     f"{ld}((const {ct}*)e{s} + (live && q + 1 < Q ? o + 1 : 0));"
                 )
         return lines
@@ -777,7 +561,7 @@ const int ko = g * KG + (krow ? kg : 0);
 for (int sj = 0; sj < WN / 64; ++sj) {{
 const int strip = pn * SPT + ({b_col0}) / 64 + sj;
 int n, p, q0;
-fs_strip(min(strip, STRIPS - 1), n, p, q0);
+fusec::conv_strip<Config>(min(strip, STRIPS - 1), n, p, q0);
 const long long row = (((long long)n * KOUT + ko) * P + p) * Q;
 #pragma unroll
 for (int qe = 0; qe < 8; ++qe) {{
@@ -795,21 +579,16 @@ const bool live = krow && strip < STRIPS && q < Q;
         else:
             pixels = pixel_loop(False)
     body = f"{head}{newline.join(fill)}\n{pixels}\n}}"
-    lines = [*decl, *body.splitlines()]
-    return "".join(line + "\n" if line.startswith("#") else indent + line + "\n" for line in lines)
+    lines = ["// the epilogue's inputs, loaded ahead of use", *body.splitlines()]
+    return (
+        "\n"
+        + "".join(line + "\n" if line.startswith("#") else "    " + line + "\n" for line in lines)
+        + "  "
+    )
 
 
 def _ctype(dtype: str) -> str:
     return "float" if dtype == "f32" else "u16"
-
-
-def _tile_loads(spec: ConvSpec) -> str:
-    """The early loads of a tile, issued before its main loop (``_early_placement``)."""
-    if not _early(spec) or _early_placement(spec) != "tile":
-        return ""
-    return "      // the epilogue's inputs of this tile, loaded ahead of use\n" + _early_loads(
-        spec, "tile", "      "
-    )
 
 
 def _call_args(spec: ConvSpec, second: bool) -> str:
@@ -818,84 +597,16 @@ def _call_args(spec: ConvSpec, second: bool) -> str:
     if not _early(spec):
         return _inline_args(epi, "ko", "o + 1" if second else "o")
     tile = _early_placement(spec) == "tile"
-    ci = "m * 2 + h" if tile else "0"
+    ci, words = ("m * 2 + h", "tl.") if tile else ("0", "rl.")
     pi = f"(({ci}) * {spec.tile.wn // 64} + sj) * 8 + qe"
-    args = [f"fs_{epi.extras[s]}_lo(evc{s}[{ci}])" for s in epi.channel_args]
+    args = [f"fs_{epi.extras[s]}_lo({words}evc{s}[{ci}])" for s in epi.channel_args]
     for s in epi.pixel_args:
         dt = epi.extras[s]
         if _pixel_words(spec, s) == 1:
-            args.append(f"fs_{dt}_{'hi' if second else 'lo'}(evp{s}[{pi}])")
+            args.append(f"fs_{dt}_{'hi' if second else 'lo'}({words}evp{s}[{pi}])")
         else:
-            args.append(f"fs_{dt}_lo(evp{s}[2 * ({pi}){' + 1' if second else ''}])")
+            args.append(f"fs_{dt}_lo({words}evp{s}[2 * ({pi}){' + 1' if second else ''}])")
     return "".join(f", {a}" for a in args)
-
-
-def _epilogue_section(spec: ConvSpec) -> str:
-    """The consumer's epilogue of a tile: the accumulators through ``fs_epilogue`` into the
-    NCHW output (adjacent pixels as one store when Q is even)."""
-    tile = spec.tile
-    extras = "".join(f", (const void*)e{k}" for k in range(len(spec.epilogue.extras)))
-    a0, a1 = extras + _call_args(spec, False), extras + _call_args(spec, True)
-    a_row0 = "cw * WM" if tile.split == "m" else "0"
-    b_col0 = "cw * WN" if tile.split == "n" else "0"
-    out = spec.out_dtype
-    if spec.out_layout == "nhwc":  # [N][P][Q][KOUT]: the pair's pixels KOUT apart
-        store = f"""                  const long long os =
-                      (((long long)n * P + p) * Q + q) * KOUT + ko;
-                  fs_st_{out}((void*)out, os, y0);
-                  if (q + 1 < Q) {{
-                    const float y1 =
-                        fs_epilogue(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1{a1});
-                    fs_st_{out}((void*)out, os + KOUT, y1);
-                  }}"""
-    else:
-        store = f"""                  if (Q % 2 == 0) {{
-                    const float y1 =
-                        fs_epilogue(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1{a1});
-                    fs_st2_{out}((void*)out, o, y0, y1);
-                  }} else {{
-                    fs_st_{out}((void*)out, o, y0);
-                    if (q + 1 < Q) {{
-                      const float y1 =
-                          fs_epilogue(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1{a1});
-                      fs_st_{out}((void*)out, o + 1, y1);
-                    }}
-                  }}"""
-    row_loads = ""
-    if _early(spec) and _early_placement(spec) == "row":
-        row_loads = "            // this row's epilogue inputs, loaded ahead of use\n"
-        row_loads += _early_loads(spec, "row", "            ")
-    return f"""      // accumulator j of m64 block m: row 16 warp + lane/4 + 8 ((j/2)%2),
-      // column 8 (j/4) + 2 (lane%4) + j%2
-#pragma unroll
-      for (int m = 0; m < {tile.wm // 64}; ++m) {{
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {{
-          const int kg = pm * BM + {a_row0} + m * 64 + warp * 16 + (lane / 4) + 8 * h;
-          if (kg < KG) {{
-            const int ko = g * KG + kg;
-{row_loads}#pragma unroll
-            for (int sj = 0; sj < WN / 64; ++sj) {{
-              // one strip of 64 output pixels: decoded once, 8 column groups of 8
-              const int strip = pn * SPT + ({b_col0}) / 64 + sj;
-              int n, p, q0;
-              fs_strip(strip, n, p, q0);
-              const long long row = (((long long)n * KOUT + ko) * P + p) * Q;
-#pragma unroll
-              for (int qe = 0; qe < 8; ++qe) {{
-                const int qd = sj * 8 + qe;
-                const int q = q0 + qe * 8 + 2 * (lane % 4);
-                if (strip < STRIPS && q < Q) {{
-                  const long long o = row + q;
-                  const float y0 = fs_epilogue(acc[m][4 * qd + 2 * h], n, ko, p, q{a0});
-{store}
-                }}
-              }}
-            }}
-          }}
-        }}
-      }}
-"""
 
 
 DIRECT_THREADS = 256
@@ -938,6 +649,18 @@ class DirectConvSpec:
         return len(self.kernel_params()), 0
 
 
+def _direct_config(spec: DirectConvSpec) -> str:
+    """``struct Config`` of ``fusec::conv_direct``: the geometry and the element types."""
+    return f"""struct Config {{
+  enum : int {{
+{_geometry_enumerators(spec.geo)}
+  }};
+  using In = {ELEMENT_TYPES[spec.dtype]};
+  using Out = {ELEMENT_TYPES[spec.out_dtype]};
+}};
+"""
+
+
 def generate_direct(spec: DirectConvSpec) -> str:
     """The ``.cu`` source of ``spec`` as the template writes it: the kernel layer's
     ``conv_direct.cuh``, the epilogue function and functor, the ``Config`` (geometry and
@@ -958,14 +681,7 @@ struct Epilogue {{
     return fs_epilogue(acc, n, ko, p, q{extras_args}{loaded_args});
   }}
 }};
-struct Config {{
-  enum : int {{
-{_geometry_enumerators(spec.geo)}
-  }};
-  using In = {ELEMENT_TYPES[spec.dtype]};
-  using Out = {ELEMENT_TYPES[spec.out_dtype]};
-}};
-
+{_direct_config(spec)}
 extern "C" __device__ __attribute__((always_inline))
 int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
   const Epilogue epi{{{", ".join(f"e{k}" for k in range(n))}}};
