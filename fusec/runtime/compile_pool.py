@@ -53,6 +53,8 @@ ENV_VAR = "FUSEC_COMPILE_JOBS"
 MIN_JOBS = 4
 #: The worker module run as ``python -m``.
 WORKER = "fusec.runtime.compile_worker"
+#: A worker's first message: it has imported what compiling needs.
+READY = "ready"
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,9 @@ def compile_ahead(
     root = cache.root  # checked now: a private fallback folder is this process's alone
     if cache.fallback_reason is not None:
         return set()
+    if _unavailable is not None:  # a worker did not start before: none will
+        _warn_once(_unavailable)
+        return set()
     pending: queue.SimpleQueue[int] = queue.SimpleQueue()
     for index in sorted(range(len(jobs)), key=lambda k: -len(jobs[k].source)):
         pending.put(index)  # the longest sources (slowest compiles) first
@@ -114,56 +119,60 @@ def compile_ahead(
     stop = threading.Event()
     runners: list[_Local | _Process] = [_Local(cache)] if local else []
     runners += [_Process(root) for _ in range(count - 1)]
-    threads = [
-        threading.Thread(target=_serve, args=(r, jobs, pending, results, stop), daemon=True)
-        for r in runners
-    ]
-    for thread in threads:
-        thread.start()
+    for runner in runners:
+        args = (runner, jobs, pending, results, stop)
+        threading.Thread(target=_serve, args=args, daemon=True).start()
     try:
-        return _collect(results, len(threads), done, stop)
-    finally:  # every runner has ended, unless interrupted: then the workers are ended
+        compiled = _collect(results, len(runners), len(jobs), done, stop)
+    except BaseException:  # interrupted: no worker outlives the call
         stop.set()
         for runner in runners:
-            runner.close()
+            runner.close(kill=True)
+        raise
+    stop.set()
+    for runner in runners:
+        runner.close()
+    return compiled
 
 
 @dataclass
 class _Result:
-    """A runner's answer: a job done or failed, a runner that could not start, or a
-    runner's end (``index`` None)."""
+    """A runner's answer: a job done (``error`` None) or failed, or the runner's end
+    (``index`` None)."""
 
     index: int | None
     error: str | None = None
-    unavailable: str | None = None
     caught: tuple[tuple[str, str, str, int], ...] = ()
 
 
 def _collect(
     results: queue.SimpleQueue[_Result],
     runners: int,
+    jobs: int,
     done: Callable[[int, float], None],
     stop: threading.Event,
 ) -> set[int]:
+    """The jobs compiled, once each is answered or every runner has ended: a worker
+    still starting when the others have done every job is not waited for."""
     compiled: set[int] = set()
-    unavailable: list[str] = []
+    answered = 0
     last = time.perf_counter()
-    while runners:
+    while runners and answered < jobs:
         result = results.get()
         _rewarn(result.caught)
-        if result.unavailable is not None:
-            unavailable.append(result.unavailable)
-        elif result.index is None:
+        if result.index is None:
             runners -= 1
-        elif result.error is not None:
+            continue
+        answered += 1
+        if result.error is not None:
             stop.set()  # the caller compiles the rest, and meets the error itself
         else:
             compiled.add(result.index)
             now = time.perf_counter()
             done(result.index, now - last)
             last = now
-    if unavailable:
-        _warn_once(unavailable[0])
+    if _unavailable is not None:
+        _warn_once(_unavailable)
     return compiled
 
 
@@ -174,26 +183,32 @@ def _serve(
     results: queue.SimpleQueue[_Result],
     stop: threading.Event,
 ) -> None:
-    """Run jobs from ``pending`` on ``runner`` until none is left or ``stop`` is set."""
+    """Start ``runner``, then run jobs from ``pending`` on it until none is left or
+    ``stop`` is set: a job taken is always answered."""
+    global _unavailable
     try:
+        runner.start()
         while not stop.is_set():
             try:
                 index = pending.get_nowait()
             except queue.Empty:
                 break
-            try:
-                error, caught = runner.run(jobs[index])
-            except _Unavailable as why:  # the job goes back to the others
-                pending.put(index)
-                results.put(_Result(None, unavailable=str(why)))
-                break
+            error, caught = runner.run(jobs[index])
             results.put(_Result(index, error, caught=caught))
+    except _Unavailable as why:
+        if not stop.is_set():  # not ended by the pool itself
+            _unavailable = str(why)
     finally:
+        runner.release()
         results.put(_Result(None))
 
 
+#: Why a worker process did not start, once one did not (then none is started again).
+_unavailable: str | None = None
+
+
 class _Unavailable(Exception):
-    """A worker process that could not be started or died before its first answer."""
+    """A worker process that could not be started or ended before it was ready."""
 
 
 class _Local:
@@ -202,6 +217,9 @@ class _Local:
     def __init__(self, cache: Any) -> None:
         self.cache = cache
 
+    def start(self) -> None:
+        pass
+
     def run(self, job: Job) -> tuple[str | None, tuple]:
         try:
             run_job(self.cache, job)
@@ -209,25 +227,28 @@ class _Local:
             return f"{type(err).__name__}: {err}", ()
         return None, ()
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
+        pass
+
+    def release(self) -> None:
         pass
 
 
 class _Process:
-    """A worker process, started on its first job."""
+    """A worker process: ``start`` returns once it has imported what compiling needs."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.proc: subprocess.Popen[bytes] | None = None
         self.log: IO[bytes] | None = None
-        self.answered = False
+        self.ready = False
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def start(self) -> None:
         if not sys.executable:
             raise _Unavailable("this Python has no executable to start (sys.executable)")
         self.log = tempfile.TemporaryFile()
         try:
-            return subprocess.Popen(
+            self.proc = subprocess.Popen(
                 # -P: no current folder first on sys.path, the parent's path only
                 [sys.executable, "-P", "-m", WORKER, str(self.root)],
                 stdin=subprocess.PIPE,
@@ -237,49 +258,61 @@ class _Process:
             )
         except OSError as err:
             raise _Unavailable(f"{sys.executable} does not start ({err})") from None
+        assert self.proc.stdout is not None
+        try:
+            if receive(self.proc.stdout) != READY:
+                raise EOFError
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError):
+            raise _Unavailable(f"{sys.executable} -m {WORKER}: {self._ended()}") from None
+        self.ready = True
 
     def run(self, job: Job) -> tuple[str | None, tuple]:
-        if self.proc is None:
-            self.proc = self._start()
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        assert self.proc is not None and self.proc.stdin is not None
+        assert self.proc.stdout is not None
         try:
             send(self.proc.stdin, job)
             error, caught = receive(self.proc.stdout)
-        except (OSError, EOFError, pickle.UnpicklingError):
-            why = f"a worker process ({sys.executable} -m {WORKER}) ended: {self._log_tail()}"
-            if not self.answered:
-                raise _Unavailable(why) from None
-            return why, ()
-        self.answered = True
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError):
+            return f"a worker process ended: {self._ended()}", ()
         return error, caught
 
-    def _log_tail(self) -> str:
+    def _ended(self) -> str:
+        """What a worker that stopped answering left: its status and the end of its log."""
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
-        if self.log is None:
-            return ""
-        self.log.seek(0)
-        text = self.log.read().decode(errors="replace").strip()
+        text = ""
+        if self.log is not None:
+            self.log.seek(0)
+            text = self.log.read().decode(errors="replace").strip()
         status = self.proc.returncode if self.proc is not None else None
         return f"exit status {status}" + (f", {text[-1500:]}" if text else "")
 
-    def close(self) -> None:
-        """End the worker (it exits at the end of its input) and drop its log."""
-        if self.proc is not None:
-            for stream in (self.proc.stdin, self.proc.stdout):
-                if stream is not None:
-                    try:
-                        stream.close()
-                    except OSError:
-                        pass
+    def close(self, kill: bool = False) -> None:
+        """End the worker: at the end of its input once ready (it has answered every job
+        it took), else now, as with ``kill``. A thread still reading its output sees the
+        end of it."""
+        proc = self.proc
+        if proc is None:
+            return
+        if kill or not self.ready:
+            proc.kill()
+        elif proc.stdin is not None:
             try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.log is not None:
-            self.log.close()
+                proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def release(self) -> None:
+        """Close what its serving thread read (called by that thread at its end)."""
+        for stream in (self.proc.stdout if self.proc else None, self.log):
+            if stream is not None:
+                stream.close()
 
 
 def worker_environment() -> dict[str, str]:

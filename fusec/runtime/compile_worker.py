@@ -1,6 +1,7 @@
 """A worker process of ``fusec.runtime.compile_pool``: compiles the jobs it is sent.
 
-Run as ``python -m fusec.runtime.compile_worker CACHE_FOLDER``. It reads jobs
+Run as ``python -m fusec.runtime.compile_worker CACHE_FOLDER``. Once it has imported
+Numba it says ``compile_pool.READY``; then it reads jobs
 (``compile_pool.Job``) from stdin and answers each with ``(error, warnings)``:
 ``error`` None when the module and its signatures are compiled into the kernel cache
 at ``CACHE_FOLDER``, else a line saying what failed; ``warnings`` the warnings the
@@ -21,14 +22,17 @@ from typing import Any
 
 def main(argv: list[str]) -> int:
     from fusec.runtime.cache import KernelCache
-    from fusec.runtime.compile_pool import receive, send, warning_record
+    from fusec.runtime.compile_pool import READY, receive, send, warning_record
 
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints: to the log
     jobs = sys.stdin.buffer
+    import fusec.runtime.numba_cache  # noqa: F401 - Numba and its cache, before READY
+
     cache = KernelCache(Path(argv[0]))
     cache.root  # noqa: B018 - checks the folder now, setting fallback_reason
     unusable = cache.fallback_reason
+    send(answers, READY)
     while True:
         try:
             job = receive(jobs)

@@ -210,6 +210,7 @@ def test_a_worker_error_is_the_serial_error(tmp_path, monkeypatch, pool, kind):
 def test_without_worker_processes_the_kernels_compile_here(tmp_path, monkeypatch, pool):
     monkeypatch.setattr(compile_pool.sys, "executable", str(tmp_path / "no-python"))
     monkeypatch.setattr(compile_pool, "_warned", False)
+    monkeypatch.setattr(compile_pool, "_unavailable", None)
     cache = KernelCache(tmp_path / "cache")
     program = _program(cache)
     args = _inputs(3)
