@@ -42,7 +42,7 @@ _PROVIDERS: dict[str, str] = {
     "ieee_addmm": "fusec.targets.cuda.torch_runtime",
     "ieee_attention": "fusec.targets.cuda.torch_runtime",
     "TileConfig": "fusec.targets.cuda.gemm.config",
-    "Epilogue": "fusec.targets.cuda.gemm.cpp",
+    "Epilogue": "fusec.targets.cuda.epilogue",
     "GemmSpec": "fusec.targets.cuda.gemm.cpp",
     "GemmLaunch": "fusec.targets.cuda.gemm.launcher",
     "Prologue": "fusec.targets.cuda.gemm.launcher",

@@ -1,18 +1,18 @@
 """Inline-PTX building blocks shared by the generated Hopper kernels (gemm, conv, attention).
 
-``HELPERS`` includes the kernel layer's headers (``include/fusec``: 16-bit loads and
-stores, mbarriers, TMA loads of rank 3 to 5, wgmma fences and matrix descriptors); the
-wgmma instructions of any N, with A from shared memory (``wgmma_ss``) or from registers
-(``wgmma_rs``), are generated here: an asm statement's operand count (N/2 accumulators)
-cannot be a C++ template parameter. Everything is generated from integers and fixed
-names, never from user text.
+The kernel layer's headers (``include/fusec``) hold the static part; the wgmma
+instructions of any N, with A from shared memory (``wgmma_ss``) or from registers
+(``wgmma_rs``), are generated here, each as a member of its instantiation's ``Config``:
+an asm statement's operand count (N/2 accumulators) cannot be a C++ template parameter.
+Everything is generated from integers and fixed names, never from user text.
 """
 
 from __future__ import annotations
 
-from fusec.targets.cuda.headers import include
-
-HELPERS = include("common", "barrier", "tma", "wgmma")
+#: The warp-specialised kernels' register split (``setmaxnreg``): the producer warpgroup
+#: gives registers up, the consumers take them (40 + 2 x 232 = 3 x 168 per thread).
+PRODUCER_REGISTERS = 40
+CONSUMER_REGISTERS = 232
 WGMMA_TYPE = {"f16": "f16", "bf16": "bf16"}
 
 

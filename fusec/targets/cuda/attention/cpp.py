@@ -25,10 +25,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fusec.targets.cuda.gemm.cpp import CONSUMER_REGISTERS, PRODUCER_REGISTERS
 from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
 from fusec.targets.cuda.linked import content_key
-from fusec.targets.cuda.ptx import wgmma_rs, wgmma_ss
+from fusec.targets.cuda.ptx import CONSUMER_REGISTERS, PRODUCER_REGISTERS, wgmma_rs, wgmma_ss
 
 BM = 128  # query rows per block: 2 consumer warpgroups x 64
 BN = 128  # keys per step

@@ -57,10 +57,10 @@ from fusec.targets.cuda.conv.config import (
     tile_count,
 )
 from fusec.targets.cuda.conv.transpose import TransposeTiling, transpose_config, transpose_kernel
-from fusec.targets.cuda.gemm.cpp import CONSUMER_REGISTERS, PRODUCER_REGISTERS, Epilogue
+from fusec.targets.cuda.epilogue import Epilogue
 from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
 from fusec.targets.cuda.linked import content_key
-from fusec.targets.cuda.ptx import wgmma_ss
+from fusec.targets.cuda.ptx import CONSUMER_REGISTERS, PRODUCER_REGISTERS, wgmma_ss
 
 DTYPES = ("f16", "bf16")
 OUT_DTYPES = ("f16", "bf16", "f32")

@@ -62,7 +62,7 @@ from fusec.targets.cuda.conv.layout import (
     Layout,
     layout_of,
 )
-from fusec.targets.cuda.gemm.cpp import Epilogue
+from fusec.targets.cuda.epilogue import Epilogue
 from fusec.targets.cuda.linked import linked_kernel_source
 
 TILE_ATTR = "fusec.tile"

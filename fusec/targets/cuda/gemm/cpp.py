@@ -67,15 +67,13 @@ SBO = stride between 8-row K groups), so no operand is ever copied.
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass, field
 
+from fusec.targets.cuda.epilogue import Epilogue
 from fusec.targets.cuda.gemm.config import TileConfig, Variant
 from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
-from fusec.targets.cuda.ptx import wgmma_ss
+from fusec.targets.cuda.ptx import CONSUMER_REGISTERS, PRODUCER_REGISTERS, wgmma_ss
 
-PRODUCER_REGISTERS = 40
-CONSUMER_REGISTERS = 232
 DTYPES = ("f16", "bf16")
 OUT_DTYPES = ("f16", "bf16", "f32")
 _ELEMENT_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
@@ -86,61 +84,6 @@ GEMM_HEADERS = ("gemm",)
 def element_bytes(dtype: str) -> int:
     """Bytes of one element of an operand or output type."""
     return _ELEMENT_BYTES[dtype]
-
-
-@dataclass(frozen=True)
-class Epilogue:
-    """The elementwise code applied to each accumulator before the store.
-
-    ``body`` is C++ statements that read ``float acc`` (the f32 dot product),
-    ``int row``, ``int col`` (the output element), ``int bat`` (the flat batch
-    index) and the extra input pointers ``e0``, ``e1``... (``const void*``,
-    element types ``extras``; load them with ``fs_ld_<dtype>(e0, index)``), and
-    assign ``float y``. It must come from a generator (never user text).
-    ``name`` documents it in the kernel header.
-    """
-
-    body: str = "y = acc;"
-    extras: tuple[str, ...] = ()
-    name: str = "identity"
-    helpers: str = ""  # C++ helper definitions the body calls (generated)
-    #: "" (store ``y``), "row" (softmax over each output row, which one block tile holds:
-    #: N <= BN; ``post_body`` maps ``float s``, the softmax value, to ``y``) or "partials"
-    #: (store ``y`` and write each row's per-tile (max, sum of exp) to the last extra,
-    #: an f32 buffer of batches x M x tiles_n pairs, for a finalise pass)
-    softmax: str = ""
-    post_body: str = "y = s;"
-    #: The LayerNorm rewrite (FlashNorm) applied to ``acc`` before ``body``: the extra slots
-    #: of the row statistics (float2 mean, rstd per row) and of the fold's column vectors
-    #: (``c`` at 0, ``d`` at ``ln_stride``, f32), or () without a LayerNorm prologue.
-    ln_slots: tuple[int, ...] = ()
-    ln_stride: int = 0
-    #: ``ln="tile"``: the extra slots of the LayerNorm's gamma and beta (K values each), which
-    #: the consumers apply to the resident A tiles before the main loop, and its epsilon;
-    #: () otherwise (then ``ln_eps`` is unused)
-    ln_affine: tuple[int, ...] = ()
-    ln_eps: float = 1e-5
-    #: Extra slots read at (row, col) of the output, row-major M x N (a residual): what the
-    #: ``prefetch="tile"`` variant brings into L2 before the epilogue.
-    tile_inputs: tuple[int, ...] = ()
-    #: The conv template's arguments: extra slots the kernel loads itself and passes to the
-    #: body as ``float ev<slot>`` (``fs_epilogue``'s parameters): one value per output
-    #: channel (index ``k``, e.g. a folded BatchNorm's scale) or one at the output element
-    #: (an NCHW tensor of the output's shape: a residual).
-    channel_args: tuple[int, ...] = ()
-    pixel_args: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.softmax not in ("", "row", "partials"):
-            raise ValueError(f"epilogue softmax mode {self.softmax!r}")
-        if self.softmax == "partials" and (not self.extras or self.extras[-1] != "f32"):
-            raise ValueError("the partials epilogue writes to its last extra (f32)")
-        if self.ln_slots and (len(self.ln_slots) != 2 or self.ln_stride % 4):
-            raise ValueError("ln_slots is (stats, cd); ln_stride a multiple of 4")
-        if self.ln_affine and (len(self.ln_affine) != 2 or self.ln_slots):
-            raise ValueError("ln_affine is (gamma, beta), and excludes the rewrite's ln_slots")
-        if not (math.isfinite(self.ln_eps) and self.ln_eps >= 0.0):
-            raise ValueError(f"LayerNorm epsilon {self.ln_eps!r}")
 
 
 BIAS_RELU = Epilogue(
