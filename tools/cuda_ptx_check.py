@@ -21,10 +21,14 @@ is needed. With ``FUSEC_PTX_CANONICAL=1`` the virtual registers are renamed in o
 first appearance before hashing (two PTX texts that differ only in register numbers hash
 alike) and ``FUSEC_PTX_HASHES`` names the file to write or compare with.
 
-The stored hashes are the kernels as of the GEMM's move into ``fusec/gemm.cuh`` (issue
-27): against the generator before it, 220 of 235 byte-identical, 7 GEMM kernels identical
-up to register numbering, and the 8 ln=tile GEMM kernels with two independent register
-moves in the other order (git has the earlier file).
+The stored hashes are the kernels after the moves of issue 27 (git has the earlier
+files and the commit messages say what changed): the GEMM into ``gemm.cuh`` (against the
+generator before it 7 GEMM kernels identical up to register numbering, 8 ln=tile ones with
+two independent register moves in the other order); LN-prep into ``layernorm_prep.cuh``
+(3 kernels: loop strength reduction picks the other of two equal-stride pointers);
+attention, the relayout copy, the direct conv and the softmax finalise byte-identical;
+the implicit-GEMM conv into ``conv.cuh`` (127 kernels: 12 byte-identical, 106 identical
+up to register numbering, 8 reordered, 1 converting a bf16 channel word at each use).
 """
 
 from __future__ import annotations
