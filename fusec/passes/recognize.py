@@ -545,7 +545,8 @@ class ReshapeAfterElementwise(Recognition):
     label = "reshape sunk"
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, ai.AiOp) or not op.has_scalar():
+        # ai.expand's shape attribute is its result's: it does not move past a reshape
+        if not isinstance(op, ai.AiOp) or not op.has_scalar() or isinstance(op, ai.ExpandOp):
             return
         out = shape(op.results[0])
         sources: list[SSAValue | None] = []
@@ -567,6 +568,8 @@ class ReshapeAfterElementwise(Recognition):
                 return
             else:
                 operands.append(value)
+        if all(a is b for a, b in zip(operands, op.operands, strict=True)):
+            return  # no reshape to sink: the rewrite would rebuild the op forever
         if isinstance(op, ai.BiasAddOp):
             if (
                 not shape(first)  # a reshaped scalar has no axis for the bias
