@@ -1615,12 +1615,13 @@ def _pad(imp: Importer, node: Node) -> list[SSAValue]:
     if len(pads) != 2 * len(axes):
         raise imp.error(f"{len(pads)} pads for {len(axes)} axes (two per axis)")
     mode = node.attrs.get("mode", "constant")
-    value = float(node.attrs.get("value", 0.0))
+    value: float | SSAValue = float(node.attrs.get("value", 0.0))
     known = imp.array(node, 2)
     if imp.optional_input_name(node, 2) is not None:
-        if known is None:
-            raise imp.error("the constant_value is computed at run time", "attribute")
-        value = float(np.asarray(known).reshape(-1)[0]) if known.size else 0.0
+        if known is not None:
+            value = float(np.asarray(known).reshape(-1)[0]) if known.size else 0.0
+        elif mode == "constant":  # computed at run time: broadcast into the pad blocks
+            value = _reshape_to(imp, imp.input(node, 2), ())
     y = x
     for axis, begin, end in zip(axes, pads[: len(axes)], pads[len(axes) :], strict=True):
         if begin or end:
@@ -1651,8 +1652,16 @@ def _center_crop_pad(imp: Importer, node: Node) -> list[SSAValue]:
 
 
 def _pad_axis(
-    imp: Importer, x: SSAValue, axis: int, begin: int, end: int, mode: str, value: float
+    imp: Importer,
+    x: SSAValue,
+    axis: int,
+    begin: int,
+    end: int,
+    mode: str,
+    value: float | SSAValue,
 ) -> SSAValue:
+    """``x`` padded along ``axis`` (``value``: the constant, or a rank-0 value computed
+    at run time, of constant mode)."""
     dim = shape_of(x)[axis]
     if mode == "constant":
         kept = _slice_of(imp, x, [max(-begin, 0)], [dim - max(-end, 0)], [axis], [1])
@@ -1663,7 +1672,11 @@ def _pad_axis(
             elif count > 0:
                 block = list(shape_of(x))
                 block[axis] = count
-                parts.append(imp.constant(np.full(block, value), dtype_of(x)))
+                parts.append(
+                    imp.constant(np.full(block, value), dtype_of(x))
+                    if isinstance(value, float)
+                    else imp.emit(ai.ExpandOp, value, shape=block)
+                )
         return parts[0] if len(parts) == 1 else imp.emit(ai.ConcatOp, *parts, axis=axis)
     if min(begin, end) < 0:
         raise imp.error(f"negative pads in mode '{mode}' are not supported", "attribute")

@@ -242,6 +242,18 @@ def test_pad_modes(mode):
     _check(model, {"x": x})
 
 
+@pytest.mark.parametrize("target", ["reference", "cpu"])
+@pytest.mark.parametrize("rank", [0, 1])
+def test_pad_with_a_constant_value_computed_at_run_time(rank, target):
+    """The value (a graph input, rank 0 or 1 of one element) broadcast into the pad
+    blocks (ai.expand), as Attention's expanded form pads its mask with -inf."""
+    x, value = r(2, 3, 4), np.full((1,) * rank, -np.inf, np.float32)
+    model = node_model("Pad", {"x": x, "value": value}, opset=19)
+    model = _with_constants(model, pads=np.array([0, 2, 1, 1, -1, 2], np.int64))
+    model.graph.node[0].input[:] = ["x", "pads", "value"]
+    _check(model, {"x": x, "value": value}, target=target, ops=["ai.expand"])
+
+
 @pytest.mark.parametrize("upper", [0, 1])
 @pytest.mark.parametrize("k", [-1, 0, 2])
 def test_trilu_of_a_value_computed_at_run_time(upper, k):
