@@ -22,9 +22,17 @@ The node is decomposed the way ONNX's own function body and reference define it,
   ``qk_matmul_output_mode``, in the order the node suite numbers them: 0 the scaled
   ``Q @ K^T``, 1 after softcap, 2 after adding the bias, 3 the (row-guarded) softmax.
 
-Refused with a located error: ``nonpad_kv_seqlen``, the sliding-window attributes (opset
-25), another ``softmax_precision``, ``qk_matmul_output_mode`` 0 with a softcap (ONNX's
-definition and its reference disagree on whether it is capped).
+* the sliding window (opset 25, ``left_window_size`` / ``right_window_size``, -1 for an
+  unbounded side): key ``j`` is allowed to the query at absolute position ``p`` iff
+  ``p - left <= j <= p + right``, -inf elsewhere, combined with the causal frontier;
+* ``nonpad_kv_seqlen`` (an external, static cache): the keys at or past ``nonpad[b]`` are
+  masked in batch ``b``, and the causal and window frontiers are aligned per batch at
+  ``nonpad[b] - q_len`` (one constant mask when it is a constant; iota comparisons with
+  ai ops when it is computed at run time).
+
+Refused with a located error: another ``softmax_precision``, ``qk_matmul_output_mode`` 0
+with a softcap (ONNX's definition and its reference disagree on whether it is capped),
+``nonpad_kv_seqlen`` together with past key/value (ONNX forbids it).
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ if TYPE_CHECKING:
 _ATTRS = (
     "is_causal",
     "kv_num_heads",
+    "left_window_size",
+    "right_window_size",
     "q_num_heads",
     "qk_matmul_output_mode",
     "scale",
@@ -56,8 +66,6 @@ _ATTRS = (
 
 @converter("Attention", attrs=_ATTRS)
 def _attention(imp: Importer, node: Node) -> list[SSAValue]:
-    if imp.optional_input_name(node, 6) is not None:
-        raise imp.error("input 'nonpad_kv_seqlen' is not supported", "attribute")
     q, k, v = (imp.input(node, i) for i in range(3))
     rank = len(shape_of(q))
     if rank not in (3, 4) or {len(shape_of(k)), len(shape_of(v))} != {rank}:
@@ -156,7 +164,10 @@ def _softcap(imp: Importer, node: Node, scores: SSAValue) -> SSAValue:
 def _bias(
     imp: Importer, node: Node, q: SSAValue, grid: tuple[int, ...], past: int
 ) -> SSAValue | None:
-    """The additive mask of the scores (None: none), in ``q``'s type."""
+    """The additive mask of the scores (None: none), in ``q``'s type: ``attn_mask`` plus
+    0 / -inf where the causal frontier, the sliding window and ``nonpad_kv_seqlen``
+    allow / forbid a key (each term of ONNX's sum is 0 or -inf, so one where is the same
+    sum)."""
     queries, keys = grid
     mask = imp.optional_input(node, 3)
     if mask is not None:
@@ -165,11 +176,81 @@ def _bias(
             mask = imp.emit(ai.WhereOp, mask, imp.scalar(0.0, q), imp.scalar(-np.inf, q))
         elif dtype_of(mask) != dtype_of(q):
             raise imp.error(f"attn_mask is {mask.type}: bool or the inputs' type")
-    if not node.attrs.get("is_causal", 0):
+    allowed = _allowed_keys(imp, node, queries, keys, past)
+    if allowed is None:
         return mask
-    allowed = np.arange(keys)[None, :] <= np.arange(queries)[:, None] + past
-    causal = imp.constant(np.where(allowed, 0.0, -np.inf), dtype_of(q))
-    return causal if mask is None else imp.emit(ai.AddOp, mask, causal)
+    if isinstance(allowed, np.ndarray):
+        frontier = imp.constant(np.where(allowed, 0.0, -np.inf), dtype_of(q))
+    else:
+        frontier = imp.emit(ai.WhereOp, allowed, imp.scalar(0.0, q), imp.scalar(-np.inf, q))
+    return frontier if mask is None else imp.emit(ai.AddOp, mask, frontier)
+
+
+def _allowed_keys(
+    imp: Importer, node: Node, queries: int, keys: int, past: int
+) -> np.ndarray | SSAValue | None:
+    """Which keys each query may see under the causal frontier, the sliding window and
+    ``nonpad_kv_seqlen``: ``[q, kv]`` for one offset (``past``), ``[B, 1, q, kv]`` for
+    ``nonpad_kv_seqlen``'s per-batch ones; a numpy array when constant, a bool value when
+    ``nonpad_kv_seqlen`` is computed at run time; None when every key is allowed."""
+    causal = bool(node.attrs.get("is_causal", 0))
+    left, right = (int(node.attrs.get(a, -1)) for a in ("left_window_size", "right_window_size"))
+    if min(left, right) < -1:
+        raise imp.error(f"window sizes {left}, {right} must be -1 or nonnegative")
+    name = imp.optional_input_name(node, 6)
+    if name is not None and past:
+        raise imp.error("nonpad_kv_seqlen cannot be combined with past_key / past_value")
+    if not causal and left < 0 and right < 0 and name is None:
+        return None
+    # diff[i, j] = (i + offset) - j: how far key j lies behind query i's absolute position
+    diff = np.arange(queries)[:, None] - np.arange(keys)[None, :]
+    if name is None:
+        return _frontier(diff + past, causal, left, right)
+    nonpad = imp.array(node, 6)
+    if nonpad is not None:  # a constant: one constant mask
+        offsets = np.asarray(nonpad, dtype=np.int64).reshape(-1, 1, 1, 1) - queries
+        inside = np.arange(keys)[None, None, None, :] < offsets + queries
+        return _frontier(diff + offsets, causal, left, right) & inside
+    return _run_time_allowed(imp, node, diff - queries, causal, left, right)
+
+
+def _frontier(diff: np.ndarray, causal: bool, left: int, right: int) -> np.ndarray:
+    """Where ``diff`` (query position minus key position) is allowed."""
+    allowed = diff >= 0 if causal else np.ones(diff.shape, dtype=bool)
+    if left >= 0:
+        allowed = allowed & (diff <= left)
+    if right >= 0:
+        allowed = allowed & (-diff <= right)
+    return allowed
+
+
+def _run_time_allowed(
+    imp: Importer, node: Node, diff: np.ndarray, causal: bool, left: int, right: int
+) -> SSAValue:
+    """``_allowed_keys`` for a ``nonpad_kv_seqlen`` computed at run time: the constant
+    ``i - j - q`` plus ``nonpad[b]`` compared with ai ops (int64), and ``j < nonpad[b]``."""
+    nonpad = imp.input(node, 6)
+    if dtype_of(nonpad) not in ("i64", "i32"):
+        raise imp.error(f"nonpad_kv_seqlen is {nonpad.type}: an integer tensor expected")
+    per_batch = _reshape_to(imp, nonpad, (math.prod(shape_of(nonpad)), 1, 1, 1))
+    kind = dtype_of(nonpad)
+    shifted = imp.emit(ai.AddOp, imp.constant(diff, kind), per_batch)
+
+    def scalar(n: int) -> SSAValue:
+        return imp.constant(np.asarray(n), kind)
+
+    allowed = None
+    if causal:
+        allowed = imp.emit(ai.GreaterEqualOp, shifted, scalar(0))
+    windows = []
+    if left >= 0:  # i - j <= left
+        windows.append(imp.emit(ai.LessEqualOp, shifted, scalar(left)))
+    if right >= 0:  # j - i <= right
+        windows.append(imp.emit(ai.GreaterEqualOp, shifted, scalar(-right)))
+    for within in windows:
+        allowed = within if allowed is None else imp.emit(ai.AndOp, allowed, within)
+    inside = imp.emit(ai.LessOp, imp.constant(np.arange(diff.shape[1]), kind), per_batch)
+    return inside if allowed is None else imp.emit(ai.AndOp, allowed, inside)
 
 
 def _padded_mask(imp: Importer, mask: SSAValue, keys: int) -> SSAValue:

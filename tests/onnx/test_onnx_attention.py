@@ -16,7 +16,7 @@ from fusec.errors import FusecError  # noqa: E402
 F32 = TensorProto.FLOAT
 
 
-def _model(inputs: list[tuple[str, int, tuple]], attrs: dict, outputs: int = 1):
+def _model(inputs: list[tuple[str, int, tuple]], attrs: dict, outputs: int = 1, opset=23):
     names = [n for n, _, _ in inputs]
     outs = ["Y", "present_key", "present_value"][:outputs]
     node = helper.make_node("Attention", names, outs, **attrs)
@@ -26,7 +26,7 @@ def _model(inputs: list[tuple[str, int, tuple]], attrs: dict, outputs: int = 1):
         [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
         [helper.make_tensor_value_info(o, F32, None) for o in outs],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def _inputs(inputs, rng) -> list[np.ndarray]:
@@ -85,6 +85,80 @@ def test_attention_matches_onnx_reference(name: str) -> None:
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
+I64 = TensorProto.INT64
+NONPAD = ("nonpad_kv_seqlen", I64, (B,))
+#: Opset 25's sliding window and external-cache lengths: (inputs, attributes).
+WINDOWS = {
+    "left": ([Q4, K4, V4], {"left_window_size": 2}),
+    "left-right": ([Q4, K4, V4], {"left_window_size": 1, "right_window_size": 2}),
+    "causal-left": ([Q4, K4, V4], {"is_causal": 1, "left_window_size": 1}),
+    "past-causal-left": (
+        [Q4, ("K", F32, (B, H, S, D)), ("V", F32, (B, H, S, D)), ("attn_mask", F32, (S, 8)),
+         ("past_key", F32, (B, H, 3, D)), ("past_value", F32, (B, H, 3, D))],
+        {"is_causal": 1, "left_window_size": 2},
+    ),
+    "bool-mask-right": (
+        [Q4, K4, V4, ("attn_mask", TensorProto.BOOL, (7,))], {"right_window_size": 0}
+    ),
+    "nonpad": ([Q4, K4, V4, ("", F32, ()), ("", F32, ()), ("", F32, ()), NONPAD], {}),
+    "nonpad-causal-window": (
+        [Q4, K4, V4, ("", F32, ()), ("", F32, ()), ("", F32, ()), NONPAD],
+        {"is_causal": 1, "left_window_size": 3, "right_window_size": 1},
+    ),
+}  # fmt: skip
+
+
+def _window_case(name: str, constant_nonpad: bool):
+    """The model and its feeds; ``nonpad_kv_seqlen`` (4 and 7 of the 7 keys) as a graph
+    input, or as an initializer with ``constant_nonpad``."""
+    spec, attrs = WINDOWS[name]
+    model = _model([i if i[0] else ("", F32, ()) for i in spec], attrs, opset=25)
+    used = [i for i in spec if i[0]]
+    model.graph.ClearField("input")
+    rng = np.random.default_rng(11)
+    feeds = dict(zip([n for n, _, _ in used], _inputs(used, rng), strict=True))
+    if "nonpad_kv_seqlen" in feeds:
+        feeds["nonpad_kv_seqlen"] = np.array([4, 7], dtype=np.int64)
+        if constant_nonpad:
+            lengths = feeds.pop("nonpad_kv_seqlen")
+            model.graph.initializer.append(onnx.numpy_helper.from_array(lengths, NONPAD[0]))
+    model.graph.input.extend(
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in used if n in feeds]
+    )
+    return model, feeds
+
+
+WINDOW_RUNS = [(n, False) for n in WINDOWS] + [(n, True) for n in WINDOWS if "nonpad" in n]
+
+
+@pytest.mark.parametrize(("name", "constant_nonpad"), WINDOW_RUNS)
+def test_sliding_window_and_nonpad_lengths_match_onnx_reference(name, constant_nonpad):
+    """Opset 25: the window aligned at the past length or at nonpad[b] - q_len, keys past
+    nonpad[b] masked, combined with masks and the causal frontier; nonpad_kv_seqlen a
+    run-time int64 input (ai comparisons) or a constant (one constant mask)."""
+    model, feeds = _window_case(name, constant_nonpad)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    module = fusec.from_onnx(model)
+    compare_ops = {"ai.less", "ai.greater_equal", "ai.less_equal"} & {
+        op.name for op in module.walk()
+    }
+    assert bool(compare_ops) == ("nonpad" in name and not constant_nonpad), compare_ops
+    got = fusec.compile(module, target="reference")(*feeds.values())
+    got = got if isinstance(got, tuple) else (got,)
+    for g, w in zip(got, want, strict=True):
+        assert not np.isnan(g).any()
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["nonpad-causal-window", "past-causal-left"])
+def test_sliding_window_on_the_cpu_target(name):
+    model, feeds = _window_case(name, constant_nonpad=False)
+    (want, *_) = ReferenceEvaluator(model).run(None, feeds)
+    got = fusec.compile(fusec.from_onnx(model), target="cpu")(*feeds.values())
+    got = got[0] if isinstance(got, tuple) else got
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_a_fully_masked_row_is_zeros() -> None:
     mask = np.ones((S, 7), dtype=bool)
     mask[2] = False  # query 2 may see no key
@@ -129,4 +203,8 @@ def test_unsupported_forms_are_refused() -> None:
         fusec.from_onnx(model)
     model = _model([("Q", F32, (B, S, 32)), ("K", F32, (B, 7, 32)), ("V", F32, (B, 7, 32))], {})
     with pytest.raises(FusecError, match="q_num_heads and kv_num_heads"):
+        fusec.from_onnx(model)
+    model, _ = _window_case("nonpad", constant_nonpad=False)
+    model.graph.node[0].attribute.append(helper.make_attribute("left_window_size", -2))
+    with pytest.raises(FusecError, match="window sizes -2, -1 must be -1 or nonnegative"):
         fusec.from_onnx(model)
