@@ -1,5 +1,5 @@
 """ONNX operators that pick elements by index, as ai ops: ``GatherElements``,
-``GatherND``, ``Hardmax`` and ``OneHot``.
+``GatherND``, ``Hardmax``, ``TopK`` and ``OneHot``.
 
 * ``GatherElements`` with constant indices (what exporters and the conformance suite
   give) is one ``ai.gather`` of the flattened data at the flat positions, computed at
@@ -14,6 +14,12 @@
   reshape), or one ``ai.take`` at positions computed with integer ops at run time.
 * ``Hardmax``: 1 at the first maximum along the axis, else 0: ``ai.argmax`` (keepdims)
   compared with the axis' iota, cast to the input's type.
+* ``TopK`` (constant K): K selection rounds along the axis, each the maximum of the
+  elements not taken yet (``ai.reduce_max``; the smallest: of the negated values) and
+  the first untaken position holding it (``ai.argmax`` of the hits), which joins the
+  taken ones: sorted, ties to the lower index as ONNX says, exact for infinities; a NaN
+  counts as the largest value. About ten elementwise ops and two reductions per round,
+  so K is at most ``TOPK_ROUNDS``.
 * ``OneHot``: the indices (negative ones wrapped) compared with the iota of a new axis
   of the constant ``depth``, selecting ``on`` or ``off``.
 * ``ScatterElements``/``ScatterND`` with constant indices: the flat element each update
@@ -214,6 +220,51 @@ def _hardmax(imp: Importer, node: Node) -> list[SSAValue]:
     iota_shape[axis] = shape_of(x)[axis]
     iota = imp.constant(np.arange(shape_of(x)[axis]).reshape(iota_shape), "i64")
     return [imp.emit(ai.CastOp, imp.emit(ai.EqualOp, first, iota), dtype_of(x))]
+
+
+#: The largest K ``TopK`` unrolls into selection rounds.
+TOPK_ROUNDS = 64
+
+
+@converter("TopK", attrs=("axis", "k", "largest", "sorted"))
+def _top_k(imp: Importer, node: Node) -> list[SSAValue]:
+    """The K largest (or smallest) values along the axis and their int64 indices, in
+    order (``sorted=0`` allows any order; this one is sorted too)."""
+    x = imp.input(node, 0)
+    shape = shape_of(x)
+    axis = _normalised(imp, [int(node.attrs.get("axis", -1))], len(shape))[0]
+    k = node.attrs.get("k") if imp.opset < 10 else imp.array(node, 1)
+    if k is None:
+        raise imp.error("K is computed at run time: fusec needs it constant", "attribute")
+    count = int(np.asarray(k).reshape(-1)[0])
+    if not 1 <= count <= shape[axis]:
+        raise imp.error(f"K={count} must be in [1, {shape[axis]}] (the axis' size)")
+    if count > TOPK_ROUNDS:
+        raise imp.error(f"K={count}: fusec unrolls TopK up to K={TOPK_ROUNDS}", "attribute")
+    largest = bool(node.attrs.get("largest", 1))
+    work = x if largest else imp.emit(ai.NegOp, x)
+    iota_shape = [1] * len(shape)
+    iota_shape[axis] = shape[axis]
+    iota = imp.constant(np.arange(shape[axis]).reshape(iota_shape), "i64")
+    is_nan = imp.emit(ai.NotOp, imp.emit(ai.EqualOp, work, work))
+    taken, values, indices = None, [], []
+    for round_ in range(count):
+        left = work if taken is None else imp.emit(
+            ai.WhereOp, taken, imp.scalar(-np.inf, work), work
+        )  # fmt: skip
+        best = imp.emit(ai.ReduceMaxOp, left, axes=(axis,), keepdims=True)
+        hit = imp.emit(ai.OrOp, imp.emit(ai.EqualOp, work, best), is_nan)
+        if taken is not None:
+            hit = imp.emit(ai.AndOp, hit, imp.emit(ai.NotOp, taken))
+        first = imp.emit(ai.ArgMaxOp, imp.emit(ai.CastOp, hit, "i32"), axis=axis, keepdims=True)
+        if round_ < count - 1:
+            chosen = imp.emit(ai.EqualOp, iota, first)
+            taken = chosen if taken is None else imp.emit(ai.OrOp, taken, chosen)
+        values.append(best if largest else imp.emit(ai.NegOp, best))
+        indices.append(first)
+    if count == 1:
+        return [values[0], indices[0]]
+    return [imp.emit(ai.ConcatOp, *values, axis=axis), imp.emit(ai.ConcatOp, *indices, axis=axis)]
 
 
 @converter("OneHot", attrs=("axis",))

@@ -143,7 +143,17 @@ def reduce_prod() -> onnx.ModelProto:
     return model
 
 
+def top_k() -> onnx.ModelProto:
+    """TopK, the 2 largest along the last axis of a [2, 5] input (K a constant)."""
+    node = helper.make_node("TopK", ["x", "k"], ["values", "indices"], name="topk")
+    outputs = [("values", F32, (2, 2)), ("indices", I64, (2, 2))]
+    model = _model(node, [("x", F32, (2, 5))], outputs, 11)
+    model.graph.initializer.append(helper.make_tensor("k", I64, (1,), [2]))
+    return model
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "top_k": top_k,
     "conv_transpose": conv_transpose,
     "reduce_prod": reduce_prod,
     "affine_grid": affine_grid,

@@ -196,3 +196,72 @@ def test_scatter_at_run_time_indices_is_refused_with_the_reason():
     )
     with pytest.raises(FusecError, match="indices are computed at run time"):
         fusec.from_onnx(model)
+
+
+# ------------------------------------------------------------------ TopK
+
+
+def _top_k_model(x, k, **attrs):
+    model = node_model("TopK", {"x": x}, outputs=("values", "indices"), opset=11, **attrs)
+    model.graph.initializer.append(helper.make_tensor("k", TensorProto.INT64, (1,), [k]))
+    model.graph.node[0].input.append("k")
+    model.graph.output[1].type.tensor_type.elem_type = TensorProto.INT64
+    return model
+
+
+def _ties_and_infinities(shape):
+    """Random values with repeats (ties go to the lower index) and infinities (exact)."""
+    x = RNG.integers(-4, 5, size=shape).astype(np.float32)
+    x.reshape(-1)[::7] = -np.inf
+    x.reshape(-1)[3::11] = np.inf
+    return x
+
+
+TOP_KS = [  # shape, K, attributes
+    ((3, 7), 3, {}),
+    ((3, 7), 1, {"largest": 0}),
+    ((4, 5, 6), 4, {"axis": 1}),
+    ((4, 5, 6), 6, {"axis": -1, "largest": 0}),
+    ((2, 9, 2), 9, {"axis": 1, "sorted": 1}),
+]
+
+
+@pytest.mark.parametrize(("shape", "k", "attrs"), TOP_KS)
+def test_top_k_matches_onnxruntime(shape, k, attrs):
+    """Values and int64 indices in order, ties to the lower index, infinities among
+    them, on fresh random data."""
+    x = _ties_and_infinities(shape)
+    model = _top_k_model(x, k, **attrs)
+    got = fusec.compile(fusec.from_onnx(model), target="reference")(x)
+    want = run_onnxruntime(model, {"x": x})
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+def test_top_k_on_the_cpu_target(largest):
+    x = _ties_and_infinities((3, 4, 10))
+    model = _top_k_model(x, 3, axis=2, largest=largest)
+    got = fusec.compile(fusec.from_onnx(model), target="cpu")(x)
+    for g, w in zip(got, run_onnxruntime(model, {"x": x}), strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize(("k", "reason"), [(0, "K=0 must be in [1, 7]"),
+                                           (8, "K=8 must be in [1, 7]")])  # fmt: skip
+def test_top_k_out_of_range_is_a_located_error(k, reason):
+    model = _top_k_model(RNG.standard_normal((2, 7)).astype(np.float32), k)
+    with pytest.raises(FusecError) as caught:
+        fusec.from_onnx(model)
+    assert f'node "node0": error: TopK: {reason}' in caught.value.format()
+
+
+def test_top_k_beyond_the_unrolled_rounds_is_refused_with_the_reason():
+    from fusec.frontend.onnx_import import UnsupportedOnnx
+    from fusec.frontend.onnx_indexing import TOPK_ROUNDS
+
+    k = TOPK_ROUNDS + 1
+    model = _top_k_model(RNG.standard_normal((2, 80)).astype(np.float32), k)
+    with pytest.raises(UnsupportedOnnx, match=f"K={k}: fusec unrolls TopK up to K={TOPK_ROUNDS}"):
+        fusec.from_onnx(model)
