@@ -844,8 +844,9 @@ def _shrink(imp: Importer, node: Node) -> list[SSAValue]:
 
 @converter("Dropout", attrs=("ratio", "seed", "is_test", "consumed_inputs"))
 def _dropout(imp: Importer, node: Node) -> list[SSAValue | None]:
-    """Inference: the identity. Training mode (a true ``training_mode`` input, or
-    ``is_test=0`` before opset 7) is refused, as is the mask output (a boolean)."""
+    """Inference, or training with a ratio of 0: the identity, and a mask output of
+    true everywhere (a constant). Training mode that drops (a true ``training_mode``
+    input and a ratio above 0, or ``is_test=0`` before opset 7) is refused: random."""
     training = imp.array(node, 2)
     if imp.optional_input_name(node, 2) is not None and training is None:
         raise imp.error(
@@ -854,13 +855,18 @@ def _dropout(imp: Importer, node: Node) -> list[SSAValue | None]:
     ratio = imp.array(node, 1)
     drops = float(node.attrs.get("ratio", 0.5) if ratio is None else np.asarray(ratio).item())
     if training is not None and bool(np.asarray(training).item()) and drops != 0.0:
-        raise imp.error("training_mode=1 is not supported (inference only)", "attribute")
+        raise imp.error(
+            f"training_mode=1 with a ratio of {drops} is not supported (random drops; "
+            "inference only)",
+            "attribute",
+        )
     if imp.opset < 7 and node.attrs.get("is_test", 0) == 0:
         raise imp.error("is_test=0 (opset < 7) is training mode: not supported", "attribute")
+    x = imp.input(node, 0)
     mask = node.proto.output[1] if len(node.proto.output) > 1 else ""
     if mask and imp.uses[mask]:
-        raise imp.error("the mask output (a boolean tensor) is not supported", "dtype")
-    return [imp.input(node, 0)]
+        return [x, imp.constant(np.ones(shape_of(x), dtype=bool), "i1")]
+    return [x]
 
 
 @converter("Gelu", attrs=("approximate",))

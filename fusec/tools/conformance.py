@@ -464,7 +464,7 @@ def bake_constant_inputs(
 #: scales, a padding value, OneHot's depth) rather than carry data.
 PARAMETER_INPUTS = {
     ("Resize", "roi"), ("Resize", "scales"), ("Upsample", "scales"), ("Pad", "constant_value"),
-    ("OneHot", "depth"),
+    ("OneHot", "depth"), ("Dropout", "ratio"),
 }  # fmt: skip
 
 

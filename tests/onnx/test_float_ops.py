@@ -208,11 +208,23 @@ def test_dropout_in_inference_is_the_identity():
     assert not [op for op in module.walk() if op.name.startswith("ai.")]
 
 
-def test_dropout_in_training_and_its_mask_are_refused_with_a_reason():
+@pytest.mark.parametrize(("training", "ratio"), [(False, 0.5), (True, 0.0)])
+def test_dropout_that_drops_nothing_has_a_mask_of_true(training, ratio):
+    """Inference, or training at ratio 0: the identity and a constant all-true mask,
+    as onnxruntime gives them."""
+    model = _dropout(training=training, ratio=ratio, mask=True)
+    x = r(2, 3)
+    got = fusec.compile(fusec.from_onnx(model), target="reference")(x)
+    want = run_onnxruntime(model, {"x": x})
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+    assert got[1].all()
+
+
+def test_dropout_in_training_is_refused_with_a_reason():
     err = _refusal(_dropout(training=True))
-    assert err.feature == "attribute" and "training_mode=1" in err.message
-    err = _refusal(_dropout(training=False, mask=True))
-    assert err.feature == "dtype" and "mask output" in err.message
+    assert err.feature == "attribute" and "training_mode=1 with a ratio of 0.5" in err.message
 
 
 def test_an_unsupported_p_is_refused():
