@@ -1,5 +1,5 @@
 """ONNX operators that pick elements by index, as ai ops: ``GatherElements``,
-``GatherND``, ``Hardmax``, ``TopK`` and ``OneHot``.
+``GatherND``, ``Hardmax``, ``TopK``, ``ReverseSequence`` and ``OneHot``.
 
 * ``GatherElements`` with constant indices (what exporters and the conformance suite
   give) is one ``ai.gather`` of the flattened data at the flat positions, computed at
@@ -20,6 +20,9 @@
   taken ones: sorted, ties to the lower index as ONNX says, exact for infinities; a NaN
   counts as the largest value. About ten elementwise ops and two reductions per round,
   so K is at most ``TOPK_ROUNDS``.
+* ``ReverseSequence`` (constant ``sequence_lens``): each batch's slice with its first
+  ``sequence_lens[b]`` steps reversed (one ``ai.gather`` along the time axis, or a slice
+  when nothing moves), the slices concatenated along the batch axis.
 * ``OneHot``: the indices (negative ones wrapped) compared with the iota of a new axis
   of the constant ``depth``, selecting ``on`` or ``off``.
 * ``ScatterElements``/``ScatterND`` with constant indices: the flat element each update
@@ -38,6 +41,7 @@ import numpy as np
 from fusec.dialect import ops as ai
 from fusec.frontend.onnx_import import (
     _normalised,
+    _pick,
     _reshape_to,
     _slice_of,
     _softmax_axis,
@@ -220,6 +224,33 @@ def _hardmax(imp: Importer, node: Node) -> list[SSAValue]:
     iota_shape[axis] = shape_of(x)[axis]
     iota = imp.constant(np.arange(shape_of(x)[axis]).reshape(iota_shape), "i64")
     return [imp.emit(ai.CastOp, imp.emit(ai.EqualOp, first, iota), dtype_of(x))]
+
+
+@converter("ReverseSequence", attrs=("batch_axis", "time_axis"))
+def _reverse_sequence(imp: Importer, node: Node) -> list[SSAValue]:
+    x = imp.input(node, 0)
+    shape = shape_of(x)
+    batch_axis, time_axis = (int(node.attrs.get(a, d)) for a, d in (("batch_axis", 1),
+                                                                     ("time_axis", 0)))  # fmt: skip
+    if len(shape) < 2 or {batch_axis, time_axis} != {0, 1}:
+        raise imp.error(f"batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1")
+    lengths = imp.array(node, 1)
+    if lengths is None:
+        raise imp.error(
+            "sequence_lens is computed at run time: fusec needs it constant", "attribute"
+        )
+    lengths = [int(n) for n in np.asarray(lengths).reshape(-1)]
+    steps = shape[time_axis]
+    if len(lengths) != shape[batch_axis] or not all(0 <= n <= steps for n in lengths):
+        raise imp.error(
+            f"sequence_lens {lengths} must be {shape[batch_axis]} lengths in [0, {steps}]"
+        )
+    parts = []
+    for b, n in enumerate(lengths):
+        row = _slice_of(imp, x, [b], [b + 1], [batch_axis], [1])
+        order = [*range(n - 1, -1, -1), *range(n, steps)]
+        parts.append(_pick(imp, row, time_axis, order))
+    return [parts[0] if len(parts) == 1 else imp.emit(ai.ConcatOp, *parts, axis=batch_axis)]
 
 
 #: The largest K ``TopK`` unrolls into selection rounds.

@@ -152,7 +152,16 @@ def top_k() -> onnx.ModelProto:
     return model
 
 
+def reverse_sequence() -> onnx.ModelProto:
+    """ReverseSequence of a [4, 2, 3] (time, batch, feature) input, lengths 3 and 1."""
+    node = helper.make_node("ReverseSequence", ["x", "lens"], ["y"], name="rev")
+    model = _model(node, [("x", F32, (4, 2, 3))], [("y", F32, (4, 2, 3))], 10)
+    model.graph.initializer.append(helper.make_tensor("lens", I64, (2,), [3, 1]))
+    return model
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "reverse_sequence": reverse_sequence,
     "top_k": top_k,
     "conv_transpose": conv_transpose,
     "reduce_prod": reduce_prod,

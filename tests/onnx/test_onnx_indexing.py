@@ -265,3 +265,35 @@ def test_top_k_beyond_the_unrolled_rounds_is_refused_with_the_reason():
     model = _top_k_model(RNG.standard_normal((2, 80)).astype(np.float32), k)
     with pytest.raises(UnsupportedOnnx, match=f"K={k}: fusec unrolls TopK up to K={TOPK_ROUNDS}"):
         fusec.from_onnx(model)
+
+
+# ------------------------------------------------------------------ ReverseSequence
+
+
+def _reverse_sequence_model(x, lengths, **attrs):
+    model = node_model("ReverseSequence", {"x": x}, opset=10, **attrs)
+    model.graph.initializer.append(
+        helper.make_tensor("lens", TensorProto.INT64, (len(lengths),), lengths)
+    )
+    model.graph.node[0].input.append("lens")
+    return model
+
+
+@pytest.mark.parametrize("target", ["reference", "cpu"])
+@pytest.mark.parametrize(
+    ("shape", "lengths", "attrs"),
+    [((5, 3, 2), [5, 1, 3], {}), ((4, 6), [6, 0, 2, 4], {"batch_axis": 0, "time_axis": 1})],
+)
+def test_reverse_sequence_matches_onnxruntime(shape, lengths, attrs, target):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    model = _reverse_sequence_model(x, lengths, **attrs)
+    got = fusec.compile(fusec.from_onnx(model), target=target)(x)
+    np.testing.assert_array_equal(got, run_onnxruntime(model, {"x": x})[0])
+
+
+def test_reverse_sequence_lengths_out_of_range_are_a_located_error():
+    model = _reverse_sequence_model(np.ones((3, 2), np.float32), [4, 1])
+    with pytest.raises(FusecError) as caught:
+        fusec.from_onnx(model)
+    message = caught.value.format()
+    assert "error: ReverseSequence: sequence_lens [4, 1] must be 2 lengths in [0, 3]" in message
