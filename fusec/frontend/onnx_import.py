@@ -1886,29 +1886,81 @@ _POOL_ATTRS = (
 
 @converter("MaxPool", "AveragePool", "LpPool", attrs=(*_POOL_ATTRS, "p"))
 def _pool(imp: Importer, node: Node) -> list[SSAValue]:
-    """2-D pooling, and 1-D pooling as 2-D pooling of a height-1 view."""
+    """2-D pooling, 1-D pooling as 2-D pooling of a height-1 view, and 3-D pooling as
+    two 2-D ones (``_pool_3d``)."""
     x = imp.input(node, 0)
     shape = shape_of(x)
-    if len(shape) not in (3, 4):
+    if len(shape) not in (3, 4, 5):
         raise imp.error(
-            f"only 1-D and 2-D pooling are supported (a 3-D or 4-D input), got {x.type}",
+            f"only 1-D, 2-D and 3-D pooling are supported (a 3-D to 5-D input), got {x.type}",
             "attribute",
         )
     if len(node.proto.output) > 1 and node.proto.output[1]:
         raise imp.error("the Indices output is not supported", "attribute")
     if node.attrs.get("storage_order", 0):
         raise imp.error("storage_order=1 is not supported", "attribute")
+    if len(shape) == 5:
+        return [_pool_3d(imp, node, x)]
     flat = len(shape) == 3
     rows = _reshape_to(imp, x, (shape[0], shape[1], 1, shape[2])) if flat else x
     attrs = _pool_attributes(imp, node, shape_of(rows), flat)
-    if node.op_type == "MaxPool":
-        y = imp.emit(ai.MaxPool2DOp, rows, **attrs)
-    elif node.op_type == "AveragePool":
-        include = bool(node.attrs.get("count_include_pad", 0))
-        y = imp.emit(ai.AvgPool2DOp, rows, count_include_pad=include, **attrs)
+    if node.op_type == "LpPool":
+        y = _lp_pool(imp, node, rows, lambda v: _pool_2d(imp, node, v, attrs), attrs)
     else:
-        y = _lp_pool(imp, node, rows, attrs)
+        y = _pool_2d(imp, node, rows, attrs)
     return [_reshape_to(imp, y, shape_of(y)[:2] + shape_of(y)[3:]) if flat else y]
+
+
+def _pool_2d(imp: Importer, node: Node, x: SSAValue, attrs: dict[str, Any]) -> SSAValue:
+    """ai.max_pool2d, or ai.avg_pool2d (LpPool's: counting the padding)."""
+    if node.op_type == "MaxPool":
+        return imp.emit(ai.MaxPool2DOp, x, **attrs)
+    include = node.op_type == "LpPool" or bool(node.attrs.get("count_include_pad", 0))
+    return imp.emit(ai.AvgPool2DOp, x, count_include_pad=include, **attrs)
+
+
+def _pool_3d(imp: Importer, node: Node, x: SSAValue) -> SSAValue:
+    """3-D pooling as two 2-D ones: a window is a box, so its maximum is the maximum over
+    depth of the (H, W) maxima, and its average (ONNX's counts, of the input or the
+    padded input, are per dim, so a box's count is their product) the average over depth
+    of the (H, W) averages. First (H, W) of the (N, C * D, H, W) view, then depth of the
+    (N, C, D, OH * OW) view with a (kd, 1) window."""
+    n, c, d, h, w = shape_of(x)
+    kernel, strides, dilations, pads = (
+        node.attrs.get(name) for name in ("kernel_shape", "strides", "dilations", "pads")
+    )
+    if kernel is None or len(kernel) != 3:
+        raise imp.error(f"kernel_shape must have 3 values, got {kernel}", "attribute")
+    strides, dilations = (list(v) if v is not None else [1, 1, 1] for v in (strides, dilations))
+    pads = list(pads) if pads is not None else None
+    if pads is not None and len(pads) != 6:
+        raise imp.error(f"pads must have 6 values, got {pads}")
+
+    def view(axes: tuple[int, ...], unit: bool) -> Node:
+        pick = lambda v: [*(v[a] for a in axes), *([1] if unit else [])]  # noqa: E731
+        attrs = {**node.attrs, "kernel_shape": pick(kernel), "strides": pick(strides),
+                 "dilations": pick(dilations)}  # fmt: skip
+        if pads is not None:
+            begin, end = pads[:3], pads[3:]
+            attrs["pads"] = [*pick(begin), *pick(end)] if not unit else [begin[0], 0, end[0], 0]
+        return Node(node.proto, node.index, attrs)
+
+    def pooled(v: SSAValue) -> SSAValue:
+        planes = _reshape_to(imp, v, (n, c * d, h, w))
+        plane = view((1, 2), False)
+        y = _pool_2d(imp, plane, planes, _pool_attributes(imp, plane, (n, c * d, h, w), False))
+        oh, ow = shape_of(y)[2:]
+        depth = _reshape_to(imp, y, (n, c, d, oh * ow))
+        column = view((0,), True)
+        attrs = _pool_attributes(imp, column, shape_of(depth), False)
+        z = _pool_2d(imp, column, depth, attrs)
+        return _reshape_to(imp, z, (n, c, shape_of(z)[2], oh, ow))
+
+    if node.op_type != "LpPool":
+        return pooled(x)
+    return _lp_pool(
+        imp, node, x, pooled, {"kernel": kernel, "ceil_mode": node.attrs.get("ceil_mode", 0)}
+    )
 
 
 def _pool_attributes(
@@ -1936,16 +1988,22 @@ def _pool_attributes(
     }
 
 
-def _lp_pool(imp: Importer, node: Node, x: SSAValue, attrs: dict[str, Any]) -> SSAValue:
-    """(sum of |x|^p over the window)^(1/p): the window's mean of |x|^p (padding counted
-    as zeros) times its size."""
+def _lp_pool(
+    imp: Importer,
+    node: Node,
+    x: SSAValue,
+    average: Callable[[SSAValue], SSAValue],
+    attrs: dict[str, Any],
+) -> SSAValue:
+    """(sum of |x|^p over the window)^(1/p): the window's mean of |x|^p (``average``,
+    padding counted as zeros) times its size."""
     p = int(node.attrs.get("p", 2))
     if p < 1:
         raise imp.error(f"p={p} must be a positive integer")
     if attrs["ceil_mode"]:  # a window past the padding: its mean is not over the kernel
         raise imp.error("LpPool with ceil_mode=1 is not supported", "attribute")
     powered = imp.emit(ai.PowOp, imp.emit(ai.AbsOp, x), imp.scalar(p, x))
-    mean = imp.emit(ai.AvgPool2DOp, powered, count_include_pad=True, **attrs)
+    mean = average(powered)
     total = imp.emit(ai.MulOp, mean, imp.scalar(math.prod(attrs["kernel"]), mean))
     return imp.emit(ai.PowOp, total, imp.scalar(1.0 / p, total))
 

@@ -160,7 +160,16 @@ def reverse_sequence() -> onnx.ModelProto:
     return model
 
 
+def max_pool_3d() -> onnx.ModelProto:
+    """MaxPool over a [1, 2, 4, 5, 6] volume, a 2 x 3 x 3 window, depth stride 2."""
+    node = helper.make_node(
+        "MaxPool", ["x"], ["y"], name="pool3d", kernel_shape=[2, 3, 3], strides=[2, 1, 1]
+    )
+    return _model(node, [("x", F32, (1, 2, 4, 5, 6))], [("y", F32, (1, 2, 2, 3, 4))], 18)
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "max_pool_3d": max_pool_3d,
     "reverse_sequence": reverse_sequence,
     "top_k": top_k,
     "conv_transpose": conv_transpose,

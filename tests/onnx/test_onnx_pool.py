@@ -1,6 +1,7 @@
-"""ONNX 1-D Conv/MaxPool/AveragePool (2-D of a height-1 view) and LpPool (1-D and
-2-D: the window's mean of |x|^p, padding as zeros, times its size, to the power 1/p)
-against onnxruntime on fresh random inputs; the refusals say why."""
+"""ONNX 1-D Conv/MaxPool/AveragePool (2-D of a height-1 view), 3-D pooling (two 2-D
+pools: (H, W), then depth) and LpPool (1-D, 2-D and 3-D: the window's mean of |x|^p,
+padding as zeros, times its size, to the power 1/p) against onnxruntime on fresh random
+inputs; the refusals say why."""
 
 from __future__ import annotations
 
@@ -40,6 +41,28 @@ CASES = {
     "lp-2d-dilations": (
         "LpPool", (1, 1, 6, 6), {"kernel_shape": [2, 2], "dilations": [2, 2], "p": 1},
     ),
+    # 3-D: two 2-D pools, (H, W) then depth
+    "max-3d-pads-strides-dilations": (
+        "MaxPool", (2, 3, 7, 6, 8),
+        {"kernel_shape": [3, 2, 3], "pads": [1, 0, 2, 2, 1, 0], "strides": [2, 1, 3],
+         "dilations": [2, 1, 1]},
+    ),
+    "max-3d-ceil": ("MaxPool", (1, 2, 6, 5, 7), {"kernel_shape": [2, 3, 2], "strides": [2, 2, 2],
+                                                 "ceil_mode": 1}),
+    "avg-3d-pads": (
+        "AveragePool", (1, 2, 5, 6, 7), {"kernel_shape": [3, 3, 2], "pads": [1, 2, 0, 1, 0, 1]},
+    ),
+    "avg-3d-include-pad-ceil": (
+        "AveragePool", (2, 1, 7, 5, 6),
+        {"kernel_shape": [2, 2, 3], "pads": [1, 1, 1, 0, 1, 1], "strides": [2, 2, 2],
+         "count_include_pad": 1, "ceil_mode": 1},
+    ),
+    "avg-3d-same-upper": (
+        "AveragePool", (1, 2, 5, 4, 6), {"kernel_shape": [2, 3, 2], "auto_pad": "SAME_UPPER",
+                                         "strides": [2, 1, 2]},
+    ),
+    "lp-3d": ("LpPool", (1, 2, 4, 5, 6), {"kernel_shape": [2, 2, 3], "pads": [1, 0, 1, 0, 1, 1],
+                                          "p": 2}),
 }  # fmt: skip
 
 
@@ -59,7 +82,9 @@ def test_pool_matches_onnxruntime(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["max-1d-pads-strides", "lp-2d-pads"])
+@pytest.mark.parametrize(
+    "case", ["max-1d-pads-strides", "lp-2d-pads", "max-3d-ceil", "avg-3d-include-pad-ceil"]
+)
 def test_pool_on_the_cpu_target(case):
     model, x = _case(case)
     got = fusec.compile(fusec.from_onnx(model), target="cpu")(x)
@@ -69,7 +94,13 @@ def test_pool_on_the_cpu_target(case):
 @pytest.mark.parametrize(
     ("op", "shape", "attrs", "message"),
     [
-        ("MaxPool", (1, 1, 4, 4, 4), {"kernel_shape": [2, 2, 2]}, "only 1-D and 2-D pooling"),
+        (
+            "MaxPool",
+            (1, 1, 2, 4, 4, 4),
+            {"kernel_shape": [1, 2, 2, 2]},
+            "only 1-D, 2-D and 3-D pooling",
+        ),
+        ("MaxPool", (1, 1, 4, 4, 4), {"kernel_shape": [2, 2]}, "kernel_shape must have 3"),
         ("LpPool", (1, 1, 6, 6), {"kernel_shape": [2, 2], "ceil_mode": 1}, "ceil_mode=1"),
     ],
 )
