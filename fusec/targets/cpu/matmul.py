@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+from xdsl.ir import BlockArgument, Operation
+
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import broadcast_offset, broadcast_shapes, shape_of
 from fusec.dialect import ops as ai
@@ -80,6 +82,15 @@ class MatmulBlocks(BlockedCore):
     #: Takes the group's constant inputs (``constant_inputs``): a constant B is packed.
     takes_constants = True
 
+    @staticmethod
+    def strided_views(core_op, views: Sequence[Operation]) -> dict[int, list[Operation]]:
+        """An A that merges heads, (B, H, S, E) -> transpose -> (B, S, H, E) -> reshape ->
+        (B, S, H*E) from a group input (attention's result before the output projection),
+        is gathered per block into ``gbuf`` (H pieces of E floats a row): no full-size
+        copy before the kernel, and the gather runs in the blocks' threads."""
+        chain = _head_merge(core_op, views)
+        return {0: chain} if chain else {}
+
     def __init__(
         self,
         op,
@@ -126,6 +137,13 @@ class MatmulBlocks(BlockedCore):
         self.mb, self.nb = self._tiles(a_array is not None, c_local, split_columns)
         self.nrb, self.ncb = math.ceil(self.m / self.mb), math.ceil(self.n / self.nb)
         self.count = math.prod(self.batch) * self.nrb * self.ncb
+        #: (H, S, E) of an A gathered from heads (``strided_views``), else None
+        self.heads = _merged_heads(op, reads) if not (a_array or self.ta) else None
+        if self.heads:
+            self.mb, self.nb = self._tiles(True, c_local, split_columns)
+            self.nrb, self.ncb = math.ceil(self.m / self.mb), math.ceil(self.n / self.nb)
+            self.count = math.prod(self.batch) * self.nrb * self.ncb
+            workspace.add("gbuf", self.mb * self.k)
         if a_array:
             workspace.buffers[[n for n, _ in workspace.buffers].index(a_array)] = (
                 a_array,
@@ -215,10 +233,30 @@ class MatmulBlocks(BlockedCore):
             reshape = _insert_unit(1, 0)  # a 1-D A is one row
         return EpilogueRows(loops, "    ", tuple(space), RowBlock({"abuf": "la"}, None, reshape))
 
+    def _gather_heads(self) -> list[str]:
+        """Lines copying the block's rows of a head-merged A into ``gbuf``."""
+        assert self.heads is not None
+        h, s, e = self.heads
+        x = self.reads[self.op.operands[0]]
+        base = self._batch_index(self.a_batch)
+        base = f"({base}) * {h * s * e} + " if base != "0" else ""
+        return [
+            "for i in range(r1 - r0):",
+            f"    for hh in range({h}):",
+            f"        src = {base}hh * {s * e} + (r0 + i) * {e}",
+            f"        dst = i * {self.k} + hh * {e}",
+            f"        for ee in range({e}):",
+            "            gbuf[dst + ee] = " + f"{x}[src + ee]",
+        ]
+
     def compute(self) -> list[str]:
         m, k, n = self.m, self.k, self.n
+        gather: list[str] = []
         if self.a_array:
             a, a_off, lda, ta = self.a_array, "0", k, 0
+        elif self.heads:
+            gather = self._gather_heads()
+            a, a_off, lda, ta = "gbuf", "0", k, 0
         else:
             a = self.reads[self.op.operands[0]]
             base = self._batch_index(self.a_batch)
@@ -238,11 +276,15 @@ class MatmulBlocks(BlockedCore):
         if self.packed:  # strip s of B starts at s * STRIP * k: column c0 at c0 * k
             b_off = f"c0 * {k}" if self.ncb > 1 else "0"
             a_args, c_args = f"{a}, {a_off}, {lda}", f"{self.c_array}, {c_off}, {ldc}"
-            return [f"gemm_packed(r1 - r0, {cols}, {k}, {a_args}, {b}, {b_off}, {c_args})"]
+            return [
+                *gather,
+                f"gemm_packed(r1 - r0, {cols}, {k}, {a_args}, {b}, {b_off}, {c_args})",
+            ]
         operands = f"{a}, {a_off}, {lda}, {b}, {b_off}, {ldb}, {self.c_array}, {c_off}, {ldc}"
         if self.nn:
-            return [f"gemm_nn(r1 - r0, {cols}, {k}, {operands})"]
+            return [*gather, f"gemm_nn(r1 - r0, {cols}, {k}, {operands})"]
         return [
+            *gather,
             "prev = threads_begin(1)",
             f"sgemm({ta}, {int(self.tb)}, r1 - r0, {cols}, {k}, {operands})",
             "threads_end(prev)",
@@ -262,6 +304,42 @@ class MatmulBlocks(BlockedCore):
         reshape = None if self.result else (lambda shape: (1,))
         segment = ("c0", "c1 - c0") if self.ncb > 1 else None
         return EpilogueRows(loops, "    ", tuple(space), RowBlock(local, segment, reshape))
+
+
+def _head_merge(core_op, views: Sequence[Operation]) -> list[Operation] | None:
+    """A's chain transpose (0, 2, 1, 3) -> reshape merging the last two dims, from a group
+    input of rank 4, each op in the group's views and used once; else None."""
+    reshape = core_op.operands[0].owner
+    if not isinstance(reshape, ai.ReshapeOp) or reshape not in views:
+        return None
+    transpose = reshape.operands[0].owner
+    if not isinstance(transpose, ai.TransposeOp) or transpose not in views:
+        return None
+    if [int(p) for p in transpose.attr("perm")] != [0, 2, 1, 3]:
+        return None
+    if not isinstance(transpose.operands[0], BlockArgument):
+        return None
+    if any(sum(1 for _ in v.uses) != 1 for v in (reshape.results[0], transpose.results[0])):
+        return None
+    b, s, h, e = shape_of(transpose.results[0])
+    if tuple(shape_of(reshape.results[0])) != (b, s, h * e):
+        return None
+    return [transpose, reshape]
+
+
+def _merged_heads(op, reads) -> tuple[int, int, int] | None:
+    """(H, S, E) when A is read as its head-merge chain's source (``strided_views``)."""
+    reshape = op.operands[0].owner
+    if not isinstance(reshape, ai.ReshapeOp):
+        return None
+    transpose = reshape.operands[0].owner
+    if not isinstance(transpose, ai.TransposeOp):
+        return None
+    source = transpose.operands[0]
+    if reads.get(op.operands[0]) is None or reads.get(op.operands[0]) != reads.get(source):
+        return None
+    _, h, s, e = shape_of(source)
+    return h, s, e
 
 
 def _insert_unit(rank: int, where: int) -> Callable[[tuple[int, ...]], tuple[int, ...]]:
