@@ -144,6 +144,32 @@ func.func @f(%a: {a}, %b: {b}, %bias: {bias}) -> {y} {{
 }}"""
 
 
+@pytest.mark.parametrize("n", [32, 20])
+def test_matmul_gathers_merged_heads_per_block(cache, n):
+    """A = (B, H, S, E) -> transpose (0, 2, 1, 3) -> reshape (B, S, H*E), an attention
+    result before its output projection: each block gathers its rows (H pieces of E
+    floats) into gbuf; no copy of A before the kernel. N = 32: gemm_nn; N = 20: sgemm.
+    S = 37 leaves a ragged block; a bias and a residual in the epilogue."""
+    b, h, s, e = 2, 3, 37, 16
+    x, xt, a = _t((b, h, s, e)), _t((b, s, h, e)), _t((b, s, h * e))
+    w, bias, y = _t((h * e, n)), _t((n,)), _t((b, s, n))
+    text = f"""
+func.func @f(%x: {x}, %w: {w}, %bias: {bias}, %r: {y}) -> {y} {{
+  %t = ai.transpose %x {{perm = array<i64: 0, 2, 1, 3>}} : {x}
+  %a = ai.reshape %t {{shape = array<i64: {b}, {s}, {h * e}>}} : {xt}
+  %m = ai.matmul %a, %w : {a} * {w}
+  %c = ai.bias_add %m, %bias {{axis = 2 : i64}} : {y} * {_t((n,))}
+  %o = ai.add %c, %r : {y} * {y}
+  return %o : {y}
+}}"""
+    kernel = check(text, cache=cache, kind="matmul").kernels[0]
+    assert f"src = (bi0) * {h * s * e} + hh * {s * e} + (r0 + i) * {e}" in kernel.source
+    assert "gbuf[dst + ee] = in0[src + ee]" in kernel.source
+    gemm = "gemm_nn(r1 - r0, " if n == 32 else "sgemm(0, 0, r1 - r0, "
+    assert f"{gemm}{n}, {h * e}, gbuf, 0, {h * e}," in kernel.source
+    assert "ascontiguousarray" not in kernel.source and kernel.scratch.operand_bytes == 0
+
+
 def test_matmul_in_register_tiles_takes_small_row_blocks(cache):
     """K = 24 narrow (NN_MAX_NARROW), N whole vectors of gemm_nn (16 lanes, so of 8 too)
     and row-major operands: the blocks run gemm_nn, rows only (no packing to share out),
