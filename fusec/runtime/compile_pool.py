@@ -51,6 +51,10 @@ from fusec.errors import FusecError, FusecWarning
 ENV_VAR = "FUSEC_COMPILE_JOBS"
 #: Fewer modules to compile than this are compiled in this process.
 MIN_JOBS = 4
+#: At most this many processes unless ``$FUSEC_COMPILE_JOBS`` says more: a model's
+#: largest module bounds the time (ResNet-50's is 13 % of its 28 modules' 39 CPU
+#: seconds), and each worker holds Numba (~0.2 GB).
+MAX_DEFAULT = 8
 #: The worker module run as ``python -m``.
 WORKER = "fusec.runtime.compile_worker"
 #: A worker's first message: it has imported what compiling needs.
@@ -78,7 +82,7 @@ def run_job(cache: Any, job: Job) -> None:
 
 def workers(jobs: int) -> int:
     """How many processes compile ``jobs`` modules: ``$FUSEC_COMPILE_JOBS``, else the
-    CPUs this process may run on, at most one per job."""
+    CPUs this process may run on (at most ``MAX_DEFAULT``); at most one per job."""
     setting = os.environ.get(ENV_VAR, "").strip()
     if setting:
         try:
@@ -89,9 +93,9 @@ def workers(jobs: int) -> int:
                 "this process only)"
             ) from None
     elif hasattr(os, "sched_getaffinity"):
-        count = len(os.sched_getaffinity(0))
+        count = min(len(os.sched_getaffinity(0)), MAX_DEFAULT)
     else:
-        count = os.cpu_count() or 1
+        count = min(os.cpu_count() or 1, MAX_DEFAULT)
     return max(1, min(count, jobs))
 
 

@@ -233,3 +233,9 @@ def test_the_process_count_follows_the_setting_and_the_jobs(monkeypatch):
     assert [compile_pool.workers(n) for n in (1, 2, 3, 9)] == [1, 2, 3, 3]
     monkeypatch.setenv(compile_pool.ENV_VAR, "0")
     assert compile_pool.workers(9) == 1
+    monkeypatch.delenv(compile_pool.ENV_VAR)  # the CPUs it may use, up to MAX_DEFAULT
+    monkeypatch.setattr(compile_pool.os, "sched_getaffinity", lambda pid: set(range(64)))
+    assert compile_pool.workers(100) == compile_pool.MAX_DEFAULT == 8
+    assert compile_pool.workers(3) == 3
+    monkeypatch.setattr(compile_pool.os, "sched_getaffinity", lambda pid: {5})
+    assert compile_pool.workers(100) == 1
