@@ -547,15 +547,19 @@ CONVS = {
     "winograd-groups": ((1, 4, 5, 8), (6, 2, 3, 3), (1, 1), (0, 1), (1, 1), 2, "Winograd F(2x2"),
     # F(4x4, 3x3): constant weights only (``CONSTANT_ONLY``); 9x10 outputs, partial tiles
     "winograd4": ((1, 4, 9, 10), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "Winograd F(4x4"),
+    # one image's small plane by im2row and the packed weight: constant weights only
+    "im2row": ((1, 4, 4, 4), (64, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "im2row, gemm_packed"),
     "taps": ((1, 4, 6, 7), (4, 4, 5, 5), (1, 1), (2, 2), (1, 1), 1, "(one per tap)"),
     "taps-dilated": ((1, 4, 7, 6), (4, 4, 3, 3), (1, 1), (2, 2), (2, 2), 1, "(one per tap)"),
     "im2col-strided": ((1, 4, 7, 7), (4, 4, 3, 3), (2, 2), (1, 1), (1, 1), 1, "im2col, sgemm"),
     "im2col-padded-1x1": ((1, 4, 5, 5), (4, 4, 1, 1), (1, 1), (1, 1), (1, 1), 1, "im2col, sgemm"),
+    # output rows of 16 pixels (whole vectors), few channels: gemm_nn (COLS_NN_ROWS)
+    "im2col-nn": ((1, 4, 31, 31), (4, 4, 3, 3), (2, 2), (1, 1), (1, 1), 1, "im2col, gemm_nn"),
 }
 
 
 #: Methods the cpu target takes only for a constant weight.
-CONSTANT_ONLY = frozenset({"winograd4"})
+CONSTANT_ONLY = frozenset({"winograd4", "im2row"})
 
 
 def conv_case(
@@ -642,7 +646,7 @@ def conv_cases() -> dict[str, Case]:
             out[name] = conv_case(method, "f32", special_in)
             PATHS[name] = words
     for special_in in ("x", "w"):  # weights laid out once by the Program
-        for method in ("winograd", "winograd4", "taps"):
+        for method in ("winograd", "winograd4", "im2row", "taps"):
             name = f"conv-{method}-constant-{special_in}-f32"
             out[name] = conv_case(method, "f32", special_in, constant_weight=True)
             PATHS[name] = CONVS[method][-1]

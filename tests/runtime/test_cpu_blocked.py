@@ -469,6 +469,55 @@ def test_conv_winograd4_against_float64_reference(cache, case):
         assert rel < 1e-4, rel
 
 
+IM2ROW_CONVS = [
+    # one image's small plane, constant weights of whole strips of output channels
+    # (ResNet-18's last stages at batch 1): 2x2 and 4x4 3x3 convs, a strided one with
+    # uneven padding, a dilated one and a 2x3 plane of a 1x1 conv with padding
+    ((1, 1), (1, 1), (1, 1), 1, (1, 128, 2, 2), (128, 3, 3)),
+    ((1, 1), (1, 1), (1, 1), 1, (1, 64, 4, 4), (64, 3, 3)),
+    ((2, 2), (0, 1, 1, 2), (1, 1), 1, (1, 24, 7, 6), (64, 3, 3)),
+    ((1, 1), (2, 2), (2, 2), 1, (1, 5, 3, 3), (192, 3, 3)),
+    ((1, 1), (1, 0), (1, 1), 1, (1, 9, 1, 3), (64, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("case", sampled(IM2ROW_CONVS, 3))  # every 3rd by default
+def test_conv_im2row_against_float64_reference(cache, case):
+    """A small plane of one image by im2row and gemm_packed on the weight packed once
+    ("strips_kcrs"), the output channels split among blocks: at f32 tolerance against
+    the float64 reference, on fresh random inputs with poisoned outputs."""
+    text = _constant_weight_conv_text(case, seed=3)
+    module = parse(text)
+    run_pipeline(module)
+    program = Program(module, target="cpu", cache=cache)
+    (kernel,) = program.kernels
+    assert "im2row, gemm_packed (weight packed once)" in kernel.source
+    assert [layout for _, layout in kernel.prepared_inputs] == ["strips_kcrs"]
+    strips = case[5][0] // microkernel.STRIP  # output channels split among the blocks
+    assert _blocks(program) == min(4, strips)
+    for seed in (31, 32):
+        inputs = random_inputs(entry_function(module), seed)
+        (out,) = program(inputs, alloc=poison)
+        (ref,) = run_reference(parse(text), inputs, precision="float64")
+        assert_close(out, ref, what=f"im2row {case}")
+
+
+@pytest.mark.parametrize(
+    "case, gemm",
+    [
+        # ResNet's stem at 64x64: 16 output channels, rows of 32 pixels: gemm_nn
+        (((2, 2), (3, 3), (1, 1), 1, (1, 3, 64, 64), (16, 7, 7)), "gemm_nn(16, pw, 147,"),
+        # rows of 31 pixels (not whole vectors): sgemm
+        (((2, 2), (3, 3), (1, 1), 1, (1, 3, 62, 62), (16, 7, 7)), "sgemm(0, 0, 16, pw, 147,"),
+    ],
+)
+def test_conv_im2col_few_channels_whole_vector_rows_in_gemm_nn(cache, case, gemm):
+    """An im2col block of few output channels whose output rows are whole vectors runs
+    its GEMM in gemm_nn (``COLS_NN_ROWS``), others in sgemm; both against the reference."""
+    program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
+    assert gemm in program.kernels[0].source
+
+
 def _constant_weight_conv(n: int, c: int, hw: int, k: int, groups: int) -> str:
     """relu(conv3x3(x, W, pad 1) + bias) with W an ``arith.constant``."""
     w = np.random.default_rng(c * k + groups).standard_normal((k, c // groups, 3, 3))
@@ -659,8 +708,11 @@ def test_conv_method_rule(method, case):
         ("winograd4", ((1, 1), (1, 1), (1, 1), 1, (1, 64, 56, 56), (64, 3, 3))),  # ResNet 3x3
         ("winograd4", ((1, 1), (1, 1), (1, 1), 2, (8, 64, 8, 8), (64, 3, 3))),  # grouped 3x3
         ("winograd", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 7, 7), (128, 3, 3))),  # 7x7 plane
-        ("winograd", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 4, 4), (128, 3, 3))),  # 4x4 plane
+        ("im2row", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 4, 4), (128, 3, 3))),  # 4x4 plane
         ("im2col", ((1, 1), (1, 1), (1, 1), 1, (4, 128, 2, 2), (128, 3, 3))),  # batch of 2x2
+        ("im2row", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 2, 2), (128, 3, 3))),  # one 2x2
+        ("im2row", ((2, 2), (1, 1), (1, 1), 1, (1, 64, 8, 8), (128, 3, 3))),  # 3x3/2 to 4x4
+        ("winograd", ((1, 1), (1, 1), (1, 1), 1, (1, 96, 2, 2), (96, 3, 3))),  # K % 64 != 0
         ("direct", ((1, 1), (0, 0), (1, 1), 1, (1, 64, 14, 14), (256, 1, 1))),  # 1x1
         ("im2col", ((2, 2), (0, 0), (1, 1), 1, (1, 64, 14, 14), (128, 1, 1))),  # 1x1 / 2
         ("im2col", ((2, 2), (1, 1), (1, 1), 1, (1, 64, 14, 14), (128, 3, 3))),  # 3x3 / 2
@@ -673,12 +725,14 @@ def test_conv_method_rule(method, case):
 )
 def test_conv_method_rule_with_constant_weights(method, case):
     """The rule for each class of shape #30 names, with a constant weight; F(4x4, 3x3)
-    needs the constant (its filters are transformed once, by the Program): the same
-    convolution with the weight an argument takes F(2x2, 3x3)."""
+    and im2row need the constant (the Program transforms or packs it once): the same
+    convolution with the weight an argument takes F(2x2, 3x3) or im2col."""
     op = _conv_op(case)
     assert cpu_conv.conv_method(op, constant_weight=True) == method
     if method == "winograd4":
         assert cpu_conv.conv_method(op) == "winograd"
+    if method == "im2row":
+        assert cpu_conv.conv_method(op) in ("winograd", "im2col")
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

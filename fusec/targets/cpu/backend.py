@@ -98,13 +98,16 @@ class CpuBackend:
 
     def prepare(self, layout: str, array: np.ndarray) -> np.ndarray:
         """``array`` in ``layout``, flat float32: "strips" (a GEMM's B as ``gemm_packed``
-        reads it), "strips_t" (the same from B^T) or "winograd:<groups>" (3x3 conv
+        reads it), "strips_t" (the same from B^T), "strips_kcrs" (a K x C x R x S conv
+        weight as the B^T of a (C*R*S) x K GEMM) or "winograd:<groups>[:4]" (3x3 conv
         weights as G g G^T, ``winograd.prepare_winograd``)."""
         from fusec.targets.cpu.microkernel import pack_strips
         from fusec.targets.cpu.winograd import prepare_winograd
 
         if layout in ("strips", "strips_t"):
             return pack_strips(_as_f32(array), transposed=layout == "strips_t")
+        if layout == "strips_kcrs":
+            return pack_strips(_as_f32(array).reshape(array.shape[0], -1), transposed=True)
         if layout.startswith("winograd:"):
             return prepare_winograd(layout, array)
         raise ValueError(f"the cpu backend has no layout {layout!r}")

@@ -79,6 +79,11 @@ IMAGE_PIXELS = 256
 #: im2col over blocks of images, not by Winograd or taps (whose blocks hold one image:
 #: a 2x2 output is one Winograd tile, 16 GEMMs of one column).
 SMALL_PLANE = 16
+#: An im2col block of at most this many output channels (a group's) whose output rows
+#: are whole vectors runs its GEMM in ``gemm_nn`` (reading the columns in place), not
+#: sgemm: ResNet's 7x7 stride-2 stem, 16 x 147 x 512 per block, 44 us in sgemm, 25 in
+#: gemm_nn (one thread; the kernel 76 -> 58 us). Larger blocks are not measured.
+COLS_NN_ROWS = 64
 #: Output pixels of a depthwise block (whole channel planes, as many as fit): enough
 #: work per block that taking it costs little.
 DEPTHWISE_PIXELS = 4096
@@ -212,6 +217,12 @@ def conv_method(op, constant_weight: bool = False) -> str:
       at batch 32: ~23 of its 38 ms, benchmarks/results/cpu-notes.md);
     * ``"direct"``: a 1x1 kernel, stride 1, no padding: one sgemm reads the input as
       it is (it already is the ``C x pixels`` matrix);
+    * ``"im2row"``: one image, one group, a small output plane (``SMALL_PLANE`` pixels:
+      ResNet's last stages at batch 1), a constant weight of whole ``gemm_packed``
+      strips of output channels: the plane's pixels as rows, times the weight packed
+      once (``PixelRowsBlocks``); Winograd computed one-tile GEMMs, im2col repacked
+      the weight in sgemm at each call (1x128x2x2, 128 3x3: 48 and 42 us against ~8
+      for the packed GEMM, one thread);
     * ``"im2col"``: a batch of small output planes (``SMALL_PLANE`` pixels, one group):
       im2col over blocks of several images, one GEMM a block (``images_per_block``);
     * ``"winograd4"``: a 3x3 kernel, stride 1, dilation 1, a constant weight, output
@@ -235,7 +246,10 @@ def conv_method(op, constant_weight: bool = False) -> str:
     if (r, s) == (1, 1) and stride_1 and not any(conv2d_padding(op.attr("padding"))):
         return "direct"
     n, _, oh, ow = shape_of(op.results[0])
-    if n > 1 and oh * ow <= SMALL_PLANE and op.attr("groups") == 1:
+    small = oh * ow <= SMALL_PLANE and op.attr("groups") == 1
+    if small and n == 1 and constant_weight and host.packs(k):
+        return "im2row"
+    if small and n > 1:
         return "im2col"
     if (r, s) == (3, 3) and stride_1 and tuple(op.attr("dilations")) == (1, 1):
         large = min(oh, ow) >= WINOGRAD4_MIN_PLANE
@@ -268,8 +282,12 @@ class ConvBlocks(BlockedCore):
     def local_result(op) -> bool:
         # the block's rows are Wp (or 2 * tiles) wide, the output's OW; a block of
         # several images holds K rows of all their pixels
-        return conv_method(op) in ("taps", "winograd") or images_per_block(op) > 1
-        # (a "winograd4" conv is a "winograd" one without its constant weight)
+        # (a "winograd4" conv is a "winograd" one without its constant weight, an
+        # "im2row" one an "im2col" one of a single image: always local)
+        if conv_method(op) in ("taps", "winograd") or images_per_block(op) > 1:
+            return True
+        n, _, oh, ow = shape_of(op.results[0])
+        return n == 1 and oh * ow <= SMALL_PLANE
 
     def __init__(
         self,
@@ -348,6 +366,11 @@ class ConvBlocks(BlockedCore):
             workspace.add("xrow", self.sw * self.xrow_phase)
         if c_local:
             workspace.add(c_array, self.kg * self.pixels)
+        # a block of few output channels over whole vectors of pixels: gemm_nn
+        self.cols_nn = self.method == "im2col" and self.nb == 1
+        self.cols_nn = self.cols_nn and self.kg <= COLS_NN_ROWS and self.ow % host.W == 0
+        if self.cols_nn:
+            self.imports += (abi.import_line("gemm_nn"),)
 
     def _read_op(self, op, reads, c_array: str, c_local: bool, constant: bool = False) -> None:
         """The convolution's shapes, attributes and method (``constant``: its weight is)."""
@@ -365,6 +388,7 @@ class ConvBlocks(BlockedCore):
         self.direct = self.method == "direct"
         self.winograd = self.method in ("winograd", "winograd4")
         self.m = 4 if self.method == "winograd4" else 2  # Winograd output tile
+        self.cols_nn = False  # im2col's GEMM in gemm_nn (``__init__``)
         self.taps = self.method == "taps"
 
     def launch_lines(self) -> list[str]:
@@ -410,7 +434,7 @@ class ConvBlocks(BlockedCore):
         return [x, "wtaps", "wraw"] if self.winograd else [x, "wtaps"]
 
     def describe(self) -> str:
-        how = "sgemm" if self.direct else "im2col, sgemm"
+        how = "sgemm" if self.direct else "im2col, gemm_nn" if self.cols_nn else "im2col, sgemm"
         if self.nb > 1:
             return (
                 f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x{self.r}x"
@@ -488,12 +512,13 @@ class ConvBlocks(BlockedCore):
             c_off, ldc = "0", "pw"
         else:
             c_off, ldc = f"(n * {self.k} + g * {self.kg}) * {p} + p0", str(p)
-        return lines + [
-            "prev = threads_begin(1)",
-            f"sgemm(0, 0, {self.kg}, pw, {self.crs}, {w}, g * {self.kg * self.crs}, {self.crs}, "
-            f"{b}, {b_off}, {ldb}, {self.c_array}, {c_off}, {ldc})",
-            "threads_end(prev)",
-        ]
+        operands = (
+            f"{self.kg}, pw, {self.crs}, {w}, g * {self.kg * self.crs}, {self.crs}, "
+            f"{b}, {b_off}, {ldb}, {self.c_array}, {c_off}, {ldc})"
+        )
+        if self.cols_nn:
+            return [*lines, f"gemm_nn({operands}"]
+        return [*lines, "prev = threads_begin(1)", f"sgemm(0, 0, {operands}", "threads_end(prev)"]
 
     def _padded_copy(self, width: int) -> list[str]:
         """The block's input rows into ``xpad``, ``width`` columns each (zeros around).
@@ -888,12 +913,96 @@ class DepthwiseBlocks(ConvBlocks):
         ]
 
 
+class PixelRowsBlocks(ConvBlocks):
+    """Blocks of one image's few output pixels and a range of output channels
+    (``conv_method`` "im2row"): the pixels' patches as the rows of ``rows`` (P x
+    C*R*S), ``gemm_packed`` by the constant weight (K x C*R*S, packed by the Program
+    once as the B^T of the GEMM, layout "strips_kcrs") into ``ct`` (P x channels), then
+    transposed into ``cbuf``'s channel rows for the epilogue."""
+
+    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local, weights):
+        """One block per image and ``STRIP`` columns of output channels, those split
+        among ``MIN_BLOCKS`` blocks when there are fewer images."""
+        self._read_op(op, reads, c_array, c_local, True)
+        strips = self.k // host.STRIP
+        split = 1 if self.n >= MIN_BLOCKS else min(strips, MIN_BLOCKS)
+        self.per = -(-strips // split) * host.STRIP  # output channels a block
+        self.nsb = -(-self.k // self.per)
+        self.count, self.bh, self.nrb = self.n * self.nsb, self.oh, 1
+        self.pixels = self.oh * self.ow
+        self.prepared = ((weights, "strips_kcrs"),)
+        self.imports = (abi.import_line("gemm_packed"),)
+        workspace.add("rows", self.pixels * self.crs)
+        workspace.add("ct", self.pixels * self.per)
+        workspace.add(c_array, self.pixels * self.per)
+
+    def describe(self) -> str:
+        return (
+            f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.c}x{self.r}x{self.s}"
+            f" in {self.count} blocks of {self.per} output channels of one image's "
+            f"{self.pixels} pixels: im2row, gemm_packed (weight packed once), transpose, "
+            "epilogue per block"
+        )
+
+    def decode(self) -> list[str]:  # channels g:g1 of image n, its whole plane
+        return [
+            f"n = blk // {self.nsb}",
+            f"g = blk % {self.nsb} * {self.per}",
+            f"g1 = min(g + {self.per}, {self.k})",
+            "oh0 = 0",
+            f"oh1 = {self.oh}",
+            "p0 = 0",
+            f"pw = {self.pixels}",
+        ]
+
+    def _channel_rows(self) -> tuple[str, str]:
+        return "g1 - g", "g"
+
+    def launch_lines(self) -> list[str]:
+        return []
+
+    def entry_lines(self, scratch: EntryScratch) -> list[str] | None:
+        return []
+
+    def arrays(self) -> list[str]:
+        return [self.reads[v] for v in self.op.operands]
+
+    def compute(self) -> list[str]:
+        """``rows[p, (c*R + r)*S + s]``: the input under tap (r, s) of pixel p's window
+        (zero in the padding); the GEMM; ``cbuf[k - g, p] = ct[p, k - g]``."""
+        x, w = (self.reads[v] for v in self.op.operands)
+        h, wd, crs, p = self.h, self.w, self.crs, self.pixels
+        return [
+            f"for q in range({p}):",
+            f"    oy = q // {self.ow} * {self.sh} - {self.pt}",
+            f"    ox = q % {self.ow} * {self.sw} - {self.pl}",
+            f"    for c in range({self.c}):",
+            f"        plane = (n * {self.c} + c) * {h * wd}",
+            f"        for r in range({self.r}):",
+            f"            ih = oy + r * {self.dh}",
+            f"            d = q * {crs} + (c * {self.r} + r) * {self.s}",
+            f"            for s in range({self.s}):",
+            f"                iw = ox + s * {self.dw}",
+            f"                inside = ih >= 0 and ih < {h} and iw >= 0 and iw < {wd}",
+            f"                rows[d + s] = {x}[plane + ih * {wd} + iw] if inside else f32(0.0)",
+            f"gemm_packed({p}, g1 - g, {crs}, rows, 0, {crs}, {w}, g * {crs}, ct, 0, g1 - g)",
+            "for kk in range(g1 - g):",
+            f"    for q in range({p}):",
+            f"        cbuf[kk * {p} + q] = ct[q * (g1 - g) + kk]",
+        ]
+
+
 def conv_blocks(
     op, reads, workspace: Workspace, a_array, c_array, c_local, constants=None
 ) -> ConvBlocks:
-    """The blocked core of a conv group: ``DepthwiseBlocks`` or ``ConvBlocks``."""
-    if conv_method(op) == "depthwise":
+    """The blocked core of a conv group: ``DepthwiseBlocks``, ``PixelRowsBlocks`` or
+    ``ConvBlocks``."""
+    weights = (constants or {}).get(reads.get(op.operands[1], ""))
+    method = conv_method(op, weights is not None)
+    if method == "depthwise":
         return DepthwiseBlocks(op, reads, workspace, a_array, c_array, c_local)
+    if method == "im2row":
+        return PixelRowsBlocks(op, reads, workspace, a_array, c_array, c_local, weights)
     return ConvBlocks(op, reads, workspace, a_array, c_array, c_local, constants)
 
 
