@@ -249,13 +249,17 @@ def _ms(value: float | None, low: float | None = None) -> str:
     return f"{value:.2f}" if low is None else f"{value:.2f} ({low:.2f})"
 
 
+def label(row: dict) -> str:
+    model = CPU_ZOO.get(row["model"])
+    return model.label if model else row["model"]
+
+
 def table_row(r: dict, torch_backend: bool) -> str:
-    model = CPU_ZOO.get(r["model"])
     check = "-"
     if "passed" in r:
         check = f"{'PASS' if r['passed'] else 'FAIL'} ({zoo._e(r.get('rel_l2'))})"
     cells = [
-        model.label if model else r["model"],
+        label(r),
         str(r["batch"]),
         "-" if r["threads"] is None else str(r["threads"]),
         r["status"],
@@ -343,14 +347,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
         ]
     lines += ["", head, "|" + " --- |" * (head.count("|") - 1)]
     lines += [table_row(r, torch_backend) for r in rows]
-    notes = [
-        f"- {CPU_ZOO[r['model']].label if r['model'] in CPU_ZOO else r['model']} batch "
-        f"{r['batch']}: {m}"
-        for r in rows
-        for m in r.get("messages", [])
-    ]
+    notes = [f"- {label(r)} batch {r['batch']}: {m}" for r in rows for m in r.get("messages", [])]
     notes += [
-        f"- {r['model']} batch {r['batch']} torch backend remark: {r['tb_remark']}"
+        f"- {label(r)} batch {r['batch']}: torch backend remark: {r['tb_remark']}"
         for r in rows
         if r.get("tb_remark")
     ]
@@ -366,11 +365,7 @@ def chart_series(rows: list[dict]) -> tuple[list[str], dict[str, list[float | No
     """Bar labels and fusec's speed-up over onnxruntime (and over eager, through the
     backend) of the rows fusec got right."""
     measured = [r for r in rows if r["status"] == "ok" and r.get("fusec_ms")]
-    labels = [
-        f"{CPU_ZOO[r['model']].label} b{r['batch']} t{r['threads']}"
-        for r in measured
-        if r["model"] in CPU_ZOO
-    ]
+    labels = [f"{label(r)} b{r['batch']} t{r['threads']}" for r in measured]
     series = {"onnxruntime / fusec": [zoo.ratio(r.get("ort_ms"), r["fusec_ms"]) for r in measured]}
     if any(r.get("tb_fusec_ms") for r in measured):
         series["eager / backend=fusec"] = [
