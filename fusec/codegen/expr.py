@@ -657,6 +657,18 @@ def fma32(typingctx, a, b, c):
     """a * b + c rounded once (LLVM fma: one vfmadd on x86-64, vectorisable)."""
     return numba.float32(numba.float32, numba.float32, numba.float32), _fma_codegen
 '''
+_HELPERS["exp_poly_f32"] = '''
+{decorator}
+def exp_poly_f32(r):
+    """e ** r for |r| <= ln2 / 2 (a little beyond is fine): Cephes expf's degree-7
+    polynomial, the core of exp_f32 and erfc_f32."""
+    p = fma32(f32(1.9875691500e-4), r, f32(1.3981999507e-3))
+    p = fma32(p, r, f32(8.3334519073e-3))
+    p = fma32(p, r, f32(4.1665795894e-2))
+    p = fma32(p, r, f32(1.6666665459e-1))
+    p = fma32(p, r, f32(5.0000001201e-1))
+    return fma32(p, r * r, r) + f32(1.0)
+'''
 _HELPERS["exp_f32"] = '''
 {decorator}
 def exp_f32(x):
@@ -673,12 +685,7 @@ def exp_f32(x):
     n = t - f32(12582912.0)
     r = fma32(n, f32(-0.693359375), xc)  # ln2 = 0.693359375 - 2.12194440e-4 (Cody-Waite)
     r = fma32(n, f32(2.12194440e-4), r)
-    p = fma32(f32(1.9875691500e-4), r, f32(1.3981999507e-3))
-    p = fma32(p, r, f32(8.3334519073e-3))
-    p = fma32(p, r, f32(4.1665795894e-2))
-    p = fma32(p, r, f32(1.6666665459e-1))
-    p = fma32(p, r, f32(5.0000001201e-1))
-    p = fma32(p, r * r, r) + f32(1.0)
+    p = exp_poly_f32(r)
     k = f32(t).view(np.int32) - np.int32(0x4B400000)  # n as an integer, -150 <= n <= 128
     k1 = k >> np.int32(1)
     s1 = np.int32((k1 + np.int32(127)) << np.int32(23)).view(np.float32)
@@ -747,18 +754,18 @@ def erfc_f32(x):
     n = e - f32(12582912.0)
     r = fma32(n, f32(-0.693359375), -hi)  # exact: Cody-Waite's short ln2 high part
     r = fma32(n, f32(2.12194440e-4), r) + lo
-    p = fma32(f32(1.9875691500e-4), r, f32(1.3981999507e-3))
-    p = fma32(p, r, f32(8.3334519073e-3))
-    p = fma32(p, r, f32(4.1665795894e-2))
-    p = fma32(p, r, f32(1.6666665459e-1))
-    p = fma32(p, r, f32(5.0000001201e-1))
-    p = fma32(p, r * r, r) + f32(1.0)
+    p = exp_poly_f32(r)
     scale = np.int32((f32(e).view(np.int32) << np.int32(23)) + np.int32(0x3F800000))  # 2 ** n
     v = (t * p) * scale.view(np.float32)
     v = f32(0.0) if a == f32(9.1875) else v
     return f32(2.0) - v if x < f32(0.0) else v
 '''
-_REQUIRES = {"exp_f32": ("fma32",), "exp_nonpos_f32": ("fma32",), "erfc_f32": ("fma32",)}
+_REQUIRES = {
+    "exp_poly_f32": ("fma32",),
+    "exp_f32": ("fma32", "exp_poly_f32"),
+    "exp_nonpos_f32": ("fma32",),
+    "erfc_f32": ("fma32", "exp_poly_f32"),
+}
 
 
 def helper_source(names: Iterable[str], decorator: str) -> str:

@@ -14,44 +14,24 @@ from __future__ import annotations
 import math
 import re
 
-import numba
 import numpy as np
-from numpy import float32 as f32
 
 from fusec.api import parse
 from fusec.codegen.expr import ExprGenerator, helper_source
 from fusec.dialect import ops as ai
+from tests.codegen.test_cpu_fast_exp import helper_loop, run_loop
 
 TINY = float(np.finfo(np.float32).tiny)
 #: From here on erfc(x) < TINY: the helper returns 0.
 FLUSH = np.float32(9.1875)
 
 
-def _namespace() -> dict:
-    ns = {"math": math, "numba": numba, "np": np, "f32": f32}
-    exec(  # noqa: S102 - the generator's own helper source
-        helper_source(["erfc_f32"], '@numba.njit(fastmath=False, error_model="numpy")'), ns
-    )
-    erfc_f32 = ns["erfc_f32"]
-
-    @numba.njit(fastmath=False, error_model="numpy")
-    def erfc_loop(x, out):
-        for i in range(x.size):
-            out[i] = erfc_f32(x[i])
-
-    ns["erfc_loop"] = erfc_loop
-    return ns
-
-
-NS = _namespace()
+LOOP = helper_loop("erfc_f32")
 _ERFC64 = np.vectorize(math.erfc, otypes=[np.float64])
 
 
 def fast_erfc(x: np.ndarray) -> np.ndarray:
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    out = np.full_like(x, np.nan)  # poisoned: an unwritten element fails
-    NS["erfc_loop"](x, out)
-    return out
+    return run_loop(LOOP, x)
 
 
 def ulp_errors(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -99,7 +79,7 @@ def test_nan_in_nan_out():
 
 def test_the_loop_vectorises_and_calls_no_libm():
     fast_erfc(np.linspace(-5, 5, 64, dtype=np.float32))
-    (llvm,) = NS["erfc_loop"].inspect_llvm().values()
+    (llvm,) = LOOP.inspect_llvm().values()
     widths = {int(w) for w in re.findall(r"<(\d+) x float>", llvm)}
     assert widths and max(widths) >= 4, "the erfc loop was not vectorised"
     assert not re.search(r"call [^\n]*(@erfcf|@erfc|@expf|@llvm\.exp\.)", llvm)

@@ -26,31 +26,37 @@ OVERFLOW_AT = f32(88.72283935546875)
 UNDERFLOW_AT = f32(-103.97208404541016)
 
 
-def _namespace() -> dict:
+def helper_loop(name: str):
+    """A Numba loop ``loop(x, out)`` storing the generated cpu helper ``name`` of each
+    element (compiled strictly, as the kernels compile their helpers)."""
     ns = {"math": math, "numba": numba, "np": np, "f32": f32}
     exec(  # noqa: S102 - the generator's own helper source
-        helper_source(["exp_f32"], '@numba.njit(fastmath=False, error_model="numpy")'), ns
+        helper_source([name], '@numba.njit(fastmath=False, error_model="numpy")'), ns
     )
-
-    exp_f32 = ns["exp_f32"]
+    helper = ns[name]
 
     @numba.njit(fastmath=False, error_model="numpy")
-    def exp_loop(x, out):
+    def loop(x, out):
         for i in range(x.size):
-            out[i] = exp_f32(x[i])
+            out[i] = helper(x[i])
 
-    ns["exp_loop"] = exp_loop
-    return ns
+    return loop
 
 
-NS = _namespace()
+def run_loop(loop, x: np.ndarray) -> np.ndarray:
+    """``loop`` over ``x`` as float32, into an output poisoned with NaN first (an unwritten
+    element fails)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.full_like(x, np.nan)
+    loop(x, out)
+    return out
+
+
+NS = {"exp_loop": helper_loop("exp_f32")}
 
 
 def fast_exp(x: np.ndarray) -> np.ndarray:
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    out = np.full_like(x, np.nan)  # poisoned: an unwritten element fails
-    NS["exp_loop"](x, out)
-    return out
+    return run_loop(NS["exp_loop"], x)
 
 
 def ulp_errors(x: np.ndarray, y: np.ndarray) -> np.ndarray:
