@@ -2120,6 +2120,7 @@ from fusec.frontend import (  # noqa: E402, F401
     onnx_dft,
     onnx_einsum,
     onnx_indexing,
+    onnx_linear_attention,
     onnx_llm,
     onnx_loss,
     onnx_normalize,

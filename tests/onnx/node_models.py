@@ -168,7 +168,18 @@ def max_pool_3d() -> onnx.ModelProto:
     return _model(node, [("x", F32, (1, 2, 4, 5, 6))], [("y", F32, (1, 2, 2, 3, 4))], 18)
 
 
+def linear_attention() -> onnx.ModelProto:
+    """LinearAttention, the linear rule, one head of d_k 2 and d_v 3, two steps, no past."""
+    node = helper.make_node(
+        "LinearAttention", ["q", "k", "v"], ["y", "state"], name="lin",
+        update_rule="linear", q_num_heads=1, kv_num_heads=1,
+    )  # fmt: skip
+    inputs = [("q", F32, (1, 2, 2)), ("k", F32, (1, 2, 2)), ("v", F32, (1, 2, 3))]
+    return _model(node, inputs, [("y", F32, (1, 2, 3)), ("state", F32, (1, 1, 2, 3))], 27)
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "linear_attention": linear_attention,
     "max_pool_3d": max_pool_3d,
     "reverse_sequence": reverse_sequence,
     "top_k": top_k,
