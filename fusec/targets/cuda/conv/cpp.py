@@ -398,23 +398,27 @@ def _functor(spec: ConvSpec) -> str:
     n = len(epi.extras)
     members = "".join(f"  u64 e{k};\n" for k in range(n))
     placement = _early_placement(spec) if _early(spec) else ""
-    arrays = {rows: _early_arrays(spec, rows) if placement == rows else "" for rows in ROWS}
+    arrays = {rows: _early_arrays(spec, rows if placement == rows else "") for rows in ROWS}
     loads = {rows: _early_loads(spec, rows) if placement == rows else "" for rows in ROWS}
     head = "  __device__ __forceinline__"
     extras = "".join(f", (const void*)e{k}" for k in range(n))
     first, second = extras + _call_args(spec, False), extras + _call_args(spec, True)
     return f"""struct Epilogue : Config {{
-{members}  struct TileLoads {{{arrays["tile"]}}};
-  struct RowLoads {{{arrays["row"]}}};
+{members}  // the early loads' channel and pixel words (two structs: SROA takes the
+  // channel words to registers before the loops are unrolled only apart from the others)
+  struct TileChannels {{{arrays["tile"][0]}}};
+  struct TilePixels {{{arrays["tile"][1]}}};
+  struct RowChannels {{{arrays["row"][0]}}};
+  struct RowPixels {{{arrays["row"][1]}}};
 {head} bool wide() const {{ return {_wide_test(spec)}; }}
-{head} void load_tile(TileLoads& s, bool wide, int pm, int pn, int g, int cw, int warp,
-                       int lane) const {{{loads["tile"]}}}
-{head} void load_row(RowLoads& s, bool wide, int pn, int cw, int lane, int ko) const {{{
-        loads["row"]
-    }}}
+{head} void load_tile(TileChannels& c, TilePixels& px, bool wide, int pm, int pn, int g,
+                       int cw, int warp, int lane) const {{{loads["tile"]}}}
+{head} void load_row(RowChannels& c, RowPixels& px, bool wide, int pn, int cw, int lane,
+                      int ko) const {{{loads["row"]}}}
   template <int SECOND>
 {head} float at(float acc, int n, int ko, int p, int q, long long o, int m, int h, int sj,
-                 int qe, const TileLoads& tl, const RowLoads& rl) const {{
+                 int qe, const TileChannels& tc, const TilePixels& tp, const RowChannels& rc,
+                 const RowPixels& rp) const {{
     if constexpr (SECOND) {{
       return fs_epilogue(acc, n, ko, p, q{second});
     }} else {{
@@ -491,20 +495,26 @@ def _wide_test(spec: ConvSpec) -> str:
     return " && ".join(f"((u64)e{s} & 3ull) == 0" for s in slots) or "true"
 
 
-def _early_arrays(spec: ConvSpec, rows: str) -> str:
+def _early_arrays(spec: ConvSpec, rows: str) -> tuple[str, str]:
     """The words of the early loads of ``rows`` ("tile": every (m, h) of the thread, "row":
-    the current one): ``evc<slot>[]`` (channel words) and ``evp<slot>[]`` (pixel words)."""
+    the current one; "": none): ``evc<slot>[]`` (channel words), ``evp<slot>[]`` (pixel
+    words), as members."""
     epi = spec.epilogue
+    if not rows:
+        return "", ""
     nrows = (spec.tile.wm // 64) * 2 if rows == "tile" else 1
     strips = spec.tile.wn // 64
-    decl = [f" u32 evc{s}[{nrows}];" for s in epi.channel_args]
-    decl += [f" u32 evp{s}[{nrows * strips * 8 * _pixel_words(spec, s)}];" for s in epi.pixel_args]
-    return "".join(decl) + " "
+    channels = "".join(f" u32 evc{s}[{nrows}];" for s in epi.channel_args)
+    pixels = "".join(
+        f" u32 evp{s}[{nrows * strips * 8 * _pixel_words(spec, s)}];" for s in epi.pixel_args
+    )
+    return channels + " " * bool(channels), pixels + " " * bool(pixels)
 
 
 def _early_loads(spec: ConvSpec, rows: str) -> str:
     """The body of ``load_tile`` or ``load_row``: filling the words of ``_early_arrays``
-    (``s``: the output rows' ``kg``, ``ko`` are the method's, or its loop's).
+    (``c``: channel words, ``px``: pixel words; the output rows' ``kg``, ``ko`` are the
+    method's, or its loop's).
 
     The loads are unconditional (no branch between them, so all are in flight before the
     first use): an element outside the output (ragged rows, strips, columns) reads element
@@ -518,7 +528,7 @@ def _early_loads(spec: ConvSpec, rows: str) -> str:
     ci = "m * 2 + h" if tile else "0"
     newline = "\n"
     fill = [
-        f"s.evc{s}[{ci}] = fs_ldg_{'b32' if epi.extras[s] == 'f32' else 'u16'}("
+        f"c.evc{s}[{ci}] = fs_ldg_{'b32' if epi.extras[s] == 'f32' else 'u16'}("
         f"(const {_ctype(epi.extras[s])}*)e{s} + ko);"
         for s in epi.channel_args
     ]
@@ -531,15 +541,15 @@ def _early_loads(spec: ConvSpec, rows: str) -> str:
             if _pixel_words(spec, s) == 1:
                 at = f"(const u16*)e{s} + (live ? o : 0)"
                 if wide:
-                    lines.append(f"s.evp{s}[{pi}] = fs_ldg_b32({at});")
+                    lines.append(f"px.evp{s}[{pi}] = fs_ldg_b32({at});")
                 else:
                     hi = f"fs_ldg_u16({at} + (live ? 1 : 0))"
-                    lines.append(f"s.evp{s}[{pi}] = fs_ldg_u16({at}) | ({hi} << 16);")
+                    lines.append(f"px.evp{s}[{pi}] = fs_ldg_u16({at}) | ({hi} << 16);")
             else:
                 ld = "fs_ldg_b32" if epi.extras[s] == "f32" else "fs_ldg_u16"
-                lines.append(f"s.evp{s}[2 * ({pi})] = {ld}((const {ct}*)e{s} + (live ? o : 0));")
+                lines.append(f"px.evp{s}[2 * ({pi})] = {ld}((const {ct}*)e{s} + (live ? o : 0));")
                 lines.append(
-                    f"s.evp{s}[2 * ({pi}) + 1] = "
+                    f"px.evp{s}[2 * ({pi}) + 1] = "
                     f"{ld}((const {ct}*)e{s} + (live && q + 1 < Q ? o + 1 : 0));"
                 )
         return lines
@@ -597,15 +607,15 @@ def _call_args(spec: ConvSpec, second: bool) -> str:
     if not _early(spec):
         return _inline_args(epi, "ko", "o + 1" if second else "o")
     tile = _early_placement(spec) == "tile"
-    ci, words = ("m * 2 + h", "tl.") if tile else ("0", "rl.")
+    ci, channels, pixels = ("m * 2 + h", "tc.", "tp.") if tile else ("0", "rc.", "rp.")
     pi = f"(({ci}) * {spec.tile.wn // 64} + sj) * 8 + qe"
-    args = [f"fs_{epi.extras[s]}_lo({words}evc{s}[{ci}])" for s in epi.channel_args]
+    args = [f"fs_{epi.extras[s]}_lo({channels}evc{s}[{ci}])" for s in epi.channel_args]
     for s in epi.pixel_args:
         dt = epi.extras[s]
         if _pixel_words(spec, s) == 1:
-            args.append(f"fs_{dt}_{'hi' if second else 'lo'}({words}evp{s}[{pi}])")
+            args.append(f"fs_{dt}_{'hi' if second else 'lo'}({pixels}evp{s}[{pi}])")
         else:
-            args.append(f"fs_{dt}_lo({words}evp{s}[2 * ({pi}){' + 1' if second else ''}])")
+            args.append(f"fs_{dt}_lo({pixels}evp{s}[2 * ({pi}){' + 1' if second else ''}])")
     return "".join(f", {a}" for a in args)
 
 

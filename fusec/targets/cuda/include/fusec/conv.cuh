@@ -13,11 +13,11 @@
 //      CC channel chunks, KBLOCKS, TILES_M, TILES_N, TILES, A_BYTES, B_BYTES), the variants
 //      (INPUT, SPLIT_N, OUT_NHWC), the register split and FULL_ARRIVALS, the output type Out
 //      and `mma`, its wgmma instruction (m64nWNk16);
-//   E: the epilogue functor: `wide()` (a flag its early loads take), `TileLoads` and
-//      `load_tile` (inputs loaded at the head of a tile), `RowLoads` and `load_row` (at the
-//      head of an output row), and `at<SECOND>(acc, n, k, p, q, o, m, h, sj, qe, tile, row)`,
-//      the value stored at output element (n, k, p, q) (flat NCHW index o; SECOND: the pair's
-//      second pixel, q is then already q + 1).
+//   E: the epilogue functor: `wide()` (a flag its early loads take), `load_tile` (inputs
+//      loaded at the head of a tile into its TileChannels and TilePixels words), `load_row`
+//      (at the head of an output row: RowChannels, RowPixels), and `at<SECOND>(acc, n, k,
+//      p, q, o, m, h, sj, qe, words...)`, the value stored at output element (n, k, p, q)
+//      (flat NCHW index o; SECOND: the pair's second pixel, q is then already q + 1).
 #pragma once
 
 #include "fusec/barrier.cuh"
@@ -242,7 +242,8 @@ static __device__ __forceinline__ void conv_producer(u32 sa, u32 sb, u32 bars, i
 // (NCHW: adjacent pixels as one store when Q is even; channels-last: KOUT apart).
 template <class C, class E, class Acc>
 static __device__ __forceinline__ void conv_epilogue(const E& epi, const Acc& acc,
-                                                     const typename E::TileLoads& tl, u64 out,
+                                                     const typename E::TileChannels& tc,
+                                                     const typename E::TilePixels& tp, u64 out,
                                                      bool wide, int pm, int pn, int g, int cw,
                                                      int warp, int lane) {
   using Out = typename C::Out;
@@ -256,8 +257,9 @@ static __device__ __forceinline__ void conv_epilogue(const E& epi, const Acc& ac
           pm * C::BM + (C::SPLIT_N ? 0 : cw * C::WM) + m * 64 + warp * 16 + (lane / 4) + 8 * h;
       if (kg < C::KG) {
         const int ko = g * C::KG + kg;
-        typename E::RowLoads rl;
-        epi.load_row(rl, wide, pn, cw, lane, ko);
+        typename E::RowChannels rc;
+        typename E::RowPixels rp;
+        epi.load_row(rc, rp, wide, pn, cw, lane, ko);
 #pragma unroll
         for (int sj = 0; sj < C::WN / 64; ++sj) {
           // one strip of 64 output pixels: decoded once, 8 column groups of 8
@@ -271,25 +273,25 @@ static __device__ __forceinline__ void conv_epilogue(const E& epi, const Acc& ac
             const int q = q0 + qe * 8 + 2 * (lane % 4);
             if (strip < C::STRIPS && q < C::Q) {
               const long long o = row + q;
-              const float y0 =
-                  epi.template at<0>(acc[m][4 * qd + 2 * h], n, ko, p, q, o, m, h, sj, qe, tl, rl);
+              const float y0 = epi.template at<0>(acc[m][4 * qd + 2 * h], n, ko, p, q, o, m, h, sj,
+                                                  qe, tc, tp, rc, rp);
               if constexpr (C::OUT_NHWC) {  // [N][P][Q][KOUT]: the pair's pixels KOUT apart
                 const long long os = (((long long)n * C::P + p) * C::Q + q) * C::KOUT + ko;
                 Out::st((void*)out, os, y0);
                 if (q + 1 < C::Q) {
                   const float y1 = epi.template at<1>(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1,
-                                                      o, m, h, sj, qe, tl, rl);
+                                                      o, m, h, sj, qe, tc, tp, rc, rp);
                   Out::st((void*)out, os + C::KOUT, y1);
                 }
               } else if (C::Q % 2 == 0) {
                 const float y1 = epi.template at<1>(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1, o,
-                                                    m, h, sj, qe, tl, rl);
+                                                    m, h, sj, qe, tc, tp, rc, rp);
                 Out::st2((void*)out, o, y0, y1);
               } else {
                 Out::st((void*)out, o, y0);
                 if (q + 1 < C::Q) {
                   const float y1 = epi.template at<1>(acc[m][4 * qd + 2 * h + 1], n, ko, p, q + 1,
-                                                      o, m, h, sj, qe, tl, rl);
+                                                      o, m, h, sj, qe, tc, tp, rc, rp);
                   Out::st((void*)out, o + 1, y1);
                 }
               }
@@ -332,8 +334,9 @@ static __device__ __forceinline__ int conv(const E& epi, u64 smem_raw, u64 map_w
     for (int t = blockIdx.x; t < C::TILES; t += gridDim.x) {
       int pm, pn, g;
       conv_tile<C>(t, pm, pn, g);
-      typename E::TileLoads tl;
-      epi.load_tile(tl, wide, pm, pn, g, cw, warp, lane);
+      typename E::TileChannels tc;
+      typename E::TilePixels tp;
+      epi.load_tile(tc, tp, wide, pm, pn, g, cw, warp, lane);
       for (int kb = 0; kb < C::KBLOCKS; ++kb, ++it) {
         const int st = it % C::STAGES;
         fs_bar_wait(bars + 8 * st, (u32)(it / C::STAGES) & 1u);
@@ -371,7 +374,7 @@ static __device__ __forceinline__ int conv(const E& epi, u64 smem_raw, u64 map_w
       for (int m = 0; m < C::WM / 64; ++m)
 #pragma unroll
         for (int j = 0; j < C::WN / 2; ++j) fs_fence_reg(acc[m][j]);
-      conv_epilogue<C>(epi, acc, tl, out, wide, pm, pn, g, cw, warp, lane);
+      conv_epilogue<C>(epi, acc, tc, tp, out, wide, pm, pn, g, cw, warp, lane);
     }
   }
   return 0;
