@@ -323,13 +323,15 @@ def _use_count(value: SSAValue) -> int:
 
 def _chain_strides(chain: Sequence[Operation]) -> list[int]:
     """Element strides of the chain's result over its contiguous source."""
-    shape = shape_of(chain[-1].operands[0])
+    transpose = chain[-1]
+    assert isinstance(transpose, ai.TransposeOp)
+    shape = shape_of(transpose.operands[0])
     strides, step = [], 1
     for size in reversed(shape):
         strides.append(step)
         step *= size
     strides.reverse()
-    perm = [int(p) for p in chain[-1].attr("perm")]
+    perm = [int(p) for p in transpose.attr("perm")]
     return [strides[p] for p in perm]
 
 
