@@ -19,7 +19,7 @@ from fusec.targets.cpu.loops import pointwise_stage
 def generate(fused_op, name: str) -> KernelSource:
     ops = body_ops(fused_op)
     check_elementwise(ops)
-    gen = ExprGenerator()
+    gen = ExprGenerator(fast_exp=True)  # exp, erfc: loop-vectorising helpers
     outputs = outputs_of(fused_op)
     stage = pointwise_stage(f"{name}_pointwise", gen, ops, input_names(fused_op), outputs)
     source = assemble(fused_op, gen, [stage], [stage.call()], entry_body=[stage.call()])
