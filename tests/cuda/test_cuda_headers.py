@@ -58,7 +58,8 @@ extern "C" __global__ void probe(float* out) {
   fs_wg_commit();
   fs_wg_wait<1>();
   fs_fence_reg(r);
-  out[threadIdx.x] = r + (float)(fs_desc(1024u, 16u, 1024u) & 1023ull);
+  const ConsumerThread c = fs_consumer_thread<232>(threadIdx.x / 128, threadIdx.x);
+  out[threadIdx.x] = r + (float)(fs_desc(1024u, 16u, 1024u) & 1023ull) + c.lane + c.cw;
 }""",
     "fusec/shared.cuh": """
 extern "C" __global__ void probe(u64 src, void* out, int left) {

@@ -111,11 +111,7 @@ static __device__ __forceinline__ int attention(u64 smem_raw, u64 map_q, u64 map
                             map_v, qb, bh, nkv);
     }
   } else {
-    fs_setmaxnreg_inc<C::CONSUMER_REGISTERS>();
-    const int cw = wg - 1;
-    const int lt = tid % 128;
-    const int warp = lt / 32;
-    const int lane = lt % 32;
+    const auto [cw, lt, warp, lane] = fs_consumer_thread<C::CONSUMER_REGISTERS>(wg, tid);
     const float sl2 = C::sl2();  // scale * log2(e): the softmax in base 2
     const float NEG_INF = __int_as_float(0xff800000);
     // this thread's two rows (h = 0, 1) of the 64-row slice: 16 warp + lane/4 + 8 h

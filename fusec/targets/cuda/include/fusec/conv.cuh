@@ -323,11 +323,7 @@ static __device__ __forceinline__ int conv(const E& epi, u64 smem_raw, u64 map_w
   if (wg == 0) {
     conv_producer<C>(sa, sb, bars, tid, map_w, x);
   } else {
-    fs_setmaxnreg_inc<C::CONSUMER_REGISTERS>();
-    const int cw = wg - 1;
-    const int lt = tid % 128;
-    const int warp = lt / 32;
-    const int lane = lt % 32;
+    const auto [cw, lt, warp, lane] = fs_consumer_thread<C::CONSUMER_REGISTERS>(wg, tid);
     float acc[C::WM / 64][C::WN / 2];
     const bool wide = epi.wide();
     int it = 0;

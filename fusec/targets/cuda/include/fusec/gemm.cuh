@@ -774,11 +774,7 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
       }
     }
   } else {
-    fs_setmaxnreg_inc<C::CONSUMER_REGISTERS>();
-    const int cw = wg - 1;
-    const int lt = tid % 128;
-    const int warp = lt / 32;
-    const int lane = lt % 32;
+    const auto [cw, lt, warp, lane] = fs_consumer_thread<C::CONSUMER_REGISTERS>(wg, tid);
     const u32 sv_mine = sv + (u32)cw * (8u * (BN + WM));
     if constexpr (C::LN_TILE) gemm_ln_affine<C>(epi, sg, tid, K);
     float acc[MI][HALF];

@@ -41,3 +41,15 @@ template <int N>
 static __device__ __forceinline__ void fs_setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N) : "memory");
 }
+
+// A consumer warpgroup's thread once it took its registers: the consumer's index (of
+// warpgroup wg, after the producer's), the thread's index in the warpgroup, its warp, lane.
+struct ConsumerThread {
+  int cw, lt, warp, lane;
+};
+template <int REGISTERS>
+static __device__ __forceinline__ ConsumerThread fs_consumer_thread(int wg, int tid) {
+  fs_setmaxnreg_inc<REGISTERS>();
+  const int lt = tid % 128;
+  return {wg - 1, lt, lt / 32, lt % 32};
+}
