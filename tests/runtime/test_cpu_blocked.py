@@ -460,13 +460,7 @@ def test_conv_winograd4_against_float64_reference(cache, case):
     (kernel,) = program.kernels
     assert "Winograd F(4x4, 3x3): input transform, 36 GEMMs" in kernel.source
     assert [layout for _, layout in kernel.prepared_inputs] == [f"winograd:{case[3]}:4"]
-    for seed in (21, 22):
-        inputs = random_inputs(entry_function(module), seed)
-        (out,) = program(inputs, alloc=poison)
-        (ref,) = run_reference(parse(text), inputs, precision="float64")
-        assert_close(out, ref, what=f"winograd4 {case}")
-        rel = np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref)
-        assert rel < 1e-4, rel
+    _check_float64(program, module, text, (21, 22), f"winograd4 {case}")
 
 
 IM2ROW_CONVS = [
@@ -495,11 +489,7 @@ def test_conv_im2row_against_float64_reference(cache, case):
     assert [layout for _, layout in kernel.prepared_inputs] == ["strips_kcrs"]
     strips = case[5][0] // microkernel.STRIP  # output channels split among the blocks
     assert _blocks(program) == min(4, strips)
-    for seed in (31, 32):
-        inputs = random_inputs(entry_function(module), seed)
-        (out,) = program(inputs, alloc=poison)
-        (ref,) = run_reference(parse(text), inputs, precision="float64")
-        assert_close(out, ref, what=f"im2row {case}")
+    _check_float64(program, module, text, (31, 32), f"im2row {case}")
 
 
 @pytest.mark.parametrize(
@@ -606,11 +596,18 @@ def test_conv_winograd_against_float64_reference(cache, case):
     module = wrap_group(text, "conv")
     program = Program(module, target="cpu", cache=cache)
     assert "Winograd" in program.kernels[0].source
-    for seed in (11, 12):
+    _check_float64(program, module, text, (11, 12), f"winograd {case}")
+
+
+def _check_float64(program: Program, module, text: str, seeds, what: str) -> None:
+    """``program`` (compiled from ``module``, parsed from ``text``) on fresh random inputs
+    of each seed with poisoned outputs: elementwise at f32 tolerance and relative L2
+    < 1e-4 against the float64 reference of ``text``."""
+    for seed in seeds:
         inputs = random_inputs(entry_function(module), seed)
         (out,) = program(inputs, alloc=poison)
         (ref,) = run_reference(parse(text), inputs, precision="float64")
-        assert_close(out, ref, what=f"winograd {case}")
+        assert_close(out, ref, what=what)
         rel = np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref)
         assert rel < 1e-4, rel
 
