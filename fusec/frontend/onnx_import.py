@@ -2119,6 +2119,7 @@ from fusec.frontend import (  # noqa: E402, F401
     onnx_conv_transpose,
     onnx_dft,
     onnx_einsum,
+    onnx_grid_sample,
     onnx_indexing,
     onnx_linear_attention,
     onnx_llm,

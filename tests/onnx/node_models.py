@@ -178,7 +178,17 @@ def linear_attention() -> onnx.ModelProto:
     return _model(node, inputs, [("y", F32, (1, 2, 3)), ("state", F32, (1, 1, 2, 3))], 27)
 
 
+def grid_sample() -> onnx.ModelProto:
+    """GridSample, nearest, border padding, of a [1, 2, 3, 4] image at a [1, 2, 2] grid."""
+    node = helper.make_node(
+        "GridSample", ["x", "grid"], ["y"], name="gs", mode="nearest", padding_mode="border"
+    )
+    inputs = [("x", F32, (1, 2, 3, 4)), ("grid", F32, (1, 2, 2, 2))]
+    return _model(node, inputs, [("y", F32, (1, 2, 2, 2))], 22)
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "grid_sample": grid_sample,
     "linear_attention": linear_attention,
     "max_pool_3d": max_pool_3d,
     "reverse_sequence": reverse_sequence,
