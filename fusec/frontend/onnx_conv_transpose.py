@@ -20,10 +20,15 @@ the inserted zeros); its cost is a convolution over the zero-inserted input: abo
 s_w times the multiply-adds of the direct form (4x for stride 2 in 2-D), and a
 zero-inserted copy of the input. A 1-D node is the 2-D one of height-1 views, as for
 ``Conv``. Refused with the reason: 3-D (volumetric) transposed convolution.
+
+``Col2Im`` (its columns summed back onto the image) is built the same way: per kernel
+position, the zero-inserted columns padded to their offset, the canvases added.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -31,6 +36,8 @@ import numpy as np
 
 from fusec.dialect import ops as ai
 from fusec.frontend.onnx_import import (
+    _constant_ints,
+    _pad_axis,
     _reshape_to,
     _slice_of,
     converter,
@@ -185,3 +192,47 @@ def _flipped_weight(imp: Importer, node: Node, w: SSAValue, groups: int, flat: b
     axes = [2, 3] if not flat else [3]
     ends = [-shape_of(v)[axis] - 1 for axis in axes]
     return _slice_of(imp, v, [-1] * len(axes), ends, axes, [-1] * len(axes))
+
+
+@converter("Col2Im", attrs=("dilations", "pads", "strides"))
+def _col2im(imp: Importer, node: Node) -> list[SSAValue]:
+    """``Col2Im`` (2-D, constant image and block shapes): the sum of the blocks' columns
+    put back at their places. Per kernel position (kh, kw): its ``[N, C, Lh, Lw]``
+    columns (a strided channel slice) with the strides' zeros inserted, padded to their
+    offset ``(kh * dh, kw * dw)`` on the padded canvas; the canvases added, the pads
+    cropped."""
+    x = imp.input(node, 0)
+    image = _constant_ints(imp, node, 1, "input 'image_shape'")
+    block = _constant_ints(imp, node, 2, "input 'block_shape'")
+    if image is None or block is None or len(image) != len(block):
+        raise imp.error("image_shape and block_shape must be constants of one length")
+    if len(image) != 2:
+        raise imp.error(f"only 2-D Col2Im is supported, got image_shape {image}", "attribute")
+    n, rows, length = shape_of(x)
+    kernel = math.prod(block)
+    if rows % kernel:
+        raise imp.error(f"{rows} rows are not a multiple of the block's {kernel} elements")
+    channels = rows // kernel
+    strides, dilations = (_ints(imp, node, name, 2, 1) for name in ("strides", "dilations"))
+    pads = tuple(int(p) for p in node.attrs.get("pads", (0, 0, 0, 0)))
+    canvas = [image[d] + pads[d] + pads[d + 2] for d in range(2)]
+    blocks = [(canvas[d] - dilations[d] * (block[d] - 1) - 1) // strides[d] + 1 for d in range(2)]
+    if len(pads) != 4 or min(blocks) < 1 or math.prod(blocks) != length:
+        raise imp.error(
+            f"{length} columns do not fit image {image}, block {block}, pads {list(pads)}, "
+            f"strides {list(strides)}, dilations {list(dilations)}"
+        )
+    total = None
+    for k, (kh, kw) in enumerate(itertools.product(range(block[0]), range(block[1]))):
+        y = _slice_of(imp, x, [k], [rows], [1], [kernel])
+        y = _reshape_to(imp, y, (n, channels, *blocks))
+        for axis, offset in ((2, kh), (3, kw)):
+            d = axis - 2
+            y = _zeros_inserted(imp, y, axis, strides[d])
+            begin = offset * dilations[d]
+            y = _pad_axis(imp, y, axis, begin, canvas[d] - begin - shape_of(y)[axis],
+                          "constant", 0.0)  # fmt: skip
+        total = y if total is None else imp.emit(ai.AddOp, total, y)
+    assert total is not None
+    return [_slice_of(imp, total, pads[:2], [pads[0] + image[0], pads[1] + image[1]], [2, 3],
+                      [1, 1])]  # fmt: skip

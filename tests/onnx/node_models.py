@@ -187,7 +187,21 @@ def grid_sample() -> onnx.ModelProto:
     return _model(node, inputs, [("y", F32, (1, 2, 2, 2))], 22)
 
 
+def col2im() -> onnx.ModelProto:
+    """Col2Im of 2 channels' 2 x 1 blocks onto a 3 x 2 image, stride 2 along H, pads 1."""
+    node = helper.make_node(
+        "Col2Im", ["x", "image", "block"], ["y"], name="c2i", strides=[2, 1], pads=[1, 0, 0, 0]
+    )
+    model = _model(node, [("x", F32, (1, 4, 4))], [("y", F32, (1, 2, 3, 2))], 18)
+    model.graph.initializer.extend([
+        helper.make_tensor("image", I64, (2,), [3, 2]),
+        helper.make_tensor("block", I64, (2,), [2, 1]),
+    ])  # fmt: skip
+    return model
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
+    "col2im": col2im,
     "grid_sample": grid_sample,
     "linear_attention": linear_attention,
     "max_pool_3d": max_pool_3d,

@@ -113,3 +113,39 @@ def test_refusals_say_why(x_shape, w_shape, attrs, reason, feature):
     assert isinstance(caught.value, UnsupportedOnnx) == feature
     assert 'node "node0": error: ConvTranspose: ' in caught.value.format()
     assert reason in caught.value.message, caught.value.message
+
+
+# ------------------------------------------------------------------ Col2Im
+
+
+def _col2im(image, block, channels=2, batch=2, **attrs):
+    from onnx import TensorProto, helper
+
+    strides, dilations = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    blocks = [(image[d] + pads[d] + pads[d + 2] - dilations[d] * (block[d] - 1) - 1)
+              // strides[d] + 1 for d in range(2)]  # fmt: skip
+    x = random(RNG, batch, channels * block[0] * block[1], blocks[0] * blocks[1])
+    node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"], name="c2i", **attrs)
+    graph = helper.make_graph(
+        [node], "col2im", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("image", TensorProto.INT64, (2,), image),
+         helper.make_tensor("block", TensorProto.INT64, (2,), block)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return model, {"x": x}
+
+
+COL2IMS = [
+    ((5, 5), (2, 2), {}),
+    ((6, 7), (3, 2), {"strides": [2, 1], "pads": [1, 0, 1, 2], "dilations": [1, 2]}),
+    ((4, 5), (1, 3), {"strides": [1, 2]}),
+]
+
+
+@pytest.mark.parametrize("target", ["reference", "cpu"])
+@pytest.mark.parametrize(("image", "block", "attrs"), COL2IMS)
+def test_col2im_matches_onnxruntime(image, block, attrs, target):
+    model, feeds = _col2im(image, block, **attrs)
+    _check(model, feeds, target=target)
