@@ -475,7 +475,7 @@ IM2ROW_CONVS = [
 ]
 
 
-@pytest.mark.parametrize("case", sampled(IM2ROW_CONVS, 3))  # every 3rd by default
+@pytest.mark.parametrize("case", sampled(IM2ROW_CONVS, 5))  # the first by default
 def test_conv_im2row_against_float64_reference(cache, case):
     """A small plane of one image by im2row and gemm_packed on the weight packed once
     ("strips_kcrs"), the output channels split among blocks: at f32 tolerance against
@@ -497,8 +497,12 @@ def test_conv_im2row_against_float64_reference(cache, case):
     [
         # ResNet's stem at 64x64: 16 output channels, rows of 32 pixels: gemm_nn
         (((2, 2), (3, 3), (1, 1), 1, (1, 3, 64, 64), (16, 7, 7)), "gemm_nn(16, pw, 147,"),
-        # rows of 31 pixels (not whole vectors): sgemm
-        (((2, 2), (3, 3), (1, 1), 1, (1, 3, 62, 62), (16, 7, 7)), "sgemm(0, 0, 16, pw, 147,"),
+        # rows of 31 pixels (not whole vectors): sgemm (a kernel compile: the slow lane)
+        pytest.param(
+            ((2, 2), (3, 3), (1, 1), 1, (1, 3, 62, 62), (16, 7, 7)),
+            "sgemm(0, 0, 16, pw, 147,",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_conv_im2col_few_channels_whole_vector_rows_in_gemm_nn(cache, case, gemm):
