@@ -99,7 +99,7 @@ def test_reduction_over_axes(op_type, keepdims):
     _check(model, {"x": x})
 
 
-@pytest.mark.parametrize("target", ["reference", "cpu"])
+@pytest.mark.parametrize("target", ["reference", pytest.param("cpu", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("shape", [(7,), (3, 1, 9), (2, 16, 3)])
 def test_reduce_prod_over_every_axis(shape, target):
     """No axes: every axis halved pairwise (odd sizes carry their last element); values
@@ -254,7 +254,7 @@ def test_pad_modes(mode):
     _check(model, {"x": x})
 
 
-@pytest.mark.parametrize("target", ["reference", "cpu"])
+@pytest.mark.parametrize("target", ["reference", pytest.param("cpu", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("rank", [0, 1])
 def test_pad_with_a_constant_value_computed_at_run_time(rank, target):
     """The value (a graph input, rank 0 or 1 of one element) broadcast into the pad

@@ -150,6 +150,7 @@ def test_sliding_window_and_nonpad_lengths_match_onnx_reference(name, constant_n
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # kernel compiles
 @pytest.mark.parametrize("name", ["nonpad-causal-window", "past-causal-left"])
 def test_sliding_window_on_the_cpu_target(name):
     model, feeds = _window_case(name, constant_nonpad=False)

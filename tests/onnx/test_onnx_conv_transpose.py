@@ -81,6 +81,7 @@ def test_float16():
     _check(model, feeds, tol=1e-2)
 
 
+@pytest.mark.slow  # kernel compiles
 @pytest.mark.parametrize("case", ["stride2", "groups", "one_d"])
 def test_conv_transpose_on_the_cpu_target(case):
     (_, x_shape, w_shape, attrs) = next(c for c in CASES if c[0] == case)
@@ -144,7 +145,7 @@ COL2IMS = [
 ]
 
 
-@pytest.mark.parametrize("target", ["reference", "cpu"])
+@pytest.mark.parametrize("target", ["reference", pytest.param("cpu", marks=pytest.mark.slow)])
 @pytest.mark.parametrize(("image", "block", "attrs"), COL2IMS)
 def test_col2im_matches_onnxruntime(image, block, attrs, target):
     model, feeds = _col2im(image, block, **attrs)

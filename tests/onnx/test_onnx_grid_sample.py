@@ -62,6 +62,7 @@ def test_grid_sample_volumetric(mode, padding):
     assert_close(got, want, tol=1e-4)
 
 
+@pytest.mark.slow  # kernel compiles
 @pytest.mark.parametrize(("mode", "padding"), [("linear", "zeros"), ("cubic", "reflection")])
 def test_grid_sample_on_the_cpu_target(mode, padding):
     model, x, grid = _case((2, 3, 5, 6), (4, 3), mode=mode, padding_mode=padding)

@@ -239,6 +239,7 @@ def test_top_k_matches_onnxruntime(shape, k, attrs):
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.slow  # kernel compiles
 @pytest.mark.parametrize("largest", [1, 0])
 def test_top_k_on_the_cpu_target(largest):
     x = _ties_and_infinities((3, 4, 10))
@@ -279,7 +280,7 @@ def _reverse_sequence_model(x, lengths, **attrs):
     return model
 
 
-@pytest.mark.parametrize("target", ["reference", "cpu"])
+@pytest.mark.parametrize("target", ["reference", pytest.param("cpu", marks=pytest.mark.slow)])
 @pytest.mark.parametrize(
     ("shape", "lengths", "attrs"),
     [((5, 3, 2), [5, 1, 3], {}), ((4, 6), [6, 0, 2, 4], {"batch_axis": 0, "time_axis": 1})],

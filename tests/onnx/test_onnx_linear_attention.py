@@ -81,6 +81,7 @@ def test_linear_attention_in_float16():
     _check(*_case(dtype=np.float16), target="reference", tol=1e-2)
 
 
+@pytest.mark.slow  # kernel compiles
 @pytest.mark.parametrize("case", ["gated-delta-gqa-scalar-beta", "gated-per-key"])
 def test_linear_attention_on_the_cpu_target(case):
     _check(*_case(**CASES[case]), target="cpu", tol=1e-4)
