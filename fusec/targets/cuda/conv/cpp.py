@@ -404,12 +404,7 @@ def _functor(spec: ConvSpec) -> str:
     extras = "".join(f", (const void*)e{k}" for k in range(n))
     first, second = extras + _call_args(spec, False), extras + _call_args(spec, True)
     return f"""struct Epilogue : Config {{
-{members}  // the early loads' channel and pixel words (two structs: SROA takes the
-  // channel words to registers before the loops are unrolled only apart from the others)
-  struct TileChannels {{{arrays["tile"][0]}}};
-  struct TilePixels {{{arrays["tile"][1]}}};
-  struct RowChannels {{{arrays["row"][0]}}};
-  struct RowPixels {{{arrays["row"][1]}}};
+{members}{_word_structs(arrays)}
 {head} bool wide() const {{ return {_wide_test(spec)}; }}
 {head} void load_tile(TileChannels& c, TilePixels& px, bool wide, int pm, int pn, int g,
                        int cw, int warp, int lane) const {{{loads["tile"]}}}
@@ -493,6 +488,17 @@ def _wide_test(spec: ConvSpec) -> str:
         return "true"
     slots = [s for s in spec.epilogue.pixel_args if _pixel_words(spec, s) == 1]
     return " && ".join(f"((u64)e{s} & 3ull) == 0" for s in slots) or "true"
+
+
+def _word_structs(arrays: dict[str, tuple[str, str]]) -> str:
+    """The functor's structs of early-load words, channel words apart from pixel words:
+    SROA takes a row's constant-indexed channel words to registers before the loops are
+    unrolled only in a struct without the loop-indexed pixel words."""
+    return "\n".join(
+        f"  struct {rows.title()}{kind} {{{arrays[rows][i]}}};"
+        for rows in ROWS
+        for i, kind in enumerate(("Channels", "Pixels"))
+    )
 
 
 def _early_arrays(spec: ConvSpec, rows: str) -> tuple[str, str]:
