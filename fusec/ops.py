@@ -20,6 +20,7 @@ from typing import Any
 
 from fusec.dialect import ops as ai
 from fusec.frontend.tracer import Trace, Traced, current_trace, dtype_name, user_error
+from fusec.ir.dtypes import QUANTIZED_TYPES
 
 
 def _trace(name: str, *operands: Any) -> Trace:
@@ -155,6 +156,51 @@ def where(condition: Any, a: Any, b: Any) -> Traced:
 def cast(x: Any, dtype: Any) -> Traced:
     """Convert the elements to ``dtype`` ("f16", "bf16", "f32" or a numpy/torch dtype)."""
     return _trace("cast", x).emit(ai.CastOp, (x,), to=dtype_name(dtype))
+
+
+def quantize(
+    x: Any,
+    scale: Any,
+    dtype: str,
+    zero_point: Any = None,
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+    saturate: bool = True,
+) -> Traced:
+    """``x / scale`` quantized to ``dtype`` ("i8", "ui8", "f8E4M3FN", "f8E5M2") as ONNX
+    QuantizeLinear: per tensor, per ``axis`` or per block of ``block_size`` along it."""
+    trace = _trace("quantize", x)
+    zp = trace.constant(_zeros_like(scale, zero_point), _quantized("quantize", dtype))
+    attrs = {"axis": _int("quantize", axis), "block_size": block_size, "saturate": saturate}
+    return trace.emit(ai.QuantizeOp, (x, scale, zp), **attrs)
+
+
+def dequantize(
+    q: Any, scale: Any, zero_point: Any = None, *, axis: int = 1, block_size: int = 0
+) -> Traced:
+    """``(q - zero_point) * scale`` in the scale's element type, as ONNX DequantizeLinear."""
+    trace = _trace("dequantize", q)
+    scale = trace.constant(scale, None) if not isinstance(scale, Traced) else scale
+    zp = trace.constant(_zeros_like(scale, zero_point), q.dtype_name)
+    attrs = {"axis": _int("dequantize", axis), "block_size": block_size}
+    return trace.emit(ai.DequantizeOp, (q, scale, zp), **attrs)
+
+
+def _quantized(name: str, dtype: str) -> str:
+    if dtype not in QUANTIZED_TYPES:
+        raise user_error(f"fusec.ops.{name}: dtype must be one of {QUANTIZED_TYPES}, got {dtype!r}")
+    return dtype
+
+
+def _zeros_like(scale: Any, zero_point: Any) -> Any:
+    """The zero point as a float64 array (exact for every quantized type), zeros in the
+    scale's shape when there is none."""
+    import numpy as np
+
+    if zero_point is not None:
+        return np.asarray(zero_point, dtype=np.float64)
+    return np.zeros(scale.shape if hasattr(scale, "shape") else np.shape(scale))
 
 
 def bias_add(x: Any, bias: Any, axis: int = 1) -> Traced:
@@ -387,6 +433,8 @@ __all__ = sorted(
         "bias_add",
         "cast",
         "clip",
+        "quantize",
+        "dequantize",
         "leaky_relu",
         "elu",
         "selu",

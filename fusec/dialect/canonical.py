@@ -132,6 +132,50 @@ class CastCanonicalization(HasCanonicalizationPatternsTrait):
         return (FoldIdentityCast(),)
 
 
+def _same_value(a: SSAValue, b: SSAValue) -> bool:
+    """``a`` and ``b`` are one value, or constants of one type holding the same bytes."""
+    if a is b:
+        return True
+    if not (is_constant(a.owner) and is_constant(b.owner)) or a.type != b.type:
+        return False
+    return a.owner.value == b.owner.value
+
+
+class FoldRequantize(RewritePattern):
+    """``quantize(dequantize(q, s, z), s, z)`` with ``q = quantize(x, s, z)``, the same
+    scale, zero point and attributes, is ``q``: dequantizing gives back values that
+    quantize exactly to ``q`` (a Q->DQ->Q chain). ``dequantize(quantize(x))`` alone
+    is kept: it rounds ``x`` (fake quantization changes values)."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        from fusec.dialect.ops import DequantizeOp, QuantizeOp
+
+        if not isinstance(op, QuantizeOp):
+            return
+        dq = op.input.owner
+        if not isinstance(dq, DequantizeOp):
+            return
+        q = dq.input.owner
+        if not isinstance(q, QuantizeOp) or q.output.type != op.output.type:
+            return
+        layout = ("axis", "block_size")
+        same_attrs = q.attr_values() == op.attr_values()
+        same_layout = all(dq.attr(key) == q.attr(key) for key in layout)
+        # The scale and zero point of all three: q's, dq's and op's are one.
+        params = [(q.scale, q.zero_point), (dq.scale, dq.zero_point), (op.scale, op.zero_point)]
+        same_params = all(
+            _same_value(a, b) for pair in params[1:] for a, b in zip(params[0], pair, strict=True)
+        )
+        if same_attrs and same_layout and same_params:
+            rewriter.replace(op, [], [q.output])
+
+
+class QuantizeCanonicalization(HasCanonicalizationPatternsTrait):
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
+        return (FoldRequantize(),)
+
+
 class ReluCanonicalization(HasCanonicalizationPatternsTrait):
     @classmethod
     def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:

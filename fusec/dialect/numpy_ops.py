@@ -851,3 +851,66 @@ def arg_reduce(
         index = pick(x, axis=axis)
     index = np.asarray(index, dtype=np.int64)
     return np.expand_dims(index, axis) if keepdims else index
+
+
+# --------------------------------------------------------------------------
+# quantization (ONNX QuantizeLinear / DequantizeLinear, opset 21)
+# --------------------------------------------------------------------------
+
+
+def quantization_broadcast(
+    scale: np.ndarray, ndim: int, *, axis: int, block_size: int, extent: int
+) -> np.ndarray:
+    """A per-tensor, per-axis or per-block ``scale`` (or zero point) shaped to broadcast
+    against an input of rank ``ndim`` whose ``axis`` has ``extent`` elements: a block's
+    value repeated over its ``block_size`` indices (the last block may be shorter)."""
+    scale = np.asarray(scale)
+    if block_size == 0 and scale.size == 1:
+        return scale.reshape(())
+    axis = axis % ndim
+    if block_size == 0:
+        return scale.reshape([extent if d == axis else 1 for d in range(ndim)])
+    repeated = np.repeat(scale, block_size, axis=axis)
+    return np.take(repeated, np.arange(extent), axis=axis)
+
+
+def quantize_linear(
+    x: np.ndarray,
+    scale: np.ndarray,
+    zero_point: np.ndarray,
+    *,
+    saturate: bool,
+) -> np.ndarray:
+    """``x / scale`` quantized to ``zero_point``'s dtype, as ONNX QuantizeLinear.
+
+    ``scale`` and ``zero_point`` broadcast against ``x``. The quotient is taken in
+    float32, as ONNX's reference and onnxruntime take it. Integers: rounded half
+    to even, plus the zero point, saturated to the type's range. float8: the
+    quotient plus the zero point (0 in practice), converted with round to nearest
+    even as ml_dtypes does; ``saturate`` clamps values beyond the largest finite
+    value (infinities included) to it, else they become NaN (e4m3fn) or inf (e5m2)
+    as ml_dtypes converts them. NaN stays NaN in float8.
+    """
+    target = np.asarray(zero_point).dtype
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        q = np.asarray(x, np.float32) / np.asarray(scale, np.float32)
+        if target.kind in "iu":
+            info = np.iinfo(target)
+            y = np.rint(q) + np.asarray(zero_point, np.float32)
+            return np.clip(np.nan_to_num(y), info.min, info.max).astype(target)
+        y = q + np.asarray(zero_point, np.float32)
+        if saturate:
+            import ml_dtypes
+
+            largest = float(ml_dtypes.finfo(target).max)
+            y = np.clip(y, -largest, largest)
+        return y.astype(target)
+
+
+def dequantize_linear(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> np.ndarray:
+    """``(x - zero_point) * scale`` in ``scale``'s dtype, as ONNX DequantizeLinear: in
+    float64 when the scale is (the float64 reference), else in float32, rounded once."""
+    scale = np.asarray(scale)
+    work = np.float64 if scale.dtype == np.float64 else np.float32
+    y = (np.asarray(x).astype(work) - np.asarray(zero_point).astype(work)) * scale.astype(work)
+    return y.astype(scale.dtype)

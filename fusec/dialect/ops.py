@@ -62,6 +62,7 @@ from fusec.dialect.canonical import (
     BiasAddCanonicalization,
     CastCanonicalization,
     Conv2DCanonicalization,
+    QuantizeCanonicalization,
     ReluCanonicalization,
     ReshapeCanonicalization,
     TransposeCanonicalization,
@@ -2009,6 +2010,7 @@ class CastOp(AiOp):
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="cast")
 
     def __init__(self, value: SSAValue, to_dtype: str) -> None:
+        self.check_dtypes([spec_of(value.type)])  # a quantized value: ai.dequantize reads it
         spec = shapes.cast(spec_of(value.type), to_dtype)
         super().__init__(value, result_type=tensor_type(spec))
 
@@ -2036,6 +2038,102 @@ class CastOp(AiOp):
             if target != "i1" and value.dtype.kind == "f":
                 value = np.trunc(value)
             return value.astype(numpy_dtype(target))
+
+
+# ------------------------------------------------------------- quantization
+#
+# ONNX QuantizeLinear / DequantizeLinear (opset 21) with the scale and zero point
+# as operands (data, not attributes: per-channel and per-block scales are
+# weights). The zero point is always given (zeros when the model has none): its
+# element type is the quantized type, as in ONNX.
+
+_QUANTIZED_ON_TARGETS = (
+    "no kernel template converts the quantized element types (float8, int8) yet "
+    "(issue 31); run it on the reference target"
+)
+
+
+class QuantizationOp(AiOp):
+    """What ``ai.quantize`` and ``ai.dequantize`` share: operands, attributes, checks."""
+
+    input = operand()
+    scale = operand()
+    zero_point = operand()
+    output = result()
+    #: The quantized dimension (per-axis and per-block scales); ignored per tensor.
+    axis = int_prop(1)
+    #: Elements per block along ``axis`` (per-block scales); 0: per tensor or axis.
+    block_size = int_prop(0)
+
+    PATTERN: ClassVar[Pattern] = Pattern.OPAQUE
+    UNSUPPORTED: ClassVar[Mapping[str, str]] = {
+        target: _QUANTIZED_ON_TARGETS for target in ("cpu", "cuda")
+    }
+
+    @classmethod
+    def check_dtypes(cls, operands: Sequence[TensorSpec]) -> None:
+        """Each operand has its own element types: the shape function checks them."""
+
+    def broadcast(self, array: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """The scale or zero point ``array`` shaped to broadcast against ``x``."""
+        from fusec.dialect import numpy_ops
+
+        axis, block = self.attr("axis"), self.attr("block_size")
+        extent = x.shape[axis % x.ndim] if x.ndim else 1
+        return numpy_ops.quantization_broadcast(
+            array, x.ndim, axis=axis, block_size=block, extent=extent
+        )
+
+
+@irdl_op_definition
+class QuantizeOp(QuantizationOp):
+    """``ai.quantize %x, %scale, %zero_point``: ``x / scale`` rounded half to even plus
+    the zero point, saturated to the zero point's element type (i8, ui8) or converted
+    to it (f8E4M3FN, f8E5M2; clamped to its largest finite value with ``saturate``)."""
+
+    name = "ai.quantize"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="quantize")
+    #: float8 results: values beyond the type's range become its largest finite value
+    #: (ONNX's default), else NaN (e4m3fn) or inf (e5m2).
+    saturate = bool_prop(True)
+    traits = traits_def(Pure(), QuantizeCanonicalization())
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.quantize(*operands, axis=attrs["axis"], block_size=attrs["block_size"])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops
+
+        x, scale, zero_point = self.typed(args)
+        return numpy_ops.quantize_linear(
+            x,
+            self.broadcast(scale, x),
+            self.broadcast(zero_point, x),
+            saturate=self.attr("saturate"),
+        )
+
+
+@irdl_op_definition
+class DequantizeOp(QuantizationOp):
+    """``ai.dequantize %q, %scale, %zero_point``: ``(q - zero_point) * scale`` in the
+    scale's element type."""
+
+    name = "ai.dequantize"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="dequantize")
+    traits = traits_def(Pure())
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.dequantize(*operands, axis=attrs["axis"], block_size=attrs["block_size"])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops
+
+        x, scale, zero_point = self.typed(args)
+        return numpy_ops.dequantize_linear(
+            x, self.broadcast(scale, x), self.broadcast(zero_point, x)
+        )
 
 
 # ------------------------------------------------------------- layout ops
@@ -2509,6 +2607,8 @@ TENSOR_OPS: tuple[type[AiOp], ...] = (
     LayerNormOp,
     SoftmaxOp,
     CastOp,
+    QuantizeOp,
+    DequantizeOp,
     ReshapeOp,
     TransposeOp,
     SliceOp,

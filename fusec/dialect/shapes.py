@@ -310,9 +310,107 @@ def softmax(x: TensorSpec, *, axis: int = -1) -> TensorSpec:
 
 
 def cast(x: TensorSpec, to_dtype: str) -> TensorSpec:
-    if to_dtype not in ELEMENT_TYPES:
-        raise ShapeError(f"ai.cast: target element type must be one of {ELEMENT_TYPES}")
+    # The quantized types are reached through ai.quantize, which says how (scale,
+    # zero point, saturation), not through a cast.
+    if to_dtype not in dtypes.ALL_TYPES:
+        raise DtypeError(f"ai.cast: target element type must be one of {dtypes.ALL_TYPES}")
     return TensorSpec(x.shape, to_dtype)
+
+
+# ------------------------------------------------------------------ quantization
+
+
+def quantization_scale(
+    op: str, x: TensorSpec, scale: TensorSpec, *, axis: int, block_size: int
+) -> str:
+    """Check the scale's shape against ``x`` as ONNX QuantizeLinear/DequantizeLinear
+    (opset 21) do; return the granularity: "tensor" (a scalar or one-element 1-D
+    scale), "axis" (1-D, one scale per index of ``axis``) or "block" (``x``'s rank,
+    ``ceil(n / block_size)`` scales along ``axis``, one per block of ``block_size``)."""
+    if block_size < 0:
+        raise ShapeError(f"{op}: block_size must be >= 0, got {block_size}")
+    if block_size == 0 and (scale.rank == 0 or scale.shape == (1,)):
+        return "tensor"
+    if x.rank == 0:
+        raise ShapeError(f"{op}: a scalar input takes a scalar scale, got {scale}")
+    k = _normalise_axis(op, axis, x.rank)
+    if block_size == 0:
+        if scale.shape != (x.shape[k],):
+            raise ShapeError(
+                f"{op}: operand 'scale' must be a scalar, or 1-D of {x.shape[k]} values "
+                f"(one per index of axis {axis} of {x}), got {scale}"
+            )
+        return "axis"
+    blocks = -(-x.shape[k] // block_size)
+    expected = x.shape[:k] + (blocks,) + x.shape[k + 1 :]
+    if scale.shape != expected:
+        raise ShapeError(
+            f"{op}: operand 'scale' must have shape {_fmt(expected)} for blocks of "
+            f"{block_size} along axis {axis} of {x}, got {scale}"
+        )
+    return "block"
+
+
+def _quantized(op: str, name: str, spec: TensorSpec) -> None:
+    if spec.dtype not in dtypes.QUANTIZED_TYPES:
+        raise DtypeError(
+            f"{op}: operand '{name}' has element type {spec.dtype}; "
+            f"{op} takes {', '.join(dtypes.QUANTIZED_TYPES)}"
+        )
+
+
+def _float(op: str, name: str, spec: TensorSpec) -> None:
+    if spec.dtype not in dtypes.FLOAT_TYPES:
+        raise DtypeError(
+            f"{op}: operand '{name}' has element type {spec.dtype}; "
+            f"{op} takes {', '.join(dtypes.FLOAT_TYPES)}"
+        )
+
+
+def _zero_point(op: str, scale: TensorSpec, zero_point: TensorSpec, granularity: str) -> None:
+    # Per tensor, a scalar and a one-element 1-D value are alike (ONNX mixes them).
+    per_tensor = granularity == "tensor" and zero_point.shape in ((), (1,))
+    if not per_tensor and zero_point.shape != scale.shape:
+        raise ShapeError(
+            f"{op}: operand 'zero_point' must have the shape of 'scale' "
+            f"({_fmt(scale.shape)}), got {zero_point}"
+        )
+
+
+def quantize(
+    x: TensorSpec,
+    scale: TensorSpec,
+    zero_point: TensorSpec,
+    *,
+    axis: int,
+    block_size: int,
+) -> TensorSpec:
+    """``x`` (a float) quantized to the zero point's element type (a quantized type)."""
+    op = "ai.quantize"
+    _float(op, "input", x)
+    _same_dtype(op, [("input", x), ("scale", scale)])
+    _quantized(op, "zero_point", zero_point)
+    granularity = quantization_scale(op, x, scale, axis=axis, block_size=block_size)
+    _zero_point(op, scale, zero_point, granularity)
+    return TensorSpec(x.shape, zero_point.dtype)
+
+
+def dequantize(
+    x: TensorSpec,
+    scale: TensorSpec,
+    zero_point: TensorSpec,
+    *,
+    axis: int,
+    block_size: int,
+) -> TensorSpec:
+    """``x`` (a quantized type) as the scale's float element type."""
+    op = "ai.dequantize"
+    _quantized(op, "input", x)
+    _float(op, "scale", scale)
+    _same_dtype(op, [("input", x), ("zero_point", zero_point)])
+    granularity = quantization_scale(op, x, scale, axis=axis, block_size=block_size)
+    _zero_point(op, scale, zero_point, granularity)
+    return TensorSpec(x.shape, scale.dtype)
 
 
 # ------------------------------------------------------------------ layout ops

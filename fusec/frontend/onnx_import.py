@@ -71,6 +71,14 @@ DATA_TYPES: dict[int, str] = {
     TensorProto.INT32: "i32",
     TensorProto.BOOL: "i1",
 }
+#: The ONNX element types of quantized values (issue 31): graph inputs and outputs, the
+#: results of QuantizeLinear and the inputs of DequantizeLinear (``onnx_quant``).
+QUANTIZED_TYPES: dict[int, str] = {
+    TensorProto.INT8: "i8",
+    TensorProto.UINT8: "ui8",
+    TensorProto.FLOAT8E4M3FN: "f8E4M3FN",
+    TensorProto.FLOAT8E5M2: "f8E5M2",
+}
 _DOMAINS = ("", "ai.onnx")
 
 
@@ -335,9 +343,12 @@ class Importer:
             if info.name in self.initializers:
                 continue  # IR < 4 lists initializers as inputs too: they stay constants
             shape, elem_type = self.value_info_shape(info)
-            if elem_type in DATA_TYPES and 0 not in shape:
+            # Quantized inputs (int8, uint8, float8) are arguments too; only
+            # ai.dequantize takes them (any other op refuses them by name).
+            dtype = DATA_TYPES.get(elem_type) or QUANTIZED_TYPES.get(elem_type)
+            if dtype is not None and 0 not in shape:
                 names.append(info.name)
-                self.add_argument(info.name, TensorSpec(shape, DATA_TYPES[elem_type]))
+                self.add_argument(info.name, TensorSpec(shape, dtype))
             else:
                 self.element_type(elem_type, f"input '{info.name}'", known_only=True)
                 self.other_inputs[info.name] = (shape, TensorProto.DataType.Name(elem_type))
@@ -440,7 +451,7 @@ class Importer:
             return value
         ttype = info.type.tensor_type
         spec = spec_of(value.type)
-        declared = DATA_TYPES.get(ttype.elem_type)
+        declared = DATA_TYPES.get(ttype.elem_type) or QUANTIZED_TYPES.get(ttype.elem_type)
         if ttype.elem_type and declared != spec.dtype:
             self.element_type(ttype.elem_type, f"output '{info.name}'")
             raise self.error(f"output '{info.name}' is declared {declared} but computes {spec}")
@@ -2125,5 +2136,6 @@ from fusec.frontend import (  # noqa: E402, F401
     onnx_llm,
     onnx_loss,
     onnx_normalize,
+    onnx_quant,
     onnx_resize,
 )

@@ -2,7 +2,11 @@
 
 ``f16``, ``bf16`` and ``f32`` are the dialect's float element types, ``i64``,
 ``i32`` and ``i1`` (bool) its integer ones (issue 29: token ids, attention
-masks, position ids on the data path). Each has its xDSL type, numpy dtype,
+masks, position ids on the data path). ``f8E4M3FN``, ``f8E5M2`` (MLIR's float8
+types), ``i8`` and ``ui8`` are the quantized types (issue 31): values that
+``ai.quantize`` makes and ``ai.dequantize`` reads, that constants, arguments
+and results may hold, and that no other op computes with (they are not in
+``ALL_TYPES``), so a target meets them only in those two ops. Each has its xDSL type, numpy dtype,
 PyTorch dtype name, byte size, the Numba array type a CUDA kernel stores it
 as (16-bit floats travel as their raw ``int16`` bits), its kind (float, int
 or bool) and the bits tests poison outputs with (a quiet NaN for floats; for
@@ -22,7 +26,20 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import AnyFloat, IntegerType, bf16, f16, f32, i1, i32, i64
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    IntegerType,
+    Signedness,
+    bf16,
+    f8E4M3FN,
+    f8E5M2,
+    f16,
+    f32,
+    i1,
+    i8,
+    i32,
+    i64,
+)
 from xdsl.ir import Attribute
 
 if TYPE_CHECKING:
@@ -44,7 +61,7 @@ class ElementType:
     itemsize: int
     storage: str
     nan_bits: int
-    #: "float", "int" or "bool".
+    #: "float", "int", "bool" or "quantized" (held and converted, never computed with).
     kind: str = "float"
 
     @property
@@ -63,6 +80,10 @@ def _numpy_dtype(name: str) -> np.dtype:
     return np.dtype(getattr(ml_dtypes, name))
 
 
+#: The kind of the quantized element types, and MLIR's unsigned 8-bit integer type.
+Q = "quantized"
+UI8 = IntegerType(8, Signedness.UNSIGNED)
+
 ELEMENT_TYPES: dict[str, ElementType] = {
     t.name: t
     for t in (
@@ -72,6 +93,12 @@ ELEMENT_TYPES: dict[str, ElementType] = {
         ElementType("i64", i64, "int64", "int64", 8, "int64", 0x5A5A5A5A5A5A5A5A, "int"),
         ElementType("i32", i32, "int32", "int32", 4, "int32", 0x5A5A5A5A, "int"),
         ElementType("i1", i1, "bool", "bool", 1, "uint8", 0x5A, "bool"),
+        # Poison bits: float8's NaN (e4m3fn has no inf; 0x7F is its only NaN pattern
+        # with sign 0, 0x7E a quiet NaN of e5m2), an unlikely value for the integers.
+        ElementType("f8E4M3FN", f8E4M3FN, "float8_e4m3fn", "float8_e4m3fn", 1, "uint8", 0x7F, Q),
+        ElementType("f8E5M2", f8E5M2, "float8_e5m2", "float8_e5m2", 1, "uint8", 0x7E, Q),
+        ElementType("i8", i8, "int8", "int8", 1, "int8", 0x5A, Q),
+        ElementType("ui8", UI8, "uint8", "uint8", 1, "uint8", 0x5A, Q),
     )
 }
 
@@ -81,8 +108,12 @@ FLOAT_TYPES: tuple[str, ...] = tuple(n for n, t in ELEMENT_TYPES.items() if t.ki
 INT_TYPES: tuple[str, ...] = tuple(n for n, t in ELEMENT_TYPES.items() if t.kind == "int")
 #: Every element type that holds numbers: floats and integers (not bool).
 NUMERIC_TYPES: tuple[str, ...] = FLOAT_TYPES + INT_TYPES
-#: Every element type.
-ALL_TYPES: tuple[str, ...] = tuple(ELEMENT_TYPES)
+#: Every element type the ops compute with (the quantized ones left out).
+ALL_TYPES: tuple[str, ...] = tuple(n for n, t in ELEMENT_TYPES.items() if t.kind != Q)
+#: The element types of quantized values: ``ai.quantize`` results, ``ai.dequantize`` inputs.
+QUANTIZED_TYPES: tuple[str, ...] = tuple(n for n, t in ELEMENT_TYPES.items() if t.kind == Q)
+#: The float8 types among them.
+FLOAT8_TYPES: tuple[str, ...] = ("f8E4M3FN", "f8E5M2")
 
 
 def is_float(name: str) -> bool:

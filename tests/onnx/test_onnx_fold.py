@@ -201,13 +201,26 @@ def test_integer_input_used_by_a_float_op_is_a_dtype_error():
 def test_an_input_of_a_type_fusec_has_no_tensors_of_is_a_dtype_error_where_used():
     model = make_model(
         [helper.make_node("Cast", ["b"], ["y"], name="cast_bytes", to=TensorProto.FLOAT)],
+        [helper.make_tensor_value_info("b", TensorProto.UINT16, [4])],
+        [tensor("y", (4,))],
+        [],
+    )
+    err = _error(model)
+    assert err.feature == "dtype" and 'node "cast_bytes"' in err.format()
+    assert "input 'b' is UINT16 data known only at run time" in err.message
+
+
+def test_a_quantized_input_is_an_argument_that_only_dequantize_reads():
+    """UINT8 inputs are ``ui8`` arguments (issue 31); a Cast of one is refused by name."""
+    model = make_model(
+        [helper.make_node("Cast", ["b"], ["y"], name="cast_bytes", to=TensorProto.FLOAT)],
         [tensor("b", (4,), np.uint8)],
         [tensor("y", (4,))],
         [],
     )
     err = _error(model)
     assert err.feature == "dtype" and 'node "cast_bytes"' in err.format()
-    assert "input 'b' is UINT8 data known only at run time" in err.message
+    assert "operand 'input' has element type ui8; ai.cast takes" in err.message
 
 
 def test_integer_input_whose_shape_alone_is_used_imports():

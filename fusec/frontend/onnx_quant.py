@@ -1,0 +1,87 @@
+"""ONNX's ``QuantizeLinear`` and ``DequantizeLinear`` (opsets 10-21) as ``ai.quantize``
+and ``ai.dequantize`` (issue 31).
+
+* The scale and zero point are operands (per tensor, per axis with ``axis``, per
+  block with ``block_size`` from opset 21); a missing zero point is a zero constant
+  of the quantized type, as the operators define it.
+* The quantized type is the zero point's element type, else ``output_dtype``
+  (opset 21), else UINT8 (the operators' default).
+* Types fusec has no tensors of (int4, int16, float4...) are refused by name.
+
+A ``DequantizeLinear`` whose inputs are all constants (a quantized weight) is still
+evaluated at import, as every operator with constant inputs is (``onnx_fold``): the
+weight becomes a float constant, which every target computes with.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from onnx import TensorProto
+
+from fusec.dialect import ops as ai
+from fusec.frontend.onnx_import import QUANTIZED_TYPES, converter, dtype_of, shape_of
+from fusec.ir.dtypes import numpy_dtype
+
+if TYPE_CHECKING:
+    from xdsl.ir import SSAValue
+
+    from fusec.frontend.onnx_import import Importer, Node
+
+
+def _quantized_type(imp: Importer, code: int, what: str) -> str:
+    if code in QUANTIZED_TYPES:
+        return QUANTIZED_TYPES[code]
+    name = TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code
+    raise imp.error(
+        f"{what} has element type {name}: fusec quantizes to INT8, UINT8, FLOAT8E4M3FN "
+        "and FLOAT8E5M2",
+        "dtype",
+    )
+
+
+def _zero_point(imp: Importer, node: Node, scale: SSAValue, dtype: str) -> SSAValue:
+    """Input 2, or zeros of ``dtype`` in the scale's shape when the node has none."""
+    given = imp.optional_input(node, 2)
+    if given is not None:
+        return given
+    zeros = np.zeros(shape_of(scale), dtype=numpy_dtype(dtype))
+    return imp.constant(zeros, dtype)
+
+
+def _layout(node: Node) -> dict[str, int]:
+    return {"axis": int(node.attrs.get("axis", 1)), "block_size": node.attrs.get("block_size", 0)}
+
+
+@converter("QuantizeLinear", attrs=("axis", "block_size", "output_dtype", "saturate", "precision"))
+def _quantize_linear(imp: Importer, node: Node) -> list[SSAValue]:
+    x, scale = imp.input(node, 0), imp.input(node, 1)
+    if node.attrs.get("precision", 0):
+        raise imp.error("attribute 'precision' (opset 25) is not supported", "attribute")
+    given = imp.optional_input(node, 2)
+    code = int(node.attrs.get("output_dtype", 0)) or TensorProto.UINT8
+    if given is not None:
+        if node.attrs.get("output_dtype", 0) and QUANTIZED_TYPES.get(code) != dtype_of(given):
+            raise imp.error(f"output_dtype {code} differs from y_zero_point's {given.type}")
+        dtype = dtype_of(given)
+    else:
+        dtype = _quantized_type(imp, code, "the output (output_dtype)")
+    zero_point = _zero_point(imp, node, scale, dtype)
+    saturate = bool(node.attrs.get("saturate", 1))
+    return [imp.emit(ai.QuantizeOp, x, scale, zero_point, saturate=saturate, **_layout(node))]
+
+
+@converter("DequantizeLinear", attrs=("axis", "block_size", "output_dtype"))
+def _dequantize_linear(imp: Importer, node: Node) -> list[SSAValue]:
+    x, scale = imp.input(node, 0), imp.input(node, 1)
+    code = int(node.attrs.get("output_dtype", 0))
+    if code and code != _scale_code(dtype_of(scale)):
+        raise imp.error(f"output_dtype {code} differs from the scale's element type {scale.type}")
+    zero_point = _zero_point(imp, node, scale, dtype_of(x))
+    return [imp.emit(ai.DequantizeOp, x, scale, zero_point, **_layout(node))]
+
+
+def _scale_code(dtype: str) -> int:
+    codes = {"f32": TensorProto.FLOAT, "f16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
+    return codes.get(dtype, 0)

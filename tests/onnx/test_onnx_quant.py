@@ -1,0 +1,231 @@
+"""ONNX QuantizeLinear / DequantizeLinear imported as ``ai.quantize`` / ``ai.dequantize``
+(``fusec/frontend/onnx_quant.py``, issue 31) and run by the reference target: bit-exact
+against onnx's reference evaluator (int8, uint8, float8 e4m3fn / e5m2 with and without
+saturation; per tensor, per axis, per block), an fp8 QDQ MatMul graph against
+onnxruntime, and the located refusals (the cpu target, types fusec has no tensors of)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from numerics import assert_close
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+from onnx_nets import run_onnxruntime
+
+import fusec
+from fusec.errors import FusecError
+from fusec.frontend.onnx_import import UnsupportedOnnx
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
+I8, U8, E4M3, E5M2 = (
+    TensorProto.INT8,
+    TensorProto.UINT8,
+    TensorProto.FLOAT8E4M3FN,
+    TensorProto.FLOAT8E5M2,
+)
+NUMPY = {
+    F32: np.float32,
+    F16: np.float16,
+    I8: np.int8,
+    U8: np.uint8,
+    E4M3: ml_dtypes.float8_e4m3fn,
+    E5M2: ml_dtypes.float8_e5m2,
+}
+RNG = np.random.default_rng(31)
+
+
+def _model(op_type, x_type, out_type, shape, initializers, opset, **attrs) -> onnx.ModelProto:
+    names = ["x"] + [t.name for t in initializers]
+    node = helper.make_node(op_type, names, ["y"], name="q", **attrs)
+    graph = helper.make_graph(
+        [node],
+        op_type.lower(),
+        [helper.make_tensor_value_info("x", x_type, shape)],
+        [helper.make_tensor_value_info("y", out_type, shape)],
+        list(initializers),
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    return model
+
+
+def _const(name: str, array: np.ndarray, kind: int) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(array, dtype=NUMPY[kind]), name)
+
+
+def _run(model, x):
+    """fusec's result on the reference target (output poisoned by the runtime), and onnx's."""
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    got = fusec.compile(fusec.from_onnx(model), target="reference")(x)
+    return np.asarray(got), np.asarray(want)
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray) -> None:
+    """Equal codes; NaN where onnx has NaN (any NaN pattern), nowhere else."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    assert np.array_equal(np.isnan(g), np.isnan(w))
+    keep = ~np.isnan(w)
+    np.testing.assert_array_equal(got.view(np.uint8)[keep], want.view(np.uint8)[keep])
+
+
+def _input(shape, dtype=np.float32, spread=100.0, big=1e6) -> np.ndarray:
+    """Random values over several binades, with ties and out-of-range values for saturation."""
+    x = RNG.standard_normal(shape) * spread
+    flat = x.reshape(-1)
+    flat[:6] = [0.5, 1.5, 2.5, -0.5, big, -big]  # ties round to even; saturation
+    return x.astype(dtype)
+
+
+# (name, output type, scale shape, attrs): per tensor, per axis, per block
+LAYOUTS = [
+    ("tensor", (), {}),
+    ("axis0", (4,), {"axis": 0}),
+    ("block", (4, 2), {"axis": 1, "block_size": 4}),
+    ("block_ragged", (4, 3), {"axis": 1, "block_size": 3}),
+]
+
+
+LAYOUT_IDS = [layout[0] for layout in LAYOUTS]
+
+
+def _scale(shape, dtype=np.float32) -> np.ndarray:
+    return (RNG.uniform(0.05, 4.0, size=shape)).astype(dtype)
+
+
+@pytest.mark.parametrize("kind", [I8, U8])
+@pytest.mark.parametrize(("layout", "scale_shape", "attrs"), LAYOUTS, ids=LAYOUT_IDS)
+def test_quantize_integers_match_onnx(kind, layout, scale_shape, attrs):
+    scale = _scale(scale_shape)
+    info = np.iinfo(NUMPY[kind])
+    zero = RNG.integers(info.min // 2, info.max // 2, size=scale_shape, endpoint=True)
+    inits = [_const("s", scale, F32), _const("z", zero, kind)]
+    model = _model("QuantizeLinear", F32, kind, [4, 8], inits, 21, **attrs)
+    got, want = _run(model, _input((4, 8)))
+    _same_bits(got, want)
+    assert len(np.unique(got)) > 8  # many codes, saturated ends included
+    assert got.min() == info.min and got.max() == info.max
+
+
+@pytest.mark.parametrize("kind", [E4M3, E5M2])
+@pytest.mark.parametrize("saturate", [1, 0])
+@pytest.mark.parametrize(("layout", "scale_shape", "attrs"), LAYOUTS, ids=LAYOUT_IDS)
+def test_quantize_float8_matches_onnx(kind, saturate, layout, scale_shape, attrs):
+    scale = _scale(scale_shape)
+    inits = [_const("s", scale, F32), _const("z", np.zeros(scale_shape), kind)]
+    model = _model("QuantizeLinear", F32, kind, [4, 8], inits, 21, saturate=saturate, **attrs)
+    x = _input((4, 8), spread=300.0)
+    x.reshape(-1)[6:9] = [np.inf, -np.inf, np.nan]
+    got, want = _run(model, x)
+    _same_bits(got, want)
+    largest = float(ml_dtypes.finfo(NUMPY[kind]).max)
+    values = got.astype(np.float64)
+    if saturate:  # +-1e6 and +-inf clamped; only the NaN stays NaN
+        assert (np.abs(values) == largest).sum() >= 4 and np.isnan(values).sum() == 1
+    else:  # NaN (e4m3fn) or inf (e5m2) instead
+        assert (~np.isfinite(values)).sum() >= 5
+
+
+def test_quantize_float16_input_and_default_uint8_matches_onnxruntime():
+    """No zero point: UINT8 with zero point 0 (opset 19, an f16 input and scale). Against
+    onnxruntime, which divides in float32 as fusec does (onnx's evaluator divides in
+    float16, where 6e4 / 0.125 overflows to inf and the uint8 code is undefined)."""
+    inits = [_const("s", np.float16(0.125), F16)]
+    model = _model("QuantizeLinear", F16, U8, [3, 5], inits, 19)
+    x = _input((3, 5), np.float16, spread=10.0, big=6e4)
+    got = fusec.compile(fusec.from_onnx(model), target="reference")(x)
+    _same_bits(np.asarray(got), run_onnxruntime(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("kind", [I8, U8, E4M3, E5M2])
+@pytest.mark.parametrize(("layout", "scale_shape", "attrs"), LAYOUTS, ids=LAYOUT_IDS)
+def test_dequantize_matches_onnx(kind, layout, scale_shape, attrs):
+    if kind in (I8, U8):
+        info = np.iinfo(NUMPY[kind])
+        x = RNG.integers(info.min, info.max, size=(4, 8), endpoint=True).astype(NUMPY[kind])
+        zero = RNG.integers(info.min, info.max, size=scale_shape, endpoint=True)
+    else:
+        x = (RNG.standard_normal((4, 8)) * 50).astype(NUMPY[kind])
+        zero = np.zeros(scale_shape)
+    inits = [_const("s", _scale(scale_shape), F32), _const("z", zero, kind)]
+    model = _model("DequantizeLinear", kind, F32, [4, 8], inits, 21, **attrs)
+    got, want = _run(model, x)
+    assert got.dtype == np.float32 and not np.isnan(got).any()
+    np.testing.assert_array_equal(got, want)  # one rounding of an exact product
+
+
+# ------------------------------------------------------------- an fp8 QDQ MatMul
+
+
+def _qdq_matmul(m=16, k=64, n=32) -> tuple[onnx.ModelProto, np.ndarray]:
+    """Activations Q->DQ per tensor (e4m3fn), a float8 weight DQ per output column, MatMul:
+    what exporters write for an fp8 linear layer (opset 21)."""
+    w = (RNG.standard_normal((k, n)) * 2).astype(ml_dtypes.float8_e4m3fn)
+    inits = [
+        numpy_helper.from_array(w, "w_q"),
+        _const("w_s", _scale((n,)) / 8, F32),
+        _const("w_z", np.zeros(n), E4M3),
+        _const("x_s", np.float32(0.02), F32),
+        _const("x_z", np.float32(0), E4M3),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["xq"], name="quant_x"),
+        helper.make_node("DequantizeLinear", ["xq", "x_s", "x_z"], ["xd"], name="dequant_x"),
+        helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["wd"], name="dq_w", axis=1),
+        helper.make_node("MatMul", ["xd", "wd"], ["y"], name="matmul"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fp8_linear",
+        [helper.make_tensor_value_info("x", F32, [m, k])],
+        [helper.make_tensor_value_info("y", F32, [m, n])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    return model, RNG.standard_normal((m, k)).astype(np.float32) * 3
+
+
+def test_fp8_qdq_matmul_matches_onnxruntime():
+    model, x = _qdq_matmul()
+    module = fusec.from_onnx(model)
+    text = str(module)
+    assert "ai.quantize" in text and "tensor<16x64xf8E4M3FN>" in text
+    got = fusec.compile(module, target="reference")(x)
+    want = run_onnxruntime(model, {"x": x})[0]
+    assert not np.isnan(got).any()
+    assert_close(got, want, tol=1e-5)
+    # The quantization matters: the unquantized product is far from it.
+    w = ReferenceEvaluator(model).run(["wd"], {"x": x})[0]
+    assert np.linalg.norm(x @ w - want) / np.linalg.norm(want) > 1e-3
+
+
+def test_cpu_target_refuses_quantize_by_name():
+    model, _ = _qdq_matmul()
+    with pytest.raises(FusecError, match="ai.quantize is not supported on target 'cpu'"):
+        fusec.compile(fusec.from_onnx(model), target="cpu")
+
+
+# ------------------------------------------------------------------- refusals
+
+
+def test_int4_output_is_refused_by_name():
+    inits = [_const("s", np.float32(0.5), F32)]
+    model = _model("QuantizeLinear", F32, TensorProto.INT4, [4], inits, 21, output_dtype=22)
+    with pytest.raises(UnsupportedOnnx, match="element type INT4: fusec quantizes to") as err:
+        fusec.from_onnx(model)
+    assert err.value.feature == "dtype" and 'node "q"' in err.value.format()
+
+
+def test_a_bad_scale_shape_is_located():
+    inits = [_const("s", _scale((3,)), F32), _const("z", np.zeros(3), I8)]
+    model = _model("QuantizeLinear", F32, I8, [4, 8], inits, 21, axis=0)
+    with pytest.raises(FusecError, match=r"operand 'scale' must be a scalar, or 1-D of 4 values"):
+        fusec.from_onnx(model)
