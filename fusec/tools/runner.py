@@ -60,10 +60,16 @@ from fusec.ir.module import entry_function
 
 #: Tolerance by element type: rtol, and atol per unit of the reference's RMS (integers
 #: and bools exactly).
-TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "bf16": 1e-2, "i64": 0.0, "i32": 0.0, "i1": 0.0}
+TOLERANCE = {
+    "f32": 1e-4,
+    "f16": 1e-2,
+    "bf16": 1e-2,
+    **dict.fromkeys(("i64", "i32", "i1", "i8", "ui8", "f8E4M3FN", "f8E5M2"), 0.0),
+}
 #: Element types from the most precise to the least (bf16 keeps 8 significant bits;
-#: integers are exact, so an f32 result computed from them keeps the f32 tolerance).
-PRECISION_ORDER = ("i1", "i32", "i64", "f32", "f16", "bf16")
+#: integers are exact, so an f32 result computed from them keeps the f32 tolerance, and
+#: so are quantized values: ai.quantize's rounding is part of the maths, in the reference).
+PRECISION_ORDER = ("i1", "i8", "ui8", "f8E4M3FN", "f8E5M2", "i32", "i64", "f32", "f16", "bf16")
 
 #: Tolerance of the ``pipeline`` comparison: float64 maths before and after the passes.
 PIPELINE_TOLERANCE = 1e-9
@@ -112,6 +118,15 @@ def random_inputs(fn: func.FuncOp, seed: int = 0) -> list[np.ndarray]:
                 continue
             if spec.dtype in ("i64", "i32"):
                 arrays.append(rng.integers(0, 4, spec.shape).astype(numpy_dtype(spec.dtype)))
+                continue
+            if spec.dtype in ("i8", "ui8"):  # quantized codes: spread over most of the range
+                low = -100 if spec.dtype == "i8" else 0
+                draw = rng.integers(low, low + 200, spec.shape)
+                arrays.append(draw.astype(numpy_dtype(spec.dtype)))
+                continue
+            if spec.dtype in ("f8E4M3FN", "f8E5M2"):  # float8 codes over several binades
+                draw = rng.standard_normal(spec.shape) * 16
+                arrays.append(draw.astype(numpy_dtype(spec.dtype)))
                 continue
             arrays.append(rng.standard_normal(spec.shape).astype(numpy_dtype(spec.dtype)))
         except MemoryError:
