@@ -351,23 +351,18 @@ def quantization_scale(
     return "block"
 
 
-def _quantized(op: str, name: str, spec: TensorSpec) -> None:
-    if spec.dtype not in dtypes.QUANTIZED_TYPES:
+def _takes(op: str, name: str, spec: TensorSpec, allowed: Sequence[str]) -> None:
+    if spec.dtype not in allowed:
         raise DtypeError(
-            f"{op}: operand '{name}' has element type {spec.dtype}; "
-            f"{op} takes {', '.join(dtypes.QUANTIZED_TYPES)}"
+            f"{op}: operand '{name}' has element type {spec.dtype}; {op} takes {', '.join(allowed)}"
         )
 
 
-def _float(op: str, name: str, spec: TensorSpec) -> None:
-    if spec.dtype not in dtypes.FLOAT_TYPES:
-        raise DtypeError(
-            f"{op}: operand '{name}' has element type {spec.dtype}; "
-            f"{op} takes {', '.join(dtypes.FLOAT_TYPES)}"
-        )
-
-
-def _zero_point(op: str, scale: TensorSpec, zero_point: TensorSpec, granularity: str) -> None:
+def _scale_layout(
+    op: str, x: TensorSpec, scale: TensorSpec, zero_point: TensorSpec, axis: int, block_size: int
+) -> None:
+    """The scale's shape against ``x``, and the zero point's against the scale's."""
+    granularity = quantization_scale(op, x, scale, axis=axis, block_size=block_size)
     # Per tensor, a scalar and a one-element 1-D value are alike (ONNX mixes them).
     per_tensor = granularity == "tensor" and zero_point.shape in ((), (1,))
     if not per_tensor and zero_point.shape != scale.shape:
@@ -378,38 +373,26 @@ def _zero_point(op: str, scale: TensorSpec, zero_point: TensorSpec, granularity:
 
 
 def quantize(
-    x: TensorSpec,
-    scale: TensorSpec,
-    zero_point: TensorSpec,
-    *,
-    axis: int,
-    block_size: int,
+    x: TensorSpec, scale: TensorSpec, zero_point: TensorSpec, *, axis: int, block_size: int
 ) -> TensorSpec:
     """``x`` (a float) quantized to the zero point's element type (a quantized type)."""
     op = "ai.quantize"
-    _float(op, "input", x)
+    _takes(op, "input", x, dtypes.FLOAT_TYPES)
     _same_dtype(op, [("input", x), ("scale", scale)])
-    _quantized(op, "zero_point", zero_point)
-    granularity = quantization_scale(op, x, scale, axis=axis, block_size=block_size)
-    _zero_point(op, scale, zero_point, granularity)
+    _takes(op, "zero_point", zero_point, dtypes.QUANTIZED_TYPES)
+    _scale_layout(op, x, scale, zero_point, axis, block_size)
     return TensorSpec(x.shape, zero_point.dtype)
 
 
 def dequantize(
-    x: TensorSpec,
-    scale: TensorSpec,
-    zero_point: TensorSpec,
-    *,
-    axis: int,
-    block_size: int,
+    x: TensorSpec, scale: TensorSpec, zero_point: TensorSpec, *, axis: int, block_size: int
 ) -> TensorSpec:
     """``x`` (a quantized type) as the scale's float element type."""
     op = "ai.dequantize"
-    _quantized(op, "input", x)
-    _float(op, "scale", scale)
+    _takes(op, "input", x, dtypes.QUANTIZED_TYPES)
+    _takes(op, "scale", scale, dtypes.FLOAT_TYPES)
     _same_dtype(op, [("input", x), ("zero_point", zero_point)])
-    granularity = quantization_scale(op, x, scale, axis=axis, block_size=block_size)
-    _zero_point(op, scale, zero_point, granularity)
+    _scale_layout(op, x, scale, zero_point, axis, block_size)
     return TensorSpec(x.shape, scale.dtype)
 
 
