@@ -229,3 +229,19 @@ def test_a_bad_scale_shape_is_located():
     model = _model("QuantizeLinear", F32, I8, [4, 8], inits, 21, axis=0)
     with pytest.raises(FusecError, match=r"operand 'scale' must be a scalar, or 1-D of 4 values"):
         fusec.from_onnx(model)
+
+
+def test_weight_only_dequantize_is_evaluated_at_import_and_runs_on_cpu():
+    """DequantizeLinear of a constant float8 weight (no quantized activations) is
+    evaluated at import, as every operator with constant inputs: the cpu target runs the
+    graph with the dequantized f32 weight, equal to onnxruntime's result."""
+    model, x = _qdq_matmul()
+    graph = model.graph
+    keep = [n for n in graph.node if n.name in ("dq_w", "matmul")]
+    keep[1].input[0] = "x"
+    del graph.node[:]
+    graph.node.extend(keep)
+    module = fusec.from_onnx(model)
+    assert "ai.dequantize" not in str(module) and "ai.matmul" in str(module)
+    got = fusec.compile(module, target="cpu")(x)
+    assert_close(got, run_onnxruntime(model, {"x": x})[0], tol=1e-4)
