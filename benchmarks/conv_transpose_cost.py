@@ -1,0 +1,58 @@
+"""ConvTranspose on the cpu target (an ai.conv2d of the zero-inserted input, issue 29) against
+onnxruntime on one thread, alternating calls in one process: medians and minima. With
+stride s the conv runs over s * s times the input, so it does s^2 times the direct form's
+multiply-adds (the stride-2 case); the stride-1 case is the same conv either way.
+
+    NUMBA_NUM_THREADS=1 python benchmarks/conv_transpose_cost.py   # one thread each
+
+At bb26f0a (2026-12-02, load 2.2 on the shared 2-core machine, one thread each, 40 calls):
+stride 2 (128 -> 64 channels, 16x16, k4): fusec 2.47 ms median / 2.18 ms min, onnxruntime
+0.52 / 0.48 ms (4.7x); stride 1 (64 -> 64, 32x32, k3): fusec 0.42 / 0.39 ms, onnxruntime
+0.56 / 0.51 ms.
+"""
+
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "onnx"))
+import onnxruntime as ort
+from onnx_nets import node_model
+
+import fusec
+
+rng = np.random.default_rng(0)
+for cin, cout, hw, k, s, p in [(128, 64, 16, 4, 2, 1), (64, 64, 32, 3, 1, 1)]:
+    x = rng.standard_normal((1, cin, hw, hw)).astype(np.float32)
+    w = rng.standard_normal((cin, cout, k, k)).astype(np.float32) * 0.05
+    model = node_model(
+        "ConvTranspose", {"x": x}, weights={"w": w}, opset=22, strides=[s, s], pads=[p] * 4
+    )
+    f = fusec.compile(fusec.from_onnx(model), target="cpu")
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x})[0]
+    got = f(x)
+    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+    tf, to = [], []
+    for _ in range(3):
+        f(x)
+        sess.run(None, {"x": x})
+    for _ in range(40):
+        t = time.perf_counter()
+        f(x)
+        tf.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        sess.run(None, {"x": x})
+        to.append(time.perf_counter() - t)
+    print(
+        f"cin {cin} cout {cout} {hw}x{hw} k{k} s{s} p{p}: rel L2 {err:.1e}; fusec cpu median "
+        f"{statistics.median(tf) * 1e3:.2f} ms min {min(tf) * 1e3:.2f}; onnxruntime (1 thread) "
+        f"median {statistics.median(to) * 1e3:.2f} ms min {min(to) * 1e3:.2f}; "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
