@@ -17,6 +17,7 @@ __all__ = [
     "Kernel",
     "SourceLocation",
     "compile",
+    "compile_onnx",
     "from_onnx",
     "from_torch",
     "fuse",
@@ -29,6 +30,7 @@ __all__ = [
 _API_NAMES = {
     "parse",
     "compile",
+    "compile_onnx",
     "reference",
     "from_onnx",
     "from_torch",
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
         CompiledModule,
         Kernel,
         compile,
+        compile_onnx,
         from_onnx,
         from_torch,
         parse,

@@ -447,6 +447,98 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     )
 
 
+def compile_onnx(
+    path: str | Path,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    target: str = "auto",
+    pipeline: str | None = None,
+    entry: str | None = None,
+) -> CompiledModule | DynamicCompiledModule:
+    """``compile(from_onnx(path, input_shapes=...), ...)`` through the program cache
+    (``fusec.targets.cpu.program_cache``): on the cpu target, a model compiled before with
+    the same shapes, options and fusec comes back ready to run without importing the
+    model (no ``onnx`` import, no pass, no code generation, no constant layout); its
+    ``.ir`` and ``.module`` compile the model again when asked. A miss compiles as
+    ``compile`` does and stores the program. ``FUSEC_PROGRAM_CACHE=0`` turns it off."""
+    from fusec.target import resolve_target as resolve
+    from fusec.targets.cpu import program_cache as programs
+
+    chosen = resolve(target, available=True).name
+    key = None
+    if chosen == "cpu" and programs.enabled():
+        from fusec.runtime.cache import default_cache
+
+        cache = default_cache()
+        options = {
+            "shapes": sorted((k, tuple(v)) for k, v in (input_shapes or {}).items()),
+            "target": chosen,
+            "pipeline": pipeline,
+            "entry": entry,
+        }
+        key = programs.program_key(programs.file_digest(path), options)
+        clock = time.perf_counter()
+        program = programs.load(cache, key)
+        if program is not None:
+            phase = PassTiming("program cache", time.perf_counter() - clock, clock)
+
+            def rebuild() -> CompiledModule:
+                fresh = compile(
+                    from_onnx(path, input_shapes=input_shapes),
+                    target=chosen,
+                    pipeline=pipeline,
+                    entry=entry,
+                )
+                assert isinstance(fresh, CompiledModule)
+                return fresh
+
+            return CachedCompiledModule(
+                program, rebuild, target=chosen, pipeline=pipeline, phases=[phase]
+            )
+    model = from_onnx(path, input_shapes=input_shapes)
+    compiled = compile(model, target=chosen, pipeline=pipeline, entry=entry)
+    if key is not None and isinstance(compiled, CompiledModule) and compiled.program is not None:
+        programs.store(cache, key, compiled.program)
+    return compiled
+
+
+class CachedCompiledModule(CompiledModule):
+    """A ``CompiledModule`` from the program cache: its program and kernels are the
+    stored ones; the IR (``module``, ``ir``, ``remarks``) is rebuilt when first asked."""
+
+    def __init__(
+        self,
+        program: Any,
+        rebuild: Callable[[], CompiledModule],
+        *,
+        target: str,
+        pipeline: str | None = None,
+        phases: Sequence[PassTiming] = (),
+    ) -> None:
+        # CompiledModule.__init__ reads the module; here it is rebuilt only when asked
+        self.target = target
+        self.entry = program.entry_name
+        self.kernels = list(program.kernels)
+        self.timings = []
+        self.phases = list(phases)
+        self.pipeline = pipeline
+        self._runner = program
+        self._remarks = {}
+        self._rebuild = rebuild
+        self._rebuilt: CompiledModule | None = None
+
+    @property
+    def module(self) -> ModuleOp:  # type: ignore[override]
+        if self._rebuilt is None:
+            self._rebuilt = self._rebuild()
+        return self._rebuilt.module
+
+    def remarks(self) -> list[Any]:
+        self.module  # noqa: B018 - rebuilt, so that its remarks are the fusion pass's
+        assert self._rebuilt is not None
+        return self._rebuilt.remarks()
+
+
 def _compile_dynamic(
     model: Any, compile_one: Callable[[ModuleOp], CompiledModule], **options: Any
 ) -> DynamicCompiledModule:

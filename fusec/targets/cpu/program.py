@@ -140,6 +140,9 @@ class CpuProgram(Program):
         cache: Any = None,
     ) -> None:
         super().__init__(module, entry, target, cache)
+        #: The entry function's name (the program module's header; a program from the
+        #: program cache, ``fusec.targets.cpu.program_cache``, has no ``function``).
+        self.entry_name: str = self.function.sym_name.data
         #: Why calls take the Python launch loop (None: they run compiled).
         self.compiled_reason: str | None = None
         if getenv(ENV_VAR, "").strip().lower() == "python":
@@ -528,7 +531,7 @@ def segment_runs(program: Program, plan: BufferPlan) -> list[tuple[list[Step], S
     return runs
 
 
-def build_segments(program: Program, plan: BufferPlan, fns: list[Any]) -> list[Callable]:
+def build_segments(program: CpuProgram, plan: BufferPlan, fns: list[Any]) -> list[Callable]:
     """The call's steps: one per compiled segment (its generated function, bound to its
     entries' addresses) and one per kernel run from Python (its ``launch`` on views of
     the arenas)."""
@@ -581,11 +584,11 @@ def _stage_table(launch_fns: list[Any]) -> np.ndarray:
     return table
 
 
-def program_source(program: Program, plan: BufferPlan, runs: list[list[Step]]) -> str:
+def program_source(program: CpuProgram, plan: BufferPlan, runs: list[list[Step]]) -> str:
     """The generated module: one ``segment<i>(entries, stages, arena, consts, counter, a0..,
     o0..)`` per run of compiled kernels, ``entries`` their addresses in order and row k of
     ``stages`` the addresses of kernel k's stages."""
-    n_args = len(program.function.body.block.args)
+    n_args = len(program._arg_specs)  # one per parameter, known or not
     params = ["entries", "stages", "arena", "consts", "counter"]
     params += [f"a{i}" for i in range(n_args)] + [f"o{j}" for j in range(len(plan.outputs))]
     lines = [
@@ -609,8 +612,8 @@ def program_source(program: Program, plan: BufferPlan, runs: list[list[Step]]) -
     return "\n".join(lines) + "\n"
 
 
-def _identifier(program: Program) -> str:
-    name = program.function.sym_name.data
+def _identifier(program: CpuProgram) -> str:
+    name = program.entry_name
     return name if re.fullmatch(r"[A-Za-z0-9_.$-]{1,80}", name) else "<function>"
 
 
