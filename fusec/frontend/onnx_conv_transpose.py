@@ -40,6 +40,7 @@ from fusec.frontend.onnx_import import (
     _pad_axis,
     _reshape_to,
     _slice_of,
+    conv_operands,
     converter,
     dtype_of,
     shape_of,
@@ -58,23 +59,12 @@ _ATTRS = (
 
 @converter("ConvTranspose", attrs=_ATTRS)
 def _conv_transpose(imp: Importer, node: Node) -> list[SSAValue]:
-    x, w = imp.input(node, 0), imp.input(node, 1)
-    ranks = (len(shape_of(x)), len(shape_of(w)))
-    if ranks not in ((3, 3), (4, 4)):
-        raise imp.error(
-            "only 1-D and 2-D ConvTranspose are supported (3-D or 4-D input and weight), "
-            f"got {x.type} and {w.type}",
-            "attribute",
-        )
+    x, w, kernel = conv_operands(imp, node, "ConvTranspose")
     groups = int(node.attrs.get("group", 1))
-    channels, kernel = shape_of(x)[1], shape_of(w)[2:]
+    channels = shape_of(x)[1]
     if groups < 1 or channels % groups or shape_of(w)[0] != channels:
         raise imp.error(f"the weight {w.type} needs {channels} input channels in {groups} groups")
-    if "kernel_shape" in node.attrs and tuple(node.attrs["kernel_shape"]) != kernel:
-        raise imp.error(
-            f"kernel_shape {list(node.attrs['kernel_shape'])} does not match the weight {w.type}"
-        )
-    dims = ranks[0] - 2
+    dims = len(kernel)
     strides, dilations, extra = (
         _ints(imp, node, name, dims, 1 if name != "output_padding" else 0)
         for name in ("strides", "dilations", "output_padding")

@@ -1179,20 +1179,8 @@ def _batch_norm(imp: Importer, node: Node) -> list[SSAValue]:
 @converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
 def _conv(imp: Importer, node: Node) -> list[SSAValue]:
     """2-D convolution, and 1-D convolution as 2-D convolution of height-1 views."""
-    x, w = imp.input(node, 0), imp.input(node, 1)
-    ranks = (len(shape_of(x)), len(shape_of(w)))
-    if ranks not in ((3, 3), (4, 4)):
-        raise imp.error(
-            "only 1-D and 2-D convolution are supported (3-D or 4-D input and weight), got "
-            f"{x.type} and {w.type}",
-            "attribute",
-        )
-    kernel = shape_of(w)[2:]
-    if "kernel_shape" in node.attrs and tuple(node.attrs["kernel_shape"]) != kernel:
-        raise imp.error(
-            f"kernel_shape {list(node.attrs['kernel_shape'])} does not match the weight {w.type}"
-        )
-    flat = ranks == (3, 3)
+    x, w, kernel = conv_operands(imp, node, "convolution")
+    flat = len(kernel) == 1
     dims = 1 if flat else 2
     strides = tuple(int(v) for v in node.attrs.get("strides", (1,) * dims))
     dilations = tuple(int(v) for v in node.attrs.get("dilations", (1,) * dims))
@@ -1214,6 +1202,26 @@ def _conv(imp: Importer, node: Node) -> list[SSAValue]:
     if bias is not None:
         y = imp.emit(ai.BiasAddOp, y, bias, axis=1)
     return [_reshape_to(imp, y, shape_of(y)[:2] + shape_of(y)[3:]) if flat else y]
+
+
+def conv_operands(
+    imp: Importer, node: Node, what: str
+) -> tuple[SSAValue, SSAValue, tuple[int, ...]]:
+    """(input, weight, kernel) of a 1-D or 2-D Conv or ConvTranspose node: 3-D or 4-D both,
+    ``kernel_shape`` (if given) the weight's."""
+    x, w = imp.input(node, 0), imp.input(node, 1)
+    if (len(shape_of(x)), len(shape_of(w))) not in ((3, 3), (4, 4)):
+        raise imp.error(
+            f"only 1-D and 2-D {what} are supported (3-D or 4-D input and weight), got "
+            f"{x.type} and {w.type}",
+            "attribute",
+        )
+    kernel = shape_of(w)[2:]
+    if "kernel_shape" in node.attrs and tuple(node.attrs["kernel_shape"]) != kernel:
+        raise imp.error(
+            f"kernel_shape {list(node.attrs['kernel_shape'])} does not match the weight {w.type}"
+        )
+    return x, w, kernel
 
 
 def _height_one(imp: Importer, node: Node) -> Node:
