@@ -63,9 +63,19 @@ MAX_ELEMENTS = 2048
 MAX_BOUND = 256.0
 
 
+#: Ops the generator leaves out, each with the reason and where they are tested instead.
+NOT_GENERATED: dict[str, str] = {
+    name: "no kernel target computes the quantized element types yet (issue 31): the graphs "
+    "would be refused on cpu; tests/test_quantization.py and tests/onnx/test_onnx_quant.py "
+    "check it on the reference"
+    for name in ("ai.quantize", "ai.dequantize")
+}
+
+
 def ai_ops() -> list[type[AiOp]]:
-    """Every tensor op of the ``ai`` dialect (not the ``ai.fused``/``ai.yield`` structure)."""
-    return [op for op in AI.operations if issubclass(op, AiOp)]
+    """Every tensor op of the ``ai`` dialect (not the ``ai.fused``/``ai.yield`` structure)
+    but those ``NOT_GENERATED``."""
+    return [op for op in AI.operations if issubclass(op, AiOp) and op.name not in NOT_GENERATED]
 
 
 def _properties(op: type[AiOp]) -> set[str]:

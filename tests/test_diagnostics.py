@@ -193,7 +193,7 @@ def test_unsupported_constant_element_type():
     err = parse_error(fn(f"  %c = arith.constant dense<1.0> : tensor<f64>\n  return %x : {T}"))
     assert err.message == (
         "'arith.constant' op unsupported element type f64: expected one of f16, bf16, f32, "
-        "i64, i32, i1"
+        "i64, i32, i1, f8E4M3FN, f8E5M2, i8, ui8"
     )
 
 
@@ -201,7 +201,7 @@ def test_unsupported_constant_element_type():
     ("args", "result", "what"),
     [
         ("%x: tensor<2xf64>", "tensor<2xf32>", "argument #0: unsupported element type f64"),
-        ("%x: tensor<2xf32>", "tensor<2xi8>", "result #0: unsupported element type i8"),
+        ("%x: tensor<2xf32>", "tensor<2xi16>", "result #0: unsupported element type i16"),
         ("%x: tensor<?xf32>", "tensor<2xf32>", "argument #0: dynamic shapes are not supported"),
         ("%x: f32", "tensor<2xf32>", "argument #0: expected a tensor type, got f32"),
     ],

@@ -190,9 +190,34 @@ def test_a_wrong_result_fails(monkeypatch):
 def test_the_cpu_target_passes_the_same_cases(reference_report):
     report = run_conformance(target="cpu")
     print("\n" + report.format())
-    assert not _failed(report), _failures(report)
+    refused = cpu_refusals(report)
+    assert not [r for r in _failed(report) if r.name not in refused], _failures(report)
     passed = {r.name for r in report.results if r.status == "passed"}
-    assert passed == {r.name for r in reference_report.results if r.status == "passed"}
+    assert passed | refused == {r.name for r in reference_report.results if r.status == "passed"}
+
+
+#: Operators whose ai ops the cpu target refuses by name (their ``UNSUPPORTED``): the
+#: quantized element types have no cpu kernel yet (issue 31).
+CPU_REFUSED_OPERATORS = {"QuantizeLinear", "DequantizeLinear"}
+
+
+def cpu_refusals(report: ConformanceReport) -> set[str]:
+    """The failed cases of ``CPU_REFUSED_OPERATORS`` whose error is the target's refusal."""
+    return {
+        r.name
+        for r in report.results
+        if r.status == "failed"
+        and r.operator in CPU_REFUSED_OPERATORS
+        and "is not supported on target 'cpu'" in r.detail
+    }
+
+
+@pytest.mark.slow  # ~4 s: tests/onnx/test_onnx_quant.py checks the refusal in the default lane
+@pytest.mark.skipif(not _cpu_available(), reason="the cpu target is not available")
+def test_the_cpu_target_refuses_quantization_by_name():
+    report = run_conformance(["DequantizeLinear"], target="cpu")
+    refused = cpu_refusals(report)
+    assert refused and refused == {r.name for r in _failed(report)}
 
 
 # ------------------------------------------------------------ --all: the suite as the measure
