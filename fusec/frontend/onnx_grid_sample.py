@@ -79,7 +79,8 @@ class _Sampler:
     def scalar(self, value: float) -> SSAValue:
         return self.imp.constant(np.asarray(value), "f32")
 
-    def op(self, op_type: type, *args: SSAValue, **attrs) -> SSAValue:
+    def op(self, op_type: type, *args: SSAValue | str, **attrs: float) -> SSAValue:
+        """``op_type(*args, **attrs)`` at the node (a str argument: ai.cast's type)."""
         return self.imp.emit(op_type, *args, **attrs)
 
     def affine(self, v: SSAValue, scale: float, shift: float) -> SSAValue:

@@ -234,12 +234,12 @@ def _reverse_sequence(imp: Importer, node: Node) -> list[SSAValue]:
                                                                      ("time_axis", 0)))  # fmt: skip
     if len(shape) < 2 or {batch_axis, time_axis} != {0, 1}:
         raise imp.error(f"batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1")
-    lengths = imp.array(node, 1)
-    if lengths is None:
+    known = imp.array(node, 1)
+    if known is None:
         raise imp.error(
             "sequence_lens is computed at run time: fusec needs it constant", "attribute"
         )
-    lengths = [int(n) for n in np.asarray(lengths).reshape(-1)]
+    lengths = [int(n) for n in np.asarray(known).reshape(-1)]
     steps = shape[time_axis]
     if len(lengths) != shape[batch_axis] or not all(0 <= n <= steps for n in lengths):
         raise imp.error(
