@@ -121,12 +121,12 @@ def random_inputs(fn: func.FuncOp, seed: int = 0) -> list[np.ndarray]:
                 continue
             if spec.dtype in ("i8", "ui8"):  # quantized codes: spread over most of the range
                 low = -100 if spec.dtype == "i8" else 0
-                draw = rng.integers(low, low + 200, spec.shape)
-                arrays.append(draw.astype(numpy_dtype(spec.dtype)))
+                codes = rng.integers(low, low + 200, spec.shape)
+                arrays.append(codes.astype(numpy_dtype(spec.dtype)))
                 continue
             if spec.dtype in ("f8E4M3FN", "f8E5M2"):  # float8 codes over several binades
-                draw = rng.standard_normal(spec.shape) * 16
-                arrays.append(draw.astype(numpy_dtype(spec.dtype)))
+                values = rng.standard_normal(spec.shape) * 16
+                arrays.append(values.astype(numpy_dtype(spec.dtype)))
                 continue
             arrays.append(rng.standard_normal(spec.shape).astype(numpy_dtype(spec.dtype)))
         except MemoryError:
