@@ -2,8 +2,8 @@
 
 * A hit gives the miss's outputs bit for bit (and the reference's), with no ONNX
   import, no pass and no code generation: a ``CachedCompiledModule``.
-* Another model (weights), input shape or option misses; ``FUSEC_PROGRAM_CACHE=0``
-  neither reads nor writes.
+* Another model (weights), input shape or option misses; so does another fusec (its
+  entry replaces the stale one); ``FUSEC_PROGRAM_CACHE=0`` neither reads nor writes.
 * A corrupt entry (its constants or its sealed plan) is ignored, compiled again and
   rewritten: never a wrong program.
 * A new process that hits does not import onnx at all.
@@ -129,6 +129,18 @@ def test_turned_off(model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     compile_model(model)
     assert not isinstance(compile_model(model), CachedCompiledModule)
     assert entries(model) == []
+
+
+def test_other_fusec_misses_and_replaces_the_stale_entry(
+    model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compile_model(model)
+    before = entries(model)
+    monkeypatch.setattr(program_cache, "tree_digest", lambda: "an edited fusec")
+    assert not isinstance(compile_model(model), CachedCompiledModule)
+    after = entries(model)
+    assert len(after) == 2 and not set(after) & set(before)  # one copy of the constants
+    assert isinstance(compile_model(model), CachedCompiledModule)
 
 
 @pytest.mark.parametrize("part", [".npy", ".plan"])
