@@ -424,31 +424,6 @@ def check(got: Sequence[Any], want: Sequence[Any]) -> dict:
 # ------------------------------------------------------------------ workers
 
 
-def import_torchvision() -> Any:
-    """torchvision, also where its build is CUDA's beside a CPU torch: its C extension then
-    cannot load (libc10_cuda), and its import fails registering fake kernels for two ops
-    the extension would define. The models need none of its ops: the two schemas are
-    defined here and the import tried again."""
-    import torch
-
-    try:
-        import torchvision
-    except RuntimeError as err:
-        if "torchvision::nms" not in str(err):
-            raise
-        for name in [m for m in sys.modules if m.split(".")[0] == "torchvision"]:
-            del sys.modules[name]
-        library = torch.library.Library("torchvision", "DEF")
-        for op in ("nms", "qnms"):
-            library.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        _KEEP.append(library)
-        import torchvision
-    return torchvision
-
-
-_KEEP: list[Any] = []  # the library above lives as long as the process
-
-
 class Worker:
     """One step of the run in its own process: it appends its records to ``results``."""
 
@@ -491,7 +466,7 @@ def run_export(w: Worker) -> None:
     """Export each batch that is not in the cache (one torch build for all)."""
     import torch
 
-    import_torchvision()
+    zoo.import_torchvision()
     w.emit(
         {"kind": "env"} | {k: v for k, v in zoo.environment(torch, "cpu").items() if k != "pass"}
     )
@@ -602,7 +577,7 @@ def run_torch(w: Worker) -> None:
 
     import fusec.torch as fusec_torch
 
-    import_torchvision()
+    zoo.import_torchvision()
     threads = w.spec["threads"]
     torch.set_num_threads(threads)
     model = zoo.build(w.model.name, False, "embeds", w.model.size)

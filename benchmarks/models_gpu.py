@@ -511,8 +511,33 @@ def build(name: str, smoke: bool, form: str = "embeds", size: dict | None = None
     return model.eval()
 
 
+def import_torchvision() -> Any:
+    """torchvision, also where its build is CUDA's beside a CPU torch: its C extension then
+    cannot load (libc10_cuda), and its import fails registering fake kernels for two ops
+    the extension would define. The models need none of its ops: the two schemas are
+    defined here and the import tried again."""
+    import torch
+
+    try:
+        import torchvision
+    except RuntimeError as err:
+        if "torchvision::nms" not in str(err):
+            raise
+        for name in [m for m in sys.modules if m.split(".")[0] == "torchvision"]:
+            del sys.modules[name]
+        library = torch.library.Library("torchvision", "DEF")
+        for op in ("nms", "qnms"):
+            library.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        _KEEP.append(library)
+        import torchvision
+    return torchvision
+
+
+_KEEP: list[Any] = []  # the library above lives as long as the process
+
+
 def _torchvision_model(name: str, smoke: bool, narrow: Callable, size: dict | None) -> Any:
-    import torchvision
+    torchvision = import_torchvision()
     from torchvision.models.convnext import CNBlockConfig, ConvNeXt
 
     models = torchvision.models
@@ -803,8 +828,9 @@ TORCH_DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
 
 def environment(torch: Any, target: str) -> dict:
     import onnx
-    import torchvision
     import transformers
+
+    torchvision = import_torchvision()
 
     env = {
         "pass": "env",
