@@ -681,7 +681,7 @@ class Run:
     def model(self, model: CpuModel) -> None:
         batches = batches_of(model, self.args.batch_list)
         paths = [str(onnx_path(model, b, self.torch_version)) for b in batches]
-        base = {"model": model.name}
+        base: dict[str, Any] = {"model": model.name}
         self.step(base | {"step": "export", "batches": batches, "paths": paths}, {}, "export")
         exported = {r["batch"] for r in self.records() if r.get("kind") == "export"
                     and r["model"] == model.name and r.get("status", "ok") == "ok"}  # fmt: skip
