@@ -466,7 +466,8 @@ def compile_onnx(
 
     chosen = resolve(target, available=True).name
     key = None
-    if chosen == "cpu" and programs.enabled():
+    if chosen == "cpu" and programs.enabled() and Path(path).is_file():
+        # (a path that is no file gets from_onnx's diagnostic below)
         from fusec.runtime.cache import default_cache
 
         cache = default_cache()

@@ -167,6 +167,11 @@ def test_hit_refuses_wrong_arguments(model: Path) -> None:
         hit(np.zeros(SHAPE, np.float64))
 
 
+def test_missing_file_is_a_diagnostic(tmp_path: Path) -> None:
+    with pytest.raises(FusecError, match=r"nope\.onnx: error: no such file"):
+        fusec.compile_onnx(tmp_path / "nope.onnx", target="cpu")
+
+
 @pytest.mark.slow
 def test_new_process_hit_imports_no_onnx(model: Path, cache_dir: Path) -> None:
     compile_model(model)
