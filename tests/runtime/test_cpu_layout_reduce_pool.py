@@ -95,6 +95,84 @@ func.func @f(%x: {x}, %c: {c}) -> {y} {{
     assert _run(text, cache) == ["pool"]  # the per-channel scale and relu ride along
 
 
+#: Max pools alone (the result written straight from the row buffer): each case takes a
+#: path of ``pool._max_body`` (name: (attributes, input shape)).
+MAX_POOLS = {
+    # ResNet's 3x3/2 pool after the stem, at the ResNet-18 test model's size
+    "resnet_stem": ({"kernel": (3, 3), "strides": (2, 2), "padding": (1, 1)}, (1, 16, 32, 32)),
+    "odd_asym_dilated_ceil": (
+        {
+            "kernel": (3, 2),
+            "strides": (1, 3),
+            "padding": (1, 0, 0, 1),
+            "dilations": (1, 2),
+            "ceil_mode": True,
+        },
+        (2, 3, 11, 13),
+    ),
+    # the window of output row 1 (input rows -1 and 2 of 2) lies in the padding: -inf
+    "window_in_padding": (
+        {"kernel": (2, 1), "padding": (2, 0, 2, 0), "dilations": (3, 1)},
+        (1, 2, 2, 5),
+    ),
+    # windows higher and wider than pool.UNROLL: loops over the taps
+    "tall_wide_window": (
+        {"kernel": (17, 18), "strides": (2, 1), "padding": (4, 5)},
+        (1, 2, 20, 19),
+    ),
+    # 129 output rows of 70 floats: bands of 58, 58 and 13 rows
+    "three_bands": ({"kernel": (2, 2)}, (1, 2, 130, 70)),
+    # 46080 outputs: blocks in parallel
+    "parallel": ({"kernel": (3, 3), "strides": (2, 2), "padding": (1, 1)}, (2, 40, 48, 48)),
+}
+
+
+@pytest.mark.parametrize("case", MAX_POOLS)
+def test_max_pooling_alone(cache, case):
+    attrs, shape = MAX_POOLS[case]
+    y = _t(_pool_shape("max_pool2d", attrs, shape))
+    text = f"""
+func.func @f(%x: {_t(shape)}) -> {y} {{
+  %p = ai.max_pool2d %x {{{_attr_text(attrs)}}} : {_t(shape)}
+  return %p : {y}
+}}"""
+    assert _run(text, cache) == ["pool"]
+
+
+def _pool_shape(op: str, attrs: dict, shape: tuple[int, ...]) -> tuple[int, ...]:
+    window = {k: attrs.get(k, d) for k, d in (("kernel", (1, 1)), ("strides", (1, 1)),
+              ("padding", (0, 0)), ("dilations", (1, 1)), ("ceil_mode", False))}  # fmt: skip
+    return pool2d(f"ai.{op}", TensorSpec(shape, "f32"), **window).shape
+
+
+@pytest.mark.parametrize("case", ["odd_asym_dilated_ceil", "tall_wide_window", "three_bands"])
+def test_max_pooling_nan_where_the_reference_has_it(cache, case):
+    """Three NaNs at random positions of the first plane (a window's first tap or a later
+    one, next to padding or not): NaN exactly where the reference has it (a window
+    holding a NaN), the reference's values elsewhere."""
+    import numpy as np
+
+    from fusec.api import parse
+    from fusec.runtime.reference import run_reference
+
+    attrs, shape = MAX_POOLS[case]
+    y = _t(_pool_shape("max_pool2d", attrs, shape))
+    text = f"""
+func.func @f(%x: {_t(shape)}) -> {y} {{
+  %p = ai.max_pool2d %x {{{_attr_text(attrs)}}} : {_t(shape)}
+  return %p : {y}
+}}"""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape).astype(np.float32)
+    plane = shape[2] * shape[3]  # NaNs in the first plane only: the others have none
+    x.flat[rng.choice(plane, 3, replace=False)] = np.nan
+    got = fusec.compile(text, target="cpu")(x)
+    want = run_reference(parse(text), [x], precision="float64")[0]
+    assert 0 < np.isnan(want).sum() < want.size
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert_close(np.nan_to_num(got, nan=0.0), np.nan_to_num(want, nan=0.0))
+
+
 def test_max_pooling_propagates_nan(cache):
     import numpy as np
 
