@@ -78,12 +78,17 @@ def _attr_text(attrs: dict) -> str:
     return ", ".join(parts)
 
 
+def _pool_shape(op: str, attrs: dict, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The output shape of pooling ``shape`` with ``attrs`` (the op's defaults filled in)."""
+    window = {k: attrs.get(k, d) for k, d in (("kernel", (1, 1)), ("strides", (1, 1)),
+              ("padding", (0, 0)), ("dilations", (1, 1)), ("ceil_mode", False))}  # fmt: skip
+    return pool2d(f"ai.{op}", TensorSpec(shape, "f32"), **window).shape
+
+
 @pytest.mark.parametrize("case", POOLS)
 def test_pooling_with_its_epilogue(cache, case):
     op, attrs, shape = POOLS[case]
-    window = {k: attrs.get(k, d) for k, d in (("kernel", (1, 1)), ("strides", (1, 1)),
-              ("padding", (0, 0)), ("dilations", (1, 1)), ("ceil_mode", False))}  # fmt: skip
-    out = pool2d(f"ai.{op}", TensorSpec(shape, "f32"), **window).shape
+    out = _pool_shape(op, attrs, shape)
     x, y, c = _t(shape), _t(out), _t((shape[1], 1, 1))
     text = f"""
 func.func @f(%x: {x}, %c: {c}) -> {y} {{
@@ -127,22 +132,21 @@ MAX_POOLS = {
 }
 
 
-@pytest.mark.parametrize("case", MAX_POOLS)
-def test_max_pooling_alone(cache, case):
-    attrs, shape = MAX_POOLS[case]
+def _max_pool_text(attrs: dict, shape: tuple[int, ...]) -> str:
+    """A function of one ai.max_pool2d of an input of ``shape``."""
     y = _t(_pool_shape("max_pool2d", attrs, shape))
-    text = f"""
+    return f"""
 func.func @f(%x: {_t(shape)}) -> {y} {{
   %p = ai.max_pool2d %x {{{_attr_text(attrs)}}} : {_t(shape)}
   return %p : {y}
 }}"""
+
+
+@pytest.mark.parametrize("case", MAX_POOLS)
+def test_max_pooling_alone(cache, case):
+    attrs, shape = MAX_POOLS[case]
+    text = _max_pool_text(attrs, shape)
     assert _run(text, cache) == ["pool"]
-
-
-def _pool_shape(op: str, attrs: dict, shape: tuple[int, ...]) -> tuple[int, ...]:
-    window = {k: attrs.get(k, d) for k, d in (("kernel", (1, 1)), ("strides", (1, 1)),
-              ("padding", (0, 0)), ("dilations", (1, 1)), ("ceil_mode", False))}  # fmt: skip
-    return pool2d(f"ai.{op}", TensorSpec(shape, "f32"), **window).shape
 
 
 @pytest.mark.parametrize("case", ["odd_asym_dilated_ceil", "tall_wide_window", "three_bands"])
@@ -156,12 +160,7 @@ def test_max_pooling_nan_where_the_reference_has_it(cache, case):
     from fusec.runtime.reference import run_reference
 
     attrs, shape = MAX_POOLS[case]
-    y = _t(_pool_shape("max_pool2d", attrs, shape))
-    text = f"""
-func.func @f(%x: {_t(shape)}) -> {y} {{
-  %p = ai.max_pool2d %x {{{_attr_text(attrs)}}} : {_t(shape)}
-  return %p : {y}
-}}"""
+    text = _max_pool_text(attrs, shape)
     rng = np.random.default_rng(3)
     x = rng.standard_normal(shape).astype(np.float32)
     plane = shape[2] * shape[3]  # NaNs in the first plane only: the others have none
