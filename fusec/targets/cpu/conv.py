@@ -278,6 +278,9 @@ class ConvBlocks(BlockedCore):
     block_prologue = False
     #: Inputs the Program passes laid out (``KernelSource.prepared_inputs``).
     prepared: tuple[tuple[int, str], ...] = ()
+    #: A convolution by taps (``conv_method``); set by ``_read_op``, which ``__init__``
+    #: calls first (declared here: mypy cannot infer it where ``__init__`` reads it).
+    taps: bool = False
 
     @staticmethod
     def local_result(op) -> bool:
