@@ -45,12 +45,20 @@ def test_conv_bias_relu_is_the_design_document_text():
     assert (EXAMPLES / "conv_bias_relu.mlir").read_text() == DESIGN_DOC_TEXT
 
 
+#: The ops all_ops.mlir leaves to quantize.mlir: no kernel target computes the quantized
+#: element types yet (issue 31), and all_ops.mlir is also compiled for cpu.
+QUANTIZATION_OPS = {"ai.quantize", "ai.dequantize"}
+
+
 def test_all_ops_uses_every_ai_op():
     from fusec.dialect import AI
 
-    module = fusec.parse(GOLDEN / "all_ops.mlir")
-    used = {op.name for op in module.walk()}
-    assert {op.name for op in AI.operations} <= used
+    def used(name: str) -> set[str]:
+        return {op.name for op in fusec.parse(GOLDEN / name).walk()}
+
+    every = {op.name for op in AI.operations}
+    assert every - QUANTIZATION_OPS <= used("all_ops.mlir")
+    assert QUANTIZATION_OPS <= used("quantize.mlir")
 
 
 @pytest.mark.parametrize("source", INPUTS, ids=lambda p: p.stem)

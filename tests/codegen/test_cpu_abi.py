@@ -119,10 +119,19 @@ def test_the_checker_finds_foreign_imports() -> None:
         fusec_imports("m = __import__('fusec.targets.cpu.tasks')\n")
 
 
+#: Golden graphs the cpu target refuses, and the op it names (issue 31: no cpu kernel
+#: converts the quantized element types yet); the test fails once it compiles them.
+CPU_REFUSED = {"quantize.mlir": "ai.quantize"}
+
+
 def test_generated_modules_import_only_the_abi() -> None:
     """One test over every example and golden graph (~0.05 s each): the default lane's
     budget counts a test, not a graph."""
     for path in GRAPHS:
+        if path.name in CPU_REFUSED:
+            with pytest.raises(fusec.FusecError, match=f"'{CPU_REFUSED[path.name]}' op cannot run"):
+                fusec.compile(path, target="cpu", executable=False)
+            continue
         kernels = fusec.compile(path, target="cpu", executable=False).kernels
         assert kernels, f"{path.relative_to(ROOT)}: no cpu kernels"
         for kernel in kernels:

@@ -197,12 +197,12 @@ def test_a_tiles_land_first_and_only_consumers_wait_for_gamma_beta() -> None:
     head, body = kernel.split("__syncthreads();", 1)
     assert "epi.gamma" not in head and "return 0;  // ln=tile: K must be resident" in head
     assert "if constexpr (C::LN_TILE) fs_bar_init(bars + 8 * (2 * STAGES + s), 1);" in head
-    producer = body[: body.index("fs_setmaxnreg_inc")]
+    producer = body[: body.index("fs_consumer_thread<")]
     a_loads = producer.index("fs_tma_load(sa + s * A_BYTES, map_a, a_full")
     assert a_loads < producer.index("fs_bar_expect(full, B_BYTES);")
     ln_b = producer[producer.index("fs_bar_expect(full, B_BYTES);") :]
     assert ln_b.index("gemm_load_b<C>(") < ln_b.index("} else {")  # ln=tile: B alone
-    consumer = body[body.index("fs_setmaxnreg_inc") :]
+    consumer = body[body.index("fs_consumer_thread<") :]
     assert consumer.index("gemm_ln_affine<C>(epi, sg, tid, K);") < consumer.index("float acc[")
     tile = linked[linked.index("void gemm_consumer_tile(") :]
     assert "fs_bar_wait(bars + 8 * (2 * STAGES + (it + kb) % STAGES)" in tile

@@ -103,12 +103,8 @@ builtin.module {
     %i3d = ai.reshape %iall {shape = array<i64: 2, 6, 1>} : tensor<2x6xi1>
     %iexp = ai.expand %i3d {shape = array<i64: 2, 6, 16>} : tensor<2x6x1xi1>
     %emb = ai.take %table, %ids : tensor<10x16xf32> * tensor<2x6xi64>
-    %qsc = arith.constant dense<[5.000000e-01, 2.500000e-01]> : tensor<2xf32>
-    %qzp = arith.constant dense<0.000000e+00> : tensor<2xf8E4M3FN>
-    %q8 = ai.quantize %emb, %qsc, %qzp {axis = 0 : i64} : tensor<2x6x16xf32> * tensor<2xf32> * tensor<2xf8E4M3FN>
-    %dq8 = ai.dequantize %q8, %qsc, %qzp {axis = 0 : i64} : tensor<2x6x16xf8E4M3FN> * tensor<2xf32> * tensor<2xf8E4M3FN>
     %ifl = ai.cast %iexp : tensor<2x6x16xi1> to tensor<2x6x16xf32>
-    %iwh = ai.where %iexp, %dq8, %ifl : tensor<2x6x16xi1> * tensor<2x6x16xf32> * tensor<2x6x16xf32>
+    %iwh = ai.where %iexp, %emb, %ifl : tensor<2x6x16xi1> * tensor<2x6x16xf32> * tensor<2x6x16xf32>
     %iam = ai.argmax %emb {axis = 1 : i64, keepdims = false} : tensor<2x6x16xf32>
     %ian = ai.argmin %iam {axis = -1 : i64, select_last_index = true} : tensor<2x16xi64>
     %ias = ai.add %idv, %ian : tensor<2x6xi64> * tensor<2x1xi64>

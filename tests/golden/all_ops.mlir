@@ -98,12 +98,8 @@ func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<
   %i3d = ai.reshape %iall {shape = array<i64: 2, 6, 1>} : tensor<2x6xi1>
   %iexp = ai.expand %i3d {shape = array<i64: 2, 6, 16>} : tensor<2x6x1xi1>
   %emb = ai.take %table, %ids {axis = 0 : i64} : tensor<10x16xf32> * tensor<2x6xi64>
-  %qsc = arith.constant dense<[0.5, 0.25]> : tensor<2xf32>
-  %qzp = arith.constant dense<0.0> : tensor<2xf8E4M3FN>
-  %q8 = ai.quantize %emb, %qsc, %qzp {axis = 0 : i64} : tensor<2x6x16xf32> * tensor<2xf32> * tensor<2xf8E4M3FN>
-  %dq8 = ai.dequantize %q8, %qsc, %qzp {axis = 0 : i64} : tensor<2x6x16xf8E4M3FN> * tensor<2xf32> * tensor<2xf8E4M3FN>
   %ifl = ai.cast %iexp : tensor<2x6x16xi1> to tensor<2x6x16xf32>
-  %iwh = ai.where %iexp, %dq8, %ifl : tensor<2x6x16xi1> * tensor<2x6x16xf32> * tensor<2x6x16xf32>
+  %iwh = ai.where %iexp, %emb, %ifl : tensor<2x6x16xi1> * tensor<2x6x16xf32> * tensor<2x6x16xf32>
   %iam = ai.argmax %emb {axis = 1 : i64, keepdims = false} : tensor<2x6x16xf32>
   %ian = ai.argmin %iam {axis = -1 : i64, select_last_index = true} : tensor<2x16xi64>
   %ias = ai.add %idv, %ian : tensor<2x6xi64> * tensor<2x1xi64>
