@@ -202,6 +202,48 @@ def test_a_linear_layer_on_a_flattened_input_becomes_batched():
     assert kinds == ["matmul"]
 
 
+def test_a_flattened_one_row_batch_stays_one_product():
+    """reshape (5, 1, 8) -> (5, 8) -> matmul: the unit dim goes to the columns, so the
+    product keeps its 5 rows (not 5 batched one-row products, each reading all of w)."""
+    x, w = "tensor<5x1x8xf32>", "tensor<8x16xf32>"
+    body = f"""
+  %flat = ai.reshape %x {{shape = array<i64: 5, 8>}} : {x}
+  %r = ai.matmul %flat, %w : tensor<5x8xf32> * {w}"""
+    text = _func(f"%x: {x}, %w: {w}", body, "tensor<5x16xf32>")
+    _check(text, Counter({"ai.matmul": 1, "ai.reshape": 1}), {"reshape moved after matmul": 0})
+    module = fusec.parse(text)
+    recognize(module)
+    (matmul,) = (op for op in module.walk() if isinstance(op, ai.MatmulOp))
+    assert str(matmul.operands[0].type) == "tensor<5x8xf32>"
+
+
+def test_a_batch_of_one_row_products_becomes_rows():
+    """(5, 1, 8) @ (8, 16) + bias, as PyTorch's MultiheadAttention exports its input
+    projection at batch 1: one 5-row product whose bias stays in its epilogue;
+    ``ReshapeAfterMatmul`` does not batch it back."""
+    x, w, b, y = "tensor<5x1x8xf32>", "tensor<8x16xf32>", "tensor<16xf32>", "tensor<5x1x16xf32>"
+    body = f"""
+  %m = ai.matmul %x, %w : {x} * {w}
+  %r = ai.bias_add %m, %b {{axis = 2}} : {y} * {b}"""
+    text = _func(f"%x: {x}, %w: {w}, %b: {b}", body, y)
+    expected = Counter({"ai.matmul": 1, "ai.bias_add": 1, "ai.reshape": 2})
+    _check(text, expected, {"one-row batched products merged into rows": 1})
+    module = fusec.parse(text)
+    recognize(module)
+    (matmul,) = (op for op in module.walk() if isinstance(op, ai.MatmulOp))
+    assert str(matmul.results[0].type) == "tensor<5x16xf32>"
+    kernels = fusec.compile(text, target="cpu").kernels
+    assert [k.kind for k in kernels] == ["matmul"]
+
+
+def test_a_batch_of_longer_products_stays_batched():
+    """(2, 4, 8) @ (8, 16): products of more than one row stay a batch (merging them
+    would put reshapes between the product and its neighbours)."""
+    x, w, y = "tensor<2x4x8xf32>", "tensor<8x16xf32>", "tensor<2x4x16xf32>"
+    body = f"  %r = ai.matmul %x, %w : {x} * {w}"
+    _check(_func(f"%x: {x}, %w: {w}", body, y), Counter({"ai.matmul": 1}))
+
+
 def test_pow_and_neutral_operands():
     body = f"""{_consts(two=2.0, half=0.5, zero=0.0, one=1.0)}
   %a = ai.pow %x, %two : {T} * {S}
