@@ -401,7 +401,7 @@ def main() -> int:
     print(text)
     if args.out is not None:
         payload = {"date": stamp, "commit": revision, "environment": env, "rows": rows}
-        write_results(args.out / f"models-{args.target}-{now:%Y-%m-%d}", payload, text)
+        write_results(args.out / f"models-small-{args.target}", payload, text)
     return 1 if failed else 0
 
 
