@@ -135,6 +135,18 @@ OP_CASES: dict[str, tuple[str, str, str]] = {
         "  %r = ai.take %t, %i {axis = -1 : i64} : tensor<4x10xf32> * tensor<5xi32>",
         "tensor<4x5xf32>",
     ),
+    "quantize_per_axis": (
+        "%a: tensor<2x6xf32>, %s: tensor<2xf32>, %z: tensor<2xf8E4M3FN>",
+        "  %r = ai.quantize %a, %s, %z {axis = 0 : i64} : tensor<2x6xf32> * tensor<2xf32> * "
+        "tensor<2xf8E4M3FN>",
+        "tensor<2x6xf8E4M3FN>",
+    ),
+    "dequantize_per_block": (
+        "%a: tensor<2x6xi8>, %s: tensor<2x3xf32>, %z: tensor<2x3xi8>",
+        "  %r = ai.dequantize %a, %s, %z {axis = 1 : i64, block_size = 2 : i64} : "
+        "tensor<2x6xi8> * tensor<2x3xf32> * tensor<2x3xi8>",
+        "tensor<2x6xf32>",
+    ),
     "cumsum": (
         "%a: tensor<2x3xi64>",
         "  %r = ai.cumsum %a {axis = 1 : i64, exclusive = true, reverse = true} : tensor<2x3xi64>",
