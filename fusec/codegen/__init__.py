@@ -10,6 +10,7 @@ op's own scalar semantics in the template's language.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from fusec.dialect.ops import FusedOp, spec_of
 from fusec.dialect.shapes import TensorSpec
@@ -115,6 +116,11 @@ class KernelSource:
     #: The module's njit-callable form of ``entry`` (cpu), None when it has none (its
     #: launch runs numpy outside Numba: a copy kernel, a numpy reduction).
     compiled_entry: CompiledEntry | None = None
+    #: The specs of the natively compiled kernels the module launches, in launch order, as
+    #: data (cuda: the linked C++ kernels of a GEMM, conv, attention or relayout group, each
+    #: with ``cpp_source()`` and ``function_name``): what ``--emit cuda``/``ptx`` and the
+    #: PTX checks read, never by running or reading the module's text.
+    specs: tuple[Any, ...] = ()
 
 
 def io_specs(fused_op: FusedOp) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:

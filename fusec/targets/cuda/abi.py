@@ -15,6 +15,10 @@ internals can move without invalidating cached kernels or their text:
   GEMM's description and launcher, with ``Prologue``/``LayerNormPrep`` (its
   LayerNorm pre-pass) and ``Finalise``/``SoftmaxFinalise`` (its long-row
   softmax pass) (``fusec.targets.cuda.gemm``);
+* ``ConvGeometry``, ``ConvTile``, ``ConvSpec``, ``DirectConvSpec``, ``ConvLaunch``: the
+  implicit-GEMM and direct convs (``fusec.targets.cuda.conv``);
+* ``AttentionSpec``, ``AttentionLaunch``: flash attention (``fusec.targets.cuda.attention``);
+* ``RelayoutSpec``, ``RelayoutLaunch``: the channels-last copy (``fusec.targets.cuda.conv``);
 * ``scratch_f32``: a module's float32 workspace per stream (a two-pass reduction's
   partials, ``fusec.targets.cuda.workspace``).
 
@@ -49,10 +53,27 @@ _PROVIDERS: dict[str, str] = {
     "Finalise": "fusec.targets.cuda.gemm.launcher",
     "LayerNormPrep": "fusec.targets.cuda.gemm.aux",
     "SoftmaxFinalise": "fusec.targets.cuda.gemm.aux",
+    "ConvGeometry": "fusec.targets.cuda.conv.config",
+    "ConvTile": "fusec.targets.cuda.conv.config",
+    "ConvSpec": "fusec.targets.cuda.conv.cpp",
+    "DirectConvSpec": "fusec.targets.cuda.conv.cpp",
+    "ConvLaunch": "fusec.targets.cuda.conv.launcher",
+    "AttentionSpec": "fusec.targets.cuda.attention.cpp",
+    "AttentionLaunch": "fusec.targets.cuda.attention.launcher",
+    "RelayoutSpec": "fusec.targets.cuda.conv.transpose",
+    "RelayoutLaunch": "fusec.targets.cuda.conv.launcher",
     "scratch_f32": "fusec.targets.cuda.workspace",
 }
 #: Everything else (the device helpers) comes from here.
 _DEVICE = "fusec.targets.cuda.device"
+#: The module generated code imports (tests/cuda/test_cuda_abi.py checks that it is the only one).
+MODULE = __name__
+
+
+def names() -> tuple[str, ...]:
+    """Every name of the ABI: ``cuda``, the providers' names and the device helpers."""
+    helpers: list[str] = importlib.import_module(_DEVICE).helper_names()
+    return ("cuda", *_PROVIDERS, *helpers)
 
 
 def __getattr__(name: str) -> Any:

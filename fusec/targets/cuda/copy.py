@@ -72,8 +72,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     ]
     lines = [
         header(fused_op, notes=notes),
-        "from fusec.targets.cuda.conv.launcher import RelayoutLaunch",
-        "from fusec.targets.cuda.conv.transpose import RelayoutSpec",
+        "from fusec.targets.cuda.abi import RelayoutLaunch, RelayoutSpec",
         "",
         f"COPY = RelayoutLaunch(RelayoutSpec({a}, {b}, {p}))",
     ]

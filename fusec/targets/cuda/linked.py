@@ -110,4 +110,6 @@ def linked_kernel_source(
     )
     ins, outs = io_specs(fused_op)
     cpp = (("cuda-c++", spec.cpp_source()),)
-    return KernelSource(name, kind, "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp)
+    return KernelSource(
+        name, kind, "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp, specs=(spec,)
+    )

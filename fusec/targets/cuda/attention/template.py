@@ -145,8 +145,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     ]
     lines = [
         header(fused_op, notes=notes),
-        "from fusec.targets.cuda.attention.cpp import AttentionSpec",
-        "from fusec.targets.cuda.attention.launcher import AttentionLaunch",
+        "from fusec.targets.cuda.abi import AttentionLaunch, AttentionSpec",
         "",
         f"ATTENTION = AttentionLaunch({spec!r}, {inputs!r})",
     ]

@@ -412,10 +412,9 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         spec_text = f"DirectConvSpec({geo_text}, {dtype!r}, "
     lines = [
         header(fused_op, notes=notes),
-        "from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile  # noqa: F401",
-        "from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec  # noqa: F401",
-        "from fusec.targets.cuda.conv.launcher import ConvLaunch",
-        "from fusec.targets.cuda.gemm.cpp import Epilogue",
+        "from fusec.targets.cuda.abi import (  # noqa: F401",
+        "    ConvGeometry, ConvLaunch, ConvSpec, ConvTile, DirectConvSpec, Epilogue,",
+        ")",
         "",
         "CONV = ConvLaunch(",
         f"    {spec_text}{out_dtype!r},",

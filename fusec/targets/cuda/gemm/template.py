@@ -484,24 +484,20 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     linked += [finalise[0]] if finalise is not None else []
     cpp = tuple(("cuda-c++", kernel.cpp_source()) for kernel in linked)  # every linked kernel
     return KernelSource(
-        name, "matmul", "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp
+        name,
+        "matmul",
+        "cuda",
+        source,
+        ins,
+        outs,
+        array_dtype=None,
+        extra_sources=cpp,
+        specs=tuple(linked),
     )
 
 
 def linked_specs(kernel: KernelSource) -> list:
     """The generated-C++ kernels of a GEMM group's module, in launch order (LayerNorm
-    pre-pass, GEMM, softmax finalise), or of a conv/attention module (its ``LINKED``
-    launcher's spec); [] for other modules (the fallback's, Numba's)."""
-    gemm_module = kernel.kind == "matmul" and "GEMM = GemmLaunch(" in kernel.source
-    if not gemm_module and "\nLINKED = " not in kernel.source:
-        return []
-    namespace: dict = {"__name__": f"_fusec_specs_{kernel.name}"}
-    exec(compile(kernel.source, f"<fusec kernel {kernel.name}>", "exec"), namespace)
-    if not gemm_module:
-        return [namespace["LINKED"].spec]
-    gemm = namespace["GEMM"]
-    specs = [gemm.prologue.spec] if gemm.prologue is not None else []
-    specs.append(gemm.spec)
-    if gemm.finalise is not None:
-        specs.append(gemm.finalise.spec)
-    return specs
+    pre-pass, GEMM, softmax finalise), or of a conv/attention/relayout module (its
+    launcher's spec); [] for other modules (the fallback's, Numba's): ``kernel.specs``."""
+    return list(kernel.specs)
