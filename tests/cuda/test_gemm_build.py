@@ -232,7 +232,7 @@ def test_layernorm_is_a_kernel_of_its_own_before_a_gemm_as_wide_as_k(k: int, n: 
 
 
 def test_layernorm_prologue_rule() -> None:
-    from fusec.targets.cuda.target import layernorm_prologue_problem
+    from fusec.targets.cuda.gemm.template import layernorm_prologue_problem
 
     assert layernorm_prologue_problem(256, 256) is None  # whole-row tiles: ln=tile
     assert layernorm_prologue_problem(1000, 256) is None  # short rows: the pre-pass is small

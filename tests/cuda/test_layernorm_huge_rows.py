@@ -73,7 +73,7 @@ def test_model_of_ln_tile_on_huge_bf16_rows(rows: int, k: int) -> None:
 #: LayerNorm -> matmul on the GPU: (M, N, K, the path the group takes, the pipeline).
 #: K = 256 fits the pipeline: ``tile-gemm{ln=tile}`` normalises in the GEMM kernel (the
 #: default does so before a softmax); K = N = 1024: a LayerNorm kernel of its own
-#: (``target.layernorm_prologue_problem``), then the GEMM; K = 512 with N = 256 keeps the
+#: (``gemm.template.layernorm_prologue_problem``), then the GEMM; K = 512 with N = 256 keeps the
 #: prologue, as the FlashNorm pre-pass (``ln=fold``).
 GPU_PATHS = [
     (1000, 768, 256, "tile", "fusec-default,tile-gemm{ln=tile}"),

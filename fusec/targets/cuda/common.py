@@ -24,6 +24,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from xdsl.ir import Operation, SSAValue
+
 from fusec.codegen.expr import CodegenError, error_at, is_identifier
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
@@ -109,6 +111,26 @@ def vector_accesses(dtype: str, count: int) -> list[tuple[int, int]]:
 
 def body_ops(fused_op: ai.FusedOp) -> list:
     return [op for op in fused_op.block.ops if not isinstance(op, ai.YieldOp)]
+
+
+def as_packed(members: Sequence[Operation]) -> tuple[list[Operation], dict[SSAValue, int], int]:
+    """The group ``outline.pack`` would make of ``members`` (flat ops of one block), as a
+    template's plan sees it: (the ops in block order, input value -> group input index in
+    order of first use, how many results it writes: member values used outside)."""
+    memberset = set(members)
+    block = members[0].parent_block() if members else None
+    ordered = [op for op in block.ops if op in memberset] if block is not None else []
+    if len(ordered) != len(memberset):
+        ordered = list(members)
+    inputs: dict[SSAValue, int] = {}
+    for op in ordered:
+        for value in op.operands:
+            if value.owner not in memberset:
+                inputs.setdefault(value, len(inputs))
+    results = sum(
+        1 for op in ordered for r in op.results if any(u.operation not in memberset for u in r.uses)
+    )
+    return ordered, inputs, results
 
 
 def yielded(fused_op: ai.FusedOp) -> list:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +10,6 @@ from xdsl.ir import Operation
 
 from fusec.codegen import KernelSource
 from fusec.dialect import ops as ai
-from fusec.dialect.ops import spec_of
 from fusec.target import Target, Template, deferred
 
 _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
@@ -53,91 +51,6 @@ def _floats_only(what: str) -> Any:
     return accepts
 
 
-def gemm_accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
-    """Whether the Tensor Core GEMM computes a matmul group with these members.
-
-    A group it cannot take runs op by op through PyTorch, where any fused work
-    is slower than a separate kernel: so only the matmul alone, or an f16/bf16
-    matmul of group inputs (rank >= 2, batch dims whole or broadcast) with a
-    LayerNorm on its left operand (an unbatched right operand), an elementwise
-    tail and at most one softmax over the last axis.
-    """
-    if len(members) == 1 or not isinstance(anchor, ai.MatmulOp):
-        return None
-    if (reason := integer_values(members, "the cuda Tensor Core GEMM")) is not None:
-        return reason
-    lhs, rhs, out = (spec_of(v.type) for v in (anchor.lhs, anchor.rhs, anchor.output))
-    fallback = "so the group would run op by op through PyTorch"
-    if lhs.dtype not in ("f16", "bf16") or rhs.dtype != lhs.dtype:
-        return (
-            f"the cuda Tensor Core GEMM takes f16/bf16 operands, not {lhs.dtype} x {rhs.dtype}, "
-            f"{fallback}"
-        )
-    if lhs.rank < 2 or rhs.rank < 2:
-        return f"the cuda Tensor Core GEMM takes no 1-D operand, {fallback}"
-    memberset = set(members)
-    if anchor.rhs.owner in memberset:
-        return f"the cuda Tensor Core GEMM takes no prologue on its right operand, {fallback}"
-    producer = anchor.lhs.owner
-    if producer in memberset:
-        if not isinstance(producer, ai.LayerNormOp) or producer.input.owner in memberset:
-            return (
-                "the cuda Tensor Core GEMM takes one prologue, a LayerNorm of a group input, "
-                f"{fallback}"
-            )
-        if anchor.attr("transpose_a") or rhs.rank != 2:
-            return (
-                "the cuda Tensor Core GEMM's LayerNorm prologue needs a plain left operand and "
-                f"an unbatched right one, {fallback}"
-            )
-        if (reason := layernorm_prologue_problem(out.shape[-1], lhs.shape[-1])) is not None:
-            return reason
-    softmaxes = [op for op in members if isinstance(op, ai.SoftmaxOp)]
-    if len(softmaxes) > 1:
-        return f"the cuda Tensor Core GEMM takes at most one softmax, {fallback}"
-    for op in softmaxes:
-        rank = spec_of(op.output.type).rank
-        if op.attr("axis") % rank != rank - 1:
-            return f"the cuda Tensor Core GEMM takes a softmax over the last axis only, {fallback}"
-    escaping = [
-        r
-        for op in members
-        for r in op.results
-        if any(use.operation not in memberset for use in r.uses)
-    ]
-    if len(escaping) > 1:
-        return f"the cuda Tensor Core GEMM writes one result, not {len(escaping)}, {fallback}"
-    batch = out.shape[:-2]
-    for shape in (lhs.shape[:-2], rhs.shape[:-2]):
-        padded = (1,) * (len(batch) - len(shape)) + tuple(shape)
-        if math.prod(shape) != 1 and padded != batch:
-            return f"the cuda Tensor Core GEMM takes no partially broadcast batch, {fallback}"
-    return None
-
-
-LN_SPLIT_MIN_K = 1024  # the LayerNorm rows measured faster as a kernel of their own
-
-
-def layernorm_prologue_problem(n: int, k: int) -> str | None:
-    """Why ``LN(x) @ W`` (x: M x K, W: K x N) runs faster as two kernels, or None.
-
-    In the GEMM the LayerNorm costs the rewrite ``rstd * (acc - mu * c) + d`` on every
-    output element (M x N) plus a pre-pass over x and W; as a kernel of its own it costs
-    one read and one write of x (M x K), and the GEMM reads the normalised x. With
-    N >= K the kernel of its own wins (H200, 2026-12-01: MLP 8192x1024 -> 4096, 242.0
-    against 257.5 us of kernels; LN(8192x4096) -> matmul 4096x4096 -> softmax, 0.473
-    against 0.490 ms). Measured at K = 1024 and 4096 only: shorter rows keep the prologue
-    (their whole rows fit the pipeline, ``ln=tile``, or the pre-pass is small).
-    """
-    if k < LN_SPLIT_MIN_K or n < k:
-        return None
-    return (
-        f"the cuda Tensor Core GEMM leaves a LayerNorm over K = {k} to a kernel of its own: "
-        f"its output is N = {n} >= K wide, and normalising x once costs less than the "
-        "LayerNorm rewrite on every output element"
-    )
-
-
 class CudaTarget(Target):
     """Numba CUDA kernels (pointwise, row reductions); on the Hopper Tensor Cores the wgmma
     GEMM for matmul groups, the implicit-GEMM conv (a direct kernel for depthwise) and
@@ -155,7 +68,7 @@ class CudaTarget(Target):
         "matmul": Template(
             "fusec.targets.cuda.gemm.template",
             (ai.MatmulOp, ai.LayerNormOp, ai.SoftmaxOp),
-            accepts=gemm_accepts,
+            accepts=deferred("fusec.targets.cuda.gemm.template", "accepts"),
         ),
         "conv": Template(
             "fusec.targets.cuda.conv.template",

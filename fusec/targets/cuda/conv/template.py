@@ -29,9 +29,11 @@ body's ``ai.transpose`` views around the conv must agree (``plan`` checks them).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import StringAttr
+from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import (
@@ -45,7 +47,7 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import conv2d_padding
 from fusec.targets.cuda.caps import H200
-from fusec.targets.cuda.common import body_ops, integer_values, kernel_name, yielded
+from fusec.targets.cuda.common import as_packed, body_ops, integer_values, kernel_name, yielded
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
 from fusec.targets.cuda.conv.cpp import (
     EPILOGUE_LOADS,
@@ -113,7 +115,7 @@ def plan(fused_op: ai.FusedOp) -> ConvPlan | str:
     if isinstance(layout, str):
         return layout
     ops = body_ops(fused_op)
-    args = {arg: i for i, arg in enumerate(fused_op.block.args)}
+    args: dict[SSAValue, int] = {arg: i for i, arg in enumerate(fused_op.block.args)}
     views = _views(ops, args, layout)
     if isinstance(views, str):
         return views
@@ -122,11 +124,27 @@ def plan(fused_op: ai.FusedOp) -> ConvPlan | str:
         if not ops or not _is_view(ops[-1], TO_CHANNELS_LAST, yielded(fused_op)[0]):
             return f"{LAYOUT_ATTR} says output nhwc, but the body does not end in that transpose"
         ops = ops[:-1]
+    return plan_ops(ops, views, args, len(fused_op.results), layout)
+
+
+def plan_ops(
+    ops: Sequence[Operation],
+    views: Sequence[ai.TransposeOp],
+    args: Mapping[SSAValue, int],
+    results: int,
+    layout: Layout,
+) -> ConvPlan | str:
+    """The plan of a group of ``ops`` (in block order, after the operand ``views`` that
+    ``layout`` relays) whose inputs are ``args`` (value -> group input index) and which
+    writes ``results`` values, or why the templates cannot compute it: the one rule that
+    fusion (``accepts``) and code generation (``plan``) ask."""
+    if (reason := integer_values([*views, *ops], "the cuda conv templates")) is not None:
+        return reason
     if not ops or not isinstance(ops[0], ai.Conv2DOp):
         return "the group does not start with its conv2d (a prologue?)"
     conv = ops[0]
     rest = tuple(ops[1:])
-    if len(fused_op.results) != 1 or not all(isinstance(op, ELEMENTWISE_OPS) for op in rest):
+    if results != 1 or not all(isinstance(op, ELEMENTWISE_OPS) for op in rest):
         return "the epilogue is not a chain of elementwise ops with one result"
     if any([u.operation for u in v.output.uses] != [conv] for v in views):
         return "a transposed operand is read beyond the conv"
@@ -186,27 +204,26 @@ def geometry(conv: ai.Conv2DOp) -> ConvGeometry:
     return ConvGeometry(n, c, h, wd, k, r, s, sh, sw, pt, pl, pb, pr, dh, dw, groups)
 
 
-def accepts(members, anchor) -> str | None:
+def plan_members(members: Sequence[Operation]) -> ConvPlan | str:
+    """``plan_ops`` of the group fusion would pack from ``members`` (flat ops of one block,
+    before ``conv-layout``: NCHW/KCRS operands, no views): the body order, inputs and
+    results ``outline.pack`` gives it."""
+    ordered, inputs, results = as_packed(members)
+    return plan_ops(ordered, (), inputs, results, Layout())
+
+
+def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
     """Whether a template of this module computes a conv group of ``members`` fused
-    (``Template.accepts`` of the cuda target): a group it cannot take would run op by
-    op through PyTorch, where fused work is slower than a separate kernel."""
+    (``Template.accepts`` of the cuda target): ``plan_members`` and a route other than
+    the fallback, so fusion forms no group that code generation would hand to PyTorch,
+    where fused work runs op by op, slower than a separate kernel."""
     if len(members) == 1 or not isinstance(anchor, ai.Conv2DOp):
         return None
-    if (reason := integer_values(members, "the cuda conv templates")) is not None:
-        return reason
     fallback = "so the group would run op by op through PyTorch"
-    dtype = spec_of(anchor.input.type).dtype
-    if dtype not in _DTYPES:
-        return f"the cuda conv templates take f16/bf16, not {dtype}, {fallback}"
-    memberset = set(members)
-    if any(v.owner in memberset for v in (anchor.input, anchor.weight)):
-        return f"the cuda conv templates take no prologue, {fallback}"
-    escaping = [
-        r for op in members for r in op.results if any(u.operation not in memberset for u in r.uses)
-    ]
-    if len(escaping) > 1:
-        return f"the cuda conv templates write one result, not {len(escaping)}, {fallback}"
-    how = route_geometry(geometry(anchor))
+    p = plan_members(members)
+    if isinstance(p, str):
+        return f"the cuda conv templates cannot take the group ({p}), {fallback}"
+    how = route(p)
     return None if how in ("implicit", "direct") else f"{how}, {fallback}"
 
 

@@ -36,7 +36,10 @@ The tile configuration comes from the ``fusec.tile`` attribute the
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+
+from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import (
@@ -50,7 +53,7 @@ from fusec.codegen.expr import (
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.targets.cuda.caps import H200
-from fusec.targets.cuda.common import body_ops, kernel_name
+from fusec.targets.cuda.common import as_packed, body_ops, integer_values, kernel_name
 from fusec.targets.cuda.gemm import aux
 from fusec.targets.cuda.gemm.config import (
     TileConfig,
@@ -110,8 +113,23 @@ def _split_softmax(rest: list) -> tuple[list, ai.SoftmaxOp | None, list] | str:
 
 
 def plan(fused_op: ai.FusedOp) -> GemmPlan | str:
-    """The kernel's view of ``fused_op``, or why the group needs the fallback."""
-    ops = body_ops(fused_op)
+    """The kernel's view of ``fused_op``, or why the group needs the fallback.
+
+    This is the template's one acceptance rule (``plan_ops``): fusion asks it of the
+    members it would pack (``accepts``), code generation of the packed group, so a group
+    fusion formed never falls back here (tests/cuda/test_template_plans.py)."""
+    args: dict[SSAValue, int] = {arg: i for i, arg in enumerate(fused_op.block.args)}
+    return plan_ops(body_ops(fused_op), args, len(fused_op.results))
+
+
+def plan_ops(
+    ops: Sequence[Operation], args: Mapping[SSAValue, int], results: int
+) -> GemmPlan | str:
+    """The plan of a group of ``ops`` (in block order) whose inputs are ``args`` (value ->
+    group input index) and which writes ``results`` values, or why the kernel cannot."""
+    ops = list(ops)
+    if (reason := integer_values(ops, "the cuda Tensor Core GEMM")) is not None:
+        return reason
     layernorm = ops[0] if ops and isinstance(ops[0], ai.LayerNormOp) else None
     core = ops[1:] if layernorm is not None else ops
     matmuls = [op for op in core if isinstance(op, ai.MatmulOp)]
@@ -123,9 +141,8 @@ def plan(fused_op: ai.FusedOp) -> GemmPlan | str:
         return split
     pre, softmax, post = split
     allowed = all(isinstance(op, ELEMENTWISE_OPS) for op in (*pre, *post))
-    if len(fused_op.results) != 1 or not allowed:
+    if results != 1 or not allowed:
         return "the epilogue is not a chain of elementwise ops (and one softmax) with one result"
-    args = {arg: i for i, arg in enumerate(fused_op.block.args)}
     lhs_value = layernorm.input if layernorm is not None else matmul.lhs
     if layernorm is not None:
         if matmul.lhs is not layernorm.output or matmul.rhs is layernorm.output:
@@ -158,8 +175,8 @@ def plan(fused_op: ai.FusedOp) -> GemmPlan | str:
     if 0 in (m, n, k):
         return "an empty dimension"
     folded = batch_of["a"] and not batch_of["b"] and not ta
-    if layernorm is not None and (ta or batch_of["b"]):
-        return "a LayerNorm prologue needs a plain (not transposed) A and an unbatched B"
+    if layernorm is not None and (ta or len(rhs.shape) != 2):
+        return "a LayerNorm prologue needs a plain (not transposed) A and a 2-D B"
     a_rows, a_cols = (k, m) if ta else (m, k)
     b_rows, b_cols = (n, k) if tb else (k, n)
     a_batch = batches if batch_of["a"] else 1
@@ -183,6 +200,53 @@ def plan(fused_op: ai.FusedOp) -> GemmPlan | str:
         layernorm,
         softmax,
         tuple(post),
+    )
+
+
+def plan_members(members: Sequence[Operation]) -> GemmPlan | str:
+    """``plan_ops`` of the group fusion would pack from ``members`` (flat ops of one
+    block): the same body order, inputs and results as ``outline.pack`` gives it."""
+    ordered, inputs, results = as_packed(members)
+    return plan_ops(ordered, inputs, results)
+
+
+def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
+    """Whether the Tensor Core GEMM computes a matmul group of ``members``
+    (``Template.accepts`` of the cuda target): ``plan_members``, so fusion forms no group
+    that code generation would hand to PyTorch, where fused work runs op by op, slower
+    than a separate kernel. A plan with a LayerNorm prologue the GEMM serves more slowly
+    than a kernel of its own is refused too (``layernorm_prologue_problem``)."""
+    if len(members) == 1 or not isinstance(anchor, ai.MatmulOp):
+        return None
+    p = plan_members(members)
+    if isinstance(p, str):
+        return f"the cuda Tensor Core GEMM cannot take the group ({p}), {_FALLBACK}"
+    if p.layernorm is not None:
+        return layernorm_prologue_problem(p.n, p.k)
+    return None
+
+
+_FALLBACK = "so the group would run op by op through PyTorch"
+LN_SPLIT_MIN_K = 1024  # the LayerNorm rows measured faster as a kernel of their own
+
+
+def layernorm_prologue_problem(n: int, k: int) -> str | None:
+    """Why ``LN(x) @ W`` (x: M x K, W: K x N) runs faster as two kernels, or None.
+
+    In the GEMM the LayerNorm costs the rewrite ``rstd * (acc - mu * c) + d`` on every
+    output element (M x N) plus a pre-pass over x and W; as a kernel of its own it costs
+    one read and one write of x (M x K), and the GEMM reads the normalised x. With
+    N >= K the kernel of its own wins (H200, 2026-12-01: MLP 8192x1024 -> 4096, 242.0
+    against 257.5 us of kernels; LN(8192x4096) -> matmul 4096x4096 -> softmax, 0.473
+    against 0.490 ms). Measured at K = 1024 and 4096 only: shorter rows keep the prologue
+    (their whole rows fit the pipeline, ``ln=tile``, or the pre-pass is small).
+    """
+    if k < LN_SPLIT_MIN_K or n < k:
+        return None
+    return (
+        f"the cuda Tensor Core GEMM leaves a LayerNorm over K = {k} to a kernel of its own: "
+        f"its output is N = {n} >= K wide, and normalising x once costs less than the "
+        "LayerNorm rewrite on every output element"
     )
 
 
