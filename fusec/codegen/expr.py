@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from xdsl.ir import Operation, SSAValue
 
+from fusec.codegen import quant as _quant
 from fusec.dialect import ops as ai
 from fusec.dialect.facts import MATH_FUNCTIONS
 from fusec.dialect.ops import spec_of
@@ -118,7 +119,57 @@ def operand_shape(op: Operation, index: int) -> tuple[int, ...]:
         rank = len(shape_of(op.results[0]))
         axis = op.attr("axis") % rank
         return shape + (1,) * (rank - 1 - axis)
+    if isinstance(op, ai.QuantizationOp) and index > 0:
+        return quantization_operand_shape(op, shape)
     return shape
+
+
+def quantization_operand_shape(op: ai.QuantizationOp, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The broadcast shape of a quantization op's scale or zero point (``shape``): per
+    tensor its own, per axis ``(C, 1, ..., 1)`` along the axis, per block its own when
+    one block or one index per block makes it a broadcast, else the input's shape: the
+    block scale is then read at index ``i // block_size`` along the axis, which only the
+    cpu pointwise loop does (``block_leaves``; the other templates refuse such an op)."""
+    x = shape_of(op.input)
+    if op.attr("block_size") == 0:
+        if math.prod(shape) == 1 and len(shape) <= 1:
+            return shape
+        axis = op.attr("axis") % len(x)
+        return shape + (1,) * (len(x) - 1 - axis)
+    return shape if op.blocks() is None else x
+
+
+def block_leaves(ops: Sequence[Operation]) -> dict[SSAValue, tuple[int, int, int]]:
+    """The values ``ops`` read as per-block scales or zero points that are no broadcast
+    (``QuantizationOp.blocks``): value -> (axis of the input, block size, blocks)."""
+    found: dict[SSAValue, tuple[int, int, int]] = {}
+    for op in ops:
+        if isinstance(op, ai.QuantizationOp) and (blocks := op.blocks()) is not None:
+            for value in op.operands[1:]:
+                found[value] = blocks
+    return found
+
+
+def block_offset(
+    space: Sequence[int], shape: Sequence[int], index_vars: Sequence[str], dim: int, block: int
+) -> str:
+    """Flat offset into a per-block scale read in ``space`` (merged dims) as if of the
+    broadcast shape ``shape``, whose dim ``dim`` holds ``ceil(n / block)`` blocks of the
+    loop's ``n`` indices: ``broadcast_offset`` with ``index_vars[dim] // block`` there."""
+    lead = len(space) - len(shape)
+    terms = []
+    stride = 1
+    for d in range(len(shape) - 1, -1, -1):
+        size = shape[d]
+        if lead + d == dim:
+            size = -(-size // block)
+            terms.append(f"({index_vars[dim]} // {block})" + (f" * {stride}" if stride > 1 else ""))
+        elif size != 1:
+            terms.append(
+                index_vars[lead + d] if stride == 1 else f"{index_vars[lead + d]} * {stride}"
+            )
+        stride *= size
+    return " + ".join(reversed(terms)) if terms else "0"
 
 
 def leaf_shapes(ops: Sequence[Operation]) -> dict[SSAValue, tuple[int, ...]]:
@@ -571,6 +622,34 @@ class ExprGenerator:
             r = f"({r} - ({b} if ({r} != 0 and ({r} < 0) != ({a} < 0)) else {b} - {b}))"
         return f"({a} - {a} if {b} == 0 else {r})"
 
+    # ---------------------------------------------------- quantized elements
+    def quantize_code(self, dtype: str, q: str, zero_point: str, saturate: bool) -> str:
+        """``ai.quantize``'s code (``fusec.codegen.quant``): a Numba helper; the other
+        languages have none (the cuda target refuses the quantization ops by name)."""
+        from fusec.codegen.quant import quantize_helper
+
+        helper = self._quant_helper(quantize_helper(dtype, saturate))
+        return f"{helper}({q}, {zero_point})"
+
+    def quantized_value(self, dtype: str, code: str) -> str:
+        from fusec.codegen.quant import value_helper
+
+        name = value_helper(dtype)
+        if name is None:
+            self._quant_helper(None)
+            return f"f32({code})"
+        return f"{self._quant_helper(name)}({code})"
+
+    def _quant_helper(self, name: str | None) -> str | None:
+        if self.language is not PYTHON:
+            raise FusecError(
+                f"quantized element types have no {self.language.name} code (issue 31): "
+                "the cpu target computes ai.quantize and ai.dequantize"
+            )
+        if name is not None:
+            self.helpers.add(name)
+        return name
+
     # --------------------------------------------------------------- chains
     def chain(self, ops: Sequence[Operation], leaf: Leaf) -> tuple[list[str], dict[SSAValue, str]]:
         """Statements ``tN = <expr>`` computing ``ops`` in order.
@@ -760,7 +839,9 @@ def erfc_f32(x):
     v = f32(0.0) if a == f32(9.1875) else v
     return f32(2.0) - v if x < f32(0.0) else v
 '''
+_HELPERS.update(_quant.HELPERS)
 _REQUIRES = {
+    **_quant.REQUIRES,
     "exp_poly_f32": ("fma32",),
     "exp_f32": ("fma32", "exp_poly_f32"),
     "exp_nonpos_f32": ("fma32",),

@@ -128,6 +128,16 @@ class ScalarBuilder(Protocol):
         """Integer ``a / b`` truncated toward zero (C and ONNX); 0 where ``b`` is 0."""
         ...
 
+    def quantize_code(self, dtype: str, q: str, zero_point: str, saturate: bool) -> str:
+        """The code of quantized type ``dtype`` (i8, ui8, f8E4M3FN, f8E5M2) for ``q = x /
+        scale`` and the zero point's code, as ``ai.quantize`` defines it (issue 31).
+        Quantized elements are integers in a chain: an integer's value, a float8's code."""
+        ...
+
+    def quantized_value(self, dtype: str, code: str) -> str:
+        """The float32 value of a quantized element ``code`` of type ``dtype``."""
+        ...
+
     def int_remainder(self, a: str, b: str, floored: bool) -> str:
         """Integer ``a mod b``: the sign of ``b`` when ``floored`` (Python, ONNX's
         ``fmod=0``), else of ``a`` (C's ``%``, ``fmod=1``); 0 where ``b`` is 0."""

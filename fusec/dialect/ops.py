@@ -2048,8 +2048,8 @@ class CastOp(AiOp):
 # element type is the quantized type, as in ONNX.
 
 _QUANTIZED_ON_TARGETS = (
-    "no kernel template converts the quantized element types (float8, int8) yet "
-    "(issue 31); run it on the reference target"
+    "no cuda kernel template converts the quantized element types (float8, int8) yet "
+    "(issue 31); run it on the cpu or reference target"
 )
 
 
@@ -2065,14 +2065,26 @@ class QuantizationOp(AiOp):
     #: Elements per block along ``axis`` (per-block scales); 0: per tensor or axis.
     block_size = int_prop(0)
 
-    PATTERN: ClassVar[Pattern] = Pattern.OPAQUE
-    UNSUPPORTED: ClassVar[Mapping[str, str]] = {
-        target: _QUANTIZED_ON_TARGETS for target in ("cpu", "cuda")
-    }
+    #: Computed per element (``scalar``): the scale and zero point are broadcast
+    #: operands (per tensor, per index of ``axis``; per block of ``block_size`` indices,
+    #: which only the cpu pointwise template indexes: ``codegen.expr.operand_shape``).
+    PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
+    UNSUPPORTED: ClassVar[Mapping[str, str]] = {"cuda": _QUANTIZED_ON_TARGETS}
 
     @classmethod
     def check_dtypes(cls, operands: Sequence[TensorSpec]) -> None:
         """Each operand has its own element types: the shape function checks them."""
+
+    def blocks(self) -> tuple[int, int, int] | None:
+        """(axis, block size, blocks) when the scale is per block with more than one
+        block of more than one index (not a broadcast of numpy's rules), else None."""
+        x = spec_of(self.input.type)
+        block = self.attr("block_size")
+        if block <= 1 or x.rank == 0:
+            return None
+        axis = self.attr("axis") % x.rank
+        count = -(-x.shape[axis] // block)
+        return (axis, block, count) if count > 1 else None
 
     def broadcast(self, array: np.ndarray, x: np.ndarray) -> np.ndarray:
         """The scale or zero point ``array`` shaped to broadcast against ``x``."""
@@ -2102,6 +2114,11 @@ class QuantizeOp(QuantizationOp):
     def infer(cls, operands, attrs):
         return shapes.quantize(*operands, axis=attrs["axis"], block_size=attrs["block_size"])
 
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        x, scale, zero_point = args
+        dtype = spec_of(self.zero_point.type).dtype
+        return s.quantize_code(dtype, s.arith(x, "/", scale), zero_point, self.attr("saturate"))
+
     def reference(self, *args: np.ndarray) -> np.ndarray:
         from fusec.dialect import numpy_ops
 
@@ -2126,6 +2143,12 @@ class DequantizeOp(QuantizationOp):
     @classmethod
     def infer(cls, operands, attrs):
         return shapes.dequantize(*operands, axis=attrs["axis"], block_size=attrs["block_size"])
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        code, scale, zero_point = args
+        dtype = spec_of(self.input.type).dtype
+        shifted = s.arith(s.quantized_value(dtype, code), "-", s.quantized_value(dtype, zero_point))
+        return s.round_to(self.result_dtype(), s.arith(shifted, "*", scale))
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         from fusec.dialect import numpy_ops

@@ -572,8 +572,11 @@ class ReshapeAfterElementwise(Recognition):
     label = "reshape sunk"
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        # ai.expand's shape attribute is its result's: it does not move past a reshape
-        if not isinstance(op, ai.AiOp) or not op.has_scalar() or isinstance(op, ai.ExpandOp):
+        # ai.expand's shape attribute is its result's, a quantization op's scales are laid
+        # out along its input's axes: neither moves past a reshape
+        if not isinstance(op, ai.AiOp) or not op.has_scalar():
+            return
+        if isinstance(op, ai.ExpandOp | ai.QuantizationOp):
             return
         out = shape(op.results[0])
         sources: list[SSAValue | None] = []

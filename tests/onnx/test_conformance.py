@@ -196,9 +196,9 @@ def test_the_cpu_target_passes_the_same_cases(reference_report):
     assert passed | refused == {r.name for r in reference_report.results if r.status == "passed"}
 
 
-#: Operators whose ai ops the cpu target refuses by name (their ``UNSUPPORTED``): the
-#: quantized element types have no cpu kernel yet (issue 31).
-CPU_REFUSED_OPERATORS = {"QuantizeLinear", "DequantizeLinear"}
+#: Operators whose ai ops the cpu target refuses by name (their ``UNSUPPORTED``): none
+#: since the cpu target computes the quantized element types (issue 31).
+CPU_REFUSED_OPERATORS: set[str] = set()
 
 
 def cpu_refusals(report: ConformanceReport) -> set[str]:
@@ -212,12 +212,18 @@ def cpu_refusals(report: ConformanceReport) -> set[str]:
     }
 
 
-@pytest.mark.slow  # ~4 s: tests/onnx/test_onnx_quant.py checks the refusal in the default lane
+@pytest.mark.slow  # ~20 s: a kernel compile per case
 @pytest.mark.skipif(not _cpu_available(), reason="the cpu target is not available")
-def test_the_cpu_target_refuses_quantization_by_name():
-    report = run_conformance(["DequantizeLinear"], target="cpu")
-    refused = cpu_refusals(report)
-    assert refused and refused == {r.name for r in _failed(report)}
+def test_the_cpu_target_passes_every_quantization_case_the_reference_passes():
+    """QuantizeLinear / DequantizeLinear (int8, uint8, float8, per tensor, axis and block)
+    run as cpu kernels (issue 31): the cases the reference target passes pass on cpu."""
+    operators = ["QuantizeLinear", "DequantizeLinear"]
+    report = run_conformance(operators, target="cpu")
+    assert not _failed(report), _failures(report)
+    passed = {r.name for r in report.results if r.status == "passed"}
+    reference = run_conformance(operators, target="reference")
+    on_reference = {r.name for r in reference.results if r.status == "passed"}
+    assert len(on_reference) >= 12 and passed == on_reference
 
 
 # ------------------------------------------------------------ --all: the suite as the measure

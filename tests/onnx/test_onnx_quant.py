@@ -2,7 +2,8 @@
 (``fusec/frontend/onnx_quant.py``, issue 31) and run by the reference target: bit-exact
 against onnx's reference evaluator (int8, uint8, float8 e4m3fn / e5m2 with and without
 saturation; per tensor, per axis, per block), an fp8 QDQ MatMul graph against
-onnxruntime, and the located refusals (the cpu target, types fusec has no tensors of)."""
+onnxruntime and on the cpu target, and the located refusals (the cuda target, types fusec
+has no tensors of)."""
 
 from __future__ import annotations
 
@@ -207,10 +208,21 @@ def test_fp8_qdq_matmul_matches_onnxruntime():
     assert np.linalg.norm(x @ w - want) / np.linalg.norm(want) > 1e-3
 
 
-def test_cpu_target_refuses_quantize_by_name():
+def test_fp8_qdq_matmul_runs_on_cpu_as_the_reference():
+    """The cpu target computes the QDQ graph (issue 31): the activations' codes are the
+    reference's bit for bit, so the product agrees to float32 rounding."""
+    model, x = _qdq_matmul()
+    module = fusec.from_onnx(model)
+    got = fusec.compile(module, target="cpu")(x)
+    want = fusec.compile(fusec.from_onnx(model), target="reference")(x)
+    assert not np.isnan(got).any()
+    assert_close(got, want, tol=1e-5)
+
+
+def test_cuda_target_refuses_quantize_by_name():
     model, _ = _qdq_matmul()
-    with pytest.raises(FusecError, match="ai.quantize is not supported on target 'cpu'"):
-        fusec.compile(fusec.from_onnx(model), target="cpu")
+    with pytest.raises(FusecError, match="ai.quantize is not supported on target 'cuda'"):
+        fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
 
 
 # ------------------------------------------------------------------- refusals

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from fusec.codegen import KernelSource
-from fusec.ir.dtypes import is_float, numpy_dtype
+from fusec.ir.dtypes import FLOAT8_TYPES, is_float, numpy_dtype
 from fusec.runtime.launch import Allocator, Launch
 from fusec.targets.cpu import affinity, blas
 from fusec.targets.cpu.buffers import MIN_BYTES, shared_pool
@@ -66,7 +66,7 @@ class CpuBackend:
         if not plan.casts:
             return outs
         pairs = zip(outs, plan.casts, strict=True)
-        return [out if dtype is None else out.astype(dtype) for out, dtype in pairs]
+        return [out if dtype is None else _restore(out, dtype) for out, dtype in pairs]
 
     def _plan(self, launch: Launch) -> _OutputPlan:
         """The launch's outputs, worked out on its first run."""
@@ -114,6 +114,7 @@ class CpuBackend:
 
 
 _F32 = np.dtype(np.float32)
+_U8 = np.dtype(np.uint8)
 
 #: Serialises kernel calls while Numba's threading layer may be "workqueue", which
 #: aborts the process when parallel kernels run from two Python threads at once.
@@ -149,14 +150,29 @@ class _OutputPlan:
 
 def _storage(dtype: str) -> np.dtype:
     """The dtype a cpu kernel holds a tensor of element type ``dtype`` in: float32 for
-    every float type (16-bit ones are converted around the call), else its own."""
-    return _F32 if is_float(dtype) else np.dtype(numpy_dtype(dtype))
+    every float type (16-bit ones are converted around the call), uint8 codes for the
+    float8 types (issue 31: Numba has no float8), else its own."""
+    if is_float(dtype):
+        return _F32
+    if dtype in FLOAT8_TYPES:
+        return _U8
+    return np.dtype(numpy_dtype(dtype))
 
 
 def _as(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if type(array) is np.ndarray and array.dtype == dtype and array.flags.c_contiguous:
         return array
+    if dtype == _U8 and np.asarray(array).dtype.name.startswith("float8"):
+        return np.ascontiguousarray(array).view(_U8)  # a float8 tensor: its codes
     return np.ascontiguousarray(array, dtype=dtype)
+
+
+def _restore(out: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A kernel's output in its element type: float8 codes viewed as float8, 16-bit
+    floats rounded from float32."""
+    if dtype.name.startswith("float8"):
+        return out.view(dtype)
+    return out.astype(dtype)
 
 
 def _as_f32(array: np.ndarray) -> np.ndarray:

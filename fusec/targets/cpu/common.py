@@ -96,7 +96,16 @@ INPUT_ALIASES = frozenset({"wraw"})
 
 
 #: The Numba scalar type of the arrays of each non-float element type.
-_NUMBA_SCALARS = {"i64": "numba.int64", "i32": "numba.int32", "i1": "numba.boolean"}
+_NUMBA_SCALARS = {
+    "i64": "numba.int64",
+    "i32": "numba.int32",
+    "i1": "numba.boolean",
+    # the quantized types (issue 31): float8 tensors are held as their codes, one byte each
+    "i8": "numba.int8",
+    "ui8": "numba.uint8",
+    "f8E4M3FN": "numba.uint8",
+    "f8E5M2": "numba.uint8",
+}
 
 
 def _array_type(name: str, dtype: str = "f32") -> str:
@@ -150,6 +159,12 @@ def body_ops(fused_op: ai.FusedOp) -> list[Operation]:
     assert isinstance(term, ai.YieldOp)
     ops = [op for op in fused_op.block.ops if op is not term]
     live = ancestors(ops, term.operands)
+    if fused_op.kind_name != "pointwise":
+        for op in ops:
+            if isinstance(op, ai.QuantizationOp) and op.blocks() is not None:
+                raise error_at(
+                    op, "has per-block scales: only the cpu pointwise template reads them"
+                )
     return [op for op in ops if op in live]
 
 

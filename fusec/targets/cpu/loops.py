@@ -19,6 +19,8 @@ from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen.expr import (
     ExprGenerator,
+    block_leaves,
+    block_offset,
     broadcast_offset,
     broadcast_shapes,
     error_at,
@@ -88,16 +90,32 @@ def pointwise_stage(
             "compute them)",
         ) from None
     leaf_list = list(leaves)
+    # A per-block scale (issue 31) is read at index // block along its axis: that axis
+    # stays a dim of its own (a shape full along it alone keeps it from merging).
+    blocks = block_leaves(ops)
+    isolate = []
+    for value, (axis, _, _) in blocks.items():
+        dim = len(space) - len(leaves[value]) + axis
+        isolate.append(tuple(n if d == dim else 1 for d, n in enumerate(space)))
     merged, merged_shapes = coalesce(
-        space, [leaves[v] for v in leaf_list] + [shape_of(v) for v, _ in writes]
+        space, [leaves[v] for v in leaf_list] + [shape_of(v) for v, _ in writes] + isolate
     )
     leaf_merged = dict(zip(leaf_list, merged_shapes[: len(leaf_list)], strict=True))
-    write_merged = merged_shapes[len(leaf_list) :]
+    write_merged = merged_shapes[len(leaf_list) : len(leaf_list) + len(writes)]
+    block_dims = {
+        value: next(d for d, n in enumerate(shape) if n != 1)
+        for value, shape in zip(blocks, merged_shapes[len(leaf_list) + len(writes) :], strict=True)
+    }
 
     index = [f"i{d}" for d in range(len(merged) - 1)] + ["j"]
     body, inner = loop_header(merged)
 
     def leaf(value: SSAValue) -> str:
+        if value in blocks:
+            offset = block_offset(
+                merged, leaf_merged[value], index, block_dims[value], blocks[value][1]
+            )
+            return f"{reads[value]}[{offset}]"
         return f"{reads[value]}[{broadcast_offset(merged, leaf_merged[value], index)}]"
 
     stmts, names = gen.chain(ops, leaf)

@@ -16,6 +16,18 @@ _LAYOUT = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp)
 _DATA = (ai.TakeOp, ai.CumSumOp, ai.ArgMaxOp, ai.ArgMinOp)
 
 
+def _no_block_scales(members, anchor) -> str | None:
+    """Only the pointwise loop reads a per-block scale at ``index // block_size``
+    (issue 31): another template's group takes no such quantization op."""
+    for op in members:
+        if isinstance(op, ai.QuantizationOp) and op.blocks() is not None:
+            return (
+                f"{op.name} has per-block scales (block_size {op.attr('block_size')}): "
+                "only the cpu pointwise template reads them"
+            )
+    return None
+
+
 class CpuTarget(Target):
     """Numba ``@njit(parallel=True)`` kernels, one per ``ai.fused`` group; BLAS for the
     matmul and conv cores; 16-bit tensors computed in float32 and rounded back."""
@@ -28,16 +40,24 @@ class CpuTarget(Target):
     rule_params = {"softmax_tile_limit": 16384}
     templates = {
         "pointwise": Template("fusec.targets.cpu.pointwise"),
-        "row_reduce": Template("fusec.targets.cpu.row_reduce", _ROW),
-        "matmul": Template("fusec.targets.cpu.matmul", (ai.MatmulOp, *_ROW, *_LAYOUT)),
-        "conv": Template("fusec.targets.cpu.conv", (ai.Conv2DOp,)),
-        "reduce": Template(
-            "fusec.targets.cpu.reduce", (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp)
+        "row_reduce": Template("fusec.targets.cpu.row_reduce", _ROW, accepts=_no_block_scales),
+        "matmul": Template(
+            "fusec.targets.cpu.matmul", (ai.MatmulOp, *_ROW, *_LAYOUT), accepts=_no_block_scales
         ),
-        "pool": Template("fusec.targets.cpu.pool", (ai.MaxPool2DOp, ai.AvgPool2DOp)),
+        "conv": Template("fusec.targets.cpu.conv", (ai.Conv2DOp,), accepts=_no_block_scales),
+        "reduce": Template(
+            "fusec.targets.cpu.reduce",
+            (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp),
+            accepts=_no_block_scales,
+        ),
+        "pool": Template(
+            "fusec.targets.cpu.pool", (ai.MaxPool2DOp, ai.AvgPool2DOp), accepts=_no_block_scales
+        ),
         "copy": Template("fusec.targets.cpu.copy", (*_LAYOUT, *_DATA)),
         "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
-        "attention": Template("fusec.targets.cpu.attention", (ai.AttentionOp, *_LAYOUT)),
+        "attention": Template(
+            "fusec.targets.cpu.attention", (ai.AttentionOp, *_LAYOUT), accepts=_no_block_scales
+        ),
     }
 
     def backend(self, cache: Any = None) -> Any:
