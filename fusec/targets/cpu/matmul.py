@@ -114,6 +114,12 @@ class MatmulBlocks(BlockedCore):
         self.a_batch, self.b_batch = a2[:-2], b2[:-2]
         self.batch = broadcast_shapes(self.a_batch, self.b_batch)
         self.b_is_vector = len(b_shape) == 1
+        # B one matrix shared by the batch (a Linear layer's weight): one product of all
+        # of A's rows, not one a matrix each reading all of B (ConvNeXt, issue #30)
+        if self.a_batch and not (self.b_batch or self.ta or self.b_is_vector):
+            if _merged_heads(op, reads) is None:  # (a head-merged A is gathered per matrix)
+                self.m *= math.prod(self.a_batch)
+                self.a_batch = self.batch = ()
         a_row_major = bool(a_array) or not self.ta  # a prologue writes row-major blocks
         narrow = min(self.k, self.n) <= NN_MAX_NARROW
         self.nn = narrow and a_row_major and not (self.tb or self.b_is_vector) and host.fits(self.n)
