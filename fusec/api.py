@@ -137,14 +137,16 @@ def run_pipeline(
     source_text: str | None = None,
     target: str | None = None,
     sms: int = 0,
+    tuned: bool = False,
 ) -> ModuleOp:
     """Run a pass pipeline (default ``fusec-default``) in place and re-verify.
 
     ``target`` names the back end the result is for: the fusion passes then
     form only groups that target generates, and fuses only where it gains
     (a pass's own ``target=`` option wins). ``None``: the rules alone decide.
-    ``sms`` is the SM count the cuda tiles are chosen for (0: the GPU's, else an
-    H200's; ``tile-gemm{sms=N}`` wins).
+    ``sms`` is the SM count the cuda tiles are chosen for (0: an H200's; the pass never
+    asks the machine, ``compile`` resolves it; ``tile-gemm{sms=N}`` wins), ``tuned``
+    whether they may come from ``fusec tune`` records (``tile-gemm{tuned=true}``).
     """
     from xdsl.utils.exceptions import DiagnosticException
 
@@ -164,7 +166,7 @@ def run_pipeline(
                 after_pass(previous.name, mod)
         clock["t"] = time.perf_counter()
 
-    passes = build_pipeline(pipeline, callback, target=target, sms=sms)
+    passes = build_pipeline(pipeline, callback, target=target, sms=sms, tuned=tuned)
     try:
         passes.apply(ctx, module)
     except DiagnosticException as err:
@@ -301,10 +303,10 @@ def target_names() -> list[str]:
 
 
 def pipeline_names() -> list[str]:
-    """The named pass pipelines (``fusec.passes.PIPELINES``)."""
-    from fusec.passes import PIPELINES
+    """The named pass pipelines (``fusec.passes.named_pipelines``)."""
+    from fusec.passes import named_pipelines
 
-    return list(PIPELINES)
+    return list(named_pipelines())
 
 
 def resolve_target(target: str) -> str:
@@ -324,6 +326,7 @@ def compile(  # noqa: A001
     after_pass: Callable[[str, ModuleOp], None] | None = ...,
     executable: bool = ...,
     sms: int = ...,
+    tuned: bool = ...,
     max_specializations: int | None = ...,
 ) -> CompiledModule: ...
 
@@ -338,6 +341,7 @@ def compile(  # noqa: A001
     after_pass: Callable[[str, ModuleOp], None] | None = ...,
     executable: bool = ...,
     sms: int = ...,
+    tuned: bool = ...,
     max_specializations: int | None = ...,
 ) -> DynamicCompiledModule: ...
 
@@ -351,6 +355,7 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     after_pass: Callable[[str, ModuleOp], None] | None = None,
     executable: bool = True,
     sms: int = 0,
+    tuned: bool = False,
     max_specializations: int | None = None,
 ) -> CompiledModule | DynamicCompiledModule:
     """Parse (unless given a module), run the pipeline for the target and build a
@@ -366,8 +371,11 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     never chosen behind the caller's back. With ``executable=False`` the
     kernels are generated but no runtime is built, so a target that is not
     usable here (cuda without a GPU) can still show its kernels. ``sms`` names the
-    GPU's SM count the cuda tiles are chosen for (0: the usable GPU's, else an H200's),
-    so that the same inputs give the same kernels on every machine.
+    GPU's SM count the cuda tiles are chosen for (0: the usable GPU's, else an H200's:
+    the target resolves it here, once, and the passes are given it), so that the same
+    inputs give the same kernels on every machine. ``tuned`` lets the cuda tiles come
+    from ``fusec tune`` records in the kernel cache (an explicit input: without it the
+    kernels depend on the inputs and ``sms`` alone).
 
     A ``DynamicModel`` (``from_onnx`` of a model with dynamic dimensions) gives a
     ``DynamicCompiledModule`` (``fusec.runtime.specialize``): each call with a new
@@ -391,6 +399,7 @@ def compile(  # noqa: A001 - the public name is part of the API contract
                 after_pass=after_pass,
                 executable=executable,
                 sms=sms,
+                tuned=tuned,
             ),
             target=chosen.name,
             max_specializations=max_specializations,
@@ -418,7 +427,8 @@ def compile(  # noqa: A001 - the public name is part of the API contract
             timings=timings,
             source_text=source_text,
             target=chosen.name,
-            sms=sms,
+            sms=chosen.resolve_sms(sms),
+            tuned=tuned,
         )
     phases.append(PassTiming("passes", time.perf_counter() - clock, clock))
     clock = time.perf_counter()

@@ -132,6 +132,7 @@ def _compile(args: argparse.Namespace, timing: Any) -> int:
         after_pass=after_pass if args.print_ir_after_all else None,
         executable=False,
         sms=args.sms,
+        tuned=args.tuned,
     )
     if timing is not None:
         timing.add_compile(compiled.phases, compiled.timings)
@@ -608,7 +609,7 @@ def _add_tune_command(sub) -> None:
     tune = sub.add_parser(
         "tune",
         help="time a few Tensor Core tile configurations of each GEMM group on this GPU and "
-        "record the fastest in the kernel cache (the tile-gemm pass then uses it)",
+        "record the fastest in the kernel cache (`fusec compile --tuned` then uses it)",
     )
     tune.add_argument("file", help=_FILE_HELP)
     _add_input_shape(tune)
@@ -651,6 +652,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="the GPU's SM count the cuda tiles are chosen for (default: the GPU's, or an "
         "H200's 132 without one); give it for the same kernels on every machine",
+    )
+    comp.add_argument(
+        "--tuned",
+        action="store_true",
+        help="take the cuda tiles from this machine's `fusec tune` records in the kernel "
+        "cache where one matches (default: the heuristic's, from the IR and --sms alone)",
     )
     comp.add_argument("--pipeline", help=_PIPELINE_HELP)
     comp.add_argument("--target", default="auto", help=_TARGETS_HELP)

@@ -45,13 +45,6 @@ REGISTRY: dict[str, str] = {
     "cuda": "fusec.targets.cuda.target",
 }
 
-#: Passes a target contributes to the pipelines: pass name -> "module:Class".
-TARGET_PASSES: dict[str, str] = {
-    "tile-gemm": "fusec.targets.cuda.gemm.tiling:TileGemmPass",
-    "conv-layout": "fusec.targets.cuda.conv.layout:ConvLayoutPass",
-    "conv-patchify": "fusec.targets.cuda.conv.patchify:ConvPatchifyPass",
-}
-
 #: ``auto`` is the first target of this list that is available.
 AUTO_ORDER: tuple[str, ...] = ("cuda", "cpu")
 
@@ -106,7 +99,14 @@ class Target:
     templates: Mapping[str, Template] = {}
     #: Kernels are generated from IR alone (no device needed) and can be printed.
     generates_kernels: bool = True
-    #: The named pass pipeline (``fusec.passes.PIPELINES``) compiling for this target
+    #: Passes this target contributes to the pipelines, pass name -> "module:Class"
+    #: (imported when a pipeline names the pass): ``target_passes`` gathers them.
+    passes: Mapping[str, str] = {}
+    #: Named pipelines of this target, name -> pass-pipeline spec (which may name other
+    #: pipelines): ``target_pipelines`` gathers them beside ``fusec.passes.PIPELINES``.
+    pipelines: Mapping[str, str] = {}
+    #: The named pass pipeline (``fusec.passes.PIPELINES`` or its own ``pipelines``)
+    #: compiling for this target
     #: when the caller names none.
     pipeline: str = "fusec-default"
     #: Values of fusion-rule parameters for this target (``param`` lines of the rules
@@ -172,6 +172,12 @@ class Target:
         if template.accepts is not None:
             return template.accepts(members, anchor)
         return None
+
+    def resolve_sms(self, sms: int) -> int:
+        """The SM count the passes choose tiles for, resolved once by ``fusec.compile``
+        (``sms`` when given; a GPU target asks its device when 0): no pass asks the
+        machine."""
+        return sms
 
     # --------------------------------------------------------------- codegen
     def generate(self, fused_op: FusedOp, name: str) -> KernelSource:
@@ -249,6 +255,25 @@ def resolve_target(name: str, *, available: bool = True) -> Target:
     if available and (reason := target.unavailable_reason()) is not None:
         raise FusecError(f"target '{name}' is not usable here: {reason}")
     return target
+
+
+def target_passes() -> dict[str, str]:
+    """The passes of every registered target, pass name -> "module:Class"."""
+    return _contributions("passes")
+
+
+def target_pipelines() -> dict[str, str]:
+    """The named pipelines of every registered target, name -> pass-pipeline spec."""
+    return _contributions("pipelines")
+
+
+def _contributions(what: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for name in REGISTRY:
+        for key, value in getattr(get_target(name), what).items():
+            if found.setdefault(key, value) != value:
+                raise FusecError(f"two targets define the {what[:-1]} '{key}' differently")
+    return found
 
 
 def target_for_device(device: str) -> str | None:

@@ -14,19 +14,18 @@ from typing import Any
 
 from xdsl.passes import ModulePass, PassPipeline
 
+#: The pipelines every target shares; a target names its own (``Target.pipelines``:
+#: ``fusec-cuda``...), which ``named_pipelines`` adds.
 PIPELINES: dict[str, str] = {
     "fusec-default": "infer-shapes,recognize-patterns,canonicalize,cse,fuse",
-    # the cuda target: patchify convs as GEMMs, fusion, the channels-last layout of the
-    # conv groups (explicit conversions), then the Tensor Core tile of every GEMM group
-    "fusec-cuda": "infer-shapes,recognize-patterns,conv-patchify,canonicalize,cse,fuse,"
-    "conv-layout,tile-gemm",
-    # ... with a softmax of any row length in its matmul's group (rows longer than a block
-    # tile: the GEMM's partials epilogue and a finalise pass). Measured slower than the
-    # softmax as its own kernel on the H200 (benchmarks/results/gemm-2026-11-30.md, git
-    # history, 0fa3236), so not the default
-    "fusec-cuda-long-softmax": "infer-shapes,recognize-patterns,conv-patchify,canonicalize,cse,"
-    "fuse{softmax_tile_limit=1048576},conv-layout,tile-gemm",
 }
+
+
+def named_pipelines() -> dict[str, str]:
+    """Every named pipeline: the shared ones and the targets' own."""
+    from fusec.target import target_pipelines
+
+    return {**PIPELINES, **target_pipelines()}
 
 
 def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
@@ -75,7 +74,7 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         return load
 
     from fusec.passes.fusion.planner import STAGE_ORDER
-    from fusec.target import TARGET_PASSES
+    from fusec.target import target_passes
 
     return {
         "infer-shapes": infer_shapes,
@@ -85,38 +84,48 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "dce": dce,
         "fuse": fusion("fuse"),
         **{f"fuse-{stage}": fusion(f"fuse-{stage}") for stage in STAGE_ORDER},
-        **{name: target_pass(where) for name, where in TARGET_PASSES.items()},
+        **{name: target_pass(where) for name, where in target_passes().items()},
     }
 
 
 def expand_spec(spec: str) -> str:
     """Replace named pipelines (``fusec-default``) by their passes (recursively)."""
     parts = [p.strip() for p in spec.split(",") if p.strip()]
-    return ",".join(expand_spec(PIPELINES[p]) if p in PIPELINES else p for p in parts)
+    named = named_pipelines()
+    return ",".join(expand_spec(named[p]) if p in named else p for p in parts)
 
 
 def build_pipeline(
-    spec: str | None = None, callback=None, target: str | None = None, sms: int = 0
+    spec: str | None = None,
+    callback=None,
+    target: str | None = None,
+    sms: int = 0,
+    tuned: bool = False,
 ) -> PassPipeline:
     """A PassPipeline from an xDSL pipeline spec; ``None`` means ``fusec-default``.
 
     ``target`` becomes the ``target`` option of every fusion pass that does not
     name one itself: the groups are then planned for that back end. ``sms`` (when
     not 0) becomes the ``sms`` option of a ``tile-gemm`` that does not set one: the
-    device the tiles are chosen for, resolved once by the caller.
+    device the tiles are chosen for, resolved once by the caller; ``tuned`` sets its
+    ``tuned`` option (``fusec tune`` records as an input).
     """
     pipeline = _parse_pipeline(spec, callback)
-    if target is None and not sms:
+    if target is None and not sms and not tuned:
         return pipeline
     from fusec.passes.fusion.driver import FusePass
 
     def configured(p: ModulePass) -> ModulePass:
         if target is not None and isinstance(p, FusePass) and p.target is None:
             return replace(p, target=target)
-        if sms and p.name == "tile-gemm" and not getattr(p, "sms", 0):
+        if p.name == "tile-gemm":
             # by name: shared modules import no target (tests/test_architecture.py)
             tiling: Any = p
-            return replace(tiling, sms=sms)
+            if sms and not tiling.sms:
+                tiling = replace(tiling, sms=sms)
+            if tuned and not tiling.tuned:
+                tiling = replace(tiling, tuned=True)
+            return tiling
         return p
 
     return PassPipeline(tuple(configured(p) for p in pipeline.passes), pipeline.callback)

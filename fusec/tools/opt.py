@@ -58,12 +58,12 @@ class FusecOptMain(xDSLOptMain):
         self.available_targets = {name: every[name] for name in TARGETS}
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
-        from fusec.passes import PIPELINES
+        from fusec.passes import named_pipelines
 
         super().register_all_arguments(arg_parser)
         arg_parser.prog = "fusec-opt"
         arg_parser.epilog = (
-            f"named pipelines (in -p): {', '.join(PIPELINES)}. "
+            f"named pipelines (in -p): {', '.join(named_pipelines())}. "
             "Exit status: 0 ok, 1 bad input, 2 bad command line, 70 a fusec bug."
         )
         self._arg_parser = arg_parser  # to report a bad -p as argparse reports a bad -t

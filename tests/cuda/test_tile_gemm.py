@@ -74,12 +74,13 @@ def test_tuned_record_wins_over_the_heuristic(tmp_path, monkeypatch) -> None:
     (group,) = [op for op in compiled.module.walk() if isinstance(op, ai.FusedOp)]
     key = tuning.problem_key(group, template.plan(group), current_device())
     tuning.record(key, TileConfig(256, 128, 64, 4, 2, 8), {"256x128x64 s4 c2 g8": 0.2})
-    again = fusec.compile(path, target="cuda", executable=False)
+    again = fusec.compile(path, target="cuda", executable=False, tuned=True)
     assert "block = array<i64: 256, 128, 64>" in again.ir and 'choice = "tuned"' in again.ir
-    untuned = fusec.compile(
-        path, target="reference", pipeline="fusec-default,tile-gemm{tuned=false}"
-    )
-    assert 'choice = "heuristic"' in untuned.ir
+    tuned = fusec.compile(path, target="reference", pipeline="fusec-default,tile-gemm{tuned=true}")
+    assert 'choice = "tuned"' in tuned.ir
+    # the records are an explicit input: without it the pass does not read them
+    untuned = fusec.compile(path, target="cuda", executable=False)
+    assert 'choice = "heuristic"' in untuned.ir and untuned.ir == compiled.ir
 
 
 BAD_TILE = """func.func @f(%a: tensor<256x256xf16>, %b: tensor<256x256xf16>) -> tensor<256x256xf16> {

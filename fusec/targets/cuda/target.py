@@ -60,6 +60,23 @@ class CudaTarget(Target):
     description = "NVIDIA GPUs: Numba CUDA kernels and the Hopper Tensor Core GEMM"
     devices = ("cuda",)
     pipeline = "fusec-cuda"
+    passes = {
+        "tile-gemm": "fusec.targets.cuda.gemm.tiling:TileGemmPass",
+        "conv-layout": "fusec.targets.cuda.conv.layout:ConvLayoutPass",
+        "conv-patchify": "fusec.targets.cuda.conv.patchify:ConvPatchifyPass",
+    }
+    pipelines = {
+        # patchify convs as GEMMs, fusion, the channels-last layout of the conv groups
+        # (explicit conversions), then the Tensor Core tile of every GEMM group
+        "fusec-cuda": "infer-shapes,recognize-patterns,conv-patchify,canonicalize,cse,fuse,"
+        "conv-layout,tile-gemm",
+        # ... with a softmax of any row length in its matmul's group (rows longer than a
+        # block tile: the GEMM's partials epilogue and a finalise pass). Measured slower
+        # than the softmax as its own kernel on the H200 (benchmarks/results/
+        # gemm-2026-11-30.md, git history, 0fa3236), so not the default
+        "fusec-cuda-long-softmax": "infer-shapes,recognize-patterns,conv-patchify,canonicalize,"
+        "cse,fuse{softmax_tile_limit=1048576},conv-layout,tile-gemm",
+    }
     templates = {
         "pointwise": Template("fusec.targets.cuda.pointwise"),
         "row_reduce": Template(
@@ -102,6 +119,12 @@ class CudaTarget(Target):
         if device and not simulator_enabled() and not gpu_available():
             return "it needs an NVIDIA GPU, and none is usable here"
         return None
+
+    def resolve_sms(self, sms: int) -> int:
+        """``sms``, else the usable GPU's SM count, else an H200's (``caps.resolve_device``)."""
+        from fusec.targets.cuda.caps import resolve_device
+
+        return resolve_device(sms).sms
 
     def auto_selectable(self) -> bool:
         from fusec.targets.cuda.env import gpu_available

@@ -7,12 +7,15 @@ For each ``ai.fused "matmul"`` group that the cuda GEMM template serves (see
                   consumers = C, group_m = G, choice = "..."}
 
 chosen, in this order, from a ``fusec tune`` record of the same problem on the
-same device (``choice = "tuned"``), or by the heuristic from the problem shape
-and the device's SM count (``"heuristic"``, or ``"row softmax"`` when the block
-tile must hold whole rows). The device is the GPU when one is usable, else the
-H200 defaults, or what the ``sms`` option says. The ``schedule``, ``epilogue``,
-``math``, ``vectors``, ``prefetch`` and ``ln`` options force a variant on every group
-(``config.with_variant`` adapts the tile; ``choice`` then says so), e.g.
+same device (``choice = "tuned"``; only with the option ``tuned=true``, so the
+records in the kernel cache are an explicit input: ``fusec compile --tuned``), or by
+the heuristic from the problem shape and the device's SM count (``"heuristic"``, or
+``"row softmax"`` when the block tile must hold whole rows). The device is what the
+``sms`` option says, else an H200: the pass never asks the machine (``fusec.compile``
+resolves the device once and gives its SM count, ``caps.resolve_device``). The
+``schedule``, ``epilogue``, ``math``, ``vectors``, ``prefetch`` and ``ln`` options force
+a variant on every group (``config.with_variant`` adapts the tile; ``choice`` then says
+so), e.g.
 ``fusec-default,tile-gemm{schedule=pingpong epilogue=smem math=fast vectors=smem}``, and
 ``tile="128x128x64 s6 c2 g8 sched=pingpong"`` forces one exact configuration; the
 variants and their attribute keys are in ``fusec.targets.cuda.gemm.config``.
@@ -41,11 +44,27 @@ if TYPE_CHECKING:
 
 
 def current_device(sms: int = 0) -> DeviceCaps:
-    """The device to tile for: ``sms`` when given (``caps.resolve_device``), else the usable
-    GPU, else the H200."""
+    """This machine's device as ``fusec tune`` records it: ``sms`` when given
+    (``caps.resolve_device``), else the usable GPU, else the H200."""
     from fusec.targets.cuda.caps import resolve_device
 
     return resolve_device(sms)
+
+
+def given_device(sms: int = 0) -> DeviceCaps:
+    """The device the pass tiles for: ``sms`` SMs when given, else an H200; never the
+    machine's (the caller resolved it, ``caps.resolve_device``)."""
+    from fusec.targets.cuda.caps import H200, resolve_device
+
+    return resolve_device(sms) if sms else H200
+
+
+def tuning_device(sms: int = 0) -> DeviceCaps:
+    """The device whose ``fusec tune`` records a ``tuned=true`` pass reads: this machine's
+    as ``fusec tune`` keyed them (``current_device()``) when it has ``sms`` SMs (or ``sms``
+    is 0), else the given one (whose records only a tune for it could have written)."""
+    machine = current_device()
+    return machine if sms in (0, machine.sms) else given_device(sms)
 
 
 @dataclass(frozen=True)
@@ -55,10 +74,12 @@ class TileGemmPass(ModulePass):
     name = "tile-gemm"
 
     sms: int = 0
-    """SM count to tile for (0: the GPU's, or 132, an H200's, without one)."""
+    """SM count to tile for (0: an H200's 132; ``fusec.compile`` gives the resolved
+    device's)."""
 
-    tuned: bool = True
-    """Use ``fusec tune`` records from the kernel cache when one matches."""
+    tuned: bool = False
+    """Use ``fusec tune`` records from the kernel cache when one matches (an explicit
+    input: without it the output depends on the IR and the options alone)."""
 
     tile: str = ""
     """Force this exact configuration (``TileConfig.text``, e.g. ``"128x128x64 s6 c2 g8
@@ -92,16 +113,16 @@ class TileGemmPass(ModulePass):
         device = None
         for fused in op.walk():
             if isinstance(fused, ai.FusedOp) and fused.kind_name == "conv":
-                device = device or current_device(self.sms)
+                device = device or given_device(self.sms)
                 _tile_conv(fused, device)
             if not isinstance(fused, ai.FusedOp) or fused.kind_name != "matmul":
                 continue
             p = template.plan(fused)
             if isinstance(p, str):
                 continue
-            device = device or current_device(self.sms)
+            device = device or given_device(self.sms)
             config, choice = template.heuristic_config(p, device.sms)
-            record = tuning.lookup(fused, p, device) if self.tuned else None
+            record = tuning.lookup(fused, p, tuning_device(self.sms)) if self.tuned else None
             if record is not None:
                 config, choice = record, "tuned"
             if self.tile:
