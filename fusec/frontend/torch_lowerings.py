@@ -19,7 +19,7 @@ from torch import fx
 from xdsl.ir import SSAValue
 
 from fusec.dialect import ops as ai
-from fusec.frontend.torch_fx import Translator, dtype_of, lowering, shape_of
+from fusec.frontend.torch_fx import Translator, dtype_name, dtype_of, lowering, shape_of
 
 Args = dict[str, Any]
 
@@ -718,16 +718,244 @@ def _sdpa(t: Translator, node: fx.Node, a: Args) -> SSAValue:
 
 @lowering("index.Tensor")
 def _index(t: Translator, node: fx.Node, a: Args) -> SSAValue:
-    """``x[..., ids, ...]`` with one integer index tensor (a lookup: ai.take)."""
+    """Advanced indexing ``x[..., i, j, ...]`` with integer index tensors (``None``: a
+    whole dim). One index tensor is one ``ai.take`` on its dim. Several broadcast
+    together (shape ``B``): the indexed dims (moved to the front first when they are not
+    adjacent, where PyTorch puts ``B`` first) merge into one dim, looked up at the flat
+    positions: computed at import when the index tensors are constants (one
+    ``ai.gather``, or a reshape when they name every element in order: the attention
+    mask's ``mask[batch_idx, kv_idx]``), else with integer ops at run time for one
+    ``ai.take``, where an index outside its own dim becomes a position outside the
+    merged dim, so that the lookup fails as PyTorch's does."""
     x = t.tensor(a["self"])
     given = [(axis, i) for axis, i in enumerate(a["indices"]) if i is not None]
-    if len(given) != 1:
-        raise t.error("indexing with several index tensors is not supported")
-    axis, index = given[0]
-    ids = t.tensor(index)
-    if dtype_of(ids) not in ("i64", "i32"):
-        raise t.error(f"indexing with {dtype_of(ids)} indices (a mask) is not supported")
-    return t.emit(ai.TakeOp, x, ids, axis=axis)
+    if not given:
+        raise t.error("indexing without an index tensor")
+    for _, index in given:
+        known = t.const_of(index)
+        kind = dtype_name(known.dtype) if known is not None else dtype_of(t.tensor(index))
+        if kind not in ("i64", "i32"):
+            raise t.error(f"indexing with {kind} indices (a mask) is not supported")
+    if len(given) == 1:
+        axis, index = given[0]
+        return t.emit(ai.TakeOp, x, t.tensor(index), axis=axis)
+    axes = [axis for axis, _ in given]
+    if axes != list(range(axes[0], axes[0] + len(axes))):  # not adjacent: to the front
+        rest = [d for d in range(len(shape_of(x))) if d not in axes]
+        x = t.emit(ai.TransposeOp, x, perm=(*axes, *rest))
+        axes = list(range(len(axes)))
+    shape, first, last = shape_of(x), axes[0], axes[-1]
+    sizes = shape[first : last + 1]
+    merged = _reshape(t, x, (*shape[:first], math.prod(sizes), *shape[last + 1 :]))
+    y = _lookup(t, merged, first, sizes, [index for _, index in given])
+    return _reshape(t, y, t.out_shape())
+
+
+@lowering("gather.default")
+def _gather(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """``torch.gather``: ``out[p] = self[p with p[dim] = index[p]]``: the advanced
+    indexing of the whole input by iotas along the other dims and ``index`` along
+    ``dim``, one lookup in the flattened input."""
+    x = t.tensor(a["self"])
+    shape = shape_of(x)
+    if not shape:
+        raise t.error("gather of a rank-0 tensor is not supported")
+    dim = _axis(t, int(a["dim"]), len(shape))
+    index = a["index"]
+    known = t.const_of(index)
+    index_shape = tuple(known.shape) if known is not None else shape_of(t.tensor(index))
+    if len(index_shape) != len(shape) or any(
+        i > d for k, (i, d) in enumerate(zip(index_shape, shape, strict=True)) if k != dim
+    ):
+        raise t.error(f"index of shape {list(index_shape)} for an input of {list(shape)}")
+    items: list[Any] = []
+    for k, count in enumerate(index_shape):
+        if k == dim:
+            items.append(index)
+        else:
+            items.append(np.arange(count).reshape((count,) + (1,) * (len(shape) - k - 1)))
+    flat = _reshape(t, x, (math.prod(shape),))
+    return _reshape(t, _lookup(t, flat, 0, shape, items, negative=False), index_shape)
+
+
+def _lookup(
+    t: Translator,
+    merged: SSAValue,
+    axis: int,
+    sizes: Sequence[int],
+    items: Sequence[Any],
+    negative: bool = True,
+) -> SSAValue:
+    """Dim ``axis`` of ``merged`` (the dims ``sizes`` merged) at the positions the index
+    tensors ``items`` (one per merged dim, broadcast together; numpy arrays or tensor
+    arguments) name: ``ai.gather`` of positions computed at import when they are all
+    constants (none at all when they name every element in order), else ``ai.take``
+    of ``sum(index_k * stride_k)``, negative indices wrapped, a position past the merged
+    dim where an index is outside its own dim (so that the lookup fails as PyTorch's
+    does). ``negative=False``: a negative index is outside (``torch.gather``)."""
+    known: list[np.ndarray | None] = []
+    for k, (item, size) in enumerate(zip(items, sizes, strict=True)):
+        const = item if isinstance(item, np.ndarray) else t.const_of(item)
+        array = None if const is None else np.asarray(const, dtype=np.int64)
+        low = -size if negative else 0
+        if array is not None and ((array < low) | (array >= size)).any():
+            raise t.error(f"index tensor #{k} has an index out of range for a dim of {size}")
+        known.append(None if array is None else np.where(array < 0, array + size, array))
+    strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
+    if all(array is not None for array in known):
+        try:
+            flat = sum(
+                (a * s for a, s in zip(known, strides, strict=True) if a is not None),
+                np.zeros((), dtype=np.int64),
+            )
+        except ValueError:
+            raise t.error("the index tensors do not broadcast together") from None
+        flat = np.asarray(flat).reshape(-1)
+        if flat.size == math.prod(sizes) and (flat == np.arange(flat.size)).all():
+            return merged  # every element in order: a reshape
+        return t.emit(ai.GatherOp, merged, axis=axis, indices=[int(i) for i in flat])
+    total: SSAValue | None = None
+    valid: SSAValue | None = None
+    for item, array, size, stride in zip(items, known, sizes, strides, strict=True):
+        if array is not None:  # checked above
+            term = t.constant(array * stride, "i64")
+        else:
+            ids = t.tensor(item, "i64")
+            if negative:
+                wrapped = t.emit(ai.AddOp, ids, t.scalar(size, "i64"))
+                below = t.emit(ai.LessOp, ids, t.scalar(0, "i64"))
+                ids = t.emit(ai.WhereOp, below, wrapped, ids)
+            inside = t.emit(
+                ai.AndOp,
+                t.emit(ai.GreaterEqualOp, ids, t.scalar(0, "i64")),
+                t.emit(ai.LessOp, ids, t.scalar(size, "i64")),
+            )
+            valid = inside if valid is None else t.emit(ai.AndOp, valid, inside)
+            term = ids if stride == 1 else t.emit(ai.MulOp, ids, t.scalar(stride, "i64"))
+        total = term if total is None else t.emit(ai.AddOp, total, term)
+    assert total is not None and valid is not None
+    outside = t.scalar(math.prod(sizes), "i64")
+    return t.emit(ai.TakeOp, merged, t.emit(ai.WhereOp, valid, total, outside), axis=axis)
+
+
+#: The most elements of an ``as_strided`` input whose storage positions are checked.
+AS_STRIDED_LIMIT = 1 << 22
+
+
+@lowering("as_strided.default", "as_strided_copy.default")
+def _as_strided(t: Translator, node: fx.Node, a: Args) -> SSAValue:
+    """A view of the input's storage with its own sizes, strides and offset, when that
+    view is a reshape, slice and transpose of the input's elements (else a refusal).
+
+    The proof is by its positions: the storage position of each input element (from its
+    strides and offset as PyTorch recorded them; they must not overlap) gives, for each
+    result element, the input element it reads (each must be one). Those flat indices
+    must be affine in the result's coordinates, with distinct positive steps that divide
+    one another and the input's size: then the input reshaped to the radix of those
+    steps, sliced at the first index's digits and transposed to the result's order is
+    the view. The same steps run on an iota must give the flat indices exactly."""
+    source = a["self"]
+    x = t.tensor(source)
+    recorded = source.meta.get("val") if isinstance(source, fx.Node) else None
+    if recorded is None or not hasattr(recorded, "stride"):
+        raise t.error("the input's strides are not recorded")
+    shape = shape_of(x)
+    n = math.prod(shape)
+    size = tuple(int(d) for d in a["size"])
+    stride = tuple(int(d) for d in a["stride"])
+    start = a.get("storage_offset")
+    start = int(recorded.storage_offset()) if start is None else int(start)
+    if n > AS_STRIDED_LIMIT or math.prod(size) > AS_STRIDED_LIMIT:
+        raise t.error(f"as_strided of more than {AS_STRIDED_LIMIT} elements is not checked")
+    flat = _strided_flat_indices(
+        t, shape, tuple(int(d) for d in recorded.stride()), int(recorded.storage_offset()),
+        size, stride, start,
+    )  # fmt: skip
+    return _view_of_flat_indices(t, x, flat)
+
+
+def _positions(shape: Sequence[int], strides: Sequence[int], offset: int) -> np.ndarray:
+    """The storage position of every element of a strided tensor, in logical order."""
+    total = np.full(tuple(shape), offset, dtype=np.int64)
+    for axis, (dim, step) in enumerate(zip(shape, strides, strict=True)):
+        iota = np.arange(dim, dtype=np.int64).reshape((dim,) + (1,) * (len(shape) - axis - 1))
+        total = total + iota * step
+    return total
+
+
+def _strided_flat_indices(
+    t: Translator,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    offset: int,
+    size: tuple[int, ...],
+    stride: tuple[int, ...],
+    start: int,
+) -> np.ndarray:
+    """For each element of the strided view, the flat (logical) index of the input
+    element at its storage position."""
+    held = _positions(shape, strides, offset).reshape(-1)
+    order = np.argsort(held, kind="stable")
+    ranked = held[order]
+    if ranked.size > 1 and (np.diff(ranked) == 0).any():
+        raise t.error(f"the input's strides {list(strides)} make elements overlap")
+    wanted = _positions(size, stride, start)
+    where = np.searchsorted(ranked, wanted)
+    inside = where < ranked.size
+    if not inside.all() or (ranked[np.where(inside, where, 0)] != wanted).any():
+        raise t.error("the view reads storage outside its input's elements")
+    return order[where]
+
+
+def _view_of_flat_indices(t: Translator, x: SSAValue, flat: np.ndarray) -> SSAValue:
+    """``x.reshape(-1)[flat]`` as reshape, slice and transpose, or a refusal.
+
+    With the result's dims ordered by their steps ``a_k`` through the flat input
+    (largest first), the input is reshaped to the radix of blocks ``b_k = gcd(a_k,
+    b_(k-1))`` (``b_0`` its size), each dim of that radix sliced from the first index's
+    digit with the step ``a_k / b_k``, and the slice transposed to the result's order."""
+    shape, size = shape_of(x), tuple(flat.shape)
+    n = math.prod(shape)
+    if flat.size == n and (flat.reshape(-1) == np.arange(n)).all():
+        return _reshape(t, x, size)
+    base = int(flat.reshape(-1)[0])
+    moving = [d for d in range(len(size)) if size[d] > 1]
+    steps = {}
+    for d in moving:
+        unit = [0] * len(size)
+        unit[d] = 1
+        steps[d] = int(flat[tuple(unit)]) - base
+    moving.sort(key=lambda d: -steps[d])
+    jumps = [steps[d] for d in moving]
+    if any(j <= 0 for j in jumps) or len(set(jumps)) != len(jumps):
+        raise t.error(
+            f"the view is not a reshape, slice or transpose: its steps {jumps} through the "
+            "input's elements are not distinct and positive"
+        )
+    blocks = [n]
+    for jump in jumps:
+        blocks.append(math.gcd(jump, blocks[-1]))
+    radix = [p // q for p, q in zip(blocks, blocks[1:], strict=False)] + [blocks[-1]]
+    digits = [int(c) for c in np.unravel_index(base, radix)]
+    counts = [size[d] for d in moving] + [1]
+    gaps = [j // b for j, b in zip(jumps, blocks[1:], strict=True)] + [1]
+    spans = zip(digits, counts, gaps, radix, strict=True)
+    if any(c + (k - 1) * g >= r for c, k, g, r in spans):
+        raise t.error("the view is not a reshape, slice or transpose: it wraps around a dim")
+    inverse = [moving.index(d) for d in sorted(moving)]
+    window = tuple(
+        slice(c, c + (k - 1) * g + 1, g) for c, k, g in zip(digits, counts, gaps, strict=True)
+    )
+    iota = np.arange(n).reshape(radix)[window]
+    iota = iota.reshape(counts[:-1]).transpose(inverse).reshape(size)
+    if not np.array_equal(iota, flat):
+        raise t.error("the view is not a reshape, slice or transpose of its input")
+    y = _reshape(t, x, radix)
+    if counts != radix:
+        y = t.emit(ai.SliceOp, y, offsets=digits, sizes=counts, strides=gaps)
+    if inverse != sorted(inverse):
+        y = t.emit(ai.TransposeOp, _reshape(t, y, counts[:-1]), perm=inverse)
+    return _reshape(t, y, size)
 
 
 @lowering("constant_pad_nd.default")
