@@ -521,3 +521,33 @@ def test_the_softmax_tile_limits_the_readme_states():
     assert f"but {cpu} on cpu" in text
     for name in ("reference", "cuda"):
         assert "softmax_tile_limit" not in get_target(name).rule_params
+
+
+#: The numbers the README writes as words.
+NUMBER_WORDS = {"five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
+
+
+def test_the_cpu_conv_methods_the_readme_counts_are_conv_methods():
+    """ "A conv takes one of seven methods (`fusec/targets/cpu/conv.py`, `conv_method`
+    ...)": as many as the names ``conv_method`` returns, so that a method added there
+    without its line in the README fails here (issue #26: the README named one
+    method of five)."""
+    import inspect
+    import textwrap
+
+    from fusec.targets.cpu import conv
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(conv.conv_method)))
+    methods = {
+        node.value
+        for ret in ast.walk(tree)
+        if isinstance(ret, ast.Return)
+        for node in ast.walk(ret)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    text = " ".join(README.read_text().split())
+    match = re.search(r"A conv takes one of (\w+) methods \(`fusec/targets/cpu/conv\.py`", text)
+    assert match is not None, "the README no longer counts the cpu conv methods: update this"
+    assert NUMBER_WORDS.get(match[1]) == len(methods), (
+        f"README.md says {match[1]} conv methods; conv_method returns {sorted(methods)}"
+    )
