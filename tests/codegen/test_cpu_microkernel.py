@@ -84,7 +84,7 @@ def test_vector_width_follows_the_target_features():
 
 
 @pytest.mark.parametrize("transposed", [False, True])
-@pytest.mark.parametrize("m, strips, k", [(23, 3, 40), (6, 1, 1), (1, 2, 300)])
+@pytest.mark.parametrize("m, strips, k", [(23, 3, 40), (6, 1, 1), (1, 2, 300), (33, 2, 17)])
 def test_gemm_packed_reads_b_as_pack_strips_lays_it_out(transposed, m, strips, k):
     """C's columns from strip 1 on (``bp_off`` = 1 strip of k rows) into a poisoned C
     with a wider leading dimension: the strips are B's columns, each k x STRIP."""

@@ -47,6 +47,17 @@ MAX_ROWS, MIN_ROWS = 512, 32
 #: this small repack nothing and keep A's and C's blocks in L2 (MLP 1024x512x2048 at
 #: 2 threads, both matmuls: 48 rows 20.7 ms, 96 rows 21.4, by median; cpu-notes.md).
 PACKED_ROWS = 48
+#: Bytes of a packed B beyond which it is taken to stream from memory (it does not stay
+#: in a core's L2 between blocks). Blocks of ``PACKED_ROWS`` rows then read all of B
+#: once each: 65x768 @ 768x3072 (ViT's MLP, weights rotated through L3, 1 thread,
+#: thread-time medians) 3.70 ms in blocks of 48 rows, 2.90 with all 65 rows in one
+#: block, 2.38 with the next strip prefetched too (cpu-notes.md).
+PACKED_CACHED_BYTES = 1 << 20
+#: Most bytes of a block's A and C in the workspace when B streams: all of a short
+#: matrix's rows against each strip of B, A and C still in L2.
+PACKED_STREAM_BYTES = 3 << 19
+#: Most column parts of a streaming B's split (each computes its rows' prologue).
+STREAM_PARTS = 8
 
 
 def generate(fused_op, name: str) -> KernelSource:
@@ -136,9 +147,10 @@ class MatmulBlocks(BlockedCore):
             self.imports = (abi.import_line("gemm_nn"),)
         if self.packed:
             self.imports = (abi.import_line("gemm_packed"),)
-        split_columns = not (whole_rows or a_array or self.b_is_vector)
+        # column tiles compute A's prologue again each: not worth it unless B streams
+        split_columns = not (whole_rows or (a_array and not self.streams) or self.b_is_vector)
         row_blocks = math.prod(self.batch) * math.ceil(self.m / MIN_ROWS)
-        if (self.nn or self.packed) and row_blocks >= MIN_BLOCKS:
+        if (self.nn or (self.packed and not self.streams)) and row_blocks >= MIN_BLOCKS:
             split_columns = False  # no packing to share out: row blocks, when there are enough
         self.mb, self.nb = self._tiles(a_array is not None, c_local, split_columns)
         self.nrb, self.ncb = math.ceil(self.m / self.mb), math.ceil(self.n / self.nb)
@@ -158,12 +170,20 @@ class MatmulBlocks(BlockedCore):
         if c_local:
             workspace.add(c_array, self.mb * self.nb)
 
+    @property
+    def streams(self) -> bool:
+        """Whether B is packed and too large to stay in L2 (``PACKED_CACHED_BYTES``)."""
+        return self.packed and 4 * self.k * self.n > PACKED_CACHED_BYTES
+
     def _rows(self, workspace_row_floats: int, tiles_per_matrix: int = 1) -> int:
         if self.b_is_vector:
             return self.m  # the epilogue's rows run along M: whole matrices
         budget = NN_WORKSPACE_BYTES if self.nn or self.packed else WORKSPACE_BYTES
+        most = PACKED_ROWS if self.packed else MAX_ROWS
+        if self.streams:
+            budget, most = PACKED_STREAM_BYTES, self.m
         fit = budget // (4 * max(1, workspace_row_floats))
-        mb = min(self.m, PACKED_ROWS if self.packed else MAX_ROWS, max(MIN_ROWS, fit))
+        mb = min(self.m, most, max(PACKED_ROWS if self.streams else MIN_ROWS, fit))
         tiles = math.prod(self.batch) * tiles_per_matrix
         if tiles < MIN_BLOCKS:  # split further so that every thread has blocks
             mb = min(mb, max(MIN_ROWS, math.ceil(self.m * tiles / MIN_BLOCKS)))
@@ -174,20 +194,31 @@ class MatmulBlocks(BlockedCore):
         ``MIN_BLOCKS`` parts, the rows ``_rows`` gives; the split packing the fewest
         elements of A and B per multiply-add (``1/rows + 1/cols``) wins, fewer column
         parts on a tie. A packed B (``gemm_packed``) is packed nowhere per block: there
-        the columns are split only as far as needed for ``MIN_BLOCKS`` blocks."""
+        the columns are split only as far as needed for ``MIN_BLOCKS`` blocks. A packed B
+        that streams from memory (``streams``) is read once per block of rows: there the
+        split with enough blocks that reads it the fewest times wins (narrower column
+        tiles leave room for more rows), fewer column parts on a tie (each part computes
+        the prologue of its rows again)."""
         best: tuple[float, int, int] | None = None
-        for parts in range(1, (MIN_BLOCKS if split_columns else 1) + 1):
+        most_parts = MIN_BLOCKS if split_columns else 1
+        if self.streams and split_columns:
+            most_parts = max(MIN_BLOCKS, min(STREAM_PARTS, self.n // host.STRIP))
+        for parts in range(1, most_parts + 1):
             unit = host.STRIP if self.packed else 16  # whole strips, or 64-byte lines
             nb = min(self.n, -(-math.ceil(self.n / parts) // unit) * unit)
             if parts > 1 and nb == self.n:
                 break
             ncb = math.ceil(self.n / nb)
             mb = self._rows((self.k if a_rows else 0) + nb * c_local, ncb)
+            if self.streams:  # row blocks of equal size: B is read once per block
+                mb = math.ceil(self.m / math.ceil(self.m / mb))
             rows = self.m / math.ceil(self.m / mb)  # the mean tile, ragged ones included
             cost = 1 / rows + ncb / self.n
             if self.packed:
                 blocks = math.prod(self.batch) * math.ceil(self.m / mb) * ncb
                 cost = max(0, MIN_BLOCKS - blocks)
+                if self.streams:  # then the fewest reads of B (row blocks)
+                    cost = cost * self.m + math.ceil(self.m / mb)
             if best is None or cost < best[0] - 1e-12:
                 best = (cost, mb, nb)
         assert best is not None

@@ -37,17 +37,21 @@ from fusec.targets.cpu.host import MR, NV, STRIP, W, fits, packs, target_feature
 _I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
 
 
-def _tile(rows: int, vectors: int, lanes: int):
+def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False):
     """The intrinsic ``tile(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k)``: C's
     ``rows x vectors * lanes`` tile at ``c_off`` = A's rows at ``a_off`` @ B's columns at
-    ``b_off`` over ``k`` (the sum over no terms, 0, when ``k <= 0``)."""
+    ``b_off`` over ``k`` (the sum over no terms, 0, when ``k <= 0``). With ``prefetch``
+    it takes one more argument, ``pf_off``: at step ``p`` of the K loop the tile also
+    prefetches (into L2, for reading: ``prefetcht1``) the 64-byte line of ``b`` at element
+    ``pf_off + 16 * p``, so that ``k`` consecutive lines from ``pf_off`` on arrive while
+    the tile computes (``gemm_packed``: the next strip of a B too large for L2)."""
     vty = ir.VectorType(_F32, lanes)
 
-    def tile(typingctx, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k):
+    def typed(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k, *pf_off):
         for name, arr in (("a", a), ("b", b), ("c", c)):
             if not (isinstance(arr, types.Array) and arr.dtype == types.float32):
                 raise TypingError(f"gemm tile: {name} must be a float32 array")
-        sig = types.void(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k)
+        sig = types.void(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k, *pf_off)
 
         def codegen(context, builder, signature, args):
             argtys = signature.args
@@ -68,6 +72,14 @@ def _tile(rows: int, vectors: int, lanes: int):
             fma = builder.module.declare_intrinsic(
                 f"llvm.fma.v{lanes}f32", (), ir.FunctionType(vty, [vty, vty, vty])
             )
+            if prefetch:
+                b_data = context.make_array(argtys[3])(context, builder, args[3]).data
+                b_lines, line_ptr = integer(10), b_data.type
+                prefetch_fn = builder.module.declare_intrinsic(
+                    "llvm.prefetch",
+                    [line_ptr],
+                    ir.FunctionType(ir.VoidType(), [line_ptr, _I32, _I32, _I32]),
+                )
             zero = ir.Constant(vty, None)
             splat_mask = ir.Constant(ir.VectorType(_I32, lanes), None)
             entry = builder.block
@@ -80,6 +92,10 @@ def _tile(rows: int, vectors: int, lanes: int):
             acc = [[builder.phi(vty) for _ in range(vectors)] for _ in range(rows)]
             brow = builder.gep(pb, [builder.mul(p, ldb_)])
             bv = [builder.load(vector_at(brow, v), align=4) for v in range(vectors)]
+            if prefetch:  # (address, read, locality 2: L2 and out (prefetcht1), data)
+                line = builder.add(b_lines, builder.mul(p, ir.Constant(_I64, 16)))
+                at = builder.gep(b_data, [line])
+                builder.call(prefetch_fn, [at, _I32(0), _I32(2), _I32(1)])
             new = []
             for r in range(rows):
                 at = builder.add(builder.mul(ir.Constant(_I64, r), lda_), p)
@@ -113,7 +129,14 @@ def _tile(rows: int, vectors: int, lanes: int):
 
         return sig, codegen
 
-    tile.__name__ = f"tile_{rows}x{vectors}x{lanes}"
+    def tile_prefetch(typingctx, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k, pf_off):
+        return typed(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k, pf_off)
+
+    def tile_plain(typingctx, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k):
+        return typed(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k)
+
+    tile = tile_prefetch if prefetch else tile_plain
+    tile.__name__ = f"tile_{rows}x{vectors}x{lanes}{'_prefetch' if prefetch else ''}"
     return intrinsic(tile)
 
 
@@ -121,7 +144,11 @@ def _tile(rows: int, vectors: int, lanes: int):
 # vectors), and for the narrower strips left at C's right edge.
 _T1, _T2, _T3, _T4, _T5, _T6 = (_tile(r, NV, W) for r in range(1, 7))
 _N1, _N2, _N3, _N4, _N5, _N6 = (_tile(r, 1, W) for r in range(1, 7))
+_P1, _P2, _P3, _P4, _P5, _P6 = (_tile(r, NV, W, prefetch=True) for r in range(1, 7))
 assert MR == 6  # the dispatch below names the tiles of 1..6 rows
+#: Tiles of a packed strip that prefetch the next strip, one 64-byte line of it a K
+#: step each: a strip is ``k * STRIP * 4 / 64`` lines, ``k`` lines a tile.
+PREFETCH_TILES = max(1, STRIP // 16)
 
 
 @sealed_njit
@@ -189,14 +216,52 @@ def gemm_nn(m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
 
 
 @sealed_njit
+def _packed_strip(m, k, a, a_off, lda, b, b_off, c, c_off, ldc, pf_off):
+    """C's ``STRIP`` columns from one packed strip of B at ``b_off``, every row; the first
+    ``PREFETCH_TILES`` tiles prefetch ``k`` lines each of the strip at ``pf_off``."""
+    i = 0
+    while i + 6 <= m:
+        t = i // 6
+        ao, co = a_off + i * lda, c_off + i * ldc
+        if t < PREFETCH_TILES:
+            _P6(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf_off + t * k * 16)
+        else:
+            _T6(a, ao, lda, b, b_off, STRIP, c, co, ldc, k)
+        i += 6
+    rest = m - i
+    ao, co = a_off + i * lda, c_off + i * ldc
+    if i // 6 < PREFETCH_TILES:
+        pf = pf_off + i // 6 * k * 16
+        if rest == 5:
+            _P5(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf)
+        elif rest == 4:
+            _P4(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf)
+        elif rest == 3:
+            _P3(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf)
+        elif rest == 2:
+            _P2(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf)
+        elif rest == 1:
+            _P1(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf)
+    elif rest > 0:
+        _strip(rest, 0, k, a, ao, lda, b, b_off, STRIP, c, co, ldc)
+
+
+@sealed_njit
 def gemm_packed(m, n, k, a, a_off, lda, bp, bp_off, c, c_off, ldc):
     """C[c_off:] = A[a_off:] @ B for a B packed by ``pack_strips`` at ``bp[bp_off:]``
     (``n`` a multiple of ``STRIP``): the tiles of each strip read its ``k x STRIP``
     block of B contiguously, so B's rows do not alias in the caches as a wide B's do
-    in place (rows 8 KiB apart share a few L1/L2 sets)."""
-    for s in range(n // STRIP):
+    in place (rows 8 KiB apart share a few L1/L2 sets). While a strip's first tiles
+    run they prefetch the next strip into L2: a B larger than L2 (a layer's weight
+    inside a model) then streams from memory under the arithmetic instead of stalling
+    each strip's first tile (65x768 @ 768x3072, weights rotated through L3, 1 thread:
+    thread-time median 2.90 -> 2.38 ms with all 65 rows in one block;
+    benchmarks/results/cpu-notes.md)."""
+    strips = n // STRIP
+    for s in range(strips):
         off = bp_off + s * k * STRIP
-        _strip(m, 0, k, a, a_off, lda, bp, off, STRIP, c, c_off + s * STRIP, ldc)
+        ahead = off + k * STRIP if s + 1 < strips else off  # the last: its own lines, cached
+        _packed_strip(m, k, a, a_off, lda, bp, off, c, c_off + s * STRIP, ldc, ahead)
 
 
 def pack_strips(b: np.ndarray, transposed: bool = False) -> np.ndarray:
