@@ -116,3 +116,33 @@ def test_a_lowering_that_disagrees_with_pytorch_is_a_refusal(monkeypatch) -> Non
     monkeypatch.setitem(LOWERINGS, "relu.default", wrong)
     with pytest.raises(UnsupportedTorch, match=r"gives .*3x2.* but PyTorch computes .*2x3"):
         fusec.from_torch(nn.ReLU(), (torch.randn(2, 3),))
+
+
+class Overlapping(nn.Module):
+    def forward(self, x):
+        return torch.as_strided(x + 1, (3, 3), (1, 1))  # <- overlap
+
+
+def test_an_as_strided_view_that_is_no_reshape_slice_or_transpose_is_refused() -> None:
+    with MARKS.raises_at("overlap", "not a reshape, slice or transpose") as info:
+        fusec.from_torch(Overlapping(), (torch.randn(4, 5),))
+    assert "aten.as_strided.default" in info.value.message
+    assert "steps [1, 1]" in info.value.message
+
+
+class TwoIndices(nn.Module):
+    def forward(self, x, i, j):
+        return x[i, j]
+
+
+def test_an_index_outside_its_dim_fails_though_its_flat_position_is_inside() -> None:
+    """x[i, j] on a 4x5 input: j = 5 is outside dim 1, though 0 * 5 + 5 is inside the
+    merged 20 elements; PyTorch raises, and so does the lookup."""
+    x, i = torch.randn(4, 5), torch.tensor([0, 1])
+    run = fusec.reference(fusec.from_torch(TwoIndices(), (x, i, torch.tensor([1, 2]))))
+    with pytest.raises(IndexError):
+        TwoIndices()(x, i, torch.tensor([5, 2]))
+    with pytest.raises(fusec.FusecError, match="out of range"):
+        run(x.numpy(), i.numpy(), torch.tensor([5, 2]).numpy())
+    got = run(x.numpy(), i.numpy(), torch.tensor([-1, 2]).numpy())  # from the end: fine
+    assert (got == TwoIndices()(x, i, torch.tensor([-1, 2])).numpy()).all()

@@ -57,6 +57,11 @@ def ids(high: int, *shape: int) -> Callable:
     return lambda g: torch.randint(0, high, shape, generator=g)
 
 
+def signed_ids(high: int, *shape: int) -> Callable:
+    """Indices in [-high, high): negative ones count from the end."""
+    return lambda g: torch.randint(-high, high, shape, generator=g)
+
+
 def fn(body: Callable[..., Any], **modules: nn.Module) -> Callable[[], nn.Module]:
     return lambda: Fn(lambda self, *a: body(self, *a), **modules)
 
@@ -317,6 +322,72 @@ CASES = [
         fn(lambda s, x, i: x[i] + x[:, i].sum(1, keepdim=True).mean(1)),
         inputs(randn(5, 5), ids(5, 3)),
         "CHECK: ai.take",
+    ),
+    Case(
+        "index_broadcast_ids",
+        fn(lambda s, x, i, j: x[:, i, j] * 2),
+        inputs(randn(2, 4, 5, 3), signed_ids(4, 3, 1), signed_ids(5, 1, 2)),
+        "CHECK: ai.reshape {{.*}}shape = array<i64: 2, 20, 3>\n"
+        "CHECK: ai.where\nCHECK: ai.take {{.*}}axis = 1",
+    ),
+    Case(
+        "index_not_adjacent",
+        fn(lambda s, x, i, j: x[i, :, j]),
+        inputs(randn(4, 5, 6), signed_ids(4, 2, 3), signed_ids(6, 3)),
+        "CHECK: ai.transpose {{.*}}perm = array<i64: 0, 2, 1>\nCHECK: ai.take",
+    ),
+    Case(
+        "index_mask_positions",  # HF's padding mask: mask[batch_idx, kv_idx], aranges
+        fn(
+            lambda s, m: m[
+                torch.arange(3).view(-1, 1, 1, 1), torch.arange(7).view(1, 1, 1, -1)
+            ].float()
+        ),
+        inputs(lambda g: torch.rand(3, 7, generator=g) > 0.5),
+        "CHECK: ai.reshape {{.*}}shape = array<i64: 3, 1, 1, 7>\nCHECK-NOT: ai.take\n"
+        "CHECK-NOT: ai.gather",
+    ),
+    Case(
+        "index_constant_positions",
+        fn(lambda s, x: x[torch.tensor([[2, 0]]), torch.tensor([1, -1])]),
+        inputs(randn(3, 4)),
+        "CHECK: ai.gather {{.*}}indices = array<i64: 9, 3>",
+    ),
+    Case(
+        "gather",
+        fn(lambda s, x, i: torch.gather(x, 1, i) + torch.gather(x, 2, torch.tensor([[[1, 0]]]))),
+        inputs(randn(2, 5, 3), ids(5, 2, 4, 2)),
+        "CHECK: ai.take %{{.*}} : tensor<30xf32> * tensor<2x4x2xi64>\nCHECK: ai.gather",
+    ),
+    Case(
+        "as_strided_transpose",
+        fn(lambda s, x: torch.as_strided(x + 1, (5, 4), (1, 5))),
+        inputs(randn(4, 5)),
+        "CHECK: ai.transpose {{.*}}perm = array<i64: 1, 0>",
+    ),
+    Case(
+        "as_strided_slices",
+        fn(lambda s, x: torch.as_strided(x * 2, (2, 2, 2), (1, 24, 4), 1)),
+        inputs(randn(4, 6, 2)),
+        "CHECK: ai.reshape {{.*}}shape = array<i64: 2, 6, 4, 1>\n"
+        "CHECK: ai.slice {{.*}}offsets = array<i64: 0, 0, 1, 0>\n"
+        "CHECK: ai.transpose {{.*}}perm = array<i64: 2, 0, 1>",
+    ),
+    Case(
+        "as_strided_step",
+        fn(lambda s, x: torch.as_strided(x * 2, (3, 2), (5, 2), 6)),
+        inputs(randn(4, 5)),
+        "CHECK: ai.slice {{.*}}strides = array<i64: 1, 2, 1>",
+    ),
+    Case(
+        "as_strided_identity",  # ConvNeXt's head: the pooled map restrided, same elements
+        fn(
+            lambda s, x: (
+                torch.as_strided(x.mean((-1, -2), keepdim=True), (2, 6, 1, 1), (6, 1, 6, 6)) + 1
+            )
+        ),
+        inputs(randn(2, 6, 3, 3)),
+        "CHECK: ai.reduce_mean\nCHECK-NOT: ai.slice\nCHECK-NOT: ai.transpose",
     ),
     Case(
         "constant_pad",
