@@ -49,7 +49,8 @@ ERRORS = {
     ),
     "float_zero_point": (
         _quantize("tensor<4x6xf32>", "tensor<f32>", "tensor<f32>"),
-        r"operand 'zero_point' has element type f32; ai.quantize takes f8E4M3FN, f8E5M2, i8, ui8",
+        r"operand 'zero_point' has element type f32; ai.quantize takes f8E4M3FN, f8E5M2, i8, "
+        r"ui8, i4, ui4",
     ),
     "zero_point_shape": (
         _quantize("tensor<4x6xf32>", "tensor<4xf32>", "tensor<i8>", "{axis = 0} "),
@@ -197,7 +198,7 @@ def test_traced_quantize_dequantize():
 def test_traced_quantize_names_a_bad_dtype():
     @fusec.fuse(target="reference")
     def f(x):
-        return fusec.ops.quantize(x, np.float32(1.0), "i4")
+        return fusec.ops.quantize(x, np.float32(1.0), "i2")
 
     with pytest.raises(FusecError, match=r"fusec.ops.quantize: dtype must be one of"):
         f(np.ones(3, np.float32))

@@ -1,4 +1,5 @@
-"""``ai.quantize`` / ``ai.dequantize`` on the cpu target (issue 31): the scalar helpers
+"""``ai.quantize`` / ``ai.dequantize`` on the cpu target (issue 31; f8E4M3FN, f8E5M2, i8, ui8,
+i4, ui4): the scalar helpers
 (``fusec/codegen/quant.py``) bit for bit against ml_dtypes and numpy, and the kernels
 against the reference executor on inputs with every edge (NaN, infinities, values at and
 beyond the float8 ranges, subnormals, ties), outputs poisoned: the codes equal bit for
@@ -21,7 +22,7 @@ from fusec.dialect import ops as ai
 from fusec.runtime.launch import Program
 
 FLOAT8 = {"f8E4M3FN": ml_dtypes.float8_e4m3fn, "f8E5M2": ml_dtypes.float8_e5m2}
-INTS = {"i8": np.int8, "ui8": np.uint8}
+INTS = {"i8": np.int8, "ui8": np.uint8, "i4": ml_dtypes.int4, "ui4": ml_dtypes.uint4}
 NUMPY = {**FLOAT8, **INTS}
 
 
@@ -51,7 +52,7 @@ def _reference_codes(y: np.ndarray, dtype: str, saturate: bool) -> np.ndarray:
     """numpy_ops.quantize_linear's conversion of ``q + zp`` (already added) to codes."""
     with np.errstate(all="ignore"):
         if dtype in INTS:
-            info = np.iinfo(INTS[dtype])
+            info = ml_dtypes.iinfo(INTS[dtype])
             return np.clip(np.nan_to_num(np.rint(y)), info.min, info.max).astype(INTS[dtype])
         if saturate:
             largest = float(ml_dtypes.finfo(FLOAT8[dtype]).max)
@@ -105,12 +106,13 @@ def test_helpers_match_ml_dtypes_bit_for_bit():
                 bad = np.flatnonzero(out != want_codes)
                 assert bad.size == 0, (dtype, saturate, zp, q[bad[:4]], out[bad[:4]])
     for dtype, t in INTS.items():
-        for zp in (0, 3, np.iinfo(t).max - 5):
+        for zp in (0, 3, int(ml_dtypes.iinfo(t).max) - 5):
             out = np.empty(q.size, np.int32)
-            _encode_all(helpers[quant.quantize_helper(dtype, True)], q, t(zp), out)
+            storage = np.int8 if ml_dtypes.iinfo(t).min < 0 else np.uint8  # as cpu holds it
+            _encode_all(helpers[quant.quantize_helper(dtype, True)], q, storage(zp), out)
             with np.errstate(invalid="ignore"):
                 want_codes = _reference_codes(np.rint(q) + np.float32(zp), dtype, True)
-            bad = np.flatnonzero(out.astype(t) != want_codes)
+            bad = np.flatnonzero(out != want_codes.astype(np.int32))
             assert bad.size == 0, (dtype, zp, q[bad[:4]], out[bad[:4]])
 
 
@@ -166,7 +168,11 @@ def _inputs(module, dtype: str, rng: np.random.Generator) -> list[np.ndarray]:
     x[:30] = rng.choice(edges, 30)
     codes = rng.integers(0, 256, 60).astype(np.uint8)
     codes[:8] = [0x7F, 0xFF, 0x7E, 0x80, 0x00, 0x01, 0x7C, 0xFC]
-    arrays = [x.reshape(6, 10), codes.view(NUMPY[dtype]).reshape(6, 10)]
+    given = codes.view(NUMPY[dtype])
+    if dtype in ("i4", "ui4"):  # every value of the type, each in its own byte
+        info = ml_dtypes.iinfo(INTS[dtype])
+        given = rng.integers(info.min, info.max, 60, endpoint=True).astype(INTS[dtype])
+    arrays = [x.reshape(6, 10), given.reshape(6, 10)]
     for shape in ((), (6,), (6, 3)):
         scale = rng.choice([1.0, 0.5, 2.0, 0.37, 3.1], size=shape).astype(np.float32)
         zero = rng.integers(0, 3, size=shape) if dtype in INTS else np.zeros(shape)
@@ -209,7 +215,7 @@ def _run_poisoned(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
     return first
 
 
-@pytest.mark.parametrize("dtype", ["f8E4M3FN", "f8E5M2", "i8", "ui8"])
+@pytest.mark.parametrize("dtype", ["f8E4M3FN", "f8E5M2", "i8", "ui8", "i4", "ui4"])
 def test_quantization_kernels_match_the_reference_bit_for_bit(dtype):
     text = _graph(dtype)
     compiled = fusec.compile(text, target="cpu")

@@ -104,8 +104,12 @@ def {dtype.lower()}_value(code):
 '''
 
 
+#: The range of each integer quantized type.
+INT_RANGES = {"i8": (-128, 127), "ui8": (0, 255), "i4": (-8, 7), "ui4": (0, 15)}
+
+
 def _int_encoder(dtype: str) -> str:
-    low, high = {"i8": (-128, 127), "ui8": (0, 255)}[dtype]
+    low, high = INT_RANGES[dtype]
     return f'''
 {{decorator}}
 def quantize_{dtype}(q, zp):
@@ -131,7 +135,7 @@ for _dtype in FLOAT8_TYPES:
         _name = f"quantize_{_dtype.lower()}{'_sat' if _saturate else ''}"
         HELPERS[_name] = _float8_encoder(_dtype, _saturate)
         REQUIRES[_name] = (_value,)
-for _dtype in ("i8", "ui8"):
+for _dtype in INT_RANGES:
     HELPERS[f"quantize_{_dtype}"] = _int_encoder(_dtype)
 
 

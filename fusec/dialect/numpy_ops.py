@@ -884,8 +884,8 @@ def quantize_linear(
     """``x / scale`` quantized to ``zero_point``'s dtype, as ONNX QuantizeLinear.
 
     ``scale`` and ``zero_point`` broadcast against ``x``. The quotient is taken in
-    float32, as ONNX's reference and onnxruntime take it. Integers: rounded half
-    to even, plus the zero point, saturated to the type's range. float8: the
+    float32, as ONNX's reference and onnxruntime take it. Integers (8 or 4 bits): rounded
+    half to even, plus the zero point, saturated to the type's range. float8: the
     quotient plus the zero point (0 in practice), converted with round to nearest
     even as ml_dtypes does; ``saturate`` clamps values beyond the largest finite
     value (infinities included) to it, else they become NaN (e4m3fn) or inf (e5m2)
@@ -894,8 +894,10 @@ def quantize_linear(
     target = np.asarray(zero_point).dtype
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         q = np.asarray(x, np.float32) / np.asarray(scale, np.float32)
-        if target.kind in "iu":
-            info = np.iinfo(target)
+        if target.kind in "iu" or target.name in ("int4", "uint4"):
+            import ml_dtypes
+
+            info = np.iinfo(target) if target.kind in "iu" else ml_dtypes.iinfo(target)
             y = np.rint(q) + np.asarray(zero_point, np.float32)
             return np.clip(np.nan_to_num(y), info.min, info.max).astype(target)
         y = q + np.asarray(zero_point, np.float32)

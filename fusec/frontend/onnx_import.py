@@ -78,6 +78,8 @@ QUANTIZED_TYPES: dict[int, str] = {
     TensorProto.UINT8: "ui8",
     TensorProto.FLOAT8E4M3FN: "f8E4M3FN",
     TensorProto.FLOAT8E5M2: "f8E5M2",
+    TensorProto.INT4: "i4",  # two a byte in ONNX; numpy_helper unpacks them
+    TensorProto.UINT4: "ui4",
 }
 _DOMAINS = ("", "ai.onnx")
 

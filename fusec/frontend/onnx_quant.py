@@ -6,7 +6,10 @@ and ``ai.dequantize`` (issue 31).
   of the quantized type, as the operators define it.
 * The quantized type is the zero point's element type, else ``output_dtype``
   (opset 21), else UINT8 (the operators' default).
-* Types fusec has no tensors of (int4, int16, float4...) are refused by name.
+* INT4 / UINT4 (two a byte in the model) are ``i4`` / ``ui4`` tensors of one value an
+  element (onnx's numpy_helper unpacks them), so a ``DequantizeLinear`` with
+  ``block_size`` of int4 weights (the standard ONNX W4A16 form) imports as it is.
+* Types fusec has no tensors of (int2, int16, float4...) are refused by name.
 
 A ``DequantizeLinear`` whose inputs are all constants (a quantized weight) is still
 evaluated at import, as every operator with constant inputs is (``onnx_fold``): the
@@ -35,8 +38,8 @@ def _quantized_type(imp: Importer, code: int, what: str) -> str:
         return QUANTIZED_TYPES[code]
     name = TensorProto.DataType.Name(code) if code in TensorProto.DataType.values() else code
     raise imp.error(
-        f"{what} has element type {name}: fusec quantizes to INT8, UINT8, FLOAT8E4M3FN "
-        "and FLOAT8E5M2",
+        f"{what} has element type {name}: fusec quantizes to INT8, UINT8, INT4, UINT4, "
+        "FLOAT8E4M3FN and FLOAT8E5M2",
         "dtype",
     )
 

@@ -67,4 +67,7 @@ def dense_constant(array: np.ndarray, dtype: str) -> arith.ConstantOp:
     element = ELEMENT_TYPES[dtype]
     data = np.array(array, dtype=element.numpy, order="C")  # (0-d stays 0-d)
     ttype = TensorType(element.xdsl, data.shape)
-    return arith.ConstantOp(DenseIntOrFPElementsAttr(ttype, BytesAttr(data.tobytes())), ttype)
+    raw = data
+    if element.name in ("i4", "ui4"):  # xDSL stores a 4-bit integer as a whole byte
+        raw = data.astype(np.int8 if element.name == "i4" else np.uint8)
+    return arith.ConstantOp(DenseIntOrFPElementsAttr(ttype, BytesAttr(raw.tobytes())), ttype)

@@ -3,7 +3,7 @@
 ``f16``, ``bf16`` and ``f32`` are the dialect's float element types, ``i64``,
 ``i32`` and ``i1`` (bool) its integer ones (issue 29: token ids, attention
 masks, position ids on the data path). ``f8E4M3FN``, ``f8E5M2`` (MLIR's float8
-types), ``i8`` and ``ui8`` are the quantized types (issue 31): values that
+types), ``i8``, ``ui8``, ``i4`` and ``ui4`` are the quantized types (issue 31): values that
 ``ai.quantize`` makes and ``ai.dequantize`` reads, that constants, arguments
 and results may hold, and that no other op computes with (they are not in
 ``ALL_TYPES``), so a target meets them only in those two ops. Each has its xDSL type, numpy dtype,
@@ -83,6 +83,9 @@ def _numpy_dtype(name: str) -> np.dtype:
 #: The kind of the quantized element types, and MLIR's unsigned 8-bit integer type.
 Q = "quantized"
 UI8 = IntegerType(8, Signedness.UNSIGNED)
+#: MLIR's 4-bit integer types (ONNX INT4 / UINT4, issue 31).
+I4 = IntegerType(4)
+UI4 = IntegerType(4, Signedness.UNSIGNED)
 
 ELEMENT_TYPES: dict[str, ElementType] = {
     t.name: t
@@ -99,6 +102,12 @@ ELEMENT_TYPES: dict[str, ElementType] = {
         ElementType("f8E5M2", f8E5M2, "float8_e5m2", "float8_e5m2", 1, "uint8", 0x7E, Q),
         ElementType("i8", i8, "int8", "int8", 1, "int8", 0x5A, Q),
         ElementType("ui8", UI8, "uint8", "uint8", 1, "uint8", 0x5A, Q),
+        # 4-bit integers (ONNX INT4 / UINT4): one element a numpy value (ml_dtypes int4,
+        # a byte each; MLIR's dense constants store them a byte each too); ONNX packs two
+        # a byte, which its numpy_helper undoes at import. cpu kernels hold them as int8 /
+        # uint8 values.
+        ElementType("i4", I4, "int4", "int4", 1, "int8", 0x5, Q),
+        ElementType("ui4", UI4, "uint4", "uint4", 1, "uint8", 0x5, Q),
     )
 }
 
@@ -114,6 +123,8 @@ ALL_TYPES: tuple[str, ...] = tuple(n for n, t in ELEMENT_TYPES.items() if t.kind
 QUANTIZED_TYPES: tuple[str, ...] = tuple(n for n, t in ELEMENT_TYPES.items() if t.kind == Q)
 #: The float8 types among them.
 FLOAT8_TYPES: tuple[str, ...] = ("f8E4M3FN", "f8E5M2")
+#: The 4-bit integer types among them (a numpy element each: ml_dtypes int4 / uint4).
+INT4_TYPES: tuple[str, ...] = ("i4", "ui4")
 
 
 def is_float(name: str) -> bool:

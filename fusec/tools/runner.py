@@ -119,9 +119,11 @@ def random_inputs(fn: func.FuncOp, seed: int = 0) -> list[np.ndarray]:
             if spec.dtype in ("i64", "i32"):
                 arrays.append(rng.integers(0, 4, spec.shape).astype(numpy_dtype(spec.dtype)))
                 continue
-            if spec.dtype in ("i8", "ui8"):  # quantized codes: spread over most of the range
-                low = -100 if spec.dtype == "i8" else 0
-                codes = rng.integers(low, low + 200, spec.shape)
+            if spec.dtype in ("i8", "ui8", "i4", "ui4"):  # codes over most of the range
+                low, span = {"i8": (-100, 200), "ui8": (0, 200), "i4": (-8, 16)}.get(
+                    spec.dtype, (0, 16)
+                )
+                codes = rng.integers(low, low + span, spec.shape)
                 arrays.append(codes.astype(numpy_dtype(spec.dtype)))
                 continue
             if spec.dtype in ("f8E4M3FN", "f8E5M2"):  # float8 codes over several binades

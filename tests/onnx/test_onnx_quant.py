@@ -23,11 +23,13 @@ from fusec.frontend.onnx_import import UnsupportedOnnx
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
-I8, U8, E4M3, E5M2 = (
+I8, U8, E4M3, E5M2, I4, U4 = (
     TensorProto.INT8,
     TensorProto.UINT8,
     TensorProto.FLOAT8E4M3FN,
     TensorProto.FLOAT8E5M2,
+    TensorProto.INT4,
+    TensorProto.UINT4,
 )
 NUMPY = {
     F32: np.float32,
@@ -36,6 +38,8 @@ NUMPY = {
     U8: np.uint8,
     E4M3: ml_dtypes.float8_e4m3fn,
     E5M2: ml_dtypes.float8_e5m2,
+    I4: ml_dtypes.int4,
+    U4: ml_dtypes.uint4,
 }
 RNG = np.random.default_rng(31)
 
@@ -100,17 +104,17 @@ def _scale(shape, dtype=np.float32) -> np.ndarray:
     return (RNG.uniform(0.05, 4.0, size=shape)).astype(dtype)
 
 
-@pytest.mark.parametrize("kind", [I8, U8])
+@pytest.mark.parametrize("kind", [I8, U8, I4, U4])
 @pytest.mark.parametrize(("layout", "scale_shape", "attrs"), LAYOUTS, ids=LAYOUT_IDS)
 def test_quantize_integers_match_onnx(kind, layout, scale_shape, attrs):
     scale = _scale(scale_shape)
-    info = np.iinfo(NUMPY[kind])
+    info = ml_dtypes.iinfo(NUMPY[kind])
     zero = RNG.integers(info.min // 2, info.max // 2, size=scale_shape, endpoint=True)
     inits = [_const("s", scale, F32), _const("z", zero, kind)]
     model = _model("QuantizeLinear", F32, kind, [4, 8], inits, 21, **attrs)
     got, want = _run(model, _input((4, 8)))
     _same_bits(got, want)
-    assert len(np.unique(got)) > 8  # many codes, saturated ends included
+    assert len(np.unique(got)) > (8 if info.bits == 8 else 2)  # codes, saturated ends too
     assert got.min() == info.min and got.max() == info.max
 
 
@@ -144,11 +148,11 @@ def test_quantize_float16_input_and_default_uint8_matches_onnxruntime():
     _same_bits(np.asarray(got), run_onnxruntime(model, {"x": x})[0])
 
 
-@pytest.mark.parametrize("kind", [I8, U8, E4M3, E5M2])
+@pytest.mark.parametrize("kind", [I8, U8, E4M3, E5M2, I4, U4])
 @pytest.mark.parametrize(("layout", "scale_shape", "attrs"), LAYOUTS, ids=LAYOUT_IDS)
 def test_dequantize_matches_onnx(kind, layout, scale_shape, attrs):
-    if kind in (I8, U8):
-        info = np.iinfo(NUMPY[kind])
+    if kind in (I8, U8, I4, U4):
+        info = ml_dtypes.iinfo(NUMPY[kind])
         x = RNG.integers(info.min, info.max, size=(4, 8), endpoint=True).astype(NUMPY[kind])
         zero = RNG.integers(info.min, info.max, size=scale_shape, endpoint=True)
     else:
@@ -225,13 +229,52 @@ def test_cuda_target_refuses_quantize_by_name():
         fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
 
 
+def _w4a16_matmul(m=8, k=64, n=32, block=16) -> tuple[onnx.ModelProto, np.ndarray]:
+    """The standard-ONNX weight-only int4 form (W4A16): an INT4 weight (two a byte in the
+    model) with per-block scales and zero points along K, DequantizeLinear -> MatMul."""
+    inits = [
+        numpy_helper.from_array(RNG.integers(-8, 8, (k, n)).astype(ml_dtypes.int4), "w_q"),
+        _const("w_s", RNG.uniform(0.01, 0.1, (k // block, n)), F32),
+        _const("w_z", RNG.integers(-2, 3, (k // block, n)), I4),
+    ]
+    nodes = [
+        helper.make_node(
+            "DequantizeLinear", ["w_q", "w_s", "w_z"], ["w"], name="dq_w", axis=0, block_size=block
+        ),
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="matmul"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "w4a16",
+        [helper.make_tensor_value_info("x", F32, [m, k])],
+        [helper.make_tensor_value_info("y", F32, [m, n])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    return model, RNG.standard_normal((m, k)).astype(np.float32)
+
+
+@pytest.mark.parametrize("target", ["reference", "cpu"])
+def test_int4_weight_only_matmul_matches_onnx(target):
+    """The int4 weight is dequantized once, at import (its DequantizeLinear has constant
+    inputs, onnx_fold); the product equals onnx's reference evaluator's to float32
+    rounding on both targets."""
+    model, x = _w4a16_matmul()
+    got = fusec.compile(fusec.from_onnx(model), target=target)(x)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert_close(got, want, tol=1e-5)
+
+
 # ------------------------------------------------------------------- refusals
 
 
-def test_int4_output_is_refused_by_name():
+def test_int2_output_is_refused_by_name():
     inits = [_const("s", np.float32(0.5), F32)]
-    model = _model("QuantizeLinear", F32, TensorProto.INT4, [4], inits, 21, output_dtype=22)
-    with pytest.raises(UnsupportedOnnx, match="element type INT4: fusec quantizes to") as err:
+    code = TensorProto.INT2
+    model = _model("QuantizeLinear", F32, code, [4], inits, 25, output_dtype=code)
+    with pytest.raises(UnsupportedOnnx, match="element type INT2: fusec quantizes to") as err:
         fusec.from_onnx(model)
     assert err.value.feature == "dtype" and 'node "q"' in err.value.format()
 

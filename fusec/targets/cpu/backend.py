@@ -151,11 +151,14 @@ class _OutputPlan:
 def _storage(dtype: str) -> np.dtype:
     """The dtype a cpu kernel holds a tensor of element type ``dtype`` in: float32 for
     every float type (16-bit ones are converted around the call), uint8 codes for the
-    float8 types (issue 31: Numba has no float8), else its own."""
+    float8 types (issue 31: Numba has no float8), int8 / uint8 values for the 4-bit
+    integers, else its own."""
     if is_float(dtype):
         return _F32
-    if dtype in FLOAT8_TYPES:
+    if dtype in FLOAT8_TYPES or dtype == "ui4":
         return _U8
+    if dtype == "i4":
+        return np.dtype(np.int8)  # the value, sign-extended (ml_dtypes keeps a nibble)
     return np.dtype(numpy_dtype(dtype))
 
 

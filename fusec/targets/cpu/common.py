@@ -103,6 +103,8 @@ _NUMBA_SCALARS = {
     # the quantized types (issue 31): float8 tensors are held as their codes, one byte each
     "i8": "numba.int8",
     "ui8": "numba.uint8",
+    "i4": "numba.int8",  # a 4-bit integer: its value in a byte
+    "ui4": "numba.uint8",
     "f8E4M3FN": "numba.uint8",
     "f8E5M2": "numba.uint8",
 }
