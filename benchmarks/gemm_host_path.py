@@ -80,12 +80,13 @@ def main() -> int:
     from fusec.runtime.launch import plan_launches
     from fusec.runtime.reference import entry_function
     from fusec.target import resolve_target
+    from fusec.targets.cuda import tensormaps
     from fusec.targets.cuda.gemm import host
     from fusec.targets.cuda.program import CudaProgram
 
     driver = FakeDriver(record=False)
-    host.driver = lambda: driver
-    host.make_context_current = lambda: None
+    tensormaps.driver = lambda: driver
+    tensormaps.make_context_current = lambda: None
     compiled = fusec.compile(MATMUL, target="cuda", executable=False)
 
     class Backend:  # loads the GEMM module's launcher onto the fake driver

@@ -156,7 +156,8 @@ TIMED = [  # (case name, m, n, k)
 def run_case(index: int) -> dict:
     import torch
 
-    from fusec.targets.cuda.gemm import build, cpp, host
+    from fusec.targets.cuda import build
+    from fusec.targets.cuda.gemm import cpp, host
     from fusec.targets.cuda.gemm.config import TileConfig
 
     name, text, dtype, out, a_major, b_major, epi, shapes = CASES[index]
@@ -317,7 +318,8 @@ def profile() -> None:
     """Three launches of the 128x256 kernel at 4096^3 fp16 (ncu profiles the third)."""
     import torch
 
-    from fusec.targets.cuda.gemm import build, cpp, host
+    from fusec.targets.cuda import build
+    from fusec.targets.cuda.gemm import cpp, host
     from fusec.targets.cuda.gemm.config import TileConfig
 
     spec = cpp.GemmSpec(TileConfig.parse("128x256x64 s4 c2 g8"), "f16", "f16", "k", "k")

@@ -246,7 +246,8 @@ class CompiledModule:
         fusion pass recorded its decisions, or, for a function no fusion pass ran on,
         judged now under the pipeline's rules; then why a group runs on a fallback
         rather than the target's fused kernel (``fusec.codegen.KernelRemark``)."""
-        from fusec.passes.fusion.remarks import functions, fusion_remarks, pipeline_rules
+        from fusec.passes.fusion.driver import pipeline_rules
+        from fusec.passes.fusion.remarks import functions, fusion_remarks
 
         names = [fn.sym_name.data for fn in functions(self.module)]
         kernels = [k.remark for k in self.kernels if k.remark is not None]

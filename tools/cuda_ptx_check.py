@@ -125,7 +125,7 @@ class Recorder:
     @staticmethod
     def _stub_builds() -> None:
         from fusec.errors import FusecError
-        from fusec.targets.cuda.gemm import build
+        from fusec.targets.cuda import build
 
         def refuse(spec: Any, *args: Any, **kwargs: Any) -> Any:
             spec.cpp_source()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+import attention_model as model
 import numpy as np
 import pytest
 from attention_cases import attention_graph, exported_attention_graph
@@ -18,7 +19,6 @@ from test_gemm_build import needs_toolchain, needs_toolchain_in_the_default_lane
 
 import fusec
 from fusec.dialect import ops as ai
-from fusec.targets.cuda.attention import model
 from fusec.targets.cuda.attention.cpp import AttentionSpec
 
 
@@ -160,7 +160,7 @@ SPECS = [
 @pytest.mark.parametrize("spec", SPECS, ids=["d64-f16", "d128-bf16-causal"])
 def test_attention_cubin(spec: AttentionSpec, tmp_path) -> None:
     from fusec.runtime.cache import KernelCache
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     built = build.build(spec, KernelCache(tmp_path))
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
@@ -179,7 +179,7 @@ def test_attention_cubin(spec: AttentionSpec, tmp_path) -> None:
 @needs_toolchain_in_the_default_lane
 def test_nan_to_zero_specialises_the_kernel(tmp_path) -> None:
     from fusec.runtime.cache import KernelCache
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     plain = AttentionSpec(2, 64, 64, 64, 64)
     guarded = AttentionSpec(2, 64, 64, 64, 64, nan_to_zero=True)

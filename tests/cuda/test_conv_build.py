@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+import conv_model as model
 import numpy as np
 import pytest
 from conv_cases import resnet_basic
@@ -24,7 +25,6 @@ from test_gemm_build import (
 import fusec
 from fusec.dialect.numpy_ops import conv2d as reference_conv2d
 from fusec.errors import FusecError
-from fusec.targets.cuda.conv import model
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
 from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec
 from fusec.targets.cuda.conv.transpose import TransposeTiling
@@ -201,7 +201,7 @@ def _entry(ptx: str, name: str) -> str:
 def test_channels_last_copy_ptx_moves_16_bytes_per_access() -> None:
     """The vector copy reads and writes 16 bytes per access (8 of each per thread); its
     scalar twin (a misaligned input) and the copy of an odd H*W still store 16 bytes."""
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     spec = SPECS[0]  # the bench layer: H*W = 3136
     ptx = build.ptx(spec)
@@ -355,7 +355,7 @@ def test_tma_innermost_coordinates_are_16_byte_aligned() -> None:
 )
 def test_conv_cubin_is_one_inlined_wgmma_kernel(spec: ConvSpec, tmp_path) -> None:
     from fusec.runtime.cache import KernelCache
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     ptx = build.ptx(spec)
     assert f"wgmma.mma_async.sync.aligned.m64n{spec.tile.wn}k16" in ptx
@@ -381,7 +381,7 @@ def test_conv_cubin_is_one_inlined_wgmma_kernel(spec: ConvSpec, tmp_path) -> Non
 @needs_toolchain_in_the_default_lane
 def test_direct_cubin_has_no_local_memory(tmp_path) -> None:
     from fusec.runtime.cache import KernelCache
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     geo = ConvGeometry(32, 64, 56, 56, 64, 3, 3, 2, 2, 1, 1, 1, 1, groups=64)
     built = build.build(DirectConvSpec(geo, "bf16", "bf16", BIAS_RELU), KernelCache(tmp_path))
@@ -548,7 +548,7 @@ def test_nchw_tma_innermost_coordinates_are_the_w_shifts() -> None:
 @pytest.mark.parametrize("spec", NCHW_SPECS, ids=["1x1-64x256n-f16", "3x1-128x256m-bf16-f32"])
 def test_nchw_cubin_reads_the_input_by_tma_into_transposed_wgmma(spec: ConvSpec, tmp_path) -> None:
     from fusec.runtime.cache import KernelCache
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     ptx = build.ptx(spec)
     assert "cp.async.bulk.tensor.5d" in ptx and "cp.async.bulk.tensor.4d" in ptx
@@ -658,7 +658,7 @@ def test_producer_loads_cubin(spec: ConvSpec, tmp_path) -> None:
     the proxy fence before its arrival, TMA only for the weights, transposed-B wgmma,
     no fusec_convx_*, no spills and no local memory under setmaxnreg."""
     from fusec.runtime.cache import KernelCache
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     assert spec.kernel_params()[:2] == ["map_w", "x"]
     ptx = build.ptx(spec)
@@ -780,8 +780,8 @@ def test_early_loads_cubin(name: str, tmp_path) -> None:
     before the first use: at the tile head, before the main loop's wgmma (or at the row
     head); no spills, no local memory."""
     from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda import build
     from fusec.targets.cuda.conv.cpp import _early_placement
-    from fusec.targets.cuda.gemm import build
 
     spec = EARLY_SPECS[name]
     ptx = build.ptx(spec)

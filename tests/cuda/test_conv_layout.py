@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import conv_model as model
 import numpy as np
 import pytest
 from test_gemm_build import needs_toolchain, spill_free_sass
@@ -20,10 +21,9 @@ from xdsl.dialects.builtin import DictionaryAttr, StringAttr
 import fusec
 from fusec.dialect import ops as ai
 from fusec.runtime.reference import entry_function, run_reference
-from fusec.targets.cuda.conv import model
 from fusec.targets.cuda.conv.config import ConvGeometry, choose_tile
 from fusec.targets.cuda.conv.cpp import ConvSpec
-from fusec.targets.cuda.conv.layout import LAYOUT_ATTR
+from fusec.targets.cuda.conv.layouts import LAYOUT_ATTR
 from fusec.targets.cuda.conv.transpose import RelayoutSpec
 from fusec.tools.runner import random_inputs
 
@@ -308,7 +308,7 @@ def test_copy_template_serves_the_conversions_only() -> None:
 def test_relayout_cubin(spec: RelayoutSpec, tmp_path) -> None:
     """The copy compiles for sm_90a: 16-byte stores (and 16-byte loads where the shape
     allows them), no shared memory, no spills, no local memory."""
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     ptx = build.ptx(spec)
     assert "st.global.v4.b32" in ptx
@@ -372,7 +372,7 @@ def test_krsc_given_conv_cubin(tmp_path) -> None:
     """The implicit GEMM taking both operands relaid links to one kernel (no fusec_convw_*,
     no fusec_convx_*), whose weight tensor map reads the KRSC buffer: no spills, no local
     memory."""
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     geo = ConvGeometry(32, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1)
     spec = ConvSpec(geo, choose_tile(geo), input="given", out_layout="nhwc", weight="krsc")

@@ -13,11 +13,12 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import gemm_model as model
 import numpy as np
 import pytest
 
 from fusec.targets.cuda.env import simulator_enabled
-from fusec.targets.cuda.gemm import cpp, model
+from fusec.targets.cuda.gemm import cpp
 from fusec.targets.cuda.gemm.config import TileConfig, choose_config
 
 
@@ -264,7 +265,7 @@ VARIANT_IDS = ["row-softmax-ln", "partials-ln", "prep-n", "prep-k", "finalise", 
 @needs_toolchain
 @pytest.mark.parametrize("index", range(6), ids=VARIANT_IDS)
 def test_fused_variant_ptx(index: int) -> None:
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     spec = _fused_variants()[index]
     ptx = build.ptx(spec)
@@ -319,7 +320,7 @@ def clean_sass(spec, tmp_path) -> str:
     """``spec``'s linked cubin for sm_90a, checked free of spills, stack frame and
     local-memory traffic; its SASS (the test is skipped without a disassembler)."""
     from fusec.runtime.cache import KernelCache
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     built = build.build(spec, KernelCache(tmp_path))
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
@@ -336,7 +337,7 @@ def spill_free_sass(spec, tmp_path) -> str:
     (the conv and copy templates' check: a stack frame allowed); its SASS (the test is
     skipped without a disassembler)."""
     from fusec.runtime.cache import KernelCache
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     built = build.build(spec, KernelCache(tmp_path))
     assert not re.search(r"\b[1-9]\d* bytes spill", built.log)
@@ -363,7 +364,7 @@ def test_generated_source_has_no_user_text() -> None:
 @needs_toolchain
 @pytest.mark.parametrize("spec", SPECS, ids=["128x256-f16-kk", "128x128-bf16-mn-bias"])
 def test_ptx_for_sm90a_has_wgmma_and_tma(spec: cpp.GemmSpec) -> None:
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     ptx = build.ptx(spec)
     assert ".target sm_90a" in ptx
@@ -376,7 +377,7 @@ def test_ptx_for_sm90a_has_wgmma_and_tma(spec: cpp.GemmSpec) -> None:
 @pytest.mark.parametrize("spec", SPECS, ids=["128x256-f16-kk", "128x128-bf16-mn-bias"])
 def test_linked_cubin_is_one_inlined_kernel(spec: cpp.GemmSpec, tmp_path) -> None:
     from fusec.runtime.cache import KernelCache
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     built = build.build(spec, KernelCache(tmp_path))
     # nvJitLink inlined the C++ into the Numba kernel: ptxas reports one function, no spills
@@ -396,7 +397,7 @@ def test_linked_cubin_is_one_inlined_kernel(spec: cpp.GemmSpec, tmp_path) -> Non
 
 
 def test_serialised_wgmma_fails_the_build() -> None:
-    from fusec.targets.cuda.gemm.build import _SERIALISED
+    from fusec.targets.cuda.build import _SERIALISED
 
     log = (
         "ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async instructions are "

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 from fake_driver import FakeDriver
 
+from fusec.targets.cuda import tensormaps
 from fusec.targets.cuda.gemm import cpp, host
 from fusec.targets.cuda.gemm.config import TileConfig
 from fusec.targets.cuda.gemm.launcher import GemmLaunch
@@ -32,9 +33,9 @@ SYNCHRONOUS = {
 @pytest.fixture
 def drv(monkeypatch) -> FakeDriver:
     fake = FakeDriver()
-    monkeypatch.setattr(host, "driver", lambda: fake)
-    monkeypatch.setattr(host, "make_context_current", lambda: None)
-    monkeypatch.setattr(host, "_maps", host._MapCache())
+    monkeypatch.setattr(tensormaps, "driver", lambda: fake)
+    monkeypatch.setattr(tensormaps, "make_context_current", lambda: None)
+    monkeypatch.setattr(tensormaps, "_maps", tensormaps._MapCache())
     return fake
 
 
@@ -100,13 +101,13 @@ def test_other_stream_waits_for_an_upload_in_flight(drv: FakeDriver) -> None:
 
 
 def test_full_slab_is_retired_without_synchronising(drv: FakeDriver, monkeypatch) -> None:
-    monkeypatch.setattr(host, "_SLOTS", 4)
+    monkeypatch.setattr(tensormaps, "_SLOTS", 4)
     launch = _launch(SPEC)
     for k in range(5):  # 2 maps per new A/B pair: the third pair overflows the slab
         launch.direct(7, _bufs(0x100000 * (k + 1), 0x200000 * (k + 1)), _bufs(0x30000))
     names = drv.names()
     assert names.count("cuMemAlloc") >= 2 and not SYNCHRONOUS & set(names)
-    assert host._maps.retired or "cuMemFree" in names
+    assert tensormaps._maps.retired or "cuMemFree" in names
     drv.calls.clear()
     # a launch prepared against the retired slab is rebuilt, not launched with stale maps
     launch.direct(7, _bufs(0x100000, 0x200000), _bufs(0x30000))
@@ -120,19 +121,19 @@ def test_a_slab_filled_during_a_graph_capture_is_pinned_not_retired(
     that is illegal on the legacy stream (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT on the H200,
     BERT-base's maps overflowing a slab while its call was recorded). So a slab that
     fills during a capture is pinned instead, and nothing is freed while capturing."""
-    monkeypatch.setattr(host, "_SLOTS", 4)
+    monkeypatch.setattr(tensormaps, "_SLOTS", 4)
     launch = _launch(SPEC)
     launch.direct(1, _bufs(0x100000, 0x200000), _bufs(0x30000))  # the legacy stream
-    first = host._maps.slab
+    first = tensormaps._maps.slab
     drv.capturing.add(9)
     drv.calls.clear()
     for k in range(2, 5):  # new operands on the capturing stream: the slab overflows
         launch.direct(9, _bufs(0x100000 * k, 0x200000 * k), _bufs(0x30000))
     names = drv.names()
     assert "cuEventRecord" not in names and "cuMemFree" not in names
-    assert first.pinned and host._maps.slab is not first
+    assert first.pinned and tensormaps._maps.slab is not first
     drv.capturing.clear()
-    host.pin_live_tensor_maps()  # the end of the capture: every live slab is the graph's
+    tensormaps.pin_live_tensor_maps()  # the end of the capture: every live slab is the graph's
     for k in range(5, 12):  # later calls retire slabs again, never freeing a pinned one
         launch.direct(1, _bufs(0x100000 * k, 0x200000 * k), _bufs(0x30000))
     freed = [args[0] for name, args in drv.calls if name == "cuMemFree"]
@@ -150,7 +151,7 @@ def test_maps_uploaded_inside_a_capture_are_not_reused_after_it(drv: FakeDriver)
     launch.direct(9, _bufs(0x100000, 0x200000), _bufs(0x30000))
     captured = drv.names().count("cuTensorMapEncodeTiled")
     drv.capturing.clear()
-    host.forget_captured_tensor_maps()  # DriverCapture.record, as the capture ends
+    tensormaps.forget_captured_tensor_maps()  # DriverCapture.record, as the capture ends
     drv.calls.clear()
     launch.direct(1, _bufs(0x100000, 0x200000), _bufs(0x30000))
     assert captured > 0 and drv.names().count("cuTensorMapEncodeTiled") == captured
@@ -205,11 +206,11 @@ def test_smem_epilogue_without_a_tma_addressable_output_gets_no_map(drv, n, out)
 
 
 def test_three_maps_survive_a_slab_retired_in_between(drv: FakeDriver, monkeypatch) -> None:
-    monkeypatch.setattr(host, "_SLOTS", 4)
+    monkeypatch.setattr(tensormaps, "_SLOTS", 4)
     launch = _launch(STAGED)
     for k in range(4):
         launch.direct(7, _bufs(0x100000 * (k + 1), 0x200000 * (k + 1)), _bufs(0x30000 * (k + 1)))
         map_a, map_b, _, map_out = _u64_params(launch)
-        live = {slot.address for slot in host._maps.slots.values()}
+        live = {slot.address for slot in tensormaps._maps.slots.values()}
         assert {map_a, map_b, map_out} <= live  # none of them in a retired slab
         launch.calls.clear()

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import re
 
+import gemm_model as model
 import numpy as np
 import pytest
 from test_gemm_build import LN_SOFTMAX, clean_sass, needs_toolchain
 
 import fusec
-from fusec.targets.cuda.gemm import cpp, model
+from fusec.targets.cuda.gemm import cpp
 from fusec.targets.cuda.gemm.config import (
     TileConfig,
     Variant,
@@ -259,7 +260,7 @@ BUILDS = {
 @needs_toolchain
 @pytest.mark.parametrize("name", list(BUILDS))
 def test_ptx_has_the_proxy_fence_and_no_local_memory(name: str) -> None:
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     ptx = build.ptx(BUILDS[name]())
     assert "fence.proxy.async.shared::cta" in ptx and "wgmma.mma_async" in ptx

@@ -46,7 +46,7 @@ def _first_store_line(sass: str) -> int:
 @pytest.mark.parametrize("name", list(SPECS))
 def test_prepass_cubin_has_no_spills(name: str, tmp_path) -> None:
     from fusec.runtime.cache import KernelCache
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     built = build.build(SPECS[name], KernelCache(tmp_path))
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
@@ -62,7 +62,7 @@ def test_prepass_cubin_has_no_spills(name: str, tmp_path) -> None:
 @needs_toolchain
 def test_kxn_fold_issues_all_loads_before_its_first_store(tmp_path) -> None:
     from fusec.runtime.cache import KernelCache
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     sass = _sass(build.build(SPECS["kxn-f16"], KernelCache(tmp_path)).cubin, tmp_path)
     if sass is None:

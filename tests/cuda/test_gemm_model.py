@@ -7,10 +7,9 @@ direct computation on random data (ragged sizes, a large row mean).
 
 from __future__ import annotations
 
+import gemm_model as model
 import numpy as np
 import pytest
-
-from fusec.targets.cuda.gemm import model
 
 
 @pytest.mark.parametrize("bn", [64, 128, 192, 256])

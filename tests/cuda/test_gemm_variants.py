@@ -12,12 +12,13 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import gemm_model as model
 import numpy as np
 import pytest
 from test_gemm_build import _sass, needs_toolchain
 
 from fusec.targets.cuda.gemm import config as cfg
-from fusec.targets.cuda.gemm import cpp, model
+from fusec.targets.cuda.gemm import cpp
 from fusec.targets.cuda.gemm.config import TileConfig, Variant, with_variant
 
 # ------------------------------------------------------------------ configs
@@ -260,7 +261,7 @@ def test_smem_source_stages_and_stores_with_tma() -> None:
 @needs_toolchain
 @pytest.mark.parametrize("name", list(SPECS))
 def test_variant_ptx(name: str) -> None:
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     spec = SPECS[name]
     ptx = build.ptx(spec)
@@ -277,7 +278,7 @@ def test_variant_ptx(name: str) -> None:
 @pytest.mark.parametrize("name", list(SPECS))
 def test_variant_cubin_has_no_local_memory(name: str, tmp_path) -> None:
     from fusec.runtime.cache import KernelCache
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     spec = SPECS[name]
     built = build.build(spec, KernelCache(tmp_path))  # raises if wgmma was serialised
@@ -305,7 +306,7 @@ def test_fast_math_epilogue_uses_the_approximations(tmp_path) -> None:
     """The MLP's first GEMM (bias + tanh GELU) with math=fast: MUFU.EX2 + MUFU.RCP, no
     IEEE division's slow path; ai.tanh is one MUFU.TANH."""
     import fusec
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
     from fusec.targets.cuda.gemm.template import linked_specs
 
     # 8192 rows: 128 tiles of the large tile (a smaller problem takes the 64x128 tile,
@@ -356,7 +357,7 @@ def test_row_softmax_exponential_and_dense_path(math: str, tmp_path) -> None:
     from test_gemm_build import LN_SOFTMAX
 
     import fusec
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
     from fusec.targets.cuda.gemm.template import linked_specs
 
     pipeline = f"fusec-default,tile-gemm{{math={math}}}"

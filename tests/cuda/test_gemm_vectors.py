@@ -79,7 +79,7 @@ STAGED = {
 @needs_toolchain
 @pytest.mark.parametrize("name", list(STAGED))
 def test_staged_ptx_has_async_copies_and_no_local_memory(name: str) -> None:
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     ptx = build.ptx(STAGED[name]())
     assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_all" in ptx
@@ -98,7 +98,8 @@ def test_staged_cubin_has_no_spills_and_no_global_vector_loads(name: str, tmp_pa
 
 @needs_toolchain
 def test_layernorm_statistics_read_16_bytes_per_load() -> None:
-    from fusec.targets.cuda.gemm import aux, build
+    from fusec.targets.cuda import build
+    from fusec.targets.cuda.gemm import aux
 
     ptx = build.ptx(aux.LayerNormPrep("f16", "f16", "f16", "n", 1e-5))
     assert "ld.global.nc.v4.u32" in ptx and "shfl.sync.idx" in ptx  # shift by a shuffle
@@ -148,7 +149,7 @@ def test_prefetch_variant_text_and_the_residual_is_a_tile_input() -> None:
 @pytest.mark.parametrize("options", ["prefetch=tile", "schedule=pingpong prefetch=tile"])
 def test_prefetch_cubin_has_l2_prefetches_and_no_spills(options: str, tmp_path) -> None:
     from fusec.runtime.cache import KernelCache
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     spec = _residual_spec(1000, 1000, 520, options)
     assert "prefetch.global.L2" in build.ptx(spec)

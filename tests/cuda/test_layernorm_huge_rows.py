@@ -20,10 +20,9 @@ statistics again, of x scaled by a power of 2:
 
 from __future__ import annotations
 
+import gemm_model as model
 import numpy as np
 import pytest
-
-from fusec.targets.cuda.gemm import model
 
 
 def huge_rows(rows: int, k: int, big: float, seed: int = 0, constant: bool = True):

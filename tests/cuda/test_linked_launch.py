@@ -27,7 +27,7 @@ class _Buffer:
 @pytest.fixture
 def builds(monkeypatch) -> list:
     """Each cubin build the launchers ask for (a stub that returns fake bytes)."""
-    from fusec.targets.cuda.gemm import build
+    from fusec.targets.cuda import build
 
     asked: list = []
 
@@ -65,9 +65,9 @@ def test_relayout_launch_builds_once_and_passes_addresses(builds, monkeypatch) -
 
 
 def test_attention_launch_loads_its_kernel_once(builds, monkeypatch) -> None:
-    from fusec.targets.cuda.conv import host
+    from fusec.targets.cuda import tensormaps
 
-    monkeypatch.setattr(host, "LinkedKernel", lambda cubin, smem: ("kernel", cubin, smem))
+    monkeypatch.setattr(tensormaps, "LinkedKernel", lambda cubin, smem: ("kernel", cubin, smem))
     spec = AttentionSpec(2, 64, 64, 64, 64)
     launch = AttentionLaunch(spec, {"q": 0, "k": 1, "v": 2})
     results = []

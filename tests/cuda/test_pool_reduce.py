@@ -107,7 +107,7 @@ def _chain(axes: str = "2, 3", also_return_relu: bool = False) -> str:
 
 def _layouts(module, kind: str) -> list:
     from fusec.dialect import ops as ai
-    from fusec.targets.cuda.conv.layout import LAYOUT_ATTR
+    from fusec.targets.cuda.conv.layouts import LAYOUT_ATTR
 
     out = []
     for op in module.walk():

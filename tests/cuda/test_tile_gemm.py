@@ -64,9 +64,9 @@ def test_filecheck(path: Path, run: str) -> None:
 def test_tuned_record_wins_over_the_heuristic(tmp_path, monkeypatch) -> None:
     import fusec
     from fusec.dialect import ops as ai
+    from fusec.targets.cuda.caps import current_device
     from fusec.targets.cuda.gemm import template, tuning
     from fusec.targets.cuda.gemm.config import TileConfig
-    from fusec.targets.cuda.gemm.tiling import current_device
 
     monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
     path = HERE / "tile_gemm_4096.mlir"

@@ -11,7 +11,8 @@ from __future__ import annotations
 import fusec
 from fusec.api import parse, run_pipeline
 from fusec.dialect import ops as ai
-from fusec.passes.fusion.remarks import fusion_remarks, pipeline_rules
+from fusec.passes.fusion.driver import pipeline_rules
+from fusec.passes.fusion.remarks import fusion_remarks
 
 
 def _groups(text: str, target: str | None) -> list[tuple[str, list[str]]]:

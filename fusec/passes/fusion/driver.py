@@ -127,3 +127,29 @@ def __getattr__(name: str) -> dict[str, type[FusePass]]:
     if name == "STAGE_PASSES":  # fuse-prologue, fuse-epilogue, ...: one pass per stage
         return {f"fuse-{stage}": stage_pass(stage) for stage in STAGE_ORDER}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def pipeline_rules(pipeline: str | None = None, target: str | None = None) -> Rules:
+    """The policy the fusion passes of ``pipeline`` used (their ``rules`` and limits,
+    applied for ``target``, the back end the groups were planned for).
+
+    So that ``--remarks`` after ``fuse-epilogue{softmax_tile_limit=128}`` explains
+    the decisions with the limit that made them.
+    """
+    from fusec.passes import build_pipeline
+
+    passes = build_pipeline(pipeline, target=target).passes
+    fusion = [p for p in passes if isinstance(p, FusePass)]
+    path = next((p.rules for p in fusion if p.rules is not None), None)
+    overrides: dict[str, int] = {}
+    for fusion_pass in fusion:
+        for name, value in fusion_pass.overrides().items():
+            if value is not None:
+                overrides.setdefault(name, value)
+    rules = load_rules(path, **overrides)
+    planned_for = next((p.target for p in fusion if p.target is not None), None)
+    if planned_for is None:
+        return rules
+    from fusec.target import get_target
+
+    return rules.for_target(get_target(planned_for))

@@ -177,36 +177,3 @@ def why_not_fused(
     if planner.creates_cycle(producer, consumer):
         return planner.cycle_reason(producer, consumer)
     return "the rules allow this fusion, but no stage of the pipeline made it"
-
-
-def pipeline_rules(pipeline: str | None = None, target: str | None = None) -> Rules:
-    """The policy the fusion passes of ``pipeline`` used (their ``rules`` and limits,
-    applied for ``target``, the back end the groups were planned for).
-
-    So that ``--remarks`` after ``fuse-epilogue{softmax_tile_limit=128}`` explains
-    the decisions with the limit that made them.
-    """
-    from fusec.passes import build_pipeline
-    from fusec.passes.fusion.driver import FusePass
-    from fusec.passes.fusion.rules import load_rules
-
-    passes = build_pipeline(pipeline, target=target).passes
-    fusion = [p for p in passes if isinstance(p, FusePass)]
-    path = next((p.rules for p in fusion if p.rules is not None), None)
-    overrides: dict[str, int] = {}
-    for fusion_pass in fusion:
-        for name, value in fusion_pass.overrides().items():
-            if value is not None:
-                overrides.setdefault(name, value)
-    rules = load_rules(path, **overrides)
-    planned_for = next((p.target for p in fusion if p.target is not None), None)
-    if planned_for is None:
-        return rules
-    from fusec.target import get_target
-
-    return rules.for_target(get_target(planned_for))
-
-
-def format_remarks(remarks: list[Remark]) -> str:
-    """The remarks as text, one per line (empty when every edge is fused)."""
-    return "".join(f"{r}\n" for r in remarks)

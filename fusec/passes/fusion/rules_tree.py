@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from lark import Token, Transformer, v_args
 
-from fusec.passes.fusion.rules import Atom, Located, Param, RawClause, RawKind, unquote
+from fusec.passes.fusion.rules_model import Atom, Located, Param, RawClause, RawKind, unquote
 
 
 class Build(Transformer):

@@ -58,3 +58,23 @@ def resolve_device(sms: int = 0, arch: str = "") -> DeviceCaps:
         sms, arch = sms or H200.sms, arch or H200.arch
         return DeviceCaps(f"{sms} SMs, {arch} (given)", sms, arch=arch)
     return probe_device() or H200
+
+
+def current_device(sms: int = 0) -> DeviceCaps:
+    """This machine's device as ``fusec tune`` records it: ``sms`` when given
+    (``caps.resolve_device``), else the usable GPU, else the H200."""
+    return resolve_device(sms)
+
+
+def given_device(sms: int = 0) -> DeviceCaps:
+    """The device the pass tiles for: ``sms`` SMs when given, else an H200; never the
+    machine's (the caller resolved it, ``caps.resolve_device``)."""
+    return resolve_device(sms) if sms else H200
+
+
+def tuning_device(sms: int = 0) -> DeviceCaps:
+    """The device whose ``fusec tune`` records a ``tuned=true`` pass reads: this machine's
+    as ``fusec tune`` keyed them (``current_device()``) when it has ``sms`` SMs (or ``sms``
+    is 0), else the given one (whose records only a tune for it could have written)."""
+    machine = current_device()
+    return machine if sms in (0, machine.sms) else given_device(sms)

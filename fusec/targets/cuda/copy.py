@@ -17,7 +17,7 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.targets.cuda import gather
 from fusec.targets.cuda.common import body_ops, kernel_name, yielded
-from fusec.targets.cuda.conv.layout import TO_CHANNELS_LAST
+from fusec.targets.cuda.conv.layouts import TO_CHANNELS_LAST
 from fusec.targets.cuda.conv.transpose import RelayoutSpec
 from fusec.targets.cuda.linked import linked_kernel_source
 

@@ -72,11 +72,11 @@ class DriverCapture:
 
         from fusec.targets.cuda.adapters import _check
         from fusec.targets.cuda.env import numba_cuda
-        from fusec.targets.cuda.gemm.host import (
+        from fusec.targets.cuda.streams import StreamRef, stream_ptr
+        from fusec.targets.cuda.tensormaps import (
             forget_captured_tensor_maps,
             pin_live_tensor_maps,
         )
-        from fusec.targets.cuda.streams import StreamRef, stream_ptr
 
         capture_stream = _capture_stream(numba_cuda())
         ref = StreamRef(stream_ptr(capture_stream), capture_stream, current=True)
@@ -132,7 +132,7 @@ class DriverCapture:
 
 #: one capture stream per (thread, device), never destroyed: the tensor-map cache records
 #: events on every stream that uploaded maps when it retires a slab
-#: (``gemm.host._MapCache``), and an event recorded on a destroyed stream's handle
+#: (``tensormaps._MapCache``), and an event recorded on a destroyed stream's handle
 #: crashed the process (SIGSEGV in ``cuEventRecord`` on the H200, a capture stream of
 #: an earlier call collected by Numba). Captures are rare: a few streams per process.
 _CAPTURE_STREAMS: dict[tuple[int, int], Any] = {}

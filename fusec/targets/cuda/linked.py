@@ -59,7 +59,7 @@ class LinkedLaunch:
             if sms is not None:
                 self.sms = sms
             if self.kernel is None:
-                from fusec.targets.cuda.gemm import build
+                from fusec.targets.cuda import build
 
                 self.kernel = self.make_kernel(build.build(self.spec).cubin)
             return self.kernel

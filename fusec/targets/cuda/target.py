@@ -61,7 +61,7 @@ class CudaTarget(Target):
     devices = ("cuda",)
     pipeline = "fusec-cuda"
     passes = {
-        "tile-gemm": "fusec.targets.cuda.gemm.tiling:TileGemmPass",
+        "tile-gemm": "fusec.targets.cuda.tiling:TileGemmPass",
         "conv-layout": "fusec.targets.cuda.conv.layout:ConvLayoutPass",
         "conv-patchify": "fusec.targets.cuda.conv.patchify:ConvPatchifyPass",
     }
@@ -149,7 +149,7 @@ class CudaTarget(Target):
                 f"kernel {kernel.name} is a Hopper Tensor Core GEMM: its PTX exists for sm_90a "
                 "only (give --arch sm_90a)"
             )
-        from fusec.targets.cuda.gemm.build import linked_ptx
+        from fusec.targets.cuda.build import linked_ptx
 
         return "\n".join(f"// {spec.function_name}\n{linked_ptx(spec)}" for spec in specs)
 

@@ -24,13 +24,13 @@ class AttentionLaunch(LinkedLaunch):
         self.inputs = inputs
 
     def make_kernel(self, cubin: bytes) -> Any:
-        from fusec.targets.cuda.conv.host import LinkedKernel
+        from fusec.targets.cuda.tensormaps import LinkedKernel
 
         return LinkedKernel(cubin, self.spec.smem_bytes)
 
     def raw(self, stream: int, inputs: list[int], outputs: list[int]) -> None:
         """Queue the kernel on the raw stream handle ``stream`` with raw device addresses."""
-        from fusec.targets.cuda.conv.host import tensor_map
+        from fusec.targets.cuda.tensormaps import tensor_map_nd as tensor_map
 
         kernel = self.kernel or self.load()
         spec = self.spec

@@ -15,14 +15,12 @@ the NCHW input itself; with ``"nchw-ld"`` the kernel gets the input's address (e
 way an input not 16-byte aligned is first copied to an aligned scratch buffer by
 ``cuMemcpyDtoDAsync``).
 
-Tensor maps are cached by everything they encode (``gemm.host``'s cache).
+Tensor maps are cached by everything they encode (``tensormaps``' cache).
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
-import threading
 from typing import Any
 
 from fusec.errors import FusecError
@@ -30,111 +28,11 @@ from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.conv.config import CHUNK, STRIP, nhwc_box, nhwc_element_strides
 from fusec.targets.cuda.conv.cpp import DIRECT_THREADS, ConvSpec, DirectConvSpec
 from fusec.targets.cuda.conv.transpose import THREADS, RelayoutSpec
-from fusec.targets.cuda.gemm.host import _check as check
-from fusec.targets.cuda.gemm.host import _maps as tensor_maps
+from fusec.targets.cuda.tensormaps import LinkedKernel
+from fusec.targets.cuda.tensormaps import _check as check
+from fusec.targets.cuda.tensormaps import tensor_map_nd as tensor_map
 
 _RELAYOUT_THREADS = 256
-
-
-def encode_tiled(
-    dtype: str, ptr: int, dims: tuple, strides: tuple, box: tuple, steps: tuple | None = None
-):
-    """A 128-byte-swizzled tiled tensor map; ``dims``/``box`` innermost first, ``strides`` in
-    bytes for dims 1.. (TMA needs them multiples of 16); ``steps`` the box's traversal
-    strides (default 1: every element)."""
-    from cuda.bindings import driver as drv
-
-    kind = {
-        "f16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        "bf16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-    }[dtype]
-    return check(
-        drv.cuTensorMapEncodeTiled(
-            kind,
-            drv.cuuint32_t(len(dims)),
-            ptr,
-            [drv.cuuint64_t(d) for d in dims],
-            [drv.cuuint64_t(s) for s in strides],
-            [drv.cuuint32_t(b) for b in box],
-            [drv.cuuint32_t(t) for t in steps or (1,) * len(dims)],
-            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    )
-
-
-def tensor_map(
-    dtype: str,
-    ptr: int,
-    dims: tuple,
-    strides: tuple,
-    box: tuple,
-    stream: int,
-    steps: tuple | None = None,
-) -> int:
-    """Device address of the (cached) tensor map, usable by work queued next on ``stream``
-    (a new map is uploaded stream-ordered, ``gemm.host``)."""
-    key = ("nd", dtype, ptr, dims, strides, box, steps)
-    encode = functools.partial(encode_tiled, dtype, ptr, dims, strides, box, steps)
-    return tensor_maps.get(key, encode, stream)
-
-
-class LinkedKernel:
-    """A loaded cubin: its functions by name (``extern "C"``) and the Numba kernel."""
-
-    def __init__(self, cubin: bytes, smem_bytes: int, named: tuple[str, ...] = ()) -> None:
-        from cuda.bindings import driver as drv
-
-        from fusec.targets.cuda.env import numba_cuda
-
-        numba_cuda().current_context()  # the primary context (Numba's) is current
-        self.drv = drv
-        self.module = check(drv.cuModuleLoadData(cubin))
-        self.named = {
-            name: check(drv.cuModuleGetFunction(self.module, name.encode())) for name in named
-        }
-        count = int(check(drv.cuModuleGetFunctionCount(self.module)))
-        functions = check(drv.cuModuleEnumerateFunctions(count, self.module))
-        functions = functions if isinstance(functions, (list, tuple)) else [functions]
-        known = {int(f) for f in self.named.values()}
-        rest = [f for f in functions if int(f) not in known]
-        if len(rest) != 1:
-            raise FusecError(f"cubin holds {len(rest)} unnamed kernels, expected the Numba one")
-        self.function = rest[0]
-        self.smem_bytes = smem_bytes
-        if smem_bytes > 48 * 1024:
-            attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            check(drv.cuFuncSetAttribute(self.function, attr, smem_bytes))
-        self.lock = threading.Lock()
-        self.scratch: dict[tuple, int] = {}
-        self.streams: dict[int, Any] = {}
-
-    def stream(self, stream: int) -> Any:
-        handle = self.streams.get(stream)
-        if handle is None:
-            handle = self.streams[stream] = self.drv.CUstream(stream)
-        return handle
-
-    def buffer(self, key: tuple, size: int) -> int:
-        """A device scratch buffer kept under ``key`` (callers put the stream in it)."""
-        ptr = self.scratch.get(key)
-        if ptr is None:
-            ptr = self.scratch[key] = int(check(self.drv.cuMemAlloc(max(size, 16))))
-        return ptr
-
-    def launch(self, function: Any, grid, threads: int, smem: int, handle: Any, args) -> None:
-        """``function<<<grid, threads, smem, handle>>>(args)``; ``grid`` an int or (x, y, z),
-        ``args`` (ctypes type, value) pairs."""
-        gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else grid
-        values = [kind(v) for kind, v in args]
-        pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        check(
-            self.drv.cuLaunchKernel(
-                function, gx, gy, gz, threads, 1, 1, smem, handle, ctypes.addressof(pointers), 0
-            )
-        )
 
 
 class ConvKernel(LinkedKernel):

@@ -69,60 +69,19 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.views import ComposeTransposes, at_function_level
 from fusec.ir.constants import constant_value, dense_constant
+from fusec.targets.cuda.conv.layouts import (
+    LAYOUT_ATTR,
+    TO_CHANNELS_FIRST,
+    TO_CHANNELS_LAST,
+    Layout,
+)
 
 if TYPE_CHECKING:
     from fusec.targets.cuda.conv.template import ConvPlan
 
-#: NCHW -> NHWC, and KCRS -> KRSC (the same permutation of a 4-D tensor)
-TO_CHANNELS_LAST = (0, 2, 3, 1)
-#: NHWC -> NCHW, and KRSC -> KCRS
-TO_CHANNELS_FIRST = (0, 3, 1, 2)
-LAYOUT_ATTR = "fusec.layout"
 #: "off": every conv result stays NCHW (the pass option ``handoff`` wins when given)
 HANDOFF_ENV = "FUSEC_CONV_HANDOFF"
 HANDOFFS = ("nhwc", "off")
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a conv group's input, weights and result are laid out in memory."""
-
-    input: str = "nchw"
-    weight: str = "kcrs"
-    output: str = "nchw"
-
-    def to_attr(self) -> DictionaryAttr:
-        return DictionaryAttr(
-            {
-                "input": StringAttr(self.input),
-                "weight": StringAttr(self.weight),
-                "output": StringAttr(self.output),
-            }
-        )
-
-
-#: what each entry of ``fusec.layout`` may be (the first: the NCHW/KCRS default)
-LAYOUT_CHOICES = {"input": ("nchw", "nhwc"), "weight": ("kcrs", "krsc"), "output": ("nchw", "nhwc")}
-
-
-def layout_of(fused_op: ai.FusedOp) -> Layout | str:
-    """The group's ``fusec.layout`` (the NCHW/KCRS default without one), or what is wrong
-    with it."""
-    attr = fused_op.attributes.get(LAYOUT_ATTR)
-    if attr is None:
-        return Layout()
-    if not isinstance(attr, DictionaryAttr):
-        return f"{LAYOUT_ATTR} must be a dictionary, got {attr}"
-    values = {}
-    for key, value in attr.data.items():
-        choices = LAYOUT_CHOICES.get(key)
-        if choices is None:
-            return f"{LAYOUT_ATTR}: unknown entry {key!r} (expected input, weight, output)"
-        if not isinstance(value, StringAttr) or value.data not in choices:
-            expected = " or ".join(f'"{c}"' for c in choices)
-            return f"{LAYOUT_ATTR}: {key} must be {expected}, got {value}"
-        values[key] = value.data
-    return Layout(**values)
 
 
 def handoff_from_env() -> str:

@@ -57,7 +57,7 @@ from fusec.targets.cuda.conv.cpp import (
     implicit_gemm_problem,
     nchw_input_problem,
 )
-from fusec.targets.cuda.conv.layout import (
+from fusec.targets.cuda.conv.layouts import (
     LAYOUT_ATTR,
     TO_CHANNELS_FIRST,
     TO_CHANNELS_LAST,

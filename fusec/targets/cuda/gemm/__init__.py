@@ -1,7 +1,7 @@
 """The Hopper Tensor Core GEMM of the cuda target (wgmma + TMA + mbarrier pipeline).
 
 ``cpp`` generates the C++ block program per ``TileConfig`` (``config``),
-``build`` links it into a Numba kernel and caches the cubin, ``host`` encodes
+``fusec.targets.cuda.build`` links it into a Numba kernel and caches the cubin, ``host`` encodes
 tensor maps and launches on the caller's stream, ``model`` is a numpy model of
 the kernel's tile arithmetic for CPU tests.
 """

@@ -1,339 +1,28 @@
-"""Host side of the Hopper GEMM: load the cubin, encode tensor maps, launch on a stream.
+"""Host side of the Hopper GEMM: its loaded cubin, launched on the caller's stream.
 
-A call on buffers seen before costs one dictionary lookup and one
-``cuLaunchKernel`` on the caller's stream: nothing is encoded, allocated,
-copied or synchronised. What a launch needs is prepared once per (stream,
-operand addresses, output address) and kept (``Prepared``):
-
-* Tensor maps (TMA descriptors) live in device memory, 128 bytes each, and the
-  kernel gets their addresses (Numba kernels cannot take ``__grid_constant__``
-  parameters). A map depends only on (address, type, dims, strides, box), so
-  ``_MapCache`` keeps one per key. A new map is written into a pinned host
-  slot and copied to its device slot with ``cuMemcpyHtoDAsync`` on the stream
-  of the kernel that first reads it: stream-ordered, never a synchronous copy.
-  Another stream that later reads the map waits for that copy through an event
-  (only if it has not completed yet). Slots are written once; when a slab of
-  slots is full a new one is started and the old one is freed only after
-  events recorded on every stream that used it have completed (no device
-  synchronisation, no slot rewritten under a running kernel).
-* The kernel's parameter block (ctypes) is built once per key.
-
-TMA needs every row stride to be a multiple of 16 bytes. An operand whose
-contiguous dimension is not a multiple of 8 elements (K = 77, say) is first
-copied to a buffer with a padded pitch by ``cuMemcpy2DAsync`` on the caller's
-stream, before the kernel on the same stream (its data may change between
-calls, so that copy is made on every call); the tensor map keeps the true
-size, so TMA zero-fills the padding and no kernel clears it. The padded buffer
-is allocated once per (stream, operand, size). Every other operand is read in
-place.
+Tensor maps, parameter blocks and the loaded-cubin plumbing are the kernel layer's
+(``fusec.targets.cuda.tensormaps``, whose docstring says how a call stays one dictionary
+lookup and one ``cuLaunchKernel``): this module holds what is the GEMM's own, the
+``GemmKernel`` that prepares its operands' maps and launches.
 """
 
 from __future__ import annotations
 
-import ctypes
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 from fusec.errors import FusecError
+from fusec.targets.cuda import tensormaps as tm
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.gemm import cpp
 from fusec.targets.cuda.gemm.config import tile_count
-
-_MAP_BYTES = 128
-_SLOTS = 512
-_PREPARED_LIMIT = 256  # launch parameter blocks kept per kernel (a new stream or buffer adds one)
-
-
-def driver() -> Any:
-    """``cuda.bindings.driver`` (tests replace it with a recording fake)."""
-    from cuda.bindings import driver as drv
-
-    return drv
-
-
-def make_context_current() -> None:
-    """Make the primary context (Numba's) current in this thread (tests replace it)."""
-    from fusec.targets.cuda.env import numba_cuda
-
-    numba_cuda().current_context()
-
-
-def _check(result: Any) -> Any:
-    err, *values = result if isinstance(result, tuple) else (result,)
-    if int(err) != 0:
-        raise FusecError(f"CUDA driver error {int(err)} ({err}) in the GEMM host code")
-    return values[0] if len(values) == 1 else tuple(values) if values else None
-
-
-@dataclass(frozen=True)
-class Operand:
-    """An A or B operand as stored: ``batch`` x ``rows`` x ``cols``, row-major, contiguous
-    (``batch`` is 1 for an operand broadcast over the batch)."""
-
-    ptr: int
-    rows: int
-    cols: int
-    batch: int = 1
-
-
-# ------------------------------------------------------------------ tensor maps
-
-
-@dataclass
-class _Slab:
-    """Device slots for tensor maps and their pinned host mirror (the copies' source)."""
-
-    device: int
-    host: int
-    used: int = 0
-    streams: set[int] = field(default_factory=set)
-    pinned: bool = False  # a CUDA graph reads its slots: never freed
-
-
-@dataclass
-class _Slot:
-    address: int
-    stream: int  # the stream its upload was queued on
-    event: Any  # recorded after the upload; None once known complete (or never needed)
-
-
-class _MapCache:
-    """Tensor maps in device memory, keyed by everything they encode (module docstring)."""
-
-    def __init__(self) -> None:
-        self.slots: dict[tuple, _Slot] = {}
-        self.slab: _Slab | None = None
-        self.retired: list[tuple[_Slab, list[Any]]] = []
-        self.generation = 0  # bumped when slots are dropped: prepared launches are rebuilt
-        self.captured: list[tuple] = []  # keys of maps uploaded inside a graph capture
-        self.lock = threading.Lock()
-
-    def get(self, key: tuple, encode, stream: int) -> int:
-        """Device address of the map ``key``, usable by work queued next on ``stream``."""
-        with self.lock:
-            drv = driver()
-            slot = self.slots.get(key)
-            if slot is None:
-                slot = self._upload(drv, key, encode(), stream)
-            elif slot.event is not None and slot.stream != stream:
-                self._order_after_upload(drv, slot, stream)
-            if self.slab is not None:
-                self.slab.streams.add(stream)
-            return slot.address
-
-    def _upload(self, drv: Any, key: tuple, tensor_map: Any, stream: int) -> _Slot:
-        handle = drv.CUstream(stream)
-        capturing = _capturing(drv, handle)
-        if not capturing:  # cuMemFree synchronises: never inside a graph capture
-            self._free_finished(drv)
-        if self.slab is None or self.slab.used == _SLOTS:
-            self._new_slab(drv, capturing)
-        slab = self.slab
-        assert slab is not None
-        offset = _MAP_BYTES * slab.used
-        slab.used += 1
-        slab.streams.add(stream)
-        words = (ctypes.c_uint64 * 16)(*[int(v) for v in tensor_map.opaque])
-        ctypes.memmove(slab.host + offset, ctypes.addressof(words), _MAP_BYTES)
-        target = drv.CUdeviceptr(slab.device + offset)
-        _check(drv.cuMemcpyHtoDAsync(target, slab.host + offset, _MAP_BYTES, handle))
-        event = None
-        if not capturing:  # inside a graph capture the graph orders it
-            event = _check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING))
-            _check(drv.cuEventRecord(event, handle))
-        slot = _Slot(slab.device + offset, stream, event)
-        self.slots[key] = slot
-        if capturing:
-            self.captured.append(key)
-        return slot
-
-    def forget_captured(self) -> None:
-        """Drop the slots of maps uploaded inside the capture that just ended.
-
-        Their upload is a copy node of the graph, not a copy that ran: the device slot
-        holds the map only once the graph has been launched, and never if the capture
-        failed. A later launch-by-launch call on buffers at the same addresses (the
-        capture's buffers, freed after a failed capture and handed out again by the
-        allocator) must not read that slot: it uploads its own map. Reading a slot never
-        written gave ``CUDA_ERROR_ILLEGAL_INSTRUCTION`` on the H200 (EfficientNet-B0
-        batch 32, after a failed capture). The graph keeps its slots: their slab is
-        pinned, and each launch of the graph writes them again.
-        """
-        with self.lock:
-            for key in self.captured:
-                self.slots.pop(key, None)
-            if self.captured:
-                self.generation += 1
-            self.captured.clear()
-
-    def _order_after_upload(self, drv: Any, slot: _Slot, stream: int) -> None:
-        """Make ``stream`` wait for the map's upload if it may still be in flight."""
-        (err,) = drv.cuEventQuery(slot.event)
-        if int(err) == 0:
-            _check(drv.cuEventDestroy(slot.event))
-            slot.event = None
-        else:
-            _check(drv.cuStreamWaitEvent(drv.CUstream(stream), slot.event, 0))
-
-    def _new_slab(self, drv: Any, capturing: bool = False) -> None:
-        if self.slab is not None and capturing:
-            # inside a graph capture no event may be recorded on the streams that used the
-            # slab (on the legacy stream: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, seen on the
-            # H200 with BERT's 219 maps a call), and the graph may read its slots: pinned
-            self.slab.pinned = True
-            self.retired.append((self.slab, []))
-            self._drop_slots(drv)
-        elif self.slab is not None:  # retire: freed once every stream that used it got past
-            events = []
-            for stream in self.slab.streams:
-                event = _check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING))
-                _check(drv.cuEventRecord(event, drv.CUstream(stream)))
-                events.append(event)
-            self.retired.append((self.slab, events))
-            self._drop_slots(drv)
-        size = _MAP_BYTES * _SLOTS
-        device = int(_check(drv.cuMemAlloc(size)))
-        host = int(_check(drv.cuMemHostAlloc(size, 0)))
-        self.slab = _Slab(device, host)
-
-    def _drop_slots(self, drv: Any) -> None:
-        """Forget every slot of the retired slab (prepared launches are rebuilt)."""
-        for slot in self.slots.values():
-            if slot.event is not None:
-                _check(drv.cuEventDestroy(slot.event))
-        self.slots.clear()
-        self.generation += 1
-
-    def _free_finished(self, drv: Any) -> None:
-        keep = []
-        for slab, events in self.retired:
-            if all(int(drv.cuEventQuery(e)[0]) == 0 for e in events):
-                for event in events:
-                    _check(drv.cuEventDestroy(event))
-                if not slab.pinned:  # a pinned slab's memory is a graph's for good
-                    _check(drv.cuMemFree(drv.CUdeviceptr(slab.device)))
-                    _check(drv.cuMemFreeHost(slab.host))
-            else:
-                keep.append((slab, events))
-        self.retired = keep
-
-
-def _capturing(drv: Any, handle: Any) -> bool:
-    status = _check(drv.cuStreamIsCapturing(handle))
-    return int(status) != int(drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
-
-
-_maps = _MapCache()
-
-
-def pin_live_tensor_maps() -> None:
-    """Keep every slab of tensor maps alive now for the life of the process.
-
-    Called after a CUDA graph is recorded: its kernel nodes hold the device addresses
-    of the maps they read, and its copy nodes the pinned host addresses of maps
-    uploaded during the capture, so neither may be freed when the slab is retired.
-    Every map a graph can reference lives in a slab alive at the end of its capture
-    (retiring a slab drops its slots), so this pins exactly those slabs.
-    """
-    with _maps.lock:
-        if _maps.slab is not None:
-            _maps.slab.pinned = True
-        for slab, _events in _maps.retired:
-            slab.pinned = True
-
-
-def forget_captured_tensor_maps() -> None:
-    """After a graph capture ends, successful or not: ``_MapCache.forget_captured``."""
-    _maps.forget_captured()
-
-
-def maps_generation() -> int:
-    """Changes whenever cached tensor-map addresses become invalid (prepared launches too)."""
-    return _maps.generation
-
-
-def _encode(dtype: str, ptr: int, cols: int, rows: int, batch: int, pitch: int, box: tuple):
-    drv = driver()
-    name = {"f16": "FLOAT16", "bf16": "BFLOAT16", "f32": "FLOAT32"}[dtype]
-    kind = getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{name}")
-    dims = [drv.cuuint64_t(cols), drv.cuuint64_t(rows), drv.cuuint64_t(batch)]
-    strides = [drv.cuuint64_t(pitch), drv.cuuint64_t(pitch * rows)]
-    boxes = [drv.cuuint32_t(b) for b in box]
-    ones = [drv.cuuint32_t(1)] * 3
-    return _check(
-        drv.cuTensorMapEncodeTiled(
-            kind,
-            drv.cuuint32_t(3),
-            ptr,
-            dims,
-            strides,
-            boxes,
-            ones,
-            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    )
-
-
-def tensor_map(dtype: str, op: Operand, pitch: int, box: tuple, stream: int = 0) -> int:
-    """Device address of the tensor map of ``op`` (row pitch ``pitch`` bytes) with ``box``,
-    readable by kernels queued on ``stream`` from now on."""
-    key = (dtype, op.ptr, op.cols, op.rows, op.batch, pitch, box)
-    encode = lambda: _encode(dtype, op.ptr, op.cols, op.rows, op.batch, pitch, box)  # noqa: E731
-    return _maps.get(key, encode, stream)
-
-
-# ----------------------------------------------------------------------- launch
-
-
-@dataclass
-class Prepared:
-    """Everything one launch needs, built once per (stream, addresses, sizes)."""
-
-    generation: int
-    stream: Any  # CUstream
-    grid: int
-    params: int  # address of the void* array cuLaunchKernel reads
-    keep: tuple  # the ctypes objects behind ``params``
-    copies: tuple  # padded-pitch copies to queue before the kernel (CUDA_MEMCPY2D)
-
-
-class LoadedKernel:
-    """A loaded cubin of one kernel (the GEMM or one of its auxiliary kernels)."""
-
-    def __init__(self, cubin: bytes, smem_bytes: int = 0) -> None:
-        make_context_current()
-        drv = driver()
-        self.drv = drv
-        self.module = _check(drv.cuModuleLoadData(cubin))
-        count = int(_check(drv.cuModuleGetFunctionCount(self.module)))
-        functions = _check(drv.cuModuleEnumerateFunctions(count, self.module))
-        functions = functions if isinstance(functions, (list, tuple)) else [functions]
-        if len(functions) != 1:
-            raise FusecError(f"a fusec cubin holds {len(functions)} kernels, expected 1")
-        self.function = functions[0]
-        self.smem_bytes = smem_bytes
-        if smem_bytes:
-            attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            _check(drv.cuFuncSetAttribute(self.function, attr, smem_bytes))
-
-    def launch_raw(self, grid: int, threads: int, stream: Any, params: int) -> None:
-        """Queue one launch on ``stream`` (a CUstream) with the parameter block ``params``."""
-        (err,) = self.drv.cuLaunchKernel(
-            self.function, grid, 1, 1, threads, 1, 1, self.smem_bytes, stream, params, 0
-        )
-        if int(err) != 0:
-            raise FusecError(f"CUDA driver error {int(err)} ({err}) launching a fusec kernel")
-
-
-def parameter_block(u64s: Any, i32s: Any) -> tuple[int, tuple]:
-    """(address of the void* array cuLaunchKernel reads, the ctypes objects to keep alive)."""
-    values = [ctypes.c_uint64(v) for v in u64s] + [ctypes.c_int32(v) for v in i32s]
-    pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-    return ctypes.addressof(pointers), (values, pointers)
+from fusec.targets.cuda.tensormaps import (
+    _PREPARED_LIMIT,
+    LoadedKernel,
+    Operand,
+    Prepared,
+    parameter_block,
+)
 
 
 class GemmKernel(LoadedKernel):
@@ -368,7 +57,7 @@ class GemmKernel(LoadedKernel):
             return
         key = (stream, a, b, out, extras, m, n, k, batches, sms)
         prepared = self.prepared.get(key)
-        if prepared is None or prepared.generation != _maps.generation:
+        if prepared is None or prepared.generation != tm._maps.generation:
             prepared = self.prepare(*key)
             if len(self.prepared) >= _PREPARED_LIMIT:
                 self.prepared.clear()
@@ -384,7 +73,7 @@ class GemmKernel(LoadedKernel):
         # this call's copy and the kernel that reads it
         with self.lock:
             for copy in prepared.copies:
-                _check(self.drv.cuMemcpy2DAsync(copy, prepared.stream))
+                tm._check(self.drv.cuMemcpy2DAsync(copy, prepared.stream))
             self.launch_raw(prepared.grid, self.threads, prepared.stream, prepared.params)
 
     def prepare(
@@ -415,18 +104,18 @@ class GemmKernel(LoadedKernel):
             (a, a_pitch, a_copy) = self._pitched(a, "a", stream)
             (b, b_pitch, b_copy) = self._pitched(b, "b", stream)
             while True:  # until no slab was retired meanwhile (which drops the maps made)
-                generation = _maps.generation
-                map_a = tensor_map(spec.dtype, a, a_pitch, a_box, stream)
-                map_b = tensor_map(spec.dtype, b, b_pitch, b_box, stream)
+                generation = tm._maps.generation
+                map_a = tm.tensor_map(spec.dtype, a, a_pitch, a_box, stream)
+                map_b = tm.tensor_map(spec.dtype, b, b_pitch, b_box, stream)
                 out_map = (self._output_map(out, m, n, batches, stream),) if self.staged else ()
-                if _maps.generation == generation:
+                if tm._maps.generation == generation:
                     break
             params, keep = parameter_block(
                 (map_a, map_b, out, *out_map, *extras), (m, n, k, batches)
             )
             grid = min(tile_count(config, m, n, batches), sms)
             copies = tuple(c for c in (a_copy, b_copy) if c is not None)
-            return Prepared(_maps.generation, handle, grid, params, keep, copies)
+            return Prepared(tm._maps.generation, handle, grid, params, keep, copies)
 
     def _output_map(self, out: int, m: int, n: int, batches: int, stream: int) -> int:
         """The "smem" epilogue's output tensor map (batches x M x N, 128-byte swizzled boxes
@@ -437,7 +126,7 @@ class GemmKernel(LoadedKernel):
         if pitch % 16 or out % 16:
             return 0
         box = (128 // size, 16, 1)
-        return tensor_map(self.spec.out_dtype, Operand(out, m, n, batches), pitch, box, stream)
+        return tm.tensor_map(self.spec.out_dtype, Operand(out, m, n, batches), pitch, box, stream)
 
     def _pitched(self, op: Operand, role: str, stream: int) -> tuple[Operand, int, Any]:
         """``op``, its row pitch in bytes and the copy (or None) that makes it readable by
@@ -452,7 +141,7 @@ class GemmKernel(LoadedKernel):
         key = (stream, role, padded * rows)
         ptr = self.scratch.get(key)
         if ptr is None:
-            ptr = self.scratch[key] = int(_check(drv.cuMemAlloc(padded * rows)))
+            ptr = self.scratch[key] = int(tm._check(drv.cuMemAlloc(padded * rows)))
         copy = drv.CUDA_MEMCPY2D()
         copy.srcMemoryType = drv.CUmemorytype.CU_MEMORYTYPE_DEVICE
         copy.srcDevice = drv.CUdeviceptr(op.ptr)

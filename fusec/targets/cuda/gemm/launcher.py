@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from fusec.targets.cuda import tensormaps
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.gemm import aux, cpp, host
 from fusec.targets.cuda.gemm.config import tile_count
@@ -83,8 +84,8 @@ class GemmLaunch:
         self.m, self.n, self.k, self.batches = m, n, k, batches
         self.prologue, self.finalise = prologue, finalise
         self.kernel: host.GemmKernel | None = None
-        self.prep: host.LoadedKernel | None = None
-        self.fin: host.LoadedKernel | None = None
+        self.prep: tensormaps.LoadedKernel | None = None
+        self.fin: tensormaps.LoadedKernel | None = None
         self.lock = threading.Lock()
         #: held while one call queues its steps: the scratch buffers are per stream, so two
         #: threads calling on one stream must not interleave their steps (A's statistics
@@ -115,12 +116,12 @@ class GemmLaunch:
             if sms is not None:
                 self.sms = sms
             if self.kernel is None:
-                from fusec.targets.cuda.gemm import build
+                from fusec.targets.cuda import build
 
                 if self.prologue is not None:
-                    self.prep = host.LoadedKernel(build.build(self.prologue.spec).cubin)
+                    self.prep = tensormaps.LoadedKernel(build.build(self.prologue.spec).cubin)
                 if self.finalise is not None:
-                    self.fin = host.LoadedKernel(build.build(self.finalise.spec).cubin)
+                    self.fin = tensormaps.LoadedKernel(build.build(self.finalise.spec).cubin)
                 self.kernel = host.GemmKernel(self.spec, build.build(self.spec).cubin)
             return self.kernel
 
@@ -129,7 +130,7 @@ class GemmLaunch:
         """Launch on the raw stream handle ``stream``; ``inputs``/``outputs`` have ``.ptr``."""
         key = (stream, outputs[0].ptr, *[b.ptr for b in inputs])
         call = self.calls.get(key)
-        if call is None or call.generation != host.maps_generation():
+        if call is None or call.generation != tensormaps.maps_generation():
             call = self._prepare(key)
         self._run(call)
 
@@ -139,7 +140,7 @@ class GemmLaunch:
         self.sms = sms
         key = (explicit_handle(stream), _address(output), *[_address(x) for x in inputs])
         call = self.calls.get(key)
-        if call is None or call.generation != host.maps_generation():
+        if call is None or call.generation != tensormaps.maps_generation():
             call = self._prepare(key)
         self._run(call)
 
@@ -149,7 +150,7 @@ class GemmLaunch:
         if len(call.steps) == 1:  # the plain GEMM: one launch
             kernel.launch(call.steps[0][1])
             return
-        drv = host.driver()
+        drv = tensormaps.driver()
         with self.queue_lock:
             self._queue(call, kernel, drv)
 
@@ -163,12 +164,12 @@ class GemmLaunch:
                 auxiliary.launch_raw(grid, threads, stream, params)
             else:
                 _, ptr, words, stream = step
-                host._check(drv.cuMemsetD32Async(drv.CUdeviceptr(ptr), 0, words, stream))
+                tensormaps._check(drv.cuMemsetD32Async(drv.CUdeviceptr(ptr), 0, words, stream))
 
     def _prepare(self, key: tuple) -> _Call:
         kernel = self.kernel or self.load()
         stream, out, *inputs = key
-        generation = host.maps_generation()
+        generation = tensormaps.maps_generation()
         call = _Call(generation, [], [])
         if self.m <= 0 or self.n <= 0 or self.batches <= 0:
             return call
@@ -177,15 +178,15 @@ class GemmLaunch:
         def address(source: Source) -> int:
             return inputs[source] if isinstance(source, int) else scratch[source]
 
-        handle = host.driver().CUstream(stream)
+        handle = tensormaps.driver().CUstream(stream)
         if self.prologue is not None:
             call.steps.extend(self._prologue_steps(address, handle, call.keep))
         a_source, a_rows, a_cols, a_batch = self.a
         b_source, b_rows, b_cols, b_batch = self.b
         prepared = kernel.prepare(
             stream,
-            host.Operand(address(a_source), a_rows, a_cols, a_batch),
-            host.Operand(address(b_source), b_rows, b_cols, b_batch),
+            tensormaps.Operand(address(a_source), a_rows, a_cols, a_batch),
+            tensormaps.Operand(address(b_source), b_rows, b_cols, b_batch),
             out,
             tuple(address(s) for s in self.extras),
             self.m,
@@ -197,14 +198,14 @@ class GemmLaunch:
         call.steps.append(("gemm", prepared))
         if self.finalise is not None:
             tiles_n = tile_count(self.spec.config, 1, self.n, 1)
-            params, keep = host.parameter_block(
+            params, keep = tensormaps.parameter_block(
                 (out, scratch["partials"], *[inputs[i] for i in self.finalise.extras]),
                 (self.m, self.n, tiles_n, self.batches),
             )
             call.keep.append(keep)
             grid = self.m * self.batches
             call.steps.append(("kernel", self.fin, grid, aux.THREADS, handle, params))
-        if host.maps_generation() != generation:  # a map slab was retired meanwhile
+        if tensormaps.maps_generation() != generation:  # a map slab was retired meanwhile
             return self._prepare(key)
         if len(self.calls) >= 64:
             self.calls.clear()
@@ -219,7 +220,7 @@ class GemmLaunch:
         rows = self.m * self.batches
         fold_blocks = p.spec.fold_blocks(self.k, self.n)
         grid = fold_blocks + p.spec.stat_blocks(rows)
-        params, kept = host.parameter_block(
+        params, kept = tensormaps.parameter_block(
             (
                 address(p.x),
                 address(p.gamma),
@@ -241,9 +242,9 @@ class GemmLaunch:
     def _scratch(self, stream: int) -> dict[str, int]:
         buffers = self.scratch.get(stream)
         if buffers is None:
-            drv = host.driver()
+            drv = tensormaps.driver()
             buffers = {
-                name: int(host._check(drv.cuMemAlloc(max(size, 16))))
+                name: int(tensormaps._check(drv.cuMemAlloc(max(size, 16))))
                 for name, size in self.scratch_bytes().items()
             }
             self.scratch[stream] = buffers

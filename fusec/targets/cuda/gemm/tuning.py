@@ -20,7 +20,7 @@ from typing import Any
 
 from fusec.dialect import ops as ai
 from fusec.errors import FusecError
-from fusec.targets.cuda.caps import DeviceCaps
+from fusec.targets.cuda.caps import DeviceCaps, current_device
 from fusec.targets.cuda.gemm.config import TileConfig
 
 
@@ -88,7 +88,6 @@ def tune(module: Any, entry: str | None = None, reps: int = 20, cache: Any = Non
     from fusec.targets.cuda.env import gpu_available
     from fusec.targets.cuda.gemm import template
     from fusec.targets.cuda.gemm.config import candidates, to_attr
-    from fusec.targets.cuda.gemm.tiling import current_device
     from fusec.targets.cuda.program import CudaBackend
 
     if not gpu_available():

@@ -37,34 +37,10 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from fusec.dialect import ops as ai
+from fusec.targets.cuda.caps import DeviceCaps, given_device, tuning_device
 
 if TYPE_CHECKING:
-    from fusec.targets.cuda.caps import DeviceCaps
     from fusec.targets.cuda.gemm.config import TileConfig, Variant
-
-
-def current_device(sms: int = 0) -> DeviceCaps:
-    """This machine's device as ``fusec tune`` records it: ``sms`` when given
-    (``caps.resolve_device``), else the usable GPU, else the H200."""
-    from fusec.targets.cuda.caps import resolve_device
-
-    return resolve_device(sms)
-
-
-def given_device(sms: int = 0) -> DeviceCaps:
-    """The device the pass tiles for: ``sms`` SMs when given, else an H200; never the
-    machine's (the caller resolved it, ``caps.resolve_device``)."""
-    from fusec.targets.cuda.caps import H200, resolve_device
-
-    return resolve_device(sms) if sms else H200
-
-
-def tuning_device(sms: int = 0) -> DeviceCaps:
-    """The device whose ``fusec tune`` records a ``tuned=true`` pass reads: this machine's
-    as ``fusec tune`` keyed them (``current_device()``) when it has ``sms`` SMs (or ``sms``
-    is 0), else the given one (whose records only a tune for it could have written)."""
-    machine = current_device()
-    return machine if sms in (0, machine.sms) else given_device(sms)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Building a GEMM kernel: the Numba ``@cuda.jit`` kernel, its linked C++ and the cubin.
+"""Building a linked kernel (the GEMM, the conv, attention, the relayout copy, the GEMM's
+auxiliary kernels): the Numba ``@cuda.jit`` kernel, its linked C++ and the cubin.
 
 The kernel is a Numba CUDA kernel whose body calls the generated C++ device
 function (``cpp.generate``) declared with ``cuda.declare_device(link=...)``.
@@ -73,7 +74,7 @@ def python_source(spec: LinkedKernel, cu_path: str) -> str:
     return f'''"""Numba kernel of fusec {spec.function_name}."""
 from numba import cuda, types
 
-from fusec.targets.cuda.gemm.intrinsics import shared_address
+from fusec.targets.cuda.intrinsics import shared_address
 
 body = cuda.declare_device(
     "{spec.function_name}", types.int32({sig_types}), link={cu_path!r}

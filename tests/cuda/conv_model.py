@@ -7,7 +7,7 @@ kernel's thread blocks and lanes), the persistent walk over
 (channel block, strip block, group) tiles, the producer's TMA boxes per (tap,
 channel chunk) with zero fill outside the tensor (``tma_box``; the innermost
 coordinate always 16-byte aligned), the consumers' split of the tile and the
-wgmma accumulator fragments (``gemm.model.fragment_coords``), and the
+wgmma accumulator fragments (``gemm_model.fragment_coords``), and the
 epilogue's strip decoding and bounds checks. ``run`` returns the output and
 how many times each element was written. ``input="nchw"`` replays the variant
 that reads the NCHW input in place (``nchw_box``: ``[channel][pixel]`` boxes, the
@@ -19,6 +19,7 @@ MN-major B operand); ``nchw_columns`` lays its boxes out as the im2col matrix.
 from __future__ import annotations
 
 import numpy as np
+from gemm_model import fragment_coords
 
 from fusec.targets.cuda.conv.config import (
     CHUNK,
@@ -30,7 +31,6 @@ from fusec.targets.cuda.conv.config import (
     nhwc_element_strides,
 )
 from fusec.targets.cuda.conv.transpose import THREADS, TransposeTiling
-from fusec.targets.cuda.gemm.model import fragment_coords
 
 
 def relayout(geo: ConvGeometry, w: np.ndarray) -> np.ndarray:
