@@ -324,6 +324,36 @@ CASES = [
         "CHECK: ai.take",
     ),
     Case(
+        "mask_logic",  # HF's attention-mask arithmetic and ViT's any()
+        fn(
+            lambda s, a, b: (
+                (((a >= 0) & (b <= a)).float() + torch.logical_not(a > b).float()),
+                torch.logical_not(a < 0.5).any(-1).float(),
+            )
+        ),
+        inputs(randn(4, 5), randn(4, 5)),
+        "CHECK: ai.greater_equal\nCHECK: ai.less_equal\nCHECK: ai.and\nCHECK: ai.not\n"
+        "CHECK: ai.reduce_max",
+    ),
+    Case(
+        "sin_cos",  # rotary embeddings' tables
+        fn(lambda s, x: torch.sin(x) * 2 + torch.cos(x)),
+        inputs(randn(3, 8)),
+        "CHECK: ai.sin\nCHECK: ai.cos",
+    ),
+    Case(
+        "linear_no_bias_mm",
+        fn(lambda s, x: s.l(x), l=nn.Linear(5, 3, bias=False)),
+        inputs(randn(4, 5)),
+        "CHECK: ai.matmul %{{.*}} : tensor<4x5xf32> * tensor<5x3xf32>\nCHECK-NOT: ai.bias_add",
+    ),
+    Case(
+        "full_like_mul_scalar",
+        fn(lambda s, x: torch.full_like(x, 2.0) * torch.ops.aten.mul.Scalar(x, 0.5)),
+        inputs(randn(3, 4)),
+        "CHECK: ai.mul\nCHECK: ai.mul",
+    ),
+    Case(
         "index_broadcast_ids",
         fn(lambda s, x, i, j: x[:, i, j] * 2),
         inputs(randn(2, 4, 5, 3), signed_ids(4, 3, 1), signed_ids(5, 1, 2)),
