@@ -304,3 +304,123 @@ def test_matmul_epilogue_quantizes_per_channel_and_leaves_blocks_to_pointwise():
     for g, w in zip(got, want, strict=True):
         diff = np.abs(g.astype(np.int32) - np.asarray(w, np.int32))
         assert diff.max() <= 1 and np.count_nonzero(diff) <= 4, diff
+
+
+# ------------------------------------------------------------- quantized GEMMs
+
+FP8_LINEAR = """
+func.func @f(%x: tensor<16x64xf32>, %wq: tensor<64x32xf8E4M3FN>, %sw: tensor<32xf32>,
+             %bias: tensor<32xf32>) -> tensor<16x32xf8E4M3FN> {
+  %sx = arith.constant dense<0.02> : tensor<f32>
+  %zx = arith.constant dense<0.0> : tensor<f8E4M3FN>
+  %zw = arith.constant dense<0.0> : tensor<32xf8E4M3FN>
+  %so = arith.constant dense<0.05> : tensor<f32>
+  %xq = ai.quantize %x, %sx, %zx : tensor<16x64xf32> * tensor<f32> * tensor<f8E4M3FN>
+  %xd = ai.dequantize %xq, %sx, %zx : tensor<16x64xf8E4M3FN> * tensor<f32> * tensor<f8E4M3FN>
+  %w = ai.dequantize %wq, %sw, %zw {axis = 1 : i64}
+      : tensor<64x32xf8E4M3FN> * tensor<32xf32> * tensor<32xf8E4M3FN>
+  %m = ai.matmul %xd, %w : tensor<16x64xf32> * tensor<64x32xf32>
+  %b = ai.bias_add %m, %bias : tensor<16x32xf32> * tensor<32xf32>
+  %r = ai.relu %b : tensor<16x32xf32>
+  %y = ai.quantize %r, %so, %zx : tensor<16x32xf32> * tensor<f32> * tensor<f8E4M3FN>
+  return %y : tensor<16x32xf8E4M3FN>
+}
+"""
+
+
+def _one_step(got: np.ndarray, want: np.ndarray, most: int) -> None:
+    """Codes equal but for at most ``most`` elements one step apart (a float32 product
+    summed in another order crossing a rounding tie)."""
+    g, w = got.view(np.uint8).astype(np.int32), want.view(np.uint8).astype(np.int32)
+    diff = np.abs(g - w)
+    assert diff.max() <= 1 and np.count_nonzero(diff) <= most, diff
+
+
+def test_fp8_linear_is_one_matmul_kernel_with_the_reference_codes():
+    """Quantized activations and weights, bias, relu and an fp8 output: one matmul kernel
+    (the scales moved after the product, in its epilogue), whose codes are the reference's
+    of the same IR bit for bit, and within one code of the IR as written."""
+    compiled = fusec.compile(FP8_LINEAR, target="cpu")
+    assert [k.kind for k in compiled.kernels] == ["matmul"]
+    rng = np.random.default_rng(5)
+    inputs = [
+        rng.standard_normal((16, 64)).astype(np.float32) * 2,
+        (rng.standard_normal((64, 32)) * 3).astype(ml_dtypes.float8_e4m3fn),
+        rng.uniform(0.05, 0.2, 32).astype(np.float32),
+        rng.standard_normal(32).astype(np.float32),
+    ]
+    (got,) = _run_poisoned(FP8_LINEAR, inputs)
+    want = np.asarray(fusec.compile(FP8_LINEAR, target="reference")(*inputs))
+    _assert_same(got, want, "fp8 linear")
+    written = fusec.compile(FP8_LINEAR, target="reference", pipeline="infer-shapes,fuse")
+    _one_step(got, np.asarray(written(*inputs)), most=5)
+    assert len(np.unique(got.view(np.uint8))) > 20
+
+
+W4A16 = """
+func.func @f(%x: tensor<4x128xf32>, %wq: tensor<128x64xi4>, %s: tensor<4x64xf32>,
+             %z: tensor<4x64xi4>) -> tensor<4x64xf16> {
+  %w = ai.dequantize %wq, %s, %z {axis = 0 : i64, block_size = 32 : i64}
+      : tensor<128x64xi4> * tensor<4x64xf32> * tensor<4x64xi4>
+  %m = ai.matmul %x, %w : tensor<4x128xf32> * tensor<128x64xf32>
+  %c = ai.clip %m {min = -6.0 : f32, max = 6.0 : f32} : tensor<4x64xf32>
+  %h = ai.cast %c : tensor<4x64xf32> to tensor<4x64xf16>
+  return %h : tensor<4x64xf16>
+}
+"""
+
+
+def _w4a16_inputs(rng: np.random.Generator) -> list[np.ndarray]:
+    return [
+        rng.standard_normal((4, 128)).astype(np.float32),
+        rng.integers(-8, 8, (128, 64)).astype(ml_dtypes.int4),
+        rng.uniform(0.01, 0.1, (4, 64)).astype(np.float32),
+        rng.integers(-2, 3, (4, 64)).astype(ml_dtypes.int4),
+    ]
+
+
+def test_w4a16_dequantizes_the_weight_blocks_in_the_matmul_group():
+    """int4 weights given at run time, per-block scales and zero points along K: the
+    matmul group's B prologue dequantizes them (a pointwise stage reading block
+    index // 32), clip and the f16 cast in the epilogue; f16 tolerance of the reference."""
+    compiled = fusec.compile(W4A16, target="cpu")
+    assert [k.kind for k in compiled.kernels] == ["matmul"]
+    inputs = _w4a16_inputs(np.random.default_rng(6))
+    (got,) = _run_poisoned(W4A16, inputs)
+    want = np.asarray(fusec.compile(W4A16, target="reference")(*inputs))
+    assert got.dtype == np.float16 and not np.isnan(got).any()
+    np.testing.assert_allclose(
+        got.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2
+    )
+
+
+def test_a_constant_int4_weight_is_dequantized_once_at_compile_time():
+    """The same graph with the codes, scales and zero points as constants: canonicalize
+    folds the dequantize (FoldConstantDequantize), so a call runs only the matmul on the
+    float weight (packed once by the program where the GEMM is wide enough)."""
+    rng = np.random.default_rng(7)
+    x, wq, s, z = _w4a16_inputs(rng)
+
+    def dense(array: np.ndarray, dtype: str) -> str:
+        """A dense constant in MLIR's hex form: the bytes as MLIR stores them (an i4
+        element a byte, sign-extended)."""
+        raw = np.asarray(array, np.int8 if dtype == "i4" else np.float32).tobytes().hex()
+        return f'dense<"0x{raw.upper()}"> : tensor<{"x".join(map(str, array.shape))}x{dtype}>'
+
+    text = W4A16.replace(
+        "func.func @f(%x: tensor<4x128xf32>, %wq: tensor<128x64xi4>, %s: tensor<4x64xf32>,\n"
+        "             %z: tensor<4x64xi4>) -> tensor<4x64xf16> {",
+        "func.func @f(%x: tensor<4x128xf32>) -> tensor<4x64xf16> {\n"
+        f"  %wq = arith.constant {dense(wq.astype(np.int8), 'i4')}\n"
+        f"  %s = arith.constant {dense(s, 'f32')}\n"
+        f"  %z = arith.constant {dense(z.astype(np.int8), 'i4')}",
+    )
+    assert "arith.constant" in text
+    compiled = fusec.compile(text, target="cpu")
+    assert "ai.dequantize" not in compiled.ir
+    assert [k.kind for k in compiled.kernels] == ["matmul"]
+    got = np.asarray(compiled(x))
+    want = np.asarray(fusec.compile(W4A16, target="reference")(x, wq, s, z))
+    np.testing.assert_allclose(
+        got.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2
+    )

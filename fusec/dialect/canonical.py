@@ -176,6 +176,34 @@ class QuantizeCanonicalization(HasCanonicalizationPatternsTrait):
         return (FoldRequantize(),)
 
 
+class FoldConstantDequantize(RewritePattern):
+    """``dequantize`` of constant codes, scale and zero point (a quantized weight) is the
+    constant it computes, made once at compile time (issue 31): the targets compute with
+    float weights (the cpu GEMMs pack a constant B once), as ONNX import already folds a
+    DequantizeLinear of initializers. A target that multiplies the codes themselves (an
+    fp8 or int4 Tensor Core GEMM) would keep them: that is not written yet."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        from fusec.dialect.ops import DequantizeOp, spec_of
+        from fusec.ir.dtypes import numpy_dtype
+
+        if not isinstance(op, DequantizeOp):
+            return
+        if not all(is_constant(value.owner) for value in op.operands):
+            return
+        args = [
+            constant_value(value.owner, numpy_dtype(spec_of(value.type).dtype))  # type: ignore[arg-type]
+            for value in op.operands
+        ]
+        _replace(rewriter, op, dense_constant(op.reference(*args), op.result_dtype()))
+
+
+class DequantizeCanonicalization(HasCanonicalizationPatternsTrait):
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
+        return (FoldConstantDequantize(),)
+
+
 class ReluCanonicalization(HasCanonicalizationPatternsTrait):
     @classmethod
     def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:

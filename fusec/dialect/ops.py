@@ -62,6 +62,7 @@ from fusec.dialect.canonical import (
     BiasAddCanonicalization,
     CastCanonicalization,
     Conv2DCanonicalization,
+    DequantizeCanonicalization,
     QuantizeCanonicalization,
     ReluCanonicalization,
     ReshapeCanonicalization,
@@ -2138,7 +2139,7 @@ class DequantizeOp(QuantizationOp):
 
     name = "ai.dequantize"
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="dequantize")
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), DequantizeCanonicalization())
 
     @classmethod
     def infer(cls, operands, attrs):

@@ -23,6 +23,9 @@ The rewrites are xDSL ``RewritePattern``s, run to a fixed point:
 * ``softmax(q @ k^T [* c | / c] [+ mask]) [NaN -> 0] @ v`` -> ``ai.attention``
   (the score and probability tensors vanish: one kernel computes the attention;
   the key is taken back from the transpose that made ``k^T`` where there is one);
+* a quantized GEMM (issue 31): the per-tensor scale of a dequantized operand and the
+  per-column scale of a dequantized B move after the product (``matmul(dq(qa) sa,
+  dq(qb) sb) = matmul(dq(qa), dq(qb)) sa sb``), where they ride in its epilogue;
 * ``pow(x, 2|3|0.5|1)`` -> products, ``sqrt``, ``x``; ``x + 0`` and ``x * 1``
   (constants, same shape as x) -> ``x``.
 
@@ -471,6 +474,65 @@ def _matmul_attrs(op: ai.MatmulOp) -> dict:
     return {k: op.attr(k) for k in ("transpose_a", "transpose_b")}
 
 
+class ScalesAfterQuantizedMatmul(Recognition):
+    """``matmul(dequantize(qa, sa, za), dequantize(qb, sb, zb))`` (either operand alone
+    too) with ``sa`` per tensor and ``sb`` per tensor or per column of B (issue 31):
+    ``matmul(dequantize(qa, 1, za), dequantize(qb, 1, zb)) * sa * sb``. The product
+    multiplies the codes less their zero points (exact in the scale's type), and the
+    scales ride in the epilogue with the bias, activation and output cast: a quantized
+    GEMM's form (an fp8 GEMM accumulates the codes and scales its result). Scales per
+    block along K, or per row of A, stay in the dequantize."""
+
+    label = "quantization scales moved after matmul"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, ai.MatmulOp):
+            return
+        import numpy as np
+
+        new: list[Operation] = []
+        operands = list(op.operands)
+        scales: list[SSAValue] = []
+        for index, value in enumerate(operands):
+            dq = value.owner
+            if not (isinstance(dq, ai.DequantizeOp) and single_use(value)):
+                continue
+            if not _factors_out(dq, op, index):
+                continue
+            scale = dq.scale
+            new.append(ones := _constant(np.ones(shape(scale)), spec_of(scale.type).dtype))
+            layout = {k: dq.attr(k) for k in ("axis", "block_size")}
+            new.append(plain := ai.DequantizeOp(dq.input, ones.results[0], dq.zero_point, **layout))
+            operands[index] = plain.results[0]
+            scales.append(scale)
+        if not scales:
+            return
+        new.append(matmul := ai.MatmulOp(*operands, **_matmul_attrs(op)))
+        result = matmul.results[0]
+        for scale in scales:
+            new.append(scaled := ai.MulOp(result, scale))
+            result = scaled.results[0]
+        self.rewrite(rewriter, op, new, result)
+
+
+def _factors_out(dq: ai.DequantizeOp, matmul: ai.MatmulOp, index: int) -> bool:
+    """Whether ``dq``'s scale, as operand ``index`` of ``matmul``, is a factor of each
+    result element: per tensor (not a constant 1 already), or per column of a 2-D or
+    batched B (its N axis); the result's element type is the scale's."""
+    scale = constant(dq.scale)
+    if scale is not None and bool((scale == 1).all()):
+        return False  # already factored out
+    if spec_of(dq.scale.type).dtype != spec_of(matmul.results[0].type).dtype:
+        return False
+    if dq.attr("block_size") == 0 and math.prod(shape(dq.scale)) == 1:
+        return True
+    rank = len(shape(dq.input))
+    if index != 1 or rank < 2 or dq.attr("block_size") != 0:
+        return False
+    n_axis = rank - 2 if matmul.attr("transpose_b") else rank - 1
+    return dq.attr("axis") % rank == n_axis
+
+
 class MergeScales(Recognition):
     """``(x * c1) * c2`` with scalar constants -> ``x * (c1 * c2)``."""
 
@@ -883,6 +945,7 @@ PATTERNS: tuple[type[Recognition], ...] = (
     GeluFromTanh,
     LayerNormFromMoments,
     ScaleAfterMatmul,
+    ScalesAfterQuantizedMatmul,
     MergeScales,
     ReshapeAfterMatmul,
     RowsOfBatchedMatmul,

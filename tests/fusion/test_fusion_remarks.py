@@ -63,7 +63,10 @@ func.func @f(%x: tensor<4x4xf32>, %w: tensor<4x4xf32>) -> tensor<4x4xf32> {
     assert reasons[("ai.matmul", "ai.add")] == (
         "the rules allow this fusion, but no stage of the pipeline made it"
     )
-    assert "prologue takes layernorm, injective, not ai.relu" in reasons[("ai.relu", "ai.matmul")]
+    assert (
+        "prologue takes layernorm, injective, dequantize, quantize, not ai.relu"
+        in reasons[("ai.relu", "ai.matmul")]
+    )
 
 
 def test_cli_remarks_go_to_stderr(capsys):

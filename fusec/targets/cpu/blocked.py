@@ -54,6 +54,7 @@ from fusec.targets.cpu.common import (
     Buffers,
     Stage,
     assemble,
+    check_no_block_scales,
     input_names,
     outputs_of,
     scratch_lines,
@@ -223,9 +224,13 @@ def generate_core_group(
         chain = before[0][1]
         later = [op for _, seg in before[1:] for op in seg] + after
         needed = values_needed_after(chain, later, [])
-        if not needed and not (isinstance(core_op, ai.MatmulOp) and core_op.attr("transpose_a")):
+        # per-block quantization scales (issue 31): only a full (pointwise) stage reads them
+        blocks = any(isinstance(op, ai.QuantizationOp) and op.blocks() for op in chain)
+        transposed = isinstance(core_op, ai.MatmulOp) and core_op.attr("transpose_a")
+        if not needed and not transposed and not blocks:
             a_chain = chain
             before = before[1:]
+    check_no_block_scales(after)
 
     stages += stages_before(name, gen, before, [*a_chain, core_op, *after], outputs, buffers)
     launch += [stage.call() for stage in stages]

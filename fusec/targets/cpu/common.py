@@ -161,13 +161,22 @@ def body_ops(fused_op: ai.FusedOp) -> list[Operation]:
     assert isinstance(term, ai.YieldOp)
     ops = [op for op in fused_op.block.ops if op is not term]
     live = ancestors(ops, term.operands)
-    if fused_op.kind_name != "pointwise":
-        for op in ops:
-            if isinstance(op, ai.QuantizationOp) and op.blocks() is not None:
-                raise error_at(
-                    op, "has per-block scales: only the cpu pointwise template reads them"
-                )
+    if fused_op.kind_name not in BLOCK_SCALE_KINDS:
+        check_no_block_scales(ops)
     return [op for op in ops if op in live]
+
+
+#: Kinds whose cpu templates read per-block quantization scales: the pointwise loop, and
+#: the matmul and conv groups in the full stages before their core (``blocked``).
+BLOCK_SCALE_KINDS = ("pointwise", "matmul", "conv")
+
+
+def check_no_block_scales(ops: Iterable[Operation]) -> None:
+    """No op of ``ops`` is a quantization op with per-block scales (issue 31), else a
+    located error: only the pointwise loop indexes blocks."""
+    for op in ops:
+        if isinstance(op, ai.QuantizationOp) and op.blocks() is not None:
+            raise error_at(op, "has per-block scales: only the cpu pointwise loop reads them")
 
 
 def outputs_of(fused_op: ai.FusedOp) -> list[tuple[SSAValue, str]]:

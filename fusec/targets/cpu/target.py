@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 
 from fusec.dialect import ops as ai
 from fusec.target import Target, Template
@@ -28,6 +29,16 @@ def _no_block_scales(members, anchor) -> str | None:
     return None
 
 
+def _block_scales_before_core(members, anchor) -> str | None:
+    """A matmul or conv group computes the producers of its core's operands in full
+    stages (the pointwise loop): per-block quantization ops may be there, not after it."""
+    from fusec.targets.cpu.common import depends_on
+
+    ops = [op for op in members if isinstance(op, Operation)]
+    after = depends_on(ops, anchor.results) if anchor is not None else set(ops)
+    return _no_block_scales([op for op in ops if op in after], anchor)
+
+
 class CpuTarget(Target):
     """Numba ``@njit(parallel=True)`` kernels, one per ``ai.fused`` group; BLAS for the
     matmul and conv cores; 16-bit tensors computed in float32 and rounded back."""
@@ -42,9 +53,13 @@ class CpuTarget(Target):
         "pointwise": Template("fusec.targets.cpu.pointwise"),
         "row_reduce": Template("fusec.targets.cpu.row_reduce", _ROW, accepts=_no_block_scales),
         "matmul": Template(
-            "fusec.targets.cpu.matmul", (ai.MatmulOp, *_ROW, *_LAYOUT), accepts=_no_block_scales
+            "fusec.targets.cpu.matmul",
+            (ai.MatmulOp, *_ROW, *_LAYOUT),
+            accepts=_block_scales_before_core,
         ),
-        "conv": Template("fusec.targets.cpu.conv", (ai.Conv2DOp,), accepts=_no_block_scales),
+        "conv": Template(
+            "fusec.targets.cpu.conv", (ai.Conv2DOp,), accepts=_block_scales_before_core
+        ),
         "reduce": Template(
             "fusec.targets.cpu.reduce",
             (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp),
