@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from typing import Any
+from typing import Any, ClassVar
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.dialect import ops as ai
@@ -31,6 +31,22 @@ def content_key(spec: object) -> str:
     """The 16 hex digits naming a linked kernel spec (a frozen dataclass): a hash of its
     ``repr``, so that two specs share a device function, and a cache entry, only when equal."""
     return hashlib.sha256(repr(spec).encode()).hexdigest()[:16]
+
+
+class LinkedSpec:
+    """What names a linked kernel's spec (a frozen dataclass: GEMM, conv, attention, the
+    relayout copy, the GEMM's auxiliary kernels): ``key``, the hash of its ``repr``
+    (``content_key``), and ``function_name``, ``fusec_<PREFIX>_<key>``."""
+
+    PREFIX: ClassVar[str] = ""
+
+    @property
+    def key(self) -> str:
+        return content_key(self)
+
+    @property
+    def function_name(self) -> str:
+        return f"fusec_{self.PREFIX}_{self.key}"
 
 
 class LinkedLaunch:

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 
 from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
-from fusec.targets.cuda.linked import content_key
+from fusec.targets.cuda.linked import LinkedSpec
 from fusec.targets.cuda.ptx import CONSUMER_REGISTERS, PRODUCER_REGISTERS, wgmma_rs, wgmma_ss
 
 BM = 128  # query rows per block: 2 consumer warpgroups x 64
@@ -38,7 +38,7 @@ DTYPES = ("f16", "bf16")
 
 
 @dataclass(frozen=True)
-class AttentionSpec:
+class AttentionSpec(LinkedSpec):
     """Everything the attention kernel specialises on (all sizes are constants)."""
 
     batch: int  # flattened batch x heads
@@ -57,17 +57,9 @@ class AttentionSpec:
         if why:
             raise ValueError(why)
 
-    @property
-    def key(self) -> str:
-        return content_key(self)
+    PREFIX = "attn"
 
-    @property
-    def function_name(self) -> str:
-        return f"fusec_attn_{self.key}"
-
-    @property
-    def threads(self) -> int:
-        return THREADS
+    threads = THREADS
 
     def cpp_source(self) -> str:
         return expand(generate(self))

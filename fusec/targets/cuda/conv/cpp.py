@@ -59,7 +59,7 @@ from fusec.targets.cuda.conv.config import (
 from fusec.targets.cuda.conv.transpose import TransposeTiling, transpose_config, transpose_kernel
 from fusec.targets.cuda.epilogue import Epilogue
 from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
-from fusec.targets.cuda.linked import content_key
+from fusec.targets.cuda.linked import LinkedSpec
 from fusec.targets.cuda.ptx import CONSUMER_REGISTERS, PRODUCER_REGISTERS, wgmma_ss
 
 DTYPES = ("f16", "bf16")
@@ -165,7 +165,7 @@ def _check_types(dtype: str, out_dtype: str, epilogue: Epilogue) -> None:
 
 
 @dataclass(frozen=True)
-class ConvSpec:
+class ConvSpec(LinkedSpec):
     """Everything the implicit-GEMM conv kernel specialises on."""
 
     geo: ConvGeometry
@@ -208,13 +208,7 @@ class ConvSpec:
         if why:
             raise ValueError(why)
 
-    @property
-    def key(self) -> str:
-        return content_key(self)
-
-    @property
-    def function_name(self) -> str:
-        return f"fusec_conv_{self.key}"
+    PREFIX = "conv"
 
     @property
     def relayout_name(self) -> str:
@@ -629,7 +623,7 @@ DIRECT_THREADS = 256
 
 
 @dataclass(frozen=True)
-class DirectConvSpec:
+class DirectConvSpec(LinkedSpec):
     """A direct convolution (any groups, strides, padding, dilation), one output element
     per thread and grid-stride step: the template for depthwise and few-channel groups."""
 
@@ -642,17 +636,9 @@ class DirectConvSpec:
         if self.dtype not in DTYPES + ("f32",) or self.out_dtype not in OUT_DTYPES:
             raise ValueError(f"unsupported conv types {self.dtype} -> {self.out_dtype}")
 
-    @property
-    def key(self) -> str:
-        return content_key(self)
+    PREFIX = "dconv"
 
-    @property
-    def function_name(self) -> str:
-        return f"fusec_dconv_{self.key}"
-
-    @property
-    def threads(self) -> int:
-        return DIRECT_THREADS
+    threads = DIRECT_THREADS
 
     def cpp_source(self) -> str:
         return expand(generate_direct(self))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from fusec.targets.cuda.conv.config import ConvGeometry, cdiv
 from fusec.targets.cuda.headers import enumerators, expand, include
-from fusec.targets.cuda.linked import content_key
+from fusec.targets.cuda.linked import LinkedSpec
 
 WARPS = 4
 THREADS = 32 * WARPS
@@ -115,7 +115,7 @@ extern "C" __global__ void __launch_bounds__({THREADS})
 
 
 @dataclass(frozen=True)
-class RelayoutSpec:
+class RelayoutSpec(LinkedSpec):
     """A standalone channels-last transpose ``[A][B][P] -> [A][P][B]`` of 16-bit elements
     with ``B % 8 == 0``: the ``conv-layout`` conversions NCHW -> NHWC (``A = N, B = C, P =
     H*W``) and KCRS -> KRSC (``A = K, B = C, P = R*S``) as one linked kernel, the copy
@@ -162,17 +162,9 @@ class RelayoutSpec:
         a, p = divmod(ap, self.pixels)
         return a, p, 8 * b8
 
-    @property
-    def key(self) -> str:
-        return content_key(self)
+    PREFIX = "relayout"
 
-    @property
-    def function_name(self) -> str:
-        return f"fusec_relayout_{self.key}"
-
-    @property
-    def threads(self) -> int:
-        return THREADS
+    threads = THREADS
 
     def arg_count(self) -> tuple[int, int]:
         return 2, 0

@@ -30,11 +30,11 @@ logits are read once, in their 16-bit form, never as f32.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from fusec.codegen.expr import cpp_literal
 from fusec.targets.cuda.headers import ELEMENT_TYPES, expand, include, indent_lines
+from fusec.targets.cuda.linked import LinkedSpec
 
 THREADS = 256
 FOLD_ROWS = 8  # rows of W a fold lane owns (W stored K x N): all their loads in flight
@@ -45,12 +45,8 @@ _DTYPES = ("f16", "bf16")
 _ANY = ("f16", "bf16", "f32")
 
 
-def _key(obj: object) -> str:
-    return hashlib.sha256(repr(obj).encode()).hexdigest()[:16]
-
-
 @dataclass(frozen=True)
-class LayerNormPrep:
+class LayerNormPrep(LinkedSpec):
     """Row statistics of x and the gamma/beta fold of W for ``LN(x) @ W`` (module docstring).
 
     Kernel parameters: x, gamma, beta, w, w_folded, stats (float2 per row: mean,
@@ -70,13 +66,7 @@ class LayerNormPrep:
         if self.b_major not in ("n", "k"):
             raise ValueError("b_major is 'n' or 'k'")
 
-    @property
-    def key(self) -> str:
-        return _key(self)
-
-    @property
-    def function_name(self) -> str:
-        return f"fusec_lnprep_{self.key}"
+    PREFIX = "lnprep"
 
     threads = THREADS
 
@@ -125,7 +115,7 @@ extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
 
 
 @dataclass(frozen=True)
-class SoftmaxFinalise:
+class SoftmaxFinalise(LinkedSpec):
     """Second pass of a long-row softmax (module docstring).
 
     Kernel parameters: out (the logits, rewritten in place), partials (float2 per
@@ -140,13 +130,7 @@ class SoftmaxFinalise:
     helpers: str = ""
     name: str = "softmax"
 
-    @property
-    def key(self) -> str:
-        return _key(self)
-
-    @property
-    def function_name(self) -> str:
-        return f"fusec_smfin_{self.key}"
+    PREFIX = "smfin"
 
     threads = THREADS
 

@@ -66,12 +66,12 @@ SBO = stride between 8-row K groups), so no operand is ever copied.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 from fusec.targets.cuda.epilogue import Epilogue
 from fusec.targets.cuda.gemm.config import TileConfig, Variant
 from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
+from fusec.targets.cuda.linked import LinkedSpec
 from fusec.targets.cuda.ptx import CONSUMER_REGISTERS, PRODUCER_REGISTERS, wgmma_ss
 
 DTYPES = ("f16", "bf16")
@@ -107,7 +107,7 @@ def bias_relu(dtype: str) -> Epilogue:
 
 
 @dataclass(frozen=True)
-class GemmSpec:
+class GemmSpec(LinkedSpec):
     """Everything the generated C++ specialises on."""
 
     config: TileConfig = field(default_factory=TileConfig)
@@ -132,15 +132,7 @@ class GemmSpec:
         if self.config.ln == "tile" and self.a_major != "k":
             raise ValueError("ln=tile normalises a K-major A")
 
-    @property
-    def key(self) -> str:
-        """A short stable hash naming the generated function."""
-        text = repr(self).encode()
-        return hashlib.sha256(text).hexdigest()[:16]
-
-    @property
-    def function_name(self) -> str:
-        return f"fusec_gemm_{self.key}"
+    PREFIX = "gemm"
 
     @property
     def threads(self) -> int:
