@@ -8,9 +8,10 @@ by ``CapabilityBasedPartitioner``: every node ``torch_fx.unsupported_reason`` ac
 joins a partition, each partition becomes one ai module compiled by fusec for the
 inputs' device (``cuda`` or ``cpu``), and the rest runs in eager PyTorch, so
 nothing that eager runs fails. Parameters and buffers are frozen into the IR as
-constants (BatchNorm folds into its conv, weights are packed once); each call checks
-that they are the same tensors, unmodified (``Tensor._version``), and compiles again
-if not.
+constants (BatchNorm folds into its conv, weights are packed once); each call picks
+the graph's compilation for its parameter tensors (instances of one model class share
+Dynamo's graph: each set of tensors has its own), checks that they are unmodified
+(``Tensor._version``), and compiles again if not.
 
 Tensors cross without copies: on ``cpu`` as numpy views (``Tensor.numpy()``,
 ``torch.from_numpy``), on ``cuda`` as torch tensors, used in place on the caller's
@@ -219,8 +220,14 @@ def _frozen_positions(gm: fx.GraphModule, inputs: Sequence[Any]) -> list[int]:
 
 
 class _Frozen:
-    """The compiled forward graph with its parameters and buffers as constants; a call
-    whose parameters are other tensors, or were modified in place, compiles again."""
+    """The compiled forward graph with its parameters and buffers as constants. Dynamo
+    hands every instance of a model class the same graph (parameters are its inputs), so
+    each set of parameter tensors (by identity) has its own compiled variant, up to
+    ``VARIANTS`` of them (the oldest dropped); a call whose parameters were modified in
+    place compiles its variant again."""
+
+    #: The most parameter sets one graph keeps compiled.
+    VARIANTS = 8
 
     def __init__(
         self,
@@ -236,25 +243,34 @@ class _Frozen:
             frozen = []
         self.frozen = frozen
         self.placeholders = placeholders
-        self.held: list[tuple[int, torch.Tensor, int]] = []
-        # Compiled on the first call, which has real tensors (the compiler runs under
-        # AOTAutograd's fake tensor mode).
-        self.run: Callable | None = None
+        # (ids of the frozen tensors) -> ((position, tensor, version) held, compiled).
+        # Compiled on a call, which has real tensors (the compiler runs under
+        # AOTAutograd's fake tensor mode); holding the tensors keeps their ids unique.
+        self.variants: dict[tuple[int, ...], tuple[list[tuple[int, Any, int]], Callable]] = {}
 
     def freeze(self, inputs: Sequence[Any]) -> Callable:
-        self.held = [(i, inputs[i], _version(inputs[i])) for i in self.frozen]
+        key = tuple(id(inputs[i]) for i in self.frozen)
+        held = [(i, inputs[i], _version(inputs[i])) for i in self.frozen]
         constants = {self.placeholders[i].name: inputs[i].detach() for i in self.frozen}
-        self.run = _compile_aten(self.aten, constants, inputs, self.options)
-        return self.run
+        run = _compile_aten(self.aten, constants, inputs, self.options)
+        self.variants.pop(key, None)
+        while len(self.variants) >= self.VARIANTS:
+            self.variants.pop(next(iter(self.variants)))
+        self.variants[key] = (held, run)
+        return run
 
     def __call__(self, *args: Any) -> Any:
-        run = self.run if self.run is not None else self.freeze(args)
-        for index, tensor, version in self.held:
-            if args[index] is not tensor or _version(tensor) != version:
+        variant = self.variants.get(tuple(id(args[i]) for i in self.frozen))
+        if variant is None:
+            if self.variants:
                 _count("refreezes")
-                _remark("a parameter or buffer changed: the graph is compiled again")
-                run = self.freeze(args)
-                break
+                _remark("other parameter or buffer tensors: the graph is compiled for them")
+            return self.freeze(args)(*args)
+        held, run = variant
+        if any(_version(tensor) != version for _, tensor, version in held):
+            _count("refreezes")
+            _remark("a parameter or buffer changed: the graph is compiled again")
+            run = self.freeze(args)
         return run(*args)
 
 

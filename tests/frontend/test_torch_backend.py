@@ -325,3 +325,21 @@ def test_a_llama_style_block_compiles_whole(target) -> None:
             assert_close(compiled(x, positions).numpy(), model(x, positions).numpy())
     stats = fusec_torch.stats()
     assert stats["partitions"] == 1 and stats["eager_nodes"] == 0, stats["remarks"]
+
+
+def test_instances_of_one_model_class_keep_their_own_compilations() -> None:
+    """Dynamo gives both instances one graph (their parameters are its inputs): each
+    set of parameters has its compiled variant, none compiled again call after call."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    first, second = MLP().eval(), MLP().eval()  # different weights
+    a = torch.compile(first, backend="fusec", options={"target": "reference"})
+    b = torch.compile(second, backend="fusec", options={"target": "reference"})
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        for _ in range(3):
+            assert_close(a(x).numpy(), first(x).numpy())
+            assert_close(b(x).numpy(), second(x).numpy())
+    stats = fusec_torch.stats()
+    assert stats["partitions"] == 2, stats  # one compilation per instance, not per call
+    assert stats["refreezes"] <= 1, stats  # the second set, if Dynamo shares the graph
