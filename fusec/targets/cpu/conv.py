@@ -56,7 +56,7 @@ from fusec.codegen import KernelSource
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
-from fusec.targets.cpu import abi, host
+from fusec.targets.cpu import abi, depthwise, host
 from fusec.targets.cpu.blocked import (
     MIN_BLOCKS,
     BlockedCore,
@@ -829,7 +829,10 @@ class DepthwiseBlocks(ConvBlocks):
         at least ``MIN_BLOCKS`` blocks when there are enough planes)."""
         self._read_op(op, reads, c_array, c_local)
         planes, p = self.n * self.k, self.oh * self.ow
-        cb = max(1, min(self.k, DEPTHWISE_PIXELS // p))
+        #: short output rows: the block's channels in the vector lanes (``depthwise``)
+        self.lanes = self.ow <= depthwise.LANES_MAX_OW
+        cb = depthwise.LANES_CHANNELS if self.lanes else DEPTHWISE_PIXELS // p
+        cb = max(1, min(self.k, cb))
         if self.n * math.ceil(self.k / cb) < MIN_BLOCKS:
             cb = max(1, min(cb, math.ceil(planes / MIN_BLOCKS)))
         self.cb, self.bh, self.nrb = cb, self.oh, 1
@@ -840,7 +843,14 @@ class DepthwiseBlocks(ConvBlocks):
         hp = (self.oh - 1) * self.sh + (self.r - 1) * self.dh + 1
         wp = (self.ow - 1) * self.sw + (self.s - 1) * self.dw + 1
         self.xpad_shape = (hp, wp)
-        workspace.add("xpad", hp * -(-wp // self.sw) * self.sw)
+        if self.lanes:
+            kernel, strides, dilations = (self.r, self.s), (self.sh, self.sw), (self.dh, self.dw)
+            for name, floats in depthwise.lanes_workspace(
+                cb, self.oh, self.ow, kernel, strides, dilations
+            ):
+                workspace.add(name, floats)
+        else:
+            workspace.add("xpad", hp * -(-wp // self.sw) * self.sw)
         if c_local:
             workspace.add(c_array, self.pixels)
 
@@ -848,7 +858,12 @@ class DepthwiseBlocks(ConvBlocks):
         return (
             f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x1x{self.r}x{self.s}"
             f" (depthwise) in {self.count} blocks of {self.cb} channel planes: "
-            "direct multiply-adds along output rows, epilogue per block"
+            + (
+                "direct multiply-adds, the channels in vector lanes"
+                if self.lanes
+                else "direct multiply-adds along output rows"
+            )
+            + ", epilogue per block"
         )
 
     def decode(self) -> list[str]:  # channels g:g1 of image n, whole planes
@@ -863,7 +878,29 @@ class DepthwiseBlocks(ConvBlocks):
         ]
 
     def compute(self) -> list[str]:
-        return self._depthwise()
+        return self._lanes() if self.lanes else self._depthwise()
+
+    def _lanes(self) -> list[str]:
+        """The block's channels in the vector lanes (``depthwise.lanes_lines``)."""
+        x, w = (self.reads[v] for v in self.op.operands)
+        p = self.oh * self.ow
+        row = f"(ch - g) * {p}" if self.c_local else f"(n * {self.k} + ch) * {p}"
+        return depthwise.lanes_lines(
+            x=x,
+            w=w,
+            out=self.c_array,
+            out_row=row,
+            cb=self.cb,
+            c=self.c,
+            h=self.h,
+            wd=self.w,
+            oh=self.oh,
+            ow=self.ow,
+            kernel=(self.r, self.s),
+            strides=(self.sh, self.sw),
+            dilations=(self.dh, self.dw),
+            pads=(self.pt, self.pl),
+        )
 
     def _channel_rows(self) -> tuple[str, str]:
         return "g1 - g", "g"

@@ -1,0 +1,116 @@
+"""A depthwise convolution's small planes with the channels in the vector lanes.
+
+The depthwise method of ``fusec.targets.cpu.conv`` (``DepthwiseBlocks``) computes each
+channel plane on its own, vectorised along the output rows. An output row of 4 or 8
+pixels (MobileNetV3's and EfficientNet's late stages, ConvNeXt's 7x7 on 8x8 and 4x4 at
+128x128) fills no vector: the row loop runs scalar, and a 5x5 or 7x7 tap sum is a chain
+of dependent adds per pixel. Here a block's channels go in the lanes instead:
+
+* ``xpad``: the block's input planes transposed to channels-last with their zero padding
+  (``Hp x Wp x CB``: the rows and columns the taps reach, ``CB`` channels a pixel);
+* ``wt``: the block's weights tap-major (``taps x CB``);
+* ``ot``: every output pixel's ``CB`` channels at once, the sum over the taps in the
+  same order as the planar loop (so the same float32 result, NaN and Inf included),
+  each term a contiguous vector of ``xpad`` at a constant offset: strides and dilations
+  are only offsets, no phase split;
+* then ``ot`` transposed back to the block's channel rows for the epilogue.
+
+The last block may have fewer channels: the transposes move only its own, the sums run
+over all ``CB`` lanes (the others hold an earlier block's values, never written out).
+
+Standalone kernels, one thread, us (benchmarks in the commit that added this; the
+planar loop / channels in lanes): 960x4x4 5x5 81 / 24, 672x8x8 3x3 67 / 29, 672x16x16
+5x5 stride 2 239 / 107, 384x8x8 7x7 306 / 58; but 240x16x16 3x3 30 / 52 and 96x32x32
+7x7 215 / 275, where the planar rows are whole vectors and the transposes cost more than
+they save: hence only output rows of at most ``LANES_MAX_OW`` pixels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+#: Output rows of at most this many pixels take the lanes form.
+LANES_MAX_OW = 8
+#: Channels of a lanes block: two 16-float vectors; the block's padded input (8x8 output,
+#: 7x7 taps: 14 x 14 x 32 floats, 25 KiB) stays in L1.
+LANES_CHANNELS = 32
+
+
+def lanes_shapes(
+    oh: int, ow: int, r: int, s: int, sh: int, sw: int, dh: int, dw: int
+) -> tuple[int, int]:
+    """(Hp, Wp): the padded input rows and columns the taps of the output plane reach."""
+    return (oh - 1) * sh + (r - 1) * dh + 1, (ow - 1) * sw + (s - 1) * dw + 1
+
+
+def lanes_lines(
+    *,
+    x: str,
+    w: str,
+    out: str,
+    out_row: str,
+    cb: int,
+    c: int,
+    h: int,
+    wd: int,
+    oh: int,
+    ow: int,
+    kernel: tuple[int, int],
+    strides: tuple[int, int],
+    dilations: tuple[int, int],
+    pads: tuple[int, int],
+) -> list[str]:
+    """Lines computing channels ``g <= ch < g1`` of image ``n`` (names the block's decode
+    binds) into ``out`` at ``out_row`` (an expression of ``ch``: the channel's first
+    output pixel there), from the flat input ``x`` (N x C x H x W) and weight ``w``
+    (C x 1 x R x S), through the workspace arrays ``xpad``, ``wt`` and ``ot``."""
+    r, s = kernel
+    sh, sw = strides
+    dh, dw = dilations
+    pt, pl = pads
+    hp, wp = lanes_shapes(oh, ow, r, s, sh, sw, dh, dw)
+    taps, p = r * s, oh * ow
+    rows = max(0, min(h, hp - pt))  # input rows inside the padded plane
+    cols = max(0, min(wd, wp - pl))  # ... and columns
+    terms = [
+        f"wt[U({(i * s + j) * cb} + c)] * xpad[U(base + {(i * dh * wp + j * dw) * cb} + c)]"
+        for i in range(r)
+        for j in range(s)
+    ]
+    return [
+        "cn = g1 - g",
+        f"for i in range({hp * wp * cb}):",
+        "    xpad[U(i)] = f32(0.0)",
+        f"for i in range({rows}):",
+        f"    for j in range({cols}):",
+        f"        d = ((i + {pt}) * {wp} + j + {pl}) * {cb}",
+        f"        src = (n * {c} + g) * {h * wd} + i * {wd} + j",
+        "        for c in range(cn):",
+        f"            xpad[U(d + c)] = {x}[U(src + c * {h * wd})]",
+        "for c in range(cn):",
+        f"    for tap in range({taps}):",
+        f"        wt[U(tap * {cb} + c)] = {w}[U((g + c) * {taps} + tap)]",
+        f"for oh in range({oh}):",
+        f"    for ow in range({ow}):",
+        f"        base = (oh * {sh * wp} + ow * {sw}) * {cb}",
+        f"        o = (oh * {ow} + ow) * {cb}",
+        f"        for c in range({cb}):",
+        "            ot[U(o + c)] = " + " + ".join(terms),
+        f"for q in range({p}):",
+        "    for c in range(cn):",
+        "        ch = g + c",
+        f"        {out}[U({out_row} + q)] = ot[U(q * {cb} + c)]",
+    ]
+
+
+def lanes_workspace(
+    cb: int,
+    oh: int,
+    ow: int,
+    kernel: tuple[int, int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+) -> list[tuple[str, int]]:
+    """The workspace arrays of a lanes block of ``cb`` channels: (name, floats)."""
+    hp, wp = lanes_shapes(oh, ow, *kernel, strides[0], strides[1], dilations[0], dilations[1])
+    return [("xpad", hp * wp * cb), ("wt", kernel[0] * kernel[1] * cb), ("ot", oh * ow * cb)]

@@ -1,0 +1,143 @@
+"""Depthwise convolutions with output rows of at most ``LANES_MAX_OW`` pixels: the block's
+channels in the vector lanes (``fusec.targets.cpu.depthwise``), issue #30.
+
+Each numerics check runs poisoned outputs on fresh random inputs against the float64
+reference (``cpu_check.check``); the lanes sum the taps in the planar loop's order, so
+the two forms agree bit for bit, NaN and Inf included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cpu_check import check, poison
+
+from fusec.api import parse, run_pipeline
+from fusec.ir.module import entry_function
+from fusec.runtime.cache import KernelCache
+from fusec.runtime.launch import Program
+from fusec.runtime.reference import run_reference
+from fusec.targets.cpu import conv as cpu_conv
+from fusec.targets.cpu import depthwise
+from fusec.tools.runner import random_inputs
+
+LANES = "the channels in vector lanes"
+SLOW = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> KernelCache:
+    return KernelCache(tmp_path_factory.mktemp("kernels"))
+
+
+@pytest.fixture(autouse=True)
+def four_blocks_at_least(monkeypatch):
+    """Block counts as on a 4-thread pool: several blocks, a ragged last one."""
+    monkeypatch.setattr(cpu_conv, "MIN_BLOCKS", 4)
+
+
+def _t(shape, dtype="f32"):
+    return f"tensor<{''.join(f'{d}x' for d in shape)}{dtype}>"
+
+
+def _out(size: int, pad: int, k: int, stride: int, dil: int) -> int:
+    return (size + pad - dil * (k - 1) - 1) // stride + 1
+
+
+def _dw_text(x_shape, kernel, strides, padding, dilations, epilogue: str = "relu") -> str:
+    """A depthwise conv (groups = C) + bias + ``epilogue``; ``padding`` (top, left,
+    bottom, right)."""
+    n, c, h, w = x_shape
+    oh = _out(h, padding[0] + padding[2], kernel[0], strides[0], dilations[0])
+    ow = _out(w, padding[1] + padding[3], kernel[1], strides[1], dilations[1])
+    x, wt, b, y = _t(x_shape), _t((c, 1, *kernel)), _t((c,)), _t((n, c, oh, ow))
+
+    def arr(v):
+        return ", ".join(map(str, v))
+
+    return f"""
+func.func @f(%x: {x}, %w: {wt}, %b: {b}) -> {y} {{
+  %c = ai.conv2d %x, %w {{strides = array<i64: {arr(strides)}>,
+                          padding = array<i64: {arr(padding)}>,
+                          dilations = array<i64: {arr(dilations)}>, groups = {c}}} : {x} * {wt}
+  %a = ai.bias_add %c, %b : {y} * {b}
+  %o = ai.{epilogue} %a : {y}
+  return %o : {y}
+}}"""
+
+
+CASES = [
+    # x shape, kernel, strides, padding (t, l, b, r), dilations
+    ((1, 40, 4, 4), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),  # 32 + 8 channels: ragged lanes
+    ((2, 20, 9, 7), (3, 3), (2, 2), (0, 1, 1, 2), (1, 1)),  # stride 2, uneven padding
+    ((1, 24, 8, 8), (7, 7), (1, 1), (3, 3, 3, 3), (1, 1)),  # ConvNeXt's 7x7
+    ((1, 9, 11, 10), (3, 3), (1, 2), (2, 2, 2, 2), (2, 2)),  # dilated, strided along W
+    ((3, 5, 6, 4), (1, 3), (1, 1), (0, 3, 0, 3), (1, 1)),  # padding wider than a tap reaches
+    ((1, 70, 3, 3), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # 3x3 output, 3 blocks of lanes
+    ((2, 33, 5, 8), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # a 1x1 kernel
+]
+
+
+@pytest.mark.parametrize(
+    "case", [CASES[0], CASES[1], *(pytest.param(c, marks=SLOW) for c in CASES[2:])]
+)
+def test_depthwise_lanes_against_the_reference(cache, case):
+    program = check(_dw_text(*case), cache=cache, kind="conv")
+    source = program.kernels[0].source
+    assert "(depthwise) in " in source and LANES in source, source[:2000]
+
+
+def test_depthwise_lanes_rule():
+    """Output rows of at most LANES_MAX_OW pixels take the lanes; wider ones the rows."""
+    for w, lanes in ((8, True), (9, False), (16, False)):
+        text = _dw_text((1, 16, 4, w), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1))
+        module = parse(text)
+        run_pipeline(module)
+        program = Program(module, target="cpu", cache=None)
+        source = "\n".join(k.source for k in program.kernels)
+        assert (LANES in source) == lanes, w
+
+
+@pytest.mark.parametrize("yield_conv", [False, True])
+def test_depthwise_lanes_epilogue_by_rows_and_the_conv_yielded(cache, yield_conv):
+    """An epilogue operand varying along H (whole output rows), the conv also a result
+    (then written straight into it from the lanes)."""
+    x, w, y, r = _t((2, 6, 10, 9)), _t((6, 1, 3, 3)), _t((2, 6, 8, 4)), _t((6, 8, 1))
+    results = f"%o, %c : {y}, {y}" if yield_conv else f"%o : {y}"
+    types = f"{y}, {y}" if yield_conv else y
+    text = f"""
+func.func @f(%x: {x}, %w: {w}, %r: {r}) -> ({types}) {{
+  %c = ai.conv2d %x, %w {{strides = array<i64: 1, 2>, groups = 6}} : {x} * {w}
+  %o = ai.mul %c, %r : {y} * {r}
+  return {results}
+}}"""
+    program = check(text, cache=cache, kind="conv")
+    source = program.kernels[0].source
+    assert LANES in source and ("cbuf = ws[" in source) != yield_conv
+
+
+def test_depthwise_lanes_match_the_rows_bit_for_bit_non_finite_included(cache, monkeypatch):
+    """The lanes and the planar rows sum the same products in the same order: equal
+    float32 results, NaN where the reference has NaN, equal infinities."""
+    text = _dw_text((1, 40, 6, 6), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1))
+    module = parse(text)
+    run_pipeline(module)
+    inputs = random_inputs(entry_function(module), 3)
+    x = inputs[0]
+    x[0, 0, 2, 2] = np.inf  # one +Inf: Inf in the outputs it reaches
+    x[0, 1, 0, 0] = np.nan  # NaN at a corner (its window hangs over the padding)
+    x[0, 2, 3, 3], x[0, 2, 3, 4] = np.inf, -np.inf  # Inf - Inf = NaN in a shared window
+    results = []
+    for most in (depthwise.LANES_MAX_OW, 0):
+        monkeypatch.setattr(depthwise, "LANES_MAX_OW", most)
+        program = Program(module, target="cpu", cache=cache)
+        assert (LANES in program.kernels[0].source) == (most > 0)
+        (out,) = program(inputs, alloc=poison)
+        results.append(out)
+    lanes, rows = results
+    np.testing.assert_array_equal(lanes, rows)  # NaN == NaN for array_equal
+    (ref,) = run_reference(module, inputs, precision="float64")
+    assert np.isnan(ref).any() and np.isinf(ref).any()
+    assert np.array_equal(np.isnan(lanes), np.isnan(ref))
+    assert np.array_equal(lanes[np.isinf(ref)], ref[np.isinf(ref)])
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(lanes[finite], ref[finite], rtol=1e-4, atol=1e-5)
