@@ -61,6 +61,12 @@ extern "C" __global__ void probe(float* out) {
   const ConsumerThread c = fs_consumer_thread<232>(threadIdx.x / 128, threadIdx.x);
   out[threadIdx.x] = r + (float)(fs_desc(1024u, 16u, 1024u) & 1023ull) + c.lane + c.cw;
 }""",
+    "fusec/fp8_gemm.cuh": """
+extern "C" __global__ void probe(const unsigned char* a, const unsigned char* b, void* c, int k) {
+  __shared__ __align__(1024) unsigned char smem[2 * fusec::FP8_STAGE_BYTES];
+  const fusec::ScaleEpilogue epi{0.5f, 2.0f, nullptr};
+  fusec::fp8_gemm_tile<fusec::E4M3, fusec::E5M2, fusec::E5M2>(a, b, c, 64, 64, k, 0, 0, epi, smem);
+}""",
     "fusec/shared.cuh": """
 extern "C" __global__ void probe(u64 src, void* out, int left) {
   __shared__ __align__(16) unsigned char buf[512];
