@@ -22,6 +22,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 import fusec  # noqa: E402
+import fusec.frontend.torch_attention  # noqa: E402,F401  (registers fusec::sdpa)
 
 
 class Fn(nn.Module):
@@ -316,6 +317,12 @@ CASES = [
         fn(lambda s, q, m: F.scaled_dot_product_attention(q, q, q, attn_mask=m)),
         inputs(randn(1, 2, 4, 8), randn(4, 4)),
         "CHECK: ai.attention {{.*}} * tensor<4x4xf32>",
+    ),
+    Case(
+        "fusec_sdpa",  # what the backend rewrites Dynamo's SDPA calls into
+        fn(lambda s, q, k: torch.ops.fusec.sdpa(q, k, k, None, 0.0, True)),
+        inputs(randn(1, 2, 4, 8), randn(1, 2, 4, 8)),
+        "CHECK: ai.attention {{.*}}scale = 0.353553",
     ),
     Case(
         "index_ids",
