@@ -217,10 +217,6 @@ def kernel_name(name: str) -> str:
     return name
 
 
-def specs(values) -> list:
-    return [spec_of(v.type) for v in values]
-
-
 def integer_values(members: Sequence, what: str) -> str | None:
     """Why a float-only cuda template (``what``: the Tensor Core GEMM and conv, whose C++
     epilogues hold floats; the Numba row and reduction kernels, in float32 registers)
