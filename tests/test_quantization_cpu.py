@@ -194,7 +194,9 @@ def _assert_same(got: np.ndarray, want: np.ndarray, what: str) -> None:
 def _run_poisoned(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """The cpu kernels' results, run twice on outputs pre-filled with two different
     poisons (NaN or byte 0x5A, then -1 or 0xA5): an element a kernel leaves unwritten
-    differs between the runs, so it cannot equal the reference in both."""
+    differs between the runs, so it cannot equal the reference in both. The compiled
+    launcher (``CpuProgram``, quantized values held as bytes in its arena; graphs with
+    16-bit floats take its Python loop) must give the same bytes."""
     module = fusec.parse(text)
     run_pipeline(module, target="cpu")
     program = Program(module, target="cpu")
@@ -212,6 +214,15 @@ def _run_poisoned(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
     second = [np.array(r) for r in program(inputs, alloc=poison(0xA5))]
     for k, (a, b) in enumerate(zip(first, second, strict=True)):
         assert a.tobytes() == b.tobytes(), f"result #{k} depends on the output's old contents"
+    # the compiled launcher (CpuProgram: arena, segments) gives the same bytes
+    compiled = fusec.compile(text, target="cpu")
+    reason = compiled._runner.compiled_reason
+    assert reason is None or "16-bit floats" in reason, reason
+    results = compiled(*inputs)
+    results = results if isinstance(results, tuple) else (results,)
+    for k, (a, c) in enumerate(zip(first, results, strict=True)):
+        c = np.asarray(c)
+        assert a.dtype == c.dtype and a.tobytes() == c.tobytes(), f"compiled result #{k}"
     return first
 
 

@@ -72,7 +72,17 @@ ENV_VAR = "FUSEC_CPU_LAUNCHER"
 #: Byte alignment of every buffer in the arenas (a cache line, an AVX-512 vector).
 ALIGN = 64
 #: The element types an arena holds, as the generated code names them.
-_DTYPES = {"float32": "np.float32", "int64": "np.int64", "int32": "np.int32", "bool": "np.bool_"}
+_DTYPES = {
+    "float32": "np.float32",
+    "int64": "np.int64",
+    "int32": "np.int32",
+    "bool": "np.bool_",
+    "int8": "np.int8",
+    "uint8": "np.uint8",
+}
+#: The quantized element types held in another dtype (issue 31), as the cpu kernels hold
+#: them (``backend._storage``): float8 codes as uint8, 4-bit integers as 8-bit values.
+_STORED = {"f8E4M3FN": "uint8", "f8E5M2": "uint8", "i4": "int8", "ui4": "uint8"}
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,11 @@ class BufferPlan:
     returns: list[tuple[Place, tuple[int, ...]]] = field(default_factory=list)
     #: Shape and dtype of each output array a call allocates.
     outputs: list[tuple[tuple[int, ...], np.dtype]] = field(default_factory=list)
+    #: Arguments the kernels read in another dtype (float8 codes, 4-bit integers as
+    #: bytes: ``_STORED``): (index, that dtype); and per returned value the element type
+    #: to give it back in, where it is held in another (else None).
+    stored_args: list[tuple[int, np.dtype]] = field(default_factory=list)
+    restored: list[np.dtype | None] = field(default_factory=list)
 
     @property
     def output_sizes(self) -> list[tuple[tuple[int, ...], np.dtype, bool]]:
@@ -174,6 +189,8 @@ class CpuProgram(Program):
         if plan is None or recorder is not None:
             return super().__call__(args, alloc=alloc, recorder=recorder)
         arrays = self._arguments(args)
+        for k, dtype in plan.stored_args:  # float8 codes, 4-bit integers as bytes
+            arrays[k] = _stored(arrays[k], dtype)
         for k, array in enumerate(arrays):
             if not (array.flags.c_contiguous and array.flags.writeable):
                 arrays[k] = np.array(array, order="C")  # the compiled entries take these only
@@ -271,6 +288,8 @@ def plan_buffers(program: Program) -> BufferPlan:
     args = program.function.body.block.args
     for i, arg in enumerate(args):
         places[arg] = Place("arg", i, _size(arg), _dtype(arg))
+        if _dtype(arg) != _declared(arg):
+            plan.stored_args.append((i, _dtype(arg)))
     plan.constants = _pack_constants(program, places)
     roots = _roots(program)
     returned = _output_roots(program, roots, places, plan)
@@ -298,6 +317,8 @@ def plan_buffers(program: Program) -> BufferPlan:
     plan.returns = [
         (_place_of(v, places, roots), tuple(spec_of(v.type).shape)) for v in program.returns
     ]
+    restored = [None if _dtype(v) == _declared(v) else _declared(v) for v in program.returns]
+    plan.restored = restored if any(d is not None for d in restored) else []
     return plan
 
 
@@ -361,7 +382,7 @@ def _pack_constants(program: Program, places: dict[Any, Place]) -> np.ndarray:
     every laid-out constant, 64-byte aligned; their places recorded in ``places``."""
     arrays: list[tuple[Any, np.ndarray]] = []
     for value, array in program.constants.items():
-        arrays.append((value, np.ascontiguousarray(array, dtype=_dtype(value)).reshape(-1)))
+        arrays.append((value, _stored(array, _dtype(value)).reshape(-1)))
     for key, array in program.prepared_constants.items():
         arrays.append((key, np.ascontiguousarray(array, dtype=np.float32).reshape(-1)))
     offset = 0
@@ -415,10 +436,30 @@ def _size(value: SSAValue) -> int:
     return math.prod(spec_of(value.type).shape)
 
 
+def _declared(value: SSAValue) -> np.dtype:
+    return np.dtype(numpy_dtype(spec_of(value.type).dtype))
+
+
+def _stored(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``array`` as the kernels hold it in ``dtype``: a float8 tensor's codes (a view),
+    a 4-bit integer's values as bytes, any other converted."""
+    array = np.ascontiguousarray(array)
+    if array.dtype.name.startswith("float8") and dtype == np.uint8:
+        return array.view(np.uint8)
+    return np.ascontiguousarray(array, dtype=dtype)
+
+
+def _restored(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A value held in another dtype (``_stored``) back in its element type."""
+    return array.view(dtype) if dtype.name.startswith("float8") else array.astype(dtype)
+
+
 def _dtype(value: SSAValue) -> np.dtype:
     """The dtype the cpu kernels hold ``value`` in; 16-bit floats and types no arena
     holds are not compiled (``_NotCompiled``)."""
     spec = spec_of(value.type)
+    if spec.dtype in _STORED:
+        return np.dtype(_STORED[spec.dtype])
     dtype = np.dtype(numpy_dtype(spec.dtype))
     if dtype.kind == "f" and dtype.itemsize != 4:
         raise _NotCompiled(
@@ -444,7 +485,7 @@ def _returned(plan: BufferPlan, arrays: list[np.ndarray], outs: list[np.ndarray]
     """The call's results: output arrays (reshaped where a reshape is returned), or the
     argument or constant a result is (as the Python loop returns them)."""
     results = []
-    for place, shape in plan.returns:
+    for k, (place, shape) in enumerate(plan.returns):
         if place.kind == "out":
             array = outs[place.index]
         elif place.kind == "arg":
@@ -452,6 +493,9 @@ def _returned(plan: BufferPlan, arrays: list[np.ndarray], outs: list[np.ndarray]
         else:
             flat = plan.constants[place.index : place.index + place.size * place.dtype.itemsize]
             array = flat.view(place.dtype).copy()
+        restored = plan.restored[k] if plan.restored else None
+        if restored is not None:
+            array = _restored(array, restored)
         results.append(array if array.shape == shape else array.reshape(shape))
     return results
 
@@ -505,6 +549,8 @@ def _segments_job(program: CpuProgram) -> Job | None:
     if not runs:
         return None
     arrays = [(len(shape), dtype) for shape, dtype in program._arg_specs]  # type: ignore[misc]
+    for k, dtype in plan.stored_args:
+        arrays[k] = (arrays[k][0], dtype)
     arrays += [(len(shape), dtype) for shape, dtype in plan.outputs]
     i64, u8 = types.Array(types.int64, 1, "C"), types.Array(types.uint8, 1, "C")
     signature = (i64, types.Array(types.int64, 2, "C"), u8, u8, i64)
