@@ -10,7 +10,9 @@ properties, on graphs drawn around one matmul or conv:
   aside: a LayerNorm prologue the GEMM could serve but more slowly, which only fusion
   weighs);
 * compiled for cuda (``fusec-cuda``, code generated without a GPU), no group fusion
-  formed of more than one op runs on the PyTorch fallback (``KernelSource.remark``).
+  formed of more than one op runs on the PyTorch fallback (``KernelSource.remark``):
+  the pool and reduce kernels' ``accepts`` ask their ``plan_problem`` of a detached
+  copy of the group (``common.packed_problem``).
 """
 
 from __future__ import annotations
@@ -185,6 +187,27 @@ def conv_graphs(draw) -> tuple[str, int]:
     return g.text(results), anchor
 
 
+@st.composite
+def pooled_graphs(draw) -> tuple[str, int]:
+    """A max pool or a row sum (the Numba pool and reduce kernels) and an epilogue."""
+    g = Graph()
+    dtype = draw(st.sampled_from(FLOATS))
+    x = g.arg((1, 4, 8, 8), dtype)
+    if draw(st.booleans()):  # a producer fusion may not take as a prologue
+        x = g.op("ai.relu", [x], (1, 4, 8, 8), dtype)
+    anchor = len(g.lines)
+    if draw(st.booleans()):
+        attrs = "kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>"
+        out = g.op("ai.max_pool2d", [x], (1, 4, 4, 4), dtype, attrs)
+    else:
+        out = g.op("ai.reduce_sum", [x], (1, 4, 8), dtype, "axes = array<i64: 3>")
+    made = draw(tails(g, out))
+    results = [made[-1] if made else out]
+    if made and draw(st.booleans()):
+        results.append(draw(st.sampled_from([out, *made[:-1]])))
+    return g.text(results), anchor
+
+
 def _parse(text: str):
     try:
         return fusec.parse(text)
@@ -274,7 +297,8 @@ def test_conv_accepts_exactly_what_its_plan_serves(data) -> None:
 
 
 def _fused_fallbacks(text: str) -> list[str]:
-    """The matmul and conv kernels of more than one op that run on the fallback."""
+    """The matmul, conv, pool and reduce kernels of more than one op that run on the
+    fallback."""
     module = _parse(text)
     if module is None:
         return []
@@ -282,7 +306,7 @@ def _fused_fallbacks(text: str) -> list[str]:
     return [
         f"{k.name} ({k.kind}): {k.remark.reason}"
         for k in compiled.kernels
-        if k.remark is not None and k.kind in ("matmul", "conv") and _ops(k) > 1
+        if k.remark is not None and k.kind in ("matmul", "conv", "pool", "reduce") and _ops(k) > 1
     ]
 
 
@@ -296,5 +320,12 @@ def _ops(kernel: fusec.Kernel) -> int:
 @settings(max_examples=examples(30))
 @given(st.one_of(matmul_graphs(), conv_graphs()))
 def test_no_group_fusion_formed_falls_back(graph) -> None:
+    fallbacks = _fused_fallbacks(graph[0])
+    assert not fallbacks, (graph[0], fallbacks)
+
+
+@settings(max_examples=examples(30))
+@given(pooled_graphs())
+def test_no_pool_or_reduce_group_fusion_formed_falls_back(graph) -> None:
     fallbacks = _fused_fallbacks(graph[0])
     assert not fallbacks, (graph[0], fallbacks)

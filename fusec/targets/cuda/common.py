@@ -21,10 +21,10 @@ All names in the generated code are generated here (``in0``, ``out1``,
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 
 from fusec.codegen.expr import CodegenError, error_at, is_identifier
 from fusec.dialect import ops as ai
@@ -131,6 +131,30 @@ def as_packed(members: Sequence[Operation]) -> tuple[list[Operation], dict[SSAVa
         1 for op in ordered for r in op.results if any(u.operation not in memberset for u in r.uses)
     )
     return ordered, inputs, results
+
+
+def packed_problem(
+    members: Sequence[Operation], kind: str, problem: Callable[[ai.FusedOp], str | None]
+) -> str | None:
+    """``problem`` (a template's plan of a packed group: why its kernel cannot serve it, or
+    None) of the group ``outline.pack`` would make of ``members``, asked of a detached
+    copy: fusion asks code generation's own rule. The copy's uses of the group inputs
+    are dropped again."""
+    ordered, inputs, _ = as_packed(members)
+    memberset = set(ordered)
+    outputs = [
+        r for op in ordered for r in op.results if any(u.operation not in memberset for u in r.uses)
+    ]
+    body = Block(arg_types=[v.type for v in inputs])
+    mapper: dict[SSAValue, SSAValue] = dict(zip(inputs, body.args, strict=True))
+    for op in ordered:
+        body.add_op(op.clone(value_mapper=mapper))
+    body.add_op(ai.YieldOp(*(mapper[r] for r in outputs)))
+    fused = ai.FusedOp(kind, list(inputs), [r.type for r in outputs], Region(body), {})
+    try:
+        return problem(fused)
+    finally:
+        fused.erase()
 
 
 def yielded(fused_op: ai.FusedOp) -> list:

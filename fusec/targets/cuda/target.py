@@ -98,9 +98,15 @@ class CudaTarget(Target):
             accepts=deferred("fusec.targets.cuda.attention.template", "accepts"),
         ),
         "reduce": Template(
-            "fusec.targets.cuda.reduce", (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp)
+            "fusec.targets.cuda.reduce",
+            (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp),
+            accepts=deferred("fusec.targets.cuda.reduce", "accepts"),
         ),
-        "pool": Template("fusec.targets.cuda.pool", (ai.MaxPool2DOp, ai.AvgPool2DOp)),
+        "pool": Template(
+            "fusec.targets.cuda.pool",
+            (ai.MaxPool2DOp, ai.AvgPool2DOp),
+            accepts=deferred("fusec.targets.cuda.pool", "accepts"),
+        ),
         "copy": Template(
             "fusec.targets.cuda.copy",
             (*_INDEX_MAPS, *_DATA),
