@@ -65,9 +65,10 @@ MAX_BOUND = 256.0
 
 #: Ops the generator leaves out, each with the reason and where they are tested instead.
 NOT_GENERATED: dict[str, str] = {
-    name: "no kernel target computes the quantized element types yet (issue 31): the graphs "
-    "would be refused on cpu; tests/test_quantization.py and tests/onnx/test_onnx_quant.py "
-    "check it on the reference"
+    name: "its operands and results are quantized codes, not the generated float values "
+    "(issue 31), and the cuda target refuses it: tests/test_quantization_cpu.py checks it on "
+    "cpu bit for bit, tests/test_quantization.py and tests/onnx/test_onnx_quant.py on the "
+    "reference"
     for name in ("ai.quantize", "ai.dequantize")
 }
 
