@@ -74,6 +74,8 @@ CASES = [
     ((3, 5, 6, 4), (1, 3), (1, 1), (0, 3, 0, 3), (1, 1)),  # padding wider than a tap reaches
     ((1, 70, 3, 3), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # 3x3 output, 3 blocks of lanes
     ((2, 33, 5, 8), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),  # a 1x1 kernel
+    ((1, 20, 12, 12), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # 12-pixel rows: ragged vectors
+    ((1, 8, 14, 14), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),  # 14-pixel rows, 5x5
 ]
 
 
@@ -86,15 +88,21 @@ def test_depthwise_lanes_against_the_reference(cache, case):
     assert "(depthwise) in " in source and LANES in source, source[:2000]
 
 
-def test_depthwise_lanes_rule():
-    """Output rows of at most LANES_MAX_OW pixels take the lanes; wider ones the rows."""
-    for w, lanes in ((8, True), (9, False), (16, False)):
-        text = _dw_text((1, 16, 4, w), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1))
+@pytest.mark.parametrize(
+    "w, k, lanes",
+    [(8, 3, True), (12, 3, True), (14, 5, True), (16, 3, False), (16, 7, False), (24, 7, False)],
+)
+def test_depthwise_lanes_rule(w, k, lanes):
+    """Output rows of at most LANES_MAX_OW pixels take the lanes, and rows of at most
+    LANES_RAGGED_OW that are not whole vectors; others the rows."""
+    assert depthwise.takes_lanes(w, k * k) == lanes
+    if w in (8, 16):
+        text = _dw_text((1, 16, 4, w), (k, k), (1, 1), (k // 2,) * 4, (1, 1))
         module = parse(text)
         run_pipeline(module)
         program = Program(module, target="cpu", cache=None)
-        source = "\n".join(k.source for k in program.kernels)
-        assert (LANES in source) == lanes, w
+        source = "\n".join(kernel.source for kernel in program.kernels)
+        assert (LANES in source) == lanes
 
 
 @pytest.mark.parametrize("yield_conv", [False, True])
@@ -127,10 +135,11 @@ def test_depthwise_lanes_match_the_rows_bit_for_bit_non_finite_included(cache, m
     x[0, 1, 0, 0] = np.nan  # NaN at a corner (its window hangs over the padding)
     x[0, 2, 3, 3], x[0, 2, 3, 4] = np.inf, -np.inf  # Inf - Inf = NaN in a shared window
     results = []
-    for most in (depthwise.LANES_MAX_OW, 0):
-        monkeypatch.setattr(depthwise, "LANES_MAX_OW", most)
+    for lanes in (True, False):
+        if not lanes:
+            monkeypatch.setattr(depthwise, "takes_lanes", lambda ow, taps: False)
         program = Program(module, target="cpu", cache=cache)
-        assert (LANES in program.kernels[0].source) == (most > 0)
+        assert (LANES in program.kernels[0].source) == lanes
         (out,) = program(inputs, alloc=poison)
         results.append(out)
     lanes, rows = results

@@ -830,7 +830,7 @@ class DepthwiseBlocks(ConvBlocks):
         self._read_op(op, reads, c_array, c_local)
         planes, p = self.n * self.k, self.oh * self.ow
         #: short output rows: the block's channels in the vector lanes (``depthwise``)
-        self.lanes = self.ow <= depthwise.LANES_MAX_OW
+        self.lanes = depthwise.takes_lanes(self.ow, self.r * self.s)
         cb = depthwise.LANES_CHANNELS if self.lanes else DEPTHWISE_PIXELS // p
         cb = max(1, min(self.k, cb))
         if self.n * math.ceil(self.k / cb) < MIN_BLOCKS:

@@ -22,18 +22,30 @@ Standalone kernels, one thread, us (benchmarks in the commit that added this; th
 planar loop / channels in lanes): 960x4x4 5x5 81 / 24, 672x8x8 3x3 67 / 29, 672x16x16
 5x5 stride 2 239 / 107, 384x8x8 7x7 306 / 58; but 240x16x16 3x3 30 / 52 and 96x32x32
 7x7 215 / 275, where the planar rows are whole vectors and the transposes cost more than
-they save: hence only output rows of at most ``LANES_MAX_OW`` pixels.
+they save: hence only short output rows (``takes_lanes``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-#: Output rows of at most this many pixels take the lanes form.
+#: Output rows of at most this many pixels take the lanes form (``takes_lanes``)...
 LANES_MAX_OW = 8
+#: ... and rows of at most this many that are not whole 8-float vectors.
+LANES_RAGGED_OW = 16
 #: Channels of a lanes block: two 16-float vectors; the block's padded input (8x8 output,
 #: 7x7 taps: 14 x 14 x 32 floats, 25 KiB) stays in L1.
 LANES_CHANNELS = 32
+
+
+def takes_lanes(ow: int, taps: int) -> bool:
+    """Whether a depthwise convolution with output rows of ``ow`` pixels and ``taps``
+    taps takes the lanes form. Whole calls of conv + bias + relu, one thread, us
+    (minima), rows / lanes / onnxruntime: 144x14x14 5x5 170 / 73 / 32, 96x12x12 3x3
+    35 / 25 / 13 (rows of ragged vectors); but 192x16x16 7x7 144 / 241 / 69 (the
+    standalone kernels had shown 333 / 125) and 240x16x16 5x5 stays with the rows."""
+    del taps  # no rule by the kernel's size measured yet
+    return ow <= LANES_MAX_OW or (ow <= LANES_RAGGED_OW and ow % 8 != 0)
 
 
 def lanes_shapes(
