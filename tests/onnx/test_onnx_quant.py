@@ -300,3 +300,74 @@ def test_weight_only_dequantize_is_evaluated_at_import_and_runs_on_cpu():
     assert "ai.dequantize" not in str(module) and "ai.matmul" in str(module)
     got = fusec.compile(module, target="cpu")(x)
     assert_close(got, run_onnxruntime(model, {"x": x})[0], tol=1e-4)
+
+
+# --------------------------------------- a model from onnxruntime's quantization tool
+
+
+def test_onnxruntime_static_qdq_model_runs_on_cpu_as_onnxruntime(tmp_path):
+    """An MLP (MatMul, Add, Relu, Gemm) quantized by onnxruntime's quantize_static in the
+    QDQ format (uint8 activations, int8 weights per channel, int32 biases): fusec imports
+    it (the weights' and biases' DequantizeLinear folded at import), and each layer is one
+    cpu matmul kernel (activations quantized and dequantized in its prologue, the scale,
+    bias and requantization in its epilogue). Its outputs are dequantized uint8 codes:
+    equal to onnxruntime's (no graph optimisation), but for a code a float32 product's
+    rounding may move across a tie."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    d, h, o = 64, 128, 32
+    weights = {
+        "w1": RNG.standard_normal((d, h)) * 0.2,
+        "b1": RNG.standard_normal(h) * 0.1,
+        "w2": RNG.standard_normal((h, o)) * 0.2,
+        "b2": RNG.standard_normal(o) * 0.1,
+    }
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"]),
+        helper.make_node("Add", ["m1", "b1"], ["a1"]),
+        helper.make_node("Relu", ["a1"], ["r1"]),
+        helper.make_node("Gemm", ["r1", "w2", "b2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", F32, [8, d])],
+        [helper.make_tensor_value_info("y", F32, [8, o])],
+        [_const(name, value, F32) for name, value in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, tmp_path / "mlp.onnx")
+
+    class Calibration(quantization.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.data = iter([{"x": RNG.standard_normal((8, d)).astype(np.float32)}] * 4)
+
+        def get_next(self):
+            return next(self.data, None)
+
+    quantization.quantize_static(
+        str(tmp_path / "mlp.onnx"),
+        str(tmp_path / "qdq.onnx"),
+        Calibration(),
+        quant_format=quantization.QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=quantization.QuantType.QUInt8,
+        weight_type=quantization.QuantType.QInt8,
+    )
+    qdq = onnx.load(tmp_path / "qdq.onnx")
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in qdq.graph.node}
+    compiled = fusec.compile(fusec.from_onnx(qdq), target="cpu")
+    assert [k.kind for k in compiled.kernels] == ["matmul", "matmul"]
+    x = RNG.standard_normal((8, d)).astype(np.float32)
+    got = np.asarray(compiled(x))
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = onnxruntime.InferenceSession(
+        str(tmp_path / "qdq.onnx"), options, providers=["CPUExecutionProvider"]
+    )
+    want = session.run(None, {"x": x})[0]
+    assert not np.isnan(got).any()
+    step = float(np.min(np.diff(np.unique(want))))  # the output's scale: one code
+    assert np.count_nonzero(got != want) <= 2 and np.abs(got - want).max() <= step
