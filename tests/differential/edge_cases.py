@@ -547,11 +547,15 @@ CONVS = {
     "winograd-groups": ((1, 4, 5, 8), (6, 2, 3, 3), (1, 1), (0, 1), (1, 1), 2, "Winograd F(2x2"),
     # F(4x4, 3x3): constant weights only (``CONSTANT_ONLY``); 9x10 outputs, partial tiles
     "winograd4": ((1, 4, 9, 10), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "Winograd F(4x4"),
-    # one image's small plane by im2row and the packed weight: constant weights only
-    "im2row": ((1, 4, 4, 4), (64, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "im2row, gemm_packed"),
+    # one image's small plane (not whole vectors) by im2row and the packed weight:
+    # constant weights only
+    "im2row": ((1, 4, 3, 5), (64, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "im2row, gemm_packed"),
+    # one image's plane of whole vectors: blocks of output channels, gemm_nn
+    "channels": ((1, 4, 8, 8), (6, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "by im2col of the"),
+    "channels-direct": ((1, 4, 4, 4), (6, 4, 1, 1), (1, 1), (0, 0), (1, 1), 1, "by the input"),
     "taps": ((1, 4, 6, 7), (4, 4, 5, 5), (1, 1), (2, 2), (1, 1), 1, "(one per tap)"),
     "taps-dilated": ((1, 4, 7, 6), (4, 4, 3, 3), (1, 1), (2, 2), (2, 2), 1, "(one per tap)"),
-    "im2col-strided": ((1, 4, 7, 7), (4, 4, 3, 3), (2, 2), (1, 1), (1, 1), 1, "im2col, sgemm"),
+    "im2col-strided": ((1, 4, 7, 9), (4, 4, 3, 3), (2, 2), (1, 1), (1, 1), 1, "im2col, sgemm"),
     "im2col-padded-1x1": ((1, 4, 5, 5), (4, 4, 1, 1), (1, 1), (1, 1), (1, 1), 1, "im2col, sgemm"),
     # output rows of 16 pixels (whole vectors), few channels: gemm_nn (COLS_NN_ROWS)
     "im2col-nn": ((1, 4, 31, 31), (4, 4, 3, 3), (2, 2), (1, 1), (1, 1), 1, "im2col, gemm_nn"),

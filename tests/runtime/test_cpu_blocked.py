@@ -450,10 +450,11 @@ def _constant_weight_conv_text(case, seed: int = 0) -> str:
 WINOGRAD4_CONVS = [
     # strides, padding, dilations, groups, (N, C, H, W), (K, kh, kw): F(4x4, 3x3) on odd
     # sizes (a last tile of 1 or 3 columns, ragged tile rows), a deep channel sum,
-    # uneven padding, groups, two images, the smallest plane it takes (8x8)
+    # uneven padding, groups, two images, the smallest plane it takes (8 rows; one
+    # image's 8x8, whole vectors, goes by "channels")
     ((1, 1), (1, 1), (1, 1), 1, (1, 64, 23, 17), (48, 3, 3)),
     ((1, 1), (0, 1, 1, 2), (1, 1), 2, (2, 16, 13, 30), (8, 3, 3)),
-    ((1, 1), (0, 0), (1, 1), 1, (1, 8, 10, 10), (8, 3, 3)),
+    ((1, 1), (0, 0), (1, 1), 1, (1, 8, 10, 11), (8, 3, 3)),
 ]
 
 
@@ -473,11 +474,12 @@ def test_conv_winograd4_against_float64_reference(cache, case):
 
 
 IM2ROW_CONVS = [
-    # one image's small plane, constant weights of whole strips of output channels
-    # (ResNet-18's last stages at batch 1): 2x2 and 4x4 3x3 convs, a strided one with
+    # one image's small plane that is not whole vectors of gemm_nn (those go by
+    # "channels"), constant weights of whole strips of output channels (ResNet-18's
+    # last stages at batch 1): 2x2 and 3x5 3x3 convs, a strided one with
     # uneven padding, a dilated one and a 2x3 plane of a 1x1 conv with padding
     ((1, 1), (1, 1), (1, 1), 1, (1, 128, 2, 2), (128, 3, 3)),
-    ((1, 1), (1, 1), (1, 1), 1, (1, 64, 4, 4), (64, 3, 3)),
+    ((1, 1), (1, 1), (1, 1), 1, (1, 64, 3, 5), (64, 3, 3)),
     ((2, 2), (0, 1, 1, 2), (1, 1), 1, (1, 24, 7, 6), (64, 3, 3)),
     ((1, 1), (2, 2), (2, 2), 1, (1, 5, 3, 3), (192, 3, 3)),
     ((1, 1), (1, 0), (1, 1), 1, (1, 9, 1, 3), (64, 1, 1)),
@@ -499,6 +501,78 @@ def test_conv_im2row_against_float64_reference(cache, case):
     strips = case[5][0] // microkernel.STRIP  # output channels split among the blocks
     assert _blocks(program) == min(4, strips)
     _check_float64(program, module, text, (31, 32), f"im2row {case}")
+
+
+CHANNEL_CONVS = [
+    # one image's plane of whole vectors (16 pixels a vector with AVX-512, 8 with AVX2),
+    # blocks of output channels (4 here: ``four_blocks_at_least``), a ragged last one
+    # (K = 37: 10, 10, 10, 7): a 1x1 read in place on 4x4 and on 16x16; a padded 3x3
+    # on 8x8 (im2col of the plane); a 3x3/2 with uneven padding to 8x8 (the strided
+    # im2col by phases) and a 1x1/2; a padded 1x1 (not in place) and a dilated 3x3
+    ((1, 1), (0, 0), (1, 1), 1, (1, 24, 4, 4), (37, 1, 1)),
+    ((1, 1), (0, 0), (1, 1), 1, (1, 32, 16, 16), (48, 1, 1)),
+    ((1, 1), (1, 1), (1, 1), 1, (1, 16, 8, 8), (20, 3, 3)),
+    ((2, 2), (0, 1, 1, 2), (1, 1), 1, (1, 8, 16, 15), (12, 3, 3)),
+    ((2, 2), (0, 0), (1, 1), 1, (1, 8, 16, 16), (24, 1, 1)),
+    ((1, 1), (1, 1), (1, 1), 1, (1, 5, 2, 6), (9, 1, 1)),
+    ((1, 1), (2, 2), (2, 2), 1, (1, 6, 8, 8), (7, 3, 3)),
+]
+
+
+@pytest.mark.parametrize("case", sampled(CHANNEL_CONVS, 3))  # every 3rd by default
+def test_conv_channel_blocks_against_float64_reference(cache, case):
+    """One image's small plane in blocks of output channels (``conv_method``
+    "channels"): gemm_nn of the weight's rows by the input in place (1x1, stride 1,
+    unpadded) or by the plane's im2col; conv + bias + relu at f32 tolerance against the
+    float64 reference on fresh random inputs with poisoned outputs."""
+    assert cpu_conv.conv_method(_conv_op(case)) == "channels"
+    program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
+    source = program.kernels[0].source
+    in_place = case[5][1:] == (1, 1) and case[0] == (1, 1) and not any(case[1])
+    how = "the input in place" if in_place else "im2col of the plane"
+    assert f"pixels: gemm_nn by {how}" in source
+    assert ("cols = ws[" in source) == (not in_place)
+    per = -(-case[5][0] // cpu_conv.channel_blocks())  # channels a block
+    assert _blocks(program) == -(-case[5][0] // per)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_conv_channel_blocks_bare_and_whole_row_epilogue(cache, dtype):
+    """A bare "channels" conv writes the output's channel rows where they are (no
+    workspace block, no epilogue); one whose epilogue operand varies along H (whole
+    output rows, a block's channels each) computes in the workspace; a constant weight
+    is read as it is (nothing laid out). All against the float64 reference."""
+    x, w, y, r = (
+        _t((1, 8, 8, 8), dtype),
+        _t((21, 8, 3, 3), dtype),
+        _t((1, 21, 8, 8), dtype),
+        _t((21, 8, 1), dtype),
+    )
+    conv = "ai.conv2d %x, %w {padding = array<i64: 1, 1>}"
+    bare = f"""
+func.func @f(%x: {x}, %w: {w}) -> {y} {{
+  %c = {conv} : {x} * {w}
+  return %c : {y}
+}}"""
+    program = check(bare, cache=cache, kind="conv")
+    source = program.kernels[0].source
+    assert "gemm_nn by im2col of the plane" in source and "cbuf = ws[" not in source
+    rows = f"""
+func.func @f(%x: {x}, %w: {w}, %r: {r}) -> {y} {{
+  %c = {conv} : {x} * {w}
+  %o = ai.mul %c, %r : {y} * {r}
+  return %o : {y}
+}}"""
+    program = check(rows, cache=cache, kind="conv")
+    assert "cbuf = ws[" in program.kernels[0].source
+    case = ((1, 1), (0, 0), (1, 1), 1, (1, 24, 4, 4), (40, 1, 1))
+    text = _constant_weight_conv_text(case, seed=5)
+    module = parse(text)
+    run_pipeline(module)
+    program = Program(module, target="cpu", cache=cache)
+    (kernel,) = program.kernels
+    assert "gemm_nn by the input in place" in kernel.source and not kernel.prepared_inputs
+    _check_float64(program, module, text, (41, 42), "channels, constant weight")
 
 
 @pytest.mark.parametrize(
@@ -698,7 +772,11 @@ def _conv_op(case):
         ("taps", ((1, 1), (2, 2), (2, 2), 1, (1, 4, 6, 6), (4, 3, 3))),  # dilated 3x3
         ("taps", ((1, 1), (2, 2), (1, 1), 1, (1, 4, 6, 6), (4, 5, 5))),
         ("im2col", ((2, 2), (1, 1), (1, 1), 1, (1, 4, 6, 6), (4, 3, 3))),  # stride 2
-        ("im2col", ((1, 1), (1, 1), (1, 1), 1, (1, 4, 6, 6), (4, 1, 1))),  # a padded 1x1
+        ("im2col", ((1, 1), (1, 1), (1, 1), 1, (1, 4, 4, 5), (4, 1, 1))),  # a padded 1x1
+        ("channels", ((1, 1), (1, 1), (1, 1), 1, (1, 4, 6, 6), (4, 1, 1))),  # ... to 8x8
+        ("channels", ((1, 1), (0, 0), (1, 1), 1, (1, 4, 4, 4), (4, 1, 1))),  # 1x1 on 4x4
+        ("channels", ((1, 1), (1, 1), (1, 1), 1, (1, 4, 8, 8), (4, 3, 3))),  # 3x3 on 8x8
+        ("winograd", ((1, 1), (1, 1), (1, 1), 1, (1, 4, 8, 9), (4, 3, 3))),  # 8x9: 72
         ("im2col", ((1, 1), (1, 1), (1, 1), 1, (2, 4, 4, 4), (4, 3, 3))),  # batched, 4x4
         ("winograd", ((1, 1), (1, 1), (1, 1), 1, (2, 4, 5, 4), (4, 3, 3))),  # 5x4: not small
         ("depthwise", ((1, 1), (1, 1), (1, 1), 4, (1, 4, 6, 6), (4, 3, 3))),
@@ -718,10 +796,15 @@ def test_conv_method_rule(method, case):
         ("winograd4", ((1, 1), (1, 1), (1, 1), 1, (1, 64, 56, 56), (64, 3, 3))),  # ResNet 3x3
         ("winograd4", ((1, 1), (1, 1), (1, 1), 2, (8, 64, 8, 8), (64, 3, 3))),  # grouped 3x3
         ("winograd", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 7, 7), (128, 3, 3))),  # 7x7 plane
-        ("im2row", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 4, 4), (128, 3, 3))),  # 4x4 plane
+        ("channels", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 4, 4), (128, 3, 3))),  # 4x4 plane
+        ("channels", ((1, 1), (1, 1), (1, 1), 1, (1, 256, 8, 8), (256, 3, 3))),  # 8x8 plane
+        ("channels", ((2, 2), (1, 1), (1, 1), 1, (1, 64, 8, 8), (128, 3, 3))),  # 3x3/2 to 4x4
+        ("channels", ((1, 1), (0, 0), (1, 1), 1, (1, 512, 16, 16), (128, 1, 1))),  # 1x1 16x16
+        ("direct", ((1, 1), (0, 0), (1, 1), 1, (1, 256, 32, 32), (64, 1, 1))),  # 1x1 32x32
+        ("winograd4", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 16, 16), (128, 3, 3))),  # 16x16
         ("im2col", ((1, 1), (1, 1), (1, 1), 1, (4, 128, 2, 2), (128, 3, 3))),  # batch of 2x2
         ("im2row", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 2, 2), (128, 3, 3))),  # one 2x2
-        ("im2row", ((2, 2), (1, 1), (1, 1), 1, (1, 64, 8, 8), (128, 3, 3))),  # 3x3/2 to 4x4
+        ("im2row", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 3, 5), (128, 3, 3))),  # 3x5: 15
         ("winograd", ((1, 1), (1, 1), (1, 1), 1, (1, 96, 2, 2), (96, 3, 3))),  # K % 64 != 0
         ("direct", ((1, 1), (0, 0), (1, 1), 1, (1, 64, 14, 14), (256, 1, 1))),  # 1x1
         ("im2col", ((2, 2), (0, 0), (1, 1), 1, (1, 64, 14, 14), (128, 1, 1))),  # 1x1 / 2

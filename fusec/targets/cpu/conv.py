@@ -1,8 +1,9 @@
 """cpu template for "conv" groups: per block of output rows, one or more GEMMs + epilogue.
 
-``conv_method`` states which of six ways a convolution takes (depthwise, direct,
-Winograd F(4x4, 3x3) or F(2x2, 3x3), one sgemm per tap, im2col); the im2col way is
-described here, the others in ``ConvBlocks``. A batch of small planes (late CNN
+``conv_method`` states which of eight ways a convolution takes (depthwise, blocks of
+output channels, direct, im2row, Winograd F(4x4, 3x3) or F(2x2, 3x3), one sgemm per
+tap, im2col); the im2col way is described here, the others in ``ConvBlocks`` and its
+subclasses. A batch of small planes (late CNN
 layers) takes blocks of several images instead of output rows of one
 (``images_per_block``).
 
@@ -87,6 +88,10 @@ COLS_NN_ROWS = 64
 #: Output pixels of a depthwise block (whole channel planes, as many as fit): enough
 #: work per block that taking it costs little.
 DEPTHWISE_PIXELS = 4096
+#: One image's plane of at most this many output pixels, whole vectors of ``gemm_nn``,
+#: goes by ``"channels"`` (blocks of output channels; ``_IN_PLACE``: a 1x1 convolution
+#: that reads its input as it is).
+CHANNEL_PIXELS, CHANNEL_PIXELS_IN_PLACE = 64, 256
 #: Output pixels (padded-width rows) per block of a stride-1 convolution by taps: the
 #: best of 2-16 rows at 56x56 (C = K = 64, 3x3), measured single-threaded, was 2-4 rows
 #: of 58 (19.3 ms against 21.9 at 8 rows and 24.2 for im2col blocks).
@@ -215,6 +220,17 @@ def conv_method(op, constant_weight: bool = False) -> str:
       a multiply-add of a (strided) input row segment, vectorised along the row; a
       GEMM of 1 x 1 matrices per tap is all call overhead (as Winograd, MobileNetV2
       at batch 32: ~23 of its 38 ms, benchmarks/results/cpu-notes.md);
+    * ``"channels"``: one image, one group, an output plane of whole ``gemm_nn``
+      vectors of at most ``CHANNEL_PIXELS`` pixels (``CHANNEL_PIXELS_IN_PLACE`` for a
+      1x1, stride-1, unpadded kernel, which reads its input as it is): blocks of
+      output channels over the whole plane (``ChannelBlocks``), so that each thread
+      reads its part of the weight once; split by pixel rows, every block read and
+      packed all of it (``benchmarks/cpu_conv_layers.py``, ResNet-50's convs at 128x128,
+      batch 1, one thread, loaded machine, minima before / after, ms, onnxruntime's
+      in brackets: 512 -> 2048 1x1 on 4x4 0.81 / 0.33 (0.29), 256 3x3 on 8x8 (Winograd
+      before) 0.77 / 0.49 (0.46), 1024 -> 256 1x1 on 8x8 0.31 / 0.21 (0.22); the whole
+      model 0.53x -> 0.83x of onnxruntime's speed; the 1x1s on 32x32 planes were level
+      or slower, the 3x3s on 16x16 slower than Winograd: they stay as they were);
     * ``"direct"``: a 1x1 kernel, stride 1, no padding: one sgemm reads the input as
       it is (it already is the ``C x pixels`` matrix);
     * ``"im2row"``: one image, one group, a small output plane (``SMALL_PLANE`` pixels:
@@ -244,9 +260,12 @@ def conv_method(op, constant_weight: bool = False) -> str:
     if cg == 1 and k == op.attr("groups"):
         return "depthwise"
     stride_1 = tuple(op.attr("strides")) == (1, 1)
-    if (r, s) == (1, 1) and stride_1 and not any(conv2d_padding(op.attr("padding"))):
-        return "direct"
+    in_place = (r, s) == (1, 1) and stride_1 and not any(conv2d_padding(op.attr("padding")))
     n, _, oh, ow = shape_of(op.results[0])
+    if n == 1 and op.attr("groups") == 1 and channel_split(oh * ow, in_place):
+        return "channels"
+    if in_place:
+        return "direct"
     small = oh * ow <= SMALL_PLANE and op.attr("groups") == 1
     if small and n == 1 and constant_weight and host.packs(k):
         return "im2row"
@@ -258,6 +277,20 @@ def conv_method(op, constant_weight: bool = False) -> str:
     if stride_1 and r * s > 1:
         return "taps"
     return "im2col"
+
+
+def channel_split(pixels: int, in_place: bool) -> bool:
+    """Whether one image's plane of ``pixels`` output pixels goes by ``"channels"``
+    (``in_place``: a 1x1, stride-1, unpadded convolution, whose input is its GEMM's B)."""
+    most = CHANNEL_PIXELS_IN_PLACE if in_place else CHANNEL_PIXELS
+    return pixels % host.W == 0 and pixels <= most
+
+
+def channel_blocks() -> int:
+    """Blocks of a ``"channels"`` convolution: one per thread (``MIN_BLOCKS``); one on a
+    single thread, since every block builds the im2col of the whole plane (ResNet-50's
+    256 3x3 on 8x8: ~50 us of a 0.52 ms kernel)."""
+    return MIN_BLOCKS if host.numba_threads() > 1 else 1
 
 
 class ConvBlocks(BlockedCore):
@@ -288,7 +321,10 @@ class ConvBlocks(BlockedCore):
         # several images holds K rows of all their pixels
         # (a "winograd4" conv is a "winograd" one without its constant weight, an
         # "im2row" one an "im2col" one of a single image: always local)
-        if conv_method(op) in ("taps", "winograd") or images_per_block(op) > 1:
+        method = conv_method(op)
+        if method == "channels":  # the output's channel rows: written where they are
+            return False
+        if method in ("taps", "winograd") or images_per_block(op) > 1:
             return True
         n, _, oh, ow = shape_of(op.results[0])
         return n == 1 and oh * ow <= SMALL_PLANE
@@ -954,6 +990,114 @@ class DepthwiseBlocks(ConvBlocks):
         ]
 
 
+class ChannelBlocks(ConvBlocks):
+    """Blocks of output channels of one image's whole plane (``conv_method``
+    "channels"): ``gemm_nn`` of the block's rows of the weight (``K/B x C*R*S``, read
+    as it is) by the plane's columns (``C*R*S x P``: the input itself for a 1x1,
+    stride-1, unpadded convolution, else the block's im2col of the whole plane), into
+    the output's channel rows. Small planes at batch 1 (ResNet-50's 8x8 and 4x4
+    stages): split by pixel rows, every thread read (and sgemm packed) the whole
+    weight for a few pixels each; split by channels, each reads its part once."""
+
+    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
+        """``channel_blocks()`` blocks of about equal numbers of output channels."""
+        self._read_op(op, reads, c_array, c_local)
+        unpadded = not any(conv2d_padding(op.attr("padding")))
+        self.direct = (self.r, self.s, self.sh, self.sw) == (1, 1, 1, 1) and unpadded
+        self.per = -(-self.k // channel_blocks())  # output channels a block
+        self.nsb = -(-self.k // self.per)
+        self.count, self.bh, self.nrb = self.nsb, self.oh, 1
+        self.pixels = self.oh * self.ow
+        self.imports = (abi.import_line("gemm_nn"),)
+        # stride 1: the plane's im2col from a zero-padded copy of the input (rows and
+        # columns the taps reach), by constant-length row copies
+        self.padded = not self.direct and (self.sh, self.sw) == (1, 1)
+        self.xpad_shape = (self.oh + (self.r - 1) * self.dh, self.ow + (self.s - 1) * self.dw)
+        if not self.direct:
+            workspace.add("cols", self.crs * self.pixels)
+            self.xrow_phase = -(-self.w // self.sw)
+            if self.sw > 1 and self.s > 1:
+                workspace.add("xrow", self.sw * self.xrow_phase)
+        if self.padded:
+            workspace.add("xpad", self.c * math.prod(self.xpad_shape))
+        if c_local:
+            workspace.add(c_array, self.per * self.pixels)
+
+    def describe(self) -> str:
+        how = "the input in place" if self.direct else "im2col of the plane"
+        return (
+            f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.c}x{self.r}x{self.s}"
+            f" in {self.count} blocks of {self.per} output channels of one image's "
+            f"{self.pixels} pixels: gemm_nn by {how}, epilogue per block"
+        )
+
+    def decode(self) -> list[str]:  # channels k0:k1 of the image, its whole plane
+        return [
+            "n = 0",
+            "g = 0",  # the group (im2col's)
+            f"k0 = blk * {self.per}",
+            f"k1 = min(k0 + {self.per}, {self.k})",
+            "oh0 = 0",
+            f"oh1 = {self.oh}",
+            "p0 = 0",
+            f"pw = {self.pixels}",
+        ]
+
+    def _channel_rows(self) -> tuple[str, str]:
+        return "k1 - k0", "k0"
+
+    def launch_lines(self) -> list[str]:
+        return []
+
+    def entry_lines(self, scratch: EntryScratch) -> list[str] | None:
+        return []
+
+    def arrays(self) -> list[str]:
+        return [self.reads[v] for v in self.op.operands]
+
+    def compute(self) -> list[str]:
+        x, w = (self.reads[v] for v in self.op.operands)
+        p, crs = self.pixels, self.crs
+        lines = [] if self.direct else self._plane_im2col(x)
+        b = x if self.direct else "cols"
+        c_off = "0" if self.c_local else f"k0 * {p}"
+        return [
+            *lines,
+            f"gemm_nn(k1 - k0, {p}, {crs}, {w}, k0 * {crs}, {crs}, {b}, 0, {p}, "
+            f"{self.c_array}, {c_off}, {p})",
+        ]
+
+    def _plane_im2col(self, x: str) -> list[str]:
+        """``cols[(c*R + r)*S + s, p]`` for every pixel of the plane: at stride 1 from
+        ``xpad``, the input with its zero padding (``Hp x Wp`` a channel: the rows and
+        columns the taps reach), each output row of a tap a copy of ``OW`` floats at a
+        constant offset (no bounds, no branches: ResNet-50's 256 3x3 on 8x8, one thread,
+        ~50 us a block by ``_im2col``'s rows); else ``_im2col``'s rows of the plane."""
+        if not self.padded:
+            return self._im2col(x)
+        hp, wp = self.xpad_shape
+        rows = max(0, min(self.h, hp - self.pt))  # input rows inside the padded plane
+        right = max(0, min(self.w, wp - self.pl))  # ... and columns
+        p, ow = self.pixels, self.ow
+        return [
+            f"for i in range({self.c * hp * wp}):",
+            "    xpad[U(i)] = f32(0.0)",
+            f"for c in range({self.c}):",
+            f"    for i in range({rows}):",
+            f"        d = c * {hp * wp} + (i + {self.pt}) * {wp} + {self.pl}",
+            f"        src = (c * {self.h} + i) * {self.w}",
+            f"        for j in range({right}):",
+            f"            xpad[U(d + j)] = {x}[U(src + j)]",
+            f"    for r in range({self.r}):",
+            f"        for s in range({self.s}):",
+            f"            d = ((c * {self.r} + r) * {self.s} + s) * {p}",
+            f"            src = c * {hp * wp} + r * {self.dh * wp} + s * {self.dw}",
+            f"            for oh in range({self.oh}):",
+            f"                for j in range({ow}):",
+            f"                    cols[U(d + oh * {ow} + j)] = xpad[U(src + oh * {wp} + j)]",
+        ]
+
+
 class PixelRowsBlocks(ConvBlocks):
     """Blocks of one image's few output pixels and a range of output channels
     (``conv_method`` "im2row"): the pixels' patches as the rows of ``rows`` (P x
@@ -1042,6 +1186,8 @@ def conv_blocks(
     method = conv_method(op, weights is not None)
     if method == "depthwise":
         return DepthwiseBlocks(op, reads, workspace, a_array, c_array, c_local)
+    if method == "channels":
+        return ChannelBlocks(op, reads, workspace, a_array, c_array, c_local)
     if method == "im2row":
         return PixelRowsBlocks(op, reads, workspace, a_array, c_array, c_local, weights)
     return ConvBlocks(op, reads, workspace, a_array, c_array, c_local, constants)

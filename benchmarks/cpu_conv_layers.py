@@ -1,0 +1,177 @@
+"""ResNet-50's dense convolutions one by one: fusec's cpu target vs onnxruntime (issue 30).
+
+Each distinct conv of ResNet-50 at 128x128 (torchvision's v1.5: the stride on the 3x3)
+plus the issue's held-out chain (C64 56x56 K64 3x3), as an ONNX graph Conv (weights and
+bias as initialisers) + Relu at the chosen batch, run by ``fusec.from_onnx`` +
+``fusec.compile(target="cpu")`` and by onnxruntime's CPU provider (all graph
+optimisations, no spinning) with the same thread count (Numba's, read at start:
+``NUMBA_NUM_THREADS``). fusec's output is checked against onnxruntime's (f32 rel L2 <
+1e-4, NaN fails). Timing: two warm-up calls each, then ``--rounds`` rounds calling the
+two in a new random order each round; median (min) ms of the wall clock and the ratio
+ort / fusec (above 1: fusec is faster).
+
+    NUMBA_NUM_THREADS=2 python benchmarks/cpu_conv_layers.py [--batch 1] [--rounds 21]
+                                                             [--only 8x8,4x4]
+
+``--only`` keeps the rows whose label contains one of the comma-separated strings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+
+from fusec.targets.cpu.threads import configure
+
+configure()
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import onnxruntime  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import fusec  # noqa: E402
+
+#: (channels, plane, kernels, kernel size, stride) of ResNet-50's convs at 128x128 that
+#: differ in shape (padding: kernel size // 2), how often each occurs, and the held-out
+#: conv chain of issue 30 last.
+LAYERS = [
+    (3, 128, 64, 7, 2, 1),
+    (64, 32, 64, 1, 1, 1),
+    (64, 32, 64, 3, 1, 3),
+    (64, 32, 256, 1, 1, 4),
+    (256, 32, 64, 1, 1, 2),
+    (256, 32, 128, 1, 1, 1),
+    (128, 32, 128, 3, 2, 1),
+    (256, 32, 512, 1, 2, 1),
+    (128, 16, 512, 1, 1, 4),
+    (512, 16, 128, 1, 1, 3),
+    (128, 16, 128, 3, 1, 3),
+    (512, 16, 256, 1, 1, 1),
+    (256, 16, 256, 3, 2, 1),
+    (512, 16, 1024, 1, 2, 1),
+    (256, 8, 1024, 1, 1, 6),
+    (1024, 8, 256, 1, 1, 5),
+    (256, 8, 256, 3, 1, 5),
+    (1024, 8, 512, 1, 1, 1),
+    (512, 8, 512, 3, 2, 1),
+    (1024, 8, 2048, 1, 2, 1),
+    (512, 4, 2048, 1, 1, 3),
+    (2048, 4, 512, 1, 1, 2),
+    (512, 4, 512, 3, 1, 2),
+    (64, 56, 64, 3, 1, 0),
+]
+
+
+def label(c: int, hw: int, k: int, r: int, stride: int) -> str:
+    return f"C{c} {hw}x{hw} K{k} {r}x{r}" + (f"/{stride}" if stride > 1 else "")
+
+
+def conv_model(n: int, c: int, hw: int, k: int, r: int, stride: int, seed: int):
+    """Conv + bias + Relu at batch ``n``: the model, an input, the output's shape."""
+    rng = np.random.default_rng(seed)
+    pad = r // 2
+    x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+    w = (rng.standard_normal((k, c, r, r)) * (2.0 / (c * r * r)) ** 0.5).astype(np.float32)
+    b = rng.standard_normal(k).astype(np.float32)
+    oh = (hw + 2 * pad - r) // stride + 1
+    nodes = [
+        helper.make_node(
+            "Conv",
+            ["x", "w", "b"],
+            ["c"],
+            pads=[pad] * 4,
+            kernel_shape=[r, r],
+            strides=[stride, stride],
+        ),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    f32 = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", f32, x.shape)],
+        [helper.make_tensor_value_info("y", f32, (n, k, oh, oh))],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model, x
+
+
+def alternate(calls: dict, rounds: int) -> dict[str, list[float]]:
+    """Wall ms of each call, in a new random order each round, after two warm-ups each."""
+    for fn in calls.values():
+        fn()
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    names = list(calls)
+    for _ in range(rounds):
+        random.shuffle(names)
+        for name in names:
+            start = time.perf_counter()
+            calls[name]()
+            times[name].append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--only", help="comma-separated substrings of the labels to keep")
+    args = parser.parse_args(argv)
+    import numba
+
+    threads = numba.config.NUMBA_NUM_THREADS
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    keep = args.only.split(",") if args.only else None
+    print(f"batch {args.batch}, {threads} thread(s), load {os.getloadavg()[0]:.2f}")
+    print("| conv + bias + relu | x | fusec ms | ort ms | ort / fusec (median, min) | rel L2 |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    total = {"fusec": 0.0, "ort": 0.0}
+    for i, (c, hw, k, r, stride, count) in enumerate(LAYERS):
+        name = label(c, hw, k, r, stride)
+        if keep and not any(s in name for s in keep):
+            continue
+        model, x = conv_model(args.batch, c, hw, k, r, stride, seed=i)
+        session = onnxruntime.InferenceSession(
+            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+        compiled = fusec.compile(fusec.from_onnx(model), target="cpu")
+        want = session.run(None, {"x": x})[0]
+        got = np.asarray(compiled(x))
+        err = float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+        if not err < 1e-4:
+            print(f"| {name} | FAIL rel L2 {err:.2e} |")
+            continue
+        calls = {
+            "fusec": lambda compiled=compiled, x=x: compiled(x),
+            "ort": lambda session=session, x=x: session.run(None, {"x": x}),
+        }
+        times = alternate(calls, args.rounds)
+        med = {key: statistics.median(v) for key, v in times.items()}
+        low = {key: min(v) for key, v in times.items()}
+        for key in total:
+            total[key] += low[key] * count
+        print(
+            f"| {name} | {count} | {med['fusec']:.3f} ({low['fusec']:.3f}) | "
+            f"{med['ort']:.3f} ({low['ort']:.3f}) | {med['ort'] / med['fusec']:.2f}x "
+            f"({low['ort'] / low['fusec']:.2f}x) | {err:.1e} |",
+            flush=True,
+        )
+    print(
+        f"ResNet-50 convs (minima x count, the held-out chain not counted): fusec "
+        f"{total['fusec']:.2f} ms, ort {total['ort']:.2f} ms"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
