@@ -861,6 +861,10 @@ def _as_strided(t: Translator, node: fx.Node, a: Args) -> SSAValue:
         raise t.error("the input's strides are not recorded")
     shape = shape_of(x)
     n = math.prod(shape)
+    numbers = [*a["size"], *a["stride"], a.get("storage_offset") or 0]
+    numbers += [*recorded.stride(), recorded.storage_offset()]
+    if not all(isinstance(d, int) for d in numbers):
+        raise t.error("as_strided with symbolic sizes, strides or offsets is not supported")
     size = tuple(int(d) for d in a["size"])
     stride = tuple(int(d) for d in a["stride"])
     start = a.get("storage_offset")
