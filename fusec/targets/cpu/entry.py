@@ -26,7 +26,6 @@ from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import CompiledEntry
 from fusec.codegen.expr import shape_of
-from fusec.codegen.layout import numpy_expression
 from fusec.dialect import ops as ai
 
 #: The entry's name in every cpu kernel module.
@@ -87,31 +86,174 @@ def transpose_lines(dst: str, src: str, shape: Sequence[int], perm: Sequence[int
 def view_lines(
     views: Sequence[Operation], reads: dict[SSAValue, str], scratch: EntryScratch
 ) -> list[str] | None:
-    """The entry's form of ``segments.view_lines``: each layout op's result as the flat
-    contiguous ``v<i>f`` the kernel reads (a reshape: its operand's array itself; a
-    transpose or slice: a copy into ``scratch``). ``reads`` are the arrays before the
-    views; None when an op is not a reshape, transpose or slice."""
+    """The entry's form of ``segments.view_lines``: each layout op's result that something
+    outside the views reads, as the flat contiguous ``v<i>f`` the kernel reads. ``reads``
+    are the arrays before the views; None when an op is not a reshape, transpose or slice.
+
+    A chain of layout ops is composed first (``_View``: dims over a flat array, each a
+    run of (size, element stride) digits, so that a reshape merging dims that are not
+    contiguous stays exact and a later split takes them apart again), so each result
+    read is one copy from the chain's source (or the source itself, when the chain
+    leaves it whole and contiguous), not a copy per op: ViT-B/16's head split at batch
+    4 took ten serial copies of 0.2-0.6 M floats per layer, three now
+    (benchmarks/results/cpu-notes.md)."""
     names = dict(reads)
+    in_views = set(views)
+    composed: dict[SSAValue, _View] = {}
     lines: list[str] = []
+
+    sizes: dict[str, int] = {}  # elements of each flat array a view reads
+
+    def view_of(value: SSAValue) -> _View:
+        if value in composed:
+            return composed[value]
+        sizes[names[value]] = math.prod(shape_of(value))
+        return _View.contiguous(names[value], shape_of(value))
+
     for index, op in enumerate(views):
         operand, result = op.operands[0], op.results[0]
-        name, tag = f"v{index}f", f"c{index}_"
         if not shape_of(operand) or not shape_of(result):
             return None
-        source = f"{names[operand]}.reshape({tuple(shape_of(operand))!r})"
-        if isinstance(op, ai.ReshapeOp):
-            lines.append(f"{name} = {names[operand]}")
-        elif isinstance(op, ai.TransposeOp):
-            perm = [int(p) for p in op.attr("perm")]
-            lines.append(scratch.take(name, math.prod(shape_of(result))))
-            lines += transpose_lines(name, source, shape_of(operand), perm, tag)
-        elif isinstance(op, ai.SliceOp):
-            lines.append(scratch.take(name, math.prod(shape_of(result))))
-            lines += copy_lines(name, numpy_expression(op, [source]), shape_of(result), tag)
-        else:
+        if not isinstance(op, (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp)):
             return None
+        source = view_of(operand)
+        view = source.applied(op, tuple(shape_of(result)))
+        if view is None:  # not expressible over the source: the operand copied first
+            flat = f"v{index}s"
+            lines.append(scratch.take(flat, math.prod(shape_of(operand))))
+            lines += source.copy_lines(flat, f"s{index}_")
+            sizes[flat] = math.prod(shape_of(operand))
+            view = _View.contiguous(flat, shape_of(operand)).applied(op, tuple(shape_of(result)))
+            assert view is not None  # a contiguous operand reshapes, transposes and slices
+        composed[result] = view
+        if all(use.operation in in_views for use in result.uses):
+            continue  # read only by other views: composed into theirs
+        name = f"v{index}f"
+        if view.whole() and sizes[view.base] == math.prod(shape_of(result)):
+            lines.append(f"{name} = {view.base}")
+        else:
+            lines.append(scratch.take(name, math.prod(shape_of(result))))
+            lines += view.copy_lines(name, f"c{index}_")
         names[result] = name
     return lines
+
+
+#: One dim of a ``_View``: its digits, most significant first, as (size, element stride).
+Dim = list[tuple[int, int]]
+
+
+class _View:
+    """A shaped view of a flat array: element ``base[offset + sum over digits of i * stride]``,
+    the dims in C order, each dim's index written in the mixed radix of its digits."""
+
+    def __init__(self, base: str, dims: Sequence[Dim], offset: int = 0) -> None:
+        self.base, self.dims, self.offset = base, [_merged(d) for d in dims], int(offset)
+
+    @staticmethod
+    def contiguous(base: str, shape: Sequence[int]) -> _View:
+        dims, step = [], 1
+        for size in reversed(shape):
+            dims.append([(int(size), step)])
+            step *= int(size)
+        return _View(base, dims[::-1])
+
+    def digits(self) -> Dim:
+        """Every digit in C order, adjacent contiguous ones merged, unit ones dropped."""
+        return _merged([digit for dim in self.dims for digit in dim])
+
+    def whole(self) -> bool:
+        """Whether this is its flat array as it is (C order from element 0)."""
+        digits = self.digits()
+        return self.offset == 0 and (not digits or (len(digits) == 1 and digits[0][1] == 1))
+
+    def applied(self, op: Operation, shape: tuple[int, ...]) -> _View | None:
+        """This view after the layout op ``op`` (result shape ``shape``); None when the
+        digits cannot express it."""
+        if isinstance(op, ai.TransposeOp):
+            return self.transposed([int(p) for p in op.attr("perm")])
+        if isinstance(op, ai.SliceOp):
+            return self.sliced([(int(i.start), int(i.step)) for i in op.index()], shape)
+        return self.reshaped(shape)
+
+    def transposed(self, perm: Sequence[int]) -> _View:
+        return _View(self.base, [self.dims[p] for p in perm], self.offset)
+
+    def sliced(self, items: Sequence[tuple[int, int]], shape: Sequence[int]) -> _View | None:
+        """Elements ``start + i * step`` of each dim (``items``), ``shape`` of them; None
+        for a part of a dim of several digits."""
+        offset, dims = self.offset, []
+        for (start, step), dim, size in zip(items, self.dims, shape, strict=True):
+            if start == 0 and step == 1 and size == math.prod(n for n, _ in dim):
+                dims.append(dim)
+                continue
+            if len(dim) > 1:
+                return None
+            stride = dim[0][1] if dim else 0
+            offset += start * stride
+            dims.append([(int(size), step * stride)])
+        return _View(self.base, dims, offset)
+
+    def reshaped(self, shape: Sequence[int]) -> _View | None:
+        """The same elements in C order as ``shape``: each new dim takes the next digits
+        (the last one split when it is larger); None when a size does not divide."""
+        digits = self.digits()
+        dims = []
+        for size in shape:
+            dim: Dim = []
+            left = int(size)
+            while left > 1:
+                if not digits:
+                    return None
+                n, stride = digits.pop(0)
+                if n <= left:
+                    if left % n:
+                        return None
+                    dim.append((n, stride))
+                    left //= n
+                else:
+                    if n % left:
+                        return None
+                    dim.append((left, stride * (n // left)))
+                    digits.insert(0, (n // left, stride))
+                    left = 1
+            dims.append(dim)
+        return None if digits else _View(self.base, dims, self.offset)
+
+    def copy_lines(self, dst: str, tag: str) -> list[str]:
+        """Loops copying this view into the flat ``dst`` in C order: the last digit's
+        elements in one loop from its run's first element (consecutive floats when its
+        stride is 1)."""
+        digits = self.digits()
+        if not digits:
+            return [f"{dst}[0] = {self.base}[{self.offset}]"]
+        *outer, (inner, step) = digits
+        lines = [f"{tag}k = 0"]
+        terms = [str(self.offset)]
+        for d, (size, stride) in enumerate(outer):
+            lines.append(f"{'    ' * d}for {tag}{d} in range({size}):")
+            terms.append(f"{tag}{d} * {stride}")
+        pad = "    " * len(outer)
+        element = f"{tag}r + {tag}j" if step == 1 else f"{tag}r + {tag}j * {step}"
+        return [
+            *lines,
+            f"{pad}{tag}r = {' + '.join(terms)}",
+            f"{pad}for {tag}j in range({inner}):",
+            f"{pad}    {dst}[{tag}k + {tag}j] = {self.base}[{element}]",
+            f"{pad}{tag}k += {inner}",
+        ]
+
+
+def _merged(digits: Dim) -> Dim:
+    """``digits`` without unit ones, each run of contiguous ones as one digit."""
+    out: Dim = []
+    for n, stride in digits:
+        if n == 1:
+            continue
+        if out and out[-1][1] == n * stride:
+            out[-1] = (out[-1][0] * n, stride)
+        else:
+            out.append((n, stride))
+    return out
 
 
 def passthrough_lines(
