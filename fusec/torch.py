@@ -76,6 +76,8 @@ class Stats:
     specializations: int = 0
     #: Recompilations after a parameter or buffer changed.
     refreezes: int = 0
+    #: Partitions whose compiled program came from the program cache (cpu target).
+    cached_partitions: int = 0
     #: Compiled partitions by the fusec target they run on.
     targets: dict[str, int] = field(default_factory=dict)
     #: One line per decision: which node or partition runs in eager, and why.
@@ -386,15 +388,20 @@ def _compile_partition(
         else:
             dynamic.append(position)
     ops = _op_count(sub)
-    try:
+    target = options.get("target") or ("cuda" if device.type == "cuda" else "cpu")
+    pipeline = options.get("pipeline")
+
+    def build() -> Any:
         module = translate(
             sub.graph,
             constants=sub_constants,
             inputs=[placeholders[i] for i in dynamic],
             name=_symbol(str(call.target)),
         )
-        target = options.get("target") or ("cuda" if device.type == "cuda" else "cpu")
-        compiled = compile_module(module, target=target, pipeline=options.get("pipeline"))
+        return compile_module(module, target=target, pipeline=pipeline)
+
+    try:
+        compiled = _cached_compile(sub, sub_constants, target, pipeline, build)
     except Exception as err:  # noqa: BLE001 - anything fusec cannot do runs in eager
         _count("eager_partitions")
         _remark(f"eager: partition {call.target} ({ops} ops): {_reason(err)}")
@@ -408,6 +415,66 @@ def _compile_partition(
     _count("compiled_nodes", ops)
     with _STATS_LOCK:
         _STATS.targets[compiled.target] = _STATS.targets.get(compiled.target, 0) + 1
+
+
+def _cached_compile(
+    sub: fx.GraphModule,
+    constants: dict[str, torch.Tensor],
+    target: str,
+    pipeline: str | None,
+    build: Callable[[], Any],
+) -> Any:
+    """``build()`` through the program cache (``fusec.targets.cpu.program_cache``, the
+    one ``fusec.compile_onnx`` uses) on the cpu target: a partition compiled before, in
+    any process, with the same graph, recorded types and layouts, constants, pipeline
+    and fusec comes back ready to run, without translation, passes or code generation;
+    its IR is built again when asked. ``FUSEC_PROGRAM_CACHE=0`` turns it off."""
+    from fusec.api import CachedCompiledModule, CompiledModule
+    from fusec.targets.cpu import program_cache as programs
+
+    if target != "cpu" or not programs.enabled():
+        return build()
+    from fusec.runtime.cache import default_cache
+
+    cache = default_cache()
+    options = {"front end": "torch", "target": target, "pipeline": pipeline}
+    key = programs.program_key(_partition_digest(sub, constants), options)
+    program = programs.load(cache, key)
+    if program is not None:
+        _count("cached_partitions")
+        return CachedCompiledModule(program, build, target=target, pipeline=pipeline)
+    compiled = build()
+    if isinstance(compiled, CompiledModule) and compiled.program is not None:
+        programs.store(cache, key, compiled.program)
+    return compiled
+
+
+def _partition_digest(sub: fx.GraphModule, constants: dict[str, torch.Tensor]) -> str:
+    """SHA-256 of what a partition's program depends on: its code, each node's recorded
+    type and layout (a lowering may read strides), and its constants' values."""
+    import hashlib
+
+    from fusec.frontend.torch_fx import to_numpy
+
+    digest = hashlib.sha256(b"fusec.torch partition 1\0")
+    digest.update(sub.code.encode())
+    for node in sub.graph.nodes:
+        for val in _values(node.meta.get("val")):
+            layout = (val.dtype, tuple(val.shape), tuple(val.stride()), val.storage_offset())
+            digest.update(f"{node.name}:{layout}\0".encode())
+    for name in sorted(constants):
+        tensor = constants[name]
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}\0".encode())
+        digest.update(np.ascontiguousarray(to_numpy(tensor)).reshape(-1).view(np.uint8).data)
+    return digest.hexdigest()
+
+
+def _values(val: Any) -> list[torch.Tensor]:
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if isinstance(val, tuple | list):
+        return [t for v in val for t in _values(v)]
+    return []
 
 
 def _symbol(name: str) -> str:

@@ -343,3 +343,24 @@ def test_instances_of_one_model_class_keep_their_own_compilations() -> None:
     stats = fusec_torch.stats()
     assert stats["partitions"] == 2, stats  # one compilation per instance, not per call
     assert stats["refreezes"] <= 1, stats  # the second set, if Dynamo shares the graph
+
+
+@pytest.mark.slow
+def test_a_partition_compiled_before_comes_from_the_program_cache(tmp_path, monkeypatch) -> None:
+    """The cpu target's program cache (compile_onnx's): the same partition and weights
+    after torch._dynamo.reset() are a hit, other weights a miss; all match eager."""
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("FUSEC_PROGRAM_CACHE", raising=False)
+    torch.manual_seed(0)
+    model = SmallCNN().eval()
+    x = torch.randn(2, 3, 8, 8)
+    for hits, scale in ((0, 1.0), (1, 1.0), (0, 2.0)):
+        with torch.no_grad():
+            model.fc.weight.mul_(scale)
+        torch._dynamo.reset()
+        fusec_torch.reset_stats()
+        compiled = torch.compile(model, backend="fusec", options={"target": "cpu"})
+        with torch.no_grad():
+            assert_close(compiled(x).numpy(), model(x).numpy())
+        stats = fusec_torch.stats()
+        assert stats["partitions"] == 1 and stats["cached_partitions"] == hits, stats
