@@ -193,7 +193,7 @@ def test_unsupported_constant_element_type():
     err = parse_error(fn(f"  %c = arith.constant dense<1.0> : tensor<f64>\n  return %x : {T}"))
     assert err.message == (
         "'arith.constant' op unsupported element type f64: expected one of f16, bf16, f32, "
-        "i64, i32, i1, f8E4M3FN, f8E5M2, i8, ui8"
+        "i64, i32, i1, f8E4M3FN, f8E5M2, i8, ui8, i4, ui4"
     )
 
 
