@@ -682,7 +682,22 @@ POOLS = {
                  "ceil_mode = true", (3, 3)),
     "max-global": ("max", (2, 3, 4, 5), "kernel = array<i64: 4, 5>", (1, 1)),
     "avg-global": ("avg", (2, 3, 4, 5), "kernel = array<i64: 4, 5>", (1, 1)),
+    # the max pool's rows path (``fusec/targets/cpu/pool.py``): dilated windows; windows
+    # of more than ``UNROLL`` (16) rows and columns, looped instead of unrolled; rows of
+    # 72 padded columns, in bands of 56 output rows (``BAND_FLOATS``), two a plane
+    "max-dilated": ("max", (1, 2, 7, 8), "kernel = array<i64: 3, 3>, padding = array<i64: 1, "
+                    "1>, dilations = array<i64: 2, 2>", (5, 6)),
+    "max-looped": ("max", (1, 2, 18, 19), "kernel = array<i64: 17, 17>, strides = array<i64: "
+                   "2, 2>, padding = array<i64: 1, 1>", (2, 3)),
+    "max-bands": ("max", (1, 2, 70, 70), "kernel = array<i64: 3, 3>, padding = array<i64: 1, "
+                  "1>", (70, 70)),
 }  # fmt: skip
+#: The words of a pool path's cpu kernel (``PATHS``), for the pools above that have one.
+POOL_WORDS = {
+    "max-dilated": "(i * 1 + min(max(2, lo), hi - 1) * 2 - 1)",
+    "max-looped": "for r in range(lo + 1, hi):",
+    "max-bands": "for i0 in range(0, 70, 56):",
+}
 
 
 def pool_path_case(name: str, dtype: str) -> Case:
@@ -724,6 +739,34 @@ def gemm_case(path: str, dtype: str, special_in: str) -> Case:
         body = [f"%b = arith.constant {_dense_hex(b)} : {tb}", matmul]
         return _fn([("a", ta)], body, [("y", ty)]), [a], _non_finite_facts()
     return _fn([("a", ta), ("b", tb)], [matmul], [("y", ty)]), [a, b], _non_finite_facts()
+
+
+def gemm_softmax_case(dtype: str, special_in: str) -> Case:
+    """softmax(a @ b + mask), one matmul kernel on cpu (the softmax in the block's
+    epilogue; on cuda the f16 Tensor Core GEMM's row-softmax epilogue): row 1 of the
+    mask -Inf everywhere (NaN, as numpy), row 2 half -Inf, and the specials in A
+    (``special_in`` "a") or nowhere ("")."""
+    a = _with_specials((6, 8), dtype, 17, special_in == "a")
+    b = _with_specials((8, 16), dtype, 19, False)
+    mask = np.zeros((6, 16))
+    mask[1, :] = -INF  # every column masked out
+    mask[2, :8] = -INF
+    mask = _array(mask, dtype)
+    ta, tb, tm = _t((6, 8), dtype), _t((8, 16), dtype), _t((6, 16), dtype)
+    body = [
+        f"%s = ai.matmul %a, %b : {ta} * {tb}",
+        f"%m = ai.add %s, %mask : {tm} * {tm}",
+        f"%y = ai.softmax %m : {tm}",
+    ]
+
+    def check(outputs: list[np.ndarray]) -> None:
+        y = outputs[0].astype(np.float64)
+        assert np.isnan(y[1]).all(), "a row masked out entirely is NaN (0 / 0, numpy)"
+        assert (y[2, :8] == 0).all(), "exp(-inf - max) is 0"
+        assert np.isfinite(y[4]).all(), "a row without a special or a mask is finite"
+
+    text = _fn([("a", ta), ("b", tb), ("mask", tm)], body, [("y", tm)])
+    return text, [a, b, mask], check
 
 
 #: Attention cases: (mask shape, nan_to_zero, where the specials go, the key given as
@@ -778,6 +821,12 @@ def path_cases() -> dict[str, Case]:
     for name in POOLS:
         for dtype in ("f32", "f16"):
             out[f"pool-{name}-{dtype}"] = pool_path_case(name, dtype)
+            if name in POOL_WORDS:
+                PATHS[f"pool-{name}-{dtype}"] = POOL_WORDS[name]
+    for dtype, special_in in (("f32", "a"), ("f32", ""), ("f16", "")):
+        name = f"gemm-softmax-{special_in or 'masked'}-{dtype}"
+        out[name] = gemm_softmax_case(dtype, special_in)
+        PATHS[name] = "#   ai.matmul -> ai.add -> ai.softmax"
     for path, (*_, words) in GEMMS.items():
         for special_in in ("a", "b"):
             out[f"gemm-{path}-{special_in}-f32"] = gemm_case(path, "f32", special_in)
