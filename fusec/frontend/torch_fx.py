@@ -529,4 +529,6 @@ def unsupported_reason(node: fx.Node) -> str | None:
                 return f"{describe(node)}: its result #{index} is used, and fusec lacks it"
     except FusecError as err:
         return err.message if hasattr(err, "message") else str(err)
+    except Exception as err:  # noqa: BLE001 - a lowering's bug must not fail the model
+        return f"{describe(node)}: the lowering failed: {type(err).__name__}: {err}"
     return None

@@ -146,3 +146,19 @@ def test_an_index_outside_its_dim_fails_though_its_flat_position_is_inside() -> 
         run(x.numpy(), i.numpy(), torch.tensor([5, 2]).numpy())
     got = run(x.numpy(), i.numpy(), torch.tensor([-1, 2]).numpy())  # from the end: fine
     assert (got == TwoIndices()(x, i, torch.tensor([-1, 2])).numpy()).all()
+
+
+def test_a_lowering_that_raises_is_a_refusal_for_the_partitioner(monkeypatch) -> None:
+    """Not a FusecError (a bug in a lowering): the node is left to eager, with the
+    error in its reason, rather than failing the model."""
+    from fusec.frontend import torch_lowerings
+    from fusec.frontend.torch_fx import LOWERINGS
+
+    def broken(t, node, a):
+        raise KeyError("oops")
+
+    assert torch_lowerings is not None
+    monkeypatch.setitem(LOWERINGS, "relu.default", broken)
+    graph = torch.export.export(nn.ReLU(), (torch.randn(3),)).run_decompositions().graph
+    (node,) = [n for n in graph.nodes if n.op == "call_function"]
+    assert "the lowering failed: KeyError: 'oops'" in (unsupported_reason(node) or "")
