@@ -1,0 +1,211 @@
+"""Quantization on the cpu target (issue 31), one process, alternating samples.
+
+* ``ai.quantize`` f32 -> f8E4M3FN (per tensor, saturating) and ``ai.dequantize`` i8 -> f32
+  (per channel) over ``--elements`` values: the fusec kernel against numpy's reference
+  (``fusec.dialect.numpy_ops``, ml_dtypes' conversion), both checked equal bit for bit;
+* a QDQ MLP (MatMul -> Add -> Relu -> Gemm, ``--rows`` x ``--width``) quantized by
+  onnxruntime's ``quantize_static`` (uint8 activations, int8 per-channel weights): fusec
+  (the weights dequantized once at import, each layer one f32 matmul kernel with the QDQ
+  prologue and requantizing epilogue) against onnxruntime with its default optimisations
+  (its QLinear int8 kernels) and with none, outputs compared.
+
+Samples alternate between the contenders; a sample is the mean of ``--calls`` calls. Prints
+the minimum and median per call in us and the load average before and after.
+
+    python benchmarks/cpu_quant_bench.py [--samples 9] [--calls 20] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fusec.targets.cpu.threads import configure
+
+configure()  # before numpy: OpenBLAS reads its settings when it loads
+
+import ml_dtypes  # noqa: E402
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import fusec  # noqa: E402
+from fusec.dialect import numpy_ops  # noqa: E402
+
+
+def _timed(contenders: dict, samples: int, calls: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for fn in contenders.values():
+        fn()
+    for _ in range(samples):
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times[name].append((time.perf_counter() - start) / calls * 1e6)
+    return times
+
+
+def _report(title: str, times: dict[str, list[float]]) -> None:
+    print(title)
+    for name, values in times.items():
+        print(f"  {name:28s} min {min(values):10.1f} us  median {statistics.median(values):10.1f}")
+
+
+def _quantize_cases(n: int, samples: int, calls: int) -> None:
+    rng = np.random.default_rng(0)
+    q_text = f"""func.func @f(%x: tensor<{n}xf32>, %s: tensor<f32>, %z: tensor<f8E4M3FN>)
+    -> tensor<{n}xf8E4M3FN> {{
+  %q = ai.quantize %x, %s, %z : tensor<{n}xf32> * tensor<f32> * tensor<f8E4M3FN>
+  return %q : tensor<{n}xf8E4M3FN>
+}}"""
+    x = (rng.standard_normal(n) * 300).astype(np.float32)
+    s, z = np.float32(0.5), np.zeros((), ml_dtypes.float8_e4m3fn)
+    quantize = fusec.compile(q_text, target="cpu")
+    want = numpy_ops.quantize_linear(x, s, z, saturate=True)
+    assert np.array_equal(np.asarray(quantize(x, s, z)).view(np.uint8), want.view(np.uint8))
+    times = _timed(
+        {
+            "fusec cpu": lambda: quantize(x, s, z),
+            "numpy reference": lambda: numpy_ops.quantize_linear(x, s, z, saturate=True),
+        },
+        samples,
+        calls,
+    )
+    _report(f"quantize f32 -> f8E4M3FN, {n} elements, per tensor", times)
+
+    rows, cols = 1024, n // 1024
+    d_text = f"""func.func @f(%q: tensor<{rows}x{cols}xi8>, %s: tensor<{rows}xf32>,
+    %z: tensor<{rows}xi8>) -> tensor<{rows}x{cols}xf32> {{
+  %d = ai.dequantize %q, %s, %z {{axis = 0 : i64}}
+      : tensor<{rows}x{cols}xi8> * tensor<{rows}xf32> * tensor<{rows}xi8>
+  return %d : tensor<{rows}x{cols}xf32>
+}}"""
+    codes = rng.integers(-128, 128, (rows, cols)).astype(np.int8)
+    scale = rng.uniform(0.01, 0.1, rows).astype(np.float32)
+    zero = rng.integers(-5, 5, rows).astype(np.int8)
+    dequantize = fusec.compile(d_text, target="cpu")
+
+    def reference() -> np.ndarray:
+        return numpy_ops.dequantize_linear(codes, scale[:, None], zero[:, None])
+
+    assert np.array_equal(np.asarray(dequantize(codes, scale, zero)), reference())
+    times = _timed(
+        {"fusec cpu": lambda: dequantize(codes, scale, zero), "numpy reference": reference},
+        samples,
+        calls,
+    )
+    _report(f"dequantize i8 -> f32, {rows}x{cols}, per channel", times)
+
+
+def _qdq_mlp(path: Path, rows: int, width: int) -> tuple[Path, np.ndarray]:
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    rng = np.random.default_rng(1)
+    weights = {
+        "w1": rng.standard_normal((width, width)) * width**-0.5,
+        "b1": rng.standard_normal(width) * 0.1,
+        "w2": rng.standard_normal((width, width)) * width**-0.5,
+        "b2": rng.standard_normal(width) * 0.1,
+    }
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"]),
+        helper.make_node("Add", ["m1", "b1"], ["a1"]),
+        helper.make_node("Relu", ["a1"], ["r1"]),
+        helper.make_node("Gemm", ["r1", "w2", "b2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, width])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, path / "mlp.onnx")
+    data = [{"x": rng.standard_normal((rows, width)).astype(np.float32)} for _ in range(4)]
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.data = iter(data)
+
+        def get_next(self):
+            return next(self.data, None)
+
+    quantize_static(
+        str(path / "mlp.onnx"),
+        str(path / "qdq.onnx"),
+        Calibration(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+    )
+    return path / "qdq.onnx", rng.standard_normal((rows, width)).astype(np.float32)
+
+
+def _mlp_case(rows: int, width: int, threads: int, samples: int, calls: int) -> None:
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as folder:
+        path, x = _qdq_mlp(Path(folder), rows, width)
+        compiled = fusec.compile(fusec.from_onnx(path), target="cpu")
+        sessions = {}
+        for name, level in (
+            ("onnxruntime (optimised)", ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
+            ("onnxruntime (no opt)", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
+        ):
+            options = ort.SessionOptions()
+            options.graph_optimization_level = level
+            options.intra_op_num_threads = threads
+            sessions[name] = ort.InferenceSession(
+                str(path), options, providers=["CPUExecutionProvider"]
+            )
+    got = np.asarray(compiled(x))
+    for name, session in sessions.items():
+        want = session.run(None, {"x": x})[0]
+        step = float(np.min(np.diff(np.unique(want))))
+        print(
+            f"  {name}: {np.count_nonzero(got != want)} of {got.size} outputs differ, "
+            f"by at most {np.abs(got - want).max() / step:.0f} code(s)"
+        )
+    contenders = {"fusec cpu": lambda: compiled(x)}
+    for name, session in sessions.items():
+        contenders[name] = lambda s=session: s.run(None, {"x": x})
+    kinds = ", ".join(k.kind for k in compiled.kernels)
+    _report(
+        f"QDQ MLP {rows}x{width} @ {width}x{width} twice ({kinds})",
+        _timed(contenders, samples, calls),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=9)
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--elements", type=int, default=1 << 22)
+    parser.add_argument("--rows", type=int, default=64)
+    parser.add_argument("--width", type=int, default=1024)
+    args = parser.parse_args()
+    numba.set_num_threads(args.threads)
+    print(f"load average before: {os.getloadavg()}, {args.threads} thread(s)", file=sys.stderr)
+    _quantize_cases(args.elements, args.samples, max(1, args.calls // 4))
+    _mlp_case(args.rows, args.width, args.threads, args.samples, args.calls)
+    print(f"load average after: {os.getloadavg()}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
