@@ -24,7 +24,7 @@ The rewrites are xDSL ``RewritePattern``s, run to a fixed point:
   (the score and probability tensors vanish: one kernel computes the attention;
   the key is taken back from the transpose that made ``k^T`` where there is one);
 * a quantized GEMM (issue 31): the per-tensor scale of a dequantized operand and the
-  per-column scale of a dequantized B move after the product (``matmul(dq(qa) sa,
+  per-column scale of a dequantized B move after an f32 product (``matmul(dq(qa) sa,
   dq(qb) sb) = matmul(dq(qa), dq(qb)) sa sb``), where they ride in its epilogue;
 * ``pow(x, 2|3|0.5|1)`` -> products, ``sqrt``, ``x``; ``x + 0`` and ``x * 1``
   (constants, same shape as x) -> ``x``.
@@ -481,7 +481,7 @@ class ScalesAfterQuantizedMatmul(Recognition):
     multiplies the codes less their zero points (exact in the scale's type), and the
     scales ride in the epilogue with the bias, activation and output cast: a quantized
     GEMM's form (an fp8 GEMM accumulates the codes and scales its result). Scales per
-    block along K, or per row of A, stay in the dequantize."""
+    block along K, or per row of A, and 16-bit results stay as they are."""
 
     label = "quantization scales moved after matmul"
 
@@ -518,11 +518,13 @@ class ScalesAfterQuantizedMatmul(Recognition):
 def _factors_out(dq: ai.DequantizeOp, matmul: ai.MatmulOp, index: int) -> bool:
     """Whether ``dq``'s scale, as operand ``index`` of ``matmul``, is a factor of each
     result element: per tensor (not a constant 1 already), or per column of a 2-D or
-    batched B (its N axis); the result's element type is the scale's."""
+    batched B (its N axis); the result and the scale are f32 (the unscaled product
+    overflows f16 and is coarse in bf16)."""
     scale = constant(dq.scale)
     if scale is not None and bool((scale == 1).all()):
         return False  # already factored out
-    if spec_of(dq.scale.type).dtype != spec_of(matmul.results[0].type).dtype:
+    # f32 only: a product of unscaled codes (up to 448 * 448 * K for e4m3) is no f16 value
+    if not spec_of(dq.scale.type).dtype == spec_of(matmul.results[0].type).dtype == "f32":
         return False
     if dq.attr("block_size") == 0 and math.prod(shape(dq.scale)) == 1:
         return True

@@ -71,3 +71,18 @@ func.func @w4a16(%x: tensor<4x128xf32>, %wq: tensor<128x64xi4>, %s: tensor<4x64x
   %h = ai.cast %c : tensor<4x64xf32> to tensor<4x64xf16>
   return %h : tensor<4x64xf16>
 }
+
+// -----
+
+// An f16 product keeps its scales in the dequantize: the codes' product (up to
+// 448 * 448 * K) is no f16 value.
+// REC-LABEL: func.func @f16_linear
+// REC:       %[[B:.*]] = ai.dequantize %wq, %sw, %zw
+// REC-NEXT:  ai.matmul %x, %[[B]]
+// REC-NOT:   ai.mul
+func.func @f16_linear(%x: tensor<4x64xf16>, %wq: tensor<64x32xf8E4M3FN>, %sw: tensor<32xf16>) -> tensor<4x32xf16> {
+  %zw = arith.constant dense<0.0> : tensor<32xf8E4M3FN>
+  %w = ai.dequantize %wq, %sw, %zw {axis = 1 : i64} : tensor<64x32xf8E4M3FN> * tensor<32xf16> * tensor<32xf8E4M3FN>
+  %m = ai.matmul %x, %w : tensor<4x64xf16> * tensor<64x32xf16>
+  return %m : tensor<4x32xf16>
+}
