@@ -3,6 +3,7 @@ option (exit 2), never a traceback nor a silent success; bad input is located (e
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,44 @@ def test_a_missing_rules_file_is_bad_input(capsys):
     code, out, err = run_opt(capsys, CONV, "-p", 'fuse{rules="/no/such.rules"}')
     assert code == ExitCode.BAD_INPUT
     assert err == "/no/such.rules: error: cannot read the fusion rules: No such file or directory\n"
+
+
+def test_dash_reads_stdin_and_names_it_as_fusec_does(capsys, monkeypatch):
+    """``-`` is stdin, as no file is (it was a file named '-': an [Errno 2] line), and a
+    diagnostic names it ``<stdin>`` as ``fusec compile -`` does."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(Path(CONV).read_bytes())))
+    code, out, err = run_opt(capsys, "-", "-p", "fusec-default")
+    assert code == ExitCode.OK, err
+    assert 'ai.fused "conv"' in out
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"garbage\n")))
+    code, _, err = run_opt(capsys, "-")
+    assert code == ExitCode.BAD_INPUT and err.startswith("<stdin>:1:1: error: unknown operation")
+
+
+def test_files_it_cannot_use_are_located_one_line_errors(capsys, tmp_path: Path):
+    """An input it cannot read, or of another kind, and an output it cannot write: one
+    ``FILE: error:`` line each, as ``fusec compile`` has them (each was a Python
+    exception's text after ``error:``)."""
+    text = tmp_path / "graph.txt"
+    text.write_bytes(Path(CONV).read_bytes())
+    missing = tmp_path / "missing.mlir"
+    cases = [
+        ([str(missing)], f"{missing}: error: no such file\n"),
+        ([str(tmp_path)], f"{tmp_path}: error: cannot read the file: Is a directory\n"),
+        (
+            [str(text)],
+            f"{text}: error: Unrecognized file extension 'txt': fusec-opt reads .mlir files "
+            "(or - for stdin)\n",
+        ),
+        (
+            [CONV, "-o", str(missing.parent / "no" / "out.mlir")],
+            f"{missing.parent / 'no' / 'out.mlir'}: error: cannot write the output: No such "
+            "file or directory\n",
+        ),
+    ]
+    for argv, expected in cases:
+        code, out, err = run_opt(capsys, *argv)
+        assert (code, out, err) == (ExitCode.BAD_INPUT, "", expected)
 
 
 def test_the_mlir_target_and_named_pipelines_work(capsys):

@@ -27,7 +27,7 @@ from xdsl.utils.exceptions import DiagnosticException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from fusec._version import __version__
-from fusec.errors import ExitCode, FusecError
+from fusec.errors import ExitCode, FusecError, SourceLocation
 
 #: The only output format of ai IR. xDSL's other targets (llvm, x86-asm, wgsl, mps...)
 #: print IR of lowered dialects that fusec never produces: on ai IR they failed with a
@@ -78,6 +78,42 @@ class FusecOptMain(xDSLOptMain):
         self.args.passes = expand_spec(self.args.passes)
         super().setup_pipeline()
 
+    def get_input_stream(self) -> tuple[IO[bytes], str]:
+        """xDSL's input, with ``-`` for stdin (as nothing) and a file it cannot open
+        reported as ``fusec compile`` reports it (``FILE: error: no such file``)."""
+        if self.args.input_file == "-":
+            return sys.stdin.buffer, "mlir"
+        try:
+            return super().get_input_stream()
+        except FileNotFoundError:
+            raise FusecError("no such file", self._whole(self.get_input_name())) from None
+        except OSError as err:  # a directory, no permission, ...
+            message = f"cannot read the file: {err.strerror or err}"
+            raise FusecError(message, self._whole(self.get_input_name())) from None
+
+    def get_input_name(self) -> str:
+        """The input's name in diagnostics: its path, or ``<stdin>`` as ``fusec`` says."""
+        return self.args.input_file if self.args.input_file not in (None, "-") else "<stdin>"
+
+    def prepare_input(self) -> tuple[list[tuple[IO[bytes], int]], str]:
+        try:
+            return super().prepare_input()
+        except ValueError as err:  # xDSL's only one: a file extension it has no parser for
+            message = f"{err}: fusec-opt reads .mlir files (or - for stdin)"
+            raise FusecError(message, self._whole(self.get_input_name())) from None
+
+    def prepare_output(self) -> IO[str]:
+        try:
+            return super().prepare_output()
+        except OSError as err:
+            message = f"cannot write the output: {err.strerror or err}"
+            raise FusecError(message, self._whole(self.args.output_file)) from None
+
+    @staticmethod
+    def _whole(name: str) -> SourceLocation:
+        """A diagnostic's location that is a whole file."""
+        return SourceLocation(name, 0, 0)
+
     def parse_chunk(
         self, chunk: IO[bytes], file_extension: str, start_offset: int = 0
     ) -> ModuleOp | None:
@@ -105,8 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DiagnosticException as err:  # a pass that failed (xDSL's own diagnostic)
         sys.stderr.write(f"error: pass failed: {err}\n")
         return ExitCode.BAD_INPUT
-    except (OSError, ValueError) as err:  # an unreadable input, an unknown file extension
-        sys.stderr.write(f"error: {err}\n")
+    except (OSError, ValueError) as err:  # left by xDSL (its inputs and outputs are above)
+        sys.stderr.write(f"fusec-opt: error: {err}\n")
         return ExitCode.BAD_INPUT
     except KeyboardInterrupt:
         sys.stderr.write("fusec-opt: interrupted\n")
