@@ -168,7 +168,7 @@ def quantize(
     block_size: int = 0,
     saturate: bool = True,
 ) -> Traced:
-    """``x / scale`` quantized to ``dtype`` ("i8", "ui8", "f8E4M3FN", "f8E5M2") as ONNX
+    """``x / scale`` quantized to ``dtype`` ("i8", "ui8", "i4", "ui4", "f8E4M3FN", "f8E5M2") as ONNX
     QuantizeLinear: per tensor, per ``axis`` or per block of ``block_size`` along it."""
     trace = _trace("quantize", x)
     zp = trace.constant(_zeros_like(scale, zero_point), _quantized("quantize", dtype))
