@@ -435,3 +435,100 @@ def test_a_constant_int4_weight_is_dequantized_once_at_compile_time():
     np.testing.assert_allclose(
         got.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2
     )
+
+
+# ---------------------------------------------------------- every cpu template
+
+#: A quantize in the epilogue of each cpu template's group (per tensor or per axis), and a
+#: dequantize in a row-reduce prologue: (graph, the group kind it makes).
+TEMPLATES = {
+    "layernorm": (
+        """func.func @f(%x: tensor<8x64xf32>, %g: tensor<64xf32>, %b: tensor<64xf32>,
+    %s: tensor<f32>, %z: tensor<i8>) -> tensor<8x64xi8> {
+  %l = ai.layernorm %x, %g, %b : tensor<8x64xf32> * tensor<64xf32> * tensor<64xf32>
+  %q = ai.quantize %l, %s, %z : tensor<8x64xf32> * tensor<f32> * tensor<i8>
+  return %q : tensor<8x64xi8>
+}""",
+        "row_reduce",
+    ),
+    "softmax": (
+        """func.func @f(%x: tensor<8x64xf32>, %s: tensor<f32>, %z: tensor<f8E5M2>)
+    -> tensor<8x64xf8E5M2> {
+  %l = ai.softmax %x : tensor<8x64xf32>
+  %q = ai.quantize %l, %s, %z : tensor<8x64xf32> * tensor<f32> * tensor<f8E5M2>
+  return %q : tensor<8x64xf8E5M2>
+}""",
+        "row_reduce",
+    ),
+    "reduce": (
+        """func.func @f(%x: tensor<8x64xf32>, %s: tensor<8xf32>, %z: tensor<8xui8>)
+    -> tensor<8x1xui8> {
+  %r = ai.reduce_mean %x {axes = array<i64: 1>, keepdims = true} : tensor<8x64xf32>
+  %q = ai.quantize %r, %s, %z {axis = 0 : i64} : tensor<8x1xf32> * tensor<8xf32> * tensor<8xui8>
+  return %q : tensor<8x1xui8>
+}""",
+        "reduce",
+    ),
+    "conv": (
+        """func.func @f(%x: tensor<1x4x10x10xf32>, %w: tensor<8x4x3x3xf32>, %s: tensor<8xf32>,
+    %z: tensor<8xf8E4M3FN>) -> tensor<1x8x8x8xf8E4M3FN> {
+  %c = ai.conv2d %x, %w : tensor<1x4x10x10xf32> * tensor<8x4x3x3xf32>
+  %q = ai.quantize %c, %s, %z {axis = 1 : i64}
+      : tensor<1x8x8x8xf32> * tensor<8xf32> * tensor<8xf8E4M3FN>
+  return %q : tensor<1x8x8x8xf8E4M3FN>
+}""",
+        "conv",
+    ),
+    "pool": (
+        """func.func @f(%x: tensor<1x4x8x8xf32>, %s: tensor<f32>, %z: tensor<i4>)
+    -> tensor<1x4x4x4xi4> {
+  %p = ai.max_pool2d %x {kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>}
+      : tensor<1x4x8x8xf32>
+  %q = ai.quantize %p, %s, %z : tensor<1x4x4x4xf32> * tensor<f32> * tensor<i4>
+  return %q : tensor<1x4x4x4xi4>
+}""",
+        "pool",
+    ),
+    "attention": (
+        """func.func @f(%q: tensor<2x8x16xf32>, %k: tensor<2x8x16xf32>, %v: tensor<2x8x16xf32>,
+    %m: tensor<8xf32>, %s: tensor<f32>, %z: tensor<i8>) -> tensor<2x8x16xi8> {
+  %a = ai.attention %q, %k, %v, %m {scale = 0.25 : f32}
+      : tensor<2x8x16xf32> * tensor<2x8x16xf32> * tensor<2x8x16xf32> * tensor<8xf32>
+  %y = ai.quantize %a, %s, %z : tensor<2x8x16xf32> * tensor<f32> * tensor<i8>
+  return %y : tensor<2x8x16xi8>
+}""",
+        "attention",
+    ),
+    "dequantize_layernorm": (
+        """func.func @f(%c: tensor<8x64xi8>, %s: tensor<64xf32>, %z: tensor<64xi8>,
+    %g: tensor<64xf32>, %b: tensor<64xf32>) -> tensor<8x64xf32> {
+  %d = ai.dequantize %c, %s, %z : tensor<8x64xi8> * tensor<64xf32> * tensor<64xi8>
+  %l = ai.layernorm %d, %g, %b : tensor<8x64xf32> * tensor<64xf32> * tensor<64xf32>
+  return %l : tensor<8x64xf32>
+}""",
+        "row_reduce",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(TEMPLATES))
+def test_every_cpu_template_takes_the_quantization_ops(case):
+    """One group of the template's kind; quantized results within one code of the
+    reference in at most two elements (a float32 reduction in another order may cross a
+    tie), float results at float32 tolerance; both launchers alike, outputs poisoned."""
+    from fusec.ir.module import entry_function
+    from fusec.tools import runner
+
+    text, kind = TEMPLATES[case]
+    assert [k.kind for k in fusec.compile(text, target="cpu").kernels] == [kind]
+    inputs = runner.random_inputs(entry_function(fusec.parse(text)), 3)
+    (got,) = _run_poisoned(text, inputs)
+    want = np.asarray(fusec.compile(text, target="reference")(*inputs))
+    if got.dtype.itemsize == 1:
+        assert got.dtype == want.dtype
+        g = got.view(np.int8 if want.dtype.name in ("int8", "int4") else np.uint8)
+        w = want.view(g.dtype)
+        diff = np.abs(g.astype(np.int32) - w.astype(np.int32))
+        assert diff.max() <= 1 and np.count_nonzero(diff) <= 2, diff
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
