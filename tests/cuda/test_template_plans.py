@@ -2,8 +2,10 @@
 
 The Tensor Core GEMM and the conv templates each have one ``plan_ops`` (what the kernel
 computes, or why not). Fusion asks it of the members it would pack (``accepts``, through
-``plan_members``); code generation asks it of the packed group (``plan``). Two
-properties, on graphs drawn around one matmul or conv:
+``plan_members``); code generation asks it of the packed group (``plan``). The attention
+template's ``accepts`` asks its ``plan`` of a detached copy of the group
+(``common.plan_accepts``). Two properties, on graphs drawn around one matmul, conv or
+attention:
 
 * for every convex set of members around the anchor, ``accepts`` refuses exactly when
   ``plan`` of the group ``outline.pack`` makes of them refuses (a refusal of policy
@@ -11,8 +13,8 @@ properties, on graphs drawn around one matmul or conv:
   weighs);
 * compiled for cuda (``fusec-cuda``, code generated without a GPU), no group fusion
   formed of more than one op runs on the PyTorch fallback (``KernelSource.remark``):
-  the pool and reduce kernels' ``accepts`` ask their ``plan_problem`` of a detached
-  copy of the group (``common.packed_problem``).
+  the pool, reduce and attention kernels' ``accepts`` ask their plan of a detached copy
+  of the group (``common.plan_accepts``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,17 @@ class Graph:
         self.lines.append(f"  {name} = {text} {', '.join(operands)}{attrs} : {types}")
         self.types[name] = (shape, dtype)
         return name
+
+    def const(self, text: str, shape: tuple[int, ...], dtype: str) -> str:
+        """An ``arith.constant`` of ``text`` (a dense literal's contents)."""
+        name = f"%c{len(self.lines)}"
+        self.lines.append(f"  {name} = arith.constant dense<{text}> : {_type(shape, dtype)}")
+        self.types[name] = (shape, dtype)
+        return name
+
+    def ai_ops(self) -> int:
+        """How many ai ops the body has so far (the next one's index among them)."""
+        return sum(" = ai." in line for line in self.lines)
 
     def cast(self, value: str, dtype: str) -> str:
         shape, old = self.types[value]
@@ -208,6 +221,42 @@ def pooled_graphs(draw) -> tuple[str, int]:
     return g.text(results), anchor
 
 
+@st.composite
+def attention_graphs(draw) -> tuple[str, int]:
+    """One ``ai.attention`` (head sizes the flash kernel takes and one it does not; a zero,
+    causal or computed mask; an operand made by a relu or a transpose) and an
+    epilogue."""
+    g = Graph()
+    dtype = draw(st.sampled_from(FLOATS + ("f16", "bf16")))
+    d = draw(st.sampled_from([32, 64, 128]))
+    sq, sk = draw(st.sampled_from([4, 8])), draw(st.sampled_from([4, 8]))
+    batch = draw(st.sampled_from([(2,), (1, 3)]))
+    q, k, v = (g.arg((*batch, s, d), dtype) for s in (sq, sk, sk))
+    prologue = draw(st.sampled_from(["none", "relu", "transpose"]))
+    if prologue == "relu":
+        q = g.op("ai.relu", [q], (*batch, sq, d), dtype)
+    elif prologue == "transpose":  # a head split's layout op before the key
+        x = g.arg((*batch[:-1], sk, batch[-1], d), dtype)
+        perm = ", ".join(map(str, (*range(len(batch) - 1), len(batch), len(batch) - 1)))
+        perm += f", {len(batch) + 1}"
+        k = g.op("ai.transpose", [x], (*batch, sk, d), dtype, f"perm = array<i64: {perm}>")
+    kind = draw(st.sampled_from(["zero", "causal", "computed"]))
+    if kind == "zero":
+        mask = g.const("0.0", (), dtype)
+    elif kind == "causal":
+        rows = [[0.0 if j <= i else -1.0e4 for j in range(sk)] for i in range(sq)]
+        mask = g.const(str(rows), (sq, sk), dtype)
+    else:
+        mask = g.op("ai.relu", [g.arg((sq, sk), dtype)], (sq, sk), dtype)
+    anchor = g.ai_ops()
+    out = g.op("ai.attention", [q, k, v, mask], (*batch, sq, d), dtype, "scale = 0.125 : f32")
+    made = draw(tails(g, out))
+    results = [made[-1] if made else out]
+    if made and draw(st.booleans()):
+        results.append(draw(st.sampled_from([out, *made[:-1]])))
+    return g.text(results), anchor
+
+
 def _parse(text: str):
     try:
         return fusec.parse(text)
@@ -253,6 +302,7 @@ POLICY = "leaves a LayerNorm over"  # a refusal only fusion weighs (layernorm_pr
 
 
 def _agree(draw, graph: tuple[str, int], kind: str) -> None:
+    from fusec.targets.cuda.attention import template as attention
     from fusec.targets.cuda.conv import template as conv
     from fusec.targets.cuda.gemm import template as gemm
 
@@ -267,7 +317,7 @@ def _agree(draw, graph: tuple[str, int], kind: str) -> None:
     members = _candidates(draw, list(block.ops), anchor)
     if not _convex(members, list(block.ops)):
         return
-    template = gemm if kind == "matmul" else conv
+    template = {"matmul": gemm, "conv": conv, "attention": attention}[kind]
     refused = template.accepts(members, anchor)
     (fused,) = pack(block, [Group(kind, members, anchor=anchor)])
     planned = template.plan(fused)
@@ -296,9 +346,15 @@ def test_conv_accepts_exactly_what_its_plan_serves(data) -> None:
     _agree(data.draw, data.draw(conv_graphs()), "conv")
 
 
+@settings(max_examples=examples(60))
+@given(st.data())
+def test_attention_accepts_exactly_what_its_plan_serves(data) -> None:
+    _agree(data.draw, data.draw(attention_graphs()), "attention")
+
+
 def _fused_fallbacks(text: str) -> list[str]:
-    """The matmul, conv, pool and reduce kernels of more than one op that run on the
-    fallback."""
+    """The matmul, conv, attention, pool and reduce kernels of more than one op that run
+    on the fallback."""
     module = _parse(text)
     if module is None:
         return []
@@ -306,7 +362,9 @@ def _fused_fallbacks(text: str) -> list[str]:
     return [
         f"{k.name} ({k.kind}): {k.remark.reason}"
         for k in compiled.kernels
-        if k.remark is not None and k.kind in ("matmul", "conv", "pool", "reduce") and _ops(k) > 1
+        if k.remark is not None
+        and k.kind in ("matmul", "conv", "attention", "pool", "reduce")
+        and _ops(k) > 1
     ]
 
 
@@ -318,7 +376,7 @@ def _ops(kernel: fusec.Kernel) -> int:
 
 
 @settings(max_examples=examples(30))
-@given(st.one_of(matmul_graphs(), conv_graphs()))
+@given(st.one_of(matmul_graphs(), conv_graphs(), attention_graphs()))
 def test_no_group_fusion_formed_falls_back(graph) -> None:
     fallbacks = _fused_fallbacks(graph[0])
     assert not fallbacks, (graph[0], fallbacks)

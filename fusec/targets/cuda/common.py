@@ -157,6 +157,32 @@ def packed_problem(
         fused.erase()
 
 
+#: ``Template.accepts``: why fusion may not form a group of these members (None: it may).
+Accepts = Callable[[Sequence[Operation], Operation | None], str | None]
+
+
+def plan_accepts(kind: str, what: str, problem: Callable[[ai.FusedOp], str | None]) -> Accepts:
+    """The ``Template.accepts`` of a template whose one acceptance rule is ``problem``
+    (its plan of a packed group: why ``what`` cannot serve it, or None): a group of one
+    op is always formed (refused, it runs alone through PyTorch); a larger one only when
+    ``problem`` of the group fusion would pack (``packed_problem``) is None, so fusion
+    forms no group that code generation would hand to PyTorch, where fused work runs op
+    by op."""
+
+    def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
+        if len(members) == 1:
+            return None
+        found = packed_problem(members, kind, problem)
+        if found is None:
+            return None
+        return (
+            f"{what} cannot take the group ({found}), so the group would run op by op "
+            "through PyTorch"
+        )
+
+    return accepts
+
+
 def yielded(fused_op: ai.FusedOp) -> list:
     term = fused_op.block.last_op
     assert isinstance(term, ai.YieldOp)

@@ -25,9 +25,6 @@ importer makes GlobalAveragePool a ``reduce_mean``), served by the reduce kernel
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-
-from xdsl.ir import Operation
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import ExprGenerator, header, literal, shape_of
@@ -46,7 +43,7 @@ from fusec.targets.cuda.common import (
     body_ops,
     grid_stride_launch,
     kernel_name,
-    packed_problem,
+    plan_accepts,
     prelude,
     storage_signature,
 )
@@ -71,19 +68,9 @@ def plan_problem(fused_op: ai.FusedOp) -> str | None:
     return None
 
 
-def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
-    """Whether the pool kernel serves a group of ``members`` (``Template.accepts``): its
-    ``plan_problem`` of the group fusion would pack, so fusion forms no group that code
-    generation would hand to PyTorch, where fused work runs op by op."""
-    if len(members) == 1:
-        return None
-    problem = packed_problem(members, "pool", plan_problem)
-    if problem is None:
-        return None
-    return (
-        f"the cuda pool kernel cannot take the group ({problem}), so the group would run "
-        "op by op through PyTorch"
-    )
+#: Fusion asks ``plan_problem`` of the group it would pack (one rule: fusion forms no
+#: group that code generation would hand to PyTorch).
+accepts = plan_accepts("pool", "the cuda pool kernel", plan_problem)
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:

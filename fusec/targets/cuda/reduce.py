@@ -36,10 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
-
-from xdsl.ir import Operation
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import ExprGenerator, header, literal, shape_of
@@ -52,7 +49,7 @@ from fusec.targets.cuda.common import (
     block_tile_launch,
     body_ops,
     kernel_name,
-    packed_problem,
+    plan_accepts,
     prelude,
     storage_signature,
 )
@@ -167,19 +164,9 @@ def make_plan(shape: tuple[int, ...], axes: set[int]) -> ReducePlan:
     return plan
 
 
-def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
-    """Whether the reduce kernel serves a group of ``members`` (``Template.accepts``): its
-    ``plan_problem`` of the group fusion would pack, so fusion forms no group that code
-    generation would hand to PyTorch, where fused work runs op by op."""
-    if len(members) == 1:
-        return None
-    problem = packed_problem(members, "reduce", plan_problem)
-    if problem is None:
-        return None
-    return (
-        f"the cuda reduce kernel cannot take the group ({problem}), so the group would run "
-        "op by op through PyTorch"
-    )
+#: Fusion asks ``plan_problem`` of the group it would pack (one rule: fusion forms no
+#: group that code generation would hand to PyTorch).
+accepts = plan_accepts("reduce", "the cuda reduce kernel", plan_problem)
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:

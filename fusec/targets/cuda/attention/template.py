@@ -8,17 +8,18 @@ the PyTorch fallback (``ieee_attention``: the op's semantics in its declared typ
 the reason in the module's header and in ``--remarks``.
 
 The kernel reads q, key and v from memory as they are (TMA), so the group is the
-attention op alone: the head split's layout ops stay kernels of their own here.
+attention op alone: the head split's layout ops stay kernels of their own here. ``plan``
+is the one acceptance rule: fusion asks it of the group it would pack (``accepts``),
+code generation of the group it gets.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 from xdsl.dialects import arith
-from xdsl.ir import BlockArgument, Operation, SSAValue
+from xdsl.ir import BlockArgument, SSAValue
 
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import header
@@ -26,7 +27,7 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
 from fusec.targets.cuda.attention.cpp import AttentionSpec
-from fusec.targets.cuda.common import body_ops, kernel_name
+from fusec.targets.cuda.common import body_ops, kernel_name, plan_accepts
 from fusec.targets.cuda.linked import linked_kernel_source
 
 #: A mask entry at most this is "masked": exp(-5e3 + any score the inputs reach) is 0 in
@@ -99,8 +100,13 @@ def _outer(fused_op: ai.FusedOp, inner: SSAValue) -> SSAValue:
 def plan(fused_op: ai.FusedOp) -> tuple[AttentionSpec, dict[str, int]] | str:
     """The kernel's spec and the group inputs it reads, or why the fallback serves it."""
     ops = body_ops(fused_op)
-    if len(ops) != 1 or not isinstance(ops[0], ai.AttentionOp):
-        return "the group is more than one ai.attention"
+    others = [op.name for op in ops if not isinstance(op, ai.AttentionOp)]
+    if others or len(ops) != 1:
+        return (
+            "it takes ai.attention alone (the flash kernel reads q, key and v from memory "
+            f"by TMA, and has no epilogue): {', '.join(others) or 'another ai.attention'} "
+            "stays a kernel of its own"
+        )
     op = ops[0]
     spec = kernel_spec(op, _outer(fused_op, op.mask))
     if isinstance(spec, str):
@@ -113,17 +119,15 @@ def plan(fused_op: ai.FusedOp) -> tuple[AttentionSpec, dict[str, int]] | str:
     return spec, inputs
 
 
-def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
-    """The group is the attention op alone (``Template.accepts``): the kernel, and the
-    fallback, read the operands from memory and write the result as it is."""
-    others = [op.name for op in members if op is not anchor]
-    if not others:
-        return None
-    return (
-        "the cuda attention template takes ai.attention alone (the flash kernel reads q, "
-        f"key and v from memory by TMA, and has no epilogue): {', '.join(others)} stays "
-        "a kernel of its own"
-    )
+def plan_problem(fused_op: ai.FusedOp) -> str | None:
+    """Why the kernel cannot serve ``fused_op`` (``plan``'s refusal), or None."""
+    planned = plan(fused_op)
+    return planned if isinstance(planned, str) else None
+
+
+#: The one acceptance rule: fusion asks ``plan`` of the group it would pack, so it forms
+#: no group (the attention op and more) that code generation would hand to PyTorch.
+accepts = plan_accepts("attention", "the cuda attention kernel", plan_problem)
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
