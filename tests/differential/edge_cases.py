@@ -741,6 +741,32 @@ def gemm_case(path: str, dtype: str, special_in: str) -> Case:
     return _fn([("a", ta), ("b", tb)], [matmul], [("y", ty)]), [a, b], _non_finite_facts()
 
 
+def huge_average_case(kind: str) -> Case:
+    """An average (``kind`` "pool": a 2x2/2 avg pool; "mean": a row mean) of finite
+    float32 values near its largest, +-[1.5e38, 3e38] (plane or row 0 positive, 1
+    negative, ...): the float64 mean is finite, a float32 sum of the window or row
+    overflows to Inf."""
+    shape = (1, 2, 6, 6) if kind == "pool" else (4, 64)
+    ramp = np.random.default_rng(23).uniform(0.5, 1.0, shape) * 3e38
+    signs = np.where(np.arange(shape[1] if kind == "pool" else shape[0]) % 2, -1.0, 1.0)
+    x = _array(ramp * signs.reshape((1, -1, 1, 1) if kind == "pool" else (-1, 1)), "f32")
+    t = _t(shape, "f32")
+    if kind == "pool":
+        ty = _t((1, 2, 3, 3), "f32")
+        attrs = "kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>"
+        op = f"%y = ai.avg_pool2d %x {{{attrs}}} : {t}"
+    else:
+        ty = _t((4,), "f32")
+        op = f"%y = ai.reduce_mean %x {{axes = array<i64: 1>}} : {t}"
+
+    def check(outputs: list[np.ndarray]) -> None:
+        y = outputs[0].astype(np.float64)
+        assert np.isfinite(y).all(), "the mean of finite values is finite"
+        assert np.abs(y).min() > 1e38, "the huge values reach the result"
+
+    return _fn([("x", t)], [op], [("y", ty)]), [x], check
+
+
 def gemm_softmax_case(dtype: str, special_in: str) -> Case:
     """softmax(a @ b + mask), one matmul kernel on cpu (the softmax in the block's
     epilogue; on cuda the f16 Tensor Core GEMM's row-softmax epilogue): row 1 of the
@@ -823,6 +849,9 @@ def path_cases() -> dict[str, Case]:
             out[f"pool-{name}-{dtype}"] = pool_path_case(name, dtype)
             if name in POOL_WORDS:
                 PATHS[f"pool-{name}-{dtype}"] = POOL_WORDS[name]
+    out["pool-avg-huge-f32"] = huge_average_case("pool")
+    PATHS["pool-avg-huge-f32"] = "f32(acc / count)"  # the average's float64 sum
+    out["reduce-mean-huge-f32"] = huge_average_case("mean")
     for dtype, special_in in (("f32", "a"), ("f32", ""), ("f16", "")):
         name = f"gemm-softmax-{special_in or 'masked'}-{dtype}"
         out[name] = gemm_softmax_case(dtype, special_in)

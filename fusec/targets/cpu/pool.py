@@ -4,7 +4,8 @@ Each (n, c) plane is one block: its windows are reduced into the task's
 workspace (or straight into the output when nothing follows), then the
 elementwise epilogue runs over the plane while it is in cache. A max keeps a
 NaN once it sees one (``(v > m) | (v != v)``); an average divides the
-window's sum by the number of elements it covers inside the input (or, with
+window's sum (in float64: values near float32's largest do not overflow it) by
+the number of elements it covers inside the input (or, with
 ``count_include_pad``, inside the padded input).
 
 A max pool is separable and runs on contiguous rows, so that LLVM vectorises
@@ -117,7 +118,9 @@ def _body(op: ai.Pool2DOp, x: str, y: str, obase: str) -> list[str]:
         f"obase = {obase}",
         f"for i in range({oh}):",
         f"    for j in range({ow}):",
-        "        acc = f32(-math.inf)" if is_max else "        acc = f32(0.0)",
+        # an average's window sum in float64: a window of values near float32's
+        # largest overflows a float32 sum where the mean is finite (issue #26)
+        "        acc = f32(-math.inf)" if is_max else "        acc = 0.0",
         "        count = 0",
         f"        for r in range({kh}):",
         f"            ih = i * {sh} + r * {dh} - {pt}",
@@ -137,7 +140,7 @@ def _body(op: ai.Pool2DOp, x: str, y: str, obase: str) -> list[str]:
             "                    acc += v",
             f"                if {counted}:",
             "                    count += 1",
-            f"        {y}[obase + i * {ow} + j] = acc / f32(count)",
+            f"        {y}[obase + i * {ow} + j] = f32(acc / count)",
         ]
     return lines
 
