@@ -27,7 +27,6 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     FunctionType,
     IntegerAttr,
-    NoneAttr,
     StringAttr,
     TensorType,
     f32,
@@ -78,15 +77,15 @@ from fusec.dialect.facts import (
 from fusec.dialect.shapes import ShapeError, TensorSpec
 from fusec.ir.dtypes import (
     ALL_TYPES,
-    ELEMENT_TYPES,
     FLOAT_TYPES,
     INT_TYPES,
     NUMERIC_TYPES,
-    XdslElement,
-    element_type_of_xdsl,
     is_float,
     numpy_dtype,
 )
+from fusec.ir.tensors import element_type_name as element_type_name
+from fusec.ir.tensors import spec_of as spec_of
+from fusec.ir.tensors import tensor_type as tensor_type
 
 if TYPE_CHECKING:
     import numpy as np
@@ -94,41 +93,8 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------- types
 
 
-def element_type_name(t: Attribute) -> str:
-    """'f16' | 'bf16' | 'f32' | 'i64' | 'i32' | 'i1' for a supported element type, else
-    raise ShapeError."""
-    name = element_type_of_xdsl(t)
-    if name is None:
-        expected = ", ".join(ELEMENT_TYPES)
-        raise ShapeError(f"unsupported element type {t}: expected one of {expected}")
-    return name
-
-
-def spec_of(t: Attribute) -> TensorSpec:
-    """The TensorSpec of a static ranked tensor type of f16/bf16/f32/i64/i32/i1."""
-    if isinstance(t, TensorType):
-        return _tensor_spec(t)
-    raise ShapeError(f"expected a tensor type, got {t}")
-
-
-@functools.lru_cache(maxsize=4096)
-def _tensor_spec(t: TensorType) -> TensorSpec:
-    # Memoised: passes ask for the same few types hundreds of thousands of times
-    # on large graphs; attributes are immutable and hashable. Errors are not cached.
-    if not isinstance(t, TensorType):
-        raise ShapeError(f"expected a tensor type, got {t}")
-    shape = tuple(t.get_shape())
-    if any(d < 0 for d in shape):
-        raise ShapeError(f"dynamic shapes are not supported: {t}")
-    if not isinstance(t.encoding, NoneAttr):
-        raise ShapeError(f"tensor encodings are not supported: {t}")
-    if (problem := shapes.shape_problem(shape)) is not None:
-        raise ShapeError(f"{t} {problem}")
-    return TensorSpec(shape, element_type_name(t.get_element_type()))
-
-
-def tensor_type(spec: TensorSpec) -> TensorType[XdslElement]:
-    return TensorType(ELEMENT_TYPES[spec.dtype].xdsl, spec.shape)
+# ``element_type_name``, ``spec_of``, ``tensor_type``: ``fusec.ir.tensors`` (below the
+# dialect, so that ``fusec.ir.module`` checks entry functions without importing it).
 
 
 # ------------------------------------------------------------------- attributes

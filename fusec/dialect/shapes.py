@@ -11,62 +11,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from fusec.ir import dtypes
+from fusec.ir.tensors import MAX_ELEMENTS as MAX_ELEMENTS
+from fusec.ir.tensors import MAX_RANK as MAX_RANK
+from fusec.ir.tensors import ShapeError as ShapeError
+from fusec.ir.tensors import TensorSpec as TensorSpec
+from fusec.ir.tensors import shape_problem as shape_problem
 
 ELEMENT_TYPES = tuple(dtypes.ELEMENT_TYPES)
 
 
-class ShapeError(ValueError):
-    """Operands whose shapes or element types do not fit the op."""
-
-
 class DtypeError(ShapeError):
     """An operand of an element type the op does not take (an integer to a float op)."""
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """A static tensor type: ``shape`` and element type name (f16, bf16, f32, i64, i32, i1)."""
-
-    shape: tuple[int, ...]
-    dtype: str
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    def __str__(self) -> str:
-        dims = "".join(f"{d}x" for d in self.shape)
-        return f"tensor<{dims}{self.dtype}>"
-
-
-#: Limits of a tensor type: numpy's rank limit, and element counts whose byte
-#: offsets fit the 64-bit index arithmetic of the generated kernels.
-MAX_RANK = 32
-MAX_ELEMENTS = 2**60
-
-
-def shape_problem(shape: Sequence[int]) -> str | None:
-    """Why fusec cannot run a tensor of ``shape`` (None when it can): negative or
-    zero-size dims, rank > MAX_RANK, or more than MAX_ELEMENTS elements.
-
-    Empty tensors are refused once, here, rather than half-supported by some
-    kernel templates (a row reduction over zero rows has no tiling).
-    """
-    if len(shape) > MAX_RANK:
-        return f"has rank {len(shape)}; fusec supports rank <= {MAX_RANK}"
-    if any(d < 0 for d in shape):  # e.g. an ONNX dim_value, which nothing else checks
-        return "has a negative dimension"
-    if 0 in shape:
-        return "has a zero-size dimension: empty tensors are not supported"
-    count = 1
-    for d in shape:
-        count *= d
-    if count > MAX_ELEMENTS:
-        return f"has {count} elements; fusec supports at most 2^60 elements per tensor"
-    return None
 
 
 def _fmt(shape: Sequence[int]) -> str:

@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING, Any
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from fusec.dialect.ops import spec_of
-from fusec.dialect.shapes import ShapeError
 from fusec.errors import FusecError
 from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.tensors import ShapeError, spec_of
 
 if TYPE_CHECKING:
     import numpy as np
