@@ -53,6 +53,7 @@ from fusec.dialect.shapes import (
 )
 from fusec.errors import FusecError, SourceLocation
 from fusec.frontend import onnx_fold
+from fusec.ir.constants import stored_bytes
 from fusec.ir.diagnostics import named_location, verify_module
 from fusec.ir.dtypes import element_type_of, numpy_dtype
 from fusec.ir.memory import check_bytes
@@ -217,7 +218,7 @@ class Importer:
             what = f"'{name}'" if name is not None else "a constant"
             raise self.error(f"{what} of shape {_dims_text(data.shape)} {problem}", "shape")
         ttype = tensor_type(TensorSpec(tuple(data.shape), dtype))
-        dense = DenseIntOrFPElementsAttr(ttype, BytesAttr(data.tobytes()))
+        dense = DenseIntOrFPElementsAttr(ttype, BytesAttr(stored_bytes(data)))
         value = self.append(arith.ConstantOp(dense, ttype))
         if name is not None:
             value.name_hint = value_name(name)

@@ -48,6 +48,7 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of, tensor_type
 from fusec.dialect.shapes import MAX_RANK, ShapeError, TensorSpec, shape_problem
 from fusec.errors import FusecError, SourceLocation
+from fusec.ir.constants import stored_bytes
 from fusec.ir.diagnostics import verify_module
 from fusec.ir.dtypes import element_type_of, numpy_dtype
 
@@ -599,7 +600,7 @@ class Trace:
         if (problem := shape_problem(array.shape)) is not None:
             raise user_error(f"constant of shape {array.shape} {problem}")
         ttype = tensor_type(TensorSpec(tuple(array.shape), name))
-        op = arith.ConstantOp(DenseIntOrFPElementsAttr(ttype, BytesAttr(array.tobytes())))
+        op = arith.ConstantOp(DenseIntOrFPElementsAttr(ttype, BytesAttr(stored_bytes(array))))
         self._append(op)
         return TracedTensor(self, op.results[0], ("const", array))
 

@@ -55,6 +55,9 @@ def _stored_values(value: DenseIntOrFPElementsAttr) -> np.ndarray:
     data = value.data.data
     for known in ELEMENT_TYPES.values():
         if known.xdsl == element and len(data) % known.numpy.itemsize == 0:
+            if known.name in ("i4", "ui4"):  # whole bytes (``stored_bytes``) to ml_dtypes'
+                whole = np.frombuffer(data, np.int8 if known.name == "i4" else np.uint8)
+                return whole.astype(known.numpy)
             return np.frombuffer(data, known.numpy)
     return np.asarray(value.get_values(), dtype=np.float64)
 
@@ -67,7 +70,15 @@ def dense_constant(array: np.ndarray, dtype: str) -> arith.ConstantOp:
     element = ELEMENT_TYPES[dtype]
     data = np.array(array, dtype=element.numpy, order="C")  # (0-d stays 0-d)
     ttype = TensorType(element.xdsl, data.shape)
-    raw = data
-    if element.name in ("i4", "ui4"):  # xDSL stores a 4-bit integer as a whole byte
-        raw = data.astype(np.int8 if element.name == "i4" else np.uint8)
-    return arith.ConstantOp(DenseIntOrFPElementsAttr(ttype, BytesAttr(raw.tobytes())), ttype)
+    return arith.ConstantOp(DenseIntOrFPElementsAttr(ttype, BytesAttr(stored_bytes(data))), ttype)
+
+
+def stored_bytes(data: np.ndarray) -> bytes:
+    """The bytes of a dense constant holding ``data`` (of its element type's numpy dtype):
+    as numpy has them, but a 4-bit integer (ml_dtypes int4 / uint4, which keep the value
+    in a byte's low nibble) as the whole, sign-extended byte xDSL stores and prints."""
+    import numpy as np
+
+    if data.dtype.name in ("int4", "uint4"):
+        data = data.astype(np.int8 if data.dtype.name == "int4" else np.uint8)
+    return data.tobytes()

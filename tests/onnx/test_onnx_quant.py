@@ -371,3 +371,18 @@ def test_onnxruntime_static_qdq_model_runs_on_cpu_as_onnxruntime(tmp_path):
     assert not np.isnan(got).any()
     step = float(np.min(np.diff(np.unique(want))))  # the output's scale: one code
     assert np.count_nonzero(got != want) <= 2 and np.abs(got - want).max() <= step
+
+
+def test_int4_constants_print_their_values_and_parse_back():
+    """An INT4 initializer (two a byte in the model) becomes an i4 constant whose text is
+    its values (-8..7, not the low nibbles ml_dtypes keeps), and the printed IR runs as the
+    imported one (issue 31)."""
+    zero = np.array([-2, 1, -8, 7], np.int8).astype(ml_dtypes.int4)
+    inits = [_const("s", np.ones(4), F32), numpy_helper.from_array(zero, "z")]
+    model = _model("DequantizeLinear", I4, F32, [4, 2], inits, 21, axis=0)
+    module = fusec.from_onnx(model)
+    assert "dense<[-2, 1, -8, 7]> : tensor<4xi4>" in str(module)
+    x = np.array([[1, 2], [3, 4], [-5, -6], [7, 0]], np.int8).astype(ml_dtypes.int4)
+    want = (x.astype(np.float32) - zero.astype(np.float32)[:, None]).astype(np.float32)
+    for source in (module, fusec.parse(str(module))):
+        np.testing.assert_array_equal(fusec.compile(source, target="reference")(x), want)
