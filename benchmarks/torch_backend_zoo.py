@@ -11,6 +11,13 @@ fusec partitions, ATen nodes left to eager, and the first remark.
     python3 benchmarks/torch_backend_zoo.py --out benchmarks/results/          # H200
     python3 benchmarks/torch_backend_zoo.py --models resnet50,gpt2 --batches 1,8
     python3 benchmarks/torch_backend_zoo.py --target cpu --smoke --models tiny  # no GPU
+    python3 benchmarks/torch_backend_zoo.py --dry-run    # the plan; imports no torch
+    python3 benchmarks/torch_backend_zoo.py --onnx-table benchmarks/results/models-gpu-X.json
+
+``--onnx-table`` (a ``models_gpu.py`` results file of the same machine) adds the ONNX
+path's fusec time of each row's model, dtype and batch (the dynamo export when there
+are several) and the ratio to the backend's, the issue's "at least as fast as through
+the ONNX path" column.
 
 ``--models tiny`` runs the test suite's small models (MLP, CNN, transformer blocks:
 ``tests/frontend/test_torch_backend.py``) instead of the zoo: a check of this script
@@ -110,6 +117,43 @@ def run_case(name: str, dtype_name: str, batch: int, args: argparse.Namespace) -
     return row
 
 
+def onnx_path_times(
+    path: str | None, target: str, smoke: bool
+) -> dict[tuple[str, str, int], float]:
+    """{(model, dtype, batch): the ONNX path's fusec ms} from a models_gpu results file
+    (its ``rows``: fusec rows by exporter; the dynamo export's time wins). A file of
+    another target or size (``smoke``) than this run's is refused."""
+    if not path:
+        return {}
+    table = json.loads(Path(path).read_text())
+    theirs = (table.get("target"), bool(table.get("smoke", False)))
+    if theirs != (target, smoke):
+        raise SystemExit(
+            f"{path} is a table of target {theirs[0]}, smoke {theirs[1]}; this run is "
+            f"target {target}, smoke {smoke}: its ONNX-path times do not compare"
+        )
+    rows = table.get("rows", [])
+    times: dict[tuple[str, str, int], float] = {}
+    for row in sorted(rows, key=lambda r: r.get("exporter") == "dynamo"):  # dynamo last
+        if row.get("pass", "fusec") == "fusec" and row.get("fusec_ms") is not None:
+            times[(row["model"], row["dtype"], int(row["batch"]))] = float(row["fusec_ms"])
+    return times
+
+
+def plan(args: argparse.Namespace) -> list[tuple[str, str, int]]:
+    """The (model, dtype, batch) cases, checked against the zoo and the dtypes."""
+    names = list(TINY) if args.models == "tiny" else args.models.split(",")
+    unknown = [n for n in names if n not in TINY and n not in zoo.ZOO]
+    if unknown:
+        raise SystemExit(f"unknown model(s) {', '.join(unknown)}: the zoo has {', '.join(zoo.ZOO)}")
+    dtypes = args.dtypes.split(",")
+    bad = [d for d in dtypes if d not in zoo.TORCH_DTYPES]
+    if bad:
+        raise SystemExit(f"unknown dtype(s) {', '.join(bad)}: {', '.join(zoo.TORCH_DTYPES)}")
+    batches = [int(b) for b in args.batches.split(",")]
+    return [(n, d, b) for n in names for d in dtypes for b in batches]
+
+
 def markdown(rows: list[dict], meta: dict) -> str:
     lines = [
         f'# torch.compile(backend="fusec") on the model zoo ({meta["date"]})',
@@ -118,9 +162,10 @@ def markdown(rows: list[dict], meta: dict) -> str:
         + (f", {meta['device']}" if "device" in meta else "")
         + ". Times: median ms; errors: relative L2 against the float32 module.",
         "",
-        "| model | dtype | batch | fusec ms | eager ms | inductor ms | vs eager | vs inductor "
-        "| fusec err | eager err | verdict | graphs | partitions | eager nodes | note |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | dtype | batch | fusec ms | eager ms | inductor ms | onnx path ms | vs eager "
+        "| vs inductor | vs onnx path | fusec err | eager err | verdict | graphs | partitions "
+        "| eager nodes | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
@@ -129,8 +174,10 @@ def markdown(rows: list[dict], meta: dict) -> str:
         lines.append(
             f"| {r['model']} | {r['dtype']} | {r['batch']} | {zoo._f(r['fusec_ms'])} "
             f"| {zoo._f(r['eager_ms'])} | {zoo._f(r.get('inductor_ms'))} "
+            f"| {zoo._f(r.get('onnx_path_ms'))} "
             f"| {zoo._x(zoo.ratio(r['eager_ms'], r['fusec_ms']))} "
             f"| {zoo._x(zoo.ratio(r.get('inductor_ms'), r['fusec_ms']))} "
+            f"| {zoo._x(zoo.ratio(r.get('onnx_path_ms'), r['fusec_ms']))} "
             f"| {zoo._e(r['fusec_err'])} | {zoo._e(r['eager_err'])} | {r['verdict']} "
             f"| {r['graphs']} | {r['partitions']} | {r['eager_nodes']} "
             f"| {r['remark'][:80].replace('|', '/')} |"
@@ -148,33 +195,42 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile default")
     parser.add_argument("--out", default=str(HERE / "results"), help="folder of the tables")
     parser.add_argument("--suffix", default=datetime.date.today().isoformat())
+    parser.add_argument("--onnx-table", help="a models_gpu.py results .json: the ONNX path")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    cases = plan(args)
+    onnx_times = onnx_path_times(args.onnx_table, args.target, args.smoke)
+    if args.dry_run:
+        for name, dtype, batch in cases:
+            known = onnx_times.get((name, dtype, batch))
+            print(f"{name} {dtype} batch {batch} on {args.target}: onnx path {zoo._f(known)} ms")
+        return 0
     import torch
 
-    names = list(TINY) if args.models == "tiny" else args.models.split(",")
     meta = {"date": args.suffix, "target": args.target, "torch": torch.__version__}
+    if args.onnx_table:
+        meta["onnx_table"] = args.onnx_table
     if args.target == "cuda":
         meta["device"] = torch.cuda.get_device_name()
     rows = []
-    for name in names:
-        for dtype in args.dtypes.split(","):
-            for batch in (int(b) for b in args.batches.split(",")):
-                try:
-                    row = run_case(name, dtype, batch, args)
-                except Exception as err:  # one broken case must not stop the table
-                    traceback.print_exc()
-                    row = {
-                        "model": name,
-                        "dtype": dtype,
-                        "batch": batch,
-                        "error": zoo.short(f"{type(err).__name__}: {err}"),
-                    }
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+    for name, dtype, batch in cases:
+        try:
+            row = run_case(name, dtype, batch, args)
+            row["onnx_path_ms"] = onnx_times.get((name, dtype, batch))
+        except Exception as err:  # one broken case must not stop the table
+            traceback.print_exc()
+            row = {
+                "model": name,
+                "dtype": dtype,
+                "batch": batch,
+                "error": zoo.short(f"{type(err).__name__}: {err}"),
+            }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"torch-backend-{args.suffix}"
