@@ -1,5 +1,6 @@
 """ONNX's ``QuantizeLinear`` and ``DequantizeLinear`` (opsets 10-21) as ``ai.quantize``
-and ``ai.dequantize`` (issue 31).
+and ``ai.dequantize`` (issue 31), and ``DynamicQuantizeLinear`` as the reductions that
+give its scale and zero point and an ``ai.quantize``.
 
 * The scale and zero point are operands (per tensor, per axis with ``axis``, per
   block with ``block_size`` from opset 21); a missing zero point is a zero constant
@@ -88,3 +89,25 @@ def _dequantize_linear(imp: Importer, node: Node) -> list[SSAValue]:
 def _scale_code(dtype: str) -> int:
     codes = {"f32": TensorProto.FLOAT, "f16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
     return codes.get(dtype, 0)
+
+
+@converter("DynamicQuantizeLinear")
+def _dynamic_quantize_linear(imp: Importer, node: Node) -> list[SSAValue]:
+    """``x`` to uint8 with a scale and zero point from its range, both computed at run
+    time (ONNX DynamicQuantizeLinear, as its reference computes them): the range
+    ``max(0, max x) - min(0, min x)`` (1 where it is 0) over 255 is the scale, the zero
+    point ``-min(0, min x) / scale`` rounded half to even and saturated (``ai.quantize``
+    of it with a zero zero point), and ``y`` is ``ai.quantize`` of ``x`` with both."""
+    x = imp.input(node, 0)
+    if dtype_of(x) != "f32":
+        raise imp.error(f"input 'x' has element type {dtype_of(x)}: it must be float", "dtype")
+    zero, one = imp.scalar(0.0, x), imp.scalar(1.0, x)
+    largest = imp.emit(ai.MaximumOp, imp.emit(ai.ReduceMaxOp, x), zero)
+    least = imp.emit(ai.ReduceMaxOp, imp.emit(ai.NegOp, x))  # -min x
+    negated_low = imp.emit(ai.MaximumOp, least, zero)  # -min(0, min x)
+    span = imp.emit(ai.AddOp, largest, negated_low)
+    span = imp.emit(ai.WhereOp, imp.emit(ai.EqualOp, span, zero), one, span)
+    scale = imp.emit(ai.DivOp, span, imp.scalar(255.0, x))
+    no_zero = imp.constant(np.zeros((), np.uint8), "ui8")
+    zero_point = imp.emit(ai.QuantizeOp, negated_low, scale, no_zero)
+    return [imp.emit(ai.QuantizeOp, x, scale, zero_point), scale, zero_point]

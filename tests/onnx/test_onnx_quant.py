@@ -386,3 +386,30 @@ def test_int4_constants_print_their_values_and_parse_back():
     want = (x.astype(np.float32) - zero.astype(np.float32)[:, None]).astype(np.float32)
     for source in (module, fusec.parse(str(module))):
         np.testing.assert_array_equal(fusec.compile(source, target="reference")(x), want)
+
+
+@pytest.mark.parametrize("target", ["reference", "cpu"])
+@pytest.mark.parametrize("kind", ["mixed", "positive", "negative", "zeros"])
+def test_dynamic_quantize_linear_matches_onnx(target, kind):
+    """DynamicQuantizeLinear: uint8 codes, the scale and the zero point computed at run
+    time from the input's range, each equal to onnx's reference evaluator's (all zeros: a
+    range of 1, as the operator defines it)."""
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"], name="q")
+    graph = helper.make_graph(
+        [node],
+        "dynamic",
+        [helper.make_tensor_value_info("x", F32, [3, 16])],
+        [
+            helper.make_tensor_value_info("y", U8, [3, 16]),
+            helper.make_tensor_value_info("s", F32, []),
+            helper.make_tensor_value_info("z", U8, []),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    x = _input((3, 16), spread=20.0, big=50.0)
+    x = {"mixed": x, "positive": np.abs(x), "negative": -np.abs(x), "zeros": 0 * x}[kind]
+    got = fusec.compile(fusec.from_onnx(model), target=target)(x)
+    want = ReferenceEvaluator(model).run(None, {"x": x})
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
