@@ -778,6 +778,11 @@ def _gather(t: Translator, node: fx.Node, a: Args) -> SSAValue:
     return _reshape(t, _lookup(t, flat, 0, shape, items, negative=False), index_shape)
 
 
+#: The most constant positions a lookup holds as ``ai.gather``'s attribute (more: a
+#: constant tensor of them, read by ``ai.take``).
+GATHER_LIMIT = 1 << 14
+
+
 def _lookup(
     t: Translator,
     merged: SSAValue,
@@ -813,6 +818,8 @@ def _lookup(
         flat = np.asarray(flat).reshape(-1)
         if flat.size == math.prod(sizes) and (flat == np.arange(flat.size)).all():
             return merged  # every element in order: a reshape
+        if flat.size > GATHER_LIMIT:  # not as an attribute: a constant tensor of them
+            return t.emit(ai.TakeOp, merged, t.constant(flat, "i64"), axis=axis)
         return t.emit(ai.GatherOp, merged, axis=axis, indices=[int(i) for i in flat])
     total: SSAValue | None = None
     valid: SSAValue | None = None
