@@ -3,6 +3,9 @@
 from fusec.dialect.ops import AI, TENSOR_OPS, AiOp, FusedOp, YieldOp, spec_of, tensor_type
 from fusec.dialect.shapes import ShapeError, TensorSpec
 
+# the ops' canonicalisation patterns (ops.CANONICAL_PATTERNS), registered with the ops
+from fusec.dialect import canonical as _canonical  # noqa: F401  # isort: skip
+
 __all__ = [
     "AI",
     "TENSOR_OPS",

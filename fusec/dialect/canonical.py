@@ -4,8 +4,9 @@ Optimisations on the IR live here, not in a front end, so ``.mlir`` text,
 traced Python and ONNX models all get them: e.g. an inference BatchNorm after
 a conv is folded into the conv's weights whatever built the graph.
 
-The op classes import this module for their traits, so the patterns test the
-op type with ``isinstance`` instead of ``op_type_rewrite_pattern`` type hints.
+The op classes carry the ``ops.Canonicalized`` trait; this module registers their
+patterns (``ops.CANONICAL_PATTERNS``) when ``fusec.dialect`` is imported, so it
+imports the ops and the ops import nothing of it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import TYPE_CHECKING
 from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 from xdsl.rewriter import InsertPoint
-from xdsl.traits import HasCanonicalizationPatternsTrait
 
+from fusec.dialect import ops as ai
 from fusec.dialect.views import (
     CollapseViewChain,
     ComposeTransposes,
@@ -108,30 +109,6 @@ class SymmetricConvPadding(RewritePattern):
         _replace(rewriter, op, Conv2DOp(op.input, op.weight, attributes=op.attributes, **attrs))
 
 
-class AddCanonicalization(HasCanonicalizationPatternsTrait):
-    @classmethod
-    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
-        return (AddOfRowIsBiasAdd(),)
-
-
-class BiasAddCanonicalization(HasCanonicalizationPatternsTrait):
-    @classmethod
-    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
-        return (NonNegativeBiasAxis(),)
-
-
-class Conv2DCanonicalization(HasCanonicalizationPatternsTrait):
-    @classmethod
-    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
-        return (SymmetricConvPadding(),)
-
-
-class CastCanonicalization(HasCanonicalizationPatternsTrait):
-    @classmethod
-    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
-        return (FoldIdentityCast(),)
-
-
 def _same_value(a: SSAValue, b: SSAValue) -> bool:
     """``a`` and ``b`` are one value, or constants of one type holding the same bytes."""
     if a is b:
@@ -170,12 +147,6 @@ class FoldRequantize(RewritePattern):
             rewriter.replace(op, [], [q.output])
 
 
-class QuantizeCanonicalization(HasCanonicalizationPatternsTrait):
-    @classmethod
-    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
-        return (FoldRequantize(),)
-
-
 class FoldConstantDequantize(RewritePattern):
     """``dequantize`` of constant codes, scale and zero point (a quantized weight) is the
     constant it computes, made once at compile time (issue 31): the targets compute with
@@ -196,34 +167,6 @@ class FoldConstantDequantize(RewritePattern):
             for value in op.operands
         ]
         _replace(rewriter, op, dense_constant(op.reference(*args), op.result_dtype()))
-
-
-class DequantizeCanonicalization(HasCanonicalizationPatternsTrait):
-    @classmethod
-    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
-        return (FoldConstantDequantize(),)
-
-
-class ReluCanonicalization(HasCanonicalizationPatternsTrait):
-    @classmethod
-    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
-        return (FoldReluOfRelu(),)
-
-
-class TransposeCanonicalization(HasCanonicalizationPatternsTrait):
-    """Layout round trips cancel (``fusec.dialect.views``)."""
-
-    @classmethod
-    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
-        return (FoldIdentityTranspose(), ComposeTransposes(), CollapseViewChain())
-
-
-class ReshapeCanonicalization(HasCanonicalizationPatternsTrait):
-    """Layout round trips cancel (``fusec.dialect.views``)."""
-
-    @classmethod
-    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
-        return (FoldIdentityReshape(), CollapseViewChain())
 
 
 # ------------------------------------------------------------------ batch norm
@@ -355,7 +298,30 @@ class DecomposeBatchNorm(RewritePattern):
         rewriter.replace(op, result)
 
 
-class BatchNormCanonicalization(HasCanonicalizationPatternsTrait):
-    @classmethod
-    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
-        return (FoldBatchNormIntoConv(), DecomposeBatchNorm())
+# ------------------------------------------------------------------ registration
+
+#: The op class of each pattern list (``ops.Canonicalized`` looks them up).
+ai.CANONICAL_PATTERNS.update(
+    {
+        ai.AddOp: (AddOfRowIsBiasAdd(),),
+        ai.BiasAddOp: (NonNegativeBiasAxis(),),
+        ai.Conv2DOp: (SymmetricConvPadding(),),
+        ai.CastOp: (FoldIdentityCast(),),
+        ai.QuantizeOp: (FoldRequantize(),),
+        ai.DequantizeOp: (FoldConstantDequantize(),),
+        ai.ReluOp: (FoldReluOfRelu(),),
+        ai.TransposeOp: (
+            FoldIdentityTranspose(),
+            ComposeTransposes(),
+            CollapseViewChain(),
+        ),
+        ai.ReshapeOp: (
+            FoldIdentityReshape(),
+            CollapseViewChain(),
+        ),
+        ai.BatchNormOp: (
+            FoldBatchNormIntoConv(),
+            DecomposeBatchNorm(),
+        ),
+    }
+)

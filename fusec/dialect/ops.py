@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from xdsl.dialects.builtin import (
@@ -33,7 +34,7 @@ from xdsl.dialects.builtin import (
     i1,
     i64,
 )
-from xdsl.ir import Attribute, Block, Dialect, Region, SSAValue
+from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
 from xdsl.irdl import (
     AttrSetConstraint,
     IRDLOperation,
@@ -50,23 +51,18 @@ from xdsl.irdl import (
     var_result_def,
 )
 from xdsl.parser import Parser
+from xdsl.pattern_rewriter import RewritePattern
 from xdsl.printer import Printer
-from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
+from xdsl.traits import (
+    HasCanonicalizationPatternsTrait,
+    HasParent,
+    IsolatedFromAbove,
+    IsTerminator,
+    Pure,
+)
 from xdsl.utils.exceptions import VerifyException
 
 from fusec.dialect import shapes
-from fusec.dialect.canonical import (
-    AddCanonicalization,
-    BatchNormCanonicalization,
-    BiasAddCanonicalization,
-    CastCanonicalization,
-    Conv2DCanonicalization,
-    DequantizeCanonicalization,
-    QuantizeCanonicalization,
-    ReluCanonicalization,
-    ReshapeCanonicalization,
-    TransposeCanonicalization,
-)
 from fusec.dialect.facts import (
     FUSED_KINDS,
     NO_TARGETS,
@@ -95,6 +91,28 @@ if TYPE_CHECKING:
 
 # ``element_type_name``, ``spec_of``, ``tensor_type``: ``fusec.ir.tensors`` (below the
 # dialect, so that ``fusec.ir.module`` checks entry functions without importing it).
+
+
+# ----------------------------------------------------------- canonicalisation
+
+#: The canonicalisation patterns of each op class with the ``Canonicalized`` trait,
+#: registered by ``fusec.dialect.canonical`` (which the package imports with this
+#: module): the ops name no pattern, the patterns match ops, and neither module imports
+#: the other both ways (issue 27).
+CANONICAL_PATTERNS: dict[type[Operation], tuple[RewritePattern, ...]] = {}
+
+
+@dataclass(frozen=True)
+class Canonicalized(HasCanonicalizationPatternsTrait):
+    """The op has canonicalisation patterns: those ``CANONICAL_PATTERNS`` holds for its
+    class (xDSL's ``canonicalize`` asks ``get_patterns`` with the op's class)."""
+
+    def get_patterns(self, op: type[Operation]) -> tuple[RewritePattern, ...]:
+        return CANONICAL_PATTERNS[op]
+
+    @classmethod
+    def get_canonicalization_patterns(cls) -> tuple[RewritePattern, ...]:
+        raise TypeError("Canonicalized patterns are per op class: get_patterns(op)")
 
 
 # ------------------------------------------------------------------- attributes
@@ -510,7 +528,7 @@ class Conv2DOp(AiOp):
     padding = int_array_prop(0, 0)
     dilations = int_array_prop(1, 1)
     groups = int_prop(1)
-    traits = traits_def(Pure(), Conv2DCanonicalization())
+    traits = traits_def(Pure(), Canonicalized())
 
     PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="conv2d")
@@ -536,7 +554,7 @@ class BiasAddOp(AiOp):
     bias = operand()
     output = result()
     axis = int_prop(1)
-    traits = traits_def(Pure(), BiasAddCanonicalization())
+    traits = traits_def(Pure(), Canonicalized())
 
     PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="bias_add")
@@ -584,7 +602,7 @@ class AddOp(BinaryOp):
     """Elementwise a + b (numpy broadcasting)."""
 
     name = "ai.add"
-    traits = traits_def(Pure(), AddCanonicalization())
+    traits = traits_def(Pure(), Canonicalized())
     DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("add", ufuncs=("add",), onnx=("Add",))
 
@@ -714,7 +732,7 @@ class ReluOp(UnaryOp):
     """max(x, 0); NaN propagates."""
 
     name = "ai.relu"
-    traits = traits_def(Pure(), ReluCanonicalization())
+    traits = traits_def(Pure(), Canonicalized())
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("relu", onnx=("Relu",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
@@ -1853,7 +1871,7 @@ class BatchNormOp(AiOp):
     var = operand()
     output = result()
     epsilon = float_prop(1e-5)
-    traits = traits_def(Pure(), BatchNormCanonicalization())
+    traits = traits_def(Pure(), Canonicalized())
 
     PATTERN: ClassVar[Pattern] = Pattern.OPAQUE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("batch_norm")
@@ -1970,7 +1988,7 @@ class CastOp(AiOp):
     DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     input = operand()
     output = result()
-    traits = traits_def(Pure(), CastCanonicalization())
+    traits = traits_def(Pure(), Canonicalized())
 
     HAS_TO_TYPE: ClassVar[bool] = True
     PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
@@ -2075,7 +2093,7 @@ class QuantizeOp(QuantizationOp):
     #: float8 results: values beyond the type's range become its largest finite value
     #: (ONNX's default), else NaN (e4m3fn) or inf (e5m2).
     saturate = bool_prop(True)
-    traits = traits_def(Pure(), QuantizeCanonicalization())
+    traits = traits_def(Pure(), Canonicalized())
 
     @classmethod
     def infer(cls, operands, attrs):
@@ -2105,7 +2123,7 @@ class DequantizeOp(QuantizationOp):
 
     name = "ai.dequantize"
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="dequantize")
-    traits = traits_def(Pure(), DequantizeCanonicalization())
+    traits = traits_def(Pure(), Canonicalized())
 
     @classmethod
     def infer(cls, operands, attrs):
@@ -2142,7 +2160,7 @@ class ReshapeOp(AiOp):
     input = operand()
     output = result()
     shape = int_array_prop()
-    traits = traits_def(Pure(), ReshapeCanonicalization())
+    traits = traits_def(Pure(), Canonicalized())
 
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("reshape")
@@ -2166,7 +2184,7 @@ class TransposeOp(AiOp):
     input = operand()
     output = result()
     perm = int_array_prop()
-    traits = traits_def(Pure(), TransposeCanonicalization())
+    traits = traits_def(Pure(), Canonicalized())
 
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("transpose")
