@@ -81,6 +81,14 @@ def block_tile_launch(
     return launch_tail(name, config, args, params)
 
 
+def module_text(
+    head: Sequence[str], constants: Sequence[str], code: str, tail: Sequence[str]
+) -> str:
+    """A Numba kernel module: ``head`` (its header and imports), the module constants, the
+    kernel ``code`` and ``tail`` (``config``, ``launch``, ``KERNELS``), spaced as PEP 8."""
+    return "\n".join([*head, *constants, "", "", code, "", *tail])
+
+
 def launch_tail(
     name: str, config: Sequence[str], args: Sequence[str], params: Sequence[str]
 ) -> list[str]:

@@ -33,6 +33,7 @@ from fusec.targets.cuda.common import (
     Source,
     grid_stride_launch,
     kernel_name,
+    module_text,
     prelude,
     storage_signature,
     yielded,
@@ -93,30 +94,23 @@ def _module(
     storage = f"np.{NUMBA_STORAGE[dtype]}"  # the kernel's array type: int16 for f16/bf16
     moves = [f"move{plan.vector_bytes}"] if plan.vector_bytes else ["load_bits", "store_bits"]
     helpers = moves + INDEX_HELPERS
-    parts = [
-        header(
-            fused_op,
-            notes=[
-                f"target: cuda (Numba CUDA), template: gather, path: "
-                f"{plan.label} (an index-map copy)",
-                plan.why,
-                *notes,
-            ],
-        ),
-        prelude(helpers),
-        "import numpy as np",
-        "",
-        f"SIGNATURE = {storage_signature(dtypes)!r}",
-        f"STORAGE = {storage}",
-        f"THREADS = {THREADS}",
-        "",
-        "",
-        body,
-        "",
-        *tail,
+    notes = [
+        f"target: cuda (Numba CUDA), template: gather, path: {plan.label} (an index-map copy)",
+        plan.why,
+        *notes,
     ]
+    text = module_text(
+        [header(fused_op, notes=notes), prelude(helpers), "import numpy as np", ""],
+        [
+            f"SIGNATURE = {storage_signature(dtypes)!r}",
+            f"STORAGE = {storage}",
+            f"THREADS = {THREADS}",
+        ],
+        body,
+        tail,
+    )
     inputs, outputs = io_specs(fused_op)
-    return KernelSource(name, "copy", "cuda", "\n".join(parts), inputs, outputs, array_dtype=None)
+    return KernelSource(name, "copy", "cuda", text, inputs, outputs, array_dtype=None)
 
 
 def _params(fused_op: ai.FusedOp) -> tuple[list[str], list[str]]:

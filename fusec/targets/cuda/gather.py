@@ -47,6 +47,7 @@ from fusec.targets.cuda.common import (
     body_ops,
     grid_stride_launch,
     kernel_name,
+    module_text,
     prelude,
     storage_signature,
     yielded,
@@ -219,20 +220,24 @@ def _generic(fused_op: ai.FusedOp, name: str, why: str) -> KernelSource:
         f"one element per thread and loop step over {math.prod(shape)} elements, read "
         "from the source index the transposes, reshapes, slices, gathers and concats give",
     ]
-    parts = [
-        header(fused_op, notes=notes),
-        prelude(fastcopy.INDEX_HELPERS if n <= fastcopy.NARROW else []),
-        "import numpy as np",
-        "",
-        f"SIGNATURE = {storage_signature(dtypes)!r}",
-        f"N = {math.prod(shape)}",
-        f"THREADS = {THREADS}",
-        *(f"TABLE{k} = np.array({list(t)!r}, dtype=np.int64)" for k, t in enumerate(maps.tables)),
-        "",
-        "",
+    text = module_text(
+        [
+            header(fused_op, notes=notes),
+            prelude(fastcopy.INDEX_HELPERS if n <= fastcopy.NARROW else []),
+            "import numpy as np",
+            "",
+        ],
+        [
+            f"SIGNATURE = {storage_signature(dtypes)!r}",
+            f"N = {math.prod(shape)}",
+            f"THREADS = {THREADS}",
+            *(
+                f"TABLE{k} = np.array({list(t)!r}, dtype=np.int64)"
+                for k, t in enumerate(maps.tables)
+            ),
+        ],
         code.text(),
-        "",
-        *grid_stride_launch(name, "N", BLOCKS_PER_SM, [*ins, "out0"], params),
-    ]
+        grid_stride_launch(name, "N", BLOCKS_PER_SM, [*ins, "out0"], params),
+    )
     inputs, outputs = io_specs(fused_op)
-    return KernelSource(name, "copy", "cuda", "\n".join(parts), inputs, outputs, array_dtype=None)
+    return KernelSource(name, "copy", "cuda", text, inputs, outputs, array_dtype=None)

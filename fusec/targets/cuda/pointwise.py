@@ -33,6 +33,7 @@ from fusec.targets.cuda.common import (
     collapse,
     grid_stride_launch,
     kernel_name,
+    module_text,
     prelude,
     storage_signature,
     vector_accesses,
@@ -321,21 +322,19 @@ def _module(fused_op, name, code: Source, helpers, plan: _Plan, params, in_ops, 
     raw = any(o.raw for o in [*in_ops.values(), *out_ops])
     if raw:
         notes.append("integer and bool values loaded, computed and stored as themselves")
-    parts = [
-        header(fused_op, notes=notes),
-        prelude(sorted(helpers)) + (f"{_RAW_IMPORT}\n" if raw else ""),
-        f"SIGNATURE = {storage_signature(dtypes)!r}",
-        f"VEC = {plan.vec}",
-        f"SPAN = {plan.vec * plan.unroll}  # elements per thread and loop step",
-        f"N = {plan.n}",
-        f"NVEC = {plan.nvec}",
-        f"THREADS = {THREADS}",
-        "",
-        "",
+    return module_text(
+        [
+            header(fused_op, notes=notes),
+            prelude(sorted(helpers)) + (f"{_RAW_IMPORT}\n" if raw else ""),
+        ],
+        [
+            f"SIGNATURE = {storage_signature(dtypes)!r}",
+            f"VEC = {plan.vec}",
+            f"SPAN = {plan.vec * plan.unroll}  # elements per thread and loop step",
+            f"N = {plan.n}",
+            f"NVEC = {plan.nvec}",
+            f"THREADS = {THREADS}",
+        ],
         code.text(),
-        "",
-        *grid_stride_launch(
-            name, "max(NVEC, N - NVEC * VEC, 1)", BLOCKS_PER_SM, ins + outs, params
-        ),
-    ]
-    return "\n".join(parts)
+        grid_stride_launch(name, "max(NVEC, N - NVEC * VEC, 1)", BLOCKS_PER_SM, ins + outs, params),
+    )

@@ -44,7 +44,6 @@ from fusec.codegen.expr import (
 )
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import (
     ITEMSIZE,
     Source,
@@ -53,6 +52,8 @@ from fusec.targets.cuda.common import (
     check_leaves,
     collapse,
     kernel_name,
+    launch_tail,
+    module_text,
     pad,
     prelude,
     storage_signature,
@@ -163,30 +164,12 @@ def _pad_to(shape, space) -> tuple[int, ...]:
 def _launch_module(group: _Group, name: str, notes, constants, code: Source, helpers, grid):
     ins = [f"in{k}" for k in range(len(group.fused_op.inputs))]
     outs = [f"out{k}" for k in range(len(group.results))]
-    parts = [
-        header(group.fused_op, notes=notes),
-        prelude(sorted(helpers)),
-        f"SIGNATURE = {group.signature()!r}",
-        *(f"{key} = {value}" for key, value in constants),
-        "",
-        "",
+    return module_text(
+        [header(group.fused_op, notes=notes), prelude(sorted(helpers))],
+        [f"SIGNATURE = {group.signature()!r}", *(f"{key} = {value}" for key, value in constants)],
         code.text(),
-        "",
-        "def config(sms):",
-        '    """(blocks, threads per block) on a GPU with ``sms`` multiprocessors."""',
-        f"    return {grid}, THREADS",
-        "",
-        "",
-        f"def launch({', '.join(ins + outs)}, stream=0, sms={H200.sms}):",
-        f'    """Launch {name} on ``stream`` (no synchronisation)."""',
-        "    blocks, threads = config(sms)",
-        f"    {name}[blocks, threads, stream]({', '.join(group.params())})",
-        "",
-        "",
-        f"KERNELS = [({name}, SIGNATURE)]",
-        "",
-    ]
-    return "\n".join(parts)
+        launch_tail(name, [f"    return {grid}, THREADS"], ins + outs, group.params()),
+    )
 
 
 class _RowsEmitter:
