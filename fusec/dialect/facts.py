@@ -173,11 +173,4 @@ FUSED_KINDS: dict[str, str] = {
 }
 
 
-def register_fused_kind(name: str, description: str) -> None:
-    """Register a new ``ai.fused`` kind (its templates and rules come with it)."""
-    if not name.isidentifier():
-        raise ValueError(f"a fused kind must be an identifier, got {name!r}")
-    FUSED_KINDS[name] = description
-
-
 NO_TARGETS: Mapping[str, str] = {}

@@ -152,17 +152,7 @@ def load_inputs(fn: func.FuncOp, path: str | Path) -> list[np.ndarray]:
     match, is never decompressed (a small file cannot make us allocate much).
     """
     with _open_npz(path) as archive:
-        stored = [name.removesuffix(".npy") for name in archive.namelist()]
-        names = argument_names(fn)
-        if all(n in stored for n in names):
-            keys = names
-        elif all(f"arr_{i}" in stored for i in range(len(names))):
-            keys = [f"arr_{i}" for i in range(len(names))]
-        else:
-            raise FusecError(
-                f"{path}: expected arrays named {', '.join(names)} (or arr_0 ... "
-                f"arr_{len(names) - 1}), found {', '.join(stored) or 'none'}"
-            )
+        stored, keys = _npz_keys(archive, path, argument_names(fn))
         extra = [key for key in stored if key not in keys]
         if extra:  # most likely a misspelt name or a file for another function
             raise FusecError(
@@ -180,17 +170,24 @@ def npz_argument_shapes(path: str | Path, names: Sequence[str]) -> list[tuple[in
     file, read from the arrays' headers (no data is read): what a model with dynamic
     dimensions is specialized for; ``load_inputs`` reads the arrays after."""
     with _open_npz(path) as archive:
-        stored = [name.removesuffix(".npy") for name in archive.namelist()]
-        if all(n in stored for n in names):
-            keys = list(names)
-        elif all(f"arr_{i}" in stored for i in range(len(names))):
-            keys = [f"arr_{i}" for i in range(len(names))]
-        else:
-            raise FusecError(
-                f"{path}: expected arrays named {', '.join(names)} (or arr_0 ... "
-                f"arr_{len(names) - 1}), found {', '.join(stored) or 'none'}"
-            )
+        _, keys = _npz_keys(archive, path, names)
         return [_header(archive, path, key)[0] for key in keys]
+
+
+def _npz_keys(
+    archive: zipfile.ZipFile, path: str | Path, names: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """(the arrays an .npz file holds, the keys of ``names`` among them: the names
+    themselves or ``arr_0``, ``arr_1``, ...), or a FusecError saying what it holds."""
+    stored = [name.removesuffix(".npy") for name in archive.namelist()]
+    if all(n in stored for n in names):
+        return stored, list(names)
+    if all(f"arr_{i}" in stored for i in range(len(names))):
+        return stored, [f"arr_{i}" for i in range(len(names))]
+    raise FusecError(
+        f"{path}: expected arrays named {', '.join(names)} (or arr_0 ... "
+        f"arr_{len(names) - 1}), found {', '.join(stored) or 'none'}"
+    )
 
 
 def _header(archive: zipfile.ZipFile, path: str | Path, key: str) -> tuple[tuple[int, ...], Any]:
@@ -267,11 +264,6 @@ def outputs_npz(outputs: Sequence[np.ndarray]) -> bytes:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return buffer.getvalue()
-
-
-def save_outputs(path: str | Path, outputs: Sequence[np.ndarray]) -> None:
-    """Results as ``result0``, ``result1``, ... at exactly ``path`` (npz has no bf16)."""
-    Path(path).write_bytes(outputs_npz(outputs))
 
 
 def lowest_precisions(fn: func.FuncOp) -> list[str]:
