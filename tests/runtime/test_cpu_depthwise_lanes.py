@@ -123,6 +123,7 @@ func.func @f(%x: {x}, %w: {w}, %r: {r}) -> ({types}) {{
     assert LANES in source and ("cbuf = ws[" in source) != yield_conv
 
 
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the reference
 def test_depthwise_lanes_match_the_rows_bit_for_bit_non_finite_included(cache, monkeypatch):
     """The lanes and the planar rows sum the same products in the same order: equal
     float32 results, NaN where the reference has NaN, equal infinities."""
