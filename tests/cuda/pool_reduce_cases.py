@@ -164,7 +164,9 @@ def _function(params, lines, result: str, out_t: str) -> str:
 
 def inputs(module, seed: int, special: bool | str) -> list[np.ndarray]:
     """Random arguments of ``module``'s entry; NaN and -inf in the first when ``special``,
-    or only 0.0 and -0.0 there when ``special`` is "zeros" (which one a max returns)."""
+    or only 0.0 and -0.0 there when ``special`` is "zeros" (which one a max returns), or
+    positive values near float32's largest, [1.5e38, 3e38], when it is "huge" (a float32
+    sum of two overflows; their mean is finite)."""
     from fusec.dialect.ops import spec_of
     from fusec.ir.dtypes import numpy_dtype
     from fusec.ir.module import entry_function
@@ -175,7 +177,10 @@ def inputs(module, seed: int, special: bool | str) -> list[np.ndarray]:
         spec = spec_of(param)
         values = rng.uniform(0.5, 1.5, spec.shape) * rng.choice([-1.0, 1.0], spec.shape)
         out.append(np.asarray(values).astype(numpy_dtype(spec.dtype)))
-    if special == "zeros":
+    if special == "huge":
+        values = rng.uniform(0.5, 1.0, out[0].shape) * 3e38
+        out[0] = np.asarray(values).astype(out[0].dtype)
+    elif special == "zeros":
         out[0] = np.where(rng.random(out[0].shape) < 0.5, -0.0, 0.0).astype(out[0].dtype)
     elif special:
         flat = out[0].reshape(-1)

@@ -34,6 +34,14 @@ QUICK = [
     ),
     ("mean_nchw_epi_f16", REDUCE, [[2, 6, 5, 7], "f16", "mean", [2, 3], True, True], False),
     ("mean_nhwc_epi_bf16", REDUCE, [[2, 5, 3, 40], "bf16", "mean", [1, 2], False, True], False),
+    # values near 3e38, whose float32 sums overflow (issue #26): float64 partials, and a
+    # float64 workspace between the two passes
+    (
+        "split_rows_mean_huge_bf16",
+        REDUCE,
+        [[2, 3, 20, 30], "bf16", "mean", [2, 3], True, False],
+        "huge",
+    ),
 ]
 
 
@@ -89,6 +97,7 @@ def _slow_cases() -> list[tuple]:
         cases.append((f"two_results_red_{dtype}", two, [[2, 3, 7, 9], dtype, "reduce_max"], False))
     cases += _channels_last_cases()
     cases += _split_cases()
+    cases += _huge_cases()
     return cases
 
 
@@ -134,6 +143,39 @@ def _split_cases() -> list[tuple]:
             cases.append((f"split_cols_{kind}_{dtype}{suffix}", REDUCE, cols, exact))
     zeros = [[1, 2, 40, 40], "f32", "max", [2, 3], True, False]
     cases.append(("split_zeros_f32_exact", REDUCE, zeros, "zeros"))
+    for dtype in ("f32", "bf16"):  # float64 partials and workspace (issue #26)
+        for kind, shape, axes, keep in (
+            ("rows", [2, 3, 20, 30], [2, 3], True),
+            ("cols", [1, 25, 24, 3], [1, 2], False),
+        ):
+            args = [shape, dtype, "mean", axes, keep, False]
+            cases.append((f"split_{kind}_mean_huge_{dtype}", REDUCE, args, "huge"))
+    return cases
+
+
+def _huge_cases() -> list[tuple]:
+    """Averages of values near float32's largest, 3e38 (issue #26: float32 sums of them
+    overflowed), on one pass: pools and means, f32 and bf16 (f16's largest is 65504)."""
+    cases = []
+    for dtype in ("f32", "bf16"):
+        pool = [[2, 3, 9, 11], dtype, "avg", [3, 3], [2, 2], [1, 1], [1, 1], True, True]
+        cases.append((f"pool_avg_huge_{dtype}", POOL, pool, "huge"))
+        for name, shape, axes, keep in (
+            ("rows", [1, 3, 40, 40], [2, 3], True),
+            ("all", [3, 4, 5], [], False),
+        ):
+            args = [shape, dtype, "mean", axes, keep, False]
+            cases.append((f"red_{name}_mean_huge_{dtype}", REDUCE, args, "huge"))
+        args = [
+            "avg_pool2d",
+            [1, 8, 6, 7],
+            dtype,
+            "kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 1, 1>",
+            [1, 8, 3, 4],
+            True,
+            False,
+        ]
+        cases.append((f"cl_avgpool_nhwc_huge_{dtype}", CL, args, "huge"))
     return cases
 
 

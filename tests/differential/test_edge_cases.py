@@ -130,18 +130,10 @@ def sim_outputs(request, tmp_path_factory) -> Path:
 
 
 #: Simulator cases the default lane runs besides every 19th: issue #26's LayerNorm of
-#: rows of 3e38 (the cuda row_reduce kernel's statistics, rescaled), a warp per row.
-SIM_PINNED = {"layernorm-huge-rows-48-f32"}
-
-
-#: Cases the cuda target's Numba kernels get wrong (strict: a fix fails here, to update
-#: this): their float32 sums of a window or a row of values near float32's largest
-#: overflow to Inf where the float64 mean is finite (the cpu target sums in float64).
-CUDA_SUM_OVERFLOWS = "the cuda avg pool / reduce mean sums float32 values in float32 (issue #26)"
-CUDA_NUMBA_KNOWN_WRONG = {
-    "pool-avg-huge-f32": CUDA_SUM_OVERFLOWS,
-    "reduce-mean-huge-f32": CUDA_SUM_OVERFLOWS,
-}
+#: rows of 3e38 (the cuda row_reduce kernel's statistics, rescaled), a warp per row, and
+#: the averages of values near float32's largest (the cuda avg pool and reduce mean sum
+#: float32 values in float64 since issue #26; their float32 sums overflowed to Inf).
+SIM_PINNED = {"layernorm-huge-rows-48-f32", "pool-avg-huge-f32", "reduce-mean-huge-f32"}
 
 
 def _known_wrong(names, known: dict[str, str]) -> list:
@@ -159,15 +151,7 @@ def _known_wrong(names, known: dict[str, str]) -> list:
 @pytest.mark.requires_target("cuda")
 @pytest.mark.parametrize(
     "name",
-    _known_wrong(
-        sampled(
-            SIM_NAMES,
-            lambda index, name: (
-                index % 19 == 0 or name in SIM_PINNED or name in CUDA_NUMBA_KNOWN_WRONG
-            ),
-        ),
-        CUDA_NUMBA_KNOWN_WRONG,
-    ),
+    sampled(SIM_NAMES, lambda index, name: index % 19 == 0 or name in SIM_PINNED),
 )
 def test_cuda_simulator_matches_the_reference(name, sim_outputs):
     error = sim_outputs / f"{name}.error"
@@ -178,12 +162,13 @@ def test_cuda_simulator_matches_the_reference(name, sim_outputs):
 
 
 #: Cases the cuda target is known to get wrong on the GPU (strict: a fix shows up as a
-#: failure to update this): the Numba kernels' cases above (the simulator runs their code
-#: in the same float32 arithmetic; not yet seen on a GPU). The direct conv's entry went
-#: when it multiplied the padding's zeros (an Inf weight on a padding tap gave a finite
-#: output where the reference gives NaN, 0 * Inf: seen on the H200 at 2dd1ab3 for
+#: failure to update this). Empty: the avg pool's and reduce mean's entries (float32
+#: sums of values near 3e38 overflowed) went with their float64 sums (issue #26: seen
+#: right under the simulator, not yet on a GPU); the direct conv's went when it
+#: multiplied the padding's zeros (an Inf weight on a padding tap gave a finite output
+#: where the reference gives NaN, 0 * Inf: seen on the H200 at 2dd1ab3 for
 #: conv-winograd-w-f16, which the implicit GEMM serves since).
-CUDA_KNOWN_WRONG: dict[str, str] = dict(CUDA_NUMBA_KNOWN_WRONG)
+CUDA_KNOWN_WRONG: dict[str, str] = {}
 
 
 @pytest.mark.gpu

@@ -19,8 +19,8 @@ internals can move without invalidating cached kernels or their text:
   implicit-GEMM and direct convs (``fusec.targets.cuda.conv``);
 * ``AttentionSpec``, ``AttentionLaunch``: flash attention (``fusec.targets.cuda.attention``);
 * ``RelayoutSpec``, ``RelayoutLaunch``: the channels-last copy (``fusec.targets.cuda.conv``);
-* ``scratch_f32``: a module's float32 workspace per stream (a two-pass reduction's
-  partials, ``fusec.targets.cuda.workspace``).
+* ``scratch_f32``, ``scratch_f64``: a module's float32 / float64 workspace per stream (a
+  two-pass reduction's partials, ``fusec.targets.cuda.workspace``).
 
 Names resolve on first use, so a module that needs only the torch helpers
 never imports numba.cuda, and one that needs the device helpers never imports
@@ -63,6 +63,7 @@ _PROVIDERS: dict[str, str] = {
     "RelayoutSpec": "fusec.targets.cuda.conv.transpose",
     "RelayoutLaunch": "fusec.targets.cuda.conv.launcher",
     "scratch_f32": "fusec.targets.cuda.workspace",
+    "scratch_f64": "fusec.targets.cuda.workspace",
 }
 #: Everything else (the device helpers) comes from here.
 _DEVICE = "fusec.targets.cuda.device"

@@ -8,7 +8,10 @@ is laid out alike. The input and the results may be transposed views
 the ``ai.yield``): the kernel reads and writes them in their storage order through
 per-dimension strides, no copy. The window is walked in
 the reference's order (rows, then columns), skipping the taps outside the input, in
-float32 (16-bit inputs converted on load):
+float32 (16-bit inputs converted on load; an average of float32 or bfloat16 values in
+float64, as the cpu target's: a window of values near float32's largest, 3e38, overflows
+a float32 sum where its mean is finite, and the few float64 adds a window are free in a
+kernel bound by its loads):
 
 * max starts at -inf (the padding's value) and keeps a NaN once it sees one
   (``v > m or v != v``), exactly as ``numpy_ops.pool2d``; the result is one of the
@@ -43,6 +46,7 @@ from fusec.targets.cuda.common import (
     body_ops,
     grid_stride_launch,
     kernel_name,
+    module_text,
     plan_accepts,
     prelude,
     storage_signature,
@@ -144,6 +148,16 @@ class _Emitter:
             ("THREADS", THREADS),
         ]
 
+    @property
+    def wide(self) -> bool:
+        """An average of values that reach float32's largest (f32, bf16): summed in
+        float64, where a float32 sum of finite values may overflow."""
+        return not self.is_max and self.dtype in ("f32", "bf16")
+
+    @property
+    def zero(self) -> str:
+        return "f64(0.0)" if self.wide else literal(0.0)
+
     def emit(self) -> str:
         code = Source([])
         params = self.epilogue.params()
@@ -153,7 +167,7 @@ class _Emitter:
         code.add(1, "e = cuda.grid(1)", "while e < N:")
         self.decode(code)
         code.add(2, "h0 = oh * SH - PT", "w0 = ow * SW - PL")
-        code.add(2, f"acc = {literal(-math.inf) if self.is_max else literal(0.0)}")
+        code.add(2, f"acc = {literal(-math.inf) if self.is_max else self.zero}")
         code.add(2, "for kr in range(KH):")
         code.add(3, "ih = h0 + kr * DH", "if ih >= 0 and ih < H:")
         code.add(4, "for ks in range(KW):")
@@ -170,7 +184,10 @@ class _Emitter:
             code.add(2, "cw = 0", "for ks in range(KW):")
             code.add(3, "iw = w0 + ks * DW", "if iw >= LO_W and iw < HI_W:")
             code.add(4, "cw += 1")
-            code.add(2, "val = acc / f32(ch * cw)")
+            if self.wide:
+                code.add(2, "val = f32(acc / f64(ch * cw))")
+            else:
+                code.add(2, "val = acc / f32(ch * cw)")
         # ``e`` is the NCHW flat index when the threads walk NCHW; else every load and
         # store goes by the multi-index
         flat = "e" if self.walk == (0, 1, 2, 3) else None
@@ -197,7 +214,8 @@ class _Emitter:
         notes = [
             f"target: cuda (Numba CUDA), template: pool ({self.pool.KIND} pooling, {attrs})",
             f"layout: one output element per thread and loop step over {self.count} elements "
-            f"({'OW' if self.walk[-1] == 3 else 'C'} fastest), float32 window "
+            f"({'OW' if self.walk[-1] == 3 else 'C'} fastest), "
+            f"{'float64' if self.wide else 'float32'} window "
             "accumulation",
         ]
         if self.in_perm or self.out_perm != (0, 1, 2, 3):
@@ -206,18 +224,19 @@ class _Emitter:
             notes.append(f"input {given}, output {stored} (the transposes as addressing)")
         ins = [f"in{k}" for k in range(len(self.fused_op.inputs))]
         outs = [f"out{k}" for k in range(len(self.epilogue.results))]
-        parts = [
-            header(self.fused_op, notes=notes),
-            prelude(sorted(helpers)),
-            f"SIGNATURE = {storage_signature(self.epilogue.dtypes())!r}",
-            *(f"{key} = {value}" for key, value in self.constants()),
-            "",
-            "",
+        return module_text(
+            [
+                header(self.fused_op, notes=notes),
+                prelude(sorted(helpers)),
+                *(["from numpy import float64 as f64", ""] if self.wide else []),
+            ],
+            [
+                f"SIGNATURE = {storage_signature(self.epilogue.dtypes())!r}",
+                *(f"{key} = {value}" for key, value in self.constants()),
+            ],
             code.text(),
-            "",
-            *grid_stride_launch(self.name, "N", BLOCKS_PER_SM, ins + outs, params),
-        ]
-        return "\n".join(parts)
+            grid_stride_launch(self.name, "N", BLOCKS_PER_SM, ins + outs, params),
+        )
 
 
 def _layout_name(perm: tuple, channels_last: tuple) -> str:

@@ -9,7 +9,10 @@ columns, else ``I`` = 1 (the contiguous row case: an NCHW global mean, ``R`` = H
 One kernel serves both: a block of ``THREADS`` threads is ``Z`` output rows x ``TY``
 reduction lanes x ``TX`` columns, ``x`` the fastest. Each thread accumulates every
 ``TY``-th element of its output's reduction in float32 (16-bit inputs converted on
-load), then the ``TY`` partials of each output are combined in shared memory, a tree
+load; a sum or mean of float32 or bfloat16 values in float64: values near float32's
+largest, 3e38, overflow a float32 sum where the float64 mean is finite, and float64
+adds cost nothing in a kernel that reads memory at 4 or 2 bytes an element), then the
+``TY`` partials of each output are combined in shared memory, a tree
 of halving strides (no shuffles: the same code runs in the simulator), and the lane
 ``y = 0`` thread finishes (a mean divides by ``R``) and runs the epilogue:
 
@@ -26,10 +29,10 @@ elements are not all after another's, compares the indices the partials came fro
 Few outputs of long reductions (fewer tiles than ``SPLIT_BELOW_BLOCKS``, lanes of
 more than ``SPLIT_LANE_ELEMENTS`` elements: a mean over a whole large image) take two
 passes, without atomics: the first kernel reduces each of ``SPLIT`` parts of every
-reduction as a tile of its own, into a float32 workspace (``scratch_f32``: one per
-stream, allocated once), the second combines each output's parts in order (a later
-part holds later elements, so ties still go to the later one), finishes it and runs
-the epilogue.
+reduction as a tile of its own, into a workspace of the partials' type (``scratch_f32``
+or ``scratch_f64``: one per stream, allocated once), the second combines each output's
+parts in order (a later part holds later elements, so ties still go to the later one),
+finishes it and runs the epilogue.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from fusec.targets.cuda.common import (
     block_tile_launch,
     body_ops,
     kernel_name,
+    module_text,
     plan_accepts,
     prelude,
     storage_signature,
@@ -198,6 +202,9 @@ class _Emitter:
         self.transposed = bool(view[1])
         self.dtype = spec_of(red.operands[0].type).dtype
         self.helpers: set[str] = {f"ld_{self.dtype}"}
+        #: the partials' type: float64 for a sum or mean of values that reach float32's
+        #: largest (f32, bf16), whose float32 sum overflows where the mean is finite
+        self.acc = "f64" if self.red.KIND != "max" and self.dtype in ("f32", "bf16") else "f32"
 
     @property
     def is_max(self) -> bool:
@@ -243,7 +250,7 @@ class _Emitter:
         """The block-tile loop: each tile's partials reduced over its lanes, then the
         epilogue (one pass) or the part's value written to ``ws`` (two passes)."""
         p = self.plan
-        code.add(1, "sh = cuda.shared.array(THREADS, f32)", "t = cuda.threadIdx.x")
+        code.add(1, f"sh = cuda.shared.array(THREADS, {self.acc})", "t = cuda.threadIdx.x")
         if self.is_max:
             code.add(1, "si = cuda.shared.array(THREADS, int32)  # where each partial max is")
         code.add(1, "x = t % TX", "y = (t // TX) % TY", "z = t // (TX * TY)")
@@ -304,31 +311,39 @@ class _Emitter:
         code.add(2, "e += cuda.gridsize(1)")
 
     def finished(self, total: str) -> str:
-        """The output of the reduction from its combined value ``total``."""
+        """The output of the reduction from its combined value ``total`` (float32; a
+        float64 total divided, then rounded once)."""
+        if self.acc == "f64":
+            if self.red.KIND == "mean":
+                return f"f32({total} / f64({float(self.plan.length)!r}))"
+            return f"f32({total})"
         if self.red.KIND == "mean":
             return f"{total} / {literal(float(self.plan.length))}"
         return total
 
     def initial(self) -> str:
+        if self.acc == "f64":
+            return "f64(0.0)"
         return literal(-math.inf) if self.is_max else literal(0.0)
 
     def module(self, code: Source, params: list[str]) -> str:
         p = self.plan
         helpers = self.helpers | self.epilogue.helpers | self.gen.helpers
         case = "row" if p.inner == 1 else "column"
+        wide = "float64" if self.acc == "f64" else "float32"
         notes = [
             f"target: cuda (Numba CUDA), template: reduce ({self.red.KIND} over axes "
             f"{list(self.red.reduced_axes())}, the {case} case"
             + (", of a transposed input read in its storage order)" if self.transposed else ")"),
             f"layout: {p.outer} output rows x {p.inner} columns, {p.length} elements each; "
-            f"blocks of {p.z} rows x {p.ty} lanes x {p.tx} columns, float32 partials "
+            f"blocks of {p.z} rows x {p.ty} lanes x {p.tx} columns, {wide} partials "
             "combined in shared memory, grid-stride over "
             f"{p.blocks} tiles",
         ]
         if p.split > 1:
             notes.append(
                 f"two passes: each reduction in {p.split} parts of {p.chunk} elements (the "
-                f"tiles x parts spread over the GPU), the parts into a float32 workspace per "
+                f"tiles x parts spread over the GPU), the parts into a {wide} workspace per "
                 "stream, then one thread per output combines them in order and runs the "
                 "epilogue"
             )
@@ -352,27 +367,25 @@ class _Emitter:
             signatures = [f"SIGNATURE = {storage_signature(dtypes)!r}"]
             tail = block_tile_launch(self.name, "BLOCKS", BLOCKS_PER_SM, ins + outs, params)
         else:
-            helpers.add("scratch_f32")
-            part_dtypes = ["f32", *dtypes[len(outs) :]]
+            helpers.add(f"scratch_{self.acc}")
+            part = storage_signature(["f32", *dtypes[len(outs) :]])
+            whole = storage_signature(["f32", *dtypes])
+            if self.acc == "f64":  # the workspace's type (no element type of the IR)
+                part, whole = (s.replace("float32[::1]", "float64[::1]", 1) for s in (part, whole))
             signatures = [
-                f"PART_SIGNATURE = {storage_signature(part_dtypes)!r}",
-                f"SIGNATURE = {storage_signature(['f32', *dtypes])!r}",
+                f"PART_SIGNATURE = {part!r}",
+                f"SIGNATURE = {whole!r}",
                 f"FINISH_THREADS = {FINISH_THREADS}",
             ]
-            tail = split_launch(self.name, ins, outs, params)
-        parts = [
+            tail = split_launch(self.name, ins, outs, params, self.acc)
+        head = [
             header(self.fused_op, notes=notes),
             prelude(sorted(helpers)),
             *(["from numpy import int32", ""] if self.is_max else []),
-            *signatures,
-            *(f"{key} = {value}" for key, value in constants),
-            "",
-            "",
-            code.text(),
-            "",
-            *tail,
+            *(["from numpy import float64 as f64", ""] if self.acc == "f64" else []),
         ]
-        return "\n".join(parts)
+        values = [*signatures, *(f"{key} = {value}" for key, value in constants)]
+        return module_text(head, values, code.text(), tail)
 
 
 def _decode(var: str, dims: list[tuple[int, int]]) -> str:
@@ -390,12 +403,15 @@ def _decode(var: str, dims: list[tuple[int, int]]) -> str:
     return " + ".join(reversed(terms))
 
 
-def split_launch(name: str, ins: list[str], outs: list[str], params: list[str]) -> list[str]:
+def split_launch(
+    name: str, ins: list[str], outs: list[str], params: list[str], acc: str = "f32"
+) -> list[str]:
     """The module tail of a two-pass reduction: ``config`` (of the first pass),
     ``launch`` queueing both kernels on ``stream`` with the module's workspace for that
-    stream (``scratch_f32``), ``KERNELS``."""
+    stream (``scratch_f32``, or ``scratch_f64`` for float64 partials), ``KERNELS``."""
+    wide = "float64" if acc == "f64" else "float32"
     return [
-        "_WORKSPACES = {}  # stream -> this module's float32 workspace",
+        f"_WORKSPACES = {{}}  # stream -> this module's {wide} workspace",
         "",
         "",
         "def config(sms):",
@@ -405,7 +421,7 @@ def split_launch(name: str, ins: list[str], outs: list[str], params: list[str]) 
         "",
         f"def launch({', '.join(ins + outs)}, stream=0, sms={H200.sms}):",
         f'    """Launch {name}_part, then {name}, on ``stream`` (no synchronisation)."""',
-        "    ws = scratch_f32(_WORKSPACES, SPLIT * O * I, stream)",
+        f"    ws = scratch_{acc}(_WORKSPACES, SPLIT * O * I, stream)",
         "    blocks, threads = config(sms)",
         f"    {name}_part[blocks, threads, stream]({', '.join(['ws', *ins])})",
         "    finish = max(1, min(-(-(O * I) // FINISH_THREADS), sms * 16))",
