@@ -109,10 +109,6 @@ def _geometry(geo: ConvGeometry) -> dict[str, int]:
     return {name: int(value) for name, value in values.items()}
 
 
-def _geometry_defines(geo: ConvGeometry) -> str:
-    return "\n".join(f"#define {name} {value}" for name, value in _geometry(geo).items())
-
-
 def _geometry_enumerators(geo: ConvGeometry) -> str:
     names = {"C": "CIN"}
     return enumerators([f"{names.get(k, k)} = {v}" for k, v in _geometry(geo).items()])
