@@ -526,7 +526,13 @@ class _FusecCall(torch.nn.Module):
         from fusec.frontend.torch_fx import to_numpy
 
         device = tensors[0].device if tensors else torch.device("cpu")
+        threads = torch.get_num_threads()
         out = self.compiled(*[to_numpy(t) for t in tensors])
+        if torch.get_num_threads() != threads:
+            # Numba's OpenMP pool, started by the first kernel, sets the process's
+            # OpenMP thread count, which PyTorch shares: the caller's setting comes back
+            # (else eager ops change speed, and Dynamo's guard on it recompiles the graph)
+            torch.set_num_threads(threads)
         arrays = list(out) if isinstance(out, tuple) else [out]
         return [_from_numpy(a, device) for a in arrays]
 

@@ -364,3 +364,31 @@ def test_a_partition_compiled_before_comes_from_the_program_cache(tmp_path, monk
             assert_close(compiled(x).numpy(), model(x).numpy())
         stats = fusec_torch.stats()
         assert stats["partitions"] == 1 and stats["cached_partitions"] == hits, stats
+
+
+THREADS_SCRIPT = """
+import torch
+torch.set_num_threads(1)
+import fusec.torch
+model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()).eval()
+compiled = torch.compile(model, backend="fusec", options={"target": "cpu"})
+with torch.no_grad():
+    for _ in range(3):
+        compiled(torch.randn(4, 16))
+print(torch.get_num_threads(), fusec.torch.stats()["graphs"])
+"""
+
+
+@pytest.mark.slow
+def test_the_first_kernel_leaves_torch_thread_count_alone() -> None:
+    """Numba's OpenMP pool, started by the first cpu kernel of a fresh process, sets the
+    OpenMP thread count PyTorch reads: the backend restores the caller's, so eager ops
+    keep their speed and Dynamo's guard on it does not recompile the graph."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", THREADS_SCRIPT], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["1", "1"], done.stdout  # 1 thread, 1 Dynamo graph
