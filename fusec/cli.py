@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import textwrap
 import warnings
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fusec._version import __version__
-from fusec.errors import ExitCode
+from fusec.errors import ExitCode, internal_error
 
 #: Filled in from the registries when the help is shown (``_Parser.format_help``).
 _TARGETS, _PIPELINES = "{targets}", "{pipelines}"
@@ -717,13 +716,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("fusec: interrupted\n")
         return ExitCode.INTERRUPTED
     except Exception as err:  # a bug in fusec, not bad input: say so plainly
-        if os.environ.get("FUSEC_DEBUG"):
-            raise
-        sys.stderr.write(
-            f"fusec: internal error: {type(err).__name__}: {err}\n"
-            "  (this is a bug in fusec; rerun with FUSEC_DEBUG=1 for the traceback)\n"
-        )
-        return ExitCode.INTERNAL
+        return internal_error("fusec", err)
     finally:
         warnings.showwarning = shown
 

@@ -6,7 +6,9 @@ followed (when the source text is known) by the offending line and a caret.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -26,6 +28,19 @@ class ExitCode(IntEnum):
     INTERNAL = 70
     #: Stopped by Ctrl-C (128 + SIGINT, as shells report it).
     INTERRUPTED = 130
+
+
+def internal_error(program: str, err: Exception) -> ExitCode:
+    """Say plainly on stderr that ``err`` is a bug in fusec, not bad input, and give the
+    status of one (``FUSEC_DEBUG=1``: raise it, with its traceback): the last handler of
+    ``fusec`` and ``fusec-opt``."""
+    if os.environ.get("FUSEC_DEBUG"):
+        raise err
+    sys.stderr.write(
+        f"{program}: internal error: {type(err).__name__}: {err}\n"
+        "  (this is a bug in fusec; rerun with FUSEC_DEBUG=1 for the traceback)\n"
+    )
+    return ExitCode.INTERNAL
 
 
 @dataclass(frozen=True)

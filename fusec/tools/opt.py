@@ -17,7 +17,6 @@ FileCheck.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from typing import IO
@@ -27,7 +26,7 @@ from xdsl.utils.exceptions import DiagnosticException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from fusec._version import __version__
-from fusec.errors import ExitCode, FusecError, SourceLocation
+from fusec.errors import ExitCode, FusecError, SourceLocation, internal_error
 
 #: The only output format of ai IR. xDSL's other targets (llvm, x86-asm, wgsl, mps...)
 #: print IR of lowered dialects that fusec never produces: on ai IR they failed with a
@@ -148,13 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("fusec-opt: interrupted\n")
         return ExitCode.INTERRUPTED
     except Exception as err:  # a bug in fusec or xDSL, not bad input: say so plainly
-        if os.environ.get("FUSEC_DEBUG"):
-            raise
-        sys.stderr.write(
-            f"fusec-opt: internal error: {type(err).__name__}: {err}\n"
-            "  (this is a bug in fusec; rerun with FUSEC_DEBUG=1 for the traceback)\n"
-        )
-        return ExitCode.INTERNAL
+        return internal_error("fusec-opt", err)
     return ExitCode.OK
 
 
