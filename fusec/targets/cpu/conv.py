@@ -288,8 +288,9 @@ def channel_split(pixels: int, in_place: bool) -> bool:
 
 def channel_blocks() -> int:
     """Blocks of a ``"channels"`` convolution: one per thread (``MIN_BLOCKS``); one on a
-    single thread, since every block builds the im2col of the whole plane (ResNet-50's
-    256 3x3 on 8x8: ~50 us of a 0.52 ms kernel)."""
+    single thread, since every block builds the im2col of the whole plane (one against
+    two blocks on one thread measured level within the noise: benchmarks/results/
+    cpu-notes.md)."""
     return MIN_BLOCKS if host.numba_threads() > 1 else 1
 
 
