@@ -51,6 +51,12 @@ def _floats_only(what: str) -> Any:
     return accepts
 
 
+def _planned(module: str, lowers: tuple[type[ai.AiOp], ...]) -> Template:
+    """The Template of ``module``, whose ``accepts`` (its plan of the group fusion would
+    pack) fusion asks."""
+    return Template(module, lowers, accepts=deferred(module, "accepts"))
+
+
 class CudaTarget(Target):
     """Numba CUDA kernels (pointwise, row reductions); on the Hopper Tensor Cores the wgmma
     GEMM for matmul groups, the implicit-GEMM conv (a direct kernel for depthwise) and
@@ -82,31 +88,15 @@ class CudaTarget(Target):
         "row_reduce": Template(
             "fusec.targets.cuda.row_reduce", _ROW, accepts=_floats_only("the cuda row kernel")
         ),
-        "matmul": Template(
-            "fusec.targets.cuda.gemm.template",
-            (ai.MatmulOp, ai.LayerNormOp, ai.SoftmaxOp),
-            accepts=deferred("fusec.targets.cuda.gemm.template", "accepts"),
+        "matmul": _planned(
+            "fusec.targets.cuda.gemm.template", (ai.MatmulOp, ai.LayerNormOp, ai.SoftmaxOp)
         ),
-        "conv": Template(
-            "fusec.targets.cuda.conv.template",
-            (ai.Conv2DOp,),
-            accepts=deferred("fusec.targets.cuda.conv.template", "accepts"),
+        "conv": _planned("fusec.targets.cuda.conv.template", (ai.Conv2DOp,)),
+        "attention": _planned("fusec.targets.cuda.attention.template", (ai.AttentionOp,)),
+        "reduce": _planned(
+            "fusec.targets.cuda.reduce", (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp)
         ),
-        "attention": Template(
-            "fusec.targets.cuda.attention.template",
-            (ai.AttentionOp,),
-            accepts=deferred("fusec.targets.cuda.attention.template", "accepts"),
-        ),
-        "reduce": Template(
-            "fusec.targets.cuda.reduce",
-            (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp),
-            accepts=deferred("fusec.targets.cuda.reduce", "accepts"),
-        ),
-        "pool": Template(
-            "fusec.targets.cuda.pool",
-            (ai.MaxPool2DOp, ai.AvgPool2DOp),
-            accepts=deferred("fusec.targets.cuda.pool", "accepts"),
-        ),
+        "pool": _planned("fusec.targets.cuda.pool", (ai.MaxPool2DOp, ai.AvgPool2DOp)),
         "copy": Template(
             "fusec.targets.cuda.copy",
             (*_INDEX_MAPS, *_DATA),
