@@ -229,11 +229,7 @@ class _RowsEmitter:
             if self._varies(value):
                 buf = f"v_{array}"
                 code.add(indent, f"b_{array} = {self.offset(value)}")
-                for first, count in vector_accesses(dtype, self.vec):
-                    fn = f"load_{dtype}x{count}"
-                    self.helpers.add(fn)
-                    where = f"b_{array}" if first == 0 else f"b_{array} + {first}"
-                    code.add(indent, f"{fn}({array}, {where}, {buf}, {first})")
+                self.vector_calls(code, indent, "load", dtype, array, buf)
                 names[value] = f"{buf}[j]"
             else:
                 self.helpers.add(f"ld_{dtype}")
@@ -251,11 +247,18 @@ class _RowsEmitter:
                 code.add(indent, f"if {' and '.join(guard)}:")
                 inner += 1
             code.add(inner, f"b_{array} = {broadcast_offset(self.space, shape, self.idx)}")
-            for first, count in vector_accesses(dtype, self.vec):
-                fn = f"store_{dtype}x{count}"
-                self.helpers.add(fn)
-                where = f"b_{array}" if first == 0 else f"b_{array} + {first}"
-                code.add(inner, f"{fn}({array}, {where}, o_{array}, {first})")
+            self.vector_calls(code, inner, "store", dtype, array, f"o_{array}")
+
+    def vector_calls(
+        self, code: Source, indent: int, how: str, dtype: str, array: str, buf: str
+    ) -> None:
+        """The ``load_*`` or ``store_*`` helper calls that move a thread's ``self.vec``
+        elements of ``array`` from or to ``buf``, from offset ``b_<array>``."""
+        for first, count in vector_accesses(dtype, self.vec):
+            fn = f"{how}_{dtype}x{count}"
+            self.helpers.add(fn)
+            where = f"b_{array}" if first == 0 else f"b_{array} + {first}"
+            code.add(indent, f"{fn}({array}, {where}, {buf}, {first})")
 
     def leaves_of(self, ops, extra=()) -> list:
         defined = {r for op in ops for r in op.results}
