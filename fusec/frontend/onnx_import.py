@@ -55,7 +55,7 @@ from fusec.errors import FusecError, SourceLocation
 from fusec.frontend import onnx_fold
 from fusec.ir.constants import stored_bytes
 from fusec.ir.diagnostics import named_location, verify_module
-from fusec.ir.dtypes import element_type_of, numpy_dtype
+from fusec.ir.dtypes import element_type_of, is_float, numpy_dtype
 from fusec.ir.memory import check_bytes
 
 #: ONNX float element types fusec has, and their dialect names (weights are these).
@@ -995,7 +995,10 @@ def _softmax_axis(imp: Importer, node: Node, x: SSAValue) -> int:
 @converter("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))
 def _layer_norm(imp: Importer, node: Node) -> list[SSAValue | None]:
     """Normalisation over dims [axis:] (ONNX flattens them into one): ai.layernorm over
-    the last axis of a reshaped view when there are several."""
+    the last axis of a reshaped view when there are several. Scale and bias of another
+    float type than the input (the TorchScript exporter's f16 parameters after an f32
+    attention, issue 28) are taken in the input's type: a constant converted, a value
+    cast."""
     x, scale = imp.input(node, 0), imp.input(node, 1)
     bias = imp.optional_input(node, 2)
     shape = shape_of(x)
@@ -1010,6 +1013,8 @@ def _layer_norm(imp: Importer, node: Node) -> list[SSAValue | None]:
     normalised = shape[axis:]
     d = math.prod(normalised)
     rows = imp.emit(ai.ReshapeOp, x, shape=shape[:axis] + (d,)) if axis < rank - 1 else x
+    scale = _as_type_of(imp, scale, x)
+    bias = None if bias is None else _as_type_of(imp, bias, x)
     gamma = _flat_parameter(imp, node, 1, scale, normalised)
     beta = None if bias is None else _flat_parameter(imp, node, 2, bias, normalised)
     if gamma is not None and (bias is None or beta is not None):
@@ -1025,6 +1030,14 @@ def _layer_norm(imp: Importer, node: Node) -> list[SSAValue | None]:
     if wanted:
         outputs += _layer_norm_stats(imp, x, axis, epsilon)[: max(wanted)]
     return outputs
+
+
+def _as_type_of(imp: Importer, value: SSAValue, x: SSAValue) -> SSAValue:
+    """``value`` in ``x``'s element type: itself, or cast when both are float types."""
+    have, want = dtype_of(value), dtype_of(x)
+    if have == want or not (is_float(have) and is_float(want)):
+        return value
+    return imp.emit(ai.CastOp, value, want)
 
 
 def _flat_parameter(

@@ -95,3 +95,31 @@ def test_lrn_of_a_3d_input_is_refused():
     x = RNG.standard_normal((2, 6, 3)).astype(np.float32)
     with pytest.raises(FusecError, match="N x C x H x W"):
         fusec.from_onnx(node_model("LRN", {"x": x}, opset=13, size=3))
+
+
+def _layer_norm64(x, g, b, eps=1e-5):
+    x64 = x.astype(np.float64)
+    mean = x64.mean(-1, keepdims=True)
+    var = ((x64 - mean) ** 2).mean(-1, keepdims=True)
+    return (x64 - mean) / np.sqrt(var + eps) * g.astype(np.float64) + b.astype(np.float64)
+
+
+@pytest.mark.parametrize("constant", [True, False], ids=["initializers", "inputs"])
+def test_layer_norm_with_f16_parameters_of_an_f32_input(constant):
+    """LayerNormalization of an f32 input with f16 scale and bias, as the TorchScript
+    exporter writes it after an f32 attention (issue 28; it was refused: 'gamma has element
+    type f16, expected f32'): the parameters taken in f32 (exact), the result the float64
+    LayerNorm's, on the reference and the cpu target."""
+    x = RNG.standard_normal((3, 5, 16)).astype(np.float32)
+    g = (1.0 + 0.2 * RNG.standard_normal(16)).astype(np.float16)
+    b = (0.2 * RNG.standard_normal(16)).astype(np.float16)
+    if constant:
+        model = node_model("LayerNormalization", {"x": x}, weights={"g": g, "b": b}, opset=17)
+    else:
+        model = node_model("LayerNormalization", {"x": x, "g": g, "b": b}, opset=17)
+    want = _layer_norm64(x, g, b).astype(np.float32)
+    args = [x] if constant else [x, g, b]
+    for target in ("reference", "cpu"):
+        got = fusec.compile(fusec.from_onnx(model), target=target)(*args)
+        assert got.dtype == np.float32 and not np.isnan(got).any()
+        assert_close(got, want, tol=1e-4)
