@@ -571,6 +571,10 @@ def _torchvision_model(name: str, smoke: bool, narrow: Callable, size: dict | No
 
 
 def _transformers_model(name: str, smoke: bool, size: dict | None = None) -> Any:
+    try:  # transformers imports torchvision where it is installed: a CUDA build of it
+        import_torchvision()  # beside a CPU torch fails there without this
+    except ImportError:
+        pass  # no torchvision: transformers does without
     import transformers as hf
 
     common = {"vocab_size": 512, "use_cache": False}
