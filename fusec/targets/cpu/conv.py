@@ -881,9 +881,10 @@ class DepthwiseBlocks(ConvBlocks):
         wp = (self.ow - 1) * self.sw + (self.s - 1) * self.dw + 1
         self.xpad_shape = (hp, wp)
         if self.lanes:
+            self.imports = (abi.import_line("depthwise_taps_row"),)
             kernel, strides, dilations = (self.r, self.s), (self.sh, self.sw), (self.dh, self.dw)
-            for name, floats in depthwise.lanes_workspace(
-                cb, self.oh, self.ow, kernel, strides, dilations
+            for name, floats in depthwise.lanes_workspace(  # a tile's width, cb or not
+                depthwise.LANES_CHANNELS, self.oh, self.ow, kernel, strides, dilations
             ):
                 workspace.add(name, floats)
         else:
@@ -927,7 +928,7 @@ class DepthwiseBlocks(ConvBlocks):
             w=w,
             out=self.c_array,
             out_row=row,
-            cb=self.cb,
+            cb=depthwise.LANES_CHANNELS,
             c=self.c,
             h=self.h,
             wd=self.w,

@@ -10,13 +10,16 @@ of dependent adds per pixel. Here a block's channels go in the lanes instead:
   (``Hp x Wp x CB``: the rows and columns the taps reach, ``CB`` channels a pixel);
 * ``wt``: the block's weights tap-major (``taps x CB``);
 * ``ot``: every output pixel's ``CB`` channels at once, the sum over the taps in the
-  same order as the planar loop (so the same float32 result, NaN and Inf included),
-  each term a contiguous vector of ``xpad`` at a constant offset: strides and dilations
-  are only offsets, no phase split;
+  same order as the planar loop, each term a contiguous vector of ``xpad`` at a
+  constant offset (strides and dilations are only offsets, no phase split), in register
+  tiles of several pixels with fused multiply-adds (``depthwise_tiles.taps_row``: a
+  rounding a tap, not the planar loop's two, so a few ulps from its results; NaN and
+  Inf where it has them);
 * then ``ot`` transposed back to the block's channel rows for the epilogue.
 
-The last block may have fewer channels: the transposes move only its own, the sums run
-over all ``CB`` lanes (the others hold an earlier block's values, never written out).
+A block may have fewer channels (the last one, or every block when there are few
+channels): the transposes move only its own, the sums run over all ``CB`` lanes (the
+others hold zeros or earlier values, never written out).
 
 Standalone kernels, one thread, us (benchmarks in the commit that added this; the
 planar loop / channels in lanes): 960x4x4 5x5 81 / 24, 672x8x8 3x3 67 / 29, 672x16x16
@@ -80,15 +83,11 @@ def lanes_lines(
     sh, sw = strides
     dh, dw = dilations
     pt, pl = pads
+    assert cb == LANES_CHANNELS, "the tiles' width (depthwise_tiles.CHANNELS)"
     hp, wp = lanes_shapes(oh, ow, r, s, sh, sw, dh, dw)
     taps, p = r * s, oh * ow
     rows = max(0, min(h, hp - pt))  # input rows inside the padded plane
     cols = max(0, min(wd, wp - pl))  # ... and columns
-    terms = [
-        f"wt[U({(i * s + j) * cb} + c)] * xpad[U(base + {(i * dh * wp + j * dw) * cb} + c)]"
-        for i in range(r)
-        for j in range(s)
-    ]
     return [
         "cn = g1 - g",
         f"for i in range({hp * wp * cb}):",
@@ -103,11 +102,8 @@ def lanes_lines(
         f"    for tap in range({taps}):",
         f"        wt[U(tap * {cb} + c)] = {w}[U((g + c) * {taps} + tap)]",
         f"for oh in range({oh}):",
-        f"    for ow in range({ow}):",
-        f"        base = (oh * {sh * wp} + ow * {sw}) * {cb}",
-        f"        o = (oh * {ow} + ow) * {cb}",
-        f"        for c in range({cb}):",
-        "            ot[U(o + c)] = " + " + ".join(terms),
+        f"    depthwise_taps_row(xpad, oh * {sh * wp * cb}, {sw * cb}, {s}, {dh * wp * cb},"
+        f" {dw * cb}, {taps}, wt, ot, oh * {ow * cb}, {ow})",
         f"for q in range({p}):",
         "    for c in range(cn):",
         "        ch = g + c",

@@ -1,0 +1,69 @@
+"""The register tiles of depthwise tap sums (``fusec.targets.cpu.depthwise_tiles``),
+issue #30: every tile shape of both vector widths (16 lanes: AVX-512; 8: AVX2, built
+here whatever the host, LLVM splits or joins the vectors) against a float64 sum of the
+same terms, outputs poisoned; one tap is a plain product (bit for bit)."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+from fusec.targets.cpu import depthwise_tiles
+from fusec.targets.cpu.depthwise_tiles import CHANNELS, PIXELS, taps_row
+
+
+def _reference(x, x_off, pstride, s, rowstep, colstep, taps, wt, npix, cb):
+    out = np.zeros((npix, cb))
+    for p in range(npix):
+        for k in range(taps):
+            at = x_off + (k // s) * rowstep + (k % s) * colstep + p * pstride
+            out[p] += wt[k * cb : (k + 1) * cb].astype(np.float64) * x[at : at + cb]
+    return out.ravel()
+
+
+def _inputs(rng, npix, r, s, cb, pstride_px):
+    wp = (npix - 1) * pstride_px + s
+    x = rng.standard_normal((r * wp + 3) * cb).astype(np.float32)
+    wt = rng.standard_normal(r * s * cb).astype(np.float32)
+    return x, wt, wp
+
+
+@pytest.mark.parametrize("npix", [1, PIXELS - 1, PIXELS, 2 * PIXELS + 3])
+@pytest.mark.parametrize("r, s, stride", [(3, 3, 1), (7, 7, 1), (5, 5, 2), (1, 3, 1)])
+def test_taps_row_against_float64(npix, r, s, stride):
+    rng = np.random.default_rng(npix * 100 + r * 10 + s)
+    cb = CHANNELS
+    x, wt, wp = _inputs(rng, npix, r, s, cb, stride)
+    ot = np.full(npix * cb + 5, np.nan, np.float32)  # poisoned; the tail must stay so
+    args = (x, 2 * cb, stride * cb, s, wp * cb, cb, r * s, wt)
+    taps_row(*args, ot, 3, npix)
+    want = _reference(*args, npix, cb)
+    got = ot[3 : 3 + npix * cb]
+    assert np.isfinite(got).all() and np.isnan(ot[:3]).all() and np.isnan(ot[3 + npix * cb :]).all()
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-6
+
+
+@pytest.mark.parametrize("lanes, vectors", [(8, 4), (16, 2)])
+@pytest.mark.parametrize("pixels", [1, 3])
+@pytest.mark.parametrize("taps", [1, 9])
+def test_tiles_of_both_widths(lanes, vectors, pixels, taps):
+    tile = depthwise_tiles._taps_tile(pixels, vectors, lanes)
+
+    @numba.njit
+    def call(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off):
+        tile(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off)
+
+    cb = lanes * vectors
+    rng = np.random.default_rng(lanes + pixels + taps)
+    s = 3 if taps == 9 else 1
+    r = taps // s
+    x, wt, wp = _inputs(rng, pixels, r, s, cb, 1)
+    ot = np.full(pixels * cb, np.nan, np.float32)
+    args = (x, 0, cb, s, wp * cb, cb, taps, wt)
+    call(*args, ot, 0)
+    want = _reference(*args, pixels, cb)
+    if taps == 1:  # one product, rounded once: numpy's float32 product
+        np.testing.assert_array_equal(ot, (x[: pixels * cb] * np.tile(wt, pixels)))
+    assert np.isfinite(ot).all()
+    assert np.linalg.norm(ot - want) / np.linalg.norm(want) < 1e-6
