@@ -27,7 +27,13 @@ The rewrites are xDSL ``RewritePattern``s, run to a fixed point:
   per-column scale of a dequantized B move after an f32 product (``matmul(dq(qa) sa,
   dq(qb) sb) = matmul(dq(qa), dq(qb)) sa sb``), where they ride in its epilogue;
 * ``pow(x, 2|3|0.5|1)`` -> products, ``sqrt``, ``x``; ``x + 0`` and ``x * 1``
-  (constants, same shape as x) -> ``x``.
+  (constants, same shape as x) -> ``x``;
+* ``x * sigmoid(x)`` -> ``ai.silu`` (PyTorch's exporters write SiLU so, EfficientNet's
+  and SwiGLU's activation), ``x * tanh(softplus(x))`` -> ``ai.mish`` and ``x *
+  hard_sigmoid(x)`` with alpha 1/6, beta 1/2 -> ``ai.hard_swish`` (older opsets): one
+  unary op, which an epilogue chain takes (the cuda GEMM's and conv's take a chain, not
+  the two uses of x). At x = -inf the op gives its limit, -0.0, where the product gave
+  NaN (-inf * 0), as the GELU rewrites do.
 
 Every rewrite keeps the location of the op it replaces; intermediate ops
 left without users are erased. Each rewrite is counted by name
@@ -941,6 +947,50 @@ class NeutralOperand(Recognition):
                 return
 
 
+# ------------------------------------------------------------------ x * f(x) activations
+
+
+class SelfGatedActivation(Recognition):
+    """``x * sigmoid(x)`` -> ``ai.silu``, ``x * tanh(softplus(x))`` -> ``ai.mish``, ``x *
+    hard_sigmoid(x)`` (alpha 1/6, beta 1/2) -> ``ai.hard_swish``: the product of x and a
+    gate of the same x, of x's shape and type (either order)."""
+
+    label = "self-gated activation"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, ai.MulOp):
+            return
+        out = op.results[0].type
+        for x, gate in commuted(op.results[0], ai.MulOp):
+            if x.type != out or gate.type != out:
+                continue
+            made = _gated_activation(gate, x)
+            if made is not None:
+                self.rewrite(rewriter, op, [made], made.results[0])
+                return
+
+
+def _gated_activation(gate: SSAValue, x: SSAValue) -> Operation | None:
+    """The unary op that ``x * gate`` is, when ``gate`` is a known gate of ``x``."""
+    inner = operands_of(gate, ai.SigmoidOp)
+    if inner is not None and inner[0] == x:
+        return ai.SiluOp(x)
+    inner = operands_of(gate, ai.TanhOp)
+    if inner is not None:
+        softplus = operands_of(inner[0], ai.SoftplusOp)
+        if softplus is not None and softplus[0] == x:
+            return ai.MishOp(x)
+    hard = gate.owner
+    if (
+        isinstance(hard, ai.HardSigmoidOp)
+        and hard.operands[0] == x
+        and math.isclose(hard.attr("alpha"), 1 / 6, rel_tol=1e-6)
+        and math.isclose(hard.attr("beta"), 0.5, rel_tol=1e-6)
+    ):
+        return ai.HardSwishOp(x)
+    return None
+
+
 PATTERNS: tuple[type[Recognition], ...] = (
     AttentionFromParts,
     GeluFromErf,
@@ -955,6 +1005,7 @@ PATTERNS: tuple[type[Recognition], ...] = (
     FoldReshapes,
     PowByConstant,
     NeutralOperand,
+    SelfGatedActivation,
 )
 
 
