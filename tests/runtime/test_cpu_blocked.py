@@ -701,15 +701,20 @@ def _check_float64(program: Program, module, text: str, seeds, what: str) -> Non
 
 @pytest.mark.parametrize(
     "channels, hw, gemm",
-    [(32, 4, "sgemm(0, 0, 32, nt,"), (32, 64, "gemm_nn(32, ntv,"), (8, 4, "gemm_nn(8, ntv,")],
+    [
+        (32, (4, 5), "sgemm(0, 0, 32, nt,"),
+        (32, (64, 64), "gemm_nn(32, ntv,"),
+        (8, (4, 5), "gemm_nn(8, ntv,"),
+    ],
 )
 def test_winograd_gemms_pad_little_or_run_in_sgemm(cache, channels, hw, gemm):
-    """One image's 4x4 output is 2 tiles a block (split for the threads): padded to a
-    whole vector of gemm_nn it would compute 4-8x the columns, so 32 x 32 GEMMs stay in
+    """One image's 4x5 output is 3 tiles a block (split for the threads): padded to a
+    whole vector of gemm_nn it would compute 3-5x the columns, so 32 x 32 GEMMs stay in
     sgemm on the exact width; 64x64 outputs give blocks of whole vectors, in gemm_nn;
     8 x 8 GEMMs (below WINOGRAD_SGEMM_MIN) cost less padded than a call of sgemm. All
-    against the reference. (A batch of 4x4 planes goes by im2col: SMALL_PLANE.)"""
-    shape = (1, channels, hw, hw)
+    against the reference. (A batch of 4x4 planes goes by im2col: SMALL_PLANE; one
+    image's 4x4, whole vectors, by "channels".)"""
+    shape = (1, channels, *hw)
     text = _conv_text(((1, 1), (1, 1), (1, 1), 1, shape, (channels, 3, 3)), "f32")
     source = check(text, cache=cache, kind="conv").kernels[0].source
     assert "Winograd" in source and gemm in source
