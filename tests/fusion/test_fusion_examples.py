@@ -35,7 +35,7 @@ EXPECTED: dict[str, list[tuple[str, list[str]]]] = {
     "elementwise_chain": [
         (
             "pointwise",
-            ["ai.bias_add", "ai.mul", "ai.sigmoid", "ai.mul", "ai.maximum", "ai.cast"],
+            ["ai.bias_add", "ai.mul", "ai.silu", "ai.maximum", "ai.cast"],  # m * sigmoid(m)
         )
     ],
     "two_consumers": [
