@@ -7,8 +7,7 @@
 // CHECK-NEXT: ^bb0
 // CHECK-NEXT: ai.bias_add 
 // CHECK-NEXT: ai.mul 
-// CHECK-NEXT: ai.sigmoid 
-// CHECK-NEXT: ai.mul 
+// CHECK-NEXT: ai.silu 
 // CHECK-NEXT: ai.maximum 
 // CHECK-NEXT: ai.cast 
 // CHECK-NEXT: ai.yield
