@@ -112,18 +112,3 @@ def test_pack_strips_wants_whole_strips():
     with pytest.raises(ValueError, match="not whole strips"):
         microkernel.pack_strips(np.ones((4, microkernel.STRIP + 1), np.float32))
     assert microkernel.packs(2 * microkernel.STRIP) and not microkernel.packs(microkernel.W)
-
-
-def test_gemm_packed_k_blocks_sum_as_one_block():
-    """A K past ``KBLOCK_STRIP_BYTES`` runs in K blocks whose tiles add to C in the order
-    of K: bit for bit the sums of ``gemm_nn`` (the same tiles, one pass) on B unpacked."""
-    m, k, n = 13, 2500, 2 * microkernel.STRIP
-    assert k > microkernel.KBLOCK_STRIP_BYTES // (4 * microkernel.STRIP)  # blocks of K
-    rng = np.random.default_rng(3)
-    a = rng.standard_normal(m * k, dtype=np.float32)
-    b = rng.standard_normal((k, n), dtype=np.float32)
-    packed, whole = np.full(m * n, np.nan, np.float32), np.full(m * n, np.nan, np.float32)
-    microkernel.gemm_packed(m, n, k, a, 0, k, microkernel.pack_strips(b), 0, packed, 0, n)
-    microkernel.gemm_nn(m, n, k, a, 0, k, b.reshape(-1), 0, n, whole, 0, n)
-    assert not np.isnan(whole).any()
-    np.testing.assert_array_equal(packed, whole)

@@ -37,16 +37,14 @@ from fusec.targets.cpu.host import MR, NV, STRIP, W, fits, packs, target_feature
 _I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
 
 
-def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False, accumulate: bool = False):
+def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False):
     """The intrinsic ``tile(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k)``: C's
     ``rows x vectors * lanes`` tile at ``c_off`` = A's rows at ``a_off`` @ B's columns at
     ``b_off`` over ``k`` (the sum over no terms, 0, when ``k <= 0``). With ``prefetch``
     it takes one more argument, ``pf_off``: at step ``p`` of the K loop the tile also
     prefetches (into L2, for reading: ``prefetcht1``) the 64-byte line of ``b`` at element
     ``pf_off + 16 * p``, so that ``k`` consecutive lines from ``pf_off`` on arrive while
-    the tile computes (``gemm_packed``: the next strip of a B too large for L2). With
-    ``accumulate`` the tile adds the product to C's tile instead of overwriting it (the
-    K blocks of ``gemm_packed`` after the first)."""
+    the tile computes (``gemm_packed``: the next strip of a B too large for L2)."""
     vty = ir.VectorType(_F32, lanes)
 
     def typed(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k, *pf_off):
@@ -84,11 +82,6 @@ def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False, accumulat
                 )
             zero = ir.Constant(vty, None)
             splat_mask = ir.Constant(ir.VectorType(_I32, lanes), None)
-            init = [[zero] * vectors for _ in range(rows)]
-            if accumulate:  # start from C's tile
-                for r in range(rows):
-                    crow = builder.gep(pc, [builder.mul(ir.Constant(_I64, r), ldc_)])
-                    init[r] = [builder.load(vector_at(crow, v), align=4) for v in range(vectors)]
             entry = builder.block
             loop = builder.append_basic_block("tile.loop")
             done = builder.append_basic_block("tile.done")
@@ -116,7 +109,7 @@ def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False, accumulat
             p.add_incoming(step, body_end)
             for r in range(rows):
                 for v in range(vectors):
-                    acc[r][v].add_incoming(init[r][v], entry)
+                    acc[r][v].add_incoming(zero, entry)
                     acc[r][v].add_incoming(new[r][v], body_end)
             builder.cbranch(builder.icmp_signed("<", step, kk), loop, done)
 
@@ -125,7 +118,7 @@ def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False, accumulat
             for r in range(rows):
                 for v in range(vectors):
                     value = builder.phi(vty)
-                    value.add_incoming(init[r][v], entry)
+                    value.add_incoming(zero, entry)
                     value.add_incoming(new[r][v], body_end)
                     final.append(value)
             for r in range(rows):
@@ -143,8 +136,7 @@ def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False, accumulat
         return typed(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k)
 
     tile = tile_prefetch if prefetch else tile_plain
-    suffix = ("_prefetch" if prefetch else "") + ("_acc" if accumulate else "")
-    tile.__name__ = f"tile_{rows}x{vectors}x{lanes}{suffix}"
+    tile.__name__ = f"tile_{rows}x{vectors}x{lanes}{'_prefetch' if prefetch else ''}"
     return intrinsic(tile)
 
 
@@ -152,8 +144,11 @@ def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False, accumulat
 # vectors), and for the narrower strips left at C's right edge.
 _T1, _T2, _T3, _T4, _T5, _T6 = (_tile(r, NV, W) for r in range(1, 7))
 _N1, _N2, _N3, _N4, _N5, _N6 = (_tile(r, 1, W) for r in range(1, 7))
-_P1, _P2, _P3, _P4, _P5, _P6 = (_tile(r, NV, W, prefetch=True) for r in range(1, 7))
-_Q1, _Q2, _Q3, _Q4, _Q5, _Q6 = (_tile(r, NV, W, True, accumulate=True) for r in range(1, 7))
+# Only the 6-row tile prefetches: every tile variant is expanded into each kernel that
+# calls gemm_packed, and cold-compiling one such kernel took 2.1-2.4 s of CPU before the
+# prefetching tiles, 3.0-3.2 with one per row count, 2.7 with this one (and 3.2-3.4 with
+# K blocks' accumulating tiles as well, c787e77: not worth ~1.5% of ViT or BERT's time).
+_P6 = _tile(6, NV, W, prefetch=True)
 assert MR == 6  # the dispatch below names the tiles of 1..6 rows
 #: Tiles of a packed strip that prefetch the next strip, one 64-byte line of it a K
 #: step each: a strip is ``k * STRIP * 4 / 64`` lines, ``k`` lines a tile.
@@ -237,59 +232,8 @@ def _packed_strip(m, k, a, a_off, lda, b, b_off, c, c_off, ldc, pf_off):
         else:
             _T6(a, ao, lda, b, b_off, STRIP, c, co, ldc, k)
         i += 6
-    rest = m - i
-    ao, co = a_off + i * lda, c_off + i * ldc
-    if i // 6 < PREFETCH_TILES:
-        pf = pf_off + i // 6 * k * 16
-        if rest == 5:
-            _P5(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf)
-        elif rest == 4:
-            _P4(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf)
-        elif rest == 3:
-            _P3(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf)
-        elif rest == 2:
-            _P2(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf)
-        elif rest == 1:
-            _P1(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf)
-    elif rest > 0:
-        _strip(rest, 0, k, a, ao, lda, b, b_off, STRIP, c, co, ldc)
-
-
-@sealed_njit
-def _packed_strip_add(m, k, a, a_off, lda, b, b_off, c, c_off, ldc, pf_off):
-    """``_packed_strip`` adding to C (a K block after the first): every tile prefetches,
-    those past ``PREFETCH_TILES`` lines of their own strip again (in cache)."""
-    i = 0
-    while i + 6 <= m:
-        t = i // 6
-        pf = pf_off + t * k * 16 if t < PREFETCH_TILES else b_off
-        _Q6(a, a_off + i * lda, lda, b, b_off, STRIP, c, c_off + i * ldc, ldc, k, pf)
-        i += 6
-    rest = m - i
-    ao, co = a_off + i * lda, c_off + i * ldc
-    pf = pf_off + i // 6 * k * 16 if i // 6 < PREFETCH_TILES else b_off
-    if rest == 5:
-        _Q5(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf)
-    elif rest == 4:
-        _Q4(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf)
-    elif rest == 3:
-        _Q3(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf)
-    elif rest == 2:
-        _Q2(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf)
-    elif rest == 1:
-        _Q1(a, ao, lda, b, b_off, STRIP, c, co, ldc, k, pf)
-
-
-#: Most bytes of one strip's rows in one K block of ``gemm_packed``: the strip in use
-#: and the next one, prefetched, stay in L2 beside A's block. A K of 3072 (a 786 KiB
-#: strip) is taken in three blocks of 1024: 65 x 3072 @ 3072 x 768, weights rotated
-#: through L3, 1 thread, thread time median 3.02 -> 2.56 ms, 128 rows 5.35 -> 4.86,
-#: 260 rows 9.02 -> 8.69 (cpu-notes.md).
-KBLOCK_STRIP_BYTES = 256 << 10
-#: Most bytes of A's rows in one K block: more rows than fit stream A from L3 per strip
-#: either way, and K blocks only add C's passes (512 x 3072 @ 3072 x 768: 18.0 -> 18.4
-#: ms), so they are not split.
-KBLOCK_A_BYTES = 3 << 19
+    if i < m:  # the last rows: tiles that do not prefetch (few rows: little to hide)
+        _strip(m - i, 0, k, a, a_off + i * lda, lda, b, b_off, STRIP, c, c_off + i * ldc, ldc)
 
 
 @sealed_njit
@@ -297,32 +241,17 @@ def gemm_packed(m, n, k, a, a_off, lda, bp, bp_off, c, c_off, ldc):
     """C[c_off:] = A[a_off:] @ B for a B packed by ``pack_strips`` at ``bp[bp_off:]``
     (``n`` a multiple of ``STRIP``): the tiles of each strip read its ``k x STRIP``
     block of B contiguously, so B's rows do not alias in the caches as a wide B's do
-    in place (rows 8 KiB apart share a few L1/L2 sets). A long K is taken in blocks
-    (``KBLOCK_STRIP_BYTES``; the tiles of later blocks add to C, in the same order of
-    K, so the sums are the unblocked ones bit for bit). While a strip's first tiles
+    in place (rows 8 KiB apart share a few L1/L2 sets). While a strip's first tiles
     run they prefetch the next strip into L2: a B larger than L2 (a layer's weight
     inside a model) then streams from memory under the arithmetic instead of stalling
     each strip's first tile (65x768 @ 768x3072, weights rotated through L3, 1 thread:
     thread-time median 2.90 -> 2.38 ms with all 65 rows in one block;
     benchmarks/results/cpu-notes.md)."""
     strips = n // STRIP
-    kc = KBLOCK_STRIP_BYTES // (4 * STRIP)
-    blocks = 1
-    if k > kc and 4 * m * kc <= KBLOCK_A_BYTES:
-        blocks = (k + kc - 1) // kc
-    kc = (k + blocks - 1) // blocks  # equal K blocks
-    for k0 in range(0, k, kc):
-        kl = min(kc, k - k0)
-        for s in range(strips):
-            off = bp_off + s * k * STRIP + k0 * STRIP
-            ahead = off + k * STRIP  # the next strip's rows of this K block
-            if s + 1 == strips:  # the first strip's next K block, or its own lines (cached)
-                ahead = bp_off + (k0 + kl) * STRIP if k0 + kl < k else off
-            co = c_off + s * STRIP
-            if k0 == 0:
-                _packed_strip(m, kl, a, a_off, lda, bp, off, c, co, ldc, ahead)
-            else:
-                _packed_strip_add(m, kl, a, a_off + k0, lda, bp, off, c, co, ldc, ahead)
+    for s in range(strips):
+        off = bp_off + s * k * STRIP
+        ahead = off + k * STRIP if s + 1 < strips else off  # the last: its own lines, cached
+        _packed_strip(m, k, a, a_off, lda, bp, off, c, c_off + s * STRIP, ldc, ahead)
 
 
 def pack_strips(b: np.ndarray, transposed: bool = False) -> np.ndarray:
