@@ -308,7 +308,18 @@ def test_ptx_for_sm_90(text: str) -> None:
     assert ".target sm_90" in ptx and ".entry" in ptx
     assert ptx.count(".entry") == (2 if "512x512" in text else 1)
     assert ".local" not in ptx, "a register array went to local memory"
-    assert not re.search(r"\.f64\b", ptx), "float64 arithmetic in a float32 kernel"
+    f64 = {  # the instructions on float64 values (not the register declarations)
+        line.split()[0]
+        for line in ptx.splitlines()
+        if re.search(r"\.f64\b", line) and not line.strip().startswith(".reg")
+    }
+    if ("avg" in text or "mean" in text) and ("xbf16" in text or "xf32" in text):
+        # an average of f32/bf16 values sums in float64 (issue #26): adds, converts, the
+        # division and the moves of the partials; nothing else (the epilogue is float32)
+        kinds = {op.split(".")[0] for op in f64}
+        assert f64 and kinds <= {"add", "cvt", "div", "mov", "ld", "st"}, sorted(f64)
+    else:
+        assert not f64, f"float64 arithmetic in a float32 kernel: {sorted(f64)}"
 
 
 @pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX")
