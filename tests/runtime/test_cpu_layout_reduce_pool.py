@@ -234,6 +234,40 @@ func.func @f(%x: {x}) -> {y} {{
         assert np.isnan(got).sum() == 2
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # the want of a sum: Inf
+@pytest.mark.parametrize("op", ["reduce_mean", "reduce_sum", "reduce_max"])
+def test_long_trailing_rows(cache, op):
+    """A global pool over 33x33 planes (rows of 1089: 34 vector steps and a tail of 1):
+    sums and means in ``reduce_rows`` (vectorised float64 sums, compiled), a max in
+    numpy; against the float64 reference with poisoned outputs (``check``), then rows
+    holding NaN, +-Inf and values near the float32 limit on fresh random inputs."""
+    import numpy as np
+
+    x, y = _t((2, 5, 33, 33)), _t((2, 5, 1, 1))
+    text = f"""
+func.func @f(%x: {x}) -> {y} {{
+  %m = ai.{op} %x {{axes = array<i64: 2, 3>, keepdims = true}} : {x}
+  return %m : {y}
+}}"""
+    check(text, cache=cache, kind="reduce")
+    compiled = fusec.compile(text, target="cpu")
+    source = compiled._runner.kernels[0].source
+    assert ("reduce_rows(in0, out0, 10, 1089," in source) == (op != "reduce_max"), source
+    data = np.random.default_rng(3).standard_normal((2, 5, 33, 33)).astype(np.float32)
+    data[0, 1, 32, 32] = np.nan  # in the tail
+    data[0, 2, 3, 4] = np.inf
+    data[0, 3, 0, 0], data[0, 3, 20, 7] = np.inf, -np.inf
+    data[1, 0] = 3.0e38  # a float32 sum would overflow; the float64 one does not
+    got = compiled(data)
+    want = getattr(np, {"reduce_mean": "mean", "reduce_sum": "sum", "reduce_max": "max"}[op])(
+        data.astype(np.float64), axis=(2, 3), keepdims=True
+    ).astype(np.float32)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(got[np.isinf(want)], want[np.isinf(want)])
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6)
+
+
 # ------------------------------------------------------------------ layout
 
 
