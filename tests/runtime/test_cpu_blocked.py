@@ -125,8 +125,18 @@ func.func @f(%a: {a}, %b: {b}, %bias: {bias}, %s: {rows}, %r: {y}) -> ({types}) 
 def test_matmul_batched_short_wide_result_split_by_columns(cache):
     """Column tiles of a batched matmul with a B shared by the batch: each tile finds
     its matrix, rows and columns (2 matrices x 2 column tiles, the last ragged). N = 396
-    is not whole vectors of gemm_nn: sgemm, which repacks B per call, hence the tiles."""
-    program = check(_matmul_bias_relu((2, 64, 24), (24, 396)), cache=cache, kind="matmul")
+    is not whole vectors of gemm_nn: sgemm, which repacks B per call, hence the tiles.
+    A is transposed, so its batch cannot fold into the rows of one product (as it does
+    without the transpose: test_cpu_matmul_fold.py)."""
+    a, b, bias, y = _t((2, 24, 64)), _t((24, 396)), _t((396,)), _t((2, 64, 396))
+    text = f"""
+func.func @f(%a: {a}, %b: {b}, %bias: {bias}) -> {y} {{
+  %m = ai.matmul %a, %b {{transpose_a = true}} : {a} * {b}
+  %c = ai.add %m, %bias : {y} * {bias}
+  %o = ai.relu %c : {y}
+  return %o : {y}
+}}"""
+    program = check(text, cache=cache, kind="matmul")
     assert "4 blocks of up to 64 rows x 208 columns" in program.kernels[0].source
 
 
