@@ -155,3 +155,38 @@ def test_depthwise_lanes_match_the_rows_non_finite_included(cache, monkeypatch):
     assert np.array_equal(lanes[np.isinf(ref)], ref[np.isinf(ref)])
     finite = np.isfinite(ref)
     np.testing.assert_allclose(lanes[finite], ref[finite], rtol=1e-4, atol=1e-5)
+
+
+PLANE = "depthwise_taps_plane("
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ((1, 6, 20, 21), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),  # 21 columns: a vector + 5
+        pytest.param(((2, 5, 19, 18), (7, 7), (2, 1), (3, 3, 3, 3), (1, 1)), marks=SLOW),
+        pytest.param(((1, 4, 22, 24), (3, 5), (1, 1), (2, 4, 2, 4), (2, 2)), marks=SLOW),
+    ],
+)
+def test_planar_rows_in_register_tiles(cache, case):
+    """Output rows of at least a vector, stride 1 along them, more than 9 taps: the
+    planar form's sums in ``depthwise_tiles.taps_plane`` (row strides and dilations as
+    offsets); against the reference with poisoned outputs."""
+    program = check(_dw_text(*case), cache=cache, kind="conv")
+    source = program.kernels[0].source
+    assert PLANE in source and LANES not in source, source[:2000]
+
+
+def test_planar_register_tiles_rule():
+    """3x3 kernels, strides along the row and rows shorter than a vector keep the loop."""
+    from fusec.targets.cpu.host import W
+
+    for case, tiles in [
+        (((1, 4, 20, W + 4), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)), True),
+        (((1, 4, 20, W + 4), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)), False),
+        (((1, 4, 40, 2 * W + 8), (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)), False),
+    ]:
+        module = parse(_dw_text(*case))
+        run_pipeline(module)
+        source = Program(module, target="cpu", cache=None).kernels[0].source
+        assert (PLANE in source) == tiles and LANES not in source

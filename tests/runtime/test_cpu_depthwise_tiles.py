@@ -1,7 +1,8 @@
 """The register tiles of depthwise tap sums (``fusec.targets.cpu.depthwise_tiles``),
-issue #30: every tile shape of both vector widths (16 lanes: AVX-512; 8: AVX2, built
-here whatever the host, LLVM splits or joins the vectors) against a float64 sum of the
-same terms, outputs poisoned; one tap is a plain product (bit for bit)."""
+issue #30: ``taps_plane`` (one channel plane), ``taps_row`` and every tile shape of both
+vector widths (16 lanes: AVX-512; 8: AVX2, built here whatever the host, LLVM splits or
+joins the vectors) against a float64 sum of the same terms, outputs poisoned; one tap is
+a plain product (bit for bit). The planar form in a whole conv: test_cpu_depthwise_lanes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 
 from fusec.targets.cpu import depthwise_tiles
-from fusec.targets.cpu.depthwise_tiles import CHANNELS, PIXELS, taps_row
+from fusec.targets.cpu.depthwise_tiles import CHANNELS, PIXELS, ROWS, taps_plane, taps_row
+from fusec.targets.cpu.host import W
 
 
 def _reference(x, x_off, pstride, s, rowstep, colstep, taps, wt, npix, cb):
@@ -67,3 +69,39 @@ def test_tiles_of_both_widths(lanes, vectors, pixels, taps):
         np.testing.assert_array_equal(ot, (x[: pixels * cb] * np.tile(wt, pixels)))
     assert np.isfinite(ot).all()
     assert np.linalg.norm(ot - want) / np.linalg.norm(want) < 1e-6
+
+
+def _plane_reference(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, oh, ow):
+    out = np.zeros((oh, ow))
+    for p in range(oh):
+        for j in range(ow):
+            for k in range(taps):
+                at = x_off + p * rstride + (k // s) * rowstep + (k % s) * colstep + j
+                out[p, j] += np.float64(w[w_off + k]) * x[at]
+    return out.ravel()
+
+
+@pytest.mark.parametrize(
+    "oh, ow, r, s, dil, stride_h",
+    [
+        (11, W + 5, 5, 5, 1, 1),
+        (ROWS, W, 7, 7, 1, 1),
+        (3, 2 * W, 3, 5, 2, 2),
+        (1, W + 1, 1, 2, 1, 1),
+    ],
+)
+def test_taps_plane_against_float64(oh, ow, r, s, dil, stride_h):
+    """Whole vectors in tiles of ROWS rows and the rest, ragged columns as scalars; the
+    plane between its poisoned neighbours is all written, nothing else."""
+    rng = np.random.default_rng(oh * ow + r)
+    wq = ow + (s - 1) * dil
+    hp = (oh - 1) * stride_h + (r - 1) * dil + 1
+    x = rng.standard_normal(hp * wq + 7).astype(np.float32)
+    w = rng.standard_normal(3 + r * s).astype(np.float32)
+    out = np.full(oh * ow + 9, np.nan, np.float32)
+    args = (x, 2, stride_h * wq, s, dil * wq, dil, r * s, w, 3)
+    taps_plane(*args, out, 4, oh, ow)
+    got, want = out[4 : 4 + oh * ow], _plane_reference(*args, oh, ow)
+    assert np.isnan(out[:4]).all() and np.isnan(out[4 + oh * ow :]).all()
+    assert np.isfinite(got).all()
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-6

@@ -17,7 +17,8 @@ renamed without breaking cached kernels or their text:
   launch, when the BLAS has no per-thread setter (``blas.single_threaded``);
 * ``gemm_nn``, ``gemm_packed``: the register-tiled GEMMs
   (``fusec.targets.cpu.microkernel``);
-* ``depthwise_taps_row``: a depthwise convolution's tap sums in register tiles
+* ``depthwise_taps_row``, ``depthwise_taps_plane``: a depthwise convolution's tap sums
+  in register tiles, channels in lanes or one channel plane
   (``fusec.targets.cpu.depthwise_tiles``);
 * ``winograd_filters``, ``redo_nonfinite_tiles``, ``redo_nonfinite_tiles_m``: the
   Winograd conv's filter transform and its exact redo of non-finite tiles (2x2, m x m)
@@ -57,6 +58,7 @@ _PROVIDERS: dict[str, tuple[str, str | None]] = {
     "gemm_nn": ("fusec.targets.cpu.microkernel", "gemm_nn"),
     "gemm_packed": ("fusec.targets.cpu.microkernel", "gemm_packed"),
     "depthwise_taps_row": ("fusec.targets.cpu.depthwise_tiles", "taps_row"),
+    "depthwise_taps_plane": ("fusec.targets.cpu.depthwise_tiles", "taps_plane"),
     "winograd_filters": ("fusec.targets.cpu.winograd", "winograd_filters"),
     "redo_nonfinite_tiles": ("fusec.targets.cpu.winograd", "redo_nonfinite_tiles"),
     "redo_nonfinite_tiles_m": ("fusec.targets.cpu.winograd", "redo_nonfinite_tiles_m"),

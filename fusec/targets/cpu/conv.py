@@ -889,6 +889,13 @@ class DepthwiseBlocks(ConvBlocks):
                 workspace.add(name, floats)
         else:
             workspace.add("xpad", hp * -(-wp // self.sw) * self.sw)
+            #: stride 1 along rows of at least a vector, kernels of more than 9 taps: the
+            #: sums in register tiles (``depthwise_tiles.taps_plane``). Whole calls, us,
+            #: tiles / loop: 96x32x32 7x7 186 / 252, 192x16x16 7x7 91 / 134, 240x16x16 5x5
+            #: 74 / 84; 3x3 mixed (96x64x64 279 / 309, 144x32x32 120 / 115), kept as loops.
+            self.plane_tiles = self.sw == 1 and self.ow >= host.W and self.r * self.s > 9
+            if self.plane_tiles:
+                self.imports = (abi.import_line("depthwise_taps_plane"),)
         if c_local:
             workspace.add(c_array, self.pixels)
 
@@ -974,6 +981,21 @@ class DepthwiseBlocks(ConvBlocks):
                     f"        for jj in range({lo}, {hi}):",
                     f"            xpad[U({at})] = {x}[U(src + {step}{_plus(q - self.pl)})]",
                 ]
+        if self.plane_tiles:
+            sums = [
+                f"    depthwise_taps_plane(xpad, 0, {self.sh * wq}, {self.s}, {self.dh * wq},"
+                f" {self.dw}, {taps}, {w}, ch * {taps}, {self.c_array}, {out}, {self.oh},"
+                f" {ow})",
+            ]
+        else:
+            sums = [
+                *(f"    w{t} = {w}[ch * {taps} + {t}]" for t in range(taps)),
+                f"    for oh in range({self.oh}):",
+                f"        base = oh * {self.sh * wq}",
+                f"        d = {out} + oh * {ow}",
+                f"        for j in range({ow}):",
+                f"            {self.c_array}[U(d + j)] = " + " + ".join(terms),
+            ]
         return [
             f"for i in range({sw * plane}):",
             "    xpad[i] = f32(0.0)",
@@ -983,12 +1005,7 @@ class DepthwiseBlocks(ConvBlocks):
             f"        d = (i + {self.pt}) * {wq}",
             f"        src = xb + i * {self.w}",
             *copy,
-            *(f"    w{t} = {w}[ch * {taps} + {t}]" for t in range(taps)),
-            f"    for oh in range({self.oh}):",
-            f"        base = oh * {self.sh * wq}",
-            f"        d = {out} + oh * {ow}",
-            f"        for j in range({ow}):",
-            f"            {self.c_array}[U(d + j)] = " + " + ".join(terms),
+            *sums,
         ]
 
 

@@ -41,6 +41,24 @@ PIXELS = 8 if W == 16 else 3
 assert VECTORS * W == CHANNELS
 
 
+def _next_tap(
+    builder: ir.IRBuilder,
+    t: ir.Value,
+    col: ir.Value,
+    s: ir.Value,
+    rowstep: ir.Value,
+    colstep: ir.Value,
+) -> tuple[ir.Value, ir.Value]:
+    """The offset and column of the tap after the one at offset ``t``, column ``col``
+    (``s`` taps a kernel row): no division a tap (a 64-bit divide per tap held the
+    tiles to its throughput)."""
+    one, zero = ir.Constant(_I64, 1), ir.Constant(_I64, 0)
+    nxt = builder.add(col, one)
+    wrap = builder.icmp_signed("==", nxt, s)
+    back = builder.sub(rowstep, builder.mul(builder.sub(s, one), colstep))
+    return builder.add(t, builder.select(wrap, back, colstep)), builder.select(wrap, zero, nxt)
+
+
 def _taps_tile(pixels: int, vectors: int, lanes: int):
     """The intrinsic ``tile(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off)``:
     for pixel ``p < pixels`` and vector ``v < vectors``, ``ot[o_off + p * cb + v * lanes:]``
@@ -79,9 +97,11 @@ def _taps_tile(pixels: int, vectors: int, lanes: int):
                 f"llvm.fma.v{lanes}f32", (), ir.FunctionType(vty, [vty, vty, vty])
             )
 
-            def terms(k: ir.Value) -> tuple[list[ir.Value], list[list[ir.Value]]]:
-                row, col = builder.udiv(k, ss), builder.urem(k, ss)
-                t = builder.add(xo, builder.add(builder.mul(row, rs), builder.mul(col, cs)))
+            def advance(t: ir.Value, col: ir.Value) -> tuple[ir.Value, ir.Value]:
+                return _next_tap(builder, t, col, ss, rs, cs)
+
+            def terms(k: ir.Value, t: ir.Value) -> tuple[list[ir.Value], list[list[ir.Value]]]:
+                t = builder.add(xo, t)
                 wb = builder.mul(k, const(cb))
                 wv = [vload(pw, builder.add(wb, const(v * lanes))) for v in range(vectors)]
                 xs = []
@@ -92,25 +112,28 @@ def _taps_tile(pixels: int, vectors: int, lanes: int):
                     )
                 return wv, xs
 
-            wv, xs = terms(const(0))
+            wv, xs = terms(const(0), const(0))
             init = [[builder.fmul(wv[v], xs[p][v]) for v in range(vectors)] for p in range(pixels)]
+            t1, col1 = advance(const(0), const(0))
             entry = builder.block
             loop = builder.append_basic_block("taps.loop")
             done = builder.append_basic_block("taps.done")
             builder.cbranch(builder.icmp_signed(">", kk, const(1)), loop, done)
 
             builder.position_at_end(loop)
-            k = builder.phi(_I64)
+            k, t, col = builder.phi(_I64), builder.phi(_I64), builder.phi(_I64)
             acc = [[builder.phi(vty) for _ in range(vectors)] for _ in range(pixels)]
-            wv, xs = terms(k)
+            wv, xs = terms(k, t)
             new = [
                 [builder.call(fma, [wv[v], xs[p][v], acc[p][v]]) for v in range(vectors)]
                 for p in range(pixels)
             ]
             step = builder.add(k, const(1))
+            t_next, col_next = advance(t, col)
             body_end = builder.block
-            k.add_incoming(const(1), entry)
-            k.add_incoming(step, body_end)
+            for phi, first, later in ((k, const(1), step), (t, t1, t_next), (col, col1, col_next)):
+                phi.add_incoming(first, entry)
+                phi.add_incoming(later, body_end)
             for p in range(pixels):
                 for v in range(vectors):
                     acc[p][v].add_incoming(init[p][v], entry)
@@ -174,3 +197,149 @@ def taps_row(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off, npix):
         _T2(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
     elif rest == 1:
         _T1(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+
+
+def _rows_tile(rows: int, lanes: int):
+    """The intrinsic ``tile(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out,
+    o_off, ostride)`` of one channel plane (the planar form): for output row ``p <
+    rows``, the ``lanes`` pixels ``out[o_off + p * ostride:]`` = the sum over taps ``k <
+    taps`` of the scalar weight ``w[w_off + k]`` times the vector ``x[x_off + p * rstride
+    + (k // s) * rowstep + (k % s) * colstep:]``: the first term a product, then fused
+    multiply-adds in the order of the taps. ``taps >= 1``."""
+    vty = ir.VectorType(_F32, lanes)
+
+    def typed(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride):
+        for name, arr in (("x", x), ("w", w), ("out", out)):
+            if not (isinstance(arr, types.Array) and arr.dtype == types.float32):
+                raise TypingError(f"depthwise rows tile: {name} must be a float32 array")
+        sig = types.void(
+            x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride
+        )
+
+        def codegen(context, builder, signature, args):
+            argtys = signature.args
+
+            def integer(i: int) -> ir.Value:
+                return context.cast(builder, args[i], argtys[i], types.int64)
+
+            def data(i: int) -> ir.Value:
+                return context.make_array(argtys[i])(context, builder, args[i]).data
+
+            def vector_at(base: ir.Value, off: ir.Value) -> ir.Value:
+                return builder.bitcast(builder.gep(base, [off]), vty.as_pointer())
+
+            def const(v: int) -> ir.Constant:
+                return ir.Constant(_I64, v)
+
+            px, pw, po = data(0), data(7), data(9)
+            xo, rst, ss, rs, cs, kk, wo, oo, ost = (
+                integer(i) for i in (1, 2, 3, 4, 5, 6, 8, 10, 11)
+            )
+            fma = builder.module.declare_intrinsic(
+                f"llvm.fma.v{lanes}f32", (), ir.FunctionType(vty, [vty, vty, vty])
+            )
+            splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), None)
+
+            def terms(k: ir.Value, t: ir.Value) -> tuple[ir.Value, list[ir.Value]]:
+                t = builder.add(xo, t)
+                scalar = builder.load(builder.gep(pw, [builder.add(wo, k)]))
+                one = builder.insert_element(
+                    ir.Constant(vty, ir.Undefined), scalar, ir.Constant(ir.IntType(32), 0)
+                )
+                splat = builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), splat_mask)
+                xs = [
+                    builder.load(vector_at(px, builder.add(t, builder.mul(rst, const(p)))), align=4)
+                    for p in range(rows)
+                ]
+                return splat, xs
+
+            wv, xs = terms(const(0), const(0))
+            init = [builder.fmul(wv, xs[p]) for p in range(rows)]
+            t1, col1 = _next_tap(builder, const(0), const(0), ss, rs, cs)
+            entry = builder.block
+            loop = builder.append_basic_block("taps.loop")
+            done = builder.append_basic_block("taps.done")
+            builder.cbranch(builder.icmp_signed(">", kk, const(1)), loop, done)
+
+            builder.position_at_end(loop)
+            k, t, col = builder.phi(_I64), builder.phi(_I64), builder.phi(_I64)
+            acc = [builder.phi(vty) for _ in range(rows)]
+            wv, xs = terms(k, t)
+            new = [builder.call(fma, [wv, xs[p], acc[p]]) for p in range(rows)]
+            step = builder.add(k, const(1))
+            t_next, col_next = _next_tap(builder, t, col, ss, rs, cs)
+            body_end = builder.block
+            for phi, first, later in ((k, const(1), step), (t, t1, t_next), (col, col1, col_next)):
+                phi.add_incoming(first, entry)
+                phi.add_incoming(later, body_end)
+            for p in range(rows):
+                acc[p].add_incoming(init[p], entry)
+                acc[p].add_incoming(new[p], body_end)
+            builder.cbranch(builder.icmp_signed("<", step, kk), loop, done)
+
+            builder.position_at_end(done)
+            final = []  # phis first: LLVM wants them at the top of the block
+            for p in range(rows):
+                value = builder.phi(vty)
+                value.add_incoming(init[p], entry)
+                value.add_incoming(new[p], body_end)
+                final.append(value)
+            for p in range(rows):
+                at = vector_at(po, builder.add(oo, builder.mul(ost, const(p))))
+                builder.store(final[p], at, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    def tile(
+        typingctx, x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride
+    ):
+        return typed(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride)
+
+    tile.__name__ = f"rows_{rows}x{lanes}"
+    return intrinsic(tile)
+
+
+#: Output rows of a full planar tile (one vector of ``W`` pixels each).
+ROWS = 8
+_R1, _R2, _R3, _R4, _R5, _R6, _R7, _R8 = (_rows_tile(p, W) for p in range(1, 9))
+
+
+@sealed_njit
+def taps_plane(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, oh, ow):
+    """One channel's output plane (``oh`` rows of ``ow`` pixels, ``out`` from ``o_off``
+    on, rows ``ow`` apart) from its padded input plane in ``x`` (output row ``p`` reads
+    from ``x_off + p * rstride`` on, tap ``k`` at ``(k // s) * rowstep + (k % s) *
+    colstep`` further, stride 1 along the row) and weights ``w[w_off:][:taps]``: the
+    columns of whole vectors of ``W`` pixels in tiles of ``ROWS`` rows, the last
+    ``ow % W`` columns the same sums as scalars (a multiply-add each, not fused)."""
+    full = ow - ow % W
+    for j in range(0, full, W):
+        p = 0
+        while p + ROWS <= oh:
+            xo, oo = x_off + p * rstride + j, o_off + p * ow + j
+            _R8(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+            p += ROWS
+        rest = oh - p
+        xo, oo = x_off + p * rstride + j, o_off + p * ow + j
+        if rest == 7:
+            _R7(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+        elif rest == 6:
+            _R6(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+        elif rest == 5:
+            _R5(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+        elif rest == 4:
+            _R4(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+        elif rest == 3:
+            _R3(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+        elif rest == 2:
+            _R2(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+        elif rest == 1:
+            _R1(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+    for p in range(oh):
+        for j in range(full, ow):
+            at = x_off + p * rstride + j
+            total = w[w_off] * x[at]
+            for k in range(1, taps):
+                total += w[w_off + k] * x[at + (k // s) * rowstep + (k % s) * colstep]
+            out[o_off + p * ow + j] = total
