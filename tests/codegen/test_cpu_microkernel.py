@@ -85,17 +85,22 @@ def test_vector_width_follows_the_target_features():
 
 @pytest.mark.parametrize("transposed", [False, True])
 @pytest.mark.parametrize(
-    "m, strips, k", [(23, 3, 40), (6, 1, 1), (1, 2, 300), (33, 2, 17), (13, 2, 2500)]
+    "m, strips, k, extra",
+    [(23, 3, 40, 0), (6, 1, 1, 0), (1, 2, 300, 0), (33, 2, 17, 0), (13, 2, 2500, 0)]
+    + [(1, 2, 37, 5), (1, 3, 2048, 40), (4, 1, 19, 1), (7, 2, 33, 17), (2, 1, 0, 9)],
 )
-def test_gemm_packed_reads_b_as_pack_strips_lays_it_out(transposed, m, strips, k):
+def test_gemm_packed_reads_b_as_pack_strips_lays_it_out(transposed, m, strips, k, extra):
     """C's columns from strip 1 on (``bp_off`` = 1 strip of k rows) into a poisoned C
-    with a wider leading dimension: the strips are B's columns, each k x STRIP."""
-    n = strips * microkernel.STRIP
-    rng = np.random.default_rng(m + strips + k)
+    with a wider leading dimension: the strips are B's columns, each k x STRIP; ``extra``
+    columns past the last whole strip: a ragged last strip, zero-padded (``k = 0``: the
+    sum over no terms, 0)."""
+    n = strips * microkernel.STRIP + extra
+    rng = np.random.default_rng(m + strips + k + extra)
     b = rng.standard_normal((n, k) if transposed else (k, n), dtype=np.float32)
     b2 = (b.T if transposed else b).astype(np.float64)
     packed = microkernel.pack_strips(b, transposed=transposed)
-    assert packed.shape == (k * n,) and packed.dtype == np.float32
+    whole = -(-n // microkernel.STRIP) * microkernel.STRIP
+    assert packed.shape == (k * whole,) and packed.dtype == np.float32
     lda, ldc, c_off = k + 1, n + 3, 5
     a = rng.standard_normal(m * lda, dtype=np.float32)
     c = np.full(c_off + m * ldc, np.nan, dtype=np.float32)
@@ -104,11 +109,21 @@ def test_gemm_packed_reads_b_as_pack_strips_lays_it_out(transposed, m, strips, k
     out = c[c_off:].reshape(m, ldc)
     ref = a.reshape(m, lda)[:, :k].astype(np.float64) @ b2[:, microkernel.STRIP :]
     if cols:
-        assert _relative(out[:, :cols].astype(np.float64), ref) < 1e-5
+        assert np.isfinite(out[:, :cols]).all()
+        if k == 0:
+            assert not out[:, :cols].any()
+        else:
+            assert _relative(out[:, :cols].astype(np.float64), ref) < 1e-5
     assert np.isnan(out[:, cols:]).all() and np.isnan(c[:c_off]).all()
 
 
-def test_pack_strips_wants_whole_strips():
-    with pytest.raises(ValueError, match="not whole strips"):
-        microkernel.pack_strips(np.ones((4, microkernel.STRIP + 1), np.float32))
+def test_pack_strips_pads_a_ragged_last_strip_with_zeros():
+    strip = microkernel.STRIP
+    b = np.random.default_rng(0).standard_normal((5, strip + 3)).astype(np.float32)
+    packed = microkernel.pack_strips(b.T.copy(), transposed=True)
+    assert packed.shape == (5 * 2 * strip,)
+    np.testing.assert_array_equal(packed[: 5 * strip].reshape(5, strip), b[:, :strip])
+    last = packed[5 * strip :].reshape(5, strip)
+    np.testing.assert_array_equal(last[:, :3], b[:, strip:])
+    assert not last[:, 3:].any()
     assert microkernel.packs(2 * microkernel.STRIP) and not microkernel.packs(microkernel.W)

@@ -58,6 +58,11 @@ PACKED_CACHED_BYTES = 1 << 20
 PACKED_STREAM_BYTES = 3 << 19
 #: Most column parts of a streaming B's split (each computes its rows' prologue).
 STREAM_PARTS = 8
+#: Most rows of a matmul whose constant B is packed although its columns are not whole
+#: strips (the last one zero-padded, ``microkernel.gemm_packed``): a classifier's
+#: 1x2048 @ 2048x1000 at batch 1, where sgemm repacked all of B on every call for one
+#: row of A (a GEMV streaming the packed strips, split by columns over the threads).
+GEMV_ROWS = 6
 
 
 def generate(fused_op, name: str) -> KernelSource:
@@ -140,7 +145,7 @@ class MatmulBlocks(BlockedCore):
             and b_input is not None
             and a_row_major
             and not (self.b_batch or self.b_is_vector)
-            and host.packs(self.n)
+            and (host.packs(self.n) or (self.m <= GEMV_ROWS and self.n >= host.STRIP))
         )
         self.prepared = ((b_input, "strips_t" if self.tb else "strips"),) if self.packed else ()
         if self.nn:
