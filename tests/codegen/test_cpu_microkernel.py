@@ -92,8 +92,9 @@ def test_vector_width_follows_the_target_features():
 def test_gemm_packed_reads_b_as_pack_strips_lays_it_out(transposed, m, strips, k, extra):
     """C's columns from strip 1 on (``bp_off`` = 1 strip of k rows) into a poisoned C
     with a wider leading dimension: the strips are B's columns, each k x STRIP; ``extra``
-    columns past the last whole strip: a ragged last strip, zero-padded (``k = 0``: the
-    sum over no terms, 0)."""
+    columns past the last whole strip: C's last STRIP columns from the window strip, or
+    (fewer than STRIP columns of C) its last columns one by one (``k = 0``: the sum over
+    no terms, 0)."""
     n = strips * microkernel.STRIP + extra
     rng = np.random.default_rng(m + strips + k + extra)
     b = rng.standard_normal((n, k) if transposed else (k, n), dtype=np.float32)
@@ -117,13 +118,16 @@ def test_gemm_packed_reads_b_as_pack_strips_lays_it_out(transposed, m, strips, k
     assert np.isnan(out[:, cols:]).all() and np.isnan(c[:c_off]).all()
 
 
-def test_pack_strips_pads_a_ragged_last_strip_with_zeros():
+def test_pack_strips_ends_a_ragged_width_with_a_window_on_the_last_columns():
+    """Past the whole strips, one strip of B's last STRIP columns; zeros left of column 0
+    when B has fewer than STRIP."""
     strip = microkernel.STRIP
     b = np.random.default_rng(0).standard_normal((5, strip + 3)).astype(np.float32)
     packed = microkernel.pack_strips(b.T.copy(), transposed=True)
     assert packed.shape == (5 * 2 * strip,)
     np.testing.assert_array_equal(packed[: 5 * strip].reshape(5, strip), b[:, :strip])
-    last = packed[5 * strip :].reshape(5, strip)
-    np.testing.assert_array_equal(last[:, :3], b[:, strip:])
-    assert not last[:, 3:].any()
+    np.testing.assert_array_equal(packed[5 * strip :].reshape(5, strip), b[:, 3:])
+    narrow = microkernel.pack_strips(b[:, :7]).reshape(5, strip)
+    assert not narrow[:, : strip - 7].any()
+    np.testing.assert_array_equal(narrow[:, strip - 7 :], b[:, :7])
     assert microkernel.packs(2 * microkernel.STRIP) and not microkernel.packs(microkernel.W)

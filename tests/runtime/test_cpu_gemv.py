@@ -1,8 +1,9 @@
 """One-row (and few-row) matmuls with a constant weight of ragged width on the cpu
 target: the classifier heads of CNNs at batch 1 (1x2048 @ 2048x1000). The weight is
-packed once into ``gemm_packed`` strips with a zero-padded last strip, and the columns
-are split between the blocks; every check runs poisoned outputs on random inputs
-against the float64 reference (``cpu_check.check``)."""
+packed once into ``gemm_packed`` strips ending with a window strip on its last columns
+(``microkernel.pack_strips``), and the columns are split between the blocks; every
+check runs poisoned outputs on random inputs against the float64 reference
+(``cpu_check.check``)."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def test_constant_weight_of_ragged_width_packed_once(
     ((index, layout),) = kernel.prepared_inputs
     assert layout == ("strips_t" if transpose_b else "strips")
     weight = program.launches[0].operands[index]
-    packed = program.prepared_constants[weight, layout]  # zero-padded last strip
+    packed = program.prepared_constants[weight, layout]  # the last strip a window
     assert np.asarray(packed).size == k * STRIP * -(-n // STRIP)
     fn = entry_function(program.function.parent.parent)
     for seed in (3, 4):

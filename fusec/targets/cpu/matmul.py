@@ -59,7 +59,7 @@ PACKED_STREAM_BYTES = 3 << 19
 #: Most column parts of a streaming B's split (each computes its rows' prologue).
 STREAM_PARTS = 8
 #: Most rows of a matmul whose constant B is packed although its columns are not whole
-#: strips (the last one zero-padded, ``microkernel.gemm_packed``): a classifier's
+#: strips (the last one a window on B's last columns, ``microkernel.pack_strips``): a classifier's
 #: 1x2048 @ 2048x1000 at batch 1, where sgemm repacked all of B on every call for one
 #: row of A (a GEMV streaming the packed strips, split by columns over the threads).
 GEMV_ROWS = 6

@@ -237,12 +237,11 @@ def _packed_strip(m, k, a, a_off, lda, b, b_off, c, c_off, ldc, pf_off):
 
 
 @sealed_njit
-def _ragged_strip(m, cols, k, a, a_off, lda, b, b_off, c, c_off, ldc):
-    """C's first ``cols`` (< ``STRIP``) columns at ``c_off`` from a zero-padded packed strip
-    at ``b_off``, every row: C's row accumulates ``A[i, p] * B's row p`` in the order of
-    ``p`` (a loop over contiguous columns of C and of the strip, which LLVM vectorises).
-    Not the register tiles: their stores would cover the strip's padding, past C's row,
-    and more tile variants would be expanded into every kernel that calls gemm_packed."""
+def _narrow_window(m, cols, k, a, a_off, lda, b, b_off, c, c_off, ldc):
+    """C's ``cols`` (< ``STRIP``) columns at ``c_off`` from ``cols`` columns of a packed
+    strip at ``b_off`` (the last ``cols`` of the window strip), every row, in the order
+    of ``p``: a C of fewer columns than a strip, where the window's tile would write
+    left of C's first column (a thread's last column tile, or a whole narrow C)."""
     for i in range(m):
         row = c_off + i * ldc
         for j in range(cols):
@@ -257,8 +256,8 @@ def _ragged_strip(m, cols, k, a, a_off, lda, b, b_off, c, c_off, ldc):
 @sealed_njit
 def gemm_packed(m, n, k, a, a_off, lda, bp, bp_off, c, c_off, ldc):
     """C[c_off:] = A[a_off:] @ B for a B packed by ``pack_strips`` at ``bp[bp_off:]``
-    (``n`` columns; a last strip of fewer than ``STRIP``, zero-padded in ``bp``, runs in
-    ``_ragged_strip``): the tiles of each strip read its ``k x STRIP``
+    (``n`` columns; past the whole strips, C's last ``STRIP`` columns from ``bp``'s window
+    strip, ``pack_strips``): the tiles of each strip read its ``k x STRIP``
     block of B contiguously, so B's rows do not alias in the caches as a wide B's do
     in place (rows 8 KiB apart share a few L1/L2 sets). While a strip's first tiles
     run they prefetch the next strip into L2: a B larger than L2 (a layer's weight
@@ -271,24 +270,28 @@ def gemm_packed(m, n, k, a, a_off, lda, bp, bp_off, c, c_off, ldc):
         off = bp_off + s * k * STRIP
         ahead = off + k * STRIP if s + 1 < strips else off  # the last: its own lines, cached
         _packed_strip(m, k, a, a_off, lda, bp, off, c, c_off + s * STRIP, ldc, ahead)
-    if n > strips * STRIP:
+    if n > strips * STRIP:  # the window strip, B's last STRIP columns: C's last STRIP
         off = bp_off + strips * k * STRIP
-        _ragged_strip(
-            m, n - strips * STRIP, k, a, a_off, lda, bp, off, c, c_off + strips * STRIP, ldc
-        )
+        if n >= STRIP:  # (tiles of whole strips: columns left of it written twice, alike)
+            _strip(m, 0, k, a, a_off, lda, bp, off, STRIP, c, c_off + n - STRIP, ldc)
+        else:
+            _narrow_window(m, n, k, a, a_off, lda, bp, off + STRIP - n, c, c_off, ldc)
 
 
 def pack_strips(b: np.ndarray, transposed: bool = False) -> np.ndarray:
     """A 2-D float32 B (``k x n``, or ``n x k`` given ``transposed``) as ``gemm_packed``
     reads it: its column strips of ``STRIP`` one after the other, each ``k x STRIP``
-    row-major; flat. A last strip of fewer than ``STRIP`` columns is padded with zeros
-    (``gemm_packed`` reads only its columns): ``k * STRIP * ceil(n / STRIP)`` floats."""
+    row-major; flat, ``k * STRIP * ceil(n / STRIP)`` floats. Past the whole strips, the
+    last strip is a window on B's last ``STRIP`` columns, ``n - STRIP`` to ``n`` (zeros
+    left of column 0): ``gemm_packed`` computes C's last ``STRIP`` columns from it with
+    the tiles of whole strips."""
     matrix = b.T if transposed else b
     k, n = matrix.shape
     if n % STRIP:
-        padded = np.zeros((k, -(-n // STRIP) * STRIP), dtype=np.float32)
-        padded[:, :n] = matrix
-        matrix, n = padded, padded.shape[1]
+        whole = n // STRIP * STRIP
+        window = np.zeros((k, STRIP), dtype=np.float32)
+        window[:, max(0, STRIP - n) :] = matrix[:, max(0, n - STRIP) :]
+        matrix, n = np.concatenate([matrix[:, :whole], window], axis=1), whole + STRIP
     strips = matrix.reshape(k, n // STRIP, STRIP).transpose(1, 0, 2)
     return np.ascontiguousarray(strips, dtype=np.float32).reshape(-1)
 
