@@ -70,6 +70,7 @@ func.func @f(%a: {a}, %bias: {bias}) -> {y} {{
         (1, 53, STRIP + 5, False, True),  # a 1-D A, fewer columns than a vector past a strip
         (3, 40, 3 * STRIP - 1, True, False),  # a few rows
         (6, 19, 2 * STRIP + 16, False, False),  # a whole vector past the last strip
+        (16, 29, 2 * STRIP + 5, True, False),  # a throughput batch: tiles of 6, 6 and 4 rows
     ],
 )
 def test_constant_weight_of_ragged_width_packed_once(
@@ -108,8 +109,7 @@ def test_streaming_weight_split_by_columns_over_the_threads(cache, monkeypatch):
 
 
 def test_many_rows_of_ragged_width_stay_in_sgemm(cache, monkeypatch):
-    """Past GEMV_ROWS rows a ragged constant weight is not packed (measured only for
-    the one-row case)."""
+    """Past GEMV_ROWS rows a ragged constant weight is not packed (measured up to 16)."""
     monkeypatch.setattr(cpu_matmul, "NN_MAX_NARROW", 16)
     text = _classifier(cpu_matmul.GEMV_ROWS + 1, 24, STRIP + 3, True, False)
     source = check(text, cache=cache, fuse=True).kernels[0].source

@@ -59,10 +59,13 @@ PACKED_STREAM_BYTES = 3 << 19
 #: Most column parts of a streaming B's split (each computes its rows' prologue).
 STREAM_PARTS = 8
 #: Most rows of a matmul whose constant B is packed although its columns are not whole
-#: strips (the last one a window on B's last columns, ``microkernel.pack_strips``): a classifier's
-#: 1x2048 @ 2048x1000 at batch 1, where sgemm repacked all of B on every call for one
-#: row of A (a GEMV streaming the packed strips, split by columns over the threads).
-GEMV_ROWS = 6
+#: strips (the last one a window on B's last columns, ``microkernel.pack_strips``): the
+#: CNN classifiers (1000 classes) at batch 1-16, where sgemm repacked all of the 5-8 MB
+#: weight on every call for a few rows of A. nn.Linear(2048, 1000) alone, 1 thread,
+#: least CPU time, sgemm -> gemm_packed (onnxruntime): batch 1 1.20 -> 0.38 ms (0.35),
+#: batch 8 1.46 -> 0.53 (0.47), batch 16 1.68 -> 0.76 (0.62); cpu-notes.md. Not measured
+#: past 16 rows, where sgemm's packing is shared by more rows.
+GEMV_ROWS = 16
 
 
 def generate(fused_op, name: str) -> KernelSource:
