@@ -54,9 +54,9 @@ from fusec.targets.cuda.common import (
 )
 from fusec.targets.cuda.strided import copy_plan
 
-THREADS = 256
-#: Blocks per multiprocessor at most; the grid-stride loop covers the rest.
-BLOCKS_PER_SM = 16
+#: Threads a block and blocks per multiprocessor at most (the grid-stride loop covers the
+#: rest): the same as the strided copy's (``fastcopy``).
+THREADS, BLOCKS_PER_SM = fastcopy.THREADS, fastcopy.BLOCKS_PER_SM
 #: The ops a gather kernel maps indices through.
 INDEX_MAPS = (ai.TransposeOp, ai.ReshapeOp, ai.SliceOp, ai.GatherOp, ai.ConcatOp)
 
