@@ -56,7 +56,7 @@ class Mutant:
 MUTANTS = [
     Mutant(
         "bias-dropped",
-        "fusec/dialect/ops.py",
+        "fusec/dialect/ops/anchors.py",
         'return s.arith(args[0], "+", args[1])  # an add, once the bias is broadcast',
         "return args[0]",
         "cpu, cuda (sim), gemm epilogue",
@@ -73,7 +73,7 @@ MUTANTS = [
     ),
     Mutant(
         "sub-operands-swapped",
-        "fusec/dialect/ops.py",
+        "fusec/dialect/ops/elementwise.py",
         'return s.arith(args[0], "-", args[1])',
         'return s.arith(args[1], "-", args[0])',
         "cpu, cuda (sim)",
@@ -81,7 +81,7 @@ MUTANTS = [
     ),
     Mutant(
         "div-operands-swapped",
-        "fusec/dialect/ops.py",
+        "fusec/dialect/ops/elementwise.py",
         'return s.arith(args[0], "/", args[1])',
         'return s.arith(args[1], "/", args[0])',
         "cpu, cuda (sim)",
@@ -89,7 +89,7 @@ MUTANTS = [
     ),
     Mutant(
         "relu-dropped",
-        "fusec/dialect/ops.py",
+        "fusec/dialect/ops/elementwise.py",
         'return s.select(s.negate(s.compare(a, "<", zero)), a, zero)',
         "return a",
         "cpu, cuda (sim), every epilogue",

@@ -1,0 +1,556 @@
+"""More activations and unary maths (log, trigonometry, rounding, hard and leaky
+activations, elu family, softplus...) and ``where``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from xdsl.irdl import (
+    irdl_op_definition,
+    traits_def,
+)
+from xdsl.traits import (
+    Pure,
+)
+
+from fusec.dialect import shapes
+from fusec.dialect.facts import (
+    FrontendNames,
+    Pattern,
+    ScalarBuilder,
+)
+from fusec.ir.dtypes import (
+    ALL_TYPES,
+)
+from fusec.ir.tensors import element_type_name as element_type_name
+from fusec.ir.tensors import spec_of as spec_of
+from fusec.ir.tensors import tensor_type as tensor_type
+
+if TYPE_CHECKING:
+    import numpy as np
+from fusec.dialect.ops.base import AiOp, float_prop, operand, result
+from fusec.dialect.ops.elementwise import BinaryOp, UnaryOp, _minus_zero_at_minus_inf
+
+
+class MathOp(UnaryOp):
+    """A function of C's math library, ``FUNCTION``, computed in float32 by every
+    language (``math.FUNCTION``, ``FUNCTIONf``, ``torch.FUNCTION``); its reference is
+    numpy's ufunc ``UFUNC``: NaN or inf outside the domain, as C gives."""
+
+    FUNCTION: ClassVar[str] = ""
+    UFUNC: ClassVar[str] = ""
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.call(self.FUNCTION, args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        from fusec.dialect import numpy_ops as K
+
+        return K.unary_math(args[0], getattr(np, self.UFUNC))
+
+
+def _math_names(function: str, ufunc: str, onnx: str) -> FrontendNames:
+    return FrontendNames(function, ufuncs=(ufunc,), onnx=(onnx,))
+
+
+@irdl_op_definition
+class LogOp(MathOp):
+    """The natural logarithm (-inf at 0, NaN below)."""
+
+    name = "ai.log"
+    FUNCTION: ClassVar[str] = "log"
+    UFUNC: ClassVar[str] = "log"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("log", "log", "Log")
+
+
+@irdl_op_definition
+class SinOp(MathOp):
+    """sin(x)."""
+
+    name = "ai.sin"
+    FUNCTION: ClassVar[str] = "sin"
+    UFUNC: ClassVar[str] = "sin"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("sin", "sin", "Sin")
+
+
+@irdl_op_definition
+class CosOp(MathOp):
+    """cos(x)."""
+
+    name = "ai.cos"
+    FUNCTION: ClassVar[str] = "cos"
+    UFUNC: ClassVar[str] = "cos"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("cos", "cos", "Cos")
+
+
+@irdl_op_definition
+class TanOp(MathOp):
+    """tan(x)."""
+
+    name = "ai.tan"
+    FUNCTION: ClassVar[str] = "tan"
+    UFUNC: ClassVar[str] = "tan"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("tan", "tan", "Tan")
+
+
+@irdl_op_definition
+class AsinOp(MathOp):
+    """arcsin(x) (NaN outside [-1, 1])."""
+
+    name = "ai.asin"
+    FUNCTION: ClassVar[str] = "asin"
+    UFUNC: ClassVar[str] = "arcsin"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("asin", "arcsin", "Asin")
+
+
+@irdl_op_definition
+class AcosOp(MathOp):
+    """arccos(x) (NaN outside [-1, 1])."""
+
+    name = "ai.acos"
+    FUNCTION: ClassVar[str] = "acos"
+    UFUNC: ClassVar[str] = "arccos"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("acos", "arccos", "Acos")
+
+
+@irdl_op_definition
+class AtanOp(MathOp):
+    """arctan(x)."""
+
+    name = "ai.atan"
+    FUNCTION: ClassVar[str] = "atan"
+    UFUNC: ClassVar[str] = "arctan"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("atan", "arctan", "Atan")
+
+
+@irdl_op_definition
+class SinhOp(MathOp):
+    """sinh(x)."""
+
+    name = "ai.sinh"
+    FUNCTION: ClassVar[str] = "sinh"
+    UFUNC: ClassVar[str] = "sinh"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("sinh", "sinh", "Sinh")
+
+
+@irdl_op_definition
+class CoshOp(MathOp):
+    """cosh(x)."""
+
+    name = "ai.cosh"
+    FUNCTION: ClassVar[str] = "cosh"
+    UFUNC: ClassVar[str] = "cosh"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("cosh", "cosh", "Cosh")
+
+
+@irdl_op_definition
+class AsinhOp(MathOp):
+    """arsinh(x)."""
+
+    name = "ai.asinh"
+    FUNCTION: ClassVar[str] = "asinh"
+    UFUNC: ClassVar[str] = "arcsinh"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("asinh", "arcsinh", "Asinh")
+
+
+@irdl_op_definition
+class AcoshOp(MathOp):
+    """arcosh(x) (NaN below 1)."""
+
+    name = "ai.acosh"
+    FUNCTION: ClassVar[str] = "acosh"
+    UFUNC: ClassVar[str] = "arccosh"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("acosh", "arccosh", "Acosh")
+
+
+@irdl_op_definition
+class AtanhOp(MathOp):
+    """artanh(x) (+-inf at +-1, NaN beyond)."""
+
+    name = "ai.atanh"
+    FUNCTION: ClassVar[str] = "atanh"
+    UFUNC: ClassVar[str] = "arctanh"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("atanh", "arctanh", "Atanh")
+
+
+_TWO_23 = 8388608.0  # 2**23: every float32 of this magnitude or more is an integer
+
+
+def _to_integer(s: ScalarBuilder, x: str, direction: str) -> str:
+    """``x`` rounded to an integer ("even": to nearest, ties to even; "floor"; "ceil") in
+    float32 arithmetic every language renders alike (Numba's ``math.floor`` is an int).
+    ``(|x| + 2**23) - 2**23`` rounds |x| < 2**23 to the nearest integer, ties to even;
+    floor and ceil step back by one where that went past x; ``copysign`` gives -0.0
+    where numpy does (rint(-0.4), ceil(-0.6)); larger magnitudes, inf and NaN are x."""
+    magnitude = s.bind(s.call("fabs", x))
+    big = s.literal(_TWO_23)
+    nearest = s.bind(s.call("copysign", s.arith(s.arith(magnitude, "+", big), "-", big), x))
+    rounded = nearest
+    one = s.literal(1.0)
+    if direction == "floor":
+        stepped = s.select(s.compare(nearest, ">", x), s.arith(nearest, "-", one), nearest)
+        rounded = s.call("copysign", s.bind(stepped), x)
+    elif direction == "ceil":
+        stepped = s.select(s.compare(nearest, "<", x), s.arith(nearest, "+", one), nearest)
+        rounded = s.call("copysign", s.bind(stepped), x)
+    return s.select(s.compare(magnitude, "<", big), rounded, x)
+
+
+@irdl_op_definition
+class FloorOp(UnaryOp):
+    """The largest integer <= x (-0.0, inf and NaN stay)."""
+
+    name = "ai.floor"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("floor", "floor", "Floor")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return _to_integer(s, args[0], "floor")
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        from fusec.dialect import numpy_ops as K
+
+        return K.unary_math(args[0], np.floor)
+
+
+@irdl_op_definition
+class CeilOp(UnaryOp):
+    """The smallest integer >= x (ceil(-0.5) is -0.0; inf and NaN stay)."""
+
+    name = "ai.ceil"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("ceil", "ceil", "Ceil")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return _to_integer(s, args[0], "ceil")
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        from fusec.dialect import numpy_ops as K
+
+        return K.unary_math(args[0], np.ceil)
+
+
+@irdl_op_definition
+class RoundOp(UnaryOp):
+    """The nearest integer, halves to even (ONNX's Round, ``numpy.rint``)."""
+
+    name = "ai.round"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("round", "rint", "Round")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return _to_integer(s, args[0], "even")
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        from fusec.dialect import numpy_ops as K
+
+        return K.unary_math(args[0], np.rint)
+
+
+@irdl_op_definition
+class SignOp(UnaryOp):
+    """-1, 0 or 1 by the sign of x (0.0 for both zeros; NaN stays), as ``numpy.sign``."""
+
+    name = "ai.sign"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("sign", "sign", "Sign")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        zero = s.literal(0.0)
+        # x - x: 0.0 for both zeros, NaN for NaN
+        rest = s.select(s.compare(a, "<", zero), s.literal(-1.0), s.arith(a, "-", a))
+        return s.select(s.compare(a, ">", zero), s.literal(1.0), s.bind(rest))
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.sign(args[0])
+
+
+@irdl_op_definition
+class ReciprocalOp(UnaryOp):
+    """1 / x."""
+
+    name = "ai.reciprocal"
+    FRONTEND: ClassVar[FrontendNames] = _math_names("reciprocal", "reciprocal", "Reciprocal")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.arith(s.literal(1.0), "/", args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.reciprocal(args[0])
+
+
+def _clamp_unit(s: ScalarBuilder, y: str) -> str:
+    """``y`` clipped to [0, 1], NaN propagating (two selects in sequence)."""
+    one, zero = s.literal(1.0), s.literal(0.0)
+    upper = s.bind(s.select(s.compare(y, ">", one), one, y))
+    return s.select(s.compare(upper, "<", zero), zero, upper)
+
+
+def _linear(s: ScalarBuilder, x: str, alpha: float, beta: float) -> str:
+    return s.bind(s.arith(s.arith(s.literal(alpha), "*", x), "+", s.literal(beta)))
+
+
+@irdl_op_definition
+class HardSigmoidOp(UnaryOp):
+    """max(0, min(1, alpha * x + beta)); NaN propagates."""
+
+    name = "ai.hard_sigmoid"
+    alpha = float_prop(0.2)
+    beta = float_prop(0.5)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("hard_sigmoid")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return _clamp_unit(s, _linear(s, args[0], self.attr("alpha"), self.attr("beta")))
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.hard_sigmoid(args[0], self.attr("alpha"), self.attr("beta"))
+
+
+@irdl_op_definition
+class HardSwishOp(UnaryOp):
+    """x * hard_sigmoid(x) with alpha 1/6, beta 1/2 (MobileNetV3's h-swish)."""
+
+    name = "ai.hard_swish"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("hard_swish", onnx=("HardSwish",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        gate = s.bind(_clamp_unit(s, _linear(s, a, 1.0 / 6.0, 0.5)))
+        return _minus_zero_at_minus_inf(s, a, s.arith(a, "*", gate))
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.hard_swish(args[0])
+
+
+@irdl_op_definition
+class LeakyReluOp(UnaryOp):
+    """x where x >= 0, else alpha * x."""
+
+    name = "ai.leaky_relu"
+    alpha = float_prop(0.01)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("leaky_relu")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        scaled = s.arith(s.literal(self.attr("alpha")), "*", a)
+        return s.select(s.compare(a, "<", s.literal(0.0)), scaled, a)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.leaky_relu(args[0], self.attr("alpha"))
+
+
+@irdl_op_definition
+class PReluOp(BinaryOp):
+    """x where x >= 0, else slope * x (the slope broadcast, numpy's rules)."""
+
+    name = "ai.prelu"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("prelu", onnx=("PRelu",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        x, slope = args
+        return s.select(s.compare(x, "<", s.literal(0.0)), s.arith(slope, "*", x), x)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.prelu(*args)
+
+
+def _exponential_linear(s: ScalarBuilder, x: str, alpha: float, exponent: str) -> str:
+    """x where x > 0, else alpha * expm1(exponent) (NaN propagates through expm1)."""
+    negative = s.arith(s.literal(alpha), "*", s.call("expm1", exponent))
+    return s.select(s.compare(x, ">", s.literal(0.0)), x, negative)
+
+
+@irdl_op_definition
+class EluOp(UnaryOp):
+    """x where x > 0, else alpha * (exp(x) - 1)."""
+
+    name = "ai.elu"
+    alpha = float_prop(1.0)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("elu")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return _exponential_linear(s, args[0], self.attr("alpha"), args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.elu(args[0], self.attr("alpha"))
+
+
+_SELU_ALPHA = 1.67326319217681884765625  # ONNX's defaults, float32 values
+
+
+_SELU_GAMMA = 1.05070102214813232421875
+
+
+@irdl_op_definition
+class SeluOp(UnaryOp):
+    """gamma * (x where x > 0, else alpha * (exp(x) - 1))."""
+
+    name = "ai.selu"
+    alpha = float_prop(_SELU_ALPHA)
+    gamma = float_prop(_SELU_GAMMA)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("selu")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        inner = s.bind(_exponential_linear(s, args[0], self.attr("alpha"), args[0]))
+        return s.arith(s.literal(self.attr("gamma")), "*", inner)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.elu(args[0], self.attr("alpha"), gamma=self.attr("gamma"))
+
+
+@irdl_op_definition
+class CeluOp(UnaryOp):
+    """x where x > 0, else alpha * (exp(x / alpha) - 1)."""
+
+    name = "ai.celu"
+    alpha = float_prop(1.0)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("celu")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        alpha = self.attr("alpha")
+        return _exponential_linear(s, a, alpha, s.arith(a, "/", s.literal(alpha)))
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.elu(args[0], self.attr("alpha"), scale_input=True)
+
+
+def _softplus(s: ScalarBuilder, x: str) -> str:
+    """log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): no overflow, no cancellation."""
+    zero = s.literal(0.0)
+    positive = s.select(s.compare(x, ">", zero), x, zero)
+    return s.arith(positive, "+", s.call("log1p", s.exp(s.neg(s.call("fabs", x)))))
+
+
+@irdl_op_definition
+class SoftplusOp(UnaryOp):
+    """log(1 + exp(x)), computed without overflow."""
+
+    name = "ai.softplus"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("softplus", onnx=("Softplus",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return _softplus(s, args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.softplus(args[0])
+
+
+@irdl_op_definition
+class SoftsignOp(UnaryOp):
+    """x / (1 + |x|)."""
+
+    name = "ai.softsign"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("softsign", onnx=("Softsign",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        return s.arith(a, "/", s.arith(s.literal(1.0), "+", s.call("fabs", a)))
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.softsign(args[0])
+
+
+@irdl_op_definition
+class MishOp(UnaryOp):
+    """x * tanh(softplus(x))."""
+
+    name = "ai.mish"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("mish", onnx=("Mish",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        gate = s.bind(s.call("tanh", s.bind(_softplus(s, a))))
+        return _minus_zero_at_minus_inf(s, a, s.arith(a, "*", gate))
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.mish(args[0])
+
+
+@irdl_op_definition
+class ThresholdedReluOp(UnaryOp):
+    """x where x > alpha, else 0; NaN propagates (as ``relu`` and PyTorch's threshold)."""
+
+    name = "ai.thresholded_relu"
+    alpha = float_prop(1.0)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("thresholded_relu")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        above = s.compare(a, ">", s.literal(self.attr("alpha")))
+        return s.select(s.either(above, s.compare(a, "!=", a)), a, s.literal(0.0))
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.thresholded_relu(args[0], self.attr("alpha"))
+
+
+@irdl_op_definition
+class WhereOp(AiOp):
+    """``a`` where ``condition`` is non-zero, else ``b`` (numpy broadcasting of all three).
+
+    The condition is i1 (a comparison's result, or a bool input) or of the
+    values' element type (1/0, e.g. a constant mask or ``ai.isnan``); NaN
+    counts as true, as it is non-zero. The values may be of any element type.
+    """
+
+    name = "ai.where"
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
+    condition = operand()
+    lhs = operand()
+    rhs = operand()
+    output = result()
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("where")
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.where(*operands)
+
+    def fusion_pattern(self) -> Pattern:
+        """Elementwise when all operands have one shape, else broadcast."""
+        if len({spec_of(v.type).shape for v in self.operands}) == 1:
+            return Pattern.ELEMENTWISE
+        return Pattern.BROADCAST
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        cond, a, b = args
+        return s.select(s.compare(cond, "!=", s.literal(0.0)), a, b)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        cond, a, b = (np.asarray(x) for x in args)
+        return np.asarray(np.where(cond != 0, a, b).astype(a.dtype))

@@ -1,0 +1,444 @@
+"""Elementwise ops: ``BinaryOp`` and ``UnaryOp``, arithmetic, the common activations
+(relu, sigmoid, tanh, silu, gelu...), clip and pow."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, ClassVar
+
+from xdsl.irdl import (
+    irdl_op_definition,
+    traits_def,
+)
+from xdsl.traits import (
+    Pure,
+)
+
+from fusec.dialect import shapes
+from fusec.dialect.facts import (
+    FrontendNames,
+    Pattern,
+    ScalarBuilder,
+)
+from fusec.ir.dtypes import (
+    NUMERIC_TYPES,
+    is_float,
+)
+from fusec.ir.tensors import element_type_name as element_type_name
+from fusec.ir.tensors import spec_of as spec_of
+from fusec.ir.tensors import tensor_type as tensor_type
+
+if TYPE_CHECKING:
+    import numpy as np
+from fusec.dialect.ops.base import AiOp, Canonicalized, choice_prop, float_prop, operand, result
+
+
+class BinaryOp(AiOp):
+    """Elementwise binary op with numpy broadcasting."""
+
+    lhs = operand()
+    rhs = operand()
+    output = result()
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.elementwise_binary(cls.name, *operands)
+
+    def fusion_pattern(self) -> Pattern:
+        """Elementwise when both operands have one shape, else broadcast."""
+        if (
+            self.lhs.type == self.rhs.type
+            or spec_of(self.lhs.type).shape == spec_of(self.rhs.type).shape
+        ):
+            return Pattern.ELEMENTWISE
+        return Pattern.BROADCAST
+
+
+@irdl_op_definition
+class AddOp(BinaryOp):
+    """Elementwise a + b (numpy broadcasting)."""
+
+    name = "ai.add"
+    traits = traits_def(Pure(), Canonicalized())
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("add", ufuncs=("add",), onnx=("Add",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.arith(args[0], "+", args[1])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.add(*args)
+
+
+@irdl_op_definition
+class SubOp(BinaryOp):
+    """Elementwise a - b (numpy broadcasting)."""
+
+    name = "ai.sub"
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("sub", ufuncs=("subtract",), onnx=("Sub",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.arith(args[0], "-", args[1])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.sub(*args)
+
+
+@irdl_op_definition
+class MulOp(BinaryOp):
+    """Elementwise a * b (numpy broadcasting)."""
+
+    name = "ai.mul"
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("mul", ufuncs=("multiply",), onnx=("Mul",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.arith(args[0], "*", args[1])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.mul(*args)
+
+
+@irdl_op_definition
+class DivOp(BinaryOp):
+    """Elementwise a / b (numpy broadcasting); integers divide truncating toward zero (as
+    C and ONNX), and an integer division by zero gives 0."""
+
+    name = "ai.div"
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "div", ufuncs=("divide", "true_divide"), onnx=("Div",)
+    )
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        if not is_float(self.result_dtype()):
+            return s.int_divide(args[0], args[1])
+        return s.arith(args[0], "/", args[1])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        if not is_float(self.result_dtype()):
+            return K.int_divide(*self.typed(args))
+        return K.div(*args)
+
+
+@irdl_op_definition
+class MaximumOp(BinaryOp):
+    """Elementwise max(a, b) (numpy broadcasting); NaN propagates."""
+
+    name = "ai.maximum"
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("maximum", ufuncs=("maximum",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        # numpy's maximum: no min/max builtins, NaN propagates from either side, and a
+        # tie (-0.0 vs 0.0) gives the second operand
+        a, b = args
+        return s.select(s.either(s.compare(a, ">", b), s.compare(a, "!=", a)), a, b)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.maximum(*args)
+
+
+@irdl_op_definition
+class MinimumOp(BinaryOp):
+    """Elementwise min(a, b) (numpy broadcasting); NaN propagates."""
+
+    name = "ai.minimum"
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("minimum", ufuncs=("minimum",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        # numpy's minimum: no min/max builtins, NaN propagates from either side, and a
+        # tie (-0.0 vs 0.0) gives the second operand
+        a, b = args
+        return s.select(s.either(s.compare(a, "<", b), s.compare(a, "!=", a)), a, b)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return np.asarray(np.minimum(*args))
+
+
+class UnaryOp(AiOp):
+    """Elementwise unary op: result type equals operand type."""
+
+    input = operand()
+    output = result()
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.elementwise_unary(*operands)
+
+
+@irdl_op_definition
+class ReluOp(UnaryOp):
+    """max(x, 0); NaN propagates."""
+
+    name = "ai.relu"
+    traits = traits_def(Pure(), Canonicalized())
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("relu", onnx=("Relu",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args  # maximum(a, 0): relu(NaN) is NaN, relu(-0.0) is 0.0, as numpy
+        zero = s.literal(0.0)
+        return s.select(s.either(s.compare(a, ">", zero), s.compare(a, "!=", a)), a, zero)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.relu(*args)
+
+
+@irdl_op_definition
+class SigmoidOp(UnaryOp):
+    """1 / (1 + exp(-x))."""
+
+    name = "ai.sigmoid"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("sigmoid", onnx=("Sigmoid",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.logistic(s.literal(1.0), args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.sigmoid(*args)
+
+
+@irdl_op_definition
+class TanhOp(UnaryOp):
+    """tanh(x)."""
+
+    name = "ai.tanh"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("tanh", ufuncs=("tanh",), onnx=("Tanh",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.call("tanh", args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.tanh(*args)
+
+
+@irdl_op_definition
+class ExpOp(UnaryOp):
+    """exp(x)."""
+
+    name = "ai.exp"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("exp", ufuncs=("exp",), onnx=("Exp",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.exp(args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.exp(*args)
+
+
+@irdl_op_definition
+class SqrtOp(UnaryOp):
+    """sqrt(x) (NaN for x < 0): needed to normalise by a variance known only at run time."""
+
+    name = "ai.sqrt"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("sqrt", ufuncs=("sqrt",), onnx=("Sqrt",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.call("sqrt", args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.sqrt(*args)
+
+
+@irdl_op_definition
+class NegOp(UnaryOp):
+    """-x."""
+
+    name = "ai.neg"
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("neg", ufuncs=("negative",), onnx=("Neg",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.neg(args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return np.negative(args[0])
+
+
+@irdl_op_definition
+class AbsOp(UnaryOp):
+    """|x| (NaN stays NaN)."""
+
+    name = "ai.abs"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("abs", ufuncs=("absolute",), onnx=("Abs",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.call("fabs", args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return np.abs(args[0])
+
+
+@irdl_op_definition
+class SiluOp(UnaryOp):
+    """x * sigmoid(x)."""
+
+    name = "ai.silu"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("silu")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        return _minus_zero_at_minus_inf(s, a, s.logistic(a, a))
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.silu(*args)
+
+
+def _minus_zero_at_minus_inf(s: ScalarBuilder, x: str, value: str) -> str:
+    """``x * f(x)`` activations tend to -0 as x -> -inf, where the formula gives
+    -inf * 0 = NaN: the limit, as the reference computes it."""
+    return s.select(s.compare(x, "==", s.literal(-math.inf)), s.literal(-0.0), value)
+
+
+_SQRT1_2 = 0.7071067811865476
+
+
+_GELU_TANH_2C = 2.0 * math.sqrt(2.0 / math.pi)  # 2 * sqrt(2/pi): the x*sigmoid(2u) form
+
+
+@irdl_op_definition
+class GeluOp(UnaryOp):
+    """GELU: exact (erf) by default, or the tanh approximation."""
+
+    name = "ai.gelu"
+    approximate = choice_prop("none", "none", "tanh")
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("gelu")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        if self.attr("approximate") == "tanh":
+            # 0.5*x*(1 + tanh(u)) == x * sigmoid(2u): exact, and no cancellation
+            cube = s.arith(s.arith(s.arith(s.literal(0.044715), "*", a), "*", a), "*", a)
+            u2 = s.arith(s.literal(_GELU_TANH_2C), "*", s.arith(a, "+", cube))
+            value = s.logistic(a, u2)
+        else:
+            # 0.5*x*(1 + erf(x/sqrt2)) == 0.5*x*erfc(-x/sqrt2): no cancellation for x < 0
+            erfc = s.call("erfc", s.arith(s.neg(a), "*", s.literal(_SQRT1_2)))
+            value = s.arith(s.arith(s.literal(0.5), "*", a), "*", erfc)
+        return _minus_zero_at_minus_inf(s, a, value)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.gelu(args[0], approximate=self.attr("approximate"))
+
+
+@irdl_op_definition
+class ErfOp(UnaryOp):
+    """The error function erf(x)."""
+
+    name = "ai.erf"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("erf", onnx=("Erf",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.call("erf", args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.erf(*args)
+
+
+@irdl_op_definition
+class IsNanOp(UnaryOp):
+    """1 where x is NaN, else 0, in x's element type: a condition for ``ai.where``
+    (the dialect's tensors are float; a boolean is 0 or 1)."""
+
+    name = "ai.isnan"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("isnan")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        return s.select(s.compare(a, "!=", a), s.literal(1.0), s.literal(0.0))
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        x = np.asarray(args[0])
+        return np.isnan(x).astype(x.dtype)
+
+
+@irdl_op_definition
+class ClipOp(UnaryOp):
+    """``x`` clipped to [min, max], constant bounds (default: none), as ``numpy.clip``:
+    a value within the bounds is kept as it is (``clip(-0.0, 0, 6)`` is -0.0, unlike
+    ``maximum(-0.0, 0.0)``), NaN propagates."""
+
+    name = "ai.clip"
+    min = float_prop(-math.inf)
+    max = float_prop(math.inf)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("clip")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        (a,) = args
+        value = a
+        if self.attr("max") != math.inf:
+            high = s.literal(self.attr("max"))
+            value = s.select(s.compare(value, ">", high), high, value)
+            if self.attr("min") != -math.inf:
+                value = s.bind(value)  # two selects in sequence, not nested
+        if self.attr("min") != -math.inf:
+            low = s.literal(self.attr("min"))
+            value = s.select(s.compare(a, "<", low), low, value)
+        return value
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        x = np.asarray(args[0])
+        low, high = (x.dtype.type(self.attr(k)) for k in ("min", "max"))
+        return np.clip(x, low, high).astype(x.dtype)
+
+
+@irdl_op_definition
+class PowOp(BinaryOp):
+    """Elementwise a ** b (numpy broadcasting; C's powf: NaN for a negative base and a
+    non-integer exponent)."""
+
+    name = "ai.pow"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("pow", ufuncs=("power",))
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.call("pow", *args)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        with np.errstate(all="ignore"):
+            return np.asarray(np.power(*args))

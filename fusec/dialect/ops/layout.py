@@ -1,0 +1,193 @@
+"""Layout ops: reshape, transpose, slice, concat, gather (views where they can be)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from xdsl.dialects.builtin import (
+    TensorType,
+)
+from xdsl.ir import SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_op_definition,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.traits import (
+    Pure,
+)
+
+from fusec.dialect import shapes
+from fusec.dialect.facts import (
+    FrontendNames,
+    Pattern,
+)
+from fusec.dialect.shapes import ShapeError
+from fusec.ir.dtypes import (
+    ALL_TYPES,
+)
+from fusec.ir.tensors import element_type_name as element_type_name
+from fusec.ir.tensors import spec_of as spec_of
+from fusec.ir.tensors import tensor_type as tensor_type
+
+if TYPE_CHECKING:
+    import numpy as np
+from fusec.dialect.ops.base import (
+    AiOp,
+    Canonicalized,
+    _property_problem,
+    int_array_prop,
+    int_prop,
+    operand,
+    python_value,
+    result,
+)
+
+
+@irdl_op_definition
+class ReshapeOp(AiOp):
+    """The same elements in row-major order under the static shape ``shape``."""
+
+    name = "ai.reshape"
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
+    input = operand()
+    output = result()
+    shape = int_array_prop()
+    traits = traits_def(Pure(), Canonicalized())
+
+    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("reshape")
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.reshape(*operands, **attrs)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return np.reshape(args[0], self.attr("shape"))
+
+
+@irdl_op_definition
+class TransposeOp(AiOp):
+    """Permuted dims: result dim i is input dim ``perm[i]``."""
+
+    name = "ai.transpose"
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
+    input = operand()
+    output = result()
+    perm = int_array_prop()
+    traits = traits_def(Pure(), Canonicalized())
+
+    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("transpose")
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.transpose(*operands, **attrs)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return np.ascontiguousarray(np.transpose(args[0], self.attr("perm")))
+
+
+@irdl_op_definition
+class SliceOp(AiOp):
+    """A strided sub-tensor: along dim d, elements ``offsets[d] + i * strides[d]`` for
+    i < ``sizes[d]`` (as ``tensor.extract_slice``; a stride may be negative)."""
+
+    name = "ai.slice"
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
+    input = operand()
+    output = result()
+    offsets = int_array_prop()
+    sizes = int_array_prop()
+    strides = int_array_prop()
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("slice")
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.slice_(*operands, **attrs)
+
+    def index(self) -> tuple[slice, ...]:
+        """The numpy index of the slice."""
+        out = []
+        for start, size, step in zip(
+            self.attr("offsets"), self.attr("sizes"), self.attr("strides"), strict=True
+        ):
+            stop = start + size * step
+            out.append(slice(start, None if stop < 0 else stop, step))
+        return tuple(out)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return np.ascontiguousarray(np.asarray(args[0])[self.index()])
+
+
+@irdl_op_definition
+class ConcatOp(AiOp):
+    """The operands joined along ``axis`` (their other dims agree)."""
+
+    name = "ai.concat"
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
+    inputs = var_operand_def(TensorType)
+    output = result()
+    axis = int_prop(0)
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("concat")
+
+    def __init__(self, *operands: SSAValue, **attrs: Any) -> None:
+        properties = self.encode_attrs(attrs)
+        specs = [spec_of(v.type) for v in operands]
+        result_type = tensor_type(self.infer_spec(specs, properties, None))
+        IRDLOperation.__init__(
+            self, operands=[list(operands)], result_types=[result_type], properties=properties
+        )
+
+    @classmethod
+    def infer_spec(cls, operands, properties, to_type):
+        attr = properties.get("axis")
+        prop = cls.declared_properties()["axis"]
+        if attr is not None and (problem := _property_problem("axis", prop, attr)) is not None:
+            raise ShapeError(f"{cls.name}: {problem}")
+        axis = python_value(attr if attr is not None else prop.default_value)
+        cls.check_dtypes(operands)
+        return shapes.concat(operands, axis=axis)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return np.concatenate(args, axis=self.attr("axis"))
+
+
+@irdl_op_definition
+class GatherOp(AiOp):
+    """The slices ``indices`` (constants) of dim ``axis``, in that order."""
+
+    name = "ai.gather"
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
+    input = operand()
+    output = result()
+    axis = int_prop(0)
+    indices = int_array_prop()
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("gather")
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.gather(*operands, **attrs)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return np.take(args[0], list(self.attr("indices")), axis=self.attr("axis"))

@@ -1,0 +1,202 @@
+"""Comparisons and logic (i1 results), and mod."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from xdsl.irdl import (
+    irdl_op_definition,
+)
+
+from fusec.dialect import shapes
+from fusec.dialect.facts import (
+    FrontendNames,
+    ScalarBuilder,
+)
+from fusec.ir.dtypes import (
+    ALL_TYPES,
+    INT_TYPES,
+    NUMERIC_TYPES,
+)
+from fusec.ir.tensors import element_type_name as element_type_name
+from fusec.ir.tensors import spec_of as spec_of
+from fusec.ir.tensors import tensor_type as tensor_type
+
+if TYPE_CHECKING:
+    import numpy as np
+from fusec.dialect.ops.base import bool_prop
+from fusec.dialect.ops.elementwise import BinaryOp, UnaryOp
+
+
+class CompareOp(BinaryOp):
+    """A comparison of two tensors of one element type (broadcast); the result is i1."""
+
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    SYMBOL: ClassVar[str] = "=="
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.compare(cls.name, *operands)
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.compare(args[0], self.SYMBOL, args[1])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        a, b = self.typed(args)
+        return np.asarray(getattr(np, _COMPARE[self.SYMBOL])(a, b))
+
+
+#: The numpy ufunc of each comparison, by name (numpy is imported when one runs).
+_COMPARE = {
+    "==": "equal", "<": "less", ">": "greater", "<=": "less_equal", ">=": "greater_equal",
+}  # fmt: skip
+
+
+@irdl_op_definition
+class EqualOp(CompareOp):
+    """a == b, elementwise (i1; NaN equals nothing)."""
+
+    name = "ai.equal"
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
+    SYMBOL: ClassVar[str] = "=="
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("equal", ufuncs=("equal",), onnx=("Equal",))
+
+
+@irdl_op_definition
+class LessOp(CompareOp):
+    """a < b, elementwise (i1)."""
+
+    name = "ai.less"
+    SYMBOL: ClassVar[str] = "<"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("less", ufuncs=("less",), onnx=("Less",))
+
+
+@irdl_op_definition
+class GreaterOp(CompareOp):
+    """a > b, elementwise (i1)."""
+
+    name = "ai.greater"
+    SYMBOL: ClassVar[str] = ">"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "greater", ufuncs=("greater",), onnx=("Greater",)
+    )
+
+
+@irdl_op_definition
+class LessEqualOp(CompareOp):
+    """a <= b, elementwise (i1)."""
+
+    name = "ai.less_equal"
+    SYMBOL: ClassVar[str] = "<="
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "less_equal", ufuncs=("less_equal",), onnx=("LessOrEqual",)
+    )
+
+
+@irdl_op_definition
+class GreaterEqualOp(CompareOp):
+    """a >= b, elementwise (i1)."""
+
+    name = "ai.greater_equal"
+    SYMBOL: ClassVar[str] = ">="
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "greater_equal", ufuncs=("greater_equal",), onnx=("GreaterOrEqual",)
+    )
+
+
+@irdl_op_definition
+class NotOp(UnaryOp):
+    """Logical not of an i1 tensor."""
+
+    name = "ai.not"
+    DTYPES: ClassVar[tuple[str, ...]] = ("i1",)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "logical_not", ufuncs=("logical_not",), onnx=("Not",)
+    )
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.negate(args[0])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return np.asarray(np.logical_not(*self.typed(args)))
+
+
+@irdl_op_definition
+class AndOp(BinaryOp):
+    """Logical and of two i1 tensors (broadcast)."""
+
+    name = "ai.and"
+    DTYPES: ClassVar[tuple[str, ...]] = ("i1",)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "logical_and", ufuncs=("logical_and",), onnx=("And",)
+    )
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        a, b = args  # not (not a or not b): the builder's conditions are either/negate
+        return s.negate(s.either(s.negate(a), s.negate(b)))
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return np.asarray(np.logical_and(*self.typed(args)))
+
+
+@irdl_op_definition
+class OrOp(BinaryOp):
+    """Logical or of two i1 tensors (broadcast)."""
+
+    name = "ai.or"
+    DTYPES: ClassVar[tuple[str, ...]] = ("i1",)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "logical_or", ufuncs=("logical_or",), onnx=("Or",)
+    )
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.either(args[0], args[1])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return np.asarray(np.logical_or(*self.typed(args)))
+
+
+@irdl_op_definition
+class XorOp(BinaryOp):
+    """Logical exclusive or of two i1 tensors (broadcast)."""
+
+    name = "ai.xor"
+    DTYPES: ClassVar[tuple[str, ...]] = ("i1",)
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        "logical_xor", ufuncs=("logical_xor",), onnx=("Xor",)
+    )
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.compare(args[0], "!=", args[1])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return np.asarray(np.logical_xor(*self.typed(args)))
+
+
+@irdl_op_definition
+class ModOp(BinaryOp):
+    """Integer remainder (broadcast): with the sign of b (Python's ``%``, ONNX ``fmod=0``),
+    or of a with ``fmod`` (C's ``%``); 0 where b is 0."""
+
+    name = "ai.mod"
+    fmod = bool_prop(False)
+    DTYPES: ClassVar[tuple[str, ...]] = INT_TYPES
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("mod")
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.int_remainder(args[0], args[1], floored=not self.attr("fmod"))
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.int_remainder(*self.typed(args), floored=not self.attr("fmod"))
