@@ -19,17 +19,15 @@ from fusec.dialect.facts import (
     Pattern,
     ScalarBuilder,
 )
+from fusec.dialect.ops.base import AiOp, float_prop, operand, result
+from fusec.dialect.ops.elementwise import BinaryOp, UnaryOp, _minus_zero_at_minus_inf
 from fusec.ir.dtypes import (
     ALL_TYPES,
 )
-from fusec.ir.tensors import element_type_name as element_type_name
-from fusec.ir.tensors import spec_of as spec_of
-from fusec.ir.tensors import tensor_type as tensor_type
+from fusec.ir.tensors import spec_of
 
 if TYPE_CHECKING:
     import numpy as np
-from fusec.dialect.ops.base import AiOp, float_prop, operand, result
-from fusec.dialect.ops.elementwise import BinaryOp, UnaryOp, _minus_zero_at_minus_inf
 
 
 class MathOp(UnaryOp):

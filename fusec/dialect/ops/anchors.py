@@ -21,18 +21,6 @@ from fusec.dialect.facts import (
     Pattern,
     ScalarBuilder,
 )
-from fusec.ir.dtypes import (
-    ALL_TYPES,
-    NUMERIC_TYPES,
-    is_float,
-    numpy_dtype,
-)
-from fusec.ir.tensors import element_type_name as element_type_name
-from fusec.ir.tensors import spec_of as spec_of
-from fusec.ir.tensors import tensor_type as tensor_type
-
-if TYPE_CHECKING:
-    import numpy as np
 from fusec.dialect.ops.base import (
     AiOp,
     Canonicalized,
@@ -43,6 +31,16 @@ from fusec.dialect.ops.base import (
     operand,
     result,
 )
+from fusec.ir.dtypes import (
+    ALL_TYPES,
+    NUMERIC_TYPES,
+    is_float,
+    numpy_dtype,
+)
+from fusec.ir.tensors import spec_of, tensor_type
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @irdl_op_definition

@@ -20,17 +20,15 @@ from fusec.dialect.facts import (
     Pattern,
     ScalarBuilder,
 )
+from fusec.dialect.ops.base import AiOp, Canonicalized, choice_prop, float_prop, operand, result
 from fusec.ir.dtypes import (
     NUMERIC_TYPES,
     is_float,
 )
-from fusec.ir.tensors import element_type_name as element_type_name
-from fusec.ir.tensors import spec_of as spec_of
-from fusec.ir.tensors import tensor_type as tensor_type
+from fusec.ir.tensors import spec_of
 
 if TYPE_CHECKING:
     import numpy as np
-from fusec.dialect.ops.base import AiOp, Canonicalized, choice_prop, float_prop, operand, result
 
 
 class BinaryOp(AiOp):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from xdsl.dialects.builtin import (
     FunctionType,
@@ -32,12 +31,6 @@ from xdsl.utils.exceptions import VerifyException
 from fusec.dialect.facts import (
     FUSED_KINDS,
 )
-from fusec.ir.tensors import element_type_name as element_type_name
-from fusec.ir.tensors import spec_of as spec_of
-from fusec.ir.tensors import tensor_type as tensor_type
-
-if TYPE_CHECKING:
-    pass
 from fusec.dialect.ops.activations import (
     AcoshOp,
     AcosOp,

@@ -18,17 +18,15 @@ from fusec.dialect.facts import (
     Pattern,
     ScalarBuilder,
 )
+from fusec.dialect.ops.base import AiOp, bool_prop, int_array_prop, int_prop, operand, result
 from fusec.ir.dtypes import (
     ALL_TYPES,
     NUMERIC_TYPES,
 )
-from fusec.ir.tensors import element_type_name as element_type_name
-from fusec.ir.tensors import spec_of as spec_of
-from fusec.ir.tensors import tensor_type as tensor_type
+from fusec.ir.tensors import spec_of
 
 if TYPE_CHECKING:
     import numpy as np
-from fusec.dialect.ops.base import AiOp, bool_prop, int_array_prop, int_prop, operand, result
 
 
 @irdl_op_definition

@@ -23,16 +23,6 @@ from fusec.dialect.facts import (
     FrontendNames,
     Pattern,
 )
-from fusec.dialect.shapes import ShapeError
-from fusec.ir.dtypes import (
-    ALL_TYPES,
-)
-from fusec.ir.tensors import element_type_name as element_type_name
-from fusec.ir.tensors import spec_of as spec_of
-from fusec.ir.tensors import tensor_type as tensor_type
-
-if TYPE_CHECKING:
-    import numpy as np
 from fusec.dialect.ops.base import (
     AiOp,
     Canonicalized,
@@ -43,6 +33,14 @@ from fusec.dialect.ops.base import (
     python_value,
     result,
 )
+from fusec.dialect.shapes import ShapeError
+from fusec.ir.dtypes import (
+    ALL_TYPES,
+)
+from fusec.ir.tensors import spec_of, tensor_type
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @irdl_op_definition

@@ -13,19 +13,16 @@ from fusec.dialect.facts import (
     FrontendNames,
     ScalarBuilder,
 )
+from fusec.dialect.ops.base import bool_prop
+from fusec.dialect.ops.elementwise import BinaryOp, UnaryOp
 from fusec.ir.dtypes import (
     ALL_TYPES,
     INT_TYPES,
     NUMERIC_TYPES,
 )
-from fusec.ir.tensors import element_type_name as element_type_name
-from fusec.ir.tensors import spec_of as spec_of
-from fusec.ir.tensors import tensor_type as tensor_type
 
 if TYPE_CHECKING:
     import numpy as np
-from fusec.dialect.ops.base import bool_prop
-from fusec.dialect.ops.elementwise import BinaryOp, UnaryOp
 
 
 class CompareOp(BinaryOp):

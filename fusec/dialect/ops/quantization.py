@@ -19,14 +19,12 @@ from fusec.dialect.facts import (
     Pattern,
     ScalarBuilder,
 )
+from fusec.dialect.ops.base import AiOp, Canonicalized, bool_prop, int_prop, operand, result
 from fusec.dialect.shapes import TensorSpec
-from fusec.ir.tensors import element_type_name as element_type_name
-from fusec.ir.tensors import spec_of as spec_of
-from fusec.ir.tensors import tensor_type as tensor_type
+from fusec.ir.tensors import spec_of
 
 if TYPE_CHECKING:
     import numpy as np
-from fusec.dialect.ops.base import AiOp, Canonicalized, bool_prop, int_prop, operand, result
 
 _QUANTIZED_ON_TARGETS = (
     "no cuda kernel template converts the quantized element types (float8, int8) yet "

@@ -17,13 +17,11 @@ from fusec.dialect.facts import (
     FrontendNames,
     Pattern,
 )
-from fusec.ir.tensors import element_type_name as element_type_name
-from fusec.ir.tensors import spec_of as spec_of
-from fusec.ir.tensors import tensor_type as tensor_type
+from fusec.dialect.ops.base import AiOp, bool_prop, int_array_prop, operand, result
+from fusec.ir.tensors import spec_of
 
 if TYPE_CHECKING:
     import numpy as np
-from fusec.dialect.ops.base import AiOp, bool_prop, int_array_prop, operand, result
 
 
 class ReduceOp(AiOp):
