@@ -5,25 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from xdsl.irdl import (
-    irdl_op_definition,
-    traits_def,
-)
-from xdsl.traits import (
-    Pure,
-)
+from xdsl.irdl import irdl_op_definition, traits_def
+from xdsl.traits import Pure
 
 from fusec.dialect import shapes
-from fusec.dialect.facts import (
-    FrontendNames,
-    Pattern,
-    ScalarBuilder,
-)
+from fusec.dialect.facts import FrontendNames, Pattern, ScalarBuilder
 from fusec.dialect.ops.base import AiOp, float_prop, operand, result
 from fusec.dialect.ops.elementwise import BinaryOp, UnaryOp, _minus_zero_at_minus_inf
-from fusec.ir.dtypes import (
-    ALL_TYPES,
-)
+from fusec.ir.dtypes import ALL_TYPES
 from fusec.ir.tensors import spec_of
 
 if TYPE_CHECKING:

@@ -7,20 +7,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar
 
 from xdsl.ir import SSAValue
-from xdsl.irdl import (
-    irdl_op_definition,
-    traits_def,
-)
-from xdsl.traits import (
-    Pure,
-)
+from xdsl.irdl import irdl_op_definition, traits_def
+from xdsl.traits import Pure
 
 from fusec.dialect import shapes
-from fusec.dialect.facts import (
-    FrontendNames,
-    Pattern,
-    ScalarBuilder,
-)
+from fusec.dialect.facts import FrontendNames, Pattern, ScalarBuilder
 from fusec.dialect.ops.base import (
     AiOp,
     Canonicalized,
@@ -31,12 +22,7 @@ from fusec.dialect.ops.base import (
     operand,
     result,
 )
-from fusec.ir.dtypes import (
-    ALL_TYPES,
-    NUMERIC_TYPES,
-    is_float,
-    numpy_dtype,
-)
+from fusec.ir.dtypes import ALL_TYPES, NUMERIC_TYPES, is_float, numpy_dtype
 from fusec.ir.tensors import spec_of, tensor_type
 
 if TYPE_CHECKING:

@@ -32,24 +32,13 @@ from xdsl.irdl import (
 from xdsl.parser import Parser
 from xdsl.pattern_rewriter import RewritePattern
 from xdsl.printer import Printer
-from xdsl.traits import (
-    HasCanonicalizationPatternsTrait,
-)
+from xdsl.traits import HasCanonicalizationPatternsTrait
 from xdsl.utils.exceptions import VerifyException
 
 from fusec.dialect import shapes
-from fusec.dialect.facts import (
-    NO_TARGETS,
-    FrontendNames,
-    Pattern,
-    ScalarBuilder,
-)
+from fusec.dialect.facts import NO_TARGETS, FrontendNames, Pattern, ScalarBuilder
 from fusec.dialect.shapes import ShapeError, TensorSpec
-from fusec.ir.dtypes import (
-    FLOAT_TYPES,
-    is_float,
-    numpy_dtype,
-)
+from fusec.ir.dtypes import FLOAT_TYPES, is_float, numpy_dtype
 from fusec.ir.tensors import element_type_name as element_type_name
 from fusec.ir.tensors import spec_of as spec_of
 from fusec.ir.tensors import tensor_type as tensor_type

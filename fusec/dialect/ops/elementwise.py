@@ -6,25 +6,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, ClassVar
 
-from xdsl.irdl import (
-    irdl_op_definition,
-    traits_def,
-)
-from xdsl.traits import (
-    Pure,
-)
+from xdsl.irdl import irdl_op_definition, traits_def
+from xdsl.traits import Pure
 
 from fusec.dialect import shapes
-from fusec.dialect.facts import (
-    FrontendNames,
-    Pattern,
-    ScalarBuilder,
-)
+from fusec.dialect.facts import FrontendNames, Pattern, ScalarBuilder
 from fusec.dialect.ops.base import AiOp, Canonicalized, choice_prop, float_prop, operand, result
-from fusec.ir.dtypes import (
-    NUMERIC_TYPES,
-    is_float,
-)
+from fusec.ir.dtypes import NUMERIC_TYPES, is_float
 from fusec.ir.tensors import spec_of
 
 if TYPE_CHECKING:

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from xdsl.dialects.builtin import (
-    FunctionType,
-    StringAttr,
-    TensorType,
-)
+from xdsl.dialects.builtin import FunctionType, StringAttr, TensorType
 from xdsl.ir import Attribute, Block, Dialect, Region, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
@@ -21,16 +17,10 @@ from xdsl.irdl import (
 )
 from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.traits import (
-    HasParent,
-    IsolatedFromAbove,
-    IsTerminator,
-)
+from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator
 from xdsl.utils.exceptions import VerifyException
 
-from fusec.dialect.facts import (
-    FUSED_KINDS,
-)
+from fusec.dialect.facts import FUSED_KINDS
 from fusec.dialect.ops.activations import (
     AcoshOp,
     AcosOp,

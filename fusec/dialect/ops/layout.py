@@ -4,25 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from xdsl.dialects.builtin import (
-    TensorType,
-)
+from xdsl.dialects.builtin import TensorType
 from xdsl.ir import SSAValue
-from xdsl.irdl import (
-    IRDLOperation,
-    irdl_op_definition,
-    traits_def,
-    var_operand_def,
-)
-from xdsl.traits import (
-    Pure,
-)
+from xdsl.irdl import IRDLOperation, irdl_op_definition, traits_def, var_operand_def
+from xdsl.traits import Pure
 
 from fusec.dialect import shapes
-from fusec.dialect.facts import (
-    FrontendNames,
-    Pattern,
-)
+from fusec.dialect.facts import FrontendNames, Pattern
 from fusec.dialect.ops.base import (
     AiOp,
     Canonicalized,
@@ -34,9 +22,7 @@ from fusec.dialect.ops.base import (
     result,
 )
 from fusec.dialect.shapes import ShapeError
-from fusec.ir.dtypes import (
-    ALL_TYPES,
-)
+from fusec.ir.dtypes import ALL_TYPES
 from fusec.ir.tensors import spec_of, tensor_type
 
 if TYPE_CHECKING:

@@ -4,22 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from xdsl.irdl import (
-    irdl_op_definition,
-)
+from xdsl.irdl import irdl_op_definition
 
 from fusec.dialect import shapes
-from fusec.dialect.facts import (
-    FrontendNames,
-    ScalarBuilder,
-)
+from fusec.dialect.facts import FrontendNames, ScalarBuilder
 from fusec.dialect.ops.base import bool_prop
 from fusec.dialect.ops.elementwise import BinaryOp, UnaryOp
-from fusec.ir.dtypes import (
-    ALL_TYPES,
-    INT_TYPES,
-    NUMERIC_TYPES,
-)
+from fusec.ir.dtypes import ALL_TYPES, INT_TYPES, NUMERIC_TYPES
 
 if TYPE_CHECKING:
     import numpy as np

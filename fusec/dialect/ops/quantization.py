@@ -5,20 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from xdsl.irdl import (
-    irdl_op_definition,
-    traits_def,
-)
-from xdsl.traits import (
-    Pure,
-)
+from xdsl.irdl import irdl_op_definition, traits_def
+from xdsl.traits import Pure
 
 from fusec.dialect import shapes
-from fusec.dialect.facts import (
-    FrontendNames,
-    Pattern,
-    ScalarBuilder,
-)
+from fusec.dialect.facts import FrontendNames, Pattern, ScalarBuilder
 from fusec.dialect.ops.base import AiOp, Canonicalized, bool_prop, int_prop, operand, result
 from fusec.dialect.shapes import TensorSpec
 from fusec.ir.tensors import spec_of

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from xdsl.irdl import (
-    irdl_op_definition,
-    traits_def,
-)
-from xdsl.traits import (
-    Pure,
-)
+from xdsl.irdl import irdl_op_definition, traits_def
+from xdsl.traits import Pure
 
 from fusec.dialect import shapes
-from fusec.dialect.facts import (
-    FrontendNames,
-    Pattern,
-)
+from fusec.dialect.facts import FrontendNames, Pattern
 from fusec.dialect.ops.base import AiOp, bool_prop, int_array_prop, operand, result
 from fusec.ir.tensors import spec_of
 
