@@ -190,3 +190,37 @@ def test_planar_register_tiles_rule():
         run_pipeline(module)
         source = Program(module, target="cpu", cache=None).kernels[0].source
         assert (PLANE in source) == tiles and LANES not in source
+
+
+@pytest.mark.parametrize("channels", [40, 96])  # a ragged last block; blocks of fewer than 32
+def test_lanes_with_a_constant_weight_packed_once(channels):
+    """A constant weight: packed once per program tap-major per block of channels
+    (layout "depthwise_lanes:<block>", ``depthwise.pack_lanes``), read in place; against
+    the float64 reference on fresh random inputs, outputs poisoned."""
+    rng = np.random.default_rng(channels)
+    weight = rng.standard_normal((channels, 1, 5, 5)).astype(np.float32)
+    bias = rng.standard_normal(channels).astype(np.float32)
+    x, wt, y = _t((1, channels, 4, 4)), _t(weight.shape), _t((1, channels, 4, 4))
+
+    def dense(a):
+        return f"dense<{a.astype(np.float64).tolist()}> : {_t(a.shape)}"
+
+    text = f"""
+func.func @f(%x: {x}) -> {y} {{
+  %w = arith.constant {dense(weight)}
+  %b = arith.constant {dense(bias)}
+  %c = ai.conv2d %x, %w {{padding = array<i64: 2, 2, 2, 2>, groups = {channels}}} : {x} * {wt}
+  %a = ai.bias_add %c, %b : {y} * {_t((channels,))}
+  return %a : {y}
+}}"""
+    module = parse(text)
+    run_pipeline(module)
+    program = Program(module, target="cpu", cache=None)
+    (kernel,) = [k for k in program.kernels if k.kind == "conv"]
+    assert LANES in kernel.source and "wt = in1[g // " in kernel.source
+    assert any(layout.startswith("depthwise_lanes:") for _, layout in kernel.prepared_inputs)
+    inputs = random_inputs(entry_function(module), 5)
+    (got,) = program(inputs, alloc=poison)
+    (want,) = run_reference(module, inputs, precision="float64")
+    assert np.isfinite(got).all()
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-6

@@ -99,8 +99,9 @@ class CpuBackend:
     def prepare(self, layout: str, array: np.ndarray) -> np.ndarray:
         """``array`` in ``layout``, flat float32: "strips" (a GEMM's B as ``gemm_packed``
         reads it), "strips_t" (the same from B^T), "strips_kcrs" (a K x C x R x S conv
-        weight as the B^T of a (C*R*S) x K GEMM) or "winograd:<groups>[:4]" (3x3 conv
-        weights as G g G^T, ``winograd.prepare_winograd``)."""
+        weight as the B^T of a (C*R*S) x K GEMM), "winograd:<groups>[:4]" (3x3 conv
+        weights as G g G^T, ``winograd.prepare_winograd``) or "depthwise_lanes:<block>"
+        (a depthwise weight tap-major per block of channels, ``depthwise.pack_lanes``)."""
         from fusec.targets.cpu.microkernel import pack_strips
         from fusec.targets.cpu.winograd import prepare_winograd
 
@@ -110,6 +111,10 @@ class CpuBackend:
             return pack_strips(_as_f32(array).reshape(array.shape[0], -1), transposed=True)
         if layout.startswith("winograd:"):
             return prepare_winograd(layout, array)
+        if layout.startswith("depthwise_lanes:"):
+            from fusec.targets.cpu.depthwise import pack_lanes
+
+            return pack_lanes(_as_f32(array), int(layout.split(":")[1]))
         raise ValueError(f"the cpu backend has no layout {layout!r}")
 
 

@@ -861,9 +861,12 @@ class DepthwiseBlocks(ConvBlocks):
     """Blocks of whole channel planes of a depthwise ``ai.conv2d`` (one input and one
     output channel a group, ``conv_method`` "depthwise"): direct multiply-adds, no GEMM."""
 
-    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
+    def __init__(
+        self, op, reads, workspace: Workspace, a_array, c_array, c_local, weights=None
+    ) -> None:
         """Blocks of ``cb`` whole channel planes of one image (``DEPTHWISE_PIXELS``, and
-        at least ``MIN_BLOCKS`` blocks when there are enough planes)."""
+        at least ``MIN_BLOCKS`` blocks when there are enough planes); a constant weight
+        (``weights``: its input index) of the lanes form is packed once (``pack_lanes``)."""
         self._read_op(op, reads, c_array, c_local)
         planes, p = self.n * self.k, self.oh * self.ow
         #: short output rows: the block's channels in the vector lanes (``depthwise``)
@@ -880,6 +883,9 @@ class DepthwiseBlocks(ConvBlocks):
         hp = (self.oh - 1) * self.sh + (self.r - 1) * self.dh + 1
         wp = (self.ow - 1) * self.sw + (self.s - 1) * self.dw + 1
         self.xpad_shape = (hp, wp)
+        self.packed = self.lanes and weights is not None
+        if self.packed:
+            self.prepared = ((weights, f"depthwise_lanes:{cb}"),)
         if self.lanes:
             self.imports = (abi.import_line("depthwise_taps_row"),)
             kernel, strides, dilations = (self.r, self.s), (self.sh, self.sw), (self.dh, self.dw)
@@ -945,6 +951,7 @@ class DepthwiseBlocks(ConvBlocks):
             strides=(self.sh, self.sw),
             dilations=(self.dh, self.dw),
             pads=(self.pt, self.pl),
+            block=self.cb if self.packed else 0,
         )
 
     def _channel_rows(self) -> tuple[str, str]:
@@ -1204,7 +1211,7 @@ def conv_blocks(
     weights = (constants or {}).get(reads.get(op.operands[1], ""))
     method = conv_method(op, weights is not None)
     if method == "depthwise":
-        return DepthwiseBlocks(op, reads, workspace, a_array, c_array, c_local)
+        return DepthwiseBlocks(op, reads, workspace, a_array, c_array, c_local, weights)
     if method == "channels":
         return ChannelBlocks(op, reads, workspace, a_array, c_array, c_local)
     if method == "im2row":

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 #: Output rows of at most this many pixels take the lanes form (``takes_lanes``)...
 LANES_MAX_OW = 8
 #: ... and rows of at most this many that are not whole 8-float vectors.
@@ -74,11 +76,14 @@ def lanes_lines(
     strides: tuple[int, int],
     dilations: tuple[int, int],
     pads: tuple[int, int],
+    block: int = 0,
 ) -> list[str]:
     """Lines computing channels ``g <= ch < g1`` of image ``n`` (names the block's decode
     binds) into ``out`` at ``out_row`` (an expression of ``ch``: the channel's first
     output pixel there), from the flat input ``x`` (N x C x H x W) and weight ``w``
-    (C x 1 x R x S), through the workspace arrays ``xpad``, ``wt`` and ``ot``."""
+    (C x 1 x R x S), through the workspace arrays ``xpad``, ``wt`` and ``ot``. With
+    ``block`` (the blocks' channels), ``w`` is the constant weight packed once by
+    ``pack_lanes`` and ``wt`` a view of it, not a copy made per block."""
     r, s = kernel
     sh, sw = strides
     dh, dw = dilations
@@ -98,9 +103,15 @@ def lanes_lines(
         f"        src = (n * {c} + g) * {h * wd} + i * {wd} + j",
         "        for c in range(cn):",
         f"            xpad[U(d + c)] = {x}[U(src + c * {h * wd})]",
-        "for c in range(cn):",
-        f"    for tap in range({taps}):",
-        f"        wt[U(tap * {cb} + c)] = {w}[U((g + c) * {taps} + tap)]",
+        *(
+            [f"wt = {w}[g // {block} * {taps * cb}:]"]  # packed once (pack_lanes)
+            if block
+            else [
+                "for c in range(cn):",
+                f"    for tap in range({taps}):",
+                f"        wt[U(tap * {cb} + c)] = {w}[U((g + c) * {taps} + tap)]",
+            ]
+        ),
         f"for oh in range({oh}):",
         f"    depthwise_taps_row(xpad, oh * {sh * wp * cb}, {sw * cb}, {s}, {dh * wp * cb},"
         f" {dw * cb}, {taps}, wt, ot, oh * {ow * cb}, {ow})",
@@ -122,3 +133,17 @@ def lanes_workspace(
     """The workspace arrays of a lanes block of ``cb`` channels: (name, floats)."""
     hp, wp = lanes_shapes(oh, ow, *kernel, strides[0], strides[1], dilations[0], dilations[1])
     return [("xpad", hp * wp * cb), ("wt", kernel[0] * kernel[1] * cb), ("ot", oh * ow * cb)]
+
+
+def pack_lanes(weight: np.ndarray, block: int) -> np.ndarray:
+    """A constant depthwise weight (C x 1 x R x S) as ``lanes_lines`` reads it with
+    ``block`` channels a block: per block, tap-major ``taps x LANES_CHANNELS`` floats,
+    the lanes past the block's channels zero (the layout "depthwise_lanes:<block>")."""
+    c = weight.shape[0]
+    flat = np.asarray(weight, dtype=np.float32).reshape(c, -1)
+    blocks = -(-c // block)
+    packed = np.zeros((blocks, flat.shape[1], LANES_CHANNELS), np.float32)
+    for b in range(blocks):
+        part = flat[b * block : (b + 1) * block]
+        packed[b, :, : part.shape[0]] = part.T
+    return packed.reshape(-1)
