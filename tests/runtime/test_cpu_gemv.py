@@ -82,6 +82,9 @@ def test_constant_weight_of_ragged_width_packed_once(
     source = kernel.source
     assert "gemm_packed(r1 - r0," in source and "sgemm(" not in source, source
     assert "c0 = blk" in source, source  # the columns split between the blocks
+    # the layout named in the source (the kernel cache's key): kernels cached with the
+    # zero-padded last strip of b7dc5da must not be reused
+    assert "B's last strip: a window on its last columns" in source, source
     ((index, layout),) = kernel.prepared_inputs
     assert layout == ("strips_t" if transpose_b else "strips")
     weight = program.launches[0].operands[index]

@@ -321,10 +321,11 @@ class MatmulBlocks(BlockedCore):
         if self.packed:  # strip s of B starts at s * STRIP * k: column c0 at c0 * k
             b_off = f"c0 * {k}" if self.ncb > 1 else "0"
             a_args, c_args = f"{a}, {a_off}, {lda}", f"{self.c_array}, {c_off}, {ldc}"
-            return [
-                *gather,
-                f"gemm_packed(r1 - r0, {cols}, {k}, {a_args}, {b}, {b_off}, {c_args})",
-            ]
+            call = f"gemm_packed(r1 - r0, {cols}, {k}, {a_args}, {b}, {b_off}, {c_args})"
+            if n % host.STRIP:  # named in the source, so in the kernel cache's key: kernels
+                # cached with a gemm_packed of the zero-padded last strip (b7dc5da) miss
+                call += "  # B's last strip: a window on its last columns"
+            return [*gather, call]
         operands = f"{a}, {a_off}, {lda}, {b}, {b_off}, {ldb}, {self.c_array}, {c_off}, {ldc}"
         if self.nn:
             return [*gather, f"gemm_nn(r1 - r0, {cols}, {k}, {operands})"]
