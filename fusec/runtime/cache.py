@@ -4,7 +4,8 @@ Location: ``$FUSEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/fusec`` (when absolute, a
 XDG Base Directory specification has it), else ``~/.cache/fusec`` (``cache_root``).
 Every entry is named by a key hashing what determines the compiled code: the kernel
 source, the target, the device (CPU model or GPU compute capability), the fusec
-version and the Numba version.
+version and the Numba version; a kernel module's key also holds the digest of the fusec
+sources it runs besides its text (``module_key``).
 
 **Only a private folder is used, and every entry is authenticated.** What the
 cache loads is executed: generated modules are imported, Numba's cache files
@@ -103,6 +104,17 @@ def cache_key(*parts: str | bytes) -> str:
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
     return digest.hexdigest()
+
+
+def module_key(source: str, target: str, device: str | None = None) -> str:
+    """The key of a generated kernel module: its text, target and device (the host CPU
+    when None), and the digest of the fusec sources it runs besides its text
+    (``source_digest.kernel_layer_digest``: Numba compiles them into the module's
+    cached code, so an edit of one must not load the old code)."""
+    from fusec.runtime.source_digest import kernel_layer_digest
+
+    device = cpu_device() if device is None else device
+    return cache_key(source, target, device, kernel_layer_digest(target))
 
 
 # --------------------------------------------------------------- trusting a folder
@@ -292,8 +304,7 @@ class KernelCache:
     # ----------------------------------------------------------- kernel modules
     def load_module(self, source: str, *, target: str = "cpu", device: str | None = None):
         """Import the generated module ``source`` (once per process, once per disk entry)."""
-        device = cpu_device() if device is None else device
-        key = cache_key(source, target, device)
+        key = module_key(source, target, device)
         with self._lock:
             module = self._modules.get(key)
             if module is None:
@@ -305,8 +316,7 @@ class KernelCache:
         """Whether the module of ``source`` is imported in this process or stored in the
         folder (then its compiled code loads from Numba's cache files beside it, unless
         the process that wrote it died before them)."""
-        device = cpu_device() if device is None else device
-        key = cache_key(source, target, device)
+        key = module_key(source, target, device)
         return key in self._modules or self._module_path(key, target).exists()
 
     def _module_path(self, key: str, target: str) -> Path:

@@ -95,6 +95,7 @@ def kernel_signature(spec: LinkedKernel) -> str:
 def build(spec: LinkedKernel, cache: Any = None) -> Build:
     """The linked cubin of ``spec`` (from the blob cache when it was built before)."""
     from fusec.runtime.cache import cache_key, default_cache
+    from fusec.runtime.source_digest import kernel_layer_digest
     from fusec.targets.cuda.env import cuda_support
 
     reason = cuda_support()
@@ -103,7 +104,9 @@ def build(spec: LinkedKernel, cache: Any = None) -> Build:
     cache = cache if cache is not None else default_cache()
     source = spec.cpp_source()
     versions = _tool_versions()
-    key = cache_key(source, python_source(spec, "<cu>"), ARCH, versions, "gemm-cubin")
+    # the Numba wrapper calls the kernel layer's Python intrinsics: their digest too
+    layer = kernel_layer_digest("cuda")
+    key = cache_key(source, python_source(spec, "<cu>"), ARCH, versions, layer, "gemm-cubin")
     logs: list[str] = []
 
     def link() -> bytes:
@@ -156,10 +159,12 @@ def linked_ptx(spec: LinkedKernel, cache: Any = None) -> str:
     """PTX of the whole kernel after link-time optimisation (the Numba kernel with the C++
     inlined), as nvJitLink hands it to ptxas: what ``--emit ptx`` shows. No GPU needed."""
     from fusec.runtime.cache import cache_key, default_cache
+    from fusec.runtime.source_digest import kernel_layer_digest
 
     cache = cache if cache is not None else default_cache()
     source = spec.cpp_source()
-    key = cache_key(source, python_source(spec, "<cu>"), ARCH, _tool_versions(), "gemm-ptx")
+    layer = kernel_layer_digest("cuda")
+    key = cache_key(source, python_source(spec, "<cu>"), ARCH, _tool_versions(), layer, "gemm-ptx")
     ptx = cache.get_or_build(key, lambda: _link(spec, source, cache, "ptx")[0])
     return ptx.replace(b"\x00", b"").decode()
 

@@ -80,12 +80,13 @@ def emit_ptx(kernel: KernelSource, cc: tuple[int, int] = (9, 0), cache: Any = No
     ``cuda`` extra). Stored in the kernel cache's blob store.
     """
     from fusec.runtime.cache import cache_key, default_cache
+    from fusec.runtime.source_digest import kernel_layer_digest
 
     require_cuda_compiler("cannot emit PTX")
     if simulator_enabled():
         raise FusecError("cannot emit PTX under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
     cache = cache if cache is not None else default_cache()
-    key = cache_key(kernel.source, "ptx", f"sm_{cc[0]}{cc[1]}")
+    key = cache_key(kernel.source, "ptx", f"sm_{cc[0]}{cc[1]}", kernel_layer_digest("cuda"))
 
     def build() -> bytes:
         cuda = numba_cuda()
