@@ -22,8 +22,9 @@ HMAC under the cache's key, since it is unpickled) holding the buffer plan, each
 launch's ``KernelSource``, the argument specs and the SHA-256 and size of
 ``programs/<key>.npy``, the packed constants (laid-out weights included) that a hit
 maps copy-on-write (``np.load(mmap_mode="c")``: shared with the page cache, no copy)
-once their SHA-256 matches (that reads them once: ~0.25 s for BERT-base's 328 MB). Both are written whole to a temporary name and renamed, the constants first, so
-a reader finds a plan only with its constants. A plan that does not verify, a
+once their SHA-256 matches (that reads them once: ~0.25 s for BERT-base's 328 MB).
+Both are written whole to a temporary name and renamed, the constants first, so a
+reader finds a plan only with its constants. A plan that does not verify, a
 constants file of another digest or size, or a record of another format is ignored:
 the model is compiled again and the entry rewritten (never a wrong program).
 
