@@ -1016,7 +1016,21 @@ class DepthwiseBlocks(ConvBlocks):
         ]
 
 
-class ChannelBlocks(ConvBlocks):
+class WholePlaneBlocks(ConvBlocks):
+    """Blocks that read the input and weight as they are (no staged copy, no
+    workspace set up at launch): the base of ChannelBlocks and PixelRowsBlocks."""
+
+    def launch_lines(self) -> list[str]:
+        return []
+
+    def entry_lines(self, scratch: EntryScratch) -> list[str] | None:
+        return []
+
+    def arrays(self) -> list[str]:
+        return [self.reads[v] for v in self.op.operands]
+
+
+class ChannelBlocks(WholePlaneBlocks):
     """Blocks of output channels of one image's whole plane (``conv_method``
     "channels"): ``gemm_nn`` of the block's rows of the weight (``K/B x C*R*S``, read
     as it is) by the plane's columns (``C*R*S x P``: the input itself for a 1x1,
@@ -1072,15 +1086,6 @@ class ChannelBlocks(ConvBlocks):
     def _channel_rows(self) -> tuple[str, str]:
         return "k1 - k0", "k0"
 
-    def launch_lines(self) -> list[str]:
-        return []
-
-    def entry_lines(self, scratch: EntryScratch) -> list[str] | None:
-        return []
-
-    def arrays(self) -> list[str]:
-        return [self.reads[v] for v in self.op.operands]
-
     def compute(self) -> list[str]:
         x, w = (self.reads[v] for v in self.op.operands)
         p, crs = self.pixels, self.crs
@@ -1124,7 +1129,7 @@ class ChannelBlocks(ConvBlocks):
         ]
 
 
-class PixelRowsBlocks(ConvBlocks):
+class PixelRowsBlocks(WholePlaneBlocks):
     """Blocks of one image's few output pixels and a range of output channels
     (``conv_method`` "im2row"): the pixels' patches as the rows of ``rows`` (P x
     C*R*S), ``gemm_packed`` by the constant weight (K x C*R*S, packed by the Program
@@ -1168,15 +1173,6 @@ class PixelRowsBlocks(ConvBlocks):
 
     def _channel_rows(self) -> tuple[str, str]:
         return "g1 - g", "g"
-
-    def launch_lines(self) -> list[str]:
-        return []
-
-    def entry_lines(self, scratch: EntryScratch) -> list[str] | None:
-        return []
-
-    def arrays(self) -> list[str]:
-        return [self.reads[v] for v in self.op.operands]
 
     def compute(self) -> list[str]:
         """``rows[p, (c*R + r)*S + s]``: the input under tap (r, s) of pixel p's window
