@@ -441,14 +441,21 @@ class ScaleAfterMatmul(Recognition):
                     source = moved.results[0]
                 operands[index] = source
                 scales.append(c)
-        if not scales:
-            return
-        new.append(matmul := ai.MatmulOp(*operands, **_matmul_attrs(op)))
-        result = matmul.results[0]
-        for c in scales:
-            new.append(scaled := ai.MulOp(result, c))
-            result = scaled.results[0]
-        self.rewrite(rewriter, op, new, result)
+        if scales:
+            self.rewrite(rewriter, op, *_scaled_matmul(op, operands, scales, new))
+
+
+def _scaled_matmul(
+    op: ai.MatmulOp, operands: list[SSAValue], scales: list[SSAValue], new: list[Operation]
+) -> tuple[list[Operation], SSAValue]:
+    """``new`` extended by ``matmul(*operands)`` (``op``'s attributes) times each scale
+    in turn, and the last product: the scales in the matmul's epilogue."""
+    new.append(matmul := ai.MatmulOp(*operands, **_matmul_attrs(op)))
+    result = matmul.results[0]
+    for scale in scales:
+        new.append(scaled := ai.MulOp(result, scale))
+        result = scaled.results[0]
+    return new, result
 
 
 _LAYOUT = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp)
@@ -511,14 +518,8 @@ class ScalesAfterQuantizedMatmul(Recognition):
             new.append(plain := ai.DequantizeOp(dq.input, ones.results[0], dq.zero_point, **layout))
             operands[index] = plain.results[0]
             scales.append(scale)
-        if not scales:
-            return
-        new.append(matmul := ai.MatmulOp(*operands, **_matmul_attrs(op)))
-        result = matmul.results[0]
-        for scale in scales:
-            new.append(scaled := ai.MulOp(result, scale))
-            result = scaled.results[0]
-        self.rewrite(rewriter, op, new, result)
+        if scales:
+            self.rewrite(rewriter, op, *_scaled_matmul(op, operands, scales, new))
 
 
 def _factors_out(dq: ai.DequantizeOp, matmul: ai.MatmulOp, index: int) -> bool:
