@@ -31,8 +31,10 @@ they save: hence only short output rows (``takes_lanes``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where a weight is packed: generating the text needs none
+    import numpy as np
 
 #: Output rows of at most this many pixels take the lanes form (``takes_lanes``)...
 LANES_MAX_OW = 8
@@ -139,6 +141,8 @@ def pack_lanes(weight: np.ndarray, block: int) -> np.ndarray:
     """A constant depthwise weight (C x 1 x R x S) as ``lanes_lines`` reads it with
     ``block`` channels a block: per block, tap-major ``taps x LANES_CHANNELS`` floats,
     the lanes past the block's channels zero (the layout "depthwise_lanes:<block>")."""
+    import numpy as np
+
     c = weight.shape[0]
     flat = np.asarray(weight, dtype=np.float32).reshape(c, -1)
     blocks = -(-c // block)
