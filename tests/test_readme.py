@@ -528,16 +528,16 @@ NUMBER_WORDS = {"five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 1
 
 
 def test_the_cpu_conv_methods_the_readme_counts_are_conv_methods():
-    """ "A conv takes one of seven methods (`fusec/targets/cpu/conv.py`, `conv_method`
+    """ "A conv takes one of seven methods (`fusec/targets/cpu/conv/choice.py`, `conv_method`
     ...)": as many as the names ``conv_method`` returns, so that a method added there
     without its line in the README fails here (issue #26: the README named one
     method of five)."""
     import inspect
     import textwrap
 
-    from fusec.targets.cpu import conv
+    from fusec.targets.cpu.conv import choice
 
-    tree = ast.parse(textwrap.dedent(inspect.getsource(conv.conv_method)))
+    tree = ast.parse(textwrap.dedent(inspect.getsource(choice.conv_method)))
     methods = {
         node.value
         for ret in ast.walk(tree)
@@ -546,7 +546,9 @@ def test_the_cpu_conv_methods_the_readme_counts_are_conv_methods():
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
     }
     text = " ".join(README.read_text().split())
-    match = re.search(r"A conv takes one of (\w+) methods \(`fusec/targets/cpu/conv\.py`", text)
+    match = re.search(
+        r"A conv takes one of (\w+) methods \(`fusec/targets/cpu/conv/choice\.py`", text
+    )
     assert match is not None, "the README no longer counts the cpu conv methods: update this"
     assert NUMBER_WORDS.get(match[1]) == len(methods), (
         f"README.md says {match[1]} conv methods; conv_method returns {sorted(methods)}"

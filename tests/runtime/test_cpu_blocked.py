@@ -27,9 +27,12 @@ from fusec.runtime.reference import run_reference
 from fusec.targets.cpu import attention as cpu_attention
 from fusec.targets.cpu import blas as cpu_blas
 from fusec.targets.cpu import buffers as cpu_buffers
-from fusec.targets.cpu import conv as cpu_conv
 from fusec.targets.cpu import matmul as cpu_matmul
 from fusec.targets.cpu import microkernel
+from fusec.targets.cpu.conv import choice as conv_choice
+from fusec.targets.cpu.conv import gemm as conv_gemm
+from fusec.targets.cpu.conv import planes as conv_planes
+from fusec.targets.cpu.conv import transforms as conv_transforms
 from fusec.tools.runner import random_inputs
 
 
@@ -42,7 +45,7 @@ def cache(tmp_path_factory) -> KernelCache:
 def four_blocks_at_least(monkeypatch):
     """The block counts below as on a 4-thread pool, whatever this machine's
     (``MIN_BLOCKS`` follows Numba's thread count): ragged splits on small shapes."""
-    for module in (cpu_matmul, cpu_conv, cpu_attention):
+    for module in (cpu_matmul, conv_choice, conv_gemm, conv_planes, cpu_attention):
         monkeypatch.setattr(module, "MIN_BLOCKS", 4)
 
 
@@ -535,14 +538,14 @@ def test_conv_channel_blocks_against_float64_reference(cache, case):
     "channels"): gemm_nn of the weight's rows by the input in place (1x1, stride 1,
     unpadded) or by the plane's im2col; conv + bias + relu at f32 tolerance against the
     float64 reference on fresh random inputs with poisoned outputs."""
-    assert cpu_conv.conv_method(_conv_op(case)) == "channels"
+    assert conv_choice.conv_method(_conv_op(case)) == "channels"
     program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
     source = program.kernels[0].source
     in_place = case[5][1:] == (1, 1) and case[0] == (1, 1) and not any(case[1])
     how = "the input in place" if in_place else "im2col of the plane"
     assert f"pixels: gemm_nn by {how}" in source
     assert ("cols = ws[" in source) == (not in_place)
-    per = -(-case[5][0] // cpu_conv.channel_blocks())  # channels a block
+    per = -(-case[5][0] // conv_choice.channel_blocks())  # channels a block
     assert _blocks(program) == -(-case[5][0] // per)
 
 
@@ -658,13 +661,13 @@ def test_conv_weights_as_an_argument_are_transformed_at_each_launch(cache):
 @pytest.mark.parametrize("case", sampled(CONVS, 3))  # every 3rd by default, all: slow
 def test_conv_blocks(cache, case):
     program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
-    method = cpu_conv.conv_method(_conv_op(case))
+    method = conv_choice.conv_method(_conv_op(case))
     depthwise, winograd, taps = (method == m for m in ("depthwise", "winograd", "taps"))
     im2col = method == "im2col"
     source = program.kernels[0].source
     images = "images: their pixels side by side" in source
     n, (oh, ow) = case[4][0], program.kernels[0].outputs[0].shape[2:]
-    assert images == (n > 1 and oh * ow <= cpu_conv.SMALL_PLANE and method != "depthwise")
+    assert images == (n > 1 and oh * ow <= conv_choice.SMALL_PLANE and method != "depthwise")
     assert ("(depthwise)" in source) == depthwise
     assert not depthwise or not re.search(r"\bs?gemm(_nn)?\(", source)  # no GEMM at all
     assert ("cols = ws[" in source) == (im2col or images)
@@ -736,7 +739,7 @@ def test_winograd_matrices_start_in_16_different_l1_lines(rows, pitch):
     """The 16 matrices of wv (wm) start in 16 different 64-byte lines of a 4 KiB window:
     at a multiple of 4 KiB apart (64 x 96 floats) the transforms' 16 streams shared one
     L1 set and the conv ran 2.3x slower."""
-    stride = cpu_conv.winograd_stride(rows, pitch)
+    stride = conv_transforms.winograd_stride(rows, pitch)
     assert stride >= rows * pitch and stride % 16 == 0
     assert len({e * stride // 16 % 64 for e in range(16)}) == 16
 
@@ -745,7 +748,7 @@ def test_winograd_matrices_start_in_16_different_l1_lines(rows, pitch):
 def test_conv_winograd_blocks_of_at_most_winograd_tiles(cache, monkeypatch, tiles, rows):
     """20 tiles a row: 96 tiles a block -> 4 tile rows (8 output rows), 256 -> 12 (24 rows,
     then a ragged block of 16); both against the float64 reference with poisoned outputs."""
-    monkeypatch.setattr(cpu_conv, "WINOGRAD_TILES", tiles)
+    monkeypatch.setattr(conv_gemm, "WINOGRAD_TILES", tiles)
     text = _conv_text(((1, 1), (1, 1), (1, 1), 1, (4, 16, 40, 40), (8, 3, 3)), "f32")
     module = wrap_group(text, "conv")
     program = Program(module, target="cpu", cache=cache)
@@ -765,7 +768,7 @@ def test_winograd_filters_match_the_float64_matrix_product(groups, kg, cg):
 
     w = np.random.default_rng(kg * cg).standard_normal(groups * kg * cg * 9)
     w = w.astype(np.float32)
-    gw = np.array(cpu_conv.WINOGRAD_G)
+    gw = np.array(conv_transforms.WINOGRAD_G)
     ref = gw @ w.reshape(groups, kg, cg, 3, 3).astype(np.float64) @ gw.T
     ref = ref.transpose(0, 3, 4, 1, 2).astype(np.float32).reshape(-1)
     out = winograd_filters(w, groups, kg, cg)
@@ -801,7 +804,7 @@ def _conv_op(case):
 )
 def test_conv_method_rule(method, case):
     """The rule ``conv_method`` states, one convolution per clause."""
-    assert cpu_conv.conv_method(_conv_op(case)) == method
+    assert conv_choice.conv_method(_conv_op(case)) == method
 
 
 @pytest.mark.parametrize(
@@ -836,11 +839,11 @@ def test_conv_method_rule_with_constant_weights(method, case):
     and im2row need the constant (the Program transforms or packs it once): the same
     convolution with the weight an argument takes F(2x2, 3x3) or im2col."""
     op = _conv_op(case)
-    assert cpu_conv.conv_method(op, constant_weight=True) == method
+    assert conv_choice.conv_method(op, constant_weight=True) == method
     if method == "winograd4":
-        assert cpu_conv.conv_method(op) == "winograd"
+        assert conv_choice.conv_method(op) == "winograd"
     if method == "im2row":
-        assert cpu_conv.conv_method(op) in ("winograd", "im2col")
+        assert conv_choice.conv_method(op) in ("winograd", "im2col")
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

@@ -16,8 +16,10 @@ from fusec.ir.module import entry_function
 from fusec.runtime.cache import KernelCache
 from fusec.runtime.launch import Program
 from fusec.runtime.reference import run_reference
-from fusec.targets.cpu import conv as cpu_conv
 from fusec.targets.cpu import depthwise
+from fusec.targets.cpu.conv import choice as conv_choice
+from fusec.targets.cpu.conv import gemm as conv_gemm
+from fusec.targets.cpu.conv import planes as conv_planes
 from fusec.tools.runner import random_inputs
 
 LANES = "the channels in vector lanes"
@@ -32,7 +34,8 @@ def cache(tmp_path_factory) -> KernelCache:
 @pytest.fixture(autouse=True)
 def four_blocks_at_least(monkeypatch):
     """Block counts as on a 4-thread pool: several blocks, a ragged last one."""
-    monkeypatch.setattr(cpu_conv, "MIN_BLOCKS", 4)
+    for module in (conv_choice, conv_gemm, conv_planes):
+        monkeypatch.setattr(module, "MIN_BLOCKS", 4)
 
 
 def _t(shape, dtype="f32"):

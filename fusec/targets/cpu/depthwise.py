@@ -1,6 +1,6 @@
 """A depthwise convolution's small planes with the channels in the vector lanes.
 
-The depthwise method of ``fusec.targets.cpu.conv`` (``DepthwiseBlocks``) computes each
+The depthwise method of ``fusec.targets.cpu.conv`` (``planes.DepthwiseBlocks``) computes each
 channel plane on its own, vectorised along the output rows. An output row of 4 or 8
 pixels (MobileNetV3's and EfficientNet's late stages, ConvNeXt's 7x7 on 8x8 and 4x4 at
 128x128) fills no vector: the row loop runs scalar, and a 5x5 or 7x7 tap sum is a chain

@@ -62,7 +62,7 @@ def _tile_finite(y, at, pitch, m):
 
 @sealed_njit
 def winograd_filters(w, groups, kg, cg):
-    """``G g G^T`` (``conv.WINOGRAD_G``) of each filter of ``w`` (flat ``groups x kg x cg
+    """``G g G^T`` (``conv.transforms.WINOGRAD_G``) of each filter of ``w`` (flat ``groups x kg x cg
     x 3 x 3``), as float32 ``[g, a, b, k, c]``: for each group and element (a, b) of the
     4x4 transform, the ``kg x cg`` matrix the block's sgemms multiply by.
 
@@ -104,7 +104,7 @@ def winograd_filters(w, groups, kg, cg):
 
 
 #: G of F(4x4, 3x3) (Lavin and Gray; points 0, +-1, +-2, infinity): ``fusec.targets.cpu.
-#: conv`` generates its B^T and A^T (F(2x2, 3x3)'s G is ``conv.WINOGRAD_G``).
+#: conv`` generates its B^T and A^T (F(2x2, 3x3)'s G is ``conv.transforms.WINOGRAD_G``).
 WINOGRAD4_G = (
     (1 / 4, 0.0, 0.0),
     (-1 / 6, -1 / 6, -1 / 6),

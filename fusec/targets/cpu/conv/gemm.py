@@ -1,9 +1,9 @@
-"""cpu template for "conv" groups: per block of output rows, one or more GEMMs + epilogue.
+"""The cpu conv methods by blocks of output rows: one or more GEMMs + epilogue a block.
 
-``conv_method`` states which of eight ways a convolution takes (depthwise, blocks of
-output channels, direct, im2row, Winograd F(4x4, 3x3) or F(2x2, 3x3), one sgemm per
-tap, im2col); the im2col way is described here, the others in ``ConvBlocks`` and its
-subclasses. A batch of small planes (late CNN
+``conv_method`` (``choice``) states which of eight ways a convolution takes (depthwise,
+blocks of output channels, direct, im2row, Winograd F(4x4, 3x3) or F(2x2, 3x3), one
+sgemm per tap, im2col); the im2col way is described here, the others in ``ConvBlocks``
+and its subclasses (``planes``). A batch of small planes (late CNN
 layers) takes blocks of several images instead of output rows of one
 (``images_per_block``).
 
@@ -53,53 +53,34 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from fusec.codegen import KernelSource
 from fusec.codegen.expr import shape_of
-from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
-from fusec.targets.cpu import abi, depthwise, host
+from fusec.targets.cpu import abi, host
 from fusec.targets.cpu.blocked import (
     MIN_BLOCKS,
     BlockedCore,
     EpilogueRows,
     Workspace,
-    generate_core_group,
     merge_last_two,
     merges_hw,
     row_loop,
 )
+from fusec.targets.cpu.conv.choice import SMALL_PLANE, conv_method, images_per_block
+from fusec.targets.cpu.conv.transforms import at, bt, transform_2d, winograd_stride
 from fusec.targets.cpu.entry import EntryScratch, transpose_lines
 from fusec.targets.cpu.rows import RowBlock
 
 #: Target size of a block's im2col columns.
 COLS_BYTES = 1 << 20
-#: Pixels a block of a convolution by one GEMM gathers from several images when the
-#: planes are small (``images_per_block``).
-IMAGE_PIXELS = 256
-#: Batched convolutions whose output planes have at most this many pixels go by
-#: im2col over blocks of images, not by Winograd or taps (whose blocks hold one image:
-#: a 2x2 output is one Winograd tile, 16 GEMMs of one column).
-SMALL_PLANE = 16
 #: An im2col block of at most this many output channels (a group's) whose output rows
 #: are whole vectors runs its GEMM in ``gemm_nn`` (reading the columns in place), not
 #: sgemm: ResNet's 7x7 stride-2 stem, 16 x 147 x 512 per block, 44 us in sgemm, 25 in
 #: gemm_nn (one thread; the kernel 76 -> 58 us). Larger blocks are not measured.
 COLS_NN_ROWS = 64
-#: Output pixels of a depthwise block (whole channel planes, as many as fit): enough
-#: work per block that taking it costs little.
-DEPTHWISE_PIXELS = 4096
-#: One image's plane of at most this many output pixels, whole vectors of ``gemm_nn``,
-#: goes by ``"channels"`` (blocks of output channels; ``_IN_PLACE``: a 1x1 convolution
-#: that reads its input as it is).
-CHANNEL_PIXELS, CHANNEL_PIXELS_IN_PLACE = 64, 256
 #: Output pixels (padded-width rows) per block of a stride-1 convolution by taps: the
 #: best of 2-16 rows at 56x56 (C = K = 64, 3x3), measured single-threaded, was 2-4 rows
 #: of 58 (19.3 ms against 21.9 at 8 rows and 24.2 for im2col blocks).
 TAP_PIXELS = 256
-
-
-def generate(fused_op, name: str) -> KernelSource:
-    return generate_core_group(fused_op, name, "conv", ai.Conv2DOp, conv_blocks)
 
 
 #: Winograd blocks: tiles (2x2 output pixels each) per block, at most; and the most bytes
@@ -119,12 +100,9 @@ WINOGRAD_NN_PAD = 1.25
 #: one-tile blocks: batch 32 34 ms in gemm_nn, 74 in sgemm; ResNet-18's 4x4 outputs,
 #: 64 x 64, 4 tiles a block: 2.3 ms in sgemm, 2.7 in gemm_nn).
 WINOGRAD_SGEMM_MIN = 1024
-#: F(2x2, 3x3) (Lavin and Gray): V = B^T d B of each 4x4 input tile d, U = G g G^T of
-#: each 3x3 filter g, the 2x2 output tile A^T (U * V) A; the products summed over input
-#: channels are 16 GEMMs. Rows of B^T and A^T as the generated code spells them out.
-WINOGRAD_G = ((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0))
-#: F(4x4, 3x3), the same with 6x6 input tiles and 4x4 output tiles (points 0, +-1, +-2
-#: and infinity; G in ``winograd.WINOGRAD4_G``): 36 GEMMs for 16 outputs, 4x fewer
+#: F(4x4, 3x3), as F(2x2, 3x3) (``transforms.WINOGRAD_G``) with 6x6 input tiles and 4x4
+#: output tiles (points 0, +-1, +-2 and infinity; G in ``winograd.WINOGRAD4_G``): 36
+#: GEMMs for 16 outputs, 4x fewer
 #: multiplications than a direct 3x3 (F(2x2, 3x3): 2.25x), and per output fewer
 #: transform loads and stores (36 / 16 a tile against 16 / 4). Its rounding error is
 #: larger (the transforms scale by up to 8, the filters by 1/24), within 1e-4 (tested).
@@ -132,166 +110,6 @@ WINOGRAD_G = ((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0
 #: thread, least thread CPU time of 21 calls (load average 4-5 on 2 cores): 28 tiles a
 #: block (2 tile rows of 14) 9.35 ms, 56: 8.21, 84: 9.17, 112: 8.69; F(2x2, 3x3) 10.38.
 WINOGRAD4_TILES = 64
-#: F(4x4, 3x3) takes convolutions whose output planes are at least this high and wide
-#: (a smaller plane wastes much of its 4x4 tiles) and whose weights are constants (the
-#: Program transforms them once, in float64: no compiled per-launch transform).
-WINOGRAD4_MIN_PLANE = 8
-
-
-def _bt(m: int, d: Sequence[str], t: str) -> tuple[list[str], list[str]]:
-    """B^T of F(m x m, 3x3) applied to the ``m + 2`` values ``d``: statements binding
-    temporaries named ``t...`` and the ``m + 2`` result expressions."""
-    if m == 2:
-        return [], [f"{d[0]} - {d[2]}", f"{d[1]} + {d[2]}", f"{d[2]} - {d[1]}", f"{d[1]} - {d[3]}"]
-    lines = [
-        f"{t}p = {d[4]} - f32(4.0) * {d[2]}",
-        f"{t}q = {d[3]} - f32(4.0) * {d[1]}",
-        f"{t}u = {d[4]} - {d[2]}",
-        f"{t}v = f32(2.0) * ({d[3]} - {d[1]})",
-    ]
-    return lines, [
-        f"f32(4.0) * {d[0]} - f32(5.0) * {d[2]} + {d[4]}",
-        f"{t}p + {t}q",
-        f"{t}p - {t}q",
-        f"{t}u + {t}v",
-        f"{t}u - {t}v",
-        f"f32(4.0) * {d[1]} - f32(5.0) * {d[3]} + {d[5]}",
-    ]
-
-
-def _at(m: int, v: Sequence[str], t: str) -> tuple[list[str], list[str]]:
-    """A^T of F(m x m, 3x3) applied to the ``m + 2`` values ``v``: temporaries ``t...``
-    and the ``m`` result expressions."""
-    if m == 2:
-        return [], [f"{v[0]} + {v[1]} + {v[2]}", f"{v[1]} - {v[2]} - {v[3]}"]
-    lines = [
-        f"{t}a = {v[1]} + {v[2]}",
-        f"{t}b = {v[1]} - {v[2]}",
-        f"{t}c = {v[3]} + {v[4]}",
-        f"{t}d = {v[3]} - {v[4]}",
-    ]
-    return lines, [
-        f"{v[0]} + {t}a + {t}c",
-        f"{t}b + f32(2.0) * {t}d",
-        f"{t}a + f32(4.0) * {t}c",
-        f"{t}b + f32(8.0) * {t}d + {v[5]}",
-    ]
-
-
-def _transform_2d(
-    one_d, m: int, x: Sequence[Sequence[str]], out: Sequence[Sequence[str]]
-) -> list[str]:
-    """Statements computing ``T x T^T`` of the square tile ``x`` (names, ``x[row][col]``)
-    for the 1-D transform ``one_d`` (``_bt`` or ``_at``), assigned to ``out[a][b]``:
-    first down the columns (``T`` times each column), then along the rows."""
-    lines: list[str] = []
-    cols = len(x[0])
-    mid: list[list[str]] = []
-    for j in range(cols):
-        temps, exprs = one_d(m, [row[j] for row in x], f"c{j}")
-        lines += temps
-        names = [f"h{a}_{j}" for a in range(len(exprs))]
-        lines += [f"{name} = {e}" for name, e in zip(names, exprs, strict=True)]
-        mid.append(names)
-    for a in range(len(mid[0])):
-        temps, exprs = one_d(m, [mid[j][a] for j in range(cols)], f"r{a}")
-        lines += temps
-        lines += [f"{out[a][b]} = {e}" for b, e in enumerate(exprs)]
-    return lines
-
-
-def winograd_stride(rows: int, pitch: int) -> int:
-    """Floats from one of a block's 16 Winograd matrices (``rows`` rows of ``pitch``, in
-    ``wv`` or ``wm``) to the next: rounded up to an odd number of 64-byte lines, so that
-    the 16 start in 16 different lines of a 4 KiB window (``e * odd`` differs mod 64 for
-    every ``e``). The transforms touch all 16 at the same column: 16 streams that, a
-    multiple of 4 KiB apart, fall into one set of the 8-way L1 (64 rows of 96: the conv
-    ran 2.3x slower, benchmarks/results/cpu-notes.md)."""
-    lines = -(-rows * pitch // 16)
-    return 16 * (lines | 1)
-
-
-def conv_method(op, constant_weight: bool = False) -> str:
-    """How the cpu target computes an ``ai.conv2d``, by this rule (first match wins;
-    ``constant_weight``: its weight is a constant of the program):
-
-    * ``"depthwise"``: one input and one output channel a group (MobileNet's 3x3 convs,
-      any kernel, stride, padding and dilation): a direct loop per output row, each tap
-      a multiply-add of a (strided) input row segment, vectorised along the row; a
-      GEMM of 1 x 1 matrices per tap is all call overhead (as Winograd, MobileNetV2
-      at batch 32: ~23 of its 38 ms, benchmarks/results/cpu-notes.md);
-    * ``"channels"``: one image, one group, an output plane of whole ``gemm_nn``
-      vectors of at most ``CHANNEL_PIXELS`` pixels (``CHANNEL_PIXELS_IN_PLACE`` for a
-      1x1, stride-1, unpadded kernel, which reads its input as it is): blocks of
-      output channels over the whole plane (``ChannelBlocks``), so that each thread
-      reads its part of the weight once; split by pixel rows, every block read and
-      packed all of it (``benchmarks/cpu_conv_layers.py``, ResNet-50's convs at 128x128,
-      batch 1, one thread, loaded machine, minima before / after, ms, onnxruntime's
-      in brackets: 512 -> 2048 1x1 on 4x4 0.81 / 0.33 (0.29), 256 3x3 on 8x8 (Winograd
-      before) 0.77 / 0.49 (0.46), 1024 -> 256 1x1 on 8x8 0.31 / 0.21 (0.22); the whole
-      model 0.53x -> 0.83x of onnxruntime's speed; the 1x1s on 32x32 planes were level
-      or slower, the 3x3s on 16x16 slower than Winograd: they stay as they were);
-    * ``"direct"``: a 1x1 kernel, stride 1, no padding: one sgemm reads the input as
-      it is (it already is the ``C x pixels`` matrix);
-    * ``"im2row"``: one image, one group, a small output plane (``SMALL_PLANE`` pixels:
-      ResNet's last stages at batch 1), a constant weight of whole ``gemm_packed``
-      strips of output channels: the plane's pixels as rows, times the weight packed
-      once (``PixelRowsBlocks``); Winograd computed one-tile GEMMs, im2col repacked
-      the weight in sgemm at each call (1x128x2x2, 128 3x3, a whole call on one
-      thread: Winograd 45 us, im2col 42, im2row 31, onnxruntime 32);
-    * ``"im2col"``: a batch of small output planes (``SMALL_PLANE`` pixels, one group):
-      im2col over blocks of several images, one GEMM a block (``images_per_block``);
-    * ``"winograd4"``: a 3x3 kernel, stride 1, dilation 1, a constant weight, output
-      planes at least ``WINOGRAD4_MIN_PLANE`` high and wide: F(4x4, 3x3), 4x fewer
-      multiplications than a direct 3x3 (conv N8 C64 56x56 K64, one thread: see
-      ``WINOGRAD4_TILES``);
-    * ``"winograd"``: a 3x3 kernel, stride 1, dilation 1 (any padding, groups, sizes):
-      F(2x2, 3x3), 2.25x fewer multiplications than a direct 3x3 for 16/9 the
-      transformed copies, the fastest at every 3x3 shape measured (conv N8 C64
-      56x56: 13.3 ms against 19.9 by taps and 22.9 by im2col, single-threaded);
-      its f32 error stays within 1e-4 of the float64 reference (the tests check it);
-    * ``"taps"``: any other stride-1 kernel larger than 1x1 (dilated 3x3, 5x5, 1x3,
-      ...): one sgemm per tap over a padded copy of the block's input rows;
-    * ``"im2col"``: everything else (a stride above 1, a padded 1x1, the few input
-      channels of a stem): im2col of the block's pixels and one sgemm (``gemm_nn`` for
-      at most ``COLS_NN_ROWS`` output channels over whole-vector rows).
-    """
-    k, cg, r, s = shape_of(op.operands[1])
-    if cg == 1 and k == op.attr("groups"):
-        return "depthwise"
-    stride_1 = tuple(op.attr("strides")) == (1, 1)
-    in_place = (r, s) == (1, 1) and stride_1 and not any(conv2d_padding(op.attr("padding")))
-    n, _, oh, ow = shape_of(op.results[0])
-    if n == 1 and op.attr("groups") == 1 and channel_split(oh * ow, in_place):
-        return "channels"
-    if in_place:
-        return "direct"
-    small = oh * ow <= SMALL_PLANE and op.attr("groups") == 1
-    if small and n == 1 and constant_weight and host.packs(k):
-        return "im2row"
-    if small and n > 1:
-        return "im2col"
-    if (r, s) == (3, 3) and stride_1 and tuple(op.attr("dilations")) == (1, 1):
-        large = min(oh, ow) >= WINOGRAD4_MIN_PLANE
-        return "winograd4" if constant_weight and large else "winograd"
-    if stride_1 and r * s > 1:
-        return "taps"
-    return "im2col"
-
-
-def channel_split(pixels: int, in_place: bool) -> bool:
-    """Whether one image's plane of ``pixels`` output pixels goes by ``"channels"``
-    (``in_place``: a 1x1, stride-1, unpadded convolution, whose input is its GEMM's B)."""
-    most = CHANNEL_PIXELS_IN_PLACE if in_place else CHANNEL_PIXELS
-    return pixels % host.W == 0 and pixels <= most
-
-
-def channel_blocks() -> int:
-    """Blocks of a ``"channels"`` convolution: one per thread (``MIN_BLOCKS``); one on a
-    single thread, since every block builds the im2col of the whole plane (one against
-    two blocks on one thread measured level within the noise: benchmarks/results/
-    cpu-notes.md)."""
-    return MIN_BLOCKS if host.numba_threads() > 1 else 1
 
 
 class ConvBlocks(BlockedCore):
@@ -662,7 +480,7 @@ class ConvBlocks(BlockedCore):
             *(f"    r{i} = xpad[at + {i * xw}:at + {(i + 1) * xw}]" for i in range(a)),
             f"    for t in range({self.tw}):",
             f"        j = {m} * t",
-            *(f"        {line}" for line in _transform_2d(_bt, m, d, v)),
+            *(f"        {line}" for line in transform_2d(bt, m, d, v)),
         ]
         return "\n".join(lines)
 
@@ -682,7 +500,7 @@ class ConvBlocks(BlockedCore):
                 for i in range(a)
                 for j in range(a)
             ),
-            *(f"        {line}" for line in _transform_2d(_at, m, mm, y)),
+            *(f"        {line}" for line in transform_2d(at, m, mm, y)),
         ]
         return "\n".join(lines)
 
@@ -768,7 +586,7 @@ class ConvBlocks(BlockedCore):
             count = max(0, -(-(w - q) // sw))
             lines += [
                 f"            for jj in range({count}):",
-                f"                xrow[U({q * wq} + jj)] = {x}[U(src + jj * {sw}{_plus(q)})]",
+                f"                xrow[U({q * wq} + jj)] = {x}[U(src + jj * {sw}{plus(q)})]",
             ]
         for tap in range(self.s):
             shift = tap * self.dw - self.pl  # input column of output column 0
@@ -780,7 +598,7 @@ class ConvBlocks(BlockedCore):
                 f"            for j in range({lo}):",
                 f"                cols[U({dst} + j)] = f32(0.0)",
                 f"            for j in range({lo}, {hi}):",
-                f"                cols[U({dst} + j)] = xrow[U({q * wq}{_plus(base)} + j)]",
+                f"                cols[U({dst} + j)] = xrow[U({q * wq}{plus(base)} + j)]",
                 f"            for j in range({hi}, {ow}):",
                 f"                cols[U({dst} + j)] = f32(0.0)",
             ]
@@ -857,383 +675,6 @@ class ConvBlocks(BlockedCore):
         return EpilogueRows(loops, "            ", space, RowBlock({self.c_array: "lc"}))
 
 
-class DepthwiseBlocks(ConvBlocks):
-    """Blocks of whole channel planes of a depthwise ``ai.conv2d`` (one input and one
-    output channel a group, ``conv_method`` "depthwise"): direct multiply-adds, no GEMM."""
-
-    def __init__(
-        self, op, reads, workspace: Workspace, a_array, c_array, c_local, weights=None
-    ) -> None:
-        """Blocks of ``cb`` whole channel planes of one image (``DEPTHWISE_PIXELS``, and
-        at least ``MIN_BLOCKS`` blocks when there are enough planes); a constant weight
-        (``weights``: its input index) of the lanes form is packed once (``pack_lanes``)."""
-        self._read_op(op, reads, c_array, c_local)
-        planes, p = self.n * self.k, self.oh * self.ow
-        #: short output rows: the block's channels in the vector lanes (``depthwise``)
-        self.lanes = depthwise.takes_lanes(self.ow, self.r * self.s)
-        cb = depthwise.LANES_CHANNELS if self.lanes else DEPTHWISE_PIXELS // p
-        cb = max(1, min(self.k, cb))
-        if self.n * math.ceil(self.k / cb) < MIN_BLOCKS:
-            cb = max(1, min(cb, math.ceil(planes / MIN_BLOCKS)))
-        self.cb, self.bh, self.nrb = cb, self.oh, 1
-        self.ncb = math.ceil(self.k / cb)
-        self.count = self.n * self.ncb
-        self.pixels = cb * p
-        # the padded input plane: the rows and columns the taps reach
-        hp = (self.oh - 1) * self.sh + (self.r - 1) * self.dh + 1
-        wp = (self.ow - 1) * self.sw + (self.s - 1) * self.dw + 1
-        self.xpad_shape = (hp, wp)
-        self.packed = self.lanes and weights is not None
-        if self.packed:
-            self.prepared = ((weights, f"depthwise_lanes:{cb}"),)
-        if self.lanes:
-            self.imports = (abi.import_line("depthwise_taps_row"),)
-            kernel, strides, dilations = (self.r, self.s), (self.sh, self.sw), (self.dh, self.dw)
-            for name, floats in depthwise.lanes_workspace(  # a tile's width, cb or not
-                depthwise.LANES_CHANNELS, self.oh, self.ow, kernel, strides, dilations
-            ):
-                workspace.add(name, floats)
-        else:
-            workspace.add("xpad", hp * -(-wp // self.sw) * self.sw)
-            #: stride 1 along rows of at least a vector, kernels of more than 9 taps: the
-            #: sums in register tiles (``depthwise_tiles.taps_plane``). Whole calls, us,
-            #: tiles / loop: 96x32x32 7x7 186 / 252, 192x16x16 7x7 91 / 134, 240x16x16 5x5
-            #: 74 / 84; 3x3 mixed (96x64x64 279 / 309, 144x32x32 120 / 115), kept as loops.
-            self.plane_tiles = self.sw == 1 and self.ow >= host.W and self.r * self.s > 9
-            if self.plane_tiles:
-                self.imports = (abi.import_line("depthwise_taps_plane"),)
-        if c_local:
-            workspace.add(c_array, self.pixels)
-
-    def describe(self) -> str:
-        return (
-            f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x1x{self.r}x{self.s}"
-            f" (depthwise) in {self.count} blocks of {self.cb} channel planes: "
-            + (
-                "direct multiply-adds, the channels in vector lanes"
-                if self.lanes
-                else "direct multiply-adds along output rows"
-            )
-            + ", epilogue per block"
-        )
-
-    def decode(self) -> list[str]:  # channels g:g1 of image n, whole planes
-        return [
-            f"n = blk // {self.ncb}",
-            f"g = blk % {self.ncb} * {self.cb}",
-            f"g1 = min(g + {self.cb}, {self.k})",
-            "oh0 = 0",
-            f"oh1 = {self.oh}",
-            "p0 = 0",
-            f"pw = {self.oh * self.ow}",
-        ]
-
-    def compute(self) -> list[str]:
-        return self._lanes() if self.lanes else self._depthwise()
-
-    def _lanes(self) -> list[str]:
-        """The block's channels in the vector lanes (``depthwise.lanes_lines``)."""
-        x, w = (self.reads[v] for v in self.op.operands)
-        p = self.oh * self.ow
-        row = f"(ch - g) * {p}" if self.c_local else f"(n * {self.k} + ch) * {p}"
-        return depthwise.lanes_lines(
-            x=x,
-            w=w,
-            out=self.c_array,
-            out_row=row,
-            cb=depthwise.LANES_CHANNELS,
-            c=self.c,
-            h=self.h,
-            wd=self.w,
-            oh=self.oh,
-            ow=self.ow,
-            kernel=(self.r, self.s),
-            strides=(self.sh, self.sw),
-            dilations=(self.dh, self.dw),
-            pads=(self.pt, self.pl),
-            block=self.cb if self.packed else 0,
-        )
-
-    def _channel_rows(self) -> tuple[str, str]:
-        return "g1 - g", "g"
-
-    def _depthwise(self) -> list[str]:
-        """Each channel plane of the block: a zero-padded copy of its input plane in
-        ``xpad`` (the rows and columns the taps reach), then every output pixel as one
-        sum over the taps, the weights held in scalars, the taps unrolled at constant
-        offsets: no bounds, no branches, a loop along the output row that LLVM
-        vectorises. The copy splits the padded columns by their phase modulo the column
-        stride (``sw`` planes of ``Wq`` columns), so that a strided tap reads
-        consecutive floats too: padded column ``c`` is ``xpad[c % sw][row][c // sw]``."""
-        x, w = (self.reads[v] for v in self.op.operands)
-        p, ow, sw, taps = self.oh * self.ow, self.ow, self.sw, self.r * self.s
-        hp, wp = self.xpad_shape
-        wq, plane = -(-wp // sw), hp * -(-wp // sw)
-        out = f"(ch - g) * {p}" if self.c_local else f"(n * {self.k} + ch) * {p}"
-        right = max(0, min(self.w, wp - self.pl))  # input columns inside the padded row
-        rows = max(0, min(self.h, hp - self.pt))
-        terms = []
-        for r in range(self.r):
-            for t in range(self.s):
-                phase, shift = divmod(t * self.dw, sw)[::-1]
-                off = phase * plane + r * self.dh * wq + shift
-                terms.append(f"w{r * self.s + t} * xpad[U(base + j{_plus(off)})]")
-        copy = []  # padded columns pl <= c < pl + right of phase q: c = q + sw * jj
-        for q in range(sw):
-            lo, hi = -(-(self.pl - q) // sw), -(-(self.pl + right - q) // sw)
-            if hi > lo:
-                at = f"{q * plane} + d + jj" if q else "d + jj"
-                step = f"{sw} * jj" if sw > 1 else "jj"
-                copy += [
-                    f"        for jj in range({lo}, {hi}):",
-                    f"            xpad[U({at})] = {x}[U(src + {step}{_plus(q - self.pl)})]",
-                ]
-        if self.plane_tiles:
-            sums = [
-                f"    depthwise_taps_plane(xpad, 0, {self.sh * wq}, {self.s}, {self.dh * wq},"
-                f" {self.dw}, {taps}, {w}, ch * {taps}, {self.c_array}, {out}, {self.oh},"
-                f" {ow})",
-            ]
-        else:
-            sums = [
-                *(f"    w{t} = {w}[ch * {taps} + {t}]" for t in range(taps)),
-                f"    for oh in range({self.oh}):",
-                f"        base = oh * {self.sh * wq}",
-                f"        d = {out} + oh * {ow}",
-                f"        for j in range({ow}):",
-                f"            {self.c_array}[U(d + j)] = " + " + ".join(terms),
-            ]
-        return [
-            f"for i in range({sw * plane}):",
-            "    xpad[i] = f32(0.0)",
-            "for ch in range(g, g1):",
-            f"    xb = (n * {self.c} + ch) * {self.h * self.w}",
-            f"    for i in range({rows}):",
-            f"        d = (i + {self.pt}) * {wq}",
-            f"        src = xb + i * {self.w}",
-            *copy,
-            *sums,
-        ]
-
-
-class WholePlaneBlocks(ConvBlocks):
-    """Blocks that read the input and weight as they are (no staged copy, no
-    workspace set up at launch): the base of ChannelBlocks and PixelRowsBlocks."""
-
-    def launch_lines(self) -> list[str]:
-        return []
-
-    def entry_lines(self, scratch: EntryScratch) -> list[str] | None:
-        return []
-
-    def arrays(self) -> list[str]:
-        return [self.reads[v] for v in self.op.operands]
-
-
-class ChannelBlocks(WholePlaneBlocks):
-    """Blocks of output channels of one image's whole plane (``conv_method``
-    "channels"): ``gemm_nn`` of the block's rows of the weight (``K/B x C*R*S``, read
-    as it is) by the plane's columns (``C*R*S x P``: the input itself for a 1x1,
-    stride-1, unpadded convolution, else the block's im2col of the whole plane), into
-    the output's channel rows. Small planes at batch 1 (ResNet-50's 8x8 and 4x4
-    stages): split by pixel rows, every thread read (and sgemm packed) the whole
-    weight for a few pixels each; split by channels, each reads its part once."""
-
-    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
-        """``channel_blocks()`` blocks of about equal numbers of output channels."""
-        self._read_op(op, reads, c_array, c_local)
-        unpadded = not any(conv2d_padding(op.attr("padding")))
-        self.direct = (self.r, self.s, self.sh, self.sw) == (1, 1, 1, 1) and unpadded
-        self.per = -(-self.k // channel_blocks())  # output channels a block
-        self.nsb = -(-self.k // self.per)
-        self.count, self.bh, self.nrb = self.nsb, self.oh, 1
-        self.pixels = self.oh * self.ow
-        self.imports = (abi.import_line("gemm_nn"),)
-        # stride 1: the plane's im2col from a zero-padded copy of the input (rows and
-        # columns the taps reach), by constant-length row copies
-        self.padded = not self.direct and (self.sh, self.sw) == (1, 1)
-        self.xpad_shape = (self.oh + (self.r - 1) * self.dh, self.ow + (self.s - 1) * self.dw)
-        if not self.direct:
-            workspace.add("cols", self.crs * self.pixels)
-            self.xrow_phase = -(-self.w // self.sw)
-            if self.sw > 1 and self.s > 1:
-                workspace.add("xrow", self.sw * self.xrow_phase)
-        if self.padded:
-            workspace.add("xpad", self.c * math.prod(self.xpad_shape))
-        if c_local:
-            workspace.add(c_array, self.per * self.pixels)
-
-    def describe(self) -> str:
-        how = "the input in place" if self.direct else "im2col of the plane"
-        return (
-            f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.c}x{self.r}x{self.s}"
-            f" in {self.count} blocks of {self.per} output channels of one image's "
-            f"{self.pixels} pixels: gemm_nn by {how}, epilogue per block"
-        )
-
-    def decode(self) -> list[str]:  # channels k0:k1 of the image, its whole plane
-        return [
-            "n = 0",
-            "g = 0",  # the group (im2col's)
-            f"k0 = blk * {self.per}",
-            f"k1 = min(k0 + {self.per}, {self.k})",
-            "oh0 = 0",
-            f"oh1 = {self.oh}",
-            "p0 = 0",
-            f"pw = {self.pixels}",
-        ]
-
-    def _channel_rows(self) -> tuple[str, str]:
-        return "k1 - k0", "k0"
-
-    def compute(self) -> list[str]:
-        x, w = (self.reads[v] for v in self.op.operands)
-        p, crs = self.pixels, self.crs
-        lines = [] if self.direct else self._plane_im2col(x)
-        b = x if self.direct else "cols"
-        c_off = "0" if self.c_local else f"k0 * {p}"
-        return [
-            *lines,
-            f"gemm_nn(k1 - k0, {p}, {crs}, {w}, k0 * {crs}, {crs}, {b}, 0, {p}, "
-            f"{self.c_array}, {c_off}, {p})",
-        ]
-
-    def _plane_im2col(self, x: str) -> list[str]:
-        """``cols[(c*R + r)*S + s, p]`` for every pixel of the plane: at stride 1 from
-        ``xpad``, the input with its zero padding (``Hp x Wp`` a channel: the rows and
-        columns the taps reach), each output row of a tap a copy of ``OW`` floats at a
-        constant offset (no bounds, no branches: ResNet-50's 256 3x3 on 8x8, one thread,
-        ~50 us a block by ``_im2col``'s rows); else ``_im2col``'s rows of the plane."""
-        if not self.padded:
-            return self._im2col(x)
-        hp, wp = self.xpad_shape
-        rows = max(0, min(self.h, hp - self.pt))  # input rows inside the padded plane
-        right = max(0, min(self.w, wp - self.pl))  # ... and columns
-        p, ow = self.pixels, self.ow
-        return [
-            f"for i in range({self.c * hp * wp}):",
-            "    xpad[U(i)] = f32(0.0)",
-            f"for c in range({self.c}):",
-            f"    for i in range({rows}):",
-            f"        d = c * {hp * wp} + (i + {self.pt}) * {wp} + {self.pl}",
-            f"        src = (c * {self.h} + i) * {self.w}",
-            f"        for j in range({right}):",
-            f"            xpad[U(d + j)] = {x}[U(src + j)]",
-            f"    for r in range({self.r}):",
-            f"        for s in range({self.s}):",
-            f"            d = ((c * {self.r} + r) * {self.s} + s) * {p}",
-            f"            src = c * {hp * wp} + r * {self.dh * wp} + s * {self.dw}",
-            f"            for oh in range({self.oh}):",
-            f"                for j in range({ow}):",
-            f"                    cols[U(d + oh * {ow} + j)] = xpad[U(src + oh * {wp} + j)]",
-        ]
-
-
-class PixelRowsBlocks(WholePlaneBlocks):
-    """Blocks of one image's few output pixels and a range of output channels
-    (``conv_method`` "im2row"): the pixels' patches as the rows of ``rows`` (P x
-    C*R*S), ``gemm_packed`` by the constant weight (K x C*R*S, packed by the Program
-    once as the B^T of the GEMM, layout "strips_kcrs") into ``ct`` (P x channels), then
-    transposed into ``cbuf``'s channel rows for the epilogue."""
-
-    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local, weights):
-        """One block per image and ``STRIP`` columns of output channels, those split
-        among ``MIN_BLOCKS`` blocks when there are fewer images."""
-        self._read_op(op, reads, c_array, c_local, True)
-        strips = self.k // host.STRIP
-        split = 1 if self.n >= MIN_BLOCKS else min(strips, MIN_BLOCKS)
-        self.per = -(-strips // split) * host.STRIP  # output channels a block
-        self.nsb = -(-self.k // self.per)
-        self.count, self.bh, self.nrb = self.n * self.nsb, self.oh, 1
-        self.pixels = self.oh * self.ow
-        self.prepared = ((weights, "strips_kcrs"),)
-        self.imports = (abi.import_line("gemm_packed"),)
-        workspace.add("rows", self.pixels * self.crs)
-        workspace.add("ct", self.pixels * self.per)
-        workspace.add(c_array, self.pixels * self.per)
-
-    def describe(self) -> str:
-        return (
-            f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.c}x{self.r}x{self.s}"
-            f" in {self.count} blocks of {self.per} output channels of one image's "
-            f"{self.pixels} pixels: im2row, gemm_packed (weight packed once), transpose, "
-            "epilogue per block"
-        )
-
-    def decode(self) -> list[str]:  # channels g:g1 of image n, its whole plane
-        return [
-            f"n = blk // {self.nsb}",
-            f"g = blk % {self.nsb} * {self.per}",
-            f"g1 = min(g + {self.per}, {self.k})",
-            "oh0 = 0",
-            f"oh1 = {self.oh}",
-            "p0 = 0",
-            f"pw = {self.pixels}",
-        ]
-
-    def _channel_rows(self) -> tuple[str, str]:
-        return "g1 - g", "g"
-
-    def compute(self) -> list[str]:
-        """``rows[p, (c*R + r)*S + s]``: the input under tap (r, s) of pixel p's window
-        (zero in the padding); the GEMM; ``cbuf[k - g, p] = ct[p, k - g]``."""
-        x, w = (self.reads[v] for v in self.op.operands)
-        h, wd, crs, p = self.h, self.w, self.crs, self.pixels
-        return [
-            f"for q in range({p}):",
-            f"    oy = q // {self.ow} * {self.sh} - {self.pt}",
-            f"    ox = q % {self.ow} * {self.sw} - {self.pl}",
-            f"    for c in range({self.c}):",
-            f"        plane = (n * {self.c} + c) * {h * wd}",
-            f"        for r in range({self.r}):",
-            f"            ih = oy + r * {self.dh}",
-            f"            d = q * {crs} + (c * {self.r} + r) * {self.s}",
-            f"            for s in range({self.s}):",
-            f"                iw = ox + s * {self.dw}",
-            f"                inside = ih >= 0 and ih < {h} and iw >= 0 and iw < {wd}",
-            f"                rows[d + s] = {x}[plane + ih * {wd} + iw] if inside else f32(0.0)",
-            f"gemm_packed({p}, g1 - g, {crs}, rows, 0, {crs}, {w}, g * {crs}, ct, 0, g1 - g)",
-            "for kk in range(g1 - g):",
-            f"    for q in range({p}):",
-            f"        cbuf[kk * {p} + q] = ct[q * (g1 - g) + kk]",
-        ]
-
-
-def conv_blocks(
-    op, reads, workspace: Workspace, a_array, c_array, c_local, constants=None
-) -> ConvBlocks:
-    """The blocked core of a conv group: ``DepthwiseBlocks``, ``PixelRowsBlocks`` or
-    ``ConvBlocks``."""
-    weights = (constants or {}).get(reads.get(op.operands[1], ""))
-    method = conv_method(op, weights is not None)
-    if method == "depthwise":
-        return DepthwiseBlocks(op, reads, workspace, a_array, c_array, c_local, weights)
-    if method == "channels":
-        return ChannelBlocks(op, reads, workspace, a_array, c_array, c_local)
-    if method == "im2row":
-        return PixelRowsBlocks(op, reads, workspace, a_array, c_array, c_local, weights)
-    return ConvBlocks(op, reads, workspace, a_array, c_array, c_local, constants)
-
-
-# what generate_core_group asks of a core factory
-conv_blocks.block_prologue = False  # type: ignore[attr-defined]
-conv_blocks.local_result = ConvBlocks.local_result  # type: ignore[attr-defined]
-conv_blocks.takes_constants = True  # type: ignore[attr-defined]
-
-
-def images_per_block(op) -> int:
-    """Images a block of a convolution by one GEMM (``"direct"`` or ``"im2col"``, one
-    group) holds: as many as make ``IMAGE_PIXELS`` pixels, at least ``MIN_BLOCKS``
-    blocks when the batch allows. Late CNN layers have planes of a few pixels
-    (MobileNetV2 and ResNet-18 at 64x64: 2x2), where one GEMM per image is all call
-    overhead (K x 4 x C)."""
-    if conv_method(op) not in ("direct", "im2col") or op.attr("groups") != 1:
-        return 1
-    n, _, oh, ow = shape_of(op.results[0])
-    nb = max(1, min(n, IMAGE_PIXELS // (oh * ow)))
-    return max(1, min(nb, math.ceil(n / MIN_BLOCKS)))
-
-
-def _plus(offset: int) -> str:
+def plus(offset: int) -> str:
     """`` + offset`` for generated index arithmetic: `` - 3`` for -3, nothing for 0."""
     return f" + {offset}" if offset > 0 else f" - {-offset}" if offset else ""

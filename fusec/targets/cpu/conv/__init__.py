@@ -1,0 +1,45 @@
+"""cpu template for "conv" groups: ``ai.conv2d`` and its epilogue in the blocked kernel.
+
+``choice`` states which of eight ways a convolution takes (``conv_method``) and how a
+batch of small planes is blocked (``images_per_block``); ``gemm`` holds ``ConvBlocks``,
+the blocks of output rows by one or more GEMMs (im2col, direct, taps, Winograd), whose
+docstring says how each computes and why every method gives the reference's non-finite
+values; ``transforms`` generates Winograd's B^T d B and A^T M A; ``planes`` holds the
+methods over whole channel planes (depthwise, blocks of output channels, im2row).
+``conv_blocks`` picks the class of a group's convolution.
+"""
+
+from __future__ import annotations
+
+from fusec.codegen import KernelSource
+from fusec.dialect import ops as ai
+from fusec.targets.cpu.blocked import Workspace, generate_core_group
+from fusec.targets.cpu.conv.choice import conv_method
+from fusec.targets.cpu.conv.gemm import ConvBlocks
+from fusec.targets.cpu.conv.planes import ChannelBlocks, DepthwiseBlocks, PixelRowsBlocks
+
+
+def generate(fused_op, name: str) -> KernelSource:
+    return generate_core_group(fused_op, name, "conv", ai.Conv2DOp, conv_blocks)
+
+
+def conv_blocks(
+    op, reads, workspace: Workspace, a_array, c_array, c_local, constants=None
+) -> ConvBlocks:
+    """The blocked core of a conv group: ``DepthwiseBlocks``, ``PixelRowsBlocks`` or
+    ``ConvBlocks``."""
+    weights = (constants or {}).get(reads.get(op.operands[1], ""))
+    method = conv_method(op, weights is not None)
+    if method == "depthwise":
+        return DepthwiseBlocks(op, reads, workspace, a_array, c_array, c_local, weights)
+    if method == "channels":
+        return ChannelBlocks(op, reads, workspace, a_array, c_array, c_local)
+    if method == "im2row":
+        return PixelRowsBlocks(op, reads, workspace, a_array, c_array, c_local, weights)
+    return ConvBlocks(op, reads, workspace, a_array, c_array, c_local, constants)
+
+
+# what generate_core_group asks of a core factory
+conv_blocks.block_prologue = False  # type: ignore[attr-defined]
+conv_blocks.local_result = ConvBlocks.local_result  # type: ignore[attr-defined]
+conv_blocks.takes_constants = True  # type: ignore[attr-defined]

@@ -1,0 +1,123 @@
+"""How the cpu target computes an ``ai.conv2d``: ``conv_method``'s rule, and the blocks of
+images of a batch of small planes (``images_per_block``)."""
+
+from __future__ import annotations
+
+import math
+
+from fusec.codegen.expr import shape_of
+from fusec.dialect.shapes import conv2d_padding
+from fusec.targets.cpu import host
+from fusec.targets.cpu.blocked import MIN_BLOCKS
+
+#: Pixels a block of a convolution by one GEMM gathers from several images when the
+#: planes are small (``images_per_block``).
+IMAGE_PIXELS = 256
+#: Batched convolutions whose output planes have at most this many pixels go by
+#: im2col over blocks of images, not by Winograd or taps (whose blocks hold one image:
+#: a 2x2 output is one Winograd tile, 16 GEMMs of one column).
+SMALL_PLANE = 16
+#: One image's plane of at most this many output pixels, whole vectors of ``gemm_nn``,
+#: goes by ``"channels"`` (blocks of output channels; ``_IN_PLACE``: a 1x1 convolution
+#: that reads its input as it is).
+CHANNEL_PIXELS, CHANNEL_PIXELS_IN_PLACE = 64, 256
+#: F(4x4, 3x3) takes convolutions whose output planes are at least this high and wide
+#: (a smaller plane wastes much of its 4x4 tiles) and whose weights are constants (the
+#: Program transforms them once, in float64: no compiled per-launch transform).
+WINOGRAD4_MIN_PLANE = 8
+
+
+def conv_method(op, constant_weight: bool = False) -> str:
+    """How the cpu target computes an ``ai.conv2d``, by this rule (first match wins;
+    ``constant_weight``: its weight is a constant of the program):
+
+    * ``"depthwise"``: one input and one output channel a group (MobileNet's 3x3 convs,
+      any kernel, stride, padding and dilation): a direct loop per output row, each tap
+      a multiply-add of a (strided) input row segment, vectorised along the row; a
+      GEMM of 1 x 1 matrices per tap is all call overhead (as Winograd, MobileNetV2
+      at batch 32: ~23 of its 38 ms, benchmarks/results/cpu-notes.md);
+    * ``"channels"``: one image, one group, an output plane of whole ``gemm_nn``
+      vectors of at most ``CHANNEL_PIXELS`` pixels (``CHANNEL_PIXELS_IN_PLACE`` for a
+      1x1, stride-1, unpadded kernel, which reads its input as it is): blocks of
+      output channels over the whole plane (``ChannelBlocks``), so that each thread
+      reads its part of the weight once; split by pixel rows, every block read and
+      packed all of it (``benchmarks/cpu_conv_layers.py``, ResNet-50's convs at 128x128,
+      batch 1, one thread, loaded machine, minima before / after, ms, onnxruntime's
+      in brackets: 512 -> 2048 1x1 on 4x4 0.81 / 0.33 (0.29), 256 3x3 on 8x8 (Winograd
+      before) 0.77 / 0.49 (0.46), 1024 -> 256 1x1 on 8x8 0.31 / 0.21 (0.22); the whole
+      model 0.53x -> 0.83x of onnxruntime's speed; the 1x1s on 32x32 planes were level
+      or slower, the 3x3s on 16x16 slower than Winograd: they stay as they were);
+    * ``"direct"``: a 1x1 kernel, stride 1, no padding: one sgemm reads the input as
+      it is (it already is the ``C x pixels`` matrix);
+    * ``"im2row"``: one image, one group, a small output plane (``SMALL_PLANE`` pixels:
+      ResNet's last stages at batch 1), a constant weight of whole ``gemm_packed``
+      strips of output channels: the plane's pixels as rows, times the weight packed
+      once (``PixelRowsBlocks``); Winograd computed one-tile GEMMs, im2col repacked
+      the weight in sgemm at each call (1x128x2x2, 128 3x3, a whole call on one
+      thread: Winograd 45 us, im2col 42, im2row 31, onnxruntime 32);
+    * ``"im2col"``: a batch of small output planes (``SMALL_PLANE`` pixels, one group):
+      im2col over blocks of several images, one GEMM a block (``images_per_block``);
+    * ``"winograd4"``: a 3x3 kernel, stride 1, dilation 1, a constant weight, output
+      planes at least ``WINOGRAD4_MIN_PLANE`` high and wide: F(4x4, 3x3), 4x fewer
+      multiplications than a direct 3x3 (conv N8 C64 56x56 K64, one thread: see
+      ``WINOGRAD4_TILES``);
+    * ``"winograd"``: a 3x3 kernel, stride 1, dilation 1 (any padding, groups, sizes):
+      F(2x2, 3x3), 2.25x fewer multiplications than a direct 3x3 for 16/9 the
+      transformed copies, the fastest at every 3x3 shape measured (conv N8 C64
+      56x56: 13.3 ms against 19.9 by taps and 22.9 by im2col, single-threaded);
+      its f32 error stays within 1e-4 of the float64 reference (the tests check it);
+    * ``"taps"``: any other stride-1 kernel larger than 1x1 (dilated 3x3, 5x5, 1x3,
+      ...): one sgemm per tap over a padded copy of the block's input rows;
+    * ``"im2col"``: everything else (a stride above 1, a padded 1x1, the few input
+      channels of a stem): im2col of the block's pixels and one sgemm (``gemm_nn`` for
+      at most ``COLS_NN_ROWS`` output channels over whole-vector rows).
+    """
+    k, cg, r, s = shape_of(op.operands[1])
+    if cg == 1 and k == op.attr("groups"):
+        return "depthwise"
+    stride_1 = tuple(op.attr("strides")) == (1, 1)
+    in_place = (r, s) == (1, 1) and stride_1 and not any(conv2d_padding(op.attr("padding")))
+    n, _, oh, ow = shape_of(op.results[0])
+    if n == 1 and op.attr("groups") == 1 and channel_split(oh * ow, in_place):
+        return "channels"
+    if in_place:
+        return "direct"
+    small = oh * ow <= SMALL_PLANE and op.attr("groups") == 1
+    if small and n == 1 and constant_weight and host.packs(k):
+        return "im2row"
+    if small and n > 1:
+        return "im2col"
+    if (r, s) == (3, 3) and stride_1 and tuple(op.attr("dilations")) == (1, 1):
+        large = min(oh, ow) >= WINOGRAD4_MIN_PLANE
+        return "winograd4" if constant_weight and large else "winograd"
+    if stride_1 and r * s > 1:
+        return "taps"
+    return "im2col"
+
+
+def channel_split(pixels: int, in_place: bool) -> bool:
+    """Whether one image's plane of ``pixels`` output pixels goes by ``"channels"``
+    (``in_place``: a 1x1, stride-1, unpadded convolution, whose input is its GEMM's B)."""
+    most = CHANNEL_PIXELS_IN_PLACE if in_place else CHANNEL_PIXELS
+    return pixels % host.W == 0 and pixels <= most
+
+
+def channel_blocks() -> int:
+    """Blocks of a ``"channels"`` convolution: one per thread (``MIN_BLOCKS``); one on a
+    single thread, since every block builds the im2col of the whole plane (one against
+    two blocks on one thread measured level within the noise: benchmarks/results/
+    cpu-notes.md)."""
+    return MIN_BLOCKS if host.numba_threads() > 1 else 1
+
+
+def images_per_block(op) -> int:
+    """Images a block of a convolution by one GEMM (``"direct"`` or ``"im2col"``, one
+    group) holds: as many as make ``IMAGE_PIXELS`` pixels, at least ``MIN_BLOCKS``
+    blocks when the batch allows. Late CNN layers have planes of a few pixels
+    (MobileNetV2 and ResNet-18 at 64x64: 2x2), where one GEMM per image is all call
+    overhead (K x 4 x C)."""
+    if conv_method(op) not in ("direct", "im2col") or op.attr("groups") != 1:
+        return 1
+    n, _, oh, ow = shape_of(op.results[0])
+    nb = max(1, min(n, IMAGE_PIXELS // (oh * ow)))
+    return max(1, min(nb, math.ceil(n / MIN_BLOCKS)))

@@ -1,0 +1,360 @@
+"""The cpu conv methods over whole channel planes: depthwise (direct multiply-adds),
+blocks of output channels of one image's plane (``"channels"``) and im2row by the weight
+packed once (``"im2row"``); ``conv_method`` (``choice``) says which convolutions take them."""
+
+from __future__ import annotations
+
+import math
+
+from fusec.dialect.shapes import conv2d_padding
+from fusec.targets.cpu import abi, depthwise, host
+from fusec.targets.cpu.blocked import MIN_BLOCKS, Workspace
+from fusec.targets.cpu.conv.choice import channel_blocks
+from fusec.targets.cpu.conv.gemm import ConvBlocks, plus
+from fusec.targets.cpu.entry import EntryScratch
+
+#: Output pixels of a depthwise block (whole channel planes, as many as fit): enough
+#: work per block that taking it costs little.
+DEPTHWISE_PIXELS = 4096
+
+
+class DepthwiseBlocks(ConvBlocks):
+    """Blocks of whole channel planes of a depthwise ``ai.conv2d`` (one input and one
+    output channel a group, ``conv_method`` "depthwise"): direct multiply-adds, no GEMM."""
+
+    def __init__(
+        self, op, reads, workspace: Workspace, a_array, c_array, c_local, weights=None
+    ) -> None:
+        """Blocks of ``cb`` whole channel planes of one image (``DEPTHWISE_PIXELS``, and
+        at least ``MIN_BLOCKS`` blocks when there are enough planes); a constant weight
+        (``weights``: its input index) of the lanes form is packed once (``pack_lanes``)."""
+        self._read_op(op, reads, c_array, c_local)
+        planes, p = self.n * self.k, self.oh * self.ow
+        #: short output rows: the block's channels in the vector lanes (``depthwise``)
+        self.lanes = depthwise.takes_lanes(self.ow, self.r * self.s)
+        cb = depthwise.LANES_CHANNELS if self.lanes else DEPTHWISE_PIXELS // p
+        cb = max(1, min(self.k, cb))
+        if self.n * math.ceil(self.k / cb) < MIN_BLOCKS:
+            cb = max(1, min(cb, math.ceil(planes / MIN_BLOCKS)))
+        self.cb, self.bh, self.nrb = cb, self.oh, 1
+        self.ncb = math.ceil(self.k / cb)
+        self.count = self.n * self.ncb
+        self.pixels = cb * p
+        # the padded input plane: the rows and columns the taps reach
+        hp = (self.oh - 1) * self.sh + (self.r - 1) * self.dh + 1
+        wp = (self.ow - 1) * self.sw + (self.s - 1) * self.dw + 1
+        self.xpad_shape = (hp, wp)
+        self.packed = self.lanes and weights is not None
+        if self.packed:
+            self.prepared = ((weights, f"depthwise_lanes:{cb}"),)
+        if self.lanes:
+            self.imports = (abi.import_line("depthwise_taps_row"),)
+            kernel, strides, dilations = (self.r, self.s), (self.sh, self.sw), (self.dh, self.dw)
+            for name, floats in depthwise.lanes_workspace(  # a tile's width, cb or not
+                depthwise.LANES_CHANNELS, self.oh, self.ow, kernel, strides, dilations
+            ):
+                workspace.add(name, floats)
+        else:
+            workspace.add("xpad", hp * -(-wp // self.sw) * self.sw)
+            #: stride 1 along rows of at least a vector, kernels of more than 9 taps: the
+            #: sums in register tiles (``depthwise_tiles.taps_plane``). Whole calls, us,
+            #: tiles / loop: 96x32x32 7x7 186 / 252, 192x16x16 7x7 91 / 134, 240x16x16 5x5
+            #: 74 / 84; 3x3 mixed (96x64x64 279 / 309, 144x32x32 120 / 115), kept as loops.
+            self.plane_tiles = self.sw == 1 and self.ow >= host.W and self.r * self.s > 9
+            if self.plane_tiles:
+                self.imports = (abi.import_line("depthwise_taps_plane"),)
+        if c_local:
+            workspace.add(c_array, self.pixels)
+
+    def describe(self) -> str:
+        return (
+            f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x1x{self.r}x{self.s}"
+            f" (depthwise) in {self.count} blocks of {self.cb} channel planes: "
+            + (
+                "direct multiply-adds, the channels in vector lanes"
+                if self.lanes
+                else "direct multiply-adds along output rows"
+            )
+            + ", epilogue per block"
+        )
+
+    def decode(self) -> list[str]:  # channels g:g1 of image n, whole planes
+        return [
+            f"n = blk // {self.ncb}",
+            f"g = blk % {self.ncb} * {self.cb}",
+            f"g1 = min(g + {self.cb}, {self.k})",
+            "oh0 = 0",
+            f"oh1 = {self.oh}",
+            "p0 = 0",
+            f"pw = {self.oh * self.ow}",
+        ]
+
+    def compute(self) -> list[str]:
+        return self._lanes() if self.lanes else self._depthwise()
+
+    def _lanes(self) -> list[str]:
+        """The block's channels in the vector lanes (``depthwise.lanes_lines``)."""
+        x, w = (self.reads[v] for v in self.op.operands)
+        p = self.oh * self.ow
+        row = f"(ch - g) * {p}" if self.c_local else f"(n * {self.k} + ch) * {p}"
+        return depthwise.lanes_lines(
+            x=x,
+            w=w,
+            out=self.c_array,
+            out_row=row,
+            cb=depthwise.LANES_CHANNELS,
+            c=self.c,
+            h=self.h,
+            wd=self.w,
+            oh=self.oh,
+            ow=self.ow,
+            kernel=(self.r, self.s),
+            strides=(self.sh, self.sw),
+            dilations=(self.dh, self.dw),
+            pads=(self.pt, self.pl),
+            block=self.cb if self.packed else 0,
+        )
+
+    def _channel_rows(self) -> tuple[str, str]:
+        return "g1 - g", "g"
+
+    def _depthwise(self) -> list[str]:
+        """Each channel plane of the block: a zero-padded copy of its input plane in
+        ``xpad`` (the rows and columns the taps reach), then every output pixel as one
+        sum over the taps, the weights held in scalars, the taps unrolled at constant
+        offsets: no bounds, no branches, a loop along the output row that LLVM
+        vectorises. The copy splits the padded columns by their phase modulo the column
+        stride (``sw`` planes of ``Wq`` columns), so that a strided tap reads
+        consecutive floats too: padded column ``c`` is ``xpad[c % sw][row][c // sw]``."""
+        x, w = (self.reads[v] for v in self.op.operands)
+        p, ow, sw, taps = self.oh * self.ow, self.ow, self.sw, self.r * self.s
+        hp, wp = self.xpad_shape
+        wq, plane = -(-wp // sw), hp * -(-wp // sw)
+        out = f"(ch - g) * {p}" if self.c_local else f"(n * {self.k} + ch) * {p}"
+        right = max(0, min(self.w, wp - self.pl))  # input columns inside the padded row
+        rows = max(0, min(self.h, hp - self.pt))
+        terms = []
+        for r in range(self.r):
+            for t in range(self.s):
+                phase, shift = divmod(t * self.dw, sw)[::-1]
+                off = phase * plane + r * self.dh * wq + shift
+                terms.append(f"w{r * self.s + t} * xpad[U(base + j{plus(off)})]")
+        copy = []  # padded columns pl <= c < pl + right of phase q: c = q + sw * jj
+        for q in range(sw):
+            lo, hi = -(-(self.pl - q) // sw), -(-(self.pl + right - q) // sw)
+            if hi > lo:
+                at = f"{q * plane} + d + jj" if q else "d + jj"
+                step = f"{sw} * jj" if sw > 1 else "jj"
+                copy += [
+                    f"        for jj in range({lo}, {hi}):",
+                    f"            xpad[U({at})] = {x}[U(src + {step}{plus(q - self.pl)})]",
+                ]
+        if self.plane_tiles:
+            sums = [
+                f"    depthwise_taps_plane(xpad, 0, {self.sh * wq}, {self.s}, {self.dh * wq},"
+                f" {self.dw}, {taps}, {w}, ch * {taps}, {self.c_array}, {out}, {self.oh},"
+                f" {ow})",
+            ]
+        else:
+            sums = [
+                *(f"    w{t} = {w}[ch * {taps} + {t}]" for t in range(taps)),
+                f"    for oh in range({self.oh}):",
+                f"        base = oh * {self.sh * wq}",
+                f"        d = {out} + oh * {ow}",
+                f"        for j in range({ow}):",
+                f"            {self.c_array}[U(d + j)] = " + " + ".join(terms),
+            ]
+        return [
+            f"for i in range({sw * plane}):",
+            "    xpad[i] = f32(0.0)",
+            "for ch in range(g, g1):",
+            f"    xb = (n * {self.c} + ch) * {self.h * self.w}",
+            f"    for i in range({rows}):",
+            f"        d = (i + {self.pt}) * {wq}",
+            f"        src = xb + i * {self.w}",
+            *copy,
+            *sums,
+        ]
+
+
+class WholePlaneBlocks(ConvBlocks):
+    """Blocks that read the input and weight as they are (no staged copy, no
+    workspace set up at launch): the base of ChannelBlocks and PixelRowsBlocks."""
+
+    def launch_lines(self) -> list[str]:
+        return []
+
+    def entry_lines(self, scratch: EntryScratch) -> list[str] | None:
+        return []
+
+    def arrays(self) -> list[str]:
+        return [self.reads[v] for v in self.op.operands]
+
+
+class ChannelBlocks(WholePlaneBlocks):
+    """Blocks of output channels of one image's whole plane (``conv_method``
+    "channels"): ``gemm_nn`` of the block's rows of the weight (``K/B x C*R*S``, read
+    as it is) by the plane's columns (``C*R*S x P``: the input itself for a 1x1,
+    stride-1, unpadded convolution, else the block's im2col of the whole plane), into
+    the output's channel rows. Small planes at batch 1 (ResNet-50's 8x8 and 4x4
+    stages): split by pixel rows, every thread read (and sgemm packed) the whole
+    weight for a few pixels each; split by channels, each reads its part once."""
+
+    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
+        """``channel_blocks()`` blocks of about equal numbers of output channels."""
+        self._read_op(op, reads, c_array, c_local)
+        unpadded = not any(conv2d_padding(op.attr("padding")))
+        self.direct = (self.r, self.s, self.sh, self.sw) == (1, 1, 1, 1) and unpadded
+        self.per = -(-self.k // channel_blocks())  # output channels a block
+        self.nsb = -(-self.k // self.per)
+        self.count, self.bh, self.nrb = self.nsb, self.oh, 1
+        self.pixels = self.oh * self.ow
+        self.imports = (abi.import_line("gemm_nn"),)
+        # stride 1: the plane's im2col from a zero-padded copy of the input (rows and
+        # columns the taps reach), by constant-length row copies
+        self.padded = not self.direct and (self.sh, self.sw) == (1, 1)
+        self.xpad_shape = (self.oh + (self.r - 1) * self.dh, self.ow + (self.s - 1) * self.dw)
+        if not self.direct:
+            workspace.add("cols", self.crs * self.pixels)
+            self.xrow_phase = -(-self.w // self.sw)
+            if self.sw > 1 and self.s > 1:
+                workspace.add("xrow", self.sw * self.xrow_phase)
+        if self.padded:
+            workspace.add("xpad", self.c * math.prod(self.xpad_shape))
+        if c_local:
+            workspace.add(c_array, self.per * self.pixels)
+
+    def describe(self) -> str:
+        how = "the input in place" if self.direct else "im2col of the plane"
+        return (
+            f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.c}x{self.r}x{self.s}"
+            f" in {self.count} blocks of {self.per} output channels of one image's "
+            f"{self.pixels} pixels: gemm_nn by {how}, epilogue per block"
+        )
+
+    def decode(self) -> list[str]:  # channels k0:k1 of the image, its whole plane
+        return [
+            "n = 0",
+            "g = 0",  # the group (im2col's)
+            f"k0 = blk * {self.per}",
+            f"k1 = min(k0 + {self.per}, {self.k})",
+            "oh0 = 0",
+            f"oh1 = {self.oh}",
+            "p0 = 0",
+            f"pw = {self.pixels}",
+        ]
+
+    def _channel_rows(self) -> tuple[str, str]:
+        return "k1 - k0", "k0"
+
+    def compute(self) -> list[str]:
+        x, w = (self.reads[v] for v in self.op.operands)
+        p, crs = self.pixels, self.crs
+        lines = [] if self.direct else self._plane_im2col(x)
+        b = x if self.direct else "cols"
+        c_off = "0" if self.c_local else f"k0 * {p}"
+        return [
+            *lines,
+            f"gemm_nn(k1 - k0, {p}, {crs}, {w}, k0 * {crs}, {crs}, {b}, 0, {p}, "
+            f"{self.c_array}, {c_off}, {p})",
+        ]
+
+    def _plane_im2col(self, x: str) -> list[str]:
+        """``cols[(c*R + r)*S + s, p]`` for every pixel of the plane: at stride 1 from
+        ``xpad``, the input with its zero padding (``Hp x Wp`` a channel: the rows and
+        columns the taps reach), each output row of a tap a copy of ``OW`` floats at a
+        constant offset (no bounds, no branches: ResNet-50's 256 3x3 on 8x8, one thread,
+        ~50 us a block by ``_im2col``'s rows); else ``_im2col``'s rows of the plane."""
+        if not self.padded:
+            return self._im2col(x)
+        hp, wp = self.xpad_shape
+        rows = max(0, min(self.h, hp - self.pt))  # input rows inside the padded plane
+        right = max(0, min(self.w, wp - self.pl))  # ... and columns
+        p, ow = self.pixels, self.ow
+        return [
+            f"for i in range({self.c * hp * wp}):",
+            "    xpad[U(i)] = f32(0.0)",
+            f"for c in range({self.c}):",
+            f"    for i in range({rows}):",
+            f"        d = c * {hp * wp} + (i + {self.pt}) * {wp} + {self.pl}",
+            f"        src = (c * {self.h} + i) * {self.w}",
+            f"        for j in range({right}):",
+            f"            xpad[U(d + j)] = {x}[U(src + j)]",
+            f"    for r in range({self.r}):",
+            f"        for s in range({self.s}):",
+            f"            d = ((c * {self.r} + r) * {self.s} + s) * {p}",
+            f"            src = c * {hp * wp} + r * {self.dh * wp} + s * {self.dw}",
+            f"            for oh in range({self.oh}):",
+            f"                for j in range({ow}):",
+            f"                    cols[U(d + oh * {ow} + j)] = xpad[U(src + oh * {wp} + j)]",
+        ]
+
+
+class PixelRowsBlocks(WholePlaneBlocks):
+    """Blocks of one image's few output pixels and a range of output channels
+    (``conv_method`` "im2row"): the pixels' patches as the rows of ``rows`` (P x
+    C*R*S), ``gemm_packed`` by the constant weight (K x C*R*S, packed by the Program
+    once as the B^T of the GEMM, layout "strips_kcrs") into ``ct`` (P x channels), then
+    transposed into ``cbuf``'s channel rows for the epilogue."""
+
+    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local, weights):
+        """One block per image and ``STRIP`` columns of output channels, those split
+        among ``MIN_BLOCKS`` blocks when there are fewer images."""
+        self._read_op(op, reads, c_array, c_local, True)
+        strips = self.k // host.STRIP
+        split = 1 if self.n >= MIN_BLOCKS else min(strips, MIN_BLOCKS)
+        self.per = -(-strips // split) * host.STRIP  # output channels a block
+        self.nsb = -(-self.k // self.per)
+        self.count, self.bh, self.nrb = self.n * self.nsb, self.oh, 1
+        self.pixels = self.oh * self.ow
+        self.prepared = ((weights, "strips_kcrs"),)
+        self.imports = (abi.import_line("gemm_packed"),)
+        workspace.add("rows", self.pixels * self.crs)
+        workspace.add("ct", self.pixels * self.per)
+        workspace.add(c_array, self.pixels * self.per)
+
+    def describe(self) -> str:
+        return (
+            f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.c}x{self.r}x{self.s}"
+            f" in {self.count} blocks of {self.per} output channels of one image's "
+            f"{self.pixels} pixels: im2row, gemm_packed (weight packed once), transpose, "
+            "epilogue per block"
+        )
+
+    def decode(self) -> list[str]:  # channels g:g1 of image n, its whole plane
+        return [
+            f"n = blk // {self.nsb}",
+            f"g = blk % {self.nsb} * {self.per}",
+            f"g1 = min(g + {self.per}, {self.k})",
+            "oh0 = 0",
+            f"oh1 = {self.oh}",
+            "p0 = 0",
+            f"pw = {self.pixels}",
+        ]
+
+    def _channel_rows(self) -> tuple[str, str]:
+        return "g1 - g", "g"
+
+    def compute(self) -> list[str]:
+        """``rows[p, (c*R + r)*S + s]``: the input under tap (r, s) of pixel p's window
+        (zero in the padding); the GEMM; ``cbuf[k - g, p] = ct[p, k - g]``."""
+        x, w = (self.reads[v] for v in self.op.operands)
+        h, wd, crs, p = self.h, self.w, self.crs, self.pixels
+        return [
+            f"for q in range({p}):",
+            f"    oy = q // {self.ow} * {self.sh} - {self.pt}",
+            f"    ox = q % {self.ow} * {self.sw} - {self.pl}",
+            f"    for c in range({self.c}):",
+            f"        plane = (n * {self.c} + c) * {h * wd}",
+            f"        for r in range({self.r}):",
+            f"            ih = oy + r * {self.dh}",
+            f"            d = q * {crs} + (c * {self.r} + r) * {self.s}",
+            f"            for s in range({self.s}):",
+            f"                iw = ox + s * {self.dw}",
+            f"                inside = ih >= 0 and ih < {h} and iw >= 0 and iw < {wd}",
+            f"                rows[d + s] = {x}[plane + ih * {wd} + iw] if inside else f32(0.0)",
+            f"gemm_packed({p}, g1 - g, {crs}, rows, 0, {crs}, {w}, g * {crs}, ct, 0, g1 - g)",
+            "for kk in range(g1 - g):",
+            f"    for q in range({p}):",
+            f"        cbuf[kk * {p} + q] = ct[q * (g1 - g) + kk]",
+        ]
