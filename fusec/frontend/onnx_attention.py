@@ -44,12 +44,12 @@ import numpy as np
 from onnx import TensorProto
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_import import _reshape_to, converter, dtype_of, shape_of
+from fusec.frontend.onnx_core import _reshape_to, converter, dtype_of, shape_of
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
-    from fusec.frontend.onnx_import import Importer, Node
+    from fusec.frontend.onnx_core import Importer, Node
 
 _ATTRS = (
     "is_causal",

@@ -35,21 +35,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_import import (
-    _constant_ints,
-    _pad_axis,
-    _reshape_to,
-    _slice_of,
-    conv_operands,
-    converter,
-    dtype_of,
-    shape_of,
-)
+from fusec.frontend.onnx_conv import conv_operands
+from fusec.frontend.onnx_core import _constant_ints, _reshape_to, converter, dtype_of, shape_of
+from fusec.frontend.onnx_layout import _pad_axis, _slice_of
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
-    from fusec.frontend.onnx_import import Importer, Node
+    from fusec.frontend.onnx_core import Importer, Node
 
 _ATTRS = (
     "auto_pad", "dilations", "group", "kernel_shape", "output_padding", "output_shape",

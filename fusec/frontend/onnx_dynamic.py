@@ -184,7 +184,7 @@ class DynamicModel:
     @property
     def argument_names(self) -> list[str]:
         """The inputs' names as the IR's arguments have them (``fusec run --inputs`` keys)."""
-        from fusec.frontend.onnx_import import value_name
+        from fusec.frontend.onnx_core import value_name
 
         return [value_name(t.name) for t in self.inputs + self.weights]
 
@@ -336,7 +336,7 @@ def dynamic_model(
 def _weights(graph: Any) -> list[SymbolicTensor]:
     """The arguments ``weights_as_args`` adds: the float initializers a node or output
     uses, in the order of the initializers (as the importer adds them)."""
-    from fusec.frontend.onnx_import import ELEMENT_TYPES
+    from fusec.frontend.onnx_core import ELEMENT_TYPES
 
     used = {n for node in graph.node for n in node.input} | {o.name for o in graph.output}
     return [

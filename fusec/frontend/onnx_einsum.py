@@ -21,12 +21,12 @@ import re
 from typing import TYPE_CHECKING
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_import import _reshape_to, converter, shape_of
+from fusec.frontend.onnx_core import _reshape_to, converter, shape_of
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
-    from fusec.frontend.onnx_import import Importer, Node
+    from fusec.frontend.onnx_core import Importer, Node
 
 
 @converter("Einsum", attrs=("equation",))

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_import import _reshape_to, _slice_of, converter, dtype_of, shape_of
+from fusec.frontend.onnx_core import _reshape_to, converter, dtype_of, shape_of
+from fusec.frontend.onnx_layout import _slice_of
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
-    from fusec.frontend.onnx_import import Importer, Node
+    from fusec.frontend.onnx_core import Importer, Node
 
 _MODES = {"bilinear": "linear", "bicubic": "cubic", "linear": "linear", "cubic": "cubic",
           "nearest": "nearest"}  # fmt: skip

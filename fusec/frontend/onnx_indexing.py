@@ -39,22 +39,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_import import (
-    _normalised,
-    _pick,
-    _reshape_to,
-    _slice_of,
-    _softmax_axis,
-    converter,
-    dtype_of,
-    shape_of,
-)
+from fusec.frontend.onnx_core import _normalised, _reshape_to, converter, dtype_of, shape_of
+from fusec.frontend.onnx_layout import _pick, _slice_of
+from fusec.frontend.onnx_reduce import _softmax_axis
 from fusec.ir.dtypes import FLOAT_TYPES
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
-    from fusec.frontend.onnx_import import Importer, Node
+    from fusec.frontend.onnx_core import Importer, Node
 
 
 def one_hot(imp: Importer, indices: SSAValue, axis: int, depth: int) -> SSAValue:

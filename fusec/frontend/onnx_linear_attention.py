@@ -25,12 +25,13 @@ import numpy as np
 
 from fusec.dialect import ops as ai
 from fusec.frontend.onnx_attention import _repeat_kv_heads, _split_heads
-from fusec.frontend.onnx_import import _reshape_to, _slice_of, converter, dtype_of, shape_of
+from fusec.frontend.onnx_core import _reshape_to, converter, dtype_of, shape_of
+from fusec.frontend.onnx_layout import _slice_of
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
-    from fusec.frontend.onnx_import import Importer, Node
+    from fusec.frontend.onnx_core import Importer, Node
 
 #: The longest sequence whose recurrence is unrolled.
 MAX_STEPS = 64

@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_import import _reshape_to, converter, dtype_of, log_softmax, shape_of
+from fusec.frontend.onnx_core import _reshape_to, converter, dtype_of, shape_of
+from fusec.frontend.onnx_reduce import log_softmax
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
-    from fusec.frontend.onnx_import import Importer, Node
+    from fusec.frontend.onnx_core import Importer, Node
 
 _REDUCTIONS = ("none", "sum", "mean")
 

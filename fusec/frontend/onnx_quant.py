@@ -25,13 +25,13 @@ import numpy as np
 from onnx import TensorProto
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_import import QUANTIZED_TYPES, converter, dtype_of, shape_of
+from fusec.frontend.onnx_core import QUANTIZED_TYPES, converter, dtype_of, shape_of
 from fusec.ir.dtypes import numpy_dtype
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
-    from fusec.frontend.onnx_import import Importer, Node
+    from fusec.frontend.onnx_core import Importer, Node
 
 
 def _quantized_type(imp: Importer, code: int, what: str) -> str:

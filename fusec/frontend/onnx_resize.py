@@ -31,19 +31,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_import import (
-    _normalised,
-    _pick,
-    _reshape_to,
-    converter,
-    dtype_of,
-    shape_of,
-)
+from fusec.frontend.onnx_core import _normalised, _reshape_to, converter, dtype_of, shape_of
+from fusec.frontend.onnx_layout import _pick
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
 
-    from fusec.frontend.onnx_import import Importer, Node
+    from fusec.frontend.onnx_core import Importer, Node
 
 _RESIZE_ATTRS = (
     "mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside",

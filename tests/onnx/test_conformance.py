@@ -176,10 +176,10 @@ def test_a_sixteen_bit_output_is_judged_against_float64_only_when_closer():
 
 def test_a_wrong_result_fails(monkeypatch):
     """The comparison can fail: a kernel that computes the wrong thing is caught."""
-    import fusec.frontend.onnx_import as onnx_import
+    import fusec.frontend.onnx_elementwise as onnx_elementwise
     from fusec.dialect import ops as ai
 
-    monkeypatch.setitem(onnx_import._UNARY, "Relu", ai.SigmoidOp)
+    monkeypatch.setitem(onnx_elementwise._UNARY, "Relu", ai.SigmoidOp)
     report = run_conformance(["Relu"], target="reference")
     assert report.operators["Relu"].count("failed") == 1
     assert "differs" in next(r.detail for r in report.results if r.status == "failed")
@@ -244,10 +244,10 @@ def test_all_cases_include_operators_fusec_lacks_as_refusals():
 
 
 def test_all_cases_count_a_wrong_result_as_wrong(monkeypatch):
-    import fusec.frontend.onnx_import as onnx_import
+    import fusec.frontend.onnx_elementwise as onnx_elementwise
     from fusec.dialect import ops as ai
 
-    monkeypatch.setitem(onnx_import._UNARY, "Relu", ai.SigmoidOp)
+    monkeypatch.setitem(onnx_elementwise._UNARY, "Relu", ai.SigmoidOp)
     report = run_conformance(["Relu"], target="reference", all_cases=True)
     assert report.operators["Relu"].count_verdict("wrong") == 1
     assert "wrong cases:" in report.format_measure()

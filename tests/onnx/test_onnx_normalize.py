@@ -1,6 +1,6 @@
 """ONNX ``LRN`` and ``MeanVarianceNormalization`` (``fusec/frontend/onnx_normalize.py``),
-``Shrink`` and ``CenterCropPad`` (``onnx_import``) against onnxruntime on fresh random
-inputs; the refusals say why."""
+``Shrink`` and ``CenterCropPad`` (``onnx_elementwise``, ``onnx_layout``) against onnxruntime
+on fresh random inputs; the refusals say why."""
 
 from __future__ import annotations
 
