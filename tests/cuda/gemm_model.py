@@ -349,6 +349,27 @@ def layernorm_epilogue(acc: np.ndarray, stats: np.ndarray, c: np.ndarray, d: np.
     return stats[:, 1:2] * (acc - stats[:, 0:1] * c[None, :]) + d[None, :]
 
 
+LN_EXACT_RATIO = np.float32(128.0)  # gemm.cuh: FS_LN_EXACT_RATIO
+
+
+def layernorm_epilogue_exact(x, folded, acc, stats, c, d):
+    """The epilogue as ``gemm.cuh`` computes it with ``ln_exact``: the rewrite y, except where
+    ``gemm_ln_inexact`` (finite statistics, and |mu| rstd > LN_EXACT_RATIO or y not finite)
+    takes the element again as sum_k ((x_k / 2 - mu / 2) (2 rstd)) W'_kc + d_c
+    (``gemm_ln_exact``, f32 terms)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = layernorm_epilogue(acc, stats, c, d).astype(np.float32)
+        mu, rstd = stats[:, 0:1], stats[:, 1:2]
+        fmax = np.finfo(np.float32).max
+        finite_stats = (np.abs(mu) <= fmax) & (rstd <= fmax)
+        redo = (np.abs(mu) * rstd > LN_EXACT_RATIO) | ~(np.abs(out) <= fmax)
+        redo &= finite_stats
+        half = np.float32(0.5)
+        xhat = (half * x.astype(np.float32) - half * mu) * (np.float32(2) * rstd)
+        exact = (xhat @ folded.astype(np.float32)).astype(np.float32) + d[None, :]
+    return np.where(redo, exact, out)
+
+
 def ln_tile_stages(x: np.ndarray, bk: int = 64) -> list[np.ndarray]:
     """The A stages of a tile as TMA writes them (``ln="tile"``): per 64-deep K step, a
     128-byte-swizzled buffer of the tile's rows (``x``: rows x K, 16-bit), zero past K."""

@@ -12,10 +12,11 @@ statistics again, of x scaled by a power of 2:
 * the GEMM's in-kernel LayerNorm (``ln="tile"``): its numpy model here, and the kernel
   on the GPU (``-m gpu``);
 * the FlashNorm pre-pass (``ln="fold"``, K between the pipeline's depth and 1024): its
-  statistics are rescaled too (rows of +-1e20 whose squares overflow, on the GPU), but
-  the GEMM multiplies the raw rows, and rows of 3e38 overflow there by themselves (an
-  xfail, strict, on the GPU); so do constant rows of large values lose their digits
-  in ``acc - mean * c`` (``test_gemm_ln_tile_gpu.test_constant_rows_give_exactly_beta``).
+  statistics are rescaled too (rows of +-1e20 whose squares overflow, on the GPU); the
+  GEMM multiplies the raw rows, so a bf16 row of 3e38 overflows ``x . W'`` itself, and a
+  row of large mean against its spread (a constant row) cancels its digits in
+  ``acc - mean * c``: the epilogue takes those elements again exactly (``gemm.cuh``:
+  ``gemm_ln_inexact``, ``gemm_ln_exact``): its numpy model here, the kernel on the GPU.
 """
 
 from __future__ import annotations
@@ -80,23 +81,14 @@ GPU_PATHS = [
     (600, 256, 512, "fold", None),
     (600, 256, 512, "fold 1e20", None),  # no constant rows: acc - mean * c cancels there
 ]
-FOLD_OVERFLOWS = pytest.mark.xfail(
-    strict=True,
-    reason="FlashNorm reads the raw x: x @ (gamma W) of rows of 3e38 overflows in the GEMM "
-    "itself, whatever the statistics (issue #26, not fixed)",
-)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    "m, n, k, path, pipeline",
-    [pytest.param(*c, marks=FOLD_OVERFLOWS if c[3] == "fold" else ()) for c in GPU_PATHS],
-    ids=[c[3] for c in GPU_PATHS],
-)
+@pytest.mark.parametrize("m, n, k, path, pipeline", GPU_PATHS, ids=[c[3] for c in GPU_PATHS])
 def test_layernorm_matmul_of_huge_bf16_rows_gpu(m, n, k, path, pipeline) -> None:
     """LN(x) @ W in bf16 with rows of 3e38 (constant and varied) and +-1e20 (for the
-    FlashNorm pre-pass also: varied rows of 1e20, no constant ones) against the float64
-    reference, output poisoned first: finite, and within bf16's tolerance."""
+    FlashNorm pre-pass also: varied rows of 1e20 alone) against the float64 reference,
+    output poisoned first: finite, and within bf16's tolerance."""
     torch = pytest.importorskip("torch")
     import ml_dtypes
     from numerics import compare
@@ -153,3 +145,89 @@ def test_model_of_the_flashnorm_prepass_on_rows_whose_squares_overflow() -> None
     ref = layernorm64(x, gamma, beta) @ w.astype(np.float64)
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2 * np.abs(ref).max())
+
+
+def _fold_case(x: np.ndarray, dtype, n: int = 64, seed: int = 5):
+    """(the plain rewrite, the epilogue with its exact path, the float64 LN(x) @ W) of the
+    FlashNorm pre-pass's model on ``x`` (rounded to ``dtype``), the GEMM on the raw x."""
+    m, k = x.shape
+    rng = np.random.default_rng(seed)
+    x = x.astype(dtype)
+    gamma = (1.0 + 0.2 * rng.standard_normal(k)).astype(dtype)
+    beta = (0.2 * rng.standard_normal(k)).astype(dtype)
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(dtype)
+    stats, folded, c, d = model.layernorm_prep(x, gamma, beta, w, 1e-5, dtype=dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        acc = x.astype(np.float32) @ folded.astype(np.float32)  # the GEMM on the raw x
+        plain = model.layernorm_epilogue(acc, stats, c, d)
+    got = model.layernorm_epilogue_exact(x, folded, acc, stats, c, d)
+    ref = layernorm64(x, gamma, beta) @ w.astype(np.float64)
+    return plain, got, ref
+
+
+def test_model_of_the_flashnorm_epilogue_on_rows_of_3e38() -> None:
+    """bf16 rows of 3e38 (constant, varied, alternating signs), +-1e20 and ordinary ones:
+    the plain rewrite gives Inf or NaN (x . W' overflows; constant rows cancel), the
+    epilogue's exact path the float64 LN(x) @ W, constant rows exactly d = beta @ W."""
+    import ml_dtypes
+
+    x = huge_rows(48, 512, 3e38)
+    plain, got, ref = _fold_case(x, ml_dtypes.bfloat16)
+    assert not np.isfinite(plain).all()  # what the kernel gave before the exact path
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, ref, rtol=2e-2, atol=2e-2 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("value", [1000.0, 30000.0])
+def test_model_of_the_flashnorm_epilogue_on_constant_f16_rows(value: float) -> None:
+    """Constant f16 rows (a different constant per row, around ``value``): their LayerNorm
+    is exactly beta; the plain rewrite multiplies what acc - mu c leaves by 1/sqrt(eps),
+    the exact path gives beta @ W."""
+    rng = np.random.default_rng(int(value))
+    x = np.repeat(value * (1.0 + 0.1 * rng.standard_normal((32, 1))), 384, axis=1)
+    plain, got, ref = _fold_case(x, np.float16)
+    err = np.linalg.norm(plain - ref) / np.linalg.norm(ref)
+    assert err > 1e-2  # the rewrite alone is wrong here: the test can fail
+    np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
+
+
+def test_model_of_the_flashnorm_epilogue_leaves_ordinary_rows_to_the_rewrite() -> None:
+    """Rows of mean 3 and unit spread (|mu| rstd ~ 3): the rewrite, bit for bit."""
+    rng = np.random.default_rng(2)
+    x = 3.0 + rng.standard_normal((64, 256))
+    plain, got, ref = _fold_case(x, np.float16)
+    assert (got == plain).all()
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_constant_rows_through_the_flashnorm_prepass_gpu(dtype: str) -> None:
+    """Every row constant (3 + a normal value per row) through ``ln=fold``: the LayerNorm
+    is exactly beta, so every output row is beta @ W, within the dtype's tolerance of the
+    float64 reference (the rewrite alone gave (acc - mu c) / sqrt(eps), issue #26)."""
+    torch = pytest.importorskip("torch")
+    from numerics import compare
+    from test_gemm_gpu import TORCH, _numpy, matmul_ir
+
+    import fusec
+    from fusec.runtime.reference import run_reference
+    from fusec.targets.cuda.gemm.template import linked_specs
+
+    m, n, k = 1001, 320, 384
+    text = matmul_ir(m, n, k, dtype, ln=True)
+    compiled = fusec.compile(text, target="cuda", pipeline="fusec-default,tile-gemm{ln=fold}")
+    specs = [s for kernel in compiled.kernels for s in linked_specs(kernel)]
+    assert [type(s).__name__ for s in specs] == ["LayerNormPrep", "GemmSpec"]
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = (3.0 + torch.randn(m, 1, generator=gen, device="cuda")).expand(m, k).contiguous()
+    g = 1.0 + 0.2 * torch.randn(k, generator=gen, device="cuda")
+    b = 0.2 * torch.randn(k, generator=gen, device="cuda")
+    w = torch.randn(k, n, generator=gen, device="cuda") / k**0.5
+    tensors = [t.to(TORCH[dtype]) for t in (x, w, g, b)]
+    (out,) = compiled._runner(tensors, poison=True)
+    got = _numpy(out).astype(np.float64)
+    (ref,) = run_reference(compiled.module, [_numpy(t) for t in tensors])
+    assert np.isfinite(got).all()
+    result = compare(got, np.asarray(ref, dtype=np.float64), dtype)
+    assert result.passed, str(result)

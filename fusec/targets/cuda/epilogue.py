@@ -35,6 +35,12 @@ class Epilogue:
     #: (``c`` at 0, ``d`` at ``ln_stride``, f32), or () without a LayerNorm prologue.
     ln_slots: tuple[int, ...] = ()
     ln_stride: int = 0
+    #: With ``ln_slots``: the extra slots of x and of the folded weight W' (the operand type)
+    #: and (K, N), from which an element the rewrite cannot be trusted with (a row of large
+    #: mean against its spread; bf16, a row whose x . W' overflows) is taken again exactly
+    #: (``gemm.cuh``: ``gemm_ln_exact``); () for the rewrite alone.
+    ln_exact: tuple[int, ...] = ()
+    ln_kn: tuple[int, int] = (0, 0)
     #: ``ln="tile"``: the extra slots of the LayerNorm's gamma and beta (K values each), which
     #: the consumers apply to the resident A tiles before the main loop, and its epsilon;
     #: () otherwise (then ``ln_eps`` is unused)
@@ -57,6 +63,8 @@ class Epilogue:
             raise ValueError("the partials epilogue writes to its last extra (f32)")
         if self.ln_slots and (len(self.ln_slots) != 2 or self.ln_stride % 4):
             raise ValueError("ln_slots is (stats, cd); ln_stride a multiple of 4")
+        if self.ln_exact and (len(self.ln_exact) != 2 or not self.ln_slots or 0 in self.ln_kn):
+            raise ValueError("ln_exact is (x, w) beside ln_slots, with ln_kn (K, N)")
         if self.ln_affine and (len(self.ln_affine) != 2 or self.ln_slots):
             raise ValueError("ln_affine is (gamma, beta), and excludes the rewrite's ln_slots")
         if not (math.isfinite(self.ln_eps) and self.ln_eps >= 0.0):

@@ -230,15 +230,32 @@ def _ln_correction(spec: GemmSpec) -> str:
         return ""
     stats, cd = epi.ln_slots
     if _staged(spec):
-        return f"""    const float2 ln_s = fs_lds_f32x2(ln_rows + 8u * (u32)row);
-    acc = ln_s.y * (acc - ln_s.x * fs_lds_f32(ln_cols + 4u * (u32)col)) +
-          fs_lds_f32(ln_cols + 4u * (u32)({spec.config.bn} + col));
+        head = f"""    const float2 ln_s = fs_lds_f32x2(ln_rows + 8u * (u32)row);
+    const float ln_mu = ln_s.x;
+    const float ln_rstd = ln_s.y;
+    const float ln_c = fs_lds_f32(ln_cols + 4u * (u32)col);
+    const float ln_d = fs_lds_f32(ln_cols + 4u * (u32)({spec.config.bn} + col));
 """
-    return f"""    const float ln_mu = fs_ld_f32(e{stats}, 2LL * row);
+    else:
+        head = f"""    const float ln_mu = fs_ld_f32(e{stats}, 2LL * row);
     const float ln_rstd = fs_ld_f32(e{stats}, 2LL * row + 1);
-    acc = ln_rstd * (acc - ln_mu * fs_ld_f32(e{cd}, col)) +
-          fs_ld_f32(e{cd}, {epi.ln_stride}LL + col);
+    const float ln_c = fs_ld_f32(e{cd}, col);
+    const float ln_d = fs_ld_f32(e{cd}, {epi.ln_stride}LL + col);
 """
+    if not epi.ln_exact:
+        return head + "    acc = ln_rstd * (acc - ln_mu * ln_c) + ln_d;\n"
+    x, w = epi.ln_exact
+    k, n = epi.ln_kn
+    exact = (
+        f"fusec::gemm_ln_exact<Config::In, {int(spec.b_major == 'n')}>("
+        f"e{x}, e{w}, row, col, {k}, {n}, ln_mu, ln_rstd)"
+    )
+    redo = f"""    acc = ln_rstd * (acc - ln_mu * ln_c) + ln_d;
+    if (fusec::gemm_ln_inexact(acc, ln_mu, ln_rstd)) {{
+      acc = {exact} + ln_d;
+    }}
+"""
+    return head + redo
 
 
 def _functor_methods(spec: GemmSpec) -> list[str]:

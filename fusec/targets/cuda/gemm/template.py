@@ -393,8 +393,16 @@ def epilogue(
         affine = tuple(inputs.slot(args[v], spec_of(v.type).dtype) for v in (ln.gamma, ln.beta))
         fields = {"ln_affine": affine, "ln_eps": float(ln.attr("epsilon"))}
     elif p.layernorm is not None:
+        ln, args = p.layernorm, {arg: i for i, arg in enumerate(fused_op.block.args)}
         ln_slots = (inputs.slot("stats", "f32"), inputs.slot("cd", "f32"))
-        fields = {"ln_slots": ln_slots, "ln_stride": cd_stride(p.n)}
+        dtype = spec_of(ln.input.type).dtype
+        exact = (inputs.slot(args[ln.input], dtype), inputs.slot("w", dtype))
+        fields = {
+            "ln_slots": ln_slots,
+            "ln_stride": cd_stride(p.n),
+            "ln_exact": exact,
+            "ln_kn": (p.k, p.n),
+        }
     stmts, names = _chain(fused_op, p.epilogue_ops, inputs, gen, {p.matmul.output: acc}, out_shape)
     final = names[p.epilogue_ops[-1].results[0]] if p.epilogue_ops else acc
     body = "\n".join([*lines, *stmts, f"y = {final};"])

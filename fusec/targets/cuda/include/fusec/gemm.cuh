@@ -31,6 +31,41 @@ enum GemmSoftmax { SOFTMAX_NONE = 0, SOFTMAX_ROW = 1, SOFTMAX_PARTIALS = 2 };
 // (ln=tile), 7 the consumers' staged gamma and beta.
 enum GemmBarrier { VECTOR_BARRIER = 3, LN_BARRIER = 5, LN_AFFINE_BARRIER = 7 };
 
+// The LayerNorm rewrite (FlashNorm, ln=fold) y = rstd * (acc - mu * c) + d is exact in real
+// numbers only: acc = x . W' is taken of the raw row, so where the row's mean is large
+// against its spread (|mu| * rstd > FS_LN_EXACT_RATIO: a constant or nearly constant row)
+// the two products cancel its digits and rstd multiplies what is left; and a bf16 row of
+// huge finite values (3e38) overflows acc, or mu * c, by itself. Such an element (its
+// statistics finite: a row holding Inf or NaN stays NaN) is taken again as
+// sum_k xhat_k W'_kc + d, xhat_k = (x_k - mu) * rstd, from global memory (in halves: x_k - mu
+// of finite values cannot overflow): slow, and only for those rows (issue #26). Ordinary
+// rows pay two compares. At the ratio 128 the rewrite's error is under a tenth of W's
+// rounding in W' (numpy model, K <= 1023); an overflow anywhere in the rewrite leaves y
+// Inf or NaN (rstd > 0, d finite), which the second compare sees.
+#define FS_LN_EXACT_RATIO 128.0f
+
+static __device__ __forceinline__ bool gemm_ln_inexact(float y, float mu, float rstd) {
+  if (!(fabsf(mu) <= FS_FLT_MAX && rstd <= FS_FLT_MAX)) return false;  // NaN statistics
+  return !(fabsf(y) <= FS_FLT_MAX) || fabsf(mu) * rstd > FS_LN_EXACT_RATIO;
+}
+
+// sum_k (x_k - mu) rstd W'_kc of row `row` of x (K values) and column `col` of the folded
+// weight W' (stored K x N if WKByN, else N x K), both of the operand type In.
+template <class In, int WKByN>
+static __device__ __forceinline__ float gemm_ln_exact(const void* x, const void* w, long long row,
+                                                      int col, int K, int N, float mu,
+                                                      float rstd) {
+  const float half_mu = 0.5f * mu, twice_rstd = 2.0f * rstd;
+  const long long x0 = row * K;
+  float sum = 0.0f;
+  for (int k = 0; k < K; ++k) {
+    const float xhat = (0.5f * In::ld(x, x0 + k) - half_mu) * twice_rstd;
+    const long long wi = WKByN ? (long long)k * N + col : (long long)col * K + k;
+    sum = fmaf(xhat, In::ld(w, wi), sum);
+  }
+  return sum;
+}
+
 // Tile t of the persistent walk -> (pm, pn, pz), grouped GroupM tile rows at a time.
 template <int GroupM>
 static __device__ __forceinline__ void gemm_tile(int t, int tiles_m, int tiles_n, int& pm, int& pn,
