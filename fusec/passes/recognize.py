@@ -22,7 +22,8 @@ The rewrites are xDSL ``RewritePattern``s, run to a fixed point:
   epilogue meets the ops after it;
 * ``softmax(q @ k^T [* c | / c] [+ mask]) [NaN -> 0] @ v`` -> ``ai.attention``
   (the score and probability tensors vanish: one kernel computes the attention;
-  the key is taken back from the transpose that made ``k^T`` where there is one);
+  the key is taken back from the transpose that made ``k^T`` where there is one;
+  ``recognize_attention``);
 * a quantized GEMM (issue 31): the per-tensor scale of a dequantized operand and the
   per-column scale of a dequantized B move after an f32 product (``matmul(dq(qa) sa,
   dq(qb) sb) = matmul(dq(qa), dq(qb)) sa sb``), where they ride in its epilogue;
@@ -35,6 +36,7 @@ The rewrites are xDSL ``RewritePattern``s, run to a fixed point:
   the two uses of x). At x = -inf the op gives its limit, -0.0, where the product gave
   NaN (-inf * 0), as the GELU rewrites do.
 
+What the rewrites match with (constants, operands, factors) is ``matching``.
 Every rewrite keeps the location of the op it replaces; intermediate ops
 left without users are erased. Each rewrite is counted by name
 (``recognize``), which ``fusec import`` reports.
@@ -44,133 +46,38 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
     PatternRewriter,
     PatternRewriteWalker,
-    RewritePattern,
 )
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.ir.constants import is_constant
-from fusec.ir.dtypes import numpy_dtype
-
-if TYPE_CHECKING:
-    import numpy as np
-    from xdsl.dialects import arith
+from fusec.passes.matching import (
+    Recognition,
+    Recognized,
+    commuted,
+    constant,
+    constant_op,
+    factors,
+    is_scalar,
+    operands_of,
+    scalar,
+    shape,
+    single_use,
+    split,
+)
+from fusec.passes.recognize_attention import AttentionFromParts
 
 #: numpy scalar type names (numpy is imported when a constant is made).
 _NUMPY = {"f32": "float32", "f16": "float16"}
-
-
-# ------------------------------------------------------------------ helpers
-
-
-def shape(value: SSAValue) -> tuple[int, ...]:
-    return spec_of(value.type).shape
-
-
-def constant(value: SSAValue, max_elements: int = 1 << 16) -> np.ndarray | None:
-    """The value of a dense ``arith.constant`` (small ones only), else None."""
-    op = value.owner
-    if not is_constant(op):
-        return None
-    attr = op.value
-    if not isinstance(attr, DenseIntOrFPElementsAttr):
-        return None
-    spec = spec_of(value.type)
-    if math.prod(spec.shape) > max_elements:
-        return None
-    import numpy as np
-
-    data = np.frombuffer(attr.data.data, dtype=numpy_dtype(spec.dtype)).astype(np.float64)
-    if data.size == 1:  # a splat, 0-d scalars included
-        return np.full(spec.shape, data[0])
-    return data.reshape(spec.shape)
-
-
-def scalar(value: SSAValue) -> float | None:
-    """The number a constant holds in every element (a splat), else None."""
-    array = constant(value)
-    if array is None or array.size == 0:
-        return None
-    import numpy as np
-
-    first = float(array.reshape(-1)[0])
-    return first if np.all(array == first) else None
-
-
-def is_scalar(value: SSAValue, number: float, rtol: float = 1e-6) -> bool:
-    """``value`` is a constant equal to ``number`` in every element (to float32 rounding)."""
-    found = scalar(value)
-    return found is not None and math.isclose(found, number, rel_tol=rtol, abs_tol=0.0)
-
-
-def single_use(value: SSAValue) -> bool:
-    return value.has_one_use()
-
-
-def operands_of(value: SSAValue, op_type: type) -> Sequence[SSAValue] | None:
-    """The operands of ``value``'s defining op when it is an ``op_type``."""
-    owner = value.owner
-    return owner.operands if isinstance(owner, Operation) and isinstance(owner, op_type) else None
-
-
-def factors(value: SSAValue, root: bool = True) -> list[SSAValue]:
-    """The multiplicands of a tree of ``ai.mul`` of one shape (inner products used once)."""
-    op = value.owner
-    if isinstance(op, ai.MulOp) and (root or single_use(value)):
-        return [f for operand in op.operands for f in factors(operand, root=False)]
-    return [value]
-
-
-def split(values: Sequence[SSAValue], test: Callable[[SSAValue], bool]):
-    """(the first value passing ``test``, the others), or (None, values)."""
-    for index, value in enumerate(values):
-        if test(value):
-            return value, [*values[:index], *values[index + 1 :]]
-    return None, list(values)
-
-
-def commuted(value: SSAValue, op_type: type) -> list[tuple[SSAValue, SSAValue]]:
-    """Both (a, b) orders of the operands of a commutative binary op defining ``value``."""
-    pair = operands_of(value, op_type)
-    if pair is None:
-        return []
-    return [(pair[0], pair[1]), (pair[1], pair[0])]
-
-
-@dataclass
-class Recognized:
-    """Counts of rewrites by name (what ``fusec import`` reports)."""
-
-    counts: Counter[str] = field(default_factory=Counter)
-
-
-class Recognition(RewritePattern):
-    """A rewrite that counts itself under ``label`` and locates new ops at the root."""
-
-    label = ""
-
-    def __init__(self, seen: Recognized) -> None:
-        self.seen = seen
-
-    def rewrite(
-        self, rewriter: PatternRewriter, root: Operation, new_ops: Sequence[Operation], result
-    ) -> None:
-        for op in new_ops:
-            op.location = root.location
-        rewriter.replace(root, list(new_ops), [result])
-        self.seen.counts[self.label] += 1
 
 
 # ------------------------------------------------------------------ GELU
@@ -307,7 +214,7 @@ class LayerNormFromMoments(Recognition):
         params = []
         for value, fill in ((gamma, 1.0), (beta, 0.0)):
             if value is None:
-                new.append(const := _constant(np.full(d, fill), dtype))
+                new.append(const := constant_op(np.full(d, fill), dtype))
                 value = const.results[0]
             params.append(_as_vector(value, d, new))
         new.append(ln := ai.LayerNormOp(x, *params, epsilon=epsilon))
@@ -347,29 +254,6 @@ def _as_vector(value: SSAValue, d: int, new: list[Operation]) -> SSAValue:
         return value
     new.append(reshaped := ai.ReshapeOp(value, shape=(d,)))
     return reshaped.results[0]
-
-
-def _constant(array: np.ndarray, dtype: str) -> arith.ConstantOp:
-    import numpy as np
-    from xdsl.dialects import arith
-    from xdsl.dialects.builtin import BytesAttr
-
-    from fusec.dialect.ops import tensor_type
-    from fusec.dialect.shapes import TensorSpec
-
-    data = np.ascontiguousarray(array.astype(np.float32 if dtype == "f32" else _np(dtype)))
-    ttype = tensor_type(TensorSpec(tuple(array.shape), dtype))
-    return arith.ConstantOp(DenseIntOrFPElementsAttr(ttype, BytesAttr(data.tobytes())), ttype)
-
-
-def _np(dtype: str):
-    import numpy as np
-
-    if dtype == "bf16":
-        import ml_dtypes
-
-        return ml_dtypes.bfloat16
-    return getattr(np, _NUMPY[dtype])
 
 
 def _normalised(value: SSAValue) -> tuple[SSAValue, float] | None:
@@ -513,7 +397,7 @@ class ScalesAfterQuantizedMatmul(Recognition):
             if not _factors_out(dq, op, index):
                 continue
             scale = dq.scale
-            new.append(ones := _constant(np.ones(shape(scale)), spec_of(scale.type).dtype))
+            new.append(ones := constant_op(np.ones(shape(scale)), spec_of(scale.type).dtype))
             layout = {k: dq.attr(k) for k in ("axis", "block_size")}
             new.append(plain := ai.DequantizeOp(dq.input, ones.results[0], dq.zero_point, **layout))
             operands[index] = plain.results[0]
@@ -561,7 +445,7 @@ class MergeScales(Recognition):
                 import numpy as np
 
                 dtype = spec_of(x.type).dtype
-                const = _constant(np.asarray(first * outer), dtype)
+                const = constant_op(np.asarray(first * outer), dtype)
                 new = [const, scaled := ai.MulOp(x, const.results[0])]
                 self.rewrite(rewriter, op, new, scaled.results[0])
                 return
@@ -722,181 +606,6 @@ class FoldReshapes(Recognition):
             else:
                 self.rewrite(rewriter, op, [r := ai.ReshapeOp(inner, shape=shape(op.results[0]))],
                              r.results[0])  # fmt: skip
-
-
-# ------------------------------------------------------------------ attention
-
-
-@dataclass
-class AttentionChain:
-    """What ``ai.attention`` is made of: the operands of the chain's ops, and the new ops
-    (the key's transpose, a zero mask) the rewrite inserts before it."""
-
-    q: SSAValue
-    key: SSAValue
-    v: SSAValue
-    mask: SSAValue
-    scale: float
-    nan_to_zero: bool
-    new_ops: list[Operation]
-
-
-def attention_chain(op: Operation) -> AttentionChain | str | None:
-    """The attention chain ending at the matmul ``op``; None when ``op`` reads no softmax
-    (no attention candidate), else why it is not one (a remark's reason).
-
-    The chain: ``softmax(q @ k^T [* c | / c] [+ mask])`` (the softmax over the last
-    axis, ``c`` one constant value, the product written ``matmul(q, k) {transpose_b}`` or
-    ``matmul(q, kt)`` with ``kt`` any (..., D, T) value), optionally NaN-guarded
-    (``where(isnan(p), 0, p)``), then ``@ v``; the scores and probabilities used only here.
-    """
-    if not isinstance(op, ai.MatmulOp):
-        return None
-    probs, v = op.operands
-    guarded = _nan_guarded(probs)
-    if guarded is not None:
-        probs = guarded
-    softmax = probs.owner
-    if not isinstance(softmax, ai.SoftmaxOp):
-        return None
-    if op.attr("transpose_a") or op.attr("transpose_b"):
-        return "the product of the probabilities has a transposed operand"
-    if guarded is None and not single_use(probs):
-        return f"the probabilities are also read by {_other_readers(probs, op)}"
-    rank = len(shape(probs))
-    if softmax.attr("axis") % rank != rank - 1 or len(shape(v)) < 2:
-        return "the softmax is not over the keys (the last axis of a matrix product)"
-    found = _scaled_masked_scores(softmax.operands[0], softmax)
-    if isinstance(found, str):
-        return found
-    scores, scale, mask = found
-    if scores.attr("transpose_a"):
-        return "the score product reads the query transposed"
-    q, k = scores.operands
-    if len(shape(q)) < 2 or len(shape(k)) < 2:
-        return "the score product has a 1-D operand"
-    new: list[Operation] = []
-    key = k if scores.attr("transpose_b") else _key_of(k, new)
-    if mask is None:
-        import numpy as np
-
-        new.append(zero := _constant(np.zeros(()), spec_of(q.type).dtype))
-        mask = zero.results[0]
-    return AttentionChain(q, key, v, mask, scale, guarded is not None, new)
-
-
-class AttentionFromParts(Recognition):
-    """The chain of ``attention_chain`` -> ``ai.attention``: the scores and the
-    probabilities are no tensors of the program any more, so one kernel can compute
-    the whole attention (each target decides which)."""
-
-    label = "attention"
-
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        chain = attention_chain(op)
-        if not isinstance(chain, AttentionChain):
-            return
-        attention = ai.AttentionOp(
-            chain.q,
-            chain.key,
-            chain.v,
-            chain.mask,
-            scale=chain.scale,
-            nan_to_zero=chain.nan_to_zero,
-        )
-        self.rewrite(rewriter, op, [*chain.new_ops, attention], attention.results[0])
-
-
-def _other_readers(value: SSAValue, reader: Operation) -> str:
-    names = sorted({use.operation.name for use in value.uses if use.operation is not reader})
-    return ", ".join(names)
-
-
-def _nan_guarded(value: SSAValue) -> SSAValue | None:
-    """p when ``value`` is ``where(isnan(p), 0, p)`` and nothing else reads p or the guard."""
-    where = value.owner
-    if not isinstance(where, ai.WhereOp) or not single_use(value):
-        return None
-    condition, zero, p = where.operands
-    cast = condition.owner
-    if isinstance(cast, ai.CastOp) and single_use(condition):  # isnan as i1 (ONNX's IsNaN)
-        condition = cast.input
-    if not isinstance(condition.owner, ai.IsNanOp) or condition.owner.operands[0] is not p:
-        return None
-    if not (is_scalar(zero, 0.0, rtol=0.0) and single_use(condition)):
-        return None
-    readers = {use.operation for use in p.uses}
-    if readers != {where, condition.owner} or shape(value) != shape(p):
-        return None
-    return p
-
-
-def _scaled_masked_scores(
-    value: SSAValue, softmax: Operation
-) -> tuple[ai.MatmulOp, float, SSAValue | None] | str:
-    """(the score matmul, the scale, the mask or None) when ``value`` is ``q @ k^T``,
-    optionally times (or divided by) a one-element constant, optionally plus a mask
-    that broadcasts to it, every intermediate used once; else why not."""
-    if not single_use(value):
-        return f"the scores are also read by {_other_readers(value, softmax)}"
-    mask = None
-    if isinstance(value.owner, ai.AddOp):
-        for scores, m in commuted(value, ai.AddOp):
-            if shape(scores) == shape(value) and _reaches_product(scores):
-                if not single_use(scores):
-                    return "the unmasked scores are also read elsewhere"
-                value, mask = scores, m
-                break
-        else:
-            return "the scores plus a mask: neither addend is a (scaled) matrix product"
-    scale = 1.0
-    owner = value.owner
-    if isinstance(owner, ai.MulOp | ai.DivOp):
-        pairs = commuted(value, ai.MulOp) if isinstance(owner, ai.MulOp) else [owner.operands]
-        for product, c in pairs:
-            factor = scalar(c) if math.prod(shape(c)) == 1 else None
-            if shape(product) != shape(value) or not isinstance(product.owner, ai.MatmulOp):
-                continue
-            if factor is None or (isinstance(owner, ai.DivOp) and factor == 0.0):
-                return "the scores are scaled by a value that is not one constant"
-            if not single_use(product):
-                return "the unscaled scores are also read elsewhere"
-            value, scale = product, factor if isinstance(owner, ai.MulOp) else 1.0 / factor
-            break
-    matmul = value.owner
-    if not isinstance(matmul, ai.MatmulOp):
-        what = owner.name if isinstance(owner, Operation) else "an argument"
-        return f"the softmax reads {what}, not scores q @ k^T"
-    return matmul, scale, mask
-
-
-def _reaches_product(value: SSAValue) -> bool:
-    """``value`` is a matmul, or a matmul times or divided by something."""
-    owner = value.owner
-    if isinstance(owner, ai.MulOp):
-        return any(isinstance(x.owner, ai.MatmulOp) for x in owner.operands)
-    if isinstance(owner, ai.DivOp):
-        return isinstance(owner.operands[0].owner, ai.MatmulOp)
-    return isinstance(owner, ai.MatmulOp)
-
-
-def _key_of(kt: SSAValue, new: list[Operation]) -> SSAValue:
-    """The key (..., T, D) of the score product's rhs ``kt`` (..., D, T): the operand of a
-    transpose that made ``kt`` with its last two dims swapped back (none when that is
-    the identity), else a new transpose of ``kt``."""
-    rank = len(shape(kt))
-    swap = [*range(rank - 2), rank - 1, rank - 2]
-    owner = kt.owner
-    if isinstance(owner, ai.TransposeOp) and single_use(kt):
-        perm = list(owner.attr("perm"))
-        perm[-2:] = perm[-1], perm[-2]
-        source = owner.operands[0]
-        if perm == list(range(rank)):
-            return source
-        new.append(back := ai.TransposeOp(source, perm=tuple(perm)))
-        return back.results[0]
-    new.append(transposed := ai.TransposeOp(kt, perm=tuple(swap)))
-    return transposed.results[0]
 
 
 # ------------------------------------------------------------------ small identities

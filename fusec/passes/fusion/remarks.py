@@ -148,7 +148,7 @@ def _not_attention(producer: Operation, consumer: Operation) -> str:
     """On the edge from the probabilities (a softmax, or its NaN guard) to the matmul
     ending the chain: why recognize-patterns did not make it ``ai.attention``."""
     from fusec.dialect.ops import SoftmaxOp, WhereOp
-    from fusec.passes.recognize import attention_chain
+    from fusec.passes.recognize_attention import attention_chain
 
     if not isinstance(producer, SoftmaxOp | WhereOp):
         return ""
