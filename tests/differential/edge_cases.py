@@ -250,6 +250,38 @@ def layernorm_huge_case(dtype: str, n: int) -> Case:
     return text, [x, gamma, beta], check
 
 
+def layernorm_matmul_huge_case(dtype: str, n: int = 48, width: int = 40) -> Case:
+    """``layernorm_huge_case``'s rows through LN(x) @ W (a LayerNorm prologue of a GEMM:
+    the cpu target normalises each block's rows first; the cuda target folds gamma and
+    beta into W and applies the statistics in the epilogue, ``ln=fold``, whose x @ W'
+    of a bf16 row of 3e38 overflowed, issue #26). Finite everywhere; constant rows give
+    beta @ W."""
+    text, (x, gamma, beta), _ = layernorm_huge_case(dtype, n)
+    rng = np.random.default_rng(2)
+    w = _array(rng.standard_normal((n, width)) / np.sqrt(n), dtype)
+    tx, v, tw, ty = (
+        _t(x.shape, dtype),
+        _t((n,), dtype),
+        _t(w.shape, dtype),
+        _t((len(x), width), dtype),
+    )
+    body = [
+        f"%y = ai.layernorm %x, %g, %b : {tx} * {v} * {v}",
+        f"%h = ai.matmul %y, %w : {tx} * {tw}",
+    ]
+    text = _fn([("x", tx), ("g", v), ("b", v), ("w", tw)], body, [("h", ty)])
+    expect = beta.astype(np.float64) @ w.astype(np.float64)
+
+    def check(outputs: list[np.ndarray]) -> None:
+        (h,) = outputs
+        hd = h.astype(np.float64)
+        assert np.isfinite(hd).all(), "LN(x) @ W of finite rows must be finite"
+        for i in (0, 1):  # constant rows: LN(x) is beta
+            np.testing.assert_allclose(hd[i], expect, rtol=2e-2, atol=2e-2 * np.abs(expect).max())
+
+    return text, [x, gamma, beta, w], check
+
+
 def matmul_case(dtype: str) -> Case:
     a = _array([[NAN, 1.0], [2.0, 3.0], [INF, 1.0], [1e-40, 1e-40]], dtype)
     b = _array([[0.0, 1.0], [1.0, 1.0]], dtype)
@@ -667,6 +699,9 @@ def conv_cases() -> dict[str, Case]:
     for dtype in ("f32", "f16"):
         out[f"conv-bias-relu-inf-{dtype}"] = conv_bias_relu_case(dtype)
         PATHS[f"conv-bias-relu-inf-{dtype}"] = CONVS["winograd"][-1]
+    for dtype in NP:  # the LayerNorm prologue of a GEMM on rows of huge values
+        out[f"gemm-layernorm-huge-rows-{dtype}"] = layernorm_matmul_huge_case(dtype)
+        PATHS[f"gemm-layernorm-huge-rows-{dtype}"] = "ai.layernorm -> ai.matmul"
     return out
 
 
