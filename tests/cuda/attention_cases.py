@@ -86,3 +86,112 @@ def exported_attention_graph(batch: int, seq: int, heads: int, d: int, dtype: st
         f"func.func @gpt2_attention(%xq: {x}, %xk: {x}, %xv: {x}) -> {x} {{\n  {body}\n"
         f"  return %r : {x}\n}}\n"
     )
+
+
+def strided_attention_graph(
+    batch: int,
+    seq: int,
+    heads: int,
+    kv_heads: int,
+    d: int,
+    dtype: str = "f16",
+    *,
+    packed: bool = False,
+    causal: bool = False,
+) -> str:
+    """Attention over heads split from projections ``(batch, seq, heads * d)`` as exporters
+    write it (reshape + transpose; with ``packed`` one ``(batch, seq, (heads + 2 kv_heads) d)``
+    input sliced into q, k and v, as GPT-2's fused QKV), K and V of ``kv_heads`` heads
+    repeated to ``heads`` by reshape + ``ai.expand`` + reshape (GQA/MQA, as Llama's
+    ``repeat_kv``), the heads merged back into ``(batch, seq, heads * d)``."""
+    group = heads // kv_heads
+    widths = {"q": heads * d, "k": kv_heads * d, "v": kv_heads * d}
+    lines: list[str] = []
+    if packed:
+        total = sum(widths.values())
+        args = [f"%x: {_t((batch, seq, total), dtype)}"]
+        start = 0
+        for role, width in widths.items():
+            lines.append(
+                f"%x{role} = ai.slice %x {{offsets = array<i64: 0, 0, {start}>, sizes = "
+                f"array<i64: {batch}, {seq}, {width}>, strides = array<i64: 1, 1, 1>}} : "
+                f"{_t((batch, seq, total), dtype)}"
+            )
+            start += width
+    else:
+        args = [f"%x{role}: {_t((batch, seq, w), dtype)}" for role, w in widths.items()]
+    for role, width in widths.items():
+        h = width // d
+        split = f"{{shape = array<i64: {batch}, {seq}, {h}, {d}>}}"
+        lines += [
+            f"%{role}s = ai.reshape %x{role} {split} : {_t((batch, seq, width), dtype)}",
+            f"%{role}t = ai.transpose %{role}s {{perm = array<i64: 0, 2, 1, 3>}} : "
+            f"{_t((batch, seq, h, d), dtype)}",
+        ]
+        last = f"%{role}t"
+        if h != heads:
+            lines += [
+                f"%{role}u = ai.reshape %{role}t {{shape = array<i64: {batch}, {h}, 1, {seq}, "
+                f"{d}>}} : {_t((batch, h, seq, d), dtype)}",
+                f"%{role}e = ai.expand %{role}u {{shape = array<i64: {batch}, {h}, {group}, "
+                f"{seq}, {d}>}} : {_t((batch, h, 1, seq, d), dtype)}",
+                f"%{role}r = ai.reshape %{role}e {{shape = array<i64: {batch}, {heads}, {seq}, "
+                f"{d}>}} : {_t((batch, h, group, seq, d), dtype)}",
+            ]
+            last = f"%{role}r"
+        lines.append(
+            f"%{role} = ai.reshape {last} {{shape = array<i64: {batch}, {heads}, "
+            f"{seq}, {d}>}} : {_t((batch, heads, seq, d), dtype)}"
+        )
+    bh, s, c = _t((batch, heads, seq, d), dtype), _t((batch, heads, seq, seq), dtype), _t((), dtype)
+    lines += [
+        f"%sc = ai.matmul %q, %k {{transpose_b = true}} : {bh} * {bh}",
+        f"%c = arith.constant dense<{1.0 / d**0.5!r}> : {c}",
+        f"%t = ai.mul %sc, %c : {s} * {c}",
+    ]
+    last = "%t"
+    if causal:
+        m = _t((seq, seq), dtype)
+        lines.append(f"%m = arith.constant {_dense(seq, seq, '-1.0e4')} : {m}")
+        lines.append(f"%u = ai.add %t, %m : {s} * {m}")
+        last = "%u"
+    out = _t((batch, seq, heads * d), dtype)
+    lines += [
+        f"%p = ai.softmax {last} : {s}",
+        f"%o = ai.matmul %p, %v : {s} * {bh}",
+        f"%ot = ai.transpose %o {{perm = array<i64: 0, 2, 1, 3>}} : {bh}",
+        f"%r = ai.reshape %ot {{shape = array<i64: {batch}, {seq}, {heads * d}>}} : "
+        f"{_t((batch, seq, heads, d), dtype)}",
+    ]
+    body = "\n  ".join(lines)
+    head = f"func.func @attention({', '.join(args)}) -> {out} {{"
+    return f"{head}\n  {body}\n  return %r : {out}\n}}\n"
+
+
+def scattered_heads_graph(x: int, seq: int, batch: int, heads: int, d: int) -> str:
+    """Attention over a batch of three dims none of which merge in memory: q, k and v
+    ``(x, seq, batch, heads * d)``, attended as ``(batch, x, heads, seq, d)`` (strides
+    ``heads * d``, ``seq * batch * heads * d``, ``d``: a 5-D tensor map) and written back in
+    the input's layout."""
+    t = _t((x, seq, batch, heads * d), "f16")
+    split = _t((x, seq, batch, heads, d), "f16")
+    bh, s = _t((batch, x, heads, seq, d), "f16"), _t((batch, x, heads, seq, seq), "f16")
+    lines = []
+    for role in "qkv":
+        lines += [
+            f"%{role}s = ai.reshape %{role}x {{shape = array<i64: {x}, {seq}, {batch}, {heads}, "
+            f"{d}>}} : {t}",
+            f"%{role} = ai.transpose %{role}s {{perm = array<i64: 2, 0, 3, 1, 4>}} : {split}",
+        ]
+    lines += [
+        f"%sc = ai.matmul %q, %k {{transpose_b = true}} : {bh} * {bh}",
+        f"%c = arith.constant dense<0.125> : {_t((), 'f16')}",
+        f"%sm = ai.mul %sc, %c : {s} * {_t((), 'f16')}",
+        f"%p = ai.softmax %sm : {s}",
+        f"%o = ai.matmul %p, %v : {s} * {bh}",
+        f"%ot = ai.transpose %o {{perm = array<i64: 1, 3, 0, 2, 4>}} : {bh}",
+        f"%r = ai.reshape %ot {{shape = array<i64: {x}, {seq}, {batch}, {heads * d}>}} : {split}",
+    ]
+    body = "\n  ".join(lines)
+    args = ", ".join(f"%{role}x: {t}" for role in "qkv")
+    return f"func.func @attention({args}) -> {t} {{\n  {body}\n  return %r : {t}\n}}\n"

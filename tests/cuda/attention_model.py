@@ -77,3 +77,63 @@ def reference(q, k, v, scale: float, causal: bool) -> np.ndarray:
     p = np.exp(s)
     p /= p.sum(axis=-1, keepdims=True)
     return p @ v.astype(np.float64)
+
+
+def _function_body(cpp: str, name: str) -> str:
+    """The one statement of ``Config``'s ``name`` (a generated one-line function)."""
+    import re
+
+    match = re.search(rf"{name}\([^)]*\) \{{\n\s*(.*?);\n\s*\}}", cpp)
+    assert match, f"{name} not in the generated C++"
+    return match.group(1)
+
+
+def _c_eval(expression: str, **values: int) -> int:
+    """A generated C++ index expression of non-negative ints, evaluated as C does."""
+    python = expression.replace("(long long)", "").replace("/", "//")
+    return int(eval(python, {"__builtins__": {}}, values))  # noqa: S307 (generated ints)
+
+
+def operands_as_addressed(spec: AttentionSpec, inputs: dict, buffers: list) -> dict:
+    """q, k and v ``(batch, rows, cols)`` as the kernel reads them from the flat group
+    ``buffers``: each tensor map's geometry (``launcher.map_geometry``) and the batch
+    coordinates the generated C++ computes from ``bh`` (``load_q`` ...), with TMA's zero
+    fill outside the map."""
+    import re
+
+    from fusec.targets.cuda.attention.launcher import map_geometry
+
+    cpp = spec.cpp_source()
+    out = {}
+    for role in "qkv":
+        offset, dims, strides, _ = map_geometry(spec, role)
+        call = _function_body(cpp, f"load_{role}")
+        coords = re.fullmatch(r"fs_tma_load\(dst, map, bar, c0, row, (.*)\)", call).group(1)
+        exprs = coords.split(", ")
+        assert len(exprs) == len(dims) - 2, (call, dims)
+        flat = np.asarray(buffers[inputs[role]]).reshape(-1)
+        cols, rows = dims[0], dims[1]
+        tile = np.zeros((spec.batch, rows, cols), dtype=np.float64)
+        for bh in range(spec.batch):
+            at = [_c_eval(e, bh=bh) for e in exprs]
+            assert all(0 <= a < n for a, n in zip(at, dims[2:], strict=True)), (role, bh, at)
+            base = offset + sum(a * s for a, s in zip(at, strides[1:], strict=True))
+            for r in range(rows):
+                start = (base + r * strides[0]) // 2
+                tile[bh, r] = flat[start : start + cols]
+        out[role] = tile
+    return out
+
+
+def scatter_output(spec: AttentionSpec, result: np.ndarray, size: int):
+    """``result`` ``(batch, sq, dv)`` stored where the generated ``out_offset`` puts each row
+    in a flat output of ``size`` elements: (output, writes per element)."""
+    expression = _function_body(spec.cpp_source(), "out_offset").removeprefix("return ")
+    out = np.full(size, np.nan)
+    writes = np.zeros(size, dtype=np.int64)
+    for bh in range(spec.batch):
+        for row in range(spec.sq):
+            start = _c_eval(expression, bh=bh, row=row)
+            out[start : start + spec.dv] = result[bh, row]
+            writes[start : start + spec.dv] += 1
+    return out, writes

@@ -14,7 +14,12 @@ import re
 import attention_model as model
 import numpy as np
 import pytest
-from attention_cases import attention_graph, exported_attention_graph
+from attention_cases import (
+    attention_graph,
+    exported_attention_graph,
+    scattered_heads_graph,
+    strided_attention_graph,
+)
 from test_gemm_build import needs_toolchain, needs_toolchain_in_the_default_lane, sass_of
 
 import fusec
@@ -140,14 +145,114 @@ def test_online_softmax_model_matches_attention(spec: AttentionSpec) -> None:
     np.testing.assert_allclose(out, ref, atol=2e-3)
 
 
+# ------------------------------------------------------------ operands read in place (issue 28)
+
+STRIDED = {
+    # GPT-2's fused QKV projection sliced, 8 query heads on 2 K/V heads, causal, odd length
+    "packed-gqa-4-causal": strided_attention_graph(2, 37, 8, 2, 64, packed=True, causal=True),
+    "mqa-d128": strided_attention_graph(1, 19, 4, 1, 128),  # one K/V head for all: stride 0
+    "head-split": strided_attention_graph(2, 20, 4, 4, 64),
+    "gqa-2-d128-bf16": strided_attention_graph(3, 9, 4, 2, 128, "bf16"),
+    "exported-gpt2": exported_attention_graph(2, 24, 3, 64),  # the key transposed to (B,H,D,S)
+    "batch-of-three-strides": scattered_heads_graph(2, 10, 3, 2, 64),  # 5-D tensor maps
+}
+
+
+def _one_attention_kernel(text: str):
+    """The compiled graph's one kernel (no copy: the layout ops are in the attention group),
+    its launcher (``ATTENTION`` of the generated module) and its group."""
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    kinds = [k.kind for k in compiled.kernels]
+    assert kinds == ["attention"], f"kernels {kinds}: the head split or merge left the kernel"
+    (kernel,) = compiled.kernels
+    assert "fused flash-style attention" in kernel.source.split("\n\n")[0]
+    namespace: dict = {}
+    exec(compile(kernel.source, kernel.name, "exec"), namespace)
+    (group,) = [op for op in compiled.module.walk() if isinstance(op, ai.FusedOp)]
+    return compiled, namespace["ATTENTION"], group
+
+
+@pytest.mark.parametrize("name", list(STRIDED))
+def test_the_kernel_reads_the_heads_and_writes_the_merge_in_place(name: str) -> None:
+    """No copy kernel: the kernel's tensor maps (geometry and the batch coordinates of the
+    generated C++) read q, k and v from the projections and ``out_offset`` writes the
+    ``[B, S, H*D]`` result; their emulation on fresh inputs matches the reference, and each
+    output element is written once."""
+    from xdsl.ir import BlockArgument
+
+    from fusec.runtime.reference import entry_function, run_reference
+    from fusec.tools.runner import random_inputs
+
+    compiled, launch, group = _one_attention_kernel(STRIDED[name])
+    spec = launch.spec
+    assert spec.views, "a head split is not the contiguous layout"
+    for seed in (0, 1):
+        args = random_inputs(entry_function(compiled.module), seed=seed)
+        buffers = [
+            np.asarray(args[v.index], dtype=np.float64) if isinstance(v, BlockArgument) else None
+            for v in group.operands
+        ]
+        ops = model.operands_as_addressed(spec, launch.inputs, buffers)
+        result = model.reference(ops["q"], ops["k"], ops["v"], spec.scale, spec.causal)
+        (ref,) = run_reference(compiled.module, args)
+        got, writes = model.scatter_output(spec, result, ref.size)
+        assert (writes == 1).all(), "every output element written once"
+        ref = np.asarray(ref, dtype=np.float64).reshape(-1)
+        assert np.isfinite(got).all()
+        assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-2, f"{name}, seed {seed}"
+
+
+def test_views_reduce_a_head_repeat_to_stride_zero() -> None:
+    """The GQA repeat K[b, h // group] as a layout: the repeat's digit of bh has stride 0,
+    so the tensor map spans the K/V heads only (h // group is the map coordinate)."""
+    from fusec.targets.cuda.attention.views import Layout, operand_view
+
+    b, s, hk, g, d = 2, 5, 3, 4, 64
+    layout = Layout.contiguous((b, s, hk * d)).reshape((b, s, hk, d))
+    layout = layout.transpose((0, 2, 1, 3)).reshape((b, hk, 1, s, d))
+    layout = layout.expand((b, hk, 1, s, d), (b, hk, g, s, d)).reshape((b, hk * g, s, d))
+    view = operand_view(layout, s, d, broadcast=True, what="k")
+    assert view.batch == ((b, s * hk * d), (hk, d), (g, 0)) and view.row_stride == hk * d
+    assert view.map_atoms == ((b, s * hk * d, hk * g), (hk, d, g))
+    assert "repeats" in operand_view(layout, s, d, broadcast=False, what="out")
+    # a head dimension that is not contiguous, a misaligned slice: refused with the reason
+    swapped = Layout.contiguous((b, hk, d, s)).transpose((0, 1, 3, 2))
+    assert "not contiguous" in operand_view(swapped, s, d, broadcast=True, what="k")
+    sliced = Layout.contiguous((b, s, 200)).slice((0, 0, 4), (b, s, 64), (1, 1, 1))
+    assert "aligned" in operand_view(
+        sliced.reshape((b, s, 1, 64)).transpose((0, 2, 1, 3)), s, 64, broadcast=True, what="q"
+    )
+
+
+def test_an_operand_the_kernel_cannot_address_keeps_its_copy() -> None:
+    """A head split whose head dimension is not contiguous (the heads interleaved along
+    it) stays a copy kernel, and the attention group says nothing of it: the plan refused
+    the layout op, so fusion left it out."""
+    text = strided_attention_graph(1, 16, 2, 2, 64).replace(
+        "%qs = ai.reshape %xq {shape = array<i64: 1, 16, 2, 64>}",
+        "%qw = ai.reshape %xq {shape = array<i64: 1, 16, 64, 2>} : tensor<1x16x128xf16>\n"
+        "  %qx = ai.transpose %qw {perm = array<i64: 0, 1, 3, 2>} : tensor<1x16x64x2xf16>\n"
+        "  %qs = ai.reshape %qx {shape = array<i64: 1, 16, 2, 64>}",
+    )
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    kinds = sorted(k.kind for k in compiled.kernels)
+    assert kinds == ["attention", "copy"], kinds
+
+
 # ------------------------------------------------------------ generated C++
 
 
 def test_tma_innermost_coordinates_are_16_byte_aligned() -> None:
     from test_conv_build import tma_innermost_coordinates
 
-    coords = tma_innermost_coordinates(AttentionSpec(2, 100, 70, 128, 64).cpp_source())
-    assert len(coords) == 3 and all(c == "c * 64" for c in coords), coords
+    source = AttentionSpec(2, 100, 70, 128, 64).cpp_source()
+    # Config's load_q/k/v pass their column c0 on as the innermost coordinate ...
+    coords = tma_innermost_coordinates(source)
+    assert len(coords) == 3 and all(c == "c0" for c in coords), coords
+    # ... which the kernel gives as whole 64-element (128-byte) chunks
+    calls = re.findall(r"C::load_[qkv]\(([^;]*)\);", source)
+    columns = [re.split(r",\s*", call)[3].strip() for call in calls]
+    assert len(columns) == 3 and all(c == "c * 64" for c in columns), columns
 
 
 SPECS = [
@@ -172,6 +277,30 @@ def test_attention_cubin(spec: AttentionSpec, tmp_path) -> None:
     pv = re.findall(rf"HGMMA\.64x{spec.dv}x16\.F32\S* R\d+, R\d+, gdesc\[UR\d+\]\.tnspB", sass)
     assert len(qk) == spec.d // 16, "Q K^T from shared memory"
     assert len(pv) == 128 // 16, "P V with P from registers"
+    assert not re.search(r"\b(LDL|STL)\b", sass), "local-memory traffic in the kernel"
+    assert "CALL" not in sass and "UTMALDG" in sass
+
+
+@needs_toolchain
+@pytest.mark.parametrize(
+    "name", ["packed-gqa-4-causal", "gqa-2-d128-bf16", "mqa-d128", "batch-of-three-strides"]
+)
+def test_strided_attention_cubin(name: str, tmp_path) -> None:
+    """The kernel reading the heads in place builds for sm_90a like the contiguous one (no
+    spills, no local memory, TMA loads of the maps' rank: 5-D for a batch of three strides)."""
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda import build
+
+    _, launch, _ = _one_attention_kernel(STRIDED[name])
+    spec = launch.spec
+    built = build.build(spec, KernelCache(tmp_path))
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
+    rank = 2 + max(1, max(len(spec.view(r).map_atoms) for r in "qkv"))
+    ptx = build.linked_ptx(spec)
+    assert f"cp.async.bulk.tensor.{rank}d" in ptx
+    sass = sass_of(built.cubin, tmp_path)
+    if sass is None:
+        pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
     assert not re.search(r"\b(LDL|STL)\b", sass), "local-memory traffic in the kernel"
     assert "CALL" not in sass and "UTMALDG" in sass
 

@@ -126,7 +126,8 @@ def _feeds_lhs(ctx: RuleContext) -> str | None:
 
 def _views_operand(ctx: RuleContext) -> str | None:
     """The op is a view (layout op) that the anchor reads through: a chain of layout ops
-    leads from it to an operand of the anchor."""
+    (and broadcasts by ``ai.expand``, the head repeat of GQA) leads from it to an operand
+    of the anchor."""
     anchor = ctx.anchor
     seen: set[Operation] = set()
     frontier = [ctx.op]
@@ -136,7 +137,8 @@ def _views_operand(ctx: RuleContext) -> str | None:
             user = use.operation
             if user is anchor:
                 return None
-            if pattern_of(user) is Pattern.INJECTIVE and user not in seen:
+            layout = pattern_of(user) is Pattern.INJECTIVE or isinstance(user, ai.ExpandOp)
+            if layout and user not in seen:
                 seen.add(user)
                 frontier.append(user)
     target = anchor.name if anchor is not None else "the anchor"

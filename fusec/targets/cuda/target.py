@@ -66,6 +66,9 @@ class CudaTarget(Target):
     description = "NVIDIA GPUs: Numba CUDA kernels and the Hopper Tensor Core GEMM"
     devices = ("cuda",)
     pipeline = "fusec-cuda"
+    #: The flash attention kernel reads a GQA head repeat (``ai.expand``) and writes the
+    #: head merge (transposes, reshapes) through strides (``attention.views``, issue 28).
+    rule_params = {"attention_layout_ops": 8}
     passes = {
         "tile-gemm": "fusec.targets.cuda.tiling:TileGemmPass",
         "conv-layout": "fusec.targets.cuda.conv.layout:ConvLayoutPass",
@@ -92,7 +95,9 @@ class CudaTarget(Target):
             "fusec.targets.cuda.gemm.template", (ai.MatmulOp, ai.LayerNormOp, ai.SoftmaxOp)
         ),
         "conv": _planned("fusec.targets.cuda.conv.template", (ai.Conv2DOp,)),
-        "attention": _planned("fusec.targets.cuda.attention.template", (ai.AttentionOp,)),
+        "attention": _planned(
+            "fusec.targets.cuda.attention.template", (ai.AttentionOp, *_INDEX_MAPS, ai.ExpandOp)
+        ),
         "reduce": _planned(
             "fusec.targets.cuda.reduce", (ai.ReduceMeanOp, ai.ReduceSumOp, ai.ReduceMaxOp)
         ),

@@ -18,6 +18,12 @@ pipelining), as one ``extern "C"`` device function in the shape of the GEMM's:
   exactly the A fragment of the next wgmma (no shared-memory round trip);
 * at the end O / l is rounded once and stored (rows past the sequence are
   not stored). The S x S scores never leave the registers.
+
+Q, K, V and the output are addressed through ``views`` (``attention.views``): where the
+group holds the head split, a slice of a fused QKV projection or a GQA head repeat, the
+tensor maps span the projection's own ``[B, S, H, D]`` layout (up to 5-D, one
+coordinate per batch atom of nonzero stride, computed from the block's ``bh``) and the
+output is stored as the head merge's ``[B, S, H, DV]``: no copy kernel moves the heads.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fusec.targets.cuda.attention.views import OperandView
 from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
 from fusec.targets.cuda.linked import LinkedSpec
 from fusec.targets.cuda.ptx import CONSUMER_REGISTERS, PRODUCER_REGISTERS, wgmma_rs, wgmma_ss
@@ -51,6 +58,9 @@ class AttentionSpec(LinkedSpec):
     scale: float = 1.0  # the scores' factor (``ai.attention``'s scale)
     causal: bool = False
     nan_to_zero: bool = False  # a NaN probability is 0 (``ai.attention``'s nan_to_zero)
+    #: (offset, row stride, batch atoms) of q, k, v and the output (``OperandView``), where
+    #: one is not contiguous ``[batch, rows, cols]``; () when all four are
+    views: tuple = ()
 
     def __post_init__(self) -> None:
         why = problem(self)
@@ -67,6 +77,16 @@ class AttentionSpec(LinkedSpec):
     def arg_count(self) -> tuple[int, int]:
         """(u64, int32) kernel parameters: map_q, map_k, map_v, out."""
         return 4, 0
+
+    def view(self, role: str) -> OperandView:
+        """How the kernel addresses ``role`` (``"q"``, ``"k"``, ``"v"`` or ``"o"``)."""
+        index = "qkvo".index(role)
+        if self.views:
+            offset, row_stride, batch = self.views[index]
+            return OperandView(offset, row_stride, tuple(batch))
+        rows = self.sq if role in "qo" else self.sk
+        cols = self.d if role in "qk" else self.dv
+        return OperandView.contiguous(self.batch, rows, cols)
 
     @property
     def q_blocks(self) -> int:
@@ -102,7 +122,50 @@ def problem(spec: AttentionSpec) -> str | None:
         return "a causal mask with different query and key lengths"
     if min(spec.batch, spec.sq, spec.sk) < 1:
         return "an empty dimension"
+    if spec.views and len(spec.views) != 4:
+        return "views: one for each of q, k, v and the output"
+    for role in "qkvo" if spec.views else "":
+        view = spec.view(role)
+        if math.prod(n for n, _ in view.batch) != spec.batch:
+            return f"the {role} view's batch atoms {view.batch} are not a batch of {spec.batch}"
+        if role == "o" and any(s == 0 for _, s in view.batch):
+            return "the output view repeats elements"
     return None
+
+
+def _digit(size: int, div: int, outermost: bool) -> str:
+    value = "bh" if div == 1 else f"(bh / {div})"
+    return value if outermost else f"({value} % {size})"
+
+
+def _views(spec: AttentionSpec) -> str:
+    """``Config``'s loads of Q, K and V (a tensor map of 3 to 5 dimensions: head size,
+    rows, the batch atoms) and the output's element offset of (bh, row)."""
+    lines = []
+    for role in "qkv":
+        view = spec.view(role)
+        total = spec.batch
+        coords = [_digit(n, div, n * div == total) for n, _, div in view.map_atoms]
+        lines += [
+            f"static __device__ __forceinline__ void load_{role}(u32 dst, u64 map, u32 bar, "
+            "int c0, int row, int bh) {",
+            f"  fs_tma_load(dst, map, bar, c0, row, {', '.join(reversed(coords)) or '0'});",
+            "}",
+        ]
+    out = spec.view("o")
+    terms, div = [], 1
+    for n, s in reversed(out.batch):
+        terms.append(f"(long long){_digit(n, div, n * div == spec.batch)} * {s}")
+        div *= n
+    terms.append(f"(long long)row * {out.row_stride}")
+    if out.offset:
+        terms.append(str(out.offset))
+    lines += [
+        "static __device__ __forceinline__ long long out_offset(int bh, int row) {",
+        f"  return {' + '.join(reversed(terms))};",
+        "}",
+    ]
+    return "\n".join(lines)
 
 
 def _config(spec: AttentionSpec) -> str:
@@ -124,6 +187,7 @@ def _config(spec: AttentionSpec) -> str:
   using In = {ELEMENT_TYPES[spec.dtype]};
   using Out = {ELEMENT_TYPES[spec.out_dtype]};
 {indent_lines(mma.strip(), 2)}
+{indent_lines(_views(spec), 2)}
 }};
 """
 

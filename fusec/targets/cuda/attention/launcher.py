@@ -1,8 +1,10 @@
 """``AttentionLaunch``: what a generated attention module calls (build once, then launch).
 
 Per call, on the caller's stream: the Q, K and V tensor maps (cached by
-address; 3-D ``[head size, length, batch]`` with 64 x 128 boxes and the
-128-byte swizzle) and one launch of ``batch x ceil(Sq / 128)`` blocks.
+address; ``[head size, length, batch atoms...]``, 3-D for a contiguous operand, up to
+5-D for one read in place through the group's views (``AttentionSpec.view``), with
+64 x 128 boxes and the 128-byte swizzle) and one launch of ``batch x ceil(Sq / 128)``
+blocks.
 """
 
 from __future__ import annotations
@@ -12,6 +14,19 @@ from typing import Any
 
 from fusec.targets.cuda.attention.cpp import BM, BN, AttentionSpec
 from fusec.targets.cuda.linked import LinkedLaunch
+
+
+def map_geometry(spec: AttentionSpec, role: str) -> tuple[int, tuple, tuple, tuple]:
+    """The tensor map of ``role`` (q, k or v): (byte offset from the group input's
+    address, dims and box innermost first: head size, rows, the batch atoms of nonzero
+    stride; byte strides of dims 1..). A batch read with no stride is one dim of 1."""
+    view = spec.view(role)
+    rows, box_rows = (spec.sq, BM) if role == "q" else (spec.sk, BN)
+    cols = spec.dv if role == "v" else spec.d
+    atoms = view.map_atoms or ((1, rows * view.row_stride, 1),)  # a 3-D map at least
+    dims = (cols, rows, *(n for n, _, _ in reversed(atoms)))
+    strides = (2 * view.row_stride, *(2 * s for _, s, _ in reversed(atoms)))
+    return 2 * view.offset, dims, strides, (64, box_rows, *(1 for _ in atoms))
 
 
 class AttentionLaunch(LinkedLaunch):
@@ -35,24 +50,14 @@ class AttentionLaunch(LinkedLaunch):
         kernel = self.kernel or self.load()
         spec = self.spec
 
-        def operand(role: str, rows: int, cols: int, box_rows: int) -> int:
-            pitch = cols * 2
-            return tensor_map(
-                spec.dtype,
-                inputs[self.inputs[role]],
-                (cols, rows, spec.batch),
-                (pitch, pitch * rows),
-                (64, box_rows, 1),
-                stream,
-            )
+        def operand(role: str) -> int:
+            offset, dims, strides, box = map_geometry(spec, role)
+            address = inputs[self.inputs[role]] + offset
+            return tensor_map(spec.dtype, address, dims, strides, box, stream)
 
         u64 = ctypes.c_uint64
         with kernel.lock:
-            maps = (
-                operand("q", spec.sq, spec.d, BM),
-                operand("k", spec.sk, spec.d, BN),
-                operand("v", spec.sk, spec.dv, BN),
-            )
+            maps = (operand("q"), operand("k"), operand("v"))
             args = [(u64, v) for v in (*maps, outputs[0])]
             kernel.launch(
                 kernel.function,

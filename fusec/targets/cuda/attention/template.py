@@ -7,10 +7,15 @@ most ``MASKED`` above: the kernel masks by index instead). Otherwise it runs thr
 the PyTorch fallback (``ieee_attention``: the op's semantics in its declared types),
 the reason in the module's header and in ``--remarks``.
 
-The kernel reads q, key and v from memory as they are (TMA), so the group is the
-attention op alone: the head split's layout ops stay kernels of their own here. ``plan``
-is the one acceptance rule: fusion asks it of the group it would pack (``accepts``),
-code generation of the group it gets.
+The kernel reads q, key and v from memory by TMA through strides (``views``): the
+group may hold the layout ops between its inputs and the operands (the head split
+``[B,S,H*D] -> [B,H,S,D]``, the slice of a fused QKV projection, the GQA/MQA head repeat
+``ai.expand``, as the rules' attention prologue takes them) and between the result and
+its output (the head merge's transpose and reshapes, the attention epilogue the cuda
+target's ``attention_layout_ops`` allows), where they are strides the kernel addresses
+with, not copies (issue 28). Anything else stays a kernel of its own. ``plan`` is the one
+acceptance rule: fusion asks it of the group it would pack (``accepts``), code generation
+of the group it gets.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
 from fusec.targets.cuda.attention.cpp import AttentionSpec
-from fusec.targets.cuda.common import body_ops, kernel_name, plan_accepts
+from fusec.targets.cuda.attention.views import Layout, OperandView, operand_view
+from fusec.targets.cuda.common import body_ops, kernel_name, plan_accepts, yielded
 from fusec.targets.cuda.linked import linked_kernel_source
 
 #: A mask entry at most this is "masked": exp(-5e3 + any score the inputs reach) is 0 in
@@ -63,18 +69,25 @@ def mask_kind(mask: SSAValue, queries: int, keys: int) -> str | None:
     return "causal" if causal else None
 
 
-def kernel_spec(op: ai.AttentionOp, mask: SSAValue) -> AttentionSpec | str:
+def kernel_spec(
+    op: ai.AttentionOp, mask: SSAValue, views: tuple[OperandView, ...] = ()
+) -> AttentionSpec | str:
     """The flash kernel's spec for ``op`` (``mask`` the value outside the group that
-    feeds its mask operand), or why the kernel cannot compute it."""
+    feeds its mask operand; ``views`` how q, k, v and the output are addressed, none
+    when all are contiguous), or why the kernel cannot compute it."""
     q, key, v = (spec_of(x.type) for x in op.operands[:3])
     if not q.shape[:-2] == key.shape[:-2] == v.shape[:-2]:
         return "q, key and v have different batch dims (the kernel does not broadcast them)"
     kind = mask_kind(mask, q.shape[-2], key.shape[-2])
     if kind is None:
         return "the mask is neither zero nor a causal constant (0 on and below the diagonal)"
+    batch = math.prod(q.shape[:-2])
+    rows = {"q": q.shape[-2], "k": key.shape[-2], "v": key.shape[-2], "o": q.shape[-2]}
+    cols = {"q": q.shape[-1], "k": key.shape[-1], "v": v.shape[-1], "o": v.shape[-1]}
+    plain = tuple(OperandView.contiguous(batch, rows[r], cols[r]) for r in "qkvo")
     try:
         return AttentionSpec(
-            batch=math.prod(q.shape[:-2]),
+            batch=batch,
             sq=q.shape[-2],
             sk=key.shape[-2],
             d=q.shape[-1],
@@ -84,6 +97,7 @@ def kernel_spec(op: ai.AttentionOp, mask: SSAValue) -> AttentionSpec | str:
             scale=float(op.attr("scale")),
             causal=kind == "causal",
             nan_to_zero=bool(op.attr("nan_to_zero")),
+            views=() if not views or views == plain else tuple(w.as_tuple() for w in views),
         )
     except ValueError as err:
         return str(err)
@@ -97,25 +111,118 @@ def _outer(fused_op: ai.FusedOp, inner: SSAValue) -> SSAValue:
     return inner
 
 
+#: The layout ops the kernel reads an operand through (strides, an offset, a repeat).
+_VIEWS_IN = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp, ai.ExpandOp, ai.GatherOp)
+#: The layout ops the kernel writes its result through (a permutation of its elements).
+_VIEWS_OUT = (ai.ReshapeOp, ai.TransposeOp)
+
+
+def _shape(value: SSAValue) -> tuple[int, ...]:
+    return tuple(spec_of(value.type).shape)
+
+
+def _layout_in(
+    fused_op: ai.FusedOp, value: SSAValue, role: str, seen: set
+) -> tuple[int, Layout] | str:
+    """(group input, its layout as the operand ``value``) through the group's layout ops,
+    or why the operand is not a view of one group input."""
+    chain = []
+    while not (isinstance(value, BlockArgument) and value.block is fused_op.block):
+        op = value.owner
+        if not isinstance(op, _VIEWS_IN):
+            return f"{role} is computed inside the group ({getattr(op, 'name', op)})"
+        chain.append(op)
+        value = op.operands[0]
+    seen.update(chain)
+    layout: Layout | None = Layout.contiguous(_shape(value))
+    for op in reversed(chain):
+        assert layout is not None
+        shape = _shape(op.results[0])
+        if isinstance(op, ai.ReshapeOp):
+            layout = layout.reshape(shape)
+        elif isinstance(op, ai.TransposeOp):
+            layout = layout.transpose(op.attr("perm"))
+        elif isinstance(op, ai.SliceOp):
+            layout = layout.slice(op.attr("offsets"), shape, op.attr("strides"))
+        elif isinstance(op, ai.ExpandOp):
+            layout = layout.expand(_shape(op.operands[0]), shape)
+        else:
+            axis = op.attr("axis") % len(_shape(op.operands[0]))
+            layout = layout.gather(axis, [int(i) for i in op.attr("indices")])
+        if layout is None:
+            return f"{role} is read through {op.name}, which is no strided view of it"
+    assert layout is not None
+    return value.index, layout
+
+
+def _layout_out(fused_op: ai.FusedOp, op: ai.AttentionOp, seen: set) -> Layout | str:
+    """The layout of the attention result in the group's one output (through the head
+    merge's transposes and reshapes), or why the kernel cannot write it so."""
+    results = yielded(fused_op)
+    if len(results) != 1:
+        return f"the group has {len(results)} results (the kernel writes one)"
+    value = results[0]
+    layout: Layout | None = Layout.contiguous(_shape(value))
+    while value is not op.output:
+        user = value.owner
+        if not isinstance(user, _VIEWS_OUT):
+            return f"the kernel has no epilogue ({getattr(user, 'name', user)} after it)"
+        seen.add(user)
+        value = user.operands[0]
+        assert layout is not None
+        if isinstance(user, ai.ReshapeOp):
+            layout = layout.reshape(_shape(value))
+        else:
+            dims: list = [None] * len(layout.dims)
+            for k, p in enumerate(user.attr("perm")):
+                dims[p] = layout.dims[k]
+            layout = Layout(tuple(dims), layout.offset)
+        if layout is None:
+            return f"the output is written through {user.name}, which is no strided view"
+    assert layout is not None
+    return layout
+
+
 def plan(fused_op: ai.FusedOp) -> tuple[AttentionSpec, dict[str, int]] | str:
     """The kernel's spec and the group inputs it reads, or why the fallback serves it."""
     ops = body_ops(fused_op)
-    others = [op.name for op in ops if not isinstance(op, ai.AttentionOp)]
-    if others or len(ops) != 1:
+    anchors = [op for op in ops if isinstance(op, ai.AttentionOp)]
+    if len(anchors) != 1:
+        return f"{len(anchors)} ai.attention ops in the group"
+    (op,) = anchors
+    q, key = spec_of(op.query.type), spec_of(op.key.type)
+    sizes = {
+        "q": (op.query, q.shape[-2], q.shape[-1]),
+        "k": (op.key, key.shape[-2], key.shape[-1]),
+        "v": (op.value, key.shape[-2], spec_of(op.value.type).shape[-1]),
+    }
+    seen: set = {op}
+    inputs, views = {}, []
+    for role, (value, rows, cols) in sizes.items():
+        traced = _layout_in(fused_op, value, role, seen)
+        if isinstance(traced, str):
+            return traced
+        inputs[role], layout = traced
+        view = operand_view(layout, rows, cols, broadcast=True, what=role)
+        if isinstance(view, str):
+            return view
+        views.append(view)
+    out = _layout_out(fused_op, op, seen)
+    if isinstance(out, str):
+        return out
+    view = operand_view(out, q.shape[-2], sizes["v"][2], broadcast=False, what="the output")
+    if isinstance(view, str):
+        return view
+    views.append(view)
+    others = [o.name for o in ops if o not in seen]
+    if others:
         return (
-            "it takes ai.attention alone (the flash kernel reads q, key and v from memory "
-            f"by TMA, and has no epilogue): {', '.join(others) or 'another ai.attention'} "
-            "stays a kernel of its own"
+            "it takes ai.attention with the layout ops of its operands and output only (the "
+            f"kernel has no prologue or epilogue): {', '.join(others)} stays a kernel of its own"
         )
-    op = ops[0]
-    spec = kernel_spec(op, _outer(fused_op, op.mask))
+    spec = kernel_spec(op, _outer(fused_op, op.mask), tuple(views))
     if isinstance(spec, str):
         return spec
-    inputs = {}
-    for role, value in (("q", op.query), ("k", op.key), ("v", op.value)):
-        if not isinstance(value, BlockArgument) or value.block is not fused_op.block:
-            return f"{role} is computed inside the group"
-        inputs[role] = value.index
     return spec, inputs
 
 
@@ -147,6 +254,17 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         f"{', causal' if spec.causal else ''}{', NaN rows to 0' if spec.nan_to_zero else ''}; "
         f"{spec.grid} blocks of 128 query rows",
     ]
+    if spec.views:
+        names = {"q": "q", "k": "k", "v": "v", "o": "output"}
+        notes.append(
+            "read and written in place through strides (no head split or merge copies): "
+            + "; ".join(
+                f"{names[r]} offset {w.offset}, row stride {w.row_stride}, batch "
+                f"(size, stride) {list(w.batch)}"
+                for r in "qkvo"
+                for w in [spec.view(r)]
+            )
+        )
     lines = [
         header(fused_op, notes=notes),
         "from fusec.targets.cuda.abi import AttentionLaunch, AttentionSpec",

@@ -10,8 +10,11 @@
 // wgmma with P as the A operand in registers. An instantiation supplies C:
 //   BM, BN, SQ, SK, D, DV (sizes), QB (query blocks), NKV (key blocks), KV_STAGES, CAUSAL,
 //   NAN_TO_ZERO, PRODUCER_REGISTERS, CONSUMER_REGISTERS; sl2() (scale * log2 e); the
-//   element types In (Q, K, V) and Out; and its wgmma instructions `qk` (m64nBNk16, both
-//   operands in shared memory) and `pv` (m64nDVk16, A from registers).
+//   element types In (Q, K, V) and Out; its wgmma instructions `qk` (m64nBNk16, both
+//   operands in shared memory) and `pv` (m64nDVk16, A from registers); and how the operands
+//   are addressed: load_q/load_k/load_v(dst, map, bar, c0, row, bh), a TMA load of the box
+//   at head-size column c0 and row `row` of batch-head bh (the map's batch coordinates
+//   computed from bh), and out_offset(bh, row), the element offset of output row `row`.
 #pragma once
 
 #include "fusec/barrier.cuh"
@@ -49,7 +52,7 @@ static __device__ __forceinline__ void attention_producer(u32 sq, u32 sk, u32 sv
   fs_bar_expect(q_full, Q_BYTES);
 #pragma unroll
   for (int c = 0; c < C::D / 64; ++c)
-    fs_tma_load(sq + c * (C::BM * 128), map_q, q_full, c * 64, qb * C::BM, bh);
+    C::load_q(sq + c * (C::BM * 128), map_q, q_full, c * 64, qb * C::BM, bh);
   for (int j = 0; j < nkv; ++j) {
     const int st = j % C::KV_STAGES;
     const u32 phase = ((u32)(j / C::KV_STAGES) & 1u) ^ 1u;
@@ -57,14 +60,14 @@ static __device__ __forceinline__ void attention_producer(u32 sq, u32 sk, u32 sv
     fs_bar_expect(k_full + 8 * st, K_BYTES);
 #pragma unroll
     for (int c = 0; c < C::D / 64; ++c)
-      fs_tma_load(sk + st * K_BYTES + c * (C::BN * 128), map_k, k_full + 8 * st, c * 64, j * C::BN,
-                  bh);
+      C::load_k(sk + st * K_BYTES + c * (C::BN * 128), map_k, k_full + 8 * st, c * 64, j * C::BN,
+                bh);
     fs_bar_wait(v_empty + 8 * st, phase);
     fs_bar_expect(v_full + 8 * st, V_BYTES);
 #pragma unroll
     for (int c = 0; c < C::DV / 64; ++c)
-      fs_tma_load(sv + st * V_BYTES + c * (C::BN * 128), map_v, v_full + 8 * st, c * 64, j * C::BN,
-                  bh);
+      C::load_v(sv + st * V_BYTES + c * (C::BN * 128), map_v, v_full + 8 * st, c * 64, j * C::BN,
+                bh);
   }
 }
 
@@ -207,7 +210,7 @@ static __device__ __forceinline__ int attention(u64 smem_raw, u64 map_q, u64 map
       const bool zero_row = C::NAN_TO_ZERO && !(l == l);
       const int row = row0 + 8 * h;
       if (row < C::SQ) {
-        const long long base_o = ((long long)bh * C::SQ + row) * C::DV;
+        const long long base_o = C::out_offset(bh, row);
 #pragma unroll
         for (int q = 0; q < C::DV / 8; ++q) {
           const int col = 8 * q + 2 * (lane % 4);
