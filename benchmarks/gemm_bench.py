@@ -26,6 +26,15 @@ caller's stream, which fusec launches on), each checked against the wall clock:
 "% of cuBLAS" (plain matmuls) and "vs eager" compare ``gpu`` times. Inputs are
 reused between repetitions (no L2 flush): the same for every implementation.
 Writes gemm-<date>.md and .json (date, device, commit).
+
+    python benchmarks/gemm_bench.py --tf32 --out benchmarks/results
+
+runs the f32 cases instead (issue 28): fusec compiled with ``precision="tf32"`` (wgmma
+with tf32 operands) against cuBLAS / PyTorch in tf32
+(``torch.set_float32_matmul_precision("high")``): matmul 4096^3 and 8192^3 with B stored
+N x K (``transpose_b``: the kernel reads it directly) and K x N (the plain ``a @ b``: the
+kernel first copies B K-major), and 4096^3 + bias + relu; checked like the others (rel L2
+< 1e-2 against torch in float64 here: tf32 is ~1e-3 off). Writes gemm-tf32-<date>.md/.json.
 """
 
 from __future__ import annotations
@@ -46,6 +55,10 @@ BIAS_RELU = """func.func @f(%a: tensor<{m}x{k}x{t}>, %b: tensor<{k}x{n}x{t}>, %b
   %d = ai.bias_add %c, %bias {{axis = 1 : i64}} : tensor<{m}x{n}x{t}> * tensor<{n}x{t}>
   %e = ai.relu %d : tensor<{m}x{n}x{t}>
   return %e : tensor<{m}x{n}x{t}>
+}}"""  # noqa: E501
+MATMUL_BT = """func.func @f(%a: tensor<{m}x{k}x{t}>, %b: tensor<{n}x{k}x{t}>) -> tensor<{m}x{n}x{t}> {{
+  %c = ai.matmul %a, %b {{transpose_b = true}} : tensor<{m}x{k}x{t}> * tensor<{n}x{k}x{t}>
+  return %c : tensor<{m}x{n}x{t}>
 }}"""  # noqa: E501
 MLP = """func.func @f(%x: tensor<{m}x{d}xf16>, %g: tensor<{d}xf16>, %be: tensor<{d}xf16>, %w1: tensor<{d}x{h}xf16>, %b1: tensor<{h}xf16>, %w2: tensor<{h}x{d}xf16>, %b2: tensor<{d}xf16>) -> tensor<{m}x{d}xf16> {{
   {ln}
@@ -212,9 +225,15 @@ def main() -> int:
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--only", default="", help="run cases whose name contains this")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument(
+        "--tf32",
+        action="store_true",
+        help="the f32 cases in tf32 instead (fusec precision='tf32' vs torch 'high')",
+    )
     args = parser.parse_args()
     rows: list[dict] = []
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}
+    precision = "tf32" if args.tf32 else "ieee"
 
     def bench(case, text, inputs, reference, flops, pipeline=None, compile_fn=True):
         if args.only and args.only not in case:
@@ -223,12 +242,12 @@ def main() -> int:
         row: dict = {"case": case, "flops": flops}
         try:
             t0 = time.perf_counter()
-            compiled = fusec.compile(text, target="cuda", pipeline=pipeline)
+            compiled = fusec.compile(text, target="cuda", pipeline=pipeline, precision=precision)
             out = compiled(*inputs)  # builds and loads the kernels
             torch.cuda.synchronize()
             row["fusec_first_call_s"] = time.perf_counter() - t0
             row["kernels"] = [k.kind for k in compiled.kernels]
-            ref = reference(*(t.float() for t in inputs))
+            ref = reference(*(t.double() if args.tf32 else t.float() for t in inputs))
             row["rel_l2"] = check(out, ref)
             call = functools.partial(compiled, *inputs)
             row["fusec"] = measure(call, fusec_graph(compiled, inputs))
@@ -250,11 +269,15 @@ def main() -> int:
                 row["compile_error"] = f"{type(err).__name__}: {err}"[:300]
         rows.append(row)
         print(json.dumps(row), flush=True)
-        write(rows, args.out, quiet=True)  # a run cut short keeps the cases done
+        prefix = "gemm-tf32" if args.tf32 else "gemm"
+        write(rows, args.out, quiet=True, prefix=prefix)  # a run cut short keeps the cases done
 
     def matmul(a, b):
         return a @ b
 
+    if args.tf32:
+        tf32_cases(bench, rows, args.out)
+        return 0
     for size in (4096, 8192):
         for t in ("f16", "bf16"):
             a = torch.randn(size, size, device="cuda", dtype=tdt[t])
@@ -325,11 +348,44 @@ def main() -> int:
     return 0
 
 
+def tf32_cases(bench, rows: list[dict], out: str) -> None:
+    """The f32 cases in tf32 (``--tf32``): fusec ``precision="tf32"`` against cuBLAS and
+    torch.compile under ``torch.set_float32_matmul_precision("high")``."""
+    import torch
+
+    torch.set_float32_matmul_precision("high")  # eager and torch.compile: cuBLAS in tf32
+
+    def matmul(a, b):
+        return a @ b
+
+    def matmul_bt(a, b):
+        return a @ b.transpose(-1, -2)
+
+    def bias_relu(x, y, z):
+        return torch.relu(x @ y + z)
+
+    for size in (4096, 8192):
+        a = torch.randn(size, size, device="cuda", dtype=torch.float32)
+        b = torch.randn(size, size, device="cuda", dtype=torch.float32) / size**0.5
+        flops = 2.0 * size**3
+        text = MATMUL_BT.format(m=size, n=size, k=size, t="f32")
+        bench(f"tf32 matmul {size}^3, B N x K", text, (a, b), matmul_bt, flops, compile_fn=False)
+        text = MATMUL.format(m=size, n=size, k=size, t="f32")
+        bench(f"tf32 matmul {size}^3, B K x N", text, (a, b), matmul, flops, compile_fn=False)
+    size = 4096
+    a = torch.randn(size, size, device="cuda", dtype=torch.float32)
+    b = torch.randn(size, size, device="cuda", dtype=torch.float32) / size**0.5
+    bias = torch.randn(size, device="cuda", dtype=torch.float32)
+    text = BIAS_RELU.format(m=size, n=size, k=size, t="f32")
+    bench("tf32 matmul 4096^3 + bias + relu", text, (a, b, bias), bias_relu, 2.0 * size**3)
+    write(rows, out, prefix="gemm-tf32")
+
+
 def _fmt(value, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def write(rows: list[dict], out: str, quiet: bool = False) -> None:
+def write(rows: list[dict], out: str, quiet: bool = False, prefix: str = "gemm") -> None:
     import torch
     from bench_common import commit as tree_commit
     from bench_common import write_results
@@ -365,7 +421,7 @@ def write(rows: list[dict], out: str, quiet: bool = False) -> None:
         )
         if "fusec_error" in r:
             lines.append(f"| ^ fusec failed: {r['fusec_error'][:150]} | | | | | | | | | | | |")
-    write_results(f"{out}/gemm-{meta['date']}", meta, "\n".join(lines) + "\n", indent=1)
+    write_results(f"{out}/{prefix}-{meta['date']}", meta, "\n".join(lines) + "\n", indent=1)
     if not quiet:
         print("\n".join(lines))
 

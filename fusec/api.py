@@ -329,6 +329,7 @@ def compile(  # noqa: A001
     sms: int = ...,
     tuned: bool = ...,
     max_specializations: int | None = ...,
+    precision: str = ...,
 ) -> CompiledModule: ...
 
 
@@ -344,6 +345,7 @@ def compile(  # noqa: A001
     sms: int = ...,
     tuned: bool = ...,
     max_specializations: int | None = ...,
+    precision: str = ...,
 ) -> DynamicCompiledModule: ...
 
 
@@ -358,6 +360,7 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     sms: int = 0,
     tuned: bool = False,
     max_specializations: int | None = None,
+    precision: str = "ieee",
 ) -> CompiledModule | DynamicCompiledModule:
     """Parse (unless given a module), run the pipeline for the target and build a
     CompiledModule.
@@ -383,11 +386,20 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     set of input shapes imports the model for them and compiles it as above (the
     other arguments apply to each), up to ``max_specializations`` sets (default
     ``$FUSEC_MAX_SPECIALIZATIONS``, else 8); ``.specializations`` lists them.
+
+    ``precision`` is the maths of f32 matmul, conv and attention: ``"ieee"`` (the default,
+    IEEE f32) or ``"tf32"`` (the counterpart of ``torch.set_float32_matmul_precision(
+    "high")``): the cuda target may then run them on the Tensor Cores with tf32 operands
+    and f32 accumulation (about 1e-3 relative error). It is recorded on the module
+    (``fusec.precision``, shown in the IR, in the cache keys and the kernel headers); the
+    cpu and reference targets accept it and compute in IEEE f32 all the same.
     """
     from fusec.frontend.mlir import parse_module, read_source
+    from fusec.ir.module import check_precision, precision_of, set_precision
     from fusec.runtime.launch import plan_launches
     from fusec.target import resolve_target as resolve
 
+    check_precision(precision)
     chosen = resolve(target, available=executable)
     if not isinstance(text_or_path, str | Path | ModuleOp):
         return _compile_dynamic(
@@ -401,6 +413,7 @@ def compile(  # noqa: A001 - the public name is part of the API contract
                 executable=executable,
                 sms=sms,
                 tuned=tuned,
+                precision=precision,
             ),
             target=chosen.name,
             max_specializations=max_specializations,
@@ -415,6 +428,9 @@ def compile(  # noqa: A001 - the public name is part of the API contract
         source_text, source_name = read_source(text_or_path)
         module = parse_module(source_text, source_name)
     read = "copy the module" if source_text is None else "parse"
+    if precision != "ieee":  # "ieee" leaves a module's own attribute (or its absence) alone
+        set_precision(module, precision)
+    precision_of(module, source_text)  # a bad fusec.precision in the text: a located error
     phases = [PassTiming(read, time.perf_counter() - clock, clock)]
     timings: list[PassTiming] = []
     from fusec.passes.fusion.remarks import collect

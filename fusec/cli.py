@@ -132,6 +132,7 @@ def _compile(args: argparse.Namespace, timing: Any) -> int:
         executable=False,
         sms=args.sms,
         tuned=args.tuned,
+        precision=args.precision,
     )
     if timing is not None:
         timing.add_compile(compiled.phases, compiled.timings)
@@ -657,6 +658,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="take the cuda tiles from this machine's `fusec tune` records in the kernel "
         "cache where one matches (default: the heuristic's, from the IR and --sms alone)",
+    )
+    comp.add_argument(
+        "--precision",
+        choices=("ieee", "tf32"),
+        default="ieee",
+        help="the maths of f32 matmul, conv and attention: ieee (IEEE f32, the default) or "
+        "tf32 (the cuda target runs them on the Tensor Cores with tf32 operands, f32 "
+        "accumulation; the cpu and reference targets compute IEEE f32 all the same)",
     )
     comp.add_argument("--pipeline", help=_PIPELINE_HELP)
     comp.add_argument("--target", default="auto", help=_TARGETS_HELP)

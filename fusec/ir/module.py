@@ -70,3 +70,60 @@ def check_arguments(
             )
         arrays.append(array)
     return arrays
+
+
+#: The maths of f32 matmul, conv and attention (``fusec.compile(..., precision=)``, issue
+#: 28): "ieee" (the default) computes them in IEEE f32; "tf32" lets the cuda target run
+#: them on the Tensor Cores with tf32 operands (10-bit mantissas) and f32 accumulation, the
+#: counterpart of ``torch.set_float32_matmul_precision("high")``. 16-bit graphs and the
+#: cpu and reference targets are unaffected.
+PRECISIONS = ("ieee", "tf32")
+#: The module attribute that carries a precision other than "ieee" (``set_precision``).
+PRECISION_ATTR = "fusec.precision"
+
+
+def check_precision(precision: object) -> str:
+    """``precision`` when it is one of ``PRECISIONS``, else a FusecError that says which
+    values are accepted."""
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise FusecError(
+            f"precision={precision!r} is not a precision: use 'ieee' (IEEE f32 maths, the "
+            "default) or 'tf32' (f32 matmul, conv and attention on the Tensor Cores in tf32)"
+        )
+    return precision
+
+
+def set_precision(module: ModuleOp, precision: str) -> None:
+    """Record ``precision`` on ``module`` (``PRECISION_ATTR``; "ieee" removes it)."""
+    from xdsl.dialects.builtin import StringAttr
+
+    check_precision(precision)
+    if precision == "ieee":
+        module.attributes.pop(PRECISION_ATTR, None)
+    else:
+        module.attributes[PRECISION_ATTR] = StringAttr(precision)
+
+
+def precision_of(op: Any, text: str | None = None) -> str:
+    """The precision of the module ``op`` is in ("ieee" for an op of no module): the
+    outermost module's ``PRECISION_ATTR``. A value other than ``PRECISIONS`` is a
+    FusecError located at the module (quoting its line of ``text`` when given)."""
+    from xdsl.dialects.builtin import StringAttr
+
+    from fusec.ir.diagnostics import error_at
+
+    top, node = None, op
+    while node is not None:
+        if isinstance(node, ModuleOp):
+            top = node
+        node = node.parent_op()
+    if top is None:
+        return "ieee"
+    attr = top.attributes.get(PRECISION_ATTR)
+    if attr is None:
+        return "ieee"
+    value = attr.data if isinstance(attr, StringAttr) else str(attr)
+    try:
+        return check_precision(value)
+    except FusecError as err:
+        raise error_at(top, f"has a bad {PRECISION_ATTR} attribute: {err.message}", text) from None

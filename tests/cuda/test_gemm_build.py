@@ -107,7 +107,7 @@ def test_config_text_round_trips() -> None:
 @pytest.mark.parametrize(
     "text, problem",
     [
-        ("128x256x32 s4 c2 g8", "bk must be 64"),
+        ("128x256x16 s4 c2 g8", "bk must be 64"),
         ("128x256x64 s6 c2 g8", "shared memory"),
         ("128x512x64 s2 c2 g8", "bn must be"),
         ("192x256x64 s2 c2 g8", "multiple of 64 x consumers"),

@@ -13,22 +13,30 @@ from __future__ import annotations
 #: gives registers up, the consumers take them (40 + 2 x 232 = 3 x 168 per thread).
 PRODUCER_REGISTERS = 40
 CONSUMER_REGISTERS = 232
-WGMMA_TYPE = {"f16": "f16", "bf16": "bf16"}
+#: the wgmma operand type of an operand element type: f32 operands run as tf32 (the
+#: instruction reads the f32 bit patterns and uses 10 of their 23 mantissa bits)
+WGMMA_TYPE = {"f16": "f16", "bf16": "bf16", "f32": "tf32"}
+#: K of one wgmma instruction, by operand type: 32 bytes of each K-major row
+WGMMA_K = {"f16": 16, "bf16": 16, "f32": 8}
 
 
 def wgmma_ss(name: str, n: int, dtype: str, trans_a: int, trans_b: int) -> str:
-    """``name(float* d, u64 desc_a, u64 desc_b, int scale_d)``: one wgmma.m64n{n}k16 with
-    both operands in shared memory, accumulating into ``d`` (n/2 floats)."""
+    """``name(float* d, u64 desc_a, u64 desc_b, int scale_d)``: one wgmma.m64n{n}k16 (k8 for
+    f32 operands, run as tf32) with both operands in shared memory, accumulating into ``d``
+    (n/2 floats). tf32 operands are K-major only: wgmma has no transpose for them."""
     count = n // 2
     regs = ", ".join(f"%{i}" for i in range(count))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(count))
     kind = WGMMA_TYPE[dtype]
+    if kind == "tf32" and (trans_a or trans_b):
+        raise ValueError("tf32 wgmma reads K-major operands only (no transpose)")
+    trans = "" if kind == "tf32" else f", {trans_a}, {trans_b}"
     return f"""
 static __device__ __forceinline__ void {name}(float* d, u64 da, u64 db, int scale_d) {{
   asm volatile(
     "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{count + 2}, 0;\\n"
-    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
-    "{{{regs}}}, %{count}, %{count + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"
+    "wgmma.mma_async.sync.aligned.m64n{n}k{WGMMA_K[dtype]}.f32.{kind}.{kind} "
+    "{{{regs}}}, %{count}, %{count + 1}, p, 1, 1{trans};\\n}}\\n"
     : {outs}
     : "l"(da), "l"(db), "r"(scale_d));
 }}

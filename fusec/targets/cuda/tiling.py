@@ -103,6 +103,7 @@ class TileGemmPass(ModulePass):
                 config, choice = record, "tuned"
             if self.tile:
                 config, choice = self.forced_tile(), "pass option"
+            config = template.fit_operands(p, config)  # tf32 operands: a BK = 32 tile
             forced = self.forced_variant(config)
             if forced is not None:
                 try:

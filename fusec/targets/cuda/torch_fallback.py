@@ -47,6 +47,7 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.ir.diagnostics import location_of
 from fusec.ir.dtypes import ELEMENT_TYPES, is_float
+from fusec.ir.module import precision_of
 from fusec.targets.cuda.common import Source, body_ops, check_leaves, kernel_name, yielded
 
 TORCH_DTYPE = {name: f"torch.{t.torch}" for name, t in ELEMENT_TYPES.items()}
@@ -143,9 +144,8 @@ def _conv2d(op: ai.AiOp, a: list[str], bias: str = "None") -> str:
         pads = (0, 0)
     padding = pads[:2]
     if spec_of(op.results[0].type).dtype == "f32":
-        return (
-            f"ieee_conv2d(torch, {x}, {a[1]}, {bias}, {strides}, {padding}, {dilations}, {groups})"
-        )
+        helper = "tf32_conv2d" if precision_of(op) == "tf32" else "ieee_conv2d"
+        return f"{helper}(torch, {x}, {a[1]}, {bias}, {strides}, {padding}, {dilations}, {groups})"
     return (
         f"torch.nn.functional.conv2d({x}, {a[1]}, {bias}, stride={strides}, "
         f"padding={padding}, dilation={dilations}, groups={groups})"
@@ -340,7 +340,9 @@ def generate(
         "runs the group's ops one by one through PyTorch (cuDNN/cuBLAS) on the GPU, "
         "each in its declared element type, on the caller's stream",
     ]
-    helper_names = ("ieee_conv2d", "ieee_matmul", "ieee_addmm", "ieee_attention")
+    if "tf32_conv2d(torch," in code.text():
+        notes.append("precision: tf32 (cuDNN's Tensor Core conv with allow_tf32 for this call)")
+    helper_names = ("ieee_conv2d", "tf32_conv2d", "ieee_matmul", "ieee_addmm", "ieee_attention")
     helpers = [h for h in helper_names if f"{h}(torch," in code.text()]
     imports = [f"from fusec.targets.cuda.abi import {', '.join(helpers)}", ""] if helpers else []
     source = "\n".join(

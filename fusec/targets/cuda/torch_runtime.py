@@ -15,6 +15,11 @@ own ops, so nothing global is touched here:
   product is computed in float64 and rounded (Hopper's float64 tensor cores
   match its IEEE f32 rate).
 
+Under ``precision="tf32"`` (issue 28) an f32 conv group on this fallback calls
+``tf32_conv2d``: the same cuDNN call with ``allow_tf32=True`` (the Tensor Cores with tf32
+operands), again without touching the process's flags. Fallback matmuls and attention
+stay IEEE f32 (cuBLAS has no per-call TF32 switch).
+
 The functions take ``torch`` as their first argument: importing this module
 never imports PyTorch (``--emit ptx`` executes kernel modules without it).
 """
@@ -34,8 +39,10 @@ def ieee_conv2d(
     padding: Sequence[int],
     dilation: Sequence[int],
     groups: int,
+    allow_tf32: bool = False,
 ) -> Any:
-    """An f32 2-D convolution (+ bias) in IEEE f32, whatever the TF32 flags say."""
+    """An f32 2-D convolution (+ bias) in IEEE f32, whatever the TF32 flags say (in tf32 on
+    cuDNN's Tensor Core kernels with ``allow_tf32``)."""
     if x.is_cuda:
         try:
             y = torch.ops.aten.cudnn_convolution(
@@ -47,7 +54,7 @@ def ieee_conv2d(
                 groups,
                 bool(torch.backends.cudnn.benchmark),
                 bool(torch.backends.cudnn.deterministic),
-                False,  # allow_tf32
+                allow_tf32,
             )
         except (RuntimeError, NotImplementedError):  # no cuDNN, or a case it rejects
             y = torch.nn.functional.conv2d(
@@ -58,6 +65,21 @@ def ieee_conv2d(
     if bias is not None:
         y.add_(bias.view(1, -1, 1, 1))  # y is a fresh tensor: add in place
     return y
+
+
+def tf32_conv2d(
+    torch: Any,
+    x: Any,
+    w: Any,
+    bias: Any,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    groups: int,
+) -> Any:
+    """An f32 2-D convolution (+ bias) in tf32 (``precision="tf32"``): cuDNN with
+    ``allow_tf32=True`` for this call alone (IEEE f32 where cuDNN cannot run it)."""
+    return ieee_conv2d(torch, x, w, bias, stride, padding, dilation, groups, allow_tf32=True)
 
 
 def _tf32_matmul(torch: Any) -> bool:

@@ -46,6 +46,7 @@ from fusec.codegen.expr import (
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import conv2d_padding
+from fusec.ir.module import precision_of
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import as_packed, body_ops, integer_values, kernel_name, yielded
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
@@ -158,6 +159,11 @@ def plan_ops(
         return f"the body's transposes do not match its {LAYOUT_ATTR}"
     x, w, out = (spec_of(v.type) for v in (conv.input, conv.weight, conv.output))
     if x.dtype not in _DTYPES:
+        if x.dtype == "f32" and precision_of(conv) == "tf32":
+            return (
+                "f32 conv with precision=tf32: the implicit-GEMM template is an f16/bf16 "
+                "kernel; cuDNN runs the conv in tf32 (allow_tf32 for this call)"
+            )
         return (
             f"{x.dtype} conv: f32 graphs keep IEEE f32 maths (cuDNN without TF32); "
             "the conv templates are f16/bf16 kernels with f32 accumulation"

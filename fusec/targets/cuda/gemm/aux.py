@@ -165,3 +165,63 @@ extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
   return fusec::softmax_finalise<{out}>(post, out, partials, M, N, tiles_n, batches);
 }}
 """
+
+
+TRANSPOSE_TILE = 32  # a block transposes one 32 x 32 tile through shared memory
+
+
+@dataclass(frozen=True)
+class TransposeF32(LinkedSpec):
+    """The K-major copy of an f32 B stored K x N for the tf32 GEMM (``precision="tf32"``:
+    wgmma reads tf32 operands K-major only): ``[batches][R][C] -> [batches][C][R]``, one
+    32 x 32 tile a block through padded shared memory (coalesced reads and writes).
+
+    Kernel parameters: src, dst; R (rows of src: K), C (its columns: N), batches. The grid
+    is ``blocks(R, C, batches)``, THREADS threads a block (8 rows of 32 lanes)."""
+
+    PREFIX = "tf32bt"
+
+    threads = THREADS
+
+    def arg_count(self) -> tuple[int, int]:
+        return 2, 3
+
+    @staticmethod
+    def blocks(rows: int, cols: int, batches: int) -> int:
+        tile = TRANSPOSE_TILE
+        return -(-rows // tile) * -(-cols // tile) * batches
+
+    def cpp_source(self) -> str:
+        return expand(self.generate())
+
+    def generate(self) -> str:
+        """The C++: the tile's 32 rows read by 8 warps (coalesced along C), written
+        transposed (coalesced along R) from a 32 x 33 shared tile (no bank conflicts)."""
+        t, rows_per = TRANSPOSE_TILE, THREADS // TRANSPOSE_TILE
+        return f"""// fusec generated f32 transpose [batches][R][C] -> [batches][C][R]: the K-major
+// copy of a tf32 GEMM's B stored K x N (precision=tf32)
+{include("common")}
+extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
+    int* ret, u64 smem, u64 src, u64 dst, int R, int C, int batches) {{
+  __shared__ float tile[{t}][{t + 1}];
+  const int tiles_c = (C + {t - 1}) / {t}, tiles_r = (R + {t - 1}) / {t};
+  const int tc = blockIdx.x % tiles_c;
+  const int tr = (blockIdx.x / tiles_c) % tiles_r;
+  const long long z = blockIdx.x / (tiles_c * tiles_r);
+  const float* s = (const float*)src + z * R * C;
+  float* d = (float*)dst + z * R * C;
+  const int lane = threadIdx.x % {t}, row = threadIdx.x / {t};
+#pragma unroll
+  for (int i = row; i < {t}; i += {rows_per}) {{
+    const int r = tr * {t} + i, c = tc * {t} + lane;
+    if (r < R && c < C) tile[i][lane] = s[(long long)r * C + c];
+  }}
+  __syncthreads();
+#pragma unroll
+  for (int i = row; i < {t}; i += {rows_per}) {{
+    const int c = tc * {t} + i, r = tr * {t} + lane;
+    if (r < R && c < C) d[(long long)c * R + r] = tile[lane][i];
+  }}
+  return 0;
+}}
+"""

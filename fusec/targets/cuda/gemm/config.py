@@ -54,6 +54,11 @@ SMEM_ALIGN = 1024
 MMA_M = 64  # wgmma.m64nNk16: one warpgroup computes 64 rows per instruction
 MMA_K = 16
 SWIZZLE_BYTES = 128  # TMA 128-byte swizzle: a K-major row of a tile is 64 16-bit values
+#: BK of the tf32 tiles (f32 operands, ``precision="tf32"``): a 128-byte row of a tile is 32
+#: f32 values, and one wgmma (k8) takes 32 bytes of it, as k16 does of 16-bit values; the
+#: stages hold the same bytes as the 16-bit tiles', so the pipeline depths are the same
+TF32_BK = 32
+TF32_MMA_K = 8
 
 #: Per-warp staging of the "smem" epilogue: two 2 KB buffers (16 rows x 128 bytes, one TMA
 #: store box each) per consumer warp, so a warp fills one while the other is being stored.
@@ -132,8 +137,13 @@ class TileConfig:
     def problems(self) -> list[str]:
         """Why this configuration cannot be generated (empty when it can)."""
         out = []
-        if self.bk != 64:
-            out.append("bk must be 64 (one 128-byte swizzle row of 16-bit values)")
+        if self.bk not in (64, TF32_BK):
+            out.append(
+                "bk must be 64 (one 128-byte swizzle row of 16-bit values) or 32 (of f32 "
+                "values, run as tf32)"
+            )
+        elif self.tf32 and self.ln == "tile":
+            out.append("ln=tile normalises 16-bit A tiles (bk=64), not tf32 ones")
         if self.schedule not in SCHEDULES:
             out.append(f"schedule must be one of {', '.join(SCHEDULES)}")
         if self.epilogue not in EPILOGUES:
@@ -178,6 +188,16 @@ class TileConfig:
         return 128 * (self.consumers + 1)
 
     @property
+    def tf32(self) -> bool:
+        """The tile of f32 operands run as tf32 (``bk`` = 32: 128-byte rows of f32)."""
+        return self.bk == TF32_BK
+
+    @property
+    def mma_k(self) -> int:
+        """K of one wgmma instruction: 16 (16-bit operands) or 8 (tf32)."""
+        return TF32_MMA_K if self.tf32 else MMA_K
+
+    @property
     def pingpong(self) -> bool:
         return self.schedule == "pingpong"
 
@@ -219,11 +239,12 @@ class TileConfig:
 
     @property
     def a_stage_bytes(self) -> int:
-        return self.bm * self.bk * 2
+        """bm rows of one 128-byte swizzle row each (64 16-bit values, or 32 f32: tf32)."""
+        return self.bm * SWIZZLE_BYTES
 
     @property
     def b_stage_bytes(self) -> int:
-        return self.bn * self.bk * 2
+        return self.bn * SWIZZLE_BYTES
 
     @property
     def smem_bytes(self) -> int:
@@ -284,7 +305,7 @@ def to_attr(config: TileConfig, choice: str) -> DictionaryAttr:
     ("heuristic", "tuned", "row softmax"). Variants appear only when not the default."""
     fields: dict[str, Attribute] = {
         "block": DenseArrayBase.from_list(i64, [config.bm, config.bn, config.bk]),
-        "mma": StringAttr(f"m{MMA_M}n{config.bn}k{MMA_K}"),
+        "mma": StringAttr(f"m{MMA_M}n{config.bn}k{config.mma_k}"),
         "stages": IntegerAttr(config.stages, i64),
         "consumers": IntegerAttr(config.consumers, i64),
         "group_m": IntegerAttr(config.group_m, i64),
@@ -323,9 +344,16 @@ def from_attr(attr: Attribute) -> TileConfig:
         bm, bn, bk, fields["stages"], fields["consumers"], fields["group_m"], **variant
     )
     mma = data.get("mma")
-    if mma is not None and (not isinstance(mma, StringAttr) or mma.data != f"m64n{bn}k16"):
-        raise ValueError(f"fusec.tile 'mma' must be \"m64n{bn}k16\" for a {bn}-wide block")
+    want = f"m64n{bn}k{config.mma_k}"
+    if mma is not None and (not isinstance(mma, StringAttr) or mma.data != want):
+        raise ValueError(f"fusec.tile 'mma' must be \"{want}\" for a {bn}x{bk} block")
     return config
+
+
+def as_tf32(config: TileConfig) -> TileConfig:
+    """``config`` for f32 operands run as tf32: the same rows, stages and variants, each
+    128-byte row of a stage holding 32 f32 values (``bk`` = 32) instead of 64 16-bit ones."""
+    return replace(config, bk=TF32_BK)
 
 
 def max_stages(

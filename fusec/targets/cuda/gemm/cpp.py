@@ -62,6 +62,12 @@ Operand layouts: A is K-major (row-major M x K) or M-major (stored K x M,
 (stored K x N, the plain ``a @ b``). MN-major operands use wgmma's transpose
 bits with the MN-major descriptor (LBO = stride between 64-element chunks,
 SBO = stride between 8-row K groups), so no operand is ever copied.
+
+f32 operands (``precision="tf32"``, issue 28) run as tf32: ``wgmma...k8.f32.tf32.tf32``
+reads the f32 bit patterns from the same 128-byte swizzled rows (32 values a row, BK =
+32, a k8 step 32 bytes into the row, as a k16 step of 16-bit values), accumulating in
+f32. wgmma has no transpose for tf32, so both operands must be K-major (A stored M x K,
+B stored N x K: ``transpose_b``); the template sends other layouts to the fallback.
 """
 
 from __future__ import annotations
@@ -74,7 +80,8 @@ from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, inclu
 from fusec.targets.cuda.linked import LinkedSpec
 from fusec.targets.cuda.ptx import CONSUMER_REGISTERS, PRODUCER_REGISTERS, wgmma_ss
 
-DTYPES = ("f16", "bf16")
+#: operand types: f32 operands run as tf32 (``precision="tf32"``, a tile with bk = 32)
+DTYPES = ("f16", "bf16", "f32")
 OUT_DTYPES = ("f16", "bf16", "f32")
 _ELEMENT_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 #: the kernel layer's headers the GEMM stands on (``include/fusec``)
@@ -131,6 +138,10 @@ class GemmSpec(LinkedSpec):
             raise ValueError("ln=tile and the epilogue's gamma/beta slots come together")
         if self.config.ln == "tile" and self.a_major != "k":
             raise ValueError("ln=tile normalises a K-major A")
+        if (self.dtype == "f32") != self.config.tf32:
+            raise ValueError("f32 operands (tf32 maths) and a tf32 tile (bk=32) come together")
+        if self.dtype == "f32" and (self.a_major, self.b_major) != ("k", "k"):
+            raise ValueError("tf32 operands are K-major (wgmma has no transpose for them)")
 
     PREFIX = "gemm"
 
@@ -354,6 +365,8 @@ def generate(spec: GemmSpec) -> str:
         c.variant != Variant()
     ) + "\n// LayerNorm normalised in the resident A tiles (ln=tile)" * _ln_tile(spec)
     layout = f"A {spec.a_major.upper()}-major, B {spec.b_major.upper()}-major"
+    if spec.dtype == "f32":
+        layout += ", tf32 Tensor Core maths (precision=tf32)"
     batch = f"batch A {int(spec.batch_a)} B {int(spec.batch_b)}"
     pointers = ", ".join(f"(const void*)e{k}" for k in range(len(spec.epilogue.extras)))
     map_out = "map_out" if c.epilogue == "smem" else "0"

@@ -98,8 +98,9 @@ class GemmKernel(LoadedKernel):
                 f"epilogue takes {len(spec.epilogue.extras)} inputs, got {len(extras)}"
             )
         handle = drv.CUstream(stream)
-        a_box = (64, config.bm, 1) if spec.a_major == "k" else (64, 64, 1)
-        b_box = (64, config.bn, 1) if spec.b_major == "k" else (64, 64, 1)
+        # K-major: BK values (one 128-byte row: 64 16-bit or 32 f32) x the tile's rows
+        a_box = (config.bk, config.bm, 1) if spec.a_major == "k" else (64, 64, 1)
+        b_box = (config.bk, config.bn, 1) if spec.b_major == "k" else (64, 64, 1)
         with self.lock:
             (a, a_pitch, a_copy) = self._pitched(a, "a", stream)
             (b, b_pitch, b_copy) = self._pitched(b, "b", stream)
@@ -133,7 +134,7 @@ class GemmKernel(LoadedKernel):
         TMA: a padded copy when the pitch is not a multiple of 16 bytes or the base is not
         16-byte aligned (TMA's rules)."""
         drv = self.drv
-        pitch = op.cols * 2
+        pitch = op.cols * cpp.element_bytes(self.spec.dtype)
         if pitch % 16 == 0 and op.ptr % 16 == 0:
             return op, pitch, None
         padded = -(-pitch // 16) * 16

@@ -1,7 +1,8 @@
 """``GemmLaunch``: what a generated matmul kernel module calls (build once, then launch).
 
 A matmul group is one GEMM launch, preceded by the LayerNorm pre-pass when the
-group has a LayerNorm prologue and followed by the softmax finalise pass when
+group has a LayerNorm prologue (or by the K-major copy of B, ``bt``, when a tf32 GEMM's
+B is stored K x N: ``TransposeB``) and followed by the softmax finalise pass when
 its softmax rows are longer than one block tile (``fusec.targets.cuda.gemm.aux``).
 Operands and epilogue inputs name their ``Source``: a group input (its index)
 or a scratch buffer of the group (its name: ``w`` the folded weight, ``stats``
@@ -38,6 +39,15 @@ class Prologue:
     gamma: int
     beta: int
     w: int
+
+
+@dataclass(frozen=True)
+class TransposeB:
+    """The tf32 GEMM's K-major copy of B (scratch ``bt``), made from group input ``b``
+    (stored K x N) before the GEMM: tf32 wgmma reads K-major operands only."""
+
+    spec: aux.TransposeF32
+    b: int
 
 
 @dataclass(frozen=True)
@@ -78,13 +88,16 @@ class GemmLaunch:
         batches: int,
         prologue: Prologue | None = None,
         finalise: Finalise | None = None,
+        transpose_b: TransposeB | None = None,
     ) -> None:
         self.spec = spec
         self.a, self.b, self.extras = a, b, extras  # (source, rows, cols, batch)
         self.m, self.n, self.k, self.batches = m, n, k, batches
         self.prologue, self.finalise = prologue, finalise
+        self.transpose_b = transpose_b
         self.kernel: host.GemmKernel | None = None
         self.prep: tensormaps.LoadedKernel | None = None
+        self.trans: tensormaps.LoadedKernel | None = None
         self.fin: tensormaps.LoadedKernel | None = None
         self.lock = threading.Lock()
         #: held while one call queues its steps: the scratch buffers are per stream, so two
@@ -107,6 +120,8 @@ class GemmLaunch:
         if self.finalise is not None:
             tiles_n = -(-self.n // self.spec.config.bn)
             sizes["partials"] = 8 * self.batches * self.m * tiles_n
+        if self.transpose_b is not None:  # B's K-major copy: batch x N x K f32
+            sizes["bt"] = 4 * self.n * self.k * self.b[3]
         return sizes
 
     # ------------------------------------------------------------------ load
@@ -122,6 +137,8 @@ class GemmLaunch:
                     self.prep = tensormaps.LoadedKernel(build.build(self.prologue.spec).cubin)
                 if self.finalise is not None:
                     self.fin = tensormaps.LoadedKernel(build.build(self.finalise.spec).cubin)
+                if self.transpose_b is not None:
+                    self.trans = tensormaps.LoadedKernel(build.build(self.transpose_b.spec).cubin)
                 self.kernel = host.GemmKernel(self.spec, build.build(self.spec).cubin)
             return self.kernel
 
@@ -181,6 +198,14 @@ class GemmLaunch:
         handle = tensormaps.driver().CUstream(stream)
         if self.prologue is not None:
             call.steps.extend(self._prologue_steps(address, handle, call.keep))
+        if self.transpose_b is not None:  # B (K x N) -> bt (N x K), per batch of B
+            batch = self.b[3]
+            params, kept = tensormaps.parameter_block(
+                (address(self.transpose_b.b), address("bt")), (self.k, self.n, batch)
+            )
+            call.keep.append(kept)
+            grid = aux.TransposeF32.blocks(self.k, self.n, batch)
+            call.steps.append(("kernel", self.trans, grid, aux.THREADS, handle, params))
         a_source, a_rows, a_cols, a_batch = self.a
         b_source, b_rows, b_cols, b_batch = self.b
         prepared = kernel.prepare(

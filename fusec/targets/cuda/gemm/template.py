@@ -25,7 +25,15 @@ the output's shape. The parts map onto the kernel as follows:
   per-tile (max, sum of exp) partials, and ``aux.SoftmaxFinalise`` rewrites
   them in place (two launches, the logits read once, in 16 bits).
 
-Everything else (f32 graphs, which keep IEEE f32 maths; partial batch
+f32 operands run on the Tensor Cores only when the module asks for tf32 maths
+(``fusec.compile(..., precision="tf32")``: the module's ``fusec.precision``
+attribute, issue 28): then the kernel reads them as tf32 (``wgmma ... k8 .tf32``,
+f32 accumulation, a tile of BK = 32: ``config.as_tf32``). wgmma reads tf32 operands
+K-major only: a B stored K x N (the plain ``a @ b``) is first copied K-major into a
+scratch buffer (``aux.TransposeF32``, one light launch); an A stored K x M
+(``transpose_a``) and a LayerNorm prologue stay on the fallback.
+
+Everything else (f32 graphs, which keep IEEE f32 maths by default; partial batch
 broadcasting; 1-D operands; other prologues) is served by the PyTorch fallback
 (``fusec.targets.cuda.torch_fallback``), whose kernel header says why.
 
@@ -52,11 +60,13 @@ from fusec.codegen.expr import (
 )
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.ir.module import precision_of
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import as_packed, body_ops, integer_values, kernel_name
 from fusec.targets.cuda.gemm import aux
 from fusec.targets.cuda.gemm.config import (
     TileConfig,
+    as_tf32,
     choose_config,
     choose_row_config,
     from_attr,
@@ -90,6 +100,7 @@ class GemmPlan:
     layernorm: ai.LayerNormOp | None = None
     softmax: ai.SoftmaxOp | None = None
     post_ops: tuple = ()  # after the softmax
+    tf32: bool = False  # f32 operands run as tf32 (the module's precision is "tf32")
 
     @property
     def softmax_mode(self) -> str:
@@ -123,11 +134,17 @@ def plan(fused_op: ai.FusedOp) -> GemmPlan | str:
 
 
 def plan_ops(
-    ops: Sequence[Operation], args: Mapping[SSAValue, int], results: int
+    ops: Sequence[Operation],
+    args: Mapping[SSAValue, int],
+    results: int,
+    precision: str | None = None,
 ) -> GemmPlan | str:
     """The plan of a group of ``ops`` (in block order) whose inputs are ``args`` (value ->
-    group input index) and which writes ``results`` values, or why the kernel cannot."""
+    group input index) and which writes ``results`` values, or why the kernel cannot.
+    ``precision``: the maths of f32 operands (None: the module's, ``precision_of``)."""
     ops = list(ops)
+    if precision is None:
+        precision = precision_of(ops[0]) if ops else "ieee"
     if (reason := integer_values(ops, "the cuda Tensor Core GEMM")) is not None:
         return reason
     layernorm = ops[0] if ops and isinstance(ops[0], ai.LayerNormOp) else None
@@ -152,8 +169,11 @@ def plan_ops(
     if lhs_value not in args or matmul.rhs not in args:
         return "a matmul operand is computed inside the group"
     lhs, rhs, res = (spec_of(v.type) for v in (matmul.lhs, matmul.rhs, matmul.output))
-    if lhs.dtype not in _DTYPES or rhs.dtype != lhs.dtype:
+    tf32 = precision == "tf32" and lhs.dtype == rhs.dtype == "f32"
+    if (lhs.dtype not in _DTYPES or rhs.dtype != lhs.dtype) and not tf32:
         return f"operands {lhs.dtype} x {rhs.dtype}: the Tensor Core kernel takes f16 or bf16"
+    if tf32 and (problem := _tf32_problem(matmul, layernorm)) is not None:
+        return problem
     if len(lhs.shape) < 2 or len(rhs.shape) < 2:
         return "a 1-D operand"
     out_shape = res.shape
@@ -200,7 +220,18 @@ def plan_ops(
         layernorm,
         softmax,
         tuple(post),
+        tf32,
     )
+
+
+def _tf32_problem(matmul: ai.MatmulOp, layernorm: ai.LayerNormOp | None) -> str | None:
+    """Why the tf32 kernel cannot take an f32 matmul (``precision="tf32"``), or None: wgmma
+    reads tf32 operands K-major only, and the LayerNorm prologue normalises 16-bit tiles."""
+    if matmul.attr("transpose_a"):
+        return "precision=tf32: A is stored K x M (transpose_a), tf32 wgmma reads it K-major only"
+    if layernorm is not None:
+        return "precision=tf32: a LayerNorm prologue of f32 operands"
+    return None
 
 
 def plan_members(members: Sequence[Operation]) -> GemmPlan | str:
@@ -260,6 +291,19 @@ def heuristic_config(p: GemmPlan, sms: int = H200.sms) -> tuple[TileConfig, str]
     rewrite's vectors in shared memory (GEMM 24.2 -> 12.9 us); an epilogue that reads an
     output-shaped input (a residual) has it prefetched into L2 (MLP down + bias +
     residual: 105.1 -> 102.2 us)."""
+    config, why = _heuristic_config(p, sms)
+    return (as_tf32(config), why) if p.tf32 else (config, why)
+
+
+def fit_operands(p: GemmPlan, config: TileConfig) -> TileConfig:
+    """``config`` for the plan's operands: the tf32 tile (bk = 32) for f32 operands run as
+    tf32, the 16-bit tile (bk = 64) otherwise (a tuned record or a forced tile names one)."""
+    if p.tf32 == config.tf32:
+        return config
+    return as_tf32(config) if p.tf32 else replace(config, bk=64)
+
+
+def _heuristic_config(p: GemmPlan, sms: int) -> tuple[TileConfig, str]:
     if p.softmax_mode == "row":
         config, why = choose_row_config(p.m, p.n, p.batches, sms), "row softmax"
         if p.layernorm is not None:
@@ -306,6 +350,13 @@ def tile_config(fused_op: ai.FusedOp, p: GemmPlan, sms: int = H200.sms) -> TileC
         config = from_attr(attr)
     except ValueError as err:
         raise error_at(fused_op, f"has a bad {TILE_ATTR} attribute: {err}") from None
+    if config.tf32 != p.tf32:
+        operands = "f32 operands run as tf32" if p.tf32 else "16-bit operands"
+        raise error_at(
+            fused_op,
+            f"has {TILE_ATTR} {config.text!r}, but its {operands} need a "
+            f"{'tf32 tile (BK = 32)' if p.tf32 else '16-bit tile (BK = 64)'}",
+        )
     if p.softmax_mode == "row" and config.bn < p.n:
         raise error_at(
             fused_op,
@@ -475,7 +526,8 @@ def gemm_spec(fused_op: ai.FusedOp, p: GemmPlan, config: TileConfig):
     ln_tile = p.layernorm is not None and config.ln == "tile"
     epi, sources, finalise = epilogue(fused_op, p, fast, ln_tile)
     dtype = spec_of(p.matmul.lhs.type).dtype
-    spec = GemmSpec(config, dtype, out_dtype, p.a_major, p.b_major, p.batch_a, p.batch_b, epi)
+    b_major = "k" if p.tf32 else p.b_major  # tf32: a B stored K x N is read from its copy
+    spec = GemmSpec(config, dtype, out_dtype, p.a_major, b_major, p.batch_a, p.batch_b, epi)
     prep = None
     if p.layernorm is not None and not ln_tile:
         ln = p.layernorm
@@ -511,10 +563,20 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         )
         b_operand = ("w", *p.b[1:])
     finalise_text = "None" if finalise is None else f"Finalise({finalise[0]!r}, {finalise[1]!r})"
+    transpose = aux.TransposeF32() if p.tf32 and p.b_major == "n" else None
+    transpose_text = "None"
+    if transpose is not None:  # the tf32 GEMM reads B's K-major copy (scratch "bt")
+        transpose_text = f"TransposeB({transpose!r}, b={p.b[0]})"
+        b_operand = ("bt", p.n, p.k, p.b[3])
     notes = [
         f"target: cuda, Hopper Tensor Core GEMM (wgmma + TMA, sm_90a), tile {config.text};",
         f"M={p.m} N={p.n} K={p.k} batches={p.batches}, A {p.a_major.upper()}-major, "
         f"B {p.b_major.upper()}-major, {spec.dtype} -> {spec.out_dtype}, f32 accumulation;",
+        *(
+            ["precision: tf32 (f32 operands read as tf32 by wgmma k8; precision='tf32')"]
+            if p.tf32
+            else []
+        ),
         f"epilogue on the accumulators: {spec.epilogue.name} (f32, one rounding at the store)",
     ]
     if prep is not None:
@@ -523,12 +585,15 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         notes.append("LayerNorm prologue: normalised in the resident A tiles (ln=tile)")
     if finalise is not None:
         notes.append("long-row softmax: per-tile partials in the epilogue, then a finalise pass")
+    if transpose is not None:
+        notes.append("tf32 B stored K x N: copied K-major first (a transpose launch)")
     source = "\n".join(
         [
             header(fused_op, notes=notes),
             "from fusec.targets.cuda.abi import (",
             "    Epilogue, Finalise, GemmLaunch, GemmSpec, LayerNormPrep, Prologue,",
             "    SoftmaxFinalise, TileConfig,",
+            *(["    TransposeB, TransposeF32,"] if transpose is not None else []),
             ")",
             "",
             "GEMM = GemmLaunch(",
@@ -537,6 +602,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             f"    m={p.m}, n={p.n}, k={p.k}, batches={p.batches},",
             f"    prologue={prologue_text},",
             f"    finalise={finalise_text},",
+            *([f"    transpose_b={transpose_text},"] if transpose is not None else []),
             ")",
             "",
             "",
@@ -554,6 +620,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     ins, outs = io_specs(fused_op)
     linked = [*([prep] if prep is not None else []), spec]
     linked += [finalise[0]] if finalise is not None else []
+    linked = ([transpose] if transpose is not None else []) + linked
     cpp = tuple(("cuda-c++", kernel.cpp_source()) for kernel in linked)  # every linked kernel
     return KernelSource(
         name,

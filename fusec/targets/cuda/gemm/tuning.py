@@ -28,9 +28,10 @@ def problem_key(fused: ai.FusedOp, p: Any, device: DeviceCaps) -> str:
     """The tuning key of a planned group (see the module docstring)."""
     from fusec.targets.cuda.gemm import template
 
-    spec, sources, finalise, prep = template.gemm_spec(fused, p, TileConfig())
+    base = template.fit_operands(p, TileConfig())  # tf32 operands: a BK = 32 tile
+    spec, sources, finalise, prep = template.gemm_spec(fused, p, base)
     parts = (
-        repr(dataclasses.replace(spec, config=TileConfig())),
+        repr(dataclasses.replace(spec, config=base)),
         repr(finalise),
         repr(prep),
         repr(sources),
@@ -104,7 +105,8 @@ def tune(module: Any, entry: str | None = None, reps: int = 20, cache: Any = Non
         full_rows = p.softmax_mode == "row"
         timings: dict[str, float] = {}
         inputs = _random_inputs(fused)
-        for config in candidates(p.m, p.n, p.batches, device.sms, full_rows):
+        for candidate in candidates(p.m, p.n, p.batches, device.sms, full_rows):
+            config = template.fit_operands(p, candidate)  # tf32 operands: a BK = 32 tile
             fused.attributes[template.TILE_ATTR] = to_attr(config, "tune candidate")
             kernel = template.generate(fused, f"tune{index}")
             try:

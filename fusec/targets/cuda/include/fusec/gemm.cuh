@@ -5,7 +5,8 @@
 // tiles into a ring of C::STAGES stages), warpgroups 1..C::CONSUMERS consume (wgmma on the
 // ring, then the epilogue on their accumulators). An instantiation supplies
 //   C: the configuration: tile sizes, stages, variants (flags), the operand and output
-//      element types (fusec::F16, BF16, F32) and `mma`, its wgmma instruction;
+//      element types (fusec::F16, BF16, F32) and `mma`, its wgmma instruction (f32
+//      operands: tf32 maths, wgmma k8, BK = 32 values per 128-byte row, K-major only);
 //   E: the epilogue functor: `operator()(acc, row, col, batch, ln_cols, ln_rows)` maps an
 //      f32 accumulator to the value stored, `post(s, row, col, batch)` the ops after a row
 //      softmax, and the accessors of its inputs that the variants read (partials, cd,
@@ -672,6 +673,9 @@ static __device__ __forceinline__ void gemm_consumer_tile(
     }
     fs_named_sync(LN_BARRIER + cw, 128);  // every row of the warpgroup normalised
   }
+  // f32 operands run as tf32 (wgmma k8: 32 bytes of a row, like f16's k16), K-major only
+  static_assert(C::In::BYTES == 2 || (C::A_K_MAJOR && C::B_K_MAJOR && !C::LN_TILE),
+                "tf32 operands are K-major (wgmma has no transpose for them), no ln=tile");
   for (int kb = 0; kb < kblocks; ++kb, ++it) {
     const int s = it % STAGES;
     fs_bar_wait(bars + 8 * s, (u32)(it / STAGES) & 1u);
@@ -679,13 +683,14 @@ static __device__ __forceinline__ void gemm_consumer_tile(
     const u32 b_base = sb + s * B_BYTES;
     fs_wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < C::BK / 16; ++kk) {
+    for (int kk = 0; kk < C::BK * C::In::BYTES / 32; ++kk) {
 #pragma unroll
       for (int m = 0; m < MI; ++m) {
         const int row_blk = C::PINGPONG ? m * 64 : cw * WM + m * 64;
-        // K-major: rows of 128 bytes, 8-row groups 1024 bytes apart (SBO), a K step is +32
-        // bytes. MN-major: 64-element chunks of BK rows (8192 bytes apart: LBO), 8-row K
-        // groups 1024 bytes apart (SBO), a K step of 16 rows is +2048 bytes.
+        // K-major: rows of 128 bytes (BK elements: 64 16-bit or 32 f32 values), 8-row
+        // groups 1024 bytes apart (SBO), a K step (k16 of 16-bit, k8 of tf32) is +32
+        // bytes. MN-major (16-bit only): 64-element chunks of BK rows (8192 bytes apart:
+        // LBO), 8-row K groups 1024 bytes apart (SBO), a K step of 16 rows is +2048 bytes.
         C::mma(acc[m],
                C::A_K_MAJOR
                    ? fs_desc(a_base + (u32)(row_blk * 128 + kk * 32), 16u, 1024u)
