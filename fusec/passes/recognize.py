@@ -303,12 +303,17 @@ def _square_of(value: SSAValue, of: SSAValue) -> bool:
 # ------------------------------------------------------------------ scaling, matmul
 
 
-class ScaleAfterMatmul(Recognition):
-    """``matmul(a * c, b)`` (or ``b * c``, also seen through reshapes, transposes and
-    slices of the scaled value) with a scalar constant ``c`` used once:
-    ``matmul(a, b) * c``, where the scale joins the matmul's epilogue."""
+class _ScalesAfterMatmul(Recognition):
+    """A matmul whose operands carry scales that factor out of the product: each such
+    operand replaced by its unscaled form (``unscaled``), the product multiplied by the
+    scales after it, where they ride in the matmul's epilogue."""
 
-    label = "scale moved after matmul"
+    def unscaled(
+        self, op: ai.MatmulOp, index: int, value: SSAValue, new: list[Operation]
+    ) -> tuple[SSAValue, SSAValue] | None:
+        """(operand ``index`` without its scale, the scale), the ops that make the former
+        appended to ``new``; None when ``value`` has no scale that factors out."""
+        raise NotImplementedError
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if not isinstance(op, ai.MatmulOp):
@@ -317,16 +322,32 @@ class ScaleAfterMatmul(Recognition):
         operands = list(op.operands)
         scales: list[SSAValue] = []
         for index, value in enumerate(operands):
-            found = _scaled_through_layout(value, len(shape(op.results[0])))
+            found = self.unscaled(op, index, value, new)
             if found is not None:
-                source, c, chain = found
-                for layout in reversed(chain):  # the same views, of the unscaled value
-                    new.append(moved := _relayout(layout, source))
-                    source = moved.results[0]
-                operands[index] = source
-                scales.append(c)
+                operands[index], scale = found
+                scales.append(scale)
         if scales:
             self.rewrite(rewriter, op, *_scaled_matmul(op, operands, scales, new))
+
+
+class ScaleAfterMatmul(_ScalesAfterMatmul):
+    """``matmul(a * c, b)`` (or ``b * c``, also seen through reshapes, transposes and
+    slices of the scaled value) with a scalar constant ``c`` used once:
+    ``matmul(a, b) * c``, where the scale joins the matmul's epilogue."""
+
+    label = "scale moved after matmul"
+
+    def unscaled(
+        self, op: ai.MatmulOp, index: int, value: SSAValue, new: list[Operation]
+    ) -> tuple[SSAValue, SSAValue] | None:
+        found = _scaled_through_layout(value, len(shape(op.results[0])))
+        if found is None:
+            return None
+        source, c, chain = found
+        for layout in reversed(chain):  # the same views, of the unscaled value
+            new.append(moved := _relayout(layout, source))
+            source = moved.results[0]
+        return source, c
 
 
 def _scaled_matmul(
@@ -371,7 +392,7 @@ def _matmul_attrs(op: ai.MatmulOp) -> dict:
     return {k: op.attr(k) for k in ("transpose_a", "transpose_b")}
 
 
-class ScalesAfterQuantizedMatmul(Recognition):
+class ScalesAfterQuantizedMatmul(_ScalesAfterMatmul):
     """``matmul(dequantize(qa, sa, za), dequantize(qb, sb, zb))`` (either operand alone
     too) with ``sa`` per tensor and ``sb`` per tensor or per column of B (issue 31):
     ``matmul(dequantize(qa, 1, za), dequantize(qb, 1, zb)) * sa * sb``. The product
@@ -382,28 +403,21 @@ class ScalesAfterQuantizedMatmul(Recognition):
 
     label = "quantization scales moved after matmul"
 
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, ai.MatmulOp):
-            return
+    def unscaled(
+        self, op: ai.MatmulOp, index: int, value: SSAValue, new: list[Operation]
+    ) -> tuple[SSAValue, SSAValue] | None:
+        dq = value.owner
+        if not (isinstance(dq, ai.DequantizeOp) and single_use(value)):
+            return None
+        if not _factors_out(dq, op, index):
+            return None
         import numpy as np
 
-        new: list[Operation] = []
-        operands = list(op.operands)
-        scales: list[SSAValue] = []
-        for index, value in enumerate(operands):
-            dq = value.owner
-            if not (isinstance(dq, ai.DequantizeOp) and single_use(value)):
-                continue
-            if not _factors_out(dq, op, index):
-                continue
-            scale = dq.scale
-            new.append(ones := constant_op(np.ones(shape(scale)), spec_of(scale.type).dtype))
-            layout = {k: dq.attr(k) for k in ("axis", "block_size")}
-            new.append(plain := ai.DequantizeOp(dq.input, ones.results[0], dq.zero_point, **layout))
-            operands[index] = plain.results[0]
-            scales.append(scale)
-        if scales:
-            self.rewrite(rewriter, op, *_scaled_matmul(op, operands, scales, new))
+        scale = dq.scale
+        new.append(ones := constant_op(np.ones(shape(scale)), spec_of(scale.type).dtype))
+        layout = {k: dq.attr(k) for k in ("axis", "block_size")}
+        new.append(plain := ai.DequantizeOp(dq.input, ones.results[0], dq.zero_point, **layout))
+        return plain.results[0], scale
 
 
 def _factors_out(dq: ai.DequantizeOp, matmul: ai.MatmulOp, index: int) -> bool:
