@@ -8,6 +8,7 @@ tests/filecheck`` runs them alone.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -32,4 +33,6 @@ def test_filecheck_suite_passes():
     )
     assert done.returncode == 0, done.stdout[-20000:] + done.stderr[-5000:]
     tests = len(list(SUITE.rglob("*.mlir")))
-    assert f"Passed: {tests}" in done.stdout or f"Passed : {tests}" in done.stdout, done.stdout
+    # a test whose REQUIRES this host lacks (cpu-int8-gemm: AVX-512 VNNI) is unsupported
+    counts = dict(re.findall(r"^\s*(Passed|Unsupported)\s*:\s*(\d+)", done.stdout, re.M))
+    assert int(counts.get("Passed", 0)) + int(counts.get("Unsupported", 0)) == tests, done.stdout

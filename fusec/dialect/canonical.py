@@ -150,9 +150,11 @@ class FoldRequantize(RewritePattern):
 class FoldConstantDequantize(RewritePattern):
     """``dequantize`` of constant codes, scale and zero point (a quantized weight) is the
     constant it computes, made once at compile time (issue 31): the targets compute with
-    float weights (the cpu GEMMs pack a constant B once), as ONNX import already folds a
-    DequantizeLinear of initializers. A target that multiplies the codes themselves (an
-    fp8 or int4 Tensor Core GEMM) would keep them: that is not written yet."""
+    float weights (the cpu GEMMs pack a constant B once), as ONNX import folds a
+    DequantizeLinear of initializers (but of int8 codes). ``recognize-patterns`` runs
+    first: a matmul weight's per-column scales have left the dequantize by then, so the
+    constant holds the codes themselves (less their zero point), which the cpu int8 GEMM
+    multiplies (``targets/cpu/gemm_int8``)."""
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         from fusec.dialect.ops import DequantizeOp, spec_of

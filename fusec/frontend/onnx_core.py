@@ -506,6 +506,8 @@ class Importer:
             if any(name and name not in self.arrays for name in proto.input):
                 return False
             inputs = [self.arrays[name] if name else None for name in proto.input]
+            if onnx_fold.kept_quantized(proto, inputs):
+                return False
             self.check_fold_size(proto, inputs)
             try:
                 outputs = onnx_fold.evaluate(proto, inputs, self.opset)

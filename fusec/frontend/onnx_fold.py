@@ -39,6 +39,19 @@ _SUBGRAPH_ATTRS = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
 _PROPAGATED_ELEMENTS = 1 << 16
 
 
+def kept_quantized(node: onnx.NodeProto, inputs: Sequence[np.ndarray | None]) -> bool:
+    """Whether ``node`` is a ``DequantizeLinear`` of constant INT8 or UINT8 codes (a
+    quantized weight), imported as ``ai.dequantize`` although its inputs are known (issue
+    31): ``recognize-patterns`` then moves its scales after the matmul that reads it and
+    the codes reach the kernels (the cpu int8 GEMM, ``targets/cpu/gemm_int8``);
+    ``canonicalize`` folds it where it stays constant (``FoldConstantDequantize``), into
+    the float constant the import folded before."""
+    if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
+        return False
+    codes = inputs[0] if inputs else None
+    return codes is not None and codes.dtype in (np.int8, np.uint8)
+
+
 class FoldError(Exception):
     """The node could not be evaluated (the message says why)."""
 

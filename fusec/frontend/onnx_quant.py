@@ -12,9 +12,11 @@ give its scale and zero point and an ``ai.quantize``.
   ``block_size`` of int4 weights (the standard ONNX W4A16 form) imports as it is.
 * Types fusec has no tensors of (int2, int16, float4...) are refused by name.
 
-A ``DequantizeLinear`` whose inputs are all constants (a quantized weight) is still
-evaluated at import, as every operator with constant inputs is (``onnx_fold``): the
-weight becomes a float constant, which every target computes with.
+A ``DequantizeLinear`` whose inputs are all constants (a quantized weight) is evaluated
+at import, as every operator with constant inputs is (``onnx_fold``), unless its codes
+are INT8 or UINT8 (``onnx_fold.kept_quantized``): that one stays an ``ai.dequantize``,
+so that ``recognize-patterns`` moves its scales after the matmul reading it and the cpu
+int8 GEMM gets the codes; ``canonicalize`` folds what stays constant.
 """
 
 from __future__ import annotations

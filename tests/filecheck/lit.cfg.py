@@ -18,3 +18,12 @@ config.excludes = ["lit.cfg.py"]  # noqa: F821
 # fusec-opt and filecheck of the environment running lit come first on PATH
 bin_dir = os.path.dirname(sys.executable)
 config.environment["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")  # noqa: F821
+# "cpu-int8-gemm": the cpu target runs quantized GEMMs on integer codes (AVX-512 VNNI)
+try:
+    from fusec.targets.cpu.host import target_features
+
+    features = set(target_features().split(","))
+    if "+avx512bw" in features and {"+avx512vnni", "+avx512_vnni"} & features:
+        config.available_features.add("cpu-int8-gemm")  # noqa: F821
+except ImportError:  # fusec not importable here: the tests that need it are unsupported
+    pass

@@ -310,9 +310,12 @@ def test_onnxruntime_static_qdq_model_runs_on_cpu_as_onnxruntime(tmp_path):
     QDQ format (uint8 activations, int8 weights per channel, int32 biases): fusec imports
     it (the weights' and biases' DequantizeLinear folded at import), and each layer is one
     cpu matmul kernel (activations quantized and dequantized in its prologue, the scale,
-    bias and requantization in its epilogue). Its outputs are dequantized uint8 codes:
-    equal to onnxruntime's (no graph optimisation), but for a code a float32 product's
-    rounding may move across a tie."""
+    bias and requantization in its epilogue) and, with AVX-512 VNNI, multiplies the
+    uint8 codes by the int8 weight codes (``gemm_q8_packed``: the weights' DequantizeLinear
+    is kept at import so that their scales move after the product). Its outputs are
+    dequantized uint8 codes: equal to onnxruntime's, unoptimised (its float graph) and
+    optimised (its int8 kernels), but for a code a float32 rounding may move across a
+    tie."""
     quantization = pytest.importorskip("onnxruntime.quantization")
     d, h, o = 64, 128, 32
     weights = {
@@ -358,19 +361,26 @@ def test_onnxruntime_static_qdq_model_runs_on_cpu_as_onnxruntime(tmp_path):
     assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in qdq.graph.node}
     compiled = fusec.compile(fusec.from_onnx(qdq), target="cpu")
     assert [k.kind for k in compiled.kernels] == ["matmul", "matmul"]
+    from fusec.targets.cpu import gemm_int8
+
+    # the weights' codes reach the kernels: each layer an int8 GEMM where the cpu has VNNI
+    int8 = ["gemm_q8_packed(" in k.source for k in compiled.kernels]
+    assert int8 == [gemm_int8.available()] * 2
     x = RNG.standard_normal((8, d)).astype(np.float32)
+    x[0] *= 100  # codes at both limits
     got = np.asarray(compiled(x))
     import onnxruntime
 
-    options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = onnxruntime.InferenceSession(
-        str(tmp_path / "qdq.onnx"), options, providers=["CPUExecutionProvider"]
-    )
-    want = session.run(None, {"x": x})[0]
-    assert not np.isnan(got).any()
-    step = float(np.min(np.diff(np.unique(want))))  # the output's scale: one code
-    assert np.count_nonzero(got != want) <= 2 and np.abs(got - want).max() <= step
+    for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):  # its float graph, its int8 kernels
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
+        session = onnxruntime.InferenceSession(
+            str(tmp_path / "qdq.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+        want = session.run(None, {"x": x})[0]
+        assert not np.isnan(got).any()
+        step = float(np.min(np.diff(np.unique(want))))  # the output's scale: one code
+        assert np.count_nonzero(got != want) <= 2 and np.abs(got - want).max() <= step, level
 
 
 def test_int4_constants_print_their_values_and_parse_back():

@@ -98,8 +98,9 @@ class CpuBackend:
 
     def prepare(self, layout: str, array: np.ndarray) -> np.ndarray:
         """``array`` in ``layout``, flat float32: "strips" (a GEMM's B as ``gemm_packed``
-        reads it), "strips_t" (the same from B^T), "strips_kcrs" (a K x C x R x S conv
-        weight as the B^T of a (C*R*S) x K GEMM), "winograd:<groups>[:4]" (3x3 conv
+        reads it), "strips_t" (the same from B^T), "q8_strips" / "q8_strips_t" (a B
+        of int8 codes as ``gemm_q8_packed`` reads it, its bytes), "strips_kcrs" (a K x C x
+        R x S conv weight as the B^T of a (C*R*S) x K GEMM), "winograd:<groups>[:4]" (3x3 conv
         weights as G g G^T, ``winograd.prepare_winograd``) or "depthwise_lanes:<block>"
         (a depthwise weight tap-major per block of channels, ``depthwise.pack_lanes``)."""
         from fusec.targets.cpu.microkernel import pack_strips
@@ -107,6 +108,10 @@ class CpuBackend:
 
         if layout in ("strips", "strips_t"):
             return pack_strips(_as_f32(array), transposed=layout == "strips_t")
+        if layout in ("q8_strips", "q8_strips_t"):
+            from fusec.targets.cpu.gemm_int8 import pack_q8
+
+            return pack_q8(array, transposed=layout == "q8_strips_t")
         if layout == "strips_kcrs":
             return pack_strips(_as_f32(array).reshape(array.shape[0], -1), transposed=True)
         if layout.startswith("winograd:"):

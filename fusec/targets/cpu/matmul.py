@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from xdsl.ir import BlockArgument, Operation
+from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import broadcast_offset, broadcast_shapes, shape_of
@@ -29,6 +30,9 @@ from fusec.targets.cpu.blocked import (
     row_loop,
 )
 from fusec.targets.cpu.rows import RowBlock
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: Most bytes of one task's workspace (its A block, C block, im2col columns, row buffer).
 WORKSPACE_BYTES = 4 << 20
@@ -141,20 +145,31 @@ class MatmulBlocks(BlockedCore):
                 self.a_batch = self.batch = ()
         a_row_major = bool(a_array) or not self.ta  # a prologue writes row-major blocks
         narrow = min(self.k, self.n) <= NN_MAX_NARROW
-        self.nn = narrow and a_row_major and not (self.tb or self.b_is_vector) and host.fits(self.n)
         b_input = (constants or {}).get(reads[op.operands[1]])
-        self.packed = (
+        #: (the zero point's array, its offset to uint8) when the GEMM runs on integer codes
+        #: (``gemm_q8_packed``), else None
+        self.q8 = None
+        if b_input is not None and a_array and not (self.b_batch or self.b_is_vector):
+            self.q8 = _int8_operands(op, reads)
+        self.nn = (
+            narrow
+            and a_row_major
+            and not (self.tb or self.b_is_vector or self.q8)
+            and host.fits(self.n)
+        )
+        self.packed = bool(self.q8) or (
             not self.nn
             and b_input is not None
             and a_row_major
             and not (self.b_batch or self.b_is_vector)
             and (host.packs(self.n) or (self.m <= GEMV_ROWS and self.n >= host.STRIP))
         )
-        self.prepared = ((b_input, "strips_t" if self.tb else "strips"),) if self.packed else ()
+        layout = ("q8_strips" if self.q8 else "strips") + ("_t" if self.tb else "")
+        self.prepared = ((b_input, layout),) if self.packed else ()
         if self.nn:
             self.imports = (abi.import_line("gemm_nn"),)
         if self.packed:
-            self.imports = (abi.import_line("gemm_packed"),)
+            self.imports = (abi.import_line("gemm_q8_packed" if self.q8 else "gemm_packed"),)
         # column tiles compute A's prologue again each: not worth it unless B streams
         split_columns = not (whole_rows or (a_array and not self.streams) or self.b_is_vector)
         row_blocks = math.prod(self.batch) * math.ceil(self.m / MIN_ROWS)
@@ -177,11 +192,16 @@ class MatmulBlocks(BlockedCore):
             )
         if c_local:
             workspace.add(c_array, self.mb * self.nb)
+        if self.q8:  # A's block as bytes, rows of K rounded up to 4
+            workspace.add("q8buf", self.mb * (-(-self.k // 4)))
 
     @property
     def streams(self) -> bool:
         """Whether B is packed and too large to stay in L2 (``PACKED_CACHED_BYTES``)."""
-        return self.packed and 4 * self.k * self.n > PACKED_CACHED_BYTES
+        return self.packed and (1 if self.q8 else 4) * self.k * self.n > PACKED_CACHED_BYTES
+
+    def arrays(self) -> list[str]:
+        return [*super().arrays(), *([self.q8[0]] if self.q8 else [])]
 
     def _rows(self, workspace_row_floats: int, tiles_per_matrix: int = 1) -> int:
         if self.b_is_vector:
@@ -242,6 +262,8 @@ class MatmulBlocks(BlockedCore):
         )
 
     def _gemm(self) -> str:
+        if self.q8:
+            return "gemm_q8_packed (uint8 x int8 -> int32, B packed once)"
         if self.packed:
             return "gemm_packed (B packed once)"
         return "gemm_nn" if self.nn else "sgemm"
@@ -318,6 +340,14 @@ class MatmulBlocks(BlockedCore):
             b_off = f"{b_off} + c0{f' * {k}' if self.tb else ''}"
             c_off = c_off if self.c_local else f"{c_off} + c0"
             cols, ldc = "c1 - c0", (self.nb if self.c_local else n)
+        if self.q8:  # A's codes less their zero point, as uint8 again, by B's int8 codes
+            zero_point, offset = self.q8
+            zero = f"np.int32({zero_point}[0]){f' + {offset}' if offset else ''}"
+            c0 = "c0" if self.ncb > 1 else "0"
+            a_args, c_args = f"{a}, {a_off}, {lda}", f"{self.c_array}, {c_off}, {ldc}"
+            b_args = f"q8buf, {b}, {n}, {c0}"
+            call = f"gemm_q8_packed(r1 - r0, {cols}, {k}, {a_args}, {zero}, {b_args}, {c_args})"
+            return [*gather, call]
         if self.packed:  # strip s of B starts at s * STRIP * k: column c0 at c0 * k
             b_off = f"c0 * {k}" if self.ncb > 1 else "0"
             a_args, c_args = f"{a}, {a_off}, {lda}", f"{self.c_array}, {c_off}, {ldc}"
@@ -350,6 +380,51 @@ class MatmulBlocks(BlockedCore):
         reshape = None if self.result else (lambda shape: (1,))
         segment = ("c0", "c1 - c0") if self.ncb > 1 else None
         return EpilogueRows(loops, "    ", tuple(space), RowBlock(local, segment, reshape))
+
+
+def _int8_operands(op: Operation, reads: Mapping[SSAValue, str]) -> tuple[str, int] | None:
+    """For ``gemm_q8_packed``: when A is ``dequantize(codes, 1, zero_point)`` of int8 or
+    uint8 codes with one zero point (its values ``v`` have ``v + zero_point`` (+ 128 for
+    int8) in 0..255), B a constant of integers in -128..127 (a weight's codes, its scales
+    moved after the product by ``recognize-patterns``), C float32 of whole vectors of 16
+    columns and the target has AVX-512 VNNI: the zero point's array and that offset."""
+    from fusec.targets.cpu import gemm_int8
+
+    dq = op.operands[0].owner
+    if not isinstance(dq, ai.DequantizeOp) or dq.attr("block_size"):
+        return None
+    codes = spec_dtype(dq.input)
+    if codes not in ("i8", "ui8") or spec_dtype(op.results[0]) != "f32":
+        return None
+    n = shape_of(op.results[0])[-1] if shape_of(op.results[0]) else 1
+    if not gemm_int8.fits(n) or not gemm_int8.available():
+        return None
+    if math.prod(shape_of(dq.zero_point)) != 1 or dq.zero_point not in reads:
+        return None
+    scale, b = _outer_constant(dq.scale), _outer_constant(op.operands[1])
+    if scale is None or b is None or not bool((scale == 1).all()):
+        return None
+    if not ((b == b.round()) & (b >= -128) & (b <= 127)).all():
+        return None
+    return reads[dq.zero_point], 128 if codes == "i8" else 0
+
+
+def spec_dtype(value: SSAValue) -> str:
+    return ai.spec_of(value.type).dtype
+
+
+def _outer_constant(value: SSAValue) -> np.ndarray | None:
+    """The numpy value of the ``arith.constant`` that a group's block argument ``value``
+    stands for (or that defines ``value``), else None."""
+    from fusec.ir.constants import constant_value, is_constant
+
+    if isinstance(value, BlockArgument):
+        group = value.block.parent_op()
+        if not isinstance(group, ai.FusedOp):
+            return None
+        value = group.operands[value.index]
+    owner = value.owner
+    return constant_value(owner) if is_constant(owner) else None
 
 
 def _head_merge(core_op, views: Sequence[Operation]) -> list[Operation] | None:

@@ -1,0 +1,196 @@
+"""The cpu int8 GEMM (issue 31): ``gemm_q8_packed`` (uint8 x int8 -> int32, the weight
+packed once) against the exact integer product, its codes at the int8 limits, ragged
+shapes and column tiles, C poisoned; the portable tile (no VNNI) alike; the QDQ linear
+layer that runs on it against the reference executor, both launchers, outputs poisoned.
+The plan's choice is pinned by ``tests/filecheck/fusion/quantized_matmul_int8_cpu.mlir``
+and the onnxruntime-quantized MLP by ``tests/onnx/test_onnx_quant.py``."""
+
+from __future__ import annotations
+
+import re
+
+import numba
+import numpy as np
+import pytest
+
+import fusec
+from fusec.api import run_pipeline
+from fusec.runtime.launch import Program
+from fusec.targets.cpu import gemm_int8
+from fusec.targets.cpu.host import STRIP
+
+RNG = np.random.default_rng(3131)
+
+
+def _operands(m: int, k: int, n: int, zero: int, extremes: bool):
+    """A (codes less ``zero``, as float32) and B (int8 codes as float32); with
+    ``extremes`` A's first rows are all 0 and all 255 codes and B's first columns all
+    -128 and all 127 (the largest products of both signs)."""
+    a = (RNG.integers(0, 256, (m, k)) - zero).astype(np.float32)
+    b = RNG.integers(-128, 128, (k, n)).astype(np.float32)
+    if extremes:
+        a[0], a[min(1, m - 1)] = -zero, 255 - zero
+        b[:, 0], b[:, min(1, n - 1)] = -128, 127
+    return a, b
+
+
+def _gemm(a, b, zero, c0=0, cols=None, transposed=False):
+    m, k = a.shape
+    n = b.shape[1]
+    cols = n - c0 if cols is None else cols
+    packed = gemm_int8.pack_q8(b.T.copy() if transposed else b, transposed=transposed)
+    q8 = np.full(m * (-(-k // 4)) + 7, np.nan, np.float32)
+    c = np.full((m, cols), np.nan, np.float32)
+    a_args, c_args = (a.reshape(-1), 0, k), (c.reshape(-1), 0, cols)
+    gemm_int8.gemm_q8_packed(m, cols, k, *a_args, zero, q8, packed, n, c0, *c_args)
+    return c
+
+
+@pytest.mark.parametrize(
+    "m, k, n, c0, cols",
+    [
+        (1, 1, 16, 0, 16),  # one row, K shorter than a quad
+        (6, 64, STRIP, 0, STRIP),  # one whole tile
+        (13, 37, 80, 0, 80),  # ragged rows and K, a strip and one vector
+        (7, 9, 144, STRIP, 80),  # a column tile from the second strip to B's end
+        (20, 101, 3 * STRIP, STRIP, STRIP),  # a middle column tile
+        (50, 500, 2 * STRIP + 48, 0, 2 * STRIP + 48),
+    ],
+)
+def test_gemm_q8_packed_is_the_exact_integer_product(m, k, n, c0, cols):
+    for zero, extremes in ((0, True), (128, True), (131, False), (255, True)):
+        a, b = _operands(m, k, n, zero, extremes)
+        want = (a.astype(np.int64) @ b.astype(np.int64)[:, c0 : c0 + cols]).astype(np.float32)
+        got = _gemm(a, b, zero, c0, cols)
+        np.testing.assert_array_equal(got, want, err_msg=f"zero {zero}")
+
+
+def test_a_transposed_weight_packs_alike():
+    a, b = _operands(9, 70, 48, 7, True)
+    np.testing.assert_array_equal(_gemm(a, b, 7, transposed=True), _gemm(a, b, 7))
+
+
+def test_pack_q8_takes_only_int8_codes():
+    with pytest.raises(ValueError, match="integers in -128..127"):
+        gemm_int8.pack_q8(np.array([[0.5, 1.0]], np.float32))
+    with pytest.raises(ValueError, match="integers in -128..127"):
+        gemm_int8.pack_q8(np.array([[128.0, 1.0]], np.float32))
+
+
+def test_the_portable_tile_gives_the_same_sums():
+    """The tile without VNNI (widened products added in fours) on a 6 x 64 block, the
+    largest products of both signs included: the exact sums less the zero point's share."""
+    tile = gemm_int8._tile(6, 4, vnni=False)
+
+    @numba.njit
+    def run(a, b, c, kq, zero):
+        tile(a, 0, 4 * kq, b, 0, 4 * STRIP, c, 0, STRIP, kq, b, kq * STRIP, zero)
+
+    k, zero = 40, 131
+    a, b = _operands(6, k, STRIP, zero, True)
+    packed = gemm_int8.pack_q8(b)
+    codes = (a + zero).astype(np.uint8)  # A's bytes as gemm_q8_packed lays them out
+    c = np.full((6, STRIP), np.nan, np.float32)
+    run(codes.view(np.float32).reshape(-1), packed, c.reshape(-1), k // 4, zero)
+    np.testing.assert_array_equal(c, (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32))
+
+
+@pytest.mark.skipif(not gemm_int8.available(), reason="the target has no AVX-512 VNNI")
+def test_the_tiles_are_vnni_dot_products():
+    """With AVX-512 VNNI the strip's tiles compile to ``vpdpbusd`` on zmm registers."""
+    strip = numba.njit(gemm_int8._strip.py_func)  # compiled here: no cached code
+    f32, i64 = numba.float32[::1], numba.int64
+    strip.compile((i64, f32, i64, f32, i64, i64, f32, i64, i64, i64, f32, i64, numba.int32))
+    asm = "".join(strip.inspect_asm().values())
+    assert re.search(r"vpdpbusd\s+[^\n]*zmm", asm), "no vpdpbusd on zmm registers"
+
+
+# ------------------------------------------------------------- a QDQ linear layer
+
+
+def _linear(m: int, k: int, n: int, codes: str, rng: np.random.Generator) -> str:
+    """An int8 linear layer: ``codes`` (ui8 or i8) activations quantized and dequantized,
+    a constant int8 weight at the limits (rows of -128 and 127) dequantized per column, a
+    bias, a relu and the output quantized to ``codes``."""
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    w[0], w[1] = -128, 127
+    hexed = w.tobytes().hex().upper()
+    scales = rng.uniform(0.001, 0.01, n).astype(np.float32).tobytes().hex().upper()
+    zero = 121 if codes == "ui8" else -7
+    return f"""func.func @f(%x: tensor<{m}x{k}xf32>, %bias: tensor<{n}xf32>)
+    -> tensor<{m}x{n}x{codes}> {{
+  %sx = arith.constant dense<0.05> : tensor<f32>
+  %zx = arith.constant dense<{zero}> : tensor<{codes}>
+  %wq = arith.constant dense<"0x{hexed}"> : tensor<{k}x{n}xi8>
+  %sw = arith.constant dense<"0x{scales}"> : tensor<{n}xf32>
+  %zw = arith.constant dense<0> : tensor<{n}xi8>
+  %so = arith.constant dense<0.2> : tensor<f32>
+  %xq = ai.quantize %x, %sx, %zx : tensor<{m}x{k}xf32> * tensor<f32> * tensor<{codes}>
+  %xd = ai.dequantize %xq, %sx, %zx : tensor<{m}x{k}x{codes}> * tensor<f32> * tensor<{codes}>
+  %w = ai.dequantize %wq, %sw, %zw {{axis = 1 : i64}}
+      : tensor<{k}x{n}xi8> * tensor<{n}xf32> * tensor<{n}xi8>
+  %mm = ai.matmul %xd, %w : tensor<{m}x{k}xf32> * tensor<{k}x{n}xf32>
+  %b = ai.bias_add %mm, %bias : tensor<{m}x{n}xf32> * tensor<{n}xf32>
+  %r = ai.relu %b : tensor<{m}x{n}xf32>
+  %y = ai.quantize %r, %so, %zx : tensor<{m}x{n}xf32> * tensor<f32> * tensor<{codes}>
+  return %y : tensor<{m}x{n}x{codes}>
+}}"""
+
+
+def _run_poisoned(text: str, inputs: list[np.ndarray]) -> np.ndarray:
+    """The cpu result on outputs pre-filled with two poisons (equal bytes both times),
+    and the compiled launcher's the same."""
+    module = fusec.parse(text)
+    run_pipeline(module, target="cpu")
+    program = Program(module, target="cpu")
+    runs = []
+    for fill in (0x5A, 0xA5):
+        (out,) = program(
+            inputs, alloc=lambda shape, dtype, f=fill: np.full(shape, f, np.uint8).view(dtype)
+        )
+        runs.append(np.array(out))
+    assert runs[0].tobytes() == runs[1].tobytes(), "the result depends on the output's old contents"
+    compiled = fusec.compile(text, target="cpu")
+    assert compiled._runner.compiled_reason is None
+    assert np.asarray(compiled(*inputs)).tobytes() == runs[0].tobytes()
+    kernels = "".join(k.source for k in compiled.kernels)
+    assert ("gemm_q8_packed(" in kernels) == gemm_int8.available()
+    return runs[0]
+
+
+@pytest.mark.parametrize(
+    "codes, m, k, n",
+    [pytest.param("ui8", 37, 301, 80, marks=pytest.mark.slow), ("i8", 5, 64, 2 * STRIP)],
+)
+def test_a_qdq_linear_layer_equals_the_reference(codes, m, k, n):
+    """Activations spread so that a quarter of them saturate (codes at both limits), the
+    weight's rows at -128 and 127: the codes equal the reference's (which multiplies the
+    dequantized floats; exact here, every partial sum below 2**24)."""
+    rng = np.random.default_rng(m * k)
+    text = _linear(m, k, n, codes, rng)
+    x = (rng.standard_normal((m, k)) * 8).astype(np.float32)
+    x[0], x[-1] = 1e6, -1e6
+    bias = rng.standard_normal(n).astype(np.float32)
+    got = _run_poisoned(text, [x, bias])
+    want = np.asarray(fusec.compile(text, target="reference")(x, bias))
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    limits = (0, 255) if codes == "ui8" else (-128, 127)
+    assert {int(got.min()), int(got.max())} <= set(range(limits[0], limits[1] + 1))
+
+
+@pytest.mark.slow
+def test_a_streaming_weight_in_column_tiles_equals_the_reference():
+    """A weight of more than 1 MiB of codes for few rows: the blocks split B's columns
+    (each tile from its own strips, the last one ragged), two threads' worth."""
+    rng = np.random.default_rng(5)
+    m, k, n = 6, 512, 36 * STRIP + 16
+    text = _linear(m, k, n, "ui8", rng)
+    x = (rng.standard_normal((m, k)) * 4).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    compiled = fusec.compile(text, target="cpu")
+    if gemm_int8.available():
+        assert any("columns" in k.source and "gemm_q8_packed" in k.source for k in compiled.kernels)
+    got = _run_poisoned(text, [x, bias])
+    want = np.asarray(fusec.compile(text, target="reference")(x, bias))
+    np.testing.assert_array_equal(got, want)
