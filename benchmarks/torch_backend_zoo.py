@@ -197,6 +197,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--suffix", default=datetime.date.today().isoformat())
     parser.add_argument("--onnx-table", help="a models_gpu.py results .json: the ONNX path")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    parser.add_argument(
+        "--budget", type=float, help="seconds after which no new case starts (a row says so)"
+    )
     return parser.parse_args(argv)
 
 
@@ -217,7 +220,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.target == "cuda":
         meta["device"] = torch.cuda.get_device_name()
     rows = []
+    start = time.monotonic()
     for name, dtype, batch in cases:
+        if args.budget is not None and time.monotonic() - start > args.budget:
+            rows.append(
+                {"model": name, "dtype": dtype, "batch": batch, "error": "not run: over --budget"}
+            )
+            continue
         try:
             row = run_case(name, dtype, batch, args)
             row["onnx_path_ms"] = onnx_times.get((name, dtype, batch))
