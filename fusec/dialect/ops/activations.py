@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 class MathOp(UnaryOp):
     """A function of C's math library, ``FUNCTION``, computed in float32 by every
     language (``math.FUNCTION``, ``FUNCTIONf``, ``torch.FUNCTION``); its reference is
-    numpy's ufunc ``UFUNC``: NaN or inf outside the domain, as C gives."""
+    numpy's ufunc ``UFUNC``: NaN or inf outside the domain, as C gives. Rounding
+    (floor, ceil, round) has the ufunc's reference and a ``scalar`` of its own."""
 
     FUNCTION: ClassVar[str] = ""
     UFUNC: ClassVar[str] = ""
@@ -186,57 +187,39 @@ def _to_integer(s: ScalarBuilder, x: str, direction: str) -> str:
 
 
 @irdl_op_definition
-class FloorOp(UnaryOp):
+class FloorOp(MathOp):
     """The largest integer <= x (-0.0, inf and NaN stay)."""
 
     name = "ai.floor"
+    UFUNC: ClassVar[str] = "floor"
     FRONTEND: ClassVar[FrontendNames] = _math_names("floor", "floor", "Floor")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return _to_integer(s, args[0], "floor")
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        import numpy as np
-
-        from fusec.dialect import numpy_ops as K
-
-        return K.unary_math(args[0], np.floor)
-
 
 @irdl_op_definition
-class CeilOp(UnaryOp):
+class CeilOp(MathOp):
     """The smallest integer >= x (ceil(-0.5) is -0.0; inf and NaN stay)."""
 
     name = "ai.ceil"
+    UFUNC: ClassVar[str] = "ceil"
     FRONTEND: ClassVar[FrontendNames] = _math_names("ceil", "ceil", "Ceil")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return _to_integer(s, args[0], "ceil")
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        import numpy as np
-
-        from fusec.dialect import numpy_ops as K
-
-        return K.unary_math(args[0], np.ceil)
-
 
 @irdl_op_definition
-class RoundOp(UnaryOp):
+class RoundOp(MathOp):
     """The nearest integer, halves to even (ONNX's Round, ``numpy.rint``)."""
 
     name = "ai.round"
+    UFUNC: ClassVar[str] = "rint"
     FRONTEND: ClassVar[FrontendNames] = _math_names("round", "rint", "Round")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return _to_integer(s, args[0], "even")
-
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        import numpy as np
-
-        from fusec.dialect import numpy_ops as K
-
-        return K.unary_math(args[0], np.rint)
 
 
 @irdl_op_definition
@@ -253,10 +236,7 @@ class SignOp(UnaryOp):
         rest = s.select(s.compare(a, "<", zero), s.literal(-1.0), s.arith(a, "-", a))
         return s.select(s.compare(a, ">", zero), s.literal(1.0), s.bind(rest))
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.sign(args[0])
+    REFERENCE: ClassVar[str] = "sign"
 
 
 @irdl_op_definition
@@ -269,10 +249,7 @@ class ReciprocalOp(UnaryOp):
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.arith(s.literal(1.0), "/", args[0])
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.reciprocal(args[0])
+    REFERENCE: ClassVar[str] = "reciprocal"
 
 
 def _clamp_unit(s: ScalarBuilder, y: str) -> str:
@@ -298,10 +275,11 @@ class HardSigmoidOp(UnaryOp):
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return _clamp_unit(s, _linear(s, args[0], self.attr("alpha"), self.attr("beta")))
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.hard_sigmoid(args[0], self.attr("alpha"), self.attr("beta"))
+    REFERENCE: ClassVar[str] = "hard_sigmoid"
+    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = (
+        "alpha",
+        "beta",
+    )
 
 
 @irdl_op_definition
@@ -316,10 +294,7 @@ class HardSwishOp(UnaryOp):
         gate = s.bind(_clamp_unit(s, _linear(s, a, 1.0 / 6.0, 0.5)))
         return _minus_zero_at_minus_inf(s, a, s.arith(a, "*", gate))
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.hard_swish(args[0])
+    REFERENCE: ClassVar[str] = "hard_swish"
 
 
 @irdl_op_definition
@@ -335,10 +310,8 @@ class LeakyReluOp(UnaryOp):
         scaled = s.arith(s.literal(self.attr("alpha")), "*", a)
         return s.select(s.compare(a, "<", s.literal(0.0)), scaled, a)
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.leaky_relu(args[0], self.attr("alpha"))
+    REFERENCE: ClassVar[str] = "leaky_relu"
+    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ("alpha",)
 
 
 @irdl_op_definition
@@ -352,10 +325,7 @@ class PReluOp(BinaryOp):
         x, slope = args
         return s.select(s.compare(x, "<", s.literal(0.0)), s.arith(slope, "*", x), x)
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.prelu(*args)
+    REFERENCE: ClassVar[str] = "prelu"
 
 
 def _exponential_linear(s: ScalarBuilder, x: str, alpha: float, exponent: str) -> str:
@@ -375,10 +345,8 @@ class EluOp(UnaryOp):
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return _exponential_linear(s, args[0], self.attr("alpha"), args[0])
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.elu(args[0], self.attr("alpha"))
+    REFERENCE: ClassVar[str] = "elu"
+    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ("alpha",)
 
 
 _SELU_ALPHA = 1.67326319217681884765625  # ONNX's defaults, float32 values
@@ -400,10 +368,8 @@ class SeluOp(UnaryOp):
         inner = s.bind(_exponential_linear(s, args[0], self.attr("alpha"), args[0]))
         return s.arith(s.literal(self.attr("gamma")), "*", inner)
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.elu(args[0], self.attr("alpha"), gamma=self.attr("gamma"))
+    REFERENCE: ClassVar[str] = "elu"
+    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ("alpha", "gamma")
 
 
 @irdl_op_definition
@@ -442,10 +408,7 @@ class SoftplusOp(UnaryOp):
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return _softplus(s, args[0])
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.softplus(args[0])
+    REFERENCE: ClassVar[str] = "softplus"
 
 
 @irdl_op_definition
@@ -459,10 +422,7 @@ class SoftsignOp(UnaryOp):
         (a,) = args
         return s.arith(a, "/", s.arith(s.literal(1.0), "+", s.call("fabs", a)))
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.softsign(args[0])
+    REFERENCE: ClassVar[str] = "softsign"
 
 
 @irdl_op_definition
@@ -477,10 +437,7 @@ class MishOp(UnaryOp):
         gate = s.bind(s.call("tanh", s.bind(_softplus(s, a))))
         return _minus_zero_at_minus_inf(s, a, s.arith(a, "*", gate))
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.mish(args[0])
+    REFERENCE: ClassVar[str] = "mish"
 
 
 @irdl_op_definition
@@ -496,10 +453,8 @@ class ThresholdedReluOp(UnaryOp):
         above = s.compare(a, ">", s.literal(self.attr("alpha")))
         return s.select(s.either(above, s.compare(a, "!=", a)), a, s.literal(0.0))
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.thresholded_relu(args[0], self.attr("alpha"))
+    REFERENCE: ClassVar[str] = "thresholded_relu"
+    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ("alpha",)
 
 
 @irdl_op_definition

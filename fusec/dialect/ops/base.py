@@ -141,8 +141,8 @@ class AiOp(IRDLOperation):
     Subclasses declare their operands, result and properties with IRDL, give
     ``infer`` (the op's shape function from ``shapes.py``) and their facts
     (see ``fusec.dialect.facts``): ``PATTERN`` or ``fusion_pattern``,
-    ``reference``, ``scalar`` for elementwise ops, ``FRONTEND`` names and
-    ``UNSUPPORTED`` targets.
+    ``REFERENCE`` or ``reference``, ``scalar`` for elementwise ops, ``FRONTEND`` names
+    and ``UNSUPPORTED`` targets.
     """
 
     #: ``ai.cast`` writes its result type: ``: T_from to T_to``.
@@ -156,6 +156,11 @@ class AiOp(IRDLOperation):
     #: The element types each operand may have (``check_dtypes``); floats unless the
     #: op says otherwise, so a float-only op refuses an integer operand by name.
     DTYPES: ClassVar[tuple[str, ...]] = FLOAT_TYPES
+    #: The op's numpy reference, declared: the ``fusec.dialect.numpy_ops`` function that
+    #: computes it from the operands, the attributes ``REFERENCE_ATTRS`` passed by name.
+    #: An op whose reference is more than that call overrides ``reference``.
+    REFERENCE: ClassVar[str] = ""
+    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ()
 
     # ---------------------------------------------------------------- builder
     def __init__(
@@ -299,9 +304,19 @@ class AiOp(IRDLOperation):
         """The float32 expression of one result element from operand elements ``args``."""
         raise NotImplementedError(f"{self.name} has no scalar semantics")
 
+    @classmethod
+    def has_reference(cls) -> bool:
+        """True when the op has a numpy reference (``REFERENCE`` or ``reference``)."""
+        return bool(cls.REFERENCE) or cls.reference is not AiOp.reference
+
     def reference(self, *args: np.ndarray) -> np.ndarray:
         """The numpy implementation (``fusec.dialect.numpy_ops``) of the op."""
-        raise NotImplementedError(f"{self.name} has no reference implementation")
+        if not self.REFERENCE:
+            raise NotImplementedError(f"{self.name} has no reference implementation")
+        from fusec.dialect import numpy_ops as K
+
+        attrs = {name: self.attr(name) for name in self.REFERENCE_ATTRS}
+        return getattr(K, self.REFERENCE)(*args, **attrs)
 
     # ------------------------------------------------------------ verification
     def verify(self, verify_nested_ops: bool = True) -> None:

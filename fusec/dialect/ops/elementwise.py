@@ -55,10 +55,7 @@ class AddOp(BinaryOp):
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.arith(args[0], "+", args[1])
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.add(*args)
+    REFERENCE: ClassVar[str] = "add"
 
 
 @irdl_op_definition
@@ -72,10 +69,7 @@ class SubOp(BinaryOp):
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.arith(args[0], "-", args[1])
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.sub(*args)
+    REFERENCE: ClassVar[str] = "sub"
 
 
 @irdl_op_definition
@@ -89,10 +83,7 @@ class MulOp(BinaryOp):
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.arith(args[0], "*", args[1])
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.mul(*args)
+    REFERENCE: ClassVar[str] = "mul"
 
 
 @irdl_op_definition
@@ -133,10 +124,7 @@ class MaximumOp(BinaryOp):
         a, b = args
         return s.select(s.either(s.compare(a, ">", b), s.compare(a, "!=", a)), a, b)
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.maximum(*args)
+    REFERENCE: ClassVar[str] = "maximum"
 
 
 @irdl_op_definition
@@ -186,10 +174,7 @@ class ReluOp(UnaryOp):
         zero = s.literal(0.0)
         return s.select(s.either(s.compare(a, ">", zero), s.compare(a, "!=", a)), a, zero)
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.relu(*args)
+    REFERENCE: ClassVar[str] = "relu"
 
 
 @irdl_op_definition
@@ -202,10 +187,7 @@ class SigmoidOp(UnaryOp):
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.logistic(s.literal(1.0), args[0])
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.sigmoid(*args)
+    REFERENCE: ClassVar[str] = "sigmoid"
 
 
 @irdl_op_definition
@@ -218,10 +200,7 @@ class TanhOp(UnaryOp):
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.call("tanh", args[0])
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.tanh(*args)
+    REFERENCE: ClassVar[str] = "tanh"
 
 
 @irdl_op_definition
@@ -234,10 +213,7 @@ class ExpOp(UnaryOp):
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.exp(args[0])
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.exp(*args)
+    REFERENCE: ClassVar[str] = "exp"
 
 
 @irdl_op_definition
@@ -250,10 +226,7 @@ class SqrtOp(UnaryOp):
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.call("sqrt", args[0])
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.sqrt(*args)
+    REFERENCE: ClassVar[str] = "sqrt"
 
 
 @irdl_op_definition
@@ -300,10 +273,7 @@ class SiluOp(UnaryOp):
         (a,) = args
         return _minus_zero_at_minus_inf(s, a, s.logistic(a, a))
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.silu(*args)
+    REFERENCE: ClassVar[str] = "silu"
 
 
 def _minus_zero_at_minus_inf(s: ScalarBuilder, x: str, value: str) -> str:
@@ -339,10 +309,8 @@ class GeluOp(UnaryOp):
             value = s.arith(s.arith(s.literal(0.5), "*", a), "*", erfc)
         return _minus_zero_at_minus_inf(s, a, value)
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.gelu(args[0], approximate=self.attr("approximate"))
+    REFERENCE: ClassVar[str] = "gelu"
+    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ("approximate",)
 
 
 @irdl_op_definition
@@ -355,10 +323,7 @@ class ErfOp(UnaryOp):
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.call("erf", args[0])
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.erf(*args)
+    REFERENCE: ClassVar[str] = "erf"
 
 
 @irdl_op_definition
