@@ -127,6 +127,22 @@ _BINARY_UFUNCS = _ufuncs(ai.BinaryOp)
 _SUPPORTED_UFUNCS = (*_UNARY_UFUNCS, *_BINARY_UFUNCS, "positive", "matmul")
 
 
+def _operators(op_type: type[ai.AiOp] | None) -> tuple[Callable, Callable]:
+    """A binary operator's method and its reflected one (``__add__``, ``__radd__``):
+    ``op_type`` of (self, other), and of (other, self); ``None``: ``@``, a matmul."""
+
+    def apply(trace: Trace, a: Any, b: Any) -> Traced:
+        return trace.matmul(a, b) if op_type is None else trace.binary(op_type, a, b)
+
+    def method(self: Traced, other: Any) -> Traced:
+        return apply(self.trace, self, other)
+
+    def reflected(self: Traced, other: Any) -> Traced:
+        return apply(self.trace, other, self)
+
+    return method, reflected
+
+
 class Traced:
     """Common behaviour of tracer values: Python operators become ``ai`` ops.
 
@@ -161,35 +177,11 @@ class Traced:
         return self.shape[0]
 
     # ----------------------------------------------------------- arithmetic
-    def __add__(self, other):
-        return self.trace.binary(ai.AddOp, self, other)
-
-    def __radd__(self, other):
-        return self.trace.binary(ai.AddOp, other, self)
-
-    def __sub__(self, other):
-        return self.trace.binary(ai.SubOp, self, other)
-
-    def __rsub__(self, other):
-        return self.trace.binary(ai.SubOp, other, self)
-
-    def __mul__(self, other):
-        return self.trace.binary(ai.MulOp, self, other)
-
-    def __rmul__(self, other):
-        return self.trace.binary(ai.MulOp, other, self)
-
-    def __truediv__(self, other):
-        return self.trace.binary(ai.DivOp, self, other)
-
-    def __rtruediv__(self, other):
-        return self.trace.binary(ai.DivOp, other, self)
-
-    def __matmul__(self, other):
-        return self.trace.matmul(self, other)
-
-    def __rmatmul__(self, other):
-        return self.trace.matmul(other, self)
+    __add__, __radd__ = _operators(ai.AddOp)
+    __sub__, __rsub__ = _operators(ai.SubOp)
+    __mul__, __rmul__ = _operators(ai.MulOp)
+    __truediv__, __rtruediv__ = _operators(ai.DivOp)
+    __matmul__, __rmatmul__ = _operators(None)
 
     def __neg__(self):
         return self.trace.emit(ai.NegOp, (self,))
