@@ -410,11 +410,23 @@ def _run(args: argparse.Namespace, timing: Any) -> int:
             seed=args.seed if args.random_inputs else None,
             check_results=args.check,
             timing=timing,
+            precision=args.precision,
         )
     sys.stdout.write("".join(f"{line}\n" for line in result.lines()))
     if args.output is not None:
         _write_atomically(args.output, runner.outputs_npz(result.outputs))
     return ExitCode.OK if result.passed else ExitCode.CHECK_FAILED
+
+
+def _add_precision(parser) -> None:
+    parser.add_argument(
+        "--precision",
+        choices=("ieee", "tf32"),
+        default="ieee",
+        help="the maths of f32 matmul, conv and attention: ieee (IEEE f32, the default) or "
+        "tf32 (the cuda target runs them on the Tensor Cores with tf32 operands, f32 "
+        "accumulation; the cpu and reference targets compute IEEE f32 all the same)",
+    )
 
 
 def _add_run_command(sub) -> None:
@@ -426,6 +438,7 @@ def _add_run_command(sub) -> None:
     run.add_argument("--seed", type=int, default=0, help="seed of --random-inputs (default 0)")
     run.add_argument("--target", default="auto", help=_TARGETS_HELP)
     run.add_argument("--pipeline", help=_PIPELINE_HELP)
+    _add_precision(run)
     run.add_argument("--entry", help="entry function name (default: the single public one)")
     run.add_argument("-o", "--output", metavar="FILE.npz", help="save the results here")
     run.add_argument(
@@ -433,7 +446,7 @@ def _add_run_command(sub) -> None:
         action="store_true",
         help="compare with the float64 reference, rounded as a fused and as an op-by-op "
         "program rounds 16-bit values; exit 3 on a FAIL (f32 1e-4, f16/bf16 1e-2, by the "
-        "lowest precision a value passed through)",
+        "lowest precision a value passed through; f32 1e-2 under --precision tf32 on cuda)",
     )
     run.add_argument(
         "--timing",
@@ -659,14 +672,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="take the cuda tiles from this machine's `fusec tune` records in the kernel "
         "cache where one matches (default: the heuristic's, from the IR and --sms alone)",
     )
-    comp.add_argument(
-        "--precision",
-        choices=("ieee", "tf32"),
-        default="ieee",
-        help="the maths of f32 matmul, conv and attention: ieee (IEEE f32, the default) or "
-        "tf32 (the cuda target runs them on the Tensor Cores with tf32 operands, f32 "
-        "accumulation; the cpu and reference targets compute IEEE f32 all the same)",
-    )
+    _add_precision(comp)
     comp.add_argument("--pipeline", help=_PIPELINE_HELP)
     comp.add_argument("--target", default="auto", help=_TARGETS_HELP)
     comp.add_argument("--entry", help="entry function name (default: the single public one)")

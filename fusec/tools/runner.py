@@ -56,7 +56,7 @@ from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
 from fusec.ir.dtypes import numpy_dtype
 from fusec.ir.memory import check_bytes, tensor_bytes
-from fusec.ir.module import entry_function
+from fusec.ir.module import entry_function, precision_of
 
 #: Tolerance by element type: rtol, and atol per unit of the reference's RMS (integers
 #: and bools exactly).
@@ -66,6 +66,9 @@ TOLERANCE = {
     "bf16": 1e-2,
     **dict.fromkeys(("i64", "i32", "i1", "i8", "ui8", "f8E4M3FN", "f8E5M2"), 0.0),
 }
+#: The f32 tolerance of a program compiled with ``precision="tf32"`` for the cuda target:
+#: tf32 keeps 10 mantissa bits, as f16 does.
+TF32_TOLERANCE = 1e-2
 #: Element types from the most precise to the least (bf16 keeps 8 significant bits;
 #: integers are exact, so an f32 result computed from them keeps the f32 tolerance, and
 #: so are quantized values: ai.quantize's rounding is part of the maths, in the reference).
@@ -339,14 +342,16 @@ def compare(
     fn: func.FuncOp,
     outputs: Sequence[np.ndarray],
     *references: tuple[str, Sequence[np.ndarray]],
+    tf32: bool = False,
 ) -> list[Check]:
     """Each result of ``fn`` against the named ``references`` (name, results), elementwise,
-    at the tolerance of the lowest precision its value passed through."""
+    at the tolerance of the lowest precision its value passed through (f32 at
+    ``TF32_TOLERANCE`` with ``tf32``: the program ran f32 maths in tf32)."""
     checks = []
     dtypes = lowest_precisions(fn)
     specs = [spec_of(t) for t in fn.function_type.outputs.data]
     for i, (out, spec, dtype) in enumerate(zip(outputs, specs, dtypes, strict=True)):
-        tol = TOLERANCE[dtype]
+        tol = TF32_TOLERANCE if tf32 and dtype == "f32" else TOLERANCE[dtype]
         errors = tuple(
             (name, tol, *elementwise_error(out, refs[i], tol)) for name, refs in references
         )
@@ -377,7 +382,8 @@ def check(
     )
     exact = run_reference(compiled.module, inputs, entry=entry)
     original = run_reference(parsed, inputs, entry=entry)
-    checks = compare(entry_function(parsed, entry), outputs, ("program", program))
+    tf32 = compiled.target == "cuda" and precision_of(compiled.module) == "tf32"
+    checks = compare(entry_function(parsed, entry), outputs, ("program", program), tf32=tf32)
     result = []
     tolerance = pipeline_tolerance(compiled.module)
     for c, new, old in zip(checks, exact, original, strict=True):
@@ -440,17 +446,21 @@ def run(
     seed: int | None = None,
     check_results: bool = False,
     timing: Timing | None = None,
+    precision: str = "ieee",
 ) -> RunResult:
     """Compile ``source`` (a path, IR text or module) and run it on the arrays of the
     ``.npz`` file ``inputs`` or, with ``seed``, on random ones; ``check_results``
     compares every result as ``--check`` does (see the module docstring). ``timing``
-    (``--timing``) gets the compile's phases and the first call."""
+    (``--timing``) gets the compile's phases and the first call. ``precision``: as
+    ``fusec.compile``'s (f32 results of a tf32 cuda program are checked at 1e-2)."""
     from fusec.api import compile as fusec_compile
     from fusec.api import parse
 
     if (inputs is None) == (seed is None):
         raise FusecError("give exactly one of --inputs FILE.npz and --random-inputs")
-    compiled = fusec_compile(source, target=target, pipeline=pipeline, entry=entry)
+    compiled = fusec_compile(
+        source, target=target, pipeline=pipeline, entry=entry, precision=precision
+    )
     if timing is not None:
         timing.add_compile(compiled.phases, compiled.timings)
     fn = entry_function(compiled.module, compiled.entry)

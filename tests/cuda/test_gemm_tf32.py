@@ -289,3 +289,28 @@ def test_tf32_cubins_are_clean(tb: bool, tmp_path) -> None:
         assert isinstance(transpose, aux.TransposeF32)
         sass = clean_sass(transpose, tmp_path)
         assert "LDS" in sass and "STS" in sass and "CALL" not in sass
+
+
+def test_run_check_tolerance_of_tf32_results() -> None:
+    """``fusec run --check`` holds f32 results of a tf32 cuda program to 1e-2 (tf32 keeps 10
+    mantissa bits), others to f32's 1e-4: a result 1e-3 off passes only the former."""
+    from fusec.api import parse
+    from fusec.tools import runner
+
+    fn = next(iter(parse(matmul_ir(16, 8, 8, tb=True)).ops))
+    want = np.random.default_rng(3).standard_normal((16, 8)) + 2.0
+    got = (want * (1 + 1e-3)).astype(np.float32)
+    (ieee,) = runner.compare(fn, [got], ("program", [want]))
+    (tf32,) = runner.compare(fn, [got], ("program", [want]), tf32=True)
+    assert not ieee.passed and tf32.passed
+    assert tf32.errors[0][1] == runner.TF32_TOLERANCE == 1e-2
+
+
+def test_cli_run_takes_precision(tmp_path: Path, capsys) -> None:
+    from fusec import cli
+
+    graph = tmp_path / "g.mlir"
+    graph.write_text(matmul_ir(32, 16, 24, tb=True))
+    argv = ["run", str(graph), "--random-inputs", "--check", "--target", "reference"]
+    assert cli.main([*argv, "--precision", "tf32"]) == 0  # the reference computes IEEE f32
+    assert "PASS" in capsys.readouterr().out
