@@ -19,7 +19,7 @@ from torch import fx
 from xdsl.ir import SSAValue
 
 from fusec.dialect import ops as ai
-from fusec.frontend.torch_fx import Translator, dtype_name, dtype_of, lowering, shape_of
+from fusec.frontend.torch_translator import Translator, dtype_name, dtype_of, lowering, shape_of
 
 Args = dict[str, Any]
 
