@@ -113,7 +113,7 @@ def test_help_lists_the_named_pipelines_and_exit_codes(capsys):
     code, out, _ = run_opt(capsys, "--help")
     assert code == 0
     text = " ".join(out.split())
-    assert "named pipelines (in -p): fusec-default, fusec-cuda" in text
+    assert "named pipelines (in -p): fusec-default, fusec-cpu, fusec-cuda" in text
     assert "Exit status: 0 ok, 1 bad input, 2 bad command line, 70 a fusec bug." in text
 
 

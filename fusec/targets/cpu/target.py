@@ -11,6 +11,7 @@ from fusec.dialect import ops as ai
 from fusec.target import Target, Template
 
 _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
+_ROWS = (*_ROW, ai.RMSNormOp)  # the row kernel's; the matmul's prologue/epilogue: _ROW
 #: Layout ops: a "copy" kernel of their own, or views a matmul reads its operands through.
 _LAYOUT = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp)
 #: Data ops a copy group computes with numpy: run-time lookups, running sums, arg-reductions.
@@ -45,13 +46,19 @@ class CpuTarget(Target):
 
     name = "cpu"
     description = "Numba CPU kernels (parallel loops, BLAS cores)"
+    passes = {"cpu-channels-last": "fusec.targets.cpu.channels_last:ChannelsLastPass"}
+    pipelines = {
+        # fusion, then depthwise conv stages kept channels-last (ConvNeXt's permutes go)
+        "fusec-cpu": "fusec-default,cpu-channels-last",
+    }
+    pipeline = "fusec-cpu"
     #: A matmul block holds whole rows of the result (cpu_matmul), so a softmax of any
     #: row that fits the workspace runs in the block's epilogue, while it is in cache;
     #: the rules' 256 is a GPU tile.
     rule_params = {"softmax_tile_limit": 16384}
     templates = {
         "pointwise": Template("fusec.targets.cpu.pointwise"),
-        "row_reduce": Template("fusec.targets.cpu.row_reduce", _ROW, accepts=_no_block_scales),
+        "row_reduce": Template("fusec.targets.cpu.row_reduce", _ROWS, accepts=_no_block_scales),
         "matmul": Template(
             "fusec.targets.cpu.matmul",
             (ai.MatmulOp, *_ROW, *_LAYOUT),

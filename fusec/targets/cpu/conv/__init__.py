@@ -20,6 +20,10 @@ from fusec.targets.cpu.conv.planes import ChannelBlocks, DepthwiseBlocks, PixelR
 
 
 def generate(fused_op, name: str) -> KernelSource:
+    from fusec.targets.cpu import depthwise_nhwc
+
+    if depthwise_nhwc.takes(fused_op):  # relaid channels-last by ``cpu-channels-last``
+        return depthwise_nhwc.generate(fused_op, name)
     return generate_core_group(fused_op, name, "conv", ai.Conv2DOp, conv_blocks)
 
 
