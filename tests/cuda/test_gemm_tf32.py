@@ -121,16 +121,42 @@ def test_tf32_module_attribute_in_the_ir_is_honoured() -> None:
     assert "GemmLaunch" in _gemm_kernel(compiled).source
 
 
-def test_tf32_refusals_say_why() -> None:
-    """An A stored K x M and a LayerNorm prologue of f32 operands stay on the fallback."""
+def test_tf32_transposed_a_is_copied_k_major() -> None:
+    """An A stored K x M (transpose_a) and a B stored K x N: both read from K-major copies."""
     ta = """func.func @g(%a: tensor<64x128xf32>, %b: tensor<64x96xf32>) -> tensor<128x96xf32> {
   %v = ai.matmul %a, %b {transpose_a = true} : tensor<64x128xf32> * tensor<64x96xf32>
   return %v : tensor<128x96xf32>
 }
 """
     compiled = fusec.compile(ta, target="cuda", executable=False, precision="tf32")
-    source = _gemm_kernel(compiled).source
-    assert "FALLBACK" in source and "transpose_a" in source and "K-major" in source
+    kernel = _gemm_kernel(compiled)
+    assert "GemmLaunch" in kernel.source
+    assert "a=('at', 128, 64, 1), b=('bt', 96, 64, 1)" in kernel.source
+    assert "TransposeF32(), 0, 'at'), Transpose(TransposeF32(), 1, 'bt')" in kernel.source
+    assert "tf32 A stored K x M: copied K-major" in kernel.source
+    gemm = next(s for s in kernel.specs if isinstance(s, cpp.GemmSpec))
+    assert (gemm.a_major, gemm.b_major) == ("k", "k")
+
+
+def test_tf32_layernorm_prologue_stays_a_kernel_of_its_own() -> None:
+    """The LayerNorm prologue normalises 16-bit tiles: an f32 one is not fused into the tf32
+    GEMM (fusion asks the plan), which then runs the matmul alone."""
+    ln = """func.func @g(%x: tensor<256x64xf32>, %g: tensor<64xf32>, %b: tensor<64xf32>,
+                     %w: tensor<64x96xf32>) -> tensor<256x96xf32> {
+  %n = ai.layernorm %x, %g, %b : tensor<256x64xf32> * tensor<64xf32> * tensor<64xf32>
+  %v = ai.matmul %n, %w : tensor<256x64xf32> * tensor<64x96xf32>
+  return %v : tensor<256x96xf32>
+}
+"""
+    compiled = fusec.compile(ln, target="cuda", executable=False, precision="tf32")
+    kinds = [k.kind for k in compiled.kernels]
+    assert kinds[-1] == "matmul" and len(kinds) == 2
+    assert "GemmLaunch" in compiled.kernels[-1].source
+    ops = [op for op in compiled.module.walk() if isinstance(op, ai.LayerNormOp | ai.MatmulOp)]
+    layernorm, matmul = ops
+    assert gemm_template._tf32_problem(matmul, None) is None
+    problem = gemm_template._tf32_problem(matmul, layernorm)
+    assert problem == "precision=tf32: a LayerNorm prologue of f32 operands"
 
 
 def test_tf32_tile_configs() -> None:

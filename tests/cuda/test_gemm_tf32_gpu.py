@@ -104,7 +104,7 @@ def test_tf32_matmul_b_k_major(m: int, n: int, k: int) -> None:
     compiled = _check_tf32(matmul_ir(m, n, k, tb=True, tail="bias_relu"))
     source = _gemm_kernel(compiled)
     assert "GemmLaunch" in source and "# precision: tf32" in source
-    assert "TransposeB" not in source
+    assert "Transpose(" not in source
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,19 @@ def test_tf32_matmul_b_n_major_is_copied_k_major(m, n, k, batch, batch_b) -> Non
     """The plain a @ b (B stored K x N, batched or not): B's K-major copy, then the GEMM."""
     text = matmul_ir(m, n, k, tb=False, batch=batch, batch_b=batch_b, tail="relu")
     source = _gemm_kernel(_check_tf32(text))
-    assert "GemmLaunch" in source and "TransposeB(" in source
+    assert "GemmLaunch" in source and "'bt')" in source
+
+
+def test_tf32_matmul_transposed_a_is_copied_k_major() -> None:
+    """An A stored K x M (transpose_a) and a B stored K x N: both copied K-major first."""
+    a, b, o = _t(2, 136, 300), _t(2, 136, 200), _t(2, 300, 200)
+    text = f"""func.func @g(%a: {a}, %b: {b}) -> {o} {{
+  %v = ai.matmul %a, %b {{transpose_a = true}} : {a} * {b}
+  return %v : {o}
+}}
+"""
+    source = _gemm_kernel(_check_tf32(text))
+    assert "'at')" in source and "'bt')" in source
 
 
 def test_tf32_matmul_row_softmax_epilogue() -> None:

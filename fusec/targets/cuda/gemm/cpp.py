@@ -67,7 +67,7 @@ f32 operands (``precision="tf32"``, issue 28) run as tf32: ``wgmma...k8.f32.tf32
 reads the f32 bit patterns from the same 128-byte swizzled rows (32 values a row, BK =
 32, a k8 step 32 bytes into the row, as a k16 step of 16-bit values), accumulating in
 f32. wgmma has no transpose for tf32, so both operands must be K-major (A stored M x K,
-B stored N x K: ``transpose_b``); the template sends other layouts to the fallback.
+B stored N x K: ``transpose_b``); the launch first copies an MN-major one K-major.
 """
 
 from __future__ import annotations

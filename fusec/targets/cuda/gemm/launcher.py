@@ -1,8 +1,8 @@
 """``GemmLaunch``: what a generated matmul kernel module calls (build once, then launch).
 
 A matmul group is one GEMM launch, preceded by the LayerNorm pre-pass when the
-group has a LayerNorm prologue (or by the K-major copy of B, ``bt``, when a tf32 GEMM's
-B is stored K x N: ``TransposeB``) and followed by the softmax finalise pass when
+group has a LayerNorm prologue (or by the K-major copies of a tf32 GEMM's operands stored
+MN-major, ``at`` and ``bt``: ``Transpose``) and followed by the softmax finalise pass when
 its softmax rows are longer than one block tile (``fusec.targets.cuda.gemm.aux``).
 Operands and epilogue inputs name their ``Source``: a group input (its index)
 or a scratch buffer of the group (its name: ``w`` the folded weight, ``stats``
@@ -42,12 +42,14 @@ class Prologue:
 
 
 @dataclass(frozen=True)
-class TransposeB:
-    """The tf32 GEMM's K-major copy of B (scratch ``bt``), made from group input ``b``
-    (stored K x N) before the GEMM: tf32 wgmma reads K-major operands only."""
+class Transpose:
+    """A tf32 GEMM operand's K-major copy (scratch ``scratch``: "at" or "bt", the operand
+    that names it as its source), made from group input ``source`` (stored MN-major: A
+    K x M, B K x N) before the GEMM: tf32 wgmma reads K-major operands only."""
 
     spec: aux.TransposeF32
-    b: int
+    source: int
+    scratch: str
 
 
 @dataclass(frozen=True)
@@ -88,13 +90,13 @@ class GemmLaunch:
         batches: int,
         prologue: Prologue | None = None,
         finalise: Finalise | None = None,
-        transpose_b: TransposeB | None = None,
+        transposes: tuple[Transpose, ...] = (),
     ) -> None:
         self.spec = spec
         self.a, self.b, self.extras = a, b, extras  # (source, rows, cols, batch)
         self.m, self.n, self.k, self.batches = m, n, k, batches
         self.prologue, self.finalise = prologue, finalise
-        self.transpose_b = transpose_b
+        self.transposes = transposes
         self.kernel: host.GemmKernel | None = None
         self.prep: tensormaps.LoadedKernel | None = None
         self.trans: tensormaps.LoadedKernel | None = None
@@ -120,9 +122,14 @@ class GemmLaunch:
         if self.finalise is not None:
             tiles_n = -(-self.n // self.spec.config.bn)
             sizes["partials"] = 8 * self.batches * self.m * tiles_n
-        if self.transpose_b is not None:  # B's K-major copy: batch x N x K f32
-            sizes["bt"] = 4 * self.n * self.k * self.b[3]
+        for t in self.transposes:  # an operand's K-major copy: batch x rows x K, f32
+            _, rows, cols, batch = self._operand_of(t.scratch)
+            sizes[t.scratch] = 4 * rows * cols * batch
         return sizes
+
+    def _operand_of(self, scratch: str) -> tuple[Source, int, int, int]:
+        """The operand (A or B) read from scratch buffer ``scratch``."""
+        return self.a if self.a[0] == scratch else self.b
 
     # ------------------------------------------------------------------ load
     def load(self, sms: int | None = None) -> host.GemmKernel:
@@ -137,8 +144,8 @@ class GemmLaunch:
                     self.prep = tensormaps.LoadedKernel(build.build(self.prologue.spec).cubin)
                 if self.finalise is not None:
                     self.fin = tensormaps.LoadedKernel(build.build(self.finalise.spec).cubin)
-                if self.transpose_b is not None:
-                    self.trans = tensormaps.LoadedKernel(build.build(self.transpose_b.spec).cubin)
+                if self.transposes:
+                    self.trans = tensormaps.LoadedKernel(build.build(self.transposes[0].spec).cubin)
                 self.kernel = host.GemmKernel(self.spec, build.build(self.spec).cubin)
             return self.kernel
 
@@ -198,13 +205,13 @@ class GemmLaunch:
         handle = tensormaps.driver().CUstream(stream)
         if self.prologue is not None:
             call.steps.extend(self._prologue_steps(address, handle, call.keep))
-        if self.transpose_b is not None:  # B (K x N) -> bt (N x K), per batch of B
-            batch = self.b[3]
+        for t in self.transposes:  # an operand stored C x R -> its copy R x C, per batch
+            _, rows, cols, batch = self._operand_of(t.scratch)
             params, kept = tensormaps.parameter_block(
-                (address(self.transpose_b.b), address("bt")), (self.k, self.n, batch)
+                (address(t.source), address(t.scratch)), (cols, rows, batch)
             )
             call.keep.append(kept)
-            grid = aux.TransposeF32.blocks(self.k, self.n, batch)
+            grid = aux.TransposeF32.blocks(cols, rows, batch)
             call.steps.append(("kernel", self.trans, grid, aux.THREADS, handle, params))
         a_source, a_rows, a_cols, a_batch = self.a
         b_source, b_rows, b_cols, b_batch = self.b

@@ -29,9 +29,9 @@ f32 operands run on the Tensor Cores only when the module asks for tf32 maths
 (``fusec.compile(..., precision="tf32")``: the module's ``fusec.precision``
 attribute, issue 28): then the kernel reads them as tf32 (``wgmma ... k8 .tf32``,
 f32 accumulation, a tile of BK = 32: ``config.as_tf32``). wgmma reads tf32 operands
-K-major only: a B stored K x N (the plain ``a @ b``) is first copied K-major into a
-scratch buffer (``aux.TransposeF32``, one light launch); an A stored K x M
-(``transpose_a``) and a LayerNorm prologue stay on the fallback.
+K-major only: a B stored K x N (the plain ``a @ b``) or an A stored K x M
+(``transpose_a``) is first copied K-major into a scratch buffer (``aux.TransposeF32``,
+one light launch each); a LayerNorm prologue of f32 operands stays on the fallback.
 
 Everything else (f32 graphs, which keep IEEE f32 maths by default; partial batch
 broadcasting; 1-D operands; other prologues) is served by the PyTorch fallback
@@ -225,10 +225,8 @@ def plan_ops(
 
 
 def _tf32_problem(matmul: ai.MatmulOp, layernorm: ai.LayerNormOp | None) -> str | None:
-    """Why the tf32 kernel cannot take an f32 matmul (``precision="tf32"``), or None: wgmma
-    reads tf32 operands K-major only, and the LayerNorm prologue normalises 16-bit tiles."""
-    if matmul.attr("transpose_a"):
-        return "precision=tf32: A is stored K x M (transpose_a), tf32 wgmma reads it K-major only"
+    """Why the tf32 kernel cannot take an f32 matmul (``precision="tf32"``), or None: the
+    LayerNorm prologue normalises 16-bit tiles (MN-major operands are copied K-major)."""
     if layernorm is not None:
         return "precision=tf32: a LayerNorm prologue of f32 operands"
     return None
@@ -526,8 +524,9 @@ def gemm_spec(fused_op: ai.FusedOp, p: GemmPlan, config: TileConfig):
     ln_tile = p.layernorm is not None and config.ln == "tile"
     epi, sources, finalise = epilogue(fused_op, p, fast, ln_tile)
     dtype = spec_of(p.matmul.lhs.type).dtype
-    b_major = "k" if p.tf32 else p.b_major  # tf32: a B stored K x N is read from its copy
-    spec = GemmSpec(config, dtype, out_dtype, p.a_major, b_major, p.batch_a, p.batch_b, epi)
+    # tf32: an operand stored MN-major is read from its K-major copy (``generate``)
+    a_major, b_major = ("k", "k") if p.tf32 else (p.a_major, p.b_major)
+    spec = GemmSpec(config, dtype, out_dtype, a_major, b_major, p.batch_a, p.batch_b, epi)
     prep = None
     if p.layernorm is not None and not ln_tile:
         ln = p.layernorm
@@ -563,11 +562,15 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         )
         b_operand = ("w", *p.b[1:])
     finalise_text = "None" if finalise is None else f"Finalise({finalise[0]!r}, {finalise[1]!r})"
-    transpose = aux.TransposeF32() if p.tf32 and p.b_major == "n" else None
-    transpose_text = "None"
-    if transpose is not None:  # the tf32 GEMM reads B's K-major copy (scratch "bt")
-        transpose_text = f"TransposeB({transpose!r}, b={p.b[0]})"
-        b_operand = ("bt", p.n, p.k, p.b[3])
+    a_operand: tuple = p.a
+    transposes = []  # the tf32 GEMM reads an MN-major operand's K-major copy ("at", "bt")
+    if p.tf32 and p.a_major == "m":
+        transposes.append(f"Transpose({aux.TransposeF32()!r}, {p.a[0]}, 'at')")
+        a_operand = ("at", p.a[2], p.a[1], p.a[3])
+    if p.tf32 and p.b_major == "n":
+        transposes.append(f"Transpose({aux.TransposeF32()!r}, {p.b[0]}, 'bt')")
+        b_operand = ("bt", p.b[2], p.b[1], p.b[3])
+    transpose = aux.TransposeF32() if transposes else None
     notes = [
         f"target: cuda, Hopper Tensor Core GEMM (wgmma + TMA, sm_90a), tile {config.text};",
         f"M={p.m} N={p.n} K={p.k} batches={p.batches}, A {p.a_major.upper()}-major, "
@@ -585,24 +588,25 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         notes.append("LayerNorm prologue: normalised in the resident A tiles (ln=tile)")
     if finalise is not None:
         notes.append("long-row softmax: per-tile partials in the epilogue, then a finalise pass")
-    if transpose is not None:
-        notes.append("tf32 B stored K x N: copied K-major first (a transpose launch)")
+    for name, scratch in (("A stored K x M", "'at'"), ("B stored K x N", "'bt'")):
+        if any(t.endswith(f"{scratch})") for t in transposes):
+            notes.append(f"tf32 {name}: copied K-major first (a transpose launch)")
     source = "\n".join(
         [
             header(fused_op, notes=notes),
             "from fusec.targets.cuda.abi import (",
             "    Epilogue, Finalise, GemmLaunch, GemmSpec, LayerNormPrep, Prologue,",
             "    SoftmaxFinalise, TileConfig,",
-            *(["    TransposeB, TransposeF32,"] if transpose is not None else []),
+            *(["    Transpose, TransposeF32,"] if transposes else []),
             ")",
             "",
             "GEMM = GemmLaunch(",
             f"    {spec!r},",
-            f"    a={p.a!r}, b={b_operand!r}, extras={sources!r},",
+            f"    a={a_operand!r}, b={b_operand!r}, extras={sources!r},",
             f"    m={p.m}, n={p.n}, k={p.k}, batches={p.batches},",
             f"    prologue={prologue_text},",
             f"    finalise={finalise_text},",
-            *([f"    transpose_b={transpose_text},"] if transpose is not None else []),
+            *([f"    transposes=({', '.join(transposes)},),"] if transposes else []),
             ")",
             "",
             "",
