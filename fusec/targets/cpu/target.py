@@ -11,7 +11,6 @@ from fusec.dialect import ops as ai
 from fusec.target import Target, Template
 
 _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
-_ROWS = (*_ROW, ai.RMSNormOp)  # the row kernel's; the matmul's prologue/epilogue: _ROW
 #: Layout ops: a "copy" kernel of their own, or views a matmul reads its operands through.
 _LAYOUT = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp)
 #: Data ops a copy group computes with numpy: run-time lookups, running sums, arg-reductions.
