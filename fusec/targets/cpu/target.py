@@ -57,7 +57,7 @@ class CpuTarget(Target):
     rule_params = {"softmax_tile_limit": 16384}
     templates = {
         "pointwise": Template("fusec.targets.cpu.pointwise"),
-        "row_reduce": Template("fusec.targets.cpu.row_reduce", _ROWS, accepts=_no_block_scales),
+        "row_reduce": Template("fusec.targets.cpu.row_reduce", _ROW, accepts=_no_block_scales),
         "matmul": Template(
             "fusec.targets.cpu.matmul",
             (ai.MatmulOp, *_ROW, *_LAYOUT),
