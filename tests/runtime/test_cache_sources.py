@@ -24,7 +24,9 @@ def test_the_cpu_closure_holds_the_abi_providers_and_nothing_of_the_front_ends()
         str(p.relative_to(source_digest.PACKAGE))
         for p in source_digest.import_closure("fusec.targets.cpu.abi")
     }
-    for name in ("abi", "microkernel", "tasks", "winograd", "blas_calls", "depthwise_tiles"):
+    names = ("abi", "microkernel", "gemm_int8", "tasks", "winograd", "blas_calls")
+    names += ("depthwise_tiles",)
+    for name in names:
         assert f"targets/cpu/{name}.py" in closure
     assert "runtime/numba_cache.py" in closure
     assert not any(p.startswith(("frontend/", "passes/")) for p in closure), closure

@@ -388,14 +388,14 @@ def _int8_operands(op: Operation, reads: Mapping[SSAValue, str]) -> tuple[str, i
     int8) in 0..255), B a constant of integers in -128..127 (a weight's codes, its scales
     moved after the product by ``recognize-patterns``), C float32 of whole vectors of 16
     columns and the target has AVX-512 VNNI: the zero point's array and that offset."""
-    from fusec.targets.cpu import gemm_int8
-
     dq = op.operands[0].owner
     if not isinstance(dq, ai.DequantizeOp) or dq.attr("block_size"):
         return None
     codes = spec_dtype(dq.input)
     if codes not in ("i8", "ui8") or spec_dtype(op.results[0]) != "f32":
         return None
+    from fusec.targets.cpu import gemm_int8  # (numba: only for a quantized GEMM)
+
     n = shape_of(op.results[0])[-1] if shape_of(op.results[0]) else 1
     if not gemm_int8.fits(n) or not gemm_int8.available():
         return None
