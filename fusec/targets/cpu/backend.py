@@ -58,11 +58,7 @@ class CpuBackend:
             ):
                 raise ValueError("the allocator must return C-contiguous arrays of the dtype asked")
         args += [o.reshape(-1) for o in outs]
-        if _threadsafe_layer():
-            affinity.run(fn, args)
-        else:
-            with _WORKQUEUE_LOCK:
-                affinity.run(fn, args)
+        run_kernel(fn, args)
         if not plan.casts:
             return outs
         pairs = zip(outs, plan.casts, strict=True)
@@ -143,6 +139,16 @@ def _threadsafe_layer() -> bool:
         except ValueError:  # no parallel kernel has run yet: the layer is not chosen
             return False
     return _THREADSAFE
+
+
+def run_kernel(fn: Callable[..., Any], args: list[Any]) -> None:
+    """``fn(*args)`` with the calling thread's Numba threads placed (``affinity.run``),
+    serialised while Numba's threading layer may be workqueue."""
+    if _threadsafe_layer():
+        affinity.run(fn, args)
+    else:
+        with _WORKQUEUE_LOCK:
+            affinity.run(fn, args)
 
 
 @dataclass(frozen=True)

@@ -673,23 +673,17 @@ def _array_text(place: Place) -> str:
 
 
 def _compiled_step(segment: Any, addresses: np.ndarray, stages: np.ndarray) -> Callable:
-    from fusec.targets.cpu import affinity
-    from fusec.targets.cpu.backend import _WORKQUEUE_LOCK, _threadsafe_layer
+    from fusec.targets.cpu.backend import run_kernel
 
     def run(state: _ThreadState, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
         args = [addresses, stages, state.arena, state.constants, state.counter, *arrays, *outs]
-        if _threadsafe_layer():
-            affinity.run(segment, args)
-        else:
-            with _WORKQUEUE_LOCK:
-                affinity.run(segment, args)
+        run_kernel(segment, args)
 
     return run
 
 
 def _python_step(step: Step, fn: Any) -> Callable:
-    from fusec.targets.cpu import affinity
-    from fusec.targets.cpu.backend import _WORKQUEUE_LOCK, _threadsafe_layer
+    from fusec.targets.cpu.backend import run_kernel
 
     def run(state: _ThreadState, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
         views = state.views.get(step.launch)
@@ -699,11 +693,7 @@ def _python_step(step: Step, fn: Any) -> Callable:
             v if v is not None else _call_array(p, arrays, outs)
             for v, p in zip(views, step.ins + step.outs, strict=True)
         ]
-        if _threadsafe_layer():
-            affinity.run(fn, args)
-        else:
-            with _WORKQUEUE_LOCK:
-                affinity.run(fn, args)
+        run_kernel(fn, args)
 
     return run
 
