@@ -218,6 +218,8 @@ def test_views_reduce_a_head_repeat_to_stride_zero() -> None:
     # a head dimension that is not contiguous, a misaligned slice: refused with the reason
     swapped = Layout.contiguous((b, hk, d, s)).transpose((0, 1, 3, 2))
     assert "not contiguous" in operand_view(swapped, s, d, broadcast=True, what="k")
+    backwards = Layout.contiguous((b, s, 64)).slice((0, s - 1, 0), (b, s, 64), (1, -1, 1))
+    assert "negative stride" in operand_view(backwards, s, 64, broadcast=True, what="q")
     sliced = Layout.contiguous((b, s, 200)).slice((0, 0, 4), (b, s, 64), (1, 1, 1))
     assert "aligned" in operand_view(
         sliced.reshape((b, s, 1, 64)).transpose((0, 2, 1, 3)), s, 64, broadcast=True, what="q"

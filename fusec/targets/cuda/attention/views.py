@@ -179,6 +179,8 @@ def operand_view(
     if len(view.map_atoms) > MAX_BATCH_ATOMS:
         return f"{what}'s batch needs {len(view.map_atoms)} strides (a tensor map has 3)"
     strides = (view.offset, view.row_stride, *(s for _, s, _ in view.map_atoms))
+    if any(s < 0 for s in strides):
+        return f"{what} is read backwards (a negative stride: a tensor map's are positive)"
     if any(s % ALIGN_ELEMENTS for s in strides):
         return f"{what}'s offset or strides {list(strides)} are not 16-byte aligned"
     return view
