@@ -83,16 +83,23 @@ def _check_index_shape(
 
 def _gather_constant(imp: Importer, data: SSAValue, indices: np.ndarray, axis: int) -> SSAValue:
     """One ai.gather of the flattened data at the flat positions the indices name."""
+    flat = _flat_positions(imp, data, indices, axis)
+    flat_data = _reshape_to(imp, data, (int(np.prod(shape_of(data))),))
+    picked = imp.emit(ai.GatherOp, flat_data, axis=0, indices=[int(i) for i in flat])
+    return _reshape_to(imp, picked, indices.shape)
+
+
+def _flat_positions(imp: Importer, data: SSAValue, indices: np.ndarray, axis: int) -> np.ndarray:
+    """The flat positions in ``data`` of the elements ``indices`` names along ``axis``
+    (each index's other coordinates its own; a negative index counts from the end); a
+    located error for an index out of range."""
     shape = shape_of(data)
     dim = shape[axis]
     if ((indices < -dim) | (indices >= dim)).any():
         raise imp.error(f"an index is out of range for axis {axis} of {data.type}")
     positions: list[np.ndarray] = list(np.indices(indices.shape))
     positions[axis] = np.where(indices < 0, indices + dim, indices)
-    flat = np.ravel_multi_index(tuple(positions), shape).reshape(-1)
-    flat_data = _reshape_to(imp, data, (int(np.prod(shape)),))
-    picked = imp.emit(ai.GatherOp, flat_data, axis=0, indices=[int(i) for i in flat])
-    return _reshape_to(imp, picked, indices.shape)
+    return np.ravel_multi_index(tuple(positions), shape).reshape(-1)
 
 
 def _gather_at_run_time(imp: Importer, data: SSAValue, indices: SSAValue, axis: int) -> SSAValue:
@@ -353,12 +360,7 @@ def _scatter_elements(imp: Importer, node: Node) -> list[SSAValue]:
             f"the indices' shape {list(indices.shape)} is not the updates' {updates.type}"
         )
     _check_index_shape(imp, shape, indices.shape, axis)
-    dim = shape[axis]
-    if ((indices < -dim) | (indices >= dim)).any():
-        raise imp.error(f"an index is out of range for axis {axis} of {data.type}")
-    positions: list[np.ndarray] = list(np.indices(indices.shape))
-    positions[axis] = np.where(indices < 0, indices + dim, indices)
-    targets = np.ravel_multi_index(tuple(positions), shape).reshape(-1)
+    targets = _flat_positions(imp, data, indices, axis)
     return [_scatter(imp, node, data, updates, targets)]
 
 
