@@ -340,3 +340,29 @@ def test_cli_run_takes_precision(tmp_path: Path, capsys) -> None:
     argv = ["run", str(graph), "--random-inputs", "--check", "--target", "reference"]
     assert cli.main([*argv, "--precision", "tf32"]) == 0  # the reference computes IEEE f32
     assert "PASS" in capsys.readouterr().out
+
+
+def test_tf32_constant_b_is_transposed_at_compile_time() -> None:
+    """A weight constant stored K x N, read by one tf32 group, becomes the N x K constant read
+    transpose_b (tile-gemm): no transpose launch per call, and the IR computes the same."""
+    from fusec.runtime.reference import run_reference
+
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((24, 40)).astype(np.float32)
+    rows = ", ".join("[" + ", ".join(f"{v!r}" for v in row.tolist()) + "]" for row in w)
+    text = f"""func.func @g(%a: tensor<64x24xf32>) -> tensor<64x40xf32> {{
+  %w = arith.constant dense<[{rows}]> : tensor<24x40xf32>
+  %c = ai.matmul %a, %w : tensor<64x24xf32> * tensor<24x40xf32>
+  %r = ai.relu %c : tensor<64x40xf32>
+  return %r : tensor<64x40xf32>
+}}
+"""
+    compiled = fusec.compile(text, target="cuda", executable=False, precision="tf32")
+    kernel = _gemm_kernel(compiled)
+    assert "Transpose" not in kernel.source and "b=(1, 40, 24, 1)" in kernel.source
+    assert "tensor<40x24xf32>" in compiled.ir and "transpose_b = true" in compiled.ir
+    a = rng.standard_normal((64, 24)).astype(np.float32)
+    (got,) = run_reference(compiled.module, [a])
+    np.testing.assert_allclose(got, np.maximum(a.astype(np.float64) @ w, 0), rtol=1e-12)
+    # the default keeps the constant as written
+    assert "tensor<40x24xf32>" not in fusec.compile(text, target="cuda", executable=False).ir

@@ -130,6 +130,22 @@ def test_tf32_matmul_transposed_a_is_copied_k_major() -> None:
     assert "'at')" in source and "'bt')" in source
 
 
+def test_tf32_matmul_constant_weight_transposed_at_compile_time() -> None:
+    """x @ W with W a constant stored K x N: tile-gemm stores it N x K (no transpose launch)."""
+    w = np.random.default_rng(6).standard_normal((264, 200)).astype(np.float32) / 264**0.5
+    rows = ", ".join("[" + ", ".join(f"{v!r}" for v in row.tolist()) + "]" for row in w)
+    a, o = _t(1000, 264), _t(1000, 200)
+    text = f"""func.func @g(%a: {a}) -> {o} {{
+  %w = arith.constant dense<[{rows}]> : {_t(264, 200)}
+  %v = ai.matmul %a, %w : {a} * {_t(264, 200)}
+  %y = ai.relu %v : {o}
+  return %y : {o}
+}}
+"""
+    source = _gemm_kernel(_check_tf32(text))
+    assert "GemmLaunch" in source and "Transpose" not in source
+
+
 def test_tf32_matmul_row_softmax_epilogue() -> None:
     rel, compiled = _run(matmul_ir(2000, 200, 256, tb=True, tail="softmax"), "tf32", 3)
     assert "GemmLaunch" in _gemm_kernel(compiled)

@@ -25,6 +25,12 @@ device's SM count, or ``$FUSEC_CONV_TILE``). Groups the templates cannot
 serve (they run on the PyTorch fallback or the direct conv) get no attribute. The attribute is
 what the template generates from, so ``fusec compile`` output shows the tile
 and FileCheck tests pin it.
+
+Under ``precision="tf32"`` (issue 28) the tf32 GEMM reads its operands K-major only: a
+group whose B is a 2-D ``arith.constant`` stored K x N that it alone reads (a model's
+weight, ``x @ W``) gets the N x K constant instead, read ``transpose_b``
+(``_constant_b_k_major``): the weight is transposed once, here, not by a transpose
+launch on every call.
 """
 
 from __future__ import annotations
@@ -87,7 +93,7 @@ class TileGemmPass(ModulePass):
         from fusec.targets.cuda.gemm.config import to_attr, with_variant
 
         device = None
-        for fused in op.walk():
+        for fused in list(op.walk()):  # (a constant B may be replaced on the way)
             if isinstance(fused, ai.FusedOp) and fused.kind_name == "conv":
                 device = device or given_device(self.sms)
                 _tile_conv(fused, device)
@@ -96,6 +102,9 @@ class TileGemmPass(ModulePass):
             p = template.plan(fused)
             if isinstance(p, str):
                 continue
+            if _constant_b_k_major(fused, p):
+                p = template.plan(fused)
+                assert not isinstance(p, str), p
             device = device or given_device(self.sms)
             config, choice = template.heuristic_config(p, device.sms)
             record = tuning.lookup(fused, p, tuning_device(self.sms)) if self.tuned else None
@@ -188,6 +197,46 @@ def _tile_conv(fused: ai.FusedOp, device: DeviceCaps) -> None:
     except ValueError as err:
         raise FusecError(f"tile-gemm: {err}") from None
     fused.attributes[conv.TILE_ATTR] = StringAttr(tile.text)
+
+
+def _constant_b_k_major(fused: ai.FusedOp, p) -> bool:
+    """A tf32 group's B stored K x N that is a 2-D constant only this group reads becomes
+    the N x K constant, read ``transpose_b`` by the group's matmul (same values, so the
+    same products); True when it did."""
+    from xdsl.rewriter import InsertPoint, Rewriter
+
+    from fusec.dialect.ops import spec_of
+    from fusec.ir.constants import constant_value, dense_constant, is_constant
+
+    if not p.tf32 or p.b_major != "n" or p.batch_b:
+        return False
+    index = p.b[0]
+    value = fused.operands[index]
+    owner, arg = value.owner, fused.block.args[index]
+    if not is_constant(owner) or len(list(value.uses)) != 1 or len(spec_of(value.type).shape) != 2:
+        return False
+    if [use.operation for use in arg.uses] != [p.matmul] or p.matmul.lhs is arg:
+        return False
+    import numpy as np
+
+    from fusec.errors import FusecError
+
+    try:
+        data = constant_value(owner, np.dtype(np.float32))
+    except FusecError:  # not a dense constant: the transpose launch copies it per call
+        return False
+    relaid = dense_constant(np.ascontiguousarray(data.T), "f32")
+    Rewriter.insert_op(relaid, InsertPoint.before(owner))
+    fused.operands[index] = relaid.result
+    Rewriter.erase_op(owner)
+    block = fused.block
+    new_arg = block.insert_arg(relaid.result.type, index)
+    matmul = ai.MatmulOp(
+        p.matmul.lhs, new_arg, transpose_a=bool(p.matmul.attr("transpose_a")), transpose_b=True
+    )
+    Rewriter.replace_op(p.matmul, matmul)
+    block.erase_arg(arg)
+    return True
 
 
 def _ln_tile_fits(p, config: TileConfig) -> bool:
