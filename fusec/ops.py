@@ -272,6 +272,14 @@ def layernorm(x: Any, gamma: Any, beta: Any, *, eps: float = 1e-5) -> Traced:
     return trace.emit(ai.LayerNormOp, (x, gamma, beta), epsilon=float(eps))
 
 
+def rms_norm(x: Any, gamma: Any, *, eps: float = 1e-6) -> Traced:
+    """x / sqrt(mean(x^2) + eps) * gamma over the last axis (Llama's RMSNorm)."""
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
+        raise user_error(f"fusec.ops.rms_norm: eps must be a non-negative number, got {eps!r}")
+    trace = _trace("rms_norm", x, gamma)
+    return trace.emit(ai.RMSNormOp, (x, gamma), epsilon=float(eps))
+
+
 def attention(
     q: Any, key: Any, v: Any, mask: Any = 0.0, *, scale: float = 1.0, nan_to_zero: bool = False
 ) -> Traced:
@@ -445,6 +453,7 @@ __all__ = sorted(
         "gelu",
         "isnan",
         "layernorm",
+        "rms_norm",
         "matmul",
         "softmax",
         "where",

@@ -45,6 +45,7 @@ __all__ = [
     "pool2d",
     "reduce",
     "relu",
+    "rms_norm",
     "sigmoid",
     "silu",
     "softmax",
@@ -648,6 +649,18 @@ def layernorm(
         y = y * np.asarray(gamma).astype(acc, copy=False)
     if beta is not None:
         y = y + np.asarray(beta).astype(acc, copy=False)
+    return _finish(y, out_dt)
+
+
+def rms_norm(x: np.ndarray, gamma: np.ndarray | None, epsilon: float = 1e-6) -> np.ndarray:
+    """RMS normalisation over the last axis: x / sqrt(mean(x^2) + epsilon) * gamma, in
+    float64 (``gamma`` may be ``None``: identity)."""
+    xa, out_dt = _unary_float(x)
+    xa = xa.astype(np.float64)
+    with np.errstate(over="ignore"):
+        y = xa / np.sqrt(np.mean(xa * xa, axis=-1, keepdims=True) + epsilon)
+    if gamma is not None:
+        y = y * np.asarray(gamma).astype(np.float64, copy=False)
     return _finish(y, out_dt)
 
 

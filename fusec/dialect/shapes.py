@@ -259,6 +259,22 @@ def layernorm(
     return TensorSpec(x.shape, dtype)
 
 
+def rms_norm(x: TensorSpec, gamma: TensorSpec, *, epsilon: float = 1e-6) -> TensorSpec:
+    """Normalise over the last axis by the root mean square; gamma is 1-D of that length."""
+    op = "ai.rms_norm"
+    if not math.isfinite(epsilon) or epsilon < 0:
+        raise ShapeError(f"{op}: epsilon must be a finite number >= 0, got {epsilon}")
+    dtype = _same_dtype(op, [("input", x), ("gamma", gamma)])
+    if x.rank < 1:
+        raise ShapeError(f"{op}: operand 'input' must have rank >= 1")
+    if gamma.shape != (x.shape[-1],):
+        raise ShapeError(
+            f"{op}: operand 'gamma' has shape {_fmt(gamma.shape)}, expected "
+            f"{x.shape[-1]} (the last dim of operand 'input', shape {_fmt(x.shape)})"
+        )
+    return TensorSpec(x.shape, dtype)
+
+
 def softmax(x: TensorSpec, *, axis: int = -1) -> TensorSpec:
     if x.rank < 1:
         raise ShapeError("ai.softmax: operand 'input' must have rank >= 1")

@@ -136,7 +136,8 @@ def _layer_norm_stats(imp: Importer, x: SSAValue, axis: int, epsilon: float) -> 
 @converter("RMSNormalization", attrs=("axis", "epsilon", "stash_type"))
 def _rms_normalization(imp: Importer, node: Node) -> list[SSAValue]:
     """x / sqrt(mean(x^2 over dims [axis:]) + epsilon) * scale, the statistics in f32
-    (the stash type) as LayerNormalization's."""
+    (the stash type) as LayerNormalization's: over the last axis with a scale of D values
+    of x's type one ``ai.rms_norm`` (one row kernel), else the ops it stands for."""
     x, scale = imp.input(node, 0), imp.input(node, 1)
     rank = len(shape_of(x))
     axis = int(node.attrs.get("axis", -1))
@@ -145,6 +146,12 @@ def _rms_normalization(imp: Importer, node: Node) -> list[SSAValue]:
     if node.attrs.get("stash_type", 1) != 1:
         raise imp.error(f"stash_type={node.attrs['stash_type']} is not supported", "attribute")
     epsilon = float(node.attrs.get("epsilon", 1e-5))
+    d = shape_of(x)[-1]
+    s = shape_of(scale)
+    if axis % rank == rank - 1 and s and s[-1] == d and math.prod(s) == d and epsilon >= 0:
+        if dtype_of(scale) == dtype_of(x) and is_float(dtype_of(x)):  # one row op
+            gamma = scale if s == (d,) else _reshape_to(imp, scale, (d,))
+            return [imp.emit(ai.RMSNormOp, x, gamma, epsilon=epsilon)]
     xs = x if dtype_of(x) == "f32" else imp.emit(ai.CastOp, x, "f32")
     axes = tuple(range(axis % rank, rank))
     mean_square = imp.emit(ai.ReduceMeanOp, _square(imp, xs), axes=axes, keepdims=True)

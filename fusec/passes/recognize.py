@@ -12,6 +12,8 @@ The rewrites are xDSL ``RewritePattern``s, run to a fixed point:
   {approximate = "tanh"}`` (factors in any order and association);
 * ``(x - mean) / sqrt(var + eps) * gamma + beta`` with ``mean``/``var``
   ``ai.reduce_mean`` over the last axis -> ``ai.layernorm``;
+* ``x / sqrt(mean(x^2) + eps) * gamma`` over the last axis (Llama's RMSNorm, with its
+  casts to f32 and back) -> ``ai.rms_norm``;
 * a matmul operand scaled by a scalar constant: the scale moves after the
   product (``(a c) @ b = (a @ b) c``), where it rides in the epilogue, and
   two scalar scales of one value merge;
@@ -298,6 +300,110 @@ def _square_of(value: SSAValue, of: SSAValue) -> bool:
         return power[0] is of and is_scalar(power[1], 2.0)
     product = operands_of(value, ai.MulOp)
     return product is not None and product[0] is of and product[1] is of
+
+
+# ------------------------------------------------------------------ RMSNorm
+
+
+class RMSNormFromParts(Recognition):
+    """``x * rsqrt(mean(x^2) + eps) [* gamma]`` over the last axis -> ``ai.rms_norm``, as
+    Llama-style models export it: the division ``x / sqrt(.)`` or the product with ``1 /
+    sqrt(.)`` or ``reciprocal(sqrt(.))``, the square ``x * x`` (``pow(x, 2)`` is one by
+    then); a 16-bit model casts x to f32 first and the result back before the scale
+    (``weight * y.to(dtype)``): then the op takes the 16-bit x and gamma and keeps its
+    statistics in f32 (the result rounded once, not before the scale). The match is made
+    at the outermost op: the scale, else the cast back, else the normalisation."""
+
+    label = "rms_norm"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, ai.MulOp | ai.DivOp | ai.CastOp):
+            return
+        top = op.results[0]
+        parts = _rms_root(top)
+        if parts is None:
+            return
+        user = top.get_user_of_unique_use() if single_use(top) else None
+        if isinstance(user, ai.MulOp | ai.CastOp) and _rms_root(user.results[0]) is not None:
+            return  # the scale or cast after it is the root
+        x, gamma, epsilon = parts
+        new: list[Operation] = []
+        d = shape(x)[-1]
+        if gamma is None:
+            import numpy as np
+
+            new.append(const := constant_op(np.ones(d), spec_of(x.type).dtype))
+            gamma = const.results[0]
+        else:
+            gamma = _as_vector(gamma, d, new)
+        new.append(norm := ai.RMSNormOp(x, gamma, epsilon=epsilon))
+        self.rewrite(rewriter, op, new, norm.results[0])
+
+
+def _rms_root(top: SSAValue) -> tuple[SSAValue, SSAValue | None, float] | None:
+    """(x, gamma or None, epsilon) when ``top`` is an RMSNorm [cast back] [* gamma]."""
+    for inner, vector in commuted(top, ai.MulOp):
+        if not (_vector_for(vector, top) and shape(inner) == shape(top)):
+            continue
+        found = _rms_cast_back(inner) if single_use(inner) else None
+        if found is not None and spec_of(vector.type).dtype == spec_of(found[0].type).dtype:
+            return found[0], vector, found[1]
+    found = _rms_cast_back(top)
+    return None if found is None else (found[0], None, found[1])
+
+
+def _rms_cast_back(value: SSAValue) -> tuple[SSAValue, float] | None:
+    """(x, epsilon): ``value`` is the normalisation of x, or of ``cast(x)`` to f32 cast
+    back to x's type."""
+    if isinstance(value.owner, ai.CastOp):
+        inner = value.owner.operands[0]
+        found = _rms_core(inner) if single_use(inner) else None
+        if found is None:
+            return None
+        xs, epsilon = found
+        if isinstance(xs.owner, ai.CastOp):
+            x = xs.owner.operands[0]
+            if spec_of(x.type).dtype == spec_of(value.type).dtype:
+                return x, epsilon
+        return None
+    return _rms_core(value)
+
+
+def _rms_core(value: SSAValue) -> tuple[SSAValue, float] | None:
+    """(x, epsilon) when ``value`` is ``x / sqrt(mean(x^2) + eps)`` over the last axis, or
+    ``x * (1 / sqrt(.))``, ``x * reciprocal(sqrt(.))``."""
+    pairs: list[tuple[SSAValue, SSAValue]] = []
+    div = operands_of(value, ai.DivOp)
+    if div is not None:
+        pairs.append((div[0], div[1]))
+    for x, inverse in commuted(value, ai.MulOp):
+        if not single_use(inverse):
+            continue
+        recip = operands_of(inverse, ai.ReciprocalOp)
+        one_over = operands_of(inverse, ai.DivOp)
+        if recip is not None:
+            pairs.append((x, recip[0]))
+        elif one_over is not None and is_scalar(one_over[0], 1.0):
+            pairs.append((x, one_over[1]))
+    for x, std in pairs:
+        root = operands_of(std, ai.SqrtOp)
+        if root is None or not single_use(std) or not single_use(root[0]):
+            continue
+        if shape(x) != shape(value) or spec_of(x.type).dtype != spec_of(value.type).dtype:
+            continue
+        centred = operands_of(x, ai.SubOp)
+        if centred is not None and _last_axis_mean(centred[1], centred[0]):
+            continue  # x - mean(x): a LayerNorm's (LayerNormFromMoments)
+        for mean, eps in commuted(root[0], ai.AddOp):
+            epsilon = scalar(eps)
+            if epsilon is None or epsilon < 0 or not single_use(mean):
+                continue
+            if not _last_axis_mean(mean, None) or not isinstance(mean.owner, ai.ReduceMeanOp):
+                continue
+            square = mean.owner.operands[0]
+            if single_use(square) and _square_of(square, x):
+                return x, epsilon
+    return None
 
 
 # ------------------------------------------------------------------ scaling, matmul
@@ -720,6 +826,7 @@ PATTERNS: tuple[type[Recognition], ...] = (
     GeluFromErf,
     GeluFromTanh,
     LayerNormFromMoments,
+    RMSNormFromParts,
     ScaleAfterMatmul,
     ScalesAfterQuantizedMatmul,
     MergeScales,

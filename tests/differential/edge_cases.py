@@ -250,6 +250,85 @@ def layernorm_huge_case(dtype: str, n: int) -> Case:
     return text, [x, gamma, beta], check
 
 
+def rms_norm_huge_case(dtype: str, n: int) -> Case:
+    """``ai.rms_norm`` of ``layernorm_huge_case``'s rows and a row of zeros: the float32
+    sum of squares of a row of 3e38 (or 1e20) overflows where the float64 reference is
+    finite (issue #26's LayerNorm rows, for issue #28's RMSNorm). Finite everywhere;
+    a constant row gives sign * gamma, a row of zeros 0."""
+    big = HUGE[dtype]
+    ramp = np.linspace(0.5, 1.0, n)
+    signs = np.where(np.arange(n) % 2, -1.0, 1.0)
+    rows = [
+        [big] * n,
+        [-big] * n,
+        big * ramp,
+        big * signs * ramp,
+        min(1e20, big) * signs * ramp,  # only the squares overflow (f32, bf16)
+        [big] * (n // 2) + [1.0] * (n - n // 2),
+        [0.0] * n,
+    ]
+    x = _array(rows, dtype)
+    gamma = _array(np.random.default_rng(3).uniform(0.5, 2.0, n), dtype)
+    t, v = _t(x.shape, dtype), _t((n,), dtype)
+    text = _fn(
+        [("x", t), ("g", v)], [f"%y = ai.rms_norm %x, %g : {t} * {v}"], [("y", t)]
+    )  # fmt: skip
+
+    def check(outputs: list[np.ndarray]) -> None:
+        (y,) = outputs
+        yd, gd = y.astype(np.float64), gamma.astype(np.float64)
+        assert np.isfinite(yd).all(), "rms_norm of finite rows must be finite"
+        for i, sign in ((0, 1.0), (1, -1.0)):
+            np.testing.assert_allclose(yd[i], sign * gd, rtol=1e-2, atol=1e-2)
+        assert (yd[6] == 0).all(), "a row of zeros normalises to 0"
+
+    return text, [x, gamma], check
+
+
+def rms_norm_pattern_case(dtype: str) -> Case:
+    """Llama's RMSNorm as torch.onnx writes it (x cast to f32, x * x, the last axis' mean,
+    + eps, sqrt, 1 / ., the product, cast back, the scale): ``recognize-patterns`` makes
+    it one ``ai.rms_norm`` (issue #28); the reference runs the ops as written. A NaN row
+    is NaN, a row with an Inf is NaN at the Inf and 0 elsewhere (x / Inf), the others
+    finite."""
+    n = 48
+    rng = np.random.default_rng(4)
+    x = 3.0 * rng.standard_normal((6, n))
+    x[0, 5] = NAN
+    x[1, 7] = INF
+    x[2] = 0.0
+    x[3] *= 1e-30  # tiny rows: the epsilon dominates
+    xa = _array(x, dtype)
+    w = _array(1.0 + 0.1 * rng.standard_normal(n), dtype)
+    t, tf, v, r = _t(xa.shape, dtype), _t(xa.shape, "f32"), _t((n,), dtype), _t((6, 1), "f32")
+    s = _t((), "f32")
+    cast = f" : {t} to {tf}" if dtype != "f32" else None
+    body = [f"%xs = ai.cast %x{cast}"] if cast else []
+    xs = "%xs" if cast else "%x"
+    body += [
+        f"%sq = ai.mul {xs}, {xs} : {tf} * {tf}",
+        f"%ms = ai.reduce_mean %sq {{axes = array<i64: 1>, keepdims = true}} : {tf}",
+        f"%eps = arith.constant dense<1.0e-06> : {s}",
+        f"%a = ai.add %ms, %eps : {r} * {s}",
+        f"%sd = ai.sqrt %a : {r}",
+        f"%one = arith.constant dense<1.0> : {s}",
+        f"%inv = ai.div %one, %sd : {s} * {r}",
+        f"%y = ai.mul {xs}, %inv : {tf} * {r}",
+    ]
+    body += [f"%yh = ai.cast %y : {tf} to {t}"] if cast else []
+    body.append(f"%o = ai.mul {'%yh' if cast else '%y'}, %w : {t} * {v}")
+    text = _fn([("x", t), ("w", v)], body, [("o", t)])
+
+    def check(outputs: list[np.ndarray]) -> None:
+        (o,) = outputs
+        od = o.astype(np.float64)
+        assert np.isnan(od[0]).all(), "a NaN makes its row NaN"
+        assert np.isnan(od[1, 7]) and (od[1, np.arange(n) != 7] == 0).all(), "x / Inf"
+        assert (od[2] == 0).all() and np.isfinite(od[3:]).all()
+
+    return text, [xa, w], check
+
+
 def layernorm_matmul_huge_case(dtype: str, n: int = 48, width: int = 40) -> Case:
     """``layernorm_huge_case``'s rows through LN(x) @ W (a LayerNorm prologue of a GEMM:
     the cpu target normalises each block's rows first; the cuda target folds gamma and
@@ -496,6 +575,9 @@ def cases() -> dict[str, Case]:
         out[f"layernorm-constant-rows-{dtype}"] = layernorm_case(dtype)
         for n in (48, 1536):  # a warp per row, a block per row (cuda)
             out[f"layernorm-huge-rows-{n}-{dtype}"] = layernorm_huge_case(dtype, n)
+            out[f"rms-norm-huge-rows-{n}-{dtype}"] = rms_norm_huge_case(dtype, n)
+        out[f"rms-norm-pattern-{dtype}"] = rms_norm_pattern_case(dtype)
+        PATHS[f"rms-norm-pattern-{dtype}"] = "ai.rms_norm"  # recognised: one row kernel
         out[f"matmul-{dtype}"] = matmul_case(dtype)
         for op in _unary_ops():
             out[f"matmul-epilogue-{op.name}-{dtype}"] = matmul_epilogue_case(op, dtype)

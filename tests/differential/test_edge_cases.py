@@ -87,6 +87,7 @@ DEFAULT_PATHS = {
     "conv-winograd-huge-f32",
     "conv-winograd-constant-w-f32",
     "conv-winograd4-constant-x-f32",
+    "rms-norm-pattern-f16",  # issue #28: Llama's RMSNorm, recognised, one row kernel
 }
 
 
@@ -133,7 +134,13 @@ def sim_outputs(request, tmp_path_factory) -> Path:
 #: rows of 3e38 (the cuda row_reduce kernel's statistics, rescaled), a warp per row, and
 #: the averages of values near float32's largest (the cuda avg pool and reduce mean sum
 #: float32 values in float64 since issue #26; their float32 sums overflowed to Inf).
-SIM_PINNED = {"layernorm-huge-rows-48-f32", "pool-avg-huge-f32", "reduce-mean-huge-f32"}
+SIM_PINNED = {
+    "layernorm-huge-rows-48-f32",
+    "pool-avg-huge-f32",
+    "reduce-mean-huge-f32",
+    "rms-norm-huge-rows-48-bf16",  # issue #28's row kernel on issue #26's rows
+    "rms-norm-pattern-f16",
+}
 
 
 def _known_wrong(names, known: dict[str, str]) -> list:

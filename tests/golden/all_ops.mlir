@@ -15,7 +15,8 @@ func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<
   %h = ai.cast %re : tensor<1x8x4x5xf32> to tensor<1x8x4x5xf16>
   %hb = ai.cast %h : tensor<1x8x4x5xf16> to tensor<1x8x4x5xbf16>
   %ln = ai.layernorm %a, %gamma, %beta {epsilon = 1.0e-06 : f32} : tensor<2x6x16xf32> * tensor<16xf32> * tensor<16xf32>
-  %mm = ai.matmul %ln, %m {transpose_a = false, transpose_b = true} : tensor<2x6x16xf32> * tensor<32x16xf32>
+  %rn = ai.rms_norm %ln, %gamma {epsilon = 1.0e-06 : f32} : tensor<2x6x16xf32> * tensor<16xf32>
+  %mm = ai.matmul %rn, %m {transpose_a = false, transpose_b = true} : tensor<2x6x16xf32> * tensor<32x16xf32>
   %gt = ai.gelu %mm {approximate = "tanh"} : tensor<2x6x32xf32>
   %ge = ai.gelu %mm {approximate = "none"} : tensor<2x6x32xf32>
   %mu = ai.mul %gt, %ge : tensor<2x6x32xf32> * tensor<2x6x32xf32>

@@ -161,6 +161,9 @@ from fusec.dialect.ops.anchors import (
     MatmulOp as MatmulOp,
 )
 from fusec.dialect.ops.anchors import (
+    RMSNormOp as RMSNormOp,
+)
+from fusec.dialect.ops.anchors import (
     SoftmaxOp as SoftmaxOp,
 )
 from fusec.dialect.ops.base import (

@@ -222,6 +222,34 @@ class LayerNormOp(AiOp):
 
 
 @irdl_op_definition
+class RMSNormOp(AiOp):
+    """RMS normalisation over the last axis (Llama's RMSNorm, ONNX ``RMSNormalization``):
+    x / sqrt(mean(x^2) + eps) * gamma, the statistics in float32 or wider."""
+
+    name = "ai.rms_norm"
+    input = operand()
+    gamma = operand()
+    output = result()
+    epsilon = float_prop(1e-6)
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
+        function="rms_norm", onnx=("RMSNormalization",)
+    )
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.rms_norm(*operands, epsilon=attrs["epsilon"])
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        x, gamma = args
+        return K.rms_norm(x, gamma, epsilon=self.attr("epsilon"))
+
+
+@irdl_op_definition
 class SoftmaxOp(AiOp):
     """Softmax along ``axis`` (default the last)."""
 

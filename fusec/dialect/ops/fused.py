@@ -60,6 +60,7 @@ from fusec.dialect.ops.anchors import (
     Conv2DOp,
     LayerNormOp,
     MatmulOp,
+    RMSNormOp,
     SoftmaxOp,
 )
 from fusec.dialect.ops.base import AiOp
@@ -299,6 +300,7 @@ TENSOR_OPS: tuple[type[AiOp], ...] = (
     AttentionOp,
     BatchNormOp,
     LayerNormOp,
+    RMSNormOp,
     SoftmaxOp,
     CastOp,
     QuantizeOp,

@@ -8,7 +8,7 @@ and ``rules.GRAMMAR``."""
 from fusec.passes.fusion.rules_model import Atom, Clause, KindRules, Param, Rules
 
 # fmt: off
-RULES_SHA256 = '3dade01135ce327d958292f8e20a367fd28280535106edc8f2151ccf70163ccd'
+RULES_SHA256 = '1ad81e17426d655c877f272d3128997d0ae94f486a54eaef7a9e615897ec16df'
 RULES = Rules(params={'softmax_tile_limit': Param(name='softmax_tile_limit',
                                           value=256,
                                           description='tile limit'),
@@ -86,10 +86,10 @@ RULES = Rules(params={'softmax_tile_limit': Param(name='softmax_tile_limit',
                                                    limit='softmax_tile_limit')),
                                        line=43))),
              KindRules(name='row_reduce',
-                       description='one LayerNorm or softmax per row with its elementwise '
-                                   'neighbours',
+                       description='one LayerNorm, RMSNorm or softmax per row with its '
+                                   'elementwise neighbours',
                        clauses=(Clause(role='anchor',
-                                       selectors=('layernorm', 'softmax'),
+                                       selectors=('layernorm', 'rms_norm', 'softmax'),
                                        duplicate=False,
                                        max_count=None,
                                        atoms=(),

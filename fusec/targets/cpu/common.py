@@ -29,7 +29,7 @@ NJIT_OPTIONS = 'fastmath=False, error_model="numpy"'
 #: than it gains, and Numba compiles a parallel loop about 3x slower.
 PARALLEL_MIN_ELEMENTS = 1 << 15
 HELPER_DECORATOR = '@cached_njit(fastmath=False, error_model="numpy")'
-REDUCE_OPS = (ai.LayerNormOp, ai.SoftmaxOp)
+REDUCE_OPS = (ai.LayerNormOp, ai.RMSNormOp, ai.SoftmaxOp)
 CPU_NOTE = (
     "cpu: arrays are flat float32; the runtime converts f16/bf16 inputs to float32 "
     "before the call and rounds f16/bf16 outputs back after it"

@@ -1,13 +1,14 @@
-"""The row loop of the cpu kernel layer: a layernorm or softmax row by row, and its
-epilogue; the row_reduce template and the blocked kernel's prologue and epilogue run it.
+"""The row loop of the cpu kernel layer: a layernorm, RMSNorm or softmax row by row, and
+its epilogue; the row_reduce template and the blocked kernel's prologue and epilogue run it.
 
-One ``ai.layernorm`` or ``ai.softmax`` with elementwise producers (the
+One ``ai.layernorm``, ``ai.rms_norm`` or ``ai.softmax`` with elementwise producers (the
 prologue, computed once per element into a row buffer) and consumers (the
 epilogue). Each parallel task owns a float32 row buffer and walks its rows
 while the row is in cache:
 
 * layernorm: sum (float64) -> mean; sum of squared deviations (float64) ->
   rstd; write ``(x - mean) * rstd * gamma + beta`` through the epilogue;
+* rms_norm: sum of squares (float64) -> rstd; write ``x * rstd * gamma``;
 * softmax: max; ``e = exp(x - max)`` into the buffer, summed in the same loop
   (``row_exp_sum``); write ``e * (1 / sum)`` through the epilogue.
 
@@ -76,6 +77,11 @@ MIN_BLOCK = 8
 MAX_BLOCK, BLOCK_BYTES = 256, 256 * 1024
 
 
+_NAMES: dict[type[Operation], str] = {ai.LayerNormOp: "layernorm", ai.RMSNormOp: "rms_norm"}
+#: The normalisations: x itself is read again in the last pass.
+_NORMS = (ai.LayerNormOp, ai.RMSNormOp)
+
+
 def the_reduction(where: Operation, ops: Sequence[Operation]) -> Operation:
     """The single layernorm/softmax of ``ops`` (others elementwise), else a located error."""
     check_elementwise(ops, REDUCE_OPS)
@@ -83,7 +89,7 @@ def the_reduction(where: Operation, ops: Sequence[Operation]) -> Operation:
     if len(reductions) != 1:
         raise error_at(
             where,
-            "a row reduction fuses exactly one ai.layernorm or ai.softmax, "
+            "a row reduction fuses exactly one ai.layernorm, ai.rms_norm or ai.softmax, "
             f"found {len(reductions)}",
         )
     return reductions[0]
@@ -115,7 +121,7 @@ def row_reduce_stage(
     body = loop + [f"{indent}{s}" for s in parts.lines]
     if not blocks:
         body.append("            blk = next_block(counters[home:home + 1])")
-    what = "layernorm" if isinstance(reduce_op, ai.LayerNormOp) else f"softmax (axis {axis})"
+    what = _NAMES.get(type(reduce_op), f"softmax (axis {axis})")
     comment = f"{what} over rows of {fmt_shape(space)}"
     if blocks:
         comment += f", {parts.access.width} rows (adjacent in memory) at a time"
@@ -245,7 +251,7 @@ def _row_parts(
     x = reduce_op.operands[0]
     needed_late = {v for op in post for v in op.operands if v in pre_results}
     needed_late |= {v for v in reduce_op.operands[1:] if v in pre_results}
-    is_ln = isinstance(reduce_op, ai.LayerNormOp)
+    is_ln = isinstance(reduce_op, _NORMS)
     recompute = bool(needed_late - {x}) or (x in needed_late and not is_ln)
 
     n = space[axis]
@@ -544,6 +550,8 @@ class _RowEmitter:
     def lines(self, n: int) -> list[str]:
         if isinstance(self.op, ai.LayerNormOp):
             return self._layernorm(n)
+        if isinstance(self.op, ai.RMSNormOp):
+            return self._rms_norm(n)
         return self._softmax(n)
 
     def _prologue(self) -> tuple[list[str], dict[SSAValue, str]]:
@@ -595,6 +603,20 @@ class _RowEmitter:
             g = names.get(gamma) or self.leaf(gamma)
             b = names.get(beta) or self.leaf(beta)
             return f"y = ({x} - mean32) * rstd * {g} + {b}"
+
+        return lines + self._last_pass(n, normalise, row)
+
+    def _rms_norm(self, n: int) -> list[str]:
+        eps = literal(self.op.attr("epsilon"))
+        lines, row = self._first_pass(n)
+        # the sum of squares in float64 (row_sq_dev about 0): no overflow for rows of 3e38
+        lines.append(f"rstd = f32(1.0 / math.sqrt(row_sq_dev({row}, 0.0) / {n} + {eps}))")
+        self.helpers.add("row_sq_dev")
+        gamma = self.op.operands[1]
+
+        def normalise(names: dict[SSAValue, str], x: str) -> str:
+            g = names.get(gamma) or self.leaf(gamma)
+            return f"y = {x} * rstd * {g}"
 
         return lines + self._last_pass(n, normalise, row)
 
@@ -663,7 +685,7 @@ class _RowEmitter:
             x_name = names[x]
         else:
             stmts, names, x_name = [f"xb = {row}[k]"], {}, "xb"
-            if isinstance(self.op, ai.LayerNormOp) and x in self.pre_results:
+            if isinstance(self.op, _NORMS) and x in self.pre_results:
                 names[x] = "xb"  # the buffer holds the prologue's x itself
             if isinstance(self.op, ai.SoftmaxOp):
                 stmts = []  # normalise reads buf itself

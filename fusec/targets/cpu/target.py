@@ -11,6 +11,7 @@ from fusec.dialect import ops as ai
 from fusec.target import Target, Template
 
 _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
+_ROWS = (*_ROW, ai.RMSNormOp)  # the row kernel's; the matmul's prologue/epilogue: _ROW
 #: Layout ops: a "copy" kernel of their own, or views a matmul reads its operands through.
 _LAYOUT = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp, ai.ConcatOp, ai.GatherOp)
 #: Data ops a copy group computes with numpy: run-time lookups, running sums, arg-reductions.
@@ -57,7 +58,7 @@ class CpuTarget(Target):
     rule_params = {"softmax_tile_limit": 16384}
     templates = {
         "pointwise": Template("fusec.targets.cpu.pointwise"),
-        "row_reduce": Template("fusec.targets.cpu.row_reduce", _ROW, accepts=_no_block_scales),
+        "row_reduce": Template("fusec.targets.cpu.row_reduce", _ROWS, accepts=_no_block_scales),
         "matmul": Template(
             "fusec.targets.cpu.matmul",
             (ai.MatmulOp, *_ROW, *_LAYOUT),

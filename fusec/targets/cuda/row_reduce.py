@@ -1,6 +1,6 @@
-"""CUDA template for "row_reduce" groups: layernorm or softmax with fused neighbours.
+"""CUDA template for "row_reduce" groups: layernorm, RMSNorm or softmax with fused neighbours.
 
-Last-axis reductions (layernorm, softmax over the last axis) use one block per
+Last-axis reductions (layernorm, rms_norm, softmax over the last axis) use one block per
 row, or one warp per row when the row is short. Each thread owns ``PER_VECS``
 vectors of ``VEC`` elements of its row (16-byte accesses, coalesced across the
 threads of the row), computed once by the fused prologue and kept in
@@ -16,6 +16,11 @@ row is read from memory once and written once:
   again, of ``x`` over a power of 2 near ``max|x|`` (one more max reduction, for
   such rows only): other rows pay two compares, where Welford's merging
   (PyTorch's) costs a division per element on every row;
+* rms_norm: the mean of the cached squares, then ``x * rstd * gamma`` (a row
+  whose squares overflow float32 takes its sum again of ``x`` over a power of 2
+  near ``max|x|``, as the layernorm does); Llama's exported RMSNorm (casts to f32
+  and back, the scale) is one ``ai.rms_norm`` after ``recognize-patterns``, so one
+  kernel reads the row once and writes it once (issue #28);
 * softmax: the row maximum, then ``exp(x - max)`` (cached) and its sum, then
   ``e * (1 / sum)``.
 
@@ -61,7 +66,9 @@ from fusec.targets.cuda.common import (
     yielded,
 )
 
-REDUCTIONS = (ai.LayerNormOp, ai.SoftmaxOp)
+REDUCTIONS = (ai.LayerNormOp, ai.RMSNormOp, ai.SoftmaxOp)
+#: The normalisations (x kept in registers, its parameters read in the epilogue).
+NORMS = (ai.LayerNormOp, ai.RMSNormOp)
 #: Threads per row: aim for this many vectors per thread.
 VECS_PER_THREAD = 2
 WARP_ROWS_PER_BLOCK = 4
@@ -78,7 +85,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     if len(reductions) != 1:
         raise error_at(
             fused_op,
-            f"a row_reduce group needs exactly one layernorm or softmax, has {len(reductions)}",
+            "a row_reduce group needs exactly one layernorm, rms_norm or softmax, has "
+            f"{len(reductions)}",
         )
     red = reductions[0]
     others = [op for op in ops if op is not red]
@@ -275,7 +283,7 @@ class _RowsEmitter:
     # ---------------------------------------------------------------- emit
     def emit(self) -> str:
         g, red = self.g, self.g.red
-        is_ln = isinstance(red, ai.LayerNormOp)
+        is_ln = isinstance(red, NORMS)
         code = Source([])
         code.add(0, "@cuda.jit", f"def {self.name}({', '.join(g.params())}):")
         code.add(1, '"""ROWS_PER_BLOCK rows per block, THREADS_PER_ROW threads per row."""')
@@ -312,7 +320,7 @@ class _RowsEmitter:
         )
         notes = [
             "target: cuda (Numba CUDA), template: row_reduce "
-            f"({'layernorm' if is_ln else 'softmax'} over the last axis)",
+            f"({_KIND_NAMES.get(type(red), 'softmax')} over the last axis)",
             f"layout: {layout}; each thread keeps {self.per_vecs} vector(s) of {self.vec} "
             "elements in registers; float32 statistics",
         ]
@@ -387,7 +395,9 @@ class _RowsEmitter:
 
     def phase2(self, code: Source, is_ln: bool) -> None:
         code.add(2, "# 2. row statistics in float32")
-        if is_ln:
+        if isinstance(self.g.red, ai.RMSNormOp):
+            self.rms_statistics(code)
+        elif is_ln:
             code.add(2, f"xscale = {literal(1.0)}", "eps = EPS")
             self.layernorm_statistics(code, 2)
             # Sums of huge finite values overflow float32 (a row of 3e38: mean NaN, var
@@ -422,6 +432,32 @@ class _RowsEmitter:
             code.add(4, "for j in range(VEC):")
             code.add(5, "ev = math.exp(xr[c * VEC + j] - mx)", "xr[c * VEC + j] = ev", "acc += ev")
             code.add(2, f"inv = {literal(1.0)} / {self.reduce_fn('sum')}(acc, scratch)")
+
+    def rms_statistics(self, code: Source) -> None:
+        """``rstd`` = 1 / sqrt(mean(x^2) + eps) of the row times ``xscale``: 1, or (the
+        squares overflowed float32: a row of 3e38 or of 1e20, finite in the float64
+        reference) a power of 2 near 1 / max|x|, epsilon scaled alike (floored at the
+        smallest normal: a row of zeros and eps > 0 stays finite). NaN or Inf in the row:
+        NaN (max|x| is not finite, the sum keeps the NaN or Inf)."""
+        inf = literal(math.inf)
+        code.add(2, f"xscale = {literal(1.0)}", "eps = EPS", f"acc = {literal(0.0)}")
+        code.add(2, "for k in range(CACHE):")
+        code.add(3, "acc += xr[k] * xr[k]")
+        code.add(2, f"ms = {self.reduce_fn('sum')}(acc, scratch) * INV_L")
+        code.add(2, f"if not ms < {inf}:")
+        code.add(3, f"top = {literal(0.0)}", "for k in range(CACHE):")
+        code.add(4, "a = abs(xr[k])", "top = a if a > top else top")
+        code.add(3, f"top = {self.reduce_fn('max')}(top, scratch)")
+        code.add(3, f"if top < {inf}:")
+        code.add(4, f"xscale = f32(math.ldexp({literal(1.0)}, 2 - math.frexp(top)[1]))")
+        code.add(4, f"acc = {literal(0.0)}", "for k in range(CACHE):")
+        code.add(5, "s = xr[k] * xscale", "acc += s * s")
+        code.add(4, f"ms = {self.reduce_fn('sum')}(acc, scratch) * INV_L")
+        code.add(4, "eps = EPS * xscale * xscale")
+        if self.g.red.attr("epsilon") > 0:
+            tiny = literal(float(np.finfo(np.float32).tiny))
+            code.add(4, f"eps = eps if eps > {tiny} else {tiny}")
+        code.add(2, f"rstd = {literal(1.0)} / math.sqrt(ms + eps)")
 
     def layernorm_statistics(self, code: Source, indent: int) -> None:
         """``mean`` and ``var`` of the row times ``xscale`` (1, or 1 / max|x|), at
@@ -474,7 +510,10 @@ class _RowsEmitter:
         stmts_a, names_a = self.gen.chain(param_ops, leaf)
         known.update(names_a)
         code.add(5, *stmts_a)
-        if is_ln:
+        if isinstance(red, ai.RMSNormOp):
+            (gamma,) = (leaf(p) for p in params)
+            code.add(5, f"{value} = xr[c * VEC + j] * xscale * rstd * {gamma}")
+        elif is_ln:
             gamma, beta = (leaf(p) for p in params)
             code.add(5, f"{value} = (xr[c * VEC + j] * xscale - mean) * rstd * {gamma} + {beta}")
         else:
@@ -485,6 +524,9 @@ class _RowsEmitter:
         for k in results:
             code.add(5, f"o_out{k}[j] = {leaf(g.results[k])}")
         self.store_results(code, 4, results)
+
+
+_KIND_NAMES = {ai.LayerNormOp: "layernorm", ai.RMSNormOp: "rms_norm"}
 
 
 def _defined_by(value, ops) -> bool:

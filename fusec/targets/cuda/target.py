@@ -13,6 +13,7 @@ from fusec.dialect import ops as ai
 from fusec.target import Target, Template, deferred
 
 _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
+_ROWS = (*_ROW, ai.RMSNormOp)  # the row kernel's; the GEMM's prologue/epilogue: _ROW
 #: Data ops of copy groups, through PyTorch: run-time lookups, running sums, arg-reductions.
 _DATA = (ai.TakeOp, ai.CumSumOp, ai.ArgMaxOp, ai.ArgMinOp)
 #: The layout ops one cuda copy kernel chains (``fusec.targets.cuda.gather``).
@@ -89,7 +90,7 @@ class CudaTarget(Target):
     templates = {
         "pointwise": Template("fusec.targets.cuda.pointwise"),
         "row_reduce": Template(
-            "fusec.targets.cuda.row_reduce", _ROW, accepts=_floats_only("the cuda row kernel")
+            "fusec.targets.cuda.row_reduce", _ROWS, accepts=_floats_only("the cuda row kernel")
         ),
         "matmul": _planned(
             "fusec.targets.cuda.gemm.template", (ai.MatmulOp, ai.LayerNormOp, ai.SoftmaxOp)
