@@ -22,7 +22,9 @@ shapes) is compiled once per concrete signature it is called with.
 remarks saying which node and why. Options (``torch.compile(..., options={...})``):
 ``target`` ("cpu", "cuda", "reference"; default: the inputs' device), ``pipeline``,
 ``freeze`` (default True; False passes parameters and buffers as arguments on every
-call, for weights changed through ``.data``, which no version counter sees).
+call, for weights changed through ``.data``, which no version counter sees),
+``precision`` ("ieee", the default, or "tf32": ``fusec.compile``'s, f32 matmuls on the
+cuda target's Tensor Cores in tf32).
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ def _count(name: str, n: int = 1) -> None:
 
 
 #: The backend's options (``torch.compile(..., options={...})``).
-OPTIONS = ("target", "pipeline", "freeze")
+OPTIONS = ("target", "pipeline", "freeze", "precision")
 
 
 def fusec_backend(
@@ -140,6 +142,10 @@ def fusec_backend(
             f"unknown option(s) of the fusec backend: {', '.join(unknown)} "
             f"(it takes {', '.join(OPTIONS)})"
         )
+    if "precision" in options:
+        from fusec.ir.module import check_precision
+
+        check_precision(options["precision"])
     _count("graphs")
     if torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs
@@ -390,6 +396,7 @@ def _compile_partition(
     ops = _op_count(sub)
     target = options.get("target") or ("cuda" if device.type == "cuda" else "cpu")
     pipeline = options.get("pipeline")
+    precision = options.get("precision", "ieee")
 
     def build() -> Any:
         module = translate(
@@ -398,10 +405,10 @@ def _compile_partition(
             inputs=[placeholders[i] for i in dynamic],
             name=_symbol(str(call.target)),
         )
-        return compile_module(module, target=target, pipeline=pipeline)
+        return compile_module(module, target=target, pipeline=pipeline, precision=precision)
 
     try:
-        compiled = _cached_compile(sub, sub_constants, target, pipeline, build)
+        compiled = _cached_compile(sub, sub_constants, target, pipeline, build, precision)
     except Exception as err:  # noqa: BLE001 - anything fusec cannot do runs in eager
         _count("eager_partitions")
         _remark(f"eager: partition {call.target} ({ops} ops): {_reason(err)}")
@@ -423,6 +430,7 @@ def _cached_compile(
     target: str,
     pipeline: str | None,
     build: Callable[[], Any],
+    precision: str = "ieee",
 ) -> Any:
     """``build()`` through the program cache (``fusec.targets.cpu.program_cache``, the
     one ``fusec.compile_onnx`` uses) on the cpu target: a partition compiled before, in
@@ -438,6 +446,8 @@ def _cached_compile(
 
     cache = default_cache()
     options = {"front end": "torch", "target": target, "pipeline": pipeline}
+    if precision != "ieee":  # recorded on the module: another program (same keys otherwise)
+        options["precision"] = precision
     key = programs.program_key(_partition_digest(sub, constants), options)
     program = programs.load(cache, key)
     if program is not None:

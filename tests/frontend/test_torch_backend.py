@@ -392,3 +392,23 @@ def test_the_first_kernel_leaves_torch_thread_count_alone() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-2:] == ["1", "1"], done.stdout  # 1 thread, 1 Dynamo graph
+
+
+def test_torch_backend_takes_precision() -> None:
+    """``torch.compile(..., backend="fusec", options={"precision": "tf32"})``: passed to
+    ``fusec.compile`` (the reference target computes IEEE f32 all the same); a bad value is
+    refused by name before any compile."""
+    torch._dynamo.reset()
+    fusec_torch.reset_stats()
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU()).eval()
+    x = torch.randn(4, 16)
+    options = {"target": "reference", "precision": "tf32"}
+    with torch.no_grad():
+        got = torch.compile(model, backend="fusec", options=options)(x)
+        want = model(x)
+    assert fusec_torch.stats()["partitions"] == 1
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    torch._dynamo.reset()
+    bad = torch.compile(model, backend="fusec", options={"precision": "high"})
+    with torch.no_grad(), pytest.raises(Exception, match="precision='high' is not a precision"):
+        bad(x)
