@@ -9,7 +9,12 @@ the GEMM (``build.build`` takes any ``LinkedKernel``), one block program each.
     c = 1^T W' (column sums of the rounded W'), d = beta @ W,
 
 so the GEMM reads the raw ``x`` through TMA and applies the normalisation in
-its epilogue (``rstd * (acc - mu * c[col]) + d[col]``). One launch computes
+its epilogue (``rstd * (acc - mu * c[col]) + d[col]``). The rewrite is exact in real
+numbers only: a row whose mean is large against its spread (a constant row) cancels
+its digits in ``acc - mu * c``, and a bf16 row of huge values (3e38) overflows ``x .
+W'``; the epilogue takes such elements again as ``sum_k (x_k - mu) rstd W'_kc + d``
+from global memory (``gemm.cuh``: ``gemm_ln_inexact``, ``gemm_ln_exact``; issue #26),
+so it reads x and W' too. One launch computes
 the row statistics of ``x`` (the blocks after the fold's, ``STAT_ROWS`` rows a
 warp, f32 sums shifted by the row's first element so that a large mean does not
 cancel) and folds gamma and beta into the weight (the other blocks). With W
