@@ -4,15 +4,19 @@
   (per channel) over ``--elements`` values: the fusec kernel against numpy's reference
   (``fusec.dialect.numpy_ops``, ml_dtypes' conversion), both checked equal bit for bit;
 * a QDQ MLP (MatMul -> Add -> Relu -> Gemm, ``--rows`` x ``--width``) quantized by
-  onnxruntime's ``quantize_static`` (uint8 activations, int8 per-channel weights): fusec
-  (the weights dequantized once at import, each layer one f32 matmul kernel with the QDQ
-  prologue and requantizing epilogue) against onnxruntime with its default optimisations
-  (its QLinear int8 kernels) and with none, outputs compared.
+  onnxruntime's ``quantize_static`` (uint8 activations, or int8 with ``--activation
+  int8``; int8 per-channel weights): fusec (each layer one matmul kernel with the QDQ
+  prologue and requantizing epilogue: its GEMM ``gemm_q8_packed`` on the codes where the
+  cpu has AVX-512 VNNI), fusec's float path as it was before (the weights dequantized
+  at import, an f32 GEMM: ``onnx_fold.kept_quantized`` switched off while importing)
+  and onnxruntime with its default optimisations (its QLinear int8 kernels) and with
+  none, outputs compared.
 
 Samples alternate between the contenders; a sample is the mean of ``--calls`` calls. Prints
 the minimum and median per call in us and the load average before and after.
 
     python benchmarks/cpu_quant_bench.py [--samples 9] [--calls 20] [--threads 1]
+        [--activation uint8|int8] [--skip-elementwise]
 """
 
 from __future__ import annotations
@@ -104,7 +108,9 @@ def _quantize_cases(n: int, samples: int, calls: int) -> None:
     _report(f"dequantize i8 -> f32, {rows}x{cols}, per channel", times)
 
 
-def _qdq_mlp(path: Path, rows: int, width: int) -> tuple[Path, np.ndarray]:
+def _qdq_mlp(
+    path: Path, rows: int, width: int, activation: str = "uint8"
+) -> tuple[Path, np.ndarray]:
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -150,18 +156,26 @@ def _qdq_mlp(path: Path, rows: int, width: int) -> tuple[Path, np.ndarray]:
         Calibration(),
         quant_format=QuantFormat.QDQ,
         per_channel=True,
-        activation_type=QuantType.QUInt8,
+        activation_type=QuantType.QUInt8 if activation == "uint8" else QuantType.QInt8,
         weight_type=QuantType.QInt8,
     )
     return path / "qdq.onnx", rng.standard_normal((rows, width)).astype(np.float32)
 
 
-def _mlp_case(rows: int, width: int, threads: int, samples: int, calls: int) -> None:
+def _mlp_case(
+    rows: int, width: int, threads: int, samples: int, calls: int, activation: str
+) -> None:
+    from unittest import mock
+
     import onnxruntime as ort
 
+    from fusec.frontend import onnx_fold
+
     with tempfile.TemporaryDirectory() as folder:
-        path, x = _qdq_mlp(Path(folder), rows, width)
+        path, x = _qdq_mlp(Path(folder), rows, width, activation)
         compiled = fusec.compile(fusec.from_onnx(path), target="cpu")
+        with mock.patch.object(onnx_fold, "kept_quantized", lambda *_: False):
+            folded = fusec.compile(fusec.from_onnx(path), target="cpu")
         sessions = {}
         for name, level in (
             ("onnxruntime (optimised)", ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
@@ -173,20 +187,26 @@ def _mlp_case(rows: int, width: int, threads: int, samples: int, calls: int) -> 
             sessions[name] = ort.InferenceSession(
                 str(path), options, providers=["CPUExecutionProvider"]
             )
-    got = np.asarray(compiled(x))
-    for name, session in sessions.items():
-        want = session.run(None, {"x": x})[0]
-        step = float(np.min(np.diff(np.unique(want))))
-        print(
-            f"  {name}: {np.count_nonzero(got != want)} of {got.size} outputs differ, "
-            f"by at most {np.abs(got - want).max() / step:.0f} code(s)"
-        )
-    contenders = {"fusec cpu": lambda: compiled(x)}
+    programs = {"fusec cpu": compiled, "fusec cpu, f32 GEMM (before)": folded}
+    for label, program in programs.items():
+        got = np.asarray(program(x))
+        heads = [line for k in program.kernels for line in k.source.splitlines()]
+        heads = [line for line in heads if line.startswith("# matmul")]
+        gemms = sorted({line.split(": prologue, ")[1].split(",")[0] for line in heads})
+        print(f"{label}: {', '.join(gemms)}")
+        for name, session in sessions.items():
+            want = session.run(None, {"x": x})[0]
+            step = float(np.min(np.diff(np.unique(want))))
+            print(
+                f"  against {name}: {np.count_nonzero(got != want)} of {got.size} outputs "
+                f"differ, by at most {np.abs(got - want).max() / step:.0f} code(s)"
+            )
+    contenders = {label: (lambda p=program: p(x)) for label, program in programs.items()}
     for name, session in sessions.items():
         contenders[name] = lambda s=session: s.run(None, {"x": x})
     kinds = ", ".join(k.kind for k in compiled.kernels)
     _report(
-        f"QDQ MLP {rows}x{width} @ {width}x{width} twice ({kinds})",
+        f"QDQ MLP {rows}x{width} @ {width}x{width} twice, {activation} activations ({kinds})",
         _timed(contenders, samples, calls),
     )
 
@@ -199,11 +219,14 @@ def main() -> None:
     parser.add_argument("--elements", type=int, default=1 << 22)
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--activation", choices=("uint8", "int8"), default="uint8")
+    parser.add_argument("--skip-elementwise", action="store_true", help="the MLP only")
     args = parser.parse_args()
     numba.set_num_threads(args.threads)
     print(f"load average before: {os.getloadavg()}, {args.threads} thread(s)", file=sys.stderr)
-    _quantize_cases(args.elements, args.samples, max(1, args.calls // 4))
-    _mlp_case(args.rows, args.width, args.threads, args.samples, args.calls)
+    if not args.skip_elementwise:
+        _quantize_cases(args.elements, args.samples, max(1, args.calls // 4))
+    _mlp_case(args.rows, args.width, args.threads, args.samples, args.calls, args.activation)
     print(f"load average after: {os.getloadavg()}", file=sys.stderr)
 
 
