@@ -195,3 +195,50 @@ def scattered_heads_graph(x: int, seq: int, batch: int, heads: int, d: int) -> s
     body = "\n  ".join(lines)
     args = ", ".join(f"%{role}x: {t}" for role in "qkv")
     return f"func.func @attention({args}) -> {t} {{\n  {body}\n  return %r : {t}\n}}\n"
+
+
+def sequence_first_mha_graph(batch: int, seq: int, heads: int, d: int, dtype: str = "f16") -> str:
+    """``nn.MultiheadAttention`` as exported sequence-first (ViT's at batch > 1): the tokens
+    ``[B, S, E]`` transposed to ``[S, B, E]`` before the packed QKV projection (+ bias),
+    q, k and v sliced from it and split into heads, the heads merged back, the output
+    projection (+ bias) transposed back to ``[B, S, E]`` and added to the input."""
+    e = heads * d
+    x, sb = _t((batch, seq, e), dtype), _t((seq, batch, e), dtype)
+    packed, w_in, w_out = _t((seq, batch, 3 * e), dtype), _t((e, 3 * e), dtype), _t((e, e), dtype)
+    bh, s, c = _t((batch, heads, seq, d), dtype), _t((batch, heads, seq, seq), dtype), _t((), dtype)
+    lines = [
+        f"%t = ai.transpose %x {{perm = array<i64: 1, 0, 2>}} : {x}",
+        f"%p = ai.matmul %t, %w_in : {sb} * {w_in}",
+        f"%pb = ai.bias_add %p, %b_in {{axis = 2 : i64}} : {packed} * {_t((3 * e,), dtype)}",
+    ]
+    for k, role in enumerate("qkv"):
+        lines += [
+            f"%{role}0 = ai.slice %pb {{offsets = array<i64: 0, 0, {k * e}>, sizes = array<i64: "
+            f"{seq}, {batch}, {e}>, strides = array<i64: 1, 1, 1>}} : {packed}",
+            f"%{role}1 = ai.reshape %{role}0 {{shape = array<i64: {seq}, {batch * heads}, {d}>}}"
+            f" : {sb}",
+            f"%{role}2 = ai.transpose %{role}1 {{perm = array<i64: 1, 0, 2>}} : "
+            f"{_t((seq, batch * heads, d), dtype)}",
+            f"%{role} = ai.reshape %{role}2 {{shape = array<i64: {batch}, {heads}, {seq}, {d}>}}"
+            f" : {_t((batch * heads, seq, d), dtype)}",
+        ]
+    lines += [
+        f"%sc = ai.matmul %q, %k {{transpose_b = true}} : {bh} * {bh}",
+        f"%c = arith.constant dense<{1.0 / d**0.5!r}> : {c}",
+        f"%sm = ai.mul %sc, %c : {s} * {c}",
+        f"%pr = ai.softmax %sm : {s}",
+        f"%o = ai.matmul %pr, %v : {s} * {bh}",
+        f"%ot = ai.transpose %o {{perm = array<i64: 2, 0, 1, 3>}} : {bh}",
+        f"%om = ai.reshape %ot {{shape = array<i64: {seq}, {batch}, {e}>}} : "
+        f"{_t((seq, batch, heads, d), dtype)}",
+        f"%y = ai.matmul %om, %w_out : {sb} * {w_out}",
+        f"%yb = ai.bias_add %y, %b_out {{axis = 2 : i64}} : {sb} * {_t((e,), dtype)}",
+        f"%yt = ai.transpose %yb {{perm = array<i64: 1, 0, 2>}} : {sb}",
+        f"%r = ai.add %yt, %x : {x} * {x}",
+    ]
+    args = (
+        f"%x: {x}, %w_in: {w_in}, %b_in: {_t((3 * e,), dtype)}, %w_out: {w_out}, "
+        f"%b_out: {_t((e,), dtype)}"
+    )
+    body = "\n  ".join(lines)
+    return f"func.func @mha({args}) -> {x} {{\n  {body}\n  return %r : {x}\n}}\n"

@@ -18,6 +18,7 @@ from attention_cases import (
     attention_graph,
     exported_attention_graph,
     scattered_heads_graph,
+    sequence_first_mha_graph,
     strided_attention_graph,
 )
 from test_gemm_build import needs_toolchain, needs_toolchain_in_the_default_lane, sass_of
@@ -239,6 +240,59 @@ def test_an_operand_the_kernel_cannot_address_keeps_its_copy() -> None:
     compiled = fusec.compile(text, target="cuda", executable=False)
     kinds = sorted(k.kind for k in compiled.kernels)
     assert kinds == ["attention", "copy"], kinds
+
+
+@pytest.mark.parametrize(
+    "args", [(2, 17, 2, 64, "f16"), (3, 9, 1, 128, "bf16")], ids=["b2-f16", "b3-d128-bf16"]
+)
+def test_sequence_first_attention_moves_its_transposes_into_the_kernel(args) -> None:
+    """``attention-layout``: nn.MultiheadAttention's [B,S,E] <-> [S,B,E] transposes move
+    across the projections (row-wise GEMMs) into the attention's head split and merge, so
+    the layer is two GEMMs (the residual add in the second's epilogue) and the attention,
+    no copy; the rewrite keeps the results (the reference before and after it)."""
+    from numerics import assert_close
+
+    from fusec.api import parse, run_pipeline
+    from fusec.ir.module import entry_function
+    from fusec.runtime.reference import run_reference
+    from fusec.tools.runner import random_inputs
+
+    text = sequence_first_mha_graph(*args)
+    before, after = parse(text), parse(text)
+    run_pipeline(before, "infer-shapes")
+    run_pipeline(after, "infer-shapes,recognize-patterns,canonicalize,cse,attention-layout")
+    ops = [op.name for op in entry_function(after).body.block.ops]
+    matmuls = [i for i, name in enumerate(ops) if name == "ai.matmul"]
+    assert ops[matmuls[0] - 1] != "ai.transpose", "the input projection reads the tokens"
+    assert ops[matmuls[-1] - 1] == "ai.transpose", "the output projection reads merged rows"
+    for seed in (0, 1):
+        inputs = random_inputs(entry_function(before), seed=seed)
+        (want,) = run_reference(before, inputs, rounding="groups")
+        (got,) = run_reference(after, inputs, rounding="groups")
+        assert_close(got, want, args[-1], what=f"seed {seed}")
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    assert [k.kind for k in compiled.kernels] == ["matmul", "attention", "matmul"]
+    (attention,) = [k for k in compiled.kernels if k.kind == "attention"]
+    assert "read and written in place" in attention.source.split("\n\n")[0]
+    assert "ai.add" in compiled.kernels[-1].source.split("\n\n")[0]  # the residual
+
+
+def test_a_transpose_before_a_gemm_that_feeds_no_attention_stays() -> None:
+    from fusec.api import parse, run_pipeline
+    from fusec.ir.module import entry_function
+
+    t, w, s = "tensor<2x8x64xf16>", "tensor<64x32xf16>", "tensor<8x2x64xf16>"
+    text = (
+        f"func.func @f(%x: {t}, %w: {w}) -> tensor<8x2x32xf16> {{\n"
+        f"  %t = ai.transpose %x {{perm = array<i64: 1, 0, 2>}} : {t}\n"
+        f"  %p = ai.matmul %t, %w : {s} * {w}\n"
+        f"  %r = ai.relu %p : tensor<8x2x32xf16>\n"
+        f"  return %r : tensor<8x2x32xf16>\n}}\n"
+    )
+    module = parse(text)
+    run_pipeline(module, "infer-shapes,attention-layout")
+    ops = [op.name for op in entry_function(module).body.block.ops]
+    assert ops[:2] == ["ai.transpose", "ai.matmul"], ops
 
 
 # ------------------------------------------------------------ generated C++

@@ -15,6 +15,7 @@ from attention_cases import (
     attention_graph,
     exported_attention_graph,
     scattered_heads_graph,
+    sequence_first_mha_graph,
     strided_attention_graph,
 )
 from numerics import assert_close
@@ -34,6 +35,10 @@ CASES = {
     "causal-d128-bf16": (attention_graph((1,), 300, 300, 128, 128, "bf16", causal=True), FLASH),
     # GPT-2 as exported: head split copies, then the flash kernel with its causal mask
     "exported-gpt2-causal": (exported_attention_graph(2, 200, 3, 64), FLASH),
+    # nn.MultiheadAttention sequence-first (ViT at batch > 1): its [B,S,E] <-> [S,B,E]
+    # transposes moved across the projections into the kernel's strides (attention-layout)
+    "sequence-first-mha-b4": (sequence_first_mha_graph(4, 77, 4, 64), FLASH),
+    "sequence-first-mha-b3-d128-bf16": (sequence_first_mha_graph(3, 130, 2, 128, "bf16"), FLASH),
     # what the kernel cannot take runs through PyTorch, and says why
     "head-32-fallback": (attention_graph((2,), 70, 90, 32, 32), "head sizes 32/32"),
     "f32-fallback": (attention_graph((2,), 70, 90, 64, 64, "f32"), "f32 attention"),

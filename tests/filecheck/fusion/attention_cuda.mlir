@@ -26,20 +26,34 @@
 // CHECK-NEXT:  ai.attention
 // CHECK-NOT:   ai.fused
 
-// The head split's transpose of the query joins the cpu kernel (read as a view); the cuda
-// kernel reads its operands by TMA as they are, so there it is a copy of its own.
+// The head split's transpose of the query joins the kernel on both targets: the cpu kernel
+// reads it as a view, the cuda kernel through its tensor map's strides (issue 28).
 // CHECK-LABEL: func.func @head_split
-// CUDA:        ai.fused "copy"
-// CUDA-NEXT:   ^bb0
-// CUDA-NEXT:   ai.transpose
+// CHECK:       ai.fused "attention"
+// CHECK-NEXT:  ^bb0
+// CHECK-NEXT:  ai.transpose
+// CHECK-NEXT:  ai.attention
+// CHECK-NOT:   ai.fused
+
+// A GQA head repeat (ai.expand of the K/V heads) and the head merge after the result join
+// the cuda kernel (a stride of 0: K/V head h // group; the merge is its store), which the
+// cuda target's attention_layout_ops allows; on cpu they stay kernels of their own.
+// CHECK-LABEL: func.func @gqa_merge
 // CUDA:        ai.fused "attention"
 // CUDA-NEXT:   ^bb0
+// CUDA-NEXT:   ai.expand
+// CUDA-NEXT:   ai.expand
 // CUDA-NEXT:   ai.attention
+// CUDA-NEXT:   ai.transpose
+// CUDA-NEXT:   ai.yield {{.*}} : tensor<2x4x3x64xf16>
+// CUDA-NOT:    ai.fused
+// CPU:         ai.fused "pointwise"
+// CPU-NEXT:    ^bb0
+// CPU-NEXT:    ai.expand
 // CPU:         ai.fused "attention"
+// CPU:         ai.fused "copy"
 // CPU-NEXT:    ^bb0
 // CPU-NEXT:    ai.transpose
-// CPU-NEXT:    ai.attention
-// CHECK-NOT:   ai.fused
 
 // CHECK-LABEL: func.func @probabilities_returned
 // CHECK-NOT:   ai.attention
@@ -79,6 +93,16 @@ func.func @head_split(%x: tensor<2x4x3x64xf16>, %k: tensor<2x3x4x64xf16>, %v: te
   %p = ai.softmax %s : tensor<2x3x4x4xf16>
   %o = ai.matmul %p, %v : tensor<2x3x4x4xf16> * tensor<2x3x4x64xf16>
   return %o : tensor<2x3x4x64xf16>
+}
+
+func.func @gqa_merge(%q: tensor<2x3x4x64xf16>, %k: tensor<2x1x4x64xf16>, %v: tensor<2x1x4x64xf16>) -> tensor<2x4x3x64xf16> {
+  %ke = ai.expand %k {shape = array<i64: 2, 3, 4, 64>} : tensor<2x1x4x64xf16>
+  %ve = ai.expand %v {shape = array<i64: 2, 3, 4, 64>} : tensor<2x1x4x64xf16>
+  %s = ai.matmul %q, %ke {transpose_b = true} : tensor<2x3x4x64xf16> * tensor<2x3x4x64xf16>
+  %p = ai.softmax %s : tensor<2x3x4x4xf16>
+  %o = ai.matmul %p, %ve : tensor<2x3x4x4xf16> * tensor<2x3x4x64xf16>
+  %m = ai.transpose %o {perm = array<i64: 0, 2, 1, 3>} : tensor<2x3x4x64xf16>
+  return %m : tensor<2x4x3x64xf16>
 }
 
 func.func @probabilities_returned(%q: tensor<2x4x64xf16>, %k: tensor<2x4x64xf16>, %v: tensor<2x4x64xf16>) -> (tensor<2x4x64xf16>, tensor<2x4x4xf16>) {
