@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func
+from xdsl.dialects import func
 from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
@@ -156,7 +156,8 @@ def _pointwise(group: ai.FusedOp) -> bool:
 
 
 def _constant(value: SSAValue) -> bool:
-    return isinstance(value.owner, arith.ConstantOp)
+    """An ``arith.constant`` (by name: a plain compile does not import xdsl's arith)."""
+    return isinstance(value.owner, Operation) and value.owner.name == "arith.constant"
 
 
 def _broadcasts(small: tuple[int, ...], shape: tuple[int, ...]) -> bool:
@@ -323,7 +324,7 @@ def _rewrite(block: Block, relaid: set[ai.FusedOp]) -> None:
         if _transpose_copy(op, TO_NCHW) and not op.results[0].uses:
             Rewriter.erase_op(op)
     for value in constants:  # constants only the relaid groups read
-        if not value.uses and isinstance(value.owner, arith.ConstantOp):
+        if not value.uses and isinstance(value.owner, Operation) and _constant(value):
             Rewriter.erase_op(value.owner)
 
 
@@ -347,6 +348,8 @@ def _nhwc_of(
 def _relaid_constant(value: SSAValue, shape: tuple[int, ...], before: Operation) -> SSAValue:
     """A constant that broadcasts to ``shape`` (NCHW) as one that broadcasts to its NHWC
     form: padded to rank 4 with leading ones and transposed, at compile time."""
+    from xdsl.dialects import arith
+
     from fusec.ir.constants import constant_value, dense_constant
 
     owner = value.owner
