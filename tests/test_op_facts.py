@@ -247,6 +247,7 @@ def _any_instance(op_type):
         "ai.matmul": "%r = ai.matmul %m, %m : tensor<4x4xf32> * tensor<4x4xf32>",
         "ai.layernorm": "%r = ai.layernorm %m, %v, %v : tensor<4x4xf32> * tensor<4xf32> * "
         "tensor<4xf32>",
+        "ai.rms_norm": "%r = ai.rms_norm %m, %v : tensor<4x4xf32> * tensor<4xf32>",
         "ai.softmax": "%r = ai.softmax %m : tensor<4x4xf32>",
         "ai.reduce_mean": "%r = ai.reduce_mean %m {axes = array<i64: 1>} : tensor<4x4xf32>",
         "ai.reduce_sum": "%r = ai.reduce_sum %m : tensor<4x4xf32>",
