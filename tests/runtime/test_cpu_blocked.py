@@ -516,6 +516,41 @@ def test_conv_im2row_against_float64_reference(cache, case):
     _check_float64(program, module, text, (31, 32), f"im2row {case}")
 
 
+ONE_PIXEL_CONVS = [
+    # squeeze-excite's 1x1 convs after a global pool (issue 30), constant weights: fewer
+    # channels than a strip (with 16-float vectors: the packed weight is one window strip,
+    # gemm_nn over all of it), more but not whole strips (gemm_packed's window strip),
+    # whole strips; and a padded 3x3 whose one output pixel reads the centre tap only
+    ((1, 1), (0, 0), (1, 1), 1, (1, 96, 1, 1), (20, 1, 1)),
+    ((1, 1), (0, 0), (1, 1), 1, (1, 20, 1, 1), (80, 1, 1)),
+    ((1, 1), (0, 0), (1, 1), 1, (1, 24, 1, 1), (128, 1, 1)),
+    ((1, 1), (1, 1), (1, 1), 1, (1, 8, 1, 1), (12, 3, 3)),
+]
+
+
+@pytest.mark.parametrize("case", sampled(ONE_PIXEL_CONVS, 2))  # 1st, 3rd by default
+def test_conv_one_pixel_by_im2row_any_output_channels(cache, case):
+    """One image's single output pixel with a constant weight goes by im2row whatever
+    its output channels (a matrix-vector product; "direct" ran sgemm with N = 1): at f32
+    tolerance against the float64 reference, on fresh random inputs with poisoned
+    outputs, in one block unless the channels are whole strips."""
+    op = _conv_op(case)
+    assert conv_choice.conv_method(op, constant_weight=True) == "im2row"
+    assert conv_choice.conv_method(op) != "im2row"  # the weight an argument: not packed
+    text = _constant_weight_conv_text(case, seed=5)
+    module = parse(text)
+    run_pipeline(module)
+    program = Program(module, target="cpu", cache=cache)
+    (kernel,) = program.kernels
+    k = case[5][0]
+    gemm = "gemm_nn" if k < microkernel.STRIP else "gemm_packed"
+    assert f"im2row, {gemm} (weight packed once)" in kernel.source
+    assert [layout for _, layout in kernel.prepared_inputs] == ["strips_kcrs"]
+    whole = k % microkernel.STRIP == 0
+    assert _blocks(program) == (min(4, k // microkernel.STRIP) if whole else 1)
+    _check_float64(program, module, text, (41, 42), f"one-pixel im2row {case}")
+
+
 CHANNEL_CONVS = [
     # one image's plane of whole vectors (16 pixels a vector with AVX-512, 8 with AVX2),
     # blocks of output channels (4 here: ``four_blocks_at_least``), a ragged last one
@@ -823,6 +858,7 @@ def test_conv_method_rule(method, case):
         ("im2col", ((1, 1), (1, 1), (1, 1), 1, (4, 128, 2, 2), (128, 3, 3))),  # batch of 2x2
         ("im2row", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 2, 2), (128, 3, 3))),  # one 2x2
         ("im2row", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 3, 5), (128, 3, 3))),  # 3x5: 15
+        ("im2row", ((1, 1), (0, 0), (1, 1), 1, (1, 672, 1, 1), (28, 1, 1))),  # SE's 1x1
         ("winograd", ((1, 1), (1, 1), (1, 1), 1, (1, 96, 2, 2), (96, 3, 3))),  # K % 64 != 0
         ("direct", ((1, 1), (0, 0), (1, 1), 1, (1, 64, 14, 14), (256, 1, 1))),  # 1x1
         ("im2col", ((2, 2), (0, 0), (1, 1), 1, (1, 64, 14, 14), (128, 1, 1))),  # 1x1 / 2
@@ -843,7 +879,7 @@ def test_conv_method_rule_with_constant_weights(method, case):
     if method == "winograd4":
         assert conv_choice.conv_method(op) == "winograd"
     if method == "im2row":
-        assert conv_choice.conv_method(op) in ("winograd", "im2col")
+        assert conv_choice.conv_method(op) in ("winograd", "im2col", "direct")
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

@@ -47,14 +47,18 @@ def conv_method(op, constant_weight: bool = False) -> str:
       before) 0.77 / 0.49 (0.46), 1024 -> 256 1x1 on 8x8 0.31 / 0.21 (0.22); the whole
       model 0.53x -> 0.83x of onnxruntime's speed; the 1x1s on 32x32 planes were level
       or slower, the 3x3s on 16x16 slower than Winograd: they stay as they were);
-    * ``"direct"``: a 1x1 kernel, stride 1, no padding: one sgemm reads the input as
-      it is (it already is the ``C x pixels`` matrix);
+    * ``"direct"``: a 1x1 kernel, stride 1, no padding (a single output pixel of a
+      constant weight: ``"im2row"`` below): one sgemm reads the input as it is (it
+      already is the ``C x pixels`` matrix);
     * ``"im2row"``: one image, one group, a small output plane (``SMALL_PLANE`` pixels:
       ResNet's last stages at batch 1), a constant weight of whole ``gemm_packed``
       strips of output channels: the plane's pixels as rows, times the weight packed
       once (``PixelRowsBlocks``); Winograd computed one-tile GEMMs, im2col repacked
       the weight in sgemm at each call (1x128x2x2, 128 3x3, a whole call on one
-      thread: Winograd 45 us, im2col 42, im2row 31, onnxruntime 32);
+      thread: Winograd 45 us, im2col 42, im2row 31, onnxruntime 32); and one image's
+      single output pixel, any K (squeeze-excite's 1x1 convs after a global pool,
+      a matrix-vector product): one row times the packed weight, its last strip a
+      window (``microkernel.pack_strips``), where "direct" ran one sgemm of N = 1;
     * ``"im2col"``: a batch of small output planes (``SMALL_PLANE`` pixels, one group):
       im2col over blocks of several images, one GEMM a block (``images_per_block``);
     * ``"winograd4"``: a 3x3 kernel, stride 1, dilation 1, a constant weight, output
@@ -80,11 +84,12 @@ def conv_method(op, constant_weight: bool = False) -> str:
     n, _, oh, ow = shape_of(op.results[0])
     if n == 1 and op.attr("groups") == 1 and channel_split(oh * ow, in_place):
         return "channels"
+    small = oh * ow <= SMALL_PLANE and op.attr("groups") == 1
+    rows_of_k = oh * ow == 1 or (host.packs(k) and not in_place)
+    if small and n == 1 and constant_weight and rows_of_k:
+        return "im2row"
     if in_place:
         return "direct"
-    small = oh * ow <= SMALL_PLANE and op.attr("groups") == 1
-    if small and n == 1 and constant_weight and host.packs(k):
-        return "im2row"
     if small and n > 1:
         return "im2col"
     if (r, s) == (3, 3) and stride_1 and tuple(op.attr("dilations")) == (1, 1):

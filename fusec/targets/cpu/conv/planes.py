@@ -299,26 +299,34 @@ class PixelRowsBlocks(WholePlaneBlocks):
 
     def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local, weights):
         """One block per image and ``STRIP`` columns of output channels, those split
-        among ``MIN_BLOCKS`` blocks when there are fewer images."""
+        among ``MIN_BLOCKS`` blocks when there are fewer images; one block of all the
+        channels when they are not whole strips (a one-pixel plane: ``gemm_packed``
+        computes the last ones from the packed weight's window strip)."""
         self._read_op(op, reads, c_array, c_local, True)
         strips = self.k // host.STRIP
         split = 1 if self.n >= MIN_BLOCKS else min(strips, MIN_BLOCKS)
-        self.per = -(-strips // split) * host.STRIP  # output channels a block
+        # output channels a block: whole strips (a block's weight starts at a strip)
+        self.per = -(-strips // split) * host.STRIP if host.packs(self.k) else self.k
         self.nsb = -(-self.k // self.per)
         self.count, self.bh, self.nrb = self.n * self.nsb, self.oh, 1
         self.pixels = self.oh * self.ow
         self.prepared = ((weights, "strips_kcrs"),)
-        self.imports = (abi.import_line("gemm_packed"),)
+        #: fewer channels than a strip (a one-pixel plane): the packed weight is one window
+        #: strip, B's columns at its right, zeros left of them; ``gemm_nn`` computes all of
+        #: its ``STRIP`` columns in whole vectors (``gemm_packed`` would take them one by
+        #: one: 1152 -> 48 on one pixel 75 us against 4)
+        self.window = self.k < host.STRIP
+        self.imports = (abi.import_line("gemm_nn" if self.window else "gemm_packed"),)
         workspace.add("rows", self.pixels * self.crs)
-        workspace.add("ct", self.pixels * self.per)
+        workspace.add("ct", self.pixels * (host.STRIP if self.window else self.per))
         workspace.add(c_array, self.pixels * self.per)
 
     def describe(self) -> str:
         return (
             f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.c}x{self.r}x{self.s}"
             f" in {self.count} blocks of {self.per} output channels of one image's "
-            f"{self.pixels} pixels: im2row, gemm_packed (weight packed once), transpose, "
-            "epilogue per block"
+            f"{self.pixels} pixels: im2row, {'gemm_nn' if self.window else 'gemm_packed'} "
+            "(weight packed once), transpose, epilogue per block"
         )
 
     def decode(self) -> list[str]:  # channels g:g1 of image n, its whole plane
@@ -340,7 +348,7 @@ class PixelRowsBlocks(WholePlaneBlocks):
         (zero in the padding); the GEMM; ``cbuf[k - g, p] = ct[p, k - g]``."""
         x, w = (self.reads[v] for v in self.op.operands)
         h, wd, crs, p = self.h, self.w, self.crs, self.pixels
-        return [
+        lines = [
             f"for q in range({p}):",
             f"    oy = q // {self.ow} * {self.sh} - {self.pt}",
             f"    ox = q % {self.ow} * {self.sw} - {self.pl}",
@@ -353,6 +361,18 @@ class PixelRowsBlocks(WholePlaneBlocks):
             f"                iw = ox + s * {self.dw}",
             f"                inside = ih >= 0 and ih < {h} and iw >= 0 and iw < {wd}",
             f"                rows[d + s] = {x}[plane + ih * {wd} + iw] if inside else f32(0.0)",
+        ]
+        if self.window:  # ct's rows: STRIP columns, the channels the last k of them
+            strip, first = host.STRIP, host.STRIP - self.k
+            return [
+                *lines,
+                f"gemm_nn({p}, {strip}, {crs}, rows, 0, {crs}, {w}, 0, {strip}, ct, 0, {strip})",
+                f"for kk in range({self.k}):",
+                f"    for q in range({p}):",
+                f"        cbuf[kk * {p} + q] = ct[q * {strip} + {first} + kk]",
+            ]
+        return [
+            *lines,
             f"gemm_packed({p}, g1 - g, {crs}, rows, 0, {crs}, {w}, g * {crs}, ct, 0, g1 - g)",
             "for kk in range(g1 - g):",
             f"    for q in range({p}):",
