@@ -28,7 +28,7 @@ import fusec
 from fusec.targets.cpu import affinity
 from tests.numerics import assert_close
 
-T = "tensor<64x256xf32>"
+T = "tensor<256x256xf32>"  # 64K elements: a parallel row kernel (a serial one is a bare call)
 GRAPH = f"""
 func.func @f(%x: {T}) -> {T} {{
   %s = ai.softmax %x : {T}
@@ -67,7 +67,7 @@ def two_threads(monkeypatch):
 
 
 def _check(compiled, seed: int = 0) -> None:
-    x = np.random.default_rng(seed).standard_normal((64, 256)).astype(np.float32)
+    x = np.random.default_rng(seed).standard_normal((256, 256)).astype(np.float32)
     assert_close(compiled(x)[0], fusec.reference(GRAPH)(x)[0])
 
 
@@ -299,7 +299,7 @@ def test_one_allowed_cpu_skips_pinning():
         from fusec.targets.cpu import affinity
         numba.set_num_threads(2)
         graph = {GRAPH!r}
-        x = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
+        x = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
         got, want = fusec.compile(graph, target="cpu")(x)[0], fusec.reference(graph)(x)[0]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
         print(affinity.current().reason, sorted(os.sched_getaffinity(0)))

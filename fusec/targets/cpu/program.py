@@ -169,6 +169,9 @@ class CpuProgram(Program):
             except _NotCompiled as why:
                 self.compiled_reason = str(why)
         self._segments: list[Any] | None = None
+        #: Every kernel compiled, serial and free of BLAS calls (``bare_program``): a call
+        #: runs its segments without the thread placement and the BLAS thread count.
+        self._bare = False
         self._local = threading.local()
 
     @property
@@ -199,6 +202,10 @@ class CpuProgram(Program):
         state = self._local.__dict__.get("state") or self._state()
         outs = self._outputs(plan, alloc)
         state.counter[1] = num_threads()  # the entries' task count (CompiledEntry)
+        if self._bare:  # no parallel kernel, no BLAS: no placement, no BLAS thread count
+            for segment in segments:
+                segment(state, arrays, outs)
+            return tuple(_returned(plan, arrays, outs))
         # the backend's call_scope, without its generator (~3 us a call)
         single, placed = blas.single_threaded(), affinity.Scope()
         single.__enter__()
@@ -261,7 +268,8 @@ class CpuProgram(Program):
         with self._lock:
             if self._segments is None:
                 assert self.plan is not None
-                self._segments = build_segments(self, self.plan, fns)
+                self._bare = bare_program(self, self.plan)
+                self._segments = build_segments(self, self.plan, fns, self._bare)
             return self._segments
 
 
@@ -577,10 +585,35 @@ def segment_runs(program: Program, plan: BufferPlan) -> list[tuple[list[Step], S
     return runs
 
 
-def build_segments(program: CpuProgram, plan: BufferPlan, fns: list[Any]) -> list[Callable]:
+def bare_program(program: Program, plan: BufferPlan) -> bool:
+    """Whether every kernel of ``plan`` runs compiled (an njit entry), on the calling
+    thread alone (no ``parallel=True`` stage) and calls no BLAS (no ``sgemm``): then a call
+    needs neither the thread placement (``affinity``) nor the BLAS thread count around its
+    segments. After a kernel that streams its weights (Linear(2048, 1000) at batch 1: 8 MB
+    a call) every piece of Python runs with cold caches: the two scopes and
+    ``affinity.run`` cost ~50 us a call there, the kernel ~290 (benchmarks/results/
+    cpu-notes.md). The sources are read as text, conservatively: a comment showing such a
+    call keeps the scopes."""
+    kernels = [program.launches[step.launch].kernel for step in plan.steps]
+    return all(
+        k.compiled_entry is not None
+        and "parallel=True" not in k.source
+        and not _BLAS_CALL.search(k.source)
+        for k in kernels
+    )
+
+
+#: A call of the BLAS in a kernel's source (its import line names the functions only).
+_BLAS_CALL = re.compile(r"\bsgemm(_acc)?\(")
+
+
+def build_segments(
+    program: CpuProgram, plan: BufferPlan, fns: list[Any], bare: bool = False
+) -> list[Callable]:
     """The call's steps: one per compiled segment (its generated function, bound to its
     entries' addresses) and one per kernel run from Python (its ``launch`` on views of
-    the arenas)."""
+    the arenas); ``bare`` (``bare_program``): the segments called as they are, not
+    through ``backend.run_kernel``."""
     pairs = segment_runs(program, plan)
     runs = [run for run, _ in pairs]
     python = [boundary for _, boundary in pairs]
@@ -594,7 +627,8 @@ def build_segments(program: CpuProgram, plan: BufferPlan, fns: list[Any]) -> lis
         elif run:
             addresses = np.array([_entry_address(s, fns[s.launch]) for s in run], np.int64)
             stages = _stage_table([fns[s.launch] for s in run])
-            steps.append(_compiled_step(getattr(module, f"segment{number}"), addresses, stages))
+            segment = getattr(module, f"segment{number}")
+            steps.append(_compiled_step(segment, addresses, stages, bare))
             number += 1
     return steps
 
@@ -672,14 +706,19 @@ def _array_text(place: Place) -> str:
     return f"flat_view({source}, {place.index}, {place.size}, {dtype})"
 
 
-def _compiled_step(segment: Any, addresses: np.ndarray, stages: np.ndarray) -> Callable:
+def _compiled_step(
+    segment: Any, addresses: np.ndarray, stages: np.ndarray, bare: bool = False
+) -> Callable:
     from fusec.targets.cpu.backend import run_kernel
 
     def run(state: _ThreadState, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
         args = [addresses, stages, state.arena, state.constants, state.counter, *arrays, *outs]
         run_kernel(segment, args)
 
-    return run
+    def run_bare(state: _ThreadState, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        segment(addresses, stages, state.arena, state.constants, state.counter, *arrays, *outs)
+
+    return run_bare if bare else run
 
 
 def _python_step(step: Step, fn: Any) -> Callable:
