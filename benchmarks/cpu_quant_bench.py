@@ -7,10 +7,11 @@
   onnxruntime's ``quantize_static`` (uint8 activations, or int8 with ``--activation
   int8``; int8 per-channel weights): fusec (each layer one matmul kernel with the QDQ
   prologue and requantizing epilogue: its GEMM ``gemm_q8_packed`` on the codes where the
-  cpu has AVX-512 VNNI), fusec's float path as it was before (the weights dequantized
-  at import, an f32 GEMM: ``onnx_fold.kept_quantized`` switched off while importing)
-  and onnxruntime with its default optimisations (its QLinear int8 kernels) and with
-  none, outputs compared.
+  cpu has AVX-512 VNNI, ``gemm_q8_packed_amx`` where it has AMX-INT8 too, and the same
+  model compiled with AMX off: the VNNI tiles), fusec's float path as it was before
+  (the weights dequantized at import, an f32 GEMM: ``onnx_fold.kept_quantized`` switched
+  off while importing) and onnxruntime with its default optimisations (its QLinear int8
+  kernels) and with none, outputs compared.
 
 Samples alternate between the contenders; a sample is the mean of ``--calls`` calls. Prints
 the minimum and median per call in us and the load average before and after.
@@ -170,10 +171,13 @@ def _mlp_case(
     import onnxruntime as ort
 
     from fusec.frontend import onnx_fold
+    from fusec.targets.cpu import gemm_int8
 
     with tempfile.TemporaryDirectory() as folder:
         path, x = _qdq_mlp(Path(folder), rows, width, activation)
         compiled = fusec.compile(fusec.from_onnx(path), target="cpu")
+        with mock.patch.object(gemm_int8, "_PERMITTED", False):  # no AMX: the VNNI tiles
+            vnni = fusec.compile(fusec.from_onnx(path), target="cpu")
         with mock.patch.object(onnx_fold, "kept_quantized", lambda *_: False):
             folded = fusec.compile(fusec.from_onnx(path), target="cpu")
         sessions = {}
@@ -187,7 +191,8 @@ def _mlp_case(
             sessions[name] = ort.InferenceSession(
                 str(path), options, providers=["CPUExecutionProvider"]
             )
-    programs = {"fusec cpu": compiled, "fusec cpu, f32 GEMM (before)": folded}
+    programs = {"fusec cpu": compiled, "fusec cpu, VNNI tiles": vnni}
+    programs["fusec cpu, f32 GEMM (before)"] = folded
     for label, program in programs.items():
         got = np.asarray(program(x))
         heads = [line for k in program.kernels for line in k.source.splitlines()]

@@ -34,15 +34,19 @@ def _operands(m: int, k: int, n: int, zero: int, extremes: bool):
     return a, b
 
 
-def _gemm(a, b, zero, c0=0, cols=None, transposed=False):
+#: The int8 GEMMs this host runs: VNNI, and AMX where the process may use it.
+GEMMS = ["gemm_q8_packed"] + (["gemm_q8_packed_amx"] if gemm_int8.amx_available() else [])
+
+
+def _gemm(a, b, zero, c0=0, cols=None, transposed=False, gemm="gemm_q8_packed"):
     m, k = a.shape
     n = b.shape[1]
     cols = n - c0 if cols is None else cols
     packed = gemm_int8.pack_q8(b.T.copy() if transposed else b, transposed=transposed)
-    q8 = np.full(m * (-(-k // 4)) + 7, np.nan, np.float32)
+    q8 = np.full(gemm_int8.scratch_floats(m, k) + 7, np.nan, np.float32)
     c = np.full((m, cols), np.nan, np.float32)
     a_args, c_args = (a.reshape(-1), 0, k), (c.reshape(-1), 0, cols)
-    gemm_int8.gemm_q8_packed(m, cols, k, *a_args, zero, q8, packed, n, c0, *c_args)
+    getattr(gemm_int8, gemm)(m, cols, k, *a_args, zero, q8, packed, n, c0, *c_args)
     return c
 
 
@@ -55,19 +59,25 @@ def _gemm(a, b, zero, c0=0, cols=None, transposed=False):
         (7, 9, 144, STRIP, 80),  # a column tile from the second strip to B's end
         (20, 101, 3 * STRIP, STRIP, STRIP),  # a middle column tile
         (50, 500, 2 * STRIP + 48, 0, 2 * STRIP + 48),
+        (33, 130, 2 * STRIP + 16, STRIP, STRIP + 16),  # AMX: a 1-row block, 16-column pair
     ],
 )
-def test_gemm_q8_packed_is_the_exact_integer_product(m, k, n, c0, cols):
+@pytest.mark.parametrize("gemm", GEMMS)
+def test_gemm_q8_packed_is_the_exact_integer_product(m, k, n, c0, cols, gemm):
+    """(AMX: 16 rows or more in 32-row blocks, the last one ragged; fewer in VNNI tiles.)"""
     for zero, extremes in ((0, True), (128, True), (131, False), (255, True)):
         a, b = _operands(m, k, n, zero, extremes)
         want = (a.astype(np.int64) @ b.astype(np.int64)[:, c0 : c0 + cols]).astype(np.float32)
-        got = _gemm(a, b, zero, c0, cols)
+        got = _gemm(a, b, zero, c0, cols, gemm=gemm)
         np.testing.assert_array_equal(got, want, err_msg=f"zero {zero}")
 
 
-def test_a_transposed_weight_packs_alike():
-    a, b = _operands(9, 70, 48, 7, True)
-    np.testing.assert_array_equal(_gemm(a, b, 7, transposed=True), _gemm(a, b, 7))
+@pytest.mark.parametrize("gemm", GEMMS)
+def test_a_transposed_weight_packs_alike(gemm):
+    a, b = _operands(40, 70, 48, 7, True)
+    np.testing.assert_array_equal(
+        _gemm(a, b, 7, transposed=True, gemm=gemm), _gemm(a, b, 7, gemm=gemm)
+    )
 
 
 def test_pack_q8_takes_only_int8_codes():
@@ -83,15 +93,16 @@ def test_the_portable_tile_gives_the_same_sums():
     tile = gemm_int8._tile(6, 4, vnni=False)
 
     @numba.njit
-    def run(a, b, c, kq, zero):
-        tile(a, 0, 4 * kq, b, 0, 4 * STRIP, c, 0, STRIP, kq, b, kq * STRIP, zero)
+    def run(a, b, c, kq, sums, zero):
+        tile(a, 0, 4 * kq, b, 0, 4 * STRIP, c, 0, STRIP, kq, b, sums, zero)
 
     k, zero = 40, 131
     a, b = _operands(6, k, STRIP, zero, True)
     packed = gemm_int8.pack_q8(b)
     codes = (a + zero).astype(np.uint8)  # A's bytes as gemm_q8_packed lays them out
     c = np.full((6, STRIP), np.nan, np.float32)
-    run(codes.view(np.float32).reshape(-1), packed, c.reshape(-1), k // 4, zero)
+    sums = gemm_int8.padded_k(k) * STRIP // 4  # after the strip's quad rows (K padded)
+    run(codes.view(np.float32).reshape(-1), packed, c.reshape(-1), k // 4, sums, zero)
     np.testing.assert_array_equal(c, (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32))
 
 
@@ -103,6 +114,16 @@ def test_the_tiles_are_vnni_dot_products():
     strip.compile((i64, f32, i64, f32, i64, i64, f32, i64, i64, i64, f32, i64, numba.int32))
     asm = "".join(strip.inspect_asm().values())
     assert re.search(r"vpdpbusd\s+[^\n]*zmm", asm), "no vpdpbusd on zmm registers"
+
+
+@pytest.mark.skipif(not gemm_int8.amx_available(), reason="the target has no AMX-INT8")
+def test_the_amx_blocks_are_tile_dot_products():
+    """On AMX the 32 x 32 blocks compile to ``tileloadd`` and ``tdpbusd``."""
+    block = numba.njit(gemm_int8._gemm_amx.py_func)  # compiled here: no cached code
+    f32, i64, ro = numba.float32[::1], numba.int64, numba.int32[::1]
+    block.compile((i64, i64, i64, f32, i64, f32, ro, i64, i64, numba.int32, f32, i64, i64))
+    asm = "".join(block.inspect_asm().values())
+    assert "tdpbusd" in asm and "tileloadd" in asm and "ldtilecfg" in asm
 
 
 # ------------------------------------------------------------- a QDQ linear layer
@@ -154,7 +175,7 @@ def _run_poisoned(text: str, inputs: list[np.ndarray]) -> np.ndarray:
     assert compiled._runner.compiled_reason is None
     assert np.asarray(compiled(*inputs)).tobytes() == runs[0].tobytes()
     kernels = "".join(k.source for k in compiled.kernels)
-    assert ("gemm_q8_packed(" in kernels) == gemm_int8.available()
+    assert bool(re.search(r"gemm_q8_packed(_amx)?\(", kernels)) == gemm_int8.available()
     return runs[0]
 
 
@@ -194,3 +215,63 @@ def test_a_streaming_weight_in_column_tiles_equals_the_reference():
     got = _run_poisoned(text, [x, bias])
     want = np.asarray(fusec.compile(text, target="reference")(x, bias))
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.slow
+def test_a_cached_program_runs_its_int8_gemm_in_a_fresh_process(tmp_path):
+    """``compile_onnx`` of a QDQ model compiled before (the program cache: no code
+    generation in the second process) runs its int8 GEMM, AMX tiles included: the
+    process asks for the tile state when the kernel layer is imported."""
+    import subprocess
+    import sys
+
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(9)
+    k, n = 64, 32
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["wq", "sw"], ["wd"], axis=1),
+        helper.make_node("MatMul", ["xd", "wd"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(0.05, np.float32), "sx"),
+        numpy_helper.from_array(np.array(128, np.uint8), "zx"),
+        numpy_helper.from_array(w, "wq"),
+        numpy_helper.from_array(rng.uniform(0.01, 0.02, n).astype(np.float32), "sw"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [40, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [40, n])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, tmp_path / "q.onnx")
+    x = rng.standard_normal((40, k)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code = (
+        "import numpy as np, fusec\n"
+        f"c = fusec.compile_onnx({str(tmp_path / 'q.onnx')!r}, target='cpu')\n"
+        f"y = np.asarray(c(np.load({str(tmp_path / 'x.npy')!r})))\n"
+        "print(sum(1 for k in c.kernels if 'gemm_q8_packed' in k.source))\n"
+        f"np.save({str(tmp_path / 'y.npy')!r}, y)\n"
+    )
+    env = {**__import__("os").environ, "FUSEC_CACHE_DIR": str(tmp_path / "cache")}
+    outputs = []
+    for _ in range(2):  # the first compiles and stores the program, the second loads it
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.split() == [str(int(gemm_int8.available()))]
+        outputs.append(np.load(tmp_path / "y.npy"))
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    reference = fusec.compile(fusec.from_onnx(tmp_path / "q.onnx"), target="reference")
+    want = np.asarray(reference(x))
+    np.testing.assert_array_equal(outputs[1], want)

@@ -364,7 +364,7 @@ def test_onnxruntime_static_qdq_model_runs_on_cpu_as_onnxruntime(tmp_path):
     from fusec.targets.cpu import gemm_int8
 
     # the weights' codes reach the kernels: each layer an int8 GEMM where the cpu has VNNI
-    int8 = ["gemm_q8_packed(" in k.source for k in compiled.kernels]
+    int8 = ["gemm_q8_packed" in k.source for k in compiled.kernels]
     assert int8 == [gemm_int8.available()] * 2
     x = RNG.standard_normal((8, d)).astype(np.float32)
     x[0] *= 100  # codes at both limits

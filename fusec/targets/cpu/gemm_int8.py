@@ -12,8 +12,8 @@ What. ``C = A @ B`` where A's elements are integers ``v`` with ``v + zero`` in
 its zero point), given as a float32 block of A (the matmul group's prologue writes the
 dequantized codes there) and a B packed once per program (``pack_q8``). Per block:
 
-1. A's rows as uint8 ``v + zero`` into a byte buffer, rows of ``k4`` bytes (K rounded
-   up to 4, zeros past K);
+1. A's rows as uint8 ``v + zero`` into a byte buffer, rows of ``kp`` bytes (K rounded
+   up to 64, zeros past K);
 2. register tiles of ``MR`` rows by ``NV`` vectors of 16 columns (the float32 tiles'
    shape), each holding int32 sums for the whole K loop: per 4 steps of K, NV loads of
    B's packed quad row, a broadcast of 4 bytes of each A row, ``MR * NV`` ``vpdpbusd``;
@@ -30,6 +30,16 @@ the same sums spelled in portable IR (widened products added in fours), which LL
 compiles to ``vpmovzxbd``/``vpmovsxbd`` and ``vpmaddwd`` on AVX-512 (checked with
 ``inspect_asm``). The matmul template takes this GEMM only where the target has
 AVX-512 VNNI (``available``).
+
+``gemm_q8_packed_amx`` is the same GEMM on AMX-INT8 where the CPU has it and Linux
+grants the process the tile state (``amx_available``; asked when this module is
+imported): 32 x 32 blocks of C in four int32 tiles, ``tileloadd`` of A's bytes (16 rows
+of 64) and of B's packed quad rows (the same layout: 16 quad rows of 16 columns, K
+padded to 64 by ``pack_q8``), ``tdpbusd``, then the zero point's share and the float
+conversion as above; fewer than ``AMX_MIN_ROWS`` rows take the VNNI tiles. The template
+names it only where AMX is granted, so a kernel's cached code uses the tiles only on a
+host and process that generated it for them. onnxruntime's MLAS runs its int8 GEMMs on
+AMX here too (``benchmarks/results/cpu-quant-int8-2026-12-02.md``).
 """
 
 from __future__ import annotations
@@ -236,53 +246,287 @@ def _vector(m, a, lda, b, b_off, ldb, c, c_off, ldc, kq, s, s_off, zero):
         _N1(a, ao, lda, b, b_off, ldb, c, co, ldc, kq, s, s_off, zero)
 
 
+#: K is padded to a multiple of this in the packing and A's bytes (one AMX tile's K).
+K_BLOCK = 64
+#: Rows of A (and C) one AMX block computes: two tiles of 16.
+AMX_ROWS = 32
+#: Fewer rows than this run in the VNNI tiles even with AMX: the AMX block computes 32
+#: rows whatever ``m`` is (6 x 256 @ 256 x 64: 218-221 GOP/s on AMX, 536 in VNNI tiles;
+#: 64 x 1024 @ 1024 x 1024: 740-1190 against 570; 1 thread, load ~6).
+AMX_MIN_ROWS = 16
+
+
+def padded_k(k: int) -> int:
+    return -(-k // K_BLOCK) * K_BLOCK
+
+
+def scratch_floats(m: int, k: int) -> int:
+    """Float32 elements of the ``q8`` scratch ``gemm_q8_packed`` needs for ``m`` rows of A:
+    A's bytes (rows of ``padded_k(k)``, ``m`` rounded up to ``AMX_ROWS``), the int32 sums
+    of four AMX tiles and the 64-byte tile configuration."""
+    return -(-m // AMX_ROWS) * AMX_ROWS * padded_k(k) // 4 + 4 * 256 + 16
+
+
+def _request_amx() -> bool:
+    """Ask Linux for the AMX tile state (``arch_prctl(ARCH_REQ_XCOMP_PERM,
+    XFEATURE_XTILEDATA)``, for the whole process): True when granted."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(158, 0x1023, 18) == 0  # SYS_arch_prctl on x86-64
+    except (OSError, AttributeError):
+        return False
+
+
+def amx_available(features: str | None = None) -> bool:
+    """Whether the target has AMX-INT8 (``tdpbusd``) and the process may use its tiles
+    (asked once per process)."""
+    flags = set((target_features() if features is None else features).split(","))
+    if not {"+amx_int8", "+amx-int8"} & flags or not {"+amx_tile", "+amx-tile"} & flags:
+        return False
+    global _PERMITTED
+    if _PERMITTED is None:
+        _PERMITTED = _request_amx()
+    return _PERMITTED
+
+
+_PERMITTED: bool | None = None
+
+
+def _amx_block(two_columns: bool):
+    """The intrinsic ``block(a, a_off, lda, b, b_off, b_off2, ldb, kb, t, t_off, cfg)``:
+    the int32 sums of a 32-row block of A (uint8 at byte ``a_off``, rows ``lda`` bytes
+    apart) by one or two 16-column blocks of packed B (at bytes ``b_off``, ``b_off2``;
+    quad rows ``ldb`` bytes apart) over ``kb`` blocks of 64 of K, on AMX tiles: C tiles
+    0-3 (rows 0-15 / 16-31 by columns 0-15 / 16-31), A tiles 4-5, B tiles 6-7; the sums
+    stored at byte ``t_off`` of ``t`` as 16 x 16 int32 tiles in the order 0, 1, 2, 3 (1 and
+    3 unwritten with one column block). The tiles must be configured (``_amx_tiles``):
+    ``cfg`` is not read."""
+    void = ir.VoidType()
+    ptr = _I8.as_pointer()
+
+    def block(typingctx, a, a_off, lda, b, b_off, b_off2, ldb, kb, t, t_off, cfg):
+        sig = types.void(a, a_off, lda, b, b_off, b_off2, ldb, kb, t, t_off, cfg)
+
+        def codegen(context, builder, signature, args):
+            argtys = signature.args
+
+            def integer(i: int) -> ir.Value:
+                return context.cast(builder, args[i], argtys[i], types.int64)
+
+            def data(i: int) -> ir.Value:
+                raw = context.make_array(argtys[i])(context, builder, args[i]).data
+                return builder.bitcast(raw, ptr)
+
+            module = builder.module
+            load = module.declare_intrinsic(
+                "llvm.x86.tileloadd64", (), ir.FunctionType(void, [_I8, ptr, _I64])
+            )
+            dot = module.declare_intrinsic(
+                "llvm.x86.tdpbusd", (), ir.FunctionType(void, [_I8, _I8, _I8])
+            )
+            store = module.declare_intrinsic(
+                "llvm.x86.tilestored64", (), ir.FunctionType(void, [_I8, ptr, _I64])
+            )
+            zero = module.declare_intrinsic("llvm.x86.tilezero", (), ir.FunctionType(void, [_I8]))
+            pa = builder.gep(data(0), [integer(1)])
+            pb, pb2 = builder.gep(data(3), [integer(4)]), builder.gep(data(3), [integer(5)])
+            lda_, ldb_, kk = integer(2), integer(6), integer(7)
+            pt = builder.gep(data(8), [integer(9)])
+            tiles = (0, 1, 2, 3) if two_columns else (0, 2)
+            for tile in tiles:
+                builder.call(zero, [_I8(tile)])
+            entry = builder.block
+            loop = builder.append_basic_block("amx.loop")
+            done = builder.append_basic_block("amx.done")
+            builder.cbranch(builder.icmp_signed(">", kk, _I64(0)), loop, done)
+            builder.position_at_end(loop)
+            p = builder.phi(_I64)
+            a0 = builder.gep(pa, [builder.mul(p, _I64(K_BLOCK))])
+            builder.call(load, [_I8(4), a0, lda_])
+            builder.call(load, [_I8(5), builder.gep(a0, [builder.mul(lda_, _I64(16))]), lda_])
+            b_step = builder.mul(builder.mul(p, _I64(16)), ldb_)  # 16 quad rows a K block
+            builder.call(load, [_I8(6), builder.gep(pb, [b_step]), ldb_])
+            builder.call(dot, [_I8(0), _I8(4), _I8(6)])
+            builder.call(dot, [_I8(2), _I8(5), _I8(6)])
+            if two_columns:
+                builder.call(load, [_I8(7), builder.gep(pb2, [b_step]), ldb_])
+                builder.call(dot, [_I8(1), _I8(4), _I8(7)])
+                builder.call(dot, [_I8(3), _I8(5), _I8(7)])
+            step = builder.add(p, _I64(1))
+            p.add_incoming(_I64(0), entry)
+            p.add_incoming(step, builder.block)
+            builder.cbranch(builder.icmp_signed("<", step, kk), loop, done)
+            builder.position_at_end(done)
+            for tile in tiles:
+                builder.call(store, [_I8(tile), builder.gep(pt, [_I64(1024 * tile)]), _I64(64)])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    block.__name__ = f"amx_block_{2 if two_columns else 1}"
+    return intrinsic(block)
+
+
+@intrinsic
+def _amx_tiles(typingctx, cfg, on):
+    """``_amx_tiles(cfg, True)`` loads the 64-byte tile configuration in ``cfg``
+    (``ldtilecfg``); ``_amx_tiles(cfg, False)`` releases the tiles (``tilerelease``)."""
+    if not isinstance(on, types.BooleanLiteral):
+        raise TypingError("_amx_tiles: 'on' must be a literal bool")
+
+    def codegen(context, builder, signature, args):
+        void, ptr = ir.VoidType(), _I8.as_pointer()
+        if on.literal_value:
+            raw = context.make_array(signature.args[0])(context, builder, args[0]).data
+            fn = builder.module.declare_intrinsic(
+                "llvm.x86.ldtilecfg", (), ir.FunctionType(void, [ptr])
+            )
+            builder.call(fn, [builder.bitcast(raw, ptr)])
+        else:
+            fn = builder.module.declare_intrinsic(
+                "llvm.x86.tilerelease", (), ir.FunctionType(void, [])
+            )
+            builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return types.void(cfg, on), codegen
+
+
+_B2, _B1 = _amx_block(True), _amx_block(False)
+# Every process that runs ``gemm_q8_packed_amx`` imports this module first (a kernel
+# module names it through the ABI): ask for the tile state now, so that a kernel loaded
+# from the cache (no code generation in this process) may use the tiles.
+amx_available()
+
+
 @sealed_njit
-def gemm_q8_packed(m, n, k, a, a_off, lda, zero, q8, bp, ncols, c0, c, c_off, ldc):
-    """C[c_off:] = A[a_off:] @ B[:, c0:c0 + n] for a ``k x ncols`` B packed by ``pack_q8``
-    in ``bp``: A float32 (``m x k``, rows ``lda`` apart) holding integers ``v`` with
-    ``v + zero`` in 0..255, B's codes in -128..127; ``q8`` a float32 scratch of at least
-    ``m * k4 / 4`` elements (``k4``: k rounded up to 4) for A's bytes. ``n`` is a
-    multiple of 16 and ``c0`` of ``STRIP``; a C of columns past the last whole strip
-    ends at B's last column."""
-    k4 = (k + 3) // 4 * 4
-    ab = q8[: m * k4 // 4].view(np.uint8)
+def _amx_store(tiles, m, cols, sums, s_off, zero, c, c_off, ldc):
+    """C's ``m`` (<= 32) rows by ``cols`` (16 or 32) columns at ``c_off`` from the int32
+    tiles in ``tiles`` (``_amx_block``'s order), less ``zero`` times the column sums."""
+    for half in range(cols // 16):
+        share = sums[s_off + 16 * half : s_off + 16 * half + 16]
+        for i in range(m):
+            at = ((i // 16) * 2 + half) * 256 + (i % 16) * 16
+            out = c_off + i * ldc + 16 * half
+            for j in range(16):
+                c[out + j] = np.float32(tiles[at + j] - zero * share[j])
+
+
+@sealed_njit
+def _gemm_amx(m, n, kp, q8, ab_bytes, bp, sums, ncols, c0, zero, c, c_off, ldc):
+    """The AMX form of ``gemm_q8_packed`` (A's bytes already in ``q8``, rows of ``kp``)."""
+    cfg_at = ab_bytes + 4 * 1024  # after A's bytes and four int32 tiles
+    cfg = q8[cfg_at // 4 : cfg_at // 4 + 16].view(np.uint8)
+    for p in range(64):
+        cfg[p] = np.uint8(0)
+    cfg[0] = np.uint8(1)  # palette 1: every tile 16 rows of 64 bytes
+    for tile in range(8):
+        cfg[16 + 2 * tile] = np.uint8(64)
+        cfg[48 + tile] = np.uint8(16)
+    tiles = q8[ab_bytes // 4 : ab_bytes // 4 + 1024].view(np.int32)
+    kb = kp // K_BLOCK
+    _amx_tiles(cfg, True)
+    j = 0
+    while j < n:
+        col = c0 + j  # B's column: its strip, the strip's width and the offset in it
+        strip = col // STRIP * STRIP
+        width = min(STRIP, ncols - strip)
+        b_at = strip * kp + (col - strip) * 4  # 4 bytes a column in each quad row
+        two = j + 32 <= n and col - strip + 32 <= width
+        for i in range(0, m, AMX_ROWS):
+            if two:
+                _B2(q8, i * kp, kp, bp, b_at, b_at + 64, 4 * width, kb, q8, ab_bytes, cfg)
+            else:
+                _B1(q8, i * kp, kp, bp, b_at, b_at, 4 * width, kb, q8, ab_bytes, cfg)
+            rows = min(AMX_ROWS, m - i)
+            _amx_store(tiles, rows, 32 if two else 16, sums, col, zero, c, c_off + i * ldc + j, ldc)
+        j += 32 if two else 16
+    _amx_tiles(cfg, False)
+
+
+@sealed_njit
+def _a_bytes(m, k, kp, rows, a, a_off, lda, zero, q8):
+    """A's ``m`` rows as uint8 ``v + zero`` into ``q8``'s bytes, rows of ``kp`` (zeros
+    past ``k``), zero rows from ``m`` to ``rows``."""
+    ab = q8[: rows * kp // 4].view(np.uint8)
     for i in range(m):
-        row, at = a_off + i * lda, i * k4
+        row, at = a_off + i * lda, i * kp
         for p in range(k):
             ab[at + p] = np.uint8(np.int32(a[row + p]) + zero)
-        for p in range(k, k4):
+        for p in range(k, kp):
             ab[at + p] = np.uint8(0)
-    sums = ncols * k4 // 4  # the column sums' first element in bp
-    kq = k4 // 4
+    for p in range(m * kp, rows * kp):
+        ab[p] = np.uint8(0)
+
+
+@sealed_njit
+def _gemm_vnni(m, n, k, kp, q8, bp, ncols, c0, zero, c, c_off, ldc):
+    """The VNNI register tiles over A's bytes in ``q8`` (rows of ``kp``)."""
+    sums = ncols * kp // 4  # the column sums' first element in bp
+    kq = (k + 3) // 4
     strips = n // STRIP
     for t in range(strips):
         col = c0 + t * STRIP
-        _strip(m, q8, k4, bp, col * k4, 4 * STRIP, c, c_off + t * STRIP, ldc, kq, bp,
+        _strip(m, q8, kp, bp, col * kp, 4 * STRIP, c, c_off + t * STRIP, ldc, kq, bp,
                sums + col, zero)  # fmt: skip
     done = strips * STRIP
     if done < n:  # B's last columns, a packed strip narrower than STRIP of their own
         col = c0 + done
         width = ncols - col
         for v in range((n - done) // LANES):
-            _vector(m, q8, k4, bp, col * k4 + 64 * v, 4 * width, c, c_off + done + LANES * v,
+            _vector(m, q8, kp, bp, col * kp + 64 * v, 4 * width, c, c_off + done + LANES * v,
                     ldc, kq, bp, sums + col + LANES * v, zero)  # fmt: skip
+
+
+@sealed_njit
+def gemm_q8_packed(m, n, k, a, a_off, lda, zero, q8, bp, ncols, c0, c, c_off, ldc):
+    """C[c_off:] = A[a_off:] @ B[:, c0:c0 + n] for a ``k x ncols`` B packed by ``pack_q8``
+    in ``bp``: A float32 (``m x k``, rows ``lda`` apart) holding integers ``v`` with
+    ``v + zero`` in 0..255, B's codes in -128..127; ``q8`` a float32 scratch of at least
+    ``scratch_floats(m, k)`` elements for A's bytes. ``n`` is a multiple of 16 and ``c0``
+    of ``STRIP``; a C of columns past the last whole strip ends at B's last column. In
+    the VNNI register tiles."""
+    kp = (k + K_BLOCK - 1) // K_BLOCK * K_BLOCK
+    _a_bytes(m, k, kp, m, a, a_off, lda, zero, q8)
+    _gemm_vnni(m, n, k, kp, q8, bp, ncols, c0, zero, c, c_off, ldc)
+
+
+@sealed_njit
+def gemm_q8_packed_amx(m, n, k, a, a_off, lda, zero, q8, bp, ncols, c0, c, c_off, ldc):
+    """``gemm_q8_packed`` on AMX-INT8 tiles (``amx_available``: the template names this
+    one only then, so a kernel's cached code has AMX only where it was generated for it):
+    32 x 32 blocks of ``tdpbusd`` for ``AMX_MIN_ROWS`` rows or more, else the VNNI tiles."""
+    kp = (k + K_BLOCK - 1) // K_BLOCK * K_BLOCK
+    if m < AMX_MIN_ROWS:
+        _a_bytes(m, k, kp, m, a, a_off, lda, zero, q8)
+        _gemm_vnni(m, n, k, kp, q8, bp, ncols, c0, zero, c, c_off, ldc)
+        return
+    rows = (m + AMX_ROWS - 1) // AMX_ROWS * AMX_ROWS
+    _a_bytes(m, k, kp, rows, a, a_off, lda, zero, q8)
+    sums = bp[ncols * kp // 4 :].view(np.int32)
+    _gemm_amx(m, n, kp, q8, rows * kp, bp, sums, ncols, c0, zero, c, c_off, ldc)
 
 
 def pack_q8(b: np.ndarray, transposed: bool = False) -> np.ndarray:
     """A 2-D B of integer values in -128..127 (``k x n``, or ``n x k`` given
     ``transposed``; float32 or integer) as ``gemm_q8_packed`` reads it, flat float32 whose
     bytes are: B's column strips of ``STRIP`` (the last one narrower when ``n`` is not
-    whole strips), each ``k4 / 4`` quad rows of 4 bytes a column (rows ``4q .. 4q + 3`` of
-    the column, zeros past ``k``), then B's ``n`` int32 column sums."""
+    whole strips), each ``padded_k(k) / 4`` quad rows of 4 bytes a column (rows ``4q ..
+    4q + 3`` of the column, zeros past ``k``), then B's ``n`` int32 column sums."""
     matrix = np.asarray(b.T if transposed else b)
     k, n = matrix.shape
     codes = matrix.astype(np.int8)
     if not np.array_equal(codes, matrix):
         raise ValueError("pack_q8: B must hold integers in -128..127")
-    k4 = -(-k // 4) * 4
-    padded = np.zeros((k4, n), np.int8)
+    kp = padded_k(k)
+    padded = np.zeros((kp, n), np.int8)
     padded[:k] = codes
-    quads = padded.reshape(k4 // 4, 4, n).transpose(0, 2, 1)  # (quad, column, 4)
+    quads = padded.reshape(kp // 4, 4, n).transpose(0, 2, 1)  # (quad, column, 4)
     pieces = []
     for c0 in range(0, n, STRIP):
         pieces.append(np.ascontiguousarray(quads[:, c0 : c0 + STRIP, :]).reshape(-1))
@@ -296,4 +540,13 @@ def fits(n: int) -> bool:
     return n > 0 and n % LANES == 0
 
 
-__all__ = ["LANES", "available", "fits", "gemm_q8_packed", "pack_q8"]
+__all__ = [
+    "LANES",
+    "amx_available",
+    "available",
+    "fits",
+    "gemm_q8_packed",
+    "gemm_q8_packed_amx",
+    "pack_q8",
+    "scratch_floats",
+]

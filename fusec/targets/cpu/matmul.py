@@ -168,8 +168,14 @@ class MatmulBlocks(BlockedCore):
         self.prepared = ((b_input, layout),) if self.packed else ()
         if self.nn:
             self.imports = (abi.import_line("gemm_nn"),)
+        #: the int8 GEMM's name: on AMX tiles where the process may use them
+        self.q8_gemm = "gemm_q8_packed"
+        if self.q8:
+            from fusec.targets.cpu.gemm_int8 import amx_available
+
+            self.q8_gemm += "_amx" if amx_available() else ""
         if self.packed:
-            self.imports = (abi.import_line("gemm_q8_packed" if self.q8 else "gemm_packed"),)
+            self.imports = (abi.import_line(self.q8_gemm if self.q8 else "gemm_packed"),)
         # column tiles compute A's prologue again each: not worth it unless B streams
         split_columns = not (whole_rows or (a_array and not self.streams) or self.b_is_vector)
         row_blocks = math.prod(self.batch) * math.ceil(self.m / MIN_ROWS)
@@ -193,7 +199,9 @@ class MatmulBlocks(BlockedCore):
         if c_local:
             workspace.add(c_array, self.mb * self.nb)
         if self.q8:  # A's block as bytes, rows of K rounded up to 4
-            workspace.add("q8buf", self.mb * (-(-self.k // 4)))
+            from fusec.targets.cpu.gemm_int8 import scratch_floats
+
+            workspace.add("q8buf", scratch_floats(self.mb, self.k))
 
     @property
     def streams(self) -> bool:
@@ -263,7 +271,7 @@ class MatmulBlocks(BlockedCore):
 
     def _gemm(self) -> str:
         if self.q8:
-            return "gemm_q8_packed (uint8 x int8 -> int32, B packed once)"
+            return f"{self.q8_gemm} (uint8 x int8 -> int32, B packed once)"
         if self.packed:
             return "gemm_packed (B packed once)"
         return "gemm_nn" if self.nn else "sgemm"
@@ -346,7 +354,7 @@ class MatmulBlocks(BlockedCore):
             c0 = "c0" if self.ncb > 1 else "0"
             a_args, c_args = f"{a}, {a_off}, {lda}", f"{self.c_array}, {c_off}, {ldc}"
             b_args = f"q8buf, {b}, {n}, {c0}"
-            call = f"gemm_q8_packed(r1 - r0, {cols}, {k}, {a_args}, {zero}, {b_args}, {c_args})"
+            call = f"{self.q8_gemm}(r1 - r0, {cols}, {k}, {a_args}, {zero}, {b_args}, {c_args})"
             return [*gather, call]
         if self.packed:  # strip s of B starts at s * STRIP * k: column c0 at c0 * k
             b_off = f"c0 * {k}" if self.ncb > 1 else "0"

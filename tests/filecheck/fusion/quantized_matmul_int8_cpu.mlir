@@ -3,18 +3,18 @@
 // the output quantized. recognize-patterns moves the weight's scales after the product
 // and canonicalize folds the codes into a constant of integers; the cpu matmul group
 // then multiplies the codes themselves: gemm_q8_packed (uint8 x int8 -> int32, the
-// weight packed once), the scales, bias, relu and quantize in its epilogue. A weight of
+// weight packed once; its _amx form where the process may use AMX tiles), the scales, bias, relu and quantize in its epilogue. A weight of
 // non-integer values (here: scales per row of B, which stay in its dequantize) keeps
 // the float32 GEMM.
 // REQUIRES: cpu-int8-gemm
 // RUN: fusec compile %s --target cpu --emit kernels | filecheck %s
 
 // CHECK:      # fusec kernel for one ai.fused "matmul" group
-// CHECK:      # matmul (16x64 @ 64x32) in 1 blocks of up to 16 rows: prologue, gemm_q8_packed (uint8 x int8 -> int32, B packed once), epilogue per block
-// CHECK:      gemm_q8_packed(r1 - r0, 32, 64, abuf, 0, 64, np.int32([[ZP:in[0-9]+]][0]), q8buf,
+// CHECK:      # matmul (16x64 @ 64x32) in 1 blocks of up to 16 rows: prologue, gemm_q8_packed{{(_amx)?}} (uint8 x int8 -> int32, B packed once), epilogue per block
+// CHECK:      gemm_q8_packed{{(_amx)?}}(r1 - r0, 32, 64, abuf, 0, 64, np.int32([[ZP:in[0-9]+]][0]), q8buf,
 // CHECK:      # fusec kernel for one ai.fused "matmul" group
-// CHECK:      # matmul (16x64 @ 64x32) in 1 blocks of up to 16 rows: prologue, gemm_q8_packed (uint8 x int8 -> int32, B packed once), epilogue per block
-// CHECK:      gemm_q8_packed(r1 - r0, 32, 64, abuf, 0, 64, np.int32([[ZP:in[0-9]+]][0]) + 128, q8buf,
+// CHECK:      # matmul (16x64 @ 64x32) in 1 blocks of up to 16 rows: prologue, gemm_q8_packed{{(_amx)?}} (uint8 x int8 -> int32, B packed once), epilogue per block
+// CHECK:      gemm_q8_packed{{(_amx)?}}(r1 - r0, 32, 64, abuf, 0, 64, np.int32([[ZP:in[0-9]+]][0]) + 128, q8buf,
 // CHECK:      # fusec kernel for one ai.fused "matmul" group
 // CHECK-NOT:  gemm_q8_packed
 // CHECK:      # matmul (16x64 @ 64x32) in 1 blocks of up to 16 rows: prologue, gemm_nn, epilogue per block
