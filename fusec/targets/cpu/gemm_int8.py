@@ -271,10 +271,11 @@ def _request_amx() -> bool:
     """Ask Linux for the AMX tile state (``arch_prctl(ARCH_REQ_XCOMP_PERM,
     XFEATURE_XTILEDATA)``, for the whole process): True when granted."""
     import ctypes
+    import platform
     import sys
 
-    if not sys.platform.startswith("linux"):
-        return False
+    if not sys.platform.startswith("linux") or platform.machine() != "x86_64":
+        return False  # (158 is arch_prctl's number on x86-64 only)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.syscall(158, 0x1023, 18) == 0  # SYS_arch_prctl on x86-64
