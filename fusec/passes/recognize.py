@@ -546,6 +546,67 @@ def _factors_out(dq: ai.DequantizeOp, matmul: ai.MatmulOp, index: int) -> bool:
     return dq.attr("axis") % rank == n_axis
 
 
+class ScalesAfterQuantizedConv(Recognition):
+    """``conv2d(dequantize(qx, sx, zx), dequantize(qw, sw, zw))`` (either operand alone
+    too) with ``sx`` per tensor and ``sw`` a constant per tensor or per output channel
+    (axis 0 of the KCRS weight), f32 (issue 31): ``conv2d(dequantize(qx, 1, zx),
+    dequantize(qw, 1, zw)) * sx * sw'``, ``sw'`` the weight's scales as a (K, 1, 1)
+    constant. The convolution multiplies the codes less their zero points (exact sums of
+    integers on the cpu int8 GEMM, ``targets/cpu/conv``), and the scales ride in its
+    epilogue with the bias, activation and requantization, as ``ScalesAfterQuantizedMatmul``
+    does for a matmul."""
+
+    label = "quantization scales moved after conv2d"
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, ai.Conv2DOp) or spec_of(op.results[0].type).dtype != "f32":
+            return
+        import numpy as np
+
+        new: list[Operation] = []
+        operands = list(op.operands)
+        scales: list[SSAValue] = []
+        for index, value in enumerate(operands[:2]):
+            dq = value.owner
+            if not (isinstance(dq, ai.DequantizeOp) and single_use(value)):
+                continue
+            if dq.attr("block_size") or spec_of(dq.scale.type).dtype != "f32":
+                continue
+            scale = constant(dq.scale)
+            if scale is not None and bool((scale == 1).all()):
+                continue  # already factored out
+            one = math.prod(shape(dq.scale)) == 1
+            k = shape(op.operands[1])[0]
+            per_channel = (
+                index == 1
+                and scale is not None
+                and len(shape(dq.input)) == 4
+                and dq.attr("axis") % 4 == 0
+                and shape(dq.scale) == (k,)
+            )
+            if not (one or per_channel):
+                continue
+            new.append(ones := constant_op(np.ones(shape(dq.scale)), "f32"))
+            layout = {name: dq.attr(name) for name in ("axis", "block_size")}
+            plain = ai.DequantizeOp(dq.input, ones.results[0], dq.zero_point, **layout)
+            new.append(plain)
+            operands[index] = plain.results[0]
+            if per_channel and not one:
+                assert scale is not None
+                new.append(column := constant_op(np.asarray(scale).reshape(k, 1, 1), "f32"))
+                scales.append(column.results[0])
+            else:
+                scales.append(dq.scale)
+        if not scales:
+            return
+        new.append(conv := ai.Conv2DOp(*operands, **op.attr_values()))
+        result = conv.results[0]
+        for scale_value in scales:
+            new.append(scaled := ai.MulOp(result, scale_value))
+            result = scaled.results[0]
+        self.rewrite(rewriter, op, new, result)
+
+
 class MergeScales(Recognition):
     """``(x * c1) * c2`` with scalar constants -> ``x * (c1 * c2)``."""
 
@@ -829,6 +890,7 @@ PATTERNS: tuple[type[Recognition], ...] = (
     RMSNormFromParts,
     ScaleAfterMatmul,
     ScalesAfterQuantizedMatmul,
+    ScalesAfterQuantizedConv,
     MergeScales,
     ReshapeAfterMatmul,
     RowsOfBatchedMatmul,

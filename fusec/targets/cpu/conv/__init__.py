@@ -1,11 +1,12 @@
 """cpu template for "conv" groups: ``ai.conv2d`` and its epilogue in the blocked kernel.
 
-``choice`` states which of eight ways a convolution takes (``conv_method``) and how a
+``choice`` states which of nine ways a convolution takes (``conv_method``) and how a
 batch of small planes is blocked (``images_per_block``); ``gemm`` holds ``ConvBlocks``,
 the blocks of output rows by one or more GEMMs (im2col, direct, taps, Winograd), whose
 docstring says how each computes and why every method gives the reference's non-finite
 values; ``transforms`` generates Winograd's B^T d B and A^T M A; ``planes`` holds the
-methods over whole channel planes (depthwise, blocks of output channels, im2row).
+methods over whole channel planes (depthwise, blocks of output channels, im2row); ``q8``
+a QDQ convolution on the int8 GEMM (issue 31).
 ``conv_blocks`` picks the class of a group's convolution.
 """
 
@@ -30,14 +31,18 @@ def generate(fused_op, name: str) -> KernelSource:
 def conv_blocks(
     op, reads, workspace: Workspace, a_array, c_array, c_local, constants=None
 ) -> ConvBlocks:
-    """The blocked core of a conv group: ``DepthwiseBlocks``, ``PixelRowsBlocks`` or
-    ``ConvBlocks``."""
+    """The blocked core of a conv group: ``DepthwiseBlocks``, ``ChannelBlocks``,
+    ``PixelRowsBlocks``, ``Q8Blocks`` (a QDQ conv on the int8 GEMM) or ``ConvBlocks``."""
     weights = (constants or {}).get(reads.get(op.operands[1], ""))
     method = conv_method(op, weights is not None)
     if method == "depthwise":
         return DepthwiseBlocks(op, reads, workspace, a_array, c_array, c_local, weights)
     if method == "channels":
         return ChannelBlocks(op, reads, workspace, a_array, c_array, c_local)
+    if method == "q8":
+        from fusec.targets.cpu.conv.q8 import Q8Blocks
+
+        return Q8Blocks(op, reads, workspace, a_array, c_array, c_local, weights)
     if method == "im2row":
         return PixelRowsBlocks(op, reads, workspace, a_array, c_array, c_local, weights)
     return ConvBlocks(op, reads, workspace, a_array, c_array, c_local, constants)

@@ -31,6 +31,10 @@ def conv_method(op, constant_weight: bool = False) -> str:
     """How the cpu target computes an ``ai.conv2d``, by this rule (first match wins;
     ``constant_weight``: its weight is a constant of the program):
 
+    * ``"q8"`` (after depthwise): a QDQ convolution, its input the codes of uint8 or int8
+      activations less their zero point and its weight a constant of int8 codes, on a
+      target with AVX-512 VNNI (``q8.q8_zero``): im2row blocks of output rows by the
+      int8 GEMM (``q8.Q8Blocks``: exact integer sums, the scales in the epilogue);
     * ``"depthwise"``: one input and one output channel a group (MobileNet's 3x3 convs,
       any kernel, stride, padding and dilation): a direct loop per output row, each tap
       a multiply-add of a (strided) input row segment, vectorised along the row; a
@@ -79,6 +83,8 @@ def conv_method(op, constant_weight: bool = False) -> str:
     k, cg, r, s = shape_of(op.operands[1])
     if cg == 1 and k == op.attr("groups"):
         return "depthwise"
+    if _quantized(op):
+        return "q8"
     stride_1 = tuple(op.attr("strides")) == (1, 1)
     in_place = (r, s) == (1, 1) and stride_1 and not any(conv2d_padding(op.attr("padding")))
     n, _, oh, ow = shape_of(op.results[0])
@@ -126,3 +132,11 @@ def images_per_block(op) -> int:
     n, _, oh, ow = shape_of(op.results[0])
     nb = max(1, min(n, IMAGE_PIXELS // (oh * ow)))
     return max(1, min(nb, math.ceil(n / MIN_BLOCKS)))
+
+
+def _quantized(op) -> bool:
+    """Whether the convolution runs on the int8 GEMM (``q8.q8_zero``): its input is a
+    dequantize of 8-bit codes (checked first: no numba import for any other conv)."""
+    from fusec.targets.cpu.conv.q8 import q8_zero
+
+    return q8_zero(op) is not None

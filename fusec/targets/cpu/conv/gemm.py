@@ -1,6 +1,6 @@
 """The cpu conv methods by blocks of output rows: one or more GEMMs + epilogue a block.
 
-``conv_method`` (``choice``) states which of eight ways a convolution takes (depthwise,
+``conv_method`` (``choice``) states which of nine ways a convolution takes (depthwise,
 blocks of output channels, direct, im2row, Winograd F(4x4, 3x3) or F(2x2, 3x3), one
 sgemm per tap, im2col); the im2col way is described here, the others in ``ConvBlocks``
 and its subclasses (``planes``). A batch of small planes (late CNN
@@ -143,6 +143,8 @@ class ConvBlocks(BlockedCore):
         method = conv_method(op)
         if method == "channels":  # the output's channel rows: written where they are
             return False
+        if method == "q8":  # the GEMM's pixel rows, transposed into the block's channels
+            return True
         if method in ("taps", "winograd") or images_per_block(op) > 1:
             return True
         n, _, oh, ow = shape_of(op.results[0])

@@ -1,0 +1,69 @@
+// A QDQ convolution as onnxruntime's quantize_static writes it (issue 31): uint8 (or
+// int8) activations quantized and dequantized, a constant int8 weight dequantized per
+// output channel, a bias and the output quantized. recognize-patterns moves both scales
+// after the conv (the weight's as a (K, 1, 1) constant) and canonicalize folds the codes
+// into a constant of integers; the cpu conv group then multiplies the codes themselves
+// (conv_method "q8"): im2row of a block of output rows, gemm_q8_packed (its _amx form
+// where the process may use AMX tiles) by the weight packed once, the zero point's code
+// (+ 128 for int8 codes) a literal of the call, the scales, bias and quantize in the
+// epilogue. K not a multiple of 16 keeps the float path.
+// REQUIRES: cpu-int8-gemm
+// RUN: fusec-opt %s -p "recognize-patterns" | filecheck %s --check-prefix=REC
+// RUN: fusec compile %s --target cpu --emit kernels | filecheck %s
+
+// REC-LABEL: func.func @qdq_conv
+// REC:       %[[ONE:.*]] = arith.constant dense<1.000000e+00> : tensor<f32>
+// REC-NEXT:  %[[X:.*]] = ai.dequantize %xq, %[[ONE]], %zx
+// REC-NEXT:  %[[ONES:.*]] = arith.constant dense<1.000000e+00> : tensor<16xf32>
+// REC-NEXT:  %[[W:.*]] = ai.dequantize %wq, %[[ONES]], %zw {axis = 0 : i64}
+// REC-NEXT:  %[[SW:.*]] = arith.constant dense<{{.*}}> : tensor<16x1x1xf32>
+// REC-NEXT:  %[[C:.*]] = ai.conv2d %[[X]], %[[W]] {padding = array<i64: 1, 1>}
+// REC-NEXT:  %[[CA:.*]] = ai.mul %[[C]], %sx
+// REC-NEXT:  %[[CB:.*]] = ai.mul %[[CA]], %[[SW]]
+// REC-NEXT:  ai.bias_add %[[CB]], %bias
+
+// CHECK:      # fusec kernel for one ai.fused "conv" group
+// CHECK:      #   ai.conv2d -> ai.mul -> ai.mul -> ai.bias_add -> ai.quantize
+// CHECK:      # conv2d 1x8x6x6 * 16x8x3x3 in 2 blocks of 3 output rows: im2row, gemm_q8_packed{{(_amx)?}} (uint8 x int8 -> int32, weight packed once), transpose, epilogue per block
+// CHECK:      rows[d + s] = {{in[0-9]+}}[plane + ih * 6 + iw] if inside else f32(0.0)
+// CHECK-NEXT: gemm_q8_packed{{(_amx)?}}(pw, 16, 72, rows, 0, 72, np.int32(131), q8buf,
+// CHECK:      # fusec kernel for one ai.fused "conv" group
+// CHECK:      # conv2d 1x8x6x6 * 16x8x3x3 in 2 blocks of 3 output rows: im2row, gemm_q8_packed{{(_amx)?}}
+// CHECK:      gemm_q8_packed{{(_amx)?}}(pw, 16, 72, rows, 0, 72, np.int32(125), q8buf,
+// CHECK:      # fusec kernel for one ai.fused "conv" group
+// CHECK-NOT:  gemm_q8_packed
+// CHECK:      # conv2d 1x8x6x6 * 8x8x3x3
+// CHECK-NOT:  gemm_q8_packed
+func.func @qdq_conv(%x: tensor<1x8x6x6xf32>, %bias: tensor<16xf32>, %bias8: tensor<8xf32>) -> (tensor<1x16x6x6xui8>, tensor<1x16x6x6xi8>, tensor<1x8x6x6xui8>) {
+  %sx = arith.constant dense<0.02> : tensor<f32>
+  %zx = arith.constant dense<131> : tensor<ui8>
+  %zs = arith.constant dense<-3> : tensor<i8>
+  %wq = arith.constant dense<-7> : tensor<16x8x3x3xi8>
+  %sw = arith.constant dense<[0.01, 0.02, 0.03, 0.04, 0.01, 0.02, 0.03, 0.04, 0.01, 0.02, 0.03, 0.04, 0.01, 0.02, 0.03, 0.04]> : tensor<16xf32>
+  %zw = arith.constant dense<0> : tensor<16xi8>
+  %so = arith.constant dense<0.05> : tensor<f32>
+  %zo = arith.constant dense<7> : tensor<ui8>
+  %zi = arith.constant dense<7> : tensor<i8>
+  %xq = ai.quantize %x, %sx, %zx : tensor<1x8x6x6xf32> * tensor<f32> * tensor<ui8>
+  %xd = ai.dequantize %xq, %sx, %zx : tensor<1x8x6x6xui8> * tensor<f32> * tensor<ui8>
+  %w = ai.dequantize %wq, %sw, %zw {axis = 0 : i64} : tensor<16x8x3x3xi8> * tensor<16xf32> * tensor<16xi8>
+  %c = ai.conv2d %xd, %w {padding = array<i64: 1, 1>} : tensor<1x8x6x6xf32> * tensor<16x8x3x3xf32>
+  %b = ai.bias_add %c, %bias : tensor<1x16x6x6xf32> * tensor<16xf32>
+  %y = ai.quantize %b, %so, %zo : tensor<1x16x6x6xf32> * tensor<f32> * tensor<ui8>
+  %sq = ai.quantize %x, %sx, %zs : tensor<1x8x6x6xf32> * tensor<f32> * tensor<i8>
+  %sd = ai.dequantize %sq, %sx, %zs : tensor<1x8x6x6xi8> * tensor<f32> * tensor<i8>
+  %w2 = ai.dequantize %wq, %sw, %zw {axis = 0 : i64} : tensor<16x8x3x3xi8> * tensor<16xf32> * tensor<16xi8>
+  %c2 = ai.conv2d %sd, %w2 {padding = array<i64: 1, 1>} : tensor<1x8x6x6xf32> * tensor<16x8x3x3xf32>
+  %b2 = ai.bias_add %c2, %bias : tensor<1x16x6x6xf32> * tensor<16xf32>
+  %y2 = ai.quantize %b2, %so, %zi : tensor<1x16x6x6xf32> * tensor<f32> * tensor<i8>
+  %wq8 = arith.constant dense<5> : tensor<8x8x3x3xi8>
+  %sw8 = arith.constant dense<0.01> : tensor<8xf32>
+  %zw8 = arith.constant dense<0> : tensor<8xi8>
+  %xq3 = ai.quantize %x, %sx, %zx : tensor<1x8x6x6xf32> * tensor<f32> * tensor<ui8>
+  %xd3 = ai.dequantize %xq3, %sx, %zx : tensor<1x8x6x6xui8> * tensor<f32> * tensor<ui8>
+  %w3 = ai.dequantize %wq8, %sw8, %zw8 {axis = 0 : i64} : tensor<8x8x3x3xi8> * tensor<8xf32> * tensor<8xi8>
+  %c3 = ai.conv2d %xd3, %w3 {padding = array<i64: 1, 1>} : tensor<1x8x6x6xf32> * tensor<8x8x3x3xf32>
+  %b3 = ai.bias_add %c3, %bias8 : tensor<1x8x6x6xf32> * tensor<8xf32>
+  %y3 = ai.quantize %b3, %so, %zo : tensor<1x8x6x6xf32> * tensor<f32> * tensor<ui8>
+  return %y, %y2, %y3 : tensor<1x16x6x6xui8>, tensor<1x16x6x6xi8>, tensor<1x8x6x6xui8>
+}
