@@ -19,7 +19,7 @@ does not change the packed IR.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.dialects.builtin import TensorType
@@ -135,6 +135,40 @@ def _outline(group: Group, order: Mapping[Operation, int]) -> FusedOp:
     for op in reversed(members):
         Rewriter.erase_op(op)
     return fused
+
+
+def retyped_group(
+    group: FusedOp,
+    inputs: Sequence[SSAValue],
+    retype: Callable[[Attribute], Attribute],
+    attributes: Mapping[str, Attribute],
+) -> FusedOp:
+    """A new ``ai.fused`` of ``group``'s kind on ``inputs`` (one for each of its block
+    arguments): its body's ops cloned in order, each result's type (and the group's) given
+    by ``retype`` of the old one, name hints kept, with ``attributes``. Not inserted: the
+    caller places it (a layout pass computing a pointwise group on relaid values)."""
+    block = Block(arg_types=[v.type for v in inputs])
+    mapping: dict[SSAValue, SSAValue] = {}
+    for new, old in zip(block.args, group.block.args, strict=True):
+        new.name_hint = old.name_hint
+        mapping[old] = new
+    for op in group.block.ops:
+        operands = [mapping[v] for v in op.operands]
+        if isinstance(op, YieldOp):
+            block.add_op(YieldOp(*operands))
+            continue
+        clone = op.create(
+            operands=operands,
+            result_types=[retype(r.type) for r in op.results],
+            properties=dict(op.properties),
+            attributes=dict(op.attributes),
+        )
+        block.add_op(clone)
+        for old, new in zip(op.results, clone.results, strict=True):
+            new.name_hint = old.name_hint
+            mapping[old] = new
+    result_types = [retype(r.type) for r in group.results]
+    return FusedOp(group.kind_name, list(inputs), result_types, Region(block), dict(attributes))
 
 
 def _deps(op: Operation, block: Block) -> set[Operation]:

@@ -47,6 +47,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.passes.fusion.outline import retyped_group
 
 #: NCHW -> NHWC and back, as ``ai.transpose`` permutations.
 TO_NHWC = (0, 2, 3, 1)
@@ -376,29 +377,8 @@ def _pointwise_group(group: ai.FusedOp, inputs: list[SSAValue]) -> ai.FusedOp:
     """``group``'s elementwise ops on NHWC values: each value of its result's shape
     retyped, the other inputs as given (single elements, relaid constants)."""
     shape = _shape(group.results[0])
-    block = Block(arg_types=[v.type for v in inputs])
-    mapping: dict[SSAValue, SSAValue] = {}
-    for new, old in zip(block.args, group.block.args, strict=True):
-        new.name_hint = old.name_hint
-        mapping[old] = new
-    for op in group.block.ops:
-        operands = [mapping[v] for v in op.operands]
-        if isinstance(op, ai.YieldOp):
-            block.add_op(ai.YieldOp(*operands))
-            continue
-        clone = op.create(
-            operands=operands,
-            result_types=[_nhwc_type(r.type, shape) for r in op.results],
-            properties=dict(op.properties),
-            attributes=dict(op.attributes),
-        )
-        block.add_op(clone)
-        for old, new in zip(op.results, clone.results, strict=True):
-            new.name_hint = old.name_hint
-            mapping[old] = new
     attributes = {**group.attributes, LAYOUT_ATTR: _layout()}
-    result_type = _nhwc_type(group.results[0].type, shape)
-    return ai.FusedOp(group.kind_name, inputs, [result_type], Region(block), attributes)
+    return retyped_group(group, inputs, lambda t: _nhwc_type(t, shape), attributes)
 
 
 def _depthwise_group(group: ai.FusedOp, inputs: list[SSAValue]) -> ai.FusedOp:

@@ -69,6 +69,7 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.views import ComposeTransposes, at_function_level
 from fusec.ir.constants import constant_value, dense_constant
+from fusec.passes.fusion.outline import retyped_group
 from fusec.targets.cuda.conv.layouts import (
     LAYOUT_ATTR,
     TO_CHANNELS_FIRST,
@@ -345,30 +346,8 @@ def _relayout_pointwise(fused: ai.FusedOp, conversions: dict) -> None:
         _convert(v, TO_CHANNELS_LAST, fused, conversions) if _full(v, fused) else v
         for v in fused.inputs
     ]
-    block = Block(arg_types=[v.type for v in inputs])
-    mapping: dict[SSAValue, SSAValue] = {}
-    for new, old in zip(block.args, fused.block.args, strict=True):
-        new.name_hint = old.name_hint
-        mapping[old] = new
-    for op in fused.block.ops:
-        operands = [mapping[v] for v in op.operands]
-        if isinstance(op, ai.YieldOp):
-            block.add_op(ai.YieldOp(*operands))
-            continue
-        clone = op.create(
-            operands=operands,
-            result_types=[nhwc(r.type) for r in op.results],
-            properties=dict(op.properties),
-            attributes=dict(op.attributes),
-        )
-        block.add_op(clone)
-        for old, new in zip(op.results, clone.results, strict=True):
-            new.name_hint = old.name_hint
-            mapping[old] = new
     layout = DictionaryAttr({"input": StringAttr("nhwc"), "output": StringAttr("nhwc")})
-    attributes = {**fused.attributes, LAYOUT_ATTR: layout}
-    result_type = nhwc(fused.results[0].type)
-    group = ai.FusedOp(fused.kind_name, inputs, [result_type], Region(block), attributes)
+    group = retyped_group(fused, inputs, nhwc, {**fused.attributes, LAYOUT_ATTR: layout})
     Rewriter.insert_op(group, InsertPoint.before(fused))
     group.results[0].name_hint = fused.results[0].name_hint
     back = ai.TransposeOp(group.results[0], perm=TO_CHANNELS_FIRST)
