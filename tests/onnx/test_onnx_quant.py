@@ -383,6 +383,84 @@ def test_onnxruntime_static_qdq_model_runs_on_cpu_as_onnxruntime(tmp_path):
         assert np.count_nonzero(got != want) <= 2 and np.abs(got - want).max() <= step, level
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("activation", ["QUInt8", "QInt8"])
+def test_onnxruntime_static_qdq_cnn_runs_on_the_int8_gemm_as_onnxruntime(tmp_path, activation):
+    """A CNN quantized by onnxruntime's quantize_static in the QDQ format (per-channel
+    int8 weights): a 1x1 conv, a 3x3 conv with padding 1 whose input's zero point is not
+    0 (no relu before it: the padding's code is that zero point), a relu and a 3x3 conv of
+    stride 2. Each conv is one cpu kernel on the int8 GEMM where the cpu has VNNI (conv
+    method "q8": the scales moved after the conv, the codes' exact sums, the scales, bias
+    and requantization in the epilogue); its outputs equal onnxruntime's float graph and
+    its int8 (QLinearConv) graph, codes at both limits included."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    rng = np.random.default_rng(310)
+    c, k = 8, 32
+    weights = {
+        "w1": rng.standard_normal((k, c, 1, 1)) * c**-0.5,
+        "b1": rng.standard_normal(k) * 0.1,
+        "w2": rng.standard_normal((k, k, 3, 3)) * (9 * k) ** -0.5,
+        "b2": rng.standard_normal(k) * 0.1,
+        "w3": rng.standard_normal((2 * k, k, 3, 3)) * (9 * k) ** -0.5,
+        "b3": rng.standard_normal(2 * k) * 0.1,
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+        helper.make_node("Conv", ["c1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("x", F32, [1, c, 14, 14])],
+        [helper.make_tensor_value_info("y", F32, [1, 2 * k, 7, 7])],
+        [_const(name, value, F32) for name, value in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, tmp_path / "cnn.onnx")
+    data = [{"x": rng.standard_normal((1, c, 14, 14)).astype(np.float32)} for _ in range(4)]
+
+    class Calibration(quantization.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.data = iter(data)
+
+        def get_next(self):
+            return next(self.data, None)
+
+    quantization.quantize_static(
+        str(tmp_path / "cnn.onnx"),
+        str(tmp_path / "qdq.onnx"),
+        Calibration(),
+        quant_format=quantization.QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=getattr(quantization.QuantType, activation),
+        weight_type=quantization.QuantType.QInt8,
+    )
+    compiled = fusec.compile(fusec.from_onnx(tmp_path / "qdq.onnx"), target="cpu")
+    from fusec.targets.cpu import gemm_int8
+
+    heads = [line for k in compiled.kernels for line in k.source.splitlines()]
+    convs = [line for line in heads if line.startswith("# conv2d")]
+    assert len(convs) == 3
+    assert ["gemm_q8_packed" in line for line in convs] == [gemm_int8.available()] * 3
+    x = rng.standard_normal((1, c, 14, 14)).astype(np.float32)
+    x[0, 0] *= 100  # codes at both limits
+    got = np.asarray(compiled(x))
+    assert not np.isnan(got).any()
+    import onnxruntime
+
+    for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):  # its float graph, its int8 kernels
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
+        session = onnxruntime.InferenceSession(
+            str(tmp_path / "qdq.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+        want = session.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, want, err_msg=level)
+
+
 def test_int4_constants_print_their_values_and_parse_back():
     """An INT4 initializer (two a byte in the model) becomes an i4 constant whose text is
     its values (-8..7, not the low nibbles ml_dtypes keeps), and the printed IR runs as the
