@@ -11,9 +11,11 @@ builder, the stores of every group result at the element's flat offset).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
+from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import (
     ELEMENTWISE_OPS,
     ExprGenerator,
@@ -24,10 +26,33 @@ from fusec.codegen.expr import (
 )
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.targets.cuda.common import Source, body_ops, pad, yielded
+from fusec.targets.cuda.common import Source, body_ops, kernel_name, pad, yielded
 
 #: Element types the kernels load and store (``fusec.targets.cuda.device``).
 FORMATS = ("f16", "bf16", "f32")
+
+
+def planned_kernel(
+    fused_op: ai.FusedOp,
+    name: str,
+    kind: str,
+    problem: Callable[[ai.FusedOp], str | None],
+    anchor_type: type[Operation],
+    emit: Callable[[Operation, str], str],
+) -> KernelSource:
+    """The ``kind`` kernel module of ``fused_op``: ``emit(anchor, name)`` of its one
+    ``anchor_type`` op; PyTorch's when ``problem`` (the template's plan) refuses the group
+    (the reason in the header)."""
+    from fusec.targets.cuda import torch_fallback
+
+    name = kernel_name(name)
+    found = problem(fused_op)
+    if found is not None:
+        return torch_fallback.generate(fused_op, name, reason=f"the {kind} kernel: {found}")
+    (anchor,) = [op for op in body_ops(fused_op) if isinstance(op, anchor_type)]
+    source = emit(anchor, name)
+    inputs, outputs = io_specs(fused_op)
+    return KernelSource(name, kind, "cuda", source, inputs, outputs, array_dtype=None)
 
 
 def input_view(fused_op: ai.FusedOp, value: SSAValue) -> tuple[BlockArgument, tuple] | None:

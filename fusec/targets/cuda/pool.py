@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import math
 
-from fusec.codegen import KernelSource, io_specs
+from xdsl.ir import Operation
+
+from fusec.codegen import KernelSource
 from fusec.codegen.expr import ExprGenerator, header, literal, shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
@@ -39,13 +41,13 @@ from fusec.targets.cuda.anchored import (
     anchor_problem,
     input_view,
     permuted_strides,
+    planned_kernel,
     stored_views,
 )
 from fusec.targets.cuda.common import (
     Source,
     body_ops,
     grid_stride_launch,
-    kernel_name,
     module_text,
     plan_accepts,
     prelude,
@@ -80,16 +82,12 @@ accepts = plan_accepts("pool", "the cuda pool kernel", plan_problem)
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The pool kernel module of ``fused_op``; PyTorch's when ``plan_problem`` refuses it
     (the reason in the header)."""
-    from fusec.targets.cuda import torch_fallback
 
-    name = kernel_name(name)
-    problem = plan_problem(fused_op)
-    if problem is not None:
-        return torch_fallback.generate(fused_op, name, reason=f"the pool kernel: {problem}")
-    (pool,) = [op for op in body_ops(fused_op) if isinstance(op, ai.Pool2DOp)]
-    source = _Emitter(fused_op, pool, name).emit()
-    inputs, outputs = io_specs(fused_op)
-    return KernelSource(name, "pool", "cuda", source, inputs, outputs, array_dtype=None)
+    def emit(pool: Operation, name: str) -> str:
+        assert isinstance(pool, ai.Pool2DOp)
+        return _Emitter(fused_op, pool, name).emit()
+
+    return planned_kernel(fused_op, name, "pool", plan_problem, ai.Pool2DOp, emit)
 
 
 class _Emitter:

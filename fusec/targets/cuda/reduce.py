@@ -41,17 +41,24 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from fusec.codegen import KernelSource, io_specs
+from xdsl.ir import Operation
+
+from fusec.codegen import KernelSource
 from fusec.codegen.expr import ExprGenerator, header, literal, shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.targets.cuda.anchored import Epilogue, anchor_problem, input_view, stored_views
+from fusec.targets.cuda.anchored import (
+    Epilogue,
+    anchor_problem,
+    input_view,
+    planned_kernel,
+    stored_views,
+)
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import (
     Source,
     block_tile_launch,
     body_ops,
-    kernel_name,
     module_text,
     plan_accepts,
     prelude,
@@ -176,17 +183,13 @@ accepts = plan_accepts("reduce", "the cuda reduce kernel", plan_problem)
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The reduce kernel module of ``fused_op``; PyTorch's when ``plan_problem`` refuses it
     (the reason in the header)."""
-    from fusec.targets.cuda import torch_fallback
 
-    name = kernel_name(name)
-    problem = plan_problem(fused_op)
-    if problem is not None:
-        return torch_fallback.generate(fused_op, name, reason=f"the reduce kernel: {problem}")
-    (red,) = [op for op in body_ops(fused_op) if isinstance(op, ai.ReduceOp)]
-    plan = make_plan(*storage_axes(fused_op, red))
-    source = _Emitter(fused_op, red, plan, name).emit()
-    inputs, outputs = io_specs(fused_op)
-    return KernelSource(name, "reduce", "cuda", source, inputs, outputs, array_dtype=None)
+    def emit(red: Operation, name: str) -> str:
+        assert isinstance(red, ai.ReduceOp)
+        plan = make_plan(*storage_axes(fused_op, red))
+        return _Emitter(fused_op, red, plan, name).emit()
+
+    return planned_kernel(fused_op, name, "reduce", plan_problem, ai.ReduceOp, emit)
 
 
 class _Emitter:
