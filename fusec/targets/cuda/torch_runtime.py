@@ -26,6 +26,7 @@ never imports PyTorch (``--emit ptx`` executes kernel modules without it).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,19 +68,9 @@ def ieee_conv2d(
     return y
 
 
-def tf32_conv2d(
-    torch: Any,
-    x: Any,
-    w: Any,
-    bias: Any,
-    stride: Sequence[int],
-    padding: Sequence[int],
-    dilation: Sequence[int],
-    groups: int,
-) -> Any:
-    """An f32 2-D convolution (+ bias) in tf32 (``precision="tf32"``): cuDNN with
-    ``allow_tf32=True`` for this call alone (IEEE f32 where cuDNN cannot run it)."""
-    return ieee_conv2d(torch, x, w, bias, stride, padding, dilation, groups, allow_tf32=True)
+#: An f32 2-D convolution (+ bias) in tf32 (``precision="tf32"``): ``ieee_conv2d``'s cuDNN
+#: call with ``allow_tf32=True`` for this call alone (IEEE f32 where cuDNN cannot run it).
+tf32_conv2d = functools.partial(ieee_conv2d, allow_tf32=True)
 
 
 def _tf32_matmul(torch: Any) -> bool:
