@@ -381,6 +381,11 @@ def expand(x: Any, shape: Any) -> Traced:
     return _trace("expand", x).emit(ai.ExpandOp, (x,), shape=_int_list("expand", "shape", shape))
 
 
+def rotate_half(x: Any) -> Traced:
+    """RoPE's rotate-half: ``concat(-x[..., n/2:], x[..., :n/2])`` along the last axis."""
+    return _trace("rotate_half", x).emit(ai.RotateHalfOp, (x,))
+
+
 # ------------------------------------------------------- reductions, pooling
 
 
@@ -436,6 +441,7 @@ avg_pool2d = _pool(ai.AvgPool2DOp, "avg_pool2d")
 __all__ = sorted(
     [
         *_simple_ops(),
+        "rotate_half",
         "batch_norm",
         "attention",
         "bias_add",

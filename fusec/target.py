@@ -91,6 +91,31 @@ class Template:
         return importlib.import_module(self.module)
 
 
+def rotations_read_inputs(members: Sequence[Operation], anchor: Operation | None) -> str | None:
+    """A pointwise template's acceptance of ``ai.rotate_half``: the kernel reads the
+    operand at another index, so it must be a group input of the loop's whole shape (a
+    value computed in the group exists at the loop's own index only)."""
+    from fusec.dialect import ops as ai
+    from fusec.ir.tensors import spec_of
+
+    inside = {r for op in members for r in op.results}
+    shapes = [spec_of(r.type).shape for op in members for r in op.results]
+    space = max(shapes, key=len, default=())
+    for op in members:
+        if not isinstance(op, ai.RotateHalfOp):
+            continue
+        if op.input in inside:
+            return (
+                f"{op.name} reads its operand at another index: the operand must come from "
+                "outside the group"
+            )
+        if spec_of(op.input.type).shape != space or any(
+            len(s) == len(space) and s != space for s in shapes
+        ):
+            return f"{op.name} reads an operand of another shape than the group's loop"
+    return None
+
+
 class Target:
     """A back end: its templates, what it can generate and fuse, how it runs."""
 

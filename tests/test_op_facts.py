@@ -195,8 +195,11 @@ def test_every_op_has_every_fact(op_type):
     assert function in fusec.ops.__all__
     for ufunc in op_type.FRONTEND.ufuncs:
         assert isinstance(getattr(np, ufunc), np.ufunc), ufunc
-    # elementwise and broadcast ops are computed per element: they need scalar semantics
-    assert op_type.has_scalar() == (op_type.PATTERN <= Pattern.BROADCAST)
+    # elementwise and broadcast ops are computed per element: they need scalar semantics,
+    # but for an index-mapped read (ai.rotate_half), which the pointwise templates lower
+    per_element = op_type.PATTERN <= Pattern.BROADCAST and not op_type.INDEX_MAPPED
+    assert op_type.has_scalar() == per_element
+    assert not op_type.INDEX_MAPPED or op_type.PATTERN is Pattern.BROADCAST
 
 
 @pytest.mark.parametrize("op_type", ai.TENSOR_OPS, ids=lambda t: t.name)

@@ -651,7 +651,12 @@ class ExprGenerator:
         return name
 
     # --------------------------------------------------------------- chains
-    def chain(self, ops: Sequence[Operation], leaf: Leaf) -> tuple[list[str], dict[SSAValue, str]]:
+    def chain(
+        self,
+        ops: Sequence[Operation],
+        leaf: Leaf,
+        rotated: Callable[[SSAValue], tuple[str, str]] | None = None,
+    ) -> tuple[list[str], dict[SSAValue, str]]:
         """Statements ``tN = <expr>`` computing ``ops`` in order.
 
         Operands that ``ops`` do not define are resolved by ``leaf(value)``
@@ -659,10 +664,29 @@ class ExprGenerator:
         is not a plain name is bound once to an ``lN`` temporary before its
         first use. Returns the statements and the name of every value (leaves
         and results).
+
+        An ``ai.rotate_half`` reads its operand, a leaf, at another index:
+        ``rotated(value)`` is the template's load of that element and the condition
+        under which it is negated (a template without it refuses the op).
         """
         names: dict[SSAValue, str] = {}
         stmts: list[str] = []
         for op in ops:
+            if isinstance(op, ai.RotateHalfOp):
+                if rotated is None or op.input in {r for o in ops for r in o.results}:
+                    raise error_at(
+                        op,
+                        "reads its operand at another index: only a pointwise kernel "
+                        "computes it, from a group input",
+                    )
+                load, negated = rotated(op.input)
+                loaded = self.fresh(self.leaf_prefix)
+                stmts.append(self.language.assign(loaded, load))
+                name = self.fresh(self.temp_prefix)
+                expr = self.language.select(negated, self.neg(loaded), loaded)
+                stmts.append(self.language.assign(name, expr))
+                names[op.results[0]] = name
+                continue
             args = []
             for value in op.operands:
                 if value not in names:

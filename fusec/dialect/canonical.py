@@ -300,6 +300,46 @@ class DecomposeBatchNorm(RewritePattern):
         rewriter.replace(op, result)
 
 
+def _last_axis_half(value: SSAValue, upper: bool) -> SSAValue | None:
+    """``x`` when ``value`` is ``x[..., n/2:]`` (``upper``) or ``x[..., :n/2]``, the
+    last axis of even size ``n`` cut in two and every other dim whole, else None."""
+    op = value.owner
+    if not isinstance(op, ai.SliceOp):
+        return None
+    shape = ai.spec_of(op.input.type).shape
+    if not shape or shape[-1] % 2:
+        return None
+    half = shape[-1] // 2
+    offsets, sizes, strides = op.attr("offsets"), op.attr("sizes"), op.attr("strides")
+    whole = all(
+        o == 0 and n == d and s == 1
+        for o, n, s, d in zip(offsets[:-1], sizes[:-1], strides[:-1], shape[:-1], strict=True)
+    )
+    last = (offsets[-1], sizes[-1], strides[-1]) == ((half if upper else 0), half, 1)
+    return op.input if whole and last else None
+
+
+class RotateHalfOfConcat(RewritePattern):
+    """``concat(neg(x[..., n/2:]), x[..., :n/2])`` along the last axis (RoPE's
+    rotate-half, as both PyTorch exporters write it with Slice, or Split, Neg and Concat)
+    is ``rotate_half(x)``: one op a pointwise kernel reads ``x`` through, not two slices
+    and a concat copied out and a negation of its own (issue 28/30)."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, ai.ConcatOp) or len(op.operands) != 2:
+            return
+        rank = len(ai.spec_of(op.results[0].type).shape)
+        if rank == 0 or op.attr("axis") % rank != rank - 1:
+            return
+        neg = op.operands[0].owner
+        if not isinstance(neg, ai.NegOp):
+            return
+        x = _last_axis_half(neg.operands[0], upper=True)
+        if x is None or _last_axis_half(op.operands[1], upper=False) is not x:
+            return
+        _replace(rewriter, op, ai.RotateHalfOp(x))
+
+
 # ------------------------------------------------------------------ registration
 
 #: The op class of each pattern list (``ops.Canonicalized`` looks them up).
@@ -312,6 +352,7 @@ ai.CANONICAL_PATTERNS.update(
         ai.QuantizeOp: (FoldRequantize(),),
         ai.DequantizeOp: (FoldConstantDequantize(),),
         ai.ReluOp: (FoldReluOfRelu(),),
+        ai.ConcatOp: (RotateHalfOfConcat(),),
         ai.TransposeOp: (
             FoldIdentityTranspose(),
             ComposeTransposes(),

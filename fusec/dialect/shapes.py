@@ -480,6 +480,18 @@ def cumsum(x: TensorSpec, *, axis: int, exclusive: bool, reverse: bool) -> Tenso
     return x
 
 
+def rotate_half(x: TensorSpec) -> TensorSpec:
+    """ai.rotate_half: RoPE's rotate-half along the last axis; the shape and type of
+    ``x``, whose last dim must be even."""
+    if x.rank < 1:
+        raise ShapeError("ai.rotate_half: operand 'input' must have rank >= 1")
+    if x.shape[-1] % 2:
+        raise ShapeError(
+            f"ai.rotate_half: the last dim of operand 'input' ({_fmt(x.shape)}) must be even"
+        )
+    return x
+
+
 def expand(x: TensorSpec, *, shape: Sequence[int]) -> TensorSpec:
     """ai.expand: ``x`` broadcast to ``shape``, which the result has exactly (x's dims
     are 1 or equal, right-aligned; ``shape`` is the broadcast result, as ONNX's Expand

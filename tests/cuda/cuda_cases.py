@@ -47,6 +47,20 @@ def pointwise_broadcast(rows: int, cols: int, dtype: str) -> str:
     return _func("pw_bcast", [("x", x), ("a", s), ("b", b), ("c", c)], [x, f], "pointwise", body)
 
 
+def pointwise_rope(shape, dtype: str) -> str:
+    """RoPE: x * cos + rotate_half(x) * sin, cos and sin over the last two dims (issue 28):
+    x read in place at two indices; a second result, rotate_half(x) alone."""
+    x, cs = _t(shape, dtype), _t(shape[-2:], dtype)
+    body = [
+        f"%a = ai.mul %x1, %c1 : {x} * {cs}",
+        f"%r = ai.rotate_half %x1 : {x}",
+        f"%b = ai.mul %r, %s1 : {x} * {cs}",
+        f"%y = ai.add %a, %b : {x} * {x}",
+        f"ai.yield %y, %r : {x}, {x}",
+    ]
+    return _func("rope", [("x", x), ("c", cs), ("s", cs)], [x, x], "pointwise", body)
+
+
 def pointwise_tail(n: int, dtype: str) -> str:
     """maximum(tanh(x), y) - exp(y) / x on a length that no vector width divides."""
     v = _t((n,), dtype)

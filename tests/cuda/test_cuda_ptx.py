@@ -9,6 +9,7 @@ from cuda_cases import (
     layernorm_residual,
     pointwise_broadcast,
     pointwise_every_unary,
+    pointwise_rope,
     pointwise_tail,
     softmax_axis,
     softmax_last,
@@ -54,6 +55,18 @@ def test_every_unary_op_ptx() -> None:
     for part in range(3):
         ((_, _, ptx),) = _ptx(pointwise_every_unary(4096, "f32", part, 3))
         _check_common(ptx)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_rope_ptx_reads_both_halves_in_16_byte_accesses(dtype: str) -> None:
+    """q * cos + rotate_half(q) * sin (issue 28): q's vector and its rotated partner (the
+    vector n/2 away) are 16-byte loads; nothing spills to local memory."""
+    ((_, kind, ptx),) = _ptx(pointwise_rope([1, 32, 128, 128], dtype))
+    assert kind == "pointwise"
+    _check_common(ptx)
+    # q, q rotated, cos and sin: four vector loads a step; y and rotate_half(q) stored
+    assert ptx.count("ld.global.v4.u32") >= 4
+    assert ptx.count("st.global.v4.b32") >= 2
 
 
 def test_pointwise_tail_ptx() -> None:

@@ -29,6 +29,9 @@ CASES = [
     ("pw_domain_f32", "pointwise_domain_math", [19, "f32"], "f32"),
     ("pw_select_f32", "pointwise_select", [3, 10, "f32"], "f32"),
     ("pw_select_f16", "pointwise_select", [2, 24, "f16"], "f16"),
+    ("pw_rope_f16", "pointwise_rope", [[2, 4, 8, 16], "f16"], "f16"),
+    ("pw_rope_bf16", "pointwise_rope", [[1, 2, 4, 64], "bf16"], "bf16"),
+    ("pw_rope_f32", "pointwise_rope", [[3, 5, 6], "f32"], "f32"),  # n/2 = 3: VEC 1
     ("ln_warp_f16", "layernorm_residual", [5, 64, "f16"], "f16"),
     ("ln_block_f32", "layernorm_residual", [2, 1024, "f32"], "f32"),
     ("ln_odd_bf16", "layernorm_residual", [3, 40, "bf16"], "bf16"),

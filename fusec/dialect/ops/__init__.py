@@ -347,6 +347,9 @@ from fusec.dialect.ops.layout import (
     ReshapeOp as ReshapeOp,
 )
 from fusec.dialect.ops.layout import (
+    RotateHalfOp as RotateHalfOp,
+)
+from fusec.dialect.ops.layout import (
     SliceOp as SliceOp,
 )
 from fusec.dialect.ops.layout import (

@@ -149,6 +149,9 @@ class AiOp(IRDLOperation):
     HAS_TO_TYPE: ClassVar[bool] = False
     #: The op's place in the fusion lattice (see ``fusion_pattern``).
     PATTERN: ClassVar[Pattern] = Pattern.OPAQUE
+    #: A broadcast op with no per-element scalar: an element of its result is its operand
+    #: at another index (``ai.rotate_half``), which the pointwise templates read in place.
+    INDEX_MAPPED: ClassVar[bool] = False
     #: Names front ends map one-to-one onto this op.
     FRONTEND: ClassVar[FrontendNames] = FrontendNames()
     #: Targets that cannot lower this op, each with the reason.

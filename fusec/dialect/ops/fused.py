@@ -86,7 +86,14 @@ from fusec.dialect.ops.elementwise import (
     TanhOp,
 )
 from fusec.dialect.ops.indexing import ArgMaxOp, ArgMinOp, CumSumOp, ExpandOp, TakeOp
-from fusec.dialect.ops.layout import ConcatOp, GatherOp, ReshapeOp, SliceOp, TransposeOp
+from fusec.dialect.ops.layout import (
+    ConcatOp,
+    GatherOp,
+    ReshapeOp,
+    RotateHalfOp,
+    SliceOp,
+    TransposeOp,
+)
 from fusec.dialect.ops.logic import (
     AndOp,
     EqualOp,
@@ -309,6 +316,7 @@ TENSOR_OPS: tuple[type[AiOp], ...] = (
     TransposeOp,
     SliceOp,
     ConcatOp,
+    RotateHalfOp,
     GatherOp,
     EqualOp,
     LessOp,

@@ -22,7 +22,7 @@ from fusec.dialect.ops.base import (
     result,
 )
 from fusec.dialect.shapes import ShapeError
-from fusec.ir.dtypes import ALL_TYPES
+from fusec.ir.dtypes import ALL_TYPES, NUMERIC_TYPES
 from fusec.ir.tensors import spec_of, tensor_type
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class ConcatOp(AiOp):
     inputs = var_operand_def(TensorType)
     output = result()
     axis = int_prop(0)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Canonicalized())
 
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("concat")
@@ -175,3 +175,38 @@ class GatherOp(AiOp):
         import numpy as np
 
         return np.take(args[0], list(self.attr("indices")), axis=self.attr("axis"))
+
+
+@irdl_op_definition
+class RotateHalfOp(AiOp):
+    """The rotate-half of rotary position embeddings (RoPE): ``concat(-x[..., n/2:],
+    x[..., :n/2])`` along the last axis of even size ``n``, as Llama-style models write
+    ``q * cos + rotate_half(q) * sin``. No copy of its own: element ``i`` of the last axis
+    is ``x[(i + n/2) % n]``, negated for ``i < n/2``, and the pointwise kernels read their
+    group input ``x`` at that index (issue 28/30; the canonical form of the
+    slice/neg/concat spelling, ``dialect/canonical.py``)."""
+
+    name = "ai.rotate_half"
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    input = operand()
+    output = result()
+    traits = traits_def(Pure())
+
+    PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
+    INDEX_MAPPED: ClassVar[bool] = True
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames("rotate_half")
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        return shapes.rotate_half(*operands, **attrs)
+
+    def half(self) -> int:
+        """n/2: the shift along the last axis."""
+        return spec_of(self.input.type).shape[-1] // 2
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        x = args[0]
+        h = x.shape[-1] // 2
+        return np.concatenate([np.negative(x[..., h:]), x[..., :h]], axis=-1)

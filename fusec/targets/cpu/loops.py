@@ -27,6 +27,7 @@ from fusec.codegen.expr import (
     leaf_shapes,
     shape_of,
 )
+from fusec.dialect import ops as ai
 from fusec.targets.cpu.common import PARALLEL_MIN_ELEMENTS, Stage, fmt_shape
 
 #: Aim for this many parallel tasks, each at least MIN_CHUNK elements long.
@@ -97,6 +98,16 @@ def pointwise_stage(
     for value, (axis, _, _) in blocks.items():
         dim = len(space) - len(leaves[value]) + axis
         isolate.append(tuple(n if d == dim else 1 for d, n in enumerate(space)))
+    # An ai.rotate_half reads its (full) operand at j + n/2 or j - n/2 along the last
+    # axis: that axis stays the inner loop of its own.
+    rotations = [op for op in ops if isinstance(op, ai.RotateHalfOp)]
+    for op in rotations:
+        if shape_of(op.input) != tuple(space):
+            raise error_at(
+                op, f"reads an operand of another shape than the loop's {fmt_shape(space)}"
+            )
+    if rotations:
+        isolate.append((1,) * (len(space) - 1) + (space[-1],))
     merged, merged_shapes = coalesce(
         space, [leaves[v] for v in leaf_list] + [shape_of(v) for v, _ in writes] + isolate
     )
@@ -104,7 +115,9 @@ def pointwise_stage(
     write_merged = merged_shapes[len(leaf_list) : len(leaf_list) + len(writes)]
     block_dims = {
         value: next(d for d, n in enumerate(shape) if n != 1)
-        for value, shape in zip(blocks, merged_shapes[len(leaf_list) + len(writes) :], strict=True)
+        for value, shape in zip(
+            blocks, merged_shapes[len(leaf_list) + len(writes) :][: len(blocks)], strict=True
+        )
     }
 
     index = [f"i{d}" for d in range(len(merged) - 1)] + ["j"]
@@ -118,7 +131,15 @@ def pointwise_stage(
             return f"{reads[value]}[{offset}]"
         return f"{reads[value]}[{broadcast_offset(merged, leaf_merged[value], index)}]"
 
-    stmts, names = gen.chain(ops, leaf)
+    def rotated(value: SSAValue) -> tuple[str, str]:
+        offset = broadcast_offset(merged, leaf_merged[value], [*index[:-1], "jr"])
+        return f"{reads[value]}[{offset}]", f"j < {space[-1] // 2}"
+
+    stmts, names = gen.chain(ops, leaf, rotated)
+    if rotations:
+        half = space[-1] // 2
+        assert merged[-1] == space[-1]
+        stmts.insert(0, f"jr = j + {half} if j < {half} else j - {half}")
     for (value, array), shape in zip(writes, write_merged, strict=True):
         expr = names[value] if value in names else leaf(value)
         stmts.append(f"{array}[{broadcast_offset(merged, shape, index)}] = {expr}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fusec.codegen import CompiledEntry, KernelSource, io_specs
 from fusec.codegen.expr import ExprGenerator
+from fusec.dialect import ops as ai
 from fusec.targets.cpu.common import (
     assemble,
     body_ops,
@@ -18,7 +19,7 @@ from fusec.targets.cpu.loops import pointwise_stage
 
 def generate(fused_op, name: str) -> KernelSource:
     ops = body_ops(fused_op)
-    check_elementwise(ops)
+    check_elementwise(ops, (ai.RotateHalfOp,))
     gen = ExprGenerator(fast_exp=True)  # exp, erfc: loop-vectorising helpers
     outputs = outputs_of(fused_op)
     stage = pointwise_stage(f"{name}_pointwise", gen, ops, input_names(fused_op), outputs)

@@ -8,7 +8,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
 from fusec.dialect import ops as ai
-from fusec.target import Target, Template
+from fusec.target import Target, Template, rotations_read_inputs
 
 _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
 _ROWS = (*_ROW, ai.RMSNormOp)  # the row kernel's; the matmul's prologue/epilogue: _ROW
@@ -57,7 +57,9 @@ class CpuTarget(Target):
     #: the rules' 256 is a GPU tile.
     rule_params = {"softmax_tile_limit": 16384}
     templates = {
-        "pointwise": Template("fusec.targets.cpu.pointwise"),
+        "pointwise": Template(
+            "fusec.targets.cpu.pointwise", (ai.RotateHalfOp,), accepts=rotations_read_inputs
+        ),
         "row_reduce": Template("fusec.targets.cpu.row_reduce", _ROWS, accepts=_no_block_scales),
         "matmul": Template(
             "fusec.targets.cpu.matmul",

@@ -54,6 +54,7 @@ class _Operand:
 
     def __init__(self, array: str, dtype: str, shape: tuple[int, ...], space: tuple[int, ...]):
         self.array = array  # kernel parameter name, e.g. in0 / out1
+        self.buffer = f"v_{array}"  # its local array of one loop step's elements
         self.dtype = dtype
         self.shape = shape  # collapsed, same rank as the collapsed space
         size = math.prod(shape)
@@ -99,7 +100,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The pointwise kernel module of ``fused_op``."""
     name = kernel_name(name)
     ops = body_ops(fused_op)
-    check_elementwise(ops, ELEMENTWISE_OPS)
+    check_elementwise(ops, (*ELEMENTWISE_OPS, ai.RotateHalfOp))
     results = yielded(fused_op)
     leaves = leaf_shapes(ops)
     for value in results:
@@ -122,16 +123,37 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         _Operand(f"out{k}", spec_of(v.type).dtype, collapsed[len(leaf_list) + k], space)
         for k, v in enumerate(results)
     ]
-    plan = _Plan(space, list(in_ops.values()), out_ops)
-    source = _emit(fused_op, name, ops, results, in_ops, out_ops, plan)
+    rotations = _rotations(ops, space0, in_ops)
+    plan = _Plan(space, list(in_ops.values()), out_ops, space0[-1] if rotations else 0)
+    source = _emit(fused_op, name, ops, results, in_ops, out_ops, plan, rotations)
     inputs, outputs = io_specs(fused_op)
     return KernelSource(name, "pointwise", "cuda", source, inputs, outputs, array_dtype=None)
+
+
+def _rotations(ops, space0: tuple[int, ...], in_ops: dict) -> dict:
+    """The operands ``ai.rotate_half`` reads at another index (each a group input of the
+    whole iteration space): value -> its second view, a buffer loaded n/2 elements along
+    the last axis away (``n`` the last dim; the ops' half, ``n // 2``)."""
+    import copy
+
+    found = {}
+    for op in ops:
+        if not isinstance(op, ai.RotateHalfOp):
+            continue
+        if shape_of(op.input) != tuple(space0) or op.input not in in_ops:
+            from fusec.codegen.expr import error_at
+
+            raise error_at(op, "reads an operand that is not a group input of the loop's shape")
+        view = copy.copy(in_ops[op.input])
+        view.buffer = f"{view.buffer}_r"
+        found[op.input] = view
+    return found
 
 
 class _Plan:
     """Vector width, element counts and whether per-vector index arithmetic is needed."""
 
-    def __init__(self, space, ins: list[_Operand], outs: list[_Operand]):
+    def __init__(self, space, ins: list[_Operand], outs: list[_Operand], rotate: int):
         self.space = space
         operands = ins + outs
         self.indexed = any(o.kind in ("row", "col") for o in operands) or any(
@@ -141,6 +163,10 @@ class _Plan:
         vec = BYTES_PER_STEP // min(widths) if widths else 1
         if self.indexed:
             vec = math.gcd(vec, space[-1])
+        #: the last dim of an ai.rotate_half's operand (0: none): a vector lies in one half
+        self.rotate = rotate
+        if self.rotate:
+            vec = math.gcd(vec, self.rotate // 2)
         self.vec = vec
         self.n = math.prod(space)
         self.nvec = self.n // vec
@@ -148,10 +174,12 @@ class _Plan:
         # few streams (e.g. one input, one output): a second vector per step, one grid
         # stride away (still lane-contiguous), doubles the loads in flight
         loaded = sum(1 for o in ins if o.vectorised)
-        self.unroll = 2 if not self.indexed and loaded <= 2 and self.nvec > 1 else 1
+        self.unroll = (
+            2 if not self.indexed and not self.rotate and loaded <= 2 and self.nvec > 1 else 1
+        )
 
 
-def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan) -> str:
+def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan, rotations) -> str:
     gen = ExprGenerator()
     helpers: set[str] = set()
     vec = plan.vec
@@ -162,7 +190,7 @@ def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan) -> str:
     code.add(0, "@cuda.jit", f"def {name}({', '.join(params)}):")
     code.add(1, '"""Grid-stride loop over vectors of VEC elements of the output space."""')
 
-    for op in list(in_ops.values()) + out_ops:
+    for op in list(in_ops.values()) + out_ops + list(rotations.values()):
         if op.vectorised:
             code.add(1, f"{_buf(op)} = cuda.local.array(SPAN, {_RAW_LOCAL.get(op.dtype, 'f32')})")
     for op in in_ops.values():
@@ -198,11 +226,22 @@ def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan) -> str:
             _need(helpers, op, "ld")
             code.add(2, f"{_scal(op)} = {op.load(offset(op))}")
 
+    if plan.rotate:
+        # ai.rotate_half: the vector n/2 along the last axis (a vector lies in one half)
+        half = plan.rotate // 2
+        code.add(2, f"rneg = e % {plan.rotate} < {half}")
+        code.add(2, f"rbase = e + {half} if rneg else e - {half}")
+        for view in rotations.values():
+            _emit_vector(code, helpers, "load", view, "rbase", vec)
+
     def vector_leaf(value) -> str:
         op = in_ops[value]
         return f"{_buf(op)}[j]" if op.vectorised else _scal(op)
 
-    stmts, names = gen.chain(ops, vector_leaf)
+    def rotated(value) -> tuple[str, str]:
+        return f"{_buf(rotations[value])}[j]", "rneg"
+
+    stmts, names = gen.chain(ops, vector_leaf, rotated)
     code.add(2, "for j in range(SPAN):")
     code.add(3, *stmts)
     for value, op in zip(results, out_ops, strict=True):
@@ -217,6 +256,7 @@ def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan) -> str:
     code.add(2, f"vec += {'2 * step' if plan.unroll == 2 else 'step'}")
 
     if plan.tail:
+        assert not plan.rotate  # VEC divides n/2, so N (a multiple of n)
         code.add(1, "# the last N % VEC elements, one per thread (all operands full or size 1)")
         code.add(1, "k = NVEC * VEC + cuda.grid(1)", "if k < N:")
 
@@ -244,7 +284,7 @@ def _need(helpers: set, op: _Operand, op_name: str) -> None:
 
 
 def _buf(op: _Operand) -> str:
-    return f"v_{op.array}"
+    return op.buffer
 
 
 def _scal(op: _Operand) -> str:

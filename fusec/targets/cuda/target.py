@@ -10,7 +10,7 @@ from xdsl.ir import Operation
 
 from fusec.codegen import KernelSource
 from fusec.dialect import ops as ai
-from fusec.target import Target, Template, deferred
+from fusec.target import Target, Template, deferred, rotations_read_inputs
 
 _ROW = (ai.LayerNormOp, ai.SoftmaxOp)
 _ROWS = (*_ROW, ai.RMSNormOp)  # the row kernel's; the GEMM's prologue/epilogue: _ROW
@@ -90,7 +90,9 @@ class CudaTarget(Target):
         "cse,attention-layout,fuse{softmax_tile_limit=1048576},conv-layout,tile-gemm",
     }
     templates = {
-        "pointwise": Template("fusec.targets.cuda.pointwise"),
+        "pointwise": Template(
+            "fusec.targets.cuda.pointwise", (ai.RotateHalfOp,), accepts=rotations_read_inputs
+        ),
         "row_reduce": Template(
             "fusec.targets.cuda.row_reduce", _ROWS, accepts=_floats_only("the cuda row kernel")
         ),
