@@ -377,36 +377,30 @@ def _make_gpu_reductions(jitted) -> dict[str, object]:
     warp_sum = jitted(sig, warp_sum_impl)
     warp_max = jitted(sig, warp_max_impl)
 
-    def block_sum_impl(v, scratch):
-        # each warp reduces, lane 0 parks its total, then every warp reduces
-        # the parked totals itself (no broadcast step); the last barrier
-        # keeps scratch intact until every warp has read it.
-        lane = cuda.threadIdx.x & 31
-        v = warp_sum(v, scratch)
-        if lane == 0:
-            scratch[cuda.threadIdx.x >> 5] = v
-        cuda.syncthreads()
-        t = scratch[lane] if lane < (cuda.blockDim.x >> 5) else float32(0.0)
-        t = warp_sum(t, scratch)
-        cuda.syncthreads()
-        return t
+    def block_impl(warp, identity):
+        """A block reduction over ``warp``'s: each warp reduces, lane 0 parks its total,
+        then every warp reduces the parked totals itself (no broadcast step; lanes past
+        the warp count read ``identity``); the last barrier keeps scratch intact until
+        every warp has read it."""
 
-    def block_max_impl(v, scratch):
-        lane = cuda.threadIdx.x & 31
-        v = warp_max(v, scratch)
-        if lane == 0:
-            scratch[cuda.threadIdx.x >> 5] = v
-        cuda.syncthreads()
-        t = scratch[lane] if lane < (cuda.blockDim.x >> 5) else neg_inf
-        t = warp_max(t, scratch)
-        cuda.syncthreads()
-        return t
+        def impl(v, scratch):
+            lane = cuda.threadIdx.x & 31
+            v = warp(v, scratch)
+            if lane == 0:
+                scratch[cuda.threadIdx.x >> 5] = v
+            cuda.syncthreads()
+            t = scratch[lane] if lane < (cuda.blockDim.x >> 5) else identity
+            t = warp(t, scratch)
+            cuda.syncthreads()
+            return t
+
+        return impl
 
     return {
         "warp_sum": warp_sum,
         "warp_max": warp_max,
-        "block_sum": jitted(sig, block_sum_impl),
-        "block_max": jitted(sig, block_max_impl),
+        "block_sum": jitted(sig, block_impl(warp_sum, float32(0.0))),
+        "block_max": jitted(sig, block_impl(warp_max, neg_inf)),
     }
 
 
