@@ -11,13 +11,19 @@
   model compiled with AMX off: the VNNI tiles), fusec's float path as it was before
   (the weights dequantized at import, an f32 GEMM: ``onnx_fold.kept_quantized`` switched
   off while importing) and onnxruntime with its default optimisations (its QLinear int8
-  kernels) and with none, outputs compared.
+  kernels) and with none, outputs compared;
+* with ``--model cnn``: a QDQ CNN the same way (a ResNet bottleneck's three convs without
+  the residual, 1 x ``--channels`` x ``--size`` x ``--size``: 1x1, 3x3 padding 1, 1x1 to
+  4x the channels, relus between), each conv on the int8 GEMM where the cpu has VNNI
+  (``targets/cpu/conv/q8.py``); "f32 (before)" is the model with its weights folded to
+  float at import, its convs by the float methods (im2col, Winograd, ...).
 
 Samples alternate between the contenders; a sample is the mean of ``--calls`` calls. Prints
 the minimum and median per call in us and the load average before and after.
 
     python benchmarks/cpu_quant_bench.py [--samples 9] [--calls 20] [--threads 1]
-        [--activation uint8|int8] [--skip-elementwise]
+        [--activation uint8|int8] [--skip-elementwise] [--model mlp|cnn] [--size 56]
+        [--channels 64]
 """
 
 from __future__ import annotations
@@ -163,8 +169,91 @@ def _qdq_mlp(
     return path / "qdq.onnx", rng.standard_normal((rows, width)).astype(np.float32)
 
 
+def _qdq_cnn(
+    path: Path, size: int, channels: int, activation: str = "uint8"
+) -> tuple[Path, np.ndarray]:
+    """A ResNet bottleneck's convs without the residual: 1x1 C -> C, relu, 3x3 C -> C
+    (padding 1), relu, 1x1 C -> 4C, on a 1 x C x size x size input."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    rng = np.random.default_rng(1)
+    c = channels
+    weights = {
+        "w1": rng.standard_normal((c, c, 1, 1)) * c**-0.5,
+        "b1": rng.standard_normal(c) * 0.1,
+        "w2": rng.standard_normal((c, c, 3, 3)) * (9 * c) ** -0.5,
+        "b2": rng.standard_normal(c) * 0.1,
+        "w3": rng.standard_normal((4 * c, c, 1, 1)) * c**-0.5,
+        "b3": rng.standard_normal(4 * c) * 0.1,
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["y"]),
+    ]
+    shape = [1, c, size, size]
+    graph = helper.make_graph(
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4 * c, size, size])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, path / "cnn.onnx")
+    data = [{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(4)]
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.data = iter(data)
+
+        def get_next(self):
+            return next(self.data, None)
+
+    quantize_static(
+        str(path / "cnn.onnx"),
+        str(path / "qdq.onnx"),
+        Calibration(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QUInt8 if activation == "uint8" else QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+    )
+    return path / "qdq.onnx", rng.standard_normal(shape).astype(np.float32)
+
+
 def _mlp_case(
     rows: int, width: int, threads: int, samples: int, calls: int, activation: str
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path, x = _qdq_mlp(Path(folder), rows, width, activation)
+        title = f"QDQ MLP {rows}x{width} @ {width}x{width} twice, {activation} activations"
+        _model_case(path, x, title, threads, samples, calls)
+
+
+def _cnn_case(
+    size: int, channels: int, threads: int, samples: int, calls: int, activation: str
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path, x = _qdq_cnn(Path(folder), size, channels, activation)
+        c = channels
+        title = (
+            f"QDQ CNN 1x{c}x{size}x{size}: 1x1 {c} -> {c}, 3x3 {c} -> {c}, 1x1 {c} -> "
+            f"{4 * c}, {activation} activations"
+        )
+        _model_case(path, x, title, threads, samples, calls)
+
+
+def _model_case(
+    path: Path, x: np.ndarray, title: str, threads: int, samples: int, calls: int
 ) -> None:
     from unittest import mock
 
@@ -173,31 +262,36 @@ def _mlp_case(
     from fusec.frontend import onnx_fold
     from fusec.targets.cpu import gemm_int8
 
-    with tempfile.TemporaryDirectory() as folder:
-        path, x = _qdq_mlp(Path(folder), rows, width, activation)
-        compiled = fusec.compile(fusec.from_onnx(path), target="cpu")
-        with mock.patch.object(gemm_int8, "_PERMITTED", False):  # no AMX: the VNNI tiles
-            vnni = fusec.compile(fusec.from_onnx(path), target="cpu")
-        with mock.patch.object(onnx_fold, "kept_quantized", lambda *_: False):
-            folded = fusec.compile(fusec.from_onnx(path), target="cpu")
-        sessions = {}
-        for name, level in (
-            ("onnxruntime (optimised)", ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
-            ("onnxruntime (no opt)", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
-        ):
-            options = ort.SessionOptions()
-            options.graph_optimization_level = level
-            options.intra_op_num_threads = threads
-            sessions[name] = ort.InferenceSession(
-                str(path), options, providers=["CPUExecutionProvider"]
-            )
+    compiled = fusec.compile(fusec.from_onnx(path), target="cpu")
+    with mock.patch.object(gemm_int8, "_PERMITTED", False):  # no AMX: the VNNI tiles
+        vnni = fusec.compile(fusec.from_onnx(path), target="cpu")
+    with mock.patch.object(onnx_fold, "kept_quantized", lambda *_: False):
+        folded = fusec.compile(fusec.from_onnx(path), target="cpu")
+    sessions = {}
+    for name, level in (
+        ("onnxruntime (optimised)", ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
+        ("onnxruntime (no opt)", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
+    ):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = level
+        options.intra_op_num_threads = threads
+        sessions[name] = ort.InferenceSession(
+            str(path), options, providers=["CPUExecutionProvider"]
+        )
     programs = {"fusec cpu": compiled, "fusec cpu, VNNI tiles": vnni}
     programs["fusec cpu, f32 GEMM (before)"] = folded
     for label, program in programs.items():
         got = np.asarray(program(x))
         heads = [line for k in program.kernels for line in k.source.splitlines()]
-        heads = [line for line in heads if line.startswith("# matmul")]
-        gemms = sorted({line.split(": prologue, ")[1].split(",")[0] for line in heads})
+        gemms = sorted(
+            {
+                line.split(": prologue, ")[1].split(",")[0]
+                if line.startswith("# matmul")
+                else line.split(": ", 1)[1].split(", epilogue")[0]
+                for line in heads
+                if line.startswith(("# matmul", "# conv2d"))
+            }
+        )
         print(f"{label}: {', '.join(gemms)}")
         for name, session in sessions.items():
             want = session.run(None, {"x": x})[0]
@@ -210,10 +304,7 @@ def _mlp_case(
     for name, session in sessions.items():
         contenders[name] = lambda s=session: s.run(None, {"x": x})
     kinds = ", ".join(k.kind for k in compiled.kernels)
-    _report(
-        f"QDQ MLP {rows}x{width} @ {width}x{width} twice, {activation} activations ({kinds})",
-        _timed(contenders, samples, calls),
-    )
+    _report(f"{title} ({kinds})", _timed(contenders, samples, calls))
 
 
 def main() -> None:
@@ -225,13 +316,21 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--activation", choices=("uint8", "int8"), default="uint8")
-    parser.add_argument("--skip-elementwise", action="store_true", help="the MLP only")
+    parser.add_argument("--skip-elementwise", action="store_true", help="the model only")
+    parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
+    parser.add_argument("--size", type=int, default=56, help="the CNN's plane")
+    parser.add_argument("--channels", type=int, default=64, help="the CNN's channels")
     args = parser.parse_args()
     numba.set_num_threads(args.threads)
     print(f"load average before: {os.getloadavg()}, {args.threads} thread(s)", file=sys.stderr)
     if not args.skip_elementwise:
         _quantize_cases(args.elements, args.samples, max(1, args.calls // 4))
-    _mlp_case(args.rows, args.width, args.threads, args.samples, args.calls, args.activation)
+    if args.model == "cnn":
+        case = (args.size, args.channels, args.threads, args.samples, args.calls)
+        _cnn_case(*case, args.activation)
+    else:
+        case = (args.rows, args.width, args.threads, args.samples, args.calls)
+        _mlp_case(*case, args.activation)
     print(f"load average after: {os.getloadavg()}", file=sys.stderr)
 
 

@@ -70,7 +70,7 @@ def _run_poisoned(text: str, inputs: list[np.ndarray]) -> np.ndarray:
     compiled = fusec.compile(text, target="cpu")
     assert np.asarray(compiled(*inputs)).tobytes() == runs[0].tobytes()
     heads = [line for k in compiled.kernels for line in k.source.splitlines()]
-    q8 = [line for line in heads if line.startswith("# conv2d") and "gemm_q8_packed" in line]
+    q8 = [line for line in heads if line.startswith("# conv2d") and "gemm_q8_bytes" in line]
     assert len(q8) == int(gemm_int8.available())
     return runs[0]
 

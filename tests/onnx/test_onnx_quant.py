@@ -444,7 +444,7 @@ def test_onnxruntime_static_qdq_cnn_runs_on_the_int8_gemm_as_onnxruntime(tmp_pat
     heads = [line for k in compiled.kernels for line in k.source.splitlines()]
     convs = [line for line in heads if line.startswith("# conv2d")]
     assert len(convs) == 3
-    assert ["gemm_q8_packed" in line for line in convs] == [gemm_int8.available()] * 3
+    assert ["gemm_q8_bytes" in line for line in convs] == [gemm_int8.available()] * 3
     x = rng.standard_normal((1, c, 14, 14)).astype(np.float32)
     x[0, 0] *= 100  # codes at both limits
     got = np.asarray(compiled(x))

@@ -547,6 +547,29 @@ def gemm_q8_packed_amx(m, n, k, a, a_off, lda, zero, q8, bp, ncols, c0, c, c_off
     _gemm_amx(m, n, kp, q8, rows * kp, bp, sums, ncols, c0, zero, c, c_off, ldc)
 
 
+@sealed_njit
+def gemm_q8_bytes(m, n, k, q8, zero, bp, ncols, c0, c, c_off, ldc):
+    """``gemm_q8_packed`` with A's rows already uint8 codes in ``q8``'s bytes (rows of
+    ``padded_k(k)`` bytes; what lies past ``k`` in a row multiplies the packing's zeros
+    and does not count): the caller gathered them (a quantized conv's im2row). In the
+    VNNI register tiles."""
+    kp = (k + K_BLOCK - 1) // K_BLOCK * K_BLOCK
+    _gemm_vnni(m, n, k, kp, q8, bp, ncols, c0, zero, c, c_off, ldc)
+
+
+@sealed_njit
+def gemm_q8_bytes_amx(m, n, k, q8, zero, bp, ncols, c0, c, c_off, ldc):
+    """``gemm_q8_bytes`` on AMX-INT8 tiles (as ``gemm_q8_packed_amx``); A's rows past
+    ``m`` up to a multiple of ``AMX_ROWS`` are read and their sums dropped."""
+    kp = (k + K_BLOCK - 1) // K_BLOCK * K_BLOCK
+    if m < AMX_MIN_ROWS:
+        _gemm_vnni(m, n, k, kp, q8, bp, ncols, c0, zero, c, c_off, ldc)
+        return
+    rows = (m + AMX_ROWS - 1) // AMX_ROWS * AMX_ROWS
+    sums = bp[ncols * kp // 4 :].view(np.int32)
+    _gemm_amx(m, n, kp, q8, rows * kp, bp, sums, ncols, c0, zero, c, c_off, ldc)
+
+
 def pack_q8(b: np.ndarray, transposed: bool = False) -> np.ndarray:
     """A 2-D B of integer values in -128..127 (``k x n``, or ``n x k`` given
     ``transposed``; float32 or integer) as ``gemm_q8_packed`` reads it, flat float32 whose
@@ -580,6 +603,8 @@ __all__ = [
     "amx_available",
     "available",
     "fits",
+    "gemm_q8_bytes",
+    "gemm_q8_bytes_amx",
     "gemm_q8_packed",
     "gemm_q8_packed_amx",
     "pack_q8",

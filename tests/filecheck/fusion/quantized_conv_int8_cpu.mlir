@@ -3,10 +3,10 @@
 // output channel, a bias and the output quantized. recognize-patterns moves both scales
 // after the conv (the weight's as a (K, 1, 1) constant) and canonicalize folds the codes
 // into a constant of integers; the cpu conv group then multiplies the codes themselves
-// (conv_method "q8"): im2row of a block of output rows, gemm_q8_packed (its _amx form
-// where the process may use AMX tiles) by the weight packed once, the zero point's code
-// (+ 128 for int8 codes) a literal of the call, the scales, bias and quantize in the
-// epilogue. K not a multiple of 16 keeps the float path.
+// (conv_method "q8"): a block of output rows' input codes as bytes, channels-last, im2row
+// of bytes (the padding the zero point's code, + 128 for int8 codes), gemm_q8_bytes (its
+// _amx form where the process may use AMX tiles) by the weight packed once, the scales,
+// bias and quantize in the epilogue. K not a multiple of 16 keeps the float path.
 // REQUIRES: cpu-int8-gemm
 // RUN: fusec-opt %s -p "recognize-patterns" | filecheck %s --check-prefix=REC
 // RUN: fusec compile %s --target cpu --emit kernels | filecheck %s
@@ -24,16 +24,17 @@
 
 // CHECK:      # fusec kernel for one ai.fused "conv" group
 // CHECK:      #   ai.conv2d -> ai.mul -> ai.mul -> ai.bias_add -> ai.quantize
-// CHECK:      # conv2d 1x8x6x6 * 16x8x3x3 in 2 blocks of 3 output rows: im2row, gemm_q8_packed{{(_amx)?}} (uint8 x int8 -> int32, weight packed once), transpose, epilogue per block
-// CHECK:      rows[d + s] = {{in[0-9]+}}[plane + ih * 6 + iw] if inside else f32(0.0)
-// CHECK-NEXT: gemm_q8_packed{{(_amx)?}}(pw, 16, 72, rows, 0, 72, np.int32(131), q8buf,
+// CHECK:      # conv2d 1x8x6x6 * 16x8x3x3 in 2 blocks of 3 output rows: codes channels-last, im2row of bytes, gemm_q8_bytes{{(_amx)?}} (uint8 x int8 -> int32, weight packed once), transpose, epilogue per block
+// CHECK:      xb[dst + j * 8] = np.uint8(np.int32({{in[0-9]+}}[src + j]) + 131)
+// CHECK:      ab[d:d + 8] = np.uint8(131)
+// CHECK-NEXT: gemm_q8_bytes{{(_amx)?}}(pw, 16, 72, q8buf, np.int32(131), {{in[0-9]+}}, 16, 0, ct, 0, 16)
 // CHECK:      # fusec kernel for one ai.fused "conv" group
-// CHECK:      # conv2d 1x8x6x6 * 16x8x3x3 in 2 blocks of 3 output rows: im2row, gemm_q8_packed{{(_amx)?}}
-// CHECK:      gemm_q8_packed{{(_amx)?}}(pw, 16, 72, rows, 0, 72, np.int32(125), q8buf,
+// CHECK:      # conv2d 1x8x6x6 * 16x8x3x3 in 2 blocks of 3 output rows: codes channels-last, im2row of bytes, gemm_q8_bytes{{(_amx)?}}
+// CHECK:      gemm_q8_bytes{{(_amx)?}}(pw, 16, 72, q8buf, np.int32(125), {{in[0-9]+}}, 16, 0, ct, 0, 16)
 // CHECK:      # fusec kernel for one ai.fused "conv" group
-// CHECK-NOT:  gemm_q8_packed
+// CHECK-NOT:  gemm_q8_
 // CHECK:      # conv2d 1x8x6x6 * 8x8x3x3
-// CHECK-NOT:  gemm_q8_packed
+// CHECK-NOT:  gemm_q8_
 func.func @qdq_conv(%x: tensor<1x8x6x6xf32>, %bias: tensor<16xf32>, %bias8: tensor<8xf32>) -> (tensor<1x16x6x6xui8>, tensor<1x16x6x6xi8>, tensor<1x8x6x6xui8>) {
   %sx = arith.constant dense<0.02> : tensor<f32>
   %zx = arith.constant dense<131> : tensor<ui8>
