@@ -407,20 +407,11 @@ class _RowsEmitter:
             # scale but for epsilon, scaled alike. A NaN or Inf in the row gives NaN
             # statistics either way (max|x| is Inf, or the NaN reaches the sums).
             inf = literal(math.inf)  # before the clamp of var (which makes NaN 0)
-            code.add(2, f"if not (abs(mean) < {inf} and var_sums < {inf}):")
-            code.add(3, f"top = {literal(0.0)}", "for k in range(CACHE):")
-            code.add(4, "a = abs(xr[k])", "top = a if a > top else top")
-            code.add(3, f"top = {self.reduce_fn('max')}(top, scratch)")
-            code.add(3, f"if top < {literal(math.inf)}:")
-            # a power of 2 (x * xscale exact: a constant row stays constant), normal
-            code.add(4, f"xscale = f32(math.ldexp({literal(1.0)}, 2 - math.frexp(top)[1]))")
+            self.rescale(code, f"(abs(mean) < {inf} and var_sums < {inf})")
             self.layernorm_statistics(code, 4)
-            # epsilon scaled alike underflows (3e38: eps / 9e76); var is 0 only for a
-            # constant row, whose deviations are exactly 0: any finite rstd gives beta
-            code.add(4, "eps = EPS * xscale * xscale")
-            if self.g.red.attr("epsilon") > 0:
-                tiny = literal(float(np.finfo(np.float32).tiny))
-                code.add(4, f"eps = eps if eps > {tiny} else {tiny}")
+            # var is 0 only for a constant row, whose deviations are exactly 0: any
+            # finite rstd gives beta
+            self.scaled_epsilon(code)
             code.add(2, f"rstd = {literal(1.0)} / math.sqrt(var + eps)")
         else:
             code.add(2, f"m = {literal(-math.inf)}", "for k in range(CACHE):")
@@ -444,20 +435,32 @@ class _RowsEmitter:
         code.add(2, "for k in range(CACHE):")
         code.add(3, "acc += xr[k] * xr[k]")
         code.add(2, f"ms = {self.reduce_fn('sum')}(acc, scratch) * INV_L")
-        code.add(2, f"if not ms < {inf}:")
-        code.add(3, f"top = {literal(0.0)}", "for k in range(CACHE):")
-        code.add(4, "a = abs(xr[k])", "top = a if a > top else top")
-        code.add(3, f"top = {self.reduce_fn('max')}(top, scratch)")
-        code.add(3, f"if top < {inf}:")
-        code.add(4, f"xscale = f32(math.ldexp({literal(1.0)}, 2 - math.frexp(top)[1]))")
+        self.rescale(code, f"ms < {inf}")
         code.add(4, f"acc = {literal(0.0)}", "for k in range(CACHE):")
         code.add(5, "s = xr[k] * xscale", "acc += s * s")
         code.add(4, f"ms = {self.reduce_fn('sum')}(acc, scratch) * INV_L")
+        self.scaled_epsilon(code)
+        code.add(2, f"rstd = {literal(1.0)} / math.sqrt(ms + eps)")
+
+    def rescale(self, code: Source, finite: str) -> None:
+        """Unless ``finite`` (one Python expression, parenthesised if it is not atomic:
+        the statistics did not overflow float32), ``xscale`` = a power of 2 near
+        1 / max|x| of the row (x * xscale exact: a constant row stays constant; normal)
+        where max|x| is finite; the caller's lines under it follow at indent 4."""
+        code.add(2, f"if not {finite}:")
+        code.add(3, f"top = {literal(0.0)}", "for k in range(CACHE):")
+        code.add(4, "a = abs(xr[k])", "top = a if a > top else top")
+        code.add(3, f"top = {self.reduce_fn('max')}(top, scratch)")
+        code.add(3, f"if top < {literal(math.inf)}:")
+        code.add(4, f"xscale = f32(math.ldexp({literal(1.0)}, 2 - math.frexp(top)[1]))")
+
+    def scaled_epsilon(self, code: Source) -> None:
+        """``eps`` scaled as the row (``xscale`` squared), at indent 4; it underflows (3e38:
+        eps / 9e76), so it is floored at the smallest normal when epsilon > 0."""
         code.add(4, "eps = EPS * xscale * xscale")
         if self.g.red.attr("epsilon") > 0:
             tiny = literal(float(np.finfo(np.float32).tiny))
             code.add(4, f"eps = eps if eps > {tiny} else {tiny}")
-        code.add(2, f"rstd = {literal(1.0)} / math.sqrt(ms + eps)")
 
     def layernorm_statistics(self, code: Source, indent: int) -> None:
         """``mean`` and ``var`` of the row times ``xscale`` (1, or 1 / max|x|), at
