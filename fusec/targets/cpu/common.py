@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from xdsl.ir import Operation, SSAValue
 
+from fusec.codegen import CompiledEntry, KernelSource, io_specs
 from fusec.codegen.expr import ExprGenerator, error_at, header, helper_source, shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
@@ -274,6 +275,16 @@ def assemble(
 
         parts.append("\n" + entry_source(params, entry_body, [stage.name for stage in stages]))
     return "\n".join(p.rstrip("\n") + "\n" for p in parts)
+
+
+def one_stage_kernel(
+    fused_op: ai.FusedOp, name: str, kind: str, gen: ExprGenerator, stage: Stage
+) -> KernelSource:
+    """The ``kind`` kernel module of ``fused_op`` whose ``launch`` and compiled ``entry``
+    run its one ``stage``."""
+    source = assemble(fused_op, gen, [stage], [stage.call()], entry_body=[stage.call()])
+    inputs, outputs = io_specs(fused_op)
+    return KernelSource(name, kind, "cpu", source, inputs, outputs, compiled_entry=CompiledEntry())
 
 
 def fmt_shape(shape: Sequence[int]) -> str:

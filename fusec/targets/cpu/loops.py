@@ -28,7 +28,15 @@ from fusec.codegen.expr import (
     shape_of,
 )
 from fusec.dialect import ops as ai
-from fusec.targets.cpu.common import PARALLEL_MIN_ELEMENTS, Stage, fmt_shape
+from fusec.targets.cpu.common import (
+    PARALLEL_MIN_ELEMENTS,
+    Stage,
+    body_ops,
+    check_elementwise,
+    fmt_shape,
+    input_names,
+    outputs_of,
+)
 
 #: Aim for this many parallel tasks, each at least MIN_CHUNK elements long.
 TASKS = 64
@@ -61,6 +69,19 @@ def coalesce(
     new_space = tuple(math.prod(space[d] for d in g) for g in groups)
     new_shapes = [tuple(math.prod(s[d] for d in g) for g in groups) for s in padded]
     return new_space, new_shapes
+
+
+def elementwise_stage(
+    fused_op: ai.FusedOp, name: str, gen: ExprGenerator, allowed: tuple[type, ...] = ()
+) -> Stage:
+    """The pointwise loop of a group of elementwise ops (or of ``allowed`` types; else a
+    located error): stage ``<name>_pointwise`` reading the group's inputs, storing its
+    results."""
+    ops = body_ops(fused_op)
+    check_elementwise(ops, allowed)
+    return pointwise_stage(
+        f"{name}_pointwise", gen, ops, input_names(fused_op), outputs_of(fused_op)
+    )
 
 
 def pointwise_stage(

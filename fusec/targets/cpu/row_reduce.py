@@ -5,17 +5,16 @@ elementwise producers (its prologue) and consumers (its epilogue), in the row lo
 
 from __future__ import annotations
 
-from fusec.codegen import CompiledEntry, KernelSource, io_specs
+from fusec.codegen import KernelSource
 from fusec.codegen.expr import ExprGenerator
 from fusec.targets.cpu.common import (
     REDUCE_OPS,
-    assemble,
     body_ops,
-    check_elementwise,
     input_names,
+    one_stage_kernel,
     outputs_of,
 )
-from fusec.targets.cpu.loops import pointwise_stage
+from fusec.targets.cpu.loops import elementwise_stage
 from fusec.targets.cpu.rows import row_reduce_stage, the_reduction
 
 
@@ -23,17 +22,10 @@ def generate(fused_op, name: str) -> KernelSource:
     ops = body_ops(fused_op)
     gen = ExprGenerator(fast_exp=True)
     if not any(isinstance(op, REDUCE_OPS) for op in ops):  # the reduction's result is unused
-        check_elementwise(ops)
-        stage = pointwise_stage(
-            f"{name}_pointwise", gen, ops, input_names(fused_op), outputs_of(fused_op)
-        )
+        stage = elementwise_stage(fused_op, name, gen)
     else:
         reduce_op = the_reduction(fused_op, ops)
         stage = row_reduce_stage(
             f"{name}_row_reduce", gen, ops, reduce_op, input_names(fused_op), outputs_of(fused_op)
         )
-    source = assemble(fused_op, gen, [stage], [stage.call()], entry_body=[stage.call()])
-    inputs, outs = io_specs(fused_op)
-    return KernelSource(
-        name, "row_reduce", "cpu", source, inputs, outs, compiled_entry=CompiledEntry()
-    )
+    return one_stage_kernel(fused_op, name, "row_reduce", gen, stage)
