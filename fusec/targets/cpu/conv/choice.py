@@ -4,11 +4,17 @@ images of a batch of small planes (``images_per_block``)."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from fusec.codegen.expr import shape_of
+from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
 from fusec.targets.cpu import host
 from fusec.targets.cpu.blocked import MIN_BLOCKS
+
+if TYPE_CHECKING:
+    import numpy as np
+    from xdsl.ir import Operation, SSAValue
 
 #: Pixels a block of a convolution by one GEMM gathers from several images when the
 #: planes are small (``images_per_block``).
@@ -33,7 +39,7 @@ def conv_method(op, constant_weight: bool = False) -> str:
 
     * ``"q8"`` (after depthwise): a QDQ convolution, its input the codes of uint8 or int8
       activations less their zero point and its weight a constant of int8 codes, on a
-      target with AVX-512 VNNI (``q8.q8_zero``): im2row blocks of output rows by the
+      target with AVX-512 VNNI (``q8_zero``): im2row blocks of output rows by the
       int8 GEMM (``q8.Q8Blocks``: exact integer sums, the scales in the epilogue);
     * ``"depthwise"``: one input and one output channel a group (MobileNet's 3x3 convs,
       any kernel, stride, padding and dilation): a direct loop per output row, each tap
@@ -135,8 +141,74 @@ def images_per_block(op) -> int:
 
 
 def _quantized(op) -> bool:
-    """Whether the convolution runs on the int8 GEMM (``q8.q8_zero``): its input is a
-    dequantize of 8-bit codes (checked first: no numba import for any other conv)."""
-    from fusec.targets.cpu.conv.q8 import q8_zero
-
+    """Whether the convolution runs on the int8 GEMM (``q8_zero``)."""
     return q8_zero(op) is not None
+
+
+def q8_zero(op) -> int | None:
+    """For a convolution the int8 GEMM computes: ``zero``, the integer that makes the
+    input's values uint8 codes (``v + zero``: the activation's zero point, plus 128 for
+    int8 codes); else None. Needs one group, an f32 result, K a multiple of 16, a
+    constant weight of integers in -128..127, an input that is the result of
+    ``dequantize(codes, 1, zero_point)`` of int8 or uint8 codes with one constant zero
+    point (in the group that writes it), and AVX-512 VNNI."""
+    if op.attr("groups") != 1 or ai.spec_of(op.results[0].type).dtype != "f32":
+        return None
+    k = shape_of(op.operands[1])[0]
+    dq = _producer(op.operands[0])
+    if not isinstance(dq, ai.DequantizeOp) or dq.attr("block_size"):
+        return None
+    codes = ai.spec_of(dq.input.type).dtype
+    if codes not in ("i8", "ui8"):
+        return None
+    from fusec.targets.cpu import gemm_int8  # (numba: only for a quantized conv)
+
+    if not gemm_int8.fits(k) or not gemm_int8.available():
+        return None
+    scale, zero_point = _outer_constant(dq.scale), _outer_constant(dq.zero_point)
+    if scale is None or zero_point is None or zero_point.size != 1:
+        return None
+    if not bool((scale == 1).all()):
+        return None
+    weight = _outer_constant(op.operands[1])
+    if (
+        weight is None
+        or not ((weight == weight.round()) & (weight >= -128) & (weight <= 127)).all()
+    ):
+        return None
+    return int(zero_point.reshape(-1)[0]) + (128 if codes == "i8" else 0)
+
+
+def _producer(value: SSAValue) -> Operation | None:
+    """The op that computes ``value`` (a group's block argument: the op its group input
+    is yielded by, through the group that yields it), or None."""
+    from xdsl.ir import BlockArgument, OpResult
+    from xdsl.ir import Operation as Op
+
+    if isinstance(value, BlockArgument):
+        group = value.block.parent_op()
+        if not isinstance(group, ai.FusedOp):
+            return None
+        value = group.operands[value.index]
+    if isinstance(value, OpResult) and isinstance(value.op, ai.FusedOp):
+        terminator = value.op.block.last_op
+        if terminator is None:
+            return None
+        value = terminator.operands[value.index]
+    return value.owner if isinstance(value.owner, Op) else None
+
+
+def _outer_constant(value: SSAValue) -> np.ndarray | None:
+    """The numpy value of the ``arith.constant`` that a group's block argument ``value``
+    stands for (or that defines ``value``), else None."""
+    from xdsl.ir import BlockArgument
+
+    from fusec.ir.constants import constant_value, is_constant
+
+    if isinstance(value, BlockArgument):
+        group = value.block.parent_op()
+        if not isinstance(group, ai.FusedOp):
+            return None
+        value = group.operands[value.index]
+    owner = value.owner
+    return constant_value(owner) if is_constant(owner) else None

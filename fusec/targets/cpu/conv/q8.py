@@ -33,10 +33,9 @@ from __future__ import annotations
 
 import math
 
-from fusec.codegen.expr import shape_of
-from fusec.dialect import ops as ai
 from fusec.targets.cpu import abi
 from fusec.targets.cpu.blocked import MIN_BLOCKS, Workspace
+from fusec.targets.cpu.conv.choice import q8_zero
 from fusec.targets.cpu.conv.gemm import ConvBlocks
 from fusec.targets.cpu.entry import EntryScratch
 
@@ -55,58 +54,6 @@ TRANSPOSE_PIXELS = 16
 #: Fewest output pixels a block holds when the plane has them (the AMX form computes
 #: blocks of 32 rows; a block of fewer rows reads all of the packed weight for little).
 Q8_MIN_PIXELS = 64
-
-
-def q8_zero(op) -> int | None:
-    """For a convolution the int8 GEMM computes: ``zero``, the integer that makes the
-    input's values uint8 codes (``v + zero``: the activation's zero point, plus 128 for
-    int8 codes); else None. Needs one group, an f32 result, K a multiple of 16, a
-    constant weight of integers in -128..127, an input that is the result of
-    ``dequantize(codes, 1, zero_point)`` of int8 or uint8 codes with one constant zero
-    point (in the group that writes it), and AVX-512 VNNI."""
-    if op.attr("groups") != 1 or ai.spec_of(op.results[0].type).dtype != "f32":
-        return None
-    k = shape_of(op.operands[1])[0]
-    dq = _producer(op.operands[0])
-    if not isinstance(dq, ai.DequantizeOp) or dq.attr("block_size"):
-        return None
-    codes = ai.spec_of(dq.input.type).dtype
-    if codes not in ("i8", "ui8"):
-        return None
-    from fusec.targets.cpu import gemm_int8  # (numba: only for a quantized conv)
-    from fusec.targets.cpu.matmul import _outer_constant
-
-    if not gemm_int8.fits(k) or not gemm_int8.available():
-        return None
-    scale, zero_point = _outer_constant(dq.scale), _outer_constant(dq.zero_point)
-    if scale is None or zero_point is None or zero_point.size != 1:
-        return None
-    if not bool((scale == 1).all()):
-        return None
-    weight = _outer_constant(op.operands[1])
-    if (
-        weight is None
-        or not ((weight == weight.round()) & (weight >= -128) & (weight <= 127)).all()
-    ):
-        return None
-    return int(zero_point.reshape(-1)[0]) + (128 if codes == "i8" else 0)
-
-
-def _producer(value):
-    """The op that computes ``value`` (a group's block argument: the op its group input
-    is yielded by, through the group that yields it), or None."""
-    from xdsl.ir import BlockArgument
-
-    if isinstance(value, BlockArgument):
-        group = value.block.parent_op()
-        if not isinstance(group, ai.FusedOp):
-            return None
-        value = group.operands[value.index]
-    owner = value.owner
-    if isinstance(owner, ai.FusedOp):
-        value = owner.block.last_op.operands[value.index]
-        owner = value.owner
-    return owner
 
 
 class Q8Blocks(ConvBlocks):
@@ -171,8 +118,7 @@ class Q8Blocks(ConvBlocks):
         x, w = (self.reads[v] for v in self.op.operands)
         h, wd, c, k, kp, zero = self.h, self.w, self.c, self.k, self.kp, self.zero
         gemm = (
-            f"{self.q8_gemm}(pw, {k}, {self.crs}, q8buf, np.int32({zero}), {w}, {k}, 0, "
-            f"ct, 0, {k})"
+            f"{self.q8_gemm}(pw, {k}, {self.crs}, q8buf, np.int32({zero}), {w}, {k}, 0, ct, 0, {k})"
         )
         lines = ["ab = q8buf.view(np.uint8)"]
         if self.pointwise:  # pixel p0 + q of the plane is A's row q
