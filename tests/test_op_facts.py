@@ -264,6 +264,7 @@ def _any_instance(op_type):
         "ai.slice": "%r = ai.slice %m {offsets = array<i64: 0, 3>, sizes = array<i64: 2, 2>, "
         "strides = array<i64: 2, -2>} : tensor<4x4xf32>",
         "ai.concat": "%r = ai.concat %m, %m {axis = 1 : i64} : tensor<4x4xf32> * tensor<4x4xf32>",
+        "ai.rotate_half": "%r = ai.rotate_half %m : tensor<4x4xf32>",
         "ai.gather": "%r = ai.gather %v {indices = array<i64: 3, 0, 3>} : tensor<4xf32>",
         "ai.take": "%r = ai.take %m, %i {axis = 1 : i64} : tensor<4x4xf32> * tensor<2x3xi64>",
         "ai.cumsum": "%r = ai.cumsum %m {axis = 1 : i64, reverse = true} : tensor<4x4xf32>",

@@ -15,6 +15,7 @@ from cuda_cases import (
     pointwise_bias,
     pointwise_broadcast,
     pointwise_every_unary,
+    pointwise_rope,
     pointwise_tail,
     random_inputs,
     softmax_axis,
@@ -59,6 +60,48 @@ def test_pointwise_tail(dtype: str) -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_pointwise_every_unary_op(dtype: str) -> None:
     _check(pointwise_every_unary((1 << 20) + 5, dtype), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 32, 128, 128), (4, 8, 64, 6)], ids=["d128", "d6"])
+def test_pointwise_rope(dtype: str, shape: tuple) -> None:
+    """q * cos + rotate_half(q) * sin (issue 28): q read in place at both halves (VEC 8 at
+    d128, 1 at d6's odd halves)."""
+    _check(pointwise_rope(list(shape), dtype), dtype)
+
+
+def test_rope_as_exported_is_one_kernel_on_the_gpu() -> None:
+    """The head split, slices, neg and concat of an exported Llama RoPE through the cuda
+    pipeline: a copy (the head split) and one pointwise kernel, right against the float64
+    reference of the IR as written (outputs poisoned)."""
+    import fusec
+    from fusec.api import reference_outputs
+
+    b, s, h, d = 2, 128, 8, 64
+    q, half = f"tensor<{b}x{h}x{s}x{d}xf16>", f"tensor<{b}x{h}x{s}x{d // 2}xf16>"
+    cs = f"tensor<{s}x{d}xf16>"
+    flat, split = f"tensor<{b}x{s}x{h * d}xf16>", f"tensor<{b}x{s}x{h}x{d}xf16>"
+    sizes = f"sizes = array<i64: {b}, {h}, {s}, {d // 2}>, strides = array<i64: 1, 1, 1, 1>"
+    text = f"""
+func.func @rope(%x: {flat}, %cos: {cs}, %sin: {cs}) -> {q} {{
+  %v = ai.reshape %x {{shape = array<i64: {b}, {s}, {h}, {d}>}} : {flat}
+  %q = ai.transpose %v {{perm = array<i64: 0, 2, 1, 3>}} : {split}
+  %a = ai.mul %q, %cos : {q} * {cs}
+  %lo = ai.slice %q {{offsets = array<i64: 0, 0, 0, 0>, {sizes}}} : {q}
+  %hi = ai.slice %q {{offsets = array<i64: 0, 0, 0, {d // 2}>, {sizes}}} : {q}
+  %n = ai.neg %hi : {half}
+  %r = ai.concat %n, %lo {{axis = -1 : i64}} : {half} * {half}
+  %c = ai.mul %r, %sin : {q} * {cs}
+  %y = ai.add %a, %c : {q} * {q}
+  return %y : {q}
+}}
+"""
+    compiled = fusec.compile(text, target="cuda")
+    assert [k.kind for k in compiled.kernels] == ["copy", "pointwise"]
+    args = random_inputs(compiled.module, 5)
+    (out,) = compiled._runner(args, poison=True)
+    (want,) = reference_outputs(text, args)
+    assert_close(out, want, "f16")
 
 
 def test_pointwise_bias_nchw() -> None:

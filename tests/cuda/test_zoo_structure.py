@@ -56,9 +56,9 @@ COPIES: dict[str, tuple[int, str]] = {
     "bert": (1, "the pooler's slice of the first token"),
     "gpt2": (0, "none: the fused QKV projection's slices and the head merge are strides"),
     "llama": (
-        12,
-        "per layer, for Q and for K: the head split that RoPE's pointwise kernel reads, the "
-        "rotate-half slice of the second half and its concat with the first",
+        4,
+        "per layer, for Q and for K: the head split that RoPE's pointwise kernel reads (the "
+        "rotate-half is read in place: ai.rotate_half)",
     ),
 }
 
