@@ -7,7 +7,8 @@ pyproject.toml). They stand on the kernel layer: ``common`` (the kernel module's
 layout, stages, group helpers), ``loops`` (the pointwise loop), ``rows`` (the row
 loop) with ``row_helpers`` (its reductions' source), ``segments`` (how a core group
 splits into stages), ``blocked`` (the blocked kernel of the core templates),
-``microkernel``, ``depthwise_tiles``, ``winograd``, ``blas``/``blas_calls``,
+``microkernel`` and ``depthwise_tiles`` (LLVM IR tiles, with ``intrinsics``: what such
+intrinsics share), ``winograd``, ``blas``/``blas_calls``,
 ``buffers``, ``tasks`` and ``reduce_helpers`` (what the generated modules call, through
 ``abi``: the only fusec module they import). ``backend`` runs the kernels, ``threads``
 tunes the pools.

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from llvmlite import ir
 from numba import types
-from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 from fusec.runtime.numba_cache import sealed_njit
 from fusec.targets.cpu.host import W
+from fusec.targets.cpu.intrinsics import Arguments, carry, check_f32_arrays, exit_values
 
 _I64, _F32 = ir.IntType(64), ir.FloatType()
 
@@ -70,19 +70,12 @@ def _taps_tile(pixels: int, vectors: int, lanes: int):
     cb = vectors * lanes
 
     def typed(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off):
-        for name, arr in (("x", x), ("wt", wt), ("ot", ot)):
-            if not (isinstance(arr, types.Array) and arr.dtype == types.float32):
-                raise TypingError(f"depthwise taps tile: {name} must be a float32 array")
+        check_f32_arrays("depthwise taps tile", {"x": x, "wt": wt, "ot": ot})
         sig = types.void(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off)
 
         def codegen(context, builder, signature, args):
-            argtys = signature.args
-
-            def integer(i: int) -> ir.Value:
-                return context.cast(builder, args[i], argtys[i], types.int64)
-
-            def data(i: int) -> ir.Value:
-                return context.make_array(argtys[i])(context, builder, args[i]).data
+            arg = Arguments(context, builder, signature, args)
+            integer, data = arg.integer, arg.data
 
             def vload(base: ir.Value, off: ir.Value) -> ir.Value:
                 at = builder.bitcast(builder.gep(base, [off]), vty.as_pointer())
@@ -131,23 +124,14 @@ def _taps_tile(pixels: int, vectors: int, lanes: int):
             step = builder.add(k, const(1))
             t_next, col_next = advance(t, col)
             body_end = builder.block
-            for phi, first, later in ((k, const(1), step), (t, t1, t_next), (col, col1, col_next)):
-                phi.add_incoming(first, entry)
-                phi.add_incoming(later, body_end)
-            for p in range(pixels):
-                for v in range(vectors):
-                    acc[p][v].add_incoming(init[p][v], entry)
-                    acc[p][v].add_incoming(new[p][v], body_end)
+            carry([k, t, col], [const(1), t1, col1], [step, t_next, col_next], entry, body_end)
+            inits = [value for row in init for value in row]
+            news = [value for row in new for value in row]
+            carry([phi for row in acc for phi in row], inits, news, entry, body_end)
             builder.cbranch(builder.icmp_signed("<", step, kk), loop, done)
 
             builder.position_at_end(done)
-            final = []  # phis first: LLVM wants them at the top of the block
-            for p in range(pixels):
-                for v in range(vectors):
-                    value = builder.phi(vty)
-                    value.add_incoming(init[p][v], entry)
-                    value.add_incoming(new[p][v], body_end)
-                    final.append(value)
+            final = exit_values(builder, vty, inits, news, entry, body_end)
             for p in range(pixels):
                 for v in range(vectors):
                     at = builder.gep(po, [builder.add(oo, const(p * cb + v * lanes))])
@@ -209,21 +193,14 @@ def _rows_tile(rows: int, lanes: int):
     vty = ir.VectorType(_F32, lanes)
 
     def typed(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride):
-        for name, arr in (("x", x), ("w", w), ("out", out)):
-            if not (isinstance(arr, types.Array) and arr.dtype == types.float32):
-                raise TypingError(f"depthwise rows tile: {name} must be a float32 array")
+        check_f32_arrays("depthwise rows tile", {"x": x, "w": w, "out": out})
         sig = types.void(
             x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride
         )
 
         def codegen(context, builder, signature, args):
-            argtys = signature.args
-
-            def integer(i: int) -> ir.Value:
-                return context.cast(builder, args[i], argtys[i], types.int64)
-
-            def data(i: int) -> ir.Value:
-                return context.make_array(argtys[i])(context, builder, args[i]).data
+            arg = Arguments(context, builder, signature, args)
+            integer, data = arg.integer, arg.data
 
             def vector_at(base: ir.Value, off: ir.Value) -> ir.Value:
                 return builder.bitcast(builder.gep(base, [off]), vty.as_pointer())
@@ -269,21 +246,12 @@ def _rows_tile(rows: int, lanes: int):
             step = builder.add(k, const(1))
             t_next, col_next = _next_tap(builder, t, col, ss, rs, cs)
             body_end = builder.block
-            for phi, first, later in ((k, const(1), step), (t, t1, t_next), (col, col1, col_next)):
-                phi.add_incoming(first, entry)
-                phi.add_incoming(later, body_end)
-            for p in range(rows):
-                acc[p].add_incoming(init[p], entry)
-                acc[p].add_incoming(new[p], body_end)
+            carry([k, t, col], [const(1), t1, col1], [step, t_next, col_next], entry, body_end)
+            carry(acc, init, new, entry, body_end)
             builder.cbranch(builder.icmp_signed("<", step, kk), loop, done)
 
             builder.position_at_end(done)
-            final = []  # phis first: LLVM wants them at the top of the block
-            for p in range(rows):
-                value = builder.phi(vty)
-                value.add_incoming(init[p], entry)
-                value.add_incoming(new[p], body_end)
-                final.append(value)
+            final = exit_values(builder, vty, init, new, entry, body_end)
             for p in range(rows):
                 at = vector_at(po, builder.add(oo, builder.mul(ost, const(p))))
                 builder.store(final[p], at, align=4)

@@ -26,13 +26,13 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 from fusec.runtime.numba_cache import sealed_njit
 
 # The tile shape is the code generators' too (``host``: read there without Numba).
 from fusec.targets.cpu.host import MR, NV, STRIP, W, fits, packs, target_features, vector_lanes
+from fusec.targets.cpu.intrinsics import Arguments, carry, check_f32_arrays, exit_values
 
 _I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
 
@@ -48,20 +48,15 @@ def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False):
     vty = ir.VectorType(_F32, lanes)
 
     def typed(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k, *pf_off):
-        for name, arr in (("a", a), ("b", b), ("c", c)):
-            if not (isinstance(arr, types.Array) and arr.dtype == types.float32):
-                raise TypingError(f"gemm tile: {name} must be a float32 array")
+        check_f32_arrays("gemm tile", {"a": a, "b": b, "c": c})
         sig = types.void(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k, *pf_off)
 
         def codegen(context, builder, signature, args):
-            argtys = signature.args
-
-            def integer(i: int) -> ir.Value:
-                return context.cast(builder, args[i], argtys[i], types.int64)
+            arg = Arguments(context, builder, signature, args)
+            integer = arg.integer
 
             def pointer(i: int, off: int) -> ir.Value:
-                data = context.make_array(argtys[i])(context, builder, args[i]).data
-                return builder.gep(data, [integer(off)])
+                return builder.gep(arg.data(i), [integer(off)])
 
             def vector_at(row: ir.Value, v: int) -> ir.Value:
                 at = builder.gep(row, [ir.Constant(_I64, v * lanes)])
@@ -73,7 +68,7 @@ def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False):
                 f"llvm.fma.v{lanes}f32", (), ir.FunctionType(vty, [vty, vty, vty])
             )
             if prefetch:
-                b_data = context.make_array(argtys[3])(context, builder, args[3]).data
+                b_data = arg.data(3)
                 b_lines, line_ptr = integer(10), b_data.type
                 prefetch_fn = builder.module.declare_intrinsic(
                     "llvm.prefetch",
@@ -107,20 +102,13 @@ def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False):
             body_end = builder.block
             p.add_incoming(ir.Constant(_I64, 0), entry)
             p.add_incoming(step, body_end)
-            for r in range(rows):
-                for v in range(vectors):
-                    acc[r][v].add_incoming(zero, entry)
-                    acc[r][v].add_incoming(new[r][v], body_end)
+            zeros = [zero] * (rows * vectors)
+            news = [value for row in new for value in row]
+            carry([phi for row in acc for phi in row], zeros, news, entry, body_end)
             builder.cbranch(builder.icmp_signed("<", step, kk), loop, done)
 
             builder.position_at_end(done)
-            final = []  # phis first: LLVM wants them at the top of the block
-            for r in range(rows):
-                for v in range(vectors):
-                    value = builder.phi(vty)
-                    value.add_incoming(zero, entry)
-                    value.add_incoming(new[r][v], body_end)
-                    final.append(value)
+            final = exit_values(builder, vty, zeros, news, entry, body_end)
             for r in range(rows):
                 crow = builder.gep(pc, [builder.mul(ir.Constant(_I64, r), ldc_)])
                 for v in range(vectors):

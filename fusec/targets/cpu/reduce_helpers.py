@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 from fusec.runtime.numba_cache import sealed_njit
+from fusec.targets.cpu.intrinsics import Arguments, carry, check_f32_arrays, exit_values
 
 #: float32 elements a step of ``_sum_f64``: 4 accumulators of 8 doubles.
 _SUM_STEP = 32
@@ -28,16 +28,14 @@ def _sum_f64(typingctx, x, off, n):
     at one add per 4 cycles (a 96 x 4096 global pool: 143-212 us, numpy's float32
     pairwise ``np.mean`` 74). Only the order of the float64 additions differs from a
     sequential sum; NaN and Inf come out alike."""
-    if not (isinstance(x, types.Array) and x.dtype == types.float32):
-        raise TypingError("_sum_f64: x must be a float32 array")
+    check_f32_arrays("_sum_f64", {"x": x})
     sig = types.float64(x, off, n)
     f64, i64 = ir.DoubleType(), ir.IntType(64)
     vin, vacc = ir.VectorType(ir.FloatType(), 8), ir.VectorType(f64, 8)
 
     def codegen(context, builder, signature, args):
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        start = context.cast(builder, args[1], signature.args[1], types.int64)
-        count = context.cast(builder, args[2], signature.args[2], types.int64)
+        arg = Arguments(context, builder, signature, args)
+        data, start, count = arg.data(0), arg.integer(1), arg.integer(2)
         steps = builder.sdiv(count, ir.Constant(i64, _SUM_STEP))
         zero = ir.Constant(vacc, [0.0] * 8)
         entry = builder.block
@@ -58,18 +56,11 @@ def _sum_f64(typingctx, x, off, n):
         body_end = builder.block
         k.add_incoming(ir.Constant(i64, 0), entry)
         k.add_incoming(step, body_end)
-        for v in range(4):
-            acc[v].add_incoming(zero, entry)
-            acc[v].add_incoming(new[v], body_end)
+        carry(acc, [zero] * 4, new, entry, body_end)
         builder.cbranch(builder.icmp_signed("<", step, steps), loop, done)
 
         builder.position_at_end(done)
-        final = []
-        for v in range(4):
-            value = builder.phi(vacc)
-            value.add_incoming(zero, entry)
-            value.add_incoming(new[v], body_end)
-            final.append(value)
+        final = exit_values(builder, vacc, [zero] * 4, new, entry, body_end)
         pair = [builder.fadd(final[0], final[1]), builder.fadd(final[2], final[3])]
         vec = builder.fadd(pair[0], pair[1])
         lanes = [builder.extract_element(vec, ir.Constant(ir.IntType(32), j)) for j in range(8)]

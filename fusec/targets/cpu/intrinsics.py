@@ -1,0 +1,73 @@
+"""What the cpu target's LLVM IR intrinsics share (the register tiles of ``microkernel`` and
+``depthwise_tiles``, ``reduce_helpers``' float64 sum): the typing check of their float32
+arrays, their arguments as IR values in ``codegen``, and the accumulators a counted loop
+carries (phis at the loop's top, and at its exit where the loop may not have run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from llvmlite import ir
+from numba import types
+from numba.core.errors import TypingError
+
+
+def check_f32_arrays(what: str, arrays: dict[str, Any]) -> None:
+    """Typing: each of ``arrays`` (name: Numba type) is a float32 array, else a TypingError
+    naming ``what`` and the argument."""
+    for name, arr in arrays.items():
+        if not (isinstance(arr, types.Array) and arr.dtype == types.float32):
+            raise TypingError(f"{what}: {name} must be a float32 array")
+
+
+class Arguments:
+    """An intrinsic's arguments in its ``codegen(context, builder, signature, args)``."""
+
+    def __init__(self, context: Any, builder: ir.IRBuilder, signature: Any, args: Any) -> None:
+        self.context, self.builder = context, builder
+        self.types, self.values = signature.args, args
+
+    def integer(self, i: int) -> ir.Value:
+        """Argument ``i`` (an integer) as an i64."""
+        return self.context.cast(self.builder, self.values[i], self.types[i], types.int64)
+
+    def data(self, i: int) -> ir.Value:
+        """The data pointer of argument ``i`` (an array)."""
+        array = self.context.make_array(self.types[i])
+        return array(self.context, self.builder, self.values[i]).data
+
+
+def carry(
+    phis: Sequence[ir.PhiInstr],
+    firsts: Sequence[ir.Value],
+    laters: Sequence[ir.Value],
+    entry: ir.Block,
+    body_end: ir.Block,
+) -> None:
+    """Each loop phi takes its ``first`` value from ``entry`` and its ``later`` one from the
+    end of the loop body (``body_end``)."""
+    for phi, first, later in zip(phis, firsts, laters, strict=True):
+        phi.add_incoming(first, entry)
+        phi.add_incoming(later, body_end)
+
+
+def exit_values(
+    builder: ir.IRBuilder,
+    ty: ir.Type,
+    firsts: Sequence[ir.Value],
+    laters: Sequence[ir.Value],
+    entry: ir.Block,
+    body_end: ir.Block,
+) -> list[ir.Value]:
+    """At the loop's exit block (``builder`` at its top: LLVM wants the phis first), each
+    accumulator's value: its ``first`` when the loop did not run (from ``entry``), else its
+    ``later`` (from ``body_end``)."""
+    values = []
+    for first, later in zip(firsts, laters, strict=True):
+        value = builder.phi(ty)
+        value.add_incoming(first, entry)
+        value.add_incoming(later, body_end)
+        values.append(value)
+    return values
