@@ -94,26 +94,15 @@ static __device__ __forceinline__ int gemm_rows(int pm, int cw) {
   }
 }
 
-// The TMA loads of K step kb's A tile (K-major: one box; M-major: BM / 64 boxes of 64
-// rows) and B tile (K-major: one box; N-major: BN / 64 boxes).
-template <class C>
-static __device__ __forceinline__ void gemm_load_a(u32 a_dst, u64 map_a, u32 full, int kb, int pm,
-                                                   int za) {
-  if constexpr (C::A_K_MAJOR) {
-    fs_tma_load(a_dst, map_a, full, kb * C::BK, pm * C::BM, za);
+// The TMA load of K step kb's A tile (ROWS = BM, tile row p = pm) or B tile (ROWS = BN,
+// p = pn): K-major, one box; else (M- or N-major) ROWS / 64 boxes of 64 rows.
+template <class C, bool K_MAJOR, int ROWS>
+static __device__ __forceinline__ void gemm_load(u32 dst, u64 map, u32 full, int kb, int p, int z) {
+  if constexpr (K_MAJOR) {
+    fs_tma_load(dst, map, full, kb * C::BK, p * ROWS, z);
   } else {
-    for (int c = 0; c < C::BM / 64; ++c)
-      fs_tma_load(a_dst + c * 8192, map_a, full, pm * C::BM + c * 64, kb * C::BK, za);
-  }
-}
-template <class C>
-static __device__ __forceinline__ void gemm_load_b(u32 b_dst, u64 map_b, u32 full, int kb, int pn,
-                                                   int zb) {
-  if constexpr (C::B_K_MAJOR) {
-    fs_tma_load(b_dst, map_b, full, kb * C::BK, pn * C::BN, zb);
-  } else {
-    for (int c = 0; c < C::BN / 64; ++c)
-      fs_tma_load(b_dst + c * 8192, map_b, full, pn * C::BN + c * 64, kb * C::BK, zb);
+    for (int c = 0; c < ROWS / 64; ++c)
+      fs_tma_load(dst + c * 8192, map, full, p * ROWS + c * 64, kb * C::BK, z);
   }
 }
 
@@ -800,15 +789,15 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
           if constexpr (C::LN_TILE) {
             fs_bar_expect(full, B_BYTES);
             const u32 b_dst = sb + s * B_BYTES;
-            gemm_load_b<C>(b_dst, map_b, full, kb, pn, zb);
+            gemm_load<C, C::B_K_MAJOR, C::BN>(b_dst, map_b, full, kb, pn, zb);
           } else {
             const u32 phase = (u32)(it / STAGES) & 1u;
             fs_bar_wait(bars + 8 * (STAGES + s), phase ^ 1u);
             fs_bar_expect(full, A_BYTES + B_BYTES);
             const u32 a_dst = sa + s * A_BYTES;
             const u32 b_dst = sb + s * B_BYTES;
-            gemm_load_a<C>(a_dst, map_a, full, kb, pm, za);
-            gemm_load_b<C>(b_dst, map_b, full, kb, pn, zb);
+            gemm_load<C, C::A_K_MAJOR, C::BM>(a_dst, map_a, full, kb, pm, za);
+            gemm_load<C, C::B_K_MAJOR, C::BN>(b_dst, map_b, full, kb, pn, zb);
           }
         }
       }
