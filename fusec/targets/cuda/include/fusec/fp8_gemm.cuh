@@ -27,13 +27,18 @@
 
 namespace fusec {
 
-// The float8 element types: the wgmma operand type, and as outputs a saturating store.
-struct E4M3 {
+// The float8 element types (e4m3, or e5m2 with E5M2_): the wgmma operand type, and as
+// outputs a saturating store.
+template <bool E5M2_>
+struct Float8 {
   enum : int { BYTES = 1 };
-  static constexpr bool IS_E5M2 = false;
+  static constexpr bool IS_E5M2 = E5M2_;
   static __device__ __forceinline__ u16 pack(float lo, float hi) {
     u16 r;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(r) : "f"(lo), "f"(hi));
+    if constexpr (E5M2_)
+      asm("cvt.rn.satfinite.e5m2x2.f32 %0, %2, %1;" : "=h"(r) : "f"(lo), "f"(hi));
+    else
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(r) : "f"(lo), "f"(hi));
     return r;
   }
   static __device__ __forceinline__ void st(void* p, long long i, float v) {
@@ -43,21 +48,8 @@ struct E4M3 {
     *(u16*)((unsigned char*)p + i) = pack(a, b);
   }
 };
-struct E5M2 {
-  enum : int { BYTES = 1 };
-  static constexpr bool IS_E5M2 = true;
-  static __device__ __forceinline__ u16 pack(float lo, float hi) {
-    u16 r;
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %2, %1;" : "=h"(r) : "f"(lo), "f"(hi));
-    return r;
-  }
-  static __device__ __forceinline__ void st(void* p, long long i, float v) {
-    ((unsigned char*)p)[i] = (unsigned char)(pack(v, 0.0f) & 0xFF);
-  }
-  static __device__ __forceinline__ void st2(void* p, long long i, float a, float b) {
-    *(u16*)((unsigned char*)p + i) = pack(a, b);
-  }
-};
+using E4M3 = Float8<false>;
+using E5M2 = Float8<true>;
 
 // The 32 accumulators of an m64n64 f32 tile as asm operands, and their register names.
 #define FS_FP8_D8(i)                                                                          \
