@@ -72,6 +72,24 @@ def test_gemm_q8_packed_is_the_exact_integer_product(m, k, n, c0, cols, gemm):
         np.testing.assert_array_equal(got, want, err_msg=f"zero {zero}")
 
 
+@pytest.mark.parametrize("m, k, n", [(5, 37, 48), (33, 576, 80), (40, 64, 2 * STRIP)])
+@pytest.mark.parametrize("gemm", ["gemm_q8_bytes"] + ["gemm_q8_bytes_amx"] * (len(GEMMS) > 1))
+def test_gemm_q8_bytes_is_the_exact_integer_product(m, k, n, gemm):
+    """A's codes given as bytes (a quantized conv's im2row), rows of ``padded_k(k)``: the
+    bytes past K and the rows past M (up to AMX's 32) hold poison (0xA5) and do not count."""
+    zero = 131
+    a, b = _operands(m, k, n, zero, True)
+    kp = gemm_int8.padded_k(k)
+    q8 = np.full(gemm_int8.scratch_floats(m, k), np.nan, np.float32)
+    rows = q8[: -(-m // 32) * 32 * kp // 4].view(np.uint8).reshape(-1, kp)
+    rows[:] = 0xA5
+    rows[:m, :k] = (a + zero).astype(np.uint8)
+    c = np.full((m, n), np.nan, np.float32)
+    packed = gemm_int8.pack_q8(b.T.copy(), transposed=True)
+    getattr(gemm_int8, gemm)(m, n, k, q8, np.int32(zero), packed, n, 0, c.reshape(-1), 0, n)
+    np.testing.assert_array_equal(c, (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32))
+
+
 @pytest.mark.parametrize("gemm", GEMMS)
 def test_a_transposed_weight_packs_alike(gemm):
     a, b = _operands(40, 70, 48, 7, True)
