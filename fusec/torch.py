@@ -195,10 +195,9 @@ class _PerSignature:
 
 def _compile_graph(gm: fx.GraphModule, inputs: list[Any], options: dict[str, Any]) -> Callable:
     """AOTAutograd to core ATen, then ``_compile_aten`` on the forward graph."""
-    from torch._decomp import core_aten_decompositions
     from torch._functorch.aot_autograd import aot_module_simplified
 
-    from fusec.frontend.torch_attention import keep_attention
+    from fusec.frontend.torch_attention import core_decompositions_keeping_attention, keep_attention
 
     keep_attention(gm)  # SDPA stays one op (ai.attention), not its decomposed maths
     frozen = _frozen_positions(gm, inputs) if options.get("freeze", True) else []
@@ -207,7 +206,10 @@ def _compile_graph(gm: fx.GraphModule, inputs: list[Any], options: dict[str, Any
         return _Frozen(aten, inputs, frozen, options)
 
     return aot_module_simplified(
-        gm, inputs, fw_compiler=forward_compiler, decompositions=core_aten_decompositions()
+        gm,
+        inputs,
+        fw_compiler=forward_compiler,
+        decompositions=core_decompositions_keeping_attention(),
     )
 
 
@@ -232,7 +234,11 @@ class _Frozen:
     hands every instance of a model class the same graph (parameters are its inputs), so
     each set of parameter tensors (by identity) has its own compiled variant, up to
     ``VARIANTS`` of them (the oldest dropped); a call whose parameters were modified in
-    place compiles its variant again."""
+    place compiles its variant again.
+
+    The check runs on every call, over every parameter (hundreds in a transformer), so it
+    is C-level work alone: the tensors picked by one ``itemgetter``, their ids and
+    version counters read by ``map`` (``_Frozen.check``), no Python frame per tensor."""
 
     #: The most parameter sets one graph keeps compiled.
     VARIANTS = 8
@@ -250,45 +256,71 @@ class _Frozen:
         if len(placeholders) != len(inputs):  # AOTAutograd changed the inputs: freeze none
             frozen = []
         self.frozen = frozen
+        self.pick = _picker(frozen)
         self.placeholders = placeholders
-        # (ids of the frozen tensors) -> ((position, tensor, version) held, compiled).
-        # Compiled on a call, which has real tensors (the compiler runs under
-        # AOTAutograd's fake tensor mode); holding the tensors keeps their ids unique.
-        self.variants: dict[tuple[int, ...], tuple[list[tuple[int, Any, int]], Callable]] = {}
+        # (ids of the frozen tensors) -> the variant. Compiled on a call, which has real
+        # tensors (the compiler runs under AOTAutograd's fake tensor mode); holding the
+        # tensors keeps their ids unique.
+        self.variants: dict[tuple[int, ...], _Variant] = {}
 
     def freeze(self, inputs: Sequence[Any]) -> Callable:
-        key = tuple(id(inputs[i]) for i in self.frozen)
-        held = [(i, inputs[i], _version(inputs[i])) for i in self.frozen]
+        tensors = self.pick(inputs)
+        key = tuple(map(id, tensors))
         constants = {self.placeholders[i].name: inputs[i].detach() for i in self.frozen}
         run = _compile_aten(self.aten, constants, inputs, self.options)
+        # an inference tensor has no version counter (nothing outside inference mode can
+        # modify it): the others are checked
+        versioned = [t for t in tensors if not t.is_inference()]
+        variant = _Variant(tensors, versioned, list(map(_VERSION, versioned)), run)
         self.variants.pop(key, None)
         while len(self.variants) >= self.VARIANTS:
             self.variants.pop(next(iter(self.variants)))
-        self.variants[key] = (held, run)
+        self.variants[key] = variant
         return run
 
-    def __call__(self, *args: Any) -> Any:
-        variant = self.variants.get(tuple(id(args[i]) for i in self.frozen))
+    def check(self, args: Sequence[Any]) -> Callable | None:
+        """The compiled variant for ``args``' parameters when they are unmodified."""
+        variant = self.variants.get(tuple(map(id, self.pick(args))))
         if variant is None:
             if self.variants:
                 _count("refreezes")
                 _remark("other parameter or buffer tensors: the graph is compiled for them")
-            return self.freeze(args)(*args)
-        held, run = variant
-        if any(_version(tensor) != version for _, tensor, version in held):
+            return None
+        if list(map(_VERSION, variant.versioned)) != variant.versions:
             _count("refreezes")
             _remark("a parameter or buffer changed: the graph is compiled again")
+            return None
+        return variant.run
+
+    def __call__(self, *args: Any) -> Any:
+        run = self.check(args)
+        if run is None:
             run = self.freeze(args)
         return run(*args)
 
 
-def _version(tensor: torch.Tensor) -> int:
-    """The tensor's in-place version counter; -1 for an inference tensor, which has none
-    (and which nothing outside inference mode can modify)."""
-    try:
-        return int(tensor._version)
-    except RuntimeError:
-        return -1
+@dataclass
+class _Variant:
+    """One set of parameter tensors' compiled graph, with their versions at compilation."""
+
+    tensors: tuple[Any, ...]  # held: their ids stay theirs
+    versioned: list[Any]
+    versions: list[int]
+    run: Callable
+
+
+#: A tensor's in-place version counter (C-level attribute access).
+_VERSION = operator.attrgetter("_version")
+
+
+def _picker(positions: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """``args -> tuple(args[i] for i in positions)``, one C call."""
+    if not positions:
+        return lambda args: ()
+    if len(positions) == 1:
+        (only,) = positions
+        return lambda args: (args[only],)
+    return operator.itemgetter(*positions)
 
 
 # ------------------------------------------------------------------ partitioning

@@ -6,10 +6,16 @@ correct, but no longer the one op fusec runs as one attention kernel. So the
 ``torch.compile`` backend rewrites Dynamo's calls of it into ``fusec::sdpa``, an
 opaque custom op with the same arguments (PyTorch's own SDPA when run in eager), and
 ``torch.export`` programs are decomposed with SDPA left out of the table; both then
-lower to ``ai.attention`` (``torch_lowerings``).
+lower to ``ai.attention`` (``torch_lowerings``). An SDPA that Dynamo's graph holds inside
+a function it does not inline (``F.multi_head_attention_forward``: torchvision's ViT)
+reaches AOTAutograd whole and becomes the fused kernel ATen picks for the device (cuDNN,
+flash or memory-efficient on CUDA, flash on CPU); those lower to ``ai.attention`` too,
+the CPU one kept out of the decomposition tables here.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -70,8 +76,23 @@ def keep_attention(gm: fx.GraphModule) -> int:
     return count
 
 
+def core_decompositions_keeping_attention() -> Any:
+    """PyTorch's core-ATen decompositions (the backend's AOTAutograd table) but those of
+    the fused SDPA kernels ATen picks for an SDPA that Dynamo's graph holds inside a
+    function it does not inline (``F.multi_head_attention_forward``, torchvision's ViT):
+    ``_scaled_dot_product_flash_attention_for_cpu`` stays one node, as the CUDA ones do
+    (none of them has a decomposition), and lowers to ``ai.attention``."""
+    from torch._decomp import core_aten_decompositions
+
+    table = core_aten_decompositions()
+    table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
+    return table
+
+
 def decompositions_keeping_attention() -> dict:
-    """``torch.export``'s default decompositions but SDPA's (it stays one node)."""
+    """``torch.export``'s default decompositions but SDPA's and its CPU kernel's (each
+    stays one node)."""
     table = torch.export.default_decompositions()
     table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
+    table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
     return table

@@ -19,7 +19,14 @@ from torch import fx
 from xdsl.ir import SSAValue
 
 from fusec.dialect import ops as ai
-from fusec.frontend.torch_translator import Translator, dtype_name, dtype_of, lowering, shape_of
+from fusec.frontend.torch_translator import (
+    Translator,
+    dtype_name,
+    dtype_of,
+    lowering,
+    shape_of,
+    to_numpy,
+)
 
 Args = dict[str, Any]
 
@@ -692,6 +699,41 @@ def _assertion(t: Translator, node: fx.Node, a: Args) -> None:
 def _sdpa(t: Translator, node: fx.Node, a: Args) -> SSAValue:
     """ai.attention: the mask a boolean one (0 / -inf), a float one, a causal one
     (keys after the query's position: -inf) or none (a zero)."""
+    return _attention(t, a, a.get("attn_mask"))
+
+
+#: The fused SDPA kernels ATen picks for ``scaled_dot_product_attention`` on a device
+#: (cuDNN, flash, memory-efficient on CUDA; flash on CPU; a backend's overrideable one).
+#: Their extra results (log-sum-exp, sequence offsets, RNG state, debug mask) exist for
+#: the backward pass and dropout: fusec computes the output alone, and a graph using
+#: another result leaves the node to eager PyTorch (``unsupported_reason``).
+SDPA_VARIANTS = (
+    "_scaled_dot_product_cudnn_attention.default",
+    "_scaled_dot_product_flash_attention.default",
+    "_scaled_dot_product_efficient_attention.default",
+    "_scaled_dot_product_flash_attention_for_cpu.default",
+    "_scaled_dot_product_fused_attention_overrideable.default",
+)
+
+
+@lowering(*SDPA_VARIANTS)
+def _sdpa_variant(t: Translator, node: fx.Node, a: Args) -> tuple[SSAValue | None, ...]:
+    """ai.attention for the output (the mask is ``attn_bias``, an additive float bias,
+    or ``attn_mask`` for the CPU kernel); None for every other result."""
+    if a.get("return_debug_mask"):
+        raise t.error("the debug attention mask is not supported (inference only)")
+    mask = a.get("attn_bias", a.get("attn_mask"))
+    out = _attention(t, a, mask)
+    val = t.val()
+    extra = len(val) - 1 if isinstance(val, tuple | list) else 0
+    return (out, *([None] * extra))
+
+
+def _attention(t: Translator, a: Args, mask: Any) -> SSAValue:
+    """ai.attention of ``a``'s query, key, value, dropout_p, is_causal and scale with
+    ``mask`` (a bool or float tensor, or None). A mask known at import (HF's mask of an
+    all-ones attention_mask, folded) becomes the constant bias itself, so that a target
+    can see it is zero or causal (the cuda flash kernel's condition)."""
     dtype = t.out_dtype()
     q, k, v = (t.tensor(a[name], dtype) for name in ("query", "key", "value"))
     if a.get("dropout_p"):
@@ -700,7 +742,7 @@ def _sdpa(t: Translator, node: fx.Node, a: Args) -> SSAValue:
         raise t.error("query and key/value with different head counts (GQA) are not supported")
     scale = a.get("scale")
     scale = 1.0 / math.sqrt(shape_of(q)[-1]) if scale is None else float(scale)
-    mask, s, length = a.get("attn_mask"), shape_of(q)[-2], shape_of(k)[-2]
+    s, length = shape_of(q)[-2], shape_of(k)[-2]
     if a.get("is_causal"):
         if mask is not None:
             raise t.error("attn_mask and is_causal together")
@@ -708,6 +750,11 @@ def _sdpa(t: Translator, node: fx.Node, a: Args) -> SSAValue:
         bias = t.constant(causal, dtype)
     elif mask is None:
         bias = t.scalar(0.0, dtype)
+    elif (known := t.const_of(mask)) is not None:
+        values = np.asarray(to_numpy(known))
+        if values.dtype == np.bool_:
+            values = np.where(values, 0.0, -np.inf)
+        bias = t.constant(values, dtype)
     elif dtype_of(t.tensor(mask)) == "i1":
         bias = t.emit(ai.WhereOp, t.tensor(mask), t.scalar(0.0, dtype), t.scalar(-np.inf, dtype))
     else:

@@ -338,6 +338,8 @@ class Translator:
         if not isinstance(values, tuple | list):
             raise self.error("getitem of a value that is not a tuple")
         item = values[index]
+        if item is None and not node.users:  # an unused result (SDPA's log-sum-exp)
+            return None
         if item is None:
             raise self.error(f"result #{index} of {describe(source)} is not supported")
         return item

@@ -412,3 +412,53 @@ def test_torch_backend_takes_precision() -> None:
     bad = torch.compile(model, backend="fusec", options={"precision": "high"})
     with torch.no_grad(), pytest.raises(Exception, match="precision='high' is not a precision"):
         bad(x)
+
+
+class ManyParameters(nn.Module):
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.weights = nn.ParameterList([nn.Parameter(torch.randn(4)) for _ in range(count)])
+
+    def forward(self, x):
+        for w in self.weights:
+            x = x * 0.5 + w
+        return x
+
+
+def _backend_frames_per_call(count: int) -> int:
+    """Python frames of ``fusec/torch.py`` in one steady call of a model of ``count``
+    parameters through the backend (reference target)."""
+    import sys
+
+    torch._dynamo.reset()
+    model = ManyParameters(count).eval()
+    compiled = torch.compile(model, backend="fusec", options={"target": "reference"})
+    x = torch.randn(3, 4)
+    frames = 0
+
+    def profile(frame, event, arg) -> None:
+        nonlocal frames
+        if event == "call" and frame.f_code.co_filename == fusec_torch.__file__:
+            frames += 1
+
+    with torch.no_grad():
+        for _ in range(2):
+            compiled(x)
+        sys.setprofile(profile)
+        try:
+            got = compiled(x)
+        finally:
+            sys.setprofile(None)
+        assert_close(got.numpy(), model(x).numpy())
+    return frames
+
+
+@pytest.mark.slow  # two Dynamo compilations: ~10 s on 2 cores
+def test_the_parameter_check_of_a_call_costs_no_frame_per_parameter() -> None:
+    """Issue 32: every call checks that the frozen parameters are the same tensors,
+    unmodified; a transformer has hundreds, so that check is C-level work (one
+    ``itemgetter``, ``map`` over ids and version counters): the backend's Python frames
+    per call do not grow with the parameter count (before: two frames a parameter)."""
+    few, many = _backend_frames_per_call(2), _backend_frames_per_call(16)
+    assert many == few, (few, many)
+    assert fusec_torch.stats()["refreezes"] == 0

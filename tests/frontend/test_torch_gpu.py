@@ -14,6 +14,7 @@ from torch_cases import quiet_torch_trace
 torch = pytest.importorskip("torch")
 
 from test_torch_backend import Block, LlamaBlock, SmallCNN  # noqa: E402
+from test_torch_sdpa_variants import MaskedBlock, MHABlock  # noqa: E402
 
 import fusec.torch as fusec_torch  # noqa: E402
 
@@ -79,3 +80,57 @@ def test_fp16_llama_style_block_matches_the_fp32_module() -> None:
     stats = fusec_torch.stats()
     assert stats["targets"] == {"cuda": 1}, stats
     assert stats["eager_partitions"] == 0 and stats["eager_nodes"] == 0, stats["remarks"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: MaskedBlock(dim=128, heads=2, causal=True),
+        lambda: MaskedBlock(dim=128, heads=2, causal=False),
+        lambda: MHABlock(dim=128, heads=2),
+    ],
+    ids=["hf_causal_mask", "hf_padding_mask", "multihead_attention"],
+)
+def test_backend_calls_are_cuda_graph_replays(make, monkeypatch) -> None:
+    """Issue 32: a call through the backend is one replay of the partition program's
+    CUDA graph (first call launch by launch, second recorded, the rest replayed), as a
+    call of the ONNX path's program is. HF's attention mask of an all-ones
+    ``attention_mask`` (constants) must reach the flash kernel (before: the PyTorch
+    fallback, which turns the graphs off); ``nn.MultiheadAttention``'s SDPA reaches
+    AOTAutograd whole and becomes the cuDNN, flash or efficient ATen kernel, which must
+    lower (before: ViT's 12 eager nodes)."""
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no usable CUDA device")
+    calls: list = []
+    init = fusec_torch._FusecCall.__init__
+
+    def recording(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        calls.append(self)
+
+    monkeypatch.setattr(fusec_torch._FusecCall, "__init__", recording)
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    fusec_torch.reset_stats()
+    reference = make().eval().cuda()
+    half = copy.deepcopy(reference).half()
+    compiled = torch.compile(half, backend="fusec")
+    with torch.no_grad():
+        for _ in range(5):  # fresh inputs each call
+            x = torch.randn(2, 64, 128, device="cuda")
+            got = compiled(x.half())
+            want = reference(x)
+            torch.cuda.synchronize()
+            assert not torch.isnan(got).any()
+            assert_close(got.float().cpu().numpy(), want.cpu().numpy(), dtype="f16")
+    stats = fusec_torch.stats()
+    assert stats["targets"] == {"cuda": 1}, stats
+    assert stats["eager_partitions"] == 0 and stats["eager_nodes"] == 0, stats["remarks"]
+    (call,) = calls
+    program = call.compiled.program
+    fallbacks = [k.kind for k in call.compiled.kernels if k.runs_op_by_op]
+    assert not fallbacks and not program._torch_groups, fallbacks
+    assert program.graphs is not None and not program.graphs.failed, program.graphs.failed
+    recorded = list(program.graphs.recorded.values())
+    assert len(recorded) == 1 and recorded[0].replays == 4, recorded
