@@ -52,6 +52,7 @@ from numba.extending import intrinsic
 
 from fusec.runtime.numba_cache import sealed_njit
 from fusec.targets.cpu.host import MR, NV, STRIP, W, target_features
+from fusec.targets.cpu.intrinsics import Arguments, carry, check_f32_arrays, exit_values
 
 _I8, _I32, _I64, _F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
 #: Lanes of the int32 accumulators (and columns of B a vector of the tile covers).
@@ -75,19 +76,12 @@ def _tile(rows: int, vectors: int, vnni: bool):
     v8 = ir.VectorType(_I8, 4 * LANES)
 
     def typed(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, kq, s, s_off, zero):
-        for name, arr in (("a", a), ("b", b), ("c", c), ("s", s)):
-            if not (isinstance(arr, types.Array) and arr.dtype == types.float32):
-                raise TypingError(f"int8 gemm tile: {name} must be a float32 array")
+        check_f32_arrays("int8 gemm tile", {"a": a, "b": b, "c": c, "s": s})
         sig = types.void(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, kq, s, s_off, zero)
 
         def codegen(context, builder, signature, args):
-            argtys = signature.args
-
-            def integer(i: int, ty=types.int64) -> ir.Value:
-                return context.cast(builder, args[i], argtys[i], ty)
-
-            def data(i: int) -> ir.Value:
-                return context.make_array(argtys[i])(context, builder, args[i]).data
+            arg = Arguments(context, builder, signature, args)
+            integer, data = arg.integer, arg.data
 
             def bytes_at(i: int, off: int) -> ir.Value:
                 return builder.gep(builder.bitcast(data(i), _I8.as_pointer()), [integer(off)])
@@ -159,20 +153,13 @@ def _tile(rows: int, vectors: int, vnni: bool):
             body_end = builder.block
             p.add_incoming(_I64(0), entry)
             p.add_incoming(step, body_end)
-            for r in range(rows):
-                for v in range(vectors):
-                    acc[r][v].add_incoming(zero_v, entry)
-                    acc[r][v].add_incoming(new[r][v], body_end)
+            zeros = [zero_v] * (rows * vectors)
+            news = [value for row in new for value in row]
+            carry([phi for row in acc for phi in row], zeros, news, entry, body_end)
             builder.cbranch(builder.icmp_signed("<", step, kk), loop, done)
 
             builder.position_at_end(done)
-            final = []  # phis first
-            for r in range(rows):
-                for v in range(vectors):
-                    value = builder.phi(v32)
-                    value.add_incoming(zero_v, entry)
-                    value.add_incoming(new[r][v], body_end)
-                    final.append(value)
+            final = exit_values(builder, v32, zeros, news, entry, body_end)
             zv = splat(zero)
             shares = []
             for v in range(vectors):
@@ -455,19 +442,13 @@ def _bytes16(typingctx, a, a_at, q8, byte, zero):
     """``q8``'s bytes ``byte .. byte + 15`` = uint8(int32(a[a_at + j]) + zero), j < 16: one
     vector conversion (a loop of Numba's over the two arrays, slices of one workspace
     that LLVM cannot tell apart, stayed scalar: 33 us for 32 x 1024 values, 2 here)."""
-    for name, arr in (("a", a), ("q8", q8)):
-        if not (isinstance(arr, types.Array) and arr.dtype == types.float32):
-            raise TypingError(f"_bytes16: {name} must be a float32 array")
+    check_f32_arrays("_bytes16", {"a": a, "q8": q8})
     f16, i16 = ir.VectorType(_F32, 16), ir.VectorType(_I32, 16)
 
     def codegen(context, builder, signature, args):
-        argtys = signature.args
-
-        def integer(i: int, ty=types.int64) -> ir.Value:
-            return context.cast(builder, args[i], argtys[i], ty)
-
-        src = context.make_array(argtys[0])(context, builder, args[0]).data
-        dst = context.make_array(argtys[2])(context, builder, args[2]).data
+        arg = Arguments(context, builder, signature, args)
+        integer = arg.integer
+        src, dst = arg.data(0), arg.data(2)
         at = builder.bitcast(builder.gep(src, [integer(1)]), f16.as_pointer())
         values = builder.fptosi(builder.load(at, align=4), i16)
         undef = ir.Constant(i16, ir.Undefined)

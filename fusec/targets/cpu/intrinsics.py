@@ -29,9 +29,9 @@ class Arguments:
         self.context, self.builder = context, builder
         self.types, self.values = signature.args, args
 
-    def integer(self, i: int) -> ir.Value:
-        """Argument ``i`` (an integer) as an i64."""
-        return self.context.cast(self.builder, self.values[i], self.types[i], types.int64)
+    def integer(self, i: int, ty: Any = types.int64) -> ir.Value:
+        """Argument ``i`` (an integer) as an i64 (or as the Numba integer type ``ty``)."""
+        return self.context.cast(self.builder, self.values[i], self.types[i], ty)
 
     def data(self, i: int) -> ir.Value:
         """The data pointer of argument ``i`` (an array)."""
