@@ -554,7 +554,8 @@ class ScalesAfterQuantizedConv(Recognition):
     constant. The convolution multiplies the codes less their zero points (exact sums of
     integers on the cpu int8 GEMM, ``targets/cpu/conv``), and the scales ride in its
     epilogue with the bias, activation and requantization, as ``ScalesAfterQuantizedMatmul``
-    does for a matmul."""
+    does for a matmul. An input dequantize that other ops read too (a residual block's
+    shared input) stays for them: the conv reads a dequantize of its own."""
 
     label = "quantization scales moved after conv2d"
 
@@ -568,7 +569,8 @@ class ScalesAfterQuantizedConv(Recognition):
         scales: list[SSAValue] = []
         for index, value in enumerate(operands[:2]):
             dq = value.owner
-            if not (isinstance(dq, ai.DequantizeOp) and single_use(value)):
+            # an input shared with other ops (a residual's) keeps its dequantize for them
+            if not (isinstance(dq, ai.DequantizeOp) and (index == 0 or single_use(value))):
                 continue
             if dq.attr("block_size") or spec_of(dq.scale.type).dtype != "f32":
                 continue

@@ -388,7 +388,8 @@ def test_onnxruntime_static_qdq_model_runs_on_cpu_as_onnxruntime(tmp_path):
 def test_onnxruntime_static_qdq_cnn_runs_on_the_int8_gemm_as_onnxruntime(tmp_path, activation):
     """A CNN quantized by onnxruntime's quantize_static in the QDQ format (per-channel
     int8 weights): a 1x1 conv, a 3x3 conv with padding 1 whose input's zero point is not
-    0 (no relu before it: the padding's code is that zero point), a relu and a 3x3 conv of
+    0 (no relu before it: the padding's code is that zero point) and whose input the
+    residual add reads too (one DequantizeLinear for both), a relu and a 3x3 conv of
     stride 2. Each conv is one cpu kernel on the int8 GEMM where the cpu has VNNI (conv
     method "q8": the scales moved after the conv, the codes' exact sums, the scales, bias
     and requantization in the epilogue); its outputs equal onnxruntime's float graph and
@@ -407,7 +408,8 @@ def test_onnxruntime_static_qdq_cnn_runs_on_the_int8_gemm_as_onnxruntime(tmp_pat
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
         helper.make_node("Conv", ["c1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Add", ["c2", "c1"], ["s2"]),
+        helper.make_node("Relu", ["s2"], ["r2"]),
         helper.make_node("Conv", ["r2", "w3", "b3"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2]),
     ]
     graph = helper.make_graph(
