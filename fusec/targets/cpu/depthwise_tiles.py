@@ -27,7 +27,14 @@ from numba.extending import intrinsic
 
 from fusec.runtime.numba_cache import sealed_njit
 from fusec.targets.cpu.host import W
-from fusec.targets.cpu.intrinsics import Arguments, carry, check_f32_arrays, exit_values
+from fusec.targets.cpu.intrinsics import (
+    Arguments,
+    carry,
+    check_f32_arrays,
+    close_loop,
+    exit_values,
+    open_loop,
+)
 
 _I64, _F32 = ir.IntType(64), ir.FloatType()
 
@@ -108,12 +115,7 @@ def _taps_tile(pixels: int, vectors: int, lanes: int):
             wv, xs = terms(const(0), const(0))
             init = [[builder.fmul(wv[v], xs[p][v]) for v in range(vectors)] for p in range(pixels)]
             t1, col1 = advance(const(0), const(0))
-            entry = builder.block
-            loop = builder.append_basic_block("taps.loop")
-            done = builder.append_basic_block("taps.done")
-            builder.cbranch(builder.icmp_signed(">", kk, const(1)), loop, done)
-
-            builder.position_at_end(loop)
+            entry, loop, done = open_loop(builder, "taps", builder.icmp_signed(">", kk, const(1)))
             k, t, col = builder.phi(_I64), builder.phi(_I64), builder.phi(_I64)
             acc = [[builder.phi(vty) for _ in range(vectors)] for _ in range(pixels)]
             wv, xs = terms(k, t)
@@ -128,9 +130,7 @@ def _taps_tile(pixels: int, vectors: int, lanes: int):
             inits = [value for row in init for value in row]
             news = [value for row in new for value in row]
             carry([phi for row in acc for phi in row], inits, news, entry, body_end)
-            builder.cbranch(builder.icmp_signed("<", step, kk), loop, done)
-
-            builder.position_at_end(done)
+            close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
             final = exit_values(builder, vty, inits, news, entry, body_end)
             for p in range(pixels):
                 for v in range(vectors):
@@ -233,12 +233,7 @@ def _rows_tile(rows: int, lanes: int):
             wv, xs = terms(const(0), const(0))
             init = [builder.fmul(wv, xs[p]) for p in range(rows)]
             t1, col1 = _next_tap(builder, const(0), const(0), ss, rs, cs)
-            entry = builder.block
-            loop = builder.append_basic_block("taps.loop")
-            done = builder.append_basic_block("taps.done")
-            builder.cbranch(builder.icmp_signed(">", kk, const(1)), loop, done)
-
-            builder.position_at_end(loop)
+            entry, loop, done = open_loop(builder, "taps", builder.icmp_signed(">", kk, const(1)))
             k, t, col = builder.phi(_I64), builder.phi(_I64), builder.phi(_I64)
             acc = [builder.phi(vty) for _ in range(rows)]
             wv, xs = terms(k, t)
@@ -248,9 +243,7 @@ def _rows_tile(rows: int, lanes: int):
             body_end = builder.block
             carry([k, t, col], [const(1), t1, col1], [step, t_next, col_next], entry, body_end)
             carry(acc, init, new, entry, body_end)
-            builder.cbranch(builder.icmp_signed("<", step, kk), loop, done)
-
-            builder.position_at_end(done)
+            close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
             final = exit_values(builder, vty, init, new, entry, body_end)
             for p in range(rows):
                 at = vector_at(po, builder.add(oo, builder.mul(ost, const(p))))

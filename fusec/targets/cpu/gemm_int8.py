@@ -52,7 +52,14 @@ from numba.extending import intrinsic
 
 from fusec.runtime.numba_cache import sealed_njit
 from fusec.targets.cpu.host import MR, NV, STRIP, W, target_features
-from fusec.targets.cpu.intrinsics import Arguments, carry, check_f32_arrays, exit_values
+from fusec.targets.cpu.intrinsics import (
+    Arguments,
+    carry,
+    check_f32_arrays,
+    close_loop,
+    exit_values,
+    open_loop,
+)
 
 _I8, _I32, _I64, _F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
 #: Lanes of the int32 accumulators (and columns of B a vector of the tile covers).
@@ -127,12 +134,9 @@ def _tile(rows: int, vectors: int, vnni: bool):
                 return builder.bitcast(builder.gep(base, [byte]), v32.as_pointer())
 
             zero_v = ir.Constant(v32, None)
-            entry = builder.block
-            loop = builder.append_basic_block("q8tile.loop")
-            done = builder.append_basic_block("q8tile.done")
-            builder.cbranch(builder.icmp_signed(">", kk, ir.Constant(_I64, 0)), loop, done)
-
-            builder.position_at_end(loop)
+            entry, loop, done = open_loop(
+                builder, "q8tile", builder.icmp_signed(">", kk, ir.Constant(_I64, 0))
+            )
             p = builder.phi(_I64)
             acc = [[builder.phi(v32) for _ in range(vectors)] for _ in range(rows)]
             brow = builder.mul(p, ldb_)
@@ -156,9 +160,7 @@ def _tile(rows: int, vectors: int, vnni: bool):
             zeros = [zero_v] * (rows * vectors)
             news = [value for row in new for value in row]
             carry([phi for row in acc for phi in row], zeros, news, entry, body_end)
-            builder.cbranch(builder.icmp_signed("<", step, kk), loop, done)
-
-            builder.position_at_end(done)
+            close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
             final = exit_values(builder, v32, zeros, news, entry, body_end)
             zv = splat(zero)
             shares = []
@@ -328,11 +330,7 @@ def _amx_block(two_columns: bool):
             tiles = (0, 1, 2, 3) if two_columns else (0, 2)
             for tile in tiles:
                 builder.call(zero, [_I8(tile)])
-            entry = builder.block
-            loop = builder.append_basic_block("amx.loop")
-            done = builder.append_basic_block("amx.done")
-            builder.cbranch(builder.icmp_signed(">", kk, _I64(0)), loop, done)
-            builder.position_at_end(loop)
+            entry, loop, done = open_loop(builder, "amx", builder.icmp_signed(">", kk, _I64(0)))
             p = builder.phi(_I64)
             a0 = builder.gep(pa, [builder.mul(p, _I64(K_BLOCK))])
             builder.call(load, [_I8(4), a0, lda_])
@@ -348,8 +346,7 @@ def _amx_block(two_columns: bool):
             step = builder.add(p, _I64(1))
             p.add_incoming(_I64(0), entry)
             p.add_incoming(step, builder.block)
-            builder.cbranch(builder.icmp_signed("<", step, kk), loop, done)
-            builder.position_at_end(done)
+            close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
             for tile in tiles:
                 builder.call(store, [_I8(tile), builder.gep(pt, [_I64(1024 * tile)]), _I64(64)])
             return context.get_dummy_value()

@@ -39,6 +39,24 @@ class Arguments:
         return array(self.context, self.builder, self.values[i]).data
 
 
+def open_loop(builder: ir.IRBuilder, name: str, run: ir.Value) -> tuple[ir.Block, ...]:
+    """From the current block (``entry``) to a new block ``<name>.loop`` when ``run``
+    holds, else to ``<name>.done``; the builder goes on in the loop. (entry, loop, done)."""
+    entry = builder.block
+    loop = builder.append_basic_block(f"{name}.loop")
+    done = builder.append_basic_block(f"{name}.done")
+    builder.cbranch(run, loop, done)
+    builder.position_at_end(loop)
+    return entry, loop, done
+
+
+def close_loop(builder: ir.IRBuilder, again: ir.Value, loop: ir.Block, done: ir.Block) -> None:
+    """The loop body's end: back to ``loop`` while ``again`` holds, else on in ``done``
+    (where the builder goes on)."""
+    builder.cbranch(again, loop, done)
+    builder.position_at_end(done)
+
+
 def carry(
     phis: Sequence[ir.PhiInstr],
     firsts: Sequence[ir.Value],

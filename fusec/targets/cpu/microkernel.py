@@ -32,7 +32,14 @@ from fusec.runtime.numba_cache import sealed_njit
 
 # The tile shape is the code generators' too (``host``: read there without Numba).
 from fusec.targets.cpu.host import MR, NV, STRIP, W, fits, packs, target_features, vector_lanes
-from fusec.targets.cpu.intrinsics import Arguments, carry, check_f32_arrays, exit_values
+from fusec.targets.cpu.intrinsics import (
+    Arguments,
+    carry,
+    check_f32_arrays,
+    close_loop,
+    exit_values,
+    open_loop,
+)
 
 _I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
 
@@ -77,12 +84,9 @@ def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False):
                 )
             zero = ir.Constant(vty, None)
             splat_mask = ir.Constant(ir.VectorType(_I32, lanes), None)
-            entry = builder.block
-            loop = builder.append_basic_block("tile.loop")
-            done = builder.append_basic_block("tile.done")
-            builder.cbranch(builder.icmp_signed(">", kk, ir.Constant(_I64, 0)), loop, done)
-
-            builder.position_at_end(loop)
+            entry, loop, done = open_loop(
+                builder, "tile", builder.icmp_signed(">", kk, ir.Constant(_I64, 0))
+            )
             p = builder.phi(_I64)
             acc = [[builder.phi(vty) for _ in range(vectors)] for _ in range(rows)]
             brow = builder.gep(pb, [builder.mul(p, ldb_)])
@@ -105,9 +109,7 @@ def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False):
             zeros = [zero] * (rows * vectors)
             news = [value for row in new for value in row]
             carry([phi for row in acc for phi in row], zeros, news, entry, body_end)
-            builder.cbranch(builder.icmp_signed("<", step, kk), loop, done)
-
-            builder.position_at_end(done)
+            close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
             final = exit_values(builder, vty, zeros, news, entry, body_end)
             for r in range(rows):
                 crow = builder.gep(pc, [builder.mul(ir.Constant(_I64, r), ldc_)])

@@ -13,7 +13,14 @@ from numba import types
 from numba.extending import intrinsic
 
 from fusec.runtime.numba_cache import sealed_njit
-from fusec.targets.cpu.intrinsics import Arguments, carry, check_f32_arrays, exit_values
+from fusec.targets.cpu.intrinsics import (
+    Arguments,
+    carry,
+    check_f32_arrays,
+    close_loop,
+    exit_values,
+    open_loop,
+)
 
 #: float32 elements a step of ``_sum_f64``: 4 accumulators of 8 doubles.
 _SUM_STEP = 32
@@ -38,12 +45,9 @@ def _sum_f64(typingctx, x, off, n):
         data, start, count = arg.data(0), arg.integer(1), arg.integer(2)
         steps = builder.sdiv(count, ir.Constant(i64, _SUM_STEP))
         zero = ir.Constant(vacc, [0.0] * 8)
-        entry = builder.block
-        loop = builder.append_basic_block("sum.loop")
-        done = builder.append_basic_block("sum.done")
-        builder.cbranch(builder.icmp_signed(">", steps, ir.Constant(i64, 0)), loop, done)
-
-        builder.position_at_end(loop)
+        entry, loop, done = open_loop(
+            builder, "sum", builder.icmp_signed(">", steps, ir.Constant(i64, 0))
+        )
         k = builder.phi(i64)
         acc = [builder.phi(vacc) for _ in range(4)]
         base = builder.add(start, builder.mul(k, ir.Constant(i64, _SUM_STEP)))
@@ -57,9 +61,7 @@ def _sum_f64(typingctx, x, off, n):
         k.add_incoming(ir.Constant(i64, 0), entry)
         k.add_incoming(step, body_end)
         carry(acc, [zero] * 4, new, entry, body_end)
-        builder.cbranch(builder.icmp_signed("<", step, steps), loop, done)
-
-        builder.position_at_end(done)
+        close_loop(builder, builder.icmp_signed("<", step, steps), loop, done)
         final = exit_values(builder, vacc, [zero] * 4, new, entry, body_end)
         pair = [builder.fadd(final[0], final[1]), builder.fadd(final[2], final[3])]
         vec = builder.fadd(pair[0], pair[1])
