@@ -26,15 +26,8 @@ from numba import types
 from numba.extending import intrinsic
 
 from fusec.runtime.numba_cache import sealed_njit
+from fusec.targets.cpu import intrinsics
 from fusec.targets.cpu.host import W
-from fusec.targets.cpu.intrinsics import (
-    Arguments,
-    carry,
-    check_f32_arrays,
-    close_loop,
-    exit_values,
-    open_loop,
-)
 
 _I64, _F32 = ir.IntType(64), ir.FloatType()
 
@@ -77,11 +70,11 @@ def _taps_tile(pixels: int, vectors: int, lanes: int):
     cb = vectors * lanes
 
     def typed(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off):
-        check_f32_arrays("depthwise taps tile", {"x": x, "wt": wt, "ot": ot})
+        intrinsics.check_f32_arrays("depthwise taps tile", {"x": x, "wt": wt, "ot": ot})
         sig = types.void(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off)
 
         def codegen(context, builder, signature, args):
-            arg = Arguments(context, builder, signature, args)
+            arg = intrinsics.Arguments(context, builder, signature, args)
             integer, data = arg.integer, arg.data
 
             def vload(base: ir.Value, off: ir.Value) -> ir.Value:
@@ -115,7 +108,9 @@ def _taps_tile(pixels: int, vectors: int, lanes: int):
             wv, xs = terms(const(0), const(0))
             init = [[builder.fmul(wv[v], xs[p][v]) for v in range(vectors)] for p in range(pixels)]
             t1, col1 = advance(const(0), const(0))
-            entry, loop, done = open_loop(builder, "taps", builder.icmp_signed(">", kk, const(1)))
+            entry, loop, done = intrinsics.open_loop(
+                builder, "taps", builder.icmp_signed(">", kk, const(1))
+            )
             k, t, col = builder.phi(_I64), builder.phi(_I64), builder.phi(_I64)
             acc = [[builder.phi(vty) for _ in range(vectors)] for _ in range(pixels)]
             wv, xs = terms(k, t)
@@ -126,12 +121,14 @@ def _taps_tile(pixels: int, vectors: int, lanes: int):
             step = builder.add(k, const(1))
             t_next, col_next = advance(t, col)
             body_end = builder.block
-            carry([k, t, col], [const(1), t1, col1], [step, t_next, col_next], entry, body_end)
+            intrinsics.carry(
+                [k, t, col], [const(1), t1, col1], [step, t_next, col_next], entry, body_end
+            )
             inits = [value for row in init for value in row]
             news = [value for row in new for value in row]
-            carry([phi for row in acc for phi in row], inits, news, entry, body_end)
-            close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
-            final = exit_values(builder, vty, inits, news, entry, body_end)
+            intrinsics.carry([phi for row in acc for phi in row], inits, news, entry, body_end)
+            intrinsics.close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
+            final = intrinsics.exit_values(builder, vty, inits, news, entry, body_end)
             for p in range(pixels):
                 for v in range(vectors):
                     at = builder.gep(po, [builder.add(oo, const(p * cb + v * lanes))])
@@ -193,13 +190,13 @@ def _rows_tile(rows: int, lanes: int):
     vty = ir.VectorType(_F32, lanes)
 
     def typed(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride):
-        check_f32_arrays("depthwise rows tile", {"x": x, "w": w, "out": out})
+        intrinsics.check_f32_arrays("depthwise rows tile", {"x": x, "w": w, "out": out})
         sig = types.void(
             x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride
         )
 
         def codegen(context, builder, signature, args):
-            arg = Arguments(context, builder, signature, args)
+            arg = intrinsics.Arguments(context, builder, signature, args)
             integer, data = arg.integer, arg.data
 
             def vector_at(base: ir.Value, off: ir.Value) -> ir.Value:
@@ -233,7 +230,9 @@ def _rows_tile(rows: int, lanes: int):
             wv, xs = terms(const(0), const(0))
             init = [builder.fmul(wv, xs[p]) for p in range(rows)]
             t1, col1 = _next_tap(builder, const(0), const(0), ss, rs, cs)
-            entry, loop, done = open_loop(builder, "taps", builder.icmp_signed(">", kk, const(1)))
+            entry, loop, done = intrinsics.open_loop(
+                builder, "taps", builder.icmp_signed(">", kk, const(1))
+            )
             k, t, col = builder.phi(_I64), builder.phi(_I64), builder.phi(_I64)
             acc = [builder.phi(vty) for _ in range(rows)]
             wv, xs = terms(k, t)
@@ -241,10 +240,12 @@ def _rows_tile(rows: int, lanes: int):
             step = builder.add(k, const(1))
             t_next, col_next = _next_tap(builder, t, col, ss, rs, cs)
             body_end = builder.block
-            carry([k, t, col], [const(1), t1, col1], [step, t_next, col_next], entry, body_end)
-            carry(acc, init, new, entry, body_end)
-            close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
-            final = exit_values(builder, vty, init, new, entry, body_end)
+            intrinsics.carry(
+                [k, t, col], [const(1), t1, col1], [step, t_next, col_next], entry, body_end
+            )
+            intrinsics.carry(acc, init, new, entry, body_end)
+            intrinsics.close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
+            final = intrinsics.exit_values(builder, vty, init, new, entry, body_end)
             for p in range(rows):
                 at = vector_at(po, builder.add(oo, builder.mul(ost, const(p))))
                 builder.store(final[p], at, align=4)

@@ -51,15 +51,8 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 from fusec.runtime.numba_cache import sealed_njit
+from fusec.targets.cpu import intrinsics
 from fusec.targets.cpu.host import MR, NV, STRIP, W, target_features
-from fusec.targets.cpu.intrinsics import (
-    Arguments,
-    carry,
-    check_f32_arrays,
-    close_loop,
-    exit_values,
-    open_loop,
-)
 
 _I8, _I32, _I64, _F32 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.FloatType()
 #: Lanes of the int32 accumulators (and columns of B a vector of the tile covers).
@@ -83,11 +76,11 @@ def _tile(rows: int, vectors: int, vnni: bool):
     v8 = ir.VectorType(_I8, 4 * LANES)
 
     def typed(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, kq, s, s_off, zero):
-        check_f32_arrays("int8 gemm tile", {"a": a, "b": b, "c": c, "s": s})
+        intrinsics.check_f32_arrays("int8 gemm tile", {"a": a, "b": b, "c": c, "s": s})
         sig = types.void(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, kq, s, s_off, zero)
 
         def codegen(context, builder, signature, args):
-            arg = Arguments(context, builder, signature, args)
+            arg = intrinsics.Arguments(context, builder, signature, args)
             integer, data = arg.integer, arg.data
 
             def bytes_at(i: int, off: int) -> ir.Value:
@@ -134,7 +127,7 @@ def _tile(rows: int, vectors: int, vnni: bool):
                 return builder.bitcast(builder.gep(base, [byte]), v32.as_pointer())
 
             zero_v = ir.Constant(v32, None)
-            entry, loop, done = open_loop(
+            entry, loop, done = intrinsics.open_loop(
                 builder, "q8tile", builder.icmp_signed(">", kk, ir.Constant(_I64, 0))
             )
             p = builder.phi(_I64)
@@ -159,9 +152,9 @@ def _tile(rows: int, vectors: int, vnni: bool):
             p.add_incoming(step, body_end)
             zeros = [zero_v] * (rows * vectors)
             news = [value for row in new for value in row]
-            carry([phi for row in acc for phi in row], zeros, news, entry, body_end)
-            close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
-            final = exit_values(builder, v32, zeros, news, entry, body_end)
+            intrinsics.carry([phi for row in acc for phi in row], zeros, news, entry, body_end)
+            intrinsics.close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
+            final = intrinsics.exit_values(builder, v32, zeros, news, entry, body_end)
             zv = splat(zero)
             shares = []
             for v in range(vectors):
@@ -330,7 +323,9 @@ def _amx_block(two_columns: bool):
             tiles = (0, 1, 2, 3) if two_columns else (0, 2)
             for tile in tiles:
                 builder.call(zero, [_I8(tile)])
-            entry, loop, done = open_loop(builder, "amx", builder.icmp_signed(">", kk, _I64(0)))
+            entry, loop, done = intrinsics.open_loop(
+                builder, "amx", builder.icmp_signed(">", kk, _I64(0))
+            )
             p = builder.phi(_I64)
             a0 = builder.gep(pa, [builder.mul(p, _I64(K_BLOCK))])
             builder.call(load, [_I8(4), a0, lda_])
@@ -346,7 +341,7 @@ def _amx_block(two_columns: bool):
             step = builder.add(p, _I64(1))
             p.add_incoming(_I64(0), entry)
             p.add_incoming(step, builder.block)
-            close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
+            intrinsics.close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
             for tile in tiles:
                 builder.call(store, [_I8(tile), builder.gep(pt, [_I64(1024 * tile)]), _I64(64)])
             return context.get_dummy_value()
@@ -439,11 +434,11 @@ def _bytes16(typingctx, a, a_at, q8, byte, zero):
     """``q8``'s bytes ``byte .. byte + 15`` = uint8(int32(a[a_at + j]) + zero), j < 16: one
     vector conversion (a loop of Numba's over the two arrays, slices of one workspace
     that LLVM cannot tell apart, stayed scalar: 33 us for 32 x 1024 values, 2 here)."""
-    check_f32_arrays("_bytes16", {"a": a, "q8": q8})
+    intrinsics.check_f32_arrays("_bytes16", {"a": a, "q8": q8})
     f16, i16 = ir.VectorType(_F32, 16), ir.VectorType(_I32, 16)
 
     def codegen(context, builder, signature, args):
-        arg = Arguments(context, builder, signature, args)
+        arg = intrinsics.Arguments(context, builder, signature, args)
         integer = arg.integer
         src, dst = arg.data(0), arg.data(2)
         at = builder.bitcast(builder.gep(src, [integer(1)]), f16.as_pointer())

@@ -29,17 +29,10 @@ from numba import types
 from numba.extending import intrinsic
 
 from fusec.runtime.numba_cache import sealed_njit
+from fusec.targets.cpu import intrinsics
 
 # The tile shape is the code generators' too (``host``: read there without Numba).
 from fusec.targets.cpu.host import MR, NV, STRIP, W, fits, packs, target_features, vector_lanes
-from fusec.targets.cpu.intrinsics import (
-    Arguments,
-    carry,
-    check_f32_arrays,
-    close_loop,
-    exit_values,
-    open_loop,
-)
 
 _I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
 
@@ -55,11 +48,11 @@ def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False):
     vty = ir.VectorType(_F32, lanes)
 
     def typed(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k, *pf_off):
-        check_f32_arrays("gemm tile", {"a": a, "b": b, "c": c})
+        intrinsics.check_f32_arrays("gemm tile", {"a": a, "b": b, "c": c})
         sig = types.void(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, k, *pf_off)
 
         def codegen(context, builder, signature, args):
-            arg = Arguments(context, builder, signature, args)
+            arg = intrinsics.Arguments(context, builder, signature, args)
             integer = arg.integer
 
             def pointer(i: int, off: int) -> ir.Value:
@@ -84,7 +77,7 @@ def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False):
                 )
             zero = ir.Constant(vty, None)
             splat_mask = ir.Constant(ir.VectorType(_I32, lanes), None)
-            entry, loop, done = open_loop(
+            entry, loop, done = intrinsics.open_loop(
                 builder, "tile", builder.icmp_signed(">", kk, ir.Constant(_I64, 0))
             )
             p = builder.phi(_I64)
@@ -108,9 +101,9 @@ def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False):
             p.add_incoming(step, body_end)
             zeros = [zero] * (rows * vectors)
             news = [value for row in new for value in row]
-            carry([phi for row in acc for phi in row], zeros, news, entry, body_end)
-            close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
-            final = exit_values(builder, vty, zeros, news, entry, body_end)
+            intrinsics.carry([phi for row in acc for phi in row], zeros, news, entry, body_end)
+            intrinsics.close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
+            final = intrinsics.exit_values(builder, vty, zeros, news, entry, body_end)
             for r in range(rows):
                 crow = builder.gep(pc, [builder.mul(ir.Constant(_I64, r), ldc_)])
                 for v in range(vectors):

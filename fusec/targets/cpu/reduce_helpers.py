@@ -13,14 +13,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from fusec.runtime.numba_cache import sealed_njit
-from fusec.targets.cpu.intrinsics import (
-    Arguments,
-    carry,
-    check_f32_arrays,
-    close_loop,
-    exit_values,
-    open_loop,
-)
+from fusec.targets.cpu import intrinsics
 
 #: float32 elements a step of ``_sum_f64``: 4 accumulators of 8 doubles.
 _SUM_STEP = 32
@@ -35,17 +28,17 @@ def _sum_f64(typingctx, x, off, n):
     at one add per 4 cycles (a 96 x 4096 global pool: 143-212 us, numpy's float32
     pairwise ``np.mean`` 74). Only the order of the float64 additions differs from a
     sequential sum; NaN and Inf come out alike."""
-    check_f32_arrays("_sum_f64", {"x": x})
+    intrinsics.check_f32_arrays("_sum_f64", {"x": x})
     sig = types.float64(x, off, n)
     f64, i64 = ir.DoubleType(), ir.IntType(64)
     vin, vacc = ir.VectorType(ir.FloatType(), 8), ir.VectorType(f64, 8)
 
     def codegen(context, builder, signature, args):
-        arg = Arguments(context, builder, signature, args)
+        arg = intrinsics.Arguments(context, builder, signature, args)
         data, start, count = arg.data(0), arg.integer(1), arg.integer(2)
         steps = builder.sdiv(count, ir.Constant(i64, _SUM_STEP))
         zero = ir.Constant(vacc, [0.0] * 8)
-        entry, loop, done = open_loop(
+        entry, loop, done = intrinsics.open_loop(
             builder, "sum", builder.icmp_signed(">", steps, ir.Constant(i64, 0))
         )
         k = builder.phi(i64)
@@ -60,9 +53,9 @@ def _sum_f64(typingctx, x, off, n):
         body_end = builder.block
         k.add_incoming(ir.Constant(i64, 0), entry)
         k.add_incoming(step, body_end)
-        carry(acc, [zero] * 4, new, entry, body_end)
-        close_loop(builder, builder.icmp_signed("<", step, steps), loop, done)
-        final = exit_values(builder, vacc, [zero] * 4, new, entry, body_end)
+        intrinsics.carry(acc, [zero] * 4, new, entry, body_end)
+        intrinsics.close_loop(builder, builder.icmp_signed("<", step, steps), loop, done)
+        final = intrinsics.exit_values(builder, vacc, [zero] * 4, new, entry, body_end)
         pair = [builder.fadd(final[0], final[1]), builder.fadd(final[2], final[3])]
         vec = builder.fadd(pair[0], pair[1])
         lanes = [builder.extract_element(vec, ir.Constant(ir.IntType(32), j)) for j in range(8)]
