@@ -229,6 +229,7 @@ TRACER_KEYWORDS: dict[type[AiOp], dict[str, str]] = {
     ai.MaxPool2DOp: {"strides": "stride", "dilations": "dilation"},
     ai.AvgPool2DOp: {"strides": "stride", "dilations": "dilation"},
     ai.LayerNormOp: {"epsilon": "eps"},
+    ai.RMSNormOp: {"epsilon": "eps"},
     ai.BatchNormOp: {"epsilon": "eps"},
 }
 
@@ -501,6 +502,24 @@ def _layernorm(s: _Drawer, x: int) -> int:
     epsilon = s.draw(st.sampled_from([1e-5, 1e-3, 0.25]))
     bound = s.bound[gamma] * math.sqrt(n) + s.bound[beta]
     return s.node(ai.LayerNormOp, [x, gamma, beta], bound, epsilon=epsilon)
+
+
+def _rms_norm(s: _Drawer, x: int) -> int:
+    spec = s.spec(x)
+    if spec.rank == 0:
+        return build_unary(ai.TanhOp)(s, x)
+    n = spec.shape[-1]
+    gamma = _operand_like(s, (n,))
+    epsilon = s.draw(st.sampled_from([1e-6, 1e-3, 0.25]))
+    # |x / rms(x)| <= sqrt(n): a row of one large value and zeros
+    return s.node(ai.RMSNormOp, [x, gamma], s.bound[gamma] * math.sqrt(n), epsilon=epsilon)
+
+
+def _rotate_half(s: _Drawer, x: int) -> int:
+    spec = s.spec(x)
+    if spec.rank == 0 or spec.shape[-1] % 2:  # the op halves the last axis
+        return build_unary(ai.NegOp)(s, x)
+    return s.node(ai.RotateHalfOp, [x], s.bound[x])
 
 
 def _matmul(s: _Drawer, x: int) -> int:
@@ -1012,6 +1031,8 @@ BUILDERS: dict[type[AiOp], Callable[[_Drawer, int], int]] = {
     ai.GeluOp: _gelu,
     ai.MatmulOp: _matmul,
     ai.LayerNormOp: _layernorm,
+    ai.RMSNormOp: _rms_norm,
+    ai.RotateHalfOp: _rotate_half,
     ai.SoftmaxOp: _softmax,
     ai.CastOp: _cast,
     **_MATH_BUILDERS,

@@ -195,6 +195,17 @@ OP_CASES: dict[str, tuple[str, str, str]] = {
         " tensor<2x8xf32> * tensor<8xf32> * tensor<8xf32>",
         "tensor<2x8xf32>",
     ),
+    "rms_norm": (
+        "%x: tensor<2x8xf16>, %g: tensor<8xf16>",
+        "  %r = ai.rms_norm %x, %g {epsilon = 1.000000e-05 : f32} :"
+        " tensor<2x8xf16> * tensor<8xf16>",
+        "tensor<2x8xf16>",
+    ),
+    "rotate_half": (
+        "%x: tensor<2x3x8xbf16>",
+        "  %r = ai.rotate_half %x : tensor<2x3x8xbf16>",
+        "tensor<2x3x8xbf16>",
+    ),
     "batch_norm": (
         "%x: tensor<2x3x4xf32>, %v: tensor<3xf32>",
         "  %r = ai.batch_norm %x, %v, %v, %v, %v {epsilon = 1.000000e-03 : f32} :"
