@@ -55,7 +55,7 @@ func.func @f(%x: {x}) -> {x} {{
   return %r : {x}
 }}
 """
-    with pytest.raises(CodegenError, match="exactly one layernorm or softmax"):
+    with pytest.raises(CodegenError, match="exactly one layernorm, rms_norm or softmax"):
         _kernels(text)
 
 

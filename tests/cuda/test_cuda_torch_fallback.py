@@ -125,6 +125,18 @@ def _layernorm_matmul_softmax(dtype: str):
     return [("x", x), ("g", v), ("b", v), ("w", w)], [o], "matmul", body
 
 
+def _rms_norm_matmul_rotate_half(dtype: str):
+    """Llama's pieces in a matmul group: an RMSNorm prologue, RoPE's rotate-half after."""
+    x, v, w, o = t((M, K), dtype), t((K,), dtype), t((K, N), dtype), t((M, N), dtype)
+    body = [
+        f"%n = ai.rms_norm %x1, %g1 {{epsilon = 1.0e-05 : f32}} : {x} * {v}",
+        f"%m = ai.matmul %n, %w1 : {x} * {w}",
+        f"%o = ai.rotate_half %m : {o}",
+        f"ai.yield %o : {o}",
+    ]
+    return [("x", x), ("g", v), ("w", w)], [o], "matmul", body
+
+
 def _cast_chain(dtype: str):
     y, f = t((M, N), dtype), t((M, N), "f32")
     tail = [f"%c = ai.cast %m : {y} to {f}", f'%o = ai.gelu %c {{approximate = "tanh"}} : {f}']
@@ -253,6 +265,7 @@ CASES = {
     "matmul_bias": _matmul_bias,
     "batched_linear_row_bias": _batched_linear,
     "layernorm_matmul_softmax_axis0": _layernorm_matmul_softmax,
+    "rms_norm_matmul_rotate_half": _rms_norm_matmul_rotate_half,
     "cast_gelu": _cast_chain,
     "conv_bias_relu": _conv_bias_relu,
     "conv_strided_grouped_dilated": lambda d: _conv(

@@ -125,6 +125,19 @@ def _layernorm(op: ai.AiOp, a: list[str]) -> str:
     return f"torch.nn.functional.layer_norm({a[0]}, ({length},), {a[1]}, {a[2]}, {eps!r})"
 
 
+def _rms_norm(op: ai.AiOp, a: list[str]) -> str:
+    # ATen's rms_norm takes the statistics in float32 for f16/bf16 (its opmath type), as
+    # the row kernel and the reference do
+    length = spec_of(op.results[0].type).shape[-1]
+    eps = float(op.attr("epsilon"))
+    return f"torch.nn.functional.rms_norm({a[0]}, ({length},), {a[1]}, {eps!r})"
+
+
+def _rotate_half(op: ai.AiOp, a: list[str]) -> str:
+    half = spec_of(op.results[0].type).shape[-1] // 2
+    return f"torch.cat((-{a[0]}[..., {half}:], {a[0]}[..., :{half}]), dim=-1)"
+
+
 def _softmax(op: ai.AiOp, a: list[str]) -> str:
     return f"torch.softmax({a[0]}, dim={int(op.attr('axis'))})"
 
@@ -257,6 +270,8 @@ LOWERINGS.update(
         ai.GeluOp: _gelu,
         ai.BiasAddOp: _bias_add,
         ai.LayerNormOp: _layernorm,
+        ai.RMSNormOp: _rms_norm,
+        ai.RotateHalfOp: _rotate_half,
         ai.SoftmaxOp: _softmax,
         ai.CastOp: _cast,
         ai.Conv2DOp: _conv2d,
