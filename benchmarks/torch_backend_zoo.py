@@ -6,7 +6,10 @@ inputs: through the fusec backend, in PyTorch eager and through ``torch.compile`
 with the default backend (inductor). Errors are relative L2 against the float32 module
 (TF32 off); times are medians of CUDA events after warm-up (``models_gpu.Timer``).
 Each row also counts what the backend did (``fusec.torch.stats()``): Dynamo graphs,
-fusec partitions, ATen nodes left to eager, and the first remark.
+fusec partitions, ATen nodes left to eager, and the first remark; and of its compiled
+partitions (``fusec.torch.compiled_partitions()``): the groups on the PyTorch fallback
+(any of them turns a cuda program's CUDA graphs off, so each call runs launch by launch)
+and the CUDA graph replays of the timed calls (0 on cuda: not replayed).
 
     python3 benchmarks/torch_backend_zoo.py --out benchmarks/results/          # H200
     python3 benchmarks/torch_backend_zoo.py --models resnet50,gpt2 --batches 1,8
@@ -109,12 +112,25 @@ def run_case(name: str, dtype_name: str, batch: int, args: argparse.Namespace) -
         stats = fusec_torch.stats()
         for key in ("graphs", "partitions", "eager_partitions", "eager_nodes", "compiled_nodes"):
             row[key] = stats[key]
+        row.update(partition_facts(fusec_torch.compiled_partitions()))
         row["remark"] = stats["remarks"][0] if stats["remarks"] else ""
         row["verdict"] = zoo.verdict(row["fusec_err"], row["eager_err"], row["fusec_nonfinite"])
         if not args.no_inductor:
             timed = zoo.compiled_timing(torch_, low, x, "default", "inductor", timer, args.target)
             row.update(timed)
     return row
+
+
+def partition_facts(partitions: Sequence[Any]) -> dict[str, int]:
+    """The compiled partitions' groups on the PyTorch fallback (which turn a cuda
+    program's CUDA graphs off) and their programs' CUDA graph replays so far."""
+    fallbacks = replays = 0
+    for compiled in partitions:
+        fallbacks += sum(1 for k in compiled.kernels if k.runs_op_by_op)
+        graphs = getattr(compiled.program, "graphs", None)
+        if graphs is not None:
+            replays += sum(r.replays for r in graphs.recorded.values())
+    return {"fallback_groups": fallbacks, "graph_replays": replays}
 
 
 def onnx_path_times(
@@ -164,8 +180,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "",
         "| model | dtype | batch | fusec ms | eager ms | inductor ms | onnx path ms | vs eager "
         "| vs inductor | vs onnx path | fusec err | eager err | verdict | graphs | partitions "
-        "| eager nodes | note |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| eager nodes | fallback groups | graph replays | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
@@ -180,6 +196,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
             f"| {zoo._x(zoo.ratio(r.get('onnx_path_ms'), r['fusec_ms']))} "
             f"| {zoo._e(r['fusec_err'])} | {zoo._e(r['eager_err'])} | {r['verdict']} "
             f"| {r['graphs']} | {r['partitions']} | {r['eager_nodes']} "
+            f"| {r.get('fallback_groups', '')} | {r.get('graph_replays', '')} "
             f"| {r['remark'][:80].replace('|', '/')} |"
         )
     return "\n".join(lines) + "\n"

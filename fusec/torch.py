@@ -19,7 +19,9 @@ stream. A graph with symbolic sizes (``dynamic=True``, or Dynamo's automatic dyn
 shapes) is compiled once per concrete signature it is called with.
 
 ``stats()`` counts graphs, partitions and the nodes left to eager, and lists the
-remarks saying which node and why. Options (``torch.compile(..., options={...})``):
+remarks saying which node and why; ``compiled_partitions()`` gives the partitions'
+compiled modules (their kernels, on cuda their programs' CUDA graph replays).
+Options (``torch.compile(..., options={...})``):
 ``target`` ("cpu", "cuda", "reference"; default: the inputs' device), ``pipeline``,
 ``freeze`` (default True; False passes parameters and buffers as arguments on every
 call, for weights changed through ``.data``, which no version counter sees),
@@ -32,6 +34,7 @@ from __future__ import annotations
 import logging
 import operator
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,6 +108,20 @@ def reset_stats() -> None:
     global _STATS
     with _STATS_LOCK:
         _STATS = Stats()
+        _PARTITIONS.clear()
+
+
+#: The compiled partitions since the last ``reset_stats()``, held weakly.
+_PARTITIONS: list[weakref.ref] = []
+
+
+def compiled_partitions() -> list[Any]:
+    """The ``fusec.CompiledModule`` of each partition compiled since the last
+    ``reset_stats()`` that is still alive: its kernels, and on cuda its program's CUDA
+    graphs (``.program.graphs.recorded``, each with its ``replays``)."""
+    with _STATS_LOCK:
+        live = [ref() for ref in _PARTITIONS]
+    return [c for c in live if c is not None]
 
 
 def _remark(text: str) -> None:
@@ -454,6 +471,7 @@ def _compile_partition(
     _count("compiled_nodes", ops)
     with _STATS_LOCK:
         _STATS.targets[compiled.target] = _STATS.targets.get(compiled.target, 0) + 1
+        _PARTITIONS.append(weakref.ref(compiled))
 
 
 def _cached_compile(

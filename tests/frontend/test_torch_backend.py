@@ -462,3 +462,16 @@ def test_the_parameter_check_of_a_call_costs_no_frame_per_parameter() -> None:
     few, many = _backend_frames_per_call(2), _backend_frames_per_call(16)
     assert many == few, (few, many)
     assert fusec_torch.stats()["refreezes"] == 0
+
+
+def test_compiled_partitions_are_the_programs_the_calls_run() -> None:
+    torch._dynamo.reset()
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="fusec", options={"target": "reference"})
+    with torch.no_grad():
+        compiled(torch.randn(4, 16))
+    partitions = fusec_torch.compiled_partitions()
+    assert [p.target for p in partitions] == ["reference"]
+    assert "ai.matmul" in partitions[0].ir
+    fusec_torch.reset_stats()
+    assert fusec_torch.compiled_partitions() == []

@@ -92,7 +92,7 @@ def test_fp16_llama_style_block_matches_the_fp32_module() -> None:
     ],
     ids=["hf_causal_mask", "hf_padding_mask", "multihead_attention"],
 )
-def test_backend_calls_are_cuda_graph_replays(make, monkeypatch) -> None:
+def test_backend_calls_are_cuda_graph_replays(make) -> None:
     """Issue 32: a call through the backend is one replay of the partition program's
     CUDA graph (first call launch by launch, second recorded, the rest replayed), as a
     call of the ONNX path's program is. HF's attention mask of an all-ones
@@ -102,14 +102,6 @@ def test_backend_calls_are_cuda_graph_replays(make, monkeypatch) -> None:
     lower (before: ViT's 12 eager nodes)."""
     if not torch.cuda.is_available():
         pytest.skip("torch has no usable CUDA device")
-    calls: list = []
-    init = fusec_torch._FusecCall.__init__
-
-    def recording(self, *args, **kwargs) -> None:
-        init(self, *args, **kwargs)
-        calls.append(self)
-
-    monkeypatch.setattr(fusec_torch._FusecCall, "__init__", recording)
     torch.manual_seed(0)
     torch._dynamo.reset()
     fusec_torch.reset_stats()
@@ -127,9 +119,9 @@ def test_backend_calls_are_cuda_graph_replays(make, monkeypatch) -> None:
     stats = fusec_torch.stats()
     assert stats["targets"] == {"cuda": 1}, stats
     assert stats["eager_partitions"] == 0 and stats["eager_nodes"] == 0, stats["remarks"]
-    (call,) = calls
-    program = call.compiled.program
-    fallbacks = [k.kind for k in call.compiled.kernels if k.runs_op_by_op]
+    (partition,) = fusec_torch.compiled_partitions()
+    program = partition.program
+    fallbacks = [k.kind for k in partition.kernels if k.runs_op_by_op]
     assert not fallbacks and not program._torch_groups, fallbacks
     assert program.graphs is not None and not program.graphs.failed, program.graphs.failed
     recorded = list(program.graphs.recorded.values())
