@@ -247,18 +247,20 @@ static __device__ __forceinline__ void gemm_softmax_stats(const E& epi, float (&
   live = row < M;
   const bool dense = live && pn * BN + BN <= N;
   mx = FS_NEG_INF;
+  // the epilogue's value of element e of column pair q (rounded to Out in the partials mode)
+  const auto value = [&](int q, int e, int col) -> float {
+    if constexpr (PARTIALS) {
+      return Out::to(epi(FS_FRAG(m, q, e), row, col, pz, ln_cols, ln_rows));
+    } else {
+      return epi(FS_FRAG(m, q, e), row, col, pz, ln_cols, ln_rows);
+    }
+  };
   if (dense) {
 #pragma unroll
     for (int q = 0; q < BN / 8; ++q) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int col = pn * BN + q * 8 + 2 * (lane % 4) + e;
-        float v;
-        if constexpr (PARTIALS) {
-          v = Out::to(epi(FS_FRAG(m, q, e), row, col, pz, ln_cols, ln_rows));
-        } else {
-          v = epi(FS_FRAG(m, q, e), row, col, pz, ln_cols, ln_rows);
-        }
+        const float v = value(q, e, pn * BN + q * 8 + 2 * (lane % 4) + e);
         FS_FRAG(m, q, e) = v;
         mx = fmaxf(mx, v);
       }
@@ -269,14 +271,7 @@ static __device__ __forceinline__ void gemm_softmax_stats(const E& epi, float (&
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int col = pn * BN + q * 8 + 2 * (lane % 4) + e;
-        float v = FS_NEG_INF;
-        if (live && col < N) {
-          if constexpr (PARTIALS) {
-            v = Out::to(epi(FS_FRAG(m, q, e), row, col, pz, ln_cols, ln_rows));
-          } else {
-            v = epi(FS_FRAG(m, q, e), row, col, pz, ln_cols, ln_rows);
-          }
-        }
+        const float v = live && col < N ? value(q, e, col) : FS_NEG_INF;
         FS_FRAG(m, q, e) = v;
         mx = fmaxf(mx, v);
       }
