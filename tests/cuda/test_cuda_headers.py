@@ -116,6 +116,7 @@ def _template_probes() -> dict[str, str]:
         # both copies: 8 x 8 blocks (16- and 2-byte loads) and few pixels
         "fusec/relayout.cuh": RelayoutSpec(2, 64, 1000).generate()
         + RelayoutSpec(4, 64, 9).generate(),
+        "fusec/transpose_f32.cuh": aux.TransposeF32().generate(),
         "fusec/softmax_finalise.cuh": aux.SoftmaxFinalise(
             "bf16", "y = s * fs_ld_f32(e0, col);", ("f32",)
         ).generate(),

@@ -200,33 +200,14 @@ class TransposeF32(LinkedSpec):
         return expand(self.generate())
 
     def generate(self) -> str:
-        """The C++: the tile's 32 rows read by 8 warps (coalesced along C), written
-        transposed (coalesced along R) from a 32 x 33 shared tile (no bank conflicts)."""
-        t, rows_per = TRANSPOSE_TILE, THREADS // TRANSPOSE_TILE
+        """The C++ as the template writes it: the kernel layer's ``transpose_f32.cuh`` (32
+        x 32 tiles through a padded shared tile) and the ``extern "C"`` wrapper."""
         return f"""// fusec generated f32 transpose [batches][R][C] -> [batches][C][R]: the K-major
 // copy of a tf32 GEMM's B stored K x N (precision=tf32)
-{include("common")}
+{include("transpose_f32")}
 extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
     int* ret, u64 smem, u64 src, u64 dst, int R, int C, int batches) {{
-  __shared__ float tile[{t}][{t + 1}];
-  const int tiles_c = (C + {t - 1}) / {t}, tiles_r = (R + {t - 1}) / {t};
-  const int tc = blockIdx.x % tiles_c;
-  const int tr = (blockIdx.x / tiles_c) % tiles_r;
-  const long long z = blockIdx.x / (tiles_c * tiles_r);
-  const float* s = (const float*)src + z * R * C;
-  float* d = (float*)dst + z * R * C;
-  const int lane = threadIdx.x % {t}, row = threadIdx.x / {t};
-#pragma unroll
-  for (int i = row; i < {t}; i += {rows_per}) {{
-    const int r = tr * {t} + i, c = tc * {t} + lane;
-    if (r < R && c < C) tile[i][lane] = s[(long long)r * C + c];
-  }}
-  __syncthreads();
-#pragma unroll
-  for (int i = row; i < {t}; i += {rows_per}) {{
-    const int c = tc * {t} + i, r = tr * {t} + lane;
-    if (r < R && c < C) d[(long long)c * R + r] = tile[lane][i];
-  }}
+  fusec::transpose_f32<{TRANSPOSE_TILE}, {THREADS}>(src, dst, R, C);
   return 0;
 }}
 """
