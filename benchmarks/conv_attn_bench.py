@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "cuda"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "targets" / "cuda"))
 
 from attention_cases import attention_graph  # noqa: E402
 from stream_timing import loop_event_and_wall_ms  # noqa: E402  (beside this script)

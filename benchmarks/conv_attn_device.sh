@@ -53,22 +53,22 @@ PYTEST="python3 -m pytest -m gpu -v -p no:cacheprovider -rfE --tb=short"
 
 # 1. conv: implicit GEMM (odd sizes, strides, padding, groups, bf16, epilogues), direct
 #    (depthwise), fallback; results on the caller's stream
-stage conv_tests 150 $PYTEST tests/cuda/test_conv_gpu.py \
+stage conv_tests 150 $PYTEST tests/targets/cuda/test_conv_gpu.py \
   -k "not nchw and not epilogue_loads and not early_loads and not handoff"
 # 1a. the epilogue's inputs read at each element (the default) and loaded ahead of use
 #     (FUSEC_CONV_EPILOGUE=early, opt-in): the ResNet block (bench size and ragged), bf16
 #     residual, odd W, split-m row loads, a misaligned residual
-stage conv_epilogue_tests 180 $PYTEST tests/cuda/test_conv_gpu.py -k "epilogue_loads or early_loads"
+stage conv_epilogue_tests 180 $PYTEST tests/targets/cuda/test_conv_gpu.py -k "epilogue_loads or early_loads"
 # 1b'. the conv -> conv hand-off in channels-last (FUSEC_CONV_HANDOFF=nhwc, opt-in; the tests
 #     force it on): ResNet blocks at bench size, ragged, odd W, bf16, both epilogue loads
-stage conv_handoff_tests 180 $PYTEST tests/cuda/test_conv_gpu.py -k handoff
+stage conv_handoff_tests 180 $PYTEST tests/targets/cuda/test_conv_gpu.py -k handoff
 # 1b. the opt-in FUSEC_CONV_INPUT=nchw / nchw-ld variants (NCHW input read in place by
 #     TMA / loaded by the producer warpgroup, no channels-last copy; the tests force them
 #     on): their own stage, so a hang costs only it
-stage conv_nchw_tests 240 $PYTEST tests/cuda/test_conv_gpu.py -k nchw
+stage conv_nchw_tests 240 $PYTEST tests/targets/cuda/test_conv_gpu.py -k nchw
 # 2. attention through compile (written, exported and traced chains -> ai.attention): the
 #    flash kernel (ragged, 4-D batch, bf16, causal), the PyTorch fallback, the caller's stream
-stage attention_tests 90 $PYTEST tests/cuda/test_attention_gpu.py
+stage attention_tests 90 $PYTEST tests/targets/cuda/test_attention_gpu.py
 # 3. the benchmark (conv, ResNet block, attention x2) against eager / compile / NHWC / SDPA
 BENCH_ARGS=()
 BENCH_LIMIT=150

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "onnx"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "frontend" / "onnx"))
 import onnxruntime as ort
 from onnx_nets import node_model
 

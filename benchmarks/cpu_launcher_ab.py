@@ -1,6 +1,6 @@
 """The cpu compiled launcher against the Python launch loop, on the ONNX test models.
 
-For each model of ``tests/onnx/models`` (dynamo exports, batch 1, float32): compile for
+For each model of ``tests/frontend/onnx/models`` (dynamo exports, batch 1, float32): compile for
 cpu, check that the compiled call (``CpuProgram``, ``fusec.targets.cpu.program``) gives
 the Python loop's results bit for bit (max abs difference printed), then time both,
 alternating call by call in the same process (the machine's load hits both alike):
@@ -28,7 +28,7 @@ import fusec  # noqa: E402
 from fusec.api import import_onnx  # noqa: E402
 from fusec.runtime.launch import Program  # noqa: E402
 
-MODELS = Path(__file__).resolve().parent.parent / "tests" / "onnx" / "models"
+MODELS = Path(__file__).resolve().parents[1] / "tests" / "frontend" / "onnx" / "models"
 CASES = {
     "resnet18": ("x", (1, 3, 64, 64)),
     "mobilenet_v2": ("x", (1, 3, 64, 64)),

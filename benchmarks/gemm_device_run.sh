@@ -10,10 +10,10 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu -
   | tee "$OUT/gpu.txt"
 t0=$(date +%s)
 timeout "${TEST_TIMEOUT:-100}" python3 -m pytest -m gpu -q -p no:cacheprovider -rfE \
-  tests/cuda/test_gemm_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+  tests/targets/cuda/test_gemm_gpu.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
 echo "[gpu tests: $(( $(date +%s) - t0 )) s]"
 t1=$(date +%s)
-timeout "${TUNE_TIMEOUT:-25}" python3 -m fusec.cli tune tests/cuda/filecheck/tile_gemm_1024.mlir \
+timeout "${TUNE_TIMEOUT:-25}" python3 -m fusec.cli tune tests/targets/cuda/filecheck/tile_gemm_1024.mlir \
   --reps 10 2>&1 | tee "$OUT/tune.log" | tail -9
 echo "[tune: $(( $(date +%s) - t1 )) s]"
 t2=$(date +%s)

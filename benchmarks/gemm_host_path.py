@@ -5,7 +5,7 @@
 A call through ``CudaProgram`` (torch tensors in, a torch tensor out, the
 caller's stream) is timed with a stand-in ``torch`` (tensors that only carry
 shape, dtype, device and an address) and the recording fake driver of the
-tests (``tests/cuda/fake_driver.py``, not recording), so the number is the
+tests (``tests/targets/cuda/fake_driver.py``, not recording), so the number is the
 Python work fusec does per call: argument checks, output allocation call,
 prepared-launch lookup, the ``cuLaunchKernel`` call's argument passing. The
 real torch allocation and driver call add to it on a GPU machine (there,
@@ -72,7 +72,7 @@ def fake_torch() -> types.ModuleType:
 
 def main() -> int:
     sys.modules["torch"] = torch = fake_torch()
-    sys.path.insert(0, str(ROOT / "tests" / "cuda"))
+    sys.path.insert(0, str(ROOT / "tests" / "targets" / "cuda"))
     from fake_driver import FakeDriver
 
     import fusec

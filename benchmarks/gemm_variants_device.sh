@@ -30,13 +30,13 @@ cat "$OUT/gpu.txt"
 
 echo "== GPU tests: ln=tile (the LayerNorm normalised in the resident A tiles)"
 timeout "${LN_TEST_TIMEOUT:-60}" python3 -m pytest -m gpu -v --tb=short -p no:cacheprovider \
-  tests/cuda/test_gemm_ln_tile_gpu.py > "$OUT/gpu_tests_ln_tile.log" 2>&1
+  tests/targets/cuda/test_gemm_ln_tile_gpu.py > "$OUT/gpu_tests_ln_tile.log" 2>&1
 echo "[ln=tile gpu tests: rc $?, $(( $(date +%s) - T0 )) s]"
 grep -E "PASSED|FAILED|ERROR|passed|failed" "$OUT/gpu_tests_ln_tile.log" | tail -15
 
 echo "== GPU tests: the variants, then the default kernels (test_gemm_gpu.py)"
 timeout "${TEST_TIMEOUT:-100}" python3 -m pytest -m gpu -v --tb=short -p no:cacheprovider \
-  tests/cuda/test_gemm_variants_gpu.py tests/cuda/test_gemm_gpu.py > "$OUT/gpu_tests.log" 2>&1
+  tests/targets/cuda/test_gemm_variants_gpu.py tests/targets/cuda/test_gemm_gpu.py > "$OUT/gpu_tests.log" 2>&1
 echo "[gpu tests: rc $?, $(( $(date +%s) - T0 )) s]"
 grep -E "PASSED|FAILED|ERROR|passed|failed" "$OUT/gpu_tests.log" | tail -30
 

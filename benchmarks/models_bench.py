@@ -1,6 +1,6 @@
 """Real models end to end: fusec vs onnxruntime (cpu) and vs PyTorch (cuda).
 
-The models are those of ``tests/onnx/models`` (MobileNetV2, ResNet-18 with
+The models are those of ``tests/frontend/onnx/models`` (MobileNetV2, ResNet-18 with
 narrowed channels, a 2-layer BERT encoder, a 2-layer GPT-2; random weights),
 imported from their ``dynamo`` exports with fixed input shapes, at batch 1
 (latency) and a throughput batch. Every fusec result is checked first.
@@ -56,7 +56,7 @@ from bench_common import commit, cpu_name, write_results  # beside this script
 from stream_timing import loop_event_and_wall_ms  # beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "tests" / "onnx" / "models"
+MODELS = ROOT / "tests" / "frontend" / "onnx" / "models"
 sys.path.insert(0, str(ROOT / "tests"))  # numerics.py: the tests' one comparison
 
 #: model -> (input name, batch-1 shape, throughput batch)
@@ -171,7 +171,7 @@ def cpu_markdown(rows: list[dict], env: dict, stamp: str, revision: str) -> str:
         f"{env['numba']} (passive OpenMP/OpenBLAS waits), "
         f"numpy {np.__version__}; commit {revision}; load average {env['load_average']:.2f} "
         "(the machine is shared: its other users add noise). Models from "
-        "`tests/onnx/models` (dynamo exports, random weights, float32); medians of "
+        "`tests/frontend/onnx/models` (dynamo exports, random weights, float32); medians of "
         "wall-clock calls after warm-up (the JSON has the minima). fusec is checked "
         "against onnxruntime first (elementwise, tests/numerics.py tolerances; rel L2 "
         'shown). "first call" is import + compile + the first run (kernels from the '
@@ -330,7 +330,7 @@ def cuda_markdown(rows: list[dict], env: dict, stamp: str, revision: str) -> str
         "",
         f"Device: {env['machine']}; torch {env['torch']} (CUDA {env['cuda']}); commit "
         f"{revision}. float32 everywhere, TF32 off (fusec keeps IEEE float32). Models from "
-        "`tests/onnx/models` (dynamo exports for fusec, the same architectures built by "
+        "`tests/frontend/onnx/models` (dynamo exports for fusec, the same architectures built by "
         "export_models.py for PyTorch). CUDA events on the caller's stream, median of "
         f"{REPS} runs after {WARMUP} warm-up calls; each fusec timing is checked against "
         "the wall clock of 20 back-to-back calls. fusec is checked against its numpy "

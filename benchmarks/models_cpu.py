@@ -37,7 +37,7 @@ never the end of the run):
     python benchmarks/models_cpu.py --quick --models mobilenet_v3_large,gpt2
 
 Run it with a Python that has torch, torchvision, transformers, onnxscript and
-onnxruntime beside fusec (``tests/onnx/models/export_models.py`` says how to make one).
+onnxruntime beside fusec (``tests/frontend/onnx/models/export_models.py`` says how to make one).
 ``--quick``: batch 1, one thread, shorter timing. Writes ``<out>/models-cpu.md``, ``.json``
 and the chart ``models-cpu.png`` (matplotlib; a note when it is missing), rewritten after
 every step so that a run cut short keeps what it measured.

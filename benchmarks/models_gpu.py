@@ -82,7 +82,7 @@ class ZooEntry:
     smoke_size: str  # what --smoke builds instead
 
 
-IMAGE, SMOKE_IMAGE = 224, 64  # 64: 2x2 after five stride-2 stages, as tests/onnx/models
+IMAGE, SMOKE_IMAGE = 224, 64  # 64: 2x2 after five stride-2 stages, as tests/frontend/onnx/models
 SEQUENCE, SMOKE_SEQUENCE = 128, 16
 SMOKE_BATCH = 2
 
@@ -499,7 +499,7 @@ def build(name: str, smoke: bool, form: str = "embeds", size: dict | None = None
     other CNNs take none (their size is the input's)."""
     import torch
 
-    sys.path.insert(0, str(ROOT / "tests" / "onnx" / "models"))
+    sys.path.insert(0, str(ROOT / "tests" / "frontend" / "onnx" / "models"))
     from export_models import narrow, randomise
 
     torch.manual_seed(0)
@@ -615,7 +615,8 @@ def _transformers_model(name: str, smoke: bool, size: dict | None = None) -> Any
 def hf_wrapper() -> type:
     """A Hugging Face model fed with ``inputs_embeds`` (float) or ``input_ids``, with an
     all-ones attention mask built from the input's shape, returning a tuple of tensors
-    (as ``tests/onnx/models/export_models.Encoder``); a class made once torch is imported."""
+    (as ``tests/frontend/onnx/models/export_models.Encoder``); a class made once torch is
+    imported."""
     import torch
 
     class HFWrapper(torch.nn.Module):

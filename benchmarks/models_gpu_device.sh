@@ -16,7 +16,7 @@
 #              under .cache/zoo, so a second call adds the cases (or the torch.compile pass)
 #              the first one had no time for
 #   SUFFIX     the files' suffix (default <date>-h200; RESUME=1: the resumed run's)
-#   TESTS=1    first run tests/cuda/test_zoo_gpu.py (-m gpu, 4 workers; at most 240 s, cold
+#   TESTS=1    first run tests/targets/cuda/test_zoo_gpu.py (-m gpu, 4 workers; at most 240 s, cold
 #              kernel builds dominate; out of BUDGET)
 # Kernels (FUSEC_CACHE_DIR) and torch.compile's caches live under the repository's ignored
 # .cache/, so a second call on a warm machine compiles less. Everything lands in $OUT: the
@@ -42,7 +42,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 if [ "${TESTS:-0}" = 1 ]; then
   t=$SECONDS
   timeout 240 python3 -m pytest -m gpu -q -n 4 -p no:cacheprovider -rfE --tb=short \
-    tests/cuda/test_zoo_gpu.py > "$W/tests.log" 2>&1
+    tests/targets/cuda/test_zoo_gpu.py > "$W/tests.log" 2>&1
   echo "== zoo gpu tests: rc=$? in $((SECONDS - t)) s"
   grep -E "^FAILED|^ERROR|passed|failed|skipped" "$W/tests.log" | tail -20
 fi

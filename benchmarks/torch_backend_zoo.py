@@ -23,7 +23,7 @@ are several) and the ratio to the backend's, the issue's "at least as fast as th
 the ONNX path" column.
 
 ``--models tiny`` runs the test suite's small models (MLP, CNN, transformer blocks:
-``tests/frontend/test_torch_backend.py``) instead of the zoo: a check of this script
+``tests/frontend/torch/test_torch_backend.py``) instead of the zoo: a check of this script
 that needs neither torchvision nor transformers. Every case runs in this process, one
 after another; a case that fails is a row with its error, and the rest go on. Writes
 ``torch-backend-<suffix>.md`` and ``.json``.
@@ -52,7 +52,7 @@ TINY = ("mlp", "cnn", "block", "sdpa_block")
 
 def tiny_model(name: str) -> tuple[Any, Callable[[int], tuple[int, ...]]]:
     """A small model of the tests and the input shape for a batch."""
-    sys.path[:0] = [str(ROOT / "tests" / "frontend"), str(ROOT / "tests")]
+    sys.path[:0] = [str(ROOT / "tests" / "frontend" / "torch"), str(ROOT / "tests")]
     import torch
     from test_torch_backend import MLP, Block, SmallCNN
 

@@ -1,6 +1,6 @@
 """The transformer test models on the cpu target against onnxruntime, calls alternated.
 
-``tests/onnx/models``' BERT and GPT-2 (dynamo exports, hidden 64, 64 tokens) and, when
+``tests/frontend/onnx/models``' BERT and GPT-2 (dynamo exports, hidden 64, 64 tokens) and, when
 it imports, the Llama ``ids`` export, at batch 1 and a throughput batch, in one process
 per thread count (Numba's, OpenBLAS's and onnxruntime's intra-op pool all N threads;
 onnxruntime with all graph optimisations and no spinning, as ``models_bench.py``).
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "tests" / "onnx" / "models"
+MODELS = ROOT / "tests" / "frontend" / "onnx" / "models"
 
 #: (file, input name, shape at batch 1, throughput batch, input dtype)
 CASES = {

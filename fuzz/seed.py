@@ -17,7 +17,7 @@ import numpy as np
 
 ROOT = Path(__file__).parent
 REPO = ROOT.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "onnx")]
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "frontend" / "onnx")]
 
 
 def _put(target: str, data: bytes) -> None:
@@ -29,10 +29,10 @@ def _put(target: str, data: bytes) -> None:
 def mlir() -> None:
     for path in sorted((REPO / "examples").glob("*.mlir")):
         _put("mlir", path.read_bytes())
-    for path in sorted((REPO / "tests" / "golden").glob("*.mlir")):
+    for path in sorted((REPO / "tests" / "passes" / "golden").glob("*.mlir")):
         if ".expected" not in path.name:
             _put("mlir", path.read_bytes())
-    for path in sorted((REPO / "tests" / "golden" / "fusion").glob("*.expected.mlir")):
+    for path in sorted((REPO / "tests" / "passes" / "golden" / "fusion").glob("*.expected.mlir")):
         _put("mlir", path.read_bytes())  # already fused: ai.fused groups
     from test_adversarial import MLIR_CASES  # bad input the tests already know
 

@@ -32,15 +32,15 @@ DATA = Path(__file__).with_name("lane_durations.json")
 FILE_BUDGET_S = 4.0
 #: Files whose share differs: the ones that cover most ground per second.
 FILE_BUDGET_OVERRIDES_S = {
-    "tests/test_architecture.py": 60.0,  # mypy and the import contracts: all or nothing
-    "tests/runtime/test_cpu_blocked.py": 25.0,  # every cpu conv and GEMM method
+    "tests/architecture/test_architecture.py": 60.0,  # mypy and import contracts: all or nothing
+    "tests/targets/cpu/test_cpu_blocked.py": 25.0,  # every cpu conv and GEMM method
     "tests/differential/test_edge_cases.py": 20.0,  # NaN/Inf through every path
-    "tests/codegen/test_cpu_row_reduce.py": 10.0,
-    "tests/runtime/test_cpu_kinds.py": 10.0,
-    "tests/runtime/test_cpu_program.py": 45.0,  # the compiled launcher: counts and networks
+    "tests/targets/cpu/test_cpu_row_reduce.py": 10.0,
+    "tests/targets/cpu/test_cpu_kinds.py": 10.0,
+    "tests/targets/cpu/test_cpu_program.py": 45.0,  # the compiled launcher: counts and networks
     "tests/test_readme.py": 10.0,
-    "tests/frontend/test_tracer_readme.py": 20.0,
-    "tests/test_quantization_cpu.py": 20.0,  # bit-exact quantization kernels (issue 31)
+    "tests/frontend/tracer/test_tracer_readme.py": 20.0,
+    "tests/targets/cpu/test_quantization_cpu.py": 20.0,  # bit-exact quantization kernels (issue 31)
 }
 #: The cost a test without a measurement is counted at.
 UNMEASURED_S = 0.5

@@ -66,8 +66,9 @@ MAX_BOUND = 256.0
 #: Ops the generator leaves out, each with the reason and where they are tested instead.
 NOT_GENERATED: dict[str, str] = {
     name: "its operands and results are quantized codes, not the generated float values "
-    "(issue 31), and the cuda target refuses it: tests/test_quantization_cpu.py checks it on "
-    "cpu bit for bit, tests/test_quantization.py and tests/onnx/test_onnx_quant.py on the "
+    "(issue 31), and the cuda target refuses it: tests/targets/cpu/test_quantization_cpu.py "
+    "checks it on cpu bit for bit, tests/dialect/test_quantization.py and "
+    "tests/frontend/onnx/test_onnx_quant.py on the "
     "reference"
     for name in ("ai.quantize", "ai.dequantize")
 }

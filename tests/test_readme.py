@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 #: Folders of the repository the README's commands name by relative path.
 LINKED = ("examples", "tools", "fuzz", "benchmarks")
-#: The python block ``tests/frontend/test_tracer_readme.py`` runs (and checks numerically).
+#: The python block ``tests/frontend/tracer/test_tracer_readme.py`` runs (and checks numerically).
 RUN_ELSEWHERE_MARK = "<!-- fuse-example:"
 
 #: Commands not run here, by regular expression over the command as written, and why.

@@ -80,10 +80,11 @@ def test_each_lane_selects_its_tests(tmp_path, selection, lane):
 
 
 CUDA_TESTS = [
-    "tests/cuda/test_cuda_sim.py",  # requires_target, a module fixture running the simulator
-    "tests/cuda/test_cuda_ptx.py",  # requires_target at module level
-    "tests/test_code_injection.py::test_cuda_modules_import_without_running_payloads",
-    "tests/test_golden.py::test_gpu_marked_tests_run_only_where_cuda_works",  # gpu
+    # requires_target, a module fixture running the simulator
+    "tests/targets/cuda/test_cuda_sim.py",
+    "tests/targets/cuda/test_cuda_ptx.py",  # requires_target at module level
+    "tests/codegen/test_code_injection.py::test_cuda_modules_import_without_running_payloads",
+    "tests/passes/test_golden.py::test_gpu_marked_tests_run_only_where_cuda_works",  # gpu
 ]
 TARGETS_REASON = "numba-cuda is not installed (install the 'cuda' extra: pip install 'fusec[cuda]')"
 

@@ -50,20 +50,24 @@ HASHES = Path(os.environ.get("FUSEC_PTX_HASHES", ROOT / "tools" / "cuda_ptx_hash
 
 #: the test files whose bodies construct specs (the gpu ones skip before they do)
 TEST_FILES = [
-    "tests/cuda/test_gemm_build.py",
-    "tests/cuda/test_gemm_variants.py",
-    "tests/cuda/test_gemm_vectors.py",
-    "tests/cuda/test_gemm_ln_tile.py",
-    "tests/cuda/test_gemm_host.py",
-    "tests/cuda/test_conv_build.py",
-    "tests/cuda/test_conv_layout.py",
-    "tests/cuda/test_conv_patchify.py",
-    "tests/cuda/test_attention_build.py",
-    "tests/cuda/test_linked_launch.py",
-    "tests/cuda/test_cuda_codegen.py",
-    "tests/cuda/test_tile_gemm.py",
+    "tests/targets/cuda/test_gemm_build.py",
+    "tests/targets/cuda/test_gemm_variants.py",
+    "tests/targets/cuda/test_gemm_vectors.py",
+    "tests/targets/cuda/test_gemm_ln_tile.py",
+    "tests/targets/cuda/test_gemm_host.py",
+    "tests/targets/cuda/test_conv_build.py",
+    "tests/targets/cuda/test_conv_layout.py",
+    "tests/targets/cuda/test_conv_patchify.py",
+    "tests/targets/cuda/test_attention_build.py",
+    "tests/targets/cuda/test_linked_launch.py",
+    "tests/targets/cuda/test_cuda_codegen.py",
+    "tests/targets/cuda/test_tile_gemm.py",
 ]
-GRAPH_GLOBS = ["examples/*.mlir", "tests/golden/*.mlir", "tests/cuda/filecheck/*.mlir"]
+GRAPH_GLOBS = [
+    "examples/*.mlir",
+    "tests/passes/golden/*.mlir",
+    "tests/targets/cuda/filecheck/*.mlir",
+]
 
 
 def spec_classes() -> dict[str, type]:

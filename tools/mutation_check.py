@@ -34,12 +34,18 @@ ROOT = Path(__file__).resolve().parents[1]
 #: PyTorch fallback (on CPU torch where installed), and fusec run --check.
 TESTS = [
     "tests/codegen",
-    "tests/runtime/test_cpu_kinds.py",
-    "tests/runtime/test_cpu_examples.py",
-    "tests/runtime/test_cpu_random.py",
-    "tests/runtime/test_cpu_run_cli.py",
-    "tests/cuda/test_cuda_sim.py",
-    "tests/cuda/test_cuda_torch_fallback.py",
+    "tests/targets/cpu/test_cpu_abi.py",
+    "tests/targets/cpu/test_cpu_exp_nonpos.py",
+    "tests/targets/cpu/test_cpu_fast_erfc.py",
+    "tests/targets/cpu/test_cpu_fast_exp.py",
+    "tests/targets/cpu/test_cpu_microkernel.py",
+    "tests/targets/cpu/test_cpu_row_reduce.py",
+    "tests/targets/cpu/test_cpu_kinds.py",
+    "tests/targets/cpu/test_cpu_examples.py",
+    "tests/targets/cpu/test_cpu_random.py",
+    "tests/targets/cpu/test_cpu_run_cli.py",
+    "tests/targets/cuda/test_cuda_sim.py",
+    "tests/targets/cuda/test_cuda_torch_fallback.py",
 ]
 
 

@@ -104,7 +104,7 @@ class KernelSource:
     #: result to its declared type, instead of as one fused loop.
     runs_op_by_op: bool = False
     #: Every other text the template generates for this kernel, as (language, text):
-    #: e.g. the CUDA C++ of a linked main loop. tests/test_code_injection.py checks
+    #: e.g. the CUDA C++ of a linked main loop. tests/codegen/test_code_injection.py checks
     #: ``source`` and these for spliced user text, so list every generated text here.
     extra_sources: tuple[tuple[str, str], ...] = ()
     #: Why the target's fused template declined the group (its fallback runs it).

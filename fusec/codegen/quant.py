@@ -17,7 +17,7 @@ convert:
   (every float8 value is a float32), built from its bits.
 
 The helpers are straight-line selects on float32 and uint32 values (no branch, no
-table): LLVM vectorises the loop that calls them. ``tests/test_quantization_cpu.py``
+table): LLVM vectorises the loop that calls them. ``tests/targets/cpu/test_quantization_cpu.py``
 checks them bit for bit against ml_dtypes on millions of float32 values, every
 boundary of the two types among them, and every code.
 """

@@ -119,7 +119,7 @@ def build_pipeline(
         if target is not None and isinstance(p, FusePass) and p.target is None:
             return replace(p, target=target)
         if p.name == "tile-gemm":
-            # by name: shared modules import no target (tests/test_architecture.py)
+            # by name: shared modules import no target (tests/architecture/test_architecture.py)
             tiling: Any = p
             if sms and not tiling.sms:
                 tiling = replace(tiling, sms=sms)

@@ -10,7 +10,7 @@ parser, so a bad input is reported as ``fusec compile`` reports it
 target, a ``-p`` pipeline that does not parse or names an unknown pass or
 option) is one ``fusec-opt: error: ...`` line naming the option, exit 2. The
 exit statuses are those of ``fusec`` (``fusec.errors.ExitCode``). The lit tests
-under ``tests/filecheck`` run passes through it and check the result with
+under ``tests/passes/filecheck`` run passes through it and check the result with
 FileCheck.
 """
 

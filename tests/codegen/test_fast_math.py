@@ -13,7 +13,7 @@ way: at most one unit in the last place apart (``tanh.approx`` to f16: two, its 
 being a little above half an f16 ulp), far inside the GPU tests' tolerance.
 Results below 2**-120 in magnitude (bf16 only: f16 rounds them to 0) may be flushed to 0
 (``ex2.approx.ftz``, ``__fdividef`` beyond 2**126): an absolute error under 2**-120.
-The GPU tests (``tests/cuda/test_gemm_variants_gpu.py``) check the same on the hardware.
+The GPU tests (``tests/targets/cuda/test_gemm_variants_gpu.py``) check the same on the hardware.
 """
 
 from __future__ import annotations

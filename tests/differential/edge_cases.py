@@ -542,7 +542,7 @@ def copy_cases(dtype: str) -> dict[str, Case]:
 
 def _float_op(op: type[ai.AiOp]) -> bool:
     """A float op with a result of its operands' type (the bool logic and the i1-valued
-    comparisons are tests/runtime/test_cpu_integers.py's and test_op_facts.py's)."""
+    comparisons are tests/targets/cpu/test_cpu_integers.py's and test_op_facts.py's)."""
     return "f32" in op.DTYPES and not issubclass(op, ai.CompareOp)
 
 

@@ -1,6 +1,6 @@
 """A pytest plugin: run the tests as if numba-cuda (the ``cuda`` extra) were not installed.
 
-``python -m pytest -p tests.without_numba_cuda tests/cuda`` shows what a plain
+``python -m pytest -p tests.without_numba_cuda tests/targets/cuda`` shows what a plain
 ``pip install 'fusec[test]'`` sees: numba's own deprecated built-in
 ``numba.cuda`` imports, numba-cuda does not, and every test needing the cuda
 target skips with the Target's reason (``requires_target`` and ``gpu`` in

@@ -27,7 +27,7 @@ program, so concurrent callers never share one), allocates the outputs, and make
 njit call per segment inside the backend's ``call_scope`` (BLAS at one thread, the
 threads' placement) and ``affinity.run``. In steady state that allocates nothing but
 the outputs and enters a fixed number of Python frames whatever the number of kernels
-(tests/runtime/test_cpu_program.py counts both).
+(tests/targets/cpu/test_cpu_program.py counts both).
 
 Compiling: the kernels a program launches and its program module are compiled at
 once on its first call, each distinct module once, the entries and segments for the

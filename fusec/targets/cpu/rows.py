@@ -12,7 +12,7 @@ while the row is in cache:
 * softmax: max; ``e = exp(x - max)`` into the buffer, summed in the same loop
   (``row_exp_sum``); write ``e * (1 / sum)`` through the epilogue.
 
-The loops over a row vectorise (tests/codegen/test_cpu_row_reduce.py reads the
+The loops over a row vectorise (tests/targets/cpu/test_cpu_row_reduce.py reads the
 LLVM IR), which is what makes these kernels fast (benchmarks/results/cpu-notes.md):
 
 * arrays that span the row are indexed through a view of the row

@@ -70,7 +70,8 @@ _PROVIDERS: dict[str, str] = {
 }
 #: Everything else (the device helpers) comes from here.
 _DEVICE = "fusec.targets.cuda.device"
-#: The module generated code imports (tests/cuda/test_cuda_abi.py checks that it is the only one).
+#: The module generated code imports (tests/targets/cuda/test_cuda_abi.py checks that it is
+#: the only one).
 MODULE = __name__
 
 

@@ -128,7 +128,7 @@ def plan(fused_op: ai.FusedOp) -> GemmPlan | str:
 
     This is the template's one acceptance rule (``plan_ops``): fusion asks it of the
     members it would pack (``accepts``), code generation of the packed group, so a group
-    fusion formed never falls back here (tests/cuda/test_template_plans.py)."""
+    fusion formed never falls back here (tests/targets/cuda/test_template_plans.py)."""
     args: dict[SSAValue, int] = {arg: i for i, arg in enumerate(fused_op.block.args)}
     return plan_ops(body_ops(fused_op), args, len(fused_op.results))
 

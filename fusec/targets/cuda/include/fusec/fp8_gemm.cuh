@@ -16,7 +16,7 @@
 // layout as the f16 GEMM's k16 steps (gemm.cuh). K must be a multiple of 16 (16-byte rows
 // of codes), A and B 16-byte aligned.
 //
-// Not run on a GPU yet: tests/cuda/test_fp8_gemm_header.py compiles it with NVRTC and links
+// Not run on a GPU yet: tests/targets/cuda/test_fp8_gemm_header.py compiles it with NVRTC and links
 // it for sm_90a (ptxas through nvJitLink); the tile is the building block of a persistent
 // TMA kernel like gemm.cuh's, not that kernel.
 #pragma once

@@ -1,0 +1,195 @@
+"""The cuda kernel layer's C++ headers (``fusec/targets/cuda/include/fusec/*.cuh``): each
+compiles on its own with NVRTC (no GPU), instantiated once, and they are clang-formatted.
+``tests/architecture/test_cpp_strings.py`` keeps the C++ that stays in Python strings short.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fusec.targets.cuda import headers
+from fusec.targets.cuda.env import simulator_enabled
+
+#: per header, a device function using what it declares, its templates instantiated once
+PROBES = {
+    "fusec/common.cuh": """
+extern "C" __global__ void probe(const void* x, void* y) {
+  float lo, hi;
+  fs_unpack_bf16(fs_pack_bf16(fs_ld_bf16(x, 0), fs_ex2(1.0f)), lo, hi);
+  fs_unpack_f16(fs_pack_f16(fs_ld_f16(x, 1), fs_to_f16(lo)), lo, hi);
+  fs_st2_f32(y, 0, fs_to_bf16(hi), fs_cvt_f16(fs_bits_f16(lo)) + fs_cvt_bf16(fs_bits_bf16(hi)));
+  fs_st_f16(y, 2, fs_ld_f32(x, 2) * L2E);
+}""",
+    "fusec/barrier.cuh": """
+extern "C" __global__ void probe(int parity) {
+  __shared__ u64 bar;
+  const u32 b = fs_smem(&bar);
+  if (threadIdx.x == 0) fs_bar_init(b, 1);
+  fs_bar_init_fence();
+  __syncthreads();
+  if (threadIdx.x == 0) fs_bar_expect(b, 0);
+  fs_bar_wait(b, (u32)parity);
+  fs_named_sync(1, 64);
+  fs_named_arrive(2, 64);
+}""",
+    "fusec/tma.cuh": """
+extern "C" __global__ void probe(u64 map, int c) {
+  __shared__ __align__(1024) unsigned char tile[1024];
+  __shared__ u64 bar;
+  const u32 dst = fs_smem(tile), b = fs_smem(&bar);
+  fs_prefetch_map(map);
+  fs_tma_load(dst, map, b, c, 0, 0);
+  fs_tma_load(dst, map, b, c, 0, 0, 0);
+  fs_tma_load(dst, map, b, c, 0, 0, 0, 0);
+  fs_fence_async_smem();
+  fs_tma_store(map, dst, c, 0, 0);
+  fs_bulk_commit();
+  fs_bulk_wait_read<1>();
+  fs_bulk_wait<0>();
+}""",
+    "fusec/wgmma.cuh": """
+extern "C" __global__ void probe(float* out) {
+  float r = out[threadIdx.x];
+  fs_wg_fence();
+  fs_wg_commit();
+  fs_wg_wait<1>();
+  fs_fence_reg(r);
+  const ConsumerThread c = fs_consumer_thread<232>(threadIdx.x / 128, threadIdx.x);
+  out[threadIdx.x] = r + (float)(fs_desc(1024u, 16u, 1024u) & 1023ull) + c.lane + c.cw;
+}""",
+    "fusec/fp8_gemm.cuh": """
+extern "C" __global__ void probe(const unsigned char* a, const unsigned char* b, void* c, int k) {
+  __shared__ __align__(1024) unsigned char smem[2 * fusec::FP8_STAGE_BYTES];
+  const fusec::ScaleEpilogue epi{0.5f, 2.0f, nullptr};
+  fusec::fp8_gemm_tile<fusec::E4M3, fusec::E5M2, fusec::E5M2>(a, b, c, 64, 64, k, 0, 0, epi, smem);
+}""",
+    "fusec/shared.cuh": """
+extern "C" __global__ void probe(u64 src, void* out, int left) {
+  __shared__ __align__(16) unsigned char buf[512];
+  const u32 a = fs_smem(buf) + 16u * (threadIdx.x % 16);
+  fs_cp16(a, src, 16u);
+  fs_cp_commit();
+  fs_cp_wait_all();
+  fs_st_shared2(a, fs_lds_f32(a), fs_lds_f32x2(a).y);
+  fs_st_shared4(a, 1u, 2u, 3u, 4u);
+  fs_st_shared1f(a, fs_ld_shared4f(a).x);
+  fs_stmatrix4(a, 1u, 2u, 3u, 4u);
+  fs_st16<2>(out, 8 * threadIdx.x, fs_ld_shared4(a), left);
+  fs_st16<4>(out, 4 * threadIdx.x, fs_ld_shared4(a), left);
+}""",
+    "fusec/reduce.cuh": """
+extern "C" __global__ void probe(float* out) {
+  const float s = fs_warp_sum(out[threadIdx.x]);
+  fs_red4(out, s, s, s, s);
+}""",
+}
+
+
+def _instantiation(source: str, name: str) -> str:
+    """A template's generated source without its include line of ``name`` (the test's)."""
+    assert f'#include "{name}"\n' in source
+    return source.replace(f'#include "{name}"\n', "")
+
+
+def _template_probes() -> dict[str, str]:
+    """Each template header's instantiation for a small spec, as its template writes it."""
+    from fusec.targets.cuda.attention import cpp as attention
+    from fusec.targets.cuda.conv.config import ConvGeometry
+    from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec, generate, generate_direct
+    from fusec.targets.cuda.conv.transpose import RelayoutSpec
+    from fusec.targets.cuda.gemm import aux, cpp
+
+    specs = {
+        "fusec/attention.cuh": attention.generate(attention.AttentionSpec(2, 200, 200, 64, 128)),
+        "fusec/conv.cuh": generate(
+            ConvSpec(ConvGeometry(2, 64, 13, 9, 64, 3, 3, 1, 1, 1, 1, 1, 1), input="given")
+        ),
+        "fusec/conv_direct.cuh": generate_direct(
+            DirectConvSpec(ConvGeometry(2, 8, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, groups=8), "bf16")
+        ),
+        "fusec/gemm.cuh": cpp.generate(cpp.GemmSpec()),
+        "fusec/layernorm_prep.cuh": aux.LayerNormPrep("bf16", "f32", "bf16", "k", 1e-5).generate(),
+        # both copies: 8 x 8 blocks (16- and 2-byte loads) and few pixels
+        "fusec/relayout.cuh": RelayoutSpec(2, 64, 1000).generate()
+        + RelayoutSpec(4, 64, 9).generate(),
+        "fusec/transpose_f32.cuh": aux.TransposeF32().generate(),
+        "fusec/softmax_finalise.cuh": aux.SoftmaxFinalise(
+            "bf16", "y = s * fs_ld_f32(e0, col);", ("f32",)
+        ).generate(),
+    }
+    return {name: _instantiation(source, name) for name, source in specs.items()}
+
+
+PROBES.update(_template_probes())
+
+pytestmark = [
+    pytest.mark.requires_target("cuda"),
+    pytest.mark.skipif(
+        simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1 is set: no NVRTC under the simulator"
+    ),
+]
+
+
+def _nvrtc_ptx(source: str, name: str) -> str:
+    """PTX for sm_90a of ``source``, compiled as the linked kernels are (``build.ptx``'s
+    options) with the layer's include folder as NVRTC's include path."""
+    from cuda.bindings import nvrtc
+
+    _, program = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
+    options = [b"-arch=sm_90a", b"-rdc=true", b"-std=c++17", f"-I{headers.INCLUDE_DIR}".encode()]
+    (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+    _, size = nvrtc.nvrtcGetProgramLogSize(program)
+    log = b" " * size
+    nvrtc.nvrtcGetProgramLog(program, log)
+    assert int(err) == 0, f"NVRTC rejected {name}:\n{log.decode(errors='replace')}"
+    _, size = nvrtc.nvrtcGetPTXSize(program)
+    text = b" " * size
+    nvrtc.nvrtcGetPTX(program, text)
+    nvrtc.nvrtcDestroyProgram(program)
+    return text.rstrip(b"\x00").decode()
+
+
+def test_every_header_has_a_probe() -> None:
+    assert sorted(PROBES) == headers.header_names()
+
+
+@pytest.mark.parametrize("name", sorted(PROBES))
+def test_header_compiles_on_its_own(name: str) -> None:
+    """The header alone (its own includes through NVRTC's include path, not ``expand``),
+    every function of it used and every template instantiated once."""
+    ptx = _nvrtc_ptx(f'#include "{name}"\n{PROBES[name]}\n', f"probe_{Path(name).stem}.cu")
+    assert ".entry probe" in ptx or ".func  (.param .b32 func_retval0) fusec_" in ptx
+
+
+@pytest.mark.parametrize("name", sorted(PROBES))
+def test_expand_inlines_the_header_once_without_include_lines(name: str) -> None:
+    source = headers.expand(f'#include "{name}"\n#include "{name}"\n{PROBES[name]}\n')
+    assert "#include" not in source and "#pragma once" not in source
+    text = (headers.INCLUDE_DIR / name).read_text().replace("#pragma once\n", "")
+    assert source.count(text[: text.index("#include") if "#include" in text else -1]) == 1
+    ptx = _nvrtc_ptx(source, "expanded.cu")
+    assert ".entry probe" in ptx or ".func  (.param .b32 func_retval0) fusec_" in ptx
+
+
+def test_expand_refuses_an_unknown_header() -> None:
+    with pytest.raises(ValueError, match="no kernel-layer header 'fusec/nope.cuh'"):
+        headers.expand('#include "fusec/nope.cuh"\n')
+
+
+def test_headers_are_clang_formatted() -> None:
+    tool = shutil.which("clang-format")
+    if tool is None:
+        pytest.skip("clang-format is not installed (pip install clang-format)")
+    for name in headers.header_names():
+        path = headers.INCLUDE_DIR / name
+        formatted = subprocess.run(
+            [tool, f"--style=file:{headers.INCLUDE_DIR / '.clang-format'}", str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert formatted == path.read_text(), f"{name} is not clang-formatted"
