@@ -76,6 +76,7 @@ builtin.module {
     %sc = ai.slice %tp {offsets = array<i64: 31, 0>, sizes = array<i64: 16, 12>, strides = array<i64: -2, 1>} : tensor<32x12xf32>
     %cc = ai.concat %sc, %sc {axis = 1 : i64} : tensor<16x12xf32> * tensor<16x12xf32>
     %ga = ai.gather %cc {axis = 1 : i64, indices = array<i64: 3, 0>} : tensor<16x24xf32>
+    %rh = ai.rotate_half %ga : tensor<16x2xf32>
     %mp = ai.max_pool2d %x {kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 1, 1>} : tensor<1x4x8x8xf32>
     %at = ai.attention %n, %m, %m, %half {scale = 2.500000e-01 : f32, nan_to_zero = true} : tensor<2x6x16xf32> * tensor<32x16xf32> * tensor<32x16xf32> * tensor<f32>
     %ap = ai.avg_pool2d %mp {count_include_pad = true, kernel = array<i64: 2, 2>, padding = array<i64: 0, 0, 1, 1>} : tensor<1x4x4x4xf32>
@@ -110,6 +111,6 @@ builtin.module {
     %ian = ai.argmin %iam {axis = -1 : i64, select_last_index = true} : tensor<2x16xi64>
     %ias = ai.add %idv, %ian : tensor<2x6xi64> * tensor<2x1xi64>
     %i32 = ai.cast %ias : tensor<2x6xi64> to tensor<2x6xi32>
-    func.return %h, %hb, %si, %sm1, %ta, %rm, %rx, %ga, %ap, %at, %iwh, %i32 : tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>, tensor<2x6x16xf32>, tensor<2x6x16xf32>, tensor<2x6xi32>
+    func.return %h, %hb, %si, %sm1, %ta, %rm, %rx, %rh, %ap, %at, %iwh, %i32 : tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>, tensor<2x6x16xf32>, tensor<2x6x16xf32>, tensor<2x6xi32>
   }
 }

@@ -106,5 +106,5 @@ func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<
   %ian = ai.argmin %iam {axis = -1 : i64, select_last_index = true} : tensor<2x16xi64>
   %ias = ai.add %idv, %ian : tensor<2x6xi64> * tensor<2x1xi64>
   %i32 = ai.cast %ias : tensor<2x6xi64> to tensor<2x6xi32>
-  return %h, %hb, %si, %sm1, %ta, %rm, %rx, %ga, %ap, %at, %iwh, %i32 : tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>, tensor<2x6x16xf32>, tensor<2x6x16xf32>, tensor<2x6xi32>
+  return %h, %hb, %si, %sm1, %ta, %rm, %rx, %rh, %ap, %at, %iwh, %i32 : tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>, tensor<2x6x16xf32>, tensor<2x6x16xf32>, tensor<2x6xi32>
 }
