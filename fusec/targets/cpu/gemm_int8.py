@@ -39,7 +39,7 @@ padded to 64 by ``pack_q8``), ``tdpbusd``, then the zero point's share and the f
 conversion as above; fewer than ``AMX_MIN_ROWS`` rows take the VNNI tiles. The template
 names it only where AMX is granted, so a kernel's cached code uses the tiles only on a
 host and process that generated it for them. onnxruntime's MLAS runs its int8 GEMMs on
-AMX here too (``benchmarks/results/cpu-quant-int8-2026-12-02.md``).
+AMX here too (``benchmarks/results/cpu-quant-int8.md``).
 """
 
 from __future__ import annotations
