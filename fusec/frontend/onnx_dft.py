@@ -52,7 +52,7 @@ def _dft(imp: Importer, node: Node) -> list[SSAValue]:
         raise imp.error(
             "the two-sided inverse DFT is not enabled: ONNX's node tests expect float32 FFT "
             "noise (2e-7) where the exact values, and fusec's, are 0 (see "
-            "benchmarks/results/conformance-all-2026-12-02.md)",
+            "benchmarks/results/conformance-all.md)",
             "attribute",
         )
     length = _constant_ints(imp, node, 1, "input 'dft_length'")

@@ -78,7 +78,7 @@ INPUT_ENV = "FUSEC_CONV_INPUT"
 #: "early": the implicit GEMM's epilogue loads its per-channel vectors and output-shaped
 #: inputs (a residual) with predicated loads issued ahead of use (``cpp.ConvSpec``
 #: ``epilogue_loads``), the default since measured on the H200 (ResNet block's second conv
-#: 38.5 -> 31.9 us, benchmarks/results/profile-2026-12-01.md); "inline": at each element
+#: 38.5 -> 31.9 us, benchmarks/results/profile.md); "inline": at each element
 EPILOGUE_ENV = "FUSEC_CONV_EPILOGUE"
 _DTYPES = ("f16", "bf16")
 #: below this many input channels per group the direct template serves the conv
@@ -86,7 +86,7 @@ MIN_GEMM_CHANNELS = 16
 #: An ungrouped conv of fewer than MIN_GEMM_CHANNELS input channels (a stem: 3 channels of
 #: an image) runs as the implicit GEMM, its 64-channel reduction chunks zero-filled past
 #: the real channels ("implicit", the default: ResNet-50's 7x7/2 stem at batch 32 took
-#: 0.886 ms against the direct kernel's 1.716 ms on the H200, conv-attn-2026-12-02.md),
+#: 0.886 ms against the direct kernel's 1.716 ms on the H200, conv-attn.md),
 #: or as the direct template ("direct"; an A/B switch: conv_attn_bench.py --only stem)
 FEW_CHANNELS_ENV = "FUSEC_CONV_FEW_CHANNELS"
 

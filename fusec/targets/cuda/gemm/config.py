@@ -107,7 +107,7 @@ HEURISTIC_VARIANT = Variant(epilogue="smem", math="fast")
 SMALL_TILE_VARIANT = Variant()
 #: Whole-row tiles (a row softmax in the epilogue) take the fast 16-bit maths: the
 #: softmax's exponentials become one FFMA + ex2.approx each. LN(8192x256) -> matmul
-#: 256x256 -> softmax, same H200 call (benchmarks/results/profile-2026-12-01.md, third
+#: 256x256 -> softmax, same H200 call (benchmarks/results/profile.md, third
 #: session): kernel 10.6 -> 9.4 us, graph replay 0.0114-0.0117 -> 0.0102-0.0103 ms.
 ROW_TILE_VARIANT = Variant(math="fast")
 

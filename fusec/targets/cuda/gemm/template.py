@@ -282,7 +282,7 @@ def layernorm_prologue_problem(n: int, k: int) -> str | None:
 def heuristic_config(p: GemmPlan, sms: int = H200.sms) -> tuple[TileConfig, str]:
     """(config, why) chosen from the problem shape and the GPU's SM count, with the
     variants that pay for what the group holds (measured on the H200,
-    benchmarks/results/profile-2026-12-01.md): a whole-row tile with a LayerNorm prologue
+    benchmarks/results/profile.md): a whole-row tile with a LayerNorm prologue
     normalises its resident A rows in the kernel when the whole K fits the pipeline
     (``ln="tile"`` with the staged epilogue: LN(8192x256) -> matmul -> softmax in one
     launch, 11.8 us against 21.2 for the pre-pass, the GEMM and a memset), else stages the
