@@ -190,7 +190,8 @@ assert MR == 6 and NV * LANES == STRIP or W != LANES  # the dispatch below: 1..6
 
 @sealed_njit
 def _strip(m, a, lda, b, b_off, ldb, c, c_off, ldc, kq, s, s_off, zero):
-    """C's ``STRIP`` columns at ``c_off`` from the strip at byte ``b_off``, every row."""
+    """C's ``STRIP`` columns at ``c_off`` from the strip at byte ``b_off``, every row
+    (``_vector`` is this body over the one-vector tiles ``_N1`` .. ``_N6``)."""
     i = 0
     while i + 6 <= m:
         _T6(a, i * lda, lda, b, b_off, ldb, c, c_off + i * ldc, ldc, kq, s, s_off, zero)
@@ -208,24 +209,12 @@ def _strip(m, a, lda, b, b_off, ldb, c, c_off, ldc, kq, s, s_off, zero):
         _T1(a, ao, lda, b, b_off, ldb, c, co, ldc, kq, s, s_off, zero)
 
 
-@sealed_njit
-def _vector(m, a, lda, b, b_off, ldb, c, c_off, ldc, kq, s, s_off, zero):
-    """C's 16 columns at ``c_off`` from the 16 columns at byte ``b_off``, every row."""
-    i = 0
-    while i + 6 <= m:
-        _N6(a, i * lda, lda, b, b_off, ldb, c, c_off + i * ldc, ldc, kq, s, s_off, zero)
-        i += 6
-    rest, ao, co = m - i, i * lda, c_off + i * ldc
-    if rest == 5:
-        _N5(a, ao, lda, b, b_off, ldb, c, co, ldc, kq, s, s_off, zero)
-    elif rest == 4:
-        _N4(a, ao, lda, b, b_off, ldb, c, co, ldc, kq, s, s_off, zero)
-    elif rest == 3:
-        _N3(a, ao, lda, b, b_off, ldb, c, co, ldc, kq, s, s_off, zero)
-    elif rest == 2:
-        _N2(a, ao, lda, b, b_off, ldb, c, co, ldc, kq, s, s_off, zero)
-    elif rest == 1:
-        _N1(a, ao, lda, b, b_off, ldb, c, co, ldc, kq, s, s_off, zero)
+_vector = intrinsics.retiled(
+    _strip,
+    "_vector",
+    """C's 16 columns at ``c_off`` from the 16 columns at byte ``b_off``, every row.""",
+    _T1=_N1, _T2=_N2, _T3=_N3, _T4=_N4, _T5=_N5, _T6=_N6,
+)  # fmt: skip
 
 
 #: K is padded to a multiple of this in the packing and A's bytes (one AMX tile's K).

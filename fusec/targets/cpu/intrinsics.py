@@ -1,12 +1,14 @@
 """What the cpu target's LLVM IR intrinsics share (the register tiles of ``microkernel`` and
 ``depthwise_tiles``, ``reduce_helpers``' float64 sum): the typing check of their float32
-arrays, their arguments as IR values in ``codegen``, and the accumulators a counted loop
-carries (phis at the loop's top, and at its exit where the loop may not have run).
+arrays, their arguments as IR values in ``codegen``, the accumulators a counted loop
+carries (phis at the loop's top, and at its exit where the loop may not have run), and
+``retiled``: one row dispatch compiled over tiles of another width.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import FunctionType
 from typing import Any
 
 from llvmlite import ir
@@ -89,3 +91,22 @@ def exit_values(
         value.add_incoming(later, body_end)
         values.append(value)
     return values
+
+
+def retiled(dispatcher: Any, name: str, doc: str, **tiles: Any) -> Any:
+    """A second compiled function with the body of the Numba ``dispatcher`` (a
+    ``sealed_njit`` row dispatch: the 6-row tile down the rows, then the tile of the rows
+    left) in which the global names ``tiles`` stand for other intrinsics (the same row
+    counts over another number of vectors): one body, each copy naming its tiles
+    statically, as Numba wants (it resolves a function's globals when it compiles; a tile
+    chosen at run time would compile every tile into both). ``name`` is the copy's name and
+    qualified name, which keeps its disk cache apart from the original's."""
+    from fusec.runtime.numba_cache import sealed_njit
+
+    original: Callable[..., Any] = dispatcher.py_func
+    unknown = set(tiles) - set(original.__code__.co_names)
+    if unknown:
+        raise ValueError(f"retiled: {original.__name__} does not name {sorted(unknown)}")
+    func = FunctionType(original.__code__, {**original.__globals__, **tiles}, name)
+    func.__qualname__, func.__doc__, func.__module__ = name, doc, original.__module__
+    return sealed_njit(func)
