@@ -140,7 +140,8 @@ PREFETCH_TILES = max(1, STRIP // 16)
 
 @sealed_njit
 def _strip(m, n0, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
-    """C's columns ``n0 : n0 + NV * W``, every row."""
+    """C's columns ``n0 : n0 + NV * W``, every row (``_narrow_strip`` is this body over
+    the one-vector tiles ``_N1`` .. ``_N6``)."""
     i = 0
     while i + 6 <= m:
         _T6(a, a_off + i * lda, lda, b, b_off + n0, ldb, c, c_off + i * ldc + n0, ldc, k)
@@ -159,25 +160,12 @@ def _strip(m, n0, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
         _T1(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
 
 
-@sealed_njit
-def _narrow_strip(m, n0, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
-    """C's columns ``n0 : n0 + W``, every row."""
-    i = 0
-    while i + 6 <= m:
-        _N6(a, a_off + i * lda, lda, b, b_off + n0, ldb, c, c_off + i * ldc + n0, ldc, k)
-        i += 6
-    rest = m - i
-    ao, co = a_off + i * lda, c_off + i * ldc + n0
-    if rest == 5:
-        _N5(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
-    elif rest == 4:
-        _N4(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
-    elif rest == 3:
-        _N3(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
-    elif rest == 2:
-        _N2(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
-    elif rest == 1:
-        _N1(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
+_narrow_strip = intrinsics.retiled(
+    _strip,
+    "_narrow_strip",
+    """C's columns ``n0 : n0 + W``, every row.""",
+    _T1=_N1, _T2=_N2, _T3=_N3, _T4=_N4, _T5=_N5, _T6=_N6,
+)  # fmt: skip
 
 
 @sealed_njit
