@@ -1,10 +1,15 @@
 """The model zoo through ``torch.compile(model, backend="fusec")`` (issue 32).
 
 Each model of the GPU model zoo (``models_gpu.py``: torchvision and transformers
-architectures, random weights) is cast to fp16 or bf16 and run three ways on the same
-inputs: through the fusec backend, in PyTorch eager and through ``torch.compile``
-with the default backend (inductor). Errors are relative L2 against the float32 module
-(TF32 off); times are medians of CUDA events after warm-up (``models_gpu.Timer``).
+architectures, random weights) is cast to fp16 or bf16 and run on the same inputs
+through the fusec backend, in PyTorch eager and through ``torch.compile`` with the
+default backend (inductor, default mode), at batch 1 and at the model's throughput
+batch (``--batches 1,throughput``, the zoo's 32 for CNNs and 8 for transformers), and
+on cuda at batch 1 also with ``mode="reduce-overhead"`` (inductor with CUDA graphs, as
+fusec's programs replay theirs). Every comparison is of the same process, model,
+input and timer; a baseline that fails is a note in its row (``inductor_error``), not
+a lost row. Errors are relative L2 against the float32 module (TF32 off); times are
+medians of CUDA events after warm-up (``models_gpu.Timer``).
 Each row also counts what the backend did (``fusec.torch.stats()``): Dynamo graphs,
 fusec partitions, ATen nodes left to eager, and the first remark; and of its compiled
 partitions (``fusec.torch.compiled_partitions()``): the groups on the PyTorch fallback
@@ -13,6 +18,7 @@ and the CUDA graph replays of the timed calls (0 on cuda: not replayed).
 
     python3 benchmarks/torch_backend_zoo.py --out benchmarks/results/          # H200
     python3 benchmarks/torch_backend_zoo.py --models resnet50,gpt2 --batches 1,8
+    python3 benchmarks/torch_backend_zoo.py --models bert,gpt2 --merge   # add to the table
     python3 benchmarks/torch_backend_zoo.py --target cpu --smoke --models tiny  # no GPU
     python3 benchmarks/torch_backend_zoo.py --dry-run    # the plan; imports no torch
     python3 benchmarks/torch_backend_zoo.py --onnx-table benchmarks/results/models-gpu-X.json
@@ -22,11 +28,15 @@ path's fusec time of each row's model, dtype and batch (the dynamo export when t
 are several) and the ratio to the backend's, the issue's "at least as fast as through
 the ONNX path" column.
 
-``--models tiny`` runs the test suite's small models (MLP, CNN, transformer blocks:
-``tests/frontend/torch/test_torch_backend.py``) instead of the zoo: a check of this script
-that needs neither torchvision nor transformers. Every case runs in this process, one
-after another; a case that fails is a row with its error, and the rest go on. Writes
-``torch-backend-<suffix>.md`` and ``.json``.
+``--models tiny`` runs the test suite's small models (MLP, CNN, transformer blocks and
+``branchy``, a Python branch on data and an op fusec lacks: a graph break and an eager
+node, counted in the table; ``tests/frontend/torch/test_torch_backend.py``) instead of
+the zoo: a check of this script that needs neither torchvision nor transformers. Tiny and
+zoo names mix (``--models resnet50,branchy``). Every case runs in this process, one after
+another; a case that fails is a row with its error, and the rest go on. Writes
+``torch-backend.md`` and ``.json`` (``torch-backend-<suffix>`` with ``--suffix``);
+``--merge`` keeps the rows of that ``.json`` whose model, dtype and batch this run does
+not make, so one table can be filled by several device calls.
 """
 
 from __future__ import annotations
@@ -47,14 +57,26 @@ sys.path.insert(0, str(HERE))
 
 import models_gpu as zoo  # noqa: E402
 
-TINY = ("mlp", "cnn", "block", "sdpa_block")
+TINY = ("mlp", "cnn", "block", "sdpa_block", "branchy")
+#: The throughput batch of the tiny models (``--batches throughput``).
+TINY_THROUGHPUT = 8
 
 
 def tiny_model(name: str) -> tuple[Any, Callable[[int], tuple[int, ...]]]:
     """A small model of the tests and the input shape for a batch."""
     sys.path[:0] = [str(ROOT / "tests" / "frontend" / "torch"), str(ROOT / "tests")]
     import torch
-    from test_torch_backend import MLP, Block, SmallCNN
+    from test_torch_backend import MLP, Block, Branchy, SmallCNN
+
+    class HalfBranchy(Branchy):
+        """The tests' Branchy with an op fusec lacks that PyTorch has in f16 and bf16 on
+        cpu and cuda (bessel_j0 has neither): ``flip``, left to eager."""
+
+        def forward(self, x: Any) -> Any:
+            y = torch.relu(self.a(x))
+            if y.sum() > 0:  # data-dependent: Dynamo breaks the graph here
+                y = y * 2
+            return torch.tanh(self.b(torch.flip(y, dims=(-1,))))
 
     torch.manual_seed(0)
     made: dict[str, tuple[Any, Callable[[int], tuple[int, ...]]]] = {
@@ -62,6 +84,7 @@ def tiny_model(name: str) -> tuple[Any, Callable[[int], tuple[int, ...]]]:
         "cnn": (SmallCNN(), lambda b: (b, 3, 32, 32)),
         "block": (Block(dim=128, heads=2), lambda b: (b, 64, 128)),
         "sdpa_block": (Block(dim=128, heads=2, sdpa=True), lambda b: (b, 64, 128)),
+        "branchy": (HalfBranchy(), lambda b: (b, 8)),
     }
     return made[name]
 
@@ -115,10 +138,33 @@ def run_case(name: str, dtype_name: str, batch: int, args: argparse.Namespace) -
         row.update(partition_facts(fusec_torch.compiled_partitions()))
         row["remark"] = stats["remarks"][0] if stats["remarks"] else ""
         row["verdict"] = zoo.verdict(row["fusec_err"], row["eager_err"], row["fusec_nonfinite"])
-        if not args.no_inductor:
-            timed = zoo.compiled_timing(torch_, low, x, "default", "inductor", timer, args.target)
-            row.update(timed)
+        for key, mode in baseline_modes(args, batch):
+            row.update(inductor_timing(torch_, low, x, mode, key, timer, args.target))
     return row
+
+
+def baseline_modes(args: argparse.Namespace, batch: int) -> list[tuple[str, str]]:
+    """The torch.compile baselines of a row: (row key, mode). Inductor's default mode at
+    every batch; reduce-overhead (CUDA graphs) at batch 1 on cuda."""
+    if args.no_inductor:
+        return []
+    modes = [("inductor", "default")]
+    if batch == 1 and args.target == "cuda" and not args.no_reduce_overhead:
+        modes.append(("reduce_overhead", "reduce-overhead"))
+    return modes
+
+
+def inductor_timing(
+    torch: Any, model: Any, x: Any, mode: str, key: str, timer: Any, target: str
+) -> dict[str, Any]:
+    """``torch.compile(model, mode=mode)`` timed as ``models_gpu`` times it (first call's
+    seconds, median ms), or ``{key}_error``: a baseline that fails keeps the row."""
+    try:
+        return zoo.compiled_timing(torch, model, x, mode, key, timer, target)
+    except Exception as err:  # noqa: BLE001 - inductor's failure is a fact of the row
+        return {f"{key}_error": zoo.short(f"{type(err).__name__}: {err}")[:300]}
+    finally:
+        torch._dynamo.reset()
 
 
 def partition_facts(partitions: Sequence[Any]) -> dict[str, int]:
@@ -166,8 +212,32 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, int]]:
     bad = [d for d in dtypes if d not in zoo.TORCH_DTYPES]
     if bad:
         raise SystemExit(f"unknown dtype(s) {', '.join(bad)}: {', '.join(zoo.TORCH_DTYPES)}")
-    batches = [int(b) for b in args.batches.split(",")]
-    return [(n, d, b) for n in names for d in dtypes for b in batches]
+    wanted = args.batches.split(",")
+    bad = [b for b in wanted if b != "throughput" and not (b.isdigit() and int(b) > 0)]
+    if bad:
+        raise SystemExit(f"bad batch size(s) {', '.join(bad)}: positive numbers or 'throughput'")
+    return [(n, d, b) for n in names for d in dtypes for b in batches_of(n, wanted, args.smoke)]
+
+
+def batches_of(name: str, wanted: Sequence[str], smoke: bool) -> list[int]:
+    """The batch sizes of ``wanted`` ("1", "throughput" or a number) for model ``name``."""
+    if name in TINY:
+        big = zoo.SMOKE_BATCH if smoke else TINY_THROUGHPUT
+        return list(dict.fromkeys(big if w == "throughput" else int(w) for w in wanted))
+    return zoo.batches_of(zoo.ZOO[name], wanted, smoke)
+
+
+def row_key(row: dict) -> tuple[str, str, int]:
+    return (row["model"], row["dtype"], int(row["batch"]))
+
+
+def merged_rows(old: Sequence[dict], new: Sequence[dict]) -> list[dict]:
+    """``old``'s rows that ``new`` does not remake, then ``new``'s, in the zoo's order
+    (model as the zoo lists it, dtype, batch)."""
+    made = {row_key(r) for r in new}
+    rows = [r for r in old if row_key(r) not in made] + list(new)
+    order = {name: k for k, name in enumerate((*zoo.ZOO, *TINY))}
+    return sorted(rows, key=lambda r: (order.get(r["model"], len(order)), r["dtype"], r["batch"]))
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
@@ -178,10 +248,14 @@ def markdown(rows: list[dict], meta: dict) -> str:
         + (f", {meta['device']}" if "device" in meta else "")
         + ". Times: median ms; errors: relative L2 against the float32 module.",
         "",
-        "| model | dtype | batch | fusec ms | eager ms | inductor ms | onnx path ms | vs eager "
-        "| vs inductor | vs onnx path | fusec err | eager err | verdict | graphs | partitions "
-        "| eager nodes | fallback groups | graph replays | note |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "'vs X' is X's time over fusec's (above 1.00x: fusec is faster). Inductor: "
+        "torch.compile's default backend in its default mode at every batch; r-o: its "
+        "reduce-overhead mode (CUDA graphs), at batch 1 on cuda.",
+        "",
+        "| model | dtype | batch | fusec ms | eager ms | inductor ms | r-o ms | onnx path ms "
+        "| vs eager | vs inductor | vs r-o | vs onnx path | fusec err | eager err | verdict "
+        "| graphs | partitions | eager nodes | fallback groups | graph replays | note |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
@@ -189,29 +263,54 @@ def markdown(rows: list[dict], meta: dict) -> str:
             continue
         lines.append(
             f"| {r['model']} | {r['dtype']} | {r['batch']} | {zoo._f(r['fusec_ms'])} "
-            f"| {zoo._f(r['eager_ms'])} | {zoo._f(r.get('inductor_ms'))} "
-            f"| {zoo._f(r.get('onnx_path_ms'))} "
+            f"| {zoo._f(r['eager_ms'])} | {_baseline(r, 'inductor')} "
+            f"| {_baseline(r, 'reduce_overhead')} | {zoo._f(r.get('onnx_path_ms'))} "
             f"| {zoo._x(zoo.ratio(r['eager_ms'], r['fusec_ms']))} "
             f"| {zoo._x(zoo.ratio(r.get('inductor_ms'), r['fusec_ms']))} "
+            f"| {zoo._x(zoo.ratio(r.get('reduce_overhead_ms'), r['fusec_ms']))} "
             f"| {zoo._x(zoo.ratio(r.get('onnx_path_ms'), r['fusec_ms']))} "
             f"| {zoo._e(r['fusec_err'])} | {zoo._e(r['eager_err'])} | {r['verdict']} "
             f"| {r['graphs']} | {r['partitions']} | {r['eager_nodes']} "
             f"| {r.get('fallback_groups', '')} | {r.get('graph_replays', '')} "
-            f"| {r['remark'][:80].replace('|', '/')} |"
+            f"| {_note(r)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _baseline(row: dict, key: str) -> str:
+    """A baseline's median ms, 'failed' (its error in the note) or '-' (not run)."""
+    if row.get(f"{key}_error"):
+        return "failed"
+    return zoo._f(row.get(f"{key}_ms"))
+
+
+def _note(row: dict) -> str:
+    """The backend's first remark, then a failed baseline's error."""
+    parts = [row.get("remark", "")[:80]]
+    for key, label in (("inductor", "inductor"), ("reduce_overhead", "r-o")):
+        if row.get(f"{key}_error"):
+            parts.append(f"{label}: {row[f'{key}_error'][:80]}")
+    return "; ".join(p for p in parts if p).replace("|", "/")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(zoo.ZOO), help="zoo names, or 'tiny'")
     parser.add_argument("--dtypes", default="f16", help="f16, bf16 (comma-separated)")
-    parser.add_argument("--batches", default="1", help="batch sizes (comma-separated)")
+    parser.add_argument(
+        "--batches", default="1,throughput", help='comma-separated sizes or "throughput"'
+    )
     parser.add_argument("--target", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--smoke", action="store_true", help="the zoo's small configurations")
-    parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile default")
+    parser.add_argument("--no-inductor", action="store_true", help="no torch.compile baselines")
+    parser.add_argument(
+        "--no-reduce-overhead", action="store_true", help="no reduce-overhead at batch 1"
+    )
     parser.add_argument("--out", default=str(HERE / "results"), help="folder of the tables")
-    parser.add_argument("--suffix", default=datetime.date.today().isoformat())
+    parser.add_argument("--suffix", default="", help="torch-backend-<suffix>.md (default: none)")
+    parser.add_argument(
+        "--merge", action="store_true", help="keep the table's rows this run does not remake"
+    )
     parser.add_argument("--onnx-table", help="a models_gpu.py results .json: the ONNX path")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     parser.add_argument(
@@ -231,7 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     import torch
 
-    meta = {"date": args.suffix, "target": args.target, "torch": torch.__version__}
+    meta = {"date": datetime.date.today().isoformat(), "target": args.target}
+    meta |= {"smoke": args.smoke, "torch": torch.__version__}
     if args.onnx_table:
         meta["onnx_table"] = args.onnx_table
     if args.target == "cuda":
@@ -257,13 +357,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
         rows.append(row)
         print(json.dumps(row), flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"torch-backend-{args.suffix}"
-    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    stem.with_suffix(".md").write_text(markdown(rows, meta))
+    stem = write_table(Path(args.out), args.suffix, rows, meta, args.merge)
     print(f"wrote {stem}.md")
     return 0
+
+
+def write_table(out: Path, suffix: str, rows: list[dict], meta: dict, merge: bool) -> Path:
+    """Write ``torch-backend[-suffix].json`` and ``.md``; with ``merge``, the rows of the
+    existing ``.json`` that ``rows`` do not remake stay (a file of another target or
+    size is refused)."""
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / ("torch-backend" + (f"-{suffix}" if suffix else ""))
+    path = stem.with_suffix(".json")
+    if merge and path.exists():
+        old = json.loads(path.read_text())
+        theirs = (old["meta"].get("target"), bool(old["meta"].get("smoke", False)))
+        if theirs != (meta.get("target"), bool(meta.get("smoke", False))):
+            raise SystemExit(f"{path} holds another target or size ({theirs}): not merged")
+        rows = merged_rows(old["rows"], rows)
+        meta = {**meta, "merged": sorted({*old["meta"].get("merged", []), old["meta"]["date"]})}
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    stem.with_suffix(".md").write_text(markdown(rows, meta))
+    return stem
 
 
 if __name__ == "__main__":
