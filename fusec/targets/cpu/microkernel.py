@@ -160,12 +160,9 @@ def _strip(m, n0, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
         _T1(a, ao, lda, b, b_off + n0, ldb, c, co, ldc, k)
 
 
-_narrow_strip = intrinsics.retiled(
-    _strip,
-    "_narrow_strip",
-    """C's columns ``n0 : n0 + W``, every row.""",
-    _T1=_N1, _T2=_N2, _T3=_N3, _T4=_N4, _T5=_N5, _T6=_N6,
-)  # fmt: skip
+_NARROW = "C's columns ``n0 : n0 + W``, every row (``_strip`` over the one-vector tiles)."
+_narrow_strip = intrinsics.retiled(_strip, "_narrow_strip", _NARROW, _T1=_N1, _T2=_N2,
+                                   _T3=_N3, _T4=_N4, _T5=_N5, _T6=_N6)  # fmt: skip
 
 
 @sealed_njit
