@@ -62,6 +62,7 @@ from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
 from fusec.ir import diagnostics
 from fusec.ir.dtypes import is_float
+from fusec.ir.tensors import shape_of
 
 #: Names the generated statements refer to; the kernel module must bind them.
 PRELUDE_NAMES = ("math", "f32")
@@ -97,14 +98,6 @@ def literal(x: float) -> str:
 
 def is_identifier(text: str) -> bool:
     return bool(_IDENT.match(text))
-
-
-def shape_of(value: SSAValue) -> tuple[int, ...]:
-    return spec_of(value.type).shape
-
-
-def dtype_of(value: SSAValue) -> str:
-    return spec_of(value.type).dtype
 
 
 def operand_shape(op: Operation, index: int) -> tuple[int, ...]:

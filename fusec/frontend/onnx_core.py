@@ -51,6 +51,7 @@ from fusec.ir.constants import stored_bytes
 from fusec.ir.diagnostics import named_location, verify_module
 from fusec.ir.dtypes import element_type_of, numpy_dtype
 from fusec.ir.memory import check_bytes
+from fusec.ir.tensors import dtype_of, shape_of
 
 #: ONNX float element types fusec has, and their dialect names (weights are these).
 ELEMENT_TYPES: dict[int, str] = {
@@ -621,14 +622,6 @@ def _attribute_type_name(code: int) -> str:
         return onnx.AttributeProto.AttributeType.Name(code)
     except ValueError:
         return f"of unknown type {code}"
-
-
-def dtype_of(value: SSAValue) -> str:
-    return spec_of(value.type).dtype
-
-
-def shape_of(value: SSAValue) -> tuple[int, ...]:
-    return spec_of(value.type).shape
 
 
 def value_name(name: str) -> str:

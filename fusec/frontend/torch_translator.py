@@ -39,6 +39,8 @@ from fusec.dialect.shapes import DtypeError, ShapeError, TensorSpec, shape_probl
 from fusec.errors import FusecError, SourceLocation
 from fusec.ir.diagnostics import named_location, verify_module
 from fusec.ir.dtypes import element_type_of_torch, numpy_dtype
+from fusec.ir.tensors import dtype_of
+from fusec.ir.tensors import shape_of as shape_of  # for the lowerings
 
 #: How a graph without a file of its own is named in diagnostics.
 DEFAULT_SOURCE = "<torch>"
@@ -423,14 +425,6 @@ def static_shape(t: Translator, val: Any, node: fx.Node | None = None) -> tuple[
             raise t.error(f"dynamic size {d}: fusec compiles static shapes", node)
         dims.append(int(d))
     return tuple(dims)
-
-
-def dtype_of(value: SSAValue) -> str:
-    return spec_of(value.type).dtype
-
-
-def shape_of(value: SSAValue) -> tuple[int, ...]:
-    return tuple(spec_of(value.type).shape)
 
 
 def value_name(name: str) -> str:

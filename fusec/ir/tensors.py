@@ -1,5 +1,6 @@
 """Tensor types as fusec sees them: ``TensorSpec`` (a static shape and an element-type
-name), ``spec_of`` an xDSL tensor type, the limits of a tensor (``shape_problem``) and
+name), ``spec_of`` an xDSL tensor type (``shape_of`` / ``dtype_of`` a value's, for the
+front ends and code generators), the limits of a tensor (``shape_problem``) and
 ``ShapeError``. Below the ``ai`` dialect (``fusec.dialect.shapes`` and ``ops`` re-export
 these names), so that ``fusec.ir.module`` checks an entry function's tensors without
 importing the dialect (issue 27: no import circle between ``fusec.ir`` and the dialect).
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import NoneAttr, TensorType
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, SSAValue
 
 from fusec.ir.dtypes import ELEMENT_TYPES, XdslElement, element_type_of_xdsl
 
@@ -79,6 +80,16 @@ def spec_of(t: Attribute) -> TensorSpec:
     if isinstance(t, TensorType):
         return _tensor_spec(t)
     raise ShapeError(f"expected a tensor type, got {t}")
+
+
+def shape_of(value: SSAValue) -> tuple[int, ...]:
+    """The static shape of a tensor-typed SSA value (its ``spec_of``)."""
+    return spec_of(value.type).shape
+
+
+def dtype_of(value: SSAValue) -> str:
+    """The element type name of a tensor-typed SSA value (its ``spec_of``)."""
+    return spec_of(value.type).dtype
 
 
 @functools.lru_cache(maxsize=4096)
