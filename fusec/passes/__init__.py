@@ -17,7 +17,7 @@ from xdsl.passes import ModulePass, PassPipeline
 #: The pipelines every target shares; a target names its own (``Target.pipelines``:
 #: ``fusec-cuda``...), which ``named_pipelines`` adds.
 PIPELINES: dict[str, str] = {
-    "fusec-default": "infer-shapes,recognize-patterns,canonicalize,cse,fuse",
+    "fusec-default": "infer-shapes,recognize-patterns,canonicalize,cse,sink-transposes,fuse",
 }
 
 
@@ -43,6 +43,11 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         from fusec.passes.recognize import RecognizePatternsPass
 
         return RecognizePatternsPass
+
+    def sink_transposes():
+        from fusec.passes.sink_transposes import SinkTransposesPass
+
+        return SinkTransposesPass
 
     def cse():
         from xdsl.transforms.common_subexpression_elimination import (
@@ -81,6 +86,7 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "recognize-patterns": recognize_patterns,
         "canonicalize": canonicalize,
         "cse": cse,
+        "sink-transposes": sink_transposes,
         "dce": dce,
         "fuse": fusion("fuse"),
         **{f"fuse-{stage}": fusion(f"fuse-{stage}") for stage in STAGE_ORDER},

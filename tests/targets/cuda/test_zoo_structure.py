@@ -56,11 +56,16 @@ COPIES: dict[str, tuple[int, str]] = {
     "bert": (1, "the pooler's slice of the first token"),
     "gpt2": (0, "none: the fused QKV projection's slices and the head merge are strides"),
     "llama": (
-        4,
-        "per layer, for Q and for K: the head split that RoPE's pointwise kernel reads (the "
-        "rotate-half is read in place: ai.rotate_half)",
+        0,
+        "none: the head split of Q and K moves below RoPE to the flash kernel's strides "
+        "(sink-transposes; 4 copies before it, 2 a layer)",
     ),
 }
+
+#: copy kernels of the llama smoke build (dynamo export) on the cpu target: V's head
+#: split and K's before the GQA head repeat (an ai.expand kernel on cpu), per layer (6
+#: before sink-transposes: Q's head split joins the cpu attention group)
+CPU_LLAMA_COPIES = 4
 
 #: (model, exporter) cases that fall short today, and why (found by this test's survey)
 KNOWN_GAPS: dict[tuple[str, str], str] = {
@@ -84,8 +89,8 @@ KNOWN_GAPS: dict[tuple[str, str], str] = {
 CASES = [(name, exporter) for name in zoo.ZOO for exporter in ("dynamo", "torchscript")]
 
 
-def structure(name: str, exporter: str) -> dict:
-    """The zoo model ``name`` exported by ``exporter`` and compiled for cuda: the
+def structure(name: str, exporter: str, target: str = "cuda") -> dict:
+    """The zoo model ``name`` exported by ``exporter`` and compiled for ``target``: the
     fallbacks, non-depthwise direct convs, attention kernels and copies, from the
     kernels' headers."""
     import fusec
@@ -97,7 +102,7 @@ def structure(name: str, exporter: str) -> dict:
         path = Path(tmp) / f"{name}.onnx"
         zoo.export(model, x, path, exporter, input_name)
         module = fusec.from_onnx(path, input_shapes={input_name: tuple(x.shape)})
-    compiled = fusec.compile(module, target="cuda", executable=False)
+    compiled = fusec.compile(module, target=target, executable=False)
     found: dict = {"fallback": [], "direct": [], "attention": 0, "copies": []}
     for kernel in compiled.kernels:
         head = [line for line in kernel.source.splitlines()[:60] if line.startswith("#")]
@@ -141,3 +146,11 @@ def test_zoo_model_structure_on_cuda(name: str, exporter: str) -> None:
         assert len(found["copies"]) == pinned, (
             f"{len(found['copies'])} copy kernels, pinned {pinned} ({what}): {found['copies']}"
         )
+
+
+def test_llama_copies_on_cpu() -> None:
+    """The cpu plan of the llama smoke build: RoPE runs on the projection's rows, Q's
+    head split is read by the attention group (sink-transposes), what is left pinned."""
+    found = structure("llama", "dynamo", "cpu")
+    assert not found["fallback"], found["fallback"]
+    assert len(found["copies"]) == CPU_LLAMA_COPIES, found["copies"]
