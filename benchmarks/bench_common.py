@@ -1,4 +1,5 @@
-"""Small helpers the benchmark runners share: the commit of a table, the CPU's name, the writer.
+"""Small helpers the benchmark runners share: the commit of a table, the CPU's name, the writer,
+the timer (``best_ms``) and same-run baselines (``alternate``).
 
 Each runner used to carry its own copy of these; the tables they write are unchanged.
 Import it as ``from bench_common import ...``: a runner runs as a script, so this folder is
@@ -12,7 +13,8 @@ import os
 import platform
 import signal
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +66,8 @@ def cpu_name() -> str:
 def write_results(stem: Path | str, payload: Any, markdown: str, *, indent: int = 2) -> None:
     """Write ``<stem>.json`` (``payload``) and ``<stem>.md`` (``markdown``), making the folder.
 
-    ``stem`` is the path without a suffix (``results/gemm-2026-12-01``): dated stems hold
-    dots-free names, and a suffix is appended rather than replaced.
+    ``stem`` is the path without a suffix (``results/gemm``); a dot in it stays (the
+    suffix is appended, not replaced).
     """
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -95,3 +97,31 @@ def run_logged(command: Sequence[str], log: Path, limit: float, env: dict | None
         return ""
     tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
     return f"worker exited with {rc}: {tail[-1][:300] if tail else ''}"
+
+
+def best_ms(fn: Callable[[], object], rounds: int = 5, calls: int = 1) -> float:
+    """The shared timer: the fastest of ``rounds`` rounds, each ``calls`` back-to-back calls
+    of ``fn`` timed together, in ms per call (min-of-N: the least disturbed round on a shared
+    machine)."""
+    best = float("inf")
+    for _ in range(max(rounds, 1)):
+        start = time.perf_counter()
+        for _ in range(max(calls, 1)):
+            fn()
+        best = min(best, (time.perf_counter() - start) * 1e3 / max(calls, 1))
+    return best
+
+
+def alternate(
+    fns: dict[str, Callable[[], object]], rounds: int = 5, calls: int = 1
+) -> dict[str, list[float]]:
+    """Same-run baselines: each round times every contender in turn (``calls`` calls, ms per
+    call), so a change of load touches all of them alike; the ms of each round per name."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(max(rounds, 1)):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(max(calls, 1)):
+                fn()
+            times[name].append((time.perf_counter() - start) * 1e3 / max(calls, 1))
+    return times

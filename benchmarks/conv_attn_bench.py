@@ -23,7 +23,7 @@ calls to a device-wide synchronize (work not ordered on the caller's stream
 makes the wall clock exceed the events). ``--max-autotune`` adds
 torch.compile(mode="max-autotune") for the conv and ResNet rows, compiled and
 timed in a child process killed after ``--max-autotune-budget`` seconds (the
-row then says so). Writes conv-attn-<date>.md and .json (date, device, commit).
+row then says so). Writes conv-attn.md and .json (date, device, commit).
 """
 
 from __future__ import annotations
@@ -478,7 +478,7 @@ def main() -> None:
 
 
 def write(out: str, rows: list[dict], final: bool = False) -> None:
-    """conv-attn-<date>.md and .json with what has been measured so far."""
+    """conv-attn.md and .json with what has been measured so far."""
     import torch
     from bench_common import commit, write_results
 
@@ -520,7 +520,7 @@ def write(out: str, rows: list[dict], final: bool = False) -> None:
         )
     notes = [f"- {r['case']}: {r['max_autotune_note']}" for r in rows if "max_autotune_note" in r]
     lines += ["", *notes] if notes else []
-    write_results(Path(out) / f"conv-attn-{meta['date']}", meta, "\n".join(lines) + "\n", indent=1)
+    write_results(Path(out) / "conv-attn", meta, "\n".join(lines) + "\n", indent=1)
     if final:
         print("\n".join(lines))
 

@@ -11,48 +11,71 @@ stride 2 (128 -> 64 channels, 16x16, k4): fusec 2.47 ms median / 2.18 ms min, on
 0.56 / 0.51 ms.
 """
 
+from __future__ import annotations
+
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "frontend" / "onnx"))
-import onnxruntime as ort
-from onnx_nets import node_model
+from onnx_nets import node_model  # noqa: E402
 
-import fusec
+#: (in channels, out channels, input H = W, kernel, stride, padding)
+CASES = [(128, 64, 16, 4, 2, 1), (64, 64, 32, 3, 1, 1)]
 
-rng = np.random.default_rng(0)
-for cin, cout, hw, k, s, p in [(128, 64, 16, 4, 2, 1), (64, 64, 32, 3, 1, 1)]:
+
+def label(cin: int, cout: int, hw: int, k: int, s: int, p: int) -> str:
+    return f"cin {cin} cout {cout} {hw}x{hw} k{k} s{s} p{p}"
+
+
+def model(cin: int, cout: int, hw: int, k: int, s: int, p: int) -> tuple[Any, np.ndarray]:
+    """The one-node ConvTranspose model (seeded weights) and an input."""
+    rng = np.random.default_rng(0)
     x = rng.standard_normal((1, cin, hw, hw)).astype(np.float32)
     w = rng.standard_normal((cin, cout, k, k)).astype(np.float32) * 0.05
-    model = node_model(
+    onnx_model = node_model(
         "ConvTranspose", {"x": x}, weights={"w": w}, opset=22, strides=[s, s], pads=[p] * 4
     )
-    f = fusec.compile(fusec.from_onnx(model), target="cpu")
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    want = sess.run(None, {"x": x})[0]
-    got = f(x)
-    err = np.linalg.norm(got - want) / np.linalg.norm(want)
-    tf, to = [], []
-    for _ in range(3):
-        f(x)
-        sess.run(None, {"x": x})
-    for _ in range(40):
-        t = time.perf_counter()
-        f(x)
-        tf.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        sess.run(None, {"x": x})
-        to.append(time.perf_counter() - t)
-    print(
-        f"cin {cin} cout {cout} {hw}x{hw} k{k} s{s} p{p}: rel L2 {err:.1e}; fusec cpu median "
-        f"{statistics.median(tf) * 1e3:.2f} ms min {min(tf) * 1e3:.2f}; onnxruntime (1 thread) "
-        f"median {statistics.median(to) * 1e3:.2f} ms min {min(to) * 1e3:.2f}; "
-        f"load {os.getloadavg()[0]:.1f}"
-    )
+    return onnx_model, x
+
+
+def main() -> None:
+    import onnxruntime as ort
+
+    import fusec
+
+    for case in CASES:
+        m, x = model(*case)
+        f = fusec.compile(fusec.from_onnx(m), target="cpu")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        want = sess.run(None, {"x": x})[0]
+        got = f(x)
+        err = np.linalg.norm(got - want) / np.linalg.norm(want)
+        tf, to = [], []
+        for _ in range(3):
+            f(x)
+            sess.run(None, {"x": x})
+        for _ in range(40):
+            t = time.perf_counter()
+            f(x)
+            tf.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            sess.run(None, {"x": x})
+            to.append(time.perf_counter() - t)
+        print(
+            f"{label(*case)}: rel L2 {err:.1e}; fusec cpu median "
+            f"{statistics.median(tf) * 1e3:.2f} ms min {min(tf) * 1e3:.2f}; onnxruntime (1 thread) "
+            f"median {statistics.median(to) * 1e3:.2f} ms min {min(to) * 1e3:.2f}; "
+            f"load {os.getloadavg()[0]:.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -367,7 +367,7 @@ def gpu(out_dir: str) -> int:
     print(md)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"copy-{meta['date']}"
+    stem = "copy"
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
     (out / f"{stem}.md").write_text(md)
     bad = [r for r in rows if not r["bit_exact"] or not r["stream_check_ok"]]

@@ -15,7 +15,7 @@ output written once) over the rate of a plain copy of as many bytes, measured
 in the same run by a Numba ``prange`` copy on all threads (so cache effects
 are alike: a 16 MiB tensor is half of this machine's L3).
 
-Prints a markdown table and writes ``benchmarks/results/cpu-<date>.md`` and
+Prints a markdown table and writes ``benchmarks/results/cpu.md`` and
 ``.json`` (date, machine, versions, numbers).
 
     python benchmarks/cpu_bench.py [--repeats 10] [--quick]
@@ -326,7 +326,7 @@ def main() -> None:
     print()
     print(md)
     if not args.quick:
-        stem = RESULTS / f"cpu-{now:%Y-%m-%d}"
+        stem = RESULTS / "cpu"
         payload = {"date": now.isoformat(), "machine": info, "erf": ERF_SOURCE, "results": rows}
         write_results(stem, payload, md)
         print(f"wrote {stem}.md and {stem}.json")

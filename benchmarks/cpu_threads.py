@@ -11,7 +11,7 @@ fusec is Numba's (``numba.set_num_threads``); onnxruntime's is its intra-op coun
 
     python benchmarks/cpu_threads.py [--rounds 30] [--pause 0.02] [--out DIR]
 
-writes ``cpu-threads-<date>.md`` to DIR when given.
+writes ``cpu-threads.md`` to DIR when given.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def main() -> None:
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"cpu-threads-{stamp:%Y-%m-%d}.md").write_text(text)
+        (args.out / "cpu-threads.md").write_text(text)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ Every result is checked against fusec's float64 reference executor (relative
 L2 error, f32). Timing: warm-up calls, then rounds in which each of the three
 runs once in turn (interleaved, so load from other processes hits all three
 alike); medians and minima over the rounds. Prints a markdown table and, unless
-``--quick``, writes ``benchmarks/results/cpu-vs-ort-<date>.md`` and ``.json``
+``--quick``, writes ``benchmarks/results/cpu-vs-ort<suffix>.md`` and ``.json``
 (date, machine, commit, thread counts, BLAS in use, load average).
 
     python benchmarks/cpu_vs_ort.py [--rounds 30] [--only conv,mlp] [--quick]
@@ -547,7 +547,9 @@ def main() -> None:
         "1 compares the kernels' single-threaded speed, apart from thread scheduling",
     )
     parser.add_argument(
-        "--suffix", default="", help="appended to the result files' date (a second run that day)"
+        "--suffix",
+        default="",
+        help="appended to the result files' name (one side of an A/B, e.g. -b)",
     )
     args = parser.parse_args()
     import numba
@@ -606,7 +608,7 @@ def main() -> None:
     print()
     print(md)
     if not args.quick and not args.only:
-        stem = RESULTS / f"cpu-vs-ort-{now:%Y-%m-%d}{args.suffix}"
+        stem = RESULTS / f"cpu-vs-ort{args.suffix}"
         payload = {"date": now.isoformat(), "machine": info, "results": rows}
         write_results(stem, payload, md)
         print(f"wrote {stem}.md and {stem}.json")

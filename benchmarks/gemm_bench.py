@@ -25,7 +25,7 @@ caller's stream, which fusec launches on), each checked against the wall clock:
 ``host_us`` is the CPU time of one call (back to back, no synchronisation).
 "% of cuBLAS" (plain matmuls) and "vs eager" compare ``gpu`` times. Inputs are
 reused between repetitions (no L2 flush): the same for every implementation.
-Writes gemm-<date>.md and .json (date, device, commit).
+Writes gemm.md and .json (date, device, commit).
 
     python benchmarks/gemm_bench.py --tf32 --out benchmarks/results
 
@@ -34,7 +34,7 @@ with tf32 operands) against cuBLAS / PyTorch in tf32
 (``torch.set_float32_matmul_precision("high")``): matmul 4096^3 and 8192^3 with B stored
 N x K (``transpose_b``: the kernel reads it directly) and K x N (the plain ``a @ b``: the
 kernel first copies B K-major), and 4096^3 + bias + relu; checked like the others (rel L2
-< 1e-2 against torch in float64 here: tf32 is ~1e-3 off). Writes gemm-tf32-<date>.md/.json.
+< 1e-2 against torch in float64 here: tf32 is ~1e-3 off). Writes gemm-tf32.md/.json.
 """
 
 from __future__ import annotations
@@ -421,7 +421,7 @@ def write(rows: list[dict], out: str, quiet: bool = False, prefix: str = "gemm")
         )
         if "fusec_error" in r:
             lines.append(f"| ^ fusec failed: {r['fusec_error'][:150]} | | | | | | | | | | | |")
-    write_results(f"{out}/{prefix}-{meta['date']}", meta, "\n".join(lines) + "\n", indent=1)
+    write_results(f"{out}/{prefix}", meta, "\n".join(lines) + "\n", indent=1)
     if not quiet:
         print("\n".join(lines))
 

@@ -1,6 +1,6 @@
 """fusec's own host cost per call of a GEMM group, measured without a GPU.
 
-    python benchmarks/gemm_host_path.py
+    python benchmarks/gemm_host_path.py [--calls 20000] [--profile-calls 5000]
 
 A call through ``CudaProgram`` (torch tensors in, a torch tensor out, the
 caller's stream) is timed with a stand-in ``torch`` (tensors that only carry
@@ -15,6 +15,7 @@ same loop says where the time goes.
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import itertools
 import pstats
@@ -61,7 +62,11 @@ def fake_torch() -> types.ModuleType:
 
     Tensor.__module__ = "torch"
     torch.Tensor = Tensor
-    torch.float16, torch.bfloat16, torch.float32, torch.int16 = "f16", "bf16", "f32", "i16"
+    torch.int16 = "i16"
+    from fusec.ir.dtypes import ELEMENT_TYPES  # every dtype fusec's adapters look up
+
+    for name, element in ELEMENT_TYPES.items():
+        setattr(torch, element.torch, name)
     torch.contiguous_format = object()
     torch.device = _Device
     torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: 0)
@@ -71,6 +76,10 @@ def fake_torch() -> types.ModuleType:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20000, help="timed calls")
+    parser.add_argument("--profile-calls", type=int, default=5000, help="profiled calls (0: none)")
+    args = parser.parse_args()
     sys.modules["torch"] = torch = fake_torch()
     sys.path.insert(0, str(ROOT / "tests" / "targets" / "cuda"))
     from fake_driver import FakeDriver
@@ -105,6 +114,8 @@ def main() -> int:
     program.backend = Backend()
     program.constants, program.launches = {}, planned.launches
     program.returns = planned.returns
+    program.call_bytes = getattr(planned, "call_bytes", 0)
+    program.graphs = None  # the launch path itself, not a whole-program CUDA graph replay
     program._fns, program._lock = None, threading.Lock()
     program._specs = [spec_of(p) for p in program.function.function_type.inputs.data]
     program._name, program._constants, program._keep = "f", {}, None
@@ -114,15 +125,17 @@ def main() -> int:
     b = torch.Tensor((4096, 4096), torch.float16, device)
     for _ in range(200):
         program([a, b])
-    calls = 20000
+    calls = args.calls
     start = time.perf_counter()
     for _ in range(calls):
         program([a, b])
     per_call = (time.perf_counter() - start) / calls * 1e6
     print(f"fusec host work per GEMM call (stand-in torch and driver): {per_call:.1f} us")
+    if not args.profile_calls:
+        return 0
     profile = cProfile.Profile()
     profile.enable()
-    for _ in range(5000):
+    for _ in range(args.profile_calls):
         program([a, b])
     profile.disable()
     pstats.Stats(profile).sort_stats("tottime").print_stats(12)

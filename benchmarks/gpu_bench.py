@@ -23,7 +23,7 @@ disagree by more than 10% + 0.1 ms.
 
     python benchmarks/gpu_bench.py --out benchmarks/results
 
-writes ``gpu-<date>.md`` and ``gpu-<date>.json`` there and prints the table.
+writes ``gpu.md`` and ``gpu.json`` there and prints the table.
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def main() -> int:
         pass
     md = render(meta, rows_out)
     print(md)
-    stem = f"gpu-{meta['date']}" + ("-quick" if args.quick else "")
+    stem = "gpu" + ("-quick" if args.quick else "")
     write_results(Path(args.out) / stem, {"meta": meta, "results": rows_out}, md)
     bad = [
         r

@@ -38,7 +38,7 @@ intra-op pool) to N threads (default: all cores). On a machine shared with
 other work, one thread each gives stable numbers: a parallel region waits for
 its slowest thread, and a loaded scheduler makes that one late.
 
-writes ``models-<target>-<date>.md`` and ``.json`` (date, machine, commit).
+writes ``models-small-<target>.md`` and ``.json`` (date, machine, commit).
 """
 
 from __future__ import annotations
@@ -370,7 +370,7 @@ def _ratio(baseline: float | None, ms: float) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--out", type=Path, help="write models-<target>-<date>.md/.json here")
+    parser.add_argument("--out", type=Path, help="write models-small-<target>.md/.json here")
     parser.add_argument("--quick", action="store_true", help="batch 1 only")
     parser.add_argument("--threads", type=int, help="threads of every cpu pool (default: all)")
     parser.add_argument("--models", help="comma-separated models (default: all)")

@@ -1,0 +1,359 @@
+"""The cuda target's benchmark runner: its suites as data (``benchmarks/runner.py`` says how).
+
+    python benchmarks/gpu.py list
+    python benchmarks/gpu.py run gemm conv-attn ops --out $OUT     # on an NVIDIA GPU
+    python benchmarks/gpu.py run gemm:tf32 --out $OUT              # a suite's named variant
+    python benchmarks/gpu.py run conv-attn -- --only conv --fusec-only
+    python benchmarks/gpu.py smoke                                 # no GPU needed
+
+Each suite's smoke compiles the cases its script builds (the same IR texts, small where
+the script's builders take sizes) for the cuda target, code generation only (an H200's 132
+SMs, nothing launched), and runs the small ones on the reference executor (finite outputs).
+The device machines run ``benchmarks/device.sh``, whose stages call these suites' scripts.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import runner  # noqa: E402
+from runner import CUDA_COLUMNS, Suite, cuda_row  # noqa: E402
+
+# -- the suites' smokes ---------------------------------------------------------------------
+
+
+def smoke_ops() -> runner.SmokeResult:
+    import gpu_bench as b
+
+    cases = [
+        ("relu(x*a+b)*c, scalar a b c", b.pointwise_ir(256, True)),
+        ("relu(x*a+b)*c, tensor a b c", b.pointwise_ir(256, False)),
+        ("layernorm 8x64", b.layernorm_ir(8, 64)),
+        ("softmax 8x64", b.softmax_ir(8, 64)),
+    ]
+    return CUDA_COLUMNS, [cuda_row(n, t, pipeline="infer-shapes") for n, t in cases]
+
+
+def _gemm_texts(m: int, k: int, n: int) -> list[tuple[str, str]]:
+    import gemm_bench as b
+
+    mlp = {
+        with_ln: b.MLP.format(
+            m=m,
+            d=k,
+            h=n,
+            ln=b.LN.format(m=m, d=k) if with_ln else "",
+            src="%n" if with_ln else "%x",
+        )
+        for with_ln in (True, False)
+    }
+    return [
+        (f"matmul {m}x{k}x{n} f16", b.MATMUL.format(m=m, n=n, k=k, t="f16")),
+        (f"matmul {m}x{k}x{n} bf16", b.MATMUL.format(m=m, n=n, k=k, t="bf16")),
+        (f"matmul {m}x{k}x{n} + bias + relu", b.BIAS_RELU.format(m=m, n=n, k=k, t="f16")),
+        (f"matmul {m}x{k}x{n} f32, B as N x K", b.MATMUL_BT.format(m=m, n=n, k=k, t="f32")),
+        (f"LN {m}x{k} -> matmul -> softmax", b.LN_SOFTMAX.format(m=m, k=k, n=n)),
+        (f"MLP LN {m}x{k}x{n}", mlp[True]),
+        (f"MLP {m}x{k}x{n}", mlp[False]),
+    ]
+
+
+def smoke_gemm() -> runner.SmokeResult:
+    rows = [cuda_row(name, text) for name, text in _gemm_texts(128, 64, 128)]
+    return CUDA_COLUMNS, rows
+
+
+def smoke_gemm_variants() -> runner.SmokeResult:
+    import gemm_variants_bench as b
+
+    m, k, n = 256, 128, 256
+    plain = b.MATMUL.format(m=m, k=k, n=n)
+    up = b.EPILOGUE.format(m=m, k=k, n=n, extra="", tail=b.GELU.format(m=m, n=n))
+    extra = f", %r: tensor<{m}x{n}xf16>"
+    down = b.EPILOGUE.format(m=m, k=k, n=n, extra=extra, tail=b.RESIDUAL.format(m=m, n=n))
+    import gemm_bench
+
+    lms = gemm_bench.LN_SOFTMAX.format(m=m, k=k, n=n)
+    # every variant's options once, on the first case that lists them (the full run times
+    # each case with each of its variants)
+    rows, seen = [], set()
+    for case, text, variants in (
+        ("matmul", plain, b.PLAIN_VARIANTS),
+        ("MLP up + bias + gelu", up, b.VARIANTS),
+        ("MLP down + bias + residual", down, b.DOWN_VARIANTS),
+        ("LN -> matmul -> softmax", lms, b.LN_VARIANTS),
+    ):
+        for label, options in variants:
+            if options in seen:
+                continue
+            seen.add(options)
+            rows.append(cuda_row(f"{case} [{label}]", text, pipeline=b.pipeline(options)))
+    return CUDA_COLUMNS, rows
+
+
+def smoke_gemm_kernel_check() -> runner.SmokeResult:
+    import gemm_kernel_check as b
+
+    from fusec.targets.cuda.gemm import cpp
+    from fusec.targets.cuda.gemm.config import TileConfig
+
+    # each case's kernel generated (the CUDA C++ its run builds with NVRTC on the GPU)
+    rows = []
+    for name, text, dtype, out, a_major, b_major, epi, shapes in b.CASES:
+        epilogue = cpp.bias_relu(dtype) if epi == "bias_relu" else cpp.Epilogue()
+        batched = {(bool(s[4]), bool(s[5])) for s in shapes}
+        lines = 0
+        for batch_a, batch_b in sorted(batched):
+            config = TileConfig.parse(text)
+            spec = cpp.GemmSpec(config, dtype, out, a_major, b_major, batch_a, batch_b, epilogue)
+            lines += len(cpp.generate(spec).splitlines())
+        if not lines:
+            raise AssertionError(f"{name}: no kernel source")
+        rows.append({"case": name, "kernels": len(batched), "kinds": [text], "status": "ok"})
+    return CUDA_COLUMNS, rows
+
+
+def smoke_gemm_host_path() -> runner.SmokeResult:
+    # a process of its own: the script puts a stand-in torch in sys.modules
+    script = runner.HERE / "gemm_host_path.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--calls", "200", "--profile-calls", "0"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=runner.ROOT,
+        timeout=120,
+    )
+    line = next((x for x in done.stdout.splitlines() if "per GEMM call" in x), "")
+    if done.returncode or not line:
+        raise AssertionError(f"gemm_host_path.py failed: {done.stderr[-500:]}")
+    us = float(line.rsplit(":", 1)[1].split()[0])
+    row = {"case": "GEMM call, stand-in torch and driver", "host_us": us, "status": "ok"}
+    return list(row), [row]
+
+
+def smoke_conv_attn() -> runner.SmokeResult:
+    import conv_attn_bench as b
+
+    cases = [
+        ("conv N32 C64 56x56 K64 3x3 + bias + relu", b.CONV),
+        ("ResNet block N32 C64 56x56", b.RESNET),
+        ("conv 1x1 (pointwise)", b.POINTWISE),
+    ]
+    for name, shape in b.STRIDED.items():  # the strided rows at batch 1, a quarter the plane
+        n, c, h, w, k, r, stride, pad = shape
+        cases.append(
+            (name.replace("N32", "N1"), b.strided_text(1, c, h // 4, w // 4, k, r, stride, pad))
+        )
+    cases.append(("attention 2x64x64", b.attention_graph((2,), 64, 64, 64, 64, scale="mul")))
+    cases.append(("attention 1x128x128", b.attention_graph((1,), 128, 128, 128, 128, scale="mul")))
+    return CUDA_COLUMNS, [cuda_row(n, t) for n, t in cases]
+
+
+def smoke_copy() -> runner.SmokeResult:
+    import copy_bench as b
+
+    rows = [cuda_row(c.label, c.ir, pipeline="infer-shapes") for c in b.all_cases(smoke=True)]
+    return CUDA_COLUMNS, rows
+
+
+def smoke_call_overhead() -> runner.SmokeResult:
+    import gpu_bench as b
+
+    # gpu_call_overhead.py's two calls (its 64 x 4096 rows, small here)
+    cases = [
+        ("layernorm 64x256", b.layernorm_ir(64, 256)),
+        ("softmax 64x256", b.softmax_ir(64, 256)),
+    ]
+    return CUDA_COLUMNS, [cuda_row(n, t, pipeline="infer-shapes") for n, t in cases]
+
+
+def smoke_models_small() -> runner.SmokeResult:
+    import models_bench as b
+
+    from fusec.api import import_onnx
+
+    rows = []
+    for name in ("resnet18", "gpt2"):
+        input_name, one, _ = b.CASES[name]
+        path = runner.ROOT / "tests" / "frontend" / "onnx" / "models" / f"{name}.{b.EXPORT}.onnx"
+        module = import_onnx(path, input_shapes={input_name: one}).module
+        rows.append(cuda_row(f"{name} {'x'.join(map(str, one))}", module))
+    return CUDA_COLUMNS, rows
+
+
+def _zoo_rows(cases: list[tuple[str, str, str, Any]]) -> runner.SmokeResult:
+    rows = [
+        {"case": m, "dtype": d, "exporter": e, "batches": list(bs), "status": "planned"}
+        for m, d, e, bs in cases
+    ]
+    if not rows:
+        raise AssertionError("the zoo plans no case")
+    return ["case", "dtype", "exporter", "batches", "status"], rows
+
+
+def smoke_zoo() -> runner.SmokeResult:
+    import models_gpu as b
+
+    # without torch the zoo cannot be built or exported: the smoke checks the plan the
+    # full run (--quick) works through
+    plan = b.plan(b.parse_args(["--quick"]))
+    return _zoo_rows([(c.model, c.dtype, c.exporter, c.batches) for c in plan])
+
+
+def smoke_torch_backend() -> runner.SmokeResult:
+    import torch_backend_zoo as b
+
+    plan = b.plan(b.parse_args([]))
+    return _zoo_rows([(m, d, "torch.compile", (batch,)) for m, d, batch in plan])
+
+
+def smoke_profile() -> runner.SmokeResult:
+    import conv_attn_bench as conv
+    import gemm_bench as g
+    import gemm_variants_bench as v
+
+    # profile_cases.py's cases at their sizes (their IR texts; the inputs need torch)
+    m, k, n = 8192, 1024, 4096
+    extra = f", %r: tensor<{m}x{k}xf16>"
+    cases = [
+        ("lms-small", g.LN_SOFTMAX.format(m=8192, k=256, n=256)),
+        ("lms-192", g.LN_SOFTMAX.format(m=8192, k=256, n=192)),
+        ("mlp-up", v.EPILOGUE.format(m=m, k=k, n=n, extra="", tail=v.GELU.format(m=m, n=n))),
+        (
+            "mlp-down",
+            v.EPILOGUE.format(m=m, k=n, n=k, extra=extra, tail=v.RESIDUAL.format(m=m, n=k)),
+        ),
+        ("mlp", g.MLP.format(m=m, d=k, h=n, ln="", src="%x")),
+        ("conv", conv.CONV),
+        ("conv-1x1", conv.POINTWISE),
+        ("resnet", conv.RESNET),
+    ]
+    return CUDA_COLUMNS, [cuda_row(name, text) for name, text in cases]
+
+
+SUITES: list[Suite] = [
+    Suite(
+        "ops",
+        "gpu_bench.py",
+        "pointwise, row reductions, conv and GEMM groups vs eager and torch.compile, % of copy",
+        smoke_ops,
+        args=("--out", "{out}"),
+        table="gpu",
+        requires=("torch",),
+        options={"quick": ("--quick", "--out", "{out}")},
+    ),
+    Suite(
+        "gemm",
+        "gemm_bench.py",
+        "the Hopper GEMM template (plain, epilogues, LN prologue, MLP, softmax) vs cuBLAS",
+        smoke_gemm,
+        args=("--out", "{out}"),
+        table="gemm",
+        requires=("torch",),
+        options={
+            "tf32": ("--out", "{out}", "--tf32"),
+            "no-compile": ("--out", "{out}", "--no-compile"),
+        },
+    ),
+    Suite(
+        "gemm-variants",
+        "gemm_variants_bench.py",
+        "every opt-in variant of the GEMM (epilogue, maths, pingpong) vs eager, torch.compile",
+        smoke_gemm_variants,
+        args=("--out", "{out}", "--budget", "120"),
+        table="gemm-variants",
+        requires=("torch",),
+    ),
+    Suite(
+        "gemm-kernel-check",
+        "gemm_kernel_check.py",
+        "the Hopper GEMM kernel alone: build, verify, time against cuBLAS",
+        smoke_gemm_kernel_check,
+        args=("--out", "{out}"),
+        table="gemm-kernel-check",
+        requires=("torch",),
+    ),
+    Suite(
+        "gemm-host-path",
+        "gemm_host_path.py",
+        "fusec's own Python per GEMM call, no GPU (stand-in torch, the tests' fake driver)",
+        smoke_gemm_host_path,
+    ),
+    Suite(
+        "conv-attn",
+        "conv_attn_bench.py",
+        "cuda conv and attention vs eager, torch.compile, cuDNN channels_last, SDPA",
+        smoke_conv_attn,
+        args=("--out", "{out}"),
+        table="conv-attn",
+        requires=("torch",),
+        options={
+            "max-autotune": ("--out", "{out}", "--max-autotune"),
+            "fusec-only": ("--out", "{out}", "--fusec-only"),
+        },
+    ),
+    Suite(
+        "copy",
+        "copy_bench.py",
+        "the cuda copy kernels (head split/merge, transposes, NCHW->NHWC) vs permute",
+        smoke_copy,
+        args=("--out", "{out}"),
+        table="copy",
+        requires=("torch",),
+        options={"simulator": ("--smoke",)},
+    ),
+    Suite(
+        "call-overhead",
+        "gpu_call_overhead.py",
+        "host-side cost of one cuda call with torch tensors, cProfile (printed)",
+        smoke_call_overhead,
+        requires=("torch",),
+    ),
+    Suite(
+        "models-small",
+        "models_bench.py",
+        "the ONNX test models end to end vs PyTorch",
+        smoke_models_small,
+        args=("--target", "cuda", "--out", "{out}"),
+        table="models-small-cuda",
+        requires=("torch", "onnxruntime"),
+    ),
+    Suite(
+        "zoo",
+        "models_gpu.py",
+        "the GPU model zoo through ONNX vs eager, torch.compile, reduce-overhead",
+        smoke_zoo,
+        args=("--quick", "--budget", "540", "--out", "{out}"),
+        table="models-gpu",
+        requires=("torch", "torchvision", "transformers"),
+        options={"cpu-smoke": ("--target", "cpu", "--smoke", "--out", "{out}")},
+    ),
+    Suite(
+        "torch-backend",
+        "torch_backend_zoo.py",
+        'the zoo through torch.compile(backend="fusec") vs eager and inductor',
+        smoke_torch_backend,
+        args=("--out", "{out}"),
+        table="torch-backend",
+        requires=("torch", "torchvision", "transformers"),
+        options={"cpu-smoke": ("--target", "cpu", "--smoke", "--models", "tiny", "--out", "{out}")},
+    ),
+    Suite(
+        "profile",
+        "profile_cases.py",
+        "per-kernel GPU times of the rows that miss (torch.profiler; ncu with --no-profiler)",
+        smoke_profile,
+        args=("--case", "lms-small"),
+        requires=("torch",),
+    ),
+]
+
+
+if __name__ == "__main__":
+    sys.exit(runner.main("cuda", SUITES))

@@ -1,0 +1,203 @@
+"""The benchmark runners (benchmarks/cpu.py, benchmarks/gpu.py over benchmarks/runner.py).
+
+Every suite is listed and its smoke runs here, on the cpu without a GPU (fusec on the
+reference target against the suite's baselines; the gpu suites' cases compiled for the cuda
+target, code generation only), and writes a well-formed table; every benchmark script is a
+suite of a runner (or one of the shared modules); the results folder keeps one undated
+table per benchmark and every table the READMEs and docs cite exists; the device script's
+stages and its aliases name scripts that exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
+RESULTS = BENCHMARKS / "results"
+sys.path.insert(0, str(BENCHMARKS))
+
+import cpu  # noqa: E402
+import gpu  # noqa: E402
+import runner  # noqa: E402
+
+#: benchmarks/*.py that are not measurements: the runners and the modules they share
+SHARED = {"runner.py", "cpu.py", "gpu.py", "bench_common.py", "stream_timing.py", "floor.py"}
+#: the modules a cpu suite's smoke needs beyond fusec's own (the onnx extra)
+ONNXRUNTIME = {"vs-ort", "threads", "conv-layers", "conv-transpose", "pool", "launcher"}
+SMOKE_NEEDS = {name: "onnxruntime" for name in (*ONNXRUNTIME, "transformers", "models-small")}
+SMOKE_NEEDS["quant"] = "ml_dtypes"
+RUNNERS = {"cpu": cpu.SUITES, "cuda": gpu.SUITES}
+SUITES = [(target, s) for target, suites in RUNNERS.items() for s in suites]
+
+
+@pytest.fixture
+def same_environment() -> Iterator[None]:
+    """Some benchmark scripts set thread variables at import: undo that after the test."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def test_every_script_is_a_suite() -> None:
+    scripts = {p.name for p in BENCHMARKS.glob("*.py")} - SHARED
+    registered = {s.script for _, s in SUITES}
+    assert scripts - registered == set(), "benchmark scripts that no runner lists"
+    assert registered - scripts == set(), "suites whose script is missing"
+    for suites in RUNNERS.values():
+        names = [s.name for s in suites]
+        assert len(names) == len(set(names)), "a suite name used twice in one runner"
+
+
+@pytest.mark.parametrize("target", sorted(RUNNERS))
+def test_list_names_every_suite(target: str) -> None:
+    script = "gpu.py" if target == "cuda" else "cpu.py"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "list"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    listed = [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
+    assert listed == [s.name for s in RUNNERS[target]]
+
+
+@pytest.mark.parametrize(("target", "suite"), SUITES, ids=[f"{t}-{s.name}" for t, s in SUITES])
+@pytest.mark.usefixtures("same_environment")
+def test_smoke_writes_a_well_formed_table(target: str, suite: runner.Suite, tmp_path: Path) -> None:
+    if target == "cpu" and suite.name in SMOKE_NEEDS:
+        pytest.importorskip(SMOKE_NEEDS[suite.name])
+    stem, _ = runner.smoke(suite, target, tmp_path)
+    assert runner.check_table(stem) == []
+    data = json.loads(Path(f"{stem}.json").read_text())
+    assert data["mode"] == "smoke" and data["target"] == target
+    assert data["benchmark"] == (suite.table or suite.name)
+    assert all(row.get("status", "ok") in ("ok", "planned") for row in data["rows"])
+
+
+def test_check_table_finds_what_is_wrong(tmp_path: Path) -> None:
+    table = runner.Table("t", "cpu", "smoke", ["case", "ms"], [{"case": "a", "ms": 1.0}])
+    stem = table.write(tmp_path / "t")
+    assert runner.check_table(stem) == []
+    data = json.loads(Path(f"{stem}.json").read_text())
+    data["rows"].append({"case": "b"})
+    Path(f"{stem}.json").write_text(json.dumps(data))
+    problems = runner.check_table(stem)
+    assert any("row 1" in p for p in problems)
+    assert any("table rows" in p for p in problems)
+    Path(f"{stem}.md").unlink()
+    assert runner.check_table(stem) == ["t.md is missing"]
+
+
+def test_run_substitutes_the_folder_and_checks_options(tmp_path: Path) -> None:
+    suite = next(s for s in cpu.SUITES if s.name == "threads")
+    command = suite.command("pin-off", tmp_path, ["--rounds", "3"])
+    assert command[1] == str(BENCHMARKS / "cpu_threads.py")
+    assert str(tmp_path) in command and command[-2:] == ["--rounds", "3"]
+    assert suite.env["pin-off"] == {"FUSEC_CPU_PIN": "0"}
+    with pytest.raises(SystemExit, match="no option 'nope'"):
+        suite.command("nope", tmp_path, [])
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "gpu.py"),
+            "run",
+            "gemm:tf32",
+            "--dry-run",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert f"benchmarks/gemm_bench.py --out {tmp_path} --tf32" in done.stdout
+
+
+DATED = re.compile(r"20\d\d-\d\d-\d\d")
+
+
+def test_results_keep_one_undated_table_per_benchmark() -> None:
+    dated = sorted(p.name for p in RESULTS.iterdir() if DATED.search(p.name))
+    assert dated == [], "dated results files: keep the latest table under an undated name"
+
+
+def cited_results() -> set[str]:
+    """The results files README.md, docs/ and benchmarks/README.md cite as present (a line
+    that points into git history cites an old table on purpose)."""
+    cited: set[str] = set()
+    pattern = re.compile(r"results/([\w.+-]+\.(?:md|json|jsonl|png|log))")
+    for doc in [
+        ROOT / "README.md",
+        BENCHMARKS / "README.md",
+        *sorted((ROOT / "docs").glob("**/*.md")),
+    ]:
+        for line in doc.read_text().splitlines():
+            if "git history" in line or "git show" in line:
+                continue
+            cited.update(pattern.findall(line))
+    return cited
+
+
+def test_every_cited_results_file_exists() -> None:
+    cited = cited_results()
+    assert cited, "the READMEs cite no results file: the pattern is stale"
+    missing = sorted(name for name in cited if not (RESULTS / name).is_file())
+    assert missing == []
+
+
+def test_device_script_stages_name_existing_scripts(tmp_path: Path) -> None:
+    env = os.environ | {"DRY_RUN": "1", "OUT": str(tmp_path)}
+    stages = ["all", "gemm", "gemm-variants", "conv-attn", "profile", "zoo"]
+    done = subprocess.run(
+        ["bash", str(BENCHMARKS / "device.sh"), *stages],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    named = set(
+        re.findall(r"(benchmarks/[\w.]+\.(?:py|sh)|tests/[\w/]+\.(?:py|mlir))", done.stdout)
+    )
+    assert named, done.stdout
+    assert sorted(p for p in named if not (ROOT / p).is_file()) == []
+    for stage in stages:
+        assert f"=== stage {stage}" in done.stdout
+    bad = subprocess.run(
+        ["bash", str(BENCHMARKS / "device.sh"), "nope"], capture_output=True, text=True, env=env
+    )
+    assert bad.returncode == 2 and "unknown stage" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("alias", "stage"),
+    [
+        ("device_all.sh", "all"),
+        ("gemm_device_run.sh", "gemm"),
+        ("gemm_variants_device.sh", "gemm-variants"),
+        ("conv_attn_device.sh", "conv-attn"),
+        ("profile_device.sh", "profile"),
+    ],
+)
+def test_old_device_scripts_are_aliases(alias: str, stage: str, tmp_path: Path) -> None:
+    env = os.environ | {"DRY_RUN": "1", "OUT": str(tmp_path)}
+    done = subprocess.run(
+        ["bash", str(BENCHMARKS / alias)], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"=== stage {stage}" in done.stdout
