@@ -8,7 +8,10 @@ by ``CapabilityBasedPartitioner``: every node ``torch_fx.unsupported_reason`` ac
 joins a partition, each partition becomes one ai module compiled by fusec for the
 inputs' device (``cuda`` or ``cpu``), and the rest runs in eager PyTorch, so
 nothing that eager runs fails. Parameters and buffers are frozen into the IR as
-constants (BatchNorm folds into its conv, weights are packed once); each call picks
+constants (BatchNorm folds into its conv, weights are packed once), and before the
+split every node whose inputs are all constants (a weight's transpose or cast, a mask
+of ``arange``s) is evaluated once by PyTorch and becomes one too, so no such node runs
+per call, in fusec or in eager, nor splits a partition (``_fold_constants``); each call picks
 the graph's compilation for its parameter tensors (instances of one model class share
 Dynamo's graph: each set of tensors has its own), checks that they are unmodified
 (``Tensor._version``), and compiles again if not.
@@ -77,6 +80,8 @@ class Stats:
     eager_nodes: int = 0
     #: ATen nodes inside compiled partitions.
     compiled_nodes: int = 0
+    #: ATen nodes evaluated once at compile time (their inputs all constants).
+    folded_nodes: int = 0
     #: Compilations for one more concrete signature of a graph with symbolic sizes.
     specializations: int = 0
     #: Recompilations after a parameter or buffer changed.
@@ -384,6 +389,8 @@ def _compile_aten(
 
     support = Support()
     aten = _copy(aten)  # the partitioner rewrites its module in place: keep the original
+    constants = dict(constants)
+    _count("folded_nodes", _fold_constants(aten, constants))
     partitioner = CapabilityBasedPartitioner(aten, support, allows_single_node_partition=True)
     partitions = [p for p in partitioner.propose_partitions() if _computes(p.nodes)]
     fused = partitioner.fuse_partitions(partitions)
@@ -394,6 +401,67 @@ def _compile_aten(
             _compile_partition(fused, node, constants, device, options)
     fused.recompile()
     return fused
+
+
+#: The prefix of a folded constant's attribute (and get_attr node) in the aten module.
+FOLDED = "_fusec_folded_"
+
+
+def _foldable(node: fx.Node, known: dict[fx.Node, Any]) -> bool:
+    """Whether ``node`` is an ATen op of constants alone that PyTorch may evaluate once:
+    not random, not mutating, not read by the graph's output (a result the caller gets
+    is made on every call, as eager makes it, never one tensor shared by all calls)."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return False
+    if any(user.op == "output" for user in node.users):
+        return False
+    if torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable:
+        return False
+    if target.namespace != "aten" or target._schema.name.startswith("aten::empty"):
+        return False  # fusec's own ops stay whole; empty's values are undefined
+    return all(arg in known for arg in node.all_input_nodes)
+
+
+def _fold_constants(aten: fx.GraphModule, constants: dict[str, torch.Tensor]) -> int:
+    """Evaluate, with PyTorch, every ATen node whose inputs are all constants (the frozen
+    parameters and buffers in ``constants``, or nodes folded before it), and replace
+    those read by other nodes with a ``get_attr`` of the value, added to ``constants``
+    (the partitions freeze it like a weight; eager reads the attribute). As the ONNX
+    importer evaluates constant subgraphs at import. Returns the nodes folded."""
+    known: dict[fx.Node, Any] = {
+        n: constants[n.name]
+        for n in aten.graph.nodes
+        if n.op == "placeholder" and n.name in constants
+    }
+    folded: list[fx.Node] = []
+    with torch.no_grad():
+        for node in aten.graph.nodes:
+            if not _foldable(node, known):
+                continue
+            args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: known[n])
+            try:
+                value = node.target(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - what PyTorch cannot evaluate now runs later
+                continue
+            if isinstance(value, torch.Tensor):
+                known[node] = value
+                folded.append(node)
+    fold = set(folded)
+    for node in folded:
+        if all(user in fold for user in node.users):
+            continue  # read only by other folded nodes
+        name = f"{FOLDED}{len(constants)}"
+        aten.register_buffer(name, known[node], persistent=False)
+        with aten.graph.inserting_before(node):
+            attr = aten.graph.get_attr(name)
+        attr.meta = dict(node.meta)
+        node.replace_all_uses_with(attr)
+        constants[attr.name] = known[node]
+    for node in reversed(folded):
+        aten.graph.erase_node(node)
+    aten.recompile()
+    return len(folded)
 
 
 def _copy(gm: fx.GraphModule) -> fx.GraphModule:

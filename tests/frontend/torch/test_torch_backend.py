@@ -475,3 +475,73 @@ def test_compiled_partitions_are_the_programs_the_calls_run() -> None:
     assert "ai.matmul" in partitions[0].ir
     fusec_torch.reset_stats()
     assert fusec_torch.compiled_partitions() == []
+
+
+class ConstantWork(nn.Module):
+    """Work on the parameters alone: an op fusec lacks (``flip``), a scale and a mask of
+    an ``arange``; and a result of the parameters alone that the caller gets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w, self.b = nn.Parameter(torch.randn(12, 12)), nn.Parameter(torch.randn(12))
+
+    def forward(self, x):
+        w = torch.flip(self.w, dims=(0,)) * 0.5  # flip has no lowering
+        keep = torch.arange(12) < 7
+        return torch.relu(x @ w.t() + torch.where(keep, self.b, 0.0)), self.b * 2
+
+
+def test_nodes_of_constants_alone_are_evaluated_once_at_compile_time() -> None:
+    """Issue 32: before the partitioner splits the graph, every node whose inputs are
+    all frozen parameters (or folded nodes) is evaluated once by PyTorch, as the ONNX
+    importer folds constant subgraphs: the parameter's flip, which fusec cannot lower,
+    ran in eager on every call (an eager node, a partition input) and now runs never."""
+    torch.manual_seed(0)
+    model = ConstantWork()
+    _run_pairs(model, (5, 12))
+    stats = fusec_torch.stats()
+    assert stats["eager_nodes"] == 0 and stats["partitions"] == 1, stats["remarks"]
+    assert stats["folded_nodes"] >= 5, stats  # flip, mul, t, arange, lt, where (then mul)
+    with torch.no_grad():  # a changed parameter: folded again
+        model.w.mul_(-2.0)
+    _run_pairs(model, (5, 12), reset=False)
+    assert fusec_torch.stats()["refreezes"] == 1
+
+
+def test_a_folded_result_the_caller_gets_is_a_new_tensor_each_call() -> None:
+    """The graph's outputs are never folded: a caller that writes into a result must
+    not change the next call's (eager makes a new tensor every call)."""
+    torch.manual_seed(0)
+    model = ConstantWork()
+    _run_pairs(model, (5, 12))
+    compiled = torch.compile(model, backend="fusec", options={"target": "reference"})
+    with torch.no_grad():
+        first = compiled(torch.randn(5, 12))[1]
+        first.add_(100.0)
+        assert_close(compiled(torch.randn(5, 12))[1].numpy(), (model.b * 2).numpy())
+
+
+def test_random_numbers_are_not_folded() -> None:
+    class Noisy(nn.Module):
+        def forward(self, x):
+            return x + torch.rand(4)  # no input, but not a constant
+
+    torch._dynamo.reset()
+    compiled = torch.compile(Noisy(), backend="fusec", options={"target": "reference"})
+    with torch.no_grad():
+        x = torch.zeros(4)
+        assert not torch.equal(compiled(x), compiled(x))
+
+
+def _run_pairs(model: nn.Module, shape: tuple[int, ...], reset: bool = True) -> None:
+    """``_run`` for a model with two results."""
+    if reset:
+        torch._dynamo.reset()
+    compiled = torch.compile(model.eval(), backend="fusec", options={"target": "reference"})
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(*shape, generator=generator)
+            for got, want in zip(compiled(x), model(x), strict=True):
+                assert not torch.isnan(got).any()
+                assert_close(got.numpy(), want.numpy())
