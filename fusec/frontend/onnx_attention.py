@@ -44,7 +44,8 @@ import numpy as np
 from onnx import TensorProto
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_core import _reshape_to, converter, dtype_of, shape_of
+from fusec.frontend.onnx_core import _reshape_to, converter
+from fusec.ir.tensors import dtype_of, shape_of
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

@@ -12,7 +12,8 @@ from typing import Any
 from xdsl.ir import SSAValue
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_core import Importer, Node, _reshape_to, converter, shape_of
+from fusec.frontend.onnx_core import Importer, Node, _reshape_to, converter
+from fusec.ir.tensors import shape_of
 
 
 @converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))

@@ -36,8 +36,9 @@ import numpy as np
 
 from fusec.dialect import ops as ai
 from fusec.frontend.onnx_conv import conv_operands
-from fusec.frontend.onnx_core import _constant_ints, _reshape_to, converter, dtype_of, shape_of
+from fusec.frontend.onnx_core import _constant_ints, _reshape_to, converter
 from fusec.frontend.onnx_layout import _pad_axis, _slice_of
+from fusec.ir.tensors import dtype_of, shape_of
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

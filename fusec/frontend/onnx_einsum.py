@@ -21,7 +21,8 @@ import re
 from typing import TYPE_CHECKING
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_core import _reshape_to, converter, shape_of
+from fusec.frontend.onnx_core import _reshape_to, converter
+from fusec.ir.tensors import shape_of
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

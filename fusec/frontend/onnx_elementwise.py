@@ -11,7 +11,8 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_core import Importer, Node, converter, dtype_of, shape_of
+from fusec.frontend.onnx_core import Importer, Node, converter
+from fusec.ir.tensors import dtype_of, shape_of
 
 
 def _onnx_names(base: type[ai.AiOp]) -> dict[str, type[ai.AiOp]]:

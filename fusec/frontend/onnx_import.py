@@ -63,12 +63,11 @@ from fusec.frontend.onnx_core import (
     Node,
     UnsupportedOnnx,
     converter,
-    dtype_of,
     function_name,
-    shape_of,
     supported_operators,
     value_name,
 )
+from fusec.ir.tensors import dtype_of, shape_of
 
 __all__ = [
     "ALWAYS_FOLDED",

@@ -39,10 +39,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_core import _normalised, _reshape_to, converter, dtype_of, shape_of
+from fusec.frontend.onnx_core import _normalised, _reshape_to, converter
 from fusec.frontend.onnx_layout import _pick, _slice_of
 from fusec.frontend.onnx_reduce import _softmax_axis
 from fusec.ir.dtypes import FLOAT_TYPES
+from fusec.ir.tensors import dtype_of, shape_of
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

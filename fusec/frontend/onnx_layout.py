@@ -21,10 +21,9 @@ from fusec.frontend.onnx_core import (
     _normalised,
     _reshape_to,
     converter,
-    dtype_of,
-    shape_of,
 )
 from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.tensors import dtype_of, shape_of
 
 
 @converter("Reshape", attrs=("allowzero",))

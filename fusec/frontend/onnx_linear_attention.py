@@ -25,8 +25,9 @@ import numpy as np
 
 from fusec.dialect import ops as ai
 from fusec.frontend.onnx_attention import _repeat_kv_heads, _split_heads
-from fusec.frontend.onnx_core import _reshape_to, converter, dtype_of, shape_of
+from fusec.frontend.onnx_core import _reshape_to, converter
 from fusec.frontend.onnx_layout import _slice_of
+from fusec.ir.tensors import dtype_of, shape_of
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

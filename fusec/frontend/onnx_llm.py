@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_core import _reshape_to, converter, dtype_of, shape_of
+from fusec.frontend.onnx_core import _reshape_to, converter
 from fusec.frontend.onnx_elementwise import swish
+from fusec.ir.tensors import dtype_of, shape_of
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

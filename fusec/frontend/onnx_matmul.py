@@ -11,7 +11,8 @@ from fusec.dialect.shapes import (
     ShapeError,
     broadcast_shapes,
 )
-from fusec.frontend.onnx_core import Importer, Node, converter, shape_of
+from fusec.frontend.onnx_core import Importer, Node, converter
+from fusec.ir.tensors import shape_of
 
 
 @converter("MatMul")

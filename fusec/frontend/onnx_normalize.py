@@ -20,17 +20,10 @@ import numpy as np
 from xdsl.ir import SSAValue
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_core import (
-    Importer,
-    Node,
-    _normalised,
-    _reshape_to,
-    converter,
-    dtype_of,
-    shape_of,
-)
+from fusec.frontend.onnx_core import Importer, Node, _normalised, _reshape_to, converter
 from fusec.frontend.onnx_reduce import _reduce_with, _square
 from fusec.ir.dtypes import is_float
+from fusec.ir.tensors import dtype_of, shape_of
 
 
 @converter("LayerNormalization", attrs=("axis", "epsilon", "stash_type"))

@@ -27,8 +27,9 @@ import numpy as np
 from onnx import TensorProto
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_core import QUANTIZED_TYPES, converter, dtype_of, shape_of
+from fusec.frontend.onnx_core import QUANTIZED_TYPES, converter
 from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.tensors import dtype_of, shape_of
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue

@@ -18,10 +18,9 @@ from fusec.frontend.onnx_core import (
     _normalised,
     _reshape_to,
     converter,
-    dtype_of,
-    shape_of,
 )
 from fusec.frontend.onnx_layout import _slice_of
+from fusec.ir.tensors import dtype_of, shape_of
 
 
 @converter("Softmax", attrs=("axis",))
