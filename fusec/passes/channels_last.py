@@ -30,7 +30,10 @@ target runs it as ``cpu-channels-last`` (float32, ``fusec-cpu``), the cuda targe
 Which groups are relaid is chosen per connected set of candidates (groups linked
 through a result, a shared input or one of those transposes): a set is relaid when the
 copy groups left afterwards are fewer than before (``_copies``). A MobileNet's depthwise
-convs, between NCHW 1x1 convs, stay as they are; ConvNeXt-T's 45 copies become 9.
+convs, between NCHW 1x1 convs, stay as they are; ConvNeXt-T's 45 copies become 9. A
+target whose later passes remove some conversions says which (``Free``: the cuda
+``conv-layout`` stores an implicit-GEMM conv's result NHWC in place of its conversion, and
+a reduce or pool group reads an NHWC input in place), and those are not counted.
 
 Function arguments and results keep their types; everything the pass writes is ordinary
 ``ai`` IR, so the reference executor runs it as it is.
@@ -39,7 +42,7 @@ Function arguments and results keep their types; everything the pass writes is o
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -76,15 +79,25 @@ class ChannelsLastPass(ModulePass):
                 relayout_block(function.body.block, dtypes)
 
 
-def relayout_block(block: Block, dtypes: tuple[str, ...] = ("f32",)) -> int:
+@dataclass(frozen=True)
+class Free:
+    """The conversions a target's later passes remove, not counted by ``_copies``."""
+
+    #: a new NCHW -> NHWC conversion of this value's producer (a group)
+    source: Callable[[Operation], bool] = lambda op: False
+    #: a new NHWC -> NCHW conversion read by this group
+    reader: Callable[[Operation], bool] = lambda op: False
+
+
+def relayout_block(block: Block, dtypes: tuple[str, ...] = ("f32",), free: Free = Free()) -> int:
     """Relay the chosen groups of ``block`` (a function body) whose values are of
-    ``dtypes``; the number relaid."""
+    ``dtypes``, the conversions ``free`` names not counted; the number relaid."""
     candidates = [g for g in _groups(block) if _depthwise(g, dtypes) or _pointwise(g, dtypes)]
     if not candidates:
         return 0
     chosen: set[ai.FusedOp] = set()
     for component in _components(block, candidates):
-        if _copies(block, chosen | component) < _copies(block, chosen):
+        if _copies(block, chosen | component, free) < _copies(block, chosen, free):
             chosen |= component
     if chosen:
         _rewrite(block, chosen)
@@ -179,7 +192,7 @@ def _broadcasts(small: tuple[int, ...], shape: tuple[int, ...]) -> bool:
     return all(a in (1, b) for a, b in zip(padded, shape, strict=True))
 
 
-def _transpose_copy(op: object, perm: tuple[int, ...]) -> bool:
+def transpose_copy(op: object, perm: tuple[int, ...]) -> bool:
     """``op`` is a ``"copy"`` group that is one 4-D transpose by ``perm`` of its input."""
     if not isinstance(op, ai.FusedOp) or op.kind_name != "copy" or len(op.inputs) != 1:
         return False
@@ -221,7 +234,7 @@ def _components(block: Block, candidates: list[ai.FusedOp]) -> list[set[ai.Fused
 
     def root_value(v: SSAValue) -> SSAValue:
         owner = v.owner
-        if _transpose_copy(owner, TO_NCHW) or _transpose_copy(owner, TO_NHWC):
+        if transpose_copy(owner, TO_NCHW) or transpose_copy(owner, TO_NHWC):
             assert isinstance(owner, ai.FusedOp)
             return owner.inputs[0]
         return v
@@ -234,7 +247,7 @@ def _components(block: Block, candidates: list[ai.FusedOp]) -> list[set[ai.Fused
             parent[find(other)] = find(g)
         for use in g.results[0].uses:  # T(result) read by another candidate
             reader = use.operation
-            if _transpose_copy(reader, TO_NHWC):
+            if transpose_copy(reader, TO_NHWC):
                 assert isinstance(reader, ai.FusedOp)
                 other = by_value.setdefault(reader.results[0], g)
                 parent[find(other)] = find(g)
@@ -244,21 +257,24 @@ def _components(block: Block, candidates: list[ai.FusedOp]) -> list[set[ai.Fused
     return list(sets.values())
 
 
-def _copies(block: Block, relaid: set[ai.FusedOp]) -> int:
-    """The NCHW <-> NHWC copy groups ``block`` would hold with ``relaid`` relaid."""
+def _copies(block: Block, relaid: set[ai.FusedOp], free: Free = Free()) -> int:
+    """The NCHW <-> NHWC copy groups ``block`` would hold with ``relaid`` relaid (the new
+    ones ``free`` names not counted)."""
     alive = 0
     for op in _groups(block):
-        if _transpose_copy(op, TO_NHWC) and op.inputs[0].owner in relaid:
+        if transpose_copy(op, TO_NHWC) and op.inputs[0].owner in relaid:
             continue  # T(result of a relaid group): the relaid result itself
-        if _transpose_copy(op, TO_NCHW) and _all_relaid_reads(op.results[0], relaid):
+        if transpose_copy(op, TO_NCHW) and _all_relaid_reads(op.results[0], relaid):
             continue  # every reader takes its NHWC source instead
-        alive += _transpose_copy(op, TO_NHWC) or _transpose_copy(op, TO_NCHW)
+        alive += transpose_copy(op, TO_NHWC) or transpose_copy(op, TO_NCHW)
     new: set[tuple[str, SSAValue]] = set()
     for g in relaid:
         for v in _full_inputs(g):
-            if v.owner not in relaid and not _transpose_copy(v.owner, TO_NCHW):
-                new.add(("to_nhwc", v))
-        if any(_nchw_reader(use.operation, relaid) for use in g.results[0].uses):
+            if v.owner not in relaid and not transpose_copy(v.owner, TO_NCHW):
+                if not (isinstance(v.owner, Operation) and free.source(v.owner)):
+                    new.add(("to_nhwc", v))
+        readers = [use.operation for use in g.results[0].uses]
+        if any(_nchw_reader(r, relaid) and not free.reader(r) for r in readers):
             new.add(("to_nchw", g.results[0]))
     return alive + len(new)
 
@@ -278,7 +294,7 @@ def _all_relaid_reads(value: SSAValue, relaid: set[ai.FusedOp]) -> bool:
 
 def _nchw_reader(reader: Operation, relaid: set[ai.FusedOp]) -> bool:
     """A reader of a relaid group's result that still needs it NCHW."""
-    return not (reader in relaid or _transpose_copy(reader, TO_NHWC))
+    return not (reader in relaid or transpose_copy(reader, TO_NHWC))
 
 
 # ------------------------------------------------------------------ the rewrite
@@ -316,7 +332,7 @@ def _rewrite(block: Block, relaid: set[ai.FusedOp]) -> None:
             reader = use.operation
             if reader in relaid:
                 continue  # erased below
-            if _transpose_copy(reader, TO_NHWC):
+            if transpose_copy(reader, TO_NHWC):
                 assert isinstance(reader, ai.FusedOp)
                 reader.results[0].replace_all_uses_with(new_result)
                 Rewriter.erase_op(reader)
@@ -333,7 +349,7 @@ def _rewrite(block: Block, relaid: set[ai.FusedOp]) -> None:
     for group in reversed(old_groups):
         group.erase(safe_erase=False)
     for op in list(block.ops):  # NHWC -> NCHW copies every reader of which went NHWC
-        if _transpose_copy(op, TO_NCHW) and not op.results[0].uses:
+        if transpose_copy(op, TO_NCHW) and not op.results[0].uses:
             Rewriter.erase_op(op)
     for value in constants:  # constants only the relaid groups read
         if not value.uses and isinstance(value.owner, Operation) and _constant(value):
@@ -348,7 +364,7 @@ def _nhwc_of(
     if value in nhwc:
         return nhwc[value]
     owner = value.owner
-    if _transpose_copy(owner, TO_NCHW):
+    if transpose_copy(owner, TO_NCHW):
         assert isinstance(owner, ai.FusedOp)
         return owner.inputs[0]
     copy = _copy_group(value, TO_NHWC)

@@ -111,6 +111,14 @@ def _template_probes() -> dict[str, str]:
         "fusec/conv_direct.cuh": generate_direct(
             DirectConvSpec(ConvGeometry(2, 8, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, groups=8), "bf16")
         ),
+        # the NHWC depthwise kernel (channel pairs)
+        "fusec/conv_depthwise_nhwc.cuh": generate_direct(
+            DirectConvSpec(
+                ConvGeometry(2, 96, 14, 14, 96, 7, 7, 1, 1, 3, 3, 3, 3, groups=96),
+                "f16",
+                layout="nhwc",
+            )
+        ),
         "fusec/gemm.cuh": cpp.generate(cpp.GemmSpec()),
         "fusec/layernorm_prep.cuh": aux.LayerNormPrep("bf16", "f32", "bf16", "k", 1e-5).generate(),
         # both copies: 8 x 8 blocks (16- and 2-byte loads) and few pixels

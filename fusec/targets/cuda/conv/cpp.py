@@ -616,25 +616,115 @@ def _call_args(spec: ConvSpec, second: bool) -> str:
 
 
 DIRECT_THREADS = 256
+#: the NHWC depthwise kernel's shared memory per block at most (its input window and
+#: weights): under the 48 KiB a block gets without opting in, several blocks an SM
+DEPTHWISE_SMEM = 48 * 1024
+#: the layouts of the direct template: NCHW/KCRS, or NHWC input and output (depthwise)
+DIRECT_LAYOUTS = ("nchw", "nhwc")
+
+
+def _fit(extent: int, largest: int = 8, smallest: int = 4) -> int:
+    """The strip (or tile) length in ``smallest..largest`` covering ``extent`` with the
+    fewest padded elements (the longer on ties), ``extent`` itself when it is shorter."""
+    if extent <= largest:
+        return extent
+    return min(range(largest, smallest - 1, -1), key=lambda t: -(-extent // t) * t - extent)
+
+
+@dataclass(frozen=True)
+class DepthwiseTile:
+    """A block's tile of the NHWC depthwise kernel (``conv_depthwise_nhwc.cuh``): ``tp`` x
+    ``tq`` output pixels x ``cb`` channels; a thread computes ``cv`` channels x ``qt``
+    pixels along a row."""
+
+    tp: int
+    tq: int
+    qt: int
+    cb: int
+    cv: int
+
+    @property
+    def threads(self) -> int:
+        return (self.cb // self.cv) * self.tp * (self.tq // self.qt)
+
+    def window(self, geo: ConvGeometry) -> tuple[int, int]:
+        """The input window (rows, columns) a tile reads."""
+        ih = (self.tp - 1) * geo.stride_h + (geo.r - 1) * geo.dil_h + 1
+        iw = (self.tq - 1) * geo.stride_w + (geo.s - 1) * geo.dil_w + 1
+        return ih, iw
+
+    def smem_bytes(self, geo: ConvGeometry) -> int:
+        ih, iw = self.window(geo)
+        return geo.r * geo.s * self.cb * 4 + ih * iw * self.cb * 2
+
+    def tiles(self, geo: ConvGeometry) -> int:
+        return geo.n * cdiv(geo.p, self.tp) * cdiv(geo.q, self.tq) * cdiv(geo.c, self.cb)
+
+
+def depthwise_tile(geo: ConvGeometry) -> DepthwiseTile:
+    """The NHWC depthwise kernel's tile for ``geo``: channel pairs (``cv`` 2) when the
+    channel count is even; 64 channels a block (32 when that divides the channels and 64
+    does not: ConvNeXt's 96), rows and strips of 4 to 8 pixels that waste the least; the
+    rows, then the channels halved until the shared memory fits ``DEPTHWISE_SMEM``."""
+    cv = 2 if geo.c % 2 == 0 else 1
+    if geo.c % 64 and not geo.c % 32:
+        cb = 32
+    else:
+        cb = min(64, cdiv(geo.c, cv) * cv)
+    qt = _fit(geo.q)
+    tile = DepthwiseTile(_fit(geo.p), qt, qt, cb, cv)
+    while tile.smem_bytes(geo) > DEPTHWISE_SMEM and (tile.tp > 1 or tile.cb > cv):
+        if tile.tp > 1:
+            tile = DepthwiseTile(tile.tp // 2, tile.tq, tile.qt, tile.cb, cv)
+        else:
+            tile = DepthwiseTile(tile.tp, tile.tq, tile.qt, max(cv, tile.cb // 2 // cv * cv), cv)
+    return tile
 
 
 @dataclass(frozen=True)
 class DirectConvSpec(LinkedSpec):
     """A direct convolution (any groups, strides, padding, dilation), one output element
-    per thread and grid-stride step: the template for depthwise and few-channel groups."""
+    per thread and grid-stride step: the template for depthwise and few-channel groups.
+    ``layout`` "nhwc": a depthwise conv (one channel a group) reading and writing NHWC
+    (the channels-last pass's groups), tiled through shared memory
+    (``conv_depthwise_nhwc.cuh``, ``DepthwiseTile``)."""
 
     geo: ConvGeometry
     dtype: str = "f16"
     out_dtype: str = "f16"
     epilogue: Epilogue = field(default_factory=Epilogue)
+    layout: str = "nchw"
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES + ("f32",) or self.out_dtype not in OUT_DTYPES:
             raise ValueError(f"unsupported conv types {self.dtype} -> {self.out_dtype}")
+        if self.layout not in DIRECT_LAYOUTS:
+            raise ValueError(
+                f"direct conv layout {self.layout!r}, expected one of {DIRECT_LAYOUTS}"
+            )
+        if self.layout == "nhwc":
+            geo = self.geo
+            if not (geo.groups == geo.c == geo.k and geo.cg == 1):
+                raise ValueError("the NHWC direct conv is depthwise (one channel a group) only")
+            if self.dtype not in DTYPES:
+                raise ValueError(f"the NHWC direct conv reads f16 or bf16, not {self.dtype}")
 
     PREFIX = "dconv"
 
-    threads = DIRECT_THREADS
+    @property
+    def tile(self) -> DepthwiseTile | None:
+        """The NHWC kernel's tile (None: the NCHW grid-stride kernel)."""
+        return depthwise_tile(self.geo) if self.layout == "nhwc" else None
+
+    @property
+    def threads(self) -> int:
+        tile = self.tile
+        return DIRECT_THREADS if tile is None else tile.threads
+
+    @property
+    def smem_bytes(self) -> int:
+        tile = self.tile
+        return 0 if tile is None else tile.smem_bytes(self.geo)
 
     def cpp_source(self) -> str:
         return expand(generate_direct(self))
@@ -648,12 +738,22 @@ class DirectConvSpec(LinkedSpec):
 
 
 def _direct_config(spec: DirectConvSpec) -> str:
-    """``struct Config`` of ``fusec::conv_direct``: the geometry and the element types."""
+    """``struct Config`` of ``fusec::conv_direct`` (or ``conv_depthwise_nhwc``: the tile
+    too): the geometry and the element types."""
+    tile = spec.tile
+    extra = ""
+    if tile is not None:
+        values = [f"CH = {spec.geo.c}", f"TP = {tile.tp}", f"TQ = {tile.tq}"]
+        values += [f"QT = {tile.qt}", f"CB = {tile.cb}", f"CV = {tile.cv}"]
+        extra = f"""  enum : int {{
+{enumerators(values)}
+  }};
+"""
     return f"""struct Config {{
   enum : int {{
 {_geometry_enumerators(spec.geo)}
   }};
-  using In = {ELEMENT_TYPES[spec.dtype]};
+{extra}  using In = {ELEMENT_TYPES[spec.dtype]};
   using Out = {ELEMENT_TYPES[spec.out_dtype]};
 }};
 """
@@ -668,10 +768,18 @@ def generate_direct(spec: DirectConvSpec) -> str:
     loaded_args = _inline_args(spec.epilogue, "ko", "idx")
     params = ", ".join(f"u64 {n}" for n in spec.kernel_params())
     members = "".join(f"  u64 e{k};\n" for k in range(n))
-    return f"""// fusec generated direct conv2d, {spec.dtype} -> {spec.out_dtype}, f32 accumulation
+    nhwc = spec.layout == "nhwc"
+    header = "conv_depthwise_nhwc" if nhwc else "conv_direct"
+    call = (
+        "fusec::conv_depthwise_nhwc<Config>(epi, x, w, out, smem_raw)"
+        if nhwc
+        else "fusec::conv_direct<Config>(epi, x, w, out)"
+    )
+    what = "depthwise conv2d, NHWC input and output" if nhwc else "direct conv2d"
+    return f"""// fusec generated {what}, {spec.dtype} -> {spec.out_dtype}, f32 accumulation
 // {_shape_comment(spec.geo)}
 // epilogue {spec.epilogue.name}
-{include("conv_direct")}
+{include(header)}
 {_epilogue_function(spec.epilogue)}
 struct Epilogue {{
 {members}  __device__ __forceinline__ float operator()(float acc, int n, int ko, int p, int q,
@@ -683,6 +791,6 @@ struct Epilogue {{
 extern "C" __device__ __attribute__((always_inline))
 int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
   const Epilogue epi{{{", ".join(f"e{k}" for k in range(n))}}};
-  return fusec::conv_direct<Config>(epi, x, w, out);
+  return {call};
 }}
 """

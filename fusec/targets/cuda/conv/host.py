@@ -151,10 +151,11 @@ class ConvKernel(LinkedKernel):
 
 
 class DirectConvKernel(LinkedKernel):
-    """The direct conv of ``spec``: one grid-stride launch."""
+    """The direct conv of ``spec``: one grid-stride launch (the NHWC depthwise kernel: a
+    block-stride loop over its tiles, ``DepthwiseTile``, at most 8 blocks an SM)."""
 
     def __init__(self, spec: DirectConvSpec, cubin: bytes) -> None:
-        super().__init__(cubin, 0)
+        super().__init__(cubin, spec.smem_bytes)
         self.spec = spec
 
     def __call__(
@@ -166,12 +167,24 @@ class DirectConvKernel(LinkedKernel):
         stream: int = 0,
         sms: int = H200.sms,
     ) -> None:
-        geo = self.spec.geo
-        total = geo.n * geo.k * geo.p * geo.q
-        blocks = max(1, min(-(-total // DIRECT_THREADS), 16 * sms))
+        geo, tile = self.spec.geo, self.spec.tile
+        if tile is None:
+            total = geo.n * geo.k * geo.p * geo.q
+            blocks = max(1, min(-(-total // DIRECT_THREADS), 16 * sms))
+        else:
+            if (x | out) % 4 and tile.cv == 2:  # channel pairs: 32-bit loads and stores
+                raise FusecError("the NHWC depthwise conv reads and writes 4-byte aligned buffers")
+            blocks = max(1, min(tile.tiles(geo), 8 * sms))
         args = [(ctypes.c_uint64, v) for v in (x, w, out, *extras)]
         with self.lock:
-            self.launch(self.function, blocks, DIRECT_THREADS, 0, self.stream(stream), args)
+            self.launch(
+                self.function,
+                blocks,
+                self.spec.threads,
+                self.spec.smem_bytes,
+                self.stream(stream),
+                args,
+            )
 
 
 class RelayoutKernel(LinkedKernel):

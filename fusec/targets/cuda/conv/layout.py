@@ -4,6 +4,12 @@ The graph is NCHW with KCRS weights at the API; the implicit-GEMM conv reads its
 input channels-last (``[N][H][W][C]``) and its weights as ``[K][R][S][C]``. This
 pass, run after fusion in the cuda pipeline, makes that choice explicit in the IR:
 
+* first, the target-independent ``channels-last`` pass (``fusec.passes.channels_last``,
+  on f16/bf16) keeps depthwise conv stages channels-last: ConvNeXt's depthwise conv,
+  its layer-scale and residual add run NHWC (the direct template's NHWC kernel,
+  ``conv_depthwise_nhwc.cuh``), so the permutes around each block's LayerNorm and MLP
+  go (issue 28; ``$FUSEC_CONV_DEPTHWISE=nchw`` or ``handoff=off`` keeps them NCHW);
+
 * every conv group the implicit GEMM serves with one group and ``C % 8 == 0``,
   whose input and weights only the conv reads (``channels_last_plan``), takes its
   weights KRSC and, unless an in-place NCHW read is asked for
@@ -32,7 +38,10 @@ pass, run after fusion in the cuda pipeline, makes that choice explicit in the I
   conversion (with ``handoff=off``, never);
 * conversions ``ai.transpose {perm = [0, 2, 3, 1]}`` (NCHW -> NHWC, also KCRS ->
   KRSC) are inserted in front of the relaid operands, and ``[0, 3, 1, 2]`` behind
-  a relaid result for each of its uses;
+  a relaid result for each of its uses; an operand that is a ``"copy"`` group's NHWC ->
+  NCHW transpose is taken NHWC from that copy's source (the copy goes when unread), and
+  a result whose readers are all ``"copy"`` groups transposing it NHWC is stored NHWC
+  in their place (a LayerNorm2d's permutes, the channels-last stage's conversions);
 * xDSL's pattern rewriter then composes adjacent conversions (a hand-off's
   NHWC -> NCHW -> NHWC pair cancels) and folds the conversion of a constant into a
   new ``arith.constant`` (constant weights are relaid at compile time);
@@ -54,7 +63,7 @@ from typing import TYPE_CHECKING
 from xdsl.context import Context
 from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, StringAttr, TensorType
-from xdsl.ir import Attribute, Block, Region, SSAValue, Use
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue, Use
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -69,6 +78,7 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.views import ComposeTransposes, at_function_level
 from fusec.ir.constants import constant_value, dense_constant
+from fusec.passes.channels_last import Free, relayout_block, transpose_copy
 from fusec.passes.fusion.outline import retyped_group
 from fusec.targets.cuda.conv.layouts import (
     LAYOUT_ATTR,
@@ -83,6 +93,19 @@ if TYPE_CHECKING:
 #: "off": every conv result stays NCHW (the pass option ``handoff`` wins when given)
 HANDOFF_ENV = "FUSEC_CONV_HANDOFF"
 HANDOFFS = ("nhwc", "off")
+#: "nchw": depthwise conv stages stay NCHW (no ``channels-last`` step; an A/B switch);
+#: unset or "nhwc": they run channels-last
+DEPTHWISE_ENV = "FUSEC_CONV_DEPTHWISE"
+#: the element types of the depthwise stages relaid (the NHWC direct kernel's)
+DEPTHWISE_DTYPES = ("f16", "bf16")
+
+
+def depthwise_from_env() -> str:
+    """``$FUSEC_CONV_DEPTHWISE`` (validated: "", "nchw" or "nhwc"; "" is "nhwc")."""
+    asked = os.environ.get(DEPTHWISE_ENV, "").strip().lower() or "nhwc"
+    if asked not in ("nhwc", "nchw"):
+        raise ValueError(f"${DEPTHWISE_ENV}: {asked!r}, expected 'nhwc' or 'nchw'")
+    return asked
 
 
 def handoff_from_env() -> str:
@@ -126,13 +149,17 @@ class ConvLayoutPass(ModulePass):
 
         try:
             handoff = self.handoff or handoff_from_env()
+            depthwise = depthwise_from_env()
         except ValueError as err:
             raise FusecError(f"conv-layout: {err}") from None
         if handoff not in HANDOFFS:
             raise FusecError(f"conv-layout option handoff={handoff!r}: expected 'nhwc' or 'off'")
         for function in op.walk():
             if isinstance(function, func.FuncOp) and function.body.blocks:
-                _relayout_function(function.body.block, handoff == "nhwc")
+                block = function.body.block
+                if handoff == "nhwc" and depthwise == "nhwc":
+                    relayout_block(block, DEPTHWISE_DTYPES, _FREE)
+                _relayout_function(block, handoff == "nhwc")
         PatternRewriteWalker(
             GreedyRewritePatternApplier([ComposeTransposes(), FoldConstantTranspose()])
         ).rewrite_module(op)
@@ -141,6 +168,22 @@ class ConvLayoutPass(ModulePass):
                 for transpose in list(function.body.block.ops):
                     if isinstance(transpose, ai.TransposeOp):
                         _outline_copy(transpose)
+
+
+def _stores_nhwc(op: Operation) -> bool:
+    """A conv group whose result this pass can store NHWC (an implicit-GEMM conv)."""
+    return isinstance(op, ai.FusedOp) and channels_last_plan(op) is not None
+
+
+def _reads_nhwc_input(op: Operation) -> bool:
+    """A pool or reduce group whose kernel reads its anchor's input NHWC in place."""
+    from fusec.targets.cuda.anchored import nhwc_input_index
+
+    return isinstance(op, ai.FusedOp) and nhwc_input_index(op) is not None
+
+
+#: the conversions this pass removes after ``channels-last``: not counted by it
+_FREE = Free(source=_stores_nhwc, reader=_reads_nhwc_input)
 
 
 def _relayout_function(block: Block, handoff: bool) -> None:
@@ -166,6 +209,9 @@ def _relayout_function(block: Block, handoff: bool) -> None:
             _relayout_reader(op, readers[op], op in nhwc_output, conversions)
         elif op in nhwc_output:
             _relayout_pointwise(op, conversions)
+    for op in groups:  # "copy" groups whose readers now take their source (``_convert``)
+        if op.parent is block and _copy_transpose(op) is not None and not op.results[0].uses:
+            Rewriter.erase_op(op)
 
 
 def _relayable(op: ai.FusedOp) -> bool:
@@ -241,13 +287,24 @@ def _nhwc_outputs(plans: dict, nhwc_input: set, pointwise: set, readers: dict) -
         relaid = kept
 
 
+def _copy_transpose(op: object) -> tuple[int, ...] | None:
+    """The permutation of a ``"copy"`` group that is one NCHW <-> NHWC transpose of its
+    input, else None."""
+    for perm in (TO_CHANNELS_LAST, TO_CHANNELS_FIRST):
+        if transpose_copy(op, perm):
+            return perm
+    return None
+
+
 def _reads_nhwc(use: Use, plans: dict, nhwc_input: set, relaid: set, readers: dict) -> bool:
     """``use`` reads its value NHWC: an NHWC-input conv's input, an input of the result's
-    shape of a relaid pointwise group, or the anchor's input of a pool or reduce group
-    that can read it so."""
+    shape of a relaid pointwise group, the anchor's input of a pool or reduce group that
+    can read it so, or a ``"copy"`` group converting it to NHWC (replaced by the result)."""
     reader = use.operation
     if not isinstance(reader, ai.FusedOp):
         return False
+    if _copy_transpose(reader) == TO_CHANNELS_LAST:
+        return True
     if reader in nhwc_input:
         return use.index == plans[reader].x
     if reader in readers:
@@ -256,7 +313,13 @@ def _reads_nhwc(use: Use, plans: dict, nhwc_input: set, relaid: set, readers: di
 
 
 def _convert(value: SSAValue, perm: tuple[int, ...], before, conversions: dict) -> SSAValue:
-    """``ai.transpose(value, perm)`` at function level (one per value and permutation)."""
+    """``ai.transpose(value, perm)`` at function level (one per value and permutation);
+    the source of a ``"copy"`` group that is the inverse transpose."""
+    owner = value.owner
+    inverse = TO_CHANNELS_FIRST if perm == TO_CHANNELS_LAST else TO_CHANNELS_LAST
+    if perm in (TO_CHANNELS_LAST, TO_CHANNELS_FIRST) and _copy_transpose(owner) == inverse:
+        assert isinstance(owner, ai.FusedOp)
+        return owner.inputs[0]
     key = (value, perm)
     if key not in conversions:
         transpose = ai.TransposeOp(value, perm=perm)
@@ -304,12 +367,25 @@ def _relayout_operands(
     Rewriter.insert_op(new, InsertPoint.before(fused))
     new.results[0].name_hint = fused.results[0].name_hint
     if nhwc_output:
-        back = ai.TransposeOp(new.results[0], perm=TO_CHANNELS_FIRST)
-        Rewriter.insert_op(back, InsertPoint.after(new))
-        fused.results[0].replace_all_uses_with(back.output)
+        _absorb_copies(fused.results[0], new.results[0])
+        if fused.results[0].uses:
+            back = ai.TransposeOp(new.results[0], perm=TO_CHANNELS_FIRST)
+            Rewriter.insert_op(back, InsertPoint.after(new))
+            fused.results[0].replace_all_uses_with(back.output)
     else:
         fused.results[0].replace_all_uses_with(new.results[0])
     Rewriter.erase_op(fused)
+
+
+def _absorb_copies(nchw: SSAValue, nhwc: SSAValue) -> None:
+    """The ``"copy"`` groups converting ``nchw`` to NHWC read ``nhwc``, the same values
+    stored so: their results become it and they go."""
+    for use in list(nchw.uses):
+        reader = use.operation
+        if _copy_transpose(reader) == TO_CHANNELS_LAST:
+            assert isinstance(reader, ai.FusedOp)
+            reader.results[0].replace_all_uses_with(nhwc)
+            Rewriter.erase_op(reader)
 
 
 def _relayout_reader(fused: ai.FusedOp, index: int, nhwc_output: bool, conversions: dict) -> None:
@@ -319,7 +395,9 @@ def _relayout_reader(fused: ai.FusedOp, index: int, nhwc_output: bool, conversio
     the new operand types, through ``ai.transpose`` views its kernel folds into its
     addressing (``fusec.targets.cuda.anchored``)."""
     source = fused.inputs[index].owner
-    nhwc_input = isinstance(source, ai.TransposeOp) and source.attr("perm") == TO_CHANNELS_FIRST
+    nhwc_input = (
+        isinstance(source, ai.TransposeOp) and source.attr("perm") == TO_CHANNELS_FIRST
+    ) or _copy_transpose(source) == TO_CHANNELS_FIRST
     if not (nhwc_input or nhwc_output):
         return
     layout = DictionaryAttr(
@@ -350,9 +428,11 @@ def _relayout_pointwise(fused: ai.FusedOp, conversions: dict) -> None:
     group = retyped_group(fused, inputs, nhwc, {**fused.attributes, LAYOUT_ATTR: layout})
     Rewriter.insert_op(group, InsertPoint.before(fused))
     group.results[0].name_hint = fused.results[0].name_hint
-    back = ai.TransposeOp(group.results[0], perm=TO_CHANNELS_FIRST)
-    Rewriter.insert_op(back, InsertPoint.after(group))
-    fused.results[0].replace_all_uses_with(back.output)
+    _absorb_copies(fused.results[0], group.results[0])
+    if fused.results[0].uses:
+        back = ai.TransposeOp(group.results[0], perm=TO_CHANNELS_FIRST)
+        Rewriter.insert_op(back, InsertPoint.after(group))
+        fused.results[0].replace_all_uses_with(back.output)
     Rewriter.erase_op(fused)
 
 

@@ -10,7 +10,9 @@ to the output type). It runs as
   with at least 16 input channels per group and a stride along W of at most 4 (a
   strided conv reads its channels-last input by TMA boxes that step over pixels);
 * the direct template (``cpp.DirectConvSpec``) for f16/bf16 depthwise and other
-  grouped convs of fewer than 16 channels a group (not a GEMM worth the name); an
+  grouped convs of fewer than 16 channels a group (not a GEMM worth the name); a
+  depthwise group the ``channels-last`` pass relaid (``fusec.layout`` input and output
+  "nhwc") runs its NHWC kernel (``conv_depthwise_nhwc.cuh``); an
   ungrouped conv of fewer channels (a stem) is an implicit GEMM whose channel chunks
   TMA zero-fills (``FEW_CHANNELS_ENV``);
 * the PyTorch fallback (``fusec.targets.cuda.torch_fallback``) otherwise, the reason in
@@ -329,11 +331,25 @@ def epilogue_loads_for() -> str:
     return asked
 
 
+#: the layout of a depthwise group the ``channels-last`` pass relaid (NHWC in and out)
+DEPTHWISE_NHWC = Layout(input="nhwc", output="nhwc")
+
+
+def depthwise(geo: ConvGeometry) -> bool:
+    """One input and one output channel a group."""
+    return geo.groups == geo.c == geo.k and geo.cg == 1
+
+
 def route(p: ConvPlan) -> str:
     """``"implicit"``, ``"direct"`` or the reason for the fallback."""
     how = route_geometry(p.geo)
     if how == "direct" and p.layout != Layout():
-        return f"the direct conv reads NCHW/KCRS operands only, not {LAYOUT_ATTR} {p.layout}"
+        if p.layout == DEPTHWISE_NHWC and depthwise(p.geo):
+            return how  # the NHWC depthwise kernel
+        return (
+            f"the direct conv reads NCHW/KCRS operands (or NHWC ones of a depthwise conv) "
+            f"only, not {LAYOUT_ATTR} {p.layout}"
+        )
     return how
 
 
@@ -424,6 +440,22 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
                 "epilogue inputs (per-channel vectors, output-shaped tensors) loaded "
                 "ahead of use ($FUSEC_CONV_EPILOGUE=early)"
             )
+    elif p.layout == DEPTHWISE_NHWC:
+        spec = DirectConvSpec(geo, dtype, out_dtype, epi, "nhwc")
+        dw = spec.tile
+        assert dw is not None
+        notes = [
+            "target: cuda, direct conv2d channels-last (depthwise, NHWC input and output, "
+            f"{LAYOUT_ATTR} from the channels-last pass; f32 accumulation): "
+            f"{geo.cg} input channel(s) per group is not a Tensor Core GEMM;",
+            f"{shape}; {dtype} -> {out_dtype};",
+            f"tile {dw.tp}x{dw.tq} pixels x {dw.cb} channels a block ({dw.threads} "
+            f"threads, {spec.smem_bytes} B shared: the input window and f32 weights), "
+            f"{dw.cv} channel(s) x {dw.qt} pixels a thread;",
+            f"epilogue: {epi.name} (f32, one rounding at the store)",
+        ]
+        spec_text = f"DirectConvSpec({geo_text}, {dtype!r}, "
+        layout_text = ", layout='nhwc'"
     else:
         spec = DirectConvSpec(geo, dtype, out_dtype, epi)
         notes = [
