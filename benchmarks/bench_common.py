@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import random
 import signal
 import subprocess
 import time
@@ -113,13 +114,27 @@ def best_ms(fn: Callable[[], object], rounds: int = 5, calls: int = 1) -> float:
 
 
 def alternate(
-    fns: dict[str, Callable[[], object]], rounds: int = 5, calls: int = 1
+    fns: dict[str, Callable[[], object]],
+    rounds: int = 5,
+    calls: int = 1,
+    *,
+    warmup: int = 0,
+    shuffle: bool = False,
 ) -> dict[str, list[float]]:
     """Same-run baselines: each round times every contender in turn (``calls`` calls, ms per
-    call), so a change of load touches all of them alike; the ms of each round per name."""
+    call), so a change of load touches all of them alike; the ms of each round per name.
+    ``warmup`` untimed calls of each first; ``shuffle``: a new random order each round (no
+    contender always runs after the same one)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
     for _ in range(max(rounds, 1)):
-        for name, fn in fns.items():
+        if shuffle:
+            random.shuffle(names)
+        for name in names:
+            fn = fns[name]
             start = time.perf_counter()
             for _ in range(max(calls, 1)):
                 fn()

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
 import sys
-import time
 
 from fusec.targets.cpu.threads import configure
 
@@ -32,6 +30,7 @@ configure()
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime  # noqa: E402
+from bench_common import alternate as shared_alternate  # noqa: E402  (beside this script)
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import fusec  # noqa: E402
@@ -104,19 +103,9 @@ def conv_model(n: int, c: int, hw: int, k: int, r: int, stride: int, seed: int):
 
 
 def alternate(calls: dict, rounds: int) -> dict[str, list[float]]:
-    """Wall ms of each call, in a new random order each round, after two warm-ups each."""
-    for fn in calls.values():
-        fn()
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    names = list(calls)
-    for _ in range(rounds):
-        random.shuffle(names)
-        for name in names:
-            start = time.perf_counter()
-            calls[name]()
-            times[name].append((time.perf_counter() - start) * 1e3)
-    return times
+    """Wall ms of each call, in a new random order each round, after two warm-ups each
+    (``bench_common.alternate``, the runners' shared same-run timer)."""
+    return shared_alternate(calls, rounds, warmup=2, shuffle=True)
 
 
 def main(argv: list[str] | None = None) -> int:

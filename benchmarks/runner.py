@@ -59,6 +59,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -311,7 +312,8 @@ def main(target: str, suites: Sequence[Suite], argv: Sequence[str] | None = None
             parser.error(f"unknown suite {name!r}; `list` names them")
         suite = by_name[name]
         command = suite.command(option or None, args.out, extra)
-        print("$ " + " ".join(command[1:]), flush=True)
+        shown = [os.path.relpath(command[1], ROOT), *command[2:]]
+        print("$ python " + " ".join(shlex.quote(c) for c in shown), flush=True)
         if args.dry_run:
             continue
         lacking = missing_modules(suite)

@@ -49,3 +49,21 @@ def test_write_results_appends_the_suffixes(tmp_path: Path) -> None:
     bench_common.write_results(stem, {"rows": [1, 2]}, "| a |\n", indent=1)
     assert json.loads((tmp_path / "new" / "gemm-2026-12-01.5.json").read_text()) == {"rows": [1, 2]}
     assert (tmp_path / "new" / "gemm-2026-12-01.5.md").read_text() == "| a |\n"
+
+
+def test_alternate_times_every_contender_each_round() -> None:
+    """Warm-ups are untimed, every round times each contender ``calls`` times (in a new
+    order when shuffled), and each time is a non-negative number of ms per call."""
+    seen: list[str] = []
+    fns = {name: (lambda n=name: seen.append(n)) for name in ("a", "b", "c")}
+    times = bench_common.alternate(fns, rounds=4, calls=3, warmup=2, shuffle=True)
+    assert sorted(times) == ["a", "b", "c"]
+    assert all(len(t) == 4 and all(x >= 0.0 for x in t) for t in times.values())
+    assert seen[:6] == ["a", "a", "b", "b", "c", "c"]  # the warm-ups, each in turn
+    assert sorted(seen[6:]) == sorted(["a", "b", "c"] * 12)
+
+
+def test_best_ms_is_the_fastest_round() -> None:
+    calls: list[int] = []
+    best = bench_common.best_ms(lambda: calls.append(1), rounds=3, calls=5)
+    assert len(calls) == 15 and 0.0 <= best < 1e3
