@@ -124,6 +124,7 @@ stage_all() {
   done
   [ "$DRY" = 1 ] && return 0
   cat "$w"/*.md 2>/dev/null | grep "^|"
+  cp "$OUT/device.txt" "$w/" 2>/dev/null
   (cd "$w" && tar czf "$OUT/all.tgz" .)
   cp "$w"/*.md "$OUT/" 2>/dev/null
 }

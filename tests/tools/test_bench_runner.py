@@ -208,3 +208,21 @@ def test_old_device_scripts_are_aliases(alias: str, stage: str, tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr
     assert f"=== stage {stage}" in done.stdout
+
+
+@pytest.mark.gpu
+def test_gpu_runner_runs_a_suite_on_the_gpu(tmp_path: Path) -> None:
+    """`gpu.py run copy` on a GPU: the script runs from the runner, checks every copy kernel
+    bit for bit against torch and writes its table (copy.md and copy.json) to --out."""
+    pytest.importorskip("torch")
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu.py"), "run", "copy", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = json.loads((tmp_path / "copy.json").read_text())["results"]
+    assert rows and all(r["bit_exact"] for r in rows)
+    assert (tmp_path / "copy.md").read_text().count("\n|") >= len(rows)
