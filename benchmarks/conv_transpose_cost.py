@@ -3,7 +3,10 @@ onnxruntime on one thread, alternating calls in one process: medians and minima.
 stride s the conv runs over s * s times the input, so it does s^2 times the direct form's
 multiply-adds (the stride-2 case); the stride-1 case is the same conv either way.
 
-    NUMBA_NUM_THREADS=1 python benchmarks/conv_transpose_cost.py   # one thread each
+    NUMBA_NUM_THREADS=1 python benchmarks/conv_transpose_cost.py [--out benchmarks/results]
+
+One thread each; with ``--out`` the rows also go to ``<out>/conv-transpose.md`` and ``.json``
+(the runners' results format, ``runner.Table``).
 
 At bb26f0a (2026-12-02, load 2.2 on the shared 2-core machine, one thread each, 40 calls):
 stride 2 (128 -> 64 channels, 16x16, k4): fusec 2.47 ms median / 2.18 ms min, onnxruntime
@@ -13,6 +16,7 @@ stride 2 (128 -> 64 channels, 16x16, k4): fusec 2.47 ms median / 2.18 ms min, on
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -49,6 +53,10 @@ def main() -> None:
 
     import fusec
 
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="also write conv-transpose.md/.json here")
+    args = parser.parse_args()
+    rows = []
     for case in CASES:
         m, x = model(*case)
         f = fusec.compile(fusec.from_onnx(m), target="cpu")
@@ -75,6 +83,23 @@ def main() -> None:
             f"median {statistics.median(to) * 1e3:.2f} ms min {min(to) * 1e3:.2f}; "
             f"load {os.getloadavg()[0]:.1f}"
         )
+        rows.append(
+            {
+                "case": label(*case),
+                "rel_l2": float(err),
+                "fusec_ms": statistics.median(tf) * 1e3,
+                "fusec_min_ms": min(tf) * 1e3,
+                "onnxruntime_ms": statistics.median(to) * 1e3,
+                "onnxruntime_min_ms": min(to) * 1e3,
+            }
+        )
+    if args.out:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from runner import write_table
+
+        title = "ConvTranspose on the cpu target vs onnxruntime (1 thread), 40 alternated calls"
+        stem = write_table(args.out, "conv-transpose", "cpu", list(rows[0]), rows, title)
+        print(f"wrote {stem}.md and {stem}.json")
 
 
 if __name__ == "__main__":

@@ -9,13 +9,18 @@ generated ``launch`` alone, and the compiled call's overhead over it. Best of
 ``--rounds`` rounds of ``--calls`` calls, wall and process CPU time per call, in
 microseconds.
 
-    python benchmarks/cpu_call_overhead.py [--rounds 15] [--calls 2000]
+    python benchmarks/cpu_call_overhead.py [--rounds 15] [--calls 2000] [--out benchmarks/results]
+
+With ``--out`` the rows also go to ``<out>/cpu-call-overhead.md`` and ``.json`` (the
+runners' results format, ``runner.Table``).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 from fusec.targets.cpu.threads import configure
 
@@ -53,7 +58,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--out", type=Path, help="also write cpu-call-overhead.md/.json here")
     args = parser.parse_args()
+    rows = []
     print(
         "| elements | call us (wall / CPU) | Python loop us (wall / CPU) | launch alone us "
         "| overhead us (wall / CPU) |"
@@ -75,6 +82,29 @@ def main() -> None:
             f"{alone[0]:.1f} / {alone[1]:.1f} | "
             f"{call[0] - alone[0]:.1f} / {call[1] - alone[1]:.1f} |"
         )
+        rows.append(
+            {
+                "elements": n,
+                "call_us": call[0],
+                "call_cpu_us": call[1],
+                "python_loop_us": loop[0],
+                "python_loop_cpu_us": loop[1],
+                "launch_us": alone[0],
+                "launch_cpu_us": alone[1],
+                "overhead_us": call[0] - alone[0],
+                "overhead_cpu_us": call[1] - alone[1],
+            }
+        )
+    if args.out:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from runner import write_table
+
+        title = (
+            f"Per-call cost of a compiled cpu function (add + relu), best of {args.rounds} "
+            f"rounds of {args.calls} calls, us per call"
+        )
+        stem = write_table(args.out, "cpu-call-overhead", "cpu", list(rows[0]), rows, title)
+        print(f"wrote {stem}.md and {stem}.json")
 
 
 if __name__ == "__main__":

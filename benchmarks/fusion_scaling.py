@@ -1,18 +1,23 @@
 """Time ``fusec.compile`` (parse + fusec-default, reference target) on long elementwise chains.
 
-    python benchmarks/fusion_scaling.py 800 1600 3200
+    python benchmarks/fusion_scaling.py 800 1600 3200 [--out benchmarks/results]
 
 Run it once with PYTHONPATH pointing at an older checkout for the baseline.
 The chain alternates relu and exp on tensor<64xf32>; the last column is the
-number of kernels the planner made.
+number of kernels the planner made. With ``--out`` the rows also go to
+``<out>/fusion-scaling.md`` and ``.json`` (the runners' results format, ``runner.Table``).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
+from pathlib import Path
 
 import fusec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def chain(n: int) -> str:
@@ -27,11 +32,26 @@ def chain(n: int) -> str:
 
 
 def main() -> None:
-    for n in map(int, sys.argv[1:] or ["800", "1600", "3200"]):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("ops", type=int, nargs="*", default=[800, 1600, 3200])
+    parser.add_argument("--out", type=Path, help="also write fusion-scaling.md/.json here")
+    args = parser.parse_args()
+    rows = []
+    for n in args.ops:
         start = time.perf_counter()
         compiled = fusec.compile(chain(n), target="reference")
         seconds = time.perf_counter() - start
-        print(f"{n:6d} ops  {seconds:7.2f} s  {compiled.ir.count('ai.fused')} kernels", flush=True)
+        kernels = compiled.ir.count("ai.fused")
+        print(f"{n:6d} ops  {seconds:7.2f} s  {kernels} kernels", flush=True)
+        rows.append({"ops": n, "compile_s": seconds, "kernels": kernels})
+    if args.out:
+        from runner import write_table
+
+        title = "fusec.compile (reference target) of relu/exp chains on tensor<64xf32>"
+        stem = write_table(
+            args.out, "fusion-scaling", "cpu", ["ops", "compile_s", "kernels"], rows, title
+        )
+        print(f"wrote {stem}.md and {stem}.json")
 
 
 if __name__ == "__main__":

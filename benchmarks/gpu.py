@@ -145,11 +145,10 @@ def smoke_conv_attn() -> runner.SmokeResult:
         ("ResNet block N32 C64 56x56", b.RESNET),
         ("conv 1x1 (pointwise)", b.POINTWISE),
     ]
-    for name, shape in b.STRIDED.items():  # the strided rows at batch 1, a quarter the plane
-        n, c, h, w, k, r, stride, pad = shape
-        cases.append(
-            (name.replace("N32", "N1"), b.strided_text(1, c, h // 4, w // 4, k, r, stride, pad))
-        )
+    for shape in b.STRIDED.values():  # the strided rows at batch 1, a quarter of the plane
+        _, c, h, w, k, r, stride, pad = shape
+        name = f"strided N1 C{c} {h // 4}x{w // 4} K{k} {r}x{r}/{stride} + bias + relu"
+        cases.append((name, b.strided_text(1, c, h // 4, w // 4, k, r, stride, pad)))
     cases.append(("attention 2x64x64", b.attention_graph((2,), 64, 64, 64, 64, scale="mul")))
     cases.append(("attention 1x128x128", b.attention_graph((1,), 128, 128, 128, 128, scale="mul")))
     return CUDA_COLUMNS, [cuda_row(n, t) for n, t in cases]

@@ -59,6 +59,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -229,23 +230,38 @@ def check_table(stem: Path) -> list[str]:
     return problems
 
 
+def write_table(
+    out: Path | str,
+    benchmark: str,
+    target: str,
+    columns: Sequence[str],
+    rows: list[dict[str, Any]],
+    title: str,
+    mode: str = "full",
+) -> Path:
+    """Write ``<out>/<benchmark>.md`` and ``.json`` in the one results format, naming the
+    commit, the date and the machine; the stem back."""
+    table = Table(
+        benchmark=benchmark,
+        target=target,
+        mode=mode,
+        columns=list(columns),
+        rows=rows,
+        title=title,
+        commit=commit(dirty="+dirty"),
+        date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        machine=machine(),
+    )
+    return table.write(Path(out) / benchmark)
+
+
 def smoke(suite: Suite, target: str, out: Path) -> tuple[Path, float]:
     """Run ``suite``'s smoke, write its table under ``out`` (``<table or name>``); the stem
     and the seconds the smoke took (the writing included)."""
     start = time.perf_counter()
     columns, rows = suite.smoke()
-    table = Table(
-        benchmark=suite.table or suite.name,
-        target=target,
-        mode="smoke",
-        columns=columns,
-        rows=rows,
-        title=f"{suite.name} smoke ({target}): {suite.summary}",
-        commit=commit(dirty="+dirty"),
-        date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        machine=machine(),
-    )
-    stem = table.write(out / (suite.table or suite.name))
+    title = f"{suite.name} smoke ({target}): {suite.summary}"
+    stem = write_table(out, suite.table or suite.name, target, columns, rows, title, "smoke")
     return stem, time.perf_counter() - start
 
 
@@ -410,15 +426,21 @@ def cuda_row(name: str, source: Any, pipeline: str | None = None) -> dict[str, A
         if not all(np.isfinite(np.asarray(o, dtype=np.float64)).all() for o in outs):
             raise AssertionError(f"{name}: the reference executor's outputs are not finite")
         reference = "finite"
+    tiles = [m.group(1) for k in compiled.kernels if (m := TILE.search(k.source))]
     return {
         "case": name,
         "kernels": len(kinds),
         "kinds": sorted(set(kinds)),
+        "tiles": "; ".join(dict.fromkeys(tiles)) or None,
         "reference": reference,
         "status": "ok",
     }
 
 
+#: A Tensor Core kernel's tile, as its header says it (``tile 64x128x64 s8 c1 g8 epi=smem;``).
+TILE = re.compile(r"\btile (\d+x\d+[^;\n]*)")
+
+
 #: The most input elements a gpu smoke row runs on the reference executor.
 SMALL = 1 << 18
-CUDA_COLUMNS = ["case", "kernels", "kinds", "reference", "status"]
+CUDA_COLUMNS = ["case", "kernels", "kinds", "tiles", "reference", "status"]

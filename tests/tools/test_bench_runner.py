@@ -226,3 +226,20 @@ def test_gpu_runner_runs_a_suite_on_the_gpu(tmp_path: Path) -> None:
     rows = json.loads((tmp_path / "copy.json").read_text())["results"]
     assert rows and all(r["bit_exact"] for r in rows)
     assert (tmp_path / "copy.md").read_text().count("\n|") >= len(rows)
+
+
+def test_a_full_run_writes_the_results_format(tmp_path: Path) -> None:
+    """The scripts that used to print their figures write runner.Table with --out (here
+    fusion_scaling.py, the fastest of them, on short chains)."""
+    subprocess.run(
+        [sys.executable, str(BENCHMARKS / "fusion_scaling.py"), "10", "30", "--out", str(tmp_path)],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    stem = tmp_path / "fusion-scaling"
+    assert runner.check_table(stem) == []
+    data = json.loads(Path(f"{stem}.json").read_text())
+    assert data["mode"] == "full" and [r["ops"] for r in data["rows"]] == [10, 30]
+    assert all(r["kernels"] >= 1 for r in data["rows"])
