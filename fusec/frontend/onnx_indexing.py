@@ -11,7 +11,9 @@
   indices' last dim): the data flattened over them, one ``ai.gather`` at the flat
   positions computed at import (constant indices: what the dynamo exporter writes for
   ``mask[batch_idx, kv_idx]`` once the shapes are known; the identity gather is a
-  reshape), or one ``ai.take`` at positions computed with integer ops at run time.
+  reshape), or one ``ai.take`` at positions computed with integer ops at run time (an
+  index outside its dim made to fail the lookup): ``index_lookup.lookup``, which
+  PyTorch's advanced indexing lowers to as well.
 * ``Hardmax``: 1 at the first maximum along the axis, else 0: ``ai.argmax`` (keepdims)
   compared with the axis' iota, cast to the input's type.
 * ``TopK`` (constant K): K selection rounds along the axis, each the maximum of the
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fusec.dialect import ops as ai
+from fusec.frontend.index_lookup import Item, lookup
 from fusec.frontend.onnx_core import _normalised, _reshape_to, converter
 from fusec.frontend.onnx_layout import _pick, _slice_of
 from fusec.frontend.onnx_reduce import _softmax_axis
@@ -126,6 +129,9 @@ def _gather_at_run_time(imp: Importer, data: SSAValue, indices: SSAValue, axis: 
 
 @converter("GatherND", attrs=("batch_dims",))
 def _gather_nd(imp: Importer, node: Node) -> list[SSAValue]:
+    """The data flattened over its leading ``batch_dims + k`` dims, looked up at the
+    index tuples (the batch coordinates, then the indices' ``k`` columns): the lookup
+    of PyTorch's advanced indexing too (``index_lookup``)."""
     data = imp.input(node, 0)
     shape = shape_of(data)
     batch = int(node.attrs.get("batch_dims", 0))
@@ -135,14 +141,19 @@ def _gather_nd(imp: Importer, node: Node) -> list[SSAValue]:
     lead = shape[: batch + depth]
     flat_data = _reshape_to(imp, data, (int(np.prod(lead)),) + shape[batch + depth :])
     out_shape = index_shape[:-1] + shape[batch + depth :]
+    extra = (1,) * (len(index_shape) - 1 - batch)
+    items: list[Item] = [g.reshape(g.shape + extra) for g in np.indices(index_shape[:batch])]
     if known is not None:
-        flat = _nd_positions_constant(imp, np.asarray(known, dtype=np.int64), lead, batch)
-        if flat.tolist() == list(range(int(np.prod(lead)))):
-            return [_reshape_to(imp, flat_data, out_shape)]  # every slice, in order
-        picked = imp.emit(ai.GatherOp, flat_data, axis=0, indices=[int(i) for i in flat])
-        return [_reshape_to(imp, picked, out_shape)]
-    positions = _nd_positions_at_run_time(imp, imp.input(node, 1), lead, batch)
-    return [_reshape_to(imp, imp.emit(ai.TakeOp, flat_data, positions, axis=0), out_shape)]
+        columns = np.asarray(known, dtype=np.int64)
+        items += [columns[..., j] for j in range(depth)]
+    else:
+        items += _nd_columns(imp, imp.input(node, 1))
+    dims = list(lead[batch:])
+    picked = lookup(
+        imp, flat_data, 0, lead, items,
+        out_of_range=lambda k: f"an index is out of range for the data's dims {dims}",
+    )  # fmt: skip
+    return [_reshape_to(imp, picked, out_shape)]
 
 
 def _check_nd_shapes(
@@ -165,32 +176,12 @@ def _check_nd_shapes(
     return depth
 
 
-def _nd_positions_constant(
-    imp: Importer, indices: np.ndarray, lead: tuple[int, ...], batch: int
-) -> np.ndarray:
-    """The flat position in ``lead`` of each index tuple (batch coordinates first)."""
-    dims = np.asarray(lead[batch:])
-    if ((indices < -dims) | (indices >= dims)).any():
-        raise imp.error(f"an index is out of range for the data's dims {list(lead[batch:])}")
-    indices = np.where(indices < 0, indices + dims, indices)
-    grid = np.indices(indices.shape[:batch]).reshape(batch, *indices.shape[:batch])
-    extra = (1,) * (indices.ndim - 1 - batch)
-    coords = [np.broadcast_to(g.reshape(g.shape + extra), indices.shape[:-1]) for g in grid]
-    coords += [indices[..., j] for j in range(indices.shape[-1])]
-    return np.ravel_multi_index(tuple(coords), lead).reshape(-1)
-
-
-def _nd_positions_at_run_time(
-    imp: Importer, indices: SSAValue, lead: tuple[int, ...], batch: int
-) -> SSAValue:
-    """Integer ops for the flat positions: sum of coordinate * stride, negative
-    coordinates wrapped, the batch coordinates a constant."""
-    kind = dtype_of(indices)
-    if kind not in ("i64", "i32"):
+def _nd_columns(imp: Importer, indices: SSAValue) -> list[Item]:
+    """The run-time indices' last dim as ``k`` integer columns."""
+    if dtype_of(indices) not in ("i64", "i32"):
         raise imp.error(f"the indices must be integers, got {indices.type}", "dtype")
     index_shape = shape_of(indices)
-    strides = [int(np.prod(lead[k + 1 :])) for k in range(len(lead))]
-    total: SSAValue | None = None
+    columns: list[Item] = []
     for j in range(index_shape[-1]):
         column = imp.emit(
             ai.SliceOp,
@@ -199,20 +190,8 @@ def _nd_positions_at_run_time(
             sizes=list(index_shape[:-1]) + [1],
             strides=[1] * len(index_shape),
         )
-        column = _reshape_to(imp, column, index_shape[:-1])
-        dim = lead[batch + j]
-        below = imp.emit(ai.LessOp, column, imp.constant(np.asarray(0), kind))
-        wrapped = imp.emit(ai.AddOp, column, imp.constant(np.asarray(dim), kind))
-        column = imp.emit(ai.WhereOp, below, wrapped, column)
-        term = imp.emit(ai.MulOp, column, imp.constant(np.asarray(strides[batch + j]), kind))
-        total = term if total is None else imp.emit(ai.AddOp, total, term)
-    assert total is not None  # the indices' last dim is at least 1
-    if batch:
-        grid = np.indices(index_shape[:batch]).reshape(batch, *index_shape[:batch])
-        base = sum(g * strides[k] for k, g in enumerate(grid))
-        base = np.asarray(base).reshape(index_shape[:batch] + (1,) * (len(index_shape) - 1 - batch))
-        total = imp.emit(ai.AddOp, total, imp.constant(base, kind))
-    return total
+        columns.append(_reshape_to(imp, column, index_shape[:-1]))
+    return columns
 
 
 @converter("Hardmax", attrs=("axis",))

@@ -19,6 +19,7 @@ from torch import fx
 from xdsl.ir import SSAValue
 
 from fusec.dialect import ops as ai
+from fusec.frontend.index_lookup import Item, lookup
 from fusec.frontend.torch_translator import (
     Translator,
     dtype_name,
@@ -825,11 +826,6 @@ def _gather(t: Translator, node: fx.Node, a: Args) -> SSAValue:
     return _reshape(t, _lookup(t, flat, 0, shape, items, negative=False), index_shape)
 
 
-#: The most constant positions a lookup holds as ``ai.gather``'s attribute (more: a
-#: constant tensor of them, read by ``ai.take``).
-GATHER_LIMIT = 1 << 14
-
-
 def _lookup(
     t: Translator,
     merged: SSAValue,
@@ -838,58 +834,21 @@ def _lookup(
     items: Sequence[Any],
     negative: bool = True,
 ) -> SSAValue:
-    """Dim ``axis`` of ``merged`` (the dims ``sizes`` merged) at the positions the index
-    tensors ``items`` (one per merged dim, broadcast together; numpy arrays or tensor
-    arguments) name: ``ai.gather`` of positions computed at import when they are all
-    constants (none at all when they name every element in order), else ``ai.take``
-    of ``sum(index_k * stride_k)``, negative indices wrapped, a position past the merged
-    dim where an index is outside its own dim (so that the lookup fails as PyTorch's
-    does). ``negative=False``: a negative index is outside (``torch.gather``)."""
-    known: list[np.ndarray | None] = []
-    for k, (item, size) in enumerate(zip(items, sizes, strict=True)):
-        const = item if isinstance(item, np.ndarray) else t.const_of(item)
-        array = None if const is None else np.asarray(const, dtype=np.int64)
-        low = -size if negative else 0
-        if array is not None and ((array < low) | (array >= size)).any():
-            raise t.error(f"index tensor #{k} has an index out of range for a dim of {size}")
-        known.append(None if array is None else np.where(array < 0, array + size, array))
-    strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
-    if all(array is not None for array in known):
-        try:
-            flat = sum(
-                (a * s for a, s in zip(known, strides, strict=True) if a is not None),
-                np.zeros((), dtype=np.int64),
-            )
-        except ValueError:
-            raise t.error("the index tensors do not broadcast together") from None
-        flat = np.asarray(flat).reshape(-1)
-        if flat.size == math.prod(sizes) and (flat == np.arange(flat.size)).all():
-            return merged  # every element in order: a reshape
-        if flat.size > GATHER_LIMIT:  # not as an attribute: a constant tensor of them
-            return t.emit(ai.TakeOp, merged, t.constant(flat, "i64"), axis=axis)
-        return t.emit(ai.GatherOp, merged, axis=axis, indices=[int(i) for i in flat])
-    total: SSAValue | None = None
-    valid: SSAValue | None = None
-    for item, array, size, stride in zip(items, known, sizes, strides, strict=True):
-        if array is not None:  # checked above
-            term = t.constant(array * stride, "i64")
-        else:
-            ids = t.tensor(item, "i64")
-            if negative:
-                wrapped = t.emit(ai.AddOp, ids, t.scalar(size, "i64"))
-                below = t.emit(ai.LessOp, ids, t.scalar(0, "i64"))
-                ids = t.emit(ai.WhereOp, below, wrapped, ids)
-            inside = t.emit(
-                ai.AndOp,
-                t.emit(ai.GreaterEqualOp, ids, t.scalar(0, "i64")),
-                t.emit(ai.LessOp, ids, t.scalar(size, "i64")),
-            )
-            valid = inside if valid is None else t.emit(ai.AndOp, valid, inside)
-            term = ids if stride == 1 else t.emit(ai.MulOp, ids, t.scalar(stride, "i64"))
-        total = term if total is None else t.emit(ai.AddOp, total, term)
-    assert total is not None and valid is not None
-    outside = t.scalar(math.prod(sizes), "i64")
-    return t.emit(ai.TakeOp, merged, t.emit(ai.WhereOp, valid, total, outside), axis=axis)
+    """``index_lookup.lookup`` (ONNX GatherND's too) of the index ``items``: numpy arrays,
+    or FX nodes of index tensors (their values when known at import, on any device, else
+    ai values)."""
+    resolved: list[Item] = []
+    for item in items:
+        if isinstance(item, np.ndarray):
+            resolved.append(item)
+            continue
+        const = t.const_of(item)
+        resolved.append(t.tensor(item) if const is None else to_numpy(const))
+    return lookup(
+        t, merged, axis, sizes, resolved, negative=negative,
+        out_of_range=lambda k: f"index tensor #{k} has an index out of range for a dim of "
+        f"{sizes[k]}",
+    )  # fmt: skip
 
 
 #: The most elements of an ``as_strided`` input whose storage positions are checked.

@@ -119,3 +119,18 @@ def test_gather_nd_on_the_cpu_target():
     _check(constant, {"data": data}, target="cpu")
     at_run_time = node_model("GatherND", {"data": data, "indices": indices}, batch_dims=1)
     _check(at_run_time, {"data": data, "indices": indices}, target="cpu")
+
+
+def test_a_run_time_index_outside_its_dim_fails_though_its_flat_position_is_inside():
+    """[0, 5] on 4x5 data: 5 is outside dim 1, though 0 * 5 + 5 is inside the merged 20
+    elements (before the shared lookup it read element [1, 0]); onnxruntime refuses it,
+    and the lookup fails (``index_lookup``, PyTorch's x[i, j] too). From the end: fine."""
+    data = _data((4, 5), np.float32)
+    indices = np.array([[0, 5], [1, 2]], np.int64)
+    model = node_model("GatherND", {"data": data, "indices": indices})
+    run = fusec.compile(fusec.from_onnx(model), target="reference")
+    with pytest.raises(FusecError, match="out of range"):
+        run(data, indices)
+    with pytest.raises(Exception):  # noqa: B017 - onnxruntime's own error type
+        run_onnxruntime(model, {"data": data, "indices": indices})
+    _check(model, {"data": data, "indices": np.array([[0, -1], [-4, 2]], np.int64)})
