@@ -82,6 +82,23 @@ def error_at(op: Operation, message: str) -> FusecError:
     return diagnostics.error_at(op, message, error=CodegenError)
 
 
+#: The ops a row-reduction group is built around: one per group, the others elementwise.
+ROW_REDUCTIONS = (ai.LayerNormOp, ai.RMSNormOp, ai.SoftmaxOp)
+
+
+def the_row_reduction(where: Operation, ops: Sequence[Operation]) -> Operation:
+    """The single layernorm, rms_norm or softmax of a row-reduction group's ``ops``, else
+    a CodegenError located at ``where``."""
+    reductions = [op for op in ops if isinstance(op, ROW_REDUCTIONS)]
+    if len(reductions) != 1:
+        raise error_at(
+            where,
+            "a row_reduce group needs exactly one layernorm, rms_norm or softmax, has "
+            f"{len(reductions)}",
+        )
+    return reductions[0]
+
+
 def literal(x: float) -> str:
     """A float32 literal for generated code: ``f32(0.5)``, ``f32(math.inf)``, ...
 

@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import CompiledEntry, KernelSource, io_specs
-from fusec.codegen.expr import ExprGenerator, error_at, header, helper_source, shape_of
+from fusec.codegen.expr import (
+    ROW_REDUCTIONS,
+    ExprGenerator,
+    error_at,
+    header,
+    helper_source,
+    shape_of,
+)
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.targets.cpu.row_helpers import ROW_HELPERS
@@ -30,7 +37,7 @@ NJIT_OPTIONS = 'fastmath=False, error_model="numpy"'
 #: than it gains, and Numba compiles a parallel loop about 3x slower.
 PARALLEL_MIN_ELEMENTS = 1 << 15
 HELPER_DECORATOR = '@cached_njit(fastmath=False, error_model="numpy")'
-REDUCE_OPS = (ai.LayerNormOp, ai.RMSNormOp, ai.SoftmaxOp)
+REDUCE_OPS = ROW_REDUCTIONS
 CPU_NOTE = (
     "cpu: arrays are flat float32; the runtime converts f16/bf16 inputs to float32 "
     "before the call and rounds f16/bf16 outputs back after it"

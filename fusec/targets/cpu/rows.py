@@ -51,6 +51,7 @@ from fusec.codegen.expr import (
     leaf_shapes,
     literal,
     shape_of,
+    the_row_reduction,
 )
 from fusec.dialect import ops as ai
 from fusec.targets.cpu import abi
@@ -85,14 +86,7 @@ _NORMS = (ai.LayerNormOp, ai.RMSNormOp)
 def the_reduction(where: Operation, ops: Sequence[Operation]) -> Operation:
     """The single layernorm/softmax of ``ops`` (others elementwise), else a located error."""
     check_elementwise(ops, REDUCE_OPS)
-    reductions = [op for op in ops if isinstance(op, REDUCE_OPS)]
-    if len(reductions) != 1:
-        raise error_at(
-            where,
-            "a row reduction fuses exactly one ai.layernorm, ai.rms_norm or ai.softmax, "
-            f"found {len(reductions)}",
-        )
-    return reductions[0]
+    return the_row_reduction(where, ops)
 
 
 def reduce_axis(op: Operation) -> int:

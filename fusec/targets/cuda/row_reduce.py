@@ -39,6 +39,7 @@ from xdsl.ir import SSAValue
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import (
     ELEMENTWISE_OPS,
+    ROW_REDUCTIONS,
     ExprGenerator,
     broadcast_offset,
     error_at,
@@ -46,6 +47,7 @@ from fusec.codegen.expr import (
     leaf_shapes,
     literal,
     shape_of,
+    the_row_reduction,
 )
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
@@ -66,7 +68,7 @@ from fusec.targets.cuda.common import (
     yielded,
 )
 
-REDUCTIONS = (ai.LayerNormOp, ai.RMSNormOp, ai.SoftmaxOp)
+REDUCTIONS = ROW_REDUCTIONS
 #: The normalisations (x kept in registers, its parameters read in the epilogue).
 NORMS = (ai.LayerNormOp, ai.RMSNormOp)
 #: Threads per row: aim for this many vectors per thread.
@@ -81,14 +83,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The row-reduction kernel module of ``fused_op``."""
     name = kernel_name(name)
     ops = body_ops(fused_op)
-    reductions = [op for op in ops if isinstance(op, REDUCTIONS)]
-    if len(reductions) != 1:
-        raise error_at(
-            fused_op,
-            "a row_reduce group needs exactly one layernorm, rms_norm or softmax, has "
-            f"{len(reductions)}",
-        )
-    red = reductions[0]
+    red = the_row_reduction(fused_op, ops)
     others = [op for op in ops if op is not red]
     check_elementwise(others, ELEMENTWISE_OPS)
     group = _Group(fused_op, ops, red)

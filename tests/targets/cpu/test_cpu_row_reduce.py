@@ -374,3 +374,25 @@ def test_np_zeros_is_a_parallel_loop_of_its_own():
             a[t] += c[t]
 
     assert (parfors(zeros), parfors(loop)) == (2, 1)
+
+
+def test_two_reductions_in_one_group_are_a_located_error() -> None:
+    """The cpu row template takes one layernorm, rms_norm or softmax a group (the check
+    and its message are codegen.expr.the_row_reduction, shared with the cuda target)."""
+    import fusec
+    from fusec.codegen.expr import CodegenError
+
+    x = "tensor<4x8xf32>"
+    text = f"""
+func.func @f(%x: {x}) -> {x} {{
+  %r = ai.fused "row_reduce" (%x) : ({x}) -> {x} {{
+  ^bb0(%a: {x}):
+    %s = ai.softmax %a : {x}
+    %t = ai.softmax %s : {x}
+    ai.yield %t : {x}
+  }}
+  return %r : {x}
+}}
+"""
+    with pytest.raises(CodegenError, match="exactly one layernorm, rms_norm or softmax, has 2"):
+        fusec.compile(text, target="cpu", pipeline="infer-shapes", executable=False)
