@@ -16,14 +16,17 @@
   the residual, 1 x ``--channels`` x ``--size`` x ``--size``: 1x1, 3x3 padding 1, 1x1 to
   4x the channels, relus between), each conv on the int8 GEMM where the cpu has VNNI
   (``targets/cpu/conv/q8.py``); "f32 (before)" is the model with its weights folded to
-  float at import, its convs by the float methods (im2col, Winograd, ...).
+  float at import, its convs by the float methods (im2col, Winograd, ...);
+* with ``--onnx PATH``: a float ONNX model of one image input (a CNN such as the cached
+  MobileNetV3 / EfficientNet-B0 / ResNet-50 exports of ``models_bench.py``) quantized the
+  same way (two random calibration inputs), the same contenders.
 
 Samples alternate between the contenders; a sample is the mean of ``--calls`` calls. Prints
 the minimum and median per call in us and the load average before and after.
 
     python benchmarks/cpu_quant_bench.py [--samples 9] [--calls 20] [--threads 1]
         [--activation uint8|int8] [--skip-elementwise] [--model mlp|cnn] [--size 56]
-        [--channels 64]
+        [--channels 64] [--onnx model.onnx]
 """
 
 from __future__ import annotations
@@ -230,6 +233,50 @@ def _qdq_cnn(
     return path / "qdq.onnx", rng.standard_normal(shape).astype(np.float32)
 
 
+def _qdq_model(path: Path, source: Path, activation: str = "uint8") -> tuple[Path, np.ndarray]:
+    """The float model at ``source`` quantized by ``quantize_static`` (QDQ, per-channel int8
+    weights, two random calibration inputs of its input's shape), and an input."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    model = onnx.load(str(source))
+    (given,) = [
+        i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}
+    ]
+    shape = [d.dim_value for d in given.type.tensor_type.shape.dim]
+    rng = np.random.default_rng(1)
+    data = [{given.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(2)]
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.data = iter(data)
+
+        def get_next(self):
+            return next(self.data, None)
+
+    quantize_static(
+        str(source),
+        str(path / "qdq.onnx"),
+        Calibration(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QUInt8 if activation == "uint8" else QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+    )
+    return path / "qdq.onnx", rng.standard_normal(shape).astype(np.float32)
+
+
+def _onnx_case(source: Path, threads: int, samples: int, calls: int, activation: str) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path, x = _qdq_model(Path(folder), source, activation)
+        title = f"QDQ {source.stem}, {activation} activations"
+        _model_case(path, x, title, threads, samples, calls)
+
+
 def _mlp_case(
     rows: int, width: int, threads: int, samples: int, calls: int, activation: str
 ) -> None:
@@ -261,10 +308,13 @@ def _model_case(
 
     from fusec.frontend import onnx_fold
     from fusec.targets.cpu import gemm_int8
+    from fusec.targets.cpu.conv import q8
 
     compiled = fusec.compile(fusec.from_onnx(path), target="cpu")
     with mock.patch.object(gemm_int8, "_PERMITTED", False):  # no AMX: the VNNI tiles
         vnni = fusec.compile(fusec.from_onnx(path), target="cpu")
+    with mock.patch.object(q8, "Q8_ROWS_MIN_PIXELS", 1 << 60):  # pixel rows, transposed
+        pixel_rows = fusec.compile(fusec.from_onnx(path), target="cpu")
     with mock.patch.object(onnx_fold, "kept_quantized", lambda *_: False):
         folded = fusec.compile(fusec.from_onnx(path), target="cpu")
     sessions = {}
@@ -279,6 +329,7 @@ def _model_case(
             str(path), options, providers=["CPUExecutionProvider"]
         )
     programs = {"fusec cpu": compiled, "fusec cpu, VNNI tiles": vnni}
+    programs["fusec cpu, q8 convs by pixel rows"] = pixel_rows
     programs["fusec cpu, f32 GEMM (before)"] = folded
     for label, program in programs.items():
         got = np.asarray(program(x))
@@ -294,15 +345,18 @@ def _model_case(
         )
         print(f"{label}: {', '.join(gemms)}")
         for name, session in sessions.items():
-            want = session.run(None, {"x": x})[0]
+            want = session.run(None, {session.get_inputs()[0].name: x})[0]
             step = float(np.min(np.diff(np.unique(want))))
             print(
                 f"  against {name}: {np.count_nonzero(got != want)} of {got.size} outputs "
-                f"differ, by at most {np.abs(got - want).max() / step:.0f} code(s)"
+                f"differ, by at most {np.abs(got - want).max() / step:.0f} code(s) "
+                f"({np.abs(got - want).max():.4g}); argmax equal: "
+                f"{bool(np.array_equal(got.argmax(-1), want.argmax(-1)))}"
             )
     contenders = {label: (lambda p=program: p(x)) for label, program in programs.items()}
     for name, session in sessions.items():
-        contenders[name] = lambda s=session: s.run(None, {"x": x})
+        feed = {session.get_inputs()[0].name: x}
+        contenders[name] = lambda s=session, f=feed: s.run(None, f)
     kinds = ", ".join(k.kind for k in compiled.kernels)
     _report(f"{title} ({kinds})", _timed(contenders, samples, calls))
 
@@ -320,12 +374,15 @@ def main() -> None:
     parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     parser.add_argument("--size", type=int, default=56, help="the CNN's plane")
     parser.add_argument("--channels", type=int, default=64, help="the CNN's channels")
+    parser.add_argument("--onnx", type=Path, help="quantize and run this float model")
     args = parser.parse_args()
     numba.set_num_threads(args.threads)
     print(f"load average before: {os.getloadavg()}, {args.threads} thread(s)", file=sys.stderr)
     if not args.skip_elementwise:
         _quantize_cases(args.elements, args.samples, max(1, args.calls // 4))
-    if args.model == "cnn":
+    if args.onnx is not None:
+        _onnx_case(args.onnx, args.threads, args.samples, args.calls, args.activation)
+    elif args.model == "cnn":
         case = (args.size, args.channels, args.threads, args.samples, args.calls)
         _cnn_case(*case, args.activation)
     else:

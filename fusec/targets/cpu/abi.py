@@ -18,7 +18,8 @@ renamed without breaking cached kernels or their text:
 * ``gemm_nn``, ``gemm_packed``: the register-tiled GEMMs
   (``fusec.targets.cpu.microkernel``); ``gemm_q8_packed``, ``gemm_q8_packed_amx``: the
   uint8 x int8 ones, VNNI and AMX (``fusec.targets.cpu.gemm_int8``), and
-  ``gemm_q8_bytes``, ``gemm_q8_bytes_amx`` the same on A's codes gathered as bytes;
+  ``gemm_q8_bytes``, ``gemm_q8_bytes_amx`` the same on A's codes gathered as bytes,
+  ``gemm_q8_rows`` a weight's rows by such codes (a quantized conv's channel rows);
 * ``depthwise_taps_row``, ``depthwise_taps_plane``: a depthwise convolution's tap sums
   in register tiles, channels in lanes or one channel plane
   (``fusec.targets.cpu.depthwise_tiles``);
@@ -63,6 +64,7 @@ _PROVIDERS: dict[str, tuple[str, str | None]] = {
     "gemm_q8_packed_amx": ("fusec.targets.cpu.gemm_int8", "gemm_q8_packed_amx"),
     "gemm_q8_bytes": ("fusec.targets.cpu.gemm_int8", "gemm_q8_bytes"),
     "gemm_q8_bytes_amx": ("fusec.targets.cpu.gemm_int8", "gemm_q8_bytes_amx"),
+    "gemm_q8_rows": ("fusec.targets.cpu.gemm_int8", "gemm_q8_rows"),
     "depthwise_taps_row": ("fusec.targets.cpu.depthwise_tiles", "taps_row"),
     "depthwise_taps_plane": ("fusec.targets.cpu.depthwise_tiles", "taps_plane"),
     "winograd_filters": ("fusec.targets.cpu.winograd", "winograd_filters"),

@@ -65,13 +65,18 @@ def available(features: str | None = None) -> bool:
     return W == LANES and "+avx512bw" in flags and bool({"+avx512vnni", "+avx512_vnni"} & flags)
 
 
-def _tile(rows: int, vectors: int, vnni: bool):
+def _tile(rows: int, vectors: int, vnni: bool, signed_a: bool = False):
     """The intrinsic ``tile(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, kq, s, s_off,
     zero)``: C's ``rows x vectors * 16`` tile at ``c_off`` (float32 elements, row stride
     ``ldc``) = ``float32(A @ B - zero * s)`` over ``kq`` quads of K, where A is uint8 at
     byte ``a_off`` of ``a`` (rows ``lda`` bytes apart), B one packed strip at byte
     ``b_off`` of ``b`` (quad rows ``ldb`` bytes apart: 4 bytes a column) and ``s`` the
-    int32 column sums at element ``s_off`` (the arrays are float32: their bytes are read)."""
+    int32 column sums at element ``s_off`` (the arrays are float32: their bytes are read).
+
+    ``signed_a``: the same product the other way round (``gemm_q8_rows``): A int8 (a
+    weight's rows), B uint8 (activation codes packed as above), ``s`` A's int32 row sums
+    (A's row ``a_off / lda`` first), ``zero`` times row ``i``'s sum taken off C's row
+    ``i``."""
     v32 = ir.VectorType(_I32, LANES)
     v8 = ir.VectorType(_I8, 4 * LANES)
 
@@ -102,12 +107,13 @@ def _tile(rows: int, vectors: int, vnni: bool):
                 return builder.shuffle_vector(one, ir.Constant(v32, ir.Undefined), splat_mask)
 
             def madd(acc: ir.Value, a4: ir.Value, bv: ir.Value) -> ir.Value:
+                unsigned, signed = (bv, a4) if signed_a else (a4, bv)
                 if vnni:
-                    return builder.call(dot, [acc, a4, bv])
+                    return builder.call(dot, [acc, unsigned, signed])
                 wide = ir.VectorType(_I32, 4 * LANES)
                 products = builder.mul(
-                    builder.zext(builder.bitcast(a4, v8), wide),
-                    builder.sext(builder.bitcast(bv, v8), wide),
+                    builder.zext(builder.bitcast(unsigned, v8), wide),
+                    builder.sext(builder.bitcast(signed, v8), wide),
                 )
                 undef = ir.Constant(wide, ir.Undefined)
                 parts = [
@@ -156,17 +162,21 @@ def _tile(rows: int, vectors: int, vnni: bool):
             intrinsics.close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
             final = intrinsics.exit_values(builder, v32, zeros, news, entry, body_end)
             zv = splat(zero)
-            shares = []
-            for v in range(vectors):
-                sums = builder.load(
-                    builder.bitcast(builder.gep(ps, [_I64(LANES * v)]), v32.as_pointer()), align=4
-                )
+            shares = []  # per vector of columns; by rows (signed_a), per row
+            for v in range(rows if signed_a else vectors):
+                if signed_a:  # A's row a_off / lda and the next ones
+                    first = builder.sdiv(integer(1), lda_)
+                    at = builder.gep(ps, [builder.add(first, _I64(v))])
+                    sums = splat(builder.load(at, align=4))
+                else:
+                    at = builder.bitcast(builder.gep(ps, [_I64(LANES * v)]), v32.as_pointer())
+                    sums = builder.load(at, align=4)
                 shares.append(builder.mul(sums, zv))
             fv = ir.VectorType(_F32, LANES)
             for r in range(rows):
                 crow = builder.gep(pc, [builder.mul(_I64(r), ldc_)])
                 for v in range(vectors):
-                    exact = builder.sub(final[r * vectors + v], shares[v])
+                    exact = builder.sub(final[r * vectors + v], shares[r if signed_a else v])
                     out = builder.bitcast(builder.gep(crow, [_I64(LANES * v)]), fv.as_pointer())
                     builder.store(builder.sitofp(exact, fv), out, align=4)
             return context.get_dummy_value()
@@ -176,7 +186,7 @@ def _tile(rows: int, vectors: int, vnni: bool):
     def tile(typingctx, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, kq, s, s_off, zero):
         return typed(a, a_off, lda, b, b_off, ldb, c, c_off, ldc, kq, s, s_off, zero)
 
-    tile.__name__ = f"q8tile_{rows}x{vectors}{'_vnni' if vnni else ''}"
+    tile.__name__ = f"q8tile_{rows}x{vectors}{'_vnni' if vnni else ''}{'_rows' if signed_a else ''}"
     return intrinsic(tile)
 
 
@@ -185,6 +195,9 @@ _VNNI = available()
 # (the columns past the last whole strip, a multiple of 16).
 _T1, _T2, _T3, _T4, _T5, _T6 = (_tile(r, NV, _VNNI) for r in range(1, 7))
 _N1, _N2, _N3, _N4, _N5, _N6 = (_tile(r, 1, _VNNI) for r in range(1, 7))
+# ... and the same with A the signed operand (``gemm_q8_rows``)
+_R1, _R2, _R3, _R4, _R5, _R6 = (_tile(r, NV, _VNNI, True) for r in range(1, 7))
+_Q1, _Q2, _Q3, _Q4, _Q5, _Q6 = (_tile(r, 1, _VNNI, True) for r in range(1, 7))
 assert MR == 6 and NV * LANES == STRIP or W != LANES  # the dispatch below: 1..6 rows
 
 
@@ -215,6 +228,58 @@ _vector = intrinsics.retiled(
     """C's 16 columns at ``c_off`` from the 16 columns at byte ``b_off``, every row.""",
     _T1=_N1, _T2=_N2, _T3=_N3, _T4=_N4, _T5=_N5, _T6=_N6,
 )  # fmt: skip
+
+
+_rows_strip = intrinsics.retiled(
+    _strip,
+    "_rows_strip",
+    """``_strip`` over the tiles of a signed A (``gemm_q8_rows``).""",
+    _T1=_R1, _T2=_R2, _T3=_R3, _T4=_R4, _T5=_R5, _T6=_R6,
+)  # fmt: skip
+_rows_vector = intrinsics.retiled(
+    _strip,
+    "_rows_vector",
+    """``_vector`` over the tiles of a signed A (``gemm_q8_rows``).""",
+    _T1=_Q1, _T2=_Q2, _T3=_Q3, _T4=_Q4, _T5=_Q5, _T6=_Q6,
+)  # fmt: skip
+
+
+@sealed_njit
+def gemm_q8_rows(m, n, kq, w, s_off, zero, xq, c, c_off, ldc):
+    """``C[c_off:] = W @ X - zero * rowsum(W)``, ``m x n`` (rows ``ldc`` apart, ``n`` a
+    multiple of 16), the product of ``gemm_q8_packed`` the other way round: W's ``m``
+    rows of ``kq`` quads of int8 codes in ``w``'s bytes (rows ``4 * kq`` bytes apart,
+    their int32 sums at element ``s_off`` of ``w``: ``pack_q8_rows``), X uint8 codes
+    ``v + zero`` in ``xq``'s bytes as ``pack_q8`` lays out a B: strips of ``STRIP``
+    columns (the last one ``n`` less the whole strips wide), each ``kq`` quad rows of 4
+    bytes a column. A quantized convolution's output channels by its pixels
+    (``targets/cpu/conv/q8.py``): C is the channel rows its epilogue reads, no transpose.
+    In the VNNI register tiles (``vpdpbusd`` with X the unsigned operand)."""
+    lda = 4 * kq
+    strips = n // STRIP
+    for t in range(strips):
+        _rows_strip(m, w, lda, xq, t * STRIP * lda, 4 * STRIP, c, c_off + t * STRIP, ldc, kq,
+                    w, s_off, zero)  # fmt: skip
+    done = strips * STRIP
+    width = n - done
+    for v in range(width // LANES):
+        _rows_vector(m, w, lda, xq, done * lda + 64 * v, 4 * width, c, c_off + done + LANES * v,
+                     ldc, kq, w, s_off, zero)  # fmt: skip
+
+
+def pack_q8_rows(w: np.ndarray) -> np.ndarray:
+    """A 2-D W of integer values in -128..127 (``m x k``) as ``gemm_q8_rows`` reads it,
+    flat float32 whose bytes are W's rows of ``4 * ceil(k / 4)`` bytes (zeros past ``k``),
+    then the ``m`` int32 row sums."""
+    matrix = np.asarray(w)
+    codes = matrix.astype(np.int8)
+    if matrix.ndim != 2 or not np.array_equal(codes, matrix):
+        raise ValueError("pack_q8_rows: W must be 2-D and hold integers in -128..127")
+    m, k = codes.shape
+    padded = np.zeros((m, -(-k // 4) * 4), np.int8)
+    padded[:, :k] = codes
+    sums = codes.astype(np.int32).sum(axis=1).astype(np.int32)
+    return np.concatenate([padded.reshape(-1), sums.view(np.int8)]).view(np.float32)
 
 
 #: K is padded to a multiple of this in the packing and A's bytes (one AMX tile's K).
@@ -569,6 +634,8 @@ __all__ = [
     "gemm_q8_bytes_amx",
     "gemm_q8_packed",
     "gemm_q8_packed_amx",
+    "gemm_q8_rows",
     "pack_q8",
+    "pack_q8_rows",
     "scratch_floats",
 ]

@@ -446,8 +446,94 @@ def test_onnxruntime_static_qdq_cnn_runs_on_the_int8_gemm_as_onnxruntime(tmp_pat
     heads = [line for k in compiled.kernels for line in k.source.splitlines()]
     convs = [line for line in heads if line.startswith("# conv2d")]
     assert len(convs) == 3
-    assert ["gemm_q8_bytes" in line for line in convs] == [gemm_int8.available()] * 3
+    # 14x14 planes by channel rows (gemm_q8_rows), the 7x7 one by pixel rows
+    forms = [("gemm_q8_rows" in line, "gemm_q8_bytes" in line) for line in convs]
+    on = gemm_int8.available()
+    assert forms == [(on, False), (on, False), (False, on)]
     x = rng.standard_normal((1, c, 14, 14)).astype(np.float32)
+    x[0, 0] *= 100  # codes at both limits
+    got = np.asarray(compiled(x))
+    assert not np.isnan(got).any()
+    import onnxruntime
+
+    for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):  # its float graph, its int8 kernels
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
+        session = onnxruntime.InferenceSession(
+            str(tmp_path / "qdq.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+        want = session.run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, want, err_msg=level)
+
+
+@pytest.mark.slow
+def test_onnxruntime_static_qdq_grouped_and_depthwise_convs_as_onnxruntime(tmp_path):
+    """A MobileNet-like block quantized by quantize_static (QDQ, uint8 activations,
+    per-channel int8 weights): a 1x1 expansion 8 -> 24 (K not whole vectors of 16), a
+    3x3 depthwise conv (24 groups), a grouped 3x3 conv of stride 2 (3 groups of 8 -> 4),
+    a 1x1 projection 12 -> 8. The dense and grouped convs run on ``gemm_q8_rows`` (the
+    weight's rows by the codes, channel rows out), the depthwise one on the float codes
+    (exact sums); the outputs equal onnxruntime's float and int8 graphs."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    rng = np.random.default_rng(311)
+    weights = {
+        "w1": rng.standard_normal((24, 8, 1, 1)) * 8**-0.5,
+        "b1": rng.standard_normal(24) * 0.1,
+        "w2": rng.standard_normal((24, 1, 3, 3)) / 3,
+        "b2": rng.standard_normal(24) * 0.1,
+        "w3": rng.standard_normal((12, 8, 3, 3)) * 72**-0.5,
+        "b3": rng.standard_normal(12) * 0.1,
+        "w4": rng.standard_normal((8, 12, 1, 1)) * 12**-0.5,
+        "b4": rng.standard_normal(8) * 0.1,
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], group=24),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node(
+            "Conv", ["r2", "w3", "b3"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2], group=3
+        ),
+        helper.make_node("Conv", ["c3", "w4", "b4"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mobile",
+        [helper.make_tensor_value_info("x", F32, [1, 8, 20, 20])],
+        [helper.make_tensor_value_info("y", F32, [1, 8, 10, 10])],
+        [_const(name, value, F32) for name, value in weights.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, tmp_path / "mobile.onnx")
+    data = [{"x": rng.standard_normal((1, 8, 20, 20)).astype(np.float32)} for _ in range(4)]
+
+    class Calibration(quantization.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.data = iter(data)
+
+        def get_next(self):
+            return next(self.data, None)
+
+    quantization.quantize_static(
+        str(tmp_path / "mobile.onnx"),
+        str(tmp_path / "qdq.onnx"),
+        Calibration(),
+        quant_format=quantization.QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=quantization.QuantType.QUInt8,
+        weight_type=quantization.QuantType.QInt8,
+    )
+    compiled = fusec.compile(fusec.from_onnx(tmp_path / "qdq.onnx"), target="cpu")
+    from fusec.targets.cpu import gemm_int8
+
+    heads = [line for k in compiled.kernels for line in k.source.splitlines()]
+    convs = [line for line in heads if line.startswith("# conv2d")]
+    assert len(convs) == 4
+    on = gemm_int8.available()
+    assert ["gemm_q8_rows" in line for line in convs] == [on, False, on, on]
+    assert "(groups 3)" in convs[2] and "depthwise" in convs[1]
+    x = rng.standard_normal((1, 8, 20, 20)).astype(np.float32)
     x[0, 0] *= 100  # codes at both limits
     got = np.asarray(compiled(x))
     assert not np.isnan(got).any()

@@ -17,21 +17,27 @@ import fusec
 from fusec.api import run_pipeline
 from fusec.runtime.launch import Program
 from fusec.targets.cpu import gemm_int8
+from fusec.targets.cpu.conv.q8 import Q8_ROWS_MIN_PIXELS
 
 pytestmark = pytest.mark.slow
 
 
-def _conv(shape, k, rs, stride, pad, codes, zero, rng) -> str:
+def _conv(shape, k, rs, stride, pad, codes, zero, rng, groups=1, dilation=1) -> str:
     """The QDQ conv's IR: weights random int8 codes (output channel 0 all -128, 1 all 127),
     scales per output channel."""
     n, c, h, w = shape
+    c //= groups  # the weight's channels
     codes_w = rng.integers(-128, 128, (k, c, rs, rs)).astype(np.int8)
     codes_w[0], codes_w[1] = -128, 127
     scales = (rng.uniform(0.5, 2.0, k) / (c * rs * rs * 40)).astype(np.float32)
-    oh, ow = (h + 2 * pad - rs) // stride + 1, (w + 2 * pad - rs) // stride + 1
-    x_t, w_t = f"tensor<{n}x{c}x{h}x{w}", f"tensor<{k}x{c}x{rs}x{rs}"
+    span = (rs - 1) * dilation + 1
+    oh, ow = (h + 2 * pad - span) // stride + 1, (w + 2 * pad - span) // stride + 1
+    x_t, w_t = f"tensor<{n}x{c * groups}x{h}x{w}", f"tensor<{k}x{c}x{rs}x{rs}"
     y_t = f"tensor<{n}x{k}x{oh}x{ow}"
-    attrs = f"{{padding = array<i64: {pad}, {pad}>, strides = array<i64: {stride}, {stride}>}}"
+    attrs = (
+        f"{{padding = array<i64: {pad}, {pad}>, strides = array<i64: {stride}, {stride}>, "
+        f"dilations = array<i64: {dilation}, {dilation}>, groups = {groups} : i64}}"
+    )
     return f"""func.func @f(%x: {x_t}xf32>, %bias: tensor<{k}xf32>) -> {y_t}x{codes}> {{
   %sx = arith.constant dense<0.05> : tensor<f32>
   %zx = arith.constant dense<{zero}> : tensor<{codes}>
@@ -56,7 +62,7 @@ def _filled(shape, dtype, byte: int) -> np.ndarray:
     return np.full(size, byte, np.uint8).view(dtype).reshape(shape)
 
 
-def _run_poisoned(text: str, inputs: list[np.ndarray]) -> np.ndarray:
+def _run_poisoned(text: str, inputs: list[np.ndarray], gemm: str = "gemm_q8_") -> np.ndarray:
     """The cpu result on outputs pre-filled with two poisons (equal bytes both times),
     and the compiled launcher's the same; the conv on the int8 GEMM where the cpu has
     VNNI."""
@@ -71,31 +77,42 @@ def _run_poisoned(text: str, inputs: list[np.ndarray]) -> np.ndarray:
     compiled = fusec.compile(text, target="cpu")
     assert np.asarray(compiled(*inputs)).tobytes() == runs[0].tobytes()
     heads = [line for k in compiled.kernels for line in k.source.splitlines()]
-    q8 = [line for line in heads if line.startswith("# conv2d") and "gemm_q8_bytes" in line]
+    q8 = [line for line in heads if line.startswith("# conv2d") and gemm in line]
     assert len(q8) == int(gemm_int8.available())
     return runs[0]
 
 
 @pytest.mark.parametrize(
-    "codes, zero, shape, k, rs, stride, pad",
+    "codes, zero, shape, k, rs, stride, pad, groups, dilation",
     [
-        ("ui8", 131, (1, 8, 9, 11), 48, 3, 1, 1),  # padding's code 131; K 48: 16-column tiles
-        ("i8", -7, (2, 5, 8, 8), 16, 1, 1, 0),  # 1x1, C*R*S = 5 (not whole quads), batch 2
-        ("ui8", 200, (1, 16, 15, 13), 80, 3, 2, 1),  # stride 2, a strip and a vector
-        ("i8", 9, (1, 3, 12, 12), 32, 5, 1, 2),  # 5x5, padding 2, int8 codes + 128
+        # by pixel rows (planes under Q8_ROWS_MIN_PIXELS), the GEMM's result transposed
+        ("ui8", 131, (1, 8, 5, 11), 48, 3, 1, 1, 1, 1),  # padding's code 131; K 48
+        ("i8", -7, (2, 5, 6, 6), 16, 1, 1, 0, 1, 1),  # 1x1, C*R*S = 5 (not whole quads)
+        ("ui8", 200, (1, 16, 15, 13), 80, 3, 2, 1, 1, 1),  # stride 2, a strip and a vector
+        # by channel rows (gemm_q8_rows): large planes, groups, K not whole vectors
+        ("i8", 9, (1, 3, 12, 12), 32, 5, 1, 2, 1, 1),  # 5x5, padding 2, int8 codes + 128
+        ("ui8", 131, (1, 8, 9, 11), 48, 3, 1, 1, 1, 1),  # 99 pixels: a strip and 3 vectors
+        ("i8", -7, (2, 5, 8, 8), 16, 1, 1, 0, 1, 1),  # 1x1 codes as bytes, C 5, batch 2
+        ("ui8", 3, (1, 16, 20, 21), 24, 3, 2, 1, 4, 1),  # 4 groups of 4 -> 6, stride 2
+        ("ui8", 77, (2, 12, 9, 10), 9, 1, 1, 0, 3, 1),  # 1x1, 3 groups of 4 -> 3
+        ("i8", 0, (1, 6, 11, 12), 13, 3, 1, 2, 1, 2),  # dilation 2, K 13, C 6 (a tap's
+        # quads padded), bias rows 13
     ],
 )
-def test_a_qdq_conv_equals_the_reference(codes, zero, shape, k, rs, stride, pad):
+def test_a_qdq_conv_equals_the_reference(codes, zero, shape, k, rs, stride, pad, groups, dilation):
     """Activations spread so that many saturate (codes at both limits, the first image
     row and plane at +-1e6), weights of output channels 0 and 1 at -128 and 127: the
     codes equal the reference's (which convolves the dequantized floats; exact here,
     every partial sum below 2**24)."""
     rng = np.random.default_rng(sum(shape) * k)
-    text = _conv(shape, k, rs, stride, pad, codes, zero, rng)
+    text = _conv(shape, k, rs, stride, pad, codes, zero, rng, groups, dilation)
     x = (rng.standard_normal(shape) * 4).astype(np.float32)
     x[0, 0], x[0, -1, 0] = 1e6, -1e6
     bias = rng.standard_normal(k).astype(np.float32)
-    got = _run_poisoned(text, [x, bias])
+    span = (rs - 1) * dilation + 1
+    oh, ow = ((size + 2 * pad - span) // stride + 1 for size in shape[2:])
+    by_rows = groups > 1 or (k // groups) % 16 or oh * ow >= Q8_ROWS_MIN_PIXELS
+    got = _run_poisoned(text, [x, bias], "gemm_q8_rows" if by_rows else "gemm_q8_bytes")
     want = np.asarray(fusec.compile(text, target="reference")(x, bias))
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)

@@ -90,6 +90,56 @@ def test_gemm_q8_bytes_is_the_exact_integer_product(m, k, n, gemm):
     np.testing.assert_array_equal(c, (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32))
 
 
+def _packed_columns(x: np.ndarray, poison: int = 0xA5) -> np.ndarray:
+    """``x`` (``k x n`` uint8 codes, ``n`` whole vectors of 16) as ``gemm_q8_rows``' X:
+    strips of ``STRIP`` columns (the last one narrower), quad rows of 4 bytes a column;
+    the bytes past ``k`` hold ``poison``."""
+    k, n = x.shape
+    kq = -(-k // 4)
+    padded = np.full((4 * kq, n), poison, np.uint8)
+    padded[:k] = x
+    quads = padded.reshape(kq, 4, n).transpose(0, 2, 1)
+    pieces = [quads[:, c0 : c0 + STRIP, :].reshape(-1) for c0 in range(0, n, STRIP)]
+    return np.concatenate(pieces).view(np.float32)
+
+
+@pytest.mark.parametrize(
+    "m, k, n",
+    [
+        (1, 1, 16),  # one row, K shorter than a quad
+        (7, 37, 80),  # ragged rows (6 + 1) and K, a strip and one vector
+        (13, 64, 3 * STRIP),  # three strips, 6 + 6 + 1 rows
+        (20, 576, STRIP + 48),  # a 3x3 conv's K, a strip and three vectors
+    ],
+)
+def test_gemm_q8_rows_is_the_exact_integer_product(m, k, n):
+    """``gemm_q8_rows``: W's int8 rows (codes at -128 and 127 in rows 0 and 1) by X's
+    uint8 codes (0 and 255 in columns 0 and 1) less the zero point, into rows ``ldc``
+    apart at an offset; X's bytes past K hold poison (W's packing has zeros there), C's
+    columns around the result NaN that stays."""
+    zero = 131
+    a, b = _operands(n, k, m, zero, True)  # a: X^T's codes less zero, b: W^T
+    w, x = b.T.copy(), (a.T + zero).astype(np.uint8)
+    packed = gemm_int8.pack_q8_rows(w)
+    kq = -(-k // 4)
+    c = np.full((m, n + 5), np.nan, np.float32)
+    gemm_int8.gemm_q8_rows(
+        m, n, kq, packed, m * kq, np.int32(zero), _packed_columns(x), c.reshape(-1), 2, n + 5
+    )
+    want = w.astype(np.int64) @ (x.astype(np.int64) - zero)
+    np.testing.assert_array_equal(c[:, 2 : n + 2], want.astype(np.float32))
+    assert np.isnan(c[:, :2]).all() and np.isnan(c[:, n + 2 :]).all()
+
+
+def test_pack_q8_rows_pads_quads_with_zeros_and_appends_row_sums():
+    w = np.array([[1, -2, 3, 4, 5], [-128, 127, 0, 0, 1]], np.float32)
+    data = gemm_int8.pack_q8_rows(w).view(np.int8)
+    np.testing.assert_array_equal(data[:16].reshape(2, 8)[:, 5:], 0)
+    np.testing.assert_array_equal(data[16:].view(np.int32), [11, 0])
+    with pytest.raises(ValueError, match="integers in -128..127"):
+        gemm_int8.pack_q8_rows(np.array([[0.5, 1.0]], np.float32))
+
+
 @pytest.mark.parametrize("gemm", GEMMS)
 def test_a_transposed_weight_packs_alike(gemm):
     a, b = _operands(40, 70, 48, 7, True)
@@ -124,14 +174,33 @@ def test_the_portable_tile_gives_the_same_sums():
     np.testing.assert_array_equal(c, (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32))
 
 
+def test_the_portable_rows_tile_gives_the_same_sums():
+    """``gemm_q8_rows``' tile without VNNI (A the signed operand, B the unsigned one) on
+    6 rows by 64 columns: the exact sums less the zero point times each row's sum."""
+    tile = gemm_int8._tile(6, 4, vnni=False, signed_a=True)
+
+    @numba.njit
+    def run(w, x, c, kq, sums, zero):
+        tile(w, 0, 4 * kq, x, 0, 4 * STRIP, c, 0, STRIP, kq, w, sums, zero)
+
+    k, zero = 40, 131
+    a, b = _operands(STRIP, k, 6, zero, True)
+    w, x = b.T.copy(), (a.T + zero).astype(np.uint8)
+    c = np.full((6, STRIP), np.nan, np.float32)
+    run(gemm_int8.pack_q8_rows(w), _packed_columns(x), c.reshape(-1), k // 4, 6 * k // 4, zero)
+    want = w.astype(np.int64) @ (x.astype(np.int64) - zero)
+    np.testing.assert_array_equal(c, want.astype(np.float32))
+
+
 @pytest.mark.skipif(not gemm_int8.available(), reason="the target has no AVX-512 VNNI")
 def test_the_tiles_are_vnni_dot_products():
     """With AVX-512 VNNI the strip's tiles compile to ``vpdpbusd`` on zmm registers."""
-    strip = numba.njit(gemm_int8._strip.py_func)  # compiled here: no cached code
     f32, i64 = numba.float32[::1], numba.int64
-    strip.compile((i64, f32, i64, f32, i64, i64, f32, i64, i64, i64, f32, i64, numba.int32))
-    asm = "".join(strip.inspect_asm().values())
-    assert re.search(r"vpdpbusd\s+[^\n]*zmm", asm), "no vpdpbusd on zmm registers"
+    for dispatch in (gemm_int8._strip, gemm_int8._rows_strip):  # A unsigned, A signed
+        strip = numba.njit(dispatch.py_func)  # compiled here: no cached code
+        strip.compile((i64, f32, i64, f32, i64, i64, f32, i64, i64, i64, f32, i64, numba.int32))
+        asm = "".join(strip.inspect_asm().values())
+        assert re.search(r"vpdpbusd\s+[^\n]*zmm", asm), "no vpdpbusd on zmm registers"
 
 
 @pytest.mark.skipif(not gemm_int8.amx_available(), reason="the target has no AMX-INT8")

@@ -37,7 +37,8 @@ def conv_method(op, constant_weight: bool = False) -> str:
     """How the cpu target computes an ``ai.conv2d``, by this rule (first match wins;
     ``constant_weight``: its weight is a constant of the program):
 
-    * ``"q8"`` (after depthwise): a QDQ convolution, its input the codes of uint8 or int8
+    * ``"q8"`` (after depthwise, whose float sums of the codes are exact anyway):
+      a QDQ convolution, any groups, its input the codes of uint8 or int8
       activations less their zero point and its weight a constant of int8 codes, on a
       target with AVX-512 VNNI (``q8_zero``): im2row blocks of output rows by the
       int8 GEMM (``q8.Q8Blocks``: exact integer sums, the scales in the epilogue);
@@ -148,13 +149,12 @@ def _quantized(op) -> bool:
 def q8_zero(op) -> int | None:
     """For a convolution the int8 GEMM computes: ``zero``, the integer that makes the
     input's values uint8 codes (``v + zero``: the activation's zero point, plus 128 for
-    int8 codes); else None. Needs one group, an f32 result, K a multiple of 16, a
+    int8 codes); else None. Needs an f32 result, a
     constant weight of integers in -128..127, an input that is the result of
     ``dequantize(codes, 1, zero_point)`` of int8 or uint8 codes with one constant zero
     point (in the group that writes it), and AVX-512 VNNI."""
-    if op.attr("groups") != 1 or ai.spec_of(op.results[0].type).dtype != "f32":
+    if ai.spec_of(op.results[0].type).dtype != "f32":
         return None
-    k = shape_of(op.operands[1])[0]
     dq = _producer(op.operands[0])
     if not isinstance(dq, ai.DequantizeOp) or dq.attr("block_size"):
         return None
@@ -163,7 +163,7 @@ def q8_zero(op) -> int | None:
         return None
     from fusec.targets.cpu import gemm_int8  # (numba: only for a quantized conv)
 
-    if not gemm_int8.fits(k) or not gemm_int8.available():
+    if not gemm_int8.available():
         return None
     scale, zero_point = _outer_constant(dq.scale), _outer_constant(dq.zero_point)
     if scale is None or zero_point is None or zero_point.size != 1:

@@ -6,7 +6,10 @@
 // (conv_method "q8"): a block of output rows' input codes as bytes, channels-last, im2row
 // of bytes (the padding the zero point's code, + 128 for int8 codes), gemm_q8_bytes (its
 // _amx form where the process may use AMX tiles) by the weight packed once, the scales,
-// bias and quantize in the epilogue. K not a multiple of 16 keeps the float path.
+// bias and quantize in the epilogue. K not a multiple of 16 (and a grouped conv, and a
+// plane of 64 pixels or more) takes gemm_q8_rows: the weight's int8 rows by the block's
+// codes packed as strips of pixels (a padded plane of 4-byte channel quads, im2row of
+// words), straight into the channel rows. A depthwise conv keeps the float path.
 // REQUIRES: cpu-int8-gemm
 // RUN: fusec-opt %s -p "recognize-patterns" | filecheck %s --check-prefix=REC
 // RUN: fusec compile %s --target cpu --emit kernels | filecheck %s
@@ -32,10 +35,20 @@
 // CHECK:      # conv2d 1x8x6x6 * 16x8x3x3 in 2 blocks of 3 output rows: codes channels-last, im2row of bytes, gemm_q8_bytes{{(_amx)?}}
 // CHECK:      gemm_q8_bytes{{(_amx)?}}(pw, 16, 72, q8buf, np.int32(125), {{in[0-9]+}}, 16, 0, ct, 0, 16)
 // CHECK:      # fusec kernel for one ai.fused "conv" group
+// CHECK:      # conv2d 1x8x6x6 * 8x8x3x3 (groups 1) in 2 blocks of 3 output rows: codes in padded channel quads, im2row, gemm_q8_rows (int8 weight x uint8 codes -> int32, weight packed once) into the channel rows, epilogue per block
+// CHECK:      xw[at + j] = np.uint32(2206434179)
+// CHECK:      word = np.uint32(((np.int32({{in[0-9]+}}[src + 0 + j]) + 131) << 0) | {{.*}} | ((np.int32({{in[0-9]+}}[src + 108 + j]) + 131) << 24))
+// CHECK-NEXT: xw[dst + j] = word
+// CHECK:      bw[d + j] = xw[at + j]
+// CHECK:      gemm_q8_rows(8, npad, 18, {{in[0-9]+}}, 144, np.int32(131), q8buf, cbuf, 0, npad)
+// CHECK:      # fusec kernel for one ai.fused "conv" group
+// CHECK:      # conv2d 1x8x6x6 * 8x4x3x3 (groups 2) in 2 blocks of 6 output rows: codes in padded channel quads, im2row, gemm_q8_rows
+// CHECK:      gemm_q8_rows(4, npad, 9, {{in[0-9]+}}[g * 36:], 72 + g * 4 - g * 36, np.int32(131), q8buf, cbuf, 0, npad)
+// CHECK:      # fusec kernel for one ai.fused "conv" group
 // CHECK-NOT:  gemm_q8_
-// CHECK:      # conv2d 1x8x6x6 * 8x8x3x3
+// CHECK:      # conv2d 1x8x6x6 * 8x1x3x3
 // CHECK-NOT:  gemm_q8_
-func.func @qdq_conv(%x: tensor<1x8x6x6xf32>, %bias: tensor<16xf32>, %bias8: tensor<8xf32>) -> (tensor<1x16x6x6xui8>, tensor<1x16x6x6xi8>, tensor<1x8x6x6xui8>) {
+func.func @qdq_conv(%x: tensor<1x8x6x6xf32>, %bias: tensor<16xf32>, %bias8: tensor<8xf32>) -> (tensor<1x16x6x6xui8>, tensor<1x16x6x6xi8>, tensor<1x8x6x6xui8>, tensor<1x8x6x6xui8>, tensor<1x8x6x6xui8>) {
   %sx = arith.constant dense<0.02> : tensor<f32>
   %zx = arith.constant dense<131> : tensor<ui8>
   %zs = arith.constant dense<-3> : tensor<i8>
@@ -66,5 +79,19 @@ func.func @qdq_conv(%x: tensor<1x8x6x6xf32>, %bias: tensor<16xf32>, %bias8: tens
   %c3 = ai.conv2d %xd3, %w3 {padding = array<i64: 1, 1>} : tensor<1x8x6x6xf32> * tensor<8x8x3x3xf32>
   %b3 = ai.bias_add %c3, %bias8 : tensor<1x8x6x6xf32> * tensor<8xf32>
   %y3 = ai.quantize %b3, %so, %zo : tensor<1x8x6x6xf32> * tensor<f32> * tensor<ui8>
-  return %y, %y2, %y3 : tensor<1x16x6x6xui8>, tensor<1x16x6x6xi8>, tensor<1x8x6x6xui8>
+  %wq4 = arith.constant dense<-3> : tensor<8x4x3x3xi8>
+  %xq4 = ai.quantize %x, %sx, %zx : tensor<1x8x6x6xf32> * tensor<f32> * tensor<ui8>
+  %xd4 = ai.dequantize %xq4, %sx, %zx : tensor<1x8x6x6xui8> * tensor<f32> * tensor<ui8>
+  %w4 = ai.dequantize %wq4, %sw8, %zw8 {axis = 0 : i64} : tensor<8x4x3x3xi8> * tensor<8xf32> * tensor<8xi8>
+  %c4 = ai.conv2d %xd4, %w4 {padding = array<i64: 1, 1>, groups = 2 : i64} : tensor<1x8x6x6xf32> * tensor<8x4x3x3xf32>
+  %b4 = ai.bias_add %c4, %bias8 : tensor<1x8x6x6xf32> * tensor<8xf32>
+  %y4 = ai.quantize %b4, %so, %zo : tensor<1x8x6x6xf32> * tensor<f32> * tensor<ui8>
+  %wq5 = arith.constant dense<9> : tensor<8x1x3x3xi8>
+  %xq5 = ai.quantize %x, %sx, %zx : tensor<1x8x6x6xf32> * tensor<f32> * tensor<ui8>
+  %xd5 = ai.dequantize %xq5, %sx, %zx : tensor<1x8x6x6xui8> * tensor<f32> * tensor<ui8>
+  %w5 = ai.dequantize %wq5, %sw8, %zw8 {axis = 0 : i64} : tensor<8x1x3x3xi8> * tensor<8xf32> * tensor<8xi8>
+  %c5 = ai.conv2d %xd5, %w5 {padding = array<i64: 1, 1>, groups = 8 : i64} : tensor<1x8x6x6xf32> * tensor<8x1x3x3xf32>
+  %b5 = ai.bias_add %c5, %bias8 : tensor<1x8x6x6xf32> * tensor<8xf32>
+  %y5 = ai.quantize %b5, %so, %zo : tensor<1x8x6x6xf32> * tensor<f32> * tensor<ui8>
+  return %y, %y2, %y3, %y4, %y5 : tensor<1x16x6x6xui8>, tensor<1x16x6x6xi8>, tensor<1x8x6x6xui8>, tensor<1x8x6x6xui8>, tensor<1x8x6x6xui8>
 }
