@@ -385,9 +385,10 @@ SUITES: list[Suite] = [
     Suite(
         "conv-layers",
         "cpu_conv_layers.py",
-        "ResNet-50's dense convs one by one vs onnxruntime, alternated (printed)",
+        "ResNet-50's dense convs one by one vs onnxruntime, alternated",
         smoke_conv_layers,
-        args=("--rounds", "21"),
+        args=("--rounds", "21", "--out", "{out}"),
+        table="cpu-conv-layers",
         requires=("onnxruntime",),
     ),
     Suite(
@@ -403,9 +404,10 @@ SUITES: list[Suite] = [
     Suite(
         "pool",
         "cpu_pool_bench.py",
-        "ResNet's 3x3/2 max pool vs onnxruntime's MaxPool at 1 and 2 threads (printed)",
+        "ResNet's 3x3/2 max pool vs onnxruntime's MaxPool at 1 and 2 threads",
         smoke_pool,
-        args=("--samples", "15", "--calls", "200"),
+        args=("--samples", "15", "--calls", "200", "--out", "{out}"),
+        table="cpu-pool",
         requires=("onnxruntime",),
     ),
     Suite(

@@ -10,7 +10,7 @@ optimisations, no spinning) with the same thread count (Numba's, read at start:
 two in a new random order each round; median (min) ms of the wall clock and the ratio
 ort / fusec (above 1: fusec is faster).
 
-    NUMBA_NUM_THREADS=2 python benchmarks/cpu_conv_layers.py [--batch 1] [--rounds 21]
+    NUMBA_NUM_THREADS=2 python benchmarks/cpu_conv_layers.py [--batch 1] [--rounds 21] [--out DIR]
                                                              [--only 8x8,4x4]
 
 ``--only`` keeps the rows whose label contains one of the comma-separated strings.
@@ -113,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--only", help="comma-separated substrings of the labels to keep")
+    parser.add_argument("--out", help="also write cpu-conv-layers.md/.json here (runner.Table)")
     args = parser.parse_args(argv)
+    rows = []
     import numba
 
     threads = numba.config.NUMBA_NUM_THREADS
@@ -155,10 +157,30 @@ def main(argv: list[str] | None = None) -> int:
             f"({low['ort'] / low['fusec']:.2f}x) | {err:.1e} |",
             flush=True,
         )
+        rows.append(
+            {
+                "conv": name,
+                "count": count,
+                "fusec_ms": med["fusec"],
+                "fusec_min_ms": low["fusec"],
+                "ort_ms": med["ort"],
+                "ort_min_ms": low["ort"],
+                "rel_l2": err,
+            }
+        )
     print(
         f"ResNet-50 convs (minima x count, the held-out chain not counted): fusec "
         f"{total['fusec']:.2f} ms, ort {total['ort']:.2f} ms"
     )
+    if args.out and rows:
+        from runner import write_table
+
+        title = (
+            f"ResNet-50's convs + bias + relu, batch {args.batch}, {threads} thread(s): fusec cpu "
+            f"vs onnxruntime, {args.rounds} alternated rounds (median and min ms)"
+        )
+        stem = write_table(args.out, "cpu-conv-layers", "cpu", list(rows[0]), rows, title)
+        print(f"wrote {stem}.md and {stem}.json")
     return 0
 
 

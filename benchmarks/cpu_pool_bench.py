@@ -9,7 +9,9 @@ microseconds, under the clock's useful resolution). Prints medians and minima in
 and the load average before and after. Both results are checked against the float64
 reference first.
 
-    python benchmarks/cpu_pool_bench.py [--samples 15] [--calls 200] [--threads 1,2]
+    python benchmarks/cpu_pool_bench.py [--samples 15] [--calls 200] [--threads 1,2] [--out DIR]
+
+With ``--out`` the rows also go to ``<out>/cpu-pool.md`` and ``.json`` (``runner.Table``).
 """
 
 from __future__ import annotations
@@ -70,7 +72,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=15)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--out", type=Path, help="also write cpu-pool.md/.json here")
     args = parser.parse_args()
+    rows = []
     rng = np.random.default_rng(0)
     print(f"load average at start: {os.getloadavg()}")
     print("| shape | threads | fusec us median (min) | onnxruntime us median (min) |")
@@ -100,7 +104,20 @@ def main() -> None:
                     time.sleep(SETTLE_S)
             cells = [f"{statistics.median(t):.1f} ({min(t):.1f})" for t in times.values()]
             print(f"| {'x'.join(map(str, shape))} | {threads} | {cells[0]} | {cells[1]} |")
+            row: dict = {"shape": "x".join(map(str, shape)), "threads": threads}
+            for name, t in times.items():
+                row |= {f"{name}_us": statistics.median(t), f"{name}_min_us": min(t)}
+            rows.append(row)
     print(f"load average at end: {os.getloadavg()}")
+    if args.out:
+        from runner import write_table
+
+        title = (
+            f"MaxPool 3x3/2 pad 1 on the cpu target vs onnxruntime, us per call (median of "
+            f"{args.samples} alternated samples)"
+        )
+        stem = write_table(args.out, "cpu-pool", "cpu", list(rows[0]), rows, title)
+        print(f"wrote {stem}.md and {stem}.json")
 
 
 if __name__ == "__main__":
