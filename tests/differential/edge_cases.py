@@ -654,6 +654,8 @@ def _non_finite_facts(expect_inf: bool = True) -> Check:
 CONVS = {
     "depthwise": ((1, 4, 6, 6), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1), 4, "(depthwise)"),
     "direct": ((1, 4, 6, 6), (4, 4, 1, 1), (1, 1), (0, 0), (1, 1), 1, "output rows: sgemm,"),
+    # a 1x1 read in place over rows of whole vectors, few input channels: gemm_nn
+    "direct-nn": ((1, 4, 9, 32), (4, 4, 1, 1), (1, 1), (0, 0), (1, 1), 1, "rows: gemm_nn,"),
     # blocks of several images when the batch gives every thread (MIN_BLOCKS) two
     "images-direct": ((64, 4, 2, 2), (4, 4, 1, 1), (1, 1), (0, 0), (1, 1), 1, "side (copied)"),
     "images-im2col": ((64, 4, 2, 2), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "side (im2col)"),

@@ -634,11 +634,22 @@ func.func @f(%x: {x}, %w: {w}, %r: {r}) -> {y} {{
             "sgemm(0, 0, 16, pw, 147,",
             marks=pytest.mark.slow,
         ),
+        # a 1x1 read in place ("direct": more than CHANNEL_PIXELS_IN_PLACE pixels), rows
+        # of 32 pixels, 24 input channels: gemm_nn over blocks of DIRECT_NN_PIXELS (9
+        # rows: 5 + 4 for two threads, a ragged last block)
+        (((1, 1), (0, 0), (1, 1), 1, (1, 24, 9, 32), (40, 1, 1)), "gemm_nn(40, pw, 24,"),
+        # ... more than DIRECT_NN_DEPTH input channels: sgemm (the slow lane)
+        pytest.param(
+            ((1, 1), (0, 0), (1, 1), 1, (1, 168, 17, 16), (8, 1, 1)),
+            "sgemm(0, 0, 8, pw, 168,",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_conv_im2col_few_channels_whole_vector_rows_in_gemm_nn(cache, case, gemm):
     """An im2col block of few output channels whose output rows are whole vectors runs
-    its GEMM in gemm_nn (``COLS_NN_ROWS``), others in sgemm; both against the reference."""
+    its GEMM in gemm_nn (``COLS_NN_ROWS``), others in sgemm; so does a 1x1 read in place
+    of few input channels (``DIRECT_NN_DEPTH``); all against the reference."""
     program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
     assert gemm in program.kernels[0].source
 

@@ -77,6 +77,17 @@ COLS_BYTES = 1 << 20
 #: sgemm: ResNet's 7x7 stride-2 stem, 16 x 147 x 512 per block, 44 us in sgemm, 25 in
 #: gemm_nn (one thread; the kernel 76 -> 58 us). Larger blocks are not measured.
 COLS_NN_ROWS = 64
+#: A "direct" convolution (1x1, stride 1, unpadded; one image a block) of at most this
+#: many input channels over whole-vector output rows runs its GEMM in ``gemm_nn`` (the
+#: input read in place: a strip of ``C x STRIP`` floats stays in L1 while its tiles go
+#: down the weight), in blocks of ``DIRECT_NN_PIXELS`` output pixels, not in one sgemm
+#: of ``COLS_BYTES`` blocks (EfficientNet-B0's 1x1s at 128x128, batch 1, one thread,
+#: minima of whole calls, us, sgemm / gemm_nn: C16 64x64 K96 + silu 407 / 307, C32 64x64
+#: K16 127 / 101, C24 32x32 K144 + silu 147 / 128, C144 32x32 K24 133 / 112; ResNet-50's
+#: C64 32x32 K64 73 / 68; but C256 32x32 K128 439 / 486 and K64 238 / 251: the strip of
+#: 256 channels is 64 KiB, past L1). The whole EfficientNet-B0 b1: least CPU ms 5.99 ->
+#: 5.45 (benchmarks/results/cpu-notes.md).
+DIRECT_NN_DEPTH, DIRECT_NN_PIXELS = 160, 1024
 #: Output pixels (padded-width rows) per block of a stride-1 convolution by taps: the
 #: best of 2-16 rows at 56x56 (C = K = 64, 3x3), measured single-threaded, was 2-4 rows
 #: of 58 (19.3 ms against 21.9 at 8 rows and 24.2 for im2col blocks).
@@ -179,6 +190,8 @@ class ConvBlocks(BlockedCore):
         bh = max(1, min(self.oh, COLS_BYTES // (4 * max(1, per_row))))
         if self.taps:
             bh = max(1, min(self.oh, TAP_PIXELS // self.wp))
+        if self.direct_nn:
+            bh = max(1, min(self.oh, DIRECT_NN_PIXELS // self.ow))
         if self.winograd:  # tiles within the bytes of wv and wm
             fit = WINOGRAD_BYTES // (4 * (m + 2) ** 2 * (self.cg + self.kg))
             most = min(WINOGRAD_TILES if m == 2 else WINOGRAD4_TILES, fit)
@@ -230,6 +243,7 @@ class ConvBlocks(BlockedCore):
         # a block of few output channels over whole vectors of pixels: gemm_nn
         self.cols_nn = self.method == "im2col" and self.nb == 1
         self.cols_nn = self.cols_nn and self.kg <= COLS_NN_ROWS and self.ow % host.W == 0
+        self.cols_nn = self.cols_nn or self.direct_nn
         if self.cols_nn:
             self.imports += (abi.import_line("gemm_nn"),)
 
@@ -250,6 +264,9 @@ class ConvBlocks(BlockedCore):
         self.winograd = self.method in ("winograd", "winograd4")
         self.m = 4 if self.method == "winograd4" else 2  # Winograd output tile
         self.cols_nn = False  # im2col's GEMM in gemm_nn (``__init__``)
+        self.direct_nn = (
+            self.direct and self.nb == 1 and self.ow % host.W == 0 and self.crs <= DIRECT_NN_DEPTH
+        )
         self.taps = self.method == "taps"
 
     def launch_lines(self) -> list[str]:
@@ -295,7 +312,8 @@ class ConvBlocks(BlockedCore):
         return [x, "wtaps", "wraw"] if self.winograd else [x, "wtaps"]
 
     def describe(self) -> str:
-        how = "sgemm" if self.direct else "im2col, gemm_nn" if self.cols_nn else "im2col, sgemm"
+        how = "gemm_nn" if self.direct_nn else "sgemm" if self.direct else None
+        how = how or ("im2col, gemm_nn" if self.cols_nn else "im2col, sgemm")
         if self.nb > 1:
             return (
                 f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x{self.r}x"
