@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from xdsl.ir import SSAValue
 
 from fusec.dialect import ops as ai
 from fusec.frontend.onnx_core import (
-    Importer,
-    Node,
     _axes,
     _constant_ints,
     _dims_text,
@@ -24,6 +23,9 @@ from fusec.frontend.onnx_core import (
 )
 from fusec.ir.dtypes import numpy_dtype
 from fusec.ir.tensors import dtype_of, shape_of
+
+if TYPE_CHECKING:
+    from fusec.frontend.onnx_core import Importer, Node
 
 
 @converter("Reshape", attrs=("allowzero",))

@@ -5,22 +5,18 @@ with them and elementwise ops, Softmax and a stable LogSoftmax, ArgMax/ArgMin, C
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from xdsl.ir import SSAValue
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_core import (
-    Importer,
-    Node,
-    _axes,
-    _constant_ints,
-    _normalised,
-    _reshape_to,
-    converter,
-)
+from fusec.frontend.onnx_core import _axes, _constant_ints, _normalised, _reshape_to, converter
 from fusec.frontend.onnx_layout import _slice_of
 from fusec.ir.tensors import dtype_of, shape_of
+
+if TYPE_CHECKING:
+    from fusec.frontend.onnx_core import Importer, Node
 
 
 @converter("Softmax", attrs=("axis",))
