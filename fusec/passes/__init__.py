@@ -17,7 +17,8 @@ from xdsl.passes import ModulePass, PassPipeline
 #: The pipelines every target shares; a target names its own (``Target.pipelines``:
 #: ``fusec-cuda``...), which ``named_pipelines`` adds.
 PIPELINES: dict[str, str] = {
-    "fusec-default": "infer-shapes,recognize-patterns,canonicalize,cse,sink-transposes,fuse",
+    "fusec-default": "infer-shapes,recognize-patterns,canonicalize,cse,demote-upcasts,"
+    "sink-transposes,fuse",
 }
 
 
@@ -43,6 +44,11 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         from fusec.passes.recognize import RecognizePatternsPass
 
         return RecognizePatternsPass
+
+    def demote_upcasts():
+        from fusec.passes.demote_upcasts import DemoteUpcastsPass
+
+        return DemoteUpcastsPass
 
     def sink_transposes():
         from fusec.passes.sink_transposes import SinkTransposesPass
@@ -86,6 +92,7 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "recognize-patterns": recognize_patterns,
         "canonicalize": canonicalize,
         "cse": cse,
+        "demote-upcasts": demote_upcasts,
         "sink-transposes": sink_transposes,
         "dce": dce,
         "fuse": fusion("fuse"),

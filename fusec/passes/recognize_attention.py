@@ -2,7 +2,16 @@
 [NaN -> 0] @ v`` -> ``ai.attention`` (the score and probability tensors vanish: one kernel
 computes the attention; the key is taken back from the transpose that made ``k^T`` where
 there is one). ``attention_chain`` is also how fusion remarks explain an attention left
-in parts."""
+in parts.
+
+The softmax upcast (issue 28): an f16 (or bf16) attention whose scores are cast to f32
+before the softmax and whose v is cast to f32 for the second product, as the
+TorchScript exporter writes ``scaled_dot_product_attention`` of an f16 model (the f32
+mask it adds promotes the rest), is the attention in f16 with f32 statistics and
+accumulation (what every target's attention kernel computes), its result cast to f32:
+``ai.cast(ai.attention(q, k, v16, mask16))``; the mask is converted (a constant at
+compile time: f32 values past the f16 range become -inf, as they mask). The f32 tail
+after it is the ``demote-upcasts`` pass's."""
 
 from __future__ import annotations
 
@@ -17,6 +26,7 @@ from fusec.dialect.ops import spec_of
 from fusec.passes.matching import (
     Recognition,
     commuted,
+    constant,
     constant_op,
     is_scalar,
     scalar,
@@ -37,6 +47,8 @@ class AttentionChain:
     scale: float
     nan_to_zero: bool
     new_ops: list[Operation]
+    #: the chain's f32 result is the half-precision attention's, upcast
+    upcast: bool = False
 
 
 def attention_chain(op: Operation) -> AttentionChain | str | None:
@@ -67,20 +79,27 @@ def attention_chain(op: Operation) -> AttentionChain | str | None:
     found = _scaled_masked_scores(softmax.operands[0], softmax)
     if isinstance(found, str):
         return found
-    scores, scale, mask = found
+    scores, scale, mask, half = found
     if scores.attr("transpose_a"):
         return "the score product reads the query transposed"
     q, k = scores.operands
     if len(shape(q)) < 2 or len(shape(k)) < 2:
         return "the score product has a 1-D operand"
     new: list[Operation] = []
+    if half is not None:
+        v_half = _half_view(v, half, new)
+        if v_half is None:
+            return f"the {half} scores are upcast to f32 but v is no upcast {half} value"
+        v = v_half
+        if mask is not None:
+            mask = _half_mask(mask, half, new)
     key = k if scores.attr("transpose_b") else _key_of(k, new)
     if mask is None:
         import numpy as np
 
         new.append(zero := constant_op(np.zeros(()), spec_of(q.type).dtype))
         mask = zero.results[0]
-    return AttentionChain(q, key, v, mask, scale, guarded is not None, new)
+    return AttentionChain(q, key, v, mask, scale, guarded is not None, new, half is not None)
 
 
 class AttentionFromParts(Recognition):
@@ -102,7 +121,10 @@ class AttentionFromParts(Recognition):
             scale=chain.scale,
             nan_to_zero=chain.nan_to_zero,
         )
-        self.rewrite(rewriter, op, [*chain.new_ops, attention], attention.results[0])
+        new = [*chain.new_ops, attention]
+        if chain.upcast:
+            new.append(ai.CastOp(attention.results[0], spec_of(op.results[0].type).dtype))
+        self.rewrite(rewriter, op, new, new[-1].results[0])
 
 
 def _other_readers(value: SSAValue, reader: Operation) -> str:
@@ -129,12 +151,60 @@ def _nan_guarded(value: SSAValue) -> SSAValue | None:
     return p
 
 
+#: The element types an upcast attention computes in.
+_HALF = ("f16", "bf16")
+
+
+def _upcast(value: SSAValue) -> SSAValue | None:
+    """x when ``value`` is ``ai.cast`` of an f16/bf16 ``x`` to f32, else None."""
+    cast = value.owner
+    if not isinstance(cast, ai.CastOp) or spec_of(value.type).dtype != "f32":
+        return None
+    return cast.input if spec_of(cast.input.type).dtype in _HALF else None
+
+
+def _half_view(v: SSAValue, half: str, new: list[Operation]) -> SSAValue | None:
+    """``v`` in ``half``: ``v`` is the upcast of a ``half`` value through layout ops
+    (reshape, transpose, expand), which are rebuilt on that value (into ``new``)."""
+    views: list[Operation] = []
+    value = v
+    while isinstance(value.owner, ai.ReshapeOp | ai.TransposeOp | ai.ExpandOp):
+        views.append(value.owner)
+        value = value.owner.operands[0]
+    source = _upcast(value)
+    if source is None or spec_of(source.type).dtype != half:
+        return None
+    for view in reversed(views):
+        assert isinstance(view, ai.AiOp)
+        new.append(rebuilt := type(view)(source, **view.attr_values()))
+        source = rebuilt.results[0]
+    return source
+
+
+def _half_mask(mask: SSAValue, half: str, new: list[Operation]) -> SSAValue:
+    """The f32 ``mask`` in ``half``: a constant converted now (past the range: -inf or
+    +inf, which mask alike), another value cast."""
+    if spec_of(mask.type).dtype == half:
+        return mask
+    values = constant(mask, max_elements=1 << 26)
+    if values is not None:
+        import numpy as np
+
+        with np.errstate(over="ignore"):
+            new.append(converted := constant_op(values.astype(np.float32), half))
+        return converted.results[0]
+    new.append(cast := ai.CastOp(mask, half))
+    return cast.results[0]
+
+
 def _scaled_masked_scores(
     value: SSAValue, softmax: Operation
-) -> tuple[ai.MatmulOp, float, SSAValue | None] | str:
-    """(the score matmul, the scale, the mask or None) when ``value`` is ``q @ k^T``,
-    optionally times (or divided by) a one-element constant, optionally plus a mask
-    that broadcasts to it, every intermediate used once; else why not."""
+) -> tuple[ai.MatmulOp, float, SSAValue | None, str | None] | str:
+    """(the score matmul, the scale, the mask or None, the half type the scores are
+    upcast from or None) when ``value`` is ``q @ k^T``, optionally times (or divided by)
+    a one-element constant, optionally cast from f16/bf16 to f32 (before or after the
+    scale), optionally plus a mask that broadcasts to it, every intermediate used once;
+    else why not."""
     if not single_use(value):
         return f"the scores are also read by {_other_readers(value, softmax)}"
     mask = None
@@ -147,13 +217,18 @@ def _scaled_masked_scores(
                 break
         else:
             return "the scores plus a mask: neither addend is a (scaled) matrix product"
+    half = None
+    if (source := _upcast(value)) is not None:
+        if not single_use(value):
+            return "the upcast scores are also read elsewhere"
+        value, half = source, spec_of(source.type).dtype
     scale = 1.0
     owner = value.owner
     if isinstance(owner, ai.MulOp | ai.DivOp):
         pairs = commuted(value, ai.MulOp) if isinstance(owner, ai.MulOp) else [owner.operands]
         for product, c in pairs:
             factor = scalar(c) if math.prod(shape(c)) == 1 else None
-            if shape(product) != shape(value) or not isinstance(product.owner, ai.MatmulOp):
+            if shape(product) != shape(value) or not _is_product(product, half is None):
                 continue
             if factor is None or (isinstance(owner, ai.DivOp) and factor == 0.0):
                 return "the scores are scaled by a value that is not one constant"
@@ -161,20 +236,30 @@ def _scaled_masked_scores(
                 return "the unscaled scores are also read elsewhere"
             value, scale = product, factor if isinstance(owner, ai.MulOp) else 1.0 / factor
             break
+    if half is None and (source := _upcast(value)) is not None and single_use(value):
+        value, half = source, spec_of(source.type).dtype
     matmul = value.owner
     if not isinstance(matmul, ai.MatmulOp):
         what = owner.name if isinstance(owner, Operation) else "an argument"
         return f"the softmax reads {what}, not scores q @ k^T"
-    return matmul, scale, mask
+    return matmul, scale, mask, half
+
+
+def _is_product(value: SSAValue, upcast: bool = True) -> bool:
+    """``value`` is a matmul (or, with ``upcast``, its f16/bf16 result cast to f32)."""
+    source = _upcast(value) if upcast else None
+    return isinstance((value if source is None else source).owner, ai.MatmulOp)
 
 
 def _reaches_product(value: SSAValue) -> bool:
-    """``value`` is a matmul, or a matmul times or divided by something."""
-    owner = value.owner
+    """``value`` is a matmul, or a matmul times or divided by something (either maybe
+    upcast from f16/bf16 to f32)."""
+    source = _upcast(value)
+    owner = (value if source is None else source).owner
     if isinstance(owner, ai.MulOp):
-        return any(isinstance(x.owner, ai.MatmulOp) for x in owner.operands)
+        return any(_is_product(x) for x in owner.operands)
     if isinstance(owner, ai.DivOp):
-        return isinstance(owner.operands[0].owner, ai.MatmulOp)
+        return _is_product(owner.operands[0])
     return isinstance(owner, ai.MatmulOp)
 
 

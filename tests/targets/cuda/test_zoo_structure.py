@@ -45,8 +45,7 @@ except ImportError as err:
 #: attention kernels expected: one a layer of the smoke builds
 ATTENTION_LAYERS = {"vit_b_16": 1, "bert": 2, "gpt2": 2, "llama": 2}
 
-#: copy kernels of each transformer's smoke build (both exporters; the TorchScript ones are
-#: known gaps below, whose attention is not the flash kernel), and what they move
+#: copy kernels of each transformer's smoke build (both exporters), and what they move
 COPIES: dict[str, tuple[int, str]] = {
     "vit_b_16": (
         3,
@@ -67,24 +66,11 @@ COPIES: dict[str, tuple[int, str]] = {
 #: before sink-transposes: Q's head split joins the cpu attention group)
 CPU_LLAMA_COPIES = 4
 
-#: (model, exporter) cases that fall short today, and why (found by this test's survey)
-KNOWN_GAPS: dict[tuple[str, str], str] = {
-    ("bert", "torchscript"): (
-        "the TorchScript exporter's scaled_dot_product_attention on f16 adds an f32 mask, "
-        "so the attention and everything after it is f32 (the next Linear's weights folded "
-        "to f32): f32 matmuls on the PyTorch fallback, no flash attention"
-    ),
-    ("gpt2", "torchscript"): (
-        "the TorchScript exporter's scaled_dot_product_attention on f16 adds an f32 mask, "
-        "so the attention and everything after it is f32: f32 matmuls on the PyTorch "
-        "fallback, no flash attention"
-    ),
-    ("llama", "torchscript"): (
-        "the TorchScript exporter's scaled_dot_product_attention on f16 adds an f32 mask "
-        "(Cast of the scores, Softmax, IsNaN/Where, Cast of V, f32 MatMul): f32 matmuls on "
-        "the PyTorch fallback, no flash attention"
-    ),
-}
+#: (model, exporter) cases that fall short today, and why (found by this test's survey).
+#: None now: the TorchScript exporter's f16 attention (its scores and v cast to f32 around
+#: the softmax, an f32 mask, the f32 tail after it) is the f16 flash attention with the
+#: tail in f16 again (recognize_attention's upcast chain and demote-upcasts, issue 28)
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 CASES = [(name, exporter) for name in zoo.ZOO for exporter in ("dynamo", "torchscript")]
 
