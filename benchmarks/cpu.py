@@ -429,9 +429,10 @@ SUITES: list[Suite] = [
     Suite(
         "transformers",
         "transformers_cpu_ab.py",
-        "BERT, GPT-2, Llama test exports vs onnxruntime, calls alternated (printed)",
+        "BERT, GPT-2, Llama test exports vs onnxruntime, calls alternated",
         smoke_transformers,
-        args=("--threads", "1,2", "--pairs", "200"),
+        args=("--threads", "1,2", "--pairs", "200", "--out", "{out}"),
+        table="cpu-transformers",
         requires=("onnxruntime",),
     ),
     Suite(

@@ -9,7 +9,10 @@ the two are called alternately, ``--pairs`` times after warm-up: medians and min
 of the wall clock, the load average before and after. ``models_bench.py`` times each
 runtime in a block of its own; alternating keeps a load change from favouring one.
 
-    python benchmarks/transformers_cpu_ab.py --threads 1,2 --pairs 200
+    python benchmarks/transformers_cpu_ab.py --threads 1,2 --pairs 200 [--out DIR]
+
+With ``--out`` the rows also go to ``<out>/cpu-transformers.md`` and ``.json``
+(``runner.Table``; a model that fails to compile is a row with its error).
 """
 
 from __future__ import annotations
@@ -110,7 +113,9 @@ def main() -> None:
     parser.add_argument("--models", default="bert,gpt2,llama")
     parser.add_argument("--pairs", type=int, default=200)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help="also write cpu-transformers.md/.json here")
     args = parser.parse_args()
+    rows: list[dict] = []
     models = args.models.split(",")
     if args.child:
         _child(models, args.pairs, args.child)
@@ -141,6 +146,7 @@ def main() -> None:
         for line in out.stdout.splitlines():
             r = json.loads(line)
             shape = "x".join(map(str, r["input"]))
+            rows.append({"threads": n, **r, "input": shape})
             if "error" in r:
                 print(f"| {r['model']} | {shape} | {n} | error: {r['error']} | | | | |")
                 continue
@@ -152,6 +158,18 @@ def main() -> None:
             )
         if out.returncode:
             print(out.stderr[-2000:], file=sys.stderr)
+    if args.out and rows:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from runner import write_table
+
+        columns = ["model", "input", "threads", "kernels", "fusec_ms", "fusec_min_ms", "ort_ms"]
+        columns += ["ort_min_ms", "ort_over_fusec", "passed", "rel_l2", "load", "error"]
+        title = (
+            f"Transformer test models on the cpu target vs onnxruntime, {args.pairs} alternated "
+            "calls (median and min ms)"
+        )
+        stem = write_table(args.out, "cpu-transformers", "cpu", columns, rows, title)
+        print(f"wrote {stem}.md and {stem}.json")
 
 
 if __name__ == "__main__":
