@@ -421,9 +421,10 @@ SUITES: list[Suite] = [
     Suite(
         "launcher",
         "cpu_launcher_ab.py",
-        "the compiled cpu launcher vs the Python launch loop on the test models (printed)",
+        "the compiled cpu launcher vs the Python launch loop on the test models",
         smoke_launcher,
-        args=("--calls", "300"),
+        args=("--calls", "300", "--out", "{out}"),
+        table="cpu-launcher",
         env={"": {"NUMBA_NUM_THREADS": "1"}},
     ),
     Suite(

@@ -8,6 +8,8 @@ medians and minima in ms, the load average, and the first compiled call's second
 segments compile then, or load from Numba's cache).
 
     NUMBA_NUM_THREADS=1 python benchmarks/cpu_launcher_ab.py [--models resnet18,bert] [--calls 300]
+
+With ``--out DIR`` the rows also go to ``DIR/cpu-launcher.md`` and ``.json`` (``runner.Table``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -41,7 +44,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(CASES))
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--out", type=Path, help="also write cpu-launcher.md/.json here")
     args = parser.parse_args()
+    rows = []
     for name in args.models.split(","):
         input_name, shape = CASES[name]
         result = import_onnx(MODELS / f"{name}.dynamo.onnx", input_shapes={input_name: shape})
@@ -68,6 +73,29 @@ def main() -> None:
             f"first compiled call {first:.2f} s; load {os.getloadavg()[0]:.2f}",
             flush=True,
         )
+        rows.append(
+            {
+                "model": name,
+                "kernels": len(program.kernels),
+                "boundaries": program.boundaries,
+                "max_diff": diff,
+                "python_loop_ms": statistics.median(loop),
+                "python_loop_min_ms": min(loop),
+                "compiled_ms": statistics.median(compiled),
+                "compiled_min_ms": min(compiled),
+                "first_compiled_call_s": first,
+            }
+        )
+    if args.out and rows:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from runner import write_table
+
+        title = (
+            f"The compiled cpu launcher vs the Python launch loop, {args.calls} alternated calls "
+            "(median and min ms)"
+        )
+        stem = write_table(args.out, "cpu-launcher", "cpu", list(rows[0]), rows, title)
+        print(f"wrote {stem}.md and {stem}.json")
 
 
 if __name__ == "__main__":
