@@ -25,6 +25,9 @@
 #                  SUFFIX, BUDGET, CASE, JOBS, ZOO_ARGS, TESTS).
 # Every benchmark a stage runs is a suite of benchmarks/gpu.py (`python benchmarks/gpu.py list`).
 #
+# Each stage's logs are $OUT/<stage's test or bench>.log (the all and profile stages work in
+# /tmp/work and /tmp/prof and archive them as $OUT/all.tgz), so stages share one $OUT.
+#
 # The pure-Python wheels the machine lacks are installed from WHL (default .whl of the
 # repository root) into /tmp/site when it holds any; FUSEC_COMMIT (default: git's short HEAD,
 # "+dirty" when tracked files differ, or "unknown" without git) goes into the tables.
@@ -130,25 +133,25 @@ stage_all() {
 }
 
 stage_gemm() {
-  stage "$OUT" gpu_tests "${TEST_TIMEOUT:-100}" $PYTEST tests/targets/cuda/test_gemm_gpu.py
-  stage "$OUT" tune "${TUNE_TIMEOUT:-25}" python3 -m fusec.cli tune \
+  stage "$OUT" gemm_tests "${TEST_TIMEOUT:-100}" $PYTEST tests/targets/cuda/test_gemm_gpu.py
+  stage "$OUT" gemm_tune "${TUNE_TIMEOUT:-25}" python3 -m fusec.cli tune \
     tests/targets/cuda/filecheck/tile_gemm_1024.mlir --reps 10
-  stage "$OUT" bench "${BENCH_TIMEOUT:-150}" python3 benchmarks/gemm_bench.py --out "$OUT"
+  stage "$OUT" gemm_bench "${BENCH_TIMEOUT:-150}" python3 benchmarks/gemm_bench.py --out "$OUT"
   [ "$DRY" = 1 ] || tail -15 "$OUT/gemm.md" 2>/dev/null
 }
 
 stage_gemm_variants() {
   local t0=$SECONDS total=${TOTAL_BUDGET:-195} attempt budget
-  stage "$OUT" gpu_tests_ln_tile "${LN_TEST_TIMEOUT:-60}" $PYTEST \
+  stage "$OUT" variants_tests_ln_tile "${LN_TEST_TIMEOUT:-60}" $PYTEST \
     tests/targets/cuda/test_gemm_ln_tile_gpu.py
-  stage "$OUT" gpu_tests "${TEST_TIMEOUT:-100}" $PYTEST \
+  stage "$OUT" variants_tests "${TEST_TIMEOUT:-100}" $PYTEST \
     tests/targets/cuda/test_gemm_variants_gpu.py tests/targets/cuda/test_gemm_gpu.py
   # the benchmark saves each row as it is measured and, restarted, skips the rows done and
   # the one that hung or crashed
   for attempt in 1 2 3 4; do
     budget=$((total - (SECONDS - t0) - 5))
     if [ "$budget" -lt 20 ]; then echo "[no time left for attempt $attempt]"; break; fi
-    stage "$OUT" "bench-$attempt" "$budget" python3 benchmarks/gemm_variants_bench.py \
+    stage "$OUT" "variants_bench_$attempt" "$budget" python3 benchmarks/gemm_variants_bench.py \
       --out "$OUT" --budget $((budget - 12)) && break
     [ "$DRY" = 1 ] && break
   done
@@ -176,7 +179,7 @@ stage_conv_attn() {
     args=(--max-autotune --max-autotune-budget "${MAX_AUTOTUNE_BUDGET:-240}")
     limit=$((150 + 2 * ${MAX_AUTOTUNE_BUDGET:-240}))
   fi
-  stage "$OUT" bench "$limit" python3 benchmarks/conv_attn_bench.py --out "$OUT" "${args[@]}"
+  stage "$OUT" conv_attn_bench "$limit" python3 benchmarks/conv_attn_bench.py --out "$OUT" "${args[@]}"
   [ "$DRY" = 1 ] || cat "$OUT/conv-attn.md" 2>/dev/null
   # 4. conv tile A/B (CONV_TILES, ";"-separated, empty for none): the conv row, fusec alone
   IFS=';' read -r -a tiles <<<"${CONV_TILES-64x128 s6 c2n;64x192 s4 c1n}"
