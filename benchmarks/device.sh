@@ -26,7 +26,8 @@
 # Every benchmark a stage runs is a suite of benchmarks/gpu.py (`python benchmarks/gpu.py list`).
 #
 # Each stage's logs are $OUT/<stage's test or bench>.log (the all and profile stages work in
-# /tmp/work and /tmp/prof and archive them as $OUT/all.tgz), so stages share one $OUT.
+# /tmp/work and /tmp/prof and archive them as $OUT/all.tgz and $OUT/profile.tgz), so stages
+# share one $OUT.
 #
 # The pure-Python wheels the machine lacks are installed from WHL (default .whl of the
 # repository root) into /tmp/site when it holds any; FUSEC_COMMIT (default: git's short HEAD,
@@ -40,7 +41,7 @@ DRY=${DRY_RUN:-0}
 mkdir -p "$OUT"
 
 if [ "$#" -eq 0 ]; then
-  sed -n '2,30p' "$0"
+  sed -n '2,/^set -u/p' "$0" | sed '$d'
   exit 2
 fi
 for name in "$@"; do
@@ -257,8 +258,7 @@ stage_profile() {
     fi
   fi
   [ "$DRY" = 1 ] && return 0
-  (cd "$w" && tar czf "$OUT/all.tgz" .)
-  ls -la "$OUT"
+  (cd "$w" && tar czf "$OUT/profile.tgz" .)
 }
 
 stage_zoo() {
