@@ -37,6 +37,13 @@ SMOKE_NEEDS = {name: "onnxruntime" for name in (*ONNXRUNTIME, "transformers", "m
 SMOKE_NEEDS["quant"] = "ml_dtypes"
 RUNNERS = {"cpu": cpu.SUITES, "cuda": gpu.SUITES}
 SUITES = [(target, s) for target, suites in RUNNERS.items() for s in suites]
+#: gpu suites whose smoke loads the cuda target's runtime (numba-cuda), not only its codegen
+NEEDS_NUMBA_CUDA = {"gemm-host-path"}
+
+
+def smoke_param(target: str, suite: runner.Suite) -> object:
+    marks = [pytest.mark.requires_target("cuda")] if suite.name in NEEDS_NUMBA_CUDA else []
+    return pytest.param(target, suite, marks=marks, id=f"{target}-{suite.name}")
 
 
 @pytest.fixture
@@ -73,7 +80,7 @@ def test_list_names_every_suite(target: str) -> None:
     assert listed == [s.name for s in RUNNERS[target]]
 
 
-@pytest.mark.parametrize(("target", "suite"), SUITES, ids=[f"{t}-{s.name}" for t, s in SUITES])
+@pytest.mark.parametrize(("target", "suite"), [smoke_param(t, s) for t, s in SUITES])
 @pytest.mark.usefixtures("same_environment")
 def test_smoke_writes_a_well_formed_table(target: str, suite: runner.Suite, tmp_path: Path) -> None:
     if target == "cpu" and suite.name in SMOKE_NEEDS:
