@@ -40,9 +40,11 @@ The results format (:class:`Table`, ``FORMAT``): ``<stem>.json`` holds ``format`
 ``benchmark``, ``target``, ``mode`` (``full`` or ``smoke``), ``commit``, ``date``,
 ``machine``, ``columns`` and ``rows`` (one object per row with every column); ``<stem>.md``
 holds a title, a line naming the commit and the machine, and one markdown table of the same
-columns and rows. :func:`check_table` says what is wrong with a pair of files. The tables of
-the full runs that predate this runner keep their own layout (the committed ones are read by
-people and by ``git diff``); new suites write :class:`Table`.
+columns and rows. :func:`check_table` says what is wrong with a pair of files. The full runs
+of the suites that used to print their figures write :class:`Table` too (``--out``, through
+:func:`write_table`: cpu call-overhead, conv-layers, conv-transpose, pool, launcher,
+transformers, fusion-scaling); the scripts with committed tables keep those tables' layout
+(read by people and by ``git diff``); a new suite writes :class:`Table`.
 
 Shared timing lives in ``bench_common``: ``best_ms`` (min of N rounds of K calls) and
 ``alternate`` (the contenders' rounds interleaved, for same-run baselines); the GPU scripts
