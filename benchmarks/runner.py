@@ -15,7 +15,7 @@ its name, the script under ``benchmarks/`` that measures it, the arguments of it
 the results table it writes (``results/<table>.md`` and ``.json``, undated: one table per
 benchmark, the latest; git has the history), the modules its full run needs, its named
 variants (``options``: the A/B questions that used to be one-off scripts, e.g. ``cpu.py run
-threads:ab-pin``) and its **smoke**: a function that takes the suite's own cases (the IR
+threads:pin-off``) and its **smoke**: a function that takes the suite's own cases (the IR
 texts, ONNX models and baselines its script builds, at a few elements each) through the same
 steps as the full run but cheaply, and returns the rows of a table.
 
@@ -30,11 +30,14 @@ the cpu runner the fusec side runs on the ``reference`` target (the numpy execut
 Numba builds) against the suite's baselines (hand-written numpy, onnxruntime) on fresh
 random inputs, checked by relative L2 error; on the gpu runner each case is compiled for the
 ``cuda`` target (code generation only: the kernels' kinds and their count, nothing is
-launched) and run on the reference executor, whose outputs must be finite. Each smoke is
+launched) and, when small, run on the reference executor, whose outputs must be finite;
+the model zoos, which need torch to build a model, check their plan; gemm-host-path runs its
+script in a process of its own (it stands a fake torch in). Each smoke is
 timed by the shared timer (:func:`bench_common.best_ms`, one round) and written in the one
 results format (:class:`Table`) to ``--out`` (a temporary folder by default: smoke tables
 never land in ``benchmarks/results``). ``tests/tools/test_bench_runner.py`` runs every
-suite's smoke (each within 2 s on 2 cores) and checks the tables it writes.
+suite's smoke (each meant to take under 2 s on 2 cores, imports included; the slowest,
+gemm-host-path and vs-ort, take 2.3-2.8 s at a load of 8) and checks the tables it writes.
 
 The results format (:class:`Table`, ``FORMAT``): ``<stem>.json`` holds ``format``,
 ``benchmark``, ``target``, ``mode`` (``full`` or ``smoke``), ``commit``, ``date``,
