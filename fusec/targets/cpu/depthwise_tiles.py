@@ -268,38 +268,56 @@ _R1, _R2, _R3, _R4, _R5, _R6, _R7, _R8 = (_rows_tile(p, W) for p in range(1, 9))
 
 
 @sealed_njit
+def _plane_column(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, oh, ow, j):
+    """``taps_plane``'s vector of ``W`` output columns from column ``j`` on, every row:
+    tiles of ``ROWS`` rows, then one of the rest."""
+    p = 0
+    while p + ROWS <= oh:
+        xo, oo = x_off + p * rstride + j, o_off + p * ow + j
+        _R8(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+        p += ROWS
+    rest = oh - p
+    xo, oo = x_off + p * rstride + j, o_off + p * ow + j
+    if rest == 7:
+        _R7(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+    elif rest == 6:
+        _R6(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+    elif rest == 5:
+        _R5(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+    elif rest == 4:
+        _R4(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+    elif rest == 3:
+        _R3(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+    elif rest == 2:
+        _R2(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+    elif rest == 1:
+        _R1(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+
+
+@sealed_njit
 def taps_plane(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, oh, ow):
     """One channel's output plane (``oh`` rows of ``ow`` pixels, ``out`` from ``o_off``
     on, rows ``ow`` apart) from its padded input plane in ``x`` (output row ``p`` reads
     from ``x_off + p * rstride`` on, tap ``k`` at ``(k // s) * rowstep + (k % s) *
     colstep`` further, stride 1 along the row) and weights ``w[w_off:][:taps]``: the
-    columns of whole vectors of ``W`` pixels in tiles of ``ROWS`` rows, the last
-    ``ow % W`` columns the same sums as scalars (a multiply-add each, not fused)."""
+    columns of whole vectors of ``W`` pixels in tiles of ``ROWS`` rows; the last
+    ``ow % W`` columns by one more vector that ends at the row's end (over columns
+    already written, with the same sums in the same order: the same values; a row of
+    56 pixels had 8 columns of scalar sums, 96x56x56 7x7 + bias 3.5 ms against 0.56 in
+    the channels-last kernel), or, in rows shorter than a vector, as scalars (a
+    multiply-add each, not fused)."""
     full = ow - ow % W
     for j in range(0, full, W):
-        p = 0
-        while p + ROWS <= oh:
-            xo, oo = x_off + p * rstride + j, o_off + p * ow + j
-            _R8(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-            p += ROWS
-        rest = oh - p
-        xo, oo = x_off + p * rstride + j, o_off + p * ow + j
-        if rest == 7:
-            _R7(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-        elif rest == 6:
-            _R6(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-        elif rest == 5:
-            _R5(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-        elif rest == 4:
-            _R4(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-        elif rest == 3:
-            _R3(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-        elif rest == 2:
-            _R2(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-        elif rest == 1:
-            _R1(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+        _plane_column(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, oh, ow, j)
+    if full == ow:
+        return
+    if full > 0:
+        _plane_column(
+            x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, oh, ow, ow - W
+        )
+        return
     for p in range(oh):
-        for j in range(full, ow):
+        for j in range(ow):
             at = x_off + p * rstride + j
             total = w[w_off] * x[at]
             for k in range(1, taps):

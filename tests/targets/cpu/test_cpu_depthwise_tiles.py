@@ -88,11 +88,13 @@ def _plane_reference(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, oh,
         (ROWS, W, 7, 7, 1, 1),
         (3, 2 * W, 3, 5, 2, 2),
         (1, W + 1, 1, 2, 1, 1),
+        (4, W - 3, 3, 3, 1, 1),  # rows shorter than a vector: scalar sums
     ],
 )
 def test_taps_plane_against_float64(oh, ow, r, s, dil, stride_h):
-    """Whole vectors in tiles of ROWS rows and the rest, ragged columns as scalars; the
-    plane between its poisoned neighbours is all written, nothing else."""
+    """Whole vectors in tiles of ROWS rows and the rest, ragged columns by one more
+    vector ending at the row's end (rows shorter than a vector as scalars); the plane
+    between its poisoned neighbours is all written, nothing else."""
     rng = np.random.default_rng(oh * ow + r)
     wq = ow + (s - 1) * dil
     hp = (oh - 1) * stride_h + (r - 1) * dil + 1
