@@ -20,7 +20,7 @@ the atoms in the root's order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import count
 
 from xdsl.dialects import func
@@ -37,6 +37,35 @@ def is_view(op: Operation) -> bool:
     from fusec.dialect import ops as ai
 
     return isinstance(op, ai.ReshapeOp | ai.TransposeOp)
+
+
+def feeds_attention(value: SSAValue, through: Callable[[Operation], bool]) -> bool:
+    """Whether every use of ``value`` leads, through ops that ``through`` accepts, to the
+    q, key or v operand of an ``ai.attention`` (a value nothing reads does not)."""
+    from fusec.dialect import ops as ai
+
+    seen: set[Operation] = set()
+
+    def leads(value: SSAValue) -> bool:
+        uses = list(value.uses)
+        if not uses:
+            return False
+        for use in uses:
+            user = use.operation
+            if isinstance(user, ai.AttentionOp):
+                if use.index > 2:
+                    return False
+                continue
+            if user in seen:
+                continue
+            if not through(user):
+                return False
+            seen.add(user)
+            if not leads(user.results[0]):
+                return False
+        return True
+
+    return leads(value)
 
 
 def view_chain(op: Operation) -> list[Operation]:

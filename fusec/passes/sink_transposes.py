@@ -43,7 +43,7 @@ from xdsl.rewriter import InsertPoint
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops.elementwise import BinaryOp, UnaryOp
-from fusec.dialect.views import at_function_level
+from fusec.dialect.views import at_function_level, feeds_attention
 from fusec.passes.matching import constant, constant_op, shape
 
 #: Layout ops between the chain and an attention operand (the kernels read through them).
@@ -65,26 +65,9 @@ def _commutes(op: Operation, perm: tuple[int, ...]) -> bool:
     return not isinstance(op, ai.RotateHalfOp) or perm[-1] == len(perm) - 1
 
 
-def _reaches_attention(value: SSAValue, seen: set[Operation]) -> bool:
-    """Every use of ``value`` leads, through elementwise ops and layout ops, to the q,
-    key or v operand of an ``ai.attention``."""
-    uses = list(value.uses)
-    if not uses:
-        return False
-    for use in uses:
-        user = use.operation
-        if isinstance(user, ai.AttentionOp):
-            if use.index > 2:
-                return False
-            continue
-        if user in seen:
-            continue
-        if not (_elementwise(user) or isinstance(user, _VIEWS)) or not at_function_level(user):
-            return False
-        seen.add(user)
-        if not _reaches_attention(user.results[0], seen):
-            return False
-    return True
+def _through(user: Operation) -> bool:
+    """An op a moved transpose's chain may pass on its way to attention operands."""
+    return (_elementwise(user) or isinstance(user, _VIEWS)) and at_function_level(user)
 
 
 def _inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
@@ -154,7 +137,7 @@ class SinkTransposeBelowElementwise(RewritePattern):
             for use in transpose.output.uses:
                 if not _elementwise(use.operation) or not _commutes(use.operation, perm):
                     return
-        if not _reaches_attention(op.results[0], set()):
+        if not feeds_attention(op.results[0], _through):
             return
         new_ops: list[Operation] = []
         operands: list[SSAValue] = []

@@ -38,7 +38,7 @@ from xdsl.rewriter import InsertPoint
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.dialect.views import at_function_level
+from fusec.dialect.views import at_function_level, feeds_attention
 
 #: Layout ops the attention kernel reads its operands through (``attention.template``).
 _VIEWS_IN = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp, ai.ExpandOp, ai.GatherOp)
@@ -99,21 +99,6 @@ def _rowwise_gemm(matmul: Operation | None) -> _RowwiseGemm | None:
     return _RowwiseGemm(matmul, None)
 
 
-def _feeds_attention(value: SSAValue) -> bool:
-    """Every use of ``value`` leads through layout ops to a q, key or v of an attention."""
-    uses = list(value.uses)
-    if not uses:
-        return False
-    for use in uses:
-        user = use.operation
-        if isinstance(user, ai.AttentionOp):
-            if use.index > 2:
-                return False
-        elif not isinstance(user, _VIEWS_IN) or not _feeds_attention(user.results[0]):
-            return False
-    return True
-
-
 def _from_attention(value: SSAValue) -> bool:
     """``value`` is an attention's result through layout ops."""
     while isinstance(value.owner, _VIEWS_OUT):
@@ -134,7 +119,7 @@ class SinkTransposeBelowGemm(RewritePattern):
         if _from_attention(op.operands[0]):
             return  # attention -> GEMM -> attention: the transpose joins the first's store
         last = gemm.last
-        if not _feeds_attention(last.results[0]):
+        if not feeds_attention(last.results[0], lambda user: isinstance(user, _VIEWS_IN)):
             return
         new = gemm.rebuilt(op.operands[0])
         moved = ai.TransposeOp(new[-1].results[0], perm=tuple(op.attr("perm")))
