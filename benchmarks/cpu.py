@@ -107,31 +107,14 @@ def model_row(file: str, input_name: str, shape: tuple[int, ...]) -> dict[str, A
 def smoke_ops() -> runner.SmokeResult:
     import cpu_bench as b
 
-    cases = [
-        ("pointwise", b.pointwise_graph(64)),
-        ("layernorm", b.layernorm_graph(4, 32)),
-        ("softmax", b.softmax_graph(4, 32)),
-        ("mlp_block", b.mlp_graph(1, 4, 16, 32)),
-        ("conv_bias_relu", b.conv_graph(1, 4, 6, 8)),
-    ]
-    return REFERENCE_COLUMNS, [reference_row(n, t, b.HAND[n]) for n, t in cases]
+    rows = [reference_row(n, t, b.HAND[n]) for n, t in b.cases(smoke=True)]
+    return REFERENCE_COLUMNS, rows
 
 
 def _vs_ort_cases() -> list[Any]:
     import cpu_vs_ort as b
-    import numpy as np
 
-    rng = np.random.default_rng(0)
-    return [
-        b.pointwise_case(rng, 64),
-        b.layernorm_case(rng, 4, 32),
-        b.softmax_case(rng, 4, 32),
-        b.conv_case(rng, 1, 4, 6, 8),
-        b.ln_matmul_softmax_case(rng, 4, 16, 16),
-        b.mlp_case(rng, 4, 16, 32),
-        b.attention_case(rng, 1, 2, 8, 8),
-        b.resnet_block_case(rng, 1, 4, 6),
-    ]
+    return b.cases(quick=False, smoke=True)
 
 
 def smoke_vs_ort() -> runner.SmokeResult:

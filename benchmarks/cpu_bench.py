@@ -292,21 +292,34 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cases(quick: bool = False, smoke: bool = False) -> list[tuple[str, str]]:
+    """(name, IR) of every graph: the benchmark's sizes, ``quick``'s (a 16th), or the
+    runner's smoke sizes (a few elements: ``benchmarks/cpu.py smoke ops``)."""
+    if smoke:
+        return [
+            ("pointwise", pointwise_graph(64)),
+            ("layernorm", layernorm_graph(4, 32)),
+            ("softmax", softmax_graph(4, 32)),
+            ("mlp_block", mlp_graph(1, 4, 16, 32)),
+            ("conv_bias_relu", conv_graph(1, 4, 6, 8)),
+        ]
+    scale = 16 if quick else 1
+    return [
+        ("pointwise", pointwise_graph((1 << 24) // scale)),
+        ("layernorm", layernorm_graph(4096 // scale, 1024)),
+        ("softmax", softmax_graph(4096 // scale, 1024)),
+        ("mlp_block", mlp_graph(4, 256 // scale, 512, 2048)),
+        ("conv_bias_relu", conv_graph(8 // (8 if quick else 1), 64, 56, 64)),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     args = parser.parse_args()
-    scale = 16 if args.quick else 1
-    cases = [
-        ("pointwise", pointwise_graph((1 << 24) // scale)),
-        ("layernorm", layernorm_graph(4096 // scale, 1024)),
-        ("softmax", softmax_graph(4096 // scale, 1024)),
-        ("mlp_block", mlp_graph(4, 256 // scale, 512, 2048)),
-        ("conv_bias_relu", conv_graph(8 // (8 if args.quick else 1), 64, 56, 64)),
-    ]
     rows = []
-    for name, text in cases:
+    for name, text in cases(args.quick):
         rows.append(run_case(name, text, args.repeats))
         print(f"{name}: fusec {rows[-1]['fusec_ms']:.2f} ms", flush=True)
     info = machine()

@@ -270,8 +270,21 @@ def resnet_block_case(rng, n: int, c: int, hw: int) -> Case:
     return Case("resnet_block", what, model, [x], numpy_fn, [w1, w2, *bn1, *bn2])
 
 
-def cases(quick: bool) -> list[Case]:
+def cases(quick: bool, smoke: bool = False) -> list[Case]:
+    """Every graph at the benchmark's sizes, ``quick``'s (an 8th), or the runner's smoke
+    sizes (a few elements: ``benchmarks/cpu.py smoke vs-ort``)."""
     rng = np.random.default_rng(0)
+    if smoke:
+        return [
+            pointwise_case(rng, 64),
+            layernorm_case(rng, 4, 32),
+            softmax_case(rng, 4, 32),
+            conv_case(rng, 1, 4, 6, 8),
+            ln_matmul_softmax_case(rng, 4, 16, 16),
+            mlp_case(rng, 4, 16, 32),
+            attention_case(rng, 1, 2, 8, 8),
+            resnet_block_case(rng, 1, 4, 6),
+        ]
     q = 8 if quick else 1
     return [
         pointwise_case(rng, (1 << 24) // q),
