@@ -240,6 +240,11 @@ def test_layernorm_prologue_rule() -> None:
     assert layernorm_prologue_problem(2048, 4096) is None  # N < K: the rewrite pays
     reason = layernorm_prologue_problem(4096, 1024)
     assert reason is not None and "K = 1024" in reason and "N = 4096" in reason
+    # GPT-2's and ViT-B/16's QKV and MLP-up (benchmarks/results/gemm-ln-ab.md)
+    assert layernorm_prologue_problem(2304, 768) is not None
+    assert layernorm_prologue_problem(3072, 768) is not None
+    assert layernorm_prologue_problem(768, 768) is not None
+    assert layernorm_prologue_problem(2304, 640) is None  # shorter rows: not measured
 
 
 def _fused_variants() -> list:

@@ -8,10 +8,10 @@ statistics again, of x scaled by a power of 2:
 * the ``row_reduce`` kernel (a LayerNorm of its own, warp and block rows): the edge
   cases ``layernorm-huge-rows-*`` in ``tests/differential/test_edge_cases.py`` run it
   under the simulator, and on the GPU (``-m gpu``); here, on the GPU, before a GEMM
-  (K >= 1024, N >= K);
+  (K >= 768, N >= K);
 * the GEMM's in-kernel LayerNorm (``ln="tile"``): its numpy model here, and the kernel
   on the GPU (``-m gpu``);
-* the FlashNorm pre-pass (``ln="fold"``, K between the pipeline's depth and 1024): its
+* the FlashNorm pre-pass (``ln="fold"``, K between the pipeline's depth and 768, or N < K): its
   statistics are rescaled too (rows of +-1e20 whose squares overflow, on the GPU); the
   GEMM multiplies the raw rows, so a bf16 row of 3e38 overflows ``x . W'`` itself, and a
   row of large mean against its spread (a constant row) cancels its digits in

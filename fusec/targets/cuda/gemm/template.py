@@ -256,7 +256,7 @@ def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | Non
 
 
 _FALLBACK = "so the group would run op by op through PyTorch"
-LN_SPLIT_MIN_K = 1024  # the LayerNorm rows measured faster as a kernel of their own
+LN_SPLIT_MIN_K = 768  # the LayerNorm rows measured faster as a kernel of their own
 
 
 def layernorm_prologue_problem(n: int, k: int) -> str | None:
@@ -267,8 +267,11 @@ def layernorm_prologue_problem(n: int, k: int) -> str | None:
     one read and one write of x (M x K), and the GEMM reads the normalised x. With
     N >= K the kernel of its own wins (H200, 2026-12-01: MLP 8192x1024 -> 4096, 242.0
     against 257.5 us of kernels; LN(8192x4096) -> matmul 4096x4096 -> softmax, 0.473
-    against 0.490 ms). Measured at K = 1024 and 4096 only: shorter rows keep the prologue
-    (their whole rows fit the pipeline, ``ln=tile``, or the pre-pass is small).
+    against 0.490 ms; 2026-12-02, K = 768 with constant weights as in GPT-2, BERT and
+    ViT-B/16, graph replays of the whole program: 0.39-0.56 of the folded GEMM's time from
+    128 x 768 -> 2304 to 6304 x 768 -> 3072, ``benchmarks/results/gemm-ln-ab.md``).
+    Measured at K = 768, 1024 and 4096: shorter rows keep the prologue (their whole rows
+    fit the pipeline, ``ln=tile``, or the pre-pass is small), unmeasured.
     """
     if k < LN_SPLIT_MIN_K or n < k:
         return None

@@ -51,7 +51,11 @@ static __device__ __forceinline__ bool gemm_ln_inexact(float y, float mu, float 
 }
 
 // sum_k (x_k - mu) rstd W'_kc of row `row` of x (K values) and column `col` of the folded
-// weight W' (stored K x N if WKByN, else N x K), both of the operand type In.
+// weight W' (stored K x N if WKByN, else N x K), both of the operand type In. The epilogue
+// inlines it into each of a thread's accumulators (64 in a 64x128 tile), so its K loop stays
+// rolled: unrolled by the compiler the 64 copies grew the GEMM's code 37 -> 177 KB (101 KB
+// rolled; no change in time on the H200, benchmarks/results/gemm-ln-ab.md). Called
+// (__noinline__) it is 72 KB, but the row-softmax GEMM spills around the call.
 template <class In, int WKByN>
 static __device__ __forceinline__ float gemm_ln_exact(const void* x, const void* w, long long row,
                                                       int col, int K, int N, float mu,
@@ -59,6 +63,7 @@ static __device__ __forceinline__ float gemm_ln_exact(const void* x, const void*
   const float half_mu = 0.5f * mu, twice_rstd = 2.0f * rstd;
   const long long x0 = row * K;
   float sum = 0.0f;
+#pragma unroll 1
   for (int k = 0; k < K; ++k) {
     const float xhat = (0.5f * In::ld(x, x0 + k) - half_mu) * twice_rstd;
     const long long wi = WKByN ? (long long)k * N + col : (long long)col * K + k;
