@@ -22,9 +22,9 @@ stored K x N a warp sums the columns of its 64-row chunk by shuffles and adds
 them into ``c`` and ``d`` with 16-byte atomics (atomics into one L2 line
 serialise: their count, not the bytes, set the pre-pass's time), which the host
 zeroes (``cuMemsetD32Async``) first on the same stream; with W stored N x K
-each warp owns a row of W and writes its sums. Since 2026-12-01 the cuda target
-leaves a LayerNorm over K >= 1024 before a GEMM at least K wide to a kernel of
-its own (``template.layernorm_prologue_problem``): this pre-pass serves the rest.
+each warp owns a row of W and writes its sums. The cuda target leaves a LayerNorm
+over K >= 768 before a GEMM at least K wide to a kernel of its own
+(``template.layernorm_prologue_problem``): this pre-pass serves the rest.
 
 ``SoftmaxFinalise`` completes a long-row softmax after a GEMM whose epilogue
 stored the logits (rounded to the output type) and, per row and N tile, the
