@@ -87,12 +87,24 @@ class Free:
     source: Callable[[Operation], bool] = lambda op: False
     #: a new NHWC -> NCHW conversion read by this group
     reader: Callable[[Operation], bool] = lambda op: False
+    #: a group that converts an NCHW input to NHWC itself (a cuda implicit-GEMM conv): an
+    #: unrelaid group it reads costs that conversion, a relaid one none
+    wants_nhwc: Callable[[Operation], bool] = lambda op: False
 
 
-def relayout_block(block: Block, dtypes: tuple[str, ...] = ("f32",), free: Free = Free()) -> int:
+def relayout_block(
+    block: Block,
+    dtypes: tuple[str, ...] = ("f32",),
+    free: Free = Free(),
+    epilogues: bool = False,
+) -> int:
     """Relay the chosen groups of ``block`` (a function body) whose values are of
-    ``dtypes``, the conversions ``free`` names not counted; the number relaid."""
-    candidates = [g for g in _groups(block) if _depthwise(g, dtypes) or _pointwise(g, dtypes)]
+    ``dtypes``, the conversions ``free`` names not counted; with ``epilogues``, depthwise
+    groups with any elementwise epilogue (the target's NHWC kernel runs it: the cuda
+    one), else at most a bias. The number relaid."""
+    candidates = [
+        g for g in _groups(block) if _depthwise(g, dtypes, epilogues) or _pointwise(g, dtypes)
+    ]
     if not candidates:
         return 0
     chosen: set[ai.FusedOp] = set()
@@ -124,13 +136,14 @@ def _float_4d(value: SSAValue, dtypes: tuple[str, ...]) -> bool:
     return spec.dtype in dtypes and len(spec.shape) == 4
 
 
-def _depthwise(group: ai.FusedOp, dtypes: tuple[str, ...]) -> bool:
+def _depthwise(group: ai.FusedOp, dtypes: tuple[str, ...], epilogues: bool = False) -> bool:
     """A conv group of one depthwise ``ai.conv2d`` (of ``dtypes``) and at most a per-channel
-    ``ai.bias_add`` of a group input, its input block argument read by the conv alone."""
+    ``ai.bias_add`` of a group input (with ``epilogues``: any elementwise ops of the conv's
+    shape, ``_epilogue``), its input block argument read by the conv alone."""
     if group.kind_name != "conv" or LAYOUT_ATTR in group.attributes or len(group.results) != 1:
         return False
     ops = _body(group)
-    if not ops or not isinstance(ops[0], ai.Conv2DOp) or len(ops) > 2:
+    if not ops or not isinstance(ops[0], ai.Conv2DOp) or (len(ops) > 2 and not epilogues):
         return False
     conv = ops[0]
     x, w = conv.operands
@@ -143,7 +156,10 @@ def _depthwise(group: ai.FusedOp, dtypes: tuple[str, ...]) -> bool:
         return False
     if not _float_4d(x, dtypes) or not _float_4d(conv.results[0], dtypes):
         return False
-    if len(ops) == 2:
+    if epilogues:
+        if not _epilogue(group, ops):
+            return False
+    elif len(ops) == 2:
         bias = ops[1]
         if not isinstance(bias, ai.BiasAddOp) or bias.operands[0] is not conv.results[0]:
             return False
@@ -151,6 +167,30 @@ def _depthwise(group: ai.FusedOp, dtypes: tuple[str, ...]) -> bool:
             return False
     term = group.block.last_op
     return isinstance(term, ai.YieldOp) and term.operands[0] is ops[-1].results[0]
+
+
+def _epilogue(group: ai.FusedOp, ops: list[Operation]) -> bool:
+    """The ops after the conv are elementwise of its shape (a channel bias, activations, a
+    folded BatchNorm's scale and shift) whose group inputs broadcast along the pixels (a
+    per-channel vector or constant: the same values in any layout of the result)."""
+    shape = _shape(ops[0].results[0])
+    image = group.block.args[0]
+    for op in ops[1:]:
+        if isinstance(op, ai.BiasAddOp):
+            if op.attr("axis") != 1:
+                return False
+        elif not isinstance(op, ai.AiOp) or not op.has_scalar():
+            return False
+        elif "axis" in op.declared_properties():
+            return False
+        if any(_shape(r) != shape for r in op.results):
+            return False
+        for value in op.operands:
+            if value is image:
+                return False
+            if value in group.block.args and _shape(value) == shape:
+                return False  # a full-shape input (a residual): read NCHW, not relaid
+    return True
 
 
 def _pointwise(group: ai.FusedOp, dtypes: tuple[str, ...]) -> bool:
@@ -276,6 +316,10 @@ def _copies(block: Block, relaid: set[ai.FusedOp], free: Free = Free()) -> int:
         readers = [use.operation for use in g.results[0].uses]
         if any(_nchw_reader(r, relaid) and not free.reader(r) for r in readers):
             new.add(("to_nchw", g.results[0]))
+    for op in _groups(block):  # the target's own conversions of NCHW results
+        if op not in relaid and len(op.results) == 1:
+            if any(free.wants_nhwc(use.operation) for use in op.results[0].uses):
+                new.add(("target", op.results[0]))
     return alive + len(new)
 
 

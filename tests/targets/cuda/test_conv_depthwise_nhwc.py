@@ -272,3 +272,39 @@ def test_tiles() -> None:
     big = _geometry(1, 64, 64, 64, 11, 11, (2, 2), (5, 5, 5, 5), (2, 2))
     tile = depthwise_tile(big)
     assert tile.smem_bytes(big) <= 48 * 1024
+
+
+def mobilenet_block(c: int = 32, hw: int = 8, t: str = "f16", n: int = 1) -> str:
+    """MobileNet's inverted residual without squeeze-excite: a 1x1 conv + ReLU, a depthwise
+    3x3 + bias + ReLU, a 1x1 conv (the implicit GEMM on both sides of the depthwise)."""
+    x, w1, wd, b = _t((n, c, hw, hw), t), _t((c, c, 1, 1), t), _t((c, 1, 3, 3), t), _t((c,), t)
+    return f"""func.func @mb(%x: {x}, %a: {w1}, %w: {wd}, %b: {b}, %e: {w1}) -> {x} {{
+  %0 = ai.conv2d %x, %a : {x} * {w1}
+  %1 = ai.relu %0 : {x}
+  %2 = ai.conv2d %1, %w {{padding = array<i64: 1, 1>, groups = {c} : i64}} : {x} * {wd}
+  %3 = ai.bias_add %2, %b : {x} * {b}
+  %4 = ai.relu %3 : {x}
+  %5 = ai.conv2d %4, %e : {x} * {w1}
+  return %5 : {x}
+}}
+"""
+
+
+def test_mobilenet_depthwise_between_implicit_gemm_convs_runs_nhwc(monkeypatch) -> None:
+    """On cuda the 1x1 convs around a depthwise conv read and write NHWC anyway, so the
+    depthwise group (its ReLU epilogue included) is relaid: the conversion of its result
+    for the next conv goes (the cpu, whose convs stay NCHW, leaves it: cpu tests)."""
+    text = mobilenet_block()
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    (dw,) = [g for g in _groups(compiled.module) if g.kind_name == "conv" and "groups" in str(g)]
+    assert dw.attributes["fusec.layout"].data["input"].data == "nhwc"
+    assert "ai.relu" in str(dw)
+    copies = _kinds(compiled.module).count("copy")
+    monkeypatch.setenv("FUSEC_CONV_DEPTHWISE", "nchw")
+    before = fusec.compile(text, target="cuda", executable=False)
+    assert _kinds(before.module).count("copy") == copies + 1
+    source = fusec.parse(text)
+    args = random_inputs(entry_function(source), seed=4)
+    (expected,) = run_reference(source, args)
+    (got,) = run_reference(compiled.module, args)
+    np.testing.assert_array_equal(got, expected)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 from numerics import assert_close
-from test_conv_depthwise_nhwc import _t, convnext_stage
+from test_conv_depthwise_nhwc import _t, convnext_stage, mobilenet_block
 
 pytestmark = pytest.mark.gpu
 
@@ -92,3 +92,9 @@ GROUPS = {
 @pytest.mark.parametrize("name", list(GROUPS))
 def test_nhwc_depthwise_group_matches_reference(name: str) -> None:
     _run(relaid_depthwise(*GROUPS[name]), name, 1)
+
+
+@pytest.mark.parametrize("t", ["f16", "bf16"])
+def test_mobilenet_block_depthwise_nhwc_matches_reference(t: str) -> None:
+    """A depthwise conv with a ReLU epilogue between two implicit-GEMM 1x1 convs, relaid."""
+    _run(mobilenet_block(64, 28, t=t, n=2), f"mobilenet block {t}", 1)

@@ -158,7 +158,7 @@ class ConvLayoutPass(ModulePass):
             if isinstance(function, func.FuncOp) and function.body.blocks:
                 block = function.body.block
                 if handoff == "nhwc" and depthwise == "nhwc":
-                    relayout_block(block, DEPTHWISE_DTYPES, _FREE)
+                    relayout_block(block, DEPTHWISE_DTYPES, _FREE, epilogues=True)
                 _relayout_function(block, handoff == "nhwc")
         PatternRewriteWalker(
             GreedyRewritePatternApplier([ComposeTransposes(), FoldConstantTranspose()])
@@ -175,15 +175,27 @@ def _stores_nhwc(op: Operation) -> bool:
     return isinstance(op, ai.FusedOp) and channels_last_plan(op) is not None
 
 
+def _converts_input(op: Operation) -> bool:
+    """A conv group this pass gives an NHWC input (an implicit-GEMM conv): it converts an
+    NCHW value, and ``_convert`` takes a channels-last stage's NHWC value as it is."""
+    from fusec.targets.cuda.conv.template import input_for
+
+    p = channels_last_plan(op) if isinstance(op, ai.FusedOp) else None
+    return p is not None and input_for(p.geo)[0] == "nhwc"
+
+
 def _reads_nhwc_input(op: Operation) -> bool:
-    """A pool or reduce group whose kernel reads its anchor's input NHWC in place."""
+    """A pool or reduce group whose kernel reads its anchor's input NHWC in place, or a
+    conv group given its input NHWC."""
     from fusec.targets.cuda.anchored import nhwc_input_index
 
-    return isinstance(op, ai.FusedOp) and nhwc_input_index(op) is not None
+    if not isinstance(op, ai.FusedOp):
+        return False
+    return _converts_input(op) or nhwc_input_index(op) is not None
 
 
-#: the conversions this pass removes after ``channels-last``: not counted by it
-_FREE = Free(source=_stores_nhwc, reader=_reads_nhwc_input)
+#: the conversions this pass removes, or adds, after ``channels-last``: counted so by it
+_FREE = Free(source=_stores_nhwc, reader=_reads_nhwc_input, wants_nhwc=_converts_input)
 
 
 def _relayout_function(block: Block, handoff: bool) -> None:
