@@ -169,10 +169,12 @@ PLANE = "depthwise_taps_plane("
         ((1, 6, 20, 21), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),  # 21 columns: a vector + 5
         pytest.param(((2, 5, 19, 18), (7, 7), (2, 1), (3, 3, 3, 3), (1, 1)), marks=SLOW),
         pytest.param(((1, 4, 22, 24), (3, 5), (1, 1), (2, 4, 2, 4), (2, 2)), marks=SLOW),
+        # EfficientNet's 3x3: rows of 32, two vectors
+        pytest.param(((1, 3, 12, 32), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)), marks=SLOW),
     ],
 )
 def test_planar_rows_in_register_tiles(cache, case):
-    """Output rows of at least a vector, stride 1 along them, more than 9 taps: the
+    """Output rows of at least a vector, stride 1 along them, more than one tap: the
     planar form's sums in ``depthwise_tiles.taps_plane`` (row strides and dilations as
     offsets); against the reference with poisoned outputs."""
     program = check(_dw_text(*case), cache=cache, kind="conv")
@@ -181,12 +183,14 @@ def test_planar_rows_in_register_tiles(cache, case):
 
 
 def test_planar_register_tiles_rule():
-    """3x3 kernels, strides along the row and rows shorter than a vector keep the loop."""
+    """Strides along the row, rows shorter than a vector and 1x1 kernels keep the loop;
+    3x3 kernels take the tiles (EfficientNet's, measured faster: conv/planes.py)."""
     from fusec.targets.cpu.host import W
 
     for case, tiles in [
         (((1, 4, 20, W + 4), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)), True),
-        (((1, 4, 20, W + 4), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)), False),
+        (((1, 4, 20, W + 4), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)), True),
+        (((1, 4, 20, W + 4), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)), False),
         (((1, 4, 40, 2 * W + 8), (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)), False),
     ]:
         module = parse(_dw_text(*case))

@@ -56,11 +56,12 @@ class DepthwiseBlocks(ConvBlocks):
                 workspace.add(name, floats)
         else:
             workspace.add("xpad", hp * -(-wp // self.sw) * self.sw)
-            #: stride 1 along rows of at least a vector, kernels of more than 9 taps: the
-            #: sums in register tiles (``depthwise_tiles.taps_plane``). Whole calls, us,
-            #: tiles / loop: 96x32x32 7x7 186 / 252, 192x16x16 7x7 91 / 134, 240x16x16 5x5
-            #: 74 / 84; 3x3 mixed (96x64x64 279 / 309, 144x32x32 120 / 115), kept as loops.
-            self.plane_tiles = self.sw == 1 and self.ow >= host.W and self.r * self.s > 9
+            #: stride 1 along rows of at least a vector, more than one tap: the sums in
+            #: register tiles (``depthwise_tiles.taps_plane``). Whole calls, us, tiles /
+            #: loop: 96x32x32 7x7 186 / 252, 192x16x16 7x7 91 / 134, 240x16x16 5x5 74 / 84;
+            #: 3x3 + bias + silu (EfficientNet-B0's, same process, one thread, minima):
+            #: 32x64x64 118 / 138, 144x32x32 131 / 156, 96x56x56 299 / 324.
+            self.plane_tiles = self.sw == 1 and self.ow >= host.W and self.r * self.s > 1
             if self.plane_tiles:
                 self.imports = (abi.import_line("depthwise_taps_plane"),)
         if c_local:
