@@ -137,6 +137,23 @@ def smoke_gemm_host_path() -> runner.SmokeResult:
     return list(row), [row]
 
 
+def smoke_gemm_ln_ab() -> runner.SmokeResult:
+    import gemm_ln_ab as b
+    import numpy as np
+
+    import fusec
+
+    # each distinct (K, N, gelu) of the shapes: the LayerNorm -> GEMM model at 16 rows,
+    # imported and compiled for the cuda target as the script's default variant builds it
+    rng = np.random.default_rng(0)
+    rows = []
+    for k, n, gelu in dict.fromkeys((k, n, gelu) for _, k, n, gelu in b.SHAPES):
+        onnx_model, _ = b.model(16, k, n, gelu, rng)
+        name = f"LN 16x{k} -> matmul {k}x{n}" + (" -> gelu" if gelu else "")
+        rows.append(cuda_row(name, fusec.from_onnx(onnx_model)))
+    return CUDA_COLUMNS, rows
+
+
 def smoke_conv_attn() -> runner.SmokeResult:
     import conv_attn_bench as b
 
@@ -268,6 +285,15 @@ SUITES: list[Suite] = [
         args=("--out", "{out}", "--budget", "120"),
         table="gemm-variants",
         requires=("torch",),
+    ),
+    Suite(
+        "gemm-ln-ab",
+        "gemm_ln_ab.py",
+        "a LayerNorm feeding a GEMM: split, folded, folded with the K loop unrolled or not inlined",
+        smoke_gemm_ln_ab,
+        args=("--out", "{out}"),
+        table="gemm-ln-ab",
+        requires=("torch", "onnx"),
     ),
     Suite(
         "gemm-kernel-check",
