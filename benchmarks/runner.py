@@ -291,7 +291,9 @@ def main(target: str, suites: Sequence[Suite], argv: Sequence[str] | None = None
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="the suites, their scripts, tables and options")
-    run = sub.add_parser("run", help="full runs of SUITE[:OPTION] ... (ARGS after -- go to each)")
+    run = sub.add_parser(
+        "run", help="full runs of SUITE[:OPTION] ... or all (ARGS after -- go to each)"
+    )
     run.add_argument("suites", nargs="+", metavar="SUITE[:OPTION]")
     run.add_argument("--out", type=Path, default=RESULTS, help="the tables' folder")
     run.add_argument("--dry-run", action="store_true", help="print the commands only")
@@ -327,7 +329,8 @@ def main(target: str, suites: Sequence[Suite], argv: Sequence[str] | None = None
         return 1 if failed else 0
     os.environ.setdefault("FUSEC_COMMIT", commit(dirty="+dirty", missing="unknown"))
     rc = 0
-    for item in args.suites:
+    items = [s.name for s in suites] if args.suites == ["all"] else args.suites
+    for item in items:
         name, _, option = item.partition(":")
         if name not in by_name:
             parser.error(f"unknown suite {name!r}; `list` names them")
