@@ -64,13 +64,13 @@ static __device__ __forceinline__ int conv_depthwise_nhwc(const E& epi, u64 x, u
   using Out = typename C::Out;
   using T = DepthwiseNhwcTile<C>;
   constexpr int CV = C::CV;
-  float* wsm = (float*)smem;                         // [R*S][CB] f32
-  u16* xsm = (u16*)(wsm + T::W_FLOATS);              // [IH][IW][CB] 16-bit
+  float* wsm = (float*)smem;             // [R*S][CB] f32
+  u16* xsm = (u16*)(wsm + T::W_FLOATS);  // [IH][IW][CB] 16-bit
   const u16* xg = (const u16*)x;
   const u16* wg = (const u16*)w;
   const int tid = threadIdx.x;
-  const int lane = tid % T::LANES;                   // this thread's channels in the tile
-  const int strip = tid / T::LANES;                  // ... and its strip of pixels
+  const int lane = tid % T::LANES;   // this thread's channels in the tile
+  const int strip = tid / T::LANES;  // ... and its strip of pixels
   const int row = strip / (C::TQ / C::QT);
   const int col = (strip % (C::TQ / C::QT)) * C::QT;
   const long long tiles = (long long)C::NB * T::TILES_P * T::TILES_Q * T::TILES_C;
@@ -87,8 +87,8 @@ static __device__ __forceinline__ int conv_depthwise_nhwc(const E& epi, u64 x, u
     for (int i = tid; i < T::W_FLOATS; i += T::THREADS) {
       const int cl = i / (C::R * C::S), rs = i % (C::R * C::S);
       const int c = c0 + cl;
-      wsm[rs * C::CB + cl] = c < C::CH ? In::ld((const void*)wg, (long long)c * C::R * C::S + rs)
-                                       : 0.0f;
+      wsm[rs * C::CB + cl] =
+          c < C::CH ? In::ld((const void*)wg, (long long)c * C::R * C::S + rs) : 0.0f;
     }
     for (int i = tid; i < T::IH * T::IW * T::LANES; i += T::THREADS) {
       const int l = i % T::LANES, pixel = i / T::LANES;
@@ -115,7 +115,8 @@ static __device__ __forceinline__ int conv_depthwise_nhwc(const E& epi, u64 x, u
       }
 #pragma unroll
       for (int r = 0; r < C::R; ++r) {
-        const u16* src = xsm + ((row * C::SH + r * C::DH) * T::IW + col * C::SW) * C::CB + lane * CV;
+        const u16* src =
+            xsm + ((row * C::SH + r * C::DH) * T::IW + col * C::SW) * C::CB + lane * CV;
         float xr[T::XW][CV];
 #pragma unroll
         for (int k = 0; k < T::XW; ++k) {
