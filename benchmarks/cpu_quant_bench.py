@@ -36,7 +36,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from fusec.targets.cpu.threads import configure
@@ -47,6 +46,7 @@ import ml_dtypes  # noqa: E402
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
+from bench_common import alternate  # noqa: E402  (beside this script)
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import fusec  # noqa: E402
@@ -54,16 +54,11 @@ from fusec.dialect import numpy_ops  # noqa: E402
 
 
 def _timed(contenders: dict, samples: int, calls: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for fn in contenders.values():
-        fn()
-    for _ in range(samples):
-        for name, fn in contenders.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            times[name].append((time.perf_counter() - start) / calls * 1e6)
-    return times
+    """Each contender's samples in us per call: ``bench_common.alternate`` (the runners'
+    same-run timer: the contenders in turn, a sample the mean of ``calls`` calls), after
+    one untimed call of each."""
+    times = alternate(contenders, samples, calls, warmup=1)
+    return {name: [ms * 1e3 for ms in values] for name, values in times.items()}
 
 
 def _report(title: str, times: dict[str, list[float]]) -> None:
