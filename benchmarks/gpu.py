@@ -30,6 +30,8 @@ from runner import CUDA_COLUMNS, Suite, cuda_row  # noqa: E402
 def smoke_ops() -> runner.SmokeResult:
     import gpu_bench as b
 
+    # the pointwise and row-reduction rows (their IR builders); its conv and GEMM rows
+    # (fallback_cases) make their inputs with torch: the gemm and conv-attn smokes cover them
     cases = [
         ("relu(x*a+b)*c, scalar a b c", b.pointwise_ir(256, True)),
         ("relu(x*a+b)*c, tensor a b c", b.pointwise_ir(256, False)),
