@@ -13,8 +13,9 @@ headers, no GPU). The kernel headers must show:
 
 and the transformers' copy kernels, pinned (``COPIES``, issue 28): the head split and
 merge of every attention and the GQA head repeat are the flash kernel's strides, so what
-is left is named, and a new copy fails here (a fix that removes one lowers the pin). The
-CNNs' copies are listed in a failure's message, not counted against a model. Cases
+is left is named, and a new copy fails here (a fix that removes one lowers the pin); so
+are ConvNeXt's, whose blocks run channels-last (``conv-layout``'s channels-last step).
+The other CNNs' copies are listed in a failure's message, not counted against a model. Cases
 known to fall short are strict xfails with the reason the survey found (a fix fails
 here, to update the list). Needs torch, torchvision, transformers and onnxscript (skipped
 without them), not a GPU nor numba-cuda (code generation only); slow lane (an export
@@ -54,6 +55,12 @@ COPIES: dict[str, tuple[int, str]] = {
     ),
     "bert": (1, "the pooler's slice of the first token"),
     "gpt2": (0, "none: the fused QKV projection's slices and the head merge are strides"),
+    "convnext_tiny": (
+        2,
+        "the image into patches for the stem's patchify GEMM, and the head's global mean "
+        "[N, C, 1, 1] to [N, 1, 1, C] for its LayerNorm (48 in the full model before the "
+        "blocks ran channels-last)",
+    ),
     "llama": (
         0,
         "none: the head split of Q and K moves below RoPE to the flash kernel's strides "
