@@ -14,6 +14,11 @@ ort / fusec (above 1: fusec is faster).
                                                              [--only 8x8,4x4]
 
 ``--only`` keeps the rows whose label contains one of the comma-separated strings.
+``--model efficientnet_b0``: EfficientNet-B0's convolutions at 128x128 instead (issue 30),
+each as in the model: a 1x1 expansion + bias + SiLU (``Sigmoid``, ``Mul``), a 1x1
+projection + bias of its input scaled per channel by squeeze-excite (a second input
+``s`` and a ``Mul`` before the conv: in fusec a pointwise group of its own), a depthwise
+conv + bias + SiLU.
 """
 
 from __future__ import annotations
@@ -66,40 +71,92 @@ LAYERS = [
 ]
 
 
+#: EfficientNet-B0's convolutions at 128x128 but the stem and the squeeze-excite
+#: one-pixel ones: (channels, plane, kernels, kernel size, stride, count, form), form
+#: "silu" (conv + bias + SiLU), "se" (the input times a per-channel scale, conv + bias)
+#: or "dw" (depthwise conv + bias + SiLU).
+EFFICIENTNET_B0 = [
+    (32, 64, 32, 3, 1, 1, "dw"),
+    (32, 64, 16, 1, 1, 1, "se"),
+    (16, 64, 96, 1, 1, 1, "silu"),
+    (96, 64, 96, 3, 2, 1, "dw"),
+    (96, 32, 24, 1, 1, 1, "se"),
+    (24, 32, 144, 1, 1, 2, "silu"),
+    (144, 32, 144, 3, 1, 1, "dw"),
+    (144, 32, 24, 1, 1, 1, "se"),
+    (144, 32, 144, 5, 2, 1, "dw"),
+    (144, 16, 40, 1, 1, 1, "se"),
+    (40, 16, 240, 1, 1, 2, "silu"),
+    (240, 16, 240, 5, 1, 1, "dw"),
+    (240, 16, 40, 1, 1, 1, "se"),
+    (240, 16, 240, 3, 2, 1, "dw"),
+    (240, 8, 80, 1, 1, 1, "se"),
+    (80, 8, 480, 1, 1, 3, "silu"),
+    (480, 8, 80, 1, 1, 2, "se"),
+    (480, 8, 112, 1, 1, 1, "se"),
+    (112, 8, 672, 1, 1, 3, "silu"),
+    (672, 8, 112, 1, 1, 2, "se"),
+    (672, 8, 672, 5, 2, 1, "dw"),
+    (672, 4, 192, 1, 1, 1, "se"),
+    (192, 4, 1152, 1, 1, 4, "silu"),
+    (1152, 4, 192, 1, 1, 3, "se"),
+    (1152, 4, 320, 1, 1, 1, "se"),
+    (320, 4, 1280, 1, 1, 1, "silu"),
+]
+
+
 def label(c: int, hw: int, k: int, r: int, stride: int) -> str:
     return f"C{c} {hw}x{hw} K{k} {r}x{r}" + (f"/{stride}" if stride > 1 else "")
 
 
-def conv_model(n: int, c: int, hw: int, k: int, r: int, stride: int, seed: int):
-    """Conv + bias + Relu at batch ``n``: the model, an input, the output's shape."""
+def conv_model(
+    n: int, c: int, hw: int, k: int, r: int, stride: int, seed: int, form: str = "relu"
+) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Conv + bias + Relu at batch ``n`` (or an ``EFFICIENTNET_B0`` ``form``): the model
+    and its inputs by name."""
     rng = np.random.default_rng(seed)
     pad = r // 2
+    groups = c if form == "dw" else 1
     x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
-    w = (rng.standard_normal((k, c, r, r)) * (2.0 / (c * r * r)) ** 0.5).astype(np.float32)
+    fan = c // groups * r * r
+    w = (rng.standard_normal((k, c // groups, r, r)) * (2.0 / fan) ** 0.5).astype(np.float32)
     b = rng.standard_normal(k).astype(np.float32)
     oh = (hw + 2 * pad - r) // stride + 1
-    nodes = [
+    f32 = TensorProto.FLOAT
+    feeds, inputs, source = {"x": x}, [helper.make_tensor_value_info("x", f32, x.shape)], "x"
+    nodes = []
+    if form == "se":  # the input scaled per channel (squeeze-excite's sigmoid: 0..1)
+        feeds["s"] = rng.uniform(0.0, 1.0, (n, c, 1, 1)).astype(np.float32)
+        inputs.append(helper.make_tensor_value_info("s", f32, feeds["s"].shape))
+        nodes.append(helper.make_node("Mul", ["x", "s"], ["xs"]))
+        source = "xs"
+    conv_out = "y" if form == "se" else "c"
+    nodes.append(
         helper.make_node(
             "Conv",
-            ["x", "w", "b"],
-            ["c"],
+            [source, "w", "b"],
+            [conv_out],
             pads=[pad] * 4,
             kernel_shape=[r, r],
             strides=[stride, stride],
-        ),
-        helper.make_node("Relu", ["c"], ["y"]),
-    ]
-    f32 = TensorProto.FLOAT
+            group=groups,
+        )
+    )
+    if form == "relu":
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    elif form in ("silu", "dw"):
+        nodes.append(helper.make_node("Sigmoid", ["c"], ["g"]))
+        nodes.append(helper.make_node("Mul", ["c", "g"], ["y"]))
     graph = helper.make_graph(
         nodes,
         "g",
-        [helper.make_tensor_value_info("x", f32, x.shape)],
+        inputs,
         [helper.make_tensor_value_info("y", f32, (n, k, oh, oh))],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model)
-    return model, x
+    return model, feeds
 
 
 def alternate(calls: dict, rounds: int) -> dict[str, list[float]]:
@@ -114,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--only", help="comma-separated substrings of the labels to keep")
     parser.add_argument("--out", help="also write cpu-conv-layers.md/.json here (runner.Table)")
+    parser.add_argument("--model", choices=("resnet50", "efficientnet_b0"), default="resnet50")
     args = parser.parse_args(argv)
+    model_name = "ResNet-50" if args.model == "resnet50" else "EfficientNet-B0"
     rows = []
     import numba
 
@@ -124,27 +183,32 @@ def main(argv: list[str] | None = None) -> int:
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     keep = args.only.split(",") if args.only else None
     print(f"batch {args.batch}, {threads} thread(s), load {os.getloadavg()[0]:.2f}")
-    print("| conv + bias + relu | x | fusec ms | ort ms | ort / fusec (median, min) | rel L2 |")
+    what = "conv + bias + relu" if args.model == "resnet50" else "conv (form)"
+    print(f"| {what} | x | fusec ms | ort ms | ort / fusec (median, min) | rel L2 |")
     print("| --- | --- | --- | --- | --- | --- |")
     total = {"fusec": 0.0, "ort": 0.0}
-    for i, (c, hw, k, r, stride, count) in enumerate(LAYERS):
-        name = label(c, hw, k, r, stride)
+    layers = [(*layer, "relu") for layer in LAYERS]
+    if args.model == "efficientnet_b0":
+        layers = list(EFFICIENTNET_B0)
+    for i, (c, hw, k, r, stride, count, form) in enumerate(layers):
+        name = label(c, hw, k, r, stride) + ("" if form == "relu" else f" ({form})")
         if keep and not any(s in name for s in keep):
             continue
-        model, x = conv_model(args.batch, c, hw, k, r, stride, seed=i)
+        model, feeds = conv_model(args.batch, c, hw, k, r, stride, seed=i, form=form)
         session = onnxruntime.InferenceSession(
             model.SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
         compiled = fusec.compile(fusec.from_onnx(model), target="cpu")
-        want = session.run(None, {"x": x})[0]
-        got = np.asarray(compiled(x))
+        arrays = list(feeds.values())
+        want = session.run(None, feeds)[0]
+        got = np.asarray(compiled(*arrays))
         err = float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
         if not err < 1e-4:
             print(f"| {name} | FAIL rel L2 {err:.2e} |")
             continue
         calls = {
-            "fusec": lambda compiled=compiled, x=x: compiled(x),
-            "ort": lambda session=session, x=x: session.run(None, {"x": x}),
+            "fusec": lambda compiled=compiled, arrays=arrays: compiled(*arrays),
+            "ort": lambda session=session, feeds=feeds: session.run(None, feeds),
         }
         times = alternate(calls, args.rounds)
         med = {key: statistics.median(v) for key, v in times.items()}
@@ -169,14 +233,14 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
     print(
-        f"ResNet-50 convs (minima x count, the held-out chain not counted): fusec "
+        f"{model_name} convs (minima x count, the held-out chain not counted): fusec "
         f"{total['fusec']:.2f} ms, ort {total['ort']:.2f} ms"
     )
     if args.out and rows:
         from runner import write_table
 
         title = (
-            f"ResNet-50's convs + bias + relu, batch {args.batch}, {threads} thread(s): fusec cpu "
+            f"{model_name}'s convs ({what}), batch {args.batch}, {threads} thread(s): fusec cpu "
             f"vs onnxruntime, {args.rounds} alternated rounds (median and min ms)"
         )
         stem = write_table(args.out, "cpu-conv-layers", "cpu", list(rows[0]), rows, title)
