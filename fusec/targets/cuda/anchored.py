@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
@@ -26,10 +27,43 @@ from fusec.codegen.expr import (
 )
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.targets.cuda.common import Source, body_ops, kernel_name, pad, yielded
+from fusec.targets.cuda.common import (
+    Accepts,
+    Source,
+    body_ops,
+    kernel_name,
+    pad,
+    plan_accepts,
+    yielded,
+)
 
 #: Element types the kernels load and store (``fusec.targets.cuda.device``).
 FORMATS = ("f16", "bf16", "f32")
+
+
+class AnchorEmitter:
+    """What the pool and reduce kernel emitters start from: the group, the kernel's name,
+    the scalar builder and the ``Epilogue``, and the anchor's input: the group input it
+    reads (``array``, ``in<k>``), through a transposed view or not (``in_perm``, ``()``),
+    and its element type (``dtype``). ``emit()`` returns the module's source."""
+
+    def __init__(self, fused_op: ai.FusedOp, anchor: Operation, name: str) -> None:
+        self.fused_op, self.name = fused_op, name
+        self.gen = ExprGenerator()
+        self.epilogue = Epilogue(fused_op, anchor, self.gen)
+        view = input_view(fused_op, anchor.operands[0])
+        assert view is not None  # anchor_problem checked it
+        source, self.in_perm = view
+        self.array = f"in{fused_op.block.args.index(source)}"
+        self.dtype = spec_of(anchor.operands[0].type).dtype
+
+    def io_names(self) -> tuple[list[str], list[str]]:
+        """The launch's input and output parameter names (``in<k>``, ``out<k>``)."""
+        ins = [f"in{k}" for k in range(len(self.fused_op.inputs))]
+        return ins, [f"out{k}" for k in range(len(self.epilogue.results))]
+
+    def emit(self) -> str:
+        raise NotImplementedError
 
 
 def planned_kernel(
@@ -38,11 +72,11 @@ def planned_kernel(
     kind: str,
     problem: Callable[[ai.FusedOp], str | None],
     anchor_type: type[Operation],
-    emit: Callable[[Operation, str], str],
+    emitter: Callable[[ai.FusedOp, Any, str], AnchorEmitter],
 ) -> KernelSource:
-    """The ``kind`` kernel module of ``fused_op``: ``emit(anchor, name)`` of its one
-    ``anchor_type`` op; PyTorch's when ``problem`` (the template's plan) refuses the group
-    (the reason in the header)."""
+    """The ``kind`` kernel module of ``fused_op``: ``emitter(fused_op, anchor, name)``'s
+    source for its one ``anchor_type`` op; PyTorch's when ``problem`` (the template's
+    plan) refuses the group (the reason in the header)."""
     from fusec.targets.cuda import torch_fallback
 
     name = kernel_name(name)
@@ -50,9 +84,36 @@ def planned_kernel(
     if found is not None:
         return torch_fallback.generate(fused_op, name, reason=f"the {kind} kernel: {found}")
     (anchor,) = [op for op in body_ops(fused_op) if isinstance(op, anchor_type)]
-    source = emit(anchor, name)
+    source = emitter(fused_op, anchor, name).emit()
     inputs, outputs = io_specs(fused_op)
     return KernelSource(name, kind, "cuda", source, inputs, outputs, array_dtype=None)
+
+
+def planned_template(
+    kind: str,
+    anchor_type: type[Operation],
+    problem: Callable[[ai.FusedOp, Any], str | None],
+    emitter: Callable[[ai.FusedOp, Any, str], AnchorEmitter],
+) -> tuple[Callable[[ai.FusedOp], str | None], Accepts, Callable[[ai.FusedOp, str], KernelSource]]:
+    """A pool- or reduce-like template's ``plan_problem``, ``accepts`` and ``generate``.
+
+    ``plan_problem(fused_op)`` is the one acceptance rule: None when the ``kind`` kernel
+    serves the group (``anchor_problem``, then ``problem(fused_op, anchor)`` of its one
+    ``anchor_type`` op), else why not; fusion forms a group of several ops only where it
+    passes (``plan_accepts``: no group that code generation would hand to PyTorch), and
+    ``generate(fused_op, name)`` is ``planned_kernel`` of ``emitter``."""
+
+    def plan_problem(fused_op: ai.FusedOp) -> str | None:
+        found = anchor_problem(fused_op, (anchor_type,))
+        if found is not None:
+            return found
+        (anchor,) = [op for op in body_ops(fused_op) if isinstance(op, anchor_type)]
+        return problem(fused_op, anchor)
+
+    def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
+        return planned_kernel(fused_op, name, kind, plan_problem, anchor_type, emitter)
+
+    return plan_problem, plan_accepts(kind, f"the cuda {kind} kernel", plan_problem), generate
 
 
 def input_view(fused_op: ai.FusedOp, value: SSAValue) -> tuple[BlockArgument, tuple] | None:

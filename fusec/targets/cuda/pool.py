@@ -29,27 +29,20 @@ from __future__ import annotations
 
 import math
 
-from xdsl.ir import Operation
-
-from fusec.codegen import KernelSource
-from fusec.codegen.expr import ExprGenerator, header, literal, shape_of
+from fusec.codegen.expr import header, literal, shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import conv2d_padding
 from fusec.targets.cuda.anchored import (
-    Epilogue,
-    anchor_problem,
-    input_view,
+    AnchorEmitter,
     permuted_strides,
-    planned_kernel,
+    planned_template,
     stored_views,
 )
 from fusec.targets.cuda.common import (
     Source,
-    body_ops,
     grid_stride_launch,
     module_text,
-    plan_accepts,
     prelude,
     storage_signature,
 )
@@ -60,12 +53,9 @@ THREADS = 256
 BLOCKS_PER_SM = 16
 
 
-def plan_problem(fused_op: ai.FusedOp) -> str | None:
-    """None when the pool kernel serves ``fused_op``, else why it cannot."""
-    problem = anchor_problem(fused_op, (ai.Pool2DOp,))
-    if problem is not None:
-        return problem
-    (pool,) = [op for op in body_ops(fused_op) if isinstance(op, ai.Pool2DOp)]
+def _pool_problem(fused_op: ai.FusedOp, pool: ai.Pool2DOp) -> str | None:
+    """What the pool kernel needs of an anchored group (``planned_template``): None when
+    it serves ``fused_op``, else why it cannot."""
     if spec_of(pool.input.type).rank != 4:
         return "not a 4-D (NCHW) input"
     perms = {perm or (0, 1, 2, 3) for _, perm in stored_views(fused_op)}
@@ -74,34 +64,12 @@ def plan_problem(fused_op: ai.FusedOp) -> str | None:
     return None
 
 
-#: Fusion asks ``plan_problem`` of the group it would pack (one rule: fusion forms no
-#: group that code generation would hand to PyTorch).
-accepts = plan_accepts("pool", "the cuda pool kernel", plan_problem)
-
-
-def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
-    """The pool kernel module of ``fused_op``; PyTorch's when ``plan_problem`` refuses it
-    (the reason in the header)."""
-
-    def emit(pool: Operation, name: str) -> str:
-        assert isinstance(pool, ai.Pool2DOp)
-        return _Emitter(fused_op, pool, name).emit()
-
-    return planned_kernel(fused_op, name, "pool", plan_problem, ai.Pool2DOp, emit)
-
-
-class _Emitter:
+class _Emitter(AnchorEmitter):
     """The source of one pool kernel module."""
 
     def __init__(self, fused_op: ai.FusedOp, pool: ai.Pool2DOp, name: str) -> None:
-        self.fused_op, self.pool, self.name = fused_op, pool, name
-        self.gen = ExprGenerator()
-        self.epilogue = Epilogue(fused_op, pool, self.gen)
-        view = input_view(fused_op, pool.input)
-        assert view is not None  # plan_problem checked it
-        source, self.in_perm = view
-        self.array = f"in{fused_op.block.args.index(source)}"
-        self.dtype = spec_of(pool.input.type).dtype
+        super().__init__(fused_op, pool, name)
+        self.pool = pool
         self.is_max = pool.KIND == "max"
         _, _, self.h, self.w = shape_of(pool.input)
         self.out_shape = shape_of(pool.output)
@@ -220,8 +188,7 @@ class _Emitter:
             given = _layout_name(self.in_perm, (0, 3, 1, 2))  # the NHWC input viewed NCHW
             stored = _layout_name(self.out_perm, TO_CHANNELS_LAST)
             notes.append(f"input {given}, output {stored} (the transposes as addressing)")
-        ins = [f"in{k}" for k in range(len(self.fused_op.inputs))]
-        outs = [f"out{k}" for k in range(len(self.epilogue.results))]
+        ins, outs = self.io_names()
         return module_text(
             [
                 header(self.fused_op, notes=notes),
@@ -242,3 +209,8 @@ def _layout_name(perm: tuple, channels_last: tuple) -> str:
     if not perm or perm == (0, 1, 2, 3):
         return "NCHW"
     return "channels-last" if perm == channels_last else f"transposed {list(perm)}"
+
+
+#: The pool template's one plan, what fusion asks of a group, and its kernel module (or
+#: PyTorch's, with the reason, where ``plan_problem`` refuses the group).
+plan_problem, accepts, generate = planned_template("pool", ai.Pool2DOp, _pool_problem, _Emitter)

@@ -41,26 +41,19 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from xdsl.ir import Operation
-
-from fusec.codegen import KernelSource
-from fusec.codegen.expr import ExprGenerator, header, literal, shape_of
+from fusec.codegen.expr import header, literal, shape_of
 from fusec.dialect import ops as ai
-from fusec.dialect.ops import spec_of
 from fusec.targets.cuda.anchored import (
-    Epilogue,
-    anchor_problem,
+    AnchorEmitter,
     input_view,
-    planned_kernel,
+    planned_template,
     stored_views,
 )
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import (
     Source,
     block_tile_launch,
-    body_ops,
     module_text,
-    plan_accepts,
     prelude,
     storage_signature,
 )
@@ -82,14 +75,11 @@ PART_LANE = 64
 FINISH_THREADS = 256
 
 
-def plan_problem(fused_op: ai.FusedOp) -> str | None:
-    """None when the reduce kernel serves ``fused_op``, else why it cannot."""
-    problem = anchor_problem(fused_op, (ai.ReduceOp,))
-    if problem is not None:
-        return problem
+def _reduce_problem(fused_op: ai.FusedOp, red: ai.ReduceOp) -> str | None:
+    """What the reduce kernel needs of an anchored group (``planned_template``): None when
+    it serves ``fused_op``, else why it cannot."""
     if any(perm for _, perm in stored_views(fused_op)):
         return "a result stored transposed"
-    (red,) = [op for op in body_ops(fused_op) if isinstance(op, ai.ReduceOp)]
     source, perm = input_view(fused_op, red.operands[0]) or (None, ())
     if perm:
         shape, axes = shape_of(red.operands[0]), set(red.reduced_axes())
@@ -175,35 +165,13 @@ def make_plan(shape: tuple[int, ...], axes: set[int]) -> ReducePlan:
     return plan
 
 
-#: Fusion asks ``plan_problem`` of the group it would pack (one rule: fusion forms no
-#: group that code generation would hand to PyTorch).
-accepts = plan_accepts("reduce", "the cuda reduce kernel", plan_problem)
+class _Emitter(AnchorEmitter):
+    """The source of one reduce kernel module (``make_plan``'s blocks for its axes)."""
 
-
-def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
-    """The reduce kernel module of ``fused_op``; PyTorch's when ``plan_problem`` refuses it
-    (the reason in the header)."""
-
-    def emit(red: Operation, name: str) -> str:
-        assert isinstance(red, ai.ReduceOp)
-        plan = make_plan(*storage_axes(fused_op, red))
-        return _Emitter(fused_op, red, plan, name).emit()
-
-    return planned_kernel(fused_op, name, "reduce", plan_problem, ai.ReduceOp, emit)
-
-
-class _Emitter:
-    """The source of one reduce kernel module."""
-
-    def __init__(self, fused_op: ai.FusedOp, red: ai.ReduceOp, plan: ReducePlan, name: str):
-        self.fused_op, self.red, self.plan, self.name = fused_op, red, plan, name
-        self.gen = ExprGenerator()
-        self.epilogue = Epilogue(fused_op, red, self.gen)
-        view = input_view(fused_op, red.operands[0])
-        assert view is not None
-        self.array = f"in{fused_op.block.args.index(view[0])}"
-        self.transposed = bool(view[1])
-        self.dtype = spec_of(red.operands[0].type).dtype
+    def __init__(self, fused_op: ai.FusedOp, red: ai.ReduceOp, name: str) -> None:
+        super().__init__(fused_op, red, name)
+        self.red, self.plan = red, make_plan(*storage_axes(fused_op, red))
+        self.transposed = bool(self.in_perm)
         self.helpers: set[str] = {f"ld_{self.dtype}"}
         #: the partials' type: float64 for a sum or mean of values that reach float32's
         #: largest (f32, bf16), whose float32 sum overflows where the mean is finite
@@ -350,8 +318,7 @@ class _Emitter:
                 "stream, then one thread per output combines them in order and runs the "
                 "epilogue"
             )
-        ins = [f"in{k}" for k in range(len(self.fused_op.inputs))]
-        outs = [f"out{k}" for k in range(len(self.epilogue.results))]
+        ins, outs = self.io_names()
         constants = [
             ("O", p.outer),
             ("I", p.inner),
@@ -434,3 +401,8 @@ def split_launch(
         f"KERNELS = [({name}_part, PART_SIGNATURE), ({name}, SIGNATURE)]",
         "",
     ]
+
+
+#: The reduce template's one plan, what fusion asks of a group, and its kernel module (or
+#: PyTorch's, with the reason, where ``plan_problem`` refuses the group).
+plan_problem, accepts, generate = planned_template("reduce", ai.ReduceOp, _reduce_problem, _Emitter)
