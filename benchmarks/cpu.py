@@ -144,10 +144,16 @@ def smoke_call_overhead() -> runner.SmokeResult:
 def smoke_conv_layers() -> runner.SmokeResult:
     import cpu_conv_layers as b
 
+    # each form of conv the script times (ResNet-50's conv + bias + relu at a stride of 1
+    # and 2, EfficientNet-B0's depthwise, squeeze-excite-scaled and SiLU ones), small
     rows = []
-    for c, hw, k, r, stride in ((8, 8, 16, 3, 1), (8, 8, 16, 1, 2), (4, 9, 8, 3, 2)):
-        model, x = b.conv_model(1, c, hw, k, r, stride, seed=0)
-        rows.append(onnx_row(b.label(c, hw, k, r, stride), model, [x]))
+    shapes = [(8, 8, 16, 3, 1, "relu"), (8, 8, 16, 1, 2, "relu"), (4, 9, 8, 3, 2, "relu")]
+    shapes += [(8, 8, 8, 3, 1, "dw"), (8, 8, 8, 5, 2, "dw"), (8, 8, 4, 1, 1, "se")]
+    shapes += [(4, 8, 8, 1, 1, "silu")]
+    for c, hw, k, r, stride, form in shapes:
+        model, feeds = b.conv_model(1, c, hw, k, r, stride, seed=0, form=form)
+        name = f"{b.label(c, hw, k, r, stride)} {form}"
+        rows.append(onnx_row(name, model, list(feeds.values())))
     return REFERENCE_COLUMNS, rows
 
 

@@ -53,6 +53,12 @@ Shared timing lives in ``bench_common``: ``best_ms`` (min of N rounds of K calls
 ``alternate`` (the contenders' rounds interleaved, for same-run baselines); the GPU scripts
 share ``stream_timing`` (CUDA events against the wall clock).
 
+An A/B of two trees is an option of ``run``: ``--against REV [--pairs N]`` runs each suite
+(one that writes its table under ``--out``) with git revision ``REV``'s ``fusec/`` exported
+first on ``PYTHONPATH`` and with this tree, alternating, ``N`` times each, the tables in
+``<out>/ab-<rev>-<i>`` and ``<out>/ab-tree-<i>`` (each naming its commit): the benchmark code
+is this tree's on both sides, only the compiler differs.
+
 The device machines run one script, ``benchmarks/device.sh STAGE ...`` (its stages are the
 former per-question shell scripts, whose names stay as one-line aliases).
 """
@@ -66,6 +72,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -297,6 +304,13 @@ def main(target: str, suites: Sequence[Suite], argv: Sequence[str] | None = None
     run.add_argument("suites", nargs="+", metavar="SUITE[:OPTION]")
     run.add_argument("--out", type=Path, default=RESULTS, help="the tables' folder")
     run.add_argument("--dry-run", action="store_true", help="print the commands only")
+    run.add_argument(
+        "--against",
+        metavar="REV",
+        help="A/B of two trees: each suite also runs with git revision REV's fusec/ first on "
+        "PYTHONPATH, the two sides alternating (REV first), tables in <out>/ab-<side>-<pair>",
+    )
+    run.add_argument("--pairs", type=int, default=1, help="--against: runs of each side")
     smk = sub.add_parser("smoke", help="the suites' smoke runs (all when none is named)")
     smk.add_argument("suites", nargs="*", metavar="SUITE")
     smk.add_argument("--out", type=Path, help="the tables' folder (default: a temporary one)")
@@ -328,27 +342,94 @@ def main(target: str, suites: Sequence[Suite], argv: Sequence[str] | None = None
             print(f"{name:18} {seconds:6.2f} s  {stem}.md  {status}", flush=True)
         return 1 if failed else 0
     os.environ.setdefault("FUSEC_COMMIT", commit(dirty="+dirty", missing="unknown"))
-    rc = 0
     items = [s.name for s in suites] if args.suites == ["all"] else args.suites
+    chosen: list[tuple[Suite, str | None]] = []
     for item in items:
         name, _, option = item.partition(":")
         if name not in by_name:
             parser.error(f"unknown suite {name!r}; `list` names them")
-        suite = by_name[name]
-        command = suite.command(option or None, args.out, extra)
-        shown = [os.path.relpath(command[1], ROOT), *command[2:]]
-        print("$ python " + " ".join(shlex.quote(c) for c in shown), flush=True)
-        if args.dry_run:
-            continue
-        lacking = missing_modules(suite)
-        if lacking:
-            print(f"{name}: skipped, needs {', '.join(lacking)}", flush=True)
-            rc = rc or 2
-            continue
-        env = os.environ | suite.env.get(option or "", {})
-        done = subprocess.run(command, cwd=ROOT, env=env, check=False)
-        rc = rc or done.returncode
+        chosen.append((by_name[name], option or None))
+    sides: list[tuple[str, dict[str, str]]] = [("", {})]
+    if args.against:
+        for suite, option in chosen:
+            if not any("{out}" in a for a in suite.options.get(option or "", suite.args)):
+                parser.error(f"{suite.name} writes no table under --out: it cannot be A/Bed")
+        rev = _git_short(args.against)
+        base = export_fusec(rev, dry_run=args.dry_run)
+        path = (
+            f"{base}{os.pathsep}{os.environ['PYTHONPATH']}"
+            if "PYTHONPATH" in os.environ
+            else str(base)
+        )
+        sides = [
+            (f"ab-{rev}", {"PYTHONPATH": path, "FUSEC_COMMIT": rev}),
+            ("ab-tree", {}),
+        ]
+    try:
+        return _run(chosen, sides, args, extra)
+    finally:
+        if args.against and not args.dry_run:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _run(
+    chosen: list[tuple[Suite, str | None]],
+    sides: list[tuple[str, dict[str, str]]],
+    args: argparse.Namespace,
+    extra: list[str],
+) -> int:
+    """Each chosen suite's full run, once or (an A/B) ``args.pairs`` times per side; the
+    first non-zero exit status."""
+    rc = 0
+    for suite, option in chosen:
+        for pair in range(max(args.pairs, 1) if args.against else 1):
+            for side, side_env in sides:
+                out = args.out / f"{side}-{pair + 1}" if side else args.out
+                command = suite.command(option, out, extra)
+                shown = [os.path.relpath(command[1], ROOT), *command[2:]]
+                prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in side_env.items())
+                print(f"$ {prefix}python " + " ".join(shlex.quote(c) for c in shown), flush=True)
+                if args.dry_run:
+                    continue
+                lacking = missing_modules(suite)
+                if lacking:
+                    print(f"{suite.name}: skipped, needs {', '.join(lacking)}", flush=True)
+                    rc = rc or 2
+                    continue
+                env = os.environ | suite.env.get(option or "", {}) | side_env
+                out.mkdir(parents=True, exist_ok=True)
+                done = subprocess.run(command, cwd=ROOT, env=env, check=False)
+                rc = rc or done.returncode
     return rc
+
+
+def _git_short(rev: str) -> str:
+    """``rev`` as git's short hash (a name for folders and tables); an error when unknown."""
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "--verify", f"{rev}^{{commit}}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode:
+        raise SystemExit(f"--against {rev}: not a commit here ({done.stderr.strip()})")
+    return done.stdout.strip()
+
+
+def export_fusec(rev: str, dry_run: bool = False) -> Path:
+    """``fusec/`` of git revision ``rev`` exported to a temporary folder (the folder to put
+    first on PYTHONPATH: the benchmark scripts stay this tree's, the compiler is ``rev``'s)."""
+    if dry_run:
+        return Path(tempfile.gettempdir()) / f"fusec-{rev}-export"
+    folder = Path(tempfile.mkdtemp(prefix=f"fusec-{rev}-"))
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", rev, "fusec"], cwd=ROOT, capture_output=True, check=False
+    )
+    if archive.returncode:
+        raise SystemExit(f"git archive {rev} fusec failed: {archive.stderr.decode()[-300:]}")
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    return folder
 
 
 # -- helpers the suites' smokes share -------------------------------------------------------
@@ -363,7 +444,7 @@ def rel_l2(got: Any, want: Any) -> float:
     w = np.asarray(want, dtype=np.float64)
     if g.shape != w.shape or not (np.isfinite(g).all() and np.isfinite(w).all()):
         return float("inf")
-    return float(np.linalg.norm(g - w) / max(np.linalg.norm(w), 1e-30))
+    return float(np.linalg.norm(g - w)) / max(float(np.linalg.norm(w)), 1e-30)
 
 
 def ir_inputs(text: str, seed: int = 0) -> list[Any]:

@@ -264,3 +264,65 @@ def test_a_full_run_writes_the_results_format(tmp_path: Path) -> None:
     data = json.loads(Path(f"{stem}.json").read_text())
     assert data["mode"] == "full" and [r["ops"] for r in data["rows"]] == [10, 30]
     assert all(r["kernels"] >= 1 for r in data["rows"])
+
+
+def test_an_ab_of_two_trees_alternates_the_sides(tmp_path: Path) -> None:
+    """--against REV: REV's fusec/ first on PYTHONPATH, then this tree, --pairs times, each
+    side's tables in a folder of its own; a suite writing no table under --out is refused."""
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    if not rev:
+        pytest.skip("not a git checkout")
+    command = [sys.executable, str(BENCHMARKS / "cpu.py"), "run", "trace-overhead"]
+    command += ["--against", "HEAD", "--pairs", "2", "--dry-run", "--out", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 4
+    assert all(f"FUSEC_COMMIT={rev}" in line for line in lines[::2])
+    assert all("PYTHONPATH" not in line for line in lines[1::2])
+    for line, side in zip(
+        lines, ("ab-" + rev + "-1", "ab-tree-1", "ab-" + rev + "-2", "ab-tree-2"), strict=True
+    ):
+        assert str(tmp_path / side / "trace-overhead.json") in line
+    refused = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "cpu.py"),
+            "run",
+            "ops",
+            "--against",
+            "HEAD",
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "cannot be A/Bed" in refused.stderr
+
+
+@pytest.mark.slow
+def test_an_ab_runs_the_exported_compiler(tmp_path: Path) -> None:
+    """The base side imports the exported fusec/ (not this tree's), the tree side this one:
+    both write their tables."""
+    command = [sys.executable, str(BENCHMARKS / "cpu.py"), "run", "trace-overhead"]
+    command += [
+        "--against",
+        "HEAD",
+        "--out",
+        str(tmp_path),
+        "--",
+        "--calls",
+        "20",
+        "--repeats",
+        "1",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    written = sorted(p.parent.name for p in tmp_path.glob("*/trace-overhead.json"))
+    assert len(written) == 2 and written[1] == "ab-tree-1"
+    for path in tmp_path.glob("*/trace-overhead.json"):
+        assert json.loads(path.read_text())["target"] == "cpu"
