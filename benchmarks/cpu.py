@@ -374,10 +374,13 @@ SUITES: list[Suite] = [
     Suite(
         "conv-layers",
         "cpu_conv_layers.py",
-        "ResNet-50's dense convs one by one vs onnxruntime, alternated",
+        "ResNet-50's dense convs (or EfficientNet-B0's) one by one vs onnxruntime, alternated",
         smoke_conv_layers,
         args=("--rounds", "21", "--out", "{out}"),
         table="cpu-conv-layers",
+        options={
+            "efficientnet": ("--rounds", "21", "--out", "{out}", "--model", "efficientnet_b0")
+        },
         requires=("onnxruntime",),
     ),
     Suite(

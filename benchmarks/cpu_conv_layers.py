@@ -170,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--only", help="comma-separated substrings of the labels to keep")
-    parser.add_argument("--out", help="also write cpu-conv-layers.md/.json here (runner.Table)")
+    parser.add_argument(
+        "--out", help="also write cpu-conv-layers[-efficientnet].md/.json here (runner.Table)"
+    )
     parser.add_argument("--model", choices=("resnet50", "efficientnet_b0"), default="resnet50")
     args = parser.parse_args(argv)
     model_name = "ResNet-50" if args.model == "resnet50" else "EfficientNet-B0"
@@ -243,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{model_name}'s convs ({what}), batch {args.batch}, {threads} thread(s): fusec cpu "
             f"vs onnxruntime, {args.rounds} alternated rounds (median and min ms)"
         )
-        stem = write_table(args.out, "cpu-conv-layers", "cpu", list(rows[0]), rows, title)
+        name = "cpu-conv-layers" + ("" if args.model == "resnet50" else "-efficientnet")
+        stem = write_table(args.out, name, "cpu", list(rows[0]), rows, title)
         print(f"wrote {stem}.md and {stem}.json")
     return 0
 
