@@ -145,7 +145,7 @@ def test_f32_stage_is_left_as_it_is() -> None:
     )
 
 
-@pytest.mark.parametrize("t", ["f16", "bf16"])
+@pytest.mark.parametrize("t", ["f16", pytest.param("bf16", marks=pytest.mark.slow)])
 def test_ir_after_the_pipeline_computes_the_graph(t: str) -> None:
     """The relaid IR (views, NHWC groups, relaid constants) through the reference: equal
     to the source graph in float64, and close when rounded where the kernels round."""
@@ -305,6 +305,37 @@ def test_mobilenet_depthwise_between_implicit_gemm_convs_runs_nhwc(monkeypatch) 
     assert _kinds(before.module).count("copy") == copies + 1
     source = fusec.parse(text)
     args = random_inputs(entry_function(source), seed=4)
+    (expected,) = run_reference(source, args)
+    (got,) = run_reference(compiled.module, args)
+    np.testing.assert_array_equal(got, expected)
+
+
+def squeeze_excite_head(n: int = 2, c: int = 32, hw: int = 8, t: str = "f16") -> str:
+    """A 1x1 conv, the global mean, a 1x1 conv on the pooled [N, C, 1, 1] value and the
+    graph's own permute of its result: every NCHW <-> NHWC conversion of a pooled value
+    (or of 1x1 weights) keeps the elements' order."""
+    x, w, pooled = _t((n, c, hw, hw), t), _t((c, c, 1, 1), t), _t((n, c, 1, 1), t)
+    return f"""func.func @se(%x: {x}, %a: {w}, %b: {w}) -> {_t((n, 1, 1, c), t)} {{
+  %0 = ai.conv2d %x, %a : {x} * {w}
+  %1 = ai.reduce_mean %0 {{axes = array<i64: 2, 3>, keepdims = true}} : {x}
+  %2 = ai.conv2d %1, %b : {pooled} * {w}
+  %3 = ai.transpose %2 {{perm = array<i64: 0, 2, 3, 1>}} : {pooled}
+  return %3 : {_t((n, 1, 1, c), t)}
+}}
+"""
+
+
+def test_order_keeping_conversions_are_views() -> None:
+    """Of the six conversions (the input, two 1x1 weights, the pooled value, the second
+    conv's result and the graph's permute of it cancel) only the image's is a copy kernel:
+    the pooled value's and the 1x1 weights' are views (no kernel, an alias)."""
+    text = squeeze_excite_head()
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    kinds = _kinds(compiled.module)
+    assert kinds.count("copy") == 1 and kinds.count("view") == 3
+    assert [k.kind for k in compiled.kernels].count("copy") == 1
+    source = fusec.parse(text)
+    args = random_inputs(entry_function(source), seed=6)
     (expected,) = run_reference(source, args)
     (got,) = run_reference(compiled.module, args)
     np.testing.assert_array_equal(got, expected)

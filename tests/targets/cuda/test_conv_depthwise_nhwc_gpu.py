@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 from numerics import assert_close
-from test_conv_depthwise_nhwc import _t, convnext_stage, mobilenet_block
+from test_conv_depthwise_nhwc import _t, convnext_stage, mobilenet_block, squeeze_excite_head
 
 pytestmark = pytest.mark.gpu
 
@@ -98,3 +98,9 @@ def test_nhwc_depthwise_group_matches_reference(name: str) -> None:
 def test_mobilenet_block_depthwise_nhwc_matches_reference(t: str) -> None:
     """A depthwise conv with a ReLU epilogue between two implicit-GEMM 1x1 convs, relaid."""
     _run(mobilenet_block(64, 28, t=t, n=2), f"mobilenet block {t}", 1)
+
+
+@pytest.mark.parametrize("t", ["f16", "bf16"])
+def test_order_keeping_conversions_as_views_match_reference(t: str) -> None:
+    """The pooled value's and the 1x1 weights' conversions are views (aliases) on the GPU."""
+    _run(squeeze_excite_head(4, 64, 14, t=t), f"squeeze-excite head {t}", 0)

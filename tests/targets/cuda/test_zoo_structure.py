@@ -56,10 +56,10 @@ COPIES: dict[str, tuple[int, str]] = {
     "bert": (1, "the pooler's slice of the first token"),
     "gpt2": (0, "none: the fused QKV projection's slices and the head merge are strides"),
     "convnext_tiny": (
-        2,
-        "the image into patches for the stem's patchify GEMM, and the head's global mean "
-        "[N, C, 1, 1] to [N, 1, 1, C] for its LayerNorm (48 in the full model before the "
-        "blocks ran channels-last)",
+        1,
+        "the image into patches for the stem's patchify GEMM (48 in the full model before "
+        "the blocks ran channels-last; the head's permute of the pooled [N, C, 1, 1] is a "
+        "view)",
     ),
     "llama": (
         0,

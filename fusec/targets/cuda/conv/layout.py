@@ -47,7 +47,9 @@ pass, run after fusion in the cuda pipeline, makes that choice explicit in the I
   new ``arith.constant`` (constant weights are relaid at compile time);
 * each conversion left is a ``ai.fused "copy"`` group of its own (the cuda copy
   template runs it as the channels-last transpose kernel): the graph's NCHW inputs
-  and graph-input weights, converted once per call however many convs read them.
+  and graph-input weights, converted once per call however many convs read them;
+  one that moves only dimensions of size 1 (``[N, C, 1, 1]``, the model's own permute of
+  a pooled value too) keeps the elements' order and becomes a ``"view"`` group.
 
 Function arguments and results keep their NCHW types. Everything the pass writes
 is ordinary ``ai`` IR, so the reference executor runs it as it is.
@@ -168,6 +170,8 @@ class ConvLayoutPass(ModulePass):
                 for transpose in list(function.body.block.ops):
                     if isinstance(transpose, ai.TransposeOp):
                         _outline_copy(transpose)
+                for group in list(function.body.block.ops):
+                    _copy_as_view(group)
 
 
 def _stores_nhwc(op: Operation) -> bool:
@@ -459,6 +463,32 @@ class FoldConstantTranspose(RewritePattern):
             return
         value = constant_value(source).transpose(op.attr("perm"))
         rewriter.replace(op, dense_constant(value, spec_of(op.output.type).dtype))
+
+
+def _keeps_order(perm: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Transposing ``shape`` by ``perm`` moves only dimensions of size 1: the elements stay
+    in the same row-major order (``[N, C, 1, 1]`` to ``[N, 1, 1, C]``)."""
+    moved = [axis for axis in perm if shape[axis] != 1]
+    return moved == sorted(moved)
+
+
+def _copy_as_view(group: Operation) -> None:
+    """A ``"copy"`` group of one NCHW <-> NHWC transpose that keeps the elements' order (a
+    pooled ``[N, C, 1, 1]`` value, a squeeze-excite scale) becomes a ``"view"`` group, a
+    reshape: no kernel, the runtime aliases the buffer."""
+    perm = _copy_transpose(group)
+    if perm is None:
+        return
+    assert isinstance(group, ai.FusedOp)
+    shape = tuple(spec_of(group.inputs[0].type).shape)
+    if not _keeps_order(perm, shape):
+        return
+    block = Block(arg_types=[group.inputs[0].type])
+    out_shape = tuple(spec_of(group.results[0].type).shape)
+    inner = ai.ReshapeOp(block.args[0], shape=out_shape)
+    block.add_ops([inner, ai.YieldOp(inner.output)])
+    view = ai.FusedOp("view", [group.inputs[0]], [group.results[0].type], Region(block))
+    Rewriter.replace_op(group, view)
 
 
 def _outline_copy(transpose: ai.TransposeOp) -> None:
