@@ -654,8 +654,12 @@ class DepthwiseTile:
         return ih, iw
 
     def smem_bytes(self, geo: ConvGeometry) -> int:
+        """The f32 weights and the 16-bit input window, its rows padded so that the strips
+        of a warp read disjoint banks (``XPITCH`` of ``conv_depthwise_nhwc.cuh``)."""
         ih, iw = self.window(geo)
-        return geo.r * geo.s * self.cb * 4 + ih * iw * self.cb * 2
+        lanes = self.cb // self.cv
+        pad = 2 * ((lanes % 32 - (iw * lanes) % 32 + 32) % 32) if self.cv == 2 else 0
+        return geo.r * geo.s * self.cb * 4 + ih * (iw * self.cb + pad) * 2
 
     def tiles(self, geo: ConvGeometry) -> int:
         return geo.n * cdiv(geo.p, self.tp) * cdiv(geo.q, self.tq) * cdiv(geo.c, self.cb)
@@ -745,6 +749,7 @@ def _direct_config(spec: DirectConvSpec) -> str:
     if tile is not None:
         values = [f"CH = {spec.geo.c}", f"TP = {tile.tp}", f"TQ = {tile.tq}"]
         values += [f"QT = {tile.qt}", f"CB = {tile.cb}", f"CV = {tile.cv}"]
+        values.append(f"SMEM = {tile.smem_bytes(spec.geo)}")
         extra = f"""  enum : int {{
 {enumerators(values)}
   }};

@@ -21,7 +21,9 @@
 //   E: the epilogue functor, `operator()(acc, n, k, p, q, idx)`: the value stored for
 //      output element (n, k, p, q), idx its flat NCHW index (what the epilogue's inputs of
 //      the NCHW output's shape are read at).
-// The kernel takes (C::THREADS) threads a block and C::SMEM_BYTES of dynamic shared memory.
+// The kernel takes T::THREADS threads a block and T::SMEM_BYTES of dynamic shared memory (the
+// Config's SMEM, which the template computes alike: a static_assert checks it). A window
+// row is padded so that the strips of one warp (LANES < 32 words each) read disjoint banks.
 #pragma once
 
 #include "fusec/common.cuh"
@@ -41,12 +43,15 @@ struct DepthwiseNhwcTile {
     TILES_Q = (C::Q + C::TQ - 1) / C::TQ,
     TILES_C = (C::CH + C::CB - 1) / C::CB,
     W_FLOATS = C::R * C::S * C::CB,
-    SMEM_BYTES = W_FLOATS * 4 + IH * IW * C::CB * 2,
+    // 16-bit elements a window row, padded to LANES words modulo the 32 banks (CV = 2)
+    XPITCH = IW * C::CB + (C::CV == 2 ? 2 * ((LANES % 32 - (IW * LANES) % 32 + 32) % 32) : 0),
+    SMEM_BYTES = W_FLOATS * 4 + IH * XPITCH * 2,
   };
   static_assert(C::CV == 1 || C::CV == 2, "CV is 1 or 2 channels a thread");
   static_assert(C::CV == 1 || (C::CH % 2 == 0 && C::CB % 2 == 0), "CV = 2 needs even CH, CB");
   static_assert(C::TQ % C::QT == 0, "QT divides TQ");
   static_assert(C::CB % C::CV == 0, "CV divides CB");
+  static_assert(SMEM_BYTES == C::SMEM, "the template's shared memory size");
 };
 
 // The CV 16-bit values at element i of a global array (CV = 2: one aligned 32-bit load, i
@@ -99,9 +104,9 @@ static __device__ __forceinline__ int conv_depthwise_nhwc(const E& epi, u64 x, u
         v = fs_dw_ld<CV>(xg, (((long long)n * C::H + ih) * C::W + iw) * C::CH + c);
       }
       if (CV == 2) {
-        *(u32*)(xsm + pixel * C::CB + l * 2) = v;
+        *(u32*)(xsm + (pixel / T::IW) * T::XPITCH + (pixel % T::IW) * C::CB + l * 2) = v;
       } else {
-        xsm[pixel * C::CB + l] = (u16)v;
+        xsm[(pixel / T::IW) * T::XPITCH + (pixel % T::IW) * C::CB + l] = (u16)v;
       }
     }
     __syncthreads();
@@ -116,7 +121,7 @@ static __device__ __forceinline__ int conv_depthwise_nhwc(const E& epi, u64 x, u
 #pragma unroll
       for (int r = 0; r < C::R; ++r) {
         const u16* src =
-            xsm + ((row * C::SH + r * C::DH) * T::IW + col * C::SW) * C::CB + lane * CV;
+            xsm + (row * C::SH + r * C::DH) * T::XPITCH + col * C::SW * C::CB + lane * CV;
         float xr[T::XW][CV];
 #pragma unroll
         for (int k = 0; k < T::XW; ++k) {
