@@ -36,7 +36,9 @@ zoo names mix (``--models resnet50,branchy``). Every case runs in this process, 
 another; a case that fails is a row with its error, and the rest go on. Writes
 ``torch-backend.md`` and ``.json`` (``torch-backend-<suffix>`` with ``--suffix``);
 ``--merge`` keeps the rows of that ``.json`` whose model, dtype and batch this run does
-not make, so one table can be filled by several device calls.
+not make, so one table can be filled by several device calls. The table is written after
+every row (a run killed at a device call's limit leaves the rows it made); past
+``--budget`` seconds no case starts and no baseline is compiled (the row says so).
 """
 
 from __future__ import annotations
@@ -139,8 +141,17 @@ def run_case(name: str, dtype_name: str, batch: int, args: argparse.Namespace) -
         row["remark"] = stats["remarks"][0] if stats["remarks"] else ""
         row["verdict"] = zoo.verdict(row["fusec_err"], row["eager_err"], row["fusec_nonfinite"])
         for key, mode in baseline_modes(args, batch):
+            if over_budget(args):  # fusec's numbers first: a baseline is what gives way
+                row[f"{key}_error"] = "not run: over --budget"
+                continue
             row.update(inductor_timing(torch_, low, x, mode, key, timer, args.target))
     return row
+
+
+def over_budget(args: argparse.Namespace) -> bool:
+    """Whether ``--budget`` seconds have passed since the run started (``args.start``)."""
+    start = getattr(args, "start", None)
+    return args.budget is not None and start is not None and time.monotonic() - start > args.budget
 
 
 def baseline_modes(args: argparse.Namespace, batch: int) -> list[tuple[str, str]]:
@@ -233,7 +244,11 @@ def row_key(row: dict) -> tuple[str, str, int]:
 
 def merged_rows(old: Sequence[dict], new: Sequence[dict]) -> list[dict]:
     """``old``'s rows that ``new`` does not remake, then ``new``'s, in the zoo's order
-    (model as the zoo lists it, dtype, batch)."""
+    (model as the zoo lists it, dtype, batch). A new row that was not run (over the
+    budget) does not replace an old one."""
+    skipped = {row_key(r) for r in new if str(r.get("error", "")).startswith("not run")}
+    kept = {row_key(r) for r in old} & skipped
+    new = [r for r in new if row_key(r) not in kept]
     made = {row_key(r) for r in new}
     rows = [r for r in old if row_key(r) not in made] + list(new)
     order = {name: k for k, name in enumerate((*zoo.ZOO, *TINY))}
@@ -259,7 +274,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['dtype']} | {r['batch']} | failed: {r['error']} |")
+            error = str(r["error"])
+            error = error if error.startswith("not run") else f"failed: {error}"
+            lines.append(f"| {r['model']} | {r['dtype']} | {r['batch']} | {error} |")
             continue
         lines.append(
             f"| {r['model']} | {r['dtype']} | {r['batch']} | {zoo._f(r['fusec_ms'])} "
@@ -279,8 +296,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 def _baseline(row: dict, key: str) -> str:
     """A baseline's median ms, 'failed' (its error in the note) or '-' (not run)."""
-    if row.get(f"{key}_error"):
-        return "failed"
+    error = row.get(f"{key}_error")
+    if error:
+        return "not run" if error.startswith("not run") else "failed"
     return zoo._f(row.get(f"{key}_ms"))
 
 
@@ -336,49 +354,67 @@ def main(argv: Sequence[str] | None = None) -> int:
         meta["onnx_table"] = args.onnx_table
     if args.target == "cuda":
         meta["device"] = torch.cuda.get_device_name()
-    rows = []
-    start = time.monotonic()
+    stem, old = open_table(Path(args.out), args.suffix, meta, args.merge)
+    rows: list[dict] = []
+    args.start = time.monotonic()
     for name, dtype, batch in cases:
-        if args.budget is not None and time.monotonic() - start > args.budget:
-            rows.append(
-                {"model": name, "dtype": dtype, "batch": batch, "error": "not run: over --budget"}
-            )
-            continue
-        try:
-            row = run_case(name, dtype, batch, args)
-            row["onnx_path_ms"] = onnx_times.get((name, dtype, batch))
-        except Exception as err:  # one broken case must not stop the table
-            traceback.print_exc()
-            row = {
-                "model": name,
-                "dtype": dtype,
-                "batch": batch,
-                "error": zoo.short(f"{type(err).__name__}: {err}"),
-            }
+        if over_budget(args):
+            row = {"model": name, "dtype": dtype, "batch": batch}
+            row["error"] = "not run: over --budget"
+        else:
+            row = run_row(name, dtype, batch, args, onnx_times)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    stem = write_table(Path(args.out), args.suffix, rows, meta, args.merge)
+        write_table(stem, old, rows, meta)  # after every row: a killed run leaves a table
     print(f"wrote {stem}.md")
     return 0
 
 
-def write_table(out: Path, suffix: str, rows: list[dict], meta: dict, merge: bool) -> Path:
-    """Write ``torch-backend[-suffix].json`` and ``.md``; with ``merge``, the rows of the
-    existing ``.json`` that ``rows`` do not remake stay (a file of another target or
-    size is refused)."""
+def run_row(
+    name: str,
+    dtype: str,
+    batch: int,
+    args: argparse.Namespace,
+    onnx_times: dict[tuple[str, str, int], float],
+) -> dict[str, Any]:
+    """One case's row, or its error: one broken case must not stop the table."""
+    try:
+        row = run_case(name, dtype, batch, args)
+    except Exception as err:  # noqa: BLE001 - reported in the row
+        traceback.print_exc()
+        return {
+            "model": name,
+            "dtype": dtype,
+            "batch": batch,
+            "error": zoo.short(f"{type(err).__name__}: {err}"),
+        }
+    row["onnx_path_ms"] = onnx_times.get((name, dtype, batch))
+    return row
+
+
+def open_table(out: Path, suffix: str, meta: dict, merge: bool) -> tuple[Path, list[dict]]:
+    """The stem of ``torch-backend[-suffix]`` and, with ``merge``, the rows its ``.json``
+    holds (a file of another target or size is refused; its date joins ``meta``'s
+    ``merged``); without, none: the run's rows replace the table."""
     out.mkdir(parents=True, exist_ok=True)
     stem = out / ("torch-backend" + (f"-{suffix}" if suffix else ""))
     path = stem.with_suffix(".json")
-    if merge and path.exists():
-        old = json.loads(path.read_text())
-        theirs = (old["meta"].get("target"), bool(old["meta"].get("smoke", False)))
-        if theirs != (meta.get("target"), bool(meta.get("smoke", False))):
-            raise SystemExit(f"{path} holds another target or size ({theirs}): not merged")
-        rows = merged_rows(old["rows"], rows)
-        meta = {**meta, "merged": sorted({*old["meta"].get("merged", []), old["meta"]["date"]})}
-    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    stem.with_suffix(".md").write_text(markdown(rows, meta))
-    return stem
+    if not merge or not path.exists():
+        return stem, []
+    old = json.loads(path.read_text())
+    theirs = (old["meta"].get("target"), bool(old["meta"].get("smoke", False)))
+    if theirs != (meta.get("target"), bool(meta.get("smoke", False))):
+        raise SystemExit(f"{path} holds another target or size ({theirs}): not merged")
+    meta["merged"] = sorted({*old["meta"].get("merged", []), old["meta"]["date"]})
+    return stem, old["rows"]
+
+
+def write_table(stem: Path, old: Sequence[dict], rows: Sequence[dict], meta: dict) -> None:
+    """Write ``stem.json`` and ``.md``: ``old``'s rows that ``rows`` do not remake, and
+    ``rows``."""
+    table = merged_rows(old, rows)
+    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": table}, indent=1))
+    stem.with_suffix(".md").write_text(markdown(table, meta))
 
 
 if __name__ == "__main__":

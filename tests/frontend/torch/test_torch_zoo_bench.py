@@ -79,15 +79,38 @@ def test_a_failed_baseline_is_a_note_of_its_row() -> None:
 
 def test_merge_keeps_the_rows_a_run_does_not_remake(tmp_path: Path) -> None:
     meta = {"date": "d1", "target": "cuda", "smoke": False, "torch": "2.x"}
-    bench.write_table(tmp_path, "", [_row("bert", 1), _row("resnet50", 1)], meta, merge=False)
+    stem, old = bench.open_table(tmp_path, "", dict(meta), merge=True)  # no table yet
+    assert stem.name == "torch-backend" and old == []
+    bench.write_table(stem, old, [_row("bert", 1), _row("resnet50", 1)], meta)
     again = [_row("bert", 1, fusec_ms=1.0), _row("bert", 8)]
-    stem = bench.write_table(tmp_path, "", again, meta | {"date": "d2"}, merge=True)
+    later = meta | {"date": "d2"}
+    stem, old = bench.open_table(tmp_path, "", later, merge=True)
+    bench.write_table(stem, old, again, later)
     table = json.loads(stem.with_suffix(".json").read_text())
     keys = [(r["model"], r["batch"], r["fusec_ms"]) for r in table["rows"]]
     assert keys == [("resnet50", 1, 2.0), ("bert", 1, 1.0), ("bert", 8, 2.0)]  # zoo order
     assert table["meta"]["merged"] == ["d1"]
-    assert stem.name == "torch-backend" and "| resnet50 |" in stem.with_suffix(".md").read_text()
+    assert "| resnet50 |" in stem.with_suffix(".md").read_text()
+    skipped = {"model": "resnet50", "dtype": "f16", "batch": 1, "error": "not run: over --budget"}
+    rows = bench.merged_rows(table["rows"], [skipped, skipped | {"batch": 32}])
+    assert [(r["model"], r["batch"], "error" in r) for r in rows] == [
+        ("resnet50", 1, False),  # the old row stays: the new one was not run
+        ("resnet50", 32, True),
+        ("bert", 1, False),
+        ("bert", 8, False),
+    ]
+    assert bench.open_table(tmp_path, "", dict(meta), merge=False)[1] == []  # replaces
     with pytest.raises(SystemExit, match="another target"):
-        bench.write_table(tmp_path, "", again, meta | {"target": "cpu"}, merge=True)
-    other = bench.write_table(tmp_path, "x", again, meta, merge=True)  # no file yet: a new one
-    assert other.name == "torch-backend-x"
+        bench.open_table(tmp_path, "", meta | {"target": "cpu"}, merge=True)
+
+
+def test_past_the_budget_no_baseline_is_compiled() -> None:
+    import time
+
+    args = _args("--budget", "5")
+    assert not bench.over_budget(args)  # not started
+    args.start = time.monotonic()
+    assert not bench.over_budget(args)
+    args.start = time.monotonic() - 6
+    assert bench.over_budget(args)
+    assert not bench.over_budget(_args())  # no budget
