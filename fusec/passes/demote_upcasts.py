@@ -179,6 +179,10 @@ def demote_upcasts(module: ModuleOp) -> int:
             cast = value.owner
             if isinstance(cast, ai.CastOp) and cast.parent is not None and not list(value.uses):
                 Rewriter.erase_op(cast)
+        for value in sweep.constants.values():  # converted for an op that stayed f32
+            owner = value.owner
+            if isinstance(owner, Operation) and not list(value.uses):
+                Rewriter.erase_op(owner)
         for value in sweep.originals.values():  # and the f32 constants
             owner = value.owner
             if isinstance(owner, Operation) and owner.parent is not None and not list(value.uses):

@@ -77,6 +77,15 @@ def test_weights_f16_does_not_hold_keep_the_projection_in_f32():
     assert found[("ai.matmul", "f32")] == 1 and found[("ai.layernorm", "f32")] == 1, found
 
 
+def test_a_layernorm_whose_beta_f16_does_not_hold_stays_f32_and_leaves_no_constant():
+    text = SDPA.replace("dense<0.000000e+00> : tensor<128xf32>", "dense<0.1> : tensor<128xf32>")
+    after = run_pipeline(fusec.parse(text), PIPELINE)
+    found = _dtypes(after)
+    assert found[("ai.matmul", "f16")] == 1 and found[("ai.layernorm", "f32")] == 1, found
+    dead = [op for op in after.walk() if op.name == "arith.constant" and not op.results[0].uses]
+    assert not dead, dead
+
+
 def test_f32_maths_not_after_an_attention_stays_f32():
     """An f32 product of an upcast f16 value the model wrote on purpose is left alone."""
     text = """
