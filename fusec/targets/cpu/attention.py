@@ -43,16 +43,7 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import broadcast_offset, shape_of
 from fusec.dialect import ops as ai
-from fusec.targets.cpu import abi, host
-from fusec.targets.cpu.blocked import (
-    MIN_BLOCKS,
-    BlockedCore,
-    EpilogueRows,
-    Workspace,
-    decode_row_block,
-    generate_core_group,
-    row_loop,
-)
+from fusec.targets.cpu import abi, blocked, host
 from fusec.targets.cpu.rows import RowBlock
 
 #: Bytes of a block's scores (and its C block, when local): a few hundred KiB stay in
@@ -65,10 +56,10 @@ KEY_PACK_MAX_D = 32
 
 
 def generate(fused_op, name: str) -> KernelSource:
-    return generate_core_group(fused_op, name, "attention", ai.AttentionOp, AttentionBlocks)
+    return blocked.generate_core_group(fused_op, name, "attention", ai.AttentionOp, AttentionBlocks)
 
 
-class AttentionBlocks(BlockedCore):
+class AttentionBlocks(blocked.BlockedCore):
     """Blocks of ``mb`` query rows of one matrix of an ``ai.attention``'s batch.
 
     Block ``blk`` is batch ``b = blk // nrb`` (indices ``bi<d>`` in the output's
@@ -92,7 +83,7 @@ class AttentionBlocks(BlockedCore):
                 chains[index] = chain
         return chains
 
-    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
+    def __init__(self, op, reads, workspace: blocked.Workspace, a_array, c_array, c_local) -> None:
         assert isinstance(op, ai.AttentionOp)
         self.op, self.reads, self.c_array, self.c_local = op, reads, c_array, c_local
         q, key, v, mask = (shape_of(x) for x in op.operands)
@@ -110,8 +101,8 @@ class AttentionBlocks(BlockedCore):
         fit = BLOCK_BYTES // (4 * (self.t + (self.e if c_local else 0)))
         mb = min(self.s, MAX_ROWS, max(MIN_ROWS, fit))
         batches = math.prod(self.batch)
-        if batches < MIN_BLOCKS:  # split further so that every thread has blocks
-            mb = min(mb, max(MIN_ROWS, math.ceil(self.s * batches / MIN_BLOCKS)))
+        if batches < blocked.MIN_BLOCKS:  # split further so that every thread has blocks
+            mb = min(mb, max(MIN_ROWS, math.ceil(self.s * batches / blocked.MIN_BLOCKS)))
         self.mb = max(1, min(mb, self.s))
         self.nrb = math.ceil(self.s / self.mb)
         self.count = batches * self.nrb
@@ -134,7 +125,7 @@ class AttentionBlocks(BlockedCore):
         )
 
     def decode(self) -> list[str]:
-        return decode_row_block(self.nrb, self.mb, self.s, self.batch)
+        return blocked.decode_row_block(self.nrb, self.mb, self.s, self.batch)
 
     def _tiled_scores(self) -> bool:
         """Whether q @ key^T runs in gemm_nn: a (D, T) key read in place, T whole vectors."""
@@ -276,16 +267,18 @@ class AttentionBlocks(BlockedCore):
             "inv = f32(1.0 / row_exp_sum_inplace(srow, m))",  # x - max <= 0 (or NaN)
         ]
 
-    def epilogue_rows(self, shapes: Sequence[tuple[int, ...]], reduces: bool) -> EpilogueRows:
+    def epilogue_rows(
+        self, shapes: Sequence[tuple[int, ...]], reduces: bool
+    ) -> blocked.EpilogueRows:
         """The block's rows of the result: numbers ``q0 <= row < q1`` of its row space."""
         space = self.result
         q0, q1 = f"b * {self.s} + r0", f"b * {self.s} + r1"
-        loops = [f"q0 = {q0}", *row_loop(space, f"q0, {q1}")]
+        loops = [f"q0 = {q0}", *blocked.row_loop(space, f"q0, {q1}")]
         local = {}
         if self.c_local:
             loops.append(f"    lc = (row - q0) * {self.e}")
             local[self.c_array] = "lc"
-        return EpilogueRows(loops, "    ", tuple(space), RowBlock(local))
+        return blocked.EpilogueRows(loops, "    ", tuple(space), RowBlock(local))
 
 
 def _swaps_last_two(op) -> bool:

@@ -41,17 +41,7 @@ from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import header
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.targets.cuda import fastcopy
-from fusec.targets.cuda.common import (
-    Source,
-    body_ops,
-    grid_stride_launch,
-    kernel_name,
-    module_text,
-    prelude,
-    storage_signature,
-    yielded,
-)
+from fusec.targets.cuda import common, fastcopy
 from fusec.targets.cuda.strided import copy_plan
 
 #: Threads a block and blocks per multiprocessor at most (the grid-stride loop covers the
@@ -64,13 +54,13 @@ INDEX_MAPS = (ai.TransposeOp, ai.ReshapeOp, ai.SliceOp, ai.GatherOp, ai.ConcatOp
 def gather_plan(fused_op: ai.FusedOp) -> str | None:
     """None when this module's kernels serve ``fused_op`` (the path:
     ``strided.copy_plan(fused_op).label``), else why they cannot."""
-    ops = body_ops(fused_op)
+    ops = common.body_ops(fused_op)
     if not ops:
         return "an empty copy group"
     for op in ops:
         if not isinstance(op, INDEX_MAPS):
             return f"{op.name} is not an index map (transpose, reshape, slice, gather, concat)"
-    results = yielded(fused_op)
+    results = common.yielded(fused_op)
     if len(results) != 1:
         return f"{len(results)} results (the gather kernel writes one)"
     dtypes = {spec_of(v.type).dtype for v in (*fused_op.inputs, results[0])}
@@ -189,15 +179,15 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
 
 def _generic(fused_op: ai.FusedOp, name: str, why: str) -> KernelSource:
     """The generic gather kernel module (``why``: why neither fast path serves the group)."""
-    name = kernel_name(name)
-    (result,) = yielded(fused_op)
+    name = common.kernel_name(name)
+    (result,) = common.yielded(fused_op)
     spec = spec_of(result.type)
     rank = max(spec.rank, 1)
     shape = spec.shape or (1,)
     idx = [f"i{d}" for d in range(rank)]
     maps = _IndexMaps(fused_op)
     value = maps.load(result, idx if spec.rank else [])
-    code = Source([])
+    code = common.Source([])
     params = ["out0"] + [f"in{k}" for k in range(len(fused_op.inputs))]
     code.add(0, "@cuda.jit", f"def {name}({', '.join(params)}):")
     code.add(1, '"""Grid-stride loop over the result: each element read from its source."""')
@@ -220,15 +210,15 @@ def _generic(fused_op: ai.FusedOp, name: str, why: str) -> KernelSource:
         f"one element per thread and loop step over {math.prod(shape)} elements, read "
         "from the source index the transposes, reshapes, slices, gathers and concats give",
     ]
-    text = module_text(
+    text = common.module_text(
         [
             header(fused_op, notes=notes),
-            prelude(fastcopy.INDEX_HELPERS if n <= fastcopy.NARROW else []),
+            common.prelude(fastcopy.INDEX_HELPERS if n <= fastcopy.NARROW else []),
             "import numpy as np",
             "",
         ],
         [
-            f"SIGNATURE = {storage_signature(dtypes)!r}",
+            f"SIGNATURE = {common.storage_signature(dtypes)!r}",
             f"N = {math.prod(shape)}",
             f"THREADS = {THREADS}",
             *(
@@ -237,7 +227,7 @@ def _generic(fused_op: ai.FusedOp, name: str, why: str) -> KernelSource:
             ),
         ],
         code.text(),
-        grid_stride_launch(name, "N", BLOCKS_PER_SM, [*ins, "out0"], params),
+        common.grid_stride_launch(name, "N", BLOCKS_PER_SM, [*ins, "out0"], params),
     )
     inputs, outputs = io_specs(fused_op)
     return KernelSource(name, "copy", "cuda", text, inputs, outputs, array_dtype=None)
