@@ -126,3 +126,45 @@ def test_backend_calls_are_cuda_graph_replays(make) -> None:
     assert program.graphs is not None and not program.graphs.failed, program.graphs.failed
     recorded = list(program.graphs.recorded.values())
     assert len(recorded) == 1 and recorded[0].replays == 4, recorded
+
+
+class ConstantIndices(torch.nn.Module):
+    """``x[:, rows, cols]`` at index buffers (on the device once the model is moved) and a
+    parameter flipped by an op fusec lacks: constants on the GPU, where the lookup reads
+    its constant indices (before: ``np.asarray`` of a CUDA tensor, a TypeError that left
+    the whole partition to eager) and the backend folds the flip once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("rows", torch.tensor([[0, 3], [5, 1]]))
+        self.register_buffer("cols", torch.tensor([[2, 2], [7, 0]]))
+        self.w = torch.nn.Parameter(torch.randn(64, 64))
+
+    def forward(self, x):
+        picked = x[:, self.rows, self.cols]  # [B, 2, 2, 64]
+        w = torch.flip(self.w, dims=(0,)) * 0.5
+        return torch.relu(picked @ w.t())
+
+
+@pytest.mark.gpu
+def test_fp16_constants_on_the_device_are_read_and_folded() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no usable CUDA device")
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    fusec_torch.reset_stats()
+    reference = ConstantIndices().eval().cuda()
+    half = copy.deepcopy(reference).half()
+    compiled = torch.compile(half, backend="fusec")
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(3, 8, 8, 64, device="cuda")
+            got = compiled(x.half())
+            want = reference(x)
+            torch.cuda.synchronize()
+            assert not torch.isnan(got).any()
+            assert_close(got.float().cpu().numpy(), want.cpu().numpy(), dtype="f16")
+    stats = fusec_torch.stats()
+    assert stats["targets"] == {"cuda": 1}, stats
+    assert stats["eager_partitions"] == 0 and stats["eager_nodes"] == 0, stats["remarks"]
+    assert stats["folded_nodes"] >= 3, stats  # flip, mul, t
