@@ -56,6 +56,7 @@ def test_the_tail_computes_in_half_precision_and_keeps_its_meaning(half: str):
         assert_close(got, want, tol=1e-2 if half == "f16" else 3e-2)
 
 
+@pytest.mark.slow  # cpu kernels compiled: ~11 s with an empty kernel cache
 def test_cpu_kernels_match_the_reference():
     module = fusec.parse(SDPA)
     compiled = fusec.compile(module, target="cpu")

@@ -77,6 +77,7 @@ def test_rope_runs_on_rows_and_keeps_its_meaning():
         assert_close(g, w, tol=1e-12)
 
 
+@pytest.mark.slow  # cpu kernels compiled: ~11 s with an empty kernel cache
 def test_cpu_kernels_match_the_reference_with_one_head_split_copy_fewer():
     """Q's head split joins the cpu attention group; K's stays a copy before the GQA head
     repeat (an ``ai.expand`` kernel on cpu), as it was."""
