@@ -231,6 +231,36 @@ def _strip_ones(shape: Sequence[int]) -> tuple[int, ...]:
     return shape
 
 
+def coalesce(
+    space: Sequence[int], shapes: Sequence[Sequence[int]]
+) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """Merge neighbouring dims of ``space`` that every shape treats alike (broadcasts both or
+    neither) and drop dims of size 1: fewer dims, less index arithmetic per element.
+
+    ``shapes`` broadcast to ``space`` (right-aligned). Returns the merged space and each
+    shape in it (every merged dim is 1 or the full merged size); a space of size-1 dims
+    only is ``(1,)``.
+    """
+    rank = len(space)
+    padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
+    groups: list[list[int]] = []
+    last_pattern = None
+    for d in range(rank):
+        if space[d] == 1:
+            continue
+        pattern = tuple(s[d] != 1 for s in padded)
+        if groups and pattern == last_pattern:
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+        last_pattern = pattern
+    if not groups:
+        return (1,), [(1,)] * len(shapes)
+    new_space = tuple(math.prod(space[d] for d in g) for g in groups)
+    new_shapes = [tuple(math.prod(s[d] for d in g) for g in groups) for s in padded]
+    return new_space, new_shapes
+
+
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
     """The shape ``shapes`` broadcast to together by numpy's rules (``np.broadcast_shapes``
     without importing numpy, which ``fusec compile`` never needs: issue #26); a size 1

@@ -23,6 +23,7 @@ from fusec.codegen.expr import (
     block_offset,
     broadcast_offset,
     broadcast_shapes,
+    coalesce,
     error_at,
     leaf_shapes,
     shape_of,
@@ -41,34 +42,6 @@ from fusec.targets.cpu.common import (
 #: Aim for this many parallel tasks, each at least MIN_CHUNK elements long.
 TASKS = 64
 MIN_CHUNK = 2048
-
-
-def coalesce(
-    space: Sequence[int], shapes: Sequence[Sequence[int]]
-) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
-    """Merge adjacent dims every shape treats alike; drop dims of size 1.
-
-    ``shapes`` broadcast to ``space`` (right-aligned). Returns the merged space
-    and each shape in it (every merged dim is 1 or the full merged size).
-    """
-    rank = len(space)
-    padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
-    groups: list[list[int]] = []
-    last_pattern = None
-    for d in range(rank):
-        if space[d] == 1:
-            continue
-        pattern = tuple(s[d] != 1 for s in padded)
-        if groups and pattern == last_pattern:
-            groups[-1].append(d)
-        else:
-            groups.append([d])
-        last_pattern = pattern
-    if not groups:
-        return (1,), [(1,)] * len(shapes)
-    new_space = tuple(math.prod(space[d] for d in g) for g in groups)
-    new_shapes = [tuple(math.prod(s[d] for d in g) for g in groups) for s in padded]
-    return new_space, new_shapes
 
 
 def elementwise_stage(

@@ -20,7 +20,6 @@ All names in the generated code are generated here (``in0``, ``out1``,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -229,30 +228,6 @@ def broadcast_all(shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
 
 def pad(shape: Sequence[int], rank: int) -> tuple[int, ...]:
     return (1,) * (rank - len(shape)) + tuple(shape)
-
-
-def collapse(space: Sequence[int], shapes: Sequence[Sequence[int]]):
-    """Merge adjacent dims of ``space`` that every operand treats alike.
-
-    Two neighbouring dims merge when each operand either broadcasts both or
-    neither; fewer dims means less index arithmetic per vector. Returns the
-    collapsed space and the collapsed shape of each operand.
-    """
-    rank = len(space)
-    padded = [pad(s, rank) for s in shapes]
-    groups: list[list[int]] = []
-    for d in range(rank):
-        if space[d] == 1:
-            continue
-        if groups:
-            prev = groups[-1][-1]
-            if all((p[prev] == 1) == (p[d] == 1) for p in padded):
-                groups[-1].append(d)
-                continue
-        groups.append([d])
-    new_space = tuple(math.prod(space[d] for d in g) for g in groups)
-    new_shapes = [tuple(math.prod(p[d] for d in g) for g in groups) for p in padded]
-    return new_space, new_shapes
 
 
 @dataclass

@@ -19,7 +19,14 @@ from __future__ import annotations
 import math
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.expr import ELEMENTWISE_OPS, ExprGenerator, header, leaf_shapes, shape_of
+from fusec.codegen.expr import (
+    ELEMENTWISE_OPS,
+    ExprGenerator,
+    coalesce,
+    header,
+    leaf_shapes,
+    shape_of,
+)
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.ir.dtypes import is_float
@@ -30,7 +37,6 @@ from fusec.targets.cuda.common import (
     broadcast_all,
     check_elementwise,
     check_leaves,
-    collapse,
     grid_stride_launch,
     kernel_name,
     module_text,
@@ -111,10 +117,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     out_shapes = [shape_of(v) for v in results]
     space0 = broadcast_all(out_shapes + list(leaves.values()))
     leaf_list = list(leaves)
-    space, collapsed = collapse(space0, [leaves[v] for v in leaf_list] + out_shapes)
-    if not space:
-        space = (1,)
-        collapsed = [(1,)] * len(collapsed)
+    space, collapsed = coalesce(space0, [leaves[v] for v in leaf_list] + out_shapes)
     in_ops = {
         v: _Operand(f"in{arg_index[v]}", spec_of(v.type).dtype, collapsed[k], space)
         for k, v in enumerate(leaf_list)

@@ -42,6 +42,7 @@ from fusec.codegen.expr import (
     ROW_REDUCTIONS,
     ExprGenerator,
     broadcast_offset,
+    coalesce,
     error_at,
     header,
     leaf_shapes,
@@ -57,7 +58,6 @@ from fusec.targets.cuda.common import (
     body_ops,
     check_elementwise,
     check_leaves,
-    collapse,
     kernel_name,
     launch_tail,
     module_text,
@@ -188,14 +188,18 @@ class _RowsEmitter:
         self.length = space0[-1]
         shapes = [_pad_to(s, space0) for s in group.leaves.values()]
         shapes += [_pad_to(shape_of(v), space0) for v in group.results]
-        lead, lead_shapes = collapse(lead0, [s[:-1] for s in shapes]) if lead0 else ((), [])
+        # leading dims of size 1 only: none (``coalesce`` would keep one)
+        lead: tuple[int, ...] = ()
+        lead_shapes: list[tuple[int, ...]] = [()] * len(shapes)
+        if math.prod(lead0) > 1:
+            lead, lead_shapes = coalesce(lead0, [s[:-1] for s in shapes])
         self.lead = lead
         self.rows = math.prod(lead) if lead else 1
         self.space = (*lead, self.length)
         keys = list(group.leaves) + list(group.results)
         self.shapes: dict[SSAValue, tuple[int, ...]] = {}
         for k, key in enumerate(keys):
-            lead_shape = lead_shapes[k] if lead0 else ()
+            lead_shape = lead_shapes[k]
             self.shapes.setdefault(key, (*lead_shape, shapes[k][-1]))
         self.out_shapes = [
             (*(lead_shapes[len(group.leaves) + k] if lead0 else ()), self.length)
