@@ -36,6 +36,7 @@ from fusec.dialect.ops import spec_of
 from fusec.dialect.ops.elementwise import BinaryOp, UnaryOp
 from fusec.ir.tensors import ShapeError
 from fusec.passes.matching import constant, constant_op
+from fusec.passes.recognize_attention import half_mask_values
 
 #: Ops that compute in f32 inside whatever their element type (or move elements only).
 _DEMOTABLE = (
@@ -76,8 +77,8 @@ class _Demotion:
         self, value: SSAValue, dtype: str, before: Operation, rounded: bool = False
     ) -> SSAValue | None:
         """``value`` (an operand of ``before``) in ``dtype``, or None; a constant must be
-        exact in ``dtype`` unless ``rounded`` (an attention's mask: values past the range
-        become -inf or +inf, which mask alike)."""
+        exact in ``dtype`` unless ``rounded`` (an attention's mask: rounded, values past
+        the range clamped, ``half_mask_values``)."""
         if _dtype(value) != "f32":
             return value if _dtype(value) not in ("f64",) else None
         source = self.half.get(value)
@@ -96,10 +97,11 @@ class _Demotion:
             held = exact.astype(np.float16).astype(np.float32)
         else:  # bf16: the upper 16 bits of the f32 pattern
             held = (exact.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
-        if not rounded and not np.array_equal(held, exact):
+        if rounded:
+            exact = half_mask_values(exact, dtype)
+        elif not np.array_equal(held, exact):
             return None
-        with np.errstate(over="ignore"):
-            new = constant_op(exact, dtype)
+        new = constant_op(exact, dtype)
         Rewriter.insert_op(new, InsertPoint.before(before))
         self.constants[key] = new.results[0]
         self.originals[id(value)] = value

@@ -10,13 +10,16 @@ TorchScript exporter writes ``scaled_dot_product_attention`` of an f16 model (th
 mask it adds promotes the rest), is the attention in f16 with f32 statistics and
 accumulation (what every target's attention kernel computes), its result cast to f32:
 ``ai.cast(ai.attention(q, k, v16, mask16))``; the mask is converted (a constant at
-compile time: f32 values past the f16 range become -inf, as they mask). The f32 tail
-after it is the ``demote-upcasts`` pass's."""
+compile time: f32 values past the f16 range become its largest finite number). The f32 tail
+after it is the ``demote-upcasts`` pass's. Probabilities cast back to f16 before the
+product with an f16 v (HF's eager attention: ``softmax(..., dtype=float32).to(q.dtype)``)
+are the same f16 attention, no cast after it."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from xdsl.ir import Operation, SSAValue
 from xdsl.pattern_rewriter import PatternRewriter
@@ -33,6 +36,9 @@ from fusec.passes.matching import (
     shape,
     single_use,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass
@@ -63,6 +69,9 @@ def attention_chain(op: Operation) -> AttentionChain | str | None:
     if not isinstance(op, ai.MatmulOp):
         return None
     probs, v = op.operands
+    down = _downcast(probs)  # softmax in f32, its probabilities cast back (HF's eager)
+    if down is not None:
+        probs = down
     guarded = _nan_guarded(probs)
     if guarded is not None:
         probs = guarded
@@ -86,20 +95,25 @@ def attention_chain(op: Operation) -> AttentionChain | str | None:
     if len(shape(q)) < 2 or len(shape(k)) < 2:
         return "the score product has a 1-D operand"
     new: list[Operation] = []
-    if half is not None:
+    if down is not None:
+        back = spec_of(op.operands[0].type).dtype
+        if half != back:
+            return f"the probabilities are cast to {back}, but the scores are no upcast {back}"
+    elif half is not None:
         v_half = _half_view(v, half, new)
         if v_half is None:
             return f"the {half} scores are upcast to f32 but v is no upcast {half} value"
         v = v_half
-        if mask is not None:
-            mask = _half_mask(mask, half, new)
+    if half is not None and mask is not None:
+        mask = _half_mask(mask, half, new)
     key = k if scores.attr("transpose_b") else _key_of(k, new)
     if mask is None:
         import numpy as np
 
         new.append(zero := constant_op(np.zeros(()), spec_of(q.type).dtype))
         mask = zero.results[0]
-    return AttentionChain(q, key, v, mask, scale, guarded is not None, new, half is not None)
+    upcast = half is not None and down is None
+    return AttentionChain(q, key, v, mask, scale, guarded is not None, new, upcast)
 
 
 class AttentionFromParts(Recognition):
@@ -163,6 +177,17 @@ def _upcast(value: SSAValue) -> SSAValue | None:
     return cast.input if spec_of(cast.input.type).dtype in _HALF else None
 
 
+def _downcast(probs: SSAValue) -> SSAValue | None:
+    """p when ``probs`` is ``ai.cast`` of f32 probabilities ``p`` to f16/bf16, read only
+    here (a softmax upcast to f32 and back, as HF's eager attention writes it)."""
+    cast = probs.owner
+    if not isinstance(cast, ai.CastOp) or spec_of(probs.type).dtype not in _HALF:
+        return None
+    if spec_of(cast.input.type).dtype != "f32" or not single_use(probs):
+        return None
+    return cast.input
+
+
 def _half_view(v: SSAValue, half: str, new: list[Operation]) -> SSAValue | None:
     """``v`` in ``half``: ``v`` is the upcast of a ``half`` value through layout ops
     (reshape, transpose, expand), which are rebuilt on that value (into ``new``)."""
@@ -181,17 +206,30 @@ def _half_view(v: SSAValue, half: str, new: list[Operation]) -> SSAValue | None:
     return source
 
 
+#: The largest finite f16 and bf16 numbers.
+_HALF_MAX = {"f16": 65504.0, "bf16": 3.3895313892515355e38}
+
+
+def half_mask_values(values: np.ndarray, half: str) -> np.ndarray:
+    """An f32 attention mask's values for a ``half`` mask: finite ones past its range
+    clamped to its largest finite number (the f32 minimum an exporter writes masks as it
+    did: a row masked entirely stays a uniform softmax, not -inf's NaN), infinities kept;
+    float32, for ``constant_op`` to round."""
+    import numpy as np
+
+    bound = _HALF_MAX[half]
+    finite = np.isfinite(values)
+    return np.where(finite, np.clip(values, -bound, bound), values).astype(np.float32)
+
+
 def _half_mask(mask: SSAValue, half: str, new: list[Operation]) -> SSAValue:
-    """The f32 ``mask`` in ``half``: a constant converted now (past the range: -inf or
-    +inf, which mask alike), another value cast."""
+    """The f32 ``mask`` in ``half``: a constant converted now (``half_mask_values``),
+    another value cast."""
     if spec_of(mask.type).dtype == half:
         return mask
     values = constant(mask, max_elements=1 << 26)
     if values is not None:
-        import numpy as np
-
-        with np.errstate(over="ignore"):
-            new.append(converted := constant_op(values.astype(np.float32), half))
+        new.append(converted := constant_op(half_mask_values(values, half), half))
         return converted.results[0]
     new.append(cast := ai.CastOp(mask, half))
     return cast.results[0]

@@ -98,3 +98,20 @@ func.func @f(%x: tensor<4x8xf16>) -> tensor<4x8xf32> {
 }"""
     found = _dtypes(run_pipeline(fusec.parse(text), PIPELINE))
     assert found[("ai.matmul", "f32")] == 1, found
+
+
+def test_softmax_upcast_and_back_is_the_half_attention():
+    """HF's eager attention (probabilities cast back to f16): one f16 ai.attention, the
+    same results to f16 precision."""
+    path = Path(__file__).parent / "filecheck" / "recognize" / "softmax_upcast_and_back.mlir"
+    text = path.read_text().split("// -----")[0]
+    before = fusec.parse(text)
+    after = run_pipeline(fusec.parse(text), "infer-shapes,recognize-patterns,canonicalize,cse")
+    found = _dtypes(after)
+    assert found == Counter({("ai.attention", "f16"): 1}), found
+    for seed in (1, 2):
+        inputs = _inputs(before, seed)
+        want = run_reference(before, inputs)[0]
+        got = run_reference(after, inputs)[0]
+        assert not np.isnan(got).any()
+        assert_close(got, want, tol=1e-2)
