@@ -261,6 +261,20 @@ def coalesce(
     return new_space, new_shapes
 
 
+def merged_runs(dims: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(size, stride) dims, outer first, without the size-1 ones and with neighbours that
+    are one run in memory (the outer's stride is the inner's size times its stride) merged."""
+    out: list[tuple[int, int]] = []
+    for n, stride in dims:
+        if n == 1:
+            continue
+        if out and out[-1][1] == n * stride:
+            out[-1] = (out[-1][0] * n, stride)
+        else:
+            out.append((n, stride))
+    return out
+
+
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
     """The shape ``shapes`` broadcast to together by numpy's rules (``np.broadcast_shapes``
     without importing numpy, which ``fusec compile`` never needs: issue #26); a size 1

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import CompiledEntry
-from fusec.codegen.expr import shape_of
+from fusec.codegen.expr import merged_runs, shape_of
 from fusec.dialect import ops as ai
 
 #: The entry's name in every cpu kernel module.
@@ -147,7 +147,7 @@ class _View:
     the dims in C order, each dim's index written in the mixed radix of its digits."""
 
     def __init__(self, base: str, dims: Sequence[Dim], offset: int = 0) -> None:
-        self.base, self.dims, self.offset = base, [_merged(d) for d in dims], int(offset)
+        self.base, self.dims, self.offset = base, [merged_runs(d) for d in dims], int(offset)
 
     @staticmethod
     def contiguous(base: str, shape: Sequence[int]) -> _View:
@@ -159,7 +159,7 @@ class _View:
 
     def digits(self) -> Dim:
         """Every digit in C order, adjacent contiguous ones merged, unit ones dropped."""
-        return _merged([digit for dim in self.dims for digit in dim])
+        return merged_runs([digit for dim in self.dims for digit in dim])
 
     def whole(self) -> bool:
         """Whether this is its flat array as it is (C order from element 0)."""
@@ -241,19 +241,6 @@ class _View:
             f"{pad}    {dst}[{tag}k + {tag}j] = {self.base}[{element}]",
             f"{pad}{tag}k += {inner}",
         ]
-
-
-def _merged(digits: Dim) -> Dim:
-    """``digits`` without unit ones, each run of contiguous ones as one digit."""
-    out: Dim = []
-    for n, stride in digits:
-        if n == 1:
-            continue
-        if out and out[-1][1] == n * stride:
-            out[-1] = (out[-1][0] * n, stride)
-        else:
-            out.append((n, stride))
-    return out
 
 
 def passthrough_lines(

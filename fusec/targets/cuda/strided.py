@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from xdsl.ir import Block, BlockArgument, SSAValue
 
+from fusec.codegen.expr import merged_runs
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.targets.cuda.common import ITEMSIZE, yielded
@@ -211,20 +212,8 @@ def _gather_view(op: ai.GatherOp, inner: View, shape: tuple[int, ...]) -> View |
 
 def collapse_view(view: View) -> View:
     """Size-1 dimensions dropped, neighbours that are one run in the source merged."""
-    shape: list[int] = []
-    strides: list[int] = []
-    for n, s in zip(view.shape, view.strides, strict=True):
-        if n == 1:
-            continue
-        if shape and strides[-1] == n * s:
-            shape[-1] *= n
-            strides[-1] = s
-            continue
-        shape.append(n)
-        strides.append(s)
-    if not shape:
-        shape, strides = [1], [1]
-    return View(view.source, tuple(shape), tuple(strides), view.offset)
+    runs = merged_runs(zip(view.shape, view.strides, strict=True)) or [(1, 1)]
+    return View(view.source, tuple(n for n, _ in runs), tuple(s for _, s in runs), view.offset)
 
 
 def copy_plan(fused_op: ai.FusedOp) -> CopyPlan:

@@ -26,6 +26,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fusec.codegen.expr import merged_runs
+
 Atom = tuple[int, int]  # (size, stride in elements)
 
 #: Elements of 16 bytes (f16/bf16): TMA's alignment of a base address and of each stride.
@@ -74,7 +76,7 @@ class Layout:
                     need = 1
                 else:
                     return None
-            dims.append(merged(taken))
+            dims.append(tuple(merged_runs(taken)))
         return None if atoms else Layout(tuple(dims), self.offset)
 
     def slice(
@@ -113,19 +115,6 @@ class Layout:
         new = ((len(indices), stride * step),) if len(indices) != 1 else ()
         dims = self.dims[:axis] + (new,) + self.dims[axis + 1 :]
         return Layout(dims, self.offset + indices[0] * stride)
-
-
-def merged(atoms: Sequence[Atom]) -> tuple[Atom, ...]:
-    """``atoms`` (outer first) without size-1 ones, neighbours that are one run merged."""
-    out: list[Atom] = []
-    for n, s in atoms:
-        if n == 1:
-            continue
-        if out and out[-1][1] == n * s:
-            out[-1] = (out[-1][0] * n, s)
-        else:
-            out.append((n, s))
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -172,7 +161,7 @@ def operand_view(
     row_stride = row_dim[0][1] if row_dim else cols
     if row_stride == 0:
         return f"{what} repeats one row along the sequence"
-    batch = merged([a for dim in batch_dims for a in dim])
+    batch = tuple(merged_runs(a for dim in batch_dims for a in dim))
     if not broadcast and any(s == 0 for _, s in batch):
         return f"{what} repeats elements"
     view = OperandView(layout.offset, row_stride, batch)
