@@ -97,15 +97,18 @@ def _kinds(module) -> list[str]:
 
 
 def test_stage_runs_channels_last_with_no_copies() -> None:
-    """Three blocks between a downsample conv and a global mean: every depthwise conv and
-    residual add relaid, the conv stores NHWC, the mean reads NHWC: the only copies left
-    are the graph input's and the downsample weights' conversions (six permutes and the
-    conv's result's conversion more before)."""
+    """Three blocks between a downsample conv and a global mean: every depthwise conv
+    relaid, the conv stores NHWC, the mean reads NHWC, and each block's layer scale and
+    residual add (relaid, then reading the second Linear's result directly) are that
+    GEMM's epilogue: the only copies left are the graph input's and the downsample
+    weights' conversions (six permutes, the conv's result's conversion and three
+    pointwise kernels more before)."""
     compiled = fusec.compile(convnext_stage(3, 32, 8), target="cuda", executable=False)
     groups = _groups(compiled.module)
-    relaid = [g for g in groups if "fusec.layout" in g.attributes]
-    convs = [g for g in relaid if g.kind_name == "conv"]
-    assert len(convs) == 4 and sum(g.kind_name == "pointwise" for g in relaid) == 3
+    convs = [g for g in groups if g.kind_name == "conv" and "fusec.layout" in g.attributes]
+    assert len(convs) == 4 and "pointwise" not in _kinds(compiled.module)
+    residuals = [g for g in groups if g.kind_name == "matmul" and "ai.add" in str(g)]
+    assert len(residuals) == 3 and all("ai.mul" in str(g) for g in residuals)
     copies = [g for g in groups if g.kind_name == "copy"]
     function = entry_function(compiled.module)
     assert sorted(g.inputs[0].name_hint for g in copies) == ["wd", "x"]
@@ -123,6 +126,7 @@ def test_depthwise_switch_keeps_the_old_layout(monkeypatch) -> None:
     monkeypatch.setenv("FUSEC_CONV_DEPTHWISE", "nchw")
     compiled = fusec.compile(convnext_stage(3, 32, 8), target="cuda", executable=False)
     assert _kinds(compiled.module).count("copy") == 2 + 6
+    assert _kinds(compiled.module).count("pointwise") == 3
     assert not any(
         "fusec.layout" in g.attributes for g in _groups(compiled.module) if g.kind_name != "conv"
     )

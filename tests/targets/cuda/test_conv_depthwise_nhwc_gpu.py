@@ -18,7 +18,7 @@ pytestmark = pytest.mark.gpu
 NHWC = "direct conv2d channels-last"
 
 
-def _run(text: str, what: str, nhwc_kernels: int) -> None:
+def _run(text: str, what: str, nhwc_kernels: int):
     import fusec
     from fusec.runtime.reference import entry_function, run_reference
     from fusec.tools.runner import random_inputs
@@ -33,6 +33,7 @@ def _run(text: str, what: str, nhwc_kernels: int) -> None:
         refs = run_reference(compiled.module, args, rounding="groups")
         for k, (out, ref) in enumerate(zip(outs, refs, strict=True)):
             assert_close(out, ref, what=f"{what}, result {k}, seed {seed}")
+    return compiled
 
 
 #: (blocks, channels, output size, type, batch, head): ConvNeXt-T's stage shapes, smaller
@@ -48,7 +49,9 @@ STAGES = {
 @pytest.mark.parametrize("name", list(STAGES))
 def test_convnext_stage_channels_last_matches_reference(name: str) -> None:
     blocks, c, hw, t, n, head = STAGES[name]
-    _run(convnext_stage(blocks, c, hw, t=t, n=n, head=head), name, blocks)
+    compiled = _run(convnext_stage(blocks, c, hw, t=t, n=n, head=head), name, blocks)
+    # the layer scale and residual add run in the second Linear's GEMM epilogue
+    assert "pointwise" not in [k.kind for k in compiled.kernels]
 
 
 def test_convnext_stage_with_the_old_layout_matches_reference(monkeypatch) -> None:

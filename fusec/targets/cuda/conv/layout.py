@@ -8,7 +8,10 @@ pass, run after fusion in the cuda pipeline, makes that choice explicit in the I
   on f16/bf16) keeps depthwise conv stages channels-last: ConvNeXt's depthwise conv,
   its layer-scale and residual add run NHWC (the direct template's NHWC kernel,
   ``conv_depthwise_nhwc.cuh``), so the permutes around each block's LayerNorm and MLP
-  go (issue 28; ``$FUSEC_CONV_DEPTHWISE=nchw`` or ``handoff=off`` keeps them NCHW);
+  go (issue 28; ``$FUSEC_CONV_DEPTHWISE=nchw`` or ``handoff=off`` keeps them NCHW); a
+  relaid elementwise group that then reads a matmul group's result directly (the layer
+  scale and residual add after the block's second Linear) becomes that GEMM's epilogue
+  where the Tensor Core template takes the merged group (``_merge_into_gemms``);
 
 * every conv group the implicit GEMM serves with one group and ``C % 8 == 0``,
   whose input and weights only the conv reads (``channels_last_plan``), takes its
@@ -160,7 +163,8 @@ class ConvLayoutPass(ModulePass):
             if isinstance(function, func.FuncOp) and function.body.blocks:
                 block = function.body.block
                 if handoff == "nhwc" and depthwise == "nhwc":
-                    relayout_block(block, DEPTHWISE_DTYPES, _FREE, epilogues=True)
+                    if relayout_block(block, DEPTHWISE_DTYPES, _FREE, epilogues=True):
+                        _merge_into_gemms(block)
                 _relayout_function(block, handoff == "nhwc")
         PatternRewriteWalker(
             GreedyRewritePatternApplier([ComposeTransposes(), FoldConstantTranspose()])
@@ -172,6 +176,70 @@ class ConvLayoutPass(ModulePass):
                         _outline_copy(transpose)
                 for group in list(function.body.block.ops):
                     _copy_as_view(group)
+
+
+def _merge_into_gemms(block: Block) -> None:
+    """A pointwise group the channels-last step relaid that reads the result of a matmul
+    group (its only reader) becomes that group's epilogue when the Tensor Core GEMM takes
+    the merged group (the target's ``accepts``, as fusion asks it): ConvNeXt's layer scale
+    and residual add after the block's second Linear, which fusion could not merge across
+    the permute between them."""
+    from fusec.target import get_target
+
+    accepts = get_target("cuda").templates["matmul"].accepts
+    for group in [op for op in block.ops if isinstance(op, ai.FusedOp)]:
+        if group.kind_name != "pointwise" or LAYOUT_ATTR not in group.attributes:
+            continue
+        producers = [
+            (i, v.owner)
+            for i, v in enumerate(group.inputs)
+            if isinstance(v.owner, ai.FusedOp)
+            and v.owner.kind_name == "matmul"
+            and len(v.owner.results) == 1
+            and len(list(v.uses)) == 1
+        ]
+        if len(producers) != 1:
+            continue
+        index, gemm = producers[0]
+        assert isinstance(gemm, ai.FusedOp)
+        merged = _merged(gemm, group, index)
+        ops = [op for op in merged.block.ops if not isinstance(op, ai.YieldOp)]
+        anchor = next((op for op in ops if isinstance(op, ai.MatmulOp)), None)
+        if accepts is None or anchor is None or accepts(ops, anchor) is not None:
+            merged.erase(safe_erase=False)
+            continue
+        Rewriter.insert_op(merged, InsertPoint.before(group))
+        merged.results[0].name_hint = group.results[0].name_hint
+        group.results[0].replace_all_uses_with(merged.results[0])
+        Rewriter.erase_op(group)
+        Rewriter.erase_op(gemm)
+
+
+def _merged(gemm: ai.FusedOp, pointwise: ai.FusedOp, index: int) -> ai.FusedOp:
+    """One group: ``gemm``'s body, then ``pointwise``'s on its result (input ``index``);
+    inputs in order of first use, each once."""
+    inputs: list[SSAValue] = []
+    for v in [*gemm.inputs, *(v for i, v in enumerate(pointwise.inputs) if i != index)]:
+        if v not in inputs:
+            inputs.append(v)
+    block = Block(arg_types=[v.type for v in inputs])
+    mapping: dict[SSAValue, SSAValue] = {}
+    for source, args in ((gemm, gemm.block.args), (pointwise, pointwise.block.args)):
+        for k, arg in enumerate(args):
+            if source is pointwise and k == index:
+                continue
+            outer = source.inputs[k]
+            mapping[arg] = block.args[inputs.index(outer)]
+            block.args[inputs.index(outer)].name_hint = arg.name_hint
+    for op in gemm.block.ops:
+        if isinstance(op, ai.YieldOp):
+            mapping[pointwise.block.args[index]] = mapping[op.operands[0]]
+            break
+        block.add_op(op.clone(value_mapper=mapping))
+    for op in pointwise.block.ops:
+        block.add_op(op.clone(value_mapper=mapping))
+    result = [pointwise.results[0].type]
+    return ai.FusedOp("matmul", inputs, result, Region(block), dict(gemm.attributes))
 
 
 def _stores_nhwc(op: Operation) -> bool:

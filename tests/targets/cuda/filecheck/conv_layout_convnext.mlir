@@ -3,9 +3,10 @@
 // Linear, permute back, a constant layer scale and the residual add, then the global
 // mean) runs channels-last: each depthwise conv group reads and writes NHWC (the NHWC
 // direct kernel), each residual add computes on NHWC values with the layer scale relaid
-// 1x1x1x16 at compile time, the downsample conv stores NHWC, the mean reads NHWC. The
-// only copies left convert the graph's input and the downsample weights (an argument);
-// with handoff=off (every conv result NCHW, nothing relaid) the four permutes stay.
+// 1x1x1x16 at compile time and, reading the second Linear's result directly, becomes
+// that GEMM's epilogue; the downsample conv stores NHWC, the mean reads NHWC. The only
+// copies left convert the graph's input and the downsample weights (an argument); with
+// handoff=off (every conv result NCHW, nothing relaid) the four permutes stay.
 // RUN: fusec compile %s --target cuda | filecheck %s
 // RUN: fusec compile %s --target cuda | filecheck %s --check-prefix=COUNT
 // RUN: fusec compile %s --target cuda --pipeline fusec-default,conv-layout{handoff=off} | filecheck %s --check-prefix=OFF
@@ -21,13 +22,19 @@
 // CHECK-NEXT: ai.transpose %{{.*}} {perm = array<i64: 0, 2, 3, 1>}
 // CHECK:      %g0 = ai.fused "matmul" (%cb0,
 // CHECK:      %[[S:.*]] = arith.constant {{.*}} : tensor<1x1x1x16xf16>
-// CHECK:      %r0 = ai.fused "pointwise" (%[[S]], %o0, %d) {fusec.layout = {input = "nhwc", output = "nhwc"}}
+// CHECK:      %r0 = ai.fused "matmul" (%g0, %wb0, %[[S]], %d)
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: ai.matmul
+// CHECK-NEXT: ai.mul
+// CHECK-NEXT: ai.add
 // CHECK:      %cb1 = ai.fused "conv" (%r0, %w1, %b1) {fusec.layout = {input = "nhwc", output = "nhwc"}}
-// CHECK:      %r1 = ai.fused "pointwise" (%[[S]], %o1, %r0) {fusec.layout = {input = "nhwc", output = "nhwc"}}
+// CHECK:      %r1 = ai.fused "matmul" (%g1, %wb1, %[[S]], %r0)
 // CHECK:      %h = ai.fused "reduce" (%r1) {fusec.layout = {input = "nhwc", output = "nchw"}}
 
 // COUNT-COUNT-2: ai.fused "copy"
 // COUNT-NOT:     ai.fused "copy"
+
+// COUNT-NOT:     ai.fused "pointwise"
 
 // OFF-COUNT-6: ai.fused "copy"
 // OFF-NOT:     ai.fused "copy"
