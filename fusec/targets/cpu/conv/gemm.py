@@ -144,6 +144,8 @@ class ConvBlocks(BlockedCore):
     #: A convolution by taps (``conv_method``); set by ``_read_op``, which ``__init__``
     #: calls first (declared here: mypy cannot infer it where ``__init__`` reads it).
     taps: bool = False
+    #: A "direct" convolution whose GEMM runs in ``gemm_nn`` (``DIRECT_NN_DEPTH``).
+    direct_nn: bool = False
 
     @staticmethod
     def local_result(op) -> bool:
