@@ -303,13 +303,10 @@ def _model_case(
 
     from fusec.frontend import onnx_fold
     from fusec.targets.cpu import gemm_int8
-    from fusec.targets.cpu.conv import q8
 
     compiled = fusec.compile(fusec.from_onnx(path), target="cpu")
     with mock.patch.object(gemm_int8, "_PERMITTED", False):  # no AMX: the VNNI tiles
         vnni = fusec.compile(fusec.from_onnx(path), target="cpu")
-    with mock.patch.object(q8, "Q8_ROWS_MIN_PIXELS", 1 << 60):  # pixel rows, transposed
-        pixel_rows = fusec.compile(fusec.from_onnx(path), target="cpu")
     with mock.patch.object(onnx_fold, "kept_quantized", lambda *_: False):
         folded = fusec.compile(fusec.from_onnx(path), target="cpu")
     sessions = {}
@@ -324,7 +321,6 @@ def _model_case(
             str(path), options, providers=["CPUExecutionProvider"]
         )
     programs = {"fusec cpu": compiled, "fusec cpu, VNNI tiles": vnni}
-    programs["fusec cpu, q8 convs by pixel rows"] = pixel_rows
     programs["fusec cpu, f32 GEMM (before)"] = folded
     for label, program in programs.items():
         got = np.asarray(program(x))

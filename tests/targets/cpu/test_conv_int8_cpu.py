@@ -2,8 +2,9 @@
 a quantize -> dequantize of the input, an int8 weight dequantized per output channel, a
 conv, a bias and the output quantized, against the reference executor with the outputs
 poisoned, both launchers: padding (whose code is the activation's zero point, not 0),
-strides, 1x1 and k x k kernels, channels not a multiple of 4, ragged pixel blocks, codes
-at both limits. The plan's choice is pinned by
+strides, dilation, groups, 1x1 and k x k kernels, channels not a multiple of 4, K not
+whole vectors, blocks of output rows and of output channels (ragged ones), codes at both
+limits. The plan's choice is pinned by
 ``tests/passes/filecheck/fusion/quantized_conv_int8_cpu.mlir``; the onnxruntime-quantized CNN by
 ``tests/frontend/onnx/test_onnx_quant.py``. Each case compiles the GEMM's kernels
 (seconds): slow."""
@@ -17,7 +18,6 @@ import fusec
 from fusec.api import run_pipeline
 from fusec.runtime.launch import Program
 from fusec.targets.cpu import gemm_int8
-from fusec.targets.cpu.conv.q8 import Q8_ROWS_MIN_PIXELS
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +62,7 @@ def _filled(shape, dtype, byte: int) -> np.ndarray:
     return np.full(size, byte, np.uint8).view(dtype).reshape(shape)
 
 
-def _run_poisoned(text: str, inputs: list[np.ndarray], gemm: str = "gemm_q8_") -> np.ndarray:
+def _run_poisoned(text: str, inputs: list[np.ndarray]) -> np.ndarray:
     """The cpu result on outputs pre-filled with two poisons (equal bytes both times),
     and the compiled launcher's the same; the conv on the int8 GEMM where the cpu has
     VNNI."""
@@ -77,7 +77,7 @@ def _run_poisoned(text: str, inputs: list[np.ndarray], gemm: str = "gemm_q8_") -
     compiled = fusec.compile(text, target="cpu")
     assert np.asarray(compiled(*inputs)).tobytes() == runs[0].tobytes()
     heads = [line for k in compiled.kernels for line in k.source.splitlines()]
-    q8 = [line for line in heads if line.startswith("# conv2d") and gemm in line]
+    q8 = [line for line in heads if line.startswith("# conv2d") and "gemm_q8_rows" in line]
     assert len(q8) == int(gemm_int8.available())
     return runs[0]
 
@@ -85,13 +85,13 @@ def _run_poisoned(text: str, inputs: list[np.ndarray], gemm: str = "gemm_q8_") -
 @pytest.mark.parametrize(
     "codes, zero, shape, k, rs, stride, pad, groups, dilation",
     [
-        # by pixel rows (planes under Q8_ROWS_MIN_PIXELS), the GEMM's result transposed
+        # small planes of one image: blocks of output channels (Q8_SPLIT_ROWS_PIXELS)
         ("ui8", 131, (1, 8, 5, 11), 48, 3, 1, 1, 1, 1),  # padding's code 131; K 48
         ("i8", -7, (2, 5, 6, 6), 16, 1, 1, 0, 1, 1),  # 1x1, C*R*S = 5 (not whole quads)
         ("ui8", 200, (1, 16, 15, 13), 80, 3, 2, 1, 1, 1),  # stride 2, a strip and a vector
-        # by channel rows (gemm_q8_rows): large planes, groups, K not whole vectors
+        # blocks of output rows, groups, K not whole vectors
         ("i8", 9, (1, 3, 12, 12), 32, 5, 1, 2, 1, 1),  # 5x5, padding 2, int8 codes + 128
-        ("ui8", 131, (1, 8, 9, 11), 48, 3, 1, 1, 1, 1),  # 99 pixels: a strip and 3 vectors
+        ("ui8", 131, (1, 8, 17, 19), 48, 3, 1, 1, 1, 1),  # row blocks of 9 and 8 rows
         ("i8", -7, (2, 5, 8, 8), 16, 1, 1, 0, 1, 1),  # 1x1 codes as bytes, C 5, batch 2
         ("ui8", 3, (1, 16, 20, 21), 24, 3, 2, 1, 4, 1),  # 4 groups of 4 -> 6, stride 2
         ("ui8", 77, (2, 12, 9, 10), 9, 1, 1, 0, 3, 1),  # 1x1, 3 groups of 4 -> 3
@@ -109,10 +109,7 @@ def test_a_qdq_conv_equals_the_reference(codes, zero, shape, k, rs, stride, pad,
     x = (rng.standard_normal(shape) * 4).astype(np.float32)
     x[0, 0], x[0, -1, 0] = 1e6, -1e6
     bias = rng.standard_normal(k).astype(np.float32)
-    span = (rs - 1) * dilation + 1
-    oh, ow = ((size + 2 * pad - span) // stride + 1 for size in shape[2:])
-    by_rows = groups > 1 or (k // groups) % 16 or oh * ow >= Q8_ROWS_MIN_PIXELS
-    got = _run_poisoned(text, [x, bias], "gemm_q8_rows" if by_rows else "gemm_q8_bytes")
+    got = _run_poisoned(text, [x, bias])
     want = np.asarray(fusec.compile(text, target="reference")(x, bias))
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)

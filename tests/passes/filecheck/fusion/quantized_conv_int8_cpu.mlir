@@ -3,13 +3,12 @@
 // output channel, a bias and the output quantized. recognize-patterns moves both scales
 // after the conv (the weight's as a (K, 1, 1) constant) and canonicalize folds the codes
 // into a constant of integers; the cpu conv group then multiplies the codes themselves
-// (conv_method "q8"): a block of output rows' input codes as bytes, channels-last, im2row
-// of bytes (the padding the zero point's code, + 128 for int8 codes), gemm_q8_bytes (its
-// _amx form where the process may use AMX tiles) by the weight packed once, the scales,
-// bias and quantize in the epilogue. K not a multiple of 16 (and a grouped conv, and a
-// plane of 64 pixels or more) takes gemm_q8_rows: the weight's int8 rows by the block's
-// codes packed as strips of pixels (a padded plane of 4-byte channel quads, im2row of
-// words), straight into the channel rows. A depthwise conv keeps the float path.
+// (conv_method "q8"): the block's input rows as a padded plane of 4-byte channel quads
+// (the padding the zero point's code, + 128 for int8 codes), im2row of word runs into
+// strips of pixels, gemm_q8_rows of the weight's int8 rows (packed once) straight into
+// the channel rows, the scales, bias and quantize in the epilogue. The small plane of one
+// image goes in blocks of output channels; a grouped conv (K/G 4: not whole vectors) by
+// groups; a depthwise conv keeps the float path (its float sums of the codes are exact).
 // REQUIRES: cpu-int8-gemm
 // RUN: fusec-opt %s -p "recognize-patterns" | filecheck %s --check-prefix=REC
 // RUN: fusec compile %s --target cpu --emit kernels | filecheck %s
@@ -27,22 +26,28 @@
 
 // CHECK:      # fusec kernel for one ai.fused "conv" group
 // CHECK:      #   ai.conv2d -> ai.mul -> ai.mul -> ai.bias_add -> ai.quantize
-// CHECK:      # conv2d 1x8x6x6 * 16x8x3x3 in 2 blocks of 3 output rows: codes channels-last, im2row of bytes, gemm_q8_bytes{{(_amx)?}} (uint8 x int8 -> int32, weight packed once), transpose, epilogue per block
-// CHECK:      xb[dst + j * 8] = np.uint8(np.int32({{in[0-9]+}}[src + j]) + 131)
-// CHECK:      ab[d:d + 8] = np.uint8(131)
-// CHECK-NEXT: gemm_q8_bytes{{(_amx)?}}(pw, 16, 72, q8buf, np.int32(131), {{in[0-9]+}}, 16, 0, ct, 0, 16)
-// CHECK:      # fusec kernel for one ai.fused "conv" group
-// CHECK:      # conv2d 1x8x6x6 * 16x8x3x3 in 2 blocks of 3 output rows: codes channels-last, im2row of bytes, gemm_q8_bytes{{(_amx)?}}
-// CHECK:      gemm_q8_bytes{{(_amx)?}}(pw, 16, 72, q8buf, np.int32(125), {{in[0-9]+}}, 16, 0, ct, 0, 16)
-// CHECK:      # fusec kernel for one ai.fused "conv" group
-// CHECK:      # conv2d 1x8x6x6 * 8x8x3x3 (groups 1) in 2 blocks of 3 output rows: codes in padded channel quads, im2row, gemm_q8_rows (int8 weight x uint8 codes -> int32, weight packed once) into the channel rows, epilogue per block
+// CHECK:      # conv2d 1x8x6x6 * 16x8x3x3 (groups 1) in 2 blocks of 12 output channels of the whole plane: codes in padded channel quads, im2row, gemm_q8_rows (int8 weight x uint8 codes -> int32, weight packed once) into the channel rows, epilogue per block
+// CHECK:      kc0 = blk % 2 * 12
+// CHECK-NEXT: kn = min(12, 16 - kc0)
 // CHECK:      xw[at + j] = np.uint32(2206434179)
 // CHECK:      word = np.uint32(((np.int32({{in[0-9]+}}[src + 0 + j]) + 131) << 0) | {{.*}} | ((np.int32({{in[0-9]+}}[src + 108 + j]) + 131) << 24))
 // CHECK-NEXT: xw[dst + j] = word
 // CHECK:      bw[d + j] = xw[at + j]
-// CHECK:      gemm_q8_rows(8, npad, 18, {{in[0-9]+}}, 144, np.int32(131), q8buf, cbuf, 0, npad)
+// CHECK:      r0 = g * 16 + kc0
+// CHECK-NEXT: gemm_q8_rows(kn, npad, 18, {{in[0-9]+}}[r0 * 18:], 288 + r0 - r0 * 18, np.int32(131), q8buf, cbuf, 0, npad)
+// CHECK:      q0 = n * 16 + g * 16 + kc0
+// CHECK-NEXT: for row in range(q0, q0 + kn):
+// CHECK:      lc = (row - q0) * npad
+// CHECK:      # fusec kernel for one ai.fused "conv" group
+// CHECK:      # conv2d 1x8x6x6 * 16x8x3x3 (groups 1) in 2 blocks of 12 output channels of the whole plane
+// CHECK:      xw[at + j] = np.uint32(2105376125)
+// CHECK:      gemm_q8_rows(kn, npad, 18, {{in[0-9]+}}[r0 * 18:], 288 + r0 - r0 * 18, np.int32(125), q8buf, cbuf, 0, npad)
+// CHECK:      # fusec kernel for one ai.fused "conv" group
+// CHECK:      # conv2d 1x8x6x6 * 8x8x3x3 (groups 1) in 2 blocks of 6 output channels of the whole plane
+// CHECK:      gemm_q8_rows(kn, npad, 18, {{in[0-9]+}}[r0 * 18:], 144 + r0 - r0 * 18, np.int32(131), q8buf, cbuf, 0, npad)
 // CHECK:      # fusec kernel for one ai.fused "conv" group
 // CHECK:      # conv2d 1x8x6x6 * 8x4x3x3 (groups 2) in 2 blocks of 6 output rows: codes in padded channel quads, im2row, gemm_q8_rows
+// CHECK:      word = np.uint32(((np.int32({{in[0-9]+}}[src + 0 + j]) + 131) << 0) | {{.*}} | ((np.int32({{in[0-9]+}}[src + 108 + j]) + 131) << 24))
 // CHECK:      gemm_q8_rows(4, npad, 9, {{in[0-9]+}}[g * 36:], 72 + g * 4 - g * 36, np.int32(131), q8buf, cbuf, 0, npad)
 // CHECK:      # fusec kernel for one ai.fused "conv" group
 // CHECK-NOT:  gemm_q8_
