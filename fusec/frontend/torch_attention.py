@@ -11,6 +11,12 @@ a function it does not inline (``F.multi_head_attention_forward``: torchvision's
 reaches AOTAutograd whole and becomes the fused kernel ATen picks for the device (cuDNN,
 flash or memory-efficient on CUDA, flash on CPU); those lower to ``ai.attention`` too,
 the CPU one kept out of the decomposition tables here.
+
+The same tables keep the activations fusec has one op for (``KEPT_ACTIVATIONS``:
+hardswish, hardsigmoid, SiLU, Mish) whole: core ATen writes them as float32 maths
+between two casts for f16/bf16 tensors, which the cuda target ran as a pointwise kernel
+after the conv (MobileNetV3: 121 kernels against the ONNX path's 99, whose HardSwish and
+HardSigmoid are one op each and fuse into the conv's epilogue).
 """
 
 from __future__ import annotations
@@ -76,23 +82,34 @@ def keep_attention(gm: fx.GraphModule) -> int:
     return count
 
 
+#: Activations kept out of the decomposition tables: each lowers to one ai op.
+KEPT_ACTIVATIONS = ("hardswish", "hardsigmoid", "silu", "mish")
+
+
+def _keep_activations(table: dict) -> dict:
+    for name in KEPT_ACTIVATIONS:
+        table.pop(getattr(torch.ops.aten, name).default, None)
+    return table
+
+
 def core_decompositions_keeping_attention() -> Any:
     """PyTorch's core-ATen decompositions (the backend's AOTAutograd table) but those of
     the fused SDPA kernels ATen picks for an SDPA that Dynamo's graph holds inside a
     function it does not inline (``F.multi_head_attention_forward``, torchvision's ViT):
     ``_scaled_dot_product_flash_attention_for_cpu`` stays one node, as the CUDA ones do
-    (none of them has a decomposition), and lowers to ``ai.attention``."""
+    (none of them has a decomposition), and lowers to ``ai.attention``; and but those of
+    ``KEPT_ACTIVATIONS``."""
     from torch._decomp import core_aten_decompositions
 
     table = core_aten_decompositions()
     table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
-    return table
+    return _keep_activations(table)
 
 
 def decompositions_keeping_attention() -> dict:
-    """``torch.export``'s default decompositions but SDPA's and its CPU kernel's (each
-    stays one node)."""
+    """``torch.export``'s default decompositions but SDPA's, its CPU kernel's and
+    ``KEPT_ACTIVATIONS``' (each stays one node)."""
     table = torch.export.default_decompositions()
     table.pop(torch.ops.aten.scaled_dot_product_attention.default, None)
     table.pop(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, None)
-    return table
+    return _keep_activations(table)

@@ -82,3 +82,31 @@ def test_zoo_model_through_the_backend_has_no_fallback_on_cuda(name: str, monkey
         k for k in program.kernels if k.kind == "attention" and "flash-style" in k.source[:4000]
     ]
     assert len(flash) == ATTENTION_LAYERS[name], [k.kind for k in program.kernels]
+
+
+def test_an_f16_hardswish_fuses_into_the_conv(monkeypatch) -> None:
+    """hardswish stays one ATen op (kept out of the core-ATen table, as hardsigmoid, SiLU
+    and Mish are): decomposed, it was float32 maths between two casts that the cuda
+    target ran as a pointwise kernel after the conv (MobileNetV3: 121 kernels, the ONNX
+    path 99; now 99 both), where one ai.hard_swish joins the conv's epilogue."""
+    programs: list[Any] = []
+    compile_module = fusec.api.compile
+
+    def without_runtime(*args: Any, **kwargs: Any) -> Any:
+        programs.append(compile_module(*args, **{**kwargs, "executable": False}))
+        return programs[-1]
+
+    monkeypatch.setattr(fusec.api, "compile", without_runtime)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.Hardswish()
+    )
+    model = model.eval().to(torch.float16)
+    torch._dynamo.reset()
+    fusec_torch.reset_stats()
+    compiled = torch.compile(model, backend="fusec", dynamic=False, options={"target": "cuda"})
+    with torch.no_grad():
+        compiled(torch.randn(1, 16, 16, 16, dtype=torch.float16))
+    (program,) = programs
+    kinds = [k.kind for k in program.kernels]  # the input's layout copy, then the conv
+    assert kinds.count("conv") == 1 and "pointwise" not in kinds, kinds

@@ -24,6 +24,17 @@ def _quiet():
     yield from quiet_torch_trace()
 
 
+def _activations() -> torch.nn.Module:
+    """Conv epilogues with the activations kept whole (MobileNetV3's hardswish and
+    hardsigmoid, EfficientNet's SiLU, Mish): one ai op each, in f16."""
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.Hardswish(),
+        nn.Conv2d(16, 16, 1), nn.Hardsigmoid(), nn.Conv2d(16, 16, 3, padding=1), nn.SiLU(),
+        nn.Conv2d(16, 8, 1), nn.Mish(),
+    )  # fmt: skip
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "make, shape",
@@ -31,8 +42,9 @@ def _quiet():
         (SmallCNN, (8, 3, 32, 32)),
         (lambda: Block(dim=128, heads=2), (4, 64, 128)),
         (lambda: Block(dim=128, heads=2, sdpa=True), (4, 64, 128)),
+        (_activations, (4, 3, 32, 32)),
     ],
-    ids=["cnn", "transformer_block", "sdpa_block"],
+    ids=["cnn", "transformer_block", "sdpa_block", "kept_activations"],
 )
 def test_fp16_model_through_the_backend_matches_the_fp32_module(make, shape) -> None:
     if not torch.cuda.is_available():
