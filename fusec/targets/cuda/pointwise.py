@@ -22,6 +22,7 @@ from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import (
     ELEMENTWISE_OPS,
     ExprGenerator,
+    broadcast_shapes,
     coalesce,
     header,
     leaf_shapes,
@@ -34,7 +35,6 @@ from fusec.targets.cuda.common import (
     ITEMSIZE,
     Source,
     body_ops,
-    broadcast_all,
     check_elementwise,
     check_leaves,
     grid_stride_launch,
@@ -115,7 +115,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     arg_index = check_leaves(fused_op, leaves)
 
     out_shapes = [shape_of(v) for v in results]
-    space0 = broadcast_all(out_shapes + list(leaves.values()))
+    space0 = broadcast_shapes(*out_shapes, *leaves.values())
     leaf_list = list(leaves)
     space, collapsed = coalesce(space0, [leaves[v] for v in leaf_list] + out_shapes)
     in_ops = {
