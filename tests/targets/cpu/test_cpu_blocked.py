@@ -24,8 +24,8 @@ from fusec.ir.module import entry_function
 from fusec.runtime.cache import KernelCache
 from fusec.runtime.launch import Program
 from fusec.runtime.reference import run_reference
-from fusec.targets.cpu import attention as cpu_attention
 from fusec.targets.cpu import blas as cpu_blas
+from fusec.targets.cpu import blocked as cpu_blocked
 from fusec.targets.cpu import buffers as cpu_buffers
 from fusec.targets.cpu import matmul as cpu_matmul
 from fusec.targets.cpu import microkernel
@@ -45,8 +45,8 @@ def cache(tmp_path_factory) -> KernelCache:
 def four_blocks_at_least(monkeypatch):
     """The block counts below as on a 4-thread pool, whatever this machine's
     (``MIN_BLOCKS`` follows Numba's thread count): ragged splits on small shapes."""
-    for module in (cpu_matmul, conv_choice, conv_gemm, conv_planes, cpu_attention):
-        monkeypatch.setattr(module, "MIN_BLOCKS", 4)
+    for module in (cpu_matmul, conv_choice, conv_gemm, conv_planes, cpu_blocked):
+        monkeypatch.setattr(module, "MIN_BLOCKS", 4)  # attention reads blocked.MIN_BLOCKS
 
 
 def _t(shape, dtype="f32"):

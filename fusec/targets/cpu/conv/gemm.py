@@ -77,17 +77,20 @@ COLS_BYTES = 1 << 20
 #: sgemm: ResNet's 7x7 stride-2 stem, 16 x 147 x 512 per block, 44 us in sgemm, 25 in
 #: gemm_nn (one thread; the kernel 76 -> 58 us). Larger blocks are not measured.
 COLS_NN_ROWS = 64
-#: A "direct" convolution (1x1, stride 1, unpadded; one image a block) of at most this
-#: many input channels over whole-vector output rows runs its GEMM in ``gemm_nn`` (the
-#: input read in place: a strip of ``C x STRIP`` floats stays in L1 while its tiles go
-#: down the weight), in blocks of ``DIRECT_NN_PIXELS`` output pixels, not in one sgemm
-#: of ``COLS_BYTES`` blocks (EfficientNet-B0's 1x1s at 128x128, batch 1, one thread,
-#: minima of whole calls, us, sgemm / gemm_nn: C16 64x64 K96 + silu 407 / 307, C32 64x64
-#: K16 127 / 101, C24 32x32 K144 + silu 147 / 128, C144 32x32 K24 133 / 112; ResNet-50's
-#: C64 32x32 K64 73 / 68; but C256 32x32 K128 439 / 486 and K64 238 / 251: the strip of
-#: 256 channels is 64 KiB, past L1). The whole EfficientNet-B0 b1: least CPU ms 5.99 ->
-#: 5.45 (benchmarks/results/cpu-notes.md).
-DIRECT_NN_DEPTH, DIRECT_NN_PIXELS = 160, 1024
+#: A "direct" convolution (1x1, stride 1, unpadded; one image a block) of at most
+#: ``DIRECT_NN_DEPTH`` input channels and a weight of at most ``DIRECT_NN_WEIGHT`` floats
+#: (both in L1: a strip of ``C x STRIP`` input floats while its tiles go down the
+#: weight, and the weight itself, read again for each strip) over whole-vector output rows
+#: runs its GEMM in ``gemm_nn``, in blocks of ``DIRECT_NN_PIXELS`` output pixels, not in
+#: one sgemm of ``COLS_BYTES`` blocks (EfficientNet-B0's 1x1s at 128x128, batch 1, one
+#: thread, minima of whole calls, us, sgemm / gemm_nn: C16 64x64 K96 + silu 407 / 307, C32
+#: 64x64 K16 127 / 101, C24 32x32 K144 + silu 147 / 128, C144 32x32 K24 133 / 112;
+#: ResNet-50's C64 32x32 K64 73 / 68; but C256 32x32 K128 439 / 486 and K64 238 / 251 (a
+#: 64 KiB strip), and C64 32x32 K256 (a 64 KiB weight) level alone, the whole ResNet-50
+#: 1-2% more CPU with it: those stay in sgemm). The whole EfficientNet-B0 b1 and
+#: MobileNetV3-Large b1, least CPU ms: 5.74 -> 5.56 and 3.16 -> 2.92 with 9afa84a
+#: (benchmarks/results/cpu-notes.md).
+DIRECT_NN_DEPTH, DIRECT_NN_WEIGHT, DIRECT_NN_PIXELS = 160, 4096, 1024
 #: Output pixels (padded-width rows) per block of a stride-1 convolution by taps: the
 #: best of 2-16 rows at 56x56 (C = K = 64, 3x3), measured single-threaded, was 2-4 rows
 #: of 58 (19.3 ms against 21.9 at 8 rows and 24.2 for im2col blocks).
@@ -267,7 +270,11 @@ class ConvBlocks(BlockedCore):
         self.m = 4 if self.method == "winograd4" else 2  # Winograd output tile
         self.cols_nn = False  # im2col's GEMM in gemm_nn (``__init__``)
         self.direct_nn = (
-            self.direct and self.nb == 1 and self.ow % host.W == 0 and self.crs <= DIRECT_NN_DEPTH
+            self.direct
+            and self.nb == 1
+            and self.ow % host.W == 0
+            and self.crs <= DIRECT_NN_DEPTH
+            and self.kg * self.crs <= DIRECT_NN_WEIGHT
         )
         self.taps = self.method == "taps"
 
