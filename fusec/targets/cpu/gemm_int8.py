@@ -578,7 +578,8 @@ def gemm_q8_packed_amx(m, n, k, a, a_off, lda, zero, q8, bp, ncols, c0, c, c_off
 def gemm_q8_bytes(m, n, k, q8, zero, bp, ncols, c0, c, c_off, ldc):
     """``gemm_q8_packed`` with A's rows already uint8 codes in ``q8``'s bytes (rows of
     ``padded_k(k)`` bytes; what lies past ``k`` in a row multiplies the packing's zeros
-    and does not count): the caller gathered them (a quantized conv's im2row). In the
+    and does not count): the caller gathered them (the QDQ convs did, before they went
+    by channel rows, ``gemm_q8_rows``; no template names it now). In the
     VNNI register tiles."""
     kp = (k + K_BLOCK - 1) // K_BLOCK * K_BLOCK
     _gemm_vnni(m, n, k, kp, q8, bp, ncols, c0, zero, c, c_off, ldc)
