@@ -57,8 +57,7 @@ from fusec.targets.cpu.blocked import (
     row_loop,
 )
 from fusec.targets.cpu.conv.choice import q8_zero
-from fusec.targets.cpu.conv.gemm import ConvBlocks
-from fusec.targets.cpu.entry import EntryScratch
+from fusec.targets.cpu.conv.planes import WholePlaneBlocks
 from fusec.targets.cpu.rows import RowBlock
 
 #: Target bytes of a block's workspace (the packed pixels and the channel rows): they
@@ -77,7 +76,7 @@ Q8_MIN_PIXELS = 64
 Q8_SPLIT_ROWS_PIXELS = 256
 
 
-class Q8Blocks(ConvBlocks):
+class Q8Blocks(WholePlaneBlocks):
     """Blocks of ``bh`` output rows (or ``kc`` output channels) of one image and channel
     group of a quantized convolution (``q8_zero``): the block's codes packed as bytes,
     ``gemm_q8_rows`` of the weight packed once into the channel rows, the epilogue
@@ -125,15 +124,6 @@ class Q8Blocks(ConvBlocks):
             workspace.add("xq", self.cq * self.in_rows * self.wp)
         workspace.add("q8buf", padded * self.kq)
         workspace.add(c_array, self.kc * padded)
-
-    def launch_lines(self) -> list[str]:
-        return []
-
-    def entry_lines(self, scratch: EntryScratch) -> list[str] | None:
-        return []
-
-    def arrays(self) -> list[str]:
-        return [self.reads[v] for v in self.op.operands]
 
     def describe(self) -> str:
         how = "codes as bytes" if self.pointwise else "codes in padded channel quads, im2row"
