@@ -87,10 +87,12 @@ COLS_NN_ROWS = 64
 #: 64x64 K16 127 / 101, C24 32x32 K144 + silu 147 / 128, C144 32x32 K24 133 / 112;
 #: ResNet-50's C64 32x32 K64 73 / 68; but C256 32x32 K128 439 / 486 and K64 238 / 251 (a
 #: 64 KiB strip), and C64 32x32 K256 (a 64 KiB weight) level alone, the whole ResNet-50
-#: 1-2% more CPU with it: those stay in sgemm). The whole EfficientNet-B0 b1 and
-#: MobileNetV3-Large b1, least CPU ms: 5.74 -> 5.56 and 3.16 -> 2.92 with 9afa84a
-#: (benchmarks/results/cpu-notes.md).
-DIRECT_NN_DEPTH, DIRECT_NN_WEIGHT, DIRECT_NN_PIXELS = 160, 4096, 1024
+#: 1-2% more CPU with it; with its C64 32x32 K64 alone (16 KiB) the whole model was 6%
+#: slower in two of three quiet A/Bs and level in the third, its kernels' sum level (not
+#: understood): those stay in sgemm). The whole EfficientNet-B0 b1 and MobileNetV3-Large
+#: b1 (weights of at most 3456 floats), quiet, least ms: 4.30 -> 4.06 and 2.40 -> 2.29 with
+#: 9afa84a (benchmarks/results/cpu-notes.md).
+DIRECT_NN_DEPTH, DIRECT_NN_WEIGHT, DIRECT_NN_PIXELS = 160, 3584, 1024
 #: Output pixels (padded-width rows) per block of a stride-1 convolution by taps: the
 #: best of 2-16 rows at 56x56 (C = K = 64, 3x3), measured single-threaded, was 2-4 rows
 #: of 58 (19.3 ms against 21.9 at 8 rows and 24.2 for im2col blocks).
