@@ -96,7 +96,9 @@ class CpuBackend:
         """``array`` in ``layout``, flat float32: "strips" (a GEMM's B as ``gemm_packed``
         reads it), "strips_t" (the same from B^T), "q8_strips" / "q8_strips_t" (a B
         of int8 codes as ``gemm_q8_packed`` reads it, its bytes), "strips_kcrs" (a K x C x
-        R x S conv weight as the B^T of a (C*R*S) x K GEMM), "q8_rows" (a K x C x R x S
+        R x S conv weight as the B^T of a (C*R*S) x K GEMM), "q8_krsc" (a K x C x R x S
+        weight of int8 codes, its columns in (r, s, c) order, as ``gemm_q8_bytes`` reads
+        it), "q8_rows" (a K x C x R x S
         weight of int8 codes as ``gemm_q8_rows``' W: rows in (r, s, c) order, each tap's
         C padded to whole quads), "winograd:<groups>[:4]" (3x3 conv weights as G g G^T,
         ``winograd.prepare_winograd``) or "depthwise_lanes:<block>"
@@ -110,6 +112,11 @@ class CpuBackend:
             from fusec.targets.cpu.gemm_int8 import pack_q8
 
             return pack_q8(array, transposed=layout == "q8_strips_t")
+        if layout == "q8_krsc":
+            from fusec.targets.cpu.gemm_int8 import pack_q8
+
+            krsc = np.asarray(array).transpose(0, 2, 3, 1)
+            return pack_q8(krsc.reshape(krsc.shape[0], -1), transposed=True)
         if layout == "q8_rows":
             from fusec.targets.cpu.gemm_int8 import pack_q8_rows
 

@@ -77,7 +77,7 @@ def _run_poisoned(text: str, inputs: list[np.ndarray]) -> np.ndarray:
     compiled = fusec.compile(text, target="cpu")
     assert np.asarray(compiled(*inputs)).tobytes() == runs[0].tobytes()
     heads = [line for k in compiled.kernels for line in k.source.splitlines()]
-    q8 = [line for line in heads if line.startswith("# conv2d") and "gemm_q8_rows" in line]
+    q8 = [line for line in heads if line.startswith("# conv2d") and "gemm_q8_" in line]
     assert len(q8) == int(gemm_int8.available())
     return runs[0]
 
@@ -95,6 +95,8 @@ def _run_poisoned(text: str, inputs: list[np.ndarray]) -> np.ndarray:
         ("i8", -7, (2, 5, 8, 8), 16, 1, 1, 0, 1, 1),  # 1x1 codes as bytes, C 5, batch 2
         ("ui8", 3, (1, 16, 20, 21), 24, 3, 2, 1, 4, 1),  # 4 groups of 4 -> 6, stride 2
         ("ui8", 77, (2, 12, 9, 10), 9, 1, 1, 0, 3, 1),  # 1x1, 3 groups of 4 -> 3
+        # C*R*S 1152, 81 pixels: the pixel rows on AMX tiles and a transpose, where granted
+        ("ui8", 140, (1, 128, 9, 9), 32, 3, 1, 1, 1, 1),
         ("i8", 0, (1, 6, 11, 12), 13, 3, 1, 2, 1, 2),  # dilation 2, K 13, C 6 (a tap's
         # quads padded), bias rows 13
     ],

@@ -30,9 +30,9 @@ Why by channel rows: the first form (the pixels as the GEMM's rows, ``gemm_q8_by
 by the weight as B, then a P x K transpose into the channel rows) spent most of a
 small-channel conv in the transpose (QDQ 1x1 64 -> 256 on 56x56, 1 thread: 530 of
 1119 us, the GEMM ~200, by removing each part of the generated kernel; now 553 us all
-in), and on small planes its row blocks of a few pixels left the epilogue scalar; it
-measured slower at every plane tried, AMX included (``Q8_SPLIT_ROWS_PIXELS``,
-benchmarks/results/cpu-quant-int8.md).
+in), and on small planes its row blocks of a few pixels left the epilogue scalar. It
+stays only where AMX-INT8's tiles pay for the transpose: a long K on a plane that is
+not tiny (``Q8_AMX_MIN_K``; benchmarks/results/cpu-quant-int8.md).
 
 The products and sums are exact integers (each below 2**31), so the result before the
 epilogue is the float32 rounding of the exact sum, as onnxruntime's QLinearConv has it;
@@ -74,6 +74,19 @@ Q8_MIN_PIXELS = 64
 #: us: MobileNetV3 1x1 160 -> 960 on 4x4 30 / 189; ResNet-50 128px 1x1 512 -> 2048 on
 #: 4x4 83 / 241, 3x3 512 on 4x4 176 / 226, 3x3 512 stride 2 on 8x8 207 / 249.
 Q8_SPLIT_ROWS_PIXELS = 256
+#: ... except on AMX-INT8 (``amx_available``): a conv of one group, K a multiple of 16,
+#: A's rows (C*R*S padded to 64) at least ``Q8_AMX_MIN_K`` bytes and an output plane of
+#: at least ``Q8_AMX_MIN_PIXELS`` pixels runs its pixels as the GEMM's rows on AMX tiles
+#: (``gemm_q8_bytes_amx`` by the weight packed as B, layout "q8_krsc"), then transposes
+#: the P x K result (tiles of ``TRANSPOSE_PIXELS``) into the channel rows: 3x3 256 on
+#: 14x14 (K 2304), 1 thread, min of 15: 243 us against 537 by channel rows; but the
+#: QDQ bottleneck at 56x56 with its 3x3 64 (K 576) on AMX took 1.99 ms against 1.61 all
+#: by channel rows (the transpose grows with the output, AMX's gain with K), and on 4x4
+#: planes channel rows win at any K (3x3 512, K 4608: 176 against 226).
+Q8_AMX_MIN_K, Q8_AMX_MIN_PIXELS = 1024, 64
+#: Output pixels a tile of that transpose takes (its rows stay in L1 while their columns
+#: go to the channel rows; row by row, the reads K floats apart missed L1 at every one).
+TRANSPOSE_PIXELS = 16
 
 
 class Q8Blocks(WholePlaneBlocks):
@@ -96,9 +109,25 @@ class Q8Blocks(WholePlaneBlocks):
         )
         self.cq = -(-self.cg // 4)  # a tap's channels in quads (zero weights past C/G)
         self.kq = self.r * self.s * self.cq
-        self.q8_gemm = "gemm_q8_rows"
-        self.prepared = ((weights, "q8_rows"),)
-        per_pixel = 4 * self.kq + 4 * self.kg  # the packed block and cbuf
+        from fusec.targets.cpu.gemm_int8 import amx_available, fits, padded_k, scratch_floats
+
+        self.kp = padded_k(self.crs)
+        #: the pixels as the GEMM's rows on AMX tiles, then a transpose (``Q8_AMX_MIN_K``)
+        self.amx = (
+            self.groups == 1
+            and fits(self.k)
+            and self.kp >= Q8_AMX_MIN_K
+            and self.oh * self.ow >= Q8_AMX_MIN_PIXELS
+            and amx_available()
+        )
+        if self.amx:
+            self.q8_gemm = "gemm_q8_bytes_amx"
+            self.prepared = ((weights, "q8_krsc"),)
+            per_pixel = self.kp + 8 * self.k  # A's row, ct and cbuf (f32)
+        else:
+            self.q8_gemm = "gemm_q8_rows"
+            self.prepared = ((weights, "q8_rows"),)
+            per_pixel = 4 * self.kq + 4 * self.kg  # the packed block and cbuf
         self.imports = (abi.import_line(self.q8_gemm),)
         fit = max(1, Q8_BLOCK_BYTES // per_pixel // self.ow)
         bh = max(1, min(self.oh, max(fit, -(-Q8_MIN_PIXELS // self.ow))))
@@ -106,7 +135,7 @@ class Q8Blocks(WholePlaneBlocks):
         #: blocks of output channels of a group (``kc`` each): a small plane by rows is
         #: split by channels, not rows (rows of few pixels leave its epilogue scalar)
         self.kb, self.kc = 1, self.kg
-        if images < MIN_BLOCKS and self.oh * self.ow < Q8_SPLIT_ROWS_PIXELS:
+        if images < MIN_BLOCKS and self.oh * self.ow < Q8_SPLIT_ROWS_PIXELS and not self.amx:
             bh = self.oh
             self.kc = -(-self.kg // MIN_BLOCKS // 6) * 6  # whole tiles of 6 rows
             self.kb = -(-self.kg // self.kc)
@@ -117,6 +146,13 @@ class Q8Blocks(WholePlaneBlocks):
         self.pixels = bh * self.ow
         #: input rows a block reads (its output rows' windows)
         self.in_rows = (bh - 1) * self.sh + (self.r - 1) * self.dh + 1
+        if self.amx:
+            if not self.pointwise:
+                workspace.add("xq", -(-self.in_rows * self.w * self.c // 4))
+            workspace.add("q8buf", scratch_floats(self.pixels, self.crs))
+            workspace.add("ct", self.pixels * self.k)
+            workspace.add(c_array, self.k * self.pixels)
+            return
         padded = -(-self.pixels // 16) * 16  # whole vectors of pixels
         #: the padded input row: every tap of every output pixel reads inside it
         self.wp = max((self.ow - 1) * self.sw + (self.s - 1) * self.dw + 1, self.pl + self.w)
@@ -126,6 +162,14 @@ class Q8Blocks(WholePlaneBlocks):
         workspace.add(c_array, self.kc * padded)
 
     def describe(self) -> str:
+        if self.amx:
+            how = "codes as bytes" if self.pointwise else "codes channels-last, im2row of bytes"
+            return (
+                f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.c}x{self.r}x"
+                f"{self.s} in {self.count} blocks of {self.bh} output rows: {how}, "
+                f"{self.q8_gemm} (uint8 x int8 -> int32, weight packed once), transpose, "
+                "epilogue per block"
+            )
         how = "codes as bytes" if self.pointwise else "codes in padded channel quads, im2row"
         return (
             f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x{self.r}x"
@@ -159,8 +203,10 @@ class Q8Blocks(WholePlaneBlocks):
         ]
 
     def epilogue_rows(self, shapes: Sequence[tuple[int, ...]], reduces: bool) -> EpilogueRows:
-        """``ConvBlocks``' rows, the block's channel rows ``npad`` apart (its pixels
-        padded to whole vectors)."""
+        """``ConvBlocks``' rows, by channel rows the block's rows ``npad`` apart (its
+        pixels padded to whole vectors)."""
+        if self.amx:
+            return super().epilogue_rows(shapes, reduces)
         p = self.oh * self.ow
         first, count = (
             (f"g * {self.kg}", str(self.kg)) if self.kb == 1 else (f"g * {self.kg} + kc0", "kn")
@@ -184,6 +230,9 @@ class Q8Blocks(WholePlaneBlocks):
         return EpilogueRows(loops, "        ", space, RowBlock({self.c_array: "lc"}))
 
     def compute(self) -> list[str]:
+        return self._by_pixels() if self.amx else self._by_rows()
+
+    def _by_rows(self) -> list[str]:
         """The block's pixels packed as ``gemm_q8_rows``' X in ``q8buf`` (strips of
         ``STRIP`` pixels, the last one ``npad`` less the whole strips wide, each ``kq``
         quad rows of 4 bytes a pixel, quads in the packed weight's (r, s, c) order),
@@ -298,4 +347,58 @@ class Q8Blocks(WholePlaneBlocks):
             *lines,
             f"gemm_q8_rows({rows}, npad, {kq}, {w_arg}, {s_off}, np.int32({zero}), q8buf, "
             f"{self.c_array}, 0, npad)",
+        ]
+
+    def _by_pixels(self) -> list[str]:
+        """A's rows as uint8 codes in ``q8buf`` (rows of ``kp`` bytes, columns in the
+        packed weight's (r, s, c) order; the zero point's code in the padding); the int8
+        GEMM into ``ct``; ``cbuf[kk, q] = ct[q, kk]``."""
+        x, w = (self.reads[v] for v in self.op.operands)
+        h, wd, c, k, kp, zero = self.h, self.w, self.c, self.k, self.kp, self.zero
+        gemm = (
+            f"{self.q8_gemm}(pw, {k}, {self.crs}, q8buf, np.int32({zero}), {w}, {k}, 0, ct, 0, {k})"
+        )
+        lines = ["ab = q8buf.view(np.uint8)"]
+        if self.pointwise:  # pixel p0 + q of the plane is A's row q
+            lines += [
+                f"for cc in range({c}):",
+                f"    src = (n * {c} + cc) * {h * wd} + p0",
+                "    for q in range(pw):",
+                f"        ab[q * {kp} + cc] = np.uint8(np.int32({x}[src + q]) + {zero})",
+            ]
+        else:
+            lines += [
+                "xb = xq.view(np.uint8)",
+                f"iy0 = oh0 * {self.sh} - {self.pt}",  # the block's first input row
+                f"for cc in range({c}):",
+                f"    plane = (n * {c} + cc) * {h * wd}",
+                f"    for i in range({self.in_rows}):",
+                "        iy = iy0 + i",
+                f"        if iy >= 0 and iy < {h}:",
+                f"            src = plane + iy * {wd}",
+                f"            dst = i * {wd * c} + cc",
+                f"            for j in range({wd}):",
+                f"                xb[dst + j * {c}] = np.uint8(np.int32({x}[src + j]) + {zero})",
+                "for q in range(pw):",
+                f"    oy = (p0 + q) // {self.ow} * {self.sh} - {self.pt}",
+                f"    ox = (p0 + q) % {self.ow} * {self.sw} - {self.pl}",
+                f"    for r in range({self.r}):",
+                f"        iy = oy + r * {self.dh}",
+                f"        for s in range({self.s}):",
+                f"            ix = ox + s * {self.dw}",
+                f"            d = q * {kp} + (r * {self.s} + s) * {c}",
+                f"            if iy >= 0 and iy < {h} and ix >= 0 and ix < {wd}:",
+                f"                at = ((iy - iy0) * {wd} + ix) * {c}",
+                f"                ab[d:d + {c}] = xb[at:at + {c}]",
+                "            else:",
+                f"                ab[d:d + {c}] = np.uint8({zero})",
+            ]
+        return [
+            *lines,
+            gemm,
+            f"for qa in range(0, pw, {TRANSPOSE_PIXELS}):",
+            f"    qb = min(qa + {TRANSPOSE_PIXELS}, pw)",
+            f"    for kk in range({k}):",
+            "        for q in range(qa, qb):",
+            f"            cbuf[kk * pw + q] = ct[q * {k} + kk]",
         ]
