@@ -263,7 +263,8 @@ def test_timing_of_an_onnx_model_counts_its_import(tmp_path: Path, capsys):
     path = _relu_onnx(tmp_path)
     assert cli.main(["compile", str(path), "--target", "reference", "--timing"]) == 0
     whats = [line.split(" ms  ")[1] for line in capsys.readouterr().err.splitlines()[1:]]
-    assert whats.index("ONNX import") < whats.index("copy the module") < whats.index("passes (5)")
+    passes = next(i for i, what in enumerate(whats) if what.startswith("passes ("))
+    assert whats.index("ONNX import") < whats.index("copy the module") < passes
 
 
 def test_conformance_shows_its_progress_per_case(monkeypatch, capsys):
