@@ -68,6 +68,11 @@ CASES = {
     "torchscript-upcast-attention": UPCAST,
 }
 
+#: the element type each case computes in, which sets its tolerance: the upcast chain's
+#: result is declared f32, but demote-upcasts runs it in f16 up to the final cast (the
+#: FileCheck test pins that), so the flash kernel's f16 rounding order shows at f16 scale
+COMPUTES_IN = {"torchscript-upcast-attention": "f16"}
+
 
 def _headers(compiled) -> list[str]:
     return [
@@ -92,4 +97,4 @@ def test_issue28_attention_routes_match_reference(name: str) -> None:
         args = random_inputs(entry_function(compiled.module), seed=seed)
         (out,) = compiled._runner(args, poison=True)
         (ref,) = run_reference(compiled.module, args, rounding="groups")
-        assert_close(out, ref, what=f"{name}, seed {seed}")
+        assert_close(out, ref, COMPUTES_IN.get(name), what=f"{name}, seed {seed}")
