@@ -214,3 +214,33 @@ def test_three_maps_survive_a_slab_retired_in_between(drv: FakeDriver, monkeypat
         live = {slot.address for slot in tensormaps._maps.slots.values()}
         assert {map_a, map_b, map_out} <= live  # none of them in a retired slab
         launch.calls.clear()
+
+
+SPLIT = cpp.GemmSpec(TileConfig.parse("64x128x64 s8 c1 g8 sk=4"), "f16", "f16", "k", "n")
+
+
+def test_split_k_gets_its_workspace_once_per_stream_with_zeroed_counters(drv: FakeDriver) -> None:
+    """Split-K's partials (4 splits x 8 tiles x 64 x 128 f32) and one counter per tile are
+    allocated on the first call on a stream, the counters zeroed on that stream (queued, not
+    synchronous); the grid has a block per (tile, split) unit; a second call is one launch."""
+    launch = _launch(SPLIT, m=128, n=512, k=768)
+    launch.direct(7, _bufs(0x10000, 0x20000), _bufs(0x30000))
+    allocs = [args[0] for name, args in drv.calls if name == "cuMemAlloc"]
+    tiles = 2 * 4
+    assert 4 * tiles * 4 * 64 * 128 in allocs and 4 * tiles in allocs
+    (memset,) = [args for name, args in drv.calls if name == "cuMemsetD32Async"]
+    assert memset[1:] == (0, tiles, 7)
+    assert not SYNCHRONOUS & set(drv.names())
+    map_a, map_b, out, ws, counters = _u64_params(launch)
+    assert out == 0x30000 and memset[0] == counters and ws not in (0, counters)
+    drv.calls.clear()
+    launch.direct(7, _bufs(0x10000, 0x20000), _bufs(0x30000))
+    assert drv.names() == ["cuLaunchKernel"]
+    assert drv.calls[0][1][1] == tiles * 4  # grid: every unit has its block (32 <= 132 SMs)
+    drv.calls.clear()
+    launch.direct(8, _bufs(0x10000, 0x20000), _bufs(0x30000))  # another stream: its own
+    assert [n for n in drv.names() if n in ("cuMemAlloc", "cuMemsetD32Async")] == [
+        "cuMemAlloc",
+        "cuMemAlloc",
+        "cuMemsetD32Async",
+    ]

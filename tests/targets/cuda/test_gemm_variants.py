@@ -54,6 +54,50 @@ def test_bad_variants_are_refused(text: str, problem: str) -> None:
         TileConfig.parse(text)
 
 
+def test_split_k_text_attribute_and_rules() -> None:
+    """``sk=N`` in the text and ``split_k`` in the attribute; the cooperative schedule only,
+    without ln=tile, at most 64 accumulators per thread (more spill around the reduction);
+    pingpong or ln=tile drop a split."""
+    config = TileConfig.parse("64x128x64 s8 c1 g8 epi=smem sk=8")
+    assert config.split_k == 8 and config.text == "64x128x64 s8 c1 g8 epi=smem sk=8"
+    assert cfg.from_attr(cfg.to_attr(config, "heuristic")) == config
+    assert "split_k" not in cfg.to_attr(TileConfig(), "heuristic").data
+    for text, problem in [
+        ("64x128x64 s8 c1 g8 sk=0", "split_k must be 1 to 16"),
+        ("64x128x64 s8 c1 g8 sk=17", "split_k must be 1 to 16"),
+        ("64x128x64 s8 c1 g8 sk=x", "sk must be an integer"),
+        ("64x128x64 s8 c1 g8 sk=2 sk=3", "repeated"),
+        ("64x256x64 s4 c2 g8 sched=pingpong sk=2", "cooperative schedule"),
+        ("128x256x64 s4 c2 g8 sk=2", "at most 64 accumulators"),
+    ]:
+        with pytest.raises(ValueError, match=problem):
+            TileConfig.parse(text)
+    two = TileConfig.parse("128x128x64 s6 c2 g8 sk=4")
+    assert with_variant(two, Variant(schedule="pingpong")).split_k == 1
+    assert with_variant(two, Variant(epilogue="smem")).split_k == 4
+
+
+def test_heuristic_splits_under_filled_problems() -> None:
+    """Batch-1 transformer projections leave most SMs idle even on the 64x128 tile: their
+    K is split so that the units fill the GPU, each split at least 3 K steps deep, at most
+    8; problems that fill half the GPU, or whose K is short, are not split."""
+    expect = {
+        (128, 768, 3072): 8,  # BERT's MLP down: 12 tiles, 48 K steps
+        (128, 768, 768): 4,  # its attention output: 12 K steps / 3
+        (128, 3072, 768): 2,  # MLP up: 48 tiles
+        (197, 768, 3072): 5,  # ViT: 24 tiles
+        (1, 768, 768): 4,  # a pooler's row
+        (128, 5632, 2048): 1,  # Llama's gate: 88 tiles fill more than half
+        (784, 768, 192): 1,  # 78 tiles
+        (4096, 4096, 4096): 1,
+        (128, 768, 128): 1,  # 2 K steps
+    }
+    for shape, splits in expect.items():
+        assert cfg.choose_config(*shape).split_k == splits, shape
+    assert cfg.choose_config(128, 768, 3072, sms=16).split_k == 1
+    assert cfg.candidates(128, 768)[0].split_k == 1  # fusec tune: K unknown, no split
+
+
 def test_heuristic_default_variant() -> None:
     """The large tiles take the variant measured fastest on the H200; small-M and whole-row
     tiles keep the plain one."""
@@ -225,6 +269,24 @@ SPECS = {
     "smem-1consumer-64x128": cpp.GemmSpec(
         TileConfig.parse("64x128x64 s8 c1 g8 epi=smem"), "f16", "f16", "k", "n"
     ),
+    "split8-64x128-f16": cpp.GemmSpec(
+        TileConfig.parse("64x128x64 s8 c1 g8 sk=8"),
+        "f16",
+        "f16",
+        "k",
+        "n",
+        epilogue=cpp.bias_relu("f16"),
+    ),
+    "split3-smem-128x128-bf16-f32-mn": cpp.GemmSpec(
+        TileConfig.parse("128x128x64 s5 c2 g8 epi=smem math=fast sk=3"),
+        "bf16",
+        "f32",
+        "m",
+        "n",
+        True,
+        False,
+        cpp.bias_relu("bf16"),
+    ),
 }
 
 
@@ -252,7 +314,7 @@ def test_smem_source_stages_and_stores_with_tma() -> None:
     source = cpp.generate(SPECS["smem-128x256-f16"])
     assert "u64 map_out" in source and SPECS["smem-128x256-f16"].arg_count() == (4, 4)
     assert "SMEM_EPILOGUE = 1," in source and "EPI_BYTES = 32768," in source
-    assert "(epi, smem_raw, map_a, map_b, out, map_out, M, N, K, batches)" in source
+    assert "(epi, smem_raw, map_a, map_b, out, map_out, M, N, K, batches,\n" in source
     linked = SPECS["smem-128x256-f16"].cpp_source()
     assert "fs_fence_async_smem();" in linked and "fs_bulk_wait_read<1>();" in linked
     assert "if (lane == 0) fs_bulk_wait<0>();" in linked
@@ -377,3 +439,16 @@ def test_row_softmax_exponential_and_dense_path(math: str, tmp_path) -> None:
     assert exps >= 128  # at least one per accumulator (the dense and edge paths)
     # libdevice's expf rounds with FFMA.RM (and clamps with FFMA.SAT) per element
     assert (len(re.findall(r"\bFFMA\.RM\b", sass)) >= 128) == (math == "ieee")
+
+
+def test_split_k_source_takes_its_workspace() -> None:
+    """A split tile's kernel takes the workspace and the counters after the epilogue inputs
+    (two more u64 parameters) and says so in its header; an unsplit one passes 0, 0."""
+    split = SPECS["split8-64x128-f16"]
+    source = cpp.generate(split)
+    assert "u64 e0, u64 split_ws, u64 split_counters, int M" in source
+    assert "SPLIT_K = 8" in source and "// K split 8 ways (split-K)" in source
+    assert "M, N, K, batches,\n                             split_ws, split_counters);" in source
+    assert split.arg_count() == (3 + 1 + 2, 4)
+    plain = cpp.generate(cpp.GemmSpec(TileConfig(), "f16", "f16", "k", "n"))
+    assert "SPLIT_K = 1" in plain and "batches,\n                             0, 0);" in plain

@@ -31,10 +31,17 @@ arithmetic (``cpp`` has the details):
   consumers normalise the A tiles in shared memory in place before the main loop; one
   launch, no pre-pass; ``ln_tile_problem`` says when K does not fit).
 
+``split_k`` (an integer, 1: none) splits each tile's K among that many blocks: under-filled
+problems (a transformer's projections at batch 1: 12 tiles of 64x128 for 132 SMs, each
+48 K steps deep) run on more SMs. Each split stores its partial sums in a workspace; the
+split that arrives last at the tile's counter adds them in split order (the same bits on
+every run) and runs the epilogue (``gemm.cuh``: ``gemm_split_reduce``). Cooperative
+schedule only, not with ``ln="tile"``.
+
 The attribute form (``TileConfig.text`` / ``TileConfig.parse``) is what the
 tiling pass writes on an ``ai.fused`` op: ``"128x256x64 s4 c2 g8"``, followed
 by the variants that are not the default (``"64x256x64 s4 c2 g8 sched=pingpong
-epi=smem math=fast vec=smem"``).
+epi=smem math=fast vec=smem"``) and the split (``"64x128x64 s8 c1 g8 sk=8"``).
 """
 
 from __future__ import annotations
@@ -80,7 +87,13 @@ _VARIANT_KEYS = {
     "ln": "ln",
 }
 
-_TEXT = re.compile(r"^(\d+)x(\d+)x(\d+) s(\d+) c(\d+) g(\d+)((?: [a-z]+=[a-z]+)*)$")
+_TEXT = re.compile(r"^(\d+)x(\d+)x(\d+) s(\d+) c(\d+) g(\d+)((?: [a-z]+=[a-z0-9]+)*)$")
+#: most splits of one tile's K (each split's partial is a tile of f32 in the workspace, and
+#: the last split reads all of them)
+MAX_SPLIT_K = 16
+#: accumulators per consumer thread of a split-K tile at most: 64x128 (one consumer) and
+#: 128x128 (two) build without spills; 128x256 and 64x256 spill around the reduction
+SPLIT_K_MAX_ACCUMULATORS = 64
 
 
 @dataclass(frozen=True)
@@ -128,6 +141,7 @@ class TileConfig:
     vectors: str = "global"
     prefetch: str = "none"
     ln: str = "fold"
+    split_k: int = 1
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -160,6 +174,15 @@ class TileConfig:
             out.append("ln=tile runs the cooperative schedule")
         elif self.ln == "tile" and self.bm > 128 * self.consumers:
             out.append("ln=tile normalises at most 128 rows per consumer warpgroup")
+        if not 1 <= self.split_k <= MAX_SPLIT_K:
+            out.append(f"split_k must be 1 to {MAX_SPLIT_K}")
+        elif self.split_k > 1 and (self.pingpong or self.ln == "tile"):
+            out.append("split-K runs the cooperative schedule, without ln=tile")
+        elif self.split_k > 1 and self.acc_registers > SPLIT_K_MAX_ACCUMULATORS:
+            out.append(
+                f"split-K needs at most {SPLIT_K_MAX_ACCUMULATORS} accumulators per thread "
+                "(its reduction's loads beside them; more spill)"
+            )
         if self.consumers < 1 or self.consumers > 3:
             out.append("1 to 3 consumer warpgroups")
         elif self.pingpong and self.consumers != 2:
@@ -267,6 +290,8 @@ class TileConfig:
         for key, name in _VARIANT_KEYS.items():
             if getattr(self, name) != getattr(default, name):
                 base += f" {key}={getattr(self, name)}"
+        if self.split_k > 1:
+            base += f" sk={self.split_k}"
         return base
 
     @classmethod
@@ -277,16 +302,24 @@ class TileConfig:
         if not match:
             raise ValueError(
                 f"bad GEMM tile config {text!r}: expected e.g. '128x256x64 s4 c2 g8' "
-                "[sched=pingpong] [epi=smem] [math=fast] [vec=smem] [pre=tile] [ln=tile]"
+                "[sched=pingpong] [epi=smem] [math=fast] [vec=smem] [pre=tile] [ln=tile] [sk=4]"
             )
         bm, bn, bk, stages, consumers, group_m = (int(g) for g in match.groups()[:6])
         variant: dict[str, str] = {}
+        split_k = 1
+        seen: set[str] = set()
         for token in match.group(7).split():
             key, value = token.split("=")
-            if key not in _VARIANT_KEYS or _VARIANT_KEYS[key] in variant:
+            if key in seen or (key not in _VARIANT_KEYS and key != "sk"):
                 raise ValueError(f"bad GEMM tile config {text!r}: unknown or repeated {key!r}")
-            variant[_VARIANT_KEYS[key]] = value
-        return cls(bm, bn, bk, stages, consumers, group_m, **variant)
+            seen.add(key)
+            if key == "sk":
+                if not value.isdigit():
+                    raise ValueError(f"bad GEMM tile config {text!r}: sk must be an integer")
+                split_k = int(value)
+            else:
+                variant[_VARIANT_KEYS[key]] = value
+        return cls(bm, bn, bk, stages, consumers, group_m, **variant, split_k=split_k)
 
 
 def ln_tile_problem(config: TileConfig, k: int) -> str | None:
@@ -314,6 +347,8 @@ def to_attr(config: TileConfig, choice: str) -> DictionaryAttr:
     for name in _VARIANT_KEYS.values():
         if getattr(config, name) != getattr(default, name):
             fields[name] = StringAttr(getattr(config, name))
+    if config.split_k > 1:
+        fields["split_k"] = IntegerAttr(config.split_k, i64)
     fields["choice"] = StringAttr(choice)
     return DictionaryAttr(fields)
 
@@ -339,9 +374,19 @@ def from_attr(attr: Attribute) -> TileConfig:
             if not isinstance(value, StringAttr):
                 raise ValueError(f"fusec.tile '{name}' must be a string")
             variant[name] = value.data
+    split = data.get("split_k", IntegerAttr(1, i64))
+    if not isinstance(split, IntegerAttr):
+        raise ValueError("fusec.tile 'split_k' must be an integer")
     bm, bn, bk = (int(v) for v in block.get_values())
     config = TileConfig(
-        bm, bn, bk, fields["stages"], fields["consumers"], fields["group_m"], **variant
+        bm,
+        bn,
+        bk,
+        fields["stages"],
+        fields["consumers"],
+        fields["group_m"],
+        **variant,
+        split_k=split.value.data,
     )
     mma = data.get("mma")
     want = f"m64n{bn}k{config.mma_k}"
@@ -386,7 +431,8 @@ def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
     one-consumer config keeps its schedule. The stages shrink until the tiles (and the
     smem epilogue's staging) fit the shared memory; they never grow, except when the tile
     changes (then as many as fit). ``ln="tile"`` has no LayerNorm rewrite vectors: it
-    keeps ``vectors="global"`` (nothing staged).
+    keeps ``vectors="global"`` (nothing staged). Pingpong and ``ln="tile"`` drop a split
+    (split-K runs the cooperative schedule only).
     """
     schedule, bm = variant.schedule, config.bm
     if schedule == "pingpong" and not config.pingpong:
@@ -416,6 +462,7 @@ def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
         vectors=variant.vectors,
         prefetch=variant.prefetch,
         ln=variant.ln,
+        split_k=1 if schedule == "pingpong" or variant.ln == "tile" else config.split_k,
     )
 
 
@@ -433,11 +480,12 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -
     better, 128x128 is used; problems of at most 64 rows use a 64x128 tile, and so do
     problems that even the chosen tile leaves more than half the SMs without a block
     (a transformer's projections at batch 1: M = 128..256 tokens), where four times the
-    blocks, each half as long, share the problem among more SMs.
+    blocks, each half as long, share the problem among more SMs. Where even those leave
+    SMs idle, each tile's K is split among several blocks (``split_k_for``).
     """
     small = TileConfig(64, 128, 64, 8, 1, 8)
     if m <= 64:
-        return with_variant(small, SMALL_TILE_VARIANT)
+        return _split(with_variant(small, SMALL_TILE_VARIANT), m, n, k, batch, sms)
     candidates = [TileConfig(128, 256, 64, 4, 2, 8), TileConfig(128, 128, 64, 6, 2, 8)]
 
     def waste(config: TileConfig) -> float:
@@ -452,8 +500,35 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -
         if waste(config) + 0.15 < waste(best):
             best = config
     if 2 * tile_count(best, m, n, batch) < sms:
-        return with_variant(small, SMALL_TILE_VARIANT)
-    return with_variant(best, HEURISTIC_VARIANT)
+        return _split(with_variant(small, SMALL_TILE_VARIANT), m, n, k, batch, sms)
+    return _split(with_variant(best, HEURISTIC_VARIANT), m, n, k, batch, sms)
+
+
+#: K steps (of 64) a split takes at least: fewer and its fixed costs (the pipeline's fill,
+#: the partial's store, the last split's loads) outweigh the main loop it shares out
+SPLIT_MIN_STEPS = 3
+#: splits the heuristic gives a tile at most (the last split reads the others' partials)
+SPLIT_K_HEURISTIC_MAX = 8
+
+
+def split_k_for(config: TileConfig, m: int, n: int, k: int, batch: int, sms: int) -> int:
+    """How many ways the heuristic splits ``config``'s K for an (m x k) @ (k x n) problem: as
+    many as give every SM at most one unit of work, each at least ``SPLIT_MIN_STEPS`` K steps
+    deep, at most ``SPLIT_K_HEURISTIC_MAX``; 1 (no split) when that is under 2 (the tiles
+    fill half the GPU already, or K is short), the schedule is not cooperative or the tile
+    has too many accumulators (``SPLIT_K_MAX_ACCUMULATORS``)."""
+    if config.pingpong or config.ln == "tile" or k <= 0:
+        return 1
+    if config.acc_registers > SPLIT_K_MAX_ACCUMULATORS:
+        return 1
+    tiles = tile_count(config, m, n, batch)
+    steps = -(-k // config.bk)
+    splits = min(sms // tiles, steps // SPLIT_MIN_STEPS, SPLIT_K_HEURISTIC_MAX)
+    return splits if splits >= 2 else 1
+
+
+def _split(config: TileConfig, m: int, n: int, k: int, batch: int, sms: int) -> TileConfig:
+    return replace(config, split_k=split_k_for(config, m, n, k, batch, sms))
 
 
 def choose_row_config(m: int, n: int, batch: int = 1, sms: int = H200.sms) -> TileConfig:

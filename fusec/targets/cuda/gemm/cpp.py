@@ -204,7 +204,7 @@ def _config(spec: GemmSpec) -> str:
         "B_BYTES": c.b_stage_bytes, "EPI_BYTES": c.epi_bytes if c.epilogue == "smem" else 0,
         "VEC_BYTES": c.vec_bytes, "LN_BYTES": c.ln_bytes,
         "PRODUCER_REGISTERS": PRODUCER_REGISTERS, "CONSUMER_REGISTERS": CONSUMER_REGISTERS,
-        "PREFETCH_AHEAD": PREFETCH_AHEAD,
+        "PREFETCH_AHEAD": PREFETCH_AHEAD, "SPLIT_K": c.split_k,
     }  # fmt: skip
     flags = {
         "A_K_MAJOR": spec.a_major == "k", "B_K_MAJOR": spec.b_major == "k",
@@ -341,7 +341,9 @@ def _functor(spec: GemmSpec) -> str:
 def _params(spec: GemmSpec) -> list[str]:
     extras = [f"u64 e{k}" for k in range(len(spec.epilogue.extras))]
     out_map = ["u64 map_out"] if spec.config.epilogue == "smem" else []
-    return ["int* ret", "u64 smem_raw", "u64 map_a", "u64 map_b", "u64 out", *out_map, *extras] + [
+    split = ["u64 split_ws", "u64 split_counters"] if spec.config.split_k > 1 else []
+    head = ["int* ret", "u64 smem_raw", "u64 map_a", "u64 map_b", "u64 out", *out_map]
+    return [*head, *extras, *split] + [
         "int M",
         "int N",
         "int K",
@@ -352,8 +354,10 @@ def _params(spec: GemmSpec) -> list[str]:
 def kernel_arg_count(spec: GemmSpec) -> tuple[int, int]:
     """(u64, int32) parameters of the kernel: the device function takes the shared-memory
     address, then these (map_a, map_b, out, [map_out: the "smem" epilogue's output tensor
-    map, 0 when the output cannot have one], extras..., M, N, K, batches)."""
-    return 3 + (spec.config.epilogue == "smem") + len(spec.epilogue.extras), 4
+    map, 0 when the output cannot have one], extras..., [split-K: its workspace and tile
+    counters], M, N, K, batches)."""
+    split = 2 * (spec.config.split_k > 1)
+    return 3 + (spec.config.epilogue == "smem") + len(spec.epilogue.extras) + split, 4
 
 
 def generate(spec: GemmSpec) -> str:
@@ -361,15 +365,19 @@ def generate(spec: GemmSpec) -> str:
     kernel layer's ``fusec/gemm.cuh``, the instantiation's ``Config`` and ``Epilogue``,
     and the ``extern "C"`` wrapper (``cpp_source`` inlines the header)."""
     c = spec.config
-    variant_note = f"\n// {c.schedule} schedule, {c.epilogue} epilogue, {c.math} math" * (
-        c.variant != Variant()
-    ) + "\n// LayerNorm normalised in the resident A tiles (ln=tile)" * _ln_tile(spec)
+    variant = f"\n// {c.schedule} schedule, {c.epilogue} epilogue, {c.math} math"
+    variant_note = (
+        variant * (c.variant != Variant())
+        + "\n// LayerNorm normalised in the resident A tiles (ln=tile)" * _ln_tile(spec)
+        + f"\n// K split {c.split_k} ways (split-K)" * (c.split_k > 1)
+    )
     layout = f"A {spec.a_major.upper()}-major, B {spec.b_major.upper()}-major"
     if spec.dtype == "f32":
         layout += ", tf32 Tensor Core maths (precision=tf32)"
     batch = f"batch A {int(spec.batch_a)} B {int(spec.batch_b)}"
     pointers = ", ".join(f"(const void*)e{k}" for k in range(len(spec.epilogue.extras)))
     map_out = "map_out" if c.epilogue == "smem" else "0"
+    split = "split_ws, split_counters" if c.split_k > 1 else "0, 0"
     return f"""// fusec generated Hopper GEMM: {c.text}, {spec.dtype} -> {spec.out_dtype}
 // {layout}, {batch}, epilogue {spec.epilogue.name}{variant_note}
 {include("gemm")}
@@ -379,6 +387,7 @@ def generate(spec: GemmSpec) -> str:
 extern "C" __device__ __attribute__((always_inline))
 int {spec.function_name}({", ".join(_params(spec))}) {{
   const Epilogue epi{{{pointers}}};
-  return fusec::gemm<Config>(epi, smem_raw, map_a, map_b, out, {map_out}, M, N, K, batches);
+  return fusec::gemm<Config>(epi, smem_raw, map_a, map_b, out, {map_out}, M, N, K, batches,
+                             {split});
 }}
 """

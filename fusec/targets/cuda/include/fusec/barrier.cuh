@@ -45,3 +45,20 @@ static __device__ __forceinline__ void fs_named_sync(int id, int count) {
 static __device__ __forceinline__ void fs_named_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
+
+// Named barrier `id` of `count` threads that also ORs a predicate over them (bar.red):
+// every thread returns whether any of them passed true.
+static __device__ __forceinline__ bool fs_named_any(int id, int count, bool v) {
+  u32 r;
+  asm volatile(
+      "{\n"
+      "  .reg .pred p, q;\n"
+      "  setp.ne.u32 p, %1, 0;\n"
+      "  bar.red.or.pred q, %2, %3, p;\n"
+      "  selp.u32 %0, 1, 0, q;\n"
+      "}"
+      : "=r"(r)
+      : "r"((u32)v), "r"(id), "r"(count)
+      : "memory");
+  return r != 0;
+}

@@ -116,6 +116,17 @@ static __device__ __forceinline__ void fs_st2_bf16(void* p, long long i, float a
   *(u32*)((u16*)p + i) = fs_pack_bf16(a, b);
 }
 
+// A float4 from global memory through L2 only (ld.global.cg): for data that another SM
+// wrote during this kernel (split-K's partial sums), which this SM's L1 may hold stale.
+static __device__ __forceinline__ float4 fs_ld_cg4f(const float4* p) {
+  float4 v;
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
 namespace fusec {
 
 // The element types of operands, epilogue inputs and outputs, for templates: a load as a

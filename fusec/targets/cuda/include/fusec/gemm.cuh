@@ -29,8 +29,8 @@ enum GemmSoftmax { SOFTMAX_NONE = 0, SOFTMAX_ROW = 1, SOFTMAX_PARTIALS = 2 };
 
 // Named barriers (enumerators, not constexpr variables: those would be emitted as globals): 1 and 2
 // pingpong's turns, 3 + cw the staged vectors of consumer cw, 5 + cw its normalised A rows
-// (ln=tile), 7 the consumers' staged gamma and beta.
-enum GemmBarrier { VECTOR_BARRIER = 3, LN_BARRIER = 5, LN_AFFINE_BARRIER = 7 };
+// (ln=tile), 7 the consumers' staged gamma and beta, 10 split-K's arrival of all consumers.
+enum GemmBarrier { VECTOR_BARRIER = 3, LN_BARRIER = 5, LN_AFFINE_BARRIER = 7, SPLIT_BARRIER = 10 };
 
 // The LayerNorm rewrite (FlashNorm, ln=fold) y = rstd * (acc - mu * c) + d is exact in real
 // numbers only: acc = x . W' is taken of the raw row, so where the row's mean is large
@@ -85,6 +85,82 @@ static __device__ __forceinline__ void gemm_tile(int t, int tiles_m, int tiles_n
   const int w = r % group;
   pm = first + w % rows;
   pn = w / rows;
+}
+
+// Work unit u of the persistent walk -> its tile t and K steps [kb0, kb1). Without split-K
+// a unit is a tile and all of its K; with C::SPLIT_K = S, the S units of tile t are t S ..
+// t S + S - 1 and split s takes K steps [s kblocks / S, (s + 1) kblocks / S) (balanced;
+// empty when kblocks < S: that split adds zeros, `empty` in gemm_split_reduce).
+template <class C>
+static __device__ __forceinline__ void gemm_unit(int u, int kblocks, int& t, int& kb0, int& kb1) {
+  if constexpr (C::SPLIT_K == 1) {
+    t = u;
+    kb0 = 0;
+    kb1 = kblocks;
+  } else {
+    t = u / C::SPLIT_K;
+    const int s = u - t * C::SPLIT_K;
+    kb0 = s * kblocks / C::SPLIT_K;
+    kb1 = (s + 1) * kblocks / C::SPLIT_K;
+  }
+}
+
+// Split-K (C::SPLIT_K = S > 1; cooperative schedule), after split `split` of tile t has its
+// partial sums in the accumulators: every consumer thread writes them to the workspace
+// (float4 v of consumer thread ct at ((t S + split) V + v) NT + ct: each store instruction of
+// a warp is 512 contiguous bytes), then one thread counts the split in on the tile's counter.
+// The split that arrives last (the counter at S - 1; it sets it back to 0 for the next call,
+// so the counters are zeroed only when allocated) reduces: acc = sum over s = 0..S-1 of split
+// s's partial, in that order whichever split arrives last (its own from its registers, equal
+// to what it stored), so the result is the same bits on every run; it returns true and runs
+// the epilogue. The others return false and go on to their next unit: nothing waits for
+// another block, so no order of the blocks' scheduling can deadlock. The loads bypass L1
+// (ld.global.cg): other SMs wrote the lines. The classic fence / count / fence protocol
+// orders the partials' stores before the count and the count before the last split's loads.
+template <class C, int MI, int HALF>
+static __device__ __forceinline__ bool gemm_split_reduce(float (&acc)[MI][HALF], u64 ws,
+                                                         u64 counters, int t, int split, int ct,
+                                                         bool empty) {
+  constexpr int S = C::SPLIT_K, NT = 128 * C::CONSUMERS, V = MI * HALF / 4;
+  float4* part = (float4*)ws;
+  const long long first = (long long)t * S;
+#pragma unroll
+  for (int m = 0; m < MI; ++m) {
+#pragma unroll
+    for (int j = 0; j < HALF / 4; ++j) {
+      const long long at = ((first + split) * V + m * (HALF / 4) + j) * NT + ct;
+      part[at] = empty ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+                       : make_float4(acc[m][4 * j], acc[m][4 * j + 1], acc[m][4 * j + 2],
+                                     acc[m][4 * j + 3]);
+    }
+  }
+  __threadfence();
+  fs_named_sync(SPLIT_BARRIER, NT);  // every consumer thread's partial stored and fenced
+  bool last = false;
+  if (ct == 0) {
+    int* counter = (int*)counters + t;
+    last = atomicAdd(counter, 1) == S - 1;
+    if (last) *counter = 0;  // all S splits have arrived
+  }
+  if (!fs_named_any(SPLIT_BARRIER, NT, last)) return false;
+  __threadfence();
+  // acc = ((p_0 + p_1) + p_2) + ...: one split at a time (a rolled loop: the accumulators and
+  // one split's loads are live, not every split's), its own partial read back like the rest
+#pragma unroll 1
+  for (int s = 0; s < S; ++s) {
+#pragma unroll
+    for (int m = 0; m < MI; ++m) {
+#pragma unroll
+      for (int j = 0; j < HALF / 4; ++j) {
+        const float4 p = fs_ld_cg4f(part + ((first + s) * V + m * (HALF / 4) + j) * NT + ct);
+        acc[m][4 * j] = s == 0 ? p.x : acc[m][4 * j] + p.x;
+        acc[m][4 * j + 1] = s == 0 ? p.y : acc[m][4 * j + 1] + p.y;
+        acc[m][4 * j + 2] = s == 0 ? p.z : acc[m][4 * j + 2] + p.z;
+        acc[m][4 * j + 3] = s == 0 ? p.w : acc[m][4 * j + 3] + p.w;
+      }
+    }
+  }
+  return true;
 }
 
 // The first row of the consumer's accumulators: its share of the block tile (cooperative)
@@ -577,7 +653,8 @@ template <class C, class E, int MI, int HALF>
 static __device__ __forceinline__ void gemm_consumer_tile(
     const E& epi, float (&acc)[MI][HALF], int& it, int& epi_it, int t, int tiles, u32 sa, u32 sb,
     u32 se, u32 sg, u32 sv_mine, u32 bars, u64 out, u64 map_out, int pm, int pn, int pz, int cw,
-    int lt, int warp, int lane, int kblocks, int M, int N, int K) {
+    int lt, int warp, int lane, int kblocks, int M, int N, int K, u64 ws, u64 counters,
+    int split) {
   constexpr int BM = C::BM, WM = C::WM, STAGES = C::STAGES;
   constexpr int A_BYTES = C::A_BYTES, B_BYTES = C::B_BYTES;
   u32 ln_cols = 0, ln_rows = 0;
@@ -704,7 +781,9 @@ static __device__ __forceinline__ void gemm_consumer_tile(
     if (t + gridDim.x < tiles) fs_named_arrive(2 - cw, 256);  // the other's turn
   }
   fs_wg_wait<0>();
-  if (lt == 0) fs_bar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
+  // an empty split (split-K, fewer K steps than splits) used no stage: gemm_split_reduce
+  // takes its partial as zeros (writing zeros to acc here serialises the wgmma pipeline)
+  if (lt == 0 && kblocks > 0) fs_bar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
 #pragma unroll
   for (int m = 0; m < MI; ++m)
 #pragma unroll
@@ -712,6 +791,9 @@ static __device__ __forceinline__ void gemm_consumer_tile(
   if constexpr (C::STAGED) {
     fs_cp_wait_all();
     fs_named_sync(VECTOR_BARRIER + cw, 128);  // every thread's copies have landed
+  }
+  if constexpr (C::SPLIT_K > 1) {
+    if (!gemm_split_reduce<C>(acc, ws, counters, t, split, cw * 128 + lt, kblocks == 0)) return;
   }
   if constexpr (C::SMEM_EPILOGUE) {
     if constexpr (C::SOFTMAX != SOFTMAX_NONE) {
@@ -728,10 +810,15 @@ static __device__ __forceinline__ void gemm_consumer_tile(
 // [the "smem" epilogue's staging: 2 x 2 KB per warp] [staged vectors: 8 (BN + WM) B per
 // consumer] [ln=tile: gamma, beta as f32, STAGES x BK each], then the mbarriers: full[s] =
 // bars + 8 s, empty[s] = bars + 8 (STAGES + s) [ln=tile: a_full[s] = bars + 8 (2 STAGES +
-// s); full[s] then counts B only]. Returns 0 (Numba's ABI: the status of the call).
+// s); full[s] then counts B only]. Split-K (C::SPLIT_K > 1): the blocks walk work units,
+// SPLIT_K per tile (gemm_unit), ws and counters are its workspace (gemm_split_reduce; 0
+// without split-K). Returns 0 (Numba's ABI: the status of the call).
 template <class C, class E>
 static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a, u64 map_b,
-                                           u64 out, u64 map_out, int M, int N, int K, int batches) {
+                                           u64 out, u64 map_out, int M, int N, int K, int batches,
+                                           u64 ws, u64 counters) {
+  static_assert(C::SPLIT_K == 1 || (!C::PINGPONG && !C::LN_TILE),
+                "split-K runs the cooperative schedule without ln=tile");
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES, WM = C::WM;
   constexpr int A_BYTES = C::A_BYTES, B_BYTES = C::B_BYTES, MI = WM / 64, HALF = BN / 2;
   const u32 base = (fs_smem((const void*)smem_raw) + 1023u) & ~1023u;
@@ -758,6 +845,7 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
   const int tiles_m = (M + BM - 1) / BM;
   const int tiles_n = (N + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n * batches;
+  const int units = tiles * C::SPLIT_K;
   const int kblocks = (K + BK - 1) / BK;
   if (wg == 0) {
     fs_setmaxnreg_dec<C::PRODUCER_REGISTERS>();
@@ -769,7 +857,9 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
       fs_prefetch_map(map_a);
       fs_prefetch_map(map_b);
       int it = 0;
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        int t, kb0, kb1;
+        gemm_unit<C>(u, kblocks, t, kb0, kb1);
         int pm, pn, pz;
         gemm_tile<C::GROUP_M>(t, tiles_m, tiles_n, pm, pn, pz);
         const int za = C::BATCH_A ? pz : 0;
@@ -783,7 +873,7 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
             fs_tma_load(sa + s * A_BYTES, map_a, a_full, kb * BK, pm * BM, za);
           }
         }
-        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+        for (int kb = kb0; kb < kb1; ++kb, ++it) {
           const int s = it % STAGES;
           const u32 full = bars + 8 * s;
           if constexpr (C::LN_TILE) {
@@ -819,15 +909,19 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
         int it = local * kblocks;
         if (local > 0) fs_named_sync(1 + cw, 256);  // wait for the tensor cores' turn
         gemm_consumer_tile<C>(epi, acc, it, epi_it, t, tiles, sa, sb, se, sg, sv_mine, bars, out,
-                              map_out, pm, pn, pz, cw, lt, warp, lane, kblocks, M, N, K);
+                              map_out, pm, pn, pz, cw, lt, warp, lane, kblocks, M, N, K, ws,
+                              counters, 0);
       }
     } else {
       int it = 0;
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        int t, kb0, kb1;
+        gemm_unit<C>(u, kblocks, t, kb0, kb1);
         int pm, pn, pz;
         gemm_tile<C::GROUP_M>(t, tiles_m, tiles_n, pm, pn, pz);
         gemm_consumer_tile<C>(epi, acc, it, epi_it, t, tiles, sa, sb, se, sg, sv_mine, bars, out,
-                              map_out, pm, pn, pz, cw, lt, warp, lane, kblocks, M, N, K);
+                              map_out, pm, pn, pz, cw, lt, warp, lane, kb1 - kb0, M, N, K, ws,
+                              counters, u - t * C::SPLIT_K);
       }
     }
     if constexpr (C::SMEM_EPILOGUE) {
