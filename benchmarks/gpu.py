@@ -156,6 +156,17 @@ def smoke_gemm_ln_ab() -> runner.SmokeResult:
     return CUDA_COLUMNS, rows
 
 
+def smoke_gemm_split_k_ab() -> runner.SmokeResult:
+    import gemm_split_k_ab as b
+
+    # every shape's IR at 16 rows (the reference runs it), compiled for the cuda target
+    rows = [
+        cuda_row(f"{name}: {min(m, 16)}x{k} -> {n}", b.ir(min(m, 16), k, n, epilogue))
+        for name, m, k, n, epilogue in b.SHAPES
+    ]
+    return CUDA_COLUMNS, rows
+
+
 def smoke_conv_attn() -> runner.SmokeResult:
     import conv_attn_bench as b
 
@@ -296,6 +307,15 @@ SUITES: list[Suite] = [
         args=("--out", "{out}"),
         table="gemm-ln-ab",
         requires=("torch", "onnx"),
+    ),
+    Suite(
+        "gemm-split-k-ab",
+        "gemm_split_k_ab.py",
+        "split-K on batch-1 transformer GEMMs: unsplit, the heuristic's split, cuBLAS",
+        smoke_gemm_split_k_ab,
+        args=("--out", "{out}"),
+        table="gemm-split-k-ab",
+        requires=("torch",),
     ),
     Suite(
         "gemm-kernel-check",
