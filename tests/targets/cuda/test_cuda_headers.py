@@ -35,6 +35,7 @@ extern "C" __global__ void probe(int parity) {
   fs_bar_wait(b, (u32)parity);
   fs_named_sync(1, 64);
   fs_named_arrive(2, 64);
+  if (fs_named_any(3, 64, parity != 0)) fs_named_sync(4, 64);
 }""",
     "fusec/tma.cuh": """
 extern "C" __global__ void probe(u64 map, int c) {
@@ -80,6 +81,15 @@ extern "C" __global__ void probe(u64 src, void* out, int left) {
   fs_stmatrix4(a, 1u, 2u, 3u, 4u);
   fs_st16<2>(out, 8 * threadIdx.x, fs_ld_shared4(a), left);
   fs_st16<4>(out, 4 * threadIdx.x, fs_ld_shared4(a), left);
+}""",
+    "fusec/split_k.cuh": """
+extern "C" __global__ void probe(u64 ws, u64 counters, float* out, int kblocks) {
+  float acc[1][8];
+  for (int j = 0; j < 8; ++j) acc[0][j] = out[j];
+  int t, kb0, kb1;
+  fs_split_unit<4>(blockIdx.x, kblocks, t, kb0, kb1);
+  if (fs_split_reduce<4, 128>(acc, ws, counters, t, blockIdx.x % 4, threadIdx.x, kb0 == kb1, 10))
+    out[threadIdx.x] = acc[0][threadIdx.x % 8] + fs_ld_cg4f((const float4*)out).x;
 }""",
     "fusec/reduce.cuh": """
 extern "C" __global__ void probe(float* out) {

@@ -16,6 +16,7 @@
 #include "fusec/barrier.cuh"
 #include "fusec/common.cuh"
 #include "fusec/shared.cuh"
+#include "fusec/split_k.cuh"
 #include "fusec/tma.cuh"
 #include "fusec/wgmma.cuh"
 
@@ -85,82 +86,6 @@ static __device__ __forceinline__ void gemm_tile(int t, int tiles_m, int tiles_n
   const int w = r % group;
   pm = first + w % rows;
   pn = w / rows;
-}
-
-// Work unit u of the persistent walk -> its tile t and K steps [kb0, kb1). Without split-K
-// a unit is a tile and all of its K; with C::SPLIT_K = S, the S units of tile t are t S ..
-// t S + S - 1 and split s takes K steps [s kblocks / S, (s + 1) kblocks / S) (balanced;
-// empty when kblocks < S: that split adds zeros, `empty` in gemm_split_reduce).
-template <class C>
-static __device__ __forceinline__ void gemm_unit(int u, int kblocks, int& t, int& kb0, int& kb1) {
-  if constexpr (C::SPLIT_K == 1) {
-    t = u;
-    kb0 = 0;
-    kb1 = kblocks;
-  } else {
-    t = u / C::SPLIT_K;
-    const int s = u - t * C::SPLIT_K;
-    kb0 = s * kblocks / C::SPLIT_K;
-    kb1 = (s + 1) * kblocks / C::SPLIT_K;
-  }
-}
-
-// Split-K (C::SPLIT_K = S > 1; cooperative schedule), after split `split` of tile t has its
-// partial sums in the accumulators: every consumer thread writes them to the workspace
-// (float4 v of consumer thread ct at ((t S + split) V + v) NT + ct: each store instruction of
-// a warp is 512 contiguous bytes), then one thread counts the split in on the tile's counter.
-// The split that arrives last (the counter at S - 1; it sets it back to 0 for the next call,
-// so the counters are zeroed only when allocated) reduces: acc = sum over s = 0..S-1 of split
-// s's partial, in that order whichever split arrives last (its own from its registers, equal
-// to what it stored), so the result is the same bits on every run; it returns true and runs
-// the epilogue. The others return false and go on to their next unit: nothing waits for
-// another block, so no order of the blocks' scheduling can deadlock. The loads bypass L1
-// (ld.global.cg): other SMs wrote the lines. The classic fence / count / fence protocol
-// orders the partials' stores before the count and the count before the last split's loads.
-template <class C, int MI, int HALF>
-static __device__ __forceinline__ bool gemm_split_reduce(float (&acc)[MI][HALF], u64 ws,
-                                                         u64 counters, int t, int split, int ct,
-                                                         bool empty) {
-  constexpr int S = C::SPLIT_K, NT = 128 * C::CONSUMERS, V = MI * HALF / 4;
-  float4* part = (float4*)ws;
-  const long long first = (long long)t * S;
-#pragma unroll
-  for (int m = 0; m < MI; ++m) {
-#pragma unroll
-    for (int j = 0; j < HALF / 4; ++j) {
-      const long long at = ((first + split) * V + m * (HALF / 4) + j) * NT + ct;
-      part[at] = empty ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
-                       : make_float4(acc[m][4 * j], acc[m][4 * j + 1], acc[m][4 * j + 2],
-                                     acc[m][4 * j + 3]);
-    }
-  }
-  __threadfence();
-  fs_named_sync(SPLIT_BARRIER, NT);  // every consumer thread's partial stored and fenced
-  bool last = false;
-  if (ct == 0) {
-    int* counter = (int*)counters + t;
-    last = atomicAdd(counter, 1) == S - 1;
-    if (last) *counter = 0;  // all S splits have arrived
-  }
-  if (!fs_named_any(SPLIT_BARRIER, NT, last)) return false;
-  __threadfence();
-  // acc = ((p_0 + p_1) + p_2) + ...: one split at a time (a rolled loop: the accumulators and
-  // one split's loads are live, not every split's), its own partial read back like the rest
-#pragma unroll 1
-  for (int s = 0; s < S; ++s) {
-#pragma unroll
-    for (int m = 0; m < MI; ++m) {
-#pragma unroll
-      for (int j = 0; j < HALF / 4; ++j) {
-        const float4 p = fs_ld_cg4f(part + ((first + s) * V + m * (HALF / 4) + j) * NT + ct);
-        acc[m][4 * j] = s == 0 ? p.x : acc[m][4 * j] + p.x;
-        acc[m][4 * j + 1] = s == 0 ? p.y : acc[m][4 * j + 1] + p.y;
-        acc[m][4 * j + 2] = s == 0 ? p.z : acc[m][4 * j + 2] + p.z;
-        acc[m][4 * j + 3] = s == 0 ? p.w : acc[m][4 * j + 3] + p.w;
-      }
-    }
-  }
-  return true;
 }
 
 // The first row of the consumer's accumulators: its share of the block tile (cooperative)
@@ -781,7 +706,7 @@ static __device__ __forceinline__ void gemm_consumer_tile(
     if (t + gridDim.x < tiles) fs_named_arrive(2 - cw, 256);  // the other's turn
   }
   fs_wg_wait<0>();
-  // an empty split (split-K, fewer K steps than splits) used no stage: gemm_split_reduce
+  // an empty split (split-K, fewer K steps than splits) used no stage: fs_split_reduce
   // takes its partial as zeros (writing zeros to acc here serialises the wgmma pipeline)
   if (lt == 0 && kblocks > 0) fs_bar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
 #pragma unroll
@@ -793,7 +718,10 @@ static __device__ __forceinline__ void gemm_consumer_tile(
     fs_named_sync(VECTOR_BARRIER + cw, 128);  // every thread's copies have landed
   }
   if constexpr (C::SPLIT_K > 1) {
-    if (!gemm_split_reduce<C>(acc, ws, counters, t, split, cw * 128 + lt, kblocks == 0)) return;
+    const int ct = cw * 128 + lt;  // split-K (split_k.cuh)
+    if (!fs_split_reduce<C::SPLIT_K, 128 * C::CONSUMERS>(acc, ws, counters, t, split, ct,
+                                                          kblocks == 0, SPLIT_BARRIER))
+      return;
   }
   if constexpr (C::SMEM_EPILOGUE) {
     if constexpr (C::SOFTMAX != SOFTMAX_NONE) {
@@ -811,7 +739,7 @@ static __device__ __forceinline__ void gemm_consumer_tile(
 // consumer] [ln=tile: gamma, beta as f32, STAGES x BK each], then the mbarriers: full[s] =
 // bars + 8 s, empty[s] = bars + 8 (STAGES + s) [ln=tile: a_full[s] = bars + 8 (2 STAGES +
 // s); full[s] then counts B only]. Split-K (C::SPLIT_K > 1): the blocks walk work units,
-// SPLIT_K per tile (gemm_unit), ws and counters are its workspace (gemm_split_reduce; 0
+// SPLIT_K per tile (fs_split_unit), ws and counters are its workspace (fs_split_reduce; 0
 // without split-K). Returns 0 (Numba's ABI: the status of the call).
 template <class C, class E>
 static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a, u64 map_b,
@@ -859,7 +787,7 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
       int it = 0;
       for (int u = blockIdx.x; u < units; u += gridDim.x) {
         int t, kb0, kb1;
-        gemm_unit<C>(u, kblocks, t, kb0, kb1);
+        fs_split_unit<C::SPLIT_K>(u, kblocks, t, kb0, kb1);
         int pm, pn, pz;
         gemm_tile<C::GROUP_M>(t, tiles_m, tiles_n, pm, pn, pz);
         const int za = C::BATCH_A ? pz : 0;
@@ -916,7 +844,7 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
       int it = 0;
       for (int u = blockIdx.x; u < units; u += gridDim.x) {
         int t, kb0, kb1;
-        gemm_unit<C>(u, kblocks, t, kb0, kb1);
+        fs_split_unit<C::SPLIT_K>(u, kblocks, t, kb0, kb1);
         int pm, pn, pz;
         gemm_tile<C::GROUP_M>(t, tiles_m, tiles_n, pm, pn, pz);
         gemm_consumer_tile<C>(epi, acc, it, epi_it, t, tiles, sa, sb, se, sg, sv_mine, bars, out,
