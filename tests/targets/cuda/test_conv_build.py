@@ -45,6 +45,8 @@ def test_tile_text_round_trips() -> None:
     assert tile.text == "64x256 s4 c2n"
     assert ConvTile.parse(tile.text) == tile
     assert (tile.wm, tile.wn, tile.acc_registers, tile.threads) == (64, 128, 64, 384)
+    split = ConvTile.parse("128x64 s8 c2m sk=4")
+    assert (split.split_k, split.acc_registers, split.text) == (4, 32, "128x64 s8 c2m sk=4")
 
 
 @pytest.mark.parametrize(
@@ -54,6 +56,8 @@ def test_tile_text_round_trips() -> None:
         ("128x256 s6 c2m", "shared memory"),
         ("64x64 s4 c2n", "multiple of 64 x consumers"),
         ("128x256 s2 c1m", "accumulator registers"),
+        ("128x256 s4 c2m sk=2", "at most 64 accumulators"),
+        ("128x64 s8 c2m sk=17", "split_k must be 1 to 16"),
     ],
 )
 def test_bad_tiles_are_refused(text: str, problem: str) -> None:
@@ -64,6 +68,23 @@ def test_bad_tiles_are_refused(text: str, problem: str) -> None:
 def test_choose_tile() -> None:
     assert choose_tile(BENCH).text == "64x256 s4 c2n"
     assert choose_tile(ConvGeometry(8, 256, 28, 28, 256, 3, 3)).split == "m"
+
+
+def test_under_filled_convs_take_the_narrow_tile_and_split_k() -> None:
+    """ResNet-50 at batch 1: its 128 x 256 tiles left most of the 132 SMs idle (2 to 8 tiles
+    for the 14x14 and 7x7 stages, whose 14- or 7-pixel rows fill a 64-pixel strip barely):
+    the narrow tile (one strip) with the reduction split, at least 3 steps a split."""
+    pad = (1, 1, 1, 1, 1, 1)
+    expect = {
+        ConvGeometry(1, 512, 7, 7, 512, 3, 3, *pad): "128x64 s8 c2m sk=4",  # 72 steps
+        ConvGeometry(1, 256, 14, 14, 256, 3, 3, *pad): "128x64 s8 c2m sk=4",
+        ConvGeometry(1, 1024, 14, 14, 256, 1, 1): "128x64 s8 c2m sk=4",  # 16 steps
+        ConvGeometry(1, 64, 56, 56, 64, 3, 3, *pad): "64x128 s6 c2n sk=3",  # 9 steps
+        ConvGeometry(1, 64, 56, 56, 256, 1, 1): "128x64 s8 c2m",  # 1 step: no split
+        ConvGeometry(32, 512, 7, 7, 512, 3, 3, *pad): "128x256 s4 c2m",  # batch 32 fills
+    }
+    for geo, text in expect.items():
+        assert choose_tile(geo).text == text, geo
 
 
 # -------------------------------------------------------------- tile model
@@ -315,6 +336,14 @@ SPECS = [
         "f16",
         BIAS_RELU,
     ),
+    # ResNet-50's 7x7 stage at batch 1: the narrow tile, its 72 steps split 4 ways
+    ConvSpec(
+        ConvGeometry(1, 512, 7, 7, 512, 3, 3, 1, 1, 1, 1, 1, 1),
+        ConvTile.parse("128x64 s8 c2m sk=4"),
+        "f16",
+        "f16",
+        BIAS_RELU,
+    ),
 ]
 
 
@@ -351,6 +380,7 @@ def test_tma_innermost_coordinates_are_16_byte_aligned() -> None:
         "128x256m-bf16-f32",
         "stem-7x7s2-c3",
         "stride2-64x128n",
+        "resnet-7x7-b1-128x64m-sk4",
     ],
 )
 def test_conv_cubin_is_one_inlined_wgmma_kernel(spec: ConvSpec, tmp_path) -> None:

@@ -229,7 +229,8 @@ def test_krsc_weights_spec() -> None:
     spec = ConvSpec(geo, choose_tile(geo), input="given", weight="krsc")
     assert spec.named_kernels == () and not spec.relayouts_weights
     assert "fusec_convw_" not in spec.cpp_source()
-    assert ConvSpec(geo, choose_tile(geo)).relayout_name in ConvSpec(geo).cpp_source()
+    relayout = ConvSpec(geo, choose_tile(geo))
+    assert relayout.relayout_name in relayout.cpp_source()
     with pytest.raises(ValueError, match="one group, C % 8 == 0"):
         ConvSpec(ConvGeometry(2, 40, 9, 9, 40, 3, 3, groups=2), weight="krsc")
     with pytest.raises(ValueError, match="conv weight layout"):

@@ -20,6 +20,11 @@ are output pixels (N) and whose reduction runs over (tap, input channel):
 * the reduction: ``R*S*CC`` steps of 64 (CC = ceil(CG / 64) channel chunks per
   tap); channels past CG are zero-filled in both operands.
 
+Under-filled problems (a CNN at batch 1: ResNet-50's 14x14 and 7x7 stages are 2 to 8 tiles
+of 128 x 256 on 132 SMs, each 36 to 72 reduction steps deep) take a narrow tile (128 or 64
+rows x 64 pixels) and split each tile's reduction among up to 8 blocks (``split_k``, the
+GEMM's split-K: ``split_k.cuh``): ``choose_tile``.
+
 The template takes stride 1 along W (a strided W box would need TMA element
 strides, not built); any stride along H, dilations, asymmetric padding and
 groups are box coordinates.
@@ -28,7 +33,7 @@ groups are box coordinates.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fusec.targets.cuda.caps import H200, SMEM_PER_BLOCK_SM90
 
@@ -41,7 +46,14 @@ CHUNK = 64  # input channels per reduction step
 #: pixels can span at most 256 input pixels: a stride along W of 4 at most.
 MAX_STRIDE_W = 256 // STRIP
 
-_TEXT = re.compile(r"^(\d+)x(\d+) s(\d+) c(\d+)([mn])$")
+_TEXT = re.compile(r"^(\d+)x(\d+) s(\d+) c(\d+)([mn])(?: sk=(\d+))?$")
+#: split-K of a conv tile: at most this many splits, each at least SPLIT_MIN_STEPS
+#: reduction steps deep, tiles of at most SPLIT_MAX_ACCUMULATORS accumulators per consumer
+#: thread (the GEMM's rules, ``gemm.config``: more spill around the reduction)
+MAX_SPLIT_K = 16
+SPLIT_K_HEURISTIC_MAX = 8
+SPLIT_MIN_STEPS = 3
+SPLIT_MAX_ACCUMULATORS = 64
 
 
 def cdiv(a: int, b: int) -> int:
@@ -132,6 +144,7 @@ class ConvTile:
     stages: int = 4
     consumers: int = 2
     split: str = "n"
+    split_k: int = 1
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -158,6 +171,13 @@ class ConvTile:
             out.append(f"{self.smem_bytes} bytes of shared memory > {SMEM_LIMIT}")
         if self.acc_registers > 128:
             out.append(f"{self.acc_registers} accumulator registers per thread > 128")
+        if not 1 <= self.split_k <= MAX_SPLIT_K:
+            out.append(f"split_k must be 1 to {MAX_SPLIT_K}")
+        elif self.split_k > 1 and self.acc_registers > SPLIT_MAX_ACCUMULATORS:
+            out.append(
+                f"split-K needs at most {SPLIT_MAX_ACCUMULATORS} accumulators per thread "
+                "(its reduction's loads beside them; more spill)"
+            )
         return out
 
     @property
@@ -192,15 +212,16 @@ class ConvTile:
 
     @property
     def text(self) -> str:
-        return f"{self.bm}x{self.bn} s{self.stages} c{self.consumers}{self.split}"
+        split_k = f" sk={self.split_k}" if self.split_k > 1 else ""
+        return f"{self.bm}x{self.bn} s{self.stages} c{self.consumers}{self.split}{split_k}"
 
     @classmethod
     def parse(cls, text: str) -> ConvTile:
         match = _TEXT.match(text.strip())
         if not match:
-            raise ValueError(f"bad conv tile {text!r}: expected e.g. '64x256 s4 c2n'")
-        bm, bn, stages, consumers, split = match.groups()
-        return cls(int(bm), int(bn), int(stages), int(consumers), split)
+            raise ValueError(f"bad conv tile {text!r}: expected e.g. '64x256 s4 c2n [sk=4]'")
+        bm, bn, stages, consumers, split, split_k = match.groups()
+        return cls(int(bm), int(bn), int(stages), int(consumers), split, int(split_k or 1))
 
 
 def nhwc_box(geo: ConvGeometry) -> tuple[int, ...]:
@@ -222,7 +243,9 @@ def tile_count(tile: ConvTile, geo: ConvGeometry) -> int:
 def choose_tile(geo: ConvGeometry, sms: int = H200.sms) -> ConvTile:
     """64-row tiles when a group has at most 64 output channels (two consumers split the
     pixels), else 128 rows (two consumers split the channels); 256 pixel columns unless
-    128 fill the GPU's last wave clearly better."""
+    128 fill the GPU's last wave clearly better. When even that tile leaves more than half
+    the SMs without a block (batch 1), the narrow tile of 64 pixel columns (``narrow_tile``)
+    with its reduction split (``split_k_for``)."""
     if geo.kg <= 64:
         candidates = [ConvTile(64, 256, 4, 2, "n"), ConvTile(64, 128, 6, 2, "n")]
     else:
@@ -237,4 +260,30 @@ def choose_tile(geo: ConvGeometry, sms: int = H200.sms) -> ConvTile:
     for tile in candidates[1:]:
         if waste(tile) + 0.15 < waste(best):
             best = tile
+    if 2 * tile_count(best, geo) < sms:
+        narrow = narrow_tile(geo)
+        return replace(narrow, split_k=split_k_for(narrow, geo, sms))
     return best
+
+
+def narrow_tile(geo: ConvGeometry) -> ConvTile:
+    """The tile of under-filled problems: 64 pixel columns (one strip: a 7x7 or 14x14 output
+    row fills 7 or 14 of a strip's 64 pixels, so wider tiles mostly compute padding) and 128
+    output channels (two consumers split them), or 64 channels and 128 pixels (two consumers
+    split the pixels) when a group has at most 64; 32 accumulators per consumer thread, so
+    its reduction can be split."""
+    if geo.kg > 64:
+        return ConvTile(128, 64, 8, 2, "m")
+    return ConvTile(64, 128, 6, 2, "n")
+
+
+def split_k_for(tile: ConvTile, geo: ConvGeometry, sms: int) -> int:
+    """Splits of each tile's reduction: as many as give every SM at most one unit, each at
+    least ``SPLIT_MIN_STEPS`` steps deep, at most ``SPLIT_K_HEURISTIC_MAX``; 1 when that is
+    under 2 or the tile has too many accumulators."""
+    if tile.acc_registers > SPLIT_MAX_ACCUMULATORS:
+        return 1
+    splits = min(
+        sms // tile_count(tile, geo), geo.kblocks // SPLIT_MIN_STEPS, SPLIT_K_HEURISTIC_MAX
+    )
+    return splits if splits >= 2 else 1

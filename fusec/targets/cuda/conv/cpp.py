@@ -254,7 +254,9 @@ class ConvSpec(LinkedSpec):
     def kernel_params(self) -> list[str]:
         """The kernel's (u64) parameters after the shared-memory address."""
         x = "x" if self.input == "nchw-ld" else "map_x"
-        return ["map_w", x, "out"] + [f"e{k}" for k in range(len(self.epilogue.extras))]
+        extras = [f"e{k}" for k in range(len(self.epilogue.extras))]
+        split = ["split_ws", "split_counters"] if self.tile.split_k > 1 else []
+        return ["map_w", x, "out", *extras, *split]
 
     def arg_count(self) -> tuple[int, int]:
         return len(self.kernel_params()), 0
@@ -360,7 +362,7 @@ def _config(spec: ConvSpec) -> str:
         "TILES_M": cdiv(geo.kg, tile.bm), "TILES_N": cdiv(geo.strips, tile.bn // STRIP),
         "TILES": spec.tiles, "A_BYTES": tile.a_stage_bytes, "B_BYTES": tile.b_stage_bytes,
         "INPUT": _INPUT[spec.input], "SPLIT_N": int(tile.split == "n"),
-        "OUT_NHWC": int(spec.out_layout == "nhwc"),
+        "OUT_NHWC": int(spec.out_layout == "nhwc"), "SPLIT_K": tile.split_k,
         "PRODUCER_REGISTERS": LD_PRODUCER_REGISTERS if loads else PRODUCER_REGISTERS,
         "CONSUMER_REGISTERS": LD_CONSUMER_REGISTERS if loads else CONSUMER_REGISTERS,
         "FULL_ARRIVALS": 1 + 128 if loads else 1,  # + every producer thread after its stores
@@ -431,6 +433,7 @@ def generate(spec: ConvSpec) -> str:
     params = ", ".join(f"u64 {n}" for n in spec.kernel_params())
     pointers = ", ".join(["{}", *(f"e{k}" for k in range(len(spec.epilogue.extras)))])
     x = spec.kernel_params()[1]
+    split = "split_ws, split_counters" if tile.split_k > 1 else "0, 0"
     return f"""// fusec generated implicit-GEMM conv2d: {headline}
 // {_shape_comment(geo)}
 // epilogue {spec.epilogue.name}
@@ -443,7 +446,7 @@ def generate(spec: ConvSpec) -> str:
 extern "C" __device__ __attribute__((always_inline))
 int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
   const Epilogue epi{{{pointers}}};
-  return fusec::conv<Config>(epi, smem_raw, map_w, {x}, out);
+  return fusec::conv<Config>(epi, smem_raw, map_w, {x}, out, {split});
 }}
 """
 

@@ -8,7 +8,8 @@ Per call of the implicit GEMM, on the caller's stream and in this order:
    ``fusec_convxs_*``, its 2-byte-load twin, for an input not 16-byte aligned)
    into scratch buffers kept per stream (a later call on the same stream runs
    after this one, so reusing them is ordered; another stream has its own);
-3. the conv kernel: a persistent grid of ``min(tiles, SMs)`` blocks.
+3. the conv kernel: a persistent grid of ``min(tiles x splits, SMs)`` blocks (split-K's
+   workspace allocated per stream, ``fusec.targets.cuda.split_k``).
 
 With ``spec.input == "nchw"`` step 2 is gone: the conv kernel's tensor map is over
 the NCHW input itself; with ``"nchw-ld"`` the kernel gets the input's address (either
@@ -24,6 +25,7 @@ import ctypes
 from typing import Any
 
 from fusec.errors import FusecError
+from fusec.targets.cuda import split_k
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.conv.config import CHUNK, STRIP, nhwc_box, nhwc_element_strides
 from fusec.targets.cuda.conv.cpp import DIRECT_THREADS, ConvSpec, DirectConvSpec
@@ -81,8 +83,13 @@ class ConvKernel(LinkedKernel):
                 (CHUNK, 1, tile.bm, 1),
                 stream,
             )
-            args = [(u64, v) for v in (map_w, map_x, out, *extras)]
-            grid = min(spec.tiles, sms)
+            split: tuple[int, ...] = ()
+            if tile.split_k > 1:  # every split's partial tile, a counter per tile
+                split = split_k.workspace(
+                    self.drv, self.scratch, stream, spec.tiles, tile.split_k, tile.bm * tile.bn
+                )
+            args = [(u64, v) for v in (map_w, map_x, out, *extras, *split)]
+            grid = min(spec.tiles * tile.split_k, sms)
             self.launch(self.function, grid, tile.threads, tile.smem_bytes, handle, args)
 
     def weights(self, w: int, stream: int, handle: Any, sms: int) -> int:

@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from fusec.errors import FusecError
+from fusec.targets.cuda import split_k
 from fusec.targets.cuda import tensormaps as tm
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.gemm import cpp
@@ -111,30 +112,18 @@ class GemmKernel(LoadedKernel):
                 out_map = (self._output_map(out, m, n, batches, stream),) if self.staged else ()
                 if tm._maps.generation == generation:
                     break
-            split = self._split_workspace(m, n, batches, stream) if config.split_k > 1 else ()
+            split: tuple[int, ...] = ()
+            if config.split_k > 1:  # every split's partial tile, a counter per tile
+                tiles = tile_count(config, m, n, batches)
+                split = split_k.workspace(
+                    drv, self.scratch, stream, tiles, config.split_k, config.bm * config.bn
+                )
             params, keep = parameter_block(
                 (map_a, map_b, out, *out_map, *extras, *split), (m, n, k, batches)
             )
             grid = min(tile_count(config, m, n, batches) * config.split_k, sms)
             copies = tuple(c for c in (a_copy, b_copy) if c is not None)
             return Prepared(tm._maps.generation, handle, grid, params, keep, copies)
-
-    def _split_workspace(self, m: int, n: int, batches: int, stream: int) -> tuple[int, int]:
-        """Split-K's workspace on ``stream``: every split's partial tile (f32), and one
-        counter per tile, zeroed here once (queued on the stream, before any launch that
-        uses them): the last split of a tile sets its counter back to 0 (``gemm.cuh``)."""
-        config, drv = self.spec.config, self.drv
-        tiles = tile_count(config, m, n, batches)
-        partials = 4 * tiles * config.split_k * config.bm * config.bn
-        key = (stream, "split", partials)
-        if key not in self.scratch:
-            self.scratch[key] = int(tm._check(drv.cuMemAlloc(partials)))
-            counters = int(tm._check(drv.cuMemAlloc(4 * tiles)))
-            tm._check(
-                drv.cuMemsetD32Async(drv.CUdeviceptr(counters), 0, tiles, drv.CUstream(stream))
-            )
-            self.scratch[(stream, "split-counters", partials)] = counters
-        return self.scratch[key], self.scratch[(stream, "split-counters", partials)]
 
     def _output_map(self, out: int, m: int, n: int, batches: int, stream: int) -> int:
         """The "smem" epilogue's output tensor map (batches x M x N, 128-byte swizzled boxes

@@ -13,7 +13,7 @@
 // CHECK-NEXT: ^bb0
 // CHECK-NEXT: ai.transpose %{{.*}} {perm = array<i64: 0, 2, 3, 1>}
 // CHECK:      %[[W1:.*]] = ai.fused "copy" (%w1) : (tensor<64x64x3x3xf16>) -> tensor<64x3x3x64xf16>
-// CHECK:      %[[Y1:.*]] = ai.fused "conv" (%[[X]], %[[W1]], %s1, %t1) {fusec.layout = {input = "nhwc", weight = "krsc", output = "nhwc"}, fusec.tile = "{{[0-9]+x[0-9]+ s[0-9]+ c[0-9][mn]}}"}
+// CHECK:      %[[Y1:.*]] = ai.fused "conv" (%[[X]], %[[W1]], %s1, %t1) {fusec.layout = {input = "nhwc", weight = "krsc", output = "nhwc"}, fusec.tile = "{{[0-9]+x[0-9]+ s[0-9]+ c[0-9][mn]( sk=[0-9]+)?}}"}
 // CHECK-SAME: -> tensor<2x9x10x64xf16>
 // CHECK-NEXT: ^bb0
 // CHECK-NEXT: ai.transpose %{{.*}} {perm = array<i64: 0, 3, 1, 2>} : tensor<2x9x10x64xf16>
@@ -23,7 +23,7 @@
 // CHECK-NEXT: ai.transpose %{{.*}} {perm = array<i64: 0, 2, 3, 1>} : tensor<2x64x9x10xf16>
 // CHECK-NEXT: ai.yield %{{.*}} : tensor<2x9x10x64xf16>
 // CHECK:      %[[W2:.*]] = ai.fused "copy" (%w2)
-// CHECK:      %[[OUT:.*]] = ai.fused "conv" (%[[Y1]], %[[W2]], %s2, %t2, %x) {fusec.layout = {input = "nhwc", weight = "krsc", output = "nchw"}, fusec.tile = "{{[0-9]+x[0-9]+ s[0-9]+ c[0-9][mn]}}"}
+// CHECK:      %[[OUT:.*]] = ai.fused "conv" (%[[Y1]], %[[W2]], %s2, %t2, %x) {fusec.layout = {input = "nhwc", weight = "krsc", output = "nchw"}, fusec.tile = "{{[0-9]+x[0-9]+ s[0-9]+ c[0-9][mn]( sk=[0-9]+)?}}"}
 // CHECK-SAME: -> tensor<2x64x9x10xf16>
 // CHECK:      func.return %[[OUT]] : tensor<2x64x9x10xf16>
 // CHECK-NOT:  ai.fused

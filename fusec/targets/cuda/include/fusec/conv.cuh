@@ -11,8 +11,9 @@
 //      output channels; R x S taps, strides SH, SW, dilations DH, DW, padding PT, PL), the
 //      tile (BM, BN, WM, WN, STAGES, CONSUMERS, SPT strips a tile, QS strips a row, STRIPS,
 //      CC channel chunks, KBLOCKS, TILES_M, TILES_N, TILES, A_BYTES, B_BYTES), the variants
-//      (INPUT, SPLIT_N, OUT_NHWC), the register split and FULL_ARRIVALS, the output type Out
-//      and `mma`, its wgmma instruction (m64nWNk16);
+//      (INPUT, SPLIT_N, OUT_NHWC), SPLIT_K (split-K: each tile's KBLOCKS shared among
+//      SPLIT_K blocks, split_k.cuh), the register split and FULL_ARRIVALS, the output type
+//      Out and `mma`, its wgmma instruction (m64nWNk16);
 //   E: the epilogue functor: `wide()` (a flag its early loads take), `load_tile` (inputs
 //      loaded at the head of a tile into its TileChannels and TilePixels words), `load_row`
 //      (at the head of an output row: RowChannels, RowPixels), and `at<SECOND>(acc, n, k,
@@ -22,6 +23,7 @@
 
 #include "fusec/barrier.cuh"
 #include "fusec/common.cuh"
+#include "fusec/split_k.cuh"
 #include "fusec/tma.cuh"
 #include "fusec/wgmma.cuh"
 
@@ -156,15 +158,18 @@ static __device__ __forceinline__ void conv_ld_row(u32 dst, int c, const u16* x,
   }
 }
 
-// The producer's walk: per K block kb of each of the block's tiles, its tap (r, s), channel
-// block cc, stage st and the stage's "full" barrier, once the stage is free: stage(...).
+// The producer's walk: per K block kb of each of the block's work units (a tile, or with
+// split-K a tile's share of its K blocks), its tap (r, s), channel block cc, stage st and
+// the stage's "full" barrier, once the stage is free: stage(...).
 template <class C, class Stage>
 static __device__ __forceinline__ void conv_stages(u32 bars, const Stage& stage) {
   int it = 0;
-  for (int t = blockIdx.x; t < C::TILES; t += gridDim.x) {
+  for (int u = blockIdx.x; u < C::TILES * C::SPLIT_K; u += gridDim.x) {
+    int t, kb0, kb1;
+    fs_split_unit<C::SPLIT_K>(u, C::KBLOCKS, t, kb0, kb1);
     int pm, pn, g;
     conv_tile<C>(t, pm, pn, g);
-    for (int kb = 0; kb < C::KBLOCKS; ++kb, ++it) {
+    for (int kb = kb0; kb < kb1; ++kb, ++it) {
       const int tap = kb / C::CC;
       const int cc = kb - tap * C::CC;
       const int r = tap / C::S;
@@ -303,8 +308,13 @@ static __device__ __forceinline__ void conv_epilogue(const E& epi, const Acc& ac
   }
 }
 
+// Named barrier of the consumers' split-K arrival (the conv uses no other named barrier).
+enum ConvBarrier { CONV_SPLIT_BARRIER = 10 };
+
+// The block program; ws and counters: split-K's workspace (split_k.cuh; 0 without split-K).
 template <class C, class E>
-static __device__ __forceinline__ int conv(const E& epi, u64 smem_raw, u64 map_w, u64 x, u64 out) {
+static __device__ __forceinline__ int conv(const E& epi, u64 smem_raw, u64 map_w, u64 x, u64 out,
+                                           u64 ws, u64 counters) {
   const u32 base = (fs_smem((const void*)smem_raw) + 1023u) & ~1023u;
   const u32 sa = base;
   const u32 sb = base + C::STAGES * C::A_BYTES;
@@ -327,13 +337,15 @@ static __device__ __forceinline__ int conv(const E& epi, u64 smem_raw, u64 map_w
     float acc[C::WM / 64][C::WN / 2];
     const bool wide = epi.wide();
     int it = 0;
-    for (int t = blockIdx.x; t < C::TILES; t += gridDim.x) {
+    for (int u = blockIdx.x; u < C::TILES * C::SPLIT_K; u += gridDim.x) {
+      int t, kb0, kb1;
+      fs_split_unit<C::SPLIT_K>(u, C::KBLOCKS, t, kb0, kb1);
       int pm, pn, g;
       conv_tile<C>(t, pm, pn, g);
       typename E::TileChannels tc;
       typename E::TilePixels tp;
       epi.load_tile(tc, tp, wide, pm, pn, g, cw, warp, lane);
-      for (int kb = 0; kb < C::KBLOCKS; ++kb, ++it) {
+      for (int kb = 0; kb < kb1 - kb0; ++kb, ++it) {  // kb counts the unit's K blocks
         const int st = it % C::STAGES;
         fs_bar_wait(bars + 8 * st, (u32)(it / C::STAGES) & 1u);
         const u32 a_base = sa + st * C::A_BYTES;
@@ -365,11 +377,19 @@ static __device__ __forceinline__ int conv(const E& epi, u64 smem_raw, u64 map_w
         }
       }
       fs_wg_wait<0>();
-      if (lt == 0) fs_bar_arrive(bars + 8 * (C::STAGES + (it - 1) % C::STAGES));
+      // an empty split (fewer K blocks than splits) used no stage
+      if (lt == 0 && kb1 > kb0) fs_bar_arrive(bars + 8 * (C::STAGES + (it - 1) % C::STAGES));
 #pragma unroll
       for (int m = 0; m < C::WM / 64; ++m)
 #pragma unroll
         for (int j = 0; j < C::WN / 2; ++j) fs_fence_reg(acc[m][j]);
+      if constexpr (C::SPLIT_K > 1) {
+        const int ct = cw * 128 + lt;
+        const int split = u - t * C::SPLIT_K;
+        if (!fs_split_reduce<C::SPLIT_K, 128 * C::CONSUMERS>(acc, ws, counters, t, split, ct,
+                                                              kb1 == kb0, CONV_SPLIT_BARRIER))
+          continue;  // another split of the tile arrives later and stores it
+      }
       conv_epilogue<C>(epi, acc, tc, tp, out, wide, pm, pn, g, cw, warp, lane);
     }
   }
