@@ -53,6 +53,11 @@ source does not change):
 * ``prefetch="tile"``: ``PREFETCH_AHEAD`` K steps before a tile's main loop ends, the
   consumers prefetch into L2 the tile's lines of each epilogue input that has the
   output's shape (a residual): the epilogue's element loads then wait on L2, not DRAM.
+* ``split_k`` > 1 (``sk=N``; the heuristic's choice for under-filled problems): the
+  blocks walk ``tiles x split_k`` work units, each a tile's share of the K steps; after
+  its main loop a unit stores its partial sums to the workspace (``split_ws``) and counts
+  itself in on the tile's counter (``split_counters``); the last to arrive adds every
+  split's partial in split order and runs the epilogue (``include/fusec/split_k.cuh``).
 * ``math="fast"``: the epilogue expression uses ``ex2.approx``,
   ``tanh.approx`` and ``__fdividef`` (``CppExprGenerator(fast_math=True)``)
   where the output is 16-bit.
