@@ -9,6 +9,11 @@ program, CUDA events on the current stream (checked against wall clock), median 
 replays; numerics against PyTorch in f32 on fresh random inputs.
 
     python3 benchmarks/gemm_ln_ab.py --out $OUT     # H200
+
+``--set convnext``: ConvNeXt-T's LayerNorm -> MLP-up GEMMs (K = 96, 192, 384: rows short
+enough for the folded form by ``LN_SPLIT_MIN_K``, and for ``ln=tile``, the LayerNorm
+normalised in the resident A tiles), variants ``split``, ``fold`` and ``tile``, written to
+``gemm-ln-ab-convnext.*``.
 """
 
 from __future__ import annotations
@@ -22,12 +27,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 VARIANTS = ("split", "fold", "fold-unrolled", "fold-noinline")
+CONVNEXT_VARIANTS = ("split", "fold", "tile")
 SHAPES = [  # (M, K, N, gelu): GPT-2 b1 QKV and MLP-up, GPT-2 b8 MLP-up, ViT-B/16 b32 QKV, MLP-up
     (128, 768, 2304, False),
     (128, 768, 3072, True),
     (1024, 768, 3072, True),
     (6304, 768, 2304, False),
     (6304, 768, 3072, True),
+]
+#: ConvNeXt-T's MLP-up after its LayerNorm: stages 1-3 at batch 32, stage 1 at batch 1
+CONVNEXT_SHAPES = [
+    (100352, 96, 384, True),
+    (25088, 192, 768, True),
+    (6272, 384, 1536, True),
+    (3136, 96, 384, True),
 ]
 
 
@@ -61,14 +74,16 @@ def model(m: int, k: int, n: int, gelu: bool, rng):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), inits
 
 
-def table(rows: list[dict]) -> list[str]:
+def table(
+    rows: list[dict], variants: tuple[str, ...] = VARIANTS, shapes: list | None = None
+) -> list[str]:
     """The markdown table of ``rows``: a line per shape, a column per variant."""
     lines = [
-        f"| M x K -> N | epilogue | {' | '.join(VARIANTS)} | split / fold | rel L2 "
-        f"({', '.join(VARIANTS)}) |",
-        "| --- | --- | " + "--- | " * len(VARIANTS) + "--- | --- |",
+        f"| M x K -> N | epilogue | {' | '.join(variants)} | split / fold | rel L2 "
+        f"({', '.join(variants)}) |",
+        "| --- | --- | " + "--- | " * len(variants) + "--- | --- |",
     ]
-    for m, k, n, gelu in SHAPES:
+    for m, k, n, gelu in shapes or SHAPES:
         r = {x["variant"]: x for x in rows if (x["m"], x["k"], x["n"]) == (m, k, n)}
         ms = {v: r[v].get("gpu_ms") for v in r}
 
@@ -78,8 +93,8 @@ def table(rows: list[dict]) -> list[str]:
         split_fold = (
             f"{ms['split'] / ms['fold']:.2f}" if ms.get("split") and ms.get("fold") else "-"
         )
-        errs = ", ".join(f"{r.get(v, {}).get('rel_l2', float('nan')):.1e}" for v in VARIANTS)
-        times = " | ".join(cell(v) for v in VARIANTS)
+        errs = ", ".join(f"{r.get(v, {}).get('rel_l2', float('nan')):.1e}" for v in variants)
+        times = " | ".join(cell(v) for v in variants)
         epilogue = "bias + gelu" if gelu else "bias"
         lines.append(f"| {m} x {k} -> {n} | {epilogue} | {times} | {split_fold} | {errs} |")
     return lines
@@ -98,7 +113,11 @@ def main() -> int:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--set", choices=("gpt2-vit", "convnext"), default="gpt2-vit")
     args = parser.parse_args()
+    convnext = args.set == "convnext"
+    variants = CONVNEXT_VARIANTS if convnext else VARIANTS
+    shapes = CONVNEXT_SHAPES if convnext else SHAPES
     text = headers._text
     pragma = "#pragma unroll 1\n  for (int k = 0; k < K; ++k) {"
     plain = "for (int k = 0; k < K; ++k) {"
@@ -115,29 +134,33 @@ def main() -> int:
             body = body.replace(old, new)
         return body
 
-    def variant(name: str) -> None:
+    def variant(name: str) -> str | None:
+        """Set the variant up; the pipeline that compiles it (None: the default)."""
         template.LN_SPLIT_MIN_K = 0 if name == "split" else 10**9
         text.cache_clear()
         headers._text = lambda n: patched(n, edits.get(name, ()))  # type: ignore[assignment]
+        return "fusec-cuda,tile-gemm{ln=tile}" if name == "tile" else None
 
     rng = np.random.default_rng(0)
     rows = []
-    for m, k, n, gelu in SHAPES:
+    for m, k, n, gelu in shapes:
         onnx_model, inits = model(m, k, n, gelu, rng)
         g, b, w, c = (torch.tensor(numpy_helper.to_array(t)).cuda().float() for t in inits)
         x = torch.randn(m, k, device="cuda", dtype=torch.float16) + 0.5
         ref = F.layer_norm(x.float(), (k,), g, b, 1e-5) @ w + c
         ref = F.gelu(ref) if gelu else ref
-        for name in VARIANTS:
-            variant(name)
+        for name in variants:
+            pipeline = variant(name)
             row = {"m": m, "k": k, "n": n, "gelu": gelu, "variant": name}
             try:
                 t0 = time.perf_counter()
-                compiled = fusec.compile(fusec.from_onnx(onnx_model), target="cuda")
+                module = fusec.from_onnx(onnx_model)
+                compiled = fusec.compile(module, target="cuda", pipeline=pipeline)
                 out = compiled(x)
                 torch.cuda.synchronize()
                 row["compile_s"] = round(time.perf_counter() - t0, 1)
                 row["kernels"] = [kk.kind for kk in compiled.kernels]
+                row["ln_tile"] = 'ln = "tile"' in str(compiled.module)
                 row["rel_l2"] = float((out.float() - ref).norm() / ref.norm())
                 row["nan"] = int(torch.isnan(out).sum())
                 row["gpu_ms"] = time_gpu(fusec_graph(compiled, (x,)))
@@ -145,10 +168,11 @@ def main() -> int:
                 row["error"] = f"{type(err).__name__}: {err}"[:300]
             rows.append(row)
             print(json.dumps(row), flush=True)
-    lines = table(rows)
+    lines = table(rows, variants, shapes)
+    stem = "gemm-ln-ab-convnext" if convnext else "gemm-ln-ab"
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gemm-ln-ab.md").write_text("\n".join(lines) + "\n")
-    (args.out / "gemm-ln-ab.json").write_text(json.dumps(rows, indent=1))
+    (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
     print("\n".join(lines))
     return 0
 
