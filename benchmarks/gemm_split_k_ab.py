@@ -3,7 +3,8 @@
 Each shape is a transformer projection at batch 1 (M = tokens), f16, weights constant, with
 the epilogue it has in the zoo's models, compiled three ways in one run: ``unsplit`` (the
 heuristic's tile with ``sk=1``, as before split-K), ``split`` (the heuristic's own choice,
-``choose_config``), and PyTorch eager (cuBLAS ``addmm`` / ``matmul`` and the epilogue's ops).
+``choose_config`` with ``$FUSEC_SPLIT_K`` on), and PyTorch eager (cuBLAS ``addmm`` /
+``matmul`` and the epilogue's ops).
 Times: CUDA-graph replay (fusec's whole-program graph; the torch ops captured in a torch CUDA
 graph), CUDA events on the current stream checked against wall clock, median of 7 x 20
 replays (``gemm_bench.time_gpu``). Numerics against the same maths in f32 on fresh random
@@ -103,6 +104,8 @@ def table(rows: list[dict]) -> list[str]:
 
 
 def main() -> int:
+    import os
+
     import torch
     from gemm_bench import fusec_graph, time_gpu, torch_graph
 
@@ -113,6 +116,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args()
     torch.manual_seed(0)
+    os.environ["FUSEC_SPLIT_K"] = "on"  # the heuristic's split (opt-in for now)
     rows = []
     for name, m, k, n, epilogue in SHAPES:
         text = ir(m, k, n, epilogue)

@@ -13,7 +13,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from fusec.environ import getenv
 from fusec.targets.cuda.tensormaps import _check
+
+#: The heuristic's split-K is opt-in until it is measured on the H200: ``FUSEC_SPLIT_K=on``
+#: (read when the tiles are chosen) makes ``choose_config`` and the conv's ``choose_tile``
+#: split under-filled problems; a forced tile (``sk=N``, ``$FUSEC_CONV_TILE``) splits
+#: either way. Its GPU tests force the tiles (tests/targets/cuda/test_*_split_k_gpu.py).
+SPLIT_K_ENV = "FUSEC_SPLIT_K"
+
+
+def heuristic_split_k() -> bool:
+    """Whether the heuristics split under-filled problems (``$FUSEC_SPLIT_K``)."""
+    return getenv(SPLIT_K_ENV, "off").strip().lower() in ("1", "on", "true", "yes")
 
 
 def workspace(

@@ -1,7 +1,7 @@
 """The implicit-GEMM conv's split-K on the GPU vs the float64 reference (skipped without a
 GPU): ResNet-50's batch-1 convs, which the heuristic gives the narrow tile with the
-reduction split (``conv.config.choose_tile``), and forced splits that leave some splits
-empty. Fresh random inputs, outputs poisoned (NaN) first, the routing and the split read
+reduction split (``conv.config.choose_tile`` with ``$FUSEC_SPLIT_K`` on), and forced splits
+that leave some splits empty. Fresh random inputs, outputs poisoned (NaN) first, the routing and the split read
 from the kernel's header, so a case cannot pass on another path; a split kernel called
 again and again gives the same bits (the counters reset themselves, the partials are added
 in split order).
@@ -62,7 +62,8 @@ def _check(compiled, name: str) -> None:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_batch_one_convs_split_their_reduction(name: str) -> None:
+def test_batch_one_convs_split_their_reduction(name: str, monkeypatch) -> None:
+    monkeypatch.setenv("FUSEC_SPLIT_K", "on")  # the heuristic's tiles (opt-in for now)
     text, tile = CASES[name]
     _check(_compiled(text, tile), name)
 
@@ -74,8 +75,10 @@ def test_more_splits_than_steps_leave_empty_splits(monkeypatch) -> None:
     _check(_compiled(text, "sk=16"), "empty splits")
 
 
-def test_repeated_calls_give_the_same_bits() -> None:
+def test_repeated_calls_give_the_same_bits(monkeypatch) -> None:
     import numpy as np
+
+    monkeypatch.setenv("FUSEC_SPLIT_K", "on")
 
     from fusec.runtime.reference import entry_function
     from fusec.tools.runner import random_inputs

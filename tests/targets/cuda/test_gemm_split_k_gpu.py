@@ -81,7 +81,8 @@ def test_split_k_f32_output() -> None:
     _check(text, "f16", pipeline=_forced("128x128x64 s5 c2 g8 epi=smem sk=4"))
 
 
-def test_the_heuristic_splits_bert_batch_one_projections() -> None:
+def test_the_heuristic_splits_bert_batch_one_projections(monkeypatch) -> None:
+    monkeypatch.setenv("FUSEC_SPLIT_K", "on")
     text = matmul_ir(128, 768, 3072, "f16", tail=(bias(768, "f16"),))
     assert _split_of(text, None) == 8
     _check(text, "f16")

@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass, replace
 
 from fusec.targets.cuda.caps import H200, SMEM_PER_BLOCK_SM90
+from fusec.targets.cuda.split_k import heuristic_split_k
 
 SMEM_LIMIT = SMEM_PER_BLOCK_SM90
 SMEM_ALIGN = 1024
@@ -244,8 +245,9 @@ def choose_tile(geo: ConvGeometry, sms: int = H200.sms) -> ConvTile:
     """64-row tiles when a group has at most 64 output channels (two consumers split the
     pixels), else 128 rows (two consumers split the channels); 256 pixel columns unless
     128 fill the GPU's last wave clearly better. When even that tile leaves more than half
-    the SMs without a block (batch 1), the narrow tile of 64 pixel columns (``narrow_tile``)
-    with its reduction split (``split_k_for``)."""
+    the SMs without a block (batch 1) and ``$FUSEC_SPLIT_K`` is on (``split_k.
+    heuristic_split_k``), the narrow tile of 64 pixel columns (``narrow_tile``) with its
+    reduction split (``split_k_for``)."""
     if geo.kg <= 64:
         candidates = [ConvTile(64, 256, 4, 2, "n"), ConvTile(64, 128, 6, 2, "n")]
     else:
@@ -260,7 +262,7 @@ def choose_tile(geo: ConvGeometry, sms: int = H200.sms) -> ConvTile:
     for tile in candidates[1:]:
         if waste(tile) + 0.15 < waste(best):
             best = tile
-    if 2 * tile_count(best, geo) < sms:
+    if 2 * tile_count(best, geo) < sms and heuristic_split_k():
         narrow = narrow_tile(geo)
         return replace(narrow, split_k=split_k_for(narrow, geo, sms))
     return best

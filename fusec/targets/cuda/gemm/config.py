@@ -53,6 +53,7 @@ from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, IntegerAttr, S
 from xdsl.ir import Attribute
 
 from fusec.targets.cuda.caps import H200, SMEM_PER_BLOCK_SM90
+from fusec.targets.cuda.split_k import heuristic_split_k
 
 #: Shared memory one block may use on an H100/H200 (227 KB), less the 1 KB
 #: the kernel spends aligning its base to the 128-byte swizzle atom.
@@ -481,7 +482,8 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -
     problems that even the chosen tile leaves more than half the SMs without a block
     (a transformer's projections at batch 1: M = 128..256 tokens), where four times the
     blocks, each half as long, share the problem among more SMs. Where even those leave
-    SMs idle, each tile's K is split among several blocks (``split_k_for``).
+    SMs idle, each tile's K is split among several blocks (``split_k_for``; with
+    ``$FUSEC_SPLIT_K`` on, ``heuristic_split_k``).
     """
     small = TileConfig(64, 128, 64, 8, 1, 8)
     if m <= 64:
@@ -528,6 +530,8 @@ def split_k_for(config: TileConfig, m: int, n: int, k: int, batch: int, sms: int
 
 
 def _split(config: TileConfig, m: int, n: int, k: int, batch: int, sms: int) -> TileConfig:
+    if not heuristic_split_k():
+        return config
     return replace(config, split_k=split_k_for(config, m, n, k, batch, sms))
 
 
