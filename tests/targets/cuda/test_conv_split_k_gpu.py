@@ -1,10 +1,10 @@
 """The implicit-GEMM conv's split-K on the GPU vs the float64 reference (skipped without a
 GPU): ResNet-50's batch-1 convs, which the heuristic gives the narrow tile with the
-reduction split (``conv.config.choose_tile`` with ``$FUSEC_SPLIT_K`` on), and forced splits
-that leave some splits empty. Fresh random inputs, outputs poisoned (NaN) first, the routing and the split read
-from the kernel's header, so a case cannot pass on another path; a split kernel called
-again and again gives the same bits (the counters reset themselves, the partials are added
-in split order).
+reduction split (``conv.config.choose_tile`` with ``$FUSEC_SPLIT_K`` on), and forced
+splits that leave some splits empty. Fresh random inputs, outputs poisoned (NaN) first,
+the routing and the split read from the kernel's header, so a case cannot pass on another
+path; a split kernel called again and again gives the same bits (the counters reset
+themselves, the partials are added in split order).
 """
 
 from __future__ import annotations
