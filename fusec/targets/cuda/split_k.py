@@ -16,16 +16,21 @@ from typing import Any
 from fusec.environ import getenv
 from fusec.targets.cuda.tensormaps import _check
 
-#: The heuristic's split-K is opt-in until it is measured on the H200: ``FUSEC_SPLIT_K=on``
-#: (read when the tiles are chosen) makes ``choose_config`` and the conv's ``choose_tile``
-#: split under-filled problems; a forced tile (``sk=N``, ``$FUSEC_CONV_TILE``) splits
-#: either way. Its GPU tests force the tiles (tests/targets/cuda/test_*_split_k_gpu.py).
+#: The heuristics' split-K is opt-in until the whole GPU lane has run with it:
+#: ``FUSEC_SPLIT_K=on`` (read when the tiles are chosen) makes ``choose_config`` and the
+#: conv's ``choose_tile`` split under-filled problems, ``FUSEC_SPLIT_K=conv`` the conv's
+#: only; a forced tile (``sk=N``, ``$FUSEC_CONV_TILE``) splits either way. Its GPU tests
+#: turn it on (tests/targets/cuda/test_*_split_k_gpu.py).
 SPLIT_K_ENV = "FUSEC_SPLIT_K"
 
 
-def heuristic_split_k() -> bool:
-    """Whether the heuristics split under-filled problems (``$FUSEC_SPLIT_K``)."""
-    return getenv(SPLIT_K_ENV, "off").strip().lower() in ("1", "on", "true", "yes")
+def heuristic_split_k(template: str) -> bool:
+    """Whether the heuristic of ``template`` ("gemm" or "conv") splits under-filled problems:
+    ``$FUSEC_SPLIT_K`` "on" (both), "conv" (the implicit-GEMM conv only: measured on the
+    H200, ResNet-50 at batch 1 0.761 -> 0.460 ms, where the GEMM's splits of 3-6 K steps
+    lost 10-35%: benchmarks/results/gemm-split-k-ab.md, models-gpu-split-k.md), else off."""
+    value = getenv(SPLIT_K_ENV, "off").strip().lower()
+    return value in ("1", "on", "true", "yes") or (value == "conv" and template == "conv")
 
 
 def workspace(

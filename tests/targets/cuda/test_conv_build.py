@@ -77,7 +77,7 @@ def test_under_filled_convs_take_the_narrow_tile_and_split_k(monkeypatch) -> Non
     (``$FUSEC_SPLIT_K``) until measured on the H200."""
     pad = (1, 1, 1, 1, 1, 1)
     assert choose_tile(ConvGeometry(1, 512, 7, 7, 512, 3, 3, *pad)).text == "128x256 s4 c2m"
-    monkeypatch.setenv("FUSEC_SPLIT_K", "on")
+    monkeypatch.setenv("FUSEC_SPLIT_K", "conv")
     expect = {
         ConvGeometry(1, 512, 7, 7, 512, 3, 3, *pad): "128x64 s8 c2m sk=4",  # 72 steps
         ConvGeometry(1, 256, 14, 14, 256, 3, 3, *pad): "128x64 s8 c2m sk=4",

@@ -83,6 +83,8 @@ def test_heuristic_splits_under_filled_problems(monkeypatch) -> None:
     8; problems that fill half the GPU, or whose K is short, are not split. Opt-in
     (``$FUSEC_SPLIT_K``) until measured on the H200."""
     assert cfg.choose_config(128, 768, 3072).split_k == 1  # off by default
+    monkeypatch.setenv("FUSEC_SPLIT_K", "conv")
+    assert cfg.choose_config(128, 768, 3072).split_k == 1  # the conv's only
     monkeypatch.setenv("FUSEC_SPLIT_K", "on")
     expect = {
         (128, 768, 3072): 8,  # BERT's MLP down: 12 tiles, 48 K steps

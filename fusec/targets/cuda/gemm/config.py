@@ -530,7 +530,7 @@ def split_k_for(config: TileConfig, m: int, n: int, k: int, batch: int, sms: int
 
 
 def _split(config: TileConfig, m: int, n: int, k: int, batch: int, sms: int) -> TileConfig:
-    if not heuristic_split_k():
+    if not heuristic_split_k("gemm"):
         return config
     return replace(config, split_k=split_k_for(config, m, n, k, batch, sms))
 
