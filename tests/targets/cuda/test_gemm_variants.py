@@ -78,20 +78,21 @@ def test_split_k_text_attribute_and_rules() -> None:
 
 
 def test_heuristic_splits_under_filled_problems(monkeypatch) -> None:
-    """Batch-1 transformer projections leave most SMs idle even on the 64x128 tile: their
-    K is split so that the units fill the GPU, each split at least 3 K steps deep, at most
-    8; problems that fill half the GPU, or whose K is short, are not split. Opt-in
-    (``$FUSEC_SPLIT_K``) until measured on the H200."""
+    """Batch-1 transformer projections leave most SMs idle even on the 64x128 tile: a deep
+    K is split so that the units fill the GPU, each split at least 16 K steps deep (shorter
+    splits lost on the H200: benchmarks/results/gemm-split-k-ab.md), at most 8; problems
+    that fill half the GPU, or whose K is short, are not split. Opt-in (``$FUSEC_SPLIT_K``)."""
     assert cfg.choose_config(128, 768, 3072).split_k == 1  # off by default
     monkeypatch.setenv("FUSEC_SPLIT_K", "conv")
     assert cfg.choose_config(128, 768, 3072).split_k == 1  # the conv's only
     monkeypatch.setenv("FUSEC_SPLIT_K", "on")
     expect = {
-        (128, 768, 3072): 8,  # BERT's MLP down: 12 tiles, 48 K steps
-        (128, 768, 768): 4,  # its attention output: 12 K steps / 3
-        (128, 3072, 768): 2,  # MLP up: 48 tiles
-        (197, 768, 3072): 5,  # ViT: 24 tiles
-        (1, 768, 768): 4,  # a pooler's row
+        (128, 768, 3072): 3,  # BERT's MLP down: 12 tiles, 48 K steps / 16
+        (128, 768, 768): 1,  # its attention output: 12 K steps (split 4 lost 0.80x)
+        (128, 3072, 768): 1,  # MLP up: 12 K steps
+        (197, 768, 3072): 3,  # ViT: 24 tiles
+        (1, 768, 768): 1,  # a pooler's row: 12 K steps
+        (128, 2048, 5632): 4,  # Llama's down: 32 tiles, 88 K steps (1.46x measured)
         (128, 5632, 2048): 1,  # Llama's gate: 88 tiles fill more than half
         (784, 768, 192): 1,  # 78 tiles
         (4096, 4096, 4096): 1,

@@ -507,8 +507,11 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -
 
 
 #: K steps (of 64) a split takes at least: fewer and its fixed costs (the pipeline's fill,
-#: the partial's store, the last split's loads) outweigh the main loop it shares out
-SPLIT_MIN_STEPS = 3
+#: the partial's store, the last split's loads) outweigh the main loop it shares out. On the
+#: H200 (benchmarks/results/gemm-split-k-ab.md, batch-1 transformer GEMMs) splits of 3-6
+#: steps lost 10-35% and 8 splits of 6 broke even; 4 splits of 22 (Llama's K = 5632 down)
+#: gained 1.46x. 16 keeps the heuristic to the deep reductions (still opt-in: measure it)
+SPLIT_MIN_STEPS = 16
 #: splits the heuristic gives a tile at most (the last split reads the others' partials)
 SPLIT_K_HEURISTIC_MAX = 8
 
