@@ -137,6 +137,7 @@ def main() -> int:
     def variant(name: str) -> str | None:
         """Set the variant up; the pipeline that compiles it (None: the default)."""
         template.LN_SPLIT_MIN_K = 0 if name == "split" else 10**9
+        template.LN_SPLIT_WIDE = 0 if name == "split" else 10**9
         text.cache_clear()
         headers._text = lambda n: patched(n, edits.get(name, ()))  # type: ignore[assignment]
         return "fusec-cuda,tile-gemm{ln=tile}" if name == "tile" else None

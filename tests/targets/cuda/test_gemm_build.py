@@ -245,6 +245,10 @@ def test_layernorm_prologue_rule() -> None:
     assert layernorm_prologue_problem(3072, 768) is not None
     assert layernorm_prologue_problem(768, 768) is not None
     assert layernorm_prologue_problem(2304, 640) is None  # shorter rows: not measured
+    # ConvNeXt-T's MLP-up at K = 96, 192, 384 (gemm-ln-ab-convnext.md): N = 4K splits
+    for k in (96, 192, 384):
+        assert layernorm_prologue_problem(4 * k, k) is not None
+    assert layernorm_prologue_problem(4 * 96 - 1, 96) is None
 
 
 def _fused_variants() -> list:

@@ -257,6 +257,7 @@ def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | Non
 
 _FALLBACK = "so the group would run op by op through PyTorch"
 LN_SPLIT_MIN_K = 768  # the LayerNorm rows measured faster as a kernel of their own
+LN_SPLIT_WIDE = 4  # ... and at any K, an output this many times wider than K
 
 
 def layernorm_prologue_problem(n: int, k: int) -> str | None:
@@ -270,10 +271,13 @@ def layernorm_prologue_problem(n: int, k: int) -> str | None:
     against 0.490 ms; 2026-12-02, K = 768 with constant weights as in GPT-2, BERT and
     ViT-B/16, graph replays of the whole program: 0.39-0.56 of the folded GEMM's time from
     128 x 768 -> 2304 to 6304 x 768 -> 3072, ``benchmarks/results/gemm-ln-ab.md``).
-    Measured at K = 768, 1024 and 4096: shorter rows keep the prologue (their whole rows
-    fit the pipeline, ``ln=tile``, or the pre-pass is small), unmeasured.
+    Shorter rows split too where the output is ``LN_SPLIT_WIDE`` times wider than K, an
+    MLP's up projection (2026-12-03, ConvNeXt-T's at batch 32: 0.43-0.51 of the folded
+    time from 100352 x 96 -> 384 to 6272 x 384 -> 1536, ``gemm-ln-ab-convnext.md``).
+    Other short rows keep the prologue (their whole rows fit the pipeline, ``ln=tile``,
+    or the pre-pass is small), unmeasured.
     """
-    if k < LN_SPLIT_MIN_K or n < k:
+    if n < k or (k < LN_SPLIT_MIN_K and n < LN_SPLIT_WIDE * k):
         return None
     return (
         f"the cuda Tensor Core GEMM leaves a LayerNorm over K = {k} to a kernel of its own: "
