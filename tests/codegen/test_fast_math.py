@@ -19,6 +19,7 @@ The GPU tests (``tests/targets/cuda/test_gemm_variants_gpu.py``) check the same 
 from __future__ import annotations
 
 import math
+import re
 
 import ml_dtypes
 import numpy as np
@@ -84,12 +85,53 @@ def exp_fast(x: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> np.ndarray:
     return exp_approx(x, s1)
 
 
+INV_SQRT2 = F32(1.0 / math.sqrt(2.0))
+#: fs_erfc_approx's polynomial q(t), highest power first (Numerical Recipes' erfcc)
+ERFC_Q = [
+    F32(c)
+    for c in (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807)
+    + (-0.18628806, 0.09678418, 0.37409196, 1.00002368, -1.26551223)
+]
+
+
+def _fma(a: np.ndarray, b: np.ndarray, c) -> np.ndarray:
+    """fmaf: one rounding of the exact a * b + c (float64 holds the product exactly)."""
+    return (a.astype(np.float64) * b.astype(np.float64) + np.float64(c)).astype(F32)
+
+
+def erfc_fast(z: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> np.ndarray:
+    """``fs_erfc_approx(z)`` as generated: t = __fdividef(1, fmaf(a, 0.5, 1)), q(t) by fmaf,
+    e = ex2.approx.ftz((q - a * a) * log2 e), v = t e; 2 - v for z < 0."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        a = np.abs(z)
+        t = fdividef(np.ones_like(a), _fma(a, np.full_like(a, 0.5), 1.0), s2)
+        q = _fma(t, np.full_like(t, ERFC_Q[0]), ERFC_Q[1])
+        for c in ERFC_Q[2:]:
+            q = _fma(q, t, c)
+        arg = ((q - (a * a).astype(F32)).astype(F32) * LOG2E).astype(F32)
+        y = _perturb(np.exp2(arg.astype(np.float64)), EX2_REL, s1)
+        e = np.where(np.abs(y) < F32(2.0**-126), F32(0.0), y)
+        v = (t * e).astype(F32)
+        return np.where(z < 0, (F32(2.0) - v).astype(F32), v)
+
+
+def gelu_erf_fast(x: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> np.ndarray:
+    """The exact GELU as the fast generator writes it: (0.5 x) * fs_erfc_approx(-x / sqrt 2),
+    -0.0 at -inf."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = (F32(0.5) * x).astype(F32) * erfc_fast((-x * INV_SQRT2).astype(F32), s1, s2)
+    return np.where(x == -np.inf, F32(-0.0), y.astype(F32))
+
+
 def _exact(name: str, x: np.ndarray) -> np.ndarray:
     x = x.astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         if name == "gelu":  # 0.5 x (1 + tanh u) = x sigmoid(2u): no cancellation in float64
             u = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)
             return np.where(x == -np.inf, -0.0, x / (1.0 + np.exp(-2.0 * u)))
+        if name == "gelu_erf":  # 0.5 x erfc(-x / sqrt 2): no cancellation in the tail
+            erfc = np.vectorize(math.erfc, otypes=[np.float64])
+            return np.where(x == -np.inf, -0.0, 0.5 * x * erfc(-x / math.sqrt(2.0)))
         if name == "silu":
             return np.where(x == -np.inf, -0.0, x / (1.0 + np.exp(-x)))
         if name == "sigmoid":
@@ -101,6 +143,7 @@ def _exact(name: str, x: np.ndarray) -> np.ndarray:
 
 FAST = {
     "gelu": gelu_tanh_fast,
+    "gelu_erf": gelu_erf_fast,
     "silu": silu_fast,
     "sigmoid": sigmoid_fast,
     "tanh": tanh_fast,
@@ -157,7 +200,7 @@ def test_fast_form_is_within_one_16bit_ulp(name: str, pattern: str, out: str) ->
     assert not bad.any(), f"{name}: {int(ulps[bad].max())} ulps at x = {x[finite][bad][0]}"
 
 
-@pytest.mark.parametrize("name", ["gelu", "silu", "sigmoid"])
+@pytest.mark.parametrize("name", ["gelu", "gelu_erf", "silu", "sigmoid"])
 def test_special_values_match_the_ieee_form(name: str) -> None:
     x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], dtype=F32)
     exact = np.zeros(x.shape)  # the approximations' own error does not matter here
@@ -195,6 +238,13 @@ def test_fast_generator_uses_the_approximations() -> None:
     assert "fs_tanh_approx(x)" in text
     assert "ex2.approx.ftz.f32" in helpers and "tanh.approx.f32" in helpers
     assert "0x1.715476p+0f" in helpers  # log2(e) rounded to float32
+    erfc, helpers = _chain(True, lambda g: g.call("erfc", "z"))
+    assert erfc == "fs_erfc_approx(z)" and "ex2.approx.ftz.f32" in helpers
+    assert "__fdividef(1.0f, fmaf(a, 0.5f, 1.0f))" in helpers
+    # the numpy model's polynomial is the generated one's, coefficient by coefficient
+    poly = [line for line in helpers.splitlines() if "q = fmaf" in line]
+    coefficients = [F32(v) for line in poly for v in re.findall(r"(-?\d+\.\d+)f", line)]
+    assert coefficients == ERFC_Q
     select, helpers = _chain(True, lambda g: g.select("c", "a", "b"))
     assert select == "fs_select(c, a, b)" and "selp.f32" in helpers  # both arms, no branch
 
