@@ -78,10 +78,10 @@ class DriverCapture:
             pin_live_tensor_maps,
         )
 
-        capture_stream = _capture_stream(numba_cuda())
-        ref = StreamRef(stream_ptr(capture_stream), capture_stream, current=True)
+        recorder = capture_stream(numba_cuda())
+        ref = StreamRef(stream_ptr(recorder), recorder, current=True)
         self._rehearse(run, inputs, adapter, ref, fns)
-        handle = drv.CUstream(stream_ptr(capture_stream))
+        handle = drv.CUstream(stream_ptr(recorder))
         _check(
             drv.cuStreamBeginCapture(handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED)
         )
@@ -138,12 +138,27 @@ class DriverCapture:
 _CAPTURE_STREAMS: dict[tuple[int, int], Any] = {}
 
 
-def _capture_stream(cuda: Any) -> Any:
-    """This thread's capture stream on the current device (created once, kept)."""
+def _nonblocking_stream(cuda: Any) -> Any:
+    """A Numba stream over a new driver stream made with ``CU_STREAM_NON_BLOCKING``."""
+    from cuda.bindings import driver as drv
+
+    from fusec.targets.cuda.adapters import _check
+
+    handle = _check(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING))
+    return cuda.external_stream(int(handle))
+
+
+def capture_stream(cuda: Any, make: Callable[[Any], Any] = _nonblocking_stream) -> Any:
+    """This thread's capture stream on the current device (created once, kept), a Numba
+    stream over a driver stream made with ``CU_STREAM_NON_BLOCKING``. A blocking stream
+    that captures fails any work that synchronises with the legacy stream: PyTorch's
+    allocator growing its pool (``cudaMalloc``) for an output during the capture failed
+    with "operation would make the legacy stream depend on a capturing blocking stream"
+    (H200, a LayerNorm kernel and the GEMM reading its output, ``CudaGraph``)."""
     key = (threading.get_ident(), int(cuda.get_current_device().id))
     stream = _CAPTURE_STREAMS.get(key)
     if stream is None:
-        stream = _CAPTURE_STREAMS[key] = cuda.stream()
+        stream = _CAPTURE_STREAMS[key] = make(cuda)
     return stream
 
 

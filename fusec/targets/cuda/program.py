@@ -31,7 +31,12 @@ from fusec.targets.cuda.env import (
     simulator_enabled,
     sm_count,
 )
-from fusec.targets.cuda.graphs import DriverCapture, ProgramGraphs, graphs_enabled
+from fusec.targets.cuda.graphs import (
+    DriverCapture,
+    ProgramGraphs,
+    capture_stream,
+    graphs_enabled,
+)
 from fusec.targets.cuda.kernels import load_kernel_module
 from fusec.targets.cuda.streams import (
     StreamRef,
@@ -412,16 +417,16 @@ class CudaGraph:
                 "CUDA graph capture of conv/matmul groups that run through PyTorch is not "
                 "supported (their Tensor Core templates will be capturable)"
             )
-        capture_stream = cuda.stream()
+        stream_of_capture = capture_stream(cuda)  # non-blocking, kept for the process
         cuda.synchronize()
-        handle = drv.CUstream(stream_ptr(capture_stream))
+        handle = drv.CUstream(stream_ptr(stream_of_capture))
         mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
         _check(drv.cuStreamBeginCapture(handle, mode))
         self.buffers: list[Any] = []
         program._keep = self.buffers  # intermediates must outlive the capture
         # torch allocations stay on torch's current stream, outside the capture: the
         # buffers are kept alive above, and the kernels are what is recorded
-        capture = StreamRef(stream_ptr(capture_stream), capture_stream, current=True)
+        capture = StreamRef(stream_ptr(stream_of_capture), stream_of_capture, current=True)
         try:
             outputs = program(device_args, stream=capture)
         except BaseException:
@@ -433,7 +438,9 @@ class CudaGraph:
         self.graph_exec = _check(drv.cuGraphInstantiate(graph, 0))
         self.graph = graph
         self.outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-        self.stream = capture_stream
+        # replays default to a blocking stream of the graph's own, ordered with the legacy
+        # stream as the capture's was before it became non-blocking
+        self.stream = cuda.stream()
 
     def replay(self, stream: Any = None) -> tuple:
         """Launch the graph on ``stream`` (default: its capture stream); no synchronisation."""

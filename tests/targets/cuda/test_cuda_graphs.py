@@ -191,15 +191,36 @@ def test_the_capture_stream_is_kept_per_thread_and_device() -> None:
         def get_current_device(self):
             return SimpleNamespace(id=0)
 
-        def stream(self) -> object:
-            self.made.append(object())
-            return self.made[-1]
-
     cuda = FakeCuda()
-    first = graphs_module._capture_stream(cuda)
-    assert graphs_module._capture_stream(cuda) is first and len(cuda.made) == 1
+
+    def make(cuda: FakeCuda) -> object:
+        cuda.made.append(object())
+        return cuda.made[-1]
+
+    first = graphs_module.capture_stream(cuda, make)
+    assert graphs_module.capture_stream(cuda, make) is first and len(cuda.made) == 1
     other: list = []
-    thread = threading.Thread(target=lambda: other.append(graphs_module._capture_stream(cuda)))
+    thread = threading.Thread(target=lambda: other.append(graphs_module.capture_stream(cuda, make)))
     thread.start()
     thread.join()
     assert other[0] is not first and len(cuda.made) == 2
+
+
+def test_the_capture_stream_is_non_blocking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A blocking stream that captures fails whatever synchronises with the legacy stream
+    meanwhile: PyTorch's allocator growing its pool for an output of the recorded call
+    ("operation would make the legacy stream depend on a capturing blocking stream", H200).
+    The capture stream is a driver stream made with CU_STREAM_NON_BLOCKING."""
+    pytest.importorskip("cuda.bindings")
+    from cuda.bindings import driver as drv
+
+    made: list = []
+
+    def create(flags):
+        made.append(flags)
+        return (drv.CUresult.CUDA_SUCCESS, 0x1234)
+
+    monkeypatch.setattr(drv, "cuStreamCreate", create)
+    wrapped = SimpleNamespace(external_stream=lambda ptr: ("numba stream over", ptr))
+    assert graphs_module._nonblocking_stream(wrapped) == ("numba stream over", 0x1234)
+    assert made == [drv.CUstream_flags.CU_STREAM_NON_BLOCKING]
