@@ -16,20 +16,22 @@ from typing import Any
 from fusec.environ import getenv
 from fusec.targets.cuda.tensormaps import _check
 
-#: The heuristics' split-K is opt-in until the whole GPU lane has run with it:
-#: ``FUSEC_SPLIT_K=on`` (read when the tiles are chosen) makes ``choose_config`` and the
-#: conv's ``choose_tile`` split under-filled problems, ``FUSEC_SPLIT_K=conv`` the conv's
-#: only; a forced tile (``sk=N``, ``$FUSEC_CONV_TILE``) splits either way. Its GPU tests
-#: turn it on (tests/targets/cuda/test_*_split_k_gpu.py).
+#: Which heuristics split under-filled problems (read when the tiles are chosen):
+#: ``FUSEC_SPLIT_K=conv``, the default, the conv's ``choose_tile`` alone (measured on the
+#: H200, 2026-12-03, CNN zoo with and without: ResNet-50 b1 0.761 -> 0.458 ms, MobileNetV3
+#: b1 0.425 -> 0.361, EfficientNet-B0 b1 0.646 -> 0.596, batch 32 unchanged or faster);
+#: ``on`` the GEMM's ``choose_config`` too (its splits of 3-6 K steps lost 10-35% on
+#: batch-1 transformer GEMMs); ``off`` neither. A forced tile (``sk=N``,
+#: ``$FUSEC_CONV_TILE``) splits either way.
 SPLIT_K_ENV = "FUSEC_SPLIT_K"
+SPLIT_K_DEFAULT = "conv"
 
 
 def heuristic_split_k(template: str) -> bool:
     """Whether the heuristic of ``template`` ("gemm" or "conv") splits under-filled problems:
-    ``$FUSEC_SPLIT_K`` "on" (both), "conv" (the implicit-GEMM conv only: measured on the
-    H200, ResNet-50 at batch 1 0.761 -> 0.460 ms, where the GEMM's splits of 3-6 K steps
-    lost 10-35%: benchmarks/results/gemm-split-k-ab.md, models-gpu-split-k.md), else off."""
-    value = getenv(SPLIT_K_ENV, "off").strip().lower()
+    ``$FUSEC_SPLIT_K`` "on" (both), "conv" (the default: the implicit-GEMM conv only;
+    benchmarks/results/gemm-split-k-ab.md, models-gpu.md), else neither."""
+    value = getenv(SPLIT_K_ENV, SPLIT_K_DEFAULT).strip().lower()
     return value in ("1", "on", "true", "yes") or (value == "conv" and template == "conv")
 
 

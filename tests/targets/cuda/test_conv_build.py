@@ -73,11 +73,12 @@ def test_choose_tile() -> None:
 def test_under_filled_convs_take_the_narrow_tile_and_split_k(monkeypatch) -> None:
     """ResNet-50 at batch 1: its 128 x 256 tiles left most of the 132 SMs idle (2 to 8 tiles
     for the 14x14 and 7x7 stages, whose 14- or 7-pixel rows fill a 64-pixel strip barely):
-    the narrow tile (one strip) with the reduction split, at least 3 steps a split. Opt-in
-    (``$FUSEC_SPLIT_K``) until measured on the H200."""
+    the narrow tile (one strip) with the reduction split, at least 3 steps a split. The
+    default (``$FUSEC_SPLIT_K`` unset or "conv"); "off" keeps the wide tile."""
     pad = (1, 1, 1, 1, 1, 1)
+    monkeypatch.setenv("FUSEC_SPLIT_K", "off")
     assert choose_tile(ConvGeometry(1, 512, 7, 7, 512, 3, 3, *pad)).text == "128x256 s4 c2m"
-    monkeypatch.setenv("FUSEC_SPLIT_K", "conv")
+    monkeypatch.delenv("FUSEC_SPLIT_K")
     expect = {
         ConvGeometry(1, 512, 7, 7, 512, 3, 3, *pad): "128x64 s8 c2m sk=4",  # 72 steps
         ConvGeometry(1, 256, 14, 14, 256, 3, 3, *pad): "128x64 s8 c2m sk=4",

@@ -82,7 +82,8 @@ def test_heuristic_splits_under_filled_problems(monkeypatch) -> None:
     K is split so that the units fill the GPU, each split at least 16 K steps deep (shorter
     splits lost on the H200: benchmarks/results/gemm-split-k-ab.md), at most 8; problems
     that fill half the GPU, or whose K is short, are not split. Opt-in (``$FUSEC_SPLIT_K``)."""
-    assert cfg.choose_config(128, 768, 3072).split_k == 1  # off by default
+    monkeypatch.delenv("FUSEC_SPLIT_K", raising=False)
+    assert cfg.choose_config(128, 768, 3072).split_k == 1  # the GEMM's is off by default
     monkeypatch.setenv("FUSEC_SPLIT_K", "conv")
     assert cfg.choose_config(128, 768, 3072).split_k == 1  # the conv's only
     monkeypatch.setenv("FUSEC_SPLIT_K", "on")

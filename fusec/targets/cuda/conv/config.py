@@ -245,8 +245,8 @@ def choose_tile(geo: ConvGeometry, sms: int = H200.sms) -> ConvTile:
     """64-row tiles when a group has at most 64 output channels (two consumers split the
     pixels), else 128 rows (two consumers split the channels); 256 pixel columns unless
     128 fill the GPU's last wave clearly better. When even that tile leaves more than half
-    the SMs without a block (batch 1) and ``$FUSEC_SPLIT_K`` is on (``split_k.
-    heuristic_split_k``), the narrow tile of 64 pixel columns (``narrow_tile``) with its
+    the SMs without a block (batch 1) and ``$FUSEC_SPLIT_K`` allows it (the default:
+    ``split_k.heuristic_split_k``), the narrow tile of 64 pixel columns (``narrow_tile``) with its
     reduction split (``split_k_for``)."""
     if geo.kg <= 64:
         candidates = [ConvTile(64, 256, 4, 2, "n"), ConvTile(64, 128, 6, 2, "n")]
