@@ -167,6 +167,17 @@ def smoke_gemm_split_k_ab() -> runner.SmokeResult:
     return CUDA_COLUMNS, rows
 
 
+def smoke_gemm_epilogue_ab() -> runner.SmokeResult:
+    import gemm_epilogue_ab as b
+
+    # every shape's IR at 16 rows with its epilogue, compiled for the cuda target
+    rows = [
+        cuda_row(f"{name}: {min(m, 16)}x{k} -> {n}", b.ir(min(m, 16), k, n, epilogue))
+        for name, m, k, n, epilogue in b.SHAPES
+    ]
+    return CUDA_COLUMNS, rows
+
+
 def smoke_conv_attn() -> runner.SmokeResult:
     import conv_attn_bench as b
 
@@ -315,6 +326,15 @@ SUITES: list[Suite] = [
         smoke_gemm_split_k_ab,
         args=("--out", "{out}"),
         table="gemm-split-k-ab",
+        requires=("torch",),
+    ),
+    Suite(
+        "gemm-epilogue-ab",
+        "gemm_epilogue_ab.py",
+        "batch-32 GEMMs of ViT-B/16 and ConvNeXt-T: tiles, schedules, the epilogue's cost, cuBLAS",
+        smoke_gemm_epilogue_ab,
+        args=("--out", "{out}"),
+        table="gemm-epilogue-ab",
         requires=("torch",),
     ),
     Suite(
