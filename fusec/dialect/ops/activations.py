@@ -23,12 +23,16 @@ class MathOp(UnaryOp):
     """A function of C's math library, ``FUNCTION``, computed in float32 by every
     language (``math.FUNCTION``, ``FUNCTIONf``, ``torch.FUNCTION``); its reference is
     numpy's ufunc ``UFUNC``: NaN or inf outside the domain, as C gives. Rounding
-    (floor, ceil, round) has the ufunc's reference and a ``scalar`` of its own."""
+    (floor, ceil, round) has the ufunc's reference and ``ROUNDING``, the direction its
+    scalar rounds in (``_to_integer``)."""
 
     FUNCTION: ClassVar[str] = ""
     UFUNC: ClassVar[str] = ""
+    ROUNDING: ClassVar[str] = ""
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        if self.ROUNDING:
+            return _to_integer(s, args[0], self.ROUNDING)
         return s.call(self.FUNCTION, args[0])
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
@@ -192,10 +196,8 @@ class FloorOp(MathOp):
 
     name = "ai.floor"
     UFUNC: ClassVar[str] = "floor"
+    ROUNDING: ClassVar[str] = "floor"
     FRONTEND: ClassVar[FrontendNames] = _math_names("floor", "floor", "Floor")
-
-    def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        return _to_integer(s, args[0], "floor")
 
 
 @irdl_op_definition
@@ -204,10 +206,8 @@ class CeilOp(MathOp):
 
     name = "ai.ceil"
     UFUNC: ClassVar[str] = "ceil"
+    ROUNDING: ClassVar[str] = "ceil"
     FRONTEND: ClassVar[FrontendNames] = _math_names("ceil", "ceil", "Ceil")
-
-    def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        return _to_integer(s, args[0], "ceil")
 
 
 @irdl_op_definition
@@ -216,10 +216,8 @@ class RoundOp(MathOp):
 
     name = "ai.round"
     UFUNC: ClassVar[str] = "rint"
+    ROUNDING: ClassVar[str] = "even"
     FRONTEND: ClassVar[FrontendNames] = _math_names("round", "rint", "Round")
-
-    def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        return _to_integer(s, args[0], "even")
 
 
 @irdl_op_definition
