@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
@@ -29,10 +28,8 @@ from fusec.targets.cpu.blocked import (
     generate_core_group,
     row_loop,
 )
+from fusec.targets.cpu.common import outer_constant
 from fusec.targets.cpu.rows import RowBlock
-
-if TYPE_CHECKING:
-    import numpy as np
 
 #: Most bytes of one task's workspace (its A block, C block, im2col columns, row buffer).
 WORKSPACE_BYTES = 4 << 20
@@ -409,7 +406,7 @@ def _int8_operands(op: Operation, reads: Mapping[SSAValue, str]) -> tuple[str, i
         return None
     if math.prod(shape_of(dq.zero_point)) != 1 or dq.zero_point not in reads:
         return None
-    scale, b = _outer_constant(dq.scale), _outer_constant(op.operands[1])
+    scale, b = outer_constant(dq.scale), outer_constant(op.operands[1])
     if scale is None or b is None or not bool((scale == 1).all()):
         return None
     if not ((b == b.round()) & (b >= -128) & (b <= 127)).all():
@@ -419,20 +416,6 @@ def _int8_operands(op: Operation, reads: Mapping[SSAValue, str]) -> tuple[str, i
 
 def spec_dtype(value: SSAValue) -> str:
     return ai.spec_of(value.type).dtype
-
-
-def _outer_constant(value: SSAValue) -> np.ndarray | None:
-    """The numpy value of the ``arith.constant`` that a group's block argument ``value``
-    stands for (or that defines ``value``), else None."""
-    from fusec.ir.constants import constant_value, is_constant
-
-    if isinstance(value, BlockArgument):
-        group = value.block.parent_op()
-        if not isinstance(group, ai.FusedOp):
-            return None
-        value = group.operands[value.index]
-    owner = value.owner
-    return constant_value(owner) if is_constant(owner) else None
 
 
 def _head_merge(core_op, views: Sequence[Operation]) -> list[Operation] | None:

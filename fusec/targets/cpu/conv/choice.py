@@ -11,9 +11,9 @@ from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
 from fusec.targets.cpu import host
 from fusec.targets.cpu.blocked import MIN_BLOCKS
+from fusec.targets.cpu.common import outer_constant
 
 if TYPE_CHECKING:
-    import numpy as np
     from xdsl.ir import Operation, SSAValue
 
 #: Pixels a block of a convolution by one GEMM gathers from several images when the
@@ -165,12 +165,12 @@ def q8_zero(op) -> int | None:
 
     if not gemm_int8.available():
         return None
-    scale, zero_point = _outer_constant(dq.scale), _outer_constant(dq.zero_point)
+    scale, zero_point = outer_constant(dq.scale), outer_constant(dq.zero_point)
     if scale is None or zero_point is None or zero_point.size != 1:
         return None
     if not bool((scale == 1).all()):
         return None
-    weight = _outer_constant(op.operands[1])
+    weight = outer_constant(op.operands[1])
     if (
         weight is None
         or not ((weight == weight.round()) & (weight >= -128) & (weight <= 127)).all()
@@ -196,19 +196,3 @@ def _producer(value: SSAValue) -> Operation | None:
             return None
         value = terminator.operands[value.index]
     return value.owner if isinstance(value.owner, Op) else None
-
-
-def _outer_constant(value: SSAValue) -> np.ndarray | None:
-    """The numpy value of the ``arith.constant`` that a group's block argument ``value``
-    stands for (or that defines ``value``), else None."""
-    from xdsl.ir import BlockArgument
-
-    from fusec.ir.constants import constant_value, is_constant
-
-    if isinstance(value, BlockArgument):
-        group = value.block.parent_op()
-        if not isinstance(group, ai.FusedOp):
-            return None
-        value = group.operands[value.index]
-    owner = value.owner
-    return constant_value(owner) if is_constant(owner) else None
