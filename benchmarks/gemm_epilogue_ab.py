@@ -10,7 +10,8 @@ CUDA-graph replay, CUDA events on the current stream checked against wall clock,
 of 7 x 20 replays (``gemm_bench.time_gpu``). Numerics against the same maths in f32 on
 fresh random inputs.
 
-    python3 benchmarks/gemm_epilogue_ab.py --out $OUT     # H200
+    python3 benchmarks/gemm_epilogue_ab.py --out $OUT             # H200, batch-32 shapes
+    python3 benchmarks/gemm_epilogue_ab.py --set b1 --out $OUT    # batch-1 shapes
 """
 
 from __future__ import annotations
@@ -35,6 +36,14 @@ SHAPES = [
     ("ConvNeXt-T b32 stage 2 down", 25088, 768, 192, "bias+residual"),
     ("square 4096", 4096, 4096, 4096, ""),
 ]
+#: batch-1 GEMMs on the small-M tile (64x128, one consumer), which keeps IEEE epilogue maths:
+#: the exact GELU is ``erfcf`` there (``--set b1``)
+SHAPES_B1 = [
+    ("BERT-base b1 MLP up", 128, 768, 3072, "bias+gelu"),
+    ("ConvNeXt-T b1 stage 3 MLP up", 196, 384, 1536, "bias+gelu"),
+    ("ConvNeXt-T b1 stage 4 MLP down", 49, 3072, 768, "bias+residual"),
+    ("BERT-base b1 attention out", 128, 768, 768, "bias+residual"),
+]
 #: (label, tile text or None for the heuristic's, epilogue: None = the shape's own)
 VARIANTS: list[tuple[str, str | None, str | None]] = [
     ("heuristic", None, None),
@@ -46,6 +55,15 @@ VARIANTS: list[tuple[str, str | None, str | None]] = [
     ("128x128 pingpong direct fast", "128x128x64 s6 c2 g8 sched=pingpong math=fast", None),
     ("256x128 smem fast", "256x128x64 s4 c2 g8 epi=smem math=fast", None),
 ]
+VARIANTS_B1: list[tuple[str, str | None, str | None]] = [
+    ("heuristic", None, None),
+    ("heuristic, no epilogue", None, ""),
+    ("64x128 fast", "64x128x64 s8 c1 g8 math=fast", None),
+    ("64x128 fast sk=2", "64x128x64 s8 c1 g8 math=fast sk=2", None),
+    ("64x128 fast sk=4", "64x128x64 s8 c1 g8 math=fast sk=4", None),
+    ("64x64 fast", "64x64x64 s8 c1 g8 math=fast", None),
+]
+SETS = {"b32": (SHAPES, VARIANTS), "b1": (SHAPES_B1, VARIANTS_B1)}
 
 
 def inputs_for(m: int, k: int, n: int, epilogue: str) -> list:
@@ -85,13 +103,13 @@ def measure(text: str, pipeline: str | None, inputs: list, ref) -> dict:
     return row
 
 
-def table(rows: list[dict]) -> list[str]:
+def table(rows: list[dict], shapes: list) -> list[str]:
     lines = [
         "| GEMM | M x K -> N | epilogue | variant | tile | us | TFLOP/s | cuBLAS / fusec | "
         "rel L2 |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for name, m, k, n, _ in SHAPES:
+    for name, m, k, n, _ in shapes:
         torch_row = next((r for r in rows if r["name"] == name and r["variant"] == "torch"), {})
         base = torch_row.get("gpu_ms")
         for r in (r for r in rows if r["name"] == name):
@@ -114,14 +132,16 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--shapes", default="", help="comma-separated name prefixes")
+    parser.add_argument("--set", choices=sorted(SETS), default="b32")
     args = parser.parse_args()
     torch.manual_seed(0)
     wanted = [s for s in args.shapes.split(",") if s]
+    shapes, variants = SETS[args.set]
     rows = []
-    for name, m, k, n, shape_epilogue in SHAPES:
+    for name, m, k, n, shape_epilogue in shapes:
         if wanted and not any(name.startswith(w) for w in wanted):
             continue
-        for label, tile, epilogue in [*VARIANTS, ("torch", None, None)]:
+        for label, tile, epilogue in [*variants, ("torch", None, None)]:
             epi = shape_epilogue if epilogue is None else epilogue
             inputs = inputs_for(m, k, n, epi)
             row = {"name": name, "m": m, "k": k, "n": n, "epilogue": epi, "variant": label}
@@ -144,10 +164,11 @@ def main() -> int:
         "(cuBLAS), captured in a torch CUDA graph. rel L2 against the f32 maths.",
         "",
     ]
-    lines = head + table(rows)
+    lines = head + table(rows, shapes)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gemm-epilogue-ab.md").write_text("\n".join(lines) + "\n")
-    (args.out / "gemm-epilogue-ab.json").write_text(json.dumps(rows, indent=1))
+    name = "gemm-epilogue-ab" if args.set == "b32" else f"gemm-epilogue-ab-{args.set}"
+    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"{name}.json").write_text(json.dumps(rows, indent=1))
     print("\n".join(lines))
     return 0
 

@@ -173,7 +173,7 @@ def smoke_gemm_epilogue_ab() -> runner.SmokeResult:
     # every shape's IR at 16 rows with its epilogue, compiled for the cuda target
     rows = [
         cuda_row(f"{name}: {min(m, 16)}x{k} -> {n}", b.ir(min(m, 16), k, n, epilogue))
-        for name, m, k, n, epilogue in b.SHAPES
+        for name, m, k, n, epilogue in [*b.SHAPES, *b.SHAPES_B1]
     ]
     return CUDA_COLUMNS, rows
 
