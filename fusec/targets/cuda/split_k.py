@@ -27,12 +27,15 @@ SPLIT_K_ENV = "FUSEC_SPLIT_K"
 SPLIT_K_DEFAULT = "conv"
 
 
-def heuristic_split_k(template: str) -> bool:
+def heuristic_split_k(template: str, grouped: bool = False) -> bool:
     """Whether the heuristic of ``template`` ("gemm" or "conv") splits under-filled problems:
-    ``$FUSEC_SPLIT_K`` "on" (both), "conv" (the default: the implicit-GEMM conv only;
+    ``$FUSEC_SPLIT_K`` "on" (both), "conv" (the default: the implicit-GEMM conv only, and
+    only ungrouped convs, the ones its GPU tests and the zoo ran split;
     benchmarks/results/gemm-split-k-ab.md, models-gpu.md), else neither."""
     value = getenv(SPLIT_K_ENV, SPLIT_K_DEFAULT).strip().lower()
-    return value in ("1", "on", "true", "yes") or (value == "conv" and template == "conv")
+    if value in ("1", "on", "true", "yes"):
+        return True
+    return value == "conv" and template == "conv" and not grouped
 
 
 def workspace(

@@ -89,6 +89,11 @@ def test_under_filled_convs_take_the_narrow_tile_and_split_k(monkeypatch) -> Non
     }
     for geo, text in expect.items():
         assert choose_tile(geo).text == text, geo
+    # grouped convs split only with FUSEC_SPLIT_K=on: the GPU tests of the split are ungrouped
+    grouped = ConvGeometry(1, 1024, 7, 7, 1024, 3, 3, *pad, groups=2)
+    assert "sk=" not in choose_tile(grouped).text
+    monkeypatch.setenv("FUSEC_SPLIT_K", "on")
+    assert "sk=" in choose_tile(grouped).text
 
 
 # -------------------------------------------------------------- tile model

@@ -262,7 +262,7 @@ def choose_tile(geo: ConvGeometry, sms: int = H200.sms) -> ConvTile:
     for tile in candidates[1:]:
         if waste(tile) + 0.15 < waste(best):
             best = tile
-    if 2 * tile_count(best, geo) < sms and heuristic_split_k("conv"):
+    if 2 * tile_count(best, geo) < sms and heuristic_split_k("conv", geo.groups > 1):
         narrow = narrow_tile(geo)
         return replace(narrow, split_k=split_k_for(narrow, geo, sms))
     return best
