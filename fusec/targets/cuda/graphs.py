@@ -111,7 +111,12 @@ class DriverCapture:
         here, so that the capture allocates from the cache. A ``cudaMalloc`` inside the
         capture can synchronise the legacy stream with the capturing one
         (``cudaErrorStreamCaptureImplicit`` on the H200 at EfficientNet-B0 batch 32: its
-        kept intermediates outgrew the cache of the launch-by-launch calls)."""
+        kept intermediates outgrew the cache of the launch-by-launch calls).
+
+        The capture stream is non-blocking: nothing orders it after the copies into the
+        static inputs (queued on torch's stream), so the device is synchronised first (once
+        per recorded key), and the rehearsal reads this call's data (token ids included)."""
+        adapter.torch.cuda.synchronize(adapter.device)
         rehearsal: list = []
         self.keeping(rehearsal)
         try:

@@ -224,3 +224,20 @@ def test_the_capture_stream_is_non_blocking(monkeypatch: pytest.MonkeyPatch) -> 
     wrapped = SimpleNamespace(external_stream=lambda ptr: ("numba stream over", ptr))
     assert graphs_module._nonblocking_stream(wrapped) == ("numba stream over", 0x1234)
     assert made == [drv.CUstream_flags.CU_STREAM_NON_BLOCKING]
+
+
+def test_the_rehearsal_waits_for_the_static_inputs() -> None:
+    """The capture stream is non-blocking, so nothing orders it after the copies into the
+    static inputs on torch's stream: the rehearsal (which reads this call's data, token ids
+    included) starts after a device synchronisation."""
+    log: list[str] = []
+    cuda = SimpleNamespace(synchronize=lambda device: log.append("synchronize"))
+    adapter = SimpleNamespace(torch=SimpleNamespace(cuda=cuda), device="cuda:0")
+    capture = graphs_module.DriverCapture(keeping=lambda kept: None)
+
+    def run(inputs, adapter, ref, fns, poison):
+        log.append("run")
+        return ()
+
+    capture._rehearse(run, [], adapter, None, [])
+    assert log[:2] == ["synchronize", "run"]
