@@ -29,6 +29,8 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export FUSEC_CACHE_DIR=$PWD/.cache/fusec TORCHINDUCTOR_CACHE_DIR=$PWD/.cache/inductor
 # two workers' compiles at most 2 x (1 + 6) of the 16 cores: the one timing keeps a core
 export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-6}
+# from a tree that is not a checkout (git archive) set FUSEC_COMMIT: git would name the
+# enclosing checkout's HEAD
 export FUSEC_COMMIT=${FUSEC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 W=$PWD/.cache/zoo
 mkdir -p "$W" "$TORCHINDUCTOR_CACHE_DIR"  # fusec makes its own cache folder, private
@@ -59,5 +61,7 @@ grep -E "^== " "$W/run.log"
 grep -E "^\|" "$W/models-gpu-$SUFFIX.md"
 (cd "$W" && tar czf "$OUT/zoo-logs.tgz" logs run.log device.txt tests.log 2>/dev/null)
 cp "$W/models-gpu-$SUFFIX".{md,json,jsonl,png} "$OUT/" 2>/dev/null
-cp "$W"/profile-*.json "$OUT/" 2>/dev/null  # --profile (in ZOO_ARGS)
+# --profile (in ZOO_ARGS): one archive, as the machine returns few files from $OUT (16
+# profile files crowded the logs out on 2026-12-03)
+(cd "$W" && ls profile-*.json > /dev/null 2>&1 && tar czf "$OUT/profiles.tgz" profile-*.json)
 ls "$OUT"
