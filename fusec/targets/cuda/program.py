@@ -443,7 +443,8 @@ class CudaGraph:
         self.stream = cuda.stream()
 
     def replay(self, stream: Any = None) -> tuple:
-        """Launch the graph on ``stream`` (default: its capture stream); no synchronisation."""
+        """Launch the graph on ``stream`` (default: the graph's own blocking stream); no
+        synchronisation."""
         target = self.stream if stream is None else stream
         handle = self.drv.CUstream(explicit_handle(target))
         _check(self.drv.cuGraphLaunch(self.graph_exec, handle))
