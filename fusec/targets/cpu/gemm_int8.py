@@ -152,15 +152,9 @@ def _tile(rows: int, vectors: int, vnni: bool, signed_a: bool = False):
                 )
                 a4 = splat(quad)
                 new.append([madd(acc[r][v], a4, bv[v]) for v in range(vectors)])
-            step = builder.add(p, _I64(1))
-            body_end = builder.block
-            p.add_incoming(_I64(0), entry)
-            p.add_incoming(step, body_end)
-            zeros = [zero_v] * (rows * vectors)
-            news = [value for row in new for value in row]
-            intrinsics.carry([phi for row in acc for phi in row], zeros, news, entry, body_end)
-            intrinsics.close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
-            final = intrinsics.exit_values(builder, v32, zeros, news, entry, body_end)
+            final = intrinsics.close_accumulator_loop(
+                builder, p, kk, acc, new, zero_v, (entry, loop, done)
+            )
             zv = splat(zero)
             shares = []  # per vector of columns; by rows (signed_a), per row
             for v in range(rows if signed_a else vectors):

@@ -73,6 +73,32 @@ def carry(
         phi.add_incoming(later, body_end)
 
 
+def close_accumulator_loop(
+    builder: ir.IRBuilder,
+    counter: ir.PhiInstr,
+    trips: ir.Value,
+    accumulators: Sequence[Sequence[ir.PhiInstr]],
+    updates: Sequence[Sequence[ir.Value]],
+    zero: ir.Constant,
+    blocks: tuple[ir.Block, ir.Block, ir.Block],
+) -> list[ir.Value]:
+    """The end of a micro-kernel's K loop (``open_loop``'s ``(entry, loop, done)``): the
+    counter steps by one while below ``trips``, each accumulator phi (rows x vectors) starts
+    at ``zero`` and takes its update, and their values after the loop come back flat
+    (``zero`` where the loop did not run)."""
+    entry, loop, done = blocks
+    step = builder.add(counter, ir.Constant(counter.type, 1))
+    body_end = builder.block
+    counter.add_incoming(ir.Constant(counter.type, 0), entry)
+    counter.add_incoming(step, body_end)
+    phis = [phi for row in accumulators for phi in row]
+    zeros = [zero] * len(phis)
+    news = [value for row in updates for value in row]
+    carry(phis, zeros, news, entry, body_end)
+    close_loop(builder, builder.icmp_signed("<", step, trips), loop, done)
+    return exit_values(builder, zero.type, zeros, news, entry, body_end)
+
+
 def exit_values(
     builder: ir.IRBuilder,
     ty: ir.Type,

@@ -95,15 +95,9 @@ def _tile(rows: int, vectors: int, lanes: int, prefetch: bool = False):
                 one = builder.insert_element(ir.Constant(vty, ir.Undefined), scalar, _I32(0))
                 splat = builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), splat_mask)
                 new.append([builder.call(fma, [splat, bv[v], acc[r][v]]) for v in range(vectors)])
-            step = builder.add(p, ir.Constant(_I64, 1))
-            body_end = builder.block
-            p.add_incoming(ir.Constant(_I64, 0), entry)
-            p.add_incoming(step, body_end)
-            zeros = [zero] * (rows * vectors)
-            news = [value for row in new for value in row]
-            intrinsics.carry([phi for row in acc for phi in row], zeros, news, entry, body_end)
-            intrinsics.close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
-            final = intrinsics.exit_values(builder, vty, zeros, news, entry, body_end)
+            final = intrinsics.close_accumulator_loop(
+                builder, p, kk, acc, new, zero, (entry, loop, done)
+            )
             for r in range(rows):
                 crow = builder.gep(pc, [builder.mul(ir.Constant(_I64, r), ldc_)])
                 for v in range(vectors):
