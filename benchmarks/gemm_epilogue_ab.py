@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gemm_split_k_ab import ir, torch_fn  # noqa: E402
+from bench_common import write_results  # noqa: E402
+from gemm_split_k_ab import inputs_for, ir, measure, torch_fn  # noqa: E402
 
 #: (name, M, K, N, epilogue)
 SHAPES = [
@@ -64,43 +64,6 @@ VARIANTS_B1: list[tuple[str, str | None, str | None]] = [
     ("64x64 fast", "64x64x64 s8 c1 g8 math=fast", None),
 ]
 SETS = {"b32": (SHAPES, VARIANTS), "b1": (SHAPES_B1, VARIANTS_B1)}
-
-
-def inputs_for(m: int, k: int, n: int, epilogue: str) -> list:
-    import torch
-
-    inputs = [torch.randn(m, k, device="cuda", dtype=torch.float16)]
-    inputs.append(torch.randn(k, n, device="cuda", dtype=torch.float16) / k**0.5)
-    if "bias" in epilogue:
-        inputs.append(0.1 * torch.randn(n, device="cuda", dtype=torch.float16))
-    if "residual" in epilogue:
-        inputs.append(torch.randn(m, n, device="cuda", dtype=torch.float16))
-    return inputs
-
-
-def measure(text: str, pipeline: str | None, inputs: list, ref) -> dict:
-    import torch
-    from gemm_bench import fusec_graph, time_gpu
-
-    import fusec
-    from fusec.targets.cuda.gemm.template import linked_specs
-
-    row: dict = {}
-    try:
-        t0 = time.perf_counter()
-        compiled = fusec.compile(text, target="cuda", pipeline=pipeline)
-        specs = [s for kern in compiled.kernels for s in linked_specs(kern)]
-        row["tile"] = ", ".join(s.config.text for s in specs if hasattr(s, "config"))
-        out = compiled(*inputs)
-        torch.cuda.synchronize()
-        row["compile_s"] = round(time.perf_counter() - t0, 1)
-        row["nan"] = int(torch.isnan(out).sum())
-        row["rel_l2"] = float((out.float() - ref).norm() / ref.norm())
-        replay = fusec_graph(compiled, tuple(inputs))
-        row["gpu_ms"] = time_gpu(replay) if replay is not None else None
-    except Exception as err:  # one variant's failure must not lose the others
-        row["error"] = f"{type(err).__name__}: {err}"[:300]
-    return row
 
 
 def table(rows: list[dict], shapes: list) -> list[str]:
@@ -165,10 +128,8 @@ def main() -> int:
         "",
     ]
     lines = head + table(rows, shapes)
-    args.out.mkdir(parents=True, exist_ok=True)
     name = "gemm-epilogue-ab" if args.set == "b32" else f"gemm-epilogue-ab-{args.set}"
-    (args.out / f"{name}.md").write_text("\n".join(lines) + "\n")
-    (args.out / f"{name}.json").write_text(json.dumps(rows, indent=1))
+    write_results(args.out / name, rows, "\n".join(lines) + "\n", indent=1)
     print("\n".join(lines))
     return 0
 

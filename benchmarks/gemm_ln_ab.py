@@ -26,6 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_common import write_results  # noqa: E402
+
 VARIANTS = ("split", "fold", "fold-unrolled", "fold-noinline")
 CONVNEXT_VARIANTS = ("split", "fold", "tile")
 SHAPES = [  # (M, K, N, gelu): GPT-2 b1 QKV and MLP-up, GPT-2 b8 MLP-up, ViT-B/16 b32 QKV, MLP-up
@@ -171,9 +173,7 @@ def main() -> int:
             print(json.dumps(row), flush=True)
     lines = table(rows, variants, shapes)
     stem = "gemm-ln-ab-convnext" if convnext else "gemm-ln-ab"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
-    (args.out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
+    write_results(args.out / stem, rows, "\n".join(lines) + "\n", indent=1)
     print("\n".join(lines))
     return 0
 

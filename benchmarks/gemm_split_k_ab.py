@@ -23,6 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_common import write_results  # noqa: E402
+
 #: (name, M, K, N, epilogue): "bias", "bias+gelu", "bias+residual" or "" (none)
 SHAPES = [
     ("BERT/GPT-2 attention out", 128, 768, 768, "bias+residual"),
@@ -77,6 +79,43 @@ def torch_fn(args, epilogue: str):
     return fn
 
 
+def inputs_for(m: int, k: int, n: int, epilogue: str) -> list:
+    import torch
+
+    inputs = [torch.randn(m, k, device="cuda", dtype=torch.float16)]
+    inputs.append(torch.randn(k, n, device="cuda", dtype=torch.float16) / k**0.5)
+    if "bias" in epilogue:
+        inputs.append(0.1 * torch.randn(n, device="cuda", dtype=torch.float16))
+    if "residual" in epilogue:
+        inputs.append(torch.randn(m, n, device="cuda", dtype=torch.float16))
+    return inputs
+
+
+def measure(text: str, pipeline: str | None, inputs: list, ref) -> dict:
+    import torch
+    from gemm_bench import fusec_graph, time_gpu
+
+    import fusec
+    from fusec.targets.cuda.gemm.template import linked_specs
+
+    row: dict = {}
+    try:
+        t0 = time.perf_counter()
+        compiled = fusec.compile(text, target="cuda", pipeline=pipeline)
+        specs = [s for kern in compiled.kernels for s in linked_specs(kern)]
+        row["tile"] = ", ".join(s.config.text for s in specs if hasattr(s, "config"))
+        out = compiled(*inputs)
+        torch.cuda.synchronize()
+        row["compile_s"] = round(time.perf_counter() - t0, 1)
+        row["nan"] = int(torch.isnan(out).sum())
+        row["rel_l2"] = float((out.float() - ref).norm() / ref.norm())
+        replay = fusec_graph(compiled, tuple(inputs))
+        row["gpu_ms"] = time_gpu(replay) if replay is not None else None
+    except Exception as err:  # one variant's failure must not lose the others
+        row["error"] = f"{type(err).__name__}: {err}"[:300]
+    return row
+
+
 def table(rows: list[dict]) -> list[str]:
     lines = [
         "| GEMM | M x K -> N | epilogue | split (heuristic) | unsplit us | split us | "
@@ -107,25 +146,19 @@ def main() -> int:
     import os
 
     import torch
-    from gemm_bench import fusec_graph, time_gpu, torch_graph
+    from gemm_bench import time_gpu, torch_graph
 
-    import fusec
     from fusec.targets.cuda.gemm.config import choose_config
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args()
     torch.manual_seed(0)
-    os.environ["FUSEC_SPLIT_K"] = "on"  # the heuristic's split (opt-in for now)
+    os.environ["FUSEC_SPLIT_K"] = "on"  # the GEMM's heuristic split (opt-in)
     rows = []
     for name, m, k, n, epilogue in SHAPES:
         text = ir(m, k, n, epilogue)
-        inputs = [torch.randn(m, k, device="cuda", dtype=torch.float16)]
-        inputs.append(torch.randn(k, n, device="cuda", dtype=torch.float16) / k**0.5)
-        if "bias" in epilogue:
-            inputs.append(0.1 * torch.randn(n, device="cuda", dtype=torch.float16))
-        if "residual" in epilogue:
-            inputs.append(torch.randn(m, n, device="cuda", dtype=torch.float16))
+        inputs = inputs_for(m, k, n, epilogue)
         ref = torch_fn([a.float() for a in inputs], epilogue)()
         chosen = choose_config(m, n, k)
         unsplit = chosen.text.split(" sk=")[0]
@@ -136,17 +169,7 @@ def main() -> int:
         for variant, pipeline in pipelines.items():
             row = {"name": name, "m": m, "k": k, "n": n, "epilogue": epilogue}
             row |= {"variant": variant, "tile": chosen.text if variant == "split" else unsplit}
-            try:
-                t0 = time.perf_counter()
-                compiled = fusec.compile(text, target="cuda", pipeline=pipeline)
-                out = compiled(*inputs)
-                torch.cuda.synchronize()
-                row["compile_s"] = round(time.perf_counter() - t0, 1)
-                row["nan"] = int(torch.isnan(out).sum())
-                row["rel_l2"] = float((out.float() - ref).norm() / ref.norm())
-                row["gpu_ms"] = time_gpu(fusec_graph(compiled, tuple(inputs)))
-            except Exception as err:  # one variant's failure must not lose the others
-                row["error"] = f"{type(err).__name__}: {err}"[:300]
+            row |= measure(text, pipeline, inputs, ref)
             rows.append(row)
             print(json.dumps(row), flush=True)
         row = {"name": name, "m": m, "k": k, "n": n, "epilogue": epilogue, "variant": "torch"}
@@ -165,9 +188,7 @@ def main() -> int:
         "",
     ]
     lines = head + table(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gemm-split-k-ab.md").write_text("\n".join(lines) + "\n")
-    (args.out / "gemm-split-k-ab.json").write_text(json.dumps(rows, indent=1))
+    write_results(args.out / "gemm-split-k-ab", rows, "\n".join(lines) + "\n", indent=1)
     print("\n".join(lines))
     return 0
 
