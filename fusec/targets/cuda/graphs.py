@@ -153,7 +153,7 @@ def _nonblocking_stream(cuda: Any) -> Any:
     return cuda.external_stream(int(handle))
 
 
-def capture_stream(cuda: Any, make: Callable[[Any], Any] = _nonblocking_stream) -> Any:
+def capture_stream(cuda: Any) -> Any:
     """This thread's capture stream on the current device (created once, kept), a Numba
     stream over a driver stream made with ``CU_STREAM_NON_BLOCKING``. A blocking stream
     that captures fails any work that synchronises with the legacy stream: PyTorch's
@@ -163,7 +163,7 @@ def capture_stream(cuda: Any, make: Callable[[Any], Any] = _nonblocking_stream) 
     key = (threading.get_ident(), int(cuda.get_current_device().id))
     stream = _CAPTURE_STREAMS.get(key)
     if stream is None:
-        stream = _CAPTURE_STREAMS[key] = make(cuda)
+        stream = _CAPTURE_STREAMS[key] = _nonblocking_stream(cuda)
     return stream
 
 

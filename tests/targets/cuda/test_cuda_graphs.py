@@ -178,7 +178,9 @@ def test_the_environment_turns_graphs_off(monkeypatch) -> None:
     assert graphs_module.graphs_enabled()
 
 
-def test_the_capture_stream_is_kept_per_thread_and_device() -> None:
+def test_the_capture_stream_is_kept_per_thread_and_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The tensor-map cache records events on every stream that uploaded maps, so a capture
     stream must outlive the capture (an event on a destroyed stream's handle crashed the
     process on the H200): one stream per thread and device, created once."""
@@ -197,10 +199,12 @@ def test_the_capture_stream_is_kept_per_thread_and_device() -> None:
         cuda.made.append(object())
         return cuda.made[-1]
 
-    first = graphs_module.capture_stream(cuda, make)
-    assert graphs_module.capture_stream(cuda, make) is first and len(cuda.made) == 1
+    monkeypatch.setattr(graphs_module, "_nonblocking_stream", make)
+    monkeypatch.setattr(graphs_module, "_CAPTURE_STREAMS", {})
+    first = graphs_module.capture_stream(cuda)
+    assert graphs_module.capture_stream(cuda) is first and len(cuda.made) == 1
     other: list = []
-    thread = threading.Thread(target=lambda: other.append(graphs_module.capture_stream(cuda, make)))
+    thread = threading.Thread(target=lambda: other.append(graphs_module.capture_stream(cuda)))
     thread.start()
     thread.join()
     assert other[0] is not first and len(cuda.made) == 2
