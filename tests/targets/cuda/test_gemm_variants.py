@@ -88,12 +88,12 @@ def test_heuristic_splits_under_filled_problems(monkeypatch) -> None:
     assert cfg.choose_config(128, 768, 3072).split_k == 1  # the conv's only
     monkeypatch.setenv("FUSEC_SPLIT_K", "on")
     expect = {
-        (128, 768, 3072): 3,  # BERT's MLP down: 12 tiles, 48 K steps / 16
+        (128, 768, 3072): 3,  # BERT's MLP down: 24 tiles of 64x64, 48 K steps / 16
         (128, 768, 768): 1,  # its attention output: 12 K steps (split 4 lost 0.80x)
         (128, 3072, 768): 1,  # MLP up: 12 K steps
-        (197, 768, 3072): 3,  # ViT: 24 tiles
+        (197, 768, 3072): 2,  # ViT: 48 tiles of 64x64
         (1, 768, 768): 1,  # a pooler's row: 12 K steps
-        (128, 2048, 5632): 4,  # Llama's down: 32 tiles, 88 K steps (1.46x measured)
+        (128, 2048, 5632): 2,  # Llama's down: 64 tiles of 64x64, 88 K steps
         (128, 5632, 2048): 1,  # Llama's gate: 88 tiles fill more than half
         (784, 768, 192): 1,  # 78 tiles
         (4096, 4096, 4096): 1,
@@ -107,20 +107,25 @@ def test_heuristic_splits_under_filled_problems(monkeypatch) -> None:
 
 def test_heuristic_default_variant() -> None:
     """The large tiles take the variant measured fastest on the H200; small-M and whole-row
-    tiles keep the plain one."""
+    tiles take the fast maths alone."""
     measured = Variant(epilogue="smem", math="fast")
     assert cfg.HEURISTIC_VARIANT == measured
     for shape in [(4096, 4096, 4096), (8192, 4096, 1024), (2048, 2048, 1024)]:
         assert cfg.choose_config(*shape).variant == measured
-    assert cfg.choose_config(32, 512, 512).variant == Variant()
+    assert cfg.choose_config(32, 512, 512).variant == Variant(math="fast")
 
 
 def test_under_filled_problems_take_the_small_tile() -> None:
     """A problem that the large tiles leave more than half the SMs without a block (BERT's
-    projections at batch 1: 128 tokens) takes the 64x128 tile: 4x the blocks."""
-    for m, n, k in [(128, 3072, 768), (128, 768, 3072), (197, 2304, 768), (1024, 1024, 1024)]:
+    projections at batch 1: 128 tokens) takes the 64x128 tile: 4x the blocks; where even
+    that leaves half the SMs idle, the 64x64 tile (8x)."""
+    for m, n, k in [(197, 2304, 768), (1024, 1024, 1024), (128, 5632, 2048), (1, 50257, 768)]:
         config = cfg.choose_config(m, n, k)
         assert (config.bm, config.bn, config.consumers) == (64, 128, 1), (m, n, k)
+    for m, n, k in [(128, 3072, 768), (128, 768, 3072), (49, 768, 3072), (1, 768, 768)]:
+        config = cfg.choose_config(m, n, k)
+        assert (config.bm, config.bn, config.consumers) == (64, 64, 1), (m, n, k)
+    assert cfg.small_tile(128, 3072, sms=95).bn == 128  # 48 tiles of 64x128: over half of 95
     assert cfg.choose_config(128, 3072, 768, sms=16).bm == 128  # 12 large tiles fill 16 SMs
     assert cfg.choose_row_config(8192, 256).variant == Variant(math="fast")
 

@@ -116,9 +116,11 @@ class Variant:
 #: 0.195, 8192^3 1.75 -> 1.68, MLP up + gelu 0.296 -> 0.211); pingpong lost at 8192^3.
 #: ``with_variant`` adapts the tile and stages to it.
 HEURISTIC_VARIANT = Variant(epilogue="smem", math="fast")
-#: The small-M (64x128, one consumer) tile keeps the plain variant: the staged epilogue
-#: was not measured there.
-SMALL_TILE_VARIANT = Variant()
+#: The small-M tiles (64x128 and 64x64, one consumer) take the fast 16-bit maths, not the
+#: staged epilogue (unmeasured there). H200, batch-1 transformer GEMMs
+#: (benchmarks/results/gemm-epilogue-ab-b1.md): BERT-base's MLP up + GELU 16.0 -> 14.0 us
+#: on 64x128 (the exact GELU's ``erfcf`` becomes ``fs_erfc_approx``).
+SMALL_TILE_VARIANT = Variant(math="fast")
 #: Whole-row tiles (a row softmax in the epilogue) take the fast 16-bit maths: the
 #: softmax's exponentials become one FFMA + ex2.approx each. LN(8192x256) -> matmul
 #: 256x256 -> softmax, same H200 call (benchmarks/results/profile.md, third
@@ -478,16 +480,16 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -
     highest arithmetic intensity that fits the register file: 128 f32
     accumulators per thread) and 4 stages. When that tile leaves more than a
     third of the SMs idle in the last wave and a smaller tile fills the GPU
-    better, 128x128 is used; problems of at most 64 rows use a 64x128 tile, and so do
-    problems that even the chosen tile leaves more than half the SMs without a block
+    better, 128x128 is used; problems of at most 64 rows use a 64-row tile (``small_tile``),
+    and so do problems that even the chosen tile leaves more than half the SMs without a block
     (a transformer's projections at batch 1: M = 128..256 tokens), where four times the
     blocks, each half as long, share the problem among more SMs. Where even those leave
     SMs idle, each tile's K is split among several blocks (``split_k_for``; with
     ``$FUSEC_SPLIT_K`` on, ``heuristic_split_k``).
     """
-    small = TileConfig(64, 128, 64, 8, 1, 8)
+    small = with_variant(small_tile(m, n, batch, sms), SMALL_TILE_VARIANT)
     if m <= 64:
-        return _split(with_variant(small, SMALL_TILE_VARIANT), m, n, k, batch, sms)
+        return _split(small, m, n, k, batch, sms)
     candidates = [TileConfig(128, 256, 64, 4, 2, 8), TileConfig(128, 128, 64, 6, 2, 8)]
 
     def waste(config: TileConfig) -> float:
@@ -502,8 +504,21 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -
         if waste(config) + 0.15 < waste(best):
             best = config
     if 2 * tile_count(best, m, n, batch) < sms:
-        return _split(with_variant(small, SMALL_TILE_VARIANT), m, n, k, batch, sms)
+        return _split(small, m, n, k, batch, sms)
     return _split(with_variant(best, HEURISTIC_VARIANT), m, n, k, batch, sms)
+
+
+def small_tile(m: int, n: int, batch: int = 1, sms: int = H200.sms) -> TileConfig:
+    """The one-consumer tile of a small-M problem: 64x128, or 64x64 where 64x128 leaves
+    at least half the SMs without a block (twice the blocks, each half as long). H200
+    (benchmarks/results/gemm-epilogue-ab-b1.md, both with fast maths): BERT-base b1 MLP up
+    + GELU 14.0 -> 9.3 us (48 -> 96 tiles), its attention output + residual 12.0 -> 8.1,
+    ConvNeXt-T b1 stage 3 MLP up 13.2 -> 8.4, stage 4 MLP down (6 -> 12 tiles, 48 K
+    steps) 17.3 -> 13.9; cuBLAS + PyTorch's epilogue 10.1, 8.8, 9.1 and 12.5 us."""
+    wide = TileConfig(64, 128, 64, 8, 1, 8)
+    if 2 * tile_count(wide, m, n, batch) <= sms:
+        return TileConfig(64, 64, 64, 8, 1, 8)
+    return wide
 
 
 #: K steps (of 64) a split takes at least: fewer and its fixed costs (the pipeline's fill,
