@@ -126,6 +126,9 @@ def test_choose_config() -> None:
     # 1024 x 1024: 32 tiles of 128x256 fill a quarter of the GPU, 64 of 128x128 half
     assert choose_config(1024, 1024, 1024).bn == 128
     assert choose_config(32, 1024, 1024).bm == 64
+    # K = 768 (ViT-B/16 at batch 32): the 128x128 tile, whose epilogue is half as long
+    assert choose_config(6304, 3072, 768).bn == 128
+    assert choose_config(6304, 3072, 1024).bn == 256
 
 
 # -------------------------------------------------------------- tile model

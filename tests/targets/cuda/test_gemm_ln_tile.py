@@ -132,11 +132,13 @@ def test_ln_tile_falls_back_where_it_cannot_serve() -> None:
 
 
 def test_ln_tile_two_consumers_and_the_smem_epilogue(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fusec.targets.cuda.gemm import template
+    from fusec.targets.cuda.gemm import config, template
 
     # N = 4K would leave the LayerNorm to a kernel of its own (layernorm_prologue_problem):
-    # this test pins the tile the GEMM picks once it holds the LayerNorm
+    # this test pins the tile the GEMM picks once it holds the LayerNorm; K <= SHORT_K would
+    # take the 128x128 tile, whose stage fit is the last case
     monkeypatch.setattr(template, "LN_SPLIT_WIDE", 10**9)
+    monkeypatch.setattr(config, "SHORT_K", 0)
     (spec,) = _specs(_ln_bias(8192, 1024, 256), "epilogue=direct ln=tile")
     assert spec.config.text == "128x256x64 s4 c2 g8 math=fast ln=tile"
     # beside the smem epilogue's staging the 128x256 tile has 3 stages: K 256 does not fit,

@@ -480,7 +480,7 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -
     highest arithmetic intensity that fits the register file: 128 f32
     accumulators per thread) and 4 stages. When that tile leaves more than a
     third of the SMs idle in the last wave and a smaller tile fills the GPU
-    better, 128x128 is used; problems of at most 64 rows use a 64-row tile (``small_tile``),
+    better, or when K is short (``SHORT_K``), 128x128 is used; problems of at most 64 rows use a 64-row tile (``small_tile``),
     and so do problems that even the chosen tile leaves more than half the SMs without a block
     (a transformer's projections at batch 1: M = 128..256 tokens), where four times the
     blocks, each half as long, share the problem among more SMs. Where even those leave
@@ -505,7 +505,18 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -
             best = config
     if 2 * tile_count(best, m, n, batch) < sms:
         return _split(small, m, n, k, batch, sms)
+    if 0 < k <= SHORT_K and best == candidates[0]:
+        best = candidates[1]
     return _split(with_variant(best, HEURISTIC_VARIANT), m, n, k, batch, sms)
+
+
+#: K at most this deep (12 steps of 64) runs the 128x128 tile where 128x256 would fill the
+#: GPU as well: the main loop is short, so each tile's epilogue weighs as much as its MMAs,
+#: and half the tile halves it. H200, ViT-B/16 at batch 32 (6304 tokens, K = 768,
+#: benchmarks/results/gemm-epilogue-ab.md, both epi=smem math=fast): MLP up + GELU 98.7
+#: -> 90.5 us, QKV + bias 51.5 -> 49.3; at K = 4096 (square 4096) 128x256 stays ahead,
+#: 188.1 against 205.8 us. Deeper K between the two is unmeasured and keeps 128x256.
+SHORT_K = 768
 
 
 def small_tile(m: int, n: int, batch: int = 1, sms: int = H200.sms) -> TileConfig:
