@@ -480,11 +480,12 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -
     highest arithmetic intensity that fits the register file: 128 f32
     accumulators per thread) and 4 stages. When that tile leaves more than a
     third of the SMs idle in the last wave and a smaller tile fills the GPU
-    better, or when K is short (``SHORT_K``), 128x128 is used; problems of at most 64 rows use a 64-row tile (``small_tile``),
-    and so do problems that even the chosen tile leaves more than half the SMs without a block
-    (a transformer's projections at batch 1: M = 128..256 tokens), where four times the
-    blocks, each half as long, share the problem among more SMs. Where even those leave
-    SMs idle, each tile's K is split among several blocks (``split_k_for``; with
+    better, or when K is short (``SHORT_K``), 128x128 is used. Problems of at most 64
+    rows use a 64-row tile (``small_tile``), and so do problems that even the chosen tile
+    leaves more than half the SMs without a block (a transformer's projections at batch 1:
+    M = 128..256 tokens), where four to eight times the blocks, each shorter, share the
+    problem among more SMs. Where even those leave SMs idle, each tile's K is split among
+    several blocks (``split_k_for``; with
     ``$FUSEC_SPLIT_K`` on, ``heuristic_split_k``).
     """
     small = with_variant(small_tile(m, n, batch, sms), SMALL_TILE_VARIANT)
