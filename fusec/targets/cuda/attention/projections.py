@@ -1,0 +1,158 @@
+"""``combine-projections``: the q, k and v projections of one input become one GEMM whose
+column slices the attention reads (issue 28).
+
+Hugging Face's BERT and Llama project q, k and v with three ``nn.Linear`` layers of the same
+input; GPT-2 (``Conv1D``) and ``nn.MultiheadAttention`` (ViT) already project with one
+weight ``[E, 3E]`` and split its result. At batch 1 the three GEMMs are three launches of a
+few dozen tiles each (BERT-base: 128 x 768 -> 768, 24 tiles of 64x64 for 132 SMs), each
+paying a pipeline fill and its epilogue; one GEMM over the concatenated weights
+``[W_q | W_k | W_v]`` (and biases) runs three times the tiles in one launch. The three
+results become ``ai.slice``s of its columns, which the flash attention kernel reads through
+strides, as it reads GPT-2's split (no copy). This is TVM's ``CombineParallelDense`` for
+the one case that needs no new kernel.
+
+The rewrite takes a set of row-wise GEMMs (``matmul(x, W)`` with a constant 2-D ``W``, each
+optionally followed by a bias along the last axis that is a constant too) that read the
+same ``x``, agree in ``transpose_b``, element types and bias, and whose results reach only
+q, k or v operands of attentions through layout ops. It is exact: every output column is
+the same dot product as before.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func
+from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr, ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of, tensor_type
+from fusec.dialect.shapes import TensorSpec
+from fusec.dialect.views import feeds_attention
+from fusec.ir.dtypes import numpy_dtype
+from fusec.targets.cuda.attention.rowwise import _VIEWS_IN, _rowwise_gemm, _RowwiseGemm
+
+
+@dataclass(frozen=True)
+class _Projection:
+    """A row-wise GEMM whose weight (and bias) are constants, and its key: the GEMMs of one
+    key can share a launch."""
+
+    gemm: _RowwiseGemm
+    weight: arith.ConstantOp
+    bias: arith.ConstantOp | None
+
+    @property
+    def key(self) -> tuple:
+        m = self.gemm.matmul
+        types = tuple(spec_of(v.type).dtype for v in (*m.operands, m.output))
+        bias = None if self.bias is None else spec_of(self.bias.results[0].type).dtype
+        k = spec_of(m.operands[1].type).shape[1 if m.attr("transpose_b") else 0]
+        return (m.operands[0], bool(m.attr("transpose_b")), types, bias, k)
+
+    @property
+    def width(self) -> int:
+        """N: the GEMM's output columns."""
+        return spec_of(self.gemm.last.results[0].type).shape[-1]
+
+
+def _dense(value: SSAValue) -> arith.ConstantOp | None:
+    op = value.owner
+    if isinstance(op, arith.ConstantOp) and isinstance(op.value, DenseIntOrFPElementsAttr):
+        return op
+    return None
+
+
+def _projection(matmul: ai.MatmulOp) -> _Projection | None:
+    gemm = _rowwise_gemm(matmul)
+    if gemm is None or not isinstance(matmul.parent_op(), func.FuncOp):
+        return None
+    weight = _dense(matmul.operands[1])
+    bias = None if gemm.bias is None else _dense(gemm.bias.operands[1])
+    if weight is None or (gemm.bias is not None and bias is None):
+        return None
+    if not feeds_attention(gemm.last.results[0], lambda user: isinstance(user, _VIEWS_IN)):
+        return None
+    return _Projection(gemm, weight, bias)
+
+
+def _values(op: arith.ConstantOp):
+    """The constant's elements as a numpy array of its own element type (a splat
+    expanded)."""
+    import numpy as np
+
+    spec = spec_of(op.results[0].type)
+    assert isinstance(op.value, DenseIntOrFPElementsAttr)  # _dense's check
+    data = np.frombuffer(op.value.data.data, dtype=numpy_dtype(spec.dtype))
+    return np.full(spec.shape, data[0]) if data.size == 1 else data.reshape(spec.shape)
+
+
+def _concatenated(ops: list[arith.ConstantOp], axis: int) -> arith.ConstantOp:
+    import numpy as np
+
+    joined = np.ascontiguousarray(np.concatenate([_values(op) for op in ops], axis=axis))
+    dtype = spec_of(ops[0].results[0].type).dtype
+    ttype = tensor_type(TensorSpec(tuple(joined.shape), dtype))
+    return arith.ConstantOp(DenseIntOrFPElementsAttr(ttype, BytesAttr(joined.tobytes())), ttype)
+
+
+def _combine(projections: list[_Projection]) -> None:
+    """One GEMM (and bias) for ``projections``, their results its column slices."""
+    first = projections[0].gemm.matmul
+    transpose_b = bool(first.attr("transpose_b"))
+    weight = _concatenated([p.weight for p in projections], 0 if transpose_b else 1)
+    new: list[Operation] = [weight]
+    product = ai.MatmulOp(first.operands[0], weight.results[0], transpose_b=transpose_b)
+    new.append(product)
+    last: Operation = product
+    if projections[0].bias is not None:
+        biases = _concatenated([p.bias for p in projections if p.bias is not None], 0)
+        rank = len(spec_of(product.output.type).shape)
+        last = ai.BiasAddOp(product.output, biases.results[0], axis=rank - 1)
+        new += [biases, last]
+    offset = 0
+    for p in projections:  # every reader of a projection comes after ``first``
+        shape = spec_of(p.gemm.last.results[0].type).shape
+        piece = ai.SliceOp(
+            last.results[0],
+            offsets=(*(0,) * (len(shape) - 1), offset),
+            sizes=tuple(shape),
+            strides=(1,) * len(shape),
+        )
+        new.append(piece)
+        p.gemm.last.results[0].replace_all_uses_with(piece.output)
+        offset += p.width
+    for op in new:
+        op.location = first.location
+    Rewriter.insert_op(new, InsertPoint.before(first))
+    for p in projections:
+        dead: tuple[Operation | None, ...] = (p.gemm.bias, p.gemm.matmul, p.bias, p.weight)
+        for old in dead:
+            if old is not None and old.parent is not None and not any(r.uses for r in old.results):
+                Rewriter.erase_op(old)
+
+
+@dataclass(frozen=True)
+class CombineProjectionsPass(ModulePass):
+    """One GEMM for the attention projections (q, k, v) of one input."""
+
+    name = "combine-projections"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for function in op.walk():
+            if not isinstance(function, func.FuncOp):
+                continue
+            groups: dict[tuple, list[_Projection]] = defaultdict(list)
+            for matmul in list(function.walk()):
+                if isinstance(matmul, ai.MatmulOp):
+                    projection = _projection(matmul)
+                    if projection is not None:
+                        groups[projection.key].append(projection)
+            for projections in groups.values():
+                if len(projections) >= 2:
+                    _combine(projections)
