@@ -60,9 +60,21 @@ def scalar(value: SSAValue) -> float | None:
 
 
 def is_scalar(value: SSAValue, number: float, rtol: float = 1e-6) -> bool:
-    """``value`` is a constant equal to ``number`` in every element (to float32 rounding)."""
+    """``value`` is a constant equal to ``number`` in every element (to float32 rounding),
+    or to ``number`` rounded to its own element type: an f16 model holds GPT-2's GELU
+    constant ``sqrt(2/pi)`` as 0.7978515625."""
     found = scalar(value)
-    return found is not None and math.isclose(found, number, rel_tol=rtol, abs_tol=0.0)
+    if found is None:
+        return False
+    if math.isclose(found, number, rel_tol=rtol, abs_tol=0.0):
+        return True
+    dtype = spec_of(value.type).dtype
+    if dtype not in ("f16", "bf16"):
+        return False
+    import numpy as np
+
+    held = float(np.asarray(number, dtype=np.float32).astype(numpy_dtype(dtype)))
+    return found == held
 
 
 def single_use(value: SSAValue) -> bool:

@@ -98,6 +98,40 @@ def test_gpt2_tanh_gelu_with_pow_and_with_products():
         _check(_func(f"%x: {T}", body), Counter({"ai.gelu": 1}), {"gelu (tanh)": 1})
 
 
+def test_f16_tanh_gelu_with_its_constants_rounded_to_f16():
+    """An f16 GPT-2 holds sqrt(2/pi) as 0.7978515625 and 0.044715 as 0.04470825: still the
+    tanh GELU (before, the chain stayed a pointwise kernel of its own after the MLP-up
+    GEMM instead of joining its epilogue); a constant off by more than its rounding is not."""
+    h, hs = "tensor<2x5x8xf16>", "tensor<f16>"
+
+    def body(k: float) -> str:
+        consts = "\n".join(
+            f"  %{name} = arith.constant dense<{float(np.float16(value)):.9e}> : {hs}"
+            for name, value in dict(half=0.5, c=0.044715, k=k, one=1.0).items()
+        )
+        return f"""{consts}
+  %h = ai.mul %x, %half : {h} * {hs}
+  %xx = ai.mul %x, %x : {h} * {h}
+  %p = ai.mul %xx, %x : {h} * {h}
+  %q = ai.mul %p, %c : {h} * {hs}
+  %s = ai.add %x, %q : {h} * {h}
+  %u = ai.mul %s, %k : {h} * {hs}
+  %t = ai.tanh %u : {h}
+  %a = ai.add %t, %one : {h} * {hs}
+  %r = ai.mul %h, %a : {h} * {h}"""
+
+    text = _func(f"%x: {h}", body(0.7978845608028654), h)
+    before, after = fusec.parse(text), fusec.parse(text)
+    assert recognize(after)["gelu (tanh)"] == 1
+    assert Counter(op.name for op in after.walk() if isinstance(op, ai.AiOp)) == {"ai.gelu": 1}
+    inputs = runner.random_inputs(entry_function(before), seed=3)
+    (want,) = run_reference(before, inputs, precision="float64")
+    (got,) = run_reference(after, inputs, precision="float64")
+    assert_close(got, want, "f16")
+    off = fusec.parse(_func(f"%x: {h}", body(0.7985), h))  # two f16 steps away
+    assert recognize(off)["gelu (tanh)"] == 0
+
+
 def test_a_gelu_factor_used_elsewhere_is_kept():
     """1 + erf(...) is also returned: rewriting would not remove it; nothing changes."""
     consts = _consts(sqrt2=2**0.5, one=1.0, half=0.5)
