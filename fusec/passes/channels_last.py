@@ -18,9 +18,12 @@ target runs it as ``cpu-channels-last`` (float32, ``fusec-cpu``), the cuda targe
   to run it channels-last (``fusec.targets.cpu.depthwise_nhwc``, the cuda
   ``conv_depthwise_nhwc.cuh``);
 * a pointwise group of elementwise ops without an axis, of one of ``dtypes``, whose
-  inputs are of its 4-D result's shape, single elements or constants that broadcast to
-  it (ConvNeXt's layer-scale, ``96x1x1``), computes on NHWC values: full-shape inputs NHWC, the
-  constants relaid at compile time, every full-shape value of its body retyped;
+  inputs are of its 4-D result's shape, single elements, constants that broadcast to
+  it (ConvNeXt's layer-scale, ``96x1x1``) or per-channel values ``[N, C, 1, 1]`` (the
+  squeeze-excite scale of MobileNetV3 and EfficientNet), computes on NHWC values:
+  full-shape inputs NHWC, the constants relaid at compile time, a per-channel value
+  viewed ``[N, 1, 1, C]`` (a ``"view"`` group, the same elements in the same order),
+  every full-shape value of its body retyped;
 * each full-shape input of a relaid group is taken NHWC from where it already is: the
   relaid producer's result, or the source of a ``"copy"`` group that is one
   NHWC -> NCHW transpose; else a new NCHW -> NHWC copy group converts it (once per
@@ -216,8 +219,21 @@ def _pointwise(group: ai.FusedOp, dtypes: tuple[str, ...]) -> bool:
         if s == shape:
             full += 1
         elif math.prod(s) != 1 and not (_constant(value) and _broadcasts(s, shape)):
-            return False
+            if not _per_channel(s, shape):
+                return False
     return full > 0
+
+
+def _per_channel(small: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """``small`` is a per-channel operand ``[N or 1, C, 1, 1]`` of the 4-D ``shape`` (a
+    squeeze-excite scale): NHWC it is ``[N or 1, 1, 1, C]``, the same elements in the same
+    order, so its conversion is a view, no copy."""
+    return (
+        len(small) == 4
+        and small[2:] == (1, 1)
+        and small[1] == shape[1]
+        and small[0] in (1, shape[0])
+    )
 
 
 def _constant(value: SSAValue) -> bool:
@@ -356,7 +372,11 @@ def _rewrite(block: Block, relaid: set[ai.FusedOp]) -> None:
                 inputs.append(_nhwc_of(v, group, nhwc, relaid))
             elif group.kind_name == "pointwise" and math.prod(_shape(v)) != 1:
                 if v not in constants:  # relaid once, however many groups read it
-                    constants[v] = _relaid_constant(v, _shape(group.results[0]), group)
+                    constants[v] = (
+                        _relaid_constant(v, _shape(group.results[0]), group)
+                        if _constant(v)
+                        else _channels_view(v, group)
+                    )
                 inputs.append(constants[v])
             else:
                 inputs.append(v)
@@ -432,6 +452,18 @@ def _relaid_constant(value: SSAValue, shape: tuple[int, ...], before: Operation)
     constant = dense_constant(array, spec_of(value.type).dtype)
     Rewriter.insert_op(constant, InsertPoint.before(before))
     return constant.results[0]
+
+
+def _channels_view(value: SSAValue, before: Operation) -> SSAValue:
+    """A per-channel value ``[N, C, 1, 1]`` as ``[N, 1, 1, C]``: a ``"view"`` group (a
+    reshape: the elements keep their order; the runtime aliases the buffer)."""
+    n, c, _, _ = _shape(value)
+    block = Block(arg_types=[value.type])
+    inner = ai.ReshapeOp(block.args[0], shape=(n, 1, 1, c))
+    block.add_ops([inner, ai.YieldOp(inner.output)])
+    view = ai.FusedOp("view", [value], [inner.output.type], Region(block))
+    Rewriter.insert_op(view, InsertPoint.before(before))
+    return view.results[0]
 
 
 def _nhwc_type(t: Attribute, shape: tuple[int, ...]) -> Attribute:
