@@ -17,24 +17,30 @@ from fusec.environ import getenv
 from fusec.targets.cuda.tensormaps import _check
 
 #: Which heuristics split under-filled problems (read when the tiles are chosen):
-#: ``FUSEC_SPLIT_K=conv``, the default, the conv's ``choose_tile`` alone (measured on the
-#: H200, 2026-12-03, CNN zoo with and without: ResNet-50 b1 0.761 -> 0.458 ms, MobileNetV3
-#: b1 0.425 -> 0.361, EfficientNet-B0 b1 0.646 -> 0.596, batch 32 unchanged or faster);
-#: ``on`` the GEMM's ``choose_config`` too (its splits of 3-6 K steps lost 10-35% on
-#: batch-1 transformer GEMMs); ``off`` neither. A forced tile (``sk=N``,
-#: ``$FUSEC_CONV_TILE``) splits either way.
+#: ``FUSEC_SPLIT_K=auto``, the default, the conv's ``choose_tile`` for ungrouped convs
+#: (measured on the H200, 2026-12-03, CNN zoo with and without: ResNet-50 b1 0.761 ->
+#: 0.458 ms, MobileNetV3 b1 0.425 -> 0.361, EfficientNet-B0 b1 0.646 -> 0.596, batch 32
+#: unchanged or faster) and the GEMM's ``choose_config``, whose splits are at least
+#: ``config.SPLIT_MIN_STEPS`` K steps deep (batch-1 deep-K GEMMs on the 64x64 tile,
+#: benchmarks/results/gemm-epilogue-ab-b1.md: BERT-base's MLP down 13.7 -> 11.2 us at 3
+#: splits, ConvNeXt-T's stage-4 MLP down 13.6 -> 11.1; shallower splits lost 10-35%,
+#: gemm-split-k-ab.md, and the heuristic makes none); ``conv`` the conv's alone; ``on``
+#: grouped convs too; ``off`` none. A forced tile (``sk=N``, ``$FUSEC_CONV_TILE``) splits
+#: either way.
 SPLIT_K_ENV = "FUSEC_SPLIT_K"
-SPLIT_K_DEFAULT = "conv"
+SPLIT_K_DEFAULT = "auto"
 
 
 def heuristic_split_k(template: str, grouped: bool = False) -> bool:
     """Whether the heuristic of ``template`` ("gemm" or "conv") splits under-filled problems:
-    ``$FUSEC_SPLIT_K`` "on" (both), "conv" (the default: the implicit-GEMM conv only, and
-    only ungrouped convs, the ones its GPU tests and the zoo ran split;
-    benchmarks/results/gemm-split-k-ab.md, models-gpu.md), else neither."""
+    ``$FUSEC_SPLIT_K`` "on" (both, grouped convs too), "auto" (the default: the GEMM and
+    ungrouped convs, the ones the GPU tests and the zoo ran split), "conv" (ungrouped
+    convs alone), else neither."""
     value = getenv(SPLIT_K_ENV, SPLIT_K_DEFAULT).strip().lower()
     if value in ("1", "on", "true", "yes"):
         return True
+    if value == "auto":
+        return template == "gemm" or not grouped
     return value == "conv" and template == "conv" and not grouped
 
 

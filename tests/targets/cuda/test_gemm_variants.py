@@ -81,12 +81,13 @@ def test_heuristic_splits_under_filled_problems(monkeypatch) -> None:
     """Batch-1 transformer projections leave most SMs idle even on the 64x128 tile: a deep
     K is split so that the units fill the GPU, each split at least 16 K steps deep (shorter
     splits lost on the H200: benchmarks/results/gemm-split-k-ab.md), at most 8; problems
-    that fill half the GPU, or whose K is short, are not split. Opt-in (``$FUSEC_SPLIT_K``)."""
-    monkeypatch.delenv("FUSEC_SPLIT_K", raising=False)
-    assert cfg.choose_config(128, 768, 3072).split_k == 1  # the GEMM's is off by default
+    that fill half the GPU, or whose K is short, are not split. On by default
+    (``$FUSEC_SPLIT_K=auto``; ``conv`` and ``off`` leave the GEMM unsplit)."""
     monkeypatch.setenv("FUSEC_SPLIT_K", "conv")
     assert cfg.choose_config(128, 768, 3072).split_k == 1  # the conv's only
-    monkeypatch.setenv("FUSEC_SPLIT_K", "on")
+    monkeypatch.setenv("FUSEC_SPLIT_K", "off")
+    assert cfg.choose_config(128, 768, 3072).split_k == 1
+    monkeypatch.delenv("FUSEC_SPLIT_K", raising=False)  # "auto": the GEMM's too
     expect = {
         (128, 768, 3072): 3,  # BERT's MLP down: 24 tiles of 64x64, 48 K steps / 16
         (128, 768, 768): 1,  # its attention output: 12 K steps (split 4 lost 0.80x)

@@ -141,8 +141,10 @@ def test_prefetch_variant_text_and_the_residual_is_a_tile_input() -> None:
     )
     plain = _residual_spec(1000, 1000, 520, "prefetch=none")
     assert "fs_prefetch_l2(" not in cpp.generate(plain) and "PREFETCH = 0" in cpp.generate(plain)
-    default = _residual_spec(1000, 1000, 520, "")  # the heuristic prefetches a residual
+    default = _residual_spec(4096, 1024, 520, "")  # the heuristic prefetches a residual
     assert default.config.prefetch == "tile" and "PREFETCH = 1" in cpp.generate(default)
+    small = _residual_spec(128, 768, 3072, "")  # ... but not on the small-M tiles (it lost)
+    assert small.config.consumers == 1 and small.config.prefetch == "none"
 
 
 @needs_toolchain

@@ -294,8 +294,10 @@ def heuristic_config(p: GemmPlan, sms: int = H200.sms) -> tuple[TileConfig, str]
     (``ln="tile"`` with the staged epilogue: LN(8192x256) -> matmul -> softmax in one
     launch, 11.8 us against 21.2 for the pre-pass, the GEMM and a memset), else stages the
     rewrite's vectors in shared memory (GEMM 24.2 -> 12.9 us); an epilogue that reads an
-    output-shaped input (a residual) has it prefetched into L2 (MLP down + bias +
-    residual: 105.1 -> 102.2 us)."""
+    output-shaped input (a residual) has it prefetched into L2 on the two-consumer tiles
+    (MLP down + bias + residual: 105.1 -> 102.2 us), not on the small-M ones, where it
+    lost (gemm-epilogue-ab-b1.md: BERT-base b1 MLP down 14.7 against 13.7 us, ConvNeXt-T
+    b1 stage-4 MLP down 16.0 against 13.6, BERT-base b1 attention out 8.5 against 8.1)."""
     config, why = _heuristic_config(p, sms)
     return (as_tf32(config), why) if p.tf32 else (config, why)
 
@@ -318,7 +320,7 @@ def _heuristic_config(p: GemmPlan, sms: int) -> tuple[TileConfig, str]:
             config = with_variant(config, replace(config.variant, vectors="smem"))
         return config, why
     config = choose_config(p.m, p.n, p.k, p.batches, sms)
-    if _reads_output_shaped_input(p):
+    if _reads_output_shaped_input(p) and config.consumers == 2:
         config = with_variant(config, replace(config.variant, prefetch="tile"))
     return config, "heuristic"
 
