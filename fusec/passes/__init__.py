@@ -18,7 +18,7 @@ from xdsl.passes import ModulePass, PassPipeline
 #: ``fusec-cuda``...), which ``named_pipelines`` adds.
 PIPELINES: dict[str, str] = {
     "fusec-default": "infer-shapes,recognize-patterns,canonicalize,cse,demote-upcasts,"
-    "sink-transposes,fuse",
+    "sink-transposes,combine-projections,fuse",
 }
 
 
@@ -49,6 +49,11 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         from fusec.passes.demote_upcasts import DemoteUpcastsPass
 
         return DemoteUpcastsPass
+
+    def combine_projections():
+        from fusec.passes.combine_projections import CombineProjectionsPass
+
+        return CombineProjectionsPass
 
     def sink_transposes():
         from fusec.passes.sink_transposes import SinkTransposesPass
@@ -94,6 +99,7 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "cse": cse,
         "demote-upcasts": demote_upcasts,
         "sink-transposes": sink_transposes,
+        "combine-projections": combine_projections,
         "dce": dce,
         "fuse": fusion("fuse"),
         **{f"fuse-{stage}": fusion(f"fuse-{stage}") for stage in STAGE_ORDER},

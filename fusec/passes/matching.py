@@ -147,3 +147,57 @@ def constant_op(array: np.ndarray, dtype: str) -> arith.ConstantOp:
     data = np.ascontiguousarray(array.astype(numpy_dtype(dtype)))
     ttype = tensor_type(TensorSpec(tuple(array.shape), dtype))
     return arith.ConstantOp(DenseIntOrFPElementsAttr(ttype, BytesAttr(data.tobytes())), ttype)
+
+
+# ------------------------------------------------------------------ row-wise GEMMs
+
+#: Layout ops the attention kernels read q, k and v through (the cuda flash kernel's
+#: strides, the cpu kernel's views): a head split, a fused projection's slices, a GQA repeat.
+ATTENTION_VIEWS = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp, ai.ExpandOp, ai.GatherOp)
+
+
+def only_use(value: SSAValue) -> Operation | None:
+    uses = list(value.uses)
+    return uses[0].operation if len(uses) == 1 else None
+
+
+@dataclass
+class RowwiseGemm:
+    """``matmul(x, W)`` with a 2-D ``W`` (no ``transpose_a``), then optionally a bias along
+    the last axis: ``last`` is the op whose result leaves the pair."""
+
+    matmul: ai.MatmulOp
+    bias: ai.BiasAddOp | None
+
+    @property
+    def last(self) -> Operation:
+        return self.bias if self.bias is not None else self.matmul
+
+    def rebuilt(self, x: SSAValue) -> list[Operation]:
+        """The same GEMM (and bias) on rows ``x``."""
+        product = ai.MatmulOp(
+            x, self.matmul.operands[1], transpose_b=bool(self.matmul.attr("transpose_b"))
+        )
+        ops: list[Operation] = [product]
+        if self.bias is not None:
+            axis = self.bias.attr("axis")
+            ops.append(ai.BiasAddOp(product.output, self.bias.operands[1], axis=axis))
+        return ops
+
+
+def rowwise_gemm(matmul: Operation | None) -> RowwiseGemm | None:
+    """``matmul`` as a row-wise GEMM whose only user may be its bias, or None."""
+    if not isinstance(matmul, ai.MatmulOp) or matmul.attr("transpose_a"):
+        return None
+    lhs, rhs = (spec_of(v.type).shape for v in matmul.operands[:2])
+    if len(rhs) != 2 or len(lhs) < 2:
+        return None
+    user = only_use(matmul.output)
+    rank = len(lhs)
+    if (
+        isinstance(user, ai.BiasAddOp)
+        and user.operands[0] is matmul.output
+        and user.attr("axis") % rank == rank - 1
+    ):
+        return RowwiseGemm(matmul, user)
+    return RowwiseGemm(matmul, None)

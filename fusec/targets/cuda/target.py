@@ -75,7 +75,6 @@ class CudaTarget(Target):
         "conv-layout": "fusec.targets.cuda.conv.layout:ConvLayoutPass",
         "conv-patchify": "fusec.targets.cuda.conv.patchify:ConvPatchifyPass",
         "attention-layout": "fusec.targets.cuda.attention.rowwise:AttentionLayoutPass",
-        "combine-projections": "fusec.targets.cuda.attention.projections:CombineProjectionsPass",
     }
     pipelines = {
         # patchify convs as GEMMs, the f32 tail of an exporter's upcast f16 attention in
@@ -84,15 +83,15 @@ class CudaTarget(Target):
         # one GEMM, fusion, the channels-last layout of the conv groups (explicit conversions), then
         # the Tensor Core tile of every GEMM group
         "fusec-cuda": "infer-shapes,recognize-patterns,conv-patchify,canonicalize,cse,"
-        "demote-upcasts,sink-transposes,attention-layout,combine-projections,fuse,conv-layout,"
-        "tile-gemm",
+        "demote-upcasts,sink-transposes,attention-layout,combine-projections{repeated_heads=true},"
+        "fuse,conv-layout,tile-gemm",
         # ... with a softmax of any row length in its matmul's group (rows longer than a
         # block tile: the GEMM's partials epilogue and a finalise pass). Measured slower
         # than the softmax as its own kernel on the H200 (benchmarks/results/
         # gemm-2026-11-30.md, git history, 0fa3236), so not the default
         "fusec-cuda-long-softmax": "infer-shapes,recognize-patterns,conv-patchify,canonicalize,"
-        "cse,demote-upcasts,sink-transposes,attention-layout,combine-projections,"
-        "fuse{softmax_tile_limit=1048576},"
+        "cse,demote-upcasts,sink-transposes,attention-layout,"
+        "combine-projections{repeated_heads=true},fuse{softmax_tile_limit=1048576},"
         "conv-layout,tile-gemm",
     }
     templates = {

@@ -37,11 +37,11 @@ from xdsl.pattern_rewriter import (
 from xdsl.rewriter import InsertPoint
 
 from fusec.dialect import ops as ai
-from fusec.dialect.ops import spec_of
 from fusec.dialect.views import at_function_level, feeds_attention
+from fusec.passes.matching import ATTENTION_VIEWS, only_use, rowwise_gemm
 
 #: Layout ops the attention kernel reads its operands through (``attention.template``).
-_VIEWS_IN = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp, ai.ExpandOp, ai.GatherOp)
+_VIEWS_IN = ATTENTION_VIEWS
 #: Layout ops it writes its result through.
 _VIEWS_OUT = (ai.ReshapeOp, ai.TransposeOp)
 
@@ -50,53 +50,6 @@ def _leading(op: ai.TransposeOp) -> bool:
     """A transpose that keeps the last dim in place (it permutes whole rows)."""
     perm = list(op.attr("perm"))
     return len(perm) >= 2 and perm[-1] == len(perm) - 1
-
-
-def _only_use(value: SSAValue) -> Operation | None:
-    uses = list(value.uses)
-    return uses[0].operation if len(uses) == 1 else None
-
-
-@dataclass
-class _RowwiseGemm:
-    """``matmul(x, W)`` with a 2-D ``W`` (no ``transpose_a``), then optionally a bias along
-    the last axis: ``last`` is the op whose result leaves the pair."""
-
-    matmul: ai.MatmulOp
-    bias: ai.BiasAddOp | None
-
-    @property
-    def last(self) -> Operation:
-        return self.bias if self.bias is not None else self.matmul
-
-    def rebuilt(self, x: SSAValue) -> list[Operation]:
-        """The same GEMM (and bias) on rows ``x``."""
-        product = ai.MatmulOp(
-            x, self.matmul.operands[1], transpose_b=bool(self.matmul.attr("transpose_b"))
-        )
-        ops: list[Operation] = [product]
-        if self.bias is not None:
-            axis = self.bias.attr("axis")
-            ops.append(ai.BiasAddOp(product.output, self.bias.operands[1], axis=axis))
-        return ops
-
-
-def _rowwise_gemm(matmul: Operation | None) -> _RowwiseGemm | None:
-    """``matmul`` as a row-wise GEMM whose only user may be its bias, or None."""
-    if not isinstance(matmul, ai.MatmulOp) or matmul.attr("transpose_a"):
-        return None
-    lhs, rhs = (spec_of(v.type).shape for v in matmul.operands[:2])
-    if len(rhs) != 2 or len(lhs) < 2:
-        return None
-    user = _only_use(matmul.output)
-    rank = len(lhs)
-    if (
-        isinstance(user, ai.BiasAddOp)
-        and user.operands[0] is matmul.output
-        and user.attr("axis") % rank == rank - 1
-    ):
-        return _RowwiseGemm(matmul, user)
-    return _RowwiseGemm(matmul, None)
 
 
 def _from_attention(value: SSAValue) -> bool:
@@ -113,7 +66,7 @@ class SinkTransposeBelowGemm(RewritePattern):
     def match_and_rewrite(self, op: ai.TransposeOp, rewriter: PatternRewriter) -> None:
         if not at_function_level(op) or not _leading(op):
             return
-        gemm = _rowwise_gemm(_only_use(op.output))
+        gemm = rowwise_gemm(only_use(op.output))
         if gemm is None or gemm.matmul.operands[0] is not op.output:
             return
         if _from_attention(op.operands[0]):
@@ -143,10 +96,10 @@ class HoistTransposeAboveGemm(RewritePattern):
         producer = op.operands[0].owner
         if isinstance(producer, ai.BiasAddOp):
             producer = producer.operands[0].owner
-        gemm = _rowwise_gemm(producer if isinstance(producer, Operation) else None)
+        gemm = rowwise_gemm(producer if isinstance(producer, Operation) else None)
         if gemm is None or op.operands[0] is not gemm.last.results[0]:
             return
-        if _only_use(gemm.last.results[0]) is not op:
+        if only_use(gemm.last.results[0]) is not op:
             return
         if not _from_attention(gemm.matmul.operands[0]):
             return

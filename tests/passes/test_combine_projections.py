@@ -1,7 +1,7 @@
-"""``combine-projections`` (issue 28): the q, k and v projections of one input (Hugging
+"""``combine-projections`` (issues 28, 30): the q, k and v projections of one input (Hugging
 Face's BERT and Llama: three ``nn.Linear``) become one GEMM over the concatenated weights,
-whose column slices the flash attention reads through strides. No GPU: the IR, the
-reference before and after the pass, and the kernels the cuda target plans."""
+whose column slices the attention kernels read in place. No GPU: the IR, the reference
+before and after the pass, and the kernels the cuda and cpu targets plan."""
 
 from __future__ import annotations
 
@@ -134,17 +134,27 @@ def test_qkv_projections_become_one_gemm_and_slices(bias: bool, dtype: str) -> N
 
 
 def test_gqa_projections_of_different_widths_combine() -> None:
-    """Llama's grouped-query attention: q 4 heads, k and v 2 each (widths 256, 128, 128)."""
+    """Llama's grouped-query attention: q 4 heads, k and v 2 each (widths 256, 128, 128),
+    k and v repeated by ``ai.expand``: combined with ``repeated_heads`` (the cuda flash
+    kernel reads the repeat in place), not without (the cpu kernel copies a slice before a
+    repeat)."""
     text = projections_graph(heads=4, kv_heads=2)
     module = parse(text)
-    run_pipeline(module, "infer-shapes,combine-projections")
+    run_pipeline(module, "infer-shapes,combine-projections{repeated_heads=true}")
     offsets = [
         tuple(op.attr("offsets"))[-1]
         for op in entry_function(module).body.block.ops
         if op.name == "ai.slice"
     ]
     assert offsets == [0, 256, 384]
-    _same_results(text)
+    before, after = parse(text), parse(text)
+    run_pipeline(before, "infer-shapes")
+    inputs = random_inputs(entry_function(before), seed=0)
+    (want,) = run_reference(before, inputs)
+    (got,) = run_reference(module, inputs)
+    assert_close(got, want, "f16")
+    run_pipeline(after, "infer-shapes,combine-projections")
+    assert _ops(after).count("ai.matmul") == 3
 
 
 def test_a_projection_read_outside_the_attention_stays_its_own_gemm() -> None:
@@ -157,12 +167,22 @@ def test_a_projection_read_outside_the_attention_stays_its_own_gemm() -> None:
     _same_results(text)
 
 
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
 @pytest.mark.parametrize("kv_heads", [2, 1], ids=["mha", "mqa"])
-def test_the_cuda_target_runs_the_layer_as_one_gemm_and_the_attention(kv_heads: int) -> None:
-    """In the cuda pipeline: one GEMM (the biases in its epilogue) and the flash kernel,
-    which reads the three slices through strides: no copy kernel."""
+def test_the_targets_run_the_layer_as_one_gemm_and_the_attention(
+    kv_heads: int, target: str
+) -> None:
+    """In the target's pipeline: one GEMM (the biases in its epilogue) and the attention
+    kernel, which reads the three slices in place: no copy kernel between them (the cpu
+    target copies the head merge of an attention whose result the function returns)."""
     text = projections_graph(kv_heads=kv_heads)
-    compiled = fusec.compile(text, target="cuda", executable=False)
-    assert [k.kind for k in compiled.kernels] == ["matmul", "attention"]
-    (attention,) = [k for k in compiled.kernels if k.kind == "attention"]
-    assert "flash-style attention" in attention.source
+    compiled = fusec.compile(text, target=target, executable=False)
+    kinds = [k.kind for k in compiled.kernels]
+    if target == "cpu" and kv_heads == 1:  # the repeat: the projections stay apart
+        assert kinds.count("matmul") == 3 and kinds.count("copy") == 1, kinds
+        return
+    assert kinds[:2] == ["matmul", "attention"] and kinds.count("matmul") == 1, kinds
+    assert kinds[2:] == ([] if target == "cuda" else ["copy"]), kinds
+    if target == "cuda":
+        (attention,) = [k for k in compiled.kernels if k.kind == "attention"]
+        assert "flash-style attention" in attention.source

@@ -1,5 +1,5 @@
 """``combine-projections``: the q, k and v projections of one input become one GEMM whose
-column slices the attention reads (issue 28).
+column slices the attention reads (issues 28, 30).
 
 Hugging Face's BERT and Llama project q, k and v with three ``nn.Linear`` layers of the same
 input; GPT-2 (``Conv1D``) and ``nn.MultiheadAttention`` (ViT) already project with one
@@ -7,9 +7,10 @@ weight ``[E, 3E]`` and split its result. At batch 1 the three GEMMs are three la
 few dozen tiles each (BERT-base: 128 x 768 -> 768, 24 tiles of 64x64 for 132 SMs), each
 paying a pipeline fill and its epilogue; one GEMM over the concatenated weights
 ``[W_q | W_k | W_v]`` (and biases) runs three times the tiles in one launch. The three
-results become ``ai.slice``s of its columns, which the flash attention kernel reads through
-strides, as it reads GPT-2's split (no copy). This is TVM's ``CombineParallelDense`` for
-the one case that needs no new kernel.
+results become ``ai.slice``s of its columns, which the attention kernels read in place, as
+they read GPT-2's split (the cuda flash kernel through its tensor maps' strides, the cpu
+kernel through views): no copy. This is TVM's ``CombineParallelDense`` for the one case
+that needs no new kernel; it runs in every pipeline, before fusion.
 
 The rewrite takes a set of row-wise GEMMs (``matmul(x, W)`` with a constant 2-D ``W``, each
 optionally followed by a bias along the last axis that is a constant too) that read the
@@ -35,7 +36,7 @@ from fusec.dialect.ops import spec_of, tensor_type
 from fusec.dialect.shapes import TensorSpec
 from fusec.dialect.views import feeds_attention
 from fusec.ir.dtypes import numpy_dtype
-from fusec.targets.cuda.attention.rowwise import _VIEWS_IN, _rowwise_gemm, _RowwiseGemm
+from fusec.passes.matching import ATTENTION_VIEWS, RowwiseGemm, rowwise_gemm
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class _Projection:
     """A row-wise GEMM whose weight (and bias) are constants, and its key: the GEMMs of one
     key can share a launch."""
 
-    gemm: _RowwiseGemm
+    gemm: RowwiseGemm
     weight: arith.ConstantOp
     bias: arith.ConstantOp | None
 
@@ -68,15 +69,21 @@ def _dense(value: SSAValue) -> arith.ConstantOp | None:
     return None
 
 
-def _projection(matmul: ai.MatmulOp) -> _Projection | None:
-    gemm = _rowwise_gemm(matmul)
+#: The views without the GQA head repeat (``ai.expand``), which the cpu attention kernel
+#: does not read in place: there a slice before the repeat is a copy.
+_NO_REPEAT = tuple(v for v in ATTENTION_VIEWS if v is not ai.ExpandOp)
+
+
+def _projection(matmul: ai.MatmulOp, repeated_heads: bool) -> _Projection | None:
+    gemm = rowwise_gemm(matmul)
     if gemm is None or not isinstance(matmul.parent_op(), func.FuncOp):
         return None
     weight = _dense(matmul.operands[1])
     bias = None if gemm.bias is None else _dense(gemm.bias.operands[1])
     if weight is None or (gemm.bias is not None and bias is None):
         return None
-    if not feeds_attention(gemm.last.results[0], lambda user: isinstance(user, _VIEWS_IN)):
+    views = ATTENTION_VIEWS if repeated_heads else _NO_REPEAT
+    if not feeds_attention(gemm.last.results[0], lambda user: isinstance(user, views)):
         return None
     return _Projection(gemm, weight, bias)
 
@@ -143,6 +150,10 @@ class CombineProjectionsPass(ModulePass):
 
     name = "combine-projections"
 
+    repeated_heads: bool = False
+    """Also combine projections that reach the attention through a GQA head repeat
+    (``ai.expand``): the cuda flash kernel reads the repeat in place (``fusec-cuda``)."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for function in op.walk():
             if not isinstance(function, func.FuncOp):
@@ -150,7 +161,7 @@ class CombineProjectionsPass(ModulePass):
             groups: dict[tuple, list[_Projection]] = defaultdict(list)
             for matmul in list(function.walk()):
                 if isinstance(matmul, ai.MatmulOp):
-                    projection = _projection(matmul)
+                    projection = _projection(matmul, self.repeated_heads)
                     if projection is not None:
                         groups[projection.key].append(projection)
             for projections in groups.values():
