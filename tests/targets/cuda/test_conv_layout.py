@@ -23,6 +23,7 @@ from fusec.dialect import ops as ai
 from fusec.runtime.reference import entry_function, run_reference
 from fusec.targets.cuda.conv.config import ConvGeometry, choose_tile
 from fusec.targets.cuda.conv.cpp import ConvSpec
+from fusec.targets.cuda.conv.layout import RESIDUAL_ENV
 from fusec.targets.cuda.conv.layouts import LAYOUT_ATTR
 from fusec.targets.cuda.conv.transpose import RelayoutSpec
 from fusec.tools.runner import random_inputs
@@ -421,11 +422,13 @@ def _random_conv_graph(rng: np.random.Generator) -> str:
 
 
 @pytest.mark.slow  # random graphs through the whole pipeline: seconds
-def test_random_conv_graphs_keep_their_values() -> None:
+@pytest.mark.parametrize("residual", ["nchw", "nhwc"])
+def test_random_conv_graphs_keep_their_values(residual: str, monkeypatch) -> None:
     """On 40 random conv graphs, both hand-off settings: the IR after the pass verifies and
     computes exactly the source graph's values (float64 reference); across them the pass
     relays groups, hands results off and folds constant weights (elementwise groups
     relaid: ``conv_layout_pointwise.mlir``)."""
+    monkeypatch.setenv(RESIDUAL_ENV, residual)
     rng = np.random.default_rng(0)
     seen = {"relaid": 0, "handed": 0, "pointwise": 0, "folded": 0}
     for index in range(40):
@@ -510,3 +513,89 @@ def test_a_squeeze_excite_block_runs_channels_last_between_its_edges() -> None:
         np.testing.assert_array_equal(
             run_reference(compiled.module, args), run_reference(source, args)
         )
+
+
+def _residual_chain_graph(c: int = 32, hw: int = 8, blocks: int = 3) -> str:
+    """Bottleneck-style blocks ``y = relu(conv1x1(relu(conv3x3(x))) + x)`` in a chain, as
+    ResNet's: each block's output is the next block's conv input and its residual."""
+    rng = np.random.default_rng(9)
+    t = f"tensor<1x{c}x{hw}x{hw}xf16>"
+
+    def weight(name: str, shape: tuple[int, ...]) -> str:
+        data = (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float16)
+        ty = f"tensor<{'x'.join(map(str, shape))}xf16>"
+        return f'  %{name} = arith.constant dense<"0x{data.tobytes().hex().upper()}"> : {ty}'
+
+    lines, x = [], "%x"
+    for b in range(blocks):
+        w3, w1 = f"tensor<{c}x{c}x3x3xf16>", f"tensor<{c}x{c}x1x1xf16>"
+        lines += [
+            weight(f"a{b}", (c, c, 3, 3)),
+            weight(f"b{b}", (c, c, 1, 1)),
+            f"  %c{b} = ai.conv2d {x}, %a{b} {{padding = array<i64: 1, 1>}} : {t} * {w3}",
+            f"  %r{b} = ai.relu %c{b} : {t}",
+            f"  %d{b} = ai.conv2d %r{b}, %b{b} : {t} * {w1}",
+            f"  %s{b} = ai.add %d{b}, {x} : {t} * {t}",
+            f"  %y{b} = ai.relu %s{b} : {t}",
+        ]
+        x = f"%y{b}"
+    body = "\n".join(lines)
+    return f"func.func @f(%x: {t}) -> {t} {{\n{body}\n  return {x} : {t}\n}}\n"
+
+
+def test_residuals_read_channels_last_remove_the_block_copies(monkeypatch) -> None:
+    """``$FUSEC_CONV_RESIDUAL=nhwc``: a block's output, read by the next block's 3x3 conv
+    (its input) and 1x1 conv (its residual), is stored NHWC once, and the 1x1 conv's
+    epilogue reads it channels-last (``residual = "nhwc"``, an NHWC-indexed load in the
+    generated C++); only the graph's input is converted (the first block reads it NCHW as
+    its residual). Without it every block output is
+    stored NCHW and copied to NHWC (ResNet-50: 12 copies, EfficientNet-B0: 9 of its 10)."""
+    text = _residual_chain_graph()
+    monkeypatch.delenv(RESIDUAL_ENV, raising=False)
+    before = fusec.compile(text, target="cuda", executable=False)
+    assert len(_groups(before.module, "copy")) == 1 + 2  # the input, two block outputs
+    monkeypatch.setenv(RESIDUAL_ENV, "nhwc")
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    copies = [tuple(g.inputs[0].type.get_shape()) for g in _groups(compiled.module, "copy")]
+    assert copies == [(1, 32, 8, 8)], copies
+    layouts = [g.attributes[LAYOUT_ATTR] for g in _groups(compiled.module, "conv")]
+    residual = [lay.data.get("residual") for lay in layouts]
+    # the first block's residual is the graph input, read NCHW in place
+    assert [r.data if r else None for r in residual] == [None, None, None, "nhwc", None, "nhwc"]
+    convs = [k for k in compiled.kernels if k.kind == "conv"]
+    assert "* 32 + i1)" in convs[3].source and "* 32 + i1)" not in convs[1].source
+    source = fusec.parse(text)
+    for seed in (0, 1):
+        args = random_inputs(entry_function(source), seed=seed)
+        np.testing.assert_array_equal(
+            run_reference(compiled.module, args), run_reference(source, args)
+        )
+
+
+def test_a_residual_view_the_layout_does_not_name_is_refused(monkeypatch) -> None:
+    """The body's residual view and ``fusec.layout`` must agree: without ``residual =
+    "nhwc"`` the template refuses the group (its plan is a reason, no kernel)."""
+    from fusec.targets.cuda.conv.template import plan
+
+    monkeypatch.setenv(RESIDUAL_ENV, "nhwc")
+    compiled = fusec.compile(_residual_chain_graph(blocks=2), target="cuda", executable=False)
+    (group,) = [
+        g for g in _groups(compiled.module, "conv") if "residual" in g.attributes[LAYOUT_ATTR].data
+    ]
+    assert not isinstance(plan(group), str)
+    attrs = dict(group.attributes[LAYOUT_ATTR].data)
+    del attrs["residual"]
+    group.attributes[LAYOUT_ATTR] = DictionaryAttr(attrs)
+    assert isinstance(plan(group), str)
+
+
+@needs_toolchain
+def test_residual_nhwc_conv_builds_to_ptx(monkeypatch) -> None:
+    from fusec.targets.cuda import build
+
+    monkeypatch.setenv(RESIDUAL_ENV, "nhwc")
+    compiled = fusec.compile(_residual_chain_graph(blocks=2), target="cuda", executable=False)
+    kernel = [k for k in compiled.kernels if k.kind == "conv"][3]  # the second 1x1 conv
+    (spec,) = kernel.specs
+    assert "* 32 + i1)" in kernel.source
+    assert "ld.global" in build.ptx(spec)

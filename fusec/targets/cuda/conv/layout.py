@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -111,6 +112,35 @@ def depthwise_from_env() -> str:
     if asked not in ("nhwc", "nchw"):
         raise ValueError(f"${DEPTHWISE_ENV}: {asked!r}, expected 'nhwc' or 'nchw'")
     return asked
+
+
+#: "nhwc": a relaid conv group reads its residual (an epilogue input of the output's
+#: shape) channels-last where its producer stores it so, and such a read counts as an
+#: NHWC reader of that producer (ResNet-50's bottleneck outputs, read by the next block's
+#: last conv, stay NHWC: 12 copies go). Opt-in until the GPU lane and the zoo have run it;
+#: unset or "nchw": residuals are read NCHW
+RESIDUAL_ENV = "FUSEC_CONV_RESIDUAL"
+
+
+def residual_from_env() -> str:
+    """``$FUSEC_CONV_RESIDUAL`` (validated: "", "nchw" or "nhwc"; "" is "nchw")."""
+    asked = os.environ.get(RESIDUAL_ENV, "").strip().lower() or "nchw"
+    if asked not in ("nhwc", "nchw"):
+        raise ValueError(f"${RESIDUAL_ENV}: {asked!r}, expected 'nhwc' or 'nchw'")
+    return asked
+
+
+def residual_inputs(group: ai.FusedOp, p: ConvPlan) -> tuple[int, ...]:
+    """The group inputs of a planned conv group that its epilogue alone reads at the output's
+    shape (a residual), which the template can read channels-last."""
+    out = spec_of(p.conv.output.type).shape
+    found = []
+    for index, arg in enumerate(group.block.args):
+        if index in (p.x, p.w) or spec_of(arg.type).shape != out:
+            continue
+        if all(u.operation in p.epilogue_ops for u in arg.uses) and arg.uses:
+            found.append(index)
+    return tuple(found)
 
 
 def handoff_from_env() -> str:
@@ -281,14 +311,29 @@ def _relayout_function(block: Block, handoff: bool) -> None:
     pointwise = {op for op in block.ops if isinstance(op, ai.FusedOp) and _relayable(op)}
     readers = _nhwc_readers(block) if handoff else {}
     pools = {op for op in readers if op.kind_name == "pool" and len(op.results) == 1}
-    nhwc_output = _nhwc_outputs(plans, nhwc_input, pointwise | pools, readers) if handoff else set()
+    residuals = (
+        {op: residual_inputs(op, p) for op, p in plans.items()}
+        if handoff and residual_from_env() == "nhwc"
+        else {}
+    )
+    nhwc_output = (
+        _nhwc_outputs(plans, nhwc_input, pointwise | pools, readers, residuals)
+        if handoff
+        else set()
+    )
     conversions: dict[tuple[SSAValue, tuple[int, ...]], SSAValue] = {}
     groups = [op for op in block.ops if isinstance(op, ai.FusedOp)]
     for op in groups:  # in order: a producer's conversions exist for its readers
         if op in plans:
             output = "nhwc" if op in nhwc_output else "nchw"
-            layout = Layout("nhwc" if op in nhwc_input else "nchw", "krsc", output)
-            _relayout_group(op, plans[op], layout, conversions)
+            relaid_residuals = [i for i in residuals.get(op, ()) if _comes_nhwc(op.inputs[i])]
+            layout = Layout(
+                "nhwc" if op in nhwc_input else "nchw",
+                "krsc",
+                output,
+                "nhwc" if relaid_residuals else "nchw",
+            )
+            _relayout_group(op, plans[op], layout, conversions, relaid_residuals)
         elif op in readers:
             _relayout_reader(op, readers[op], op in nhwc_output, conversions)
         elif op in nhwc_output:
@@ -336,7 +381,18 @@ def _full(value: SSAValue, group: ai.FusedOp) -> bool:
     return spec_of(value.type).shape == spec_of(group.results[0].type).shape
 
 
-def _nhwc_outputs(plans: dict, nhwc_input: set, pointwise: set, readers: dict) -> set:
+def _comes_nhwc(value: SSAValue) -> bool:
+    """``value`` is the NCHW view of a value stored NHWC (its conversion back, a transpose
+    or a ``"copy"`` group), so reading it NHWC cancels that conversion."""
+    source = value.owner
+    return (
+        isinstance(source, ai.TransposeOp) and source.attr("perm") == TO_CHANNELS_FIRST
+    ) or _copy_transpose(source) == TO_CHANNELS_FIRST
+
+
+def _nhwc_outputs(
+    plans: dict, nhwc_input: set, pointwise: set, readers: dict, residuals: dict
+) -> set:
     """The groups whose result is stored NHWC: relaid convs, and relayable pointwise (or
     pool) groups, whose every reader reads NHWC (the input of an NHWC-input conv, an input
     of the result's shape of a relaid pointwise group, the anchor's input of a pool or
@@ -358,7 +414,8 @@ def _nhwc_outputs(plans: dict, nhwc_input: set, pointwise: set, readers: dict) -
             for group in (*plans, *relaid)
             if group.results[0].uses
             and all(
-                _reads_nhwc(u, plans, nhwc_input, relaid, readers) for u in group.results[0].uses
+                _reads_nhwc(u, plans, nhwc_input, relaid, readers, residuals)
+                for u in group.results[0].uses
             )
         }
         kept = {
@@ -380,14 +437,19 @@ def _copy_transpose(op: object) -> tuple[int, ...] | None:
     return None
 
 
-def _reads_nhwc(use: Use, plans: dict, nhwc_input: set, relaid: set, readers: dict) -> bool:
-    """``use`` reads its value NHWC: an NHWC-input conv's input, an input of the result's
-    shape of a relaid pointwise group, the anchor's input of a pool or reduce group that
-    can read it so, or a ``"copy"`` group converting it to NHWC (replaced by the result)."""
+def _reads_nhwc(
+    use: Use, plans: dict, nhwc_input: set, relaid: set, readers: dict, residuals: dict
+) -> bool:
+    """``use`` reads its value NHWC: an NHWC-input conv's input, a relaid conv's residual
+    (``residuals``, with ``$FUSEC_CONV_RESIDUAL=nhwc``), an input of the result's shape of
+    a relaid pointwise group, the anchor's input of a pool or reduce group that can read
+    it so, or a ``"copy"`` group converting it to NHWC (replaced by the result)."""
     reader = use.operation
     if not isinstance(reader, ai.FusedOp):
         return False
     if _copy_transpose(reader) == TO_CHANNELS_LAST:
+        return True
+    if use.index in residuals.get(reader, ()):
         return True
     if reader in nhwc_input:
         return use.index == plans[reader].x
@@ -412,9 +474,16 @@ def _convert(value: SSAValue, perm: tuple[int, ...], before, conversions: dict) 
     return conversions[key]
 
 
-def _relayout_group(fused: ai.FusedOp, p: ConvPlan, layout: Layout, conversions: dict) -> None:
-    """Replace conv group ``fused`` by one taking and giving the operands of ``layout``."""
-    relaid = ([p.x] if layout.input == "nhwc" else []) + [p.w]
+def _relayout_group(
+    fused: ai.FusedOp,
+    p: ConvPlan,
+    layout: Layout,
+    conversions: dict,
+    residuals: Sequence[int] = (),
+) -> None:
+    """Replace conv group ``fused`` by one taking and giving the operands of ``layout`` (and
+    the ``residuals`` inputs channels-last)."""
+    relaid = ([p.x] if layout.input == "nhwc" else []) + [p.w] + list(residuals)
     _relayout_operands(fused, relaid, layout.output == "nhwc", layout.to_attr(), conversions)
 
 

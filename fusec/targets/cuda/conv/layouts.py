@@ -24,19 +24,28 @@ class Layout:
     input: str = "nchw"
     weight: str = "kcrs"
     output: str = "nchw"
+    #: the epilogue's inputs of the output's shape (a residual): "nhwc" when the group
+    #: reads them channels-last (each viewed NCHW by a leading ``ai.transpose``)
+    residual: str = "nchw"
 
     def to_attr(self) -> DictionaryAttr:
-        return DictionaryAttr(
-            {
-                "input": StringAttr(self.input),
-                "weight": StringAttr(self.weight),
-                "output": StringAttr(self.output),
-            }
-        )
+        entries = {
+            "input": StringAttr(self.input),
+            "weight": StringAttr(self.weight),
+            "output": StringAttr(self.output),
+        }
+        if self.residual != "nchw":  # written only when it says something
+            entries["residual"] = StringAttr(self.residual)
+        return DictionaryAttr(entries)
 
 
 #: what each entry of ``fusec.layout`` may be (the first: the NCHW/KCRS default)
-LAYOUT_CHOICES = {"input": ("nchw", "nhwc"), "weight": ("kcrs", "krsc"), "output": ("nchw", "nhwc")}
+LAYOUT_CHOICES = {
+    "input": ("nchw", "nhwc"),
+    "weight": ("kcrs", "krsc"),
+    "output": ("nchw", "nhwc"),
+    "residual": ("nchw", "nhwc"),
+}
 
 
 def layout_of(fused_op: ai.FusedOp) -> Layout | str:
@@ -51,7 +60,8 @@ def layout_of(fused_op: ai.FusedOp) -> Layout | str:
     for key, value in attr.data.items():
         choices = LAYOUT_CHOICES.get(key)
         if choices is None:
-            return f"{LAYOUT_ATTR}: unknown entry {key!r} (expected input, weight, output)"
+            known = ", ".join(LAYOUT_CHOICES)
+            return f"{LAYOUT_ATTR}: unknown entry {key!r} (expected {known})"
         if not isinstance(value, StringAttr) or value.data not in choices:
             expected = " or ".join(f'"{c}"' for c in choices)
             return f"{LAYOUT_ATTR}: {key} must be {expected}, got {value}"

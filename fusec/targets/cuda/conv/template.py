@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Operation, SSAValue
@@ -105,6 +105,9 @@ class ConvPlan:
     #: the memory layouts of the input, weights and result (``fusec.layout``, written by
     #: the ``conv-layout`` pass; NCHW/KCRS without it)
     layout: Layout = Layout()
+    #: the NCHW views of the epilogue inputs read channels-last (``residual = "nhwc"``):
+    #: (view result, its group input index) pairs
+    residual_views: tuple[tuple[SSAValue, int], ...] = ()
 
     @property
     def result(self):
@@ -123,11 +126,26 @@ def plan(fused_op: ai.FusedOp) -> ConvPlan | str:
     if isinstance(views, str):
         return views
     ops = ops[len(views) :]
+    residual: dict[SSAValue, int] = {}
+    while layout.residual == "nhwc" and ops and _is_view(ops[0], TO_CHANNELS_FIRST):
+        view = ops.pop(0)
+        if view.input not in args:
+            return f"{LAYOUT_ATTR} residual nhwc: a view of a value computed in the group"
+        residual[view.output] = args[view.input]
+    if layout.residual == "nhwc" and not residual:
+        return f"{LAYOUT_ATTR} says residual nhwc, but the body views no input so"
     if layout.output == "nhwc":
         if not ops or not _is_view(ops[-1], TO_CHANNELS_LAST, yielded(fused_op)[0]):
             return f"{LAYOUT_ATTR} says output nhwc, but the body does not end in that transpose"
         ops = ops[:-1]
-    return plan_ops(ops, views, args, len(fused_op.results), layout)
+    p = plan_ops(ops, views, args, len(fused_op.results), layout)
+    if isinstance(p, str) or not residual:
+        return p
+    out_shape = spec_of(p.conv.output.type).shape
+    for value in residual:
+        if spec_of(value.type).shape != out_shape or p.conv in [u.operation for u in value.uses]:
+            return f"{LAYOUT_ATTR} residual nhwc: a viewed input is not a residual of the output"
+    return replace(p, residual_views=tuple(residual.items()))
 
 
 def plan_ops(
@@ -249,9 +267,20 @@ def epilogue(fused_op: ai.FusedOp, p: ConvPlan) -> tuple[Epilogue, tuple[int, ..
     channel_args: list[int] = []
     pixel_args: list[int] = []
 
+    residual = dict(p.residual_views)
+
     def leaf(value) -> str:
         if value is p.conv.output:
             return "acc"
+        if value in residual:  # an NHWC input, read at the element's NHWC index
+            index = residual[value]
+            if index not in extra_inputs:
+                extra_inputs.append(index)
+                extras.append(spec_of(value.type).dtype)
+            slot = extra_inputs.index(index)
+            _, k, rows, cols = out_shape
+            nhwc = f"((i0 * {rows} + i2) * {cols} + i3) * {k} + i1"
+            return f"fs_ld_{spec_of(value.type).dtype}(e{slot}, {nhwc})"
         index = args[value]
         if index not in extra_inputs:
             extra_inputs.append(index)
