@@ -596,6 +596,27 @@ def test_conv_layout_graphs_match_reference(name: str, handoff: str, monkeypatch
             assert_close(out, ref, what=f"{name}, handoff {handoff}, result {k}, seed {seed}")
 
 
+@pytest.mark.parametrize("c, hw", [(32, 8), (64, 14), (256, 7)], ids=["c32", "c64", "c256"])
+def test_residuals_read_channels_last_match_reference(c: int, hw: int, monkeypatch) -> None:
+    """``$FUSEC_CONV_RESIDUAL=nhwc``: the chained residual blocks of
+    ``test_conv_layout.py`` with each block output stored NHWC and read as the next
+    block's residual at its NHWC index, against the reference (the opt-in's GPU check)."""
+    from test_conv_layout import _residual_chain_graph
+
+    import fusec
+    from fusec.runtime.reference import entry_function, run_reference
+    from fusec.tools.runner import random_inputs
+
+    monkeypatch.setenv("FUSEC_CONV_RESIDUAL", "nhwc")
+    compiled = fusec.compile(_residual_chain_graph(c, hw), target="cuda")
+    assert [k.kind for k in compiled.kernels].count("copy") == 1  # the graph input's
+    for seed in (0, 1):
+        args = random_inputs(entry_function(compiled.module), seed=seed)
+        (out,) = compiled._runner(args, poison=True)
+        (ref,) = run_reference(compiled.module, args, rounding="groups")
+        assert_close(out, ref, what=f"residual nhwc C{c} {hw}x{hw}, seed {seed}")
+
+
 # ------------- conv-patchify: patchify convs as one copy and one Tensor Core GEMM
 
 
