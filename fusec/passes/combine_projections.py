@@ -23,20 +23,24 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from xdsl.context import Context
-from xdsl.dialects import arith, func
-from xdsl.dialects.builtin import BytesAttr, DenseIntOrFPElementsAttr, ModuleOp
+from xdsl.dialects import func
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from fusec.dialect import ops as ai
-from fusec.dialect.ops import spec_of, tensor_type
-from fusec.dialect.shapes import TensorSpec
+from fusec.dialect.ops import spec_of
 from fusec.dialect.views import feeds_attention
+from fusec.ir.constants import constant_value, dense_constant, is_constant
 from fusec.ir.dtypes import numpy_dtype
 from fusec.passes.matching import ATTENTION_VIEWS, RowwiseGemm, rowwise_gemm
+
+if TYPE_CHECKING:  # a plain compile does not import xDSL's arith (no constants, no import)
+    from xdsl.dialects import arith
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ class _Projection:
 
 def _dense(value: SSAValue) -> arith.ConstantOp | None:
     op = value.owner
-    if isinstance(op, arith.ConstantOp) and isinstance(op.value, DenseIntOrFPElementsAttr):
+    if is_constant(op) and isinstance(op.value, DenseIntOrFPElementsAttr):
         return op
     return None
 
@@ -88,24 +92,13 @@ def _projection(matmul: ai.MatmulOp, repeated_heads: bool) -> _Projection | None
     return _Projection(gemm, weight, bias)
 
 
-def _values(op: arith.ConstantOp):
-    """The constant's elements as a numpy array of its own element type (a splat
-    expanded)."""
-    import numpy as np
-
-    spec = spec_of(op.results[0].type)
-    assert isinstance(op.value, DenseIntOrFPElementsAttr)  # _dense's check
-    data = np.frombuffer(op.value.data.data, dtype=numpy_dtype(spec.dtype))
-    return np.full(spec.shape, data[0]) if data.size == 1 else data.reshape(spec.shape)
-
-
 def _concatenated(ops: list[arith.ConstantOp], axis: int) -> arith.ConstantOp:
+    """One constant of ``ops``'s values joined along ``axis``, in their own element type."""
     import numpy as np
 
-    joined = np.ascontiguousarray(np.concatenate([_values(op) for op in ops], axis=axis))
     dtype = spec_of(ops[0].results[0].type).dtype
-    ttype = tensor_type(TensorSpec(tuple(joined.shape), dtype))
-    return arith.ConstantOp(DenseIntOrFPElementsAttr(ttype, BytesAttr(joined.tobytes())), ttype)
+    values = [constant_value(op, numpy_dtype(dtype)) for op in ops]
+    return dense_constant(np.concatenate(values, axis=axis), dtype)
 
 
 def _combine(projections: list[_Projection]) -> None:
