@@ -537,7 +537,8 @@ def small_tile(m: int, n: int, batch: int = 1, sms: int = H200.sms) -> TileConfi
 #: the partial's store, the last split's loads) outweigh the main loop it shares out. On the
 #: H200 (benchmarks/results/gemm-split-k-ab.md, batch-1 transformer GEMMs) splits of 3-6
 #: steps lost 10-35% and 8 splits of 6 broke even; 4 splits of 22 (Llama's K = 5632 down)
-#: gained 1.46x. 16 keeps the heuristic to the deep reductions (still opt-in: measure it)
+#: gained 1.46x, and on the 64x64 tile 3 splits of 16 (BERT-base's and ConvNeXt-T's MLP down
+#: at batch 1, gemm-epilogue-ab-b1.md) 1.22x; on by default (``split_k.SPLIT_K_DEFAULT``)
 SPLIT_MIN_STEPS = 16
 #: splits the heuristic gives a tile at most (the last split reads the others' partials)
 SPLIT_K_HEURISTIC_MAX = 8
