@@ -485,8 +485,8 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -
     leaves more than half the SMs without a block (a transformer's projections at batch 1:
     M = 128..256 tokens), where four to eight times the blocks, each shorter, share the
     problem among more SMs. Where even those leave SMs idle, each tile's K is split among
-    several blocks (``split_k_for``; with
-    ``$FUSEC_SPLIT_K`` on, ``heuristic_split_k``).
+    several blocks (``split_k_for``; not with ``$FUSEC_SPLIT_K`` conv or off,
+    ``heuristic_split_k``).
     """
     small = with_variant(small_tile(m, n, batch, sms), SMALL_TILE_VARIANT)
     if m <= 64:
