@@ -156,11 +156,6 @@ def constant_op(array: np.ndarray, dtype: str) -> arith.ConstantOp:
 ATTENTION_VIEWS = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp, ai.ExpandOp, ai.GatherOp)
 
 
-def only_use(value: SSAValue) -> Operation | None:
-    uses = list(value.uses)
-    return uses[0].operation if len(uses) == 1 else None
-
-
 @dataclass
 class RowwiseGemm:
     """``matmul(x, W)`` with a 2-D ``W`` (no ``transpose_a``), then optionally a bias along
@@ -192,7 +187,7 @@ def rowwise_gemm(matmul: Operation | None) -> RowwiseGemm | None:
     lhs, rhs = (spec_of(v.type).shape for v in matmul.operands[:2])
     if len(rhs) != 2 or len(lhs) < 2:
         return None
-    user = only_use(matmul.output)
+    user = matmul.output.get_user_of_unique_use()
     rank = len(lhs)
     if (
         isinstance(user, ai.BiasAddOp)

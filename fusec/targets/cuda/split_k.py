@@ -33,9 +33,9 @@ SPLIT_K_DEFAULT = "auto"
 
 def heuristic_split_k(template: str, grouped: bool = False) -> bool:
     """Whether the heuristic of ``template`` ("gemm" or "conv") splits under-filled problems:
-    ``$FUSEC_SPLIT_K`` "on" (both, grouped convs too), "auto" (the default: the GEMM and
-    ungrouped convs, the ones the GPU tests and the zoo ran split), "conv" (ungrouped
-    convs alone), else neither."""
+    ``$FUSEC_SPLIT_K`` "on" (both, grouped convs too), "auto" (the default: the GEMM,
+    measured on batch-1 GEMMs alone, and ungrouped convs, measured in the CNN zoo), "conv"
+    (ungrouped convs alone), else neither."""
     value = getenv(SPLIT_K_ENV, SPLIT_K_DEFAULT).strip().lower()
     if value in ("1", "on", "true", "yes"):
         return True

@@ -453,6 +453,13 @@ def test_random_conv_graphs_keep_their_values(residual: str, monkeypatch) -> Non
     assert all(seen[key] > 0 for key in ("relaid", "handed", "folded")), seen
 
 
+def _f16_weight(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> str:
+    """``%name = arith.constant`` of random f16 conv weights (scaled by the fan-in)."""
+    data = (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float16)
+    ty = f"tensor<{'x'.join(map(str, shape))}xf16>"
+    return f'  %{name} = arith.constant dense<"0x{data.tobytes().hex().upper()}"> : {ty}'
+
+
 def _squeeze_excite_graph(c: int = 16, e: int = 32, se: int = 8, hw: int = 8) -> str:
     """MobileNetV3's and EfficientNet's block: 1x1 expand + SiLU, depthwise 3x3 + SiLU, the
     squeeze-excite scale (mean over H and W, 1x1 reduce + SiLU, 1x1 expand + sigmoid)
@@ -460,9 +467,7 @@ def _squeeze_excite_graph(c: int = 16, e: int = 32, se: int = 8, hw: int = 8) ->
     rng = np.random.default_rng(5)
 
     def weight(name: str, shape: tuple[int, ...]) -> str:
-        data = (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float16)
-        ty = f"tensor<{'x'.join(map(str, shape))}xf16>"
-        return f'  %{name} = arith.constant dense<"0x{data.tobytes().hex().upper()}"> : {ty}'
+        return _f16_weight(name, shape, rng)
 
     def t(*shape: int) -> str:
         return f"tensor<{'x'.join(map(str, shape))}xf16>"
@@ -522,9 +527,7 @@ def _residual_chain_graph(c: int = 32, hw: int = 8, blocks: int = 3) -> str:
     t = f"tensor<1x{c}x{hw}x{hw}xf16>"
 
     def weight(name: str, shape: tuple[int, ...]) -> str:
-        data = (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float16)
-        ty = f"tensor<{'x'.join(map(str, shape))}xf16>"
-        return f'  %{name} = arith.constant dense<"0x{data.tobytes().hex().upper()}"> : {ty}'
+        return _f16_weight(name, shape, rng)
 
     lines, x = [], "%x"
     for b in range(blocks):

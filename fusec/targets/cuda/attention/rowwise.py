@@ -38,10 +38,8 @@ from xdsl.rewriter import InsertPoint
 
 from fusec.dialect import ops as ai
 from fusec.dialect.views import at_function_level, feeds_attention
-from fusec.passes.matching import ATTENTION_VIEWS, only_use, rowwise_gemm
+from fusec.passes.matching import ATTENTION_VIEWS, rowwise_gemm
 
-#: Layout ops the attention kernel reads its operands through (``attention.template``).
-_VIEWS_IN = ATTENTION_VIEWS
 #: Layout ops it writes its result through.
 _VIEWS_OUT = (ai.ReshapeOp, ai.TransposeOp)
 
@@ -66,13 +64,13 @@ class SinkTransposeBelowGemm(RewritePattern):
     def match_and_rewrite(self, op: ai.TransposeOp, rewriter: PatternRewriter) -> None:
         if not at_function_level(op) or not _leading(op):
             return
-        gemm = rowwise_gemm(only_use(op.output))
+        gemm = rowwise_gemm(op.output.get_user_of_unique_use())
         if gemm is None or gemm.matmul.operands[0] is not op.output:
             return
         if _from_attention(op.operands[0]):
             return  # attention -> GEMM -> attention: the transpose joins the first's store
         last = gemm.last
-        if not feeds_attention(last.results[0], lambda user: isinstance(user, _VIEWS_IN)):
+        if not feeds_attention(last.results[0], lambda user: isinstance(user, ATTENTION_VIEWS)):
             return
         new = gemm.rebuilt(op.operands[0])
         moved = ai.TransposeOp(new[-1].results[0], perm=tuple(op.attr("perm")))
@@ -99,7 +97,7 @@ class HoistTransposeAboveGemm(RewritePattern):
         gemm = rowwise_gemm(producer if isinstance(producer, Operation) else None)
         if gemm is None or op.operands[0] is not gemm.last.results[0]:
             return
-        if only_use(gemm.last.results[0]) is not op:
+        if gemm.last.results[0].get_user_of_unique_use() is not op:
             return
         if not _from_attention(gemm.matmul.operands[0]):
             return

@@ -31,6 +31,7 @@ from fusec.codegen.expr import header
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
+from fusec.passes.matching import ATTENTION_VIEWS
 from fusec.targets.cuda.attention.cpp import AttentionSpec
 from fusec.targets.cuda.attention.views import Layout, OperandView, operand_view
 from fusec.targets.cuda.common import body_ops, kernel_name, plan_accepts, yielded
@@ -111,8 +112,6 @@ def _outer(fused_op: ai.FusedOp, inner: SSAValue) -> SSAValue:
     return inner
 
 
-#: The layout ops the kernel reads an operand through (strides, an offset, a repeat).
-_VIEWS_IN = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp, ai.ExpandOp, ai.GatherOp)
 #: The layout ops the kernel writes its result through (a permutation of its elements).
 _VIEWS_OUT = (ai.ReshapeOp, ai.TransposeOp)
 
@@ -129,7 +128,7 @@ def _layout_in(
     chain = []
     while not (isinstance(value, BlockArgument) and value.block is fused_op.block):
         op = value.owner
-        if not isinstance(op, _VIEWS_IN):
+        if not isinstance(op, ATTENTION_VIEWS):
             return f"{role} is computed inside the group ({getattr(op, 'name', op)})"
         chain.append(op)
         value = op.operands[0]

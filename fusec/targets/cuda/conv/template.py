@@ -272,20 +272,15 @@ def epilogue(fused_op: ai.FusedOp, p: ConvPlan) -> tuple[Epilogue, tuple[int, ..
     def leaf(value) -> str:
         if value is p.conv.output:
             return "acc"
-        if value in residual:  # an NHWC input, read at the element's NHWC index
-            index = residual[value]
-            if index not in extra_inputs:
-                extra_inputs.append(index)
-                extras.append(spec_of(value.type).dtype)
-            slot = extra_inputs.index(index)
-            _, k, rows, cols = out_shape
-            nhwc = f"((i0 * {rows} + i2) * {cols} + i3) * {k} + i1"
-            return f"fs_ld_{spec_of(value.type).dtype}(e{slot}, {nhwc})"
-        index = args[value]
+        index = residual[value] if value in residual else args[value]
         if index not in extra_inputs:
             extra_inputs.append(index)
             extras.append(spec_of(value.type).dtype)
         slot = extra_inputs.index(index)
+        if value in residual:  # an NHWC input, read at the element's NHWC index
+            _, k, rows, cols = out_shape
+            nhwc = f"((i0 * {rows} + i2) * {cols} + i3) * {k} + i1"
+            return f"fs_ld_{spec_of(value.type).dtype}(e{slot}, {nhwc})"
         offset = broadcast_offset(out_shape, shapes[value], index_vars)
         # per-channel vectors and output-shaped tensors are loaded by the kernel (once per
         # tile row, ahead of use: ``cpp.ConvSpec.epilogue_loads``) and passed as arguments

@@ -488,9 +488,13 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -
     several blocks (``split_k_for``; not with ``$FUSEC_SPLIT_K`` conv or off,
     ``heuristic_split_k``).
     """
-    small = with_variant(small_tile(m, n, batch, sms), SMALL_TILE_VARIANT)
+
+    def small() -> TileConfig:
+        tile = with_variant(small_tile(m, n, batch, sms), SMALL_TILE_VARIANT)
+        return _split(tile, m, n, k, batch, sms)
+
     if m <= 64:
-        return _split(small, m, n, k, batch, sms)
+        return small()
     candidates = [TileConfig(128, 256, 64, 4, 2, 8), TileConfig(128, 128, 64, 6, 2, 8)]
 
     def waste(config: TileConfig) -> float:
@@ -505,7 +509,7 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -
         if waste(config) + 0.15 < waste(best):
             best = config
     if 2 * tile_count(best, m, n, batch) < sms:
-        return _split(small, m, n, k, batch, sms)
+        return small()
     if 0 < k <= SHORT_K and best == candidates[0]:
         best = candidates[1]
     return _split(with_variant(best, HEURISTIC_VARIANT), m, n, k, batch, sms)
