@@ -193,7 +193,7 @@ def _tile_conv(fused: ai.FusedOp, device: DeviceCaps) -> None:
     if isinstance(p, str) or conv.route(p) != "implicit":
         return
     try:
-        tile = conv.tile_for(fused, p.geo, device.sms)
+        tile = conv.tile_for(fused, conv.gemm_geometry(p), device.sms)
     except ValueError as err:
         raise FusecError(f"tile-gemm: {err}") from None
     fused.attributes[conv.TILE_ATTR] = StringAttr(tile.text)

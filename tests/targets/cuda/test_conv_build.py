@@ -27,10 +27,13 @@ from fusec.dialect.numpy_ops import conv2d as reference_conv2d
 from fusec.errors import FusecError
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
 from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec
+from fusec.targets.cuda.conv.im2col import Im2col, im2col_problem
 from fusec.targets.cuda.conv.transpose import TransposeTiling
 from fusec.targets.cuda.gemm.cpp import Epilogue
 
 BENCH = ConvGeometry(32, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, 1, 1)
+#: ResNet-50's stem at batch 32: 3 channels, 7x7/2, padding 3
+STEM = ConvGeometry(32, 3, 224, 224, 64, 7, 7, 2, 2, 3, 3, 3, 3)
 BIAS_RELU = Epilogue(
     "const float b = fs_ld_f16(e0, i1);\nconst float t = acc + b;\ny = t < 0.0f ? 0.0f : t;",
     ("f16",),
@@ -155,6 +158,84 @@ def test_tile_model_matches_the_reference_conv(
     )
     ref = np.maximum(ref + bias[None, :, None, None], 0)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def im2col_model(x: np.ndarray, im: Im2col) -> np.ndarray:
+    """The matrix ``fusec::im2col`` (im2col.cuh) writes, replayed from its index arithmetic,
+    every thread's 8 columns at once; NaN where no thread wrote."""
+    src, gemm = im.source, im.gemm
+    per_pixel = gemm.cgp // 8
+    i = np.arange(im.groups)
+    pixel, j0 = i // per_pixel, (i % per_pixel) * 8
+    q, rest = pixel % src.q, pixel // src.q
+    p, n = rest % src.p, rest // src.p
+    out = np.full((im.groups * 8,), np.nan, np.float32)
+    for k in range(8):
+        j = j0 + k
+        c, rs = j // (src.r * src.s), j % (src.r * src.s)
+        h = p * src.stride_h - src.pad_top + rs // src.s * src.dil_h
+        w = q * src.stride_w - src.pad_left + rs % src.s * src.dil_w
+        live = (j < src.c * src.r * src.s) & (h >= 0) & (h < src.h) & (w >= 0) & (w < src.w)
+        clip = (np.minimum(c, src.c - 1), np.clip(h, 0, src.h - 1), np.clip(w, 0, src.w - 1))
+        out[i * 8 + k] = np.where(live, x[(n, *clip)], 0.0)
+    return out.reshape(src.n, src.p, src.q, gemm.cgp)
+
+
+#: few-channel convs: ResNet's 7x7/2 stem, MobileNet's 3x3/2, a stride of 5 along W (past
+#: the tap-wise GEMM's 4), dilation with asymmetric padding, a 1x1/2 on 3 channels
+IM2COL_STEMS = [
+    ConvGeometry(2, 3, 23, 21, 16, 7, 7, 2, 2, 3, 3, 3, 3),
+    ConvGeometry(1, 3, 17, 18, 8, 3, 3, 2, 2, 1, 1, 1, 1),
+    ConvGeometry(1, 3, 9, 31, 8, 3, 3, 1, 5, 0, 2, 1, 0),
+    ConvGeometry(1, 5, 11, 12, 8, 3, 2, 1, 1, 2, 1, 0, 2, 2, 3),
+    ConvGeometry(2, 3, 8, 9, 8, 1, 1, 2, 2),
+]
+
+
+@pytest.mark.parametrize("geo", IM2COL_STEMS)
+def test_im2col_matrix_times_the_weights_is_the_conv(geo: ConvGeometry) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((geo.n, geo.c, geo.h, geo.w)).astype(np.float32)
+    w = rng.standard_normal((geo.k, geo.c, geo.r, geo.s)).astype(np.float32)
+    im = Im2col(geo)
+    matrix = im2col_model(x, im)
+    ck = geo.c * geo.r * geo.s
+    assert not np.isnan(matrix).any(), "a column no thread wrote"
+    assert (matrix[..., ck:] == 0).all() and im.gemm.c == ck
+    # the KCRS weights in their own order are the 1x1 conv's [K][C*R*S]
+    got = np.einsum("npqj,kj->nkpq", matrix[..., :ck], w.reshape(geo.k, ck))
+    ref = reference_conv2d(
+        x,
+        w,
+        strides=(geo.stride_h, geo.stride_w),
+        padding=(geo.pad_top, geo.pad_left, geo.pad_bottom, geo.pad_right),
+        dilations=(geo.dil_h, geo.dil_w),
+    )
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_im2col_feeds_the_implicit_gemm_tile_model() -> None:
+    """The GEMM half: the tile model of the 1x1 conv ``im2col()`` over the matrix (read as
+    the NCHW input ``[N][CK][P][Q]``) with the weights ``[K][CK][1][1]`` is the conv."""
+    geo = IM2COL_STEMS[1]
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((geo.n, geo.c, geo.h, geo.w)).astype(np.float32)
+    w = rng.standard_normal((geo.k, geo.c, geo.r, geo.s)).astype(np.float32)
+    im = Im2col(geo)
+    ck = im.gemm.c
+    matrix = im2col_model(x, im)[..., :ck].transpose(0, 3, 1, 2)
+    tile = ConvTile(64, 64, 2, 1, "n")
+    out, writes = model.run(im.gemm, tile, matrix, w.reshape(-1, ck, 1, 1), grid=2)
+    assert (writes == 1).all()
+    ref = reference_conv2d(x, w, strides=2, padding=1)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_im2col_is_refused_where_it_is_no_gain() -> None:
+    assert "groups" in (im2col_problem(ConvGeometry(1, 8, 5, 5, 8, 3, 3, groups=8)) or "")
+    assert "its own im2col" in (im2col_problem(ConvGeometry(1, 3, 5, 5, 8, 1, 1)) or "")
+    with pytest.raises(ValueError, match="im2col"):
+        ConvSpec(BENCH, choose_tile(BENCH), input="im2col")  # no source
 
 
 def test_tma_box_zero_fills_outside() -> None:
@@ -284,7 +365,9 @@ def _kernel_source(text: str) -> str:
         (conv_text(g=64), "direct conv2d"),
         (conv_text(c=32, k=64, g=8), "direct conv2d"),
         (conv_text(sw=2), "implicit-GEMM conv2d on the Hopper Tensor Cores"),
-        (conv_text(c=3, sw=2), "implicit-GEMM conv2d on the Hopper Tensor Cores"),
+        (conv_text(c=3, sw=2), "gathered per call into its im2col matrix"),
+        # few channels: the im2col matrix's 1x1 conv takes any stride
+        (conv_text(c=3, sw=5, w=300), "the GEMM a 1x1 conv over its 27 channels"),
         (conv_text(sh=2, sw=4, w=300), "implicit-GEMM conv2d on the Hopper Tensor Cores"),
         (
             conv_text(sw=5, w=300),
@@ -331,11 +414,21 @@ SPECS = [
     ),
     # ResNet-50's stem through the implicit GEMM: 3 channels, 7x7/2
     ConvSpec(
-        ConvGeometry(32, 3, 224, 224, 64, 7, 7, 2, 2, 3, 3, 3, 3),
+        STEM,
         ConvTile.parse("64x128 s4 c2n"),
         "f16",
         "f16",
         BIAS_RELU,
+    ),
+    # ... and as the 1x1 conv over its im2col matrix (147 channels), the default
+    ConvSpec(
+        STEM.im2col(),
+        choose_tile(STEM.im2col()),
+        "f16",
+        "f16",
+        BIAS_RELU,
+        input="im2col",
+        source=STEM,
     ),
     # ResNet-50's stride-2 3x3 (layer 2, batch 32): strided boxes along W
     ConvSpec(
@@ -388,6 +481,7 @@ def test_tma_innermost_coordinates_are_16_byte_aligned() -> None:
         "bench-64x192-1c",
         "128x256m-bf16-f32",
         "stem-7x7s2-c3",
+        "stem-im2col-7x7s2-c3",
         "stride2-64x128n",
         "resnet-7x7-b1-128x64m-sk4",
     ],
@@ -410,10 +504,14 @@ def test_conv_cubin_is_one_inlined_wgmma_kernel(spec: ConvSpec, tmp_path) -> Non
     if sass is None:
         pytest.skip("cuobjdump/nvdisasm not found: SASS not checked")
     hgmma = re.findall(r"HGMMA\.64x(\d+)x16\.F32", sass)
-    assert len(hgmma) == 4 * (spec.tile.wm // 64) and set(hgmma) == {str(spec.tile.wn)}
+    # one reduction step's wgmmas in the main loop, or every step's where ptxas unrolls a
+    # loop of a few (the im2col stem's 3 chunks)
+    step = 4 * (spec.tile.wm // 64)
+    assert len(hgmma) in (step, step * spec.geo.kblocks) and set(hgmma) == {str(spec.tile.wn)}
     assert not re.search(r"\b(LDL|STL)\b", sass), "local-memory traffic in the kernel"
     assert "CALL" not in sass
-    assert len(re.findall(r"UTMALDG\.5D", sass)) == spec.tile.bn // 64
+    loads = len(re.findall(r"UTMALDG\.5D", sass))
+    assert loads in (spec.tile.bn // 64, spec.tile.bn // 64 * spec.geo.kblocks)
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass  # one wgmma group kept in flight
 
 

@@ -485,22 +485,32 @@ STEMS = {
     # stride 4 (a box of 256 pixels) with padding: not a patchify conv (conv-patchify)
     "c3-5x5s4-pad2-bf16": conv_graph(2, 3, 33, 35, 96, 5, 5, t="bf16", stride=(4, 4), pad=(2, 2)),
     "c5-3x3-odd": conv_graph(2, 5, 13, 11, 32, 3, 3, pad=(1, 1), tail="residual"),
+    # MobileNet's and EfficientNet's 3x3/2 stems; a stride of 6 along W (im2col only)
+    "mobilenet-3x3s2-c3": conv_graph(2, 3, 32, 30, 16, 3, 3, stride=(2, 2), pad=(1, 1)),
+    "c3-3x3s6-bf16": conv_graph(1, 3, 20, 70, 24, 3, 3, t="bf16", stride=(1, 6), pad=(1, 1)),
 }
+#: the tap-wise implicit GEMM cannot step 6 pixels along W
+_TAPWISE = [name for name in STEMS if name != "c3-3x3s6-bf16"]
 
 
-@pytest.mark.parametrize("name", list(STEMS))
-def test_few_channel_stems_through_the_implicit_gemm(name: str, monkeypatch) -> None:
-    """An ungrouped conv of fewer than 16 input channels runs as the implicit GEMM (the
-    default, $FUSEC_CONV_FEW_CHANNELS=implicit), the channel chunk zero-filled past the
-    real channels."""
+@pytest.mark.parametrize(
+    "mode, name",
+    [("im2col", name) for name in STEMS] + [("implicit", name) for name in _TAPWISE],
+)
+def test_few_channel_stems_through_the_implicit_gemm(mode: str, name: str, monkeypatch) -> None:
+    """An ungrouped conv of fewer than 16 input channels runs as the implicit GEMM of a 1x1
+    conv over its im2col matrix (the default, $FUSEC_CONV_FEW_CHANNELS=im2col), or over
+    taps with the channel chunk zero-filled past the real channels ("implicit")."""
     import fusec
     from fusec.runtime.reference import entry_function, run_reference
     from fusec.tools.runner import random_inputs
 
-    monkeypatch.setenv("FUSEC_CONV_FEW_CHANNELS", "implicit")
+    monkeypatch.setenv("FUSEC_CONV_FEW_CHANNELS", mode)
     compiled = fusec.compile(STEMS[name], target="cuda")
     (kernel,) = [k for k in compiled.kernels if k.kind == "conv"]
-    assert "implicit-GEMM" in kernel.source.split("\n\n")[0], kernel.source[:600]
+    header = kernel.source.split("\n\n")[0]
+    assert "implicit-GEMM" in header, kernel.source[:600]
+    assert ("im2col matrix" in header) == (mode == "im2col"), header
     for seed in (0, 1):
         args = random_inputs(entry_function(compiled.module), seed=seed)
         (out,) = compiled._runner(args, poison=True)

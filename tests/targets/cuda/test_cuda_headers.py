@@ -110,6 +110,7 @@ def _template_probes() -> dict[str, str]:
     from fusec.targets.cuda.attention import cpp as attention
     from fusec.targets.cuda.conv.config import ConvGeometry
     from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec, generate, generate_direct
+    from fusec.targets.cuda.conv.im2col import Im2col
     from fusec.targets.cuda.conv.transpose import RelayoutSpec
     from fusec.targets.cuda.gemm import aux, cpp
 
@@ -130,6 +131,9 @@ def _template_probes() -> dict[str, str]:
             )
         ),
         "fusec/gemm.cuh": cpp.generate(cpp.GemmSpec()),
+        "fusec/im2col.cuh": Im2col(ConvGeometry(2, 3, 15, 17, 8, 7, 7, 2, 2, 3, 3, 3, 3)).kernel(
+            "probe"
+        ),
         "fusec/layernorm_prep.cuh": aux.LayerNormPrep("bf16", "f32", "bf16", "k", 1e-5).generate(),
         # both copies: 8 x 8 blocks (16- and 2-byte loads) and few pixels
         "fusec/relayout.cuh": RelayoutSpec(2, 64, 1000).generate()

@@ -107,6 +107,11 @@ class ConvGeometry:
         """Row pitch (elements) of the re-laid weights: CG rounded up to 8 (16 bytes)."""
         return cdiv(self.cg, 8) * 8
 
+    def im2col(self) -> ConvGeometry:
+        """The 1x1 conv over this conv's im2col matrix ``[N][P][Q][C*R*S]`` (one group:
+        ``conv.im2col``): the same products, the KCRS weights read as ``[K][C*R*S]``."""
+        return ConvGeometry(self.n, self.c * self.r * self.s, self.p, self.q, self.k, 1, 1)
+
     @property
     def nhwc_elements(self) -> int:
         """Elements of the channels-last copy of the input, ``[N][H][W][G][CGP]``."""

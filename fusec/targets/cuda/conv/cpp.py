@@ -56,6 +56,7 @@ from fusec.targets.cuda.conv.config import (
     cdiv,
     tile_count,
 )
+from fusec.targets.cuda.conv.im2col import Im2col
 from fusec.targets.cuda.conv.transpose import TransposeTiling, transpose_config, transpose_kernel
 from fusec.targets.cuda.epilogue import Epilogue
 from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
@@ -68,8 +69,10 @@ OUT_DTYPES = ("f16", "bf16", "f32")
 #: place by TMA, "nchw-ld" = in place by the producer warpgroup's 16-byte loads
 INPUTS = ("nhwc", "nchw", "nchw-ld")
 #: ... and "given": the input already is channels-last ``[N][H][W][C]`` (the previous conv
-#: group wrote it so: ``out_layout="nhwc"``, the opt-in conv -> conv hand-off)
-LAYOUTS = (*INPUTS, "given")
+#: group wrote it so: ``out_layout="nhwc"``, the opt-in conv -> conv hand-off); "im2col":
+#: the GEMM is the 1x1 conv over the im2col matrix of the conv ``ConvSpec.source``, written
+#: per call by a small kernel (``im2col``: few-channel stems)
+LAYOUTS = (*INPUTS, "given", "im2col")
 #: how the weights come: KCRS (re-laid out per call) or KRSC (as they are)
 WEIGHTS = ("kcrs", "krsc")
 #: TMA reads start 16-byte aligned: a W coordinate must be a multiple of this many pixels
@@ -152,6 +155,17 @@ def _shape_comment(geo: ConvGeometry) -> str:
     )
 
 
+def _source_comment(spec: ConvSpec) -> str:
+    src = spec.source
+    if src is None:
+        return ""
+    return (
+        f"\n// the im2col matrix of {_shape_comment(src)}, stride {src.stride_h}x{src.stride_w}, "
+        f"pad {src.pad_top},{src.pad_left},{src.pad_bottom},{src.pad_right}, "
+        f"dilation {src.dil_h}x{src.dil_w}"
+    )
+
+
 def _check_types(dtype: str, out_dtype: str, epilogue: Epilogue) -> None:
     if dtype not in DTYPES or out_dtype not in OUT_DTYPES:
         raise ValueError(f"unsupported conv types {dtype} -> {out_dtype}")
@@ -181,9 +195,18 @@ class ConvSpec(LinkedSpec):
     #: "kcrs": the weights re-laid out to ``[K][R*S][CGP]`` per call (``relayout_name``);
     #: "krsc": given as ``[K][R][S][C]`` (``C % 8 == 0``, one group: no padding), read as is
     weight: str = "kcrs"
+    #: ``input="im2col"``: the conv whose im2col matrix the GEMM reads (``geo`` is its
+    #: ``im2col()``); None otherwise
+    source: ConvGeometry | None = None
 
     def __post_init__(self) -> None:
         _check_types(self.dtype, self.out_dtype, self.epilogue)
+        if (self.input == "im2col") != (self.source is not None):
+            raise ValueError('a conv source geometry goes with input="im2col" (and only there)')
+        if self.source is not None:
+            Im2col(self.source)  # validates
+            if self.geo != self.source.im2col() or self.weight != "kcrs":
+                raise ValueError("an im2col conv is the 1x1 conv source.im2col(), KCRS weights")
         if self.weight not in WEIGHTS:
             raise ValueError(f"conv weight layout {self.weight!r}, expected one of {WEIGHTS}")
         if self.weight == "krsc" and (self.geo.groups != 1 or self.geo.cgp != self.geo.cg):
@@ -223,6 +246,15 @@ class ConvSpec(LinkedSpec):
         return f"fusec_convxs_{self.key}" if self.transposing.vectorizable else None
 
     @property
+    def im2col_name(self) -> str:
+        """The ``__global__`` kernel that writes the im2col matrix (``input="im2col"``)."""
+        return f"fusec_convi_{self.key}"
+
+    @property
+    def im2col(self) -> Im2col | None:
+        return Im2col(self.source) if self.source is not None else None
+
+    @property
     def copies_input(self) -> bool:
         """Whether a channels-last copy of the input runs before the conv kernel."""
         return self.input == "nhwc"
@@ -242,6 +274,8 @@ class ConvSpec(LinkedSpec):
         names: tuple[str | None, ...] = (self.relayout_name if self.relayouts_weights else None,)
         if self.copies_input:
             names += (self.transpose_name, self.transpose_scalar_name)
+        if self.im2col is not None:
+            names += (self.im2col_name,)
         return tuple(name for name in names if name)
 
     @property
@@ -345,6 +379,7 @@ LD_CONSUMER_REGISTERS = 216
 _INPUT = {
     "nhwc": "fusec::CONV_INPUT_NHWC",
     "given": "fusec::CONV_INPUT_NHWC",
+    "im2col": "fusec::CONV_INPUT_NHWC",
     "nchw": "fusec::CONV_INPUT_NCHW",
     "nchw-ld": "fusec::CONV_INPUT_LD",
 }
@@ -427,6 +462,7 @@ def generate(spec: ConvSpec) -> str:
         "nchw": ", NCHW input read in place",
         "nchw-ld": ", NCHW input loaded by threads",
         "given": ", channels-last input given",
+        "im2col": ", the im2col matrix's 1x1 conv",
     }.get(spec.input, "")
     if spec.out_layout == "nhwc":
         headline += ", channels-last output"
@@ -435,14 +471,15 @@ def generate(spec: ConvSpec) -> str:
     x = spec.kernel_params()[1]
     split = "split_ws, split_counters" if tile.split_k > 1 else "0, 0"
     return f"""// fusec generated implicit-GEMM conv2d: {headline}
-// {_shape_comment(geo)}
+// {_shape_comment(geo)}{_source_comment(spec)}
 // epilogue {spec.epilogue.name}
 {include("conv")}{_transpose_config(spec)}
 {_epilogue_function(spec.epilogue)}
 {_config(spec)}
 {_functor(spec)}
 {_weights_kernel(spec) if spec.relayouts_weights else ""}\
-{_transpose_kernels(spec) if spec.copies_input else ""}
+{_transpose_kernels(spec) if spec.copies_input else ""}\
+{spec.im2col.kernel(spec.im2col_name) if spec.im2col else ""}
 extern "C" __device__ __attribute__((always_inline))
 int {spec.function_name}(int* ret, u64 smem_raw, {params}) {{
   const Epilogue epi{{{pointers}}};

@@ -5,7 +5,8 @@ Per call of the implicit GEMM, on the caller's stream and in this order:
 1. the weights are re-laid out (``fusec_convw_*``, KCRS -> [K][R*S][CGP]; not with
    ``spec.weight == "krsc"``: the group takes them so, ``conv-layout``) and
 2. the input is made channels-last (``fusec_convx_*``, NCHW -> [N][H][W][G][CGP];
-   ``fusec_convxs_*``, its 2-byte-load twin, for an input not 16-byte aligned)
+   ``fusec_convxs_*``, its 2-byte-load twin, for an input not 16-byte aligned), or
+   for ``spec.input == "im2col"`` its im2col matrix is written (``fusec_convi_*``)
    into scratch buffers kept per stream (a later call on the same stream runs
    after this one, so reusing them is ordered; another stream has its own);
 3. the conv kernel: a persistent grid of ``min(tiles x splits, SMs)`` blocks (split-K's
@@ -29,6 +30,7 @@ from fusec.targets.cuda import split_k
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.conv.config import CHUNK, STRIP, nhwc_box, nhwc_element_strides
 from fusec.targets.cuda.conv.cpp import DIRECT_THREADS, ConvSpec, DirectConvSpec
+from fusec.targets.cuda.conv.im2col import THREADS as IM2COL_THREADS
 from fusec.targets.cuda.conv.transpose import THREADS, RelayoutSpec
 from fusec.targets.cuda.tensormaps import LinkedKernel
 from fusec.targets.cuda.tensormaps import _check as check
@@ -44,6 +46,7 @@ class ConvKernel(LinkedKernel):
         super().__init__(cubin, spec.tile.smem_bytes, spec.named_kernels)
         self.spec = spec
         self.relayout = self.named[spec.relayout_name] if spec.relayouts_weights else None
+        self.im2col = self.named[spec.im2col_name] if spec.im2col else None
         self.transpose = self.transpose_scalar = None
         if spec.copies_input:
             self.transpose = self.named[spec.transpose_name]
@@ -72,7 +75,7 @@ class ConvKernel(LinkedKernel):
         u64 = ctypes.c_uint64
         with self.lock:
             wp = self.weights(w, stream, handle, sms)
-            map_x = self.input_map(x, stream, handle)
+            map_x = self.input_map(x, stream, handle, sms)
             row = geo.cgp * 2
             taps = geo.r * geo.s
             map_w = tensor_map(
@@ -107,11 +110,17 @@ class ConvKernel(LinkedKernel):
         self.launch(self.relayout, blocks, _RELAYOUT_THREADS, 0, handle, [(u64, w), (u64, wp)])
         return wp
 
-    def input_map(self, x: int, stream: int, handle: Any) -> int:
-        """The tensor map of the B operand: over the channels-last copy of ``x`` (queued
-        here), or over NCHW ``x`` itself for ``input == "nchw"``; for ``"nchw-ld"`` the
-        address of ``x`` (16-byte aligned)."""
+    def input_map(self, x: int, stream: int, handle: Any, sms: int = H200.sms) -> int:
+        """The tensor map of the B operand: over the channels-last copy of ``x`` or its
+        im2col matrix (queued here), or over NCHW ``x`` itself for ``input == "nchw"``; for
+        ``"nchw-ld"`` the address of ``x`` (16-byte aligned)."""
         spec, geo = self.spec, self.spec.geo
+        u64 = ctypes.c_uint64
+        if spec.im2col is not None:  # 2-byte loads: any alignment
+            xt = self.buffer((stream, "x"), geo.nhwc_elements * 2)
+            grid = spec.im2col.grid(sms)
+            self.launch(self.im2col, grid, IM2COL_THREADS, 0, handle, [(u64, x), (u64, xt)])
+            return self.channels_last_map(spec, xt, stream)
         # TMA and 16-byte loads need 16-byte alignment
         if spec.input in ("nchw", "nchw-ld") and x % 16:
             size = geo.n * geo.c * geo.h * geo.w * 2
@@ -136,7 +145,6 @@ class ConvKernel(LinkedKernel):
             )
         xt = self.buffer((stream, "x"), geo.nhwc_elements * 2)
         copy = spec.transposing
-        u64 = ctypes.c_uint64
         self.launch(self.transpose_for(x), copy.grid, THREADS, 0, handle, [(u64, x), (u64, xt)])
         return self.channels_last_map(spec, xt, stream)
 

@@ -160,8 +160,8 @@ def channels_last_plan(fused_op: ai.FusedOp) -> ConvPlan | None:
     if fused_op.kind_name != "conv" or LAYOUT_ATTR in fused_op.attributes:
         return None
     p = template.plan(fused_op)
-    if isinstance(p, str) or template.route(p) != "implicit":
-        return None
+    if isinstance(p, str) or template.route(p) != "implicit" or template.im2col_for(p):
+        return None  # (the im2col kernel reads the NCHW input, in KCRS order)
     args = fused_op.block.args
     if any([u.operation for u in args[i].uses] != [p.conv] for i in (p.x, p.w)):
         return None  # the epilogue reads the input too (conv(x) + x): it stays NCHW

@@ -13,8 +13,8 @@ to the output type). It runs as
   grouped convs of fewer than 16 channels a group (not a GEMM worth the name); a
   depthwise group the ``channels-last`` pass relaid (``fusec.layout`` input and output
   "nhwc") runs its NHWC kernel (``conv_depthwise_nhwc.cuh``); an
-  ungrouped conv of fewer channels (a stem) is an implicit GEMM whose channel chunks
-  TMA zero-fills (``FEW_CHANNELS_ENV``);
+  ungrouped conv of fewer channels (a stem) is the implicit GEMM of a 1x1 conv over its
+  im2col matrix, any stride (``conv.im2col``; ``FEW_CHANNELS_ENV``);
 * the PyTorch fallback (``fusec.targets.cuda.torch_fallback``) otherwise, the reason in
   its header: f32 graphs (IEEE f32 through cuDNN without TF32; the templates
   are 16-bit Tensor Core kernels), a stride along W over 4 with many channels (a
@@ -60,6 +60,7 @@ from fusec.targets.cuda.conv.cpp import (
     implicit_gemm_problem,
     nchw_input_problem,
 )
+from fusec.targets.cuda.conv.im2col import im2col_problem
 from fusec.targets.cuda.conv.layouts import (
     LAYOUT_ATTR,
     TO_CHANNELS_FIRST,
@@ -86,11 +87,14 @@ _DTYPES = ("f16", "bf16")
 #: below this many input channels per group the direct template serves the conv
 MIN_GEMM_CHANNELS = 16
 #: An ungrouped conv of fewer than MIN_GEMM_CHANNELS input channels (a stem: 3 channels of
-#: an image) runs as the implicit GEMM, its 64-channel reduction chunks zero-filled past
-#: the real channels ("implicit", the default: ResNet-50's 7x7/2 stem at batch 32 took
-#: 0.886 ms against the direct kernel's 1.716 ms on the H200, conv-attn.md),
-#: or as the direct template ("direct"; an A/B switch: conv_attn_bench.py --only stem)
+#: an image) runs as the implicit GEMM of a 1x1 conv over its im2col matrix ("im2col", the
+#: default: 3 reduction chunks for the 7x7 stem instead of 49, ``conv.im2col``), as the
+#: implicit GEMM over taps with its 64-channel reduction chunks zero-filled past the real
+#: channels ("implicit": ResNet-50's 7x7/2 stem at batch 32 took 0.886 ms, against the
+#: direct kernel's 1.716 ms on the H200, conv-attn.md), or as the direct template
+#: ("direct"); A/B switches: conv_attn_bench.py --only stem
 FEW_CHANNELS_ENV = "FUSEC_CONV_FEW_CHANNELS"
+FEW_CHANNELS = ("im2col", "implicit", "direct")
 
 
 @dataclass(frozen=True)
@@ -339,12 +343,25 @@ def input_for(geo: ConvGeometry) -> tuple[str, str | None]:
     return ("nhwc", f"{asked} not applied: {why}") if why else (asked, None)
 
 
-def few_channels_implicit() -> bool:
-    """``$FUSEC_CONV_FEW_CHANNELS`` (an A/B switch: "implicit", the default, or "direct")."""
-    asked = os.environ.get(FEW_CHANNELS_ENV, "").strip().lower() or "implicit"
-    if asked not in ("direct", "implicit"):
-        raise ValueError(f"${FEW_CHANNELS_ENV}: {asked!r}, expected 'direct' or 'implicit'")
-    return asked == "implicit"
+def few_channels_mode() -> str:
+    """``$FUSEC_CONV_FEW_CHANNELS`` (validated: "im2col", the default, "implicit" or
+    "direct")."""
+    asked = os.environ.get(FEW_CHANNELS_ENV, "").strip().lower() or "im2col"
+    if asked not in FEW_CHANNELS:
+        raise ValueError(f"${FEW_CHANNELS_ENV}: {asked!r}, expected one of {FEW_CHANNELS}")
+    return asked
+
+
+def im2col_for(p: ConvPlan) -> bool:
+    """Whether ``p``'s implicit GEMM is the 1x1 conv over its im2col matrix: an ungrouped
+    few-channel conv with NCHW input and KCRS weights (the matrix's column order is theirs)."""
+    return (
+        p.geo.cg < MIN_GEMM_CHANNELS
+        and few_channels_mode() == "im2col"
+        and p.layout.input == "nchw"
+        and p.layout.weight == "kcrs"
+        and im2col_problem(p.geo) is None
+    )
 
 
 def epilogue_loads_for() -> str:
@@ -364,8 +381,16 @@ def depthwise(geo: ConvGeometry) -> bool:
     return geo.groups == geo.c == geo.k and geo.cg == 1
 
 
+def gemm_geometry(p: ConvPlan) -> ConvGeometry:
+    """The conv the implicit GEMM of ``p`` runs: the 1x1 conv over the im2col matrix
+    (``im2col_for``), else ``p``'s own."""
+    return p.geo.im2col() if im2col_for(p) else p.geo
+
+
 def route(p: ConvPlan) -> str:
     """``"implicit"``, ``"direct"`` or the reason for the fallback."""
+    if im2col_for(p):
+        return implicit_gemm_problem(gemm_geometry(p)) or "implicit"
     how = route_geometry(p.geo)
     if how == "direct" and p.layout != Layout():
         if p.layout == DEPTHWISE_NHWC and depthwise(p.geo):
@@ -379,7 +404,7 @@ def route(p: ConvPlan) -> str:
 
 def route_geometry(geo: ConvGeometry) -> str:
     """``"implicit"``, ``"direct"`` or the reason for the fallback."""
-    if geo.cg < MIN_GEMM_CHANNELS and not (geo.groups == 1 and few_channels_implicit()):
+    if geo.cg < MIN_GEMM_CHANNELS and (geo.groups != 1 or few_channels_mode() == "direct"):
         return "direct"
     why = implicit_gemm_problem(geo)
     return why or "implicit"
@@ -394,11 +419,24 @@ _INPUT_NOTES = {
     "wgmma), padding = zero fill;",
     "nchw-ld": "NCHW input loaded in place by the producer warpgroup (16-byte loads shifted "
     "in registers, MN-major B, transposed wgmma), padding = zeros;",
+    "im2col": "few channels: the NCHW input gathered per call into its im2col matrix "
+    "[N][P][Q][C*R*S] (a small launch before the conv), the GEMM a 1x1 conv over its "
+    "{ck} channels;",
 }
 _WEIGHT_NOTES = {
     "kcrs": "weights re-laid out to [K][R*S][C] per call (a small launch before the conv);",
     "krsc": f"weights given [K][R][S][C] ({LAYOUT_ATTR} weight = krsc): no re-layout;",
+    "im2col": "weights read as [K][C*R*S] and padded per call (a small launch before the conv);",
 }
+
+
+def _geometry_text(geo: ConvGeometry) -> str:
+    """``geo`` as the generated module constructs it."""
+    return (
+        f"ConvGeometry({geo.n}, {geo.c}, {geo.h}, {geo.w}, {geo.k}, {geo.r}, {geo.s}, "
+        f"{geo.stride_h}, {geo.stride_w}, {geo.pad_top}, {geo.pad_left}, {geo.pad_bottom}, "
+        f"{geo.pad_right}, {geo.dil_h}, {geo.dil_w}, {geo.groups})"
+    )
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
@@ -414,11 +452,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     dtype = spec_of(p.conv.input.type).dtype
     out_dtype = spec_of(fused_op.results[0].type).dtype
     geo = p.geo
-    geo_text = (
-        f"ConvGeometry({geo.n}, {geo.c}, {geo.h}, {geo.w}, {geo.k}, {geo.r}, {geo.s}, "
-        f"{geo.stride_h}, {geo.stride_w}, {geo.pad_top}, {geo.pad_left}, {geo.pad_bottom}, "
-        f"{geo.pad_right}, {geo.dil_h}, {geo.dil_w}, {geo.groups})"
-    )
+    geo_text = _geometry_text(geo)
     epi_text = (
         f"Epilogue({epi.body!r}, {epi.extras!r}, {epi.name!r}, {epi.helpers!r}, "
         f"channel_args={epi.channel_args!r}, pixel_args={epi.pixel_args!r})"
@@ -431,25 +465,32 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     )
     spec: ConvSpec | DirectConvSpec
     if how == "implicit":
-        tile = tile_for(fused_op, geo)
-        layout, refused = input_for(geo)
+        gemm_geo = gemm_geometry(p)
+        source = geo if gemm_geo != geo else None
+        tile = tile_for(fused_op, gemm_geo)
+        layout, refused = ("im2col", None) if source else input_for(geo)
         if p.layout.input == "nhwc":  # conv-layout relaid it (refused: why not in place)
             layout = "given"
         weight = "krsc" if p.layout.weight == "krsc" else "kcrs"
         loads = epilogue_loads_for()
-        spec = ConvSpec(geo, tile, dtype, out_dtype, epi, layout, loads, p.layout.output, weight)
+        spec = ConvSpec(
+            gemm_geo, tile, dtype, out_dtype, epi, layout, loads, p.layout.output, weight, source
+        )
         notes = [
             "target: cuda, implicit-GEMM conv2d on the Hopper Tensor Cores (wgmma + TMA, "
             f"sm_90a), tile {tile.text}, {spec.tiles} tiles;",
             f"{shape}; {dtype} -> {out_dtype}, f32 accumulation;",
-            _INPUT_NOTES[spec.input],
-            _WEIGHT_NOTES[spec.weight],
+            _INPUT_NOTES[spec.input].format(ck=gemm_geo.c),
+            _WEIGHT_NOTES["im2col" if source else spec.weight],
             f"epilogue on the accumulators: {epi.name} (f32, one rounding at the store)",
         ]
         if refused:
             notes.append(f"${INPUT_ENV}={refused}")
-        spec_text = f"ConvSpec({geo_text}, ConvTile.parse({tile.text!r}), {dtype!r}, "
+        spec_text = f"ConvSpec({_geometry_text(gemm_geo)}, ConvTile.parse({tile.text!r}), "
+        spec_text += f"{dtype!r}, "
         layout_text = "" if spec.copies_input else f", input={spec.input!r}"
+        if source:
+            layout_text += f", source={geo_text}"
         if spec.out_layout != "nchw":
             layout_text += f", out_layout={spec.out_layout!r}"
             notes.append(
