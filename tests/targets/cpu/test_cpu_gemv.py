@@ -20,6 +20,8 @@ from fusec.targets.cpu import microkernel
 from fusec.tools.runner import random_inputs
 
 STRIP = microkernel.STRIP
+#: lanes of one vector on this machine (8 with AVX2, 16 with AVX-512)
+W = microkernel.W
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +71,7 @@ func.func @f(%a: {a}, %bias: {bias}) -> {y} {{
         (1, 37, 2 * STRIP + 37, True, False),  # K off the vector width, ragged N
         (1, 53, STRIP + 5, False, True),  # a 1-D A, fewer columns than a vector past a strip
         (3, 40, 3 * STRIP - 1, True, False),  # a few rows
-        (6, 19, 2 * STRIP + 16, False, False),  # a whole vector past the last strip
+        (6, 19, 2 * STRIP + W, False, False),  # a whole vector past the last strip
         (16, 29, 2 * STRIP + 5, True, False),  # a throughput batch: tiles of 6, 6 and 4 rows
     ],
 )
