@@ -34,6 +34,13 @@ def _operands(m: int, k: int, n: int, zero: int, extremes: bool):
     return a, b
 
 
+#: The int8 GEMM's tiles are 512-bit vectors of 16 int32 lanes (AVX-512, with or without
+#: VNNI: the templates name them only with VNNI, ``gemm_int8.available``); on a narrower
+#: target a call runs past its strips, so the tests that call them directly skip there.
+needs_512 = pytest.mark.skipif(
+    gemm_int8.W != gemm_int8.LANES, reason="the int8 GEMM's tiles need AVX-512 (16 lanes)"
+)
+
 #: The int8 GEMMs this host runs: VNNI, and AMX where the process may use it.
 GEMMS = ["gemm_q8_packed"] + (["gemm_q8_packed_amx"] if gemm_int8.amx_available() else [])
 
@@ -50,6 +57,7 @@ def _gemm(a, b, zero, c0=0, cols=None, transposed=False, gemm="gemm_q8_packed"):
     return c
 
 
+@needs_512
 @pytest.mark.parametrize(
     "m, k, n, c0, cols",
     [
@@ -72,6 +80,7 @@ def test_gemm_q8_packed_is_the_exact_integer_product(m, k, n, c0, cols, gemm):
         np.testing.assert_array_equal(got, want, err_msg=f"zero {zero}")
 
 
+@needs_512
 @pytest.mark.parametrize("m, k, n", [(5, 37, 48), (33, 576, 80), (40, 64, 2 * STRIP)])
 @pytest.mark.parametrize("gemm", ["gemm_q8_bytes"] + ["gemm_q8_bytes_amx"] * (len(GEMMS) > 1))
 def test_gemm_q8_bytes_is_the_exact_integer_product(m, k, n, gemm):
@@ -103,6 +112,7 @@ def _packed_columns(x: np.ndarray, poison: int = 0xA5) -> np.ndarray:
     return np.concatenate(pieces).view(np.float32)
 
 
+@needs_512
 @pytest.mark.parametrize(
     "m, k, n",
     [
@@ -140,6 +150,7 @@ def test_pack_q8_rows_pads_quads_with_zeros_and_appends_row_sums():
         gemm_int8.pack_q8_rows(np.array([[0.5, 1.0]], np.float32))
 
 
+@needs_512
 @pytest.mark.parametrize("gemm", GEMMS)
 def test_a_transposed_weight_packs_alike(gemm):
     a, b = _operands(40, 70, 48, 7, True)
@@ -155,6 +166,7 @@ def test_pack_q8_takes_only_int8_codes():
         gemm_int8.pack_q8(np.array([[128.0, 1.0]], np.float32))
 
 
+@needs_512
 def test_the_portable_tile_gives_the_same_sums():
     """The tile without VNNI (widened products added in fours) on a 6 x 64 block, the
     largest products of both signs included: the exact sums less the zero point's share."""
@@ -174,6 +186,7 @@ def test_the_portable_tile_gives_the_same_sums():
     np.testing.assert_array_equal(c, (a.astype(np.int64) @ b.astype(np.int64)).astype(np.float32))
 
 
+@needs_512
 def test_the_portable_rows_tile_gives_the_same_sums():
     """``gemm_q8_rows``' tile without VNNI (A the signed operand, B the unsigned one) on
     6 rows by 64 columns: the exact sums less the zero point times each row's sum."""
