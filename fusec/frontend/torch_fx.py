@@ -78,7 +78,7 @@ def translate(
     """Import a core-ATen FX graph as a verified ai module. ``constants`` maps
     placeholder names to their values (parameters and buffers); the other
     placeholders (or ``inputs``, in that order) become the function's arguments."""
-    from fusec.frontend import torch_lowerings  # noqa: F401  (registers LOWERINGS)
+    from fusec.frontend import torch_lowerings, torch_strided  # noqa: F401  (register LOWERINGS)
 
     return Translator(graph, constants=constants, source=source, name=name).run(inputs)
 
@@ -86,7 +86,7 @@ def translate(
 def unsupported_reason(node: fx.Node) -> str | None:
     """Why fusec cannot lower ``node`` on its own (None: it can): the node's lowering
     run on arguments of its inputs' recorded types, so the same code decides."""
-    from fusec.frontend import torch_lowerings  # noqa: F401  (registers LOWERINGS)
+    from fusec.frontend import torch_lowerings, torch_strided  # noqa: F401  (register LOWERINGS)
 
     if node.op != "call_function":
         return f"FX '{node.op}' node"

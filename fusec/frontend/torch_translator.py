@@ -34,6 +34,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Block, Operation, Region, SSAValue
 
+from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of, tensor_type
 from fusec.dialect.shapes import DtypeError, ShapeError, TensorSpec, shape_problem
 from fusec.errors import FusecError, SourceLocation
@@ -460,3 +461,9 @@ def _attribute(node: fx.Node) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ entry points
+
+
+def reshape(t: Translator, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+    """``x`` reshaped to ``shape`` (itself when it has that shape already)."""
+    shape = tuple(int(d) for d in shape)
+    return x if shape == shape_of(x) else t.emit(ai.ReshapeOp, x, shape=shape)

@@ -25,7 +25,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fusec.codegen.expr import CppExprGenerator, cpp_helper_source
+from fusec.targets.cuda.cpp_expr import CppExprGenerator, cpp_helper_source
 
 F32 = np.float32
 TANH_REL = 2.0**-10.9

@@ -35,7 +35,6 @@ from fusec.codegen.expr import (
     LANGUAGES,
     TORCH,
     ExprGenerator,
-    cpp_helper_source,
     helper_source,
     operand_shape,
 )
@@ -47,6 +46,7 @@ from fusec.frontend.mlir import parse_module
 from fusec.ir.dtypes import numpy_dtype
 from fusec.passes.fusion.rules import default_rules
 from fusec.target import REGISTRY, generate, get_target
+from fusec.targets.cuda.cpp_expr import cpp_helper_source
 
 N = 64
 

@@ -40,7 +40,6 @@ from xdsl.ir import Operation, SSAValue
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import (
     ELEMENTWISE_OPS,
-    CppExprGenerator,
     broadcast_offset,
     header,
     leaf_shapes,
@@ -68,6 +67,7 @@ from fusec.targets.cuda.conv.layouts import (
     Layout,
     layout_of,
 )
+from fusec.targets.cuda.cpp_expr import CppExprGenerator
 from fusec.targets.cuda.epilogue import Epilogue
 from fusec.targets.cuda.linked import linked_kernel_source
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fusec.codegen.expr import cpp_literal
+from fusec.targets.cuda.cpp_expr import cpp_literal
 from fusec.targets.cuda.headers import ELEMENT_TYPES, expand, include, indent_lines
 from fusec.targets.cuda.linked import LinkedSpec
 

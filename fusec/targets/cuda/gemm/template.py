@@ -52,7 +52,6 @@ from xdsl.ir import Operation, SSAValue
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import (
     ELEMENTWISE_OPS,
-    CppExprGenerator,
     broadcast_offset,
     error_at,
     header,
@@ -63,6 +62,7 @@ from fusec.dialect.ops import spec_of
 from fusec.ir.module import precision_of
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import as_packed, body_ops, integer_values, kernel_name
+from fusec.targets.cuda.cpp_expr import CppExprGenerator
 from fusec.targets.cuda.gemm import aux
 from fusec.targets.cuda.gemm.config import (
     TileConfig,
