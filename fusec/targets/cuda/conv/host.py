@@ -6,7 +6,7 @@ Per call of the implicit GEMM, on the caller's stream and in this order:
    ``spec.weight == "krsc"``: the group takes them so, ``conv-layout``) and
 2. the input is made channels-last (``fusec_convx_*``, NCHW -> [N][H][W][G][CGP];
    ``fusec_convxs_*``, its 2-byte-load twin, for an input not 16-byte aligned), or
-   for ``spec.input == "im2col"`` its im2col matrix is written (``fusec_convi_*``)
+   for an im2col input its im2col matrix is written (``fusec_convi_*``)
    into scratch buffers kept per stream (a later call on the same stream runs
    after this one, so reusing them is ordered; another stream has its own);
 3. the conv kernel: a persistent grid of ``min(tiles x splits, SMs)`` blocks (split-K's
