@@ -26,7 +26,7 @@ import fusec
 from fusec.dialect.numpy_ops import conv2d as reference_conv2d
 from fusec.errors import FusecError
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
-from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec
+from fusec.targets.cuda.conv.cpp import IM2COL_INPUTS, ConvSpec, DirectConvSpec
 from fusec.targets.cuda.conv.im2col import THREADS, Im2col, im2col_problem, tiled_pixels
 from fusec.targets.cuda.conv.transpose import TransposeTiling
 from fusec.targets.cuda.gemm.cpp import Epilogue
@@ -452,25 +452,19 @@ SPECS = [
         "f16",
         BIAS_RELU,
     ),
-    # ... and as the 1x1 conv over its im2col matrix (147 channels), the default
-    ConvSpec(
-        STEM.im2col(),
-        choose_tile(STEM.im2col()),
-        "f16",
-        "f16",
-        BIAS_RELU,
-        input="im2col",
-        source=STEM,
-    ),
-    # ... its opt-in tiled gather ($FUSEC_CONV_IM2COL=tiled)
-    ConvSpec(
-        STEM.im2col(),
-        choose_tile(STEM.im2col()),
-        "f16",
-        "f16",
-        BIAS_RELU,
-        input="im2col-tiled",
-        source=STEM,
+    # ... and as the 1x1 conv over its im2col matrix (147 channels): the default gather,
+    # and the opt-in tiled one ($FUSEC_CONV_IM2COL=tiled)
+    *(
+        ConvSpec(
+            STEM.im2col(),
+            choose_tile(STEM.im2col()),
+            "f16",
+            "f16",
+            BIAS_RELU,
+            input=gather,
+            source=STEM,
+        )
+        for gather in IM2COL_INPUTS
     ),
     # ResNet-50's stride-2 3x3 (layer 2, batch 32): strided boxes along W
     ConvSpec(
