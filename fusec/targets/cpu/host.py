@@ -79,3 +79,34 @@ def fits(n: int) -> bool:
     """Whether ``gemm_nn`` runs a C of ``n`` columns in whole vectors (no scalar edge):
     the attention template uses it only then, and OpenBLAS's sgemm otherwise."""
     return n > 0 and n % W == 0
+
+
+#: The L2 cache of one core assumed where the host does not say (1 MiB: a server core's).
+DEFAULT_L2_BYTES = 1 << 20
+_CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"
+
+
+@cache
+def l2_bytes() -> int:
+    """The level-2 cache of one core in bytes (Linux: cpu0's in sysfs; elsewhere, or
+    unreadable, ``DEFAULT_L2_BYTES``)."""
+    try:
+        for index in sorted(os.listdir(_CACHE_DIR)):
+            path = os.path.join(_CACHE_DIR, index)
+            with open(os.path.join(path, "level")) as f:
+                level = f.read().strip()
+            with open(os.path.join(path, "type")) as f:
+                kind = f.read().strip()
+            if level == "2" and kind in ("Unified", "Data"):
+                with open(os.path.join(path, "size")) as f:
+                    return parse_cache_size(f.read())
+    except (OSError, ValueError):
+        pass
+    return DEFAULT_L2_BYTES
+
+
+def parse_cache_size(text: str) -> int:
+    """Bytes of a sysfs cache size (``512K``, ``2M``, ``1048576``)."""
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text[:-1] if scale > 1 else text) * scale

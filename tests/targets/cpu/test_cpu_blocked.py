@@ -547,7 +547,10 @@ def test_conv_one_pixel_by_im2row_any_output_channels(cache, case):
     assert f"im2row, {gemm} (weight packed once)" in kernel.source
     assert [layout for _, layout in kernel.prepared_inputs] == ["strips_kcrs"]
     whole = k % microkernel.STRIP == 0
-    assert _blocks(program) == (min(4, k // microkernel.STRIP) if whole else 1)
+    # whole strips: at most 4 blocks of whole strips each (5 strips: 2, 2 and 1)
+    strips = k // microkernel.STRIP
+    per = -(-strips // min(4, max(strips, 1)))
+    assert _blocks(program) == (-(-strips // per) if whole else 1)
     _check_float64(program, module, text, (41, 42), f"one-pixel im2row {case}")
 
 
@@ -870,7 +873,7 @@ def test_conv_method_rule(method, case):
         ("im2row", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 2, 2), (128, 3, 3))),  # one 2x2
         ("im2row", ((1, 1), (1, 1), (1, 1), 1, (1, 128, 3, 5), (128, 3, 3))),  # 3x5: 15
         ("im2row", ((1, 1), (0, 0), (1, 1), 1, (1, 672, 1, 1), (28, 1, 1))),  # SE's 1x1
-        ("winograd", ((1, 1), (1, 1), (1, 1), 1, (1, 96, 2, 2), (96, 3, 3))),  # K % 64 != 0
+        ("winograd", ((1, 1), (1, 1), (1, 1), 1, (1, 96, 2, 2), (88, 3, 3))),  # K not strips
         ("direct", ((1, 1), (0, 0), (1, 1), 1, (1, 64, 14, 14), (256, 1, 1))),  # 1x1
         ("im2col", ((2, 2), (0, 0), (1, 1), 1, (1, 64, 14, 14), (128, 1, 1))),  # 1x1 / 2
         ("im2col", ((2, 2), (1, 1), (1, 1), 1, (1, 64, 14, 14), (128, 3, 3))),  # 3x3 / 2
@@ -881,10 +884,12 @@ def test_conv_method_rule(method, case):
         ("taps", ((1, 1), (2, 2), (1, 1), 1, (1, 16, 14, 14), (16, 5, 5))),  # 5x5
     ],
 )
-def test_conv_method_rule_with_constant_weights(method, case):
+def test_conv_method_rule_with_constant_weights(method, case, monkeypatch):
     """The rule for each class of shape #30 names, with a constant weight; F(4x4, 3x3)
     and im2row need the constant (the Program transforms or packs it once): the same
-    convolution with the weight an argument takes F(2x2, 3x3) or im2col."""
+    convolution with the weight an argument takes F(2x2, 3x3) or im2col. (On a host
+    with 2 MB of L2 a core: ``test_channels_need_the_plane_in_l2`` varies it.)"""
+    monkeypatch.setattr(conv_choice.host, "l2_bytes", lambda: 2 << 20)
     op = _conv_op(case)
     assert conv_choice.conv_method(op, constant_weight=True) == method
     if method == "winograd4":
@@ -893,13 +898,38 @@ def test_conv_method_rule_with_constant_weights(method, case):
         assert conv_choice.conv_method(op) in ("winograd", "im2col", "direct")
 
 
+@pytest.mark.parametrize(
+    "l2, method", [(2 << 20, "channels"), (512 << 10, "im2row"), (590 << 10, "channels")]
+)
+def test_channels_need_the_plane_in_l2(l2, method, monkeypatch):
+    """ResNet-50's C256 8x8 K256 3x3: its plane's im2col is 2304 x 64 floats (576 KiB),
+    which a 512 KiB L2 does not hold; it then goes by im2row (a constant weight of whole
+    strips), else, the weight an argument, by "channels" still; 1x1s read in place stay."""
+    monkeypatch.setattr(conv_choice.host, "l2_bytes", lambda: l2)
+    op = _conv_op(((1, 1), (1, 1), (1, 1), 1, (1, 256, 8, 8), (256, 3, 3)))
+    assert conv_choice.conv_method(op, constant_weight=True) == method
+    assert conv_choice.conv_method(op) == "channels"
+    one_by_one = _conv_op(((1, 1), (0, 0), (1, 1), 1, (1, 1024, 8, 8), (256, 1, 1)))
+    assert conv_choice.conv_method(one_by_one, constant_weight=True) == "channels"
+
+
+def test_l2_size_is_read_as_sysfs_writes_it():
+    from fusec.targets.cpu import host
+
+    assert host.parse_cache_size("512K") == 512 << 10
+    assert host.parse_cache_size("2M\n") == 2 << 20
+    assert host.parse_cache_size("1048576") == 1 << 20
+    assert host.l2_bytes() > 0
+
+
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_conv_16_bit(cache, dtype):
     check(_conv_text(CONVS[0], dtype, "sigmoid"), cache=cache, kind="conv")
 
 
 def test_conv_epilogue_operand_varying_along_h_only(cache):
-    x, w, y, r = _t((1, 4, 10, 9)), _t((5, 4, 3, 3)), _t((1, 5, 8, 7)), _t((5, 8, 1))
+    # a 7 x 9 plane: not whole vectors on any ISA (8x7 went by "channels" with AVX2)
+    x, w, y, r = _t((1, 4, 9, 11)), _t((5, 4, 3, 3)), _t((1, 5, 7, 9)), _t((5, 7, 1))
     text = f"""
 func.func @f(%x: {x}, %w: {w}, %r: {r}) -> {y} {{
   %c = ai.conv2d %x, %w : {x} * {w}

@@ -49,7 +49,8 @@ def conv_method(op, constant_weight: bool = False) -> str:
       at batch 32: ~23 of its 38 ms, benchmarks/results/cpu-notes.md);
     * ``"channels"``: one image, one group, an output plane of whole ``gemm_nn``
       vectors of at most ``CHANNEL_PIXELS`` pixels (``CHANNEL_PIXELS_IN_PLACE`` for a
-      1x1, stride-1, unpadded kernel, which reads its input as it is): blocks of
+      1x1, stride-1, unpadded kernel, which reads its input as it is) whose im2col
+      fits in a core's L2 (``plane_fits_l2``; else ``"im2row"`` where it can): blocks of
       output channels over the whole plane (``ChannelBlocks``), so that each thread
       reads its part of the weight once; split by pixel rows, every block read and
       packed all of it (``benchmarks/cpu_conv_layers.py``, ResNet-50's convs at 128x128,
@@ -62,7 +63,8 @@ def conv_method(op, constant_weight: bool = False) -> str:
       constant weight: ``"im2row"`` below): one sgemm reads the input as it is (it
       already is the ``C x pixels`` matrix);
     * ``"im2row"``: one image, one group, a small output plane (``SMALL_PLANE`` pixels:
-      ResNet's last stages at batch 1), a constant weight of whole ``gemm_packed``
+      ResNet's last stages at batch 1, or a ``"channels"`` plane whose im2col does not
+      fit in L2), a constant weight of whole ``gemm_packed``
       strips of output channels: the plane's pixels as rows, times the weight packed
       once (``PixelRowsBlocks``); Winograd computed one-tile GEMMs, im2col repacked
       the weight in sgemm at each call (1x128x2x2, 128 3x3, a whole call on one
@@ -95,11 +97,15 @@ def conv_method(op, constant_weight: bool = False) -> str:
     stride_1 = tuple(op.attr("strides")) == (1, 1)
     in_place = (r, s) == (1, 1) and stride_1 and not any(conv2d_padding(op.attr("padding")))
     n, _, oh, ow = shape_of(op.results[0])
-    if n == 1 and op.attr("groups") == 1 and channel_split(oh * ow, in_place):
-        return "channels"
-    small = oh * ow <= SMALL_PLANE and op.attr("groups") == 1
     rows_of_k = oh * ow == 1 or (host.packs(k) and not in_place)
-    if small and n == 1 and constant_weight and rows_of_k:
+    one_plane = n == 1 and op.attr("groups") == 1
+    by_rows = one_plane and constant_weight and rows_of_k  # "im2row" can take it
+    if one_plane and channel_split(oh * ow, in_place):
+        if in_place or plane_fits_l2(cg * r * s, oh * ow) or not by_rows:
+            return "channels"
+        return "im2row"
+    small = oh * ow <= SMALL_PLANE and op.attr("groups") == 1
+    if small and by_rows:
         return "im2row"
     if in_place:
         return "direct"
@@ -118,6 +124,18 @@ def channel_split(pixels: int, in_place: bool) -> bool:
     (``in_place``: a 1x1, stride-1, unpadded convolution, whose input is its GEMM's B)."""
     most = CHANNEL_PIXELS_IN_PLACE if in_place else CHANNEL_PIXELS
     return pixels % host.W == 0 and pixels <= most
+
+
+def plane_fits_l2(columns: int, pixels: int) -> bool:
+    """Whether a plane's im2col (``columns x pixels`` floats: the B of ``"channels"``'
+    ``gemm_nn``, which every row tile of the weight streams) fits in one core's L2
+    (``host.l2_bytes``). Measured on an AMD EPYC (512 KB L2, AVX2), batch 1, one thread,
+    against onnxruntime in the same run (``benchmarks/cpu_conv_layers.py``, ratios of
+    two runs each): ResNet-50's C256 8x8 K256 3x3 (590 KB) 0.57-0.67x by ``"channels"``,
+    0.83-0.89x by ``"im2row"``, and its C256 16x16 K256 3x3/2 (590 KB) 0.62x / 0.98x;
+    C512 4x4 K512 3x3 (295 KB) 1.49-1.54x by ``"channels"``, 1.05-1.09x by
+    ``"im2row"``."""
+    return columns * pixels * 4 <= host.l2_bytes()
 
 
 def channel_blocks() -> int:
