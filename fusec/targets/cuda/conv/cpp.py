@@ -205,7 +205,7 @@ class ConvSpec(LinkedSpec):
         _check_types(self.dtype, self.out_dtype, self.epilogue)
         if (self.input in IM2COL_INPUTS) != (self.source is not None):
             raise ValueError("a conv source geometry goes with an im2col input (and only there)")
-        if self.im2col is not None:  # (validated by its construction)
+        if self.source is not None and self.im2col is not None:  # (validated when built)
             if self.geo != self.source.im2col() or self.weight != "kcrs":
                 raise ValueError("an im2col conv is the 1x1 conv source.im2col(), KCRS weights")
         if self.weight not in WEIGHTS:

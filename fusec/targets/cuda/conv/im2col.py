@@ -109,6 +109,7 @@ class Im2col:
             "DW": geo.dil_w, "P": geo.p, "Q": geo.q, "CK": self.gemm.c, "CKP": self.gemm.cgp,
         }  # fmt: skip
         if self.tiled:
+            assert self.pix is not None  # (__post_init__)
             values |= {"PIX": self.pix, "SP": self.gemm.cgp + 2}
         ints = enumerators([f"{k} = {v}" for k, v in values.items()])
         return (
