@@ -913,6 +913,31 @@ def test_channels_need_the_plane_in_l2(l2, method, monkeypatch):
     assert conv_choice.conv_method(one_by_one, constant_weight=True) == "channels"
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        ((1, 1), (1, 1), (1, 1), 1, (1, 16, 8, 8), (64, 3, 3)),  # 8x8: blocks of rows
+        ((1, 1), (1, 1), (1, 1), 1, (1, 16, 3, 16), (64, 3, 3)),  # 3 rows: 3 blocks
+    ],
+)
+def test_im2row_of_a_plane_past_l2_splits_its_rows(cache, case, monkeypatch):
+    """A plane "channels" would take but for its im2col's size in L2 goes by im2row in
+    blocks of output rows, every channel a block (each block builds only its rows),
+    against the float64 reference on fresh inputs with poisoned outputs."""
+    monkeypatch.setattr(conv_choice.host, "l2_bytes", lambda: 1024)
+    assert conv_choice.conv_method(_conv_op(case), constant_weight=True) == "im2row"
+    text = _constant_weight_conv_text(case, seed=7)
+    module = parse(text)
+    run_pipeline(module)
+    program = Program(module, target="cpu", cache=cache)
+    (kernel,) = program.kernels
+    assert "output rows (all 64 channels) of one image: im2row" in kernel.source
+    oh = case[4][2]
+    rows = -(-oh // min(oh, conv_planes.MIN_BLOCKS))  # a block's (4 blocks at most)
+    assert _blocks(program) == -(-oh // rows) >= 2
+    _check_float64(program, module, text, (43, 44), f"im2row by rows {case}")
+
+
 def test_l2_size_is_read_as_sysfs_writes_it():
     from fusec.targets.cpu import host
 

@@ -9,7 +9,7 @@ import math
 from fusec.dialect.shapes import conv2d_padding
 from fusec.targets.cpu import abi, depthwise, host
 from fusec.targets.cpu.blocked import MIN_BLOCKS, Workspace
-from fusec.targets.cpu.conv.choice import channel_blocks
+from fusec.targets.cpu.conv.choice import SMALL_PLANE, channel_blocks
 from fusec.targets.cpu.conv.gemm import ConvBlocks, plus
 from fusec.targets.cpu.entry import EntryScratch
 
@@ -302,15 +302,26 @@ class PixelRowsBlocks(WholePlaneBlocks):
         """One block per image and ``STRIP`` columns of output channels, those split
         among ``MIN_BLOCKS`` blocks when there are fewer images; one block of all the
         channels when they are not whole strips (a one-pixel plane: ``gemm_packed``
-        computes the last ones from the packed weight's window strip)."""
+        computes the last ones from the packed weight's window strip). A plane of more
+        than ``SMALL_PLANE`` pixels (one ``"channels"`` would take but for its im2col's
+        size in L2, ``choice.plane_fits_l2``) splits by output rows instead, all channels
+        a block: split by channels, every block wrote the im2row of the whole plane
+        (ResNet-50's 256 3x3 on 8x8: 64 x 2304 floats), the same rows twice at 2 threads."""
         self._read_op(op, reads, c_array, c_local, True)
         strips = self.k // host.STRIP
-        split = 1 if self.n >= MIN_BLOCKS else min(strips, MIN_BLOCKS)
-        # output channels a block: whole strips (a block's weight starts at a strip)
-        self.per = -(-strips // split) * host.STRIP if host.packs(self.k) else self.k
-        self.nsb = -(-self.k // self.per)
-        self.count, self.bh, self.nrb = self.n * self.nsb, self.oh, 1
-        self.pixels = self.oh * self.ow
+        self.by_rows = self.n < MIN_BLOCKS and self.oh * self.ow > SMALL_PLANE
+        if self.by_rows:
+            self.per, self.nsb = self.k, 1
+            self.bh = -(-self.oh // min(self.oh, MIN_BLOCKS))
+            self.nrb = -(-self.oh // self.bh)
+            self.count = self.n * self.nrb
+        else:
+            split = 1 if self.n >= MIN_BLOCKS else min(strips, MIN_BLOCKS)
+            # output channels a block: whole strips (a block's weight starts at a strip)
+            self.per = -(-strips // split) * host.STRIP if host.packs(self.k) else self.k
+            self.nsb = -(-self.k // self.per)
+            self.count, self.bh, self.nrb = self.n * self.nsb, self.oh, 1
+        self.pixels = self.bh * self.ow  # a block's, at most
         self.prepared = ((weights, "strips_kcrs"),)
         #: fewer channels than a strip (a one-pixel plane): the packed weight is one window
         #: strip, B's columns at its right, zeros left of them; ``gemm_nn`` computes all of
@@ -323,14 +334,29 @@ class PixelRowsBlocks(WholePlaneBlocks):
         workspace.add(c_array, self.pixels * self.per)
 
     def describe(self) -> str:
+        what = (
+            f"{self.bh} output rows (all {self.k} channels) of one image"
+            if self.by_rows
+            else f"{self.per} output channels of one image's {self.pixels} pixels"
+        )
         return (
             f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.c}x{self.r}x{self.s}"
-            f" in {self.count} blocks of {self.per} output channels of one image's "
-            f"{self.pixels} pixels: im2row, {'gemm_nn' if self.window else 'gemm_packed'} "
-            "(weight packed once), transpose, epilogue per block"
+            f" in {self.count} blocks of {what}: im2row, "
+            f"{'gemm_nn' if self.window else 'gemm_packed'} (weight packed once), transpose, "
+            "epilogue per block"
         )
 
     def decode(self) -> list[str]:  # channels g:g1 of image n, its whole plane
+        if self.by_rows:  # output rows oh0:oh1 of image n, every channel
+            return [
+                f"n = blk // {self.nrb}",
+                "g = 0",
+                f"g1 = {self.k}",
+                f"oh0 = blk % {self.nrb} * {self.bh}",
+                f"oh1 = min(oh0 + {self.bh}, {self.oh})",
+                f"p0 = oh0 * {self.ow}",
+                f"pw = (oh1 - oh0) * {self.ow}",
+            ]
         return [
             f"n = blk // {self.nsb}",
             f"g = blk % {self.nsb} * {self.per}",
@@ -348,11 +374,12 @@ class PixelRowsBlocks(WholePlaneBlocks):
         """``rows[p, (c*R + r)*S + s]``: the input under tap (r, s) of pixel p's window
         (zero in the padding); the GEMM; ``cbuf[k - g, p] = ct[p, k - g]``."""
         x, w = (self.reads[v] for v in self.op.operands)
-        h, wd, crs, p = self.h, self.w, self.crs, self.pixels
+        h, wd, crs = self.h, self.w, self.crs
+        p, first = ("pw", "p0 + ") if self.by_rows else (str(self.pixels), "")
         lines = [
             f"for q in range({p}):",
-            f"    oy = q // {self.ow} * {self.sh} - {self.pt}",
-            f"    ox = q % {self.ow} * {self.sw} - {self.pl}",
+            f"    oy = ({first}q) // {self.ow} * {self.sh} - {self.pt}",
+            f"    ox = ({first}q) % {self.ow} * {self.sw} - {self.pl}",
             f"    for c in range({self.c}):",
             f"        plane = (n * {self.c} + c) * {h * wd}",
             f"        for r in range({self.r}):",
