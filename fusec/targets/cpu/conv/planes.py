@@ -375,11 +375,11 @@ class PixelRowsBlocks(WholePlaneBlocks):
         (zero in the padding); the GEMM; ``cbuf[k - g, p] = ct[p, k - g]``."""
         x, w = (self.reads[v] for v in self.op.operands)
         h, wd, crs = self.h, self.w, self.crs
-        p, first = ("pw", "p0 + ") if self.by_rows else (str(self.pixels), "")
+        p, start = ("pw", "p0 + ") if self.by_rows else (str(self.pixels), "")
         lines = [
             f"for q in range({p}):",
-            f"    oy = ({first}q) // {self.ow} * {self.sh} - {self.pt}",
-            f"    ox = ({first}q) % {self.ow} * {self.sw} - {self.pl}",
+            f"    oy = ({start}q) // {self.ow} * {self.sh} - {self.pt}",
+            f"    ox = ({start}q) % {self.ow} * {self.sw} - {self.pl}",
             f"    for c in range({self.c}):",
             f"        plane = (n * {self.c} + c) * {h * wd}",
             f"        for r in range({self.r}):",
