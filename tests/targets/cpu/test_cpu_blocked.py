@@ -448,6 +448,14 @@ func.func @f(%x: {x}, %w: {wt}, %b: {b}) -> {y} {{
 }}"""
 
 
+def _constant_weight_program(case, cache, seed: int = 0) -> tuple[Program, object, str]:
+    """(the cpu Program, its module, the text) of ``_constant_weight_conv_text``."""
+    text = _constant_weight_conv_text(case, seed)
+    module = parse(text)
+    run_pipeline(module)
+    return Program(module, target="cpu", cache=cache), module, text
+
+
 def _constant_weight_conv_text(case, seed: int = 0) -> str:
     """``_conv_text``'s conv + bias + relu with the weight an ``arith.constant`` (random)."""
     strides, padding, dil, groups, (n, c, h, w), (k, kh, kw) = case
@@ -476,10 +484,7 @@ def test_conv_winograd4_against_float64_reference(cache, case):
     """F(4x4, 3x3) with constant weights: the Program transforms them once
     ("winograd:<groups>:4"); elementwise at f32 tolerance and relative L2 < 1e-4 against
     the float64 reference, on fresh random inputs with poisoned outputs."""
-    text = _constant_weight_conv_text(case)
-    module = parse(text)
-    run_pipeline(module)
-    program = Program(module, target="cpu", cache=cache)
+    program, module, text = _constant_weight_program(case, cache)
     (kernel,) = program.kernels
     assert "Winograd F(4x4, 3x3): input transform, 36 GEMMs" in kernel.source
     assert [layout for _, layout in kernel.prepared_inputs] == [f"winograd:{case[3]}:4"]
@@ -504,10 +509,7 @@ def test_conv_im2row_against_float64_reference(cache, case):
     """A small plane of one image by im2row and gemm_packed on the weight packed once
     ("strips_kcrs"), the output channels split among blocks: at f32 tolerance against
     the float64 reference, on fresh random inputs with poisoned outputs."""
-    text = _constant_weight_conv_text(case, seed=3)
-    module = parse(text)
-    run_pipeline(module)
-    program = Program(module, target="cpu", cache=cache)
+    program, module, text = _constant_weight_program(case, cache, seed=3)
     (kernel,) = program.kernels
     assert "im2row, gemm_packed (weight packed once)" in kernel.source
     assert [layout for _, layout in kernel.prepared_inputs] == ["strips_kcrs"]
@@ -537,10 +539,7 @@ def test_conv_one_pixel_by_im2row_any_output_channels(cache, case):
     op = _conv_op(case)
     assert conv_choice.conv_method(op, constant_weight=True) == "im2row"
     assert conv_choice.conv_method(op) != "im2row"  # the weight an argument: not packed
-    text = _constant_weight_conv_text(case, seed=5)
-    module = parse(text)
-    run_pipeline(module)
-    program = Program(module, target="cpu", cache=cache)
+    program, module, text = _constant_weight_program(case, cache, seed=5)
     (kernel,) = program.kernels
     k = case[5][0]
     gemm = "gemm_nn" if k < microkernel.STRIP else "gemm_packed"
@@ -617,10 +616,7 @@ func.func @f(%x: {x}, %w: {w}, %r: {r}) -> {y} {{
     program = check(rows, cache=cache, kind="conv")
     assert "cbuf = ws[" in program.kernels[0].source
     case = ((1, 1), (0, 0), (1, 1), 1, (1, 24, 4, 4), (40, 1, 1))
-    text = _constant_weight_conv_text(case, seed=5)
-    module = parse(text)
-    run_pipeline(module)
-    program = Program(module, target="cpu", cache=cache)
+    program, module, text = _constant_weight_program(case, cache, seed=5)
     (kernel,) = program.kernels
     assert "gemm_nn by the input in place" in kernel.source and not kernel.prepared_inputs
     _check_float64(program, module, text, (41, 42), "channels, constant weight")
@@ -926,10 +922,7 @@ def test_im2row_of_a_plane_past_l2_splits_its_rows(cache, case, monkeypatch):
     against the float64 reference on fresh inputs with poisoned outputs."""
     monkeypatch.setattr(conv_choice.host, "l2_bytes", lambda: 1024)
     assert conv_choice.conv_method(_conv_op(case), constant_weight=True) == "im2row"
-    text = _constant_weight_conv_text(case, seed=7)
-    module = parse(text)
-    run_pipeline(module)
-    program = Program(module, target="cpu", cache=cache)
+    program, module, text = _constant_weight_program(case, cache, seed=7)
     (kernel,) = program.kernels
     assert "output rows (all 64 channels) of one image: im2row" in kernel.source
     oh = case[4][2]
