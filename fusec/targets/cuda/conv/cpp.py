@@ -205,9 +205,9 @@ class ConvSpec(LinkedSpec):
         _check_types(self.dtype, self.out_dtype, self.epilogue)
         if (self.input in IM2COL_INPUTS) != (self.source is not None):
             raise ValueError("a conv source geometry goes with an im2col input (and only there)")
-        if self.source is not None and self.im2col is not None:  # (validated when built)
-            if self.geo != self.source.im2col() or self.weight != "kcrs":
-                raise ValueError("an im2col conv is the 1x1 conv source.im2col(), KCRS weights")
+        im2col = self.im2col  # building it checks the source (im2col_problem, shared memory)
+        if im2col is not None and (self.geo != im2col.gemm or self.weight != "kcrs"):
+            raise ValueError("an im2col conv is the 1x1 conv source.im2col(), KCRS weights")
         if self.weight not in WEIGHTS:
             raise ValueError(f"conv weight layout {self.weight!r}, expected one of {WEIGHTS}")
         if self.weight == "krsc" and (self.geo.groups != 1 or self.geo.cgp != self.geo.cg):

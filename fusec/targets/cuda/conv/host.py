@@ -46,7 +46,9 @@ class ConvKernel(LinkedKernel):
         super().__init__(cubin, spec.tile.smem_bytes, spec.named_kernels)
         self.spec = spec
         self.relayout = self.named[spec.relayout_name] if spec.relayouts_weights else None
-        self.im2col = self.named[spec.im2col_name] if spec.im2col else None
+        #: the im2col matrix's description (built once, not per launch) and its kernel
+        self.matrix = spec.im2col
+        self.im2col = self.named[spec.im2col_name] if self.matrix else None
         self.transpose = self.transpose_scalar = None
         if spec.copies_input:
             self.transpose = self.named[spec.transpose_name]
@@ -116,9 +118,9 @@ class ConvKernel(LinkedKernel):
         ``"nchw-ld"`` the address of ``x`` (16-byte aligned)."""
         spec, geo = self.spec, self.spec.geo
         u64 = ctypes.c_uint64
-        if spec.im2col is not None:  # 2-byte loads: any alignment
+        if self.matrix is not None:  # 2-byte loads: any alignment
             xt = self.buffer((stream, "x"), geo.nhwc_elements * 2)
-            grid = spec.im2col.grid(sms)
+            grid = self.matrix.grid(sms)
             self.launch(self.im2col, grid, IM2COL_THREADS, 0, handle, [(u64, x), (u64, xt)])
             return self.channels_last_map(spec, xt, stream)
         # TMA and 16-byte loads need 16-byte alignment

@@ -91,8 +91,7 @@ class Im2col:
     @property
     def groups(self) -> int:
         """Threads' worth of work: one 16-byte group of 8 columns each."""
-        g = self.gemm
-        return g.n * g.h * g.w * g.cgp // 8
+        return self.pixels * self.gemm.cgp // 8
 
     def grid(self, sms: int) -> int:
         if self.tiled:
