@@ -44,6 +44,20 @@ NUMPY = {
 RNG = np.random.default_rng(31)
 
 
+def _ort_levels() -> tuple[str, ...]:
+    """onnxruntime's graph levels an int8 result is compared with: its float graph
+    (``ORT_DISABLE_ALL``) always; its int8 kernels (``ORT_ENABLE_ALL``) only where the cpu
+    has VNNI. Without VNNI, MLAS's u8s8 kernels add pairs of products in int16
+    (``vpmaddubsw``) and saturate, so onnxruntime's own int8 graph is off there (its
+    quantization docs: "reduce_range" on AVX2 machines); measured on an AVX2 AMD EPYC:
+    93% of the codes of these graphs differ from its float graph's."""
+    from fusec.targets.cpu.host import target_features
+
+    flags = set(target_features().split(","))
+    vnni = bool({"+avx512vnni", "+avxvnni", "+avx512_vnni"} & flags)
+    return ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL") if vnni else ("ORT_DISABLE_ALL",)
+
+
 def _model(op_type, x_type, out_type, shape, initializers, opset, **attrs) -> onnx.ModelProto:
     names = ["x"] + [t.name for t in initializers]
     node = helper.make_node(op_type, names, ["y"], name="q", **attrs)
@@ -371,7 +385,7 @@ def test_onnxruntime_static_qdq_model_runs_on_cpu_as_onnxruntime(tmp_path):
     got = np.asarray(compiled(x))
     import onnxruntime
 
-    for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):  # its float graph, its int8 kernels
+    for level in _ort_levels():  # its float graph, its int8 kernels where exact
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
         session = onnxruntime.InferenceSession(
@@ -453,7 +467,7 @@ def test_onnxruntime_static_qdq_cnn_runs_on_the_int8_gemm_as_onnxruntime(tmp_pat
     assert not np.isnan(got).any()
     import onnxruntime
 
-    for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):  # its float graph, its int8 kernels
+    for level in _ort_levels():  # its float graph, its int8 kernels where exact
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
         session = onnxruntime.InferenceSession(
@@ -536,7 +550,7 @@ def test_onnxruntime_static_qdq_grouped_and_depthwise_convs_as_onnxruntime(tmp_p
     assert not np.isnan(got).any()
     import onnxruntime
 
-    for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):  # its float graph, its int8 kernels
+    for level in _ort_levels():  # its float graph, its int8 kernels where exact
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
         session = onnxruntime.InferenceSession(

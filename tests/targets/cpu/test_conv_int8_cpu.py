@@ -105,7 +105,8 @@ def test_a_qdq_conv_equals_the_reference(codes, zero, shape, k, rs, stride, pad,
     """Activations spread so that many saturate (codes at both limits, the first image
     row and plane at +-1e6), weights of output channels 0 and 1 at -128 and 127: the
     codes equal the reference's (which convolves the dequantized floats; exact here,
-    every partial sum below 2**24)."""
+    every partial sum below 2**24) where the conv runs on the int8 GEMM, and are at most
+    one code from them in one of a thousand where it runs on floats (no VNNI)."""
     rng = np.random.default_rng(sum(shape) * k)
     text = _conv(shape, k, rs, stride, pad, codes, zero, rng, groups, dilation)
     x = (rng.standard_normal(shape) * 4).astype(np.float32)
@@ -114,6 +115,11 @@ def test_a_qdq_conv_equals_the_reference(codes, zero, shape, k, rs, stride, pad,
     got = _run_poisoned(text, [x, bias])
     want = np.asarray(fusec.compile(text, target="reference")(x, bias))
     assert got.dtype == want.dtype
-    np.testing.assert_array_equal(got, want)
+    if gemm_int8.available():  # the int8 GEMM's integer sums: exact
+        np.testing.assert_array_equal(got, want)
+    else:  # the float conv sums the dequantized products in another order than the
+        # reference: a sum within an ulp of a rounding tie may quantize one code apart
+        apart = np.abs(got.astype(np.int32) - want.astype(np.int32))
+        assert int(apart.max()) <= 1 and np.count_nonzero(apart) <= got.size // 1000
     limits = (0, 255) if codes == "ui8" else (-128, 127)
     assert len(np.unique(got)) > 16 and limits[0] <= int(got.min()) <= int(got.max()) <= limits[1]

@@ -187,11 +187,14 @@ def test_planar_register_tiles_rule():
     3x3 kernels take the tiles (EfficientNet's, measured faster: conv/planes.py)."""
     from fusec.targets.cpu.host import W
 
+    # rows of more than a vector and longer than the lanes form takes (any ISA's W)
+    wide = max(W, depthwise.LANES_RAGGED_OW) + 4
+    assert not depthwise.takes_lanes(wide, 9)
     for case, tiles in [
-        (((1, 4, 20, W + 4), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)), True),
-        (((1, 4, 20, W + 4), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)), True),
-        (((1, 4, 20, W + 4), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)), False),
-        (((1, 4, 40, 2 * W + 8), (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)), False),
+        (((1, 4, 20, wide), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)), True),
+        (((1, 4, 20, wide), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)), True),
+        (((1, 4, 20, wide), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)), False),
+        (((1, 4, 40, 2 * wide), (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)), False),
     ]:
         module = parse(_dw_text(*case))
         run_pipeline(module)
