@@ -46,10 +46,12 @@ from xdsl.ir import Operation, SSAValue
 from fusec.codegen import CompiledEntry, KernelSource, ScratchPlan, io_specs
 from fusec.codegen.expr import ExprGenerator, leaf_shapes, shape_of
 from fusec.dialect import ops as ai
+from fusec.dialect.work import op_flops
 from fusec.ir.constants import is_constant
 from fusec.targets.cpu import abi, host
 from fusec.targets.cpu.common import (
     PARALLEL_MIN_ELEMENTS,
+    PARALLEL_MIN_FLOPS,
     REDUCE_OPS,
     Buffers,
     Stage,
@@ -293,13 +295,16 @@ def generate_core_group(
         "        blk = next_block(counter)",
     ]
     result_elements = math.prod(shape_of(core_op.results[0]))
+    worth_threads = (
+        result_elements >= PARALLEL_MIN_ELEMENTS or op_flops(core_op)[0] >= PARALLEL_MIN_FLOPS
+    )
     stage = Stage(
         f"{name}_blocked",
         [*kernel_params, "ws", "counter"],
         kernel_body,
         comment=core.describe(),
         helpers=helpers,
-        parallel=core.count > 1 and result_elements >= PARALLEL_MIN_ELEMENTS,
+        parallel=core.count > 1 and worth_threads,
     )
     stages.append(stage)
     entry_core = core.entry_lines(scratch)

@@ -40,6 +40,12 @@ NJIT_OPTIONS = 'fastmath=False, error_model="numpy"'
 #: Below this many elements a stage runs on one thread: the thread pool costs more
 #: than it gains, and Numba compiles a parallel loop about 3x slower.
 PARALLEL_MIN_ELEMENTS = 1 << 15
+#: ... unless each element costs a long reduction: a conv or matmul core of at least this
+#: many FLOPs (``fusec.dialect.work.op_flops``; ~0.15 ms on one core) runs its blocks in
+#: parallel however small its result. ResNet-50's 3x3 convs on 8x8 and 7x7 planes at
+#: batch 1 (16384 and 25088 outputs, 75 and 231 MFLOP) ran on one thread by the element
+#: count alone.
+PARALLEL_MIN_FLOPS = 1 << 23
 HELPER_DECORATOR = '@cached_njit(fastmath=False, error_model="numpy")'
 REDUCE_OPS = ROW_REDUCTIONS
 CPU_NOTE = (

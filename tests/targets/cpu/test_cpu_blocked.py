@@ -367,6 +367,26 @@ func.func @f(%x: {x}, %g: {v}, %be: {v}, %w: {w}) -> {y} {{
     assert "tasks = min(num_threads(), 4)" in program.kernels[0].source
 
 
+@pytest.mark.parametrize("channels, parallel", [(256, True), (8, False)])
+def test_a_small_result_of_a_long_reduction_runs_in_parallel(channels, parallel):
+    """A conv's blocks run on the thread pool by the core's FLOPs, not only by the
+    result's size: ResNet-50's 3x3 on an 8x8 plane at batch 1 (C = K = 256: 16384
+    outputs, 75 MFLOP) is parallel; the same conv with 8 channels (0.07 MFLOP) is not
+    worth a parallel region."""
+    x, w, y = _t((1, channels, 8, 8)), _t((channels, channels, 3, 3)), _t((1, channels, 8, 8))
+    text = f"""
+func.func @f(%x: {x}, %w: {w}) -> {y} {{
+  %c = ai.conv2d %x, %w {{padding = array<i64: 1, 1>}} : {x} * {w}
+  %r = ai.relu %c : {y}
+  return %r : {y}
+}}"""
+    module = parse(text)
+    run_pipeline(module, target="cpu")
+    source = Program(module, target="cpu", cache=None).kernels[0].source
+    assert "_blocked(" in source
+    assert ("parallel=True" in source) == parallel, source[:1500]
+
+
 def test_matmul_prologue_values_needed_later_run_as_a_stage_of_their_own(cache):
     a, b, y = _t((40, 40)), _t((40, 40)), _t((40, 40))
     text = f"""
