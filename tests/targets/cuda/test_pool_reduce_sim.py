@@ -17,7 +17,9 @@ from sim_client import run_simulator
 
 HERE = Path(__file__).parent
 
-pytestmark = pytest.mark.requires_target("cuda")
+#: One xdist worker runs the module (``--dist loadgroup``): its fixtures run every case
+#: under the simulator once (minutes), not once per worker.
+pytestmark = [pytest.mark.requires_target("cuda"), pytest.mark.xdist_group("pool_reduce_sim")]
 
 DTYPES = ("f32", "f16", "bf16")
 
