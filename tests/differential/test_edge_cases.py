@@ -156,7 +156,6 @@ def _known_wrong(names, known: dict[str, str]) -> list:
 
 
 @pytest.mark.requires_target("cuda")
-@pytest.mark.xdist_group("edge_cases_sim")  # one worker runs sim_outputs' subprocess
 @pytest.mark.parametrize(
     "name",
     sampled(SIM_NAMES, lambda index, name: index % 19 == 0 or name in SIM_PINNED),

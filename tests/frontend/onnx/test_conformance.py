@@ -26,9 +26,8 @@ def _cpu_available() -> bool:
         return False
 
 
-#: Every node test on the reference executor: half a minute (three on an AVX2 AMD EPYC);
-#: the tests reading the whole report run in the slow lane (the default lane runs the
-#: small subsets further down), on one xdist worker (``REPORT``), which builds it once.
+#: Every node test on the reference executor: half a minute; the tests reading the whole
+#: report run in the slow lane (the default lane runs the small subsets further down).
 @pytest.fixture(scope="module")
 def reference_report() -> ConformanceReport:
     report = run_conformance(target="reference")
@@ -44,9 +43,6 @@ def reference_report() -> ConformanceReport:
 ROUNDING_ONLY = {"test_attention_4d_causal_fp16"}
 
 
-REPORT = pytest.mark.xdist_group("conformance_report")
-
-
 def _failed(report: ConformanceReport) -> list:
     return [r for r in report.results if r.status == "failed"]
 
@@ -55,7 +51,6 @@ def _failures(report: ConformanceReport) -> str:
     return "\n".join(f"{r.name}: {r.detail}" for r in _failed(report))
 
 
-@REPORT
 @pytest.mark.slow
 def test_no_case_fails_on_the_reference_executor(reference_report):
     assert not _failed(reference_report), _failures(reference_report)
@@ -108,7 +103,6 @@ def test_rounding_only_cases_are_closer_to_float64(name: str, target: str) -> No
 NO_CASE_TO_TAKE: set[str] = set()
 
 
-@REPORT
 @pytest.mark.slow
 @pytest.mark.parametrize("operator", supported_operators())
 def test_every_supported_operator_passes_its_cases(reference_report, operator):
@@ -121,7 +115,6 @@ def test_every_supported_operator_passes_its_cases(reference_report, operator):
     assert report.count("passed") >= 1, [(r.name, r.detail) for r in report.results]
 
 
-@REPORT
 @pytest.mark.slow
 def test_skips_name_an_unsupported_attribute_or_dtype(reference_report):
     for result in reference_report.results:
@@ -192,7 +185,6 @@ def test_a_wrong_result_fails(monkeypatch):
     assert "differs" in next(r.detail for r in report.results if r.status == "failed")
 
 
-@REPORT
 @pytest.mark.slow  # a kernel compile per case: minutes
 @pytest.mark.skipif(not _cpu_available(), reason="the cpu target is not available")
 def test_the_cpu_target_passes_the_same_cases(reference_report):

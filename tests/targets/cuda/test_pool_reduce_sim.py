@@ -17,9 +17,7 @@ from sim_client import run_simulator
 
 HERE = Path(__file__).parent
 
-#: One xdist worker runs the module (``--dist loadgroup``): its fixtures run every case
-#: under the simulator once (minutes), not once per worker.
-pytestmark = [pytest.mark.requires_target("cuda"), pytest.mark.xdist_group("pool_reduce_sim")]
+pytestmark = pytest.mark.requires_target("cuda")
 
 DTYPES = ("f32", "f16", "bf16")
 
