@@ -108,6 +108,30 @@ def enable_signed_caching(
     return True
 
 
+def compile_once_per_types(dispatcher: Any) -> None:
+    """Make jitted callers of ``dispatcher`` compile it for their arguments' types, not
+    their constants' values.
+
+    Numba types an integer constant an njit function passes on as ``Literal[int](256)``
+    and compiles the callee once per distinct set of such values: every generated kernel
+    calling ``gemm_nn(m, 64, 1024, a, ...)`` with its own sizes got a specialization of its
+    own (~2 s of compiling each, a cache entry each, none shared: 2 of a ResNet-50 conv
+    kernel's ~4 s). Unliteral, the kernels of a model share one compiled helper per tuple
+    of array types, compiled once and then loaded from the disk cache. (This overrides
+    ``Dispatcher.get_call_template``, the one entry the typing of a call goes through;
+    ``tests/runtime/test_numba_cache.py`` fails if that changes.)"""
+    from numba.core import types
+
+    get_call_template = dispatcher.get_call_template
+
+    def unliteral_call_template(args: Any, kws: Any) -> Any:
+        args = tuple(types.unliteral(a) for a in args)
+        kws = {name: types.unliteral(t) for name, t in kws.items()}
+        return get_call_template(args, kws)
+
+    dispatcher.get_call_template = unliteral_call_template
+
+
 def sealed_njit(py_func: Callable[..., Any]) -> Any:
     """``numba.njit`` for fusec's own compiled helpers (``fusec.targets.cpu.blas``,
     ``.winograd``: called by the generated kernels), with Numba's disk cache sealed by the
@@ -124,6 +148,7 @@ def sealed_njit(py_func: Callable[..., Any]) -> Any:
     from fusec.runtime.cache import default_cache
 
     dispatcher = numba.njit(py_func)
+    compile_once_per_types(dispatcher)
     cache = default_cache()
     folder = cache.root / "numba-helpers"
     try:
