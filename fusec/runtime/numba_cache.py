@@ -120,13 +120,13 @@ def compile_once_per_types(dispatcher: Any) -> None:
     of array types, compiled once and then loaded from the disk cache. (This overrides
     ``Dispatcher.get_call_template``, the one entry the typing of a call goes through;
     ``tests/runtime/test_numba_cache.py`` fails if that changes.)"""
-    from numba.core import types
+    from numba.core.types.misc import unliteral
 
     get_call_template = dispatcher.get_call_template
 
     def unliteral_call_template(args: Any, kws: Any) -> Any:
-        args = tuple(types.unliteral(a) for a in args)
-        kws = {name: types.unliteral(t) for name, t in kws.items()}
+        args = tuple(unliteral(a) for a in args)
+        kws = {name: unliteral(t) for name, t in kws.items()}
         return get_call_template(args, kws)
 
     dispatcher.get_call_template = unliteral_call_template
