@@ -44,18 +44,26 @@ NUMPY = {
 RNG = np.random.default_rng(31)
 
 
-def _ort_levels() -> tuple[str, ...]:
-    """onnxruntime's graph levels an int8 result is compared with: its float graph
-    (``ORT_DISABLE_ALL``) always; its int8 kernels (``ORT_ENABLE_ALL``) only where the cpu
-    has VNNI. Without VNNI, MLAS's u8s8 kernels add pairs of products in int16
-    (``vpmaddubsw``) and saturate, so onnxruntime's own int8 graph is off there (its
-    quantization docs: "reduce_range" on AVX2 machines); measured on an AVX2 AMD EPYC:
-    93% of the codes of these graphs differ from its float graph's."""
+def _onnxruntime_outputs(path, x: np.ndarray):
+    """(level, output) of onnxruntime's CPU provider on the model at ``path`` fed ``x``:
+    its float graph (``ORT_DISABLE_ALL``) always; its int8 kernels (``ORT_ENABLE_ALL``)
+    only where the cpu has VNNI. Without VNNI, MLAS's u8s8 kernels add pairs of products
+    in int16 (``vpmaddubsw``) and saturate, so onnxruntime's own int8 graph is off there
+    (its quantization docs: "reduce_range" on AVX2 machines); measured on an AVX2 AMD
+    EPYC: 93% of the codes of these graphs differ from its float graph's."""
+    import onnxruntime
+
     from fusec.targets.cpu.host import target_features
 
     flags = set(target_features().split(","))
     vnni = bool({"+avx512vnni", "+avxvnni", "+avx512_vnni"} & flags)
-    return ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL") if vnni else ("ORT_DISABLE_ALL",)
+    for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL") if vnni else ("ORT_DISABLE_ALL",):
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
+        session = onnxruntime.InferenceSession(
+            str(path), options, providers=["CPUExecutionProvider"]
+        )
+        yield level, session.run(None, {"x": x})[0]
 
 
 def _model(op_type, x_type, out_type, shape, initializers, opset, **attrs) -> onnx.ModelProto:
@@ -383,15 +391,7 @@ def test_onnxruntime_static_qdq_model_runs_on_cpu_as_onnxruntime(tmp_path):
     x = RNG.standard_normal((8, d)).astype(np.float32)
     x[0] *= 100  # codes at both limits
     got = np.asarray(compiled(x))
-    import onnxruntime
-
-    for level in _ort_levels():  # its float graph, its int8 kernels where exact
-        options = onnxruntime.SessionOptions()
-        options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
-        session = onnxruntime.InferenceSession(
-            str(tmp_path / "qdq.onnx"), options, providers=["CPUExecutionProvider"]
-        )
-        want = session.run(None, {"x": x})[0]
+    for level, want in _onnxruntime_outputs(tmp_path / "qdq.onnx", x):
         assert not np.isnan(got).any()
         step = float(np.min(np.diff(np.unique(want))))  # the output's scale: one code
         assert np.count_nonzero(got != want) <= 2 and np.abs(got - want).max() <= step, level
@@ -465,15 +465,7 @@ def test_onnxruntime_static_qdq_cnn_runs_on_the_int8_gemm_as_onnxruntime(tmp_pat
     x[0, 0] *= 100  # codes at both limits
     got = np.asarray(compiled(x))
     assert not np.isnan(got).any()
-    import onnxruntime
-
-    for level in _ort_levels():  # its float graph, its int8 kernels where exact
-        options = onnxruntime.SessionOptions()
-        options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
-        session = onnxruntime.InferenceSession(
-            str(tmp_path / "qdq.onnx"), options, providers=["CPUExecutionProvider"]
-        )
-        want = session.run(None, {"x": x})[0]
+    for level, want in _onnxruntime_outputs(tmp_path / "qdq.onnx", x):
         np.testing.assert_array_equal(got, want, err_msg=level)
 
 
@@ -548,15 +540,7 @@ def test_onnxruntime_static_qdq_grouped_and_depthwise_convs_as_onnxruntime(tmp_p
     x[0, 0] *= 100  # codes at both limits
     got = np.asarray(compiled(x))
     assert not np.isnan(got).any()
-    import onnxruntime
-
-    for level in _ort_levels():  # its float graph, its int8 kernels where exact
-        options = onnxruntime.SessionOptions()
-        options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
-        session = onnxruntime.InferenceSession(
-            str(tmp_path / "qdq.onnx"), options, providers=["CPUExecutionProvider"]
-        )
-        want = session.run(None, {"x": x})[0]
+    for level, want in _onnxruntime_outputs(tmp_path / "qdq.onnx", x):
         np.testing.assert_array_equal(got, want, err_msg=level)
 
 
