@@ -26,8 +26,8 @@ import fusec
 from fusec.dialect.numpy_ops import conv2d as reference_conv2d
 from fusec.errors import FusecError
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
-from fusec.targets.cuda.conv.cpp import IM2COL_INPUTS, ConvSpec, DirectConvSpec
-from fusec.targets.cuda.conv.im2col import THREADS, Im2col, im2col_problem, tiled_pixels
+from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec
+from fusec.targets.cuda.conv.im2col import Im2col, im2col_problem
 from fusec.targets.cuda.conv.transpose import TransposeTiling
 from fusec.targets.cuda.gemm.cpp import Epilogue
 
@@ -173,36 +173,15 @@ def _im2col_value(x: np.ndarray, src: ConvGeometry, pixel: np.ndarray, j: np.nda
 
 
 def im2col_model(x: np.ndarray, im: Im2col) -> np.ndarray:
-    """The matrix ``fusec::im2col`` or ``im2col_tiled`` (im2col.cuh) writes, replayed from
-    its index arithmetic (every thread of a step at once); NaN where nothing was written."""
+    """The matrix ``fusec::im2col`` (im2col.cuh) writes, replayed from its index arithmetic
+    (every thread of a step at once); NaN where nothing was written."""
     src, gemm = im.source, im.gemm
     per_pixel = gemm.cgp // 8
-    out = np.full((im.pixels * gemm.cgp,), np.nan, np.float32)
-    if not im.tiled:
-        i = np.arange(im.groups)
-        pixel, j0 = i // per_pixel, (i % per_pixel) * 8
-        for k in range(8):
-            out[i * 8 + k] = _im2col_value(x, src, pixel, j0 + k)
-        return out.reshape(src.n, src.p, src.q, gemm.cgp)
-    pix, sp = im.pix, gemm.cgp + 2
-    assert pix is not None
-    warps = THREADS // 32
-    for block in range(im.grid(132)):
-        first = block * pix
-        pixels = min(pix, im.pixels - first)
-        tile = np.full(pix * sp, np.nan, np.float32)
-        for lane in range(32):  # phase 1: lane t, t + 32, ... of every warp's columns
-            for t in range(lane, pix, 32):
-                for warp in range(warps):
-                    j = np.arange(warp, gemm.cgp, warps)
-                    live = t < pixels  # (the kernel reads no input past the last pixel)
-                    tile[t * sp + j] = (
-                        _im2col_value(x, src, np.full(j.shape, first + t), j) if live else 0.0
-                    )
-        i = np.arange(pixels * per_pixel)  # phase 2: 16-byte chunks of the block's rows
-        t, j0 = i // per_pixel, (i % per_pixel) * 8
-        for k in range(8):
-            out[first * gemm.cgp + i * 8 + k] = tile[t * sp + j0 + k]
+    out = np.full((im.groups * 8,), np.nan, np.float32)
+    i = np.arange(im.groups)
+    pixel, j0 = i // per_pixel, (i % per_pixel) * 8
+    for k in range(8):
+        out[i * 8 + k] = _im2col_value(x, src, pixel, j0 + k)
     return out.reshape(src.n, src.p, src.q, gemm.cgp)
 
 
@@ -217,13 +196,12 @@ IM2COL_STEMS = [
 ]
 
 
-@pytest.mark.parametrize("tiled", [False, True], ids=["threads", "tiled"])
 @pytest.mark.parametrize("geo", IM2COL_STEMS)
-def test_im2col_matrix_times_the_weights_is_the_conv(geo: ConvGeometry, tiled: bool) -> None:
+def test_im2col_matrix_times_the_weights_is_the_conv(geo: ConvGeometry) -> None:
     rng = np.random.default_rng(3)
     x = rng.standard_normal((geo.n, geo.c, geo.h, geo.w)).astype(np.float32)
     w = rng.standard_normal((geo.k, geo.c, geo.r, geo.s)).astype(np.float32)
-    im = Im2col(geo, tiled=tiled)
+    im = Im2col(geo)
     matrix = im2col_model(x, im)
     ck = geo.c * geo.r * geo.s
     assert not np.isnan(matrix).any(), "a column no thread wrote"
@@ -255,12 +233,6 @@ def test_im2col_feeds_the_implicit_gemm_tile_model() -> None:
     assert (writes == 1).all()
     ref = reference_conv2d(x, w, strides=2, padding=1)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
-
-
-def test_tiled_im2col_fits_its_shared_memory() -> None:
-    assert tiled_pixels(152) == 64 and tiled_pixels(736) == 32 and tiled_pixels(800) is None
-    with pytest.raises(ValueError, match="shared memory"):
-        Im2col(ConvGeometry(1, 15, 9, 9, 8, 7, 8), tiled=True)  # 840 columns
 
 
 def test_im2col_is_refused_where_it_is_no_gain() -> None:
@@ -452,19 +424,15 @@ SPECS = [
         "f16",
         BIAS_RELU,
     ),
-    # ... and as the 1x1 conv over its im2col matrix (147 channels): the default gather,
-    # and the opt-in tiled one ($FUSEC_CONV_IM2COL=tiled)
-    *(
-        ConvSpec(
-            STEM.im2col(),
-            choose_tile(STEM.im2col()),
-            "f16",
-            "f16",
-            BIAS_RELU,
-            input=gather,
-            source=STEM,
-        )
-        for gather in IM2COL_INPUTS
+    # ... and as the 1x1 conv over its im2col matrix (147 channels)
+    ConvSpec(
+        STEM.im2col(),
+        choose_tile(STEM.im2col()),
+        "f16",
+        "f16",
+        BIAS_RELU,
+        input="im2col",
+        source=STEM,
     ),
     # ResNet-50's stride-2 3x3 (layer 2, batch 32): strided boxes along W
     ConvSpec(
@@ -518,7 +486,6 @@ def test_tma_innermost_coordinates_are_16_byte_aligned() -> None:
         "128x256m-bf16-f32",
         "stem-7x7s2-c3",
         "stem-im2col-7x7s2-c3",
-        "stem-im2col-tiled-7x7s2-c3",
         "stride2-64x128n",
         "resnet-7x7-b1-128x64m-sk4",
     ],

@@ -495,26 +495,22 @@ _TAPWISE = [name for name in STEMS if name != "c3-3x3s6-bf16"]
 
 @pytest.mark.parametrize(
     "mode, name",
-    [(mode, name) for mode in ("im2col", "im2col-tiled") for name in STEMS]
-    + [("implicit", name) for name in _TAPWISE],
+    [("im2col", name) for name in STEMS] + [("implicit", name) for name in _TAPWISE],
 )
 def test_few_channel_stems_through_the_implicit_gemm(mode: str, name: str, monkeypatch) -> None:
     """An ungrouped conv of fewer than 16 input channels runs as the implicit GEMM of a 1x1
-    conv over its im2col matrix (the default, $FUSEC_CONV_FEW_CHANNELS=im2col; its tiled
-    gather with $FUSEC_CONV_IM2COL=tiled), or over taps with the channel chunk zero-filled
-    past the real channels ("implicit")."""
+    conv over its im2col matrix (the default, $FUSEC_CONV_FEW_CHANNELS=im2col), or over
+    taps with the channel chunk zero-filled past the real channels ("implicit")."""
     import fusec
     from fusec.runtime.reference import entry_function, run_reference
     from fusec.tools.runner import random_inputs
 
-    monkeypatch.setenv("FUSEC_CONV_FEW_CHANNELS", mode.removesuffix("-tiled"))
-    monkeypatch.setenv("FUSEC_CONV_IM2COL", "tiled" if mode.endswith("-tiled") else "threads")
+    monkeypatch.setenv("FUSEC_CONV_FEW_CHANNELS", mode)
     compiled = fusec.compile(STEMS[name], target="cuda")
     (kernel,) = [k for k in compiled.kernels if k.kind == "conv"]
     header = kernel.source.split("\n\n")[0]
     assert "implicit-GEMM" in header, kernel.source[:600]
-    assert ("im2col matrix" in header) == mode.startswith("im2col"), header
-    assert ("FUSEC_CONV_IM2COL=tiled" in header) == mode.endswith("-tiled"), header
+    assert ("im2col matrix" in header) == (mode == "im2col"), header
     for seed in (0, 1):
         args = random_inputs(entry_function(compiled.module), seed=seed)
         (out,) = compiled._runner(args, poison=True)

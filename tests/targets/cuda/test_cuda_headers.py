@@ -114,7 +114,6 @@ def _template_probes() -> dict[str, str]:
     from fusec.targets.cuda.conv.transpose import RelayoutSpec
     from fusec.targets.cuda.gemm import aux, cpp
 
-    stem = ConvGeometry(2, 3, 15, 17, 8, 7, 7, 2, 2, 3, 3, 3, 3)
     specs = {
         "fusec/attention.cuh": attention.generate(attention.AttentionSpec(2, 200, 200, 64, 128)),
         "fusec/conv.cuh": generate(
@@ -132,13 +131,9 @@ def _template_probes() -> dict[str, str]:
             )
         ),
         "fusec/gemm.cuh": cpp.generate(cpp.GemmSpec()),
-        # both forms (the second's constants in a struct of the same name: its own scope)
-        "fusec/im2col.cuh": Im2col(stem).kernel("probe")
-        + "namespace tiled {\n"
-        + Im2col(stem, tiled=True)
-        .kernel("probe_tiled")
-        .replace('#include "fusec/im2col.cuh"\n', "")
-        + "}\n",
+        "fusec/im2col.cuh": Im2col(ConvGeometry(2, 3, 15, 17, 8, 7, 7, 2, 2, 3, 3, 3, 3)).kernel(
+            "probe"
+        ),
         "fusec/layernorm_prep.cuh": aux.LayerNormPrep("bf16", "f32", "bf16", "k", 1e-5).generate(),
         # both copies: 8 x 8 blocks (16- and 2-byte loads) and few pixels
         "fusec/relayout.cuh": RelayoutSpec(2, 64, 1000).generate()

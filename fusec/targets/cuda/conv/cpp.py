@@ -72,9 +72,7 @@ INPUTS = ("nhwc", "nchw", "nchw-ld")
 #: group wrote it so: ``out_layout="nhwc"``, the opt-in conv -> conv hand-off); "im2col":
 #: the GEMM is the 1x1 conv over the im2col matrix of the conv ``ConvSpec.source``, written
 #: per call by a small kernel (``im2col``: few-channel stems)
-LAYOUTS = (*INPUTS, "given", "im2col", "im2col-tiled")
-#: the inputs of a 1x1 conv over an im2col matrix: its "threads" and "tiled" kernels
-IM2COL_INPUTS = ("im2col", "im2col-tiled")
+LAYOUTS = (*INPUTS, "given", "im2col")
 #: how the weights come: KCRS (re-laid out per call) or KRSC (as they are)
 WEIGHTS = ("kcrs", "krsc")
 #: TMA reads start 16-byte aligned: a W coordinate must be a multiple of this many pixels
@@ -203,9 +201,9 @@ class ConvSpec(LinkedSpec):
 
     def __post_init__(self) -> None:
         _check_types(self.dtype, self.out_dtype, self.epilogue)
-        if (self.input in IM2COL_INPUTS) != (self.source is not None):
-            raise ValueError("a conv source geometry goes with an im2col input (and only there)")
-        im2col = self.im2col  # building it checks the source (im2col_problem, shared memory)
+        if (self.input == "im2col") != (self.source is not None):
+            raise ValueError('a conv source geometry goes with input="im2col" (and only there)')
+        im2col = self.im2col  # building it checks the source (im2col_problem)
         if im2col is not None and (self.geo != im2col.gemm or self.weight != "kcrs"):
             raise ValueError("an im2col conv is the 1x1 conv source.im2col(), KCRS weights")
         if self.weight not in WEIGHTS:
@@ -253,9 +251,7 @@ class ConvSpec(LinkedSpec):
 
     @property
     def im2col(self) -> Im2col | None:
-        if self.source is None:
-            return None
-        return Im2col(self.source, tiled=self.input == "im2col-tiled")
+        return Im2col(self.source) if self.source is not None else None
 
     @property
     def copies_input(self) -> bool:
@@ -383,7 +379,6 @@ _INPUT = {
     "nhwc": "fusec::CONV_INPUT_NHWC",
     "given": "fusec::CONV_INPUT_NHWC",
     "im2col": "fusec::CONV_INPUT_NHWC",
-    "im2col-tiled": "fusec::CONV_INPUT_NHWC",
     "nchw": "fusec::CONV_INPUT_NCHW",
     "nchw-ld": "fusec::CONV_INPUT_LD",
 }
@@ -467,7 +462,6 @@ def generate(spec: ConvSpec) -> str:
         "nchw-ld": ", NCHW input loaded by threads",
         "given": ", channels-last input given",
         "im2col": ", the im2col matrix's 1x1 conv",
-        "im2col-tiled": ", the im2col matrix's 1x1 conv (tiled gather)",
     }.get(spec.input, "")
     if spec.out_layout == "nhwc":
         headline += ", channels-last output"

@@ -13,18 +13,15 @@ chunks instead of 49. The matrix is written per call by a small kernel before th
 for the batch-32 stem); the GEMM is the template's channels-last path with geometry
 ``Im2col.gemm``, its epilogue and output unchanged (the same P x Q pixels).
 
-Two forms of the kernel (``FUSEC_CONV_IM2COL``): "threads" (the default, measured on the
-H200: ResNet-50's batch-32 stem 876 -> 204 us with the GEMM) has each thread gather 8
-columns of one pixel, so a warp's 2-byte loads scatter over about 20 cache lines;
-"tiled" (opt-in, to measure against it) stages ``PIX`` pixels x all columns in shared
-memory, gathered with a warp's lanes along neighbouring pixels (their input elements
-``SW`` apart: one or two cache lines a load), and stores the block's contiguous rows as
-16-byte vectors.
+Each thread gathers 8 columns of one pixel and stores them as one 16-byte vector (H200:
+ResNet-50's batch-32 stem 876 -> 204 us with the GEMM). A "tiled" form that staged 64
+pixels x all columns in shared memory, gathered with a warp's lanes along neighbouring
+pixels, was measured against it and removed: 245 vs 210 us for the batch-32 7x7/2 stem,
+68.6 vs 56.2 us for a 3x3/2 one (``fusec profile``, same H200 call, 2026-12-03).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from fusec.targets.cuda.conv.config import ConvGeometry, cdiv
@@ -33,11 +30,6 @@ from fusec.targets.cuda.headers import enumerators, include
 THREADS = 256
 #: at most this many blocks an SM (a grid-stride loop past it)
 BLOCKS_PER_SM = 16
-#: the tiled form's shared memory (static: at most 48 KB) and pixels a block
-TILED_SMEM_BYTES = 48 * 1024
-TILED_PIXELS = (64, 32)
-IM2COL_ENV = "FUSEC_CONV_IM2COL"
-FORMS = ("threads", "tiled")
 
 
 def im2col_problem(geo: ConvGeometry) -> str | None:
@@ -51,37 +43,16 @@ def im2col_problem(geo: ConvGeometry) -> str | None:
     return None
 
 
-def tiled_pixels(ckp: int) -> int | None:
-    """Pixels a block of the tiled form stages for ``ckp`` columns (rows of ``ckp + 2``
-    halves), or None when even 32 of them exceed its shared memory."""
-    fitting = [pix for pix in TILED_PIXELS if pix * (ckp + 2) * 2 <= TILED_SMEM_BYTES]
-    return fitting[0] if fitting else None
-
-
 @dataclass(frozen=True)
 class Im2col:
-    """The im2col matrix ``[N][P][Q][CKP]`` of the conv ``source`` (one group), written by
-    the "threads" form or, ``tiled``, the shared-memory one."""
+    """The im2col matrix ``[N][P][Q][CKP]`` of the conv ``source`` (one group)."""
 
     source: ConvGeometry
-    tiled: bool = False
 
     def __post_init__(self) -> None:
         why = im2col_problem(self.source)
-        if not why and self.tiled and self.pix is None:
-            why = f"{self.gemm.cgp} columns exceed the tiled im2col's shared memory"
         if why:
             raise ValueError(why)
-
-    @property
-    def pix(self) -> int | None:
-        """Pixels a block of the tiled form holds."""
-        return tiled_pixels(self.gemm.cgp)
-
-    @property
-    def pixels(self) -> int:
-        g = self.gemm
-        return g.n * g.h * g.w
 
     @property
     def gemm(self) -> ConvGeometry:
@@ -91,12 +62,10 @@ class Im2col:
     @property
     def groups(self) -> int:
         """Threads' worth of work: one 16-byte group of 8 columns each."""
-        return self.pixels * self.gemm.cgp // 8
+        g = self.gemm
+        return g.n * g.h * g.w * g.cgp // 8
 
     def grid(self, sms: int) -> int:
-        if self.tiled:
-            assert self.pix is not None
-            return cdiv(self.pixels, self.pix)
         return max(1, min(cdiv(self.groups, THREADS), BLOCKS_PER_SM * sms))
 
     def config(self, name: str) -> str:
@@ -107,14 +76,10 @@ class Im2col:
             "SW": geo.stride_w, "PT": geo.pad_top, "PL": geo.pad_left, "DH": geo.dil_h,
             "DW": geo.dil_w, "P": geo.p, "Q": geo.q, "CK": self.gemm.c, "CKP": self.gemm.cgp,
         }  # fmt: skip
-        if self.tiled:
-            assert self.pix is not None  # (__post_init__)
-            values |= {"PIX": self.pix, "SP": self.gemm.cgp + 2}
         ints = enumerators([f"{k} = {v}" for k, v in values.items()])
         return (
             f"struct {name} {{\n  enum : int {{\n{ints}\n  }};\n"
-            f"  static constexpr long long GROUPS = {self.groups}ll;\n"
-            f"  static constexpr long long PIXELS = {self.pixels}ll;\n}};\n"
+            f"  static constexpr long long GROUPS = {self.groups}ll;\n}};\n"
         )
 
     def kernel(self, name: str) -> str:
@@ -124,14 +89,6 @@ class Im2col:
 // channels-last input of the 1x1 conv below.
 extern "C" __global__ void __launch_bounds__({THREADS})
 {name}(const u16* __restrict__ x, u16* __restrict__ xt) {{
-  fusec::{"im2col_tiled" if self.tiled else "im2col"}<Im2col>(x, xt);
+  fusec::im2col<Im2col>(x, xt);
 }}
 """
-
-
-def form_from_env() -> str:
-    """``$FUSEC_CONV_IM2COL`` (validated: "threads", the default, or "tiled")."""
-    asked = os.environ.get(IM2COL_ENV, "").strip().lower() or "threads"
-    if asked not in FORMS:
-        raise ValueError(f"${IM2COL_ENV}: {asked!r}, expected one of {FORMS}")
-    return asked

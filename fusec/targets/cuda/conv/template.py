@@ -59,8 +59,7 @@ from fusec.targets.cuda.conv.cpp import (
     implicit_gemm_problem,
     nchw_input_problem,
 )
-from fusec.targets.cuda.conv.im2col import form_from_env as im2col_form
-from fusec.targets.cuda.conv.im2col import im2col_problem, tiled_pixels
+from fusec.targets.cuda.conv.im2col import im2col_problem
 from fusec.targets.cuda.conv.layouts import (
     LAYOUT_ATTR,
     TO_CHANNELS_FIRST,
@@ -382,13 +381,6 @@ def depthwise(geo: ConvGeometry) -> bool:
     return geo.groups == geo.c == geo.k and geo.cg == 1
 
 
-def im2col_input(gemm: ConvGeometry) -> str:
-    """The ``ConvSpec`` input of the 1x1 conv ``gemm`` over an im2col matrix: its
-    "tiled" gather where ``$FUSEC_CONV_IM2COL`` asks for it and the columns fit."""
-    tiled = im2col_form() == "tiled" and tiled_pixels(gemm.cgp) is not None
-    return "im2col-tiled" if tiled else "im2col"
-
-
 def gemm_geometry(p: ConvPlan) -> ConvGeometry:
     """The conv the implicit GEMM of ``p`` runs: the 1x1 conv over the im2col matrix
     (``im2col_for``), else ``p``'s own."""
@@ -430,9 +422,6 @@ _INPUT_NOTES = {
     "im2col": "few channels: the NCHW input gathered per call into its im2col matrix "
     "[N][P][Q][C*R*S] (a small launch before the conv), the GEMM a 1x1 conv over its "
     "{ck} channels;",
-    "im2col-tiled": "few channels: the NCHW input gathered per call into its im2col matrix "
-    "[N][P][Q][C*R*S] (a small launch before the conv, pixels staged in shared memory: "
-    "$FUSEC_CONV_IM2COL=tiled), the GEMM a 1x1 conv over its {ck} channels;",
 }
 _WEIGHT_NOTES = {
     "kcrs": "weights re-laid out to [K][R*S][C] per call (a small launch before the conv);",
@@ -479,7 +468,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         gemm_geo = gemm_geometry(p)
         source = geo if gemm_geo != geo else None
         tile = tile_for(fused_op, gemm_geo)
-        layout, refused = (im2col_input(gemm_geo), None) if source else input_for(geo)
+        layout, refused = ("im2col", None) if source else input_for(geo)
         if p.layout.input == "nhwc":  # conv-layout relaid it (refused: why not in place)
             layout = "given"
         weight = "krsc" if p.layout.weight == "krsc" else "kcrs"

@@ -9,18 +9,8 @@
 //
 // im2col<I> is a grid-stride loop in which a thread writes one 16-byte group of 8 columns of
 // one pixel (consecutive threads: consecutive groups, so the stores are contiguous); its
-// 2-byte loads of neighbouring columns hit the same input rows, in L1 (a warp's load touches
-// about one cache line per column it covers).
-//
-// im2col_tiled<I> (the opt-in "tiled" form) is one block of PIX consecutive pixels (of the
-// flattened n, p, q index), all CKP columns: gathered with the 32 lanes of a warp along 32
-// pixels and a warp per column (neighbouring pixels of a row read input elements SW apart:
-// one or two cache lines a load), staged in shared memory rows of SP halves (an odd number
-// of words: no bank conflict), then stored as 16-byte vectors of the block's contiguous
-// PIX * CKP halves.
-//
-// An instantiation supplies I: C, H, W, R, S, SH, SW, PT, PL, DH, DW, P, Q, CK, CKP and
-// GROUPS (N*P*Q*CKP/8); the tiled form also PIX, SP and PIXELS (N*P*Q).
+// 2-byte loads of neighbouring columns hit the same input rows, in L1. An instantiation
+// supplies I: C, H, W, R, S, SH, SW, PT, PL, DH, DW, P, Q, CK, CKP and GROUPS (N*P*Q*CKP/8).
 #pragma once
 
 #include "fusec/common.cuh"
@@ -58,36 +48,6 @@ static __device__ __forceinline__ void im2col(const u16* __restrict__ x, u16* __
       v[k] = lo | (hi << 16);
     }
     *(uint4*)(xt + i * 8) = make_uint4(v[0], v[1], v[2], v[3]);
-  }
-}
-
-template <class I>
-static __device__ __forceinline__ void im2col_tiled(const u16* __restrict__ x,
-                                                    u16* __restrict__ xt) {
-  __shared__ u16 tile[I::PIX * I::SP];
-  const long long first = (long long)blockIdx.x * I::PIX;
-  const int pixels = (int)min((long long)I::PIX, I::PIXELS - first);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  for (int t = lane; t < I::PIX; t += 32) {
-    const long long pixel = first + t;
-    const int q = (int)(pixel % I::Q);
-    const long long np = pixel / I::Q;
-    const int p = (int)(np % I::P);
-    const long long n = np / I::P;
-    for (int j = warp; j < I::CKP; j += warps) {
-      tile[t * I::SP + j] = t < pixels ? im2col_value<I>(x, n, p, q, j) : (u16)0;
-    }
-  }
-  __syncthreads();
-  constexpr int per_pixel = I::CKP / 8;
-  u16* out = xt + first * I::CKP;
-  for (int i = threadIdx.x; i < pixels * per_pixel; i += blockDim.x) {
-    const int t = i / per_pixel, j0 = (i - t * per_pixel) * 8;
-    const u16* row = tile + t * I::SP + j0;
-    u32 v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = (u32)row[2 * k] | ((u32)row[2 * k + 1] << 16);
-    *(uint4*)(out + (long long)i * 8) = make_uint4(v[0], v[1], v[2], v[3]);
   }
 }
 
