@@ -29,10 +29,11 @@ not depend on the exporter), so a run cut short still has every fusec row. Each 
 appended to ``models-gpu-<suffix>.jsonl`` as soon as it is known, and the tables are
 rewritten after every case; ``--resume`` continues a run from its JSON lines (trying its
 time-outs again, their kernels now partly in the cache). ``--jobs N`` runs N workers at a
-time: exports and compiles overlap, timing holds a file lock (no two workers time at once;
-another's first calls may still share the GPU for milliseconds). Transformers are fed float
-``inputs_embeds`` (``--inputs ids``: int64 token ids, an embedding lookup fusec compiles
-since issue 29); the row says which.
+time: exports and compiles overlap, and a worker that times holds a file lock and stops the
+other workers' process groups meanwhile (SIGSTOP/SIGCONT: no compile threads or autotuning
+beside a timing; work already queued on the GPU drains during the warm-up).
+Transformers are fed float ``inputs_embeds`` (``--inputs ids``: int64 token ids, an
+embedding lookup fusec compiles since issue 29); the row says which.
 
     python3 benchmarks/models_gpu.py --quick --budget 540 --out results/       # H200
     python3 benchmarks/models_gpu.py --models resnet50,bert --dtypes bf16 --out results/
@@ -52,6 +53,8 @@ import contextlib
 import datetime
 import functools
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -724,6 +727,46 @@ def errors(got: list, want: list) -> tuple[float, int]:
     return worst, bad
 
 
+class Registry:
+    """The process groups of a run's live workers, one empty file per group in ``folder``:
+    what a worker that times stops meanwhile (``Timer.exclusive``)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def join(self) -> None:
+        """Register this process's group (a worker's, from ``run_logged``) until it exits."""
+        import atexit
+
+        self.folder.mkdir(exist_ok=True)
+        entry = self.folder / str(os.getpgid(0))
+        entry.touch()
+        atexit.register(entry.unlink, missing_ok=True)
+
+    def groups(self) -> list[int]:
+        if not self.folder.is_dir():
+            return []
+        return [int(p.name) for p in self.folder.iterdir() if p.name.isdigit()]
+
+    def signal_others(self, signum: int) -> list[int]:
+        """Send ``signum`` to every registered group but this process's own; those it
+        reached."""
+        own = os.getpgid(0)
+        return self.signal([g for g in self.groups() if g != own], signum)
+
+    def signal(self, groups: Iterable[int], signum: int) -> list[int]:
+        reached = []
+        for group in groups:
+            try:
+                os.killpg(group, signum)
+                reached.append(group)
+            except ProcessLookupError:  # a worker that ended without unregistering (killed)
+                (self.folder / str(group)).unlink(missing_ok=True)
+            except PermissionError:  # a reused id of someone else's group: not ours
+                (self.folder / str(group)).unlink(missing_ok=True)
+        return reached
+
+
 class Timer:
     """Medians after warm-up: CUDA events on torch's current stream, checked against the wall
     clock of a back-to-back loop (cuda); wall clock alone (cpu)."""
@@ -744,20 +787,31 @@ class Timer:
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
-        """Hold the run's timing lock: for timing, and for other long GPU work (a profile
-        run) that would load the GPU under another worker's timing (H200, 2026-12-03: ViT-B/16
-        at batch 32 timed 9.07 ms, min 6.49, in a --profile run whose profiles ran outside
-        the lock; 3.96 ms in a run of the same code without profiles)."""
+        """Hold the run's timing lock, and stop every other worker meanwhile: for timing,
+        and for other long GPU work (a profile run).
+
+        The lock alone kept two workers from timing at once, but not one worker's compile
+        (inductor's compile threads and its autotuning runs on the GPU, NVRTC) from running
+        beside another's timing: in one H200 run (2026-12-03 21:42) eager ResNet-50 at batch 32
+        timed 9.19 ms, 4.97 in the run before, and eager BERT at batch 1 11.7 ms against 5.1;
+        torch.compile's rows moved as much both ways. Every worker is a process group of its
+        own (``run_logged``) and registers it (``Registry``); the holder sends the others'
+        groups SIGSTOP after taking the lock and SIGCONT before letting it go (the parent
+        sends SIGCONT too after each worker ends, should one be killed while holding it).
+        Work another worker had already queued on the GPU still drains during the warm-up."""
         import fcntl
 
         if self.lock is None:
             yield
             return
+        registry = Registry(self.lock.with_suffix(".workers"))
         with self.lock.open("a") as held:
             fcntl.flock(held, fcntl.LOCK_EX)
+            stopped = registry.signal_others(signal.SIGSTOP)
             try:
                 yield
             finally:
+                registry.signal(stopped, signal.SIGCONT)
                 fcntl.flock(held, fcntl.LOCK_UN)
 
     def _time(self, fn: Callable[[], Any]) -> dict:
@@ -1156,7 +1210,23 @@ def run_worker(job: str, case: Case, args: argparse.Namespace, results: Path, li
     log.write_text("")
     # a process group: its compile workers (inductor, nvcc) go with it
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
-    return run_logged(command, log, limit)
+    why = run_logged(command, log, limit)
+    resume_workers(results.with_suffix(".lock"))
+    return why
+
+
+def resume_workers(lock: Path) -> None:
+    """SIGCONT every registered worker, holding the timing lock (so that none is timing
+    and has others stopped): a worker killed while it held the lock left them stopped."""
+    import fcntl
+
+    registry = Registry(lock.with_suffix(".workers"))
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            registry.signal(registry.groups(), signal.SIGCONT)
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
 
 
 def close_unfinished(job: str, case: Case, why: str, results: Path) -> None:
@@ -1340,6 +1410,7 @@ def main_worker(text: str) -> int:
         case=Case(**{**case, "batches": tuple(case["batches"])}),
         **{**spec, "results": Path(spec["results"])},
     )
+    Registry(worker.results.with_suffix(".workers")).join()
     (run_fusec_job if worker.job == "fusec" else run_torch_job)(worker)
     return 0
 

@@ -224,3 +224,50 @@ def test_a_refusal_is_shortened_to_the_file_node_and_reason() -> None:
         "computed at run time (input 'u')"
     )
     assert zoo.short("x" * 700) == "x" * 600
+
+
+def _state(pid: int) -> str:
+    """A process's scheduler state letter from /proc (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_worker_that_times_stops_the_other_workers_until_it_is_done(tmp_path) -> None:
+    import subprocess
+    import time
+
+    lock = tmp_path / "run.lock"
+    sleeper = (
+        "import sys, time; sys.path.insert(0, sys.argv[1]); import models_gpu as zoo; "
+        "zoo.Registry(zoo.Path(sys.argv[2])).join(); print('ready', flush=True); time.sleep(60)"
+    )
+    bench = str(Path(zoo.__file__).parent)
+    other = subprocess.Popen(
+        [sys.executable, "-c", sleeper, bench, str(lock.with_suffix(".workers"))],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "ready"
+        timer = zoo.Timer("cuda", smoke=True, lock=lock)
+        with timer.exclusive():
+            deadline = time.monotonic() + 10
+            while _state(other.pid) != "T" and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert _state(other.pid) == "T"
+        deadline = time.monotonic() + 10
+        while _state(other.pid) == "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _state(other.pid) != "T"
+        # a holder killed mid-timing left it stopped: the parent's resume_workers mends that
+        zoo.Registry(lock.with_suffix(".workers")).signal_others(zoo.signal.SIGSTOP)
+        while _state(other.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        zoo.resume_workers(lock)
+        while _state(other.pid) == "T" and time.monotonic() < deadline + 10:
+            time.sleep(0.01)
+        assert _state(other.pid) != "T"
+    finally:
+        other.kill()
+        other.wait()
