@@ -10,8 +10,9 @@
 #   BUDGET     seconds after which models_gpu.py starts no new case (default 500; each case
 #              is cut at that point too, so the call ends within BUDGET + ~40 s)
 #   CASE       one worker's limit in seconds (default 240: a CNN's cold kernel builds)
-#   JOBS       workers at a time (default 2: one exports and compiles while the other
-#              times; timing holds a lock, so no two workers time at once)
+#   JOBS       workers at a time (default 3: the others export and compile while one
+#              times; a worker that times holds a lock and stops the others meanwhile, so
+#              timings see a quiet machine; all 16 --quick cases in 382 s on 2026-12-03)
 #   RESUME=1   continue the last run on a warm machine (same SUFFIX): its JSON lines are kept
 #              under .cache/zoo, so a second call adds the cases (or the torch.compile pass)
 #              the first one had no time for
@@ -27,8 +28,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export FUSEC_CACHE_DIR=$PWD/.cache/fusec TORCHINDUCTOR_CACHE_DIR=$PWD/.cache/inductor
-# two workers' compiles at most 2 x (1 + 6) of the 16 cores: the one timing keeps a core
-export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-6}
+# three workers' compiles at most 3 x (1 + 4) of the 16 cores
+export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-4}
 # from a tree that is not a checkout (git archive) set FUSEC_COMMIT: git would name the
 # enclosing checkout's HEAD
 export FUSEC_COMMIT=${FUSEC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -53,7 +54,7 @@ RESUME_ARG=""
 BUDGET=$((${BUDGET:-500} - (SECONDS - T0)))  # what the install and the tests left
 # shellcheck disable=SC2086  # ZOO_ARGS is a list of options
 timeout $((BUDGET + 40)) python3 benchmarks/models_gpu.py ${ZOO_ARGS:---quick} \
-  --budget "$BUDGET" --case-budget "${CASE:-240}" --jobs "${JOBS:-2}" --out "$W" \
+  --budget "$BUDGET" --case-budget "${CASE:-240}" --jobs "${JOBS:-3}" --out "$W" \
   --suffix "$SUFFIX" $RESUME_ARG \
   > "$W/run.log" 2>&1
 echo "== models_gpu.py: rc=$? in $((SECONDS - T0)) s"
