@@ -604,8 +604,23 @@ class ExprGenerator:
         return self.language.exp(a)
 
     def logistic(self, numerator: str, x: str) -> str:
-        """``numerator / (1 + exp(-x))``, with the language's division and exponential."""
-        return self.arith(numerator, "/", self.arith(self.literal(1.0), "+", self.exp(self.neg(x))))
+        """``numerator / (1 + exp(-x))``, with the language's division and exponential.
+
+        With ``fast_exp`` the exponential's argument is never positive: ``e = exp(-|x|)``
+        in (0, 1] by ``exp_nonpos_f32`` (15 vector operations against ``exp_f32``'s 22,
+        no overflow path), and ``numerator * e / (1 + e)`` for x < 0, the same value.
+        A SiLU over 393k floats, one AMD EPYC core (AVX2): 0.75 -> 0.45-0.53 ns an
+        element. exp(-|x|) below e ** -86.5 is 0 there: sigmoid(x < -86.5) is 0 where the
+        exact value is below 3e-38. NaN stays NaN (both branches carry it)."""
+        if not self.fast_exp:
+            denominator = self.arith(self.literal(1.0), "+", self.exp(self.neg(x)))
+            return self.arith(numerator, "/", denominator)
+        self.helpers.add("exp_nonpos_f32")
+        x = self.bind(x)
+        e = self.bind(f"exp_nonpos_f32(-abs({x}))")
+        positive = self.compare(x, ">=", self.literal(0.0))
+        scaled = self.bind(self.select(positive, numerator, self.arith(numerator, "*", e)))
+        return self.arith(scaled, "/", self.arith(self.literal(1.0), "+", e))
 
     def round_to(self, dtype: str, a: str) -> str:
         """``a`` rounded to ``dtype`` exactly (nearest-even), as a float32."""

@@ -165,8 +165,10 @@ func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
     ops = [op for op in module.walk() if isinstance(op, ai.AiOp)]
     fast = ExprGenerator(fast_exp=True)
     stmts, _ = fast.chain(ops, lambda v: "x")
-    assert sum("exp_f32(" in s for s in stmts) == 4 and not any("math.exp" in s for s in stmts)
-    assert fast.helpers == {"exp_f32"}
+    # exp itself: exp_f32; the logistic forms (sigmoid, silu, tanh GELU): exp(-|x|)
+    assert sum("exp_f32(" in s for s in stmts) == 1 and not any("math.exp" in s for s in stmts)
+    assert sum("exp_nonpos_f32(-abs(" in s for s in stmts) == 3
+    assert fast.helpers == {"exp_f32", "exp_nonpos_f32"}
     source = helper_source(fast.helpers, "@numba.njit")
     assert "def exp_f32(" in source and "def fma32(" in source  # its dependency comes along
     default = ExprGenerator()  # the CUDA templates' generator: unchanged
@@ -180,3 +182,68 @@ def test_exp_f32_agrees_with_numpy_float32_exp(x):
     got = fast_exp(np.array([x], np.float32))[0]
     want = np.exp(np.float32(x))
     assert abs(float(got) - float(want)) <= 2 * np.spacing(want)
+
+
+def logistic_loop(op: str):
+    """A Numba loop of the cpu generator's ``ai.<op>`` (sigmoid, silu, tanh GELU) over a
+    float32 vector: the code the cpu kernels' epilogues get."""
+    attrs = ' {approximate = "tanh"}' if op == "gelu" else ""
+    module = parse(
+        f"""func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {{
+  %0 = ai.{op} %x{attrs} : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}}"""
+    )
+    ops = [o for o in module.walk() if isinstance(o, ai.AiOp)]
+    gen = ExprGenerator(fast_exp=True)
+    stmts, names = gen.chain(ops, lambda v: "v")
+    body = "\n".join(f"        {s}" for s in stmts)
+    source = (
+        helper_source(gen.helpers, '@numba.njit(fastmath=False, error_model="numpy")')
+        + '\n@numba.njit(fastmath=False, error_model="numpy")\ndef loop(x, out):\n'
+        + f"    for i in range(x.size):\n        v = x[i]\n{body}\n"
+        + f"        out[i] = {names[ops[-1].results[0]]}\n"
+    )
+    ns = {"math": math, "numba": numba, "np": np, "f32": f32}
+    exec(source, ns)  # noqa: S102 - the generator's own source
+    return ns["loop"]
+
+
+def _logistic_reference(op: str, x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if op == "sigmoid":
+            return 1.0 / (1.0 + np.exp(-x))
+        if op == "silu":
+            return np.where(x == -np.inf, -0.0, x / (1.0 + np.exp(-x)))
+        u2 = 2.0 * math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)
+        return np.where(x == -np.inf, -0.0, x / (1.0 + np.exp(-u2)))
+
+
+@pytest.mark.parametrize("op", ["sigmoid", "silu", "gelu"])
+def test_the_logistic_forms_on_exp_of_minus_abs_x_match_float64(op):
+    """sigmoid, silu and the tanh GELU divide by 1 + exp(-|x|) (``exp_nonpos_f32``): within
+    a few ulp of float64 where the value is a normal float, the limits at +-inf, NaN kept."""
+    loop = logistic_loop(op)
+    rng = np.random.default_rng(0)
+    x = np.concatenate(
+        [rng.standard_normal(100_000) * 4, np.linspace(-90, 90, 20_001), [0.0, -0.0, 1e-30]]
+    ).astype(np.float32)
+    got, want = run_loop(loop, x), _logistic_reference(op, x)
+    # exp(-|arg|) is exp_nonpos_f32's down to -86.5 (0 below): there the value is within
+    # a few ulp where it is a normal float; past it, 0 or a tiny number where the exact
+    # one is below 1e-35 (sigmoid(-86.5) = 2.6e-38, silu(-86.5) = -2.3e-36)
+    arg = x.astype(np.float64)
+    if op == "gelu":  # the logistic's argument: 2u
+        arg = 2.0 * math.sqrt(2.0 / math.pi) * (arg + 0.044715 * arg**3)
+    kept = (np.abs(want) >= np.finfo(np.float32).tiny) & (np.abs(arg) <= 86.5)
+    rel = np.abs(got[kept] - want[kept]) / np.abs(want[kept])
+    # the GELU's argument is itself rounded to float32 first: |arg| ulp more where x < 0
+    bound = 8 * 2.0**-24 + (np.abs(arg[kept]) * 2.0**-22 if op == "gelu" else 0.0)
+    assert (rel < bound).all(), f"max relative error {rel.max():.3e}"
+    assert (np.abs(got[~kept] - want[~kept]) < 1e-35).all()
+    edges = run_loop(loop, np.array([np.inf, -np.inf, np.nan], np.float32))
+    assert edges[0] == (1.0 if op == "sigmoid" else np.inf)
+    assert edges[1] == 0.0 and np.isnan(edges[2])
+    (llvm,) = loop.inspect_llvm().values()
+    assert max(int(w) for w in re.findall(r"<(\d+) x float>", llvm)) >= 4, "not vectorised"
