@@ -433,6 +433,10 @@ CONVS = [
     ((1, 2), (3, 4), (2, 2), 5, (1, 5, 9, 8), (5, 5, 5)),
     ((1, 1), (0, 3), (1, 1), 3, (1, 3, 6, 2), (3, 1, 3)),
     ((1, 1), (0, 0), (1, 1), 7, (3, 7, 5, 6), (7, 1, 1)),
+    # strided rows longer than the lanes form takes: the planar sums in passes of
+    # planes.SUM_TERMS taps on AVX2 (5x5: 3 passes, 7x7: 6)
+    ((2, 2), (2, 2), (1, 1), 6, (1, 6, 34, 34), (6, 5, 5)),
+    ((2, 2), (3, 2), (1, 1), 4, (2, 4, 40, 37), (4, 7, 7)),
     # small planes in a batch: blocks of several images side by side, 1x1 read as it
     # is (3 + 3 + 3 + 1 images), 3x3 by im2col (3 x 3 images; 2 + 2 + 2 + 2 at stride 2)
     ((1, 1), (0, 0), (1, 1), 1, (10, 8, 3, 3), (6, 1, 1)),
@@ -740,6 +744,23 @@ def test_conv_blocks(cache, case):
     assert ("sgemm_acc(" in source) == taps and ("wv = ws[" in source) == winograd
     assert ("xpad = ws[" in source) == (taps or winograd or depthwise)
     assert _blocks(program) > 1
+
+
+@pytest.mark.parametrize("sum_terms, passes", [(9, 3), (64, 1)])
+def test_planar_depthwise_sums_in_passes_of_taps(cache, monkeypatch, sum_terms, passes):
+    """A strided 5x5 depthwise row (the planar loop, not the lanes form) sums its 25 taps
+    in passes of ``planes.SUM_TERMS`` (AVX2: 9, so that a pass's weights and sums fit in
+    16 vector registers), each pass after the first adding to the stored row; the
+    results are the same either way."""
+    from fusec.targets.cpu.conv import planes
+
+    monkeypatch.setattr(planes, "SUM_TERMS", sum_terms)
+    case = CONVS[18]
+    program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
+    source = program.kernels[0].source
+    assert "direct multiply-adds along output rows" in source
+    assert len(re.findall(r"cbuf\[U\(d \+ j\)\] = ", source)) == passes
+    assert len(re.findall(r"= cbuf\[U\(d \+ j\)\] \+ w", source)) == passes - 1
 
 
 WINOGRAD_CONVS = [
