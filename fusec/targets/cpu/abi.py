@@ -15,7 +15,7 @@ renamed without breaking cached kernels or their text:
   (``fusec.targets.cpu.blas_calls``; ``blas.import_line`` picks them);
 * ``blas_single_threaded``: the process-wide BLAS thread count held at 1 around a
   launch, when the BLAS has no per-thread setter (``blas.single_threaded``);
-* ``gemm_nn``, ``gemm_packed``: the register-tiled GEMMs
+* ``gemm_nn``, ``gemm_nn_staged``, ``gemm_packed``: the register-tiled GEMMs
   (``fusec.targets.cpu.microkernel``); ``gemm_q8_packed``, ``gemm_q8_packed_amx``: the
   uint8 x int8 ones, VNNI and AMX (``fusec.targets.cpu.gemm_int8``), and
   ``gemm_q8_bytes``, ``gemm_q8_bytes_amx`` the same on A's codes gathered as bytes,
@@ -59,6 +59,7 @@ _PROVIDERS: dict[str, tuple[str, str | None]] = {
     "threads_noop": ("fusec.targets.cpu.blas_calls", "threads_noop"),
     "blas_single_threaded": ("fusec.targets.cpu.blas", "single_threaded"),
     "gemm_nn": ("fusec.targets.cpu.microkernel", "gemm_nn"),
+    "gemm_nn_staged": ("fusec.targets.cpu.microkernel", "gemm_nn_staged"),
     "gemm_packed": ("fusec.targets.cpu.microkernel", "gemm_packed"),
     "gemm_q8_packed": ("fusec.targets.cpu.gemm_int8", "gemm_q8_packed"),
     "gemm_q8_packed_amx": ("fusec.targets.cpu.gemm_int8", "gemm_q8_packed_amx"),

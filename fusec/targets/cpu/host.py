@@ -75,6 +75,23 @@ def packs(n: int) -> bool:
     return n > 0 and n % STRIP == 0
 
 
+#: ``gemm_nn_staged`` for a B whose rows are a multiple of this many floats (1 KiB) apart...
+STAGE_LDB = 256
+#: ... and a C of at least this many rows: the strip's copy serves ``m / MR`` tiles. One
+#: AMD EPYC core (AVX2), GEMM alone, GFLOP/s gemm_nn / staged: 64 x 1024 x 16 with B rows
+#: 16 KiB apart 26-34 / 59, 4 KiB apart 35 / 59; 64 x 1024 x 256 44 / 75; 96 x 1024 x 16
+#: 28-47 / 62-67; but 16 x 2048 x 27 (a stem's im2col) 45 / 41 and 24 x 1024 x 72 57 / 54.
+#: A whole 1x1 conv + bias + relu, C16 64x64 K64: 224-227 -> 192-199 us.
+STAGE_MIN_ROWS = 32
+
+
+def staging_pays(ldb: int, m: int) -> bool:
+    """Whether ``gemm_nn_staged`` is the GEMM for ``m`` rows of C from a B whose rows are
+    ``ldb`` floats apart: those rows fall in at most 4 of L1's 64 sets (4 KiB a way), and a
+    tile's K loop evicts them (``microkernel.gemm_nn_staged``)."""
+    return ldb > 0 and ldb % STAGE_LDB == 0 and m >= STAGE_MIN_ROWS
+
+
 def fits(n: int) -> bool:
     """Whether ``gemm_nn`` runs a C of ``n`` columns in whole vectors (no scalar edge):
     the attention template uses it only then, and OpenBLAS's sgemm otherwise."""

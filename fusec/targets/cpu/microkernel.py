@@ -182,6 +182,28 @@ def gemm_nn(m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
 
 
 @sealed_njit
+def gemm_nn_staged(m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, buf):
+    """``gemm_nn``, each strip of B's columns first copied into ``buf`` (``k x STRIP``
+    floats, contiguous; ``buf`` holds at least ``k * STRIP``), for a B whose rows are a
+    multiple of 1 KiB apart (``host.staging_pays``: a channel plane of 16x16 pixels or more
+    read in place by a 1x1 conv). Those rows fall in a few of L1's 64 sets, and each tile's
+    K loop evicts the strip's own lines; a copy's rows are 64 bytes apart. The sums are
+    ``gemm_nn``'s, in its order: the same results. The columns right of the last whole strip
+    go to ``gemm_nn`` (a narrow strip reads one vector a row)."""
+    full = NV * W
+    n0 = 0
+    while n0 + full <= n:
+        for p in range(k):
+            src, dst = b_off + p * ldb + n0, p * full
+            for j in range(full):
+                buf[dst + j] = b[src + j]
+        _strip(m, 0, k, a, a_off, lda, buf, 0, full, c, c_off + n0, ldc)
+        n0 += full
+    if n0 < n:
+        gemm_nn(m, n - n0, k, a, a_off, lda, b, b_off + n0, ldb, c, c_off + n0, ldc)
+
+
+@sealed_njit
 def _packed_strip(m, k, a, a_off, lda, b, b_off, c, c_off, ldc, pf_off):
     """C's ``STRIP`` columns from one packed strip of B at ``b_off``, every row; the first
     ``PREFETCH_TILES`` tiles prefetch ``k`` lines each of the strip at ``pf_off``."""
@@ -265,6 +287,7 @@ __all__ = [
     "W",
     "fits",
     "gemm_nn",
+    "gemm_nn_staged",
     "gemm_packed",
     "pack_strips",
     "packs",

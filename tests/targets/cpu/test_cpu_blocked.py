@@ -763,6 +763,24 @@ def test_planar_depthwise_sums_in_passes_of_taps(cache, monkeypatch, sum_terms, 
     assert len(re.findall(r"= cbuf\[U\(d \+ j\)\] \+ w", source)) == passes - 1
 
 
+@pytest.mark.parametrize(
+    "case, staged",
+    [
+        (((1, 1), (0, 0), (1, 1), 1, (1, 16, 32, 32), (40, 1, 1)), True),  # rows 4 KiB apart
+        (((1, 1), (0, 0), (1, 1), 1, (1, 16, 32, 32), (24, 1, 1)), False),  # too few rows
+        (((1, 1), (0, 0), (1, 1), 1, (1, 16, 24, 24), (40, 1, 1)), False),  # 2304 B apart
+    ],
+)
+def test_direct_1x1_stages_b_strips_whose_rows_alias(cache, case, staged):
+    """A 1x1 conv read in place whose input planes are a multiple of 1 KiB (B's rows in
+    few L1 sets) and with at least ``host.STAGE_MIN_ROWS`` output channels runs
+    ``gemm_nn_staged`` (each strip of the plane copied out first); right either way."""
+    program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
+    source = program.kernels[0].source
+    assert ("gemm_nn_staged(" in source) == staged, source[:800]
+    assert ("B strips staged" in source) == staged
+
+
 WINOGRAD_CONVS = [
     # padding, groups, (N, C, H, W), K: deep channel sums (the transform's rounding
     # accumulates over C), odd and ragged sizes, uneven padding, batch > 1

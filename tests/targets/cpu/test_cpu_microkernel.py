@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fusec.targets.cpu import microkernel
-from fusec.targets.cpu.microkernel import gemm_nn
+from fusec.targets.cpu.microkernel import STRIP, gemm_nn, gemm_nn_staged
 
 W, NV = microkernel.W, microkernel.NV
 
@@ -49,6 +49,34 @@ def test_gemm_nn_against_numpy(shape):
     assert _relative(out[:, :n].astype(np.float64), a2 @ b2) < 1e-5
     assert np.isnan(out[:, n:]).all() and np.isnan(c[:c_off]).all()  # nothing else written
     assert np.isnan(c[c_off + m * ldc :]).all()
+
+
+@pytest.mark.parametrize(
+    "m, n, k, ldb",
+    [
+        (64, 1024, 16, 4096),  # a 1x1 conv over 64x64 planes: B's rows 16 KiB apart
+        (37, 3 * STRIP + 5, 9, 1024),  # ragged rows, a narrow strip and scalar columns
+        (6, STRIP, 1, 256),
+        (13, 2 * STRIP, 40, 2 * STRIP + 3),  # a stride that does not alias: the same too
+    ],
+)
+def test_gemm_nn_staged_gives_gemm_nn_results_bit_for_bit(m, n, k, ldb):
+    """``gemm_nn_staged`` copies each strip of B into its buffer and runs ``gemm_nn``'s
+    tiles on the copy: the same sums in the same order, so the same bits, into a C
+    poisoned with NaN first (a column it did not write fails), its buffer poisoned too."""
+    rng = np.random.default_rng(m * 1000 + n + k)
+    a = rng.standard_normal(m * k, dtype=np.float32)
+    b = rng.standard_normal(5 + k * ldb, dtype=np.float32)
+    want = np.full(3 + m * n, np.nan, np.float32)
+    got = np.full(3 + m * n, np.nan, np.float32)
+    buf = np.full(k * STRIP, np.nan, np.float32)
+    gemm_nn(m, n, k, a, 0, k, b, 5, ldb, want, 3, n)
+    gemm_nn_staged(m, n, k, a, 0, k, b, 5, ldb, got, 3, n, buf)
+    assert not np.isnan(got[3:]).any() and np.isnan(got[:3]).all()
+    assert np.array_equal(got, want, equal_nan=True)
+    b2 = b[5:].reshape(k, ldb)[:, :n].astype(np.float64)
+    ref = a.reshape(m, k).astype(np.float64) @ b2
+    assert _relative(got[3:].reshape(m, n).astype(np.float64), ref) < 1e-5
 
 
 def _tile_runner(rows: int, vectors: int, lanes: int):

@@ -251,7 +251,14 @@ class ConvBlocks(BlockedCore):
         self.cols_nn = self.method == "im2col" and self.nb == 1
         self.cols_nn = self.cols_nn and self.kg <= COLS_NN_ROWS and self.ow % host.W == 0
         self.cols_nn = self.cols_nn or self.direct_nn
-        if self.cols_nn:
+        #: B's rows (the input plane read in place, or the im2col block's) a multiple of
+        #: 1 KiB apart: each strip of B copied out first (``gemm_nn_staged``)
+        b_stride = self.h * self.w if self.direct else self.pixels
+        self.staged = self.cols_nn and host.staging_pays(b_stride, self.kg)
+        if self.staged:
+            workspace.add("bstrip", self.crs * host.STRIP)
+            self.imports += (abi.import_line("gemm_nn_staged"),)
+        elif self.cols_nn:
             self.imports += (abi.import_line("gemm_nn"),)
 
     def _read_op(self, op, reads, c_array: str, c_local: bool, constant: bool = False) -> None:
@@ -271,6 +278,7 @@ class ConvBlocks(BlockedCore):
         self.winograd = self.method in ("winograd", "winograd4")
         self.m = 4 if self.method == "winograd4" else 2  # Winograd output tile
         self.cols_nn = False  # im2col's GEMM in gemm_nn (``__init__``)
+        self.staged = False  # ... with B's strips staged (``__init__``)
         self.direct_nn = (
             self.direct
             and self.nb == 1
@@ -323,8 +331,9 @@ class ConvBlocks(BlockedCore):
         return [x, "wtaps", "wraw"] if self.winograd else [x, "wtaps"]
 
     def describe(self) -> str:
-        how = "gemm_nn" if self.direct_nn else "sgemm" if self.direct else None
-        how = how or ("im2col, gemm_nn" if self.cols_nn else "im2col, sgemm")
+        nn = "gemm_nn (B strips staged)" if self.staged else "gemm_nn"
+        how = nn if self.direct_nn else "sgemm" if self.direct else None
+        how = how or (f"im2col, {nn}" if self.cols_nn else "im2col, sgemm")
         if self.nb > 1:
             return (
                 f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x{self.r}x"
@@ -406,6 +415,8 @@ class ConvBlocks(BlockedCore):
             f"{self.kg}, pw, {self.crs}, {w}, g * {self.kg * self.crs}, {self.crs}, "
             f"{b}, {b_off}, {ldb}, {self.c_array}, {c_off}, {ldc})"
         )
+        if self.staged:
+            return [*lines, f"gemm_nn_staged({operands[:-1]}, bstrip)"]
         if self.cols_nn:
             return [*lines, f"gemm_nn({operands}"]
         return [*lines, "prev = threads_begin(1)", f"sgemm(0, 0, {operands}", "threads_end(prev)"]
