@@ -75,8 +75,10 @@ def packs(n: int) -> bool:
     return n > 0 and n % STRIP == 0
 
 
-#: ``gemm_nn_staged`` for a B whose rows are a multiple of this many floats (1 KiB) apart...
-STAGE_LDB = 256
+#: ``gemm_nn_staged`` for a B whose rows are a multiple of this many floats (2 KiB: at most
+#: 2 of L1's 64 sets for a strip's rows; 1 KiB, 16x16 planes, measured level: C40 16x16
+#: K120 44 / 43 us, C512 16x16 K128 420-487 / 421-424, C128 16x16 K512 409-436 / 404-410)...
+STAGE_LDB = 512
 #: ... and a C of at least this many rows: the strip's copy serves ``m / MR`` tiles. One
 #: AMD EPYC core (AVX2), GEMM alone, GFLOP/s gemm_nn / staged: 64 x 1024 x 16 with B rows
 #: 16 KiB apart 26-34 / 59, 4 KiB apart 35 / 59; 64 x 1024 x 256 44 / 75; 96 x 1024 x 16
@@ -87,7 +89,7 @@ STAGE_MIN_ROWS = 32
 
 def staging_pays(ldb: int, m: int) -> bool:
     """Whether ``gemm_nn_staged`` is the GEMM for ``m`` rows of C from a B whose rows are
-    ``ldb`` floats apart: those rows fall in at most 4 of L1's 64 sets (4 KiB a way), and a
+    ``ldb`` floats apart: those rows fall in at most 2 of L1's 64 sets (4 KiB a way), and a
     tile's K loop evicts them (``microkernel.gemm_nn_staged``)."""
     return ldb > 0 and ldb % STAGE_LDB == 0 and m >= STAGE_MIN_ROWS
 

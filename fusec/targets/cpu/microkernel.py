@@ -185,8 +185,8 @@ def gemm_nn(m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
 def gemm_nn_staged(m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, buf):
     """``gemm_nn``, each strip of B's columns first copied into ``buf`` (``k x STRIP``
     floats, contiguous; ``buf`` holds at least ``k * STRIP``), for a B whose rows are a
-    multiple of 1 KiB apart (``host.staging_pays``: a channel plane of 16x16 pixels or more
-    read in place by a 1x1 conv). Those rows fall in a few of L1's 64 sets, and each tile's
+    multiple of 2 KiB apart (``host.staging_pays``: a channel plane of 32x32 pixels or more
+    read in place by a 1x1 conv). Those rows fall in one or two of L1's 64 sets, and each tile's
     K loop evicts the strip's own lines; a copy's rows are 64 bytes apart. The sums are
     ``gemm_nn``'s, in its order: the same results. The columns right of the last whole strip
     go to ``gemm_nn`` (a narrow strip reads one vector a row)."""

@@ -769,11 +769,13 @@ def test_planar_depthwise_sums_in_passes_of_taps(cache, monkeypatch, sum_terms, 
         (((1, 1), (0, 0), (1, 1), 1, (1, 16, 32, 32), (40, 1, 1)), True),  # rows 4 KiB apart
         (((1, 1), (0, 0), (1, 1), 1, (1, 16, 32, 32), (24, 1, 1)), False),  # too few rows
         (((1, 1), (0, 0), (1, 1), 1, (1, 16, 24, 24), (40, 1, 1)), False),  # 2304 B apart
+        (((1, 1), (0, 0), (1, 1), 1, (1, 16, 16, 32), (40, 1, 1)), True),  # 2 KiB apart
+        (((1, 1), (0, 0), (1, 1), 1, (1, 16, 16, 16), (40, 1, 1)), False),  # 1 KiB: level
     ],
 )
 def test_direct_1x1_stages_b_strips_whose_rows_alias(cache, case, staged):
-    """A 1x1 conv read in place whose input planes are a multiple of 1 KiB (B's rows in
-    few L1 sets) and with at least ``host.STAGE_MIN_ROWS`` output channels runs
+    """A 1x1 conv read in place whose input planes are a multiple of 2 KiB (B's rows in
+    one or two L1 sets) and with at least ``host.STAGE_MIN_ROWS`` output channels runs
     ``gemm_nn_staged`` (each strip of the plane copied out first); right either way."""
     program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
     source = program.kernels[0].source

@@ -252,7 +252,7 @@ class ConvBlocks(BlockedCore):
         self.cols_nn = self.cols_nn and self.kg <= COLS_NN_ROWS and self.ow % host.W == 0
         self.cols_nn = self.cols_nn or self.direct_nn
         #: B's rows (the input plane read in place, or the im2col block's) a multiple of
-        #: 1 KiB apart: each strip of B copied out first (``gemm_nn_staged``)
+        #: 2 KiB apart: each strip of B copied out first (``gemm_nn_staged``)
         b_stride = self.h * self.w if self.direct else self.pixels
         self.staged = self.cols_nn and host.staging_pays(b_stride, self.kg)
         if self.staged:
