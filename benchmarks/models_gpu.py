@@ -760,11 +760,22 @@ class Registry:
             try:
                 os.killpg(group, signum)
                 reached.append(group)
-            except ProcessLookupError:  # a worker that ended without unregistering (killed)
-                (self.folder / str(group)).unlink(missing_ok=True)
-            except PermissionError:  # a reused id of someone else's group: not ours
-                (self.folder / str(group)).unlink(missing_ok=True)
+            except (ProcessLookupError, PermissionError):  # ended unregistered (killed), or
+                (self.folder / str(group)).unlink(missing_ok=True)  # an id reused by another
         return reached
+
+
+@contextlib.contextmanager
+def holding(lock: Path) -> Iterator[None]:
+    """The run's timing lock (``flock`` on ``lock``), held for the ``with`` block."""
+    import fcntl
+
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
 
 
 class Timer:
@@ -799,20 +810,16 @@ class Timer:
         groups SIGSTOP after taking the lock and SIGCONT before letting it go (the parent
         sends SIGCONT too after each worker ends, should one be killed while holding it).
         Work another worker had already queued on the GPU still drains during the warm-up."""
-        import fcntl
-
         if self.lock is None:
             yield
             return
         registry = Registry(self.lock.with_suffix(".workers"))
-        with self.lock.open("a") as held:
-            fcntl.flock(held, fcntl.LOCK_EX)
+        with holding(self.lock):
             stopped = registry.signal_others(signal.SIGSTOP)
             try:
                 yield
             finally:
                 registry.signal(stopped, signal.SIGCONT)
-                fcntl.flock(held, fcntl.LOCK_UN)
 
     def _time(self, fn: Callable[[], Any]) -> dict:
         import torch
@@ -1218,15 +1225,9 @@ def run_worker(job: str, case: Case, args: argparse.Namespace, results: Path, li
 def resume_workers(lock: Path) -> None:
     """SIGCONT every registered worker, holding the timing lock (so that none is timing
     and has others stopped): a worker killed while it held the lock left them stopped."""
-    import fcntl
-
     registry = Registry(lock.with_suffix(".workers"))
-    with lock.open("a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        try:
-            registry.signal(registry.groups(), signal.SIGCONT)
-        finally:
-            fcntl.flock(held, fcntl.LOCK_UN)
+    with holding(lock):
+        registry.signal(registry.groups(), signal.SIGCONT)
 
 
 def close_unfinished(job: str, case: Case, why: str, results: Path) -> None:

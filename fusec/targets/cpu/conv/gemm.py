@@ -413,13 +413,13 @@ class ConvBlocks(BlockedCore):
             c_off, ldc = f"(n * {self.k} + g * {self.kg}) * {p} + p0", str(p)
         operands = (
             f"{self.kg}, pw, {self.crs}, {w}, g * {self.kg * self.crs}, {self.crs}, "
-            f"{b}, {b_off}, {ldb}, {self.c_array}, {c_off}, {ldc})"
+            f"{b}, {b_off}, {ldb}, {self.c_array}, {c_off}, {ldc}"
         )
         if self.staged:
-            return [*lines, f"gemm_nn_staged({operands[:-1]}, bstrip)"]
+            return [*lines, f"gemm_nn_staged({operands}, bstrip)"]
         if self.cols_nn:
-            return [*lines, f"gemm_nn({operands}"]
-        return [*lines, "prev = threads_begin(1)", f"sgemm(0, 0, {operands}", "threads_end(prev)"]
+            return [*lines, f"gemm_nn({operands})"]
+        return [*lines, "prev = threads_begin(1)", f"sgemm(0, 0, {operands})", "threads_end(prev)"]
 
     def _padded_copy(self, width: int) -> list[str]:
         """The block's input rows into ``xpad``, ``width`` columns each (zeros around).
