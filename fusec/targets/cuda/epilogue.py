@@ -55,6 +55,9 @@ class Epilogue:
     #: (an NCHW tensor of the output's shape: a residual).
     channel_args: tuple[int, ...] = ()
     pixel_args: tuple[int, ...] = ()
+    #: The ``pixel_args`` stored channels-last (``[N][P][Q][K]``, a residual the conv's
+    #: producer stores NHWC): the kernel reads them at the element's NHWC index.
+    pixel_nhwc: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.softmax not in ("", "row", "partials"):
@@ -69,3 +72,5 @@ class Epilogue:
             raise ValueError("ln_affine is (gamma, beta), and excludes the rewrite's ln_slots")
         if not (math.isfinite(self.ln_eps) and self.ln_eps >= 0.0):
             raise ValueError(f"LayerNorm epsilon {self.ln_eps!r}")
+        if not set(self.pixel_nhwc) <= set(self.pixel_args):
+            raise ValueError("pixel_nhwc names slots of pixel_args only")

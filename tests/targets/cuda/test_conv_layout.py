@@ -546,6 +546,16 @@ def _residual_chain_graph(c: int = 32, hw: int = 8, blocks: int = 3) -> str:
     return f"func.func @f(%x: {t}) -> {t} {{\n{body}\n  return {x} : {t}\n}}\n"
 
 
+#: the conv kernel's early load of a channels-last residual: its element's NHWC offset
+NHWC_RESIDUAL_LOAD = "const long long on = (((long long)n * P + p) * Q + q) * KOUT + ko;"
+
+
+def _cpp(kernel) -> str:
+    """The C++ of a one-kernel conv group."""
+    (spec,) = kernel.specs
+    return spec.cpp_source()
+
+
 def test_residuals_read_channels_last_remove_the_block_copies(monkeypatch) -> None:
     """``$FUSEC_CONV_RESIDUAL=nhwc``: a block's output, read by the next block's 3x3 conv
     (its input) and 1x1 conv (its residual), is stored NHWC once, and the 1x1 conv's
@@ -566,7 +576,9 @@ def test_residuals_read_channels_last_remove_the_block_copies(monkeypatch) -> No
     # the first block's residual is the graph input, read NCHW in place
     assert [r.data if r else None for r in residual] == [None, None, None, "nhwc", None, "nhwc"]
     convs = [k for k in compiled.kernels if k.kind == "conv"]
-    assert "* 32 + i1)" in convs[3].source and "* 32 + i1)" not in convs[1].source
+    # loaded ahead of use (the early loads) at the element's NHWC index
+    assert NHWC_RESIDUAL_LOAD in _cpp(convs[3])
+    assert NHWC_RESIDUAL_LOAD not in _cpp(convs[1])
     source = fusec.parse(text)
     for seed in (0, 1):
         args = random_inputs(entry_function(source), seed=seed)
@@ -600,5 +612,5 @@ def test_residual_nhwc_conv_builds_to_ptx(monkeypatch) -> None:
     compiled = fusec.compile(_residual_chain_graph(blocks=2), target="cuda", executable=False)
     kernel = [k for k in compiled.kernels if k.kind == "conv"][3]  # the second 1x1 conv
     (spec,) = kernel.specs
-    assert "* 32 + i1)" in kernel.source
+    assert NHWC_RESIDUAL_LOAD in spec.cpp_source()
     assert "ld.global" in build.ptx(spec)

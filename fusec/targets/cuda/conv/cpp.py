@@ -140,11 +140,18 @@ def _loaded_args(epilogue: Epilogue) -> tuple[int, ...]:
     return epilogue.channel_args + epilogue.pixel_args
 
 
-def _inline_args(epilogue: Epilogue, ko: str, index: str) -> str:
+def _inline_args(epilogue: Epilogue, ko: str, index: str, nhwc_index: str = "") -> str:
     """``fs_epilogue``'s loaded arguments read at the call (channel ``ko``, NCHW element
-    ``index``): the direct template's, and the implicit GEMM's with ``loads="inline"``."""
+    ``index``, NHWC element ``nhwc_index`` for ``pixel_nhwc``): the direct template's, and
+    the implicit GEMM's with ``loads="inline"``."""
+    if epilogue.pixel_nhwc and not nhwc_index:
+        raise ValueError("this conv kernel reads no channels-last residual")
     args = [f"fs_ld_{epilogue.extras[s]}((const void*)e{s}, {ko})" for s in epilogue.channel_args]
-    args += [f"fs_ld_{epilogue.extras[s]}((const void*)e{s}, {index})" for s in epilogue.pixel_args]
+    args += [
+        f"fs_ld_{epilogue.extras[s]}((const void*)e{s}, "
+        f"{nhwc_index if s in epilogue.pixel_nhwc else index})"
+        for s in epilogue.pixel_args
+    ]
     return "".join(f", {a}" for a in args)
 
 
@@ -493,8 +500,11 @@ ROWS = ("tile", "row")
 
 def _pixel_words(spec: ConvSpec, slot: int) -> int:
     """32-bit words per output pair (q, q + 1) of output-shaped input ``slot``: one when
-    it is 16-bit and Q even (the pair is one aligned word), else two."""
-    return 1 if spec.epilogue.extras[slot] != "f32" and spec.geo.q % 2 == 0 else 2
+    it is 16-bit, NCHW and Q even (the pair is one aligned word), else two (an NHWC
+    input's pair is KOUT elements apart)."""
+    epi = spec.epilogue
+    one = epi.extras[slot] != "f32" and spec.geo.q % 2 == 0 and slot not in epi.pixel_nhwc
+    return 1 if one else 2
 
 
 def _early(spec: ConvSpec) -> bool:
@@ -582,10 +592,12 @@ def _early_loads(spec: ConvSpec, rows: str) -> str:
                     lines.append(f"px.evp{s}[{pi}] = fs_ldg_u16({at}) | ({hi} << 16);")
             else:
                 ld = "fs_ldg_b32" if epi.extras[s] == "f32" else "fs_ldg_u16"
-                lines.append(f"px.evp{s}[2 * ({pi})] = {ld}((const {ct}*)e{s} + (live ? o : 0));")
+                at, step = ("on", "KOUT") if s in epi.pixel_nhwc else ("o", "1")
+                base = f"{ld}((const {ct}*)e{s}"
+                lines.append(f"px.evp{s}[2 * ({pi})] = {base} + (live ? {at} : 0));")
                 lines.append(
                     f"px.evp{s}[2 * ({pi}) + 1] = "
-                    f"{ld}((const {ct}*)e{s} + (live && q + 1 < Q ? o + 1 : 0));"
+                    f"{base} + (live && q + 1 < Q ? {at} + {step} : 0));"
                 )
         return lines
 
@@ -601,6 +613,13 @@ const int ko = g * KG + (krow ? kg : 0);
     else:
         head = "{\nconst bool krow = true;\n"
 
+    # an NHWC input's element: [N][P][Q][KOUT]
+    nhwc_offset = (
+        "\nconst long long on = (((long long)n * P + p) * Q + q) * KOUT + ko;"
+        if epi.pixel_nhwc
+        else ""
+    )
+
     def pixel_loop(wide: bool) -> str:
         return f"""#pragma unroll
 for (int sj = 0; sj < WN / 64; ++sj) {{
@@ -611,7 +630,7 @@ const long long row = (((long long)n * KOUT + ko) * P + p) * Q;
 #pragma unroll
 for (int qe = 0; qe < 8; ++qe) {{
 const int q = q0 + qe * 8 + 2 * (lane % 4);
-const long long o = row + q;
+const long long o = row + q;{nhwc_offset}
 const bool live = krow && strip < STRIPS && q < Q;
 {newline.join(pixel_loads(wide))}
 }}
@@ -639,8 +658,9 @@ def _ctype(dtype: str) -> str:
 def _call_args(spec: ConvSpec, second: bool) -> str:
     """``fs_epilogue``'s loaded arguments for the pair's first (or ``second``) element."""
     epi = spec.epilogue
-    if not _early(spec):
-        return _inline_args(epi, "ko", "o + 1" if second else "o")
+    if not _early(spec):  # (``at``'s q is the element's own: q + 1 for the second)
+        nhwc = "(((long long)n * P + p) * Q + q) * KOUT + ko"
+        return _inline_args(epi, "ko", "o + 1" if second else "o", nhwc)
     tile = _early_placement(spec) == "tile"
     ci, channels, pixels = ("m * 2 + h", "tc.", "tp.") if tile else ("0", "rc.", "rp.")
     pi = f"(({ci}) * {spec.tile.wn // 64} + sj) * 8 + qe"

@@ -270,6 +270,7 @@ def epilogue(fused_op: ai.FusedOp, p: ConvPlan) -> tuple[Epilogue, tuple[int, ..
 
     channel_args: list[int] = []
     pixel_args: list[int] = []
+    pixel_nhwc: list[int] = []
 
     residual = dict(p.residual_views)
 
@@ -281,10 +282,11 @@ def epilogue(fused_op: ai.FusedOp, p: ConvPlan) -> tuple[Epilogue, tuple[int, ..
             extra_inputs.append(index)
             extras.append(spec_of(value.type).dtype)
         slot = extra_inputs.index(index)
-        if value in residual:  # an NHWC input, read at the element's NHWC index
-            _, k, rows, cols = out_shape
-            nhwc = f"((i0 * {rows} + i2) * {cols} + i3) * {k} + i1"
-            return f"fs_ld_{spec_of(value.type).dtype}(e{slot}, {nhwc})"
+        if value in residual:  # an NHWC input the kernel loads at the element's NHWC index
+            if slot not in pixel_args:
+                pixel_args.append(slot)
+                pixel_nhwc.append(slot)
+            return f"ev{slot}"
         offset = broadcast_offset(out_shape, shapes[value], index_vars)
         # per-channel vectors and output-shaped tensors are loaded by the kernel (once per
         # tile row, ahead of use: ``cpp.ConvSpec.epilogue_loads``) and passed as arguments
@@ -309,6 +311,7 @@ def epilogue(fused_op: ai.FusedOp, p: ConvPlan) -> tuple[Epilogue, tuple[int, ..
         gen.helper_source(),
         channel_args=tuple(channel_args),
         pixel_args=tuple(pixel_args),
+        pixel_nhwc=tuple(pixel_nhwc),
     )
     return epi, tuple(extra_inputs)
 

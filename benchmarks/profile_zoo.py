@@ -1,0 +1,176 @@
+"""Per-kernel GPU time of a zoo model (benchmarks/models_gpu.py) under fusec and torch.compile.
+
+    python benchmarks/profile_zoo.py --model resnet50 --batch 32 [--model convnext_tiny ...]
+    python benchmarks/profile_zoo.py --model resnet50 --variant FUSEC_CONV_RESIDUAL=nhwc
+
+For a model the zoo's table has behind torch.compile: the same module (random weights,
+f16, the dynamo exporter, as ``models_gpu.py --quick``) is imported and compiled by fusec,
+and compiled by ``torch.compile`` (default mode); after a warm-up ``--reps`` calls of each
+are recorded under ``torch.profiler`` (CUPTI kernel activity), and every GPU kernel is listed
+with its mean time per call and launches per call, beside a summary by kind (conv, GEMM,
+copy/layout, pooling/reduction, pointwise). Both outputs are checked against the float32
+module first. The tables say where a model's time goes; the zoo's table says how fast it is
+(this script's per-kernel sums leave out launch gaps). Each ``--variant ENV=VALUE`` compiles
+fusec a second time with that environment (an A/B switch of a pass or template) and adds
+its table; every implementation is also timed in the same run, alternating (CUDA events on
+the current stream, median of ``--timed`` calls each, wall clock beside them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+# kind of a kernel, by its name, first match wins: fusec's generated kernels
+# (fusec_<kind>_...) and PyTorch's (cuDNN/CUTLASS convs and GEMMs, inductor's triton_*)
+KINDS = (
+    ("conv", r"conv|fprop|dgrad|implicit_gemm|cudnn|xmma_fprop"),
+    ("gemm", r"gemm|matmul|wgmma|sm90_xmma|cutlass|mm_"),
+    ("copy/layout", r"copy|transpose|nchw|nhwc|layout|elementwise_kernel.*copy"),
+    ("pool/reduce", r"pool|reduce|red_|per_fused_.*mean|mean"),
+)
+
+
+def kind_of(name: str) -> str:
+    for kind, pattern in KINDS:
+        if re.search(pattern, name, re.IGNORECASE):
+            return kind
+    return "pointwise/other"
+
+
+def summary(rows: list[tuple[str, float, int]]) -> dict[str, tuple[float, int]]:
+    """{kind: (us per call, launches per call)}."""
+    out: dict[str, tuple[float, int]] = {}
+    for name, us, count in rows:
+        t, n = out.get(kind_of(name), (0.0, 0))
+        out[kind_of(name)] = (t + us, n + count)
+    return out
+
+
+@contextlib.contextmanager
+def environment(assignment: str) -> Iterator[None]:
+    """``assignment`` ("NAME=VALUE", or "" for none) set while the block runs."""
+    if not assignment:
+        yield
+        return
+    key, _, value = assignment.partition("=")
+    before = os.environ.get(key)
+    os.environ[key] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[key]
+        else:
+            os.environ[key] = before
+
+
+def timed(torch: Any, calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, dict]:
+    """Median ms of each call over ``rounds`` alternating rounds (CUDA events on the current
+    stream around one call; the wall clock of the same call, synchronized, beside it)."""
+    gpu: dict[str, list[float]] = {k: [] for k in calls}
+    wall: dict[str, list[float]] = {k: [] for k in calls}
+    stream = torch.cuda.current_stream()
+    for _ in range(rounds):
+        for impl, call in calls.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            start.record(stream)
+            call()
+            end.record(stream)
+            end.synchronize()
+            wall[impl].append((time.perf_counter() - t0) * 1e3)
+            gpu[impl].append(start.elapsed_time(end))
+    return {
+        k: {"ms": statistics.median(gpu[k]), "wall_ms": statistics.median(wall[k])} for k in calls
+    }
+
+
+def profile_model(
+    name: str, batch: int, reps: int, top: int, variants: list[str], rounds: int
+) -> dict:
+    import torch
+    from models_gpu import ZOO, as_list, errors, export, input_name, prepare, sample, torch_setup
+    from profile_cases import kernel_table
+
+    import fusec
+
+    torch_setup("cuda")
+    reference, model = prepare(name, "f16", False, "embeds", torch.device("cuda"))
+    arg = input_name(ZOO[name], "embeds")
+    x = sample(model, name, batch, False, "embeds", torch.float16).cuda()
+    result: dict = {"model": name, "batch": batch, "impls": {}}
+    with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
+        want = as_list(reference(x.float()))
+        path = Path(tmp) / f"{name}.onnx"
+        export(model, x, path, "dynamo", arg)
+        calls: dict[str, Callable[[], Any]] = {}
+        for variant in ["", *variants]:
+            with environment(variant):
+                module = fusec.from_onnx(path, input_shapes={arg: tuple(x.shape)})
+                compiled = fusec.compile(module, target="cuda")
+            calls[f"fusec {variant}".strip()] = functools.partial(compiled, x)
+        calls["torch.compile"] = functools.partial(torch.compile(model), x)
+        for impl, call in calls.items():
+            err, bad = errors(as_list(call()), want)
+            for _ in range(5):
+                call()
+            rows = kernel_table(torch, call, reps)
+            total = sum(us for _, us, _ in rows)
+            result["impls"][impl] = {
+                "rel_err": err,
+                "nonfinite": bad,
+                "kernel_us": total,
+                "kinds": summary(rows),
+                "kernels": rows,
+            }
+            print(
+                f"== {name} b{batch} {impl}: rel L2 {err:.1e}, {bad} non-finite, "
+                f"GPU kernel time per call {total:.1f} us",
+                flush=True,
+            )
+            for kind, (us, count) in sorted(summary(rows).items(), key=lambda r: -r[1][0]):
+                print(f"   {kind:16s} {us:9.1f} us  x{count}")
+            for kname, us, count in rows[:top]:
+                print(f"   {us:8.1f} us  x{count}  {kname}")
+        result["timed"] = timed(torch, calls, rounds)
+    for impl, t in result["timed"].items():
+        print(f"== {name} b{batch} {impl}: {t['ms']:.3f} ms (wall {t['wall_ms']:.3f} ms)")
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", action="append", required=True)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--top", type=int, default=40, help="kernels listed per impl")
+    parser.add_argument("--variant", action="append", default=[], help="ENV=VALUE, fusec again")
+    parser.add_argument("--timed", type=int, default=30, help="timed rounds (all impls each)")
+    parser.add_argument("--json", type=Path, help="write every table here")
+    args = parser.parse_args()
+    results = [
+        profile_model(m, args.batch, args.reps, args.top, args.variant, args.timed)
+        for m in args.model
+    ]
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
