@@ -101,7 +101,7 @@ def timed(torch: Any, calls: dict[str, Callable[[], Any]], rounds: int) -> dict[
 
 
 def profile_model(
-    name: str, batch: int, reps: int, top: int, variants: list[str], rounds: int
+    name: str, batch: int, reps: int, top: int, variants: list[str], rounds: int, compare: bool
 ) -> dict:
     import torch
     from models_gpu import ZOO, as_list, errors, export, input_name, prepare, sample, torch_setup
@@ -124,7 +124,8 @@ def profile_model(
                 module = fusec.from_onnx(path, input_shapes={arg: tuple(x.shape)})
                 compiled = fusec.compile(module, target="cuda")
             calls[f"fusec {variant}".strip()] = functools.partial(compiled, x)
-        calls["torch.compile"] = functools.partial(torch.compile(model), x)
+        if compare:
+            calls["torch.compile"] = functools.partial(torch.compile(model), x)
         for impl, call in calls.items():
             err, bad = errors(as_list(call()), want)
             for _ in range(5):
@@ -161,10 +162,13 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=40, help="kernels listed per impl")
     parser.add_argument("--variant", action="append", default=[], help="ENV=VALUE, fusec again")
     parser.add_argument("--timed", type=int, default=30, help="timed rounds (all impls each)")
+    parser.add_argument("--no-torch-compile", action="store_true", help="fusec variants only")
     parser.add_argument("--json", type=Path, help="write every table here")
     args = parser.parse_args()
     results = [
-        profile_model(m, args.batch, args.reps, args.top, args.variant, args.timed)
+        profile_model(
+            m, args.batch, args.reps, args.top, args.variant, args.timed, not args.no_torch_compile
+        )
         for m in args.model
     ]
     if args.json:

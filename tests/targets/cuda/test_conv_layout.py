@@ -579,6 +579,10 @@ def test_residuals_read_channels_last_remove_the_block_copies(monkeypatch) -> No
     # loaded ahead of use (the early loads) at the element's NHWC index
     assert NHWC_RESIDUAL_LOAD in _cpp(convs[3])
     assert NHWC_RESIDUAL_LOAD not in _cpp(convs[1])
+    # the module the runtime loads rebuilds the same spec (pixel_nhwc included: without it
+    # the kernel read the residual at NCHW offsets)
+    assert _conv_kernels(compiled) == [k.specs[0] for k in convs]
+    assert _conv_kernels(compiled)[3].epilogue.pixel_nhwc
     source = fusec.parse(text)
     for seed in (0, 1):
         args = random_inputs(entry_function(source), seed=seed)
@@ -614,3 +618,70 @@ def test_residual_nhwc_conv_builds_to_ptx(monkeypatch) -> None:
     (spec,) = kernel.specs
     assert NHWC_RESIDUAL_LOAD in spec.cpp_source()
     assert "ld.global" in build.ptx(spec)
+
+
+# ------------- a 1x1 conv's pixels as one row (pixel_row)
+
+
+def _conv_specs(compiled) -> list[ConvSpec]:
+    return [k.specs[0] for k in compiled.kernels if k.kind == "conv"]
+
+
+@pytest.mark.parametrize("hw", [7, 14])
+def test_a_1x1_conv_runs_each_image_as_one_row_of_pixels(hw: int) -> None:
+    """A 1x1 conv of stride 1 (NCHW graph output) runs over ``[N][1][H*W]``: its 64-pixel
+    strips span rows (a 7x7 output filled them to 7 of 64), and the kernel's model on
+    that geometry (the same bytes: an image's pixels are in that order in every layout)
+    computes the conv, every element written once."""
+    from test_conv_gpu import conv_graph
+
+    n, c, k = 3, 64, 96
+    compiled = fusec.compile(conv_graph(n, c, hw, hw, k, 1, 1), target="cuda", executable=False)
+    (spec,) = _conv_specs(compiled)
+    assert (spec.geo.n, spec.geo.h, spec.geo.w) == (n, 1, hw * hw)
+    assert "pixels as one row: each image's" in compiled.kernels[-1].source
+    rng = np.random.default_rng(hw)
+    x = rng.standard_normal((n, c, hw, hw)).astype(np.float16).astype(np.float32)
+    w = rng.standard_normal((k, c, 1, 1)).astype(np.float16).astype(np.float32)
+    flat = x.reshape(n, c, 1, hw * hw)
+    out, writes = model.run(spec.geo, spec.tile, flat, w, grid=3)
+    want = np.einsum("nchw,kc->nkhw", x, w[:, :, 0, 0])
+    assert (writes == 1).all()
+    np.testing.assert_allclose(out.reshape(want.shape), want, rtol=1e-5, atol=1e-4)
+
+
+def test_convs_other_than_1x1_keep_their_rows() -> None:
+    from test_conv_gpu import conv_graph
+
+    for r, stride, pad in ((3, (1, 1), (1, 1)), (1, (2, 2), (0, 0)), (1, (1, 1), (1, 1))):
+        text = conv_graph(2, 64, 14, 14, 64, r, r, stride=stride, pad=pad)
+        (spec,) = _conv_specs(fusec.compile(text, target="cuda", executable=False))
+        assert (spec.geo.h, spec.geo.w) == (14, 14), (r, stride, pad)
+
+
+def test_a_1x1_conv_between_channels_last_tensors_runs_the_batch_as_one_row(monkeypatch) -> None:
+    """With its input, output and residual channels-last (``$FUSEC_CONV_RESIDUAL=nhwc``), a
+    block's 1x1 conv runs over ``[1][1][N*H*W]``; the model on that geometry (the NHWC
+    tensors' pixels in batch order) computes the conv; the relaid IR still equals the
+    source graph."""
+    monkeypatch.setenv(RESIDUAL_ENV, "nhwc")
+    text = _residual_chain_graph(c=64, hw=7, blocks=3).replace("tensor<1x", "tensor<3x")
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    # the first block's residual is the graph input (NCHW), the last one's output too
+    rows = [(s.geo.n, s.geo.w) for s in _conv_specs(compiled) if s.geo.r == 1]
+    assert rows == [(3, 49), (1, 3 * 49), (3, 49)], rows
+    whole = [s for s in _conv_specs(compiled) if s.geo.r == 1 and s.geo.n == 1]
+    assert "pixels as one row: the batch's 147" in "".join(k.source for k in compiled.kernels)
+    spec = whole[0]
+    rng = np.random.default_rng(5)
+    n, c, k = 3, spec.geo.c, spec.geo.k
+    x = rng.standard_normal((n, c, 7, 7)).astype(np.float16).astype(np.float32)
+    w = rng.standard_normal((k, c, 1, 1)).astype(np.float16).astype(np.float32)
+    batch_row = x.transpose(1, 0, 2, 3).reshape(1, c, 1, n * 49)  # [C][N*H*W]
+    out, writes = model.run(spec.geo, spec.tile, batch_row, w, grid=2)
+    want = np.einsum("nchw,kc->knhw", x, w[:, :, 0, 0]).reshape(1, k, 1, n * 49)
+    assert (writes == 1).all()
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+    source = fusec.parse(text)
+    args = random_inputs(entry_function(source), seed=0)
+    np.testing.assert_array_equal(run_reference(compiled.module, args), run_reference(source, args))

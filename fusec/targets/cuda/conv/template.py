@@ -386,8 +386,51 @@ def depthwise(geo: ConvGeometry) -> bool:
 
 def gemm_geometry(p: ConvPlan) -> ConvGeometry:
     """The conv the implicit GEMM of ``p`` runs: the 1x1 conv over the im2col matrix
-    (``im2col_for``), else ``p``'s own."""
-    return p.geo.im2col() if im2col_for(p) else p.geo
+    (``im2col_for``), a 1x1 conv's pixels as one row (``pixel_row``), else ``p``'s own."""
+    if im2col_for(p):
+        return p.geo.im2col()
+    return pixel_row(p) or p.geo
+
+
+def pixel_row(p: ConvPlan) -> ConvGeometry | None:
+    """A 1x1 conv of stride 1 without padding as the same conv over one row of pixels:
+    ``[N][1][H*W]`` (every layout stores an image's pixels in that order), or
+    ``[1][1][N*H*W]`` when everything it addresses by pixel is channels-last. The implicit
+    GEMM's tiles are strips of 64 pixels of one output row: a 14x14 output filled them to
+    22%, a 7x7 one to 11% (ResNet-50's last two stages, benchmarks/results/models-gpu.md);
+    one row fills them but for its last strip. None when the conv is not such a 1x1 or
+    an epilogue input is indexed by H or W apart (``[..., H, 1]``, ``[..., 1, W]``): the
+    epilogue's indices (n, p, q) become (n, 0, h * W + w), or (0, 0, (n * H + h) * W + w)."""
+    geo = p.geo
+    if (geo.r, geo.s, geo.stride_h, geo.stride_w, geo.groups) != (1, 1, 1, 1, 1):
+        return None
+    if any((geo.pad_top, geo.pad_left, geo.pad_bottom, geo.pad_right)):
+        return None
+    out = tuple(spec_of(p.conv.output.type).shape)
+    residuals = {view for view, _ in p.residual_views}
+    shapes = leaf_shapes(p.epilogue_ops) if p.epilogue_ops else {}
+    leaves = [
+        (value, (1,) * (4 - len(shape)) + tuple(shape))
+        for value, shape in shapes.items()
+        if value is not p.conv.output
+    ]
+    if not all(shape[2:] in ((1, 1), out[2:]) for _, shape in leaves):
+        return None
+    whole = (
+        p.layout.input == "nhwc"
+        and p.layout.output == "nhwc"
+        and all(v in residuals or (s[0], s[2:]) == (1, (1, 1)) for v, s in leaves)
+    )
+    if whole:
+        return replace(geo, n=1, h=1, w=geo.n * geo.h * geo.w)
+    return replace(geo, h=1, w=geo.h * geo.w)
+
+
+def _pixel_row_note(geo: ConvGeometry, gemm_geo: ConvGeometry, source: object) -> list[str]:
+    if source is not None or gemm_geo == geo:
+        return []
+    rows = "the batch's" if gemm_geo.n == 1 and geo.n > 1 else "each image's"
+    return [f"pixels as one row: {rows} {gemm_geo.w} pixels in strips of 64 (a 1x1 conv)"]
 
 
 def route(p: ConvPlan) -> str:
@@ -458,7 +501,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     geo_text = _geometry_text(geo)
     epi_text = (
         f"Epilogue({epi.body!r}, {epi.extras!r}, {epi.name!r}, {epi.helpers!r}, "
-        f"channel_args={epi.channel_args!r}, pixel_args={epi.pixel_args!r})"
+        f"channel_args={epi.channel_args!r}, pixel_args={epi.pixel_args!r}, "
+        f"pixel_nhwc={epi.pixel_nhwc!r})"
     )
     layout_text = ""
     shape = (
@@ -469,7 +513,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     spec: ConvSpec | DirectConvSpec
     if how == "implicit":
         gemm_geo = gemm_geometry(p)
-        source = geo if gemm_geo != geo else None
+        source = geo if im2col_for(p) else None
         tile = tile_for(fused_op, gemm_geo)
         layout, refused = ("im2col", None) if source else input_for(geo)
         if p.layout.input == "nhwc":  # conv-layout relaid it (refused: why not in place)
@@ -484,6 +528,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             f"sm_90a), tile {tile.text}, {spec.tiles} tiles;",
             f"{shape}; {dtype} -> {out_dtype}, f32 accumulation;",
             _INPUT_NOTES[spec.input].format(ck=gemm_geo.c),
+            *_pixel_row_note(geo, gemm_geo, source),
             _WEIGHT_NOTES["im2col" if source else spec.weight],
             f"epilogue on the accumulators: {epi.name} (f32, one rounding at the store)",
         ]
