@@ -96,7 +96,8 @@ def test_an_elementwise_group_with_an_nchw_input_stays_at_the_edge() -> None:
     outputs = [
         g.attributes[LAYOUT_ATTR].data["output"].data for g in _groups(compiled.module, "conv")
     ]
-    assert outputs == ["nchw", "nchw", "nchw"]
+    # %c is read only as %b's residual, channels-last (FUSEC_CONV_RESIDUAL's default)
+    assert outputs == ["nchw", "nhwc", "nchw"]
     converted = [g.inputs[0] for g in _groups(compiled.module, "copy")]
     assert pointwise.results[0] in converted
     source = fusec.parse(text)
@@ -557,17 +558,17 @@ def _cpp(kernel) -> str:
 
 
 def test_residuals_read_channels_last_remove_the_block_copies(monkeypatch) -> None:
-    """``$FUSEC_CONV_RESIDUAL=nhwc``: a block's output, read by the next block's 3x3 conv
-    (its input) and 1x1 conv (its residual), is stored NHWC once, and the 1x1 conv's
-    epilogue reads it channels-last (``residual = "nhwc"``, an NHWC-indexed load in the
-    generated C++); only the graph's input is converted (the first block reads it NCHW as
-    its residual). Without it every block output is
+    """By default (``$FUSEC_CONV_RESIDUAL`` unset or "nhwc") a block's output, read by the
+    next block's 3x3 conv (its input) and 1x1 conv (its residual), is stored NHWC once, and
+    the 1x1 conv's epilogue reads it channels-last (``residual = "nhwc"``, an NHWC-indexed
+    early load in the generated C++); only the graph's input is converted (the first block
+    reads it NCHW as its residual). With "nchw" every block output is
     stored NCHW and copied to NHWC (ResNet-50: 12 copies, EfficientNet-B0: 9 of its 10)."""
     text = _residual_chain_graph()
-    monkeypatch.delenv(RESIDUAL_ENV, raising=False)
+    monkeypatch.setenv(RESIDUAL_ENV, "nchw")
     before = fusec.compile(text, target="cuda", executable=False)
     assert len(_groups(before.module, "copy")) == 1 + 2  # the input, two block outputs
-    monkeypatch.setenv(RESIDUAL_ENV, "nhwc")
+    monkeypatch.delenv(RESIDUAL_ENV, raising=False)
     compiled = fusec.compile(text, target="cuda", executable=False)
     copies = [tuple(g.inputs[0].type.get_shape()) for g in _groups(compiled.module, "copy")]
     assert copies == [(1, 32, 8, 8)], copies
