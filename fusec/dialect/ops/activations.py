@@ -274,10 +274,6 @@ class HardSigmoidOp(UnaryOp):
         return _clamp_unit(s, _linear(s, args[0], self.attr("alpha"), self.attr("beta")))
 
     REFERENCE: ClassVar[str] = "hard_sigmoid"
-    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = (
-        "alpha",
-        "beta",
-    )
 
 
 @irdl_op_definition
@@ -309,7 +305,6 @@ class LeakyReluOp(UnaryOp):
         return s.select(s.compare(a, "<", s.literal(0.0)), scaled, a)
 
     REFERENCE: ClassVar[str] = "leaky_relu"
-    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ("alpha",)
 
 
 @irdl_op_definition
@@ -344,7 +339,6 @@ class EluOp(UnaryOp):
         return _exponential_linear(s, args[0], self.attr("alpha"), args[0])
 
     REFERENCE: ClassVar[str] = "elu"
-    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ("alpha",)
 
 
 _SELU_ALPHA = 1.67326319217681884765625  # ONNX's defaults, float32 values
@@ -367,7 +361,6 @@ class SeluOp(UnaryOp):
         return s.arith(s.literal(self.attr("gamma")), "*", inner)
 
     REFERENCE: ClassVar[str] = "elu"
-    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ("alpha", "gamma")
 
 
 @irdl_op_definition
@@ -452,7 +445,6 @@ class ThresholdedReluOp(UnaryOp):
         return s.select(s.either(above, s.compare(a, "!=", a)), a, s.literal(0.0))
 
     REFERENCE: ClassVar[str] = "thresholded_relu"
-    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ("alpha",)
 
 
 @irdl_op_definition

@@ -160,10 +160,9 @@ class AiOp(IRDLOperation):
     #: op says otherwise, so a float-only op refuses an integer operand by name.
     DTYPES: ClassVar[tuple[str, ...]] = FLOAT_TYPES
     #: The op's numpy reference, declared: the ``fusec.dialect.numpy_ops`` function that
-    #: computes it from the operands, the attributes ``REFERENCE_ATTRS`` passed by name.
+    #: computes it from the operands, every attribute of the op passed by name.
     #: An op whose reference is more than that call overrides ``reference``.
     REFERENCE: ClassVar[str] = ""
-    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ()
 
     # ---------------------------------------------------------------- builder
     def __init__(
@@ -318,8 +317,7 @@ class AiOp(IRDLOperation):
             raise NotImplementedError(f"{self.name} has no reference implementation")
         from fusec.dialect import numpy_ops as K
 
-        attrs = {name: self.attr(name) for name in self.REFERENCE_ATTRS}
-        return getattr(K, self.REFERENCE)(*args, **attrs)
+        return getattr(K, self.REFERENCE)(*args, **self.attr_values())
 
     # ------------------------------------------------------------ verification
     def verify(self, verify_nested_ops: bool = True) -> None:

@@ -310,7 +310,6 @@ class GeluOp(UnaryOp):
         return _minus_zero_at_minus_inf(s, a, value)
 
     REFERENCE: ClassVar[str] = "gelu"
-    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ("approximate",)
 
 
 @irdl_op_definition
