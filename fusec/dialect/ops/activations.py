@@ -467,9 +467,7 @@ class WhereOp(AiOp):
     PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("where")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.where(*operands)
+    SHAPE_FUNCTION = shapes.where
 
     def fusion_pattern(self) -> Pattern:
         """Elementwise when all operands have one shape, else broadcast."""

@@ -50,9 +50,7 @@ class Conv2DOp(AiOp):
     PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="conv2d")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.conv2d(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.conv2d
 
     REFERENCE: ClassVar[str] = "conv2d"
 
@@ -72,9 +70,7 @@ class BiasAddOp(AiOp):
     PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="bias_add")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.bias_add(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.bias_add
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.arith(args[0], "+", args[1])  # an add, once the bias is broadcast
@@ -101,9 +97,7 @@ class MatmulOp(AiOp):
     PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="matmul")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.matmul(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.matmul
 
     REFERENCE: ClassVar[str] = "matmul"
 
@@ -136,9 +130,7 @@ class BatchNormOp(AiOp):
         for target in ("cpu", "cuda")
     }
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.batch_norm(*operands, epsilon=attrs["epsilon"])
+    SHAPE_FUNCTION = shapes.batch_norm
 
     REFERENCE: ClassVar[str] = "batch_norm"
 
@@ -168,7 +160,7 @@ class AttentionOp(AiOp):
 
     @classmethod
     def infer(cls, operands, attrs):
-        return shapes.attention(*operands)
+        return shapes.attention(*operands)  # scale and nan_to_zero leave the type as it is
 
     REFERENCE: ClassVar[str] = "attention"
 
@@ -188,9 +180,7 @@ class LayerNormOp(AiOp):
     PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="layernorm")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.layernorm(*operands, epsilon=attrs["epsilon"])
+    SHAPE_FUNCTION = shapes.layernorm
 
     REFERENCE: ClassVar[str] = "layernorm"
 
@@ -212,9 +202,7 @@ class RMSNormOp(AiOp):
         function="rms_norm", onnx=("RMSNormalization",)
     )
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.rms_norm(*operands, epsilon=attrs["epsilon"])
+    SHAPE_FUNCTION = shapes.rms_norm
 
     REFERENCE: ClassVar[str] = "rms_norm"
 
@@ -232,9 +220,7 @@ class SoftmaxOp(AiOp):
     PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="softmax")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.softmax(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.softmax
 
     REFERENCE: ClassVar[str] = "softmax"
 

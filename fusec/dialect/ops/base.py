@@ -5,7 +5,7 @@ custom syntax and the facts every op declares."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -139,7 +139,7 @@ class AiOp(IRDLOperation):
     """Common machinery of the ``ai`` tensor ops: syntax, builder, verifier, facts.
 
     Subclasses declare their operands, result and properties with IRDL, give
-    ``infer`` (the op's shape function from ``shapes.py``) and their facts
+    their shape function from ``shapes.py`` (``SHAPE_FUNCTION`` or ``infer``) and their facts
     (see ``fusec.dialect.facts``): ``PATTERN`` or ``fusion_pattern``,
     ``REFERENCE`` or ``reference``, ``scalar`` for elementwise ops, ``FRONTEND`` names
     and ``UNSUPPORTED`` targets.
@@ -163,6 +163,11 @@ class AiOp(IRDLOperation):
     #: computes it from the operands, every attribute of the op passed by name.
     #: An op whose reference is more than that call overrides ``reference``.
     REFERENCE: ClassVar[str] = ""
+    #: The op's shape function, declared: the ``fusec.dialect.shapes`` function that gives
+    #: the result type from the operand types, every attribute passed by name. Read
+    #: through the class (an instance would bind it as a method). An op whose shape
+    #: function takes other arguments overrides ``infer``.
+    SHAPE_FUNCTION: ClassVar[Callable[..., TensorSpec] | None] = None
 
     # ---------------------------------------------------------------- builder
     def __init__(
@@ -231,7 +236,9 @@ class AiOp(IRDLOperation):
     @classmethod
     def infer(cls, operands: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> TensorSpec:
         """Result type of the op from operand types and attribute values."""
-        raise NotImplementedError
+        if cls.SHAPE_FUNCTION is None:
+            raise NotImplementedError(f"{cls.name} declares no shape function")
+        return cls.SHAPE_FUNCTION(*operands, **attrs)
 
     @classmethod
     def infer_spec(

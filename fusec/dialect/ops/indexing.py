@@ -34,9 +34,7 @@ class TakeOp(AiOp):
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("take")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.take(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.take
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         from fusec.dialect import numpy_ops as K
@@ -62,9 +60,7 @@ class CumSumOp(AiOp):
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("cumsum")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.cumsum(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.cumsum
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         from fusec.dialect import numpy_ops as K
@@ -88,9 +84,7 @@ class ExpandOp(AiOp):
     PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("expand")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.expand(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.expand
 
     def fusion_pattern(self) -> Pattern:
         """Elementwise when the shape does not change, else broadcast."""

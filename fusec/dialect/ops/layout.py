@@ -43,9 +43,7 @@ class ReshapeOp(AiOp):
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("reshape")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.reshape(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.reshape
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         import numpy as np
@@ -67,9 +65,7 @@ class TransposeOp(AiOp):
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("transpose")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.transpose(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.transpose
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         import numpy as np
@@ -94,9 +90,7 @@ class SliceOp(AiOp):
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("slice")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.slice_(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.slice_
 
     def index(self) -> tuple[slice, ...]:
         """The numpy index of the slice."""
@@ -167,9 +161,7 @@ class GatherOp(AiOp):
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("gather")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.gather(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.gather
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         import numpy as np
@@ -196,9 +188,7 @@ class RotateHalfOp(AiOp):
     INDEX_MAPPED: ClassVar[bool] = True
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("rotate_half")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.rotate_half(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.rotate_half
 
     def half(self) -> int:
         """n/2: the shift along the last axis."""

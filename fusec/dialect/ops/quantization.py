@@ -43,6 +43,11 @@ class QuantizationOp(AiOp):
     UNSUPPORTED: ClassVar[Mapping[str, str]] = {"cuda": _QUANTIZED_ON_TARGETS}
 
     @classmethod
+    def infer(cls, operands, attrs):
+        # the shape functions read the scale's layout; ``saturate`` leaves the type as it is
+        return super().infer(operands, {key: attrs[key] for key in ("axis", "block_size")})
+
+    @classmethod
     def check_dtypes(cls, operands: Sequence[TensorSpec]) -> None:
         """Each operand has its own element types: the shape function checks them."""
 
@@ -88,9 +93,7 @@ class QuantizeOp(QuantizationOp):
     #: (ONNX's default), else NaN (e4m3fn) or inf (e5m2).
     saturate = bool_prop(True)
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.quantize(*operands, axis=attrs["axis"], block_size=attrs["block_size"])
+    SHAPE_FUNCTION = shapes.quantize
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         x, scale, zero_point = args
@@ -112,9 +115,7 @@ class DequantizeOp(QuantizationOp):
     name = "ai.dequantize"
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="dequantize")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.dequantize(*operands, axis=attrs["axis"], block_size=attrs["block_size"])
+    SHAPE_FUNCTION = shapes.dequantize
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         code, scale, zero_point = args
