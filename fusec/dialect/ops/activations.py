@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from xdsl.irdl import irdl_op_definition, traits_def
-from xdsl.traits import Pure
+from xdsl.irdl import irdl_op_definition
 
 from fusec.dialect import shapes
 from fusec.dialect.facts import FrontendNames, Pattern, ScalarBuilder
@@ -462,7 +461,6 @@ class WhereOp(AiOp):
     lhs = operand()
     rhs = operand()
     output = result()
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("where")

@@ -92,7 +92,6 @@ class MatmulOp(AiOp):
     output = result()
     transpose_a = bool_prop(False)
     transpose_b = bool_prop(False)
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="matmul")
@@ -153,7 +152,6 @@ class AttentionOp(AiOp):
     output = result()
     scale = float_prop(1.0)
     nan_to_zero = bool_prop(False)
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="attention")
@@ -175,7 +173,6 @@ class LayerNormOp(AiOp):
     beta = operand()
     output = result()
     epsilon = float_prop(1e-5)
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="layernorm")
@@ -195,7 +192,6 @@ class RMSNormOp(AiOp):
     gamma = operand()
     output = result()
     epsilon = float_prop(1e-6)
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(
@@ -215,7 +211,6 @@ class SoftmaxOp(AiOp):
     input = operand()
     output = result()
     axis = int_prop(-1)
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="softmax")

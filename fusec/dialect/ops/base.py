@@ -28,11 +28,12 @@ from xdsl.irdl import (
     operand_def,
     opt_prop_def,
     result_def,
+    traits_def,
 )
 from xdsl.parser import Parser
 from xdsl.pattern_rewriter import RewritePattern
 from xdsl.printer import Printer
-from xdsl.traits import HasCanonicalizationPatternsTrait
+from xdsl.traits import HasCanonicalizationPatternsTrait, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from fusec.dialect import shapes
@@ -144,6 +145,10 @@ class AiOp(IRDLOperation):
     ``REFERENCE`` or ``reference``, ``scalar`` for elementwise ops, ``FRONTEND`` names
     and ``UNSUPPORTED`` targets.
     """
+
+    #: Every ai op is pure: tensor values in, one tensor value out. (An op with
+    #: canonicalisation patterns declares ``traits_def(Pure(), Canonicalized())``.)
+    traits = traits_def(Pure())
 
     #: ``ai.cast`` writes its result type: ``: T_from to T_to``.
     HAS_TO_TYPE: ClassVar[bool] = False

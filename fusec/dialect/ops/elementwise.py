@@ -25,7 +25,6 @@ class BinaryOp(AiOp):
     lhs = operand()
     rhs = operand()
     output = result()
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
 
@@ -152,7 +151,6 @@ class UnaryOp(AiOp):
 
     input = operand()
     output = result()
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from xdsl.irdl import irdl_op_definition, traits_def
-from xdsl.traits import Pure
+from xdsl.irdl import irdl_op_definition
 
 from fusec.dialect import shapes
 from fusec.dialect.facts import FrontendNames, Pattern, ScalarBuilder
@@ -28,7 +27,6 @@ class TakeOp(AiOp):
     indices = operand()
     output = result()
     axis = int_prop(0)
-    traits = traits_def(Pure())
 
     DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
@@ -54,7 +52,6 @@ class CumSumOp(AiOp):
     axis = int_prop(0)
     exclusive = bool_prop(False)
     reverse = bool_prop(False)
-    traits = traits_def(Pure())
 
     DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
@@ -78,7 +75,6 @@ class ExpandOp(AiOp):
     input = operand()
     output = result()
     shape = int_array_prop()
-    traits = traits_def(Pure())
 
     DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
@@ -110,7 +106,6 @@ class ArgReduceOp(AiOp):
     axis = int_prop(0)
     keepdims = bool_prop(True)
     select_last_index = bool_prop(False)
-    traits = traits_def(Pure())
 
     DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE

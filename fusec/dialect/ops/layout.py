@@ -85,7 +85,6 @@ class SliceOp(AiOp):
     offsets = int_array_prop()
     sizes = int_array_prop()
     strides = int_array_prop()
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("slice")
@@ -156,7 +155,6 @@ class GatherOp(AiOp):
     output = result()
     axis = int_prop(0)
     indices = int_array_prop()
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("gather")
@@ -182,7 +180,6 @@ class RotateHalfOp(AiOp):
     DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
     input = operand()
     output = result()
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
     INDEX_MAPPED: ClassVar[bool] = True
