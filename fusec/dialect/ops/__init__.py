@@ -245,6 +245,9 @@ from fusec.dialect.ops.elementwise import (
     AddOp as AddOp,
 )
 from fusec.dialect.ops.elementwise import (
+    ArithmeticOp as ArithmeticOp,
+)
+from fusec.dialect.ops.elementwise import (
     BinaryOp as BinaryOp,
 )
 from fusec.dialect.ops.elementwise import (
@@ -258,6 +261,9 @@ from fusec.dialect.ops.elementwise import (
 )
 from fusec.dialect.ops.elementwise import (
     ExpOp as ExpOp,
+)
+from fusec.dialect.ops.elementwise import (
+    ExtremumOp as ExtremumOp,
 )
 from fusec.dialect.ops.elementwise import (
     GeluOp as GeluOp,
