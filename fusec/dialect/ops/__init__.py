@@ -362,9 +362,6 @@ from fusec.dialect.ops.layout import (
     TransposeOp as TransposeOp,
 )
 from fusec.dialect.ops.logic import (
-    _COMPARE as _COMPARE,
-)
-from fusec.dialect.ops.logic import (
     AndOp as AndOp,
 )
 from fusec.dialect.ops.logic import (
