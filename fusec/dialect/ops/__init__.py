@@ -350,6 +350,9 @@ from fusec.dialect.ops.layout import (
     GatherOp as GatherOp,
 )
 from fusec.dialect.ops.layout import (
+    LayoutOp as LayoutOp,
+)
+from fusec.dialect.ops.layout import (
     ReshapeOp as ReshapeOp,
 )
 from fusec.dialect.ops.layout import (

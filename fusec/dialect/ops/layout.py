@@ -29,18 +29,26 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-@irdl_op_definition
-class ReshapeOp(AiOp):
-    """The same elements in row-major order under the static shape ``shape``."""
+class LayoutOp(AiOp):
+    """An op that rearranges the elements of its one input (of any element type) and
+    computes none: each result element is one input element (injective). Reshape,
+    transpose, slice and gather; ``ai.concat`` (several inputs) declares its own."""
 
-    name = "ai.reshape"
     DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     input = operand()
     output = result()
+
+    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
+
+
+@irdl_op_definition
+class ReshapeOp(LayoutOp):
+    """The same elements in row-major order under the static shape ``shape``."""
+
+    name = "ai.reshape"
     shape = int_array_prop()
     traits = traits_def(Pure(), Canonicalized())
 
-    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("reshape")
 
     SHAPE_FUNCTION = shapes.reshape
@@ -52,17 +60,13 @@ class ReshapeOp(AiOp):
 
 
 @irdl_op_definition
-class TransposeOp(AiOp):
+class TransposeOp(LayoutOp):
     """Permuted dims: result dim i is input dim ``perm[i]``."""
 
     name = "ai.transpose"
-    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
-    input = operand()
-    output = result()
     perm = int_array_prop()
     traits = traits_def(Pure(), Canonicalized())
 
-    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("transpose")
 
     SHAPE_FUNCTION = shapes.transpose
@@ -74,19 +78,15 @@ class TransposeOp(AiOp):
 
 
 @irdl_op_definition
-class SliceOp(AiOp):
+class SliceOp(LayoutOp):
     """A strided sub-tensor: along dim d, elements ``offsets[d] + i * strides[d]`` for
     i < ``sizes[d]`` (as ``tensor.extract_slice``; a stride may be negative)."""
 
     name = "ai.slice"
-    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
-    input = operand()
-    output = result()
     offsets = int_array_prop()
     sizes = int_array_prop()
     strides = int_array_prop()
 
-    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("slice")
 
     SHAPE_FUNCTION = shapes.slice_
@@ -146,17 +146,13 @@ class ConcatOp(AiOp):
 
 
 @irdl_op_definition
-class GatherOp(AiOp):
+class GatherOp(LayoutOp):
     """The slices ``indices`` (constants) of dim ``axis``, in that order."""
 
     name = "ai.gather"
-    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
-    input = operand()
-    output = result()
     axis = int_prop(0)
     indices = int_array_prop()
 
-    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("gather")
 
     SHAPE_FUNCTION = shapes.gather
