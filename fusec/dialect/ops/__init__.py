@@ -245,6 +245,9 @@ from fusec.dialect.ops.elementwise import (
     AddOp as AddOp,
 )
 from fusec.dialect.ops.elementwise import (
+    ArithmeticOp as ArithmeticOp,
+)
+from fusec.dialect.ops.elementwise import (
     BinaryOp as BinaryOp,
 )
 from fusec.dialect.ops.elementwise import (
@@ -258,6 +261,9 @@ from fusec.dialect.ops.elementwise import (
 )
 from fusec.dialect.ops.elementwise import (
     ExpOp as ExpOp,
+)
+from fusec.dialect.ops.elementwise import (
+    ExtremumOp as ExtremumOp,
 )
 from fusec.dialect.ops.elementwise import (
     GeluOp as GeluOp,
@@ -344,6 +350,9 @@ from fusec.dialect.ops.layout import (
     GatherOp as GatherOp,
 )
 from fusec.dialect.ops.layout import (
+    LayoutOp as LayoutOp,
+)
+from fusec.dialect.ops.layout import (
     ReshapeOp as ReshapeOp,
 )
 from fusec.dialect.ops.layout import (
@@ -354,9 +363,6 @@ from fusec.dialect.ops.layout import (
 )
 from fusec.dialect.ops.layout import (
     TransposeOp as TransposeOp,
-)
-from fusec.dialect.ops.logic import (
-    _COMPARE as _COMPARE,
 )
 from fusec.dialect.ops.logic import (
     AndOp as AndOp,

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from xdsl.irdl import irdl_op_definition, traits_def
-from xdsl.traits import Pure
+from xdsl.irdl import irdl_op_definition
 
 from fusec.dialect import shapes
 from fusec.dialect.facts import FrontendNames, Pattern, ScalarBuilder
@@ -274,10 +273,6 @@ class HardSigmoidOp(UnaryOp):
         return _clamp_unit(s, _linear(s, args[0], self.attr("alpha"), self.attr("beta")))
 
     REFERENCE: ClassVar[str] = "hard_sigmoid"
-    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = (
-        "alpha",
-        "beta",
-    )
 
 
 @irdl_op_definition
@@ -309,7 +304,6 @@ class LeakyReluOp(UnaryOp):
         return s.select(s.compare(a, "<", s.literal(0.0)), scaled, a)
 
     REFERENCE: ClassVar[str] = "leaky_relu"
-    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ("alpha",)
 
 
 @irdl_op_definition
@@ -344,7 +338,6 @@ class EluOp(UnaryOp):
         return _exponential_linear(s, args[0], self.attr("alpha"), args[0])
 
     REFERENCE: ClassVar[str] = "elu"
-    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ("alpha",)
 
 
 _SELU_ALPHA = 1.67326319217681884765625  # ONNX's defaults, float32 values
@@ -367,7 +360,6 @@ class SeluOp(UnaryOp):
         return s.arith(s.literal(self.attr("gamma")), "*", inner)
 
     REFERENCE: ClassVar[str] = "elu"
-    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ("alpha", "gamma")
 
 
 @irdl_op_definition
@@ -452,7 +444,6 @@ class ThresholdedReluOp(UnaryOp):
         return s.select(s.either(above, s.compare(a, "!=", a)), a, s.literal(0.0))
 
     REFERENCE: ClassVar[str] = "thresholded_relu"
-    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ("alpha",)
 
 
 @irdl_op_definition
@@ -470,14 +461,11 @@ class WhereOp(AiOp):
     lhs = operand()
     rhs = operand()
     output = result()
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("where")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.where(*operands)
+    SHAPE_FUNCTION = shapes.where
 
     def fusion_pattern(self) -> Pattern:
         """Elementwise when all operands have one shape, else broadcast."""

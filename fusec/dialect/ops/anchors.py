@@ -50,15 +50,9 @@ class Conv2DOp(AiOp):
     PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="conv2d")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.conv2d(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.conv2d
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        x, w = args
-        return K.conv2d(x, w, **self.attr_values())
+    REFERENCE: ClassVar[str] = "conv2d"
 
 
 @irdl_op_definition
@@ -76,18 +70,12 @@ class BiasAddOp(AiOp):
     PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="bias_add")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.bias_add(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.bias_add
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.arith(args[0], "+", args[1])  # an add, once the bias is broadcast
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        x, bias = args
-        return K.bias_add(x, bias, axis=self.attr("axis"))
+    REFERENCE: ClassVar[str] = "bias_add"
 
 
 @irdl_op_definition
@@ -104,20 +92,13 @@ class MatmulOp(AiOp):
     output = result()
     transpose_a = bool_prop(False)
     transpose_b = bool_prop(False)
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="matmul")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.matmul(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.matmul
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        a, b = args
-        return K.matmul(a, b, **self.attr_values())
+    REFERENCE: ClassVar[str] = "matmul"
 
 
 @irdl_op_definition
@@ -148,15 +129,9 @@ class BatchNormOp(AiOp):
         for target in ("cpu", "cuda")
     }
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.batch_norm(*operands, epsilon=attrs["epsilon"])
+    SHAPE_FUNCTION = shapes.batch_norm
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        x, scale, bias, mean, var = args
-        return K.batch_norm(x, scale, bias, mean, var, epsilon=self.attr("epsilon"))
+    REFERENCE: ClassVar[str] = "batch_norm"
 
 
 @irdl_op_definition
@@ -177,22 +152,15 @@ class AttentionOp(AiOp):
     output = result()
     scale = float_prop(1.0)
     nan_to_zero = bool_prop(False)
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="attention")
 
     @classmethod
     def infer(cls, operands, attrs):
-        return shapes.attention(*operands)
+        return shapes.attention(*operands)  # scale and nan_to_zero leave the type as it is
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        q, key, v, mask = args
-        return K.attention(
-            q, key, v, mask, scale=self.attr("scale"), nan_to_zero=self.attr("nan_to_zero")
-        )
+    REFERENCE: ClassVar[str] = "attention"
 
 
 @irdl_op_definition
@@ -205,20 +173,13 @@ class LayerNormOp(AiOp):
     beta = operand()
     output = result()
     epsilon = float_prop(1e-5)
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="layernorm")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.layernorm(*operands, epsilon=attrs["epsilon"])
+    SHAPE_FUNCTION = shapes.layernorm
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        x, gamma, beta = args
-        return K.layernorm(x, gamma, beta, epsilon=self.attr("epsilon"))
+    REFERENCE: ClassVar[str] = "layernorm"
 
 
 @irdl_op_definition
@@ -231,22 +192,15 @@ class RMSNormOp(AiOp):
     gamma = operand()
     output = result()
     epsilon = float_prop(1e-6)
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(
         function="rms_norm", onnx=("RMSNormalization",)
     )
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.rms_norm(*operands, epsilon=attrs["epsilon"])
+    SHAPE_FUNCTION = shapes.rms_norm
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        x, gamma = args
-        return K.rms_norm(x, gamma, epsilon=self.attr("epsilon"))
+    REFERENCE: ClassVar[str] = "rms_norm"
 
 
 @irdl_op_definition
@@ -257,19 +211,13 @@ class SoftmaxOp(AiOp):
     input = operand()
     output = result()
     axis = int_prop(-1)
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="softmax")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.softmax(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.softmax
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        from fusec.dialect import numpy_ops as K
-
-        return K.softmax(args[0], axis=self.attr("axis"))
+    REFERENCE: ClassVar[str] = "softmax"
 
 
 @irdl_op_definition

@@ -5,7 +5,7 @@ custom syntax and the facts every op declares."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -28,11 +28,12 @@ from xdsl.irdl import (
     operand_def,
     opt_prop_def,
     result_def,
+    traits_def,
 )
 from xdsl.parser import Parser
 from xdsl.pattern_rewriter import RewritePattern
 from xdsl.printer import Printer
-from xdsl.traits import HasCanonicalizationPatternsTrait
+from xdsl.traits import HasCanonicalizationPatternsTrait, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from fusec.dialect import shapes
@@ -139,11 +140,15 @@ class AiOp(IRDLOperation):
     """Common machinery of the ``ai`` tensor ops: syntax, builder, verifier, facts.
 
     Subclasses declare their operands, result and properties with IRDL, give
-    ``infer`` (the op's shape function from ``shapes.py``) and their facts
+    their shape function from ``shapes.py`` (``SHAPE_FUNCTION`` or ``infer``) and their facts
     (see ``fusec.dialect.facts``): ``PATTERN`` or ``fusion_pattern``,
     ``REFERENCE`` or ``reference``, ``scalar`` for elementwise ops, ``FRONTEND`` names
     and ``UNSUPPORTED`` targets.
     """
+
+    #: Every ai op is pure: tensor values in, one tensor value out. (An op with
+    #: canonicalisation patterns declares ``traits_def(Pure(), Canonicalized())``.)
+    traits = traits_def(Pure())
 
     #: ``ai.cast`` writes its result type: ``: T_from to T_to``.
     HAS_TO_TYPE: ClassVar[bool] = False
@@ -160,10 +165,14 @@ class AiOp(IRDLOperation):
     #: op says otherwise, so a float-only op refuses an integer operand by name.
     DTYPES: ClassVar[tuple[str, ...]] = FLOAT_TYPES
     #: The op's numpy reference, declared: the ``fusec.dialect.numpy_ops`` function that
-    #: computes it from the operands, the attributes ``REFERENCE_ATTRS`` passed by name.
+    #: computes it from the operands, every attribute of the op passed by name.
     #: An op whose reference is more than that call overrides ``reference``.
     REFERENCE: ClassVar[str] = ""
-    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ()
+    #: The op's shape function, declared: the ``fusec.dialect.shapes`` function that gives
+    #: the result type from the operand types, every attribute passed by name. Read
+    #: through the class (an instance would bind it as a method). An op whose shape
+    #: function takes other arguments overrides ``infer``.
+    SHAPE_FUNCTION: ClassVar[Callable[..., TensorSpec] | None] = None
 
     # ---------------------------------------------------------------- builder
     def __init__(
@@ -232,7 +241,9 @@ class AiOp(IRDLOperation):
     @classmethod
     def infer(cls, operands: Sequence[TensorSpec], attrs: Mapping[str, Any]) -> TensorSpec:
         """Result type of the op from operand types and attribute values."""
-        raise NotImplementedError
+        if cls.SHAPE_FUNCTION is None:
+            raise NotImplementedError(f"{cls.name} declares no shape function")
+        return cls.SHAPE_FUNCTION(*operands, **attrs)
 
     @classmethod
     def infer_spec(
@@ -318,8 +329,7 @@ class AiOp(IRDLOperation):
             raise NotImplementedError(f"{self.name} has no reference implementation")
         from fusec.dialect import numpy_ops as K
 
-        attrs = {name: self.attr(name) for name in self.REFERENCE_ATTRS}
-        return getattr(K, self.REFERENCE)(*args, **attrs)
+        return getattr(K, self.REFERENCE)(*args, **self.attr_values())
 
     # ------------------------------------------------------------ verification
     def verify(self, verify_nested_ops: bool = True) -> None:

@@ -25,7 +25,6 @@ class BinaryOp(AiOp):
     lhs = operand()
     rhs = operand()
     output = result()
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
 
@@ -43,56 +42,54 @@ class BinaryOp(AiOp):
         return Pattern.BROADCAST
 
 
+class ArithmeticOp(BinaryOp):
+    """``a SYMBOL b`` elementwise (numpy broadcasting), of integers as of floats."""
+
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    SYMBOL: ClassVar[str] = "+"
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.arith(args[0], self.SYMBOL, args[1])
+
+
 @irdl_op_definition
-class AddOp(BinaryOp):
+class AddOp(ArithmeticOp):
     """Elementwise a + b (numpy broadcasting)."""
 
     name = "ai.add"
     traits = traits_def(Pure(), Canonicalized())
-    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    SYMBOL: ClassVar[str] = "+"
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("add", ufuncs=("add",), onnx=("Add",))
-
-    def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        return s.arith(args[0], "+", args[1])
-
     REFERENCE: ClassVar[str] = "add"
 
 
 @irdl_op_definition
-class SubOp(BinaryOp):
+class SubOp(ArithmeticOp):
     """Elementwise a - b (numpy broadcasting)."""
 
     name = "ai.sub"
-    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    SYMBOL: ClassVar[str] = "-"
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("sub", ufuncs=("subtract",), onnx=("Sub",))
-
-    def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        return s.arith(args[0], "-", args[1])
-
     REFERENCE: ClassVar[str] = "sub"
 
 
 @irdl_op_definition
-class MulOp(BinaryOp):
+class MulOp(ArithmeticOp):
     """Elementwise a * b (numpy broadcasting)."""
 
     name = "ai.mul"
-    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    SYMBOL: ClassVar[str] = "*"
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("mul", ufuncs=("multiply",), onnx=("Mul",))
-
-    def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        return s.arith(args[0], "*", args[1])
-
     REFERENCE: ClassVar[str] = "mul"
 
 
 @irdl_op_definition
-class DivOp(BinaryOp):
+class DivOp(ArithmeticOp):
     """Elementwise a / b (numpy broadcasting); integers divide truncating toward zero (as
     C and ONNX), and an integer division by zero gives 0."""
 
     name = "ai.div"
-    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    SYMBOL: ClassVar[str] = "/"
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(
         "div", ufuncs=("divide", "true_divide"), onnx=("Div",)
     )
@@ -100,7 +97,7 @@ class DivOp(BinaryOp):
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         if not is_float(self.result_dtype()):
             return s.int_divide(args[0], args[1])
-        return s.arith(args[0], "/", args[1])
+        return super().scalar(s, *args)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         from fusec.dialect import numpy_ops as K
@@ -110,36 +107,36 @@ class DivOp(BinaryOp):
         return K.div(*args)
 
 
+class ExtremumOp(BinaryOp):
+    """The greater (``SYMBOL`` ">") or the lesser ("<") of a and b, elementwise, as numpy's
+    maximum and minimum: NaN propagates from either side, and a tie (-0.0 vs 0.0) gives
+    the second operand."""
+
+    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    SYMBOL: ClassVar[str] = ">"
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        a, b = args  # a select, as the languages' min/max builtins differ on NaN and -0.0
+        return s.select(s.either(s.compare(a, self.SYMBOL, b), s.compare(a, "!=", a)), a, b)
+
+
 @irdl_op_definition
-class MaximumOp(BinaryOp):
+class MaximumOp(ExtremumOp):
     """Elementwise max(a, b) (numpy broadcasting); NaN propagates."""
 
     name = "ai.maximum"
-    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    SYMBOL: ClassVar[str] = ">"
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("maximum", ufuncs=("maximum",))
-
-    def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        # numpy's maximum: no min/max builtins, NaN propagates from either side, and a
-        # tie (-0.0 vs 0.0) gives the second operand
-        a, b = args
-        return s.select(s.either(s.compare(a, ">", b), s.compare(a, "!=", a)), a, b)
-
     REFERENCE: ClassVar[str] = "maximum"
 
 
 @irdl_op_definition
-class MinimumOp(BinaryOp):
+class MinimumOp(ExtremumOp):
     """Elementwise min(a, b) (numpy broadcasting); NaN propagates."""
 
     name = "ai.minimum"
-    DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
+    SYMBOL: ClassVar[str] = "<"
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("minimum", ufuncs=("minimum",))
-
-    def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        # numpy's minimum: no min/max builtins, NaN propagates from either side, and a
-        # tie (-0.0 vs 0.0) gives the second operand
-        a, b = args
-        return s.select(s.either(s.compare(a, "<", b), s.compare(a, "!=", a)), a, b)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         import numpy as np
@@ -152,7 +149,6 @@ class UnaryOp(AiOp):
 
     input = operand()
     output = result()
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
 
@@ -310,7 +306,6 @@ class GeluOp(UnaryOp):
         return _minus_zero_at_minus_inf(s, a, value)
 
     REFERENCE: ClassVar[str] = "gelu"
-    REFERENCE_ATTRS: ClassVar[tuple[str, ...]] = ("approximate",)
 
 
 @irdl_op_definition

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from xdsl.irdl import irdl_op_definition, traits_def
-from xdsl.traits import Pure
+from xdsl.irdl import irdl_op_definition
 
 from fusec.dialect import shapes
 from fusec.dialect.facts import FrontendNames, Pattern, ScalarBuilder
@@ -28,15 +27,12 @@ class TakeOp(AiOp):
     indices = operand()
     output = result()
     axis = int_prop(0)
-    traits = traits_def(Pure())
 
     DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("take")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.take(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.take
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         from fusec.dialect import numpy_ops as K
@@ -56,15 +52,12 @@ class CumSumOp(AiOp):
     axis = int_prop(0)
     exclusive = bool_prop(False)
     reverse = bool_prop(False)
-    traits = traits_def(Pure())
 
     DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("cumsum")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.cumsum(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.cumsum
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         from fusec.dialect import numpy_ops as K
@@ -82,15 +75,12 @@ class ExpandOp(AiOp):
     input = operand()
     output = result()
     shape = int_array_prop()
-    traits = traits_def(Pure())
 
     DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("expand")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.expand(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.expand
 
     def fusion_pattern(self) -> Pattern:
         """Elementwise when the shape does not change, else broadcast."""
@@ -116,7 +106,6 @@ class ArgReduceOp(AiOp):
     axis = int_prop(0)
     keepdims = bool_prop(True)
     select_last_index = bool_prop(False)
-    traits = traits_def(Pure())
 
     DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE

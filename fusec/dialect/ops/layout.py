@@ -29,23 +29,29 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-@irdl_op_definition
-class ReshapeOp(AiOp):
-    """The same elements in row-major order under the static shape ``shape``."""
+class LayoutOp(AiOp):
+    """An op that rearranges the elements of its one input (of any element type) and
+    computes none: each result element is one input element (injective). Reshape,
+    transpose, slice and gather; ``ai.concat`` (several inputs) declares its own."""
 
-    name = "ai.reshape"
     DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     input = operand()
     output = result()
+
+    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
+
+
+@irdl_op_definition
+class ReshapeOp(LayoutOp):
+    """The same elements in row-major order under the static shape ``shape``."""
+
+    name = "ai.reshape"
     shape = int_array_prop()
     traits = traits_def(Pure(), Canonicalized())
 
-    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("reshape")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.reshape(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.reshape
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         import numpy as np
@@ -54,22 +60,16 @@ class ReshapeOp(AiOp):
 
 
 @irdl_op_definition
-class TransposeOp(AiOp):
+class TransposeOp(LayoutOp):
     """Permuted dims: result dim i is input dim ``perm[i]``."""
 
     name = "ai.transpose"
-    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
-    input = operand()
-    output = result()
     perm = int_array_prop()
     traits = traits_def(Pure(), Canonicalized())
 
-    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("transpose")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.transpose(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.transpose
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         import numpy as np
@@ -78,25 +78,18 @@ class TransposeOp(AiOp):
 
 
 @irdl_op_definition
-class SliceOp(AiOp):
+class SliceOp(LayoutOp):
     """A strided sub-tensor: along dim d, elements ``offsets[d] + i * strides[d]`` for
     i < ``sizes[d]`` (as ``tensor.extract_slice``; a stride may be negative)."""
 
     name = "ai.slice"
-    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
-    input = operand()
-    output = result()
     offsets = int_array_prop()
     sizes = int_array_prop()
     strides = int_array_prop()
-    traits = traits_def(Pure())
 
-    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("slice")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.slice_(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.slice_
 
     def index(self) -> tuple[slice, ...]:
         """The numpy index of the slice."""
@@ -153,23 +146,16 @@ class ConcatOp(AiOp):
 
 
 @irdl_op_definition
-class GatherOp(AiOp):
+class GatherOp(LayoutOp):
     """The slices ``indices`` (constants) of dim ``axis``, in that order."""
 
     name = "ai.gather"
-    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
-    input = operand()
-    output = result()
     axis = int_prop(0)
     indices = int_array_prop()
-    traits = traits_def(Pure())
 
-    PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("gather")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.gather(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.gather
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         import numpy as np
@@ -190,15 +176,12 @@ class RotateHalfOp(AiOp):
     DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
     input = operand()
     output = result()
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
     INDEX_MAPPED: ClassVar[bool] = True
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("rotate_half")
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.rotate_half(*operands, **attrs)
+    SHAPE_FUNCTION = shapes.rotate_half
 
     def half(self) -> int:
         """n/2: the shift along the last axis."""

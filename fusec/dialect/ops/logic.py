@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from xdsl.irdl import irdl_op_definition
 
 from fusec.dialect import shapes
 from fusec.dialect.facts import FrontendNames, ScalarBuilder
-from fusec.dialect.ops.base import bool_prop
+from fusec.dialect.ops.base import AiOp, bool_prop
 from fusec.dialect.ops.elementwise import BinaryOp, UnaryOp
 from fusec.ir.dtypes import ALL_TYPES, INT_TYPES, NUMERIC_TYPES
 
@@ -30,16 +31,17 @@ class CompareOp(BinaryOp):
         return s.compare(args[0], self.SYMBOL, args[1])
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        import numpy as np
-
-        a, b = self.typed(args)
-        return np.asarray(getattr(np, _COMPARE[self.SYMBOL])(a, b))
+        return _ufunc_reference(self, args)
 
 
-#: The numpy ufunc of each comparison, by name (numpy is imported when one runs).
-_COMPARE = {
-    "==": "equal", "<": "less", ">": "greater", "<=": "less_equal", ">=": "greater_equal",
-}  # fmt: skip
+def _ufunc_reference(op: AiOp, args: Sequence[np.ndarray]) -> np.ndarray:
+    """The reference of a comparison or logic op: the numpy ufunc that traced tensors turn
+    into the op (its one ``FRONTEND.ufuncs`` name) on the operands in their declared
+    types (numpy is imported when one runs)."""
+    import numpy as np
+
+    (ufunc,) = op.FRONTEND.ufuncs
+    return np.asarray(getattr(np, ufunc)(*op.typed(args)))
 
 
 @irdl_op_definition
@@ -108,9 +110,7 @@ class NotOp(UnaryOp):
         return s.negate(args[0])
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        import numpy as np
-
-        return np.asarray(np.logical_not(*self.typed(args)))
+        return _ufunc_reference(self, args)
 
 
 @irdl_op_definition
@@ -128,9 +128,7 @@ class AndOp(BinaryOp):
         return s.negate(s.either(s.negate(a), s.negate(b)))
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        import numpy as np
-
-        return np.asarray(np.logical_and(*self.typed(args)))
+        return _ufunc_reference(self, args)
 
 
 @irdl_op_definition
@@ -147,9 +145,7 @@ class OrOp(BinaryOp):
         return s.either(args[0], args[1])
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        import numpy as np
-
-        return np.asarray(np.logical_or(*self.typed(args)))
+        return _ufunc_reference(self, args)
 
 
 @irdl_op_definition
@@ -166,9 +162,7 @@ class XorOp(BinaryOp):
         return s.compare(args[0], "!=", args[1])
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
-        import numpy as np
-
-        return np.asarray(np.logical_xor(*self.typed(args)))
+        return _ufunc_reference(self, args)
 
 
 @irdl_op_definition

@@ -34,12 +34,18 @@ class QuantizationOp(AiOp):
     axis = int_prop(1)
     #: Elements per block along ``axis`` (per-block scales); 0: per tensor or axis.
     block_size = int_prop(0)
+    traits = traits_def(Pure(), Canonicalized())
 
     #: Computed per element (``scalar``): the scale and zero point are broadcast
     #: operands (per tensor, per index of ``axis``; per block of ``block_size`` indices,
     #: which only the cpu pointwise template indexes: ``codegen.expr.operand_shape``).
     PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
     UNSUPPORTED: ClassVar[Mapping[str, str]] = {"cuda": _QUANTIZED_ON_TARGETS}
+
+    @classmethod
+    def infer(cls, operands, attrs):
+        # the shape functions read the scale's layout; ``saturate`` leaves the type as it is
+        return super().infer(operands, {key: attrs[key] for key in ("axis", "block_size")})
 
     @classmethod
     def check_dtypes(cls, operands: Sequence[TensorSpec]) -> None:
@@ -66,6 +72,14 @@ class QuantizationOp(AiOp):
             array, x.ndim, axis=axis, block_size=block, extent=extent
         )
 
+    def reference_operands(
+        self, args: Sequence[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The reference's operands: each in its declared dtype, the scale and zero point
+        broadcast against the input."""
+        x, scale, zero_point = self.typed(args)
+        return x, self.broadcast(scale, x), self.broadcast(zero_point, x)
+
 
 @irdl_op_definition
 class QuantizeOp(QuantizationOp):
@@ -78,11 +92,8 @@ class QuantizeOp(QuantizationOp):
     #: float8 results: values beyond the type's range become its largest finite value
     #: (ONNX's default), else NaN (e4m3fn) or inf (e5m2).
     saturate = bool_prop(True)
-    traits = traits_def(Pure(), Canonicalized())
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.quantize(*operands, axis=attrs["axis"], block_size=attrs["block_size"])
+    SHAPE_FUNCTION = shapes.quantize
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         x, scale, zero_point = args
@@ -92,13 +103,8 @@ class QuantizeOp(QuantizationOp):
     def reference(self, *args: np.ndarray) -> np.ndarray:
         from fusec.dialect import numpy_ops
 
-        x, scale, zero_point = self.typed(args)
-        return numpy_ops.quantize_linear(
-            x,
-            self.broadcast(scale, x),
-            self.broadcast(zero_point, x),
-            saturate=self.attr("saturate"),
-        )
+        operands = self.reference_operands(args)
+        return numpy_ops.quantize_linear(*operands, saturate=self.attr("saturate"))
 
 
 @irdl_op_definition
@@ -108,11 +114,8 @@ class DequantizeOp(QuantizationOp):
 
     name = "ai.dequantize"
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="dequantize")
-    traits = traits_def(Pure(), Canonicalized())
 
-    @classmethod
-    def infer(cls, operands, attrs):
-        return shapes.dequantize(*operands, axis=attrs["axis"], block_size=attrs["block_size"])
+    SHAPE_FUNCTION = shapes.dequantize
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         code, scale, zero_point = args
@@ -123,7 +126,4 @@ class DequantizeOp(QuantizationOp):
     def reference(self, *args: np.ndarray) -> np.ndarray:
         from fusec.dialect import numpy_ops
 
-        x, scale, zero_point = self.typed(args)
-        return numpy_ops.dequantize_linear(
-            x, self.broadcast(scale, x), self.broadcast(zero_point, x)
-        )
+        return numpy_ops.dequantize_linear(*self.reference_operands(args))

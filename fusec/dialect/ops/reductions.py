@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from xdsl.irdl import irdl_op_definition, traits_def
-from xdsl.traits import Pure
+from xdsl.irdl import irdl_op_definition
 
 from fusec.dialect import shapes
 from fusec.dialect.facts import FrontendNames, Pattern
@@ -23,7 +22,6 @@ class ReduceOp(AiOp):
     output = result()
     axes = int_array_prop()
     keepdims = bool_prop(False)
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
     KIND: ClassVar[str] = ""
@@ -84,7 +82,6 @@ class Pool2DOp(AiOp):
     padding = int_array_prop(0, 0)
     dilations = int_array_prop(1, 1)
     ceil_mode = bool_prop(False)
-    traits = traits_def(Pure())
 
     PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
     KIND: ClassVar[str] = ""
