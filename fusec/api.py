@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
 
 from xdsl.dialects.builtin import ModuleOp
 
@@ -317,35 +317,30 @@ def resolve_target(target: str) -> str:
     return resolve(target, available=False).name
 
 
+class _CompileOptions(TypedDict, total=False):
+    """``compile``'s keyword arguments, for its overloads (the defaults and their meaning
+    are the implementation's)."""
+
+    target: str
+    pipeline: str | None
+    entry: str | None
+    after_pass: Callable[[str, ModuleOp], None] | None
+    executable: bool
+    sms: int
+    tuned: bool
+    max_specializations: int | None
+    precision: str
+
+
 @overload
 def compile(  # noqa: A001
-    text_or_path: str | Path | ModuleOp,
-    *,
-    target: str = ...,
-    pipeline: str | None = ...,
-    entry: str | None = ...,
-    after_pass: Callable[[str, ModuleOp], None] | None = ...,
-    executable: bool = ...,
-    sms: int = ...,
-    tuned: bool = ...,
-    max_specializations: int | None = ...,
-    precision: str = ...,
+    text_or_path: str | Path | ModuleOp, **options: Unpack[_CompileOptions]
 ) -> CompiledModule: ...
 
 
 @overload
 def compile(  # noqa: A001
-    text_or_path: DynamicModel,
-    *,
-    target: str = ...,
-    pipeline: str | None = ...,
-    entry: str | None = ...,
-    after_pass: Callable[[str, ModuleOp], None] | None = ...,
-    executable: bool = ...,
-    sms: int = ...,
-    tuned: bool = ...,
-    max_specializations: int | None = ...,
-    precision: str = ...,
+    text_or_path: DynamicModel, **options: Unpack[_CompileOptions]
 ) -> DynamicCompiledModule: ...
 
 

@@ -26,6 +26,7 @@ from fusec.errors import ExitCode, internal_error
 #: Filled in from the registries when the help is shown (``_Parser.format_help``).
 _TARGETS, _PIPELINES = "{targets}", "{pipelines}"
 _TARGETS_HELP = f"auto (the best available one, the default) or one of: {_TARGETS}"
+_ENTRY_HELP = "entry function name (default: the single public one)"
 _PIPELINE_HELP = (
     f"xDSL pass-pipeline spec; a named pipeline ({_PIPELINES}) expands in it "
     "(default: the target's own, fusec-default or fusec-cuda)"
@@ -348,6 +349,15 @@ def _add_quiet(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_program_command(sub, name: str, summary: str) -> argparse.ArgumentParser:
+    """The subcommand ``name`` on one program ``file`` (``_FILE_HELP``), with the
+    ``--input-shape`` options that fix an ONNX model's dynamic dimensions."""
+    parser = sub.add_parser(name, help=summary)
+    parser.add_argument("file", help=_FILE_HELP)
+    _add_input_shape(parser)
+    return parser
+
+
 def _add_input_shape(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--input-shape",
@@ -430,16 +440,14 @@ def _add_precision(parser) -> None:
 
 
 def _add_run_command(sub) -> None:
-    run = sub.add_parser("run", help="compile and run the entry function on inputs")
-    run.add_argument("file", help=_FILE_HELP)
-    _add_input_shape(run)
+    run = _add_program_command(sub, "run", "compile and run the entry function on inputs")
     run.add_argument("--inputs", metavar="FILE.npz", help="arguments, by name or arr_0, arr_1, ...")
     run.add_argument("--random-inputs", action="store_true", help="draw standard-normal inputs")
     run.add_argument("--seed", type=int, default=0, help="seed of --random-inputs (default 0)")
     run.add_argument("--target", default="auto", help=_TARGETS_HELP)
     run.add_argument("--pipeline", help=_PIPELINE_HELP)
     _add_precision(run)
-    run.add_argument("--entry", help="entry function name (default: the single public one)")
+    run.add_argument("--entry", help=_ENTRY_HELP)
     run.add_argument("-o", "--output", metavar="FILE.npz", help="save the results here")
     run.add_argument(
         "--check",
@@ -526,13 +534,12 @@ _count = _whole_number(0, "a whole number >= 0")
 
 
 def _add_profile_command(sub) -> None:
-    prof = sub.add_parser(
+    prof = _add_program_command(
+        sub,
         "profile",
-        help="time every kernel of a compiled graph: kind, how it runs, time, share, FLOPs, "
+        "time every kernel of a compiled graph: kind, how it runs, time, share, FLOPs, "
         "bytes, achieved rates and the device roofline",
     )
-    prof.add_argument("file", help=_FILE_HELP)
-    _add_input_shape(prof)
     prof.add_argument(
         "--inputs",
         metavar="FILE.npz",
@@ -541,7 +548,7 @@ def _add_profile_command(sub) -> None:
     prof.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     prof.add_argument("--target", default="auto", help=_TARGETS_HELP)
     prof.add_argument("--pipeline", help=_PIPELINE_HELP)
-    prof.add_argument("--entry", help="entry function name (default: the single public one)")
+    prof.add_argument("--entry", help=_ENTRY_HELP)
     prof.add_argument(
         "--repeat", type=_positive, default=20, help="timed calls after warm-up (default 20)"
     )
@@ -580,11 +587,9 @@ def cmd_viz(args: argparse.Namespace) -> int:
 
 
 def _add_viz_command(sub) -> None:
-    viz = sub.add_parser(
-        "viz", help="draw the op graph with fusion groups as clusters coloured by kind"
+    viz = _add_program_command(
+        sub, "viz", "draw the op graph with fusion groups as clusters coloured by kind"
     )
-    viz.add_argument("file", help=_FILE_HELP)
-    _add_input_shape(viz)
     viz.add_argument(
         "-o",
         "--output",
@@ -593,7 +598,7 @@ def _add_viz_command(sub) -> None:
         help="the picture; its suffix picks the format (SVG needs no Graphviz)",
     )
     viz.add_argument("--pipeline", help=_PIPELINE_HELP)
-    viz.add_argument("--entry", help="entry function name (default: the single public one)")
+    viz.add_argument("--entry", help=_ENTRY_HELP)
     viz.set_defaults(handler=cmd_viz)
 
 
@@ -616,15 +621,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def _add_tune_command(sub) -> None:
-    tune = sub.add_parser(
+    tune = _add_program_command(
+        sub,
         "tune",
-        help="time a few Tensor Core tile configurations of each GEMM group on this GPU and "
+        "time a few Tensor Core tile configurations of each GEMM group on this GPU and "
         "record the fastest in the kernel cache (`fusec compile --tuned` then uses it)",
     )
-    tune.add_argument("file", help=_FILE_HELP)
-    _add_input_shape(tune)
     tune.add_argument("--pipeline", help=_PIPELINE_HELP)
-    tune.add_argument("--entry", help="entry function name (default: the single public one)")
+    tune.add_argument("--entry", help=_ENTRY_HELP)
     tune.add_argument("--reps", type=int, default=20, help="launches timed per candidate")
     tune.set_defaults(handler=cmd_tune)
 
@@ -641,9 +645,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    comp = sub.add_parser("compile", help="parse, verify, run the pipeline, print the IR")
-    comp.add_argument("file", help=_FILE_HELP)
-    _add_input_shape(comp)
+    comp = _add_program_command(sub, "compile", "parse, verify, run the pipeline, print the IR")
     comp.add_argument("-o", "--output", help="write the result here instead of stdout")
     comp.add_argument(
         "--emit",
@@ -672,7 +674,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_precision(comp)
     comp.add_argument("--pipeline", help=_PIPELINE_HELP)
     comp.add_argument("--target", default="auto", help=_TARGETS_HELP)
-    comp.add_argument("--entry", help="entry function name (default: the single public one)")
+    comp.add_argument("--entry", help=_ENTRY_HELP)
     comp.add_argument("--print-ir-after-all", action="store_true", help="IR after each pass")
     comp.add_argument(
         "--timing",

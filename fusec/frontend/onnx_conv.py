@@ -98,15 +98,29 @@ def _conv_padding(
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         if "pads" in node.attrs:
             raise imp.error("pads cannot be given together with auto_pad")
-        begin, end = [], []
-        for n, k, s, d in zip(size, kernel, strides, dilations, strict=True):
-            total = max(0, (-(-n // s) - 1) * s + (k - 1) * d + 1 - n)
-            small, large = total // 2, total - total // 2
-            begin.append(small if auto_pad == "SAME_UPPER" else large)
-            end.append(large if auto_pad == "SAME_UPPER" else small)
+        totals = [
+            max(0, (-(-n // s) - 1) * s + (k - 1) * d + 1 - n)
+            for n, k, s, d in zip(size, kernel, strides, dilations, strict=True)
+        ]
+        begin, end = split_pads(totals, odd_at_end=auto_pad == "SAME_UPPER")
         pads = (*begin, *end)
     else:
         raise imp.error(f"auto_pad='{auto_pad}' is not supported", "attribute")
+    return conv2d_padding(pads)
+
+
+def split_pads(
+    totals: Sequence[int], *, odd_at_end: bool
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(begin, end) pads of each axis's ``totals`` split in halves as ONNX's operator
+    spec says: the odd one at the end (SAME_UPPER) or at the beginning."""
+    small = tuple(t // 2 for t in totals)
+    large = tuple(t - t // 2 for t in totals)
+    return (small, large) if odd_at_end else (large, small)
+
+
+def conv2d_padding(pads: tuple[int, ...]) -> tuple[int, ...]:
+    """ai.conv2d's padding of (h_begin, w_begin, h_end, w_end): 2 values when symmetric."""
     return pads[:2] if pads[:2] == pads[2:] else pads
 
 

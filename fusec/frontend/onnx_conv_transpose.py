@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_conv import conv_operands
+from fusec.frontend.onnx_conv import conv2d_padding, conv_operands, split_pads
 from fusec.frontend.onnx_core import _constant_ints, _reshape_to, converter
 from fusec.frontend.onnx_layout import _pad_axis, _slice_of
 from fusec.ir.tensors import dtype_of, shape_of
@@ -90,7 +90,7 @@ def _conv_transpose(imp: Importer, node: Node) -> list[SSAValue]:
         x,
         weight,
         strides=(1, 1),
-        padding=padding[:2] if padding[:2] == padding[2:] else padding,
+        padding=conv2d_padding(padding),
         dilations=tuple(dilations),
         groups=groups,
     )
@@ -138,13 +138,11 @@ def _pads(
     ]  # fmt: skip
     if len(out) != dims:
         raise imp.error(f"output_shape {list(wanted or [])} needs {dims} spatial sizes")
-    begin, end = [], []
-    for n, k, s, d, e, o in zip(size, kernel, strides, dilations, extra, out, strict=True):
-        total = s * (n - 1) + e + (k - 1) * d + 1 - o
-        small, large = total // 2, total - total // 2
-        begin.append(small if auto_pad == "SAME_UPPER" else large)
-        end.append(large if auto_pad == "SAME_UPPER" else small)
-    return tuple(begin), tuple(end)
+    totals = [
+        s * (n - 1) + e + (k - 1) * d + 1 - o
+        for n, k, s, d, e, o in zip(size, kernel, strides, dilations, extra, out, strict=True)
+    ]
+    return split_pads(totals, odd_at_end=auto_pad == "SAME_UPPER")
 
 
 def _zeros_inserted(imp: Importer, x: SSAValue, axis: int, stride: int) -> SSAValue:

@@ -21,14 +21,10 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from xdsl.dialects import arith, func
+from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     ArrayAttr,
-    BytesAttr,
-    DenseIntOrFPElementsAttr,
     DictionaryAttr,
-    FileLineColLoc,
-    IntAttr,
     LocationAttr,
     ModuleOp,
     NameLoc,
@@ -47,9 +43,9 @@ from fusec.dialect.shapes import (
 )
 from fusec.errors import FusecError, SourceLocation
 from fusec.frontend import onnx_fold
-from fusec.ir.constants import stored_bytes
-from fusec.ir.diagnostics import named_location, verify_module
-from fusec.ir.dtypes import element_type_of, numpy_dtype
+from fusec.ir.constants import dense_constant
+from fusec.ir.diagnostics import named_location, node_location, verify_module
+from fusec.ir.dtypes import element_type_of
 from fusec.ir.memory import check_bytes
 from fusec.ir.tensors import dtype_of, shape_of
 
@@ -189,8 +185,7 @@ class Importer:
         return UnsupportedOnnx(text, location, feature)
 
     def node_location(self, node: Node) -> NameLoc:
-        file = FileLineColLoc(StringAttr(self.source), IntAttr(0), IntAttr(0))
-        return NameLoc(StringAttr(node.label), file)
+        return node_location(node.label, SourceLocation(self.source, 0, 0))
 
     # ------------------------------------------------------------ building
     def emit(self, op_type: type[Operation], *args: Any, **attrs: Any) -> SSAValue:
@@ -211,13 +206,11 @@ class Importer:
 
     def constant(self, array: np.ndarray, dtype: str, name: str | None = None) -> SSAValue:
         """A dense ``arith.constant`` holding ``array`` converted to ``dtype``."""
-        data = np.asarray(array).astype(numpy_dtype(dtype), order="C")  # (0-d stays 0-d)
+        data = np.asarray(array)
         if (problem := shape_problem(data.shape)) is not None:
             what = f"'{name}'" if name is not None else "a constant"
             raise self.error(f"{what} of shape {_dims_text(data.shape)} {problem}", "shape")
-        ttype = tensor_type(TensorSpec(tuple(data.shape), dtype))
-        dense = DenseIntOrFPElementsAttr(ttype, BytesAttr(stored_bytes(data)))
-        value = self.append(arith.ConstantOp(dense, ttype))
+        value = self.append(dense_constant(data, dtype))
         if name is not None:
             value.name_hint = value_name(name)
         return value

@@ -42,8 +42,6 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     Attribute,
     DictionaryAttr,
-    FileLineColLoc,
-    IntAttr,
     IntegerAttr,
     ModuleOp,
     StringAttr,
@@ -55,6 +53,7 @@ from xdsl.ir import Region
 
 from fusec.dialect.shapes import shape_problem
 from fusec.errors import FusecError, SourceLocation
+from fusec.ir.diagnostics import file_location
 from fusec.ir.dtypes import element_type
 
 #: The name of a dynamic dimension that has none in the model (tied to no other).
@@ -156,7 +155,7 @@ class DynamicModel:
         )
         module = ModuleOp([fn])
         module.attributes["ai.onnx_source"] = StringAttr(self.source)
-        where = FileLineColLoc(StringAttr(self.source), IntAttr(0), IntAttr(0))
+        where = file_location(SourceLocation(self.source, 0, 0))
         fn.location = module.location = where
         return module
 

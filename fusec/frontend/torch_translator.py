@@ -18,17 +18,12 @@ from typing import Any
 import numpy as np
 import torch
 from torch import fx
-from xdsl.dialects import arith, func
+from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     ArrayAttr,
-    BytesAttr,
-    DenseIntOrFPElementsAttr,
     DictionaryAttr,
-    FileLineColLoc,
-    IntAttr,
     LocationAttr,
     ModuleOp,
-    NameLoc,
     StringAttr,
     UnknownLoc,
 )
@@ -38,7 +33,8 @@ from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of, tensor_type
 from fusec.dialect.shapes import DtypeError, ShapeError, TensorSpec, shape_problem
 from fusec.errors import FusecError, SourceLocation
-from fusec.ir.diagnostics import named_location, verify_module
+from fusec.ir.constants import dense_constant
+from fusec.ir.diagnostics import named_location, node_location, verify_module
 from fusec.ir.dtypes import element_type_of_torch, numpy_dtype
 from fusec.ir.tensors import dtype_of
 from fusec.ir.tensors import shape_of as shape_of  # for the lowerings
@@ -164,8 +160,7 @@ class Translator:
 
     def op_location(self, node: fx.Node) -> LocationAttr:
         where, _ = self.user_location(node)
-        file = FileLineColLoc(StringAttr(where.file), IntAttr(where.line), IntAttr(where.col))
-        return NameLoc(StringAttr(node.name), file)
+        return node_location(node.name, where)
 
     # ------------------------------------------------------------ building
     def emit(self, op_type: type[Operation], *args: Any, **attrs: Any) -> SSAValue:
@@ -180,12 +175,10 @@ class Translator:
 
     def constant(self, array: np.ndarray, dtype: str) -> SSAValue:
         """A dense ``arith.constant`` holding ``array`` converted to ``dtype``."""
-        data = np.asarray(array).astype(numpy_dtype(dtype), order="C")
+        data = np.asarray(array)
         if (problem := shape_problem(data.shape)) is not None:
             raise self.error(f"a constant of shape {list(data.shape)} {problem}")
-        ttype = tensor_type(TensorSpec(tuple(data.shape), dtype))
-        dense = DenseIntOrFPElementsAttr(ttype, BytesAttr(data.tobytes()))
-        op = arith.ConstantOp(dense, ttype)
+        op = dense_constant(data, dtype)
         op.location = self.location
         self.block.add_op(op)
         return op.results[0]

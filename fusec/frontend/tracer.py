@@ -36,11 +36,8 @@ from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import (
     BytesAttr,
     DenseIntOrFPElementsAttr,
-    FileLineColLoc,
     FunctionType,
-    IntAttr,
     ModuleOp,
-    StringAttr,
 )
 from xdsl.ir import Block, Operation, Region, SSAValue
 
@@ -49,7 +46,7 @@ from fusec.dialect.ops import spec_of, tensor_type
 from fusec.dialect.shapes import MAX_RANK, ShapeError, TensorSpec, shape_problem
 from fusec.errors import FusecError, SourceLocation
 from fusec.ir.constants import stored_bytes
-from fusec.ir.diagnostics import verify_module
+from fusec.ir.diagnostics import file_location, verify_module
 from fusec.ir.dtypes import element_type_of, numpy_dtype
 
 _FUSEC_DIRS = tuple(
@@ -97,10 +94,6 @@ def user_error(message: str) -> FusecError:
 class TracedAttributeError(FusecError, AttributeError):
     """A missing tensor method (``x.sum()``): located like every tracer error, and still
     an AttributeError, so ``hasattr``/``getattr(x, name, default)`` keep working."""
-
-
-def _loc_attr(location: SourceLocation) -> FileLineColLoc:
-    return FileLineColLoc(StringAttr(location.file), IntAttr(location.line), IntAttr(location.col))
 
 
 # --------------------------------------------------------------- active traces
@@ -643,7 +636,7 @@ class Trace:
     def _append(self, op: Operation) -> None:
         frame = user_frame(2)
         if frame is not None:
-            op.location = _loc_attr(frame_location(frame)[0])
+            op.location = file_location(frame_location(frame)[0])
         self.block.add_op(op)
 
     # ------------------------------------------------------- operand kinds
@@ -751,7 +744,7 @@ class Trace:
         fn_type = FunctionType.from_lists(inputs, [v.type for v in values])
         fn = func.FuncOp(symbol_name(self.name), fn_type, Region(self.block))
         if self.location is not None:
-            fn.location = ret.location = _loc_attr(self.location)
+            fn.location = ret.location = file_location(self.location)
         module = ModuleOp([fn])
         verify_module(module)
         return TracedFunction(module, tuple(self.params), kind, len(values))

@@ -14,7 +14,15 @@ from __future__ import annotations
 import json
 import re
 
-from xdsl.dialects.builtin import ArrayAttr, FileLineColLoc, FusedLoc, ModuleOp, NameLoc
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    FileLineColLoc,
+    FusedLoc,
+    IntAttr,
+    ModuleOp,
+    NameLoc,
+    StringAttr,
+)
 from xdsl.ir import Attribute, Operation
 from xdsl.utils.exceptions import VerifyException
 
@@ -50,6 +58,17 @@ def source_location(loc: Attribute) -> SourceLocation | None:
             if (found := source_location(part)) is not None:
                 return found
     return None
+
+
+def file_location(where: SourceLocation) -> FileLineColLoc:
+    """The MLIR location ``"file":line:col`` of ``where`` (``source_location`` reads it)."""
+    return FileLineColLoc(StringAttr(where.file), IntAttr(where.line), IntAttr(where.col))
+
+
+def node_location(name: str, where: SourceLocation) -> NameLoc:
+    """The MLIR location ``"name"("file":line:col)`` of a named node (an ONNX node, an FX
+    node) at ``where``; line 0 for a file without lines (``source_location`` reads it)."""
+    return NameLoc(StringAttr(name), file_location(where))
 
 
 def named_location(file: str | None, name: str) -> SourceLocation:

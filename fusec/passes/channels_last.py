@@ -180,13 +180,9 @@ def _epilogue(group: ai.FusedOp, ops: list[Operation]) -> bool:
     image = group.block.args[0]
     for op in ops[1:]:
         if isinstance(op, ai.BiasAddOp):
-            if op.attr("axis") != 1:
+            if op.attr("axis") != 1 or not _results_of_shape(op, shape):
                 return False
-        elif not isinstance(op, ai.AiOp) or not op.has_scalar():
-            return False
-        elif "axis" in op.declared_properties():
-            return False
-        if any(_shape(r) != shape for r in op.results):
+        elif not _layout_free(op, shape):
             return False
         for value in op.operands:
             if value is image:
@@ -206,13 +202,8 @@ def _pointwise(group: ai.FusedOp, dtypes: tuple[str, ...]) -> bool:
     if len(group.results) != 1 or not _float_4d(group.results[0], dtypes):
         return False
     shape = _shape(group.results[0])
-    for op in _body(group):
-        if not isinstance(op, ai.AiOp) or not op.has_scalar():
-            return False
-        if "axis" in op.declared_properties():
-            return False
-        if any(_shape(r) != shape for r in op.results):
-            return False
+    if not all(_layout_free(op, shape) for op in _body(group)):
+        return False
     full = 0
     for value in group.inputs:
         s = _shape(value)
@@ -222,6 +213,21 @@ def _pointwise(group: ai.FusedOp, dtypes: tuple[str, ...]) -> bool:
             if not _per_channel(s, shape):
                 return False
     return full > 0
+
+
+def _layout_free(op: Operation, shape: tuple[int, ...]) -> bool:
+    """An elementwise ai op without an axis whose results are all of ``shape``: it computes
+    the same elements in any layout of its operands."""
+    return (
+        isinstance(op, ai.AiOp)
+        and op.has_scalar()
+        and "axis" not in op.declared_properties()
+        and _results_of_shape(op, shape)
+    )
+
+
+def _results_of_shape(op: Operation, shape: tuple[int, ...]) -> bool:
+    return all(_shape(r) == shape for r in op.results)
 
 
 def _per_channel(small: tuple[int, ...], shape: tuple[int, ...]) -> bool:

@@ -34,8 +34,9 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.ops.elementwise import BinaryOp, UnaryOp
+from fusec.ir.constants import dense_constant
 from fusec.ir.tensors import ShapeError
-from fusec.passes.matching import constant, constant_op
+from fusec.passes.matching import constant
 from fusec.passes.recognize_attention import half_mask_values
 
 #: Ops that compute in f32 inside whatever their element type (or move elements only).
@@ -101,7 +102,7 @@ class _Demotion:
             exact = half_mask_values(exact, dtype)
         elif not np.array_equal(held, exact):
             return None
-        new = constant_op(exact, dtype)
+        new = dense_constant(exact, dtype)
         Rewriter.insert_op(new, InsertPoint.before(before))
         self.constants[key] = new.results[0]
         self.originals[id(value)] = value

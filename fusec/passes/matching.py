@@ -22,7 +22,6 @@ from fusec.ir.dtypes import numpy_dtype
 
 if TYPE_CHECKING:
     import numpy as np
-    from xdsl.dialects import arith
 
 
 def shape(value: SSAValue) -> tuple[int, ...]:
@@ -133,20 +132,6 @@ class Recognition(RewritePattern):
             op.location = root.location
         rewriter.replace(root, list(new_ops), [result])
         self.seen.counts[self.label] += 1
-
-
-def constant_op(array: np.ndarray, dtype: str) -> arith.ConstantOp:
-    """A dense ``arith.constant`` of ``array`` in element type ``dtype``."""
-    import numpy as np
-    from xdsl.dialects import arith
-    from xdsl.dialects.builtin import BytesAttr
-
-    from fusec.dialect.ops import tensor_type
-    from fusec.dialect.shapes import TensorSpec
-
-    data = np.ascontiguousarray(array.astype(numpy_dtype(dtype)))
-    ttype = tensor_type(TensorSpec(tuple(array.shape), dtype))
-    return arith.ConstantOp(DenseIntOrFPElementsAttr(ttype, BytesAttr(data.tobytes())), ttype)
 
 
 # ------------------------------------------------------------------ row-wise GEMMs

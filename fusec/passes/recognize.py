@@ -62,12 +62,12 @@ from xdsl.pattern_rewriter import (
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.ir.constants import dense_constant
 from fusec.passes.matching import (
     Recognition,
     Recognized,
     commuted,
     constant,
-    constant_op,
     factors,
     is_scalar,
     operands_of,
@@ -216,7 +216,7 @@ class LayerNormFromMoments(Recognition):
         params = []
         for value, fill in ((gamma, 1.0), (beta, 0.0)):
             if value is None:
-                new.append(const := constant_op(np.full(d, fill), dtype))
+                new.append(const := dense_constant(np.full(d, fill), dtype))
                 value = const.results[0]
             params.append(_as_vector(value, d, new))
         new.append(ln := ai.LayerNormOp(x, *params, epsilon=epsilon))
@@ -332,7 +332,7 @@ class RMSNormFromParts(Recognition):
         if gamma is None:
             import numpy as np
 
-            new.append(const := constant_op(np.ones(d), spec_of(x.type).dtype))
+            new.append(const := dense_constant(np.ones(d), spec_of(x.type).dtype))
             gamma = const.results[0]
         else:
             gamma = _as_vector(gamma, d, new)
@@ -520,7 +520,7 @@ class ScalesAfterQuantizedMatmul(_ScalesAfterMatmul):
         import numpy as np
 
         scale = dq.scale
-        new.append(ones := constant_op(np.ones(shape(scale)), spec_of(scale.type).dtype))
+        new.append(ones := dense_constant(np.ones(shape(scale)), spec_of(scale.type).dtype))
         layout = {k: dq.attr(k) for k in ("axis", "block_size")}
         new.append(plain := ai.DequantizeOp(dq.input, ones.results[0], dq.zero_point, **layout))
         return plain.results[0], scale
@@ -588,14 +588,14 @@ class ScalesAfterQuantizedConv(Recognition):
             )
             if not (one or per_channel):
                 continue
-            new.append(ones := constant_op(np.ones(shape(dq.scale)), "f32"))
+            new.append(ones := dense_constant(np.ones(shape(dq.scale)), "f32"))
             layout = {name: dq.attr(name) for name in ("axis", "block_size")}
             plain = ai.DequantizeOp(dq.input, ones.results[0], dq.zero_point, **layout)
             new.append(plain)
             operands[index] = plain.results[0]
             if per_channel and not one:
                 assert scale is not None
-                new.append(column := constant_op(np.asarray(scale).reshape(k, 1, 1), "f32"))
+                new.append(column := dense_constant(np.asarray(scale).reshape(k, 1, 1), "f32"))
                 scales.append(column.results[0])
             else:
                 scales.append(dq.scale)
@@ -628,7 +628,7 @@ class MergeScales(Recognition):
                 import numpy as np
 
                 dtype = spec_of(x.type).dtype
-                const = constant_op(np.asarray(first * outer), dtype)
+                const = dense_constant(np.asarray(first * outer), dtype)
                 new = [const, scaled := ai.MulOp(x, const.results[0])]
                 self.rewrite(rewriter, op, new, scaled.results[0])
                 return

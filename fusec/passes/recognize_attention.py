@@ -26,11 +26,11 @@ from xdsl.pattern_rewriter import PatternRewriter
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.ir.constants import dense_constant
 from fusec.passes.matching import (
     Recognition,
     commuted,
     constant,
-    constant_op,
     is_scalar,
     scalar,
     shape,
@@ -110,7 +110,7 @@ def attention_chain(op: Operation) -> AttentionChain | str | None:
     if mask is None:
         import numpy as np
 
-        new.append(zero := constant_op(np.zeros(()), spec_of(q.type).dtype))
+        new.append(zero := dense_constant(np.zeros(()), spec_of(q.type).dtype))
         mask = zero.results[0]
     upcast = half is not None and down is None
     return AttentionChain(q, key, v, mask, scale, guarded is not None, new, upcast)
@@ -214,7 +214,7 @@ def half_mask_values(values: np.ndarray, half: str) -> np.ndarray:
     """An f32 attention mask's values for a ``half`` mask: finite ones past its range
     clamped to its largest finite number (the f32 minimum an exporter writes masks as it
     did: a row masked entirely stays a uniform softmax, not -inf's NaN), infinities kept;
-    float32, for ``constant_op`` to round."""
+    float32, for ``dense_constant`` to round."""
     import numpy as np
 
     bound = _HALF_MAX[half]
@@ -229,7 +229,7 @@ def _half_mask(mask: SSAValue, half: str, new: list[Operation]) -> SSAValue:
         return mask
     values = constant(mask, max_elements=1 << 26)
     if values is not None:
-        new.append(converted := constant_op(half_mask_values(values, half), half))
+        new.append(converted := dense_constant(half_mask_values(values, half), half))
         return converted.results[0]
     new.append(cast := ai.CastOp(mask, half))
     return cast.results[0]

@@ -44,7 +44,8 @@ from xdsl.rewriter import InsertPoint
 from fusec.dialect import ops as ai
 from fusec.dialect.ops.elementwise import BinaryOp, UnaryOp
 from fusec.dialect.views import at_function_level, feeds_attention
-from fusec.passes.matching import constant, constant_op, shape
+from fusec.ir.constants import dense_constant
+from fusec.passes.matching import constant, shape
 
 #: Layout ops between the chain and an attention operand (the kernels read through them).
 _VIEWS = (ai.ReshapeOp, ai.TransposeOp, ai.SliceOp, ai.ExpandOp, ai.GatherOp)
@@ -168,7 +169,7 @@ class SinkTransposeBelowElementwise(RewritePattern):
 
             from fusec.dialect.ops import spec_of
 
-            folded = constant_op(np.asarray(broadcast.folded), spec_of(value.type).dtype)
+            folded = dense_constant(np.asarray(broadcast.folded), spec_of(value.type).dtype)
             new_ops.append(folded)
             return folded.results[0]
         if shape(value) == broadcast.new_shape:

@@ -203,6 +203,10 @@ class WholePlaneBlocks(ConvBlocks):
     def arrays(self) -> list[str]:
         return [self.reads[v] for v in self.op.operands]
 
+    def _whole_plane(self) -> list[str]:
+        """``decode``'s lines for a block's output rows and pixels: the whole plane."""
+        return ["oh0 = 0", f"oh1 = {self.oh}", "p0 = 0", f"pw = {self.pixels}"]
+
 
 class ChannelBlocks(WholePlaneBlocks):
     """Blocks of output channels of one image's whole plane (``conv_method``
@@ -251,10 +255,7 @@ class ChannelBlocks(WholePlaneBlocks):
             "g = 0",  # the group (im2col's)
             f"k0 = blk * {self.per}",
             f"k1 = min(k0 + {self.per}, {self.k})",
-            "oh0 = 0",
-            f"oh1 = {self.oh}",
-            "p0 = 0",
-            f"pw = {self.pixels}",
+            *self._whole_plane(),
         ]
 
     def _channel_rows(self) -> tuple[str, str]:
@@ -373,10 +374,7 @@ class PixelRowsBlocks(WholePlaneBlocks):
             f"n = blk // {self.nsb}",
             f"g = blk % {self.nsb} * {self.per}",
             f"g1 = min(g + {self.per}, {self.k})",
-            "oh0 = 0",
-            f"oh1 = {self.oh}",
-            "p0 = 0",
-            f"pw = {self.pixels}",
+            *self._whole_plane(),
         ]
 
     def _channel_rows(self) -> tuple[str, str]:
