@@ -47,7 +47,7 @@ epi=smem math=fast vec=smem"``) and the split (``"64x128x64 s8 c1 g8 sk=8"``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, IntegerAttr, StringAttr, i64
 from xdsl.ir import Attribute
@@ -79,6 +79,15 @@ MATHS = ("ieee", "fast")
 VECTORS = ("global", "smem")
 PREFETCHES = ("none", "tile")
 LAYERNORMS = ("fold", "tile")
+#: what each ``Variant`` field may be (the first: the default)
+VARIANT_CHOICES = {
+    "schedule": SCHEDULES,
+    "epilogue": EPILOGUES,
+    "math": MATHS,
+    "vectors": VECTORS,
+    "prefetch": PREFETCHES,
+    "ln": LAYERNORMS,
+}
 _VARIANT_KEYS = {
     "sched": "schedule",
     "epi": "epilogue",
@@ -109,6 +118,11 @@ class Variant:
     ln: str = "fold"
 
 
+def variant_fields(variant: Variant) -> dict[str, str]:
+    """The ``Variant`` fields of ``variant`` (or of a ``TileConfig``) by name."""
+    return {field.name: getattr(variant, field.name) for field in fields(Variant)}
+
+
 #: The variant the heuristic gives the large tiles (128x256 and 128x128, two consumers).
 #: Measured on the H200 (benchmarks/results/gemm-variants-2026-11-30.md, git history,
 #: 43eadf8): the staged TMA-store epilogue with fast 16-bit maths was the fastest variant
@@ -129,8 +143,9 @@ ROW_TILE_VARIANT = Variant(math="fast")
 
 
 @dataclass(frozen=True)
-class TileConfig:
-    """One GEMM kernel specialisation (see the module docstring)."""
+class TileShape:
+    """The block tile and its pipeline: ``bm`` x ``bn`` x ``bk``, ``stages``, ``consumers``,
+    ``group_m`` (the module docstring)."""
 
     bm: int = 128
     bn: int = 256
@@ -138,12 +153,16 @@ class TileConfig:
     stages: int = 4
     consumers: int = 2
     group_m: int = 8
-    schedule: str = "cooperative"
-    epilogue: str = "direct"
-    math: str = "ieee"
-    vectors: str = "global"
-    prefetch: str = "none"
-    ln: str = "fold"
+
+
+# The bases in this order give the fields in the order the shape's, the variant's, then
+# ``split_k`` (a dataclass takes its last base's fields first): ``TileConfig(128, 256, 64, 4,
+# 2, 8, "pingpong")`` and the repr that generated modules hold stay as they were.
+@dataclass(frozen=True)
+class TileConfig(Variant, TileShape):
+    """One GEMM kernel specialisation (see the module docstring): a tile shape run as a
+    variant, its K split ``split_k`` ways."""
+
     split_k: int = 1
 
     def __post_init__(self) -> None:
@@ -161,19 +180,10 @@ class TileConfig:
             )
         elif self.tf32 and self.ln == "tile":
             out.append("ln=tile normalises 16-bit A tiles (bk=64), not tf32 ones")
-        if self.schedule not in SCHEDULES:
-            out.append(f"schedule must be one of {', '.join(SCHEDULES)}")
-        if self.epilogue not in EPILOGUES:
-            out.append(f"epilogue must be one of {', '.join(EPILOGUES)}")
-        if self.math not in MATHS:
-            out.append(f"math must be one of {', '.join(MATHS)}")
-        if self.vectors not in VECTORS:
-            out.append(f"vectors must be one of {', '.join(VECTORS)}")
-        if self.prefetch not in PREFETCHES:
-            out.append(f"prefetch must be one of {', '.join(PREFETCHES)}")
-        if self.ln not in LAYERNORMS:
-            out.append(f"ln must be one of {', '.join(LAYERNORMS)}")
-        elif self.ln == "tile" and self.pingpong:
+        for name, allowed in VARIANT_CHOICES.items():
+            if getattr(self, name) not in allowed:
+                out.append(f"{name} must be one of {', '.join(allowed)}")
+        if self.ln == "tile" and self.pingpong:
             out.append("ln=tile runs the cooperative schedule")
         elif self.ln == "tile" and self.bm > 128 * self.consumers:
             out.append("ln=tile normalises at most 128 rows per consumer warpgroup")
@@ -229,9 +239,7 @@ class TileConfig:
 
     @property
     def variant(self) -> Variant:
-        return Variant(
-            self.schedule, self.epilogue, self.math, self.vectors, self.prefetch, self.ln
-        )
+        return Variant(**variant_fields(self))
 
     @property
     def rows_per_consumer(self) -> int:
@@ -445,6 +453,7 @@ def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
             schedule = config.schedule
     elif schedule == "cooperative" and config.pingpong:
         bm = config.bm * config.consumers
+    variant = replace(variant, schedule=schedule)
     if variant.ln == "tile":  # no LayerNorm rewrite: no vectors to stage
         variant = replace(variant, vectors="global")
     # computed, not read off an intermediate TileConfig: at the config's own stages the
@@ -455,18 +464,8 @@ def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
         staging += config.consumers * 8 * (config.bn + rows)
     fit = max_stages(bm, config.bn, reserved=staging, ln_tile=variant.ln == "tile")
     stages = fit if bm != config.bm else min(config.stages, fit)
-    return replace(
-        config,
-        bm=bm,
-        stages=stages,
-        schedule=schedule,
-        epilogue=variant.epilogue,
-        math=variant.math,
-        vectors=variant.vectors,
-        prefetch=variant.prefetch,
-        ln=variant.ln,
-        split_k=1 if schedule == "pingpong" or variant.ln == "tile" else config.split_k,
-    )
+    split_k = 1 if schedule == "pingpong" or variant.ln == "tile" else config.split_k
+    return replace(config, bm=bm, stages=stages, split_k=split_k, **variant_fields(variant))
 
 
 def tile_count(config: TileConfig, m: int, n: int, batch: int = 1) -> int:
