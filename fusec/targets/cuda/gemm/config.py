@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, IntegerAttr, StringAttr, i64
 from xdsl.ir import Attribute
@@ -118,8 +119,9 @@ class Variant:
     ln: str = "fold"
 
 
-def variant_fields(variant: Variant) -> dict[str, str]:
-    """The ``Variant`` fields of ``variant`` (or of a ``TileConfig``) by name."""
+def variant_fields(variant: Variant) -> dict[str, Any]:
+    """The ``Variant`` fields of ``variant`` (or of a ``TileConfig``) by name: keyword
+    arguments of ``Variant`` and ``TileConfig``."""
     return {field.name: getattr(variant, field.name) for field in fields(Variant)}
 
 
