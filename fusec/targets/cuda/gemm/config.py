@@ -53,6 +53,7 @@ from typing import Any
 from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, IntegerAttr, StringAttr, i64
 from xdsl.ir import Attribute
 
+from fusec.targets.cuda import tile_rules
 from fusec.targets.cuda.caps import H200, SMEM_PER_BLOCK_SM90
 from fusec.targets.cuda.split_k import heuristic_split_k
 
@@ -99,12 +100,6 @@ _VARIANT_KEYS = {
 }
 
 _TEXT = re.compile(r"^(\d+)x(\d+)x(\d+) s(\d+) c(\d+) g(\d+)((?: [a-z]+=[a-z0-9]+)*)$")
-#: most splits of one tile's K (each split's partial is a tile of f32 in the workspace, and
-#: the last split reads all of them)
-MAX_SPLIT_K = 16
-#: accumulators per consumer thread of a split-K tile at most: 64x128 (one consumer) and
-#: 128x128 (two) build without spills; 128x256 and 64x256 spill around the reduction
-SPLIT_K_MAX_ACCUMULATORS = 64
 
 
 @dataclass(frozen=True)
@@ -161,16 +156,12 @@ class TileShape:
 # ``split_k`` (a dataclass takes its last base's fields first): ``TileConfig(128, 256, 64, 4,
 # 2, 8, "pingpong")`` and the repr that generated modules hold stay as they were.
 @dataclass(frozen=True)
-class TileConfig(Variant, TileShape):
+class TileConfig(Variant, TileShape, tile_rules.WarpgroupTile):
     """One GEMM kernel specialisation (see the module docstring): a tile shape run as a
     variant, its K split ``split_k`` ways."""
 
+    what = "GEMM tile config"
     split_k: int = 1
-
-    def __post_init__(self) -> None:
-        problems = self.problems()
-        if problems:
-            raise ValueError(f"bad GEMM tile config {self.text}: {'; '.join(problems)}")
 
     def problems(self) -> list[str]:
         """Why this configuration cannot be generated (empty when it can)."""
@@ -189,15 +180,14 @@ class TileConfig(Variant, TileShape):
             out.append("ln=tile runs the cooperative schedule")
         elif self.ln == "tile" and self.bm > 128 * self.consumers:
             out.append("ln=tile normalises at most 128 rows per consumer warpgroup")
-        if not 1 <= self.split_k <= MAX_SPLIT_K:
-            out.append(f"split_k must be 1 to {MAX_SPLIT_K}")
-        elif self.split_k > 1 and (self.pingpong or self.ln == "tile"):
-            out.append("split-K runs the cooperative schedule, without ln=tile")
-        elif self.split_k > 1 and self.acc_registers > SPLIT_K_MAX_ACCUMULATORS:
-            out.append(
-                f"split-K needs at most {SPLIT_K_MAX_ACCUMULATORS} accumulators per thread "
-                "(its reduction's loads beside them; more spill)"
-            )
+        cooperative = not self.pingpong and self.ln != "tile"
+        split = tile_rules.split_problem(
+            self.split_k,
+            self.acc_registers,
+            "" if cooperative else "split-K runs the cooperative schedule, without ln=tile",
+        )
+        if split:
+            out.append(split)
         if self.consumers < 1 or self.consumers > 3:
             out.append("1 to 3 consumer warpgroups")
         elif self.pingpong and self.consumers != 2:
@@ -210,21 +200,13 @@ class TileConfig(Variant, TileShape):
             out.append("bn must be 64, 128, 192 or 256")
         if self.bm > 256:
             out.append("bm at most 256 (one TMA box)")
-        if self.stages < 2:
-            out.append("at least 2 stages")
         if self.group_m < 1:
             out.append("group_m at least 1")
-        if self.smem_bytes > SMEM_LIMIT:
-            out.append(f"{self.smem_bytes} bytes of shared memory > {SMEM_LIMIT}")
-        if self.acc_registers > 160:
-            out.append(f"{self.acc_registers} accumulator registers per thread > 160")
-        return out
+        return out + tile_rules.resource_problems(
+            self.stages, self.smem_bytes, self.acc_registers, 160
+        )
 
     # ------------------------------------------------------------ derived sizes
-    @property
-    def threads(self) -> int:
-        return 128 * (self.consumers + 1)
-
     @property
     def tf32(self) -> bool:
         """The tile of f32 operands run as tf32 (``bk`` = 32: 128-byte rows of f32)."""
@@ -554,10 +536,10 @@ def split_k_for(config: TileConfig, m: int, n: int, k: int, batch: int, sms: int
     many as give every SM at most one unit of work, each at least ``SPLIT_MIN_STEPS`` K steps
     deep, at most ``SPLIT_K_HEURISTIC_MAX``; 1 (no split) when that is under 2 (the tiles
     fill half the GPU already, or K is short), the schedule is not cooperative or the tile
-    has too many accumulators (``SPLIT_K_MAX_ACCUMULATORS``)."""
+    has too many accumulators (``tile_rules.SPLIT_MAX_ACCUMULATORS``)."""
     if config.pingpong or config.ln == "tile" or k <= 0:
         return 1
-    if config.acc_registers > SPLIT_K_MAX_ACCUMULATORS:
+    if config.acc_registers > tile_rules.SPLIT_MAX_ACCUMULATORS:
         return 1
     tiles = tile_count(config, m, n, batch)
     steps = -(-k // config.bk)
