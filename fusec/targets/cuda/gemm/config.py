@@ -153,8 +153,9 @@ class TileShape:
 
 
 # The bases in this order give the fields in the order the shape's, the variant's, then
-# ``split_k`` (a dataclass takes its last base's fields first): ``TileConfig(128, 256, 64, 4,
-# 2, 8, "pingpong")`` and the repr that generated modules hold stay as they were.
+# ``split_k`` (a dataclass collects its bases' fields from the last base to the first):
+# ``TileConfig(128, 256, 64, 4, 2, 8, "pingpong")`` and the repr that generated modules hold
+# stay as they were.
 @dataclass(frozen=True)
 class TileConfig(Variant, TileShape, tile_rules.WarpgroupTile):
     """One GEMM kernel specialisation (see the module docstring): a tile shape run as a
