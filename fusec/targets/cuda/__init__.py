@@ -8,6 +8,7 @@ import contract in pyproject.toml). They stand on the kernel layer: the C++ head
 (``include/fusec``, expanded by ``headers``), ``build`` (NVRTC + nvJitLink, the cubin
 cache) with ``intrinsics``, ``linked`` (the launcher plumbing and module text),
 ``tensormaps`` (loaded cubins, TMA tensor maps, parameter blocks), ``epilogue`` and
-``anchored`` (the generated epilogues) and ``caps`` (the device). ``tiling`` is the
-``tile-gemm`` pass over the GEMM and conv groups. Generated modules import ``abi`` only.
+``anchored`` (the generated epilogues), ``tile_rules`` (what the GEMM's and the conv's block
+tiles share) and ``caps`` (the device). ``tiling`` is the ``tile-gemm`` pass over the GEMM
+and conv groups. Generated modules import ``abi`` only.
 """

@@ -184,74 +184,73 @@ def _make_gpu_helpers() -> dict[str, object]:
             words.append(builder.or_(lo, hi))
         return words
 
-    def make_load(fmt, n):
-        nbytes = n * ITEMSIZE[fmt]
-        suffix, reg, word_t, nwords = access(nbytes)
+    def vector_access(emit):
+        """The intrinsic ``f(arr, e, buf, d)`` (``load_<fmt>x<n>``, ``store_<fmt>x<n>``): its
+        code is ``emit(builder, target, slot)``: ``target()`` gives the address of ``arr[e]``,
+        ``slot(k)`` that of ``buf[d + k]`` (emitted where ``emit`` asks for them)."""
 
         @intrinsic
-        def load(typingctx, arr, e, dst, d):
-            sig = types.void(arr, e, dst, d)
+        def access_vector(typingctx, arr, e, buf, d):
+            sig = types.void(arr, e, buf, d)
 
             def codegen(context, builder, sig, args):
-                arr_t, _, dst_t, _ = sig.args
-                arr_v, e_v, dst_v, d_v = args
-                ptr = element_ptr(context, builder, arr_t, arr_v, e_v)
-                outs = ", ".join(f"${k}" for k in range(nwords))
-                regs = "{" + outs + "}" if nwords > 1 else outs
-                text = (
-                    "{ .reg .u64 g; cvta.to.global.u64 g, $" + str(nwords) + "; "
-                    f"ld.global.{suffix} {regs}, [g]; }}"
-                )
-                ret_t = ir.LiteralStructType([word_t] * nwords) if nwords > 1 else word_t
-                constraints = ",".join([f"={reg}"] * nwords + ["l"])
-                asm = ir.InlineAsm(ir.FunctionType(ret_t, [ptr.type]), text, constraints)
-                result = builder.call(asm, [ptr])
-                words = [result]
-                if nwords > 1:
-                    words = [builder.extract_value(result, k) for k in range(nwords)]
-                for k, raw in enumerate(split(builder, words, fmt, n)):
-                    slot = builder.add(d_v, ir.Constant(d_v.type, k))
-                    target = element_ptr(context, builder, dst_t, dst_v, slot)
-                    builder.store(to_f32(builder, raw, fmt), target)
+                arr_t, _, buf_t, _ = sig.args
+                arr_v, e_v, buf_v, d_v = args
+
+                def slot(k):
+                    index = builder.add(d_v, ir.Constant(d_v.type, k))
+                    return element_ptr(context, builder, buf_t, buf_v, index)
+
+                def target():
+                    return element_ptr(context, builder, arr_t, arr_v, e_v)
+
+                emit(builder, target, slot)
                 return context.get_dummy_value()
 
             return sig, codegen
 
-        return load
+        return access_vector
+
+    def make_load(fmt, n):
+        suffix, reg, word_t, nwords = access(n * ITEMSIZE[fmt])
+
+        def emit(builder, target, slot):
+            ptr = target()
+            outs = ", ".join(f"${k}" for k in range(nwords))
+            regs = "{" + outs + "}" if nwords > 1 else outs
+            text = (
+                "{ .reg .u64 g; cvta.to.global.u64 g, $" + str(nwords) + "; "
+                f"ld.global.{suffix} {regs}, [g]; }}"
+            )
+            ret_t = ir.LiteralStructType([word_t] * nwords) if nwords > 1 else word_t
+            constraints = ",".join([f"={reg}"] * nwords + ["l"])
+            asm = ir.InlineAsm(ir.FunctionType(ret_t, [ptr.type]), text, constraints)
+            result = builder.call(asm, [ptr])
+            words = [result]
+            if nwords > 1:
+                words = [builder.extract_value(result, k) for k in range(nwords)]
+            for k, raw in enumerate(split(builder, words, fmt, n)):
+                builder.store(to_f32(builder, raw, fmt), slot(k))
+
+        return vector_access(emit)
 
     def make_store(fmt, n):
-        nbytes = n * ITEMSIZE[fmt]
-        suffix, reg, word_t, nwords = access(nbytes)
+        suffix, reg, word_t, nwords = access(n * ITEMSIZE[fmt])
         suffix = suffix.replace("u32", "b32").replace("u16", "b16")
 
-        @intrinsic
-        def store(typingctx, arr, e, src, d):
-            sig = types.void(arr, e, src, d)
+        def emit(builder, target, slot):
+            raws = [from_f32(builder, builder.load(slot(k)), fmt) for k in range(n)]
+            words = join(builder, raws, fmt, n)
+            ptr = target()
+            ins = ", ".join(f"${k + 1}" for k in range(nwords))
+            regs = "{" + ins + "}" if nwords > 1 else ins
+            text = f"{{ .reg .u64 g; cvta.to.global.u64 g, $0; st.global.{suffix} [g], {regs}; }}"
+            constraints = ",".join(["l"] + [reg] * nwords + ["~{memory}"])
+            fn_t = ir.FunctionType(ir.VoidType(), [ptr.type] + [word_t] * nwords)
+            asm = ir.InlineAsm(fn_t, text, constraints, side_effect=True)
+            builder.call(asm, [ptr, *words])
 
-            def codegen(context, builder, sig, args):
-                arr_t, _, src_t, _ = sig.args
-                arr_v, e_v, src_v, d_v = args
-                raws = []
-                for k in range(n):
-                    slot = builder.add(d_v, ir.Constant(d_v.type, k))
-                    value = builder.load(element_ptr(context, builder, src_t, src_v, slot))
-                    raws.append(from_f32(builder, value, fmt))
-                words = join(builder, raws, fmt, n)
-                ptr = element_ptr(context, builder, arr_t, arr_v, e_v)
-                ins = ", ".join(f"${k + 1}" for k in range(nwords))
-                regs = "{" + ins + "}" if nwords > 1 else ins
-                text = (
-                    f"{{ .reg .u64 g; cvta.to.global.u64 g, $0; st.global.{suffix} [g], {regs}; }}"
-                )
-                constraints = ",".join(["l"] + [reg] * nwords + ["~{memory}"])
-                fn_t = ir.FunctionType(ir.VoidType(), [ptr.type] + [word_t] * nwords)
-                asm = ir.InlineAsm(fn_t, text, constraints, side_effect=True)
-                builder.call(asm, [ptr, *words])
-                return context.get_dummy_value()
-
-            return sig, codegen
-
-        return store
+        return vector_access(emit)
 
     def make_convert(fmt):
         @intrinsic

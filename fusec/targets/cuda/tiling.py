@@ -136,48 +136,18 @@ class TileGemmPass(ModulePass):
     def forced_variant(self, config: TileConfig) -> Variant | None:
         """The variant the options ask for (the rest from ``config``), or None."""
         from fusec.errors import FusecError
-        from fusec.targets.cuda.gemm.config import (
-            EPILOGUES,
-            LAYERNORMS,
-            MATHS,
-            PREFETCHES,
-            SCHEDULES,
-            VECTORS,
-            Variant,
-        )
+        from fusec.targets.cuda.gemm.config import VARIANT_CHOICES
 
-        asked = {
-            "schedule": self.schedule,
-            "epilogue": self.epilogue,
-            "math": self.math,
-            "vectors": self.vectors,
-            "prefetch": self.prefetch,
-            "ln": self.ln,
-        }
-        choices = (
-            ("schedule", SCHEDULES),
-            ("epilogue", EPILOGUES),
-            ("math", MATHS),
-            ("vectors", VECTORS),
-            ("prefetch", PREFETCHES),
-            ("ln", LAYERNORMS),
-        )
-        for name, allowed in choices:
+        asked = {name: getattr(self, name) for name in VARIANT_CHOICES}
+        for name, allowed in VARIANT_CHOICES.items():
             if asked[name] and asked[name] not in allowed:
                 raise FusecError(
                     f"tile-gemm option {name}={asked[name]!r}: expected one of {', '.join(allowed)}"
                 )
         if not any(asked.values()):
             return None
-        current = config.variant
-        return Variant(
-            asked["schedule"] or current.schedule,
-            asked["epilogue"] or current.epilogue,
-            asked["math"] or current.math,
-            asked["vectors"] or current.vectors,
-            asked["prefetch"] or current.prefetch,
-            asked["ln"] or current.ln,
-        )
+        # an option left empty keeps the config's own
+        return replace(config.variant, **{name: value for name, value in asked.items() if value})
 
 
 def _tile_conv(fused: ai.FusedOp, device: DeviceCaps) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from fusec.targets.cuda import tile_rules
 from fusec.targets.cuda.caps import H200, SMEM_PER_BLOCK_SM90
 from fusec.targets.cuda.split_k import heuristic_split_k
 
@@ -48,13 +49,10 @@ CHUNK = 64  # input channels per reduction step
 MAX_STRIDE_W = 256 // STRIP
 
 _TEXT = re.compile(r"^(\d+)x(\d+) s(\d+) c(\d+)([mn])(?: sk=(\d+))?$")
-#: split-K of a conv tile: at most this many splits, each at least SPLIT_MIN_STEPS
-#: reduction steps deep, tiles of at most SPLIT_MAX_ACCUMULATORS accumulators per consumer
-#: thread (the GEMM's rules, ``gemm.config``: more spill around the reduction)
-MAX_SPLIT_K = 16
+#: the heuristic's split-K of a conv tile: at most this many splits, each at least
+#: SPLIT_MIN_STEPS reduction steps deep (the limits of every split: ``tile_rules``)
 SPLIT_K_HEURISTIC_MAX = 8
 SPLIT_MIN_STEPS = 3
-SPLIT_MAX_ACCUMULATORS = 64
 
 
 def cdiv(a: int, b: int) -> int:
@@ -139,23 +137,19 @@ class ConvGeometry:
 
 
 @dataclass(frozen=True)
-class ConvTile:
+class ConvTile(tile_rules.WarpgroupTile):
     """The block tile of the implicit GEMM: ``bm`` output channels x ``bn`` pixels
     (``bn / 64`` strips), ``stages`` pipeline stages, ``consumers`` consumer
     warpgroups splitting the tile along M (``split`` "m": ``bm / consumers`` rows
     each) or along N ("n": ``bn / consumers`` columns each)."""
 
+    what = "conv tile"
     bm: int = 64
     bn: int = 256
     stages: int = 4
     consumers: int = 2
     split: str = "n"
     split_k: int = 1
-
-    def __post_init__(self) -> None:
-        problems = self.problems()
-        if problems:
-            raise ValueError(f"bad conv tile {self.text}: {'; '.join(problems)}")
 
     def problems(self) -> list[str]:
         out = []
@@ -171,24 +165,11 @@ class ConvTile:
             out.append("bm must be a multiple of 64 x consumers")
         if self.split == "n" and self.consumers and self.bn % (STRIP * self.consumers):
             out.append("bn must be a multiple of 64 x consumers")
-        if self.stages < 2:
-            out.append("at least 2 stages")
-        if self.smem_bytes > SMEM_LIMIT:
-            out.append(f"{self.smem_bytes} bytes of shared memory > {SMEM_LIMIT}")
-        if self.acc_registers > 128:
-            out.append(f"{self.acc_registers} accumulator registers per thread > 128")
-        if not 1 <= self.split_k <= MAX_SPLIT_K:
-            out.append(f"split_k must be 1 to {MAX_SPLIT_K}")
-        elif self.split_k > 1 and self.acc_registers > SPLIT_MAX_ACCUMULATORS:
-            out.append(
-                f"split-K needs at most {SPLIT_MAX_ACCUMULATORS} accumulators per thread "
-                "(its reduction's loads beside them; more spill)"
-            )
+        out += tile_rules.resource_problems(self.stages, self.smem_bytes, self.acc_registers, 128)
+        split = tile_rules.split_problem(self.split_k, self.acc_registers)
+        if split:
+            out.append(split)
         return out
-
-    @property
-    def threads(self) -> int:
-        return 128 * (self.consumers + 1)
 
     @property
     def wm(self) -> int:
@@ -288,7 +269,7 @@ def split_k_for(tile: ConvTile, geo: ConvGeometry, sms: int) -> int:
     """Splits of each tile's reduction: as many as give every SM at most one unit, each at
     least ``SPLIT_MIN_STEPS`` steps deep, at most ``SPLIT_K_HEURISTIC_MAX``; 1 when that is
     under 2 or the tile has too many accumulators."""
-    if tile.acc_registers > SPLIT_MAX_ACCUMULATORS:
+    if tile.acc_registers > tile_rules.SPLIT_MAX_ACCUMULATORS:
         return 1
     splits = min(
         sms // tile_count(tile, geo), geo.kblocks // SPLIT_MIN_STEPS, SPLIT_K_HEURISTIC_MAX

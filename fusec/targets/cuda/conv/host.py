@@ -39,8 +39,34 @@ from fusec.targets.cuda.tensormaps import tensor_map_nd as tensor_map
 _RELAYOUT_THREADS = 256
 
 
-class ConvKernel(LinkedKernel):
-    """The implicit-GEMM conv of ``spec``: ``__call__`` queues the re-layout and the conv."""
+class ConvKernelBase(LinkedKernel):
+    """What ``ConvLaunch`` calls, the implicit GEMM's kernel or the direct conv's:
+    ``kernel(x, w, out, extras, stream, sms)`` queues the conv of input ``x`` and weights ``w``
+    into ``out``, its epilogue reading ``extras``, on ``stream`` (a GPU of ``sms`` SMs)."""
+
+    def __call__(
+        self,
+        x: int,
+        w: int,
+        out: int,
+        extras: tuple[int, ...],
+        stream: int = 0,
+        sms: int = H200.sms,
+    ) -> None:
+        # one call's scratch buffers and launches stay together: another thread's call on
+        # the same stream must not queue between them
+        with self.lock:
+            self.queue(x, w, out, extras, stream, sms)
+
+    def queue(
+        self, x: int, w: int, out: int, extras: tuple[int, ...], stream: int, sms: int
+    ) -> None:
+        """Queue the launches of one call (the lock held)."""
+        raise NotImplementedError
+
+
+class ConvKernel(ConvKernelBase):
+    """The implicit-GEMM conv of ``spec``: a call queues the re-layout and the conv."""
 
     def __init__(self, spec: ConvSpec, cubin: bytes) -> None:
         super().__init__(cubin, spec.tile.smem_bytes, spec.named_kernels)
@@ -59,14 +85,8 @@ class ConvKernel(LinkedKernel):
         """The channels-last copy that can read ``x``: 16-byte loads need it 16-byte aligned."""
         return self.transpose if x % 16 == 0 else self.transpose_scalar
 
-    def __call__(
-        self,
-        x: int,
-        w: int,
-        out: int,
-        extras: tuple[int, ...],
-        stream: int = 0,
-        sms: int = H200.sms,
+    def queue(
+        self, x: int, w: int, out: int, extras: tuple[int, ...], stream: int, sms: int
     ) -> None:
         spec, geo, tile = self.spec, self.spec.geo, self.spec.tile
         if len(extras) != len(spec.epilogue.extras):
@@ -74,28 +94,26 @@ class ConvKernel(LinkedKernel):
                 f"epilogue takes {len(spec.epilogue.extras)} inputs, got {len(extras)}"
             )
         handle = self.stream(stream)
-        u64 = ctypes.c_uint64
-        with self.lock:
-            wp = self.weights(w, stream, handle, sms)
-            map_x = self.input_map(x, stream, handle, sms)
-            row = geo.cgp * 2
-            taps = geo.r * geo.s
-            map_w = tensor_map(
-                spec.dtype,
-                wp,
-                (geo.cg, taps, geo.kg, geo.groups),
-                (row, row * taps, row * taps * geo.kg),
-                (CHUNK, 1, tile.bm, 1),
-                stream,
+        wp = self.weights(w, stream, handle, sms)
+        map_x = self.input_map(x, stream, handle, sms)
+        row = geo.cgp * 2
+        taps = geo.r * geo.s
+        map_w = tensor_map(
+            spec.dtype,
+            wp,
+            (geo.cg, taps, geo.kg, geo.groups),
+            (row, row * taps, row * taps * geo.kg),
+            (CHUNK, 1, tile.bm, 1),
+            stream,
+        )
+        split: tuple[int, ...] = ()
+        if tile.split_k > 1:  # every split's partial tile, a counter per tile
+            split = split_k.workspace(
+                self.drv, self.scratch, stream, spec.tiles, tile.split_k, tile.bm * tile.bn
             )
-            split: tuple[int, ...] = ()
-            if tile.split_k > 1:  # every split's partial tile, a counter per tile
-                split = split_k.workspace(
-                    self.drv, self.scratch, stream, spec.tiles, tile.split_k, tile.bm * tile.bn
-                )
-            args = [(u64, v) for v in (map_w, map_x, out, *extras, *split)]
-            grid = min(spec.tiles * tile.split_k, sms)
-            self.launch(self.function, grid, tile.threads, tile.smem_bytes, handle, args)
+        args = [(ctypes.c_uint64, v) for v in (map_w, map_x, out, *extras, *split)]
+        grid = min(spec.tiles * tile.split_k, sms)
+        self.launch(self.function, grid, tile.threads, tile.smem_bytes, handle, args)
 
     def weights(self, w: int, stream: int, handle: Any, sms: int) -> int:
         """The address of the ``[K][R*S][CGP]`` weights: ``w`` itself when given KRSC, else
@@ -167,7 +185,7 @@ class ConvKernel(LinkedKernel):
         )
 
 
-class DirectConvKernel(LinkedKernel):
+class DirectConvKernel(ConvKernelBase):
     """The direct conv of ``spec``: one grid-stride launch (the NHWC depthwise kernel: a
     block-stride loop over its tiles, ``DepthwiseTile``, at most 8 blocks an SM)."""
 
@@ -175,14 +193,8 @@ class DirectConvKernel(LinkedKernel):
         super().__init__(cubin, spec.smem_bytes)
         self.spec = spec
 
-    def __call__(
-        self,
-        x: int,
-        w: int,
-        out: int,
-        extras: tuple[int, ...],
-        stream: int = 0,
-        sms: int = H200.sms,
+    def queue(
+        self, x: int, w: int, out: int, extras: tuple[int, ...], stream: int, sms: int
     ) -> None:
         geo, tile = self.spec.geo, self.spec.tile
         if tile is None:
@@ -193,15 +205,8 @@ class DirectConvKernel(LinkedKernel):
                 raise FusecError("the NHWC depthwise conv reads and writes 4-byte aligned buffers")
             blocks = max(1, min(tile.tiles(geo), 8 * sms))
         args = [(ctypes.c_uint64, v) for v in (x, w, out, *extras)]
-        with self.lock:
-            self.launch(
-                self.function,
-                blocks,
-                self.spec.threads,
-                self.spec.smem_bytes,
-                self.stream(stream),
-                args,
-            )
+        threads, smem = self.spec.threads, self.spec.smem_bytes
+        self.launch(self.function, blocks, threads, smem, self.stream(stream), args)
 
 
 class RelayoutKernel(LinkedKernel):

@@ -47,11 +47,13 @@ epi=smem math=fast vec=smem"``) and the split (``"64x128x64 s8 c1 g8 sk=8"``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, IntegerAttr, StringAttr, i64
 from xdsl.ir import Attribute
 
+from fusec.targets.cuda import tile_rules
 from fusec.targets.cuda.caps import H200, SMEM_PER_BLOCK_SM90
 from fusec.targets.cuda.split_k import heuristic_split_k
 
@@ -79,6 +81,15 @@ MATHS = ("ieee", "fast")
 VECTORS = ("global", "smem")
 PREFETCHES = ("none", "tile")
 LAYERNORMS = ("fold", "tile")
+#: what each ``Variant`` field may be (the first: the default)
+VARIANT_CHOICES = {
+    "schedule": SCHEDULES,
+    "epilogue": EPILOGUES,
+    "math": MATHS,
+    "vectors": VECTORS,
+    "prefetch": PREFETCHES,
+    "ln": LAYERNORMS,
+}
 _VARIANT_KEYS = {
     "sched": "schedule",
     "epi": "epilogue",
@@ -89,12 +100,6 @@ _VARIANT_KEYS = {
 }
 
 _TEXT = re.compile(r"^(\d+)x(\d+)x(\d+) s(\d+) c(\d+) g(\d+)((?: [a-z]+=[a-z0-9]+)*)$")
-#: most splits of one tile's K (each split's partial is a tile of f32 in the workspace, and
-#: the last split reads all of them)
-MAX_SPLIT_K = 16
-#: accumulators per consumer thread of a split-K tile at most: 64x128 (one consumer) and
-#: 128x128 (two) build without spills; 128x256 and 64x256 spill around the reduction
-SPLIT_K_MAX_ACCUMULATORS = 64
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,12 @@ class Variant:
     vectors: str = "global"
     prefetch: str = "none"
     ln: str = "fold"
+
+
+def variant_fields(variant: Variant) -> dict[str, Any]:
+    """The ``Variant`` fields of ``variant`` (or of a ``TileConfig``) by name: keyword
+    arguments of ``Variant`` and ``TileConfig``."""
+    return {field.name: getattr(variant, field.name) for field in fields(Variant)}
 
 
 #: The variant the heuristic gives the large tiles (128x256 and 128x128, two consumers).
@@ -129,8 +140,9 @@ ROW_TILE_VARIANT = Variant(math="fast")
 
 
 @dataclass(frozen=True)
-class TileConfig:
-    """One GEMM kernel specialisation (see the module docstring)."""
+class TileShape:
+    """The block tile and its pipeline: ``bm`` x ``bn`` x ``bk``, ``stages``, ``consumers``,
+    ``group_m`` (the module docstring)."""
 
     bm: int = 128
     bn: int = 256
@@ -138,18 +150,19 @@ class TileConfig:
     stages: int = 4
     consumers: int = 2
     group_m: int = 8
-    schedule: str = "cooperative"
-    epilogue: str = "direct"
-    math: str = "ieee"
-    vectors: str = "global"
-    prefetch: str = "none"
-    ln: str = "fold"
-    split_k: int = 1
 
-    def __post_init__(self) -> None:
-        problems = self.problems()
-        if problems:
-            raise ValueError(f"bad GEMM tile config {self.text}: {'; '.join(problems)}")
+
+# The bases in this order give the fields in the order the shape's, the variant's, then
+# ``split_k`` (a dataclass collects its bases' fields from the last base to the first):
+# ``TileConfig(128, 256, 64, 4, 2, 8, "pingpong")`` and the repr that generated modules hold
+# stay as they were.
+@dataclass(frozen=True)
+class TileConfig(Variant, TileShape, tile_rules.WarpgroupTile):
+    """One GEMM kernel specialisation (see the module docstring): a tile shape run as a
+    variant, its K split ``split_k`` ways."""
+
+    what = "GEMM tile config"
+    split_k: int = 1
 
     def problems(self) -> list[str]:
         """Why this configuration cannot be generated (empty when it can)."""
@@ -161,31 +174,21 @@ class TileConfig:
             )
         elif self.tf32 and self.ln == "tile":
             out.append("ln=tile normalises 16-bit A tiles (bk=64), not tf32 ones")
-        if self.schedule not in SCHEDULES:
-            out.append(f"schedule must be one of {', '.join(SCHEDULES)}")
-        if self.epilogue not in EPILOGUES:
-            out.append(f"epilogue must be one of {', '.join(EPILOGUES)}")
-        if self.math not in MATHS:
-            out.append(f"math must be one of {', '.join(MATHS)}")
-        if self.vectors not in VECTORS:
-            out.append(f"vectors must be one of {', '.join(VECTORS)}")
-        if self.prefetch not in PREFETCHES:
-            out.append(f"prefetch must be one of {', '.join(PREFETCHES)}")
-        if self.ln not in LAYERNORMS:
-            out.append(f"ln must be one of {', '.join(LAYERNORMS)}")
-        elif self.ln == "tile" and self.pingpong:
+        for name, allowed in VARIANT_CHOICES.items():
+            if getattr(self, name) not in allowed:
+                out.append(f"{name} must be one of {', '.join(allowed)}")
+        if self.ln == "tile" and self.pingpong:
             out.append("ln=tile runs the cooperative schedule")
         elif self.ln == "tile" and self.bm > 128 * self.consumers:
             out.append("ln=tile normalises at most 128 rows per consumer warpgroup")
-        if not 1 <= self.split_k <= MAX_SPLIT_K:
-            out.append(f"split_k must be 1 to {MAX_SPLIT_K}")
-        elif self.split_k > 1 and (self.pingpong or self.ln == "tile"):
-            out.append("split-K runs the cooperative schedule, without ln=tile")
-        elif self.split_k > 1 and self.acc_registers > SPLIT_K_MAX_ACCUMULATORS:
-            out.append(
-                f"split-K needs at most {SPLIT_K_MAX_ACCUMULATORS} accumulators per thread "
-                "(its reduction's loads beside them; more spill)"
-            )
+        cooperative = not self.pingpong and self.ln != "tile"
+        split = tile_rules.split_problem(
+            self.split_k,
+            self.acc_registers,
+            "" if cooperative else "split-K runs the cooperative schedule, without ln=tile",
+        )
+        if split:
+            out.append(split)
         if self.consumers < 1 or self.consumers > 3:
             out.append("1 to 3 consumer warpgroups")
         elif self.pingpong and self.consumers != 2:
@@ -198,21 +201,13 @@ class TileConfig:
             out.append("bn must be 64, 128, 192 or 256")
         if self.bm > 256:
             out.append("bm at most 256 (one TMA box)")
-        if self.stages < 2:
-            out.append("at least 2 stages")
         if self.group_m < 1:
             out.append("group_m at least 1")
-        if self.smem_bytes > SMEM_LIMIT:
-            out.append(f"{self.smem_bytes} bytes of shared memory > {SMEM_LIMIT}")
-        if self.acc_registers > 160:
-            out.append(f"{self.acc_registers} accumulator registers per thread > 160")
-        return out
+        return out + tile_rules.resource_problems(
+            self.stages, self.smem_bytes, self.acc_registers, 160
+        )
 
     # ------------------------------------------------------------ derived sizes
-    @property
-    def threads(self) -> int:
-        return 128 * (self.consumers + 1)
-
     @property
     def tf32(self) -> bool:
         """The tile of f32 operands run as tf32 (``bk`` = 32: 128-byte rows of f32)."""
@@ -229,9 +224,7 @@ class TileConfig:
 
     @property
     def variant(self) -> Variant:
-        return Variant(
-            self.schedule, self.epilogue, self.math, self.vectors, self.prefetch, self.ln
-        )
+        return Variant(**variant_fields(self))
 
     @property
     def rows_per_consumer(self) -> int:
@@ -445,6 +438,7 @@ def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
             schedule = config.schedule
     elif schedule == "cooperative" and config.pingpong:
         bm = config.bm * config.consumers
+    variant = replace(variant, schedule=schedule)
     if variant.ln == "tile":  # no LayerNorm rewrite: no vectors to stage
         variant = replace(variant, vectors="global")
     # computed, not read off an intermediate TileConfig: at the config's own stages the
@@ -455,18 +449,8 @@ def with_variant(config: TileConfig, variant: Variant) -> TileConfig:
         staging += config.consumers * 8 * (config.bn + rows)
     fit = max_stages(bm, config.bn, reserved=staging, ln_tile=variant.ln == "tile")
     stages = fit if bm != config.bm else min(config.stages, fit)
-    return replace(
-        config,
-        bm=bm,
-        stages=stages,
-        schedule=schedule,
-        epilogue=variant.epilogue,
-        math=variant.math,
-        vectors=variant.vectors,
-        prefetch=variant.prefetch,
-        ln=variant.ln,
-        split_k=1 if schedule == "pingpong" or variant.ln == "tile" else config.split_k,
-    )
+    split_k = 1 if schedule == "pingpong" or variant.ln == "tile" else config.split_k
+    return replace(config, bm=bm, stages=stages, split_k=split_k, **variant_fields(variant))
 
 
 def tile_count(config: TileConfig, m: int, n: int, batch: int = 1) -> int:
@@ -553,10 +537,10 @@ def split_k_for(config: TileConfig, m: int, n: int, k: int, batch: int, sms: int
     many as give every SM at most one unit of work, each at least ``SPLIT_MIN_STEPS`` K steps
     deep, at most ``SPLIT_K_HEURISTIC_MAX``; 1 (no split) when that is under 2 (the tiles
     fill half the GPU already, or K is short), the schedule is not cooperative or the tile
-    has too many accumulators (``SPLIT_K_MAX_ACCUMULATORS``)."""
+    has too many accumulators (``tile_rules.SPLIT_MAX_ACCUMULATORS``)."""
     if config.pingpong or config.ln == "tile" or k <= 0:
         return 1
-    if config.acc_registers > SPLIT_K_MAX_ACCUMULATORS:
+    if config.acc_registers > tile_rules.SPLIT_MAX_ACCUMULATORS:
         return 1
     tiles = tile_count(config, m, n, batch)
     steps = -(-k // config.bk)

@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from xdsl.ir import Operation, SSAValue
 
@@ -468,12 +469,14 @@ def epilogue(
     ops = " -> ".join(op.name for op in (*p.epilogue_ops,)) or "identity"
     if p.layernorm is not None:
         ops = f"layernorm {'in the A tiles' if ln_tile else 'rewrite'} -> {ops}"
+
+    def main_epilogue(name: str, **softmax: Any) -> Epilogue:
+        """The kernel's epilogue, named ``name`` (``softmax``: its softmax fields); its
+        inputs and helpers as they stand when it is made."""
+        return Epilogue(body, tuple(inputs.dtypes), name, gen.helper_source(), **softmax, **fields)
+
     if p.softmax is None:
-        return (
-            Epilogue(body, tuple(inputs.dtypes), ops, gen.helper_source(), **fields),
-            tuple(inputs.sources),
-            None,
-        )
+        return main_epilogue(ops), tuple(inputs.sources), None
     post_inputs = _Inputs() if p.softmax_mode == "partials" else inputs
     post_gen = CppExprGenerator() if p.softmax_mode == "partials" else gen
     post_stmts, post_names = _chain(
@@ -483,25 +486,10 @@ def epilogue(
     post_body = "\n".join([*lines, *post_stmts, f"y = {post_final};"])
     post_name = " -> ".join(op.name for op in p.post_ops) or "identity"
     if p.softmax_mode == "row":
-        epi = Epilogue(
-            body,
-            tuple(inputs.dtypes),
-            f"{ops} -> row softmax -> {post_name}",
-            gen.helper_source(),
-            softmax="row",
-            post_body=post_body,
-            **fields,
-        )
-        return epi, tuple(inputs.sources), None
+        name = f"{ops} -> row softmax -> {post_name}"
+        return main_epilogue(name, softmax="row", post_body=post_body), tuple(inputs.sources), None
     inputs.slot("partials", "f32")  # the kernel writes the partials to its last extra
-    epi = Epilogue(
-        body,
-        tuple(inputs.dtypes),
-        f"{ops} -> softmax partials",
-        gen.helper_source(),
-        softmax="partials",
-        **fields,
-    )
+    epi = main_epilogue(f"{ops} -> softmax partials", softmax="partials")
     out_dtype = spec_of(fused_op.results[0].type).dtype
     finalise = aux.SoftmaxFinalise(
         out_dtype, post_body, tuple(post_inputs.dtypes), post_gen.helper_source(), post_name
