@@ -30,6 +30,7 @@ from fusec.targets.cuda.conv.config import (
     nhwc_box,
     nhwc_element_strides,
 )
+from fusec.targets.cuda.conv.config import nchw_box as config_nchw_box
 from fusec.targets.cuda.conv.transpose import THREADS, TransposeTiling
 
 
@@ -122,9 +123,15 @@ def nchw_coords(geo: ConvGeometry, n: int, p: int, q0: int, tap: int, cc: int, g
     )
 
 
-def nchw_box(x_map: np.ndarray, coords: tuple) -> np.ndarray:
-    """One strip's B tile ``[CHUNK channels][STRIP pixels]`` (MN-major: pixels contiguous)."""
-    return tma_box(x_map, coords, (STRIP, 1, CHUNK, 1, 1)).reshape(CHUNK, STRIP)
+def nchw_box(geo: ConvGeometry, x_map: np.ndarray, coords: tuple) -> np.ndarray:
+    """One strip's B tile ``[CHUNK channels][STRIP pixels]`` (MN-major: pixels contiguous,
+    row after row of a strip of several rows)."""
+    return tma_box(x_map, coords, config_nchw_box(geo)).reshape(CHUNK, STRIP)
+
+
+def strip_pixel(geo: ConvGeometry, p0: int, q0: int, j: int) -> tuple[int, int]:
+    """Output (p, q) of column ``j`` of a strip at (p0, q0): ``TH`` rows of ``TW``."""
+    return p0 + j // geo.strip_width, q0 + j % geo.strip_width
 
 
 def nchw_columns(
@@ -144,12 +151,15 @@ def nchw_columns(
         coords = nchw_coords(geo, n, p, q0, tap, cc, g)
         w_coords.add(coords[0])
         box = (
-            ld_box(geo, bits, coords, np.float16) if input == "nchw-ld" else nchw_box(x_map, coords)
+            ld_box(geo, bits, coords, np.float16)
+            if input == "nchw-ld"
+            else nchw_box(geo, x_map, coords)
         )
-        used = min(STRIP, geo.q - q0)
-        first = (n * geo.p + p) * geo.q + q0
         row = (tap * geo.chunks + cc) * CHUNK
-        cols[g, row : row + CHUNK, first : first + used] = box[:, :used]
+        for j in range(STRIP):
+            pj, qj = strip_pixel(geo, p, q0, j)
+            if pj < geo.p and qj < geo.q:
+                cols[g, row : row + CHUNK, (n * geo.p + pj) * geo.q + qj] = box[:, j]
     return cols, w_coords
 
 
@@ -202,10 +212,10 @@ def tile_coords(t: int, tiles_m: int, tiles_n: int) -> tuple[int, int, int]:
 
 
 def strip_coords(geo: ConvGeometry, strip: int) -> tuple[int, int, int]:
-    """(n, p, q0) of a strip: ``fs_strip``."""
+    """(n, p0, q0) of a strip: ``conv_strip``."""
     rest, qs = divmod(strip, geo.strips_per_row)
-    n, p = divmod(rest, geo.p)
-    return n, p, qs * STRIP
+    n, band = divmod(rest, geo.strip_bands)
+    return n, band * geo.strip_rows, qs * geo.strip_width
 
 
 def run(
@@ -253,7 +263,7 @@ def run(
                     if nchw:
                         coords = nchw_coords(geo, n, p, q0, tap, cc, g)
                         assert coords[0] % 8 == 0, "TMA: innermost coordinate 16-byte aligned"
-                        b[:, j * STRIP : (j + 1) * STRIP] = nchw_box(x_map, coords)
+                        b[:, j * STRIP : (j + 1) * STRIP] = nchw_box(geo, x_map, coords)
                         continue
                     coords = (
                         cc * CHUNK,
@@ -283,9 +293,9 @@ def _store(geo, tile, acc, out, writes, pm, pn, g, epilogue) -> None:
                     kg = pm * tile.bm + row0 + m * 64 + r
                     jc = col0 + c
                     strip = pn * spt + jc // STRIP
-                    n, p, q0 = strip_coords(geo, strip)
-                    q = q0 + jc % STRIP
-                    if kg < geo.kg and strip < geo.strips and q < geo.q:
+                    n, p0, q0 = strip_coords(geo, strip)
+                    p, q = strip_pixel(geo, p0, q0, jc % STRIP)
+                    if kg < geo.kg and strip < geo.strips and p < geo.p and q < geo.q:
                         ko = g * geo.kg + kg
                         value = acc[row0 + m * 64 + r, jc]
                         if epilogue is not None:

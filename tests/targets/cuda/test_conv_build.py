@@ -9,6 +9,7 @@ channel chunks, TMA zero fill, fragment stores) against the reference conv.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import conv_model as model
 import numpy as np
@@ -83,12 +84,14 @@ def test_under_filled_convs_take_the_narrow_tile_and_split_k(monkeypatch) -> Non
     assert choose_tile(ConvGeometry(1, 512, 7, 7, 512, 3, 3, *pad)).text == "128x256 s4 c2m"
     monkeypatch.delenv("FUSEC_SPLIT_K")
     expect = {
-        ConvGeometry(1, 512, 7, 7, 512, 3, 3, *pad): "128x64 s8 c2m sk=4",  # 72 steps
-        ConvGeometry(1, 256, 14, 14, 256, 3, 3, *pad): "128x64 s8 c2m sk=4",
-        ConvGeometry(1, 1024, 14, 14, 256, 1, 1): "128x64 s8 c2m sk=4",  # 16 steps
+        # one 8x8 strip (7x7), four 16x4 strips (14x14): fewer tiles, more splits
+        ConvGeometry(1, 512, 7, 7, 512, 3, 3, *pad): "128x64 s8 c2m sk=8",  # 72 steps
+        ConvGeometry(1, 256, 14, 14, 256, 3, 3, *pad): "128x64 s8 c2m sk=8",
+        ConvGeometry(1, 1024, 14, 14, 256, 1, 1): "128x64 s8 c2m sk=5",  # 16 steps
         ConvGeometry(1, 64, 56, 56, 64, 3, 3, *pad): "64x128 s6 c2n sk=3",  # 9 steps
         ConvGeometry(1, 64, 56, 56, 256, 1, 1): "128x64 s8 c2m",  # 1 step: no split
-        ConvGeometry(32, 512, 7, 7, 512, 3, 3, *pad): "128x256 s4 c2m",  # batch 32 fills
+        # batch 32: 32 strips of 8x8 pixels, the narrow tile's 128 tiles fill the SMs
+        ConvGeometry(32, 512, 7, 7, 512, 3, 3, *pad): "128x64 s8 c2m",
     }
     for geo, text in expect.items():
         assert choose_tile(geo).text == text, geo
@@ -128,13 +131,25 @@ STRIDED_W = [
 ]  # fmt: skip
 
 
+#: Short rows of stride-1 convs share a strip (``ConvGeometry.strip_width``): ResNet's 7x7
+#: stage (8 rows of 8, 15 of 64 columns past the image), its 14x14 stage (4 rows of 16, the
+#: last band half outside), 28 columns (2 rows of 32).
+ROW_STRIPS = [
+    (ConvGeometry(2, 64, 7, 7, 72, 3, 3, 1, 1, 1, 1, 1, 1), ConvTile(128, 128, 2, 2, "m"), 3),
+    (ConvGeometry(1, 16, 14, 14, 24, 3, 3, 1, 1, 1, 1, 1, 1), ConvTile(64, 128, 2, 2, "n"), 2),
+    (ConvGeometry(1, 16, 5, 28, 8, 3, 3, 1, 1, 1, 1, 1, 1), ConvTile(64, 64, 2, 1, "n"), 2),
+]  # fmt: skip
+
+
 #: A tile-model test over many geometries runs the first in the default lane (a
 #: Python model of every thread's loads: seconds apiece), the others in the slow lane.
 def _first(index: int, _value: object) -> bool:
     return index == 0
 
 
-@pytest.mark.parametrize("geo, tile, grid", [*sampled(GEOMETRIES, _first, unpack=True), *STRIDED_W])
+@pytest.mark.parametrize(
+    "geo, tile, grid", [*sampled(GEOMETRIES, _first, unpack=True), *STRIDED_W, *ROW_STRIPS]
+)
 def test_tile_model_matches_the_reference_conv(
     geo: ConvGeometry, tile: ConvTile, grid: int
 ) -> None:
@@ -147,6 +162,7 @@ def test_tile_model_matches_the_reference_conv(
         return max(acc + bias[k], 0.0)
 
     out, writes = model.run(geo, tile, x, w, grid=grid, epilogue=bias_relu)
+    assert geo.strip_width * geo.strip_rows == 64
     assert (writes == 1).all(), "an output element was written twice or never"
     ref = reference_conv2d(
         x,
@@ -713,11 +729,18 @@ def test_nchw_cubin_reads_the_input_by_tma_into_transposed_wgmma(spec: ConvSpec,
 # ----------------------- $FUSEC_CONV_INPUT=nchw-ld: the producer warpgroup loads NCHW itself
 
 
-LD_IM2COL_SHAPES = {name: g for name, g in IM2COL_SHAPES.items() if g.w % 8 == 0} | {
-    "3x3-pad1-w16": ConvGeometry(2, 8, 6, 16, 4, 3, 3, 1, 1, 1, 1, 1, 1),
-    "5x5-pad2-w8-odd-h": ConvGeometry(1, 8, 7, 8, 4, 5, 5, 1, 1, 2, 2, 2, 2),
-    "dilation2-w16": ConvGeometry(1, 8, 11, 16, 4, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2),
-    "13x16-ragged-70ch": ConvGeometry(1, 70, 13, 16, 4, 3, 3, 1, 1, 1, 1, 1, 1),
+#: (the producer's loads read a strip as one row: ``max_strip_rows=1``)
+LD_IM2COL_SHAPES = {
+    name: replace(g, max_strip_rows=1)
+    for name, g in (
+        {name: g for name, g in IM2COL_SHAPES.items() if g.w % 8 == 0}
+        | {
+            "3x3-pad1-w16": ConvGeometry(2, 8, 6, 16, 4, 3, 3, 1, 1, 1, 1, 1, 1),
+            "5x5-pad2-w8-odd-h": ConvGeometry(1, 8, 7, 8, 4, 5, 5, 1, 1, 2, 2, 2, 2),
+            "dilation2-w16": ConvGeometry(1, 8, 11, 16, 4, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2),
+            "13x16-ragged-70ch": ConvGeometry(1, 70, 13, 16, 4, 3, 3, 1, 1, 1, 1, 1, 1),
+        }
+    ).items()
 }
 
 
@@ -745,7 +768,8 @@ def test_producer_row_shifts_every_sub_vector_offset() -> None:
 
 LD_GEOMETRIES = [
     # (geometry, tile, grid): the bench layer's shape in small, ragged channels and rows
-    (ConvGeometry(2, 70, 5, 16, 40, 3, 3, 1, 1, 1, 1, 1, 1), ConvTile(64, 128, 2, 2, "n"), 3),
+    (ConvGeometry(2, 70, 5, 16, 40, 3, 3, 1, 1, 1, 1, 1, 1, max_strip_rows=1),
+     ConvTile(64, 128, 2, 2, "n"), 3),
     # 5x5 pad 2, 2 strips per row (W 72), row split
     (ConvGeometry(1, 16, 4, 72, 130, 5, 5, 1, 1, 2, 2, 2, 2), ConvTile(128, 128, 2, 2, "m"), 2),
     # dilation 2, groups 2, stride 2 along H, asymmetric padding
@@ -845,7 +869,9 @@ EARLY_SPECS = {
                            Epilogue("y = acc + ev0;", ("bf16",), "residual", pixel_args=(0,)),
                            epilogue_loads="early"),
     # 128 accumulators a thread and an f32 residual: loaded at the head of each output row
-    "split-m-f32-row": ConvSpec(ConvGeometry(4, 256, 15, 15, 256, 3, 3, 1, 1, 1, 1, 1, 1),
+    # (rows of 64: its 16x4 strips spill 56 bytes, benchmarks/results/gpu-notes.md)
+    "split-m-f32-row": ConvSpec(ConvGeometry(4, 256, 15, 15, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1,
+                                             1, max_strip_rows=1),
                                 ConvTile(128, 256, 4, 2, "m"), "bf16", "f32", BF16_F32_TAIL,
                                 epilogue_loads="early"),
 }  # fmt: skip

@@ -17,13 +17,13 @@ pytestmark = pytest.mark.gpu
 
 CASES = {
     # name: (graph, the tile the header must name)
-    "resnet-7x7-3x3-512": (
+    "resnet-7x7-3x3-512": (  # one 8x8 strip: 4 tiles, 8 splits
         conv_graph(1, 512, 7, 7, 512, 3, 3, pad=(1, 1)),
-        "128x64 s8 c2m sk=4",
+        "128x64 s8 c2m sk=8",
     ),
-    "resnet-14x14-3x3-256-residual": (
+    "resnet-14x14-3x3-256-residual": (  # four strips of 4 rows of 16
         conv_graph(1, 256, 14, 14, 256, 3, 3, pad=(1, 1), tail="residual"),
-        "128x64 s8 c2m sk=4",
+        "128x64 s8 c2m sk=8",
     ),
     "resnet-14x14-1x1-1024-bn": (  # its 196 pixels as one row: 8 tiles, 5 splits
         conv_graph(1, 1024, 14, 14, 256, 1, 1, tail="bn"),

@@ -79,6 +79,9 @@ class ConvGeometry:
     dil_h: int = 1
     dil_w: int = 1
     groups: int = 1
+    #: the most output rows one strip may span (``strip_width``); 1 for the producer
+    #: warpgroup's loads (``input="nchw-ld"``), which read a strip as one row
+    max_strip_rows: int = 8
 
     @property
     def cg(self) -> int:
@@ -116,12 +119,33 @@ class ConvGeometry:
         return self.n * self.h * self.w * self.groups * self.cgp
 
     @property
+    def strip_width(self) -> int:
+        """Output pixels of a row in one strip of ``STRIP``: ``STRIP``, or for a conv of
+        stride 1 whose rows are at most half a strip the least of 8, 16, 32 holding a row,
+        the strip then ``strip_rows`` rows of it (a 7x7 output: one 8x8 strip, where
+        7-pixel strips left 57 of every 64 columns of the tile idle)."""
+        if (self.stride_h, self.stride_w) != (1, 1) or self.q > STRIP // 2:
+            return STRIP
+        widths = [w for w in (8, 16, 32) if w >= self.q and STRIP // w <= self.max_strip_rows]
+        return widths[0] if widths else STRIP
+
+    @property
+    def strip_rows(self) -> int:
+        return STRIP // self.strip_width
+
+    @property
     def strips_per_row(self) -> int:
-        return cdiv(self.q, STRIP)
+        """Strips side by side along an output row."""
+        return cdiv(self.q, self.strip_width)
+
+    @property
+    def strip_bands(self) -> int:
+        """Strips one above the other in an image (``strip_rows`` output rows each)."""
+        return cdiv(self.p, self.strip_rows)
 
     @property
     def strips(self) -> int:
-        return self.n * self.p * self.strips_per_row
+        return self.n * self.strip_bands * self.strips_per_row
 
     @property
     def chunks(self) -> int:
@@ -213,8 +237,16 @@ class ConvTile(tile_rules.WarpgroupTile):
 
 def nhwc_box(geo: ConvGeometry) -> tuple[int, ...]:
     """The TMA box of one strip of the channels-last input ``(CG, G, W, H, N)``, innermost
-    first: 64 channels of the STRIP * stride_w input pixels a strip's taps traverse."""
-    return (CHUNK, 1, STRIP * geo.stride_w, 1, 1)
+    first: 64 channels of the ``strip_width * stride_w`` input pixels of each of the
+    ``strip_rows`` rows a strip's taps traverse (its 64 pixels, row after row: the same
+    [pixel][channel] rows in shared memory as one row of 64)."""
+    return (CHUNK, 1, geo.strip_width * geo.stride_w, geo.strip_rows, 1)
+
+
+def nchw_box(geo: ConvGeometry) -> tuple[int, ...]:
+    """The TMA box of one strip of the NCHW input read in place ``(W, H, CG, G, N)``: the
+    strip's pixels of 64 channels ([channel][pixel] rows)."""
+    return (geo.strip_width, geo.strip_rows, CHUNK, 1, 1)
 
 
 def nhwc_element_strides(geo: ConvGeometry) -> tuple[int, ...]:

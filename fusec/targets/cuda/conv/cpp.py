@@ -230,6 +230,8 @@ class ConvSpec(LinkedSpec):
         why = implicit_gemm_problem(self.geo)
         if not why and self.input in ("nchw", "nchw-ld"):
             why = nchw_input_problem(self.geo, tma=self.input == "nchw")
+        if not why and self.input == "nchw-ld" and self.geo.strip_rows != 1:
+            why = "the producer's loads read a strip as one row: geometry max_strip_rows=1"
         if why:
             raise ValueError(why)
 
@@ -399,6 +401,7 @@ def _config(spec: ConvSpec) -> str:
     ints = {
         "BM": tile.bm, "BN": tile.bn, "WM": tile.wm, "WN": tile.wn, "STAGES": tile.stages,
         "CONSUMERS": tile.consumers, "SPT": tile.bn // STRIP, "QS": geo.strips_per_row,
+        "TW": geo.strip_width, "TH": geo.strip_rows, "PS": geo.strip_bands,
         "STRIPS": geo.strips, "CC": geo.chunks, "KBLOCKS": geo.kblocks,
         "TILES_M": cdiv(geo.kg, tile.bm), "TILES_N": cdiv(geo.strips, tile.bn // STRIP),
         "TILES": spec.tiles, "A_BYTES": tile.a_stage_bytes, "B_BYTES": tile.b_stage_bytes,
@@ -624,14 +627,16 @@ const int ko = g * KG + (krow ? kg : 0);
         return f"""#pragma unroll
 for (int sj = 0; sj < WN / 64; ++sj) {{
 const int strip = pn * SPT + ({b_col0}) / 64 + sj;
-int n, p, q0;
-fusec::conv_strip<Config>(min(strip, STRIPS - 1), n, p, q0);
-const long long row = (((long long)n * KOUT + ko) * P + p) * Q;
+int n, p0, q0;
+fusec::conv_strip<Config>(min(strip, STRIPS - 1), n, p0, q0);
+const long long row = (((long long)n * KOUT + ko) * P + p0) * Q + q0;
 #pragma unroll
 for (int qe = 0; qe < 8; ++qe) {{
-const int q = q0 + qe * 8 + 2 * (lane % 4);
-const long long o = row + q;{nhwc_offset}
-const bool live = krow && strip < STRIPS && q < Q;
+const int dq = qe * 8 % TW + 2 * (lane % 4);
+const int p = p0 + qe * 8 / TW;
+const int q = q0 + dq;
+const long long o = row + (qe * 8 / TW) * Q + dq;{nhwc_offset}
+const bool live = krow && strip < STRIPS && p < P && q < Q;
 {newline.join(pixel_loads(wide))}
 }}
 }}"""

@@ -28,7 +28,7 @@ from typing import Any
 from fusec.errors import FusecError
 from fusec.targets.cuda import split_k
 from fusec.targets.cuda.caps import H200
-from fusec.targets.cuda.conv.config import CHUNK, STRIP, nhwc_box, nhwc_element_strides
+from fusec.targets.cuda.conv.config import CHUNK, nchw_box, nhwc_box, nhwc_element_strides
 from fusec.targets.cuda.conv.cpp import DIRECT_THREADS, ConvSpec, DirectConvSpec
 from fusec.targets.cuda.conv.im2col import THREADS as IM2COL_THREADS
 from fusec.targets.cuda.conv.transpose import THREADS, RelayoutSpec
@@ -160,7 +160,7 @@ class ConvKernel(ConvKernelBase):
                 x,
                 (geo.w, geo.h, geo.cg, geo.groups, geo.n),
                 (geo.w * 2, plane, plane * geo.cg, plane * geo.c),
-                (STRIP, 1, CHUNK, 1, 1),
+                nchw_box(geo),
                 stream,
             )
         xt = self.buffer((stream, "x"), geo.nhwc_elements * 2)

@@ -481,7 +481,8 @@ def _geometry_text(geo: ConvGeometry) -> str:
     return (
         f"ConvGeometry({geo.n}, {geo.c}, {geo.h}, {geo.w}, {geo.k}, {geo.r}, {geo.s}, "
         f"{geo.stride_h}, {geo.stride_w}, {geo.pad_top}, {geo.pad_left}, {geo.pad_bottom}, "
-        f"{geo.pad_right}, {geo.dil_h}, {geo.dil_w}, {geo.groups})"
+        f"{geo.pad_right}, {geo.dil_h}, {geo.dil_w}, {geo.groups}"
+        + (f", max_strip_rows={geo.max_strip_rows})" if geo.max_strip_rows != 8 else ")")
     )
 
 
@@ -514,10 +515,12 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     if how == "implicit":
         gemm_geo = gemm_geometry(p)
         source = geo if im2col_for(p) else None
-        tile = tile_for(fused_op, gemm_geo)
         layout, refused = ("im2col", None) if source else input_for(geo)
         if p.layout.input == "nhwc":  # conv-layout relaid it (refused: why not in place)
             layout = "given"
+        if layout == "nchw-ld":  # its producer threads read a strip as one row
+            gemm_geo = replace(gemm_geo, max_strip_rows=1)
+        tile = tile_for(fused_op, gemm_geo)
         weight = "krsc" if p.layout.weight == "krsc" else "kcrs"
         loads = epilogue_loads_for()
         spec = ConvSpec(

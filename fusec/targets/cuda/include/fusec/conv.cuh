@@ -96,14 +96,18 @@ static __device__ __forceinline__ void conv_tile(int t, int& pm, int& pn, int& g
   pn = r / C::TILES_M;
 }
 
-// Strip -> (image, output row, first output column).
+// Strip -> (image, first output row, first output column). A strip is TH rows of TW
+// output pixels (TH * TW = 64, config.strip_width): one row of 64, or several short ones;
+// pixel j of it is output (p0 + j / TW, q0 + j % TW), and TW is a multiple of 8, so each
+// group of 8 columns lies in one row.
 template <class C>
-static __device__ __forceinline__ void conv_strip(int strip, int& n, int& p, int& q0) {
+static __device__ __forceinline__ void conv_strip(int strip, int& n, int& p0, int& q0) {
+  static_assert(C::TW * C::TH == 64 && C::TW % 8 == 0, "a strip is 64 pixels, rows of 8k");
   const int qs = strip % C::QS;
   const int rest = strip / C::QS;
-  p = rest % C::P;
-  n = rest / C::P;
-  q0 = qs * 64;
+  p0 = (rest % C::PS) * C::TH;
+  n = rest / C::PS;
+  q0 = qs * C::TW;
 }
 
 // The weights' re-layout KCRS -> [KOUT][R*S][CGP] (channels CG..CGP-1 zero: the TMA map
@@ -189,6 +193,7 @@ static __device__ __forceinline__ void conv_producer(u32 sa, u32 sb, u32 bars, i
                                                      u64 x) {
   fs_setmaxnreg_dec<C::PRODUCER_REGISTERS>();
   if constexpr (C::INPUT == CONV_INPUT_LD) {
+    static_assert(C::TW == 64, "the producer's loads read a strip as one row of 64 pixels");
     if (tid == 0) fs_prefetch_map(map_w);
     const u16* xin = (const u16*)x;
     conv_stages<C>(bars,
@@ -269,15 +274,18 @@ static __device__ __forceinline__ void conv_epilogue(const E& epi, const Acc& ac
         for (int sj = 0; sj < C::WN / 64; ++sj) {
           // one strip of 64 output pixels: decoded once, 8 column groups of 8
           const int strip = pn * C::SPT + (C::SPLIT_N ? cw * C::WN : 0) / 64 + sj;
-          int n, p, q0;
-          conv_strip<C>(strip, n, p, q0);
-          const long long row = (((long long)n * C::KOUT + ko) * C::P + p) * C::Q;
+          int n, p0, q0;
+          conv_strip<C>(strip, n, p0, q0);
+          const long long row = (((long long)n * C::KOUT + ko) * C::P + p0) * C::Q + q0;
 #pragma unroll
           for (int qe = 0; qe < 8; ++qe) {
             const int qd = sj * 8 + qe;
-            const int q = q0 + qe * 8 + 2 * (lane % 4);
-            if (strip < C::STRIPS && q < C::Q) {
-              const long long o = row + q;
+            // column group qe: row qe * 8 / TW of the strip, columns from qe * 8 % TW
+            const int dq = qe * 8 % C::TW + 2 * (lane % 4);
+            const int p = p0 + qe * 8 / C::TW;
+            const int q = q0 + dq;
+            if (strip < C::STRIPS && (C::TH == 1 || p < C::P) && q < C::Q) {
+              const long long o = row + (qe * 8 / C::TW) * C::Q + dq;
               const float y0 = epi.template at<0>(acc[m][4 * qd + 2 * h], n, ko, p, q, o, m, h, sj,
                                                   qe, tc, tp, rc, rp);
               if constexpr (C::OUT_NHWC) {  // [N][P][Q][KOUT]: the pair's pixels KOUT apart
