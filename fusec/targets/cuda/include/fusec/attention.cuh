@@ -34,6 +34,17 @@ static __device__ __forceinline__ float attention_shfl_xor(float v, int mask) {
   return __shfl_xor_sync(0xffffffffu, v, mask);
 }
 
+// A ROWS x COLS tile of 16-bit elements (Q, K or V) from row `row` of batch-head bh to dst
+// as COLS / 64 TMA boxes of 64 columns (ROWS rows of 128 bytes each, one after another),
+// its bytes announced on the barrier `full` first. LOAD: the Config's load_q/_k/_v.
+template <int ROWS, int COLS, void (*LOAD)(u32, u64, u32, int, int, int)>
+static __device__ __forceinline__ void attention_load_tile(u32 dst, u64 map, u32 full, int row,
+                                                           int bh) {
+  fs_bar_expect(full, ROWS * COLS * 2);
+#pragma unroll
+  for (int c = 0; c < COLS / 64; ++c) LOAD(dst + c * (ROWS * 128), map, full, c * 64, row, bh);
+}
+
 // Warpgroup 0's thread 0: the Q tile, then per key block the K and V tiles, each stage
 // once both consumers released it.
 template <class C>
@@ -41,33 +52,20 @@ static __device__ __forceinline__ void attention_producer(u32 sq, u32 sk, u32 sv
                                                           u32 k_full, u32 v_full, u32 k_empty,
                                                           u32 v_empty, u64 map_q, u64 map_k,
                                                           u64 map_v, int qb, int bh, int nkv) {
-  enum : int {
-    Q_BYTES = C::BM * C::D * 2,
-    K_BYTES = C::BN * C::D * 2,
-    V_BYTES = C::BN * C::DV * 2
-  };
+  enum : int { K_BYTES = C::BN * C::D * 2, V_BYTES = C::BN * C::DV * 2 };
   fs_prefetch_map(map_q);
   fs_prefetch_map(map_k);
   fs_prefetch_map(map_v);
-  fs_bar_expect(q_full, Q_BYTES);
-#pragma unroll
-  for (int c = 0; c < C::D / 64; ++c)
-    C::load_q(sq + c * (C::BM * 128), map_q, q_full, c * 64, qb * C::BM, bh);
+  attention_load_tile<C::BM, C::D, C::load_q>(sq, map_q, q_full, qb * C::BM, bh);
   for (int j = 0; j < nkv; ++j) {
     const int st = j % C::KV_STAGES;
     const u32 phase = ((u32)(j / C::KV_STAGES) & 1u) ^ 1u;
     fs_bar_wait(k_empty + 8 * st, phase);
-    fs_bar_expect(k_full + 8 * st, K_BYTES);
-#pragma unroll
-    for (int c = 0; c < C::D / 64; ++c)
-      C::load_k(sk + st * K_BYTES + c * (C::BN * 128), map_k, k_full + 8 * st, c * 64, j * C::BN,
-                bh);
+    attention_load_tile<C::BN, C::D, C::load_k>(sk + st * K_BYTES, map_k, k_full + 8 * st,
+                                                j * C::BN, bh);
     fs_bar_wait(v_empty + 8 * st, phase);
-    fs_bar_expect(v_full + 8 * st, V_BYTES);
-#pragma unroll
-    for (int c = 0; c < C::DV / 64; ++c)
-      C::load_v(sv + st * V_BYTES + c * (C::BN * 128), map_v, v_full + 8 * st, c * 64, j * C::BN,
-                bh);
+    attention_load_tile<C::BN, C::DV, C::load_v>(sv + st * V_BYTES, map_v, v_full + 8 * st,
+                                                 j * C::BN, bh);
   }
 }
 

@@ -132,46 +132,42 @@ namespace fusec {
 // The element types of operands, epilogue inputs and outputs, for templates: a load as a
 // float, stores of one and of two adjacent elements, rounding to the type, and (16-bit
 // types) packing and unpacking a pair in one word, a value from its bits and its bits.
+// The members forward to the type's free functions (fs_ld_<T>, fs_st_<T>, ..., which the
+// generated code calls too): one member list for the three types, one more for the two
+// 16-bit ones.
+#define FS_ELEMENT_MEMBERS(T)                                                                      \
+  static __device__ __forceinline__ float ld(const void* p, long long i) {                         \
+    return fs_ld_##T(p, i);                                                                        \
+  }                                                                                                \
+  static __device__ __forceinline__ void st(void* p, long long i, float v) { fs_st_##T(p, i, v); } \
+  static __device__ __forceinline__ void st2(void* p, long long i, float a, float b) {             \
+    fs_st2_##T(p, i, a, b);                                                                        \
+  }                                                                                                \
+  static __device__ __forceinline__ float to(float v) { return fs_to_##T(v); }
+#define FS_HALF_MEMBERS(T)                                                                       \
+  static __device__ __forceinline__ u32 pack(float lo, float hi) { return fs_pack_##T(lo, hi); } \
+  static __device__ __forceinline__ void unpack(u32 w, float& lo, float& hi) {                   \
+    fs_unpack_##T(w, lo, hi);                                                                    \
+  }                                                                                              \
+  static __device__ __forceinline__ float cvt(u32 h) { return fs_cvt_##T(h); }                   \
+  static __device__ __forceinline__ u16 bits(float v) { return fs_bits_##T(v); }
+
 struct F32 {
   enum : int { BYTES = 4, IS_BF16 = 0 };
-  static __device__ __forceinline__ float ld(const void* p, long long i) { return fs_ld_f32(p, i); }
-  static __device__ __forceinline__ void st(void* p, long long i, float v) { fs_st_f32(p, i, v); }
-  static __device__ __forceinline__ void st2(void* p, long long i, float a, float b) {
-    fs_st2_f32(p, i, a, b);
-  }
-  static __device__ __forceinline__ float to(float v) { return fs_to_f32(v); }
+  FS_ELEMENT_MEMBERS(f32)
 };
 struct F16 {
   enum : int { BYTES = 2, IS_BF16 = 0 };
-  static __device__ __forceinline__ float ld(const void* p, long long i) { return fs_ld_f16(p, i); }
-  static __device__ __forceinline__ void st(void* p, long long i, float v) { fs_st_f16(p, i, v); }
-  static __device__ __forceinline__ void st2(void* p, long long i, float a, float b) {
-    fs_st2_f16(p, i, a, b);
-  }
-  static __device__ __forceinline__ float to(float v) { return fs_to_f16(v); }
-  static __device__ __forceinline__ u32 pack(float lo, float hi) { return fs_pack_f16(lo, hi); }
-  static __device__ __forceinline__ void unpack(u32 w, float& lo, float& hi) {
-    fs_unpack_f16(w, lo, hi);
-  }
-  static __device__ __forceinline__ float cvt(u32 h) { return fs_cvt_f16(h); }
-  static __device__ __forceinline__ u16 bits(float v) { return fs_bits_f16(v); }
+  FS_ELEMENT_MEMBERS(f16)
+  FS_HALF_MEMBERS(f16)
 };
 struct BF16 {
   enum : int { BYTES = 2, IS_BF16 = 1 };
-  static __device__ __forceinline__ float ld(const void* p, long long i) {
-    return fs_ld_bf16(p, i);
-  }
-  static __device__ __forceinline__ void st(void* p, long long i, float v) { fs_st_bf16(p, i, v); }
-  static __device__ __forceinline__ void st2(void* p, long long i, float a, float b) {
-    fs_st2_bf16(p, i, a, b);
-  }
-  static __device__ __forceinline__ float to(float v) { return fs_to_bf16(v); }
-  static __device__ __forceinline__ u32 pack(float lo, float hi) { return fs_pack_bf16(lo, hi); }
-  static __device__ __forceinline__ void unpack(u32 w, float& lo, float& hi) {
-    fs_unpack_bf16(w, lo, hi);
-  }
-  static __device__ __forceinline__ float cvt(u32 h) { return fs_cvt_bf16(h); }
-  static __device__ __forceinline__ u16 bits(float v) { return fs_bits_bf16(v); }
+  FS_ELEMENT_MEMBERS(bf16)
+  FS_HALF_MEMBERS(bf16)
 };
+
+#undef FS_ELEMENT_MEMBERS
+#undef FS_HALF_MEMBERS
 
 }  // namespace fusec

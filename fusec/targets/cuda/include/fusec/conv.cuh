@@ -96,6 +96,16 @@ static __device__ __forceinline__ void conv_tile(int t, int& pm, int& pn, int& g
   pn = r / C::TILES_M;
 }
 
+// Work unit u of the persistent walk (a tile, or with split-K a tile's share of its K
+// blocks): its tile, K blocks and the tile's (pm, pn, g) as pz.
+template <class C>
+static __device__ __forceinline__ TileUnit conv_unit(int u) {
+  TileUnit w;
+  fs_split_unit<C::SPLIT_K>(u, C::KBLOCKS, w.t, w.kb0, w.kb1);
+  conv_tile<C>(w.t, w.pm, w.pn, w.pz);
+  return w;
+}
+
 // Strip -> (image, first output row, first output column). A strip is TH rows of TW
 // output pixels (TH * TW = 64, config.strip_width): one row of 64, or several short ones;
 // pixel j of it is output (p0 + j / TW, q0 + j % TW), and TW is a multiple of 8, so each
@@ -169,10 +179,7 @@ template <class C, class Stage>
 static __device__ __forceinline__ void conv_stages(u32 bars, const Stage& stage) {
   int it = 0;
   for (int u = blockIdx.x; u < C::TILES * C::SPLIT_K; u += gridDim.x) {
-    int t, kb0, kb1;
-    fs_split_unit<C::SPLIT_K>(u, C::KBLOCKS, t, kb0, kb1);
-    int pm, pn, g;
-    conv_tile<C>(t, pm, pn, g);
+    const auto [t, kb0, kb1, pm, pn, g] = conv_unit<C>(u);
     for (int kb = kb0; kb < kb1; ++kb, ++it) {
       const int tap = kb / C::CC;
       const int cc = kb - tap * C::CC;
@@ -346,10 +353,7 @@ static __device__ __forceinline__ int conv(const E& epi, u64 smem_raw, u64 map_w
     const bool wide = epi.wide();
     int it = 0;
     for (int u = blockIdx.x; u < C::TILES * C::SPLIT_K; u += gridDim.x) {
-      int t, kb0, kb1;
-      fs_split_unit<C::SPLIT_K>(u, C::KBLOCKS, t, kb0, kb1);
-      int pm, pn, g;
-      conv_tile<C>(t, pm, pn, g);
+      const auto [t, kb0, kb1, pm, pn, g] = conv_unit<C>(u);
       typename E::TileChannels tc;
       typename E::TilePixels tp;
       epi.load_tile(tc, tp, wide, pm, pn, g, cw, warp, lane);

@@ -88,6 +88,16 @@ static __device__ __forceinline__ void gemm_tile(int t, int tiles_m, int tiles_n
   pn = w / rows;
 }
 
+// Work unit u of the persistent walk (a tile, or with split-K a tile's share of its K
+// steps): its tile, K steps and the tile's (pm, pn, pz).
+template <class C>
+static __device__ __forceinline__ TileUnit gemm_unit(int u, int kblocks, int tiles_m, int tiles_n) {
+  TileUnit w;
+  fs_split_unit<C::SPLIT_K>(u, kblocks, w.t, w.kb0, w.kb1);
+  gemm_tile<C::GROUP_M>(w.t, tiles_m, tiles_n, w.pm, w.pn, w.pz);
+  return w;
+}
+
 // The first row of the consumer's accumulators: its share of the block tile (cooperative)
 // or the tile's first row (pingpong: the warpgroup owns the tile). Evaluated where it is
 // used, as part of each row expression.
@@ -786,10 +796,7 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
       fs_prefetch_map(map_b);
       int it = 0;
       for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        int t, kb0, kb1;
-        fs_split_unit<C::SPLIT_K>(u, kblocks, t, kb0, kb1);
-        int pm, pn, pz;
-        gemm_tile<C::GROUP_M>(t, tiles_m, tiles_n, pm, pn, pz);
+        const auto [t, kb0, kb1, pm, pn, pz] = gemm_unit<C>(u, kblocks, tiles_m, tiles_n);
         const int za = C::BATCH_A ? pz : 0;
         const int zb = C::BATCH_B ? pz : 0;
         if constexpr (C::LN_TILE) {
@@ -843,10 +850,7 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
     } else {
       int it = 0;
       for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        int t, kb0, kb1;
-        fs_split_unit<C::SPLIT_K>(u, kblocks, t, kb0, kb1);
-        int pm, pn, pz;
-        gemm_tile<C::GROUP_M>(t, tiles_m, tiles_n, pm, pn, pz);
+        const auto [t, kb0, kb1, pm, pn, pz] = gemm_unit<C>(u, kblocks, tiles_m, tiles_n);
         gemm_consumer_tile<C>(epi, acc, it, epi_it, t, tiles, sa, sb, se, sg, sv_mine, bars, out,
                               map_out, pm, pn, pz, cw, lt, warp, lane, kb1 - kb0, M, N, K, ws,
                               counters, u - t * C::SPLIT_K);

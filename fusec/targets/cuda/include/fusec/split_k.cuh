@@ -85,3 +85,10 @@ static __device__ __forceinline__ void fs_split_unit(int u, int kblocks, int& t,
     kb1 = (s + 1) * kblocks / S;
   }
 }
+
+// A work unit of a persistent walk as the templates use it: its tile t and K steps
+// [kb0, kb1) (fs_split_unit), and the tile's place: M block pm, N block pn and pz (the
+// GEMM's batch, the conv's group).
+struct TileUnit {
+  int t, kb0, kb1, pm, pn, pz;
+};
