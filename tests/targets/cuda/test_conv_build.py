@@ -579,6 +579,8 @@ IM2COL_SHAPES = {
     "1x3-dil8-pad8": ConvGeometry(1, 8, 3, 24, 4, 1, 3, 1, 1, 0, 8, 0, 8, 1, 8),
     "2-strips-per-row": ConvGeometry(1, 8, 2, 72, 4, 1, 1),
 }
+#: (read in place: strips of one row, ``ConvGeometry.max_strip_rows``)
+IM2COL_SHAPES = {name: replace(g, max_strip_rows=1) for name, g in IM2COL_SHAPES.items()}
 
 
 @pytest.mark.parametrize("geo", IM2COL_SHAPES.values(), ids=IM2COL_SHAPES)
@@ -623,6 +625,7 @@ NCHW_GEOMETRIES = [
     # 1x3 with shifts -8, 0, 8 (negative W coordinates zero-filled)
     (ConvGeometry(1, 16, 3, 24, 8, 1, 3, 1, 1, 0, 8, 0, 8, 1, 8), ConvTile(64, 256, 2, 2, "n"), 1),
 ]  # fmt: skip
+NCHW_GEOMETRIES = [(replace(g, max_strip_rows=1), t, n) for g, t, n in NCHW_GEOMETRIES]
 
 
 @pytest.mark.parametrize("geo, tile, grid", sampled(NCHW_GEOMETRIES, _first, unpack=True))

@@ -322,9 +322,9 @@ def test_nchw_in_place_misaligned_input(offset: int, layout: str) -> None:
     from fusec.targets.cuda.conv.cpp import ConvSpec
     from fusec.targets.cuda.conv.launcher import ConvLaunch
 
-    geo = ConvGeometry(2, 64, 16, 16, 64, 1, 1)
+    geo = ConvGeometry(2, 64, 16, 16, 64, 1, 1, max_strip_rows=1)
     if layout == "nchw-ld":
-        geo = ConvGeometry(2, 64, 16, 16, 64, 3, 3, 1, 1, 1, 1, 1, 1)
+        geo = ConvGeometry(2, 64, 16, 16, 64, 3, 3, 1, 1, 1, 1, 1, 1, max_strip_rows=1)
     launch = ConvLaunch(ConvSpec(geo, choose_tile(geo), input=layout), x=0, w=1, extras=())
     kernel = launch.load()
     assert kernel.transpose is None

@@ -79,8 +79,10 @@ class ConvGeometry:
     dil_h: int = 1
     dil_w: int = 1
     groups: int = 1
-    #: the most output rows one strip may span (``strip_width``); 1 for the producer
-    #: warpgroup's loads (``input="nchw-ld"``), which read a strip as one row
+    #: the most output rows one strip may span (``strip_width``); 1 for an NCHW input read
+    #: in place: the producer warpgroup's loads (``input="nchw-ld"``) read a strip as one
+    #: row, and the in-place TMA box of a strip of several rows (``input="nchw"``, an inner
+    #: dimension of 16-64 bytes under the 128-byte swizzle) gave wrong sums on the H200
     max_strip_rows: int = 8
 
     @property

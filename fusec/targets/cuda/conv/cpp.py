@@ -230,8 +230,8 @@ class ConvSpec(LinkedSpec):
         why = implicit_gemm_problem(self.geo)
         if not why and self.input in ("nchw", "nchw-ld"):
             why = nchw_input_problem(self.geo, tma=self.input == "nchw")
-        if not why and self.input == "nchw-ld" and self.geo.strip_rows != 1:
-            why = "the producer's loads read a strip as one row: geometry max_strip_rows=1"
+        if not why and self.input in ("nchw", "nchw-ld") and self.geo.strip_rows != 1:
+            why = f"input {self.input!r} reads a strip as one row: geometry max_strip_rows=1"
         if why:
             raise ValueError(why)
 

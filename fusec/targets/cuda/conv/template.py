@@ -518,7 +518,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         layout, refused = ("im2col", None) if source else input_for(geo)
         if p.layout.input == "nhwc":  # conv-layout relaid it (refused: why not in place)
             layout = "given"
-        if layout == "nchw-ld":  # its producer threads read a strip as one row
+        if layout in ("nchw", "nchw-ld"):  # read in place: a strip is one row (ConvSpec)
             gemm_geo = replace(gemm_geo, max_strip_rows=1)
         tile = tile_for(fused_op, gemm_geo)
         weight = "krsc" if p.layout.weight == "krsc" else "kcrs"
