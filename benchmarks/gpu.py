@@ -253,6 +253,24 @@ def smoke_torch_backend() -> runner.SmokeResult:
     return _zoo_rows([(m, d, "torch.compile", (batch,)) for m, d, batch in plan])
 
 
+def smoke_profile_zoo() -> runner.SmokeResult:
+    import conv_attn_bench as conv
+    import profile_zoo as b
+
+    import fusec
+
+    # without torch no model is built: the smoke sorts the kernel names a profile lists
+    # into the summary's kinds, fusec's own (a conv group's) and PyTorch's
+    compiled = fusec.compile(conv.RESNET, target="cuda", executable=False)
+    names = [spec.function_name for k in compiled.kernels for spec in k.specs] + [
+        "sm90_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x64",
+        "nvjet_sm90_hsh_128x192_64x5_2x1_v_bz_coopB_TNN",
+        "triton_poi_fused__native_batch_norm_legit_no_training_add_relu_7",
+        "triton_per_fused__native_batch_norm_legit_no_training_add_mean_relu_23",
+    ]
+    return ["kernel", "kind"], [{"kernel": name[:60], "kind": b.kind_of(name)} for name in names]
+
+
 def smoke_profile() -> runner.SmokeResult:
     import conv_attn_bench as conv
     import gemm_bench as g
@@ -410,6 +428,14 @@ SUITES: list[Suite] = [
         table="torch-backend",
         requires=("torch", "torchvision", "transformers"),
         options={"cpu-smoke": ("--target", "cpu", "--smoke", "--models", "tiny", "--out", "{out}")},
+    ),
+    Suite(
+        "profile-zoo",
+        "profile_zoo.py",
+        "per-kernel GPU times of a zoo model under fusec (and A/B variants) and torch.compile",
+        smoke_profile_zoo,
+        args=("--model", "resnet50", "--batch", "32", "--json", "{out}/profile-zoo.json"),
+        requires=("torch", "torchvision", "transformers"),
     ),
     Suite(
         "profile",
