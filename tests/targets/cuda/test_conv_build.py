@@ -138,6 +138,9 @@ ROW_STRIPS = [
     (ConvGeometry(2, 64, 7, 7, 72, 3, 3, 1, 1, 1, 1, 1, 1), ConvTile(128, 128, 2, 2, "m"), 3),
     (ConvGeometry(1, 16, 14, 14, 24, 3, 3, 1, 1, 1, 1, 1, 1), ConvTile(64, 128, 2, 2, "n"), 2),
     (ConvGeometry(1, 16, 5, 28, 8, 3, 3, 1, 1, 1, 1, 1, 1), ConvTile(64, 64, 2, 1, "n"), 2),
+    # strided: the box steps 2 input rows (and pixels); ResNet's 3x3/2 and 1x1/2 to 7x7
+    (ConvGeometry(2, 64, 14, 14, 40, 3, 3, 2, 2, 1, 1, 1, 1), ConvTile(64, 64, 2, 1, "n"), 2),
+    (ConvGeometry(2, 16, 14, 14, 24, 1, 1, 2, 2), ConvTile(64, 128, 2, 2, "n"), 1),
 ]  # fmt: skip
 
 
@@ -690,8 +693,8 @@ def test_conv_input_env_selects_the_in_place_read(monkeypatch) -> None:
 NCHW_SPECS = [
     ConvSpec(ConvGeometry(32, 64, 56, 56, 64, 1, 1), choose_tile(BENCH), "f16", "f16", BIAS_RELU,
              "nchw"),
-    ConvSpec(ConvGeometry(4, 256, 15, 16, 256, 3, 1, 2, 1, 1, 0, 1, 0), ConvTile(128, 256, 4, 2,
-             "m"), "bf16", "f32", input="nchw"),
+    ConvSpec(ConvGeometry(4, 256, 15, 16, 256, 3, 1, 2, 1, 1, 0, 1, 0, max_strip_rows=1),
+             ConvTile(128, 256, 4, 2, "m"), "bf16", "f32", input="nchw"),
 ]  # fmt: skip
 
 
@@ -776,8 +779,8 @@ LD_GEOMETRIES = [
     # 5x5 pad 2, 2 strips per row (W 72), row split
     (ConvGeometry(1, 16, 4, 72, 130, 5, 5, 1, 1, 2, 2, 2, 2), ConvTile(128, 128, 2, 2, "m"), 2),
     # dilation 2, groups 2, stride 2 along H, asymmetric padding
-    (ConvGeometry(2, 32, 9, 8, 16, 3, 3, 2, 1, 2, 1, 0, 3, 2, 2, 2), ConvTile(64, 64, 2, 1, "n"),
-     5),
+    (ConvGeometry(2, 32, 9, 8, 16, 3, 3, 2, 1, 2, 1, 0, 3, 2, 2, 2, max_strip_rows=1),
+     ConvTile(64, 64, 2, 1, "n"), 5),
 ]  # fmt: skip
 
 
@@ -814,8 +817,8 @@ def test_conv_input_env_selects_the_producer_loads(monkeypatch) -> None:
 
 LD_SPECS = [
     ConvSpec(BENCH, choose_tile(BENCH), "f16", "f16", BIAS_RELU, "nchw-ld"),
-    ConvSpec(ConvGeometry(4, 256, 15, 16, 256, 3, 3, 2, 1, 1, 1, 1, 1), ConvTile(128, 256, 4, 2,
-             "m"), "bf16", "f32", input="nchw-ld"),
+    ConvSpec(ConvGeometry(4, 256, 15, 16, 256, 3, 3, 2, 1, 1, 1, 1, 1, max_strip_rows=1),
+             ConvTile(128, 256, 4, 2, "m"), "bf16", "f32", input="nchw-ld"),
 ]  # fmt: skip
 
 

@@ -47,6 +47,9 @@ CHUNK = 64  # input channels per reduction step
 #: A TMA box traverses at most 256 elements along a dimension, so a strip of STRIP output
 #: pixels can span at most 256 input pixels: a stride along W of 4 at most.
 MAX_STRIDE_W = 256 // STRIP
+#: A TMA element stride is at most 8: strips of several rows step at most this many input
+#: rows (``ConvGeometry.strip_width``)
+MAX_ROW_STRIDE = 8
 
 _TEXT = re.compile(r"^(\d+)x(\d+) s(\d+) c(\d+)([mn])(?: sk=(\d+))?$")
 #: the heuristic's split-K of a conv tile: at most this many splits, each at least
@@ -122,11 +125,12 @@ class ConvGeometry:
 
     @property
     def strip_width(self) -> int:
-        """Output pixels of a row in one strip of ``STRIP``: ``STRIP``, or for a conv of
-        stride 1 whose rows are at most half a strip the least of 8, 16, 32 holding a row,
-        the strip then ``strip_rows`` rows of it (a 7x7 output: one 8x8 strip, where
-        7-pixel strips left 57 of every 64 columns of the tile idle)."""
-        if (self.stride_h, self.stride_w) != (1, 1) or self.q > STRIP // 2:
+        """Output pixels of a row in one strip of ``STRIP``: ``STRIP``, or for a conv whose
+        rows are at most half a strip the least of 8, 16, 32 holding a row, the strip then
+        ``strip_rows`` rows of it (a 7x7 output: one 8x8 strip, where 7-pixel strips left 57
+        of every 64 columns of the tile idle). The rows' TMA box steps ``stride_h`` input
+        rows (``nhwc_element_strides``: at most ``MAX_ROW_STRIDE``)."""
+        if self.stride_h > MAX_ROW_STRIDE or self.q > STRIP // 2:
             return STRIP
         widths = [w for w in (8, 16, 32) if w >= self.q and STRIP // w <= self.max_strip_rows]
         return widths[0] if widths else STRIP
@@ -242,7 +246,8 @@ def nhwc_box(geo: ConvGeometry) -> tuple[int, ...]:
     first: 64 channels of the ``strip_width * stride_w`` input pixels of each of the
     ``strip_rows`` rows a strip's taps traverse (its 64 pixels, row after row: the same
     [pixel][channel] rows in shared memory as one row of 64)."""
-    return (CHUNK, 1, geo.strip_width * geo.stride_w, geo.strip_rows, 1)
+    rows = (geo.strip_rows - 1) * geo.stride_h + 1  # every stride_h-th row from the first
+    return (CHUNK, 1, geo.strip_width * geo.stride_w, rows, 1)
 
 
 def nchw_box(geo: ConvGeometry) -> tuple[int, ...]:
@@ -252,9 +257,14 @@ def nchw_box(geo: ConvGeometry) -> tuple[int, ...]:
 
 
 def nhwc_element_strides(geo: ConvGeometry) -> tuple[int, ...]:
-    """The box's traversal steps: every stride_w-th pixel along W (TMA packs the STRIP
-    pixels it loads), every element elsewhere."""
-    return (1, 1, geo.stride_w, 1, 1)
+    """The box's traversal steps: every stride_w-th pixel along W (TMA packs the pixels it
+    loads), every stride_h-th row of a strip of several rows, every element elsewhere."""
+    return (1, 1, geo.stride_w, geo.stride_h if geo.strip_rows > 1 else 1, 1)
+
+
+def needs_element_strides(geo: ConvGeometry) -> bool:
+    """Whether the channels-last map traverses with steps (``nhwc_element_strides``)."""
+    return nhwc_element_strides(geo) != (1, 1, 1, 1, 1)
 
 
 def tile_count(tile: ConvTile, geo: ConvGeometry) -> int:

@@ -28,7 +28,13 @@ from typing import Any
 from fusec.errors import FusecError
 from fusec.targets.cuda import split_k
 from fusec.targets.cuda.caps import H200
-from fusec.targets.cuda.conv.config import CHUNK, nchw_box, nhwc_box, nhwc_element_strides
+from fusec.targets.cuda.conv.config import (
+    CHUNK,
+    nchw_box,
+    needs_element_strides,
+    nhwc_box,
+    nhwc_element_strides,
+)
 from fusec.targets.cuda.conv.cpp import DIRECT_THREADS, ConvSpec, DirectConvSpec
 from fusec.targets.cuda.conv.im2col import THREADS as IM2COL_THREADS
 from fusec.targets.cuda.conv.transpose import THREADS, RelayoutSpec
@@ -181,7 +187,7 @@ class ConvKernel(ConvKernelBase):
             (geo.cgp * 2, pixel, pixel * geo.w, pixel * geo.w * geo.h),
             nhwc_box(geo),
             stream,
-            nhwc_element_strides(geo) if geo.stride_w > 1 else None,
+            nhwc_element_strides(geo) if needs_element_strides(geo) else None,
         )
 
 
