@@ -82,14 +82,14 @@ KNOWN_GAPS: dict[tuple[str, str], str] = {}
 CASES = [(name, exporter) for name in zoo.ZOO for exporter in ("dynamo", "torchscript")]
 
 
-def structure(name: str, exporter: str, target: str = "cuda") -> dict:
-    """The zoo model ``name`` exported by ``exporter`` and compiled for ``target``: the
-    fallbacks, non-depthwise direct convs, attention kernels and copies, from the
-    kernels' headers."""
+def structure(name: str, exporter: str, target: str = "cuda", smoke: bool = True) -> dict:
+    """The zoo model ``name`` (its ``--smoke`` size, or with ``smoke=False`` its full size,
+    batch 1) exported by ``exporter`` and compiled for ``target``: the fallbacks,
+    non-depthwise direct convs, attention kernels and copies, from the kernels' headers."""
     import fusec
 
-    model = zoo.build(name, True).to(torch.float16)
-    x = zoo.sample(model, name, 1, True, "embeds", torch.float16)
+    model = zoo.build(name, smoke).to(torch.float16)
+    x = zoo.sample(model, name, 1, smoke, "embeds", torch.float16)
     input_name = zoo.input_name(zoo.ZOO[name], "embeds")
     with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{name}.onnx"
@@ -139,6 +139,15 @@ def test_zoo_model_structure_on_cuda(name: str, exporter: str) -> None:
         assert len(found["copies"]) == pinned, (
             f"{len(found['copies'])} copy kernels, pinned {pinned} ({what}): {found['copies']}"
         )
+
+
+def test_full_size_resnet50_stays_channels_last() -> None:
+    """ResNet-50 at full size (its smoke build's 8-channel convs are too narrow for the
+    implicit GEMM's layouts): every block output stored channels-last and read so as the
+    next block's input and residual, no copy kernel (12 before residuals were read NHWC)."""
+    found = structure("resnet50", "dynamo", smoke=False)
+    assert not found["fallback"] and not found["direct"]
+    assert found["copies"] == [], found["copies"]
 
 
 def test_llama_copies_on_cpu() -> None:
