@@ -482,8 +482,12 @@ def _geometry_text(geo: ConvGeometry) -> str:
         f"ConvGeometry({geo.n}, {geo.c}, {geo.h}, {geo.w}, {geo.k}, {geo.r}, {geo.s}, "
         f"{geo.stride_h}, {geo.stride_w}, {geo.pad_top}, {geo.pad_left}, {geo.pad_bottom}, "
         f"{geo.pad_right}, {geo.dil_h}, {geo.dil_w}, {geo.groups}"
-        + (f", max_strip_rows={geo.max_strip_rows})" if geo.max_strip_rows != 8 else ")")
+        + (f", max_strip_rows={geo.max_strip_rows})" if geo.max_strip_rows != ROWS else ")")
     )
+
+
+#: ``ConvGeometry.max_strip_rows``'s default (written only when another)
+ROWS = ConvGeometry.__dataclass_fields__["max_strip_rows"].default
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
