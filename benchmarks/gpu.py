@@ -262,13 +262,20 @@ def smoke_profile_zoo() -> runner.SmokeResult:
     # without torch no model is built: the smoke sorts the kernel names a profile lists
     # into the summary's kinds, fusec's own (a conv group's) and PyTorch's
     compiled = fusec.compile(conv.RESNET, target="cuda", executable=False)
+    layers = b.layer_names(compiled.kernels)
     names = [spec.function_name for k in compiled.kernels for spec in k.specs] + [
         "sm90_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x64",
         "nvjet_sm90_hsh_128x192_64x5_2x1_v_bz_coopB_TNN",
         "triton_poi_fused__native_batch_norm_legit_no_training_add_relu_7",
         "triton_per_fused__native_batch_norm_legit_no_training_add_mean_relu_23",
     ]
-    return ["kernel", "kind"], [{"kernel": name[:60], "kind": b.kind_of(name)} for name in names]
+    rows = [
+        {"kernel": name[:60], "kind": b.kind_of(name), "layer": b.layer_of(name, layers)}
+        for name in names
+    ]
+    if not all(row["layer"] for row in rows[: len(rows) - 4]):
+        raise AssertionError(f"a fusec kernel without its layer: {rows}")
+    return ["kernel", "kind", "layer"], rows
 
 
 def smoke_profile() -> runner.SmokeResult:

@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 # (fusec_<kind>_...) and PyTorch's (cuDNN/CUTLASS convs and GEMMs, inductor's triton_*)
 KINDS = (
     ("conv", r"conv|fprop|dgrad|implicit_gemm|cudnn|xmma_fprop"),
-    ("gemm", r"gemm|matmul|wgmma|sm90_xmma|cutlass|mm_"),
+    ("gemm", r"gemm|matmul|wgmma|sm90_xmma|cutlass|nvjet|mm_"),  # nvjet: cuBLAS's sm90
     ("copy/layout", r"copy|transpose|nchw|nhwc|layout|elementwise_kernel.*copy"),
     ("pool/reduce", r"pool|reduce|red_|per_fused_.*mean|mean"),
 )
@@ -49,6 +49,32 @@ def kind_of(name: str) -> str:
         if re.search(pattern, name, re.IGNORECASE):
             return kind
     return "pointwise/other"
+
+
+#: a linked kernel's name in a profile: ``fusec_<kind>_<key>`` (``LinkedSpec.function_name``)
+_LINKED = re.compile(r"fusec_[a-z]+_([0-9a-f]{16})")
+
+
+def layer_names(kernels: Any) -> dict[str, str]:
+    """{spec key: what the kernel computes} for a compiled module's linked kernels: its
+    kind, the shape line of its header (a conv's geometry, else its inputs) and its tile,
+    so that a profile's ``fusec_conv_<key>`` rows name their layers."""
+    names = {}
+    for kernel in kernels:
+        head = [line[2:] for line in kernel.source.splitlines()[:40] if line.startswith("# ")]
+        shape = next((h for h in head if h.startswith("N") and "->" in h), "")
+        shape = shape or next((h for h in head if "inputs :" in h), "").strip()
+        tile = re.search(r"tile [0-9x]+(?: [a-z0-9=]+)*?(?=[,;])", " ".join(head))
+        text = f"{kernel.kind}: {shape.split(';')[0]}" + (f", {tile.group(0)}" if tile else "")
+        for spec in kernel.specs:
+            names[spec.key] = text
+    return names
+
+
+def layer_of(name: str, names: dict[str, str]) -> str:
+    """The layer ``names`` gives a profiled kernel ``name`` ("" when none does)."""
+    match = _LINKED.search(name)
+    return names.get(match.group(1), "") if match else ""
 
 
 def summary(rows: list[tuple[str, float, int]]) -> dict[str, tuple[float, int]]:
@@ -119,11 +145,13 @@ def profile_model(
         path = Path(tmp) / f"{name}.onnx"
         export(model, x, path, "dynamo", arg)
         calls: dict[str, Callable[[], Any]] = {}
+        names: dict[str, str] = {}
         for variant in ["", *variants]:
             with environment(variant):
                 module = fusec.from_onnx(path, input_shapes={arg: tuple(x.shape)})
                 compiled = fusec.compile(module, target="cuda")
             calls[f"fusec {variant}".strip()] = functools.partial(compiled, x)
+            names |= layer_names(compiled.kernels)
         if compare:
             calls["torch.compile"] = functools.partial(torch.compile(model), x)
         for impl, call in calls.items():
@@ -137,7 +165,7 @@ def profile_model(
                 "nonfinite": bad,
                 "kernel_us": total,
                 "kinds": summary(rows),
-                "kernels": rows,
+                "kernels": [(*row, layer_of(row[0], names)) for row in rows],
             }
             print(
                 f"== {name} b{batch} {impl}: rel L2 {err:.1e}, {bad} non-finite, "
@@ -147,7 +175,8 @@ def profile_model(
             for kind, (us, count) in sorted(summary(rows).items(), key=lambda r: -r[1][0]):
                 print(f"   {kind:16s} {us:9.1f} us  x{count}")
             for kname, us, count in rows[:top]:
-                print(f"   {us:8.1f} us  x{count}  {kname}")
+                layer = layer_of(kname, names)
+                print(f"   {us:8.1f} us  x{count}  {layer or kname}")
         result["timed"] = timed(torch, calls, rounds)
     for impl, t in result["timed"].items():
         print(f"== {name} b{batch} {impl}: {t['ms']:.3f} ms (wall {t['wall_ms']:.3f} ms)")
