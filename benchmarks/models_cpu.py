@@ -17,7 +17,9 @@ never the end of the run):
   in a new process whose kernel cache (``FUSEC_CACHE_DIR``) is the model's fresh folder of
   this run (empty at batch 1; at the throughput batch it holds the batch-1 kernels, of
   which those whose code does not depend on the batch are reused); **warm compile**: the
-  same in another new process, on the filled folder. Both include importing fusec.
+  same in another new process, on the filled folder; **program cache**: ``fusec.compile_onnx``
+  + the first call in a third new process, after one more (``fill``, not tabled) stored the
+  program (a hit: no ONNX import, no pass, no code generation). All include importing fusec.
 * **timing**, one process per thread count N: Numba's threads, OpenBLAS's and OpenMP's
   (environment, read at start) and onnxruntime's intra-op threads (CPU provider, default
   graph optimisations: all, no spinning, as ``models_bench.py``: on a small shared
@@ -271,6 +273,7 @@ def table_row(r: dict, torch_backend: bool) -> str:
         f"{r['kernels']} ({zoo.kinds_text(r.get('kinds'))})" if r.get("kernels") else "-",
         zoo._f(r.get("cold_s"), 1),
         zoo._f(r.get("warm_s"), 1),
+        zoo._f(r.get("program_s"), 1),
     ]
     if torch_backend:
         cells += torch_cells(r)
@@ -295,7 +298,7 @@ def torch_cells(r: dict) -> list[str]:
 HEAD = (
     "| model | batch | threads | status | fusec ms (min) | onnxruntime ms (min) "
     "| ort / fusec (median) | ort / fusec (min) | check vs ort (rel L2) | fusec kernels "
-    "| cold compile s | warm compile s |"
+    "| cold compile s | warm compile s | program cache s |"
 )
 TORCH_HEAD = (
     " backend=fusec ms (min) | eager ms (min) | eager / backend | check vs eager (rel L2) "
@@ -328,7 +331,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "the output's RMS; NaN fails). Compile s: a new process importing fusec, importing "
         "the ONNX file, compiling and making the first call, with an empty kernel cache "
         "(cold; at the throughput batch the batch-1 kernels are cached) and again from the "
-        "filled cache (warm).",
+        "filled cache (warm); program cache: `fusec.compile_onnx` and the first call in a new "
+        "process, the program stored by the process before (no ONNX import, pass or code "
+        "generation).",
         "",
         "Sizes: "
         + "; ".join(f"{m.label}: {m.size_text}" for m in CPU_ZOO.values())
@@ -490,6 +495,12 @@ def run_export(w: Worker) -> None:
         w.emit(w.guarded({"kind": "export", "batch": batch}, step, "export error"))
 
 
+#: the compile steps through ``fusec.compile_onnx``: the one that stores the program, then
+#: the one timed from the program cache
+PROGRAM_CACHE = ("fill", "program")
+COMPILE_STEPS = ("cold", "warm", *PROGRAM_CACHE)
+
+
 def run_compile(w: Worker) -> None:
     """Import, compile and call once, timed from before fusec is imported."""
     t0 = time.perf_counter()
@@ -500,11 +511,14 @@ def run_compile(w: Worker) -> None:
         import fusec
 
         imported = time.perf_counter()
-        module = fusec.from_onnx(
-            w.spec["path"], input_shapes={w.model.input_name: w.model.input_shape(batch)}
-        )
-        read = time.perf_counter()
-        compiled = fusec.compile(module, target="cpu")
+        shapes = {w.model.input_name: w.model.input_shape(batch)}
+        if w.spec["cache"] in PROGRAM_CACHE:  # the program cache's path
+            read = imported
+            compiled = fusec.compile_onnx(w.spec["path"], input_shapes=shapes, target="cpu")
+        else:
+            module = fusec.from_onnx(w.spec["path"], input_shapes=shapes)
+            read = time.perf_counter()
+            compiled = fusec.compile(module, target="cpu")
         compiled(w.sample(batch))
         end = time.perf_counter()
         return {
@@ -691,7 +705,7 @@ class Run:
         for batch, path in zip(batches, paths, strict=True):
             if batch not in exported:
                 continue
-            for kind in ("cold", "warm"):
+            for kind in COMPILE_STEPS:
                 spec = base | {"step": "compile", "batch": batch, "path": path, "cache": kind}
                 self.step(spec, most | fusec_env, f"{kind} compile, batch {batch}")
         ok = [(b, p) for b, p in zip(batches, paths, strict=True) if b in exported]

@@ -29,6 +29,10 @@ def _records() -> list[dict]:
          "total_s": 30.0},
         {"kind": "compile", "model": "resnet50", "batch": 1, "cache": "warm", "status": "ok",
          "total_s": 1.5},
+        {"kind": "compile", "model": "resnet50", "batch": 1, "cache": "fill", "status": "ok",
+         "total_s": 2.5},
+        {"kind": "compile", "model": "resnet50", "batch": 1, "cache": "program", "status": "ok",
+         "total_s": 0.9},
         {"kind": "time", "model": "resnet50", "batch": 1, "threads": 1, "status": "ok",
          "passed": True, "rel_l2": 1e-7, "fusec_ms": 10.0, "fusec_min_ms": 9.0,
          "ort_ms": 20.0, "ort_min_ms": 18.0, "kernels": 3, "kinds": {"conv": 3}},
@@ -63,6 +67,7 @@ def test_merge_makes_one_row_per_model_batch_and_threads() -> None:
     ]
     ok, late, refused, unexported = rows
     assert ok["status"] == "ok" and ok["cold_s"] == 30.0 and ok["warm_s"] == 1.5
+    assert ok["program_s"] == 0.9  # the fill step (storing the program) is not tabled
     assert ok["onnx_nodes"] == 120 and ok["tb_fusec_ms"] == 8.0 and ok["tb_eager_ms"] == 16.0
     assert late["status"] == "timeout" and late["cold_s"] == 30.0  # the compile is the model's
     assert late["messages"] == ["fusec: timeout after 900 s"]
@@ -74,7 +79,8 @@ def test_merge_makes_one_row_per_model_batch_and_threads() -> None:
 
 def test_a_failed_check_is_wrong_and_left_out_of_the_chart() -> None:
     records = _records()
-    records[4] = records[4] | {"passed": False}
+    first = next(n for n, r in enumerate(records) if r["kind"] == "time")
+    records[first] = records[first] | {"passed": False}
     rows, _ = cpu_zoo.merge(records)
     assert rows[0]["status"] == "wrong"
     labels, series = cpu_zoo.chart_series(rows)
@@ -96,12 +102,12 @@ def test_markdown_rows_and_messages() -> None:
     assert lines[head].count("|") == lines[head + 1].count("|") == lines[head + 2].count("|")
     assert lines[head + 2].startswith(
         "| ResNet-50 | 1 | 1 | ok | 10.00 (9.00) | 20.00 (18.00) | 2.00x | 2.00x "
-        "| PASS (1.0e-07) | 3 (3 conv) | 30.0 | 1.5 | 8.00 | 16.00 | 2.00x | PASS (2.0e-07) "
+        "| PASS (1.0e-07) | 3 (3 conv) | 30.0 | 1.5 | 0.9 | 8.00 | 16.00 | 2.00x | PASS (2.0e-07) "
         "| 1 / 1 / 0 | 5.0 |"
     )
     # onnxruntime is timed where fusec fails; a failed backend says so, its message below
     assert (
-        "| ConvNeXt-T | 1 | 1 | refused | - | 5.00 (4.00) | - | - | - | - | - | - "
+        "| ConvNeXt-T | 1 | 1 | refused | - | 5.00 (4.00) | - | - | - | - | - | - | - "
         "| error | - | - | - | - | - |" in text
     )
     assert "- ConvNeXt-T batch 1: torch backend: RuntimeError: eager broke" in text
