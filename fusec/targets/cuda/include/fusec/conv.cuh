@@ -9,7 +9,8 @@
 // stored NCHW or, OUT_NHWC, channels-last). An instantiation supplies
 //   C: the geometry (NB, CIN, H, W -> KOUT, P, Q; G groups of CG (padded CGP) input and KG
 //      output channels; R x S taps, strides SH, SW, dilations DH, DW, padding PT, PL), the
-//      tile (BM, BN, WM, WN, STAGES, CONSUMERS, SPT strips a tile, QS strips a row, STRIPS,
+//      tile (BM, BN, WM, WN, STAGES, CONSUMERS, SPT strips a tile; a strip TH rows of TW
+//      pixels, QS strips across a row, PS bands of TH rows down an image, STRIPS in all,
 //      CC channel chunks, KBLOCKS, TILES_M, TILES_N, TILES, A_BYTES, B_BYTES), the variants
 //      (INPUT, SPLIT_N, OUT_NHWC), SPLIT_K (split-K: each tile's KBLOCKS shared among
 //      SPLIT_K blocks, split_k.cuh), the register split and FULL_ARRIVALS, the output type
