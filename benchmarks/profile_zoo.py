@@ -19,7 +19,6 @@ the current stream, median of ``--timed`` calls each, wall clock beside them).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import json
 import os
@@ -28,9 +27,10 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -81,27 +81,10 @@ def summary(rows: list[tuple[str, float, int]]) -> dict[str, tuple[float, int]]:
     """{kind: (us per call, launches per call)}."""
     out: dict[str, tuple[float, int]] = {}
     for name, us, count in rows:
-        t, n = out.get(kind_of(name), (0.0, 0))
-        out[kind_of(name)] = (t + us, n + count)
+        kind = kind_of(name)
+        t, n = out.get(kind, (0.0, 0))
+        out[kind] = (t + us, n + count)
     return out
-
-
-@contextlib.contextmanager
-def environment(assignment: str) -> Iterator[None]:
-    """``assignment`` ("NAME=VALUE", or "" for none) set while the block runs."""
-    if not assignment:
-        yield
-        return
-    key, _, value = assignment.partition("=")
-    before = os.environ.get(key)
-    os.environ[key] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[key]
-        else:
-            os.environ[key] = before
 
 
 def timed(torch: Any, calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, dict]:
@@ -147,7 +130,8 @@ def profile_model(
         calls: dict[str, Callable[[], Any]] = {}
         names: dict[str, str] = {}
         for variant in ["", *variants]:
-            with environment(variant):
+            setting = dict([variant.split("=", 1)]) if variant else {}
+            with mock.patch.dict(os.environ, setting):
                 module = fusec.from_onnx(path, input_shapes={arg: tuple(x.shape)})
                 compiled = fusec.compile(module, target="cuda")
             calls[f"fusec {variant}".strip()] = functools.partial(compiled, x)

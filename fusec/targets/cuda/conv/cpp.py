@@ -140,6 +140,11 @@ def _loaded_args(epilogue: Epilogue) -> tuple[int, ...]:
     return epilogue.channel_args + epilogue.pixel_args
 
 
+#: output element (n, ko, p, q)'s offset in an NHWC tensor ``[N][P][Q][KOUT]`` of the
+#: output's shape (a channels-last residual), as the generated Config's names spell it
+NHWC_OFFSET = "(((long long)n * P + p) * Q + q) * KOUT + ko"
+
+
 def _inline_args(epilogue: Epilogue, ko: str, index: str, nhwc_index: str = "") -> str:
     """``fs_epilogue``'s loaded arguments read at the call (channel ``ko``, NCHW element
     ``index``, NHWC element ``nhwc_index`` for ``pixel_nhwc``): the direct template's, and
@@ -616,12 +621,7 @@ const int ko = g * KG + (krow ? kg : 0);
     else:
         head = "{\nconst bool krow = true;\n"
 
-    # an NHWC input's element: [N][P][Q][KOUT]
-    nhwc_offset = (
-        "\nconst long long on = (((long long)n * P + p) * Q + q) * KOUT + ko;"
-        if epi.pixel_nhwc
-        else ""
-    )
+    nhwc_offset = f"\nconst long long on = {NHWC_OFFSET};" if epi.pixel_nhwc else ""
 
     def pixel_loop(wide: bool) -> str:
         return f"""#pragma unroll
@@ -664,8 +664,7 @@ def _call_args(spec: ConvSpec, second: bool) -> str:
     """``fs_epilogue``'s loaded arguments for the pair's first (or ``second``) element."""
     epi = spec.epilogue
     if not _early(spec):  # (``at``'s q is the element's own: q + 1 for the second)
-        nhwc = "(((long long)n * P + p) * Q + q) * KOUT + ko"
-        return _inline_args(epi, "ko", "o + 1" if second else "o", nhwc)
+        return _inline_args(epi, "ko", "o + 1" if second else "o", NHWC_OFFSET)
     tile = _early_placement(spec) == "tile"
     ci, channels, pixels = ("m * 2 + h", "tc.", "tp.") if tile else ("0", "rc.", "rp.")
     pi = f"(({ci}) * {spec.tile.wn // 64} + sj) * 8 + qe"
