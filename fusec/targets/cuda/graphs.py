@@ -73,10 +73,7 @@ class DriverCapture:
         from fusec.targets.cuda.adapters import _check
         from fusec.targets.cuda.env import numba_cuda
         from fusec.targets.cuda.streams import StreamRef, stream_ptr
-        from fusec.targets.cuda.tensormaps import (
-            forget_captured_tensor_maps,
-            pin_live_tensor_maps,
-        )
+        from fusec.targets.cuda.tensormaps import pin_live_tensor_maps
 
         recorder = capture_stream(numba_cuda())
         ref = StreamRef(stream_ptr(recorder), recorder, current=True)
@@ -93,15 +90,11 @@ class DriverCapture:
             outputs = run(inputs, adapter, ref, fns, False)
         except BaseException as err:
             drv.cuStreamEndCapture(handle)
-            forget_captured_tensor_maps()
             raise CaptureFailed(f"{type(err).__name__}: {err} (at {_innermost(err)})") from err
         finally:
             self.keeping(None)
-        try:
-            graph = _check(drv.cuStreamEndCapture(handle))
-            executable = _check(drv.cuGraphInstantiate(graph, 0))
-        finally:
-            forget_captured_tensor_maps()
+        graph = _check(drv.cuStreamEndCapture(handle))
+        executable = _check(drv.cuGraphInstantiate(graph, 0))
         pin_live_tensor_maps()  # the graph reads tensor maps from their slots for good
         return (graph, executable), tuple(outputs), kept
 

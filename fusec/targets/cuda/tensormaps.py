@@ -14,6 +14,9 @@ operand addresses, output address) and kept (``Prepared``):
   ``_MapCache`` keeps one per key. A new map is written into a pinned host
   slot and copied to its device slot with ``cuMemcpyHtoDAsync`` on the stream
   of the kernel that first reads it: stream-ordered, never a synchronous copy.
+  Inside a CUDA graph capture the copy is made at once on a stream of the slab's
+  own and waited for (the map is written before the graph exists): a copy queued
+  on the capturing stream would be a node of the graph, made again at every replay.
   Another stream that later reads the map waits for that copy through an event
   (only if it has not completed yet). Slots are written once; when a slab of
   slots is full a new one is started and the old one is freed only after
@@ -42,6 +45,7 @@ from typing import Any
 from fusec.errors import FusecError
 
 _MAP_BYTES = 128
+_NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING: no implicit order with the legacy stream
 _SLOTS = 512
 _PREPARED_LIMIT = 256  # launch parameter blocks kept per kernel (a new stream or buffer adds one)
 
@@ -90,6 +94,7 @@ class _Slab:
     used: int = 0
     streams: set[int] = field(default_factory=set)
     pinned: bool = False  # a CUDA graph reads its slots: never freed
+    upload: Any = None  # the stream of its uploads during graph captures (made on demand)
 
 
 @dataclass
@@ -107,7 +112,6 @@ class _MapCache:
         self.slab: _Slab | None = None
         self.retired: list[tuple[_Slab, list[Any]]] = []
         self.generation = 0  # bumped when slots are dropped: prepared launches are rebuilt
-        self.captured: list[tuple] = []  # keys of maps uploaded inside a graph capture
         self.lock = threading.Lock()
 
     def get(self, key: tuple, encode, stream: int) -> int:
@@ -138,35 +142,34 @@ class _MapCache:
         words = (ctypes.c_uint64 * 16)(*[int(v) for v in tensor_map.opaque])
         ctypes.memmove(slab.host + offset, ctypes.addressof(words), _MAP_BYTES)
         target = drv.CUdeviceptr(slab.device + offset)
-        _check(drv.cuMemcpyHtoDAsync(target, slab.host + offset, _MAP_BYTES, handle))
-        event = None
-        if not capturing:  # inside a graph capture the graph orders it
+        if capturing:
+            self._upload_now(drv, slab, target, offset)
+            event = None
+        else:
+            _check(drv.cuMemcpyHtoDAsync(target, slab.host + offset, _MAP_BYTES, handle))
             event = _check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING))
             _check(drv.cuEventRecord(event, handle))
         slot = _Slot(slab.device + offset, stream, event)
         self.slots[key] = slot
-        if capturing:
-            self.captured.append(key)
         return slot
 
-    def forget_captured(self) -> None:
-        """Drop the slots of maps uploaded inside the capture that just ended.
+    @staticmethod
+    def _upload_now(drv: Any, slab: _Slab, target: Any, offset: int) -> None:
+        """Write a map during a graph capture, before the graph exists: copied on the
+        slab's own non-blocking stream (not captured) and waited for.
 
-        Their upload is a copy node of the graph, not a copy that ran: the device slot
-        holds the map only once the graph has been launched, and never if the capture
-        failed. A later launch-by-launch call on buffers at the same addresses (the
-        capture's buffers, freed after a failed capture and handed out again by the
-        allocator) must not read that slot: it uploads its own map. Reading a slot never
-        written gave ``CUDA_ERROR_ILLEGAL_INSTRUCTION`` on the H200 (EfficientNet-B0
-        batch 32, after a failed capture). The graph keeps its slots: their slab is
-        pinned, and each launch of the graph writes them again.
-        """
-        with self.lock:
-            for key in self.captured:
-                self.slots.pop(key, None)
-            if self.captured:
-                self.generation += 1
-            self.captured.clear()
+        Queued on the capturing stream, the copy would be a node of the graph, made again
+        at every replay: on the H200 the capture's buffers were not all the rehearsal's, so
+        28-38 maps missed the cache while recording EfficientNet-B0 at batch 1 and a
+        4-layer Llama block at batch 8, and each replay made that many 128-byte copies
+        before its kernels (0.626 -> 0.720 ms and 0.82 -> 0.95 ms a call, the same program
+        otherwise). A slot written at once also stays right after a capture that failed
+        (a map uploaded as a copy node never was: reading one gave
+        ``CUDA_ERROR_ILLEGAL_INSTRUCTION``, EfficientNet-B0 batch 32)."""
+        if slab.upload is None:
+            slab.upload = _check(drv.cuStreamCreate(_NON_BLOCKING))
+        _check(drv.cuMemcpyHtoDAsync(target, slab.host + offset, _MAP_BYTES, slab.upload))
+        _check(drv.cuStreamSynchronize(slab.upload))
 
     def _order_after_upload(self, drv: Any, slot: _Slot, stream: int) -> None:
         """Make ``stream`` wait for the map's upload if it may still be in flight."""
@@ -215,6 +218,8 @@ class _MapCache:
                 if not slab.pinned:  # a pinned slab's memory is a graph's for good
                     _check(drv.cuMemFree(drv.CUdeviceptr(slab.device)))
                     _check(drv.cuMemFreeHost(slab.host))
+                    if slab.upload is not None:
+                        _check(drv.cuStreamDestroy(slab.upload))
             else:
                 keep.append((slab, events))
         self.retired = keep
@@ -232,8 +237,7 @@ def pin_live_tensor_maps() -> None:
     """Keep every slab of tensor maps alive now for the life of the process.
 
     Called after a CUDA graph is recorded: its kernel nodes hold the device addresses
-    of the maps they read, and its copy nodes the pinned host addresses of maps
-    uploaded during the capture, so neither may be freed when the slab is retired.
+    of the maps they read, so their slabs may never be freed when they are retired.
     Every map a graph can reference lives in a slab alive at the end of its capture
     (retiring a slab drops its slots), so this pins exactly those slabs.
     """
@@ -242,11 +246,6 @@ def pin_live_tensor_maps() -> None:
             _maps.slab.pinned = True
         for slab, _events in _maps.retired:
             slab.pinned = True
-
-
-def forget_captured_tensor_maps() -> None:
-    """After a graph capture ends, successful or not: ``_MapCache.forget_captured``."""
-    _maps.forget_captured()
 
 
 def maps_generation() -> int:

@@ -110,6 +110,11 @@ class FakeDriver:
         self._log("cuEventQuery", (event,))
         return (600 if event in self.pending else 0,)
 
+    def cuStreamCreate(self, flags: int) -> tuple:  # noqa: N802
+        stream = next(self.ids)
+        self._log("cuStreamCreate", (flags,))
+        return (0, stream)
+
     def cuStreamIsCapturing(self, stream: int) -> tuple:  # noqa: N802
         self._log("cuStreamIsCapturing", (stream,))
         return (0, 1 if int(stream) in self.capturing else 0)
