@@ -545,3 +545,27 @@ def _run_pairs(model: nn.Module, shape: tuple[int, ...], reset: bool = True) -> 
             for got, want in zip(compiled(x), model(x), strict=True):
                 assert not torch.isnan(got).any()
                 assert_close(got.numpy(), want.numpy())
+
+
+def test_a_partition_that_fails_when_run_runs_in_eager_from_then_on(monkeypatch) -> None:
+    """A graph that is one partition is called without the partitioned module's frame
+    (``_direct_call``); a partition whose program fails when run still never fails the
+    model: that call and every later one run in eager, with a remark saying why."""
+    torch._dynamo.reset()
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="fusec", options={"target": "reference"})
+    runs = []
+    with torch.no_grad():
+        compiled(torch.randn(4, 16))
+
+        def broken(self, tensors):
+            runs.append(len(tensors))
+            raise RuntimeError("launch failed")
+
+        monkeypatch.setattr(fusec_torch._FusecCall, "run", broken)
+        for seed in range(2):
+            x = torch.randn(4, 16, generator=torch.Generator().manual_seed(seed))
+            assert_close(compiled(x).numpy(), model(x).numpy())
+    stats = fusec_torch.stats()
+    assert runs == [1] and stats["eager_partitions"] == 1, (runs, stats)
+    assert any("failed when run: RuntimeError: launch failed" in r for r in stats["remarks"])
