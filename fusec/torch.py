@@ -420,10 +420,11 @@ def _direct_call(fused: fx.GraphModule) -> Callable | None:
     results = nodes[-1].args[0]
     if not isinstance(partition, _FusecCall) or not isinstance(results, tuple | list):
         return None
-    picks = [_result_index(node, call, partition.tuple_out) for node in results]
+    found = [_result_index(node, call, partition.tuple_out) for node in results]
+    picks = [k for k in found if k is not None]
     extra = [n for n in nodes if n.op not in ("placeholder", "get_attr", "output")]
     getitems = [n for n in extra if n.target is operator.getitem and n.args[0] is call]
-    if None in picks or len(getitems) != len(extra) - 1:
+    if len(picks) != len(found) or len(getitems) != len(extra) - 1:
         return None
     position = {n: k for k, n in enumerate(n for n in nodes if n.op == "placeholder")}
     sources = [call.args[k] for k in partition.dynamic]
