@@ -156,7 +156,10 @@ class _MapCache:
     @staticmethod
     def _upload_now(drv: Any, slab: _Slab, target: Any, offset: int) -> None:
         """Write a map during a graph capture, before the graph exists: copied on the
-        slab's own non-blocking stream (not captured) and waited for.
+        slab's own non-blocking stream (not captured) and waited for. Legal inside the
+        capture because ``DriverCapture`` records in relaxed mode (a stream other than the
+        capturing one may be synchronised) on a non-blocking stream (nothing on the
+        legacy stream waits for it).
 
         Queued on the capturing stream, the copy would be a node of the graph, made again
         at every replay: on the H200 the capture's buffers were not all the rehearsal's, so
