@@ -34,6 +34,11 @@ other workers' process groups meanwhile (SIGSTOP/SIGCONT: no compile threads or 
 beside a timing; work already queued on the GPU drains during the warm-up).
 Transformers are fed float ``inputs_embeds`` (``--inputs ids``: int64 token ids, an
 embedding lookup fusec compiles since issue 29); the row says which.
+``--torch-backend`` (issue 32) adds the same module through
+``torch.compile(model, backend="fusec")`` to the torch pass, timed by the same timer under
+the same lock: its ms, the ONNX path's ms over it, its error against the float32 module and
+its partitions and eager nodes, as columns of the table (``torch_backend_zoo.py`` is the
+backend's own table, with graph breaks and the cpu target).
 
     python3 benchmarks/models_gpu.py --quick --budget 540 --out results/       # H200
     python3 benchmarks/models_gpu.py --models resnet50,bert --dtypes bf16 --out results/
@@ -233,6 +238,10 @@ def combined_rows(rows: dict[tuple, dict]) -> list[dict]:
         merged["reduce_overhead_over_fusec"] = ratio(
             merged.get("reduce_overhead_ms"), merged.get("fusec_ms")
         )
+        if "torch_backend_ms" in merged:  # fusec ms (the ONNX path) / backend ms
+            merged["fusec_over_torch_backend"] = ratio(
+                merged.get("fusec_ms"), merged["torch_backend_ms"]
+            )
         out.append(merged)
     order = {name: n for n, name in enumerate(ZOO)}
     out.sort(
@@ -279,7 +288,24 @@ TABLE_HEAD = (
 )
 
 
-def table_row(r: dict) -> str:
+#: The columns ``--torch-backend`` adds (issue 32: the same module through
+#: ``torch.compile(backend="fusec")``, timed by the torch worker).
+BACKEND_HEAD = " backend ms | ONNX path / backend | backend err | backend partitions, eager nodes |"
+
+
+def backend_cells(r: dict) -> list[str]:
+    if r.get("torch_backend_error"):
+        return ["failed", "-", "-", r["torch_backend_error"][:80].replace("|", "/")]
+    parts = r.get("torch_backend_partitions")
+    return [
+        _f(r.get("torch_backend_ms")),
+        _x(r.get("fusec_over_torch_backend")),
+        _e(r.get("torch_backend_err")),
+        "-" if parts is None else f"{parts}, {r.get('torch_backend_eager_nodes')}",
+    ]
+
+
+def table_row(r: dict, torch_backend: bool = False) -> str:
     cells = [
         ZOO[r["model"]].label if r["model"] in ZOO else r["model"],
         r["dtype"],
@@ -305,6 +331,8 @@ def table_row(r: dict) -> str:
         timing_note(r),
         r.get("cuda_graphs", "-"),
     ]
+    if torch_backend:
+        cells += backend_cells(r)
     return "| " + " | ".join(cells) + " |"
 
 
@@ -323,6 +351,8 @@ def structure_row(r: dict) -> str:
 def markdown(rows: list[dict], meta: dict) -> str:
     """The table of a run, with what was measured how, and each non-ok row's message."""
     env = meta.get("environment", {})
+    backend = bool(meta.get("torch_backend"))
+    head = TABLE_HEAD + (BACKEND_HEAD if backend else "")
     lines = [
         f"# fusec model zoo on {meta.get('device', '?')}, {meta.get('date', '?')}",
         "",
@@ -346,10 +376,10 @@ def markdown(rows: list[dict], meta: dict) -> str:
         f"Workers at a time: {meta.get('jobs', 1)} (exporting and compiling side by side; "
         "timing one at a time).",
         "",
-        TABLE_HEAD,
-        "|" + " --- |" * (TABLE_HEAD.count("|") - 1),
+        head,
+        "|" + " --- |" * (head.count("|") - 1),
     ]
-    lines += [table_row(r) for r in rows]
+    lines += [table_row(r, backend) for r in rows]
     notes = [
         f"- {ZOO[r['model']].label if r['model'] in ZOO else r['model']} {r['dtype']} "
         f"{r['exporter']} batch {r['batch']}: {r.get('status')}: {r.get('message', '')}"
@@ -872,6 +902,7 @@ class Worker:
     results: Path
     reduce_overhead: bool = True
     profile: bool = False
+    torch_backend: bool = False
 
     @property
     def timer(self) -> Timer:
@@ -1077,7 +1108,10 @@ def run_torch_job(w: Worker) -> None:
     each compiled afresh for its static shape; compile time = the first call."""
     torch, device = torch_setup(w.target)
     dtype = getattr(torch, TORCH_DTYPES[w.case.dtype])
-    model = build(w.case.model, w.smoke, w.form).to(device=device, dtype=dtype)
+    if w.torch_backend:  # the float32 module too: the backend's error
+        reference, model = prepare(w.case.model, w.case.dtype, w.smoke, w.form, device)
+    else:
+        reference, model = None, build(w.case.model, w.smoke, w.form).to(device, dtype)
     timer = w.timer
     for batch in w.case.batches:
         row = w.base(batch) | {"stage": "torch.compile"}
@@ -1094,7 +1128,44 @@ def run_torch_job(w: Worker) -> None:
                 w.emit(row)
                 continue
             w.emit(row | {"stage": f"{mode} done"})
+        if w.torch_backend:
+            try:
+                row |= backend_timing(torch, model, reference, x, timer, w.target)
+            except Exception as err:
+                row["torch_backend_error"] = f"{type(err).__name__}: {str(err)[:300]}"
         w.emit(row | {"stage": "done"})
+
+
+def backend_timing(
+    torch: Any, model: Any, reference: Any, x: Any, timer: Timer, target: str
+) -> dict:
+    """``torch.compile(model, backend="fusec")`` for ``x``'s shape: its first call's seconds,
+    median ms and error against the float32 ``reference``, and what the backend did
+    (Dynamo graphs, fusec partitions, ATen nodes left to eager)."""
+    import fusec.torch as fusec_torch
+
+    torch._dynamo.reset()
+    fusec_torch.reset_stats()
+    fn = torch.compile(model, backend="fusec", dynamic=False)
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        got = as_list(fn(x))
+        if target == "cuda":
+            torch.cuda.synchronize()
+        first_s = time.perf_counter() - t0
+        want = as_list(reference(x.float() if x.is_floating_point() else x))
+        timed = timer(lambda: fn(x))
+    err, nonfinite = errors(got, want)
+    stats = fusec_torch.stats()
+    return {
+        "torch_backend_s": first_s,
+        "torch_backend_ms": timed["ms"],
+        "torch_backend_err": err,
+        "torch_backend_nonfinite": nonfinite,
+        "torch_backend_graphs": stats["graphs"],
+        "torch_backend_partitions": stats["partitions"],
+        "torch_backend_eager_nodes": stats["eager_nodes"],
+    }
 
 
 #: what inductor says of a cache file that a worker killed at its time limit left half written
@@ -1209,6 +1280,7 @@ def run_worker(job: str, case: Case, args: argparse.Namespace, results: Path, li
         "results": str(results),
         "reduce_overhead": not args.no_reduce_overhead,
         "profile": args.profile,
+        "torch_backend": args.torch_backend,
     }
     from bench_common import run_logged
 
@@ -1314,6 +1386,7 @@ def main_parent(args: argparse.Namespace) -> int:
         "smoke": args.smoke,
         "command": " ".join(["benchmarks/models_gpu.py", *sys.argv[1:]]),
         "jobs": args.jobs,
+        "torch_backend": args.torch_backend,
     }
     start = time.monotonic()
     skipped: list[str] = []
@@ -1387,6 +1460,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--no-reduce-overhead", action="store_true", help="no reduce-overhead at batch 1"
+    )
+    parser.add_argument(
+        "--torch-backend",
+        action="store_true",
+        help="also time torch.compile(model, backend='fusec') in the torch worker (issue 32): "
+        "columns backend ms, backend / fusec (the ONNX path) and backend err",
     )
     parser.add_argument(
         "--inputs",

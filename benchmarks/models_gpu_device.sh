@@ -7,6 +7,7 @@
 # Options (environment):
 #   ZOO_ARGS   the matrix instead of --quick, e.g. "--dtypes bf16 --exporters torchscript"
 #              or "--models resnet50,llama --no-torch-compile"
+#              or "--quick --torch-backend" (torch.compile(backend="fusec") as a column)
 #   BUDGET     seconds after which models_gpu.py starts no new case (default 500; each case
 #              is cut at that point too, so the call ends within BUDGET + ~40 s)
 #   CASE       one worker's limit in seconds (default 240: a CNN's cold kernel builds)

@@ -85,6 +85,32 @@ def test_torch_baselines_join_every_exporter_of_their_model_dtype_and_batch() ->
     assert bert["compile_over_fusec"] is None and "compile_ms" not in bert
 
 
+def test_the_torch_backend_is_a_column_of_the_zoo_table() -> None:
+    """--torch-backend (issue 32): the torch worker's torch.compile(backend="fusec") time,
+    error and partitions join each fusec row of the model, dtype and batch, with the ONNX
+    path's time over the backend's; a failed backend is a cell saying so, not a lost row."""
+    lines = [
+        _row(batch=1, status="ok", fusec_ms=2.0, eager_ms=2.0),
+        _row(batch=32, status="ok", fusec_ms=8.0, eager_ms=9.0),
+        {"pass": "torch", "model": "resnet50", "dtype": "f16", "exporter": "-", "batch": 1}
+        | {"torch_backend_ms": 2.5, "torch_backend_err": 1e-3, "torch_backend_partitions": 1}
+        | {"torch_backend_eager_nodes": 0, "stage": "done"},
+        {"pass": "torch", "model": "resnet50", "dtype": "f16", "exporter": "-", "batch": 32}
+        | {"torch_backend_error": "RuntimeError: x | y", "stage": "done"},
+    ]
+    rows, _ = zoo.merge_records(json.dumps(r) for r in lines)
+    one, many = zoo.combined_rows(rows)
+    assert one["fusec_over_torch_backend"] == 0.8 and "fusec_over_torch_backend" not in many
+    text = zoo.markdown([one, many], {"torch_backend": True})
+    head = next(line for line in text.splitlines() if line.startswith("| model |"))
+    assert head.endswith("| backend ms | ONNX path / backend | backend err "
+                         "| backend partitions, eager nodes |")  # fmt: skip
+    table = [line for line in text.splitlines() if line.startswith("| ResNet-50 |")]
+    assert table[0].endswith("| 2.500 | 0.80x | 1.0e-03 | 1, 0 |")
+    assert table[1].endswith("| failed | - | - | RuntimeError: x / y |")
+    assert "backend ms" not in zoo.markdown([one], {})  # without the option: no column
+
+
 def test_a_killed_worker_leaves_each_unfinished_row_closed_at_its_stage(tmp_path) -> None:
     results = tmp_path / "run.jsonl"
     case = zoo.Case("resnet50", "f16", "dynamo", (1, 32, 64))
