@@ -1136,6 +1136,19 @@ def run_torch_job(w: Worker) -> None:
         w.emit(row | {"stage": "done"})
 
 
+def first_call_and_time(
+    torch: Any, fn: Callable[[Any], Any], x: Any, timer: Timer, target: str
+) -> tuple[Any, float, dict]:
+    """A compiled ``fn``'s first call on ``x`` (where it compiles): its result and seconds
+    (to the device's end on cuda), then ``timer``'s figures of the calls after it."""
+    t0 = time.perf_counter()
+    out = fn(x)
+    if target == "cuda":
+        torch.cuda.synchronize()
+    first_s = time.perf_counter() - t0
+    return out, first_s, timer(lambda: fn(x))
+
+
 def backend_timing(
     torch: Any, model: Any, reference: Any, x: Any, timer: Timer, target: str
 ) -> dict:
@@ -1148,14 +1161,9 @@ def backend_timing(
     fusec_torch.reset_stats()
     fn = torch.compile(model, backend="fusec", dynamic=False)
     with torch.no_grad():
-        t0 = time.perf_counter()
-        got = as_list(fn(x))
-        if target == "cuda":
-            torch.cuda.synchronize()
-        first_s = time.perf_counter() - t0
+        got, first_s, timed = first_call_and_time(torch, fn, x, timer, target)
         want = as_list(reference(x.float() if x.is_floating_point() else x))
-        timed = timer(lambda: fn(x))
-    err, nonfinite = errors(got, want)
+    err, nonfinite = errors(as_list(got), want)
     stats = fusec_torch.stats()
     return {
         "torch_backend_s": first_s,
@@ -1193,12 +1201,7 @@ def _compile_and_time(
     torch._dynamo.reset()
     fn = torch.compile(model, mode=mode, dynamic=False)
     with torch.no_grad():
-        t0 = time.perf_counter()
-        fn(x)
-        if target == "cuda":
-            torch.cuda.synchronize()
-        first_s = time.perf_counter() - t0
-        timed = timer(lambda: fn(x))
+        _, first_s, timed = first_call_and_time(torch, fn, x, timer, target)
     return {f"{key}_s": first_s, f"{key}_ms": timed["ms"], f"{key}_wall_ms": timed.get("wall_ms")}
 
 

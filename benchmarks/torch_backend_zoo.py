@@ -127,13 +127,11 @@ def run_case(name: str, dtype_name: str, batch: int, args: argparse.Namespace) -
         torch._dynamo.reset()
         fusec_torch.reset_stats()
         compiled = torch.compile(low, backend="fusec", dynamic=False)
-        t0 = time.perf_counter()
-        got = zoo.as_list(compiled(x))
-        if args.target == "cuda":
-            torch.cuda.synchronize()
-        row["fusec_first_s"] = time.perf_counter() - t0
-        row["fusec_err"], row["fusec_nonfinite"] = zoo.errors(got, want)
-        row["fusec_ms"] = timer(lambda: compiled(x))["ms"]
+        got, row["fusec_first_s"], timed = zoo.first_call_and_time(
+            torch, compiled, x, timer, args.target
+        )
+        row["fusec_err"], row["fusec_nonfinite"] = zoo.errors(zoo.as_list(got), want)
+        row["fusec_ms"] = timed["ms"]
         stats = fusec_torch.stats()
         for key in ("graphs", "partitions", "eager_partitions", "eager_nodes", "compiled_nodes"):
             row[key] = stats[key]
