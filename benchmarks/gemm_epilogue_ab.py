@@ -31,6 +31,7 @@ SHAPES = [
     ("ViT-B/16 b32 MLP up", 6304, 768, 3072, "bias+gelu"),
     ("ViT-B/16 b32 QKV", 6304, 768, 2304, "bias"),
     ("ViT-B/16 b32 MLP down", 6304, 3072, 768, "bias+residual"),
+    ("ViT-B/16 b32 attention out", 6304, 768, 768, "bias+residual"),
     ("ConvNeXt-T b32 stage 1 up", 100352, 96, 384, "bias+gelu"),
     ("ConvNeXt-T b32 stage 1 down", 100352, 384, 96, "bias+residual"),
     ("ConvNeXt-T b32 stage 2 down", 25088, 768, 192, "bias+residual"),
@@ -57,6 +58,8 @@ VARIANTS: list[tuple[str, str | None, str | None]] = [
     ("128x128 pingpong smem fast", "128x128x64 s6 c2 g8 sched=pingpong epi=smem math=fast", None),
     ("128x128 pingpong direct fast", "128x128x64 s6 c2 g8 sched=pingpong math=fast", None),
     ("256x128 smem fast", "256x128x64 s4 c2 g8 epi=smem math=fast", None),
+    ("192x192 3 consumers smem fast", "192x192x64 s3 c3 g8 epi=smem math=fast", None),
+    ("192x192 3 consumers direct fast", "192x192x64 s4 c3 g8 math=fast", None),
 ]
 VARIANTS_B1: list[tuple[str, str | None, str | None]] = [
     ("heuristic", None, None),

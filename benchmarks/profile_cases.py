@@ -13,7 +13,8 @@ Cases: the issue rows that miss or disagree between benchmarks (``lms-small``: L
 -> matmul 256x256 -> softmax; ``lms-192``: the same into 192 columns, a 64x192 row tile;
 ``mlp-down``: 8192x4096x1024 + bias + residual; ``mlp-up``;
 ``mlp``: the whole MLP block; ``conv``: conv N32 C64 56x56 3x3 + bias + relu;
-``conv-1x1``: its 1x1 twin). For each
+``conv-1x1``: its 1x1 twin; ``vit-attn``, ``vit-mlp-up``, ``vit-mlp-down``, ``vit-proj``:
+ViT-B/16 at batch 32's attention and GEMMs with their epilogues). For each
 implementation the script warms up, then records ``--reps`` calls under ``torch.profiler``
 (CUPTI kernel activity: no hardware counters needed) and prints every GPU kernel with its
 mean duration, so a row's time splits into launches, copies and the kernels that matter.
@@ -120,6 +121,43 @@ def mlp_case(torch, with_ln: bool = False):
     return text, inputs, mlp
 
 
+def vit_gemm_case(torch, epilogue: str, m: int, k: int, n: int):
+    """A ViT-B/16 batch-32 GEMM (6304 tokens) with its zoo epilogue (``gemm_epilogue_ab``)."""
+    from gemm_split_k_ab import inputs_for, ir
+
+    inputs = inputs_for(m, k, n, epilogue)
+
+    def reference(x, w, *rest):
+        import torch.nn.functional as F
+
+        y = x @ w
+        if "bias" in epilogue:
+            y = y + rest[0]
+        if "gelu" in epilogue:
+            y = F.gelu(y)
+        if "residual" in epilogue:
+            y = y + rest[-1]
+        return y
+
+    return ir(m, k, n, epilogue), tuple(inputs), reference
+
+
+def vit_attention_case(torch):
+    """ViT-B/16 batch 32's attention: 384 (batch, head) pairs of 197 tokens, head size 64."""
+    import torch.nn.functional as F
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "targets", "cuda"))
+    from attention_cases import attention_graph
+
+    bh, s, d = 32 * 12, 197, 64
+    inputs = tuple(torch.randn(bh, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
+
+    def attention(q, k, v):
+        return F.scaled_dot_product_attention(q[None], k[None], v[None], scale=0.125)[0]
+
+    return attention_graph((bh,), s, s, d, d, scale="mul"), inputs, attention
+
+
 def resnet_block_case(torch):
     from conv_attn_bench import RESNET, resnet_case
 
@@ -136,6 +174,10 @@ CASES = {
     "mlp": mlp_case,
     "mlp-ln": lambda t: mlp_case(t, with_ln=True),
     "conv": conv_case,
+    "vit-attn": vit_attention_case,
+    "vit-mlp-up": lambda t: vit_gemm_case(t, "bias+gelu", 6304, 768, 3072),
+    "vit-mlp-down": lambda t: vit_gemm_case(t, "bias+residual", 6304, 3072, 768),
+    "vit-proj": lambda t: vit_gemm_case(t, "bias+residual", 6304, 768, 768),
     "conv-1x1": conv_1x1_case,
 }
 

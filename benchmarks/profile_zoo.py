@@ -12,8 +12,11 @@ copy/layout, pooling/reduction, pointwise). Both outputs are checked against the
 module first. The tables say where a model's time goes; the zoo's table says how fast it is
 (this script's per-kernel sums leave out launch gaps). Each ``--variant ENV=VALUE`` compiles
 fusec a second time with that environment (an A/B switch of a pass or template) and adds
-its table; every implementation is also timed in the same run, alternating (CUDA events on
-the current stream, median of ``--timed`` calls each, wall clock beside them).
+its table; ``--tuned`` runs ``fusec tune`` on the model's GEMM groups (the tiles it times, its
+winners recorded in the kernel cache) and compiles once more from those records ("fusec
+tuned"): how much of a gap the heuristic's tiles explain. Every implementation is also timed
+in the same run, alternating (CUDA events on the current stream, median of ``--timed`` calls
+each, wall clock beside them).
 """
 
 from __future__ import annotations
@@ -110,7 +113,14 @@ def timed(torch: Any, calls: dict[str, Callable[[], Any]], rounds: int) -> dict[
 
 
 def profile_model(
-    name: str, batch: int, reps: int, top: int, variants: list[str], rounds: int, compare: bool
+    name: str,
+    batch: int,
+    reps: int,
+    top: int,
+    variants: list[str],
+    rounds: int,
+    compare: bool,
+    tuned: bool = False,
 ) -> dict:
     import torch
     from models_gpu import ZOO, as_list, errors, export, input_name, prepare, sample, torch_setup
@@ -135,6 +145,14 @@ def profile_model(
                 module = fusec.from_onnx(path, input_shapes={arg: tuple(x.shape)})
                 compiled = fusec.compile(module, target="cuda")
             calls[f"fusec {variant}".strip()] = functools.partial(compiled, x)
+            names |= layer_names(compiled.kernels)
+        if tuned:
+            records = fusec.compile(module, target="cuda").tune(reps=reps)
+            print(f"== {name} b{batch}: fusec tune timed {len(records)} GEMM groups", flush=True)
+            for record in records:
+                print(f"   {record}", flush=True)
+            compiled = fusec.compile(module, target="cuda", tuned=True)
+            calls["fusec tuned"] = functools.partial(compiled, x)
             names |= layer_names(compiled.kernels)
         if compare:
             calls["torch.compile"] = functools.partial(torch.compile(model), x)
@@ -176,11 +194,19 @@ def main() -> int:
     parser.add_argument("--variant", action="append", default=[], help="ENV=VALUE, fusec again")
     parser.add_argument("--timed", type=int, default=30, help="timed rounds (all impls each)")
     parser.add_argument("--no-torch-compile", action="store_true", help="fusec variants only")
+    parser.add_argument("--tuned", action="store_true", help="fusec again from `fusec tune`")
     parser.add_argument("--json", type=Path, help="write every table here")
     args = parser.parse_args()
     results = [
         profile_model(
-            m, args.batch, args.reps, args.top, args.variant, args.timed, not args.no_torch_compile
+            m,
+            args.batch,
+            args.reps,
+            args.top,
+            args.variant,
+            args.timed,
+            not args.no_torch_compile,
+            args.tuned,
         )
         for m in args.model
     ]

@@ -13,6 +13,19 @@ from __future__ import annotations
 #: gives registers up, the consumers take them (40 + 2 x 232 = 3 x 168 per thread).
 PRODUCER_REGISTERS = 40
 CONSUMER_REGISTERS = 232
+#: registers an SM gives one block (65536), a thread's share of them rounded down to 8
+_REGISTER_FILE = 65536
+
+
+def consumer_registers(consumers: int) -> int:
+    """What ``setmaxnreg.inc`` gives each consumer thread beside a 40-register producer:
+    ``CONSUMER_REGISTERS`` for one or two consumer warpgroups, what the register file
+    leaves for three (152: 40 x 128 + 152 x 384 <= 65536; 232 would never be granted and
+    the warpgroups would wait for it forever)."""
+    share = (_REGISTER_FILE // 128 - PRODUCER_REGISTERS) // consumers // 8 * 8
+    return min(CONSUMER_REGISTERS, share)
+
+
 #: the wgmma operand type of an operand element type: f32 operands run as tf32 (the
 #: instruction reads the f32 bit patterns and uses 10 of their 23 mantissa bits)
 WGMMA_TYPE = {"f16": "f16", "bf16": "bf16", "f32": "tf32"}

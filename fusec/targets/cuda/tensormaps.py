@@ -19,9 +19,11 @@ operand addresses, output address) and kept (``Prepared``):
   on the capturing stream would be a node of the graph, made again at every replay.
   Another stream that later reads the map waits for that copy through an event
   (only if it has not completed yet). Slots are written once; when a slab of
-  slots is full a new one is started and the old one is freed only after
-  events recorded on every stream that used it have completed (no device
-  synchronisation, no slot rewritten under a running kernel).
+  slots is full a new one is started and the old one is freed only once no
+  kernel can read it: after events recorded on the default streams that used it
+  have completed (no device synchronisation), or after a context synchronisation
+  when one of the caller's own streams used it (that stream may be destroyed by
+  then; ``_MapCache._retire``). No slot is rewritten under a running kernel.
 * The kernel's parameter block (ctypes) is built once per key.
 
 TMA needs every row stride to be a multiple of 16 bytes. An operand whose
@@ -43,10 +45,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fusec.errors import FusecError
+from fusec.targets.cuda.streams import LEGACY, PER_THREAD
 
 _MAP_BYTES = 128
 _NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING: no implicit order with the legacy stream
 _SLOTS = 512
+_DEFAULT_STREAMS = frozenset({LEGACY, PER_THREAD})  # live as long as the context
 _PREPARED_LIMIT = 256  # launch parameter blocks kept per kernel (a new stream or buffer adds one)
 
 
@@ -191,18 +195,37 @@ class _MapCache:
             self.slab.pinned = True
             self.retired.append((self.slab, []))
             self._drop_slots(drv)
-        elif self.slab is not None:  # retire: freed once every stream that used it got past
-            events = []
-            for stream in self.slab.streams:
-                event = _check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING))
-                _check(drv.cuEventRecord(event, drv.CUstream(stream)))
-                events.append(event)
-            self.retired.append((self.slab, events))
-            self._drop_slots(drv)
+        elif self.slab is not None:
+            self._retire(drv, self.slab)
         size = _MAP_BYTES * _SLOTS
         device = int(_check(drv.cuMemAlloc(size)))
         host = int(_check(drv.cuMemHostAlloc(size, 0)))
         self.slab = _Slab(device, host)
+
+    def _retire(self, drv: Any, slab: _Slab) -> None:
+        """Retire a full slab (outside a capture): freed once nothing queued can read it.
+
+        On the default streams, which live as long as the context, events recorded now
+        say when every stream that used the slab got past its kernels (no synchronisation).
+        Any other stream is the caller's and may be gone by now (a Numba or CuPy stream
+        destroyed after its work, as ``fusec tune``'s were: recording on its stale handle
+        failed with ``CUDA_ERROR_CONTEXT_IS_DESTROYED`` on the H200, and a handle reused
+        by a new stream would not order after the old one's work), so a slab that such a
+        stream used is freed after a context synchronisation: one every ``_SLOTS`` new
+        maps on that path, none on the default streams'."""
+        if slab.streams <= _DEFAULT_STREAMS:
+            events = []
+            for stream in slab.streams:
+                event = _check(drv.cuEventCreate(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING))
+                _check(drv.cuEventRecord(event, drv.CUstream(stream)))
+                events.append(event)
+        else:
+            _check(drv.cuCtxSynchronize())
+            events = []  # everything queued so far has finished: freed below
+        self.retired.append((slab, events))
+        self._drop_slots(drv)
+        if not events:
+            self._free_finished(drv)
 
     def _drop_slots(self, drv: Any) -> None:
         """Forget every slot of the retired slab (prepared launches are rebuilt)."""

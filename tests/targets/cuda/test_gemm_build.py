@@ -126,9 +126,16 @@ def test_choose_config() -> None:
     # 1024 x 1024: 32 tiles of 128x256 fill a quarter of the GPU, 64 of 128x128 half
     assert choose_config(1024, 1024, 1024).bn == 128
     assert choose_config(32, 1024, 1024).bm == 64
-    # K = 768 (ViT-B/16 at batch 32): the 128x128 tile, whose epilogue is half as long
-    assert choose_config(6304, 3072, 768).bn == 128
-    assert choose_config(6304, 3072, 1024).bn == 256
+    # K = 768 (GPT-2 at batch 8): the 128x128 tile, whose epilogue is half as long
+    assert choose_config(8192, 3072, 768).bn == 128
+    assert choose_config(8192, 3072, 1024).bn == 256
+    # ViT-B/16 at batch 32 (6304 tokens): 33 x 4 tiles of 192x192 are one wave of 132 SMs,
+    # where 128x128 makes three (300 tiles): the three-consumer tile
+    wave = "192x192x64 s3 c3 g8 epi=smem math=fast"
+    assert choose_config(6304, 768, 768).text == wave
+    assert choose_config(6304, 3072, 768).text == wave
+    assert choose_config(6304, 768, 768, sms=120).bn == 128  # 132 tiles: two waves of 120
+    assert choose_config(6304, 768, 768, three_consumers=False).consumers == 2  # tf32
 
 
 # -------------------------------------------------------------- tile model
@@ -141,6 +148,7 @@ def test_choose_config() -> None:
         (TileConfig(128, 128, 64, 4, 2, 2), (1, 300, 129, 129), 5),
         (TileConfig(256, 128, 64, 4, 2, 8), (1, 257, 64, 1), 1),
         (TileConfig(64, 128, 64, 8, 1, 8), (3, 5, 7, 3), 132),
+        (TileConfig(192, 192, 64, 3, 3, 8), (2, 400, 385, 70), 7),
     ],
 )
 def test_tile_model_writes_every_element_once(config, shape, grid) -> None:

@@ -100,18 +100,44 @@ def test_other_stream_waits_for_an_upload_in_flight(drv: FakeDriver) -> None:
     assert "cuStreamWaitEvent" not in drv.names()
 
 
-def test_full_slab_is_retired_without_synchronising(drv: FakeDriver, monkeypatch) -> None:
+def test_full_slab_used_by_the_default_stream_is_retired_without_synchronising(
+    drv: FakeDriver, monkeypatch
+) -> None:
     monkeypatch.setattr(tensormaps, "_SLOTS", 4)
     launch = _launch(SPEC)
     for k in range(5):  # 2 maps per new A/B pair: the third pair overflows the slab
-        launch.direct(7, _bufs(0x100000 * (k + 1), 0x200000 * (k + 1)), _bufs(0x30000))
+        launch.direct(1, _bufs(0x100000 * (k + 1), 0x200000 * (k + 1)), _bufs(0x30000))
     names = drv.names()
     assert names.count("cuMemAlloc") >= 2 and not SYNCHRONOUS & set(names)
+    assert [int(args[1]) for name, args in drv.calls if name == "cuEventRecord"].count(1) >= 4
     assert tensormaps._maps.retired or "cuMemFree" in names
     drv.calls.clear()
     # a launch prepared against the retired slab is rebuilt, not launched with stale maps
-    launch.direct(7, _bufs(0x100000, 0x200000), _bufs(0x30000))
+    launch.direct(1, _bufs(0x100000, 0x200000), _bufs(0x30000))
     assert drv.names().count("cuTensorMapEncodeTiled") == 2
+
+
+def test_a_slab_a_callers_stream_used_is_freed_after_a_synchronisation_not_an_event(
+    drv: FakeDriver, monkeypatch
+) -> None:
+    """The caller's own stream may be destroyed before the slab it used fills (``fusec
+    tune`` timed each candidate on a Numba stream it then dropped; on the H200 the next
+    call's retirement recorded an event on that handle: CUDA_ERROR_CONTEXT_IS_DESTROYED).
+    So such a slab is freed after a context synchronisation; its stale handle is never
+    passed to the driver again."""
+    monkeypatch.setattr(tensormaps, "_SLOTS", 4)
+    launch = _launch(SPEC)
+    launch.direct(7, _bufs(0x100000, 0x200000), _bufs(0x30000))  # stream 7, then gone
+    first = tensormaps._maps.slab
+    drv.calls.clear()
+    for k in range(2, 5):  # the default stream fills the slab
+        launch.direct(1, _bufs(0x100000 * k, 0x200000 * k), _bufs(0x30000))
+    names = drv.names()
+    assert names.count("cuCtxSynchronize") == 1
+    touched = [args for name, args in drv.calls if name.startswith(("cuEvent", "cuStream"))]
+    assert not any(7 in [int(a) for a in args if isinstance(a, int)] for args in touched)
+    freed = [int(args[0]) for name, args in drv.calls if name == "cuMemFree"]
+    assert int(first.device) in freed and tensormaps._maps.slab is not first
 
 
 def test_a_slab_filled_during_a_graph_capture_is_pinned_not_retired(
@@ -209,7 +235,7 @@ def test_three_maps_survive_a_slab_retired_in_between(drv: FakeDriver, monkeypat
     monkeypatch.setattr(tensormaps, "_SLOTS", 4)
     launch = _launch(STAGED)
     for k in range(4):
-        launch.direct(7, _bufs(0x100000 * (k + 1), 0x200000 * (k + 1)), _bufs(0x30000 * (k + 1)))
+        launch.direct(1, _bufs(0x100000 * (k + 1), 0x200000 * (k + 1)), _bufs(0x30000 * (k + 1)))
         map_a, map_b, _, map_out = _u64_params(launch)
         live = {slot.address for slot in tensormaps._maps.slots.values()}
         assert {map_a, map_b, map_out} <= live  # none of them in a retired slab

@@ -103,7 +103,12 @@ def test_heuristic_splits_under_filled_problems(monkeypatch) -> None:
     for shape, splits in expect.items():
         assert cfg.choose_config(*shape).split_k == splits, shape
     assert cfg.choose_config(128, 768, 3072, sms=16).split_k == 1
-    assert cfg.candidates(128, 768)[0].split_k == 1  # fusec tune: K unknown, no split
+    assert cfg.candidates(128, 768)[0].split_k == 1  # K unknown, no split
+    # fusec tune passes K: the heuristic's own choice is the first candidate timed
+    assert cfg.candidates(128, 768, k=3072)[0] == cfg.choose_config(128, 768, 3072)
+    assert cfg.candidates(8192, 3072, k=768)[0] == cfg.choose_config(8192, 3072, 768)
+    assert cfg.candidates(8192, 3072, k=768)[0].bn == 128  # SHORT_K
+    assert cfg.candidates(8192, 3072)[0].bn == 256  # K unknown: not short
 
 
 def test_heuristic_default_variant() -> None:

@@ -169,3 +169,53 @@ def test_layernorm_long_row_softmax(variant: str) -> None:
 )
 def test_bias_residual_prefetched(variant: str, m: int, n: int, k: int, dtype: str) -> None:
     _run(_with_residual(m, n, k, dtype), dtype, variant)
+
+
+# ------------------------------ three consumer warpgroups (the 192x192 tile, WAVE_TILE)
+
+THREE = {
+    "smem-fast": "192x192x64 s3 c3 g8 epi=smem math=fast",  # the heuristic's
+    "direct": "192x192x64 s4 c3 g8",
+    "vec": "192x192x64 s3 c3 g8 epi=smem math=fast vec=smem",  # barriers 3..5 beside 6..8
+    "ln-tile": "192x192x64 s3 c3 g8 epi=smem math=fast ln=tile",
+}
+
+
+def _three(text: str, dtype: str, tile: str) -> None:
+    """Forced to a three-consumer tile (152 registers a consumer thread: ``setmaxnreg``
+    would wait forever for 232), checked like every variant."""
+    import fusec
+    from fusec.targets.cuda.gemm.template import linked_specs
+
+    pipeline = f'fusec-default,tile-gemm{{tile="{THREE[tile]}"}}'
+    compiled = fusec.compile(text, target="cuda", pipeline=pipeline, executable=False)
+    (gemm,) = [s for k in compiled.kernels for s in linked_specs(k) if hasattr(s, "config")]
+    assert gemm.config.consumers == 3 and gemm.config.bm == 192
+    _check(text, dtype, pipeline=pipeline)
+
+
+@pytest.mark.parametrize("tile", ["smem-fast", "direct"])
+@pytest.mark.parametrize(
+    "m, n, k, dtype", [(1000, 1000, 1000, "f16"), (4097, 511, 77, "bf16")], ids=["1000^3", "odd"]
+)
+def test_three_consumers_ragged(tile: str, m: int, n: int, k: int, dtype: str) -> None:
+    _three(matmul_ir(m, n, k, dtype), dtype, tile)
+
+
+@pytest.mark.parametrize("tile", ["smem-fast", "direct"])
+def test_three_consumers_transposed_b_bias_gelu_and_residual(tile: str) -> None:
+    _three(matmul_ir(1024, 768, 520, "f16", tb=True, tail=(bias(768, "f16"), GELU)), "f16", tile)
+    _three(_with_residual(1000, 1000, 520), "f16", tile)
+
+
+def test_three_consumers_batched() -> None:
+    text = matmul_ir(300, 200, 136, "f16", batch=(3,), batch_b=False, tail=(RELU,))
+    _three(text, "f16", "smem-fast")
+
+
+@pytest.mark.parametrize("tile", ["vec", "ln-tile"])
+def test_three_consumers_layernorm_prologue(tile: str) -> None:
+    """The LayerNorm's named barriers of all three consumers (ln=tile: K = 192 resident;
+    N < 4 K keeps the LayerNorm in the GEMM group)."""
+    tail = (bias(500, "bf16"), GELU)
+    _three(matmul_ir(777, 500, 192, "bf16", ln=True, tail=tail), "bf16", tile)

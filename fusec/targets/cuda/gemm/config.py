@@ -204,7 +204,7 @@ class TileConfig(Variant, TileShape, tile_rules.WarpgroupTile):
         if self.group_m < 1:
             out.append("group_m at least 1")
         return out + tile_rules.resource_problems(
-            self.stages, self.smem_bytes, self.acc_registers, 160
+            self.stages, self.smem_bytes, self.acc_registers, max_accumulators(self.consumers)
         )
 
     # ------------------------------------------------------------ derived sizes
@@ -316,6 +316,13 @@ class TileConfig(Variant, TileShape, tile_rules.WarpgroupTile):
             else:
                 variant[_VARIANT_KEYS[key]] = value
         return cls(bm, bn, bk, stages, consumers, group_m, **variant, split_k=split_k)
+
+
+def max_accumulators(consumers: int) -> int:
+    """f32 accumulators a consumer thread may hold: 160 of its 232 registers (one or two
+    consumers: the 128x256 tile's 128 and the epilogue's working set), 96 of the 152 that
+    three consumers get (``ptx.consumer_registers``: a 192x192 tile, 64 rows each)."""
+    return 160 if consumers <= 2 else 96
 
 
 def ln_tile_problem(config: TileConfig, k: int) -> str | None:
@@ -457,14 +464,19 @@ def tile_count(config: TileConfig, m: int, n: int, batch: int = 1) -> int:
     return -(-m // config.bm) * -(-n // config.bn) * batch
 
 
-def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -> TileConfig:
+def choose_config(
+    m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms, three_consumers: bool = True
+) -> TileConfig:
     """The tile configuration for an (m x k) @ (k x n) problem on a GPU with ``sms`` SMs.
 
     Large problems take the 128x256 tile with two consumer warpgroups (the
     highest arithmetic intensity that fits the register file: 128 f32
     accumulators per thread) and 4 stages. When that tile leaves more than a
     third of the SMs idle in the last wave and a smaller tile fills the GPU
-    better, or when K is short (``SHORT_K``), 128x128 is used. Problems of at most 64
+    better, or when K is short (``SHORT_K``), 128x128 is used. Where the 192x192 tile
+    of three consumer warpgroups (``WAVE_TILE``) wastes fewer SM slots than that choice
+    (``WAVE_MARGIN``), it is used instead (not with ``three_consumers`` off: tf32
+    operands, unmeasured). Problems of at most 64
     rows use a 64-row tile (``small_tile``), and so do problems that even the chosen tile
     leaves more than half the SMs without a block (a transformer's projections at batch 1:
     M = 128..256 tokens), where four to eight times the blocks, each shorter, share the
@@ -496,7 +508,22 @@ def choose_config(m: int, n: int, k: int, batch: int = 1, sms: int = H200.sms) -
         return small()
     if 0 < k <= SHORT_K and best == candidates[0]:
         best = candidates[1]
+    if three_consumers and waste(WAVE_TILE) + WAVE_MARGIN < waste(best):
+        best = WAVE_TILE
     return _split(with_variant(best, HEURISTIC_VARIANT), m, n, k, batch, sms)
+
+
+#: The tile of three consumer warpgroups (64 rows each, 96 accumulators a thread in the 152
+#: registers they get), taken where it fills the GPU's waves better than the two-consumer
+#: tiles. H200 (benchmarks/results/gemm-epilogue-ab.md, both epi=smem math=fast): ViT-B/16
+#: at batch 32 (6304 tokens: 33 row tiles x 4 = 132 tiles, one wave, where 128x128 makes
+#: 300 in three) MLP up + GELU 88.5 -> 75.7 us, QKV 48.0 -> 43.0, MLP down + residual 66.6
+#: -> 54.5, attention out 28.0 -> 23.9; ConvNeXt-T b32 stage-2 down (N = 192) 34.8 -> 30.5;
+#: cuBLAS + PyTorch's epilogue 123.4, 73.1, 61.3, 32.8 and 37.7 us (its own 192x192 tile).
+WAVE_TILE = TileConfig(192, 192, 64, 3, 3, 8)
+#: how much less waste (idle SM slots of the last wave and padding, a fraction) the 192x192
+#: tile must have: the ViT QKV's 0.035 gained 10%; nothing closer was measured
+WAVE_MARGIN = 0.02
 
 
 #: K at most this deep (12 steps of 64) runs the 128x128 tile where 128x256 would fill the
@@ -575,18 +602,20 @@ TUNE_VARIANTS = (
 )
 
 
-def candidates(m: int, n: int, batch: int = 1, sms: int = H200.sms, full_rows: bool = False):
-    """A few configs worth timing for ``fusec tune`` (the heuristic's choice first): tiles
-    and pipeline depths of the default variant, then the opt-in variants (``TUNE_VARIANTS``)
-    of the heuristic's tile and of the 256x128 tile (pingpong: 64x256 and 128x128 per
-    warpgroup)."""
+def candidates(
+    m: int, n: int, batch: int = 1, sms: int = H200.sms, full_rows: bool = False, k: int = 0
+):
+    """A few configs worth timing for ``fusec tune`` (the heuristic's choice first, for depth
+    ``k`` when given: its short-K tile and K split): tiles and pipeline depths of the default
+    variant, then the opt-in variants (``TUNE_VARIANTS``) of the heuristic's tile and of the
+    256x128 tile (pingpong: 64x256 and 128x128 per warpgroup)."""
     if full_rows:
         first = choose_row_config(m, n, batch, sms)
         bn = first.bn
         out = [first, TileConfig(64, bn, 64, max_stages(64, bn), 1, 8)]
         out.append(TileConfig(128, bn, 64, max_stages(128, bn), 2, 8))
     else:
-        first = choose_config(m, n, 0, batch, sms)
+        first = choose_config(m, n, k, batch, sms)
         out = [
             first,
             TileConfig(128, 256, 64, 4, 2, 8),
@@ -594,6 +623,7 @@ def candidates(m: int, n: int, batch: int = 1, sms: int = H200.sms, full_rows: b
             TileConfig(128, 128, 64, 6, 2, 8),
             TileConfig(256, 128, 64, 4, 2, 8),
             TileConfig(128, 256, 64, 4, 2, 4),
+            with_variant(WAVE_TILE, HEURISTIC_VARIANT),
         ]
     bases = [first] if full_rows else [first, TileConfig(256, 128, 64, 4, 2, 8)]
     out += [with_variant(base, variant) for base in bases for variant in TUNE_VARIANTS]

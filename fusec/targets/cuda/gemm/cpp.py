@@ -14,7 +14,8 @@ Block program (``threads = 128 * (consumers + 1)``):
   mbarrier and issues the TMA bulk tensor loads of the A and B tiles
   (128-byte swizzle; out-of-bounds rows/columns/K are zero-filled by TMA, so
   ragged M, N and K need no predication in the main loop);
-* warpgroups 1..consumers are consumers: ``setmaxnreg.inc`` to 232, each owns
+* warpgroups 1..consumers are consumers: ``setmaxnreg.inc`` to 232 (152 beside
+  three: ``ptx.consumer_registers``), each owns
   ``bm / consumers`` rows of the block tile; per K step they wait on ``full``,
   issue 4 ``wgmma.mma_async.m64nBNk16`` per 64-row block reading A and B from
   shared memory through matrix descriptors, keep one wgmma group in flight
@@ -83,7 +84,7 @@ from fusec.targets.cuda.epilogue import Epilogue
 from fusec.targets.cuda.gemm.config import TileConfig, Variant
 from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
 from fusec.targets.cuda.linked import LinkedSpec
-from fusec.targets.cuda.ptx import CONSUMER_REGISTERS, PRODUCER_REGISTERS, wgmma_ss
+from fusec.targets.cuda.ptx import PRODUCER_REGISTERS, consumer_registers, wgmma_ss
 
 #: operand types: f32 operands run as tf32 (``precision="tf32"``, a tile with bk = 32)
 DTYPES = ("f16", "bf16", "f32")
@@ -208,7 +209,8 @@ def _config(spec: GemmSpec) -> str:
         "GROUP_M": c.group_m, "WM": c.rows_per_consumer, "A_BYTES": c.a_stage_bytes,
         "B_BYTES": c.b_stage_bytes, "EPI_BYTES": c.epi_bytes if c.epilogue == "smem" else 0,
         "VEC_BYTES": c.vec_bytes, "LN_BYTES": c.ln_bytes,
-        "PRODUCER_REGISTERS": PRODUCER_REGISTERS, "CONSUMER_REGISTERS": CONSUMER_REGISTERS,
+        "PRODUCER_REGISTERS": PRODUCER_REGISTERS,
+        "CONSUMER_REGISTERS": consumer_registers(c.consumers),
         "PREFETCH_AHEAD": PREFETCH_AHEAD, "SPLIT_K": c.split_k,
     }  # fmt: skip
     flags = {

@@ -320,7 +320,7 @@ def _heuristic_config(p: GemmPlan, sms: int) -> tuple[TileConfig, str]:
                 return in_kernel, why
             config = with_variant(config, replace(config.variant, vectors="smem"))
         return config, why
-    config = choose_config(p.m, p.n, p.k, p.batches, sms)
+    config = choose_config(p.m, p.n, p.k, p.batches, sms, three_consumers=not p.tf32)
     if _reads_output_shaped_input(p) and config.consumers == 2:
         config = with_variant(config, replace(config.variant, prefetch="tile"))
     return config, "heuristic"

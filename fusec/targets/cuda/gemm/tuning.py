@@ -105,7 +105,7 @@ def tune(module: Any, entry: str | None = None, reps: int = 20, cache: Any = Non
         full_rows = p.softmax_mode == "row"
         timings: dict[str, float] = {}
         inputs = _random_inputs(fused)
-        for candidate in candidates(p.m, p.n, p.batches, device.sms, full_rows):
+        for candidate in candidates(p.m, p.n, p.batches, device.sms, full_rows, p.k):
             config = template.fit_operands(p, candidate)  # tf32 operands: a BK = 32 tile
             fused.attributes[template.TILE_ATTR] = to_attr(config, "tune candidate")
             kernel = template.generate(fused, f"tune{index}")

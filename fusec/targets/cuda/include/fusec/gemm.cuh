@@ -29,9 +29,10 @@ namespace fusec {
 enum GemmSoftmax { SOFTMAX_NONE = 0, SOFTMAX_ROW = 1, SOFTMAX_PARTIALS = 2 };
 
 // Named barriers (enumerators, not constexpr variables: those would be emitted as globals): 1 and 2
-// pingpong's turns, 3 + cw the staged vectors of consumer cw, 5 + cw its normalised A rows
-// (ln=tile), 7 the consumers' staged gamma and beta, 10 split-K's arrival of all consumers.
-enum GemmBarrier { VECTOR_BARRIER = 3, LN_BARRIER = 5, LN_AFFINE_BARRIER = 7, SPLIT_BARRIER = 10 };
+// pingpong's turns, 3 + cw the staged vectors of consumer cw, 6 + cw its normalised A rows
+// (ln=tile), 9 the consumers' staged gamma and beta, 10 split-K's arrival of all consumers;
+// disjoint for up to 3 consumer warpgroups (cw = 0..2).
+enum GemmBarrier { VECTOR_BARRIER = 3, LN_BARRIER = 6, LN_AFFINE_BARRIER = 9, SPLIT_BARRIER = 10 };
 
 // The LayerNorm rewrite (FlashNorm, ln=fold) y = rstd * (acc - mu * c) + d is exact in real
 // numbers only: acc = x . W' is taken of the raw row, so where the row's mean is large
@@ -757,6 +758,7 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
                                            u64 ws, u64 counters) {
   static_assert(C::SPLIT_K == 1 || (!C::PINGPONG && !C::LN_TILE),
                 "split-K runs the cooperative schedule without ln=tile");
+  static_assert(C::CONSUMERS >= 1 && C::CONSUMERS <= 3, "the named barriers serve 1-3 consumers");
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES, WM = C::WM;
   constexpr int A_BYTES = C::A_BYTES, B_BYTES = C::B_BYTES, MI = WM / 64, HALF = BN / 2;
   const u32 base = (fs_smem((const void*)smem_raw) + 1023u) & ~1023u;
