@@ -123,23 +123,12 @@ def mlp_case(torch, with_ln: bool = False):
 
 def vit_gemm_case(torch, epilogue: str, m: int, k: int, n: int):
     """A ViT-B/16 batch-32 GEMM (6304 tokens) with its zoo epilogue (``gemm_epilogue_ab``)."""
-    from gemm_split_k_ab import inputs_for, ir
+    from gemm_split_k_ab import inputs_for, ir, torch_fn
 
-    inputs = inputs_for(m, k, n, epilogue)
+    def reference(*args):
+        return torch_fn(list(args), epilogue)()
 
-    def reference(x, w, *rest):
-        import torch.nn.functional as F
-
-        y = x @ w
-        if "bias" in epilogue:
-            y = y + rest[0]
-        if "gelu" in epilogue:
-            y = F.gelu(y)
-        if "residual" in epilogue:
-            y = y + rest[-1]
-        return y
-
-    return ir(m, k, n, epilogue), tuple(inputs), reference
+    return ir(m, k, n, epilogue), tuple(inputs_for(m, k, n, epilogue)), reference
 
 
 def vit_attention_case(torch):

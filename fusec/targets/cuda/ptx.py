@@ -13,7 +13,7 @@ from __future__ import annotations
 #: gives registers up, the consumers take them (40 + 2 x 232 = 3 x 168 per thread).
 PRODUCER_REGISTERS = 40
 CONSUMER_REGISTERS = 232
-#: registers an SM gives one block (65536), a thread's share of them rounded down to 8
+#: the registers of one SM, all of which one block of these kernels takes (one block an SM)
 _REGISTER_FILE = 65536
 
 
@@ -22,7 +22,7 @@ def consumer_registers(consumers: int) -> int:
     ``CONSUMER_REGISTERS`` for one or two consumer warpgroups, what the register file
     leaves for three (152: 40 x 128 + 152 x 384 <= 65536; 232 would never be granted and
     the warpgroups would wait for it forever)."""
-    share = (_REGISTER_FILE // 128 - PRODUCER_REGISTERS) // consumers // 8 * 8
+    share = (_REGISTER_FILE // 128 - PRODUCER_REGISTERS) // consumers // 8 * 8  # setmaxnreg: x8
     return min(CONSUMER_REGISTERS, share)
 
 

@@ -528,10 +528,11 @@ WAVE_MARGIN = 0.02
 
 #: K at most this deep (12 steps of 64) runs the 128x128 tile where 128x256 would fill the
 #: GPU as well: the main loop is short, so each tile's epilogue weighs as much as its MMAs,
-#: and half the tile halves it. H200, ViT-B/16 at batch 32 (6304 tokens, K = 768,
-#: benchmarks/results/gemm-epilogue-ab.md, both epi=smem math=fast): MLP up + GELU 98.7
-#: -> 90.5 us, QKV + bias 51.5 -> 49.3; at K = 4096 (square 4096) 128x256 stays ahead,
-#: 188.1 against 205.8 us. Deeper K between the two is unmeasured and keeps 128x256.
+#: and half the tile halves it. H200, ViT-B/16 at batch 32 (6304 tokens, K = 768, the run of
+#: 2026-12-03 in gemm-epilogue-ab.md's history, both epi=smem math=fast): MLP up + GELU 98.7
+#: -> 90.5 us, QKV + bias 51.5 -> 49.3 (those shapes now take ``WAVE_TILE``); at K = 4096
+#: (square 4096) 128x256 stays ahead, 188.1 against 205.8 us. Deeper K between the two is
+#: unmeasured and keeps 128x256.
 SHORT_K = 768
 
 
