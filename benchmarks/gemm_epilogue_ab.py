@@ -12,6 +12,7 @@ fresh random inputs.
 
     python3 benchmarks/gemm_epilogue_ab.py --out $OUT             # H200, batch-32 shapes
     python3 benchmarks/gemm_epilogue_ab.py --set b1 --out $OUT    # batch-1 shapes
+    python3 benchmarks/gemm_epilogue_ab.py --set convnext --out $OUT   # ConvNeXt-T b32's
 """
 
 from __future__ import annotations
@@ -71,7 +72,33 @@ VARIANTS_B1: list[tuple[str, str | None, str | None]] = [
     ("64x64 fast sk=2", "64x64x64 s8 c1 g8 math=fast sk=2", None),
     ("64x64 fast sk=3", "64x64x64 s8 c1 g8 math=fast sk=3", None),
 ]
-SETS = {"b32": (SHAPES, VARIANTS), "b1": (SHAPES_B1, VARIANTS_B1)}
+#: ConvNeXt-T at batch 32 (``--set convnext``): every stage's MLP, its down projection with
+#: the layer scale and the residual as the zoo's NHWC blocks fuse them (the folded GEMM's
+#: epilogue indexes them as these 2-D ones since e3c371c); kernel sums at e3c371c put
+#: fusec's GEMMs at 1.52 ms against cuBLAS's 0.71 + PyTorch's epilogue kernels (profile.md)
+SHAPES_CONVNEXT = [
+    (f"ConvNeXt-T b32 stage {i + 1} {part}", m, k, n, epilogue)
+    for i, (m, c) in enumerate([(100352, 96), (25088, 192), (6272, 384), (1568, 768)])
+    for part, k, n, epilogue in (
+        ("up", c, 4 * c, "bias+gelu"),
+        ("down", 4 * c, c, "bias+scale+residual"),
+    )
+]
+VARIANTS_CONVNEXT: list[tuple[str, str | None, str | None]] = [
+    ("heuristic", None, None),
+    ("128x128 smem fast", "128x128x64 s6 c2 g8 epi=smem math=fast", None),
+    ("128x256 smem fast", "128x256x64 s4 c2 g8 epi=smem math=fast", None),
+    ("256x128 smem fast", "256x128x64 s4 c2 g8 epi=smem math=fast", None),
+    ("128x192 smem fast", "128x192x64 s4 c2 g8 epi=smem math=fast", None),
+    ("192x192 3 consumers smem fast", "192x192x64 s3 c3 g8 epi=smem math=fast", None),
+    ("128x128 pingpong smem fast", "128x128x64 s6 c2 g8 sched=pingpong epi=smem math=fast", None),
+    ("64x128 fast", "64x128x64 s8 c1 g8 math=fast", None),
+]
+SETS = {
+    "b32": (SHAPES, VARIANTS),
+    "b1": (SHAPES_B1, VARIANTS_B1),
+    "convnext": (SHAPES_CONVNEXT, VARIANTS_CONVNEXT),
+}
 
 
 def table(rows: list[dict], shapes: list) -> list[str]:

@@ -40,22 +40,28 @@ VARIANTS = ("unsplit", "split")
 
 
 def ir(m: int, k: int, n: int, epilogue: str) -> str:
-    """The GEMM and its epilogue as ``ai`` IR, the weight and bias as function arguments."""
+    """The GEMM and its epilogue as ``ai`` IR, the weight and bias as function arguments:
+    ``epilogue`` names its parts in order, of bias, gelu, scale (a per-column layer scale,
+    ConvNeXt's) and residual."""
     t = lambda *s: f"tensor<{'x'.join(map(str, s))}xf16>"  # noqa: E731
     args = [f"%x: {t(m, k)}", f"%w: {t(k, n)}"]
     lines = [f"  %v0 = ai.matmul %x, %w : {t(m, k)} * {t(k, n)}"]
     last = "%v0"
     if "bias" in epilogue:
         args.append(f"%c: {t(n)}")
-        lines.append(f"  %v1 = ai.bias_add %v0, %c {{axis = 1 : i64}} : {t(m, n)} * {t(n)}")
+        lines.append(f"  %v1 = ai.bias_add {last}, %c {{axis = 1 : i64}} : {t(m, n)} * {t(n)}")
         last = "%v1"
     if "gelu" in epilogue:
-        lines.append(f"  %v2 = ai.gelu %v1 : {t(m, n)}")
+        lines.append(f"  %v2 = ai.gelu {last} : {t(m, n)}")
         last = "%v2"
+    if "scale" in epilogue:
+        args.append(f"%s: {t(1, n)}")
+        lines.append(f"  %v3 = ai.mul {last}, %s : {t(m, n)} * {t(1, n)}")
+        last = "%v3"
     if "residual" in epilogue:
         args.append(f"%r: {t(m, n)}")
-        lines.append(f"  %v3 = ai.add %v1, %r : {t(m, n)} * {t(m, n)}")
-        last = "%v3"
+        lines.append(f"  %v4 = ai.add {last}, %r : {t(m, n)} * {t(m, n)}")
+        last = "%v4"
     head = f"func.func @g({', '.join(args)}) -> {t(m, n)} {{"
     return "\n".join([head, *lines, f"  return {last} : {t(m, n)}", "}", ""])
 
@@ -67,13 +73,16 @@ def torch_fn(args, epilogue: str):
     x, w, *rest = args
 
     def fn():
+        extra = iter(rest)
         y = x @ w
         if "bias" in epilogue:
-            y = y + rest[0]
+            y = y + next(extra)
         if "gelu" in epilogue:
             y = F.gelu(y)
+        if "scale" in epilogue:
+            y = y * next(extra)
         if "residual" in epilogue:
-            y = y + rest[1]
+            y = y + next(extra)
         return y
 
     return fn
@@ -86,6 +95,8 @@ def inputs_for(m: int, k: int, n: int, epilogue: str) -> list:
     inputs.append(torch.randn(k, n, device="cuda", dtype=torch.float16) / k**0.5)
     if "bias" in epilogue:
         inputs.append(0.1 * torch.randn(n, device="cuda", dtype=torch.float16))
+    if "scale" in epilogue:
+        inputs.append(0.5 + 0.1 * torch.randn(1, n, device="cuda", dtype=torch.float16))
     if "residual" in epilogue:
         inputs.append(torch.randn(m, n, device="cuda", dtype=torch.float16))
     return inputs
