@@ -61,7 +61,8 @@ _LINKED = re.compile(r"fusec_[a-z]+_([0-9a-f]{16})")
 def layer_names(kernels: Any) -> dict[str, str]:
     """{spec key: what the kernel computes} for a compiled module's linked kernels: its
     kind, the shape line of its header (a conv's geometry, else its inputs) and its tile,
-    so that a profile's ``fusec_conv_<key>`` rows name their layers."""
+    so that a profile's ``fusec_conv_<key>`` rows name their layers (every layer, " | "
+    between them, where several run one kernel)."""
     names = {}
     for kernel in kernels:
         head = [line[2:] for line in kernel.source.splitlines()[:40] if line.startswith("# ")]
@@ -69,8 +70,10 @@ def layer_names(kernels: Any) -> dict[str, str]:
         shape = shape or next((h for h in head if "inputs :" in h), "").strip()
         tile = re.search(r"tile [0-9x]+(?: [a-z0-9=]+)*?(?=[,;])", " ".join(head))
         text = f"{kernel.kind}: {shape.split(';')[0]}" + (f", {tile.group(0)}" if tile else "")
-        for spec in kernel.specs:
-            names[spec.key] = text
+        for spec in kernel.specs:  # groups that share a kernel (same tile and epilogue
+            # body, other sizes) share its profile rows: name them all
+            known = names.get(spec.key)
+            names[spec.key] = text if known in (None, text) else f"{known} | {text}"
     return names
 
 
