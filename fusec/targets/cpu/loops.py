@@ -117,17 +117,21 @@ def pointwise_stage(
     index = [f"i{d}" for d in range(len(merged) - 1)] + ["j"]
     body, inner = loop_header(merged)
 
+    # Offsets are unsigned (``U``, the prelude's uint64): a signed index makes Numba check
+    # for a negative one (wraparound) at every access, and inside a ``prange`` body LLVM
+    # cannot prove it away, so the loop stayed scalar: EfficientNet-B0's SE scale
+    # (1x144x32x32, one thread) took 189 us a call, 18 us with unsigned offsets.
     def leaf(value: SSAValue) -> str:
         if value in blocks:
             offset = block_offset(
                 merged, leaf_merged[value], index, block_dims[value], blocks[value][1]
             )
-            return f"{reads[value]}[{offset}]"
-        return f"{reads[value]}[{broadcast_offset(merged, leaf_merged[value], index)}]"
+            return f"{reads[value]}[U({offset})]"
+        return f"{reads[value]}[U({broadcast_offset(merged, leaf_merged[value], index)})]"
 
     def rotated(value: SSAValue) -> tuple[str, str]:
         offset = broadcast_offset(merged, leaf_merged[value], [*index[:-1], "jr"])
-        return f"{reads[value]}[{offset}]", f"j < {space[-1] // 2}"
+        return f"{reads[value]}[U({offset})]", f"j < {space[-1] // 2}"
 
     stmts, names = gen.chain(ops, leaf, rotated)
     if rotations:
@@ -136,7 +140,7 @@ def pointwise_stage(
         stmts.insert(0, f"jr = j + {half} if j < {half} else j - {half}")
     for (value, array), shape in zip(writes, write_merged, strict=True):
         expr = names[value] if value in names else leaf(value)
-        stmts.append(f"{array}[{broadcast_offset(merged, shape, index)}] = {expr}")
+        stmts.append(f"{array}[U({broadcast_offset(merged, shape, index)})] = {expr}")
     body.extend(f"{inner}{s}" for s in stmts)
     params = _params([reads[v] for v in leaf_list if v in reads], [a for _, a in writes])
     parallel = math.prod(space) >= PARALLEL_MIN_ELEMENTS

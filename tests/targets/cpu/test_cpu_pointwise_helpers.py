@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from cpu_check import check
 
@@ -30,3 +32,21 @@ func.func @f(%x: {t}, %y: {t}) -> ({t}, {t}) {{
     assert kernel.kind == "pointwise"
     assert "erfc_f32(" in kernel.source and "exp_nonpos_f32(" in kernel.source
     assert "math.erfc(" not in kernel.source and "math.exp(" not in kernel.source
+
+
+def test_pointwise_offsets_are_unsigned_so_the_prange_body_vectorises(cache):
+    """A signed index makes Numba check every access for a negative one, which LLVM cannot
+    prove away inside a ``prange`` body: EfficientNet-B0's SE scale (a per-channel vector
+    times 1x144x32x32) ran scalar, 189 us against 18 us at one thread. Every load and store
+    of the loop goes through ``U`` (uint64); the broadcast operand and a ragged shape are
+    checked against the reference."""
+    v, x = "tensor<1x7x1x1xf32>", "tensor<1x7x9x11xf32>"
+    text = f"""
+func.func @f(%s: {v}, %x: {x}) -> {x} {{
+  %y = ai.mul %s, %x : {v} * {x}
+  %z = ai.relu %y : {x}
+  return %z : {x}
+}}"""
+    (kernel,) = check(text, cache=cache, kind="pointwise").kernels
+    accesses = re.findall(r"\b(?:in\d+|out\d+)\[([^\]]*)\]", kernel.source)
+    assert len(accesses) == 3 and all(a.startswith("U(") for a in accesses), accesses
