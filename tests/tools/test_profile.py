@@ -70,7 +70,11 @@ def test_every_kernel_is_listed_once_and_the_shares_add_up(compiled, measured) -
     table = measured.table()
     rows = [line.split()[0] for line in table.splitlines()[2:] if re.match(r"k\d+ ", line)]
     assert sorted(rows) == names
-    assert "ordinary call (wall)" in table and "launch/Python overhead" in table
+    # which explanation follows the ordinary call's time depends on the machine's timing
+    # (on a loaded machine the plain calls can beat the kernels' sum): the one that matches
+    # this measurement must be there (a fixed wording failed the slow lane under load)
+    expected = "launch/Python overhead" if measured.overhead_seconds >= 0 else "repeat more"
+    assert "ordinary call (wall)" in table and expected in table
     kinds = {k.name: k.kind for k in measured.kernels}
     assert kinds == {"k0": "conv", "k1": "matmul"}
 
