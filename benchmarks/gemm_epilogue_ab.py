@@ -84,15 +84,21 @@ SHAPES_CONVNEXT = [
         ("down", 4 * c, c, "bias+scale+residual"),
     )
 ]
+_VARIANT_BY_LABEL = {variant[0]: variant for variant in (*VARIANTS, *VARIANTS_B1)}
 VARIANTS_CONVNEXT: list[tuple[str, str | None, str | None]] = [
-    ("heuristic", None, None),
-    ("128x128 smem fast", "128x128x64 s6 c2 g8 epi=smem math=fast", None),
-    ("128x256 smem fast", "128x256x64 s4 c2 g8 epi=smem math=fast", None),
-    ("256x128 smem fast", "256x128x64 s4 c2 g8 epi=smem math=fast", None),
+    *(
+        _VARIANT_BY_LABEL[label]
+        for label in (
+            "heuristic",
+            "128x128 smem fast",
+            "128x256 smem fast",
+            "256x128 smem fast",
+            "192x192 3 consumers smem fast",
+            "128x128 pingpong smem fast",
+            "64x128 fast",
+        )
+    ),
     ("128x192 smem fast", "128x192x64 s4 c2 g8 epi=smem math=fast", None),
-    ("192x192 3 consumers smem fast", "192x192x64 s3 c3 g8 epi=smem math=fast", None),
-    ("128x128 pingpong smem fast", "128x128x64 s6 c2 g8 sched=pingpong epi=smem math=fast", None),
-    ("64x128 fast", "64x128x64 s8 c1 g8 math=fast", None),
 ]
 SETS = {
     "b32": (SHAPES, VARIANTS),

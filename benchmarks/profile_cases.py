@@ -134,9 +134,7 @@ def vit_gemm_case(torch, epilogue: str, m: int, k: int, n: int):
 def vit_attention_case(torch):
     """ViT-B/16 batch 32's attention: 384 (batch, head) pairs of 197 tokens, head size 64."""
     import torch.nn.functional as F
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "targets", "cuda"))
-    from attention_cases import attention_graph
+    from conv_attn_bench import attention_graph  # it puts tests/targets/cuda on the path
 
     bh, s, d = 32 * 12, 197, 64
     inputs = tuple(torch.randn(bh, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
