@@ -13,6 +13,7 @@ fresh random inputs.
     python3 benchmarks/gemm_epilogue_ab.py --out $OUT             # H200, batch-32 shapes
     python3 benchmarks/gemm_epilogue_ab.py --set b1 --out $OUT    # batch-1 shapes
     python3 benchmarks/gemm_epilogue_ab.py --set convnext --out $OUT   # ConvNeXt-T b32's
+    python3 benchmarks/gemm_epilogue_ab.py --set b8 --out $OUT    # BERT / GPT-2 at batch 8
 """
 
 from __future__ import annotations
@@ -100,9 +101,26 @@ VARIANTS_CONVNEXT: list[tuple[str, str | None, str | None]] = [
     ),
     ("128x192 smem fast", "128x192x64 s4 c2 g8 epi=smem math=fast", None),
 ]
+#: BERT-base and GPT-2 at batch 8 (``--set b8``: 1024 tokens, K = 768 or 3072), whose
+#: GEMMs the 128x192 tile (``config.NARROW_TILE``) took from 128x128 by the waste rule
+#: alone: one wave of 96 or 128 tiles where 128x128 made two of 144 or 192
+SHAPES_B8 = [
+    ("BERT/GPT-2 b8 QKV", 1024, 768, 2304, "bias"),
+    ("BERT/GPT-2 b8 MLP up", 1024, 768, 3072, "bias+gelu"),
+    ("BERT/GPT-2 b8 MLP down", 1024, 3072, 768, "bias+residual"),
+    ("BERT/GPT-2 b8 attention out", 1024, 768, 768, "bias+residual"),
+]
+VARIANTS_B8: list[tuple[str, str | None, str | None]] = [
+    _VARIANT_BY_LABEL["heuristic"],
+    _VARIANT_BY_LABEL["128x128 smem fast"],
+    ("128x192 smem fast", "128x192x64 s4 c2 g8 epi=smem math=fast", None),
+    _VARIANT_BY_LABEL["192x192 3 consumers smem fast"],
+    _VARIANT_BY_LABEL["64x128 fast"],
+]
 SETS = {
     "b32": (SHAPES, VARIANTS),
     "b1": (SHAPES_B1, VARIANTS_B1),
+    "b8": (SHAPES_B8, VARIANTS_B8),
     "convnext": (SHAPES_CONVNEXT, VARIANTS_CONVNEXT),
 }
 

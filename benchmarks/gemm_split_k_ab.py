@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -39,31 +40,37 @@ SHAPES = [
 VARIANTS = ("unsplit", "split")
 
 
-def ir(m: int, k: int, n: int, epilogue: str) -> str:
+def ir(m: int, k: int, n: int, epilogue: str, lead: tuple[int, ...] = ()) -> str:
     """The GEMM and its epilogue as ``ai`` IR, the weight and bias as function arguments:
     ``epilogue`` names its parts in order, of bias, gelu, scale (a per-column layer scale,
-    ConvNeXt's) and residual."""
+    ConvNeXt's) and residual. ``lead``: x's leading dims (their product ``m``) as a model's
+    NHWC or (batch, tokens) activation has them, folded into M by the GEMM."""
+    lead = lead or (m,)
+    assert math.prod(lead) == m, (lead, m)
     t = lambda *s: f"tensor<{'x'.join(map(str, s))}xf16>"  # noqa: E731
-    args = [f"%x: {t(m, k)}", f"%w: {t(k, n)}"]
-    lines = [f"  %v0 = ai.matmul %x, %w : {t(m, k)} * {t(k, n)}"]
+    x, y = t(*lead, k), t(*lead, n)
+    args = [f"%x: {x}", f"%w: {t(k, n)}"]
+    lines = [f"  %v0 = ai.matmul %x, %w : {x} * {t(k, n)}"]
     last = "%v0"
     if "bias" in epilogue:
         args.append(f"%c: {t(n)}")
-        lines.append(f"  %v1 = ai.bias_add {last}, %c {{axis = 1 : i64}} : {t(m, n)} * {t(n)}")
+        axis = len(lead)
+        lines.append(f"  %v1 = ai.bias_add {last}, %c {{axis = {axis} : i64}} : {y} * {t(n)}")
         last = "%v1"
     if "gelu" in epilogue:
-        lines.append(f"  %v2 = ai.gelu {last} : {t(m, n)}")
+        lines.append(f"  %v2 = ai.gelu {last} : {y}")
         last = "%v2"
     if "scale" in epilogue:
-        args.append(f"%s: {t(1, n)}")
-        lines.append(f"  %v3 = ai.mul {last}, %s : {t(m, n)} * {t(1, n)}")
+        scale = t(*(1 for _ in lead), n)
+        args.append(f"%s: {scale}")
+        lines.append(f"  %v3 = ai.mul {last}, %s : {y} * {scale}")
         last = "%v3"
     if "residual" in epilogue:
-        args.append(f"%r: {t(m, n)}")
-        lines.append(f"  %v4 = ai.add {last}, %r : {t(m, n)} * {t(m, n)}")
+        args.append(f"%r: {y}")
+        lines.append(f"  %v4 = ai.add {last}, %r : {y} * {y}")
         last = "%v4"
-    head = f"func.func @g({', '.join(args)}) -> {t(m, n)} {{"
-    return "\n".join([head, *lines, f"  return {last} : {t(m, n)}", "}", ""])
+    head = f"func.func @g({', '.join(args)}) -> {y} {{"
+    return "\n".join([head, *lines, f"  return {last} : {y}", "}", ""])
 
 
 def torch_fn(args, epilogue: str):
@@ -88,17 +95,19 @@ def torch_fn(args, epilogue: str):
     return fn
 
 
-def inputs_for(m: int, k: int, n: int, epilogue: str) -> list:
+def inputs_for(m: int, k: int, n: int, epilogue: str, lead: tuple[int, ...] = ()) -> list:
     import torch
 
-    inputs = [torch.randn(m, k, device="cuda", dtype=torch.float16)]
+    lead = lead or (m,)
+    inputs = [torch.randn(*lead, k, device="cuda", dtype=torch.float16)]
     inputs.append(torch.randn(k, n, device="cuda", dtype=torch.float16) / k**0.5)
     if "bias" in epilogue:
         inputs.append(0.1 * torch.randn(n, device="cuda", dtype=torch.float16))
     if "scale" in epilogue:
-        inputs.append(0.5 + 0.1 * torch.randn(1, n, device="cuda", dtype=torch.float16))
+        ones = (1,) * len(lead)
+        inputs.append(0.5 + 0.1 * torch.randn(*ones, n, device="cuda", dtype=torch.float16))
     if "residual" in epilogue:
-        inputs.append(torch.randn(m, n, device="cuda", dtype=torch.float16))
+        inputs.append(torch.randn(*lead, n, device="cuda", dtype=torch.float16))
     return inputs
 
 

@@ -1,6 +1,7 @@
 """Per-kernel GPU times of fusec vs PyTorch eager vs torch.compile, for profiling misses.
 
     python benchmarks/profile_cases.py --case lms-small            # torch.profiler table
+    python benchmarks/profile_cases.py --case convnext-s3-up --flush-l2   # L2 cold each call
     ncu --clock-control none --set basic python benchmarks/profile_cases.py \
         --case lms-small --impl fusec --reps 2 --no-profiler        # hardware counters
     FUSEC_CONV_INPUT=nchw python benchmarks/profile_cases.py --case conv-1x1 --impl fusec
@@ -14,11 +15,15 @@ Cases: the issue rows that miss or disagree between benchmarks (``lms-small``: L
 ``mlp-down``: 8192x4096x1024 + bias + residual; ``mlp-up``;
 ``mlp``: the whole MLP block; ``conv``: conv N32 C64 56x56 3x3 + bias + relu;
 ``conv-1x1``: its 1x1 twin; ``vit-attn``, ``vit-mlp-up``, ``vit-mlp-down``, ``vit-proj``:
-ViT-B/16 at batch 32's attention and GEMMs with their epilogues). For each
-implementation the script warms up, then records ``--reps`` calls under ``torch.profiler``
-(CUPTI kernel activity: no hardware counters needed) and prints every GPU kernel with its
-mean duration, so a row's time splits into launches, copies and the kernels that matter.
-Every implementation is checked against eager in float32 first (fresh randn inputs).
+ViT-B/16 at batch 32's attention and GEMMs with their epilogues; ``convnext-s3-up[-nhwc]``:
+ConvNeXt-T b32's stage-3 MLP up, 2-D and with the model's NHWC activation; ``convnext-s1-up``:
+its stage-1 MLP up, K = 96; ``convnext-s3-down``: stage 3's MLP down with the layer scale
+and the residual; ``convnext-s3-up-init``: stage 3's MLP up with the model's init values).
+For each implementation the script warms up, then records ``--reps`` calls under
+``torch.profiler`` (CUPTI kernel activity: no hardware counters needed) and prints every GPU
+kernel with its mean duration, so a row's time splits into launches, copies and the kernels
+that matter. Every implementation is checked against eager in float32 first (fresh randn
+inputs).
 """
 
 from __future__ import annotations
@@ -121,14 +126,16 @@ def mlp_case(torch, with_ln: bool = False):
     return text, inputs, mlp
 
 
-def vit_gemm_case(torch, epilogue: str, m: int, k: int, n: int):
-    """A ViT-B/16 batch-32 GEMM (6304 tokens) with its zoo epilogue (``gemm_epilogue_ab``)."""
+def vit_gemm_case(torch, epilogue: str, m: int, k: int, n: int, lead: tuple[int, ...] = ()):
+    """A zoo GEMM at batch 32 (ViT-B/16's 6304 tokens, ConvNeXt-T's NHWC pixels) with its
+    epilogue (``gemm_epilogue_ab``); ``lead``: x's leading dims as the model has them."""
     from gemm_split_k_ab import inputs_for, ir, torch_fn
 
     def reference(*args):
         return torch_fn(list(args), epilogue)()
 
-    return ir(m, k, n, epilogue), tuple(inputs_for(m, k, n, epilogue)), reference
+    inputs = tuple(inputs_for(m, k, n, epilogue, lead))
+    return ir(m, k, n, epilogue, lead), inputs, reference
 
 
 def vit_attention_case(torch):
@@ -152,6 +159,18 @@ def resnet_block_case(torch):
     return RESNET, inputs, block
 
 
+def convnext_init_case(torch, m: int, k: int, n: int, lead: tuple[int, ...]):
+    """ConvNeXt-T's MLP up with the values the zoo's model feeds it (torchvision's init: the
+    weight truncated-normal with std 0.02, the bias zero; x a LayerNorm's output) instead of
+    ``vit_gemm_case``'s unit-scale weight and random bias: whether the kernel's time depends
+    on the data (in the model the bias + GELU GEMMs ran 6-49% slower than in isolation)."""
+    text, inputs, reference = vit_gemm_case(torch, "bias+gelu", m, k, n, lead)
+    x, w, c = inputs
+    x = torch.nn.functional.layer_norm(x.float(), (k,)).half()
+    w = torch.nn.init.trunc_normal_(torch.empty_like(w, dtype=torch.float32), std=0.02).half()
+    return text, (x, w, torch.zeros_like(c)), reference
+
+
 CASES = {
     "resnet": resnet_block_case,
     "lms-small": lms_small_case,
@@ -166,16 +185,29 @@ CASES = {
     "vit-mlp-down": lambda t: vit_gemm_case(t, "bias+residual", 6304, 3072, 768),
     "vit-proj": lambda t: vit_gemm_case(t, "bias+residual", 6304, 768, 768),
     "conv-1x1": conv_1x1_case,
+    # ConvNeXt-T b32's stage-3 MLP up: 2-D as gemm_epilogue_ab times it, and NHWC as the model
+    "convnext-s3-up": lambda t: vit_gemm_case(t, "bias+gelu", 6272, 384, 1536),
+    "convnext-s3-up-nhwc": lambda t: vit_gemm_case(t, "bias+gelu", 6272, 384, 1536, (32, 14, 14)),
+    "convnext-s1-up": lambda t: vit_gemm_case(t, "bias+gelu", 100352, 96, 384),
+    "convnext-s3-up-init": lambda t: convnext_init_case(t, 6272, 384, 1536, (32, 14, 14)),
+    "convnext-s3-down": lambda t: vit_gemm_case(
+        t, "bias+scale+residual", 6272, 1536, 384, (32, 14, 14)
+    ),
 }
 
 
-def kernel_table(torch, fn, reps: int) -> list[tuple[str, float, int]]:
-    """(kernel name, mean us per call, launches per call) of ``reps`` calls of ``fn``."""
+def kernel_table(torch, fn, reps: int, flush_l2: bool = False) -> list[tuple[str, float, int]]:
+    """(kernel name, mean us per call, launches per call) of ``reps`` calls of ``fn``;
+    ``flush_l2``: a 256 MB fill before each call evicts its operands and output from L2, as a
+    model's other layers do (the fill's own kernel is a row of the table)."""
     from torch.profiler import ProfilerActivity, profile
 
+    scratch = torch.empty(64 << 20, device="cuda") if flush_l2 else None
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
+            if scratch is not None:
+                scratch.fill_(1.0)
             fn()
         torch.cuda.synchronize()
     rows = []
@@ -197,6 +229,9 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--no-profiler", action="store_true", help="only run (for ncu)")
     parser.add_argument("--tile", default="", help='tile-gemm options, e.g. "epilogue=smem"')
+    parser.add_argument(
+        "--flush-l2", action="store_true", help="evict L2 before each profiled call (cold)"
+    )
     args = parser.parse_args()
     impls = args.impl or ["fusec", "eager", "compile"]
     torch.manual_seed(0)
@@ -226,7 +261,9 @@ def main() -> int:
                     fn(*inputs)
                 torch.cuda.synchronize()
                 continue
-            rows = kernel_table(torch, lambda fn=fn, inputs=inputs: fn(*inputs), args.reps)
+            rows = kernel_table(
+                torch, lambda fn=fn, inputs=inputs: fn(*inputs), args.reps, args.flush_l2
+            )
             total = sum(us for _, us, _ in rows)
             print(f"   GPU kernel time per call: {total:.1f} us")
             for name, us, count in rows:

@@ -136,6 +136,17 @@ def test_choose_config() -> None:
     assert choose_config(6304, 3072, 768).text == wave
     assert choose_config(6304, 768, 768, sms=120).bn == 128  # 132 tiles: two waves of 120
     assert choose_config(6304, 768, 768, three_consumers=False).consumers == 2  # tf32
+    # ConvNeXt-T at batch 32: stage 3's MLP down (N = 384) in two 192-wide column tiles
+    # (98 tiles), where 128x256 pads N to 512 and 128x128 makes three waves
+    assert choose_config(6272, 384, 1536).text == "128x192x64 s4 c2 g8 epi=smem math=fast"
+    assert choose_config(6272, 384, 1536, three_consumers=False).bn != 192  # tf32
+    # ... and its MLP ups, K short: every tile fills the waves alike (about 1% waste), the
+    # three-consumer tile has a third warpgroup for the bias + GELU epilogue
+    for m, n, k in [(100352, 384, 96), (25088, 768, 192), (6272, 1536, 384)]:
+        assert choose_config(m, n, k).text == wave, (m, n, k)
+    assert choose_config(6272, 1536, 1536).text != wave  # K not short: the waste decides
+    # stage 4 (1568 rows): 192-row tiles would pad M to 1728 and leave half the SMs idle
+    assert choose_config(1568, 3072, 768).text == "128x128x64 s6 c2 g8 epi=smem math=fast"
 
 
 # -------------------------------------------------------------- tile model

@@ -472,11 +472,13 @@ def choose_config(
     Large problems take the 128x256 tile with two consumer warpgroups (the
     highest arithmetic intensity that fits the register file: 128 f32
     accumulators per thread) and 4 stages. When that tile leaves more than a
-    third of the SMs idle in the last wave and a smaller tile fills the GPU
-    better, or when K is short (``SHORT_K``), 128x128 is used. Where the 192x192 tile
-    of three consumer warpgroups (``WAVE_TILE``) wastes fewer SM slots than that choice
-    (``WAVE_MARGIN``), it is used instead (not with ``three_consumers`` off: tf32
-    operands, unmeasured). Problems of at most 64
+    third of the SMs idle in the last wave and a smaller tile (128x128, or with 16-bit
+    operands ``NARROW_TILE``, 128x192) fills the GPU better, or when K is short
+    (``SHORT_K``), 128x128 is used. Where the 192x192 tile of three consumer warpgroups
+    (``WAVE_TILE``) wastes fewer SM slots than that choice (``WAVE_MARGIN``), or, with K
+    short, no more than it does within the margin (a third consumer warpgroup for the
+    epilogue, which a short main loop leaves the longer part of a tile), it is used instead
+    (neither with ``three_consumers`` off: tf32 operands, unmeasured). Problems of at most 64
     rows use a 64-row tile (``small_tile``), and so do problems that even the chosen tile
     leaves more than half the SMs without a block (a transformer's projections at batch 1:
     M = 128..256 tokens), where four to eight times the blocks, each shorter, share the
@@ -492,6 +494,8 @@ def choose_config(
     if m <= 64:
         return small()
     candidates = [TileConfig(128, 256, 64, 4, 2, 8), TileConfig(128, 128, 64, 6, 2, 8)]
+    if three_consumers:
+        candidates.append(NARROW_TILE)
 
     def waste(config: TileConfig) -> float:
         tiles = tile_count(config, m, n, batch)
@@ -508,7 +512,7 @@ def choose_config(
         return small()
     if 0 < k <= SHORT_K and best == candidates[0]:
         best = candidates[1]
-    if three_consumers and waste(WAVE_TILE) + WAVE_MARGIN < waste(best):
+    if three_consumers and _wave_tile_wins(waste(WAVE_TILE), waste(best), k):
         best = WAVE_TILE
     return _split(with_variant(best, HEURISTIC_VARIANT), m, n, k, batch, sms)
 
@@ -524,6 +528,24 @@ WAVE_TILE = TileConfig(192, 192, 64, 3, 3, 8)
 #: how much less waste (idle SM slots of the last wave and padding, a fraction) the 192x192
 #: tile must have: the ViT QKV's 0.035 gained 10%; nothing closer was measured
 WAVE_MARGIN = 0.02
+#: The 128x192 tile (two consumers, 96 accumulators a thread, 4 stages): an N of 384 in two
+#: column tiles where 128x256 pads it to 512 and 128x128 makes three. H200
+#: (benchmarks/results/gemm-epilogue-ab-convnext.md, epi=smem math=fast): ConvNeXt-T b32's
+#: stage-3 MLP down (6272 x 1536 -> 384, 98 tiles) 27.3 us on 128x256 (the heuristic's
+#: before), 26.4 on 128x128, 18.9 on it; cuBLAS + PyTorch's epilogue 30.6.
+NARROW_TILE = TileConfig(128, 192, 64, 4, 2, 8)
+
+
+def _wave_tile_wins(wave_waste: float, best_waste: float, k: int) -> bool:
+    """Whether ``WAVE_TILE`` replaces the two-consumer choice: it wastes less by
+    ``WAVE_MARGIN``, or K is short (``SHORT_K``) and it wastes no more than that choice plus
+    the margin: there the epilogue is most of a tile's time and runs on three warpgroups
+    instead of two. H200 (gemm-epilogue-ab-convnext.md, ConvNeXt-T b32's MLP up + bias +
+    GELU, every tile wasting about 1%): 100352 x 96 -> 384 83.7 -> 71.3 us on 128x128,
+    25088 x 192 -> 768 47.7 -> 43.2, 6272 x 384 -> 1536 28.5 (128x192) -> 28.0."""
+    if wave_waste + WAVE_MARGIN < best_waste:
+        return True
+    return 0 < k <= SHORT_K and wave_waste <= best_waste + WAVE_MARGIN
 
 
 #: K at most this deep (12 steps of 64) runs the 128x128 tile where 128x256 would fill the
@@ -622,6 +644,7 @@ def candidates(
             TileConfig(128, 256, 64, 4, 2, 8),
             TileConfig(128, 256, 64, 3, 2, 8),
             TileConfig(128, 128, 64, 6, 2, 8),
+            NARROW_TILE,
             TileConfig(256, 128, 64, 4, 2, 8),
             TileConfig(128, 256, 64, 4, 2, 4),
             with_variant(WAVE_TILE, HEURISTIC_VARIANT),
