@@ -41,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "targets" / "cuda"))
 
 from attention_cases import attention_graph  # noqa: E402
-from stream_timing import loop_event_and_wall_ms  # noqa: E402  (beside this script)
+from stream_timing import checked_loop  # noqa: E402  (beside this script)
 
 CONV = """func.func @f(%x: tensor<32x64x56x56xf16>, %w: tensor<64x64x3x3xf16>, %b: tensor<64xf16>) -> tensor<32x64x56x56xf16> {
   %c = ai.conv2d %x, %w {padding = array<i64: 1, 1>} : tensor<32x64x56x56xf16> * tensor<64x64x3x3xf16>
@@ -143,9 +143,9 @@ def stream_check(fn, calls: int = _LOOP_CALLS) -> None:
     ``calls`` back-to-back calls: work queued on another stream (not ordered after the
     caller's) ends after the end event, so the wall clock exceeds the event span by the
     GPU time not covered; work ordered on the caller's stream makes them agree. Raises
-    when they differ by more than 10% + 0.1 ms."""
-    events, wall = loop_event_and_wall_ms(fn, calls)
-    if abs(wall - events) > 0.1 * wall + 0.1:
+    when they differ by more than 10% + 0.1 ms in each of ``checked_loop``'s loops."""
+    events, wall, ok = checked_loop(fn, calls)
+    if not ok:
         raise RuntimeError(
             f"{calls} calls: events {events:.3f} ms on the caller's stream vs wall clock "
             f"{wall:.3f} ms: work not ordered on the caller's stream?"
