@@ -30,7 +30,10 @@ attention, the relayout copy, the direct conv and the softmax finalise byte-iden
 the implicit-GEMM conv into ``conv.cuh`` (127 kernels: 12 byte-identical, 115 identical
 up to register numbering). Recorded again (``collect``, ``hash``: 252 kernels) at 8cc7e71:
 spec classes had gained fields since (their ``repr``, hence every name, had changed), so
-``check`` matched no stored name (and a partial check raised a KeyError).
+``check`` matched no stored name (and a partial check raised a KeyError). Recorded again at
+ae6554a (291 kernels: 278 specs from the tests, 13 from the graphs): e3c371c's folded-GEMM row
+view and the heuristic's 128x192 and three-consumer tiles (bdb6c5c) had changed the specs
+the graphs make.
 """
 
 from __future__ import annotations
