@@ -21,7 +21,8 @@ renamed without breaking cached kernels or their text:
   ``gemm_q8_bytes``, ``gemm_q8_bytes_amx`` the same on A's codes gathered as bytes,
   ``gemm_q8_rows`` a weight's rows by such codes (a quantized conv's channel rows);
 * ``depthwise_taps_row``, ``depthwise_taps_plane``: a depthwise convolution's tap sums
-  in register tiles, channels in lanes or one channel plane
+  in register tiles, channels in lanes or one channel plane, and
+  ``depthwise_deinterleave``: a stride-2 input row split into its column phases
   (``fusec.targets.cpu.depthwise_tiles``);
 * ``winograd_filters``, ``redo_nonfinite_tiles``, ``redo_nonfinite_tiles_m``: the
   Winograd conv's filter transform and its exact redo of non-finite tiles (2x2, m x m)
@@ -68,6 +69,7 @@ _PROVIDERS: dict[str, tuple[str, str | None]] = {
     "gemm_q8_rows": ("fusec.targets.cpu.gemm_int8", "gemm_q8_rows"),
     "depthwise_taps_row": ("fusec.targets.cpu.depthwise_tiles", "taps_row"),
     "depthwise_taps_plane": ("fusec.targets.cpu.depthwise_tiles", "taps_plane"),
+    "depthwise_deinterleave": ("fusec.targets.cpu.depthwise_tiles", "deinterleave"),
     "winograd_filters": ("fusec.targets.cpu.winograd", "winograd_filters"),
     "redo_nonfinite_tiles": ("fusec.targets.cpu.winograd", "redo_nonfinite_tiles"),
     "redo_nonfinite_tiles_m": ("fusec.targets.cpu.winograd", "redo_nonfinite_tiles_m"),

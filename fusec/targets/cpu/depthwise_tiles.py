@@ -323,3 +323,59 @@ def taps_plane(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_of
             for k in range(1, taps):
                 total += w[w_off + k] * x[at + (k // s) * rowstep + (k % s) * colstep]
             out[o_off + p * ow + j] = total
+
+
+def _split_pairs(lanes: int):
+    """The intrinsic ``split(x, x_off, dst, even_off, odd_off)``: the ``2 * lanes`` floats
+    of ``x`` at ``x_off`` (one unaligned vector load), their even elements stored at
+    ``dst[even_off:]`` and their odd ones at ``dst[odd_off:]`` (two shuffles, two vector
+    stores). A copy written as Numba loops reads ``x`` with a stride of 2, which LLVM
+    left scalar: 16 K floats of 64-float rows in 5.0 us on the Zen 4 VM, where the same
+    rows copied as they are took 0.3."""
+    vty, wide = ir.VectorType(_F32, lanes), ir.VectorType(_F32, 2 * lanes)
+    evens = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [2 * i for i in range(lanes)])
+    odds = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [2 * i + 1 for i in range(lanes)])
+
+    def split(typingctx, x, x_off, dst, even_off, odd_off):
+        intrinsics.check_f32_arrays("split pairs", {"x": x, "dst": dst})
+        sig = types.void(x, x_off, dst, even_off, odd_off)
+
+        def codegen(context, builder, signature, args):
+            arg = intrinsics.Arguments(context, builder, signature, args)
+
+            def at(array: int, offset: int, ty: ir.Type) -> ir.Value:
+                pointer = builder.gep(arg.data(array), [arg.integer(offset)])
+                return builder.bitcast(pointer, ty.as_pointer())
+
+            pairs = builder.load(at(0, 1, wide), align=4)
+            undef = ir.Constant(wide, ir.Undefined)
+            builder.store(builder.shuffle_vector(pairs, undef, evens), at(2, 3, vty), align=4)
+            builder.store(builder.shuffle_vector(pairs, undef, odds), at(2, 4, vty), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    split.__name__ = f"split_pairs_{lanes}"
+    return intrinsic(split)
+
+
+_SPLIT = _split_pairs(W)
+
+
+@sealed_njit
+def deinterleave(x, x_off, dst, even_off, odd_off, n):
+    """``dst[even_off + j] = x[x_off + 2 j]`` and ``dst[odd_off + j] = x[x_off + 2 j + 1]``
+    for ``j < n``: a stride-2 depthwise convolution's input row split into its two column
+    phases (``conv.planes``), ``W`` pairs a step; the last ``n % W`` by one more step that
+    overlaps the one before (the same values again), or one at a time when ``n < W``. A
+    copy: the same floats, bit for bit."""
+    if n < W:
+        for j in range(n):
+            dst[even_off + j] = x[x_off + 2 * j]
+            dst[odd_off + j] = x[x_off + 2 * j + 1]
+        return
+    for j in range(0, n - W + 1, W):
+        _SPLIT(x, x_off + 2 * j, dst, even_off + j, odd_off + j)
+    if n % W:
+        j = n - W
+        _SPLIT(x, x_off + 2 * j, dst, even_off + j, odd_off + j)

@@ -437,6 +437,9 @@ CONVS = [
     # planes.SUM_TERMS taps on AVX2 (5x5: 3 passes, 7x7: 6)
     ((2, 2), (2, 2), (1, 1), 6, (1, 6, 34, 34), (6, 5, 5)),
     ((2, 2), (3, 2), (1, 1), 4, (2, 4, 40, 37), (4, 7, 7)),
+    # stride 2, padding 1: the input row's column pairs split by vector shuffles
+    # (depthwise_deinterleave: two vectors, the first input column one at a time)
+    ((2, 2), (1, 1), (1, 1), 8, (1, 8, 66, 65), (8, 3, 3)),
     # small planes in a batch: blocks of several images side by side, 1x1 read as it
     # is (3 + 3 + 3 + 1 images), 3x3 by im2col (3 x 3 images; 2 + 2 + 2 + 2 at stride 2)
     ((1, 1), (0, 0), (1, 1), 1, (10, 8, 3, 3), (6, 1, 1)),

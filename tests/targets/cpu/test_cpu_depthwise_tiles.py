@@ -107,3 +107,18 @@ def test_taps_plane_against_float64(oh, ow, r, s, dil, stride_h):
     assert np.isnan(out[:4]).all() and np.isnan(out[4 + oh * ow :]).all()
     assert np.isfinite(got).all()
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-6
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 32, 45, 64])
+@pytest.mark.parametrize("x_off", [0, 3])
+def test_deinterleave_splits_column_pairs(n: int, x_off: int) -> None:
+    """``deinterleave``: the even and odd floats of ``2 n`` at ``x_off`` at two offsets of
+    ``dst``, bit for bit (whole vectors, the last ``n % W`` by an overlapping one, or one at a
+    time below ``W``), nothing else written."""
+    x = np.random.default_rng(n).standard_normal(200).astype(np.float32)
+    got = np.full(300, -7.0, np.float32)
+    depthwise_tiles.deinterleave(x, x_off, got, 5, 150, n)
+    want = np.full(300, -7.0, np.float32)
+    want[5 : 5 + n] = x[x_off : x_off + 2 * n : 2]
+    want[150 : 150 + n] = x[x_off + 1 : x_off + 2 * n : 2]
+    assert np.array_equal(got, want)
