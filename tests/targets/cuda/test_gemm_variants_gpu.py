@@ -219,3 +219,49 @@ def test_three_consumers_layernorm_prologue(tile: str) -> None:
     N < 4 K keeps the LayerNorm in the GEMM group)."""
     tail = (bias(500, "bf16"), GELU)
     _three(matmul_ir(777, 500, 192, "bf16", ln=True, tail=tail), "bf16", tile)
+
+
+# ------------------------------ the 128x192 tile of two consumers (NARROW_TILE)
+
+NARROW = {
+    "smem-fast": "128x192x64 s4 c2 g8 epi=smem math=fast",  # the heuristic's
+    "smem-fast-pre": "128x192x64 s4 c2 g8 epi=smem math=fast pre=tile",  # ... with a residual
+    "direct": "128x192x64 s4 c2 g8",
+}
+
+
+def _narrow(text: str, dtype: str, tile: str) -> None:
+    """Forced to the 128x192 tile (96 accumulators a consumer thread, three 64-column
+    chunks of the staged epilogue a warp row), checked like every variant."""
+    import fusec
+    from fusec.targets.cuda.gemm.template import linked_specs
+
+    pipeline = f'fusec-default,tile-gemm{{tile="{NARROW[tile]}"}}'
+    compiled = fusec.compile(text, target="cuda", pipeline=pipeline, executable=False)
+    (gemm,) = [s for k in compiled.kernels for s in linked_specs(k) if hasattr(s, "config")]
+    assert (gemm.config.bm, gemm.config.bn, gemm.config.consumers) == (128, 192, 2)
+    _check(text, dtype, pipeline=pipeline)
+
+
+@pytest.mark.parametrize("tile", ["smem-fast", "direct"])
+@pytest.mark.parametrize(
+    "m, n, k, dtype", [(1000, 1000, 1000, "f16"), (4097, 511, 77, "bf16")], ids=["1000^3", "odd"]
+)
+def test_narrow_tile_ragged(tile: str, m: int, n: int, k: int, dtype: str) -> None:
+    _narrow(matmul_ir(m, n, k, dtype), dtype, tile)
+
+
+@pytest.mark.parametrize("tile", ["smem-fast", "direct"])
+def test_narrow_tile_transposed_b_bias_gelu(tile: str) -> None:
+    _narrow(matmul_ir(1024, 768, 520, "f16", tb=True, tail=(bias(768, "f16"), GELU)), "f16", tile)
+
+
+@pytest.mark.parametrize(
+    "m, n, k, dtype", [(1000, 384, 1536, "f16"), (777, 500, 200, "bf16")], ids=["384", "odd"]
+)
+def test_narrow_tile_layer_scale_prefetched_residual(m: int, n: int, k: int, dtype: str) -> None:
+    """The heuristic's pick for ConvNeXt-T's stage-3 MLP down (N = 384): bias, the layer
+    scale and the residual, prefetched into L2 (``pre=tile``)."""
+    residual = (f"ai.add {{v}}, {{e}} : {{o}} * tensor<{m}x{n}x{dtype}>", (m, n))
+    tail = (bias(n, dtype), scale((1, n), dtype), residual)
+    _narrow(matmul_ir(m, n, k, dtype, tail=tail), dtype, "smem-fast-pre")
