@@ -22,7 +22,8 @@ renamed without breaking cached kernels or their text:
   ``gemm_q8_rows`` a weight's rows by such codes (a quantized conv's channel rows);
 * ``depthwise_taps_row``, ``depthwise_taps_plane``: a depthwise convolution's tap sums
   in register tiles, channels in lanes or one channel plane, and
-  ``depthwise_deinterleave``: a stride-2 input row split into its column phases
+  ``depthwise_deinterleave``: a stride-2 input row split into its column phases, and
+  ``depthwise_transpose``: a square tile of channels x pixels transposed
   (``fusec.targets.cpu.depthwise_tiles``);
 * ``winograd_filters``, ``redo_nonfinite_tiles``, ``redo_nonfinite_tiles_m``: the
   Winograd conv's filter transform and its exact redo of non-finite tiles (2x2, m x m)
@@ -70,6 +71,7 @@ _PROVIDERS: dict[str, tuple[str, str | None]] = {
     "depthwise_taps_row": ("fusec.targets.cpu.depthwise_tiles", "taps_row"),
     "depthwise_taps_plane": ("fusec.targets.cpu.depthwise_tiles", "taps_plane"),
     "depthwise_deinterleave": ("fusec.targets.cpu.depthwise_tiles", "deinterleave"),
+    "depthwise_transpose": ("fusec.targets.cpu.depthwise_tiles", "transpose"),
     "winograd_filters": ("fusec.targets.cpu.winograd", "winograd_filters"),
     "redo_nonfinite_tiles": ("fusec.targets.cpu.winograd", "redo_nonfinite_tiles"),
     "redo_nonfinite_tiles_m": ("fusec.targets.cpu.winograd", "redo_nonfinite_tiles_m"),

@@ -95,15 +95,19 @@ def lanes_lines(
     taps, p = r * s, oh * ow
     rows = max(0, min(h, hp - pt))  # input rows inside the padded plane
     cols = max(0, min(wd, wp - pl))  # ... and columns
+    # the channel-major <-> pixel-major copies in square tiles (``depthwise_transpose``),
+    # the channels and pixels past the last whole tile one at a time
+    t_in, t_out = transpose_size(cols), transpose_size(p)
     return [
         "cn = g1 - g",
         f"for i in range({hp * wp * cb}):",
         "    xpad[U(i)] = f32(0.0)",
+        *_tiles_in(x, c, h, wd, rows, cols, wp, pt, pl, cb, t_in),
         f"for i in range({rows}):",
         f"    for j in range({cols}):",
         f"        d = ((i + {pt}) * {wp} + j + {pl}) * {cb}",
         f"        src = (n * {c} + g) * {h * wd} + i * {wd} + j",
-        "        for c in range(cn):",
+        f"        for c in range(cf if j < {cols - cols % t_in if t_in else 0} else 0, cn):",
         f"            xpad[U(d + c)] = {x}[U(src + c * {h * wd})]",
         *(
             [f"wt = {w}[g // {block} * {taps * cb}:]"]  # packed once (pack_lanes)
@@ -117,10 +121,62 @@ def lanes_lines(
         f"for oh in range({oh}):",
         f"    depthwise_taps_row(xpad, oh * {sh * wp * cb}, {sw * cb}, {s}, {dh * wp * cb},"
         f" {dw * cb}, {taps}, wt, ot, oh * {ow * cb}, {ow})",
+        *_tiles_out(out, out_row, p, cb, t_out),
         f"for q in range({p}):",
-        "    for c in range(cn):",
+        f"    for c in range(cf if q < {p - p % t_out if t_out else 0} else 0, cn):",
         "        ch = g + c",
         f"        {out}[U({out_row} + q)] = ot[U(q * {cb} + c)]",
+    ]
+
+
+def transpose_size(extent: int) -> int:
+    """The square tile ``depthwise_transpose`` copies a lanes block's planes in, along an
+    ``extent`` of pixels (an input row's columns, or the output plane): the largest of
+    ``depthwise_tiles.TRANSPOSE_SIZES`` (16 on AVX-512, 8, 4) that fits, else 0 (one at a
+    time)."""
+    from fusec.targets.cpu.host import W
+
+    return next((t for t in (16, 8, 4) if t <= W and t <= extent), 0)
+
+
+def _tiles_in(
+    x: str,
+    c: int,
+    h: int,
+    wd: int,
+    rows: int,
+    cols: int,
+    wp: int,
+    pt: int,
+    pl: int,
+    cb: int,
+    t: int,
+) -> list[str]:
+    """The input copy's whole tiles: ``t`` channels x ``t`` columns of an input row a tile;
+    binds ``cf``, the block's channels in whole tiles (0 when ``t`` is)."""
+    if not t:
+        return ["cf = 0"]
+    return [
+        f"cf = cn - cn % {t}",
+        f"for i in range({rows}):",
+        f"    for c0 in range(0, cf, {t}):",
+        f"        for j0 in range(0, {cols - cols % t}, {t}):",
+        f"            depthwise_transpose({x}, (n * {c} + g + c0) * {h * wd} + i * {wd} + j0,"
+        f" {h * wd}, xpad, ((i + {pt}) * {wp} + j0 + {pl}) * {cb} + c0, {cb}, {t})",
+    ]
+
+
+def _tiles_out(out: str, out_row: str, p: int, cb: int, t: int) -> list[str]:
+    """The output copy's whole tiles: ``t`` channels x ``t`` output pixels a tile (``out_row``
+    an expression of ``ch``, channels ``p`` apart); binds ``cf`` for the output's tiles."""
+    if not t:
+        return ["cf = 0"]
+    return [
+        f"cf = cn - cn % {t}",
+        f"for c0 in range(0, cf, {t}):",
+        "    ch = g + c0",
+        f"    for q0 in range(0, {p - p % t}, {t}):",
+        f"        depthwise_transpose(ot, q0 * {cb} + c0, {cb}, {out}, {out_row} + q0, {p}, {t})",
     ]
 
 

@@ -55,7 +55,7 @@ class DepthwiseBlocks(ConvBlocks):
         if self.packed:
             self.prepared = ((weights, f"depthwise_lanes:{cb}"),)
         if self.lanes:
-            self.imports = (abi.import_line("depthwise_taps_row"),)
+            self.imports = (abi.import_line("depthwise_taps_row", "depthwise_transpose"),)
             kernel, strides, dilations = (self.r, self.s), (self.sh, self.sw), (self.dh, self.dw)
             for name, floats in depthwise.lanes_workspace(  # a tile's width, cb or not
                 depthwise.LANES_CHANNELS, self.oh, self.ow, kernel, strides, dilations
