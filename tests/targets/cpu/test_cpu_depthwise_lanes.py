@@ -85,9 +85,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    "case", [*CASES[:3], *(pytest.param(c, marks=SLOW) for c in CASES[3:])]
-)
+@pytest.mark.parametrize("case", [*CASES[:3], *(pytest.param(c, marks=SLOW) for c in CASES[3:])])
 def test_depthwise_lanes_against_the_reference(cache, case):
     program = check(_dw_text(*case), cache=cache, kind="conv")
     source = program.kernels[0].source
