@@ -184,28 +184,20 @@ THREE = {
 def _three(text: str, dtype: str, tile: str) -> None:
     """Forced to a three-consumer tile (152 registers a consumer thread: ``setmaxnreg``
     would wait forever for 232), checked like every variant."""
+    _forced(text, dtype, THREE[tile], (192, 192, 3))
+
+
+def _forced(text: str, dtype: str, tile: str, shape: tuple[int, int, int]) -> None:
+    """``text`` compiled with the GEMM's tile forced to ``tile`` (its (bm, bn, consumers)
+    checked to be ``shape``), then checked like every variant."""
     import fusec
     from fusec.targets.cuda.gemm.template import linked_specs
 
-    pipeline = f'fusec-default,tile-gemm{{tile="{THREE[tile]}"}}'
+    pipeline = f'fusec-default,tile-gemm{{tile="{tile}"}}'
     compiled = fusec.compile(text, target="cuda", pipeline=pipeline, executable=False)
     (gemm,) = [s for k in compiled.kernels for s in linked_specs(k) if hasattr(s, "config")]
-    assert gemm.config.consumers == 3 and gemm.config.bm == 192
+    assert (gemm.config.bm, gemm.config.bn, gemm.config.consumers) == shape
     _check(text, dtype, pipeline=pipeline)
-
-
-@pytest.mark.parametrize("tile", ["smem-fast", "direct"])
-@pytest.mark.parametrize(
-    "m, n, k, dtype", [(1000, 1000, 1000, "f16"), (4097, 511, 77, "bf16")], ids=["1000^3", "odd"]
-)
-def test_three_consumers_ragged(tile: str, m: int, n: int, k: int, dtype: str) -> None:
-    _three(matmul_ir(m, n, k, dtype), dtype, tile)
-
-
-@pytest.mark.parametrize("tile", ["smem-fast", "direct"])
-def test_three_consumers_transposed_b_bias_gelu_and_residual(tile: str) -> None:
-    _three(matmul_ir(1024, 768, 520, "f16", tb=True, tail=(bias(768, "f16"), GELU)), "f16", tile)
-    _three(_with_residual(1000, 1000, 520), "f16", tile)
 
 
 def test_three_consumers_batched() -> None:
@@ -233,27 +225,32 @@ NARROW = {
 def _narrow(text: str, dtype: str, tile: str) -> None:
     """Forced to the 128x192 tile (96 accumulators a consumer thread, three 64-column
     chunks of the staged epilogue a warp row), checked like every variant."""
-    import fusec
-    from fusec.targets.cuda.gemm.template import linked_specs
-
-    pipeline = f'fusec-default,tile-gemm{{tile="{NARROW[tile]}"}}'
-    compiled = fusec.compile(text, target="cuda", pipeline=pipeline, executable=False)
-    (gemm,) = [s for k in compiled.kernels for s in linked_specs(k) if hasattr(s, "config")]
-    assert (gemm.config.bm, gemm.config.bn, gemm.config.consumers) == (128, 192, 2)
-    _check(text, dtype, pipeline=pipeline)
+    _forced(text, dtype, NARROW[tile], (128, 192, 2))
 
 
-@pytest.mark.parametrize("tile", ["smem-fast", "direct"])
+#: The tiles the heuristic added to the two-consumer 128x128 / 128x256 ones, forced:
+#: (tile text, its (bm, bn, consumers)).
+FORCED = {
+    "c3-smem-fast": (THREE["smem-fast"], (192, 192, 3)),
+    "c3-direct": (THREE["direct"], (192, 192, 3)),
+    "128x192-smem-fast": (NARROW["smem-fast"], (128, 192, 2)),
+    "128x192-direct": (NARROW["direct"], (128, 192, 2)),
+}
+
+
+@pytest.mark.parametrize("tile", list(FORCED))
 @pytest.mark.parametrize(
     "m, n, k, dtype", [(1000, 1000, 1000, "f16"), (4097, 511, 77, "bf16")], ids=["1000^3", "odd"]
 )
-def test_narrow_tile_ragged(tile: str, m: int, n: int, k: int, dtype: str) -> None:
-    _narrow(matmul_ir(m, n, k, dtype), dtype, tile)
+def test_forced_tile_ragged(tile: str, m: int, n: int, k: int, dtype: str) -> None:
+    _forced(matmul_ir(m, n, k, dtype), dtype, *FORCED[tile])
 
 
-@pytest.mark.parametrize("tile", ["smem-fast", "direct"])
-def test_narrow_tile_transposed_b_bias_gelu(tile: str) -> None:
-    _narrow(matmul_ir(1024, 768, 520, "f16", tb=True, tail=(bias(768, "f16"), GELU)), "f16", tile)
+@pytest.mark.parametrize("tile", list(FORCED))
+def test_forced_tile_transposed_b_bias_gelu_and_residual(tile: str) -> None:
+    text = matmul_ir(1024, 768, 520, "f16", tb=True, tail=(bias(768, "f16"), GELU))
+    _forced(text, "f16", *FORCED[tile])
+    _forced(_with_residual(1000, 1000, 520), "f16", *FORCED[tile])
 
 
 @pytest.mark.parametrize(
