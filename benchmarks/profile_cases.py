@@ -126,7 +126,7 @@ def mlp_case(torch, with_ln: bool = False):
     return text, inputs, mlp
 
 
-def vit_gemm_case(torch, epilogue: str, m: int, k: int, n: int, lead: tuple[int, ...] = ()):
+def zoo_gemm_case(torch, epilogue: str, m: int, k: int, n: int, lead: tuple[int, ...] = ()):
     """A zoo GEMM at batch 32 (ViT-B/16's 6304 tokens, ConvNeXt-T's NHWC pixels) with its
     epilogue (``gemm_epilogue_ab``); ``lead``: x's leading dims as the model has them."""
     from gemm_split_k_ab import inputs_for, ir, torch_fn
@@ -162,9 +162,9 @@ def resnet_block_case(torch):
 def convnext_init_case(torch, m: int, k: int, n: int, lead: tuple[int, ...]):
     """ConvNeXt-T's MLP up with the values the zoo's model feeds it (torchvision's init: the
     weight truncated-normal with std 0.02, the bias zero; x a LayerNorm's output) instead of
-    ``vit_gemm_case``'s unit-scale weight and random bias: whether the kernel's time depends
+    ``zoo_gemm_case``'s unit-scale weight and random bias: whether the kernel's time depends
     on the data (in the model the bias + GELU GEMMs ran 6-49% slower than in isolation)."""
-    text, inputs, reference = vit_gemm_case(torch, "bias+gelu", m, k, n, lead)
+    text, inputs, reference = zoo_gemm_case(torch, "bias+gelu", m, k, n, lead)
     x, w, c = inputs
     x = torch.nn.functional.layer_norm(x.float(), (k,)).half()
     w = torch.nn.init.trunc_normal_(torch.empty_like(w, dtype=torch.float32), std=0.02).half()
@@ -181,16 +181,16 @@ CASES = {
     "mlp-ln": lambda t: mlp_case(t, with_ln=True),
     "conv": conv_case,
     "vit-attn": vit_attention_case,
-    "vit-mlp-up": lambda t: vit_gemm_case(t, "bias+gelu", 6304, 768, 3072),
-    "vit-mlp-down": lambda t: vit_gemm_case(t, "bias+residual", 6304, 3072, 768),
-    "vit-proj": lambda t: vit_gemm_case(t, "bias+residual", 6304, 768, 768),
+    "vit-mlp-up": lambda t: zoo_gemm_case(t, "bias+gelu", 6304, 768, 3072),
+    "vit-mlp-down": lambda t: zoo_gemm_case(t, "bias+residual", 6304, 3072, 768),
+    "vit-proj": lambda t: zoo_gemm_case(t, "bias+residual", 6304, 768, 768),
     "conv-1x1": conv_1x1_case,
     # ConvNeXt-T b32's stage-3 MLP up: 2-D as gemm_epilogue_ab times it, and NHWC as the model
-    "convnext-s3-up": lambda t: vit_gemm_case(t, "bias+gelu", 6272, 384, 1536),
-    "convnext-s3-up-nhwc": lambda t: vit_gemm_case(t, "bias+gelu", 6272, 384, 1536, (32, 14, 14)),
-    "convnext-s1-up": lambda t: vit_gemm_case(t, "bias+gelu", 100352, 96, 384),
+    "convnext-s3-up": lambda t: zoo_gemm_case(t, "bias+gelu", 6272, 384, 1536),
+    "convnext-s3-up-nhwc": lambda t: zoo_gemm_case(t, "bias+gelu", 6272, 384, 1536, (32, 14, 14)),
+    "convnext-s1-up": lambda t: zoo_gemm_case(t, "bias+gelu", 100352, 96, 384),
     "convnext-s3-up-init": lambda t: convnext_init_case(t, 6272, 384, 1536, (32, 14, 14)),
-    "convnext-s3-down": lambda t: vit_gemm_case(
+    "convnext-s3-down": lambda t: zoo_gemm_case(
         t, "bias+scale+residual", 6272, 1536, 384, (32, 14, 14)
     ),
 }

@@ -33,6 +33,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from fusec.targets.cpu.host import W
+
 if TYPE_CHECKING:  # numpy is imported where a weight is packed: generating the text needs none
     import numpy as np
 
@@ -107,7 +109,7 @@ def lanes_lines(
         f"    for j in range({cols}):",
         f"        d = ((i + {pt}) * {wp} + j + {pl}) * {cb}",
         f"        src = (n * {c} + g) * {h * wd} + i * {wd} + j",
-        f"        for c in range(cf if j < {cols - cols % t_in if t_in else 0} else 0, cn):",
+        f"        for c in range(cfi if j < {cols - cols % t_in if t_in else 0} else 0, cn):",
         f"            xpad[U(d + c)] = {x}[U(src + c * {h * wd})]",
         *(
             [f"wt = {w}[g // {block} * {taps * cb}:]"]  # packed once (pack_lanes)
@@ -123,20 +125,22 @@ def lanes_lines(
         f" {dw * cb}, {taps}, wt, ot, oh * {ow * cb}, {ow})",
         *_tiles_out(out, out_row, p, cb, t_out),
         f"for q in range({p}):",
-        f"    for c in range(cf if q < {p - p % t_out if t_out else 0} else 0, cn):",
+        f"    for c in range(cfo if q < {p - p % t_out if t_out else 0} else 0, cn):",
         "        ch = g + c",
         f"        {out}[U({out_row} + q)] = ot[U(q * {cb} + c)]",
     ]
 
 
+#: The square tiles ``depthwise_transpose`` copies (``depthwise_tiles.transpose``).
+TRANSPOSE_SIZES = (16, 8, 4)
+
+
 def transpose_size(extent: int) -> int:
     """The square tile ``depthwise_transpose`` copies a lanes block's planes in, along an
     ``extent`` of pixels (an input row's columns, or the output plane): the largest of
-    ``depthwise_tiles.TRANSPOSE_SIZES`` (16 on AVX-512, 8, 4) that fits, else 0 (one at a
-    time)."""
-    from fusec.targets.cpu.host import W
-
-    return next((t for t in (16, 8, 4) if t <= W and t <= extent), 0)
+    ``TRANSPOSE_SIZES`` no wider than a vector (``host.W``: 16 on AVX-512, else 8) that
+    fits, else 0 (one at a time)."""
+    return next((t for t in TRANSPOSE_SIZES if t <= W and t <= extent), 0)
 
 
 def _tiles_in(
@@ -153,13 +157,13 @@ def _tiles_in(
     t: int,
 ) -> list[str]:
     """The input copy's whole tiles: ``t`` channels x ``t`` columns of an input row a tile;
-    binds ``cf``, the block's channels in whole tiles (0 when ``t`` is)."""
+    binds ``cfi``, the block's channels in whole tiles (0 when ``t`` is)."""
     if not t:
-        return ["cf = 0"]
+        return ["cfi = 0"]
     return [
-        f"cf = cn - cn % {t}",
+        f"cfi = cn - cn % {t}",
         f"for i in range({rows}):",
-        f"    for c0 in range(0, cf, {t}):",
+        f"    for c0 in range(0, cfi, {t}):",
         f"        for j0 in range(0, {cols - cols % t}, {t}):",
         f"            depthwise_transpose({x}, (n * {c} + g + c0) * {h * wd} + i * {wd} + j0,"
         f" {h * wd}, xpad, ((i + {pt}) * {wp} + j0 + {pl}) * {cb} + c0, {cb}, {t})",
@@ -168,12 +172,13 @@ def _tiles_in(
 
 def _tiles_out(out: str, out_row: str, p: int, cb: int, t: int) -> list[str]:
     """The output copy's whole tiles: ``t`` channels x ``t`` output pixels a tile (``out_row``
-    an expression of ``ch``, channels ``p`` apart); binds ``cf`` for the output's tiles."""
+    an expression of ``ch``, channels ``p`` apart); binds ``cfo``, the block's channels in
+    whole tiles of the output (0 when ``t`` is)."""
     if not t:
-        return ["cf = 0"]
+        return ["cfo = 0"]
     return [
-        f"cf = cn - cn % {t}",
-        f"for c0 in range(0, cf, {t}):",
+        f"cfo = cn - cn % {t}",
+        f"for c0 in range(0, cfo, {t}):",
         "    ch = g + c0",
         f"    for q0 in range(0, {p - p % t}, {t}):",
         f"        depthwise_transpose(ot, q0 * {cb} + c0, {cb}, {out}, {out_row} + q0, {p}, {t})",

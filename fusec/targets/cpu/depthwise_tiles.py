@@ -432,13 +432,11 @@ def _transpose_tile(size: int):
 
 
 _TRANSPOSE4, _TRANSPOSE8, _TRANSPOSE16 = (_transpose_tile(n) for n in (4, 8, 16))
-#: The tile sizes ``transpose`` takes: up to the target's vector width.
-TRANSPOSE_SIZES = tuple(n for n in (16, 8, 4) if n <= W)
 
 
 @sealed_njit
 def transpose(src, s_off, s_stride, dst, d_off, d_stride, size):
-    """A ``size x size`` tile (4, 8 or 16; ``TRANSPOSE_SIZES``) of ``src`` (rows
+    """A ``size x size`` tile (4, 8 or 16: ``depthwise.TRANSPOSE_SIZES``) of ``src`` (rows
     ``s_stride`` apart) written transposed into ``dst`` (rows ``d_stride`` apart): a copy,
     the same floats bit for bit."""
     if size == 16:

@@ -191,19 +191,18 @@ class DepthwiseBlocks(ConvBlocks):
         bias + SiLU, one thread, 276 -> 148 us, onnxruntime 188 in the same run); the
         columns left at either end, and other strides, go one at a time."""
         sw, pl = self.sw, self.pl
-        spans = []  # (phase, first jj, end jj) of the one-at-a-time copies
+        u0, u1 = (-(-pl // 2), (pl + right) // 2) if sw == 2 else (0, 0)
         lines = []
-        pairs = (-(-pl // 2), (pl + right) // 2) if sw == 2 else (0, 0)
-        if pairs[1] > pairs[0]:
-            u0, u1 = pairs
+        if u1 > u0:
             lines.append(
                 f"        depthwise_deinterleave({x}, src + {2 * u0 - pl}, xpad, d + {u0},"
                 f" {plane} + d + {u0}, {u1 - u0})"
             )
+        spans = []  # (phase, first jj, end jj) of the one-at-a-time copies
         for q in range(sw):
             lo, hi = -(-(pl - q) // sw), -(-(pl + right - q) // sw)
-            if pairs[1] > pairs[0]:
-                spans += [(q, lo, min(hi, pairs[0])), (q, max(lo, pairs[1]), hi)]
+            if u1 > u0:  # the columns left of the pairs and right of them
+                spans += [(q, lo, min(hi, u0)), (q, max(lo, u1), hi)]
             else:
                 spans.append((q, lo, hi))
         for q, lo, hi in spans:
