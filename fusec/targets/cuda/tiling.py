@@ -87,6 +87,10 @@ class TileGemmPass(ModulePass):
     "tile": normalised in the resident A tiles, one launch; groups without a LayerNorm
     prologue, or whose K does not fit the pipeline, keep "fold")."""
 
+    loop: str = ""
+    """Force how the "smem" epilogue runs ("unrolled" over the accumulators, or "rolled" over
+    the staged chunk; groups with a LayerNorm prologue or a softmax keep "unrolled")."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from fusec.errors import FusecError
         from fusec.targets.cuda.gemm import template, tuning
@@ -118,6 +122,8 @@ class TileGemmPass(ModulePass):
                 try:
                     if forced.ln == "tile" and not _ln_tile_fits(p, with_variant(config, forced)):
                         forced = replace(forced, ln="fold")
+                    if forced.loop == "rolled" and template.rolled_problem(p):
+                        forced = replace(forced, loop="unrolled")
                     config = with_variant(config, forced)
                 except ValueError as err:
                     raise FusecError(f"tile-gemm options: {err}") from None

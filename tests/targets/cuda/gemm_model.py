@@ -234,8 +234,11 @@ def _store_staged(config, regs, out, writes, first, pn, pz, epilogue, out_dtype,
     es = 4 if out_dtype == "f32" else 2
     cols = CHUNK_BYTES // es
     values = regs.copy()
-    if epilogue is not None:  # every element of the matrix once, in place (the C++ does it
-        # chunk by chunk just before staging: the same values)
+    rolled = config.loop == "rolled"
+    if rolled:  # staged as the output type, the epilogue applied to the staged chunk
+        values = _rounded(values, out_dtype)
+    if epilogue is not None and not rolled:  # every element of the matrix once, in place
+        # (the C++ does it chunk by chunk just before staging: the same values)
         for block in range(regs.shape[0]):
             for thread in range(128):
                 for j in range(config.bn // 2):
@@ -248,9 +251,37 @@ def _store_staged(config, regs, out, writes, first, pn, pz, epilogue, out_dtype,
             for ch in range(config.bn // cols):
                 box = unswizzle(stage_buffer(stage_chunk(values[block], warp, ch, es), es), es)
                 row0, col0 = first + block * 64 + warp * 16, pn * config.bn + ch * cols
+                if rolled and epilogue is not None:
+                    rolled_apply(box, row0, col0, pz, m, n, es, epilogue, out_dtype)
                 tma_store_box(
                     out[pz], writes[pz], box, row0, col0, per_lane=None if tma_out else es
                 )
+
+
+def _rounded(values: np.ndarray, out_dtype: str) -> np.ndarray:
+    """``values`` rounded to the output type (kept as float32)."""
+    if out_dtype == "f32":
+        return values.copy()
+    if out_dtype == "f16":
+        return values.astype(np.float16).astype(np.float32)
+    import ml_dtypes
+
+    return values.astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def rolled_apply(box, row0, col0, pz, m, n, es, epilogue, out_dtype) -> None:
+    """``gemm_rolled_apply`` on a staged chunk (its logical 16-row box): 4 steps of 32 lanes,
+    lane ``l`` of step ``i`` takes the 16 bytes of row ``4 i + l / 8`` at chunk ``l % 8``;
+    the epilogue sees the row and column clamped into the matrix; values rounded again."""
+    per = 16 // es
+    for i in range(4):
+        for lane in range(32):
+            r, k = i * 4 + lane // 8, lane % 8
+            row, col = row0 + r, col0 + k * per
+            for j in range(per):
+                y = epilogue(box[r, k * per + j], min(row, m - 1), min(col + j, n - 1), pz)
+                box[r, k * per + j] = y
+    box[:] = _rounded(box, out_dtype)
 
 
 def tma_store_box(out, writes, box, row0: int, col0: int, per_lane: int | None = None) -> None:

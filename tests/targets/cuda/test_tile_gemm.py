@@ -142,3 +142,14 @@ def test_remark_says_why_a_long_layernorm_is_a_kernel_of_its_own() -> None:
         r"K = 4096 to a kernel of its own: its output is N = 4096 >= K wide",
         err,
     )
+
+
+def test_forced_rolled_tile_on_a_layernorm_group_is_a_located_error() -> None:
+    path = HERE / "tile_gemm_rolled.mlir"
+    tile = "64x256x64 s5 c1 g8 epi=smem math=fast ln=tile loop=rolled"
+    pipeline = f'fusec-default,tile-gemm{{tile="{tile}"}}'
+    argv = ["compile", str(path), "--entry", "ln_softmax", "--target", "cuda", "--emit", "cuda"]
+    code, _, err = _fusec([*argv, "--pipeline", pipeline])
+    assert code == 1
+    assert f"{path}:22:3:" in err and "loop=rolled" in err and "LayerNorm prologue" in err
+    assert "Traceback" not in err

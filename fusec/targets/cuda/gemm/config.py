@@ -25,6 +25,11 @@ arithmetic (``cpp`` has the details):
 * ``prefetch``: ``"none"`` or ``"tile"`` (a few K steps before a tile's main loop ends,
   its consumers prefetch into L2 the tile's rows of the epilogue inputs that have the
   output's shape, e.g. a residual, so the epilogue's loads of them hit L2, not DRAM);
+* ``loop`` (with the ``"smem"`` epilogue): ``"unrolled"`` (the epilogue maps each
+  accumulator register, unrolled over the tile, before staging) or ``"rolled"`` (the
+  accumulators are staged rounded to the output type, then the epilogue runs on the staged
+  chunk in a rolled loop, 16 bytes per lane and step: its code does not grow with the tile;
+  no LayerNorm rewrite or softmax in the epilogue, ``rolled_problem``);
 * ``ln`` (with a LayerNorm prologue): ``"fold"`` (a pre-pass computes the row statistics
   and folds gamma and beta into W'; the epilogue applies the exact rewrite) or ``"tile"``
   (the whole K of the block's rows is resident in the pipeline, K <= stages x BK: the
@@ -81,6 +86,7 @@ MATHS = ("ieee", "fast")
 VECTORS = ("global", "smem")
 PREFETCHES = ("none", "tile")
 LAYERNORMS = ("fold", "tile")
+LOOPS = ("unrolled", "rolled")
 #: what each ``Variant`` field may be (the first: the default)
 VARIANT_CHOICES = {
     "schedule": SCHEDULES,
@@ -89,6 +95,7 @@ VARIANT_CHOICES = {
     "vectors": VECTORS,
     "prefetch": PREFETCHES,
     "ln": LAYERNORMS,
+    "loop": LOOPS,
 }
 _VARIANT_KEYS = {
     "sched": "schedule",
@@ -97,6 +104,7 @@ _VARIANT_KEYS = {
     "vec": "vectors",
     "pre": "prefetch",
     "ln": "ln",
+    "loop": "loop",
 }
 
 _TEXT = re.compile(r"^(\d+)x(\d+)x(\d+) s(\d+) c(\d+) g(\d+)((?: [a-z]+=[a-z0-9]+)*)$")
@@ -112,6 +120,7 @@ class Variant:
     vectors: str = "global"
     prefetch: str = "none"
     ln: str = "fold"
+    loop: str = "unrolled"
 
 
 def variant_fields(variant: Variant) -> dict[str, Any]:
@@ -177,6 +186,8 @@ class TileConfig(Variant, TileShape, tile_rules.WarpgroupTile):
         for name, allowed in VARIANT_CHOICES.items():
             if getattr(self, name) not in allowed:
                 out.append(f"{name} must be one of {', '.join(allowed)}")
+        if self.loop == "rolled" and self.epilogue != "smem":
+            out.append("loop=rolled runs the epilogue on staged chunks (epi=smem)")
         if self.ln == "tile" and self.pingpong:
             out.append("ln=tile runs the cooperative schedule")
         elif self.ln == "tile" and self.bm > 128 * self.consumers:
@@ -298,7 +309,8 @@ class TileConfig(Variant, TileShape, tile_rules.WarpgroupTile):
         if not match:
             raise ValueError(
                 f"bad GEMM tile config {text!r}: expected e.g. '128x256x64 s4 c2 g8' "
-                "[sched=pingpong] [epi=smem] [math=fast] [vec=smem] [pre=tile] [ln=tile] [sk=4]"
+                "[sched=pingpong] [epi=smem] [math=fast] [vec=smem] [pre=tile] [ln=tile] "
+                "[loop=rolled] [sk=4]"
             )
         bm, bn, bk, stages, consumers, group_m = (int(g) for g in match.groups()[:6])
         variant: dict[str, str] = {}

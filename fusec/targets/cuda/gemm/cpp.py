@@ -44,6 +44,10 @@ source does not change):
   outputs) and lane 0 stores each with one TMA bulk tensor store (the output's
   tensor map clips the ragged edges); without a map (rows not 16-byte
   aligned) the warp copies the chunk out with masked 16-byte stores.
+* ``loop="rolled"`` (with the "smem" epilogue): the accumulators are staged rounded to
+  the output type, then each warp applies the epilogue to its staged chunk in place, 16
+  bytes of a row per lane and step, in a rolled loop (``gemm_rolled_apply``): the kernel's
+  code no longer grows with the tile times the epilogue's length.
 * ``vectors="smem"`` (with a LayerNorm prologue): at the head of each tile the
   consumer warpgroup copies the tile's rewrite vectors (c, d of its BN columns, mean
   and rstd of its rows) into its shared-memory region with 16-byte ``cp.async``
@@ -142,6 +146,9 @@ class GemmSpec(LinkedSpec):
                 raise ValueError(f"epilogue input type {extra!r}")
         if (self.config.ln == "tile") != bool(self.epilogue.ln_affine):
             raise ValueError("ln=tile and the epilogue's gamma/beta slots come together")
+        rolled_blockers = self.epilogue.ln_slots or self.epilogue.ln_affine or self.epilogue.softmax
+        if self.config.loop == "rolled" and rolled_blockers:
+            raise ValueError("loop=rolled: no LayerNorm rewrite or softmax in the epilogue")
         if self.config.ln == "tile" and self.a_major != "k":
             raise ValueError("ln=tile normalises a K-major A")
         if (self.dtype == "f32") != self.config.tf32:
@@ -218,6 +225,7 @@ def _config(spec: GemmSpec) -> str:
         "BATCH_A": spec.batch_a, "BATCH_B": spec.batch_b, "PINGPONG": c.pingpong,
         "SMEM_EPILOGUE": c.epilogue == "smem", "STAGED": _staged(spec),
         "LN_TILE": _ln_tile(spec), "FAST_MATH": _fast_math(spec), "PREFETCH": _prefetches(spec),
+        "ROLLED": c.loop == "rolled",
     }  # fmt: skip
     int_lines = enumerators([f"{k} = {v}" for k, v in ints.items()])
     flag_lines = enumerators([f"{k} = {int(v)}" for k, v in flags.items()])

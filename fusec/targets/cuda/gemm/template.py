@@ -323,7 +323,37 @@ def _heuristic_config(p: GemmPlan, sms: int) -> tuple[TileConfig, str]:
     config = choose_config(p.m, p.n, p.k, p.batches, sms, three_consumers=not p.tf32)
     if _reads_output_shaped_input(p) and config.consumers == 2:
         config = with_variant(config, replace(config.variant, prefetch="tile"))
+    if config.epilogue == "smem" and heuristic_loop(p) == "rolled":
+        config = with_variant(config, replace(config.variant, loop="rolled"))
     return config, "heuristic"
+
+
+#: Which groups the heuristic gives the rolled epilogue (``loop="rolled"``):
+#: ``FUSEC_GEMM_LOOP=unrolled``, the default, none; ``auto`` the groups whose epilogue
+#: calls a transcendental function (exact or tanh GELU, SiLU, sigmoid, exp, tanh, erf: tens of
+#: instructions an element, unrolled over the tile); ``rolled`` every group that can.
+#: Not measured yet: in ConvNeXt-T b32 the bias + GELU GEMMs ran 6-49% slower than alone
+#: (benchmarks/results/profile.md), their 126 KB of SASS (87 KB the unrolled epilogue)
+#: cold in the instruction caches after the model's other kernels; the A/B is
+#: ``benchmarks/gemm_code_cache.py`` and ``profile_zoo.py --variant FUSEC_GEMM_LOOP=auto``.
+LOOP_ENV = "FUSEC_GEMM_LOOP"
+LOOP_DEFAULT = "unrolled"
+_TRANSCENDENTAL = (ai.GeluOp, ai.SiluOp, ai.SigmoidOp, ai.ExpOp, ai.TanhOp, ai.ErfOp)
+
+
+def heuristic_loop(p: GemmPlan) -> str:
+    """The epilogue loop ``$FUSEC_GEMM_LOOP`` asks the heuristic for on group ``p``."""
+    from fusec.environ import getenv
+    from fusec.errors import FusecError
+
+    value = getenv(LOOP_ENV, LOOP_DEFAULT).strip().lower()
+    if value not in ("unrolled", "auto", "rolled"):
+        raise FusecError(f"{LOOP_ENV}={value!r}: expected unrolled, auto or rolled")
+    if value == "unrolled" or rolled_problem(p) is not None:
+        return "unrolled"
+    if value == "auto" and not any(isinstance(op, _TRANSCENDENTAL) for op in p.epilogue_ops):
+        return "unrolled"
+    return "rolled"
 
 
 def _in_kernel_layernorm(config: TileConfig, k: int) -> TileConfig | None:
@@ -349,6 +379,16 @@ def _reads_output_shaped_input(p: GemmPlan) -> bool:
     )
 
 
+def rolled_problem(p: GemmPlan) -> str | None:
+    """Why the group's epilogue cannot run rolled over staged values (``loop="rolled"``
+    rounds the accumulators to the output type first), or None when it can."""
+    if p.layernorm is not None:
+        return "loop=rolled rounds the accumulators first: not with a LayerNorm prologue"
+    if p.softmax is not None:
+        return "loop=rolled runs the epilogue per element: not with a softmax"
+    return None
+
+
 def tile_config(fused_op: ai.FusedOp, p: GemmPlan, sms: int = H200.sms) -> TileConfig:
     """The group's ``fusec.tile`` (checked against the plan), else the heuristic's choice."""
     attr = fused_op.attributes.get(TILE_ATTR)
@@ -371,6 +411,9 @@ def tile_config(fused_op: ai.FusedOp, p: GemmPlan, sms: int = H200.sms) -> TileC
             f"has {TILE_ATTR} with a {config.bn}-wide block, but its row softmax needs the "
             f"whole {p.n}-wide row in one block",
         )
+    rolled = rolled_problem(p) if config.loop == "rolled" else None
+    if rolled is not None:
+        raise error_at(fused_op, f"has {TILE_ATTR} {config.text!r}: {rolled}")
     if config.ln == "tile":
         problem = (
             "ln=tile needs a LayerNorm prologue"

@@ -468,6 +468,54 @@ static __device__ __forceinline__ void gemm_smem_compute(const E& epi, float (&a
   }
 }
 
+// The rolled epilogue (loop=rolled, SOFTMAX_NONE, no LayerNorm rewrite): E applied to a
+// staged chunk's values in place (the accumulators rounded to Out first, as the graph's
+// matmul output is), 16 bytes of one row per lane and step (8 16-bit or 4 f32 values), in a
+// loop the compiler keeps rolled. Unrolled over the accumulators, E's code grows with the
+// tile: bias + exact GELU made 87 KB of a 192x192 tile's 126 KB of SASS (rolled: 39 KB), all
+// fetched again when a model's other kernels have evicted it from the SMs' instruction
+// caches (suspected, not yet measured: benchmarks/gemm_code_cache.py asks).
+template <class C, class E>
+static __device__ __forceinline__ void gemm_rolled_apply(const E& epi, u32 buf, int row0,
+                                                         int col0, int pz, int lane, int M,
+                                                         int N) {
+  using Out = typename C::Out;
+  constexpr int PER = 16 / Out::BYTES;  // values per 16-byte step
+#pragma unroll 1
+  for (int i = 0; i < 4; ++i) {
+    const int r = i * 4 + lane / 8;
+    const int k = lane % 8;
+    const int row = row0 + r;
+    const int col = col0 + k * PER;
+    const u32 at = buf + (u32)(r * 128 + ((k ^ (r % 8)) << 4));
+    const uint4 w = fs_ld_shared4(at);
+    u32 words[4] = {w.x, w.y, w.z, w.w};
+    float v[PER];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (Out::BYTES == 2) {
+        Out::unpack(words[j], v[2 * j], v[2 * j + 1]);
+      } else {
+        v[j] = __uint_as_float(words[j]);
+      }
+    }
+    // outside the matrix E reads the last row's or column's inputs (no branch per element:
+    // the 8 chains overlap); the store clips those values
+    const int r_in = min(row, M - 1);
+#pragma unroll
+    for (int j = 0; j < PER; ++j) v[j] = epi(v[j], r_in, min(col + j, N - 1), pz, 0u, 0u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (Out::BYTES == 2) {
+        words[j] = Out::pack(v[2 * j], v[2 * j + 1]);
+      } else {
+        words[j] = __float_as_uint(v[j]);
+      }
+    }
+    fs_st_shared4(at, words[0], words[1], words[2], words[3]);
+  }
+}
+
 // The "smem" epilogue's store half: each warp's accumulators (16 rows of each 64-row block)
 // go through a 2 KB staging buffer of 16 rows x 128 bytes, one TMA store box, in the
 // 128-byte swizzle (16-byte chunk k of row r at chunk k ^ (r % 8)). Two buffers per warp
@@ -491,7 +539,7 @@ static __device__ __forceinline__ void gemm_smem_store(const E& epi, float (&acc
   for (int m = 0; m < MI; ++m) {
 #pragma unroll
     for (int ch = 0; ch < BN / CW_COLS; ++ch, ++epi_it) {
-      if constexpr (C::SOFTMAX == SOFTMAX_NONE) {  // E chunk by chunk: one's inputs in flight
+      if constexpr (C::SOFTMAX == SOFTMAX_NONE && !C::ROLLED) {  // E chunk by chunk
         constexpr int OCTETS = CW_COLS / 8;
         if (interior) {
 #pragma unroll
@@ -552,6 +600,11 @@ static __device__ __forceinline__ void gemm_smem_store(const E& epi, float (&acc
                           acc[m][4 * q + 2 * h], acc[m][4 * q + 2 * h + 1]);
           }
         }
+      }
+      if constexpr (C::ROLLED) {
+        __syncwarp();  // the chunk's raw values, staged by every lane
+        gemm_rolled_apply<C>(epi, buf, gemm_rows<C>(pm, cw) + m * 64 + warp * 16,
+                             pn * BN + ch * CW_COLS, pz, lane, M, N);
       }
       fs_fence_async_smem();
       __syncwarp();
