@@ -514,35 +514,44 @@ class ConvBlocks(BlockedCore):
         """``winograd_in(xpad, at, wv, q)``: B^T d B of the tiles of the tile row whose
         first padded input row starts at ``xpad[at]``, tile ``t`` into column ``q + t``
         of each of ``wv``'s (m+2)^2 matrices (``vt`` floats apart)."""
-        m, a, xw = self.m, self.m + 2, self.xw
+        m, a = self.m, self.m + 2
         d = [[f"r{i}[j + {j}]" for j in range(a)] for i in range(a)]
         v = [[f"wv[U({(i * a + j) * vt} + q + t)]" for j in range(a)] for i in range(a)]
-        lines = [
-            "def winograd_in(xpad, at, wv, q):",
-            *(f"    r{i} = xpad[at + {i * xw}:at + {(i + 1) * xw}]" for i in range(a)),
-            f"    for t in range({self.tw}):",
-            f"        j = {m} * t",
-            *(f"        {line}" for line in transform_2d(bt, m, d, v)),
-        ]
-        return "\n".join(lines)
+        body = [f"j = {m} * t", *transform_2d(bt, m, d, v)]
+        return self._tile_row_function(
+            "winograd_in(xpad, at, wv, q)", "r", "xpad", a, self.xw, body
+        )
 
     def _winograd_out(self, mt: int) -> str:
         """``winograd_out(wm, q, cbuf, at)``: A^T M A of the tiles of a tile row of one
         output channel (columns ``q``.. of ``wm``'s matrices, ``mt`` floats apart), its
         ``m`` output rows (``wp`` apart) at ``cbuf[at]``."""
-        m, a, wp = self.m, self.m + 2, self.wp
+        m, a = self.m, self.m + 2
         mm = [[f"m{i * a + j}" for j in range(a)] for i in range(a)]
         y = [[f"y{i}[{m} * t + {j}]" for j in range(m)] for i in range(m)]
+        loads = [
+            f"{mm[i][j]} = wm[U({(i * a + j) * mt} + q + t)]" for i in range(a) for j in range(a)
+        ]
+        body = [*loads, *transform_2d(at, m, mm, y)]
+        return self._tile_row_function(
+            "winograd_out(wm, q, cbuf, at)", "y", "cbuf", m, self.wp, body
+        )
+
+    def _tile_row_function(
+        self, signature: str, row: str, buffer: str, rows: int, pitch: int, body: list[str]
+    ) -> str:
+        """The source of ``def signature``, which runs ``body`` for each tile ``t`` of a
+        tile row (the frame both Winograd transforms share): ``rows`` rows of ``buffer``,
+        ``pitch`` floats apart from ``at`` on, are slices ``{row}0``, ``{row}1``... that the
+        body indexes."""
         lines = [
-            "def winograd_out(wm, q, cbuf, at):",
-            *(f"    y{i} = cbuf[at + {i * wp}:at + {(i + 1) * wp}]" for i in range(m)),
-            f"    for t in range({self.tw}):",
+            f"def {signature}:",
             *(
-                f"        {mm[i][j]} = wm[U({(i * a + j) * mt} + q + t)]"
-                for i in range(a)
-                for j in range(a)
+                f"    {row}{i} = {buffer}[at + {i * pitch}:at + {(i + 1) * pitch}]"
+                for i in range(rows)
             ),
-            *(f"        {line}" for line in transform_2d(at, m, mm, y)),
+            f"    for t in range({self.tw}):",
+            *(f"        {line}" for line in body),
         ]
         return "\n".join(lines)
 
