@@ -10,7 +10,7 @@ from xdsl.irdl import irdl_op_definition
 from fusec.dialect import shapes
 from fusec.dialect.facts import FrontendNames, Pattern, ScalarBuilder
 from fusec.dialect.ops.base import AiOp, float_prop, operand, result
-from fusec.dialect.ops.elementwise import BinaryOp, UnaryOp, _minus_zero_at_minus_inf
+from fusec.dialect.ops.elementwise import BinaryOp, MathCallOp, UnaryOp, gated, nan_or_where
 from fusec.ir.dtypes import ALL_TYPES
 from fusec.ir.tensors import spec_of
 
@@ -18,21 +18,20 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-class MathOp(UnaryOp):
+class MathOp(MathCallOp):
     """A function of C's math library, ``FUNCTION``, computed in float32 by every
     language (``math.FUNCTION``, ``FUNCTIONf``, ``torch.FUNCTION``); its reference is
     numpy's ufunc ``UFUNC``: NaN or inf outside the domain, as C gives. Rounding
     (floor, ceil, round) has the ufunc's reference and ``ROUNDING``, the direction its
     scalar rounds in (``_to_integer``)."""
 
-    FUNCTION: ClassVar[str] = ""
     UFUNC: ClassVar[str] = ""
     ROUNDING: ClassVar[str] = ""
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         if self.ROUNDING:
             return _to_integer(s, args[0], self.ROUNDING)
-        return s.call(self.FUNCTION, args[0])
+        return super().scalar(s, *args)
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         import numpy as np
@@ -284,10 +283,14 @@ class HardSwishOp(UnaryOp):
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         (a,) = args
-        gate = s.bind(_clamp_unit(s, _linear(s, a, 1.0 / 6.0, 0.5)))
-        return _minus_zero_at_minus_inf(s, a, s.arith(a, "*", gate))
+        return gated(s, a, _clamp_unit(s, _linear(s, a, 1.0 / 6.0, 0.5)))
 
     REFERENCE: ClassVar[str] = "hard_swish"
+
+
+def _negative_slope(s: ScalarBuilder, x: str, slope: str) -> str:
+    """``x`` where x >= 0 (or NaN), else ``slope * x``: leaky relu and prelu."""
+    return s.select(s.compare(x, "<", s.literal(0.0)), s.arith(slope, "*", x), x)
 
 
 @irdl_op_definition
@@ -299,9 +302,7 @@ class LeakyReluOp(UnaryOp):
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("leaky_relu")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        (a,) = args
-        scaled = s.arith(s.literal(self.attr("alpha")), "*", a)
-        return s.select(s.compare(a, "<", s.literal(0.0)), scaled, a)
+        return _negative_slope(s, args[0], s.literal(self.attr("alpha")))
 
     REFERENCE: ClassVar[str] = "leaky_relu"
 
@@ -314,8 +315,7 @@ class PReluOp(BinaryOp):
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("prelu", onnx=("PRelu",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        x, slope = args
-        return s.select(s.compare(x, "<", s.literal(0.0)), s.arith(slope, "*", x), x)
+        return _negative_slope(s, *args)
 
     REFERENCE: ClassVar[str] = "prelu"
 
@@ -424,8 +424,7 @@ class MishOp(UnaryOp):
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         (a,) = args
-        gate = s.bind(s.call("tanh", s.bind(_softplus(s, a))))
-        return _minus_zero_at_minus_inf(s, a, s.arith(a, "*", gate))
+        return gated(s, a, s.call("tanh", s.bind(_softplus(s, a))))
 
     REFERENCE: ClassVar[str] = "mish"
 
@@ -439,9 +438,8 @@ class ThresholdedReluOp(UnaryOp):
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("thresholded_relu")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        (a,) = args
-        above = s.compare(a, ">", s.literal(self.attr("alpha")))
-        return s.select(s.either(above, s.compare(a, "!=", a)), a, s.literal(0.0))
+        alpha = s.literal(self.attr("alpha"))
+        return nan_or_where(s, args[0], ">", alpha, otherwise=s.literal(0.0))
 
     REFERENCE: ClassVar[str] = "thresholded_relu"
 

@@ -117,7 +117,13 @@ class ExtremumOp(BinaryOp):
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         a, b = args  # a select, as the languages' min/max builtins differ on NaN and -0.0
-        return s.select(s.either(s.compare(a, self.SYMBOL, b), s.compare(a, "!=", a)), a, b)
+        return nan_or_where(s, a, self.SYMBOL, b, otherwise=b)
+
+
+def nan_or_where(s: ScalarBuilder, a: str, symbol: str, b: str, otherwise: str) -> str:
+    """``a`` where ``a SYMBOL b`` holds or ``a`` is NaN, else ``otherwise``: the select of
+    maximum, minimum, relu and thresholded relu, through which NaN propagates."""
+    return s.select(s.either(s.compare(a, symbol, b), s.compare(a, "!=", a)), a, otherwise)
 
 
 @irdl_op_definition
@@ -157,6 +163,16 @@ class UnaryOp(AiOp):
         return shapes.elementwise_unary(*operands)
 
 
+class MathCallOp(UnaryOp):
+    """One call of C's math library, ``FUNCTION``, on the element, which every language
+    computes in float32 (``math.FUNCTION``, ``FUNCTIONf``, ``torch.FUNCTION``)."""
+
+    FUNCTION: ClassVar[str] = ""
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return s.call(self.FUNCTION, args[0])
+
+
 @irdl_op_definition
 class ReluOp(UnaryOp):
     """max(x, 0); NaN propagates."""
@@ -166,9 +182,9 @@ class ReluOp(UnaryOp):
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("relu", onnx=("Relu",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        (a,) = args  # maximum(a, 0): relu(NaN) is NaN, relu(-0.0) is 0.0, as numpy
+        # maximum(a, 0): relu(NaN) is NaN, relu(-0.0) is 0.0, as numpy
         zero = s.literal(0.0)
-        return s.select(s.either(s.compare(a, ">", zero), s.compare(a, "!=", a)), a, zero)
+        return nan_or_where(s, args[0], ">", zero, otherwise=zero)
 
     REFERENCE: ClassVar[str] = "relu"
 
@@ -187,15 +203,12 @@ class SigmoidOp(UnaryOp):
 
 
 @irdl_op_definition
-class TanhOp(UnaryOp):
+class TanhOp(MathCallOp):
     """tanh(x)."""
 
     name = "ai.tanh"
+    FUNCTION: ClassVar[str] = "tanh"
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("tanh", ufuncs=("tanh",), onnx=("Tanh",))
-
-    def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        return s.call("tanh", args[0])
-
     REFERENCE: ClassVar[str] = "tanh"
 
 
@@ -213,15 +226,12 @@ class ExpOp(UnaryOp):
 
 
 @irdl_op_definition
-class SqrtOp(UnaryOp):
+class SqrtOp(MathCallOp):
     """sqrt(x) (NaN for x < 0): needed to normalise by a variance known only at run time."""
 
     name = "ai.sqrt"
+    FUNCTION: ClassVar[str] = "sqrt"
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("sqrt", ufuncs=("sqrt",), onnx=("Sqrt",))
-
-    def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        return s.call("sqrt", args[0])
-
     REFERENCE: ClassVar[str] = "sqrt"
 
 
@@ -243,14 +253,12 @@ class NegOp(UnaryOp):
 
 
 @irdl_op_definition
-class AbsOp(UnaryOp):
+class AbsOp(MathCallOp):
     """|x| (NaN stays NaN)."""
 
     name = "ai.abs"
+    FUNCTION: ClassVar[str] = "fabs"
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("abs", ufuncs=("absolute",), onnx=("Abs",))
-
-    def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        return s.call("fabs", args[0])
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         import numpy as np
@@ -276,6 +284,12 @@ def _minus_zero_at_minus_inf(s: ScalarBuilder, x: str, value: str) -> str:
     """``x * f(x)`` activations tend to -0 as x -> -inf, where the formula gives
     -inf * 0 = NaN: the limit, as the reference computes it."""
     return s.select(s.compare(x, "==", s.literal(-math.inf)), s.literal(-0.0), value)
+
+
+def gated(s: ScalarBuilder, x: str, gate: str) -> str:
+    """``x * gate`` (the gate bound first, a function of x tending to 0 as x -> -inf),
+    -0 at x = -inf: hard swish and mish."""
+    return _minus_zero_at_minus_inf(s, x, s.arith(x, "*", s.bind(gate)))
 
 
 _SQRT1_2 = 0.7071067811865476
@@ -309,15 +323,12 @@ class GeluOp(UnaryOp):
 
 
 @irdl_op_definition
-class ErfOp(UnaryOp):
+class ErfOp(MathCallOp):
     """The error function erf(x)."""
 
     name = "ai.erf"
+    FUNCTION: ClassVar[str] = "erf"
     FRONTEND: ClassVar[FrontendNames] = FrontendNames("erf", onnx=("Erf",))
-
-    def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        return s.call("erf", args[0])
-
     REFERENCE: ClassVar[str] = "erf"
 
 
