@@ -185,8 +185,9 @@ func.func @f(%x: {x}, %w: {w}, %bias: {bias}, %r: {y}) -> {y} {{
   return %o : {y}
 }}"""
     kernel = check(text, cache=cache, kind="matmul").kernels[0]
-    assert f"src = (bi0) * {h * s * e} + hh * {s * e} + (r0 + i) * {e}" in kernel.source
-    assert "gbuf[dst + ee] = in0[src + ee]" in kernel.source
+    # one loop over a row's H x E values (nested head/element loops took LLVM seconds)
+    gather = f"gbuf[i * {h * e} + j] = in0[(bi0) * {h * s * e} + j // {e} * {s * e} + (r0 + i) * {e} + j % {e}]"  # noqa: E501
+    assert f"for j in range({h * e}):" in kernel.source and gather in kernel.source
     gemm = "gemm_nn(r1 - r0, " if n == 32 else "sgemm(0, 0, r1 - r0, "
     assert f"{gemm}{n}, {h * e}, gbuf, 0, {h * e}," in kernel.source
     assert "ascontiguousarray" not in kernel.source and kernel.scratch.operand_bytes == 0
