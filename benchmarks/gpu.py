@@ -302,6 +302,26 @@ def smoke_profile() -> runner.SmokeResult:
     return CUDA_COLUMNS, [cuda_row(name, text) for name, text in cases]
 
 
+def smoke_code_cache() -> runner.SmokeResult:
+    from gemm_split_k_ab import ir
+
+    # gemm_code_cache.py's GEMMs (its inputs need torch), each loop of the epilogue
+    cases = [
+        (f"{name} loop={loop}", ir(m, k, n, epilogue, lead), loop)
+        for name, m, k, n, epilogue, lead in (
+            ("stage-3 up", 6272, 384, 1536, "bias+gelu", (32, 14, 14)),
+            ("stage-1 up", 100352, 96, 384, "bias+gelu", (32, 56, 56)),
+            ("MLP down", 6272, 1536, 384, "bias+scale+residual", (32, 14, 14)),
+        )
+        for loop in ("unrolled", "rolled")
+    ]
+    rows = [
+        cuda_row(name, text, pipeline=f"fusec-default,tile-gemm{{loop={loop}}}")
+        for name, text, loop in cases
+    ]
+    return CUDA_COLUMNS, rows
+
+
 SUITES: list[Suite] = [
     Suite(
         "ops",
@@ -443,6 +463,14 @@ SUITES: list[Suite] = [
         smoke_profile_zoo,
         args=("--model", "resnet50", "--batch", "32", "--json", "{out}/profile-zoo.json"),
         requires=("torch", "torchvision", "transformers"),
+    ),
+    Suite(
+        "code-cache",
+        "gemm_code_cache.py",
+        "ConvNeXt-T's MLP-up GEMMs alone and beside other kernels, unrolled vs rolled epilogue",
+        smoke_code_cache,
+        args=("--json", "{out}/gemm-code-cache.json"),
+        requires=("torch",),
     ),
     Suite(
         "profile",
