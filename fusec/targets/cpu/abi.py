@@ -16,8 +16,10 @@ renamed without breaking cached kernels or their text:
 * ``blas_single_threaded``: the process-wide BLAS thread count held at 1 around a
   launch, when the BLAS has no per-thread setter (``blas.single_threaded``);
 * ``gemm_nn``, ``gemm_nn_staged``, ``gemm_packed``: the register-tiled GEMMs
-  (``fusec.targets.cpu.microkernel``); ``gemm_q8_packed``, ``gemm_q8_packed_amx``: the
-  uint8 x int8 ones, VNNI and AMX (``fusec.targets.cpu.gemm_int8``), and
+  (``fusec.targets.cpu.microkernel``), and ``gemm_nn_call``, ``gemm_nn_staged_call``,
+  ``gemm_packed_call`` the same called through a symbol, not compiled into the calling
+  module (``fusec.targets.cpu.helper_calls``: what kernels use); ``gemm_q8_packed``,
+  ``gemm_q8_packed_amx``: the uint8 x int8 ones, VNNI and AMX (``fusec.targets.cpu.gemm_int8``), and
   ``gemm_q8_bytes``, ``gemm_q8_bytes_amx`` the same on A's codes gathered as bytes,
   ``gemm_q8_rows`` a weight's rows by such codes (a quantized conv's channel rows);
 * ``depthwise_taps_row``, ``depthwise_taps_plane``: a depthwise convolution's tap sums
@@ -63,6 +65,9 @@ _PROVIDERS: dict[str, tuple[str, str | None]] = {
     "gemm_nn": ("fusec.targets.cpu.microkernel", "gemm_nn"),
     "gemm_nn_staged": ("fusec.targets.cpu.microkernel", "gemm_nn_staged"),
     "gemm_packed": ("fusec.targets.cpu.microkernel", "gemm_packed"),
+    "gemm_nn_call": ("fusec.targets.cpu.helper_calls", "gemm_nn_call"),
+    "gemm_nn_staged_call": ("fusec.targets.cpu.helper_calls", "gemm_nn_staged_call"),
+    "gemm_packed_call": ("fusec.targets.cpu.helper_calls", "gemm_packed_call"),
     "gemm_q8_packed": ("fusec.targets.cpu.gemm_int8", "gemm_q8_packed"),
     "gemm_q8_packed_amx": ("fusec.targets.cpu.gemm_int8", "gemm_q8_packed_amx"),
     "gemm_q8_bytes": ("fusec.targets.cpu.gemm_int8", "gemm_q8_bytes"),

@@ -67,7 +67,7 @@ class AttentionBlocks(blocked.BlockedCore):
     """
 
     expr_helpers = frozenset({"exp_nonpos_f32"})
-    imports = (abi.import_line("gemm_nn"),)
+    imports = (abi.import_line("gemm_nn_call as gemm_nn"),)
     #: The key given as (..., D, T) (a transpose of a cache's layout) is read as it is.
     transposable = frozenset({1})
 

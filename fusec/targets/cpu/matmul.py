@@ -164,7 +164,7 @@ class MatmulBlocks(BlockedCore):
         layout = ("q8_strips" if self.q8 else "strips") + ("_t" if self.tb else "")
         self.prepared = ((b_input, layout),) if self.packed else ()
         if self.nn:
-            self.imports = (abi.import_line("gemm_nn"),)
+            self.imports = (abi.import_line("gemm_nn_call as gemm_nn"),)
         #: the int8 GEMM's name: on AMX tiles where the process may use them
         self.q8_gemm = "gemm_q8_packed"
         if self.q8:
@@ -172,7 +172,8 @@ class MatmulBlocks(BlockedCore):
 
             self.q8_gemm += "_amx" if amx_available() else ""
         if self.packed:
-            self.imports = (abi.import_line(self.q8_gemm if self.q8 else "gemm_packed"),)
+            gemm = self.q8_gemm if self.q8 else "gemm_packed_call as gemm_packed"
+            self.imports = (abi.import_line(gemm),)
         # column tiles compute A's prologue again each: not worth it unless B streams
         split_columns = not (whole_rows or (a_array and not self.streams) or self.b_is_vector)
         row_blocks = math.prod(self.batch) * math.ceil(self.m / MIN_ROWS)

@@ -222,7 +222,7 @@ class ConvBlocks(BlockedCore):
             self.nn = small or padded <= WINOGRAD_NN_PAD * self.tiles
             self.pitch = padded if self.nn else self.tiles
             if self.nn:
-                self.imports += (abi.import_line("gemm_nn"),)
+                self.imports += (abi.import_line("gemm_nn_call as gemm_nn"),)
             self.rows = bh + 2  # padded input rows of a block
             self.xw = m * self.tw + 2  # padded input row width (the last tile's m + 2)
             workspace.add("xpad", self.cg * self.rows * self.xw)
@@ -257,9 +257,9 @@ class ConvBlocks(BlockedCore):
         self.staged = self.cols_nn and host.staging_pays(b_stride, self.kg)
         if self.staged:
             workspace.add("bstrip", self.crs * host.STRIP)
-            self.imports += (abi.import_line("gemm_nn_staged"),)
+            self.imports += (abi.import_line("gemm_nn_staged_call as gemm_nn_staged"),)
         elif self.cols_nn:
-            self.imports += (abi.import_line("gemm_nn"),)
+            self.imports += (abi.import_line("gemm_nn_call as gemm_nn"),)
 
     def _read_op(self, op, reads, c_array: str, c_local: bool, constant: bool = False) -> None:
         """The convolution's shapes, attributes and method (``constant``: its weight is)."""

@@ -252,7 +252,7 @@ class ChannelBlocks(WholePlaneBlocks):
         self.nsb = -(-self.k // self.per)
         self.count, self.bh, self.nrb = self.nsb, self.oh, 1
         self.pixels = self.oh * self.ow
-        self.imports = (abi.import_line("gemm_nn"),)
+        self.imports = (abi.import_line("gemm_nn_call as gemm_nn"),)
         # stride 1: the plane's im2col from a zero-padded copy of the input (rows and
         # columns the taps reach), by constant-length row copies
         self.padded = not self.direct and (self.sh, self.sw) == (1, 1)
@@ -367,7 +367,8 @@ class PixelRowsBlocks(WholePlaneBlocks):
         #: its ``STRIP`` columns in whole vectors (``gemm_packed`` would take them one by
         #: one: 1152 -> 48 on one pixel 75 us against 4)
         self.window = self.k < host.STRIP
-        self.imports = (abi.import_line("gemm_nn" if self.window else "gemm_packed"),)
+        gemm = "gemm_nn_call as gemm_nn" if self.window else "gemm_packed_call as gemm_packed"
+        self.imports = (abi.import_line(gemm),)
         workspace.add("rows", self.pixels * self.crs)
         workspace.add("ct", self.pixels * (host.STRIP if self.window else self.per))
         workspace.add(c_array, self.pixels * self.per)
