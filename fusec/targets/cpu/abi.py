@@ -29,7 +29,8 @@ renamed without breaking cached kernels or their text:
   (``fusec.targets.cpu.depthwise_tiles``);
 * ``winograd_filters``, ``redo_nonfinite_tiles``, ``redo_nonfinite_tiles_m``: the
   Winograd conv's filter transform and its exact redo of non-finite tiles (2x2, m x m)
-  (``fusec.targets.cpu.winograd``);
+  (``fusec.targets.cpu.winograd``), the redos also as ``redo_nonfinite_tiles_call``,
+  ``redo_nonfinite_tiles_m_call`` (through a symbol: ``helper_calls``);
 * ``reduce_rows``: short-row reductions (``fusec.targets.cpu.reduce_helpers``);
 * ``numpy_ops``: the numpy forms of the layout and data ops a copy kernel runs
   (``fusec.dialect.numpy_ops``, a module);
@@ -80,6 +81,11 @@ _PROVIDERS: dict[str, tuple[str, str | None]] = {
     "winograd_filters": ("fusec.targets.cpu.winograd", "winograd_filters"),
     "redo_nonfinite_tiles": ("fusec.targets.cpu.winograd", "redo_nonfinite_tiles"),
     "redo_nonfinite_tiles_m": ("fusec.targets.cpu.winograd", "redo_nonfinite_tiles_m"),
+    "redo_nonfinite_tiles_call": ("fusec.targets.cpu.helper_calls", "redo_nonfinite_tiles_call"),
+    "redo_nonfinite_tiles_m_call": (
+        "fusec.targets.cpu.helper_calls",
+        "redo_nonfinite_tiles_m_call",
+    ),
     "reduce_rows": ("fusec.targets.cpu.reduce_helpers", "reduce_rows"),
     "numpy_ops": ("fusec.dialect.numpy_ops", None),
     "call_entry": ("fusec.targets.cpu.entry_call", "call_entry"),

@@ -21,7 +21,7 @@ A cached kernel finds the symbol when Numba loads it because the kernel module i
 its intrinsic (from ``abi``) before its ``cached_njit`` decorator loads the code. A
 helper's edit recompiles the kernels anyway (``source_digest``: this module and
 ``microkernel`` are in the ABI's import closure); a change of a helper's parameters
-must change its ``_SIGNATURES`` entry, hence its symbol's name.
+must change its ``_HELPERS`` entry, hence its symbol's name.
 """
 
 from __future__ import annotations
@@ -34,20 +34,22 @@ from numba.core import cgutils
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
-from fusec.targets.cpu import microkernel
+from fusec.targets.cpu import microkernel, winograd
 
 _ARRAY = types.Array(types.float32, 1, "C")
-#: Each helper's parameters: ``a`` a flat float32 array, ``i`` an int64.
-_SIGNATURES = {
-    "gemm_nn": "iiiaiiaiiaii",
-    "gemm_nn_staged": "iiiaiiaiiaiia",
-    "gemm_packed": "iiiaiiaiaii",
+#: Each helper's module and parameters: ``a`` a flat float32 array, ``i`` an int64.
+_HELPERS = {
+    "gemm_nn": (microkernel, "iiiaiiaiiaii"),
+    "gemm_nn_staged": (microkernel, "iiiaiiaiiaiia"),
+    "gemm_packed": (microkernel, "iiiaiiaiaii"),
+    "redo_nonfinite_tiles": (winograd, "aiiiaiiiiai"),
+    "redo_nonfinite_tiles_m": (winograd, "aiiiaiiiiaii"),
 }
 
 
 def symbol(name: str) -> str:
     """The symbol a helper's compiled function is registered under."""
-    return f"fusec_cpu_{name}__{_SIGNATURES[name]}"
+    return f"fusec_cpu_{name}__{_HELPERS[name][1]}"
 
 
 def _argument_types(kinds: str) -> tuple[Any, ...]:
@@ -56,8 +58,9 @@ def _argument_types(kinds: str) -> tuple[Any, ...]:
 
 def _register(name: str) -> None:
     """Compile helper ``name`` for its signature and enter its address as ``symbol``."""
-    dispatcher = getattr(microkernel, name)
-    signature = _argument_types(_SIGNATURES[name])
+    module, kinds = _HELPERS[name]
+    dispatcher = getattr(module, name)
+    signature = _argument_types(kinds)
     dispatcher.compile(signature)
     compiled = dispatcher.overloads[signature]
     address = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name)
@@ -78,7 +81,7 @@ def _check(name: str, given: tuple[Any, ...], wanted: tuple[Any, ...]) -> None:
 
 def _caller(name: str) -> Any:
     """The intrinsic calling helper ``name`` through its symbol."""
-    wanted = _argument_types(_SIGNATURES[name])
+    wanted = _argument_types(_HELPERS[name][1])
 
     def call(typingctx: Any, *args: Any) -> Any:
         given = tuple(args[0]) if len(args) == 1 and isinstance(args[0], types.BaseTuple) else args
@@ -111,7 +114,7 @@ def __getattr__(attribute: str) -> Any:
     """``<helper>_call``: the helper registered (compiled once a process) on first use, so
     that a kernel importing one helper's call compiles no other helper."""
     name = attribute.removesuffix("_call")
-    if attribute == name or name not in _SIGNATURES:
+    if attribute == name or name not in _HELPERS:
         raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
     if name not in _CALLERS:
         _register(name)

@@ -189,7 +189,7 @@ class ConvBlocks(BlockedCore):
         if self.winograd:  # the scan of a block's outputs for NaN and Inf, and the redo
             self.row_helpers = frozenset({"row_sum"})
             redo = "redo_nonfinite_tiles" if self.m == 2 else "redo_nonfinite_tiles_m"
-            self.imports += (abi.import_line(redo),)
+            self.imports += (abi.import_line(f"{redo}_call as {redo}"),)
         self.wp = self.ow + (self.s - 1) * self.dw  # padded row width (taps)
         m = self.m
         self.tw = -(-self.ow // m)  # Winograd tiles along a row
