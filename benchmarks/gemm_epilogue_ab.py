@@ -62,6 +62,13 @@ VARIANTS: list[tuple[str, str | None, str | None]] = [
     ("256x128 smem fast", "256x128x64 s4 c2 g8 epi=smem math=fast", None),
     ("192x192 3 consumers smem fast", "192x192x64 s3 c3 g8 epi=smem math=fast", None),
     ("192x192 3 consumers direct fast", "192x192x64 s4 c3 g8 math=fast", None),
+    # the epilogue on the staged chunks in a rolled loop (its code does not grow with the
+    # tile): what it costs a GEMM timed alone, warm
+    (
+        "192x192 3 consumers smem fast rolled",
+        "192x192x64 s3 c3 g8 epi=smem math=fast loop=rolled",
+        None,
+    ),
 ]
 VARIANTS_B1: list[tuple[str, str | None, str | None]] = [
     ("heuristic", None, None),
@@ -100,6 +107,8 @@ VARIANTS_CONVNEXT: list[tuple[str, str | None, str | None]] = [
         )
     ),
     ("128x192 smem fast", "128x192x64 s4 c2 g8 epi=smem math=fast", None),
+    _VARIANT_BY_LABEL["192x192 3 consumers smem fast rolled"],
+    ("128x192 smem fast rolled", "128x192x64 s4 c2 g8 epi=smem math=fast loop=rolled", None),
 ]
 #: BERT-base and GPT-2 at batch 8 (``--set b8``: 1024 tokens, K = 768 or 3072), whose
 #: GEMMs the 128x192 tile (``config.NARROW_TILE``) took from 128x128 by the waste rule
