@@ -89,7 +89,8 @@ class TileGemmPass(ModulePass):
 
     loop: str = ""
     """Force how the "smem" epilogue runs ("unrolled" over the accumulators, or "rolled" over
-    the staged chunk; groups with a LayerNorm prologue or a softmax keep "unrolled")."""
+    the staged chunk; groups with the direct epilogue, a LayerNorm prologue or a softmax keep
+    "unrolled")."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from fusec.errors import FusecError
@@ -122,7 +123,8 @@ class TileGemmPass(ModulePass):
                 try:
                     if forced.ln == "tile" and not _ln_tile_fits(p, with_variant(config, forced)):
                         forced = replace(forced, ln="fold")
-                    if forced.loop == "rolled" and template.rolled_problem(p):
+                    staged = forced.epilogue == "smem"
+                    if forced.loop == "rolled" and (not staged or template.rolled_problem(p)):
                         forced = replace(forced, loop="unrolled")
                     config = with_variant(config, forced)
                 except ValueError as err:

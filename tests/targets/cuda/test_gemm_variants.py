@@ -174,6 +174,13 @@ def test_tune_candidates_include_every_variant() -> None:
 # -------------------------------------------------------------- tile model
 
 RAGGED = [(1, 130, 260, 70, 3), (2, 65, 129, 129, 2), (1, 200, 100, 64, 132)]
+#: the tile model's outputs (f16 and f32 stored by TMA, bf16 by the masked copy) and shapes
+MODEL_OUTPUTS = pytest.mark.parametrize(
+    "out_dtype, tma_out", [("f16", True), ("f32", True), ("bf16", False)]
+)
+MODEL_SHAPES = pytest.mark.parametrize(
+    "shape", RAGGED, ids=["130x260x70", "b2-65x129x129", "200x100x64"]
+)
 
 
 @pytest.mark.parametrize(
@@ -185,43 +192,19 @@ RAGGED = [(1, 130, 260, 70, 3), (2, 65, 129, 129, 2), (1, 200, 100, 64, 132)]
         "64x128x64 s8 c1 g2 epi=smem",
     ],
 )
-@pytest.mark.parametrize("out_dtype, tma_out", [("f16", True), ("f32", True), ("bf16", False)])
-@pytest.mark.parametrize("shape", RAGGED, ids=["130x260x70", "b2-65x129x129", "200x100x64"])
+@MODEL_OUTPUTS
+@MODEL_SHAPES
 def test_tile_model_writes_every_element_once(text, out_dtype, tma_out, shape) -> None:
+    out, product, bias = _model_bias_relu(text, out_dtype, tma_out, shape)
+    np.testing.assert_allclose(out, np.maximum(product + bias, 0), rtol=1e-4, atol=1e-4)
+
+
+def _model_bias_relu(text, out_dtype, tma_out, shape, seed=0):
+    """The tile model of ``text`` on random A, B and a bias + relu epilogue that refuses
+    an index outside the matrix; every element checked written once. (output, A @ B, bias)"""
     config = TileConfig.parse(text)
     batches, m, n, k, grid = shape
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((batches, m, k)).astype(np.float32)
-    b = rng.standard_normal((batches, k, n)).astype(np.float32)
-    bias = rng.standard_normal(n).astype(np.float32)
-
-    def bias_relu(acc: float, row: int, col: int, bat: int) -> float:
-        return max(acc + bias[col], 0.0)
-
-    out, writes = model.run(
-        config, a, b, grid=grid, epilogue=bias_relu, out_dtype=out_dtype, tma_out=tma_out
-    )
-    assert (writes == 1).all(), "an element was written twice or never"
-    np.testing.assert_allclose(out, np.maximum(a @ b + bias, 0), rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "128x256x64 s4 c2 g8 epi=smem loop=rolled",
-        "192x192x64 s3 c3 g8 epi=smem loop=rolled",
-        "128x128x64 s6 c2 g8 sched=pingpong epi=smem loop=rolled",
-    ],
-)
-@pytest.mark.parametrize("out_dtype, tma_out", [("f16", True), ("f32", True), ("bf16", False)])
-@pytest.mark.parametrize("shape", RAGGED, ids=["130x260x70", "b2-65x129x129", "200x100x64"])
-def test_rolled_epilogue_model(text, out_dtype, tma_out, shape) -> None:
-    """loop=rolled: every element written once, as the epilogue of its accumulator rounded
-    to the output type; the epilogue never sees a row or column outside the matrix (the
-    steps past the edges read the last one's inputs)."""
-    config = TileConfig.parse(text)
-    batches, m, n, k, grid = shape
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     a = rng.standard_normal((batches, m, k)).astype(np.float32)
     b = rng.standard_normal((batches, k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
@@ -234,7 +217,25 @@ def test_rolled_epilogue_model(text, out_dtype, tma_out, shape) -> None:
         config, a, b, grid=grid, epilogue=bias_relu, out_dtype=out_dtype, tma_out=tma_out
     )
     assert (writes == 1).all(), "an element was written twice or never"
-    staged = model._rounded((a @ b).astype(np.float32), out_dtype)
+    return out, a @ b, bias
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "128x256x64 s4 c2 g8 epi=smem loop=rolled",
+        "192x192x64 s3 c3 g8 epi=smem loop=rolled",
+        "128x128x64 s6 c2 g8 sched=pingpong epi=smem loop=rolled",
+    ],
+)
+@MODEL_OUTPUTS
+@MODEL_SHAPES
+def test_rolled_epilogue_model(text, out_dtype, tma_out, shape) -> None:
+    """loop=rolled: every element written once, as the epilogue of its accumulator rounded
+    to the output type; the epilogue never sees a row or column outside the matrix (the
+    steps past the edges read the last one's inputs)."""
+    out, product, bias = _model_bias_relu(text, out_dtype, tma_out, shape, seed=1)
+    staged = model._rounded(product.astype(np.float32), out_dtype)
     want = model._rounded(np.maximum(staged + bias, 0), out_dtype)
     # a few accumulators sit next to a rounding boundary: one unit of the type apart
     ulp = {"f32": 1e-5, "f16": 2e-3, "bf16": 1.6e-2}[out_dtype]
