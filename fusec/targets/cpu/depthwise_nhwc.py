@@ -234,7 +234,12 @@ def _source(
         launch,
         notes=[f"blocked: {p.count} blocks, {size * 4} bytes of workspace per task"],
         imports=[
-            abi.import_line("num_threads", "workspace", "next_block", "depthwise_taps_row"),
+            abi.import_line(
+                "num_threads",
+                "workspace",
+                "next_block",
+                "depthwise_taps_row_call as depthwise_taps_row",
+            ),
         ],
         entry_body=run,
     )

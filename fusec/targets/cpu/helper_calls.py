@@ -5,7 +5,8 @@ Numba link the helper's machine code into the kernel's library, and Numba optimi
 compiles a library whole: every module calling ``gemm_packed`` compiled it again (a
 128 x 768 @ 768 x 768 + bias kernel: 3.0 CPU s to compile linked, 0.5 through the
 symbol; its run unchanged). So the kernels call these helpers through the intrinsics
-here (ABI names ``gemm_nn_call``, ``gemm_nn_staged_call``, ``gemm_packed_call``):
+here (ABI names ``gemm_nn_call``, ``gemm_nn_staged_call``, ``gemm_packed_call``, the
+Winograd redos' and the depthwise tap tiles' ``..._call``):
 
 * when a kernel module first imports a helper's call, the helper is compiled once for
   one signature (int64 scalars, flat C-contiguous writable float32 arrays; from its
@@ -34,7 +35,7 @@ from numba.core import cgutils
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
-from fusec.targets.cpu import microkernel, winograd
+from fusec.targets.cpu import depthwise_tiles, microkernel, winograd
 
 _ARRAY = types.Array(types.float32, 1, "C")
 #: Each helper's module and parameters: ``a`` a flat float32 array, ``i`` an int64.
@@ -44,6 +45,8 @@ _HELPERS = {
     "gemm_packed": (microkernel, "iiiaiiaiaii"),
     "redo_nonfinite_tiles": (winograd, "aiiiaiiiiai"),
     "redo_nonfinite_tiles_m": (winograd, "aiiiaiiiiaii"),
+    "taps_row": (depthwise_tiles, "aiiiiiiaaii"),
+    "taps_plane": (depthwise_tiles, "aiiiiiiaiaiii"),
 }
 
 

@@ -55,7 +55,11 @@ class DepthwiseBlocks(ConvBlocks):
         if self.packed:
             self.prepared = ((weights, f"depthwise_lanes:{cb}"),)
         if self.lanes:
-            self.imports = (abi.import_line("depthwise_taps_row", "depthwise_transpose"),)
+            self.imports = (
+                abi.import_line(
+                    "depthwise_taps_row_call as depthwise_taps_row", "depthwise_transpose"
+                ),
+            )
             kernel, strides, dilations = (self.r, self.s), (self.sh, self.sw), (self.dh, self.dw)
             for name, floats in depthwise.lanes_workspace(  # a tile's width, cb or not
                 depthwise.LANES_CHANNELS, self.oh, self.ow, kernel, strides, dilations
@@ -70,7 +74,9 @@ class DepthwiseBlocks(ConvBlocks):
             #: 32x64x64 118 / 138, 144x32x32 131 / 156, 96x56x56 299 / 324.
             self.plane_tiles = self.sw == 1 and self.ow >= host.W and self.r * self.s > 1
             if self.plane_tiles:
-                self.imports = (abi.import_line("depthwise_taps_plane"),)
+                self.imports = (
+                    abi.import_line("depthwise_taps_plane_call as depthwise_taps_plane"),
+                )
             if self.sw == 2:  # the copy's column phases by vector shuffles (``_copy``)
                 self.imports += (abi.import_line("depthwise_deinterleave"),)
         if c_local:
