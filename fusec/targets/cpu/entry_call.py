@@ -46,7 +46,20 @@ def stage_address(dispatcher: Any) -> int:
     the explicit signature their decorator names). An entry calls it with mutable arrays
     where the stage declares read-only ones: the same data model, so the same ABI."""
     (result,) = dispatcher.overloads.values()
-    return int(result.library.get_pointer_to_function(result.fndesc.llvm_func_name))
+    return overload_address(result)
+
+
+def overload_address(compiled: Any) -> int:
+    """The address of one compiled overload of a dispatcher (Numba's calling convention)."""
+    return int(compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name))
+
+
+def call_compiled(context: Any, builder: Any, fn: Any, argtys: tuple, values: list) -> None:
+    """Call ``fn``, a function of Numba's calling convention taking ``argtys`` and returning
+    nothing, on ``values``; an exception it raises propagates to the caller."""
+    status, _ = context.call_conv.call_function(builder, fn, types.none, argtys, values)
+    with cgutils.if_unlikely(builder, status.is_error):
+        context.call_conv.return_status_propagate(builder, status)
 
 
 @intrinsic
@@ -64,9 +77,7 @@ def call_entry(typingctx: Any, address: Any, *args: Any) -> Any:
         values = cgutils.unpack_tuple(builder, llargs[1], len(argtys))
         fnty = context.call_conv.get_function_type(types.none, argtys)
         fn = builder.inttoptr(llargs[0], fnty.as_pointer())
-        status, _ = context.call_conv.call_function(builder, fn, types.none, argtys, values)
-        with cgutils.if_unlikely(builder, status.is_error):
-            context.call_conv.return_status_propagate(builder, status)
+        call_compiled(context, builder, fn, argtys, values)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -36,6 +36,7 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 from fusec.targets.cpu import depthwise_tiles, microkernel, winograd
+from fusec.targets.cpu.entry_call import call_compiled, overload_address
 
 _ARRAY = types.Array(types.float32, 1, "C")
 #: Each helper's module and parameters: ``a`` a flat float32 array, ``i`` an int64.
@@ -65,9 +66,7 @@ def _register(name: str) -> None:
     dispatcher = getattr(module, name)
     signature = _argument_types(kinds)
     dispatcher.compile(signature)
-    compiled = dispatcher.overloads[signature]
-    address = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name)
-    llvm.add_symbol(symbol(name), int(address))
+    llvm.add_symbol(symbol(name), overload_address(dispatcher.overloads[signature]))
 
 
 def _check(name: str, given: tuple[Any, ...], wanted: tuple[Any, ...]) -> None:
@@ -98,15 +97,14 @@ def _caller(name: str) -> Any:
             ]
             fnty = context.call_conv.get_function_type(types.none, wanted)
             fn = cgutils.get_or_insert_function(builder.module, fnty, symbol(name))
-            status, _ = context.call_conv.call_function(builder, fn, types.none, wanted, cast)
-            with cgutils.if_unlikely(builder, status.is_error):
-                context.call_conv.return_status_propagate(builder, status)
+            call_compiled(context, builder, fn, wanted, cast)
             return context.get_dummy_value()
 
         return types.none(types.StarArgTuple.from_types(given)), codegen
 
     call.__name__ = f"{name}_call"
-    call.__doc__ = f"``microkernel.{name}(...)`` through its symbol ``{symbol(name)}``."
+    module = _HELPERS[name][0].__name__
+    call.__doc__ = f"``{module}.{name}(...)`` through its symbol ``{symbol(name)}``."
     return intrinsic(call)
 
 
