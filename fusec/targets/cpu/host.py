@@ -85,13 +85,20 @@ STAGE_LDB = 512
 #: 28-47 / 62-67; but 16 x 2048 x 27 (a stem's im2col) 45 / 41 and 24 x 1024 x 72 57 / 54.
 #: A whole 1x1 conv + bias + relu, C16 64x64 K64: 224-227 -> 192-199 us.
 STAGE_MIN_ROWS = 32
+#: ... and AVX2's 8-float vectors: with AVX-512's 16 (a strip of 4 cache lines a row) the
+#: copy measured slower on a Zen 4 core, whole 1x1 convs, one thread, medians, us, staged /
+#: in place: C16 64x64 K64 + relu 163 / 132 (batch 8: 1957 / 1550), C24 32x32 K72 + relu
+#: 71 / 58 (batch 8: 487 / 349), C16 64x64 K96 + silu 313 / 280, C24 32x32 K144 + silu
+#: 146 / 131, C64 32x32 K64 level (benchmarks/results/cpu-notes.md).
+STAGE_LANES = 8
 
 
 def staging_pays(ldb: int, m: int) -> bool:
     """Whether ``gemm_nn_staged`` is the GEMM for ``m`` rows of C from a B whose rows are
     ``ldb`` floats apart: those rows fall in at most 2 of L1's 64 sets (4 KiB a way), and a
-    tile's K loop evicts them (``microkernel.gemm_nn_staged``)."""
-    return ldb > 0 and ldb % STAGE_LDB == 0 and m >= STAGE_MIN_ROWS
+    tile's K loop evicts them (``microkernel.gemm_nn_staged``); on 8-lane vectors only
+    (``STAGE_LANES``)."""
+    return W == STAGE_LANES and ldb > 0 and ldb % STAGE_LDB == 0 and m >= STAGE_MIN_ROWS
 
 
 def fits(n: int) -> bool:

@@ -740,7 +740,9 @@ def test_conv_blocks(cache, case):
     source = program.kernels[0].source
     images = "images: their pixels side by side" in source
     n, (oh, ow) = case[4][0], program.kernels[0].outputs[0].shape[2:]
-    assert images == (n > 1 and oh * ow <= conv_choice.SMALL_PLANE and method != "depthwise")
+    in_place = conv_choice.small_plane_in_place(_conv_op(case))
+    small = oh * ow <= conv_choice.SMALL_PLANE
+    assert images == (n > 1 and small and method != "depthwise" and not in_place)
     assert ("(depthwise)" in source) == depthwise
     assert not depthwise or not re.search(r"\bs?gemm(_nn)?\(", source)  # no GEMM at all
     assert ("cols = ws[" in source) == (im2col or images)
@@ -777,14 +779,40 @@ def test_planar_depthwise_sums_in_passes_of_taps(cache, monkeypatch, sum_terms, 
         (((1, 1), (0, 0), (1, 1), 1, (1, 16, 16, 16), (40, 1, 1)), False),  # 1 KiB: level
     ],
 )
-def test_direct_1x1_stages_b_strips_whose_rows_alias(cache, case, staged):
+@pytest.mark.parametrize("lanes_stage", [True, False])
+def test_direct_1x1_stages_b_strips_whose_rows_alias(cache, monkeypatch, case, staged, lanes_stage):
     """A 1x1 conv read in place whose input planes are a multiple of 2 KiB (B's rows in
     one or two L1 sets) and with at least ``host.STAGE_MIN_ROWS`` output channels runs
-    ``gemm_nn_staged`` (each strip of the plane copied out first); right either way."""
+    ``gemm_nn_staged`` (each strip of the plane copied out first) where the vectors are
+    ``host.STAGE_LANES`` wide (AVX2; made this machine's width here, or not); right
+    either way."""
+    from fusec.targets.cpu import host
+
+    monkeypatch.setattr(host, "STAGE_LANES", host.W if lanes_stage else -1)
     program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
     source = program.kernels[0].source
+    staged = staged and lanes_stage
     assert ("gemm_nn_staged(" in source) == staged, source[:800]
     assert ("B strips staged" in source) == staged
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ((1, 1), (0, 0), (1, 1), 1, (4, 40, 4, 4), (48, 1, 1)),  # 16 pixels: one AVX-512 vector
+        ((1, 1), (0, 0), (1, 1), 1, (3, 24, 8, 8), (40, 1, 1)),  # 64 pixels
+    ],
+)
+def test_batched_small_plane_1x1_runs_gemm_nn_an_image_in_place(cache, case):
+    """A batch's 1x1 conv whose output plane is whole vectors of at most
+    ``CHANNEL_PIXELS_IN_PLACE`` pixels runs one image a block, ``gemm_nn`` on its plane
+    where it is (``choice.small_plane_in_place``), not blocks of images copied side by
+    side for one sgemm; against the reference."""
+    program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
+    source = program.kernels[0].source
+    assert "images: their pixels side by side" not in source
+    assert re.search(r"gemm_nn(_staged)?\(\d+, pw, \d+,", source), source[:1200]
+    assert "cols = ws[" not in source and "sgemm(" not in source.split("def launch")[0]
 
 
 WINOGRAD_CONVS = [

@@ -146,6 +146,23 @@ def channel_blocks() -> int:
     return MIN_BLOCKS if host.numba_threads() > 1 else 1
 
 
+def small_plane_in_place(op) -> bool:
+    """Whether a batched 1x1, stride-1, unpadded, ungrouped convolution runs one image a
+    block, its GEMM in ``gemm_nn`` on the input plane where it is: when its output plane
+    is whole vectors of at most ``CHANNEL_PIXELS_IN_PLACE`` pixels; not over blocks of
+    several images copied side by side for one sgemm (which packs both operands at each
+    call). MobileNetV3-Large's 1x1s at 128x128, batch 8, one thread, a Zen 4 core
+    (AVX-512), whole calls, medians, us, before / after: C112 8x8 K672 + relu 832 / 701,
+    C160 4x4 K960 471 / 350, C960 4x4 K160 516 / 338 (benchmarks/results/cpu-notes.md)."""
+    if op.attr("groups") != 1 or shape_of(op.results[0])[0] == 1:
+        return False
+    _, _, r, s = shape_of(op.operands[1])
+    _, _, oh, ow = shape_of(op.results[0])
+    stride_1 = tuple(op.attr("strides")) == (1, 1)
+    in_place = (r, s) == (1, 1) and stride_1 and not any(conv2d_padding(op.attr("padding")))
+    return in_place and channel_split(oh * ow, in_place=True)
+
+
 def images_per_block(op) -> int:
     """Images a block of a convolution by one GEMM (``"direct"`` or ``"im2col"``, one
     group) holds: as many as make ``IMAGE_PIXELS`` pixels, at least ``MIN_BLOCKS``
@@ -153,6 +170,8 @@ def images_per_block(op) -> int:
     (MobileNetV2 and ResNet-18 at 64x64: 2x2), where one GEMM per image is all call
     overhead (K x 4 x C)."""
     if conv_method(op) not in ("direct", "im2col") or op.attr("groups") != 1:
+        return 1
+    if conv_method(op) == "direct" and small_plane_in_place(op):
         return 1
     n, _, oh, ow = shape_of(op.results[0])
     nb = max(1, min(n, IMAGE_PIXELS // (oh * ow)))

@@ -65,7 +65,12 @@ from fusec.targets.cpu.blocked import (
     merges_hw,
     row_loop,
 )
-from fusec.targets.cpu.conv.choice import SMALL_PLANE, conv_method, images_per_block
+from fusec.targets.cpu.conv.choice import (
+    SMALL_PLANE,
+    conv_method,
+    images_per_block,
+    small_plane_in_place,
+)
 from fusec.targets.cpu.conv.transforms import at, bt, transform_2d, winograd_stride
 from fusec.targets.cpu.entry import EntryScratch, transpose_lines
 from fusec.targets.cpu.rows import RowBlock
@@ -282,9 +287,14 @@ class ConvBlocks(BlockedCore):
         self.direct_nn = (
             self.direct
             and self.nb == 1
-            and self.ow % host.W == 0
-            and self.crs <= DIRECT_NN_DEPTH
-            and self.kg * self.crs <= DIRECT_NN_WEIGHT
+            and (
+                small_plane_in_place(op)
+                or (
+                    self.ow % host.W == 0
+                    and self.crs <= DIRECT_NN_DEPTH
+                    and self.kg * self.crs <= DIRECT_NN_WEIGHT
+                )
+            )
         )
         self.taps = self.method == "taps"
 
