@@ -32,6 +32,8 @@ renamed without breaking cached kernels or their text:
   Winograd conv's filter transform and its exact redo of non-finite tiles (2x2, m x m)
   (``fusec.targets.cpu.winograd``), the redos also as ``redo_nonfinite_tiles_call``,
   ``redo_nonfinite_tiles_m_call`` (through a symbol: ``helper_calls``);
+* ``copy_floats``: a run of floats copied by one ``memcpy`` (a row into a padded
+  workspace row; ``fusec.targets.cpu.row_copy``);
 * ``reduce_rows``: short-row reductions (``fusec.targets.cpu.reduce_helpers``);
 * ``numpy_ops``: the numpy forms of the layout and data ops a copy kernel runs
   (``fusec.dialect.numpy_ops``, a module);
@@ -90,6 +92,7 @@ _PROVIDERS: dict[str, tuple[str, str | None]] = {
         "redo_nonfinite_tiles_m_call",
     ),
     "reduce_rows": ("fusec.targets.cpu.reduce_helpers", "reduce_rows"),
+    "copy_floats": ("fusec.targets.cpu.row_copy", "copy_floats"),
     "numpy_ops": ("fusec.dialect.numpy_ops", None),
     "call_entry": ("fusec.targets.cpu.entry_call", "call_entry"),
     "flat_view": ("fusec.targets.cpu.entry_call", "flat_view"),

@@ -231,6 +231,7 @@ class ConvBlocks(BlockedCore):
             self.rows = bh + 2  # padded input rows of a block
             self.xw = m * self.tw + 2  # padded input row width (the last tile's m + 2)
             workspace.add("xpad", self.cg * self.rows * self.xw)
+            self.imports += (abi.import_line("copy_floats"),)  # ``_padded_copy``
             workspace.add("wv", (m + 2) ** 2 * winograd_stride(self.cg, self.pitch))
             workspace.add("wm", (m + 2) ** 2 * winograd_stride(self.kg, self.pitch))
             workspace.add(c_array, self.kg * bh * self.wp)
@@ -239,6 +240,7 @@ class ConvBlocks(BlockedCore):
         if self.taps:
             self.rows = bh + (self.r - 1) * self.dh  # padded input rows of a block
             workspace.add("xpad", self.cg * self.rows * self.wp)
+            self.imports += (abi.import_line("copy_floats"),)  # ``_padded_copy``
             workspace.add(c_array, self.kg * bh * self.wp)
             self.operand_bytes = 4 * self.k * self.crs
             return
@@ -250,6 +252,8 @@ class ConvBlocks(BlockedCore):
         self.xrow_phase = -(-self.w // self.sw)  # a phase of a strided im2col's input row
         if not self.direct and self.sw > 1 and self.s > 1:
             workspace.add("xrow", self.sw * self.xrow_phase)
+        if not self.direct:
+            self.imports += self.im2col_imports()
         if c_local:
             workspace.add(c_array, self.kg * self.pixels)
         # a block of few output channels over whole vectors of pixels: gemm_nn
@@ -455,8 +459,7 @@ class ConvBlocks(BlockedCore):
             f"            src = plane + ih * {w}",
             f"            for j in range({self.pl}):",
             "                xpad[U(d + j)] = f32(0.0)",
-            f"            for j in range({right}):",
-            f"                xpad[U(d + {self.pl} + j)] = {x}[U(src + j)]",
+            f"            copy_floats(xpad, d + {self.pl}, {x}, src, {right})",
             f"            for j in range({self.pl + right}, {width}):",
             "                xpad[U(d + j)] = f32(0.0)",
         ]
@@ -586,6 +589,12 @@ class ConvBlocks(BlockedCore):
             "threads_end(prev)",
         ]
 
+    def im2col_imports(self) -> tuple[str, ...]:
+        """The ABI lines ``_im2col`` calls for: its row copies, and a stride-2 input row's
+        split into column phases."""
+        split = self.sw == 2 and self.s > 1
+        return (abi.import_line("copy_floats", *(["depthwise_deinterleave"] if split else [])),)
+
     def _im2col(self, x: str, col0: str = "") -> list[str]:
         """``cols[(c*R + r)*S + s, p - p0]`` for the block's pixels, a run per output row.
 
@@ -597,6 +606,14 @@ class ConvBlocks(BlockedCore):
         if sw > 1 and self.s > 1:
             return self._strided_im2col(x, col0)
         stride = f" * {sw}" if sw > 1 else ""
+        copy = (  # a run of the input row as it is: one memcpy (``row_copy``)
+            [f"                    copy_floats(cols, d + lo, {x}, src + lo, hi - lo)"]
+            if sw == 1
+            else [
+                "                    for j in range(lo, hi):",
+                f"                        cols[U(d + j)] = {x}[U(src + j{stride})]",
+            ]
+        )
         return [
             f"for c in range({self.cg}):",
             f"    plane = (n * {self.c} + g * {self.cg} + c) * {h * w}",
@@ -614,8 +631,7 @@ class ConvBlocks(BlockedCore):
             "                else:",
             "                    lo_row, hi_row = lo, hi",
             f"                    src = plane + ih * {w} + shift",
-            "                    for j in range(lo, hi):",
-            f"                        cols[U(d + j)] = {x}[U(src + j{stride})]",
+            *copy,
             "                for j in range(lo_row):",
             "                    cols[U(d + j)] = f32(0.0)",
             f"                for j in range(hi_row, {ow}):",
@@ -643,10 +659,13 @@ class ConvBlocks(BlockedCore):
             "                continue",
             f"            src = plane + ih * {w}",
         ]
-        for q in range(sw):  # phase q: input columns q, q + sw, ...
+        pairs = w // 2 if sw == 2 else 0  # the phases of stride 2 by vector shuffles
+        if pairs:
+            lines.append(f"            depthwise_deinterleave({x}, src, xrow, 0, {wq}, {pairs})")
+        for q in range(sw):  # phase q: input columns q, q + sw, ... (those left of them)
             count = max(0, -(-(w - q) // sw))
             lines += [
-                f"            for jj in range({count}):",
+                f"            for jj in range({min(pairs, count)}, {count}):",
                 f"                xrow[U({q * wq} + jj)] = {x}[U(src + jj * {sw}{plus(q)})]",
             ]
         for tap in range(self.s):
@@ -658,8 +677,8 @@ class ConvBlocks(BlockedCore):
             lines += [
                 f"            for j in range({lo}):",
                 f"                cols[U({dst} + j)] = f32(0.0)",
-                f"            for j in range({lo}, {hi}):",
-                f"                cols[U({dst} + j)] = xrow[U({q * wq}{plus(base)} + j)]",
+                f"            copy_floats(cols, {dst} + {lo}, xrow, {q * wq}{plus(base)} + {lo}, "
+                f"{hi - lo})",
                 f"            for j in range({hi}, {ow}):",
                 f"                cols[U({dst} + j)] = f32(0.0)",
             ]

@@ -79,6 +79,8 @@ class DepthwiseBlocks(ConvBlocks):
                 )
             if self.sw == 2:  # the copy's column phases by vector shuffles (``_copy``)
                 self.imports += (abi.import_line("depthwise_deinterleave"),)
+            if self.sw == 1:  # each input row by one memcpy (``_copy``)
+                self.imports += (abi.import_line("copy_floats"),)
         if c_local:
             workspace.add(c_array, self.pixels)
 
@@ -195,7 +197,9 @@ class DepthwiseBlocks(ConvBlocks):
         that are both input columns go by ``depthwise_deinterleave`` (vector shuffles; a
         Numba loop with a stride-2 read stays scalar: EfficientNet-B0's C96 64x64 3x3/2 +
         bias + SiLU, one thread, 276 -> 148 us, onnxruntime 188 in the same run); the
-        columns left at either end, and other strides, go one at a time."""
+        columns left at either end, and other strides, go one at a time; a stride-1 row by
+        one ``copy_floats`` (a memcpy: a Numba loop a row checked its arrays for overlap,
+        ~3x the time of the copy itself)."""
         sw, pl = self.sw, self.pl
         u0, u1 = (-(-pl // 2), (pl + right) // 2) if sw == 2 else (0, 0)
         lines = []
@@ -212,7 +216,11 @@ class DepthwiseBlocks(ConvBlocks):
             else:
                 spans.append((q, lo, hi))
         for q, lo, hi in spans:
-            if hi > lo:
+            if hi > lo and sw == 1:  # a run of the row as it is (``row_copy``)
+                lines.append(
+                    f"        copy_floats(xpad, d + {lo}, {x}, src{plus(lo - pl)}, {hi - lo})"
+                )
+            elif hi > lo:
                 at = f"{q * plane} + d + jj" if q else "d + jj"
                 step = f"{sw} * jj" if sw > 1 else "jj"
                 lines += [
@@ -259,6 +267,8 @@ class ChannelBlocks(WholePlaneBlocks):
         self.count, self.bh, self.nrb = self.nsb, self.oh, 1
         self.pixels = self.oh * self.ow
         self.imports = (abi.import_line("gemm_nn_call as gemm_nn"),)
+        if not self.direct:  # ``_plane_im2col``
+            self.imports += self.im2col_imports()
         # stride 1: the plane's im2col from a zero-padded copy of the input (rows and
         # columns the taps reach), by constant-length row copies
         self.padded = not self.direct and (self.sh, self.sw) == (1, 1)
