@@ -35,19 +35,22 @@ def poison(shape, dtype) -> np.ndarray:
 
 
 def wrap_group(text: str, kind: str):
-    """Parse ``text`` (one function of ai ops) and put all its ops in one ai.fused group."""
+    """Parse ``text`` (one function of ai ops) and put all its ops in one ai.fused group
+    (``arith.constant`` ops stay before it, operands of the group, as a model's weights)."""
     module = parse(text)
     fn = entry_function(module)
     block = fn.body.block
     ret = block.last_op
     assert isinstance(ret, func.ReturnOp)
-    ops = [op for op in block.ops if op is not ret]
-    body = Block(arg_types=[a.type for a in block.args])
-    mapper = dict(zip(block.args, body.args, strict=True))
+    constants = [op.results[0] for op in block.ops if op.name == "arith.constant"]
+    ops = [op for op in block.ops if op is not ret and op.name != "arith.constant"]
+    operands = [*block.args, *constants]
+    body = Block(arg_types=[a.type for a in operands])
+    mapper = dict(zip(operands, body.args, strict=True))
     for op in ops:
         body.add_op(op.clone(value_mapper=mapper))
     body.add_op(ai.YieldOp(*[mapper[v] for v in ret.arguments]))
-    fused = ai.FusedOp(kind, list(block.args), [v.type for v in ret.arguments], Region(body))
+    fused = ai.FusedOp(kind, operands, [v.type for v in ret.arguments], Region(body))
     block.insert_op_before(fused, ret)
     for i, _ in enumerate(ret.arguments):
         ret.operands[i] = fused.results[i]

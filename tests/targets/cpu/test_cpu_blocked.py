@@ -581,6 +581,58 @@ def test_conv_one_pixel_by_im2row_any_output_channels(cache, case):
     _check_float64(program, module, text, (41, 42), f"one-pixel im2row {case}")
 
 
+BATCH_ONE_PIXEL_CONVS = [
+    # a batch's one-pixel outputs from a window that is the whole input (squeeze-excite
+    # at batch > 1): fewer channels than a strip (the window strip), more but not whole
+    # strips, whole strips (split among the threads' blocks), a 3x3 on a 3x3 input
+    ((1, 1), (0, 0), (1, 1), 1, (4, 96, 1, 1), (20, 1, 1)),
+    ((1, 1), (0, 0), (1, 1), 1, (3, 20, 1, 1), (80, 1, 1)),
+    ((1, 1), (0, 0), (1, 1), 1, (2, 24, 1, 1), (128, 1, 1)),
+    ((1, 1), (0, 0), (1, 1), 1, (5, 8, 3, 3), (12, 3, 3)),
+]
+
+
+@pytest.mark.parametrize("case", BATCH_ONE_PIXEL_CONVS)
+def test_batch_one_pixel_conv_takes_the_images_as_rows(cache, case):
+    """A batch's single output pixels whose window is the whole unpadded input go by
+    im2row with the images as the GEMM's rows, read where they are (``image_rows``), the
+    weight packed once; not with an argument weight. At f32 tolerance against the float64
+    reference on fresh random inputs with poisoned outputs."""
+    op = _conv_op(case)
+    assert conv_choice.image_rows(op)
+    assert conv_choice.conv_method(op, constant_weight=True) == "im2row"
+    assert conv_choice.conv_method(op) != "im2row"
+    program, module, text = _constant_weight_program(case, cache, seed=7)
+    (kernel,) = program.kernels
+    gemm = "gemm_nn" if case[5][0] < microkernel.STRIP else "gemm_packed"
+    assert f"the images as rows, {gemm} (weight packed once)" in kernel.source
+    assert [layout for _, layout in kernel.prepared_inputs] == ["strips_kcrs"]
+    _check_float64(program, module, text, (51, 52), f"images as rows {case}")
+
+
+def test_image_rows_with_a_row_reduction_in_the_epilogue(cache):
+    """With a softmax in the epilogue (a row reduction: whole rows along W, one pixel
+    here) the images-as-rows block walks every (image, channel) as a row of its own."""
+    case = ((1, 1), (0, 0), (1, 1), 1, (4, 96, 1, 1), (80, 1, 1))
+    y = _t((4, 80, 1, 1))
+    text = _constant_weight_conv_text(case, seed=3).replace(
+        f"  %o = ai.relu %a : {y}",
+        f"  %s = ai.softmax %a {{axis = 3 : i64}} : {y}\n  %o = ai.add %s, %a : {y} * {y}",
+    )
+    assert "ai.softmax" in text
+    program = check(text, cache=cache, kind="conv")
+    source = program.kernels[0].source
+    assert "the images as rows" in source and "for kk in range(g1 - g):" in source
+
+
+def test_image_rows_needs_the_whole_unpadded_input_as_the_window():
+    """A padded one-pixel conv, a one-image one and a grouped one are not ``image_rows``."""
+    padded = ((1, 1), (1, 1), (1, 1), 1, (2, 8, 1, 1), (12, 3, 3))
+    single = ((1, 1), (0, 0), (1, 1), 1, (1, 96, 1, 1), (20, 1, 1))
+    grouped = ((1, 1), (0, 0), (1, 1), 2, (2, 8, 1, 1), (12, 1, 1))
+    assert not any(conv_choice.image_rows(_conv_op(case)) for case in (padded, single, grouped))
+
+
 CHANNEL_CONVS = [
     # one image's plane of whole vectors (16 pixels a vector with AVX-512, 8 with AVX2),
     # blocks of output channels (4 here: ``four_blocks_at_least``), a ragged last one

@@ -15,9 +15,14 @@ from __future__ import annotations
 from fusec.codegen import KernelSource
 from fusec.dialect import ops as ai
 from fusec.targets.cpu.blocked import Workspace, generate_core_group
-from fusec.targets.cpu.conv.choice import conv_method
+from fusec.targets.cpu.conv.choice import conv_method, image_rows
 from fusec.targets.cpu.conv.gemm import ConvBlocks
-from fusec.targets.cpu.conv.planes import ChannelBlocks, DepthwiseBlocks, PixelRowsBlocks
+from fusec.targets.cpu.conv.planes import (
+    ChannelBlocks,
+    DepthwiseBlocks,
+    ImageRowsBlocks,
+    PixelRowsBlocks,
+)
 
 
 def generate(fused_op, name: str) -> KernelSource:
@@ -44,7 +49,8 @@ def conv_blocks(
 
         return Q8Blocks(op, reads, workspace, a_array, c_array, c_local, weights)
     if method == "im2row":
-        return PixelRowsBlocks(op, reads, workspace, a_array, c_array, c_local, weights)
+        rows = ImageRowsBlocks if image_rows(op) else PixelRowsBlocks
+        return rows(op, reads, workspace, a_array, c_array, c_local, weights)
     return ConvBlocks(op, reads, workspace, a_array, c_array, c_local, constants)
 
 

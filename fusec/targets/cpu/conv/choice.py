@@ -71,7 +71,11 @@ def conv_method(op, constant_weight: bool = False) -> str:
       thread: Winograd 45 us, im2col 42, im2row 31, onnxruntime 32); and one image's
       single output pixel, any K (squeeze-excite's 1x1 convs after a global pool,
       a matrix-vector product): one row times the packed weight, its last strip a
-      window (``microkernel.pack_strips``), where "direct" ran one sgemm of N = 1;
+      window (``microkernel.pack_strips``), where "direct" ran one sgemm of N = 1; and
+      a batch's single output pixels whose window is the whole input (``image_rows``:
+      squeeze-excite at batch > 1): every image's input as a row of one GEMM by the packed
+      weight (``ImageRowsBlocks``), where "direct" copied blocks of 4 images side by side
+      for an sgemm of N = 4;
     * ``"im2col"``: a batch of small output planes (``SMALL_PLANE`` pixels, one group):
       im2col over blocks of several images, one GEMM a block (``images_per_block``);
     * ``"winograd4"``: a 3x3 kernel, stride 1, dilation 1, a constant weight, output
@@ -105,7 +109,7 @@ def conv_method(op, constant_weight: bool = False) -> str:
             return "channels"
         return "im2row"
     small = oh * ow <= SMALL_PLANE and op.attr("groups") == 1
-    if small and by_rows:
+    if small and by_rows or constant_weight and image_rows(op):
         return "im2row"
     if in_place:
         return "direct"
@@ -144,6 +148,17 @@ def channel_blocks() -> int:
     two blocks on one thread measured level within the noise: benchmarks/results/
     cpu-notes.md)."""
     return MIN_BLOCKS if host.numba_threads() > 1 else 1
+
+
+def image_rows(op) -> bool:
+    """Whether a convolution of a batch gives one output pixel from a window that is its
+    whole input, unpadded and ungrouped (a 1x1 on a 1x1 plane: squeeze-excite after a
+    global pool): each image's input is then, as it is, one row of an im2row GEMM."""
+    n, _, h, w = shape_of(op.operands[0])
+    _, _, r, s = shape_of(op.operands[1])
+    whole = (r, s) == (h, w) and tuple(op.attr("dilations")) == (1, 1)
+    unpadded = not any(conv2d_padding(op.attr("padding")))
+    return n > 1 and op.attr("groups") == 1 and whole and unpadded
 
 
 def small_plane_in_place(op) -> bool:

@@ -68,6 +68,7 @@ from fusec.targets.cpu.blocked import (
 from fusec.targets.cpu.conv.choice import (
     SMALL_PLANE,
     conv_method,
+    image_rows,
     images_per_block,
     small_plane_in_place,
 )
@@ -168,8 +169,8 @@ class ConvBlocks(BlockedCore):
             return False
         if method == "q8":  # the GEMM's pixel rows, transposed into the block's channels
             return True
-        if method in ("taps", "winograd") or images_per_block(op) > 1:
-            return True
+        if method in ("taps", "winograd") or images_per_block(op) > 1 or image_rows(op):
+            return True  # (a constant weight's ``image_rows`` is "im2row", images as rows)
         n, _, oh, ow = shape_of(op.results[0])
         return n == 1 and oh * ow <= SMALL_PLANE
 

@@ -1,17 +1,20 @@
 """The cpu conv methods over whole channel planes: depthwise (direct multiply-adds),
 blocks of output channels of one image's plane (``"channels"``) and im2row by the weight
-packed once (``"im2row"``); ``conv_method`` (``choice``) says which convolutions take them."""
+packed once (``"im2row"``: one image's pixels as rows, or a batch's one-pixel outputs with
+the images as rows); ``conv_method`` (``choice``) says which convolutions take them."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from fusec.dialect.shapes import conv2d_padding
 from fusec.targets.cpu import abi, depthwise, host
-from fusec.targets.cpu.blocked import MIN_BLOCKS, Workspace
+from fusec.targets.cpu.blocked import MIN_BLOCKS, EpilogueRows, Workspace, row_loop
 from fusec.targets.cpu.conv.choice import SMALL_PLANE, channel_blocks
 from fusec.targets.cpu.conv.gemm import ConvBlocks, plus
 from fusec.targets.cpu.entry import EntryScratch
+from fusec.targets.cpu.rows import RowBlock
 
 #: Output pixels of a depthwise block (whole channel planes, as many as fit): enough
 #: work per block that taking it costs little.
@@ -459,3 +462,89 @@ class PixelRowsBlocks(WholePlaneBlocks):
             f"    for q in range({p}):",
             f"        cbuf[kk * {p} + q] = ct[q * (g1 - g) + kk]",
         ]
+
+
+class ImageRowsBlocks(WholePlaneBlocks):
+    """A batch's convolution to one output pixel whose window is the whole unpadded input
+    (``choice.image_rows``: squeeze-excite's 1x1 convs after a global pool): image ``n``'s
+    input, ``C*R*S`` floats where they are, is row ``n`` of the GEMM's A, times the weight
+    packed once (layout "strips_kcrs", as ``PixelRowsBlocks``): one ``gemm_packed`` of
+    every image and a block's output channels writes the output's own layout (``N x K``,
+    the plane one pixel), so the epilogue walks image rows with no transpose. Blocks of
+    whole strips of output channels, one a thread (each reads its part of the weight
+    once); all channels in one block when they are not whole strips. It replaced blocks
+    of 4 images copied side by side for an sgemm of N = 4 (the weight read, and packed,
+    once a block): MobileNetV3-Large's 960 -> 240 at batch 8, one thread, a Zen 4 core,
+    131 us against onnxruntime's 93 before (benchmarks/results/cpu-notes.md)."""
+
+    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local, weights):
+        self._read_op(op, reads, c_array, c_local, True)
+        strips = self.k // host.STRIP
+        split = min(strips, channel_blocks())
+        self.per = -(-strips // split) * host.STRIP if host.packs(self.k) else self.k
+        self.nsb = -(-self.k // self.per)
+        self.count, self.bh, self.nrb, self.pixels = self.nsb, 1, 1, 1
+        self.prepared = ((weights, "strips_kcrs"),)
+        #: fewer channels than a strip: the packed weight is one window strip, the
+        #: channels its last ``k`` columns (``PixelRowsBlocks.window``)
+        self.window = self.k < host.STRIP
+        self.ldc = host.STRIP if self.window else self.per  # the block's C, a row an image
+        gemm = "gemm_nn_call as gemm_nn" if self.window else "gemm_packed_call as gemm_packed"
+        self.imports = (abi.import_line(gemm),)
+        workspace.add(c_array, self.n * self.ldc)
+
+    @staticmethod
+    def local_result(op) -> bool:
+        return True
+
+    def describe(self) -> str:
+        gemm = "gemm_nn" if self.window else "gemm_packed"
+        return (
+            f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.c}x{self.r}x{self.s}"
+            f" in {self.count} blocks of {self.per} output channels of every image: the images"
+            f" as rows, {gemm} (weight packed once), epilogue per block"
+        )
+
+    def decode(self) -> list[str]:
+        return [f"g = blk * {self.per}", f"g1 = min(g + {self.per}, {self.k})"]
+
+    def compute(self) -> list[str]:
+        x, w = (self.reads[v] for v in self.op.operands)
+        n, crs, c = self.n, self.crs, self.c_array
+        if self.window:
+            strip = host.STRIP
+            return [
+                f"gemm_nn({n}, {strip}, {crs}, {x}, 0, {crs}, {w}, 0, {strip}, {c}, 0, {strip})"
+            ]
+        return [f"gemm_packed({n}, g1 - g, {crs}, {x}, 0, {crs}, {w}, g * {crs}, {c}, 0, g1 - g)"]
+
+    def _local_offset(self) -> str:
+        """Where image ``n``'s channel ``g`` is in the block's C (``n`` as an expression)."""
+        if self.window:
+            return f"{{n}} * {host.STRIP} + {host.STRIP - self.k}"
+        return "{n} * (g1 - g)"
+
+    def epilogue_rows(self, shapes: Sequence[tuple[int, ...]], reduces: bool) -> EpilogueRows:
+        """The images as rows of the output's (N, K) (a one-pixel plane), the block's
+        channels a segment of each; with a reduction, every (n, k) a row of its one pixel."""
+        at = self._local_offset()
+        if not reduces:
+            space: tuple[int, ...] = (self.n, self.k)
+            loops = [*row_loop(space, f"0, {self.n}"), f"    lc = {at.format(n='row')}"]
+            block = RowBlock({self.c_array: "lc"}, ("g", "g1 - g"), _image_rows)
+            return EpilogueRows(loops, "    ", space, block)
+        space = (self.n, self.k, self.oh, self.ow)
+        loops = [
+            f"for n in range({self.n}):",
+            "    for kk in range(g1 - g):",
+            f"        q0 = n * {self.k} + g + kk",
+            *(f"        {line}" for line in row_loop(space, "q0, q0 + 1")),
+            f"            lc = {at.format(n='n')} + kk",
+        ]
+        return EpilogueRows(loops, "            ", space, RowBlock({self.c_array: "lc"}))
+
+
+def _image_rows(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape broadcast to (N, K, 1, 1) as the (N, K) of ``ImageRowsBlocks``' epilogue."""
+    padded = (1,) * (4 - len(shape)) + tuple(shape)
+    return (padded[0], padded[1] * padded[2] * padded[3])
