@@ -165,6 +165,11 @@ class BlockedCore:
         """numpy lines ``launch`` runs before the kernel (operands in another layout)."""
         return []
 
+    def task_lines(self) -> list[str]:
+        """Lines a task runs once, before its first block: the parts of its workspace that
+        every block leaves as they are (a padded copy's zero border)."""
+        return []
+
     def entry_lines(self, scratch: EntryScratch) -> list[str] | None:
         """``launch_lines`` for the njit entry (``fusec.targets.cpu.entry``), buffers taken
         from ``scratch``; None when they need numpy outside Numba."""
@@ -289,6 +294,7 @@ def generate_core_group(
     kernel_body = [
         f"for t in numba.prange(ws.size // {workspace.size}):",
         *(f"    {line}" for line in workspace.views()),
+        *(f"    {line}" for line in core.task_lines()),
         "    blk = next_block(counter)",
         f"    while blk < {core.count}:",
         *(f"        {line}" for line in core.decode() + body),

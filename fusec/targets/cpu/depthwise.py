@@ -102,8 +102,6 @@ def lanes_lines(
     t_in, t_out = transpose_size(cols), transpose_size(p)
     return [
         "cn = g1 - g",
-        f"for i in range({hp * wp * cb}):",
-        "    xpad[U(i)] = f32(0.0)",
         *_tiles_in(x, c, h, wd, rows, cols, wp, pt, pl, cb, t_in),
         f"for i in range({rows}):",
         f"    for j in range({cols}):",

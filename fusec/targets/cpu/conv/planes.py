@@ -87,6 +87,11 @@ class DepthwiseBlocks(ConvBlocks):
         if c_local:
             workspace.add(c_array, self.pixels)
 
+    def task_lines(self) -> list[str]:
+        """``xpad`` zeroed once a task: every block writes the same positions (the input's
+        rows and columns), the zero border around them stays."""
+        return ["for i in range(xpad.size):", "    xpad[U(i)] = f32(0.0)"]
+
     def describe(self) -> str:
         return (
             f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x1x{self.r}x{self.s}"
@@ -182,8 +187,6 @@ class DepthwiseBlocks(ConvBlocks):
                     f"            {at} = " + " + ".join(head + terms[i : i + SUM_TERMS]),
                 ]
         return [
-            f"for i in range({sw * plane}):",
-            "    xpad[i] = f32(0.0)",
             "for ch in range(g, g1):",
             f"    xb = (n * {self.c} + ch) * {self.h * self.w}",
             f"    for i in range({rows}):",
@@ -286,6 +289,10 @@ class ChannelBlocks(WholePlaneBlocks):
         if c_local:
             workspace.add(c_array, self.per * self.pixels)
 
+    def task_lines(self) -> list[str]:
+        """A padded plane's ``xpad`` zeroed once a task (``DepthwiseBlocks.task_lines``)."""
+        return ["for i in range(xpad.size):", "    xpad[U(i)] = f32(0.0)"] if self.padded else []
+
     def describe(self) -> str:
         how = "the input in place" if self.direct else "im2col of the plane"
         return (
@@ -331,8 +338,6 @@ class ChannelBlocks(WholePlaneBlocks):
         right = max(0, min(self.w, wp - self.pl))  # ... and columns
         p, ow = self.pixels, self.ow
         return [
-            f"for i in range({self.c * hp * wp}):",
-            "    xpad[U(i)] = f32(0.0)",
             f"for c in range({self.c}):",
             f"    for i in range({rows}):",
             f"        d = c * {hp * wp} + (i + {self.pt}) * {wp} + {self.pl}",
