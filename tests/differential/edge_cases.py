@@ -663,6 +663,8 @@ CONVS = {
     "winograd-groups": ((1, 4, 5, 8), (6, 2, 3, 3), (1, 1), (0, 1), (1, 1), 2, "Winograd F(2x2"),
     # F(4x4, 3x3): constant weights only (``CONSTANT_ONLY``); 9x10 outputs, partial tiles
     "winograd4": ((1, 4, 9, 10), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "Winograd F(4x4"),
+    # ... blocks of several images' 8x8 planes (4 tiles each: fewer than a vector)
+    "winograd4-images": ((8, 4, 8, 8), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, " images)"),
     # one image's small plane (not whole vectors) by im2row and the packed weight:
     # constant weights only
     "im2row": ((1, 4, 3, 5), (64, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "im2row, gemm_packed"),
@@ -679,7 +681,7 @@ CONVS = {
 
 
 #: Methods the cpu target takes only for a constant weight.
-CONSTANT_ONLY = frozenset({"winograd4", "im2row"})
+CONSTANT_ONLY = frozenset({"winograd4", "winograd4-images", "im2row"})
 
 
 def conv_case(
@@ -766,7 +768,7 @@ def conv_cases() -> dict[str, Case]:
             out[name] = conv_case(method, "f32", special_in)
             PATHS[name] = words
     for special_in in ("x", "w"):  # weights laid out once by the Program
-        for method in ("winograd", "winograd4", "im2row", "taps"):
+        for method in ("winograd", "winograd4", "winograd4-images", "im2row", "taps"):
             name = f"conv-{method}-constant-{special_in}-f32"
             out[name] = conv_case(method, "f32", special_in, constant_weight=True)
             PATHS[name] = CONVS[method][-1]

@@ -519,6 +519,31 @@ def test_conv_winograd4_against_float64_reference(cache, case):
     _check_float64(program, module, text, (21, 22), f"winograd4 {case}")
 
 
+@pytest.mark.parametrize(
+    "case, images",
+    [
+        # 8x8 planes: 4 tiles of F(4x4, 3x3) an image; 3 images: blocks of 2 and 1
+        (((1, 1), (1, 1), (1, 1), 1, (3, 16, 8, 8), (24, 3, 3)), 2),
+        # a 16x16 plane is 16 tiles: a vector of AVX-512 by itself, two of AVX2
+        (((1, 1), (1, 1), (1, 1), 1, (2, 8, 16, 16), (8, 3, 3)), 1),
+    ],
+)
+def test_winograd_blocks_of_several_images_fill_a_vector(cache, case, images):
+    """A Winograd block that is a whole plane of fewer tiles than a vector holds several
+    images (``_winograd_images``), their tiles side by side in the GEMMs' columns; at f32
+    tolerance and relative L2 < 1e-4 against the float64 reference, poisoned outputs."""
+    from fusec.targets.cpu import host
+
+    n, tpi = case[4][0], -(-case[4][2] // 4) * -(-case[4][3] // 4)
+    most = min(-(-host.W // tpi), -(-n // cpu_blocked.MIN_BLOCKS))
+    images = min(images, most) if tpi < host.W else 1
+    program, module, text = _constant_weight_program(case, cache, seed=4)
+    source = program.kernels[0].source
+    assert "Winograd F(4x4, 3x3)" in source
+    assert (f"tiles of {images} images)" in source) == (images > 1), source[:1500]
+    _check_float64(program, module, text, (61, 62), f"winograd images {case}")
+
+
 IM2ROW_CONVS = [
     # one image's small plane that is not whole vectors of gemm_nn (those go by
     # "channels"), constant weights of whole strips of output channels (ResNet-18's

@@ -209,17 +209,20 @@ class ConvBlocks(BlockedCore):
             fit = WINOGRAD_BYTES // (4 * (m + 2) ** 2 * (self.cg + self.kg))
             most = min(WINOGRAD_TILES if m == 2 else WINOGRAD4_TILES, fit)
             bh = m * max(1, min(-(-self.oh // m), most // self.tw))
+        self.wi = self._winograd_images(bh) if self.winograd else 1
         images = self.n * self.groups
         if images < MIN_BLOCKS:  # split further so that every thread has blocks
             bh = min(bh, max(1, math.ceil(self.oh * images / MIN_BLOCKS)))
             bh += -bh % m if self.winograd else 0  # whole tile rows
         self.bh = bh
         self.nrb = math.ceil(self.oh / bh)
-        self.count = images * self.nrb
+        self.count = images * self.nrb if self.wi == 1 else math.ceil(self.n / self.wi)
         self.pixels = bh * self.ow
         if self.winograd:
-            # output row pitch in the block: m * tiles; a block: bh // m tile rows
-            self.wp, self.tiles = m * self.tw, bh // m * self.tw
+            # output row pitch in the block: m * tiles; a block: bh // m tile rows (of
+            # each of its ``wi`` images)
+            self.wp, self.tpi = m * self.tw, bh // m * self.tw
+            self.tiles = self.wi * self.tpi
             # wv's and wm's rows: the tiles, padded to whole vectors of gemm_nn when that
             # pads little; a block of few tiles (late layers: 2x2 outputs are one tile)
             # keeps sgemm on its exact width (gemm_nn on 1 tile padded to 16 computed 16)
@@ -231,11 +234,11 @@ class ConvBlocks(BlockedCore):
                 self.imports += (abi.import_line("gemm_nn_call as gemm_nn"),)
             self.rows = bh + 2  # padded input rows of a block
             self.xw = m * self.tw + 2  # padded input row width (the last tile's m + 2)
-            workspace.add("xpad", self.cg * self.rows * self.xw)
+            workspace.add("xpad", self.wi * self.cg * self.rows * self.xw)
             self.imports += (abi.import_line("copy_floats"),)  # ``_padded_copy``
             workspace.add("wv", (m + 2) ** 2 * winograd_stride(self.cg, self.pitch))
             workspace.add("wm", (m + 2) ** 2 * winograd_stride(self.kg, self.pitch))
-            workspace.add(c_array, self.kg * bh * self.wp)
+            workspace.add(c_array, self.wi * self.kg * bh * self.wp)
             self.operand_bytes = 4 * (m + 2) ** 2 * self.k * self.cg
             return
         if self.taps:
@@ -270,6 +273,19 @@ class ConvBlocks(BlockedCore):
             self.imports += (abi.import_line("gemm_nn_staged_call as gemm_nn_staged"),)
         elif self.cols_nn:
             self.imports += (abi.import_line("gemm_nn_call as gemm_nn"),)
+
+    def _winograd_images(self, bh: int) -> int:
+        """Images a Winograd block holds: one, unless a block is a whole plane of fewer
+        tiles than a vector (ResNet-50's 8x8 planes at batch 8: 4 tiles of F(4x4, 3x3)),
+        whose 36 GEMMs would each run one vector of mostly padding; then enough images of
+        one group to fill a vector, leaving ``MIN_BLOCKS`` blocks. C256 8x8 K256 3x3 +
+        relu, batch 8, one thread, a Zen 4 core (AVX-512), whole calls, medians: 6.1 ms
+        an image a block, 2.6 ms four (onnxruntime 5.1); ResNet-50 b8 at 128x128, ort /
+        fusec 0.94 -> 1.05 (benchmarks/results/cpu-notes.md)."""
+        tpi = bh // self.m * self.tw
+        if bh < self.oh or self.groups != 1 or self.n == 1 or tpi >= host.W:
+            return 1
+        return max(1, min(-(-host.W // tpi), -(-self.n // MIN_BLOCKS)))
 
     def _read_op(self, op, reads, c_array: str, c_local: bool, constant: bool = False) -> None:
         """The convolution's shapes, attributes and method (``constant``: its weight is)."""
@@ -363,6 +379,8 @@ class ConvBlocks(BlockedCore):
                 f"padded copy, Winograd F({m}x{m}, 3x3): input transform, {e} GEMMs, "
                 "output transform"
             )
+            if self.wi > 1:
+                how = f"{how} (the {self.tiles} tiles of {self.wi} images)"
         return (
             f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x{self.r}x{self.s}"
             f" (groups {self.groups}) in {self.count} blocks of {self.bh} output rows: "
@@ -370,6 +388,14 @@ class ConvBlocks(BlockedCore):
         )
 
     def decode(self) -> list[str]:
+        if self.winograd and self.wi > 1:  # images n0:n1, whole planes, the one group
+            return [
+                f"n0 = blk * {self.wi}",
+                f"n1 = min(n0 + {self.wi}, {self.n})",
+                "g = 0",
+                "oh0 = 0",
+                f"oh1 = {self.oh}",
+            ]
         if self.nb > 1:  # images n0:n1, all pixels, the one group
             p = self.oh * self.ow
             return [
@@ -389,6 +415,10 @@ class ConvBlocks(BlockedCore):
         ]
 
     def compute(self) -> list[str]:
+        if self.winograd and self.wi > 1:  # each image's planes after the one before
+            at = f"(n - n0) * {self.cg * self.rows * self.xw} + "
+            copy = [f"    {line}" for line in self._padded_copy(self.xw, at)]
+            return ["for n in range(n0, n1):", *copy, *self._winograd()]
         if self.winograd:
             return self._padded_copy(self.xw) + self._winograd()
         if self.taps:
@@ -436,11 +466,12 @@ class ConvBlocks(BlockedCore):
             return [*lines, f"gemm_nn({operands})"]
         return [*lines, "prev = threads_begin(1)", f"sgemm(0, 0, {operands})", "threads_end(prev)"]
 
-    def _padded_copy(self, width: int) -> list[str]:
+    def _padded_copy(self, width: int, at: str = "") -> list[str]:
         """The block's input rows into ``xpad``, ``width`` columns each (zeros around).
 
         Padded row ``i`` is input row ``oh0 - pt + i``; padded column ``j`` is input
-        column ``j - pl``; a Winograd block's rows past the image are zeros too.
+        column ``j - pl``; a Winograd block's rows past the image are zeros too. ``at``: an
+        offset into ``xpad`` (an expression ending in `` + ``) of image ``n``'s planes.
         """
         x = self.reads[self.op.operands[0]]
         h, w, rows = self.h, self.w, self.rows
@@ -451,7 +482,7 @@ class ConvBlocks(BlockedCore):
             f"for c in range({self.cg}):",
             f"    plane = (n * {self.c} + g * {self.cg} + c) * {h * w}",
             f"    for i in range({rows if self.winograd else 'nrows'}):",
-            f"        d = c * {rows * width} + i * {width}",
+            f"        d = {at}c * {rows * width} + i * {width}",
             f"        ih = oh0 - {self.pt} + i",
             f"        if ih < 0 or ih >= {h} or i >= nrows:",
             f"            for j in range({width}):",
@@ -471,20 +502,31 @@ class ConvBlocks(BlockedCore):
         the columns past them are zeros in ``wv`` and never read in ``wm``; sgemm when
         that rounding would pad much, ``WINOGRAD_NN_PAD``); Y = A^T M A of every tile
         into ``cbuf``; then the exact redo of tiles that are not finite. The transforms
-        of a tile row are functions of their own (``definitions``)."""
+        of a tile row are functions of their own (``definitions``). A block of ``wi``
+        images holds image ``n``'s tiles after those of the images before it (columns
+        ``(n - n0) * tpi`` on), its padded planes and its ``cbuf`` channels likewise."""
         m, a = self.m, self.m + 2
-        rows, xw, tw, tiles = self.rows, self.xw, self.tw, self.pitch
+        rows, xw, tw, tiles, tpi = self.rows, self.xw, self.tw, self.pitch, self.tpi
         # one e's matrix in wv, wm
         vt, mt = winograd_stride(self.cg, tiles), winograd_stride(self.kg, tiles)
         lanes = host.W
         pitch = self.bh * self.wp  # a channel of cbuf
+        images = self.wi > 1
+        # each image's offsets: its padded planes, tile columns and cbuf channels
+        xo, to, co = (
+            (f"i * {self.cg * rows * xw} + ", f"i * {tpi} + ", f"i * {self.kg * pitch} + ")
+            if images
+            else ("", "", "")
+        )
+        head, pad = (["for i in range(n1 - n0):"], "    ") if images else ([], "")
         lines = [
-            f"ntr = (oh1 - oh0 + {m - 1}) // {m}",  # tile rows of this block
-            f"nt = ntr * {tw}",
-            f"for c in range({self.cg}):",
-            "    for tr in range(ntr):",
-            f"        winograd_in(xpad, c * {rows * xw} + tr * {m * xw}, wv, "
-            f"c * {tiles} + tr * {tw})",
+            f"ntr = (oh1 - oh0 + {m - 1}) // {m}",  # tile rows of this block (an image's)
+            f"nt = (n1 - n0) * {tpi}" if images else f"nt = ntr * {tw}",
+            *head,
+            f"{pad}for c in range({self.cg}):",
+            f"{pad}    for tr in range(ntr):",
+            f"{pad}        winograd_in(xpad, {xo}c * {rows * xw} + tr * {m * xw}, wv, "
+            f"c * {tiles} + {to}tr * {tw})",
         ]
         kc = self.kg * self.cg
         operands = (
@@ -509,16 +551,17 @@ class ConvBlocks(BlockedCore):
             ]
         redo = "redo_nonfinite_tiles" if m == 2 else "redo_nonfinite_tiles_m"
         lines += [
-            f"for kk in range({self.kg}):",
-            "    for tr in range(ntr):",
-            f"        winograd_out(wm, kk * {tiles} + tr * {tw}, cbuf, kk * {pitch} + tr * "
-            f"{m * self.wp})",
+            *head,
+            f"{pad}for kk in range({self.kg}):",
+            f"{pad}    for tr in range(ntr):",
+            f"{pad}        winograd_out(wm, kk * {tiles} + {to}tr * {tw}, cbuf, {co}kk * {pitch}"
+            f" + tr * {m * self.wp})",
             # tiles with NaN or Inf: again, directly (module docstring)
-            f"    if not math.isfinite(row_sum(cbuf[kk * {pitch}:kk * {pitch} + "
+            f"{pad}    if not math.isfinite(row_sum(cbuf[{co}kk * {pitch}:{co}kk * {pitch} + "
             f"ntr * {m * self.wp}])):",
-            "        for tr in range(ntr):",
-            f"            {redo}(cbuf, kk * {pitch} + {m} * tr * {self.wp}, "
-            f"{self.wp}, {tw}, xpad, {m} * tr * {xw}, {xw}, {rows * xw}, {self.cg}, wraw, "
+            f"{pad}        for tr in range(ntr):",
+            f"{pad}            {redo}(cbuf, {co}kk * {pitch} + {m} * tr * {self.wp}, "
+            f"{self.wp}, {tw}, xpad, {xo}{m} * tr * {xw}, {xw}, {rows * xw}, {self.cg}, wraw, "
             f"(g * {self.kg} + kk) * {9 * self.cg}" + ("" if m == 2 else f", {m}") + ")",
         ]
         self.definitions = (self._winograd_in(vt), self._winograd_out(mt))
@@ -714,6 +757,13 @@ class ConvBlocks(BlockedCore):
             *(f"    {line}" for line in row_loop(space, "q0 + oh0, q0 + oh1")),
         ]
         local = {}
+        if self.winograd and self.wi > 1:  # each image's channels after the one before
+            loops = ["for n in range(n0, n1):", *(f"    {line}" for line in loops)]
+            at = f"(n - n0) * {self.kg * self.bh * self.wp} + "
+            loops.append(
+                f"            lc = {at}kk * {self.bh * self.wp} + (row - q0 - oh0) * {self.wp}"
+            )
+            return EpilogueRows(loops, "            ", space, RowBlock({self.c_array: "lc"}))
         if blocked_rows:  # rows of the block are Wp wide, channels bh * Wp apart
             loops.append(f"        lc = kk * {self.bh * self.wp} + (row - q0 - oh0) * {self.wp}")
             local[self.c_array] = "lc"
