@@ -658,7 +658,9 @@ CONVS = {
     "direct-nn": ((1, 4, 9, 32), (4, 4, 1, 1), (1, 1), (0, 0), (1, 1), 1, "rows: gemm_nn,"),
     # blocks of several images when the batch gives every thread (MIN_BLOCKS) two
     "images-direct": ((64, 4, 2, 2), (4, 4, 1, 1), (1, 1), (0, 0), (1, 1), 1, "side (copied)"),
-    "images-im2col": ((64, 4, 2, 2), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "side (im2col)"),
+    "images-im2col": ((64, 4, 3, 3), (4, 4, 3, 3), (2, 2), (1, 1), (1, 1), 1, "side (im2col)"),
+    # ... but 3x3 stride-1 planes whose blocks fill a vector with F(2x2, 3x3) tiles
+    "winograd-images": ((32, 4, 4, 4), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, " images)"),
     "winograd": ((1, 4, 7, 6), (4, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "Winograd F(2x2"),
     "winograd-groups": ((1, 4, 5, 8), (6, 2, 3, 3), (1, 1), (0, 1), (1, 1), 2, "Winograd F(2x2"),
     # F(4x4, 3x3): constant weights only (``CONSTANT_ONLY``); 9x10 outputs, partial tiles

@@ -519,6 +519,35 @@ def test_conv_winograd4_against_float64_reference(cache, case):
     _check_float64(program, module, text, (21, 22), f"winograd4 {case}")
 
 
+def test_small_batched_3x3_planes_go_winograd_when_blocks_fill_a_vector():
+    """A batch's 4x4 planes (4 tiles of F(2x2, 3x3) an image) go by Winograd in blocks of
+    images when a block of ``ceil(N / MIN_BLOCKS)`` images fills a vector, else im2col."""
+    from fusec.targets.cpu import host
+
+    def method(n: int, hw: int) -> str:
+        case = ((1, 1), (1, 1), (1, 1), 1, (n, 16, hw, hw), (16, 3, 3))
+        return conv_choice.conv_method(_conv_op(case))
+
+    enough = -(-host.W // 4) * cpu_blocked.MIN_BLOCKS  # images whose blocks fill a vector
+    assert method(enough, 4) == "winograd"
+    assert method(2, 4) == "im2col"  # blocks of one image: 4 tiles
+    assert method(enough, 1) == "im2col"  # one tile an image
+
+
+def test_winograd2_blocks_of_several_images(cache):
+    """F(2x2, 3x3) (the weight an argument) over blocks of several images' 4x4 planes,
+    against the reference."""
+    from fusec.targets.cpu import host
+
+    images = -(-host.W // 4)  # 4 tiles an image: a vector's worth a block
+    n = images * cpu_blocked.MIN_BLOCKS
+    case = ((1, 1), (1, 1), (1, 1), 1, (n, 8, 4, 4), (12, 3, 3))
+    program = check(_conv_text(case, "f32"), cache=cache, kind="conv")
+    source = program.kernels[0].source
+    assert "Winograd F(2x2, 3x3)" in source
+    assert f"tiles of {images} images)" in source, source[:1500]
+
+
 @pytest.mark.parametrize(
     "case, images",
     [
@@ -819,7 +848,8 @@ def test_conv_blocks(cache, case):
     n, (oh, ow) = case[4][0], program.kernels[0].outputs[0].shape[2:]
     in_place = conv_choice.small_plane_in_place(_conv_op(case))
     small = oh * ow <= conv_choice.SMALL_PLANE
-    assert images == (n > 1 and small and method != "depthwise" and not in_place)
+    by_gemm = method in ("direct", "im2col")  # (a batch's small 3x3 planes may go Winograd)
+    assert images == (n > 1 and small and by_gemm and not in_place)
     assert ("(depthwise)" in source) == depthwise
     assert not depthwise or not re.search(r"\bs?gemm(_nn)?\(", source)  # no GEMM at all
     assert ("cols = ws[" in source) == (im2col or images)

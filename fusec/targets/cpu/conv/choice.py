@@ -113,7 +113,7 @@ def conv_method(op, constant_weight: bool = False) -> str:
         return "im2row"
     if in_place:
         return "direct"
-    if small and n > 1:
+    if small and n > 1 and not winograd_images_fill_a_vector(op):
         return "im2col"
     if (r, s) == (3, 3) and stride_1 and tuple(op.attr("dilations")) == (1, 1):
         large = min(oh, ow) >= WINOGRAD4_MIN_PLANE
@@ -148,6 +148,23 @@ def channel_blocks() -> int:
     two blocks on one thread measured level within the noise: benchmarks/results/
     cpu-notes.md)."""
     return MIN_BLOCKS if host.numba_threads() > 1 else 1
+
+
+def winograd_images_fill_a_vector(op) -> bool:
+    """Whether a batch's small planes (``SMALL_PLANE``) go by Winograd F(2x2, 3x3) in blocks
+    of several images (``ConvBlocks._winograd_images``) rather than im2col: a 3x3, stride
+    1, undilated, ungrouped convolution whose blocks of ``ceil(N / MIN_BLOCKS)`` images
+    hold at least a vector of tiles. ResNet-50's 4x4 planes at batch 8 (4 tiles an image,
+    4 images a block), one thread, a Zen 4 core, whole calls, medians, ms, im2col /
+    Winograd (onnxruntime): C512 K512 6.94 / 3.79 (5.56), C256 K256 1.58 / 0.74 (1.24),
+    C128 K128 0.42 / 0.23 (0.30) (benchmarks/results/cpu-notes.md)."""
+    n, _, oh, ow = shape_of(op.results[0])
+    _, _, r, s = shape_of(op.operands[1])
+    plain = tuple(op.attr("strides")) == (1, 1) and tuple(op.attr("dilations")) == (1, 1)
+    if (r, s) != (3, 3) or not plain or op.attr("groups") != 1:
+        return False
+    tiles = -(-oh // 2) * -(-ow // 2)  # an image's, F(2x2, 3x3)
+    return min(-(-host.W // tiles), -(-n // MIN_BLOCKS)) * tiles >= host.W
 
 
 def image_rows(op) -> bool:
