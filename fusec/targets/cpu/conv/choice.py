@@ -78,6 +78,8 @@ def conv_method(op, constant_weight: bool = False) -> str:
       for an sgemm of N = 4;
     * ``"im2col"``: a batch of small output planes (``SMALL_PLANE`` pixels, one group):
       im2col over blocks of several images, one GEMM a block (``images_per_block``);
+      but a 3x3 stride-1 one whose Winograd blocks of images fill a vector with tiles
+      goes on to ``"winograd"`` (``winograd_images_fill_a_vector``);
     * ``"winograd4"``: a 3x3 kernel, stride 1, dilation 1, a constant weight, output
       planes at least ``WINOGRAD4_MIN_PLANE`` high and wide: F(4x4, 3x3), 4x fewer
       multiplications than a direct 3x3 (conv N8 C64 56x56 K64, one thread: see
