@@ -664,6 +664,16 @@ def test_batch_one_pixel_conv_takes_the_images_as_rows(cache, case):
     _check_float64(program, module, text, (51, 52), f"images as rows {case}")
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_batch_one_pixel_conv_with_an_argument_weight(cache, n):
+    """The weight an argument (nothing packed): "direct", its result local to the block
+    (``ConvBlocks.local_result`` says so for every ``image_rows`` conv); against the
+    reference."""
+    case = ((1, 1), (0, 0), (1, 1), 1, (n, 24, 1, 1), (40, 1, 1))
+    assert conv_choice.conv_method(_conv_op(case)) == "direct"
+    check(_conv_text(case, "f32"), cache=cache, kind="conv")
+
+
 def test_image_rows_with_a_row_reduction_in_the_epilogue(cache):
     """With a softmax in the epilogue (a row reduction: whole rows along W, one pixel
     here) the images-as-rows block walks every (image, channel) as a row of its own."""

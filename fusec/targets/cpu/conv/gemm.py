@@ -209,7 +209,9 @@ class ConvBlocks(BlockedCore):
             fit = WINOGRAD_BYTES // (4 * (m + 2) ** 2 * (self.cg + self.kg))
             most = min(WINOGRAD_TILES if m == 2 else WINOGRAD4_TILES, fit)
             bh = m * max(1, min(-(-self.oh // m), most // self.tw))
-        self.wi = self._winograd_images(bh) if self.winograd else 1
+        self.wi = 1  # images a block (Winograd's ``_winograd_images``)
+        if self.winograd:
+            self.wi = self._winograd_images(bh, most)
         images = self.n * self.groups
         if images < MIN_BLOCKS:  # split further so that every thread has blocks
             bh = min(bh, max(1, math.ceil(self.oh * images / MIN_BLOCKS)))
@@ -274,18 +276,19 @@ class ConvBlocks(BlockedCore):
         elif self.cols_nn:
             self.imports += (abi.import_line("gemm_nn_call as gemm_nn"),)
 
-    def _winograd_images(self, bh: int) -> int:
+    def _winograd_images(self, bh: int, most: int) -> int:
         """Images a Winograd block holds: one, unless a block is a whole plane of fewer
         tiles than a vector (ResNet-50's 8x8 planes at batch 8: 4 tiles of F(4x4, 3x3)),
         whose 36 GEMMs would each run one vector of mostly padding; then enough images of
-        one group to fill a vector, leaving ``MIN_BLOCKS`` blocks. C256 8x8 K256 3x3 +
+        one group to fill a vector, leaving ``MIN_BLOCKS`` blocks, and at most ``most``
+        tiles in all (``WINOGRAD_BYTES``). C256 8x8 K256 3x3 +
         relu, batch 8, one thread, a Zen 4 core (AVX-512), whole calls, medians: 6.1 ms
         an image a block, 2.6 ms four (onnxruntime 5.1); ResNet-50 b8 at 128x128, ort /
         fusec 0.94 -> 1.05 (benchmarks/results/cpu-notes.md)."""
         tpi = bh // self.m * self.tw
         if bh < self.oh or self.groups != 1 or self.n == 1 or tpi >= host.W:
             return 1
-        return max(1, min(-(-host.W // tpi), -(-self.n // MIN_BLOCKS)))
+        return max(1, min(-(-host.W // tpi), -(-self.n // MIN_BLOCKS), most // tpi))
 
     def _read_op(self, op, reads, c_array: str, c_local: bool, constant: bool = False) -> None:
         """The convolution's shapes, attributes and method (``constant``: its weight is)."""
@@ -367,8 +370,7 @@ class ConvBlocks(BlockedCore):
         how = how or (f"im2col, {nn}" if self.cols_nn else "im2col, sgemm")
         if self.nb > 1:
             return (
-                f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x{self.r}x"
-                f"{self.s} in {self.count} blocks of {self.nb} images: their pixels side by "
+                f"{self.shapes()} in {self.count} blocks of {self.nb} images: their pixels side by "
                 f"side ({'copied' if self.direct else 'im2col'}), one sgemm, epilogue per image"
             )
         if self.taps:
@@ -382,10 +384,13 @@ class ConvBlocks(BlockedCore):
             if self.wi > 1:
                 how = f"{how} (the {self.tiles} tiles of {self.wi} images)"
         return (
-            f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x{self.r}x{self.s}"
-            f" (groups {self.groups}) in {self.count} blocks of {self.bh} output rows: "
-            f"{how}, epilogue per block"
+            f"{self.shapes()} (groups {self.groups}) in {self.count} blocks of {self.bh} output "
+            f"rows: {how}, epilogue per block"
         )
+
+    def shapes(self) -> str:
+        """``describe``'s start: the input's and the weight's shapes."""
+        return f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x{self.r}x{self.s}"
 
     def decode(self) -> list[str]:
         if self.winograd and self.wi > 1:  # images n0:n1, whole planes, the one group

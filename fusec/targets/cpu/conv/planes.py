@@ -94,7 +94,7 @@ class DepthwiseBlocks(ConvBlocks):
 
     def describe(self) -> str:
         return (
-            f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x1x{self.r}x{self.s}"
+            f"{self.shapes()}"
             f" (depthwise) in {self.count} blocks of {self.cb} channel planes: "
             + (
                 "direct multiply-adds, the channels in vector lanes"
@@ -296,7 +296,7 @@ class ChannelBlocks(WholePlaneBlocks):
     def describe(self) -> str:
         how = "the input in place" if self.direct else "im2col of the plane"
         return (
-            f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.c}x{self.r}x{self.s}"
+            f"{self.shapes()}"
             f" in {self.count} blocks of {self.per} output channels of one image's "
             f"{self.pixels} pixels: gemm_nn by {how}, epilogue per block"
         )
@@ -404,7 +404,7 @@ class PixelRowsBlocks(WholePlaneBlocks):
             else f"{self.per} output channels of one image's {self.pixels} pixels"
         )
         return (
-            f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.c}x{self.r}x{self.s}"
+            f"{self.shapes()}"
             f" in {self.count} blocks of {what}: im2row, "
             f"{'gemm_nn' if self.window else 'gemm_packed'} (weight packed once), transpose, "
             "epilogue per block"
@@ -505,7 +505,7 @@ class ImageRowsBlocks(WholePlaneBlocks):
     def describe(self) -> str:
         gemm = "gemm_nn" if self.window else "gemm_packed"
         return (
-            f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.c}x{self.r}x{self.s}"
+            f"{self.shapes()}"
             f" in {self.count} blocks of {self.per} output channels of every image: the images"
             f" as rows, {gemm} (weight packed once), epilogue per block"
         )
