@@ -383,14 +383,16 @@ class ConvBlocks(BlockedCore):
             )
             if self.wi > 1:
                 how = f"{how} (the {self.tiles} tiles of {self.wi} images)"
-        return (
-            f"{self.shapes()} (groups {self.groups}) in {self.count} blocks of {self.bh} output "
-            f"rows: {how}, epilogue per block"
-        )
+        return self.blocks_of(f"{self.bh} output rows", how, f" (groups {self.groups})")
 
     def shapes(self) -> str:
         """``describe``'s start: the input's and the weight's shapes."""
         return f"conv2d {self.n}x{self.c}x{self.h}x{self.w} * {self.k}x{self.cg}x{self.r}x{self.s}"
+
+    def blocks_of(self, what: str, how: str, kind: str = "") -> str:
+        """``describe``'s sentence: the shapes (and ``kind``), the blocks of ``what`` and
+        ``how`` each is computed."""
+        return f"{self.shapes()}{kind} in {self.count} blocks of {what}: {how}, epilogue per block"
 
     def decode(self) -> list[str]:
         if self.winograd and self.wi > 1:  # images n0:n1, whole planes, the one group

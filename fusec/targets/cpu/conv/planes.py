@@ -93,16 +93,9 @@ class DepthwiseBlocks(ConvBlocks):
         return ["for i in range(xpad.size):", "    xpad[U(i)] = f32(0.0)"]
 
     def describe(self) -> str:
-        return (
-            f"{self.shapes()}"
-            f" (depthwise) in {self.count} blocks of {self.cb} channel planes: "
-            + (
-                "direct multiply-adds, the channels in vector lanes"
-                if self.lanes
-                else "direct multiply-adds along output rows"
-            )
-            + ", epilogue per block"
-        )
+        lanes = "direct multiply-adds, the channels in vector lanes"
+        how = lanes if self.lanes else "direct multiply-adds along output rows"
+        return self.blocks_of(f"{self.cb} channel planes", how, " (depthwise)")
 
     def decode(self) -> list[str]:  # channels g:g1 of image n, whole planes
         return [
@@ -295,11 +288,8 @@ class ChannelBlocks(WholePlaneBlocks):
 
     def describe(self) -> str:
         how = "the input in place" if self.direct else "im2col of the plane"
-        return (
-            f"{self.shapes()}"
-            f" in {self.count} blocks of {self.per} output channels of one image's "
-            f"{self.pixels} pixels: gemm_nn by {how}, epilogue per block"
-        )
+        what = f"{self.per} output channels of one image's {self.pixels} pixels"
+        return self.blocks_of(what, f"gemm_nn by {how}")
 
     def decode(self) -> list[str]:  # channels k0:k1 of the image, its whole plane
         return [
@@ -403,12 +393,8 @@ class PixelRowsBlocks(WholePlaneBlocks):
             if self.by_rows
             else f"{self.per} output channels of one image's {self.pixels} pixels"
         )
-        return (
-            f"{self.shapes()}"
-            f" in {self.count} blocks of {what}: im2row, "
-            f"{'gemm_nn' if self.window else 'gemm_packed'} (weight packed once), transpose, "
-            "epilogue per block"
-        )
+        gemm = "gemm_nn" if self.window else "gemm_packed"
+        return self.blocks_of(what, f"im2row, {gemm} (weight packed once), transpose")
 
     def decode(self) -> list[str]:  # channels g:g1 of image n, its whole plane
         if self.by_rows:  # output rows oh0:oh1 of image n, every channel
@@ -504,11 +490,8 @@ class ImageRowsBlocks(WholePlaneBlocks):
 
     def describe(self) -> str:
         gemm = "gemm_nn" if self.window else "gemm_packed"
-        return (
-            f"{self.shapes()}"
-            f" in {self.count} blocks of {self.per} output channels of every image: the images"
-            f" as rows, {gemm} (weight packed once), epilogue per block"
-        )
+        what = f"{self.per} output channels of every image"
+        return self.blocks_of(what, f"the images as rows, {gemm} (weight packed once)")
 
     def decode(self) -> list[str]:
         return [f"g = blk * {self.per}", f"g1 = min(g + {self.per}, {self.k})"]
