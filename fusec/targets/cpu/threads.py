@@ -7,7 +7,7 @@ matmul + fused epilogue took 8.2 ms with the defaults, 3.9 ms with a passive
 OpenMP wait policy and 2.3 ms with OpenBLAS's spinning shortened too.
 
 The settings are environment variables read when the libraries start:
-``OMP_WAIT_POLICY`` when Numba first starts its OpenMP pool (fusec's cpu
+``OMP_WAIT_POLICY`` and ``GOMP_SPINCOUNT`` when Numba first starts its OpenMP pool (fusec's cpu
 runtime calls ``configure()`` before that), ``OPENBLAS_THREAD_TIMEOUT`` and
 ``OPENBLAS_CORETYPE`` only when numpy is first imported (so only entry points
 that run before numpy, such as the ``fusec`` command and the benchmarks, can
@@ -24,6 +24,16 @@ from pathlib import Path
 
 DEFAULTS = {
     "OMP_WAIT_POLICY": "PASSIVE",
+    # ... but a worker spins this long before it sleeps (libgomp honours it beside the
+    # passive policy, ~75-250 us): a model's next kernel starts microseconds after the
+    # last one ends, and a sleeping worker's futex wake cost more than a small kernel's
+    # parallel half gained (on a 2-vCPU Zen 4 guest most of MobileNetV3's b1 kernels were
+    # slower on two threads than on one). Quiet machine, 2 threads, fusec and onnxruntime
+    # alternated, ort / fusec by median, without / with: MobileNetV3-L b1 0.80-0.83 ->
+    # 0.95-1.01, b8 0.81 -> 0.95; EfficientNet-B0 b1 0.88-0.89 -> 1.09-1.12; ResNet-50 b1
+    # 0.74-0.89 -> 1.01, b8 1.05 -> 1.10; ViT-B/16 b4 and BERT b1 level; onnxruntime's own
+    # times level (benchmarks/results/cpu-notes.md).
+    "GOMP_SPINCOUNT": "10000",
     # OpenBLAS workers spin 2**N cycles before sleeping (default N = 28, ~0.1 s)
     "OPENBLAS_THREAD_TIMEOUT": "4",
 }

@@ -78,3 +78,14 @@ def test_num_threads_is_numbas_count_for_the_calling_thread():
         assert num_threads() == 1
     finally:
         numba.set_num_threads(default)
+
+
+def test_configure_sets_a_short_openmp_spin_and_keeps_the_users(monkeypatch):
+    """A passive OpenMP pool whose workers spin ``GOMP_SPINCOUNT`` before they sleep (the
+    next kernel's region comes microseconds later); a value the user set is kept."""
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    threads.configure()
+    assert threads.os.environ["GOMP_SPINCOUNT"] == threads.DEFAULTS["GOMP_SPINCOUNT"]
+    monkeypatch.setenv("GOMP_SPINCOUNT", "0")
+    threads.configure()
+    assert threads.os.environ["GOMP_SPINCOUNT"] == "0"
