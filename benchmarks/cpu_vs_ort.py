@@ -487,6 +487,7 @@ def environment(threads: int) -> dict:
                 "OPENBLAS_L2_SIZE",
                 "OPENBLAS_THREAD_TIMEOUT",
                 "OMP_WAIT_POLICY",
+                "GOMP_SPINCOUNT",
                 "FUSEC_CPU_PIN",
             )
         },
