@@ -89,6 +89,11 @@ def _plane_reference(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, oh,
         (3, 2 * W, 3, 5, 2, 2),
         (1, W + 1, 1, 2, 1, 1),
         (4, W - 3, 3, 3, 1, 1),  # rows shorter than a vector: scalar sums
+        # full tiles that load each input row once (consecutive input rows: rstride ==
+        # rowstep): 3x3, and 3x5 with dilation 2 at stride 2; a stride-2 3x3 does not
+        (2 * ROWS + 3, 2 * W, 3, 3, 1, 1),
+        (ROWS + 1, W + 2, 3, 5, 2, 2),
+        (ROWS, W, 3, 3, 1, 2),
     ],
 )
 def test_taps_plane_against_float64(oh, ow, r, s, dil, stride_h):
