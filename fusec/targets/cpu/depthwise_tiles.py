@@ -180,75 +180,37 @@ def taps_row(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off, npix):
         _T1(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
 
 
-def _rows_tile(rows: int, lanes: int):
-    """The intrinsic ``tile(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out,
-    o_off, ostride)`` of one channel plane (the planar form): for output row ``p <
-    rows``, the ``lanes`` pixels ``out[o_off + p * ostride:]`` = the sum over taps ``k <
-    taps`` of the scalar weight ``w[w_off + k]`` times the vector ``x[x_off + p * rstride
-    + (k // s) * rowstep + (k % s) * colstep:]``: the first term a product, then fused
-    multiply-adds in the order of the taps. ``taps >= 1``."""
+def _plane_tile(name: str, rows: int, lanes: int, sums):
+    """The frame of a planar tile intrinsic ``tile(x, x_off, rstride, s, rowstep, colstep,
+    taps, w, w_off, out, o_off, ostride)``: the typing, the ``llvm.fma`` declaration, a
+    scalar's splat, and the stores of the ``rows`` sums, output row ``p`` at ``out[o_off +
+    p * ostride:]``; ``sums(builder, arg, vty, fma, splat)`` emits the sums themselves."""
     vty = ir.VectorType(_F32, lanes)
 
     def typed(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride):
-        intrinsics.check_f32_arrays("depthwise rows tile", {"x": x, "w": w, "out": out})
+        intrinsics.check_f32_arrays(f"depthwise {name}", {"x": x, "w": w, "out": out})
         sig = types.void(
             x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride
         )
 
         def codegen(context, builder, signature, args):
             arg = intrinsics.Arguments(context, builder, signature, args)
-            integer, data = arg.integer, arg.data
-
-            def vector_at(base: ir.Value, off: ir.Value) -> ir.Value:
-                return builder.bitcast(builder.gep(base, [off]), vty.as_pointer())
-
-            def const(v: int) -> ir.Constant:
-                return ir.Constant(_I64, v)
-
-            px, pw, po = data(0), data(7), data(9)
-            xo, rst, ss, rs, cs, kk, wo, oo, ost = (
-                integer(i) for i in (1, 2, 3, 4, 5, 6, 8, 10, 11)
-            )
             fma = builder.module.declare_intrinsic(
                 f"llvm.fma.v{lanes}f32", (), ir.FunctionType(vty, [vty, vty, vty])
             )
             splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), None)
 
-            def terms(k: ir.Value, t: ir.Value) -> tuple[ir.Value, list[ir.Value]]:
-                t = builder.add(xo, t)
-                scalar = builder.load(builder.gep(pw, [builder.add(wo, k)]))
+            def splat(scalar: ir.Value) -> ir.Value:
                 one = builder.insert_element(
                     ir.Constant(vty, ir.Undefined), scalar, ir.Constant(ir.IntType(32), 0)
                 )
-                splat = builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), splat_mask)
-                xs = [
-                    builder.load(vector_at(px, builder.add(t, builder.mul(rst, const(p)))), align=4)
-                    for p in range(rows)
-                ]
-                return splat, xs
+                return builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), splat_mask)
 
-            wv, xs = terms(const(0), const(0))
-            init = [builder.fmul(wv, xs[p]) for p in range(rows)]
-            t1, col1 = _next_tap(builder, const(0), const(0), ss, rs, cs)
-            entry, loop, done = intrinsics.open_loop(
-                builder, "taps", builder.icmp_signed(">", kk, const(1))
-            )
-            k, t, col = builder.phi(_I64), builder.phi(_I64), builder.phi(_I64)
-            acc = [builder.phi(vty) for _ in range(rows)]
-            wv, xs = terms(k, t)
-            new = [builder.call(fma, [wv, xs[p], acc[p]]) for p in range(rows)]
-            step = builder.add(k, const(1))
-            t_next, col_next = _next_tap(builder, t, col, ss, rs, cs)
-            body_end = builder.block
-            intrinsics.carry(
-                [k, t, col], [const(1), t1, col1], [step, t_next, col_next], entry, body_end
-            )
-            intrinsics.carry(acc, init, new, entry, body_end)
-            intrinsics.close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
-            final = intrinsics.exit_values(builder, vty, init, new, entry, body_end)
+            final = sums(builder, arg, vty, fma, splat)
+            po, oo, ost = arg.data(9), arg.integer(10), arg.integer(11)
             for p in range(rows):
-                at = vector_at(po, builder.add(oo, builder.mul(ost, const(p))))
-                builder.store(final[p], at, align=4)
+                at = builder.gep(po, [builder.add(oo, builder.mul(ost, ir.Constant(_I64, p)))])
+                builder.store(final[p], builder.bitcast(at, vty.as_pointer()), align=4)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -258,8 +220,57 @@ def _rows_tile(rows: int, lanes: int):
     ):
         return typed(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride)
 
-    tile.__name__ = f"rows_{rows}x{lanes}"
+    tile.__name__ = name
     return intrinsic(tile)
+
+
+def _rows_tile(rows: int, lanes: int):
+    """The intrinsic ``tile(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out,
+    o_off, ostride)`` of one channel plane (the planar form): for output row ``p <
+    rows``, the ``lanes`` pixels ``out[o_off + p * ostride:]`` = the sum over taps ``k <
+    taps`` of the scalar weight ``w[w_off + k]`` times the vector ``x[x_off + p * rstride
+    + (k // s) * rowstep + (k % s) * colstep:]``: the first term a product, then fused
+    multiply-adds in the order of the taps. ``taps >= 1``."""
+
+    def sums(builder, arg, vty, fma, splat):
+        integer, data = arg.integer, arg.data
+
+        def const(v: int) -> ir.Constant:
+            return ir.Constant(_I64, v)
+
+        px, pw = data(0), data(7)
+        xo, rst, ss, rs, cs, kk, wo = (integer(i) for i in (1, 2, 3, 4, 5, 6, 8))
+
+        def terms(k: ir.Value, t: ir.Value) -> tuple[ir.Value, list[ir.Value]]:
+            t = builder.add(xo, t)
+            wv = splat(builder.load(builder.gep(pw, [builder.add(wo, k)])))
+            xs = []
+            for p in range(rows):
+                at = builder.gep(px, [builder.add(t, builder.mul(rst, const(p)))])
+                xs.append(builder.load(builder.bitcast(at, vty.as_pointer()), align=4))
+            return wv, xs
+
+        wv, xs = terms(const(0), const(0))
+        init = [builder.fmul(wv, xs[p]) for p in range(rows)]
+        t1, col1 = _next_tap(builder, const(0), const(0), ss, rs, cs)
+        entry, loop, done = intrinsics.open_loop(
+            builder, "taps", builder.icmp_signed(">", kk, const(1))
+        )
+        k, t, col = builder.phi(_I64), builder.phi(_I64), builder.phi(_I64)
+        acc = [builder.phi(vty) for _ in range(rows)]
+        wv, xs = terms(k, t)
+        new = [builder.call(fma, [wv, xs[p], acc[p]]) for p in range(rows)]
+        step = builder.add(k, const(1))
+        t_next, col_next = _next_tap(builder, t, col, ss, rs, cs)
+        body_end = builder.block
+        intrinsics.carry(
+            [k, t, col], [const(1), t1, col1], [step, t_next, col_next], entry, body_end
+        )
+        intrinsics.carry(acc, init, new, entry, body_end)
+        intrinsics.close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
+        return intrinsics.exit_values(builder, vty, init, new, entry, body_end)
+
+    return _plane_tile(f"rows_{rows}x{lanes}", rows, lanes, sums)
 
 
 def _shared_rows_tile(rows: int, height: int, lanes: int):
@@ -272,68 +283,33 @@ def _shared_rows_tile(rows: int, height: int, lanes: int):
     top, then column 1, ...), fused multiply-adds from zero. Why: with 16-float vectors a
     row's shifted loads cross a cache line two times in three, and the loads, not the
     FMAs, set the planar tile's pace."""
-    vty = ir.VectorType(_F32, lanes)
 
-    def typed(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride):
-        intrinsics.check_f32_arrays("depthwise shared rows tile", {"x": x, "w": w, "out": out})
-        sig = types.void(
-            x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride
+    def sums(builder, arg, vty, fma, splat):
+        integer, data = arg.integer, arg.data
+        px, pw = data(0), data(7)
+        xo, ss, rs, cs, wo = (integer(i) for i in (1, 3, 4, 5, 8))
+        blocks = intrinsics.open_loop(
+            builder, "columns", builder.icmp_signed(">", ss, ir.Constant(_I64, 0))
+        )
+        col = builder.phi(_I64)
+        acc = [builder.phi(vty) for _ in range(rows)]
+        weights = []  # this column's weights, one splat a kernel row
+        for r in range(height):
+            at = builder.add(wo, builder.add(builder.mul(ss, ir.Constant(_I64, r)), col))
+            weights.append(splat(builder.load(builder.gep(pw, [at]))))
+        base = builder.add(xo, builder.mul(col, cs))
+        new = list(acc)
+        for i in range(rows + height - 1):  # input row i of the tile
+            at = builder.gep(px, [builder.add(base, builder.mul(rs, ir.Constant(_I64, i)))])
+            v = builder.load(builder.bitcast(at, vty.as_pointer()), align=4)
+            for p in range(max(0, i - height + 1), min(rows - 1, i) + 1):
+                new[p] = builder.call(fma, [weights[i - p], v, new[p]])
+        zero = ir.Constant(vty, None)
+        return intrinsics.close_accumulator_loop(
+            builder, col, ss, [[a] for a in acc], [[n] for n in new], zero, blocks
         )
 
-        def codegen(context, builder, signature, args):
-            arg = intrinsics.Arguments(context, builder, signature, args)
-            integer, data = arg.integer, arg.data
-            px, pw, po = data(0), data(7), data(9)
-            xo, ss, rs, cs, wo, oo, ost = (integer(i) for i in (1, 3, 4, 5, 8, 10, 11))
-            fma = builder.module.declare_intrinsic(
-                f"llvm.fma.v{lanes}f32", (), ir.FunctionType(vty, [vty, vty, vty])
-            )
-            splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), None)
-
-            def vector_at(base: ir.Value, off: ir.Value) -> ir.Value:
-                return builder.bitcast(builder.gep(base, [off]), vty.as_pointer())
-
-            zero = ir.Constant(vty, None)
-            blocks = intrinsics.open_loop(
-                builder, "columns", builder.icmp_signed(">", ss, ir.Constant(_I64, 0))
-            )
-            col = builder.phi(_I64)
-            acc = [builder.phi(vty) for _ in range(rows)]
-            weights = []
-            for r in range(height):  # this column's weights, one splat a kernel row
-                at = builder.add(wo, builder.add(builder.mul(ss, ir.Constant(_I64, r)), col))
-                one = builder.insert_element(
-                    ir.Constant(vty, ir.Undefined),
-                    builder.load(builder.gep(pw, [at])),
-                    ir.Constant(ir.IntType(32), 0),
-                )
-                weights.append(
-                    builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), splat_mask)
-                )
-            base = builder.add(xo, builder.mul(col, cs))
-            new = list(acc)
-            for i in range(rows + height - 1):  # input row i of the tile
-                at = builder.add(base, builder.mul(rs, ir.Constant(_I64, i)))
-                v = builder.load(vector_at(px, at), align=4)
-                for p in range(max(0, i - height + 1), min(rows - 1, i) + 1):
-                    new[p] = builder.call(fma, [weights[i - p], v, new[p]])
-            final = intrinsics.close_accumulator_loop(
-                builder, col, ss, [[a] for a in acc], [[n] for n in new], zero, blocks
-            )
-            for p in range(rows):
-                at = vector_at(po, builder.add(oo, builder.mul(ost, ir.Constant(_I64, p))))
-                builder.store(final[p], at, align=4)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    def tile(
-        typingctx, x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride
-    ):
-        return typed(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride)
-
-    tile.__name__ = f"shared_rows_{rows}x{height}x{lanes}"
-    return intrinsic(tile)
+    return _plane_tile(f"shared_rows_{rows}x{height}x{lanes}", rows, lanes, sums)
 
 
 #: Output rows of a full planar tile (one vector of ``W`` pixels each).
