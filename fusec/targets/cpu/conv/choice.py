@@ -101,7 +101,7 @@ def conv_method(op, constant_weight: bool = False) -> str:
     if _quantized(op):
         return "q8"
     stride_1 = tuple(op.attr("strides")) == (1, 1)
-    in_place = (r, s) == (1, 1) and stride_1 and not any(conv2d_padding(op.attr("padding")))
+    in_place = reads_input_in_place(op)
     n, _, oh, ow = shape_of(op.results[0])
     rows_of_k = oh * ow == 1 or (host.packs(k) and not in_place)
     one_plane = n == 1 and op.attr("groups") == 1
@@ -186,15 +186,21 @@ def small_plane_in_place(op) -> bool:
     is whole vectors of at most ``CHANNEL_PIXELS_IN_PLACE`` pixels; not over blocks of
     several images copied side by side for one sgemm (which packs both operands at each
     call). MobileNetV3-Large's 1x1s at 128x128, batch 8, one thread, a Zen 4 core
-    (AVX-512), whole calls, medians, us, before / after: C112 8x8 K672 + relu 832 / 701,
-    C160 4x4 K960 471 / 350, C960 4x4 K160 516 / 338 (benchmarks/results/cpu-notes.md)."""
-    if op.attr("groups") != 1 or shape_of(op.results[0])[0] == 1:
+    (AVX-512), whole calls, medians, ort / fusec before / after: C112 8x8 K672 + relu 0.92
+    / 1.01, C160 4x4 K960 0.86 / 0.96, C960 4x4 K160 0.74 / 1.03
+    (benchmarks/results/cpu-notes.md)."""
+    n, _, oh, ow = shape_of(op.results[0])
+    if op.attr("groups") != 1 or n == 1 or not reads_input_in_place(op):
         return False
+    return channel_split(oh * ow, in_place=True)
+
+
+def reads_input_in_place(op) -> bool:
+    """Whether a convolution's input is, as it is, its GEMM's ``C x pixels`` B: a 1x1
+    kernel, stride 1, no padding."""
     _, _, r, s = shape_of(op.operands[1])
-    _, _, oh, ow = shape_of(op.results[0])
     stride_1 = tuple(op.attr("strides")) == (1, 1)
-    in_place = (r, s) == (1, 1) and stride_1 and not any(conv2d_padding(op.attr("padding")))
-    return in_place and channel_split(oh * ow, in_place=True)
+    return (r, s) == (1, 1) and stride_1 and not any(conv2d_padding(op.attr("padding")))
 
 
 def images_per_block(op) -> int:
@@ -203,9 +209,10 @@ def images_per_block(op) -> int:
     blocks when the batch allows. Late CNN layers have planes of a few pixels
     (MobileNetV2 and ResNet-18 at 64x64: 2x2), where one GEMM per image is all call
     overhead (K x 4 x C)."""
-    if conv_method(op) not in ("direct", "im2col") or op.attr("groups") != 1:
+    method = conv_method(op)
+    if method not in ("direct", "im2col") or op.attr("groups") != 1:
         return 1
-    if conv_method(op) == "direct" and small_plane_in_place(op):
+    if method == "direct" and small_plane_in_place(op):
         return 1
     n, _, oh, ow = shape_of(op.results[0])
     nb = max(1, min(n, IMAGE_PIXELS // (oh * ow)))

@@ -8,10 +8,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from fusec.dialect.shapes import conv2d_padding
 from fusec.targets.cpu import abi, depthwise, host
 from fusec.targets.cpu.blocked import MIN_BLOCKS, EpilogueRows, Workspace, row_loop
-from fusec.targets.cpu.conv.choice import SMALL_PLANE, channel_blocks
+from fusec.targets.cpu.conv.choice import SMALL_PLANE, channel_blocks, reads_input_in_place
 from fusec.targets.cpu.conv.gemm import ConvBlocks, plus
 from fusec.targets.cpu.entry import EntryScratch
 from fusec.targets.cpu.rows import RowBlock
@@ -259,8 +258,7 @@ class ChannelBlocks(WholePlaneBlocks):
     def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
         """``channel_blocks()`` blocks of about equal numbers of output channels."""
         self._read_op(op, reads, c_array, c_local)
-        unpadded = not any(conv2d_padding(op.attr("padding")))
-        self.direct = (self.r, self.s, self.sh, self.sw) == (1, 1, 1, 1) and unpadded
+        self.direct = reads_input_in_place(op)
         self.per = -(-self.k // channel_blocks())  # output channels a block
         self.nsb = -(-self.k // self.per)
         self.count, self.bh, self.nrb = self.nsb, self.oh, 1
