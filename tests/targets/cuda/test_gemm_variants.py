@@ -575,14 +575,15 @@ RESIDUAL = """func.func @f(%x: tensor<6272x1536xf16>, %w: tensor<1536x384xf16>,
 @pytest.mark.parametrize(
     "setting, gelu_loop, residual_loop",
     [
-        (None, "unrolled", "unrolled"),
+        (None, "rolled", "unrolled"),
+        ("unrolled", "unrolled", "unrolled"),
         ("auto", "rolled", "unrolled"),
         ("rolled", "rolled", "rolled"),
     ],
 )
 def test_heuristic_loop_follows_the_setting(monkeypatch, setting, gelu_loop, residual_loop):
-    """``$FUSEC_GEMM_LOOP``: unrolled (the default) everywhere; ``auto`` rolls the epilogues
-    that call a transcendental function (the GELU), ``rolled`` every smem epilogue."""
+    """``$FUSEC_GEMM_LOOP``: ``auto`` (the default) rolls the epilogues that call a
+    transcendental function (the GELU), ``unrolled`` none, ``rolled`` every smem epilogue."""
     import fusec
     from fusec.errors import FusecError
     from fusec.targets.cuda.gemm.template import LOOP_ENV, linked_specs

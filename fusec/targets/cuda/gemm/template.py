@@ -329,15 +329,16 @@ def _heuristic_config(p: GemmPlan, sms: int) -> tuple[TileConfig, str]:
 
 
 #: Which groups the heuristic gives the rolled epilogue (``loop="rolled"``):
-#: ``FUSEC_GEMM_LOOP=unrolled``, the default, none; ``auto`` the groups whose epilogue
-#: calls a transcendental function (exact or tanh GELU, SiLU, sigmoid, exp, tanh, erf: tens of
-#: instructions an element, unrolled over the tile); ``rolled`` every group that can.
-#: Not measured yet: in ConvNeXt-T b32 the bias + GELU GEMMs ran 6-49% slower than alone
-#: (benchmarks/results/profile.md), their 126 KB of SASS (87 KB the unrolled epilogue)
-#: cold in the instruction caches after the model's other kernels; the A/B is
-#: ``benchmarks/gemm_code_cache.py`` and ``profile_zoo.py --variant FUSEC_GEMM_LOOP=auto``.
+#: ``FUSEC_GEMM_LOOP=auto``, the default, the groups whose epilogue calls a transcendental
+#: function (exact or tanh GELU, SiLU, sigmoid, exp, tanh, erf: tens of instructions an
+#: element, unrolled over the tile into ~87 KB of SASS); ``unrolled`` none; ``rolled``
+#: every group that can. Measured on the H200 (benchmarks/results/gemm-code-cache.md): the
+#: unrolled bias + GELU GEMM runs 21-46% slower beside other kernels' code than alone
+#: (ConvNeXt-T's stage-3 MLP up 27.9 us alone, 40.7 after the MLP down) where the rolled one
+#: keeps its time (29.0-29.1 us); ConvNeXt-T b32's GPU work 2400 -> 2222 us with ``auto``,
+#: 2195 with ``rolled`` (whose residual-only epilogues win and lose a few us each).
 LOOP_ENV = "FUSEC_GEMM_LOOP"
-LOOP_DEFAULT = "unrolled"
+LOOP_DEFAULT = "auto"
 _TRANSCENDENTAL = (ai.GeluOp, ai.SiluOp, ai.SigmoidOp, ai.ExpOp, ai.TanhOp, ai.ErfOp)
 
 
