@@ -829,6 +829,22 @@ def fma32(typingctx, a, b, c):
     """a * b + c rounded once (LLVM fma: one vfmadd on x86-64, vectorisable)."""
     return numba.float32(numba.float32, numba.float32, numba.float32), _fma_codegen
 '''
+_HELPERS["opaque_count"] = '''
+from numba.extending import intrinsic
+from llvmlite import ir as llvm_ir
+
+
+def _opaque_count_codegen(context, builder, signature, args):
+    fnty = llvm_ir.FunctionType(llvm_ir.IntType(64), [llvm_ir.IntType(64)])
+    return builder.asm(fnty, "", "=r,0", [args[0]], side_effect=False)
+
+
+@intrinsic
+def opaque_count(typingctx, n):
+    """n, through an empty asm LLVM cannot see into: a loop of opaque_count(16)
+    iterations is vectorised, where range(16) is unrolled into scalar code first."""
+    return numba.int64(numba.int64), _opaque_count_codegen
+'''
 _HELPERS["exp_poly_f32"] = '''
 {decorator}
 def exp_poly_f32(r):

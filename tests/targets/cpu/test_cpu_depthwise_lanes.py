@@ -7,6 +7,8 @@ fused multiply-adds, so the two forms agree to a few ulps, NaN and Inf at the sa
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from cpu_check import check, poison
@@ -235,3 +237,28 @@ func.func @f(%x: {x}) -> {y} {{
     (want,) = run_reference(module, inputs, precision="float64")
     assert np.isfinite(got).all()
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-6
+
+
+def _blocked_llvm(program, cache: KernelCache) -> str:
+    """The LLVM IR of the program's (single) conv kernel's blocked stage."""
+    from fusec.runtime.launch import SOURCE_NAME
+
+    (kernel,) = [k for k in program.kernels if k.kind == "conv"]
+    fn = getattr(cache.load_module(kernel.source), f"{SOURCE_NAME}_blocked")
+    return "\n".join(fn.inspect_llvm().values())
+
+
+@pytest.mark.parametrize(("hw", "opaque"), [(4, True), (8, False)])
+def test_short_epilogue_rows_loop_over_an_opaque_count(cache, hw, opaque):
+    """A 4x4 plane's epilogue rows (16 elements, rows.SHORT_ROWS) loop over
+    ``opaque_count(pw)``: LLVM would unroll ``range(16)`` into scalar code (Numba leaves
+    the SLP vectoriser off) where the opaque count keeps its loop vectorised; an 8x8
+    plane's rows (64) keep their constant count."""
+    text = _dw_text((2, 40, hw, hw), (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), "hard_swish")
+    program = check(text, cache=cache, kind="conv")
+    (kernel,) = program.kernels
+    assert LANES in kernel.source
+    assert ("range(opaque_count(pw))" in kernel.source) is opaque
+    if opaque:  # the HardSwish's clamps as vector compares and selects
+        llvm = _blocked_llvm(program, cache)
+        assert re.search(r"fcmp \w+ <(8|16) x float>", llvm), "the epilogue ran scalar"
