@@ -31,8 +31,10 @@ def _inputs(rng, npix, r, s, cb, pstride_px):
     return x, wt, wp
 
 
-@pytest.mark.parametrize("npix", [1, PIXELS - 1, PIXELS, 2 * PIXELS + 3])
-@pytest.mark.parametrize("r, s, stride", [(3, 3, 1), (7, 7, 1), (5, 5, 2), (1, 3, 1)])
+# stride 1 with 3, 5 or 7 taps a row: the shared-column tiles (AVX-512), a last pixel
+# (PIXELS + 1) by the one-pixel tile
+@pytest.mark.parametrize("npix", [1, 4, PIXELS - 1, PIXELS, PIXELS + 1, 2 * PIXELS + 3])
+@pytest.mark.parametrize("r, s, stride", [(3, 3, 1), (7, 7, 1), (5, 5, 1), (5, 5, 2), (1, 3, 1)])
 def test_taps_row_against_float64(npix, r, s, stride):
     rng = np.random.default_rng(npix * 100 + r * 10 + s)
     cb = CHANNELS
@@ -69,6 +71,33 @@ def test_tiles_of_both_widths(lanes, vectors, pixels, taps):
         np.testing.assert_array_equal(ot, (x[: pixels * cb] * np.tile(wt, pixels)))
     assert np.isfinite(ot).all()
     assert np.linalg.norm(ot - want) / np.linalg.norm(want) < 1e-6
+
+
+@pytest.mark.parametrize("lanes, vectors", [(8, 4), (16, 2)])
+@pytest.mark.parametrize("pixels", [2, 4, 8])
+@pytest.mark.parametrize("r, width", [(3, 3), (1, 5), (7, 7)])
+def test_shared_column_tiles_sum_like_the_tap_tiles(lanes, vectors, pixels, r, width):
+    """A shared-column tile (each kernel row's input vectors loaded once) gives the tap
+    tile's sums bit for bit: the same products and fmas in the same order."""
+    shared = depthwise_tiles._shared_taps_tile(pixels, width, vectors, lanes)
+    tap = depthwise_tiles._taps_tile(pixels, vectors, lanes)
+
+    @numba.njit
+    def call(x, x_off, pstride, s, rowstep, colstep, taps, wt, a, b):
+        shared(x, x_off, pstride, s, rowstep, colstep, taps, wt, a, 0)
+        tap(x, x_off, pstride, s, rowstep, colstep, taps, wt, b, 0)
+
+    cb = lanes * vectors
+    rng = np.random.default_rng(pixels * 10 + width)
+    x, wt, wp = _inputs(rng, pixels, r, width, cb, 1)
+    a = np.full(pixels * cb, np.nan, np.float32)
+    b = np.full(pixels * cb, np.nan, np.float32)
+    args = (x, cb, cb, width, wp * cb, cb, r * width, wt)
+    call(*args, a, b)
+    assert np.isfinite(a).all()
+    np.testing.assert_array_equal(a, b)
+    want = _reference(*args, pixels, cb)
+    assert np.linalg.norm(a - want) / np.linalg.norm(want) < 1e-6
 
 
 def _plane_reference(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, oh, ow):
