@@ -242,8 +242,10 @@ _FULL = (_T1, _T2, _T3, _T4, _T5, _T6, _T7, _T8)[PIXELS - 1]
 
 #: Kernel widths with shared-column tiles (``_shared_taps_tile``), on 16-float vectors only:
 #: with 8-float ones a tile's accumulators and a kernel row's inputs exceed the 16
-#: registers. Standalone, one thread, the tap sums of a batch of 8 (us): 960 channels of
-#: 4x4, 5x5 taps 125.7 -> 58.5; 672 channels of 8x8, 3x3 taps 98.1 -> 53.8 (bit for bit).
+#: registers (not measured there). One thread, the tap sums of a batch of 8 through
+#: ``taps_row`` (us): 960 channels of 4x4, 5x5 taps 125.7 -> 75; 672 channels of 8x8, 3x3
+#: taps 98 -> 84 (the tile intrinsic called directly: 54-58, the rest is ``taps_row``'s
+#: call); 384 channels of 8x8, 7x7 taps 355 -> 184. The same sums, bit for bit.
 SHARED_WIDTHS = (3, 5, 7) if W == 16 else ()
 #: ... for rows of at least this many pixels (2-pixel rows ran slower than by the taps).
 SHARED_MIN_PIXELS = 4
