@@ -436,9 +436,12 @@ def test_variant_cubin_has_no_local_memory(name: str, tmp_path) -> None:
 
 
 @needs_toolchain
-def test_fast_math_epilogue_uses_the_approximations(tmp_path) -> None:
+@pytest.mark.parametrize("loop", ["unrolled", "rolled"])
+def test_fast_math_epilogue_uses_the_approximations(tmp_path, loop) -> None:
     """The MLP's first GEMM (bias + tanh GELU) with math=fast: MUFU.EX2 + MUFU.RCP, no
-    IEEE division's slow path; ai.tanh is one MUFU.TANH."""
+    IEEE division's slow path; ai.tanh is one MUFU.TANH. Both epilogue loops: unrolled
+    over the tile, and rolled over the staged chunks (the default for this epilogue,
+    ``FUSEC_GEMM_LOOP=auto``)."""
     import fusec
     from fusec.targets.cuda import build
     from fusec.targets.cuda.gemm.template import linked_specs
@@ -453,10 +456,10 @@ def test_fast_math_epilogue_uses_the_approximations(tmp_path) -> None:
       %t = ai.tanh %a : tensor<8192x512xf16>
       return %t : tensor<8192x512xf16>
     }"""
-    pipeline = "fusec-default,tile-gemm{math=fast epilogue=smem schedule=pingpong}"
+    pipeline = f"fusec-default,tile-gemm{{math=fast epilogue=smem schedule=pingpong loop={loop}}}"
     compiled = fusec.compile(text, target="cuda", pipeline=pipeline, executable=False)
     (spec,) = linked_specs(compiled.kernels[0])
-    assert spec.config.variant == Variant("pingpong", "smem", "fast")
+    assert spec.config.variant == Variant("pingpong", "smem", "fast", loop=loop)
     source = spec.cpp_source()
     # the epilogue functor's maths; gemm.cuh holds both softmax exponentials (the PTX
     # below shows which one the instantiation keeps)

@@ -3,8 +3,9 @@
 // RUN: fusec compile %s --target cuda --emit cuda --pipeline "fusec-default,tile-gemm{schedule=pingpong epilogue=smem math=fast}" | filecheck %s --check-prefix=CUDA
 // The tile-gemm options force the opt-in variants: pingpong gives each consumer
 // warpgroup the 64x256 rows it had in the cooperative 128x256 tile (4 stages beside
-// the smem epilogue's 32 KB of staging); `tile` forces one exact configuration.
-// VARIANT: fusec.tile = {block = array<i64: 64, 256, 64>, mma = "m64n256k16", stages = 4 : i64, consumers = 2 : i64, group_m = 8 : i64, schedule = "pingpong", epilogue = "smem", math = "fast", choice = "heuristic, variant option"}
+// the smem epilogue's 32 KB of staging); `tile` forces one exact configuration. The GELU
+// epilogue runs rolled over the staged chunks (the heuristic's default, FUSEC_GEMM_LOOP=auto).
+// VARIANT: fusec.tile = {block = array<i64: 64, 256, 64>, mma = "m64n256k16", stages = 4 : i64, consumers = 2 : i64, group_m = 8 : i64, schedule = "pingpong", epilogue = "smem", math = "fast", loop = "rolled", choice = "heuristic, variant option"}
 // TILE: fusec.tile = {block = array<i64: 128, 128, 64>, mma = "m64n128k16", stages = 6 : i64, consumers = 2 : i64, group_m = 8 : i64, schedule = "pingpong", epilogue = "smem", choice = "pass option"}
 // CUDA: // pingpong schedule, smem epilogue, fast math
 // CUDA-DAG: fs_exp_approx
