@@ -22,9 +22,9 @@ renamed without breaking cached kernels or their text:
   ``gemm_q8_packed_amx``: the uint8 x int8 ones, VNNI and AMX (``fusec.targets.cpu.gemm_int8``), and
   ``gemm_q8_bytes``, ``gemm_q8_bytes_amx`` the same on A's codes gathered as bytes,
   ``gemm_q8_rows`` a weight's rows by such codes (a quantized conv's channel rows);
-* ``depthwise_taps_row``, ``depthwise_taps_plane``: a depthwise convolution's tap sums
-  in register tiles, channels in lanes or one channel plane (``..._call``: through a
-  symbol, ``helper_calls``), and
+* ``depthwise_taps_row``, ``depthwise_taps_rows``, ``depthwise_taps_plane``: a depthwise
+  convolution's tap sums in register tiles, channels in lanes (a row, or a plane's rows
+  in one call) or one channel plane (``..._call``: through a symbol, ``helper_calls``), and
   ``depthwise_deinterleave``: a stride-2 input row split into its column phases, and
   ``depthwise_transpose``: a square tile of channels x pixels transposed
   (``fusec.targets.cpu.depthwise_tiles``);
@@ -80,6 +80,8 @@ _PROVIDERS: dict[str, tuple[str, str | None]] = {
     "depthwise_taps_row": ("fusec.targets.cpu.depthwise_tiles", "taps_row"),
     "depthwise_taps_plane": ("fusec.targets.cpu.depthwise_tiles", "taps_plane"),
     "depthwise_taps_row_call": ("fusec.targets.cpu.helper_calls", "taps_row_call"),
+    "depthwise_taps_rows": ("fusec.targets.cpu.depthwise_tiles", "taps_rows"),
+    "depthwise_taps_rows_call": ("fusec.targets.cpu.helper_calls", "taps_rows_call"),
     "depthwise_taps_plane_call": ("fusec.targets.cpu.helper_calls", "taps_plane_call"),
     "depthwise_deinterleave": ("fusec.targets.cpu.depthwise_tiles", "deinterleave"),
     "depthwise_transpose": ("fusec.targets.cpu.depthwise_tiles", "transpose"),

@@ -118,9 +118,8 @@ def lanes_lines(
                 f"        wt[U(tap * {cb} + c)] = {w}[U((g + c) * {taps} + tap)]",
             ]
         ),
-        f"for oh in range({oh}):",
-        f"    depthwise_taps_row(xpad, oh * {sh * wp * cb}, {sw * cb}, {s}, {dh * wp * cb},"
-        f" {dw * cb}, {taps}, wt, ot, oh * {ow * cb}, {ow})",
+        f"depthwise_taps_rows(xpad, 0, {sw * cb}, {s}, {dh * wp * cb}, {dw * cb}, {taps}, wt,"
+        f" ot, 0, {ow}, {oh}, {sh * wp * cb}, {ow * cb})",
         *_tiles_out(out, out_row, p, cb, t_out),
         f"for q in range({p}):",
         f"    for c in range(cfo if q < {p - p % t_out if t_out else 0} else 0, cn):",

@@ -189,9 +189,8 @@ def _source(
         f"        src = ((n * {p.h} + ih) * {p.wd} + j) * {p.c} + g",
         *_lanes_copy("xpad[U(d + c)] = in0[U(src + c)]", "        ", whole),
         *[line.replace("CBLK", str(taps * CB)) for line in weights],
-        "for oh in range(rows):",
-        f"    depthwise_taps_row(xpad, oh * {p.sh * wp * CB}, {p.sw * CB}, {p.s},"
-        f" {p.dh * wp * CB}, {p.dw * CB}, {taps}, wt, ot, oh * {p.ow * CB}, {p.ow})",
+        f"depthwise_taps_rows(xpad, 0, {p.sw * CB}, {p.s}, {p.dh * wp * CB}, {p.dw * CB},"
+        f" {taps}, wt, ot, 0, {p.ow}, rows, {p.sh * wp * CB}, {p.ow * CB})",
         f"for q in range(rows * {p.ow}):",
         f"    o = ((n * {p.oh} + oh0) * {p.ow} + q) * {p.c} + g",
         *_lanes_copy(f"out0[U(o + c)] = ot[U(q * {CB} + c)]{add}", "    ", whole),
@@ -238,7 +237,7 @@ def _source(
                 "num_threads",
                 "workspace",
                 "next_block",
-                "depthwise_taps_row_call as depthwise_taps_row",
+                "depthwise_taps_rows_call as depthwise_taps_rows",
             ),
         ],
         entry_body=run,

@@ -261,92 +261,115 @@ _W7P2, _W7P3, _W7P4, _W7P5, _W7P6, _W7P7, _W7P8 = (
 
 
 @sealed_njit
-def taps_row(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off, npix):
-    """``npix`` output pixels of ``CHANNELS`` channels into ``ot`` from ``o_off`` on
-    (``CHANNELS`` floats a pixel): pixel ``p``'s taps read ``x`` from ``x_off + p *
-    pstride`` on, tap ``k`` at ``(k // s) * rowstep + (k % s) * colstep`` further, with
-    weights ``wt[k * CHANNELS:]``; full tiles of ``PIXELS`` pixels, then one of the rest,
-    each by its shared-column tile when neighbouring pixels read neighbouring columns of a
-    ``SHARED_WIDTHS`` kernel (the same sums)."""
-    if pstride == colstep and s in SHARED_WIDTHS and taps % s == 0 and npix >= SHARED_MIN_PIXELS:
-        # each tile by its shared-column form: the intrinsics written out, in this
-        # function (a call into another one passed ~30 arguments a tile)
-        p = 0
-        while p < npix:
-            n = min(PIXELS, npix - p)
-            xo, oo = x_off + p * pstride, o_off + p * CHANNELS
-            if n == 1:  # one pixel: nothing to share
+def taps_rows(
+    x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off, npix, rows, x_rowstep, o_rowstep
+):
+    """``rows`` rows of ``npix`` output pixels of ``CHANNELS`` channels, row ``r`` into
+    ``ot`` from ``o_off + r * o_rowstep`` on (``CHANNELS`` floats a pixel), its pixel
+    ``p``'s taps reading ``x`` from ``x_off + r * x_rowstep + p * pstride`` on, tap ``k`` at
+    ``(k // s) * rowstep + (k % s) * colstep`` further, with weights ``wt[k * CHANNELS:]``;
+    full tiles of ``PIXELS`` pixels, then one of the rest, each by its shared-column tile
+    when neighbouring pixels read neighbouring columns of a ``SHARED_WIDTHS`` kernel (the
+    same sums). One call a lanes block's plane: a call passes three arrays' fields (~22 ns
+    a call where a 4-pixel row's sums take ~40)."""
+    shared = pstride == colstep and s in SHARED_WIDTHS and taps % s == 0
+    shared = shared and npix >= SHARED_MIN_PIXELS
+    for row in range(rows):
+        xr, orow = x_off + row * x_rowstep, o_off + row * o_rowstep
+        if shared:
+            # each tile by its shared-column form: the intrinsics written out, in this
+            # function (a call into another one passed ~30 arguments a tile)
+            p = 0
+            while p < npix:
+                n = min(PIXELS, npix - p)
+                xo, oo = xr + p * pstride, orow + p * CHANNELS
+                if n == 1:  # one pixel: nothing to share
+                    _T1(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                elif s == 3:
+                    if n == 2:
+                        _W3P2(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 3:
+                        _W3P3(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 4:
+                        _W3P4(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 5:
+                        _W3P5(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 6:
+                        _W3P6(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 7:
+                        _W3P7(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 8:
+                        _W3P8(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                elif s == 5:
+                    if n == 2:
+                        _W5P2(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 3:
+                        _W5P3(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 4:
+                        _W5P4(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 5:
+                        _W5P5(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 6:
+                        _W5P6(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 7:
+                        _W5P7(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 8:
+                        _W5P8(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                elif s == 7:
+                    if n == 2:
+                        _W7P2(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 3:
+                        _W7P3(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 4:
+                        _W7P4(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 5:
+                        _W7P5(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 6:
+                        _W7P6(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 7:
+                        _W7P7(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                    elif n == 8:
+                        _W7P8(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                p += n
+        else:
+            p = 0
+            while p + PIXELS <= npix:
+                _FULL(
+                    x,
+                    xr + p * pstride,
+                    pstride,
+                    s,
+                    rowstep,
+                    colstep,
+                    taps,
+                    wt,
+                    ot,
+                    orow + p * CHANNELS,
+                )
+                p += PIXELS
+            rest = npix - p
+            xo, oo = xr + p * pstride, orow + p * CHANNELS
+            if rest == 7:
+                _T7(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+            elif rest == 6:
+                _T6(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+            elif rest == 5:
+                _T5(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+            elif rest == 4:
+                _T4(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+            elif rest == 3:
+                _T3(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+            elif rest == 2:
+                _T2(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+            elif rest == 1:
                 _T1(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-            elif s == 3:
-                if n == 2:
-                    _W3P2(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 3:
-                    _W3P3(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 4:
-                    _W3P4(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 5:
-                    _W3P5(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 6:
-                    _W3P6(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 7:
-                    _W3P7(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 8:
-                    _W3P8(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-            elif s == 5:
-                if n == 2:
-                    _W5P2(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 3:
-                    _W5P3(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 4:
-                    _W5P4(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 5:
-                    _W5P5(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 6:
-                    _W5P6(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 7:
-                    _W5P7(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 8:
-                    _W5P8(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-            elif s == 7:
-                if n == 2:
-                    _W7P2(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 3:
-                    _W7P3(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 4:
-                    _W7P4(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 5:
-                    _W7P5(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 6:
-                    _W7P6(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 7:
-                    _W7P7(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif n == 8:
-                    _W7P8(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-            p += n
-        return
 
-    p = 0
-    while p + PIXELS <= npix:
-        _FULL(
-            x, x_off + p * pstride, pstride, s, rowstep, colstep, taps, wt, ot, o_off + p * CHANNELS
-        )
-        p += PIXELS
-    rest = npix - p
-    xo, oo = x_off + p * pstride, o_off + p * CHANNELS
-    if rest == 7:
-        _T7(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-    elif rest == 6:
-        _T6(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-    elif rest == 5:
-        _T5(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-    elif rest == 4:
-        _T4(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-    elif rest == 3:
-        _T3(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-    elif rest == 2:
-        _T2(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-    elif rest == 1:
-        _T1(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+
+@sealed_njit
+def taps_row(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off, npix):
+    """One row of ``taps_rows`` (the ABI's ``depthwise_taps_row``, which cached kernels
+    call)."""
+    taps_rows(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off, npix, 1, 0, 0)
 
 
 def _plane_tile(name: str, rows: int, lanes: int, sums):

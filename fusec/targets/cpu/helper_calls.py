@@ -47,6 +47,7 @@ _HELPERS = {
     "redo_nonfinite_tiles": (winograd, "aiiiaiiiiai"),
     "redo_nonfinite_tiles_m": (winograd, "aiiiaiiiiaii"),
     "taps_row": (depthwise_tiles, "aiiiiiiaaii"),
+    "taps_rows": (depthwise_tiles, "aiiiiiiaaiiiii"),
     "taps_plane": (depthwise_tiles, "aiiiiiiaiaiii"),
 }
 

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 from fusec.targets.cpu import depthwise_tiles
-from fusec.targets.cpu.depthwise_tiles import CHANNELS, PIXELS, ROWS, taps_plane, taps_row
+from fusec.targets.cpu.depthwise_tiles import (
+    CHANNELS,
+    PIXELS,
+    ROWS,
+    taps_plane,
+    taps_row,
+    taps_rows,
+)
 from fusec.targets.cpu.host import W
 
 
@@ -46,6 +53,27 @@ def test_taps_row_against_float64(npix, r, s, stride):
     got = ot[3 : 3 + npix * cb]
     assert np.isfinite(got).all() and np.isnan(ot[:3]).all() and np.isnan(ot[3 + npix * cb :]).all()
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-6
+
+
+@pytest.mark.parametrize("npix, r, s, stride", [(4, 5, 5, 1), (PIXELS + 1, 3, 3, 1), (7, 3, 3, 2)])
+def test_taps_rows_is_taps_row_a_row_at_a_time(npix, r, s, stride):
+    """A plane's rows in one call (``taps_rows``, what the lanes kernels call) give what
+    ``taps_row`` gives row by row, bit for bit: shared-column tiles (stride 1) and tap tiles
+    (stride 2); the rows' inputs ``stride`` padded rows apart."""
+    rows, cb = 3, CHANNELS
+    rng = np.random.default_rng(npix + r)
+    wp = (npix - 1) * stride + s
+    x = rng.standard_normal(((rows - 1) * stride + r) * wp * cb + cb).astype(np.float32)
+    wt = rng.standard_normal(r * s * cb).astype(np.float32)
+    a = np.full(rows * npix * cb + 5, np.nan, np.float32)
+    b = a.copy()
+    args = (x, cb, stride * cb, s, wp * cb, cb, r * s, wt)
+    taps_rows(*args, a, 2, npix, rows, stride * wp * cb, npix * cb)
+    for row in range(rows):
+        at = (x, cb + row * stride * wp * cb, *args[2:])
+        taps_row(*at, b, 2 + row * npix * cb, npix)
+    assert np.isfinite(a[2 : 2 + rows * npix * cb]).all()
+    np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("lanes, vectors", [(8, 4), (16, 2)])

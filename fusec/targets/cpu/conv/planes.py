@@ -59,7 +59,7 @@ class DepthwiseBlocks(ConvBlocks):
         if self.lanes:
             self.imports = (
                 abi.import_line(
-                    "depthwise_taps_row_call as depthwise_taps_row", "depthwise_transpose"
+                    "depthwise_taps_rows_call as depthwise_taps_rows", "depthwise_transpose"
                 ),
             )
             kernel, strides, dilations = (self.r, self.s), (self.sh, self.sw), (self.dh, self.dw)
