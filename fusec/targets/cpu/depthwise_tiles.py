@@ -59,13 +59,12 @@ def _next_tap(
     return builder.add(t, builder.select(wrap, back, colstep)), builder.select(wrap, zero, nxt)
 
 
-def _taps_tile(pixels: int, vectors: int, lanes: int):
-    """The intrinsic ``tile(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off)``:
-    for pixel ``p < pixels`` and vector ``v < vectors``, ``ot[o_off + p * cb + v * lanes:]``
-    (``cb = vectors * lanes``, ``lanes`` floats) = the sum over taps ``k < taps`` of
-    ``wt[k * cb + v * lanes:] * x[x_off + (k // s) * rowstep + (k % s) * colstep + p *
-    pstride + v * lanes:]``: the first term a product, each next one a fused
-    multiply-add. ``taps >= 1``."""
+def _lanes_tile(name: str, pixels: int, vectors: int, lanes: int, sums):
+    """The frame of a lanes tile intrinsic ``tile(x, x_off, pstride, s, rowstep, colstep,
+    taps, wt, ot, o_off)``: the typing, vector loads, the ``llvm.fma`` declaration, and the
+    stores of the ``pixels x vectors`` sums, pixel ``p``'s vector ``v`` at ``ot[o_off + p *
+    cb + v * lanes:]`` (``cb = vectors * lanes``); ``sums(builder, arg, vload, const, fma)``
+    emits the sums themselves, in that order."""
     vty = ir.VectorType(_F32, lanes)
     cb = vectors * lanes
 
@@ -75,7 +74,6 @@ def _taps_tile(pixels: int, vectors: int, lanes: int):
 
         def codegen(context, builder, signature, args):
             arg = intrinsics.Arguments(context, builder, signature, args)
-            integer, data = arg.integer, arg.data
 
             def vload(base: ir.Value, off: ir.Value) -> ir.Value:
                 at = builder.bitcast(builder.gep(base, [off]), vty.as_pointer())
@@ -84,51 +82,11 @@ def _taps_tile(pixels: int, vectors: int, lanes: int):
             def const(v: int) -> ir.Constant:
                 return ir.Constant(_I64, v)
 
-            px, pw, po = data(0), data(7), data(8)
-            xo, ps, ss, rs, cs, kk, oo = (integer(i) for i in (1, 2, 3, 4, 5, 6, 9))
             fma = builder.module.declare_intrinsic(
                 f"llvm.fma.v{lanes}f32", (), ir.FunctionType(vty, [vty, vty, vty])
             )
-
-            def advance(t: ir.Value, col: ir.Value) -> tuple[ir.Value, ir.Value]:
-                return _next_tap(builder, t, col, ss, rs, cs)
-
-            def terms(k: ir.Value, t: ir.Value) -> tuple[list[ir.Value], list[list[ir.Value]]]:
-                t = builder.add(xo, t)
-                wb = builder.mul(k, const(cb))
-                wv = [vload(pw, builder.add(wb, const(v * lanes))) for v in range(vectors)]
-                xs = []
-                for p in range(pixels):
-                    at = builder.add(t, builder.mul(ps, const(p)))
-                    xs.append(
-                        [vload(px, builder.add(at, const(v * lanes))) for v in range(vectors)]
-                    )
-                return wv, xs
-
-            wv, xs = terms(const(0), const(0))
-            init = [[builder.fmul(wv[v], xs[p][v]) for v in range(vectors)] for p in range(pixels)]
-            t1, col1 = advance(const(0), const(0))
-            entry, loop, done = intrinsics.open_loop(
-                builder, "taps", builder.icmp_signed(">", kk, const(1))
-            )
-            k, t, col = builder.phi(_I64), builder.phi(_I64), builder.phi(_I64)
-            acc = [[builder.phi(vty) for _ in range(vectors)] for _ in range(pixels)]
-            wv, xs = terms(k, t)
-            new = [
-                [builder.call(fma, [wv[v], xs[p][v], acc[p][v]]) for v in range(vectors)]
-                for p in range(pixels)
-            ]
-            step = builder.add(k, const(1))
-            t_next, col_next = advance(t, col)
-            body_end = builder.block
-            intrinsics.carry(
-                [k, t, col], [const(1), t1, col1], [step, t_next, col_next], entry, body_end
-            )
-            inits = [value for row in init for value in row]
-            news = [value for row in new for value in row]
-            intrinsics.carry([phi for row in acc for phi in row], inits, news, entry, body_end)
-            intrinsics.close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
-            final = intrinsics.exit_values(builder, vty, inits, news, entry, body_end)
+            final = sums(builder, arg, vload, const, fma)
+            po, oo = arg.data(8), arg.integer(9)
             for p in range(pixels):
                 for v in range(vectors):
                     at = builder.gep(po, [builder.add(oo, const(p * cb + v * lanes))])
@@ -142,8 +100,66 @@ def _taps_tile(pixels: int, vectors: int, lanes: int):
     def tile(typingctx, x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off):
         return typed(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off)
 
-    tile.__name__ = f"taps_{pixels}x{vectors}x{lanes}"
+    tile.__name__ = name
     return intrinsic(tile)
+
+
+def _taps_tile(pixels: int, vectors: int, lanes: int):
+    """The intrinsic ``tile(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off)``:
+    for pixel ``p < pixels`` and vector ``v < vectors``, ``ot[o_off + p * cb + v * lanes:]``
+    (``cb = vectors * lanes``, ``lanes`` floats) = the sum over taps ``k < taps`` of
+    ``wt[k * cb + v * lanes:] * x[x_off + (k // s) * rowstep + (k % s) * colstep + p *
+    pstride + v * lanes:]``: the first term a product, each next one a fused
+    multiply-add. ``taps >= 1``."""
+    vty = ir.VectorType(_F32, lanes)
+    cb = vectors * lanes
+
+    def sums(builder, arg, vload, const, fma) -> list[ir.Value]:
+        px, pw = arg.data(0), arg.data(7)
+        xo, ps, ss, rs, cs, kk = (arg.integer(i) for i in (1, 2, 3, 4, 5, 6))
+
+        def terms(k: ir.Value, t: ir.Value) -> tuple[list[ir.Value], list[list[ir.Value]]]:
+            t = builder.add(xo, t)
+            wb = builder.mul(k, const(cb))
+            wv = [vload(pw, builder.add(wb, const(v * lanes))) for v in range(vectors)]
+            xs = []
+            for p in range(pixels):
+                at = builder.add(t, builder.mul(ps, const(p)))
+                xs.append([vload(px, builder.add(at, const(v * lanes))) for v in range(vectors)])
+            return wv, xs
+
+        wv, xs = terms(const(0), const(0))
+        init = [[builder.fmul(wv[v], xs[p][v]) for v in range(vectors)] for p in range(pixels)]
+        t1, col1 = _next_tap(builder, const(0), const(0), ss, rs, cs)
+        entry, loop, done = intrinsics.open_loop(
+            builder, "taps", builder.icmp_signed(">", kk, const(1))
+        )
+        k, t, col = builder.phi(_I64), builder.phi(_I64), builder.phi(_I64)
+        acc = [[builder.phi(vty) for _ in range(vectors)] for _ in range(pixels)]
+        wv, xs = terms(k, t)
+        new = [
+            [builder.call(fma, [wv[v], xs[p][v], acc[p][v]]) for v in range(vectors)]
+            for p in range(pixels)
+        ]
+        step = builder.add(k, const(1))
+        t_next, col_next = _next_tap(builder, t, col, ss, rs, cs)
+        body_end = builder.block
+        intrinsics.carry(
+            [k, t, col], [const(1), t1, col1], [step, t_next, col_next], entry, body_end
+        )
+        return _close(builder, vty, init, acc, new, step, kk, entry, loop, done, body_end)
+
+    return _lanes_tile(f"taps_{pixels}x{vectors}x{lanes}", pixels, vectors, lanes, sums)
+
+
+def _close(builder, vty, init, acc, new, step, count, entry, loop, done, body_end):
+    """The accumulators' loop phis carried (``init`` from ``entry``, ``new`` from the body),
+    the loop closed while ``step < count``, and the sums after it, flat, pixel-major."""
+    inits = [value for row in init for value in row]
+    news = [value for row in new for value in row]
+    intrinsics.carry([phi for row in acc for phi in row], inits, news, entry, body_end)
+    intrinsics.close_loop(builder, builder.icmp_signed("<", step, count), loop, done)
+    return intrinsics.exit_values(builder, vty, inits, news, entry, body_end)
 
 
 def _shared_taps_tile(pixels: int, width: int, vectors: int, lanes: int):
@@ -157,84 +173,48 @@ def _shared_taps_tile(pixels: int, width: int, vectors: int, lanes: int):
     vty = ir.VectorType(_F32, lanes)
     cb = vectors * lanes
 
-    def typed(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off):
-        intrinsics.check_f32_arrays("depthwise taps tile", {"x": x, "wt": wt, "ot": ot})
-        sig = types.void(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off)
+    def sums(builder, arg, vload, const, fma) -> list[ir.Value]:
+        px, pw = arg.data(0), arg.data(7)
+        xo, cs, rs, kk = (arg.integer(i) for i in (1, 5, 4, 6))
 
-        def codegen(context, builder, signature, args):
-            arg = intrinsics.Arguments(context, builder, signature, args)
-            integer, data = arg.integer, arg.data
-
-            def vload(base: ir.Value, off: ir.Value) -> ir.Value:
-                at = builder.bitcast(builder.gep(base, [off]), vty.as_pointer())
-                return builder.load(at, align=4)
-
-            def const(v: int) -> ir.Constant:
-                return ir.Constant(_I64, v)
-
-            px, pw, po = data(0), data(7), data(8)
-            xo, cs, rs, kk, oo = (integer(i) for i in (1, 5, 4, 6, 9))
-            fma = builder.module.declare_intrinsic(
-                f"llvm.fma.v{lanes}f32", (), ir.FunctionType(vty, [vty, vty, vty])
-            )
-
-            def kernel_row(r: ir.Value, acc: list[list[ir.Value]] | None) -> list[list[ir.Value]]:
-                """The sums after kernel row ``r`` (from ``acc``; None: the first row,
-                whose first tap is a product)."""
-                t = builder.add(xo, builder.mul(r, rs))
-                wb = builder.mul(r, const(width * cb))
-                out = [[None] * vectors for _ in range(pixels)] if acc is None else acc
-                out = [list(row) for row in out]
-                for v in range(vectors):
-                    xs = [
-                        vload(
-                            px,
-                            builder.add(
-                                builder.add(t, builder.mul(cs, const(j))), const(v * lanes)
-                            ),
-                        )
-                        for j in range(pixels + width - 1)
-                    ]
-                    for c in range(width):
-                        w = vload(pw, builder.add(wb, const(c * cb + v * lanes)))
-                        for p in range(pixels):
-                            if out[p][v] is None:
-                                out[p][v] = builder.fmul(w, xs[p + c])
-                            else:
-                                out[p][v] = builder.call(fma, [w, xs[p + c], out[p][v]])
-                return out
-
-            init = kernel_row(const(0), None)
-            rows = builder.sdiv(kk, const(width))
-            entry, loop, done = intrinsics.open_loop(
-                builder, "rows", builder.icmp_signed(">", rows, const(1))
-            )
-            r = builder.phi(_I64)
-            acc = [[builder.phi(vty) for _ in range(vectors)] for _ in range(pixels)]
-            new = kernel_row(r, acc)
-            step = builder.add(r, const(1))
-            body_end = builder.block
-            intrinsics.carry([r], [const(1)], [step], entry, body_end)
-            inits = [value for row in init for value in row]
-            news = [value for row in new for value in row]
-            intrinsics.carry([phi for row in acc for phi in row], inits, news, entry, body_end)
-            intrinsics.close_loop(builder, builder.icmp_signed("<", step, rows), loop, done)
-            final = intrinsics.exit_values(builder, vty, inits, news, entry, body_end)
-            for p in range(pixels):
-                for v in range(vectors):
-                    at = builder.gep(po, [builder.add(oo, const(p * cb + v * lanes))])
-                    builder.store(
-                        final[p * vectors + v], builder.bitcast(at, vty.as_pointer()), align=4
+        def kernel_row(r: ir.Value, acc: list[list[ir.Value]] | None) -> list[list[ir.Value]]:
+            """The sums after kernel row ``r`` (from ``acc``; None: the first row, whose
+            first tap is a product)."""
+            t = builder.add(xo, builder.mul(r, rs))
+            wb = builder.mul(r, const(width * cb))
+            out = [[None] * vectors for _ in range(pixels)] if acc is None else acc
+            out = [list(row) for row in out]
+            for v in range(vectors):
+                xs = [
+                    vload(
+                        px, builder.add(builder.add(t, builder.mul(cs, const(j))), const(v * lanes))
                     )
-            return context.get_dummy_value()
+                    for j in range(pixels + width - 1)
+                ]
+                for c in range(width):
+                    w = vload(pw, builder.add(wb, const(c * cb + v * lanes)))
+                    for p in range(pixels):
+                        if out[p][v] is None:
+                            out[p][v] = builder.fmul(w, xs[p + c])
+                        else:
+                            out[p][v] = builder.call(fma, [w, xs[p + c], out[p][v]])
+            return out
 
-        return sig, codegen
+        init = kernel_row(const(0), None)
+        rows = builder.sdiv(kk, const(width))
+        entry, loop, done = intrinsics.open_loop(
+            builder, "rows", builder.icmp_signed(">", rows, const(1))
+        )
+        r = builder.phi(_I64)
+        acc = [[builder.phi(vty) for _ in range(vectors)] for _ in range(pixels)]
+        new = kernel_row(r, acc)
+        step = builder.add(r, const(1))
+        body_end = builder.block
+        intrinsics.carry([r], [const(1)], [step], entry, body_end)
+        return _close(builder, vty, init, acc, new, step, rows, entry, loop, done, body_end)
 
-    def tile(typingctx, x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off):
-        return typed(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off)
-
-    tile.__name__ = f"shared_taps_{pixels}x{width}x{vectors}x{lanes}"
-    return intrinsic(tile)
+    name = f"shared_taps_{pixels}x{width}x{vectors}x{lanes}"
+    return _lanes_tile(name, pixels, vectors, lanes, sums)
 
 
 _T1, _T2, _T3, _T4, _T5, _T6, _T7, _T8 = (_taps_tile(p, VECTORS, W) for p in range(1, 9))
