@@ -38,6 +38,7 @@ from fusec.targets.cpu.common import (
     input_names,
     outputs_of,
 )
+from fusec.targets.cpu.rows import SHORT_ROWS
 
 #: Aim for this many parallel tasks, each at least MIN_CHUNK elements long.
 TASKS = 64
@@ -116,6 +117,10 @@ def pointwise_stage(
 
     index = [f"i{d}" for d in range(len(merged) - 1)] + ["j"]
     body, inner = loop_header(merged)
+    if body[-1] == f"    for j in range({merged[-1]}):" and merged[-1] in SHORT_ROWS:
+        # a short constant inner loop is unrolled into scalar code (rows.SHORT_ROWS)
+        gen.helpers.add("opaque_count")
+        body[-1] = f"    for j in range(opaque_count({merged[-1]})):"
 
     # Offsets are unsigned (``U``, the prelude's uint64): a signed index makes Numba check
     # for a negative one (wraparound) at every access, and inside a ``prange`` body LLVM

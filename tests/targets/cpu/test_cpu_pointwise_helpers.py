@@ -50,3 +50,30 @@ func.func @f(%s: {v}, %x: {x}) -> {x} {{
     (kernel,) = check(text, cache=cache, kind="pointwise").kernels
     accesses = re.findall(r"\b(?:in\d+|out\d+)\[([^\]]*)\]", kernel.source)
     assert len(accesses) == 3 and all(a.startswith("U(") for a in accesses), accesses
+
+
+@pytest.mark.parametrize(("hw", "opaque"), [(4, True), (8, False)])
+def test_short_inner_loops_run_over_an_opaque_count(cache, hw, opaque):
+    """A squeeze-excite scale over 4x4 planes has a 16-element inner loop, which LLVM
+    unrolled into scalar code before vectorising (Numba leaves SLP off; 8x960x4x4 took 116
+    us against 27 at one thread): it loops over ``opaque_count(16)`` (``rows.SHORT_ROWS``)
+    and keeps a vector body; an 8x8 plane's 64 keep their constant count."""
+    from fusec.runtime.launch import SOURCE_NAME
+
+    # 8 x 512 planes: above PARALLEL_MIN_ELEMENTS, a prange loop as the SE scale had
+    v, x = "tensor<8x512x1x1xf32>", f"tensor<8x512x{hw}x{hw}xf32>"
+    text = f"""
+func.func @f(%x: {x}, %s: {v}) -> {x} {{
+  %y = ai.mul %x, %s : {x} * {v}
+  return %y : {x}
+}}"""
+    program = check(text, cache=cache, kind="pointwise")
+    (kernel,) = program.kernels
+    assert ("range(opaque_count(16))" in kernel.source) is opaque
+    if opaque:
+        fn = getattr(cache.load_module(kernel.source), f"{SOURCE_NAME}_pointwise")
+        llvm = "\n".join(fn.inspect_llvm().values())
+        # unrolled, the row was 16 scalar multiplies (beside a vector form LLVM made of
+        # the outer loop, which the prange's chunks did not take); now one, the remainder's
+        assert re.search(r"fmul <(8|16) x float>", llvm)
+        assert len(re.findall(r"fmul float ", llvm)) < 4, "the inner loop ran unrolled"
