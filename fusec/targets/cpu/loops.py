@@ -38,7 +38,7 @@ from fusec.targets.cpu.common import (
     input_names,
     outputs_of,
 )
-from fusec.targets.cpu.rows import SHORT_ROWS
+from fusec.targets.cpu.rows import row_count
 
 #: Aim for this many parallel tasks, each at least MIN_CHUNK elements long.
 TASKS = 64
@@ -116,11 +116,7 @@ def pointwise_stage(
     }
 
     index = [f"i{d}" for d in range(len(merged) - 1)] + ["j"]
-    body, inner = loop_header(merged)
-    if body[-1] == f"    for j in range({merged[-1]}):" and merged[-1] in SHORT_ROWS:
-        # a short constant inner loop is unrolled into scalar code (rows.SHORT_ROWS)
-        gen.helpers.add("opaque_count")
-        body[-1] = f"    for j in range(opaque_count({merged[-1]})):"
+    body, inner = loop_header(merged, gen)
 
     # Offsets are unsigned (``U``, the prelude's uint64): a signed index makes Numba check
     # for a negative one (wraparound) at every access, and inside a ``prange`` body LLVM
@@ -153,8 +149,9 @@ def pointwise_stage(
     return Stage(fn_name, params, body, comment=comment, parallel=parallel)
 
 
-def loop_header(space: Sequence[int]) -> tuple[list[str], str]:
-    """Loop nest lines over a merged space (index vars i0.. and j) and the inner indent."""
+def loop_header(space: Sequence[int], gen: ExprGenerator) -> tuple[list[str], str]:
+    """Loop nest lines over a merged space (index vars i0.. and j) and the inner indent; a
+    whole short inner row runs over ``rows.row_count``'s opaque count."""
     outer = math.prod(space[:-1])
     inner = space[-1]
     chunks = 1
@@ -169,7 +166,7 @@ def loop_header(space: Sequence[int]) -> tuple[list[str], str]:
         lines.append(f"    j1 = min(j0 + {chunk}, {inner})")
         row, bounds = "row", "j0, j1"
     else:
-        bounds = f"{inner}"
+        bounds = row_count(gen, inner, f"{inner}")
     stride = outer
     for d in range(len(space) - 1):
         stride //= space[d]

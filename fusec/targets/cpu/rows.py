@@ -86,6 +86,16 @@ MAX_BLOCK, BLOCK_BYTES = 256, 256 * 1024
 SHORT_ROWS = range(9, 33)
 
 
+def row_count(gen: ExprGenerator, extent: int, length: str) -> str:
+    """The count a row loop of ``length`` elements runs over (``extent``: the row's full
+    length): ``opaque_count(length)`` for ``SHORT_ROWS`` (recorded in ``gen.helpers``),
+    else ``length`` itself."""
+    if extent not in SHORT_ROWS:
+        return length
+    gen.helpers.add("opaque_count")
+    return f"opaque_count({length})"
+
+
 _NAMES: dict[type[Operation], str] = {ai.LayerNormOp: "layernorm", ai.RMSNormOp: "rms_norm"}
 #: The normalisations: x itself is read again in the last pass.
 _NORMS = (ai.LayerNormOp, ai.RMSNormOp)
@@ -245,9 +255,7 @@ def _row_parts(
     params += [a for _, a in writes if a not in params]
     length = block.segment[1] if block and block.segment else str(space[axis])
     if reduce_op is None:
-        if space[axis] in SHORT_ROWS:
-            gen.helpers.add("opaque_count")
-            length = f"opaque_count({length})"
+        length = row_count(gen, space[axis], length)
         elementwise = _ElementwiseRowEmitter(gen, leaf, store_at, post, writes, length)
         rows = elementwise.lines()
         return RowParts(access.setup + rows, params, elementwise.helpers, False, access)
