@@ -5,7 +5,9 @@ seeded random inputs (or given ones) a few times to warm up, then ``repeat``
 times with a launch recorder (``fusec.runtime.launch.LaunchRecorder``): the
 program's own per-launch hook, which times every kernel launch on the target's
 clock (CUDA events on the call's stream on cuda, ``time.perf_counter`` on the
-cpu). Each kernel's time is the median over the repeats.
+cpu, where a timed call runs the compiled program split into one segment a kernel,
+on the buffers an ordinary call uses: ``fusec.targets.cpu.program``). Each kernel's
+time is the median over the repeats.
 
 For every kernel it reports its kind, how it runs (the template, or
 ``FALLBACK: reason``, as its header says), its share of the kernels' total,

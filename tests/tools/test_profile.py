@@ -93,6 +93,26 @@ def test_the_hook_times_each_launch_once_and_changes_no_result(compiled) -> None
     np.testing.assert_array_equal(program(args, recorder=recorder)[0], plain[0])
 
 
+def test_a_recorded_cpu_call_times_the_compiled_plan(compiled, monkeypatch) -> None:
+    """The kernels run on the program's arena, one compiled segment each, as in an
+    ordinary call: the Python launch loop (a launch allocating its outputs) is not taken."""
+    program = compiled.program
+    assert program.plan is not None
+    rng = np.random.default_rng(2)
+    args = [rng.standard_normal(s.shape).astype(np.float32) for s in _arg_specs(compiled)]
+    plain = program(args)
+
+    def python_launch(*_: object) -> None:
+        raise AssertionError("a recorded call took the Python launch loop")
+
+    monkeypatch.setattr(program.backend, "run", python_launch)
+    times = HostLaunchRecorder().time_call(program, args)
+    labels = [program.launches[step.launch].label for step in program.plan.steps]
+    assert [label for label, _ in times.launches] == labels
+    assert len(program._split) == len(program.plan.steps)  # a segment a kernel
+    np.testing.assert_array_equal(program(args, recorder=HostLaunchRecorder())[0], plain[0])
+
+
 def _arg_specs(compiled):
     from fusec.dialect.ops import spec_of
     from fusec.ir.module import entry_function

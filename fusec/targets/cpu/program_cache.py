@@ -249,7 +249,7 @@ class CachedCpuProgram(CpuProgram):
         self._buffers_name = f"the buffers of @{record.entry_name}"
         self.compiled_reason = None
         self.plan = replace(record.plan, constants=constants)
-        self._segments = None
+        self._segments = self._split = None
         self._local = threading.local()
 
     def __call__(self, args: Sequence[Any], *, alloc: Any = None, recorder: Any = None) -> tuple:
