@@ -79,6 +79,13 @@ def pack(block: Block, groups: Sequence[Group]) -> list[FusedOp]:
     return fused
 
 
+def merge_groups(block: Block, first: FusedOp, second: FusedOp) -> FusedOp:
+    """Outline the members of ``first`` and ``second`` (both of ``block``) as one group of
+    ``second``'s kind and attributes (a target pass joining two kernels); sort the block."""
+    one, two = _inline(first), _inline(second)
+    return pack(block, [Group(two.kind, one.members + two.members, two.attributes)])[0]
+
+
 def place_constants(block: Block) -> None:
     """Move the constants of ``block`` to its start, in the order of their first use:
     the first op using them, then the operand (unused ones after them, in block

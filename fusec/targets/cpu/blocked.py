@@ -148,6 +148,9 @@ class BlockedCore:
     #: decorator (plain njit functions: kept out of the parallel kernel, whose parfor
     #: passes cost compile time on long straight-line code).
     definitions: tuple[str, ...] = ()
+    #: The first op of A's per-block prologue when the core computes it itself into
+    #: ``abuf`` (``prologue_core_lines``: a 1x1 expansion by a GEMM), else None.
+    prologue_core: Operation | None = None
 
     @staticmethod
     def strided_views(core_op: Operation, views: Sequence[Operation]) -> dict[int, list[Operation]]:
@@ -194,6 +197,10 @@ class BlockedCore:
         """The loop over the rows of A a block needs (cores with ``block_prologue`` only)."""
         raise NotImplementedError
 
+    def prologue_core_lines(self) -> list[str]:
+        """The lines computing ``prologue_core``'s result for the block into ``abuf``."""
+        raise NotImplementedError
+
     def describe(self) -> str:
         raise NotImplementedError
 
@@ -204,10 +211,16 @@ CoreFactory = Callable[..., BlockedCore]
 
 
 def generate_core_group(
-    fused_op: ai.FusedOp, name: str, kind: str, core_type: type, make_core: CoreFactory
+    fused_op: ai.FusedOp,
+    name: str,
+    kind: str,
+    core_type: type,
+    make_core: CoreFactory,
+    core_op: Operation | None = None,
 ) -> KernelSource:
-    """Full-size stages for what cannot go per block, then the blocked kernel."""
-    core_op, views, _, (before, after) = core_segments(fused_op, core_type)
+    """Full-size stages for what cannot go per block, then the blocked kernel; ``core_op``:
+    the core of a group holding more than one op of ``core_type`` (``core_segments``)."""
+    core_op, views, _, (before, after) = core_segments(fused_op, core_type, core_op)
     outputs = outputs_of(fused_op)
     gen = ExprGenerator(fast_exp=True)
     buffers = Buffers(reads=dict(input_names(fused_op)))
@@ -266,12 +279,18 @@ def generate_core_group(
     if a_chain:
         a_value = core_op.operands[0]
         writes = [(a_value, "abuf")] + [(v, a) for v, a in outputs if v in _results(a_chain)]
-        rows = core.prologue_rows()
-        parts = row_statements(gen, a_chain, buffers.reads, writes, rows.space, rows.block)
-        body += _row_buffer(workspace, parts, rows.space)
-        body += rows.loops + _indented(rows.indent, parts.lines)
-        helpers |= parts.helpers
-        params += parts.params
+        lead = core.prologue_core
+        if lead is not None and a_chain[0] is lead:  # an op the core computes into abuf
+            body += core.prologue_core_lines()
+            buffers.reads[lead.results[0]] = "abuf"
+            a_chain = a_chain[1:]
+        if a_chain:
+            rows = core.prologue_rows()
+            parts = row_statements(gen, a_chain, buffers.reads, writes, rows.space, rows.block)
+            body += _row_buffer(workspace, parts, rows.space)
+            body += rows.loops + _indented(rows.indent, parts.lines)
+            helpers |= parts.helpers
+            params += parts.params
     body += core.compute()
     epilogue_writes = [
         (v, a) for v, a in outputs if v in _results(after) or (v == core_value and a != c_array)

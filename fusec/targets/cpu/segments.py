@@ -32,7 +32,7 @@ from fusec.targets.cpu.rows import row_reduce_stage, the_reduction
 
 
 def core_segments(
-    fused_op: ai.FusedOp, core_type: type
+    fused_op: ai.FusedOp, core_type: type, core: Operation | None = None
 ) -> tuple[
     Operation,
     list[Operation],
@@ -41,9 +41,10 @@ def core_segments(
 ]:
     """A core group's core op, its layout ops (views, which must come before the core),
     its other ops, and those split into the stages before the core and the epilogue
-    (``split_segments``)."""
+    (``split_segments``); ``core``: the core op when the group holds more than one op of
+    ``core_type`` (the others are then in its prologue)."""
     ops = body_ops(fused_op)
-    core = single_core(fused_op, core_type)
+    core = core if core is not None else single_core(fused_op, core_type)
     views = [op for op in ops if is_layout(op)]
     late = [op for op in views if op in depends_on(ops, core.results)]
     if late:

@@ -46,10 +46,14 @@ class CpuTarget(Target):
 
     name = "cpu"
     description = "Numba CPU kernels (parallel loops, BLAS cores)"
-    passes = {"cpu-channels-last": "fusec.targets.cpu.channels_last:ChannelsLastPass"}
+    passes = {
+        "cpu-channels-last": "fusec.targets.cpu.channels_last:ChannelsLastPass",
+        "cpu-expand-depthwise": "fusec.targets.cpu.expand_depthwise:ExpandDepthwisePass",
+    }
     pipelines = {
-        # fusion, then depthwise conv stages kept channels-last (ConvNeXt's permutes go)
-        "fusec-cpu": "fusec-default,cpu-channels-last",
+        # fusion, then depthwise conv stages kept channels-last (ConvNeXt's permutes go),
+        # then MobileNet's 1x1 expansions computed inside the depthwise convs reading them
+        "fusec-cpu": "fusec-default,cpu-channels-last,cpu-expand-depthwise",
     }
     pipeline = "fusec-cpu"
     #: A matmul block holds whole rows of the result (cpu_matmul), so a softmax of any

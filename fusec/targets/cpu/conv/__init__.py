@@ -12,6 +12,8 @@ a QDQ convolution on the int8 GEMM (issue 31).
 
 from __future__ import annotations
 
+import functools
+
 from fusec.codegen import KernelSource
 from fusec.dialect import ops as ai
 from fusec.targets.cpu.blocked import Workspace, generate_core_group
@@ -20,6 +22,7 @@ from fusec.targets.cpu.conv.gemm import ConvBlocks
 from fusec.targets.cpu.conv.planes import (
     ChannelBlocks,
     DepthwiseBlocks,
+    ExpandDepthwiseBlocks,
     ImageRowsBlocks,
     PixelRowsBlocks,
 )
@@ -27,9 +30,17 @@ from fusec.targets.cpu.conv.planes import (
 
 def generate(fused_op, name: str) -> KernelSource:
     from fusec.targets.cpu import depthwise_nhwc
+    from fusec.targets.cpu.expand_depthwise import expansion_of
 
     if depthwise_nhwc.takes(fused_op):  # relaid channels-last by ``cpu-channels-last``
         return depthwise_nhwc.generate(fused_op, name)
+    pair = expansion_of(fused_op)  # joined by ``cpu-expand-depthwise``
+    if pair is not None:
+        expansion, depthwise = pair
+        make = functools.partial(ExpandDepthwiseBlocks, expansion=expansion)
+        make.block_prologue = True  # type: ignore[attr-defined]
+        make.local_result = ConvBlocks.local_result  # type: ignore[attr-defined]
+        return generate_core_group(fused_op, name, "conv", ai.Conv2DOp, make, depthwise)
     return generate_core_group(fused_op, name, "conv", ai.Conv2DOp, conv_blocks)
 
 
