@@ -272,8 +272,9 @@ class ExpandDepthwiseBlocks(DepthwiseBlocks):
 
     def _planes_per_block(self) -> int:
         """``EXPANSION_PLANES`` planes: a GEMM of that many rows reuses each input vector
-        it loads that many times (4 planes, the depthwise conv's own block of 64x64 ->
-        32x32 planes, ran the fused pair ~15% slower than 16)."""
+        it loads that many times (a Numba prototype of MobileNetV3-L b8's 16 -> 64 on 64x64
+        and 3x3/2, one thread, us: blocks of 4 planes, the depthwise conv's own for 32x32
+        outputs, 1372-1422; 8 1532; 16 1183-1321; 32 1599; cpu-notes.md)."""
         return EXPANSION_PLANES
 
     def _input_planes(self) -> tuple[str, str]:
