@@ -75,7 +75,8 @@ def join_expansions(block: Block) -> int:
         if reader is not None and _expansion(group) and _depthwise_of(reader, group.results[0]):
             pairs.append((group, reader))
     for first, second in pairs:
-        merge_groups(block, first, second)
+        joined = merge_groups(block, first, second)
+        assert expansion_of(joined) is not None  # the conv template's rule, as checked here
     return len(pairs)
 
 
@@ -176,13 +177,15 @@ def _pointwise_conv(conv: ai.Conv2DOp) -> bool:
 
 
 def _depthwise_of(group: ai.FusedOp, value: SSAValue) -> bool:
-    """``group`` is a conv group whose one conv is a planar depthwise conv reading
-    ``value`` (an input of the group) and nothing else of the group reads it."""
+    """``group`` is a conv group whose first op is its one conv, a planar depthwise conv
+    reading ``value`` (an input of the group), which nothing else of the group reads (the
+    joined group's ops are then the expansion's and this group's, in that order)."""
     if group.kind_name != "conv" or _LAYOUT_ATTR in group.attributes:
         return False
     arg = group.block.args[list(group.inputs).index(value)]
-    convs = [op for op in _body(group) if isinstance(op, ai.Conv2DOp)]
-    if len(convs) != 1 or convs[0].operands[0] is not arg:
+    ops = _body(group)
+    convs = [op for op in ops if isinstance(op, ai.Conv2DOp)]
+    if len(convs) != 1 or ops[0] is not convs[0] or convs[0].operands[0] is not arg:
         return False
     return [u.operation for u in arg.uses] == [convs[0]] and _planar_depthwise(convs[0])
 

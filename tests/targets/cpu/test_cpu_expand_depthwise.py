@@ -85,6 +85,76 @@ def _groups(text: str, pipeline: str = "fusec-cpu") -> list[ai.FusedOp]:
     return [op for op in module.walk() if isinstance(op, ai.FusedOp)]
 
 
+def test_default_pipeline_keeps_two_kernels():
+    assert [g.kind_name for g in _groups(block(), "fusec-default")] == ["conv", "conv"]
+
+
+def test_an_expansion_read_elsewhere_is_not_joined():
+    groups = _groups(block(second_reader=True))
+    assert len(groups) == 2 and not any(expansion_of(g) for g in groups)
+
+
+def test_small_planes_take_the_lanes_form_and_are_not_joined():
+    # 16x16 planes at stride 2: 8-pixel output rows, the depthwise conv's lanes form
+    assert len(_groups(block(hw=16))) == 2
+
+
+def test_a_strided_first_conv_is_not_an_expansion():
+    unpadded = block().replace(
+        "ai.conv2d %x, %w1 :", "ai.conv2d %x, %w1 {padding = array<i64: 0, 0>} :"
+    )
+    assert len(_groups(unpadded)) == 1  # zero padding is no padding
+    strided = block().replace(
+        "ai.conv2d %x, %w1 :", "ai.conv2d %x, %w1 {strides = array<i64: 2, 2>} :"
+    )
+    strided = strided.replace(_t(1, 16, 32, 32), _t(1, 16, 64, 64))
+    assert len(_groups(strided)) == 2
+
+
+def _hand_fused(relu_first: bool) -> str:
+    """An expansion group and a depthwise group fused by hand; the depthwise group also
+    computes a relu of another input, before its conv (``relu_first``) or after it."""
+    te, tx, to = _t(1, 64, 32, 32), _t(1, 16, 32, 32), _t(1, 64, 16, 16)
+    tw, tb, td = _t(64, 16, 1, 1), _t(64), _t(64, 1, 3, 3)
+    dw = "strides = array<i64: 2, 2>, padding = array<i64: 1, 1>, groups = 64 : i64"
+    relu = f"    %r = ai.relu %t : {to}"
+    conv = f"    %d = ai.conv2d %v, %w {{{dw}}} : {te} * {td}"
+    body = [relu, conv] if relu_first else [conv, relu]
+    lines = [
+        f"func.func @f(%x: {tx}, %w1: {tw}, %b1: {tb}, %w2: {td}, %s: {to}) -> {to} {{",
+        f'  %e = ai.fused "conv" (%x, %w1, %b1) : ({tx}, {tw}, {tb}) -> {te} {{',
+        f"  ^bb0(%a: {tx}, %w: {tw}, %b: {tb}):",
+        f"    %c = ai.conv2d %a, %w : {tx} * {tw}",
+        f"    %cb = ai.bias_add %c, %b : {te} * {tb}",
+        f"    ai.yield %cb : {te}",
+        "  }",
+        f'  %y = ai.fused "conv" (%s, %e, %w2) : ({to}, {te}, {td}) -> {to} {{',
+        f"  ^bb0(%t: {to}, %v: {te}, %w: {td}):",
+        *body,
+        f"    %o = ai.add %d, %r : {to} * {to}",
+        f"    ai.yield %o : {to}",
+        "  }",
+        f"  return %y : {to}",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("relu_first", "groups"), [(True, 2), (False, 1)])
+def test_a_depthwise_group_led_by_another_op_is_not_joined(relu_first, groups):
+    """The joined group must be the expansion's ops, then the depthwise group's led by its
+    conv (the conv template's rule, ``expansion_of``): a depthwise group computing another
+    value first is left apart."""
+    module = parse(_hand_fused(relu_first))
+    run_pipeline(module, "cpu-expand-depthwise")
+    fused = [op for op in module.walk() if isinstance(op, ai.FusedOp)]
+    assert len(fused) == groups
+    assert (expansion_of(fused[-1]) is not None) == (groups == 1)
+
+
+# ---- numerics (compiled kernels; after the pass's decisions, which cost no compile)
+
+
 @pytest.mark.parametrize(
     ("n", "c", "hw", "k", "r", "stride", "act", "out_act"),
     [
@@ -117,29 +187,3 @@ def test_nan_and_inf_reach_the_result_as_in_the_reference(cache):
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     finite = np.isfinite(want)
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4)
-
-
-def test_default_pipeline_keeps_two_kernels():
-    assert [g.kind_name for g in _groups(block(), "fusec-default")] == ["conv", "conv"]
-
-
-def test_an_expansion_read_elsewhere_is_not_joined():
-    groups = _groups(block(second_reader=True))
-    assert len(groups) == 2 and not any(expansion_of(g) for g in groups)
-
-
-def test_small_planes_take_the_lanes_form_and_are_not_joined():
-    # 16x16 planes at stride 2: 8-pixel output rows, the depthwise conv's lanes form
-    assert len(_groups(block(hw=16))) == 2
-
-
-def test_a_strided_first_conv_is_not_an_expansion():
-    unpadded = block().replace(
-        "ai.conv2d %x, %w1 :", "ai.conv2d %x, %w1 {padding = array<i64: 0, 0>} :"
-    )
-    assert len(_groups(unpadded)) == 1  # zero padding is no padding
-    strided = block().replace(
-        "ai.conv2d %x, %w1 :", "ai.conv2d %x, %w1 {strides = array<i64: 2, 2>} :"
-    )
-    strided = strided.replace(_t(1, 16, 32, 32), _t(1, 16, 64, 64))
-    assert len(_groups(strided)) == 2
