@@ -339,3 +339,21 @@ def single_core(fused_op: ai.FusedOp, core_type: type[ai.AiOp]) -> Operation:
             f"found {len(cores)}",
         )
     return cores[0]
+
+
+def producer(value: SSAValue) -> Operation | None:
+    """The op that computes ``value`` (a group's block argument: the op its group input
+    is yielded by, through the group that yields it), or None."""
+    from xdsl.ir import BlockArgument, OpResult
+
+    if isinstance(value, BlockArgument):
+        group = value.block.parent_op()
+        if not isinstance(group, ai.FusedOp):
+            return None
+        value = group.operands[value.index]
+    if isinstance(value, OpResult) and isinstance(value.op, ai.FusedOp):
+        terminator = value.op.block.last_op
+        if terminator is None:
+            return None
+        value = terminator.operands[value.index]
+    return value.owner if isinstance(value.owner, Operation) else None

@@ -16,9 +16,10 @@ This pass, run after fusion in the cpu pipeline (``fusec-cpu``), joins two ``"co
 groups into one when (``expansion_of`` checks the joined group the same way):
 
 * the first is one ``ai.conv2d`` of float32 NCHW tensors with a 1x1 kernel, stride 1, no
-  padding or dilation, one group, then elementwise ops of its result's shape whose other
-  operands are not of that shape (a channel bias, activations, a folded BatchNorm); it
-  has one result, the last op's;
+  padding or dilation, one group, whose input is not a ``dequantize``'s result (a QDQ
+  conv runs on the int8 GEMM, ``conv.choice.q8_zero``), then elementwise ops of its
+  result's shape whose other operands are not of that shape (a channel bias, activations,
+  a folded BatchNorm); it has one result, the last op's;
 * that result is read by the second group alone, as the input of its one depthwise
   ``ai.conv2d`` (one input and one output channel a group, NCHW: not relaid by
   ``cpu-channels-last``), which the cpu computes over whole planes along output rows
@@ -163,8 +164,14 @@ def _expansion_chain(ops: list[Operation], inputs: set[SSAValue]) -> bool:
 
 
 def _pointwise_conv(conv: ai.Conv2DOp) -> bool:
+    """A float32 1x1 conv, stride 1, unpadded, one group, not a QDQ conv (whose codes the
+    int8 GEMM takes, bit for bit as onnxruntime: ``choice.q8_zero``)."""
+    from fusec.targets.cpu.common import producer
+
     x, w = conv.operands
     if len(_shape(x)) != 4 or spec_of(x.type).dtype != "f32":
+        return False
+    if isinstance(producer(x), ai.DequantizeOp):
         return False
     k, c, r, s = _shape(w)
     return (

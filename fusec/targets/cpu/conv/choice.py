@@ -4,17 +4,13 @@ images of a batch of small planes (``images_per_block``)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
 from fusec.targets.cpu import host
 from fusec.targets.cpu.blocked import MIN_BLOCKS
-from fusec.targets.cpu.common import outer_constant
-
-if TYPE_CHECKING:
-    from xdsl.ir import Operation, SSAValue
+from fusec.targets.cpu.common import outer_constant, producer
 
 #: Pixels a block of a convolution by one GEMM gathers from several images when the
 #: planes are small (``images_per_block``).
@@ -233,7 +229,7 @@ def q8_zero(op) -> int | None:
     point (in the group that writes it), and AVX-512 VNNI."""
     if ai.spec_of(op.results[0].type).dtype != "f32":
         return None
-    dq = _producer(op.operands[0])
+    dq = producer(op.operands[0])
     if not isinstance(dq, ai.DequantizeOp) or dq.attr("block_size"):
         return None
     codes = ai.spec_of(dq.input.type).dtype
@@ -255,22 +251,3 @@ def q8_zero(op) -> int | None:
     ):
         return None
     return int(zero_point.reshape(-1)[0]) + (128 if codes == "i8" else 0)
-
-
-def _producer(value: SSAValue) -> Operation | None:
-    """The op that computes ``value`` (a group's block argument: the op its group input
-    is yielded by, through the group that yields it), or None."""
-    from xdsl.ir import BlockArgument, OpResult
-    from xdsl.ir import Operation as Op
-
-    if isinstance(value, BlockArgument):
-        group = value.block.parent_op()
-        if not isinstance(group, ai.FusedOp):
-            return None
-        value = group.operands[value.index]
-    if isinstance(value, OpResult) and isinstance(value.op, ai.FusedOp):
-        terminator = value.op.block.last_op
-        if terminator is None:
-            return None
-        value = terminator.operands[value.index]
-    return value.owner if isinstance(value.owner, Op) else None
