@@ -44,6 +44,7 @@ from xdsl.passes import ModulePass
 
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.passes.channels_last import LAYOUT_ATTR
 from fusec.passes.fusion.outline import merge_groups
 
 #: The least expanded plane (H * W pixels) joined. 16x16 planes gained too (one thread,
@@ -52,8 +53,6 @@ from fusec.passes.fusion.outline import merge_groups
 #: EfficientNet-B0 b1 1.025 / 1.033 and 1.019 / 1.008); smaller planes take the
 #: depthwise conv's lanes form, which this join does not serve.
 MIN_PLANE = 16 * 16
-#: The attribute the ``channels-last`` pass sets on a relaid group.
-_LAYOUT_ATTR = "fusec.layout"
 
 
 @dataclass(frozen=True)
@@ -85,7 +84,7 @@ def expansion_of(group: ai.FusedOp) -> tuple[ai.Conv2DOp, ai.Conv2DOp] | None:
     """The (1x1 expansion, depthwise) convolutions of a group this pass joined, else None:
     two ``ai.conv2d``, the depthwise one's input computed from the expansion by the ops
     between them, which are the expansion's elementwise ops."""
-    if group.kind_name != "conv" or _LAYOUT_ATTR in group.attributes:
+    if group.kind_name != "conv" or LAYOUT_ATTR in group.attributes:
         return None
     ops = _body(group)
     convs = [op for op in ops if isinstance(op, ai.Conv2DOp)]
@@ -130,7 +129,7 @@ def _sole_reader(group: ai.FusedOp) -> ai.FusedOp | None:
 def _expansion(group: ai.FusedOp) -> bool:
     """A conv group of a 1x1 expansion and its elementwise ops, yielding the last op's
     result alone."""
-    if group.kind_name != "conv" or _LAYOUT_ATTR in group.attributes:
+    if group.kind_name != "conv" or LAYOUT_ATTR in group.attributes:
         return False
     ops = _body(group)
     term = group.block.last_op
@@ -187,7 +186,7 @@ def _depthwise_of(group: ai.FusedOp, value: SSAValue) -> bool:
     """``group`` is a conv group whose first op is its one conv, a planar depthwise conv
     reading ``value`` (an input of the group), which nothing else of the group reads (the
     joined group's ops are then the expansion's and this group's, in that order)."""
-    if group.kind_name != "conv" or _LAYOUT_ATTR in group.attributes:
+    if group.kind_name != "conv" or LAYOUT_ATTR in group.attributes:
         return False
     arg = group.block.args[list(group.inputs).index(value)]
     ops = _body(group)
