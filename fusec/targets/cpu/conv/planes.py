@@ -250,10 +250,8 @@ class ExpandDepthwiseBlocks(DepthwiseBlocks):
     expansion by ``gemm_nn`` (the 1x1 weight's rows of those channels times the image's
     input, ``C x H*W``) into ``abuf``, the expansion's elementwise ops on them in place
     (``prologue_rows``, run by ``blocked.generate_core_group``), then the depthwise conv
-    of those planes from ``abuf``."""
-
-    #: ``generate_core_group``'s A prologue runs per block, its first op by ``prologue_core``
-    block_prologue = True
+    of those planes from ``abuf`` (its factory, ``conv.generate``, sets ``block_prologue``:
+    ``generate_core_group`` reads it there)."""
 
     def __init__(
         self, op, reads, workspace: Workspace, a_array, c_array, c_local, expansion=None
