@@ -27,8 +27,9 @@ between -0.0 and 0.0): each lane scans with ``>=``, and the tree, where a lane's
 elements are not all after another's, compares the indices the partials came from.
 
 Few outputs of long reductions (fewer tiles than ``SPLIT_BELOW_BLOCKS``, lanes of
-more than ``SPLIT_LANE_ELEMENTS`` elements: a mean over a whole large image) take two
-passes, without atomics: the first kernel reduces each of ``SPLIT`` parts of every
+more than ``SPLIT_LANE_ELEMENTS`` elements: a mean over a whole large image, a
+squeeze-excite mean over a channels-last plane of few channels) take two passes,
+without atomics: the first kernel reduces each of ``SPLIT`` parts of every
 reduction as a tile of its own, into a workspace of the partials' type (``scratch_f32``
 or ``scratch_f64``: one per stream, allocated once), the second combines each output's
 parts in order (a later part holds later elements, so ties still go to the later one),
@@ -67,10 +68,15 @@ MAX_TX = 32
 BLOCKS_PER_SM = 16
 #: A reduction of fewer block tiles than this (two per multiprocessor of an H200) whose
 #: lanes would each read more than SPLIT_LANE_ELEMENTS is split into parts across blocks
-#: (two passes), PART_LANE elements per lane and part.
+#: (two passes), PART_LANE elements per lane and part. A lane's loop costs ~64 ns an
+#: element (its loads wait in turn), the second pass a launch and ~0.15 us a part a
+#: thread: EfficientNet-B0 b1's squeeze-excite mean over (1, 56, 56, 96) channels-last,
+#: 3 tiles of 8 lanes x 392 elements, took 25.5 us in one pass (H100, profile_zoo at
+#: 4ed87b4, when lanes split only past 512 elements); 13 parts of 32 elements a lane,
+#: 39 tiles, are about 2 + 2 us. Past 64 elements a lane the split pays its launch.
 SPLIT_BELOW_BLOCKS = 2 * H200.sms
-SPLIT_LANE_ELEMENTS = 512
-PART_LANE = 64
+SPLIT_LANE_ELEMENTS = 64
+PART_LANE = 32
 #: Threads of the second pass (one output each).
 FINISH_THREADS = 256
 

@@ -214,6 +214,21 @@ def test_reduce_plan_row_and_column_cases() -> None:
     assert (split.outer, split.inner, split.length) == (1, 6, 20)
 
 
+def test_a_channels_last_mean_of_few_tiles_splits_into_short_lanes() -> None:
+    """EfficientNet-B0 b1's squeeze-excite means: 3 tiles of 8 lanes x 392 elements ran
+    25.5 us in one pass on an H100 (lanes split only past 512 elements); now parts of at
+    most PART_LANE elements a lane, and the short reductions stay one pass."""
+    from fusec.targets.cuda.reduce import PART_LANE, make_plan
+
+    se = make_plan((1, 56, 56, 96), {1, 2})
+    assert (se.outer, se.inner, se.length, se.ty, se.blocks) == (1, 96, 3136, 8, 3)
+    assert se.split == 13 and -(-se.chunk // se.ty) <= PART_LANE
+    assert make_plan((1, 28, 28, 240), {1, 2}).split == 4  # 98 elements a lane
+    assert make_plan((1, 14, 14, 480), {1, 2}).split == 1  # 25 a lane: one pass
+    assert make_plan((1, 32, 112, 112), {2, 3}).split == 1  # rows: 49 a lane of 256
+    assert make_plan((32, 7, 7, 2048), {1, 2}).split == 1  # many tiles
+
+
 def test_collapse_keeps_runs_alike() -> None:
     from fusec.targets.cuda.reduce import collapse_axes
 
