@@ -144,13 +144,14 @@ def stored_views(fused_op: ai.FusedOp) -> list[tuple[SSAValue, tuple]]:
 
 
 def views(fused_op: ai.FusedOp, anchor: Operation) -> list[Operation]:
-    """The transposes of ``fused_op`` that are views: of the anchor's input, of results."""
+    """The transposes of ``fused_op`` that are views: of the anchor's operands (a pool's or
+    reduction's input; a conv's input and weights, ``gemv``), of results."""
     out: list[Operation] = [
         v.owner for v in yielded(fused_op) if isinstance(v.owner, ai.TransposeOp) and _one_use(v)
     ]
-    source = anchor.operands[0]
-    if isinstance(source.owner, ai.TransposeOp):
-        out.append(source.owner)
+    for source in anchor.operands:
+        if isinstance(source.owner, ai.TransposeOp):
+            out.append(source.owner)
     return out
 
 

@@ -246,3 +246,57 @@ def integer_pointwise(rows: int, cols: int, dtype: str) -> str:
     ]
     params = [("i", i), ("c", c), ("p", b), ("x", x)]
     return _func("pw_int", params, [x, b, i], "pointwise", body)
+
+
+def squeeze_excite(n: int, c: int, r: int, hw: int, dtype: str) -> str:
+    """A squeeze-excite block, unfused (the cuda pipeline fuses it): the mean of each
+    channel plane, a 1x1 conv to ``r`` channels + bias + silu, a 1x1 conv back to ``c`` +
+    bias + sigmoid, the input scaled by it. Its two convs run on a 1x1 plane."""
+    x, m, s = _t((n, c, hw, hw), dtype), _t((n, c, 1, 1), dtype), _t((n, r, 1, 1), dtype)
+    w1, w2, b1, b2 = (
+        _t((r, c, 1, 1), dtype),
+        _t((c, r, 1, 1), dtype),
+        _t((r,), dtype),
+        _t((c,), dtype),
+    )
+    params = [("x", x), ("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2)]
+    args = ", ".join(f"%{name}: {t}" for name, t in params)
+    body = [
+        f"%m = ai.reduce_mean %x {{axes = array<i64: 2, 3>, keepdims = true}} : {x}",
+        f"%c1 = ai.conv2d %m, %w1 : {m} * {w1}",
+        f"%a1 = ai.bias_add %c1, %b1 : {s} * {b1}",
+        f"%s1 = ai.silu %a1 : {s}",
+        f"%c2 = ai.conv2d %s1, %w2 : {s} * {w2}",
+        f"%a2 = ai.bias_add %c2, %b2 : {m} * {b2}",
+        f"%g = ai.sigmoid %a2 : {m}",
+        f"%y = ai.mul %x, %g : {x} * {m}",
+        f"return %y : {x}",
+    ]
+    lines = "\n".join(f"  {line}" for line in body)
+    return f"func.func @se({args}) -> {x} {{\n{lines}\n}}\n"
+
+
+def conv_gemv_nhwc(n: int, c: int, k: int, dtype: str, output: str = "nhwc") -> str:
+    """A 1x1 conv on a 1x1 plane + bias + silu as ``conv-layout`` relays it: the input
+    channels-last and the weights KRSC through transposed views, the result stored NHWC
+    (``output`` "nhwc") or NCHW: the squeeze-excite convs of a channels-last CNN."""
+    xin, win, b = _t((n, 1, 1, c), dtype), _t((k, 1, 1, c), dtype), _t((k,), dtype)
+    x, w, y = _t((n, c, 1, 1), dtype), _t((k, c, 1, 1), dtype), _t((n, k, 1, 1), dtype)
+    out = _t((n, 1, 1, k), dtype) if output == "nhwc" else y
+    body = [
+        f"%xv = ai.transpose %x1 {{perm = array<i64: 0, 3, 1, 2>}} : {xin}",
+        f"%wv = ai.transpose %w1 {{perm = array<i64: 0, 3, 1, 2>}} : {win}",
+        f"%c = ai.conv2d %xv, %wv : {x} * {w}",
+        f"%a = ai.bias_add %c, %b1 : {y} * {b}",
+        f"%s = ai.silu %a : {y}",
+    ]
+    if output == "nhwc":
+        body += [
+            f"%o = ai.transpose %s {{perm = array<i64: 0, 2, 3, 1>}} : {y}",
+            f"ai.yield %o : {out}",
+        ]
+    else:
+        body += [f"ai.yield %s : {y}"]
+    text = _func("gemv", [("x", xin), ("w", win), ("b", b)], [out], "conv", body)
+    layout = f'{{fusec.layout = {{input = "nhwc", weight = "krsc", output = "{output}"}}}}'
+    return text.replace('ai.fused "conv" (%x, %w, %b)', f'ai.fused "conv" (%x, %w, %b) {layout}')

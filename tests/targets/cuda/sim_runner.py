@@ -26,7 +26,9 @@ from fusec.runtime.reference import run_reference  # noqa: E402
 
 def run(case: dict) -> dict:
     text = getattr(cuda_cases, case["builder"])(*case["args"])
-    compiled = fusec.compile(text, target="cuda", pipeline="infer-shapes")
+    # a case of one fused group keeps it as built; a whole graph ("pipeline": "fusec-cuda")
+    # goes through the cuda target's fusion and layout passes
+    compiled = fusec.compile(text, target="cuda", pipeline=case.get("pipeline", "infer-shapes"))
     args = cuda_cases.random_inputs(compiled.module, seed=case.get("seed", 0))
     if "scale" in case:  # e.g. rows of tiny variance, where layernorm's epsilon matters
         args = [(a.astype(np.float64) * case["scale"]).astype(a.dtype) for a in args]
@@ -45,7 +47,13 @@ def run(case: dict) -> dict:
         "passed": passed,
         "details": details,
         "kinds": [k.kind for k in compiled.kernels],
+        "targets": [_target_line(k.source) for k in compiled.kernels],
     }
+
+
+def _target_line(source: str) -> str:
+    """A kernel header's ``# target:`` line (which template, or the fallback and why)."""
+    return next((line for line in source.splitlines() if line.startswith("# target:")), "")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from sim_client import run_simulator
 
+from fusec.targets.cuda.env import simulator_enabled
+
 HERE = Path(__file__).parent
 
 pytestmark = pytest.mark.requires_target("cuda")  # the simulator is numba-cuda's
@@ -43,9 +45,27 @@ CASES = [
 ]
 
 
+#: The conv template's gemv route (``conv.gemv``): a 1x1 conv on a 1x1 plane of a few
+#: images, as ``conv-layout`` relays it (NHWC input, KRSC weights, NHWC or NCHW result),
+#: and whole squeeze-excite blocks through the cuda pipeline (mean, gemv conv + silu, gemv
+#: conv + sigmoid, the scale): (name, builder, args, dtype, convs on the gemv kernel).
+GEMV_CASES = [
+    ("gemv_nhwc_f16", "conv_gemv_nhwc", [1, 48, 7, "f16"], "f16", 1),
+    ("gemv_nhwc_rows_bf16", "conv_gemv_nhwc", [3, 37, 5, "bf16"], "bf16", 1),
+    ("gemv_nchw_out_f16", "conv_gemv_nhwc", [2, 300, 9, "f16", "nchw"], "f16", 1),
+    ("gemv_wide_f16", "conv_gemv_nhwc", [1, 1152, 3, "f16"], "f16", 1),
+    ("se_block_f16", "squeeze_excite", [1, 40, 6, 5, "f16"], "f16", 2),
+    ("se_block_rows_bf16", "squeeze_excite", [4, 24, 8, 3, "bf16"], "bf16", 2),
+]
+
+
 @pytest.fixture(scope="module")
 def sim_results() -> dict:
     records = [{"name": c[0], "builder": c[1], "args": c[2], **_scale(c)} for c in CASES]
+    records += [
+        {"name": c[0], "builder": c[1], "args": c[2], "pipeline": "fusec-cuda", "seed": k}
+        for k, c in enumerate(GEMV_CASES)
+    ]
     return run_simulator(HERE / "sim_runner.py", records)
 
 
@@ -62,3 +82,32 @@ def test_template_under_simulator(sim_results: dict, name: str, dtype: str) -> N
     assert record["passed"], "no outputs compared"
     for k, (ok, detail) in enumerate(zip(record["passed"], record["details"], strict=True)):
         assert ok, f"{name} ({dtype}) output #{k}: {detail}"
+
+
+@pytest.mark.parametrize(("name", "dtype", "convs"), [(c[0], c[3], c[4]) for c in GEMV_CASES])
+def test_gemv_conv_under_simulator(sim_results: dict, name: str, dtype: str, convs: int) -> None:
+    """Poisoned outputs against the reference (``sim_runner``), every conv on the gemv
+    kernel (its header), no PyTorch fallback."""
+    test_template_under_simulator(sim_results, name, dtype)
+    targets = sim_results[name]["targets"]
+    assert sum("conv as dot products on CUDA cores" in t for t in targets) == convs, targets
+    assert not any("FALLBACK" in t for t in targets), targets
+
+
+@pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX")
+def test_gemv_conv_ptx_for_sm_90() -> None:
+    """The gemv conv kernel compiles for the H200 in float32 registers: no local memory,
+    no float64 arithmetic, one entry."""
+    import re
+
+    import cuda_cases
+
+    import fusec
+
+    text = cuda_cases.conv_gemv_nhwc(1, 1152, 48, "f16")
+    compiled = fusec.compile(text, target="cuda", pipeline="infer-shapes", executable=False)
+    ((kernel, ptx),) = compiled.assembly("sm_90")
+    assert "conv as dot products on CUDA cores" in kernel.source
+    assert ".target sm_90" in ptx and ptx.count(".entry") == 1
+    assert ".local" not in ptx
+    assert not [line for line in ptx.splitlines() if re.search(r"^\s*(add|mul|fma)\.\w*f64", line)]

@@ -161,7 +161,9 @@ def channels_last_plan(fused_op: ai.FusedOp) -> ConvPlan | None:
     if fused_op.kind_name != "conv" or LAYOUT_ATTR in fused_op.attributes:
         return None
     p = template.plan(fused_op)
-    if isinstance(p, str) or template.route(p) != "implicit" or template.im2col_for(p):
+    if isinstance(p, str) or template.route(p) not in ("implicit", "gemv"):
+        return None  # (the gemv kernel reads every layout: a 1x1 plane is [N][C] in each)
+    if template.im2col_for(p):
         return None  # (the im2col kernel reads the NCHW input, in KCRS order)
     args = fused_op.block.args
     if any([u.operation for u in args[i].uses] != [p.conv] for i in (p.x, p.w)):

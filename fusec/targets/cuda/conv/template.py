@@ -15,6 +15,8 @@ to the output type). It runs as
   "nhwc") runs its NHWC kernel (``conv_depthwise_nhwc.cuh``); an
   ungrouped conv of fewer channels (a stem) is the implicit GEMM of a 1x1 conv over its
   im2col matrix, any stride (``conv.im2col``; ``FEW_CHANNELS_ENV``);
+* a 1x1 conv on a 1x1 plane of at most ``gemv.MAX_ROWS`` images (squeeze-excite at small
+  batch: one row of a GEMM) as dot products on CUDA cores (``gemv``), in any layout;
 * the PyTorch fallback (``fusec.targets.cuda.torch_fallback``) otherwise, the reason in
   its header: f32 graphs (IEEE f32 through cuDNN without TF32; the templates
   are 16-bit Tensor Core kernels), a stride along W over 4 with many channels (a
@@ -50,6 +52,7 @@ from fusec.dialect.shapes import conv2d_padding
 from fusec.ir.module import precision_of
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import as_packed, body_ops, integer_values, kernel_name, yielded
+from fusec.targets.cuda.conv import gemv
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
 from fusec.targets.cuda.conv.cpp import (
     EPILOGUE_LOADS,
@@ -59,6 +62,7 @@ from fusec.targets.cuda.conv.cpp import (
     implicit_gemm_problem,
     nchw_input_problem,
 )
+from fusec.targets.cuda.conv.gemv import gemv_problem
 from fusec.targets.cuda.conv.im2col import im2col_problem
 from fusec.targets.cuda.conv.layouts import (
     LAYOUT_ATTR,
@@ -84,6 +88,8 @@ INPUT_ENV = "FUSEC_CONV_INPUT"
 #: 38.5 -> 31.9 us, benchmarks/results/profile.md); "inline": at each element
 EPILOGUE_ENV = "FUSEC_CONV_EPILOGUE"
 _DTYPES = ("f16", "bf16")
+#: The kernels a conv group may run as (``route``); anything else is the fallback's reason.
+ROUTES = ("implicit", "direct", "gemv")
 #: below this many input channels per group the direct template serves the conv
 MIN_GEMM_CHANNELS = 16
 #: An ungrouped conv of fewer than MIN_GEMM_CHANNELS input channels (a stem: 3 channels of
@@ -254,7 +260,7 @@ def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | Non
     if isinstance(p, str):
         return f"the cuda conv templates cannot take the group ({p}), {fallback}"
     how = route(p)
-    return None if how in ("implicit", "direct") else f"{how}, {fallback}"
+    return None if how in ROUTES else f"{how}, {fallback}"
 
 
 def epilogue(fused_op: ai.FusedOp, p: ConvPlan) -> tuple[Epilogue, tuple[int, ...]]:
@@ -433,8 +439,23 @@ def _pixel_row_note(geo: ConvGeometry, gemm_geo: ConvGeometry, source: object) -
     return [f"pixels as one row: {rows} {gemm_geo.w} pixels in strips of 64 (a 1x1 conv)"]
 
 
+#: ``$FUSEC_CONV_GEMV``: "off" routes the convs ``gemv.gemv_problem`` accepts to the
+#: implicit GEMM as before (an A/B switch; unset or "on": the gemv kernel)
+GEMV_ENV = "FUSEC_CONV_GEMV"
+
+
+def gemv_enabled() -> bool:
+    """``$FUSEC_CONV_GEMV`` (validated: "on", the default, or "off")."""
+    asked = os.environ.get(GEMV_ENV, "").strip().lower() or "on"
+    if asked not in ("on", "off"):
+        raise ValueError(f"${GEMV_ENV}: {asked!r}, expected 'on' or 'off'")
+    return asked == "on"
+
+
 def route(p: ConvPlan) -> str:
-    """``"implicit"``, ``"direct"`` or the reason for the fallback."""
+    """``"gemv"``, ``"implicit"``, ``"direct"`` or the reason for the fallback."""
+    if gemv_enabled() and gemv_problem(p.geo, p.residual_views) is None:
+        return "gemv"
     if im2col_for(p):
         return implicit_gemm_problem(gemm_geometry(p)) or "implicit"
     how = route_geometry(p.geo)
@@ -497,8 +518,10 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     name = kernel_name(name)
     p = plan(fused_op)
     how = p if isinstance(p, str) else route(p)
-    if isinstance(p, str) or how not in ("implicit", "direct"):
+    if isinstance(p, str) or how not in ROUTES:
         return torch_fallback.generate(fused_op, name, reason=how)
+    if how == "gemv":
+        return gemv.generate(fused_op, p.conv, name, p.geo)
     epi, extra_inputs = epilogue(fused_op, p)
     dtype = spec_of(p.conv.input.type).dtype
     out_dtype = spec_of(fused_op.results[0].type).dtype
