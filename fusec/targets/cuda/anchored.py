@@ -11,7 +11,7 @@ builder, the stores of every group result at the element's flat offset).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from xdsl.ir import BlockArgument, Operation, SSAValue
@@ -21,6 +21,7 @@ from fusec.codegen.expr import (
     ELEMENTWISE_OPS,
     ExprGenerator,
     broadcast_offset,
+    header,
     indexing_conflict,
     leaf_shapes,
     shape_of,
@@ -32,8 +33,11 @@ from fusec.targets.cuda.common import (
     Source,
     body_ops,
     kernel_name,
+    module_text,
     pad,
     plan_accepts,
+    prelude,
+    storage_signature,
     yielded,
 )
 
@@ -56,6 +60,8 @@ class AnchorEmitter:
         source, self.in_perm = view
         self.array = f"in{fused_op.block.args.index(source)}"
         self.dtype = spec_of(anchor.operands[0].type).dtype
+        #: the device helpers the kernel's own code calls (the epilogue adds its own)
+        self.helpers: set[str] = {f"ld_{self.dtype}"}
 
     def io_names(self) -> tuple[list[str], list[str]]:
         """The launch's input and output parameter names (``in<k>``, ``out<k>``)."""
@@ -64,6 +70,26 @@ class AnchorEmitter:
 
     def emit(self) -> str:
         raise NotImplementedError
+
+    def kernel_module(
+        self,
+        notes: Sequence[str],
+        constants: Sequence[tuple[str, object]],
+        code: Source,
+        tail: Sequence[str],
+        *,
+        imports: Sequence[str] = (),
+        signatures: Sequence[str] = (),
+    ) -> str:
+        """The kernel module: its header with ``notes``, the imports of every helper used
+        (and ``imports``' lines), ``signatures`` (default: ``SIGNATURE`` of the kernel's
+        parameters), the module ``constants``, the kernel ``code``, then ``tail``
+        (``config``, ``launch``, ``KERNELS``)."""
+        helpers = self.helpers | self.epilogue.helpers | self.gen.helpers
+        head = [header(self.fused_op, notes=notes), prelude(sorted(helpers)), *imports]
+        signatures = signatures or [f"SIGNATURE = {storage_signature(self.epilogue.dtypes())!r}"]
+        values = [*signatures, *(f"{key} = {value}" for key, value in constants)]
+        return module_text(head, values, code.text(), tail)
 
 
 def planned_kernel(

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 
-from fusec.codegen.expr import header, literal, shape_of
+from fusec.codegen.expr import literal, shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import conv2d_padding
@@ -42,9 +42,6 @@ from fusec.targets.cuda.anchored import (
 from fusec.targets.cuda.common import (
     Source,
     grid_stride_launch,
-    module_text,
-    prelude,
-    storage_signature,
 )
 
 TO_CHANNELS_LAST = (0, 2, 3, 1)
@@ -172,7 +169,6 @@ class _Emitter(AnchorEmitter):
         code.add(2, f"{names[self.walk[0]]} = r", "base = n * XN + c * XC")
 
     def module(self, code: Source, params: list[str]) -> str:
-        helpers = {f"ld_{self.dtype}"} | self.epilogue.helpers | self.gen.helpers
         attrs = ", ".join(
             f"{key} {list(self.pool.attr(key))}"
             for key in ("kernel", "strides", "padding", "dilations")
@@ -189,18 +185,12 @@ class _Emitter(AnchorEmitter):
             stored = _layout_name(self.out_perm, TO_CHANNELS_LAST)
             notes.append(f"input {given}, output {stored} (the transposes as addressing)")
         ins, outs = self.io_names()
-        return module_text(
-            [
-                header(self.fused_op, notes=notes),
-                prelude(sorted(helpers)),
-                *(["from numpy import float64 as f64", ""] if self.wide else []),
-            ],
-            [
-                f"SIGNATURE = {storage_signature(self.epilogue.dtypes())!r}",
-                *(f"{key} = {value}" for key, value in self.constants()),
-            ],
-            code.text(),
+        return self.kernel_module(
+            notes,
+            self.constants(),
+            code,
             grid_stride_launch(self.name, "N", BLOCKS_PER_SM, ins + outs, params),
+            imports=["from numpy import float64 as f64", ""] if self.wide else (),
         )
 
 

@@ -42,7 +42,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from fusec.codegen.expr import header, literal, shape_of
+from fusec.codegen.expr import literal, shape_of
 from fusec.dialect import ops as ai
 from fusec.targets.cuda.anchored import (
     AnchorEmitter,
@@ -54,8 +54,6 @@ from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import (
     Source,
     block_tile_launch,
-    module_text,
-    prelude,
     storage_signature,
 )
 
@@ -178,7 +176,6 @@ class _Emitter(AnchorEmitter):
         super().__init__(fused_op, red, name)
         self.red, self.plan = red, make_plan(*storage_axes(fused_op, red))
         self.transposed = bool(self.in_perm)
-        self.helpers: set[str] = {f"ld_{self.dtype}"}
         #: the partials' type: float64 for a sum or mean of values that reach float32's
         #: largest (f32, bf16), whose float32 sum overflows where the mean is finite
         self.acc = "f64" if self.red.KIND != "max" and self.dtype in ("f32", "bf16") else "f32"
@@ -305,7 +302,6 @@ class _Emitter(AnchorEmitter):
 
     def module(self, code: Source, params: list[str]) -> str:
         p = self.plan
-        helpers = self.helpers | self.epilogue.helpers | self.gen.helpers
         case = "row" if p.inner == 1 else "column"
         wide = "float64" if self.acc == "f64" else "float32"
         notes = [
@@ -339,11 +335,11 @@ class _Emitter(AnchorEmitter):
             ("THREADS", THREADS),
         ]
         dtypes = self.epilogue.dtypes()
+        signatures: list[str] = []  # the kernel's SIGNATURE (one pass)
         if p.split == 1:
-            signatures = [f"SIGNATURE = {storage_signature(dtypes)!r}"]
             tail = block_tile_launch(self.name, "BLOCKS", BLOCKS_PER_SM, ins + outs, params)
         else:
-            helpers.add(f"scratch_{self.acc}")
+            self.helpers.add(f"scratch_{self.acc}")
             part = storage_signature(["f32", *dtypes[len(outs) :]])
             whole = storage_signature(["f32", *dtypes])
             if self.acc == "f64":  # the workspace's type (no element type of the IR)
@@ -354,14 +350,13 @@ class _Emitter(AnchorEmitter):
                 f"FINISH_THREADS = {FINISH_THREADS}",
             ]
             tail = split_launch(self.name, ins, outs, params, self.acc)
-        head = [
-            header(self.fused_op, notes=notes),
-            prelude(sorted(helpers)),
+        imports = [
             *(["from numpy import int32", ""] if self.is_max else []),
             *(["from numpy import float64 as f64", ""] if self.acc == "f64" else []),
         ]
-        values = [*signatures, *(f"{key} = {value}" for key, value in constants)]
-        return module_text(head, values, code.text(), tail)
+        return self.kernel_module(
+            notes, constants, code, tail, imports=imports, signatures=signatures
+        )
 
 
 def _decode(var: str, dims: list[tuple[int, int]]) -> str:

@@ -26,16 +26,13 @@ from dataclasses import dataclass
 from xdsl.ir import Operation
 
 from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.expr import header, literal
+from fusec.codegen.expr import literal
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.targets.cuda.anchored import AnchorEmitter, input_view
 from fusec.targets.cuda.common import (
     Source,
     block_tile_launch,
-    module_text,
-    prelude,
-    storage_signature,
 )
 from fusec.targets.cuda.conv.config import ConvGeometry
 
@@ -96,7 +93,7 @@ class GemvEmitter(AnchorEmitter):
         self.weights = f"in{fused_op.block.args.index(view[0])}"
         self.wdtype = spec_of(conv.weight.type).dtype
         self.geo, self.plan = geo, plan_rows(geo)
-        self.helpers: set[str] = {f"ld_{self.dtype}", f"ld_{self.wdtype}"}
+        self.helpers.add(f"ld_{self.wdtype}")
 
     def emit(self) -> str:
         p = self.plan
@@ -129,7 +126,6 @@ class GemvEmitter(AnchorEmitter):
 
     def module(self, code: Source, params: list[str]) -> str:
         p, geo = self.plan, self.geo
-        helpers = self.helpers | self.epilogue.helpers | self.gen.helpers
         notes = [
             "target: cuda (Numba CUDA), template: conv as dot products on CUDA cores (gemv: "
             f"{geo.n} row(s), too few for a Tensor Core tile)",
@@ -150,13 +146,8 @@ class GemvEmitter(AnchorEmitter):
             ("BLOCKS", p.blocks),
             ("THREADS", THREADS),
         ]
-        values = [
-            f"SIGNATURE = {storage_signature(self.epilogue.dtypes())!r}",
-            *(f"{key} = {value}" for key, value in constants),
-        ]
         tail = block_tile_launch(self.name, "BLOCKS", BLOCKS_PER_SM, ins + outs, params)
-        head = [header(self.fused_op, notes=notes), prelude(sorted(helpers))]
-        return module_text(head, values, code.text(), tail)
+        return self.kernel_module(notes, constants, code, tail)
 
 
 def generate(fused_op: ai.FusedOp, conv: Operation, name: str, geo: ConvGeometry) -> KernelSource:
