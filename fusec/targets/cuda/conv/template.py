@@ -62,7 +62,6 @@ from fusec.targets.cuda.conv.cpp import (
     implicit_gemm_problem,
     nchw_input_problem,
 )
-from fusec.targets.cuda.conv.gemv import gemv_problem
 from fusec.targets.cuda.conv.im2col import im2col_problem
 from fusec.targets.cuda.conv.layouts import (
     LAYOUT_ATTR,
@@ -454,7 +453,7 @@ def gemv_enabled() -> bool:
 
 def route(p: ConvPlan) -> str:
     """``"gemv"``, ``"implicit"``, ``"direct"`` or the reason for the fallback."""
-    if gemv_enabled() and gemv_problem(p.geo, p.residual_views) is None:
+    if gemv_enabled() and gemv.gemv_problem(p.geo, p.residual_views) is None:
         return "gemv"
     if im2col_for(p):
         return implicit_gemm_problem(gemm_geometry(p)) or "implicit"
