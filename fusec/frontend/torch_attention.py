@@ -54,15 +54,10 @@ def sdpa(
 
 @sdpa.register_fake
 def _sdpa_shape(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    scale: float | None = None,
-    enable_gqa: bool = False,
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *_: Any, **__: Any
 ) -> torch.Tensor:
+    """The result's shape: the query's, with the value's last dim (the other arguments,
+    ``sdpa``'s, change no shape)."""
     return query.new_empty((*query.shape[:-1], value.shape[-1]))
 
 

@@ -169,6 +169,10 @@ class Program:
         self._fns: list[Callable[..., Any] | None] | None = None
         self._lock = threading.Lock()
         self._plan_host_steps()
+        self._target_setup()
+
+    def _target_setup(self) -> None:
+        """What a target's program sets up once the launches are planned (none here)."""
 
     def _plan_host_steps(self) -> None:
         """Number every value once and note each argument's shape and dtype, so that a

@@ -55,7 +55,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from fusec.dialect.ops import spec_of
@@ -63,7 +62,6 @@ from fusec.environ import getenv
 from fusec.ir.dtypes import numpy_dtype
 from fusec.ir.memory import check_bytes
 from fusec.runtime.launch import Allocator, LaunchRecorder, Program
-from fusec.target import Target
 from fusec.targets.cpu import affinity, blas
 from fusec.targets.cpu.entry import NAME as ENTRY_NAME
 from fusec.targets.cpu.tasks import num_threads
@@ -151,14 +149,8 @@ class BufferPlan:
 class CpuProgram(Program):
     """A cpu ``Program`` whose calls run as compiled segments (see the module docstring)."""
 
-    def __init__(
-        self,
-        module: ModuleOp,
-        entry: str | None = None,
-        target: str | Target = "cpu",
-        cache: Any = None,
-    ) -> None:
-        super().__init__(module, entry, target, cache)
+    def _target_setup(self) -> None:
+        """The buffer plan of compiled calls (``Program.__init__`` calls it last)."""
         #: The entry function's name (the program module's header; a program from the
         #: program cache, ``fusec.targets.cpu.program_cache``, has no ``function``).
         self.entry_name: str = self.function.sym_name.data
