@@ -2,6 +2,7 @@
 
     python benchmarks/profile_zoo.py --model resnet50 --batch 32 [--model convnext_tiny ...]
     python benchmarks/profile_zoo.py --model resnet50 --variant FUSEC_CONV_RESIDUAL=nhwc
+    python benchmarks/profile_zoo.py --model efficientnet_b0 --batch 1 --reduce-overhead
 
 For a model the zoo's table has behind torch.compile: the same module (random weights,
 f16, the dynamo exporter, as ``models_gpu.py --quick``) is imported and compiled by fusec,
@@ -124,6 +125,7 @@ def profile_model(
     rounds: int,
     compare: bool,
     tuned: bool = False,
+    reduce_overhead: bool = False,
 ) -> dict:
     import torch
     from models_gpu import ZOO, as_list, errors, export, input_name, prepare, sample, torch_setup
@@ -159,6 +161,9 @@ def profile_model(
             names |= layer_names(compiled.kernels)
         if compare:
             calls["torch.compile"] = functools.partial(torch.compile(model), x)
+        if reduce_overhead:  # CUDA graphs: batch 1's like-for-like baseline
+            compiled_ro = torch.compile(model, mode="reduce-overhead")
+            calls["reduce-overhead"] = functools.partial(compiled_ro, x)
         for impl, call in calls.items():
             err, bad = errors(as_list(call()), want)
             for _ in range(5):
@@ -198,6 +203,11 @@ def main() -> int:
     parser.add_argument("--timed", type=int, default=30, help="timed rounds (all impls each)")
     parser.add_argument("--no-torch-compile", action="store_true", help="fusec variants only")
     parser.add_argument("--tuned", action="store_true", help="fusec again from `fusec tune`")
+    parser.add_argument(
+        "--reduce-overhead",
+        action="store_true",
+        help='and torch.compile(mode="reduce-overhead") (CUDA graphs), profiled and timed',
+    )
     parser.add_argument("--json", type=Path, help="write every table here")
     args = parser.parse_args()
     results = [
@@ -210,6 +220,7 @@ def main() -> int:
             args.timed,
             not args.no_torch_compile,
             args.tuned,
+            args.reduce_overhead,
         )
         for m in args.model
     ]
