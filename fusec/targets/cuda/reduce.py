@@ -68,10 +68,11 @@ BLOCKS_PER_SM = 16
 #: lanes would each read more than SPLIT_LANE_ELEMENTS is split into parts across blocks
 #: (two passes), PART_LANE elements per lane and part. A lane's loop costs ~64 ns an
 #: element (its loads wait in turn), the second pass a launch and ~0.15 us a part a
-#: thread: EfficientNet-B0 b1's squeeze-excite mean over (1, 56, 56, 96) channels-last,
-#: 3 tiles of 8 lanes x 392 elements, took 25.5 us in one pass (H100, profile_zoo at
-#: 4ed87b4, when lanes split only past 512 elements); 13 parts of 32 elements a lane,
-#: 39 tiles, are about 2 + 2 us. Past 64 elements a lane the split pays its launch.
+#: thread (estimates). EfficientNet-B0 b1's squeeze-excite mean over (1, 56, 56, 96)
+#: channels-last, 3 tiles of 8 lanes x 392 elements, is by its launch shape the profile's
+#: 25.5 us kernel (H100, profile_zoo at 4ed87b4, when lanes split only past 512
+#: elements); 13 parts of 32 elements a lane, 39 tiles, should take about 2 + 2 us (not
+#: yet timed). Past 64 elements a lane the split should pay its launch.
 SPLIT_BELOW_BLOCKS = 2 * H200.sms
 SPLIT_LANE_ELEMENTS = 64
 PART_LANE = 32
