@@ -36,8 +36,9 @@ from fusec.targets.cuda.common import (
 )
 from fusec.targets.cuda.conv.config import ConvGeometry
 
-#: Images (rows of the product) a gemv conv takes at most: past a few rows the weights
-#: are read once per row and the Tensor Core tile, which reads them once, wins.
+#: Images (rows of the product) a gemv conv takes at most. Here the weights are read once
+#: a row (from L2 after the first), by the Tensor Core tile once in all: past a few rows
+#: the tile should win (where is not measured yet; 8 is a guess on the safe side).
 MAX_ROWS = 8
 #: Input channels at most: a lane reads C / 256 products (16 at 4096).
 MAX_CHANNELS = 4096
@@ -77,7 +78,8 @@ class GemvPlan:
 
 
 def plan_rows(geo: ConvGeometry) -> GemvPlan:
-    """Lanes enough that each reads about ``PER_LANE`` products, whole warps of them."""
+    """Lanes enough that each reads about ``PER_LANE`` products, a power of two of them
+    (at most a block), and as many outputs a block as fill it."""
     lanes = -(-geo.c // PER_LANE)
     ty = min(THREADS, max(1, 1 << (lanes - 1).bit_length()))
     return GemvPlan(geo.n * geo.k, geo.c, ty, THREADS // ty)
