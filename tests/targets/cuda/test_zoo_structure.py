@@ -23,6 +23,7 @@ takes seconds on 2 cores)."""
 
 from __future__ import annotations
 
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -96,7 +97,14 @@ def structure(name: str, exporter: str, target: str = "cuda", smoke: bool = True
         zoo.export(model, x, path, exporter, input_name)
         module = fusec.from_onnx(path, input_shapes={input_name: tuple(x.shape)})
     compiled = fusec.compile(module, target=target, executable=False)
-    found: dict = {"fallback": [], "direct": [], "attention": 0, "copies": []}
+    found: dict = {
+        "fallback": [],
+        "direct": [],
+        "attention": 0,
+        "copies": [],
+        "gemv": 0,
+        "row_gemm": [],
+    }
     for kernel in compiled.kernels:
         head = [line for line in kernel.source.splitlines()[:60] if line.startswith("#")]
         ops = [line[3:].strip() for line in head[1:8] if line.startswith("#   ai.")]
@@ -109,7 +117,24 @@ def structure(name: str, exporter: str, target: str = "cuda", smoke: bool = True
             found["attention"] += 1
         if kernel.kind == "copy":
             found["copies"].append(f"{ops}: {target[:120]}")
+        if kernel.kind == "conv" and "conv as dot products on CUDA cores" in target:
+            found["gemv"] += 1
+        shape = next((line for line in head if re.match(r"# N\d+ C\d+ \d+x\d+ ->", line)), "")
+        if "implicit-GEMM" in target and re.match(r"# N[1-8] C\d+ 1x1 -> K\d+ 1x1, 1x1,", shape):
+            found["row_gemm"].append(shape)
     return found
+
+
+#: squeeze-excite convs (1x1 convs on a 1x1 plane) of the CNNs' smoke builds at batch 1,
+#: each on the conv template's gemv kernel (``conv.gemv``), none on a Tensor Core tile
+SQUEEZE_EXCITE_CONVS = {"mobilenet_v3_large": 16, "efficientnet_b0": 32}
+
+
+@pytest.mark.parametrize("name", list(SQUEEZE_EXCITE_CONVS))
+def test_squeeze_excite_convs_run_as_gemv(name: str) -> None:
+    found = structure(name, "dynamo")
+    assert found["gemv"] == SQUEEZE_EXCITE_CONVS[name], found["gemv"]
+    assert not found["row_gemm"], f"1x1-plane convs on the implicit GEMM: {found['row_gemm']}"
 
 
 @pytest.mark.parametrize(
