@@ -12,8 +12,6 @@ a QDQ convolution on the int8 GEMM (issue 31).
 
 from __future__ import annotations
 
-import functools
-
 from fusec.codegen import KernelSource
 from fusec.dialect import ops as ai
 from fusec.targets.cpu.blocked import Workspace, generate_core_group
@@ -36,11 +34,9 @@ def generate(fused_op, name: str) -> KernelSource:
         return depthwise_nhwc.generate(fused_op, name)
     pair = expansion_of(fused_op)  # joined by ``cpu-expand-depthwise``
     if pair is not None:
-        expansion, depthwise = pair
-        make = functools.partial(ExpandDepthwiseBlocks, expansion=expansion)
-        make.block_prologue = True  # type: ignore[attr-defined]
-        make.local_result = ConvBlocks.local_result  # type: ignore[attr-defined]
-        return generate_core_group(fused_op, name, "conv", ai.Conv2DOp, make, depthwise)
+        return generate_core_group(
+            fused_op, name, "conv", ai.Conv2DOp, ExpandDepthwiseBlocks, core_op=pair[1]
+        )
     return generate_core_group(fused_op, name, "conv", ai.Conv2DOp, conv_blocks)
 
 

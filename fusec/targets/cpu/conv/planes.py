@@ -250,13 +250,17 @@ class ExpandDepthwiseBlocks(DepthwiseBlocks):
     expansion by ``gemm_nn`` (the 1x1 weight's rows of those channels times the image's
     input, ``C x H*W``) into ``abuf``, the expansion's elementwise ops on them in place
     (``prologue_rows``, run by ``blocked.generate_core_group``), then the depthwise conv
-    of those planes from ``abuf`` (its factory, ``conv.generate``, sets ``block_prologue``:
-    ``generate_core_group`` reads it there)."""
+    of those planes from ``abuf``."""
 
-    def __init__(
-        self, op, reads, workspace: Workspace, a_array, c_array, c_local, expansion=None
-    ) -> None:
-        assert expansion is not None and a_array is not None
+    #: the expansion's elementwise ops run per block (``generate_core_group`` reads it)
+    block_prologue = True
+
+    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
+        from fusec.targets.cpu.expand_depthwise import expansion_of
+
+        pair = expansion_of(op.parent_op())  # the joined group's (1x1, depthwise) convs
+        assert pair is not None and pair[1] is op and a_array is not None
+        expansion = pair[0]
         #: the 1x1 conv the block computes first (``prologue_core_lines``)
         self.prologue_core = expansion
         self.expand_x, self.expand_w = (reads[v] for v in expansion.operands)

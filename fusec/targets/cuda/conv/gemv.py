@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.ir import Operation
-
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import literal
 from fusec.dialect import ops as ai
@@ -152,9 +150,8 @@ class GemvEmitter(AnchorEmitter):
         return self.kernel_module(notes, constants, code, tail)
 
 
-def generate(fused_op: ai.FusedOp, conv: Operation, name: str, geo: ConvGeometry) -> KernelSource:
+def generate(fused_op: ai.FusedOp, conv: ai.Conv2DOp, name: str, geo: ConvGeometry) -> KernelSource:
     """The gemv kernel module of a conv group the conv plan routed here."""
-    assert isinstance(conv, ai.Conv2DOp)
     source = GemvEmitter(fused_op, conv, name, geo).emit()
     inputs, outputs = io_specs(fused_op)
     return KernelSource(name, "conv", "cuda", source, inputs, outputs, array_dtype=None)
