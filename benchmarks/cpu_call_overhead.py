@@ -13,6 +13,17 @@ microseconds.
 
 With ``--out`` the rows also go to ``<out>/cpu-call-overhead.md`` and ``.json`` (the
 runners' results format, ``runner.Table``).
+
+``--torch-backend MODEL`` (needs torch and torchvision; one thread) measures instead what a
+``torch.compile(backend="fusec")`` call of a zoo model (``models_gpu.py``'s, f32, batch 1)
+costs around its partition's compiled program, in one process, medians of ``--calls``
+calls: the backend call and the partition's compiled module on the same input,
+alternated; then, each call after a 32 MB copy (the weights' stream evicts the caches),
+Dynamo with a backend that returns a stored result (its guards and frame alone), the same
+under ``torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)``, and fusec's
+backend with its partition's run replaced by the stored result (cold and warm):
+
+    python benchmarks/cpu_call_overhead.py --torch-backend mobilenet_v3_large --calls 200
 """
 
 from __future__ import annotations
@@ -54,12 +65,88 @@ def best(fn, rounds: int, calls: int) -> tuple[float, float]:
     return min(walls), min(cpus)
 
 
+def median_ms(fn, calls: int, before=None) -> float:
+    """Median milliseconds of ``fn()`` over ``calls`` calls, ``before()`` untimed first."""
+    times = []
+    for _ in range(calls):
+        if before is not None:
+            before()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) * 1e3
+
+
+def torch_backend_costs(name: str, calls: int) -> None:
+    """The ``--torch-backend`` table (module docstring)."""
+    import torch
+
+    import fusec.torch as fusec_torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import models_gpu as zoo
+
+    torch.set_num_threads(1)
+    zoo.import_torchvision()
+    model = zoo.build(name, False)
+    x = torch.randn(1, 3, 128, 128)  # the cpu zoo's image (models_cpu.py)
+    big = np.ones(32 << 17)  # 32 MB of float64
+    scratch = np.empty_like(big)
+
+    def evict() -> None:
+        np.copyto(scratch, big)
+
+    rows: list[tuple[str, float]] = []
+    with torch.no_grad():
+        stored = model(x)
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="fusec", dynamic=False)
+        compiled(x)
+        (partition,) = fusec_torch.compiled_partitions()
+        xn = x.numpy()
+        backend, direct = [], []
+        for _ in range(calls):
+            backend.append(median_ms(lambda: compiled(x), 1))
+            direct.append(median_ms(lambda: partition(xn), 1))
+        rows += [
+            ("backend call (warm, alternated)", float(np.median(backend))),
+            ("its partition's compiled module alone", float(np.median(direct))),
+        ]
+        torch._dynamo.reset()
+        trivial = torch.compile(model, backend=lambda gm, a: lambda *args: (stored,))
+        trivial(x)
+        rows.append(("Dynamo, a stored result (cold)", median_ms(lambda: trivial(x), calls, evict)))
+        with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
+            cold = median_ms(lambda: trivial(x), calls, evict)
+        rows.append(("... under skip_guard_eval_unsafe (cold)", cold))
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="fusec", dynamic=False)
+        outs = compiled(x)
+        run = fusec_torch._FusecCall.run
+        fusec_torch._FusecCall.run = lambda self, tensors: [outs]  # the program stubbed
+        try:
+            stubbed = median_ms(lambda: compiled(x), calls, evict)
+            rows.append(("fusec backend, program stubbed (cold)", stubbed))
+            stubbed = median_ms(lambda: compiled(x), calls)
+            rows.append(("fusec backend, program stubbed (warm)", stubbed))
+        finally:
+            fusec_torch._FusecCall.run = run
+    print(f"| {name} b1, one thread, torch {torch.__version__} | median ms a call |")
+    print("| --- | ---: |")
+    for what, ms in rows:
+        print(f"| {what} | {ms:.3f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--out", type=Path, help="also write cpu-call-overhead.md/.json here")
+    parser.add_argument("--torch-backend", metavar="MODEL", help="the backend's costs instead")
     args = parser.parse_args()
+    if args.torch_backend:
+        torch_backend_costs(args.torch_backend, args.calls)
+        return
     rows = []
     print(
         "| elements | call us (wall / CPU) | Python loop us (wall / CPU) | launch alone us "
