@@ -35,6 +35,14 @@ with tf32 operands) against cuBLAS / PyTorch in tf32
 N x K (``transpose_b``: the kernel reads it directly) and K x N (the plain ``a @ b``: the
 kernel first copies B K-major), and 4096^3 + bias + relu; checked like the others (rel L2
 < 1e-2 against torch in float64 here: tf32 is ~1e-3 off). Writes gemm-tf32.md/.json.
+
+    python benchmarks/gemm_bench.py --fp8 --out benchmarks/results
+
+runs the float8 cases (issue 31): fusec's GEMM on e4m3 codes (``dequantize`` of both
+operands with per-tensor scales, matmul, bf16 out; A M x K, B N x K) against
+``torch._scaled_mm`` (cuBLASLt fp8, the "eager" columns) and, in the same run, fusec's and
+cuBLAS's fp16 GEMM of the same shape (B N x K), at 4096^3 and 8192^3; checked against the
+f32 product of the codes (rel L2 < 1e-2). Writes gemm-fp8.md/.json.
 """
 
 from __future__ import annotations
@@ -230,12 +238,20 @@ def main() -> int:
         action="store_true",
         help="the f32 cases in tf32 instead (fusec precision='tf32' vs torch 'high')",
     )
+    parser.add_argument(
+        "--fp8",
+        action="store_true",
+        help="the float8 cases instead (fusec's e4m3 GEMM vs torch._scaled_mm and fp16 GEMMs)",
+    )
     args = parser.parse_args()
     rows: list[dict] = []
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}
     precision = "tf32" if args.tf32 else "ieee"
+    prefix = "gemm-tf32" if args.tf32 else "gemm-fp8" if args.fp8 else "gemm"
 
-    def bench(case, text, inputs, reference, flops, pipeline=None, compile_fn=True):
+    def bench(case, text, inputs, reference, flops, pipeline=None, compile_fn=True, exact=None):
+        """``exact``: the reference of the check when ``reference`` (timed as "eager") cannot
+        take float copies of the inputs (``torch._scaled_mm``)."""
         if args.only and args.only not in case:
             return
         print(f"== {case}", flush=True)
@@ -247,7 +263,7 @@ def main() -> int:
             torch.cuda.synchronize()
             row["fusec_first_call_s"] = time.perf_counter() - t0
             row["kernels"] = [k.kind for k in compiled.kernels]
-            ref = reference(*(t.double() if args.tf32 else t.float() for t in inputs))
+            ref = (exact or reference)(*(t.double() if args.tf32 else t.float() for t in inputs))
             row["rel_l2"] = check(out, ref)
             call = functools.partial(compiled, *inputs)
             row["fusec"] = measure(call, fusec_graph(compiled, inputs))
@@ -269,7 +285,6 @@ def main() -> int:
                 row["compile_error"] = f"{type(err).__name__}: {err}"[:300]
         rows.append(row)
         print(json.dumps(row), flush=True)
-        prefix = "gemm-tf32" if args.tf32 else "gemm"
         write(rows, args.out, quiet=True, prefix=prefix)  # a run cut short keeps the cases done
 
     def matmul(a, b):
@@ -277,6 +292,9 @@ def main() -> int:
 
     if args.tf32:
         tf32_cases(bench, rows, args.out)
+        return 0
+    if args.fp8:
+        fp8_cases(bench, rows, args.out)
         return 0
     for size in (4096, 8192):
         for t in ("f16", "bf16"):
@@ -379,6 +397,51 @@ def tf32_cases(bench, rows: list[dict], out: str) -> None:
     text = BIAS_RELU.format(m=size, n=size, k=size, t="f32")
     bench("tf32 matmul 4096^3 + bias + relu", text, (a, b, bias), bias_relu, 2.0 * size**3)
     write(rows, out, prefix="gemm-tf32")
+
+
+FP8_MATMUL = """func.func @f(%a: tensor<{m}x{k}xf8E4M3FN>, %b: tensor<{n}x{k}xf8E4M3FN>) -> tensor<{m}x{n}xbf16> {{
+  %sa = arith.constant dense<{sa}> : tensor<f32>
+  %sb = arith.constant dense<{sb}> : tensor<f32>
+  %z = arith.constant dense<0.0> : tensor<f8E4M3FN>
+  %x = ai.dequantize %a, %sa, %z : tensor<{m}x{k}xf8E4M3FN> * tensor<f32> * tensor<f8E4M3FN>
+  %w = ai.dequantize %b, %sb, %z : tensor<{n}x{k}xf8E4M3FN> * tensor<f32> * tensor<f8E4M3FN>
+  %y = ai.matmul %x, %w {{transpose_b = true}} : tensor<{m}x{k}xf32> * tensor<{n}x{k}xf32>
+  %c = ai.cast %y : tensor<{m}x{n}xf32> to tensor<{m}x{n}xbf16>
+  return %c : tensor<{m}x{n}xbf16>
+}}"""  # noqa: E501
+
+
+def fp8_cases(bench, rows: list[dict], out: str) -> None:
+    """The float8 cases (``--fp8``): fusec's e4m3 GEMM (per-tensor scales, bf16 out) against
+    ``torch._scaled_mm`` (cuBLASLt), then the fp16 GEMM of the same shape (B N x K), fusec's
+    against cuBLAS's, in the same run."""
+    import torch
+
+    sa, sb = 0.0625, 0.03125
+    scale_a = torch.tensor(sa, device="cuda")
+    scale_b = torch.tensor(sb, device="cuda")
+
+    def scaled_mm(a, b):
+        bf16 = torch.bfloat16
+        return torch._scaled_mm(a, b.t(), scale_a=scale_a, scale_b=scale_b, out_dtype=bf16)
+
+    def exact(a, b):  # the f32 product of the codes (float copies), scaled
+        return (a @ b.t()) * (sa * sb)
+
+    def matmul_bt(a, b):
+        return a @ b.t()
+
+    for size in (4096, 8192):
+        a = (torch.randn(size, size, device="cuda") * 4).to(torch.float8_e4m3fn)
+        b = (torch.randn(size, size, device="cuda") * 4).to(torch.float8_e4m3fn)
+        text = FP8_MATMUL.format(m=size, n=size, k=size, sa=sa, sb=sb)
+        flops = 2.0 * size**3
+        bench(f"fp8 e4m3 matmul {size}^3 -> bf16", text, (a, b), scaled_mm, flops,
+              compile_fn=False, exact=exact)  # fmt: skip
+        a16, b16 = a.to(torch.float16), b.to(torch.float16) * 0.125
+        text = MATMUL_BT.format(m=size, n=size, k=size, t="f16")
+        bench(f"f16 matmul {size}^3, B N x K", text, (a16, b16), matmul_bt, flops, compile_fn=False)
+    write(rows, out, prefix="gemm-fp8")
 
 
 def _fmt(value, digits: int = 4) -> str:

@@ -62,6 +62,7 @@ def _gemm_texts(m: int, k: int, n: int) -> list[tuple[str, str]]:
         (f"LN {m}x{k} -> matmul -> softmax", b.LN_SOFTMAX.format(m=m, k=k, n=n)),
         (f"MLP LN {m}x{k}x{n}", mlp[True]),
         (f"MLP {m}x{k}x{n}", mlp[False]),
+        (f"fp8 matmul {m}x{k}x{n}", b.FP8_MATMUL.format(m=m, n=n, k=k, sa=0.5, sb=0.25)),
     ]
 
 
@@ -343,6 +344,7 @@ SUITES: list[Suite] = [
         requires=("torch",),
         options={
             "tf32": ("--out", "{out}", "--tf32"),
+            "fp8": ("--out", "{out}", "--fp8"),
             "no-compile": ("--out", "{out}", "--no-compile"),
         },
     ),

@@ -10,11 +10,15 @@ op's own scalar semantics in the template's language.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fusec.dialect.ops import FusedOp, spec_of
 from fusec.dialect.shapes import TensorSpec
 from fusec.errors import SourceLocation
+
+if TYPE_CHECKING:
+    import numpy as np
+    from xdsl.ir import SSAValue
 
 
 @dataclass(frozen=True)
@@ -129,3 +133,19 @@ def io_specs(fused_op: FusedOp) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpe
         tuple(spec_of(v.type) for v in fused_op.inputs),
         tuple(spec_of(r.type) for r in fused_op.results),
     )
+
+
+def outer_constant(value: SSAValue) -> np.ndarray | None:
+    """The numpy value of the ``arith.constant`` that a group's block argument ``value``
+    stands for (or that defines ``value``), else None."""
+    from xdsl.ir import BlockArgument
+
+    from fusec.ir.constants import constant_value, is_constant
+
+    if isinstance(value, BlockArgument):
+        group = value.block.parent_op()
+        if not isinstance(group, FusedOp):
+            return None
+        value = group.operands[value.index]
+    owner = value.owner
+    return constant_value(owner) if is_constant(owner) else None

@@ -398,7 +398,7 @@ from fusec.dialect.ops.logic import (
     XorOp as XorOp,
 )
 from fusec.dialect.ops.quantization import (
-    _QUANTIZED_ON_TARGETS as _QUANTIZED_ON_TARGETS,
+    _QUANTIZE_ON_CUDA as _QUANTIZE_ON_CUDA,
 )
 from fusec.dialect.ops.quantization import (
     DequantizeOp as DequantizeOp,

@@ -17,8 +17,8 @@ from fusec.ir.tensors import spec_of
 if TYPE_CHECKING:
     import numpy as np
 
-_QUANTIZED_ON_TARGETS = (
-    "no cuda kernel template converts the quantized element types (float8, int8) yet "
+_QUANTIZE_ON_CUDA = (
+    "no cuda kernel converts values to the quantized element types (float8, int8) yet "
     "(issue 31); run it on the cpu or reference target"
 )
 
@@ -40,7 +40,6 @@ class QuantizationOp(AiOp):
     #: operands (per tensor, per index of ``axis``; per block of ``block_size`` indices,
     #: which only the cpu pointwise template indexes: ``codegen.expr.operand_shape``).
     PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
-    UNSUPPORTED: ClassVar[Mapping[str, str]] = {"cuda": _QUANTIZED_ON_TARGETS}
 
     @classmethod
     def infer(cls, operands, attrs):
@@ -94,6 +93,7 @@ class QuantizeOp(QuantizationOp):
     saturate = bool_prop(True)
 
     SHAPE_FUNCTION = shapes.quantize
+    UNSUPPORTED: ClassVar[Mapping[str, str]] = {"cuda": _QUANTIZE_ON_CUDA}
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         x, scale, zero_point = args

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from xdsl.ir import Operation, SSAValue
 
@@ -30,9 +29,6 @@ from fusec.codegen.expr import (
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.targets.cpu.row_helpers import ROW_HELPERS
-
-if TYPE_CHECKING:
-    import numpy as np
 
 # ``cached_njit`` is ``numba.njit(..., cache=True)`` with authenticated cache files
 # (see fusec.runtime.numba_cache): Numba's cache is pickles, and loading one runs code.
@@ -171,22 +167,6 @@ class Buffers:
         self.scratch.append((name, size))
         self.reads[value] = name
         return name
-
-
-def outer_constant(value: SSAValue) -> np.ndarray | None:
-    """The numpy value of the ``arith.constant`` that a group's block argument ``value``
-    stands for (or that defines ``value``), else None."""
-    from xdsl.ir import BlockArgument
-
-    from fusec.ir.constants import constant_value, is_constant
-
-    if isinstance(value, BlockArgument):
-        group = value.block.parent_op()
-        if not isinstance(group, ai.FusedOp):
-            return None
-        value = group.operands[value.index]
-    owner = value.owner
-    return constant_value(owner) if is_constant(owner) else None
 
 
 def body_ops(fused_op: ai.FusedOp) -> list[Operation]:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
-from fusec.codegen import KernelSource
+from fusec.codegen import KernelSource, outer_constant
 from fusec.codegen.expr import broadcast_offset, broadcast_shapes, shape_of
 from fusec.dialect import ops as ai
 from fusec.targets.cpu import abi, host
@@ -28,7 +28,6 @@ from fusec.targets.cpu.blocked import (
     generate_core_group,
     row_loop,
 )
-from fusec.targets.cpu.common import outer_constant
 from fusec.targets.cpu.rows import RowBlock
 
 #: Most bytes of one task's workspace (its A block, C block, im2col columns, row buffer).

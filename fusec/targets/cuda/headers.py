@@ -20,7 +20,13 @@ from pathlib import Path
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 _INCLUDE = re.compile(r'^#include "(fusec/[a-z0-9_]+\.cuh)"[ \t]*$', re.MULTILINE)
 #: the kernel layer's element types (``common.cuh``) that templates take as parameters
-ELEMENT_TYPES = {"f16": "fusec::F16", "bf16": "fusec::BF16", "f32": "fusec::F32"}
+ELEMENT_TYPES = {
+    "f16": "fusec::F16",
+    "bf16": "fusec::BF16",
+    "f32": "fusec::F32",
+    "f8E4M3FN": "fusec::E4M3",
+    "f8E5M2": "fusec::E5M2",
+}
 
 
 def header_names() -> list[str]:

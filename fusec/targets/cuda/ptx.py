@@ -27,23 +27,33 @@ def consumer_registers(consumers: int) -> int:
 
 
 #: the wgmma operand type of an operand element type: f32 operands run as tf32 (the
-#: instruction reads the f32 bit patterns and uses 10 of their 23 mantissa bits)
-WGMMA_TYPE = {"f16": "f16", "bf16": "bf16", "f32": "tf32"}
+#: instruction reads the f32 bit patterns and uses 10 of their 23 mantissa bits); float8
+#: operands (issue 31) are read as their codes, e4m3 or e5m2
+WGMMA_TYPE = {
+    "f16": "f16",
+    "bf16": "bf16",
+    "f32": "tf32",
+    "f8E4M3FN": "e4m3",
+    "f8E5M2": "e5m2",
+}
 #: K of one wgmma instruction, by operand type: 32 bytes of each K-major row
-WGMMA_K = {"f16": 16, "bf16": 16, "f32": 8}
+WGMMA_K = {"f16": 16, "bf16": 16, "f32": 8, "f8E4M3FN": 32, "f8E5M2": 32}
+#: the wgmma operand types read K-major only: the instruction has no transpose for them
+K_MAJOR_ONLY = ("tf32", "e4m3", "e5m2")
 
 
 def wgmma_ss(name: str, n: int, dtype: str, trans_a: int, trans_b: int) -> str:
     """``name(float* d, u64 desc_a, u64 desc_b, int scale_d)``: one wgmma.m64n{n}k16 (k8 for
-    f32 operands, run as tf32) with both operands in shared memory, accumulating into ``d``
-    (n/2 floats). tf32 operands are K-major only: wgmma has no transpose for them."""
+    f32 operands, run as tf32; k32 for float8 codes) with both operands in shared memory,
+    accumulating into ``d`` (n/2 floats). tf32 and float8 operands are K-major only: wgmma
+    has no transpose for them."""
     count = n // 2
     regs = ", ".join(f"%{i}" for i in range(count))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(count))
     kind = WGMMA_TYPE[dtype]
-    if kind == "tf32" and (trans_a or trans_b):
-        raise ValueError("tf32 wgmma reads K-major operands only (no transpose)")
-    trans = "" if kind == "tf32" else f", {trans_a}, {trans_b}"
+    if kind in K_MAJOR_ONLY and (trans_a or trans_b):
+        raise ValueError(f"{kind} wgmma reads K-major operands only (no transpose)")
+    trans = "" if kind in K_MAJOR_ONLY else f", {trans_a}, {trans_b}"
     return f"""
 static __device__ __forceinline__ void {name}(float* d, u64 da, u64 db, int scale_d) {{
   asm volatile(

@@ -279,9 +279,19 @@ def maps_generation() -> int:
     return _maps.generation
 
 
+#: TMA's element type of each operand type: float8 codes move as bytes (issue 31)
+_TMA_TYPES = {
+    "f16": "FLOAT16",
+    "bf16": "BFLOAT16",
+    "f32": "FLOAT32",
+    "f8E4M3FN": "UINT8",
+    "f8E5M2": "UINT8",
+}
+
+
 def _encode(dtype: str, ptr: int, cols: int, rows: int, batch: int, pitch: int, box: tuple):
     drv = driver()
-    name = {"f16": "FLOAT16", "bf16": "BFLOAT16", "f32": "FLOAT32"}[dtype]
+    name = _TMA_TYPES[dtype]
     kind = getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{name}")
     dims = [drv.cuuint64_t(cols), drv.cuuint64_t(rows), drv.cuuint64_t(batch)]
     strides = [drv.cuuint64_t(pitch), drv.cuuint64_t(pitch * rows)]

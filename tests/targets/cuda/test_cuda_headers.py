@@ -23,6 +23,8 @@ extern "C" __global__ void probe(const void* x, void* y) {
   fs_unpack_f16(fs_pack_f16(fs_ld_f16(x, 1), fs_to_f16(lo)), lo, hi);
   fs_st2_f32(y, 0, fs_to_bf16(hi), fs_cvt_f16(fs_bits_f16(lo)) + fs_cvt_bf16(fs_bits_bf16(hi)));
   fs_st_f16(y, 2, fs_ld_f32(x, 2) * L2E);
+  fusec::E4M3::st2(y, 6, fusec::E4M3::ld(x, 3), fusec::E5M2::ld(x, 4));
+  fusec::E5M2::st(y, 8, (float)(fusec::E4M3::BYTES + fusec::E5M2::IS_E5M2));
 }""",
     "fusec/barrier.cuh": """
 extern "C" __global__ void probe(int parity) {
@@ -61,12 +63,6 @@ extern "C" __global__ void probe(float* out) {
   fs_fence_reg(r);
   const ConsumerThread c = fs_consumer_thread<232>(threadIdx.x / 128, threadIdx.x);
   out[threadIdx.x] = r + (float)(fs_desc(1024u, 16u, 1024u) & 1023ull) + c.lane + c.cw;
-}""",
-    "fusec/fp8_gemm.cuh": """
-extern "C" __global__ void probe(const unsigned char* a, const unsigned char* b, void* c, int k) {
-  __shared__ __align__(1024) unsigned char smem[2 * fusec::FP8_STAGE_BYTES];
-  const fusec::ScaleEpilogue epi{0.5f, 2.0f, nullptr};
-  fusec::fp8_gemm_tile<fusec::E4M3, fusec::E5M2, fusec::E5M2>(a, b, c, 64, 64, k, 0, 0, epi, smem);
 }""",
     "fusec/shared.cuh": """
 extern "C" __global__ void probe(u64 src, void* out, int left) {

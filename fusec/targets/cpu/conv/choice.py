@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 
+from fusec.codegen import outer_constant
 from fusec.codegen.expr import shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
 from fusec.targets.cpu import host
 from fusec.targets.cpu.blocked import MIN_BLOCKS
-from fusec.targets.cpu.common import outer_constant, producer
+from fusec.targets.cpu.common import producer
 
 #: Pixels a block of a convolution by one GEMM gathers from several images when the
 #: planes are small (``images_per_block``).

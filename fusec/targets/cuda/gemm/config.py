@@ -74,6 +74,10 @@ SWIZZLE_BYTES = 128  # TMA 128-byte swizzle: a K-major row of a tile is 64 16-bi
 #: stages hold the same bytes as the 16-bit tiles', so the pipeline depths are the same
 TF32_BK = 32
 TF32_MMA_K = 8
+#: BK of the float8 tiles (issue 31): a 128-byte row of a tile is 128 codes, and one wgmma
+#: (k32) takes 32 bytes of it; the stages hold the same bytes as the 16-bit tiles' too
+FP8_BK = 128
+FP8_MMA_K = 32
 
 #: Per-warp staging of the "smem" epilogue: two 2 KB buffers (16 rows x 128 bytes, one TMA
 #: store box each) per consumer warp, so a warp fills one while the other is being stored.
@@ -176,13 +180,13 @@ class TileConfig(Variant, TileShape, tile_rules.WarpgroupTile):
     def problems(self) -> list[str]:
         """Why this configuration cannot be generated (empty when it can)."""
         out = []
-        if self.bk not in (64, TF32_BK):
+        if self.bk not in (64, TF32_BK, FP8_BK):
             out.append(
-                "bk must be 64 (one 128-byte swizzle row of 16-bit values) or 32 (of f32 "
-                "values, run as tf32)"
+                "bk must be 64 (one 128-byte swizzle row of 16-bit values), 32 (of f32 "
+                "values, run as tf32) or 128 (of float8 codes)"
             )
-        elif self.tf32 and self.ln == "tile":
-            out.append("ln=tile normalises 16-bit A tiles (bk=64), not tf32 ones")
+        elif self.bk != 64 and self.ln == "tile":
+            out.append("ln=tile normalises 16-bit A tiles (bk=64), not tf32 or float8 ones")
         for name, allowed in VARIANT_CHOICES.items():
             if getattr(self, name) not in allowed:
                 out.append(f"{name} must be one of {', '.join(allowed)}")
@@ -225,9 +229,14 @@ class TileConfig(Variant, TileShape, tile_rules.WarpgroupTile):
         return self.bk == TF32_BK
 
     @property
+    def fp8(self) -> bool:
+        """The tile of float8 operands (``bk`` = 128: 128-byte rows of codes, issue 31)."""
+        return self.bk == FP8_BK
+
+    @property
     def mma_k(self) -> int:
-        """K of one wgmma instruction: 16 (16-bit operands) or 8 (tf32)."""
-        return TF32_MMA_K if self.tf32 else MMA_K
+        """K of one wgmma instruction: 16 (16-bit operands), 8 (tf32) or 32 (float8)."""
+        return TF32_MMA_K if self.tf32 else FP8_MMA_K if self.fp8 else MMA_K
 
     @property
     def pingpong(self) -> bool:
@@ -414,6 +423,12 @@ def as_tf32(config: TileConfig) -> TileConfig:
     """``config`` for f32 operands run as tf32: the same rows, stages and variants, each
     128-byte row of a stage holding 32 f32 values (``bk`` = 32) instead of 64 16-bit ones."""
     return replace(config, bk=TF32_BK)
+
+
+def as_fp8(config: TileConfig) -> TileConfig:
+    """``config`` for float8 operands (issue 31): the same rows, stages and variants, each
+    128-byte row of a stage holding 128 codes (``bk`` = 128) instead of 64 16-bit values."""
+    return replace(config, bk=FP8_BK)
 
 
 def max_stages(

@@ -90,10 +90,12 @@ from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, inclu
 from fusec.targets.cuda.linked import LinkedSpec
 from fusec.targets.cuda.ptx import PRODUCER_REGISTERS, consumer_registers, wgmma_ss
 
-#: operand types: f32 operands run as tf32 (``precision="tf32"``, a tile with bk = 32)
-DTYPES = ("f16", "bf16", "f32")
+#: operand types: f32 operands run as tf32 (``precision="tf32"``, a tile with bk = 32),
+#: float8 codes (issue 31) on a tile with bk = 128
+FP8_DTYPES = ("f8E4M3FN", "f8E5M2")
+DTYPES = ("f16", "bf16", "f32", *FP8_DTYPES)
 OUT_DTYPES = ("f16", "bf16", "f32")
-_ELEMENT_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+_ELEMENT_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f8E4M3FN": 1, "f8E5M2": 1}
 #: the kernel layer's headers the GEMM stands on (``include/fusec``)
 GEMM_HEADERS = ("gemm",)
 
@@ -155,6 +157,10 @@ class GemmSpec(LinkedSpec):
             raise ValueError("f32 operands (tf32 maths) and a tf32 tile (bk=32) come together")
         if self.dtype == "f32" and (self.a_major, self.b_major) != ("k", "k"):
             raise ValueError("tf32 operands are K-major (wgmma has no transpose for them)")
+        if (self.dtype in FP8_DTYPES) != self.config.fp8:
+            raise ValueError("float8 operands and a float8 tile (bk=128) come together")
+        if self.dtype in FP8_DTYPES and (self.a_major, self.b_major) != ("k", "k"):
+            raise ValueError("float8 operands are K-major (wgmma has no transpose for them)")
 
     PREFIX = "gemm"
 

@@ -33,6 +33,13 @@ K-major only: a B stored K x N (the plain ``a @ b``) or an A stored K x M
 (``transpose_a``) is first copied K-major into a scratch buffer (``aux.TransposeF32``,
 one light launch each); a LayerNorm prologue of f32 operands stays on the fallback.
 
+Float8 operands (issue 31): a group ``dequantize(qa, 1, 0)``, ``dequantize(qb, 1, 0)`` ->
+matmul -> elementwise*, both codes group inputs of one float8 type (e4m3 or e5m2), A stored
+M x K and B N x K (``transpose_b``: wgmma reads float8 K-major only), is the GEMM on the
+codes (``wgmma ... k32 .e4m3``, f32 accumulation, a tile of BK = 128: ``config.as_fp8``).
+``recognize-patterns`` has moved the quantization scales after the product
+(``ScalesAfterQuantizedMatmul``), so they ride in the epilogue with the rest.
+
 Everything else (f32 graphs, which keep IEEE f32 maths by default; partial batch
 broadcasting; 1-D operands; other prologues) is served by the PyTorch fallback
 (``fusec.targets.cuda.torch_fallback``), whose kernel header says why.
@@ -67,6 +74,7 @@ from fusec.targets.cuda.cpp_expr import CppExprGenerator
 from fusec.targets.cuda.gemm import aux
 from fusec.targets.cuda.gemm.config import (
     TileConfig,
+    as_fp8,
     as_tf32,
     choose_config,
     choose_row_config,
@@ -102,6 +110,7 @@ class GemmPlan:
     softmax: ai.SoftmaxOp | None = None
     post_ops: tuple = ()  # after the softmax
     tf32: bool = False  # f32 operands run as tf32 (the module's precision is "tf32")
+    fp8: str = ""  # the float8 type of both operands' codes (dequantize prologues), or ""
 
     @property
     def softmax_mode(self) -> str:
@@ -146,6 +155,15 @@ def plan_ops(
     ops = list(ops)
     if precision is None:
         precision = precision_of(ops[0]) if ops else "ieee"
+    dequantized = [op for op in ops if isinstance(op, ai.DequantizeOp)]
+    codes: dict[SSAValue, SSAValue] = {}  # a matmul operand -> the float8 codes it reads
+    fp8 = ""
+    if dequantized:
+        found = _fp8_operands(dequantized, ops, args)
+        if isinstance(found, str):
+            return found
+        fp8, codes = found
+        ops = [op for op in ops if op not in dequantized]
     if (reason := integer_values(ops, "the cuda Tensor Core GEMM")) is not None:
         return reason
     layernorm = ops[0] if ops and isinstance(ops[0], ai.LayerNormOp) else None
@@ -161,20 +179,28 @@ def plan_ops(
     allowed = all(isinstance(op, ELEMENTWISE_OPS) for op in (*pre, *post))
     if results != 1 or not allowed:
         return "the epilogue is not a chain of elementwise ops (and one softmax) with one result"
-    lhs_value = layernorm.input if layernorm is not None else matmul.lhs
+    if fp8 and (layernorm is not None or set(codes) != {matmul.lhs, matmul.rhs}):
+        return "float8 codes: both matmul operands are dequantized, no LayerNorm prologue"
+    lhs_value = layernorm.input if layernorm is not None else codes.get(matmul.lhs, matmul.lhs)
+    rhs_value = codes.get(matmul.rhs, matmul.rhs)
     if layernorm is not None:
         if matmul.lhs is not layernorm.output or matmul.rhs is layernorm.output:
             return "the LayerNorm does not feed only the matmul's left operand"
         if any(v not in args for v in (layernorm.input, layernorm.gamma, layernorm.beta)):
             return "a LayerNorm operand is computed inside the group"
-    if lhs_value not in args or matmul.rhs not in args:
+    if lhs_value not in args or rhs_value not in args:
         return "a matmul operand is computed inside the group"
     lhs, rhs, res = (spec_of(v.type) for v in (matmul.lhs, matmul.rhs, matmul.output))
     tf32 = precision == "tf32" and lhs.dtype == rhs.dtype == "f32"
-    if (lhs.dtype not in _DTYPES or rhs.dtype != lhs.dtype) and not tf32:
+    if (lhs.dtype not in _DTYPES or rhs.dtype != lhs.dtype) and not (tf32 or fp8):
         return f"operands {lhs.dtype} x {rhs.dtype}: the Tensor Core kernel takes f16 or bf16"
     if tf32 and (problem := _tf32_problem(matmul, layernorm)) is not None:
         return problem
+    if fp8 and (matmul.attr("transpose_a") or not matmul.attr("transpose_b")):
+        return (
+            "float8 codes are read K-major only (wgmma has no transpose for them): A stored "
+            "M x K and B stored N x K (transpose_b)"
+        )
     if len(lhs.shape) < 2 or len(rhs.shape) < 2:
         return "a 1-D operand"
     out_shape = res.shape
@@ -215,14 +241,68 @@ def plan_ops(
         "m" if ta else "k",
         "k" if tb else "n",
         (args[lhs_value], a_rows, a_cols, a_batch),
-        (args[matmul.rhs], b_rows, b_cols, b_batch),
+        (args[rhs_value], b_rows, b_cols, b_batch),
         batch_of["a"] and not folded,
         batch_of["b"],
         layernorm,
         softmax,
         tuple(post),
         tf32,
+        fp8,
     )
+
+
+def _fp8_operands(
+    dequantized: Sequence[ai.DequantizeOp], ops: Sequence[Operation], args: Mapping[SSAValue, int]
+) -> tuple[str, dict[SSAValue, SSAValue]] | str:
+    """(the float8 type, matmul operand -> its codes) when each dequantize of the group
+    (``_fp8_problem``) feeds the group's matmul only, and all read one float8 type; else why
+    the kernel cannot take them.
+
+    Fusion grows a group one op at a time, so it asks about [dequantize A, matmul] before
+    the dequantize of B joins: a matmul operand that is an input of the group made by such a
+    dequantize outside it counts as dequantized too. It always joins next (its rule clause
+    is ``duplicate``: cloned in, which closes no cycle), so the packed group, whose operand
+    is then a block argument made by nothing, has both dequantizes inside when code
+    generation asks."""
+    matmul = next(op for op in ops if not isinstance(op, ai.DequantizeOp))
+    dtypes, codes = set(), {}
+    for dq in dequantized:
+        if (problem := _fp8_problem(dq, args)) is not None:
+            return problem
+        if any(use.operation in ops and use.operation is not matmul for use in dq.output.uses):
+            return "a dequantized operand is read by other ops of the group than its matmul"
+        dtypes.add(spec_of(dq.input.type).dtype)
+        codes[dq.output] = dq.input
+    for operand in matmul.operands if isinstance(matmul, ai.MatmulOp) else ():
+        joining = operand.owner
+        if operand not in codes and isinstance(joining, ai.DequantizeOp) and operand in args:
+            if _fp8_problem(joining, None) is None:  # the dequantize that joins next
+                dtypes.add(spec_of(joining.input.type).dtype)
+                codes[operand] = operand
+    if len(dtypes) != 1:
+        return "float8 operands of two types (e4m3 x e5m2): the kernel takes one type for both"
+    return dtypes.pop(), codes
+
+
+def _fp8_problem(dq: ai.DequantizeOp, args: Mapping[SSAValue, int] | None) -> str | None:
+    """Why the GEMM cannot read ``dq``'s codes as an operand, or None: they are float8 codes
+    (an input of the group: in ``args``, unless None), per tensor or per axis, with a scale
+    of 1 and a zero point of 0 (the scales moved after the product by
+    ``ScalesAfterQuantizedMatmul``)."""
+    from fusec.codegen import outer_constant
+    from fusec.targets.cuda.gemm.cpp import FP8_DTYPES
+
+    dtype = spec_of(dq.input.type).dtype
+    if dtype not in FP8_DTYPES or (args is not None and dq.input not in args):
+        return f"a dequantize of {dtype} values: the Tensor Core GEMM reads float8 codes"
+    scale, zero_point = outer_constant(dq.scale), outer_constant(dq.zero_point)
+    unit = scale is not None and bool((scale.astype("float32") == 1).all())
+    if dq.attr("block_size") or not unit or zero_point is None:
+        return "a dequantize of a scale other than 1 (per block, or not after the product)"
+    if bool((zero_point.astype("float32") != 0).any()):
+        return "a dequantize of a zero point other than 0"
+    return None
 
 
 def _tf32_problem(matmul: ai.MatmulOp, layernorm: ai.LayerNormOp | None) -> str | None:
@@ -300,15 +380,16 @@ def heuristic_config(p: GemmPlan, sms: int = H200.sms) -> tuple[TileConfig, str]
     lost (gemm-epilogue-ab-b1.md: BERT-base b1 MLP down 14.7 against 13.7 us, ConvNeXt-T
     b1 stage-4 MLP down 16.0 against 13.6, BERT-base b1 attention out 8.5 against 8.1)."""
     config, why = _heuristic_config(p, sms)
-    return (as_tf32(config), why) if p.tf32 else (config, why)
+    return fit_operands(p, config), why
 
 
 def fit_operands(p: GemmPlan, config: TileConfig) -> TileConfig:
     """``config`` for the plan's operands: the tf32 tile (bk = 32) for f32 operands run as
-    tf32, the 16-bit tile (bk = 64) otherwise (a tuned record or a forced tile names one)."""
-    if p.tf32 == config.tf32:
-        return config
-    return as_tf32(config) if p.tf32 else replace(config, bk=64)
+    tf32, the float8 tile (bk = 128) for float8 codes, the 16-bit tile (bk = 64) otherwise
+    (a tuned record or a forced tile names one)."""
+    if p.tf32:
+        return as_tf32(config)
+    return as_fp8(config) if p.fp8 else replace(config, bk=64)
 
 
 def _heuristic_config(p: GemmPlan, sms: int) -> tuple[TileConfig, str]:
@@ -320,7 +401,7 @@ def _heuristic_config(p: GemmPlan, sms: int) -> tuple[TileConfig, str]:
                 return in_kernel, why
             config = with_variant(config, replace(config.variant, vectors="smem"))
         return config, why
-    config = choose_config(p.m, p.n, p.k, p.batches, sms, three_consumers=not p.tf32)
+    config = choose_config(p.m, p.n, p.k, p.batches, sms, three_consumers=not (p.tf32 or p.fp8))
     if _reads_output_shaped_input(p) and config.consumers == 2:
         config = with_variant(config, replace(config.variant, prefetch="tile"))
     if config.epilogue == "smem" and heuristic_loop(p) == "rolled":
@@ -615,7 +696,7 @@ def gemm_spec(fused_op: ai.FusedOp, p: GemmPlan, config: TileConfig):
     fast = config.math == "fast" and out_dtype in _DTYPES
     ln_tile = p.layernorm is not None and config.ln == "tile"
     epi, sources, finalise = epilogue(fused_op, p, fast, ln_tile)
-    dtype = spec_of(p.matmul.lhs.type).dtype
+    dtype = p.fp8 or spec_of(p.matmul.lhs.type).dtype
     # tf32: an operand stored MN-major is read from its K-major copy (``generate``)
     a_major, b_major = ("k", "k") if p.tf32 else (p.a_major, p.b_major)
     spec = GemmSpec(config, dtype, out_dtype, a_major, b_major, p.batch_a, p.batch_b, epi)
@@ -670,6 +751,11 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         *(
             ["precision: tf32 (f32 operands read as tf32 by wgmma k8; precision='tf32')"]
             if p.tf32
+            else []
+        ),
+        *(
+            [f"float8 codes: wgmma k32 reads the dequantized operands' {p.fp8} codes"]
+            if p.fp8
             else []
         ),
         f"epilogue on the accumulators: {spec.epilogue.name} (f32, one rounding at the store)",

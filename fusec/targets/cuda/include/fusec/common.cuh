@@ -167,6 +167,40 @@ struct BF16 {
   FS_HALF_MEMBERS(bf16)
 };
 
+// The float8 element types (issue 31; e4m3, or e5m2 with E5M2_): operands of the fp8 GEMM
+// (wgmma reads the codes), and as outputs a saturating store (cvt.rn.satfinite).
+template <bool E5M2_>
+struct Float8 {
+  enum : int { BYTES = 1, IS_BF16 = 0 };
+  static constexpr bool IS_E5M2 = E5M2_;
+  static __device__ __forceinline__ u16 pack(float lo, float hi) {
+    u16 r;
+    if constexpr (E5M2_)
+      asm("cvt.rn.satfinite.e5m2x2.f32 %0, %2, %1;" : "=h"(r) : "f"(lo), "f"(hi));
+    else
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(r) : "f"(lo), "f"(hi));
+    return r;
+  }
+  // a code's value (every float8 value is an f16 one: exact)
+  static __device__ __forceinline__ float ld(const void* p, long long i) {
+    const u16 code = ((const unsigned char*)p)[i];
+    u32 h2;
+    if constexpr (E5M2_)
+      asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h2) : "h"(code));
+    else
+      asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(code));
+    return fs_cvt_f16(h2 & 0xFFFFu);
+  }
+  static __device__ __forceinline__ void st(void* p, long long i, float v) {
+    ((unsigned char*)p)[i] = (unsigned char)(pack(v, 0.0f) & 0xFF);
+  }
+  static __device__ __forceinline__ void st2(void* p, long long i, float a, float b) {
+    *(u16*)((unsigned char*)p + i) = pack(a, b);
+  }
+};
+using E4M3 = Float8<false>;
+using E5M2 = Float8<true>;
+
 #undef FS_ELEMENT_MEMBERS
 #undef FS_HALF_MEMBERS
 
