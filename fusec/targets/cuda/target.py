@@ -61,9 +61,11 @@ DEQUANTIZE_ONLY_IN_THE_GEMM = (
 
 
 def _pointwise_accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
-    """The cuda pointwise kernel's acceptance: no dequantize (``DEQUANTIZE_ONLY_IN_THE_GEMM``),
-    and ``ai.rotate_half`` of group inputs (``rotations_read_inputs``)."""
-    if any(isinstance(op, ai.DequantizeOp) for op in members):
+    """The cuda pointwise kernel's acceptance: no dequantize joins another op
+    (``DEQUANTIZE_ONLY_IN_THE_GEMM``; one left alone gets a group of its own, whose code
+    generation says so at the op), and ``ai.rotate_half`` reads group inputs
+    (``rotations_read_inputs``)."""
+    if len(members) > 1 and any(isinstance(op, ai.DequantizeOp) for op in members):
         return DEQUANTIZE_ONLY_IN_THE_GEMM
     return rotations_read_inputs(members, anchor)
 

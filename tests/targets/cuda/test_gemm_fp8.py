@@ -1,0 +1,161 @@
+"""The float8 Tensor Core GEMM without a GPU (issue 31): plans, tiles, kernel text, PTX and
+SASS, and the located refusals.
+
+A matmul whose operands are ``dequantize`` of float8 codes (scale 1, zero point 0: the
+scales are moved after the product by ``recognize-patterns``) is the Hopper GEMM on the
+codes: wgmma k32 with e4m3 or e5m2 operands, f32 accumulation, a BK = 128 tile. The GPU
+tests are in ``test_gemm_fp8_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from fp8_cases import fp8_gemm_ir
+from test_gemm_build import clean_sass, needs_toolchain, needs_toolchain_in_the_default_lane
+
+import fusec
+from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
+from fusec.errors import FusecError
+from fusec.targets.cuda.gemm import cpp
+from fusec.targets.cuda.gemm import template as gemm_template
+from fusec.targets.cuda.gemm.config import TileConfig, as_fp8
+
+pytestmark = pytest.mark.requires_target("cuda")
+
+
+def _compile(text: str):
+    return fusec.compile(text, target="cuda", executable=False, sms=132)
+
+
+def _fused(compiled) -> ai.FusedOp:
+    (group,) = [op for op in compiled.module.walk() if isinstance(op, ai.FusedOp)]
+    return group
+
+
+def _gemm(compiled):
+    (kernel,) = [k for k in compiled.kernels if k.kind == "matmul"]
+    return kernel
+
+
+@pytest.mark.parametrize("dtype", ["f8E4M3FN", "f8E5M2"])
+@pytest.mark.parametrize("tail", ["", "bf16", "bias_relu_f16"])
+def test_dequantized_operands_are_one_float8_gemm(dtype: str, tail: str) -> None:
+    """One group, no fallback: both dequantizes inside, the codes read by the kernel, the
+    scales (and bias, relu, cast) in its epilogue."""
+    compiled = _compile(fp8_gemm_ir(256, 384, 520, dtype=dtype, tail=tail))
+    assert len(compiled.kernels) == 1
+    kernel = _gemm(compiled)
+    assert kernel.remark is None and "GemmLaunch" in kernel.source
+    p = gemm_template.plan(_fused(compiled))
+    assert not isinstance(p, str) and p.fp8 == dtype
+    group = _fused(compiled)
+    codes = [spec_of(group.inputs[i].type) for i in (p.a[0], p.b[0])]
+    assert [(c.shape, c.dtype) for c in codes] == [((256, 520), dtype), ((384, 520), dtype)]
+    (spec,) = kernel.specs
+    assert spec.dtype == dtype and spec.config.bk == 128 and spec.config.mma_k == 32
+    assert f"float8 codes: wgmma k32 reads the dequantized operands' {dtype} codes" in kernel.source
+    assert "ai.mul -> ai.mul" in spec.epilogue.name
+
+
+def test_per_tensor_and_per_column_scales_are_epilogue_inputs() -> None:
+    """B's scale per column is an epilogue input read at the column; two per-tensor scales
+    are one (``canonicalize`` folds their product)."""
+    kernel = _gemm(_compile(fp8_gemm_ir(128, 384, 256, per_column=True, tail="")))
+    (spec,) = kernel.specs
+    assert spec.epilogue.extras == ("f32", "f32") and "fs_ld_f32(e1, i1)" in spec.epilogue.body
+    kernel = _gemm(_compile(fp8_gemm_ir(128, 384, 256, per_column=False, tail="")))
+    (spec,) = kernel.specs
+    assert spec.epilogue.extras == ("f32",) and "fs_ld_f32(e0, 0)" in spec.epilogue.body
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            fp8_gemm_ir(64, 32, 48, transpose_b=False),
+            "dequantizes only float8 operands of the Tensor Core GEMM",
+        ),
+        (
+            fp8_gemm_ir(64, 32, 48, b_dtype="f8E5M2"),
+            "dequantizes only float8 operands of the Tensor Core GEMM",
+        ),
+    ],
+    ids=["b-stored-k-by-n", "mixed-e4m3-e5m2"],
+)
+def test_what_the_gemm_cannot_read_is_a_located_error(text: str, message: str) -> None:
+    """A B stored K x N (wgmma reads float8 K-major only) or two float8 types: fusion leaves
+    the dequantizes out of the GEMM, and the cuda target has no other kernel for them."""
+    with pytest.raises(FusecError, match=message) as err:
+        _compile(text)
+    assert "ai.dequantize" in str(err.value) and re.search(r":\d+:\d+", str(err.value))
+
+
+def test_plan_reasons() -> None:
+    """The plan's own reasons, asked of the members fusion would pack."""
+    ir = fp8_gemm_ir(64, 32, 48, b_dtype="f8E5M2")
+    compiled = fusec.compile(ir, target="reference", pipeline="infer-shapes,recognize-patterns")
+    ops = [op for op in compiled.module.walk() if isinstance(op, ai.AiOp)]
+    members = [op for op in ops if not isinstance(op, ai.CastOp)]
+    reason = gemm_template.plan_members(members)
+    assert (
+        reason == "float8 operands of two types (e4m3 x e5m2): the kernel takes one type for both"
+    )
+    # one dequantize joined, the other still outside: the state fusion passes through
+    ir = fp8_gemm_ir(64, 32, 48)
+    compiled = fusec.compile(ir, target="reference", pipeline="infer-shapes,recognize-patterns")
+    ops = [op for op in compiled.module.walk() if isinstance(op, ai.AiOp)]
+    dq_a = next(op for op in ops if isinstance(op, ai.DequantizeOp))
+    matmul = next(op for op in ops if isinstance(op, ai.MatmulOp))
+    p = gemm_template.plan_members([dq_a, matmul])
+    assert not isinstance(p, str) and p.fp8 == "f8E4M3FN"
+
+
+def test_float8_tile_configs() -> None:
+    config = as_fp8(TileConfig())
+    assert config.bk == 128 and config.fp8 and not config.tf32 and config.problems() == []
+    assert config.a_stage_bytes == TileConfig().a_stage_bytes  # 128 bytes a row either way
+    with pytest.raises(ValueError, match="float8 operands and a float8 tile"):
+        cpp.GemmSpec(TileConfig(), "f8E4M3FN", "bf16", "k", "k")
+    with pytest.raises(ValueError, match="float8 operands are K-major"):
+        cpp.GemmSpec(config, "f8E4M3FN", "bf16", "k", "n")
+    with pytest.raises(ValueError, match="ln=tile normalises 16-bit A tiles"):
+        TileConfig(bk=128, ln="tile")
+
+
+def test_reference_target_computes_the_graph() -> None:
+    """The same graph on the reference executor (what the GPU tests compare with) is finite
+    and scaled: the codes' product times 0.0625 x 0.125."""
+    import ml_dtypes
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((16, 32)) * 3).astype(ml_dtypes.float8_e4m3fn)
+    b = (rng.standard_normal((8, 32)) * 3).astype(ml_dtypes.float8_e4m3fn)
+    out = fusec.compile(fp8_gemm_ir(16, 8, 32, tail="", per_column=False), target="reference")(a, b)
+    want = a.astype(np.float32) @ b.astype(np.float32).T * (0.0625 * 0.125)
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
+@needs_toolchain_in_the_default_lane
+def test_float8_gemm_ptx_has_the_k32_wgmma() -> None:
+    from fusec.targets.cuda import build
+
+    for dtype, kind in (("f8E4M3FN", "e4m3"), ("f8E5M2", "e5m2")):
+        (spec,) = _gemm(_compile(fp8_gemm_ir(2048, 2048, 2048, dtype=dtype))).specs
+        ptx = build.ptx(spec)
+        found = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k\d+\.\S+", ptx))
+        assert found == {f"wgmma.mma_async.sync.aligned.m64n{spec.config.bn}k32.f32.{kind}.{kind}"}
+
+
+@needs_toolchain
+def test_float8_cubin_is_clean(tmp_path) -> None:
+    """QGMMA (Hopper's float8 wgmma) ...x32 on e4m3 from TMA loads, no spills, no local
+    memory."""
+    (spec,) = _gemm(_compile(fp8_gemm_ir(4096, 4096, 4096, tail="bf16"))).specs
+    sass = clean_sass(spec, tmp_path)
+    hgmma = re.findall(r"QGMMA\.64x(\d+)x(\d+)\.F32\.E4M3\.E4M3", sass)
+    assert hgmma and set(hgmma) == {(str(spec.config.bn), "32")}
+    assert "UTMALDG" in sass
