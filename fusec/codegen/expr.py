@@ -693,8 +693,8 @@ class ExprGenerator:
 
     # ---------------------------------------------------- quantized elements
     def quantize_code(self, dtype: str, q: str, zero_point: str, saturate: bool) -> str:
-        """``ai.quantize``'s code (``fusec.codegen.quant``): a Numba helper; the other
-        languages have none (the cuda target refuses the quantization ops by name)."""
+        """``ai.quantize``'s code (``fusec.codegen.quant``): a Numba helper (the cpu
+        kernels' and the cuda Numba kernels'); the C++ and torch languages have none."""
         from fusec.codegen.quant import quantize_helper
 
         helper = self._quant_helper(quantize_helper(dtype, saturate))
@@ -713,7 +713,7 @@ class ExprGenerator:
         if self.language is not PYTHON:
             raise FusecError(
                 f"quantized element types have no {self.language.name} code (issue 31): "
-                "the cpu target computes ai.quantize and ai.dequantize"
+                "Numba kernels compute ai.quantize and ai.dequantize"
             )
         if name is not None:
             self.helpers.add(name)

@@ -398,9 +398,6 @@ from fusec.dialect.ops.logic import (
     XorOp as XorOp,
 )
 from fusec.dialect.ops.quantization import (
-    _QUANTIZE_ON_CUDA as _QUANTIZE_ON_CUDA,
-)
-from fusec.dialect.ops.quantization import (
     DequantizeOp as DequantizeOp,
 )
 from fusec.dialect.ops.quantization import (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from xdsl.irdl import irdl_op_definition, traits_def
@@ -16,11 +16,6 @@ from fusec.ir.tensors import spec_of
 
 if TYPE_CHECKING:
     import numpy as np
-
-_QUANTIZE_ON_CUDA = (
-    "no cuda kernel converts values to the quantized element types (float8, int8) yet "
-    "(issue 31); run it on the cpu or reference target"
-)
 
 
 class QuantizationOp(AiOp):
@@ -93,7 +88,6 @@ class QuantizeOp(QuantizationOp):
     saturate = bool_prop(True)
 
     SHAPE_FUNCTION = shapes.quantize
-    UNSUPPORTED: ClassVar[Mapping[str, str]] = {"cuda": _QUANTIZE_ON_CUDA}
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         x, scale, zero_point = args

@@ -16,6 +16,11 @@ Reductions: ``block_sum``/``block_max`` reduce one value per thread over the
 whole block and ``warp_sum``/``warp_max`` over each warp; every thread gets the
 result. They take a shared ``scratch`` array of at least blockDim floats.
 
+Quantized elements (issue 31): ``f8e4m3fn_value`` / ``f8e5m2_value`` and the
+``quantize_<type>[_sat]`` encoders of ``fusec.codegen.quant`` (the cpu kernels' helpers,
+the same source), which ``ai.quantize`` and ``ai.dequantize`` call; float8 tensors are held
+as their codes (``uint8`` arrays), integers as themselves.
+
 Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) inline PTX and warp
 shuffles cannot run, so the same names are plain Python with the same meaning.
 """
@@ -23,9 +28,11 @@ shuffles cannot run, so the same names are plain Python with the same meaning.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
+from fusec.codegen import quant
 from fusec.ir.dtypes import ELEMENT_TYPES
 from fusec.targets.cuda.env import numba_cuda, simulator_enabled
 
@@ -40,6 +47,7 @@ FULL_MASK = 0xFFFFFFFF
 def helper_names() -> list[str]:
     """Every name this module exports to generated kernels."""
     names = ["block_sum", "block_max", "warp_sum", "warp_max", "round_f16", "round_bf16"]
+    names += list(quant.HELPERS)
     for fmt in FORMATS:
         names += [f"ld_{fmt}", f"st_{fmt}"]
         names += [f"{op}_{fmt}x{n}" for op in ("load", "store") for n in VECTOR_COUNTS[fmt]]
@@ -403,5 +411,91 @@ def _make_gpu_reductions(jitted) -> dict[str, object]:
     }
 
 
+#: ``CALL(...).view(np.uint32 | np.float32)``: a scalar's bit cast in the quantization
+#: helpers' source. Numba CUDA compiles a scalar ``view`` as a device function, which asks
+#: the current GPU for its compute capability (no PTX without a GPU): on the GPU the cuda
+#: helpers cast through intrinsics instead (``_bit_casts``).
+_SCALAR_VIEW = re.compile(r"([\w.]+\([^()]*\))\.view\(np\.(uint32|float32)\)")
+
+
+def _quant_functions(bit_casts: dict[str, object] | None = None) -> dict[str, object]:
+    """The quantization helpers (``quant.HELPERS``) as plain Python functions of one
+    namespace, in which they call each other by name; with ``bit_casts``, their scalar
+    views call those (``_SCALAR_VIEW``)."""
+    namespace: dict[str, object] = {"np": np, "f32": np.float32, **(bit_casts or {})}
+    for name, source in quant.HELPERS.items():
+        text = source.format(decorator="")
+        if bit_casts is not None:
+            text = _SCALAR_VIEW.sub(r"_as_\2(\1)", text)
+        exec(compile(text, f"<fusec quant {name}>", "exec"), namespace)
+    return {name: namespace[name] for name in quant.HELPERS}
+
+
+def _bit_casts() -> dict[str, object]:
+    """``_as_uint32(float32)`` and ``_as_float32(uint32)``: the same 32 bits, another type."""
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def _as_uint32(typingctx, value):
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(args[0], ir.IntType(32))
+
+        return types.uint32(types.float32), codegen
+
+    @intrinsic
+    def _as_float32(typingctx, value):
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(args[0], ir.FloatType())
+
+        return types.float32(types.uint32), codegen
+
+    return {"_as_uint32": _as_uint32, "_as_float32": _as_float32}
+
+
+def _make_quant_helpers() -> dict[str, object]:
+    """The quantization helpers for kernels: plain Python under the simulator; on the GPU
+    intrinsics compiled inline at their call sites (no device function: those ask the
+    current GPU for its compute capability, so no PTX without a GPU)."""
+    if simulator_enabled():
+        return _quant_functions()
+    functions = _quant_functions(_bit_casts())
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    def inline(impl, result):
+        def codegen(context, builder, sig, llargs):
+            return context.compile_internal(builder, impl, sig, llargs)
+
+        if impl.__code__.co_argcount == 1:
+
+            @intrinsic
+            def helper1(typingctx, code):
+                return result(code), codegen
+
+            return helper1
+
+        @intrinsic
+        def helper2(typingctx, q, zero_point):
+            return result(q, zero_point), codegen
+
+        return helper2
+
+    bound: dict[str, object] = {}
+    for name, fn in functions.items():
+        if name.endswith("_value"):
+            result = types.float32
+        elif name.startswith("quantize_f8"):
+            result = types.uint8
+        else:
+            result = types.int32
+        bound[name] = inline(fn, result)
+    # the encoders call the value helpers by name: as intrinsics, where they are compiled
+    next(iter(functions.values())).__globals__.update(bound)  # type: ignore[attr-defined]
+    return bound
+
+
 globals().update(_make_sim_helpers() if simulator_enabled() else _make_gpu_helpers())
+globals().update(_make_quant_helpers())
 __all__ = helper_names()

@@ -45,7 +45,6 @@ from fusec.targets.cuda.common import (
     vector_accesses,
     yielded,
 )
-from fusec.targets.cuda.target import DEQUANTIZE_ONLY_IN_THE_GEMM
 
 THREADS = 256
 #: Bytes of the narrowest tensor per thread and loop step: one 16-byte access per
@@ -108,11 +107,6 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     name = kernel_name(name)
     ops = body_ops(fused_op)
     check_elementwise(ops, (*ELEMENTWISE_OPS, ai.RotateHalfOp))
-    for op in ops:
-        if isinstance(op, ai.DequantizeOp):
-            from fusec.codegen.expr import error_at
-
-            raise error_at(op, f"cannot run here: {DEQUANTIZE_ONLY_IN_THE_GEMM}")
     results = yielded(fused_op)
     leaves = leaf_shapes(ops)
     for value in results:

@@ -52,24 +52,6 @@ def _floats_only(what: str) -> Any:
     return accepts
 
 
-#: Where the cuda target computes ``ai.dequantize`` (issue 31): nowhere but as an operand
-#: of the Tensor Core GEMM, which reads the float8 codes themselves.
-DEQUANTIZE_ONLY_IN_THE_GEMM = (
-    "the cuda target dequantizes only float8 operands of the Tensor Core GEMM (codes A "
-    "M x K and B N x K, scales per tensor or per column of B, zero points 0; issue 31)"
-)
-
-
-def _pointwise_accepts(members: Sequence[Operation], anchor: Operation | None) -> str | None:
-    """The cuda pointwise kernel's acceptance: no dequantize joins another op
-    (``DEQUANTIZE_ONLY_IN_THE_GEMM``; one left alone gets a group of its own, whose code
-    generation says so at the op), and ``ai.rotate_half`` reads group inputs
-    (``rotations_read_inputs``)."""
-    if len(members) > 1 and any(isinstance(op, ai.DequantizeOp) for op in members):
-        return DEQUANTIZE_ONLY_IN_THE_GEMM
-    return rotations_read_inputs(members, anchor)
-
-
 def _planned(module: str, lowers: tuple[type[ai.AiOp], ...]) -> Template:
     """The Template of ``module``, whose ``accepts`` (its plan of the group fusion would
     pack) fusion asks."""
@@ -114,7 +96,7 @@ class CudaTarget(Target):
     }
     templates = {
         "pointwise": Template(
-            "fusec.targets.cuda.pointwise", (ai.RotateHalfOp,), accepts=_pointwise_accepts
+            "fusec.targets.cuda.pointwise", (ai.RotateHalfOp,), accepts=rotations_read_inputs
         ),
         "row_reduce": Template(
             "fusec.targets.cuda.row_reduce", _ROWS, accepts=_floats_only("the cuda row kernel")

@@ -245,10 +245,15 @@ def test_fp8_qdq_matmul_runs_on_cpu_as_the_reference():
     assert_close(got, want, tol=1e-5)
 
 
-def test_cuda_target_refuses_quantize_by_name():
+def test_fp8_qdq_matmul_compiles_for_cuda():
+    """On cuda the activations' quantize and dequantize are one pointwise kernel (the
+    Numba helpers the cpu kernels use, ``test_quant_cuda.py``); the weight, a constant
+    dequantized at import, is f32, so the product is no float8 GEMM (the IEEE fallback)."""
     model, _ = _qdq_matmul()
-    with pytest.raises(FusecError, match="ai.quantize is not supported on target 'cuda'"):
-        fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+    kinds = [k.kind for k in compiled.kernels]
+    assert kinds[0] == "pointwise" and "matmul" in kinds
+    assert "quantize_f8e4m3fn_sat(" in compiled.kernels[0].source
 
 
 def _w4a16_matmul(m=8, k=64, n=32, block=16) -> tuple[onnx.ModelProto, np.ndarray]:

@@ -78,6 +78,11 @@ reads the f32 bit patterns from the same 128-byte swizzled rows (32 values a row
 32, a k8 step 32 bytes into the row, as a k16 step of 16-bit values), accumulating in
 f32. wgmma has no transpose for tf32, so both operands must be K-major (A stored M x K,
 B stored N x K: ``transpose_b``); the launch first copies an MN-major one K-major.
+
+Float8 operands (issue 31) are read as their codes: ``wgmma...k32.f32.e4m3.e4m3`` (or
+e5m2) takes 32 codes of each K-major row a step, from the same 128-byte swizzled rows (128
+codes a row, BK = 128; TMA moves them as bytes), accumulating in f32; K-major only, as
+tf32. The quantization scales are the epilogue's (the template's plan).
 """
 
 from __future__ import annotations
