@@ -58,6 +58,5 @@ def fp8_gemm_ir(
         result = "%z"
     body = "\n  ".join(lines)
     return (
-        f"func.func @g({', '.join(params)}) -> {out} {{\n  {body}\n"
-        f"  return {result} : {out}\n}}\n"
+        f"func.func @g({', '.join(params)}) -> {out} {{\n  {body}\n  return {result} : {out}\n}}\n"
     )

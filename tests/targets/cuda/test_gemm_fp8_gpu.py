@@ -79,3 +79,22 @@ def test_fp8_gemm_batched_a() -> None:
     """A with a batch dimension folded into M (B shared)."""
     rel, _ = _run(fp8_gemm_ir(300, 200, 256, batch=(3,), tail=""), seed=7)
     assert rel < 1e-5, f"rel L2 {rel:.2e}"
+
+
+@pytest.mark.parametrize("dtype, saturate", [("f8E4M3FN", True), ("f8E5M2", False), ("i8", True)])
+def test_quantize_dequantize_on_the_gpu_equal_the_reference(dtype, saturate) -> None:
+    """The pointwise quantize -> dequantize kernel (the intrinsics of the cpu helpers):
+    codes and values bit for bit the reference's, NaN/inf/huge inputs among them."""
+    from quant_sim import qdq_ir
+
+    import fusec
+
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((37, 53)) * 200).astype(np.float32)
+    x[0, :6] = [np.nan, np.inf, -np.inf, 1e30, -0.0, 300.0]
+    text = qdq_ir(dtype, saturate)
+    compiled = fusec.compile(text, target="cuda")
+    got = compiled._runner([x], poison=True)
+    want = fusec.compile(text, target="reference")(x)
+    assert np.array_equal(np.asarray(got[0]).view(np.uint8), np.asarray(want[0]).view(np.uint8))
+    assert np.array_equal(got[1], want[1], equal_nan=True)
