@@ -135,17 +135,22 @@ def io_specs(fused_op: FusedOp) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpe
     )
 
 
+def group_operand(value: SSAValue) -> SSAValue | None:
+    """The value outside the group that a group's block argument ``value`` stands for
+    (``value`` itself when it is no block argument), or None for another block's argument."""
+    from xdsl.ir import BlockArgument
+
+    if not isinstance(value, BlockArgument):
+        return value
+    group = value.block.parent_op()
+    return group.operands[value.index] if isinstance(group, FusedOp) else None
+
+
 def outer_constant(value: SSAValue) -> np.ndarray | None:
     """The numpy value of the ``arith.constant`` that a group's block argument ``value``
     stands for (or that defines ``value``), else None."""
-    from xdsl.ir import BlockArgument
-
     from fusec.ir.constants import constant_value, is_constant
 
-    if isinstance(value, BlockArgument):
-        group = value.block.parent_op()
-        if not isinstance(group, FusedOp):
-            return None
-        value = group.operands[value.index]
-    owner = value.owner
+    outer = group_operand(value)
+    owner = outer.owner if outer is not None else None
     return constant_value(owner) if is_constant(owner) else None

@@ -324,13 +324,14 @@ def single_core(fused_op: ai.FusedOp, core_type: type[ai.AiOp]) -> Operation:
 def producer(value: SSAValue) -> Operation | None:
     """The op that computes ``value`` (a group's block argument: the op its group input
     is yielded by, through the group that yields it), or None."""
-    from xdsl.ir import BlockArgument, OpResult
+    from xdsl.ir import OpResult
 
-    if isinstance(value, BlockArgument):
-        group = value.block.parent_op()
-        if not isinstance(group, ai.FusedOp):
-            return None
-        value = group.operands[value.index]
+    from fusec.codegen import group_operand
+
+    outer = group_operand(value)
+    if outer is None:
+        return None
+    value = outer
     if isinstance(value, OpResult) and isinstance(value.op, ai.FusedOp):
         terminator = value.op.block.last_op
         if terminator is None:

@@ -418,17 +418,17 @@ def _make_gpu_reductions(jitted) -> dict[str, object]:
 _SCALAR_VIEW = re.compile(r"([\w.]+\([^()]*\))\.view\(np\.(uint32|float32)\)")
 
 
-def _quant_functions(bit_casts: dict[str, object] | None = None) -> dict[str, object]:
-    """The quantization helpers (``quant.HELPERS``) as plain Python functions of one
-    namespace, in which they call each other by name; with ``bit_casts``, their scalar
-    views call those (``_SCALAR_VIEW``)."""
+def _quant_namespace(bit_casts: dict[str, object] | None = None) -> dict[str, object]:
+    """The namespace holding the quantization helpers (``quant.HELPERS``) as plain Python
+    functions, which call each other by name in it; with ``bit_casts``, their scalar views
+    call those (``_SCALAR_VIEW``)."""
     namespace: dict[str, object] = {"np": np, "f32": np.float32, **(bit_casts or {})}
     for name, source in quant.HELPERS.items():
         text = source.format(decorator="")
         if bit_casts is not None:
             text = _SCALAR_VIEW.sub(r"_as_\2(\1)", text)
         exec(compile(text, f"<fusec quant {name}>", "exec"), namespace)
-    return {name: namespace[name] for name in quant.HELPERS}
+    return namespace
 
 
 def _bit_casts() -> dict[str, object]:
@@ -459,8 +459,9 @@ def _make_quant_helpers() -> dict[str, object]:
     intrinsics compiled inline at their call sites (no device function: those ask the
     current GPU for its compute capability, so no PTX without a GPU)."""
     if simulator_enabled():
-        return _quant_functions()
-    functions = _quant_functions(_bit_casts())
+        namespace = _quant_namespace()
+        return {name: namespace[name] for name in quant.HELPERS}
+    namespace = _quant_namespace(_bit_casts())
     from numba.cuda import types
     from numba.cuda.extending import intrinsic
 
@@ -483,7 +484,8 @@ def _make_quant_helpers() -> dict[str, object]:
         return helper2
 
     bound: dict[str, object] = {}
-    for name, fn in functions.items():
+    for name in quant.HELPERS:
+        fn = namespace[name]
         if name.endswith("_value"):
             result = types.float32
         elif name.startswith("quantize_f8"):
@@ -491,8 +493,7 @@ def _make_quant_helpers() -> dict[str, object]:
         else:
             result = types.int32
         bound[name] = inline(fn, result)
-    # the encoders call the value helpers by name: as intrinsics, where they are compiled
-    next(iter(functions.values())).__globals__.update(bound)  # type: ignore[attr-defined]
+    namespace.update(bound)  # the encoders call the value helpers by name: as intrinsics
     return bound
 
 
