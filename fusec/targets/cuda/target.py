@@ -75,22 +75,24 @@ class CudaTarget(Target):
         "conv-layout": "fusec.targets.cuda.conv.layout:ConvLayoutPass",
         "conv-patchify": "fusec.targets.cuda.conv.patchify:ConvPatchifyPass",
         "attention-layout": "fusec.targets.cuda.attention.rowwise:AttentionLayoutPass",
+        "fp8-constant-weights": "fusec.targets.cuda.gemm.fp8_weights:Fp8ConstantWeightsPass",
     }
     pipelines = {
-        # patchify convs as GEMMs, the f32 tail of an exporter's upcast f16 attention in
+        # patchify convs as GEMMs, constant weights of float8 values as float8 codes (the
+        # float8 GEMM's operand), the f32 tail of an exporter's upcast f16 attention in
         # f16 again, transposes moved below elementwise chains (RoPE) and
         # across GEMMs towards the attention, the q, k and v projections of one input as
         # one GEMM, fusion, the channels-last layout of the conv groups (explicit conversions), then
         # the Tensor Core tile of every GEMM group
         "fusec-cuda": "infer-shapes,recognize-patterns,conv-patchify,canonicalize,cse,"
-        "demote-upcasts,sink-transposes,attention-layout,combine-projections{repeated_heads=true},"
-        "fuse,conv-layout,tile-gemm",
+        "fp8-constant-weights,demote-upcasts,sink-transposes,attention-layout,"
+        "combine-projections{repeated_heads=true},fuse,conv-layout,tile-gemm",
         # ... with a softmax of any row length in its matmul's group (rows longer than a
         # block tile: the GEMM's partials epilogue and a finalise pass). Measured slower
         # than the softmax as its own kernel on the H200 (benchmarks/results/
         # gemm-2026-11-30.md, git history, 0fa3236), so not the default
         "fusec-cuda-long-softmax": "infer-shapes,recognize-patterns,conv-patchify,canonicalize,"
-        "cse,demote-upcasts,sink-transposes,attention-layout,"
+        "cse,fp8-constant-weights,demote-upcasts,sink-transposes,attention-layout,"
         "combine-projections{repeated_heads=true},fuse{softmax_tile_limit=1048576},"
         "conv-layout,tile-gemm",
     }

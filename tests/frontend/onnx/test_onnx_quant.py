@@ -245,15 +245,18 @@ def test_fp8_qdq_matmul_runs_on_cpu_as_the_reference():
     assert_close(got, want, tol=1e-5)
 
 
-def test_fp8_qdq_matmul_compiles_for_cuda():
-    """On cuda the activations' quantize and dequantize are one pointwise kernel (the
-    Numba helpers the cpu kernels use, ``test_quant_cuda.py``); the weight, a constant
-    dequantized at import, is f32, so the product is no float8 GEMM (the IEEE fallback)."""
+def test_fp8_qdq_matmul_is_the_float8_gemm_on_cuda():
+    """On cuda the activations' quantize is one pointwise kernel (the Numba helpers the cpu
+    kernels use, ``test_quant_cuda.py``) and the product the float8 GEMM: the weight's
+    codes (stored K x N by the model) are read N x K (``fp8-constant-weights``), both
+    scales in the epilogue, no fallback."""
     model, _ = _qdq_matmul()
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
-    kinds = [k.kind for k in compiled.kernels]
-    assert kinds[0] == "pointwise" and "matmul" in kinds
+    assert [k.kind for k in compiled.kernels] == ["pointwise", "matmul"]
     assert "quantize_f8e4m3fn_sat(" in compiled.kernels[0].source
+    gemm = compiled.kernels[1]
+    assert gemm.remark is None and gemm.specs[0].dtype == "f8E4M3FN"
+    assert "ai.mul -> ai.mul" in gemm.specs[0].epilogue.name
 
 
 def _w4a16_matmul(m=8, k=64, n=32, block=16) -> tuple[onnx.ModelProto, np.ndarray]:
@@ -313,10 +316,11 @@ def test_a_bad_scale_shape_is_located():
         fusec.from_onnx(model)
 
 
-def test_weight_only_dequantize_is_evaluated_at_import_and_runs_on_cpu():
-    """DequantizeLinear of a constant float8 weight (no quantized activations) is
-    evaluated at import, as every operator with constant inputs: the cpu target runs the
-    graph with the dequantized f32 weight, equal to onnxruntime's result."""
+def test_weight_only_dequantize_is_folded_at_compile_and_runs_on_cpu():
+    """DequantizeLinear of a constant float8 weight (no quantized activations) is kept at
+    import, as one of int8 codes (``onnx_fold.kept_quantized``: the cuda float8 GEMM reads
+    such codes), and folded by ``canonicalize`` where nothing reads it as codes: the cpu
+    target runs the graph with the dequantized f32 weight, equal to onnxruntime's result."""
     model, x = _qdq_matmul()
     graph = model.graph
     keep = [n for n in graph.node if n.name in ("dq_w", "matmul")]
@@ -324,9 +328,10 @@ def test_weight_only_dequantize_is_evaluated_at_import_and_runs_on_cpu():
     del graph.node[:]
     graph.node.extend(keep)
     module = fusec.from_onnx(model)
-    assert "ai.dequantize" not in str(module) and "ai.matmul" in str(module)
-    got = fusec.compile(module, target="cpu")(x)
-    assert_close(got, run_onnxruntime(model, {"x": x})[0], tol=1e-4)
+    assert "ai.dequantize" in str(module) and "ai.matmul" in str(module)
+    compiled = fusec.compile(module, target="cpu")
+    assert "ai.dequantize" not in compiled.ir
+    assert_close(compiled(x), run_onnxruntime(model, {"x": x})[0], tol=1e-4)
 
 
 # --------------------------------------- a model from onnxruntime's quantization tool

@@ -60,3 +60,40 @@ def fp8_gemm_ir(
     return (
         f"func.func @g({', '.join(params)}) -> {out} {{\n  {body}\n  return {result} : {out}\n}}\n"
     )
+
+
+def fp8_qdq_onnx(m: int, k: int, n: int, seed: int = 0):
+    """(an fp8 linear layer as ONNX writes it, an input): x (M x K, f32) Q->DQ per tensor
+    to e4m3, a K x N e4m3 weight initializer DQ per column, MatMul (opset 21)."""
+    import ml_dtypes
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((k, n)) * 2).astype(ml_dtypes.float8_e4m3fn)
+    e4m3 = TensorProto.FLOAT8E4M3FN
+    inits = [
+        numpy_helper.from_array(w, "w_q"),
+        helper.make_tensor("w_s", TensorProto.FLOAT, [n], rng.uniform(0.01, 0.1, n).tolist()),
+        helper.make_tensor("w_z", e4m3, [n], [0.0] * n),
+        helper.make_tensor("x_s", TensorProto.FLOAT, [], [0.02]),
+        helper.make_tensor("x_z", e4m3, [], [0.0]),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "x_s", "x_z"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["wd"], axis=1),
+        helper.make_node("MatMul", ["xd", "wd"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fp8_linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    return model, (rng.standard_normal((m, k)) * 3).astype(np.float32)

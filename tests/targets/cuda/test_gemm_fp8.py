@@ -151,3 +151,55 @@ def test_float8_cubin_is_clean(tmp_path) -> None:
     hgmma = re.findall(r"QGMMA\.64x(\d+)x(\d+)\.F32\.E4M3\.E4M3", sass)
     assert hgmma and set(hgmma) == {(str(spec.config.bn), "32")}
     assert "UTMALDG" in sass
+
+
+def _constant_weight_ir(values, tb: bool) -> str:
+    """A (16 x 32 e4m3 codes) dequantized per tensor @ W, a 2-D f32 constant (32 x 8, or
+    8 x 32 read ``transpose_b``), the f32 product."""
+    rows = ", ".join("[" + ", ".join(repr(float(v)) for v in row) + "]" for row in values)
+    w = "tensor<8x32xf32>" if tb else "tensor<32x8xf32>"
+    return f"""func.func @g(%a: tensor<16x32xf8E4M3FN>) -> tensor<16x8xf32> {{
+  %s = arith.constant dense<0.5> : tensor<f32>
+  %z = arith.constant dense<0.0> : tensor<f8E4M3FN>
+  %w = arith.constant dense<[{rows}]> : {w}
+  %x = ai.dequantize %a, %s, %z : tensor<16x32xf8E4M3FN> * tensor<f32> * tensor<f8E4M3FN>
+  %y = ai.matmul %x, %w{" {transpose_b = true}" if tb else ""} : tensor<16x32xf32> * {w}
+  return %y : tensor<16x8xf32>
+}}
+"""
+
+
+@pytest.mark.parametrize("tb", [False, True], ids=["w-k-by-n", "w-n-by-k"])
+def test_a_constant_weight_of_float8_values_is_read_as_codes(tb: bool) -> None:
+    """``fp8-constant-weights``: a constant weight whose values are all e4m3 values becomes
+    the float8 GEMM's B codes, stored N x K whichever way W was stored; the compiled
+    module computes what the source does (the reference executor runs both)."""
+    import ml_dtypes
+    import numpy as np
+
+    from fusec.runtime.reference import run_reference
+
+    rng = np.random.default_rng(4)
+    shape = (8, 32) if tb else (32, 8)
+    values = (rng.standard_normal(shape) * 4).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    text = _constant_weight_ir(values, tb)
+    compiled = _compile(text)
+    assert [k.kind for k in compiled.kernels] == ["matmul"]
+    kernel = _gemm(compiled)
+    assert kernel.remark is None and kernel.specs[0].dtype == "f8E4M3FN"
+    a = (rng.standard_normal((16, 32)) * 3).astype(ml_dtypes.float8_e4m3fn)
+    want = fusec.compile(text, target="reference")(a)
+    (got,) = run_reference(compiled.module, [a])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_constant_weight_of_other_values_stays() -> None:
+    """A weight with a value e4m3 rounds (0.1) is no float8 operand: the dequantize runs as
+    a pointwise kernel and the product on the IEEE fallback."""
+    import numpy as np
+
+    values = np.full((32, 8), 0.1, np.float32)
+    compiled = _compile(_constant_weight_ir(values, tb=False))
+    kinds = [k.kind for k in compiled.kernels]
+    assert kinds[:2] == ["pointwise", "matmul"] and set(kinds) == {"pointwise", "matmul"}
+    assert "f32 x f32" in _gemm(compiled).remark.reason

@@ -256,7 +256,7 @@ def _fp8_operands(
     dequantized: Sequence[ai.DequantizeOp], ops: Sequence[Operation], args: Mapping[SSAValue, int]
 ) -> tuple[str, dict[SSAValue, SSAValue]] | str:
     """(the float8 type, matmul operand -> its codes) when each dequantize of the group
-    (``_fp8_problem``) feeds the group's matmul only, and all read one float8 type; else why
+    (``fp8_operand_problem``) feeds the group's matmul only, and all read one float8 type; else why
     the kernel cannot take them.
 
     Fusion grows a group one op at a time, so it asks about [dequantize A, matmul] before
@@ -268,7 +268,7 @@ def _fp8_operands(
     matmul = next(op for op in ops if not isinstance(op, ai.DequantizeOp))
     dtypes, codes = set(), {}
     for dq in dequantized:
-        if (problem := _fp8_problem(dq, args)) is not None:
+        if (problem := fp8_operand_problem(dq, args)) is not None:
             return problem
         if any(use.operation in ops and use.operation is not matmul for use in dq.output.uses):
             return "a dequantized operand is read by other ops of the group than its matmul"
@@ -277,7 +277,7 @@ def _fp8_operands(
     for operand in matmul.operands if isinstance(matmul, ai.MatmulOp) else ():
         joining = operand.owner
         if operand not in codes and isinstance(joining, ai.DequantizeOp) and operand in args:
-            if _fp8_problem(joining, None) is None:  # the dequantize that joins next
+            if fp8_operand_problem(joining, None) is None:  # the dequantize that joins next
                 dtypes.add(spec_of(joining.input.type).dtype)
                 codes[operand] = operand
     if len(dtypes) != 1:
@@ -285,7 +285,7 @@ def _fp8_operands(
     return dtypes.pop(), codes
 
 
-def _fp8_problem(dq: ai.DequantizeOp, args: Mapping[SSAValue, int] | None) -> str | None:
+def fp8_operand_problem(dq: ai.DequantizeOp, args: Mapping[SSAValue, int] | None) -> str | None:
     """Why the GEMM cannot read ``dq``'s codes as an operand, or None: they are float8 codes
     (an input of the group: in ``args``, unless None), per tensor or per axis, with a scale
     of 1 and a zero point of 0 (the scales moved after the product by
