@@ -17,7 +17,7 @@ K-major only), so this pass, run before fusion, gives ``W`` back that form::
 with ``codes`` the float8 constant of ``W`` (transposed to N x K when ``W`` is stored
 K x N): exactly the same values, so the same products. A weight with any value that is no
 value of A's float8 type (NaN, or a value the type rounds) stays as it is, and so does a
-batched one.
+batched one, or one whose A is stored K x M (``transpose_a``: no float8 GEMM either).
 """
 
 from __future__ import annotations
@@ -62,7 +62,9 @@ class ConstantWeightAsFloat8Codes(RewritePattern):
         dq, weight = op.lhs.owner, op.rhs.owner
         if not isinstance(dq, ai.DequantizeOp) or fp8_operand_problem(dq, None) is not None:
             return
-        if not is_constant(weight) or len(spec_of(op.rhs.type).shape) != 2:
+        if op.attr("transpose_a") or not is_constant(weight):
+            return  # (an A stored K x M: the GEMM reads float8 codes K-major only)
+        if len(spec_of(op.rhs.type).shape) != 2:
             return
         dtype = spec_of(dq.input.type).dtype
         transposed = bool(op.attr("transpose_b"))
