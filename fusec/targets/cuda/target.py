@@ -122,6 +122,19 @@ class CudaTarget(Target):
         "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
     }
 
+    def can_generate(self, op: Operation) -> str | None:
+        """``Target.can_generate``, and no quantization op with per-block scales: the cuda
+        kernels index a scale per tensor or per axis only (the cpu pointwise loop indexes
+        blocks)."""
+        reason = super().can_generate(op)
+        if reason is None and isinstance(op, ai.QuantizationOp) and op.blocks() is not None:
+            return (
+                f"{op.name} has per-block scales (block_size {op.attr('block_size')}): the "
+                "cuda kernels read scales per tensor or per axis; run it on the cpu or "
+                "reference target"
+            )
+        return reason
+
     def unavailable_reason(self, *, device: bool = True) -> str | None:
         from fusec.extras import install_hint
         from fusec.targets.cuda.env import cuda_support, gpu_available, simulator_enabled

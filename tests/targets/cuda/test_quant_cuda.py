@@ -53,3 +53,18 @@ def test_quantization_helpers_compile_inline_to_ptx(dtype: str) -> None:
     ((_, ptx),) = compiled.assembly("sm_90")
     assert ".entry" in ptx and "call." not in ptx
     assert ".local" not in ptx and not re.search(r"\.f64\b", ptx)
+
+
+def test_per_block_scales_are_a_located_error() -> None:
+    """A per-block quantize (scales per 8 columns): the cuda kernels index a scale per
+    tensor or per axis, so the op stays out of every group and compiling names it (the
+    pointwise kernel read past the scale's end under the simulator before)."""
+    import fusec
+    from fusec.errors import FusecError
+
+    text = """func.func @f(%b: tensor<8x32xf32>, %s: tensor<8x4xf32>, %z: tensor<8x4xi8>) -> tensor<8x32xi8> {
+  %q = ai.quantize %b, %s, %z {axis = 1, block_size = 8} : tensor<8x32xf32> * tensor<8x4xf32> * tensor<8x4xi8>
+  return %q : tensor<8x32xi8>
+}"""  # noqa: E501
+    with pytest.raises(FusecError, match=r":2:\d+: .*per-block scales \(block_size 8\)"):
+        fusec.compile(text, target="cuda", executable=False)
