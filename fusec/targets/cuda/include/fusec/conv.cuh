@@ -400,7 +400,7 @@ static __device__ __forceinline__ int conv(const E& epi, u64 smem_raw, u64 map_w
         const int ct = cw * 128 + lt;
         const int split = u - t * C::SPLIT_K;
         if (!fs_split_reduce<C::SPLIT_K, 128 * C::CONSUMERS>(acc, ws, counters, t, split, ct,
-                                                              kb1 == kb0, CONV_SPLIT_BARRIER))
+                                                             kb1 == kb0, CONV_SPLIT_BARRIER))
           continue;  // another split of the tile arrives later and stores it
       }
       conv_epilogue<C>(epi, acc, tc, tp, out, wide, pm, pn, g, cw, warp, lane);

@@ -60,8 +60,7 @@ static __device__ __forceinline__ bool gemm_ln_inexact(float y, float mu, float 
 // (__noinline__) it is 72 KB, but the row-softmax GEMM spills around the call.
 template <class In, int WKByN>
 static __device__ __forceinline__ float gemm_ln_exact(const void* x, const void* w, long long row,
-                                                      int col, int K, int N, float mu,
-                                                      float rstd) {
+                                                      int col, int K, int N, float mu, float rstd) {
   const float half_mu = 0.5f * mu, twice_rstd = 2.0f * rstd;
   const long long x0 = row * K;
   float sum = 0.0f;
@@ -476,9 +475,8 @@ static __device__ __forceinline__ void gemm_smem_compute(const E& epi, float (&a
 // fetched again when a model's other kernels have evicted it from the SMs' instruction
 // caches (suspected, not yet measured: benchmarks/gemm_code_cache.py asks).
 template <class C, class E>
-static __device__ __forceinline__ void gemm_rolled_apply(const E& epi, u32 buf, int row0,
-                                                         int col0, int pz, int lane, int M,
-                                                         int N) {
+static __device__ __forceinline__ void gemm_rolled_apply(const E& epi, u32 buf, int row0, int col0,
+                                                         int pz, int lane, int M, int N) {
   using Out = typename C::Out;
   constexpr int PER = 16 / Out::BYTES;  // values per 16-byte step
 #pragma unroll 1
@@ -642,8 +640,7 @@ template <class C, class E, int MI, int HALF>
 static __device__ __forceinline__ void gemm_consumer_tile(
     const E& epi, float (&acc)[MI][HALF], int& it, int& epi_it, int t, int tiles, u32 sa, u32 sb,
     u32 se, u32 sg, u32 sv_mine, u32 bars, u64 out, u64 map_out, int pm, int pn, int pz, int cw,
-    int lt, int warp, int lane, int kblocks, int M, int N, int K, u64 ws, u64 counters,
-    int split) {
+    int lt, int warp, int lane, int kblocks, int M, int N, int K, u64 ws, u64 counters, int split) {
   constexpr int BM = C::BM, WM = C::WM, STAGES = C::STAGES;
   constexpr int A_BYTES = C::A_BYTES, B_BYTES = C::B_BYTES;
   u32 ln_cols = 0, ln_rows = 0;
@@ -784,7 +781,7 @@ static __device__ __forceinline__ void gemm_consumer_tile(
   if constexpr (C::SPLIT_K > 1) {
     const int ct = cw * 128 + lt;  // split-K (split_k.cuh)
     if (!fs_split_reduce<C::SPLIT_K, 128 * C::CONSUMERS>(acc, ws, counters, t, split, ct,
-                                                          kblocks == 0, SPLIT_BARRIER))
+                                                         kblocks == 0, SPLIT_BARRIER))
       return;
   }
   if constexpr (C::SMEM_EPILOGUE) {

@@ -18,8 +18,8 @@
 namespace fusec {
 
 template <class I>
-static __device__ __forceinline__ u16 im2col_value(const u16* __restrict__ x, long long n,
-                                                   int p, int q, int j) {
+static __device__ __forceinline__ u16 im2col_value(const u16* __restrict__ x, long long n, int p,
+                                                   int q, int j) {
   if (j >= I::CK) return 0;
   const int c = j / (I::R * I::S), rs = j - c * (I::R * I::S);
   const int r = rs / I::S, s = rs - r * I::S;
@@ -32,8 +32,7 @@ template <class I>
 static __device__ __forceinline__ void im2col(const u16* __restrict__ x, u16* __restrict__ xt) {
   constexpr int per_pixel = I::CKP / 8;
   const long long step = (long long)gridDim.x * blockDim.x;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < I::GROUPS;
-       i += step) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < I::GROUPS; i += step) {
     const long long pixel = i / per_pixel;
     const int j0 = (int)(i - pixel * per_pixel) * 8;
     const int q = (int)(pixel % I::Q);

@@ -22,9 +22,9 @@
 #include "fusec/common.cuh"
 
 template <int S, int NT, int MI, int HALF>
-static __device__ __forceinline__ bool fs_split_reduce(float (&acc)[MI][HALF], u64 ws,
-                                                       u64 counters, int t, int split, int ct,
-                                                       bool empty, int barrier) {
+static __device__ __forceinline__ bool fs_split_reduce(float (&acc)[MI][HALF], u64 ws, u64 counters,
+                                                       int t, int split, int ct, bool empty,
+                                                       int barrier) {
   static_assert(HALF % 4 == 0, "float4 partials");
   constexpr int V = MI * HALF / 4;
   float4* part = (float4*)ws;
