@@ -397,10 +397,14 @@ def default_rules_source() -> str:
     """The text of ``rules_default.py``: ``default.rules`` parsed, as the Python expression
     that builds it, with the digest it is for. Written by ``python -m
     fusec.passes.fusion.rules`` after a change to the policy or the grammar."""
-    import pprint
-
     text = default_rules_text()
-    parsed = pprint.pformat(parse_rules(text, DEFAULT_RULES_FILE), width=99, sort_dicts=False)
+    rules = parse_rules(text, DEFAULT_RULES_FILE)
+    # one parameter, one kind a line: the dataclasses' own reprs (a pretty-printed tree
+    # ran each field onto a line of its own, 300 lines of it)
+    params = "".join(f"        {name!r}: {param!r},\n" for name, param in rules.params.items())
+    kinds = "".join(f"        {kind!r},\n" for kind in rules.kinds)
+    fields = "".join(f"    {name}={getattr(rules, name)!r},\n" for name in ("source", "target"))
+    parsed = f"Rules(\n    params={{\n{params}    }},\n    kinds=(\n{kinds}    ),\n{fields})"
     return (
         '"""The shipped fusion policy (``default.rules``) parsed ahead: ``fusec compile``\n'
         "under it imports no lark (issue #26).\n\n"
@@ -408,7 +412,7 @@ def default_rules_source() -> str:
         "``rules.default_rules`` uses it only while its digest is that of ``default.rules``\n"
         'and ``rules.GRAMMAR``."""\n'
         "\nfrom fusec.passes.fusion.rules_model import Atom, Clause, KindRules, Param, Rules\n"
-        "\n# fmt: off\n"
+        "\n# fmt: off\n# ruff: noqa: E501  (a kind a line, as generated)\n"
         f"RULES_SHA256 = {default_rules_digest(text)!r}\n"
         f"RULES = {parsed}\n"
     )
