@@ -397,19 +397,20 @@ def compile(  # noqa: A001 - the public name is part of the API contract
     check_precision(precision)
     chosen = resolve(target, available=executable)
     if not isinstance(text_or_path, str | Path | ModuleOp):
+        # each specialization compiled with these options (the target resolved once)
+        each: _CompileOptions = {
+            "target": chosen.name,
+            "pipeline": pipeline,
+            "entry": entry,
+            "after_pass": after_pass,
+            "executable": executable,
+            "sms": sms,
+            "tuned": tuned,
+            "precision": precision,
+        }
         return _compile_dynamic(
             text_or_path,
-            functools.partial(
-                compile,
-                target=chosen.name,
-                pipeline=pipeline,
-                entry=entry,
-                after_pass=after_pass,
-                executable=executable,
-                sms=sms,
-                tuned=tuned,
-                precision=precision,
-            ),
+            functools.partial(compile, **each),
             target=chosen.name,
             max_specializations=max_specializations,
         )

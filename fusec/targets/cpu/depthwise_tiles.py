@@ -59,14 +59,34 @@ def _next_tap(
     return builder.add(t, builder.select(wrap, back, colstep)), builder.select(wrap, zero, nxt)
 
 
-def _lanes_tile(name: str, pixels: int, vectors: int, lanes: int, sums):
-    """The frame of a lanes tile intrinsic ``tile(x, x_off, pstride, s, rowstep, colstep,
-    taps, wt, ot, o_off)``: the typing, vector loads, the ``llvm.fma`` declaration, and the
-    stores of the ``pixels x vectors`` sums, pixel ``p``'s vector ``v`` at ``ot[o_off + p *
-    cb + v * lanes:]`` (``cb = vectors * lanes``); ``sums(builder, arg, vload, const, fma)``
-    emits the sums themselves, in that order."""
+def _emit_lanes_tile(builder: ir.IRBuilder, arg, pixels: int, vectors: int, lanes: int, sums):
+    """A lanes tile's IR at the builder's position: ``sums(builder, arg, vload, const,
+    fma)`` emits the ``pixels x vectors`` sums, then they are stored, pixel ``p``'s vector
+    ``v`` at ``ot[o_off + p * cb + v * lanes:]`` (``cb = vectors * lanes``)."""
     vty = ir.VectorType(_F32, lanes)
     cb = vectors * lanes
+
+    def vload(base: ir.Value, off: ir.Value) -> ir.Value:
+        at = builder.bitcast(builder.gep(base, [off]), vty.as_pointer())
+        return builder.load(at, align=4)
+
+    def const(v: int) -> ir.Constant:
+        return ir.Constant(_I64, v)
+
+    fma = builder.module.declare_intrinsic(
+        f"llvm.fma.v{lanes}f32", (), ir.FunctionType(vty, [vty, vty, vty])
+    )
+    final = sums(builder, arg, vload, const, fma)
+    po, oo = arg.data(8), arg.integer(9)
+    for p in range(pixels):
+        for v in range(vectors):
+            at = builder.gep(po, [builder.add(oo, const(p * cb + v * lanes))])
+            builder.store(final[p * vectors + v], builder.bitcast(at, vty.as_pointer()), align=4)
+
+
+def _lanes_tile(name: str, pixels: int, vectors: int, lanes: int, sums):
+    """The lanes tile intrinsic ``tile(x, x_off, pstride, s, rowstep, colstep, taps, wt,
+    ot, o_off)``: the typing, and ``_emit_lanes_tile`` of ``sums``."""
 
     def typed(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off):
         intrinsics.check_f32_arrays("depthwise taps tile", {"x": x, "wt": wt, "ot": ot})
@@ -74,25 +94,7 @@ def _lanes_tile(name: str, pixels: int, vectors: int, lanes: int, sums):
 
         def codegen(context, builder, signature, args):
             arg = intrinsics.Arguments(context, builder, signature, args)
-
-            def vload(base: ir.Value, off: ir.Value) -> ir.Value:
-                at = builder.bitcast(builder.gep(base, [off]), vty.as_pointer())
-                return builder.load(at, align=4)
-
-            def const(v: int) -> ir.Constant:
-                return ir.Constant(_I64, v)
-
-            fma = builder.module.declare_intrinsic(
-                f"llvm.fma.v{lanes}f32", (), ir.FunctionType(vty, [vty, vty, vty])
-            )
-            final = sums(builder, arg, vload, const, fma)
-            po, oo = arg.data(8), arg.integer(9)
-            for p in range(pixels):
-                for v in range(vectors):
-                    at = builder.gep(po, [builder.add(oo, const(p * cb + v * lanes))])
-                    builder.store(
-                        final[p * vectors + v], builder.bitcast(at, vty.as_pointer()), align=4
-                    )
+            _emit_lanes_tile(builder, arg, pixels, vectors, lanes, sums)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -104,9 +106,40 @@ def _lanes_tile(name: str, pixels: int, vectors: int, lanes: int, sums):
     return intrinsic(tile)
 
 
-def _taps_tile(pixels: int, vectors: int, lanes: int):
-    """The intrinsic ``tile(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off)``:
-    for pixel ``p < pixels`` and vector ``v < vectors``, ``ot[o_off + p * cb + v * lanes:]``
+def _switch_tile(name: str, cases: dict, vectors: int, lanes: int):
+    """One intrinsic ``tile(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off,
+    case)`` over several lanes tiles: an LLVM ``switch`` on ``case`` to the tile of
+    ``cases[case] = (pixels, sums)`` (no tile for any other value). The callers pick
+    among the tiles of a row's last pixels and of each kernel width this way, where a
+    ladder of ``if``s called one intrinsic each."""
+
+    def tile(typingctx, x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off, case):
+        intrinsics.check_f32_arrays("depthwise taps tile", {"x": x, "wt": wt, "ot": ot})
+        sig = types.void(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off, case)
+
+        def codegen(context, builder, signature, args):
+            arg = intrinsics.Arguments(context, builder, signature, args)
+            done = builder.append_basic_block(f"{name}.done")
+            switch = builder.switch(arg.integer(10), done)
+            for value, (pixels, sums) in cases.items():
+                block = builder.append_basic_block(f"{name}.{value}")
+                switch.add_case(ir.Constant(_I64, value), block)
+                builder.position_at_end(block)
+                _emit_lanes_tile(builder, arg, pixels, vectors, lanes, sums)
+                builder.branch(done)
+            builder.position_at_end(done)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    tile.__name__ = name
+    return intrinsic(tile)
+
+
+def _taps_sums(pixels: int, vectors: int, lanes: int):
+    """The sums of a lanes tile (``_emit_lanes_tile``; arguments ``x, x_off, pstride, s,
+    rowstep, colstep, taps, wt, ot, o_off``): for pixel ``p < pixels`` and vector ``v <
+    vectors``, ``ot[o_off + p * cb + v * lanes:]``
     (``cb = vectors * lanes``, ``lanes`` floats) = the sum over taps ``k < taps`` of
     ``wt[k * cb + v * lanes:] * x[x_off + (k // s) * rowstep + (k % s) * colstep + p *
     pstride + v * lanes:]``: the first term a product, each next one a fused
@@ -149,6 +182,12 @@ def _taps_tile(pixels: int, vectors: int, lanes: int):
         )
         return _close(builder, vty, init, acc, new, step, kk, entry, loop, done, body_end)
 
+    return sums
+
+
+def _taps_tile(pixels: int, vectors: int, lanes: int):
+    """``_taps_sums`` as an intrinsic of its own."""
+    sums = _taps_sums(pixels, vectors, lanes)
     return _lanes_tile(f"taps_{pixels}x{vectors}x{lanes}", pixels, vectors, lanes, sums)
 
 
@@ -162,8 +201,8 @@ def _close(builder, vty, init, acc, new, step, count, entry, loop, done, body_en
     return intrinsics.exit_values(builder, vty, inits, news, entry, body_end)
 
 
-def _shared_taps_tile(pixels: int, width: int, vectors: int, lanes: int):
-    """``_taps_tile``'s intrinsic (same arguments and sums, bit for bit) for kernels
+def _shared_taps_sums(pixels: int, width: int, vectors: int, lanes: int):
+    """``_taps_sums`` (same arguments and sums, bit for bit) for kernels
     ``width`` taps wide whose neighbouring pixels read neighbouring columns (``pstride ==
     colstep``, ``s == width``, ``taps`` a multiple of ``width``): pixel ``p``'s tap in
     column ``c`` reads what pixel ``p + 1`` reads in column ``c - 1``, so a kernel row
@@ -213,14 +252,16 @@ def _shared_taps_tile(pixels: int, width: int, vectors: int, lanes: int):
         intrinsics.carry([r], [const(1)], [step], entry, body_end)
         return _close(builder, vty, init, acc, new, step, rows, entry, loop, done, body_end)
 
-    name = f"shared_taps_{pixels}x{width}x{vectors}x{lanes}"
-    return _lanes_tile(name, pixels, vectors, lanes, sums)
+    return sums
 
 
-_T1, _T2, _T3, _T4, _T5, _T6, _T7, _T8 = (_taps_tile(p, VECTORS, W) for p in range(1, 9))
-_FULL = (_T1, _T2, _T3, _T4, _T5, _T6, _T7, _T8)[PIXELS - 1]
+_T1, _FULL = _taps_tile(1, VECTORS, W), _taps_tile(PIXELS, VECTORS, W)
+#: A row's last ``rest < PIXELS`` pixels: ``_REST(..., rest)``.
+_REST = _switch_tile(
+    "taps_rest", {p: (p, _taps_sums(p, VECTORS, W)) for p in range(1, PIXELS)}, VECTORS, W
+)
 
-#: Kernel widths with shared-column tiles (``_shared_taps_tile``), on 16-float vectors only:
+#: Kernel widths with shared-column tiles (``_shared_taps_sums``), on 16-float vectors only:
 #: with 8-float ones a tile's accumulators and a kernel row's inputs exceed the 16
 #: registers (not measured there). One thread, the tap sums of a batch of 8 through
 #: ``taps_row`` (us): 960 channels of 4x4, 5x5 taps 125.7 -> 75; 672 channels of 8x8, 3x3
@@ -229,14 +270,18 @@ _FULL = (_T1, _T2, _T3, _T4, _T5, _T6, _T7, _T8)[PIXELS - 1]
 SHARED_WIDTHS = (3, 5, 7) if W == 16 else ()
 #: ... for rows of at least this many pixels (2-pixel rows ran slower than by the taps).
 SHARED_MIN_PIXELS = 4
-_W3P2, _W3P3, _W3P4, _W3P5, _W3P6, _W3P7, _W3P8 = (
-    _shared_taps_tile(p, 3, VECTORS, W) for p in range(2, 9)
-)
-_W5P2, _W5P3, _W5P4, _W5P5, _W5P6, _W5P7, _W5P8 = (
-    _shared_taps_tile(p, 5, VECTORS, W) for p in range(2, 9)
-)
-_W7P2, _W7P3, _W7P4, _W7P5, _W7P6, _W7P7, _W7P8 = (
-    _shared_taps_tile(p, 7, VECTORS, W) for p in range(2, 9)
+#: A tile of ``2 <= n <= PIXELS`` pixels of a ``SHARED_WIDTHS`` kernel ``s`` taps wide:
+#: ``_SHARED(..., s * _SHARED_KEY + n)``.
+_SHARED_KEY = 16
+_SHARED = _switch_tile(
+    "shared_taps",
+    {
+        s * _SHARED_KEY + p: (p, _shared_taps_sums(p, s, VECTORS, W))
+        for s in SHARED_WIDTHS
+        for p in range(2, PIXELS + 1)
+    },
+    VECTORS,
+    W,
 )
 
 
@@ -265,51 +310,9 @@ def taps_rows(
                 xo, oo = xr + p * pstride, orow + p * CHANNELS
                 if n == 1:  # one pixel: nothing to share
                     _T1(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif s == 3:
-                    if n == 2:
-                        _W3P2(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 3:
-                        _W3P3(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 4:
-                        _W3P4(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 5:
-                        _W3P5(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 6:
-                        _W3P6(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 7:
-                        _W3P7(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 8:
-                        _W3P8(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif s == 5:
-                    if n == 2:
-                        _W5P2(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 3:
-                        _W5P3(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 4:
-                        _W5P4(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 5:
-                        _W5P5(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 6:
-                        _W5P6(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 7:
-                        _W5P7(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 8:
-                        _W5P8(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                elif s == 7:
-                    if n == 2:
-                        _W7P2(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 3:
-                        _W7P3(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 4:
-                        _W7P4(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 5:
-                        _W7P5(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 6:
-                        _W7P6(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 7:
-                        _W7P7(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-                    elif n == 8:
-                        _W7P8(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+                else:
+                    key = s * _SHARED_KEY + n
+                    _SHARED(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo, key)
                 p += n
         else:
             p = 0
@@ -329,20 +332,7 @@ def taps_rows(
                 p += PIXELS
             rest = npix - p
             xo, oo = xr + p * pstride, orow + p * CHANNELS
-            if rest == 7:
-                _T7(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-            elif rest == 6:
-                _T6(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-            elif rest == 5:
-                _T5(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-            elif rest == 4:
-                _T4(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-            elif rest == 3:
-                _T3(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-            elif rest == 2:
-                _T2(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
-            elif rest == 1:
-                _T1(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo)
+            _REST(x, xo, pstride, s, rowstep, colstep, taps, wt, ot, oo, rest)
 
 
 @sealed_njit

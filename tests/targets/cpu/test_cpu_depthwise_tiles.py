@@ -106,22 +106,35 @@ def test_tiles_of_both_widths(lanes, vectors, pixels, taps):
 @pytest.mark.parametrize("r, width", [(3, 3), (1, 5), (7, 7)])
 def test_shared_column_tiles_sum_like_the_tap_tiles(lanes, vectors, pixels, r, width):
     """A shared-column tile (each kernel row's input vectors loaded once) gives the tap
-    tile's sums bit for bit: the same products and fmas in the same order."""
-    shared = depthwise_tiles._shared_taps_tile(pixels, width, vectors, lanes)
-    tap = depthwise_tiles._taps_tile(pixels, vectors, lanes)
+    tile's sums bit for bit: the same products and fmas in the same order. Both are
+    cases of one switch tile (as ``taps_rows`` calls them); a case it lacks writes
+    nothing."""
+    tiles = depthwise_tiles._switch_tile(
+        "shared_or_taps",
+        {
+            1: (pixels, depthwise_tiles._shared_taps_sums(pixels, width, vectors, lanes)),
+            2: (pixels, depthwise_tiles._taps_sums(pixels, vectors, lanes)),
+        },
+        vectors,
+        lanes,
+    )
 
     @numba.njit
-    def call(x, x_off, pstride, s, rowstep, colstep, taps, wt, a, b):
-        shared(x, x_off, pstride, s, rowstep, colstep, taps, wt, a, 0)
-        tap(x, x_off, pstride, s, rowstep, colstep, taps, wt, b, 0)
+    def call(x, x_off, pstride, s, rowstep, colstep, taps, wt, a, b, c):
+        tiles(x, x_off, pstride, s, rowstep, colstep, taps, wt, a, 0, 1)
+        tiles(x, x_off, pstride, s, rowstep, colstep, taps, wt, b, 0, 2)
+        tiles(x, x_off, pstride, s, rowstep, colstep, taps, wt, c, 0, 0)
+        tiles(x, x_off, pstride, s, rowstep, colstep, taps, wt, c, 0, 3)
 
     cb = lanes * vectors
     rng = np.random.default_rng(pixels * 10 + width)
     x, wt, wp = _inputs(rng, pixels, r, width, cb, 1)
     a = np.full(pixels * cb, np.nan, np.float32)
     b = np.full(pixels * cb, np.nan, np.float32)
+    c = np.full(pixels * cb, np.nan, np.float32)
     args = (x, cb, cb, width, wp * cb, cb, r * width, wt)
-    call(*args, a, b)
+    call(*args, a, b, c)
+    assert np.isnan(c).all()  # cases 0 and 3: no tile
     assert np.isfinite(a).all()
     np.testing.assert_array_equal(a, b)
     want = _reference(*args, pixels, cb)

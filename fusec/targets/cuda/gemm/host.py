@@ -9,7 +9,7 @@ lookup and one ``cuLaunchKernel``): this module holds what is the GEMM's own, th
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 from fusec.errors import FusecError
 from fusec.targets.cuda import split_k
@@ -26,6 +26,23 @@ from fusec.targets.cuda.tensormaps import (
 )
 
 
+class GemmCall(NamedTuple):
+    """One launch's operands and sizes: ``out[z] = epilogue(A[z] @ B[z])`` for z <
+    ``batches``, queued on ``stream``, over at most ``sms`` blocks (the key of its
+    ``Prepared`` launch)."""
+
+    stream: int
+    a: Operand
+    b: Operand
+    out: int
+    extras: tuple[int, ...]
+    m: int
+    n: int
+    k: int
+    batches: int
+    sms: int
+
+
 class GemmKernel(LoadedKernel):
     """A loaded GEMM cubin: launch it with ``__call__``."""
 
@@ -35,7 +52,7 @@ class GemmKernel(LoadedKernel):
         self.staged = spec.config.epilogue == "smem"  # takes the output's tensor map
         self.threads = spec.config.threads
         self.lock = threading.Lock()
-        self.prepared: dict[tuple, Prepared] = {}
+        self.prepared: dict[GemmCall, Prepared] = {}
         #: padded copies of operands TMA cannot read in place, per (stream, operand, bytes):
         #: reused across calls, ordered by the stream (copy, then the kernel that reads it)
         self.scratch: dict[tuple, int] = {}
@@ -56,10 +73,10 @@ class GemmKernel(LoadedKernel):
         """``out[z] = epilogue(A[z] @ B[z])`` for z < batches, queued on ``stream``."""
         if m <= 0 or n <= 0 or batches <= 0:
             return
-        key = (stream, a, b, out, extras, m, n, k, batches, sms)
+        key = GemmCall(stream, a, b, out, extras, m, n, k, batches, sms)
         prepared = self.prepared.get(key)
         if prepared is None or prepared.generation != tm._maps.generation:
-            prepared = self.prepare(*key)
+            prepared = self.prepare(key)
             if len(self.prepared) >= _PREPARED_LIMIT:
                 self.prepared.clear()
             self.prepared[key] = prepared
@@ -77,20 +94,9 @@ class GemmKernel(LoadedKernel):
                 tm._check(self.drv.cuMemcpy2DAsync(copy, prepared.stream))
             self.launch_raw(prepared.grid, self.threads, prepared.stream, prepared.params)
 
-    def prepare(
-        self,
-        stream: int,
-        a: Operand,
-        b: Operand,
-        out: int,
-        extras: tuple[int, ...],
-        m: int,
-        n: int,
-        k: int,
-        batches: int,
-        sms: int,
-    ) -> Prepared:
+    def prepare(self, call: GemmCall) -> Prepared:
         """Tensor maps, padded-copy descriptors and the parameter block of one launch."""
+        stream, a, b, out, extras, m, n, k, batches, sms = call
         spec, config, drv = self.spec, self.spec.config, self.drv
         if k <= 0:
             raise FusecError("the GEMM kernel needs K >= 1")

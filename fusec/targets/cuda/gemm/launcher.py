@@ -216,16 +216,18 @@ class GemmLaunch:
         a_source, a_rows, a_cols, a_batch = self.a
         b_source, b_rows, b_cols, b_batch = self.b
         prepared = kernel.prepare(
-            stream,
-            tensormaps.Operand(address(a_source), a_rows, a_cols, a_batch),
-            tensormaps.Operand(address(b_source), b_rows, b_cols, b_batch),
-            out,
-            tuple(address(s) for s in self.extras),
-            self.m,
-            self.n,
-            self.k,
-            self.batches,
-            self.sms,
+            host.GemmCall(
+                stream,
+                tensormaps.Operand(address(a_source), a_rows, a_cols, a_batch),
+                tensormaps.Operand(address(b_source), b_rows, b_cols, b_batch),
+                out,
+                tuple(address(s) for s in self.extras),
+                self.m,
+                self.n,
+                self.k,
+                self.batches,
+                self.sms,
+            )
         )
         call.steps.append(("gemm", prepared))
         if self.finalise is not None:
