@@ -43,6 +43,15 @@ operands with per-tensor scales, matmul, bf16 out; A M x K, B N x K) against
 ``torch._scaled_mm`` (cuBLASLt fp8, the "eager" columns) and, in the same run, fusec's and
 cuBLAS's fp16 GEMM of the same shape (B N x K), at 4096^3 and 8192^3; checked against the
 f32 product of the codes (rel L2 < 1e-2). Writes gemm-fp8.md/.json.
+
+    python benchmarks/gemm_bench.py --w4 --out benchmarks/results
+
+runs the weight-only int4 cases (W4A16, issue 31): x (M x 4096, bf16) @ dequantize(int4
+codes 4096 x 4096, bf16 scales and int4 zero points per block of 128 rows) at M = 1, 16
+and 4096, against cuBLAS's bf16 GEMM of the dequantized weight (the "eager" columns) and
+fusec's own bf16 GEMM of it, in the same run; the achieved bandwidth of the weight's
+bytes (4-bit codes, scales, zero points) against the GPU's HBM peak. Checked against the
+f32 product with the dequantized weight (rel L2 < 1e-2). Writes gemm-w4.md/.json.
 """
 
 from __future__ import annotations
@@ -239,6 +248,11 @@ def main() -> int:
         help="the f32 cases in tf32 instead (fusec precision='tf32' vs torch 'high')",
     )
     parser.add_argument(
+        "--w4",
+        action="store_true",
+        help="the weight-only int4 cases instead (W4A16 vs the bf16 GEMMs, HBM bandwidth)",
+    )
+    parser.add_argument(
         "--fp8",
         action="store_true",
         help="the float8 cases instead (fusec's e4m3 GEMM vs torch._scaled_mm and fp16 GEMMs)",
@@ -248,6 +262,7 @@ def main() -> int:
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}
     precision = "tf32" if args.tf32 else "ieee"
     prefix = "gemm-tf32" if args.tf32 else "gemm-fp8" if args.fp8 else "gemm"
+    prefix = "gemm-w4" if args.w4 else prefix
 
     def bench(case, text, inputs, reference, flops, pipeline=None, compile_fn=True, exact=None):
         """``exact``: the reference of the check when ``reference`` (timed as "eager") cannot
@@ -295,6 +310,9 @@ def main() -> int:
         return 0
     if args.fp8:
         fp8_cases(bench, rows, args.out)
+        return 0
+    if args.w4:
+        w4_cases(bench, rows, args.out)
         return 0
     for size in (4096, 8192):
         for t in ("f16", "bf16"):
@@ -444,6 +462,79 @@ def fp8_cases(bench, rows: list[dict], out: str) -> None:
     write(rows, out, prefix="gemm-fp8")
 
 
+W4_MATMUL = """func.func @f(%x: tensor<{m}x{k}xbf16>, %q: tensor<{k}x{n}xi4>, %s: tensor<{b}x{n}xbf16>, %z: tensor<{b}x{n}xi4>) -> tensor<{m}x{n}xbf16> {{
+  %w = ai.dequantize %q, %s, %z {{axis = 0 : i64, block_size = {g} : i64}} : tensor<{k}x{n}xi4> * tensor<{b}x{n}xbf16> * tensor<{b}x{n}xi4>
+  %y = ai.matmul %x, %w : tensor<{m}x{k}xbf16> * tensor<{k}x{n}xbf16>
+  return %y : tensor<{m}x{n}xbf16>
+}}"""  # noqa: E501
+
+#: HBM bandwidth (bytes/s) by device name, for the W4A16 bandwidth column.
+HBM_PEAK = {"H200": 4.8e12, "H100": 3.35e12}
+
+
+def w4_cases(bench, rows: list[dict], out: str) -> None:
+    """The weight-only int4 cases (``--w4``): fusec's W4A16 layer against cuBLAS's and
+    fusec's bf16 GEMMs of the dequantized weight, in the same run."""
+    import torch
+
+    k = n = 4096
+    g = 128
+    q = torch.randint(-8, 8, (k, n), dtype=torch.int8, device="cuda")
+    s = (torch.rand(k // g, n, device="cuda") * 0.02 + 0.005).to(torch.bfloat16)
+    z = torch.randint(-2, 3, (k // g, n), dtype=torch.int8, device="cuda")
+    rows_of = torch.arange(k, device="cuda") // g
+    wd = ((q.float() - z.float()[rows_of]) * s.float()[rows_of]).to(torch.bfloat16)
+    # the weight as the model holds it: 4-bit codes, bf16 scales, 4-bit zero points
+    weight_bytes = k * n // 2 + (k // g) * n * 2 + (k // g) * n // 2
+
+    def dense(x, q, s, z):  # cuBLAS bf16 of the weight dequantized ahead
+        return x @ wd
+
+    def exact(x, q, s, z):  # called on float copies: the f32 product
+        return x @ wd.float()
+
+    def matmul(a, b):
+        return a @ b
+
+    for m in (1, 16, 4096):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        text = W4_MATMUL.format(m=m, k=k, n=n, b=k // g, g=g)
+        flops = 2.0 * m * k * n
+        name = f"W4A16 {m}x{k}x{n} bf16, blocks of {g}"
+        bench(name, text, (x, q, s, z), dense, flops, compile_fn=False, exact=exact)
+        if rows and rows[-1]["case"] == name:
+            rows[-1]["weight_bytes"] = weight_bytes
+        text = MATMUL.format(m=m, n=n, k=k, t="bf16")
+        bench(f"bf16 matmul {m}x{k}x{n}", text, (x, wd), matmul, flops, compile_fn=False)
+    write(rows, out, prefix="gemm-w4")
+
+
+def _bandwidth_lines(rows: list[dict], device: str) -> list[str]:
+    """The W4A16 rows' weight bandwidth (``weight_bytes`` / fusec's GPU time) against the
+    device's HBM peak."""
+    peak = next((v for key, v in HBM_PEAK.items() if key in device), None)
+    lines = []
+    for r in rows:
+        gpu = (r.get("fusec") or {}).get("gpu_ms")
+        if "weight_bytes" not in r or not gpu:
+            continue
+        rate = r["weight_bytes"] / (gpu * 1e-3)
+        share = f"{100 * rate / peak:.1f}%" if peak else "-"
+        lines.append(
+            f"| {r['case']} | {r['weight_bytes'] / 1e6:.2f} | {rate / 1e9:.0f} | {share} |"
+        )
+    if not lines:
+        return []
+    head = [
+        "",
+        "Weight bytes read (4-bit codes, scales, zero points) per fusec call, over its GPU time:",
+        "",
+        "| case | weight MB | GB/s | % of HBM peak |",
+        "| --- | --- | --- | --- |",
+    ]
+    return head + lines
+
+
 def _fmt(value, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -484,6 +575,7 @@ def write(rows: list[dict], out: str, quiet: bool = False, prefix: str = "gemm")
         )
         if "fusec_error" in r:
             lines.append(f"| ^ fusec failed: {r['fusec_error'][:150]} | | | | | | | | | | | |")
+    lines += _bandwidth_lines(rows, meta["device"])
     write_results(f"{out}/{prefix}", meta, "\n".join(lines) + "\n", indent=1)
     if not quiet:
         print("\n".join(lines))

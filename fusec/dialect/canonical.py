@@ -154,15 +154,26 @@ class FoldConstantDequantize(RewritePattern):
     DequantizeLinear of initializers (but of int8 codes). ``recognize-patterns`` runs
     first: a matmul weight's per-column scales have left the dequantize by then, so the
     constant holds the codes themselves (less their zero point), which the cpu int8 GEMM
-    multiplies (``targets/cpu/gemm_int8``)."""
+    multiplies (``targets/cpu/gemm_int8``).
+
+    4-bit codes stay quantized under ``canonicalize`` (``four_bit=False``): folded, a
+    weight-only int4 model's weights take 4 (f16) to 8 (f32) times their bytes, which is a
+    target's choice, not a canonical form. ``fold-quantized-weights`` (``fusec-default``:
+    the cpu target) folds them; the cuda pipeline keeps them (W4A16: the codes are what
+    its kernels read)."""
+
+    def __init__(self, four_bit: bool = False) -> None:
+        self.four_bit = four_bit
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         from fusec.dialect.ops import DequantizeOp, spec_of
-        from fusec.ir.dtypes import numpy_dtype
+        from fusec.ir.dtypes import INT4_TYPES, numpy_dtype
 
         if not isinstance(op, DequantizeOp):
             return
         if not all(is_constant(value.owner) for value in op.operands):
+            return
+        if not self.four_bit and spec_of(op.input.type).dtype in INT4_TYPES:
             return
         args = [
             constant_value(value.owner, numpy_dtype(spec_of(value.type).dtype))  # type: ignore[arg-type]

@@ -40,19 +40,22 @@ _PROPAGATED_ELEMENTS = 1 << 16
 
 
 def kept_quantized(node: onnx.NodeProto, inputs: Sequence[np.ndarray | None]) -> bool:
-    """Whether ``node`` is a ``DequantizeLinear`` of constant INT8, UINT8 or float8 codes (a
-    quantized weight), imported as ``ai.dequantize`` although its inputs are known (issue
-    31): ``recognize-patterns`` then moves its scales after the matmul that reads it and
-    the codes reach the kernels (the cpu int8 GEMM, ``targets/cpu/gemm_int8``; the cuda
-    float8 GEMM, ``targets/cuda/gemm/fp8_weights``); ``canonicalize`` folds it where it
-    stays constant (``FoldConstantDequantize``), into the float constant the import folded
-    before."""
+    """Whether ``node`` is a ``DequantizeLinear`` of constant INT8, UINT8, INT4, UINT4 or
+    float8 codes (a quantized weight), imported as ``ai.dequantize`` although its inputs
+    are known (issue 31): ``recognize-patterns`` then moves its scales after the matmul
+    that reads it and the codes reach the kernels (the cpu int8 GEMM,
+    ``targets/cpu/gemm_int8``; the cuda float8 GEMM, ``targets/cuda/gemm/fp8_weights``;
+    4-bit codes on cuda, dequantized each call); ``canonicalize`` folds it where it
+    stays constant (``FoldConstantDequantize``; 4-bit codes: ``fold-quantized-weights``),
+    into the float constant the import folded before."""
     if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
         return False
     codes = inputs[0] if inputs else None
     if codes is None:
         return False
-    return codes.dtype in (np.int8, np.uint8) or codes.dtype.name.startswith("float8")
+    return codes.dtype in (np.int8, np.uint8) or codes.dtype.name.startswith(
+        ("float8", "int4", "uint4")
+    )
 
 
 class FoldError(Exception):

@@ -17,8 +17,8 @@ from xdsl.passes import ModulePass, PassPipeline
 #: The pipelines every target shares; a target names its own (``Target.pipelines``:
 #: ``fusec-cuda``...), which ``named_pipelines`` adds.
 PIPELINES: dict[str, str] = {
-    "fusec-default": "infer-shapes,recognize-patterns,canonicalize,cse,demote-upcasts,"
-    "sink-transposes,combine-projections,fuse",
+    "fusec-default": "infer-shapes,recognize-patterns,canonicalize,fold-quantized-weights,cse,"
+    "demote-upcasts,sink-transposes,combine-projections,fuse",
 }
 
 
@@ -39,6 +39,11 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         from xdsl.transforms.canonicalize import CanonicalizePass
 
         return CanonicalizePass
+
+    def fold_quantized_weights():
+        from fusec.passes.fold_quantized_weights import FoldQuantizedWeightsPass
+
+        return FoldQuantizedWeightsPass
 
     def recognize_patterns():
         from fusec.passes.recognize import RecognizePatternsPass
@@ -96,6 +101,7 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "infer-shapes": infer_shapes,
         "recognize-patterns": recognize_patterns,
         "canonicalize": canonicalize,
+        "fold-quantized-weights": fold_quantized_weights,
         "cse": cse,
         "demote-upcasts": demote_upcasts,
         "sink-transposes": sink_transposes,

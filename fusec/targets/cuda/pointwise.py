@@ -22,6 +22,7 @@ from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import (
     ELEMENTWISE_OPS,
     ExprGenerator,
+    block_leaves,
     broadcast_shapes,
     coalesce,
     header,
@@ -58,13 +59,27 @@ BLOCKS_PER_SM = 16
 class _Operand:
     """One tensor the kernel touches: a group input (leaf) or a result."""
 
-    def __init__(self, array: str, dtype: str, shape: tuple[int, ...], space: tuple[int, ...]):
+    def __init__(
+        self,
+        array: str,
+        dtype: str,
+        shape: tuple[int, ...],
+        space: tuple[int, ...],
+        block: tuple[int, int] | None = None,
+    ):
         self.array = array  # kernel parameter name, e.g. in0 / out1
         self.buffer = f"v_{array}"  # its local array of one loop step's elements
         self.dtype = dtype
         self.shape = shape  # collapsed, same rank as the collapsed space
+        #: a per-block scale or zero point (issue 31): (dim of the collapsed space, block
+        #: size); read at index // block along that dim (``block_offset``)
+        self.block = block
         size = math.prod(shape)
-        if size == 1 and math.prod(space) > 1:
+        if block is not None:
+            # along the last dim a vector lies in one block (VEC divides the block): one
+            # value a vector; along another, it varies along the last dim as a row does
+            self.kind = "block_col" if block[0] == len(space) - 1 else "block_row"
+        elif size == 1 and math.prod(space) > 1:
             self.kind = "scalar"
         elif shape == space:
             self.kind = "full"
@@ -75,7 +90,15 @@ class _Operand:
 
     @property
     def vectorised(self) -> bool:
-        return self.kind in ("full", "row")
+        return self.kind in ("full", "row", "block_row")
+
+    def offset(self, space: tuple[int, ...], idx: list[str]) -> str:
+        """Where the vector (or value) at multi-index ``idx`` of ``space`` starts."""
+        from fusec.codegen.expr import block_offset, broadcast_offset
+
+        if self.block is None:
+            return broadcast_offset(space, self.shape, idx)
+        return block_offset(space, self.shape, idx, *self.block)
 
     @property
     def raw(self) -> bool:
@@ -117,9 +140,23 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     out_shapes = [shape_of(v) for v in results]
     space0 = broadcast_shapes(*out_shapes, *leaves.values())
     leaf_list = list(leaves)
-    space, collapsed = coalesce(space0, [leaves[v] for v in leaf_list] + out_shapes)
+    # a per-block scale (issue 31) is read at index // block along its axis: that axis
+    # stays a dim of its own (a shape full along it alone keeps it from merging), as in
+    # the cpu loop (``targets/cpu/loops.py``)
+    blocks = block_leaves(ops)
+    isolate = []
+    for value, (axis, _, _) in blocks.items():
+        dim = len(space0) - len(leaves[value]) + axis
+        isolate.append(tuple(n if d == dim else 1 for d, n in enumerate(space0)))
+    space, collapsed = coalesce(space0, [leaves[v] for v in leaf_list] + out_shapes + isolate)
+    block_of = {
+        value: (next(d for d, n in enumerate(shape) if n != 1), blocks[value][1])
+        for value, shape in zip(blocks, collapsed[len(leaf_list) + len(out_shapes) :], strict=True)
+    }
     in_ops = {
-        v: _Operand(f"in{arg_index[v]}", spec_of(v.type).dtype, collapsed[k], space)
+        v: _Operand(
+            f"in{arg_index[v]}", spec_of(v.type).dtype, collapsed[k], space, block_of.get(v)
+        )
         for k, v in enumerate(leaf_list)
     }
     out_ops = [
@@ -159,13 +196,16 @@ class _Plan:
     def __init__(self, space, ins: list[_Operand], outs: list[_Operand], rotate: int):
         self.space = space
         operands = ins + outs
-        self.indexed = any(o.kind in ("row", "col") for o in operands) or any(
+        self.indexed = any(o.kind != "full" and o.kind != "scalar" for o in operands) or any(
             o.kind != "full" for o in outs
         )
         widths = [ITEMSIZE[o.dtype] for o in operands if o.vectorised]
         vec = BYTES_PER_STEP // min(widths) if widths else 1
         if self.indexed:
             vec = math.gcd(vec, space[-1])
+        for o in operands:  # a vector lies in one block of a scale per block along the last dim
+            if o.kind == "block_col" and o.block is not None:
+                vec = math.gcd(vec, o.block[1])
         #: the last dim of an ai.rotate_half's operand (0: none): a vector lies in one half
         self.rotate = rotate
         if self.rotate:
@@ -212,9 +252,7 @@ def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan, rotations)
         _emit_index(code, plan.space, idx)
 
     def offset(op: _Operand) -> str:
-        from fusec.codegen.expr import broadcast_offset
-
-        return broadcast_offset(plan.space, op.shape, idx) if plan.indexed else "e"
+        return op.offset(plan.space, idx) if plan.indexed else "e"
 
     for op in in_ops.values():
         if op.kind == "full":
@@ -222,10 +260,10 @@ def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan, rotations)
             if plan.unroll == 2:
                 code.add(2, "if more:")
                 _emit_vector(code, helpers, "load", op, "e2", vec, indent=3, slot=vec)
-        elif op.kind == "row":
+        elif op.kind in ("row", "block_row"):
             code.add(2, f"b_{op.array} = {offset(op)}")
             _emit_vector(code, helpers, "load", op, f"b_{op.array}", vec)
-        elif op.kind == "col":
+        elif op.kind in ("col", "block_col"):
             _need(helpers, op, "ld")
             code.add(2, f"{_scal(op)} = {op.load(offset(op))}")
 

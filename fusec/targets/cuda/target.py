@@ -122,18 +122,20 @@ class CudaTarget(Target):
         "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
     }
 
-    def can_generate(self, op: Operation) -> str | None:
-        """``Target.can_generate``, and no quantization op with per-block scales: the cuda
-        kernels index a scale per tensor or per axis only (the cpu pointwise loop indexes
-        blocks)."""
-        reason = super().can_generate(op)
-        if reason is None and isinstance(op, ai.QuantizationOp) and op.blocks() is not None:
-            return (
-                f"{op.name} has per-block scales (block_size {op.attr('block_size')}): the "
-                "cuda kernels read scales per tensor or per axis; run it on the cpu or "
-                "reference target"
-            )
-        return reason
+    def can_fuse(
+        self, kind: str, members: Sequence[Operation], anchor: Operation | None
+    ) -> str | None:
+        """``Target.can_fuse``, and a quantization op with per-block scales in pointwise
+        groups only: the pointwise kernel reads such a scale at ``index // block_size``
+        (issue 31), the other kernels index a scale per tensor or per axis."""
+        if kind != "pointwise":
+            for op in members:
+                if isinstance(op, ai.QuantizationOp) and op.blocks() is not None:
+                    return (
+                        f"{op.name} has per-block scales (block_size "
+                        f"{op.attr('block_size')}): only the cuda pointwise kernel reads them"
+                    )
+        return super().can_fuse(kind, members, anchor)
 
     def unavailable_reason(self, *, device: bool = True) -> str | None:
         from fusec.extras import install_hint

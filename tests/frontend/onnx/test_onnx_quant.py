@@ -7,6 +7,8 @@ has no tensors of)."""
 
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import numpy as np
 import onnx
@@ -259,12 +261,14 @@ def test_fp8_qdq_matmul_is_the_float8_gemm_on_cuda():
     assert "ai.mul -> ai.mul" in gemm.specs[0].epilogue.name
 
 
-def _w4a16_matmul(m=8, k=64, n=32, block=16) -> tuple[onnx.ModelProto, np.ndarray]:
+def _w4a16_matmul(m=8, k=64, n=32, block=16, kind=F32) -> tuple[onnx.ModelProto, np.ndarray]:
     """The standard-ONNX weight-only int4 form (W4A16): an INT4 weight (two a byte in the
-    model) with per-block scales and zero points along K, DequantizeLinear -> MatMul."""
+    model) with per-block scales and zero points along K, DequantizeLinear -> MatMul;
+    activations and scales of ``kind`` (FLOAT or FLOAT16)."""
+    dtype = np.float16 if kind == F16 else np.float32
     inits = [
         numpy_helper.from_array(RNG.integers(-8, 8, (k, n)).astype(ml_dtypes.int4), "w_q"),
-        _const("w_s", RNG.uniform(0.01, 0.1, (k // block, n)), F32),
+        _const("w_s", RNG.uniform(0.01, 0.1, (k // block, n)).astype(dtype), kind),
         _const("w_z", RNG.integers(-2, 3, (k // block, n)), I4),
     ]
     nodes = [
@@ -276,25 +280,42 @@ def _w4a16_matmul(m=8, k=64, n=32, block=16) -> tuple[onnx.ModelProto, np.ndarra
     graph = helper.make_graph(
         nodes,
         "w4a16",
-        [helper.make_tensor_value_info("x", F32, [m, k])],
-        [helper.make_tensor_value_info("y", F32, [m, n])],
+        [helper.make_tensor_value_info("x", kind, [m, k])],
+        [helper.make_tensor_value_info("y", kind, [m, n])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
     onnx.checker.check_model(model)
-    return model, RNG.standard_normal((m, k)).astype(np.float32)
+    return model, RNG.standard_normal((m, k)).astype(dtype)
 
 
 @pytest.mark.parametrize("target", ["reference", "cpu"])
 def test_int4_weight_only_matmul_matches_onnx(target):
-    """The int4 weight is dequantized once, at import (its DequantizeLinear has constant
-    inputs, onnx_fold); the product equals onnx's reference evaluator's to float32
-    rounding on both targets."""
+    """The int4 weight stays codes at import (``onnx_fold.kept_quantized``) and under
+    ``canonicalize``; the cpu pipeline folds it once, at compile
+    (``fold-quantized-weights``), the reference target dequantizes it each call. The
+    product equals onnx's reference evaluator's to float32 rounding on both targets."""
     model, x = _w4a16_matmul()
-    got = fusec.compile(fusec.from_onnx(model), target=target)(x)
+    module = fusec.from_onnx(model)
+    assert "tensor<64x32xi4>" in str(module) and "ai.dequantize" in str(module)
+    compiled = fusec.compile(module, target=target)
+    if target == "cpu":
+        assert "ai.dequantize" not in compiled.ir
     want = ReferenceEvaluator(model).run(None, {"x": x})[0]
-    assert_close(got, want, tol=1e-5)
+    assert_close(compiled(x), want, tol=1e-5)
+
+
+def test_int4_weight_only_f16_matmul_on_cuda_reads_the_codes():
+    """On cuda a W4A16 layer keeps its weight as int4 codes: one pointwise kernel
+    dequantizes them each call (per-block scales along K), the Tensor Core GEMM (no
+    fallback) multiplies; the f16 weight is never a constant of the program."""
+    model, _ = _w4a16_matmul(m=16, k=128, n=64, block=32, kind=F16)
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+    assert [k.kind for k in compiled.kernels] == ["pointwise", "matmul"]
+    assert compiled.kernels[1].remark is None
+    assert re.search(r"arith\.constant [^\n]*: tensor<128x64xi4>", compiled.ir)
+    assert not re.search(r"arith\.constant [^\n]*: tensor<128x64xf16>", compiled.ir)
 
 
 # ------------------------------------------------------------------- refusals

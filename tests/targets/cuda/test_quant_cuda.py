@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from quant_sim import TYPES, qdq_ir
+from quant_sim import BLOCKS, TYPES, block_ir, qdq_ir
 
 from fusec.targets.cuda.env import simulator_enabled
 
@@ -38,7 +38,7 @@ def test_quantize_and_dequantize_under_the_simulator_equal_the_reference() -> No
     )
     assert run.returncode == 0, run.stderr[-2000:]
     records = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-    assert len(records) == len(TYPES)
+    assert len(records) == len(TYPES) + len(BLOCKS)
     for record in records:
         assert record["kinds"] == ["pointwise"], record
         assert record["codes_equal"] and record["values_equal"], record
@@ -55,16 +55,23 @@ def test_quantization_helpers_compile_inline_to_ptx(dtype: str) -> None:
     assert ".local" not in ptx and not re.search(r"\.f64\b", ptx)
 
 
-def test_per_block_scales_are_a_located_error() -> None:
-    """A per-block quantize (scales per 8 columns): the cuda kernels index a scale per
-    tensor or per axis, so the op stays out of every group and compiling names it (the
-    pointwise kernel read past the scale's end under the simulator before)."""
+def test_per_block_scales_stay_in_pointwise_groups() -> None:
+    """A per-block quantize/dequantize pair (scales per 8 rows) is one pointwise kernel
+    (the one that reads such scales, at index // block); the GEMM takes no per-block op
+    into its epilogue: the dequantize of a weight-only int4 weight is its own kernel."""
     import fusec
-    from fusec.errors import FusecError
 
-    text = """func.func @f(%b: tensor<8x32xf32>, %s: tensor<8x4xf32>, %z: tensor<8x4xi8>) -> tensor<8x32xi8> {
-  %q = ai.quantize %b, %s, %z {axis = 1, block_size = 8} : tensor<8x32xf32> * tensor<8x4xf32> * tensor<8x4xi8>
-  return %q : tensor<8x32xi8>
+    compiled = fusec.compile(block_ir("i4", 0), target="cuda", executable=False)
+    assert [k.kind for k in compiled.kernels] == ["pointwise"]
+    assert "// 37 x 53" not in compiled.kernels[0].source  # (no stale layout notes)
+    text = """func.func @f(%x: tensor<16x64xf16>, %q: tensor<64x32xi4>, %s: tensor<4x32xf16>) -> tensor<16x32xf16> {
+  %z = arith.constant dense<0> : tensor<4x32xi4>
+  %w = ai.dequantize %q, %s, %z {axis = 0 : i64, block_size = 16 : i64} : tensor<64x32xi4> * tensor<4x32xf16> * tensor<4x32xi4>
+  %y = ai.matmul %x, %w : tensor<16x64xf16> * tensor<64x32xf16>
+  %r = ai.relu %y : tensor<16x32xf16>
+  return %r : tensor<16x32xf16>
 }"""  # noqa: E501
-    with pytest.raises(FusecError, match=r":2:\d+: .*per-block scales \(block_size 8\)"):
-        fusec.compile(text, target="cuda", executable=False)
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    assert [k.kind for k in compiled.kernels] == ["pointwise", "matmul"]
+    assert "ai.dequantize" in compiled.kernels[0].source.split("\n\n")[0]
+    assert compiled.kernels[1].remark is None
