@@ -47,10 +47,12 @@ f32 product of the codes (rel L2 < 1e-2). Writes gemm-fp8.md/.json.
     python benchmarks/gemm_bench.py --w4 --out benchmarks/results
 
 runs the weight-only int4 cases (W4A16, issue 31): x (M x 4096, bf16) @ dequantize(int4
-codes 4096 x 4096, bf16 scales and int4 zero points per block of 128 rows) at M = 1, 16
-and 4096, against cuBLAS's bf16 GEMM of the dequantized weight (the "eager" columns) and
-fusec's own bf16 GEMM of it, in the same run; the achieved bandwidth of the weight's
-bytes (4-bit codes, scales, zero points) against the GPU's HBM peak. Checked against the
+codes 4096 x 4096, a constant; bf16 scales and int4 zero points per block of 128 rows) at
+M = 1, 16 (the W4A16 route: packed codes on CUDA cores) and 4096 (a dequantize kernel,
+then the Tensor Core GEMM), against cuBLAS's bf16 GEMM of the dequantized weight (the
+"eager" columns) and fusec's own bf16 GEMM of it, in the same run; the achieved bandwidth
+of the weight's bytes (packed 4-bit codes, scales, zero points) against the GPU's HBM
+peak. Checked against the
 f32 product with the dequantized weight (rel L2 < 1e-2). Writes gemm-w4.md/.json.
 """
 
@@ -462,7 +464,8 @@ def fp8_cases(bench, rows: list[dict], out: str) -> None:
     write(rows, out, prefix="gemm-fp8")
 
 
-W4_MATMUL = """func.func @f(%x: tensor<{m}x{k}xbf16>, %q: tensor<{k}x{n}xi4>, %s: tensor<{b}x{n}xbf16>, %z: tensor<{b}x{n}xi4>) -> tensor<{m}x{n}xbf16> {{
+W4_MATMUL = """func.func @f(%x: tensor<{m}x{k}xbf16>, %s: tensor<{b}x{n}xbf16>, %z: tensor<{b}x{n}xi4>) -> tensor<{m}x{n}xbf16> {{
+  %q = arith.constant dense<"0x{codes}"> : tensor<{k}x{n}xi4>
   %w = ai.dequantize %q, %s, %z {{axis = 0 : i64, block_size = {g} : i64}} : tensor<{k}x{n}xi4> * tensor<{b}x{n}xbf16> * tensor<{b}x{n}xi4>
   %y = ai.matmul %x, %w : tensor<{m}x{k}xbf16> * tensor<{k}x{n}xbf16>
   return %y : tensor<{m}x{n}xbf16>
@@ -479,18 +482,21 @@ def w4_cases(bench, rows: list[dict], out: str) -> None:
 
     k = n = 4096
     g = 128
+    # the weight's codes a constant (a model's weight: the W4A16 route packs them at load)
     q = torch.randint(-8, 8, (k, n), dtype=torch.int8, device="cuda")
+    codes = q.cpu().numpy().tobytes().hex().upper()  # i4 constants: a byte a code
     s = (torch.rand(k // g, n, device="cuda") * 0.02 + 0.005).to(torch.bfloat16)
     z = torch.randint(-2, 3, (k // g, n), dtype=torch.int8, device="cuda")
     rows_of = torch.arange(k, device="cuda") // g
     wd = ((q.float() - z.float()[rows_of]) * s.float()[rows_of]).to(torch.bfloat16)
-    # the weight as the model holds it: 4-bit codes, bf16 scales, 4-bit zero points
-    weight_bytes = k * n // 2 + (k // g) * n * 2 + (k // g) * n // 2
+    # what the W4A16 kernel reads of the weight: packed 4-bit codes, bf16 scales, zero
+    # points (a byte each on the device)
+    weight_bytes = k * n // 2 + (k // g) * n * 3
 
-    def dense(x, q, s, z):  # cuBLAS bf16 of the weight dequantized ahead
+    def dense(x, s, z):  # cuBLAS bf16 of the weight dequantized ahead
         return x @ wd
 
-    def exact(x, q, s, z):  # called on float copies: the f32 product
+    def exact(x, s, z):  # called on float copies: the f32 product
         return x @ wd.float()
 
     def matmul(a, b):
@@ -498,10 +504,10 @@ def w4_cases(bench, rows: list[dict], out: str) -> None:
 
     for m in (1, 16, 4096):
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        text = W4_MATMUL.format(m=m, k=k, n=n, b=k // g, g=g)
+        text = W4_MATMUL.format(m=m, k=k, n=n, b=k // g, g=g, codes=codes)
         flops = 2.0 * m * k * n
         name = f"W4A16 {m}x{k}x{n} bf16, blocks of {g}"
-        bench(name, text, (x, q, s, z), dense, flops, compile_fn=False, exact=exact)
+        bench(name, text, (x, s, z), dense, flops, compile_fn=False, exact=exact)
         if rows and rows[-1]["case"] == name:
             rows[-1]["weight_bytes"] = weight_bytes
         text = MATMUL.format(m=m, n=n, k=k, t="bf16")

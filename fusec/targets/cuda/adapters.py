@@ -212,6 +212,8 @@ class _Adapter:
             return _Buffer(obj, spec, flat=arr.reshape(-1).view(_storage_np(spec.dtype)))
         host = np.asarray(obj)
         _check_dtype(host.dtype == numpy_dtype(spec.dtype), host.dtype, spec, index, fn_name)
+        if host.dtype.name in ("int4", "uint4"):  # by value: a byte each (not ml_dtypes' bits)
+            host = host.astype(_storage_np(spec.dtype))
         flat = np.ascontiguousarray(host).reshape(-1).view(_storage_np(spec.dtype))
         return _Buffer(None, spec, flat=cuda.to_device(flat, stream=stream.numba))
 

@@ -11,6 +11,8 @@ from typing import Any
 from fusec.codegen import KernelSource
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
+from fusec.ir.dtypes import element_type_of
+from fusec.ir.tensors import TensorSpec
 from fusec.runtime.launch import nvtx_range
 from fusec.targets.cuda.adapters import (
     _TORCH_DTYPES,
@@ -93,6 +95,13 @@ class CudaBackend:
 
     def call_scope(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()  # CudaProgram orders its launches on a stream
+
+    def prepare(self, layout: str, array: Any) -> Any:
+        """A constant in the layout a kernel names (``KernelSource.prepared_inputs``), on
+        the host (``constant_layouts``: the W4A16 route's packed codes)."""
+        from fusec.targets.cuda.constant_layouts import prepare
+
+        return prepare(layout, array)
 
     def to_host(self, value: Any) -> Any:
         import numpy as np
@@ -248,7 +257,18 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
             self._constant_slots.append((slot[value], self.constants[value], spec_of(value.type)))
         self._steps = []
         for launch in self.launches:
-            ins = [slot[v] for v in launch.operands]
+            laid_out = dict(launch.kernel.prepared_inputs)
+            ins = [-1 if k in laid_out else slot[v] for k, v in enumerate(launch.operands)]
+            for index, layout in laid_out.items():  # laid out once, at load
+                key = (launch.operands[index], layout)
+                if key not in slot:
+                    slot[key] = len(slot)
+                    array = self.prepared_constants[key]
+                    dtype = element_type_of(array.dtype, floats_only=False)
+                    assert dtype is not None, array.dtype  # (a layout of ours: int32 words)
+                    spec = TensorSpec(tuple(array.shape), dtype)
+                    self._constant_slots.append((slot[key], array, spec))
+                ins[index] = slot[key]
             outs = []
             for value in launch.results:
                 slot[value] = len(slot)

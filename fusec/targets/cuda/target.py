@@ -126,9 +126,10 @@ class CudaTarget(Target):
         self, kind: str, members: Sequence[Operation], anchor: Operation | None
     ) -> str | None:
         """``Target.can_fuse``, and a quantization op with per-block scales in pointwise
-        groups only: the pointwise kernel reads such a scale at ``index // block_size``
-        (issue 31), the other kernels index a scale per tensor or per axis."""
-        if kind != "pointwise":
+        groups only, or as the weight of a matmul group (whose plan says whether its
+        weight-only int4 route takes it): the pointwise kernel reads such a scale at
+        ``index // block_size`` (issue 31), the other kernels per tensor or per axis."""
+        if kind not in ("pointwise", "matmul"):
             for op in members:
                 if isinstance(op, ai.QuantizationOp) and op.blocks() is not None:
                     return (

@@ -307,10 +307,11 @@ def test_int4_weight_only_matmul_matches_onnx(target):
 
 
 def test_int4_weight_only_f16_matmul_on_cuda_reads_the_codes():
-    """On cuda a W4A16 layer keeps its weight as int4 codes: one pointwise kernel
-    dequantizes them each call (per-block scales along K), the Tensor Core GEMM (no
-    fallback) multiplies; the f16 weight is never a constant of the program."""
-    model, _ = _w4a16_matmul(m=16, k=128, n=64, block=32, kind=F16)
+    """On cuda a W4A16 layer keeps its weight as int4 codes: past 16 rows of activations
+    one pointwise kernel dequantizes them each call (per-block scales along K) and the
+    Tensor Core GEMM (no fallback) multiplies (up to 16: tests/targets/cuda/test_w4a16.py);
+    the f16 weight is never a constant of the program."""
+    model, _ = _w4a16_matmul(m=32, k=128, n=64, block=32, kind=F16)
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
     assert [k.kind for k in compiled.kernels] == ["pointwise", "matmul"]
     assert compiled.kernels[1].remark is None

@@ -71,7 +71,7 @@ from fusec.ir.module import precision_of
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import as_packed, body_ops, integer_values, kernel_name
 from fusec.targets.cuda.cpp_expr import CppExprGenerator
-from fusec.targets.cuda.gemm import aux
+from fusec.targets.cuda.gemm import aux, w4
 from fusec.targets.cuda.gemm.config import (
     TileConfig,
     as_fp8,
@@ -155,6 +155,13 @@ def plan_ops(
     ops = list(ops)
     if precision is None:
         precision = precision_of(ops[0]) if ops else "ieee"
+    if any(w4.is_four_bit(op) for op in ops):
+        return "a dequantize of 4-bit codes (the W4A16 route, gemm/w4.py, or a kernel of its own)"
+    blocked = next(
+        (op for op in ops if isinstance(op, ai.QuantizationOp) and op.blocks() is not None), None
+    )
+    if blocked is not None:
+        return f"{blocked.name} has per-block scales (the pointwise kernel reads them)"
     dequantized = [op for op in ops if isinstance(op, ai.DequantizeOp)]
     codes: dict[SSAValue, SSAValue] = {}  # a matmul operand -> the float8 codes it reads
     fp8 = ""
@@ -328,6 +335,11 @@ def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | Non
     than a kernel of its own is refused too (``layernorm_prologue_problem``)."""
     if len(members) == 1 or not isinstance(anchor, ai.MatmulOp):
         return None
+    if any(w4.is_four_bit(op) for op in members):
+        problem = w4.members_problem(members)
+        return (
+            None if problem is None else f"the cuda W4A16 route cannot take the group ({problem})"
+        )
     p = plan_members(members)
     if isinstance(p, str):
         return f"the cuda Tensor Core GEMM cannot take the group ({p}), {_FALLBACK}"
@@ -717,6 +729,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The kernel module of a matmul group (the fallback's when the kernel cannot serve it)."""
     from fusec.targets.cuda import torch_fallback
 
+    if any(w4.is_four_bit(op) for op in body_ops(fused_op)):
+        return w4.generate(fused_op, name)
     name = kernel_name(name)
     p = plan(fused_op)
     if isinstance(p, str):

@@ -1,0 +1,112 @@
+"""The weight-only int4 route of the cuda matmul template (W4A16, issue 31) without a
+GPU: the packing of the codes, which road each layer takes, and the kernel's sums under
+Numba's CUDA simulator (a subprocess: ``w4_sim.py``) against the reference executor.
+On the GPU: test_w4a16_gpu.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from w4_cases import w4a16_ir, w4a16_onnx
+
+from fusec.targets.cuda import constant_layouts
+from fusec.targets.cuda.env import simulator_enabled
+
+pytestmark = pytest.mark.requires_target("cuda")
+
+HERE = Path(__file__).parent
+
+
+@pytest.mark.parametrize("layout", ["w4:kn:i4", "w4:nk:i4", "w4:kn:ui4", "w4:nk:ui4"])
+def test_int4_layout_puts_code_k_of_row_n_in_nibble_k_mod_8_of_word_k_div_8(layout: str) -> None:
+    rng = np.random.default_rng(4)
+    signed = layout.endswith(":i4")
+    low, high = (-8, 8) if signed else (0, 16)
+    rows = rng.integers(low, high, (5, 48))  # N x K
+    codes = rows if ":nk:" in layout else rows.T
+    codes = codes.astype(ml_dtypes.int4 if signed else ml_dtypes.uint4)
+    words = constant_layouts.prepare(layout, codes)
+    assert words.dtype == np.int32 and words.shape == (5, 6) and words.flags.c_contiguous
+    unpacked = (words.view(np.uint32)[:, :, None] >> (4 * np.arange(8, dtype=np.uint32))) & 15
+    assert np.array_equal(unpacked.reshape(5, 48).astype(np.int64), rows + (8 if signed else 0))
+
+
+@pytest.mark.parametrize("m, transposed", [(1, False), (16, True)])
+def test_decode_layers_take_the_w4a16_route(m: int, transposed: bool) -> None:
+    """Up to 16 rows a layer is one kernel reading the packed codes (a prepared input of
+    its layout), the bias and Relu in its epilogue."""
+    import fusec
+
+    model, _ = w4a16_onnx(m, 512, 64, 128, "bf16", seed=1, transposed=transposed)
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+    (kernel,) = compiled.kernels
+    assert kernel.kind == "matmul" and kernel.remark is None
+    order = "nk" if transposed else "kn"
+    assert kernel.prepared_inputs == ((0, f"w4:{order}:i4"),)
+    assert "weight-only int4 route" in kernel.source
+    assert "epilogue: ai.bias_add -> ai.relu" in kernel.source
+    assert "int32[::1]" in kernel.source  # the codes arrive as packed words
+
+
+def test_more_rows_and_run_time_codes_dequantize_then_multiply() -> None:
+    """Past 16 rows, or with codes that are no constant, one pointwise kernel dequantizes
+    the codes and the Tensor Core GEMM multiplies; the remark says why."""
+    import fusec
+
+    model, _ = w4a16_onnx(17, 512, 64, 128, "f16", seed=2)
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+    assert [k.kind for k in compiled.kernels] == ["pointwise", "matmul"]
+    assert "17 rows of activations" in str(compiled.remarks())
+    compiled = fusec.compile(w4a16_ir(4, 256, 64, 32, "f16", True), target="cuda", executable=False)
+    assert [k.kind for k in compiled.kernels] == ["pointwise", "matmul"]
+    assert "the codes are no constant" in str(compiled.remarks())
+
+
+def test_w4a16_kernels_under_the_simulator_match_the_reference() -> None:
+    env = {
+        **os.environ,
+        "NUMBA_ENABLE_CUDASIM": "1",
+        "PYTHONWARNINGS": "ignore",
+        "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path]),
+    }
+    run = subprocess.run(
+        [sys.executable, str(HERE / "w4_sim.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    records = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert len(records) == 4
+    for record in records:
+        assert record["kinds"] == ["matmul"], record
+        assert record["nan"] == 0 and record["rel_l2"] < 1e-2, record
+
+
+@pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
+def test_w4a16_kernel_compiles_to_ptx_with_its_sums_in_registers() -> None:
+    """For sm_90 (no GPU needed): the codes are 32-bit loads, x 16-byte ones, the
+    shuffles of the warp sum are there, and nothing spills to local memory."""
+    import fusec
+
+    model, _ = w4a16_onnx(1, 1024, 64, 128, "f16", seed=3)
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+    ((_, ptx),) = compiled.assembly("sm_90")
+    assert ".entry" in ptx and "shfl.sync.bfly" in ptx
+    assert "ld.global.v4" in ptx or "ld.global.nc.v4" in ptx
+    assert ".local" not in ptx
+
+
+def test_an_unknown_constant_layout_is_an_error() -> None:
+    from fusec.errors import FusecError
+
+    with pytest.raises(FusecError, match="no constant layout 'w5:kn'"):
+        constant_layouts.prepare("w5:kn", np.zeros(8, np.int8))
