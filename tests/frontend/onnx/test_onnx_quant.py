@@ -17,6 +17,7 @@ from numerics import assert_close
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx_nets import run_onnxruntime
+from w4_cases import w4a16_onnx
 
 import fusec
 from fusec.errors import FusecError
@@ -261,42 +262,13 @@ def test_fp8_qdq_matmul_is_the_float8_gemm_on_cuda():
     assert "ai.mul -> ai.mul" in gemm.specs[0].epilogue.name
 
 
-def _w4a16_matmul(m=8, k=64, n=32, block=16, kind=F32) -> tuple[onnx.ModelProto, np.ndarray]:
-    """The standard-ONNX weight-only int4 form (W4A16): an INT4 weight (two a byte in the
-    model) with per-block scales and zero points along K, DequantizeLinear -> MatMul;
-    activations and scales of ``kind`` (FLOAT or FLOAT16)."""
-    dtype = np.float16 if kind == F16 else np.float32
-    inits = [
-        numpy_helper.from_array(RNG.integers(-8, 8, (k, n)).astype(ml_dtypes.int4), "w_q"),
-        _const("w_s", RNG.uniform(0.01, 0.1, (k // block, n)).astype(dtype), kind),
-        _const("w_z", RNG.integers(-2, 3, (k // block, n)), I4),
-    ]
-    nodes = [
-        helper.make_node(
-            "DequantizeLinear", ["w_q", "w_s", "w_z"], ["w"], name="dq_w", axis=0, block_size=block
-        ),
-        helper.make_node("MatMul", ["x", "w"], ["y"], name="matmul"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "w4a16",
-        [helper.make_tensor_value_info("x", kind, [m, k])],
-        [helper.make_tensor_value_info("y", kind, [m, n])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    model.ir_version = 10
-    onnx.checker.check_model(model)
-    return model, RNG.standard_normal((m, k)).astype(dtype)
-
-
 @pytest.mark.parametrize("target", ["reference", "cpu"])
 def test_int4_weight_only_matmul_matches_onnx(target):
     """The int4 weight stays codes at import (``onnx_fold.kept_quantized``) and under
     ``canonicalize``; the cpu pipeline folds it once, at compile
     (``fold-quantized-weights``), the reference target dequantizes it each call. The
     product equals onnx's reference evaluator's to float32 rounding on both targets."""
-    model, x = _w4a16_matmul()
+    model, x = w4a16_onnx(8, 64, 32, 16, "f32", seed=5)
     module = fusec.from_onnx(model)
     assert "tensor<64x32xi4>" in str(module) and "ai.dequantize" in str(module)
     compiled = fusec.compile(module, target=target)
@@ -311,7 +283,7 @@ def test_int4_weight_only_f16_matmul_on_cuda_reads_the_codes():
     one pointwise kernel dequantizes them each call (per-block scales along K) and the
     Tensor Core GEMM (no fallback) multiplies (up to 16: tests/targets/cuda/test_w4a16.py);
     the f16 weight is never a constant of the program."""
-    model, _ = _w4a16_matmul(m=32, k=128, n=64, block=32, kind=F16)
+    model, _ = w4a16_onnx(32, 128, 64, 32, "f16", seed=6)
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
     assert [k.kind for k in compiled.kernels] == ["pointwise", "matmul"]
     assert compiled.kernels[1].remark is None

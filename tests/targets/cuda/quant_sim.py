@@ -1,4 +1,5 @@
-"""Run under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) by test_quant_cuda.py: the
+"""Run under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) by test_quant_cuda.py
+(``sim_client.run_simulator``, one record: the seed): the
 cuda pointwise kernel of ``quantize -> dequantize -> add`` for each quantized type, on
 fresh random inputs with NaN, infinities, a huge value and -0.0 among them, outputs
 poisoned first; prints one JSON line per case: whether its codes and its values equal the
@@ -64,12 +65,12 @@ def _same_codes(got: np.ndarray, want: np.ndarray) -> bool:
     return bool(np.array_equal(got.view(np.uint8), want.view(np.uint8)))
 
 
-def _record(case: str, text: str, args: list) -> dict:
+def _record(name: str, text: str, args: list) -> dict:
     compiled = fusec.compile(text, target="cuda")
     got = compiled._runner(args, poison=True)
     want = fusec.compile(text, target="reference")(*args)
     return {
-        "case": case,
+        "name": name,
         "kinds": [k.kind for k in compiled.kernels],
         "codes_equal": _same_codes(np.asarray(got[0]), np.asarray(want[0])),
         "values_equal": bool(np.array_equal(got[1], want[1], equal_nan=True)),
@@ -77,7 +78,8 @@ def _record(case: str, text: str, args: list) -> dict:
 
 
 def main() -> None:
-    rng = np.random.default_rng(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+    (run,) = json.loads(sys.argv[1]) if len(sys.argv) > 1 else [{"seed": 0}]
+    rng = np.random.default_rng(int(run["seed"]))
     x = (rng.standard_normal((37, 53)) * 200).astype(np.float32)
     x[0, :6] = [np.nan, np.inf, -np.inf, 1e30, -0.0, 300.0]
     for dtype, saturate in TYPES:

@@ -10,15 +10,12 @@ float64.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from quant_sim import BLOCKS, TYPES, block_ir, qdq_ir
+from sim_client import run_simulator
 
 from fusec.targets.cuda.env import simulator_enabled
 
@@ -28,18 +25,9 @@ HERE = Path(__file__).parent
 
 
 def test_quantize_and_dequantize_under_the_simulator_equal_the_reference() -> None:
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONWARNINGS": "ignore"}
-    run = subprocess.run(
-        [sys.executable, str(HERE / "quant_sim.py"), "11"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    records = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    records = run_simulator(HERE / "quant_sim.py", [{"name": "seed 11", "seed": 11}])
     assert len(records) == len(TYPES) + len(BLOCKS)
-    for record in records:
+    for record in records.values():
         assert record["kinds"] == ["pointwise"], record
         assert record["codes_equal"] and record["values_equal"], record
 

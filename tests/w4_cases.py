@@ -1,6 +1,6 @@
-"""Weight-only int4 (W4A16) layers for the cuda tests (issue 31): ONNX models as
-exporters and quantization tools write them, with fresh random codes, scales and zero
-points (``w4a16_onnx``), and the IR of one whose codes are an argument (``w4a16_ir``)."""
+"""Weight-only int4 (W4A16) layers for the tests (issue 31): ONNX models as exporters and
+quantization tools write them, with fresh random codes, scales and zero points
+(``w4a16_onnx``), and the IR of one whose codes are an argument (``w4a16_ir``)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-_ONNX = {"f16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
-_HOST = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
+_ONNX = {"f16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16, "f32": TensorProto.FLOAT}
+_HOST = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}
 
 
 def _tensor(name: str, array: np.ndarray, dtype: str) -> onnx.TensorProto:
     if dtype == "bf16":  # numpy_helper writes bfloat16 from float32 values
         proto = helper.make_tensor(name, TensorProto.BFLOAT16, array.shape, array.ravel())
         return proto
-    return numpy_helper.from_array(array.astype(np.float16), name)
+    return numpy_helper.from_array(array.astype(_HOST[dtype]), name)
 
 
 def w4a16_onnx(
