@@ -21,6 +21,8 @@ least CPU time): the Numba loop 62.8-64.2, these tiles 33.2-34.1.
 
 from __future__ import annotations
 
+import functools
+
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
@@ -106,31 +108,43 @@ def _lanes_tile(name: str, pixels: int, vectors: int, lanes: int, sums):
     return intrinsic(tile)
 
 
+def _switch_codegen(name: str, case: int, cases: dict):
+    """The codegen of a switch intrinsic: an LLVM ``switch`` on its argument ``case`` to
+    ``cases[value](builder, arg)`` (no code for any other value)."""
+
+    def codegen(context, builder, signature, args):
+        arg = intrinsics.Arguments(context, builder, signature, args)
+        done = builder.append_basic_block(f"{name}.done")
+        switch = builder.switch(arg.integer(case), done)
+        for value, emit in cases.items():
+            block = builder.append_basic_block(f"{name}.{value}")
+            switch.add_case(ir.Constant(_I64, value), block)
+            builder.position_at_end(block)
+            emit(builder, arg)
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return codegen
+
+
 def _switch_tile(name: str, cases: dict, vectors: int, lanes: int):
     """One intrinsic ``tile(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off,
-    case)`` over several lanes tiles: an LLVM ``switch`` on ``case`` to the tile of
-    ``cases[case] = (pixels, sums)`` (no tile for any other value). The callers pick
-    among the tiles of a row's last pixels and of each kernel width this way, where a
-    ladder of ``if``s called one intrinsic each."""
+    case)`` over several lanes tiles: the tile of ``cases[case] = (pixels, sums)`` (no
+    tile for any other value). The callers pick among the tiles of a row's last pixels
+    and of each kernel width this way, where a ladder of ``if``s called one intrinsic
+    each."""
+    emits = {
+        value: functools.partial(
+            _emit_lanes_tile, pixels=pixels, vectors=vectors, lanes=lanes, sums=sums
+        )
+        for value, (pixels, sums) in cases.items()
+    }
 
     def tile(typingctx, x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off, case):
         intrinsics.check_f32_arrays("depthwise taps tile", {"x": x, "wt": wt, "ot": ot})
         sig = types.void(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off, case)
-
-        def codegen(context, builder, signature, args):
-            arg = intrinsics.Arguments(context, builder, signature, args)
-            done = builder.append_basic_block(f"{name}.done")
-            switch = builder.switch(arg.integer(10), done)
-            for value, (pixels, sums) in cases.items():
-                block = builder.append_basic_block(f"{name}.{value}")
-                switch.add_case(ir.Constant(_I64, value), block)
-                builder.position_at_end(block)
-                _emit_lanes_tile(builder, arg, pixels, vectors, lanes, sums)
-                builder.branch(done)
-            builder.position_at_end(done)
-            return context.get_dummy_value()
-
-        return sig, codegen
+        return sig, _switch_codegen(name, 10, emits)
 
     tile.__name__ = name
     return intrinsic(tile)
@@ -342,53 +356,55 @@ def taps_row(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off, npix):
     taps_rows(x, x_off, pstride, s, rowstep, colstep, taps, wt, ot, o_off, npix, 1, 0, 0)
 
 
-def _plane_tile(name: str, rows: int, lanes: int, sums):
-    """The frame of a planar tile intrinsic ``tile(x, x_off, rstride, s, rowstep, colstep,
-    taps, w, w_off, out, o_off, ostride)``: the typing, the ``llvm.fma`` declaration, a
-    scalar's splat, and the stores of the ``rows`` sums, output row ``p`` at ``out[o_off +
-    p * ostride:]``; ``sums(builder, arg, vty, fma, splat)`` emits the sums themselves."""
+def _emit_plane_tile(builder: ir.IRBuilder, arg, rows: int, lanes: int, sums):
+    """A planar tile's IR at the builder's position: the ``llvm.fma`` declaration, a
+    scalar's splat, ``sums(builder, arg, vty, fma, splat)`` (the ``rows`` sums), then
+    their stores, output row ``p`` at ``out[o_off + p * ostride:]``."""
     vty = ir.VectorType(_F32, lanes)
+    fma = builder.module.declare_intrinsic(
+        f"llvm.fma.v{lanes}f32", (), ir.FunctionType(vty, [vty, vty, vty])
+    )
+    splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), None)
 
-    def typed(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride):
-        intrinsics.check_f32_arrays(f"depthwise {name}", {"x": x, "w": w, "out": out})
-        sig = types.void(
-            x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride
+    def splat(scalar: ir.Value) -> ir.Value:
+        one = builder.insert_element(
+            ir.Constant(vty, ir.Undefined), scalar, ir.Constant(ir.IntType(32), 0)
         )
+        return builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), splat_mask)
 
-        def codegen(context, builder, signature, args):
-            arg = intrinsics.Arguments(context, builder, signature, args)
-            fma = builder.module.declare_intrinsic(
-                f"llvm.fma.v{lanes}f32", (), ir.FunctionType(vty, [vty, vty, vty])
-            )
-            splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), None)
+    final = sums(builder, arg, vty, fma, splat)
+    po, oo, ost = arg.data(9), arg.integer(10), arg.integer(11)
+    for p in range(rows):
+        at = builder.gep(po, [builder.add(oo, builder.mul(ost, ir.Constant(_I64, p)))])
+        builder.store(final[p], builder.bitcast(at, vty.as_pointer()), align=4)
 
-            def splat(scalar: ir.Value) -> ir.Value:
-                one = builder.insert_element(
-                    ir.Constant(vty, ir.Undefined), scalar, ir.Constant(ir.IntType(32), 0)
-                )
-                return builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), splat_mask)
 
-            final = sums(builder, arg, vty, fma, splat)
-            po, oo, ost = arg.data(9), arg.integer(10), arg.integer(11)
-            for p in range(rows):
-                at = builder.gep(po, [builder.add(oo, builder.mul(ost, ir.Constant(_I64, p)))])
-                builder.store(final[p], builder.bitcast(at, vty.as_pointer()), align=4)
-            return context.get_dummy_value()
-
-        return sig, codegen
+def _plane_switch(name: str, cases: dict, lanes: int):
+    """The planar tile intrinsic ``tile(x, x_off, rstride, s, rowstep, colstep, taps, w,
+    w_off, out, o_off, ostride, case)``: the tile of ``cases[case] = (rows, sums)``
+    (``_emit_plane_tile``; no tile for any other value)."""
+    emits = {
+        value: functools.partial(_emit_plane_tile, rows=rows, lanes=lanes, sums=sums)
+        for value, (rows, sums) in cases.items()
+    }
 
     def tile(
-        typingctx, x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride
+        typingctx, x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride, case
     ):
-        return typed(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride)
+        intrinsics.check_f32_arrays(f"depthwise {name}", {"x": x, "w": w, "out": out})
+        sig = types.void(
+            x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o_off, ostride, case
+        )
+        return sig, _switch_codegen(name, 12, emits)
 
     tile.__name__ = name
     return intrinsic(tile)
 
 
-def _rows_tile(rows: int, lanes: int):
-    """The intrinsic ``tile(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out,
-    o_off, ostride)`` of one channel plane (the planar form): for output row ``p <
+def _rows_sums(rows: int, lanes: int):
+    """The sums of a planar tile (``_emit_plane_tile``; arguments ``x, x_off, rstride, s,
+    rowstep, colstep, taps, w, w_off, out, o_off, ostride``) of one channel plane (the
+    planar form): for output row ``p <
     rows``, the ``lanes`` pixels ``out[o_off + p * ostride:]`` = the sum over taps ``k <
     taps`` of the scalar weight ``w[w_off + k]`` times the vector ``x[x_off + p * rstride
     + (k // s) * rowstep + (k % s) * colstep:]``: the first term a product, then fused
@@ -432,15 +448,15 @@ def _rows_tile(rows: int, lanes: int):
         intrinsics.close_loop(builder, builder.icmp_signed("<", step, kk), loop, done)
         return intrinsics.exit_values(builder, vty, init, new, entry, body_end)
 
-    return _plane_tile(f"rows_{rows}x{lanes}", rows, lanes, sums)
+    return sums
 
 
-def _shared_rows_tile(rows: int, height: int, lanes: int):
-    """``_rows_tile``'s intrinsic (same arguments and sums) for a kernel ``height`` rows
+def _shared_rows_sums(rows: int, height: int, lanes: int):
+    """``_rows_sums`` (same arguments and sums) for a kernel ``height`` rows
     high whose output rows read consecutive input rows (``rstride == rowstep``: stride 1
     and dilation 1 down the plane, or equal): each input row's vector at each kernel
     column is loaded once and multiplied into every output row of the tile that reads it,
-    ``rows + height - 1`` loads a kernel column where ``_rows_tile`` makes ``rows *
+    ``rows + height - 1`` loads a kernel column where ``_rows_sums`` makes ``rows *
     height``. The sums run kernel column by kernel column (the taps of column 0 from the
     top, then column 1, ...), fused multiply-adds from zero. Why: with 16-float vectors a
     row's shifted loads cross a cache line two times in three, and the loads, not the
@@ -471,15 +487,23 @@ def _shared_rows_tile(rows: int, height: int, lanes: int):
             builder, col, ss, [[a] for a in acc], [[n] for n in new], zero, blocks
         )
 
-    return _plane_tile(f"shared_rows_{rows}x{height}x{lanes}", rows, lanes, sums)
+    return sums
 
 
 #: Output rows of a full planar tile (one vector of ``W`` pixels each).
 ROWS = 8
-_R1, _R2, _R3, _R4, _R5, _R6, _R7, _R8 = (_rows_tile(p, W) for p in range(1, 9))
-#: Full tiles that load each input row once (``_shared_rows_tile``), for kernels 3, 5
-#: and 7 rows high.
-_S3, _S5, _S7 = (_shared_rows_tile(ROWS, h, W) for h in (3, 5, 7))
+#: Kernel heights with full tiles that load each input row once (``_shared_rows_sums``).
+SHARED_HEIGHTS = (3, 5, 7)
+#: A full tile of ``ROWS`` rows: ``_FULL_ROWS(..., height)`` by the shared tile of a
+#: ``SHARED_HEIGHTS`` kernel, ``_FULL_ROWS(..., 0)`` by the taps.
+_FULL_ROWS = _plane_switch(
+    "full_rows",
+    {0: (ROWS, _rows_sums(ROWS, W))}
+    | {h: (ROWS, _shared_rows_sums(ROWS, h, W)) for h in SHARED_HEIGHTS},
+    W,
+)
+#: The last ``rest < ROWS`` rows: ``_REST_ROWS(..., rest)``.
+_REST_ROWS = _plane_switch("rest_rows", {p: (p, _rows_sums(p, W)) for p in range(1, ROWS)}, W)
 
 
 @sealed_njit
@@ -488,33 +512,14 @@ def _plane_column(x, x_off, rstride, s, rowstep, colstep, taps, w, w_off, out, o
     tiles of ``ROWS`` rows, then one of the rest."""
     p = 0
     height = taps // s if rstride == rowstep and taps % s == 0 else 0  # shared tiles
+    full = height if height == 3 or height == 5 or height == 7 else 0  # SHARED_HEIGHTS
     while p + ROWS <= oh:
         xo, oo = x_off + p * rstride + j, o_off + p * ow + j
-        if height == 3:
-            _S3(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-        elif height == 5:
-            _S5(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-        elif height == 7:
-            _S7(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-        else:
-            _R8(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+        _FULL_ROWS(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow, full)
         p += ROWS
     rest = oh - p
     xo, oo = x_off + p * rstride + j, o_off + p * ow + j
-    if rest == 7:
-        _R7(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-    elif rest == 6:
-        _R6(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-    elif rest == 5:
-        _R5(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-    elif rest == 4:
-        _R4(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-    elif rest == 3:
-        _R3(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-    elif rest == 2:
-        _R2(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
-    elif rest == 1:
-        _R1(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow)
+    _REST_ROWS(x, xo, rstride, s, rowstep, colstep, taps, w, w_off, out, oo, ow, rest)
 
 
 @sealed_njit
