@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from xdsl.ir import Operation, SSAValue
 
@@ -158,6 +158,26 @@ def block_leaves(ops: Sequence[Operation]) -> dict[SSAValue, tuple[int, int, int
             for value in op.operands[1:]:
                 found[value] = blocks
     return found
+
+
+def block_axis_shapes(
+    space: Sequence[int],
+    leaves: Mapping[SSAValue, tuple[int, ...]],
+    blocks: Mapping[SSAValue, tuple[int, int, int]],
+) -> list[tuple[int, ...]]:
+    """One shape per per-block leaf (``block_leaves``), full along its block axis alone:
+    coalesced beside the operands' shapes, it keeps that axis a dim of its own (a scale is
+    read at ``index // block`` along it); ``block_axis_dims`` finds the dims again."""
+    shapes = []
+    for value, (axis, _, _) in blocks.items():
+        dim = len(space) - len(leaves[value]) + axis
+        shapes.append(tuple(n if d == dim else 1 for d, n in enumerate(space)))
+    return shapes
+
+
+def block_axis_dims(merged: Sequence[tuple[int, ...]]) -> list[int]:
+    """The dim of each coalesced ``block_axis_shapes`` shape (its one dim above 1)."""
+    return [next(d for d, n in enumerate(shape) if n != 1) for shape in merged]
 
 
 def block_offset(

@@ -19,6 +19,8 @@ from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen.expr import (
     ExprGenerator,
+    block_axis_dims,
+    block_axis_shapes,
     block_leaves,
     block_offset,
     broadcast_offset,
@@ -89,10 +91,7 @@ def pointwise_stage(
     # A per-block scale (issue 31) is read at index // block along its axis: that axis
     # stays a dim of its own (a shape full along it alone keeps it from merging).
     blocks = block_leaves(ops)
-    isolate = []
-    for value, (axis, _, _) in blocks.items():
-        dim = len(space) - len(leaves[value]) + axis
-        isolate.append(tuple(n if d == dim else 1 for d, n in enumerate(space)))
+    isolate = block_axis_shapes(space, leaves, blocks)
     # An ai.rotate_half reads its (full) operand at j + n/2 or j - n/2 along the last
     # axis: that axis stays the inner loop of its own.
     rotations = [op for op in ops if isinstance(op, ai.RotateHalfOp)]
@@ -108,12 +107,8 @@ def pointwise_stage(
     )
     leaf_merged = dict(zip(leaf_list, merged_shapes[: len(leaf_list)], strict=True))
     write_merged = merged_shapes[len(leaf_list) : len(leaf_list) + len(writes)]
-    block_dims = {
-        value: next(d for d, n in enumerate(shape) if n != 1)
-        for value, shape in zip(
-            blocks, merged_shapes[len(leaf_list) + len(writes) :][: len(blocks)], strict=True
-        )
-    }
+    isolated = merged_shapes[len(leaf_list) + len(writes) :][: len(blocks)]
+    block_dims = dict(zip(blocks, block_axis_dims(isolated), strict=True))
 
     index = [f"i{d}" for d in range(len(merged) - 1)] + ["j"]
     body, inner = loop_header(merged, gen)

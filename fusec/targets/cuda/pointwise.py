@@ -22,6 +22,8 @@ from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import (
     ELEMENTWISE_OPS,
     ExprGenerator,
+    block_axis_dims,
+    block_axis_shapes,
     block_leaves,
     broadcast_shapes,
     coalesce,
@@ -144,15 +146,10 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     # stays a dim of its own (a shape full along it alone keeps it from merging), as in
     # the cpu loop (``targets/cpu/loops.py``)
     blocks = block_leaves(ops)
-    isolate = []
-    for value, (axis, _, _) in blocks.items():
-        dim = len(space0) - len(leaves[value]) + axis
-        isolate.append(tuple(n if d == dim else 1 for d, n in enumerate(space0)))
+    isolate = block_axis_shapes(space0, leaves, blocks)
     space, collapsed = coalesce(space0, [leaves[v] for v in leaf_list] + out_shapes + isolate)
-    block_of = {
-        value: (next(d for d, n in enumerate(shape) if n != 1), blocks[value][1])
-        for value, shape in zip(blocks, collapsed[len(leaf_list) + len(out_shapes) :], strict=True)
-    }
+    dims = block_axis_dims(collapsed[len(leaf_list) + len(out_shapes) :])
+    block_of = {value: (dim, blocks[value][1]) for value, dim in zip(blocks, dims, strict=True)}
     in_ops = {
         v: _Operand(
             f"in{arg_index[v]}", spec_of(v.type).dtype, collapsed[k], space, block_of.get(v)
