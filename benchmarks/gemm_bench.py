@@ -42,7 +42,9 @@ runs the float8 cases (issue 31): fusec's GEMM on e4m3 codes (``dequantize`` of 
 operands with per-tensor scales, matmul, bf16 out; A M x K, B N x K) against
 ``torch._scaled_mm`` (cuBLASLt fp8, the "eager" columns) and, in the same run, fusec's and
 cuBLAS's fp16 GEMM of the same shape (B N x K), at 4096^3 and 8192^3; checked against the
-f32 product of the codes (rel L2 < 1e-2). Writes gemm-fp8.md/.json.
+f32 product of the codes (rel L2 < 1e-2); then the FP8 MLP block (4096 x 4096 x 14336:
+quantize, e4m3 GEMM + bias + GELU, quantize, e4m3 GEMM + bias) against the same block in
+bf16 under eager PyTorch and torch.compile. Writes gemm-fp8.md/.json.
 
     python benchmarks/gemm_bench.py --w4 --out benchmarks/results
 
@@ -431,6 +433,68 @@ FP8_MATMUL = """func.func @f(%a: tensor<{m}x{k}xf8E4M3FN>, %b: tensor<{n}x{k}xf8
 }}"""  # noqa: E501
 
 
+FP8_MLP = """func.func @mlp(%x: tensor<{m}x{d}xbf16>, %w1: tensor<{h}x{d}xf8E4M3FN>, %b1: tensor<{h}xf32>, %w2: tensor<{d}x{h}xf8E4M3FN>, %b2: tensor<{d}xf32>) -> tensor<{m}x{d}xbf16> {{
+  %sx = arith.constant dense<{sx}> : tensor<bf16>
+  %sh = arith.constant dense<{sh}> : tensor<bf16>
+  %one = arith.constant dense<1.0> : tensor<f32>
+  %c1 = arith.constant dense<{c1}> : tensor<f32>
+  %c2 = arith.constant dense<{c2}> : tensor<f32>
+  %z = arith.constant dense<0.0> : tensor<f8E4M3FN>
+  %xq = ai.quantize %x, %sx, %z : tensor<{m}x{d}xbf16> * tensor<bf16> * tensor<f8E4M3FN>
+  %a = ai.dequantize %xq, %one, %z : tensor<{m}x{d}xf8E4M3FN> * tensor<f32> * tensor<f8E4M3FN>
+  %wa = ai.dequantize %w1, %one, %z : tensor<{h}x{d}xf8E4M3FN> * tensor<f32> * tensor<f8E4M3FN>
+  %p1 = ai.matmul %a, %wa {{transpose_b = true}} : tensor<{m}x{d}xf32> * tensor<{h}x{d}xf32>
+  %s1 = ai.mul %p1, %c1 : tensor<{m}x{h}xf32> * tensor<f32>
+  %y1 = ai.bias_add %s1, %b1 {{axis = 1 : i64}} : tensor<{m}x{h}xf32> * tensor<{h}xf32>
+  %g = ai.gelu %y1 {{approximate = "tanh"}} : tensor<{m}x{h}xf32>
+  %g16 = ai.cast %g : tensor<{m}x{h}xf32> to tensor<{m}x{h}xbf16>
+  %hq = ai.quantize %g16, %sh, %z : tensor<{m}x{h}xbf16> * tensor<bf16> * tensor<f8E4M3FN>
+  %hd = ai.dequantize %hq, %one, %z : tensor<{m}x{h}xf8E4M3FN> * tensor<f32> * tensor<f8E4M3FN>
+  %wb = ai.dequantize %w2, %one, %z : tensor<{d}x{h}xf8E4M3FN> * tensor<f32> * tensor<f8E4M3FN>
+  %p2 = ai.matmul %hd, %wb {{transpose_b = true}} : tensor<{m}x{h}xf32> * tensor<{d}x{h}xf32>
+  %s2 = ai.mul %p2, %c2 : tensor<{m}x{d}xf32> * tensor<f32>
+  %y2 = ai.bias_add %s2, %b2 {{axis = 1 : i64}} : tensor<{m}x{d}xf32> * tensor<{d}xf32>
+  %o = ai.cast %y2 : tensor<{m}x{d}xf32> to tensor<{m}x{d}xbf16>
+  return %o : tensor<{m}x{d}xbf16>
+}}"""  # noqa: E501
+
+
+def fp8_mlp_case(bench) -> None:
+    """The FP8 MLP block (issue 31): x (bf16) quantized to e4m3 (per-tensor scale), the
+    e4m3 GEMM with its weight scale, bias and GELU in the epilogue, h quantized to e4m3,
+    the second e4m3 GEMM with its scale and bias, bf16 out; 4 launches (2 quantize
+    kernels, 2 GEMMs). Timed against the same block in bf16 (weights dequantized ahead)
+    under eager PyTorch and torch.compile; checked against the block's fp8 maths in f32
+    (x and h rounded to e4m3 as the kernels round them)."""
+    import torch
+    import torch.nn.functional as F
+
+    m, d, h = 4096, 4096, 14336
+    sx, sh, sw1, sw2 = 0.05, 0.02, 2.0**-9, 2.0**-10
+    e4m3 = torch.float8_e4m3fn
+    w1 = (torch.randn(h, d, device="cuda") * 8).to(e4m3)
+    w2 = (torch.randn(d, h, device="cuda") * 8).to(e4m3)
+    w1d, w2d = (w1.float() * sw1).to(torch.bfloat16), (w2.float() * sw2).to(torch.bfloat16)
+    b1 = torch.randn(h, device="cuda") * 0.1
+    b2 = torch.randn(d, device="cuda") * 0.1
+    x = torch.randn(m, d, device="cuda", dtype=torch.bfloat16)
+
+    def mlp_bf16(x, w1, b1, w2, b2):  # the block in bf16 (the codes' values, scaled)
+        hh = F.gelu(x @ w1d.t() + b1.to(torch.bfloat16), approximate="tanh")
+        return hh @ w2d.t() + b2.to(torch.bfloat16)
+
+    def fp8_maths(x, w1, b1, w2, b2):  # called on float copies
+        xq = (x / sx).to(e4m3).float() * sx
+        hh = F.gelu(xq @ (w1.t() * sw1) + b1, approximate="tanh").to(torch.bfloat16).float()
+        hq = (hh / sh).to(e4m3).float() * sh
+        return hq @ (w2.t() * sw2) + b2
+
+    text = FP8_MLP.format(m=m, d=d, h=h, sx=sx, sh=sh, c1=sx * sw1, c2=sh * sw2)
+    flops = 4.0 * m * d * h
+    bench(f"FP8 MLP {m}x{d}x{h} (e4m3, GELU) vs bf16", text, (x, w1, b1, w2, b2), mlp_bf16,
+          flops, exact=fp8_maths)  # fmt: skip
+
+
 def fp8_cases(bench, rows: list[dict], out: str) -> None:
     """The float8 cases (``--fp8``): fusec's e4m3 GEMM (per-tensor scales, bf16 out) against
     ``torch._scaled_mm`` (cuBLASLt), then the fp16 GEMM of the same shape (B N x K), fusec's
@@ -461,6 +525,7 @@ def fp8_cases(bench, rows: list[dict], out: str) -> None:
         a16, b16 = a.to(torch.float16), b.to(torch.float16) * 0.125
         text = MATMUL_BT.format(m=size, n=size, k=size, t="f16")
         bench(f"f16 matmul {size}^3, B N x K", text, (a16, b16), matmul_bt, flops, compile_fn=False)
+    fp8_mlp_case(bench)
     write(rows, out, prefix="gemm-fp8")
 
 
