@@ -42,15 +42,21 @@ WGMMA_K = {"f16": 16, "bf16": 16, "f32": 8, "f8E4M3FN": 32, "f8E5M2": 32}
 K_MAJOR_ONLY = ("tf32", "e4m3", "e5m2")
 
 
-def wgmma_ss(name: str, n: int, dtype: str, trans_a: int, trans_b: int) -> str:
+def wgmma_ss(
+    name: str, n: int, dtype: str, trans_a: int, trans_b: int, b_dtype: str | None = None
+) -> str:
     """``name(float* d, u64 desc_a, u64 desc_b, int scale_d)``: one wgmma.m64n{n}k16 (k8 for
     f32 operands, run as tf32; k32 for float8 codes) with both operands in shared memory,
     accumulating into ``d`` (n/2 floats). tf32 and float8 operands are K-major only: wgmma
-    has no transpose for them."""
+    has no transpose for them. ``b_dtype``: B's type where it differs from A's (float8
+    only: e4m3 x e5m2)."""
     count = n // 2
     regs = ", ".join(f"%{i}" for i in range(count))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(count))
     kind = WGMMA_TYPE[dtype]
+    kind_b = WGMMA_TYPE[b_dtype or dtype]
+    if kind_b != kind and {kind, kind_b} != {"e4m3", "e5m2"}:
+        raise ValueError(f"wgmma mixes float8 types only, not {kind} x {kind_b}")
     if kind in K_MAJOR_ONLY and (trans_a or trans_b):
         raise ValueError(f"{kind} wgmma reads K-major operands only (no transpose)")
     trans = "" if kind in K_MAJOR_ONLY else f", {trans_a}, {trans_b}"
@@ -58,7 +64,7 @@ def wgmma_ss(name: str, n: int, dtype: str, trans_a: int, trans_b: int) -> str:
 static __device__ __forceinline__ void {name}(float* d, u64 da, u64 db, int scale_d) {{
   asm volatile(
     "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{count + 2}, 0;\\n"
-    "wgmma.mma_async.sync.aligned.m64n{n}k{WGMMA_K[dtype]}.f32.{kind}.{kind} "
+    "wgmma.mma_async.sync.aligned.m64n{n}k{WGMMA_K[dtype]}.f32.{kind}.{kind_b} "
     "{{{regs}}}, %{count}, %{count + 1}, p, 1, 1{trans};\\n}}\\n"
     : {outs}
     : "l"(da), "l"(db), "r"(scale_d));

@@ -70,13 +70,23 @@ def test_per_tensor_and_per_column_scales_are_epilogue_inputs() -> None:
     assert spec.epilogue.extras == ("f32",) and "fs_ld_f32(e0, 0)" in spec.epilogue.body
 
 
-@pytest.mark.parametrize(
-    "text",
-    [fp8_gemm_ir(64, 32, 48, transpose_b=False), fp8_gemm_ir(64, 32, 48, b_dtype="f8E5M2")],
-    ids=["b-stored-k-by-n", "mixed-e4m3-e5m2"],
-)
+@pytest.mark.parametrize("a_dtype, b_dtype", [("f8E4M3FN", "f8E5M2"), ("f8E5M2", "f8E4M3FN")])
+def test_mixed_float8_operands_are_one_gemm(a_dtype: str, b_dtype: str) -> None:
+    """e4m3 by e5m2 (gradients' and activations' types meet so): one GEMM whose wgmma reads
+    A's type and B's, said by its header."""
+    compiled = _compile(fp8_gemm_ir(256, 384, 512, dtype=a_dtype, b_dtype=b_dtype))
+    kernel = _gemm(compiled)
+    assert len(compiled.kernels) == 1 and kernel.remark is None
+    p = gemm_template.plan(_fused(compiled))
+    assert not isinstance(p, str) and (p.fp8, p.fp8_b) == (a_dtype, b_dtype)
+    (spec,) = kernel.specs
+    assert (spec.dtype, spec.b_dtype) == (a_dtype, b_dtype)
+    assert f"reads the dequantized operands' {a_dtype} x {b_dtype} codes" in kernel.source
+
+
+@pytest.mark.parametrize("text", [fp8_gemm_ir(64, 32, 48, transpose_b=False)])
 def test_what_the_gemm_cannot_read_runs_dequantized(text: str) -> None:
-    """A B stored K x N (wgmma reads float8 K-major only) or two float8 types: fusion
+    """A B stored K x N (wgmma reads float8 K-major only): fusion
     leaves the dequantizes out of the GEMM; they run as pointwise kernels and the f32
     product on the IEEE fallback, whose remark says why."""
     compiled = _compile(text)
@@ -87,14 +97,12 @@ def test_what_the_gemm_cannot_read_runs_dequantized(text: str) -> None:
 
 def test_plan_reasons() -> None:
     """The plan's own reasons, asked of the members fusion would pack."""
-    ir = fp8_gemm_ir(64, 32, 48, b_dtype="f8E5M2")
+    ir = fp8_gemm_ir(64, 32, 48, transpose_b=False)
     compiled = fusec.compile(ir, target="reference", pipeline="infer-shapes,recognize-patterns")
     ops = [op for op in compiled.module.walk() if isinstance(op, ai.AiOp)]
     members = [op for op in ops if not isinstance(op, ai.CastOp)]
     reason = gemm_template.plan_members(members)
-    assert (
-        reason == "float8 operands of two types (e4m3 x e5m2): the kernel takes one type for both"
-    )
+    assert isinstance(reason, str) and reason.startswith("float8 codes are read K-major only")
     # one dequantize joined, the other still outside: the state fusion passes through
     ir = fp8_gemm_ir(64, 32, 48)
     compiled = fusec.compile(ir, target="reference", pipeline="infer-shapes,recognize-patterns")
@@ -135,11 +143,13 @@ def test_reference_target_computes_the_graph() -> None:
 def test_float8_gemm_ptx_has_the_k32_wgmma() -> None:
     from fusec.targets.cuda import build
 
-    for dtype, kind in (("f8E4M3FN", "e4m3"), ("f8E5M2", "e5m2")):
-        (spec,) = _gemm(_compile(fp8_gemm_ir(2048, 2048, 2048, dtype=dtype))).specs
+    kinds = {"f8E4M3FN": "e4m3", "f8E5M2": "e5m2"}
+    for a, b in (("f8E4M3FN",) * 2, ("f8E5M2",) * 2, ("f8E4M3FN", "f8E5M2")):
+        (spec,) = _gemm(_compile(fp8_gemm_ir(2048, 2048, 2048, dtype=a, b_dtype=b))).specs
         ptx = build.ptx(spec)
         found = set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k\d+\.\S+", ptx))
-        assert found == {f"wgmma.mma_async.sync.aligned.m64n{spec.config.bn}k32.f32.{kind}.{kind}"}
+        wgmma = f"wgmma.mma_async.sync.aligned.m64n{spec.config.bn}k32.f32"
+        assert found == {f"{wgmma}.{kinds[a]}.{kinds[b]}"}
 
 
 @needs_toolchain

@@ -77,6 +77,16 @@ def test_fp8_gemm_matches_the_reference(m, n, k, dtype, tail, per_column) -> Non
     assert rel < 1e-2, f"rel L2 {rel:.2e}"
 
 
+@pytest.mark.parametrize("a_dtype, b_dtype", [("f8E4M3FN", "f8E5M2"), ("f8E5M2", "f8E4M3FN")])
+def test_mixed_fp8_gemm_matches_the_reference(a_dtype, b_dtype) -> None:
+    """e4m3 x e5m2 codes: one wgmma of the two types."""
+    text = fp8_gemm_ir(1000, 768, 1024, dtype=a_dtype, b_dtype=b_dtype, tail="bf16")
+    rel, compiled = _run(text, seed=11)
+    source = _gemm_source(compiled)
+    assert f"dtype='{a_dtype}'" in source and f"b_dtype='{b_dtype}'" in source
+    assert rel < 1e-2, f"rel L2 {rel:.2e}"
+
+
 def test_fp8_gemm_batched_a() -> None:
     """A with a batch dimension folded into M (B shared)."""
     rel, _ = _run(fp8_gemm_ir(300, 200, 256, batch=(3,), tail=""), seed=7)

@@ -142,10 +142,14 @@ class GemmSpec(LinkedSpec):
     batch_a: bool = False  # A has the batch dimension (otherwise it is broadcast)
     batch_b: bool = False
     epilogue: Epilogue = field(default_factory=Epilogue)
+    #: B's element type where it differs from A's ``dtype``: float8 codes only (e4m3 x e5m2)
+    b_dtype: str = ""
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES or self.out_dtype not in OUT_DTYPES:
             raise ValueError(f"unsupported GEMM types {self.dtype} -> {self.out_dtype}")
+        if self.b_dtype and {self.dtype, self.b_dtype} != set(FP8_DTYPES):
+            raise ValueError(f"mixed operand types {self.dtype} x {self.b_dtype}: float8 only")
         if self.a_major not in ("k", "m") or self.b_major not in ("k", "n"):
             raise ValueError("a_major is 'k' or 'm', b_major is 'k' or 'n'")
         for extra in self.epilogue.extras:
@@ -184,7 +188,8 @@ def _wgmma(spec: GemmSpec) -> str:
     """``Config::mma``: one m64nBNk16 instruction accumulating into ``d`` (BN/2 floats)."""
     trans_a = 1 if spec.a_major == "m" else 0
     trans_b = 1 if spec.b_major == "n" else 0
-    text = wgmma_ss("mma", spec.config.bn, spec.dtype, trans_a, trans_b).strip("\n")
+    text = wgmma_ss("mma", spec.config.bn, spec.dtype, trans_a, trans_b, spec.b_dtype or None)
+    text = text.strip("\n")
     return "\n".join("  " + line for line in text.splitlines())
 
 
@@ -404,7 +409,8 @@ def generate(spec: GemmSpec) -> str:
     pointers = ", ".join(f"(const void*)e{k}" for k in range(len(spec.epilogue.extras)))
     map_out = "map_out" if c.epilogue == "smem" else "0"
     split = "split_ws, split_counters" if c.split_k > 1 else "0, 0"
-    return f"""// fusec generated Hopper GEMM: {c.text}, {spec.dtype} -> {spec.out_dtype}
+    types = f"{spec.dtype} x {spec.b_dtype}" if spec.b_dtype else spec.dtype
+    return f"""// fusec generated Hopper GEMM: {c.text}, {types} -> {spec.out_dtype}
 // {layout}, {batch}, epilogue {spec.epilogue.name}{variant_note}
 {include("gemm")}
 {spec.epilogue.helpers}

@@ -110,7 +110,8 @@ class GemmPlan:
     softmax: ai.SoftmaxOp | None = None
     post_ops: tuple = ()  # after the softmax
     tf32: bool = False  # f32 operands run as tf32 (the module's precision is "tf32")
-    fp8: str = ""  # the float8 type of both operands' codes (dequantize prologues), or ""
+    fp8: str = ""  # the float8 type of A's codes (dequantize prologues), or ""
+    fp8_b: str = ""  # ... of B's codes where it differs from A's (e4m3 x e5m2), or ""
 
     @property
     def softmax_mode(self) -> str:
@@ -164,12 +165,12 @@ def plan_ops(
         return f"{blocked.name} has per-block scales (the pointwise kernel reads them)"
     dequantized = [op for op in ops if isinstance(op, ai.DequantizeOp)]
     codes: dict[SSAValue, SSAValue] = {}  # a matmul operand -> the float8 codes it reads
-    fp8 = ""
+    fp8 = fp8_b = ""
     if dequantized:
         found = _fp8_operands(dequantized, ops, args)
         if isinstance(found, str):
             return found
-        fp8, codes = found
+        types, codes = found
         ops = [op for op in ops if op not in dequantized]
     if (reason := integer_values(ops, "the cuda Tensor Core GEMM")) is not None:
         return reason
@@ -186,8 +187,11 @@ def plan_ops(
     allowed = all(isinstance(op, ELEMENTWISE_OPS) for op in (*pre, *post))
     if results != 1 or not allowed:
         return "the epilogue is not a chain of elementwise ops (and one softmax) with one result"
-    if fp8 and (layernorm is not None or set(codes) != {matmul.lhs, matmul.rhs}):
+    if dequantized and (layernorm is not None or set(codes) != {matmul.lhs, matmul.rhs}):
         return "float8 codes: both matmul operands are dequantized, no LayerNorm prologue"
+    if dequantized:
+        fp8, fp8_b = types[matmul.lhs], types[matmul.rhs]
+        fp8_b = "" if fp8_b == fp8 else fp8_b
     lhs_value = layernorm.input if layernorm is not None else codes.get(matmul.lhs, matmul.lhs)
     rhs_value = codes.get(matmul.rhs, matmul.rhs)
     if layernorm is not None:
@@ -256,15 +260,17 @@ def plan_ops(
         tuple(post),
         tf32,
         fp8,
+        fp8_b,
     )
 
 
 def _fp8_operands(
     dequantized: Sequence[ai.DequantizeOp], ops: Sequence[Operation], args: Mapping[SSAValue, int]
-) -> tuple[str, dict[SSAValue, SSAValue]] | str:
-    """(the float8 type, matmul operand -> its codes) when each dequantize of the group
-    (``fp8_operand_problem``) feeds the group's matmul only, and all read one float8 type; else why
-    the kernel cannot take them.
+) -> tuple[dict[SSAValue, str], dict[SSAValue, SSAValue]] | str:
+    """(matmul operand -> its float8 type, matmul operand -> its codes) when each dequantize
+    of the group (``fp8_operand_problem``) feeds the group's matmul only; else why the
+    kernel cannot take them. The two operands may be of the two float8 types (wgmma
+    multiplies e4m3 by e5m2).
 
     Fusion grows a group one op at a time, so it asks about [dequantize A, matmul] before
     the dequantize of B joins: a matmul operand that is an input of the group made by such a
@@ -273,23 +279,22 @@ def _fp8_operands(
     is then a block argument made by nothing, has both dequantizes inside when code
     generation asks."""
     matmul = next(op for op in ops if not isinstance(op, ai.DequantizeOp))
-    dtypes, codes = set(), {}
+    types: dict[SSAValue, str] = {}
+    codes: dict[SSAValue, SSAValue] = {}
     for dq in dequantized:
         if (problem := fp8_operand_problem(dq, args)) is not None:
             return problem
         if any(use.operation in ops and use.operation is not matmul for use in dq.output.uses):
             return "a dequantized operand is read by other ops of the group than its matmul"
-        dtypes.add(spec_of(dq.input.type).dtype)
+        types[dq.output] = spec_of(dq.input.type).dtype
         codes[dq.output] = dq.input
     for operand in matmul.operands if isinstance(matmul, ai.MatmulOp) else ():
         joining = operand.owner
         if operand not in codes and isinstance(joining, ai.DequantizeOp) and operand in args:
             if fp8_operand_problem(joining, None) is None:  # the dequantize that joins next
-                dtypes.add(spec_of(joining.input.type).dtype)
+                types[operand] = spec_of(joining.input.type).dtype
                 codes[operand] = operand
-    if len(dtypes) != 1:
-        return "float8 operands of two types (e4m3 x e5m2): the kernel takes one type for both"
-    return dtypes.pop(), codes
+    return types, codes
 
 
 def fp8_operand_problem(dq: ai.DequantizeOp, args: Mapping[SSAValue, int] | None) -> str | None:
@@ -711,7 +716,7 @@ def gemm_spec(fused_op: ai.FusedOp, p: GemmPlan, config: TileConfig):
     dtype = p.fp8 or spec_of(p.matmul.lhs.type).dtype
     # tf32: an operand stored MN-major is read from its K-major copy (``generate``)
     a_major, b_major = ("k", "k") if p.tf32 else (p.a_major, p.b_major)
-    spec = GemmSpec(config, dtype, out_dtype, a_major, b_major, p.batch_a, p.batch_b, epi)
+    spec = GemmSpec(config, dtype, out_dtype, a_major, b_major, p.batch_a, p.batch_b, epi, p.fp8_b)
     prep = None
     if p.layernorm is not None and not ln_tile:
         ln = p.layernorm
@@ -768,7 +773,11 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             else []
         ),
         *(
-            [f"float8 codes: wgmma k32 reads the dequantized operands' {p.fp8} codes"]
+            [
+                "float8 codes: wgmma k32 reads the dequantized operands' "
+                + (f"{p.fp8} x {p.fp8_b}" if p.fp8_b else p.fp8)
+                + " codes"
+            ]
             if p.fp8
             else []
         ),
