@@ -52,6 +52,15 @@ def fp8_gemm_ir(
         ]
         result = "%yr"
     cast = tail.rsplit("_", 1)[-1] if tail else ""
+    if cast.startswith("f8"):  # the result quantized to float8 codes (scale 0.5, zero 0)
+        out = _t((*batch, m, n), cast)
+        so, zo = _t((), "f32"), _t((), cast)
+        lines += [
+            f"%so = arith.constant dense<0.5> : {so}",
+            f"%zo = arith.constant dense<0.0> : {zo}",
+            f"%q = ai.quantize {result}, %so, %zo : {f32_out} * {so} * {zo}",
+        ]
+        result = "%q"
     if cast in ("bf16", "f16"):
         out = _t((*batch, m, n), cast)
         lines.append(f"%z = ai.cast {result} : {f32_out} to {out}")

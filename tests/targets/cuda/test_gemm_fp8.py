@@ -84,6 +84,43 @@ def test_mixed_float8_operands_are_one_gemm(a_dtype: str, b_dtype: str) -> None:
     assert f"reads the dequantized operands' {a_dtype} x {b_dtype} codes" in kernel.source
 
 
+@pytest.mark.parametrize("out", ["f8E4M3FN", "f8E5M2"])
+def test_a_float8_quantize_of_the_result_is_the_gemms_store(out: str) -> None:
+    """bias -> relu -> quantize to float8 (per-tensor scale, zero point 0, saturating): one
+    GEMM whose epilogue divides by the scale and whose store converts (cvt.rn.satfinite),
+    the direct epilogue, float8 codes out."""
+    compiled = _compile(fp8_gemm_ir(256, 384, 512, tail=f"bias_relu_{out}"))
+    kernel = _gemm(compiled)
+    assert len(compiled.kernels) == 1 and kernel.remark is None
+    (spec,) = kernel.specs
+    assert spec.out_dtype == out and spec.config.epilogue == "direct"
+    assert spec.epilogue.name.endswith(f"ai.quantize (stored as {out} codes)")
+    assert re.search(r"y = \(t\d+ / fs_ld_f32\(e\d+, 0\)\);$", spec.epilogue.body)
+    kind = "e4m3" if out == "f8E4M3FN" else "e5m2"
+    assert f"cvt.rn.satfinite.{kind}x2.f32" in build_ptx(spec)
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ("saturate = false", "without saturation"),
+        ("zero", "a zero point other than a constant 0"),
+    ],
+)
+def test_a_float8_quantize_the_store_cannot_do_is_a_kernel_of_its_own(change, reason) -> None:
+    text = fp8_gemm_ir(128, 256, 256, tail="bias_relu_f8E4M3FN")
+    if change == "zero":
+        text = text.replace("%zo = arith.constant dense<0.0>", "%zo = arith.constant dense<2.0>")
+    else:
+        text = text.replace(
+            "%q = ai.quantize %yr, %so, %zo :",
+            "%q = ai.quantize %yr, %so, %zo {saturate = false} :",
+        )
+    compiled = _compile(text)
+    assert [k.kind for k in compiled.kernels] == ["matmul", "pointwise"]
+    assert reason in str(compiled.remarks())
+
+
 @pytest.mark.parametrize("text", [fp8_gemm_ir(64, 32, 48, transpose_b=False)])
 def test_what_the_gemm_cannot_read_runs_dequantized(text: str) -> None:
     """A B stored K x N (wgmma reads float8 K-major only): fusion
@@ -137,6 +174,12 @@ def test_reference_target_computes_the_graph() -> None:
     out = fusec.compile(fp8_gemm_ir(16, 8, 32, tail="", per_column=False), target="reference")(a, b)
     want = a.astype(np.float32) @ b.astype(np.float32).T * (0.0625 * 0.125)
     np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
+def build_ptx(spec) -> str:
+    from fusec.targets.cuda import build
+
+    return build.ptx(spec)
 
 
 @needs_toolchain_in_the_default_lane

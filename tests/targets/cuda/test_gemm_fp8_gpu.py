@@ -87,6 +87,16 @@ def test_mixed_fp8_gemm_matches_the_reference(a_dtype, b_dtype) -> None:
     assert rel < 1e-2, f"rel L2 {rel:.2e}"
 
 
+@pytest.mark.parametrize("out", ["f8E4M3FN", "f8E5M2"])
+def test_fp8_gemm_with_float8_output_matches_the_reference(out) -> None:
+    """bias -> relu -> quantize to float8 codes in the epilogue: the decoded codes against
+    the reference's (a code may differ where the fp8 wgmma's sum lands by a rounding
+    boundary; rel L2 of the values < 1e-2, as every 8-bit kernel here)."""
+    rel, compiled = _run(fp8_gemm_ir(1000, 768, 1024, tail=f"bias_relu_{out}"), seed=13)
+    assert f"out_dtype='{out}'" in _gemm_source(compiled)
+    assert rel < 1e-2, f"rel L2 {rel:.2e}"
+
+
 def test_fp8_gemm_batched_a() -> None:
     """A with a batch dimension folded into M (B shared)."""
     rel, _ = _run(fp8_gemm_ir(300, 200, 256, batch=(3,), tail=""), seed=7)

@@ -99,7 +99,7 @@ from fusec.targets.cuda.ptx import PRODUCER_REGISTERS, consumer_registers, wgmma
 #: float8 codes (issue 31) on a tile with bk = 128
 FP8_DTYPES = ("f8E4M3FN", "f8E5M2")
 DTYPES = ("f16", "bf16", "f32", *FP8_DTYPES)
-OUT_DTYPES = ("f16", "bf16", "f32")
+OUT_DTYPES = ("f16", "bf16", "f32", *FP8_DTYPES)
 _ELEMENT_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f8E4M3FN": 1, "f8E5M2": 1}
 #: the kernel layer's headers the GEMM stands on (``include/fusec``)
 GEMM_HEADERS = ("gemm",)
@@ -153,8 +153,13 @@ class GemmSpec(LinkedSpec):
         if self.a_major not in ("k", "m") or self.b_major not in ("k", "n"):
             raise ValueError("a_major is 'k' or 'm', b_major is 'k' or 'n'")
         for extra in self.epilogue.extras:
-            if extra not in OUT_DTYPES:
+            if extra not in ("f16", "bf16", "f32"):
                 raise ValueError(f"epilogue input type {extra!r}")
+        if self.out_dtype in FP8_DTYPES and (
+            (self.config.epilogue, self.config.loop) != ("direct", "unrolled")
+            or self.epilogue.softmax
+        ):
+            raise ValueError("float8 codes are stored by the direct epilogue, unrolled")
         if (self.config.ln == "tile") != bool(self.epilogue.ln_affine):
             raise ValueError("ln=tile and the epilogue's gamma/beta slots come together")
         rolled_blockers = self.epilogue.ln_slots or self.epilogue.ln_affine or self.epilogue.softmax
@@ -205,8 +210,9 @@ def _staged(spec: GemmSpec) -> bool:
 
 def _fast_math(spec: GemmSpec) -> bool:
     """The kernel may use hardware approximations (``math="fast"``): only where the result
-    is rounded to a 16-bit type (as ``gemm_spec`` decides for the epilogue expression)."""
-    return spec.config.math == "fast" and spec.out_dtype in ("f16", "bf16")
+    is rounded to a 16-bit type or to float8 codes (as ``gemm_spec`` decides for the
+    epilogue expression)."""
+    return spec.config.math == "fast" and spec.out_dtype in ("f16", "bf16", *FP8_DTYPES)
 
 
 def _prefetches(spec: GemmSpec) -> bool:

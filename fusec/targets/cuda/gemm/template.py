@@ -112,6 +112,10 @@ class GemmPlan:
     tf32: bool = False  # f32 operands run as tf32 (the module's precision is "tf32")
     fp8: str = ""  # the float8 type of A's codes (dequantize prologues), or ""
     fp8_b: str = ""  # ... of B's codes where it differs from A's (e4m3 x e5m2), or ""
+    #: the group's last op, a quantize of the result to float8 codes (per-tensor scale,
+    #: zero point 0, saturating): its division in the epilogue, the conversion at the
+    #: store (``Float8::st2``, cvt.rn.satfinite), float8 codes out; or None
+    quantize: ai.QuantizeOp | None = None
 
     @property
     def softmax_mode(self) -> str:
@@ -172,6 +176,11 @@ def plan_ops(
             return found
         types, codes = found
         ops = [op for op in ops if op not in dequantized]
+    quantize = ops[-1] if ops and isinstance(ops[-1], ai.QuantizeOp) else None
+    if quantize is not None:
+        if (problem := float8_output_problem(quantize, ops)) is not None:
+            return problem
+        ops = ops[:-1]
     if (reason := integer_values(ops, "the cuda Tensor Core GEMM")) is not None:
         return reason
     layernorm = ops[0] if ops and isinstance(ops[0], ai.LayerNormOp) else None
@@ -261,6 +270,7 @@ def plan_ops(
         tf32,
         fp8,
         fp8_b,
+        quantize,
     )
 
 
@@ -314,6 +324,30 @@ def fp8_operand_problem(dq: ai.DequantizeOp, args: Mapping[SSAValue, int] | None
         return "a dequantize of a scale other than 1 (per block, or not after the product)"
     if bool((zero_point.astype("float32") != 0).any()):
         return "a dequantize of a zero point other than 0"
+    return None
+
+
+def float8_output_problem(q: ai.QuantizeOp, ops: Sequence[Operation]) -> str | None:
+    """Why the GEMM cannot store the group's result as ``q``'s float8 codes, or None: a
+    saturating quantize to a float8 type of the value the chain before it makes (the
+    product's shape), with a per-tensor scale and a zero point of 0, and no softmax."""
+    from fusec.codegen import outer_constant
+    from fusec.targets.cuda.gemm.cpp import FP8_DTYPES
+
+    dtype = spec_of(q.output.type).dtype
+    if dtype not in FP8_DTYPES:
+        return f"a quantize to {dtype} (the GEMM stores float8 codes only)"
+    if not q.attr("saturate") or q.attr("block_size"):
+        return "a float8 quantize without saturation, or per block (the store saturates)"
+    if math.prod(spec_of(q.scale.type).shape) != 1:
+        return "a float8 quantize of a scale per axis (the GEMM's store takes one per tensor)"
+    zero = outer_constant(q.zero_point)
+    if zero is None or bool((zero.astype("float32") != 0).any()):
+        return "a float8 quantize with a zero point other than a constant 0"
+    if any(isinstance(op, ai.SoftmaxOp) for op in ops):
+        return "a float8 quantize after a softmax"
+    if len(ops) < 2 or q.input is not ops[-2].results[0]:
+        return "a quantize of a value the epilogue does not end with"
     return None
 
 
@@ -404,6 +438,8 @@ def fit_operands(p: GemmPlan, config: TileConfig) -> TileConfig:
     """``config`` for the plan's operands: the tf32 tile (bk = 32) for f32 operands run as
     tf32, the float8 tile (bk = 128) for float8 codes, the 16-bit tile (bk = 64) otherwise
     (a tuned record or a forced tile names one)."""
+    if p.quantize is not None:  # float8 codes out: the direct epilogue's stores
+        config = with_variant(config, replace(config.variant, epilogue="direct", loop="unrolled"))
     if p.tf32:
         return as_tf32(config)
     return as_fp8(config) if p.fp8 else replace(config, bk=64)
@@ -513,6 +549,12 @@ def tile_config(fused_op: ai.FusedOp, p: GemmPlan, sms: int = H200.sms) -> TileC
     rolled = rolled_problem(p) if config.loop == "rolled" else None
     if rolled is not None:
         raise error_at(fused_op, f"has {TILE_ATTR} {config.text!r}: {rolled}")
+    if p.quantize is not None and (config.epilogue, config.loop) != ("direct", "unrolled"):
+        raise error_at(
+            fused_op,
+            f"has {TILE_ATTR} {config.text!r}, but its float8 output is stored by the direct "
+            "epilogue, unrolled",
+        )
     if config.ln == "tile":
         problem = (
             "ln=tile needs a LayerNorm prologue"
@@ -657,9 +699,16 @@ def epilogue(
         fused_op, p.epilogue_ops, inputs, gen, {p.matmul.output: acc}, out_shape, view
     )
     final = names[p.epilogue_ops[-1].results[0]] if p.epilogue_ops else acc
+    if p.quantize is not None:  # x / scale in f32; the store rounds and saturates
+        args = {arg: i for i, arg in enumerate(fused_op.block.args)}
+        scale = p.quantize.scale
+        dtype = spec_of(scale.type).dtype
+        final = f"({final} / fs_ld_{dtype}(e{inputs.slot(args[scale], dtype)}, 0))"
     body = "\n".join([*lines, *stmts, f"y = {final};"])
     fields["tile_inputs"] = tuple(inputs.tiles)
     ops = " -> ".join(op.name for op in (*p.epilogue_ops,)) or "identity"
+    if p.quantize is not None:
+        ops += f" -> ai.quantize (stored as {spec_of(p.quantize.output.type).dtype} codes)"
     if p.layernorm is not None:
         ops = f"layernorm {'in the A tiles' if ln_tile else 'rewrite'} -> {ops}"
 
@@ -709,8 +758,9 @@ def _decompose(flat: str, dims, first: int) -> list[str]:
 def gemm_spec(fused_op: ai.FusedOp, p: GemmPlan, config: TileConfig):
     """(GemmSpec, epilogue input sources, finalise or None, LayerNorm prep or None)."""
     out_dtype = spec_of(fused_op.results[0].type).dtype
-    # approximate maths only where the result is rounded to 16 bits: f32 outputs stay IEEE
-    fast = config.math == "fast" and out_dtype in _DTYPES
+    # approximate maths only where the result is rounded to 16 bits (or to float8 codes):
+    # f32 outputs stay IEEE
+    fast = config.math == "fast" and out_dtype in (*_DTYPES, "f8E4M3FN", "f8E5M2")
     ln_tile = p.layernorm is not None and config.ln == "tile"
     epi, sources, finalise = epilogue(fused_op, p, fast, ln_tile)
     dtype = p.fp8 or spec_of(p.matmul.lhs.type).dtype
