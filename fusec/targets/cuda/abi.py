@@ -55,6 +55,7 @@ _PROVIDERS: dict[str, str] = {
     "LayerNormPrep": "fusec.targets.cuda.gemm.aux",
     "SoftmaxFinalise": "fusec.targets.cuda.gemm.aux",
     "TransposeF32": "fusec.targets.cuda.gemm.aux",
+    "TransposeCodes": "fusec.targets.cuda.gemm.aux",
     "Transpose": "fusec.targets.cuda.gemm.launcher",
     "ConvGeometry": "fusec.targets.cuda.conv.config",
     "ConvTile": "fusec.targets.cuda.conv.config",

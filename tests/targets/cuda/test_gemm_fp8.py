@@ -18,7 +18,7 @@ from test_gemm_build import clean_sass, needs_toolchain, needs_toolchain_in_the_
 import fusec
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.targets.cuda.gemm import cpp
+from fusec.targets.cuda.gemm import aux, cpp
 from fusec.targets.cuda.gemm import template as gemm_template
 from fusec.targets.cuda.gemm.config import TileConfig, as_fp8
 
@@ -121,25 +121,57 @@ def test_a_float8_quantize_the_store_cannot_do_is_a_kernel_of_its_own(change, re
     assert reason in str(compiled.remarks())
 
 
-@pytest.mark.parametrize("text", [fp8_gemm_ir(64, 32, 48, transpose_b=False)])
-def test_what_the_gemm_cannot_read_runs_dequantized(text: str) -> None:
-    """A B stored K x N (wgmma reads float8 K-major only): fusion
-    leaves the dequantizes out of the GEMM; they run as pointwise kernels and the f32
-    product on the IEEE fallback, whose remark says why."""
+def test_a_b_stored_k_by_n_is_copied_k_major_first() -> None:
+    """wgmma reads float8 codes K-major only: a run-time B stored K x N is copied N x K by
+    one light launch (``aux.TransposeCodes``, the tf32 copy's kernel for bytes) into a
+    scratch buffer the GEMM reads, said by the header."""
+    compiled = _compile(fp8_gemm_ir(256, 384, 512, transpose_b=False, tail="bf16"))
+    kernel = _gemm(compiled)
+    assert len(compiled.kernels) == 1 and kernel.remark is None
+    copier, spec = kernel.specs
+    assert isinstance(copier, aux.TransposeCodes) and (spec.a_major, spec.b_major) == ("k", "k")
+    copies = r"transposes=\(Transpose\(TransposeCodes\(\), \d+, 'bt'\),\)"
+    assert re.search(copies, kernel.source)
+    assert "b=('bt', 384, 512, 1)" in kernel.source  # the GEMM reads the N x K copy
+    assert "float8 B stored K x N: copied K-major first" in kernel.source
+    assert "transpose_elements<unsigned char" in copier.cpp_source()
+
+
+@needs_toolchain_in_the_default_lane
+def test_the_code_transpose_compiles_to_byte_moves() -> None:
+    from fusec.targets.cuda import build
+
+    ptx = build.ptx(aux.TransposeCodes())
+    assert re.search(r"\bld\.\S*u8\b", ptx) and re.search(r"\bst\.\S*u8\b", ptx)
+    assert ".local" not in ptx
+
+
+def test_a_float8_operand_beside_a_float_one_runs_dequantized() -> None:
+    """One operand float8 codes, the other bf16 values: no float8 GEMM (both operands are
+    read as codes or neither); the dequantize runs as its own kernel and the GEMM on the
+    bf16 values."""
+    text = """func.func @g(%a: tensor<64x48xf8E4M3FN>, %b: tensor<32x48xbf16>) -> tensor<64x32xbf16> {
+  %s = arith.constant dense<0.5> : tensor<bf16>
+  %z = arith.constant dense<0.0> : tensor<f8E4M3FN>
+  %x = ai.dequantize %a, %s, %z : tensor<64x48xf8E4M3FN> * tensor<bf16> * tensor<f8E4M3FN>
+  %y = ai.matmul %x, %b {transpose_b = true} : tensor<64x48xbf16> * tensor<32x48xbf16>
+  return %y : tensor<64x32xbf16>
+}"""  # noqa: E501
     compiled = _compile(text)
-    kinds = [k.kind for k in compiled.kernels]
-    assert kinds.count("pointwise") >= 2 and "matmul" in kinds
-    assert "f32 x f32" in _gemm(compiled).remark.reason
+    assert [k.kind for k in compiled.kernels] == ["pointwise", "matmul"]
+    kernel = _gemm(compiled)
+    assert kernel.remark is None and kernel.specs[-1].dtype == "bf16"
 
 
 def test_plan_reasons() -> None:
     """The plan's own reasons, asked of the members fusion would pack."""
-    ir = fp8_gemm_ir(64, 32, 48, transpose_b=False)
+    ir = fp8_gemm_ir(64, 32, 48, tail="bias_relu_f8E4M3FN").replace(
+        "%q = ai.quantize %yr, %so, %zo :", "%q = ai.quantize %yr, %so, %zo {saturate = false} :"
+    )
     compiled = fusec.compile(ir, target="reference", pipeline="infer-shapes,recognize-patterns")
     ops = [op for op in compiled.module.walk() if isinstance(op, ai.AiOp)]
-    members = [op for op in ops if not isinstance(op, ai.CastOp)]
-    reason = gemm_template.plan_members(members)
-    assert isinstance(reason, str) and reason.startswith("float8 codes are read K-major only")
+    reason = gemm_template.plan_members(ops)
+    assert reason == "a float8 quantize without saturation, or per block (the store saturates)"
     # one dequantize joined, the other still outside: the state fusion passes through
     ir = fp8_gemm_ir(64, 32, 48)
     compiled = fusec.compile(ir, target="reference", pipeline="infer-shapes,recognize-patterns")

@@ -87,6 +87,14 @@ def test_mixed_fp8_gemm_matches_the_reference(a_dtype, b_dtype) -> None:
     assert rel < 1e-2, f"rel L2 {rel:.2e}"
 
 
+def test_fp8_gemm_of_a_b_stored_k_by_n_matches_the_reference() -> None:
+    """A run-time B stored K x N: copied N x K (``TransposeCodes``) first, then the GEMM."""
+    text = fp8_gemm_ir(1000, 768, 1040, transpose_b=False, tail="bf16")
+    rel, compiled = _run(text, seed=17)
+    assert "TransposeCodes()" in _gemm_source(compiled)
+    assert rel < 1e-2, f"rel L2 {rel:.2e}"
+
+
 @pytest.mark.parametrize("out", ["f8E4M3FN", "f8E5M2"])
 def test_fp8_gemm_with_float8_output_matches_the_reference(out) -> None:
     """bias -> relu -> quantize to float8 codes in the epilogue: the decoded codes against

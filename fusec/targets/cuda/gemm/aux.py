@@ -211,3 +211,34 @@ extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
   return 0;
 }}
 """
+
+
+@dataclass(frozen=True)
+class TransposeCodes(LinkedSpec):
+    """``TransposeF32`` of float8 codes (bytes): the K-major copy of a float8 GEMM operand
+    stored MN-major (A K x M, B K x N) at run time; wgmma reads float8 K-major only.
+
+    Kernel parameters: src, dst; R, C, batches; the grid ``TransposeF32.blocks``."""
+
+    PREFIX = "fp8t"
+
+    threads = THREADS
+
+    def arg_count(self) -> tuple[int, int]:
+        return 2, 3
+
+    def cpp_source(self) -> str:
+        return expand(self.generate())
+
+    def generate(self) -> str:
+        """The C++ as the template writes it: the kernel layer's ``transpose_f32.cuh``
+        instantiated for bytes, and the ``extern "C"`` wrapper."""
+        return f"""// fusec generated float8-code transpose [batches][R][C] -> [batches][C][R]: the
+// K-major copy of a float8 GEMM operand stored MN-major
+{include("transpose_f32")}
+extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
+    int* ret, u64 smem, u64 src, u64 dst, int R, int C, int batches) {{
+  fusec::transpose_elements<unsigned char, {TRANSPOSE_TILE}, {THREADS}>(src, dst, R, C);
+  return 0;
+}}
+"""

@@ -43,13 +43,18 @@ class Prologue:
 
 @dataclass(frozen=True)
 class Transpose:
-    """A tf32 GEMM operand's K-major copy (scratch ``scratch``: "at" or "bt", the operand
-    that names it as its source), made from group input ``source`` (stored MN-major: A
-    K x M, B K x N) before the GEMM: tf32 wgmma reads K-major operands only."""
+    """A tf32 or float8 GEMM operand's K-major copy (scratch ``scratch``: "at" or "bt", the
+    operand that names it as its source), made from group input ``source`` (stored
+    MN-major: A K x M, B K x N) before the GEMM: tf32 and float8 wgmma read K-major
+    operands only."""
 
-    spec: aux.TransposeF32
+    spec: aux.TransposeF32 | aux.TransposeCodes
     source: int
     scratch: str
+
+    @property
+    def element_bytes(self) -> int:
+        return 1 if isinstance(self.spec, aux.TransposeCodes) else 4
 
 
 @dataclass(frozen=True)
@@ -122,9 +127,9 @@ class GemmLaunch:
         if self.finalise is not None:
             tiles_n = -(-self.n // self.spec.config.bn)
             sizes["partials"] = 8 * self.batches * self.m * tiles_n
-        for t in self.transposes:  # an operand's K-major copy: batch x rows x K, f32
+        for t in self.transposes:  # an operand's K-major copy: batch x rows x K
             _, rows, cols, batch = self._operand_of(t.scratch)
-            sizes[t.scratch] = 4 * rows * cols * batch
+            sizes[t.scratch] = t.element_bytes * rows * cols * batch
         return sizes
 
     def _operand_of(self, scratch: str) -> tuple[Source, int, int, int]:

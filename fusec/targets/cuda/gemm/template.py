@@ -34,11 +34,14 @@ K-major only: a B stored K x N (the plain ``a @ b``) or an A stored K x M
 one light launch each); a LayerNorm prologue of f32 operands stays on the fallback.
 
 Float8 operands (issue 31): a group ``dequantize(qa, 1, 0)``, ``dequantize(qb, 1, 0)`` ->
-matmul -> elementwise*, both codes group inputs of one float8 type (e4m3 or e5m2), A stored
-M x K and B N x K (``transpose_b``: wgmma reads float8 K-major only), is the GEMM on the
-codes (``wgmma ... k32 .e4m3``, f32 accumulation, a tile of BK = 128: ``config.as_fp8``).
-``recognize-patterns`` has moved the quantization scales after the product
-(``ScalesAfterQuantizedMatmul``), so they ride in the epilogue with the rest.
+matmul -> elementwise* [-> quantize to float8], both codes group inputs of a float8 type
+(e4m3 or e5m2, the same or one each), is the GEMM on the codes (``wgmma ... k32 .e4m3``,
+f32 accumulation, a tile of BK = 128: ``config.as_fp8``). wgmma reads float8 K-major only:
+an A stored K x M or a B stored K x N is first copied K-major (``aux.TransposeCodes``, one
+light launch each) as for tf32. ``recognize-patterns`` has moved the quantization scales
+after the product (``ScalesAfterQuantizedMatmul``), so they ride in the epilogue with the
+rest; a saturating quantize to float8 codes ending the group is the store
+(``float8_output_problem``).
 
 Everything else (f32 graphs, which keep IEEE f32 maths by default; partial batch
 broadcasting; 1-D operands; other prologues) is served by the PyTorch fallback
@@ -216,11 +219,6 @@ def plan_ops(
         return f"operands {lhs.dtype} x {rhs.dtype}: the Tensor Core kernel takes f16 or bf16"
     if tf32 and (problem := _tf32_problem(matmul, layernorm)) is not None:
         return problem
-    if fp8 and (matmul.attr("transpose_a") or not matmul.attr("transpose_b")):
-        return (
-            "float8 codes are read K-major only (wgmma has no transpose for them): A stored "
-            "M x K and B stored N x K (transpose_b)"
-        )
     if len(lhs.shape) < 2 or len(rhs.shape) < 2:
         return "a 1-D operand"
     out_shape = res.shape
@@ -764,8 +762,8 @@ def gemm_spec(fused_op: ai.FusedOp, p: GemmPlan, config: TileConfig):
     ln_tile = p.layernorm is not None and config.ln == "tile"
     epi, sources, finalise = epilogue(fused_op, p, fast, ln_tile)
     dtype = p.fp8 or spec_of(p.matmul.lhs.type).dtype
-    # tf32: an operand stored MN-major is read from its K-major copy (``generate``)
-    a_major, b_major = ("k", "k") if p.tf32 else (p.a_major, p.b_major)
+    # tf32, float8: an operand stored MN-major is read from its K-major copy (``generate``)
+    a_major, b_major = ("k", "k") if p.tf32 or p.fp8 else (p.a_major, p.b_major)
     spec = GemmSpec(config, dtype, out_dtype, a_major, b_major, p.batch_a, p.batch_b, epi, p.fp8_b)
     prep = None
     if p.layernorm is not None and not ln_tile:
@@ -805,14 +803,16 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         b_operand = ("w", *p.b[1:])
     finalise_text = "None" if finalise is None else f"Finalise({finalise[0]!r}, {finalise[1]!r})"
     a_operand: tuple = p.a
-    transposes = []  # the tf32 GEMM reads an MN-major operand's K-major copy ("at", "bt")
-    if p.tf32 and p.a_major == "m":
-        transposes.append(f"Transpose({aux.TransposeF32()!r}, {p.a[0]}, 'at')")
+    # the tf32 and float8 GEMMs read an MN-major operand's K-major copy ("at", "bt")
+    transposes = []
+    copier = aux.TransposeF32() if p.tf32 else aux.TransposeCodes()
+    if (p.tf32 or p.fp8) and p.a_major == "m":
+        transposes.append(f"Transpose({copier!r}, {p.a[0]}, 'at')")
         a_operand = ("at", p.a[2], p.a[1], p.a[3])
-    if p.tf32 and p.b_major == "n":
-        transposes.append(f"Transpose({aux.TransposeF32()!r}, {p.b[0]}, 'bt')")
+    if (p.tf32 or p.fp8) and p.b_major == "n":
+        transposes.append(f"Transpose({copier!r}, {p.b[0]}, 'bt')")
         b_operand = ("bt", p.b[2], p.b[1], p.b[3])
-    transpose = aux.TransposeF32() if transposes else None
+    transpose = copier if transposes else None
     notes = [
         f"target: cuda, Hopper Tensor Core GEMM (wgmma + TMA, sm_90a), tile {config.text};",
         f"M={p.m} N={p.n} K={p.k} batches={p.batches}, A {p.a_major.upper()}-major, "
@@ -841,14 +841,15 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         notes.append("long-row softmax: per-tile partials in the epilogue, then a finalise pass")
     for name, scratch in (("A stored K x M", "'at'"), ("B stored K x N", "'bt'")):
         if any(t.endswith(f"{scratch})") for t in transposes):
-            notes.append(f"tf32 {name}: copied K-major first (a transpose launch)")
+            kind = "tf32" if p.tf32 else "float8"
+            notes.append(f"{kind} {name}: copied K-major first (a transpose launch)")
     source = "\n".join(
         [
             header(fused_op, notes=notes),
             "from fusec.targets.cuda.abi import (",
             "    Epilogue, Finalise, GemmLaunch, GemmSpec, LayerNormPrep, Prologue,",
             "    SoftmaxFinalise, TileConfig,",
-            *(["    Transpose, TransposeF32,"] if transposes else []),
+            *([f"    Transpose, {type(copier).__name__},"] if transposes else []),
             ")",
             "",
             "GEMM = GemmLaunch(",
