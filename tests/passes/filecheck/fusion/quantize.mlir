@@ -4,8 +4,8 @@
 // stays in a pointwise group of its own there, the only cpu loop that indexes blocks. On
 // cuda the Q->DQ pair fuses the same way (its Numba kernels run the cpu helpers); the
 // quantize of the matmul's result leaves the f32 product's group (the GEMM computes floats)
-// for a pointwise group with the bias; the per-block quantize stays out of every group
-// (the cuda kernels index no blocks: code generation names it).
+// for a pointwise group with the bias, and the per-block quantize joins it (the cuda
+// pointwise kernel indexes blocks too; no other cuda kernel does).
 // RUN: fusec-opt %s -p "fuse{target=cpu}" | filecheck %s --check-prefix=CPU
 // RUN: fusec-opt %s -p "fuse{target=cuda}" | filecheck %s --check-prefix=CUDA
 // CPU:      ai.fused "pointwise" (%x, %s, %z) : (tensor<8x16xf32>, tensor<8xf32>, tensor<8xi8>) -> tensor<8x16xf32>
@@ -38,9 +38,8 @@
 // CUDA-NEXT: ^bb0
 // CUDA-NEXT:   ai.bias_add
 // CUDA-NEXT:   ai.quantize {{.*}} : tensor<8x32xf32> * tensor<32xf32> * tensor<32xf8E4M3FN>
+// CUDA-NEXT:   ai.quantize {{.*}} {block_size = 8 : i64}
 // CUDA-NEXT:   ai.yield
-// CUDA:      %yb = ai.quantize %b, %sb, %zb {block_size = 8 : i64}
-// CUDA-NOT:  ai.fused
 func.func @f(%x: tensor<8x16xf32>, %s: tensor<8xf32>, %z: tensor<8xi8>, %w: tensor<16x32xf32>,
              %bias: tensor<32xf32>, %sw: tensor<32xf32>, %zw: tensor<32xf8E4M3FN>,
              %sb: tensor<8x4xf32>, %zb: tensor<8x4xi8>) -> (tensor<8x32xf8E4M3FN>, tensor<8x32xi8>) {
