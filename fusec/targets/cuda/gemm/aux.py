@@ -36,6 +36,7 @@ logits are read once, in their 16-bit form, never as f32.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from fusec.targets.cuda.cpp_expr import cpp_literal
 from fusec.targets.cuda.headers import ELEMENT_TYPES, expand, include, indent_lines
@@ -185,6 +186,10 @@ class TransposeF32(LinkedSpec):
     is ``blocks(R, C, batches)``, THREADS threads a block (8 rows of 32 lanes)."""
 
     PREFIX = "tf32bt"
+    #: The element the copy moves (C++), its bytes, and what the copy is for.
+    ELEMENT: ClassVar[str] = "float"
+    ELEMENT_BYTES: ClassVar[int] = 4
+    PURPOSE: ClassVar[str] = "f32: the K-major copy of a tf32 GEMM operand (precision=tf32)"
 
     threads = THREADS
 
@@ -202,43 +207,22 @@ class TransposeF32(LinkedSpec):
     def generate(self) -> str:
         """The C++ as the template writes it: the kernel layer's ``transpose_f32.cuh`` (32
         x 32 tiles through a padded shared tile) and the ``extern "C"`` wrapper."""
-        return f"""// fusec generated f32 transpose [batches][R][C] -> [batches][C][R]: the K-major
-// copy of a tf32 GEMM's B stored K x N (precision=tf32)
+        return f"""// fusec generated transpose [batches][R][C] -> [batches][C][R] of {self.PURPOSE}
 {include("transpose_f32")}
 extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
     int* ret, u64 smem, u64 src, u64 dst, int R, int C, int batches) {{
-  fusec::transpose_f32<{TRANSPOSE_TILE}, {THREADS}>(src, dst, R, C);
+  fusec::transpose_elements<{self.ELEMENT}, {TRANSPOSE_TILE}, {THREADS}>(src, dst, R, C);
   return 0;
 }}
 """
 
 
 @dataclass(frozen=True)
-class TransposeCodes(LinkedSpec):
+class TransposeCodes(TransposeF32):
     """``TransposeF32`` of float8 codes (bytes): the K-major copy of a float8 GEMM operand
-    stored MN-major (A K x M, B K x N) at run time; wgmma reads float8 K-major only.
-
-    Kernel parameters: src, dst; R, C, batches; the grid ``TransposeF32.blocks``."""
+    stored MN-major (A K x M, B K x N) at run time; wgmma reads float8 K-major only."""
 
     PREFIX = "fp8t"
-
-    threads = THREADS
-
-    def arg_count(self) -> tuple[int, int]:
-        return 2, 3
-
-    def cpp_source(self) -> str:
-        return expand(self.generate())
-
-    def generate(self) -> str:
-        """The C++ as the template writes it: the kernel layer's ``transpose_f32.cuh``
-        instantiated for bytes, and the ``extern "C"`` wrapper."""
-        return f"""// fusec generated float8-code transpose [batches][R][C] -> [batches][C][R]: the
-// K-major copy of a float8 GEMM operand stored MN-major
-{include("transpose_f32")}
-extern "C" __device__ __attribute__((always_inline)) int {self.function_name}(
-    int* ret, u64 smem, u64 src, u64 dst, int R, int C, int batches) {{
-  fusec::transpose_elements<unsigned char, {TRANSPOSE_TILE}, {THREADS}>(src, dst, R, C);
-  return 0;
-}}
-"""
+    ELEMENT: ClassVar[str] = "unsigned char"
+    ELEMENT_BYTES: ClassVar[int] = 1
+    PURPOSE: ClassVar[str] = "float8 codes: the K-major copy of a float8 GEMM operand"

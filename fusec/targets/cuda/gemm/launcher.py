@@ -48,13 +48,9 @@ class Transpose:
     MN-major: A K x M, B K x N) before the GEMM: tf32 and float8 wgmma read K-major
     operands only."""
 
-    spec: aux.TransposeF32 | aux.TransposeCodes
+    spec: aux.TransposeF32  # (or its float8 kind, aux.TransposeCodes)
     source: int
     scratch: str
-
-    @property
-    def element_bytes(self) -> int:
-        return 1 if isinstance(self.spec, aux.TransposeCodes) else 4
 
 
 @dataclass(frozen=True)
@@ -129,7 +125,7 @@ class GemmLaunch:
             sizes["partials"] = 8 * self.batches * self.m * tiles_n
         for t in self.transposes:  # an operand's K-major copy: batch x rows x K
             _, rows, cols, batch = self._operand_of(t.scratch)
-            sizes[t.scratch] = t.element_bytes * rows * cols * batch
+            sizes[t.scratch] = t.spec.ELEMENT_BYTES * rows * cols * batch
         return sizes
 
     def _operand_of(self, scratch: str) -> tuple[Source, int, int, int]:

@@ -3,7 +3,7 @@
 // fusec/targets/cuda/gemm/aux.py's TransposeF32 and TransposeCodes instantiate it.
 //
 // fusec::transpose_elements<T, TILE, THREADS> copies [batches][R][C] to [batches][C][R]
-// (transpose_f32: of floats; aux.TransposeCodes: of float8 codes, bytes), one
+// (T: float for tf32 operands, unsigned char for float8 codes), one
 // TILE x TILE tile a block: the tile's rows are read by THREADS / TILE warps (coalesced along
 // C) into a (TILE + 1)-column shared tile (no bank conflicts) and written transposed
 // (coalesced along R). The grid is ceil(R / TILE) * ceil(C / TILE) * batches blocks.
@@ -35,11 +35,6 @@ static __device__ __forceinline__ void transpose_elements(u64 src, u64 dst, int 
     const int c = tc * TILE + i, r = tr * TILE + lane;
     if (r < R && c < C) d[(long long)c * R + r] = tile[lane][i];
   }
-}
-
-template <int TILE, int THREADS>
-static __device__ __forceinline__ void transpose_f32(u64 src, u64 dst, int R, int C) {
-  transpose_elements<float, TILE, THREADS>(src, dst, R, C);
 }
 
 }  // namespace fusec
