@@ -71,9 +71,11 @@ def fp8_gemm_ir(
     )
 
 
-def fp8_qdq_onnx(m: int, k: int, n: int, seed: int = 0):
+def fp8_qdq_onnx(m: int, k: int, n: int, seed: int = 0, quantized_output: bool = False):
     """(an fp8 linear layer as ONNX writes it, an input): x (M x K, f32) Q->DQ per tensor
-    to e4m3, a K x N e4m3 weight initializer DQ per column, MatMul (opset 21)."""
+    to e4m3, a K x N e4m3 weight initializer DQ per column, MatMul (opset 21);
+    ``quantized_output``: then Relu and a QuantizeLinear of the result to e4m3 (per tensor),
+    the layer's output the codes the next layer dequantizes."""
     import ml_dtypes
     import numpy as np
     import onnx
@@ -93,13 +95,24 @@ def fp8_qdq_onnx(m: int, k: int, n: int, seed: int = 0):
         helper.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["xq"]),
         helper.make_node("DequantizeLinear", ["xq", "x_s", "x_z"], ["xd"]),
         helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["wd"], axis=1),
-        helper.make_node("MatMul", ["xd", "wd"], ["y"]),
+        helper.make_node("MatMul", ["xd", "wd"], ["y" if not quantized_output else "p"]),
     ]
+    out_type = TensorProto.FLOAT
+    if quantized_output:
+        inits += [
+            helper.make_tensor("y_s", TensorProto.FLOAT, [], [0.25]),
+            helper.make_tensor("y_z", e4m3, [], [0.0]),
+        ]
+        nodes += [
+            helper.make_node("Relu", ["p"], ["r"]),
+            helper.make_node("QuantizeLinear", ["r", "y_s", "y_z"], ["y"]),
+        ]
+        out_type = e4m3
     graph = helper.make_graph(
         nodes,
         "fp8_linear",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+        [helper.make_tensor_value_info("y", out_type, [m, n])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])

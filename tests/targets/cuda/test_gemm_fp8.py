@@ -100,6 +100,26 @@ def test_a_float8_quantize_of_the_result_is_the_gemms_store(out: str) -> None:
     assert f"cvt.rn.satfinite.{kind}x2.f32" in build_ptx(spec)
 
 
+def test_an_onnx_fp8_layer_with_a_quantized_output_stores_codes() -> None:
+    """ONNX's fp8 linear layer whose output is quantized again (Relu -> QuantizeLinear to
+    e4m3, the next layer's input): the activations' quantize kernel and one GEMM storing
+    the codes; the cpu target gives onnx's reference evaluator's codes bit for bit."""
+    pytest.importorskip("onnx")
+    import numpy as np
+    from fp8_cases import fp8_qdq_onnx
+    from onnx.reference import ReferenceEvaluator
+
+    model, x = fp8_qdq_onnx(64, 128, 96, quantized_output=True)
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+    assert [k.kind for k in compiled.kernels] == ["pointwise", "matmul"]
+    (spec,) = _gemm(compiled).specs
+    assert spec.dtype == spec.out_dtype == "f8E4M3FN"
+    assert spec.epilogue.name.endswith("ai.relu -> ai.quantize (stored as f8E4M3FN codes)")
+    got = fusec.compile(fusec.from_onnx(model), target="cpu")(x)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
 @pytest.mark.parametrize(
     "change, reason",
     [

@@ -132,6 +132,28 @@ def test_quantize_dequantize_on_the_gpu_equal_the_reference(dtype, saturate) -> 
     np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=0)  # NaN, inf in place
 
 
+def test_onnx_fp8_layer_with_quantized_output_matches_the_reference() -> None:
+    """The layer's output quantized to e4m3 in the GEMM's store: the decoded codes against
+    the reference executor's (a code may differ where the fp8 wgmma's sum lands by a
+    rounding boundary; rel L2 of the values < 1e-2)."""
+    pytest.importorskip("onnx")
+    from fp8_cases import fp8_qdq_onnx
+
+    import fusec
+
+    model, x = fp8_qdq_onnx(1024, 2048, 768, quantized_output=True)
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
+    assert compiled.kernels[1].specs[-1].out_dtype == "f8E4M3FN"
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        (out,) = compiled._runner([torch.from_numpy(x).cuda()], poison=True)
+        got = out.float().cpu().numpy().astype(np.float64)
+    want = fusec.compile(fusec.from_onnx(model), target="reference")(x).astype(np.float64)
+    assert not np.isnan(got).any()
+    rel = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+    assert rel < 1e-2, f"rel L2 {rel:.2e}"
+
+
 def test_onnx_fp8_qdq_linear_runs_on_the_float8_gemm() -> None:
     """The ONNX fp8 QDQ linear layer (issue 31's done-when graph): the activations'
     quantize kernel, then the float8 GEMM on the weight's codes; against the reference
