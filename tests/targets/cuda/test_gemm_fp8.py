@@ -100,6 +100,28 @@ def test_a_float8_quantize_of_the_result_is_the_gemms_store(out: str) -> None:
     assert f"cvt.rn.satfinite.{kind}x2.f32" in build_ptx(spec)
 
 
+def test_a_float8_quantize_per_column_reads_its_scale_at_the_column() -> None:
+    text = fp8_gemm_ir(128, 256, 256, tail="bias_relu_f8E4M3FN")
+    text = text.replace(
+        "%so = arith.constant dense<0.5> : tensor<f32>",
+        "%so = arith.constant dense<0.5> : tensor<256xf32>",
+    ).replace(
+        "%zo = arith.constant dense<0.0> : tensor<f8E4M3FN>",
+        # -0.0: not B's zero points after cse (one input under two broadcasts)
+        "%zo = arith.constant dense<-0.0> : tensor<256xf8E4M3FN>",
+    )
+    text = text.replace(
+        "%q = ai.quantize %yr, %so, %zo : tensor<128x256xf32> * tensor<f32> * tensor<f8E4M3FN>",
+        "%q = ai.quantize %yr, %so, %zo {axis = 1 : i64} : tensor<128x256xf32> * "
+        "tensor<256xf32> * tensor<256xf8E4M3FN>",
+    )
+    compiled = _compile(text)
+    assert len(compiled.kernels) == 1
+    (spec,) = _gemm(compiled).specs
+    assert spec.out_dtype == "f8E4M3FN"
+    assert re.search(r"y = \(t\d+ / fs_ld_f32\(e\d+, col\)\);$", spec.epilogue.body)
+
+
 def test_an_onnx_fp8_layer_with_a_quantized_output_stores_codes() -> None:
     """ONNX's fp8 linear layer whose output is quantized again (Relu -> QuantizeLinear to
     e4m3, the next layer's input): the activations' quantize kernel and one GEMM storing

@@ -328,7 +328,8 @@ def fp8_operand_problem(dq: ai.DequantizeOp, args: Mapping[SSAValue, int] | None
 def float8_output_problem(q: ai.QuantizeOp, ops: Sequence[Operation]) -> str | None:
     """Why the GEMM cannot store the group's result as ``q``'s float8 codes, or None: a
     saturating quantize to a float8 type of the value the chain before it makes (the
-    product's shape), with a per-tensor scale and a zero point of 0, and no softmax."""
+    product's shape), with a scale per tensor or per column and a zero point of 0, and no
+    softmax."""
     from fusec.codegen import outer_constant
     from fusec.targets.cuda.gemm.cpp import FP8_DTYPES
 
@@ -337,8 +338,11 @@ def float8_output_problem(q: ai.QuantizeOp, ops: Sequence[Operation]) -> str | N
         return f"a quantize to {dtype} (the GEMM stores float8 codes only)"
     if not q.attr("saturate") or q.attr("block_size"):
         return "a float8 quantize without saturation, or per block (the store saturates)"
-    if math.prod(spec_of(q.scale.type).shape) != 1:
-        return "a float8 quantize of a scale per axis (the GEMM's store takes one per tensor)"
+    if float8_output_scale_index(q) is None:
+        return (
+            "a float8 quantize of a scale per axis other than the columns (the GEMM's store "
+            "takes one per tensor or per column)"
+        )
     zero = outer_constant(q.zero_point)
     if zero is None or bool((zero.astype("float32") != 0).any()):
         return "a float8 quantize with a zero point other than a constant 0"
@@ -346,6 +350,18 @@ def float8_output_problem(q: ai.QuantizeOp, ops: Sequence[Operation]) -> str | N
         return "a float8 quantize after a softmax"
     if len(ops) < 2 or q.input is not ops[-2].results[0]:
         return "a quantize of a value the epilogue does not end with"
+    return None
+
+
+def float8_output_scale_index(q: ai.QuantizeOp) -> str | None:
+    """Where the epilogue reads the scale of a float8 quantize of the product: ``0`` (per
+    tensor), ``col`` (per column: along the output's last axis), else None."""
+    shape = spec_of(q.scale.type).shape
+    if math.prod(shape) == 1 and len(shape) <= 1:
+        return "0"
+    rank = len(spec_of(q.input.type).shape)
+    if len(shape) == 1 and int(q.attr("axis")) % rank == rank - 1:
+        return "col"
     return None
 
 
@@ -701,7 +717,8 @@ def epilogue(
         args = {arg: i for i, arg in enumerate(fused_op.block.args)}
         scale = p.quantize.scale
         dtype = spec_of(scale.type).dtype
-        final = f"({final} / fs_ld_{dtype}(e{inputs.slot(args[scale], dtype)}, 0))"
+        index = float8_output_scale_index(p.quantize)
+        final = f"({final} / fs_ld_{dtype}(e{inputs.slot(args[scale], dtype)}, {index}))"
     body = "\n".join([*lines, *stmts, f"y = {final};"])
     fields["tile_inputs"] = tuple(inputs.tiles)
     ops = " -> ".join(op.name for op in (*p.epilogue_ops,)) or "identity"
