@@ -63,7 +63,21 @@ def _gemm_texts(m: int, k: int, n: int) -> list[tuple[str, str]]:
         (f"MLP LN {m}x{k}x{n}", mlp[True]),
         (f"MLP {m}x{k}x{n}", mlp[False]),
         (f"fp8 matmul {m}x{k}x{n}", b.FP8_MATMUL.format(m=m, n=n, k=k, sa=0.5, sb=0.25)),
+        (
+            f"FP8 MLP {m}x{k}x{n}",
+            b.FP8_MLP.format(m=m, d=k, h=n, sx=0.05, sh=0.02, c1=0.05 / 512, c2=0.02 / 1024),
+        ),
+        (f"W4A16 1x{k}x{n}", _w4_text(b, 1, k, n)),
+        (f"W4A16 {m}x{k}x{n}", _w4_text(b, m, k, n)),
     ]
+
+
+def _w4_text(b, m: int, k: int, n: int, g: int = 32) -> str:
+    """gemm_bench's W4A16 case with random constant codes (the W4A16 route up to 16 rows)."""
+    import numpy as np
+
+    codes = np.random.default_rng(0).integers(-8, 8, (k, n)).astype(np.int8)
+    return b.W4_MATMUL.format(m=m, k=k, n=n, b=k // g, g=g, codes=codes.tobytes().hex().upper())
 
 
 def smoke_gemm() -> runner.SmokeResult:
@@ -345,6 +359,7 @@ SUITES: list[Suite] = [
         options={
             "tf32": ("--out", "{out}", "--tf32"),
             "fp8": ("--out", "{out}", "--fp8"),
+            "w4": ("--out", "{out}", "--w4"),
             "no-compile": ("--out", "{out}", "--no-compile"),
         },
     ),
