@@ -21,15 +21,29 @@ def _tensor(name: str, array: np.ndarray, dtype: str) -> onnx.TensorProto:
 
 
 def w4a16_onnx(
-    m: int, k: int, n: int, block: int, dtype: str, seed: int, transposed: bool = False
+    m: int,
+    k: int,
+    n: int,
+    block: int,
+    dtype: str,
+    seed: int,
+    transposed: bool = False,
+    scales: str = "block",
 ) -> tuple[onnx.ModelProto, np.ndarray]:
     """x (M x K) @ DequantizeLinear(INT4 codes, scales and zero points per ``block`` along
-    K) + bias -> Relu, opset 21; ``transposed``: the codes stored N x K, read by a Gemm
-    with transB. Returns the model and an input (host, the activations' type)."""
+    K; ``scales`` "column": per output column, "tensor": one) + bias -> Relu, opset 21;
+    ``transposed``: the codes stored N x K, read by a Gemm with transB. Returns the model
+    and an input (host, the activations' type)."""
     rng = np.random.default_rng(seed)
     shape = (n, k) if transposed else (k, n)
-    blocks = (n, k // block) if transposed else (k // block, n)
     axis = 1 if transposed else 0
+    if scales == "column":  # per output column: ONNX's per-axis form, block_size 0
+        blocks, attrs = (n,), {"axis": 1 - axis}
+    elif scales == "tensor":
+        blocks, attrs = (), {}
+    else:
+        blocks = (n, k // block) if transposed else (k // block, n)
+        attrs = {"axis": axis, "block_size": block}
     codes = rng.integers(-8, 8, shape).astype(ml_dtypes.int4)
     scales = rng.uniform(0.01, 0.05, blocks).astype(np.float32)
     zeros = rng.integers(-2, 3, blocks).astype(ml_dtypes.int4)
@@ -40,9 +54,7 @@ def w4a16_onnx(
         numpy_helper.from_array(zeros, "w_z"),
         _tensor("bias", bias, dtype),
     ]
-    dq = helper.make_node(
-        "DequantizeLinear", ["w_q", "w_s", "w_z"], ["w"], axis=axis, block_size=block
-    )
+    dq = helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["w"], **attrs)
     if transposed:
         product = helper.make_node("Gemm", ["x", "w", "bias"], ["a"], transB=1)
         nodes = [dq, product]

@@ -66,15 +66,18 @@ def test_more_rows_and_run_time_codes_dequantize_then_multiply() -> None:
     assert "the codes are no constant" in str(compiled.remarks())
 
 
-#: (M, K, N, block, type, transposed): N not a multiple of a block's 8 warps, K's words
-#: not a multiple of a warp's 32 lanes, and 136 of them (the unrolled loop and the rest),
-#: codes stored N x K. Past M = 16 the Tensor Core GEMM, which the simulator cannot run
-#: (test_w4a16_gpu.py).
+#: (M, K, N, block, type, transposed, scales): N not a multiple of a block's 8 warps, K's
+#: words not a multiple of a warp's 32 lanes, and 136 of them (the unrolled loop and the
+#: rest), codes stored N x K, scales per column and per tensor. Past M = 16 the Tensor Core
+#: GEMM, which the simulator cannot run (test_w4a16_gpu.py).
 SIM_LAYERS = [
-    (2, 256, 40, 32, "bf16", False),
-    (3, 128, 20, 16, "f16", True),
-    (1, 1088, 8, 64, "bf16", False),
-    (16, 64, 9, 8, "f16", False),
+    (2, 256, 40, 32, "bf16", False, "block"),
+    (3, 128, 20, 16, "f16", True, "block"),
+    (1, 1088, 8, 64, "bf16", False, "block"),
+    (16, 64, 9, 8, "f16", False, "block"),
+    (2, 128, 24, 0, "f16", False, "column"),
+    (1, 64, 16, 0, "bf16", True, "column"),
+    (4, 64, 16, 0, "f16", True, "tensor"),
 ]
 
 

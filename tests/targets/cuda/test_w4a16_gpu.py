@@ -44,18 +44,20 @@ def _device(array: np.ndarray, dtype: str):
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize(
-    "m, k, n, block, transposed",
+    "m, k, n, block, transposed, scales",
     [
-        (1, 4096, 512, 128, False),
-        (1, 256, 96, 32, True),
-        (16, 512, 192, 64, False),
-        (200, 384, 256, 64, False),
+        (1, 4096, 512, 128, False, "block"),
+        (1, 256, 96, 32, True, "block"),
+        (16, 512, 192, 64, False, "block"),
+        (200, 384, 256, 64, False, "block"),
+        (4, 1024, 256, 0, False, "column"),
+        (300, 256, 128, 0, True, "column"),
     ],
 )
-def test_onnx_w4a16_layer_matches_the_reference(m, k, n, block, transposed, dtype):
+def test_onnx_w4a16_layer_matches_the_reference(m, k, n, block, transposed, scales, dtype):
     import fusec
 
-    model, x = w4a16_onnx(m, k, n, block, dtype, seed=m * 7 + k, transposed=transposed)
+    model, x = w4a16_onnx(m, k, n, block, dtype, m * 7 + k, transposed, scales)
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
     kinds = [kernel.kind for kernel in compiled.kernels]
     assert kinds == (["matmul"] if m <= 16 else ["pointwise", "matmul"])

@@ -69,7 +69,8 @@ _DTYPES = ("f16", "bf16")
 class W4Plan:
     """The kernel's view of a group: ``x`` (M x K rows, group input ``x``) times the weight
     ``dequantize(codes, scale, zero)`` (group inputs; K x N, or N x K with ``transpose_b``),
-    blocks of ``block`` values along K, then the elementwise epilogue."""
+    scales per blocks of ``block`` values along K (per column or tensor: one block of K),
+    then the elementwise epilogue."""
 
     matmul: ai.MatmulOp
     dequantize: ai.DequantizeOp
@@ -77,6 +78,7 @@ class W4Plan:
     n: int
     k: int
     block: int
+    scale_index: str  # where a word's scale and zero point are (``scale_layout``)
     x: int
     codes: int
     scale: int
@@ -139,10 +141,10 @@ def _operand_problem(
     if len(codes.shape) != 2 or matmul.attr("transpose_a") or len(lhs.shape) < 2:
         return "a batched weight, or activations stored K x M"
     k_axis = 1 if matmul.attr("transpose_b") else 0
-    block = int(dq.attr("block_size"))
-    if dq.blocks() is None or int(dq.attr("axis")) % 2 != k_axis:
-        return "the scales are not per block along K"
-    k = codes.shape[k_axis]
+    layout = scale_layout(dq, k_axis)
+    if isinstance(layout, str):
+        return layout
+    k, block = codes.shape[k_axis], layout[1]
     if k % WORD or block % WORD:
         return f"K = {k} or a block of {block}: not multiples of {WORD} (a word of codes)"
     m = math.prod(lhs.shape[:-1])
@@ -154,18 +156,41 @@ def _operand_problem(
     return None
 
 
+def scale_layout(dq: ai.DequantizeOp, k_axis: int) -> tuple[str, int] | str:
+    """(where a word's scale and zero point are read: an expression of ``n``, ``blk`` and
+    ``N``; the block along K they hold for) when the scales are per block along K, per
+    output column or per tensor; else why the route cannot read them."""
+    codes = spec_of(dq.input.type).shape
+    k, n = codes[k_axis], codes[1 - k_axis]
+    shape = spec_of(dq.scale.type).shape
+    axis = int(dq.attr("axis")) % 2
+    if dq.blocks() is not None:
+        if axis != k_axis:
+            return "the scales are per block along N, not along K"
+        block = int(dq.attr("block_size"))
+        return ("blk * N + n" if k_axis == 0 else f"n * {-(-k // block)} + blk"), block
+    if math.prod(shape) == 1:
+        return "0", k  # per tensor
+    if math.prod(shape) == n and axis == 1 - k_axis:
+        return "n", k  # per output column (one block of K, or block_size 0)
+    return f"scales of shape {shape} along axis {axis} (not per block of K, column or tensor)"
+
+
 def _plan(dq: ai.DequantizeOp, matmul: ai.MatmulOp, args: Mapping[SSAValue, int]) -> W4Plan:
     codes = spec_of(dq.input.type)
     k_major = bool(matmul.attr("transpose_b"))
     n, k = codes.shape if k_major else codes.shape[::-1]
     m = math.prod(spec_of(matmul.lhs.type).shape[:-1])
+    layout = scale_layout(dq, 1 if k_major else 0)
+    assert not isinstance(layout, str), layout  # _operand_problem passed
     return W4Plan(
         matmul,
         dq,
         m,
         n,
         k,
-        int(dq.attr("block_size")),
+        layout[1],
+        layout[0],
         args[matmul.lhs],
         args[dq.input],
         args[dq.scale],
@@ -241,10 +266,11 @@ class W4Emitter(AnchorEmitter):
     def _word(self, code: Source, indent: int, word: str, index: str) -> None:
         """The statements adding word ``word`` (word ``index`` of the column) to ``acc``."""
         p = self.p
-        blocks = -(-p.k // p.block)
-        scale = "blk * N + n" if not p.k_major else f"n * {blocks} + blk"
+        scale = p.scale_index
         zero = f"in{p.zero}[{scale}]"
-        code.add(indent, f"kk = ({index}) * 8", f"blk = kk // {p.block}")
+        code.add(indent, f"kk = ({index}) * 8")
+        if "blk" in scale:
+            code.add(indent, f"blk = kk // {p.block}")
         code.add(indent, f"s = ld_{self.sdtype}(in{p.scale}, {scale})")
         code.add(indent, f"z = f32({zero}){' + f32(8.0)' if p.signed else ''}")
         code.add(indent, *[f"u{j} = f32(({word} >> {4 * j}) & 15)" for j in range(WORD)])
@@ -261,7 +287,12 @@ class W4Emitter(AnchorEmitter):
             f"{p.m} row(s) of activations, the weight read as 4-bit codes on CUDA cores)",
             f"M={p.m} N={p.n} K={p.k}; codes {'N x K' if p.k_major else 'K x N'} "
             f"({'i4' if p.signed else 'ui4'}) packed at load into int32 words [N][K/8], "
-            f"scales and zero points per block of {p.block} along K",
+            "scales and zero points "
+            + (
+                f"per block of {p.block} along K"
+                if "blk" in p.scale_index
+                else ("per output column" if p.scale_index == "n" else "per tensor")
+            ),
             f"layout: one output column a warp, {UNROLL} words in flight a lane, f32 "
             f"partials summed by shuffles; epilogue: "
             + (" -> ".join(op.name for op in self.epilogue.ops) or "none"),
