@@ -64,7 +64,7 @@ TOLERANCE = {
     "f32": 1e-4,
     "f16": 1e-2,
     "bf16": 1e-2,
-    **dict.fromkeys(("i64", "i32", "i1", "i8", "ui8", "f8E4M3FN", "f8E5M2"), 0.0),
+    **dict.fromkeys(("i64", "i32", "i1", "i8", "ui8", "i4", "ui4", "f8E4M3FN", "f8E5M2"), 0.0),
 }
 #: The f32 tolerance of a program compiled with ``precision="tf32"`` for the cuda target:
 #: tf32 keeps 10 mantissa bits, as f16 does.
@@ -72,7 +72,10 @@ TF32_TOLERANCE = 1e-2
 #: Element types from the most precise to the least (bf16 keeps 8 significant bits;
 #: integers are exact, so an f32 result computed from them keeps the f32 tolerance, and
 #: so are quantized values: ai.quantize's rounding is part of the maths, in the reference).
-PRECISION_ORDER = ("i1", "i8", "ui8", "f8E4M3FN", "f8E5M2", "i32", "i64", "f32", "f16", "bf16")
+PRECISION_ORDER = (
+    *("i1", "i4", "ui4", "i8", "ui8", "f8E4M3FN", "f8E5M2", "i32", "i64"),
+    *("f32", "f16", "bf16"),
+)
 
 #: Tolerance of the ``pipeline`` comparison: float64 maths before and after the passes.
 PIPELINE_TOLERANCE = 1e-9

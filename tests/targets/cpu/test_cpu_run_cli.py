@@ -260,3 +260,19 @@ def test_a_conv_with_a_one_pixel_output_and_an_epilogue(tmp_path, capsys):
     path.write_text(DEPTHWISE_1X1_OUTPUT)
     assert main(["run", str(path), "--random-inputs", "--check", "--target", "cpu"]) == 0
     assert "PASS" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("target", ["cpu", "reference"])
+def test_run_check_of_a_weight_only_int4_model(tmp_path, capsys, target):
+    """A W4A16 ONNX layer: its int4 codes stay quantized through canonicalize (the cpu
+    pipeline folds them once), so the check ranks 4-bit values too (exact, as every
+    integer type)."""
+    onnx = pytest.importorskip("onnx")
+    from w4_cases import w4a16_onnx
+
+    model, _ = w4a16_onnx(2, 64, 16, 16, "f16", seed=4)
+    path = tmp_path / "w4.onnx"
+    onnx.save(model, path)
+    code = main(["run", str(path), "--target", target, "--check", "--random-inputs"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.rstrip().endswith("PASS"), out
