@@ -113,3 +113,24 @@ def test_an_unknown_constant_layout_is_an_error() -> None:
 
     with pytest.raises(FusecError, match="no constant layout 'w5:kn'"):
         constant_layouts.prepare("w5:kn", np.zeros(8, np.int8))
+
+
+def test_an_integer_epilogue_leaves_the_w4a16_group() -> None:
+    """A quantize of the product to int8 (integer values: the route's epilogue holds
+    floats) is a kernel of its own after the W4A16 one."""
+    import fusec
+
+    text = """func.func @f(%x: tensor<1x64xf16>, %s: tensor<4x16xf16>) -> tensor<1x16xi8> {
+  %q = arith.constant dense<3> : tensor<64x16xi4>
+  %z = arith.constant dense<0> : tensor<4x16xi4>
+  %w = ai.dequantize %q, %s, %z {axis = 0 : i64, block_size = 16 : i64} : tensor<64x16xi4> * tensor<4x16xf16> * tensor<4x16xi4>
+  %y = ai.matmul %x, %w : tensor<1x64xf16> * tensor<64x16xf16>
+  %so = arith.constant dense<0.5> : tensor<f16>
+  %zo = arith.constant dense<0> : tensor<i8>
+  %o = ai.quantize %y, %so, %zo : tensor<1x16xf16> * tensor<f16> * tensor<i8>
+  return %o : tensor<1x16xi8>
+}"""  # noqa: E501
+    compiled = fusec.compile(text, target="cuda", executable=False)
+    assert [k.kind for k in compiled.kernels] == ["matmul", "pointwise"]
+    assert "weight-only int4 route" in compiled.kernels[0].source
+    assert "ai.quantize has i8 values" in str(compiled.remarks())

@@ -121,6 +121,9 @@ def plan_ops(ops: Sequence[Operation], args: Mapping[SSAValue, int], results: in
             return f"{op.name} has per-block scales in the epilogue"
         if any(v is dq.output for v in op.operands):
             return f"{op.name} reads the dequantized weight"
+        dtypes = {spec_of(v.type).dtype for v in (*op.operands, *op.results)}
+        if not dtypes <= set(FORMATS):  # the epilogue loads and stores floats
+            return f"{op.name} has {', '.join(sorted(dtypes - set(FORMATS)))} values"
     if results != 1:
         return f"{results} results (the kernel stores one)"
     return _operand_problem(dq, matmul, args) or _plan(dq, matmul, args)
