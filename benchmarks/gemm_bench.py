@@ -224,14 +224,14 @@ def measure(fn, replay) -> dict:
     return {"gpu_ms": gpu, "call_ms": call, "stream_ms": stream_ms, "host_us": host_us}
 
 
-def check(got, ref) -> float:
+def check(got, ref, bound: float = 1e-2) -> float:
     import torch
 
     got, ref = got.float(), ref.float()
-    tol = 1e-2 * max(float(ref.abs().max()), 1e-6)
-    bad = int((~torch.isclose(got, ref, rtol=1e-2, atol=tol) | torch.isnan(got)).sum())
+    tol = bound * max(float(ref.abs().max()), 1e-6)
+    bad = int((~torch.isclose(got, ref, rtol=bound, atol=tol) | torch.isnan(got)).sum())
     rel = float((got - ref).norm() / ref.norm())
-    if bad or rel > 1e-2:
+    if bad or rel > bound:
         raise AssertionError(f"{bad} elements off, rel L2 {rel:.2e}")
     return rel
 
@@ -268,9 +268,11 @@ def main() -> int:
     prefix = "gemm-tf32" if args.tf32 else "gemm-fp8" if args.fp8 else "gemm"
     prefix = "gemm-w4" if args.w4 else prefix
 
-    def bench(case, text, inputs, reference, flops, pipeline=None, compile_fn=True, exact=None):
+    def bench(
+        case, text, inputs, reference, flops, pipeline=None, compile_fn=True, exact=None, bound=1e-2
+    ):
         """``exact``: the reference of the check when ``reference`` (timed as "eager") cannot
-        take float copies of the inputs (``torch._scaled_mm``)."""
+        take float copies of the inputs (``torch._scaled_mm``); ``bound``: the check's."""
         if args.only and args.only not in case:
             return
         print(f"== {case}", flush=True)
@@ -283,7 +285,7 @@ def main() -> int:
             row["fusec_first_call_s"] = time.perf_counter() - t0
             row["kernels"] = [k.kind for k in compiled.kernels]
             ref = (exact or reference)(*(t.double() if args.tf32 else t.float() for t in inputs))
-            row["rel_l2"] = check(out, ref)
+            row["rel_l2"] = check(out, ref, bound)
             call = functools.partial(compiled, *inputs)
             row["fusec"] = measure(call, fusec_graph(compiled, inputs))
         except Exception as err:
@@ -490,8 +492,11 @@ def fp8_mlp_case(bench) -> None:
 
     text = FP8_MLP.format(m=m, d=d, h=h, sx=sx, sh=sh, c1=sx * sw1, c2=sh * sw2)
     flops = 4.0 * m * d * h
+    # two e4m3 roundings (3 significant bits): where the fp8 wgmma's sum and the fast GELU
+    # land by a rounding boundary of h a code flips, a step of ~1/8 of the value (H100,
+    # 2026-12-05: rel L2 1.05e-2 against this f32 maths); 3e-2 is that bound, not 16-bit's
     bench(f"FP8 MLP {m}x{d}x{h} (e4m3, GELU) vs bf16", text, (x, w1, b1, w2, b2), mlp_bf16,
-          flops, exact=fp8_maths)  # fmt: skip
+          flops, exact=fp8_maths, bound=3e-2)  # fmt: skip
 
 
 def fp8_cases(bench, rows: list[dict], out: str) -> None:

@@ -23,7 +23,11 @@ from fusec.targets.cuda.streams import (
     wait_for,
 )
 
-_TORCH_DTYPES = {name: t.torch for name, t in ELEMENT_TYPES.items()}
+#: The torch dtype of each element type's tensors; 4-bit integers are a byte each, as on
+#: the device (torch's int4/uint4 hold no usable tensors: a caller passes int8/uint8).
+_TORCH_DTYPES = {
+    name: t.storage if name in ("i4", "ui4") else t.torch for name, t in ELEMENT_TYPES.items()
+}
 _NO_CONTEXT = contextlib.nullcontext()  # reusable: nothing to enter
 
 
