@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from xdsl.ir import Operation, SSAValue
 
 from fusec.codegen import KernelSource, io_specs, outer_constant
-from fusec.codegen.expr import ELEMENTWISE_OPS, literal, shape_of
+from fusec.codegen.expr import ELEMENTWISE_OPS, leaf_shapes, literal, shape_of
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.ir.dtypes import INT4_TYPES
@@ -224,12 +224,8 @@ class W4Emitter(AnchorEmitter):
         self.p = p
         epi = self.epilogue  # the ops after the product: not the dequantize
         epi.ops = [op for op in epi.ops if op is not p.dequantize]
-        epi.leaves = {
-            v: s
-            for v, s in epi.leaves.items()
-            if v not in (p.dequantize.input, p.dequantize.scale, p.dequantize.zero_point)
-            or any(v in op.operands for op in epi.ops)
-        }
+        epi.leaves = leaf_shapes(epi.ops)  # (derived again, without the dequantize's)
+        epi.leaves.pop(p.matmul.output, None)
         self.sdtype = spec_of(p.dequantize.scale.type).dtype
         self.helpers |= {f"load_{self.dtype}x8", f"ld_{self.sdtype}", "warp_sum"}
 
