@@ -293,6 +293,16 @@ def attention(
     return trace.emit(ai.AttentionOp, (q, key, v, mask), **attrs)
 
 
+def moe_experts(x: Any, weights: Any, experts: Any, gate_up: Any, down: Any) -> Traced:
+    """The experts of a mixture-of-experts layer, the routing given (what transformers'
+    ``MixtralExperts`` computes): token t of x (T, D) goes to experts ``experts[t]`` (k
+    indices, i64/i32) with ``weights[t]``; expert e computes ``down[e] @ (silu(g) * u)``,
+    ``g, u`` the halves of ``gate_up[e] @ x[t]``; ``gate_up`` (E, 2F, D), ``down``
+    (E, D, F). The routing itself is ordinary ops (``softmax``, a top-k, a sum)."""
+    trace = _trace("moe_experts", x, weights, experts, gate_up, down)
+    return trace.emit(ai.MoEExpertsOp, (x, weights, experts, gate_up, down))
+
+
 def softmax(x: Any, axis: int = -1) -> Traced:
     """exp(x) / sum(exp(x)) along ``axis``."""
     return _trace("softmax", x).emit(ai.SoftmaxOp, (x,), axis=_int("softmax", axis))
@@ -444,6 +454,7 @@ __all__ = sorted(
         "rotate_half",
         "batch_norm",
         "attention",
+        "moe_experts",
         "bias_add",
         "cast",
         "clip",

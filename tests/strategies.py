@@ -881,6 +881,27 @@ def _attention(s: _Drawer, x: int) -> int:
     return s.node(ai.AttentionOp, [q, key, v, mask], s.bound[v], **attrs)
 
 
+def _moe_experts(s: _Drawer, x: int) -> int:
+    """The experts of an MoE layer with x as its tokens (T, D): 2-4 experts, k of 1-2,
+    indices a constant in [-E, E) (negative ones count from the end; repeats allowed)."""
+    draw = s.draw
+    if s.spec(x).rank != 2:
+        return _softmax(s, x)
+    tokens, width = s.spec(x).shape
+    count = draw(st.sampled_from([2, 3, 4]))
+    k = draw(st.integers(1, 2))
+    hidden = draw(st.sampled_from(DIMS[:8]))
+    if _size((count, 2 * hidden, width)) > MAX_ELEMENTS:
+        return _softmax(s, x)
+    tokens_in = s.tame(x, 4.0)
+    weights = s.arg((tokens, k))
+    experts = _int_const(s, (tokens, k), low=-count, high=count)
+    gate_up = s.arg((count, 2 * hidden, width), scale=1 / math.sqrt(width))
+    down = s.arg((count, width, hidden), scale=1 / math.sqrt(hidden))
+    bound = k * s.bound[weights] * 4.0 * 16.0 * s.bound[down]
+    return s.node(ai.MoEExpertsOp, [tokens_in, weights, experts, gate_up, down], bound)
+
+
 # ---------------------------------------------------- integers and bools (issue 29)
 # Integer values come from i64 arguments (small: N(0, 2^2) truncated) and integer
 # constants, never from float values (a comparison or truncation of floats would flip
@@ -1011,6 +1032,7 @@ BUILDERS: dict[type[AiOp], Callable[[_Drawer, int], int]] = {
     ai.ArgMinOp: build_arg_reduce(ai.ArgMinOp),
     ai.BatchNormOp: _batch_norm,
     ai.AttentionOp: _attention,
+    ai.MoEExpertsOp: _moe_experts,
     ai.PowOp: _pow,
     ai.ClipOp: _clip,
     ai.WhereOp: _where,

@@ -170,6 +170,8 @@ FUSED_KINDS: dict[str, str] = {
     "copy": "one data-movement op (transpose, slice, concat, gather) into a new buffer",
     "view": "a reshape: the same buffer under another shape, no kernel at all",
     "attention": "one ai.attention (both products and the softmax; the scores stay in the kernel)",
+    "experts": "one ai.moe_experts (routing, both grouped GEMMs with the SwiGLU between them, "
+    "the weighted combine)",
 }
 
 

@@ -696,6 +696,50 @@ def attention(
         return _finish(np.matmul(p, v), out_dt)
 
 
+def moe_experts(
+    x: np.ndarray,
+    weights: np.ndarray,
+    experts: np.ndarray,
+    gate_up: np.ndarray,
+    down: np.ndarray,
+) -> np.ndarray:
+    """The experts of a mixture-of-experts layer, routing given: token t's output is
+    ``sum_j weights[t, j] * down[e] @ (silu(g) * u)`` over its k experts ``e =
+    experts[t, j]`` (negative: from the end), ``g, u`` the two halves of
+    ``gate_up[e] @ x[t]`` (Mixtral's SwiGLU experts). Float32 accumulation for 16-bit
+    inputs; ``silu(g) * u`` is rounded to x's type (the tensor between the two
+    projections), the weighted sum over the k experts is float32.
+
+    An expert index outside [-E, E) is an error (a ``FusecError``), as ``ai.take``'s."""
+    from fusec.errors import FusecError
+
+    out_dt = _result_dtype(x, gate_up, down)
+    acc = _compute_dtype(out_dt)
+    count = gate_up.shape[0]
+    experts = np.asarray(experts, dtype=np.int64)
+    bad = (experts < -count) | (experts >= count)
+    if bad.any():
+        raise FusecError(
+            f"ai.moe_experts: expert index {int(experts[bad].flat[0])} is out of range for "
+            f"{count} experts"
+        )
+    experts = np.where(experts < 0, experts + count, experts)
+    xs = np.asarray(x).astype(acc, copy=False)
+    width = gate_up.shape[1] // 2
+    out = np.zeros(xs.shape, dtype=np.promote_types(acc, np.float32))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for expert in np.unique(experts):
+            tokens, slots = np.nonzero(experts == expert)
+            projected = xs[tokens] @ np.asarray(gate_up[expert]).astype(acc, copy=False).T
+            gate, up = projected[:, :width], projected[:, width:]
+            silu = _fix_neg_inf(gate, gate * _sigmoid_acc(gate))
+            hidden = _finish(silu * up, out_dt).astype(acc, copy=False)
+            y = hidden @ np.asarray(down[expert]).astype(acc, copy=False).T
+            scale = np.asarray(weights[tokens, slots]).astype(out.dtype, copy=False)
+            np.add.at(out, tokens, y.astype(out.dtype, copy=False) * scale[:, None])
+    return _finish(out, out_dt)
+
+
 # --------------------------------------------------------------------------
 # reductions over axes, pooling
 # --------------------------------------------------------------------------

@@ -604,6 +604,55 @@ def pool2d(
     return TensorSpec((x.shape[0], x.shape[1], out[0], out[1]), x.dtype)
 
 
+def moe_experts(
+    x: TensorSpec,
+    weights: TensorSpec,
+    experts: TensorSpec,
+    gate_up: TensorSpec,
+    down: TensorSpec,
+) -> TensorSpec:
+    """ai.moe_experts: tokens x (T, D), each routed to the k experts ``experts`` (T, k;
+    i64 or i32) with ``weights`` (T, k, float); ``gate_up`` (E, 2F, D) and ``down``
+    (E, D, F) in nn.Linear's (out, in) layout -> (T, D), x's type."""
+    op = "ai.moe_experts"
+    for name, spec, rank in (
+        ("input", x, 2),
+        ("weights", weights, 2),
+        ("experts", experts, 2),
+        ("gate_up", gate_up, 3),
+        ("down", down, 3),
+    ):
+        _rank(op, name, spec, rank)
+    dtype = _same_dtype(op, [("input", x), ("gate_up", gate_up), ("down", down)])
+    if dtypes.ELEMENT_TYPES[experts.dtype].kind != "int":
+        raise ShapeError(
+            f"{op}: operand 'experts' has element type {experts.dtype}, expected i64 or i32"
+        )
+    if not dtypes.is_float(weights.dtype):
+        raise ShapeError(
+            f"{op}: operand 'weights' has element type {weights.dtype}, expected a float type"
+        )
+    tokens, width = x.shape
+    if weights.shape != experts.shape or weights.shape[0] != tokens:
+        raise ShapeError(
+            f"{op}: operands 'weights' (shape {_fmt(weights.shape)}) and 'experts' (shape "
+            f"{_fmt(experts.shape)}) must both be ({tokens}, k), a row per token of 'input'"
+        )
+    count, gate_rows, gate_width = gate_up.shape
+    if gate_width != width or gate_rows % 2:
+        raise ShapeError(
+            f"{op}: operand 'gate_up' (shape {_fmt(gate_up.shape)}) must be (E, 2F, {width}): "
+            "the gate and up projections of each expert stacked, nn.Linear's layout"
+        )
+    if down.shape != (count, width, gate_rows // 2):
+        raise ShapeError(
+            f"{op}: operand 'down' has shape {_fmt(down.shape)}, expected "
+            f"{_fmt((count, width, gate_rows // 2))} (E, D, F) for 'gate_up' of shape "
+            f"{_fmt(gate_up.shape)}"
+        )
+    return TensorSpec(x.shape, dtype)
+
+
 def attention(q: TensorSpec, key: TensorSpec, v: TensorSpec, mask: TensorSpec) -> TensorSpec:
     """softmax(q @ key^T * scale + mask) @ v: q (..., S, D), key (..., T, D), v (..., T, E),
     mask broadcasting to the scores (..., S, T) -> (..., S, E)."""

@@ -26,6 +26,9 @@ The rewrites are xDSL ``RewritePattern``s, run to a fixed point:
   (the score and probability tensors vanish: one kernel computes the attention;
   the key is taken back from the transpose that made ``k^T`` where there is one;
   ``recognize_attention``);
+* the experts of a Mixtral-style block as transformers' ``batched_mm`` writes them
+  (an expert's weights gathered per token for batched GEMMs, SwiGLU, the routing
+  weights and the sum over the k experts) -> ``ai.moe_experts`` (``recognize_experts``);
 * a quantized GEMM (issue 31): the per-tensor scale of a dequantized operand and the
   per-column scale of a dequantized B move after an f32 product (``matmul(dq(qa) sa,
   dq(qb) sb) = matmul(dq(qa), dq(qb)) sa sb``), where they ride in its epilogue;
@@ -77,6 +80,7 @@ from fusec.passes.matching import (
     split,
 )
 from fusec.passes.recognize_attention import AttentionFromParts
+from fusec.passes.recognize_experts import ExpertsFromBatchedGemms
 
 #: numpy scalar type names (numpy is imported when a constant is made).
 _NUMPY = {"f32": "float32", "f16": "float16"}
@@ -886,6 +890,7 @@ def _gated_activation(gate: SSAValue, x: SSAValue) -> Operation | None:
 
 PATTERNS: tuple[type[Recognition], ...] = (
     AttentionFromParts,
+    ExpertsFromBatchedGemms,
     GeluFromErf,
     GeluFromTanh,
     LayerNormFromMoments,

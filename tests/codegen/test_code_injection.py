@@ -87,6 +87,9 @@ SAMPLES = {
     "attention": """
       %r = ai.attention %q, %q, %q, %z {scale = 0.5 : f32, evil.a = STR} : HEADS * HEADS *
         HEADS * tensor<TYPE> LOC""",
+    "experts": """
+      %r = ai.moe_experts %x, %rw, %re, %gu, %dn {evil.a = STR} : MATRIX * tensor<16x2xf32> *
+        tensor<16x2xi64> * tensor<4x16x32xTYPE> * tensor<4x32x8xTYPE> LOC""",
     "view": """
       %y = ai.reshape %x {shape = array<i64: 32, 16>, evil.a = STR} : MATRIX LOC
       %r = ai.reshape %y {shape = array<i64: 16, 32>, evil.a = STR} : tensor<32x16xTYPE> LOC""",
@@ -111,6 +114,10 @@ _PARAMS = {  # every argument a sample may use: name -> type
     "%k": "tensor<4x4x3x3xTYPE>",
     "%q": "tensor<2x16x64xTYPE>",
     "%z": "tensor<TYPE>",
+    "%rw": "tensor<16x2xf32>",
+    "%re": "tensor<16x2xi64>",
+    "%gu": "tensor<4x16x32xTYPE>",
+    "%dn": "tensor<4x32x8xTYPE>",
 }
 #: Group operands defined in the function (a constant), not taken as its arguments: the
 #: zero mask that sends an f16 attention sample to the flash kernel.

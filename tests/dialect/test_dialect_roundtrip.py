@@ -279,6 +279,13 @@ OP_CASES: dict[str, tuple[str, str, str]] = {
         " tensor<2x5x4xf32> * tensor<2x7x4xf32> * tensor<2x7x3xf32> * tensor<5x7xf32>",
         "tensor<2x5x3xf32>",
     ),
+    "moe_experts": (
+        "%x: tensor<6x8xf16>, %w: tensor<6x2xf32>, %e: tensor<6x2xi32>, "
+        "%gu: tensor<4x10x8xf16>, %dn: tensor<4x8x5xf16>",
+        "  %r = ai.moe_experts %x, %w, %e, %gu, %dn : tensor<6x8xf16> * tensor<6x2xf32> *"
+        " tensor<6x2xi32> * tensor<4x10x8xf16> * tensor<4x8x5xf16>",
+        "tensor<6x8xf16>",
+    ),
     "fused": (
         f"%a: {T}, %s: tensor<f32>",
         f'  %r = ai.fused "pointwise" (%a, %s) : ({T}, tensor<f32>) -> {T} {{\n'

@@ -274,6 +274,8 @@ def _any_instance(op_type):
         "tensor<4x4xf32> * tensor<4x4xf32> * tensor<4x4xf32> * tensor<4xf32>",
         "ai.batch_norm": "%r = ai.batch_norm %m, %v, %v, %v, %v : tensor<4x4xf32> * "
         "tensor<4xf32> * tensor<4xf32> * tensor<4xf32> * tensor<4xf32>",
+        "ai.moe_experts": "%r = ai.moe_experts %m, %k, %e, %gu, %dn : tensor<4x4xf32> * "
+        "tensor<4x2xf32> * tensor<4x2xi64> * tensor<3x6x4xf32> * tensor<3x4x3xf32>",
         "ai.quantize": "%r = ai.quantize %m, %v, %z {axis = 1 : i64} : tensor<4x4xf32> * "
         "tensor<4xf32> * tensor<4xf8E4M3FN>",
         "ai.dequantize": "%r = ai.dequantize %q, %v, %z {axis = 1 : i64} : "
@@ -282,7 +284,8 @@ def _any_instance(op_type):
     module = parse_module(
         "func.func @f(%a: tensor<1x2x4x4xf32>, %w: tensor<3x2x3x3xf32>, %m: tensor<4x4xf32>, "
         f"%v: tensor<4xf32>, %i: tensor<2x3xi64>, %q: tensor<4x4xf8E4M3FN>, "
-        f"%z: tensor<4xf8E4M3FN>) {{\n  {text}\n  return\n}}"
+        f"%z: tensor<4xf8E4M3FN>, %k: tensor<4x2xf32>, %e: tensor<4x2xi64>, "
+        f"%gu: tensor<3x6x4xf32>, %dn: tensor<3x4x3xf32>) {{\n  {text}\n  return\n}}"
     )
     return next(op for op in module.walk() if isinstance(op, op_type))
 

@@ -161,6 +161,9 @@ from fusec.dialect.ops.anchors import (
     MatmulOp as MatmulOp,
 )
 from fusec.dialect.ops.anchors import (
+    MoEExpertsOp as MoEExpertsOp,
+)
+from fusec.dialect.ops.anchors import (
     RMSNormOp as RMSNormOp,
 )
 from fusec.dialect.ops.anchors import (

@@ -1,5 +1,5 @@
 """The ops a kernel template is built around: conv2d, bias_add, matmul, batch_norm,
-attention, layernorm, softmax and cast."""
+attention, moe_experts, layernorm, softmax and cast."""
 
 from __future__ import annotations
 
@@ -161,6 +161,38 @@ class AttentionOp(AiOp):
         return shapes.attention(*operands)  # scale and nan_to_zero leave the type as it is
 
     REFERENCE: ClassVar[str] = "attention"
+
+
+@irdl_op_definition
+class MoEExpertsOp(AiOp):
+    """The experts of a mixture-of-experts layer, the routing given (issue 31): each token
+    of ``input`` (T, D) goes to the k experts ``experts`` (T, k; i64/i32, negative ones
+    from the end) with ``weights`` (T, k); expert e computes ``down[e] @ (silu(g) * u)``
+    with ``g, u`` the two halves of ``gate_up[e] @ x`` (Mixtral's SwiGLU experts,
+    nn.Linear's (out, in) layouts: ``gate_up`` (E, 2F, D), ``down`` (E, D, F)), and a
+    token's output is the weighted sum over its k experts. ``recognize-patterns`` makes
+    it of the per-token batched GEMMs transformers' ``batched_mm`` experts export (the
+    only experts code both ONNX exporters take); no expert weight is gathered per
+    token. An expert index out of range is an error."""
+
+    name = "ai.moe_experts"
+    input = operand()
+    weights = operand()
+    experts = operand()
+    gate_up = operand()
+    down = operand()
+    output = result()
+
+    DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
+    PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="moe_experts")
+
+    SHAPE_FUNCTION = shapes.moe_experts
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        from fusec.dialect import numpy_ops as K
+
+        return K.moe_experts(*self.typed(args))
 
 
 @irdl_op_definition

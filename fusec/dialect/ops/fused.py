@@ -60,6 +60,7 @@ from fusec.dialect.ops.anchors import (
     Conv2DOp,
     LayerNormOp,
     MatmulOp,
+    MoEExpertsOp,
     RMSNormOp,
     SoftmaxOp,
 )
@@ -305,6 +306,7 @@ TENSOR_OPS: tuple[type[AiOp], ...] = (
     WhereOp,
     MatmulOp,
     AttentionOp,
+    MoEExpertsOp,
     BatchNormOp,
     LayerNormOp,
     RMSNormOp,

@@ -9,7 +9,7 @@ from fusec.passes.fusion.rules_model import Atom, Clause, KindRules, Param, Rule
 
 # fmt: off
 # ruff: noqa: E501  (a kind a line, as generated)
-RULES_SHA256 = '1ad81e17426d655c877f272d3128997d0ae94f486a54eaef7a9e615897ec16df'
+RULES_SHA256 = '1c1c0ed1ef0bfab487888d7fed96d379c51f6d8fd6987e8126c1546659d0a64b'
 RULES = Rules(
     params={
         'softmax_tile_limit': Param(name='softmax_tile_limit', value=256, description='tile limit'),
@@ -27,6 +27,7 @@ RULES = Rules(
         KindRules(name='copy', description='a chain of data-movement ops (transpose, reshape, slice, gather, concat) into a new buffer', clauses=(Clause(role='anchor', selectors=('transpose', 'slice', 'concat', 'gather', 'take', 'cumsum', 'argmax', 'argmin'), duplicate=False, max_count=None, atoms=(), line=69), Clause(role='prologue', selectors=('transpose', 'reshape', 'slice', 'gather', 'concat'), duplicate=True, max_count='max_chain_ops', atoms=(), line=70))),
         KindRules(name='view', description='a reshape: the same buffer under another shape, no kernel at all', clauses=(Clause(role='anchor', selectors=('reshape',), duplicate=False, max_count=None, atoms=(), line=74),)),
         KindRules(name='attention', description='one ai.attention (both products and the softmax; the scores stay in the kernel)', clauses=(Clause(role='anchor', selectors=('attention',), duplicate=False, max_count=None, atoms=(), line=78), Clause(role='prologue', selectors=('injective',), duplicate=True, max_count=None, atoms=(Atom(name='views_operand', cmp=None, limit=None),), line=79), Clause(role='prologue', selectors=('expand',), duplicate=True, max_count='attention_layout_ops', atoms=(Atom(name='views_operand', cmp=None, limit=None),), line=82), Clause(role='epilogue', selectors=('transpose', 'reshape'), duplicate=False, max_count='attention_layout_ops', atoms=(), line=83), Clause(role='epilogue', selectors=('elementwise', 'broadcast'), duplicate=False, max_count='max_chain_ops', atoms=(Atom(name='same_shape', cmp=None, limit=None),), line=84))),
+        KindRules(name='experts', description='one ai.moe_experts (routing, both grouped GEMMs with the SwiGLU between them, the weighted combine)', clauses=(Clause(role='anchor', selectors=('moe_experts',), duplicate=False, max_count=None, atoms=(), line=88),)),
     ),
     source='default.rules',
     target=None,

@@ -37,6 +37,8 @@ renamed without breaking cached kernels or their text:
 * ``reduce_rows``: short-row reductions (``fusec.targets.cpu.reduce_helpers``);
 * ``numpy_ops``: the numpy forms of the layout and data ops a copy kernel runs
   (``fusec.dialect.numpy_ops``, a module);
+* ``FusecError``: the error a kernel raises for bad data it finds at run time (an
+  expert index out of range: ``fusec.targets.cpu.experts``);
 * ``call_entry``, ``flat_view``: a compiled program's call of a kernel entry by its
   address and its flat views of the arenas (``fusec.targets.cpu.entry_call``; the
   program modules of ``fusec.targets.cpu.program``).
@@ -96,6 +98,7 @@ _PROVIDERS: dict[str, tuple[str, str | None]] = {
     "reduce_rows": ("fusec.targets.cpu.reduce_helpers", "reduce_rows"),
     "copy_floats": ("fusec.targets.cpu.row_copy", "copy_floats"),
     "numpy_ops": ("fusec.dialect.numpy_ops", None),
+    "FusecError": ("fusec.errors", "FusecError"),
     "call_entry": ("fusec.targets.cpu.entry_call", "call_entry"),
     "flat_view": ("fusec.targets.cpu.entry_call", "flat_view"),
 }

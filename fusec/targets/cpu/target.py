@@ -86,6 +86,7 @@ class CpuTarget(Target):
         "attention": Template(
             "fusec.targets.cpu.attention", (ai.AttentionOp, *_LAYOUT), accepts=_no_block_scales
         ),
+        "experts": Template("fusec.targets.cpu.experts", (ai.MoEExpertsOp,)),
     }
 
     def backend(self, cache: Any = None) -> Any:

@@ -9,8 +9,8 @@ internals can move without invalidating cached kernels or their text:
 * ``move4``, ``move8``, ``move16``, ``load_bits``, ``store_bits``, ``udiv32``,
   ``urem32``: raw moves and 32-bit index arithmetic of the copy kernels
   (``fusec.targets.cuda.rawmove``);
-* ``ieee_conv2d``, ``ieee_matmul``, ``ieee_addmm``, ``ieee_attention``: the
-  PyTorch fallback's IEEE-f32 library calls (``fusec.targets.cuda.torch_runtime``);
+* ``ieee_conv2d``, ``ieee_matmul``, ``ieee_addmm``, ``ieee_attention``, ``moe_experts``:
+  the PyTorch fallback's IEEE-f32 library calls (``fusec.targets.cuda.torch_runtime``);
 * ``TileConfig``, ``Epilogue``, ``GemmSpec``, ``GemmLaunch``: the Tensor Core
   GEMM's description and launcher, with ``Prologue``/``LayerNormPrep`` (its
   LayerNorm pre-pass) and ``Finalise``/``SoftmaxFinalise`` (its long-row
@@ -46,6 +46,7 @@ _PROVIDERS: dict[str, str] = {
     "ieee_matmul": "fusec.targets.cuda.torch_runtime",
     "ieee_addmm": "fusec.targets.cuda.torch_runtime",
     "ieee_attention": "fusec.targets.cuda.torch_runtime",
+    "moe_experts": "fusec.targets.cuda.torch_runtime",
     "TileConfig": "fusec.targets.cuda.gemm.config",
     "Epilogue": "fusec.targets.cuda.epilogue",
     "GemmSpec": "fusec.targets.cuda.gemm.cpp",

@@ -197,6 +197,10 @@ def _attention(op: ai.AiOp, a: list[str]) -> str:
     return f"ieee_attention(torch, {', '.join(a)}, {scale!r}, {nan})"
 
 
+def _moe_experts(op: ai.AiOp, a: list[str]) -> str:
+    return f"moe_experts(torch, {', '.join(a)})"
+
+
 def _layout(op: ai.AiOp, a: list[str]) -> str:
     return torch_expression(op, a)
 
@@ -265,6 +269,7 @@ LOWERINGS.update(
         ai.MaxPool2DOp: _pool,
         ai.AvgPool2DOp: _pool,
         ai.AttentionOp: _attention,
+        ai.MoEExpertsOp: _moe_experts,
         ai.ClipOp: _clip,
         ai.IsNanOp: _isnan,
         ai.GeluOp: _gelu,
@@ -357,7 +362,14 @@ def generate(
     ]
     if "tf32_conv2d(torch," in code.text():
         notes.append("precision: tf32 (cuDNN's Tensor Core conv with allow_tf32 for this call)")
-    helper_names = ("ieee_conv2d", "tf32_conv2d", "ieee_matmul", "ieee_addmm", "ieee_attention")
+    helper_names = (
+        "ieee_conv2d",
+        "tf32_conv2d",
+        "ieee_matmul",
+        "ieee_addmm",
+        "ieee_attention",
+        "moe_experts",
+    )
     helpers = [h for h in helper_names if f"{h}(torch," in code.text()]
     imports = [f"from fusec.targets.cuda.abi import {', '.join(helpers)}", ""] if helpers else []
     source = "\n".join(

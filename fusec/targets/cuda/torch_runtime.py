@@ -106,3 +106,26 @@ def ieee_attention(
     if nan_to_zero:
         p = torch.nan_to_num(p, nan=0.0, posinf=float("inf"), neginf=float("-inf"))
     return ieee_matmul(torch, p, v).to(out_dtype)
+
+
+def moe_experts(torch: Any, x: Any, weights: Any, experts: Any, gate_up: Any, down: Any) -> Any:
+    """``ai.moe_experts`` through PyTorch, expert by expert over all tokens, each token's
+    share selected (``torch.where``, so a token an expert does not serve never meets its
+    values), in IEEE f32: E times the routed work, but no host synchronisation (no
+    ``nonzero``, no counts read back), so it runs on the caller's stream and inside a
+    CUDA graph. What the cuda target runs until its grouped-GEMM kernel exists. Indices
+    count from the end when negative; one out of range selects no expert (a GPU kernel
+    raises no error: the reference and the cpu kernel report it)."""
+    out_dtype = x.dtype
+    count, hidden = gate_up.shape[0], gate_up.shape[1] // 2
+    xs = x.float()
+    picks = torch.where(experts < 0, experts + count, experts)
+    out = torch.zeros_like(xs)
+    for expert in range(count):
+        chosen = picks == expert  # (T, k)
+        share = torch.where(chosen, weights.float(), 0.0).sum(dim=1, keepdim=True)
+        projected = ieee_matmul(torch, xs, gate_up[expert].float().t())
+        gate, up = projected[:, :hidden], projected[:, hidden:]
+        y = ieee_matmul(torch, torch.nn.functional.silu(gate) * up, down[expert].float().t())
+        out += torch.where(chosen.any(dim=1, keepdim=True), y * share, 0.0)
+    return out.to(out_dtype)

@@ -29,7 +29,7 @@ MODELS = Path(__file__).parent / "models"
 MANIFEST = json.loads((MODELS / "manifest.json").read_text())
 
 #: The input shape each family runs at here (batch 2: the batch dims are exercised).
-SHAPES = {"x": (2, 3, 64, 64), "inputs_embeds": (2, 16, 64)}
+SHAPES = {"x": (2, 3, 64, 64), "inputs_embeds": (2, 16, 64), "hidden_states": (2, 16, 32)}
 
 #: Kernels launched per model file after fusion (a view is none).
 KERNELS = {
@@ -49,6 +49,11 @@ KERNELS = {
     "gpt2.torchscript.onnx": 12,
     "gpt2.dynamo.onnx": 12,
     "gpt2.torchscript-opset14.onnx": 12,
+    # the router GEMM, its softmax, top-2 as selection rounds (reductions, arg-maxes, masks)
+    # and the weights' normalisation; then one ai.moe_experts (recognised from the
+    # per-token gathered expert weights of transformers' batched_mm experts)
+    "mixtral_moe.torchscript.onnx": 14,
+    "mixtral_moe.dynamo.onnx": 15,  # + the dynamo exporter's index range check
 }
 
 CASES = [

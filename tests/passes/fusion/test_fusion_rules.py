@@ -54,6 +54,7 @@ def test_default_rules_are_data_with_named_parameters():
         "copy",
         "view",
         "attention",
+        "experts",
     ]
     assert rules.param("softmax_tile_limit") == 256
     assert "softmax_tile_limit" in default_rules_text()

@@ -2,7 +2,7 @@
 // scalar constant broadcast, ai.fused), written with explicit default attributes
 // that the printer must drop and non-default ones it must keep; the integer and
 // bool ops on token ids (i64) and their masks (i1).
-func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<8xf32>, %res: tensor<1x8x4x5xf32>, %a: tensor<2x6x16xf32>, %m: tensor<32x16xf32>, %gamma: tensor<16xf32>, %beta: tensor<16xf32>, %n: tensor<2x6x16xf32>, %ids: tensor<2x6xi64>, %table: tensor<10x16xf32>) -> (tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>, tensor<2x6x16xf32>, tensor<2x6x16xf32>, tensor<2x6xi32>) {
+func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<8xf32>, %res: tensor<1x8x4x5xf32>, %a: tensor<2x6x16xf32>, %m: tensor<32x16xf32>, %gamma: tensor<16xf32>, %beta: tensor<16xf32>, %n: tensor<2x6x16xf32>, %ids: tensor<2x6xi64>, %table: tensor<10x16xf32>, %route: tensor<32x2xf32>, %picks: tensor<32x2xi32>, %gu: tensor<4x16x16xf32>, %dn: tensor<4x16x8xf32>) -> (tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>, tensor<2x6x16xf32>, tensor<2x6x16xf32>, tensor<2x6xi32>, tensor<32x16xf32>) {
   %half = arith.constant dense<5.000000e-01> : tensor<f32>
   %c = ai.conv2d %x, %w {strides = array<i64: 2, 2>, padding = array<i64: 1, 1, 2, 2>, dilations = array<i64: 2, 1>, groups = 2 : i64} : tensor<1x4x8x8xf32> * tensor<8x2x3x3xf32>
   %cb0 = ai.bias_add %c, %b {axis = 1 : i64} : tensor<1x8x4x5xf32> * tensor<8xf32>
@@ -74,6 +74,7 @@ func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<
   %rh = ai.rotate_half %ga : tensor<16x2xf32>
   %mp = ai.max_pool2d %x {kernel = array<i64: 3, 3>, strides = array<i64: 2, 2>, padding = array<i64: 1, 1>} : tensor<1x4x8x8xf32>
   %at = ai.attention %n, %m, %m, %half {scale = 2.500000e-01 : f32, nan_to_zero = true} : tensor<2x6x16xf32> * tensor<32x16xf32> * tensor<32x16xf32> * tensor<f32>
+  %moe = ai.moe_experts %m, %route, %picks, %gu, %dn : tensor<32x16xf32> * tensor<32x2xf32> * tensor<32x2xi32> * tensor<4x16x16xf32> * tensor<4x16x8xf32>
   %ap = ai.avg_pool2d %mp {kernel = array<i64: 2, 2>, padding = array<i64: 0, 0, 1, 1>, ceil_mode = false, count_include_pad = true} : tensor<1x4x4x4xf32>
   %f = ai.fused "pointwise" (%a, %half) : (tensor<2x6x16xf32>, tensor<f32>) -> tensor<2x6x16xf32> {
   ^bb0(%p: tensor<2x6x16xf32>, %s: tensor<f32>):
@@ -106,5 +107,5 @@ func.func @all_ops(%x: tensor<1x4x8x8xf32>, %w: tensor<8x2x3x3xf32>, %b: tensor<
   %ian = ai.argmin %iam {axis = -1 : i64, select_last_index = true} : tensor<2x16xi64>
   %ias = ai.add %idv, %ian : tensor<2x6xi64> * tensor<2x1xi64>
   %i32 = ai.cast %ias : tensor<2x6xi64> to tensor<2x6xi32>
-  return %h, %hb, %si, %sm1, %ta, %rm, %rx, %rh, %ap, %at, %iwh, %i32 : tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>, tensor<2x6x16xf32>, tensor<2x6x16xf32>, tensor<2x6xi32>
+  return %h, %hb, %si, %sm1, %ta, %rm, %rx, %rh, %ap, %at, %iwh, %i32, %moe : tensor<1x8x4x5xf16>, tensor<1x8x4x5xbf16>, tensor<2x6x32xf32>, tensor<2x6x16xf32>, tensor<2x16x16xf32>, tensor<2x6x1xf32>, tensor<f32>, tensor<16x2xf32>, tensor<1x4x4x4xf32>, tensor<2x6x16xf32>, tensor<2x6x16xf32>, tensor<2x6xi32>, tensor<32x16xf32>
 }

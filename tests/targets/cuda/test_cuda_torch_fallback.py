@@ -190,6 +190,18 @@ def _attention(dtype: str):
     return [("q", q), ("k", k), ("v", v), ("m", m)], [o], "attention", body
 
 
+def _moe_experts(dtype: str):
+    """ai.moe_experts: 6 tokens, top-2 of 5 experts (the integer inputs, in [-4, 5), index
+    them; the negative ones from the end)."""
+    x, w, e = t((6, 8), dtype), t((6, 2), "f32"), t((6, 2), "i64")
+    gu, dn = t((5, 10, 8), dtype), t((5, 8, 5), dtype)
+    body = [
+        f"%o = ai.moe_experts %x1, %w1, %e1, %gu1, %dn1 : {x} * {w} * {e} * {gu} * {dn}",
+        f"ai.yield %o : {x}",
+    ]
+    return [("x", x), ("w", w), ("e", e), ("gu", gu), ("dn", dn)], [x], "experts", body
+
+
 def _integer_mask(dtype: str):
     """Token-mask maths beside the product: i64 arithmetic (truncating division, the
     remainder), comparisons, bool logic, casts and a where on an i1 condition, each value
@@ -303,6 +315,7 @@ CASES = {
     ),
     "matmul_through_views": _matmul_views,
     "attention": _attention,
+    "moe_experts": _moe_experts,
     "reductions": _reductions,
     "max_pool_asymmetric_ceil": lambda d: _pool(
         d,

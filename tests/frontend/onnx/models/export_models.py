@@ -234,6 +234,25 @@ def llama_ids() -> nn.Module:
     return TokenModel(transformers.LlamaModel(config))
 
 
+def mixtral_moe() -> nn.Module:
+    """A Mixtral sparse-MoE block (8 experts, top-2, SwiGLU experts) with transformers'
+    ``batched_mm`` experts: the experts code both exporters take (the default loop over
+    experts has data-dependent shapes; ``grouped_mm`` neither exports). Hidden 32, FFN
+    48. Its expert weights are ``torch.empty`` until a model's init runs: set here."""
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+
+    config = transformers.MixtralConfig(
+        hidden_size=32, intermediate_size=48, num_local_experts=8, num_experts_per_tok=2
+    )
+    config._experts_implementation = "batched_mm"
+    block = MixtralSparseMoeBlock(config)
+    generator = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():
+        for param in block.parameters():
+            param.normal_(0.0, 0.1, generator=generator)
+    return block
+
+
 #: name -> (builder, input name, example shape, dynamic dims {axis: name}, output names)
 MODELS = {
     "mobilenet_v2": (mobilenet_v2, "x", (2, 3, 64, 64), {0: "batch"}, ["logits"]),
@@ -251,6 +270,13 @@ MODELS = {
         (2, 16, 64),
         {0: "batch", 1: "sequence"},
         ["last_hidden_state"],
+    ),
+    "mixtral_moe": (
+        mixtral_moe,
+        "hidden_states",
+        (2, 16, 32),
+        {0: "batch", 1: "sequence"},
+        ["output"],
     ),
 }
 
@@ -375,7 +401,8 @@ def main() -> int:
     names = sys.argv[1:] or list(MODELS) + list(TOKEN_MODELS)
     path = HERE / "manifest.json"
     manifest = json.loads(path.read_text()) if path.exists() else {"seed": SEED, "models": {}}
-    if any(name in MODELS for name in names):
+    every_model = set(MODELS) <= set(names)
+    if every_model:
         manifest["versions"] = versions(list(MODELS))  # the float-input models'
     for name in names:
         params = sum(p.numel() for p in build(name).parameters())
@@ -402,6 +429,8 @@ def main() -> int:
             "parameters": params,
             "files": export_files(name),
         }
+        if not every_model:  # exported on its own: its versions, not the shared ones
+            manifest["models"][name]["versions"] = versions([name])
     path.write_text(json.dumps(manifest, indent=2) + "\n")
     return 0
 

@@ -1,0 +1,207 @@
+"""cpu template for "experts" groups: one ``ai.moe_experts`` (issue 31), each expert's
+weights read once for all the tokens routed to it.
+
+With T tokens, k experts a token and S = T * k (token, slot) pairs, three stages:
+
+1. route (one thread, O(S)): the pairs counted per expert and sorted by expert, stably
+   (a counting sort: ``order``), then cut into tiles of at most ``rows`` pairs of one
+   expert (``tiles``: expert, first, end). An expert index outside [-E, E) stops the
+   launch with the error ``ai.take``'s reference gives.
+2. experts (the tasks take tiles with ``next_block``): the tile's token rows gathered
+   into ``a`` (rows x D); one single-threaded BLAS ``sgemm`` with the expert's gate_up
+   rows (nn.Linear's layout, B transposed) -> ``h`` (rows x 2F); the SwiGLU ``silu(g) *
+   u`` in place over h's first F columns; ``sgemm`` with the expert's down rows ->
+   ``y`` (rows x D); each row times its routing weight into its pair's row of
+   ``slots`` (S x D). Every pair is one row of one tile, so no two tasks write a row.
+3. combine (parallel over tokens): a token's output is the sum of its k slots, in slot
+   order.
+
+So the work is the routed tokens' (2 * 2F * D + 2 * D * F) * S flops, not E times it, and
+nothing of size E x S is made (the graph it was recognised from gathered an expert's
+weights per pair). 16-bit tensors are float32 here (the cpu runtime converts them).
+"""
+
+from __future__ import annotations
+
+from fusec.codegen import KernelSource, io_specs
+from fusec.codegen.expr import ExprGenerator, shape_of
+from fusec.dialect import ops as ai
+from fusec.targets.cpu import abi
+from fusec.targets.cpu.common import Stage, assemble, input_names, single_core
+
+#: Floats of one task's workspace (a, h and y of a tile) the tile rows are chosen for:
+#: a few MiB, the size of a core's share of L2 + L3, so the gathered rows stay in cache
+#: between the two products.
+WORKSPACE_FLOATS = 1 << 20
+#: Pairs per tile, at most and at least (a GEMM of fewer rows repacks its B for little).
+MAX_ROWS, MIN_ROWS = 128, 16
+
+
+def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
+    op = single_core(fused_op, ai.MoEExpertsOp)
+    names = input_names(fused_op)
+    x, weights, experts, gate_up, down = (names[v] for v in op.operands)
+    tokens, width = shape_of(op.operands[0])
+    k = shape_of(op.operands[1])[1]
+    count, double, _ = shape_of(op.operands[3])
+    hidden = double // 2
+    pairs = tokens * k
+    rows = tile_rows(width, hidden)
+    floats = rows * (2 * width + double)
+    max_tiles = -(-pairs // rows) + count
+    dtypes = {"order": "i64", "tiles": "i64", "meta": "i64"}
+    route = Stage(
+        f"{name}_route",
+        [experts, "order", "tiles", "meta"],
+        _route_body(experts, pairs, count, rows),
+        comment=f"{pairs} (token, slot) pairs sorted by expert ({count}), tiles of <= {rows}",
+        parallel=False,
+        dtypes=dtypes,
+    )
+    compute = Stage(
+        f"{name}_experts",
+        [x, weights, gate_up, down, "order", "tiles", "meta", "slots", "ws", "counter"],
+        _experts_body((x, weights, gate_up, down), width, hidden, k, rows, floats),
+        comment=f"per tile: gather, sgemm (x 2F={double}), SwiGLU, sgemm (x D={width}), weights",
+        dtypes=dtypes,
+    )
+    combine = Stage(
+        f"{name}_combine",
+        ["slots", "out0"],
+        [
+            f"for t in numba.prange({tokens}):",
+            f"    for c in range({width}):",
+            "        acc = np.float32(0.0)",
+            f"        for j in range({k}):",
+            f"            acc += slots[U((t * {k} + j) * {width} + c)]",
+            f"        out0[U(t * {width} + c)] = acc",
+        ],
+        comment=f"each token's {k} slots summed",
+        parallel=tokens * width >= 1 << 15,
+    )
+    launch = [
+        f"order = np.empty({pairs}, dtype=np.int64)",
+        f"tiles = np.empty({3 * max_tiles}, dtype=np.int64)",
+        "meta = np.zeros(3, dtype=np.int64)",
+        route.call(),
+        "if meta[1]:",
+        "    raise FusecError(",
+        f'        f"ai.moe_experts: expert index {{meta[2]}} is out of range for {count} experts"',
+        "    )",
+        f"slots = np.empty({pairs * width}, dtype=np.float32)",
+        "tasks = max(1, min(num_threads(), int(meta[0])))",
+        f"ws = workspace(tasks * {floats})",
+        "counter = np.zeros(1, dtype=np.int64)",
+        compute.call(),
+        combine.call(),
+    ]
+    from fusec.targets.cpu import blas_mode  # not blas: probing it loads numpy (issue #26)
+
+    if blas_mode.mode().endswith("global"):  # no per-thread BLAS thread count
+        launch = ["with blas_single_threaded():", *(f"    {line}" for line in launch)]
+    source = assemble(
+        fused_op,
+        ExprGenerator(),
+        [route, compute, combine],
+        launch,
+        notes=[
+            f"experts: {tokens} tokens x {k} of {count} experts (D={width}, F={hidden}), "
+            f"tiles of <= {rows} pairs of one expert, {floats * 4} bytes of workspace a task"
+        ],
+        imports=[
+            blas_mode.import_line(),
+            abi.import_line("FusecError", "blas_single_threaded", "num_threads", "workspace"),
+        ],
+    )
+    inputs, outputs = io_specs(fused_op)
+    return KernelSource(name, "experts", "cpu", source, inputs, outputs)
+
+
+def tile_rows(width: int, hidden: int) -> int:
+    """Pairs per tile: as many as fit ``WORKSPACE_FLOATS`` with their a, h and y rows,
+    between ``MIN_ROWS`` and ``MAX_ROWS``, a multiple of 8."""
+    fit = WORKSPACE_FLOATS // (2 * width + 2 * hidden)
+    return max(MIN_ROWS, min(MAX_ROWS, fit // 8 * 8))
+
+
+def _route_body(experts: str, pairs: int, count: int, rows: int) -> list[str]:
+    """The counting sort of the pairs by expert, and the tiles (``meta[0]`` of them);
+    ``meta[1:3]`` = (1, the index) at the first expert index out of range."""
+    return [
+        f"counts = np.zeros({count + 1}, dtype=np.int64)",
+        f"for p in range({pairs}):",
+        f"    e = np.int64({experts}[p])",
+        "    if e < 0:",
+        f"        e += {count}",
+        f"    if e < 0 or e >= {count}:",
+        "        meta[1] = 1",
+        f"        meta[2] = {experts}[p]",
+        "        return",
+        "    counts[e + 1] += 1",
+        f"for e in range({count}):",
+        "    counts[e + 1] += counts[e]",
+        f"fill = counts[:{count}].copy()",
+        f"for p in range({pairs}):",
+        f"    e = np.int64({experts}[p])",
+        "    if e < 0:",
+        f"        e += {count}",
+        "    order[fill[e]] = p",
+        "    fill[e] += 1",
+        "n = 0",
+        f"for e in range({count}):",
+        f"    for first in range(counts[e], counts[e + 1], {rows}):",
+        "        tiles[3 * n] = e",
+        "        tiles[3 * n + 1] = first",
+        f"        tiles[3 * n + 2] = min(first + {rows}, counts[e + 1])",
+        "        n += 1",
+        "meta[0] = n",
+    ]
+
+
+def _experts_body(
+    arrays: tuple[str, str, str, str], width: int, hidden: int, k: int, rows: int, floats: int
+) -> list[str]:
+    """Each task's tiles: gather, the two products with the SwiGLU between, the weights."""
+    x, weights, gate_up, down = arrays
+    double = 2 * hidden
+    swiglu = [  # silu(g) * u as the reference: exp of -|g| (no overflow), -0.0 at g = -inf
+        "for r in range(m):",
+        f"    for c in range({hidden}):",
+        f"        g = h[r * {double} + c]",
+        "        z = np.exp(-abs(g))",
+        "        p = np.float32(1.0) / (np.float32(1.0) + z)",
+        "        s = g * (p if g >= 0 else z * p)",
+        "        if g == -np.inf:",
+        "            s = np.float32(-0.0)",
+        f"        h[r * {double} + c] = s * h[r * {double} + {hidden} + c]",
+    ]
+    return [
+        f"for t in numba.prange(ws.size // {floats}):",
+        f"    a = ws[t * {floats}:t * {floats} + {rows * width}]",
+        f"    h = ws[t * {floats} + {rows * width}:t * {floats} + {rows * (width + double)}]",
+        f"    y = ws[t * {floats} + {rows * (width + double)}:(t + 1) * {floats}]",
+        "    blk = next_block(counter)",
+        "    while blk < meta[0]:",
+        "        e = tiles[3 * blk]",
+        "        first = tiles[3 * blk + 1]",
+        "        m = tiles[3 * blk + 2] - first",
+        "        for r in range(m):",
+        f"            token = order[first + r] // {k}",
+        f"            a[r * {width}:(r + 1) * {width}] = "
+        f"{x}[token * {width}:(token + 1) * {width}]",
+        "        prev = threads_begin(1)",
+        f"        sgemm(0, 1, m, {double}, {width}, a, 0, {width}, "
+        f"{gate_up}, e * {double * width}, {width}, h, 0, {double})",
+        "        threads_end(prev)",
+        *(f"        {line}" for line in swiglu),
+        "        prev = threads_begin(1)",
+        f"        sgemm(0, 1, m, {width}, {hidden}, h, 0, {double}, {down}, e * {width * hidden}, "
+        f"{hidden}, y, 0, {width})",
+        "        threads_end(prev)",
+        "        for r in range(m):",
+        "            pair = order[first + r]",
+        f"            weight = {weights}[pair]",
+        f"            for c in range({width}):",
+        f"                slots[U(pair * {width} + c)] = y[r * {width} + c] * weight",
+        "        blk = next_block(counter)",
+    ]
