@@ -71,10 +71,14 @@ def test_tiles_split_an_expert_with_many_tokens(kernel_cache, monkeypatch):
     assert np.linalg.norm(out - want) / np.linalg.norm(want) < 1e-4
 
 
-def test_tile_rows_follow_the_workspace():
-    assert experts.tile_rows(64, 96) == experts.MAX_ROWS
-    assert experts.tile_rows(8192, 32768) == experts.MIN_ROWS
-    assert experts.tile_rows(1024, 1024) % 8 == 0
+def test_a_tile_holds_a_busy_experts_pairs():
+    # twice the average share (4096 pairs over 8 experts: 1024), within the bounds
+    assert experts.tile_rows(4096, 8, 1024, 2816) == 1024
+    assert experts.tile_rows(16, 8, 1024, 2816) == experts.MIN_ROWS
+    assert experts.tile_rows(1 << 20, 8, 64, 64) == experts.MAX_ROWS
+    # and no more rows than the workspace holds (Mixtral's D 4096, F 14336)
+    rows = experts.tile_rows(8192, 8, 4096, 14336)
+    assert rows * (2 * 4096 + 2 * 14336) <= experts.WORKSPACE_FLOATS and rows % 8 == 0
 
 
 def test_an_expert_index_out_of_range_stops_the_launch(kernel_cache):
