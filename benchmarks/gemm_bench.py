@@ -261,12 +261,17 @@ def main() -> int:
         action="store_true",
         help="the float8 cases instead (fusec's e4m3 GEMM vs torch._scaled_mm and fp16 GEMMs)",
     )
+    parser.add_argument(
+        "--moe",
+        action="store_true",
+        help="the MoE experts layer instead (vs a PyTorch loop over experts, dense GEMMs)",
+    )
     args = parser.parse_args()
     rows: list[dict] = []
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}
     precision = "tf32" if args.tf32 else "ieee"
     prefix = "gemm-tf32" if args.tf32 else "gemm-fp8" if args.fp8 else "gemm"
-    prefix = "gemm-w4" if args.w4 else prefix
+    prefix = "gemm-w4" if args.w4 else "gemm-moe" if args.moe else prefix
 
     def bench(
         case, text, inputs, reference, flops, pipeline=None, compile_fn=True, exact=None, bound=1e-2
@@ -319,6 +324,9 @@ def main() -> int:
         return 0
     if args.w4:
         w4_cases(bench, rows, args.out)
+        return 0
+    if args.moe:
+        moe_cases(bench, rows, args.out)
         return 0
     for size in (4096, 8192):
         for t in ("f16", "bf16"):
@@ -582,6 +590,55 @@ def w4_cases(bench, rows: list[dict], out: str) -> None:
         text = MATMUL.format(m=m, n=n, k=k, t="bf16")
         bench(f"bf16 matmul {m}x{k}x{n}", text, (x, wd), matmul, flops, compile_fn=False)
     write(rows, out, prefix="gemm-w4")
+
+
+MOE = """func.func @moe(%x: tensor<{t}x{d}xbf16>, %w: tensor<{t}x{k}xf32>, %e: tensor<{t}x{k}xi64>, %gu: tensor<{n}x{f2}x{d}xbf16>, %dn: tensor<{n}x{d}x{f}xbf16>) -> tensor<{t}x{d}xbf16> {{
+  %y = ai.moe_experts %x, %w, %e, %gu, %dn : tensor<{t}x{d}xbf16> * tensor<{t}x{k}xf32> * tensor<{t}x{k}xi64> * tensor<{n}x{f2}x{d}xbf16> * tensor<{n}x{d}x{f}xbf16>
+  return %y : tensor<{t}x{d}xbf16>
+}}"""  # noqa: E501
+
+
+def moe_cases(bench, rows: list[dict], out: str) -> None:
+    """The MoE experts layer (``--moe``, issue 31): Mixtral's sizes (8 experts, top-2,
+    d_model 4096, d_ff 14336, 4096 tokens, bf16), the routing given (weights and expert
+    indices drawn as a router's top-2 would be), ``ai.moe_experts`` against the PyTorch
+    loop over experts transformers' eager ``MixtralExperts`` runs (index the routed rows,
+    two GEMMs, SwiGLU, ``index_add_``) and torch.compile of it; then cuBLAS's and fusec's
+    dense bf16 GEMMs of the same FLOPs (the two projections of all T * k rows), the
+    throughput the layer is measured against."""
+    import torch
+    import torch.nn.functional as F
+
+    t, d, f, n, k = 4096, 4096, 14336, 8, 2
+    x = torch.randn(t, d, device="cuda", dtype=torch.bfloat16)
+    picks = torch.rand(t, n, device="cuda").topk(k, dim=1)
+    weights = torch.softmax(picks.values, dim=1)
+    experts = picks.indices.to(torch.int64)
+    gate_up = (torch.randn(n, 2 * f, d, device="cuda") / d**0.5).to(torch.bfloat16)
+    down = (torch.randn(n, d, f, device="cuda") / f**0.5).to(torch.bfloat16)
+
+    def loop(x, weights, experts, gate_up, down):  # transformers' eager MixtralExperts
+        out = torch.zeros_like(x)
+        mask = F.one_hot(experts, num_classes=n).permute(2, 1, 0)
+        for e in range(n):
+            slot, token = torch.where(mask[e])
+            h = F.linear(x[token], gate_up[e])
+            y = F.linear(F.silu(h[:, :f]) * h[:, f:], down[e]) * weights[token, slot, None]
+            out.index_add_(0, token, y.to(out.dtype))
+        return out
+
+    flops = 2.0 * t * k * 3 * f * d
+    text = MOE.format(t=t, d=d, f=f, f2=2 * f, n=n, k=k)
+    bench(f"MoE experts {t} tokens, top-{k} of {n}, {d}x{f} bf16", text,
+          (x, weights, experts, gate_up, down), loop, flops)  # fmt: skip
+    pairs = t * k  # the dense GEMMs of the same FLOPs: both projections of every pair
+    for m, kk, nn in ((pairs, d, 2 * f), (pairs, f, d)):
+        a = torch.randn(m, kk, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(kk, nn, device="cuda", dtype=torch.bfloat16) / kk**0.5
+        text = MATMUL.format(m=m, n=nn, k=kk, t="bf16")
+        bench(f"dense bf16 matmul {m}x{kk}x{nn}", text, (a, b), lambda a, b: a @ b,
+              2.0 * m * kk * nn, compile_fn=False)  # fmt: skip
+    write(rows, out, prefix="gemm-moe")
 
 
 def _bandwidth_lines(rows: list[dict], device: str) -> list[str]:

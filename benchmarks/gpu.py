@@ -69,6 +69,7 @@ def _gemm_texts(m: int, k: int, n: int) -> list[tuple[str, str]]:
         ),
         (f"W4A16 1x{k}x{n}", _w4_text(b, 1, k, n)),
         (f"W4A16 {m}x{k}x{n}", _w4_text(b, m, k, n)),
+        (f"MoE experts {m}x{k}x{n}, top-2 of 4", b.MOE.format(t=m, d=k, f=n, f2=2 * n, n=4, k=2)),
     ]
 
 
@@ -360,6 +361,7 @@ SUITES: list[Suite] = [
             "tf32": ("--out", "{out}", "--tf32"),
             "fp8": ("--out", "{out}", "--fp8"),
             "w4": ("--out", "{out}", "--w4"),
+            "moe": ("--out", "{out}", "--moe"),
             "no-compile": ("--out", "{out}", "--no-compile"),
         },
     ),
