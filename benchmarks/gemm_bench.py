@@ -627,14 +627,21 @@ def moe_cases(bench, rows: list[dict], out: str) -> None:
             out.index_add_(0, token, y.to(out.dtype))
         return out
 
+    pairs = t * k  # the dense GEMMs of the same FLOPs: both projections of every pair
+    dense = [  # made first: a failed graph capture of the loop (its syncs) leaves torch's
+        # CUDA generator unusable for the rest of the process
+        (m, kk, nn, torch.randn(m, kk, device="cuda", dtype=torch.bfloat16),
+         torch.randn(kk, nn, device="cuda", dtype=torch.bfloat16) / kk**0.5)
+        for m, kk, nn in ((pairs, d, 2 * f), (pairs, f, d))
+    ]  # fmt: skip
+    def exact(x, weights, experts, gate_up, down):  # float copies: the indices back to int64
+        return loop(x, weights, experts.long(), gate_up, down)
+
     flops = 2.0 * t * k * 3 * f * d
     text = MOE.format(t=t, d=d, f=f, f2=2 * f, n=n, k=k)
     bench(f"MoE experts {t} tokens, top-{k} of {n}, {d}x{f} bf16", text,
-          (x, weights, experts, gate_up, down), loop, flops)  # fmt: skip
-    pairs = t * k  # the dense GEMMs of the same FLOPs: both projections of every pair
-    for m, kk, nn in ((pairs, d, 2 * f), (pairs, f, d)):
-        a = torch.randn(m, kk, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(kk, nn, device="cuda", dtype=torch.bfloat16) / kk**0.5
+          (x, weights, experts, gate_up, down), loop, flops, exact=exact)  # fmt: skip
+    for m, kk, nn, a, b in dense:
         text = MATMUL.format(m=m, n=nn, k=kk, t="bf16")
         bench(f"dense bf16 matmul {m}x{kk}x{nn}", text, (a, b), lambda a, b: a @ b,
               2.0 * m * kk * nn, compile_fn=False)  # fmt: skip

@@ -111,21 +111,27 @@ def ieee_attention(
 def moe_experts(torch: Any, x: Any, weights: Any, experts: Any, gate_up: Any, down: Any) -> Any:
     """``ai.moe_experts`` through PyTorch, expert by expert over all tokens, each token's
     share selected (``torch.where``, so a token an expert does not serve never meets its
-    values), in IEEE f32: E times the routed work, but no host synchronisation (no
-    ``nonzero``, no counts read back), so it runs on the caller's stream and inside a
-    CUDA graph. What the cuda target runs until its grouped-GEMM kernel exists. Indices
-    count from the end when negative; one out of range selects no expert (a GPU kernel
-    raises no error: the reference and the cpu kernel report it)."""
-    out_dtype = x.dtype
+    values): E / k times the routed work, but no host synchronisation (no ``nonzero``, no
+    counts read back), so it runs on the caller's stream and inside a CUDA graph. The
+    products in x's type (cuBLAS, float32 accumulation; f32 in IEEE f32), the SwiGLU and
+    the weighted sum in float32, h rounded to x's type as the reference rounds it. What
+    the cuda target runs until its grouped-GEMM kernel exists. Indices count from the end
+    when negative; one out of range selects no expert (a GPU kernel raises no error: the
+    reference and the cpu kernel report it)."""
     count, hidden = gate_up.shape[0], gate_up.shape[1] // 2
-    xs = x.float()
+    half = x.dtype != torch.float32
+
+    def product(a: Any, b: Any) -> Any:
+        return (a @ b.t()).float() if half else ieee_matmul(torch, a, b.t())
+
     picks = torch.where(experts < 0, experts + count, experts)
-    out = torch.zeros_like(xs)
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for expert in range(count):
         chosen = picks == expert  # (T, k)
         share = torch.where(chosen, weights.float(), 0.0).sum(dim=1, keepdim=True)
-        projected = ieee_matmul(torch, xs, gate_up[expert].float().t())
+        projected = product(x, gate_up[expert])
         gate, up = projected[:, :hidden], projected[:, hidden:]
-        y = ieee_matmul(torch, torch.nn.functional.silu(gate) * up, down[expert].float().t())
+        h = (torch.nn.functional.silu(gate) * up).to(x.dtype)
+        y = product(h, down[expert])
         out += torch.where(chosen.any(dim=1, keepdim=True), y * share, 0.0)
-    return out.to(out_dtype)
+    return out.to(x.dtype)
