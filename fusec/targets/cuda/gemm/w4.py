@@ -13,8 +13,8 @@ pointwise kernel, then the GEMM) moves 4.5 times the codes' bytes. This route co
   32-bit words along K, row n of the weight (output column n) contiguous (the Program's
   ``prepared_inputs``: ``constant_layouts.pack_int4``); a code ``q`` is stored
   as the nibble ``q + 8`` (i4) or ``q`` (ui4), so the zero point ``z`` becomes ``z + 8``;
-* one warp an output column: its lanes read consecutive words of the column's codes
-  (128 bytes a warp a load, ``UNROLL`` loads in flight a lane), each word 8 values of K
+* one warp ``COLS`` output columns: its lanes read consecutive words of each column's codes
+  (128 bytes a warp a load, ``UNROLL`` loads a column in flight a lane), each word 8 values of K
   in one block of the scale (the block size a multiple of 8); per word and row of x the
   lane sums ``x_k * q_k`` and ``x_k`` over the word's 8 values and adds ``s * (sum_xq -
   z * sum_x)``, so the scale and zero point cost two multiply-adds a word, not one a code;
@@ -58,8 +58,11 @@ from fusec.targets.cuda.constant_layouts import WORD, int4_layout
 MAX_ROWS = 16
 THREADS = 256
 WARPS = THREADS // 32
-#: Words a lane loads before it computes with the first (loads in flight).
+#: Words of each column a lane loads before it computes with the first (loads in flight).
 UNROLL = 4
+#: Output columns a warp computes: each x load serves them all (x is read once a warp, so
+#: COLS columns a warp read it 1 / COLS as often from L1/L2).
+COLS = 1
 #: Blocks per multiprocessor at most; the grid-stride loop covers the rest.
 BLOCKS_PER_SM = 8
 _DTYPES = ("f16", "bf16")
@@ -233,28 +236,35 @@ class W4Emitter(AnchorEmitter):
         code = Source([])
         params = self.epilogue.params()
         code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
-        code.add(1, '"""One output column a warp: its codes word by word, x rows, shuffles."""')
+        code.add(1, '"""COLS output columns a warp: their codes word by word, x rows, shuffles."""')
         code.add(1, "scratch = cuda.shared.array(THREADS, f32)  # (the simulator's warp_sum)")
-        code.add(1, "xs = cuda.local.array(8, f32)", "acc = cuda.local.array(M, f32)")
+        code.add(1, "xs = cuda.local.array(8, f32)", "acc = cuda.local.array(SUMS, f32)")
         code.add(1, "lane = cuda.threadIdx.x % 32", "warp = cuda.threadIdx.x // 32")
         code.add(1, "t = cuda.blockIdx.x", "while t < TILES:  # uniform across the block")
-        code.add(2, "n = t * WARPS + warp", "live = n < N")
-        code.add(2, "for r in range(M):", f"    acc[r] = {literal(0.0)}")
+        code.add(2, "n0 = (t * WARPS + warp) * COLS", "live = n0 < N")
+        code.add(2, "for i in range(SUMS):", f"    acc[i] = {literal(0.0)}")
         code.add(2, "if live:")
-        code.add(3, "row = n * WORDS", "w = lane")
-        code.add(3, f"while w + {32 * (UNROLL - 1)} < WORDS:  # UNROLL words in flight")
-        loads = [f"c{u} = {self._codes}[row + w + {32 * u}]" for u in range(UNROLL)]
+        # a column past N (the last warp's) reads column N - 1's codes; never stored
+        code.add(3, *[f"row{c} = min(n0 + {c}, N - 1) * WORDS" for c in range(COLS)], "w = lane")
+        code.add(3, f"while w + {32 * (UNROLL - 1)} < WORDS:  # UNROLL words a column in flight")
+        loads = [
+            f"c{u}_{c} = {self._codes}[row{c} + w + {32 * u}]"
+            for u in range(UNROLL)
+            for c in range(COLS)
+        ]
         code.add(4, *loads)
         for u in range(UNROLL):
-            self._word(code, 4, f"c{u}", f"w + {32 * u}")
+            self._word(code, 4, [f"c{u}_{c}" for c in range(COLS)], f"w + {32 * u}")
         code.add(4, f"w += {32 * UNROLL}")
-        code.add(3, "while w < WORDS:", f"    c0 = {self._codes}[row + w]")
-        self._word(code, 4, "c0", "w")
+        code.add(3, "while w < WORDS:")
+        code.add(4, *[f"c0_{c} = {self._codes}[row{c} + w]" for c in range(COLS)])
+        self._word(code, 4, [f"c0_{c}" for c in range(COLS)], "w")
         code.add(4, "w += 32")
-        code.add(2, "for r in range(M):")
-        code.add(3, "total = warp_sum(acc[r], scratch)", "if live and lane == 0:")
-        code.add(4, "o = r * N + n")
-        self.epilogue.emit(code, 4, "total", "o")
+        code.add(2, "for r in range(M):", "    for c in range(COLS):")
+        code.add(4, "total = warp_sum(acc[r * COLS + c], scratch)")
+        code.add(4, "if lane == 0 and n0 + c < N:")
+        code.add(5, "o = r * N + n0 + c")
+        self.epilogue.emit(code, 5, "total", "o")
         code.add(2, "t += cuda.gridDim.x")
         return self.module(code, params)
 
@@ -262,22 +272,25 @@ class W4Emitter(AnchorEmitter):
     def _codes(self) -> str:
         return f"in{self.p.codes}"
 
-    def _word(self, code: Source, indent: int, word: str, index: str) -> None:
-        """The statements adding word ``word`` (word ``index`` of the column) to ``acc``."""
+    def _word(self, code: Source, indent: int, words: list[str], index: str) -> None:
+        """The statements adding the words ``words`` (word ``index`` of each of the warp's
+        columns) to ``acc``: x's 8 values loaded once a row for all the columns."""
         p = self.p
         scale = p.scale_index
-        zero = f"in{p.zero}[{scale}]"
         code.add(indent, f"kk = ({index}) * 8")
         if "blk" in scale:
             code.add(indent, f"blk = kk // {p.block}")
-        code.add(indent, f"s = ld_{self.sdtype}(in{p.scale}, {scale})")
-        code.add(indent, f"z = f32({zero}){' + f32(8.0)' if p.signed else ''}")
-        code.add(indent, *[f"u{j} = f32(({word} >> {4 * j}) & 15)" for j in range(WORD)])
+        for c, word in enumerate(words):
+            code.add(indent, f"n = min(n0 + {c}, N - 1)")
+            code.add(indent, f"s{c} = ld_{self.sdtype}(in{p.scale}, {scale})")
+            code.add(indent, f"z{c} = f32(in{p.zero}[{scale}]){' + f32(8.0)' if p.signed else ''}")
+            code.add(indent, *[f"u{c}_{j} = f32(({word} >> {4 * j}) & 15)" for j in range(WORD)])
         code.add(indent, "for r in range(M):")
         code.add(indent + 1, f"load_{self.dtype}x8(in{p.x}, r * K + kk, xs, 0)")
-        dot = " + ".join(f"xs[{j}] * u{j}" for j in range(WORD))
         code.add(indent + 1, f"sx = {' + '.join(f'xs[{j}]' for j in range(WORD))}")
-        code.add(indent + 1, f"acc[r] += s * (({dot}) - z * sx)")
+        for c in range(len(words)):
+            dot = " + ".join(f"xs[{j}] * u{c}_{j}" for j in range(WORD))
+            code.add(indent + 1, f"acc[r * COLS + {c}] += s{c} * (({dot}) - z{c} * sx)")
 
     def module(self, code: Source, params: list[str]) -> str:
         p = self.p
@@ -292,18 +305,20 @@ class W4Emitter(AnchorEmitter):
                 if "blk" in p.scale_index
                 else ("per output column" if p.scale_index == "n" else "per tensor")
             ),
-            f"layout: one output column a warp, {UNROLL} words in flight a lane, f32 "
+            f"layout: {COLS} output column(s) a warp, {UNROLL} words of each in flight a lane, f32 "
             f"partials summed by shuffles; epilogue: "
             + (" -> ".join(op.name for op in self.epilogue.ops) or "none"),
         ]
         ins, outs = self.io_names()
-        tiles = -(-p.n // WARPS)
+        tiles = -(-p.n // (WARPS * COLS))
         constants = [
             ("M", p.m),
             ("N", p.n),
             ("K", p.k),
             ("WORDS", p.words),
             ("WARPS", WARPS),
+            ("COLS", COLS),
+            ("SUMS", p.m * COLS),  # a lane's f32 sums: a row and column each
             ("TILES", tiles),
             ("THREADS", THREADS),
         ]
