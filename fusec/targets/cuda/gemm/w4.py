@@ -13,8 +13,9 @@ pointwise kernel, then the GEMM) moves 4.5 times the codes' bytes. This route co
   32-bit words along K, row n of the weight (output column n) contiguous (the Program's
   ``prepared_inputs``: ``constant_layouts.pack_int4``); a code ``q`` is stored
   as the nibble ``q + 8`` (i4) or ``q`` (ui4), so the zero point ``z`` becomes ``z + 8``;
-* one warp ``COLS`` output columns: its lanes read consecutive words of each column's codes
-  (128 bytes a warp a load, ``UNROLL`` loads a column in flight a lane), each word 8 values of K
+* one warp a few output columns (``warp_shape``: 1 to 4 by M): its lanes read consecutive
+  words of each column's codes (128 bytes a warp a load, 8 or 16 loads a column in flight a
+  lane), x's loads shared by the columns, each word 8 values of K
   in one block of the scale (the block size a multiple of 8); per word and row of x the
   lane sums ``x_k * q_k`` and ``x_k`` over the word's 8 values and adds ``s * (sum_xq -
   z * sum_x)``, so the scale and zero point cost two multiply-adds a word, not one a code;
@@ -58,11 +59,21 @@ from fusec.targets.cuda.constant_layouts import WORD, int4_layout
 MAX_ROWS = 16
 THREADS = 256
 WARPS = THREADS // 32
-#: Words of each column a lane loads before it computes with the first (loads in flight).
-UNROLL = 4
-#: Output columns a warp computes: each x load serves them all (x is read once a warp, so
-#: COLS columns a warp read it 1 / COLS as often from L1/L2).
-COLS = 1
+#: (rows of x at most, output columns a warp, words of each column a lane loads before it
+#: computes with the first): a warp's columns share each load of x (read 1 / columns as often
+#: from L1/L2). The H200 (2026-12-06, x 1..16 x 4096 bf16 times 4096 x 4096 int4 codes in
+#: blocks of 128; ``.dev``-style sweep, GPU time of a CUDA-graph replay), columns x unroll:
+#: M = 1: 1 x 4 0.0116 ms, 1 x 16 0.0101, 4 x 8 0.0112; M = 4: 1 x 4 0.0184, 4 x 8 0.0148,
+#: 1 x 16 0.0331; M = 16: 1 x 4 0.0464, 2 x 8 0.0363, 4 x 8 0.0607 (spills); the
+#: dequantize + GEMM road 0.042-0.046 ms at every M up to 16.
+SHAPES = ((1, 1, 16), (4, 4, 8), (MAX_ROWS, 2, 8))
+
+
+def warp_shape(m: int) -> tuple[int, int]:
+    """(output columns a warp, words of each in flight a lane) for ``m`` rows of x."""
+    return next((cols, unroll) for rows, cols, unroll in SHAPES if m <= rows)
+
+
 #: Blocks per multiprocessor at most; the grid-stride loop covers the rest.
 BLOCKS_PER_SM = 8
 _DTYPES = ("f16", "bf16")
@@ -230,6 +241,7 @@ class W4Emitter(AnchorEmitter):
         epi.leaves = leaf_shapes(epi.ops)  # (derived again, without the dequantize's)
         epi.leaves.pop(p.matmul.output, None)
         self.sdtype = spec_of(p.dequantize.scale.type).dtype
+        self.cols, self.unroll = warp_shape(p.m)
         self.helpers |= {f"load_{self.dtype}x8", f"ld_{self.sdtype}", "warp_sum"}
 
     def emit(self) -> str:
@@ -245,20 +257,22 @@ class W4Emitter(AnchorEmitter):
         code.add(2, "for i in range(SUMS):", f"    acc[i] = {literal(0.0)}")
         code.add(2, "if live:")
         # a column past N (the last warp's) reads column N - 1's codes; never stored
-        code.add(3, *[f"row{c} = min(n0 + {c}, N - 1) * WORDS" for c in range(COLS)], "w = lane")
-        code.add(3, f"while w + {32 * (UNROLL - 1)} < WORDS:  # UNROLL words a column in flight")
+        rows = [f"row{c} = min(n0 + {c}, N - 1) * WORDS" for c in range(self.cols)]
+        code.add(3, *rows, "w = lane")
+        ahead = 32 * (self.unroll - 1)
+        code.add(3, f"while w + {ahead} < WORDS:  # {self.unroll} words a column in flight")
         loads = [
             f"c{u}_{c} = {self._codes}[row{c} + w + {32 * u}]"
-            for u in range(UNROLL)
-            for c in range(COLS)
+            for u in range(self.unroll)
+            for c in range(self.cols)
         ]
         code.add(4, *loads)
-        for u in range(UNROLL):
-            self._word(code, 4, [f"c{u}_{c}" for c in range(COLS)], f"w + {32 * u}")
-        code.add(4, f"w += {32 * UNROLL}")
+        for u in range(self.unroll):
+            self._word(code, 4, [f"c{u}_{c}" for c in range(self.cols)], f"w + {32 * u}")
+        code.add(4, f"w += {32 * self.unroll}")
         code.add(3, "while w < WORDS:")
-        code.add(4, *[f"c0_{c} = {self._codes}[row{c} + w]" for c in range(COLS)])
-        self._word(code, 4, [f"c0_{c}" for c in range(COLS)], "w")
+        code.add(4, *[f"c0_{c} = {self._codes}[row{c} + w]" for c in range(self.cols)])
+        self._word(code, 4, [f"c0_{c}" for c in range(self.cols)], "w")
         code.add(4, "w += 32")
         code.add(2, "for r in range(M):", "    for c in range(COLS):")
         code.add(4, "total = warp_sum(acc[r * COLS + c], scratch)")
@@ -305,20 +319,21 @@ class W4Emitter(AnchorEmitter):
                 if "blk" in p.scale_index
                 else ("per output column" if p.scale_index == "n" else "per tensor")
             ),
-            f"layout: {COLS} output column(s) a warp, {UNROLL} words of each in flight a lane, f32 "
+            f"layout: {self.cols} output column(s) a warp, {self.unroll} words of each in "
+            "flight a lane, f32 "
             f"partials summed by shuffles; epilogue: "
             + (" -> ".join(op.name for op in self.epilogue.ops) or "none"),
         ]
         ins, outs = self.io_names()
-        tiles = -(-p.n // (WARPS * COLS))
+        tiles = -(-p.n // (WARPS * self.cols))
         constants = [
             ("M", p.m),
             ("N", p.n),
             ("K", p.k),
             ("WORDS", p.words),
             ("WARPS", WARPS),
-            ("COLS", COLS),
-            ("SUMS", p.m * COLS),  # a lane's f32 sums: a row and column each
+            ("COLS", self.cols),
+            ("SUMS", p.m * self.cols),  # a lane's f32 sums: a row and column each
             ("TILES", tiles),
             ("THREADS", THREADS),
         ]
