@@ -267,3 +267,25 @@ def test_onnx_constant_folding_checks_the_size_first(tmp_path, capsys, monkeypat
     )
     assert re.match(expected, err), err
     assert peak < 16 << 20, f"{peak} bytes allocated while refusing the model"
+
+
+def test_a_large_hex_constant_lexes_in_memory_of_its_own_size():
+    """A dense constant's hex string (a weight of a traced function's cached IR) is lexed
+    without a backtracking point per character: 8 MB of hex took ~1.2 GB before, the
+    parse now peaks near the text's own size (the bytes it decodes, the text)."""
+    count = 1 << 20  # 4 MiB of float32: 8 MiB of hex
+    data = np.arange(count, dtype=np.float32)
+    text = (
+        f"func.func @f() -> tensor<{count}xf32> {{\n"
+        f'  %c = arith.constant dense<"0x{data.tobytes().hex().upper()}"> : '
+        f"tensor<{count}xf32>\n  return %c : tensor<{count}xf32>\n}}\n"
+    )
+    tracemalloc.start()
+    try:
+        module = fusec.parse(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * len(text), f"{peak >> 20} MiB to parse {len(text) >> 20} MiB"
+    (constant,) = [op for op in module.walk() if op.name == "arith.constant"]
+    assert np.array_equal(np.frombuffer(constant.value.data.data, np.float32), data)
