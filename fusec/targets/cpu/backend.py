@@ -94,20 +94,23 @@ class CpuBackend:
 
     def prepare(self, layout: str, array: np.ndarray) -> np.ndarray:
         """``array`` in ``layout``, flat float32: "strips" (a GEMM's B as ``gemm_packed``
-        reads it), "strips_t" (the same from B^T), "q8_strips" / "q8_strips_t" (a B
-        of int8 codes as ``gemm_q8_packed`` reads it, its bytes), "strips_kcrs" (a K x C x
-        R x S conv weight as the B^T of a (C*R*S) x K GEMM), "q8_krsc" (a K x C x R x S
-        weight of int8 codes, its columns in (r, s, c) order, as ``gemm_q8_bytes`` reads
-        it), "q8_rows" (a K x C x R x S
-        weight of int8 codes as ``gemm_q8_rows``' W: rows in (r, s, c) order, each tap's
-        C padded to whole quads), "winograd:<groups>[:4]" (3x3 conv weights as G g G^T,
-        ``winograd.prepare_winograd``) or "depthwise_lanes:<block>"
-        (a depthwise weight tap-major per block of channels, ``depthwise.pack_lanes``)."""
+        reads it), "strips_t" (the same from B^T), "expert_strips_t" (an (E, N, K) stack of
+        experts' weights, each one's B^T as "strips_t", one after another), "q8_strips" /
+        "q8_strips_t" (a B of int8 codes as ``gemm_q8_packed`` reads it, its bytes),
+        "strips_kcrs" (a K x C x R x S conv weight as the B^T of a (C*R*S) x K GEMM),
+        "q8_krsc" (a K x C x R x S weight of int8 codes, its columns in (r, s, c) order, as
+        ``gemm_q8_bytes`` reads it), "q8_rows" (a K x C x R x S weight of int8 codes as
+        ``gemm_q8_rows``' W: rows in (r, s, c) order, each tap's C padded to whole quads),
+        "winograd:<groups>[:4]" (3x3 conv weights as G g G^T, ``winograd.prepare_winograd``)
+        or "depthwise_lanes:<block>" (a depthwise weight tap-major per block of channels,
+        ``depthwise.pack_lanes``)."""
         from fusec.targets.cpu.microkernel import pack_strips
         from fusec.targets.cpu.winograd import prepare_winograd
 
         if layout in ("strips", "strips_t"):
             return pack_strips(_as_f32(array), transposed=layout == "strips_t")
+        if layout == "expert_strips_t":  # (E, N, K) experts: each one's B^T, one after another
+            return np.concatenate([pack_strips(w, transposed=True) for w in _as_f32(array)])
         if layout in ("q8_strips", "q8_strips_t"):
             from fusec.targets.cpu.gemm_int8 import pack_q8
 

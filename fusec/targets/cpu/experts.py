@@ -26,7 +26,8 @@ from __future__ import annotations
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import ExprGenerator, shape_of
 from fusec.dialect import ops as ai
-from fusec.targets.cpu import abi
+from fusec.targets.cpu import abi, host
+from fusec.targets.cpu.blocked import constant_inputs
 from fusec.targets.cpu.common import Stage, assemble, input_names, single_core
 
 #: Pairs per tile, at most and at least. Each tile packs its expert's whole gate_up and
@@ -50,6 +51,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     rows = tile_rows(pairs, count, width, hidden)
     floats = rows * (2 * width + double)
     max_tiles = -(-pairs // rows) + count
+    constants = constant_inputs(fused_op)
+    packed = gate_up in constants and down in constants  # a model's weights: packed once
     dtypes = {"order": "i64", "tiles": "i64", "meta": "i64"}
     route = Stage(
         f"{name}_route",
@@ -62,8 +65,9 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     compute = Stage(
         f"{name}_experts",
         [x, weights, gate_up, down, "order", "tiles", "meta", "slots", "ws", "counter"],
-        _experts_body((x, weights, gate_up, down), width, hidden, k, rows, floats),
-        comment=f"per tile: gather, sgemm (x 2F={double}), SwiGLU, sgemm (x D={width}), weights",
+        _experts_body((x, weights, gate_up, down), width, hidden, k, rows, floats, packed),
+        comment=f"per tile: gather, {'gemm_packed' if packed else 'sgemm'} (x 2F={double}), "
+        f"SwiGLU, {'gemm_packed' if packed else 'sgemm'} (x D={width}), weights",
         dtypes=dtypes,
     )
     combine = Stage(
@@ -107,15 +111,30 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         launch,
         notes=[
             f"experts: {tokens} tokens x {k} of {count} experts (D={width}, F={hidden}), "
-            f"tiles of <= {rows} pairs of one expert, {floats * 4} bytes of workspace a task"
+            f"tiles of <= {rows} pairs of one expert, {floats * 4} bytes of workspace a task; "
+            + (
+                "the experts' weights packed once (gemm_packed)"
+                if packed
+                else "sgemm (the weights are no constants)"
+            )
         ],
         imports=[
             blas_mode.import_line(),
             abi.import_line("FusecError", "blas_single_threaded", "num_threads", "workspace"),
+            *([abi.import_line("gemm_packed_call as gemm_packed")] if packed else []),
         ],
     )
     inputs, outputs = io_specs(fused_op)
-    return KernelSource(name, "experts", "cpu", source, inputs, outputs)
+    prepared = (
+        tuple((constants[name], "expert_strips_t") for name in (gate_up, down)) if packed else ()
+    )
+    return KernelSource(name, "experts", "cpu", source, inputs, outputs, prepared_inputs=prepared)
+
+
+def host_strips(k: int, n: int) -> int:
+    """Floats of one expert's packed B (``k x n``, as ``microkernel.pack_strips`` lays it
+    out: whole strips of ``host.STRIP`` columns, the last a window)."""
+    return k * host.STRIP * -(-n // host.STRIP)
 
 
 def tile_rows(pairs: int, count: int, width: int, hidden: int) -> int:
@@ -161,11 +180,42 @@ def _route_body(experts: str, pairs: int, count: int, rows: int) -> list[str]:
 
 
 def _experts_body(
-    arrays: tuple[str, str, str, str], width: int, hidden: int, k: int, rows: int, floats: int
+    arrays: tuple[str, str, str, str],
+    width: int,
+    hidden: int,
+    k: int,
+    rows: int,
+    floats: int,
+    packed: bool,
 ) -> list[str]:
-    """Each task's tiles: gather, the two products with the SwiGLU between, the weights."""
+    """Each task's tiles: gather, the two products with the SwiGLU between, the weights.
+    ``packed``: the weights come packed once (``expert_strips_t``), each expert's B^T
+    ``strips(K, N)`` floats after the last, for ``gemm_packed``."""
     x, weights, gate_up, down = arrays
     double = 2 * hidden
+    if packed:
+        up = (
+            f"        gemm_packed(m, {double}, {width}, a, 0, {width}, "
+            f"{gate_up}, e * {host_strips(width, double)}, h, 0, {double})"
+        )
+        back = (
+            f"        gemm_packed(m, {width}, {hidden}, h, 0, {double}, "
+            f"{down}, e * {host_strips(hidden, width)}, y, 0, {width})"
+        )
+        first, second = [up], [back]
+    else:
+        first = [
+            "        prev = threads_begin(1)",
+            f"        sgemm(0, 1, m, {double}, {width}, a, 0, {width}, "
+            f"{gate_up}, e * {double * width}, {width}, h, 0, {double})",
+            "        threads_end(prev)",
+        ]
+        second = [
+            "        prev = threads_begin(1)",
+            f"        sgemm(0, 1, m, {width}, {hidden}, h, 0, {double}, "
+            f"{down}, e * {width * hidden}, {hidden}, y, 0, {width})",
+            "        threads_end(prev)",
+        ]
     swiglu = [  # silu(g) * u as the reference: exp of -|g| (no overflow), -0.0 at g = -inf
         "for r in range(m):",
         f"    for c in range({hidden}):",
@@ -191,15 +241,9 @@ def _experts_body(
         f"            token = order[first + r] // {k}",
         f"            a[r * {width}:(r + 1) * {width}] = "
         f"{x}[token * {width}:(token + 1) * {width}]",
-        "        prev = threads_begin(1)",
-        f"        sgemm(0, 1, m, {double}, {width}, a, 0, {width}, "
-        f"{gate_up}, e * {double * width}, {width}, h, 0, {double})",
-        "        threads_end(prev)",
+        *first,
         *(f"        {line}" for line in swiglu),
-        "        prev = threads_begin(1)",
-        f"        sgemm(0, 1, m, {width}, {hidden}, h, 0, {double}, {down}, e * {width * hidden}, "
-        f"{hidden}, y, 0, {width})",
-        "        threads_end(prev)",
+        *second,
         "        for r in range(m):",
         "            pair = order[first + r]",
         f"            weight = {weights}[pair]",

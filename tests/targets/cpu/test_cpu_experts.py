@@ -81,6 +81,27 @@ def test_a_tile_holds_a_busy_experts_pairs():
     assert rows * (2 * 4096 + 2 * 14336) <= experts.WORKSPACE_FLOATS and rows % 8 == 0
 
 
+@pytest.mark.parametrize("hidden", [12, 40])
+def test_constant_weights_are_packed_once(hidden, kernel_cache):
+    """A model's expert weights (constants) reach the kernel packed for gemm_packed, each
+    expert's B^T in strips (F and 2F not whole strips here: the window strip)."""
+    import fusec.ops as fo
+
+    tokens, width, count, k = 21, 24, 5, 2
+    x, weights, picks, gate_up, down = moe_inputs(tokens, width, hidden, count, k, seed=hidden)
+
+    @fusec.fuse(target="cpu")
+    def layer(x, weights, picks):
+        return fo.moe_experts(x, weights, picks, gate_up, down)
+
+    got = layer(x, weights, picks)
+    (kernel,) = [k for k in layer.compiled(x, weights, picks).kernels if k.kind == "experts"]
+    assert "gemm_packed" in kernel.source
+    assert [layout for _, layout in kernel.prepared_inputs] == ["expert_strips_t"] * 2
+    want = dense_moe(x, weights, picks, gate_up, down)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+
+
 def test_an_expert_index_out_of_range_stops_the_launch(kernel_cache):
     text = moe_text(4, 8, 4, 3, 2)
     args = moe_inputs(4, 8, 4, 3, 2)
@@ -99,7 +120,8 @@ def test_mixtral_block_is_one_experts_kernel_and_matches_onnxruntime(exporter):
     result = import_onnx(path, input_shapes={"hidden_states": shape})
     assert result.recognized["moe_experts"] == 1
     compiled = fusec.compile(result.module, target="cpu")
-    assert [k.kind for k in compiled.kernels].count("experts") == 1
+    (kernel,) = [k for k in compiled.kernels if k.kind == "experts"]
+    assert "gemm_packed" in kernel.source  # the model's weights, packed once
     x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
     (got,) = compiled._runner([x], alloc=poison)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
