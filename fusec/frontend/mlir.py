@@ -45,9 +45,7 @@ class _Lexer(MLIRLexer):
     22 MB literal: 0.04 s, no growth).
     """
 
-    _unescaped_characters_regex = re.compile(
-        r'"(?:[^"\\\n\v\f]++|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*+"'
-    )
+    _unescaped_characters_regex = re.compile(r'"(?:[^"\\\n\v\f]++|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*+"')
 
 
 class LocatedParser(Parser):
