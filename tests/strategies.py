@@ -949,7 +949,9 @@ def build_logic(op_cls: type[AiOp]) -> Callable[[_Drawer, int], int]:
         first = s.node(ai.LessOp, list(_integer_pair(s, x)), 1.0)
         if op_cls is ai.NotOp:
             return _where_of(s, s.node(ai.NotOp, [first], 1.0), x)
-        second = s.node(ai.EqualOp, list(_integer_pair(s, x)), 1.0)
+        # of first's shape (which broadcasts with x): a pair of x's would grow x's size-1
+        # dims independently of first's, so that the two masks need not broadcast
+        second = s.node(ai.EqualOp, list(_integer_pair(s, first)), 1.0)
         return _where_of(s, s.node(op_cls, [first, second], 1.0), x)
 
     return build

@@ -8,11 +8,16 @@ With T tokens, k experts a token and S = T * k (token, slot) pairs, three stages
    expert (``tiles``: expert, first, end). An expert index outside [-E, E) stops the
    launch with the error ``ai.take``'s reference gives.
 2. experts (the tasks take tiles with ``next_block``): the tile's token rows gathered
-   into ``a`` (rows x D); one single-threaded BLAS ``sgemm`` with the expert's gate_up
-   rows (nn.Linear's layout, B transposed) -> ``h`` (rows x 2F); the SwiGLU ``silu(g) *
-   u`` in place over h's first F columns; ``sgemm`` with the expert's down rows ->
-   ``y`` (rows x D); each row times its routing weight into its pair's row of
-   ``slots`` (S x D). Every pair is one row of one tile, so no two tasks write a row.
+   into ``a`` (rows x D); the product with the expert's gate_up rows (nn.Linear's
+   layout, B transposed) -> ``h`` (rows x 2F); the SwiGLU ``silu(g) * u`` in place over
+   h's first F columns; the product with the expert's down rows -> ``y`` (rows x D);
+   each row times its routing weight into its pair's row of ``slots`` (S x D). Every
+   pair is one row of one tile, so no two tasks write a row. A model's weights
+   (constants) are packed once at load, each expert's B^T in ``gemm_packed``'s strips
+   (``expert_strips_t``), and multiplied by ``gemm_packed``; run-time weights by one
+   single-threaded BLAS ``sgemm`` a product, which packs the expert's B again per tile
+   (8 tokens, top-2 of 8, D 1024, F 2816, 2 threads: sgemm 23.7 ms, packed 10.6,
+   PyTorch's loop over experts 10.4).
 3. combine (parallel over tokens): a token's output is the sum of its k slots, in slot
    order.
 
@@ -126,12 +131,12 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     )
     inputs, outputs = io_specs(fused_op)
     prepared = (
-        tuple((constants[name], "expert_strips_t") for name in (gate_up, down)) if packed else ()
+        tuple((constants[array], "expert_strips_t") for array in (gate_up, down)) if packed else ()
     )
     return KernelSource(name, "experts", "cpu", source, inputs, outputs, prepared_inputs=prepared)
 
 
-def host_strips(k: int, n: int) -> int:
+def packed_floats(k: int, n: int) -> int:
     """Floats of one expert's packed B (``k x n``, as ``microkernel.pack_strips`` lays it
     out: whole strips of ``host.STRIP`` columns, the last a window)."""
     return k * host.STRIP * -(-n // host.STRIP)
@@ -196,11 +201,11 @@ def _experts_body(
     if packed:
         up = (
             f"        gemm_packed(m, {double}, {width}, a, 0, {width}, "
-            f"{gate_up}, e * {host_strips(width, double)}, h, 0, {double})"
+            f"{gate_up}, e * {packed_floats(width, double)}, h, 0, {double})"
         )
         back = (
             f"        gemm_packed(m, {width}, {hidden}, h, 0, {double}, "
-            f"{down}, e * {host_strips(hidden, width)}, y, 0, {width})"
+            f"{down}, e * {packed_floats(hidden, width)}, y, 0, {width})"
         )
         first, second = [up], [back]
     else:
