@@ -109,8 +109,13 @@ def experts_match(op: Operation) -> ExpertsMatch | None:
         x = _repeated_rows(repeated, k)
         if x is None:
             continue
-        if shape(gate_up_table)[1:] != (2 * shape(down_table)[2], width):
-            continue
+        count, _, hidden_width = shape(down_table)
+        if shape(down_table)[1] != width or shape(gate_up_table) != (
+            count,
+            2 * hidden_width,
+            width,
+        ):
+            continue  # the stacks of one set of experts: (E, 2F, D) and (E, D, F)
         return ExpertsMatch(
             x, _through_reshapes(routing), indices, gate_up_table, down_table, tokens, k,
             upcast is not None,
