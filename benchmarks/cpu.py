@@ -130,6 +130,14 @@ def smoke_threads() -> runner.SmokeResult:
     return REFERENCE_COLUMNS, [r for r in rows if r["case"] in names]
 
 
+def smoke_moe() -> runner.SmokeResult:
+    import cpu_moe as b
+
+    # the layer at a few tokens on the reference target against the numpy token loop
+    text = b.MOE.format(t=6, k=2, n=4, d=16, f=8, f2=16)
+    return REFERENCE_COLUMNS, [reference_row("moe experts 6 tokens, top-2 of 4", text, b.dense)]
+
+
 def smoke_call_overhead() -> runner.SmokeResult:
     import cpu_call_overhead as b
     import numpy as np
@@ -362,6 +370,15 @@ SUITES: list[Suite] = [
             "pin-on": ("--rounds", "30", "--pause", "0.02", "--out", "{out}"),
         },
         env={"pin-off": {"FUSEC_CPU_PIN": "0"}, "pin-on": {"FUSEC_CPU_PIN": "1"}},
+    ),
+    Suite(
+        "moe",
+        "cpu_moe.py",
+        "ai.moe_experts (constant weights) vs transformers' loop over experts, decode and prefill",
+        smoke_moe,
+        args=("--out", "{out}"),
+        table="cpu-moe",
+        requires=("torch", "transformers"),
     ),
     Suite(
         "call-overhead",
