@@ -634,6 +634,7 @@ def moe_cases(bench, rows: list[dict], out: str) -> None:
          torch.randn(kk, nn, device="cuda", dtype=torch.bfloat16) / kk**0.5)
         for m, kk, nn in ((pairs, d, 2 * f), (pairs, f, d))
     ]  # fmt: skip
+
     def exact(x, weights, experts, gate_up, down):  # float copies: the indices back to int64
         return loop(x, weights, experts.long(), gate_up, down)
 
