@@ -98,9 +98,12 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         "    raise FusecError(",
         f'        f"ai.moe_experts: expert index {{meta[2]}} is out of range for {count} experts"',
         "    )",
-        f"slots = np.empty({pairs * width}, dtype=np.float32)",
         "tasks = max(1, min(num_threads(), int(meta[0])))",
-        f"ws = workspace(tasks * {floats})",
+        # the slots after the tasks' workspace, in the thread's arena: no fresh S x D
+        # buffer (mapped anew each launch) per call
+        f"arena = workspace(tasks * {floats} + {pairs * width})",
+        f"ws = arena[: tasks * {floats}]",
+        f"slots = arena[tasks * {floats} :]",
         "counter = np.zeros(1, dtype=np.int64)",
         compute.call(),
         combine.call(),
