@@ -262,6 +262,12 @@ def main() -> int:
         help="the float8 cases instead (fusec's e4m3 GEMM vs torch._scaled_mm and fp16 GEMMs)",
     )
     parser.add_argument(
+        "--w4-sweep",
+        action="store_true",
+        help="the W4A16 route's warp shapes (columns x words in flight) at M = 1, 4, 16 "
+        "against the dequantize + GEMM road (printed)",
+    )
+    parser.add_argument(
         "--moe",
         action="store_true",
         help="the MoE experts layer instead (vs a PyTorch loop over experts, dense GEMMs)",
@@ -321,6 +327,9 @@ def main() -> int:
         return 0
     if args.fp8:
         fp8_cases(bench, rows, args.out)
+        return 0
+    if args.w4_sweep:
+        w4_sweep()
         return 0
     if args.w4:
         w4_cases(bench, rows, args.out)
@@ -647,6 +656,52 @@ def moe_cases(bench, rows: list[dict], out: str) -> None:
         bench(f"dense bf16 matmul {m}x{kk}x{nn}", text, (a, b), lambda a, b: a @ b,
               2.0 * m * kk * nn, compile_fn=False)  # fmt: skip
     write(rows, out, prefix="gemm-moe")
+
+
+def w4_sweep() -> None:
+    """``--w4-sweep``: the W4A16 route (x M x 4096 bf16 times 4096 x 4096 int4 codes in
+    blocks of 128) at each (columns a warp, words of each in flight a lane) shape, M = 1,
+    4, 16, and the dequantize + GEMM road at the same M, in one run: fusec's GPU time of a
+    CUDA-graph replay, each result checked against the f32 product. What ``w4.SHAPES`` was
+    chosen from (printed, one line a case; the figures in its comment and in gemm-w4.md
+    were measured by this loop as a scratch script before it became this option)."""
+    import torch
+
+    import fusec
+    from fusec.targets.cuda.gemm import w4
+
+    k = n = 4096
+    g = 128
+    q = torch.randint(-8, 8, (k, n), dtype=torch.int8, device="cuda")
+    codes = q.cpu().numpy().tobytes().hex().upper()
+    s = (torch.rand(k // g, n, device="cuda") * 0.02 + 0.005).to(torch.bfloat16)
+    z = torch.randint(-2, 3, (k // g, n), dtype=torch.int8, device="cuda")
+    rows_of = torch.arange(k, device="cuda") // g
+    wd = (q.float() - z.float()[rows_of]) * s.float()[rows_of]
+    weight_bytes = k * n // 2 + (k // g) * n * 3
+
+    def run(label: str, m: int) -> None:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        text = W4_MATMUL.format(m=m, k=k, n=n, b=k // g, g=g, codes=codes)
+        compiled = fusec.compile(text, target="cuda")
+        rel = check(compiled(x, s, z), x.float() @ wd)
+        ms = time_gpu(fusec_graph(compiled, (x, s, z)))
+        kinds = [kernel.kind for kernel in compiled.kernels]
+        print(f"{label} M={m}: {ms:.4f} ms, {weight_bytes / ms / 1e6:.0f} GB/s, {kinds}, "
+              f"rel L2 {rel:.1e}", flush=True)  # fmt: skip
+
+    shapes, rows = w4.SHAPES, w4.MAX_ROWS
+    try:
+        for cols, unroll in ((1, 4), (1, 16), (2, 8), (4, 4), (4, 8), (8, 4)):
+            for m in (1, 4, 16):
+                w4.SHAPES = ((w4.MAX_ROWS, cols, unroll),)
+                run(f"route {cols} columns x {unroll} words", m)
+        w4.MAX_ROWS = 0  # every M to the dequantize + GEMM road
+        for m in (1, 4, 8, 16):
+            run("dequantize + GEMM", m)
+    finally:
+        w4.SHAPES = shapes
+        w4.MAX_ROWS = rows
 
 
 def _bandwidth_lines(rows: list[dict], device: str) -> list[str]:

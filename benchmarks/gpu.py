@@ -362,6 +362,7 @@ SUITES: list[Suite] = [
             "fp8": ("--out", "{out}", "--fp8"),
             "w4": ("--out", "{out}", "--w4"),
             "moe": ("--out", "{out}", "--moe"),
+            "w4-sweep": ("--w4-sweep",),
             "no-compile": ("--out", "{out}", "--no-compile"),
         },
     ),
