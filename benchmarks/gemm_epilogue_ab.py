@@ -79,6 +79,12 @@ VARIANTS_B1: list[tuple[str, str | None, str | None]] = [
     ("64x64 fast", "64x64x64 s8 c1 g8 math=fast", None),
     ("64x64 fast sk=2", "64x64x64 s8 c1 g8 math=fast sk=2", None),
     ("64x64 fast sk=3", "64x64x64 s8 c1 g8 math=fast sk=3", None),
+    # where the epilogue's time goes at one tile a block: its vectors staged in shared
+    # memory first, the staged (TMA-stored) epilogue, and that epilogue's rolled loop
+    ("64x64 fast vec=smem", "64x64x64 s8 c1 g8 math=fast vec=smem", None),
+    ("64x64 smem fast", "64x64x64 s8 c1 g8 epi=smem math=fast", None),
+    ("64x64 smem fast rolled", "64x64x64 s8 c1 g8 epi=smem math=fast loop=rolled", None),
+    ("64x64 ieee", "64x64x64 s8 c1 g8", None),
 ]
 #: ConvNeXt-T at batch 32 (``--set convnext``): every stage's MLP, its down projection with
 #: the layer scale and the residual as the zoo's NHWC blocks fuse them (the folded GEMM's

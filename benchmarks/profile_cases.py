@@ -185,6 +185,11 @@ CASES = {
     "vit-mlp-down": lambda t: zoo_gemm_case(t, "bias+residual", 6304, 3072, 768),
     "vit-proj": lambda t: zoo_gemm_case(t, "bias+residual", 6304, 768, 768),
     "conv-1x1": conv_1x1_case,
+    # batch-1 transformer GEMMs (BERT-base / GPT-2 at 128 tokens): the epilogue's cost at
+    # the small-M tile (gemm-epilogue-ab-b1.md: 5.7 us without it, 9.4 with bias + GELU)
+    "b1-up": lambda t: zoo_gemm_case(t, "bias+gelu", 128, 768, 3072),
+    "b1-up-plain": lambda t: zoo_gemm_case(t, "", 128, 768, 3072),
+    "b1-out": lambda t: zoo_gemm_case(t, "bias+residual", 128, 768, 768),
     # ConvNeXt-T b32's stage-3 MLP up: 2-D as gemm_epilogue_ab times it, and NHWC as the model
     "convnext-s3-up": lambda t: zoo_gemm_case(t, "bias+gelu", 6272, 384, 1536),
     "convnext-s3-up-nhwc": lambda t: zoo_gemm_case(t, "bias+gelu", 6272, 384, 1536, (32, 14, 14)),
