@@ -19,6 +19,8 @@ internals can move without invalidating cached kernels or their text:
   implicit-GEMM and direct convs (``fusec.targets.cuda.conv``);
 * ``AttentionSpec``, ``AttentionLaunch``: flash attention (``fusec.targets.cuda.attention``);
 * ``RelayoutSpec``, ``RelayoutLaunch``: the channels-last copy (``fusec.targets.cuda.conv``);
+* ``MoeShape``, ``MoeKernelSpec``, ``MoeLaunch``: a mixture-of-experts layer's route, gather,
+  grouped GEMMs, SwiGLU and combine (``fusec.targets.cuda.experts``);
 * ``scratch_f32``, ``scratch_f64``: a module's float32 / float64 workspace per stream (a
   two-pass reduction's partials, ``fusec.targets.cuda.workspace``).
 
@@ -67,6 +69,9 @@ _PROVIDERS: dict[str, str] = {
     "AttentionLaunch": "fusec.targets.cuda.attention.launcher",
     "RelayoutSpec": "fusec.targets.cuda.conv.transpose",
     "RelayoutLaunch": "fusec.targets.cuda.conv.launcher",
+    "MoeKernelSpec": "fusec.targets.cuda.experts.cpp",
+    "MoeLaunch": "fusec.targets.cuda.experts.launcher",
+    "MoeShape": "fusec.targets.cuda.experts.launcher",
     "scratch_f32": "fusec.targets.cuda.workspace",
     "scratch_f64": "fusec.targets.cuda.workspace",
 }

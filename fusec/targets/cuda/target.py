@@ -120,7 +120,7 @@ class CudaTarget(Target):
             accepts=_copy_accepts,
         ),
         "view": Template("fusec.codegen.view", (ai.ReshapeOp,)),
-        "experts": Template("fusec.targets.cuda.experts", (ai.MoEExpertsOp,)),
+        "experts": Template("fusec.targets.cuda.experts.template", (ai.MoEExpertsOp,)),
     }
 
     def can_fuse(

@@ -109,6 +109,7 @@ def _template_probes() -> dict[str, str]:
     from fusec.targets.cuda.conv.cpp import ConvSpec, DirectConvSpec, generate, generate_direct
     from fusec.targets.cuda.conv.im2col import Im2col
     from fusec.targets.cuda.conv.transpose import RelayoutSpec
+    from fusec.targets.cuda.experts.cpp import MoeKernelSpec
     from fusec.targets.cuda.gemm import aux, cpp
 
     specs = {
@@ -136,6 +137,11 @@ def _template_probes() -> dict[str, str]:
         "fusec/relayout.cuh": RelayoutSpec(2, 64, 1000).generate()
         + RelayoutSpec(4, 64, 9).generate(),
         "fusec/transpose_f32.cuh": aux.TransposeF32().generate(),
+        # the four stages of the experts layer (routing, gather, SwiGLU, combine)
+        "fusec/moe.cuh": "".join(
+            MoeKernelSpec(stage, "bf16", "f16", 4, 8, 64).generate()
+            for stage in ("route", "gather", "swiglu", "combine")
+        ),
         "fusec/softmax_finalise.cuh": aux.SoftmaxFinalise(
             "bf16", "y = s * fs_ld_f32(e0, col);", ("f32",)
         ).generate(),

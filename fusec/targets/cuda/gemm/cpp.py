@@ -144,6 +144,9 @@ class GemmSpec(LinkedSpec):
     epilogue: Epilogue = field(default_factory=Epilogue)
     #: B's element type where it differs from A's ``dtype``: float8 codes only (e4m3 x e5m2)
     b_dtype: str = ""
+    #: a grouped GEMM (a mixture of experts' projections, ``gemm.cuh``): the row tiles in use
+    #: and each one's B batch (its expert) come from a device table (the kernel's ``groups``)
+    grouped: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES or self.out_dtype not in OUT_DTYPES:
@@ -175,6 +178,8 @@ class GemmSpec(LinkedSpec):
             raise ValueError("float8 operands and a float8 tile (bk=128) come together")
         if self.dtype in FP8_DTYPES and (self.a_major, self.b_major) != ("k", "k"):
             raise ValueError("float8 operands are K-major (wgmma has no transpose for them)")
+        if self.grouped and grouped_problem(self):
+            raise ValueError(f"grouped GEMM: {grouped_problem(self)}")
 
     PREFIX = "gemm"
 
@@ -187,6 +192,20 @@ class GemmSpec(LinkedSpec):
 
     def arg_count(self) -> tuple[int, int]:
         return kernel_arg_count(self)
+
+
+def grouped_problem(spec: GemmSpec) -> str | None:
+    """Why ``spec`` cannot be a grouped GEMM (``GemmSpec.grouped``), or None: its walk is
+    the cooperative schedule's over a batched B (one batch an expert) and a plain A, with
+    no split of K and no row-wise epilogue state."""
+    c, epi = spec.config, spec.epilogue
+    if c.pingpong or c.split_k > 1 or c.ln == "tile":
+        return "the cooperative schedule, K unsplit, no ln=tile"
+    if not spec.batch_b or spec.batch_a:
+        return "B batched (one batch an expert), A not"
+    if epi.softmax or epi.ln_slots:
+        return "no softmax or LayerNorm rewrite in the epilogue"
+    return None
 
 
 def _wgmma(spec: GemmSpec) -> str:
@@ -247,7 +266,7 @@ def _config(spec: GemmSpec) -> str:
         "BATCH_A": spec.batch_a, "BATCH_B": spec.batch_b, "PINGPONG": c.pingpong,
         "SMEM_EPILOGUE": c.epilogue == "smem", "STAGED": _staged(spec),
         "LN_TILE": _ln_tile(spec), "FAST_MATH": _fast_math(spec), "PREFETCH": _prefetches(spec),
-        "ROLLED": c.loop == "rolled",
+        "ROLLED": c.loop == "rolled", "GROUPED": spec.grouped,
     }  # fmt: skip
     int_lines = enumerators([f"{k} = {v}" for k, v in ints.items()])
     flag_lines = enumerators([f"{k} = {int(v)}" for k, v in flags.items()])
@@ -379,8 +398,9 @@ def _params(spec: GemmSpec) -> list[str]:
     extras = [f"u64 e{k}" for k in range(len(spec.epilogue.extras))]
     out_map = ["u64 map_out"] if spec.config.epilogue == "smem" else []
     split = ["u64 split_ws", "u64 split_counters"] if spec.config.split_k > 1 else []
+    groups = ["u64 groups"] if spec.grouped else []
     head = ["int* ret", "u64 smem_raw", "u64 map_a", "u64 map_b", "u64 out", *out_map]
-    return [*head, *extras, *split] + [
+    return [*head, *extras, *split, *groups] + [
         "int M",
         "int N",
         "int K",
@@ -392,9 +412,10 @@ def kernel_arg_count(spec: GemmSpec) -> tuple[int, int]:
     """(u64, int32) parameters of the kernel: the device function takes the shared-memory
     address, then these (map_a, map_b, out, [map_out: the "smem" epilogue's output tensor
     map, 0 when the output cannot have one], extras..., [split-K: its workspace and tile
-    counters], M, N, K, batches)."""
+    counters], [grouped: the groups table], M, N, K, batches)."""
     split = 2 * (spec.config.split_k > 1)
-    return 3 + (spec.config.epilogue == "smem") + len(spec.epilogue.extras) + split, 4
+    head = 3 + (spec.config.epilogue == "smem")
+    return head + len(spec.epilogue.extras) + split + spec.grouped, 4
 
 
 def generate(spec: GemmSpec) -> str:
@@ -412,9 +433,11 @@ def generate(spec: GemmSpec) -> str:
     if spec.dtype == "f32":
         layout += ", tf32 Tensor Core maths (precision=tf32)"
     batch = f"batch A {int(spec.batch_a)} B {int(spec.batch_b)}"
+    batch += ", grouped (row tiles and their B batch from the groups table)" * spec.grouped
     pointers = ", ".join(f"(const void*)e{k}" for k in range(len(spec.epilogue.extras)))
     map_out = "map_out" if c.epilogue == "smem" else "0"
     split = "split_ws, split_counters" if c.split_k > 1 else "0, 0"
+    split += ", groups" if spec.grouped else ""
     types = f"{spec.dtype} x {spec.b_dtype}" if spec.b_dtype else spec.dtype
     return f"""// fusec generated Hopper GEMM: {c.text}, {types} -> {spec.out_dtype}
 // {layout}, {batch}, epilogue {spec.epilogue.name}{variant_note}

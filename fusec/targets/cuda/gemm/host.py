@@ -29,7 +29,8 @@ from fusec.targets.cuda.tensormaps import (
 class GemmCall(NamedTuple):
     """One launch's operands and sizes: ``out[z] = epilogue(A[z] @ B[z])`` for z <
     ``batches``, queued on ``stream``, over at most ``sms`` blocks (the key of its
-    ``Prepared`` launch)."""
+    ``Prepared`` launch); ``groups``: a grouped GEMM's device table (``GemmSpec.grouped``:
+    the row tiles in use and each one's B batch), 0 otherwise."""
 
     stream: int
     a: Operand
@@ -41,6 +42,7 @@ class GemmCall(NamedTuple):
     k: int
     batches: int
     sms: int
+    groups: int = 0
 
 
 class GemmKernel(LoadedKernel):
@@ -69,11 +71,13 @@ class GemmKernel(LoadedKernel):
         batches: int,
         stream: int = 0,
         sms: int = H200.sms,
+        groups: int = 0,
     ) -> None:
-        """``out[z] = epilogue(A[z] @ B[z])`` for z < batches, queued on ``stream``."""
+        """``out[z] = epilogue(A[z] @ B[z])`` for z < batches, queued on ``stream``
+        (``groups``: a grouped GEMM's table, ``GemmCall``)."""
         if m <= 0 or n <= 0 or batches <= 0:
             return
-        key = GemmCall(stream, a, b, out, extras, m, n, k, batches, sms)
+        key = GemmCall(stream, a, b, out, extras, m, n, k, batches, sms, groups)
         prepared = self.prepared.get(key)
         if prepared is None or prepared.generation != tm._maps.generation:
             prepared = self.prepare(key)
@@ -96,10 +100,12 @@ class GemmKernel(LoadedKernel):
 
     def prepare(self, call: GemmCall) -> Prepared:
         """Tensor maps, padded-copy descriptors and the parameter block of one launch."""
-        stream, a, b, out, extras, m, n, k, batches, sms = call
+        stream, a, b, out, extras, m, n, k, batches, sms, groups = call
         spec, config, drv = self.spec, self.spec.config, self.drv
         if k <= 0:
             raise FusecError("the GEMM kernel needs K >= 1")
+        if spec.grouped != bool(groups):
+            raise FusecError("a grouped GEMM kernel and a groups table come together")
         if len(extras) != len(spec.epilogue.extras):
             raise FusecError(
                 f"epilogue takes {len(spec.epilogue.extras)} inputs, got {len(extras)}"
@@ -124,8 +130,9 @@ class GemmKernel(LoadedKernel):
                 split = split_k.workspace(
                     drv, self.scratch, stream, tiles, config.split_k, config.bm * config.bn
                 )
+            table = (groups,) if spec.grouped else ()
             params, keep = parameter_block(
-                (map_a, map_b, out, *out_map, *extras, *split), (m, n, k, batches)
+                (map_a, map_b, out, *out_map, *extras, *split, *table), (m, n, k, batches)
             )
             grid = min(tile_count(config, m, n, batches) * config.split_k, sms)
             copies = tuple(c for c in (a_copy, b_copy) if c is not None)

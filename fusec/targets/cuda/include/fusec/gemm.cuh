@@ -801,13 +801,21 @@ static __device__ __forceinline__ void gemm_consumer_tile(
 // bars + 8 s, empty[s] = bars + 8 (STAGES + s) [ln=tile: a_full[s] = bars + 8 (2 STAGES +
 // s); full[s] then counts B only]. Split-K (C::SPLIT_K > 1): the blocks walk work units,
 // SPLIT_K per tile (fs_split_unit), ws and counters are its workspace (fs_split_reduce; 0
-// without split-K). Returns 0 (Numba's ABI: the status of the call).
+// without split-K). Grouped (C::GROUPED, a mixture of experts' grouped GEMM): groups is a
+// device table of ints written on the stream before the launch, groups[0] the row tiles in
+// use (M bounds the rows, a tile count only at most), groups[1 + pm] the B batch (expert) of
+// row tile pm: the walk covers the row tiles in use and no more, each tile's B from its
+// expert's slice of a batched B map (batches = 1). Returns 0 (Numba's ABI: the status of
+// the call).
 template <class C, class E>
 static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a, u64 map_b,
                                            u64 out, u64 map_out, int M, int N, int K, int batches,
-                                           u64 ws, u64 counters) {
+                                           u64 ws, u64 counters, u64 groups = 0) {
   static_assert(C::SPLIT_K == 1 || (!C::PINGPONG && !C::LN_TILE),
                 "split-K runs the cooperative schedule without ln=tile");
+  static_assert(!C::GROUPED || (C::SPLIT_K == 1 && !C::PINGPONG && !C::LN_TILE && C::BATCH_B &&
+                                !C::BATCH_A && C::SOFTMAX == SOFTMAX_NONE),
+                "a grouped GEMM runs the cooperative schedule over a batched B, nothing else");
   static_assert(C::CONSUMERS >= 1 && C::CONSUMERS <= 3, "the named barriers serve 1-3 consumers");
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES, WM = C::WM;
   constexpr int A_BYTES = C::A_BYTES, B_BYTES = C::B_BYTES, MI = WM / 64, HALF = BN / 2;
@@ -832,7 +840,8 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
     if ((K + BK - 1) / BK > STAGES) return 0;  // ln=tile: K must be resident
   }
   __syncthreads();
-  const int tiles_m = (M + BM - 1) / BM;
+  const int tiles_m =
+      C::GROUPED ? min(__ldg((const int*)groups), (M + BM - 1) / BM) : (M + BM - 1) / BM;
   const int tiles_n = (N + BN - 1) / BN;
   const int tiles = tiles_m * tiles_n * batches;
   const int units = tiles * C::SPLIT_K;
@@ -850,7 +859,7 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
       for (int u = blockIdx.x; u < units; u += gridDim.x) {
         const auto [t, kb0, kb1, pm, pn, pz] = gemm_unit<C>(u, kblocks, tiles_m, tiles_n);
         const int za = C::BATCH_A ? pz : 0;
-        const int zb = C::BATCH_B ? pz : 0;
+        const int zb = C::GROUPED ? __ldg((const int*)groups + 1 + pm) : C::BATCH_B ? pz : 0;
         if constexpr (C::LN_TILE) {
           for (int kb = 0; kb < kblocks; ++kb) {  // ln=tile: the A tiles first
             const int s = (it + kb) % STAGES;

@@ -1,0 +1,147 @@
+"""cuda template for "experts" groups: one ``ai.moe_experts`` (issue 31).
+
+``plan`` is the single acceptance rule: a layer of 16-bit x and expert weights (one type),
+f32/f16/bf16 routing weights, 32- or 64-bit expert indices, and widths whose rows are
+16-byte aligned (D and F multiples of 8: the TMA maps of the grouped GEMMs and the light
+kernels' 16-byte accesses) runs the kernel of this package (its docstring); anything else
+runs through PyTorch (``torch_runtime.moe_experts``: expert by expert over all tokens, E /
+k times the work) with the plan's reason in its header and ``--remarks``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fusec.codegen import KernelSource, io_specs
+from fusec.codegen.expr import header
+from fusec.dialect import ops as ai
+from fusec.ir.tensors import spec_of
+from fusec.targets.cuda import torch_fallback
+from fusec.targets.cuda.caps import H200
+from fusec.targets.cuda.common import body_ops, kernel_name
+from fusec.targets.cuda.epilogue import Epilogue
+from fusec.targets.cuda.experts.cpp import MAX_EXPERTS, MoeKernelSpec
+from fusec.targets.cuda.experts.launcher import MoeShape
+from fusec.targets.cuda.gemm.config import (
+    HEURISTIC_VARIANT,
+    SMALL_TILE_VARIANT,
+    TileConfig,
+    with_variant,
+)
+from fusec.targets.cuda.gemm.cpp import GemmSpec
+
+#: the row tile of both grouped GEMMs: 128 rows where an expert gets at least that many on
+#: average (prefill), else 64 (decode: less padding an expert)
+LARGE_TILE = with_variant(TileConfig(128, 256, 64, 4, 2, 8), HEURISTIC_VARIANT)
+SMALL_TILE = with_variant(TileConfig(64, 128, 64, 8, 1, 8), SMALL_TILE_VARIANT)
+#: the down projection scales each row by its pair's routing weight (f32, by row)
+ROW_WEIGHT = Epilogue(body="y = acc * fs_ld_f32(e0, row);", extras=("f32",), name="row_weight")
+_INDEX_BYTES = {"i32": 4, "i64": 8}
+
+
+@dataclass(frozen=True)
+class MoePlan:
+    """What the kernel needs of the group: the sizes, the types and its row tile."""
+
+    shape: MoeShape
+    dtype: str
+    weight_dtype: str
+    index_bytes: int
+
+    @property
+    def tile(self) -> TileConfig:
+        return LARGE_TILE if self.shape.bm == 128 else SMALL_TILE
+
+
+def plan(op: ai.MoEExpertsOp) -> MoePlan | str:
+    """The kernel's plan of ``op``, or why PyTorch runs it instead."""
+    x, w, e, gu, dn = (spec_of(v.type) for v in op.operands)
+    if x.dtype not in ("f16", "bf16"):
+        return (
+            f"the grouped-GEMM kernel multiplies f16/bf16 experts; {x.dtype} keeps IEEE maths "
+            "through PyTorch, expert by expert (E / k times the work)"
+        )
+    if gu.dtype != x.dtype or dn.dtype != x.dtype:
+        return f"expert weights of {gu.dtype}/{dn.dtype} beside {x.dtype} tokens"
+    if w.dtype not in ("f16", "bf16", "f32") or e.dtype not in _INDEX_BYTES:
+        return f"routing weights of {w.dtype} or expert indices of {e.dtype}"
+    tokens, width = x.shape
+    count, hidden = gu.shape[0], gu.shape[1] // 2
+    k = e.shape[1]
+    if width % 8 or hidden % 8:
+        return f"widths D={width}, F={hidden} not multiples of 8 (16-byte rows for TMA)"
+    if count > MAX_EXPERTS:
+        return f"{count} experts: the routing kernel counts {MAX_EXPERTS} at most"
+    bm = 128 if tokens * k >= 128 * count else 64
+    shape = MoeShape(tokens, width, hidden, count, k, bm)
+    if shape.rows_max * 2 * hidden >= 2**31:
+        return "more than 2^31 elements in the gate/up rows (32-bit indices of the kernels)"
+    return MoePlan(shape, x.dtype, w.dtype, _INDEX_BYTES[e.dtype])
+
+
+def _specs(p: MoePlan) -> dict[str, object]:
+    light = {
+        stage: MoeKernelSpec(
+            stage, p.dtype, p.weight_dtype, p.index_bytes, p.shape.experts, p.shape.bm
+        )
+        for stage in ("route", "gather", "swiglu", "combine")
+    }
+    grouped = {"batch_b": True, "grouped": True, "a_major": "k", "b_major": "k"}
+    up = GemmSpec(config=p.tile, dtype=p.dtype, out_dtype=p.dtype, **grouped)
+    down = GemmSpec(config=p.tile, dtype=p.dtype, out_dtype="f32", epilogue=ROW_WEIGHT, **grouped)
+    return {**light, "up": up, "down": down}
+
+
+def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
+    """The kernel module of an experts group (the fallback's when the plan refuses)."""
+    name = kernel_name(name)
+    (op,) = [o for o in body_ops(fused_op) if isinstance(o, ai.MoEExpertsOp)]
+    p = plan(op)
+    if isinstance(p, str):
+        return torch_fallback.generate(fused_op, name, reason=p, template="the experts template")
+    args = {arg: i for i, arg in enumerate(fused_op.block.args)}
+    order = [args[v] for v in op.operands]  # the group input of each operand
+    s = p.shape
+    specs = _specs(p)
+    notes = [
+        "target: cuda, mixture-of-experts layer: route, gather, grouped GEMM (gate/up), "
+        "SwiGLU, grouped GEMM (down, routing weight in its epilogue), combine;",
+        f"T={s.tokens} tokens of D={s.width}, top-{s.k} of E={s.experts} experts of F="
+        f"{s.hidden}; {p.dtype}, f32 accumulation; row tile {s.bm}, at most {s.rows_max} "
+        "sorted rows;",
+        f"grouped GEMMs: tile {p.tile.text}, one launch a projection for all experts",
+    ]
+    specs_text = ",\n".join(f"    {key}={spec!r}" for key, spec in specs.items())
+    inputs = ", ".join(f"in{k}" for k in range(len(fused_op.inputs)))
+    source = "\n".join(
+        [
+            header(fused_op, notes=notes),
+            "from fusec.targets.cuda.abi import (  # noqa: F401",
+            "    Epilogue, GemmSpec, MoeKernelSpec, MoeLaunch, MoeShape, TileConfig,",
+            ")",
+            "",
+            "MOE = MoeLaunch(",
+            f"    {s!r},",
+            f"    order={tuple(order)!r},",
+            specs_text + ",",
+            ")",
+            "",
+            "",
+            f"def launch({inputs}, out0, stream=0, sms={H200.sms}):",
+            f"    MOE(({inputs},), out0, stream, sms)",
+            "",
+            "",
+            "LINKED = MOE  # the runtime launches it by address (MOE.direct)",
+            "",
+            "KERNELS = []  # linked cubins, launched by MoeLaunch",
+            "",
+        ]
+    )
+    ins, outs = io_specs(fused_op)
+    launch_order = ("route", "gather", "up", "swiglu", "down", "combine")
+    linked = tuple(specs[key] for key in launch_order)
+    cpp = tuple(("cuda-c++", spec.cpp_source()) for spec in linked)  # type: ignore[attr-defined]
+    return KernelSource(
+        name, "experts", "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp,
+        specs=linked,
+    )  # fmt: skip
