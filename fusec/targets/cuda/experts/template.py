@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xdsl.ir import SSAValue
+
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import header
 from fusec.dialect import ops as ai
@@ -86,9 +88,9 @@ def _specs(p: MoePlan) -> dict[str, object]:
         )
         for stage in ("route", "gather", "swiglu", "combine")
     }
-    grouped = {"batch_b": True, "grouped": True, "a_major": "k", "b_major": "k"}
-    up = GemmSpec(config=p.tile, dtype=p.dtype, out_dtype=p.dtype, **grouped)
-    down = GemmSpec(config=p.tile, dtype=p.dtype, out_dtype="f32", epilogue=ROW_WEIGHT, **grouped)
+    # B is each expert's N x K slice of the stacked weights (K-major), A the sorted rows
+    up = GemmSpec(p.tile, p.dtype, p.dtype, batch_b=True, grouped=True)
+    down = GemmSpec(p.tile, p.dtype, "f32", batch_b=True, epilogue=ROW_WEIGHT, grouped=True)
     return {**light, "up": up, "down": down}
 
 
@@ -99,7 +101,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     p = plan(op)
     if isinstance(p, str):
         return torch_fallback.generate(fused_op, name, reason=p, template="the experts template")
-    args = {arg: i for i, arg in enumerate(fused_op.block.args)}
+    args: dict[SSAValue, int] = {arg: i for i, arg in enumerate(fused_op.block.args)}
     order = [args[v] for v in op.operands]  # the group input of each operand
     s = p.shape
     specs = _specs(p)
