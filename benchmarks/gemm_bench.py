@@ -619,12 +619,15 @@ def moe_cases(bench, rows: list[dict], out: str) -> None:
     import torch.nn.functional as F
 
     t, d, f, n, k = 4096, 4096, 14336, 8, 2
-    x = torch.randn(t, d, device="cuda", dtype=torch.bfloat16)
-    picks = torch.rand(t, n, device="cuda").topk(k, dim=1)
-    weights = torch.softmax(picks.values, dim=1)
-    experts = picks.indices.to(torch.int64)
     gate_up = (torch.randn(n, 2 * f, d, device="cuda") / d**0.5).to(torch.bfloat16)
     down = (torch.randn(n, d, f, device="cuda") / f**0.5).to(torch.bfloat16)
+
+    def routed(tokens: int) -> tuple:
+        x = torch.randn(tokens, d, device="cuda", dtype=torch.bfloat16)
+        picks = torch.rand(tokens, n, device="cuda").topk(k, dim=1)
+        return x, torch.softmax(picks.values, dim=1), picks.indices.to(torch.int64)
+
+    x, weights, experts = routed(t)
 
     def loop(x, weights, experts, gate_up, down):  # transformers' eager MixtralExperts
         out = torch.zeros_like(x)
@@ -651,6 +654,11 @@ def moe_cases(bench, rows: list[dict], out: str) -> None:
     text = MOE.format(t=t, d=d, f=f, f2=2 * f, n=n, k=k)
     bench(f"MoE experts {t} tokens, top-{k} of {n}, {d}x{f} bf16", text,
           (x, weights, experts, gate_up, down), loop, flops, exact=exact)  # fmt: skip
+    # decode: 8 tokens, so that each expert's weights are read for a few rows (HBM-bound)
+    dx, dw, de = routed(8)
+    text = MOE.format(t=8, d=d, f=f, f2=2 * f, n=n, k=k)
+    bench(f"MoE experts 8 tokens (decode), top-{k} of {n}, {d}x{f} bf16", text,
+          (dx, dw, de, gate_up, down), loop, 2.0 * 8 * k * 3 * f * d, exact=exact)  # fmt: skip
     for m, kk, nn, a, b in dense:
         text = MATMUL.format(m=m, n=nn, k=kk, t="bf16")
         bench(f"dense bf16 matmul {m}x{kk}x{nn}", text, (a, b), lambda a, b: a @ b,
