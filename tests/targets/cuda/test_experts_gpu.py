@@ -6,8 +6,8 @@ the last expert unused, every other token's indices negative) and expert weights
 compiled layer with its output poisoned (NaN) first on a side torch stream, and compares
 with the definition in float64 (``experts_cases.dense_moe``): rel L2 < 1e-2, the bound of
 every 16-bit kernel here. Shapes cover both row tiles (64 rows at decode sizes, 128 where
-an expert gets at least 128 rows on average), ragged groups, k of 1 to 4 and both index
-widths.
+an expert gets at least 128 rows on average), ragged groups, k of 1 to 4, both index
+widths, and the SwiGLU in the gate/up GEMM's gated epilogue and in its own kernel.
 """
 
 from __future__ import annotations
@@ -49,8 +49,13 @@ def _run(compiled, args: list[np.ndarray]) -> np.ndarray:
         (700, 128, 384, 6, 4, "bf16", "i64"),  # 128-row tiles, k = 4
     ],
 )
-def test_experts_kernel_matches_the_definition(tokens, width, hidden, count, k, dtype, index):
+@pytest.mark.parametrize("swiglu", ["epilogue", "kernel"])
+def test_experts_kernel_matches_the_definition(
+    tokens, width, hidden, count, k, dtype, index, swiglu, monkeypatch
+):
     import fusec
+
+    monkeypatch.setenv("FUSEC_MOE_SWIGLU", swiglu)  # the gated GEMM, or the SwiGLU kernel
 
     text = moe_text(tokens, width, hidden, count, k, dtype, index)
     compiled = fusec.compile(text, target="cuda")

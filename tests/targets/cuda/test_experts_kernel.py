@@ -66,17 +66,42 @@ def test_rows_max_bounds_every_routing():
     assert worst <= shape.rows_max
 
 
-def test_the_module_launches_six_linked_kernels_through_the_abi():
+def test_the_module_launches_five_linked_kernels_through_the_abi():
     kernel = template.generate(_group(moe_text(64, 128, 256, 4, 2, "bf16")), "k0")
     assert kernel.kind == "experts"
     stages = [getattr(s, "stage", "gemm") for s in kernel.specs]
-    assert stages == ["route", "gather", "gemm", "swiglu", "gemm", "combine"]
-    up, down = kernel.specs[2], kernel.specs[4]
-    assert up.grouped and down.grouped and down.out_dtype == "f32"
+    assert stages == ["route", "gather", "gemm", "gemm", "combine"]
+    up, down = kernel.specs[2], kernel.specs[3]
+    assert up.grouped and up.swiglu and up.config.epilogue == "direct"
+    assert down.grouped and not down.swiglu and down.out_dtype == "f32"
     assert "fs_ld_f32(e0, row)" in down.cpp_source()  # the routing weight, by row
     imports = re.findall(r"^from (\S+) import|^import (\S+)", kernel.source, re.MULTILINE)
     assert {a or b for a, b in imports} == {"fusec.targets.cuda.abi"}
     assert "LINKED = MOE" in kernel.source
+
+
+def test_the_swiglu_kernel_is_the_a_b_switch(monkeypatch):
+    monkeypatch.setenv(template.SWIGLU_ENV, "kernel")
+    kernel = template.generate(_group(moe_text(1000, 128, 256, 4, 2, "bf16")), "k0")
+    stages = [getattr(s, "stage", "gemm") for s in kernel.specs]
+    assert stages == ["route", "gather", "gemm", "swiglu", "gemm", "combine"]
+    assert not kernel.specs[2].swiglu and kernel.specs[2].config.epilogue == "smem"
+    monkeypatch.setenv(template.SWIGLU_ENV, "fused")
+    with pytest.raises(ValueError, match="expected 'epilogue' or 'kernel'"):
+        template.generate(_group(moe_text(8, 128, 256, 4, 2, "bf16")), "k0")
+
+
+def test_the_gated_gemm_loads_two_halves_of_b_and_stores_half_the_columns():
+    spec = cpp.GemmSpec(TileConfig(64, 128, 64, 8, 1, 8), "bf16", batch_b=True, swiglu=True)
+    source = spec.cpp_source()
+    assert "SWIGLU = 1," in source and "gemm_load_gated<C>" in source
+    assert "gated: silu(gate) * up" in source
+    with pytest.raises(ValueError, match="the direct epilogue"):
+        cpp.GemmSpec(
+            TileConfig(64, 128, 64, 8, 1, 8, epilogue="smem"), "bf16", batch_b=True, swiglu=True
+        )
+    with pytest.raises(ValueError, match="B K-major"):
+        cpp.GemmSpec(TileConfig(64, 128, 64, 8, 1, 8), "bf16", b_major="n", swiglu=True)
 
 
 def test_a_grouped_gemm_reads_its_tiles_and_experts_from_the_table():
@@ -118,6 +143,6 @@ def test_the_grouped_gemms_build_with_wgmma():
     from fusec.targets.cuda.build import linked_ptx
 
     kernel = template.generate(_group(moe_text(1000, 128, 256, 8, 2, "f16")), "k0")
-    for spec in (kernel.specs[2], kernel.specs[4]):
+    for spec in (kernel.specs[2], kernel.specs[3]):
         ptx = linked_ptx(spec)
         assert "wgmma.mma_async" in ptx and ".local" not in ptx

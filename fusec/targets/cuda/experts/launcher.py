@@ -41,7 +41,8 @@ class MoeShape:
         tiles = min((self.pairs + self.experts * (self.bm - 1)) // self.bm, self.pairs)
         return tiles * self.bm
 
-    def scratch_bytes(self) -> dict[str, int]:
+    def scratch_bytes(self, gated: bool = False) -> dict[str, int]:
+        """Bytes of each scratch buffer (``gated``: the gate/up GEMM stores h, no g)."""
         rows, d, f = self.rows_max, self.width, self.hidden
         return {
             "groups": 4 * (1 + rows // self.bm),
@@ -49,7 +50,7 @@ class MoeShape:
             "row_token": 4 * rows,
             "row_weight": 4 * rows,
             "xs": 2 * rows * d,
-            "g": 2 * rows * 2 * f,
+            "g": 0 if gated else 2 * rows * 2 * f,
             "h": 2 * rows * f,
             "y": 4 * rows * d,
         }
@@ -70,16 +71,20 @@ class MoeLaunch:
         order: tuple[int, ...] = (0, 1, 2, 3, 4),
         route: MoeKernelSpec,
         gather: MoeKernelSpec,
-        swiglu: MoeKernelSpec,
         combine: MoeKernelSpec,
         up: cpp.GemmSpec,
         down: cpp.GemmSpec,
+        swiglu: MoeKernelSpec | None = None,
     ) -> None:
         if not (up.grouped and down.grouped):
             raise ValueError("the experts' projections are grouped GEMMs")
+        if up.swiglu == (swiglu is not None):
+            raise ValueError("the SwiGLU runs in the gate/up GEMM's epilogue or in its kernel")
         self.shape = shape
         self.order = order  # the group input of each operand (x, weights, experts, ...)
-        self.light = {"route": route, "gather": gather, "swiglu": swiglu, "combine": combine}
+        self.light = {"route": route, "gather": gather, "combine": combine}
+        if swiglu is not None:
+            self.light["swiglu"] = swiglu
         self.gemm_specs = {"up": up, "down": down}
         self.kernels: dict[str, Any] = {}
         self.sms = H200.sms
@@ -93,7 +98,8 @@ class MoeLaunch:
     def specs(self) -> tuple:
         """Every linked kernel, in launch order."""
         light, gemm = self.light, self.gemm_specs
-        return (light["route"], light["gather"], gemm["up"], light["swiglu"], gemm["down"],
+        swiglu = (light["swiglu"],) if "swiglu" in light else ()
+        return (light["route"], light["gather"], gemm["up"], *swiglu, gemm["down"],
                 light["combine"])  # fmt: skip
 
     # ------------------------------------------------------------------ load
@@ -150,11 +156,12 @@ class MoeLaunch:
             launches.append(lambda: kernel.launch_raw(grid, threads, handle, params))
 
         def grouped(name: str, a: int, a_cols: int, b: int, n: int, out_ptr: int, extras: tuple):
+            b_rows = 2 * n if self.gemm_specs[name].swiglu else n  # gated: gates, then ups
             prepared = k[name].prepare(
                 host.GemmCall(
                     stream,
                     tensormaps.Operand(a, rows, a_cols, 1),
-                    tensormaps.Operand(b, n, a_cols, s.experts),
+                    tensormaps.Operand(b, b_rows, a_cols, s.experts),
                     out_ptr,
                     extras,
                     rows,
@@ -173,9 +180,12 @@ class MoeLaunch:
         light("route", 1, route, (s.pairs, s.k, rows))
         light("gather", self._grid(rows * s.width // 8),
               (inputs[X], sc["row_token"], sc["groups"], sc["xs"]), (rows, s.width))  # fmt: skip
-        grouped("up", sc["xs"], s.width, inputs[GATE_UP], 2 * s.hidden, sc["g"], ())
-        light("swiglu", self._grid(rows * s.hidden // 8), (sc["g"], sc["groups"], sc["h"]),
-              (rows, s.hidden))  # fmt: skip
+        if "swiglu" in self.light:  # the GEMM stores gate and up, the kernel makes h
+            grouped("up", sc["xs"], s.width, inputs[GATE_UP], 2 * s.hidden, sc["g"], ())
+            light("swiglu", self._grid(rows * s.hidden // 8), (sc["g"], sc["groups"], sc["h"]),
+                  (rows, s.hidden))  # fmt: skip
+        else:  # the gated epilogue stores h
+            grouped("up", sc["xs"], s.width, inputs[GATE_UP], s.hidden, sc["h"], ())
         grouped("down", sc["h"], s.hidden, inputs[DOWN], s.width, sc["y"], (sc["row_weight"],))
         light("combine", self._grid(s.tokens * s.width // 4), (sc["y"], sc["pair_row"], out),
               (s.tokens, s.k, s.width))  # fmt: skip
@@ -197,7 +207,7 @@ class MoeLaunch:
             drv = tensormaps.driver()
             buffers = {
                 name: int(tensormaps._check(drv.cuMemAlloc(max(size, 16))))
-                for name, size in self.shape.scratch_bytes().items()
+                for name, size in self.shape.scratch_bytes(self.gemm_specs["up"].swiglu).items()
             }
             self.scratch[stream] = buffers
         return buffers

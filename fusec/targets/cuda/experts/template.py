@@ -10,6 +10,7 @@ k times the work) with the plan's reason in its header and ``--remarks``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from xdsl.ir import SSAValue
@@ -33,9 +34,26 @@ from fusec.targets.cuda.gemm.config import (
 from fusec.targets.cuda.gemm.cpp import GemmSpec
 
 #: the row tile of both grouped GEMMs: 128 rows where an expert gets at least that many on
-#: average (prefill), else 64 (decode: less padding an expert)
+#: average (prefill), else 64 (decode: less padding an expert); the gated gate/up GEMM
+#: stores through the direct epilogue (``GemmSpec.swiglu``)
 LARGE_TILE = with_variant(TileConfig(128, 256, 64, 4, 2, 8), HEURISTIC_VARIANT)
+LARGE_GATED_TILE = with_variant(TileConfig(128, 256, 64, 4, 2, 8), SMALL_TILE_VARIANT)
 SMALL_TILE = with_variant(TileConfig(64, 128, 64, 8, 1, 8), SMALL_TILE_VARIANT)
+#: ``$FUSEC_MOE_SWIGLU``: where the SwiGLU runs, "epilogue" (the default: the gate/up
+#: GEMM's gated epilogue, ``gemm.cuh`` gemm_store_gated; its output is h) or "kernel" (the
+#: GEMM stores gate and up, ``moe_swiglu`` makes h: one launch and 2 F x 2 bytes a row more
+#: traffic; an A/B switch)
+SWIGLU_ENV = "FUSEC_MOE_SWIGLU"
+
+
+def swiglu_in_epilogue() -> bool:
+    """``$FUSEC_MOE_SWIGLU`` (validated: "epilogue", the default, or "kernel")."""
+    asked = os.environ.get(SWIGLU_ENV, "").strip().lower() or "epilogue"
+    if asked not in ("epilogue", "kernel"):
+        raise ValueError(f"${SWIGLU_ENV}: {asked!r}, expected 'epilogue' or 'kernel'")
+    return asked == "epilogue"
+
+
 #: the down projection scales each row by its pair's routing weight (f32, by row)
 ROW_WEIGHT = Epilogue(body="y = acc * fs_ld_f32(e0, row);", extras=("f32",), name="row_weight")
 _INDEX_BYTES = {"i32": 4, "i64": 8}
@@ -49,10 +67,19 @@ class MoePlan:
     dtype: str
     weight_dtype: str
     index_bytes: int
+    #: the SwiGLU in the gate/up GEMM's epilogue (else the ``moe_swiglu`` kernel)
+    gated: bool = True
 
     @property
     def tile(self) -> TileConfig:
+        """The down projection's tile (and the gate/up one's without the gated epilogue)."""
         return LARGE_TILE if self.shape.bm == 128 else SMALL_TILE
+
+    @property
+    def up_tile(self) -> TileConfig:
+        if self.gated and self.shape.bm == 128:
+            return LARGE_GATED_TILE
+        return self.tile
 
 
 def plan(op: ai.MoEExpertsOp) -> MoePlan | str:
@@ -78,18 +105,19 @@ def plan(op: ai.MoEExpertsOp) -> MoePlan | str:
     shape = MoeShape(tokens, width, hidden, count, k, bm)
     if shape.rows_max * 2 * hidden >= 2**31:
         return "more than 2^31 elements in the gate/up rows (32-bit indices of the kernels)"
-    return MoePlan(shape, x.dtype, w.dtype, _INDEX_BYTES[e.dtype])
+    return MoePlan(shape, x.dtype, w.dtype, _INDEX_BYTES[e.dtype], swiglu_in_epilogue())
 
 
 def _specs(p: MoePlan) -> dict[str, object]:
+    stages = ("route", "gather", "combine") if p.gated else ("route", "gather", "swiglu", "combine")
     light = {
         stage: MoeKernelSpec(
             stage, p.dtype, p.weight_dtype, p.index_bytes, p.shape.experts, p.shape.bm
         )
-        for stage in ("route", "gather", "swiglu", "combine")
+        for stage in stages
     }
     # B is each expert's N x K slice of the stacked weights (K-major), A the sorted rows
-    up = GemmSpec(p.tile, p.dtype, p.dtype, batch_b=True, grouped=True)
+    up = GemmSpec(p.up_tile, p.dtype, p.dtype, batch_b=True, grouped=True, swiglu=p.gated)
     down = GemmSpec(p.tile, p.dtype, "f32", batch_b=True, epilogue=ROW_WEIGHT, grouped=True)
     return {**light, "up": up, "down": down}
 
@@ -105,13 +133,19 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     order = [args[v] for v in op.operands]  # the group input of each operand
     s = p.shape
     specs = _specs(p)
+    up = (
+        "grouped GEMM (gate/up, SwiGLU in its epilogue)"
+        if p.gated
+        else ("grouped GEMM (gate/up), SwiGLU")
+    )
     notes = [
-        "target: cuda, mixture-of-experts layer: route, gather, grouped GEMM (gate/up), "
-        "SwiGLU, grouped GEMM (down, routing weight in its epilogue), combine;",
+        f"target: cuda, mixture-of-experts layer: route, gather, {up}, grouped GEMM (down, "
+        "routing weight in its epilogue), combine;",
         f"T={s.tokens} tokens of D={s.width}, top-{s.k} of E={s.experts} experts of F="
         f"{s.hidden}; {p.dtype}, f32 accumulation; row tile {s.bm}, at most {s.rows_max} "
         "sorted rows;",
-        f"grouped GEMMs: tile {p.tile.text}, one launch a projection for all experts",
+        f"grouped GEMMs: tiles {p.up_tile.text} and {p.tile.text}, one launch a projection "
+        "for all experts",
     ]
     specs_text = ",\n".join(f"    {key}={spec!r}" for key, spec in specs.items())
     inputs = ", ".join(f"in{k}" for k in range(len(fused_op.inputs)))
@@ -141,7 +175,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     )
     ins, outs = io_specs(fused_op)
     launch_order = ("route", "gather", "up", "swiglu", "down", "combine")
-    linked = tuple(specs[key] for key in launch_order)
+    linked = tuple(specs[key] for key in launch_order if key in specs)
     cpp = tuple(("cuda-c++", spec.cpp_source()) for spec in linked)  # type: ignore[attr-defined]
     return KernelSource(
         name, "experts", "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp,

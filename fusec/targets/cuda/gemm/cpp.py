@@ -147,6 +147,10 @@ class GemmSpec(LinkedSpec):
     #: a grouped GEMM (a mixture of experts' projections, ``gemm.cuh``): the row tiles in use
     #: and each one's B batch (its expert) come from a device table (the kernel's ``groups``)
     grouped: bool = False
+    #: the gated (SwiGLU) epilogue of a gate/up projection (``gemm.cuh``: gemm_store_gated):
+    #: B holds N gate rows, then N up rows (2 N x K, K-major); the output, N wide, is
+    #: ``epilogue(silu(gate) * up)``
+    swiglu: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES or self.out_dtype not in OUT_DTYPES:
@@ -180,6 +184,8 @@ class GemmSpec(LinkedSpec):
             raise ValueError("float8 operands are K-major (wgmma has no transpose for them)")
         if self.grouped and grouped_problem(self):
             raise ValueError(f"grouped GEMM: {grouped_problem(self)}")
+        if self.swiglu and swiglu_problem(self):
+            raise ValueError(f"gated epilogue: {swiglu_problem(self)}")
 
     PREFIX = "gemm"
 
@@ -205,6 +211,16 @@ def grouped_problem(spec: GemmSpec) -> str | None:
         return "B batched (one batch an expert), A not"
     if epi.softmax or epi.ln_slots:
         return "no softmax or LayerNorm rewrite in the epilogue"
+    return None
+
+
+def swiglu_problem(spec: GemmSpec) -> str | None:
+    """Why ``spec`` cannot have the gated epilogue (``GemmSpec.swiglu``), or None."""
+    c = spec.config
+    if c.pingpong or c.split_k > 1 or c.ln == "tile" or c.epilogue != "direct":
+        return "the cooperative schedule, K unsplit, the direct epilogue"
+    if spec.b_major != "k" or spec.epilogue.softmax or spec.epilogue.ln_slots:
+        return "B K-major (gate rows, then up rows), no softmax or LayerNorm rewrite"
     return None
 
 
@@ -266,7 +282,7 @@ def _config(spec: GemmSpec) -> str:
         "BATCH_A": spec.batch_a, "BATCH_B": spec.batch_b, "PINGPONG": c.pingpong,
         "SMEM_EPILOGUE": c.epilogue == "smem", "STAGED": _staged(spec),
         "LN_TILE": _ln_tile(spec), "FAST_MATH": _fast_math(spec), "PREFETCH": _prefetches(spec),
-        "ROLLED": c.loop == "rolled", "GROUPED": spec.grouped,
+        "ROLLED": c.loop == "rolled", "GROUPED": spec.grouped, "SWIGLU": spec.swiglu,
     }  # fmt: skip
     int_lines = enumerators([f"{k} = {v}" for k, v in ints.items()])
     flag_lines = enumerators([f"{k} = {int(v)}" for k, v in flags.items()])
@@ -434,6 +450,7 @@ def generate(spec: GemmSpec) -> str:
         layout += ", tf32 Tensor Core maths (precision=tf32)"
     batch = f"batch A {int(spec.batch_a)} B {int(spec.batch_b)}"
     batch += ", grouped (row tiles and their B batch from the groups table)" * spec.grouped
+    batch += ", gated: silu(gate) * up of B's two halves" * spec.swiglu
     pointers = ", ".join(f"(const void*)e{k}" for k in range(len(spec.epilogue.extras)))
     map_out = "map_out" if c.epilogue == "smem" else "0"
     split = "split_ws, split_counters" if c.split_k > 1 else "0, 0"

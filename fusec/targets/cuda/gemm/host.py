@@ -113,7 +113,8 @@ class GemmKernel(LoadedKernel):
         handle = drv.CUstream(stream)
         # K-major: BK values (one 128-byte row: 64 16-bit or 32 f32) x the tile's rows
         a_box = (config.bk, config.bm, 1) if spec.a_major == "k" else (64, 64, 1)
-        b_box = (config.bk, config.bn, 1) if spec.b_major == "k" else (64, 64, 1)
+        b_rows = config.bn // 2 if spec.swiglu else config.bn  # gated: two boxes a stage
+        b_box = (config.bk, b_rows, 1) if spec.b_major == "k" else (64, 64, 1)
         with self.lock:
             (a, a_pitch, a_copy) = self._pitched(a, "a", stream)
             (b, b_pitch, b_copy) = self._pitched(b, "b", stream)
@@ -134,7 +135,8 @@ class GemmKernel(LoadedKernel):
             params, keep = parameter_block(
                 (map_a, map_b, out, *out_map, *extras, *split, *table), (m, n, k, batches)
             )
-            grid = min(tile_count(config, m, n, batches) * config.split_k, sms)
+            n_tiles = 2 * n if spec.swiglu else n  # gated: BN / 2 output columns a tile
+            grid = min(tile_count(config, m, n_tiles, batches) * config.split_k, sms)
             copies = tuple(c for c in (a_copy, b_copy) if c is not None)
             return Prepared(tm._maps.generation, handle, grid, params, keep, copies)
 

@@ -122,6 +122,17 @@ static __device__ __forceinline__ void gemm_load(u32 dst, u64 map, u32 full, int
   }
 }
 
+// C::SWIGLU: K step kb's B tile as its two halves, BN / 2 gate rows of B (rows pn BN / 2 on)
+// and the same rows' up values N rows further (B stacks the gates, then the ups: 2 N rows),
+// one box each (the map's box is BN / 2 rows).
+template <class C>
+static __device__ __forceinline__ void gemm_load_gated(u32 dst, u64 map, u32 full, int kb, int pn,
+                                                       int z, int N) {
+  constexpr int ROWS = C::BN / 2;
+  fs_tma_load(dst, map, full, kb * C::BK, pn * ROWS, z);
+  fs_tma_load(dst + ROWS * 128, map, full, kb * C::BK, N + pn * ROWS, z);
+}
+
 // ln=tile: the consumers' threads copy gamma and beta (f32, zero past K) into shared memory
 // (sg: gamma, then beta STAGES x BK floats further) and meet at a named barrier; every tile
 // of the block reads them.
@@ -318,6 +329,48 @@ static __device__ __forceinline__ void gemm_softmax_stats(const E& epi, float (&
   }
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+}
+
+// The gated direct epilogue (C::SWIGLU, a mixture of experts' gate/up projection): the
+// block tile's BN columns are BN / 2 gate columns, then the same BN / 2 columns' up values
+// (the producer loads the two halves of B, gemm_load_gated), so the thread holding gate
+// column c in FS_FRAG(m, q, e) holds its up value in FS_FRAG(m, q + BN / 16, e); it stores
+// E(silu(gate) up) at column c of the BN / 2 output columns of tile pn (N: the output's
+// width, F), as pairs of adjacent columns.
+static __device__ __forceinline__ float gemm_silu_mul(float g, float u) {
+  return g < -88.0f ? 0.0f : __fdividef(g, 1.0f + __expf(-g)) * u;  // 0 where exp overflows
+}
+template <class C, class E, int MI, int HALF>
+static __device__ __forceinline__ void gemm_store_gated(const E& epi, float (&acc)[MI][HALF],
+                                                        u64 out, int pm, int cw, int pn, int pz,
+                                                        int warp, int lane, int M, int N) {
+  constexpr int COLS = C::BN / 2;
+  using Out = typename C::Out;
+  const bool pairs = (N % 2) == 0;
+#pragma unroll
+  for (int m = 0; m < MI; ++m) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = gemm_rows<C>(pm, cw) + m * 64 + warp * 16 + (lane / 4) + 8 * h;
+      if (row >= M) continue;
+      const long long row_base = (long long)pz * M * N + (long long)row * N;
+#pragma unroll
+      for (int q = 0; q < COLS / 8; ++q) {
+        const int col = pn * COLS + q * 8 + 2 * (lane % 4);
+        if (col >= N) continue;
+        const float h0 = gemm_silu_mul(FS_FRAG(m, q, 0), FS_FRAG(m, q + COLS / 8, 0));
+        const float y0 = epi(h0, row, col, pz, 0u, 0u);
+        const float h1 = gemm_silu_mul(FS_FRAG(m, q, 1), FS_FRAG(m, q + COLS / 8, 1));
+        if (pairs) {
+          Out::st2((void*)out, row_base + col, y0, epi(h1, row, col + 1, pz, 0u, 0u));
+        } else {
+          Out::st((void*)out, row_base + col, y0);
+          if (col + 1 < N)
+            Out::st((void*)out, row_base + col + 1, epi(h1, row, col + 1, pz, 0u, 0u));
+        }
+      }
+    }
+  }
 }
 
 // The direct epilogue: accumulators -> E -> bounds-checked stores of pairs of adjacent
@@ -790,6 +843,8 @@ static __device__ __forceinline__ void gemm_consumer_tile(
     }
     gemm_smem_store<C>(epi, acc, out, map_out, se, epi_it, pm, cw, pn, pz, warp, lane, M, N,
                        ln_cols, ln_rows);
+  } else if constexpr (C::SWIGLU) {
+    gemm_store_gated<C>(epi, acc, out, pm, cw, pn, pz, warp, lane, M, N);
   } else {
     gemm_store<C>(epi, acc, out, pm, cw, pn, pz, warp, lane, M, N, ln_cols, ln_rows);
   }
@@ -816,6 +871,10 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
   static_assert(!C::GROUPED || (C::SPLIT_K == 1 && !C::PINGPONG && !C::LN_TILE && C::BATCH_B &&
                                 !C::BATCH_A && C::SOFTMAX == SOFTMAX_NONE),
                 "a grouped GEMM runs the cooperative schedule over a batched B, nothing else");
+  static_assert(
+      !C::SWIGLU || (C::SPLIT_K == 1 && !C::PINGPONG && !C::LN_TILE && !C::SMEM_EPILOGUE &&
+                     C::B_K_MAJOR && C::SOFTMAX == SOFTMAX_NONE && C::BN % 16 == 0),
+      "the gated epilogue: the cooperative schedule, direct, B K-major");
   static_assert(C::CONSUMERS >= 1 && C::CONSUMERS <= 3, "the named barriers serve 1-3 consumers");
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES, WM = C::WM;
   constexpr int A_BYTES = C::A_BYTES, B_BYTES = C::B_BYTES, MI = WM / 64, HALF = BN / 2;
@@ -842,7 +901,8 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
   __syncthreads();
   const int tiles_m =
       C::GROUPED ? min(__ldg((const int*)groups), (M + BM - 1) / BM) : (M + BM - 1) / BM;
-  const int tiles_n = (N + BN - 1) / BN;
+  constexpr int BN_OUT = C::SWIGLU ? BN / 2 : BN;  // output columns a tile
+  const int tiles_n = (N + BN_OUT - 1) / BN_OUT;
   const int tiles = tiles_m * tiles_n * batches;
   const int units = tiles * C::SPLIT_K;
   const int kblocks = (K + BK - 1) / BK;
@@ -883,7 +943,11 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
             const u32 a_dst = sa + s * A_BYTES;
             const u32 b_dst = sb + s * B_BYTES;
             gemm_load<C, C::A_K_MAJOR, C::BM>(a_dst, map_a, full, kb, pm, za);
-            gemm_load<C, C::B_K_MAJOR, C::BN>(b_dst, map_b, full, kb, pn, zb);
+            if constexpr (C::SWIGLU) {
+              gemm_load_gated<C>(b_dst, map_b, full, kb, pn, zb, N);
+            } else {
+              gemm_load<C, C::B_K_MAJOR, C::BN>(b_dst, map_b, full, kb, pn, zb);
+            }
           }
         }
       }
