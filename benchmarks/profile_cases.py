@@ -138,6 +138,33 @@ def zoo_gemm_case(torch, epilogue: str, m: int, k: int, n: int, lead: tuple[int,
     return ir(m, k, n, epilogue, lead), inputs, reference
 
 
+def moe_case(torch, tokens: int = 4096):
+    """Issue 31's MoE experts layer (Mixtral's sizes, bf16, the routing given) as
+    ``gemm_bench --moe`` builds it, against transformers' eager loop over experts."""
+    import torch.nn.functional as F
+    from gemm_bench import MOE
+
+    d, f, n, k = 4096, 14336, 8, 2
+    x = torch.randn(tokens, d, device="cuda", dtype=torch.bfloat16)
+    picks = torch.rand(tokens, n, device="cuda").topk(k, dim=1)
+    weights, experts = torch.softmax(picks.values, dim=1), picks.indices.to(torch.int64)
+    gate_up = (torch.randn(n, 2 * f, d, device="cuda") / d**0.5).to(torch.bfloat16)
+    down = (torch.randn(n, d, f, device="cuda") / f**0.5).to(torch.bfloat16)
+
+    def loop(x, weights, experts, gate_up, down):
+        out = torch.zeros_like(x)
+        mask = F.one_hot(experts.long(), num_classes=n).permute(2, 1, 0)
+        for e in range(n):
+            slot, token = torch.where(mask[e])
+            h = F.linear(x[token], gate_up[e])
+            y = F.linear(F.silu(h[:, :f]) * h[:, f:], down[e]) * weights[token, slot, None]
+            out.index_add_(0, token, y.to(out.dtype))
+        return out
+
+    text = MOE.format(t=tokens, d=d, f=f, f2=2 * f, n=n, k=k)
+    return text, (x, weights, experts, gate_up, down), loop
+
+
 def vit_attention_case(torch):
     """ViT-B/16 batch 32's attention: 384 (batch, head) pairs of 197 tokens, head size 64."""
     import torch.nn.functional as F
@@ -185,6 +212,8 @@ CASES = {
     "vit-mlp-down": lambda t: zoo_gemm_case(t, "bias+residual", 6304, 3072, 768),
     "vit-proj": lambda t: zoo_gemm_case(t, "bias+residual", 6304, 768, 768),
     "conv-1x1": conv_1x1_case,
+    "moe": moe_case,
+    "moe-decode": lambda t: moe_case(t, 8),
     # batch-1 transformer GEMMs (BERT-base / GPT-2 at 128 tokens): the epilogue's cost at
     # the small-M tile (gemm-epilogue-ab-b1.md: 5.7 us without it, 9.4 with bias + GELU)
     "b1-up": lambda t: zoo_gemm_case(t, "bias+gelu", 128, 768, 3072),
