@@ -146,3 +146,27 @@ def test_the_grouped_gemms_build_with_wgmma():
     for spec in (kernel.specs[2], kernel.specs[3]):
         ptx = linked_ptx(spec)
         assert "wgmma.mma_async" in ptx and ".local" not in ptx
+
+
+def test_rows_max_bounds_every_routing_drawn():
+    """Any split of the P pairs among the experts fits the sorted rows' scratch: the groups
+    padded to whole tiles sum to at most ``rows_max`` (what the route kernel may write)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        st.integers(1, 300),
+        st.integers(1, 4),
+        st.integers(1, 16),
+        st.sampled_from([64, 128]),
+        st.randoms(use_true_random=False),
+    )
+    def check(tokens, k, experts, bm, rnd):
+        counts = [0] * experts
+        for _ in range(tokens * k):
+            counts[rnd.randrange(experts)] += 1
+        shape = MoeShape(tokens, 64, 64, experts, k, bm)
+        assert sum(-(-c // bm) * bm for c in counts) <= shape.rows_max
+
+    check()
