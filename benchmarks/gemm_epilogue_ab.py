@@ -170,10 +170,15 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--shapes", default="", help="comma-separated name prefixes")
     parser.add_argument("--set", choices=sorted(SETS), default="b32")
+    parser.add_argument("--variants", default="", help="comma-separated variant labels only")
+    parser.add_argument("--name", default="", help="the results' file name (default by set)")
     args = parser.parse_args()
     torch.manual_seed(0)
     wanted = [s for s in args.shapes.split(",") if s]
     shapes, variants = SETS[args.set]
+    if args.variants:
+        labels = args.variants.split(",")
+        variants = [v for v in variants if v[0] in labels]
     rows = []
     for name, m, k, n, shape_epilogue in shapes:
         if wanted and not any(name.startswith(w) for w in wanted):
@@ -203,6 +208,7 @@ def main() -> int:
     ]
     lines = head + table(rows, shapes)
     name = "gemm-epilogue-ab" if args.set == "b32" else f"gemm-epilogue-ab-{args.set}"
+    name = args.name or name
     write_results(args.out / name, rows, "\n".join(lines) + "\n", indent=1)
     print("\n".join(lines))
     return 0

@@ -465,3 +465,43 @@ def test_serialised_wgmma_fails_the_build() -> None:
     )
     assert _SERIALISED.search(log)
     assert not _SERIALISED.search("ptxas info    : Used 168 registers")
+
+
+def test_the_direct_epilogue_computes_first_unless_asked_otherwise(monkeypatch) -> None:
+    """``$FUSEC_GEMM_EPILOGUE_ORDER``: E over a block's accumulators, then the stores (the
+    default), or each pair's E then its store ("interleaved", the A/B switch)."""
+    spec = cpp.GemmSpec(TileConfig(64, 64, 64, 8, 1, 8))
+    assert "EPILOGUE_FIRST = 1," in spec.cpp_source()
+    monkeypatch.setenv(cpp.EPILOGUE_ORDER_ENV, "interleaved")
+    assert "EPILOGUE_FIRST = 0," in spec.cpp_source()
+    monkeypatch.setenv(cpp.EPILOGUE_ORDER_ENV, "last")
+    with pytest.raises(ValueError, match="expected 'first' or 'interleaved'"):
+        spec.cpp_source()
+
+
+@needs_toolchain
+def test_the_direct_epilogue_issues_its_loads_before_any_store(tmp_path) -> None:
+    """EPILOGUE_FIRST (a 64x64 tile's 32 accumulators a thread): every load of the bias +
+    GELU + residual epilogue comes before the first store, and nothing spills; interleaved,
+    a store stands between loads (what exposed each load's latency in turn)."""
+    from fusec.api import parse, run_pipeline
+    from fusec.targets.cuda.gemm import template
+
+    t = lambda *s: f"tensor<{'x'.join(map(str, s))}xf16>"  # noqa: E731
+    text = f"""func.func @f(%x: {t(128, 768)}, %w: {t(768, 768)}, %b: {t(768)}, %r: {t(128, 768)}) -> {t(128, 768)} {{
+  %0 = ai.matmul %x, %w : {t(128, 768)} * {t(768, 768)}
+  %1 = ai.bias_add %0, %b {{axis = 1 : i64}} : {t(128, 768)} * {t(768)}
+  %2 = ai.gelu %1 : {t(128, 768)}
+  %3 = ai.add %2, %r : {t(128, 768)} * {t(128, 768)}
+  return %3 : {t(128, 768)}
+}}"""  # noqa: E501
+    module = parse(text)
+    run_pipeline(module, "fusec-cuda")
+    (group,) = [op for op in module.walk() if getattr(op, "kind_name", None) == "matmul"]
+    spec = template.generate(group, "k0").specs[-1]
+    assert (spec.config.bm, spec.config.bn, spec.config.epilogue) == (64, 64, "direct")
+    sass = clean_sass(spec, tmp_path)
+    lines = sass.splitlines()
+    first_store = next(i for i, line in enumerate(lines) if re.search(r"\bSTG\.", line))
+    last_load = max(i for i, line in enumerate(lines) if re.search(r"\bLDG\.", line))
+    assert last_load < first_store  # (the producer's TMA loads, UTMALDG, come after both)

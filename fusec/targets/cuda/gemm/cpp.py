@@ -87,6 +87,7 @@ tf32. The quantization scales are the epilogue's (the template's plan).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from fusec.targets.cuda.epilogue import Epilogue
@@ -214,6 +215,28 @@ def grouped_problem(spec: GemmSpec) -> str | None:
     return None
 
 
+#: ``$FUSEC_GEMM_EPILOGUE_ORDER``: how the direct epilogue orders its work, "first" (the
+#: default: E over a 64-row block's accumulators, then the stores) or "interleaved" (each
+#: column pair's E, then its store: an A/B switch). Interleaved, no load of E can move above
+#: the previous store (the compiler cannot rule out that they alias), so each pays its
+#: latency in turn: 16 bias loads a thread of a 64x64 tile, one after another (the SASS of
+#: BERT-base's batch-1 MLP up + GELU), where the tile's main loop is ~12 K steps.
+EPILOGUE_ORDER_ENV = "FUSEC_GEMM_EPILOGUE_ORDER"
+#: accumulators a consumer thread has at most for "first": the one-consumer tiles of small
+#: problems (64x64, 64x128), one tile a block, where the loads' latency is all exposed; a
+#: 128x256 tile's 128 values and their inputs in flight at once spill (ptxas: 716 bytes for
+#: bias + GELU + residual), and large problems stage their epilogue (epi=smem) anyway
+FIRST_MAX_ACCUMULATORS = 32
+
+
+def epilogue_first() -> bool:
+    """``$FUSEC_GEMM_EPILOGUE_ORDER`` (validated: "first", the default, or "interleaved")."""
+    asked = os.environ.get(EPILOGUE_ORDER_ENV, "").strip().lower() or "first"
+    if asked not in ("first", "interleaved"):
+        raise ValueError(f"${EPILOGUE_ORDER_ENV}: {asked!r}, expected 'first' or 'interleaved'")
+    return asked == "first"
+
+
 def swiglu_problem(spec: GemmSpec) -> str | None:
     """Why ``spec`` cannot have the gated epilogue (``GemmSpec.swiglu``), or None."""
     c = spec.config
@@ -283,6 +306,7 @@ def _config(spec: GemmSpec) -> str:
         "SMEM_EPILOGUE": c.epilogue == "smem", "STAGED": _staged(spec),
         "LN_TILE": _ln_tile(spec), "FAST_MATH": _fast_math(spec), "PREFETCH": _prefetches(spec),
         "ROLLED": c.loop == "rolled", "GROUPED": spec.grouped, "SWIGLU": spec.swiglu,
+        "EPILOGUE_FIRST": epilogue_first() and c.acc_registers <= FIRST_MAX_ACCUMULATORS,
     }  # fmt: skip
     int_lines = enumerators([f"{k} = {v}" for k, v in ints.items()])
     flag_lines = enumerators([f"{k} = {int(v)}" for k, v in flags.items()])

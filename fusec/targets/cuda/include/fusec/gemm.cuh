@@ -373,6 +373,37 @@ static __device__ __forceinline__ void gemm_store_gated(const E& epi, float (&ac
   }
 }
 
+// The direct epilogue's stores of the values E left in the accumulators (EPILOGUE_FIRST):
+// bounds-checked pairs of adjacent columns, one 32/64-bit store when the row length is even.
+template <class C, int MI, int HALF>
+static __device__ __forceinline__ void gemm_store_computed(float (&acc)[MI][HALF], u64 out, int pm,
+                                                           int cw, int pn, int pz, int warp,
+                                                           int lane, int M, int N) {
+  using Out = typename C::Out;
+  const long long out_base = (long long)pz * M * N;
+  const bool pairs = (N % 2) == 0;
+#pragma unroll
+  for (int m = 0; m < MI; ++m) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = gemm_rows<C>(pm, cw) + m * 64 + warp * 16 + (lane / 4) + 8 * h;
+      if (row >= M) continue;
+      const long long row_base = out_base + (long long)row * N;
+#pragma unroll
+      for (int q = 0; q < C::BN / 8; ++q) {
+        const int col = pn * C::BN + q * 8 + 2 * (lane % 4);
+        if (col >= N) continue;
+        if (pairs) {
+          Out::st2((void*)out, row_base + col, FS_FRAG(m, q, 0), FS_FRAG(m, q, 1));
+        } else {
+          Out::st((void*)out, row_base + col, FS_FRAG(m, q, 0));
+          if (col + 1 < N) Out::st((void*)out, row_base + col + 1, FS_FRAG(m, q, 1));
+        }
+      }
+    }
+  }
+}
+
 // The direct epilogue: accumulators -> E -> bounds-checked stores of pairs of adjacent
 // columns (one 32/64-bit store when the row length is even). Accumulator j of m64 block m
 // holds row 16 warp + lane/4 + 8 ((j/2)%2) and column 8 (j/4) + 2 (lane%4) + j%2 of it.
@@ -390,7 +421,19 @@ static __device__ __forceinline__ void gemm_store(const E& epi, float (&acc)[MI]
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = gemm_rows<C>(pm, cw) + m * 64 + warp * 16 + (lane / 4) + 8 * h;
-      if constexpr (C::SOFTMAX == SOFTMAX_NONE) {
+      if constexpr (C::SOFTMAX == SOFTMAX_NONE && C::EPILOGUE_FIRST) {
+        // E over the 64-row block's fragments first (gemm_store_computed stores them), with
+        // no branch: outside the matrix E reads the last row's or column's inputs (values
+        // never stored), so that its loads are issued together instead of each behind the
+        // previous store or bounds check
+        const int r_in = min(row, M - 1);
+#pragma unroll
+        for (int q = 0; q < BN / 8; ++q) {
+          const int col = pn * BN + q * 8 + 2 * (lane % 4);
+          FS_FRAG(m, q, 0) = epi(FS_FRAG(m, q, 0), r_in, min(col, N - 1), pz, ln_cols, ln_rows);
+          FS_FRAG(m, q, 1) = epi(FS_FRAG(m, q, 1), r_in, min(col + 1, N - 1), pz, ln_cols, ln_rows);
+        }
+      } else if constexpr (C::SOFTMAX == SOFTMAX_NONE) {
         if (row < M) {
           const long long row_base = out_base + (long long)row * N;
 #pragma unroll
@@ -465,6 +508,9 @@ static __device__ __forceinline__ void gemm_store(const E& epi, float (&acc)[MI]
         }
       }
     }
+  }
+  if constexpr (C::SOFTMAX == SOFTMAX_NONE && C::EPILOGUE_FIRST) {
+    gemm_store_computed<C>(acc, out, pm, cw, pn, pz, warp, lane, M, N);
   }
 }
 
