@@ -628,6 +628,7 @@ def moe_cases(bench, rows: list[dict], out: str) -> None:
         return x, torch.softmax(picks.values, dim=1), picks.indices.to(torch.int64)
 
     x, weights, experts = routed(t)
+    dx, dw, de = routed(8)  # decode's, made before any capture (see `dense`)
 
     def loop(x, weights, experts, gate_up, down):  # transformers' eager MixtralExperts
         out = torch.zeros_like(x)
@@ -655,7 +656,6 @@ def moe_cases(bench, rows: list[dict], out: str) -> None:
     bench(f"MoE experts {t} tokens, top-{k} of {n}, {d}x{f} bf16", text,
           (x, weights, experts, gate_up, down), loop, flops, exact=exact)  # fmt: skip
     # decode: 8 tokens, so that each expert's weights are read for a few rows (HBM-bound)
-    dx, dw, de = routed(8)
     text = MOE.format(t=8, d=d, f=f, f2=2 * f, n=n, k=k)
     bench(f"MoE experts 8 tokens (decode), top-{k} of {n}, {d}x{f} bf16", text,
           (dx, dw, de, gate_up, down), loop, 2.0 * 8 * k * 3 * f * d, exact=exact)  # fmt: skip

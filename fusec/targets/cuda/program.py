@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 from fusec.codegen import KernelSource
 from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
-from fusec.ir.dtypes import element_type_of
+from fusec.ir.dtypes import element_type, element_type_of
 from fusec.ir.tensors import TensorSpec
 from fusec.runtime.launch import nvtx_range
 from fusec.targets.cuda.adapters import (
@@ -45,6 +46,18 @@ from fusec.targets.cuda.streams import (
     explicit_handle,
     stream_ptr,
 )
+
+#: Bytes of arguments a launch at most for a call to go through the program's CUDA graph
+#: (``CudaProgram._copies_pay``): a replay copies every argument into the graph's static
+#: inputs, at ~2 TB/s (read and write), where the graph saves a few microseconds a launch:
+#: 4 MB a launch is ~2 us of copying
+GRAPH_BYTES_PER_LAUNCH = 4 << 20
+
+
+def graph_copies_pay(argument_bytes: int, launches: int) -> bool:
+    """Whether a graph replay's copies of ``argument_bytes`` of arguments cost less than
+    the ``launches`` it saves (``GRAPH_BYTES_PER_LAUNCH``)."""
+    return argument_bytes <= GRAPH_BYTES_PER_LAUNCH * max(1, launches)
 
 
 class CudaBackend:
@@ -237,6 +250,7 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
     ) -> None:
         super().__init__(module, entry, "cuda", cache)
         self._specs = [spec_of(p) for p in self.function.function_type.inputs.data]
+        self._argument_bytes: int | None = None
         self._name = self.function.sym_name.data
         self._constants: dict[int, _Buffer] = {}
         self._keep: list | None = None  # set while capturing: every buffer stays alive
@@ -322,8 +336,22 @@ class CudaProgram(_program_base()):  # type: ignore[misc]
             and self._keep is None
             and not adapter.simulated
             and not self._torch_groups
+            and self._copies_pay()
             and graphs_enabled()
         )
+
+    def _copies_pay(self) -> bool:
+        """Whether a replay's copies of the arguments into the graph's static inputs cost
+        less than the launches the graph saves: at most ``GRAPH_BYTES_PER_LAUNCH`` bytes of
+        arguments per launch. An MoE layer called with its expert weights as arguments
+        (1.4 GB for Mixtral's) copied them every call: 1.9 of 5.9 ms on an H100 (profile
+        of ``gemm_bench --moe``'s layer, 5 launches); a model's weights are constants, its
+        arguments the activations (ResNet-50 at batch 32: 9.6 MB for 56 launches)."""
+        if self._argument_bytes is None:
+            self._argument_bytes = sum(
+                math.prod(spec.shape) * element_type(spec.dtype).itemsize for spec in self._specs
+            )
+        return graph_copies_pay(self._argument_bytes, len(self.launches))
 
     def _keeping(self, buffers: list | None) -> None:
         """Keep every buffer of the calls that follow alive in ``buffers`` (None: stop)."""

@@ -245,3 +245,14 @@ def test_the_rehearsal_waits_for_the_static_inputs() -> None:
 
     capture._rehearse(run, [], adapter, None, [])
     assert log[:2] == ["synchronize", "run"]
+
+
+def test_a_call_whose_argument_copies_cost_more_than_its_launches_is_not_graphed() -> None:
+    """A replay copies the arguments into the graph's static inputs: an MoE layer called
+    with its 1.4 GB of expert weights (5 launches) runs launch by launch; a model's
+    activations (ResNet-50 at batch 32: 9.6 MB for 56 launches) go through the graph."""
+    from fusec.targets.cuda.program import graph_copies_pay
+
+    assert not graph_copies_pay(1_400_000_000, 5)
+    assert graph_copies_pay(32 * 3 * 224 * 224 * 2, 56)
+    assert graph_copies_pay(0, 0)

@@ -160,3 +160,16 @@ def test_maps_missed_while_recording_are_no_nodes_of_the_graph(monkeypatch) -> N
     for arrays, result in zip(calls, results, strict=True):
         (ref,) = run_reference(compiled.module, arrays, rounding="groups")
         assert_close(result.float().cpu().numpy(), ref.astype(np.float32), "f16")
+
+
+def test_arguments_that_outweigh_the_launches_run_launch_by_launch() -> None:
+    """An elementwise program of 16 MB of arguments for one launch: a replay would copy
+    them all into the graph's inputs (``program.graph_copies_pay``), so no graph."""
+    torch = pytest.importorskip("torch")
+    import fusec
+
+    compiled = fusec.compile(pointwise_broadcast(4096, 2048, "f16"), target="cuda")
+    for seed in range(3):
+        compiled(*_torch_args(torch, random_inputs(compiled.module, seed)))
+    torch.cuda.synchronize()
+    assert not compiled._runner.graphs.recorded
