@@ -141,8 +141,7 @@ def zoo_gemm_case(torch, epilogue: str, m: int, k: int, n: int, lead: tuple[int,
 def moe_case(torch, tokens: int = 4096):
     """Issue 31's MoE experts layer (Mixtral's sizes, bf16, the routing given) as
     ``gemm_bench --moe`` builds it, against transformers' eager loop over experts."""
-    import torch.nn.functional as F
-    from gemm_bench import MOE
+    from gemm_bench import MOE, mixtral_loop
 
     d, f, n, k = 4096, 14336, 8, 2
     x = torch.randn(tokens, d, device="cuda", dtype=torch.bfloat16)
@@ -151,15 +150,7 @@ def moe_case(torch, tokens: int = 4096):
     gate_up = (torch.randn(n, 2 * f, d, device="cuda") / d**0.5).to(torch.bfloat16)
     down = (torch.randn(n, d, f, device="cuda") / f**0.5).to(torch.bfloat16)
 
-    def loop(x, weights, experts, gate_up, down):
-        out = torch.zeros_like(x)
-        mask = F.one_hot(experts.long(), num_classes=n).permute(2, 1, 0)
-        for e in range(n):
-            slot, token = torch.where(mask[e])
-            h = F.linear(x[token], gate_up[e])
-            y = F.linear(F.silu(h[:, :f]) * h[:, f:], down[e]) * weights[token, slot, None]
-            out.index_add_(0, token, y.to(out.dtype))
-        return out
+    loop = mixtral_loop(n, f)
 
     text = MOE.format(t=tokens, d=d, f=f, f2=2 * f, n=n, k=k)
     return text, (x, weights, experts, gate_up, down), loop

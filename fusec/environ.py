@@ -31,3 +31,14 @@ def getenv(name: str, default: str = "") -> str:
         return os.environ.get(name, default)
     value = _DATA.get(_key(name))
     return default if value is None else os.fsdecode(value)
+
+
+def switch(name: str, choices: tuple[str, ...]) -> str:
+    """The value of the A/B switch ``$name``: one of ``choices`` (case and surrounding
+    blanks ignored), the first when unset or empty; a ValueError that names the variable,
+    the value and the choices otherwise."""
+    asked = os.environ.get(name, "").strip().lower() or choices[0]
+    if asked not in choices:
+        allowed = " or ".join(repr(c) for c in choices)
+        raise ValueError(f"${name}: {asked!r}, expected {allowed}")
+    return asked

@@ -25,3 +25,16 @@ def test_getenv_sees_every_change_made_through_os_environ(monkeypatch, value):
 def test_the_fast_path_is_taken_on_posix():
     if os.name == "posix":
         assert environ._DATA is not None
+
+
+def test_a_switch_takes_its_first_choice_by_default_and_refuses_others(monkeypatch) -> None:
+    from fusec.environ import switch
+
+    monkeypatch.delenv("FUSEC_TEST_SWITCH", raising=False)
+    assert switch("FUSEC_TEST_SWITCH", ("on", "off")) == "on"
+    monkeypatch.setenv("FUSEC_TEST_SWITCH", " OFF ")
+    assert switch("FUSEC_TEST_SWITCH", ("on", "off")) == "off"
+    monkeypatch.setenv("FUSEC_TEST_SWITCH", "sometimes")
+    expected = r"\$FUSEC_TEST_SWITCH: 'sometimes', expected 'on' or 'off'"
+    with pytest.raises(ValueError, match=expected):
+        switch("FUSEC_TEST_SWITCH", ("on", "off"))

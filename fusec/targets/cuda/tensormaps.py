@@ -365,6 +365,13 @@ class LoadedKernel:
             raise FusecError(f"CUDA driver error {int(err)} ({err}) launching a fusec kernel")
 
 
+def allocate(sizes: dict[str, int]) -> dict[str, int]:
+    """Device buffers of ``sizes`` bytes (16 at least), by name: a launcher's scratch for one
+    stream (kept for the launcher's life; the stream orders the calls that share them)."""
+    drv = driver()
+    return {name: int(_check(drv.cuMemAlloc(max(size, 16)))) for name, size in sizes.items()}
+
+
 def parameter_block(u64s: Any, i32s: Any) -> tuple[int, tuple]:
     """(address of the void* array cuLaunchKernel reads, the ctypes objects to keep alive)."""
     values = [ctypes.c_uint64(v) for v in u64s] + [ctypes.c_int32(v) for v in i32s]

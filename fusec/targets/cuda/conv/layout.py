@@ -61,7 +61,6 @@ is ordinary ``ai`` IR, so the reference executor runs it as it is.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -83,6 +82,7 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.views import ComposeTransposes, at_function_level
+from fusec.environ import switch
 from fusec.ir.constants import constant_value, dense_constant
 from fusec.passes.channels_last import Free, relayout_block, transpose_copy
 from fusec.passes.fusion.outline import retyped_group
@@ -108,10 +108,7 @@ DEPTHWISE_DTYPES = ("f16", "bf16")
 
 def depthwise_from_env() -> str:
     """``$FUSEC_CONV_DEPTHWISE`` (validated: "", "nchw" or "nhwc"; "" is "nhwc")."""
-    asked = os.environ.get(DEPTHWISE_ENV, "").strip().lower() or "nhwc"
-    if asked not in ("nhwc", "nchw"):
-        raise ValueError(f"${DEPTHWISE_ENV}: {asked!r}, expected 'nhwc' or 'nchw'")
-    return asked
+    return switch(DEPTHWISE_ENV, ("nhwc", "nchw"))
 
 
 #: "nhwc": a relaid conv group reads its residual (an epilogue input of the output's
@@ -125,10 +122,7 @@ RESIDUAL_ENV = "FUSEC_CONV_RESIDUAL"
 
 def residual_from_env() -> str:
     """``$FUSEC_CONV_RESIDUAL`` (validated: "", "nchw" or "nhwc"; "" is "nhwc")."""
-    asked = os.environ.get(RESIDUAL_ENV, "").strip().lower() or "nhwc"
-    if asked not in ("nhwc", "nchw"):
-        raise ValueError(f"${RESIDUAL_ENV}: {asked!r}, expected 'nhwc' or 'nchw'")
-    return asked
+    return switch(RESIDUAL_ENV, ("nhwc", "nchw"))
 
 
 def residual_inputs(group: ai.FusedOp, p: ConvPlan) -> tuple[int, ...]:
@@ -146,10 +140,7 @@ def residual_inputs(group: ai.FusedOp, p: ConvPlan) -> tuple[int, ...]:
 
 def handoff_from_env() -> str:
     """``$FUSEC_CONV_HANDOFF`` (validated: "", "off" or "nhwc"; "" is "nhwc")."""
-    asked = os.environ.get(HANDOFF_ENV, "").strip().lower() or "nhwc"
-    if asked not in HANDOFFS:
-        raise ValueError(f"${HANDOFF_ENV}: {asked!r}, expected 'off' or 'nhwc'")
-    return asked
+    return switch(HANDOFF_ENV, HANDOFFS)
 
 
 def channels_last_plan(fused_op: ai.FusedOp) -> ConvPlan | None:

@@ -49,13 +49,13 @@ from fusec.codegen.expr import (
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.shapes import conv2d_padding
+from fusec.environ import switch
 from fusec.ir.module import precision_of
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import as_packed, body_ops, integer_values, kernel_name, yielded
 from fusec.targets.cuda.conv import gemv
 from fusec.targets.cuda.conv.config import ConvGeometry, ConvTile, choose_tile
 from fusec.targets.cuda.conv.cpp import (
-    EPILOGUE_LOADS,
     INPUTS,
     ConvSpec,
     DirectConvSpec,
@@ -342,9 +342,7 @@ def input_for(geo: ConvGeometry) -> tuple[str, str | None]:
     "nchw" or "nchw-ld" where ``nchw_input_problem`` allows it, else the channels-last
     copy) and, when the in-place read was asked for but cannot serve ``geo``, what and
     why (validated words and ``nchw_input_problem``'s text, never the raw variable)."""
-    asked = os.environ.get(INPUT_ENV, "").strip().lower() or "nhwc"
-    if asked not in INPUTS:
-        raise ValueError(f"${INPUT_ENV}: {asked!r}, expected one of {INPUTS}")
+    asked = switch(INPUT_ENV, INPUTS)
     if asked == "nhwc":
         return "nhwc", None
     why = nchw_input_problem(geo, tma=asked == "nchw")
@@ -354,10 +352,7 @@ def input_for(geo: ConvGeometry) -> tuple[str, str | None]:
 def few_channels_mode() -> str:
     """``$FUSEC_CONV_FEW_CHANNELS`` (validated: "im2col", the default, "implicit" or
     "direct")."""
-    asked = os.environ.get(FEW_CHANNELS_ENV, "").strip().lower() or "im2col"
-    if asked not in FEW_CHANNELS:
-        raise ValueError(f"${FEW_CHANNELS_ENV}: {asked!r}, expected one of {FEW_CHANNELS}")
-    return asked
+    return switch(FEW_CHANNELS_ENV, FEW_CHANNELS)
 
 
 def im2col_for(p: ConvPlan) -> bool:
@@ -374,10 +369,7 @@ def im2col_for(p: ConvPlan) -> bool:
 
 def epilogue_loads_for() -> str:
     """``$FUSEC_CONV_EPILOGUE`` (an A/B switch: "early", the default, or "inline")."""
-    asked = os.environ.get(EPILOGUE_ENV, "").strip().lower() or "early"
-    if asked not in EPILOGUE_LOADS:
-        raise ValueError(f"${EPILOGUE_ENV}: {asked!r}, expected one of {EPILOGUE_LOADS}")
-    return asked
+    return switch(EPILOGUE_ENV, ("early", "inline"))
 
 
 #: the layout of a depthwise group the ``channels-last`` pass relaid (NHWC in and out)
@@ -445,10 +437,7 @@ GEMV_ENV = "FUSEC_CONV_GEMV"
 
 def gemv_enabled() -> bool:
     """``$FUSEC_CONV_GEMV`` (validated: "on", the default, or "off")."""
-    asked = os.environ.get(GEMV_ENV, "").strip().lower() or "on"
-    if asked not in ("on", "off"):
-        raise ValueError(f"${GEMV_ENV}: {asked!r}, expected 'on' or 'off'")
-    return asked == "on"
+    return switch(GEMV_ENV, ("on", "off")) == "on"
 
 
 def route(p: ConvPlan) -> str:

@@ -204,10 +204,6 @@ class MoeLaunch:
     def _scratch(self, stream: int) -> dict[str, int]:
         buffers = self.scratch.get(stream)
         if buffers is None:
-            drv = tensormaps.driver()
-            buffers = {
-                name: int(tensormaps._check(drv.cuMemAlloc(max(size, 16))))
-                for name, size in self.shape.scratch_bytes(self.gemm_specs["up"].swiglu).items()
-            }
-            self.scratch[stream] = buffers
+            sizes = self.shape.scratch_bytes(self.gemm_specs["up"].swiglu)
+            buffers = self.scratch[stream] = tensormaps.allocate(sizes)
         return buffers

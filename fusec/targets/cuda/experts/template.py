@@ -10,7 +10,6 @@ k times the work) with the plan's reason in its header and ``--remarks``.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from xdsl.ir import SSAValue
@@ -18,6 +17,7 @@ from xdsl.ir import SSAValue
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import header
 from fusec.dialect import ops as ai
+from fusec.environ import switch
 from fusec.ir.tensors import spec_of
 from fusec.targets.cuda import torch_fallback
 from fusec.targets.cuda.caps import H200
@@ -48,10 +48,7 @@ SWIGLU_ENV = "FUSEC_MOE_SWIGLU"
 
 def swiglu_in_epilogue() -> bool:
     """``$FUSEC_MOE_SWIGLU`` (validated: "epilogue", the default, or "kernel")."""
-    asked = os.environ.get(SWIGLU_ENV, "").strip().lower() or "epilogue"
-    if asked not in ("epilogue", "kernel"):
-        raise ValueError(f"${SWIGLU_ENV}: {asked!r}, expected 'epilogue' or 'kernel'")
-    return asked == "epilogue"
+    return switch(SWIGLU_ENV, ("epilogue", "kernel")) == "epilogue"
 
 
 #: the down projection scales each row by its pair's routing weight (f32, by row)

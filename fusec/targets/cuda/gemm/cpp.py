@@ -87,9 +87,9 @@ tf32. The quantization scales are the epilogue's (the template's plan).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
+from fusec.environ import switch
 from fusec.targets.cuda.epilogue import Epilogue
 from fusec.targets.cuda.gemm.config import TileConfig, Variant
 from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
@@ -231,10 +231,7 @@ FIRST_MAX_ACCUMULATORS = 32
 
 def epilogue_first() -> bool:
     """``$FUSEC_GEMM_EPILOGUE_ORDER`` (validated: "first", the default, or "interleaved")."""
-    asked = os.environ.get(EPILOGUE_ORDER_ENV, "").strip().lower() or "first"
-    if asked not in ("first", "interleaved"):
-        raise ValueError(f"${EPILOGUE_ORDER_ENV}: {asked!r}, expected 'first' or 'interleaved'")
-    return asked == "first"
+    return switch(EPILOGUE_ORDER_ENV, ("first", "interleaved")) == "first"
 
 
 def swiglu_problem(spec: GemmSpec) -> str | None:

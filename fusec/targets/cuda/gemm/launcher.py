@@ -277,10 +277,5 @@ class GemmLaunch:
     def _scratch(self, stream: int) -> dict[str, int]:
         buffers = self.scratch.get(stream)
         if buffers is None:
-            drv = tensormaps.driver()
-            buffers = {
-                name: int(tensormaps._check(drv.cuMemAlloc(max(size, 16))))
-                for name, size in self.scratch_bytes().items()
-            }
-            self.scratch[stream] = buffers
+            buffers = self.scratch[stream] = tensormaps.allocate(self.scratch_bytes())
         return buffers

@@ -331,6 +331,19 @@ static __device__ __forceinline__ void gemm_softmax_stats(const E& epi, float (&
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
 }
 
+// Stores y0, y1 at columns col, col + 1 of a row at i (col < N): one 32/64-bit store when
+// the row length is even (pairs), else one each, the second only inside the row.
+template <class Out>
+static __device__ __forceinline__ void gemm_store_pair(u64 out, long long i, int col, int N,
+                                                       bool pairs, float y0, float y1) {
+  if (pairs) {
+    Out::st2((void*)out, i, y0, y1);
+  } else {
+    Out::st((void*)out, i, y0);
+    if (col + 1 < N) Out::st((void*)out, i + 1, y1);
+  }
+}
+
 // The gated direct epilogue (C::SWIGLU, a mixture of experts' gate/up projection): the
 // block tile's BN columns are BN / 2 gate columns, then the same BN / 2 columns' up values
 // (the producer loads the two halves of B, gemm_load_gated), so the thread holding gate
@@ -359,15 +372,10 @@ static __device__ __forceinline__ void gemm_store_gated(const E& epi, float (&ac
         const int col = pn * COLS + q * 8 + 2 * (lane % 4);
         if (col >= N) continue;
         const float h0 = gemm_silu_mul(FS_FRAG(m, q, 0), FS_FRAG(m, q + COLS / 8, 0));
-        const float y0 = epi(h0, row, col, pz, 0u, 0u);
         const float h1 = gemm_silu_mul(FS_FRAG(m, q, 1), FS_FRAG(m, q + COLS / 8, 1));
-        if (pairs) {
-          Out::st2((void*)out, row_base + col, y0, epi(h1, row, col + 1, pz, 0u, 0u));
-        } else {
-          Out::st((void*)out, row_base + col, y0);
-          if (col + 1 < N)
-            Out::st((void*)out, row_base + col + 1, epi(h1, row, col + 1, pz, 0u, 0u));
-        }
+        const float y0 = epi(h0, row, col, pz, 0u, 0u);
+        const float y1 = epi(h1, row, min(col + 1, N - 1), pz, 0u, 0u);  // (inside the row)
+        gemm_store_pair<Out>(out, row_base + col, col, N, pairs, y0, y1);
       }
     }
   }
@@ -392,12 +400,9 @@ static __device__ __forceinline__ void gemm_store_computed(float (&acc)[MI][HALF
 #pragma unroll
       for (int q = 0; q < C::BN / 8; ++q) {
         const int col = pn * C::BN + q * 8 + 2 * (lane % 4);
-        if (col >= N) continue;
-        if (pairs) {
-          Out::st2((void*)out, row_base + col, FS_FRAG(m, q, 0), FS_FRAG(m, q, 1));
-        } else {
-          Out::st((void*)out, row_base + col, FS_FRAG(m, q, 0));
-          if (col + 1 < N) Out::st((void*)out, row_base + col + 1, FS_FRAG(m, q, 1));
+        if (col < N) {
+          gemm_store_pair<Out>(out, row_base + col, col, N, pairs, FS_FRAG(m, q, 0),
+                               FS_FRAG(m, q, 1));
         }
       }
     }
@@ -469,12 +474,8 @@ static __device__ __forceinline__ void gemm_store(const E& epi, float (&acc)[MI]
           for (int q = 0; q < BN / 8; ++q) {
             const int col = pn * BN + q * 8 + 2 * (lane % 4);
             if (col < N) {
-              if (pairs) {
-                Out::st2((void*)out, row_base + col, FS_FRAG(m, q, 0), FS_FRAG(m, q, 1));
-              } else {
-                Out::st((void*)out, row_base + col, FS_FRAG(m, q, 0));
-                if (col + 1 < N) Out::st((void*)out, row_base + col + 1, FS_FRAG(m, q, 1));
-              }
+              gemm_store_pair<Out>(out, row_base + col, col, N, pairs, FS_FRAG(m, q, 0),
+                                   FS_FRAG(m, q, 1));
             }
           }
         }
