@@ -298,6 +298,7 @@ def smoke_profile() -> runner.SmokeResult:
     import conv_attn_bench as conv
     import gemm_bench as g
     import gemm_variants_bench as v
+    from gemm_split_k_ab import ir
 
     # profile_cases.py's cases at their sizes (their IR texts; the inputs need torch)
     m, k, n = 8192, 1024, 4096
@@ -314,6 +315,11 @@ def smoke_profile() -> runner.SmokeResult:
         ("conv", conv.CONV),
         ("conv-1x1", conv.POINTWISE),
         ("resnet", conv.RESNET),
+        ("b1-up", ir(128, 768, 3072, "bias+gelu")),
+        ("b1-up-plain", ir(128, 768, 3072, "")),
+        ("b1-out", ir(128, 768, 768, "bias+residual")),
+        ("moe", g.MOE.format(t=4096, d=4096, f=14336, f2=2 * 14336, n=8, k=2)),
+        ("moe-decode", g.MOE.format(t=8, d=4096, f=14336, f2=2 * 14336, n=8, k=2)),
     ]
     return CUDA_COLUMNS, [cuda_row(name, text) for name, text in cases]
 
