@@ -115,9 +115,10 @@ def moe_experts(torch: Any, x: Any, weights: Any, experts: Any, gate_up: Any, do
     counts read back), so it runs on the caller's stream and inside a CUDA graph. The
     products in x's type (cuBLAS, float32 accumulation; f32 in IEEE f32), the SwiGLU and
     the weighted sum in float32, h rounded to x's type as the reference rounds it. What
-    the cuda target runs until its grouped-GEMM kernel exists. Indices count from the end
-    when negative; one out of range selects no expert (a GPU kernel raises no error: the
-    reference and the cpu kernel report it)."""
+    the cuda target runs for the layers its grouped-GEMM kernel does not take (f32, which
+    keeps IEEE maths; rows not 16-byte aligned: ``experts.template.plan``). Indices count
+    from the end when negative; one out of range selects no expert, as in that kernel (a
+    GPU kernel raises no error: the reference and the cpu kernel report it)."""
     count, hidden = gate_up.shape[0], gate_up.shape[1] // 2
     half = x.dtype != torch.float32
 
