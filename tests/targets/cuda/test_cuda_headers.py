@@ -88,6 +88,13 @@ extern "C" __global__ void probe(u64 ws, u64 counters, float* out, int kblocks) 
   if (fs_split_reduce<4, 128>(acc, ws, counters, t, blockIdx.x % 4, threadIdx.x, kb0 == kb1, 10))
     out[threadIdx.x] = acc[0][threadIdx.x % 8] + fs_ld_cg4f((const float4*)out).x;
 }""",
+    "fusec/gemm_layernorm.cuh": """
+extern "C" __global__ void probe(const void* x, const void* w, float* out) {
+  const int col = threadIdx.x;
+  const float exact = fusec::gemm_ln_exact<fusec::F16, 1>(x, w, 1, col, 64, 128, 0.5f, 2.f);
+  const float folded = fusec::gemm_ln_exact<fusec::BF16, 0>(x, w, 0, col, 64, 128, 0.f, 1.f);
+  out[threadIdx.x] = fusec::gemm_ln_inexact(exact, 0.5f, 2.0f) ? exact : folded;
+}""",
     "fusec/reduce.cuh": """
 extern "C" __global__ void probe(float* out) {
   const float s = fs_warp_sum(out[threadIdx.x]);
