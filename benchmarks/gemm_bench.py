@@ -663,6 +663,13 @@ def moe_cases(bench, rows: list[dict], out: str) -> None:
     text = MOE.format(t=t, d=d, f=f, f2=2 * f, n=n, k=k)
     bench(f"MoE experts {t} tokens, top-{k} of {n}, {d}x{f} bf16", text,
           (x, weights, experts, gate_up, down), loop, flops)  # fmt: skip
+    # the A/B of the SwiGLU's place: its own kernel after a gate/up GEMM that stores both
+    import os
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, {"FUSEC_MOE_SWIGLU": "kernel"}):
+        bench(f"MoE experts {t} tokens, SwiGLU kernel (FUSEC_MOE_SWIGLU=kernel)", text,
+              (x, weights, experts, gate_up, down), loop, flops, compile_fn=False)  # fmt: skip
     # decode: 8 tokens, so that each expert's weights are read for a few rows (HBM-bound)
     text = MOE.format(t=8, d=d, f=f, f2=2 * f, n=n, k=k)
     bench(f"MoE experts 8 tokens (decode), top-{k} of {n}, {d}x{f} bf16", text,
