@@ -1,5 +1,6 @@
-"""``MoeLaunch``: what a generated experts module calls: the six launches of the layer
-(the package docstring) on the caller's stream, with their scratch per stream."""
+"""``MoeLaunch``: what a generated experts module calls: the five launches of the layer (six
+with the SwiGLU kernel; the package docstring) on the caller's stream, with their scratch
+per stream."""
 
 from __future__ import annotations
 
@@ -57,10 +58,10 @@ class MoeShape:
 
 
 class MoeLaunch:
-    """One experts group: the four light kernels' specs, the two grouped GEMMs' and the
-    layer's sizes. Cubins are built (or read from the cache) on the first call; the
-    launches of one (stream, addresses) key are prepared once (parameter blocks, tensor
-    maps) and queued as they are on later calls."""
+    """One experts group: the light kernels' specs (three, four with the SwiGLU kernel), the
+    two grouped GEMMs' and the layer's sizes. Cubins are built (or read from the cache) on
+    the first call; the launches of one (stream, addresses) key are prepared once
+    (parameter blocks, tensor maps) and queued as they are on later calls."""
 
     what = "MoE"
 
