@@ -37,7 +37,7 @@ def switch(name: str, choices: tuple[str, ...]) -> str:
     """The value of the A/B switch ``$name``: one of ``choices`` (case and surrounding
     blanks ignored), the first when unset or empty; a ValueError that names the variable,
     the value and the choices otherwise."""
-    asked = os.environ.get(name, "").strip().lower() or choices[0]
+    asked = getenv(name).strip().lower() or choices[0]
     if asked not in choices:
         allowed = " or ".join(repr(c) for c in choices)
         raise ValueError(f"${name}: {asked!r}, expected {allowed}")

@@ -103,11 +103,15 @@ def linked_kernel_source(
     spec: Any,
     launch_args: str = "stream, sms",
     tail: tuple[str, ...] = (),
+    more_specs: tuple = (),
 ) -> KernelSource:
     """The kernel module of a group run by the launcher object ``var`` (a ``launcher``),
     which ``lines`` (header, imports, construction) define: then ``launch``, ``LINKED``,
-    ``KERNELS`` and ``tail``; ``spec``'s C++ travels with it."""
+    ``KERNELS`` and ``tail``; the C++ of ``spec`` and of ``more_specs`` (a launcher of
+    several linked kernels, in launch order after ``spec``) travels with it."""
     inputs = ", ".join(f"in{k}" for k in range(len(fused_op.inputs)))
+    cubins = f"{1 + len(more_specs)} linked cubins" if more_specs else "a linked cubin"
+    names = ", ".join(s.function_name for s in (spec, *more_specs))
     source = "\n".join(
         [
             *lines,
@@ -119,13 +123,14 @@ def linked_kernel_source(
             "",
             f"LINKED = {var}  # the runtime launches it by address ({var}.direct)",
             "",
-            f"KERNELS = []  # a linked cubin, launched by {launcher} ({spec.function_name})",
+            f"KERNELS = []  # {cubins}, launched by {launcher} ({names})",
             *tail,
             "",
         ]
     )
     ins, outs = io_specs(fused_op)
-    cpp = (("cuda-c++", spec.cpp_source()),)
+    specs = (spec, *more_specs)
+    cpp = tuple(("cuda-c++", s.cpp_source()) for s in specs)
     return KernelSource(
-        name, kind, "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp, specs=(spec,)
+        name, kind, "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp, specs=specs
     )

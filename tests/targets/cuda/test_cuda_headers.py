@@ -26,6 +26,7 @@ extern "C" __global__ void probe(const void* x, void* y) {
   fs_st_f16(y, 2, fs_ld_f32(x, 2) * L2E);
   fusec::E4M3::st2(y, 6, fusec::E4M3::ld(x, 3), fusec::E5M2::ld(x, 4));
   fusec::E5M2::st(y, 8, (float)(fusec::E4M3::BYTES + fusec::E5M2::IS_E5M2));
+  fs_st_f32(y, 5, fs_silu_mul(fs_ld_f32(x, 5), lo));
 }""",
     "fusec/barrier.cuh": """
 extern "C" __global__ void probe(int parity) {

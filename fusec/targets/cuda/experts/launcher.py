@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fusec.targets.cuda import tensormaps
-from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.experts.cpp import THREADS, MoeKernelSpec
 from fusec.targets.cuda.gemm import cpp, host
-from fusec.targets.cuda.linked import device_address
+from fusec.targets.cuda.linked import LinkedLaunch
 
 #: the op's operands, in order (``MoeLaunch.order`` maps them to the group's inputs)
 X, WEIGHTS, EXPERTS, GATE_UP, DOWN = range(5)
@@ -57,11 +56,13 @@ class MoeShape:
         }
 
 
-class MoeLaunch:
+class MoeLaunch(LinkedLaunch):
     """One experts group: the light kernels' specs (three, four with the SwiGLU kernel), the
     two grouped GEMMs' and the layer's sizes. Cubins are built (or read from the cache) on
-    the first call; the launches of one (stream, addresses) key are prepared once
-    (parameter blocks, tensor maps) and queued as they are on later calls."""
+    the first call (``load``: ``kernel`` is then every kernel by name); the launches of one
+    (stream, addresses) key are prepared once (parameter blocks, tensor maps) and queued as
+    they are on later calls. ``LinkedLaunch`` gives the runtime's ``direct`` and the
+    module's ``__call__``."""
 
     what = "MoE"
 
@@ -81,15 +82,13 @@ class MoeLaunch:
             raise ValueError("the experts' projections are grouped GEMMs")
         if up.swiglu == (swiglu is not None):
             raise ValueError("the SwiGLU runs in the gate/up GEMM's epilogue or in its kernel")
+        super().__init__(route)
         self.shape = shape
         self.order = order  # the group input of each operand (x, weights, experts, ...)
         self.light = {"route": route, "gather": gather, "combine": combine}
         if swiglu is not None:
             self.light["swiglu"] = swiglu
         self.gemm_specs = {"up": up, "down": down}
-        self.kernels: dict[str, Any] = {}
-        self.sms = H200.sms
-        self.lock = threading.Lock()
         #: one call's launches are queued whole (the scratch is per stream)
         self.queue_lock = threading.Lock()
         self.calls: dict[tuple, list] = {}
@@ -104,35 +103,26 @@ class MoeLaunch:
                 light["combine"])  # fmt: skip
 
     # ------------------------------------------------------------------ load
-    def load(self, sms: int | None = None) -> None:
+    def load(self, sms: int | None = None) -> dict[str, Any]:
+        """Build (or read from the cache) and load every kernel of the layer, by name."""
         with self.lock:
             if sms is not None:
                 self.sms = sms
-            if self.kernels:
-                return
-            from fusec.targets.cuda import build
+            if self.kernel is None:
+                from fusec.targets.cuda import build
 
-            kernels: dict[str, Any] = {
-                name: tensormaps.LoadedKernel(build.build(spec).cubin)
-                for name, spec in self.light.items()
-            }
-            for name, spec in self.gemm_specs.items():
-                kernels[name] = host.GemmKernel(spec, build.build(spec).cubin)
-            self.kernels = kernels
+                kernels: dict[str, Any] = {
+                    name: tensormaps.LoadedKernel(build.build(spec).cubin)
+                    for name, spec in self.light.items()
+                }
+                for name, spec in self.gemm_specs.items():
+                    kernels[name] = host.GemmKernel(spec, build.build(spec).cubin)
+                self.kernel = kernels
+            return self.kernel
 
     # ---------------------------------------------------------------- launch
-    def direct(self, stream: int, inputs: list, outputs: list) -> None:
-        """The runtime's launch: ``inputs``/``outputs`` are buffers with ``.ptr``."""
-        self._run((stream, outputs[0].ptr, *[b.ptr for b in inputs]))
-
-    def __call__(self, inputs: tuple, output: Any, stream: Any = 0, sms: int = H200.sms) -> None:
-        from fusec.targets.cuda.streams import explicit_handle
-
-        self.sms = sms
-        addresses = [device_address(a, self.what) for a in inputs]
-        self._run((explicit_handle(stream), device_address(output, self.what), *addresses))
-
-    def _run(self, key: tuple) -> None:
+    def raw(self, stream: int, inputs: list[int], outputs: list[int]) -> None:
+        key = (stream, outputs[0], *inputs)
         steps = self.calls.get(key)
         if steps is None or steps[0] != tensormaps.maps_generation():
             steps = self._prepare(key)
@@ -141,11 +131,11 @@ class MoeLaunch:
                 launch()
 
     def _prepare(self, key: tuple) -> list:
-        self.load()
+        k = self.load()
         stream, out, *group_inputs = key
         inputs = [group_inputs[i] for i in self.order]
         generation = tensormaps.maps_generation()
-        s, k = self.shape, self.kernels
+        s = self.shape
         scratch = self._scratch(stream)
         handle = tensormaps.driver().CUstream(stream)
         rows, keep, launches = s.rows_max, [], []

@@ -14,13 +14,12 @@ from dataclasses import dataclass
 
 from xdsl.ir import SSAValue
 
-from fusec.codegen import KernelSource, io_specs
+from fusec.codegen import KernelSource
 from fusec.codegen.expr import header
 from fusec.dialect import ops as ai
 from fusec.environ import switch
 from fusec.ir.tensors import spec_of
 from fusec.targets.cuda import torch_fallback
-from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import body_ops, kernel_name
 from fusec.targets.cuda.epilogue import Epilogue
 from fusec.targets.cuda.experts.cpp import MAX_EXPERTS, MoeKernelSpec
@@ -32,6 +31,7 @@ from fusec.targets.cuda.gemm.config import (
     with_variant,
 )
 from fusec.targets.cuda.gemm.cpp import GemmSpec
+from fusec.targets.cuda.linked import linked_kernel_source
 
 #: the row tile of both grouped GEMMs: 128 rows where an expert gets at least that many on
 #: average (prefill), else 64 (decode: less padding an expert); the gated gate/up GEMM
@@ -145,36 +145,21 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         "for all experts",
     ]
     specs_text = ",\n".join(f"    {key}={spec!r}" for key, spec in specs.items())
-    inputs = ", ".join(f"in{k}" for k in range(len(fused_op.inputs)))
-    source = "\n".join(
-        [
-            header(fused_op, notes=notes),
-            "from fusec.targets.cuda.abi import (  # noqa: F401",
-            "    Epilogue, GemmSpec, MoeKernelSpec, MoeLaunch, MoeShape, TileConfig,",
-            ")",
-            "",
-            "MOE = MoeLaunch(",
-            f"    {s!r},",
-            f"    order={tuple(order)!r},",
-            specs_text + ",",
-            ")",
-            "",
-            "",
-            f"def launch({inputs}, out0, stream=0, sms={H200.sms}):",
-            f"    MOE(({inputs},), out0, stream, sms)",
-            "",
-            "",
-            "LINKED = MOE  # the runtime launches it by address (MOE.direct)",
-            "",
-            "KERNELS = []  # linked cubins, launched by MoeLaunch",
-            "",
-        ]
-    )
-    ins, outs = io_specs(fused_op)
+    lines = [
+        header(fused_op, notes=notes),
+        "from fusec.targets.cuda.abi import (  # noqa: F401",
+        "    Epilogue, GemmSpec, MoeKernelSpec, MoeLaunch, MoeShape, TileConfig,",
+        ")",
+        "",
+        "MOE = MoeLaunch(",
+        f"    {s!r},",
+        f"    order={tuple(order)!r},",
+        specs_text + ",",
+        ")",
+    ]
     launch_order = ("route", "gather", "up", "swiglu", "down", "combine")
-    linked = tuple(specs[key] for key in launch_order if key in specs)
-    cpp = tuple(("cuda-c++", spec.cpp_source()) for spec in linked)  # type: ignore[attr-defined]
-    return KernelSource(
-        name, "experts", "cuda", source, ins, outs, array_dtype=None, extra_sources=cpp,
-        specs=linked,
+    first, *more = (specs[key] for key in launch_order if key in specs)
+    return linked_kernel_source(
+        fused_op, name, "experts", lines, var="MOE", launcher="MoeLaunch", spec=first,
+        more_specs=tuple(more),
     )  # fmt: skip

@@ -15,6 +15,12 @@ static __device__ __forceinline__ float fs_ex2(float x) {
   return y;
 }
 
+// silu(g) * u in f32 (a SwiGLU's pair: an MoE expert's gate and up values); 0 where the gate
+// is -inf or so negative that exp(-g) overflows.
+static __device__ __forceinline__ float fs_silu_mul(float g, float u) {
+  return g < -88.0f ? 0.0f : __fdividef(g, 1.0f + __expf(-g)) * u;
+}
+
 // The shared-memory address (state space offset) of a generic pointer into shared memory.
 static __device__ __forceinline__ u32 fs_smem(const void* p) {
   return (u32)__cvta_generic_to_shared(p);

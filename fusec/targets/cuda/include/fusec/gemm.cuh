@@ -251,9 +251,6 @@ static __device__ __forceinline__ void gemm_store_pair(u64 out, long long i, int
 // column c in FS_FRAG(m, q, e) holds its up value in FS_FRAG(m, q + BN / 16, e); it stores
 // E(silu(gate) up) at column c of the BN / 2 output columns of tile pn (N: the output's
 // width, F), as pairs of adjacent columns.
-static __device__ __forceinline__ float gemm_silu_mul(float g, float u) {
-  return g < -88.0f ? 0.0f : __fdividef(g, 1.0f + __expf(-g)) * u;  // 0 where exp overflows
-}
 template <class C, class E, int MI, int HALF>
 static __device__ __forceinline__ void gemm_store_gated(const E& epi, float (&acc)[MI][HALF],
                                                         u64 out, int pm, int cw, int pn, int pz,
@@ -272,8 +269,8 @@ static __device__ __forceinline__ void gemm_store_gated(const E& epi, float (&ac
       for (int q = 0; q < COLS / 8; ++q) {
         const int col = pn * COLS + q * 8 + 2 * (lane % 4);
         if (col >= N) continue;
-        const float h0 = gemm_silu_mul(FS_FRAG(m, q, 0), FS_FRAG(m, q + COLS / 8, 0));
-        const float h1 = gemm_silu_mul(FS_FRAG(m, q, 1), FS_FRAG(m, q + COLS / 8, 1));
+        const float h0 = fs_silu_mul(FS_FRAG(m, q, 0), FS_FRAG(m, q + COLS / 8, 0));
+        const float h1 = fs_silu_mul(FS_FRAG(m, q, 1), FS_FRAG(m, q + COLS / 8, 1));
         const float y0 = epi(h0, row, col, pz, 0u, 0u);
         const float y1 = epi(h1, row, min(col + 1, N - 1), pz, 0u, 0u);  // (inside the row)
         gemm_store_pair<Out>(out, row_base + col, col, N, pairs, y0, y1);

@@ -112,11 +112,6 @@ static __device__ __forceinline__ int moe_gather(u64 x, u64 row_token, u64 group
   return 0;
 }
 
-// silu(g) u in f32; 0 where the gate is -inf (or so negative that exp overflows)
-static __device__ __forceinline__ float moe_silu_mul(float g, float u) {
-  return g < -88.0f ? 0.0f : __fdividef(g, 1.0f + __expf(-g)) * u;
-}
-
 template <class C>
 static __device__ __forceinline__ int moe_swiglu(u64 g, u64 groups, u64 h, int rows_max, int F) {
   using In = typename C::In;
@@ -136,7 +131,7 @@ static __device__ __forceinline__ int moe_swiglu(u64 g, u64 groups, u64 h, int r
       float g0, g1, u0, u1;
       In::unpack(gw[j], g0, g1);
       In::unpack(uw[j], u0, u1);
-      hw[j] = In::pack(moe_silu_mul(g0, u0), moe_silu_mul(g1, u1));
+      hw[j] = In::pack(fs_silu_mul(g0, u0), fs_silu_mul(g1, u1));
     }
     *(uint4*)((u16*)h + row * F + col) = make_uint4(hw[0], hw[1], hw[2], hw[3]);
   }
