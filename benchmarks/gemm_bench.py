@@ -185,6 +185,31 @@ def time_gpu(replay) -> float:
     return times[len(times) // 2]
 
 
+def time_gpu_cold(replay, reps: int = 40) -> float:
+    """Median ms of one graph replay with a cold L2 (weights from HBM, as in a model whose
+    layers' weights exceed the L2): a 256 MB buffer is written before each replay, the
+    events around the replay alone."""
+    import torch
+
+    stream = torch.cuda.current_stream()
+    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
+    replay()
+    torch.cuda.synchronize()
+    pairs = []
+    wall0 = time.perf_counter()
+    for _ in range(reps):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        replay()
+        end.record(stream)
+        pairs.append((start, end))
+    torch.cuda.synchronize()
+    times = sorted(start.elapsed_time(end) for start, end in pairs)
+    _wall_checked(sum(times), (time.perf_counter() - wall0) * 1e3, "cold")
+    return times[len(times) // 2]
+
+
 def torch_graph(fn):
     """A replay function of ``fn`` captured as a torch CUDA graph (None if capture fails)."""
     import torch
@@ -217,11 +242,14 @@ def fusec_graph(compiled, args):
     return lambda: graph.replay(stream)
 
 
-def measure(fn, replay) -> dict:
+def measure(fn, replay, cold: bool = False) -> dict:
     call = time_call(fn)
     stream_ms, host_us = time_stream(fn)
     gpu = time_gpu(replay) if replay is not None else None
-    return {"gpu_ms": gpu, "call_ms": call, "stream_ms": stream_ms, "host_us": host_us}
+    row = {"gpu_ms": gpu, "call_ms": call, "stream_ms": stream_ms, "host_us": host_us}
+    if cold and replay is not None:
+        row["cold_ms"] = time_gpu_cold(replay)
+    return row
 
 
 def check(got, ref, bound: float = 1e-2) -> float:
@@ -280,10 +308,20 @@ def main() -> int:
     prefix = "gemm-w4" if args.w4 else "gemm-moe" if args.moe else prefix
 
     def bench(
-        case, text, inputs, reference, flops, pipeline=None, compile_fn=True, exact=None, bound=1e-2
+        case,
+        text,
+        inputs,
+        reference,
+        flops,
+        pipeline=None,
+        compile_fn=True,
+        exact=None,
+        bound=1e-2,
+        cold=False,
     ):
         """``exact``: the reference of the check when ``reference`` (timed as "eager") cannot
-        take float copies of the inputs (``torch._scaled_mm``); ``bound``: the check's."""
+        take float copies of the inputs (``torch._scaled_mm``); ``bound``: the check's;
+        ``cold``: also time fusec and eager with a cold L2 (``time_gpu_cold``)."""
         if args.only and args.only not in case:
             return
         print(f"== {case}", flush=True)
@@ -298,12 +336,12 @@ def main() -> int:
             ref = (exact or reference)(*(t.double() if args.tf32 else t.float() for t in inputs))
             row["rel_l2"] = check(out, ref, bound)
             call = functools.partial(compiled, *inputs)
-            row["fusec"] = measure(call, fusec_graph(compiled, inputs))
+            row["fusec"] = measure(call, fusec_graph(compiled, inputs), cold)
         except Exception as err:
             row["fusec_error"] = f"{type(err).__name__}: {err}"[:400]
             print("  fusec FAILED:", row["fusec_error"], flush=True)
         eager = functools.partial(reference, *inputs)
-        row["eager"] = measure(eager, torch_graph(eager))
+        row["eager"] = measure(eager, torch_graph(eager), cold)
         if compile_fn and not args.no_compile:
             try:
                 t0 = time.perf_counter()
@@ -593,11 +631,12 @@ def w4_cases(bench, rows: list[dict], out: str) -> None:
         text = W4_MATMUL.format(m=m, k=k, n=n, b=k // g, g=g, codes=codes)
         flops = 2.0 * m * k * n
         name = f"W4A16 {m}x{k}x{n} bf16, blocks of {g}"
-        bench(name, text, (x, s, z), dense, flops, compile_fn=False, exact=exact)
+        bench(name, text, (x, s, z), dense, flops, compile_fn=False, exact=exact, cold=True)
         if rows and rows[-1]["case"] == name:
             rows[-1]["weight_bytes"] = weight_bytes
         text = MATMUL.format(m=m, n=n, k=k, t="bf16")
-        bench(f"bf16 matmul {m}x{k}x{n}", text, (x, wd), matmul, flops, compile_fn=False)
+        bench(f"bf16 matmul {m}x{k}x{n}", text, (x, wd), matmul, flops, compile_fn=False,
+              cold=m < 4096)  # fmt: skip
     write(rows, out, prefix="gemm-w4")
 
 
@@ -683,11 +722,11 @@ def moe_cases(bench, rows: list[dict], out: str) -> None:
 
 def w4_sweep() -> None:
     """``--w4-sweep``: the W4A16 route (x M x 4096 bf16 times 4096 x 4096 int4 codes in
-    blocks of 128) at each (columns a warp, words of each in flight a lane) shape, M = 1,
-    4, 16, and the dequantize + GEMM road at the same M, in one run: fusec's GPU time of a
-    CUDA-graph replay, each result checked against the f32 product. What ``w4.SHAPES`` was
-    chosen from (printed, one line a case; the figures in its comment and in gemm-w4.md
-    were measured by this loop as a scratch script before it became this option)."""
+    blocks of 128) at each warp shape (columns a warp, warps splitting K, words a load),
+    M = 1, 4, 16, and the dequantize + GEMM road at the same M, in one run: fusec's GPU
+    time of a CUDA-graph replay, warm (replays back to back: the weight in L2) and cold
+    (``time_gpu_cold``: from HBM), each result checked against the f32 product. What
+    ``w4.SHAPES`` is chosen from (printed, one line a case)."""
     import torch
 
     import fusec
@@ -708,19 +747,26 @@ def w4_sweep() -> None:
         text = W4_MATMUL.format(m=m, k=k, n=n, b=k // g, g=g, codes=codes)
         compiled = fusec.compile(text, target="cuda")
         rel = check(compiled(x, s, z), x.float() @ wd)
-        ms = time_gpu(fusec_graph(compiled, (x, s, z)))
+        replay = fusec_graph(compiled, (x, s, z))
+        warm, cold = time_gpu(replay), time_gpu_cold(replay)
         kinds = [kernel.kind for kernel in compiled.kernels]
-        print(f"{label} M={m}: {ms:.4f} ms, {weight_bytes / ms / 1e6:.0f} GB/s, {kinds}, "
+        print(f"{label} M={m}: warm {warm:.4f} ms {weight_bytes / warm / 1e6:.0f} GB/s, "
+              f"cold {cold:.4f} ms {weight_bytes / cold / 1e6:.0f} GB/s, {kinds}, "
               f"rel L2 {rel:.1e}", flush=True)  # fmt: skip
 
     shapes, rows = w4.SHAPES, w4.MAX_ROWS
+    candidates = {
+        1: ((4, 4, 4), (4, 2, 4), (4, 1, 4), (2, 4, 4), (2, 8, 4), (8, 1, 4), (1, 8, 4)),
+        4: ((4, 2, 4), (4, 4, 4), (2, 4, 4), (2, 2, 4), (4, 1, 4)),
+        16: ((2, 1, 2), (2, 2, 2), (4, 1, 2), (1, 4, 2), (2, 4, 2)),
+    }
     try:
-        for cols, unroll in ((1, 4), (1, 16), (2, 8), (4, 4), (4, 8), (8, 4)):
-            for m in (1, 4, 16):
-                w4.SHAPES = ((w4.MAX_ROWS, cols, unroll),)
-                run(f"route {cols} columns x {unroll} words", m)
+        for m, shapes_of_m in candidates.items():
+            for cols, ksplit, vw in shapes_of_m:
+                w4.SHAPES = ((w4.MAX_ROWS, cols, ksplit, vw),)
+                run(f"route {cols} columns x {ksplit} K-split x {vw} words", m)
         w4.MAX_ROWS = 0  # every M to the dequantize + GEMM road
-        for m in (1, 4, 8, 16):
+        for m in (1, 4, 16):
             run("dequantize + GEMM", m)
     finally:
         w4.SHAPES = shapes
@@ -733,22 +779,32 @@ def _bandwidth_lines(rows: list[dict], device: str) -> list[str]:
     peak = next((v for key, v in HBM_PEAK.items() if key in device), None)
     lines = []
     for r in rows:
-        gpu = (r.get("fusec") or {}).get("gpu_ms")
-        if "weight_bytes" not in r or not gpu:
+        fusec_row = r.get("fusec") or {}
+        if "weight_bytes" not in r or not fusec_row.get("gpu_ms"):
             continue
-        rate = r["weight_bytes"] / (gpu * 1e-3)
-        share = f"{100 * rate / peak:.1f}%" if peak else "-"
-        lines.append(
-            f"| {r['case']} | {r['weight_bytes'] / 1e6:.2f} | {rate / 1e9:.0f} | {share} |"
-        )
+        cells = [r["case"], f"{r['weight_bytes'] / 1e6:.2f}"]
+        for key in ("gpu_ms", "cold_ms"):
+            ms = fusec_row.get(key)
+            if not ms:
+                cells += ["-", "-", "-"]
+                continue
+            rate = r["weight_bytes"] / (ms * 1e-3)
+            share = f"{100 * rate / peak:.1f}%" if peak else "-"
+            cells += [f"{ms:.4f}", f"{rate / 1e9:.0f}", share]
+        cells.append(_fmt((r.get("eager") or {}).get("cold_ms")))
+        lines.append("| " + " | ".join(cells) + " |")
     if not lines:
         return []
     head = [
         "",
-        "Weight bytes read (4-bit codes, scales, zero points) per fusec call, over its GPU time:",
+        "Weight bytes read (4-bit codes, scales, zero points) per fusec call, over its GPU time,",
+        "warm (graph replays back to back: the weight stays in L2) and cold (`time_gpu_cold`:",
+        "the L2 flushed before each replay, the weight read from HBM); eager cold: cuBLAS's",
+        "bf16 GEMM of the dequantized weight (4x the bytes) timed the same way:",
         "",
-        "| case | weight MB | GB/s | % of HBM peak |",
-        "| --- | --- | --- | --- |",
+        "| case | weight MB | warm ms | GB/s | % of HBM peak | cold ms | GB/s | % of HBM peak "
+        "| eager cold ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     return head + lines
 

@@ -51,6 +51,8 @@ def _device(array: np.ndarray, dtype: str):
         (16, 512, 192, 64, False, "block"),
         (200, 384, 256, 64, False, "block"),
         (4, 1024, 256, 0, False, "column"),
+        (8, 2048, 192, 128, False, "block"),  # x staged in two chunks of K
+        (1, 1088, 520, 64, True, "block"),  # the K split's last step partly outside K
         (300, 256, 128, 0, True, "column"),
     ],
 )
@@ -63,6 +65,22 @@ def test_onnx_w4a16_layer_matches_the_reference(m, k, n, block, transposed, scal
     assert kinds == (["matmul"] if m <= 16 else ["pointwise", "matmul"])
     assert compiled.kernels[-1].remark is None  # no fallback
     assert _check(compiled, [x], [_device(x, dtype)]) < 1e-2
+
+
+@pytest.mark.parametrize("shape", [(4, 4, 4), (2, 8, 4), (8, 1, 4), (1, 8, 2), (4, 2, 1)], ids=str)
+@pytest.mark.parametrize("m", [1, 5])
+def test_every_warp_shape_matches_the_reference(m, shape, monkeypatch):
+    """The shapes ``gemm_bench.py --w4-sweep`` tries (columns, K split, words a load), each
+    forced: columns past N, a K split longer than K's steps, the epilogue a thread an
+    output."""
+    import fusec
+    from fusec.targets.cuda.gemm import w4
+
+    monkeypatch.setattr(w4, "SHAPES", ((w4.MAX_ROWS, *shape),))
+    model, x = w4a16_onnx(m, 1536, 200, 128, "bf16", m + 11, False, "block")
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
+    assert [kernel.kind for kernel in compiled.kernels] == ["matmul"]
+    assert _check(compiled, [x], [_device(x, "bf16")]) < 1e-2
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

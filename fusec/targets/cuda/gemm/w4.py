@@ -13,15 +13,23 @@ pointwise kernel, then the GEMM) moves 4.5 times the codes' bytes. This route co
   32-bit words along K, row n of the weight (output column n) contiguous (the Program's
   ``prepared_inputs``: ``constant_layouts.pack_int4``); a code ``q`` is stored
   as the nibble ``q + 8`` (i4) or ``q`` (ui4), so the zero point ``z`` becomes ``z + 8``;
-* one warp a few output columns (``warp_shape``: 1 to 4 by M): its lanes read consecutive
-  words of each column's codes (128 bytes a warp a load, 8 or 16 loads a column in flight a
-  lane), x's loads shared by the columns, each word 8 values of K
-  in one block of the scale (the block size a multiple of 8); per word and row of x the
-  lane sums ``x_k * q_k`` and ``x_k`` over the word's 8 values and adds ``s * (sum_xq -
-  z * sum_x)``, so the scale and zero point cost two multiply-adds a word, not one a code;
-* the lanes' f32 partials are summed by shuffles, then lane 0 runs the group's
-  elementwise epilogue (``anchored.Epilogue``: bias, activation, residual, the store) on
-  each of the column's ``M`` outputs.
+* a block stages x's rows in shared memory as f32 (a chunk of K at a time when M x K does
+  not fit), each value pre-scaled by ``16**-E`` for its place in a word (below);
+* a block's warps cover a tile of output columns in groups of ``cols`` columns; the
+  ``ksplit`` warps of a group take turns over K's steps (a step: 32 lanes x ``vw``
+  consecutive words of each column, one 4/8/16-byte load a column a lane), and their
+  partial sums meet in shared memory; the warp's columns share each load of x;
+* a word's eight codes are not converted: the first form of this kernel shifted, masked
+  and converted (``I2FP``) each code and each x value, ~54 integer instructions a word by
+  its SASS, so that its 10 us on the H200 (1.8 us of HBM traffic) were instruction
+  issue, not memory; ``w4_device.unpack_i4x8`` ORs each 4-bit field, in place, into the mantissa of
+  ``2**23`` (one ``LOP3`` a code), the kernel subtracts ``2**23 + z 16**E`` (one ``FADD``,
+  exact) and multiplies by the pre-scaled x (one ``FFMA`` a code and row); the scale,
+  constant over a lane's words of a step (``vw`` words stay inside a block of the scale),
+  multiplies the step's sum once;
+* the lanes' f32 partials are summed by shuffles, a K split's through shared memory, then
+  a thread an output runs the group's elementwise epilogue (``anchored.Epilogue``: bias,
+  activation, residual, the store).
 
 Scales and zero points are read where they are ([K/g, N] or [N, K/g], the dequantize's
 own layout). The values multiplied are ``(q - z) * s`` in f32, where the reference rounds
@@ -52,26 +60,45 @@ from fusec.targets.cuda.common import (
     storage_signature,
 )
 from fusec.targets.cuda.constant_layouts import WORD, int4_layout
+from fusec.targets.cuda.w4_device import EXPONENTS
 
-#: Rows of x (the product's M, batch dims folded) at most: a lane keeps one f32 sum a row,
-#: and past a few rows the Tensor Core GEMM of the dequantized weight wins (where exactly
-#: is not measured yet).
+#: Rows of x (the product's M, batch dims folded) at most: a lane keeps one f32 sum a row
+#: and column, and past a few rows the Tensor Core GEMM of the dequantized weight wins.
 MAX_ROWS = 16
 THREADS = 256
 WARPS = THREADS // 32
-#: (rows of x at most, output columns a warp, words of each column a lane loads before it
-#: computes with the first): a warp's columns share each load of x (read 1 / columns as often
-#: from L1/L2). The H200 (2026-12-06, x 1..16 x 4096 bf16 times 4096 x 4096 int4 codes in
-#: blocks of 128; ``.dev``-style sweep, GPU time of a CUDA-graph replay), columns x unroll:
-#: M = 1: 1 x 4 0.0116 ms, 1 x 16 0.0101, 4 x 8 0.0112; M = 4: 1 x 4 0.0184, 4 x 8 0.0148,
-#: 1 x 16 0.0331; M = 16: 1 x 4 0.0464, 2 x 8 0.0363, 4 x 8 0.0607 (spills); the
-#: dequantize + GEMM road 0.042-0.046 ms at every M up to 16.
-SHAPES = ((1, 1, 16), (4, 4, 8), (MAX_ROWS, 2, 8))
+#: (rows of x at most, output columns a warp group, warps splitting K for one group, words
+#: of each column a lane loads at once at most): a warp's columns share each of its loads of
+#: x from shared memory; the warps of a K split sum their partials through shared memory.
+#: First choice from the instruction counts (module docstring), to be swept
+#: (``gemm_bench.py --w4-sweep``).
+SHAPES = ((1, 4, 4, 4), (4, 4, 2, 4), (8, 2, 1, 4), (MAX_ROWS, 2, 1, 2))
+#: float32 of x a block stages at most (a chunk of K for all M rows; static shared memory).
+STAGED_FLOATS = 10240
 
 
-def warp_shape(m: int) -> tuple[int, int]:
-    """(output columns a warp, words of each in flight a lane) for ``m`` rows of x."""
-    return next((cols, unroll) for rows, cols, unroll in SHAPES if m <= rows)
+@dataclass(frozen=True)
+class WarpShape:
+    """How a block's warps cover a tile of output columns (``SHAPES``)."""
+
+    cols: int  # output columns a warp
+    ksplit: int  # warps summing one group of columns, each a share of K's steps
+    vw: int  # words of a column a lane loads at once (16-byte loads: 4)
+
+    @property
+    def groups(self) -> int:
+        return WARPS // self.ksplit
+
+
+def warp_shape(m: int, k: int, block: int) -> WarpShape:
+    """The warp shape for ``m`` rows of x, K = ``k`` and scale blocks of ``block`` values:
+    the load width is the widest whose words stay inside one scale block and divide K's
+    words (so that a lane's load is aligned), and whose step of K fits the staged chunk."""
+    _, cols, ksplit, vw = next(shape for shape in SHAPES if m <= shape[0])
+    # a step of K for all the rows must fit the staged chunk
+    while vw > 1 and (k % (8 * vw) or block % (8 * vw) or m * 256 * vw > STAGED_FLOATS):
+        vw //= 2
+    return WarpShape(cols, ksplit, vw)
 
 
 #: Blocks per multiprocessor at most; the grid-stride loop covers the rest.
@@ -241,73 +268,145 @@ class W4Emitter(AnchorEmitter):
         epi.leaves = leaf_shapes(epi.ops)  # (derived again, without the dequantize's)
         epi.leaves.pop(p.matmul.output, None)
         self.sdtype = spec_of(p.dequantize.scale.type).dtype
-        self.cols, self.unroll = warp_shape(p.m)
-        self.helpers |= {f"load_{self.dtype}x8", f"ld_{self.sdtype}", "warp_sum"}
+        self.shape = warp_shape(p.m, p.k, p.block)
+        step_floats = 32 * self.shape.vw * WORD  # x values one step of a warp covers
+        #: steps of K a staged chunk of x holds (all of K when it fits)
+        self.chunk_steps = max(1, min(self.steps, STAGED_FLOATS // (p.m * step_floats)))
+        self.helpers |= {
+            f"ld_{self.sdtype}",
+            f"load_words{self.shape.vw}",
+            "lds_f32x4",
+            "unpack_i4x8",
+            "warp_sum",
+        }
+
+    @property
+    def steps(self) -> int:
+        """Steps of a warp along K: 32 lanes x ``vw`` words each."""
+        return -(-self.p.words // (32 * self.shape.vw))
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.steps // self.chunk_steps)
 
     def emit(self) -> str:
         code = Source([])
         params = self.epilogue.params()
+        sh = self.shape
         code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
-        code.add(1, '"""COLS output columns a warp: their codes word by word, x rows, shuffles."""')
+        code.add(1, '"""A tile of GROUPS x COLS output columns a block (module notes)."""')
+        code.add(1, "xs = cuda.shared.array(XS, f32)  # x's chunk, f32, pre-scaled")
+        code.add(1, "red = cuda.shared.array(RED, f32)  # the K split's partials")
         code.add(1, "scratch = cuda.shared.array(THREADS, f32)  # (the simulator's warp_sum)")
-        code.add(1, "xs = cuda.local.array(8, f32)", "acc = cuda.local.array(SUMS, f32)")
+        code.add(1, "acc = cuda.local.array(SUMS, f32)", "part = cuda.local.array(SUMS, f32)")
+        code.add(1, "words = cuda.local.array(WS, int32)")
+        code.add(1, "nb = cuda.local.array(8, f32)", "xv = cuda.local.array(8, f32)")
+        code.add(1, "d = cuda.local.array(DS, f32)")
         code.add(1, "lane = cuda.threadIdx.x % 32", "warp = cuda.threadIdx.x // 32")
+        code.add(1, "group = warp // KSPLIT", "kslice = warp % KSPLIT")
+        if self.chunks == 1:
+            self._stage(code, 1, "0")
+            code.add(1, "cuda.syncthreads()")
         code.add(1, "t = cuda.blockIdx.x", "while t < TILES:  # uniform across the block")
-        code.add(2, "n0 = (t * WARPS + warp) * COLS", "live = n0 < N")
+        code.add(2, "n0 = (t * GROUPS + group) * COLS")
+        # a column past N (the last group's) reads column N - 1's codes; never stored
+        code.add(2, *[f"row{c} = min(n0 + {c}, N - 1) * WORDS" for c in range(sh.cols)])
         code.add(2, "for i in range(SUMS):", f"    acc[i] = {literal(0.0)}")
-        code.add(2, "if live:")
-        # a column past N (the last warp's) reads column N - 1's codes; never stored
-        rows = [f"row{c} = min(n0 + {c}, N - 1) * WORDS" for c in range(self.cols)]
-        code.add(3, *rows, "w = lane")
-        ahead = 32 * (self.unroll - 1)
-        code.add(3, f"while w + {ahead} < WORDS:  # {self.unroll} words a column in flight")
-        loads = [
-            f"c{u}_{c} = {self._codes}[row{c} + w + {32 * u}]"
-            for u in range(self.unroll)
-            for c in range(self.cols)
-        ]
-        code.add(4, *loads)
-        for u in range(self.unroll):
-            self._word(code, 4, [f"c{u}_{c}" for c in range(self.cols)], f"w + {32 * u}")
-        code.add(4, f"w += {32 * self.unroll}")
-        code.add(3, "while w < WORDS:")
-        code.add(4, *[f"c0_{c} = {self._codes}[row{c} + w]" for c in range(self.cols)])
-        self._word(code, 4, [f"c0_{c}" for c in range(self.cols)], "w")
-        code.add(4, "w += 32")
-        code.add(2, "for r in range(M):", "    for c in range(COLS):")
-        code.add(4, "total = warp_sum(acc[r * COLS + c], scratch)")
-        code.add(4, "if lane == 0 and n0 + c < N:")
-        code.add(5, "o = r * N + n0 + c")
-        self.epilogue.emit(code, 5, "total", "o")
+        indent = 2
+        if self.chunks > 1:
+            code.add(2, "for ch in range(CHUNKS):", "    cuda.syncthreads()")
+            self._stage(code, 3, "ch")
+            code.add(3, "cuda.syncthreads()")
+            indent = 3
+        code.add(indent, "s = kslice", "while s < CHUNK_STEPS:")
+        chunk = "ch * CHUNK_STEPS + s" if self.chunks > 1 else "s"
+        code.add(indent + 1, f"w0 = ({chunk}) * STEP + lane * VW")
+        code.add(indent + 1, "if w0 < WORDS:")
+        self._step(code, indent + 2)
+        code.add(indent + 1, "s += KSPLIT")
+        self._finish(code)
         code.add(2, "t += cuda.gridDim.x")
         return self.module(code, params)
 
-    @property
-    def _codes(self) -> str:
-        return f"in{self.p.codes}"
+    def _stage(self, code: Source, indent: int, chunk: str) -> None:
+        """Statements staging chunk ``chunk`` of x's rows in ``xs``, as f32 times
+        ``16**-E[j]`` (``w4_device.EXPONENTS``) and laid out so that a warp's loads of a
+        (step, word, half) are 32 consecutive 16-byte pieces: the value of lane ``l``'s
+        word ``u`` of step ``s``, field ``4 h + e``, at ``((s VW + u) 2 + h) 128 + 4 l + e``."""
+        code.add(indent, "i = cuda.threadIdx.x", "while i < XS:")
+        code.add(indent + 1, "r = i // XROW", "kk = i % XROW", f"k = {chunk} * XROW + kk")
+        code.add(indent + 1, "s = kk // (STEP * 8)", "rem = kk % (STEP * 8)")
+        code.add(indent + 1, "j = rem % 8", "e = j - 5 if j >= 5 else j")
+        code.add(indent + 1, f"v = {literal(0.0)}", "if k < K:")
+        code.add(indent + 2, f"v = ld_{self.dtype}(in{self.p.x}, r * K + k) / f32(1 << (4 * e))")
+        code.add(indent + 1, "u = (rem // 8) % VW", "h = j // 4", "lane_of = rem // (VW * 8)")
+        code.add(
+            indent + 1, "xs[r * XROW + ((s * VW + u) * 2 + h) * 128 + lane_of * 4 + j % 4] = v"
+        )
+        code.add(indent + 1, "i += THREADS")
 
-    def _word(self, code: Source, indent: int, words: list[str], index: str) -> None:
-        """The statements adding the words ``words`` (word ``index`` of each of the warp's
-        columns) to ``acc``: x's 8 values loaded once a row for all the columns."""
-        p = self.p
-        scale = p.scale_index
-        code.add(indent, f"kk = ({index}) * 8")
-        if "blk" in scale:
+    def _step(self, code: Source, indent: int) -> None:
+        """One step of a warp: each lane's ``VW`` words of each of its columns (one load a
+        column), those words' scale block's scale and zero point, the sums."""
+        p, sh = self.p, self.shape
+        code.add(indent, "kk = w0 * 8")
+        if "blk" in p.scale_index:
             code.add(indent, f"blk = kk // {p.block}")
-        for c, word in enumerate(words):
+        for c in range(sh.cols):
+            code.add(indent, f"load_words{sh.vw}(in{p.codes}, row{c} + w0, words, {c * sh.vw})")
+        for c in range(sh.cols):
             code.add(indent, f"n = min(n0 + {c}, N - 1)")
-            code.add(indent, f"s{c} = ld_{self.sdtype}(in{p.scale}, {scale})")
-            code.add(indent, f"z{c} = f32(in{p.zero}[{scale}]){' + f32(8.0)' if p.signed else ''}")
-            code.add(indent, *[f"u{c}_{j} = f32(({word} >> {4 * j}) & 15)" for j in range(WORD)])
+            code.add(indent, f"s{c} = ld_{self.sdtype}(in{p.scale}, {p.scale_index})")
+            zero = f"f32(in{p.zero}[{p.scale_index}]){' + f32(8.0)' if p.signed else ''}"
+            code.add(indent, f"z{c} = {zero}")
+            # 2**23 + z 16**e: what unpack_i4x8's field j holds for q = z
+            code.add(
+                indent, *[f"b{c}_{e} = z{c} * f32({16**e}.0) + f32(8388608.0)" for e in range(5)]
+            )
+        code.add(indent, "for i in range(SUMS):", f"    part[i] = {literal(0.0)}")
+        for u in range(sh.vw):
+            for c in range(sh.cols):
+                code.add(indent, f"unpack_i4x8(words[{c * sh.vw + u}], nb, 0)")
+                code.add(
+                    indent,
+                    *[f"d[{c * 8 + j}] = nb[{j}] - b{c}_{e}" for j, e in enumerate(EXPONENTS)],
+                )
+            code.add(indent, f"xb = (s * VW + {u}) * 256 + lane * 4")
+            code.add(indent, "for r in range(M):")
+            code.add(indent + 1, "lds_f32x4(xs, r * XROW + xb, xv, 0)")
+            code.add(indent + 1, "lds_f32x4(xs, r * XROW + xb + 128, xv, 4)")
+            for c in range(sh.cols):
+                dot = " + ".join(f"d[{c * 8 + j}] * xv[{j}]" for j in range(WORD))
+                code.add(indent + 1, f"part[r * COLS + {c}] += {dot}")
         code.add(indent, "for r in range(M):")
-        code.add(indent + 1, f"load_{self.dtype}x8(in{p.x}, r * K + kk, xs, 0)")
-        code.add(indent + 1, f"sx = {' + '.join(f'xs[{j}]' for j in range(WORD))}")
-        for c in range(len(words)):
-            dot = " + ".join(f"xs[{j}] * u{c}_{j}" for j in range(WORD))
-            code.add(indent + 1, f"acc[r * COLS + {c}] += s{c} * (({dot}) - z{c} * sx)")
+        code.add(
+            indent + 1,
+            *[f"acc[r * COLS + {c}] += s{c} * part[r * COLS + {c}]" for c in range(sh.cols)],
+        )
+
+    def _finish(self, code: Source) -> None:
+        """The warps' sums: each warp's by shuffles, then the K split's through ``red``,
+        then the epilogue, a thread an output."""
+        code.add(2, "for r in range(M):", "    for c in range(COLS):")
+        code.add(4, "total = warp_sum(acc[r * COLS + c], scratch)", "if lane == 0:")
+        code.add(5, "red[kslice * PAIRS + (group * M + r) * COLS + c] = total")
+        code.add(2, "cuda.syncthreads()", "i = cuda.threadIdx.x", "while i < PAIRS:")
+        terms = " + ".join(f"red[{s} * PAIRS + i]" for s in range(self.shape.ksplit))
+        code.add(3, f"total = {terms}")
+        code.add(
+            3,
+            "g = i // (M * COLS)",
+            "r = (i // COLS) % M",
+            "n = (t * GROUPS + g) * COLS + i % COLS",
+        )
+        code.add(3, "if n < N:")
+        code.add(4, "o = r * N + n")
+        self.epilogue.emit(code, 4, "total", "o")
+        code.add(3, "i += THREADS")
+        code.add(2, "cuda.syncthreads()  # red and the staged x are read before they change")
 
     def module(self, code: Source, params: list[str]) -> str:
-        p = self.p
+        p, sh = self.p, self.shape
         notes = [
             "target: cuda (Numba CUDA), template: matmul, weight-only int4 route (W4A16: "
             f"{p.m} row(s) of activations, the weight read as 4-bit codes on CUDA cores)",
@@ -319,22 +418,35 @@ class W4Emitter(AnchorEmitter):
                 if "blk" in p.scale_index
                 else ("per output column" if p.scale_index == "n" else "per tensor")
             ),
-            f"layout: {self.cols} output column(s) a warp, {self.unroll} words of each in "
-            "flight a lane, f32 "
-            f"partials summed by shuffles; epilogue: "
+            f"layout: {sh.groups} group(s) of {sh.cols} output column(s) a block, "
+            f"{sh.ksplit} warp(s) a group splitting K, {sh.vw} word(s) of a column a lane "
+            f"a load; x staged in shared memory as f32 ({self.chunks} chunk(s) of K); "
+            "codes unpacked as float bits (w4_device.unpack_i4x8); epilogue: "
             + (" -> ".join(op.name for op in self.epilogue.ops) or "none"),
         ]
         ins, outs = self.io_names()
-        tiles = -(-p.n // (WARPS * self.cols))
+        step = 32 * sh.vw
+        xrow = self.chunk_steps * step * WORD
         constants = [
             ("M", p.m),
             ("N", p.n),
             ("K", p.k),
             ("WORDS", p.words),
-            ("WARPS", WARPS),
-            ("COLS", self.cols),
-            ("SUMS", p.m * self.cols),  # a lane's f32 sums: a row and column each
-            ("TILES", tiles),
+            ("COLS", sh.cols),
+            ("KSPLIT", sh.ksplit),
+            ("GROUPS", sh.groups),
+            ("VW", sh.vw),
+            ("STEP", step),  # words of a column a warp's step covers
+            ("CHUNK_STEPS", self.chunk_steps),
+            ("CHUNKS", self.chunks),
+            ("XROW", xrow),  # staged floats of a row of x
+            ("XS", p.m * xrow),
+            ("SUMS", p.m * sh.cols),  # a lane's f32 sums: a row and column each
+            ("DS", sh.cols * WORD),  # a word's (q - z) 16**e of each column
+            ("WS", sh.cols * sh.vw),  # a lane's words of a step
+            ("PAIRS", sh.groups * p.m * sh.cols),  # a tile's outputs
+            ("RED", sh.ksplit * sh.groups * p.m * sh.cols),  # their partials, a K slice each
+            ("TILES", -(-p.n // (sh.groups * sh.cols))),
             ("THREADS", THREADS),
         ]
         dtypes = self.epilogue.dtypes()
@@ -344,7 +456,10 @@ class W4Emitter(AnchorEmitter):
         parts[len(self.epilogue.results) + p.codes] = "int32[::1]"
         signatures = [f"SIGNATURE = {'void(' + ', '.join(parts) + ')'!r}"]
         tail = block_tile_launch(self.name, "TILES", BLOCKS_PER_SM, ins + outs, params)
-        return self.kernel_module(notes, constants, code, tail, signatures=signatures)
+        imports = ["from numpy import int32", ""]
+        return self.kernel_module(
+            notes, constants, code, tail, imports=imports, signatures=signatures
+        )
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:

@@ -1,0 +1,143 @@
+"""Device helpers of the W4A16 kernels (``gemm/w4.py``, issue 31), given to generated
+kernels through ``fusec.targets.cuda.abi``:
+
+* ``load_words1``, ``load_words2``, ``load_words4`` ``(arr, e, dst, d)``: the int32 words
+  ``arr[e:e + n]`` with one ``ld.global`` (``.v2``/``.v4``: ``e`` a multiple of ``n``) into
+  ``dst[d:d + n]`` (an int32 local array);
+* ``lds_f32x4(arr, e, dst, d)``: four float32 of a shared array with one
+  ``ld.shared.v4.f32`` (``e`` a multiple of 4) into ``dst[d:d + 4]``;
+* ``unpack_i4x8(word, dst, d)``: the word's eight 4-bit fields as the float32
+  ``2**23 + q_j * 16**E[j]`` (``E`` = 0, 1, 2, 3, 4, 0, 1, 2) into ``dst[d:d + 8]``.
+
+Why the last one: converting a code with ``I2F`` costs a conversion-unit instruction a
+code, and shifting it down first an integer one more; the W4A16 kernel was
+issue-bound on these, not on memory. ORing a field, left where it is in the word, into the
+mantissa of ``2**23`` gives ``2**23 + q * 16**j`` exactly (one ``LOP3``) as long as the
+field stays below bit 23: fields 0-4 of the word directly, fields 5-7 from the word shifted
+right by 20 (one ``SHF`` for the three). The kernel subtracts ``2**23 + z * 16**E[j]``
+(exact: integers below ``2**24``) and multiplies by ``x * 16**-E[j]``, x staged
+pre-scaled: ``(q - z) * x`` with no conversion instruction.
+
+Under Numba's CUDA simulator the same names are plain Python with the same meaning.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fusec.targets.cuda.env import simulator_enabled
+
+#: The power of 16 each field of a word comes out scaled by (``unpack_i4x8``).
+EXPONENTS = (0, 1, 2, 3, 4, 0, 1, 2)
+MAGIC = 0x4B000000  # the bits of 2.0**23
+WORD_COUNTS = (1, 2, 4)
+
+
+def helper_names() -> list[str]:
+    """The names this module gives generated kernels (through ``fusec.targets.cuda.abi``)."""
+    return [f"load_words{n}" for n in WORD_COUNTS] + ["lds_f32x4", "unpack_i4x8"]
+
+
+def _field_bits(word: int, j: int) -> int:
+    source = word if j < 5 else word >> 20
+    return MAGIC | (source & (0xF << (4 * EXPONENTS[j])))
+
+
+def _make_sim() -> dict[str, Any]:
+    helpers: dict[str, Any] = {}
+    for n in WORD_COUNTS:
+
+        def load(arr: Any, e: int, dst: Any, d: int, n: int = n) -> None:
+            if e % n or not 0 <= e <= len(arr) - n:
+                raise AssertionError(f"load_words{n}: word {e} of {len(arr)}")
+            for k in range(n):
+                dst[d + k] = arr[e + k]
+
+        helpers[f"load_words{n}"] = load
+
+    def lds_f32x4(arr: Any, e: int, dst: Any, d: int) -> None:
+        if e % 4 or not 0 <= e <= len(arr) - 4:
+            raise AssertionError(f"lds_f32x4: element {e} of {len(arr)}")
+        for k in range(4):
+            dst[d + k] = arr[e + k]
+
+    def unpack_i4x8(word: Any, dst: Any, d: int) -> None:
+        w = int(np.uint32(np.int64(word) & 0xFFFFFFFF))
+        for j in range(8):
+            dst[d + j] = np.array([_field_bits(w, j)], dtype=np.uint32).view(np.float32)[0]
+
+    helpers["lds_f32x4"], helpers["unpack_i4x8"] = lds_f32x4, unpack_i4x8
+    return helpers
+
+
+def _make_gpu() -> dict[str, Any]:
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    i32, f32 = ir.IntType(32), ir.FloatType()
+
+    def element_ptr(context: Any, builder: Any, arrty: Any, arr: Any, index: Any) -> Any:
+        data = context.make_array(arrty)(context, builder, value=arr).data
+        return builder.gep(data, [index])
+
+    def vector_load(space: str, reg: str, word_t: Any, n: int, ptx_type: str) -> Any:
+        """``f(arr, e, dst, d)``: ``n`` elements of ``arr`` at ``e`` with one ``ld``."""
+        suffix = ptx_type if n == 1 else f"v{n}.{ptx_type}"
+        outs = ", ".join(f"${k}" for k in range(n))
+        regs = "{" + outs + "}" if n > 1 else outs
+        text = f"{{ .reg .u64 a; cvta.to.{space}.u64 a, ${n}; ld.{space}.{suffix} {regs}, [a]; }}"
+
+        @intrinsic
+        def load(typingctx: Any, arr: Any, e: Any, dst: Any, d: Any) -> Any:
+            sig = types.void(arr, e, dst, d)
+
+            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+                arr_t, _, dst_t, _ = sig.args
+                arr_v, e_v, dst_v, d_v = args
+                ptr = element_ptr(context, builder, arr_t, arr_v, e_v)
+                ret_t = ir.LiteralStructType([word_t] * n) if n > 1 else word_t
+                constraints = ",".join([f"={reg}"] * n + ["l"])
+                asm = ir.InlineAsm(ir.FunctionType(ret_t, [ptr.type]), text, constraints)
+                result = builder.call(asm, [ptr])
+                values = [builder.extract_value(result, k) for k in range(n)] if n > 1 else [result]
+                for k, value in enumerate(values):
+                    index = builder.add(d_v, ir.Constant(d_v.type, k))
+                    builder.store(value, element_ptr(context, builder, dst_t, dst_v, index))
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return load
+
+    @intrinsic
+    def unpack_i4x8(typingctx: Any, word: Any, dst: Any, d: Any) -> Any:
+        sig = types.void(word, dst, d)
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            word_v, dst_v, d_v = args
+            w = builder.trunc(word_v, i32) if word_v.type.width > 32 else word_v
+            high = builder.lshr(w, ir.Constant(i32, 20))
+            for j in range(8):
+                source = w if j < 5 else high
+                field = builder.and_(source, ir.Constant(i32, 0xF << (4 * EXPONENTS[j])))
+                bits = builder.or_(field, ir.Constant(i32, MAGIC))
+                index = builder.add(d_v, ir.Constant(d_v.type, j))
+                ptr = element_ptr(context, builder, sig.args[1], dst_v, index)
+                builder.store(builder.bitcast(bits, f32), ptr)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    helpers: dict[str, Any] = {
+        f"load_words{n}": vector_load("global", "r", i32, n, "b32") for n in WORD_COUNTS
+    }
+    helpers["lds_f32x4"] = vector_load("shared", "f", f32, 4, "f32")
+    helpers["unpack_i4x8"] = unpack_i4x8
+    return helpers
+
+
+globals().update(_make_sim() if simulator_enabled() else _make_gpu())
+__all__ = helper_names()
