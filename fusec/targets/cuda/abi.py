@@ -9,7 +9,8 @@ internals can move without invalidating cached kernels or their text:
 * ``move4``, ``move8``, ``move16``, ``load_bits``, ``store_bits``, ``udiv32``,
   ``urem32``: raw moves and 32-bit index arithmetic of the copy kernels
   (``fusec.targets.cuda.rawmove``);
-* ``load_words1/2/4``, ``lds_f32x4``, ``unpack_i4x8``: the W4A16 kernels' vector loads and
+* ``load_words1/2/4``, ``unpack_i4x8``, ``f16_bits``, ``bf16_bits``: the W4A16 kernels'
+  vector loads of codes, 16-bit floats' bits as f32, and
   4-bit codes unpacked as float bits (``fusec.targets.cuda.w4_device``);
 * ``ieee_conv2d``, ``ieee_matmul``, ``ieee_addmm``, ``ieee_attention``, ``moe_experts``:
   the PyTorch fallback's IEEE-f32 library calls (``fusec.targets.cuda.torch_runtime``);
@@ -48,8 +49,9 @@ _PROVIDERS: dict[str, str] = {
     "load_words1": "fusec.targets.cuda.w4_device",
     "load_words2": "fusec.targets.cuda.w4_device",
     "load_words4": "fusec.targets.cuda.w4_device",
-    "lds_f32x4": "fusec.targets.cuda.w4_device",
     "unpack_i4x8": "fusec.targets.cuda.w4_device",
+    "f16_bits": "fusec.targets.cuda.w4_device",
+    "bf16_bits": "fusec.targets.cuda.w4_device",
     "ieee_conv2d": "fusec.targets.cuda.torch_runtime",
     "tf32_conv2d": "fusec.targets.cuda.torch_runtime",
     "ieee_matmul": "fusec.targets.cuda.torch_runtime",

@@ -4,8 +4,8 @@ kernels through ``fusec.targets.cuda.abi``:
 * ``load_words1``, ``load_words2``, ``load_words4`` ``(arr, e, dst, d)``: the int32 words
   ``arr[e:e + n]`` with one ``ld.global`` (``.v2``/``.v4``: ``e`` a multiple of ``n``) into
   ``dst[d:d + n]`` (an int32 local array);
-* ``lds_f32x4(arr, e, dst, d)``: four float32 of a shared array with one
-  ``ld.shared.v4.f32`` (``e`` a multiple of 4) into ``dst[d:d + 4]``;
+* ``f16_bits(raw)``, ``bf16_bits(raw)``: the float32 value of a 16-bit float's bits (an
+  int16 read from an array, kept raw until used);
 * ``unpack_i4x8(word, dst, d)``: the word's eight 4-bit fields as the float32
   ``2**23 + q_j * 16**E[j]`` (``E`` = 0, 1, 2, 3, 4, 0, 1, 2) into ``dst[d:d + 8]``.
 
@@ -14,9 +14,9 @@ code, and shifting it down first an integer one more; the W4A16 kernel was
 issue-bound on these, not on memory. ORing a field, left where it is in the word, into the
 mantissa of ``2**23`` gives ``2**23 + q * 16**j`` exactly (one ``LOP3``) as long as the
 field stays below bit 23: fields 0-4 of the word directly, fields 5-7 from the word shifted
-right by 20 (one ``SHF`` for the three). The kernel subtracts ``2**23 + z * 16**E[j]``
-(exact: integers below ``2**24``) and multiplies by ``x * 16**-E[j]``, x staged
-pre-scaled: ``(q - z) * x`` with no conversion instruction.
+right by 20 (one ``SHF`` for the three). One ``FFMA`` of that by ``16**-E[j]`` minus
+``z + 2**(23 - 4 E[j])`` is ``q - z`` exactly (the exact result is a small integer, so its
+one rounding changes nothing): a code costs a ``LOP3`` and an ``FFMA``, no conversion.
 
 Under Numba's CUDA simulator the same names are plain Python with the same meaning.
 """
@@ -37,7 +37,7 @@ WORD_COUNTS = (1, 2, 4)
 
 def helper_names() -> list[str]:
     """The names this module gives generated kernels (through ``fusec.targets.cuda.abi``)."""
-    return [f"load_words{n}" for n in WORD_COUNTS] + ["lds_f32x4", "unpack_i4x8"]
+    return [f"load_words{n}" for n in WORD_COUNTS] + ["f16_bits", "bf16_bits", "unpack_i4x8"]
 
 
 def _field_bits(word: int, j: int) -> int:
@@ -57,18 +57,21 @@ def _make_sim() -> dict[str, Any]:
 
         helpers[f"load_words{n}"] = load
 
-    def lds_f32x4(arr: Any, e: int, dst: Any, d: int) -> None:
-        if e % 4 or not 0 <= e <= len(arr) - 4:
-            raise AssertionError(f"lds_f32x4: element {e} of {len(arr)}")
-        for k in range(4):
-            dst[d + k] = arr[e + k]
-
     def unpack_i4x8(word: Any, dst: Any, d: int) -> None:
         w = int(np.uint32(np.int64(word) & 0xFFFFFFFF))
         for j in range(8):
             dst[d + j] = np.array([_field_bits(w, j)], dtype=np.uint32).view(np.float32)[0]
 
-    helpers["lds_f32x4"], helpers["unpack_i4x8"] = lds_f32x4, unpack_i4x8
+    helpers["unpack_i4x8"] = unpack_i4x8
+
+    def f16_bits(raw: Any) -> np.float32:
+        return np.float32(np.array([raw], dtype=np.int16).view(np.float16)[0])
+
+    def bf16_bits(raw: Any) -> np.float32:
+        bits = np.array([raw], dtype=np.int16).astype(np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32)[0]
+
+    helpers["f16_bits"], helpers["bf16_bits"] = f16_bits, bf16_bits
     return helpers
 
 
@@ -134,8 +137,25 @@ def _make_gpu() -> dict[str, Any]:
     helpers: dict[str, Any] = {
         f"load_words{n}": vector_load("global", "r", i32, n, "b32") for n in WORD_COUNTS
     }
-    helpers["lds_f32x4"] = vector_load("shared", "f", f32, 4, "f32")
     helpers["unpack_i4x8"] = unpack_i4x8
+
+    @intrinsic
+    def f16_bits(typingctx: Any, raw: Any) -> Any:
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            half = builder.bitcast(builder.trunc(args[0], ir.IntType(16)), ir.HalfType())
+            return builder.fpext(half, f32)
+
+        return types.float32(raw), codegen
+
+    @intrinsic
+    def bf16_bits(typingctx: Any, raw: Any) -> Any:
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            bits = builder.zext(builder.trunc(args[0], ir.IntType(16)), i32)
+            return builder.bitcast(builder.shl(bits, ir.Constant(i32, 16)), f32)
+
+        return types.float32(raw), codegen
+
+    helpers["f16_bits"], helpers["bf16_bits"] = f16_bits, bf16_bits
     return helpers
 
 

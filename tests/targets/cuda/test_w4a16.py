@@ -68,8 +68,8 @@ def test_more_rows_and_run_time_codes_dequantize_then_multiply() -> None:
 
 #: (M, K, N, block, type, transposed, scales): N not a multiple of a block's columns, K's
 #: words not a multiple of a warp's step (136 words: the K split's last step partly
-#: outside), loads of 1, 2 and 4 words, x staged in one chunk and in two, codes stored
-#: N x K, scales per column and per tensor. Past M = 16 the Tensor Core
+#: outside), loads of 1, 2 and 4 words, a warp taking one step of K and several, codes
+#: stored N x K, scales per column and per tensor. Past M = 16 the Tensor Core
 #: GEMM, which the simulator cannot run (test_w4a16_gpu.py).
 SIM_LAYERS = [
     (2, 256, 40, 32, "bf16", False, "block"),
@@ -79,8 +79,8 @@ SIM_LAYERS = [
     (2, 128, 24, 0, "f16", False, "column"),
     (1, 64, 16, 0, "bf16", True, "column"),
     (4, 64, 16, 0, "f16", True, "tensor"),
-    (8, 2048, 12, 128, "bf16", False, "block"),  # x staged in two chunks of K
-    (16, 1024, 10, 64, "f16", True, "block"),  # two chunks, two words a load
+    (8, 2048, 12, 128, "bf16", False, "block"),  # two steps of K a warp of the split
+    (16, 1024, 10, 64, "f16", True, "block"),
 ]
 
 

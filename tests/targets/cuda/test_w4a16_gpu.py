@@ -51,7 +51,7 @@ def _device(array: np.ndarray, dtype: str):
         (16, 512, 192, 64, False, "block"),
         (200, 384, 256, 64, False, "block"),
         (4, 1024, 256, 0, False, "column"),
-        (8, 2048, 192, 128, False, "block"),  # x staged in two chunks of K
+        (8, 2048, 192, 128, False, "block"),  # two steps of K a warp
         (1, 1088, 520, 64, True, "block"),  # the K split's last step partly outside K
         (300, 256, 128, 0, True, "column"),
     ],

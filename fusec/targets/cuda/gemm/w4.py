@@ -13,20 +13,19 @@ pointwise kernel, then the GEMM) moves 4.5 times the codes' bytes. This route co
   32-bit words along K, row n of the weight (output column n) contiguous (the Program's
   ``prepared_inputs``: ``constant_layouts.pack_int4``); a code ``q`` is stored
   as the nibble ``q + 8`` (i4) or ``q`` (ui4), so the zero point ``z`` becomes ``z + 8``;
-* a block stages x's rows in shared memory as f32 (a chunk of K at a time when M x K does
-  not fit), each value pre-scaled by ``16**-E`` for its place in a word (below);
 * a block's warps cover a tile of output columns in groups of ``cols`` columns; the
   ``ksplit`` warps of a group take turns over K's steps (a step: 32 lanes x ``vw``
   consecutive words of each column, one 4/8/16-byte load a column a lane), and their
-  partial sums meet in shared memory; the warp's columns share each load of x;
+  partial sums meet in shared memory; the warp's columns share each load of x (16-byte
+  loads, L1-cached: every warp of the multiprocessor reads the same few KB);
 * a word's eight codes are not converted: the first form of this kernel shifted, masked
-  and converted (``I2FP``) each code and each x value, ~54 integer instructions a word by
-  its SASS, so that its 10 us on the H200 (1.8 us of HBM traffic) were instruction
-  issue, not memory; ``w4_device.unpack_i4x8`` ORs each 4-bit field, in place, into the mantissa of
-  ``2**23`` (one ``LOP3`` a code), the kernel subtracts ``2**23 + z 16**E`` (one ``FADD``,
-  exact) and multiplies by the pre-scaled x (one ``FFMA`` a code and row); the scale,
-  constant over a lane's words of a step (``vw`` words stay inside a block of the scale),
-  multiplies the step's sum once;
+  and converted (``I2FP``) each code, ~54 integer instructions a word by its SASS, so
+  that instruction issue, not memory, set its time; ``w4_device.unpack_i4x8`` ORs each
+  4-bit field, in place, into the mantissa of ``2**23`` (one ``LOP3`` a code, giving
+  ``2**23 + q 16**E``), and one ``FFMA`` by ``16**-E`` minus ``z + 2**(23 - 4E)`` gives
+  ``q - z`` exactly (its one rounding is of an exact small integer), then one ``FFMA`` a
+  code and row of x; the scale, constant over a lane's words of a step (``vw`` words stay
+  inside a block of the scale), multiplies the step's sum once;
 * the lanes' f32 partials are summed by shuffles, a K split's through shared memory, then
   a thread an output runs the group's elementwise epilogue (``anchored.Epilogue``: bias,
   activation, residual, the store).
@@ -72,9 +71,7 @@ WARPS = THREADS // 32
 #: x from shared memory; the warps of a K split sum their partials through shared memory.
 #: First choice from the instruction counts (module docstring), to be swept
 #: (``gemm_bench.py --w4-sweep``).
-SHAPES = ((1, 4, 4, 4), (4, 4, 2, 4), (8, 2, 1, 4), (MAX_ROWS, 2, 1, 2))
-#: float32 of x a block stages at most (a chunk of K for all M rows; static shared memory).
-STAGED_FLOATS = 10240
+SHAPES = ((1, 4, 4, 4), (4, 4, 2, 4), (8, 2, 2, 4), (MAX_ROWS, 2, 2, 4))
 
 
 @dataclass(frozen=True)
@@ -93,10 +90,9 @@ class WarpShape:
 def warp_shape(m: int, k: int, block: int) -> WarpShape:
     """The warp shape for ``m`` rows of x, K = ``k`` and scale blocks of ``block`` values:
     the load width is the widest whose words stay inside one scale block and divide K's
-    words (so that a lane's load is aligned), and whose step of K fits the staged chunk."""
+    words (so that a lane's load is aligned)."""
     _, cols, ksplit, vw = next(shape for shape in SHAPES if m <= shape[0])
-    # a step of K for all the rows must fit the staged chunk
-    while vw > 1 and (k % (8 * vw) or block % (8 * vw) or m * 256 * vw > STAGED_FLOATS):
+    while vw > 1 and (k % (8 * vw) or block % (8 * vw)):
         vw //= 2
     return WarpShape(cols, ksplit, vw)
 
@@ -269,25 +265,13 @@ class W4Emitter(AnchorEmitter):
         epi.leaves.pop(p.matmul.output, None)
         self.sdtype = spec_of(p.dequantize.scale.type).dtype
         self.shape = warp_shape(p.m, p.k, p.block)
-        step_floats = 32 * self.shape.vw * WORD  # x values one step of a warp covers
-        #: steps of K a staged chunk of x holds (all of K when it fits)
-        self.chunk_steps = max(1, min(self.steps, STAGED_FLOATS // (p.m * step_floats)))
         self.helpers |= {
-            f"ld_{self.sdtype}",
+            *({"f16": ["f16_bits"], "bf16": ["bf16_bits"]}.get(self.sdtype, [])),
+            f"load_{self.dtype}x8",
             f"load_words{self.shape.vw}",
-            "lds_f32x4",
             "unpack_i4x8",
             "warp_sum",
         }
-
-    @property
-    def steps(self) -> int:
-        """Steps of a warp along K: 32 lanes x ``vw`` words each."""
-        return -(-self.p.words // (32 * self.shape.vw))
-
-    @property
-    def chunks(self) -> int:
-        return -(-self.steps // self.chunk_steps)
 
     def emit(self) -> str:
         code = Source([])
@@ -295,73 +279,70 @@ class W4Emitter(AnchorEmitter):
         sh = self.shape
         code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
         code.add(1, '"""A tile of GROUPS x COLS output columns a block (module notes)."""')
-        code.add(1, "xs = cuda.shared.array(XS, f32)  # x's chunk, f32, pre-scaled")
         code.add(1, "red = cuda.shared.array(RED, f32)  # the K split's partials")
         code.add(1, "scratch = cuda.shared.array(THREADS, f32)  # (the simulator's warp_sum)")
         code.add(1, "acc = cuda.local.array(SUMS, f32)", "part = cuda.local.array(SUMS, f32)")
-        code.add(1, "words = cuda.local.array(WS, int32)")
+        code.add(1, "words = cuda.local.array(WS, int32)", "nwords = cuda.local.array(WS, int32)")
         code.add(1, "nb = cuda.local.array(8, f32)", "xv = cuda.local.array(8, f32)")
         code.add(1, "d = cuda.local.array(DS, f32)")
         code.add(1, "lane = cuda.threadIdx.x % 32", "warp = cuda.threadIdx.x // 32")
         code.add(1, "group = warp // KSPLIT", "kslice = warp % KSPLIT")
-        if self.chunks == 1:
-            self._stage(code, 1, "0")
-            code.add(1, "cuda.syncthreads()")
+        p = self.p
+        for c in range(sh.cols):  # a step's scale and zero point bits (typed by a first read)
+            code.add(1, f"sr{c} = nsr{c} = in{p.scale}[0]", f"zr{c} = nzr{c} = in{p.zero}[0]")
         code.add(1, "t = cuda.blockIdx.x", "while t < TILES:  # uniform across the block")
         code.add(2, "n0 = (t * GROUPS + group) * COLS")
         # a column past N (the last group's) reads column N - 1's codes; never stored
         code.add(2, *[f"row{c} = min(n0 + {c}, N - 1) * WORDS" for c in range(sh.cols)])
         code.add(2, "for i in range(SUMS):", f"    acc[i] = {literal(0.0)}")
-        indent = 2
-        if self.chunks > 1:
-            code.add(2, "for ch in range(CHUNKS):", "    cuda.syncthreads()")
-            self._stage(code, 3, "ch")
-            code.add(3, "cuda.syncthreads()")
-            indent = 3
-        code.add(indent, "s = kslice", "while s < CHUNK_STEPS:")
-        chunk = "ch * CHUNK_STEPS + s" if self.chunks > 1 else "s"
-        code.add(indent + 1, f"w0 = ({chunk}) * STEP + lane * VW")
-        code.add(indent + 1, "if w0 < WORDS:")
-        self._step(code, indent + 2)
-        code.add(indent + 1, "s += KSPLIT")
+        # the codes, scales and zero points of a warp's next step are loaded before it
+        # sums this step's: one step's loads always in flight
+        code.add(2, "s = kslice", "w0 = s * STEP + lane * VW", "if w0 < WORDS:")
+        self._fetch(code, 3, "w0", "")
+        code.add(2, "while s < STEPS:")
+        code.add(3, "sn = s + KSPLIT", "wn = sn * STEP + lane * VW", "if wn < WORDS:")
+        self._fetch(code, 4, "wn", "n")
+        code.add(3, "if w0 < WORDS:")
+        self._step(code, 4)
+        code.add(3, "for i in range(WS):", "    words[i] = nwords[i]")
+        for c in range(sh.cols):
+            code.add(3, f"sr{c} = nsr{c}", f"zr{c} = nzr{c}")
+        code.add(3, "s = sn", "w0 = wn")
         self._finish(code)
         code.add(2, "t += cuda.gridDim.x")
         return self.module(code, params)
 
-    def _stage(self, code: Source, indent: int, chunk: str) -> None:
-        """Statements staging chunk ``chunk`` of x's rows in ``xs``, as f32 times
-        ``16**-E[j]`` (``w4_device.EXPONENTS``) and laid out so that a warp's loads of a
-        (step, word, half) are 32 consecutive 16-byte pieces: the value of lane ``l``'s
-        word ``u`` of step ``s``, field ``4 h + e``, at ``((s VW + u) 2 + h) 128 + 4 l + e``."""
-        code.add(indent, "i = cuda.threadIdx.x", "while i < XS:")
-        code.add(indent + 1, "r = i // XROW", "kk = i % XROW", f"k = {chunk} * XROW + kk")
-        code.add(indent + 1, "s = kk // (STEP * 8)", "rem = kk % (STEP * 8)")
-        code.add(indent + 1, "j = rem % 8", "e = j - 5 if j >= 5 else j")
-        code.add(indent + 1, f"v = {literal(0.0)}", "if k < K:")
-        code.add(indent + 2, f"v = ld_{self.dtype}(in{self.p.x}, r * K + k) / f32(1 << (4 * e))")
-        code.add(indent + 1, "u = (rem // 8) % VW", "h = j // 4", "lane_of = rem // (VW * 8)")
-        code.add(
-            indent + 1, "xs[r * XROW + ((s * VW + u) * 2 + h) * 128 + lane_of * 4 + j % 4] = v"
-        )
-        code.add(indent + 1, "i += THREADS")
-
-    def _step(self, code: Source, indent: int) -> None:
-        """One step of a warp: each lane's ``VW`` words of each of its columns (one load a
-        column), those words' scale block's scale and zero point, the sums."""
+    def _fetch(self, code: Source, indent: int, w: str, prefix: str) -> None:
+        """The loads of the step at word ``w``: each column's ``VW`` words into
+        ``<prefix>words``, its scale's and zero point's bits into ``<prefix>sr<c>`` and
+        ``<prefix>zr<c>`` (converted where they are used, so that nothing waits for them
+        before the current step's sums)."""
         p, sh = self.p, self.shape
-        code.add(indent, "kk = w0 * 8")
         if "blk" in p.scale_index:
-            code.add(indent, f"blk = kk // {p.block}")
+            code.add(indent, f"blk = ({w} * 8) // {p.block}")
         for c in range(sh.cols):
-            code.add(indent, f"load_words{sh.vw}(in{p.codes}, row{c} + w0, words, {c * sh.vw})")
+            code.add(
+                indent,
+                f"load_words{sh.vw}(in{p.codes}, row{c} + {w}, {prefix}words, {c * sh.vw})",
+            )
         for c in range(sh.cols):
             code.add(indent, f"n = min(n0 + {c}, N - 1)")
-            code.add(indent, f"s{c} = ld_{self.sdtype}(in{p.scale}, {p.scale_index})")
-            zero = f"f32(in{p.zero}[{p.scale_index}]){' + f32(8.0)' if p.signed else ''}"
-            code.add(indent, f"z{c} = {zero}")
-            # 2**23 + z 16**e: what unpack_i4x8's field j holds for q = z
+            code.add(indent, f"{prefix}sr{c} = in{p.scale}[{p.scale_index}]")
+            code.add(indent, f"{prefix}zr{c} = in{p.zero}[{p.scale_index}]")
+
+    def _step(self, code: Source, indent: int) -> None:
+        """The sums of the step at word ``w0`` (its loads ``_fetch``'s): the codes unpacked
+        to ``q - z``, times x's rows, times the scale."""
+        p, sh = self.p, self.shape
+        code.add(indent, "kk = w0 * 8")
+        scale = {"f32": "{}", "f16": "f16_bits({})", "bf16": "bf16_bits({})"}[self.sdtype]
+        for c in range(sh.cols):
+            code.add(indent, f"s{c} = {scale.format(f'sr{c}')}")
+            code.add(indent, f"z{c} = f32(zr{c}){' + f32(8.0)' if p.signed else ''}")
+            # -(z + 2**(23 - 4e)): with unpack_i4x8's field times 16**-e, one rounding of q - z
             code.add(
-                indent, *[f"b{c}_{e} = z{c} * f32({16**e}.0) + f32(8388608.0)" for e in range(5)]
+                indent,
+                *[f"c{c}_{e} = -(z{c} + f32({2.0 ** (23 - 4 * e)}))" for e in range(5)],
             )
         code.add(indent, "for i in range(SUMS):", f"    part[i] = {literal(0.0)}")
         for u in range(sh.vw):
@@ -369,15 +350,17 @@ class W4Emitter(AnchorEmitter):
                 code.add(indent, f"unpack_i4x8(words[{c * sh.vw + u}], nb, 0)")
                 code.add(
                     indent,
-                    *[f"d[{c * 8 + j}] = nb[{j}] - b{c}_{e}" for j, e in enumerate(EXPONENTS)],
+                    *[
+                        f"d[{c * 8 + j}] = nb[{j}] * f32({16.0**-e}) + c{c}_{e}"
+                        for j, e in enumerate(EXPONENTS)
+                    ],
                 )
-            code.add(indent, f"xb = (s * VW + {u}) * 256 + lane * 4")
             code.add(indent, "for r in range(M):")
-            code.add(indent + 1, "lds_f32x4(xs, r * XROW + xb, xv, 0)")
-            code.add(indent + 1, "lds_f32x4(xs, r * XROW + xb + 128, xv, 4)")
+            code.add(indent + 1, f"load_{self.dtype}x8(in{p.x}, r * K + kk + {8 * u}, xv, 0)")
             for c in range(sh.cols):
                 dot = " + ".join(f"d[{c * 8 + j}] * xv[{j}]" for j in range(WORD))
-                code.add(indent + 1, f"part[r * COLS + {c}] += {dot}")
+                # (part first: one chain of FFMAs)
+                code.add(indent + 1, f"part[r * COLS + {c}] = part[r * COLS + {c}] + {dot}")
         code.add(indent, "for r in range(M):")
         code.add(
             indent + 1,
@@ -393,17 +376,12 @@ class W4Emitter(AnchorEmitter):
         code.add(2, "cuda.syncthreads()", "i = cuda.threadIdx.x", "while i < PAIRS:")
         terms = " + ".join(f"red[{s} * PAIRS + i]" for s in range(self.shape.ksplit))
         code.add(3, f"total = {terms}")
-        code.add(
-            3,
-            "g = i // (M * COLS)",
-            "r = (i // COLS) % M",
-            "n = (t * GROUPS + g) * COLS + i % COLS",
-        )
-        code.add(3, "if n < N:")
+        code.add(3, "g = i // (M * COLS)", "r = (i // COLS) % M")
+        code.add(3, "n = (t * GROUPS + g) * COLS + i % COLS", "if n < N:")
         code.add(4, "o = r * N + n")
         self.epilogue.emit(code, 4, "total", "o")
         code.add(3, "i += THREADS")
-        code.add(2, "cuda.syncthreads()  # red and the staged x are read before they change")
+        code.add(2, "cuda.syncthreads()  # red is read before the next tile writes it")
 
     def module(self, code: Source, params: list[str]) -> str:
         p, sh = self.p, self.shape
@@ -420,13 +398,11 @@ class W4Emitter(AnchorEmitter):
             ),
             f"layout: {sh.groups} group(s) of {sh.cols} output column(s) a block, "
             f"{sh.ksplit} warp(s) a group splitting K, {sh.vw} word(s) of a column a lane "
-            f"a load; x staged in shared memory as f32 ({self.chunks} chunk(s) of K); "
-            "codes unpacked as float bits (w4_device.unpack_i4x8); epilogue: "
+            "a load; codes unpacked as float bits (w4_device.unpack_i4x8); epilogue: "
             + (" -> ".join(op.name for op in self.epilogue.ops) or "none"),
         ]
         ins, outs = self.io_names()
         step = 32 * sh.vw
-        xrow = self.chunk_steps * step * WORD
         constants = [
             ("M", p.m),
             ("N", p.n),
@@ -437,12 +413,9 @@ class W4Emitter(AnchorEmitter):
             ("GROUPS", sh.groups),
             ("VW", sh.vw),
             ("STEP", step),  # words of a column a warp's step covers
-            ("CHUNK_STEPS", self.chunk_steps),
-            ("CHUNKS", self.chunks),
-            ("XROW", xrow),  # staged floats of a row of x
-            ("XS", p.m * xrow),
+            ("STEPS", -(-p.words // step)),
             ("SUMS", p.m * sh.cols),  # a lane's f32 sums: a row and column each
-            ("DS", sh.cols * WORD),  # a word's (q - z) 16**e of each column
+            ("DS", sh.cols * WORD),  # a word's q - z of each column
             ("WS", sh.cols * sh.vw),  # a lane's words of a step
             ("PAIRS", sh.groups * p.m * sh.cols),  # a tile's outputs
             ("RED", sh.ksplit * sh.groups * p.m * sh.cols),  # their partials, a K slice each
