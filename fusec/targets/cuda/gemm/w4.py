@@ -66,12 +66,19 @@ from fusec.targets.cuda.w4_device import EXPONENTS
 MAX_ROWS = 16
 THREADS = 256
 WARPS = THREADS // 32
-#: (rows of x at most, output columns a warp group, warps splitting K for one group, words
-#: of each column a lane loads at once at most): a warp's columns share each of its loads of
-#: x from shared memory; the warps of a K split sum their partials through shared memory.
-#: First choice from the instruction counts (module docstring), to be swept
-#: (``gemm_bench.py --w4-sweep``).
-SHAPES = ((1, 4, 4, 4), (4, 4, 2, 4), (8, 2, 2, 4), (MAX_ROWS, 2, 2, 4))
+#: (rows of x at most, output columns a warp, warps splitting K for one group of columns,
+#: words of each column a lane loads at once at most): a warp's columns share each of its
+#: loads of x; the warps of a K split sum their partials through shared memory. From
+#: ``gemm_bench.py --w4-sweep`` (H100, 2026-12-06, 15aaaba; x M x 4096 bf16 times 4096 x
+#: 4096 int4 codes in blocks of 128; GPU time of a CUDA-graph replay, warm / cold L2, ms):
+#: M = 1: 4x2x4 0.0074 / 0.0122, 4x2x2 0.0077 / 0.0118, 4x1x4 0.0082, 4x4x4 0.0084,
+#: 2x2x4 0.0086, 2x4x2 0.0103 (the kernel before, one column a warp: 0.0101 / 0.0148);
+#: M = 4: 4x2x4 0.0126, 4x2x2 0.0125, 2x2x4 0.0147, 2x4x4 0.0167; M = 16: 2x2x2 0.0339 /
+#: 0.0396, 4x1x4 0.0339 / 0.0413, 2x1x4 0.0416, 2x2x4 0.0456; the dequantize + GEMM road
+#: 0.047 at every M up to 16. What limits M = 1 (ncu, cold caches): 10.1 us, 26% of DRAM
+#: peak, 16 warps a multiprocessor (125 registers), stalled on memory (long scoreboard):
+#: latency, not bandwidth or issue.
+SHAPES = ((1, 4, 2, 4), (4, 4, 2, 4), (MAX_ROWS, 2, 2, 2))
 
 
 @dataclass(frozen=True)
