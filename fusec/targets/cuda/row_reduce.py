@@ -219,6 +219,19 @@ class _RowsEmitter:
         self.rows_per_block = WARP_ROWS_PER_BLOCK if self.threads_per_row == 32 else 1
         self.idx = [f"r{d}" for d in range(len(lead))] + ["col"]
 
+    @property
+    def in_bounds(self) -> str:
+        """The condition of a thread's vector ``col`` of row ``row`` lying in the tensor,
+        without the parts that hold for every thread (``True`` when the rows fill the
+        blocks and the vectors the row): a branch the compiler cannot prove uniform puts
+        every warp shuffle after it on ptxas's slow convergent path (``WARPSYNC``)."""
+        parts = []
+        if self.rows % self.rows_per_block:
+            parts.append("live")
+        if self.length != self.per_vecs * self.threads_per_row * self.vec:
+            parts.append("col < L")
+        return " and ".join(parts) or "True"
+
     def _varies(self, value) -> bool:
         shape = self.g.leaves.get(value, shape_of(value))
         return bool(shape) and shape[-1] != 1
@@ -374,7 +387,7 @@ class _RowsEmitter:
         x = g.red.operands[0]
         code.add(2, "# 1. prologue: the reduction's input, kept in registers")
         self.vector_loop(code)
-        code.add(3, "if live and col < L:")
+        code.add(3, f"if {self.in_bounds}:")
         extra = [x] + [g.results[k] for k in results]
         leaves = self.load_leaves(code, 4, self.leaves_of(g.pre, extra))
         stmts, names = self.gen.chain(g.pre, lambda v: leaves[v])
@@ -418,7 +431,7 @@ class _RowsEmitter:
             code.add(2, f"mx = {self.reduce_fn('max')}(m, scratch)")
             code.add(2, f"acc = {literal(0.0)}")
             self.vector_loop(code)
-            code.add(3, "if live and col < L:")
+            code.add(3, f"if {self.in_bounds}:")
             code.add(4, "for j in range(VEC):")
             code.add(5, "ev = math.exp(xr[c * VEC + j] - mx)", "xr[c * VEC + j] = ev", "acc += ev")
             code.add(2, f"inv = {literal(1.0)} / {self.reduce_fn('sum')}(acc, scratch)")
@@ -473,7 +486,7 @@ class _RowsEmitter:
         code.add(indent, f"mean = {self.reduce_fn('sum')}(acc, scratch) * INV_L")
         code.add(indent, f"acc = {literal(0.0)}", f"dev = {literal(0.0)}")
         self.vector_loop(code, indent)
-        code.add(indent + 1, "if live and col < L:")
+        code.add(indent + 1, f"if {self.in_bounds}:")
         code.add(indent + 2, "for j in range(VEC):")
         code.add(indent + 3, "d = xr[c * VEC + j] * xscale - mean", "acc += d * d", "dev += d")
         code.add(indent, f"shift = {self.reduce_fn('sum')}(dev, scratch) * INV_L")
@@ -487,7 +500,7 @@ class _RowsEmitter:
         g, red = self.g, self.g.red
         code.add(2, "# 3. the reduction's result and the epilogue, written once")
         self.vector_loop(code)
-        code.add(3, "if live and col < L:")
+        code.add(3, f"if {self.in_bounds}:")
         params = list(red.operands[1:]) if is_ln else []
         param_cone: set = set()
         for p in params:
