@@ -9,9 +9,9 @@ internals can move without invalidating cached kernels or their text:
 * ``move4``, ``move8``, ``move16``, ``load_bits``, ``store_bits``, ``udiv32``,
   ``urem32``: raw moves and 32-bit index arithmetic of the copy kernels
   (``fusec.targets.cuda.rawmove``);
-* ``load_words1/2/4``, ``unpack_i4x8``, ``f16_bits``, ``bf16_bits``: the W4A16 kernels'
-  vector loads of codes, 16-bit floats' bits as f32, and
-  4-bit codes unpacked as float bits (``fusec.targets.cuda.w4_device``);
+* ``load_words1/2/4``, ``unpack_i4x8``, ``w4_magic``, ``f16_bits``, ``bf16_bits``: the W4A16
+  kernels' vector loads of codes, 4-bit codes unpacked as float bits, and 16-bit floats'
+  bits as f32 (``fusec.targets.cuda.w4_device``);
 * ``ieee_conv2d``, ``ieee_matmul``, ``ieee_addmm``, ``ieee_attention``, ``moe_experts``:
   the PyTorch fallback's IEEE-f32 library calls (``fusec.targets.cuda.torch_runtime``);
 * ``TileConfig``, ``Epilogue``, ``GemmSpec``, ``GemmLaunch``: the Tensor Core
@@ -50,6 +50,7 @@ _PROVIDERS: dict[str, str] = {
     "load_words2": "fusec.targets.cuda.w4_device",
     "load_words4": "fusec.targets.cuda.w4_device",
     "unpack_i4x8": "fusec.targets.cuda.w4_device",
+    "w4_magic": "fusec.targets.cuda.w4_device",
     "f16_bits": "fusec.targets.cuda.w4_device",
     "bf16_bits": "fusec.targets.cuda.w4_device",
     "ieee_conv2d": "fusec.targets.cuda.torch_runtime",

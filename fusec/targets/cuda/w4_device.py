@@ -6,8 +6,9 @@ kernels through ``fusec.targets.cuda.abi``:
   ``dst[d:d + n]`` (an int32 local array);
 * ``f16_bits(raw)``, ``bf16_bits(raw)``: the float32 value of a 16-bit float's bits (an
   int16 read from an array, kept raw until used);
-* ``unpack_i4x8(word, dst, d)``: the word's eight 4-bit fields as the float32
-  ``2**23 + q_j * 16**E[j]`` (``E`` = 0, 1, 2, 3, 4, 0, 1, 2) into ``dst[d:d + 8]``.
+* ``unpack_i4x8(word, magic, dst, d)``: the word's eight 4-bit fields as the float32
+  ``2**23 + q_j * 16**E[j]`` (``E`` = 0, 1, 2, 3, 4, 0, 1, 2) into ``dst[d:d + 8]``;
+  ``magic`` is ``w4_magic()``: the bits of ``2**23``, read once a kernel.
 
 Why the last one: converting a code with ``I2F`` costs a conversion-unit instruction a
 code, and shifting it down first an integer one more; the W4A16 kernel was
@@ -37,7 +38,8 @@ WORD_COUNTS = (1, 2, 4)
 
 def helper_names() -> list[str]:
     """The names this module gives generated kernels (through ``fusec.targets.cuda.abi``)."""
-    return [f"load_words{n}" for n in WORD_COUNTS] + ["f16_bits", "bf16_bits", "unpack_i4x8"]
+    names = ["f16_bits", "bf16_bits", "unpack_i4x8", "w4_magic"]
+    return [f"load_words{n}" for n in WORD_COUNTS] + names
 
 
 def _field_bits(word: int, j: int) -> int:
@@ -57,12 +59,14 @@ def _make_sim() -> dict[str, Any]:
 
         helpers[f"load_words{n}"] = load
 
-    def unpack_i4x8(word: Any, dst: Any, d: int) -> None:
+    def unpack_i4x8(word: Any, magic: Any, dst: Any, d: int) -> None:
+        if int(magic) != MAGIC:
+            raise AssertionError(f"unpack_i4x8: magic {magic:#x}, not w4_magic()'s")
         w = int(np.uint32(np.int64(word) & 0xFFFFFFFF))
         for j in range(8):
             dst[d + j] = np.array([_field_bits(w, j)], dtype=np.uint32).view(np.float32)[0]
 
-    helpers["unpack_i4x8"] = unpack_i4x8
+    helpers["unpack_i4x8"], helpers["w4_magic"] = unpack_i4x8, lambda: np.int32(MAGIC)
 
     def f16_bits(raw: Any) -> np.float32:
         return np.float32(np.array([raw], dtype=np.int16).view(np.float16)[0])
@@ -115,20 +119,39 @@ def _make_gpu() -> dict[str, Any]:
 
         return load
 
+    # 2**23's bits as a value ptxas cannot see as a constant (lane 0's lane id, shuffled,
+    # plus MAGIC): with MAGIC a known constant, ptxas builds each field as one LOP3 with two
+    # constants and rematerialises one of them (a MOV) a field; held in a register, a field
+    # is one LOP3 with one immediate, the mask
+    opaque_zero = ir.InlineAsm(
+        ir.FunctionType(i32, []),
+        "{ .reg .u32 t; mov.u32 t, %laneid; shfl.sync.idx.b32 $0, t, 0, 0x1f, 0xffffffff; }",
+        "=r",
+        side_effect=True,
+    )
+
     @intrinsic
-    def unpack_i4x8(typingctx: Any, word: Any, dst: Any, d: Any) -> Any:
-        sig = types.void(word, dst, d)
+    def w4_magic(typingctx: Any) -> Any:
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            return builder.add(builder.call(opaque_zero, []), ir.Constant(i32, MAGIC))
+
+        return types.int32(), codegen
+
+    @intrinsic
+    def unpack_i4x8(typingctx: Any, word: Any, magic: Any, dst: Any, d: Any) -> Any:
+        sig = types.void(word, magic, dst, d)
 
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            word_v, dst_v, d_v = args
+            word_v, magic_v, dst_v, d_v = args
             w = builder.trunc(word_v, i32) if word_v.type.width > 32 else word_v
+            m = builder.trunc(magic_v, i32) if magic_v.type.width > 32 else magic_v
             high = builder.lshr(w, ir.Constant(i32, 20))
             for j in range(8):
                 source = w if j < 5 else high
                 field = builder.and_(source, ir.Constant(i32, 0xF << (4 * EXPONENTS[j])))
-                bits = builder.or_(field, ir.Constant(i32, MAGIC))
+                bits = builder.or_(field, m)
                 index = builder.add(d_v, ir.Constant(d_v.type, j))
-                ptr = element_ptr(context, builder, sig.args[1], dst_v, index)
+                ptr = element_ptr(context, builder, sig.args[2], dst_v, index)
                 builder.store(builder.bitcast(bits, f32), ptr)
             return context.get_dummy_value()
 
@@ -137,7 +160,7 @@ def _make_gpu() -> dict[str, Any]:
     helpers: dict[str, Any] = {
         f"load_words{n}": vector_load("global", "r", i32, n, "b32") for n in WORD_COUNTS
     }
-    helpers["unpack_i4x8"] = unpack_i4x8
+    helpers["unpack_i4x8"], helpers["w4_magic"] = unpack_i4x8, w4_magic
 
     @intrinsic
     def f16_bits(typingctx: Any, raw: Any) -> Any:

@@ -147,3 +147,23 @@ def test_torch_callers_pass_four_bit_values_a_byte_each() -> None:
 
     assert (_TORCH_DTYPES["i4"], _TORCH_DTYPES["ui4"]) == ("int8", "uint8")
     assert _TORCH_DTYPES["i8"] == "int8" and _TORCH_DTYPES["f8E4M3FN"] == "float8_e4m3fn"
+
+
+def test_unpacked_fields_minus_their_bias_are_the_codes_exactly() -> None:
+    """``unpack_i4x8``'s field j is 2**23 + q_j 16**E[j] (the simulator's form of the
+    intrinsic); the kernel's one FFMA by 16**-E minus z + 2**(23 - 4E) gives q - z with no
+    rounding, for every code and zero point."""
+    from fusec.targets.cuda import w4_device
+
+    helpers = w4_device._make_sim()
+    rng = np.random.default_rng(5)
+    for word in [0, -1, 0x12345678, *rng.integers(-(2**31), 2**31, 50).tolist()]:
+        fields = np.zeros(8, np.float32)
+        helpers["unpack_i4x8"](np.int32(word), w4_device.MAGIC, fields, 0)
+        codes = [(word >> (4 * j)) & 15 for j in range(8)]
+        for j, e in enumerate(w4_device.EXPONENTS):
+            assert fields[j] == np.float32(2**23 + codes[j] * 16**e)
+            for z in (0, 7, 23):
+                bias = -(np.float32(z) + np.float32(2.0 ** (23 - 4 * e)))
+                got = np.float32(fields[j] * np.float32(16.0**-e) + bias)
+                assert got == codes[j] - z

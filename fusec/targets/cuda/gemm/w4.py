@@ -277,6 +277,7 @@ class W4Emitter(AnchorEmitter):
             f"load_{self.dtype}x8",
             f"load_words{self.shape.vw}",
             "unpack_i4x8",
+            "w4_magic",
             "warp_sum",
         }
 
@@ -294,6 +295,7 @@ class W4Emitter(AnchorEmitter):
         code.add(1, "d = cuda.local.array(DS, f32)")
         code.add(1, "lane = cuda.threadIdx.x % 32", "warp = cuda.threadIdx.x // 32")
         code.add(1, "group = warp // KSPLIT", "kslice = warp % KSPLIT")
+        code.add(1, "magic = w4_magic()  # 2**23's bits, in a register")
         p = self.p
         for c in range(sh.cols):  # a step's scale and zero point bits (typed by a first read)
             code.add(1, f"sr{c} = nsr{c} = in{p.scale}[0]", f"zr{c} = nzr{c} = in{p.zero}[0]")
@@ -354,7 +356,7 @@ class W4Emitter(AnchorEmitter):
         code.add(indent, "for i in range(SUMS):", f"    part[i] = {literal(0.0)}")
         for u in range(sh.vw):
             for c in range(sh.cols):
-                code.add(indent, f"unpack_i4x8(words[{c * sh.vw + u}], nb, 0)")
+                code.add(indent, f"unpack_i4x8(words[{c * sh.vw + u}], magic, nb, 0)")
                 code.add(
                     indent,
                     *[
