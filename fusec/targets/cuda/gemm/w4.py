@@ -75,9 +75,10 @@ WARPS = THREADS // 32
 #: 2x2x4 0.0086, 2x4x2 0.0103 (the kernel before, one column a warp: 0.0101 / 0.0148);
 #: M = 4: 4x2x4 0.0126, 4x2x2 0.0125, 2x2x4 0.0147, 2x4x4 0.0167; M = 16: 2x2x2 0.0339 /
 #: 0.0396, 4x1x4 0.0339 / 0.0413, 2x1x4 0.0416, 2x2x4 0.0456; the dequantize + GEMM road
-#: 0.047 at every M up to 16. What limits M = 1 (ncu, cold caches): 10.1 us, 26% of DRAM
-#: peak, 16 warps a multiprocessor (125 registers), stalled on memory (long scoreboard):
-#: latency, not bandwidth or issue.
+#: 0.047 at every M up to 16 (benchmarks/results/gemm-w4.md: the same order at f4987cc).
+#: What limits M = 1 (ncu, cold caches, f4987cc): 9.3 us, 28% of DRAM peak, 16 warps a
+#: multiprocessor (125 registers), stalled on memory: the loads of all warps go out first,
+#: their arithmetic issues after the data is back, the two phases add up.
 SHAPES = ((1, 4, 2, 4), (4, 4, 2, 4), (MAX_ROWS, 2, 2, 2))
 
 
