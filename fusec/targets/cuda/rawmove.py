@@ -82,6 +82,32 @@ def _make_sim_moves() -> dict[str, Any]:
     }
 
 
+def pointer(context: Any, builder: Any, arrty: Any, arr: Any, index: Any) -> Any:
+    """(Intrinsic code generation) the address of ``arr[index]``."""
+    data = context.make_array(arrty)(context, builder, value=arr).data
+    return builder.gep(data, [index])
+
+
+def load_global_words(builder: Any, address: Any, words: int) -> list[Any]:
+    """(Intrinsic code generation) ``words`` (1, 2 or 4) 32-bit words at ``address`` with
+    one ``ld.global`` (``.v2``/``.v4``; inline PTX, so that LLVM cannot split it)."""
+    from llvmlite import ir
+
+    i32 = ir.IntType(32)
+    suffix = "u32" if words == 1 else f"v{words}.u32"
+    outs = ", ".join(f"${k}" for k in range(words))
+    loaded = "{" + outs + "}" if words > 1 else outs
+    text = f"{{ .reg .u64 g; cvta.to.global.u64 g, ${words}; ld.global.{suffix} {loaded}, [g]; }}"
+    ret_t = ir.LiteralStructType([i32] * words) if words > 1 else i32
+    load = ir.InlineAsm(
+        ir.FunctionType(ret_t, [address.type]), text, ",".join(["=r"] * words + ["l"])
+    )
+    result = builder.call(load, [address])
+    if words == 1:
+        return [result]
+    return [builder.extract_value(result, k) for k in range(words)]
+
+
 def _make_gpu_moves() -> dict[str, Any]:
     from llvmlite import ir
     from numba.cuda import types
@@ -89,18 +115,9 @@ def _make_gpu_moves() -> dict[str, Any]:
 
     i32 = ir.IntType(32)
 
-    def pointer(context: Any, builder: Any, arrty: Any, arr: Any, index: Any) -> Any:
-        data = context.make_array(arrty)(context, builder, value=arr).data
-        return builder.gep(data, [index])
-
     def make(width: int) -> Any:
         words = width // 4
         suffix = "u32" if words == 1 else f"v{words}.u32"
-        outs = ", ".join(f"${k}" for k in range(words))
-        loaded = "{" + outs + "}" if words > 1 else outs
-        load_text = (
-            f"{{ .reg .u64 g; cvta.to.global.u64 g, ${words}; ld.global.{suffix} {loaded}, [g]; }}"
-        )
         ins = ", ".join(f"${k + 1}" for k in range(words))
         stored = "{" + ins + "}" if words > 1 else ins
         store_text = (
@@ -116,16 +133,7 @@ def _make_gpu_moves() -> dict[str, Any]:
                 dst_t, _, src_t, _ = sig.args
                 dst_v, de_v, src_v, se_v = args
                 src_p = pointer(context, builder, src_t, src_v, se_v)
-                ret_t = ir.LiteralStructType([i32] * words) if words > 1 else i32
-                load = ir.InlineAsm(
-                    ir.FunctionType(ret_t, [src_p.type]),
-                    load_text,
-                    ",".join(["=r"] * words + ["l"]),
-                )
-                result = builder.call(load, [src_p])
-                values = [result]
-                if words > 1:
-                    values = [builder.extract_value(result, k) for k in range(words)]
+                values = load_global_words(builder, src_p, words)
                 dst_p = pointer(context, builder, dst_t, dst_v, de_v)
                 store = ir.InlineAsm(
                     ir.FunctionType(ir.VoidType(), [dst_p.type] + [i32] * words),

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from fusec.targets.cuda.env import simulator_enabled
+from fusec.targets.cuda.rawmove import load_global_words, pointer
 
 #: The power of 16 each field of a word comes out scaled by (``unpack_i4x8``).
 EXPONENTS = (0, 1, 2, 3, 4, 0, 1, 2)
@@ -86,16 +87,8 @@ def _make_gpu() -> dict[str, Any]:
 
     i32, f32 = ir.IntType(32), ir.FloatType()
 
-    def element_ptr(context: Any, builder: Any, arrty: Any, arr: Any, index: Any) -> Any:
-        data = context.make_array(arrty)(context, builder, value=arr).data
-        return builder.gep(data, [index])
-
-    def vector_load(space: str, reg: str, word_t: Any, n: int, ptx_type: str) -> Any:
-        """``f(arr, e, dst, d)``: ``n`` elements of ``arr`` at ``e`` with one ``ld``."""
-        suffix = ptx_type if n == 1 else f"v{n}.{ptx_type}"
-        outs = ", ".join(f"${k}" for k in range(n))
-        regs = "{" + outs + "}" if n > 1 else outs
-        text = f"{{ .reg .u64 a; cvta.to.{space}.u64 a, ${n}; ld.{space}.{suffix} {regs}, [a]; }}"
+    def load_words(n: int) -> Any:
+        """``load_words<n>(arr, e, dst, d)``."""
 
         @intrinsic
         def load(typingctx: Any, arr: Any, e: Any, dst: Any, d: Any) -> Any:
@@ -104,15 +97,10 @@ def _make_gpu() -> dict[str, Any]:
             def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
                 arr_t, _, dst_t, _ = sig.args
                 arr_v, e_v, dst_v, d_v = args
-                ptr = element_ptr(context, builder, arr_t, arr_v, e_v)
-                ret_t = ir.LiteralStructType([word_t] * n) if n > 1 else word_t
-                constraints = ",".join([f"={reg}"] * n + ["l"])
-                asm = ir.InlineAsm(ir.FunctionType(ret_t, [ptr.type]), text, constraints)
-                result = builder.call(asm, [ptr])
-                values = [builder.extract_value(result, k) for k in range(n)] if n > 1 else [result]
-                for k, value in enumerate(values):
+                address = pointer(context, builder, arr_t, arr_v, e_v)
+                for k, value in enumerate(load_global_words(builder, address, n)):
                     index = builder.add(d_v, ir.Constant(d_v.type, k))
-                    builder.store(value, element_ptr(context, builder, dst_t, dst_v, index))
+                    builder.store(value, pointer(context, builder, dst_t, dst_v, index))
                 return context.get_dummy_value()
 
             return sig, codegen
@@ -151,15 +139,13 @@ def _make_gpu() -> dict[str, Any]:
                 field = builder.and_(source, ir.Constant(i32, 0xF << (4 * EXPONENTS[j])))
                 bits = builder.or_(field, m)
                 index = builder.add(d_v, ir.Constant(d_v.type, j))
-                ptr = element_ptr(context, builder, sig.args[2], dst_v, index)
+                ptr = pointer(context, builder, sig.args[2], dst_v, index)
                 builder.store(builder.bitcast(bits, f32), ptr)
             return context.get_dummy_value()
 
         return sig, codegen
 
-    helpers: dict[str, Any] = {
-        f"load_words{n}": vector_load("global", "r", i32, n, "b32") for n in WORD_COUNTS
-    }
+    helpers: dict[str, Any] = {f"load_words{n}": load_words(n) for n in WORD_COUNTS}
     helpers["unpack_i4x8"], helpers["w4_magic"] = unpack_i4x8, w4_magic
 
     @intrinsic
