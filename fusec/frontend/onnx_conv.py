@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from xdsl.ir import SSAValue
 
@@ -28,7 +28,7 @@ def _conv(imp: Importer, node: Node) -> list[SSAValue]:
         x, w = (_reshape_to(imp, v, (*shape_of(v)[:2], 1, shape_of(v)[2])) for v in (x, w))
         kernel, strides, dilations = ((1, *v) for v in (kernel, strides, dilations))
     view = _height_one(imp, node) if flat else node
-    padding = _conv_padding(imp, view, shape_of(x)[2:], kernel, strides, dilations)
+    padding = _conv_padding(imp, view, Window(shape_of(x)[2:], kernel, strides, dilations))
     bias = imp.optional_input(node, 2)
     y = imp.emit(
         ai.Conv2DOp,
@@ -74,15 +74,19 @@ def _height_one(imp: Importer, node: Node) -> Node:
     return Node(node.proto, node.index, {**node.attrs, "pads": (0, pads[0], 0, pads[1])})
 
 
-def _conv_padding(
-    imp: Importer,
-    node: Node,
-    size: Sequence[int],
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-) -> tuple[int, ...]:
+class Window(NamedTuple):
+    """A conv's or pool's window over the spatial axes: the input's sizes, the kernel's,
+    the strides and the dilations (one value an axis each)."""
+
+    size: Sequence[int]
+    kernel: Sequence[int]
+    strides: Sequence[int]
+    dilations: Sequence[int]
+
+
+def _conv_padding(imp: Importer, node: Node, window: Window) -> tuple[int, ...]:
     """ai.conv2d padding (h_begin, w_begin, h_end, w_end), or 2 values when symmetric."""
+    size, kernel, strides, dilations = window
     auto_pad = node.attrs.get("auto_pad", "NOTSET")
     if len(strides) != 2 or len(dilations) != 2 or min(*strides, *dilations) < 1:
         raise imp.error(
@@ -238,7 +242,7 @@ def _pool_attributes(
     return {
         "kernel": kernel,
         "strides": strides,
-        "padding": _conv_padding(imp, view, shape[2:], kernel, strides, dilations),
+        "padding": _conv_padding(imp, view, Window(shape[2:], kernel, strides, dilations)),
         "dilations": dilations,
         "ceil_mode": bool(node.attrs.get("ceil_mode", 0)),
     }

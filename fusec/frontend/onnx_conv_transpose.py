@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fusec.dialect import ops as ai
-from fusec.frontend.onnx_conv import conv2d_padding, conv_operands, split_pads
+from fusec.frontend.onnx_conv import Window, conv2d_padding, conv_operands, split_pads
 from fusec.frontend.onnx_core import _constant_ints, _reshape_to, converter
 from fusec.frontend.onnx_layout import _pad_axis, _slice_of
 from fusec.ir.tensors import dtype_of, shape_of
@@ -63,7 +63,7 @@ def _conv_transpose(imp: Importer, node: Node) -> list[SSAValue]:
         _ints(imp, node, name, dims, 1 if name != "output_padding" else 0)
         for name in ("strides", "dilations", "output_padding")
     )
-    begin, end = _pads(imp, node, shape_of(x)[2:], kernel, strides, dilations, extra)
+    begin, end = _pads(imp, node, Window(shape_of(x)[2:], kernel, strides, dilations), extra)
     flat = dims == 1
     if flat:  # a 1-D node is the 2-D one of height-1 views
         x = _reshape_to(imp, x, (*shape_of(x)[:2], 1, shape_of(x)[2]))
@@ -108,18 +108,13 @@ def _ints(imp: Importer, node: Node, name: str, dims: int, default: int) -> tupl
 
 
 def _pads(
-    imp: Importer,
-    node: Node,
-    size: Sequence[int],
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    extra: Sequence[int],
+    imp: Importer, node: Node, window: Window, extra: Sequence[int]
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(begin, end) pads per spatial axis: given, or derived from ``output_shape`` (or,
     with SAME_UPPER/SAME_LOWER, from input size times stride) as ONNX's operator spec
     says: the total split in halves, the odd one at the end for SAME_UPPER, else at
     the beginning."""
+    size, kernel, strides, dilations = window
     dims = len(size)
     auto_pad = node.attrs.get("auto_pad", "NOTSET")
     if auto_pad not in ("NOTSET", "", "VALID", "SAME_UPPER", "SAME_LOWER"):

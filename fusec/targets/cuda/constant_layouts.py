@@ -16,6 +16,12 @@ from fusec.errors import FusecError
 
 #: 4-bit codes a 32-bit word.
 WORD = 8
+#: The power of 16 each 4-bit field of a packed word comes out scaled by when the W4A16
+#: kernels unpack it in place into the mantissa of 2**23 (``w4_device.unpack_i4x8``:
+#: fields 0-4 where they are, 5-7 from the word shifted right by 20).
+FIELD_EXPONENTS = (0, 1, 2, 3, 4, 0, 1, 2)
+#: The bits of 2.0**23, whose mantissa those fields are ORed into.
+MAGIC = 0x4B000000
 
 
 def int4_layout(k_major: bool, signed: bool) -> str:

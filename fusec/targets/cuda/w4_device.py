@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from fusec.targets.cuda.constant_layouts import FIELD_EXPONENTS, MAGIC
 from fusec.targets.cuda.env import simulator_enabled
 from fusec.targets.cuda.rawmove import load_global_words, pointer
 
 #: The power of 16 each field of a word comes out scaled by (``unpack_i4x8``).
-EXPONENTS = (0, 1, 2, 3, 4, 0, 1, 2)
-MAGIC = 0x4B000000  # the bits of 2.0**23
+EXPONENTS = FIELD_EXPONENTS
 WORD_COUNTS = (1, 2, 4)
 
 

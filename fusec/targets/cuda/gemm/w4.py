@@ -58,8 +58,8 @@ from fusec.targets.cuda.common import (
     kernel_name,
     storage_signature,
 )
+from fusec.targets.cuda.constant_layouts import FIELD_EXPONENTS as EXPONENTS
 from fusec.targets.cuda.constant_layouts import WORD, int4_layout
-from fusec.targets.cuda.w4_device import EXPONENTS
 
 #: Rows of x (the product's M, batch dims folded) at most: a lane keeps one f32 sum a row
 #: and column, and past a few rows the Tensor Core GEMM of the dequantized weight wins.
