@@ -90,3 +90,29 @@ def test_a_cuda_target_without_numba_cuda_names_the_cuda_extra():
         "cuda",
     )
     assert_one_line_error(proc, "cuda")
+
+
+@pytest.mark.parametrize("example", ["mlp_block.mlir", "conv_bias_relu.mlir", "w4a16"])
+def test_kernel_source_without_numba_cuda(example: str, tmp_path: Path):
+    """Planning and generating cuda kernels (``--emit kernels``) needs no numba-cuda: only
+    running them or their PTX does. A template module that imported a device-helper module
+    (those import numba.cuda at load) would break this, as gemm/w4.py once did."""
+    path = EXAMPLES / example
+    if example == "w4a16":
+        sys.path.insert(0, str(ROOT / "tests"))
+        try:
+            import onnx
+            from w4_cases import w4a16_onnx
+        finally:
+            sys.path.pop(0)
+        model, _ = w4a16_onnx(1, 256, 64, 32, "bf16", seed=1)
+        path = tmp_path / "w4a16.onnx"
+        onnx.save(model, path)
+    proc = run_without(
+        ("numba_cuda",), "compile", str(path), "--target", "cuda", "--emit", "kernels"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr
+    assert proc.stdout.startswith("// ===== kernel k0")
+    if example == "w4a16":
+        assert "weight-only int4 route" in proc.stdout
