@@ -185,29 +185,14 @@ def time_gpu(replay) -> float:
     return times[len(times) // 2]
 
 
-def time_gpu_cold(replay, reps: int = 40) -> float:
+def time_gpu_cold(replay) -> float:
     """Median ms of one graph replay with a cold L2 (weights from HBM, as in a model whose
-    layers' weights exceed the L2): a 256 MB buffer is written before each replay, the
-    events around the replay alone."""
+    layers' weights exceed the L2): ``gpu_bench.event_ms``, a 256 MB buffer written before
+    each replay, the events around the replay alone."""
     import torch
+    from gpu_bench import event_ms
 
-    stream = torch.cuda.current_stream()
-    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
-    replay()
-    torch.cuda.synchronize()
-    pairs = []
-    wall0 = time.perf_counter()
-    for _ in range(reps):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        replay()
-        end.record(stream)
-        pairs.append((start, end))
-    torch.cuda.synchronize()
-    times = sorted(start.elapsed_time(end) for start, end in pairs)
-    _wall_checked(sum(times), (time.perf_counter() - wall0) * 1e3, "cold")
-    return times[len(times) // 2]
+    return event_ms(torch, replay)
 
 
 def torch_graph(fn):

@@ -211,12 +211,15 @@ _FLUSH_BYTES = 256 << 20  # larger than the H200's 50 MiB L2
 
 
 def event_ms(torch, fn) -> float:
-    """Median ms of ``fn`` by CUDA events on the current stream, L2 flushed before each run."""
+    """Median ms of ``fn`` by CUDA events on the current stream, L2 flushed before each run
+    (the events around ``fn`` alone); their sum checked against the wall clock."""
     flush = torch.empty(_FLUSH_BYTES, dtype=torch.int8, device="cuda")
     for _ in range(WARMUP):
         fn()
     stream = torch.cuda.current_stream()
     pairs = []
+    torch.cuda.synchronize()
+    wall0 = time.perf_counter()
     for _ in range(REPS):
         flush.zero_()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -226,6 +229,9 @@ def event_ms(torch, fn) -> float:
         pairs.append((start, end))
     torch.cuda.synchronize()
     times = sorted(start.elapsed_time(end) for start, end in pairs)
+    wall = (time.perf_counter() - wall0) * 1e3
+    if sum(times) > wall * 1.05:
+        raise RuntimeError(f"events: {sum(times):.4f} ms > wall clock {wall:.4f} ms")
     return float(times[len(times) // 2])
 
 
