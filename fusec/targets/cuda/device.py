@@ -10,7 +10,11 @@ at element ``e`` with one 2/4/8/16-byte ``ld.global`` (inline PTX, so the
 optimiser cannot split it) into ``dst[d:d+n]`` as float32;
 ``store_<fmt>x<n>(arr, e, src, d)`` is the reverse (round to nearest even).
 The caller guarantees ``e * itemsize`` is a multiple of the access width and
-the array's base address is 16-byte aligned (the runtime ensures that).
+the array's base address is 16-byte aligned (the runtime ensures that). The loads'
+inline PTX has no side effects, so LLVM takes each for a pure function of its address
+(it may hoist it out of a loop or merge two of one address): right for a kernel's
+inputs, which no kernel writes, wrong for memory the kernel itself writes (a W4A16 kernel
+with such a load of shared memory, staged again each chunk, summed stale values: 69cbe6f).
 
 Reductions: ``block_sum``/``block_max`` reduce one value per thread over the
 whole block and ``warp_sum``/``warp_max`` over each warp; every thread gets the
