@@ -29,11 +29,13 @@ def w4a16_onnx(
     seed: int,
     transposed: bool = False,
     scales: str = "block",
+    unsigned: bool = False,
 ) -> tuple[onnx.ModelProto, np.ndarray]:
     """x (M x K) @ DequantizeLinear(INT4 codes, scales and zero points per ``block`` along
     K; ``scales`` "column": per output column, "tensor": one) + bias -> Relu, opset 21;
-    ``transposed``: the codes stored N x K, read by a Gemm with transB. Returns the model
-    and an input (host, the activations' type)."""
+    ``transposed``: the codes stored N x K, read by a Gemm with transB; ``unsigned``:
+    UINT4 codes and zero points. Returns the model and an input (host, the activations'
+    type)."""
     rng = np.random.default_rng(seed)
     shape = (n, k) if transposed else (k, n)
     axis = 1 if transposed else 0
@@ -42,11 +44,16 @@ def w4a16_onnx(
     elif scales == "tensor":
         blocks, attrs = (), {}
     else:
-        blocks = (n, k // block) if transposed else (k // block, n)
+        kb = -(-k // block)  # (a ragged last block when block does not divide K)
+        blocks = (n, kb) if transposed else (kb, n)
         attrs = {"axis": axis, "block_size": block}
-    codes = rng.integers(-8, 8, shape).astype(ml_dtypes.int4)
+    if unsigned:  # UINT4 codes and zero points (the middle of their range)
+        codes = rng.integers(0, 16, shape).astype(ml_dtypes.uint4)
+        zeros = rng.integers(6, 11, blocks).astype(ml_dtypes.uint4)
+    else:
+        codes = rng.integers(-8, 8, shape).astype(ml_dtypes.int4)
+        zeros = rng.integers(-2, 3, blocks).astype(ml_dtypes.int4)
     scales = rng.uniform(0.01, 0.05, blocks).astype(np.float32)
-    zeros = rng.integers(-2, 3, blocks).astype(ml_dtypes.int4)
     bias = rng.standard_normal(n).astype(np.float32)
     inits = [
         numpy_helper.from_array(codes, "w_q"),

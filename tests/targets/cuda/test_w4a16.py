@@ -69,7 +69,8 @@ def test_more_rows_and_run_time_codes_dequantize_then_multiply() -> None:
 #: (M, K, N, block, type, transposed, scales): N not a multiple of a block's columns, K's
 #: words not a multiple of a warp's step (136 words: the K split's last step partly
 #: outside), loads of 1, 2 and 4 words, a warp taking one step of K and several, codes
-#: stored N x K, scales per column and per tensor. Past M = 16 the Tensor Core
+#: stored N x K, scales per column and per tensor, a ragged last scale block, UINT4 codes
+#: (the optional eighth field). Past M = 16 the Tensor Core
 #: GEMM, which the simulator cannot run (test_w4a16_gpu.py).
 SIM_LAYERS = [
     (2, 256, 40, 32, "bf16", False, "block"),
@@ -81,6 +82,8 @@ SIM_LAYERS = [
     (4, 64, 16, 0, "f16", True, "tensor"),
     (8, 2048, 12, 128, "bf16", False, "block"),  # two steps of K a warp of the split
     (16, 1024, 10, 64, "f16", True, "block"),
+    (2, 96, 12, 64, "f16", True, "block"),  # a ragged last block of K (96 = 64 + 32)
+    (3, 256, 20, 32, "bf16", False, "block", True),  # UINT4 codes and zero points
 ]
 
 
@@ -163,7 +166,17 @@ def test_unpacked_fields_minus_their_bias_are_the_codes_exactly() -> None:
         codes = [(word >> (4 * j)) & 15 for j in range(8)]
         for j, e in enumerate(w4_device.EXPONENTS):
             assert fields[j] == np.float32(2**23 + codes[j] * 16**e)
-            for z in (0, 7, 23):
+            for z in (0, 7, 8, 15):  # z + 8 of an i4 zero point, or a ui4 one
                 bias = -(np.float32(z) + np.float32(2.0 ** (23 - 4 * e)))
                 got = np.float32(fields[j] * np.float32(16.0**-e) + bias)
                 assert got == codes[j] - z
+
+
+def test_a_k_split_that_does_not_tile_the_block_is_refused(monkeypatch) -> None:
+    """3 warps a group would leave two of a block's 8 warps without a group: their partial
+    sums would land in the next K slice's place."""
+    from fusec.targets.cuda.gemm import w4
+
+    monkeypatch.setattr(w4, "SHAPES", ((w4.MAX_ROWS, 2, 3, 4),))
+    with pytest.raises(ValueError, match="K split of 3"):
+        w4.warp_shape(1, 1024, 128)

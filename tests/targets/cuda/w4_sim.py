@@ -20,8 +20,8 @@ import fusec  # noqa: E402
 
 def main() -> None:
     for case in json.loads(sys.argv[1]):
-        m, k, n, block, dtype, transposed, scales = case["layer"]
-        model, x = w4a16_onnx(m, k, n, block, dtype, m + k, transposed, scales)
+        m, k, n, block, dtype, transposed, scales, *unsigned = case["layer"]
+        model, x = w4a16_onnx(m, k, n, block, dtype, m + k, transposed, scales, *unsigned)
         compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
         got = np.asarray(compiled._runner([x], poison=True)[0]).astype(np.float64)
         want = fusec.compile(fusec.from_onnx(model), target="reference")(x).astype(np.float64)

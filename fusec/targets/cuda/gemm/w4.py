@@ -100,6 +100,8 @@ def warp_shape(m: int, k: int, block: int) -> WarpShape:
     the load width is the widest whose words stay inside one scale block and divide K's
     words (so that a lane's load is aligned)."""
     _, cols, ksplit, vw = next(shape for shape in SHAPES if m <= shape[0])
+    if WARPS % ksplit:  # (a group's warps must tile the block's)
+        raise ValueError(f"a K split of {ksplit} warps does not divide a block's {WARPS}")
     while vw > 1 and (k % (8 * vw) or block % (8 * vw)):
         vw //= 2
     return WarpShape(cols, ksplit, vw)
