@@ -84,6 +84,7 @@ SIM_LAYERS = [
     (16, 1024, 10, 64, "f16", True, "block"),
     (2, 96, 12, 64, "f16", True, "block"),  # a ragged last block of K (96 = 64 + 32)
     (3, 256, 20, 32, "bf16", False, "block", True),  # UINT4 codes and zero points
+    (2, 64, 12, 128, "f16", True, "block"),  # one block covering K: per column
 ]
 
 

@@ -53,6 +53,7 @@ def _device(array: np.ndarray, dtype: str):
         (4, 1024, 256, 0, False, "column"),
         (8, 2048, 192, 128, False, "block"),  # two steps of K a warp
         (1, 1088, 520, 64, True, "block"),  # the K split's last step partly outside K
+        (2, 256, 96, 512, False, "block"),  # one block covering K: per column
         (300, 256, 128, 0, True, "column"),
     ],
 )

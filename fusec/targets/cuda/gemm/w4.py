@@ -222,7 +222,9 @@ def scale_layout(dq: ai.DequantizeOp, k_axis: int) -> tuple[str, int] | str:
     if math.prod(shape) == 1:
         return "0", k  # per tensor
     if math.prod(shape) == n and axis == 1 - k_axis:
-        return "n", k  # per output column (one block of K, or block_size 0)
+        return "n", k  # per output column (ONNX's per-axis form, block_size 0)
+    if math.prod(shape) == n and axis == k_axis and int(dq.attr("block_size")) >= k:
+        return "n", k  # per output column: blocks along K, one of them covering K
     return f"scales of shape {shape} along axis {axis} (not per block of K, column or tensor)"
 
 
