@@ -27,13 +27,14 @@ def w4a16_onnx(
     block: int,
     dtype: str,
     seed: int,
-    transposed: bool = False,
+    transposed: bool | str = False,
     scales: str = "block",
     unsigned: bool = False,
 ) -> tuple[onnx.ModelProto, np.ndarray]:
     """x (M x K) @ DequantizeLinear(INT4 codes, scales and zero points per ``block`` along
     K; ``scales`` "column": per output column, "tensor": one) + bias -> Relu, opset 21;
-    ``transposed``: the codes stored N x K, read by a Gemm with transB; ``unsigned``:
+    ``transposed``: the codes stored N x K, read by a Gemm with transB ("matmul": by a
+    Transpose and a MatMul); ``unsigned``:
     UINT4 codes and zero points. Returns the model and an input (host, the activations'
     type)."""
     rng = np.random.default_rng(seed)
@@ -62,7 +63,14 @@ def w4a16_onnx(
         _tensor("bias", bias, dtype),
     ]
     dq = helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["w"], **attrs)
-    if transposed:
+    if transposed == "matmul":  # x @ W.T as a Transpose and a MatMul (exporters' Linear)
+        nodes = [
+            dq,
+            helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+            helper.make_node("MatMul", ["x", "wt"], ["p"]),
+            helper.make_node("Add", ["p", "bias"], ["a"]),
+        ]
+    elif transposed:
         product = helper.make_node("Gemm", ["x", "w", "bias"], ["a"], transB=1)
         nodes = [dq, product]
     else:

@@ -182,6 +182,38 @@ class FoldConstantDequantize(RewritePattern):
         _replace(rewriter, op, dense_constant(op.reference(*args), op.result_dtype()))
 
 
+class DequantizeTransposedConstants(RewritePattern):
+    """``transpose(dequantize(codes, scale, zero_point))`` of 2-D constant codes, scale and
+    zero point (a quantized weight read transposed: ``MatMul(x, Transpose(DequantizeLinear(
+    W)))``, how exporters write a Linear layer's ``x @ W.T``) -> the ``dequantize`` of the
+    transposed constants along the other axis: the same values, made without a transpose
+    between the weight and its matmul. Otherwise the dequantized weight stayed a value, so
+    on cuda it was dequantized and then copied transposed each call, where the W4A16
+    route reads the codes as they are."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        from fusec.dialect.ops import DequantizeOp, TransposeOp, spec_of
+        from fusec.ir.dtypes import numpy_dtype
+
+        if not isinstance(op, TransposeOp) or tuple(op.attr("perm")) != (1, 0):
+            return
+        dq = op.input.owner
+        if not isinstance(dq, DequantizeOp) or len(list(dq.output.uses)) != 1:
+            return
+        if not all(is_constant(value.owner) for value in dq.operands):
+            return
+        constants = []
+        for value in dq.operands:
+            dtype = spec_of(value.type).dtype
+            array = constant_value(value.owner, numpy_dtype(dtype))  # type: ignore[arg-type]
+            constants.append(dense_constant(array.T if array.ndim == 2 else array, dtype))
+        axis = 1 - int(dq.attr("axis")) % 2
+        new = DequantizeOp(*(c.results[0] for c in constants), axis=axis,
+                           block_size=dq.attr("block_size"))  # fmt: skip
+        rewriter.insert(constants, InsertPoint.before(op))
+        _replace(rewriter, op, new)
+
+
 # ------------------------------------------------------------------ batch norm
 
 
@@ -365,6 +397,7 @@ ai.CANONICAL_PATTERNS.update(
         ai.ReluOp: (FoldReluOfRelu(),),
         ai.ConcatOp: (RotateHalfOfConcat(),),
         ai.TransposeOp: (
+            DequantizeTransposedConstants(),
             FoldIdentityTranspose(),
             ComposeTransposes(),
             CollapseViewChain(),

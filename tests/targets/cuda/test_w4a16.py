@@ -85,6 +85,7 @@ SIM_LAYERS = [
     (2, 96, 12, 64, "f16", True, "block"),  # a ragged last block of K (96 = 64 + 32)
     (3, 256, 20, 32, "bf16", False, "block", True),  # UINT4 codes and zero points
     (2, 64, 12, 128, "f16", True, "block"),  # one block covering K: per column
+    (2, 128, 12, 32, "bf16", "matmul", "block"),  # x @ W.T as Transpose -> MatMul
 ]
 
 
@@ -181,3 +182,25 @@ def test_a_k_split_that_does_not_tile_the_block_is_refused(monkeypatch) -> None:
     monkeypatch.setattr(w4, "SHAPES", ((w4.MAX_ROWS, 2, 3, 4),))
     with pytest.raises(ValueError, match="K split of 3"):
         w4.warp_shape(1, 1024, 128)
+
+
+@pytest.mark.parametrize("target", ["reference", "cpu"])
+def test_a_weight_read_through_a_transpose_keeps_its_values(target: str) -> None:
+    """``MatMul(x, Transpose(DequantizeLinear(W)))`` (a Linear layer as exporters write it)
+    canonicalizes to the dequantize of W's transposed constants: against numpy's product
+    of the dequantized weight, computed here from the model's initializers (the targets'
+    own reference would see the rewritten graph)."""
+    from onnx import numpy_helper
+
+    import fusec
+
+    model, x = w4a16_onnx(3, 128, 24, 32, "f16", seed=8, transposed="matmul")
+    inits = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
+    blocks = np.repeat(np.arange(128 // 32), 32)
+    w = (inits["w_q"] - inits["w_z"][:, blocks]) * inits["w_s"][:, blocks]  # N x K
+    want = np.maximum(x.astype(np.float64) @ w.T + inits["bias"], 0.0)
+    module = fusec.from_onnx(model)
+    ir = str(fusec.compile(module, target=target, executable=False).module)
+    assert "ai.transpose" not in ir
+    got = fusec.compile(fusec.from_onnx(model), target=target)(x).astype(np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2

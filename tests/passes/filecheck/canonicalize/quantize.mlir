@@ -64,3 +64,26 @@ func.func @e5m2(%x: tensor<3xf16>, %s: tensor<1xf16>, %z: tensor<1xf8E5M2>) -> t
   %d = ai.dequantize %q, %s, %z : tensor<3xf8E5M2> * tensor<1xf16> * tensor<1xf8E5M2>
   return %d : tensor<3xf16>
 }
+
+// -----
+
+// A weight read transposed (x @ W.T: Transpose of DequantizeLinear, as exporters write a
+// Linear layer) is the dequantize of the transposed constants along the other axis: no
+// transpose between the weight's codes and the matmul (the cuda W4A16 route reads them).
+// CHECK-LABEL: func.func @weight_read_transposed
+// CHECK-NOT:   ai.transpose
+// CHECK-DAG:   %[[Q:.*]] = arith.constant dense<{{.*}}> : tensor<16x2xi4>
+// CHECK-DAG:   %[[S:.*]] = arith.constant dense<{{.*}}> : tensor<2x2xf16>
+// CHECK-DAG:   %[[Z:.*]] = arith.constant dense<{{.*}}> : tensor<2x2xi4>
+// CHECK:       %[[W:.*]] = ai.dequantize %[[Q]], %[[S]], %[[Z]] {axis = 0 : i64, block_size = 8 : i64}
+// CHECK:       ai.matmul %x, %[[W]]
+// CHECK-NOT:   ai.transpose
+func.func @weight_read_transposed(%x: tensor<3x16xf16>) -> tensor<3x2xf16> {
+  %q = arith.constant dense<[[1, 2, 3, 4, 5, 6, 7, -8, 1, 2, 3, 4, 5, 6, 7, -8], [0, 1, 0, 1, 0, 1, 0, 1, 2, 2, 2, 2, 3, 3, 3, 3]]> : tensor<2x16xi4>
+  %s = arith.constant dense<[[0.5, 0.25], [1.0, 2.0]]> : tensor<2x2xf16>
+  %z = arith.constant dense<[[0, 1], [-1, 2]]> : tensor<2x2xi4>
+  %w = ai.dequantize %q, %s, %z {axis = 1 : i64, block_size = 8 : i64} : tensor<2x16xi4> * tensor<2x2xf16> * tensor<2x2xi4>
+  %t = ai.transpose %w {perm = array<i64: 1, 0>} : tensor<2x16xf16>
+  %y = ai.matmul %x, %t : tensor<3x16xf16> * tensor<16x2xf16>
+  return %y : tensor<3x2xf16>
+}
