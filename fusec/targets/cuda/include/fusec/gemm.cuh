@@ -156,6 +156,15 @@ static __device__ __forceinline__ void gemm_stage_vectors(const E& epi, u32 sv_m
 // The accumulator register of element e of column pair q in row half h of block m.
 #define FS_FRAG(m, q, e) acc[m][4 * (q) + 2 * h + (e)]
 
+// The first of the two adjacent columns of column pair q of a consumer thread's
+// accumulators in column tile pn of WIDTH columns (accumulator j of an m64 block is row
+// 16 warp + lane/4 + 8 ((j/2)%2), column 8 (j/4) + 2 (lane%4) + j%2 of it; the row stays
+// written out where it is used: as a function call it changed the kernels' SASS).
+template <int WIDTH>
+static __device__ __forceinline__ int gemm_frag_col(int pn, int q, int lane) {
+  return pn * WIDTH + q * 8 + 2 * (lane % 4);
+}
+
 // A softmax epilogue's row statistics over a consumer thread's row of the tile (its quad's
 // 4 lanes hold the row's BN columns: two shfl.xor steps): pass 1 puts the row's values
 // (-inf outside the matrix) into the accumulators and takes their maximum mx; pass 2 the
@@ -188,7 +197,7 @@ static __device__ __forceinline__ void gemm_softmax_stats(const E& epi, float (&
     for (int q = 0; q < BN / 8; ++q) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float v = value(q, e, pn * BN + q * 8 + 2 * (lane % 4) + e);
+        const float v = value(q, e, gemm_frag_col<BN>(pn, q, lane) + e);
         FS_FRAG(m, q, e) = v;
         mx = fmaxf(mx, v);
       }
@@ -198,7 +207,7 @@ static __device__ __forceinline__ void gemm_softmax_stats(const E& epi, float (&
     for (int q = 0; q < BN / 8; ++q) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int col = pn * BN + q * 8 + 2 * (lane % 4) + e;
+        const int col = gemm_frag_col<BN>(pn, q, lane) + e;
         const float v = live && col < N ? value(q, e, col) : FS_NEG_INF;
         FS_FRAG(m, q, e) = v;
         mx = fmaxf(mx, v);
@@ -267,7 +276,7 @@ static __device__ __forceinline__ void gemm_store_gated(const E& epi, float (&ac
       const long long row_base = (long long)pz * M * N + (long long)row * N;
 #pragma unroll
       for (int q = 0; q < COLS / 8; ++q) {
-        const int col = pn * COLS + q * 8 + 2 * (lane % 4);
+        const int col = gemm_frag_col<COLS>(pn, q, lane);
         if (col >= N) continue;
         const float h0 = fs_silu_mul(FS_FRAG(m, q, 0), FS_FRAG(m, q + COLS / 8, 0));
         const float h1 = fs_silu_mul(FS_FRAG(m, q, 1), FS_FRAG(m, q + COLS / 8, 1));
@@ -279,13 +288,28 @@ static __device__ __forceinline__ void gemm_store_gated(const E& epi, float (&ac
   }
 }
 
+// Stores the values left in a thread's accumulators of m64 block m, row half h (a row of
+// the output at row_base): bounds-checked pairs of adjacent columns (gemm_store_pair).
+template <class C, int MI, int HALF>
+static __device__ __forceinline__ void gemm_store_frag_row(float (&acc)[MI][HALF], int m, int h,
+                                                           u64 out, long long row_base, int pn,
+                                                           int lane, int N, bool pairs) {
+#pragma unroll
+  for (int q = 0; q < C::BN / 8; ++q) {
+    const int col = gemm_frag_col<C::BN>(pn, q, lane);
+    if (col < N) {
+      gemm_store_pair<typename C::Out>(out, row_base + col, col, N, pairs, FS_FRAG(m, q, 0),
+                                       FS_FRAG(m, q, 1));
+    }
+  }
+}
+
 // The direct epilogue's stores of the values E left in the accumulators (EPILOGUE_FIRST):
 // bounds-checked pairs of adjacent columns, one 32/64-bit store when the row length is even.
 template <class C, int MI, int HALF>
 static __device__ __forceinline__ void gemm_store_computed(float (&acc)[MI][HALF], u64 out, int pm,
                                                            int cw, int pn, int pz, int warp,
                                                            int lane, int M, int N) {
-  using Out = typename C::Out;
   const long long out_base = (long long)pz * M * N;
   const bool pairs = (N % 2) == 0;
 #pragma unroll
@@ -293,15 +317,8 @@ static __device__ __forceinline__ void gemm_store_computed(float (&acc)[MI][HALF
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = gemm_rows<C>(pm, cw) + m * 64 + warp * 16 + (lane / 4) + 8 * h;
-      if (row >= M) continue;
-      const long long row_base = out_base + (long long)row * N;
-#pragma unroll
-      for (int q = 0; q < C::BN / 8; ++q) {
-        const int col = pn * C::BN + q * 8 + 2 * (lane % 4);
-        if (col < N) {
-          gemm_store_pair<Out>(out, row_base + col, col, N, pairs, FS_FRAG(m, q, 0),
-                               FS_FRAG(m, q, 1));
-        }
+      if (row < M) {
+        gemm_store_frag_row<C>(acc, m, h, out, out_base + (long long)row * N, pn, lane, N, pairs);
       }
     }
   }
@@ -332,7 +349,7 @@ static __device__ __forceinline__ void gemm_store(const E& epi, float (&acc)[MI]
         const int r_in = min(row, M - 1);
 #pragma unroll
         for (int q = 0; q < BN / 8; ++q) {
-          const int col = pn * BN + q * 8 + 2 * (lane % 4);
+          const int col = gemm_frag_col<BN>(pn, q, lane);
           FS_FRAG(m, q, 0) = epi(FS_FRAG(m, q, 0), r_in, min(col, N - 1), pz, ln_cols, ln_rows);
           FS_FRAG(m, q, 1) = epi(FS_FRAG(m, q, 1), r_in, min(col + 1, N - 1), pz, ln_cols, ln_rows);
         }
@@ -341,7 +358,7 @@ static __device__ __forceinline__ void gemm_store(const E& epi, float (&acc)[MI]
           const long long row_base = out_base + (long long)row * N;
 #pragma unroll
           for (int q = 0; q < BN / 8; ++q) {
-            const int col = pn * BN + q * 8 + 2 * (lane % 4);
+            const int col = gemm_frag_col<BN>(pn, q, lane);
             if (col < N) {
               const float y0 = epi(FS_FRAG(m, q, 0), row, col, pz, ln_cols, ln_rows);
               if (pairs) {
@@ -368,14 +385,7 @@ static __device__ __forceinline__ void gemm_store(const E& epi, float (&acc)[MI]
             const int tiles_n = (N + BN - 1) / BN;
             epi.partials()[((long long)pz * M + row) * tiles_n + pn] = make_float2(mx, sum);
           }
-#pragma unroll
-          for (int q = 0; q < BN / 8; ++q) {
-            const int col = pn * BN + q * 8 + 2 * (lane % 4);
-            if (col < N) {
-              gemm_store_pair<Out>(out, row_base + col, col, N, pairs, FS_FRAG(m, q, 0),
-                                   FS_FRAG(m, q, 1));
-            }
-          }
+          gemm_store_frag_row<C>(acc, m, h, out, row_base, pn, lane, N, pairs);
         }
       } else {
         bool live;
@@ -387,7 +397,7 @@ static __device__ __forceinline__ void gemm_store(const E& epi, float (&acc)[MI]
           const long long row_base = out_base + (long long)row * N;
 #pragma unroll
           for (int q = 0; q < BN / 8; ++q) {
-            const int col = pn * BN + q * 8 + 2 * (lane % 4);
+            const int col = gemm_frag_col<BN>(pn, q, lane);
             if (col < N) {
               const float s0 = FS_FRAG(m, q, 0) * inv;
               const float y0 = epi.post(s0, row, col, pz);
@@ -444,14 +454,14 @@ static __device__ __forceinline__ void gemm_smem_compute(const E& epi, float (&a
         if (dense) {
 #pragma unroll
           for (int q = 0; q < BN / 8; ++q) {
-            const int col = pn * BN + q * 8 + 2 * (lane % 4);
+            const int col = gemm_frag_col<BN>(pn, q, lane);
             FS_FRAG(m, q, 0) = epi.post(FS_FRAG(m, q, 0) * inv, row, col, pz);
             FS_FRAG(m, q, 1) = epi.post(FS_FRAG(m, q, 1) * inv, row, col + 1, pz);
           }
         } else if (live) {
 #pragma unroll
           for (int q = 0; q < BN / 8; ++q) {
-            const int col = pn * BN + q * 8 + 2 * (lane % 4);
+            const int col = gemm_frag_col<BN>(pn, q, lane);
             if (col < N) {
               FS_FRAG(m, q, 0) = epi.post(FS_FRAG(m, q, 0) * inv, row, col, pz);
             }
@@ -545,7 +555,7 @@ static __device__ __forceinline__ void gemm_smem_store(const E& epi, float (&acc
             for (int h = 0; h < 2; ++h) {
               const int q = ch * OCTETS + o;
               const int row = gemm_rows<C>(pm, cw) + m * 64 + warp * 16 + (lane / 4) + 8 * h;
-              const int col = pn * BN + q * 8 + 2 * (lane % 4);
+              const int col = gemm_frag_col<BN>(pn, q, lane);
               FS_FRAG(m, q, 0) = epi(FS_FRAG(m, q, 0), row, col, pz, ln_cols, ln_rows);
               FS_FRAG(m, q, 1) = epi(FS_FRAG(m, q, 1), row, col + 1, pz, ln_cols, ln_rows);
             }
@@ -557,7 +567,7 @@ static __device__ __forceinline__ void gemm_smem_store(const E& epi, float (&acc
             for (int h = 0; h < 2; ++h) {
               const int q = ch * OCTETS + o;
               const int row = gemm_rows<C>(pm, cw) + m * 64 + warp * 16 + (lane / 4) + 8 * h;
-              const int col = pn * BN + q * 8 + 2 * (lane % 4);
+              const int col = gemm_frag_col<BN>(pn, q, lane);
               if (row < M && col < N) {
                 FS_FRAG(m, q, 0) = epi(FS_FRAG(m, q, 0), row, col, pz, ln_cols, ln_rows);
               }
