@@ -584,23 +584,42 @@ W4_MATMUL = """func.func @f(%x: tensor<{m}x{k}xbf16>, %s: tensor<{b}x{n}xbf16>, 
 HBM_PEAK = {"H200": 4.8e12, "H100": 3.35e12}
 
 
+W4_K = W4_N = 4096
+W4_BLOCK = 128
+
+
+def w4_layer() -> tuple:
+    """The W4A16 cases' weight (``--w4``, ``--w4-sweep``): 4096 x 4096 int4 codes (a
+    constant of the IR: hex text, a byte a code; a model's weight, which the W4A16 route
+    packs at load), bf16 scales and int4 zero points per block of 128 rows of K on the GPU,
+    the dequantized weight in f32, and the bytes the W4A16 kernel reads of it (packed
+    codes, scales, zero points a byte each)."""
+    import torch
+
+    k, n, g = W4_K, W4_N, W4_BLOCK
+    q = torch.randint(-8, 8, (k, n), dtype=torch.int8, device="cuda")
+    codes = q.cpu().numpy().tobytes().hex().upper()
+    s = (torch.rand(k // g, n, device="cuda") * 0.02 + 0.005).to(torch.bfloat16)
+    z = torch.randint(-2, 3, (k // g, n), dtype=torch.int8, device="cuda")
+    rows_of = torch.arange(k, device="cuda") // g
+    wd = (q.float() - z.float()[rows_of]) * s.float()[rows_of]
+    weight_bytes = k * n // 2 + (k // g) * n * 3
+    return codes, s, z, wd, weight_bytes
+
+
+def w4_text(m: int, codes: str) -> str:
+    """The W4A16 layer of ``m`` rows of x (``W4_MATMUL``) with the constant ``codes``."""
+    return W4_MATMUL.format(m=m, k=W4_K, n=W4_N, b=W4_K // W4_BLOCK, g=W4_BLOCK, codes=codes)
+
+
 def w4_cases(bench, rows: list[dict], out: str) -> None:
     """The weight-only int4 cases (``--w4``): fusec's W4A16 layer against cuBLAS's and
     fusec's bf16 GEMMs of the dequantized weight, in the same run."""
     import torch
 
-    k = n = 4096
-    g = 128
-    # the weight's codes a constant (a model's weight: the W4A16 route packs them at load)
-    q = torch.randint(-8, 8, (k, n), dtype=torch.int8, device="cuda")
-    codes = q.cpu().numpy().tobytes().hex().upper()  # i4 constants: a byte a code
-    s = (torch.rand(k // g, n, device="cuda") * 0.02 + 0.005).to(torch.bfloat16)
-    z = torch.randint(-2, 3, (k // g, n), dtype=torch.int8, device="cuda")
-    rows_of = torch.arange(k, device="cuda") // g
-    wd = ((q.float() - z.float()[rows_of]) * s.float()[rows_of]).to(torch.bfloat16)
-    # what the W4A16 kernel reads of the weight: packed 4-bit codes, bf16 scales, zero
-    # points (a byte each on the device)
-    weight_bytes = k * n // 2 + (k // g) * n * 3
+    k, n, g = W4_K, W4_N, W4_BLOCK
+    codes, s, z, wd, weight_bytes = w4_layer()
+    wd = wd.to(torch.bfloat16)
 
     def dense(x, s, z):  # cuBLAS bf16 of the weight dequantized ahead
         return x @ wd
@@ -613,7 +632,7 @@ def w4_cases(bench, rows: list[dict], out: str) -> None:
 
     for m in (1, 16, 4096):
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        text = W4_MATMUL.format(m=m, k=k, n=n, b=k // g, g=g, codes=codes)
+        text = w4_text(m, codes)
         flops = 2.0 * m * k * n
         name = f"W4A16 {m}x{k}x{n} bf16, blocks of {g}"
         bench(name, text, (x, s, z), dense, flops, compile_fn=False, exact=exact, cold=True)
@@ -717,20 +736,11 @@ def w4_sweep() -> None:
     import fusec
     from fusec.targets.cuda.gemm import w4
 
-    k = n = 4096
-    g = 128
-    q = torch.randint(-8, 8, (k, n), dtype=torch.int8, device="cuda")
-    codes = q.cpu().numpy().tobytes().hex().upper()
-    s = (torch.rand(k // g, n, device="cuda") * 0.02 + 0.005).to(torch.bfloat16)
-    z = torch.randint(-2, 3, (k // g, n), dtype=torch.int8, device="cuda")
-    rows_of = torch.arange(k, device="cuda") // g
-    wd = (q.float() - z.float()[rows_of]) * s.float()[rows_of]
-    weight_bytes = k * n // 2 + (k // g) * n * 3
+    codes, s, z, wd, weight_bytes = w4_layer()
 
     def run(label: str, m: int) -> None:
-        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        text = W4_MATMUL.format(m=m, k=k, n=n, b=k // g, g=g, codes=codes)
-        compiled = fusec.compile(text, target="cuda")
+        x = torch.randn(m, W4_K, device="cuda", dtype=torch.bfloat16)
+        compiled = fusec.compile(w4_text(m, codes), target="cuda")
         rel = check(compiled(x, s, z), x.float() @ wd)
         replay = fusec_graph(compiled, (x, s, z))
         warm, cold = time_gpu(replay), time_gpu_cold(replay)
