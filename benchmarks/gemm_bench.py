@@ -51,7 +51,8 @@ the same block in bf16 under eager PyTorch and torch.compile. Writes gemm-fp8.md
 runs the weight-only int4 cases (W4A16, issue 31): x (M x 4096, bf16) @ dequantize(int4
 codes 4096 x 4096, a constant; bf16 scales and int4 zero points per block of 128 rows) at
 M = 1, 16 (the W4A16 route: packed codes on CUDA cores) and 4096 (a dequantize kernel,
-then the Tensor Core GEMM), against cuBLAS's bf16 GEMM of the dequantized weight (the
+then the Tensor Core GEMM), and at M = 1 on larger weights (``W4_DECODE_LAYERS``: up to
+8192 x 28672), against cuBLAS's bf16 GEMM of the dequantized weight (the
 "eager" columns) and fusec's own bf16 GEMM of it, in the same run; the achieved bandwidth
 of the weight's bytes (packed 4-bit codes, scales, zero points) against the GPU's HBM
 peak. Checked against the
@@ -586,30 +587,56 @@ HBM_PEAK = {"H200": 4.8e12, "H100": 3.35e12}
 
 W4_K = W4_N = 4096
 W4_BLOCK = 128
+#: (K, N) of the decode-shaped (M = 1) cases on larger weights than 4096 x 4096, whose
+#: 8.4 MB the GPU reads in ~2.5 us, about its launch and ramp: a Llama-3-8B MLP's up and
+#: down projections and a 70B model's up projection (117 MB of codes).
+W4_DECODE_LAYERS = ((4096, 14336), (14336, 4096), (8192, 28672))
 
 
-def w4_layer() -> tuple:
-    """The W4A16 cases' weight (``--w4``, ``--w4-sweep``): 4096 x 4096 int4 codes (a
-    constant of the IR: hex text, a byte a code; a model's weight, which the W4A16 route
-    packs at load), bf16 scales and int4 zero points per block of 128 rows of K on the GPU,
-    the dequantized weight in f32, and the bytes the W4A16 kernel reads of it (packed
-    codes, scales, zero points a byte each)."""
+def w4_layer(k: int = W4_K, n: int = W4_N) -> tuple:
+    """The W4A16 cases' weight (``--w4``, ``--w4-sweep``): k x n int4 codes (int8 values
+    on the GPU: a constant of the IR, which the W4A16 route packs at load), bf16 scales
+    and int4 zero points per block of 128 rows of K on the GPU, the dequantized weight in
+    f32, and the bytes the W4A16 kernel reads of it (packed codes, scales, zero points a
+    byte each)."""
     import torch
 
-    k, n, g = W4_K, W4_N, W4_BLOCK
+    g = W4_BLOCK
     q = torch.randint(-8, 8, (k, n), dtype=torch.int8, device="cuda")
-    codes = q.cpu().numpy().tobytes().hex().upper()
     s = (torch.rand(k // g, n, device="cuda") * 0.02 + 0.005).to(torch.bfloat16)
     z = torch.randint(-2, 3, (k // g, n), dtype=torch.int8, device="cuda")
     rows_of = torch.arange(k, device="cuda") // g
     wd = (q.float() - z.float()[rows_of]) * s.float()[rows_of]
     weight_bytes = k * n // 2 + (k // g) * n * 3
-    return codes, s, z, wd, weight_bytes
+    return q, s, z, wd, weight_bytes
 
 
-def w4_text(m: int, codes: str) -> str:
-    """The W4A16 layer of ``m`` rows of x (``W4_MATMUL``) with the constant ``codes``."""
-    return W4_MATMUL.format(m=m, k=W4_K, n=W4_N, b=W4_K // W4_BLOCK, g=W4_BLOCK, codes=codes)
+def w4_program(m: int, q, k: int = W4_K, n: int = W4_N):
+    """``W4_MATMUL`` of ``m`` rows of x as a module whose constant holds the codes ``q``
+    (``w4_layer``'s), made from the array: the codes parsed as text (hex, or a splat to
+    replace) take minutes at 8192 x 28672. The text is parsed with the codes as a last
+    argument, which the constant then replaces."""
+    import ml_dtypes
+    from xdsl.dialects import func
+
+    import fusec
+    from fusec.ir.constants import dense_constant
+
+    text = W4_MATMUL.format(m=m, k=k, n=n, b=k // W4_BLOCK, g=W4_BLOCK, codes="")
+    line = next(line for line in text.splitlines() if "arith.constant" in line)
+    codes_type = line.split(" : ")[-1]
+    text = text.replace(line + "\n", "").replace(
+        ") -> ", f", %q: {codes_type}) -> ", 1
+    )  # fmt: skip
+    module = fusec.parse(text)
+    (function,) = [op for op in module.walk() if isinstance(op, func.FuncOp)]
+    block = function.body.block
+    constant = dense_constant(q.cpu().numpy().astype(ml_dtypes.int4), "i4")
+    block.insert_op_before(constant, block.first_op)
+    block.args[-1].replace_all_uses_with(constant.result)
+    block.erase_arg(block.args[-1])
+    function.update_function_type()
+    return module
 
 
 def w4_cases(bench, rows: list[dict], out: str) -> None:
@@ -617,30 +644,36 @@ def w4_cases(bench, rows: list[dict], out: str) -> None:
     fusec's bf16 GEMMs of the dequantized weight, in the same run."""
     import torch
 
-    k, n, g = W4_K, W4_N, W4_BLOCK
-    codes, s, z, wd, weight_bytes = w4_layer()
-    wd = wd.to(torch.bfloat16)
-
-    def dense(x, s, z):  # cuBLAS bf16 of the weight dequantized ahead
-        return x @ wd
-
-    def exact(x, s, z):  # called on float copies: the f32 product
-        return x @ wd.float()
-
     def matmul(a, b):
         return a @ b
 
-    for m in (1, 16, 4096):
+    cases = [(m, W4_K, W4_N) for m in (1, 16, 4096)] + [(1, k, n) for k, n in W4_DECODE_LAYERS]
+    layer: tuple = ()
+    for m, k, n in cases:
+        if layer[:2] != (k, n):
+            layer = (k, n, *w4_layer(k, n))
+        q, s, z, wd, weight_bytes = layer[2:]
+        wd16 = wd.to(torch.bfloat16)
+
+        def dense(x, s, z, wd16=wd16):  # cuBLAS bf16 of the weight dequantized ahead
+            return x @ wd16
+
+        def exact(x, s, z, wd=wd):  # called on float copies: the f32 product
+            return x @ wd
+
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        text = w4_text(m, codes)
         flops = 2.0 * m * k * n
-        name = f"W4A16 {m}x{k}x{n} bf16, blocks of {g}"
-        bench(name, text, (x, s, z), dense, flops, compile_fn=False, exact=exact, cold=True)
-        if rows and rows[-1]["case"] == name:
-            rows[-1]["weight_bytes"] = weight_bytes
+        name = f"W4A16 {m}x{k}x{n} bf16, blocks of {W4_BLOCK}"
+        bench(name, w4_program(m, q, k, n), (x, s, z), dense, flops, compile_fn=False,
+              exact=exact, cold=True)  # fmt: skip
+        if rows and rows[-1]["case"] == name:  # (eager: cuBLAS of the bf16 weight)
+            rows[-1].update(weight_bytes=weight_bytes, eager_weight_bytes=k * n * 2)
         text = MATMUL.format(m=m, n=n, k=k, t="bf16")
-        bench(f"bf16 matmul {m}x{k}x{n}", text, (x, wd), matmul, flops, compile_fn=False,
+        bench(f"bf16 matmul {m}x{k}x{n}", text, (x, wd16), matmul, flops, compile_fn=False,
               cold=m < 4096)  # fmt: skip
+        if rows and rows[-1]["case"] == f"bf16 matmul {m}x{k}x{n}" and m == 1:
+            rows[-1].update(weight_bytes=k * n * 2, eager_weight_bytes=k * n * 2)
+        del wd16
     write(rows, out, prefix="gemm-w4")
 
 
@@ -736,11 +769,11 @@ def w4_sweep() -> None:
     import fusec
     from fusec.targets.cuda.gemm import w4
 
-    codes, s, z, wd, weight_bytes = w4_layer()
+    q, s, z, wd, weight_bytes = w4_layer()
 
     def run(label: str, m: int) -> None:
         x = torch.randn(m, W4_K, device="cuda", dtype=torch.bfloat16)
-        compiled = fusec.compile(w4_text(m, codes), target="cuda")
+        compiled = fusec.compile(w4_program(m, q), target="cuda")
         rel = check(compiled(x, s, z), x.float() @ wd)
         replay = fusec_graph(compiled, (x, s, z))
         warm, cold = time_gpu(replay), time_gpu_cold(replay)
@@ -786,7 +819,13 @@ def _bandwidth_lines(rows: list[dict], device: str) -> list[str]:
             rate = r["weight_bytes"] / (ms * 1e-3)
             share = f"{100 * rate / peak:.1f}%" if peak else "-"
             cells += [f"{ms:.4f}", f"{rate / 1e9:.0f}", share]
-        cells.append(_fmt((r.get("eager") or {}).get("cold_ms")))
+        eager_cold = (r.get("eager") or {}).get("cold_ms")
+        cells.append(_fmt(eager_cold))
+        if eager_cold and r.get("eager_weight_bytes") and peak:
+            rate = r["eager_weight_bytes"] / (eager_cold * 1e-3)
+            cells.append(f"{rate / 1e9:.0f} ({100 * rate / peak:.1f}%)")
+        else:
+            cells.append("-")
         lines.append("| " + " | ".join(cells) + " |")
     if not lines:
         return []
@@ -795,11 +834,13 @@ def _bandwidth_lines(rows: list[dict], device: str) -> list[str]:
         "Weight bytes read (4-bit codes, scales, zero points) per fusec call, over its GPU time,",
         "warm (graph replays back to back: the weight stays in L2) and cold (`time_gpu_cold`:",
         "the L2 flushed before each replay, the weight read from HBM); eager cold: cuBLAS's",
-        "bf16 GEMM of the dequantized weight (4x the bytes) timed the same way:",
+        "bf16 GEMM of the dequantized weight (4x the bytes) timed the same way, and the",
+        "bandwidth it reads that bf16 weight at (at M = 1: what a GEMV reaches on this GPU).",
+        "The bf16 rows: fusec's GEMM and cuBLAS's of the bf16 weight:",
         "",
         "| case | weight MB | warm ms | GB/s | % of HBM peak | cold ms | GB/s | % of HBM peak "
-        "| eager cold ms |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| eager cold ms | eager cold GB/s (% of peak) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     return head + lines
 
