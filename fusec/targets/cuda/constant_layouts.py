@@ -6,6 +6,9 @@ templates name a layout, the runtime lays constants out without importing a temp
   [N][K / 8], code ``k`` of row ``n`` in bits ``4 * (k % 8)`` of word ``k // 8``, stored
   as ``q + 8`` for i4 codes (a nibble 0..15 either way): the W4A16 route's weight
   (``gemm/w4.py``).
+* ``w4mma:<kn|nk>:<i4|ui4>:<CW>``: the same nibbles as ``mma.sync`` A fragments of 16
+  output columns x 16 K (``pack_int4_mma``): the W4A16 route's Tensor Core kernel
+  (``gemm/w4_mma.py``).
 """
 
 from __future__ import annotations
@@ -42,8 +45,49 @@ def pack_int4(layout: str, codes: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(words.view(np.int32))
 
 
+def int4_mma_layout(k_major: bool, signed: bool, words: int) -> str:
+    """The ``pack_int4_mma`` layout of 4-bit codes, ``words`` words a lane and chunk."""
+    return f"w4mma:{'nk' if k_major else 'kn'}:{'i4' if signed else 'ui4'}:{words}"
+
+
+#: The nibble of a packed word holding (row g + 8 * h, code j of a lane's four K) of an
+#: ``mma.sync.m16n8k16`` A fragment: pairs (0, 4), (1, 5), (2, 6), (3, 7) of nibbles are
+#: the fragment's registers a0a1 (row g, K 0-1), a2a3 (row g + 8), a4a5 (row g, K 2-3), a6a7.
+MMA_NIBBLE = {
+    (0, 0): 0, (0, 1): 4, (1, 0): 1, (1, 1): 5, (0, 2): 2, (0, 3): 6, (1, 2): 3, (1, 3): 7,
+}  # fmt: skip
+
+
+def pack_int4_mma(layout: str, codes: np.ndarray) -> np.ndarray:
+    """4-bit ``codes`` in ``layout`` (``int4_mma_layout``): int32 words [N/16 tiles][K/(16
+    CW) chunks][32 lanes][CW steps] (N padded to 16 with code 0's nibble). Lane ``4 g +
+    t``'s word of step ``s`` of chunk ``c`` holds the codes of output columns ``16 T + g``
+    and ``+ 8`` at K = ``16 CW c + 4 CW t + 4 s + (0..3)`` (``MMA_NIBBLE``), so that a lane's
+    activations over a chunk are 4 CW contiguous elements: the fragment's K labels 2t,
+    2t + 1, 2t + 8, 2t + 9 stand for those four K, in A and in B alike (a sum over K does
+    not depend on their order)."""
+    _, order, dtype, words = layout.split(":")
+    cw = int(words)
+    values = np.asarray(codes).astype(np.int32)
+    rows = values if order == "nk" else values.T  # [N][K]
+    nibbles = ((rows + (8 if dtype == "i4" else 0)) & 15).astype(np.uint32)
+    n, k = nibbles.shape
+    tiles = -(-n // 16)
+    padded = np.zeros((tiles * 16, k), np.uint32)
+    padded[:n] = nibbles
+    # [tile][h][g][chunk][t][s][j]: row 16 T + 8 h + g, K 16 CW c + 4 CW t + 4 s + j
+    grid = padded.reshape(tiles, 2, 8, k // (16 * cw), 4, cw, 4)
+    words_ = np.zeros((tiles, 8, k // (16 * cw), 4, cw), np.uint32)
+    for (h, j), nibble in MMA_NIBBLE.items():
+        words_ |= grid[:, h, :, :, :, :, j] << np.uint32(4 * nibble)
+    # -> [tile][chunk][g][t][s]: a lane (4 g + t) reads its CW words of a chunk at once
+    return np.ascontiguousarray(words_.transpose(0, 2, 1, 3, 4)).view(np.int32).reshape(-1)
+
+
 def prepare(layout: str, array: np.ndarray) -> np.ndarray:
     """``array`` (a constant) in ``layout``, on the host."""
+    if layout.startswith("w4mma:"):
+        return pack_int4_mma(layout, array)
     if layout.startswith("w4:"):
         return pack_int4(layout, array)
     raise FusecError(f"the cuda target has no constant layout {layout!r}")

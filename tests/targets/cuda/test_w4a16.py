@@ -35,21 +35,83 @@ def test_int4_layout_puts_code_k_of_row_n_in_nibble_k_mod_8_of_word_k_div_8(layo
     assert np.array_equal(unpacked.reshape(5, 48).astype(np.int64), rows + (8 if signed else 0))
 
 
-@pytest.mark.parametrize("m, transposed", [(1, False), (16, True)])
-def test_decode_layers_take_the_w4a16_route(m: int, transposed: bool) -> None:
+@pytest.mark.parametrize(
+    "m, transposed, block, layout",
+    [(1, False, 128, "w4mma:kn:i4:8"), (16, True, 64, "w4mma:nk:i4:4"), (3, False, 32, "w4:kn:i4")],
+)
+def test_decode_layers_take_the_w4a16_route(m: int, transposed: bool, block: int, layout) -> None:
     """Up to 16 rows a layer is one kernel reading the packed codes (a prepared input of
-    its layout), the bias and Relu in its epilogue."""
+    its layout), the bias and Relu in its epilogue: the Tensor Core kernel where K and the
+    scale blocks are whole chunks of 64 (128: 8 words a lane), else the CUDA-core one."""
     import fusec
 
-    model, _ = w4a16_onnx(m, 512, 64, 128, "bf16", seed=1, transposed=transposed)
+    model, _ = w4a16_onnx(m, 512, 64, block, "bf16", seed=1, transposed=transposed)
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
     (kernel,) = compiled.kernels
     assert kernel.kind == "matmul" and kernel.remark is None
-    order = "nk" if transposed else "kn"
-    assert kernel.prepared_inputs == ((0, f"w4:{order}:i4"),)
+    assert kernel.prepared_inputs == ((0, layout),)
     assert "weight-only int4 route" in kernel.source
+    assert ("mma.sync fragments" in kernel.source) == layout.startswith("w4mma")
     assert "epilogue: ai.bias_add -> ai.relu" in kernel.source
     assert "int32[::1]" in kernel.source  # the codes arrive as packed words
+
+
+def test_the_cuda_core_kernel_can_be_chosen(monkeypatch) -> None:
+    """``FUSEC_W4_KERNEL=cuda-cores`` (the benchmark's A/B) keeps the CUDA-core kernel."""
+    import fusec
+    from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
+
+    monkeypatch.setenv(KERNEL_CHOICE, "cuda-cores")
+    model, _ = w4a16_onnx(1, 512, 64, 128, "bf16", seed=1)
+    (kernel,) = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False).kernels
+    assert kernel.prepared_inputs == ((0, "w4:kn:i4"),)
+
+
+@pytest.mark.parametrize("layout", ["w4mma:kn:i4:8", "w4mma:nk:ui4:4"])
+def test_mma_layout_puts_each_code_in_its_lanes_fragment(layout: str) -> None:
+    """Word s of lane 4 g + t in chunk c of tile T holds, in nibble MMA_NIBBLE[h, j], the
+    code of output column 16 T + 8 h + g at K = 16 CW c + 4 CW t + 4 s + j; columns past N
+    (20, padded to 32) are zero nibbles."""
+    rng = np.random.default_rng(6)
+    signed, cw = ":i4:" in layout, int(layout.split(":")[-1])
+    rows = rng.integers(-8, 8, (20, 256)) if signed else rng.integers(0, 16, (20, 256))
+    codes = rows if ":nk:" in layout else rows.T
+    codes = codes.astype(ml_dtypes.int4 if signed else ml_dtypes.uint4)
+    words = constant_layouts.prepare(layout, codes).view(np.uint32)
+    chunks = 256 // (16 * cw)
+    assert words.shape == (2 * chunks * 32 * cw,)
+    stored = rows + (8 if signed else 0)
+    for _ in range(200):
+        tile, c, g, t, s = (int(rng.integers(0, b)) for b in (2, chunks, 8, 4, cw))
+        word = words[((tile * chunks + c) * 32 + 4 * g + t) * cw + s]
+        for (h, j), nibble in constant_layouts.MMA_NIBBLE.items():
+            n, k = 16 * tile + 8 * h + g, 16 * cw * c + 4 * cw * t + 4 * s + j
+            want = stored[n, k] if n < 20 else 0
+            assert (word >> (4 * nibble)) & 15 == want, (tile, c, g, t, s, h, j)
+
+
+@pytest.mark.parametrize("fmt", ["f16", "bf16"])
+def test_mma_fragments_are_the_dequantized_weight_rounded_once(fmt: str) -> None:
+    """``w4_mma_device.sim_fragment`` (the GPU helper's maths, bit for bit: magic-number
+    fields, a packed subtract or 1/16 fma, a packed multiply) gives (q - z) * s rounded once
+    to the 16-bit type, for every code, zero point and a spread of scales."""
+    from fusec.targets.cuda import w4_mma_device as dev
+
+    dtype = np.float16 if fmt == "f16" else ml_dtypes.bfloat16
+    rng = np.random.default_rng(7)
+    scales = np.array([0.013, 0.5, 3.0, 1e-3, 0.0371], np.float32).astype(dtype)
+    for z in range(16):
+        for scale in scales:
+            raw = int(np.array([scale], dtype).view(np.uint16)[0])
+            s_bits = raw * 0x10001
+            zg, zh = dev.zero_bits(fmt, z, True), dev.zero_bits(fmt, z, False)
+            for word in [0, 0xFFFFFFFF, *rng.integers(0, 2**32, 8).tolist()]:
+                got = dev.sim_fragment(fmt, word, zg, zh, s_bits, s_bits)
+                nibbles = [(word >> (4 * i)) & 15 for i in range(8)]
+                for i, value in enumerate(got):
+                    q = nibbles[[0, 4, 1, 5, 2, 6, 3, 7][i]]
+                    want = np.float32(q - z) * np.float32(scale)
+                    assert value == float(np.array([want]).astype(dtype)[0])
 
 
 def test_more_rows_and_run_time_codes_dequantize_then_multiply() -> None:
@@ -86,6 +148,10 @@ SIM_LAYERS = [
     (3, 256, 20, 32, "bf16", False, "block", True),  # UINT4 codes and zero points
     (2, 64, 12, 128, "f16", True, "block"),  # one block covering K: per column
     (2, 128, 12, 32, "bf16", "matmul", "block"),  # x @ W.T as Transpose -> MatMul
+    # the Tensor Core kernel (K and blocks in chunks of 64) past the ones above: UINT4
+    # codes, two B fragments in bf16, 8 words a lane with a tile past N
+    (12, 256, 24, 128, "bf16", False, "block", True),
+    (9, 128, 20, 64, "bf16", True, "block"),
 ]
 
 
@@ -103,11 +169,27 @@ def sim_results() -> dict:
 
 
 @pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
-def test_w4a16_kernel_compiles_to_ptx_with_its_sums_in_registers() -> None:
-    """For sm_90 (no GPU needed): the codes are 32-bit loads, x 16-byte ones, the
-    shuffles of the warp sum are there, and nothing spills to local memory."""
+@pytest.mark.parametrize("m, dtype, count", [(1, "bf16", 8), (12, "f16", 16)])
+def test_w4a16_tensor_core_kernel_compiles_to_mma(m: int, dtype: str, count: int) -> None:
+    """For sm_90 (no GPU needed): a chunk's 8 words of codes are 8 ``mma.sync`` (two B
+    fragments each past 8 rows), the codes and activations 16-byte loads, no local memory."""
     import fusec
 
+    model, _ = w4a16_onnx(m, 1024, 64, 128, dtype, seed=3)
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+    ((_, ptx),) = compiled.assembly("sm_90")
+    assert ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{dtype}.{dtype}.f32") == count
+    assert ptx.count("ld.global.v4.u32") >= 3 and ".local" not in ptx
+
+
+@pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
+def test_w4a16_kernel_compiles_to_ptx_with_its_sums_in_registers(monkeypatch) -> None:
+    """For sm_90 (no GPU needed): the CUDA-core kernel's codes are 32-bit loads, x 16-byte
+    ones, the shuffles of the warp sum are there, and nothing spills to local memory."""
+    import fusec
+    from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
+
+    monkeypatch.setenv(KERNEL_CHOICE, "cuda-cores")
     model, _ = w4a16_onnx(1, 1024, 64, 128, "f16", seed=3)
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
     ((_, ptx),) = compiled.assembly("sm_90")

@@ -76,12 +76,42 @@ def test_every_warp_shape_matches_the_reference(m, shape, monkeypatch):
     output."""
     import fusec
     from fusec.targets.cuda.gemm import w4
+    from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
 
+    monkeypatch.setenv(KERNEL_CHOICE, "cuda-cores")  # (the Tensor Core kernel's shape is fixed)
     monkeypatch.setattr(w4, "SHAPES", ((w4.MAX_ROWS, *shape),))
     model, x = w4a16_onnx(m, 1536, 200, 128, "bf16", m + 11, False, "block")
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
     assert [kernel.kind for kernel in compiled.kernels] == ["matmul"]
     assert _check(compiled, [x], [_device(x, "bf16")]) < 1e-2
+
+
+@pytest.mark.parametrize("kernel", ["tensor-cores", "cuda-cores"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize(
+    "m, k, n, block, transposed, unsigned",
+    [
+        (1, 4096, 520, 128, False, False),
+        (12, 1024, 96, 64, True, True),
+        (16, 640, 64, 0, False, False),
+    ],
+)
+def test_both_w4a16_kernels_match_the_reference(
+    m, k, n, block, transposed, unsigned, dtype, kernel, monkeypatch
+):
+    """The Tensor Core kernel (``gemm/w4_mma.py``) and the CUDA-core one on the same layers:
+    a tile past N, two B fragments (M > 8), UINT4 codes, scales per column."""
+    import fusec
+    from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
+
+    if kernel == "cuda-cores":
+        monkeypatch.setenv(KERNEL_CHOICE, kernel)
+    scales = "column" if block == 0 else "block"
+    model, x = w4a16_onnx(m, k, n, block, dtype, m + n, transposed, scales, unsigned)
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
+    (only,) = compiled.kernels
+    assert (only.prepared_inputs[0][1].startswith("w4mma")) == (kernel == "tensor-cores")
+    assert _check(compiled, [x], [_device(x, dtype)]) < 1e-2
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

@@ -74,7 +74,7 @@ from fusec.ir.module import precision_of
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import as_packed, body_ops, integer_values, kernel_name
 from fusec.targets.cuda.cpp_expr import CppExprGenerator
-from fusec.targets.cuda.gemm import aux, w4
+from fusec.targets.cuda.gemm import aux, w4, w4_mma
 from fusec.targets.cuda.gemm.config import (
     TileConfig,
     as_fp8,
@@ -800,7 +800,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     from fusec.targets.cuda import torch_fallback
 
     if any(w4.is_four_bit(op) for op in body_ops(fused_op)):
-        return w4.generate(fused_op, name)
+        return w4_mma.generate(fused_op, name)
     name = kernel_name(name)
     p = plan(fused_op)
     if isinstance(p, str):
