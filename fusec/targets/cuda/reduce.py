@@ -380,13 +380,14 @@ class _Emitter(AnchorEmitter):
         p = self.plan
         case = "row" if p.inner == 1 else "column"
         wide = "float64" if self.acc == "f64" else "float32"
-        across = f"threads of {p.vec} columns (a 16-byte load)" if p.vec > 1 else "columns"
         notes = [
             f"target: cuda (Numba CUDA), template: reduce ({self.red.KIND} over axes "
             f"{list(self.red.reduced_axes())}, the {case} case"
             + (", of a transposed input read in its storage order)" if self.transposed else ")"),
             f"layout: {p.outer} output rows x {p.inner} columns, {p.length} elements each; "
-            f"blocks of {p.z} rows x {p.ty} lanes x {p.tx} {across}, {wide} partials "
+            f"blocks of {p.z} rows x {p.ty} lanes x {p.tx} "
+            + (f"threads of {p.vec} columns (a {VECTOR_BYTES}-byte load)" if p.vec > 1 else "columns")
+            + f", {wide} partials "
             "combined in shared memory, grid-stride over "
             f"{p.blocks} tiles",
         ]
