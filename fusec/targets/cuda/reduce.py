@@ -19,11 +19,7 @@ of halving strides (no shuffles: the same code runs in the simulator), and the l
 * the row case (``TX`` = 1): ``TY`` threads per row read consecutive elements
   (coalesced), ``Z`` rows a block when rows are short;
 * the column case: ``TX`` threads over consecutive columns (coalesced), ``TY`` lanes
-  splitting the strided reduction, so a long reduction over few columns still spreads;
-  a sum or mean whose columns come in whole 16-byte vectors reads ``VEC`` columns a
-  thread with one load (``vector_width``; VEC partials a thread), with lanes of a few
-  loads each: a squeeze-excite mean at batch 1 is a few hundred KB over tens of rows,
-  and a lane's loads wait in turn, so its time was a chain of round trips.
+  splitting the strided reduction, so a long reduction over few columns still spreads.
 
 Blocks walk their tiles grid-stride. A max keeps a NaN once it sees one (``v >= m or
 v != v``: ``v >= NaN`` is false), and of equal values the later element (numpy's choice
@@ -48,7 +44,6 @@ from dataclasses import dataclass
 
 from fusec.codegen.expr import literal, shape_of
 from fusec.dialect import ops as ai
-from fusec.ir.dtypes import ELEMENT_TYPES
 from fusec.targets.cuda.anchored import (
     AnchorEmitter,
     input_view,
@@ -83,17 +78,6 @@ SPLIT_LANE_ELEMENTS = 64
 PART_LANE = 32
 #: Threads of the second pass (one output each).
 FINISH_THREADS = 256
-#: The column case of a sum or mean reads 16 bytes of a row a load (8 f16 columns), so
-#: that a thread's few loads leave together: a squeeze-excite mean at batch 1 (O = 1) is a
-#: few KB over tens of rows, all latency. Its lanes aim at VEC_PER_LANE loads each (one
-#: unrolled round trip), at least VEC_MIN_TX threads over the columns (64 bytes of a row),
-#: the block's other threads over more columns; past VEC_SPLIT_LANE loads a lane, few
-#: tiles split into parts of VEC_PART_LANE loads a lane.
-VECTOR_BYTES = 16
-VEC_PER_LANE = 4
-VEC_MIN_TX = 4
-VEC_SPLIT_LANE = 16
-VEC_PART_LANE = 8
 
 
 def _reduce_problem(fused_op: ai.FusedOp, red: ai.ReduceOp) -> str | None:
@@ -136,8 +120,6 @@ class ReducePlan:
     #: passes over the reduction's parts: 1, or SPLIT parts into a workspace, then a
     #: second kernel combining them (few outputs of long reductions)
     split: int = 1
-    #: columns a thread reads with one load (``vector_width``; 1: an element a load)
-    vec: int = 1
 
     @property
     def chunk(self) -> int:
@@ -146,7 +128,7 @@ class ReducePlan:
 
     @property
     def xblocks(self) -> int:
-        return -(-self.inner // (self.tx * self.vec))
+        return -(-self.inner // self.tx)
 
     @property
     def blocks(self) -> int:
@@ -171,37 +153,21 @@ def collapse_axes(shape: tuple[int, ...], axes: set[int]) -> list[tuple[int, boo
     return [(size, reduced) for size, reduced in groups]
 
 
-def make_plan(shape: tuple[int, ...], axes: set[int], vec: int = 1) -> ReducePlan:
-    """The block shape for reducing ``axes`` of ``shape``, ``vec`` columns a load where
-    the columns come in whole vectors (the column case; else one)."""
+def make_plan(shape: tuple[int, ...], axes: set[int]) -> ReducePlan:
+    """The block shape for reducing ``axes`` of ``shape``."""
     groups = collapse_axes(shape, axes)
     inner = groups[-1][0] if groups and not groups[-1][1] else 1
     length = math.prod(size for size, reduced in groups if reduced)
     outer = math.prod(size for size, reduced in groups if not reduced) // inner
-    if inner == 1 or inner % vec:
-        vec = 1
-    if vec == 1:
-        per_lane, lane_limit, part_lane = PER_LANE, SPLIT_LANE_ELEMENTS, PART_LANE
-        tx = 1 if inner == 1 else min(MAX_TX, _pow2_at_least(inner))
-        ty = min(THREADS // tx, _pow2_at_least(-(-length // per_lane)))
-    else:
-        per_lane, lane_limit, part_lane = VEC_PER_LANE, VEC_SPLIT_LANE, VEC_PART_LANE
-        ty = min(THREADS // VEC_MIN_TX, _pow2_at_least(-(-length // per_lane)))
-        tx = min(THREADS // ty, _pow2_at_least(inner // vec))  # the rest of the block
-    plan = ReducePlan(tuple(groups), outer, inner, length, tx, ty, THREADS // (tx * ty), vec=vec)
-    if plan.blocks < SPLIT_BELOW_BLOCKS and length > ty * lane_limit:
-        split = min(-(-SPLIT_BELOW_BLOCKS // plan.blocks), -(-length // (ty * part_lane)))
+    tx = 1 if inner == 1 else min(MAX_TX, _pow2_at_least(inner))
+    lanes = THREADS // tx
+    ty = min(lanes, _pow2_at_least(-(-length // PER_LANE)))
+    plan = ReducePlan(tuple(groups), outer, inner, length, tx, ty, lanes // ty)
+    if plan.blocks < SPLIT_BELOW_BLOCKS and length > ty * SPLIT_LANE_ELEMENTS:
+        split = min(-(-SPLIT_BELOW_BLOCKS // plan.blocks), -(-length // (ty * PART_LANE)))
         chunk = -(-length // split)
         plan = dataclasses.replace(plan, split=-(-length // chunk))  # every part non-empty
     return plan
-
-
-def vector_width(dtype: str, kind: str) -> int:
-    """Columns of ``dtype`` a thread of the column case loads at once: 16 bytes for a sum
-    or mean, one for a max (whose ties go to the later element, which a lane's scan order
-    decides). A transposed input is read in its storage order: its columns are as
-    contiguous as a plain input's."""
-    return 1 if kind == "max" else VECTOR_BYTES // ELEMENT_TYPES[dtype].itemsize
 
 
 class _Emitter(AnchorEmitter):
@@ -209,9 +175,8 @@ class _Emitter(AnchorEmitter):
 
     def __init__(self, fused_op: ai.FusedOp, red: ai.ReduceOp, name: str) -> None:
         super().__init__(fused_op, red, name)
+        self.red, self.plan = red, make_plan(*storage_axes(fused_op, red))
         self.transposed = bool(self.in_perm)
-        vec = vector_width(self.dtype, red.KIND)
-        self.red, self.plan = red, make_plan(*storage_axes(fused_op, red), vec=vec)
         #: the partials' type: float64 for a sum or mean of values that reach float32's
         #: largest (f32, bf16), whose float32 sum overflows where the mean is finite
         self.acc = "f64" if self.red.KIND != "max" and self.dtype in ("f32", "bf16") else "f32"
@@ -259,9 +224,6 @@ class _Emitter(AnchorEmitter):
     def tiles(self, code: Source) -> None:
         """The block-tile loop: each tile's partials reduced over its lanes, then the
         epilogue (one pass) or the part's value written to ``ws`` (two passes)."""
-        if self.plan.vec > 1:
-            self.vector_tiles(code)
-            return
         p = self.plan
         code.add(1, f"sh = cuda.shared.array(THREADS, {self.acc})", "t = cuda.threadIdx.x")
         if self.is_max:
@@ -302,49 +264,12 @@ class _Emitter(AnchorEmitter):
             code.add(2, "cuda.syncthreads()")
             s //= 2
         code.add(2, "if live and y == 0:", "    e = o * I + i")
-        self.store_total(code, 3, "sh[t]")
-        code.add(2, "b += cuda.gridDim.x")
-
-    def vector_tiles(self, code: Source) -> None:
-        """``tiles`` of a sum or mean VEC columns a thread: one load of VEC elements, VEC
-        partials a thread, VEC a thread in the shared-memory tree."""
-        p = self.plan
-        code.add(1, f"sh = cuda.shared.array(SHARED, {self.acc})", "t = cuda.threadIdx.x")
-        code.add(1, "v = cuda.local.array(VEC, f32)", f"acc = cuda.local.array(VEC, {self.acc})")
-        code.add(1, "x = t % TX", "y = (t // TX) % TY", "z = t // (TX * TY)")
-        code.add(1, "b = cuda.blockIdx.x", "while b < BLOCKS * SPLIT:  # uniform across the block")
-        code.add(2, "bt = b // SPLIT", "part = b % SPLIT")
-        code.add(2, "o = (bt // XBLOCKS) * Z + z", "i = ((bt % XBLOCKS) * TX + x) * VEC")
-        code.add(2, "live = o < O and i < I  # (I is whole vectors)")
-        code.add(2, "for j in range(VEC):", f"    acc[j] = {self.initial()}")
-        code.add(2, "if live:")
-        base, roff = self.offsets()
-        code.add(3, f"base = {base} + i", "r = part * CHUNK + y", "end = min(R, r - y + CHUNK)")
-        code.add(3, "while r < end:")
-        code.add(4, f"load_{self.dtype}x{p.vec}({self.array}, base + {roff}, v, 0)")
-        code.add(4, "for j in range(VEC):", "    acc[j] += v[j]")
-        code.add(4, "r += TY")
-        code.add(2, "for j in range(VEC):", "    sh[t * VEC + j] = acc[j]")
-        code.add(2, "cuda.syncthreads()")
-        s = p.ty // 2
-        while s >= 1:
-            code.add(2, f"if y < {s}:", "    for j in range(VEC):")
-            code.add(4, f"sh[t * VEC + j] += sh[(t + {s * p.tx}) * VEC + j]")
-            code.add(2, "cuda.syncthreads()")
-            s //= 2
-        code.add(2, "if live and y == 0:", "    for j in range(VEC):")
-        code.add(4, "e = o * I + i + j")
-        self.store_total(code, 4, "sh[t * VEC + j]")
-        code.add(2, "b += cuda.gridDim.x")
-
-    def store_total(self, code: Source, indent: int, total: str) -> None:
-        """Output ``e``'s combined partial ``total``: into the workspace (two passes), or
-        finished and through the epilogue."""
-        if self.plan.split > 1:
-            code.add(indent, f"ws[part * O * I + e] = {total}  # parts of one output O * I apart")
+        if p.split > 1:
+            code.add(3, "ws[part * O * I + e] = sh[t]  # parts of one output O * I apart")
         else:
-            code.add(indent, f"val = {self.finished(total)}")
-            self.epilogue.emit(code, indent, "val", "e")
+            code.add(3, f"val = {self.finished('sh[t]')}")
+            self.epilogue.emit(code, 3, "val", "e")
+        code.add(2, "b += cuda.gridDim.x")
 
     def finish(self, code: Source) -> None:
         """The second pass: each output's parts combined in order (a later part holds
@@ -385,9 +310,7 @@ class _Emitter(AnchorEmitter):
             f"{list(self.red.reduced_axes())}, the {case} case"
             + (", of a transposed input read in its storage order)" if self.transposed else ")"),
             f"layout: {p.outer} output rows x {p.inner} columns, {p.length} elements each; "
-            f"blocks of {p.z} rows x {p.ty} lanes x {p.tx} "
-            + (f"threads of {p.vec} columns (a {VECTOR_BYTES}-byte load)" if p.vec > 1 else "columns")
-            + f", {wide} partials "
+            f"blocks of {p.z} rows x {p.ty} lanes x {p.tx} columns, {wide} partials "
             "combined in shared memory, grid-stride over "
             f"{p.blocks} tiles",
         ]
@@ -411,10 +334,7 @@ class _Emitter(AnchorEmitter):
             ("SPLIT", p.split),
             ("CHUNK", p.chunk),
             ("THREADS", THREADS),
-            *([("VEC", p.vec), ("SHARED", THREADS * p.vec)] if p.vec > 1 else []),
         ]
-        if p.vec > 1:
-            self.helpers.add(f"load_{self.dtype}x{p.vec}")
         dtypes = self.epilogue.dtypes()
         signatures: list[str] = []  # the kernel's SIGNATURE (one pass)
         if p.split == 1:

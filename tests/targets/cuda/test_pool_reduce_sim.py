@@ -34,8 +34,6 @@ QUICK = [
     ),
     ("mean_nchw_epi_f16", REDUCE, [[2, 6, 5, 7], "f16", "mean", [2, 3], True, True], False),
     ("mean_nhwc_epi_bf16", REDUCE, [[2, 5, 3, 40], "bf16", "mean", [1, 2], False, True], False),
-    # 16-byte loads of the columns, two passes
-    ("split_vec_quick_f16", REDUCE, [[1, 6, 5, 16], "f16", "sum", [1, 2], False, True], False),
     # values near 3e38, whose float32 sums overflow (issue #26): float64 partials, and a
     # float64 workspace between the two passes
     (
@@ -129,7 +127,7 @@ def _channels_last_cases() -> list[tuple]:
 
 #: The reduce template's thresholds for the two-pass cases: a reduction of over 2
 #: elements a lane into fewer than 264 tiles splits, 1 element a lane and part.
-SPLIT_SMALL = {"SPLIT_LANE_ELEMENTS": 2, "PART_LANE": 1, "VEC_SPLIT_LANE": 2, "VEC_PART_LANE": 1}
+SPLIT_SMALL = {"SPLIT_LANE_ELEMENTS": 2, "PART_LANE": 1}
 
 
 def _split_cases() -> list[tuple]:
@@ -143,16 +141,12 @@ def _split_cases() -> list[tuple]:
             suffix = "_exact" if exact else ""
             cases.append((f"split_rows_{kind}_{dtype}{suffix}", REDUCE, rows, exact))
             cases.append((f"split_cols_{kind}_{dtype}{suffix}", REDUCE, cols, exact))
-            if kind != "max":  # 16 columns: whole 16-byte vectors of every type
-                vec = [[1, 6, 5, 16], dtype, kind, [1, 2], False, True]
-                cases.append((f"split_vec_cols_{kind}_{dtype}", REDUCE, vec, False))
     zeros = [[1, 2, 40, 40], "f32", "max", [2, 3], True, False]
     cases.append(("split_zeros_f32_exact", REDUCE, zeros, "zeros"))
     for dtype in ("f32", "bf16"):  # float64 partials and workspace (issue #26)
         for kind, shape, axes, keep in (
             ("rows", [2, 3, 20, 30], [2, 3], True),
             ("cols", [1, 25, 24, 3], [1, 2], False),
-            ("vec_cols", [1, 6, 5, 16], [1, 2], False),
         ):
             args = [shape, dtype, "mean", axes, keep, False]
             cases.append((f"split_{kind}_mean_huge_{dtype}", REDUCE, args, "huge"))
