@@ -12,10 +12,8 @@ internals can move without invalidating cached kernels or their text:
 * ``load_words1/2/4``, ``unpack_i4x8``, ``w4_magic``, ``f16_bits``, ``bf16_bits``: the W4A16
   kernels' vector loads of codes, 4-bit codes unpacked as float bits, and 16-bit floats'
   bits as f32 (``fusec.targets.cuda.w4_device``);
-* ``load_half_words4``, ``cp_async16``, ``cp_async_commit``, ``cp_async_wait<n>``,
-  ``w4_mma_<f16|bf16>x<1|2>``: the W4A16 Tensor Core kernel's activation loads, its
-  asynchronous copies of codes into shared memory, and the codes dequantized into
-  ``mma.sync`` fragments
+* ``load_half_words4``, ``w4_mma_<f16|bf16>x<1|2>``: the W4A16 Tensor Core kernel's
+  activation loads and its codes dequantized into ``mma.sync`` fragments
   (``fusec.targets.cuda.w4_mma_device``);
 * ``ieee_conv2d``, ``ieee_matmul``, ``ieee_addmm``, ``ieee_attention``, ``moe_experts``:
   the PyTorch fallback's IEEE-f32 library calls (``fusec.targets.cuda.torch_runtime``);
@@ -59,12 +57,6 @@ _PROVIDERS: dict[str, str] = {
     "f16_bits": "fusec.targets.cuda.w4_device",
     "bf16_bits": "fusec.targets.cuda.w4_device",
     "load_half_words4": "fusec.targets.cuda.w4_mma_device",
-    "cp_async16": "fusec.targets.cuda.w4_mma_device",
-    "cp_async_commit": "fusec.targets.cuda.w4_mma_device",
-    "cp_async_wait0": "fusec.targets.cuda.w4_mma_device",
-    "cp_async_wait1": "fusec.targets.cuda.w4_mma_device",
-    "cp_async_wait2": "fusec.targets.cuda.w4_mma_device",
-    "cp_async_wait3": "fusec.targets.cuda.w4_mma_device",
     "w4_mma_f16x1": "fusec.targets.cuda.w4_mma_device",
     "w4_mma_f16x2": "fusec.targets.cuda.w4_mma_device",
     "w4_mma_bf16x1": "fusec.targets.cuda.w4_mma_device",

@@ -5,12 +5,6 @@ given to generated kernels through ``fusec.targets.cuda.abi``:
   array of f16/bf16 bits; ``e`` a multiple of 8) with one 16-byte ``ld.global``, as four
   int32 words of two elements each (the lower element in the low half) into
   ``dst[d:d + 4]``: the activations' B fragments of ``mma.sync``;
-* ``cp_async16(ring, i, arr, e)``: ``arr[e:e + 4]`` (int32 words of global memory; ``e`` a
-  multiple of 4) copied to ``ring[i:i + 4]`` (a shared int32 array) by ``cp.async.cg``, which
-  holds no register while the bytes travel; ``cp_async_commit()`` closes a group of such
-  copies, ``cp_async_wait<n>()`` waits until at most ``n`` groups are pending. LLVM sees
-  each as a call that may read and write any memory, so that the kernel's plain reads of
-  the ring stay after the wait and before the next copy into the same place;
 * ``w4_mma_<f16|bf16>x<1|2>(word, zg, zh, sg, sh, b..., acc, d)``: one packed word of
   eight 4-bit codes (``constant_layouts.pack_int4_mma``: a lane's A fragment of a
   16 x 16 tile) dequantized to f16/bf16 pairs in registers, then one (x1) or two (x2)
@@ -58,15 +52,9 @@ FRAGMENTS = (1, 2)
 MAGIC = {"f16": 0x64006400, "bf16": 0x43004300}
 
 
-#: ``cp_async_wait<n>``: the counts of pending groups a kernel may wait down to.
-WAITS = (0, 1, 2, 3)
-
-
 def helper_names() -> list[str]:
     """The names this module gives generated kernels (through ``fusec.targets.cuda.abi``)."""
-    names = ["load_half_words4", "cp_async16", "cp_async_commit"]
-    names += [f"cp_async_wait{n}" for n in WAITS]
-    return names + [f"w4_mma_{f}x{n}" for f in FORMATS for n in FRAGMENTS]
+    return ["load_half_words4"] + [f"w4_mma_{f}x{n}" for f in FORMATS for n in FRAGMENTS]
 
 
 def zero_bits(fmt: str, z: int, row_g: bool) -> int:
@@ -172,16 +160,7 @@ def _make_sim() -> dict[str, Any]:
         for k in range(4):
             dst[d + k] = np.uint32(bits[2 * k] | (bits[2 * k + 1] << 16)).view(np.int32)
 
-    def cp_async16(ring: Any, i: int, arr: Any, e: int) -> None:
-        if e % 4 or i % 4 or not 0 <= e <= len(arr) - 4:
-            raise AssertionError(f"cp_async16: word {e} of {len(arr)} to {i}")
-        for k in range(4):
-            ring[i + k] = arr[e + k]
-
-    helpers: dict[str, Any] = {"load_half_words4": load_half_words4, "cp_async16": cp_async16}
-    helpers["cp_async_commit"] = lambda: None
-    for n in WAITS:
-        helpers[f"cp_async_wait{n}"] = lambda: None
+    helpers: dict[str, Any] = {"load_half_words4": load_half_words4}
     for fmt in FORMATS:
         for count in FRAGMENTS:
             helpers[f"w4_mma_{fmt}x{count}"] = _sim_mma(fmt, count)
@@ -264,42 +243,6 @@ def _make_gpu() -> dict[str, Any]:
 
         return sig, codegen
 
-    i64 = ir.IntType(64)
-    copy = ir.InlineAsm(
-        ir.FunctionType(ir.VoidType(), [i64, i64]),
-        "{ .reg .u64 s, g; .reg .u32 a; cvta.to.shared.u64 s, $0; cvt.u32.u64 a, s; "
-        "cvta.to.global.u64 g, $1; cp.async.cg.shared.global [a], [g], 16; }",
-        "l,l,~{memory}",
-        side_effect=True,
-    )
-
-    @intrinsic
-    def cp_async16(typingctx: Any, ring: Any, i: Any, arr: Any, e: Any) -> Any:
-        sig = types.void(ring, i, arr, e)
-
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            ring_t, _, arr_t, _ = sig.args
-            ring_v, i_v, arr_v, e_v = args
-            dst = builder.ptrtoint(pointer(context, builder, ring_t, ring_v, i_v), i64)
-            src = builder.ptrtoint(pointer(context, builder, arr_t, arr_v, e_v), i64)
-            builder.call(copy, [dst, src])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    def statement(text: str) -> Any:
-        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True)
-
-        @intrinsic
-        def helper(typingctx: Any) -> Any:
-            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-                builder.call(asm, [])
-                return context.get_dummy_value()
-
-            return types.void(), codegen
-
-        return helper
-
     def make_mma(fmt: str, count: int) -> Any:
         n = 4 * count
         asm = ir.InlineAsm(
@@ -339,10 +282,7 @@ def _make_gpu() -> dict[str, Any]:
 
         return intrinsic(mma2)
 
-    helpers: dict[str, Any] = {"load_half_words4": load_half_words4, "cp_async16": cp_async16}
-    helpers["cp_async_commit"] = statement("cp.async.commit_group;")
-    for n in WAITS:
-        helpers[f"cp_async_wait{n}"] = statement(f"cp.async.wait_group {n};")
+    helpers: dict[str, Any] = {"load_half_words4": load_half_words4}
     for fmt in FORMATS:
         for count in FRAGMENTS:
             helpers[f"w4_mma_{fmt}x{count}"] = make_mma(fmt, count)

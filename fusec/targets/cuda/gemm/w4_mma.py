@@ -48,11 +48,6 @@ from fusec.targets.cuda.gemm.w4 import BLOCKS_PER_SM, THREADS, W4Emitter, W4Plan
 WARPS = THREADS // 32
 #: Output columns a tile (the A operand's rows).
 TILE = 16
-#: Chunks of codes a warp has in its ring of shared memory: STAGES - 1 in flight while it
-#: multiplies one (``cp.async``: no registers held while they travel). With one chunk
-#: prefetched into registers, 16 warps a multiprocessor (116 registers) kept ~16 KB in
-#: flight and read an 8192 x 28672 weight at 51% of HBM bandwidth (ncu, H100).
-STAGES = 4
 
 
 def chunk_words(p: W4Plan) -> int:
@@ -79,8 +74,7 @@ class W4MmaEmitter(W4Emitter):
         self.fragments = 1 if p.m <= 8 else 2
         self.helpers -= {f"load_words{self.shape.vw}", "unpack_i4x8", "w4_magic", "warp_sum"}
         self.helpers -= {"f16_bits", "bf16_bits", f"load_{self.dtype}x8"}
-        self.helpers |= {"load_half_words4", "cp_async16", "cp_async_commit", self.mma}
-        self.helpers.add(f"cp_async_wait{STAGES - 1}")
+        self.helpers |= {"load_words4", "load_half_words4", self.mma}
 
     @property
     def mma(self) -> str:
@@ -97,11 +91,11 @@ class W4MmaEmitter(W4Emitter):
         code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
         code.add(1, '"""A tile of 16 output columns a block, its warps over K (module notes)."""')
         code.add(1, "red = cuda.shared.array(RED, f32)  # the warps' sums")
-        code.add(1, "ring = cuda.shared.array(RING, int32)  # each warp's chunks of codes")
         code.add(1, "acc = cuda.local.array(ACC, f32)")
+        code.add(1, "words = cuda.local.array(CW, int32)", "nwords = cuda.local.array(CW, int32)")
         code.add(1, "xw = cuda.local.array(XW, int32)", "nxw = cuda.local.array(XW, int32)")
         code.add(1, "lane = cuda.threadIdx.x % 32", "warp = cuda.threadIdx.x // 32")
-        code.add(1, "g = lane // 4", "tq = lane % 4", "mine = (warp * STAGES * 32 + lane) * CW")
+        code.add(1, "g = lane // 4", "tq = lane % 4")
         # a row past M (a fragment's unused columns) reads row M - 1; never stored
         rows = range(self.fragments)
         code.add(1, *[f"xrow{j} = min(g + {8 * j}, M - 1) * K + tq * XLANE" for j in rows])
@@ -111,41 +105,28 @@ class W4MmaEmitter(W4Emitter):
         code.add(1, "t = cuda.blockIdx.x", "while t < TILES:  # uniform across the block")
         code.add(2, "n0 = t * TILE", "na = min(n0 + g, N - 1)", "nb = min(n0 + g + 8, N - 1)")
         code.add(2, "for i in range(ACC):", "    acc[i] = f32(0.0)")
-        code.add(2, "for stage in range(STAGES - 1):  # the first chunks' codes on their way")
-        self._copy_codes(code, 3, "warp + stage * WARPS", "stage")
         code.add(2, "c = warp")
-        self._fetch_operands(code, 2, "c")
+        self._fetch_chunk(code, 2, "c")
         code.add(2, "for it in range(ITERS):  # the same count in every warp")
-        self._copy_codes(code, 3, "c + (STAGES - 1) * WARPS", "(it + STAGES - 1) % STAGES")
-        code.add(3, f"cp_async_wait{STAGES - 1}()  # chunk c's codes have landed")
+        code.add(3, "for i in range(CW):", "    words[i] = nwords[i]")
         code.add(3, "for i in range(XW):", "    xw[i] = nxw[i]")
         code.add(3, "sra = nsra", "srb = nsrb", "zra = nzra", "zrb = nzrb", "live = c < CHUNKS")
-        code.add(3, "at = mine + (it % STAGES) * 32 * CW")
-        self._fetch_operands(code, 3, "c + WARPS")
+        code.add(3, "cn = c + WARPS")
+        self._fetch_chunk(code, 3, "cn")
         self._chunk_mmas(code, 3)
-        code.add(3, "c += WARPS")
+        code.add(3, "c = cn")
         self._finish_tile(code)
         code.add(2, "t += cuda.gridDim.x")
         return self.module(code, params)
 
-    def _copy_codes(self, code: Source, indent: int, chunk: str, stage: str) -> None:
-        """The lane's words of ``chunk`` (none past K) copied asynchronously into its place
-        of ring ``stage``, then a group closed (one a chunk, empty or not, so that the
-        count of pending groups says which chunk has landed)."""
-        code.add(indent, f"cc = {chunk}", "if cc < CHUNKS:")
-        code.add(indent + 1, "src = ((t * CHUNKS + cc) * 32 + lane) * CW")
-        code.add(indent + 1, f"dst = mine + ({stage}) * 32 * CW")
-        codes = f"in{self.p.codes}"
-        for q in range(self.words // 4):
-            code.add(indent + 1, f"cp_async16(ring, dst + {4 * q}, {codes}, src + {4 * q})")
-        code.add(indent, "cp_async_commit()")
-
-    def _fetch_operands(self, code: Source, indent: int, c: str) -> None:
-        """Chunk ``c``'s activations, scales and zero points into the ``n`` registers (the
-        activations zero past K: a chunk there adds nothing)."""
+    def _fetch_chunk(self, code: Source, indent: int, c: str) -> None:
+        """Chunk ``c``'s codes, activations, scales and zero points into the ``n`` registers
+        (the activations zero past K: a chunk there adds nothing)."""
         p = self.p
-        code.add(indent, f"cn = {c}", "if cn < CHUNKS:")
-        code.add(indent + 1, "kb = cn * CHUNK")
+        code.add(indent, f"if {c} < CHUNKS:")
+        code.add(indent + 1, f"base = ((t * CHUNKS + {c}) * 32 + lane) * CW", f"kb = {c} * CHUNK")
+        for q in range(self.words // 4):
+            code.add(indent + 1, f"load_words4(in{p.codes}, base + {4 * q}, nwords, {4 * q})")
         for j in range(self.fragments):
             for q in range(self.words // 2):
                 e, d = f"xrow{j} + kb + {8 * q}", 2 * self.words * j + 4 * q
@@ -177,8 +158,7 @@ class W4MmaEmitter(W4Emitter):
             regs = [f"xw[{2 * s}]", f"xw[{2 * s + 1}]"]
             if self.fragments == 2:
                 regs += [f"xw[{second + 2 * s}]", f"xw[{second + 2 * s + 1}]"]
-            frags = ", ".join(regs)
-            code.add(indent, f"{self.mma}(ring[at + {s}], zg, zh, sg, sh, {frags}, acc, 0)")
+            code.add(indent, f"{self.mma}(words[{s}], zg, zh, sg, sh, {', '.join(regs)}, acc, 0)")
 
     def _finish_tile(self, code: Source) -> None:
         """The warps' accumulators through ``red`` (D row g / g + 8: the lane's columns, D
@@ -227,8 +207,6 @@ class W4MmaEmitter(W4Emitter):
             ("TILE", TILE),
             ("WARPS", WARPS),
             ("CW", self.words),
-            ("STAGES", STAGES),
-            ("RING", WARPS * STAGES * 32 * self.words),  # int32 words
             ("CHUNK", chunk),
             ("CHUNKS", chunks),
             ("ITERS", -(-chunks // WARPS)),
