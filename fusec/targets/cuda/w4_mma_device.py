@@ -5,30 +5,25 @@ given to generated kernels through ``fusec.targets.cuda.abi``:
   array of f16/bf16 bits; ``e`` a multiple of 8) with one 16-byte ``ld.global``, as four
   int32 words of two elements each (the lower element in the low half) into
   ``dst[d:d + 4]``: the activations' B fragments of ``mma.sync``;
-* ``w4_mma_<f16|bf16>x<1|2>(word, zg, zh, sg, sh, b..., acc, d)``: one packed word of
-  eight 4-bit codes (``constant_layouts.pack_int4_mma``: a lane's A fragment of a
-  16 x 16 tile) dequantized to f16/bf16 pairs in registers, then one (x1) or two (x2)
-  ``mma.sync.m16n8k16`` with f32 accumulation into ``acc[d:d + 4]`` (``acc[d + 4:d + 8]``
-  for the second B fragment); ``b...`` are 2 (x1) or 4 (x2) int32 words of the
-  activations' pairs.
+* ``w4_mma_<f16|bf16>x<1|2>(word, b..., tmp, sx, d)``: one packed word of eight 4-bit
+  codes (``constant_layouts.pack_int4_mma``: a lane's A fragment of a 16 x 16 tile) as the
+  16-bit floats ``MAGIC + q`` in registers, then per B fragment (``b...``: 2 (x1) or 4 (x2)
+  int32 words of the activations' pairs) one ``mma.sync.m16n8k16`` with f32 accumulation
+  of ``(MAGIC + q) x`` into ``tmp[d:d + 4]`` (``tmp[d + 4:d + 8]`` for the second) and one
+  of an all-ones A into ``sx``: the sums of x over K, each lane's for its fragment's rows.
 
-The dequantization is Marlin's (Frantar et al., 2024): a 4-bit field ORed into the
-mantissa of a 16-bit float whose ulp is 1 gives ``2**e + q`` exactly, and one subtraction
-of ``2**e + z`` gives ``q - z`` exactly, two codes a ``LOP3`` and a packed subtraction;
-one packed multiply by the scale rounds ``(q - z) * s`` once to the 16-bit type, as the
-reference rounds the dequantized weight. ``zg``/``sg`` hold the zero point and scale of
-the tile's row ``g`` (a lane's rows ``g`` and ``g + 8``: two output columns) as the two
-halves of a word (``zh``/``sh``: row ``g + 8``):
-
-* f16: fields 0 and 4 (bits 0-3, 16-19) of the word and of the word shifted right by 8
-  (fields 2, 6) are row ``g``: ``| 0x6400`` (1024) and minus ``zg`` = bits of
-  ``1024 + z``; fields 1, 5 and 3, 7 (bits 4-7, 20-23) are row ``g + 8``: ``1024 + 16 q``,
-  times 1/16 plus ``zh`` = bits of ``-(64 + z)`` in one ``fma``;
-* bf16 (7 mantissa bits: a field at bits 4-7 would leave the ulp-1 range): each pair of
-  fields shifted down to bits 0-3 / 16-19, ``| 0x4300`` (128), minus ``zg``/``zh`` = bits
-  of ``128 + z``.
-
-``z`` is the zero point as the stored nibble sees it (``z + 8`` for i4 codes).
+Why raw codes: the dequantized value ``(q - z) s`` costs a packed subtract and multiply a
+pair of codes (Marlin's way, Frantar et al., 2024), and this kernel is issue-bound. Over a
+chunk of K within one scale block, ``sum (q - z) s x = s (sum (MAGIC + q) x - (MAGIC + z)
+sum x)``: the kernel applies the scale and zero point once a chunk to the two
+accumulators, in f32. A 4-bit field ORed into the mantissa of a 16-bit float whose ulp is
+1 (f16 1024, bf16 128) gives ``MAGIC + q`` exactly, so a code costs a ``LOP3`` (and a
+shift a pair of fields) and the Tensor Cores do the rest. The products ``(MAGIC + q) x``
+are exact in f32; the sums carry ``MAGIC`` times x's sum, which the correction removes:
+a chunk's sum loses ~8 of its 24 bits (f16's 1024: ~11), where the weight's own rounding
+to 16 bits, which the reference makes, is ~4e-3. The pairs of fields a word gives are
+(0, 4), (1, 5), (2, 6), (3, 7), each shifted down to bits 0-3 / 16-19: the fragment's
+registers a0a1, a2a3, a4a5, a6a7.
 
 Under Numba's CUDA simulator the same names are plain Python with the same meaning; the
 warp-wide ``mma`` meets its 32 lanes through the simulated block's barrier, so every
@@ -57,16 +52,6 @@ def helper_names() -> list[str]:
     return ["load_half_words4"] + [f"w4_mma_{f}x{n}" for f in FORMATS for n in FRAGMENTS]
 
 
-def zero_bits(fmt: str, z: int, row_g: bool) -> int:
-    """The word ``zg`` (``row_g``) or ``zh`` of the zero point ``z`` (0..15, the stored
-    nibble's scale) for ``w4_mma_<fmt>``: the generated kernels compute the same."""
-    if fmt == "bf16":
-        half = 0x4300 + z
-    else:
-        half = 0x6400 + z if row_g else 0xD400 + 16 * z
-    return half * 0x10001
-
-
 # ----------------------------------------------------------------------- simulator
 
 
@@ -85,27 +70,12 @@ def _round(fmt: str, value: float) -> float:
     return float(np.array([value], dtype=np.float32).astype(dtype)[0])
 
 
-def sim_fragment(fmt: str, word: int, zg: int, zh: int, sg: int, sh: int) -> list[float]:
-    """A lane's A fragment (a0..a7, values) from its packed word: the GPU helper's maths."""
+def sim_fragment(fmt: str, word: int) -> list[float]:
+    """A lane's A fragment (a0..a7, values ``MAGIC + q``) from its packed word: the GPU
+    helper's fields."""
     w = int(word) & 0xFFFFFFFF
-    magic = MAGIC[fmt]
-    if fmt == "f16":
-        pairs = [w & 0x000F000F, w & 0x00F000F0, (w >> 8) & 0x000F000F, (w >> 8) & 0x00F000F0]
-    else:
-        pairs = [(w >> (4 * i)) & 0x000F000F for i in range(4)]
-    values: list[float] = []
-    for i, field in enumerate(pairs):
-        row_g = i % 2 == 0
-        p = _halves(fmt, field | magic)
-        z = _halves(fmt, (zg if row_g else zh) & 0xFFFFFFFF)
-        s = _halves(fmt, (sg if row_g else sh) & 0xFFFFFFFF)
-        for half in range(2):
-            if fmt == "f16" and not row_g:
-                exact = p[half] / 16 + z[half]  # fma(p, 1/16, -(64 + z)): exact
-            else:
-                exact = p[half] - z[half]
-            values.append(_round(fmt, exact * s[half]))
-    return values
+    fields = [((w >> (4 * i)) & 0x000F000F) | MAGIC[fmt] for i in range(4)]
+    return [v for field in fields for v in _halves(fmt, field)]
 
 
 def _warp_slots(thread: Any) -> dict:
@@ -117,11 +87,12 @@ def _warp_slots(thread: Any) -> dict:
 
 
 def _sim_mma(fmt: str, count: int) -> Any:
-    def mma(word: Any, zg: Any, zh: Any, sg: Any, sh: Any, *rest: Any) -> None:
-        regs, acc, d = rest[: 2 * count], rest[2 * count], int(rest[2 * count + 1])
+    def mma(word: Any, *rest: Any) -> None:
+        regs, tmp, sx = rest[: 2 * count], rest[2 * count], rest[2 * count + 1]
+        d = int(rest[-1])
         thread = threading.current_thread()
         tid = thread.thread_id
-        a = sim_fragment(fmt, int(word), int(zg), int(zh), int(sg), int(sh))
+        a = sim_fragment(fmt, int(word))
         b = [v for r in regs for v in _halves(fmt, int(r) & 0xFFFFFFFF)]
         slots = _warp_slots(thread)
         slots[tid] = (a, b)
@@ -143,11 +114,11 @@ def _sim_mma(fmt: str, count: int) -> Any:
                     cols[j, k, g] = fb[4 * j + i]
         g, t = (tid % 32) // 4, tid % 4
         for j in range(count):
-            product = tile @ cols[j]
-            for i, (r, c) in enumerate(
-                ((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))
-            ):
-                acc[d + 4 * j + i] = np.float32(float(acc[d + 4 * j + i]) + product[r, c])
+            product, sums = tile @ cols[j], cols[j].sum(axis=0)
+            outputs = ((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))
+            for i, (r, c) in enumerate(outputs):
+                tmp[d + 4 * j + i] = np.float32(float(tmp[d + 4 * j + i]) + product[r, c])
+                sx[d + 4 * j + i] = np.float32(float(sx[d + 4 * j + i]) + sums[c])
 
     return mma
 
@@ -170,48 +141,29 @@ def _make_sim() -> dict[str, Any]:
 # --------------------------------------------------------------------------- GPU
 
 
+#: 1.0 in both halves: the all-ones A fragment whose product with B is x's sums.
+ONES = {"f16": 0x3C003C00, "bf16": 0x3F803F80}
+
+
 def mma_asm(fmt: str, count: int) -> str:
-    """The inline PTX of ``w4_mma_<fmt>x<count>``: operands ``$0..`` the 4 * count f32
-    results, then the 4 * count f32 accumulators, the word, zg, zh, sg, sh and the 2 *
-    count B-fragment words."""
-    n = 4 * count
-    word, zg, zh, sg, sh = (f"${2 * n + i}" for i in range(5))
-    b = [f"${2 * n + 5 + i}" for i in range(2 * count)]
-    lines = ["{", ".reg .b32 p0, p1, p2, p3, w8, k;"]
-    if fmt == "f16":
-        lines += [
-            f"lop3.b32 p0, {word}, 0x000F000F, 0x64006400, 0xEA;",
-            f"lop3.b32 p1, {word}, 0x00F000F0, 0x64006400, 0xEA;",
-            f"shr.u32 w8, {word}, 8;",
-            "lop3.b32 p2, w8, 0x000F000F, 0x64006400, 0xEA;",
-            "lop3.b32 p3, w8, 0x00F000F0, 0x64006400, 0xEA;",
-            "mov.b32 k, 0x2C002C00;",  # 1/16 in both halves
-            f"sub.f16x2 p0, p0, {zg};",
-            f"fma.rn.f16x2 p1, p1, k, {zh};",
-            f"sub.f16x2 p2, p2, {zg};",
-            f"fma.rn.f16x2 p3, p3, k, {zh};",
-            f"mul.f16x2 p0, p0, {sg};",
-            f"mul.f16x2 p1, p1, {sh};",
-            f"mul.f16x2 p2, p2, {sg};",
-            f"mul.f16x2 p3, p3, {sh};",
-        ]
-    else:
-        lines.append(f"lop3.b32 p0, {word}, 0x000F000F, 0x43004300, 0xEA;")
-        for i in (1, 2, 3):
-            lines += [
-                f"shr.u32 w8, {word}, {4 * i};",
-                f"lop3.b32 p{i}, w8, 0x000F000F, 0x43004300, 0xEA;",
-            ]
-        for i in range(4):
-            z, s = (zg, sg) if i % 2 == 0 else (zh, sh)
-            lines += [f"sub.rn.bf16x2 p{i}, p{i}, {z};", f"mul.rn.bf16x2 p{i}, p{i}, {s};"]
+    """The inline PTX of ``w4_mma_<fmt>x<count>``: operands ``$0..`` the 8 * count f32
+    results (``tmp``'s 4 * count, then ``sx``'s), the 8 * count accumulators in the same
+    order, the word and the 2 * count B-fragment words."""
+    n = 8 * count
+    word = f"${2 * n}"
+    b = [f"${2 * n + 1 + i}" for i in range(2 * count)]
+    magic = f"{MAGIC[fmt]:#010x}"
+    lines = ["{", ".reg .b32 p0, p1, p2, p3, w, one;", f"mov.b32 one, {ONES[fmt]:#010x};"]
+    lines.append(f"lop3.b32 p0, {word}, 0x000F000F, {magic}, 0xEA;")
+    for i in (1, 2, 3):
+        lines += [f"shr.u32 w, {word}, {4 * i};", f"lop3.b32 p{i}, w, 0x000F000F, {magic}, 0xEA;"]
     shape = f"mma.sync.aligned.m16n8k16.row.col.f32.{fmt}.{fmt}.f32"
     for j in range(count):
-        d = ", ".join(f"${4 * j + i}" for i in range(4))
-        c = ", ".join(f"${n + 4 * j + i}" for i in range(4))
-        lines.append(
-            f"{shape} {{{d}}}, {{p0, p1, p2, p3}}, {{{b[2 * j]}, {b[2 * j + 1]}}}, {{{c}}};"
-        )
+        frag = f"{b[2 * j]}, {b[2 * j + 1]}"
+        for first, a in ((4 * j, "p0, p1, p2, p3"), (4 * count + 4 * j, "one, one, one, one")):
+            d = ", ".join(f"${first + i}" for i in range(4))
+            c = ", ".join(f"${n + first + i}" for i in range(4))
+            lines.append(f"{shape} {{{d}}}, {{{a}}}, {{{frag}}}, {{{c}}};")
     lines.append("}")
     return "\n".join(lines)
 
@@ -246,9 +198,11 @@ def _make_gpu() -> dict[str, Any]:
     def make_mma(fmt: str, count: int) -> Any:
         n = 4 * count
         asm = ir.InlineAsm(
-            ir.FunctionType(ir.LiteralStructType([f32] * n), [f32] * n + [i32] * (5 + 2 * count)),
+            ir.FunctionType(
+                ir.LiteralStructType([f32] * 2 * n), [f32] * 2 * n + [i32] * (1 + 2 * count)
+            ),
             mma_asm(fmt, count),
-            ",".join(["=f"] * n + ["f"] * n + ["r"] * (5 + 2 * count)),
+            ",".join(["=f"] * 2 * n + ["f"] * 2 * n + ["r"] * (1 + 2 * count)),
             side_effect=True,  # warp-collective: never moved into divergent code
         )
 
@@ -256,12 +210,13 @@ def _make_gpu() -> dict[str, Any]:
             sig = types.void(*args)
 
             def codegen(context: Any, builder: Any, sig: Any, values: Any) -> Any:
-                acc_t = sig.args[5 + 2 * count]
-                acc_v, d_v = values[5 + 2 * count], values[6 + 2 * count]
+                tmp_t, sx_t = sig.args[1 + 2 * count], sig.args[2 + 2 * count]
+                tmp_v, sx_v, d_v = values[1 + 2 * count], values[2 + 2 * count], values[-1]
                 at = [builder.add(d_v, ir.Constant(d_v.type, i)) for i in range(n)]
-                slots = [pointer(context, builder, acc_t, acc_v, index) for index in at]
+                slots = [pointer(context, builder, tmp_t, tmp_v, index) for index in at]
+                slots += [pointer(context, builder, sx_t, sx_v, index) for index in at]
                 inputs = [builder.load(slot) for slot in slots]
-                inputs += [as_i32(builder, v) for v in values[: 5 + 2 * count]]
+                inputs += [as_i32(builder, v) for v in values[: 1 + 2 * count]]
                 result = builder.call(asm, inputs)
                 for i, slot in enumerate(slots):
                     builder.store(builder.extract_value(result, i), slot)
@@ -272,13 +227,13 @@ def _make_gpu() -> dict[str, Any]:
         # (numba's @intrinsic types the parameters its function names)
         if count == 1:
 
-            def mma1(typingctx, word, zg, zh, sg, sh, b0, b1, acc, d):  # type: ignore[no-untyped-def]
-                return typer(typingctx, word, zg, zh, sg, sh, b0, b1, acc, d)
+            def mma1(typingctx, word, b0, b1, tmp, sx, d):  # type: ignore[no-untyped-def]
+                return typer(typingctx, word, b0, b1, tmp, sx, d)
 
             return intrinsic(mma1)
 
-        def mma2(typingctx, word, zg, zh, sg, sh, b0, b1, b2, b3, acc, d):  # type: ignore[no-untyped-def]
-            return typer(typingctx, word, zg, zh, sg, sh, b0, b1, b2, b3, acc, d)
+        def mma2(typingctx, word, b0, b1, b2, b3, tmp, sx, d):  # type: ignore[no-untyped-def]
+            return typer(typingctx, word, b0, b1, b2, b3, tmp, sx, d)
 
         return intrinsic(mma2)
 
