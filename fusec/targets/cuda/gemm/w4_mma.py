@@ -95,9 +95,9 @@ class W4MmaEmitter(W4Emitter):
         code.add(1, "red = cuda.shared.array(RED, f32)  # the warps' sums")
         code.add(1, "acc = cuda.local.array(ACC, f32)  # the lane's outputs, f32")
         code.add(1, "tmp = cuda.local.array(ACC, f32)", "sx = cuda.local.array(ACC, f32)")
-        for r in REGISTER_SETS:  # two chunks' operands: one in use, one on its way
+        for r in REGISTER_SETS:  # two chunks' codes, scales, zeros: one in use, one on its way
             code.add(1, f"words{r} = cuda.local.array(CW, int32)")
-            code.add(1, f"xw{r} = cuda.local.array(XW, int32)")
+        code.add(1, "xw = cuda.local.array(XW, int32)  # the chunk's activations")
         code.add(1, "lane = cuda.threadIdx.x % 32", "warp = cuda.threadIdx.x // 32")
         code.add(1, "g = lane // 4", "tq = lane % 4")
         # a row past M (a fragment's unused columns) reads row M - 1; never stored
@@ -106,6 +106,7 @@ class W4MmaEmitter(W4Emitter):
         # the scales' and zero points' raw values (typed by a first read)
         code.add(1, f"sra0 = srb0 = sra1 = srb1 = in{p.scale}[0]")
         code.add(1, f"zra0 = zrb0 = zra1 = zrb1 = in{p.zero}[0]")
+        code.add(1, "chunk0 = chunk1 = CHUNKS")
         code.add(1, "t = cuda.blockIdx.x", "while t < TILES:  # uniform across the block")
         code.add(2, "n0 = t * TILE", "na = min(n0 + g, N - 1)", "nb = min(n0 + g + 8, N - 1)")
         code.add(2, "for i in range(ACC):")
@@ -131,17 +132,25 @@ class W4MmaEmitter(W4Emitter):
         code.add(indent + 1, "base = ((t * CHUNKS + cn) * 32 + lane) * CW", "kb = cn * CHUNK")
         for q in range(self.words // 4):
             code.add(indent + 1, f"load_words4(in{p.codes}, base + {4 * q}, words{r}, {4 * q})")
-        for j in range(self.fragments):
-            for q in range(self.words // 2):
-                e, d = f"xrow{j} + kb + {8 * q}", 2 * self.words * j + 4 * q
-                code.add(indent + 1, f"load_half_words4(in{p.x}, {e}, xw{r}, {d})")
         if "blk" in p.scale_index:
             code.add(indent + 1, f"blk = kb // {p.block}")
         for column, side in (("na", "a"), ("nb", "b")):
             code.add(indent + 1, f"n = {column}")
             code.add(indent + 1, f"sr{side}{r} = in{p.scale}[{p.scale_index}]")
             code.add(indent + 1, f"zr{side}{r} = in{p.zero}[{p.scale_index}]")
-        code.add(indent, "else:", "    for i in range(XW):", f"        xw{r}[i] = 0")
+        code.add(indent, f"chunk{r} = cn")
+
+    def _load_activations(self, code: Source, indent: int, r: str) -> None:
+        """The activations of the chunk in register set ``r`` (zero past K: a chunk there
+        adds nothing), loaded when its ``mma``s start: every block reads the same rows of
+        x, which stay in L1, and two chunks of them in registers cost the occupancy (118
+        registers, 16 warps a multiprocessor, where the codes need memory parallelism)."""
+        code.add(indent, f"if chunk{r} < CHUNKS:", f"    kb = chunk{r} * CHUNK")
+        for j in range(self.fragments):
+            for q in range(self.words // 2):
+                e, d = f"xrow{j} + kb + {8 * q}", 2 * self.words * j + 4 * q
+                code.add(indent + 1, f"load_half_words4(in{self.p.x}, {e}, xw, {d})")
+        code.add(indent, "else:", "    for i in range(XW):", "        xw[i] = 0")
 
     def _chunk_mmas(self, code: Source, indent: int, r: str) -> None:
         """The ``mma``s of the chunk in register set ``r``, a word of codes each, into ``tmp``
@@ -149,11 +158,12 @@ class W4MmaEmitter(W4Emitter):
         + z) sx)`` for the lane's two columns (``w4_mma_device``: the chunk lies in one scale
         block)."""
         p = self.p
+        self._load_activations(code, indent, r)
         second = 2 * self.words
         for s in range(self.words):
-            regs = [f"xw{r}[{2 * s}]", f"xw{r}[{2 * s + 1}]"]
+            regs = [f"xw[{2 * s}]", f"xw[{2 * s + 1}]"]
             if self.fragments == 2:
-                regs += [f"xw{r}[{second + 2 * s}]", f"xw{r}[{second + 2 * s + 1}]"]
+                regs += [f"xw[{second + 2 * s}]", f"xw[{second + 2 * s + 1}]"]
             code.add(indent, f"{self.mma}(words{r}[{s}], {', '.join(regs)}, tmp, sx, 0)")
         magic = {"f16": 1024.0, "bf16": 128.0}[self.dtype] + (8.0 if p.signed else 0.0)
         scale = {"f32": "{}", "f16": "f16_bits({})", "bf16": "bf16_bits({})"}[self.sdtype]
