@@ -763,11 +763,19 @@ def w4_sweep() -> None:
     M = 1, 4, 16, and the dequantize + GEMM road at the same M, in one run: fusec's GPU
     time of a CUDA-graph replay, warm (replays back to back: the weight in L2) and cold
     (``time_gpu_cold``: from HBM), each result checked against the f32 product. What
-    ``w4.SHAPES`` is chosen from (printed, one line a case)."""
+    ``w4.SHAPES`` is chosen from (printed, one line a case). The CUDA-core kernel's
+    (``FUSEC_W4_KERNEL=cuda-cores``: the Tensor Core kernel, the default where K and the
+    scale blocks are whole chunks of 64, has one shape)."""
+    import os
+
     import torch
 
     import fusec
     from fusec.targets.cuda.gemm import w4
+    from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
+
+    chosen = os.environ.get(KERNEL_CHOICE)
+    os.environ[KERNEL_CHOICE] = "cuda-cores"
 
     q, s, z, wd, weight_bytes = w4_layer()
 
@@ -799,6 +807,10 @@ def w4_sweep() -> None:
     finally:
         w4.SHAPES = shapes
         w4.MAX_ROWS = rows
+        if chosen is None:
+            del os.environ[KERNEL_CHOICE]
+        else:
+            os.environ[KERNEL_CHOICE] = chosen
 
 
 def _bandwidth_lines(rows: list[dict], device: str) -> list[str]:

@@ -66,13 +66,14 @@ MAX_TX = 32
 BLOCKS_PER_SM = 16
 #: A reduction of fewer block tiles than this (two per multiprocessor of an H200) whose
 #: lanes would each read more than SPLIT_LANE_ELEMENTS is split into parts across blocks
-#: (two passes), PART_LANE elements per lane and part. A lane's loop costs ~64 ns an
-#: element (its loads wait in turn), the second pass a launch and ~0.15 us a part a
-#: thread (estimates). EfficientNet-B0 b1's squeeze-excite mean over (1, 56, 56, 96)
-#: channels-last, 3 tiles of 8 lanes x 392 elements, is by its launch shape the profile's
-#: 25.5 us kernel (H100, profile_zoo at 4ed87b4, when lanes split only past 512
-#: elements); 13 parts of 32 elements a lane, 39 tiles, should take about 2 + 2 us (not
-#: yet timed). Past 64 elements a lane the split should pay its launch.
+#: (two passes), PART_LANE elements per lane and part. EfficientNet-B0 b1's
+#: squeeze-excite mean over (1, 56, 56, 96) channels-last, 3 tiles of 8 lanes x 392
+#: elements, was by its launch shape the profile's 25.5 us kernel (H100, profile_zoo at
+#: 4ed87b4, when lanes split only past 512 elements); in 13 parts of 32 elements a lane it
+#: takes 5.2 us, both passes (CUPTI, H100, 2026-12-06), and the one-pass means of 14 x 14
+#: and 7 x 7 planes (25 and 7 elements a lane) 3.1-3.2 and 2.1 us. Loading 16 bytes of
+#: columns a thread with lanes of ~4 loads (23bc25b, reverted) was slower at every SE shape
+#: of EfficientNet-B0 and MobileNetV3 (63.6 us over 13 shapes against 49.2).
 SPLIT_BELOW_BLOCKS = 2 * H200.sms
 SPLIT_LANE_ELEMENTS = 64
 PART_LANE = 32

@@ -22,15 +22,26 @@ codes is its whole A fragment of one ``mma.sync.m16n8k16``:
   all-ones A into ``sx`` (x's sums); once a chunk (it lies in one scale block) the lane's
   two columns take ``acc += s (tmp - (MAGIC + z) sx)`` in f32;
 * a block's 8 warps share one tile, each a chunk of K in turn (``c = warp + 8 i``), the
-  next chunk's codes, activations, scales and zero points loaded before this chunk's
-  ``mma``s; every warp runs the same number of iterations (a chunk past K multiplies zeros),
-  which the simulator's emulation of the warp-wide ``mma`` needs;
+  next chunk's codes, scales and zero points loaded (into the other of two register sets)
+  before this chunk's ``mma``s, the activations when they start (L1-resident: 79
+  registers, 3 blocks a multiprocessor); every warp runs the same number of iterations (a
+  chunk past K multiplies zeros), which the simulator's emulation of the warp-wide ``mma``
+  needs;
 * the warps' f32 accumulators meet in shared memory, then a thread an output runs the
   group's elementwise epilogue (as in ``w4.py``).
 
 The weight is not rounded to 16 bits as the reference rounds the dequantized weight: the
 products are ``(q - z) s x`` in f32 (as the CUDA-core kernel's), within a rounding of the
 weight of the reference (rel L2 ~1e-3 against a bound of 1e-2).
+
+Measured (H100, ``gemm_bench.py --w4``, 9654aeb, both kernels in one call): 1 x 8192 x
+28672 (123 MB of codes, scales and zero points) 0.0545 ms, 67% of HBM bandwidth (the
+CUDA-core kernel 0.0606, 60%; cuBLAS's GEMV of the bf16 weight 85%); 16 x 4096 x 4096
+0.0105 ms (CUDA cores 0.0335). Tried and measured slower on the way
+(``benchmarks/results/gemm-w4.md``): the codes dequantized Marlin's way in registers
+(a packed subtract and multiply a pair: 31 instructions a word in the loop against 21.6
+now), and a ``cp.async`` ring of codes in shared memory (more instructions: the kernel
+is issue-bound as much as memory-bound).
 """
 
 from __future__ import annotations
