@@ -90,7 +90,7 @@ def _sim_mma(fmt: str, count: int) -> Any:
     def mma(word: Any, *rest: Any) -> None:
         regs, tmp, sx = rest[: 2 * count], rest[2 * count], rest[2 * count + 1]
         d = int(rest[-1])
-        thread = threading.current_thread()
+        thread: Any = threading.current_thread()  # (the simulator's block thread)
         tid = thread.thread_id
         a = sim_fragment(fmt, int(word))
         b = [v for r in regs for v in _halves(fmt, int(r) & 0xFFFFFFFF)]
@@ -227,12 +227,12 @@ def _make_gpu() -> dict[str, Any]:
         # (numba's @intrinsic types the parameters its function names)
         if count == 1:
 
-            def mma1(typingctx, word, b0, b1, tmp, sx, d):  # type: ignore[no-untyped-def]
+            def mma1(typingctx, word, b0, b1, tmp, sx, d):
                 return typer(typingctx, word, b0, b1, tmp, sx, d)
 
             return intrinsic(mma1)
 
-        def mma2(typingctx, word, b0, b1, b2, b3, tmp, sx, d):  # type: ignore[no-untyped-def]
+        def mma2(typingctx, word, b0, b1, b2, b3, tmp, sx, d):
             return typer(typingctx, word, b0, b1, b2, b3, tmp, sx, d)
 
         return intrinsic(mma2)
