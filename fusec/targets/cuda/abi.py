@@ -12,8 +12,8 @@ internals can move without invalidating cached kernels or their text:
 * ``load_words1/2/4``, ``unpack_i4x8``, ``w4_magic``, ``f16_bits``, ``bf16_bits``: the W4A16
   kernels' vector loads of codes, 4-bit codes unpacked as float bits, and 16-bit floats'
   bits as f32 (``fusec.targets.cuda.w4_device``);
-* ``load_half_words4``, ``w4_mma_<f16|bf16>x<1|2>``: the W4A16 Tensor Core kernel's
-  activation loads and its codes dequantized into ``mma.sync`` fragments
+* ``w4_mma_<f16|bf16>x<1|2>``: the W4A16 Tensor Core kernel's codes as 16-bit floats into
+  ``mma.sync``
   (``fusec.targets.cuda.w4_mma_device``);
 * ``ieee_conv2d``, ``ieee_matmul``, ``ieee_addmm``, ``ieee_attention``, ``moe_experts``:
   the PyTorch fallback's IEEE-f32 library calls (``fusec.targets.cuda.torch_runtime``);
@@ -56,7 +56,6 @@ _PROVIDERS: dict[str, str] = {
     "w4_magic": "fusec.targets.cuda.w4_device",
     "f16_bits": "fusec.targets.cuda.w4_device",
     "bf16_bits": "fusec.targets.cuda.w4_device",
-    "load_half_words4": "fusec.targets.cuda.w4_mma_device",
     "w4_mma_f16x1": "fusec.targets.cuda.w4_mma_device",
     "w4_mma_f16x2": "fusec.targets.cuda.w4_mma_device",
     "w4_mma_bf16x1": "fusec.targets.cuda.w4_mma_device",

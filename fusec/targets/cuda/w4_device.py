@@ -3,7 +3,9 @@ kernels through ``fusec.targets.cuda.abi``:
 
 * ``load_words1``, ``load_words2``, ``load_words4`` ``(arr, e, dst, d)``: the int32 words
   ``arr[e:e + n]`` with one ``ld.global`` (``.v2``/``.v4``: ``e`` a multiple of ``n``) into
-  ``dst[d:d + n]`` (an int32 local array);
+  ``dst[d:d + n]`` (an int32 local array); of an int16 array (16-bit floats' bits) the
+  ``2 n`` elements ``arr[e:e + 2 n]`` as ``n`` words, the lower element in the low half
+  (``e`` a multiple of ``2 n``): the W4A16 Tensor Core kernel's B fragments;
 * ``f16_bits(raw)``, ``bf16_bits(raw)``: the float32 value of a 16-bit float's bits (an
   int16 read from an array, kept raw until used);
 * ``unpack_i4x8(word, magic, dst, d)``: the word's eight 4-bit fields as the float32
@@ -53,10 +55,12 @@ def _make_sim() -> dict[str, Any]:
     for n in WORD_COUNTS:
 
         def load(arr: Any, e: int, dst: Any, d: int, n: int = n) -> None:
-            if e % n or not 0 <= e <= len(arr) - n:
-                raise AssertionError(f"load_words{n}: word {e} of {len(arr)}")
+            per = 4 // arr.dtype.itemsize  # elements a word: 1 (int32) or 2 (int16)
+            if e % (n * per) or not 0 <= e <= len(arr) - n * per:
+                raise AssertionError(f"load_words{n}: element {e} of {len(arr)}")
+            words = np.ascontiguousarray(arr[e : e + n * per]).view(np.int32)
             for k in range(n):
-                dst[d + k] = arr[e + k]
+                dst[d + k] = words[k]
 
         helpers[f"load_words{n}"] = load
 

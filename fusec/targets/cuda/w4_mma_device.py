@@ -1,10 +1,6 @@
 """Device helpers of the W4A16 route's Tensor Core kernel (``gemm/w4_mma.py``, issue 31),
 given to generated kernels through ``fusec.targets.cuda.abi``:
 
-* ``load_half_words4(arr, e, dst, d)``: the 16-bit elements ``arr[e:e + 8]`` (an int16
-  array of f16/bf16 bits; ``e`` a multiple of 8) with one 16-byte ``ld.global``, as four
-  int32 words of two elements each (the lower element in the low half) into
-  ``dst[d:d + 4]``: the activations' B fragments of ``mma.sync``;
 * ``w4_mma_<f16|bf16>x<1|2>(word, b..., tmp, sx, d)``: one packed word of eight 4-bit
   codes (``constant_layouts.pack_int4_mma``: a lane's A fragment of a 16 x 16 tile) as the
   16-bit floats ``MAGIC + q`` in registers, then per B fragment (``b...``: 2 (x1) or 4 (x2)
@@ -38,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from fusec.targets.cuda.env import simulator_enabled
-from fusec.targets.cuda.rawmove import load_global_words, pointer
+from fusec.targets.cuda.rawmove import pointer
 
 FORMATS = ("f16", "bf16")
 #: B fragments an ``mma`` helper multiplies (8 rows of activations each).
@@ -49,7 +45,7 @@ MAGIC = {"f16": 0x64006400, "bf16": 0x43004300}
 
 def helper_names() -> list[str]:
     """The names this module gives generated kernels (through ``fusec.targets.cuda.abi``)."""
-    return ["load_half_words4"] + [f"w4_mma_{f}x{n}" for f in FORMATS for n in FRAGMENTS]
+    return [f"w4_mma_{f}x{n}" for f in FORMATS for n in FRAGMENTS]
 
 
 # ----------------------------------------------------------------------- simulator
@@ -124,14 +120,7 @@ def _sim_mma(fmt: str, count: int) -> Any:
 
 
 def _make_sim() -> dict[str, Any]:
-    def load_half_words4(arr: Any, e: int, dst: Any, d: int) -> None:
-        if e % 8 or not 0 <= e <= len(arr) - 8:
-            raise AssertionError(f"load_half_words4: element {e} of {len(arr)}")
-        bits = np.asarray(arr[e : e + 8]).astype(np.int16).view(np.uint16).astype(np.uint32)
-        for k in range(4):
-            dst[d + k] = np.uint32(bits[2 * k] | (bits[2 * k + 1] << 16)).view(np.int32)
-
-    helpers: dict[str, Any] = {"load_half_words4": load_half_words4}
+    helpers: dict[str, Any] = {}
     for fmt in FORMATS:
         for count in FRAGMENTS:
             helpers[f"w4_mma_{fmt}x{count}"] = _sim_mma(fmt, count)
@@ -180,21 +169,6 @@ def _make_gpu() -> dict[str, Any]:
             return builder.trunc(value, i32)
         return builder.sext(value, i32) if value.type.width < 32 else value
 
-    @intrinsic
-    def load_half_words4(typingctx: Any, arr: Any, e: Any, dst: Any, d: Any) -> Any:
-        sig = types.void(arr, e, dst, d)
-
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            arr_t, _, dst_t, _ = sig.args
-            arr_v, e_v, dst_v, d_v = args
-            address = pointer(context, builder, arr_t, arr_v, e_v)
-            for k, value in enumerate(load_global_words(builder, address, 4)):
-                index = builder.add(d_v, ir.Constant(d_v.type, k))
-                builder.store(value, pointer(context, builder, dst_t, dst_v, index))
-            return context.get_dummy_value()
-
-        return sig, codegen
-
     def make_mma(fmt: str, count: int) -> Any:
         n = 4 * count
         asm = ir.InlineAsm(
@@ -237,7 +211,7 @@ def _make_gpu() -> dict[str, Any]:
 
         return intrinsic(mma2)
 
-    helpers: dict[str, Any] = {"load_half_words4": load_half_words4}
+    helpers: dict[str, Any] = {}
     for fmt in FORMATS:
         for count in FRAGMENTS:
             helpers[f"w4_mma_{fmt}x{count}"] = make_mma(fmt, count)

@@ -400,16 +400,7 @@ class W4Emitter(AnchorEmitter):
     def module(self, code: Source, params: list[str]) -> str:
         p, sh = self.p, self.shape
         notes = [
-            "target: cuda (Numba CUDA), template: matmul, weight-only int4 route (W4A16: "
-            f"{p.m} row(s) of activations, the weight read as 4-bit codes on CUDA cores)",
-            f"M={p.m} N={p.n} K={p.k}; codes {'N x K' if p.k_major else 'K x N'} "
-            f"({'i4' if p.signed else 'ui4'}) packed at load into int32 words [N][K/8], "
-            "scales and zero points "
-            + (
-                f"per block of {p.block} along K"
-                if "blk" in p.scale_index
-                else ("per output column" if p.scale_index == "n" else "per tensor")
-            ),
+            *route_notes(p, "the weight read as 4-bit codes on CUDA cores", "int32 words [N][K/8]"),
             f"layout: {sh.groups} group(s) of {sh.cols} output column(s) a block, "
             f"{sh.ksplit} warp(s) a group splitting K, {sh.vw} word(s) of a column a lane "
             "a load; codes unpacked as float bits (w4_device.unpack_i4x8); epilogue: "
@@ -447,6 +438,22 @@ class W4Emitter(AnchorEmitter):
         return self.kernel_module(
             notes, constants, code, tail, imports=imports, signatures=signatures
         )
+
+
+def route_notes(p: W4Plan, engine: str, packing: str) -> list[str]:
+    """A W4A16 kernel header's first two lines: the route and what multiplies (``engine``),
+    then the shapes, the codes' layout (``packing``) and where the scales are."""
+    if "blk" in p.scale_index:
+        scales = f"per block of {p.block} along K"
+    else:
+        scales = "per output column" if p.scale_index == "n" else "per tensor"
+    return [
+        "target: cuda (Numba CUDA), template: matmul, weight-only int4 route (W4A16: "
+        f"{p.m} row(s) of activations, {engine})",
+        f"M={p.m} N={p.n} K={p.k}; codes {'N x K' if p.k_major else 'K x N'} "
+        f"({'i4' if p.signed else 'ui4'}) packed at load into {packing}, scales and zero "
+        f"points {scales}",
+    ]
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:

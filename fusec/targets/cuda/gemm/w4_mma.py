@@ -53,7 +53,7 @@ from fusec.dialect import ops as ai
 from fusec.targets.cuda.common import Source, block_tile_launch, kernel_name, storage_signature
 from fusec.targets.cuda.constant_layouts import int4_mma_layout
 from fusec.targets.cuda.gemm import w4
-from fusec.targets.cuda.gemm.w4 import BLOCKS_PER_SM, THREADS, W4Emitter, W4Plan
+from fusec.targets.cuda.gemm.w4 import BLOCKS_PER_SM, THREADS, W4Emitter, W4Plan, route_notes
 
 #: Warps of a block: all on one 16-column tile, splitting K's chunks.
 WARPS = THREADS // 32
@@ -85,7 +85,7 @@ class W4MmaEmitter(W4Emitter):
         self.fragments = 1 if p.m <= 8 else 2
         self.helpers -= {f"load_words{self.shape.vw}", "unpack_i4x8", "w4_magic", "warp_sum"}
         self.helpers -= {"f16_bits", "bf16_bits", f"load_{self.dtype}x8"}  # (re-added below)
-        self.helpers |= {"load_words4", "load_half_words4", self.mma}
+        self.helpers |= {"load_words4", self.mma}
         if self.sdtype in ("f16", "bf16"):
             self.helpers.add(f"{self.sdtype}_bits")
 
@@ -160,7 +160,7 @@ class W4MmaEmitter(W4Emitter):
         for j in range(self.fragments):
             for q in range(self.words // 2):
                 e, d = f"xrow{j} + kb + {8 * q}", 2 * self.words * j + 4 * q
-                code.add(indent + 1, f"load_half_words4(in{self.p.x}, {e}, xw, {d})")
+                code.add(indent + 1, f"load_words4(in{self.p.x}, {e}, xw, {d})")
         code.add(indent, "else:", "    for i in range(XW):", "        xw[i] = 0")
 
     def _chunk_mmas(self, code: Source, indent: int, r: str) -> None:
@@ -206,18 +206,9 @@ class W4MmaEmitter(W4Emitter):
     def module(self, code: Source, params: list[str]) -> str:
         p = self.p
         chunk = 16 * self.words
+        engine = "the weight's 4-bit codes fed to mma.sync fragments as 16-bit floats"
         notes = [
-            "target: cuda (Numba CUDA), template: matmul, weight-only int4 route (W4A16: "
-            f"{p.m} row(s) of activations, the weight's 4-bit codes dequantized into mma.sync "
-            "fragments on the Tensor Cores)",
-            f"M={p.m} N={p.n} K={p.k}; codes {'N x K' if p.k_major else 'K x N'} "
-            f"({'i4' if p.signed else 'ui4'}) packed at load as A fragments ({self.layout}), "
-            "scales and zero points "
-            + (
-                f"per block of {p.block} along K"
-                if "blk" in p.scale_index
-                else ("per output column" if p.scale_index == "n" else "per tensor")
-            ),
+            *route_notes(p, engine, f"mma.sync A fragments ({self.layout})"),
             f"layout: a tile of {TILE} output columns a block, its {WARPS} warps taking chunks "
             f"of {chunk} K in turn, {self.words} word(s) of codes a lane a chunk, "
             f"{self.fragments} B fragment(s) of 8 activation rows; f32 sums; epilogue: "
