@@ -387,11 +387,19 @@ class W4Emitter(AnchorEmitter):
         code.add(2, "for r in range(M):", "    for c in range(COLS):")
         code.add(4, "total = warp_sum(acc[r * COLS + c], scratch)", "if lane == 0:")
         code.add(5, "red[kslice * PAIRS + (group * M + r) * COLS + c] = total")
-        code.add(2, "cuda.syncthreads()", "i = cuda.threadIdx.x", "while i < PAIRS:")
         terms = " + ".join(f"red[{s} * PAIRS + i]" for s in range(self.shape.ksplit))
-        code.add(3, f"total = {terms}")
-        code.add(3, "g = i // (M * COLS)", "r = (i // COLS) % M")
-        code.add(3, "n = (t * GROUPS + g) * COLS + i % COLS", "if n < N:")
+        index = ["g = i // (M * COLS)", "r = (i // COLS) % M"]
+        self.store_outputs(code, "PAIRS", terms, index, "(t * GROUPS + g) * COLS + i % COLS")
+
+    def store_outputs(
+        self, code: Source, count: str, terms: str, index: Sequence[str], column: str
+    ) -> None:
+        """After the partial sums are in ``red``: thread ``i`` of ``count`` sums its output's
+        ``terms``, finds its row ``r`` (``index``'s lines) and column ``n`` (``column``),
+        and runs the epilogue where ``n < N``."""
+        code.add(2, "cuda.syncthreads()", "i = cuda.threadIdx.x", f"while i < {count}:")
+        code.add(3, *index, f"total = {terms}")
+        code.add(3, f"n = {column}", "if n < N:")
         code.add(4, "o = r * N + n")
         self.epilogue.emit(code, 4, "total", "o")
         code.add(3, "i += THREADS")

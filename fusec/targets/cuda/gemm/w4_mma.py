@@ -193,15 +193,8 @@ class W4MmaEmitter(W4Emitter):
             for i, (row, col) in enumerate((("g", 0), ("g", 1), ("g + 8", 0), ("g + 8", 1))):
                 at = f"((warp * TILE + {row}) * MP + {8 * j} + 2 * tq + {col})"
                 code.add(2, f"red[{at}] = acc[{4 * j + i}]")
-        code.add(2, "cuda.syncthreads()", "i = cuda.threadIdx.x", "while i < TILE * M:")
-        code.add(3, "col = i % TILE", "r = i // TILE")
         terms = " + ".join(f"red[({w} * TILE + col) * MP + r]" for w in range(WARPS))
-        code.add(3, f"total = {terms}")
-        code.add(3, "n = n0 + col", "if n < N:")
-        code.add(4, "o = r * N + n")
-        self.epilogue.emit(code, 4, "total", "o")
-        code.add(3, "i += THREADS")
-        code.add(2, "cuda.syncthreads()  # red is read before the next tile writes it")
+        self.store_outputs(code, "TILE * M", terms, ["col = i % TILE", "r = i // TILE"], "n0 + col")
 
     def module(self, code: Source, params: list[str]) -> str:
         p = self.p
