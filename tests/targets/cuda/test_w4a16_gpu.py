@@ -115,6 +115,21 @@ def test_both_w4a16_kernels_match_the_reference(
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_positive_activations_keep_the_tensor_core_sums_exact_enough(dtype):
+    """The Tensor Core kernel sums ``(MAGIC + q) x`` and subtracts ``(MAGIC + z) sum x``
+    (``w4_mma_device``): with activations all positive (after a ReLU or GELU) x's sum does
+    not cancel, the largest case for that subtraction (f16's MAGIC is 1024); a float32
+    model of the sums loses ~2e-5 there."""
+    import fusec
+
+    model, x = w4a16_onnx(4, 4096, 96, 128, dtype, 17, False, "block")
+    x = (np.abs(x.astype(np.float32)) + np.float32(0.5)).astype(x.dtype)
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
+    assert compiled.kernels[0].prepared_inputs[0][1].startswith("w4mma")
+    assert _check(compiled, [x], [_device(x, dtype)]) < 1e-2
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("m, zero", [(1, True), (16, False), (200, True)])
 def test_run_time_codes_are_dequantized_then_multiplied(m, zero, dtype):
     import ml_dtypes
