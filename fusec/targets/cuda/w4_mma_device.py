@@ -16,8 +16,9 @@ accumulators, in f32. A 4-bit field ORed into the mantissa of a 16-bit float who
 1 (f16 1024, bf16 128) gives ``MAGIC + q`` exactly, so a code costs a ``LOP3`` (and a
 shift a pair of fields) and the Tensor Cores do the rest. The products ``(MAGIC + q) x``
 are exact in f32; the sums carry ``MAGIC`` times x's sum, which the correction removes:
-a chunk's sum loses ~8 of its 24 bits (f16's 1024: ~11), where the weight's own rounding
-to 16 bits, which the reference makes, is ~4e-3. The pairs of fields a word gives are
+a float32 model of the sums puts the error at ~2e-5 relative (f16's 1024, activations all
+positive: x's sum does not cancel; bf16's 128: ~1e-6), where the weight's own rounding to
+16 bits, which the reference makes, is up to 2e-3 a weight (bf16). The pairs of fields a word gives are
 (0, 4), (1, 5), (2, 6), (3, 7), each shifted down to bits 0-3 / 16-19: the fragment's
 registers a0a1, a2a3, a4a5, a6a7.
 
