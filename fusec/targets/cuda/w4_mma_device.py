@@ -18,9 +18,9 @@ shift a pair of fields) and the Tensor Cores do the rest. The products ``(MAGIC 
 are exact in f32; the sums carry ``MAGIC`` times x's sum, which the correction removes:
 a float32 model of the sums puts the error at ~2e-5 relative (f16's 1024, activations all
 positive: x's sum does not cancel; bf16's 128: ~1e-6), where the weight's own rounding to
-16 bits, which the reference makes, is up to 2e-3 a weight (bf16). The pairs of fields a word gives are
-(0, 4), (1, 5), (2, 6), (3, 7), each shifted down to bits 0-3 / 16-19: the fragment's
-registers a0a1, a2a3, a4a5, a6a7.
+16 bits, which the reference makes, is up to 2e-3 a weight (bf16). The pairs of fields a
+word gives are (0, 4), (1, 5), (2, 6), (3, 7), each shifted down to bits 0-3 / 16-19: the
+fragment's registers a0a1, a2a3, a4a5, a6a7.
 
 Under Numba's CUDA simulator the same names are plain Python with the same meaning; the
 warp-wide ``mma`` meets its 32 lanes through the simulated block's barrier, so every
