@@ -32,12 +32,18 @@ def int4_layout(k_major: bool, signed: bool) -> str:
     return f"w4:{'nk' if k_major else 'kn'}:{'i4' if signed else 'ui4'}"
 
 
+def stored_nibbles(order: str, dtype: str, codes: np.ndarray) -> np.ndarray:
+    """4-bit ``codes`` (stored K x N, or N x K for ``order`` "nk") as the nibbles the packed
+    words hold, N x K: ``q + 8`` for i4 codes, ``q`` for ui4 (0..15 either way)."""
+    values = np.asarray(codes).astype(np.int32)
+    rows = values if order == "nk" else values.T
+    return (rows + (8 if dtype == "i4" else 0)) & 15
+
+
 def pack_int4(layout: str, codes: np.ndarray) -> np.ndarray:
     """4-bit ``codes`` (one a byte, or ml_dtypes int4/uint4) in ``layout`` (``int4_layout``)."""
     _, order, dtype = layout.split(":")
-    values = np.asarray(codes).astype(np.int32)
-    rows = values if order == "nk" else values.T
-    nibbles = (rows + (8 if dtype == "i4" else 0)) & 15
+    nibbles = stored_nibbles(order, dtype, codes)
     n, k = nibbles.shape
     words = np.zeros((n, k // WORD), np.uint32)
     for j in range(WORD):
@@ -68,20 +74,18 @@ def pack_int4_mma(layout: str, codes: np.ndarray) -> np.ndarray:
     not depend on their order)."""
     _, order, dtype, words = layout.split(":")
     cw = int(words)
-    values = np.asarray(codes).astype(np.int32)
-    rows = values if order == "nk" else values.T  # [N][K]
-    nibbles = ((rows + (8 if dtype == "i4" else 0)) & 15).astype(np.uint32)
+    nibbles = stored_nibbles(order, dtype, codes).astype(np.uint32)
     n, k = nibbles.shape
     tiles = -(-n // 16)
     padded = np.zeros((tiles * 16, k), np.uint32)
     padded[:n] = nibbles
     # [tile][h][g][chunk][t][s][j]: row 16 T + 8 h + g, K 16 CW c + 4 CW t + 4 s + j
     grid = padded.reshape(tiles, 2, 8, k // (16 * cw), 4, cw, 4)
-    words_ = np.zeros((tiles, 8, k // (16 * cw), 4, cw), np.uint32)
+    packed = np.zeros((tiles, 8, k // (16 * cw), 4, cw), np.uint32)
     for (h, j), nibble in MMA_NIBBLE.items():
-        words_ |= grid[:, h, :, :, :, :, j] << np.uint32(4 * nibble)
+        packed |= grid[:, h, :, :, :, :, j] << np.uint32(4 * nibble)
     # -> [tile][chunk][g][t][s]: a lane (4 g + t) reads its CW words of a chunk at once
-    return np.ascontiguousarray(words_.transpose(0, 2, 1, 3, 4)).view(np.int32).reshape(-1)
+    return np.ascontiguousarray(packed.transpose(0, 2, 1, 3, 4)).view(np.int32).reshape(-1)
 
 
 def prepare(layout: str, array: np.ndarray) -> np.ndarray:

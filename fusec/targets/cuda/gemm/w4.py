@@ -277,14 +277,26 @@ class W4Emitter(AnchorEmitter):
         epi.leaves.pop(p.matmul.output, None)
         self.sdtype = spec_of(p.dequantize.scale.type).dtype
         self.shape = warp_shape(p.m, p.k, p.block)
-        self.helpers |= {
-            *({"f16": ["f16_bits"], "bf16": ["bf16_bits"]}.get(self.sdtype, [])),
-            f"load_{self.dtype}x8",
-            f"load_words{self.shape.vw}",
-            "unpack_i4x8",
-            "w4_magic",
-            "warp_sum",
-        }
+        self.helpers |= self.kernel_helpers()
+
+    @property
+    def layout(self) -> str:
+        """The prepared layout of the codes this kernel reads."""
+        return self.p.layout
+
+    def kernel_helpers(self) -> set[str]:
+        """The device helpers the kernel's own code calls."""
+        vw = self.shape.vw
+        return self.scale_helpers() | {
+            f"load_{self.dtype}x8", f"load_words{vw}", "unpack_i4x8", "w4_magic", "warp_sum"
+        }  # fmt: skip
+
+    def scale_helpers(self) -> set[str]:
+        return {f"{self.sdtype}_bits"} if self.sdtype in ("f16", "bf16") else set()
+
+    def scale_value(self, raw: str) -> str:
+        """The float32 value of a scale read raw into ``raw`` (16-bit floats as bits)."""
+        return f"{self.sdtype}_bits({raw})" if self.scale_helpers() else raw
 
     def emit(self) -> str:
         code = Source([])
@@ -349,9 +361,8 @@ class W4Emitter(AnchorEmitter):
         to ``q - z``, times x's rows, times the scale."""
         p, sh = self.p, self.shape
         code.add(indent, "kk = w0 * 8")
-        scale = {"f32": "{}", "f16": "f16_bits({})", "bf16": "bf16_bits({})"}[self.sdtype]
         for c in range(sh.cols):
-            code.add(indent, f"s{c} = {scale.format(f'sr{c}')}")
+            code.add(indent, f"s{c} = {self.scale_value(f'sr{c}')}")
             code.add(indent, f"z{c} = f32(zr{c}){' + f32(8.0)' if p.signed else ''}")
             # -(z + 2**(23 - 4e)): with unpack_i4x8's field times 16**-e, one rounding of q - z
             code.add(
@@ -464,24 +475,29 @@ def route_notes(p: W4Plan, engine: str, packing: str) -> list[str]:
     ]
 
 
-def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
-    """The W4A16 kernel module of a group this route planned (a fallback's, with the
-    reason, otherwise: fusion forms no such group)."""
+def generate(fused_op: ai.FusedOp, name: str, p: W4Plan | str | None = None) -> KernelSource:
+    """The CUDA-core W4A16 kernel module of a group this route planned (``p``, planned
+    here when not given; a fallback's, with the reason, otherwise: fusion forms no such
+    group)."""
     from fusec.targets.cuda import torch_fallback
 
     name = kernel_name(name)
-    p = plan(fused_op)
+    p = plan(fused_op) if p is None else p
     if isinstance(p, str):
         return torch_fallback.generate(fused_op, name, reason=f"the W4A16 route: {p}")
-    source = W4Emitter(fused_op, p, name).emit()
+    return kernel_source(fused_op, W4Emitter(fused_op, p, name))
+
+
+def kernel_source(fused_op: ai.FusedOp, emitter: W4Emitter) -> KernelSource:
+    """The kernel module ``emitter`` writes, its codes a prepared input of its layout."""
     inputs, outputs = io_specs(fused_op)
     return KernelSource(
-        name,
+        emitter.name,
         "matmul",
         "cuda",
-        source,
+        emitter.emit(),
         inputs,
         outputs,
         array_dtype=None,
-        prepared_inputs=((p.codes, p.layout),),
+        prepared_inputs=((emitter.p.codes, emitter.layout),),
     )

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import os
 
-from fusec.codegen import KernelSource, io_specs
+from fusec.codegen import KernelSource
 from fusec.dialect import ops as ai
 from fusec.targets.cuda.common import Source, block_tile_launch, kernel_name, storage_signature
 from fusec.targets.cuda.constant_layouts import int4_mma_layout
@@ -79,15 +79,17 @@ def mma_problem(p: W4Plan) -> str | None:
 class W4MmaEmitter(W4Emitter):
     """The source of one W4A16 Tensor Core kernel module (module docstring)."""
 
-    def __init__(self, fused_op: ai.FusedOp, p: W4Plan, name: str) -> None:
-        super().__init__(fused_op, p, name)
-        self.words = chunk_words(p)
-        self.fragments = 1 if p.m <= 8 else 2
-        self.helpers -= {f"load_words{self.shape.vw}", "unpack_i4x8", "w4_magic", "warp_sum"}
-        self.helpers -= {"f16_bits", "bf16_bits", f"load_{self.dtype}x8"}  # (re-added below)
-        self.helpers |= {"load_words4", self.mma}
-        if self.sdtype in ("f16", "bf16"):
-            self.helpers.add(f"{self.sdtype}_bits")
+    @property
+    def words(self) -> int:
+        return chunk_words(self.p)
+
+    @property
+    def fragments(self) -> int:
+        """B fragments of 8 activation rows."""
+        return 1 if self.p.m <= 8 else 2
+
+    def kernel_helpers(self) -> set[str]:
+        return self.scale_helpers() | {"load_words4", self.mma}
 
     @property
     def mma(self) -> str:
@@ -177,8 +179,9 @@ class W4MmaEmitter(W4Emitter):
                 regs += [f"xw[{second + 2 * s}]", f"xw[{second + 2 * s + 1}]"]
             code.add(indent, f"{self.mma}(words{r}[{s}], {', '.join(regs)}, tmp, sx, 0)")
         magic = {"f16": 1024.0, "bf16": 128.0}[self.dtype] + (8.0 if p.signed else 0.0)
-        scale = {"f32": "{}", "f16": "f16_bits({})", "bf16": "bf16_bits({})"}[self.sdtype]
-        code.add(indent, f"sa = {scale.format('sra' + r)}", f"sb = {scale.format('srb' + r)}")
+        code.add(
+            indent, f"sa = {self.scale_value('sra' + r)}", f"sb = {self.scale_value('srb' + r)}"
+        )
         code.add(indent, f"za = f32(zra{r}) + f32({magic})", f"zb = f32(zrb{r}) + f32({magic})")
         for j in range(self.fragments):
             for i in range(4):  # D rows g, g, g + 8, g + 8: columns na, na, nb, nb
@@ -248,20 +251,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The W4A16 kernel module of a group the route planned: this Tensor Core kernel
     where it serves the plan, else ``w4.py``'s (which also answers a plan's refusal)."""
     p = w4.plan(fused_op)
-    if isinstance(p, str) or os.environ.get(KERNEL_CHOICE) == "cuda-cores":
-        return w4.generate(fused_op, name)
-    if mma_problem(p) is not None:
-        return w4.generate(fused_op, name)
-    name = kernel_name(name)
-    emitter = W4MmaEmitter(fused_op, p, name)
-    inputs, outputs = io_specs(fused_op)
-    return KernelSource(
-        name,
-        "matmul",
-        "cuda",
-        emitter.emit(),
-        inputs,
-        outputs,
-        array_dtype=None,
-        prepared_inputs=((p.codes, emitter.layout),),
-    )
+    chosen = os.environ.get(KERNEL_CHOICE) != "cuda-cores"
+    if isinstance(p, str) or not chosen or mma_problem(p) is not None:
+        return w4.generate(fused_op, name, p)
+    return w4.kernel_source(fused_op, W4MmaEmitter(fused_op, p, kernel_name(name)))
