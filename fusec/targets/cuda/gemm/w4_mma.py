@@ -89,7 +89,7 @@ class W4MmaEmitter(W4Emitter):
         return 1 if self.p.m <= 8 else 2
 
     def kernel_helpers(self) -> set[str]:
-        return self.scale_helpers() | {"load_words4", self.mma}
+        return self.scale_helpers() | {"load_words4", "load_bits", "udiv32", self.mma}
 
     @property
     def mma(self) -> str:
@@ -122,6 +122,7 @@ class W4MmaEmitter(W4Emitter):
         code.add(1, "chunk0 = chunk1 = CHUNKS")
         code.add(1, "t = cuda.blockIdx.x", "while t < TILES:  # uniform across the block")
         code.add(2, "n0 = t * TILE", "na = min(n0 + g, N - 1)", "nb = min(n0 + g + 8, N - 1)")
+        code.add(2, "tile_words = (t * CHUNKS * 32 + lane) * CW  # the lane's words of chunk 0")
         code.add(2, "for i in range(ACC):")
         code.add(3, "acc[i] = f32(0.0)", "tmp[i] = f32(0.0)", "sx[i] = f32(0.0)")
         code.add(2, "c = warp")
@@ -142,15 +143,15 @@ class W4MmaEmitter(W4Emitter):
         (the activations zero past K: a chunk there adds nothing)."""
         p = self.p
         code.add(indent, f"cn = {c}", "if cn < CHUNKS:")
-        code.add(indent + 1, "base = ((t * CHUNKS + cn) * 32 + lane) * CW", "kb = cn * CHUNK")
+        code.add(indent + 1, "base = tile_words + cn * (32 * CW)")
         for q in range(self.words // 4):
             code.add(indent + 1, f"load_words4(in{p.codes}, base + {4 * q}, words{r}, {4 * q})")
-        if "blk" in p.scale_index:
-            code.add(indent + 1, f"blk = kb // {p.block}")
+        if "blk" in p.scale_index:  # a scale block is whole chunks (mma_problem)
+            code.add(indent + 1, f"blk = udiv32(cn, {p.block // (16 * self.words)})")
         for column, side in (("na", "a"), ("nb", "b")):
             code.add(indent + 1, f"n = {column}")
-            code.add(indent + 1, f"sr{side}{r} = in{p.scale}[{p.scale_index}]")
-            code.add(indent + 1, f"zr{side}{r} = in{p.zero}[{p.scale_index}]")
+            code.add(indent + 1, f"sr{side}{r} = load_bits(in{p.scale}, {p.scale_index})")
+            code.add(indent + 1, f"zr{side}{r} = load_bits(in{p.zero}, {p.scale_index})")
         code.add(indent, f"chunk{r} = cn")
 
     def _load_activations(self, code: Source, indent: int, r: str) -> None:
