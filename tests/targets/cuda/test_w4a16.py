@@ -135,6 +135,8 @@ SIM_LAYERS = [
     (1, 64, 16, 0, "bf16", True, "column"),
     (4, 64, 16, 0, "f16", True, "tensor"),
     (8, 2048, 12, 128, "bf16", False, "block"),  # two steps of K a warp of the split
+    # 9 tiles on the simulator's 8 blocks: block 0's ring runs on into its second tile
+    (1, 2048, 136, 128, "bf16", False, "block"),
     (16, 1024, 10, 64, "f16", True, "block"),
     (2, 96, 12, 64, "f16", True, "block"),  # a ragged last block of K (96 = 64 + 32)
     (3, 256, 20, 32, "bf16", False, "block", True),  # UINT4 codes and zero points
@@ -161,18 +163,22 @@ def sim_results() -> dict:
 
 
 @pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
-@pytest.mark.parametrize("m, dtype, count", [(1, "bf16", 32), (12, "f16", 64)])
+@pytest.mark.parametrize("m, dtype, count", [(1, "bf16", 16), (12, "f16", 32)])
 def test_w4a16_tensor_core_kernel_compiles_to_mma(m: int, dtype: str, count: int) -> None:
     """For sm_90 (no GPU needed): a word of codes is two ``mma.sync`` a B fragment (the
-    codes', x's sums'), two fragments past 8 rows, 8 words a chunk, two chunks an
-    iteration; the codes and activations 16-byte loads, no local memory."""
+    codes', x's sums'), two fragments past 8 rows, 8 words a chunk, one chunk a step; the
+    codes come through the ring (bulk copies on mbarriers, 16-byte shared loads), the
+    activations as 16-byte global loads, nothing in local memory."""
     import fusec
 
     model, _ = w4a16_onnx(m, 1024, 64, 128, dtype, seed=3)
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
     ((_, ptx),) = compiled.assembly("sm_90")
     assert ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{dtype}.{dtype}.f32") == count
-    assert ptx.count("ld.global.v4.u32") >= 3 and ".local" not in ptx
+    assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
+    assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx
+    assert ptx.count("ld.shared.v4.u32") == 2 and ptx.count("ld.global.v4.u32") >= 4
+    assert ".local" not in ptx
 
 
 @pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")

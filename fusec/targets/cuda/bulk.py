@@ -1,0 +1,228 @@
+"""Bulk copies from global into shared memory, completed on mbarriers (Hopper's
+``cp.async.bulk``), for Numba kernels that stream a contiguous operand through a ring of
+shared-memory stages (the W4A16 Tensor Core kernel's codes, ``gemm/w4_mma.py``).
+
+One thread issues a stage's copy with one instruction, whatever its size; the copy engine
+(TMA) moves the bytes and completes the transaction count of the stage's mbarrier; every
+thread that reads the stage waits on that mbarrier's phase first. Against per-thread
+loads into registers, a block keeps as many bytes in flight as its ring holds at no cost
+in issued instructions (the kernels that need this are issue- and latency-bound at once).
+
+* ``align16(arr)``: the index of ``arr``'s first element at a 16-byte-aligned address (a
+  static shared array is aligned to its element's size only; bulk copies need 16);
+* ``mbar_init(bars, i, count)``: mbarrier ``bars[i]`` (an ``int64`` shared array) expects
+  ``count`` arrivals a phase (one thread calls it, then the block's barrier);
+* ``bulk_load(dst, de, src, se, nbytes, bars, i)``: one thread arrives on ``bars[i]``
+  expecting ``nbytes`` and copies ``nbytes`` from element ``se`` of global ``src`` to
+  element ``de`` of shared ``dst`` (both 16-byte aligned, ``nbytes`` a multiple of 16);
+* ``mbar_wait(bars, i, parity)``: waits until the phase of ``bars[i]`` with ``parity``
+  (0 for its first phase, 1 for its second, ...) has completed; a memory clobber, so no
+  read of the stage moves above it;
+* ``lds_words4(arr, e, dst, d)``: ``dst[d:d + 4] = arr[e:e + 4]`` of a 32-bit shared
+  array with one ``ld.shared.v4`` (``e`` a multiple of 4 from a 16-byte-aligned start).
+
+The caller orders reuse: a stage is copied into again only after every thread finished
+reading it (the W4A16 kernel's block barrier at the end of a step).
+
+Under Numba's CUDA simulator the copy happens when issued (in the issuing thread), an
+mbarrier counts its completed phases (a waiting thread yields until its phase completes:
+the simulator's threads are Python threads), ``align16`` is 0, and the helpers check
+alignment and ranges (and a barrier's single arrival).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fusec.targets.cuda.env import numba_cuda, simulator_enabled
+from fusec.targets.cuda.rawmove import pointer
+
+
+def helper_names() -> list[str]:
+    """The names this module gives generated kernels (through ``fusec.targets.cuda.abi``)."""
+    return ["align16", "mbar_init", "bulk_load", "mbar_wait", "lds_words4"]
+
+
+def _make_sim() -> dict[str, Any]:
+    def align16(arr: Any) -> int:
+        return 0
+
+    # a simulated mbarrier holds the number of its completed phases
+    def mbar_init(bars: Any, i: int, count: int) -> None:
+        if not 0 <= i < len(bars) or count != 1:
+            raise AssertionError(f"mbar_init: barrier {i} of {len(bars)}, count {count}")
+        bars[i] = 0
+
+    def bulk_load(dst: Any, de: int, src: Any, se: int, nbytes: int, bars: Any, i: int) -> None:
+        size = dst.dtype.itemsize
+        if nbytes % 16 or (de * size) % 16 or (se * src.dtype.itemsize) % 16:
+            raise AssertionError(f"bulk_load: {nbytes} bytes {se} -> {de}: not 16-byte aligned")
+        count = nbytes // size
+        if de < 0 or de + count > len(dst) or se < 0 or se + count > len(src):
+            raise AssertionError(f"bulk_load: {count} elements {se} -> {de} out of range")
+        if not 0 <= i < len(bars):
+            raise AssertionError(f"bulk_load: barrier {i} of {len(bars)}")
+        dst[de : de + count] = src[se : se + count]
+        bars[i] += 1  # the phase completes with its one arrival and its bytes
+
+    def mbar_wait(bars: Any, i: int, parity: int) -> None:
+        if not 0 <= i < len(bars) or parity not in (0, 1):
+            raise AssertionError(f"mbar_wait: barrier {i} of {len(bars)}, parity {parity}")
+        deadline = time.monotonic() + 60
+        while bars[i] % 2 == parity:  # the phase of that parity has not completed
+            if time.monotonic() > deadline:
+                raise AssertionError(f"mbar_wait: barrier {i}'s phase {parity} never completed")
+            time.sleep(0)
+
+    def lds_words4(arr: Any, e: int, dst: Any, d: int) -> None:
+        if e % 4 or not 0 <= e <= len(arr) - 4:
+            raise AssertionError(f"lds_words4: element {e} of {len(arr)}")
+        for k in range(4):
+            dst[d + k] = arr[e + k]
+
+    return {
+        "align16": align16,
+        "mbar_init": mbar_init,
+        "bulk_load": bulk_load,
+        "mbar_wait": mbar_wait,
+        "lds_words4": lds_words4,
+    }
+
+
+def _make_gpu() -> dict[str, Any]:
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+
+    def asm(ret: Any, args: list[Any], text: str, constraints: str) -> Any:
+        return ir.InlineAsm(ir.FunctionType(ret, args), text, constraints, side_effect=True)
+
+    def shared_address(builder: Any, generic: Any) -> Any:
+        """The 32-bit shared-window address of a generic pointer into shared memory."""
+        to_shared = asm(
+            i32, [generic.type], "{ .reg .u64 a; cvta.to.shared.u64 a, $1; cvt.u32.u64 $0, a; }",
+            "=r,l",
+        )  # fmt: skip
+        return builder.call(to_shared, [generic])
+
+    def at(context: Any, builder: Any, arrty: Any, arr: Any, index: Any) -> Any:
+        return shared_address(builder, pointer(context, builder, arrty, arr, index))
+
+    def as_i32(builder: Any, value: Any) -> Any:
+        return builder.trunc(value, i32) if value.type.width > 32 else builder.sext(value, i32)
+
+    @intrinsic
+    def align16(typingctx: Any, arr: Any) -> Any:
+        sig = types.int64(arr)
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            data = context.make_array(sig.args[0])(context, builder, value=args[0]).data
+            address = builder.ptrtoint(data, i64)
+            pad = builder.and_(builder.neg(address), ir.Constant(i64, 15))
+            return builder.udiv(pad, ir.Constant(i64, sig.args[0].dtype.bitwidth // 8))
+
+        return sig, codegen
+
+    init = asm(
+        ir.VoidType(), [i32, i32],
+        "mbarrier.init.shared::cta.b64 [$0], $1; fence.mbarrier_init.release.cluster;",
+        "r,r,~{memory}",
+    )  # fmt: skip
+
+    @intrinsic
+    def mbar_init(typingctx: Any, bars: Any, i: Any, count: Any) -> Any:
+        sig = types.void(bars, i, count)
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            bar = at(context, builder, sig.args[0], args[0], args[1])
+            builder.call(init, [bar, as_i32(builder, args[2])])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    copy = asm(
+        ir.VoidType(), [i32, i64, i32, i32],
+        "{ .reg .u64 g; cvta.to.global.u64 g, $1; "
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$3], $2; "
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [g], $2, [$3]; }",
+        "r,l,r,r,~{memory}",
+    )  # fmt: skip
+
+    @intrinsic
+    def bulk_load(typingctx, dst, de, src, se, nbytes, bars, i):
+        sig = types.void(dst, de, src, se, nbytes, bars, i)
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            dst_t, _, src_t, _, _, bars_t, _ = sig.args
+            dst_v, de_v, src_v, se_v, n_v, bars_v, i_v = args
+            target = at(context, builder, dst_t, dst_v, de_v)
+            source = builder.ptrtoint(pointer(context, builder, src_t, src_v, se_v), i64)
+            bar = at(context, builder, bars_t, bars_v, i_v)
+            builder.call(copy, [target, source, as_i32(builder, n_v), bar])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    try_wait = asm(
+        i32, [i32, i32],
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2; "
+        "selp.u32 $0, 1, 0, p; }",
+        "=r,r,r,~{memory}",
+    )  # fmt: skip
+
+    @intrinsic
+    def mbar_wait(typingctx: Any, bars: Any, i: Any, parity: Any) -> Any:
+        sig = types.void(bars, i, parity)
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            bar = at(context, builder, sig.args[0], args[0], args[1])
+            phase = as_i32(builder, args[2])
+            loop = builder.append_basic_block("mbar_wait")
+            done = builder.append_basic_block("mbar_done")
+            builder.branch(loop)
+            builder.position_at_end(loop)
+            ready = builder.call(try_wait, [bar, phase])
+            builder.cbranch(builder.icmp_unsigned("!=", ready, ir.Constant(i32, 0)), done, loop)
+            builder.position_at_end(done)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    load4 = ir.InlineAsm(
+        ir.FunctionType(ir.LiteralStructType([i32] * 4), [i32]),
+        "ld.shared.v4.u32 {$0, $1, $2, $3}, [$4];",
+        "=r,=r,=r,=r,r,~{memory}",
+        side_effect=True,
+    )
+
+    @intrinsic
+    def lds_words4(typingctx: Any, arr: Any, e: Any, dst: Any, d: Any) -> Any:
+        sig = types.void(arr, e, dst, d)
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            arr_t, _, dst_t, _ = sig.args
+            arr_v, e_v, dst_v, d_v = args
+            words = builder.call(load4, [at(context, builder, arr_t, arr_v, e_v)])
+            for k in range(4):
+                index = builder.add(d_v, ir.Constant(d_v.type, k))
+                slot = pointer(context, builder, dst_t, dst_v, index)
+                builder.store(builder.extract_value(words, k), slot)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return {
+        "align16": align16,
+        "mbar_init": mbar_init,
+        "bulk_load": bulk_load,
+        "mbar_wait": mbar_wait,
+        "lds_words4": lds_words4,
+    }
+
+
+numba_cuda()  # prepared before numba.cuda's extending API is touched
+globals().update(_make_sim() if simulator_enabled() else _make_gpu())
+__all__ = helper_names()
