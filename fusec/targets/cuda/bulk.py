@@ -1,6 +1,7 @@
 """Bulk copies from global into shared memory, completed on mbarriers (Hopper's
 ``cp.async.bulk``), for Numba kernels that stream a contiguous operand through a ring of
-shared-memory stages (the W4A16 Tensor Core kernel's codes, ``gemm/w4_mma.py``).
+shared-memory stages (the codes of the W4A16 Tensor Core kernel's ring variant,
+``gemm/w4_mma.py``: ``FUSEC_W4_KERNEL=ring``).
 
 One thread issues a stage's copy with one instruction, whatever its size; the copy engine
 (TMA) moves the bytes and completes the transaction count of the stage's mbarrier; every

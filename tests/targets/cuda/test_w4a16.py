@@ -156,6 +156,33 @@ def test_w4a16_kernel_under_the_simulator_matches_the_reference(layer, sim_resul
     assert record["nan"] == 0 and record["rel_l2"] < 1e-2, record
 
 
+#: Layers of the Tensor Core kernel through its ring variant (``FUSEC_W4_KERNEL=ring``).
+RING_SIM_LAYERS = [
+    (1, 2048, 136, 128, "bf16", False, "block"),  # 9 tiles, 8 blocks: the ring across tiles
+    (8, 2048, 12, 128, "bf16", False, "block"),
+    (16, 1024, 10, 64, "f16", True, "block"),
+    (2, 128, 24, 0, "f16", False, "column"),  # one step of fewer chunks than warps
+    (4, 64, 16, 0, "f16", True, "tensor"),
+]
+
+
+@pytest.fixture(scope="module")
+def ring_sim_results() -> dict:
+    from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
+
+    cases = [{"name": str(layer), "layer": list(layer)} for layer in RING_SIM_LAYERS]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(KERNEL_CHOICE, "ring")  # the simulator's subprocess inherits it
+        return run_simulator(HERE / "w4_sim.py", cases)
+
+
+@pytest.mark.parametrize("layer", RING_SIM_LAYERS, ids=str)
+def test_w4a16_ring_variant_under_the_simulator_matches_the_reference(layer, ring_sim_results):
+    record = ring_sim_results[str(layer)]
+    assert record["kinds"] == ["matmul"], record
+    assert record["nan"] == 0 and record["rel_l2"] < 1e-2, record
+
+
 @pytest.fixture(scope="module")
 def sim_results() -> dict:
     cases = [{"name": str(layer), "layer": list(layer)} for layer in SIM_LAYERS]
@@ -163,14 +190,30 @@ def sim_results() -> dict:
 
 
 @pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
-@pytest.mark.parametrize("m, dtype, count", [(1, "bf16", 16), (12, "f16", 32)])
+@pytest.mark.parametrize("m, dtype, count", [(1, "bf16", 32), (12, "f16", 64)])
 def test_w4a16_tensor_core_kernel_compiles_to_mma(m: int, dtype: str, count: int) -> None:
     """For sm_90 (no GPU needed): a word of codes is two ``mma.sync`` a B fragment (the
-    codes', x's sums'), two fragments past 8 rows, 8 words a chunk, one chunk a step; the
-    codes come through the ring (bulk copies on mbarriers, 16-byte shared loads), the
-    activations as 16-byte global loads, nothing in local memory."""
+    codes', x's sums'), two fragments past 8 rows, 8 words a chunk, two chunks an
+    iteration; the codes and activations 16-byte loads, no local memory."""
     import fusec
 
+    model, _ = w4a16_onnx(m, 1024, 64, 128, dtype, seed=3)
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+    ((_, ptx),) = compiled.assembly("sm_90")
+    assert ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{dtype}.{dtype}.f32") == count
+    assert ptx.count("ld.global.v4.u32") >= 3 and ".local" not in ptx
+    assert "cp.async.bulk" not in ptx
+
+
+@pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
+@pytest.mark.parametrize("m, dtype, count", [(1, "bf16", 16), (12, "f16", 32)])
+def test_w4a16_ring_variant_compiles_to_bulk_copies(monkeypatch, m, dtype, count) -> None:
+    """``FUSEC_W4_KERNEL=ring``: one chunk a step, its codes through the ring (bulk copies
+    on mbarriers, two 16-byte shared loads a lane), the activations 16-byte global loads."""
+    import fusec
+    from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
+
+    monkeypatch.setenv(KERNEL_CHOICE, "ring")
     model, _ = w4a16_onnx(m, 1024, 64, 128, dtype, seed=3)
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
     ((_, ptx),) = compiled.assembly("sm_90")

@@ -21,17 +21,12 @@ codes is its whole A fragment of one ``mma.sync.m16n8k16``:
   shift a pair of codes, no dequantizing arithmetic), multiplied into ``tmp``, and an
   all-ones A into ``sx`` (x's sums); once a chunk (it lies in one scale block) the lane's
   two columns take ``acc += s (tmp - (MAGIC + z) sx)`` in f32;
-* a block's 8 warps share one tile, each a chunk of K a step (``c = 8 step + warp``); a
-  step's codes (8 chunks, contiguous in the packed layout: 8 KB at CW = 8) come through
-  a ring of ``STAGES`` shared-memory stages, each filled by one bulk copy (``bulk``:
-  ``cp.async.bulk`` on an mbarrier, issued by thread 0 ``STAGES - 1`` steps ahead, across
-  tiles too), so a block keeps two steps of codes in flight for one issued instruction;
-  a lane reads its words of a step with two 16-byte shared loads, the next chunk's scales
-  and zero points (registers) before this chunk's ``mma``s, the activations when they
-  start (L1-resident: 77 registers, 3 blocks a multiprocessor); a block barrier ends a
-  step (its stage may then be refilled); every warp runs the same number of steps (a
-  chunk past K multiplies zeros), which the simulator's emulation of the warp-wide
-  ``mma`` needs;
+* a block's 8 warps share one tile, each a chunk of K in turn (``c = warp + 8 i``), the
+  next chunk's codes, scales and zero points loaded (into the other of two register sets)
+  before this chunk's ``mma``s, the activations when they start (L1-resident: 79
+  registers, 3 blocks a multiprocessor); every warp runs the same number of iterations (a
+  chunk past K multiplies zeros), which the simulator's emulation of the warp-wide ``mma``
+  needs;
 * the warps' f32 accumulators meet in shared memory, then a thread an output runs the
   group's elementwise epilogue (as in ``w4.py``).
 
@@ -39,17 +34,28 @@ The weight is not rounded to 16 bits as the reference rounds the dequantized wei
 products are ``(q - z) s x`` in f32 (as the CUDA-core kernel's), within a rounding of the
 weight of the reference (rel L2 ~1e-3 against a bound of 1e-2).
 
-Measured (H100, 1 x 8192 x 28672: 123 MB of codes, scales and zero points, 2.5 times the
-L2; ``.dev``-style A/B in one call, warm replays): codes in registers, two sets taking
-turns, 52.2-52.6 us (70% of HBM bandwidth); this ring of 3 stages 49.3 us (74.5%), of 4
-51.9, of 5 55.9 (more shared memory leaves less L1 for the activations). Before: 9654aeb's
-0.0545 ms, 67% (``gemm_bench.py --w4``; the CUDA-core kernel 0.0606, 60%; cuBLAS's GEMV of
-the bf16 weight 85%); 16 x 4096 x 4096 0.0105 ms (CUDA cores 0.0335). Tried and measured
-slower on the way (``benchmarks/results/gemm-w4.md``): the codes dequantized Marlin's way
-in registers (a packed subtract and multiply a pair: 31 instructions a word in the loop
-against 21.6), a ``cp.async`` ring of codes in shared memory (a 16-byte copy instruction
-a lane: more instructions; the kernel is issue-bound as much as memory-bound), and blocks
-of 4 warps with three register sets of codes (96 registers: 60.3 against 53.3 us).
+Measured (H100, ``gemm_bench.py --w4``, 9654aeb, both kernels in one call): 1 x 8192 x
+28672 (123 MB of codes, scales and zero points) 0.0545 ms, 67% of HBM bandwidth (the
+CUDA-core kernel 0.0606, 60%; cuBLAS's GEMV of the bf16 weight 85%); 16 x 4096 x 4096
+0.0105 ms (CUDA cores 0.0335). With the index arithmetic in 32 bits and no wrap-around of
+negative indices (16873c3: 640 SASS instructions against 672 at K = 8192): 52.1-53.4 us,
+68.7-70.4% (five calls, 2026-12-06). Tried and measured slower on the way
+(``benchmarks/results/gemm-w4.md``): the codes dequantized Marlin's way in registers
+(a packed subtract and multiply a pair: 31 instructions a word in the loop against 21.6
+now), a ``cp.async`` ring of codes in shared memory (more instructions: the kernel is
+issue-bound as much as memory-bound), blocks of 4 warps with three register sets (96
+registers: 60.3 us), the next tile's first chunk fetched during a tile's last (94
+registers, or 80 with spills: 58.9 us), and both this loop and the ring below in one
+kernel, chosen by the grid (81 registers; 56.5 us).
+
+``FUSEC_W4_KERNEL=ring`` (``W4RingEmitter``) brings a step's codes (a chunk a warp: 8 KB,
+contiguous) into a ring of ``STAGES`` shared-memory stages with one ``cp.async.bulk`` a
+step (``fusec.targets.cuda.bulk``), issued ``STAGES - 1`` steps ahead across the block's
+tiles. Same H100 calls, warm: 49.0-49.8 us on the 123 MB layer (74-75% of HBM, 7% ahead
+of this loop), but behind it where a block has one tile: 1 x 4096 x 4096 7.1 against 6.1
+us, 1 x 4096 x 14336 15.3 against 14.8, 1 x 14336 x 4096 16.5 against 13.1 (a block
+barrier a step couples the warps; 256 blocks cannot hide it). It stays a variant until a
+rule from the device's SM count (blocks that walk several tiles) picks it.
 """
 
 from __future__ import annotations
@@ -67,8 +73,11 @@ from fusec.targets.cuda.gemm.w4 import BLOCKS_PER_SM, THREADS, W4Emitter, W4Plan
 WARPS = THREADS // 32
 #: Output columns a tile (the A operand's rows).
 TILE = 16
-#: Stages of the ring of codes in shared memory (a step's: a chunk a warp), STAGES - 1 of
-#: them in flight while the block reads one (3 measured fastest of 3, 4, 5: module notes).
+#: The two register sets of a chunk's operands (codes, activations, scales, zero points).
+REGISTER_SETS = ("0", "1")
+#: The ring variant's stages of codes in shared memory (a step's: a chunk a warp), STAGES - 1
+#: of them in flight while the block reads one (3: 49.3 us on the 123 MB layer, 4: 51.9,
+#: 5: 55.9: more shared memory leaves less L1 for the activations).
 STAGES = 3
 
 
@@ -98,11 +107,7 @@ class W4MmaEmitter(W4Emitter):
         return 1 if self.p.m <= 8 else 2
 
     def kernel_helpers(self) -> set[str]:
-        return (
-            self.scale_helpers()
-            | {"load_words4", "load_bits", "udiv32", "urem32", self.mma}
-            | {"align16", "mbar_init", "bulk_load", "mbar_wait", "lds_words4"}
-        )
+        return self.scale_helpers() | {"load_words4", "load_bits", "udiv32", self.mma}
 
     @property
     def mma(self) -> str:
@@ -119,102 +124,86 @@ class W4MmaEmitter(W4Emitter):
         code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
         code.add(1, '"""A tile of 16 output columns a block, its warps over K (module notes)."""')
         code.add(1, "red = cuda.shared.array(RED, f32)  # the warps' sums")
-        code.add(1, "ring = cuda.shared.array(RING, int32)  # STAGES steps' codes (+ 16 B: align)")
-        code.add(1, "bars = cuda.shared.array(STAGES, int64)  # a stage's copy completes on one")
         code.add(1, "acc = cuda.local.array(ACC, f32)  # the lane's outputs, f32")
         code.add(1, "tmp = cuda.local.array(ACC, f32)", "sx = cuda.local.array(ACC, f32)")
-        code.add(1, "words = cuda.local.array(CW, int32)  # the lane's codes of a chunk")
+        for r in REGISTER_SETS:  # two chunks' codes, scales, zeros: one in use, one on its way
+            code.add(1, f"words{r} = cuda.local.array(CW, int32)")
         code.add(1, "xw = cuda.local.array(XW, int32)  # the chunk's activations")
         code.add(1, "lane = cuda.threadIdx.x % 32", "warp = cuda.threadIdx.x // 32")
         code.add(1, "g = lane // 4", "tq = lane % 4")
         # a row past M (a fragment's unused columns) reads row M - 1; never stored
         rows = range(self.fragments)
         code.add(1, *[f"xrow{j} = min(g + {8 * j}, M - 1) * K + tq * XLANE" for j in rows])
-        # the scales' and zero points' raw values, this step's and the next's (typed by a read)
-        code.add(1, f"sra = srb = sran = srbn = in{p.scale}[0]")
-        code.add(1, f"zra = zrb = zran = zrbn = in{p.zero}[0]")
-        code.add(1, "r0 = align16(ring)", "if cuda.threadIdx.x == 0:")
-        code.add(2, "for i in range(STAGES):", "    mbar_init(bars, i, 1)")
-        code.add(1, "cuda.syncthreads()")
-        code.add(1, "tiles = (TILES - 1 - cuda.blockIdx.x) // cuda.gridDim.x + 1  # the block's")
-        code.add(1, "steps = tiles * STEPS")
-        code.add(1, "if cuda.threadIdx.x == 0:  # the ring's first stages")
-        code.add(2, "for jj in range(STAGES - 1):", "    if jj < steps:")
-        self._copy_step(code, 4)
-        code.add(1, "j = 0  # the block's steps so far")
+        # the scales' and zero points' raw values (typed by a first read)
+        code.add(1, f"sra0 = srb0 = sra1 = srb1 = in{p.scale}[0]")
+        code.add(1, f"zra0 = zrb0 = zra1 = zrb1 = in{p.zero}[0]")
+        code.add(1, "chunk0 = chunk1 = CHUNKS")
         code.add(1, "t = cuda.blockIdx.x", "while t < TILES:  # uniform across the block")
         code.add(2, "n0 = t * TILE", "na = min(n0 + g, N - 1)", "nb = min(n0 + g + 8, N - 1)")
+        code.add(2, "tile_words = (t * CHUNKS * 32 + lane) * CW  # the lane's words of chunk 0")
         code.add(2, "for i in range(ACC):")
         code.add(3, "acc[i] = f32(0.0)", "tmp[i] = f32(0.0)", "sx[i] = f32(0.0)")
-        self._fetch_scales(code, 2, "warp")
-        code.add(2, "for st in range(STEPS):  # the same count in every warp")
-        code.add(3, "c = st * WARPS + warp  # the warp's chunk")
-        code.add(3, "sra, srb, zra, zrb = sran, srbn, zran, zrbn")
-        self._fetch_scales(code, 3, "c + WARPS")
-        code.add(3, "jj = j + STAGES - 1", "if cuda.threadIdx.x == 0 and jj < steps:")
-        self._copy_step(code, 4)
-        code.add(3, "slot = urem32(j, STAGES)", "mbar_wait(bars, slot, udiv32(j, STAGES) % 2)")
-        code.add(3, "at = r0 + slot * STAGE_WORDS + (warp * 32 + lane) * CW")
-        for q in range(self.words // 4):
-            code.add(3, f"lds_words4(ring, at + {4 * q}, words, {4 * q})")
-        self._chunk_mmas(code, 3)
-        code.add(3, "cuda.syncthreads()  # the stage is read: the ring may refill it")
-        code.add(3, "j += 1")
+        code.add(2, "c = warp")
+        self._fetch_chunk(code, 2, "c", "0")
+        # two chunks an iteration, the register sets taking turns: no copies between them
+        code.add(2, "for it in range(PAIRS):  # the same count in every warp")
+        self._fetch_chunk(code, 3, "c + WARPS", "1")
+        self._chunk_mmas(code, 3, "0")
+        self._fetch_chunk(code, 3, "c + 2 * WARPS", "0")
+        self._chunk_mmas(code, 3, "1")
+        code.add(3, "c += 2 * WARPS")
         self._finish_tile(code)
         code.add(2, "t += cuda.gridDim.x")
         return self.module(code, params)
 
-    def _copy_step(self, code: Source, indent: int) -> None:
-        """One thread's bulk copy of step ``jj``'s codes (its tile's chunks ``WARPS`` at a
-        time, contiguous in ``pack_int4_mma``'s layout) into the ring's stage ``jj % STAGES``."""
-        code.add(
-            indent,
-            "tile = cuda.blockIdx.x + udiv32(jj, STEPS) * cuda.gridDim.x",
-            "first = urem32(jj, STEPS) * WARPS",
-            "stage = urem32(jj, STAGES)",
-            f"bulk_load(ring, r0 + stage * STAGE_WORDS, in{self.p.codes}, "
-            "(tile * CHUNKS + first) * (32 * CW), "
-            "min(WARPS, CHUNKS - first) * (128 * CW), bars, stage)",
-        )
-
-    def _fetch_scales(self, code: Source, indent: int, c: str) -> None:
-        """Chunk ``c``'s scales and zero points into the next step's registers (a chunk past
-        K keeps the last: it multiplies zeros)."""
+    def _fetch_chunk(self, code: Source, indent: int, c: str, r: str, codes: bool = True) -> None:
+        """Chunk ``c``'s codes (where ``codes``), scales and zero points into register set
+        ``r`` (the activations zero past K: a chunk there adds nothing)."""
         p = self.p
         code.add(indent, f"cn = {c}", "if cn < CHUNKS:")
+        if codes:
+            code.add(indent + 1, "base = tile_words + cn * (32 * CW)")
+            for q in range(self.words // 4):
+                code.add(indent + 1, f"load_words4(in{p.codes}, base + {4 * q}, words{r}, {4 * q})")
         if "blk" in p.scale_index:  # a scale block is whole chunks (mma_problem)
-            per_block = p.block // (16 * self.words)
-            code.add(indent + 1, f"blk = udiv32(cn, {per_block})" if per_block > 1 else "blk = cn")
+            code.add(indent + 1, f"blk = udiv32(cn, {p.block // (16 * self.words)})")
         for column, side in (("na", "a"), ("nb", "b")):
             code.add(indent + 1, f"n = {column}")
-            code.add(indent + 1, f"sr{side}n = load_bits(in{p.scale}, {p.scale_index})")
-            code.add(indent + 1, f"zr{side}n = load_bits(in{p.zero}, {p.scale_index})")
+            code.add(indent + 1, f"sr{side}{r} = load_bits(in{p.scale}, {p.scale_index})")
+            code.add(indent + 1, f"zr{side}{r} = load_bits(in{p.zero}, {p.scale_index})")
+        if codes:
+            code.add(indent, f"chunk{r} = cn")
 
-    def _load_activations(self, code: Source, indent: int) -> None:
-        """The activations of chunk ``c`` (zero past K: a chunk there adds nothing), loaded
-        when its ``mma``s start: every block reads the same rows of x, which stay in L1."""
-        code.add(indent, "if c < CHUNKS:", "    kb = c * CHUNK")
+    def _load_activations(self, code: Source, indent: int, r: str) -> None:
+        """The activations of the chunk in register set ``r`` (zero past K: a chunk there
+        adds nothing), loaded when its ``mma``s start: every block reads the same rows of
+        x, which stay in L1, and two chunks of them in registers cost the occupancy (118
+        registers, 16 warps a multiprocessor, where the codes need memory parallelism)."""
+        code.add(indent, f"if chunk{r} < CHUNKS:", f"    kb = chunk{r} * CHUNK")
         for j in range(self.fragments):
             for q in range(self.words // 2):
                 e, d = f"xrow{j} + kb + {8 * q}", 2 * self.words * j + 4 * q
                 code.add(indent + 1, f"load_words4(in{self.p.x}, {e}, xw, {d})")
         code.add(indent, "else:", "    for i in range(XW):", "        xw[i] = 0")
 
-    def _chunk_mmas(self, code: Source, indent: int) -> None:
-        """The ``mma``s of chunk ``c``, a word of codes each, into ``tmp`` (the sums of
-        ``(MAGIC + q) x``) and ``sx`` (x's sums), then ``acc += s (tmp - (MAGIC + z) sx)``
-        for the lane's two columns (``w4_mma_device``: the chunk lies in one scale block)."""
+    def _chunk_mmas(self, code: Source, indent: int, r: str) -> None:
+        """The ``mma``s of the chunk in register set ``r``, a word of codes each, into ``tmp``
+        (the sums of ``(MAGIC + q) x``) and ``sx`` (x's sums), then ``acc += s (tmp - (MAGIC
+        + z) sx)`` for the lane's two columns (``w4_mma_device``: the chunk lies in one scale
+        block)."""
         p = self.p
-        self._load_activations(code, indent)
+        self._load_activations(code, indent, r)
         second = 2 * self.words
         for s in range(self.words):
             regs = [f"xw[{2 * s}]", f"xw[{2 * s + 1}]"]
             if self.fragments == 2:
                 regs += [f"xw[{second + 2 * s}]", f"xw[{second + 2 * s + 1}]"]
-            code.add(indent, f"{self.mma}(words[{s}], {', '.join(regs)}, tmp, sx, 0)")
+            code.add(indent, f"{self.mma}(words{r}[{s}], {', '.join(regs)}, tmp, sx, 0)")
         magic = {"f16": 1024.0, "bf16": 128.0}[self.dtype] + (8.0 if p.signed else 0.0)
-        code.add(indent, f"sa = {self.scale_value('sra')}", f"sb = {self.scale_value('srb')}")
-        code.add(indent, f"za = f32(zra) + f32({magic})", f"zb = f32(zrb) + f32({magic})")
+        code.add(
+            indent, f"sa = {self.scale_value('sra' + r)}", f"sb = {self.scale_value('srb' + r)}"
+        )
+        code.add(indent, f"za = f32(zra{r}) + f32({magic})", f"zb = f32(zrb{r}) + f32({magic})")
         for j in range(self.fragments):
             for i in range(4):  # D rows g, g, g + 8, g + 8: columns na, na, nb, nb
                 k, (scale, zero) = 4 * j + i, (("sa", "za") if i < 2 else ("sb", "zb"))
@@ -230,6 +219,11 @@ class W4MmaEmitter(W4Emitter):
                 code.add(2, f"red[{at}] = acc[{4 * j + i}]")
         terms = " + ".join(f"red[({w} * TILE + col) * MP + r]" for w in range(WARPS))
         self.store_outputs(code, "TILE * M", terms, ["col = i % TILE", "r = i // TILE"], "n0 + col")
+
+    numpy_types = "int32"
+
+    def loop_constants(self, chunks: int) -> list[tuple[str, int]]:
+        return [("PAIRS", -(-chunks // (2 * WARPS)))]  # iterations of two chunks a warp
 
     def module(self, code: Source, params: list[str]) -> str:
         p = self.p
@@ -254,10 +248,7 @@ class W4MmaEmitter(W4Emitter):
             ("CW", self.words),
             ("CHUNK", chunk),
             ("CHUNKS", chunks),
-            ("STEPS", -(-chunks // WARPS)),  # a tile's steps: a chunk a warp each
-            ("STAGES", STAGES),
-            ("STAGE_WORDS", WARPS * 32 * self.words),  # a step's codes
-            ("RING", STAGES * WARPS * 32 * self.words + 4),
+            *self.loop_constants(chunks),
             ("XLANE", 4 * self.words),  # a lane's activations of a chunk
             ("XW", 2 * self.words * self.fragments),  # their words (pairs of elements)
             ("ACC", 4 * self.fragments),
@@ -271,14 +262,101 @@ class W4MmaEmitter(W4Emitter):
         parts[len(self.epilogue.results) + p.codes] = "int32[::1]"  # the packed words
         signatures = [f"SIGNATURE = {'void(' + ', '.join(parts) + ')'!r}"]
         tail = block_tile_launch(self.name, "TILES", BLOCKS_PER_SM, ins + outs, params)
-        imports = ["from numpy import int32, int64", ""]
+        imports = [f"from numpy import {self.numpy_types}", ""]
         return self.kernel_module(
             notes, constants, code, tail, imports=imports, signatures=signatures
         )
 
 
-#: ``FUSEC_W4_KERNEL=cuda-cores`` keeps every W4A16 layer on ``w4.py``'s kernel (the A/B of
-#: ``gemm_bench.py --w4``).
+class W4RingEmitter(W4MmaEmitter):
+    """The Tensor Core kernel with its codes through a ring of shared-memory stages
+    (``FUSEC_W4_KERNEL=ring``; module notes): a step is a chunk a warp, 8 chunks of a tile
+    contiguous in the packed layout, one ``cp.async.bulk`` (``bulk``) a step issued by
+    thread 0 ``STAGES - 1`` steps ahead (across the block's tiles too); a lane reads its
+    words with two 16-byte shared loads; a block barrier ends a step."""
+
+    numpy_types = "int32, int64"
+
+    def kernel_helpers(self) -> set[str]:
+        ring = {"align16", "mbar_init", "bulk_load", "mbar_wait", "lds_words4", "urem32"}
+        return super().kernel_helpers() | ring
+
+    def loop_constants(self, chunks: int) -> list[tuple[str, int]]:
+        stage_words = WARPS * 32 * self.words  # a step's codes
+        return [
+            ("STEPS", -(-chunks // WARPS)),  # a tile's steps: a chunk a warp each
+            ("STAGES", STAGES),
+            ("STAGE_WORDS", stage_words),
+            ("RING", STAGES * stage_words + 4),  # (+ 16 bytes to align the first stage)
+        ]
+
+    def emit(self) -> str:
+        p = self.p
+        code = Source([])
+        params = self.epilogue.params()
+        code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
+        code.add(1, '"""A tile of 16 output columns a block, its warps over K (module notes)."""')
+        code.add(1, "red = cuda.shared.array(RED, f32)  # the warps' sums")
+        code.add(1, "ring = cuda.shared.array(RING, int32)  # STAGES steps' codes")
+        code.add(1, "bars = cuda.shared.array(STAGES, int64)  # a stage's copy completes on one")
+        code.add(1, "acc = cuda.local.array(ACC, f32)  # the lane's outputs, f32")
+        code.add(1, "tmp = cuda.local.array(ACC, f32)", "sx = cuda.local.array(ACC, f32)")
+        code.add(1, "words0 = cuda.local.array(CW, int32)  # the lane's codes of a chunk")
+        code.add(1, "xw = cuda.local.array(XW, int32)  # the chunk's activations")
+        code.add(1, "lane = cuda.threadIdx.x % 32", "warp = cuda.threadIdx.x // 32")
+        code.add(1, "g = lane // 4", "tq = lane % 4")
+        rows = range(self.fragments)
+        code.add(1, *[f"xrow{j} = min(g + {8 * j}, M - 1) * K + tq * XLANE" for j in rows])
+        # set 0: this step's scales and zero points, set 1: the next step's
+        code.add(1, f"sra0 = srb0 = sra1 = srb1 = in{p.scale}[0]")
+        code.add(1, f"zra0 = zrb0 = zra1 = zrb1 = in{p.zero}[0]")
+        code.add(1, "r0 = align16(ring)", "if cuda.threadIdx.x == 0:")
+        code.add(2, "for i in range(STAGES):", "    mbar_init(bars, i, 1)")
+        code.add(1, "cuda.syncthreads()")
+        code.add(1, "tiles = (TILES - 1 - cuda.blockIdx.x) // cuda.gridDim.x + 1  # the block's")
+        code.add(1, "steps = tiles * STEPS")
+        code.add(1, "if cuda.threadIdx.x == 0:  # the ring's first stages")
+        code.add(2, "for jj in range(STAGES - 1):", "    if jj < steps:")
+        self._copy_step(code, 4)
+        code.add(1, "j = 0  # the block's steps so far")
+        code.add(1, "t = cuda.blockIdx.x", "while t < TILES:  # uniform across the block")
+        code.add(2, "n0 = t * TILE", "na = min(n0 + g, N - 1)", "nb = min(n0 + g + 8, N - 1)")
+        code.add(2, "for i in range(ACC):")
+        code.add(3, "acc[i] = f32(0.0)", "tmp[i] = f32(0.0)", "sx[i] = f32(0.0)")
+        self._fetch_chunk(code, 2, "warp", "1", codes=False)
+        code.add(2, "for st in range(STEPS):  # the same count in every warp")
+        code.add(3, "chunk0 = st * WARPS + warp  # the warp's chunk")
+        code.add(3, "sra0, srb0, zra0, zrb0 = sra1, srb1, zra1, zrb1")
+        self._fetch_chunk(code, 3, "chunk0 + WARPS", "1", codes=False)
+        code.add(3, "jj = j + STAGES - 1", "if cuda.threadIdx.x == 0 and jj < steps:")
+        self._copy_step(code, 4)
+        code.add(3, "slot = urem32(j, STAGES)", "mbar_wait(bars, slot, udiv32(j, STAGES) % 2)")
+        code.add(3, "at = r0 + slot * STAGE_WORDS + (warp * 32 + lane) * CW")
+        for q in range(self.words // 4):
+            code.add(3, f"lds_words4(ring, at + {4 * q}, words0, {4 * q})")
+        self._chunk_mmas(code, 3, "0")
+        code.add(3, "cuda.syncthreads()  # the stage is read: the ring may refill it")
+        code.add(3, "j += 1")
+        self._finish_tile(code)
+        code.add(2, "t += cuda.gridDim.x")
+        return self.module(code, params)
+
+    def _copy_step(self, code: Source, indent: int) -> None:
+        """One thread's bulk copy of step ``jj``'s codes (its tile's chunks ``WARPS`` at a
+        time, contiguous in ``pack_int4_mma``'s layout) into the ring's stage ``jj % STAGES``."""
+        code.add(
+            indent,
+            "tile = cuda.blockIdx.x + udiv32(jj, STEPS) * cuda.gridDim.x",
+            "first = urem32(jj, STEPS) * WARPS",
+            "stage = urem32(jj, STAGES)",
+            f"bulk_load(ring, r0 + stage * STAGE_WORDS, in{self.p.codes}, "
+            "(tile * CHUNKS + first) * (32 * CW), "
+            "min(WARPS, CHUNKS - first) * (128 * CW), bars, stage)",
+        )
+
+
+#: ``FUSEC_W4_KERNEL=cuda-cores`` keeps every W4A16 layer on ``w4.py``'s kernel, ``ring`` takes
+#: the ring variant of this one where it serves (the A/Bs of ``gemm_bench.py --w4``).
 KERNEL_CHOICE = "FUSEC_W4_KERNEL"
 
 
@@ -286,7 +364,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The W4A16 kernel module of a group the route planned: this Tensor Core kernel
     where it serves the plan, else ``w4.py``'s (which also answers a plan's refusal)."""
     p = w4.plan(fused_op)
-    chosen = os.environ.get(KERNEL_CHOICE) != "cuda-cores"
-    if isinstance(p, str) or not chosen or mma_problem(p) is not None:
+    chosen = os.environ.get(KERNEL_CHOICE, "")
+    if isinstance(p, str) or chosen == "cuda-cores" or mma_problem(p) is not None:
         return w4.generate(fused_op, name, p)
-    return w4.kernel_source(fused_op, W4MmaEmitter(fused_op, p, kernel_name(name)))
+    emitter = W4RingEmitter if chosen == "ring" else W4MmaEmitter
+    return w4.kernel_source(fused_op, emitter(fused_op, p, kernel_name(name)))
