@@ -117,16 +117,17 @@ class W4MmaEmitter(W4Emitter):
     def layout(self) -> str:
         return int4_mma_layout(self.p.k_major, self.p.signed, self.words)
 
-    def emit(self) -> str:
+    def _kernel_head(self, params: list[str], shared: list[str], sets: tuple[str, ...]) -> Source:
+        """The kernel's signature and its arrays (``shared``: more shared ones; ``sets``: the
+        register sets of codes), the lane's coordinates, the scales' registers."""
         p = self.p
         code = Source([])
-        params = self.epilogue.params()
         code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
         code.add(1, '"""A tile of 16 output columns a block, its warps over K (module notes)."""')
-        code.add(1, "red = cuda.shared.array(RED, f32)  # the warps' sums")
+        code.add(1, "red = cuda.shared.array(RED, f32)  # the warps' sums", *shared)
         code.add(1, "acc = cuda.local.array(ACC, f32)  # the lane's outputs, f32")
         code.add(1, "tmp = cuda.local.array(ACC, f32)", "sx = cuda.local.array(ACC, f32)")
-        for r in REGISTER_SETS:  # two chunks' codes, scales, zeros: one in use, one on its way
+        for r in sets:
             code.add(1, f"words{r} = cuda.local.array(CW, int32)")
         code.add(1, "xw = cuda.local.array(XW, int32)  # the chunk's activations")
         code.add(1, "lane = cuda.threadIdx.x % 32", "warp = cuda.threadIdx.x // 32")
@@ -137,6 +138,12 @@ class W4MmaEmitter(W4Emitter):
         # the scales' and zero points' raw values (typed by a first read)
         code.add(1, f"sra0 = srb0 = sra1 = srb1 = in{p.scale}[0]")
         code.add(1, f"zra0 = zrb0 = zra1 = zrb1 = in{p.zero}[0]")
+        return code
+
+    def emit(self) -> str:
+        params = self.epilogue.params()
+        # two chunks' codes, scales, zeros: one set in use, one on its way
+        code = self._kernel_head(params, [], REGISTER_SETS)
         code.add(1, "chunk0 = chunk1 = CHUNKS")
         code.add(1, "t = cuda.blockIdx.x", "while t < TILES:  # uniform across the block")
         code.add(2, "n0 = t * TILE", "na = min(n0 + g, N - 1)", "nb = min(n0 + g + 8, N - 1)")
@@ -291,25 +298,13 @@ class W4RingEmitter(W4MmaEmitter):
         ]
 
     def emit(self) -> str:
-        p = self.p
-        code = Source([])
         params = self.epilogue.params()
-        code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
-        code.add(1, '"""A tile of 16 output columns a block, its warps over K (module notes)."""')
-        code.add(1, "red = cuda.shared.array(RED, f32)  # the warps' sums")
-        code.add(1, "ring = cuda.shared.array(RING, int32)  # STAGES steps' codes")
-        code.add(1, "bars = cuda.shared.array(STAGES, int64)  # a stage's copy completes on one")
-        code.add(1, "acc = cuda.local.array(ACC, f32)  # the lane's outputs, f32")
-        code.add(1, "tmp = cuda.local.array(ACC, f32)", "sx = cuda.local.array(ACC, f32)")
-        code.add(1, "words0 = cuda.local.array(CW, int32)  # the lane's codes of a chunk")
-        code.add(1, "xw = cuda.local.array(XW, int32)  # the chunk's activations")
-        code.add(1, "lane = cuda.threadIdx.x % 32", "warp = cuda.threadIdx.x // 32")
-        code.add(1, "g = lane // 4", "tq = lane % 4")
-        rows = range(self.fragments)
-        code.add(1, *[f"xrow{j} = min(g + {8 * j}, M - 1) * K + tq * XLANE" for j in rows])
-        # set 0: this step's scales and zero points, set 1: the next step's
-        code.add(1, f"sra0 = srb0 = sra1 = srb1 = in{p.scale}[0]")
-        code.add(1, f"zra0 = zrb0 = zra1 = zrb1 = in{p.zero}[0]")
+        ring = [
+            "ring = cuda.shared.array(RING, int32)  # STAGES steps' codes",
+            "bars = cuda.shared.array(STAGES, int64)  # a stage's copy completes on one",
+        ]
+        # set 0: this step's codes, scales and zero points; set 1: the next step's scales
+        code = self._kernel_head(params, ring, ("0",))
         code.add(1, "r0 = align16(ring)", "if cuda.threadIdx.x == 0:")
         code.add(2, "for i in range(STAGES):", "    mbar_init(bars, i, 1)")
         code.add(1, "cuda.syncthreads()")
