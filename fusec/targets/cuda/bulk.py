@@ -37,7 +37,7 @@ import time
 from typing import Any
 
 from fusec.targets.cuda.env import numba_cuda, simulator_enabled
-from fusec.targets.cuda.rawmove import pointer
+from fusec.targets.cuda.rawmove import pointer, word_loader
 
 
 def helper_names() -> list[str]:
@@ -133,16 +133,23 @@ def _make_gpu() -> dict[str, Any]:
         "r,r,~{memory}",
     )  # fmt: skip
 
-    @intrinsic
-    def mbar_init(typingctx: Any, bars: Any, i: Any, count: Any) -> Any:
-        sig = types.void(bars, i, count)
+    def on_barrier(emit: Any) -> Any:
+        """An intrinsic ``(bars, i, value)`` that runs ``emit(builder, bar, value)`` with
+        mbarrier ``bars[i]``'s shared address and ``value`` as 32 bits."""
 
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            bar = at(context, builder, sig.args[0], args[0], args[1])
-            builder.call(init, [bar, as_i32(builder, args[2])])
-            return context.get_dummy_value()
+        def typer(typingctx: Any, bars: Any, i: Any, value: Any) -> Any:
+            sig = types.void(bars, i, value)
 
-        return sig, codegen
+            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+                bar = at(context, builder, sig.args[0], args[0], args[1])
+                emit(builder, bar, as_i32(builder, args[2]))
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return intrinsic(typer)
+
+    mbar_init = on_barrier(lambda builder, bar, count: builder.call(init, [bar, count]))
 
     copy = asm(
         ir.VoidType(), [i32, i64, i32, i32],
@@ -174,46 +181,17 @@ def _make_gpu() -> dict[str, Any]:
         "=r,r,r,~{memory}",
     )  # fmt: skip
 
-    @intrinsic
-    def mbar_wait(typingctx: Any, bars: Any, i: Any, parity: Any) -> Any:
-        sig = types.void(bars, i, parity)
+    def wait(builder: Any, bar: Any, parity: Any) -> None:
+        loop = builder.append_basic_block("mbar_wait")
+        done = builder.append_basic_block("mbar_done")
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        ready = builder.call(try_wait, [bar, parity])
+        builder.cbranch(builder.icmp_unsigned("!=", ready, ir.Constant(i32, 0)), done, loop)
+        builder.position_at_end(done)
 
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            bar = at(context, builder, sig.args[0], args[0], args[1])
-            phase = as_i32(builder, args[2])
-            loop = builder.append_basic_block("mbar_wait")
-            done = builder.append_basic_block("mbar_done")
-            builder.branch(loop)
-            builder.position_at_end(loop)
-            ready = builder.call(try_wait, [bar, phase])
-            builder.cbranch(builder.icmp_unsigned("!=", ready, ir.Constant(i32, 0)), done, loop)
-            builder.position_at_end(done)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    load4 = ir.InlineAsm(
-        ir.FunctionType(ir.LiteralStructType([i32] * 4), [i32]),
-        "ld.shared.v4.u32 {$0, $1, $2, $3}, [$4];",
-        "=r,=r,=r,=r,r,~{memory}",
-        side_effect=True,
-    )
-
-    @intrinsic
-    def lds_words4(typingctx: Any, arr: Any, e: Any, dst: Any, d: Any) -> Any:
-        sig = types.void(arr, e, dst, d)
-
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            arr_t, _, dst_t, _ = sig.args
-            arr_v, e_v, dst_v, d_v = args
-            words = builder.call(load4, [at(context, builder, arr_t, arr_v, e_v)])
-            for k in range(4):
-                index = builder.add(d_v, ir.Constant(d_v.type, k))
-                slot = pointer(context, builder, dst_t, dst_v, index)
-                builder.store(builder.extract_value(words, k), slot)
-            return context.get_dummy_value()
-
-        return sig, codegen
+    mbar_wait = on_barrier(wait)
+    lds_words4 = word_loader(4, "shared")
 
     return {
         "align16": align16,

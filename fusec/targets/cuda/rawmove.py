@@ -88,24 +88,52 @@ def pointer(context: Any, builder: Any, arrty: Any, arr: Any, index: Any) -> Any
     return builder.gep(data, [index])
 
 
-def load_global_words(builder: Any, address: Any, words: int) -> list[Any]:
-    """(Intrinsic code generation) ``words`` (1, 2 or 4) 32-bit words at ``address`` with
-    one ``ld.global`` (``.v2``/``.v4``; inline PTX, so that LLVM cannot split it)."""
+def load_global_words(builder: Any, address: Any, words: int, space: str = "global") -> list[Any]:
+    """(Intrinsic code generation) ``words`` (1, 2 or 4) 32-bit words at ``address`` (a
+    generic pointer into ``space``: ``global`` or ``shared``) with one ``ld.<space>``
+    (``.v2``/``.v4``; inline PTX, so that LLVM cannot split it)."""
     from llvmlite import ir
 
     i32 = ir.IntType(32)
     suffix = "u32" if words == 1 else f"v{words}.u32"
     outs = ", ".join(f"${k}" for k in range(words))
     loaded = "{" + outs + "}" if words > 1 else outs
-    text = f"{{ .reg .u64 g; cvta.to.global.u64 g, ${words}; ld.global.{suffix} {loaded}, [g]; }}"
+    text = f"{{ .reg .u64 g; cvta.to.{space}.u64 g, ${words}; ld.{space}.{suffix} {loaded}, [g]; }}"
     ret_t = ir.LiteralStructType([i32] * words) if words > 1 else i32
+    shared = space == "shared"  # read after a wait for its bytes: never hoisted above it
+    constraints = ",".join(["=r"] * words + ["l"]) + (",~{memory}" if shared else "")
     load = ir.InlineAsm(
-        ir.FunctionType(ret_t, [address.type]), text, ",".join(["=r"] * words + ["l"])
+        ir.FunctionType(ret_t, [address.type]), text, constraints, side_effect=shared
     )
     result = builder.call(load, [address])
     if words == 1:
         return [result]
     return [builder.extract_value(result, k) for k in range(words)]
+
+
+def word_loader(n: int, space: str = "global") -> Any:
+    """(GPU) the intrinsic ``load(arr, e, dst, d)``: ``dst[d:d + n]`` = the ``n`` 32-bit
+    words at element ``e`` of ``arr`` (in ``space``), one vector load."""
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def load(typingctx: Any, arr: Any, e: Any, dst: Any, d: Any) -> Any:
+        sig = types.void(arr, e, dst, d)
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            arr_t, _, dst_t, _ = sig.args
+            arr_v, e_v, dst_v, d_v = args
+            address = pointer(context, builder, arr_t, arr_v, e_v)
+            for k, value in enumerate(load_global_words(builder, address, n, space)):
+                index = builder.add(d_v, ir.Constant(d_v.type, k))
+                builder.store(value, pointer(context, builder, dst_t, dst_v, index))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return load
 
 
 def _make_gpu_moves() -> dict[str, Any]:

@@ -32,7 +32,7 @@ import numpy as np
 
 from fusec.targets.cuda.constant_layouts import FIELD_EXPONENTS, MAGIC
 from fusec.targets.cuda.env import simulator_enabled
-from fusec.targets.cuda.rawmove import load_global_words, pointer
+from fusec.targets.cuda.rawmove import pointer, word_loader
 
 #: The power of 16 each field of a word comes out scaled by (``unpack_i4x8``).
 EXPONENTS = FIELD_EXPONENTS
@@ -91,26 +91,6 @@ def _make_gpu() -> dict[str, Any]:
 
     i32, f32 = ir.IntType(32), ir.FloatType()
 
-    def load_words(n: int) -> Any:
-        """``load_words<n>(arr, e, dst, d)``."""
-
-        @intrinsic
-        def load(typingctx: Any, arr: Any, e: Any, dst: Any, d: Any) -> Any:
-            sig = types.void(arr, e, dst, d)
-
-            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-                arr_t, _, dst_t, _ = sig.args
-                arr_v, e_v, dst_v, d_v = args
-                address = pointer(context, builder, arr_t, arr_v, e_v)
-                for k, value in enumerate(load_global_words(builder, address, n)):
-                    index = builder.add(d_v, ir.Constant(d_v.type, k))
-                    builder.store(value, pointer(context, builder, dst_t, dst_v, index))
-                return context.get_dummy_value()
-
-            return sig, codegen
-
-        return load
-
     # 2**23's bits as a value ptxas cannot see as a constant (lane 0's lane id, shuffled,
     # plus MAGIC): with MAGIC a known constant, ptxas builds each field as one LOP3 with two
     # constants and rematerialises one of them (a MOV) a field; held in a register, a field
@@ -149,7 +129,7 @@ def _make_gpu() -> dict[str, Any]:
 
         return sig, codegen
 
-    helpers: dict[str, Any] = {f"load_words{n}": load_words(n) for n in WORD_COUNTS}
+    helpers: dict[str, Any] = {f"load_words{n}": word_loader(n) for n in WORD_COUNTS}
     helpers["unpack_i4x8"], helpers["w4_magic"] = unpack_i4x8, w4_magic
 
     @intrinsic
