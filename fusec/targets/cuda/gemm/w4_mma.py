@@ -56,6 +56,10 @@ of this loop), but behind it where a block has one tile: 1 x 4096 x 4096 7.1 aga
 us, 1 x 4096 x 14336 15.3 against 14.8, 1 x 14336 x 4096 16.5 against 13.1 (a block
 barrier a step couples the warps; 256 blocks cannot hide it). It stays a variant until a
 rule from the device's SM count (blocks that walk several tiles) picks it.
+``FUSEC_W4_KERNEL=warp-ring`` (``W4WarpRingEmitter``) gives each warp a ring of its own
+(lane 0 copies the warp's next chunks, 1 KB each, ``STAGES`` ahead on the warp's
+mbarriers; no block barrier a step): written after the measurements above, simulator-
+and PTX-tested, **not yet measured** (``gemm_bench.py --w4`` with it against the default).
 """
 
 from __future__ import annotations
@@ -350,6 +354,86 @@ class W4RingEmitter(W4MmaEmitter):
         )
 
 
+class W4WarpRingEmitter(W4MmaEmitter):
+    """The Tensor Core kernel with a ring of ``STAGES`` chunks of codes a warp
+    (``FUSEC_W4_KERNEL=warp-ring``): lane 0 of each warp copies the warp's next chunks
+    (1 KB at CW = 8, contiguous) with one ``cp.async.bulk`` each on the warp's own
+    mbarriers, ``STAGES`` chunks ahead, across the block's tiles too; the lanes read a
+    chunk's words with two 16-byte shared loads; no block barrier a step (the block ring's
+    coupling of the warps), only the warp's own."""
+
+    numpy_types = "int32, int64"
+
+    def kernel_helpers(self) -> set[str]:
+        ring = {"align16", "mbar_init", "bulk_load", "mbar_wait", "lds_words4", "warp_sync"}
+        return super().kernel_helpers() | ring | {"urem32"}
+
+    def loop_constants(self, chunks: int) -> list[tuple[str, int]]:
+        chunk_words = 32 * self.words  # a chunk's codes (the warp's lanes')
+        return [
+            ("STEPS", -(-chunks // WARPS)),  # a tile's steps: a chunk a warp each
+            ("STAGES", STAGES),
+            ("CHUNK_WORDS", chunk_words),
+            ("BARS", WARPS * STAGES),  # a stage a warp, each its mbarrier
+            ("RING", WARPS * STAGES * chunk_words + 4),  # (+ 16 bytes: align the first)
+        ]
+
+    def emit(self) -> str:
+        params = self.epilogue.params()
+        ring = [
+            "ring = cuda.shared.array(RING, int32)  # STAGES chunks of codes a warp",
+            "bars = cuda.shared.array(BARS, int64)  # a chunk's copy completes on one",
+        ]
+        # set 0: this step's codes, scales and zero points; set 1: the next step's scales
+        code = self._kernel_head(params, ring, ("0",))
+        code.add(1, "r0 = align16(ring)")
+        code.add(1, "ct = cuda.blockIdx.x  # the warp's next copy: tile ct, chunk cc")
+        code.add(1, "cc = warp")
+        code.add(1, "if lane == 0:  # the warp's barriers")
+        code.add(2, "for i in range(STAGES):", "    mbar_init(bars, warp * STAGES + i, 1)")
+        code.add(1, "for i in range(STAGES):  # the ring's first chunks")
+        self._copy_chunk(code, 2, "i")
+        code.add(1, "warp_sync()  # the barriers are set up")
+        code.add(1, "q = 0  # the warp's chunks so far")
+        code.add(1, "t = cuda.blockIdx.x", "while t < TILES:  # uniform across the block")
+        code.add(2, "n0 = t * TILE", "na = min(n0 + g, N - 1)", "nb = min(n0 + g + 8, N - 1)")
+        code.add(2, "for i in range(ACC):")
+        code.add(3, "acc[i] = f32(0.0)", "tmp[i] = f32(0.0)", "sx[i] = f32(0.0)")
+        self._fetch_chunk(code, 2, "warp", "1", codes=False)
+        code.add(2, "for st in range(STEPS):  # the same count in every warp")
+        code.add(3, "chunk0 = st * WARPS + warp  # the warp's chunk")
+        code.add(3, "sra0, srb0, zra0, zrb0 = sra1, srb1, zra1, zrb1")
+        self._fetch_chunk(code, 3, "chunk0 + WARPS", "1", codes=False)
+        code.add(3, "slot = urem32(q, STAGES)", "if chunk0 < CHUNKS:")
+        code.add(4, "mbar_wait(bars, warp * STAGES + slot, udiv32(q, STAGES) % 2)")
+        code.add(4, "at = r0 + (warp * STAGES + slot) * CHUNK_WORDS + lane * CW")
+        for w in range(self.words // 4):
+            code.add(4, f"lds_words4(ring, at + {4 * w}, words0, {4 * w})")
+        code.add(3, "warp_sync()  # the chunk is read: its stage may be copied into")
+        code.add(3, "if chunk0 < CHUNKS:")
+        self._copy_chunk(code, 4, "slot")
+        code.add(4, "q += 1")
+        self._chunk_mmas(code, 3, "0")
+        self._finish_tile(code)
+        code.add(2, "t += cuda.gridDim.x")
+        return self.module(code, params)
+
+    def _copy_chunk(self, code: Source, indent: int, slot: str) -> None:
+        """Lane 0's bulk copy of the warp's next chunk (tile ``ct``, chunk ``cc``, if any)
+        into its stage ``slot``; then every lane's cursor moves on (``WARPS`` chunks, or
+        to the block's next tile)."""
+        code.add(indent, "if ct < TILES and cc < CHUNKS:")
+        code.add(indent + 1, "if lane == 0:")
+        code.add(
+            indent + 2,
+            f"stage = warp * STAGES + {slot}",
+            f"bulk_load(ring, r0 + stage * CHUNK_WORDS, in{self.p.codes}, "
+            "(ct * CHUNKS + cc) * CHUNK_WORDS, 128 * CW, bars, stage)",
+        )
+        code.add(indent + 1, "cc += WARPS", "if cc >= CHUNKS:")
+        code.add(indent + 2, "cc = warp", "ct += cuda.gridDim.x")
+
+
 #: ``FUSEC_W4_KERNEL=cuda-cores`` keeps every W4A16 layer on ``w4.py``'s kernel, ``ring`` takes
 #: the ring variant of this one where it serves (the A/Bs of ``gemm_bench.py --w4``).
 KERNEL_CHOICE = "FUSEC_W4_KERNEL"
@@ -362,5 +446,6 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     chosen = os.environ.get(KERNEL_CHOICE, "")
     if isinstance(p, str) or chosen == "cuda-cores" or mma_problem(p) is not None:
         return w4.generate(fused_op, name, p)
-    emitter = W4RingEmitter if chosen == "ring" else W4MmaEmitter
+    emitters = {"ring": W4RingEmitter, "warp-ring": W4WarpRingEmitter}
+    emitter = emitters.get(chosen, W4MmaEmitter)
     return w4.kernel_source(fused_op, emitter(fused_op, p, kernel_name(name)))
