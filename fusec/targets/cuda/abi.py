@@ -7,8 +7,8 @@ internals can move without invalidating cached kernels or their text:
 * the device helpers of ``fusec.targets.cuda.device`` (``ld_f16``,
   ``load_bf16x8``, ``block_sum``, ``round_f16``...; ``device.helper_names()``);
 * ``move4``, ``move8``, ``move16``, ``load_bits``, ``store_bits``, ``udiv32``,
-  ``urem32``: raw moves and 32-bit index arithmetic of the copy kernels
-  (``fusec.targets.cuda.rawmove``);
+  ``urem32``, ``load_bytes4/8/16``: raw moves and 32-bit index arithmetic of the copy
+  kernels, vector loads of one-byte elements (``fusec.targets.cuda.rawmove``);
 * ``load_words1/2/4``, ``unpack_i4x8``, ``w4_magic``, ``f16_bits``, ``bf16_bits``: the W4A16
   kernels' vector loads of codes, 4-bit codes unpacked as float bits, and 16-bit floats'
   bits as f32 (``fusec.targets.cuda.w4_device``);
@@ -48,6 +48,9 @@ _PROVIDERS: dict[str, str] = {
     "move8": "fusec.targets.cuda.rawmove",
     "move16": "fusec.targets.cuda.rawmove",
     "load_bits": "fusec.targets.cuda.rawmove",
+    "load_bytes4": "fusec.targets.cuda.rawmove",
+    "load_bytes8": "fusec.targets.cuda.rawmove",
+    "load_bytes16": "fusec.targets.cuda.rawmove",
     "store_bits": "fusec.targets.cuda.rawmove",
     "udiv32": "fusec.targets.cuda.rawmove",
     "urem32": "fusec.targets.cuda.rawmove",

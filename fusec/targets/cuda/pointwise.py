@@ -36,6 +36,7 @@ from fusec.dialect.ops import spec_of
 from fusec.ir.dtypes import is_float
 from fusec.targets.cuda.common import (
     ITEMSIZE,
+    VECTOR_BYTES,
     Source,
     body_ops,
     check_elementwise,
@@ -348,7 +349,16 @@ def _emit_vector(
     slot: int = 0,
 ) -> None:
     """16-byte (or narrower) loads/stores moving VEC elements of ``op`` (buffer from ``slot``);
-    an integer or bool operand's elements one by one, as themselves."""
+    an integer or bool operand's elements as themselves: one-byte ones (codes, masks, zero
+    points) loaded 4, 8 or 16 at once where VEC is a multiple of 4 (a vector starts at a
+    multiple of VEC elements: ``_Plan``), others one by one."""
+    if op.raw and op_name == "load" and ITEMSIZE[op.dtype] == 1 and vec % 4 == 0:
+        for first in range(0, vec, VECTOR_BYTES):
+            fn = f"load_bytes{min(VECTOR_BYTES, vec - first)}"
+            helpers.add(fn)
+            where = base if first == 0 else f"{base} + {first}"
+            code.add(indent, f"{fn}({op.array}, {where}, {_buf(op)}, {slot + first})")
+        return
     if op.raw:
         source, target = f"{op.array}[{base} + q]", f"{_buf(op)}[{slot} + q]"
         copy = f"{target} = {source}" if op_name == "load" else f"{source} = {target}"

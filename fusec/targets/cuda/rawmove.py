@@ -15,6 +15,12 @@ and an add per access, and an address the optimiser cannot fold): the caller's i
 is never negative, so consecutive accesses become one base address and immediate
 offsets.
 
+``load_bytes<W>(arr, e, dst, d)`` (``W`` = 4, 8 or 16) reads the ``W`` one-byte elements
+at element ``e`` of ``arr`` (int8, uint8 or bool) with one ``ld.global`` of ``W`` bytes
+into ``dst[d:d + W]``, each converted to ``dst``'s type as an indexed copy would (``e`` a
+multiple of ``W``): the pointwise template's vectors of integer codes, masks and zero
+points, one load instead of ``W``.
+
 ``udiv32(x, d)`` and ``urem32(x, d)`` are ``x // d`` and ``x % d`` in 32-bit unsigned
 arithmetic, for a non-negative ``x`` below 2**32 and a constant ``d > 0``: Numba types
 ``//`` and ``%`` of integers as signed 64-bit, which the GPU emulates (a 64-bit high
@@ -38,7 +44,8 @@ WIDTHS = (4, 8, 16)
 
 def helper_names() -> list[str]:
     """The names this module gives generated kernels (through ``fusec.targets.cuda.abi``)."""
-    return [f"move{w}" for w in WIDTHS] + ["load_bits", "store_bits", "udiv32", "urem32"]
+    names = ["load_bits", "store_bits", "udiv32", "urem32"]
+    return [f"move{w}" for w in WIDTHS] + names + [f"load_bytes{w}" for w in WIDTHS]
 
 
 def _make_sim_moves() -> dict[str, Any]:
@@ -72,7 +79,17 @@ def _make_sim_moves() -> dict[str, Any]:
             raise AssertionError(f"urem32({x}, {d}): out of the 32-bit range")
         return x % d
 
+    def make_bytes(width: int) -> Any:
+        def load_bytes(arr: Any, e: int, dst: Any, d: int) -> None:
+            if arr.dtype.itemsize != 1 or e % width or not 0 <= e <= len(arr) - width:
+                raise AssertionError(f"load_bytes{width}: element {e} of {len(arr)}")
+            for k in range(width):
+                dst[d + k] = arr[e + k]
+
+        return load_bytes
+
     moves = {f"move{w}": make(w) for w in WIDTHS}
+    moves.update({f"load_bytes{w}": make_bytes(w) for w in WIDTHS})
     return {
         **moves,
         "load_bits": load_bits,
@@ -214,7 +231,32 @@ def _make_gpu_moves() -> dict[str, Any]:
 
         return divide
 
+    def make_bytes(width: int) -> Any:
+        @intrinsic
+        def load_bytes(typingctx: Any, arr: Any, e: Any, dst: Any, d: Any) -> Any:
+            sig = types.void(arr, e, dst, d)
+
+            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+                arr_t, _, dst_t, _ = sig.args
+                arr_v, e_v, dst_v, d_v = args
+                source = pointer(context, builder, arr_t, arr_v, e_v)
+                signed = getattr(arr_t.dtype, "signed", False)  # (bool: unsigned)
+                byte_t = types.int8 if signed else types.uint8
+                for w, word in enumerate(load_global_words(builder, source, width // 4)):
+                    for b in range(4):
+                        shifted = builder.lshr(word, ir.Constant(i32, 8 * b))
+                        byte = builder.trunc(shifted, ir.IntType(8))
+                        value = context.cast(builder, byte, byte_t, dst_t.dtype)
+                        index = builder.add(d_v, ir.Constant(d_v.type, 4 * w + b))
+                        builder.store(value, pointer(context, builder, dst_t, dst_v, index))
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return load_bytes
+
     moves = {f"move{w}": make(w) for w in WIDTHS}
+    moves.update({f"load_bytes{w}": make_bytes(w) for w in WIDTHS})
     return {
         **moves,
         "load_bits": load_bits,

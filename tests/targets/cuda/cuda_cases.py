@@ -178,6 +178,9 @@ def softmax_axis(shape, axis: int, dtype: str) -> str:
     return _func("sm_axis", [("x", x)], [x], "row_reduce", body)
 
 
+_CODE_RANGES = {"i4": (-8, 8), "ui4": (0, 16), "i8": (-128, 128), "ui8": (0, 256)}
+
+
 def random_inputs(module, seed: int = 0) -> list[np.ndarray]:
     """Fresh random arguments (never zeros) for the entry function of ``module``; integers
     in [-4, 5) and fair-coin bools for the integer and bool ones."""
@@ -193,6 +196,10 @@ def random_inputs(module, seed: int = 0) -> list[np.ndarray]:
         if spec.dtype in ("i64", "i32", "i1"):
             values = rng.integers(-4, 5, spec.shape)
             values = values > 0 if spec.dtype == "i1" else values
+            out.append(np.asarray(values).astype(numpy_dtype(spec.dtype)))
+            continue
+        if spec.dtype in _CODE_RANGES:  # quantized codes: their whole range
+            values = rng.integers(*_CODE_RANGES[spec.dtype], spec.shape)
             out.append(np.asarray(values).astype(numpy_dtype(spec.dtype)))
             continue
         values = rng.uniform(0.5, 1.5, spec.shape) * rng.choice([-1.0, 1.0], spec.shape)
@@ -246,6 +253,22 @@ def integer_pointwise(rows: int, cols: int, dtype: str) -> str:
     ]
     params = [("i", i), ("c", c), ("p", b), ("x", x)]
     return _func("pw_int", params, [x, b, i], "pointwise", body)
+
+
+def dequantize_codes(rows: int, cols: int, codes: str, block: int) -> str:
+    """Run-time codes (and zero points) of ``codes`` dequantized with f32 scales per block of
+    ``block`` rows, plus x, in one pointwise group: one-byte integer inputs whose vectors
+    (``cols`` a multiple of 4) load as 4, 8 or 16 bytes at once."""
+    blocks = -(-rows // block)
+    q, z = _t((rows, cols), codes), _t((blocks, cols), codes)
+    s, x = _t((blocks, cols), "f32"), _t((rows, cols), "f32")
+    attrs = f"{{axis = 0 : i64, block_size = {block} : i64}}"
+    body = [
+        f"%d = ai.dequantize %q1, %s1, %z1 {attrs} : {q} * {s} * {z}",
+        f"%o = ai.add %d, %x1 : {x} * {x}",
+        f"ai.yield %o : {x}",
+    ]
+    return _func("deq", [("q", q), ("s", s), ("z", z), ("x", x)], [x], "pointwise", body)
 
 
 def squeeze_excite(n: int, c: int, r: int, hw: int, dtype: str) -> str:

@@ -22,11 +22,17 @@ CASES = [
     ("pw_int_tail_f16", "integer_pointwise", [3, 7, "f16"]),
     ("pw_int_bf16", "integer_pointwise", [2, 16, "bf16"]),
 ]
+#: One-byte codes dequantized (int8, uint8 and int4 storage; vectors of 16, 8 and 4 bytes).
+DEQUANT_CASES = [
+    ("deq_i8", "dequantize_codes", [24, 32, "i8", 8]),
+    ("deq_ui8", "dequantize_codes", [16, 8, "ui8", 4]),
+    ("deq_i4", "dequantize_codes", [12, 20, "i4", 4]),
+]
 
 
 @pytest.fixture(scope="module")
 def sim_results() -> dict:
-    records = [{"name": n, "builder": b, "args": a} for n, b, a in CASES]
+    records = [{"name": n, "builder": b, "args": a} for n, b, a in CASES + DEQUANT_CASES]
     return run_simulator(HERE / "sim_runner.py", records)
 
 
@@ -117,3 +123,31 @@ def test_an_integer_constant_is_uploaded_in_its_own_type() -> None:
         "1.5 2 True int64 bool",
         "-3.0 3 False int64 bool",
     ]
+
+
+@pytest.mark.parametrize("name", [c[0] for c in DEQUANT_CASES])
+def test_one_byte_codes_load_as_vectors_under_simulator(sim_results: dict, name: str) -> None:
+    """Against the reference at f32 tolerance (a code or zero point misread is off by one or
+    more scales)."""
+    record = sim_results.get(name)
+    assert record is not None, f"{name}: no result from the simulator run"
+    assert "error" not in record, record.get("error")
+    assert record["kinds"] == ["pointwise"]
+    assert all(record["passed"]), record["details"]
+
+
+@pytest.mark.skipif(
+    os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="no PTX under the simulator"
+)
+def test_one_byte_codes_compile_to_one_vector_load_each_for_hopper():
+    """A vector of 16 int8 codes and one of their zero points: one 16-byte load each (no
+    byte loads), the bytes sign-extended in registers."""
+    import cuda_cases
+
+    import fusec
+
+    text = cuda_cases.dequantize_codes(24, 32, "i8", 8)
+    compiled = fusec.compile(text, target="cuda", pipeline="infer-shapes", executable=False)
+    ((_, ptx),) = compiled.assembly("sm_90")
+    assert ptx.count("ld.global.v4.u32") >= 2
+    assert "ld.global.s8" not in ptx and "ld.global.u8" not in ptx
