@@ -282,6 +282,12 @@ def main() -> int:
         "against the dequantize + GEMM road (printed)",
     )
     parser.add_argument(
+        "--w4-decode",
+        action="store_true",
+        help="the W4A16 kernel ($FUSEC_W4_KERNEL's) at M = 1 on the decode layers, warm and "
+        "cold, one line a layer (printed: the same-call A/B of its loops)",
+    )
+    parser.add_argument(
         "--moe",
         action="store_true",
         help="the MoE experts layer instead (vs a PyTorch loop over experts, dense GEMMs)",
@@ -354,6 +360,9 @@ def main() -> int:
         return 0
     if args.w4_sweep:
         w4_sweep()
+        return 0
+    if args.w4_decode:
+        w4_decode()
         return 0
     if args.w4:
         w4_cases(bench, rows, args.out)
@@ -755,6 +764,38 @@ def moe_cases(bench, rows: list[dict], out: str) -> None:
         bench(f"dense bf16 matmul {m}x{kk}x{nn}", text, (a, b), lambda a, b: a @ b,
               2.0 * m * kk * nn, compile_fn=False)  # fmt: skip
     write(rows, out, prefix="gemm-moe")
+
+
+def w4_decode() -> None:
+    """``--w4-decode``: the W4A16 kernel that ``$FUSEC_W4_KERNEL`` picks (the Tensor Core
+    one by default; ``ring``, ``warp-ring``, ``cuda-cores``) at M = 1 on 4096 x 4096 and
+    ``W4_DECODE_LAYERS``: GPU time of a CUDA-graph replay warm (replays back to back: a
+    weight over the L2's size streams from HBM) and cold (``time_gpu_cold``), as a share of
+    the H100/H200's HBM bandwidth, each result checked against the f32 product. One line a
+    layer; run it once a kernel in one device call for an A/B."""
+    import os
+
+    import torch
+
+    import fusec
+    from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
+
+    kernel = os.environ.get(KERNEL_CHOICE) or "tensor-cores"
+    peak = {"H100": 3.35e12, "H200": 4.8e12}
+    name = torch.cuda.get_device_name()
+    hbm = next((v for k, v in peak.items() if k in name), None)
+    for k, n in ((W4_K, W4_N), *W4_DECODE_LAYERS):
+        q, s, z, wd, weight_bytes = w4_layer(k, n)
+        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        compiled = fusec.compile(w4_program(1, q, k, n), target="cuda")
+        rel = check(compiled(x, s, z), x.float() @ wd)
+        replay = fusec_graph(compiled, (x, s, z))
+        warm, cold = time_gpu(replay), time_gpu_cold(replay)
+        shares = [f" ({weight_bytes / t / 1e-3 / hbm:.1%})" if hbm else "" for t in (warm, cold)]
+        print(f"W4A16 {kernel} 1x{k}x{n}: warm {warm * 1e3:.1f} us{shares[0]}, cold "
+              f"{cold * 1e3:.1f} us{shares[1]}, rel L2 {rel:.1e}", flush=True)  # fmt: skip
+        del q, s, z, wd, compiled, replay
+        torch.cuda.empty_cache()
 
 
 def w4_sweep() -> None:
