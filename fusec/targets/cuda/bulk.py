@@ -15,7 +15,10 @@ in issued instructions (the kernels that need this are issue- and latency-bound 
   ``count`` arrivals a phase (one thread calls it, then the block's barrier);
 * ``bulk_load(dst, de, src, se, nbytes, bars, i)``: one thread arrives on ``bars[i]``
   expecting ``nbytes`` and copies ``nbytes`` from element ``se`` of global ``src`` to
-  element ``de`` of shared ``dst`` (both 16-byte aligned, ``nbytes`` a multiple of 16);
+  element ``de`` of shared ``dst`` (both 16-byte aligned, ``nbytes`` a multiple of 16),
+  after a ``fence.proxy.async.shared::cta``: the stage's earlier reads (generic
+  ``ld.shared``, which the caller's barrier ordered before this thread) are done before
+  the copy engine writes it (a write after read across proxies: PTX asks the fence);
 * ``mbar_wait(bars, i, parity)``: waits until the phase of ``bars[i]`` with ``parity``
   (0 for its first phase, 1 for its second, ...) has completed; a memory clobber, so no
   read of the stage moves above it;
@@ -122,6 +125,8 @@ def _make_gpu() -> dict[str, Any]:
         return shared_address(builder, pointer(context, builder, arrty, arr, index))
 
     def as_i32(builder: Any, value: Any) -> Any:
+        if value.type.width == 32:
+            return value
         return builder.trunc(value, i32) if value.type.width > 32 else builder.sext(value, i32)
 
     @intrinsic
@@ -162,7 +167,7 @@ def _make_gpu() -> dict[str, Any]:
 
     copy = asm(
         ir.VoidType(), [i32, i64, i32, i32],
-        "{ .reg .u64 g; cvta.to.global.u64 g, $1; "
+        "{ .reg .u64 g; cvta.to.global.u64 g, $1; fence.proxy.async.shared::cta; "
         "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$3], $2; "
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [g], $2, [$3]; }",
         "r,l,r,r,~{memory}",

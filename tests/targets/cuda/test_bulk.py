@@ -65,5 +65,6 @@ def test_the_gpu_helpers_compile_to_bulk_copies_on_mbarriers_for_sm_90() -> None
     assert "mbarrier.init.shared::cta.b64" in ptx
     assert "mbarrier.arrive.expect_tx.shared::cta.b64" in ptx
     assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
+    assert "fence.proxy.async.shared::cta" in ptx  # the stage's reads before the refill
     assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx
     assert "ld.shared.v4.u32" in ptx and ".local" not in ptx
