@@ -59,7 +59,10 @@ rule from the device's SM count (blocks that walk several tiles) picks it.
 ``FUSEC_W4_KERNEL=warp-ring`` (``W4WarpRingEmitter``) gives each warp a ring of its own
 (lane 0 copies the warp's next chunks, 1 KB each, ``STAGES`` ahead on the warp's
 mbarriers; no block barrier a step): written after the measurements above, simulator-
-and PTX-tested, **not yet measured** (``gemm_bench.py --w4`` with it against the default).
+and PTX-tested, **not yet measured** (``gemm_bench.py --w4-decode`` with it against the
+default). Both rings' copies now start with ``fence.proxy.async.shared::cta`` (the block
+ring's measured numbers above are from before it): a stage read by ``ld.shared`` and then
+refilled by the copy engine is a write after read across proxies.
 """
 
 from __future__ import annotations
@@ -395,6 +398,7 @@ class W4WarpRingEmitter(W4MmaEmitter):
         self._copy_chunk(code, 2, "i")
         code.add(1, "warp_sync()  # the barriers are set up")
         code.add(1, "q = 0  # the warp's chunks so far")
+        code.add(1, "read = False  # the last step read a chunk: its stage is free")
         code.add(1, "t = cuda.blockIdx.x", "while t < TILES:  # uniform across the block")
         code.add(2, "n0 = t * TILE", "na = min(n0 + g, N - 1)", "nb = min(n0 + g + 8, N - 1)")
         code.add(2, "for i in range(ACC):")
@@ -402,6 +406,11 @@ class W4WarpRingEmitter(W4MmaEmitter):
         self._fetch_chunk(code, 2, "warp", "1", codes=False)
         code.add(2, "for st in range(STEPS):  # the same count in every warp")
         code.add(3, "chunk0 = st * WARPS + warp  # the warp's chunk")
+        # the stage the last step read (its words consumed by that step's mmas) refilled
+        # before this step's loads, so that the copy's proxy fence waits for no load
+        code.add(3, "if read:")
+        self._copy_chunk(code, 4, "urem32(q - 1, STAGES)")
+        code.add(3, "read = chunk0 < CHUNKS")
         code.add(3, "sra0, srb0, zra0, zrb0 = sra1, srb1, zra1, zrb1")
         self._fetch_chunk(code, 3, "chunk0 + WARPS", "1", codes=False)
         code.add(3, "slot = urem32(q, STAGES)", "if chunk0 < CHUNKS:")
@@ -409,9 +418,8 @@ class W4WarpRingEmitter(W4MmaEmitter):
         code.add(4, "at = r0 + (warp * STAGES + slot) * CHUNK_WORDS + lane * CW")
         for w in range(self.words // 4):
             code.add(4, f"lds_words4(ring, at + {4 * w}, words0, {4 * w})")
-        code.add(3, "warp_sync()  # the chunk is read: its stage may be copied into")
-        code.add(3, "if chunk0 < CHUNKS:")
-        self._copy_chunk(code, 4, "slot")
+        code.add(3, "warp_sync()  # every lane has read the chunk (next step may refill it)")
+        code.add(3, "if read:")
         code.add(4, "q += 1")
         self._chunk_mmas(code, 3, "0")
         self._finish_tile(code)
