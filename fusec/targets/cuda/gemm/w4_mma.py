@@ -147,16 +147,23 @@ class W4MmaEmitter(W4Emitter):
         code.add(1, f"zra0 = zrb0 = zra1 = zrb1 = in{p.zero}[0]")
         return code
 
+    @staticmethod
+    def _tile_loop(code: Source, *lines: str) -> None:
+        """The block's walk over tiles: tile ``t``'s columns (and ``lines``), its sums zeroed."""
+        code.add(1, "t = cuda.blockIdx.x", "while t < TILES:  # uniform across the block")
+        code.add(2, "n0 = t * TILE", "na = min(n0 + g, N - 1)", "nb = min(n0 + g + 8, N - 1)")
+        code.add(2, *lines)
+        code.add(2, "for i in range(ACC):")
+        code.add(3, "acc[i] = f32(0.0)", "tmp[i] = f32(0.0)", "sx[i] = f32(0.0)")
+
     def emit(self) -> str:
         params = self.epilogue.params()
         # two chunks' codes, scales, zeros: one set in use, one on its way
         code = self._kernel_head(params, [], REGISTER_SETS)
         code.add(1, "chunk0 = chunk1 = CHUNKS")
-        code.add(1, "t = cuda.blockIdx.x", "while t < TILES:  # uniform across the block")
-        code.add(2, "n0 = t * TILE", "na = min(n0 + g, N - 1)", "nb = min(n0 + g + 8, N - 1)")
-        code.add(2, "tile_words = (t * CHUNKS * 32 + lane) * CW  # the lane's words of chunk 0")
-        code.add(2, "for i in range(ACC):")
-        code.add(3, "acc[i] = f32(0.0)", "tmp[i] = f32(0.0)", "sx[i] = f32(0.0)")
+        self._tile_loop(
+            code, "tile_words = (t * CHUNKS * 32 + lane) * CW  # the lane's words of chunk 0"
+        )
         code.add(2, "c = warp")
         self._fetch_chunk(code, 2, "c", "0")
         # two chunks an iteration, the register sets taking turns: no copies between them
@@ -321,10 +328,7 @@ class W4RingEmitter(W4MmaEmitter):
         code.add(2, "for jj in range(STAGES - 1):", "    if jj < steps:")
         self._copy_step(code, 4)
         code.add(1, "j = 0  # the block's steps so far")
-        code.add(1, "t = cuda.blockIdx.x", "while t < TILES:  # uniform across the block")
-        code.add(2, "n0 = t * TILE", "na = min(n0 + g, N - 1)", "nb = min(n0 + g + 8, N - 1)")
-        code.add(2, "for i in range(ACC):")
-        code.add(3, "acc[i] = f32(0.0)", "tmp[i] = f32(0.0)", "sx[i] = f32(0.0)")
+        self._tile_loop(code)
         self._fetch_chunk(code, 2, "warp", "1", codes=False)
         code.add(2, "for st in range(STEPS):  # the same count in every warp")
         code.add(3, "chunk0 = st * WARPS + warp  # the warp's chunk")
@@ -399,10 +403,7 @@ class W4WarpRingEmitter(W4MmaEmitter):
         code.add(1, "warp_sync()  # the barriers are set up")
         code.add(1, "q = 0  # the warp's chunks so far")
         code.add(1, "read = False  # the last step read a chunk: its stage is free")
-        code.add(1, "t = cuda.blockIdx.x", "while t < TILES:  # uniform across the block")
-        code.add(2, "n0 = t * TILE", "na = min(n0 + g, N - 1)", "nb = min(n0 + g + 8, N - 1)")
-        code.add(2, "for i in range(ACC):")
-        code.add(3, "acc[i] = f32(0.0)", "tmp[i] = f32(0.0)", "sx[i] = f32(0.0)")
+        self._tile_loop(code)
         self._fetch_chunk(code, 2, "warp", "1", codes=False)
         code.add(2, "for st in range(STEPS):  # the same count in every warp")
         code.add(3, "chunk0 = st * WARPS + warp  # the warp's chunk")
