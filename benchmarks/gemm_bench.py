@@ -650,13 +650,20 @@ def w4_program(m: int, q, k: int = W4_K, n: int = W4_N):
 
 def w4_cases(bench, rows: list[dict], out: str) -> None:
     """The weight-only int4 cases (``--w4``): fusec's W4A16 layer against cuBLAS's and
-    fusec's bf16 GEMMs of the dequantized weight, in the same run."""
+    fusec's bf16 GEMMs of the dequantized weight, in the same run (the W4A16 rows name
+    ``$FUSEC_W4_KERNEL``'s kernel where it is set)."""
+    import os
+
     import torch
+
+    from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
 
     def matmul(a, b):
         return a @ b
 
     cases = [(m, W4_K, W4_N) for m in (1, 16, 4096)] + [(1, k, n) for k, n in W4_DECODE_LAYERS]
+    chosen = os.environ.get(KERNEL_CHOICE)  # a variant's rows say so
+    kernel = f" ({chosen})" if chosen else ""
     layer: tuple = ()
     for m, k, n in cases:
         if layer[:2] != (k, n):
@@ -672,7 +679,7 @@ def w4_cases(bench, rows: list[dict], out: str) -> None:
 
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         flops = 2.0 * m * k * n
-        name = f"W4A16 {m}x{k}x{n} bf16, blocks of {W4_BLOCK}"
+        name = f"W4A16 {m}x{k}x{n} bf16, blocks of {W4_BLOCK}{kernel}"
         bench(name, w4_program(m, q, k, n), (x, s, z), dense, flops, compile_fn=False,
               exact=exact, cold=True)  # fmt: skip
         if rows and rows[-1]["case"] == name:  # (eager: cuBLAS of the bf16 weight)
