@@ -50,7 +50,7 @@ the same block in bf16 under eager PyTorch and torch.compile. Writes gemm-fp8.md
 
 runs the weight-only int4 cases (W4A16, issue 31): x (M x 4096, bf16) @ dequantize(int4
 codes 4096 x 4096, a constant; bf16 scales and int4 zero points per block of 128 rows) at
-M = 1, 16 (the W4A16 route: packed codes on CUDA cores) and 4096 (a dequantize kernel,
+M = 1, 16 (the W4A16 route: packed codes into the Tensor Cores) and 4096 (a dequantize kernel,
 then the Tensor Core GEMM), and at M = 1 on larger weights (``W4_DECODE_LAYERS``: up to
 8192 x 28672), against cuBLAS's bf16 GEMM of the dequantized weight (the
 "eager" columns) and fusec's own bf16 GEMM of it, in the same run; the achieved bandwidth
@@ -788,9 +788,8 @@ def w4_decode() -> None:
     from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
 
     kernel = os.environ.get(KERNEL_CHOICE) or "tensor-cores"
-    peak = {"H100": 3.35e12, "H200": 4.8e12}
     name = torch.cuda.get_device_name()
-    hbm = next((v for k, v in peak.items() if k in name), None)
+    hbm = next((v for k, v in HBM_PEAK.items() if k in name), None)
     for k, n in ((W4_K, W4_N), *W4_DECODE_LAYERS):
         q, s, z, wd, weight_bytes = w4_layer(k, n)
         x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
