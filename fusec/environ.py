@@ -15,6 +15,8 @@ from __future__ import annotations
 import functools
 import os
 
+from fusec.errors import FusecError
+
 _DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
 if _DATA is not None and not isinstance(_DATA, dict):  # not the layout this relies on
     _DATA = None
@@ -33,12 +35,17 @@ def getenv(name: str, default: str = "") -> str:
     return default if value is None else os.fsdecode(value)
 
 
+class SwitchError(FusecError, ValueError):
+    """A switch set to none of its choices: the user's error (the command line reports it
+    as one, not as a bug), still a ValueError for callers that catch that."""
+
+
 def switch(name: str, choices: tuple[str, ...]) -> str:
     """The value of the A/B switch ``$name``: one of ``choices`` (case and surrounding
-    blanks ignored), the first when unset or empty; a ValueError that names the variable,
-    the value and the choices otherwise."""
+    blanks ignored), the first when unset or empty; a ``SwitchError`` that names the
+    variable, the value and the choices otherwise."""
     asked = getenv(name).strip().lower() or choices[0]
     if asked not in choices:
         allowed = " or ".join(repr(c) for c in choices)
-        raise ValueError(f"${name}: {asked!r}, expected {allowed}")
+        raise SwitchError(f"${name}: {asked!r}, expected {allowed}")
     return asked

@@ -38,3 +38,13 @@ def test_a_switch_takes_its_first_choice_by_default_and_refuses_others(monkeypat
     expected = r"\$FUSEC_TEST_SWITCH: 'sometimes', expected 'on' or 'off'"
     with pytest.raises(ValueError, match=expected):
         switch("FUSEC_TEST_SWITCH", ("on", "off"))
+
+
+def test_a_bad_switch_is_the_users_error(monkeypatch) -> None:
+    """A FusecError (the command line reports it as bad input, not as a bug)."""
+    from fusec.environ import switch
+    from fusec.errors import FusecError
+
+    monkeypatch.setenv("FUSEC_TEST_SWITCH", "sometimes")
+    with pytest.raises(FusecError, match="FUSEC_TEST_SWITCH"):
+        switch("FUSEC_TEST_SWITCH", ("on", "off"))

@@ -67,6 +67,17 @@ def test_the_cuda_core_kernel_can_be_chosen(monkeypatch) -> None:
     assert kernel.prepared_inputs == ((0, "w4:kn:i4"),)
 
 
+def test_a_kernel_choice_of_none_of_the_kernels_is_a_clear_error(monkeypatch) -> None:
+    import fusec
+    from fusec.errors import FusecError
+    from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
+
+    monkeypatch.setenv(KERNEL_CHOICE, "rings")
+    model, _ = w4a16_onnx(1, 512, 64, 128, "bf16", seed=1)
+    with pytest.raises(FusecError, match=r"FUSEC_W4_KERNEL: 'rings', expected .*'warp-ring'"):
+        fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+
+
 @pytest.mark.parametrize("layout", ["w4mma:kn:i4:8", "w4mma:nk:ui4:4"])
 def test_mma_layout_puts_each_code_in_its_lanes_fragment(layout: str) -> None:
     """Word s of lane 4 g + t in chunk c of tile T holds, in nibble MMA_NIBBLE[h, j], the

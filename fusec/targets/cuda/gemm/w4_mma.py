@@ -67,10 +67,9 @@ refilled by the copy engine is a write after read across proxies.
 
 from __future__ import annotations
 
-import os
-
 from fusec.codegen import KernelSource
 from fusec.dialect import ops as ai
+from fusec.environ import switch
 from fusec.targets.cuda.common import Source, block_tile_launch, kernel_name, storage_signature
 from fusec.targets.cuda.constant_layouts import int4_mma_layout
 from fusec.targets.cuda.gemm import w4
@@ -446,13 +445,15 @@ class W4WarpRingEmitter(W4MmaEmitter):
 #: ``FUSEC_W4_KERNEL=cuda-cores`` keeps every W4A16 layer on ``w4.py``'s kernel, ``ring`` takes
 #: the ring variant of this one where it serves (the A/Bs of ``gemm_bench.py --w4``).
 KERNEL_CHOICE = "FUSEC_W4_KERNEL"
+#: Its values, the default first.
+KERNELS = ("tensor-cores", "cuda-cores", "ring", "warp-ring")
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The W4A16 kernel module of a group the route planned: this Tensor Core kernel
     where it serves the plan, else ``w4.py``'s (which also answers a plan's refusal)."""
     p = w4.plan(fused_op)
-    chosen = os.environ.get(KERNEL_CHOICE, "")
+    chosen = switch(KERNEL_CHOICE, KERNELS)  # (a ValueError naming a bad value)
     if isinstance(p, str) or chosen == "cuda-cores" or mma_problem(p) is not None:
         return w4.generate(fused_op, name, p)
     emitters = {"ring": W4RingEmitter, "warp-ring": W4WarpRingEmitter}
