@@ -81,9 +81,10 @@ WARPS = THREADS // 32
 TILE = 16
 #: The two register sets of a chunk's operands (codes, activations, scales, zero points).
 REGISTER_SETS = ("0", "1")
-#: The ring variant's stages of codes in shared memory (a step's: a chunk a warp), STAGES - 1
-#: of them in flight while the block reads one (3: 49.3 us on the 123 MB layer, 4: 51.9,
-#: 5: 55.9: more shared memory leaves less L1 for the activations).
+#: The ring variants' stages of codes in shared memory: the block ring's (a step's codes, a
+#: chunk a warp; STAGES - 1 in flight while the block reads one: 3 measured 49.3 us on the
+#: 123 MB layer, 4 51.9, 5 55.9, more shared memory leaving less L1 for the activations)
+#: and the warp ring's (chunks of one warp; not measured).
 STAGES = 3
 
 
