@@ -289,12 +289,13 @@ class W4MmaEmitter(W4Emitter):
         )
 
 
-class W4RingEmitter(W4MmaEmitter):
-    """The Tensor Core kernel with its codes through a ring of shared-memory stages
-    (``FUSEC_W4_KERNEL=ring``; module notes): a step is a chunk a warp, 8 chunks of a tile
-    contiguous in the packed layout, one ``cp.async.bulk`` (``bulk``) a step issued by
-    thread 0 ``STAGES - 1`` steps ahead (across the block's tiles too); a lane reads its
-    words with two 16-byte shared loads; a block barrier ends a step."""
+class _RingEmitter(W4MmaEmitter):
+    """What both ring variants share: a step is a chunk a warp, the chunk's codes read
+    from a stage of ``ring`` (two 16-byte shared loads a lane) after its mbarrier's wait,
+    its scales and zero points one step ahead in register set 1; a stage refilled by a bulk
+    copy at the top of the step after the one that read it (its words consumed by that
+    step's ``mma``s: the copy's proxy fence then waits for no fresh load). The variants
+    differ in who copies what (``_setup``, ``_refill``, ``_read``, ``_end_step``)."""
 
     numpy_types = "int32, int64"
 
@@ -303,23 +304,73 @@ class W4RingEmitter(W4MmaEmitter):
         return super().kernel_helpers() | ring
 
     def loop_constants(self, chunks: int) -> list[tuple[str, int]]:
-        stage_words = WARPS * 32 * self.words  # a step's codes
         return [
             ("STEPS", -(-chunks // WARPS)),  # a tile's steps: a chunk a warp each
             ("STAGES", STAGES),
+        ]
+
+    def shared_arrays(self) -> list[str]:
+        raise NotImplementedError
+
+    def emit(self) -> str:
+        params = self.epilogue.params()
+        # set 0: this step's codes, scales and zero points; set 1: the next step's scales
+        code = self._kernel_head(params, self.shared_arrays(), ("0",))
+        code.add(1, "r0 = align16(ring)")
+        self._setup(code)
+        self._tile_loop(code)
+        self._fetch_chunk(code, 2, "warp", "1", codes=False)
+        code.add(2, "for st in range(STEPS):  # the same count in every warp")
+        code.add(3, "chunk0 = st * WARPS + warp  # the warp's chunk")
+        self._refill(code)
+        code.add(3, "sra0, srb0, zra0, zrb0 = sra1, srb1, zra1, zrb1")
+        self._fetch_chunk(code, 3, "chunk0 + WARPS", "1", codes=False)
+        self._read(code)
+        self._chunk_mmas(code, 3, "0")
+        self._end_step(code)
+        self._finish_tile(code)
+        code.add(2, "t += cuda.gridDim.x")
+        return self.module(code, params)
+
+    def _lds(self, code: Source, indent: int) -> None:
+        """The lane's words of the chunk at ``at`` in ``ring``."""
+        for q in range(self.words // 4):
+            code.add(indent, f"lds_words4(ring, at + {4 * q}, words0, {4 * q})")
+
+    def _setup(self, code: Source) -> None:
+        raise NotImplementedError
+
+    def _refill(self, code: Source) -> None:
+        raise NotImplementedError
+
+    def _read(self, code: Source) -> None:
+        raise NotImplementedError
+
+    def _end_step(self, code: Source) -> None:
+        pass
+
+
+class W4RingEmitter(_RingEmitter):
+    """The Tensor Core kernel with its codes through a ring of shared-memory stages
+    (``FUSEC_W4_KERNEL=ring``; module notes): a step's 8 chunks, contiguous in the packed
+    layout, one ``cp.async.bulk`` (``bulk``) issued by thread 0 ``STAGES - 1`` steps ahead
+    (across the block's tiles too); a block barrier ends a step."""
+
+    def loop_constants(self, chunks: int) -> list[tuple[str, int]]:
+        stage_words = WARPS * 32 * self.words  # a step's codes
+        return super().loop_constants(chunks) + [
             ("STAGE_WORDS", stage_words),
             ("RING", STAGES * stage_words + 4),  # (+ 16 bytes to align the first stage)
         ]
 
-    def emit(self) -> str:
-        params = self.epilogue.params()
-        ring = [
+    def shared_arrays(self) -> list[str]:
+        return [
             "ring = cuda.shared.array(RING, int32)  # STAGES steps' codes",
             "bars = cuda.shared.array(STAGES, int64)  # a stage's copy completes on one",
         ]
-        # set 0: this step's codes, scales and zero points; set 1: the next step's scales
-        code = self._kernel_head(params, ring, ("0",))
-        code.add(1, "r0 = align16(ring)", "if cuda.threadIdx.x == 0:")
+
+    def _setup(self, code: Source) -> None:
+        code.add(1, "if cuda.threadIdx.x == 0:")
         code.add(2, "for i in range(STAGES):", "    mbar_init(bars, i, 1)")
         code.add(1, "cuda.syncthreads()")
         code.add(1, "tiles = (TILES - 1 - cuda.blockIdx.x) // cuda.gridDim.x + 1  # the block's")
@@ -328,24 +379,20 @@ class W4RingEmitter(W4MmaEmitter):
         code.add(2, "for jj in range(STAGES - 1):", "    if jj < steps:")
         self._copy_step(code, 4)
         code.add(1, "j = 0  # the block's steps so far")
-        self._tile_loop(code)
-        self._fetch_chunk(code, 2, "warp", "1", codes=False)
-        code.add(2, "for st in range(STEPS):  # the same count in every warp")
-        code.add(3, "chunk0 = st * WARPS + warp  # the warp's chunk")
-        code.add(3, "sra0, srb0, zra0, zrb0 = sra1, srb1, zra1, zrb1")
-        self._fetch_chunk(code, 3, "chunk0 + WARPS", "1", codes=False)
+
+    def _refill(self, code: Source) -> None:
+        # the stage the last step read: every thread passed its closing barrier
         code.add(3, "jj = j + STAGES - 1", "if cuda.threadIdx.x == 0 and jj < steps:")
         self._copy_step(code, 4)
+
+    def _read(self, code: Source) -> None:
         code.add(3, "slot = urem32(j, STAGES)", "mbar_wait(bars, slot, udiv32(j, STAGES) % 2)")
         code.add(3, "at = r0 + slot * STAGE_WORDS + (warp * 32 + lane) * CW")
-        for q in range(self.words // 4):
-            code.add(3, f"lds_words4(ring, at + {4 * q}, words0, {4 * q})")
-        self._chunk_mmas(code, 3, "0")
+        self._lds(code, 3)
+
+    def _end_step(self, code: Source) -> None:
         code.add(3, "cuda.syncthreads()  # the stage is read: the ring may refill it")
         code.add(3, "j += 1")
-        self._finish_tile(code)
-        code.add(2, "t += cuda.gridDim.x")
-        return self.module(code, params)
 
     def _copy_step(self, code: Source, indent: int) -> None:
         """One thread's bulk copy of step ``jj``'s codes (its tile's chunks ``WARPS`` at a
@@ -361,39 +408,31 @@ class W4RingEmitter(W4MmaEmitter):
         )
 
 
-class W4WarpRingEmitter(W4MmaEmitter):
+class W4WarpRingEmitter(_RingEmitter):
     """The Tensor Core kernel with a ring of ``STAGES`` chunks of codes a warp
     (``FUSEC_W4_KERNEL=warp-ring``): lane 0 of each warp copies the warp's next chunks
     (1 KB at CW = 8, contiguous) with one ``cp.async.bulk`` each on the warp's own
-    mbarriers, ``STAGES`` chunks ahead, across the block's tiles too; the lanes read a
-    chunk's words with two 16-byte shared loads; no block barrier a step (the block ring's
-    coupling of the warps), only the warp's own."""
-
-    numpy_types = "int32, int64"
+    mbarriers, ``STAGES`` chunks ahead, across the block's tiles too; no block barrier a
+    step (the block ring's coupling of the warps), only the warp's own."""
 
     def kernel_helpers(self) -> set[str]:
-        ring = {"align16", "mbar_init", "bulk_load", "mbar_wait", "lds_words4", "warp_sync"}
-        return super().kernel_helpers() | ring | {"urem32"}
+        return super().kernel_helpers() | {"warp_sync"}
 
     def loop_constants(self, chunks: int) -> list[tuple[str, int]]:
         chunk_words = 32 * self.words  # a chunk's codes (the warp's lanes')
-        return [
-            ("STEPS", -(-chunks // WARPS)),  # a tile's steps: a chunk a warp each
-            ("STAGES", STAGES),
+        return super().loop_constants(chunks) + [
             ("CHUNK_WORDS", chunk_words),
             ("BARS", WARPS * STAGES),  # a stage a warp, each its mbarrier
             ("RING", WARPS * STAGES * chunk_words + 4),  # (+ 16 bytes: align the first)
         ]
 
-    def emit(self) -> str:
-        params = self.epilogue.params()
-        ring = [
+    def shared_arrays(self) -> list[str]:
+        return [
             "ring = cuda.shared.array(RING, int32)  # STAGES chunks of codes a warp",
             "bars = cuda.shared.array(BARS, int64)  # a chunk's copy completes on one",
         ]
-        # set 0: this step's codes, scales and zero points; set 1: the next step's scales
-        code = self._kernel_head(params, ring, ("0",))
-        code.add(1, "r0 = align16(ring)")
+
+    def _setup(self, code: Source) -> None:
         code.add(1, "ct = cuda.blockIdx.x  # the warp's next copy: tile ct, chunk cc")
         code.add(1, "cc = warp")
         code.add(1, "if lane == 0:  # the warp's barriers")
@@ -403,29 +442,20 @@ class W4WarpRingEmitter(W4MmaEmitter):
         code.add(1, "warp_sync()  # the barriers are set up")
         code.add(1, "q = 0  # the warp's chunks so far")
         code.add(1, "read = False  # the last step read a chunk: its stage is free")
-        self._tile_loop(code)
-        self._fetch_chunk(code, 2, "warp", "1", codes=False)
-        code.add(2, "for st in range(STEPS):  # the same count in every warp")
-        code.add(3, "chunk0 = st * WARPS + warp  # the warp's chunk")
-        # the stage the last step read (its words consumed by that step's mmas) refilled
-        # before this step's loads, so that the copy's proxy fence waits for no load
+
+    def _refill(self, code: Source) -> None:
         code.add(3, "if read:")
         self._copy_chunk(code, 4, "urem32(q - 1, STAGES)")
         code.add(3, "read = chunk0 < CHUNKS")
-        code.add(3, "sra0, srb0, zra0, zrb0 = sra1, srb1, zra1, zrb1")
-        self._fetch_chunk(code, 3, "chunk0 + WARPS", "1", codes=False)
+
+    def _read(self, code: Source) -> None:
         code.add(3, "slot = urem32(q, STAGES)", "if chunk0 < CHUNKS:")
         code.add(4, "mbar_wait(bars, warp * STAGES + slot, udiv32(q, STAGES) % 2)")
         code.add(4, "at = r0 + (warp * STAGES + slot) * CHUNK_WORDS + lane * CW")
-        for w in range(self.words // 4):
-            code.add(4, f"lds_words4(ring, at + {4 * w}, words0, {4 * w})")
+        self._lds(code, 4)
         code.add(3, "warp_sync()  # every lane has read the chunk (next step may refill it)")
         code.add(3, "if read:")
         code.add(4, "q += 1")
-        self._chunk_mmas(code, 3, "0")
-        self._finish_tile(code)
-        code.add(2, "t += cuda.gridDim.x")
-        return self.module(code, params)
 
     def _copy_chunk(self, code: Source, indent: int, slot: str) -> None:
         """Lane 0's bulk copy of the warp's next chunk (tile ``ct``, chunk ``cc``, if any)
