@@ -128,9 +128,10 @@ def load_global_words(builder: Any, address: Any, words: int, space: str = "glob
     return [builder.extract_value(result, k) for k in range(words)]
 
 
-def word_loader(n: int, space: str = "global") -> Any:
-    """(GPU) the intrinsic ``load(arr, e, dst, d)``: ``dst[d:d + n]`` = the ``n`` 32-bit
-    words at element ``e`` of ``arr`` (in ``space``), one vector load."""
+def word_loader(n: int, space: str = "global", split: Any = None) -> Any:
+    """(GPU) the intrinsic ``load(arr, e, dst, d)``: the ``n`` 32-bit words at element ``e``
+    of ``arr`` (in ``space``) with one vector load, stored from ``dst[d]`` on: each word
+    as itself, or as the values ``split(context, builder, word, arr_t, dst_t)`` gives."""
     from llvmlite import ir
     from numba.cuda import types
     from numba.cuda.extending import intrinsic
@@ -143,7 +144,12 @@ def word_loader(n: int, space: str = "global") -> Any:
             arr_t, _, dst_t, _ = sig.args
             arr_v, e_v, dst_v, d_v = args
             address = pointer(context, builder, arr_t, arr_v, e_v)
-            for k, value in enumerate(load_global_words(builder, address, n, space)):
+            values = [
+                value
+                for word in load_global_words(builder, address, n, space)
+                for value in (split(context, builder, word, arr_t, dst_t) if split else [word])
+            ]
+            for k, value in enumerate(values):
                 index = builder.add(d_v, ir.Constant(d_v.type, k))
                 builder.store(value, pointer(context, builder, dst_t, dst_v, index))
             return context.get_dummy_value()
@@ -231,29 +237,18 @@ def _make_gpu_moves() -> dict[str, Any]:
 
         return divide
 
+    def bytes_of(context: Any, builder: Any, word: Any, arr_t: Any, dst_t: Any) -> list:
+        """A word's 4 one-byte elements (little-endian), each converted to ``dst``'s type."""
+        signed = getattr(arr_t.dtype, "signed", False)  # (bool: unsigned)
+        byte_t = types.int8 if signed else types.uint8
+        out = []
+        for b in range(4):
+            byte = builder.trunc(builder.lshr(word, ir.Constant(i32, 8 * b)), ir.IntType(8))
+            out.append(context.cast(builder, byte, byte_t, dst_t.dtype))
+        return out
+
     def make_bytes(width: int) -> Any:
-        @intrinsic
-        def load_bytes(typingctx: Any, arr: Any, e: Any, dst: Any, d: Any) -> Any:
-            sig = types.void(arr, e, dst, d)
-
-            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-                arr_t, _, dst_t, _ = sig.args
-                arr_v, e_v, dst_v, d_v = args
-                source = pointer(context, builder, arr_t, arr_v, e_v)
-                signed = getattr(arr_t.dtype, "signed", False)  # (bool: unsigned)
-                byte_t = types.int8 if signed else types.uint8
-                for w, word in enumerate(load_global_words(builder, source, width // 4)):
-                    for b in range(4):
-                        shifted = builder.lshr(word, ir.Constant(i32, 8 * b))
-                        byte = builder.trunc(shifted, ir.IntType(8))
-                        value = context.cast(builder, byte, byte_t, dst_t.dtype)
-                        index = builder.add(d_v, ir.Constant(d_v.type, 4 * w + b))
-                        builder.store(value, pointer(context, builder, dst_t, dst_v, index))
-                return context.get_dummy_value()
-
-            return sig, codegen
-
-        return load_bytes
+        return word_loader(width // 4, "global", bytes_of)
 
     moves = {f"move{w}": make(w) for w in WIDTHS}
     moves.update({f"load_bytes{w}": make_bytes(w) for w in WIDTHS})
