@@ -44,7 +44,7 @@ import time
 from typing import Any
 
 from fusec.targets.cuda.env import numba_cuda, simulator_enabled
-from fusec.targets.cuda.rawmove import pointer, word_loader
+from fusec.targets.cuda.rawmove import as_i32, pointer, word_loader
 
 
 def helper_names() -> list[str]:
@@ -123,11 +123,6 @@ def _make_gpu() -> dict[str, Any]:
 
     def at(context: Any, builder: Any, arrty: Any, arr: Any, index: Any) -> Any:
         return shared_address(builder, pointer(context, builder, arrty, arr, index))
-
-    def as_i32(builder: Any, value: Any) -> Any:
-        if value.type.width == 32:
-            return value
-        return builder.trunc(value, i32) if value.type.width > 32 else builder.sext(value, i32)
 
     @intrinsic
     def align16(typingctx: Any, arr: Any) -> Any:

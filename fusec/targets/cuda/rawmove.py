@@ -105,6 +105,17 @@ def pointer(context: Any, builder: Any, arrty: Any, arr: Any, index: Any) -> Any
     return builder.gep(data, [index])
 
 
+def as_i32(builder: Any, value: Any) -> Any:
+    """(Intrinsic code generation) an integer value as 32 bits (truncated, or sign-extended)."""
+    from llvmlite import ir
+
+    width = value.type.width
+    if width == 32:
+        return value
+    i32 = ir.IntType(32)
+    return builder.trunc(value, i32) if width > 32 else builder.sext(value, i32)
+
+
 def load_global_words(builder: Any, address: Any, words: int, space: str = "global") -> list[Any]:
     """(Intrinsic code generation) ``words`` (1, 2 or 4) 32-bit words at ``address`` (a
     generic pointer into ``space``: ``global`` or ``shared``) with one ``ld.<space>``

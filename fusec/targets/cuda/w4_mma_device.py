@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from fusec.targets.cuda.env import simulator_enabled
-from fusec.targets.cuda.rawmove import pointer
+from fusec.targets.cuda.rawmove import as_i32, pointer
 
 FORMATS = ("f16", "bf16")
 #: B fragments an ``mma`` helper multiplies (8 rows of activations each).
@@ -164,11 +164,6 @@ def _make_gpu() -> dict[str, Any]:
     from numba.cuda.extending import intrinsic
 
     i32, f32 = ir.IntType(32), ir.FloatType()
-
-    def as_i32(builder: Any, value: Any) -> Any:
-        if value.type.width > 32:
-            return builder.trunc(value, i32)
-        return builder.sext(value, i32) if value.type.width < 32 else value
 
     def make_mma(fmt: str, count: int) -> Any:
         n = 4 * count
