@@ -773,6 +773,22 @@ def moe_cases(bench, rows: list[dict], out: str) -> None:
     write(rows, out, prefix="gemm-moe")
 
 
+def w4_timed(m: int, q, s, z, wd, k: int = W4_K, n: int = W4_N) -> tuple:
+    """(warm ms, cold ms, rel L2, the compiled module) of the W4A16 layer of ``w4_layer``'s
+    codes ``q``, scales ``s``, zero points ``z`` at ``m`` rows of x: GPU time of a CUDA-graph
+    replay, back to back (``time_gpu``) and with the L2 flushed (``time_gpu_cold``), the
+    result checked against the f32 product with the dequantized weight ``wd``."""
+    import torch
+
+    import fusec
+
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    compiled = fusec.compile(w4_program(m, q, k, n), target="cuda")
+    rel = check(compiled(x, s, z), x.float() @ wd)
+    replay = fusec_graph(compiled, (x, s, z))
+    return time_gpu(replay), time_gpu_cold(replay), rel, compiled
+
+
 def w4_decode() -> None:
     """``--w4-decode``: the W4A16 kernel that ``$FUSEC_W4_KERNEL`` picks (the Tensor Core
     one by default; ``ring``, ``warp-ring``, ``cuda-cores``) at M = 1 on 4096 x 4096 and
@@ -784,7 +800,6 @@ def w4_decode() -> None:
 
     import torch
 
-    import fusec
     from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
 
     kernel = os.environ.get(KERNEL_CHOICE) or "tensor-cores"
@@ -792,15 +807,11 @@ def w4_decode() -> None:
     hbm = next((v for k, v in HBM_PEAK.items() if k in name), None)
     for k, n in ((W4_K, W4_N), *W4_DECODE_LAYERS):
         q, s, z, wd, weight_bytes = w4_layer(k, n)
-        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
-        compiled = fusec.compile(w4_program(1, q, k, n), target="cuda")
-        rel = check(compiled(x, s, z), x.float() @ wd)
-        replay = fusec_graph(compiled, (x, s, z))
-        warm, cold = time_gpu(replay), time_gpu_cold(replay)
+        warm, cold, rel, _ = w4_timed(1, q, s, z, wd, k, n)
         shares = [f" ({weight_bytes / t / 1e-3 / hbm:.1%})" if hbm else "" for t in (warm, cold)]
         print(f"W4A16 {kernel} 1x{k}x{n}: warm {warm * 1e3:.1f} us{shares[0]}, cold "
               f"{cold * 1e3:.1f} us{shares[1]}, rel L2 {rel:.1e}", flush=True)  # fmt: skip
-        del q, s, z, wd, compiled, replay
+        del q, s, z, wd
         torch.cuda.empty_cache()
 
 
@@ -815,9 +826,6 @@ def w4_sweep() -> None:
     scale blocks are whole chunks of 64, has one shape)."""
     import os
 
-    import torch
-
-    import fusec
     from fusec.targets.cuda.gemm import w4
     from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
 
@@ -827,11 +835,7 @@ def w4_sweep() -> None:
     q, s, z, wd, weight_bytes = w4_layer()
 
     def run(label: str, m: int) -> None:
-        x = torch.randn(m, W4_K, device="cuda", dtype=torch.bfloat16)
-        compiled = fusec.compile(w4_program(m, q), target="cuda")
-        rel = check(compiled(x, s, z), x.float() @ wd)
-        replay = fusec_graph(compiled, (x, s, z))
-        warm, cold = time_gpu(replay), time_gpu_cold(replay)
+        warm, cold, rel, compiled = w4_timed(m, q, s, z, wd)
         kinds = [kernel.kind for kernel in compiled.kernels]
         print(f"{label} M={m}: warm {warm:.4f} ms {weight_bytes / warm / 1e6:.0f} GB/s, "
               f"cold {cold:.4f} ms {weight_bytes / cold / 1e6:.0f} GB/s, {kinds}, "
