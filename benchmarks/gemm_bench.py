@@ -802,7 +802,7 @@ def w4_decode() -> None:
 
     from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
 
-    kernel = os.environ.get(KERNEL_CHOICE) or "tensor-cores"
+    kernel = os.environ.get(KERNEL_CHOICE) or "auto"
     name = torch.cuda.get_device_name()
     hbm = next((v for k, v in HBM_PEAK.items() if k in name), None)
     for k, n in ((W4_K, W4_N), *W4_DECODE_LAYERS):

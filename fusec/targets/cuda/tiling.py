@@ -26,6 +26,10 @@ serve (they run on the PyTorch fallback or the direct conv) get no attribute. Th
 what the template generates from, so ``fusec compile`` output shows the tile
 and FileCheck tests pin it.
 
+Each weight-only int4 (W4A16) group the Tensor Core W4A16 kernel serves gets its loop,
+``fusec.w4_loop = "ring"`` where the device's grid is smaller than the group's tiles (its
+blocks walk several tiles) and ``"registers"`` otherwise (``gemm.w4_mma.choose_loop``).
+
 Under ``precision="tf32"`` (issue 28) the tf32 GEMM reads its operands K-major only: a
 group whose B is a 2-D ``arith.constant`` stored K x N that it alone reads (a model's
 weight, ``x @ W``) gets the N x K constant instead, read ``transpose_b``
@@ -104,6 +108,10 @@ class TileGemmPass(ModulePass):
                 _tile_conv(fused, device)
             if not isinstance(fused, ai.FusedOp) or fused.kind_name != "matmul":
                 continue
+            if _is_w4a16(fused):
+                device = device or given_device(self.sms)
+                _choose_w4_loop(fused, device)
+                continue
             p = template.plan(fused)
             if isinstance(p, str):
                 continue
@@ -156,6 +164,27 @@ class TileGemmPass(ModulePass):
             return None
         # an option left empty keeps the config's own
         return replace(config.variant, **{name: value for name, value in asked.items() if value})
+
+
+def _is_w4a16(fused: ai.FusedOp) -> bool:
+    from fusec.targets.cuda.common import body_ops
+    from fusec.targets.cuda.gemm import w4
+
+    return any(w4.is_four_bit(op) for op in body_ops(fused))
+
+
+def _choose_w4_loop(fused: ai.FusedOp, device: DeviceCaps) -> None:
+    """Write the W4A16 Tensor Core kernel's loop on a weight-only int4 group it serves
+    (``w4_mma.choose_loop`` for ``device``'s SM count); groups it cannot serve (the CUDA-core
+    kernel's) get no attribute."""
+    from xdsl.dialects.builtin import StringAttr
+
+    from fusec.targets.cuda.gemm import w4, w4_mma
+
+    p = w4.plan(fused)
+    if isinstance(p, str) or w4_mma.mma_problem(p) is not None:
+        return
+    fused.attributes[w4_mma.LOOP_ATTR] = StringAttr(w4_mma.choose_loop(p, device.sms))
 
 
 def _tile_conv(fused: ai.FusedOp, device: DeviceCaps) -> None:

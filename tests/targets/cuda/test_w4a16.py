@@ -5,6 +5,8 @@ On the GPU: test_w4a16_gpu.py."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 import ml_dtypes
@@ -76,6 +78,59 @@ def test_a_kernel_choice_of_none_of_the_kernels_is_a_clear_error(monkeypatch) ->
     model, _ = w4a16_onnx(1, 512, 64, 128, "bf16", seed=1)
     with pytest.raises(FusecError, match=r"FUSEC_W4_KERNEL: 'rings', expected .*'warp-ring'"):
         fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+
+
+@pytest.mark.parametrize("sms, loop", [(2, "ring"), (3, "registers"), (132, "registers")])
+def test_tile_gemm_gives_the_ring_to_blocks_that_walk_several_tiles(sms: int, loop: str) -> None:
+    """N = 272 is 17 tiles of 16 columns: 2 SMs run 16 blocks (8 a multiprocessor), so
+    blocks walk several tiles and take the block ring, which fetches across them; 3 SMs (24
+    blocks) or 132 give each block one tile: the register sets (``choose_loop``). The
+    attribute is on the IR and the kernel follows it."""
+    import fusec
+    from fusec.dialect import ops as ai
+    from fusec.targets.cuda.gemm.w4_mma import LOOP_ATTR
+
+    model, _ = w4a16_onnx(1, 512, 272, 128, "bf16", seed=1)
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False, sms=sms)
+    (group,) = [op for op in compiled.module.walk() if isinstance(op, ai.FusedOp)]
+    assert group.attributes[LOOP_ATTR].data == loop
+    (kernel,) = compiled.kernels
+    assert ("bulk_load(" in kernel.source) == (loop == "ring")
+    assert ("words1" in kernel.source) == (loop == "registers")
+
+
+def test_the_kernel_choice_overrides_the_loop_on_the_ir(monkeypatch) -> None:
+    """``FUSEC_W4_KERNEL=registers`` runs the register sets where the IR names the ring."""
+    import fusec
+    from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
+
+    monkeypatch.setenv(KERNEL_CHOICE, "registers")
+    model, _ = w4a16_onnx(1, 512, 272, 128, "bf16", seed=1)
+    (kernel,) = fusec.compile(
+        fusec.from_onnx(model), target="cuda", executable=False, sms=2
+    ).kernels
+    assert "bulk_load(" not in kernel.source and "words1" in kernel.source
+
+
+def test_a_bad_loop_attribute_is_a_diagnostic_at_the_group(tmp_path) -> None:
+    """A hand-written ``fusec.w4_loop`` naming no loop: file:line:col, the attribute, what
+    was expected; exit code 1."""
+    import re
+
+    import fusec
+    from fusec.cli import main
+
+    model, _ = w4a16_onnx(1, 512, 64, 128, "bf16", seed=1)
+    text = str(fusec.compile(fusec.from_onnx(model), target="cuda", executable=False).module)
+    text = re.sub(r'fusec.w4_loop = "registers"', 'fusec.w4_loop = "rings"', text)
+    path = tmp_path / "w4.mlir"
+    path.write_text(text)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["compile", str(path), "--target", "cuda", "--pipeline", "", "--emit", "cuda"])
+    assert code == 1
+    assert re.search(rf"{re.escape(str(path))}:\d+:\d+", err.getvalue()), err.getvalue()
+    assert 'fusec.w4_loop' in err.getvalue() and '"ring"' in err.getvalue()
 
 
 @pytest.mark.parametrize("layout", ["w4mma:kn:i4:8", "w4mma:nk:ui4:4"])

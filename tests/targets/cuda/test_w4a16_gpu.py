@@ -86,7 +86,7 @@ def test_every_warp_shape_matches_the_reference(m, shape, monkeypatch):
     assert _check(compiled, [x], [_device(x, "bf16")]) < 1e-2
 
 
-@pytest.mark.parametrize("kernel", ["tensor-cores", "cuda-cores", "ring", "warp-ring"])
+@pytest.mark.parametrize("kernel", ["registers", "cuda-cores", "ring", "warp-ring"])
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize(
     "m, k, n, block, transposed, unsigned",
@@ -105,8 +105,7 @@ def test_both_w4a16_kernels_match_the_reference(
     import fusec
     from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
 
-    if kernel != "tensor-cores":
-        monkeypatch.setenv(KERNEL_CHOICE, kernel)
+    monkeypatch.setenv(KERNEL_CHOICE, kernel)
     scales = "column" if block == 0 else "block"
     model, x = w4a16_onnx(m, k, n, block, dtype, m + n, transposed, scales, unsigned)
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
@@ -115,15 +114,14 @@ def test_both_w4a16_kernels_match_the_reference(
     assert _check(compiled, [x], [_device(x, dtype)]) < 1e-2
 
 
-@pytest.mark.parametrize("kernel", ["tensor-cores", "ring", "warp-ring"])
+@pytest.mark.parametrize("kernel", ["registers", "ring", "warp-ring"])
 def test_blocks_that_walk_several_tiles_match_the_reference(kernel, monkeypatch):
     """1064 tiles of 16 columns, more than a grid of 8 blocks a multiprocessor on an H100 or
     H200 (1056): some blocks take two tiles, and the rings run on into the second."""
     import fusec
     from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
 
-    if kernel != "tensor-cores":
-        monkeypatch.setenv(KERNEL_CHOICE, kernel)
+    monkeypatch.setenv(KERNEL_CHOICE, kernel)
     model, x = w4a16_onnx(2, 1024, 17024, 128, "bf16", 23, False, "block")
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
     assert compiled.kernels[0].prepared_inputs[0][1].startswith("w4mma")

@@ -48,14 +48,15 @@ registers: 60.3 us), the next tile's first chunk fetched during a tile's last (9
 registers, or 80 with spills: 58.9 us), and both this loop and the ring below in one
 kernel, chosen by the grid (81 registers; 56.5 us).
 
-``FUSEC_W4_KERNEL=ring`` (``W4RingEmitter``) brings a step's codes (a chunk a warp: 8 KB,
-contiguous) into a ring of ``STAGES`` shared-memory stages with one ``cp.async.bulk`` a
-step (``fusec.targets.cuda.bulk``), issued ``STAGES - 1`` steps ahead across the block's
-tiles. Same H100 calls, warm: 49.0-49.8 us on the 123 MB layer (74-75% of HBM, 7% ahead
-of this loop), but behind it where a block has one tile: 1 x 4096 x 4096 7.1 against 6.1
+The block ring (``W4RingEmitter``; ``FUSEC_W4_KERNEL=ring`` forces it) brings a step's
+codes (a chunk a warp: 8 KB, contiguous) into a ring of ``STAGES`` shared-memory stages
+with one ``cp.async.bulk`` a step (``fusec.targets.cuda.bulk``), issued ``STAGES - 1`` steps
+ahead across the block's tiles. Same H100 calls, warm: 49.0-49.8 us on the 123 MB layer
+(74-75% of HBM, 7% ahead of this loop), but behind it where a block has one tile: 1 x 4096 x 4096 7.1 against 6.1
 us, 1 x 4096 x 14336 15.3 against 14.8, 1 x 14336 x 4096 16.5 against 13.1 (a block
-barrier a step couples the warps; 256 blocks cannot hide it). It stays a variant until a
-rule from the device's SM count (blocks that walk several tiles) picks it.
+barrier a step couples the warps; 256 blocks cannot hide it). So ``tile-gemm`` writes the
+loop on the group (``LOOP_ATTR``, ``choose_loop``): the ring where the layer has more tiles
+than the grid's blocks (8 a multiprocessor), the register sets elsewhere.
 ``FUSEC_W4_KERNEL=warp-ring`` (``W4WarpRingEmitter``) gives each warp a ring of its own
 (lane 0 copies the warp's next chunks, 1 KB each, ``STAGES`` ahead on the warp's
 mbarriers; no block barrier a step): written after the measurements above, simulator-
@@ -67,7 +68,10 @@ refilled by the copy engine is a write after read across proxies.
 
 from __future__ import annotations
 
+from xdsl.dialects.builtin import StringAttr
+
 from fusec.codegen import KernelSource
+from fusec.codegen.expr import error_at
 from fusec.dialect import ops as ai
 from fusec.environ import switch
 from fusec.targets.cuda.common import Source, block_tile_launch, kernel_name, storage_signature
@@ -473,20 +477,46 @@ class W4WarpRingEmitter(_RingEmitter):
         code.add(indent + 2, "cc = warp", "ct += cuda.gridDim.x")
 
 
-#: ``FUSEC_W4_KERNEL=cuda-cores`` keeps every W4A16 layer on ``w4.py``'s kernel, ``ring`` takes
-#: the ring variant of this one where it serves (the A/Bs of ``gemm_bench.py --w4``).
+#: The attribute ``tile-gemm`` writes on a W4A16 group this kernel serves: the loop that runs
+#: it (``choose_loop``), one of ``LOOPS``; code generation reads it, never the machine.
+LOOP_ATTR = "fusec.w4_loop"
+LOOPS = ("registers", "ring", "warp-ring")
+#: ``FUSEC_W4_KERNEL`` overrides the IR's loop for every W4A16 layer (the A/Bs of
+#: ``gemm_bench.py --w4-decode``): ``registers``, ``ring``, ``warp-ring``, or ``cuda-cores``
+#: (``w4.py``'s kernel); ``auto``, the default, keeps the attribute's.
 KERNEL_CHOICE = "FUSEC_W4_KERNEL"
 #: Its values, the default first.
-KERNELS = ("tensor-cores", "cuda-cores", "ring", "warp-ring")
+KERNELS = ("auto", "registers", "cuda-cores", "ring", "warp-ring")
+
+
+def choose_loop(p: W4Plan, sms: int) -> str:
+    """The loop of plan ``p`` on a GPU of ``sms`` multiprocessors: the block ring where the
+    grid (``BLOCKS_PER_SM`` blocks a multiprocessor) is smaller than the tiles, so that
+    blocks walk several tiles and its copies run ahead across them; else the register
+    sets, ahead wherever a block has one tile (module notes: on 132 SMs the 123 MB layer's
+    1792 tiles take the ring, 4096 x 14336's 896 and 4096 x 4096's 256 the register sets)."""
+    return "ring" if -(-p.n // TILE) > BLOCKS_PER_SM * sms else "registers"
+
+
+def loop_of(fused_op: ai.FusedOp) -> str:
+    """The loop ``fused_op``'s ``LOOP_ATTR`` names (the register sets without one)."""
+    attr = fused_op.attributes.get(LOOP_ATTR)
+    if attr is None:
+        return "registers"
+    if not isinstance(attr, StringAttr) or attr.data not in LOOPS:
+        expected = " or ".join(f'"{loop}"' for loop in LOOPS)
+        raise error_at(fused_op, f"has a bad {LOOP_ATTR} attribute: expected {expected}")
+    return attr.data
 
 
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
-    """The W4A16 kernel module of a group the route planned: this Tensor Core kernel
-    where it serves the plan, else ``w4.py``'s (which also answers a plan's refusal)."""
+    """The W4A16 kernel module of a group the route planned: this Tensor Core kernel, with
+    the loop the IR names (or ``$FUSEC_W4_KERNEL``), where it serves the plan, else ``w4.py``'s
+    (which also answers a plan's refusal)."""
     p = w4.plan(fused_op)
     chosen = switch(KERNEL_CHOICE, KERNELS)  # (a ValueError naming a bad value)
     if isinstance(p, str) or chosen == "cuda-cores" or mma_problem(p) is not None:
         return w4.generate(fused_op, name, p)
-    emitters = {"ring": W4RingEmitter, "warp-ring": W4WarpRingEmitter}
-    emitter = emitters.get(chosen, W4MmaEmitter)
-    return w4.kernel_source(fused_op, emitter(fused_op, p, kernel_name(name)))
+    loop = loop_of(fused_op) if chosen == "auto" else chosen
+    emitters = {"registers": W4MmaEmitter, "ring": W4RingEmitter, "warp-ring": W4WarpRingEmitter}
+    return w4.kernel_source(fused_op, emitters[loop](fused_op, p, kernel_name(name)))
