@@ -48,15 +48,15 @@ registers: 60.3 us), the next tile's first chunk fetched during a tile's last (9
 registers, or 80 with spills: 58.9 us), and both this loop and the ring below in one
 kernel, chosen by the grid (81 registers; 56.5 us).
 
-The block ring (``W4RingEmitter``; ``FUSEC_W4_KERNEL=ring`` forces it) brings a step's
-codes (a chunk a warp: 8 KB, contiguous) into a ring of ``STAGES`` shared-memory stages
-with one ``cp.async.bulk`` a step (``fusec.targets.cuda.bulk``), issued ``STAGES - 1`` steps
-ahead across the block's tiles. Same H100 calls, warm: 49.0-49.8 us on the 123 MB layer
-(74-75% of HBM, 7% ahead of this loop), but behind it where a block has one tile: 1 x 4096 x 4096 7.1 against 6.1
-us, 1 x 4096 x 14336 15.3 against 14.8, 1 x 14336 x 4096 16.5 against 13.1 (a block
-barrier a step couples the warps; 256 blocks cannot hide it). So ``tile-gemm`` writes the
-loop on the group (``LOOP_ATTR``, ``choose_loop``): the ring where the layer has more tiles
-than the grid's blocks (8 a multiprocessor), the register sets elsewhere.
+The block ring (``W4RingEmitter``; ``FUSEC_W4_KERNEL=ring`` forces it) brings a step's codes
+(a chunk a warp: 8 KB, contiguous) into a ring of ``STAGES`` shared-memory stages with one
+``cp.async.bulk`` a step (``fusec.targets.cuda.bulk``), issued ``STAGES - 1`` steps ahead
+across the block's tiles. Same H100 calls, warm: 49.0-49.8 us on the 123 MB layer (74-75% of
+HBM, 7% ahead of this loop), but behind it where a block has one tile: 1 x 4096 x 4096 7.1
+against 6.1 us, 1 x 4096 x 14336 15.3 against 14.8, 1 x 14336 x 4096 16.5 against 13.1 (a
+block barrier a step couples the warps; 256 blocks cannot hide it). So ``tile-gemm`` writes
+the loop on the group (``LOOP_ATTR``, ``choose_loop``): the ring where the layer has more
+tiles than the grid's blocks (8 a multiprocessor), the register sets elsewhere.
 ``FUSEC_W4_KERNEL=warp-ring`` (``W4WarpRingEmitter``) gives each warp a ring of its own
 (lane 0 copies the warp's next chunks, 1 KB each, ``STAGES`` ahead on the warp's
 mbarriers; no block barrier a step): written after the measurements above, simulator-
