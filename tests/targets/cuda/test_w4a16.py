@@ -130,7 +130,7 @@ def test_a_bad_loop_attribute_is_a_diagnostic_at_the_group(tmp_path) -> None:
         code = main(["compile", str(path), "--target", "cuda", "--pipeline", "", "--emit", "cuda"])
     assert code == 1
     assert re.search(rf"{re.escape(str(path))}:\d+:\d+", err.getvalue()), err.getvalue()
-    assert 'fusec.w4_loop' in err.getvalue() and '"ring"' in err.getvalue()
+    assert "fusec.w4_loop" in err.getvalue() and '"ring"' in err.getvalue()
 
 
 @pytest.mark.parametrize("layout", ["w4mma:kn:i4:8", "w4mma:nk:ui4:4"])
