@@ -17,6 +17,8 @@ internals can move without invalidating cached kernels or their text:
   (``fusec.targets.cuda.w4_mma_device``);
 * ``align16``, ``mbar_init``, ``bulk_load``, ``mbar_wait``, ``lds_words4``, ``warp_sync``:
   bulk copies into a ring of shared-memory stages on mbarriers (``fusec.targets.cuda.bulk``);
+* ``grid_dependency_wait``: every kernel's first statement, the wait for the kernels it
+  depends on in a graph with programmatic edges (``fusec.targets.cuda.dependent``);
 * ``ieee_conv2d``, ``ieee_matmul``, ``ieee_addmm``, ``ieee_attention``, ``moe_experts``:
   the PyTorch fallback's IEEE-f32 library calls (``fusec.targets.cuda.torch_runtime``);
 * ``TileConfig``, ``Epilogue``, ``GemmSpec``, ``GemmLaunch``: the Tensor Core
@@ -71,6 +73,7 @@ _PROVIDERS: dict[str, str] = {
     "mbar_wait": "fusec.targets.cuda.bulk",
     "lds_words4": "fusec.targets.cuda.bulk",
     "warp_sync": "fusec.targets.cuda.bulk",
+    "grid_dependency_wait": "fusec.targets.cuda.dependent",
     "ieee_conv2d": "fusec.targets.cuda.torch_runtime",
     "tf32_conv2d": "fusec.targets.cuda.torch_runtime",
     "ieee_matmul": "fusec.targets.cuda.torch_runtime",

@@ -74,6 +74,7 @@ def python_source(spec: LinkedKernel, cu_path: str) -> str:
     return f'''"""Numba kernel of fusec {spec.function_name}."""
 from numba import cuda, types
 
+from fusec.targets.cuda.dependent import grid_dependency_wait
 from fusec.targets.cuda.intrinsics import shared_address
 
 body = cuda.declare_device(
@@ -82,6 +83,7 @@ body = cuda.declare_device(
 
 
 def kernel({", ".join(params)}):
+    grid_dependency_wait()  # (the kernels before it: done)
     smem = cuda.shared.array(0, dtype=types.uint8)
     body(shared_address(smem), {", ".join(params)})
 '''

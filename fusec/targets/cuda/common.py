@@ -42,9 +42,9 @@ def storage_signature(dtypes: Sequence[str]) -> str:
 
 
 def prelude(helpers: Sequence[str]) -> str:
-    """Imports of a kernel module: math, f32, and from the kernel ABI (``abi``) numba.cuda
-    and the device helpers used."""
-    names = sorted({"cuda", *helpers})
+    """Imports of a kernel module: math, f32, and from the kernel ABI (``abi``) numba.cuda,
+    ``grid_dependency_wait`` (``kernel_def``) and the device helpers used."""
+    names = sorted({"cuda", "grid_dependency_wait", *helpers})
     lines = [
         "import math",
         "",
@@ -56,6 +56,14 @@ def prelude(helpers: Sequence[str]) -> str:
         "",
     ]
     return "\n".join(lines) + "\n"
+
+
+def kernel_def(code: Source, name: str, params: Sequence[str], doc: str) -> None:
+    """A generated kernel's head: ``@cuda.jit``, its signature, docstring ``doc`` and, as
+    its first statement, the wait for the kernels it depends on (``fusec.targets.cuda.
+    dependent``: programmatic dependent launch in recorded graphs)."""
+    code.add(0, "@cuda.jit", f"def {name}({', '.join(params)}):")
+    code.add(1, f'"""{doc}"""', "grid_dependency_wait()  # (the kernels before it: done)")
 
 
 def grid_stride_launch(

@@ -32,6 +32,7 @@ from fusec.targets.cuda.common import (
     NUMBA_STORAGE,
     Source,
     grid_stride_launch,
+    kernel_def,
     kernel_name,
     module_text,
     prelude,
@@ -125,8 +126,12 @@ def vectorised(fused_op: ai.FusedOp, name: str, plan: CopyPlan) -> KernelSource:
     per = plan.vector_bytes // itemsize
     params, ins = _params(fused_op)
     code = Source([])
-    code.add(0, "@cuda.jit", f"def {name}({', '.join(params)}):")
-    code.add(1, '"""Grid-stride loop over the result\'s vectors, each moved from its source."""')
+    kernel_def(
+        code,
+        name,
+        params,
+        "Grid-stride loop over the result's vectors, each moved from its source.",
+    )
     code.add(1, "step = cuda.gridsize(1)", "v = cuda.grid(1)", "while v < NVEC:")
     if plan.pieces:
         nvec = _emit_concat(code, plan, per)
@@ -211,12 +216,11 @@ def tiled(fused_op: ai.FusedOp, name: str, plan: CopyPlan) -> KernelSource:
     pitch = _pitch(side_a, ITEMSIZE[spec_of(yielded(fused_op)[0].type).dtype])
     params, ins = _params(fused_op)
     code = Source([])
-    code.add(0, "@cuda.jit", f"def {name}({', '.join(params)}):")
-    code.add(
-        1,
-        '"""One tile per block: read along the source\'s contiguous dimension into '
-        'shared memory, write along the result\'s."""',
+    doc = (
+        "One tile per block: read along the source's contiguous dimension into shared "
+        "memory, write along the result's."
     )
+    kernel_def(code, name, params, doc)
     code.add(1, f"tile = cuda.shared.array(({side_b}, {pitch}), STORAGE)")
     code.add(1, "t = cuda.threadIdx.x")
     for x, y, side in (("tx", "ty", side_a), ("sx", "sy", side_b)):  # load, store lanes

@@ -189,8 +189,8 @@ def _generic(fused_op: ai.FusedOp, name: str, why: str) -> KernelSource:
     value = maps.load(result, idx if spec.rank else [])
     code = common.Source([])
     params = ["out0"] + [f"in{k}" for k in range(len(fused_op.inputs))]
-    code.add(0, "@cuda.jit", f"def {name}({', '.join(params)}):")
-    code.add(1, '"""Grid-stride loop over the result: each element read from its source."""')
+    doc = "Grid-stride loop over the result: each element read from its source."
+    common.kernel_def(code, name, params, doc)
     for k in range(len(maps.tables)):
         code.add(1, f"G{k} = cuda.const.array_like(TABLE{k})")
     code.add(1, "step = cuda.gridsize(1)", "e = cuda.grid(1)", "while e < N:")

@@ -71,6 +71,7 @@ class DriverCapture:
         from cuda.bindings import driver as drv
 
         from fusec.targets.cuda.adapters import _check
+        from fusec.targets.cuda.dependent import instantiate
         from fusec.targets.cuda.env import numba_cuda
         from fusec.targets.cuda.streams import StreamRef, stream_ptr
         from fusec.targets.cuda.tensormaps import pin_live_tensor_maps
@@ -94,7 +95,7 @@ class DriverCapture:
         finally:
             self.keeping(None)
         graph = _check(drv.cuStreamEndCapture(handle))
-        executable = _check(drv.cuGraphInstantiate(graph, 0))
+        executable = instantiate(graph)  # (programmatic edges between the kernels)
         pin_live_tensor_maps()  # the graph reads tensor maps from their slots for good
         return (graph, executable), tuple(outputs), kept
 

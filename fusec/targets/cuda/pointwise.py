@@ -42,6 +42,7 @@ from fusec.targets.cuda.common import (
     check_elementwise,
     check_leaves,
     grid_stride_launch,
+    kernel_def,
     kernel_name,
     module_text,
     prelude,
@@ -228,8 +229,9 @@ def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan, rotations)
     idx = [f"i{d}" for d in range(rank)]
     code = Source([])
     params = [o.array for o in out_ops] + [f"in{k}" for k in range(len(fused_op.inputs))]
-    code.add(0, "@cuda.jit", f"def {name}({', '.join(params)}):")
-    code.add(1, '"""Grid-stride loop over vectors of VEC elements of the output space."""')
+    kernel_def(
+        code, name, params, "Grid-stride loop over vectors of VEC elements of the output space."
+    )
 
     for op in list(in_ops.values()) + out_ops + list(rotations.values()):
         if op.vectorised:

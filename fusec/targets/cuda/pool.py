@@ -42,6 +42,7 @@ from fusec.targets.cuda.anchored import (
 from fusec.targets.cuda.common import (
     Source,
     grid_stride_launch,
+    kernel_def,
 )
 
 TO_CHANNELS_LAST = (0, 2, 3, 1)
@@ -125,8 +126,9 @@ class _Emitter(AnchorEmitter):
         code = Source([])
         params = self.epilogue.params()
         ld = f"ld_{self.dtype}"
-        code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
-        code.add(1, '"""Grid-stride loop over the output elements, one window each."""')
+        kernel_def(
+            code, self.name, params, "Grid-stride loop over the output elements, one window each."
+        )
         code.add(1, "e = cuda.grid(1)", "while e < N:")
         self.decode(code)
         code.add(2, "h0 = oh * SH - PT", "w0 = ow * SW - PL")

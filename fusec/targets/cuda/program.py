@@ -455,6 +455,8 @@ class CudaGraph:
     def __init__(self, program: CudaProgram, args: Sequence[Any], stream: Any = None) -> None:
         from cuda.bindings import driver as drv
 
+        from fusec.targets.cuda.dependent import instantiate
+
         self.drv = drv
         cuda = numba_cuda()
         device_args = [_device_copy(a) for a in args]
@@ -483,7 +485,7 @@ class CudaGraph:
         finally:
             program._keep = None
         graph = _check(drv.cuStreamEndCapture(handle))
-        self.graph_exec = _check(drv.cuGraphInstantiate(graph, 0))
+        self.graph_exec = instantiate(graph)  # (programmatic edges between the kernels)
         self.graph = graph
         self.outputs = outputs if isinstance(outputs, tuple) else (outputs,)
         # replays default to a blocking stream of the graph's own, ordered with the legacy

@@ -54,6 +54,7 @@ from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import (
     Source,
     block_tile_launch,
+    kernel_def,
     storage_signature,
 )
 
@@ -204,21 +205,21 @@ class _Emitter(AnchorEmitter):
         code = Source([])
         params = self.epilogue.params()
         if p.split == 1:
-            code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
-            code.add(1, '"""Z output rows x TY reduction lanes x TX columns per block."""')
+            kernel_def(
+                code,
+                self.name,
+                params,
+                "Z output rows x TY reduction lanes x TX columns per block.",
+            )
             self.tiles(code)
             return self.module(code, params)
         ins = params[len(self.epilogue.results) :]
-        code.add(0, "@cuda.jit", f"def {self.name}_part({', '.join(['ws', *ins])}):")
-        code.add(
-            1,
-            '"""As the one-pass kernel, each tile one of SPLIT parts of its reduction, into ws."""',
-        )
+        doc = "As the one-pass kernel, each tile one of SPLIT parts of its reduction, into ws."
+        kernel_def(code, f"{self.name}_part", ["ws", *ins], doc)
         self.tiles(code)
-        code.add(0, "", "", "@cuda.jit", f"def {self.name}({', '.join(['ws', *params])}):")
-        code.add(
-            1, '"""One output per thread: its SPLIT parts combined in order, then the epilogue."""'
-        )
+        code.add(0, "", "")
+        doc = "One output per thread: its SPLIT parts combined in order, then the epilogue."
+        kernel_def(code, self.name, ["ws", *params], doc)
         self.finish(code)
         return self.module(code, params)
 

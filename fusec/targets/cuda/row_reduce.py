@@ -58,6 +58,7 @@ from fusec.targets.cuda.common import (
     body_ops,
     check_elementwise,
     check_leaves,
+    kernel_def,
     kernel_name,
     launch_tail,
     module_text,
@@ -298,8 +299,8 @@ class _RowsEmitter:
         g, red = self.g, self.g.red
         is_ln = isinstance(red, NORMS)
         code = Source([])
-        code.add(0, "@cuda.jit", f"def {self.name}({', '.join(g.params())}):")
-        code.add(1, '"""ROWS_PER_BLOCK rows per block, THREADS_PER_ROW threads per row."""')
+        doc = "ROWS_PER_BLOCK rows per block, THREADS_PER_ROW threads per row."
+        kernel_def(code, self.name, g.params(), doc)
         code.add(1, "xr = cuda.local.array(CACHE, f32)  # this thread's part of the row")
         buffers = {f"v_{g.array(v)}" for v in g.leaves if self._varies(v)}
         buffers |= {f"o_out{k}" for k in range(len(g.results))}
@@ -598,8 +599,8 @@ class _StridedEmitter:
         g, red = self.g, self.g.red
         x = red.operands[0]
         code = Source([])
-        code.add(0, "@cuda.jit", f"def {self.name}({', '.join(g.params())}):")
-        code.add(1, '"""One thread per (outer, inner) column; three passes along the axis."""')
+        doc = "One thread per (outer, inner) column; three passes along the axis."
+        kernel_def(code, self.name, g.params(), doc)
         code.add(1, "t = cuda.grid(1)", "while t < OUTER * INNER:")
         code.add(2, "o = t // INNER", "i = t % INNER", f"mx = {literal(-math.inf)}")
         code.add(2, "for a in range(A):")

@@ -4,13 +4,15 @@ Every example, golden and cuda FileCheck graph is compiled for the cuda target
 (``executable=False``: the modules are generated, nothing is built or run, no GPU is
 needed) and each kernel module's imports are read from its syntax tree
 (``tests.targets.cpu.test_cpu_abi.fusec_imports``): a ``fusec`` import other than a name of
-the ABI fails, as does a dynamic or relative one. The linked kernels' specs travel with
+the ABI fails, as does a dynamic or relative one, and every kernel (the linked ones' Numba
+wrappers too) must begin with ``grid_dependency_wait()``. The linked kernels' specs travel with
 the ``KernelSource`` as data (``specs``), so nothing runs a module to find them. The ONNX
 models run in the slow lane (seconds each to import and plan).
 """
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -58,11 +60,38 @@ def _compile(path: Path) -> list[fusec.Kernel] | None:
         return None
 
 
+def kernel_first_calls(source: str) -> dict[str, str | None]:
+    """The name each ``@cuda.jit`` kernel of module ``source`` calls first (after its
+    docstring), None when its first statement is not a call."""
+    firsts: dict[str, str | None] = {}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        decorators = [ast.unparse(d) for d in node.decorator_list]
+        if not any(d.startswith("cuda.jit") and "device=True" not in d for d in decorators):
+            continue  # (a device function runs inside a kernel that waited)
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]  # the docstring
+        first = body[0] if body else None
+        call = first.value if isinstance(first, ast.Expr) else None
+        firsts[node.name] = ast.unparse(call.func) if isinstance(call, ast.Call) else None
+    return firsts
+
+
 def check_kernels(kernels: list[fusec.Kernel], where: str) -> set[str]:
-    """Fail on a foreign import or a spec without C++; the kinds seen."""
+    """Fail on a foreign import, a spec without C++ or a kernel whose first statement is not
+    the wait for the kernels before it (``fusec.targets.cuda.dependent``: a graph edge into
+    it may be programmatic); the kinds seen."""
+    from fusec.targets.cuda.build import python_source
+
     for kernel in kernels:
         foreign = foreign_imports(kernel)
         assert not foreign, f"{where}: {kernel.name} ({kernel.kind}) imports {foreign}"
+        wrappers = [python_source(spec, "<cu>") for spec in kernel.specs]
+        for source in (kernel.source, *wrappers):
+            for name, first in kernel_first_calls(source).items():
+                assert first == "grid_dependency_wait", (where, kernel.name, name, first)
         for spec in kernel.specs:
             assert kernel.kind in LINKED_KINDS, (where, kernel.name, kernel.kind)
             assert ("cuda-c++", spec.cpp_source()) in kernel.extra_sources, (where, kernel.name)
@@ -95,6 +124,16 @@ def test_the_abi_serves_every_name_it_lists() -> None:
         abi.__getattr__("GemmPlan")
     with pytest.raises(ImportError):
         exec("from fusec.targets.cuda.abi import linked_kernel_source", {})  # noqa: S102
+
+
+def test_the_checker_finds_a_kernel_that_does_not_wait_first() -> None:
+    source = (
+        '@cuda.jit\ndef a(x):\n    """Doc."""\n    grid_dependency_wait()\n    x[0] = 1\n\n'
+        "@cuda.jit(device=True)\ndef b(x):\n    x[0] = 1\n\n"
+        "def launch(x):\n    a[1, 1](x)\n"
+    )
+    assert kernel_first_calls(source) == {"a": "grid_dependency_wait"}
+    assert kernel_first_calls(source.replace("    grid_dependency_wait()\n", "")) == {"a": None}
 
 
 def test_the_checker_finds_foreign_imports() -> None:

@@ -127,6 +127,45 @@ def _node_types(graph) -> list:
     return [_check(drv.cuGraphNodeGetType(node)) for node in nodes]
 
 
+def _edge_types(graph) -> list[tuple[int, bool]]:
+    """(dependency type: 0 default, 1 programmatic; whether both ends are kernel nodes) of
+    each edge of a recorded CUDA graph."""
+    from cuda.bindings import driver as drv
+
+    from fusec.targets.cuda.adapters import _check
+
+    kernel = drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
+    *_, count = _check(drv.cuGraphGetEdges(graph[0], 0))
+    sources, targets, data, count = _check(drv.cuGraphGetEdges(graph[0], count))
+    ends = zip(sources[:count], targets[:count], strict=True)
+    kernels = [all(_check(drv.cuGraphNodeGetType(n)) == kernel for n in pair) for pair in ends]
+    return [(int(edge.type), k) for edge, k in zip(data[:count], kernels, strict=True)]
+
+
+@pytest.mark.parametrize("pdl", ["1", "0"])
+def test_kernels_of_a_graph_follow_each_other_by_programmatic_edges(monkeypatch, pdl) -> None:
+    """A ResNet block's kernels (convs, pointwise) recorded with ``FUSEC_PDL`` on: every
+    edge between two of them programmatic (``dependent.programmatic_edges``), and the
+    replays right (``test_replayed_calls_...`` checks every family so); off: none is."""
+    torch = pytest.importorskip("torch")
+    import fusec
+    from fusec.runtime.reference import run_reference
+
+    monkeypatch.setenv("FUSEC_PDL", pdl)
+    compiled = fusec.compile(_f16("resnet_block.mlir"), target="cuda")
+    for seed in range(4):
+        arrays = random_inputs(compiled.module, 300 + seed)
+        out = compiled(*_torch_args(torch, arrays))
+        (ref,) = run_reference(compiled.module, arrays, rounding="groups")
+        assert_close(out.float().cpu().numpy(), ref.astype(np.float32), "f16")
+    (recorded,) = compiled._runner.graphs.recorded.values()
+    edges = _edge_types(recorded.graph)
+    between_kernels = [kind for kind, kernels in edges if kernels]
+    assert len(compiled.kernels) >= 3 and len(between_kernels) >= 2, (compiled.kernels, edges)
+    want = len(between_kernels) if pdl == "1" else 0
+    assert [kind for kind, _ in edges].count(1) == want, edges
+
+
 def test_maps_missed_while_recording_are_no_nodes_of_the_graph(monkeypatch) -> None:
     """Every tensor map misses the cache while the graph records (the slots are dropped
     after the rehearsal, as when the capture's buffers are not the rehearsal's): the

@@ -31,6 +31,7 @@ from fusec.targets.cuda.anchored import AnchorEmitter, input_view
 from fusec.targets.cuda.common import (
     Source,
     block_tile_launch,
+    kernel_def,
 )
 from fusec.targets.cuda.conv.config import ConvGeometry
 
@@ -99,8 +100,7 @@ class GemvEmitter(AnchorEmitter):
         p = self.plan
         code = Source([])
         params = self.epilogue.params()
-        code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
-        code.add(1, '"""Z output rows x TY lanes over the channels per block."""')
+        kernel_def(code, self.name, params, "Z output rows x TY lanes over the channels per block.")
         code.add(1, "sh = cuda.shared.array(THREADS, f32)", "t = cuda.threadIdx.x")
         code.add(1, "y = t % TY", "z = t // TY")
         code.add(1, "b = cuda.blockIdx.x", "while b < BLOCKS:  # uniform across the block")

@@ -55,6 +55,7 @@ from fusec.targets.cuda.common import (
     as_packed,
     block_tile_launch,
     body_ops,
+    kernel_def,
     kernel_name,
     storage_signature,
 )
@@ -302,8 +303,12 @@ class W4Emitter(AnchorEmitter):
         code = Source([])
         params = self.epilogue.params()
         sh = self.shape
-        code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
-        code.add(1, '"""A tile of GROUPS x COLS output columns a block (module notes)."""')
+        kernel_def(
+            code,
+            self.name,
+            params,
+            "A tile of GROUPS x COLS output columns a block (module notes).",
+        )
         code.add(1, "red = cuda.shared.array(RED, f32)  # the K split's partials")
         code.add(1, "scratch = cuda.shared.array(THREADS, f32)  # (the simulator's warp_sum)")
         code.add(1, "acc = cuda.local.array(SUMS, f32)", "part = cuda.local.array(SUMS, f32)")

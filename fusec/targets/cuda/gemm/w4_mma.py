@@ -74,7 +74,13 @@ from fusec.codegen import KernelSource
 from fusec.codegen.expr import error_at
 from fusec.dialect import ops as ai
 from fusec.environ import switch
-from fusec.targets.cuda.common import Source, block_tile_launch, kernel_name, storage_signature
+from fusec.targets.cuda.common import (
+    Source,
+    block_tile_launch,
+    kernel_def,
+    kernel_name,
+    storage_signature,
+)
 from fusec.targets.cuda.constant_layouts import int4_mma_layout
 from fusec.targets.cuda.gemm import w4
 from fusec.targets.cuda.gemm.w4 import BLOCKS_PER_SM, THREADS, W4Emitter, W4Plan, route_notes
@@ -133,8 +139,8 @@ class W4MmaEmitter(W4Emitter):
         register sets of codes), the lane's coordinates, the scales' registers."""
         p = self.p
         code = Source([])
-        code.add(0, "@cuda.jit", f"def {self.name}({', '.join(params)}):")
-        code.add(1, '"""A tile of 16 output columns a block, its warps over K (module notes)."""')
+        doc = "A tile of 16 output columns a block, its warps over K (module notes)."
+        kernel_def(code, self.name, params, doc)
         code.add(1, "red = cuda.shared.array(RED, f32)  # the warps' sums", *shared)
         code.add(1, "acc = cuda.local.array(ACC, f32)  # the lane's outputs, f32")
         code.add(1, "tmp = cuda.local.array(ACC, f32)", "sx = cuda.local.array(ACC, f32)")

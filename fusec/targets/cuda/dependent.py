@@ -1,0 +1,155 @@
+"""Programmatic dependent launch (PDL): a kernel of a recorded program starts while the
+kernel before it finishes, instead of after it.
+
+At batch 1 a model's CUDA graph replays 50-120 kernels of a few microseconds each, and a
+kernel's launch, block dispatch and set-up sit between the end of one kernel and the work of
+the next. Hopper lets a graph edge between two kernel nodes be *programmatic*: the second
+kernel is launched as soon as every block of the first has started and signalled, and its
+blocks wait, on the GPU, for the first kernel's completion before they touch memory.
+
+* ``grid_dependency_wait()`` is the first statement of every kernel fusec generates (Numba
+  kernels and the Numba wrappers of the linked C++ ones): ``griddepcontrol.wait`` (until the
+  kernels this one depends on have completed and their writes are visible; at once when it
+  was not launched as a dependent) then ``griddepcontrol.launch_dependents`` (the kernel
+  after this one may launch now: its blocks take the SMs this one leaves free and wait in
+  turn). Since every read and write comes after the wait, a dependent kernel sees what the
+  kernel before it wrote and never overwrites what that one still reads; at most two
+  kernels are in flight. Under Numba's CUDA simulator it does nothing.
+* ``programmatic_edges(graph)`` turns the edges of a captured graph between two fusec kernel
+  nodes into programmatic ones (``CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC`` from the
+  upstream node's ``CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC``); edges to or from copies,
+  memsets and kernels of other libraries stay as they are. ``instantiate(graph)`` applies it
+  (unless ``FUSEC_PDL=0``) and instantiates: the whole-program graphs
+  (``graphs.DriverCapture``) and ``CudaProgram.capture`` go through it.
+
+A fusec kernel is one whose module fusec named (``_fusec_*``: the kernel cache's modules and
+the linked kernels' wrappers), as Numba's mangled entry names say
+(``_ZN<len>_fusec_<module><len><function>...``); a test checks that every template's
+kernels begin with the wait.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fusec.environ import getenv
+from fusec.targets.cuda.env import numba_cuda, simulator_enabled
+
+#: The mangled entry of a kernel in a module fusec generated.
+FUSEC_ENTRY = re.compile(r"_ZN\d+_fusec_")
+
+
+def helper_names() -> list[str]:
+    """The names this module gives generated kernels (through ``fusec.targets.cuda.abi``)."""
+    return ["grid_dependency_wait"]
+
+
+def pdl_enabled() -> bool:
+    """False when ``FUSEC_PDL`` is set to 0 (or off/false/no): graphs keep full edges."""
+    return getenv("FUSEC_PDL", "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def _make_sim() -> dict[str, Any]:
+    def grid_dependency_wait() -> None:
+        return None  # the simulator runs one kernel at a time
+
+    return {"grid_dependency_wait": grid_dependency_wait}
+
+
+def _make_gpu() -> dict[str, Any]:
+    from llvmlite import ir
+    from numba import types
+    from numba.core.extending import intrinsic
+
+    wait = ir.InlineAsm(
+        ir.FunctionType(ir.VoidType(), []),
+        "griddepcontrol.wait; griddepcontrol.launch_dependents;",
+        "~{memory}",
+        side_effect=True,
+    )
+
+    @intrinsic
+    def grid_dependency_wait(typingctx: Any) -> Any:
+        sig = types.void()
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            builder.call(wait, [])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return {"grid_dependency_wait": grid_dependency_wait}
+
+
+def is_fusec_kernel(name: str) -> bool:
+    """Whether the mangled entry ``name`` is a kernel of a module fusec generated."""
+    return bool(FUSEC_ENTRY.match(name))
+
+
+def programmatic_edges(graph: Any) -> int:
+    """Make every edge of ``graph`` (a ``CUgraph``, not instantiated) from one fusec kernel
+    node to another programmatic; the number of edges changed."""
+    from cuda.bindings import driver as drv
+
+    from fusec.targets.cuda.adapters import _check
+
+    _, _, _, count = _check(drv.cuGraphGetEdges(graph, 0))
+    if not count:
+        return 0
+    sources, targets, data, count = _check(drv.cuGraphGetEdges(graph, count))
+    names: dict[int, str | None] = {}
+
+    def kernel(node: Any) -> str | None:
+        key = int(node)
+        if key not in names:
+            names[key] = _kernel_name(drv, node)
+        return names[key]
+
+    changed = 0
+    for source, target, edge in zip(sources[:count], targets[:count], data[:count], strict=True):
+        if edge.type != drv.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_DEFAULT:
+            continue
+        if not all(is_fusec_kernel(kernel(node) or "") for node in (source, target)):
+            continue
+        programmatic = drv.CUgraphEdgeData()
+        programmatic.from_port = drv.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+        programmatic.type = drv.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+        _check(drv.cuGraphRemoveDependencies(graph, [source], [target], [edge], 1))
+        _check(drv.cuGraphAddDependencies(graph, [source], [target], [programmatic], 1))
+        changed += 1
+    return changed
+
+
+def instantiate(graph: Any) -> Any:
+    """The executable graph of captured ``graph``, its fusec kernels chained by programmatic
+    edges (``programmatic_edges``) unless ``FUSEC_PDL=0``."""
+    from cuda.bindings import driver as drv
+
+    from fusec.targets.cuda.adapters import _check
+
+    if pdl_enabled():
+        programmatic_edges(graph)
+    return _check(drv.cuGraphInstantiate(graph, 0))
+
+
+def _kernel_name(drv: Any, node: Any) -> str | None:
+    """The mangled entry name of kernel node ``node``; None for another kind of node."""
+    from fusec.targets.cuda.adapters import _check
+
+    kind = _check(drv.cuGraphNodeGetType(node))
+    if kind != drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
+        return None
+    params = _check(drv.cuGraphKernelNodeGetParams(node))
+    if int(params.func):
+        name = _check(drv.cuFuncGetName(params.func))
+    elif int(params.kern):
+        name = _check(drv.cuKernelGetName(params.kern))
+    else:
+        return None
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+numba_cuda()  # prepared before numba.cuda's extending API is touched
+globals().update(_make_sim() if simulator_enabled() else _make_gpu())
+__all__ = [*helper_names(), "instantiate", "is_fusec_kernel", "pdl_enabled", "programmatic_edges"]
