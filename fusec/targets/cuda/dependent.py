@@ -34,6 +34,7 @@ import re
 from typing import Any
 
 from fusec.environ import getenv
+from fusec.errors import FusecError
 from fusec.targets.cuda.env import numba_cuda, simulator_enabled
 
 #: The mangled entry of a kernel in a module fusec generated.
@@ -89,36 +90,61 @@ def is_fusec_kernel(name: str) -> bool:
 
 def programmatic_edges(graph: Any) -> int:
     """Make every edge of ``graph`` (a ``CUgraph``, not instantiated) from one fusec kernel
-    node to another programmatic; the number of edges changed."""
+    node to another programmatic; the number of edges changed. A driver or binding that
+    cannot (no edge data before CUDA 12.3) leaves the graph as it was and says so once
+    (``RuntimeWarning``): an edge is re-added as it was when its programmatic form is
+    refused, so the graph never loses a dependency."""
     from cuda.bindings import driver as drv
 
     from fusec.targets.cuda.adapters import _check
 
-    _, _, _, count = _check(drv.cuGraphGetEdges(graph, 0))
-    if not count:
+    try:
+        edges = [
+            (source, target, edge)
+            for source, target, edge in _edges(drv, graph)
+            if edge.type == drv.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_DEFAULT
+            and all(is_fusec_kernel(_kernel_name(drv, node) or "") for node in (source, target))
+        ]
+    except (FusecError, AttributeError, TypeError, ValueError) as err:
+        _warn_once(f"cannot read the graph's edges ({err})")
         return 0
-    sources, targets, data, count = _check(drv.cuGraphGetEdges(graph, count))
-    names: dict[int, str | None] = {}
-
-    def kernel(node: Any) -> str | None:
-        key = int(node)
-        if key not in names:
-            names[key] = _kernel_name(drv, node)
-        return names[key]
-
+    programmatic = drv.CUgraphEdgeData()
+    programmatic.from_port = drv.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+    programmatic.type = drv.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
     changed = 0
-    for source, target, edge in zip(sources[:count], targets[:count], data[:count], strict=True):
-        if edge.type != drv.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_DEFAULT:
-            continue
-        if not all(is_fusec_kernel(kernel(node) or "") for node in (source, target)):
-            continue
-        programmatic = drv.CUgraphEdgeData()
-        programmatic.from_port = drv.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
-        programmatic.type = drv.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+    for source, target, edge in edges:
         _check(drv.cuGraphRemoveDependencies(graph, [source], [target], [edge], 1))
-        _check(drv.cuGraphAddDependencies(graph, [source], [target], [programmatic], 1))
+        try:
+            _check(drv.cuGraphAddDependencies(graph, [source], [target], [programmatic], 1))
+        except FusecError as err:
+            _check(drv.cuGraphAddDependencies(graph, [source], [target], [edge], 1))
+            _warn_once(f"the driver refused a programmatic edge ({err})")
+            break
         changed += 1
     return changed
+
+
+def _edges(drv: Any, graph: Any) -> list[tuple[Any, Any, Any]]:
+    """(from node, to node, edge data) of every edge of ``graph``."""
+    from fusec.targets.cuda.adapters import _check
+
+    *_, count = _check(drv.cuGraphGetEdges(graph, 0))
+    if not count:
+        return []
+    sources, targets, data, count = _check(drv.cuGraphGetEdges(graph, count))
+    return list(zip(sources[:count], targets[:count], data[:count], strict=True))
+
+
+_warned: list[str] = []
+
+
+def _warn_once(problem: str) -> None:
+    import warnings
+
+    if not _warned:
+        _warned.append(problem)
+        message = f"fusec: {problem}; CUDA graphs keep plain edges between kernels"
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def instantiate(graph: Any) -> Any:

@@ -71,3 +71,91 @@ def test_fusec_pdl_turns_programmatic_edges_off(monkeypatch, value: str, enabled
 
     monkeypatch.setenv("FUSEC_PDL", value)
     assert pdl_enabled() is enabled
+
+
+class _GraphDriver:
+    """A stand-in for ``cuda.bindings.driver`` over a graph of named nodes: kernels (their
+    mangled entries) and a memcpy; ``refuse`` makes ``cuGraphAddDependencies`` of a
+    programmatic edge fail (an older driver)."""
+
+    def __init__(self, nodes: dict[int, str | None], edges: list[tuple[int, int]]) -> None:
+        from types import SimpleNamespace
+
+        self.nodes = nodes
+        self.edges = {pair: 0 for pair in edges}  # (from, to) -> type
+        self.refuse = False
+        self.CUgraphDependencyType = SimpleNamespace(
+            CU_GRAPH_DEPENDENCY_TYPE_DEFAULT=0, CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC=1
+        )
+        self.CUgraphNodeType = SimpleNamespace(CU_GRAPH_NODE_TYPE_KERNEL=0)
+        self.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC = 1
+        self.CUgraphEdgeData = lambda: SimpleNamespace(type=0, from_port=0, to_port=0)
+
+    def cuGraphGetEdges(self, graph, count):  # noqa: N802 (the driver's names)
+        from types import SimpleNamespace
+
+        if not count:
+            return 0, None, None, None, len(self.edges)
+        pairs = list(self.edges)
+        data = [SimpleNamespace(type=self.edges[p], from_port=0, to_port=0) for p in pairs]
+        return 0, [a for a, _ in pairs], [b for _, b in pairs], data, len(pairs)
+
+    def cuGraphNodeGetType(self, node):  # noqa: N802
+        return 0, 0 if self.nodes[node] is not None else 9
+
+    def cuGraphKernelNodeGetParams(self, node):  # noqa: N802
+        from types import SimpleNamespace
+
+        return 0, SimpleNamespace(func=node, kern=0)
+
+    def cuFuncGetName(self, func):  # noqa: N802
+        return 0, self.nodes[func].encode()
+
+    def cuGraphRemoveDependencies(self, graph, sources, targets, data, n):  # noqa: N802
+        del self.edges[(sources[0], targets[0])]
+        return (0,)
+
+    def cuGraphAddDependencies(self, graph, sources, targets, data, n):  # noqa: N802
+        if self.refuse and data[0].type == 1:
+            return (1,)
+        self.edges[(sources[0], targets[0])] = data[0].type
+        return (0,)
+
+
+def _patched(monkeypatch, driver: _GraphDriver) -> None:
+    import cuda.bindings
+
+    monkeypatch.setattr(cuda.bindings, "driver", driver)
+
+
+#: a (fusec kernel) -> b (fusec kernel) -> c (PyTorch's kernel); a -> m (a memcpy) -> b
+NODES = {
+    1: "_ZN14_fusec_kernel06kernelB2v1E",
+    2: "_ZN23_fusec_gemm_0123456789ab6kernelB2v1E",
+    3: "_ZN2at6native29vectorized_elementwise_kernelILi4EEEviT_",
+    4: None,
+}
+EDGES = [(1, 2), (2, 3), (1, 4), (4, 2)]
+
+
+def test_only_edges_between_fusec_kernels_become_programmatic(monkeypatch) -> None:
+    pytest.importorskip("cuda.bindings")
+    from fusec.targets.cuda.dependent import programmatic_edges
+
+    driver = _GraphDriver(NODES, EDGES)
+    _patched(monkeypatch, driver)
+    assert programmatic_edges(object()) == 1
+    assert driver.edges == {(1, 2): 1, (2, 3): 0, (1, 4): 0, (4, 2): 0}
+
+
+def test_a_refused_programmatic_edge_is_put_back_as_it_was(monkeypatch) -> None:
+    pytest.importorskip("cuda.bindings")
+    from fusec.targets.cuda import dependent
+
+    driver = _GraphDriver(NODES, EDGES)
+    driver.refuse = True
+    _patched(monkeypatch, driver)
+    monkeypatch.setattr(dependent, "_warned", [])
+    with pytest.warns(RuntimeWarning, match="plain edges"):
+        assert dependent.programmatic_edges(object()) == 0
+    assert driver.edges == dict.fromkeys(EDGES, 0)  # no dependency lost
