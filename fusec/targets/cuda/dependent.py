@@ -19,7 +19,7 @@ blocks wait, on the GPU, for the first kernel's completion before they touch mem
   nodes into programmatic ones (``CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC`` from the
   upstream node's ``CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC``); edges to or from copies,
   memsets and kernels of other libraries stay as they are. ``instantiate(graph)`` applies it
-  (unless ``FUSEC_PDL=0``) and instantiates: the whole-program graphs
+  (with ``FUSEC_PDL=1``; ``PDL_DEFAULT``) and instantiates: the whole-program graphs
   (``graphs.DriverCapture``) and ``CudaProgram.capture`` go through it.
 
 A fusec kernel is one whose module fusec named (``_fusec_*``: the kernel cache's modules and
@@ -46,9 +46,15 @@ def helper_names() -> list[str]:
     return ["grid_dependency_wait"]
 
 
+#: ``FUSEC_PDL``'s value when unset: off until a device run measures the A/B (the closing
+#: note of the session that wrote it says where that stands).
+PDL_DEFAULT = "0"
+
+
 def pdl_enabled() -> bool:
-    """False when ``FUSEC_PDL`` is set to 0 (or off/false/no): graphs keep full edges."""
-    return getenv("FUSEC_PDL", "1").strip().lower() not in ("0", "off", "false", "no")
+    """Whether ``FUSEC_PDL`` (default ``PDL_DEFAULT``) asks for programmatic edges: 1 (or
+    on/true/yes); 0 (or off/false/no) keeps plain edges."""
+    return getenv("FUSEC_PDL", PDL_DEFAULT).strip().lower() not in ("0", "off", "false", "no", "")
 
 
 def _make_sim() -> dict[str, Any]:
@@ -149,7 +155,7 @@ def _warn_once(problem: str) -> None:
 
 def instantiate(graph: Any) -> Any:
     """The executable graph of captured ``graph``, its fusec kernels chained by programmatic
-    edges (``programmatic_edges``) unless ``FUSEC_PDL=0``."""
+    edges (``programmatic_edges``) where ``pdl_enabled()``."""
     from cuda.bindings import driver as drv
 
     from fusec.targets.cuda.adapters import _check

@@ -65,12 +65,16 @@ def test_only_kernels_of_modules_fusec_generated_count(name: str, fusec_kernel: 
     assert is_fusec_kernel(name) is fusec_kernel
 
 
-@pytest.mark.parametrize("value, enabled", [("", True), ("1", True), ("0", False), ("off", False)])
-def test_fusec_pdl_turns_programmatic_edges_off(monkeypatch, value: str, enabled: bool) -> None:
-    from fusec.targets.cuda.dependent import pdl_enabled
+@pytest.mark.parametrize(
+    "value, enabled", [("1", True), ("on", True), ("0", False), ("off", False)]
+)
+def test_fusec_pdl_turns_programmatic_edges_on_and_off(monkeypatch, value: str, enabled: bool):
+    from fusec.targets.cuda.dependent import PDL_DEFAULT, pdl_enabled
 
     monkeypatch.setenv("FUSEC_PDL", value)
     assert pdl_enabled() is enabled
+    monkeypatch.delenv("FUSEC_PDL")
+    assert pdl_enabled() is (PDL_DEFAULT == "1")
 
 
 class _GraphDriver:
