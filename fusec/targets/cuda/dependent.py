@@ -108,7 +108,7 @@ def programmatic_edges(graph: Any) -> int:
         edges = [
             (source, target, edge)
             for source, target, edge in _edges(drv, graph)
-            if edge.type == drv.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_DEFAULT
+            if int(edge.type) == int(drv.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_DEFAULT)
             and all(is_fusec_kernel(_kernel_name(drv, node) or "") for node in (source, target))
         ]
     except (FusecError, AttributeError, TypeError, ValueError) as err:
@@ -170,7 +170,7 @@ def _kernel_name(drv: Any, node: Any) -> str | None:
     from fusec.targets.cuda.adapters import _check
 
     kind = _check(drv.cuGraphNodeGetType(node))
-    if kind != drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
+    if int(kind) != int(drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL):
         return None
     params = _check(drv.cuGraphKernelNodeGetParams(node))
     if int(params.func):
