@@ -12,13 +12,13 @@ with its mean time per call and launches per call, beside a summary by kind (con
 copy/layout, pooling/reduction, pointwise). Both outputs are checked against the float32
 module first. The tables say where a model's time goes; the zoo's table says how fast it is
 (this script's per-kernel sums leave out launch gaps). Each ``--variant ENV=VALUE`` compiles
-fusec a second time with that environment (an A/B switch of a pass or template) and adds
-its table (the setting holds through its first calls too, which record its CUDA graph:
-``--variant FUSEC_PDL=1`` is the programmatic-launch A/B); ``--tuned`` runs ``fusec tune`` on the model's GEMM groups (the tiles it times, its
-winners recorded in the kernel cache) and compiles once more from those records ("fusec
-tuned"): how much of a gap the heuristic's tiles explain. Every implementation is also timed
-in the same run, alternating (CUDA events on the current stream, median of ``--timed`` calls
-each, wall clock beside them).
+fusec a second time with that environment (an A/B switch of a pass or template) and adds its
+table (the setting holds through its first calls too, which record its CUDA graph:
+``--variant FUSEC_PDL=1`` is the programmatic-launch A/B); ``--tuned`` runs ``fusec tune``
+on the model's GEMM groups (the tiles it times, its winners recorded in the kernel cache)
+and compiles once more from those records ("fusec tuned"): how much of a gap the heuristic's
+tiles explain. Every implementation is also timed in the same run, alternating (CUDA events
+on the current stream, median of ``--timed`` calls each, wall clock beside them).
 """
 
 from __future__ import annotations
