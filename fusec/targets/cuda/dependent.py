@@ -19,7 +19,7 @@ blocks wait, on the GPU, for the first kernel's completion before they touch mem
   nodes into programmatic ones (``CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC`` from the
   upstream node's ``CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC``); edges to or from copies,
   memsets and kernels of other libraries stay as they are. ``instantiate(graph)`` applies it
-  (with ``FUSEC_PDL=1``; ``PDL_DEFAULT``) and instantiates: the whole-program graphs
+  (unless ``FUSEC_PDL=0``; ``PDL_DEFAULT``) and instantiates: the whole-program graphs
   (``graphs.DriverCapture``) and ``CudaProgram.capture`` go through it.
 
 A fusec kernel is one whose module fusec named (``_fusec_*``: the kernel cache's modules and
@@ -46,9 +46,13 @@ def helper_names() -> list[str]:
     return ["grid_dependency_wait"]
 
 
-#: ``FUSEC_PDL``'s value when unset: off until a device run measures the A/B (the closing
-#: note of the session that wrote it says where that stands).
-PDL_DEFAULT = "0"
+#: ``FUSEC_PDL``'s value when unset: on. H100, one call (2026-12-06): the Llama-style
+#: decoder at batch 1, 49 kernels, compiled twice and recorded with and without, 0.4436 ->
+#: 0.4358 ms a call (events around one call, median of 41 alternating rounds) and 0.3965
+#: -> 0.3832 ms a call in bursts of 20; the whole GPU lane (1112 tests) passed with it on
+#: (``benchmarks/results/models-gpu.md``; ``benchmarks/profile_zoo.py --variant
+#: FUSEC_PDL=0`` repeats the A/B).
+PDL_DEFAULT = "1"
 
 
 def pdl_enabled() -> bool:

@@ -61,9 +61,10 @@ tiles than the grid's blocks (8 a multiprocessor), the register sets elsewhere.
 (lane 0 copies the warp's next chunks, 1 KB each, ``STAGES`` ahead on the warp's
 mbarriers; no block barrier a step): written after the measurements above, simulator-
 and PTX-tested, **not yet measured** (``gemm_bench.py --w4-decode`` with it against the
-default). Both rings' copies now start with ``fence.proxy.async.shared::cta`` (the block
-ring's measured numbers above are from before it): a stage read by ``ld.shared`` and then
-refilled by the copy engine is a write after read across proxies.
+default). Both rings' copies now start with ``fence.proxy.async.shared::cta``: a stage read
+by ``ld.shared`` and then refilled by the copy engine is a write after read across proxies
+(the block ring with it, as ``tile-gemm`` picks it for the 123 MB layer: 49.1 us, 74.7% of
+HBM warm, H100, f577e88; ``benchmarks/results/gemm-w4.md``).
 """
 
 from __future__ import annotations
