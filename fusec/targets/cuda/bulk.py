@@ -44,7 +44,7 @@ import time
 from typing import Any
 
 from fusec.targets.cuda.env import numba_cuda, simulator_enabled
-from fusec.targets.cuda.rawmove import as_i32, pointer, word_loader
+from fusec.targets.cuda.rawmove import as_i32, pointer, statement, word_loader
 
 
 def helper_names() -> list[str]:
@@ -201,18 +201,7 @@ def _make_gpu() -> dict[str, Any]:
 
     mbar_wait = on_barrier(wait)
     lds_words4 = word_loader(4, "shared")
-    meet = asm(ir.VoidType(), [], "bar.warp.sync 0xffffffff;", "~{memory}")
-
-    @intrinsic
-    def warp_sync(typingctx: Any) -> Any:
-        sig = types.void()
-
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            builder.call(meet, [])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
+    warp_sync = statement("warp_sync", "bar.warp.sync 0xffffffff;")
     return {
         "align16": align16,
         "mbar_init": mbar_init,

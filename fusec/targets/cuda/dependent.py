@@ -69,28 +69,12 @@ def _make_sim() -> dict[str, Any]:
 
 
 def _make_gpu() -> dict[str, Any]:
-    from llvmlite import ir
-    from numba import types
-    from numba.core.extending import intrinsic
+    from fusec.targets.cuda.rawmove import statement
 
-    wait = ir.InlineAsm(
-        ir.FunctionType(ir.VoidType(), []),
-        "griddepcontrol.wait; griddepcontrol.launch_dependents;",
-        "~{memory}",
-        side_effect=True,
+    wait = statement(
+        "grid_dependency_wait", "griddepcontrol.wait; griddepcontrol.launch_dependents;"
     )
-
-    @intrinsic
-    def grid_dependency_wait(typingctx: Any) -> Any:
-        sig = types.void()
-
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            builder.call(wait, [])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return {"grid_dependency_wait": grid_dependency_wait}
+    return {"grid_dependency_wait": wait}
 
 
 def is_fusec_kernel(name: str) -> bool:

@@ -116,6 +116,26 @@ def as_i32(builder: Any, value: Any) -> Any:
     return builder.trunc(value, i32) if width > 32 else builder.sext(value, i32)
 
 
+def statement(name: str, text: str) -> Any:
+    """(GPU only) an intrinsic ``name()`` that emits the PTX ``text`` in place: no operands,
+    a memory clobber (no load or store moves across it)."""
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    emitted = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True)
+
+    def typer(typingctx: Any) -> Any:
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            builder.call(emitted, [])
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    typer.__name__ = typer.__qualname__ = name
+    return intrinsic(typer)
+
+
 def load_global_words(builder: Any, address: Any, words: int, space: str = "global") -> list[Any]:
     """(Intrinsic code generation) ``words`` (1, 2 or 4) 32-bit words at ``address`` (a
     generic pointer into ``space``: ``global`` or ``shared``) with one ``ld.<space>``
