@@ -98,7 +98,7 @@ class TileGemmPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         from fusec.errors import FusecError
-        from fusec.targets.cuda.gemm import template, tuning
+        from fusec.targets.cuda.gemm import template, tuning, w4
         from fusec.targets.cuda.gemm.config import to_attr, with_variant
 
         device = None
@@ -108,7 +108,7 @@ class TileGemmPass(ModulePass):
                 _tile_conv(fused, device)
             if not isinstance(fused, ai.FusedOp) or fused.kind_name != "matmul":
                 continue
-            if _is_w4a16(fused):
+            if w4.dequantizes_four_bit(fused):
                 device = device or given_device(self.sms)
                 _choose_w4_loop(fused, device)
                 continue
@@ -164,13 +164,6 @@ class TileGemmPass(ModulePass):
             return None
         # an option left empty keeps the config's own
         return replace(config.variant, **{name: value for name, value in asked.items() if value})
-
-
-def _is_w4a16(fused: ai.FusedOp) -> bool:
-    from fusec.targets.cuda.common import body_ops
-    from fusec.targets.cuda.gemm import w4
-
-    return any(w4.is_four_bit(op) for op in body_ops(fused))
 
 
 def _choose_w4_loop(fused: ai.FusedOp, device: DeviceCaps) -> None:

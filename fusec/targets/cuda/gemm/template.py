@@ -799,7 +799,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The kernel module of a matmul group (the fallback's when the kernel cannot serve it)."""
     from fusec.targets.cuda import torch_fallback
 
-    if any(w4.is_four_bit(op) for op in body_ops(fused_op)):
+    if w4.dequantizes_four_bit(fused_op):
         return w4_mma.generate(fused_op, name)
     name = kernel_name(name)
     p = plan(fused_op)

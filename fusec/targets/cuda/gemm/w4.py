@@ -149,6 +149,12 @@ def is_four_bit(op: Operation) -> bool:
     return isinstance(op, ai.DequantizeOp) and spec_of(op.input.type).dtype in INT4_TYPES
 
 
+def dequantizes_four_bit(fused_op: ai.FusedOp) -> bool:
+    """Whether a matmul group holds a dequantize of 4-bit codes: the W4A16 route's group
+    (``w4_mma.generate`` serves it, ``tile-gemm`` writes its loop)."""
+    return any(is_four_bit(op) for op in body_ops(fused_op))
+
+
 def plan_ops(ops: Sequence[Operation], args: Mapping[SSAValue, int], results: int) -> W4Plan | str:
     """The plan of a group of ``ops`` (block order; inputs ``args``: value -> group input
     index; ``results`` values written), or why this route cannot compute it."""
