@@ -10,7 +10,13 @@ graph), CUDA events on the current stream checked against wall clock, median of 
 replays (``gemm_bench.time_gpu``). Numerics against the same maths in f32 on fresh random
 inputs, outputs checked for NaN.
 
+With ``--tiles`` each shape is also timed on every configuration of ``TILE_SWEEP`` (pinned
+by ``tile-gemm{tile=...}``), warm and with a cold L2 (``gemm_bench.time_gpu_cold``: a
+decoder's weights do not stay in L2 from one call to the next), into a second table: the
+data a small-M tile rule is chosen from (issue 28: Llama's batch-1 projections).
+
     python3 benchmarks/gemm_split_k_ab.py --out $OUT     # H200
+    python3 benchmarks/gemm_split_k_ab.py --tiles --only Llama --out $OUT
 """
 
 from __future__ import annotations
@@ -35,9 +41,23 @@ SHAPES = [
     ("ViT-B/16 MLP down", 197, 3072, 768, "bias+residual"),
     ("Llama down", 128, 5632, 2048, ""),
     ("Llama K/V", 128, 2048, 256, ""),
+    ("Llama Q/O", 128, 2048, 2048, ""),
+    ("Llama gate/up", 128, 2048, 5632, ""),
     ("BERT pooler", 1, 768, 768, "bias"),
 ]
 VARIANTS = ("unsplit", "split")
+#: ``--tiles``: the one-consumer 64-row tiles and the two-consumer 128-row one, at the K
+#: splits a small-M rule could pick.
+TILE_SWEEP = (
+    "64x64x64 s8 c1 g8 math=fast",
+    "64x64x64 s8 c1 g8 math=fast sk=2",
+    "64x64x64 s8 c1 g8 math=fast sk=4",
+    "64x64x64 s8 c1 g8 math=fast sk=8",
+    "64x128x64 s8 c1 g8 math=fast",
+    "64x128x64 s8 c1 g8 math=fast sk=2",
+    "64x128x64 s8 c1 g8 math=fast sk=4",
+    "128x64x64 s6 c2 g8 math=fast sk=4",
+)
 
 
 def ir(m: int, k: int, n: int, epilogue: str, lead: tuple[int, ...] = ()) -> str:
@@ -111,9 +131,11 @@ def inputs_for(m: int, k: int, n: int, epilogue: str, lead: tuple[int, ...] = ()
     return inputs
 
 
-def measure(text: str, pipeline: str | None, inputs: list, ref) -> dict:
+def measure(text: str, pipeline: str | None, inputs: list, ref, cold: bool = False) -> dict:
+    """Compile ``text`` with ``pipeline``, check it against ``ref`` and time its graph replay
+    (``gpu_ms``; with ``cold`` also ``cold_ms``, the L2 flushed before each replay)."""
     import torch
-    from gemm_bench import fusec_graph, time_gpu
+    from gemm_bench import fusec_graph, time_gpu, time_gpu_cold
 
     import fusec
     from fusec.targets.cuda.gemm.template import linked_specs
@@ -131,18 +153,20 @@ def measure(text: str, pipeline: str | None, inputs: list, ref) -> dict:
         row["rel_l2"] = float((out.float() - ref).norm() / ref.norm())
         replay = fusec_graph(compiled, tuple(inputs))
         row["gpu_ms"] = time_gpu(replay) if replay is not None else None
+        if cold and replay is not None:
+            row["cold_ms"] = time_gpu_cold(replay)
     except Exception as err:  # one variant's failure must not lose the others
         row["error"] = f"{type(err).__name__}: {err}"[:300]
     return row
 
 
-def table(rows: list[dict]) -> list[str]:
+def table(rows: list[dict], shapes: list = SHAPES) -> list[str]:
     lines = [
         "| GEMM | M x K -> N | epilogue | split (heuristic) | unsplit us | split us | "
         "cuBLAS us | unsplit / split | cuBLAS / split | rel L2 (unsplit, split) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for name, m, k, n, epilogue in SHAPES:
+    for name, m, k, n, epilogue in shapes:
         r = {x["variant"]: x for x in rows if x["name"] == name}
         us = {v: r.get(v, {}).get("gpu_ms") for v in (*VARIANTS, "torch")}
 
@@ -162,21 +186,61 @@ def table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def sweep_table(rows: list[dict], shapes: list) -> list[str]:
+    """``--tiles``: each shape's configurations, warm and cold, against the heuristic's
+    choice (``split``) and cuBLAS in the same run."""
+    lines = [
+        "| GEMM | M x K -> N | tile | warm us | cold us | heuristic / tile (warm, cold) | "
+        "cuBLAS warm, cold us | rel L2 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    us = lambda r, key: r.get(key) * 1e3 if r.get(key) else None  # noqa: E731
+    for name, m, k, n, _ in shapes:
+        mine = [r for r in rows if r["name"] == name]
+        heuristic = next((r for r in mine if r["variant"] == "split"), {})
+        cublas = next((r for r in mine if r["variant"] == "torch"), {})
+        for r in (r for r in mine if r["variant"] in ("split", "tile")):
+            if "error" in r:
+                lines.append(f"| {name} | {m} x {k} -> {n} | {r['tile']} | {r['error'][:60]} |")
+                continue
+            ratios = [
+                f"{us(heuristic, key) / us(r, key):.2f}x" if us(heuristic, key) and us(r, key)
+                else "-"
+                for key in ("gpu_ms", "cold_ms")
+            ]  # fmt: skip
+            base = ", ".join(f"{us(cublas, key) or 0:.1f}" for key in ("gpu_ms", "cold_ms"))
+            lines.append(
+                f"| {name} | {m} x {k} -> {n} | {r['tile']}"
+                f"{' (heuristic)' if r['variant'] == 'split' else ''} | "
+                f"{us(r, 'gpu_ms') or 0:.1f} | {us(r, 'cold_ms') or 0:.1f} | "
+                f"{', '.join(ratios)} | {base} | {r.get('rel_l2', float('nan')):.1e} |"
+            )
+    return lines
+
+
 def main() -> int:
     import os
 
     import torch
-    from gemm_bench import time_gpu, torch_graph
+    from gemm_bench import time_gpu, time_gpu_cold, torch_graph
 
     from fusec.targets.cuda.gemm.config import choose_config
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--tiles", action="store_true", help="also time TILE_SWEEP's tiles")
+    parser.add_argument("--only", default="", help="shapes whose name contains this")
     args = parser.parse_args()
     torch.manual_seed(0)
     os.environ["FUSEC_SPLIT_K"] = "on"  # the GEMM's heuristic split (opt-in)
+    shapes = [shape for shape in SHAPES if args.only in shape[0]]
     rows = []
-    for name, m, k, n, epilogue in SHAPES:
+
+    def add(row: dict) -> None:
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    for name, m, k, n, epilogue in shapes:
         text = ir(m, k, n, epilogue)
         inputs = inputs_for(m, k, n, epilogue)
         ref = torch_fn([a.float() for a in inputs], epilogue)()
@@ -186,17 +250,25 @@ def main() -> int:
             "unsplit": f'fusec-default,tile-gemm{{tile="{unsplit}"}}',
             "split": None,
         }
+        shape = {"name": name, "m": m, "k": k, "n": n, "epilogue": epilogue}
         for variant, pipeline in pipelines.items():
-            row = {"name": name, "m": m, "k": k, "n": n, "epilogue": epilogue}
-            row |= {"variant": variant, "tile": chosen.text if variant == "split" else unsplit}
-            row |= measure(text, pipeline, inputs, ref)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-        row = {"name": name, "m": m, "k": k, "n": n, "epilogue": epilogue, "variant": "torch"}
+            row = shape | {"variant": variant}
+            row["tile"] = chosen.text if variant == "split" else unsplit
+            add(row | measure(text, pipeline, inputs, ref, cold=args.tiles))
+        row = shape | {"variant": "torch"}
         replay = torch_graph(torch_fn(inputs, epilogue))
         row["gpu_ms"] = time_gpu(replay) if replay is not None else None
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        if args.tiles and replay is not None:
+            row["cold_ms"] = time_gpu_cold(replay)
+        add(row)
+        for tile in TILE_SWEEP if args.tiles else ():
+            if tile != chosen.text:
+                pipeline = f'fusec-default,tile-gemm{{tile="{tile}"}}'
+                add(
+                    shape
+                    | {"variant": "tile", "tile": tile}
+                    | measure(text, pipeline, inputs, ref, True)
+                )
     device = torch.cuda.get_device_name()
     head = [
         f"# split-K A/B on {device} (benchmarks/gemm_split_k_ab.py)",
@@ -207,8 +279,12 @@ def main() -> int:
         "captured in a torch CUDA graph. rel L2 against the f32 maths.",
         "",
     ]
-    lines = head + table(rows)
-    write_results(args.out / "gemm-split-k-ab", rows, "\n".join(lines) + "\n", indent=1)
+    lines = head + table(rows, shapes)
+    if args.tiles:  # its own file: a sweep of some shapes does not replace the A/B's table
+        lines += ["", "## --tiles (cold: the L2 flushed before each replay)", ""]
+        lines += sweep_table(rows, shapes)
+    stem = "gemm-tile-sweep" if args.tiles else "gemm-split-k-ab"
+    write_results(args.out / stem, rows, "\n".join(lines) + "\n", indent=1)
     print("\n".join(lines))
     return 0
 
