@@ -14,11 +14,12 @@ module first. The tables say where a model's time goes; the zoo's table says how
 (this script's per-kernel sums leave out launch gaps). Each ``--variant ENV=VALUE`` compiles
 fusec a second time with that environment (an A/B switch of a pass or template) and adds its
 table (the setting holds through its first calls too, which record its CUDA graph:
-``--variant FUSEC_PDL=1`` is the programmatic-launch A/B); ``--tuned`` runs ``fusec tune``
-on the model's GEMM groups (the tiles it times, its winners recorded in the kernel cache)
-and compiles once more from those records ("fusec tuned"): how much of a gap the heuristic's
-tiles explain. Every implementation is also timed in the same run, alternating (CUDA events
-on the current stream, median of ``--timed`` calls each, wall clock beside them).
+``--variant FUSEC_PDL=0`` is the programmatic-launch A/B; ``--burst N`` also times N calls
+back to back a round); ``--tuned`` runs ``fusec tune`` on the model's GEMM groups (the tiles
+it times, its winners recorded in the kernel cache) and compiles once more from those
+records ("fusec tuned"): how much of a gap the heuristic's tiles explain. Every
+implementation is also timed in the same run, alternating (CUDA events on the current
+stream, median of ``--timed`` calls each, wall clock beside them).
 """
 
 from __future__ import annotations
@@ -95,26 +96,42 @@ def summary(rows: list[tuple[str, float, int]]) -> dict[str, tuple[float, int]]:
     return out
 
 
-def timed(torch: Any, calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, dict]:
+def timed(
+    torch: Any, calls: dict[str, Callable[[], Any]], rounds: int, burst: int = 0
+) -> dict[str, dict]:
     """Median ms of each call over ``rounds`` alternating rounds (CUDA events on the current
-    stream around one call; the wall clock of the same call, synchronized, beside it)."""
+    stream around one call; the wall clock of the same call, synchronized, beside it); with
+    ``burst``, also the ms a call of ``burst`` calls back to back (``burst_ms``: the GPU kept
+    busy, as a serving loop keeps it)."""
     gpu: dict[str, list[float]] = {k: [] for k in calls}
     wall: dict[str, list[float]] = {k: [] for k in calls}
+    bursts: dict[str, list[float]] = {k: [] for k in calls}
     stream = torch.cuda.current_stream()
+
+    def events(call: Callable[[], Any], count: int) -> tuple[float, float]:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        start.record(stream)
+        for _ in range(count):
+            call()
+        end.record(stream)
+        end.synchronize()
+        return start.elapsed_time(end) / count, (time.perf_counter() - t0) * 1e3 / count
+
     for _ in range(rounds):
         for impl, call in calls.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            start.record(stream)
-            call()
-            end.record(stream)
-            end.synchronize()
-            wall[impl].append((time.perf_counter() - t0) * 1e3)
-            gpu[impl].append(start.elapsed_time(end))
-    return {
+            ms, wall_ms = events(call, 1)
+            gpu[impl].append(ms)
+            wall[impl].append(wall_ms)
+            if burst:
+                bursts[impl].append(events(call, burst)[0])
+    out = {
         k: {"ms": statistics.median(gpu[k]), "wall_ms": statistics.median(wall[k])} for k in calls
     }
+    for k in calls if burst else ():
+        out[k]["burst_ms"] = statistics.median(bursts[k])
+    return out
 
 
 def profile_model(
@@ -127,6 +144,7 @@ def profile_model(
     compare: bool,
     tuned: bool = False,
     reduce_overhead: bool = False,
+    burst: int = 0,
 ) -> dict:
     import torch
     from models_gpu import ZOO, as_list, errors, export, input_name, prepare, sample, torch_setup
@@ -190,9 +208,10 @@ def profile_model(
             for kname, us, count in rows[:top]:
                 layer = layer_of(kname, names)
                 print(f"   {us:8.1f} us  x{count}  {layer or kname}")
-        result["timed"] = timed(torch, calls, rounds)
+        result["timed"] = timed(torch, calls, rounds, burst)
     for impl, t in result["timed"].items():
-        print(f"== {name} b{batch} {impl}: {t['ms']:.3f} ms (wall {t['wall_ms']:.3f} ms)")
+        bursts = f", {t['burst_ms']:.4f} ms a call in bursts" if "burst_ms" in t else ""
+        print(f"== {name} b{batch} {impl}: {t['ms']:.3f} ms (wall {t['wall_ms']:.3f} ms){bursts}")
     return result
 
 
@@ -211,6 +230,9 @@ def main() -> int:
         action="store_true",
         help='and torch.compile(mode="reduce-overhead") (CUDA graphs), profiled and timed',
     )
+    parser.add_argument(
+        "--burst", type=int, default=0, help="also time N calls back to back each round"
+    )
     parser.add_argument("--json", type=Path, help="write every table here")
     args = parser.parse_args()
     results = [
@@ -224,6 +246,7 @@ def main() -> int:
             not args.no_torch_compile,
             args.tuned,
             args.reduce_overhead,
+            args.burst,
         )
         for m in args.model
     ]
