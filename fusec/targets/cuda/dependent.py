@@ -92,12 +92,20 @@ def programmatic_edges(graph: Any) -> int:
 
     from fusec.targets.cuda.adapters import _check
 
+    fusec_node: dict[int, bool] = {}  # a node ends several edges: ask the driver once
+
+    def is_fusec_node(node: Any) -> bool:
+        if int(node) not in fusec_node:
+            fusec_node[int(node)] = is_fusec_kernel(_kernel_name(drv, node) or "")
+        return fusec_node[int(node)]
+
     try:
         edges = [
             (source, target, edge)
             for source, target, edge in _edges(drv, graph)
             if int(edge.type) == int(drv.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_DEFAULT)
-            and all(is_fusec_kernel(_kernel_name(drv, node) or "") for node in (source, target))
+            and is_fusec_node(source)
+            and is_fusec_node(target)
         ]
     except (FusecError, AttributeError, TypeError, ValueError) as err:
         _warn_once(f"cannot read the graph's edges ({err})")
