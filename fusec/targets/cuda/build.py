@@ -54,6 +54,11 @@ class LinkedKernel(Protocol):
     def arg_count(self) -> tuple[int, int]:
         """(u64, int32) kernel parameters, after the shared-memory address."""
 
+    @property
+    def waits_in_body(self) -> bool:
+        """The C++ body waits for the kernels before it (``fs_grid_dependency_wait``), not
+        the Numba wrapper."""
+
 
 @dataclass(frozen=True)
 class Build:
@@ -71,6 +76,10 @@ def python_source(spec: LinkedKernel, cu_path: str) -> str:
     n64, n32 = spec.arg_count()
     params = [f"p{k}" for k in range(n64)] + [f"i{k}" for k in range(n32)]
     sig_types = ", ".join(["types.uint64"] * (n64 + 1) + ["types.int32"] * n32)  # + smem
+    if spec.waits_in_body:
+        wait = "# the body waits for the kernels before it (fs_grid_dependency_wait)"
+    else:
+        wait = "grid_dependency_wait()  # (the kernels before it: done)"
     return f'''"""Numba kernel of fusec {spec.function_name}."""
 from numba import cuda, types
 
@@ -83,7 +92,7 @@ body = cuda.declare_device(
 
 
 def kernel({", ".join(params)}):
-    grid_dependency_wait()  # (the kernels before it: done)
+    {wait}
     smem = cuda.shared.array(0, dtype=types.uint8)
     body(shared_address(smem), {", ".join(params)})
 '''

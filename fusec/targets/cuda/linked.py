@@ -48,6 +48,12 @@ class LinkedSpec:
     def function_name(self) -> str:
         return f"fusec_{self.PREFIX}_{self.key}"
 
+    @property
+    def waits_in_body(self) -> bool:
+        """Whether the C++ body waits for the kernels before it itself (a GEMM that loads
+        constant weights first); otherwise the Numba wrapper's first statement does."""
+        return False
+
 
 class LinkedLaunch:
     """Builds ``spec``'s cubin once (``make_kernel`` loads it) and launches it: ``raw``

@@ -323,3 +323,29 @@ def conv_gemv_nhwc(n: int, c: int, k: int, dtype: str, output: str = "nhwc") -> 
     text = _func("gemv", [("x", xin), ("w", win), ("b", b)], [out], "conv", body)
     layout = f'{{fusec.layout = {{input = "nhwc", weight = "krsc", output = "{output}"}}}}'
     return text.replace('ai.fused "conv" (%x, %w, %b)', f'ai.fused "conv" (%x, %w, %b) {layout}')
+
+
+def constant_dense(shape, seed: int, dtype: str = "f16") -> str:
+    """A random ``arith.constant`` value (standard normal / sqrt of the last dimension, so
+    that products stay O(1)) as MLIR hex text."""
+    rng = np.random.default_rng(seed)
+    scaled = rng.standard_normal(shape) / np.sqrt(shape[-1])
+    value = scaled.astype({"f16": np.float16, "f32": np.float32}[dtype])
+    return f'dense<"0x{value.tobytes().hex().upper()}"> : {_t(shape, dtype)}'
+
+
+def decoder_mlp(m: int, d: int, f: int, dtype: str = "f16") -> str:
+    """A decoder's softmax-then-MLP at batch ``m`` with constant weights: three kernels, the
+    first writing the second's A, the second the third's (a GEMM's B a program constant)."""
+    x, h = _t((m, d), dtype), _t((m, f), dtype)
+    return f"""
+func.func @f(%x: {x}) -> {x} {{
+  %w1 = arith.constant {constant_dense((d, f), 1, dtype)}
+  %w2 = arith.constant {constant_dense((f, d), 2, dtype)}
+  %s = ai.softmax %x {{axis = -1 : i64}} : {x}
+  %h = ai.matmul %s, %w1 : {x} * {_t((d, f), dtype)}
+  %g = ai.relu %h : {h}
+  %o = ai.matmul %g, %w2 : {h} * {_t((f, d), dtype)}
+  return %o : {x}
+}}
+"""

@@ -209,7 +209,7 @@ def test_a_tiles_land_first_and_only_consumers_wait_for_gamma_beta() -> None:
     a_loads = producer.index("fs_tma_load(sa + s * A_BYTES, map_a, a_full")
     assert a_loads < producer.index("fs_bar_expect(full, B_BYTES);")
     ln_b = producer[producer.index("fs_bar_expect(full, B_BYTES);") :]
-    assert ln_b.index("gemm_load<C, C::B_K_MAJOR, C::BN>(") < ln_b.index("} else {")  # B alone
+    assert ln_b.index("gemm_load_b<C>(") < ln_b.index("} else {")  # B alone
     consumer = body[body.index("fs_consumer_thread<") :]
     assert consumer.index("gemm_ln_affine<C>(epi, sg, tid, K);") < consumer.index("float acc[")
     tile = linked[linked.index("void gemm_consumer_tile(") :]

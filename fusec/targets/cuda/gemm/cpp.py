@@ -152,6 +152,10 @@ class GemmSpec(LinkedSpec):
     #: B holds N gate rows, then N up rows (2 N x K, K-major); the output, N wide, is
     #: ``epilogue(silu(gate) * up)``
     swiglu: bool = False
+    #: B is a constant of the program (no kernel writes it): the kernel waits for the
+    #: kernels before it itself, its producer after issuing the first stages' B loads
+    #: (``gemm.cuh``, programmatic dependent launch: ``fusec.targets.cuda.dependent``)
+    early_b: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES or self.out_dtype not in OUT_DTYPES:
@@ -187,6 +191,8 @@ class GemmSpec(LinkedSpec):
             raise ValueError(f"grouped GEMM: {grouped_problem(self)}")
         if self.swiglu and swiglu_problem(self):
             raise ValueError(f"gated epilogue: {swiglu_problem(self)}")
+        if self.early_b and (self.grouped or self.config.ln == "tile"):
+            raise ValueError("early B: not with a groups table or ln=tile (read before B)")
 
     PREFIX = "gemm"
 
@@ -199,6 +205,12 @@ class GemmSpec(LinkedSpec):
 
     def arg_count(self) -> tuple[int, int]:
         return kernel_arg_count(self)
+
+    @property
+    def waits_in_body(self) -> bool:
+        """The C++ body calls ``fs_grid_dependency_wait`` itself (early B), so the Numba
+        wrapper must not wait first."""
+        return self.early_b
 
 
 def grouped_problem(spec: GemmSpec) -> str | None:
@@ -303,6 +315,7 @@ def _config(spec: GemmSpec) -> str:
         "SMEM_EPILOGUE": c.epilogue == "smem", "STAGED": _staged(spec),
         "LN_TILE": _ln_tile(spec), "FAST_MATH": _fast_math(spec), "PREFETCH": _prefetches(spec),
         "ROLLED": c.loop == "rolled", "GROUPED": spec.grouped, "SWIGLU": spec.swiglu,
+        "EARLY_B": spec.early_b,
         "EPILOGUE_FIRST": epilogue_first() and c.acc_registers <= FIRST_MAX_ACCUMULATORS,
     }  # fmt: skip
     int_lines = enumerators([f"{k} = {v}" for k, v in ints.items()])
@@ -465,6 +478,7 @@ def generate(spec: GemmSpec) -> str:
         variant * (c.variant != Variant())
         + "\n// LayerNorm normalised in the resident A tiles (ln=tile)" * _ln_tile(spec)
         + f"\n// K split {c.split_k} ways (split-K)" * (c.split_k > 1)
+        + "\n// B constant: its first stages loaded before the grid dependency wait" * spec.early_b
     )
     layout = f"A {spec.a_major.upper()}-major, B {spec.b_major.upper()}-major"
     if spec.dtype == "f32":

@@ -70,6 +70,8 @@ from fusec.codegen.expr import (
 )
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
+from fusec.environ import switch
+from fusec.ir.constants import is_constant
 from fusec.ir.module import precision_of
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import as_packed, body_ops, integer_values, kernel_name
@@ -770,6 +772,23 @@ def _decompose(flat: str, dims, first: int) -> list[str]:
     return lines
 
 
+#: ``$FUSEC_GEMM_EARLY_B``: "on" (the default) lets a GEMM whose B is a constant of the
+#: program load B's first stages before it waits for the kernels before it
+#: (``GemmSpec.early_b``); "off" waits first, as every other kernel (an A/B switch).
+EARLY_B_ENV = "FUSEC_GEMM_EARLY_B"
+
+
+def _loads_constant_b(fused_op: ai.FusedOp, p: GemmPlan, ln_tile: bool) -> bool:
+    """Whether the kernel reads B straight from a constant of the program (no LayerNorm
+    pre-pass folding gamma into it, no K-major copy of it, no ln=tile A-first loads): no
+    kernel writes it, so it may be loaded before the grid dependency wait."""
+    if switch(EARLY_B_ENV, ("on", "off")) == "off" or ln_tile:
+        return False
+    if p.layernorm is not None or ((p.tf32 or p.fp8) and p.b_major == "n"):
+        return False  # B is the pre-pass's or the transpose's output
+    return is_constant(fused_op.operands[p.b[0]].owner)
+
+
 def gemm_spec(fused_op: ai.FusedOp, p: GemmPlan, config: TileConfig):
     """(GemmSpec, epilogue input sources, finalise or None, LayerNorm prep or None)."""
     out_dtype = spec_of(fused_op.results[0].type).dtype
@@ -783,6 +802,8 @@ def gemm_spec(fused_op: ai.FusedOp, p: GemmPlan, config: TileConfig):
     a_major, b_major = ("k", "k") if p.tf32 or p.fp8 else (p.a_major, p.b_major)
     spec = GemmSpec(config, dtype, out_dtype, a_major, b_major, p.batch_a, p.batch_b, epi, p.fp8_b)
     prep = None
+    if _loads_constant_b(fused_op, p, ln_tile):
+        spec = replace(spec, early_b=True)
     if p.layernorm is not None and not ln_tile:
         ln = p.layernorm
         prep = aux.LayerNormPrep(

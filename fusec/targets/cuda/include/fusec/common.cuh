@@ -26,6 +26,15 @@ static __device__ __forceinline__ u32 fs_smem(const void* p) {
   return (u32)__cvta_generic_to_shared(p);
 }
 
+// Programmatic dependent launch (``fusec.targets.cuda.dependent``): waits until the kernels
+// this one depends on have completed and their writes are visible (at once when it was not
+// launched as a dependent), then lets the kernel after it launch. A kernel's wrapper calls
+// it first; a kernel that calls it itself (a GEMM loading its constant weights early) must
+// touch no memory another kernel writes before it.
+static __device__ __forceinline__ void fs_grid_dependency_wait() {
+  asm volatile("griddepcontrol.wait; griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 static __device__ __forceinline__ void fs_prefetch_l2(u64 p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }

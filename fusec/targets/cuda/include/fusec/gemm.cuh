@@ -94,6 +94,17 @@ static __device__ __forceinline__ void gemm_load_gated(u32 dst, u64 map, u32 ful
   fs_tma_load(dst + ROWS * 128, map, full, kb * C::BK, N + pn * ROWS, z);
 }
 
+// K step kb's B tile (the gated epilogue's two halves, or one tile).
+template <class C>
+static __device__ __forceinline__ void gemm_load_b(u32 dst, u64 map, u32 full, int kb, int pn,
+                                                   int z, int N) {
+  if constexpr (C::SWIGLU) {
+    gemm_load_gated<C>(dst, map, full, kb, pn, z, N);
+  } else {
+    gemm_load<C, C::B_K_MAJOR, C::BN>(dst, map, full, kb, pn, z);
+  }
+}
+
 // ln=tile: the consumers' threads copy gamma and beta (f32, zero past K) into shared memory
 // (sg: gamma, then beta STAGES x BK floats further) and meet at a named barrier; every tile
 // of the block reads them.
@@ -815,7 +826,12 @@ static __device__ __forceinline__ void gemm_consumer_tile(
 // device table of ints written on the stream before the launch, groups[0] the row tiles in
 // use (M bounds the rows, a tile count only at most), groups[1 + pm] the B batch (expert) of
 // row tile pm: the walk covers the row tiles in use and no more, each tile's B from its
-// expert's slice of a batched B map (batches = 1). Returns 0 (Numba's ABI: the status of
+// expert's slice of a batched B map (batches = 1). Early B (C::EARLY_B: B is a constant of
+// the program, which no kernel writes): the kernel waits for the kernels before it itself
+// (its wrapper does not, fs_grid_dependency_wait) and the producer issues the B loads of
+// its first unit's first STAGES K steps before its wait, so that a dependent launch
+// (programmatic edge) overlaps the weights' first reads with the previous kernel's tail;
+// every other thread waits before it touches memory. Returns 0 (Numba's ABI: the status of
 // the call).
 template <class C, class E>
 static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a, u64 map_b,
@@ -831,6 +847,8 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
                      C::B_K_MAJOR && C::SOFTMAX == SOFTMAX_NONE && C::BN % 16 == 0),
       "the gated epilogue: the cooperative schedule, direct, B K-major");
   static_assert(C::CONSUMERS >= 1 && C::CONSUMERS <= 3, "the named barriers serve 1-3 consumers");
+  static_assert(!C::EARLY_B || (!C::GROUPED && !C::LN_TILE),
+                "early B: the groups table and ln=tile's A-first loads come after the wait");
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES, WM = C::WM;
   constexpr int A_BYTES = C::A_BYTES, B_BYTES = C::B_BYTES, MI = WM / 64, HALF = BN / 2;
   const u32 base = (fs_smem((const void*)smem_raw) + 1023u) & ~1023u;
@@ -863,6 +881,9 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
   const int kblocks = (K + BK - 1) / BK;
   if (wg == 0) {
     fs_setmaxnreg_dec<C::PRODUCER_REGISTERS>();
+    if constexpr (C::EARLY_B) {
+      if (tid != 0) fs_grid_dependency_wait();  // (thread 0: after its early B loads)
+    }
     // The producer: one thread walks the block's tiles and per K step waits for a free
     // stage, announces its bytes on the stage's full barrier and issues the TMA loads. With
     // ln=tile every K step's A tile comes first, each on its stage's own a_full barrier, so
@@ -870,6 +891,21 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
     if (tid == 0) {
       fs_prefetch_map(map_a);
       fs_prefetch_map(map_b);
+      // early B: the stages whose B is loading before the wait (their full barriers
+      // announced for A and B; the main loop then adds A alone)
+      int early = 0;
+      if constexpr (C::EARLY_B) {
+        if (blockIdx.x < units) {
+          const auto [t, kb0, kb1, pm, pn, pz] = gemm_unit<C>(blockIdx.x, kblocks, tiles_m, tiles_n);
+          const int zb = C::BATCH_B ? pz : 0;
+          early = min(kb1 - kb0, STAGES);
+          for (int i = 0; i < early; ++i) {
+            fs_bar_expect(bars + 8 * i, A_BYTES + B_BYTES);
+            gemm_load_b<C>(sb + i * B_BYTES, map_b, bars + 8 * i, kb0 + i, pn, zb, N);
+          }
+        }
+        fs_grid_dependency_wait();
+      }
       int it = 0;
       for (int u = blockIdx.x; u < units; u += gridDim.x) {
         const auto [t, kb0, kb1, pm, pn, pz] = gemm_unit<C>(u, kblocks, tiles_m, tiles_n);
@@ -889,26 +925,21 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
           const u32 full = bars + 8 * s;
           if constexpr (C::LN_TILE) {
             fs_bar_expect(full, B_BYTES);
-            const u32 b_dst = sb + s * B_BYTES;
-            gemm_load<C, C::B_K_MAJOR, C::BN>(b_dst, map_b, full, kb, pn, zb);
+            gemm_load_b<C>(sb + s * B_BYTES, map_b, full, kb, pn, zb, N);
           } else {
             const u32 phase = (u32)(it / STAGES) & 1u;
             fs_bar_wait(bars + 8 * (STAGES + s), phase ^ 1u);
-            fs_bar_expect(full, A_BYTES + B_BYTES);
-            const u32 a_dst = sa + s * A_BYTES;
-            const u32 b_dst = sb + s * B_BYTES;
-            gemm_load<C, C::A_K_MAJOR, C::BM>(a_dst, map_a, full, kb, pm, za);
-            if constexpr (C::SWIGLU) {
-              gemm_load_gated<C>(b_dst, map_b, full, kb, pn, zb, N);
-            } else {
-              gemm_load<C, C::B_K_MAJOR, C::BN>(b_dst, map_b, full, kb, pn, zb);
-            }
+            const bool b_loading = it < early;  // (early B: announced and issued already)
+            if (!b_loading) fs_bar_expect(full, A_BYTES + B_BYTES);
+            gemm_load<C, C::A_K_MAJOR, C::BM>(sa + s * A_BYTES, map_a, full, kb, pm, za);
+            if (!b_loading) gemm_load_b<C>(sb + s * B_BYTES, map_b, full, kb, pn, zb, N);
           }
         }
       }
     }
   } else {
     const auto [cw, lt, warp, lane] = fs_consumer_thread<C::CONSUMER_REGISTERS>(wg, tid);
+    if constexpr (C::EARLY_B) fs_grid_dependency_wait();
     const u32 sv_mine = sv + (u32)cw * (8u * (BN + WM));
     if constexpr (C::LN_TILE) gemm_ln_affine<C>(epi, sg, tid, K);
     float acc[MI][HALF];
