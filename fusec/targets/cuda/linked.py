@@ -16,7 +16,26 @@ from typing import Any, ClassVar
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.dialect import ops as ai
+from fusec.environ import switch
+from fusec.ir.constants import is_constant
 from fusec.targets.cuda.caps import H200
+
+#: ``$FUSEC_EARLY_WEIGHTS``: "on" (the default) lets a GEMM or implicit-GEMM conv whose
+#: weights are a constant of the program issue their first stages' loads before it waits
+#: for the kernels before it (``GemmSpec.early_b``, ``ConvSpec.early_w``: their
+#: ``waits_in_body``; ``fusec.targets.cuda.dependent``); "off" waits first, as every other
+#: kernel (the A/B switch).
+EARLY_WEIGHTS_ENV = "FUSEC_EARLY_WEIGHTS"
+
+
+def loads_early(fused_op: ai.FusedOp, index: int) -> bool:
+    """Whether a group's kernel may read its input ``index`` before the grid dependency
+    wait: the input is a constant of the program (``arith.constant``: written at load, by
+    no kernel) and ``$FUSEC_EARLY_WEIGHTS`` is on. The template decides whether its kernel
+    reads that input as given (no re-layout or pre-pass kernel writing a copy first)."""
+    if switch(EARLY_WEIGHTS_ENV, ("on", "off")) == "off":
+        return False
+    return is_constant(fused_op.operands[index].owner)
 
 
 def device_address(array: Any, what: str) -> int:

@@ -489,7 +489,7 @@ def test_tma_innermost_coordinates_are_16_byte_aligned() -> None:
     nchw = header.split("if constexpr (C::INPUT == CONV_INPUT_NCHW) {")[1].split("} else")[0]
     assert tma_innermost_coordinates(nchw) == ["q0 + s * C::DW - C::PL"]
     coords = tma_innermost_coordinates(header.replace(nchw, ""))
-    assert len(coords) == 4 and all(re.fullmatch(r"\w+ \* 64", c) for c in coords), coords
+    assert len(coords) == 5 and all(re.fullmatch(r"\w+ \* 64", c) for c in coords), coords
     for spec in SPECS:
         assert "INPUT = fusec::CONV_INPUT_NHWC," in spec.cpp_source()
 

@@ -11,7 +11,12 @@ kernel header, so a case cannot silently test the PyTorch fallback instead.
 from __future__ import annotations
 
 import pytest
-from conv_cases import _t, resnet_basic, resnet_basic_body, resnet_downsample
+from conv_cases import (
+    _t,
+    resnet_basic,
+    resnet_block_constant_weights,
+    resnet_downsample,
+)
 from numerics import assert_close
 
 pytestmark = pytest.mark.gpu
@@ -548,13 +553,6 @@ def test_relayout_copy_matches_numpy(shape: tuple, offset: int) -> None:
     np.testing.assert_array_equal(got, x.transpose(0, 2, 1))
 
 
-def _constant(shape: tuple, seed: int) -> str:
-    import numpy as np
-
-    value = (np.random.default_rng(seed).standard_normal(shape) * 0.05).astype(np.float16)
-    return f'dense<"0x{value.tobytes().hex().upper()}"> : {_t(shape, "f16")}'
-
-
 def test_resnet_block_with_constant_weights(monkeypatch) -> None:
     """Constant weights (an ONNX model's) are relaid at compile time: the block launches one
     copy (its NCHW input), conv1 (NHWC out) and conv2, and matches the reference."""
@@ -562,12 +560,7 @@ def test_resnet_block_with_constant_weights(monkeypatch) -> None:
     from fusec.runtime.reference import entry_function, run_reference
     from fusec.tools.runner import random_inputs
 
-    x, w, c = _t((4, 64, 28, 28), "f16"), _t((64, 64, 3, 3), "f16"), _t((64, 1, 1), "f16")
-    text = f"""func.func @block(%x: {x}, %s1: {c}, %t1: {c}, %s2: {c}, %t2: {c}) -> {x} {{
-  %w1 = arith.constant {_constant((64, 64, 3, 3), 1)}
-  %w2 = arith.constant {_constant((64, 64, 3, 3), 2)}
-{resnet_basic_body(x, w, c)}
-}}"""
+    text = resnet_block_constant_weights()
     compiled = fusec.compile(text, target="cuda")
     assert [k.kind for k in compiled.kernels] == ["copy", "conv", "conv"]
     first, second = [k.source.split("\n\n")[0] for k in compiled.kernels if k.kind == "conv"]

@@ -94,7 +94,8 @@ def check_kernels(kernels: list[fusec.Kernel], where: str) -> set[str]:
             for name, first in kernel_first_calls(source).items():
                 assert first == "grid_dependency_wait", (where, kernel.name, name, first)
         for spec in kernel.specs:  # (the C++ waits: test_dependent.py checks its PTX)
-            assert not spec.waits_in_body or "EARLY_B = 1" in spec.cpp_source(), where
+            early = ("EARLY_B = 1" in spec.cpp_source()) or ("EARLY_W = 1" in spec.cpp_source())
+            assert not spec.waits_in_body or early, where
         for spec in kernel.specs:
             assert kernel.kind in LINKED_KINDS, (where, kernel.name, kernel.kind)
             assert ("cuda-c++", spec.cpp_source()) in kernel.extra_sources, (where, kernel.name)

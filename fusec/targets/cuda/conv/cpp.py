@@ -210,9 +210,15 @@ class ConvSpec(LinkedSpec):
     #: ``input="im2col"``: the conv whose im2col matrix the GEMM reads (``geo`` is its
     #: ``im2col()``); None otherwise
     source: ConvGeometry | None = None
+    #: the weights a constant of the program, read as given (KRSC; no kernel writes them):
+    #: the kernel waits for the kernels before it itself, its producer after issuing the
+    #: first stages' weight boxes (``conv.cuh``; ``fusec.targets.cuda.dependent``)
+    early_w: bool = False
 
     def __post_init__(self) -> None:
         _check_types(self.dtype, self.out_dtype, self.epilogue)
+        if self.early_w and (self.weight != "krsc" or self.input == "nchw-ld"):
+            raise ValueError("early weights: KRSC weights read as given, the TMA producer")
         if (self.input == "im2col") != (self.source is not None):
             raise ValueError('a conv source geometry goes with input="im2col" (and only there)')
         im2col = self.im2col  # building it checks the source (im2col_problem)
@@ -241,6 +247,10 @@ class ConvSpec(LinkedSpec):
             raise ValueError(why)
 
     PREFIX = "conv"
+
+    @property
+    def waits_in_body(self) -> bool:
+        return self.early_w
 
     @property
     def relayout_name(self) -> str:
@@ -415,6 +425,7 @@ def _config(spec: ConvSpec) -> str:
         "PRODUCER_REGISTERS": LD_PRODUCER_REGISTERS if loads else PRODUCER_REGISTERS,
         "CONSUMER_REGISTERS": LD_CONSUMER_REGISTERS if loads else CONSUMER_REGISTERS,
         "FULL_ARRIVALS": 1 + 128 if loads else 1,  # + every producer thread after its stores
+        "EARLY_W": int(spec.early_w),
     }  # fmt: skip
     nchw = spec.input in ("nchw", "nchw-ld")
     mma = wgmma_ss("mma", tile.wn, spec.dtype, 0, 1 if nchw else 0).strip()
@@ -480,6 +491,8 @@ def generate(spec: ConvSpec) -> str:
     }.get(spec.input, "")
     if spec.out_layout == "nhwc":
         headline += ", channels-last output"
+    if spec.early_w:
+        headline += ", constant weights loaded before the grid dependency wait"
     params = ", ".join(f"u64 {n}" for n in spec.kernel_params())
     pointers = ", ".join(["{}", *(f"e{k}" for k in range(len(spec.epilogue.extras)))])
     x = spec.kernel_params()[1]

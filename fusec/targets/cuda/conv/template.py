@@ -72,7 +72,7 @@ from fusec.targets.cuda.conv.layouts import (
 )
 from fusec.targets.cuda.cpp_expr import CppExprGenerator
 from fusec.targets.cuda.epilogue import Epilogue
-from fusec.targets.cuda.linked import linked_kernel_source
+from fusec.targets.cuda.linked import linked_kernel_source, loads_early
 
 TILE_ATTR = "fusec.tile"
 TILE_ENV = "FUSEC_CONV_TILE"
@@ -538,8 +538,19 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         tile = tile_for(fused_op, gemm_geo)
         weight = "krsc" if p.layout.weight == "krsc" else "kcrs"
         loads = epilogue_loads_for()
+        early_w = weight == "krsc" and layout != "nchw-ld" and loads_early(fused_op, p.w)
         spec = ConvSpec(
-            gemm_geo, tile, dtype, out_dtype, epi, layout, loads, p.layout.output, weight, source
+            gemm_geo,
+            tile,
+            dtype,
+            out_dtype,
+            epi,
+            layout,
+            loads,
+            p.layout.output,
+            weight,
+            source,
+            early_w,
         )
         notes = [
             "target: cuda, implicit-GEMM conv2d on the Hopper Tensor Cores (wgmma + TMA, "
@@ -565,6 +576,11 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             )
         if spec.weight != "kcrs":
             layout_text += f", weight={spec.weight!r}"
+        if early_w:
+            layout_text += ", early_w=True"
+            notes.append(
+                "constant weights: the first stages loaded before the wait for the kernel before it"
+            )
         if loads != "inline":
             layout_text += f", epilogue_loads={loads!r}"
             notes.append(

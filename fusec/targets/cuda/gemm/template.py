@@ -70,8 +70,6 @@ from fusec.codegen.expr import (
 )
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
-from fusec.environ import switch
-from fusec.ir.constants import is_constant
 from fusec.ir.module import precision_of
 from fusec.targets.cuda.caps import H200
 from fusec.targets.cuda.common import as_packed, body_ops, integer_values, kernel_name
@@ -88,6 +86,7 @@ from fusec.targets.cuda.gemm.config import (
     with_variant,
 )
 from fusec.targets.cuda.gemm.cpp import Epilogue, GemmSpec
+from fusec.targets.cuda.linked import loads_early
 
 TILE_ATTR = "fusec.tile"
 _DTYPES = ("f16", "bf16")
@@ -772,21 +771,13 @@ def _decompose(flat: str, dims, first: int) -> list[str]:
     return lines
 
 
-#: ``$FUSEC_GEMM_EARLY_B``: "on" (the default) lets a GEMM whose B is a constant of the
-#: program load B's first stages before it waits for the kernels before it
-#: (``GemmSpec.early_b``); "off" waits first, as every other kernel (an A/B switch).
-EARLY_B_ENV = "FUSEC_GEMM_EARLY_B"
-
-
 def _loads_constant_b(fused_op: ai.FusedOp, p: GemmPlan, ln_tile: bool) -> bool:
     """Whether the kernel reads B straight from a constant of the program (no LayerNorm
-    pre-pass folding gamma into it, no K-major copy of it, no ln=tile A-first loads): no
-    kernel writes it, so it may be loaded before the grid dependency wait."""
-    if switch(EARLY_B_ENV, ("on", "off")) == "off" or ln_tile:
-        return False
-    if p.layernorm is not None or ((p.tf32 or p.fp8) and p.b_major == "n"):
+    pre-pass folding gamma into it, no K-major copy of it, no ln=tile A-first loads), so
+    that it may load B before the grid dependency wait (``linked.loads_early``)."""
+    if ln_tile or p.layernorm is not None or ((p.tf32 or p.fp8) and p.b_major == "n"):
         return False  # B is the pre-pass's or the transpose's output
-    return is_constant(fused_op.operands[p.b[0]].owner)
+    return loads_early(fused_op, p.b[0])
 
 
 def gemm_spec(fused_op: ai.FusedOp, p: GemmPlan, config: TileConfig):

@@ -175,7 +175,7 @@ static __device__ __forceinline__ void conv_ld_row(u32 dst, int c, const u16* x,
 
 // The producer's walk: per K block kb of each of the block's work units (a tile, or with
 // split-K a tile's share of its K blocks), its tap (r, s), channel block cc, stage st and
-// the stage's "full" barrier, once the stage is free: stage(...).
+// the stage's "full" barrier, once the stage is free: stage(it, ...), it the ring position.
 template <class C, class Stage>
 static __device__ __forceinline__ void conv_stages(u32 bars, const Stage& stage) {
   int it = 0;
@@ -189,9 +189,30 @@ static __device__ __forceinline__ void conv_stages(u32 bars, const Stage& stage)
       const int st = it % C::STAGES;
       const u32 full = bars + 8 * st;
       fs_bar_wait(bars + 8 * (C::STAGES + st), ((u32)(it / C::STAGES) & 1u) ^ 1u);
-      stage(pm, pn, g, tap, cc, r, s, st, full);
+      stage(it, pm, pn, g, tap, cc, r, s, st, full);
     }
   }
+}
+
+// Early weights (C::EARLY_W: the weights a constant of the program, which no kernel
+// writes): thread 0 announces the first unit's first STAGES stages on their full barriers
+// and issues their weight boxes, then waits for the kernels before it (the kernel's wrapper
+// does not); returns the stages so begun.
+template <class C>
+static __device__ __forceinline__ int conv_early_weights(u32 sa, u32 bars, u64 map_w) {
+  int early = 0;
+  if (blockIdx.x < C::TILES * C::SPLIT_K) {
+    const auto [t, kb0, kb1, pm, pn, g] = conv_unit<C>(blockIdx.x);
+    early = min(kb1 - kb0, (int)C::STAGES);
+    for (int i = 0; i < early; ++i) {
+      const int tap = (kb0 + i) / C::CC;
+      const int cc = kb0 + i - tap * C::CC;
+      fs_bar_expect(bars + 8 * i, C::A_BYTES + C::B_BYTES);
+      fs_tma_load(sa + i * C::A_BYTES, map_w, bars + 8 * i, cc * 64, tap, pm * C::BM, g);
+    }
+  }
+  fs_grid_dependency_wait();
+  return early;
 }
 
 // The producer warpgroup: thread 0 issues the TMA boxes of every stage (weights and input),
@@ -199,13 +220,18 @@ static __device__ __forceinline__ void conv_stages(u32 bars, const Stage& stage)
 template <class C>
 static __device__ __forceinline__ void conv_producer(u32 sa, u32 sb, u32 bars, int tid, u64 map_w,
                                                      u64 x) {
+  static_assert(!C::EARLY_W || C::INPUT != CONV_INPUT_LD, "early weights: the TMA producer");
   fs_setmaxnreg_dec<C::PRODUCER_REGISTERS>();
+  if constexpr (C::EARLY_W) {
+    if (tid != 0) fs_grid_dependency_wait();  // (thread 0: after its early weight loads)
+  }
   if constexpr (C::INPUT == CONV_INPUT_LD) {
     static_assert(C::TW == 64, "the producer's loads read a strip as one row of 64 pixels");
     if (tid == 0) fs_prefetch_map(map_w);
     const u16* xin = (const u16*)x;
     conv_stages<C>(bars,
-                   [&](int pm, int pn, int g, int tap, int cc, int r, int s, int st, u32 full) {
+                   [&](int, int pm, int pn, int g, int tap, int cc, int r, int s, int st,
+                       u32 full) {
                      if (tid == 0) {
                        fs_bar_expect(full, C::A_BYTES);
                        fs_tma_load(sa + st * C::A_BYTES, map_w, full, cc * 64, tap, pm * C::BM, g);
@@ -226,10 +252,16 @@ static __device__ __forceinline__ void conv_producer(u32 sa, u32 sb, u32 bars, i
   } else if (tid == 0) {
     fs_prefetch_map(map_w);
     fs_prefetch_map(x);
+    int early = 0;  // stages whose weights are loading (announced for both boxes)
+    if constexpr (C::EARLY_W) early = conv_early_weights<C>(sa, bars, map_w);
     conv_stages<C>(bars,
-                   [&](int pm, int pn, int g, int tap, int cc, int r, int s, int st, u32 full) {
-                     fs_bar_expect(full, C::A_BYTES + C::B_BYTES);
-                     fs_tma_load(sa + st * C::A_BYTES, map_w, full, cc * 64, tap, pm * C::BM, g);
+                   [&](int it, int pm, int pn, int g, int tap, int cc, int r, int s, int st,
+                       u32 full) {
+                     if (it >= early) {
+                       fs_bar_expect(full, C::A_BYTES + C::B_BYTES);
+                       fs_tma_load(sa + st * C::A_BYTES, map_w, full, cc * 64, tap, pm * C::BM,
+                                   g);
+                     }
 #pragma unroll
                      for (int j = 0; j < C::SPT; ++j) {
                        // a strip past the end re-reads the last one: its columns are never stored
@@ -350,6 +382,7 @@ static __device__ __forceinline__ int conv(const E& epi, u64 smem_raw, u64 map_w
     conv_producer<C>(sa, sb, bars, tid, map_w, x);
   } else {
     const auto [cw, lt, warp, lane] = fs_consumer_thread<C::CONSUMER_REGISTERS>(wg, tid);
+    if constexpr (C::EARLY_W) fs_grid_dependency_wait();
     float acc[C::WM / 64][C::WN / 2];
     const bool wide = epi.wide();
     int it = 0;
