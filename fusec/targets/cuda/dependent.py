@@ -68,12 +68,16 @@ def _make_sim() -> dict[str, Any]:
     return {"grid_dependency_wait": grid_dependency_wait}
 
 
+#: The wait, then the trigger: the Numba kernels' ``grid_dependency_wait`` and the C++
+#: kernels' ``fs_grid_dependency_wait`` (``include/fusec/common.cuh``; a test keeps the two
+#: texts one).
+WAIT_PTX = "griddepcontrol.wait; griddepcontrol.launch_dependents;"
+
+
 def _make_gpu() -> dict[str, Any]:
     from fusec.targets.cuda.rawmove import statement
 
-    wait = statement(
-        "grid_dependency_wait", "griddepcontrol.wait; griddepcontrol.launch_dependents;"
-    )
+    wait = statement("grid_dependency_wait", WAIT_PTX)
     return {"grid_dependency_wait": wait}
 
 

@@ -334,18 +334,21 @@ def constant_dense(shape, seed: int, dtype: str = "f16") -> str:
     return f'dense<"0x{value.tobytes().hex().upper()}"> : {_t(shape, dtype)}'
 
 
-def decoder_mlp(m: int, d: int, f: int, dtype: str = "f16") -> str:
-    """A decoder's softmax-then-MLP at batch ``m`` with constant weights: three kernels, the
-    first writing the second's A, the second the third's (a GEMM's B a program constant)."""
-    x, h = _t((m, d), dtype), _t((m, f), dtype)
+def decoder_mlp(m: int, d: int, dtype: str = "f16") -> str:
+    """softmax -> GEMM + residual + relu -> GEMM + residual at batch ``m``, width ``d``,
+    constant weights: three kernels, each GEMM's A and its epilogue's residual the output
+    of the kernel just before it (what a dependent launch may read only after its wait)."""
+    x, w = _t((m, d), dtype), _t((d, d), dtype)
     return f"""
 func.func @f(%x: {x}) -> {x} {{
-  %w1 = arith.constant {constant_dense((d, f), 1, dtype)}
-  %w2 = arith.constant {constant_dense((f, d), 2, dtype)}
+  %w1 = arith.constant {constant_dense((d, d), 1, dtype)}
+  %w2 = arith.constant {constant_dense((d, d), 2, dtype)}
   %s = ai.softmax %x {{axis = -1 : i64}} : {x}
-  %h = ai.matmul %s, %w1 : {x} * {_t((d, f), dtype)}
-  %g = ai.relu %h : {h}
-  %o = ai.matmul %g, %w2 : {h} * {_t((f, d), dtype)}
-  return %o : {x}
+  %h = ai.matmul %s, %w1 : {x} * {w}
+  %hr = ai.add %h, %s : {x} * {x}
+  %g = ai.relu %hr : {x}
+  %o = ai.matmul %g, %w2 : {x} * {w}
+  %r = ai.add %o, %g : {x} * {x}
+  return %r : {x}
 }}
 """

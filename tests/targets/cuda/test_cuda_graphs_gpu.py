@@ -170,7 +170,7 @@ def _early_weight_cases() -> dict:
     from conv_cases import resnet_block_constant_weights
     from cuda_cases import decoder_mlp
 
-    return {"mlp": decoder_mlp(16, 1024, 4096), "resnet": resnet_block_constant_weights(1)}
+    return {"mlp": decoder_mlp(16, 2048), "resnet": resnet_block_constant_weights(1)}
 
 
 @pytest.mark.parametrize("early", ["on", "off"])

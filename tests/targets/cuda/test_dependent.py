@@ -177,17 +177,24 @@ def _early_weight_cases() -> dict[str, tuple[str, str]]:
     from cuda_cases import decoder_mlp
 
     return {
-        "gemm": ("matmul", decoder_mlp(16, 256, 512)),
+        "gemm": ("matmul", decoder_mlp(16, 256)),
         "conv": ("conv", resnet_block_constant_weights(1, 64, 14)),
     }
+
+
+#: ``griddepcontrol.wait``s in the PTX of a kernel that waits in its body, at least: the
+#: consumers', the producer's other threads' and thread 0's after its early loads (the
+#: conv's last two may come out as one, after the branch of thread 0's loads)
+BODY_WAITS = {"gemm": 3, "conv": 2}
 
 
 @pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
 @pytest.mark.parametrize("case", ["gemm", "conv"])
 def test_a_kernel_reading_constant_weights_loads_them_before_its_wait(case: str) -> None:
     """Weights a program constant (no kernel writes them), read as given: the C++ body
-    waits itself, its producer after issuing the weights' first stages (the wrapper does
-    not wait); the other threads wait before they touch memory."""
+    waits (every path: the consumers', the producer's), its producer after issuing the
+    weights' first stages; the Numba wrapper does not wait. (Which loads come before the
+    producer's wait: ``test_only_the_weights_are_loaded_before_the_wait``.)"""
     pytest.importorskip("cuda.bindings")
     from fusec.targets.cuda.build import ptx, python_source
 
@@ -199,10 +206,45 @@ def test_a_kernel_reading_constant_weights_loads_them_before_its_wait(case: str)
         text = ptx(spec)
         waits = [m.start() for m in re.finditer(r"griddepcontrol\.wait", text)]
         loads = [m.start() for m in re.finditer(r"cp\.async\.bulk\.tensor", text)]
-        # the consumers' wait, the producer's after its early loads
-        assert len(waits) >= 2 and loads and waits[0] < loads[0] < waits[-1], (waits, loads)
-        first_access = re.search(r"\b(ld|st|atom|red)\.global|wgmma\.mma_async", text)
+        assert len(waits) >= BODY_WAITS[case], waits
+        assert loads and waits[0] < loads[0] < waits[-1], (waits, loads)
+        first_access = re.search(r"\b(ld|st|atom|red)(\.\w+)*\.global|wgmma\.mma_async", text)
         assert first_access is not None and waits[0] < first_access.start()
+
+
+def _between(text: str, start: str, end: str) -> str:
+    head = text.index(start)
+    return text[head : text.index(end, head)]
+
+
+def test_only_the_weights_are_loaded_before_the_wait() -> None:
+    """The kernel layer's early paths (no NVRTC needed): the GEMM producer's pre-loop
+    issues B's loads alone, then waits; the conv's weights alone; every other thread waits
+    before its first access (the consumers first thing after taking their registers)."""
+    from fusec.targets.cuda.dependent import WAIT_PTX
+    from fusec.targets.cuda.headers import INCLUDE_DIR
+
+    root = INCLUDE_DIR / "fusec"
+    common = (root / "common.cuh").read_text()
+    assert f'asm volatile("{WAIT_PTX}" ::: "memory");' in common  # the Numba kernels' text
+    gemm = (root / "gemm.cuh").read_text()
+    head = "if constexpr (C::EARLY_B) {\n        if (blockIdx.x < units)"
+    early = _between(gemm, head, "int it = 0;")
+    assert "gemm_load_b<C>(sb + i * B_BYTES, map_b" in early and "map_a" not in early
+    assert early.rstrip().endswith("fs_grid_dependency_wait();\n      }")
+    producer = _between(gemm, "fs_setmaxnreg_dec<C::PRODUCER_REGISTERS>();", "if (tid == 0) {")
+    assert "if (tid != 0) fs_grid_dependency_wait();" in producer
+    consumer = _between(gemm, "fs_consumer_thread<C::CONSUMER_REGISTERS>(wg, tid);", "float acc[")
+    assert "if constexpr (C::EARLY_B) fs_grid_dependency_wait();" in consumer
+    conv = (root / "conv.cuh").read_text()
+    early = _between(conv, "conv_early_weights(u32 sa, u32 bars, u64 map_w) {", "return early;")
+    loads = re.findall(r"fs_tma_load\(([^;]*)\);", early)
+    assert len(loads) == 1 and "map_w" in loads[0]
+    assert early.rstrip().endswith("fs_grid_dependency_wait();")
+    producer = _between(conv, "fs_setmaxnreg_dec<C::PRODUCER_REGISTERS>();", "CONV_INPUT_LD) {")
+    assert "if (tid != 0) fs_grid_dependency_wait();" in producer
+    consumer = _between(conv, "fs_consumer_thread<C::CONSUMER_REGISTERS>(wg, tid);", "float acc[")
+    assert "if constexpr (C::EARLY_W) fs_grid_dependency_wait();" in consumer
 
 
 @pytest.mark.parametrize("why", ["runtime weights", "switch off"])

@@ -772,9 +772,12 @@ def _decompose(flat: str, dims, first: int) -> list[str]:
 
 
 def _loads_constant_b(fused_op: ai.FusedOp, p: GemmPlan, ln_tile: bool) -> bool:
-    """Whether the kernel reads B straight from a constant of the program (no LayerNorm
-    pre-pass folding gamma into it, no K-major copy of it, no ln=tile A-first loads), so
-    that it may load B before the grid dependency wait (``linked.loads_early``)."""
+    """Whether the kernel reads B from a constant of the program (no LayerNorm pre-pass
+    folding gamma into it, no K-major copy of it, no ln=tile A-first loads), so that it may
+    load B before the grid dependency wait (``linked.loads_early``). A B whose rows are not
+    16-byte aligned is read from a pitched copy (``host.GemmLaunch._pitched``): a memcpy on
+    the stream, which a recorded graph keeps as a plain edge into the GEMM (only edges
+    between two fusec kernels become programmatic), so the copy is done before it starts."""
     if ln_tile or p.layernorm is not None or ((p.tf32 or p.fp8) and p.b_major == "n"):
         return False  # B is the pre-pass's or the transpose's output
     return loads_early(fused_op, p.b[0])
