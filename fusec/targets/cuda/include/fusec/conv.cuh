@@ -229,62 +229,59 @@ static __device__ __forceinline__ void conv_producer(u32 sa, u32 sb, u32 bars, i
     static_assert(C::TW == 64, "the producer's loads read a strip as one row of 64 pixels");
     if (tid == 0) fs_prefetch_map(map_w);
     const u16* xin = (const u16*)x;
-    conv_stages<C>(bars,
-                   [&](int, int pm, int pn, int g, int tap, int cc, int r, int s, int st,
-                       u32 full) {
-                     if (tid == 0) {
-                       fs_bar_expect(full, C::A_BYTES);
-                       fs_tma_load(sa + st * C::A_BYTES, map_w, full, cc * 64, tap, pm * C::BM, g);
-                     }
-                     for (int i = tid; i < C::SPT * 64; i += 128) {
-                       const int j = i / 64;
-                       const int c = i - j * 64;
-                       // a strip past the end re-reads the last one: its columns are never stored
-                       const int strip = min(pn * C::SPT + j, C::STRIPS - 1);
-                       int n, p, q0;
-                       conv_strip<C>(strip, n, p, q0);
-                       conv_ld_row<C>(sb + st * C::B_BYTES + j * 8192, c, xin, n, g, cc * 64 + c,
-                                      p * C::SH + r * C::DH - C::PT, q0 + s * C::DW - C::PL);
-                     }
-                     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                     fs_bar_arrive(full);
-                   });
+    conv_stages<C>(
+        bars, [&](int, int pm, int pn, int g, int tap, int cc, int r, int s, int st, u32 full) {
+          if (tid == 0) {
+            fs_bar_expect(full, C::A_BYTES);
+            fs_tma_load(sa + st * C::A_BYTES, map_w, full, cc * 64, tap, pm * C::BM, g);
+          }
+          for (int i = tid; i < C::SPT * 64; i += 128) {
+            const int j = i / 64;
+            const int c = i - j * 64;
+            // a strip past the end re-reads the last one: its columns are never stored
+            const int strip = min(pn * C::SPT + j, C::STRIPS - 1);
+            int n, p, q0;
+            conv_strip<C>(strip, n, p, q0);
+            conv_ld_row<C>(sb + st * C::B_BYTES + j * 8192, c, xin, n, g, cc * 64 + c,
+                           p * C::SH + r * C::DH - C::PT, q0 + s * C::DW - C::PL);
+          }
+          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+          fs_bar_arrive(full);
+        });
   } else if (tid == 0) {
     fs_prefetch_map(map_w);
     fs_prefetch_map(x);
     int early = 0;  // stages whose weights are loading (announced for both boxes)
     if constexpr (C::EARLY_W) early = conv_early_weights<C>(sa, bars, map_w);
-    conv_stages<C>(bars,
-                   [&](int it, int pm, int pn, int g, int tap, int cc, int r, int s, int st,
-                       u32 full) {
-                     if (it >= early) {
-                       fs_bar_expect(full, C::A_BYTES + C::B_BYTES);
-                       fs_tma_load(sa + st * C::A_BYTES, map_w, full, cc * 64, tap, pm * C::BM,
-                                   g);
-                     }
+    conv_stages<C>(
+        bars, [&](int it, int pm, int pn, int g, int tap, int cc, int r, int s, int st, u32 full) {
+          if (it >= early) {
+            fs_bar_expect(full, C::A_BYTES + C::B_BYTES);
+            fs_tma_load(sa + st * C::A_BYTES, map_w, full, cc * 64, tap, pm * C::BM, g);
+          }
 #pragma unroll
-                     for (int j = 0; j < C::SPT; ++j) {
-                       // a strip past the end re-reads the last one: its columns are never stored
-                       const int strip = min(pn * C::SPT + j, C::STRIPS - 1);
-                       int n, p, q0;
-                       conv_strip<C>(strip, n, p, q0);
-                       const u32 dst = sb + st * C::B_BYTES + j * 8192;
-                       if constexpr (C::INPUT == CONV_INPUT_NCHW) {
-                         // NCHW map (W, H, CG, G, N): [channel][pixel] rows; q0 + s*DW - PL is a
-                         // multiple of 8 (nchw_input_problem), so the read starts 16-byte aligned
-                         fs_tma_load(dst, x, full, q0 + s * C::DW - C::PL,
-                                     p * C::SH + r * C::DH - C::PT, cc * 64, g, n);
-                       } else if constexpr (C::SW == 1) {
-                         // channels-last map (CG, G, W, H, N): [pixel][channel] rows
-                         fs_tma_load(dst, x, full, cc * 64, g, q0 + s * C::DW - C::PL,
-                                     p * C::SH + r * C::DH - C::PT, n);
-                       } else {
-                         // the same map traversing every SW-th pixel (config.nhwc_element_strides)
-                         fs_tma_load(dst, x, full, cc * 64, g, q0 * C::SW + s * C::DW - C::PL,
-                                     p * C::SH + r * C::DH - C::PT, n);
-                       }
-                     }
-                   });
+          for (int j = 0; j < C::SPT; ++j) {
+            // a strip past the end re-reads the last one: its columns are never stored
+            const int strip = min(pn * C::SPT + j, C::STRIPS - 1);
+            int n, p, q0;
+            conv_strip<C>(strip, n, p, q0);
+            const u32 dst = sb + st * C::B_BYTES + j * 8192;
+            if constexpr (C::INPUT == CONV_INPUT_NCHW) {
+              // NCHW map (W, H, CG, G, N): [channel][pixel] rows; q0 + s*DW - PL is a
+              // multiple of 8 (nchw_input_problem), so the read starts 16-byte aligned
+              fs_tma_load(dst, x, full, q0 + s * C::DW - C::PL, p * C::SH + r * C::DH - C::PT,
+                          cc * 64, g, n);
+            } else if constexpr (C::SW == 1) {
+              // channels-last map (CG, G, W, H, N): [pixel][channel] rows
+              fs_tma_load(dst, x, full, cc * 64, g, q0 + s * C::DW - C::PL,
+                          p * C::SH + r * C::DH - C::PT, n);
+            } else {
+              // the same map traversing every SW-th pixel (config.nhwc_element_strides)
+              fs_tma_load(dst, x, full, cc * 64, g, q0 * C::SW + s * C::DW - C::PL,
+                          p * C::SH + r * C::DH - C::PT, n);
+            }
+          }
+        });
   }
 }
 

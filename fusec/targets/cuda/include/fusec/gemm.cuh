@@ -896,7 +896,8 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
       int early = 0;
       if constexpr (C::EARLY_B) {
         if (blockIdx.x < units) {
-          const auto [t, kb0, kb1, pm, pn, pz] = gemm_unit<C>(blockIdx.x, kblocks, tiles_m, tiles_n);
+          const auto [t, kb0, kb1, pm, pn, pz] =
+              gemm_unit<C>(blockIdx.x, kblocks, tiles_m, tiles_n);
           const int zb = C::BATCH_B ? pz : 0;
           early = min(kb1 - kb0, STAGES);
           for (int i = 0; i < early; ++i) {
