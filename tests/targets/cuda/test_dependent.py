@@ -275,3 +275,21 @@ func.func @f(%x: tensor<16x256xf16>, %w: tensor<256x512xf16>) -> tensor<16x512xf
         assert not spec.waits_in_body
         assert "grid_dependency_wait()" in python_source(spec, "<cu>")
         assert "EARLY_B = 1" not in spec.cpp_source() and "EARLY_W = 1" not in spec.cpp_source()
+
+
+def test_a_gemm_reading_a_copy_of_its_constant_weights_waits_first() -> None:
+    """A LayerNorm prologue folds gamma into a copy of W (the pre-pass kernel writes it):
+    the GEMM reads that copy, so it waits first, however constant W is."""
+    from cuda_cases import constant_dense
+
+    x, v, w = "tensor<256x512xf16>", "tensor<512xf16>", "tensor<512x512xf16>"
+    graph = f"""
+func.func @f(%x: {x}, %g: {v}, %b: {v}) -> {x} {{
+  %w = arith.constant {constant_dense((512, 512), 3)}
+  %n = ai.layernorm %x, %g, %b : {x} * {v} * {v}
+  %h = ai.matmul %n, %w : {x} * {w}
+  return %h : {x}
+}}
+"""
+    (gemm,) = [s for s in _specs(graph, "matmul") if type(s).__name__ == "GemmSpec"]
+    assert not gemm.early_b and not gemm.waits_in_body
