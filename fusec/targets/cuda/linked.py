@@ -20,12 +20,15 @@ from fusec.environ import switch
 from fusec.ir.constants import is_constant
 from fusec.targets.cuda.caps import H200
 
-#: ``$FUSEC_EARLY_WEIGHTS``: "on" (the default) lets a GEMM or implicit-GEMM conv whose
-#: weights are a constant of the program issue their first stages' loads before it waits
-#: for the kernels before it (``GemmSpec.early_b``, ``ConvSpec.early_w``: their
-#: ``waits_in_body``; ``fusec.targets.cuda.dependent``); "off" waits first, as every other
-#: kernel (the A/B switch).
+#: ``$FUSEC_EARLY_WEIGHTS``: "on" lets a GEMM or implicit-GEMM conv whose weights are a
+#: constant of the program issue their first stages' loads before it waits for the kernels
+#: before it (``GemmSpec.early_b``, ``ConvSpec.early_w``: their ``waits_in_body``;
+#: ``fusec.targets.cuda.dependent``); "off" waits first, as every other kernel. The
+#: default, ``EARLY_WEIGHTS_DEFAULT``, stays "off" until a GPU run has passed the GPU lane
+#: with it on and measured it (written 2026-12-06 with no GPU lent: NVRTC PTX, a review and
+#: CPU tests only).
 EARLY_WEIGHTS_ENV = "FUSEC_EARLY_WEIGHTS"
+EARLY_WEIGHTS_DEFAULT = "off"
 
 
 def loads_early(fused_op: ai.FusedOp, index: int) -> bool:
@@ -33,7 +36,8 @@ def loads_early(fused_op: ai.FusedOp, index: int) -> bool:
     wait: the input is a constant of the program (``arith.constant``: written at load, by
     no kernel) and ``$FUSEC_EARLY_WEIGHTS`` is on. The template decides whether its kernel
     reads that input as given (no re-layout or pre-pass kernel writing a copy first)."""
-    if switch(EARLY_WEIGHTS_ENV, ("on", "off")) == "off":
+    default, other = EARLY_WEIGHTS_DEFAULT, {"on": "off", "off": "on"}[EARLY_WEIGHTS_DEFAULT]
+    if switch(EARLY_WEIGHTS_ENV, (default, other)) == "off":
         return False
     return is_constant(fused_op.operands[index].owner)
 

@@ -190,7 +190,9 @@ BODY_WAITS = {"gemm": 3, "conv": 2}
 
 @pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
 @pytest.mark.parametrize("case", ["gemm", "conv"])
-def test_a_kernel_reading_constant_weights_loads_them_before_its_wait(case: str) -> None:
+def test_a_kernel_reading_constant_weights_loads_them_before_its_wait(
+    monkeypatch, case: str
+) -> None:
     """Weights a program constant (no kernel writes them), read as given: the C++ body
     waits (every path: the consumers', the producer's), its producer after issuing the
     weights' first stages; the Numba wrapper does not wait. (Which loads come before the
@@ -198,6 +200,7 @@ def test_a_kernel_reading_constant_weights_loads_them_before_its_wait(case: str)
     pytest.importorskip("cuda.bindings")
     from fusec.targets.cuda.build import ptx, python_source
 
+    monkeypatch.setenv("FUSEC_EARLY_WEIGHTS", "on")
     kind, graph = _early_weight_cases()[case]
     specs = [s for s in _specs(graph, kind) if s.waits_in_body]
     assert len(specs) == 2, _specs(graph, kind)
@@ -258,6 +261,7 @@ def test_a_kernel_whose_weights_a_kernel_may_write_waits_first(
     from fusec.targets.cuda.build import python_source
 
     kind, graph = _early_weight_cases()[case]
+    monkeypatch.setenv("FUSEC_EARLY_WEIGHTS", "on")
     if why == "switch off":
         monkeypatch.setenv("FUSEC_EARLY_WEIGHTS", "off")
     elif case == "gemm":  # the weights as arguments
@@ -277,11 +281,12 @@ func.func @f(%x: tensor<16x256xf16>, %w: tensor<256x512xf16>) -> tensor<16x512xf
         assert "EARLY_B = 1" not in spec.cpp_source() and "EARLY_W = 1" not in spec.cpp_source()
 
 
-def test_a_gemm_reading_a_copy_of_its_constant_weights_waits_first() -> None:
+def test_a_gemm_reading_a_copy_of_its_constant_weights_waits_first(monkeypatch) -> None:
     """A LayerNorm prologue folds gamma into a copy of W (the pre-pass kernel writes it):
     the GEMM reads that copy, so it waits first, however constant W is."""
     from cuda_cases import constant_dense
 
+    monkeypatch.setenv("FUSEC_EARLY_WEIGHTS", "on")
     x, v, w = "tensor<256x512xf16>", "tensor<512xf16>", "tensor<512x512xf16>"
     graph = f"""
 func.func @f(%x: {x}, %g: {v}, %b: {v}) -> {x} {{
@@ -293,3 +298,20 @@ func.func @f(%x: {x}, %g: {v}, %b: {v}) -> {x} {{
 """
     (gemm,) = [s for s in _specs(graph, "matmul") if type(s).__name__ == "GemmSpec"]
     assert not gemm.early_b and not gemm.waits_in_body
+
+
+@pytest.mark.parametrize("value, early", [("on", True), ("off", False), ("", None)])
+def test_fusec_early_weights_switch(monkeypatch, value: str, early) -> None:
+    """Unset: ``EARLY_WEIGHTS_DEFAULT``; a bad value is a named error."""
+    from cuda_cases import decoder_mlp
+
+    from fusec.environ import SwitchError
+    from fusec.targets.cuda.linked import EARLY_WEIGHTS_DEFAULT
+
+    monkeypatch.setenv("FUSEC_EARLY_WEIGHTS", value)
+    want = (EARLY_WEIGHTS_DEFAULT == "on") if early is None else early
+    specs = _specs(decoder_mlp(16, 256), "matmul")
+    assert specs and all(s.early_b is want for s in specs)
+    monkeypatch.setenv("FUSEC_EARLY_WEIGHTS", "sometimes")
+    with pytest.raises(SwitchError, match="FUSEC_EARLY_WEIGHTS"):
+        _specs(decoder_mlp(16, 256), "matmul")
