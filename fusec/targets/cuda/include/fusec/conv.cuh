@@ -255,7 +255,7 @@ static __device__ __forceinline__ void conv_producer(u32 sa, u32 sb, u32 bars, i
     if constexpr (C::EARLY_W) early = conv_early_weights<C>(sa, bars, map_w);
     conv_stages<C>(
         bars, [&](int it, int pm, int pn, int g, int tap, int cc, int r, int s, int st, u32 full) {
-          if (it >= early) {
+          if (!C::EARLY_W || it >= early) {
             fs_bar_expect(full, C::A_BYTES + C::B_BYTES);
             fs_tma_load(sa + st * C::A_BYTES, map_w, full, cc * 64, tap, pm * C::BM, g);
           }

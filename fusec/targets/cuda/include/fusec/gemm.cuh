@@ -930,10 +930,13 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
           } else {
             const u32 phase = (u32)(it / STAGES) & 1u;
             fs_bar_wait(bars + 8 * (STAGES + s), phase ^ 1u);
-            const bool b_loading = it < early;  // (early B: announced and issued already)
+            // early B: this stage's B announced and issued already
+            const bool b_loading = C::EARLY_B && it < early;
             if (!b_loading) fs_bar_expect(full, A_BYTES + B_BYTES);
-            gemm_load<C, C::A_K_MAJOR, C::BM>(sa + s * A_BYTES, map_a, full, kb, pm, za);
-            if (!b_loading) gemm_load_b<C>(sb + s * B_BYTES, map_b, full, kb, pn, zb, N);
+            const u32 a_dst = sa + s * A_BYTES;
+            const u32 b_dst = sb + s * B_BYTES;
+            gemm_load<C, C::A_K_MAJOR, C::BM>(a_dst, map_a, full, kb, pm, za);
+            if (!b_loading) gemm_load_b<C>(b_dst, map_b, full, kb, pn, zb, N);
           }
         }
       }
