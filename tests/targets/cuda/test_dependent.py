@@ -258,7 +258,7 @@ def test_a_kernel_whose_weights_a_kernel_may_write_waits_first(
     pytest.importorskip("cuda.bindings")
     from conv_cases import resnet_basic
 
-    from fusec.targets.cuda.build import python_source
+    from fusec.targets.cuda.build import ptx, python_source
 
     kind, graph = _early_weight_cases()[case]
     monkeypatch.setenv("FUSEC_EARLY_WEIGHTS", "on")
@@ -279,6 +279,7 @@ func.func @f(%x: tensor<16x256xf16>, %w: tensor<256x512xf16>) -> tensor<16x512xf
         assert not spec.waits_in_body
         assert "grid_dependency_wait()" in python_source(spec, "<cu>")
         assert "EARLY_B = 1" not in spec.cpp_source() and "EARLY_W = 1" not in spec.cpp_source()
+        assert "griddepcontrol" not in ptx(spec)  # (the early path folds away)
 
 
 def test_a_gemm_reading_a_copy_of_its_constant_weights_waits_first(monkeypatch) -> None:
