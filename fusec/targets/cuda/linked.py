@@ -20,15 +20,16 @@ from fusec.environ import switch
 from fusec.ir.constants import is_constant
 from fusec.targets.cuda.caps import H200
 
-#: ``$FUSEC_EARLY_WEIGHTS``: "on" lets a GEMM or implicit-GEMM conv whose weights are a
-#: constant of the program issue their first stages' loads before it waits for the kernels
-#: before it (``GemmSpec.early_b``, ``ConvSpec.early_w``: their ``waits_in_body``;
-#: ``fusec.targets.cuda.dependent``); "off" waits first, as every other kernel. The
-#: default, ``EARLY_WEIGHTS_DEFAULT``, stays "off" until a GPU run has passed the GPU lane
-#: with it on and measured it (written 2026-12-06 with no GPU lent: NVRTC PTX, a review and
-#: CPU tests only).
+#: ``$FUSEC_EARLY_WEIGHTS``: "on" (``EARLY_WEIGHTS_DEFAULT``) lets a GEMM or implicit-GEMM
+#: conv whose weights are a constant of the program issue their first stages' loads before
+#: it waits for the kernels before it (``GemmSpec.early_b``, ``ConvSpec.early_w``: their
+#: ``waits_in_body``; ``fusec.targets.cuda.dependent``); "off" waits first, as every other
+#: kernel (the A/B switch). H100, one process, 31 alternating rounds (2026-12-06,
+#: ``benchmarks/results/models-gpu.md``): Llama-style decoder b1 0.456 -> 0.443 ms a call
+#: (0.383 -> 0.366 in bursts of 20), MobileNetV3-Large b1 0.439 -> 0.412 (0.290 -> 0.281);
+#: the GPU tests that reach constant weights (136) passed with it on.
 EARLY_WEIGHTS_ENV = "FUSEC_EARLY_WEIGHTS"
-EARLY_WEIGHTS_DEFAULT = "off"
+EARLY_WEIGHTS_DEFAULT = "on"
 
 
 def loads_early(fused_op: ai.FusedOp, index: int) -> bool:
