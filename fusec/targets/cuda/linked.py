@@ -37,8 +37,8 @@ def loads_early(fused_op: ai.FusedOp, index: int) -> bool:
     wait: the input is a constant of the program (``arith.constant``: written at load, by
     no kernel) and ``$FUSEC_EARLY_WEIGHTS`` is on. The template decides whether its kernel
     reads that input as given (no re-layout or pre-pass kernel writing a copy first)."""
-    default, other = EARLY_WEIGHTS_DEFAULT, {"on": "off", "off": "on"}[EARLY_WEIGHTS_DEFAULT]
-    if switch(EARLY_WEIGHTS_ENV, (default, other)) == "off":
+    choices = ("on", "off") if EARLY_WEIGHTS_DEFAULT == "on" else ("off", "on")
+    if switch(EARLY_WEIGHTS_ENV, choices) == "off":  # (the first choice is the default)
         return False
     return is_constant(fused_op.operands[index].owner)
 

@@ -60,11 +60,10 @@ def resnet_downsample(n=2, c=64, h=16, w=16, t="f16") -> str:
 def resnet_block_constant_weights(n: int = 4, c: int = 64, hw: int = 28) -> str:
     """A ResNet basic block whose conv weights are constants (an ONNX model's: relaid KRSC
     at compile time) and its BatchNorm scales arguments."""
-    import numpy as np
+    from cuda_cases import constant_dense
 
     def constant(shape: tuple, seed: int) -> str:
-        value = (np.random.default_rng(seed).standard_normal(shape) * 0.05).astype(np.float16)
-        return f'dense<"0x{value.tobytes().hex().upper()}"> : {_t(shape, "f16")}'
+        return constant_dense(shape, seed, "f16", scale=0.05)
 
     x, w, v = _t((n, c, hw, hw), "f16"), _t((c, c, 3, 3), "f16"), _t((c, 1, 1), "f16")
     return f"""func.func @block(%x: {x}, %s1: {v}, %t1: {v}, %s2: {v}, %t2: {v}) -> {x} {{

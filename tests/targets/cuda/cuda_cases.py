@@ -325,11 +325,11 @@ def conv_gemv_nhwc(n: int, c: int, k: int, dtype: str, output: str = "nhwc") -> 
     return text.replace('ai.fused "conv" (%x, %w, %b)', f'ai.fused "conv" (%x, %w, %b) {layout}')
 
 
-def constant_dense(shape, seed: int, dtype: str = "f16") -> str:
-    """A random ``arith.constant`` value (standard normal / sqrt of the last dimension, so
-    that products stay O(1)) as MLIR hex text."""
+def constant_dense(shape, seed: int, dtype: str = "f16", scale: float | None = None) -> str:
+    """A random ``arith.constant`` value (standard normal times ``scale``, by default
+    1 / sqrt of the last dimension, so that products stay O(1)) as MLIR hex text."""
     rng = np.random.default_rng(seed)
-    scaled = rng.standard_normal(shape) / np.sqrt(shape[-1])
+    scaled = rng.standard_normal(shape) * (1 / np.sqrt(shape[-1]) if scale is None else scale)
     value = scaled.astype({"f16": np.float16, "f32": np.float32}[dtype])
     return f'dense<"0x{value.tobytes().hex().upper()}"> : {_t(shape, dtype)}'
 

@@ -217,7 +217,7 @@ class ConvSpec(LinkedSpec):
 
     def __post_init__(self) -> None:
         _check_types(self.dtype, self.out_dtype, self.epilogue)
-        if self.early_w and (self.weight != "krsc" or self.input == "nchw-ld"):
+        if self.early_w and not self.weights_as_given:
             raise ValueError("early weights: KRSC weights read as given, the TMA producer")
         if (self.input == "im2col") != (self.source is not None):
             raise ValueError('a conv source geometry goes with input="im2col" (and only there)')
@@ -251,6 +251,12 @@ class ConvSpec(LinkedSpec):
     @property
     def waits_in_body(self) -> bool:
         return self.early_w
+
+    @property
+    def weights_as_given(self) -> bool:
+        """The kernel reads the weights themselves (KRSC, no re-layout) through the TMA
+        producer: what early weights (``early_w``) need."""
+        return self.weight == "krsc" and self.input != "nchw-ld"
 
     @property
     def relayout_name(self) -> str:

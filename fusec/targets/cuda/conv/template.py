@@ -538,20 +538,11 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         tile = tile_for(fused_op, gemm_geo)
         weight = "krsc" if p.layout.weight == "krsc" else "kcrs"
         loads = epilogue_loads_for()
-        early_w = weight == "krsc" and layout != "nchw-ld" and loads_early(fused_op, p.w)
         spec = ConvSpec(
-            gemm_geo,
-            tile,
-            dtype,
-            out_dtype,
-            epi,
-            layout,
-            loads,
-            p.layout.output,
-            weight,
-            source,
-            early_w,
+            gemm_geo, tile, dtype, out_dtype, epi, layout, loads, p.layout.output, weight, source
         )
+        early_w = spec.weights_as_given and loads_early(fused_op, p.w)
+        spec = replace(spec, early_w=True) if early_w else spec
         notes = [
             "target: cuda, implicit-GEMM conv2d on the Hopper Tensor Cores (wgmma + TMA, "
             f"sm_90a), tile {tile.text}, {spec.tiles} tiles;",
