@@ -791,7 +791,7 @@ def w4_timed(m: int, q, s, z, wd, k: int = W4_K, n: int = W4_N) -> tuple:
 
 def w4_decode() -> None:
     """``--w4-decode``: the W4A16 kernel that ``$FUSEC_W4_KERNEL`` picks (the Tensor Core
-    one by default; ``ring``, ``warp-ring``, ``cuda-cores``) at M = 1 on 4096 x 4096 and
+    one by default; ``ring``, ``cuda-cores``) at M = 1 on 4096 x 4096 and
     ``W4_DECODE_LAYERS``: GPU time of a CUDA-graph replay warm (replays back to back: a
     weight over the L2's size streams from HBM) and cold (``time_gpu_cold``), as a share of
     the H100/H200's HBM bandwidth, each result checked against the f32 product. One line a

@@ -15,7 +15,7 @@ internals can move without invalidating cached kernels or their text:
 * ``w4_mma_<f16|bf16>x<1|2>``: the W4A16 Tensor Core kernel's codes as 16-bit floats into
   ``mma.sync``
   (``fusec.targets.cuda.w4_mma_device``);
-* ``align16``, ``mbar_init``, ``bulk_load``, ``mbar_wait``, ``lds_words4``, ``warp_sync``:
+* ``align16``, ``mbar_init``, ``bulk_load``, ``mbar_wait``, ``lds_words4``:
   bulk copies into a ring of shared-memory stages on mbarriers (``fusec.targets.cuda.bulk``);
 * ``grid_dependency_wait``: every kernel's first statement, the wait for the kernels it
   depends on in a graph with programmatic edges (``fusec.targets.cuda.dependent``);
@@ -72,7 +72,6 @@ _PROVIDERS: dict[str, str] = {
     "bulk_load": "fusec.targets.cuda.bulk",
     "mbar_wait": "fusec.targets.cuda.bulk",
     "lds_words4": "fusec.targets.cuda.bulk",
-    "warp_sync": "fusec.targets.cuda.bulk",
     "grid_dependency_wait": "fusec.targets.cuda.dependent",
     "ieee_conv2d": "fusec.targets.cuda.torch_runtime",
     "tf32_conv2d": "fusec.targets.cuda.torch_runtime",

@@ -22,9 +22,6 @@ in issued instructions (the kernels that need this are issue- and latency-bound 
 * ``mbar_wait(bars, i, parity)``: waits until the phase of ``bars[i]`` with ``parity``
   (0 for its first phase, 1 for its second, ...) has completed; a memory clobber, so no
   read of the stage moves above it;
-* ``warp_sync()``: the warp's lanes meet (``bar.warp.sync``; a lane's shared reads are done
-  before another lane copies into the stage); under the simulator the block's barrier, so
-  every thread of the block must call it equally often;
 * ``lds_words4(arr, e, dst, d)``: ``dst[d:d + 4] = arr[e:e + 4]`` of a 32-bit shared
   array with one ``ld.shared.v4`` (``e`` a multiple of 4 from a 16-byte-aligned start).
 
@@ -39,17 +36,16 @@ alignment and ranges (and a barrier's single arrival).
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
 from fusec.targets.cuda.env import numba_cuda, simulator_enabled
-from fusec.targets.cuda.rawmove import as_i32, pointer, statement, word_loader
+from fusec.targets.cuda.rawmove import as_i32, pointer, word_loader
 
 
 def helper_names() -> list[str]:
     """The names this module gives generated kernels (through ``fusec.targets.cuda.abi``)."""
-    return ["align16", "mbar_init", "bulk_load", "mbar_wait", "lds_words4", "warp_sync"]
+    return ["align16", "mbar_init", "bulk_load", "mbar_wait", "lds_words4"]
 
 
 def _make_sim() -> dict[str, Any]:
@@ -89,17 +85,12 @@ def _make_sim() -> dict[str, Any]:
         for k in range(4):
             dst[d + k] = arr[e + k]
 
-    def warp_sync() -> None:
-        thread: Any = threading.current_thread()  # the simulator's: no warp barrier there
-        thread.syncthreads()
-
     return {
         "align16": align16,
         "mbar_init": mbar_init,
         "bulk_load": bulk_load,
         "mbar_wait": mbar_wait,
         "lds_words4": lds_words4,
-        "warp_sync": warp_sync,
     }
 
 
@@ -201,14 +192,12 @@ def _make_gpu() -> dict[str, Any]:
 
     mbar_wait = on_barrier(wait)
     lds_words4 = word_loader(4, "shared")
-    warp_sync = statement("warp_sync", "bar.warp.sync 0xffffffff;")
     return {
         "align16": align16,
         "mbar_init": mbar_init,
         "bulk_load": bulk_load,
         "mbar_wait": mbar_wait,
         "lds_words4": lds_words4,
-        "warp_sync": warp_sync,
     }
 
 

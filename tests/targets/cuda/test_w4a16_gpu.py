@@ -86,7 +86,7 @@ def test_every_warp_shape_matches_the_reference(m, shape, monkeypatch):
     assert _check(compiled, [x], [_device(x, "bf16")]) < 1e-2
 
 
-@pytest.mark.parametrize("kernel", ["registers", "cuda-cores", "ring", "warp-ring"])
+@pytest.mark.parametrize("kernel", ["registers", "cuda-cores", "ring"])
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize(
     "m, k, n, block, transposed, unsigned",
@@ -99,8 +99,8 @@ def test_every_warp_shape_matches_the_reference(m, shape, monkeypatch):
 def test_both_w4a16_kernels_match_the_reference(
     m, k, n, block, transposed, unsigned, dtype, kernel, monkeypatch
 ):
-    """The Tensor Core kernel (``gemm/w4_mma.py``), its variants with the codes through
-    shared memory (``FUSEC_W4_KERNEL=ring``, ``warp-ring``) and the CUDA-core kernel on the
+    """The Tensor Core kernel (``gemm/w4_mma.py``), its variant with the codes through
+    shared memory (``FUSEC_W4_KERNEL=ring``) and the CUDA-core kernel on the
     same layers: a tile past N, two B fragments (M > 8), UINT4 codes, scales per column."""
     import fusec
     from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
@@ -114,10 +114,10 @@ def test_both_w4a16_kernels_match_the_reference(
     assert _check(compiled, [x], [_device(x, dtype)]) < 1e-2
 
 
-@pytest.mark.parametrize("kernel", ["registers", "ring", "warp-ring"])
+@pytest.mark.parametrize("kernel", ["registers", "ring"])
 def test_blocks_that_walk_several_tiles_match_the_reference(kernel, monkeypatch):
     """1064 tiles of 16 columns, more than a grid of 8 blocks a multiprocessor on an H100 or
-    H200 (1056): some blocks take two tiles, and the rings run on into the second."""
+    H200 (1056): some blocks take two tiles, and the ring runs on into the second."""
     import fusec
     from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
 

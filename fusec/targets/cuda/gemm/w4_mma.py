@@ -57,14 +57,14 @@ against 6.1 us, 1 x 4096 x 14336 15.3 against 14.8, 1 x 14336 x 4096 16.5 agains
 block barrier a step couples the warps; 256 blocks cannot hide it). So ``tile-gemm`` writes
 the loop on the group (``LOOP_ATTR``, ``choose_loop``): the ring where the layer has more
 tiles than the grid's blocks (8 a multiprocessor), the register sets elsewhere.
-``FUSEC_W4_KERNEL=warp-ring`` (``W4WarpRingEmitter``) gives each warp a ring of its own
-(lane 0 copies the warp's next chunks, 1 KB each, ``STAGES`` ahead on the warp's
-mbarriers; no block barrier a step): written after the measurements above, simulator-
-and PTX-tested, **not yet measured** (``gemm_bench.py --w4-decode`` with it against the
-default). Both rings' copies now start with ``fence.proxy.async.shared::cta``: a stage read
-by ``ld.shared`` and then refilled by the copy engine is a write after read across proxies
-(the block ring with it, as ``tile-gemm`` picks it for the 123 MB layer: 49.1 us, 74.7% of
-HBM warm, H100, f577e88; ``benchmarks/results/gemm-w4.md``).
+A ring a warp (lane 0 copying the warp's next chunks on the warp's own mbarriers, no
+block barrier a step) was measured slower than the default on every layer and removed
+(H100, ced563f, ``gemm_bench.py --w4-decode``: 7.7 / 18.1 / 16.5 / 58.2 us warm against
+6.1 / 14.6 / 13.5 / 48.9 on the four decode layers). The ring's copies start with
+``fence.proxy.async.shared::cta``: a stage read by ``ld.shared`` and then refilled by the
+copy engine is a write after read across proxies (with it, as ``tile-gemm`` picks it for
+the 123 MB layer: 49.1 us, 74.7% of HBM warm, H100, f577e88;
+``benchmarks/results/gemm-w4.md``).
 """
 
 from __future__ import annotations
@@ -92,10 +92,9 @@ WARPS = THREADS // 32
 TILE = 16
 #: The two register sets of a chunk's operands (codes, activations, scales, zero points).
 REGISTER_SETS = ("0", "1")
-#: The ring variants' stages of codes in shared memory: the block ring's (a step's codes, a
-#: chunk a warp; STAGES - 1 in flight while the block reads one: 3 measured 49.3 us on the
-#: 123 MB layer, 4 51.9, 5 55.9, more shared memory leaving less L1 for the activations)
-#: and the warp ring's (chunks of one warp; not measured).
+#: The block ring's stages of codes in shared memory (a step's codes, a chunk a warp;
+#: STAGES - 1 in flight while the block reads one: 3 measured 49.3 us on the 123 MB layer,
+#: 4 51.9, 5 55.9, more shared memory leaving less L1 for the activations).
 STAGES = 3
 
 
@@ -300,13 +299,15 @@ class W4MmaEmitter(W4Emitter):
         )
 
 
-class _RingEmitter(W4MmaEmitter):
-    """What both ring variants share: a step is a chunk a warp, the chunk's codes read
-    from a stage of ``ring`` (two 16-byte shared loads a lane) after its mbarrier's wait,
-    its scales and zero points one step ahead in register set 1; a stage refilled by a bulk
-    copy at the top of the step after the one that read it (its words consumed by that
-    step's ``mma``s: the copy's proxy fence then waits for no fresh load). The variants
-    differ in who copies what (``_setup``, ``_refill``, ``_read``, ``_end_step``)."""
+class W4RingEmitter(W4MmaEmitter):
+    """The Tensor Core kernel with its codes through a ring of shared-memory stages
+    (``FUSEC_W4_KERNEL=ring``; module notes): a step is a chunk a warp, the step's 8
+    chunks, contiguous in the packed layout, one ``cp.async.bulk`` (``bulk``) issued by
+    thread 0 ``STAGES - 1`` steps ahead (across the block's tiles too); a lane reads its
+    chunk's codes from the stage (two 16-byte shared loads) after the stage's mbarrier, its
+    scales and zero points one step ahead in register set 1; a block barrier ends a step,
+    and the stage the last step read is refilled at the top of the next (its words consumed
+    by that step's ``mma``s: the copy's proxy fence then waits for no fresh load)."""
 
     numpy_types = "int32, int64"
 
@@ -315,70 +316,43 @@ class _RingEmitter(W4MmaEmitter):
         return super().kernel_helpers() | ring
 
     def loop_constants(self, chunks: int) -> list[tuple[str, int]]:
+        stage_words = WARPS * 32 * self.words  # a step's codes
         return [
             ("STEPS", -(-chunks // WARPS)),  # a tile's steps: a chunk a warp each
             ("STAGES", STAGES),
+            ("STAGE_WORDS", stage_words),
+            ("RING", STAGES * stage_words + 4),  # (+ 16 bytes to align the first stage)
         ]
-
-    def shared_arrays(self) -> list[str]:
-        raise NotImplementedError
 
     def emit(self) -> str:
         params = self.epilogue.params()
+        shared = [
+            "ring = cuda.shared.array(RING, int32)  # STAGES steps' codes",
+            "bars = cuda.shared.array(STAGES, int64)  # a stage's copy completes on one",
+        ]
         # set 0: this step's codes, scales and zero points; set 1: the next step's scales
-        code = self._kernel_head(params, self.shared_arrays(), ("0",))
+        code = self._kernel_head(params, shared, ("0",))
         code.add(1, "r0 = align16(ring)")
         self._setup(code)
         self._tile_loop(code)
         self._fetch_chunk(code, 2, "warp", "1", codes=False)
         code.add(2, "for st in range(STEPS):  # the same count in every warp")
         code.add(3, "chunk0 = st * WARPS + warp  # the warp's chunk")
-        self._refill(code)
+        # the stage the last step read: every thread passed its closing barrier
+        code.add(3, "jj = j + STAGES - 1", "if cuda.threadIdx.x == 0 and jj < steps:")
+        self._copy_step(code, 4)
         code.add(3, "sra0, srb0, zra0, zrb0 = sra1, srb1, zra1, zrb1")
         self._fetch_chunk(code, 3, "chunk0 + WARPS", "1", codes=False)
-        self._read(code)
+        code.add(3, "slot = urem32(j, STAGES)", "mbar_wait(bars, slot, udiv32(j, STAGES) % 2)")
+        code.add(3, "at = r0 + slot * STAGE_WORDS + (warp * 32 + lane) * CW")
+        for q in range(self.words // 4):
+            code.add(3, f"lds_words4(ring, at + {4 * q}, words0, {4 * q})")
         self._chunk_mmas(code, 3, "0")
-        self._end_step(code)
+        code.add(3, "cuda.syncthreads()  # the stage is read: the ring may refill it")
+        code.add(3, "j += 1")
         self._finish_tile(code)
         code.add(2, "t += cuda.gridDim.x")
         return self.module(code, params)
-
-    def _lds(self, code: Source, indent: int) -> None:
-        """The lane's words of the chunk at ``at`` in ``ring``."""
-        for q in range(self.words // 4):
-            code.add(indent, f"lds_words4(ring, at + {4 * q}, words0, {4 * q})")
-
-    def _setup(self, code: Source) -> None:
-        raise NotImplementedError
-
-    def _refill(self, code: Source) -> None:
-        raise NotImplementedError
-
-    def _read(self, code: Source) -> None:
-        raise NotImplementedError
-
-    def _end_step(self, code: Source) -> None:
-        pass
-
-
-class W4RingEmitter(_RingEmitter):
-    """The Tensor Core kernel with its codes through a ring of shared-memory stages
-    (``FUSEC_W4_KERNEL=ring``; module notes): a step's 8 chunks, contiguous in the packed
-    layout, one ``cp.async.bulk`` (``bulk``) issued by thread 0 ``STAGES - 1`` steps ahead
-    (across the block's tiles too); a block barrier ends a step."""
-
-    def loop_constants(self, chunks: int) -> list[tuple[str, int]]:
-        stage_words = WARPS * 32 * self.words  # a step's codes
-        return super().loop_constants(chunks) + [
-            ("STAGE_WORDS", stage_words),
-            ("RING", STAGES * stage_words + 4),  # (+ 16 bytes to align the first stage)
-        ]
-
-    def shared_arrays(self) -> list[str]:
-        return [
-            "ring = cuda.shared.array(RING, int32)  # STAGES steps' codes",
-            "bars = cuda.shared.array(STAGES, int64)  # a stage's copy completes on one",
-        ]
 
     def _setup(self, code: Source) -> None:
         code.add(1, "if cuda.threadIdx.x == 0:")
@@ -390,20 +364,6 @@ class W4RingEmitter(_RingEmitter):
         code.add(2, "for jj in range(STAGES - 1):", "    if jj < steps:")
         self._copy_step(code, 4)
         code.add(1, "j = 0  # the block's steps so far")
-
-    def _refill(self, code: Source) -> None:
-        # the stage the last step read: every thread passed its closing barrier
-        code.add(3, "jj = j + STAGES - 1", "if cuda.threadIdx.x == 0 and jj < steps:")
-        self._copy_step(code, 4)
-
-    def _read(self, code: Source) -> None:
-        code.add(3, "slot = urem32(j, STAGES)", "mbar_wait(bars, slot, udiv32(j, STAGES) % 2)")
-        code.add(3, "at = r0 + slot * STAGE_WORDS + (warp * 32 + lane) * CW")
-        self._lds(code, 3)
-
-    def _end_step(self, code: Source) -> None:
-        code.add(3, "cuda.syncthreads()  # the stage is read: the ring may refill it")
-        code.add(3, "j += 1")
 
     def _copy_step(self, code: Source, indent: int) -> None:
         """One thread's bulk copy of step ``jj``'s codes (its tile's chunks ``WARPS`` at a
@@ -419,81 +379,16 @@ class W4RingEmitter(_RingEmitter):
         )
 
 
-class W4WarpRingEmitter(_RingEmitter):
-    """The Tensor Core kernel with a ring of ``STAGES`` chunks of codes a warp
-    (``FUSEC_W4_KERNEL=warp-ring``): lane 0 of each warp copies the warp's next chunks
-    (1 KB at CW = 8, contiguous) with one ``cp.async.bulk`` each on the warp's own
-    mbarriers, ``STAGES`` chunks ahead, across the block's tiles too; no block barrier a
-    step (the block ring's coupling of the warps), only the warp's own."""
-
-    def kernel_helpers(self) -> set[str]:
-        return super().kernel_helpers() | {"warp_sync"}
-
-    def loop_constants(self, chunks: int) -> list[tuple[str, int]]:
-        chunk_words = 32 * self.words  # a chunk's codes (the warp's lanes')
-        return super().loop_constants(chunks) + [
-            ("CHUNK_WORDS", chunk_words),
-            ("BARS", WARPS * STAGES),  # a stage a warp, each its mbarrier
-            ("RING", WARPS * STAGES * chunk_words + 4),  # (+ 16 bytes: align the first)
-        ]
-
-    def shared_arrays(self) -> list[str]:
-        return [
-            "ring = cuda.shared.array(RING, int32)  # STAGES chunks of codes a warp",
-            "bars = cuda.shared.array(BARS, int64)  # a chunk's copy completes on one",
-        ]
-
-    def _setup(self, code: Source) -> None:
-        code.add(1, "ct = cuda.blockIdx.x  # the warp's next copy: tile ct, chunk cc")
-        code.add(1, "cc = warp")
-        code.add(1, "if lane == 0:  # the warp's barriers")
-        code.add(2, "for i in range(STAGES):", "    mbar_init(bars, warp * STAGES + i, 1)")
-        code.add(1, "for i in range(STAGES):  # the ring's first chunks")
-        self._copy_chunk(code, 2, "i")
-        code.add(1, "warp_sync()  # the barriers are set up")
-        code.add(1, "q = 0  # the warp's chunks so far")
-        code.add(1, "read = False  # the last step read a chunk: its stage is free")
-
-    def _refill(self, code: Source) -> None:
-        code.add(3, "if read:")
-        self._copy_chunk(code, 4, "urem32(q - 1, STAGES)")
-        code.add(3, "read = chunk0 < CHUNKS")
-
-    def _read(self, code: Source) -> None:
-        code.add(3, "slot = urem32(q, STAGES)", "if chunk0 < CHUNKS:")
-        code.add(4, "mbar_wait(bars, warp * STAGES + slot, udiv32(q, STAGES) % 2)")
-        code.add(4, "at = r0 + (warp * STAGES + slot) * CHUNK_WORDS + lane * CW")
-        self._lds(code, 4)
-        code.add(3, "warp_sync()  # every lane has read the chunk (next step may refill it)")
-        code.add(3, "if read:")
-        code.add(4, "q += 1")
-
-    def _copy_chunk(self, code: Source, indent: int, slot: str) -> None:
-        """Lane 0's bulk copy of the warp's next chunk (tile ``ct``, chunk ``cc``, if any)
-        into its stage ``slot``; then every lane's cursor moves on (``WARPS`` chunks, or
-        to the block's next tile)."""
-        code.add(indent, "if ct < TILES and cc < CHUNKS:")
-        code.add(indent + 1, "if lane == 0:")
-        code.add(
-            indent + 2,
-            f"stage = warp * STAGES + {slot}",
-            f"bulk_load(ring, r0 + stage * CHUNK_WORDS, in{self.p.codes}, "
-            "(ct * CHUNKS + cc) * CHUNK_WORDS, 128 * CW, bars, stage)",
-        )
-        code.add(indent + 1, "cc += WARPS", "if cc >= CHUNKS:")
-        code.add(indent + 2, "cc = warp", "ct += cuda.gridDim.x")
-
-
 #: The attribute ``tile-gemm`` writes on a W4A16 group this kernel serves: the loop that runs
 #: it (``choose_loop``), one of ``LOOPS``; code generation reads it, never the machine.
 LOOP_ATTR = "fusec.w4_loop"
-LOOPS = ("registers", "ring", "warp-ring")
+LOOPS = ("registers", "ring")
 #: ``FUSEC_W4_KERNEL`` overrides the IR's loop for every W4A16 layer (the A/Bs of
-#: ``gemm_bench.py --w4-decode``): ``registers``, ``ring``, ``warp-ring``, or ``cuda-cores``
+#: ``gemm_bench.py --w4-decode``): ``registers``, ``ring`` or ``cuda-cores``
 #: (``w4.py``'s kernel); ``auto``, the default, keeps the attribute's.
 KERNEL_CHOICE = "FUSEC_W4_KERNEL"
 #: Its values, the default first.
-KERNELS = ("auto", "registers", "cuda-cores", "ring", "warp-ring")
+KERNELS = ("auto", "registers", "cuda-cores", "ring")
 
 
 def choose_loop(p: W4Plan, sms: int) -> str:
@@ -525,5 +420,5 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     if isinstance(p, str) or chosen == "cuda-cores" or mma_problem(p) is not None:
         return w4.generate(fused_op, name, p)
     loop = loop_of(fused_op) if chosen == "auto" else chosen
-    emitters = {"registers": W4MmaEmitter, "ring": W4RingEmitter, "warp-ring": W4WarpRingEmitter}
-    return w4.kernel_source(fused_op, emitters[loop](fused_op, p, kernel_name(name)))
+    emitter = W4RingEmitter if loop == "ring" else W4MmaEmitter
+    return w4.kernel_source(fused_op, emitter(fused_op, p, kernel_name(name)))
