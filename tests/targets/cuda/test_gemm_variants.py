@@ -82,8 +82,9 @@ def test_split_k_text_attribute_and_rules() -> None:
 def test_heuristic_splits_under_filled_problems(monkeypatch) -> None:
     """Batch-1 transformer projections leave most SMs idle even on the 64x128 tile: a deep
     K is split so that the units fill the GPU, each split at least 16 K steps deep (shorter
-    splits lost on the H200: benchmarks/results/gemm-split-k-ab.md), at most 8; problems
-    that fill half the GPU, or whose K is short, are not split. On by default
+    splits lost on the H200: benchmarks/results/gemm-split-k-ab.md), 32 where the tiles
+    alone give a quarter of the SMs a block (gemm-tile-sweep.md), at most 8; problems that
+    fill half the GPU, or whose K is short, are not split. On by default
     (``$FUSEC_SPLIT_K=auto``; ``conv`` and ``off`` leave the GEMM unsplit)."""
     monkeypatch.setenv("FUSEC_SPLIT_K", "conv")
     assert cfg.choose_config(128, 768, 3072).split_k == 1  # the conv's only
@@ -94,9 +95,11 @@ def test_heuristic_splits_under_filled_problems(monkeypatch) -> None:
         (128, 768, 3072): 3,  # BERT's MLP down: 24 tiles of 64x64, 48 K steps / 16
         (128, 768, 768): 1,  # its attention output: 12 K steps (split 4 lost 0.80x)
         (128, 3072, 768): 1,  # MLP up: 12 K steps
-        (197, 768, 3072): 2,  # ViT: 48 tiles of 64x64
+        (197, 768, 3072): 1,  # ViT: 48 tiles of 64x64 (a quarter), 48 K steps < 2 x 32
         (1, 768, 768): 1,  # a pooler's row: 12 K steps
-        (128, 2048, 5632): 2,  # Llama's down: 64 tiles of 64x64, 88 K steps
+        (128, 2048, 5632): 2,  # Llama's down: 64 tiles of 64x64, 88 K steps / 32
+        (128, 2048, 2048): 1,  # Llama's Q/O: 64 tiles, 32 K steps (split 2 lost 0.90x)
+        (128, 256, 2048): 2,  # Llama's K/V: 8 tiles, 32 K steps / 16 (split 2 won 1.06x)
         (128, 5632, 2048): 1,  # Llama's gate: 88 tiles fill more than half
         (784, 768, 192): 1,  # 78 tiles
         (4096, 4096, 4096): 1,

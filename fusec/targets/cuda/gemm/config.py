@@ -603,8 +603,16 @@ def small_tile(m: int, n: int, batch: int = 1, sms: int = H200.sms) -> TileConfi
 #: H200 (benchmarks/results/gemm-split-k-ab.md, batch-1 transformer GEMMs) splits of 3-6
 #: steps lost 10-35% and 8 splits of 6 broke even; 4 splits of 22 (Llama's K = 5632 down)
 #: gained 1.46x, and on the 64x64 tile 3 splits of 16 (BERT-base's and ConvNeXt-T's MLP down
-#: at batch 1, gemm-epilogue-ab-b1.md) 1.22x; on by default (``split_k.SPLIT_K_DEFAULT``)
+#: at batch 1, 24 and 12 tiles, gemm-epilogue-ab-b1.md) 1.22x; on by default
+#: (``split_k.SPLIT_K_DEFAULT``)
 SPLIT_MIN_STEPS = 16
+#: Where the tiles alone already give at least a quarter of the SMs a block, a split must
+#: take twice ``SPLIT_MIN_STEPS``: it at most doubles the busy SMs there, and the fixed
+#: costs weigh against half a short loop. H100 (gemm-tile-sweep.md, Llama b1 on the 64x64
+#: tile, 32 K steps): the Q/O projections' 64 tiles 8.4 us unsplit against 9.3 split in two,
+#: the K/V projections' 8 tiles 8.4 against 7.9; the down projection's 64 tiles of 88 steps
+#: 17.1 against 13.7 split in two (44 steps each).
+SPLIT_BUSY_SHARE = 4
 #: splits the heuristic gives a tile at most (the last split reads the others' partials)
 SPLIT_K_HEURISTIC_MAX = 8
 
@@ -612,16 +620,18 @@ SPLIT_K_HEURISTIC_MAX = 8
 def split_k_for(config: TileConfig, m: int, n: int, k: int, batch: int, sms: int) -> int:
     """How many ways the heuristic splits ``config``'s K for an (m x k) @ (k x n) problem: as
     many as give every SM at most one unit of work, each at least ``SPLIT_MIN_STEPS`` K steps
-    deep, at most ``SPLIT_K_HEURISTIC_MAX``; 1 (no split) when that is under 2 (the tiles
-    fill half the GPU already, or K is short), the schedule is not cooperative or the tile
-    has too many accumulators (``tile_rules.SPLIT_MAX_ACCUMULATORS``)."""
+    deep (twice that where the tiles alone fill ``1 / SPLIT_BUSY_SHARE`` of the SMs), at
+    most ``SPLIT_K_HEURISTIC_MAX``; 1 (no split) when that is under 2 (the tiles fill half
+    the GPU already, or K is short), the schedule is not cooperative or the tile has too
+    many accumulators (``tile_rules.SPLIT_MAX_ACCUMULATORS``)."""
     if config.pingpong or config.ln == "tile" or k <= 0:
         return 1
     if config.acc_registers > tile_rules.SPLIT_MAX_ACCUMULATORS:
         return 1
     tiles = tile_count(config, m, n, batch)
     steps = -(-k // config.bk)
-    splits = min(sms // tiles, steps // SPLIT_MIN_STEPS, SPLIT_K_HEURISTIC_MAX)
+    min_steps = SPLIT_MIN_STEPS * (2 if SPLIT_BUSY_SHARE * tiles >= sms else 1)
+    splits = min(sms // tiles, steps // min_steps, SPLIT_K_HEURISTIC_MAX)
     return splits if splits >= 2 else 1
 
 
