@@ -15,8 +15,10 @@ that needs no new kernel; it runs in every pipeline, before fusion.
 The rewrite takes a set of row-wise GEMMs (``matmul(x, W)`` with a constant 2-D ``W``, each
 optionally followed by a bias along the last axis that is a constant too) that read the
 same ``x``, agree in ``transpose_b``, element types and bias, and whose results reach only
-q, k or v operands of attentions through layout ops. It is exact: every output column is
-the same dot product as before.
+q, k or v operands of attentions through layout ops (with ``rope``, also through the
+elementwise ops of rotary position embeddings, ``q * cos + rotate_half(q) * sin``: the
+slices feeding them are then copy kernels, which cost less at batch 1 than the GEMM
+launches they save). It is exact: every output column is the same dot product as before.
 """
 
 from __future__ import annotations
@@ -76,9 +78,12 @@ def _dense(value: SSAValue) -> arith.ConstantOp | None:
 #: The views without the GQA head repeat (``ai.expand``), which the cpu attention kernel
 #: does not read in place: there a slice before the repeat is a copy.
 _NO_REPEAT = tuple(v for v in ATTENTION_VIEWS if v is not ai.ExpandOp)
+#: The ops of RoPE as exporters write it (``q * cos + rotate_half(q) * sin``, the rotate-half
+#: also as its slice/neg/concat spelling before canonicalisation), and the casts around it.
+ROPE_OPS = (ai.MulOp, ai.AddOp, ai.SubOp, ai.NegOp, ai.RotateHalfOp, ai.CastOp)
 
 
-def _projection(matmul: ai.MatmulOp, repeated_heads: bool) -> _Projection | None:
+def _projection(matmul: ai.MatmulOp, repeated_heads: bool, rope: bool) -> _Projection | None:
     gemm = rowwise_gemm(matmul)
     if gemm is None or not isinstance(matmul.parent_op(), func.FuncOp):
         return None
@@ -86,8 +91,8 @@ def _projection(matmul: ai.MatmulOp, repeated_heads: bool) -> _Projection | None
     bias = None if gemm.bias is None else _dense(gemm.bias.operands[1])
     if weight is None or (gemm.bias is not None and bias is None):
         return None
-    views = ATTENTION_VIEWS if repeated_heads else _NO_REPEAT
-    if not feeds_attention(gemm.last.results[0], lambda user: isinstance(user, views)):
+    through = (ATTENTION_VIEWS if repeated_heads else _NO_REPEAT) + (ROPE_OPS if rope else ())
+    if not feeds_attention(gemm.last.results[0], lambda user: isinstance(user, through)):
         return None
     return _Projection(gemm, weight, bias)
 
@@ -147,6 +152,10 @@ class CombineProjectionsPass(ModulePass):
     """Also combine projections that reach the attention through a GQA head repeat
     (``ai.expand``): the cuda flash kernel reads the repeat in place (``fusec-cuda``)."""
 
+    rope: bool = False
+    """Also combine projections that reach the attention through RoPE (``ROPE_OPS``): their
+    slices become copies before the RoPE kernels."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for function in op.walk():
             if not isinstance(function, func.FuncOp):
@@ -154,7 +163,7 @@ class CombineProjectionsPass(ModulePass):
             groups: dict[tuple, list[_Projection]] = defaultdict(list)
             for matmul in list(function.walk()):
                 if isinstance(matmul, ai.MatmulOp):
-                    projection = _projection(matmul, self.repeated_heads)
+                    projection = _projection(matmul, self.repeated_heads, self.rope)
                     if projection is not None:
                         groups[projection.key].append(projection)
             for projections in groups.values():

@@ -36,14 +36,21 @@ def projections_graph(
     bias: bool = True,
     relu_on_k: bool = False,
     dtype: str = "f16",
+    rope: bool = False,
 ) -> str:
     """x [1, S, E] projected to q, k and v by three constant weights (+ biases), each split
-    into heads and fed to one attention; ``relu_on_k`` reads k's projection elsewhere too."""
+    into heads and fed to one attention; ``relu_on_k`` reads k's projection elsewhere too;
+    ``rope``: q and k split into heads go through RoPE (``x * cos + rotate_half(x) * sin``,
+    cos and sin constants ``[1, S, 1, D]``) before their transpose, as Llama exports it."""
     rng = np.random.default_rng(7)
     e = heads * d
     x = _t((1, seq, e), dtype)
     lines = []
     widths = {"q": heads * d, "k": kv_heads * d, "v": kv_heads * d}
+    table = _t((1, seq, 1, d), dtype)
+    if rope:
+        lines += [_constant("cos", (1, seq, 1, d), dtype, rng)]
+        lines += [_constant("sin", (1, seq, 1, d), dtype, rng)]
     for role, n in widths.items():
         h = n // d
         y, split = _t((1, seq, n), dtype), _t((1, seq, h, d), dtype)
@@ -57,10 +64,21 @@ def projections_graph(
                 f"{_t((n,), dtype)}"
             )
             last = f"%{role}b"
-        lines += [
-            f"%{role}1 = ai.reshape {last} {{shape = array<i64: 1, {seq}, {h}, {d}>}} : {y}",
-            f"%{role} = ai.transpose %{role}1 {{perm = array<i64: 0, 2, 1, 3>}} : {split}",
-        ]
+        lines.append(
+            f"%{role}1 = ai.reshape {last} {{shape = array<i64: 1, {seq}, {h}, {d}>}} : {y}"
+        )
+        heads_value = f"%{role}1"
+        if rope and role in "qk":
+            lines += [
+                f"%{role}c = ai.mul %{role}1, %cos : {split} * {table}",
+                f"%{role}h = ai.rotate_half %{role}1 : {split}",
+                f"%{role}s = ai.mul %{role}h, %sin : {split} * {table}",
+                f"%{role}p = ai.add %{role}c, %{role}s : {split} * {split}",
+            ]
+            heads_value = f"%{role}p"
+        lines.append(
+            f"%{role} = ai.transpose {heads_value} {{perm = array<i64: 0, 2, 1, 3>}} : {split}"
+        )
     group = heads // kv_heads
     if group > 1:  # GQA: k and v heads repeated as Llama's repeat_kv exports it
         for role in "kv":
@@ -100,10 +118,10 @@ def _ops(module) -> list[str]:
     return [op.name for op in entry_function(module).body.block.ops]
 
 
-def _same_results(text: str, dtype: str = "f16") -> None:
+def _same_results(text: str, dtype: str = "f16", combine: str = "combine-projections") -> None:
     before, after = parse(text), parse(text)
     run_pipeline(before, "infer-shapes")
-    run_pipeline(after, "infer-shapes,combine-projections")
+    run_pipeline(after, f"infer-shapes,{combine}")
     for seed in (0, 1):
         inputs = random_inputs(entry_function(before), seed=seed)
         for got, want in zip(
@@ -165,6 +183,21 @@ def test_a_projection_read_outside_the_attention_stays_its_own_gemm() -> None:
     ops = _ops(module)
     assert ops.count("ai.matmul") == 2 and ops.count("ai.slice") == 2, ops
     _same_results(text)
+
+
+def test_projections_through_rope_combine_with_the_option() -> None:
+    """q and k reach the attention through RoPE's elementwise ops: without ``rope`` the
+    three GEMMs stay (their slices would not be read in place), with it they are one GEMM
+    and three slices, the same results."""
+    text = projections_graph(rope=True, bias=False)
+    module = parse(text)
+    run_pipeline(module, "infer-shapes,combine-projections{repeated_heads=true}")
+    assert _ops(module).count("ai.matmul") == 3
+    module = parse(text)
+    run_pipeline(module, "infer-shapes,combine-projections{repeated_heads=true rope=true}")
+    ops = _ops(module)
+    assert ops.count("ai.matmul") == 1 and ops.count("ai.slice") == 3, ops
+    _same_results(text, combine="combine-projections{rope=true}")
 
 
 @pytest.mark.parametrize("target", ["cuda", "cpu"])
