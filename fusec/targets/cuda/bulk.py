@@ -37,15 +37,25 @@ alignment and ranges (and a barrier's single arrival).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from fusec.targets.cuda.env import numba_cuda, simulator_enabled
 from fusec.targets.cuda.rawmove import as_i32, pointer, word_loader
 
 
+class _Helpers(NamedTuple):
+    """The module's helpers (the module notes), as the simulator or the GPU implements them."""
+
+    align16: Any
+    mbar_init: Any
+    bulk_load: Any
+    mbar_wait: Any
+    lds_words4: Any
+
+
 def helper_names() -> list[str]:
     """The names this module gives generated kernels (through ``fusec.targets.cuda.abi``)."""
-    return ["align16", "mbar_init", "bulk_load", "mbar_wait", "lds_words4"]
+    return list(_Helpers._fields)
 
 
 def _make_sim() -> dict[str, Any]:
@@ -85,13 +95,7 @@ def _make_sim() -> dict[str, Any]:
         for k in range(4):
             dst[d + k] = arr[e + k]
 
-    return {
-        "align16": align16,
-        "mbar_init": mbar_init,
-        "bulk_load": bulk_load,
-        "mbar_wait": mbar_wait,
-        "lds_words4": lds_words4,
-    }
+    return _Helpers(align16, mbar_init, bulk_load, mbar_wait, lds_words4)._asdict()
 
 
 def _make_gpu() -> dict[str, Any]:
@@ -192,13 +196,7 @@ def _make_gpu() -> dict[str, Any]:
 
     mbar_wait = on_barrier(wait)
     lds_words4 = word_loader(4, "shared")
-    return {
-        "align16": align16,
-        "mbar_init": mbar_init,
-        "bulk_load": bulk_load,
-        "mbar_wait": mbar_wait,
-        "lds_words4": lds_words4,
-    }
+    return _Helpers(align16, mbar_init, bulk_load, mbar_wait, lds_words4)._asdict()
 
 
 numba_cuda()  # prepared before numba.cuda's extending API is touched
