@@ -389,6 +389,9 @@ from fusec.dialect.ops.logic import (
     LessOp as LessOp,
 )
 from fusec.dialect.ops.logic import (
+    LogicalOp as LogicalOp,
+)
+from fusec.dialect.ops.logic import (
     ModOp as ModOp,
 )
 from fusec.dialect.ops.logic import (

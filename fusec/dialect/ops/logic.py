@@ -113,12 +113,20 @@ class NotOp(UnaryOp):
         return _ufunc_reference(self, args)
 
 
+class LogicalOp(BinaryOp):
+    """A logical op on two i1 tensors (broadcast); its reference is numpy's ufunc."""
+
+    DTYPES: ClassVar[tuple[str, ...]] = ("i1",)
+
+    def reference(self, *args: np.ndarray) -> np.ndarray:
+        return _ufunc_reference(self, args)
+
+
 @irdl_op_definition
-class AndOp(BinaryOp):
+class AndOp(LogicalOp):
     """Logical and of two i1 tensors (broadcast)."""
 
     name = "ai.and"
-    DTYPES: ClassVar[tuple[str, ...]] = ("i1",)
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(
         "logical_and", ufuncs=("logical_and",), onnx=("And",)
     )
@@ -127,16 +135,12 @@ class AndOp(BinaryOp):
         a, b = args  # not (not a or not b): the builder's conditions are either/negate
         return s.negate(s.either(s.negate(a), s.negate(b)))
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        return _ufunc_reference(self, args)
-
 
 @irdl_op_definition
-class OrOp(BinaryOp):
+class OrOp(LogicalOp):
     """Logical or of two i1 tensors (broadcast)."""
 
     name = "ai.or"
-    DTYPES: ClassVar[tuple[str, ...]] = ("i1",)
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(
         "logical_or", ufuncs=("logical_or",), onnx=("Or",)
     )
@@ -144,25 +148,18 @@ class OrOp(BinaryOp):
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.either(args[0], args[1])
 
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        return _ufunc_reference(self, args)
-
 
 @irdl_op_definition
-class XorOp(BinaryOp):
+class XorOp(LogicalOp):
     """Logical exclusive or of two i1 tensors (broadcast)."""
 
     name = "ai.xor"
-    DTYPES: ClassVar[tuple[str, ...]] = ("i1",)
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(
         "logical_xor", ufuncs=("logical_xor",), onnx=("Xor",)
     )
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.compare(args[0], "!=", args[1])
-
-    def reference(self, *args: np.ndarray) -> np.ndarray:
-        return _ufunc_reference(self, args)
 
 
 @irdl_op_definition
