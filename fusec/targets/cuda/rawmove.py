@@ -159,35 +159,45 @@ def load_global_words(builder: Any, address: Any, words: int, space: str = "glob
     return [builder.extract_value(result, k) for k in range(words)]
 
 
+def element_pair_intrinsic(name: str, emit: Any) -> Any:
+    """(GPU only) an intrinsic ``name(a, i, b, j)`` of two arrays and an element index of each,
+    returning nothing: ``emit(context, builder, first, second)`` writes its code, ``first``
+    and ``second`` the (array type, array, index) of ``a, i`` and of ``b, j`` (``pointer``'s
+    arguments)."""
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    def typer(typingctx: Any, a: Any, i: Any, b: Any, j: Any) -> Any:
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            (a_t, _, b_t, _), (a_v, i_v, b_v, j_v) = sig.args, args
+            emit(context, builder, (a_t, a_v, i_v), (b_t, b_v, j_v))
+            return context.get_dummy_value()
+
+        return types.void(a, i, b, j), codegen
+
+    typer.__name__ = typer.__qualname__ = name
+    return intrinsic(typer)
+
+
 def word_loader(n: int, space: str = "global", split: Any = None) -> Any:
     """(GPU) the intrinsic ``load(arr, e, dst, d)``: the ``n`` 32-bit words at element ``e``
     of ``arr`` (in ``space``) with one vector load, stored from ``dst[d]`` on: each word
     as itself, or as the values ``split(context, builder, word, arr_t, dst_t)`` gives."""
     from llvmlite import ir
-    from numba.cuda import types
-    from numba.cuda.extending import intrinsic
 
-    @intrinsic
-    def load(typingctx: Any, arr: Any, e: Any, dst: Any, d: Any) -> Any:
-        sig = types.void(arr, e, dst, d)
+    def emit(context: Any, builder: Any, source: Any, target: Any) -> None:
+        (arr_t, _, _), (dst_t, dst_v, d_v) = source, target
+        address = pointer(context, builder, *source)
+        values = [
+            value
+            for word in load_global_words(builder, address, n, space)
+            for value in (split(context, builder, word, arr_t, dst_t) if split else [word])
+        ]
+        for k, value in enumerate(values):
+            index = builder.add(d_v, ir.Constant(d_v.type, k))
+            builder.store(value, pointer(context, builder, dst_t, dst_v, index))
 
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            arr_t, _, dst_t, _ = sig.args
-            arr_v, e_v, dst_v, d_v = args
-            address = pointer(context, builder, arr_t, arr_v, e_v)
-            values = [
-                value
-                for word in load_global_words(builder, address, n, space)
-                for value in (split(context, builder, word, arr_t, dst_t) if split else [word])
-            ]
-            for k, value in enumerate(values):
-                index = builder.add(d_v, ir.Constant(d_v.type, k))
-                builder.store(value, pointer(context, builder, dst_t, dst_v, index))
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return load
+    return element_pair_intrinsic("load", emit)
 
 
 def _make_gpu_moves() -> dict[str, Any]:
@@ -207,28 +217,18 @@ def _make_gpu_moves() -> dict[str, Any]:
             f"st.global.{suffix.replace('u32', 'b32')} [g], {stored}; }}"
         )
 
-        @intrinsic
-        def move(typingctx: Any, dst: Any, de: Any, src: Any, se: Any) -> Any:
-            sig = types.void(dst, de, src, se)
+        def emit(context: Any, builder: Any, target: Any, source: Any) -> None:
+            values = load_global_words(builder, pointer(context, builder, *source), words)
+            dst_p = pointer(context, builder, *target)
+            store = ir.InlineAsm(
+                ir.FunctionType(ir.VoidType(), [dst_p.type] + [i32] * words),
+                store_text,
+                ",".join(["l"] + ["r"] * words + ["~{memory}"]),
+                side_effect=True,
+            )
+            builder.call(store, [dst_p, *values])
 
-            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-                dst_t, _, src_t, _ = sig.args
-                dst_v, de_v, src_v, se_v = args
-                src_p = pointer(context, builder, src_t, src_v, se_v)
-                values = load_global_words(builder, src_p, words)
-                dst_p = pointer(context, builder, dst_t, dst_v, de_v)
-                store = ir.InlineAsm(
-                    ir.FunctionType(ir.VoidType(), [dst_p.type] + [i32] * words),
-                    store_text,
-                    ",".join(["l"] + ["r"] * words + ["~{memory}"]),
-                    side_effect=True,
-                )
-                builder.call(store, [dst_p, *values])
-                return context.get_dummy_value()
-
-            return sig, codegen
-
-        return move
+        return element_pair_intrinsic("move", emit)
 
     @intrinsic
     def load_bits(typingctx: Any, arr: Any, i: Any) -> Any:
