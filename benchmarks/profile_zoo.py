@@ -15,7 +15,9 @@ module first. The tables say where a model's time goes; the zoo's table says how
 fusec a second time with that environment (an A/B switch of a pass or template) and adds its
 table (the setting holds through its first calls too, which record its CUDA graph:
 ``--variant FUSEC_PDL=0`` is the programmatic-launch A/B; ``--burst N`` also times N calls
-back to back a round); ``--tuned`` runs ``fusec tune`` on the model's GEMM groups (the tiles
+back to back a round); each ``--pipeline SPEC`` compiles fusec again with that pipeline (a
+named one, e.g. ``fusec-cuda-combined-rope``, or a pass-pipeline spec): a pass's A/B;
+``--tuned`` runs ``fusec tune`` on the model's GEMM groups (the tiles
 it times, its winners recorded in the kernel cache) and compiles once more from those
 records ("fusec tuned"): how much of a gap the heuristic's tiles explain. Every
 implementation is also timed in the same run, alternating (CUDA events on the current
@@ -145,6 +147,7 @@ def profile_model(
     tuned: bool = False,
     reduce_overhead: bool = False,
     burst: int = 0,
+    pipelines: tuple[str, ...] = (),
 ) -> dict:
     import torch
     from models_gpu import ZOO, as_list, errors, export, input_name, prepare, sample, torch_setup
@@ -163,11 +166,12 @@ def profile_model(
         export(model, x, path, "dynamo", arg)
         calls: dict[str, Callable[[], Any]] = {}
         names: dict[str, str] = {}
-        for variant in ["", *variants]:
-            setting = dict([variant.split("=", 1)]) if variant else {}
+        runs = [("", None), *((v, None) for v in variants), *((p, p) for p in pipelines)]
+        for variant, pipeline in runs:
+            setting = dict([variant.split("=", 1)]) if variant and pipeline is None else {}
             with mock.patch.dict(os.environ, setting):
                 module = fusec.from_onnx(path, input_shapes={arg: tuple(x.shape)})
-                compiled = fusec.compile(module, target="cuda")
+                compiled = fusec.compile(module, target="cuda", pipeline=pipeline)
                 for _ in range(3):  # warm-up and the graph's recording under the setting too
                     compiled(x)  # (FUSEC_PDL, FUSEC_CUDA_GRAPHS act there)
             calls[f"fusec {variant}".strip()] = functools.partial(compiled, x)
@@ -222,6 +226,9 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--top", type=int, default=40, help="kernels listed per impl")
     parser.add_argument("--variant", action="append", default=[], help="ENV=VALUE, fusec again")
+    parser.add_argument(
+        "--pipeline", action="append", default=[], help="a pipeline (name or spec), fusec again"
+    )
     parser.add_argument("--timed", type=int, default=30, help="timed rounds (all impls each)")
     parser.add_argument("--no-torch-compile", action="store_true", help="fusec variants only")
     parser.add_argument("--tuned", action="store_true", help="fusec again from `fusec tune`")
@@ -247,6 +254,7 @@ def main() -> int:
             args.tuned,
             args.reduce_overhead,
             args.burst,
+            tuple(args.pipeline),
         )
         for m in args.model
     ]

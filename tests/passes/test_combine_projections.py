@@ -219,3 +219,19 @@ def test_the_targets_run_the_layer_as_one_gemm_and_the_attention(
     if target == "cuda":
         (attention,) = [k for k in compiled.kernels if k.kind == "attention"]
         assert "flash-style attention" in attention.source
+
+
+def test_the_combined_rope_pipeline_runs_one_gemm_for_a_llama_layer() -> None:
+    """``fusec-cuda-combined-rope`` (opt-in): the q, k and v projections of a Llama-style
+    layer (RoPE on q and k) as one GEMM, the q and k slices copied before their RoPE
+    kernels, v's read in place by the attention; ``fusec-cuda`` keeps three GEMMs."""
+    text = projections_graph(rope=True, bias=False, heads=4, kv_heads=2)
+    default = fusec.compile(text, target="cuda", executable=False)
+    assert [k.kind for k in default.kernels].count("matmul") == 3
+    combined = fusec.compile(
+        text, target="cuda", pipeline="fusec-cuda-combined-rope", executable=False
+    )
+    kinds = [k.kind for k in combined.kernels]
+    assert sorted(kinds) == sorted(
+        ["matmul", "copy", "copy", "pointwise", "pointwise", "attention"]
+    )
