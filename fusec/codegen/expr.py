@@ -259,8 +259,20 @@ def coalesce(
 
     ``shapes`` broadcast to ``space`` (right-aligned). Returns the merged space and each
     shape in it (every merged dim is 1 or the full merged size); a space of size-1 dims
-    only is ``(1,)``.
+    only is ``(1,)``. ``coalesce_groups`` says which dims of ``space`` each merged dim is.
     """
+    groups = coalesce_groups(space, shapes)
+    if not groups:
+        return (1,), [(1,)] * len(shapes)
+    padded = [(1,) * (len(space) - len(s)) + tuple(s) for s in shapes]
+    new_space = tuple(math.prod(space[d] for d in g) for g in groups)
+    new_shapes = [tuple(math.prod(s[d] for d in g) for g in groups) for s in padded]
+    return new_space, new_shapes
+
+
+def coalesce_groups(space: Sequence[int], shapes: Sequence[Sequence[int]]) -> list[list[int]]:
+    """The dims of ``space`` (size-1 ones left out) that ``coalesce`` merges into each of its
+    merged dims, outer first."""
     rank = len(space)
     padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
     groups: list[list[int]] = []
@@ -274,11 +286,7 @@ def coalesce(
         else:
             groups.append([d])
         last_pattern = pattern
-    if not groups:
-        return (1,), [(1,)] * len(shapes)
-    new_space = tuple(math.prod(space[d] for d in g) for g in groups)
-    new_shapes = [tuple(math.prod(s[d] for d in g) for g in groups) for s in padded]
-    return new_space, new_shapes
+    return groups
 
 
 def merged_runs(dims: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -12,11 +12,20 @@ thread before the loop; an input that varies along the last dim is
 vector-loaded at its broadcast offset; one broadcast along the last dim is a
 single scalar load per vector. Results smaller than the output space are
 written by the one thread whose index is 0 along their broadcast dims.
+
+A group input may be read through layout ops at the head of the body (``VIEW_OPS``: a
+slice and a reshape, which ``read-views-in-place`` moves in from the copy and view groups
+before a pointwise group): its elements are then at strides of the input's buffer
+(``fusec.codegen.strided.Layout``), the last dim contiguous, so that a vector is still
+one 16-byte access, at an offset computed per vector (a column slice of a combined QKV
+projection read by RoPE, issue 28).
 """
 
 from __future__ import annotations
 
 import math
+
+from xdsl.ir import SSAValue
 
 from fusec.codegen import KernelSource, io_specs
 from fusec.codegen.expr import (
@@ -27,10 +36,13 @@ from fusec.codegen.expr import (
     block_leaves,
     broadcast_shapes,
     coalesce,
+    coalesce_groups,
+    error_at,
     header,
     leaf_shapes,
     shape_of,
 )
+from fusec.codegen.strided import Layout
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.ir.dtypes import is_float
@@ -70,6 +82,7 @@ class _Operand:
         shape: tuple[int, ...],
         space: tuple[int, ...],
         block: tuple[int, int] | None = None,
+        strides: tuple[tuple[int, ...], int] | None = None,
     ):
         self.array = array  # kernel parameter name, e.g. in0 / out1
         self.buffer = f"v_{array}"  # its local array of one loop step's elements
@@ -78,8 +91,13 @@ class _Operand:
         #: a per-block scale or zero point (issue 31): (dim of the collapsed space, block
         #: size); read at index // block along that dim (``block_offset``)
         self.block = block
+        #: an input read through views (``input_views``): the elements of each dim of the
+        #: collapsed space apart in its buffer, and where element 0 lies
+        self.strides = strides
         size = math.prod(shape)
-        if block is not None:
+        if strides is not None:
+            self.kind = "strided"
+        elif block is not None:
             # along the last dim a vector lies in one block (VEC divides the block): one
             # value a vector; along another, it varies along the last dim as a row does
             self.kind = "block_col" if block[0] == len(space) - 1 else "block_row"
@@ -94,12 +112,16 @@ class _Operand:
 
     @property
     def vectorised(self) -> bool:
-        return self.kind in ("full", "row", "block_row")
+        return self.kind in ("full", "row", "block_row", "strided")
 
     def offset(self, space: tuple[int, ...], idx: list[str]) -> str:
         """Where the vector (or value) at multi-index ``idx`` of ``space`` starts."""
         from fusec.codegen.expr import block_offset, broadcast_offset
 
+        if self.strides is not None:
+            steps, base = self.strides
+            terms = [f"{i} * {n}" if n != 1 else i for i, n in zip(idx, steps, strict=True)]
+            return " + ".join([str(base)] * (base != 0) + terms)
         if self.block is None:
             return broadcast_offset(space, self.shape, idx)
         return block_offset(space, self.shape, idx, *self.block)
@@ -132,29 +154,45 @@ _RAW_IMPORT = "from numpy import int32 as i32_t, int64 as i64_t, uint8 as u8_t"
 def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The pointwise kernel module of ``fused_op``."""
     name = kernel_name(name)
-    ops = body_ops(fused_op)
+    views, ops = input_views(fused_op, body_ops(fused_op))
     check_elementwise(ops, (*ELEMENTWISE_OPS, ai.RotateHalfOp))
     results = yielded(fused_op)
     leaves = leaf_shapes(ops)
     for value in results:
+        if value in views:
+            raise error_at(views[value].op, "is a result of the group, not read by its ops")
         if value not in leaves and not any(value in op.results for op in ops):
             leaves[value] = shape_of(value)  # an input passed straight through
-    arg_index = check_leaves(fused_op, leaves)
+    arg_index = check_leaves(fused_op, {v: s for v, s in leaves.items() if v not in views})
+    arg_index = {**arg_index, **{v: view.index for v, view in views.items()}}
 
     out_shapes = [shape_of(v) for v in results]
     space0 = broadcast_shapes(*out_shapes, *leaves.values())
     leaf_list = list(leaves)
+    for value, view in views.items():
+        if leaves[value] != space0:
+            raise error_at(view.op, f"is read in place as {leaves[value]}, not the loop's {space0}")
     # a per-block scale (issue 31) is read at index // block along its axis: that axis
     # stays a dim of its own (a shape full along it alone keeps it from merging), as in
-    # the cpu loop (``targets/cpu/loops.py``)
+    # the cpu loop (``targets/cpu/loops.py``); an input read through views keeps apart the
+    # dims that are not one run in its buffer
     blocks = block_leaves(ops)
     isolate = block_axis_shapes(space0, leaves, blocks)
-    space, collapsed = coalesce(space0, [leaves[v] for v in leaf_list] + out_shapes + isolate)
-    dims = block_axis_dims(collapsed[len(leaf_list) + len(out_shapes) :])
+    breaks = [shape for view in views.values() for shape in view.breaks(space0)]
+    shapes = [leaves[v] for v in leaf_list] + out_shapes + isolate + breaks
+    space, collapsed = coalesce(space0, shapes)
+    groups = coalesce_groups(space0, shapes)
+    first = len(leaf_list) + len(out_shapes)
+    dims = block_axis_dims(collapsed[first : first + len(isolate)])
     block_of = {value: (dim, blocks[value][1]) for value, dim in zip(blocks, dims, strict=True)}
     in_ops = {
         v: _Operand(
-            f"in{arg_index[v]}", spec_of(v.type).dtype, collapsed[k], space, block_of.get(v)
+            f"in{arg_index[v]}",
+            spec_of(v.type).dtype,
+            collapsed[k],
+            space,
+            block_of.get(v),
+            views[v].collapsed(groups) if v in views else None,
         )
         for k, v in enumerate(leaf_list)
     }
@@ -167,6 +205,84 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     source = _emit(fused_op, name, ops, results, in_ops, out_ops, plan, rotations)
     inputs, outputs = io_specs(fused_op)
     return KernelSource(name, "pointwise", "cuda", source, inputs, outputs, array_dtype=None)
+
+
+#: The layout ops a pointwise kernel reads a group input through in place, at the head of
+#: its body (``input_views``).
+VIEW_OPS = (ai.SliceOp, ai.ReshapeOp)
+
+
+class _InputView:
+    """A value the body reads through layout ops over group input ``index``: where each of
+    its elements lies in that input's buffer (``layout``, one stride a dim, the last 1);
+    ``op`` the last layout op (for diagnostics)."""
+
+    def __init__(self, index: int, strides: tuple[int, ...], offset: int, op) -> None:
+        self.index = index
+        self.strides = strides
+        self.offset = offset
+        self.op = op
+
+    def breaks(self, space: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """Shapes that keep ``coalesce`` from merging neighbouring dims of ``space`` (the
+        view's shape) that are not one run in the buffer: each full up to the outer dim."""
+        sized = [d for d in range(len(space)) if space[d] != 1]
+        return [
+            tuple(n if i <= d else 1 for i, n in enumerate(space))
+            for d, e in zip(sized, sized[1:], strict=False)
+            if self.strides[d] != self.strides[e] * space[e]
+        ]
+
+    def collapsed(self, groups: list[list[int]]) -> tuple[tuple[int, ...], int]:
+        """(strides, offset) in the collapsed space: a merged dim steps as its innermost."""
+        return tuple(self.strides[g[-1]] for g in groups), self.offset
+
+
+def view_problem(op, layout: Layout | None) -> str | None:
+    """Why the kernel cannot read the value of layout op ``op`` whose ``layout`` (None: not a
+    strided view) this is, or None: each dim one stride, the last contiguous."""
+    if layout is None:
+        return f"{op.name} does not keep its input's elements at fixed strides"
+    if any(len(dim) > 1 for dim in layout.dims):
+        return f"{op.name} merges dims that are not one run of its input's buffer"
+    last = layout.dims[-1] if layout.dims else ()
+    if last and last[0][1] != 1:
+        return f"{op.name}'s last dim is not contiguous in its input's buffer"
+    return None
+
+
+def view_layout(op, layout: Layout) -> Layout | None:
+    """``layout`` after layout op ``op`` (``VIEW_OPS``), or None where it is not strided."""
+    if isinstance(op, ai.SliceOp):
+        return layout.slice(op.attr("offsets"), op.attr("sizes"), op.attr("strides"))
+    return layout.reshape(shape_of(op.results[0]))
+
+
+def input_views(fused_op: ai.FusedOp, ops: list) -> tuple[dict, list]:
+    """The values the body reads through leading layout ops over group inputs (value ->
+    ``_InputView``), and the other ops."""
+    args: dict[SSAValue, int] = {arg: i for i, arg in enumerate(fused_op.block.args)}
+    layouts: dict = {}  # value -> (group input index, Layout)
+    rest, last_op = [], {}
+    for op in ops:
+        source = op.operands[0] if isinstance(op, VIEW_OPS) else None
+        if source is None or not (source in args or source in layouts):
+            rest.append(op)
+            continue
+        index, layout = layouts.get(source) or (args[source], Layout.contiguous(shape_of(source)))
+        new = view_layout(op, layout)
+        if (problem := view_problem(op, new)) is not None:
+            raise error_at(op, f"cannot be read in place by the pointwise kernel: {problem}")
+        assert new is not None
+        layouts[op.results[0]] = (index, new)
+        last_op[op.results[0]] = op
+    read = {value for op in rest for value in op.operands}
+    views = {}
+    for value, (index, layout) in layouts.items():
+        if value in read:
+            strides = tuple(dim[0][1] if dim else 0 for dim in layout.dims)
+            views[value] = _InputView(index, strides, layout.offset, last_op[value])
+    return views, rest
 
 
 def _rotations(ops, space0: tuple[int, ...], in_ops: dict) -> dict:
@@ -205,6 +321,8 @@ class _Plan:
         for o in operands:  # a vector lies in one block of a scale per block along the last dim
             if o.kind == "block_col" and o.block is not None:
                 vec = math.gcd(vec, o.block[1])
+            if o.strides is not None:  # a strided vector starts at a multiple of VEC too
+                vec = math.gcd(vec, o.strides[1], *o.strides[0][:-1])
         #: the last dim of an ai.rotate_half's operand (0: none): a vector lies in one half
         self.rotate = rotate
         if self.rotate:
@@ -260,7 +378,7 @@ def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan, rotations)
             if plan.unroll == 2:
                 code.add(2, "if more:")
                 _emit_vector(code, helpers, "load", op, "e2", vec, indent=3, slot=vec)
-        elif op.kind in ("row", "block_row"):
+        elif op.kind in ("row", "block_row", "strided"):
             code.add(2, f"b_{op.array} = {offset(op)}")
             _emit_vector(code, helpers, "load", op, f"b_{op.array}", vec)
         elif op.kind in ("col", "block_col"):
@@ -271,9 +389,10 @@ def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan, rotations)
         # ai.rotate_half: the vector n/2 along the last axis (a vector lies in one half)
         half = plan.rotate // 2
         code.add(2, f"rneg = e % {plan.rotate} < {half}")
-        code.add(2, f"rbase = e + {half} if rneg else e - {half}")
+        code.add(2, f"rstep = {half} if rneg else -{half}")
         for view in rotations.values():
-            _emit_vector(code, helpers, "load", view, "rbase", vec)
+            base = f"b_{view.array}" if view.kind == "strided" else "e"
+            _emit_vector(code, helpers, "load", view, f"{base} + rstep", vec)
 
     def vector_leaf(value) -> str:
         op = in_ops[value]

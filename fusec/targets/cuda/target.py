@@ -76,6 +76,7 @@ class CudaTarget(Target):
         "conv-patchify": "fusec.targets.cuda.conv.patchify:ConvPatchifyPass",
         "attention-layout": "fusec.targets.cuda.attention.rowwise:AttentionLayoutPass",
         "fp8-constant-weights": "fusec.targets.cuda.gemm.fp8_weights:Fp8ConstantWeightsPass",
+        "read-views-in-place": "fusec.targets.cuda.views_in_place:ReadViewsInPlacePass",
     }
     pipelines = {
         # patchify convs as GEMMs, constant weights of float8 values as float8 codes (the
@@ -97,13 +98,13 @@ class CudaTarget(Target):
         "conv-layout,tile-gemm",
         # ... with Llama-style q and k projections (RoPE between them and the attention)
         # combined with v's into one GEMM too: one launch instead of three a layer, the q
-        # and k slices then copy kernels before the RoPE kernels. Not measured yet (no
-        # device time was left, 2026-12-06): `benchmarks/profile_zoo.py --model llama
+        # and k slices read in place by the RoPE kernels (read-views-in-place). Not measured
+        # yet (no device time was left, 2026-12-06): `benchmarks/profile_zoo.py --model llama
         # --batch 1 --pipeline fusec-cuda-combined-rope` is the A/B that decides the default
         "fusec-cuda-combined-rope": "infer-shapes,recognize-patterns,conv-patchify,"
         "canonicalize,cse,fp8-constant-weights,demote-upcasts,sink-transposes,"
         "attention-layout,combine-projections{repeated_heads=true rope=true},fuse,"
-        "conv-layout,tile-gemm",
+        "read-views-in-place,conv-layout,tile-gemm",
     }
     templates = {
         "pointwise": Template(

@@ -61,6 +61,31 @@ def pointwise_rope(shape, dtype: str) -> str:
     return _func("rope", [("x", x), ("c", cs), ("s", cs)], [x, x], "pointwise", body)
 
 
+def sliced_rope(seq: int, heads: int, d: int, width: int, start: int, dtype: str) -> str:
+    """RoPE on a column slice of a wider tensor, unfused (issue 28: the q or k slice of a
+    combined QKV projection): ``x[..., start:start + heads * d]`` split into heads, then
+    ``x * cos + rotate_half(x) * sin``, cos and sin ``[1, S, 1, D]``. Through the
+    ``fusec-cuda-combined-rope`` pipeline the pointwise kernel reads the slice in place."""
+    n = heads * d
+    x, part, split = (
+        _t((1, seq, width), dtype),
+        _t((1, seq, n), dtype),
+        _t((1, seq, heads, d), dtype),
+    )
+    table = _t((1, seq, 1, d), dtype)
+    return (
+        f"func.func @sliced_rope(%x: {x}, %c: {table}, %s: {table}) -> {split} {{\n"
+        f"  %p = ai.slice %x {{offsets = array<i64: 0, 0, {start}>, sizes = array<i64: 1, "
+        f"{seq}, {n}>, strides = array<i64: 1, 1, 1>}} : {x}\n"
+        f"  %h = ai.reshape %p {{shape = array<i64: 1, {seq}, {heads}, {d}>}} : {part}\n"
+        f"  %a = ai.mul %h, %c : {split} * {table}\n"
+        f"  %r = ai.rotate_half %h : {split}\n"
+        f"  %b = ai.mul %r, %s : {split} * {table}\n"
+        f"  %y = ai.add %a, %b : {split} * {split}\n"
+        f"  return %y : {split}\n}}\n"
+    )
+
+
 def pointwise_tail(n: int, dtype: str) -> str:
     """maximum(tanh(x), y) - exp(y) / x on a length that no vector width divides."""
     v = _t((n,), dtype)

@@ -59,6 +59,16 @@ GEMV_CASES = [
 ]
 
 
+#: RoPE on a column slice (a combined QKV projection's q or k, issue 28) through the
+#: ``fusec-cuda-combined-rope`` pipeline: one pointwise kernel reading the slice in place
+#: (``read-views-in-place``): (name, args of ``sliced_rope``, dtype).
+VIEW_CASES = [
+    ("rope_slice_q_f16", [16, 4, 64, 512, 0, "f16"], "f16"),
+    ("rope_slice_k_bf16", [5, 2, 32, 320, 128, "bf16"], "bf16"),
+    ("rope_slice_f32", [3, 2, 8, 40, 8, "f32"], "f32"),  # rows of 40: VEC 8 divides them
+]
+
+
 @pytest.fixture(scope="module")
 def sim_results() -> dict:
     records = [{"name": c[0], "builder": c[1], "args": c[2], **_scale(c)} for c in CASES]
@@ -66,6 +76,11 @@ def sim_results() -> dict:
         {"name": c[0], "builder": c[1], "args": c[2], "pipeline": "fusec-cuda", "seed": k}
         for k, c in enumerate(GEMV_CASES)
     ]
+    records += [
+        {"name": c[0], "builder": "sliced_rope", "args": c[1], "seed": k,
+         "pipeline": "fusec-cuda-combined-rope"}
+        for k, c in enumerate(VIEW_CASES)
+    ]  # fmt: skip
     return run_simulator(HERE / "sim_runner.py", records)
 
 
@@ -92,6 +107,16 @@ def test_gemv_conv_under_simulator(sim_results: dict, name: str, dtype: str, con
     targets = sim_results[name]["targets"]
     assert sum("conv as dot products on CUDA cores" in t for t in targets) == convs, targets
     assert not any("FALLBACK" in t for t in targets), targets
+
+
+@pytest.mark.parametrize(("name", "dtype"), [(c[0], c[2]) for c in VIEW_CASES])
+def test_rope_reads_its_slice_in_place_under_simulator(
+    sim_results: dict, name: str, dtype: str
+) -> None:
+    """Poisoned outputs against the reference, and the slice, its reshape and the RoPE one
+    pointwise kernel: no copy kernel."""
+    test_template_under_simulator(sim_results, name, dtype)
+    assert sim_results[name]["kinds"] == ["pointwise"], sim_results[name]["kinds"]
 
 
 @pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX")

@@ -1,0 +1,48 @@
+"""``read-views-in-place`` (issue 28): a slice (and reshape) that only a pointwise group
+reads moves into that group, whose kernel reads the slice's elements where they lie; a
+chain the kernel cannot address, or that another group reads too, stays a copy. No GPU:
+the kernels fusec plans (the numerics: ``test_cuda_sim.py``'s ``rope_slice`` cases)."""
+
+from __future__ import annotations
+
+import pytest
+from cuda_cases import sliced_rope
+
+import fusec
+
+pytestmark = pytest.mark.requires_target("cuda")
+
+PIPELINE = "fusec-cuda-combined-rope"
+
+
+def _kinds(text: str, pipeline: str = PIPELINE) -> list[str]:
+    compiled = fusec.compile(text, target="cuda", pipeline=pipeline, executable=False)
+    return [k.kind for k in compiled.kernels]
+
+
+def test_a_sliced_rope_is_one_pointwise_kernel_reading_the_slice() -> None:
+    text = sliced_rope(16, 4, 64, 512, 128, "f16")
+    assert _kinds(text, "fusec-cuda") == ["copy", "pointwise"]
+    compiled = fusec.compile(text, target="cuda", pipeline=PIPELINE, executable=False)
+    (kernel,) = compiled.kernels
+    assert "ai.slice -> ai.reshape -> ai.mul -> ai.rotate_half" in kernel.source
+    # the slice's rows 512 apart, from column 128; the rotated half 32 columns away
+    assert "b_in0 = 128 + i0 * 512 + i1 * 64 + i2" in kernel.source
+    assert "load_f16x8(in0, b_in0 + rstep, v_in0_r, 0)" in kernel.source
+
+
+def test_a_strided_last_dim_stays_a_copy() -> None:
+    """Every second column: a vector would not be one access, so the copy stays."""
+    text = sliced_rope(8, 2, 16, 128, 0, "f16").replace(
+        "strides = array<i64: 1, 1, 1>", "strides = array<i64: 1, 1, 2>"
+    )
+    assert _kinds(text) == ["copy", "pointwise"]
+
+
+def test_a_slice_read_twice_stays_a_copy() -> None:
+    """The slice is also a result of the function: its copy is needed anyway."""
+    text = sliced_rope(8, 2, 16, 128, 32, "f16")
+    split = "tensor<1x8x2x16xf16>"
+    text = text.replace(f"-> {split} {{", f"-> ({split}, tensor<1x8x32xf16>) {{")
+    text = text.replace(f"return %y : {split}", f"return %y, %p : {split}, tensor<1x8x32xf16>")
+    assert sorted(_kinds(text)) == ["copy", "pointwise"]
