@@ -10,9 +10,11 @@ root: the pointwise kernel addresses the elements through the chain's strides
 
 A chain qualifies when every group on it is a ``copy`` or ``view`` group of slices and
 reshapes only (``pointwise.VIEW_OPS``), with one input and one result that nothing else
-reads, and the pointwise kernel can address its end (each dim one stride, the last
-contiguous: ``pointwise.view_problem``). Cuda only (the cpu pointwise kernel reads whole
-buffers); in the ``fusec-cuda-combined-rope`` pipeline after ``fuse``.
+reads, at least one of them a copy (a chain of views alone costs nothing), its end has the
+shape of the pointwise group's loop (not a broadcast operand), and the pointwise kernel can
+address it (each dim one stride, the last contiguous: ``pointwise.view_problem``). Cuda
+only (the cpu pointwise kernel reads whole buffers); in the ``fusec-cuda-combined-rope``
+pipeline after ``fuse``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
-from fusec.codegen.expr import shape_of
+from fusec.codegen.expr import broadcast_shapes, shape_of
 from fusec.codegen.strided import Layout
 from fusec.dialect import ops as ai
 from fusec.targets.cuda.pointwise import VIEW_OPS, view_layout, view_problem
@@ -61,8 +63,13 @@ def view_chain(value: SSAValue) -> tuple[SSAValue, list[ai.FusedOp]] | None:
     return (value, groups) if groups else None
 
 
-def _readable(root: SSAValue, groups: list[ai.FusedOp]) -> bool:
-    """Whether the pointwise kernel can address the chain's end in ``root``'s buffer."""
+def _readable(root: SSAValue, groups: list[ai.FusedOp], space: tuple[int, ...]) -> bool:
+    """Whether moving the chain saves a copy and the pointwise kernel, whose loop runs over
+    ``space``, can address the chain's end in ``root``'s buffer."""
+    if all(group.kind_name != "copy" for group in groups):
+        return False
+    if shape_of(groups[-1].results[0]) != space:
+        return False
     layout: Layout | None = Layout.contiguous(shape_of(root))
     for group in groups:
         for op in _layout_ops(group) or ():
@@ -73,11 +80,12 @@ def _readable(root: SSAValue, groups: list[ai.FusedOp]) -> bool:
     return True
 
 
-def read_in_place(fused: ai.FusedOp, index: int) -> bool:
-    """Move the chain of layout groups before input ``index`` of pointwise group ``fused``
-    into its body, reading the chain's root; False where there is none to move."""
+def read_in_place(fused: ai.FusedOp, index: int, space: tuple[int, ...]) -> bool:
+    """Move the chain of layout groups before input ``index`` of pointwise group ``fused``,
+    whose loop runs over ``space``, into its body, reading the chain's root; False where
+    there is none to move."""
     found = view_chain(fused.inputs[index])
-    if found is None or not _readable(*found):
+    if found is None or not _readable(*found, space):
         return False
     root, groups = found
     block, old = fused.block, fused.block.args[index]
@@ -110,5 +118,7 @@ class ReadViewsInPlacePass(ModulePass):
         for fused in [o for o in op.walk() if isinstance(o, ai.FusedOp)]:
             if fused.kind_name != "pointwise":
                 continue
+            values = (*fused.results, *fused.inputs)
+            space = tuple(broadcast_shapes(*(shape_of(v) for v in values)))
             for index in range(len(fused.inputs)):
-                read_in_place(fused, index)
+                read_in_place(fused, index, space)
