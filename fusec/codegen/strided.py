@@ -10,7 +10,9 @@ GQA repeat of stride 0) stays exact where numpy's view reshape gives up; a trans
 permutes the dimensions, a slice moves the offset and scales a stride, an expand gives a
 broadcast dimension stride 0. Used by the cuda attention kernel (its operands' tensor
 maps, ``targets/cuda/attention/views.py``) and the cuda pointwise kernel (inputs read
-through a slice and a reshape in place, ``targets/cuda/pointwise.py``).
+through a slice and a reshape in place, ``targets/cuda/pointwise.py``). The cuda copy
+kernel's ``targets/cuda/strided.py`` (``view_of``) derives one stride a dimension for a
+copy group's chain: the two are candidates for one module.
 """
 
 from __future__ import annotations

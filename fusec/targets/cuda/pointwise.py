@@ -234,7 +234,10 @@ class _InputView:
         ]
 
     def collapsed(self, groups: list[list[int]]) -> tuple[tuple[int, ...], int]:
-        """(strides, offset) in the collapsed space: a merged dim steps as its innermost."""
+        """(strides, offset) in the collapsed space: a merged dim steps as its innermost
+        (a space of one element collapses to ``(1,)``: no step)."""
+        if not groups:
+            return (0,), self.offset
         return tuple(self.strides[g[-1]] for g in groups), self.offset
 
 
@@ -245,9 +248,11 @@ def view_problem(op, layout: Layout | None) -> str | None:
         return f"{op.name} does not keep its input's elements at fixed strides"
     if any(len(dim) > 1 for dim in layout.dims):
         return f"{op.name} merges dims that are not one run of its input's buffer"
-    last = layout.dims[-1] if layout.dims else ()
-    if last and last[0][1] != 1:
-        return f"{op.name}'s last dim is not contiguous in its input's buffer"
+    # the innermost dim of more than one element (size-1 dims have no atoms) is the one
+    # a vector runs along
+    inner = next((dim for dim in reversed(layout.dims) if dim), ())
+    if inner and inner[0][1] != 1:
+        return f"{op.name}'s innermost dim is not contiguous in its input's buffer"
     return None
 
 
@@ -277,6 +282,12 @@ def input_views(fused_op: ai.FusedOp, ops: list) -> tuple[dict, list]:
         layouts[op.results[0]] = (index, new)
         last_op[op.results[0]] = op
     read = {value for op in rest for value in op.operands}
+    roots = [index for value, (index, _) in layouts.items() if value in read]
+    roots += [args[value] for value in read if value in args]
+    if len(roots) != len(set(roots)):  # (read-views-in-place gives each chain its own input)
+        raise error_at(
+            fused_op, "reads a group input through two views, or through a view and directly"
+        )
     views = {}
     for value, (index, layout) in layouts.items():
         if value in read:

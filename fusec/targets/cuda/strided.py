@@ -1,5 +1,9 @@
 """Which kernel moves a cuda ``copy`` group: a strided view, and the path it allows.
 
+(``fusec.codegen.strided.Layout`` follows view chains too, with atoms per dimension, for
+the attention kernel's operands and the pointwise kernel's inputs read in place; the two
+are candidates for one module.)
+
 Most copy groups of a transformer (the attention head split ``[B,S,H,D] -> [B,H,S,D]``,
 the head merge, a transpose of K, a slice of a fused QKV projection) read their one
 input through a *strided view*: ``out[i] = in[offset + sum(i[d] * stride[d])]`` with the

@@ -119,6 +119,9 @@ class ReadViewsInPlacePass(ModulePass):
             if fused.kind_name != "pointwise":
                 continue
             values = (*fused.results, *fused.inputs)
-            space = tuple(broadcast_shapes(*(shape_of(v) for v in values)))
+            try:
+                space = tuple(broadcast_shapes(*(shape_of(v) for v in values)))
+            except ValueError:  # a group that reads inputs through views already
+                continue
             for index in range(len(fused.inputs)):
                 read_in_place(fused, index, space)

@@ -86,6 +86,21 @@ def sliced_rope(seq: int, heads: int, d: int, width: int, start: int, dtype: str
     )
 
 
+def slice_square(shape, offsets, sizes, steps, dtype: str) -> str:
+    """``p * sigmoid(p)`` of a slice ``p`` of x (unfused): the pointwise kernel reads the
+    slice in place (``read-views-in-place``) where its strides allow."""
+    x, p = _t(shape, dtype), _t(sizes, dtype)
+    ints = lambda values: ", ".join(map(str, values))  # noqa: E731
+    return (
+        f"func.func @slice_square(%x: {x}) -> {p} {{\n"
+        f"  %p = ai.slice %x {{offsets = array<i64: {ints(offsets)}>, sizes = array<i64: "
+        f"{ints(sizes)}>, strides = array<i64: {ints(steps)}>}} : {x}\n"
+        f"  %g = ai.sigmoid %p : {p}\n"
+        f"  %y = ai.mul %p, %g : {p} * {p}\n"
+        f"  return %y : {p}\n}}\n"
+    )
+
+
 def pointwise_tail(n: int, dtype: str) -> str:
     """maximum(tanh(x), y) - exp(y) / x on a length that no vector width divides."""
     v = _t((n,), dtype)

@@ -63,9 +63,12 @@ GEMV_CASES = [
 #: ``fusec-cuda-combined-rope`` pipeline: one pointwise kernel reading the slice in place
 #: (``read-views-in-place``): (name, args of ``sliced_rope``, dtype).
 VIEW_CASES = [
-    ("rope_slice_q_f16", [16, 4, 64, 512, 0, "f16"], "f16"),
-    ("rope_slice_k_bf16", [5, 2, 32, 320, 128, "bf16"], "bf16"),
-    ("rope_slice_f32", [3, 2, 8, 40, 8, "f32"], "f32"),  # rows of 40: VEC 8 divides them
+    ("rope_slice_q_f16", "sliced_rope", [16, 4, 64, 512, 0, "f16"], "f16"),
+    ("rope_slice_k_bf16", "sliced_rope", [5, 2, 32, 320, 128, "bf16"], "bf16"),
+    ("rope_slice_f32", "sliced_rope", [3, 2, 8, 40, 8, "f32"], "f32"),  # rows of 40: VEC 8
+    # every second row backwards from row 5 (a negative stride), columns 4 on
+    ("rows_back_f16", "slice_square", [[6, 20], [5, 4], [3, 16], [-2, 1], "f16"], "f16"),
+    ("one_element_f32", "slice_square", [[4, 8], [2, 3], [1, 1], [1, 1], "f32"], "f32"),
 ]
 
 
@@ -77,7 +80,7 @@ def sim_results() -> dict:
         for k, c in enumerate(GEMV_CASES)
     ]
     records += [
-        {"name": c[0], "builder": "sliced_rope", "args": c[1], "seed": k,
+        {"name": c[0], "builder": c[1], "args": c[2], "seed": k,
          "pipeline": "fusec-cuda-combined-rope"}
         for k, c in enumerate(VIEW_CASES)
     ]  # fmt: skip
@@ -109,12 +112,10 @@ def test_gemv_conv_under_simulator(sim_results: dict, name: str, dtype: str, con
     assert not any("FALLBACK" in t for t in targets), targets
 
 
-@pytest.mark.parametrize(("name", "dtype"), [(c[0], c[2]) for c in VIEW_CASES])
-def test_rope_reads_its_slice_in_place_under_simulator(
-    sim_results: dict, name: str, dtype: str
-) -> None:
-    """Poisoned outputs against the reference, and the slice, its reshape and the RoPE one
-    pointwise kernel: no copy kernel."""
+@pytest.mark.parametrize(("name", "dtype"), [(c[0], c[3]) for c in VIEW_CASES])
+def test_slices_read_in_place_under_simulator(sim_results: dict, name: str, dtype: str) -> None:
+    """Poisoned outputs against the reference, and the slice (its reshape) and the
+    elementwise ops one pointwise kernel: no copy kernel."""
     test_template_under_simulator(sim_results, name, dtype)
     assert sim_results[name]["kinds"] == ["pointwise"], sim_results[name]["kinds"]
 

@@ -6,7 +6,7 @@ the kernels fusec plans (the numerics: ``test_cuda_sim.py``'s ``rope_slice`` cas
 from __future__ import annotations
 
 import pytest
-from cuda_cases import sliced_rope
+from cuda_cases import slice_square, sliced_rope
 from projection_cases import projections_graph
 
 import fusec
@@ -40,6 +40,45 @@ def test_a_strided_last_dim_stays_a_copy() -> None:
     assert _kinds(text) == ["copy", "pointwise"]
 
 
+def test_a_slice_whose_last_dim_is_one_element_stays_a_copy() -> None:
+    """A column of one element: a vector would run down the rows, 8 apart."""
+    assert _kinds(slice_square((4, 8), (0, 4), (4, 1), (1, 1), "f32")) == ["copy", "pointwise"]
+
+
+def test_a_group_reading_one_input_through_two_views_is_refused() -> None:
+    """Written by hand (the pass gives each chain its own group input): a clear error."""
+    from fusec.errors import FusecError
+
+    x, half = "tensor<4x32xf32>", "tensor<4x16xf32>"
+    text = f"""func.func @f(%x: {x}) -> {half} {{
+  %r = ai.fused "pointwise" (%x) : ({x}) -> ({half}) {{
+  ^bb0(%x1: {x}):
+    %a = ai.slice %x1 {{offsets = array<i64: 0, 0>, sizes = array<i64: 4, 16>, strides = array<i64: 1, 1>}} : {x}
+    %b = ai.slice %x1 {{offsets = array<i64: 0, 16>, sizes = array<i64: 4, 16>, strides = array<i64: 1, 1>}} : {x}
+    %m = ai.mul %a, %b : {half} * {half}
+    ai.yield %m : {half}
+  }}
+  return %r : {half}
+}}
+"""  # noqa: E501
+    with pytest.raises(FusecError, match="through two views"):
+        fusec.compile(text, target="cuda", pipeline="infer-shapes", executable=False)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        sliced_rope(16, 4, 64, 512, 128, "f16"),
+        slice_square((6, 20), (5, 4), (3, 16), (-2, 1), "f16"),
+        slice_square((4, 8), (2, 3), (1, 1), (1, 1), "f32"),
+    ],
+    ids=["rope", "rows-back", "one-element"],
+)
+def test_the_pass_keeps_the_values(text: str) -> None:
+    """The reference executor on the pipeline's IR gives the input graph's values."""
+    _assert_same_values(text)
+
+
 def test_a_slice_read_twice_stays_a_copy() -> None:
     """The slice is also a result of the function: its copy is needed anyway."""
     text = sliced_rope(8, 2, 16, 128, 32, "f16")
@@ -53,18 +92,25 @@ def test_the_combined_rope_pipeline_computes_what_the_graph_does() -> None:
     """A Llama-style layer (GQA, RoPE on q and k) through ``fusec-cuda-combined-rope``:
     the reference executor on the pipeline's IR (one GEMM, the RoPE groups reading its
     slices through their own slice and reshape ops) gives the input graph's values."""
+    text = projections_graph(rope=True, bias=False, heads=4, kv_heads=2)
+    compiled = _assert_same_values(text)
+    assert [k.kind for k in compiled.kernels] == ["matmul", "pointwise", "pointwise", "attention"]
+
+
+def _assert_same_values(text: str):
+    """``text`` through the pipeline: its IR on the reference executor gives the values of
+    the input graph, bit for bit (two seeds); the compiled program."""
     import numpy as np
 
     from fusec.ir.module import entry_function
     from fusec.runtime.reference import run_reference
     from fusec.tools.runner import random_inputs
 
-    text = projections_graph(rope=True, bias=False, heads=4, kv_heads=2)
     compiled = fusec.compile(text, target="cuda", pipeline=PIPELINE, executable=False)
-    assert [k.kind for k in compiled.kernels] == ["matmul", "pointwise", "pointwise", "attention"]
     original = fusec.compile(text, target="reference")
     for seed in (0, 1):
         inputs = random_inputs(entry_function(compiled.module), seed=seed)
         got, want = run_reference(compiled.module, inputs), run_reference(original.module, inputs)
         for g, w in zip(got, want, strict=True):
             assert np.isfinite(g).all() and np.array_equal(g, w)
+    return compiled

@@ -1,9 +1,10 @@
 """Issue 28 on the GPU vs the reference (skipped without a GPU): a Llama-style layer's q, k
 and v projections as one GEMM and RoPE reading the q and k slices in place
 (``fusec-cuda-combined-rope``: ``combine-projections{rope=true}``,
-``read-views-in-place``), against the default pipeline's three GEMMs. Fresh random
-inputs, outputs poisoned first; the kernels must be the one GEMM, two RoPE kernels and the
-flash attention (no copy, no fallback), so a case cannot pass on another route."""
+``read-views-in-place``), against the reference on the pipeline's IR and on the input
+graph. Fresh random inputs, outputs poisoned first; the kernels must be the one GEMM, two
+RoPE kernels and the flash attention (no copy, no fallback), so a case cannot pass on
+another route."""
 
 from __future__ import annotations
 
@@ -26,8 +27,11 @@ def test_combined_projections_and_rope_in_place_match_reference(dtype, seq, head
     compiled = fusec.compile(text, target="cuda", pipeline="fusec-cuda-combined-rope")
     assert [k.kind for k in compiled.kernels] == ["matmul", "pointwise", "pointwise", "attention"]
     assert not [k for k in compiled.kernels if "FALLBACK" in k.source]
+    original = fusec.compile(text, target="reference")
     for seed in (0, 1):
         args = random_inputs(entry_function(compiled.module), seed=seed)
         (out,) = compiled._runner(args, poison=True)
         (ref,) = run_reference(compiled.module, args, rounding="groups")
         assert_close(out, ref, dtype, what=f"{dtype} seq {seq}, seed {seed}")
+        (graph,) = run_reference(original.module, args)
+        assert_close(out, graph, dtype, what=f"{dtype} seq {seq}, seed {seed}, the graph")

@@ -607,11 +607,12 @@ def small_tile(m: int, n: int, batch: int = 1, sms: int = H200.sms) -> TileConfi
 #: (``split_k.SPLIT_K_DEFAULT``)
 SPLIT_MIN_STEPS = 16
 #: Where the tiles alone already give at least a quarter of the SMs a block, a split must
-#: take twice ``SPLIT_MIN_STEPS``: it at most doubles the busy SMs there, and the fixed
-#: costs weigh against half a short loop. H100 (gemm-tile-sweep.md, Llama b1 on the 64x64
-#: tile, 32 K steps): the Q/O projections' 64 tiles 8.4 us unsplit against 9.3 split in two,
-#: the K/V projections' 8 tiles 8.4 against 7.9; the down projection's 64 tiles of 88 steps
-#: 17.1 against 13.7 split in two (44 steps each).
+#: take twice ``SPLIT_MIN_STEPS``: it at most quadruples the busy SMs there (mostly
+#: doubles: 64 tiles on 132 SMs), and the fixed costs weigh against half a short loop.
+#: H100 (gemm-tile-sweep.md, Llama b1 on the 64x64 tile, 32 K steps): the Q/O
+#: projections' 64 tiles 8.4 us unsplit against 9.3 split in two, the K/V projections' 8
+#: tiles 8.4 against 7.9; the down projection's 64 tiles of 88 steps 17.1 against 13.7
+#: split in two (44 steps each).
 SPLIT_BUSY_SHARE = 4
 #: splits the heuristic gives a tile at most (the last split reads the others' partials)
 SPLIT_K_HEURISTIC_MAX = 8
