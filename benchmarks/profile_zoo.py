@@ -167,6 +167,8 @@ def profile_model(
         calls: dict[str, Callable[[], Any]] = {}
         names: dict[str, str] = {}
         runs = [("", None), *((v, None) for v in variants), *((p, p) for p in pipelines)]
+        if len({variant for variant, _ in runs}) != len(runs):
+            raise SystemExit("profile_zoo: a --variant or --pipeline given twice")
         for variant, pipeline in runs:
             setting = dict([variant.split("=", 1)]) if variant and pipeline is None else {}
             with mock.patch.dict(os.environ, setting):
