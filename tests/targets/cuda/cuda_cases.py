@@ -101,6 +101,95 @@ def slice_square(shape, offsets, sizes, steps, dtype: str) -> str:
     )
 
 
+def random_view_graph(seed: int) -> str | None:
+    """A random chain of 1-3 slices (outer steps 1, 2 or -1; the last dim's 1) and reshapes
+    (a dim split or merged, a size-1 dim added or dropped) of x, then ``view * c`` (c
+    broadcast with size-1 dims anywhere), ``rotate_half`` of the view on even rows, the
+    view cast to f32 as a second result at times: the graphs ``read-views-in-place`` and
+    the pointwise kernel's strided inputs were fuzzed with (a review, 2026-12-06). None
+    where the draw ends on a dim of one element."""
+    import random
+
+    rng = random.Random(seed)
+    dtype = rng.choice(["f32", "f16", "bf16"])
+    root = [rng.choice([1, 2, 3, 4, 5, 6]) for _ in range(rng.choice([1, 2, 3]))]
+    root.append(rng.choice([8, 16, 32, 48]))
+    lines, value, shape = [], "%x", list(root)
+    for n in range(rng.randint(1, 3)):
+        if rng.random() < 0.6:
+            offsets, sizes, steps = _random_slice(rng, shape)
+            lines.append(
+                f"%v{n} = ai.slice {value} {{offsets = array<i64: {_ints(offsets)}>, sizes = "
+                f"array<i64: {_ints(sizes)}>, strides = array<i64: {_ints(steps)}>}} : "
+                f"{_t(shape, dtype)}"
+            )
+            new: list[int] | None = sizes
+        else:
+            new = _random_reshape(rng, shape)
+            if new is None:
+                continue
+            lines.append(
+                f"%v{n} = ai.reshape {value} {{shape = array<i64: {_ints(new)}>}} : "
+                f"{_t(shape, dtype)}"
+            )
+        value, shape = f"%v{n}", list(new)
+    if not lines or shape[-1] == 1:
+        return None
+    v = _t(shape, dtype)
+    c = [d if rng.random() < 0.5 else 1 for d in shape]
+    lines.append(f"%a = ai.mul {value}, %c : {v} * {_t(c, dtype)}")
+    result = "%a"
+    if shape[-1] % 2 == 0 and rng.random() < 0.5:
+        lines += [f"%r = ai.rotate_half {value} : {v}", f"%y = ai.add %a, %r : {v} * {v}"]
+        result = "%y"
+    results = [(result, v)]
+    if rng.random() < 0.3:
+        f32 = _t(shape, "f32")
+        lines.append(f"%z = ai.cast {value} : {v} to {f32}")
+        results.append(("%z", f32))
+    types = ", ".join(t for _, t in results)
+    body = "".join(f"  {line}\n" for line in lines)
+    return (
+        f"func.func @views(%x: {_t(root, dtype)}, %c: {_t(c, dtype)}) -> ({types}) {{\n"
+        f"{body}  return {', '.join(n for n, _ in results)} : {types}\n}}\n"
+    )
+
+
+def _ints(values) -> str:
+    return ", ".join(map(str, values))
+
+
+def _random_slice(rng, shape: list[int]) -> tuple[list[int], list[int], list[int]]:
+    offsets, sizes, steps = [], [], []
+    for k, n in enumerate(shape):
+        step = 1 if k == len(shape) - 1 else rng.choice([1, 1, 2, -1])
+        offset = rng.randrange(n)
+        size = rng.randint(1, -(-(n - offset) // step)) if step > 0 else rng.randint(1, offset + 1)
+        if rng.random() < 0.4:
+            offset, size, step = 0, n, 1
+        offsets.append(offset)
+        sizes.append(size)
+        steps.append(step)
+    return offsets, sizes, steps
+
+
+def _random_reshape(rng, shape: list[int]) -> list[int] | None:
+    choice, k = rng.choice(["split", "merge", "add1", "drop1"]), rng.randrange(len(shape))
+    if choice == "split":
+        factors = [f for f in range(2, shape[k]) if shape[k] % f == 0]
+        if factors:
+            f = rng.choice(factors)
+            return shape[:k] + [f, shape[k] // f] + shape[k + 1 :]
+    if choice == "merge" and k + 1 < len(shape):
+        return shape[:k] + [shape[k] * shape[k + 1]] + shape[k + 2 :]
+    if choice == "add1":
+        return shape[:k] + [1] + shape[k:]
+    if choice == "drop1" and 1 in shape[:-1]:
+        k = shape.index(1)
+        return shape[:k] + shape[k + 1 :]
+    return None
+
+
 def pointwise_tail(n: int, dtype: str) -> str:
     """maximum(tanh(x), y) - exp(y) / x on a length that no vector width divides."""
     v = _t((n,), dtype)

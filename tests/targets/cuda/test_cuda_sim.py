@@ -69,6 +69,11 @@ VIEW_CASES = [
     # every second row backwards from row 5 (a negative stride), columns 4 on
     ("rows_back_f16", "slice_square", [[6, 20], [5, 4], [3, 16], [-2, 1], "f16"], "f16"),
     ("one_element_f32", "slice_square", [[4, 8], [2, 3], [1, 1], [1, 1], "f32"], "f32"),
+    # random slice/reshape chains (``random_view_graph``) whose chain the pass moves in
+    *(
+        (f"views_{seed}", "random_view_graph", [seed], None)
+        for seed in (0, 3, 6, 9, 10, 12, 18, 20)
+    ),
 ]
 
 

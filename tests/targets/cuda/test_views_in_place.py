@@ -6,7 +6,7 @@ the kernels fusec plans (the numerics: ``test_cuda_sim.py``'s ``rope_slice`` cas
 from __future__ import annotations
 
 import pytest
-from cuda_cases import slice_square, sliced_rope
+from cuda_cases import random_view_graph, slice_square, sliced_rope
 from projection_cases import projections_graph
 
 import fusec
@@ -76,6 +76,21 @@ def test_a_group_reading_one_input_through_two_views_is_refused() -> None:
 )
 def test_the_pass_keeps_the_values(text: str) -> None:
     """The reference executor on the pipeline's IR gives the input graph's values."""
+    _assert_same_values(text)
+
+
+#: the seeds whose draw is a graph (one that ends on a dim of one element is none)
+DRAWN = [seed for seed in range(60) if random_view_graph(seed) is not None]
+
+
+@pytest.mark.parametrize("seed", DRAWN)
+def test_random_view_chains_keep_their_values(seed: int) -> None:
+    """``random_view_graph`` (slices with outer steps 2 and -1, dims split, merged, added
+    and dropped, broadcast operands, rotate_half, a second result): whether the chain moves
+    in or stays a copy, the pipeline's IR gives the graph's values (under the simulator:
+    ``test_cuda_sim.py``'s ``views_<seed>`` cases)."""
+    text = random_view_graph(seed)
+    assert text is not None
     _assert_same_values(text)
 
 
