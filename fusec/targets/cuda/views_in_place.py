@@ -91,7 +91,7 @@ def read_in_place(fused: ai.FusedOp, index: int, space: tuple[int, ...]) -> bool
     block, old = fused.block, fused.block.args[index]
     fused.operands[index] = root
     arg = block.insert_arg(root.type, index)
-    arg.name_hint = old.name_hint
+    arg.name_hint = root.name_hint  # (the block reads the root now, not the view)
     value: SSAValue = arg
     clones: list[Operation] = []
     for group in groups:
