@@ -38,7 +38,10 @@ embedding lookup fusec compiles since issue 29); the row says which.
 ``torch.compile(model, backend="fusec")`` to the torch pass, timed by the same timer under
 the same lock: its ms, the ONNX path's ms over it, its error against the float32 module and
 its partitions and eager nodes, as columns of the table (``torch_backend_zoo.py`` is the
-backend's own table, with graph breaks and the cpu target).
+backend's own table, with graph breaks and the cpu target). ``--pipeline NAME`` compiles
+fusec with that pipeline instead of the target's (an opt-in one such as
+``fusec-cuda-combined-rope``); with ``--target cpu`` it is the pipeline of the cuda
+structure columns (what the cuda target would make of each model, no GPU needed).
 
     python3 benchmarks/models_gpu.py --quick --budget 540 --out results/       # H200
     python3 benchmarks/models_gpu.py --models resnet50,bert --dtypes bf16 --out results/
@@ -903,6 +906,7 @@ class Worker:
     reduce_overhead: bool = True
     profile: bool = False
     torch_backend: bool = False
+    pipeline: str | None = None  # fusec's pipeline (None: the target's)
 
     @property
     def timer(self) -> Timer:
@@ -982,6 +986,7 @@ def check_fusec(
     smoke: bool,
     form: str,
     emit: Callable[[dict], None],
+    pipeline: str | None = None,
 ) -> Checked:
     """Export ``model`` at ``row``'s batch, import, compile and run it with fusec, and
     compare fusec and eager with the float32 ``reference``; each stage is announced by
@@ -1018,12 +1023,13 @@ def check_fusec(
             return Checked(row | failure("import error", err))
     row["import_s"] = time.perf_counter() - t0
     if target != "cuda":  # what the cuda target would make of it, without a GPU
-        row["cuda_structure"] = cuda_structure(module)
+        row["cuda_structure"] = cuda_structure(module, pipeline)
+        pipeline = None  # (a cuda pipeline: the cpu target compiles with its own)
     emit(row | {"stage": "compile"})
     arg = fusec_argument(x, target)
     try:
         t0 = time.perf_counter()
-        compiled = fusec.compile(module, target=target)
+        compiled = fusec.compile(module, target=target, pipeline=pipeline)
         got = as_list(compiled(arg))
         if target == "cuda":
             torch.cuda.synchronize()
@@ -1082,6 +1088,7 @@ def run_fusec_job(w: Worker) -> None:
             smoke=w.smoke,
             form=w.form,
             emit=w.emit,
+            pipeline=w.pipeline,
         )
         row = checked.row
         if checked.compiled is not None:
@@ -1229,12 +1236,13 @@ def onnx_facts(path: Path) -> dict:
     return {"onnx_nodes": len(model.graph.node), "opset": opset}
 
 
-def cuda_structure(module: Any) -> dict:
-    """The kernels the cuda target generates for ``module`` (no GPU needed)."""
+def cuda_structure(module: Any, pipeline: str | None = None) -> dict:
+    """The kernels the cuda target generates for ``module`` (no GPU needed), with
+    ``pipeline`` (None: the target's)."""
     import fusec
 
     try:
-        compiled = fusec.compile(module, target="cuda", executable=False)
+        compiled = fusec.compile(module, target="cuda", executable=False, pipeline=pipeline)
     except Exception as err:
         return failure("cuda compile error", err)
     return kernel_stats(compiled.kernels)
@@ -1284,6 +1292,7 @@ def run_worker(job: str, case: Case, args: argparse.Namespace, results: Path, li
         "reduce_overhead": not args.no_reduce_overhead,
         "profile": args.profile,
         "torch_backend": args.torch_backend,
+        "pipeline": args.pipeline,
     }
     from bench_common import run_logged
 
@@ -1390,6 +1399,7 @@ def main_parent(args: argparse.Namespace) -> int:
         "command": " ".join(["benchmarks/models_gpu.py", *sys.argv[1:]]),
         "jobs": args.jobs,
         "torch_backend": args.torch_backend,
+        "pipeline": args.pipeline,
     }
     start = time.monotonic()
     skipped: list[str] = []
@@ -1469,6 +1479,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="also time torch.compile(model, backend='fusec') in the torch worker (issue 32): "
         "columns backend ms, backend / fusec (the ONNX path) and backend err",
+    )
+    parser.add_argument(
+        "--pipeline",
+        default=None,
+        help="compile fusec with this pipeline (e.g. fusec-cuda-combined-rope) instead of "
+        "the target's; with --target cpu, the cuda structure columns' pipeline",
     )
     parser.add_argument(
         "--inputs",
