@@ -83,10 +83,17 @@ KNOWN_GAPS: dict[tuple[str, str], str] = {}
 CASES = [(name, exporter) for name in zoo.ZOO for exporter in ("dynamo", "torchscript")]
 
 
-def structure(name: str, exporter: str, target: str = "cuda", smoke: bool = True) -> dict:
+def structure(
+    name: str,
+    exporter: str,
+    target: str = "cuda",
+    smoke: bool = True,
+    pipeline: str | None = None,
+) -> dict:
     """The zoo model ``name`` (its ``--smoke`` size, or with ``smoke=False`` its full size,
-    batch 1) exported by ``exporter`` and compiled for ``target``: the fallbacks,
-    non-depthwise direct convs, attention kernels and copies, from the kernels' headers."""
+    batch 1) exported by ``exporter`` and compiled for ``target`` (with ``pipeline``, else
+    the target's): the fallbacks, non-depthwise direct convs, attention kernels, copies and
+    GEMMs, from the kernels' headers."""
     import fusec
 
     model = zoo.build(name, smoke).to(torch.float16)
@@ -96,8 +103,9 @@ def structure(name: str, exporter: str, target: str = "cuda", smoke: bool = True
         path = Path(tmp) / f"{name}.onnx"
         zoo.export(model, x, path, exporter, input_name)
         module = fusec.from_onnx(path, input_shapes={input_name: tuple(x.shape)})
-    compiled = fusec.compile(module, target=target, executable=False)
+    compiled = fusec.compile(module, target=target, executable=False, pipeline=pipeline)
     found: dict = {
+        "matmuls": sum(kernel.kind == "matmul" for kernel in compiled.kernels),
         "fallback": [],
         "direct": [],
         "attention": 0,
@@ -173,6 +181,19 @@ def test_full_size_resnet50_stays_channels_last() -> None:
     found = structure("resnet50", "dynamo", smoke=False)
     assert not found["fallback"] and not found["direct"]
     assert found["copies"] == [], found["copies"]
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_llama_combined_rope_pipeline_runs_one_projection_gemm_a_layer(exporter: str) -> None:
+    """``fusec-cuda-combined-rope`` (opt-in): the q, k and v projections of each layer as
+    one GEMM (two fewer a layer than ``fusec-cuda``), the RoPE kernels reading its q and k
+    slices in place (no copy), the flash attention, no fallback."""
+    default = structure("llama", exporter)
+    combined = structure("llama", exporter, pipeline="fusec-cuda-combined-rope")
+    layers = ATTENTION_LAYERS["llama"]
+    assert combined["matmuls"] == default["matmuls"] - 2 * layers, (default, combined)
+    assert not combined["copies"] and not combined["fallback"], combined
+    assert combined["attention"] == layers, combined
 
 
 def test_llama_copies_on_cpu() -> None:
