@@ -400,10 +400,13 @@ def _emit(fused_op, name, ops, results, in_ops, out_ops, plan: _Plan, rotations)
         # ai.rotate_half: the vector n/2 along the last axis (a vector lies in one half)
         half = plan.rotate // 2
         code.add(2, f"rneg = e % {plan.rotate} < {half}")
-        code.add(2, f"rstep = {half} if rneg else -{half}")
+        if any(view.kind != "strided" for view in rotations.values()):
+            code.add(2, f"rbase = e + {half} if rneg else e - {half}")
+        if any(view.kind == "strided" for view in rotations.values()):
+            code.add(2, f"rstep = {half} if rneg else -{half}")
         for view in rotations.values():
-            base = f"b_{view.array}" if view.kind == "strided" else "e"
-            _emit_vector(code, helpers, "load", view, f"{base} + rstep", vec)
+            base = f"b_{view.array} + rstep" if view.kind == "strided" else "rbase"
+            _emit_vector(code, helpers, "load", view, base, vec)
 
     def vector_leaf(value) -> str:
         op = in_ops[value]
