@@ -19,6 +19,14 @@ q, k or v operands of attentions through layout ops (with ``rope``, also through
 elementwise ops of rotary position embeddings, ``q * cos + rotate_half(q) * sin``: the
 slices feeding them are then copy kernels, which cost less at batch 1 than the GEMM
 launches they save). It is exact: every output column is the same dot product as before.
+
+With ``rope``, the q and k RoPE chains themselves become one (``_join_head_chains``): two
+column slices of the combined result side by side, each split into heads of one size and
+read by the same elementwise ops with the same other operands (cos and sin, broadcast over
+the heads), are one slice over both, split into q's and k's heads together, one chain of
+those ops, and two slices of its result along the heads (which the attention reads in
+place): one RoPE kernel a layer instead of two. Exact too: every element is computed by
+the same ops from the same values.
 """
 
 from __future__ import annotations
@@ -34,11 +42,13 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from fusec.codegen.expr import broadcast_shapes
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.dialect.views import feeds_attention
 from fusec.ir.constants import constant_value, dense_constant, is_constant
 from fusec.ir.dtypes import numpy_dtype
+from fusec.ir.tensors import TensorSpec, tensor_type
 from fusec.passes.matching import ATTENTION_VIEWS, RowwiseGemm, rowwise_gemm
 
 if TYPE_CHECKING:  # a plain compile does not import xDSL's arith (no constants, no import)
@@ -106,8 +116,9 @@ def _concatenated(ops: list[arith.ConstantOp], axis: int) -> arith.ConstantOp:
     return dense_constant(np.concatenate(values, axis=axis), dtype)
 
 
-def _combine(projections: list[_Projection]) -> None:
-    """One GEMM (and bias) for ``projections``, their results its column slices."""
+def _combine(projections: list[_Projection]) -> list[ai.SliceOp]:
+    """One GEMM (and bias) for ``projections``, their results its column slices (returned,
+    in the projections' order)."""
     first = projections[0].gemm.matmul
     transpose_b = bool(first.attr("transpose_b"))
     weight = _concatenated([p.weight for p in projections], 0 if transpose_b else 1)
@@ -120,7 +131,7 @@ def _combine(projections: list[_Projection]) -> None:
         rank = len(spec_of(product.output.type).shape)
         last = ai.BiasAddOp(product.output, biases.results[0], axis=rank - 1)
         new += [biases, last]
-    offset = 0
+    offset, pieces = 0, []
     for p in projections:  # every reader of a projection comes after ``first``
         shape = spec_of(p.gemm.last.results[0].type).shape
         piece = ai.SliceOp(
@@ -130,6 +141,7 @@ def _combine(projections: list[_Projection]) -> None:
             strides=(1,) * len(shape),
         )
         new.append(piece)
+        pieces.append(piece)
         p.gemm.last.results[0].replace_all_uses_with(piece.output)
         offset += p.width
     for op in new:
@@ -140,6 +152,140 @@ def _combine(projections: list[_Projection]) -> None:
         for old in dead:
             if old is not None and old.parent is not None and not any(r.uses for r in old.results):
                 Rewriter.erase_op(old)
+    return pieces
+
+
+@dataclass(frozen=True)
+class _HeadChain:
+    """A column slice split into heads (``split``: ``[..., N] -> [..., H, D]``) and the
+    elementwise ops that read it (``ops``, block order), whose one value read elsewhere is
+    the last op's."""
+
+    split: ai.ReshapeOp
+    ops: list[Operation]
+
+    @property
+    def heads(self) -> int:
+        return spec_of(self.split.output.type).shape[-2]
+
+
+def _head_chain(piece: ai.SliceOp) -> _HeadChain | None:
+    """``piece``'s head split and the ``ROPE_OPS`` that read it, or None where it has no
+    such chain (one reshape splitting the last dim, ops whose only value read elsewhere is
+    the last one's, other operands broadcast over the heads)."""
+    users = [use.operation for use in piece.output.uses]
+    if len(users) != 1 or not isinstance(users[0], ai.ReshapeOp):
+        return None
+    split = users[0]
+    shape, sliced = spec_of(split.output.type).shape, spec_of(piece.output.type).shape
+    if len(shape) != len(sliced) + 1 or shape[:-2] != sliced[:-1]:
+        return None
+    inside: set[SSAValue] = {split.output}
+    ops: list[Operation] = []
+    block = split.parent_block()
+    assert block is not None
+    for op in block.ops:
+        if not any(v in inside for v in op.operands):
+            continue
+        if not isinstance(op, ROPE_OPS) or spec_of(op.results[0].type).shape != shape:
+            break  # a reader that is not one of the chain's ops: the chain ends before it
+        for v in op.operands:  # other operands: size 1 along the heads (cos, sin)
+            rank = len(spec_of(v.type).shape)
+            if v not in inside and rank >= 2 and spec_of(v.type).shape[-2] != 1:
+                return None
+        ops.append(op)
+        inside.add(op.results[0])
+    if not ops:
+        return None
+    leaving = {o for o in ops for use in o.results[0].uses if use.operation not in ops}
+    if leaving != {ops[-1]} or any(use.operation not in ops for use in split.output.uses):
+        return None
+    return _HeadChain(split, ops)
+
+
+def _same_chain(a: _HeadChain, b: _HeadChain) -> bool:
+    """Whether ``b`` applies ``a``'s ops to its heads with the same other operands."""
+    if len(a.ops) != len(b.ops):
+        return False
+    mapped: dict[SSAValue, SSAValue] = {a.split.output: b.split.output}
+    for x, y in zip(a.ops, b.ops, strict=True):
+        if type(x) is not type(y) or x.properties != y.properties:
+            return False
+        if spec_of(x.results[0].type).dtype != spec_of(y.results[0].type).dtype:
+            return False
+        for u, v in zip(x.operands, y.operands, strict=True):
+            if mapped.get(u, u) is not v:
+                return False
+        mapped[x.results[0]] = y.results[0]
+    return True
+
+
+def _join_head_chains(q: ai.SliceOp, k: ai.SliceOp) -> bool:
+    """One slice, head split and chain for the side-by-side column slices ``q`` and ``k``
+    where their head chains are the same ops (module notes); False where they are not."""
+    qc, kc = _head_chain(q), _head_chain(k)
+    if qc is None or kc is None or not _same_chain(qc, kc):
+        return False
+    q_width = spec_of(q.output.type).shape[-1]
+    if tuple(k.attr("offsets"))[-1] != tuple(q.attr("offsets"))[-1] + q_width:
+        return False
+    # the joint chain goes before the first reader of either result, after its operands
+    block = q.parent_block()
+    assert block is not None
+    position = {op: i for i, op in enumerate(block.ops)}
+    readers = [use.operation for c in (qc, kc) for use in c.ops[-1].results[0].uses]
+    before = min(readers, key=lambda op: position.get(op, len(position)))
+    if before not in position:
+        return False
+    for op in qc.ops:
+        for v in op.operands:
+            owner = v.owner
+            if isinstance(owner, Operation) and owner in position and owner not in qc.ops:
+                if position[owner] >= position[before] and owner is not qc.split:
+                    return False
+    sizes = tuple(q.attr("sizes"))
+    width = q_width + spec_of(k.output.type).shape[-1]
+    joint = ai.SliceOp(
+        q.operands[0],
+        offsets=tuple(q.attr("offsets")),
+        sizes=(*sizes[:-1], width),
+        strides=tuple(q.attr("strides")),
+    )
+    head_shape = spec_of(qc.split.output.type).shape
+    heads = qc.heads + kc.heads
+    split = ai.ReshapeOp(joint.output, shape=(*head_shape[:-2], heads, head_shape[-1]))
+    new: list[Operation] = [joint, split]
+    mapped: dict[SSAValue, SSAValue] = {qc.split.output: split.output}
+    for op in qc.ops:
+        operands = [mapped.get(v, v) for v in op.operands]
+        shape = broadcast_shapes(*(spec_of(v.type).shape for v in operands))
+        dtype = spec_of(op.results[0].type).dtype
+        clone = type(op).create(
+            operands=operands,
+            result_types=[tensor_type(TensorSpec(tuple(shape), dtype))],
+            properties=dict(op.properties),
+            attributes=dict(op.attributes),
+        )
+        new.append(clone)
+        mapped[op.results[0]] = clone.results[0]
+    end = new[-1].results[0]
+    rank = len(head_shape)
+    for chain, first in ((qc, 0), (kc, qc.heads)):
+        part = ai.SliceOp(
+            end,
+            offsets=(*(0,) * (rank - 2), first, 0),
+            sizes=(*head_shape[:-2], chain.heads, head_shape[-1]),
+            strides=(1,) * rank,
+        )
+        new.append(part)
+        chain.ops[-1].results[0].replace_all_uses_with(part.output)
+    for op in new:
+        op.location = q.location
+    Rewriter.insert_op(new, InsertPoint.before(before))
+    for chain, piece in ((qc, q), (kc, k)):
+        for op in reversed([piece, chain.split, *chain.ops]):
+            Rewriter.erase_op(op)
+    return True
 
 
 @dataclass(frozen=True)
@@ -168,4 +314,6 @@ class CombineProjectionsPass(ModulePass):
                         groups[projection.key].append(projection)
             for projections in groups.values():
                 if len(projections) >= 2:
-                    _combine(projections)
+                    pieces = _combine(projections)
+                    if self.rope:  # q and k side by side: their RoPE chains as one
+                        _join_head_chains(pieces[0], pieces[1])

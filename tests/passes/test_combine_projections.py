@@ -87,10 +87,38 @@ def test_a_projection_read_outside_the_attention_stays_its_own_gemm() -> None:
     _same_results(text)
 
 
+def test_the_rope_of_q_and_k_becomes_one_chain_over_their_heads() -> None:
+    """With ``rope``: q's and k's RoPE (the same ops, the same cos and sin) run once over
+    the slice of both, split into 4 + 2 heads, and q and k are slices of its result along
+    the heads; the values stay the same."""
+    text = projections_graph(rope=True, bias=False, heads=4, kv_heads=2)
+    module = parse(text)
+    run_pipeline(module, "infer-shapes,combine-projections{repeated_heads=true rope=true}")
+    ops = _ops(module)
+    assert ops.count("ai.rotate_half") == 1 and ops.count("ai.mul") == 2, ops
+    text_ir = str(module)
+    assert "sizes = array<i64: 1, 16, 384>" in text_ir  # q's 256 and k's 128 columns
+    assert "shape = array<i64: 1, 16, 6, 64>" in text_ir  # 4 + 2 heads
+    _same_results(text, combine="combine-projections{repeated_heads=true rope=true}")
+
+
+def test_rope_chains_that_differ_stay_apart() -> None:
+    """k's RoPE reads its own sin: the chains are not the same ops, so each keeps its own
+    (the projections still combine)."""
+    text = projections_graph(rope=True, bias=False, heads=4, kv_heads=2)
+    text = text.replace("%ks = ai.mul %kh, %sin", "%ks = ai.mul %kh, %cos")
+    module = parse(text)
+    run_pipeline(module, "infer-shapes,combine-projections{repeated_heads=true rope=true}")
+    ops = _ops(module)
+    assert ops.count("ai.matmul") == 1 and ops.count("ai.rotate_half") == 2, ops
+    _same_results(text, combine="combine-projections{repeated_heads=true rope=true}")
+
+
 def test_projections_through_rope_combine_with_the_option() -> None:
     """q and k reach the attention through RoPE's elementwise ops: without ``rope`` the
-    three GEMMs stay (their slices would not be read in place), with it they are one GEMM
-    and three slices, the same results."""
+    three GEMMs stay (their slices would not be read in place), with it they are one GEMM,
+    v's slice, the slice of q's and k's columns and q's and k's heads of its RoPE, the
+    same results."""
     text = projections_graph(rope=True, bias=False)
     module = parse(text)
     run_pipeline(module, "infer-shapes,combine-projections{repeated_heads=true}")
@@ -98,7 +126,7 @@ def test_projections_through_rope_combine_with_the_option() -> None:
     module = parse(text)
     run_pipeline(module, "infer-shapes,combine-projections{repeated_heads=true rope=true}")
     ops = _ops(module)
-    assert ops.count("ai.matmul") == 1 and ops.count("ai.slice") == 3, ops
+    assert ops.count("ai.matmul") == 1 and ops.count("ai.slice") == 4, ops
     _same_results(text, combine="combine-projections{rope=true}")
 
 
@@ -125,9 +153,10 @@ def test_the_targets_run_the_layer_as_one_gemm_and_the_attention(
 
 def test_the_combined_rope_pipeline_runs_one_gemm_for_a_llama_layer() -> None:
     """``fusec-cuda-combined-rope`` (opt-in): the q, k and v projections of a Llama-style
-    layer (RoPE on q and k) as one GEMM, the RoPE kernels reading the q and k slices in
-    place (``read-views-in-place``), v's read in place by the attention: four kernels
-    where ``fusec-cuda`` runs three GEMMs and two RoPE kernels before the attention."""
+    layer (RoPE on q and k) as one GEMM, one RoPE kernel over q's and k's heads together
+    reading its slice in place (``read-views-in-place``), q, k and v read in place by the
+    attention: three kernels where ``fusec-cuda`` runs three GEMMs and two RoPE kernels
+    before the attention."""
     text = projections_graph(rope=True, bias=False, heads=4, kv_heads=2)
     default = fusec.compile(text, target="cuda", executable=False)
     assert [k.kind for k in default.kernels].count("matmul") == 3
@@ -135,4 +164,4 @@ def test_the_combined_rope_pipeline_runs_one_gemm_for_a_llama_layer() -> None:
         text, target="cuda", pipeline="fusec-cuda-combined-rope", executable=False
     )
     kinds = [k.kind for k in combined.kernels]
-    assert kinds == ["matmul", "pointwise", "pointwise", "attention"], kinds
+    assert kinds == ["matmul", "pointwise", "attention"], kinds

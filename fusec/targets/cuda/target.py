@@ -97,13 +97,14 @@ class CudaTarget(Target):
         "combine-projections{repeated_heads=true},fuse{softmax_tile_limit=1048576},"
         "conv-layout,tile-gemm",
         # ... with Llama-style q and k projections (RoPE between them and the attention)
-        # combined with v's into one GEMM too: one launch instead of three a layer, the q
-        # and k slices read in place by the RoPE kernels (read-views-in-place). Not measured
+        # combined with v's into one GEMM too: one launch instead of three a layer, q's and
+        # k's RoPE one kernel over both (cse first: sink-transposes leaves the cos and sin
+        # views twice), reading its slice in place (read-views-in-place). Not measured
         # yet (no device time was left, 2026-12-06): `benchmarks/profile_zoo.py --model llama
         # --batch 1 --pipeline fusec-cuda-combined-rope` is the A/B that decides the default
         "fusec-cuda-combined-rope": "infer-shapes,recognize-patterns,conv-patchify,"
         "canonicalize,cse,fp8-constant-weights,demote-upcasts,sink-transposes,"
-        "attention-layout,combine-projections{repeated_heads=true rope=true},fuse,"
+        "attention-layout,cse,combine-projections{repeated_heads=true rope=true},fuse,"
         "read-views-in-place,conv-layout,tile-gemm",
     }
     templates = {

@@ -109,7 +109,7 @@ def test_the_combined_rope_pipeline_computes_what_the_graph_does() -> None:
     slices through their own slice and reshape ops) gives the input graph's values."""
     text = projections_graph(rope=True, bias=False, heads=4, kv_heads=2)
     compiled = _assert_same_values(text)
-    assert [k.kind for k in compiled.kernels] == ["matmul", "pointwise", "pointwise", "attention"]
+    assert [k.kind for k in compiled.kernels] == ["matmul", "pointwise", "attention"]
 
 
 def _assert_same_values(text: str):

@@ -106,6 +106,7 @@ def structure(
     compiled = fusec.compile(module, target=target, executable=False, pipeline=pipeline)
     found: dict = {
         "matmuls": sum(kernel.kind == "matmul" for kernel in compiled.kernels),
+        "pointwise": sum(kernel.kind == "pointwise" for kernel in compiled.kernels),
         "fallback": [],
         "direct": [],
         "attention": 0,
@@ -186,12 +187,14 @@ def test_full_size_resnet50_stays_channels_last() -> None:
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
 def test_llama_combined_rope_pipeline_runs_one_projection_gemm_a_layer(exporter: str) -> None:
     """``fusec-cuda-combined-rope`` (opt-in): the q, k and v projections of each layer as
-    one GEMM (two fewer a layer than ``fusec-cuda``), the RoPE kernels reading its q and k
-    slices in place (no copy), the flash attention, no fallback."""
+    one GEMM (two fewer a layer than ``fusec-cuda``), one RoPE kernel over q's and k's
+    heads reading its slice in place (one fewer a layer; no copy), the flash attention, no
+    fallback."""
     default = structure("llama", exporter)
     combined = structure("llama", exporter, pipeline="fusec-cuda-combined-rope")
     layers = ATTENTION_LAYERS["llama"]
     assert combined["matmuls"] == default["matmuls"] - 2 * layers, (default, combined)
+    assert combined["pointwise"] == default["pointwise"] - layers, (default, combined)
     assert not combined["copies"] and not combined["fallback"], combined
     assert combined["attention"] == layers, combined
 
