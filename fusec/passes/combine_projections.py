@@ -204,8 +204,10 @@ def _head_chain(piece: ai.SliceOp) -> _HeadChain | None:
 
 
 def _same_chain(a: _HeadChain, b: _HeadChain) -> bool:
-    """Whether ``b`` applies ``a``'s ops to its heads with the same other operands."""
-    if len(a.ops) != len(b.ops):
+    """Whether ``b`` applies ``a``'s ops to heads of the same size, with the same other
+    operands."""
+    shape_a, shape_b = (spec_of(c.split.output.type).shape for c in (a, b))
+    if shape_a[-1] != shape_b[-1] or shape_a[:-2] != shape_b[:-2] or len(a.ops) != len(b.ops):
         return False
     mapped: dict[SSAValue, SSAValue] = {a.split.output: b.split.output}
     for x, y in zip(a.ops, b.ops, strict=True):
@@ -235,14 +237,8 @@ def _join_head_chains(q: ai.SliceOp, k: ai.SliceOp) -> bool:
     position = {op: i for i, op in enumerate(block.ops)}
     readers = [use.operation for c in (qc, kc) for use in c.ops[-1].results[0].uses]
     before = min(readers, key=lambda op: position.get(op, len(position)))
-    if before not in position:
+    if before not in position:  # (every operand of the chains comes before their ends)
         return False
-    for op in qc.ops:
-        for v in op.operands:
-            owner = v.owner
-            if isinstance(owner, Operation) and owner in position and owner not in qc.ops:
-                if position[owner] >= position[before] and owner is not qc.split:
-                    return False
     sizes = tuple(q.attr("sizes"))
     width = q_width + spec_of(k.output.type).shape[-1]
     joint = ai.SliceOp(
@@ -316,4 +312,6 @@ class CombineProjectionsPass(ModulePass):
                 if len(projections) >= 2:
                     pieces = _combine(projections)
                     if self.rope:  # q and k side by side: their RoPE chains as one
-                        _join_head_chains(pieces[0], pieces[1])
+                        for a, b in zip(pieces, pieces[1:], strict=False):
+                            if _join_head_chains(a, b):
+                                break

@@ -114,6 +114,21 @@ def test_rope_chains_that_differ_stay_apart() -> None:
     _same_results(text, combine="combine-projections{repeated_heads=true rope=true}")
 
 
+def test_chains_over_heads_of_different_sizes_stay_apart() -> None:
+    """k's heads of 16 and v's of 8 (the attention allows it) both through a rotate_half,
+    side by side in the combined GEMM: not one chain (its heads would not be one size);
+    found by a review, where the pass raised a shape error."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "combine_rope_head_dims.mlir").read_text()
+    module = parse(text)
+    run_pipeline(module, "infer-shapes,combine-projections{repeated_heads=true rope=true}")
+    ops = _ops(module)
+    assert ops.count("ai.matmul") == 1 and ops.count("ai.rotate_half") == 2, ops
+    _same_results(text, combine="combine-projections{repeated_heads=true rope=true}")
+    fusec.compile(text, target="cuda", pipeline="fusec-cuda-combined-rope", executable=False)
+
+
 def test_projections_through_rope_combine_with_the_option() -> None:
     """q and k reach the attention through RoPE's elementwise ops: without ``rope`` the
     three GEMMs stay (their slices would not be read in place), with it they are one GEMM,
