@@ -9,10 +9,9 @@ it), so that a merge of two dimensions that are not one run in memory (a K/V hea
 GQA repeat of stride 0) stays exact where numpy's view reshape gives up; a transpose
 permutes the dimensions, a slice moves the offset and scales a stride, an expand gives a
 broadcast dimension stride 0. Used by the cuda attention kernel (its operands' tensor
-maps, ``targets/cuda/attention/views.py``) and the cuda pointwise kernel (inputs read
-through a slice and a reshape in place, ``targets/cuda/pointwise.py``). The cuda copy
-kernel's ``targets/cuda/strided.py`` (``view_of``) derives one stride a dimension for a
-copy group's chain: the two are candidates for one module.
+maps, ``targets/cuda/attention/views.py``). The cuda copy and pointwise kernels derive one
+stride a dimension instead (``targets/cuda/strided.py``: ``view_of``, ``view_after``); the
+two are candidates for one module.
 """
 
 from __future__ import annotations

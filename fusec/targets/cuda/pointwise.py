@@ -16,9 +16,9 @@ written by the one thread whose index is 0 along their broadcast dims.
 A group input may be read through layout ops at the head of the body (``VIEW_OPS``: a
 slice and a reshape, which ``read-views-in-place`` moves in from the copy and view groups
 before a pointwise group): its elements are then at strides of the input's buffer
-(``fusec.codegen.strided.Layout``), the last dim contiguous, so that a vector is still
-one 16-byte access, at an offset computed per vector (a column slice of a combined QKV
-projection read by RoPE, issue 28).
+(``strided.view_after``, as the copy kernel's views), the last dim contiguous, so that a
+vector is still one 16-byte access, at an offset computed per vector (a column slice of a
+combined QKV projection read by RoPE, issue 28).
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from fusec.codegen.expr import (
     leaf_shapes,
     shape_of,
 )
-from fusec.codegen.strided import Layout
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.ir.dtypes import is_float
@@ -62,6 +61,7 @@ from fusec.targets.cuda.common import (
     vector_accesses,
     yielded,
 )
+from fusec.targets.cuda.strided import View, source_view, view_after
 
 THREADS = 256
 #: Bytes of the narrowest tensor per thread and loop step: one 16-byte access per
@@ -213,14 +213,14 @@ VIEW_OPS = (ai.SliceOp, ai.ReshapeOp)
 
 
 class _InputView:
-    """A value the body reads through layout ops over group input ``index``: where each of
-    its elements lies in that input's buffer (``layout``, one stride a dim, the last 1);
-    ``op`` the last layout op (for diagnostics)."""
+    """A value the body reads through layout ops over group input ``index``: each of its
+    dims' step in that input's buffer (``strides``, the innermost of more than one element
+    1) and where its element 0 lies; ``op`` the last layout op (for diagnostics)."""
 
-    def __init__(self, index: int, strides: tuple[int, ...], offset: int, op) -> None:
-        self.index = index
-        self.strides = strides
-        self.offset = offset
+    def __init__(self, view: View, op) -> None:
+        self.index = view.source
+        self.strides = view.strides
+        self.offset = view.offset
         self.op = op
 
     def breaks(self, space: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -241,58 +241,45 @@ class _InputView:
         return tuple(self.strides[g[-1]] for g in groups), self.offset
 
 
-def view_problem(op, layout: Layout | None) -> str | None:
-    """Why the kernel cannot read the value of layout op ``op`` whose ``layout`` (None: not a
-    strided view) this is, or None: each dim one stride, the last contiguous."""
-    if layout is None:
-        return f"{op.name} does not keep its input's elements at fixed strides"
-    if any(len(dim) > 1 for dim in layout.dims):
-        return f"{op.name} merges dims that are not one run of its input's buffer"
-    # the innermost dim of more than one element (size-1 dims have no atoms) is the one
-    # a vector runs along
-    inner = next((dim for dim in reversed(layout.dims) if dim), ())
-    if inner and inner[0][1] != 1:
+def view_problem(op, view: View | str) -> str | None:
+    """Why the kernel cannot read the value of layout op ``op`` through ``view`` (a reason
+    already: not a strided view), or None: the innermost dim of more than one element (the
+    one a vector runs along) contiguous."""
+    if isinstance(view, str):
+        return view
+    dims = zip(view.shape, view.strides, strict=True)
+    inner = next((stride for n, stride in reversed(list(dims)) if n != 1), 1)
+    if inner != 1:
         return f"{op.name}'s innermost dim is not contiguous in its input's buffer"
     return None
-
-
-def view_layout(op, layout: Layout) -> Layout | None:
-    """``layout`` after layout op ``op`` (``VIEW_OPS``), or None where it is not strided."""
-    if isinstance(op, ai.SliceOp):
-        return layout.slice(op.attr("offsets"), op.attr("sizes"), op.attr("strides"))
-    return layout.reshape(shape_of(op.results[0]))
 
 
 def input_views(fused_op: ai.FusedOp, ops: list) -> tuple[dict, list]:
     """The values the body reads through leading layout ops over group inputs (value ->
     ``_InputView``), and the other ops."""
     args: dict[SSAValue, int] = {arg: i for i, arg in enumerate(fused_op.block.args)}
-    layouts: dict = {}  # value -> (group input index, Layout)
+    seen: dict[SSAValue, View] = {}
     rest, last_op = [], {}
     for op in ops:
         source = op.operands[0] if isinstance(op, VIEW_OPS) else None
-        if source is None or not (source in args or source in layouts):
+        if source is None or not (source in args or source in seen):
             rest.append(op)
             continue
-        index, layout = layouts.get(source) or (args[source], Layout.contiguous(shape_of(source)))
-        new = view_layout(op, layout)
-        if (problem := view_problem(op, new)) is not None:
+        inner = seen.get(source) or source_view(args[source], shape_of(source))
+        view = view_after(inner, op)
+        if (problem := view_problem(op, view)) is not None:
             raise error_at(op, f"cannot be read in place by the pointwise kernel: {problem}")
-        assert new is not None
-        layouts[op.results[0]] = (index, new)
+        assert not isinstance(view, str)
+        seen[op.results[0]] = view
         last_op[op.results[0]] = op
     read = {value for op in rest for value in op.operands}
-    roots = [index for value, (index, _) in layouts.items() if value in read]
+    roots = [view.source for value, view in seen.items() if value in read]
     roots += [args[value] for value in read if value in args]
     if len(roots) != len(set(roots)):  # (read-views-in-place gives each chain its own input)
         raise error_at(
             fused_op, "reads a group input through two views, or through a view and directly"
         )
-    views = {}
-    for value, (index, layout) in layouts.items():
-        if value in read:
-            strides = tuple(dim[0][1] if dim else 0 for dim in layout.dims)
-            views[value] = _InputView(index, strides, layout.offset, last_op[value])
+    views = {v: _InputView(view, last_op[v]) for v, view in seen.items() if v in read}
     return views, rest
 
 

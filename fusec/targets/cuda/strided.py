@@ -1,8 +1,8 @@
 """Which kernel moves a cuda ``copy`` group: a strided view, and the path it allows.
 
-(``fusec.codegen.strided.Layout`` follows view chains too, with atoms per dimension, for
-the attention kernel's operands and the pointwise kernel's inputs read in place; the two
-are candidates for one module.)
+``view_after`` follows one index map at a time: the pointwise kernel reads its inputs
+through a slice and a reshape with it (``pointwise.input_views``). (The attention kernel's
+operands follow view chains with ``fusec.codegen.strided.Layout``, atoms per dimension.)
 
 Most copy groups of a transformer (the attention head split ``[B,S,H,D] -> [B,H,S,D]``,
 the head merge, a transpose of K, a slice of a fused QKV projection) read their one
@@ -38,7 +38,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from xdsl.ir import Block, BlockArgument, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 
 from fusec.codegen.expr import merged_runs
 from fusec.dialect import ops as ai
@@ -171,8 +171,7 @@ def concat_pieces(fused_op: ai.FusedOp) -> tuple[int, list[tuple[View, int]]] | 
 
 def _view(fused_op: ai.FusedOp, value: SSAValue) -> View | str:
     if isinstance(value, BlockArgument) and value.block is fused_op.block:
-        shape = spec_of(value.type).shape
-        return View(value.index, shape, _contiguous(shape), 0)
+        return source_view(value.index, spec_of(value.type).shape)
     op = value.owner
     if isinstance(op, ai.ConcatOp):
         return "a concat (its result reads several inputs)"
@@ -185,7 +184,18 @@ def _view(fused_op: ai.FusedOp, value: SSAValue) -> View | str:
     inner = _view(fused_op, op.operands[0])
     if isinstance(inner, str):
         return inner
-    shape = spec_of(value.type).shape
+    return view_after(inner, op)
+
+
+def source_view(index: int, shape: Sequence[int]) -> View:
+    """Group input ``index`` of ``shape`` as it lies: contiguous, from element 0."""
+    return View(index, tuple(shape), _contiguous(shape), 0)
+
+
+def view_after(inner: View, op: Operation) -> View | str:
+    """``inner`` read through index map ``op`` (a transpose, reshape, slice or gather of
+    ``inner``'s tensor), or why it is not a strided view then."""
+    shape = spec_of(op.results[0].type).shape
     if isinstance(op, ai.TransposeOp):
         perm = op.attr("perm")
         return View(inner.source, shape, tuple(inner.strides[p] for p in perm), inner.offset)
@@ -199,7 +209,9 @@ def _view(fused_op: ai.FusedOp, value: SSAValue) -> View | str:
         offset = inner.offset + sum(o * s for o, s in zip(starts, inner.strides, strict=True))
         strides = tuple(s * k for s, k in zip(inner.strides, steps, strict=True))
         return View(inner.source, shape, strides, offset)
-    return _gather_view(op, inner, shape)
+    if isinstance(op, ai.GatherOp):
+        return _gather_view(op, inner, shape)
+    return f"{op.name} is not an index map"
 
 
 def _gather_view(op: ai.GatherOp, inner: View, shape: tuple[int, ...]) -> View | str:

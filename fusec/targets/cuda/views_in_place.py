@@ -28,9 +28,9 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from fusec.codegen.expr import broadcast_shapes, shape_of
-from fusec.codegen.strided import Layout
 from fusec.dialect import ops as ai
-from fusec.targets.cuda.pointwise import VIEW_OPS, view_layout, view_problem
+from fusec.targets.cuda.pointwise import VIEW_OPS, view_problem
+from fusec.targets.cuda.strided import View, source_view, view_after
 
 #: The groups a chain of layout ops may pass through: a copy kernel and a view (no kernel).
 _CHAIN_KINDS = ("copy", "view")
@@ -70,12 +70,12 @@ def _readable(root: SSAValue, groups: list[ai.FusedOp], space: tuple[int, ...]) 
         return False
     if shape_of(groups[-1].results[0]) != space:
         return False
-    layout: Layout | None = Layout.contiguous(shape_of(root))
+    view: View | str = source_view(0, shape_of(root))
     for group in groups:
         for op in _layout_ops(group) or ():
-            assert layout is not None
-            layout = view_layout(op, layout)
-            if view_problem(op, layout) is not None:
+            assert not isinstance(view, str)
+            view = view_after(view, op)
+            if view_problem(op, view) is not None:
                 return False
     return True
 
