@@ -21,11 +21,11 @@ if TYPE_CHECKING:
 class MathOp(MathCallOp):
     """A function of C's math library, ``FUNCTION``, computed in float32 by every
     language (``math.FUNCTION``, ``FUNCTIONf``, ``torch.FUNCTION``); its reference is
-    numpy's ufunc ``UFUNC``: NaN or inf outside the domain, as C gives. Rounding
+    the numpy ufunc its ``FRONTEND`` names (the one traced tensors turn into the op, as
+    for the comparisons): NaN or inf outside the domain, as C gives. Rounding
     (floor, ceil, round) has the ufunc's reference and ``ROUNDING``, the direction its
     scalar rounds in (``_to_integer``)."""
 
-    UFUNC: ClassVar[str] = ""
     ROUNDING: ClassVar[str] = ""
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
@@ -38,7 +38,8 @@ class MathOp(MathCallOp):
 
         from fusec.dialect import numpy_ops as K
 
-        return K.unary_math(args[0], getattr(np, self.UFUNC))
+        (ufunc,) = self.FRONTEND.ufuncs
+        return K.unary_math(args[0], getattr(np, ufunc))
 
 
 def _math_names(function: str, ufunc: str, onnx: str) -> FrontendNames:
@@ -51,7 +52,6 @@ class LogOp(MathOp):
 
     name = "ai.log"
     FUNCTION: ClassVar[str] = "log"
-    UFUNC: ClassVar[str] = "log"
     FRONTEND: ClassVar[FrontendNames] = _math_names("log", "log", "Log")
 
 
@@ -61,7 +61,6 @@ class SinOp(MathOp):
 
     name = "ai.sin"
     FUNCTION: ClassVar[str] = "sin"
-    UFUNC: ClassVar[str] = "sin"
     FRONTEND: ClassVar[FrontendNames] = _math_names("sin", "sin", "Sin")
 
 
@@ -71,7 +70,6 @@ class CosOp(MathOp):
 
     name = "ai.cos"
     FUNCTION: ClassVar[str] = "cos"
-    UFUNC: ClassVar[str] = "cos"
     FRONTEND: ClassVar[FrontendNames] = _math_names("cos", "cos", "Cos")
 
 
@@ -81,7 +79,6 @@ class TanOp(MathOp):
 
     name = "ai.tan"
     FUNCTION: ClassVar[str] = "tan"
-    UFUNC: ClassVar[str] = "tan"
     FRONTEND: ClassVar[FrontendNames] = _math_names("tan", "tan", "Tan")
 
 
@@ -91,7 +88,6 @@ class AsinOp(MathOp):
 
     name = "ai.asin"
     FUNCTION: ClassVar[str] = "asin"
-    UFUNC: ClassVar[str] = "arcsin"
     FRONTEND: ClassVar[FrontendNames] = _math_names("asin", "arcsin", "Asin")
 
 
@@ -101,7 +97,6 @@ class AcosOp(MathOp):
 
     name = "ai.acos"
     FUNCTION: ClassVar[str] = "acos"
-    UFUNC: ClassVar[str] = "arccos"
     FRONTEND: ClassVar[FrontendNames] = _math_names("acos", "arccos", "Acos")
 
 
@@ -111,7 +106,6 @@ class AtanOp(MathOp):
 
     name = "ai.atan"
     FUNCTION: ClassVar[str] = "atan"
-    UFUNC: ClassVar[str] = "arctan"
     FRONTEND: ClassVar[FrontendNames] = _math_names("atan", "arctan", "Atan")
 
 
@@ -121,7 +115,6 @@ class SinhOp(MathOp):
 
     name = "ai.sinh"
     FUNCTION: ClassVar[str] = "sinh"
-    UFUNC: ClassVar[str] = "sinh"
     FRONTEND: ClassVar[FrontendNames] = _math_names("sinh", "sinh", "Sinh")
 
 
@@ -131,7 +124,6 @@ class CoshOp(MathOp):
 
     name = "ai.cosh"
     FUNCTION: ClassVar[str] = "cosh"
-    UFUNC: ClassVar[str] = "cosh"
     FRONTEND: ClassVar[FrontendNames] = _math_names("cosh", "cosh", "Cosh")
 
 
@@ -141,7 +133,6 @@ class AsinhOp(MathOp):
 
     name = "ai.asinh"
     FUNCTION: ClassVar[str] = "asinh"
-    UFUNC: ClassVar[str] = "arcsinh"
     FRONTEND: ClassVar[FrontendNames] = _math_names("asinh", "arcsinh", "Asinh")
 
 
@@ -151,7 +142,6 @@ class AcoshOp(MathOp):
 
     name = "ai.acosh"
     FUNCTION: ClassVar[str] = "acosh"
-    UFUNC: ClassVar[str] = "arccosh"
     FRONTEND: ClassVar[FrontendNames] = _math_names("acosh", "arccosh", "Acosh")
 
 
@@ -161,7 +151,6 @@ class AtanhOp(MathOp):
 
     name = "ai.atanh"
     FUNCTION: ClassVar[str] = "atanh"
-    UFUNC: ClassVar[str] = "arctanh"
     FRONTEND: ClassVar[FrontendNames] = _math_names("atanh", "arctanh", "Atanh")
 
 
@@ -193,7 +182,6 @@ class FloorOp(MathOp):
     """The largest integer <= x (-0.0, inf and NaN stay)."""
 
     name = "ai.floor"
-    UFUNC: ClassVar[str] = "floor"
     ROUNDING: ClassVar[str] = "floor"
     FRONTEND: ClassVar[FrontendNames] = _math_names("floor", "floor", "Floor")
 
@@ -203,7 +191,6 @@ class CeilOp(MathOp):
     """The smallest integer >= x (ceil(-0.5) is -0.0; inf and NaN stay)."""
 
     name = "ai.ceil"
-    UFUNC: ClassVar[str] = "ceil"
     ROUNDING: ClassVar[str] = "ceil"
     FRONTEND: ClassVar[FrontendNames] = _math_names("ceil", "ceil", "Ceil")
 
@@ -213,7 +200,6 @@ class RoundOp(MathOp):
     """The nearest integer, halves to even (ONNX's Round, ``numpy.rint``)."""
 
     name = "ai.round"
-    UFUNC: ClassVar[str] = "rint"
     ROUNDING: ClassVar[str] = "even"
     FRONTEND: ClassVar[FrontendNames] = _math_names("round", "rint", "Round")
 
