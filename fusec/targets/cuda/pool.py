@@ -133,22 +133,18 @@ class _Emitter(AnchorEmitter):
         self.decode(code)
         code.add(2, "h0 = oh * SH - PT", "w0 = ow * SW - PL")
         code.add(2, f"acc = {literal(-math.inf) if self.is_max else self.zero}")
-        code.add(2, "for kr in range(KH):")
-        code.add(3, "ih = h0 + kr * DH", "if ih >= 0 and ih < H:")
-        code.add(4, "for ks in range(KW):")
-        code.add(5, "iw = w0 + ks * DW", "if iw >= 0 and iw < W:")
+        _taps(code, 2, "H", "0", "H")
+        _taps(code, 4, "W", "0", "W")
         code.add(6, f"v = {ld}({self.array}, base + ih * XH + iw * XW)")
         if self.is_max:
             code.add(6, "acc = v if (v > acc or v != v) else acc")
             code.add(2, "val = acc")
         else:
             code.add(6, "acc += v")
-            code.add(2, "ch = 0", "for kr in range(KH):")
-            code.add(3, "ih = h0 + kr * DH", "if ih >= LO_H and ih < HI_H:")
-            code.add(4, "ch += 1")
-            code.add(2, "cw = 0", "for ks in range(KW):")
-            code.add(3, "iw = w0 + ks * DW", "if iw >= LO_W and iw < HI_W:")
-            code.add(4, "cw += 1")
+            for dim, count in (("H", "ch"), ("W", "cw")):  # the taps the average counts
+                code.add(2, f"{count} = 0")
+                _taps(code, 2, dim, f"LO_{dim}", f"HI_{dim}")
+                code.add(4, f"{count} += 1")
             if self.wide:
                 code.add(2, "val = f32(acc / f64(ch * cw))")
             else:
@@ -194,6 +190,22 @@ class _Emitter(AnchorEmitter):
             grid_stride_launch(self.name, "N", BLOCKS_PER_SM, ins + outs, params),
             imports=["from numpy import float64 as f64", ""] if self.wide else (),
         )
+
+
+#: The tap index and the input index of each window axis (H: rows, W: columns).
+_TAP_NAMES = {"H": ("kr", "ih"), "W": ("ks", "iw")}
+
+
+def _taps(code: Source, indent: int, dim: str, lo: str, hi: str) -> None:
+    """The loop over the taps of window axis ``dim`` ("H" or "W") and the test that the
+    input index lies in ``[lo, hi)``, the body to come at ``indent + 2``: one definition of
+    a tap's input index for the window walk (``lo``, ``hi``: the input) and the taps an
+    average counts (the input, or the padded input)."""
+    tap, at = _TAP_NAMES[dim]
+    code.add(indent, f"for {tap} in range(K{dim}):")
+    code.add(
+        indent + 1, f"{at} = {dim.lower()}0 + {tap} * D{dim}", f"if {at} >= {lo} and {at} < {hi}:"
+    )
 
 
 def _layout_name(perm: tuple, channels_last: tuple) -> str:
