@@ -176,6 +176,24 @@ static __device__ __forceinline__ int gemm_frag_col(int pn, int q, int lane) {
   return pn * WIDTH + q * 8 + 2 * (lane % 4);
 }
 
+// Calls f(m, h, row) for each row of a consumer thread's accumulators: row half h of m64
+// block m, at output row `row`. The one loop of the direct epilogues and of the "smem"
+// one's softmax pass. The row expression stays written out in the loop (a row function
+// changed the SASS: gemm_frag_col); the callers' f are lambdas marked always_inline (what
+// __forceinline__ means: the keyword cannot stand after a lambda's parameters), so the
+// loop compiles as it did with each body written in it.
+template <class C, int MI, class F>
+static __device__ __forceinline__ void gemm_for_rows(int pm, int cw, int warp, int lane,
+                                                     const F& f) {
+#pragma unroll
+  for (int m = 0; m < MI; ++m) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      f(m, h, gemm_rows<C>(pm, cw) + m * 64 + warp * 16 + (lane / 4) + 8 * h);
+    }
+  }
+}
+
 // A softmax epilogue's row statistics over a consumer thread's row of the tile (its quad's
 // 4 lanes hold the row's BN columns: two shfl.xor steps): pass 1 puts the row's values
 // (-inf outside the matrix) into the accumulators and takes their maximum mx; pass 2 the
@@ -278,25 +296,21 @@ static __device__ __forceinline__ void gemm_store_gated(const E& epi, float (&ac
   constexpr int COLS = C::BN / 2;
   using Out = typename C::Out;
   const bool pairs = (N % 2) == 0;
+  const auto store_row = [&](int m, int h, int row) __attribute__((always_inline)) {
+    if (row >= M) return;
+    const long long row_base = (long long)pz * M * N + (long long)row * N;
 #pragma unroll
-  for (int m = 0; m < MI; ++m) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = gemm_rows<C>(pm, cw) + m * 64 + warp * 16 + (lane / 4) + 8 * h;
-      if (row >= M) continue;
-      const long long row_base = (long long)pz * M * N + (long long)row * N;
-#pragma unroll
-      for (int q = 0; q < COLS / 8; ++q) {
-        const int col = gemm_frag_col<COLS>(pn, q, lane);
-        if (col >= N) continue;
-        const float h0 = fs_silu_mul(FS_FRAG(m, q, 0), FS_FRAG(m, q + COLS / 8, 0));
-        const float h1 = fs_silu_mul(FS_FRAG(m, q, 1), FS_FRAG(m, q + COLS / 8, 1));
-        const float y0 = epi(h0, row, col, pz, 0u, 0u);
-        const float y1 = epi(h1, row, min(col + 1, N - 1), pz, 0u, 0u);  // (inside the row)
-        gemm_store_pair<Out>(out, row_base + col, col, N, pairs, y0, y1);
-      }
+    for (int q = 0; q < COLS / 8; ++q) {
+      const int col = gemm_frag_col<COLS>(pn, q, lane);
+      if (col >= N) continue;
+      const float h0 = fs_silu_mul(FS_FRAG(m, q, 0), FS_FRAG(m, q + COLS / 8, 0));
+      const float h1 = fs_silu_mul(FS_FRAG(m, q, 1), FS_FRAG(m, q + COLS / 8, 1));
+      const float y0 = epi(h0, row, col, pz, 0u, 0u);
+      const float y1 = epi(h1, row, min(col + 1, N - 1), pz, 0u, 0u);  // (inside the row)
+      gemm_store_pair<Out>(out, row_base + col, col, N, pairs, y0, y1);
     }
-  }
+  };
+  gemm_for_rows<C, MI>(pm, cw, warp, lane, store_row);
 }
 
 // Stores the values left in a thread's accumulators of m64 block m, row half h (a row of
@@ -323,16 +337,12 @@ static __device__ __forceinline__ void gemm_store_computed(float (&acc)[MI][HALF
                                                            int lane, int M, int N) {
   const long long out_base = (long long)pz * M * N;
   const bool pairs = (N % 2) == 0;
-#pragma unroll
-  for (int m = 0; m < MI; ++m) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = gemm_rows<C>(pm, cw) + m * 64 + warp * 16 + (lane / 4) + 8 * h;
-      if (row < M) {
-        gemm_store_frag_row<C>(acc, m, h, out, out_base + (long long)row * N, pn, lane, N, pairs);
-      }
+  const auto store_row = [&](int m, int h, int row) __attribute__((always_inline)) {
+    if (row < M) {
+      gemm_store_frag_row<C>(acc, m, h, out, out_base + (long long)row * N, pn, lane, N, pairs);
     }
-  }
+  };
+  gemm_for_rows<C, MI>(pm, cw, warp, lane, store_row);
 }
 
 // The direct epilogue: accumulators -> E -> bounds-checked stores of pairs of adjacent
@@ -347,88 +357,84 @@ static __device__ __forceinline__ void gemm_store(const E& epi, float (&acc)[MI]
   using Out = typename C::Out;
   const long long out_base = (long long)pz * M * N;
   const bool pairs = (N % 2) == 0;
+  const auto row_epilogue = [&](int m, int h, int row) __attribute__((always_inline)) {
+    if constexpr (C::SOFTMAX == SOFTMAX_NONE && C::EPILOGUE_FIRST) {
+      // E over the 64-row block's fragments first (gemm_store_computed stores them), with
+      // no branch: outside the matrix E reads the last row's or column's inputs (values
+      // never stored), so that its loads are issued together instead of each behind the
+      // previous store or bounds check
+      const int r_in = min(row, M - 1);
 #pragma unroll
-  for (int m = 0; m < MI; ++m) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = gemm_rows<C>(pm, cw) + m * 64 + warp * 16 + (lane / 4) + 8 * h;
-      if constexpr (C::SOFTMAX == SOFTMAX_NONE && C::EPILOGUE_FIRST) {
-        // E over the 64-row block's fragments first (gemm_store_computed stores them), with
-        // no branch: outside the matrix E reads the last row's or column's inputs (values
-        // never stored), so that its loads are issued together instead of each behind the
-        // previous store or bounds check
-        const int r_in = min(row, M - 1);
+      for (int q = 0; q < BN / 8; ++q) {
+        const int col = gemm_frag_col<BN>(pn, q, lane);
+        FS_FRAG(m, q, 0) = epi(FS_FRAG(m, q, 0), r_in, min(col, N - 1), pz, ln_cols, ln_rows);
+        FS_FRAG(m, q, 1) = epi(FS_FRAG(m, q, 1), r_in, min(col + 1, N - 1), pz, ln_cols, ln_rows);
+      }
+    } else if constexpr (C::SOFTMAX == SOFTMAX_NONE) {
+      if (row < M) {
+        const long long row_base = out_base + (long long)row * N;
 #pragma unroll
         for (int q = 0; q < BN / 8; ++q) {
           const int col = gemm_frag_col<BN>(pn, q, lane);
-          FS_FRAG(m, q, 0) = epi(FS_FRAG(m, q, 0), r_in, min(col, N - 1), pz, ln_cols, ln_rows);
-          FS_FRAG(m, q, 1) = epi(FS_FRAG(m, q, 1), r_in, min(col + 1, N - 1), pz, ln_cols, ln_rows);
-        }
-      } else if constexpr (C::SOFTMAX == SOFTMAX_NONE) {
-        if (row < M) {
-          const long long row_base = out_base + (long long)row * N;
-#pragma unroll
-          for (int q = 0; q < BN / 8; ++q) {
-            const int col = gemm_frag_col<BN>(pn, q, lane);
-            if (col < N) {
-              const float y0 = epi(FS_FRAG(m, q, 0), row, col, pz, ln_cols, ln_rows);
-              if (pairs) {
+          if (col < N) {
+            const float y0 = epi(FS_FRAG(m, q, 0), row, col, pz, ln_cols, ln_rows);
+            if (pairs) {
+              const float y1 = epi(FS_FRAG(m, q, 1), row, col + 1, pz, ln_cols, ln_rows);
+              Out::st2((void*)out, row_base + col, y0, y1);
+            } else {
+              Out::st((void*)out, row_base + col, y0);
+              if (col + 1 < N) {
                 const float y1 = epi(FS_FRAG(m, q, 1), row, col + 1, pz, ln_cols, ln_rows);
-                Out::st2((void*)out, row_base + col, y0, y1);
-              } else {
-                Out::st((void*)out, row_base + col, y0);
-                if (col + 1 < N) {
-                  const float y1 = epi(FS_FRAG(m, q, 1), row, col + 1, pz, ln_cols, ln_rows);
-                  Out::st((void*)out, row_base + col + 1, y1);
-                }
+                Out::st((void*)out, row_base + col + 1, y1);
               }
             }
           }
         }
-      } else if constexpr (C::SOFTMAX == SOFTMAX_PARTIALS) {
-        bool live;
-        float mx, sum;
-        gemm_softmax_stats<C>(epi, acc, m, h, row, pn, pz, lane, M, N, ln_cols, ln_rows, live, mx,
-                              sum);
-        if (live) {
-          const long long row_base = out_base + (long long)row * N;
-          if (lane % 4 == 0) {
-            const int tiles_n = (N + BN - 1) / BN;
-            epi.partials()[((long long)pz * M + row) * tiles_n + pn] = make_float2(mx, sum);
-          }
-          gemm_store_frag_row<C>(acc, m, h, out, row_base, pn, lane, N, pairs);
+      }
+    } else if constexpr (C::SOFTMAX == SOFTMAX_PARTIALS) {
+      bool live;
+      float mx, sum;
+      gemm_softmax_stats<C>(epi, acc, m, h, row, pn, pz, lane, M, N, ln_cols, ln_rows, live, mx,
+                            sum);
+      if (live) {
+        const long long row_base = out_base + (long long)row * N;
+        if (lane % 4 == 0) {
+          const int tiles_n = (N + BN - 1) / BN;
+          epi.partials()[((long long)pz * M + row) * tiles_n + pn] = make_float2(mx, sum);
         }
-      } else {
-        bool live;
-        float mx, sum;
-        gemm_softmax_stats<C>(epi, acc, m, h, row, pn, pz, lane, M, N, ln_cols, ln_rows, live, mx,
-                              sum);
-        const float inv = __fdividef(1.0f, sum);  // sum >= 1: exp(0) is a term
-        if (live) {
-          const long long row_base = out_base + (long long)row * N;
+        gemm_store_frag_row<C>(acc, m, h, out, row_base, pn, lane, N, pairs);
+      }
+    } else {
+      bool live;
+      float mx, sum;
+      gemm_softmax_stats<C>(epi, acc, m, h, row, pn, pz, lane, M, N, ln_cols, ln_rows, live, mx,
+                            sum);
+      const float inv = __fdividef(1.0f, sum);  // sum >= 1: exp(0) is a term
+      if (live) {
+        const long long row_base = out_base + (long long)row * N;
 #pragma unroll
-          for (int q = 0; q < BN / 8; ++q) {
-            const int col = gemm_frag_col<BN>(pn, q, lane);
-            if (col < N) {
-              const float s0 = FS_FRAG(m, q, 0) * inv;
-              const float y0 = epi.post(s0, row, col, pz);
-              if (pairs) {
+        for (int q = 0; q < BN / 8; ++q) {
+          const int col = gemm_frag_col<BN>(pn, q, lane);
+          if (col < N) {
+            const float s0 = FS_FRAG(m, q, 0) * inv;
+            const float y0 = epi.post(s0, row, col, pz);
+            if (pairs) {
+              const float s1 = FS_FRAG(m, q, 1) * inv;
+              const float y1 = epi.post(s1, row, col + 1, pz);
+              Out::st2((void*)out, row_base + col, y0, y1);
+            } else {
+              Out::st((void*)out, row_base + col, y0);
+              if (col + 1 < N) {
                 const float s1 = FS_FRAG(m, q, 1) * inv;
-                const float y1 = epi.post(s1, row, col + 1, pz);
-                Out::st2((void*)out, row_base + col, y0, y1);
-              } else {
-                Out::st((void*)out, row_base + col, y0);
-                if (col + 1 < N) {
-                  const float s1 = FS_FRAG(m, q, 1) * inv;
-                  Out::st((void*)out, row_base + col + 1, epi.post(s1, row, col + 1, pz));
-                }
+                Out::st((void*)out, row_base + col + 1, epi.post(s1, row, col + 1, pz));
               }
             }
           }
         }
       }
     }
-  }
+  };
+  gemm_for_rows<C, MI>(pm, cw, warp, lane, row_epilogue);
   if constexpr (C::SOFTMAX == SOFTMAX_NONE && C::EPILOGUE_FIRST) {
     gemm_store_computed<C>(acc, out, pm, cw, pn, pz, warp, lane, M, N);
   }
@@ -445,45 +451,40 @@ static __device__ __forceinline__ void gemm_smem_compute(const E& epi, float (&a
                                                          int lane, int M, int N, u32 ln_cols,
                                                          u32 ln_rows) {
   constexpr int BN = C::BN;
+  const auto row_softmax = [&](int m, int h, int row) __attribute__((always_inline)) {
+    bool live;
+    float mx, sum;
+    gemm_softmax_stats<C>(epi, acc, m, h, row, pn, pz, lane, M, N, ln_cols, ln_rows, live, mx, sum);
+    if constexpr (C::SOFTMAX == SOFTMAX_PARTIALS) {
+      if (live && lane % 4 == 0) {
+        const int tiles_n = (N + BN - 1) / BN;
+        epi.partials()[((long long)pz * M + row) * tiles_n + pn] = make_float2(mx, sum);
+      }
+    } else {
+      const bool dense = live && pn * BN + BN <= N;
+      const float inv = __fdividef(1.0f, sum);  // sum >= 1: exp(0) is a term
+      if (dense) {
 #pragma unroll
-  for (int m = 0; m < MI; ++m) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = gemm_rows<C>(pm, cw) + m * 64 + warp * 16 + (lane / 4) + 8 * h;
-      bool live;
-      float mx, sum;
-      gemm_softmax_stats<C>(epi, acc, m, h, row, pn, pz, lane, M, N, ln_cols, ln_rows, live, mx,
-                            sum);
-      if constexpr (C::SOFTMAX == SOFTMAX_PARTIALS) {
-        if (live && lane % 4 == 0) {
-          const int tiles_n = (N + BN - 1) / BN;
-          epi.partials()[((long long)pz * M + row) * tiles_n + pn] = make_float2(mx, sum);
+        for (int q = 0; q < BN / 8; ++q) {
+          const int col = gemm_frag_col<BN>(pn, q, lane);
+          FS_FRAG(m, q, 0) = epi.post(FS_FRAG(m, q, 0) * inv, row, col, pz);
+          FS_FRAG(m, q, 1) = epi.post(FS_FRAG(m, q, 1) * inv, row, col + 1, pz);
         }
-      } else {
-        const bool dense = live && pn * BN + BN <= N;
-        const float inv = __fdividef(1.0f, sum);  // sum >= 1: exp(0) is a term
-        if (dense) {
+      } else if (live) {
 #pragma unroll
-          for (int q = 0; q < BN / 8; ++q) {
-            const int col = gemm_frag_col<BN>(pn, q, lane);
+        for (int q = 0; q < BN / 8; ++q) {
+          const int col = gemm_frag_col<BN>(pn, q, lane);
+          if (col < N) {
             FS_FRAG(m, q, 0) = epi.post(FS_FRAG(m, q, 0) * inv, row, col, pz);
-            FS_FRAG(m, q, 1) = epi.post(FS_FRAG(m, q, 1) * inv, row, col + 1, pz);
           }
-        } else if (live) {
-#pragma unroll
-          for (int q = 0; q < BN / 8; ++q) {
-            const int col = gemm_frag_col<BN>(pn, q, lane);
-            if (col < N) {
-              FS_FRAG(m, q, 0) = epi.post(FS_FRAG(m, q, 0) * inv, row, col, pz);
-            }
-            if (col + 1 < N) {
-              FS_FRAG(m, q, 1) = epi.post(FS_FRAG(m, q, 1) * inv, row, col + 1, pz);
-            }
+          if (col + 1 < N) {
+            FS_FRAG(m, q, 1) = epi.post(FS_FRAG(m, q, 1) * inv, row, col + 1, pz);
           }
         }
       }
     }
-  }
+  };
+  gemm_for_rows<C, MI>(pm, cw, warp, lane, row_softmax);
 }
 
 // The rolled epilogue (loop=rolled, SOFTMAX_NONE, no LayerNorm rewrite): E applied to a
