@@ -9,7 +9,7 @@ another route."""
 from __future__ import annotations
 
 import pytest
-from numerics import assert_close
+from numerics import assert_close, assert_rel_l2
 from projection_cases import projections_graph
 
 pytestmark = pytest.mark.gpu
@@ -34,4 +34,6 @@ def test_combined_projections_and_rope_in_place_match_reference(dtype, seq, head
         (ref,) = run_reference(compiled.module, args, rounding="groups")
         assert_close(out, ref, dtype, what=f"{dtype} seq {seq}, seed {seed}")
         (graph,) = run_reference(original.module, args)
-        assert_close(out, graph, dtype, what=f"{dtype} seq {seq}, seed {seed}, the graph")
+        # the graph's reference rounds after every op (the RoPE chain's too), the kernels once
+        # a group: the project's rel-L2 standard, not elementwise (bf16 misses that by 8 ulps)
+        assert_rel_l2(out, graph, dtype, what=f"{dtype} seq {seq}, seed {seed}, the graph")
