@@ -40,7 +40,7 @@ the same lock: its ms, the ONNX path's ms over it, its error against the float32
 its partitions and eager nodes, as columns of the table (``torch_backend_zoo.py`` is the
 backend's own table, with graph breaks and the cpu target). ``--pipeline NAME`` compiles
 fusec with that pipeline instead of the target's (an opt-in one such as
-``fusec-cuda-combined-rope``); with ``--target cpu`` it is the pipeline of the cuda
+``fusec-cuda-separate-rope``); with ``--target cpu`` it is the pipeline of the cuda
 structure columns (what the cuda target would make of each model, no GPU needed).
 
     python3 benchmarks/models_gpu.py --quick --budget 540 --out results/       # H200
@@ -1483,7 +1483,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--pipeline",
         default=None,
-        help="compile fusec with this pipeline (e.g. fusec-cuda-combined-rope) instead of "
+        help="compile fusec with this pipeline (e.g. fusec-cuda-separate-rope) instead of "
         "the target's; with --target cpu, the cuda structure columns' pipeline",
     )
     parser.add_argument(

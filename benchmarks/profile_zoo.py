@@ -16,7 +16,7 @@ fusec a second time with that environment (an A/B switch of a pass or template) 
 table (the setting holds through its first calls too, which record its CUDA graph:
 ``--variant FUSEC_PDL=0`` is the programmatic-launch A/B; ``--burst N`` also times N calls
 back to back a round); each ``--pipeline SPEC`` compiles fusec again with that pipeline (a
-named one, e.g. ``fusec-cuda-combined-rope``, or a pass-pipeline spec): a pass's A/B;
+named one, e.g. ``fusec-cuda-separate-rope``, or a pass-pipeline spec): a pass's A/B;
 ``--tuned`` runs ``fusec tune`` on the model's GEMM groups (the tiles
 it times, its winners recorded in the kernel cache) and compiles once more from those
 records ("fusec tuned"): how much of a gap the heuristic's tiles explain. Every

@@ -126,7 +126,7 @@ def test_chains_over_heads_of_different_sizes_stay_apart() -> None:
     ops = _ops(module)
     assert ops.count("ai.matmul") == 1 and ops.count("ai.rotate_half") == 2, ops
     _same_results(text, combine="combine-projections{repeated_heads=true rope=true}")
-    fusec.compile(text, target="cuda", pipeline="fusec-cuda-combined-rope", executable=False)
+    fusec.compile(text, target="cuda", executable=False)
 
 
 def test_projections_through_rope_combine_with_the_option() -> None:
@@ -166,17 +166,17 @@ def test_the_targets_run_the_layer_as_one_gemm_and_the_attention(
         assert "flash-style attention" in attention.source
 
 
-def test_the_combined_rope_pipeline_runs_one_gemm_for_a_llama_layer() -> None:
-    """``fusec-cuda-combined-rope`` (opt-in): the q, k and v projections of a Llama-style
-    layer (RoPE on q and k) as one GEMM, one RoPE kernel over q's and k's heads together
-    reading its slice in place (``read-views-in-place``), q, k and v read in place by the
-    attention: three kernels where ``fusec-cuda`` runs three GEMMs and two RoPE kernels
-    before the attention."""
+def test_the_cuda_pipeline_runs_one_gemm_for_a_llama_layer() -> None:
+    """``fusec-cuda``: the q, k and v projections of a Llama-style layer (RoPE on q and k)
+    as one GEMM, one RoPE kernel over q's and k's heads together reading its slice in
+    place (``read-views-in-place``), q, k and v read in place by the attention: three
+    kernels where ``fusec-cuda-separate-rope`` (the default before) runs three GEMMs and
+    two RoPE kernels before the attention."""
     text = projections_graph(rope=True, bias=False, heads=4, kv_heads=2)
-    default = fusec.compile(text, target="cuda", executable=False)
-    assert [k.kind for k in default.kernels].count("matmul") == 3
-    combined = fusec.compile(
-        text, target="cuda", pipeline="fusec-cuda-combined-rope", executable=False
+    separate = fusec.compile(
+        text, target="cuda", pipeline="fusec-cuda-separate-rope", executable=False
     )
+    assert [k.kind for k in separate.kernels].count("matmul") == 3
+    combined = fusec.compile(text, target="cuda", executable=False)
     kinds = [k.kind for k in combined.kernels]
     assert kinds == ["matmul", "pointwise", "attention"], kinds

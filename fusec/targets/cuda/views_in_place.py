@@ -13,8 +13,8 @@ reshapes only (``pointwise.VIEW_OPS``), with one input and one result that nothi
 reads, at least one of them a copy (a chain of views alone costs nothing), its end has the
 shape of the pointwise group's loop (not a broadcast operand), and the pointwise kernel can
 address it (each dim one stride, the last contiguous: ``pointwise.view_problem``). Cuda
-only (the cpu pointwise kernel reads whole buffers); in the ``fusec-cuda-combined-rope``
-pipeline after ``fuse``.
+only (the cpu pointwise kernel reads whole buffers); in the ``fusec-cuda`` pipeline after
+``fuse``.
 """
 
 from __future__ import annotations

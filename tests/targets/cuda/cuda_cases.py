@@ -65,7 +65,7 @@ def sliced_rope(seq: int, heads: int, d: int, width: int, start: int, dtype: str
     """RoPE on a column slice of a wider tensor, unfused (issue 28: the q or k slice of a
     combined QKV projection): ``x[..., start:start + heads * d]`` split into heads, then
     ``x * cos + rotate_half(x) * sin``, cos and sin ``[1, S, 1, D]``. Through the
-    ``fusec-cuda-combined-rope`` pipeline the pointwise kernel reads the slice in place."""
+    ``fusec-cuda`` pipeline the pointwise kernel reads the slice in place."""
     n = heads * d
     x, part, split = (
         _t((1, seq, width), dtype),

@@ -60,7 +60,7 @@ GEMV_CASES = [
 
 
 #: RoPE on a column slice (a combined QKV projection's q or k, issue 28) through the
-#: ``fusec-cuda-combined-rope`` pipeline: one pointwise kernel reading the slice in place
+#: ``fusec-cuda`` pipeline: one pointwise kernel reading the slice in place
 #: (``read-views-in-place``): (name, args of ``sliced_rope``, dtype).
 VIEW_CASES = [
     ("rope_slice_q_f16", "sliced_rope", [16, 4, 64, 512, 0, "f16"], "f16"),
@@ -85,8 +85,7 @@ def sim_results() -> dict:
         for k, c in enumerate(GEMV_CASES)
     ]
     records += [
-        {"name": c[0], "builder": c[1], "args": c[2], "seed": k,
-         "pipeline": "fusec-cuda-combined-rope"}
+        {"name": c[0], "builder": c[1], "args": c[2], "seed": k, "pipeline": "fusec-cuda"}
         for k, c in enumerate(VIEW_CASES)
     ]  # fmt: skip
     return run_simulator(HERE / "sim_runner.py", records)

@@ -13,7 +13,7 @@ import fusec
 
 pytestmark = pytest.mark.requires_target("cuda")
 
-PIPELINE = "fusec-cuda-combined-rope"
+PIPELINE = "fusec-cuda"
 
 
 def _kinds(text: str, pipeline: str = PIPELINE) -> list[str]:
@@ -23,7 +23,7 @@ def _kinds(text: str, pipeline: str = PIPELINE) -> list[str]:
 
 def test_a_sliced_rope_is_one_pointwise_kernel_reading_the_slice() -> None:
     text = sliced_rope(16, 4, 64, 512, 128, "f16")
-    assert _kinds(text, "fusec-cuda") == ["copy", "pointwise"]
+    assert _kinds(text, "fusec-cuda-separate-rope") == ["copy", "pointwise"]
     compiled = fusec.compile(text, target="cuda", pipeline=PIPELINE, executable=False)
     (kernel,) = compiled.kernels
     assert "ai.slice -> ai.reshape -> ai.mul -> ai.rotate_half" in kernel.source
@@ -103,8 +103,8 @@ def test_a_slice_read_twice_stays_a_copy() -> None:
     assert sorted(_kinds(text)) == ["copy", "pointwise"]
 
 
-def test_the_combined_rope_pipeline_computes_what_the_graph_does() -> None:
-    """A Llama-style layer (GQA, RoPE on q and k) through ``fusec-cuda-combined-rope``:
+def test_the_cuda_pipeline_computes_what_the_graph_does() -> None:
+    """A Llama-style layer (GQA, RoPE on q and k) through ``fusec-cuda``:
     the reference executor on the pipeline's IR (one GEMM, the RoPE groups reading its
     slices through their own slice and reshape ops) gives the input graph's values."""
     text = projections_graph(rope=True, bias=False, heads=4, kv_heads=2)

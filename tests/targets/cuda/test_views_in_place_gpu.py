@@ -1,6 +1,6 @@
 """Issue 28 on the GPU vs the reference (skipped without a GPU): a Llama-style layer's q, k
 and v projections as one GEMM and RoPE reading the q and k slices in place
-(``fusec-cuda-combined-rope``: ``combine-projections{rope=true}``,
+(``fusec-cuda``: ``combine-projections{rope=true}``,
 ``read-views-in-place``), against the reference on the pipeline's IR and on the input
 graph. Fresh random inputs, outputs poisoned first; the kernels must be the one GEMM, two
 RoPE kernels and the flash attention (no copy, no fallback), so a case cannot pass on
@@ -24,7 +24,7 @@ def test_combined_projections_and_rope_in_place_match_reference(dtype, seq, head
     from fusec.tools.runner import random_inputs
 
     text = projections_graph(seq, heads, kv_heads, bias=False, dtype=dtype, rope=True)
-    compiled = fusec.compile(text, target="cuda", pipeline="fusec-cuda-combined-rope")
+    compiled = fusec.compile(text, target="cuda")
     assert [k.kind for k in compiled.kernels] == ["matmul", "pointwise", "attention"]
     assert not [k for k in compiled.kernels if "FALLBACK" in k.source]
     original = fusec.compile(text, target="reference")

@@ -185,13 +185,13 @@ def test_full_size_resnet50_stays_channels_last() -> None:
 
 
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
-def test_llama_combined_rope_pipeline_runs_one_projection_gemm_a_layer(exporter: str) -> None:
-    """``fusec-cuda-combined-rope`` (opt-in): the q, k and v projections of each layer as
-    one GEMM (two fewer a layer than ``fusec-cuda``), one RoPE kernel over q's and k's
-    heads reading its slice in place (one fewer a layer; no copy), the flash attention, no
-    fallback."""
-    default = structure("llama", exporter)
-    combined = structure("llama", exporter, pipeline="fusec-cuda-combined-rope")
+def test_llama_runs_one_projection_gemm_a_layer(exporter: str) -> None:
+    """``fusec-cuda``: the q, k and v projections of each layer as one GEMM (two fewer a
+    layer than ``fusec-cuda-separate-rope``, the default before), one RoPE kernel over q's
+    and k's heads reading its slice in place (one fewer a layer; no copy), the flash
+    attention, no fallback."""
+    default = structure("llama", exporter, pipeline="fusec-cuda-separate-rope")
+    combined = structure("llama", exporter)
     layers = ATTENTION_LAYERS["llama"]
     assert combined["matmuls"] == default["matmuls"] - 2 * layers, (default, combined)
     assert combined["pointwise"] == default["pointwise"] - layers, (default, combined)
