@@ -120,13 +120,16 @@ def channels_last_group(
     store_nhwc: bool,
     epilogue: bool,
     input_nhwc: bool = True,
+    anchor_too: bool = False,
 ) -> str:
     """One hand-made ``ai.fused`` group as the conv layout writes them: an NHWC input
     (``shape`` is NCHW) viewed NCHW by ``ai.transpose [0, 3, 1, 2]`` (an NCHW input as
     it is, unless ``input_nhwc``), the anchor ``kind`` (``max_pool2d``, ``reduce_mean``...)
     with ``attrs``, ``relu(y * s)`` with ``s`` one value per channel when ``epilogue``,
     and the result stored NHWC (a transpose ``[0, 2, 3, 1]`` before the yield) when
-    ``store_nhwc``."""
+    ``store_nhwc``; with ``anchor_too`` (an NCHW store) the anchor's value is a second
+    result (DenseNet's transition: the pooled tensor also feeds the next concat)."""
+    assert not (anchor_too and (store_nhwc or not epilogue))
     n, c, h, w = shape
     x_t = _t((n, h, w, c) if input_nhwc else shape, dtype)
     v_t, o_t = _t(shape, dtype), _t(out_shape, dtype)
@@ -144,13 +147,14 @@ def channels_last_group(
     if store_nhwc:
         body.append(f"%z = ai.transpose {last} {{perm = array<i64: 0, 2, 3, 1>}} : {o_t}")
         last = "%z"
-    body.append(f"ai.yield {last} : {r_t}")
+    results, types = ("%r#0, %r#1", f"{o_t}, {r_t}") if anchor_too else ("%r", r_t)
+    body.append(f"ai.yield {'%y, ' if anchor_too else ''}{last} : {types}")
     group = "\n".join(f"    {line}" for line in body)
     return (
-        f"func.func @f(%x: {x_t}, %s: {s_t}) -> {r_t} {{\n"
-        f'  %r = ai.fused "{"pool" if "pool" in kind else "reduce"}" (%x, %s) : ({x_t}, {s_t})'
-        f" -> {r_t} {{\n  ^bb0(%x1: {x_t}, %s1: {s_t}):\n{group}\n  }}\n"
-        f"  return %r : {r_t}\n}}\n"
+        f"func.func @f(%x: {x_t}, %s: {s_t}) -> ({types}) {{\n"
+        f'  %r{":2" if anchor_too else ""} = ai.fused "{"pool" if "pool" in kind else "reduce"}"'
+        f" (%x, %s) : ({x_t}, {s_t}) -> ({types}) {{\n  ^bb0(%x1: {x_t}, %s1: {s_t}):\n"
+        f"{group}\n  }}\n  return {results} : {types}\n}}\n"
     )
 
 

@@ -32,6 +32,7 @@ HERE = Path(__file__).parent / "filecheck"
 RESNET = HERE / "conv_layout_resnet.mlir"
 CONSTANTS = HERE / "conv_layout_constants.mlir"
 POINTWISE = HERE / "conv_layout_pointwise.mlir"
+TWO_RESULT_POOL = HERE / "conv_layout_two_result_pool.mlir"
 
 
 def _groups(module, kind: str) -> list[ai.FusedOp]:
@@ -42,7 +43,9 @@ def _groups(module, kind: str) -> list[ai.FusedOp]:
 
 
 @pytest.mark.parametrize(
-    "path", [RESNET, CONSTANTS, POINTWISE], ids=["resnet-inputs", "constants", "pointwise"]
+    "path",
+    [RESNET, CONSTANTS, POINTWISE, TWO_RESULT_POOL],
+    ids=["resnet-inputs", "constants", "pointwise", "two-result-pool"],
 )
 @pytest.mark.parametrize("pipeline", ["fusec-cuda", "fusec-default,conv-layout{handoff=off}"])
 def test_ir_after_the_pass_computes_the_graph(path: Path, pipeline: str) -> None:

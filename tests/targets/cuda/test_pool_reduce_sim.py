@@ -34,6 +34,24 @@ QUICK = [
     ),
     ("mean_nchw_epi_f16", REDUCE, [[2, 6, 5, 7], "f16", "mean", [2, 3], True, True], False),
     ("mean_nhwc_epi_bf16", REDUCE, [[2, 5, 3, 40], "bf16", "mean", [1, 2], False, True], False),
+    # DenseNet's transition as conv-layout leaves it: an NHWC input, the average pool's
+    # value and its scale + relu both results (stored NCHW)
+    (
+        "cl_avgpool_two_results_f16",
+        CL,
+        [
+            "avg_pool2d",
+            [2, 16, 8, 6],
+            "f16",
+            "kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>",
+            [2, 16, 4, 3],
+            False,
+            True,
+            True,
+            True,
+        ],
+        False,
+    ),
     # values near 3e38, whose float32 sums overflow (issue #26): float64 partials, and a
     # float64 workspace between the two passes
     (

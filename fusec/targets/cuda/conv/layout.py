@@ -502,6 +502,8 @@ def _relayout_operands(
         body.erase_arg(old)
     result_types = [r.type for r in fused.results]
     if nhwc_output:
+        # (callers store NHWC only from one-result groups: ``pools``, ``channels_last_plan``)
+        assert len(fused.results) == 1, "an NHWC store of a group with several results"
         term = body.last_op
         assert isinstance(term, ai.YieldOp)
         store = ai.TransposeOp(term.operands[0], perm=TO_CHANNELS_LAST)
@@ -512,15 +514,17 @@ def _relayout_operands(
     region = fused.detach_region(fused.body)
     new = ai.FusedOp(fused.kind_name, inputs, result_types, region, attributes)
     Rewriter.insert_op(new, InsertPoint.before(fused))
-    new.results[0].name_hint = fused.results[0].name_hint
+    for old_result, new_result in zip(fused.results, new.results, strict=True):
+        new_result.name_hint = old_result.name_hint
     if nhwc_output:
         _absorb_copies(fused.results[0], new.results[0])
         if fused.results[0].uses:
             back = ai.TransposeOp(new.results[0], perm=TO_CHANNELS_FIRST)
             Rewriter.insert_op(back, InsertPoint.after(new))
             fused.results[0].replace_all_uses_with(back.output)
-    else:
-        fused.results[0].replace_all_uses_with(new.results[0])
+    else:  # every result, as it was: a pool group also yields its epilogue's (DenseNet)
+        for old_result, new_result in zip(fused.results, new.results, strict=True):
+            old_result.replace_all_uses_with(new_result)
     Rewriter.erase_op(fused)
 
 
