@@ -27,8 +27,13 @@ def attention_graph(
     scale: str = "mul",
     causal: bool = False,
     mask_value: str = "-1.0e4",
+    mask: tuple[int, ...] | None = None,
+    mask_dtype: str | None = None,
 ) -> str:
-    """softmax(q k^T (* or /) c [+ causal constant]) v over ``batch`` leading dims."""
+    """softmax(q k^T (* or /) c [+ causal constant] [+ mask]) v over ``batch`` leading
+    dims; ``mask``: the shape of a mask given as an input (``%mask``, of ``mask_dtype``,
+    the operands' by default), added after the scale (a padding mask ``(B, 1, 1, T)``, a
+    bias ``(1, H, S, T)``: anything that broadcasts to the scores)."""
     q, k, v = _t((*batch, sq, d), dtype), _t((*batch, sk, d), dtype), _t((*batch, sk, dv), dtype)
     s, o, c = _t((*batch, sq, sk), dtype), _t((*batch, sq, dv), dtype), _t((), dtype)
     lines = [f"%s = ai.matmul %q, %k {{transpose_b = true}} : {q} * {k}"]
@@ -43,13 +48,16 @@ def attention_graph(
         lines.append(f"%m = arith.constant {_dense(sq, sk, mask_value)} : {m}")
         lines.append(f"%u = ai.add {last}, %m : {s} * {m}")
         last = "%u"
+    params = f"%q: {q}, %k: {k}, %v: {v}"
+    if mask is not None:
+        m = _t(mask, mask_dtype or dtype)
+        params += f", %mask: {m}"
+        lines.append(f"%w = ai.add {last}, %mask : {s} * {m}")
+        last = "%w"
     lines.append(f"%p = ai.softmax {last} : {s}")
     lines.append(f"%o = ai.matmul %p, %v : {s} * {v}")
     body = "\n  ".join(lines)
-    return (
-        f"func.func @attention(%q: {q}, %k: {k}, %v: {v}) -> {o} {{\n  {body}\n"
-        f"  return %o : {o}\n}}\n"
-    )
+    return f"func.func @attention({params}) -> {o} {{\n  {body}\n  return %o : {o}\n}}\n"
 
 
 def exported_attention_graph(batch: int, seq: int, heads: int, d: int, dtype: str = "f16") -> str:

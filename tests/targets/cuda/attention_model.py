@@ -17,12 +17,23 @@ from fusec.targets.cuda.attention.cpp import BM, BN, AttentionSpec
 LOG2E = 1.4426950408889634
 
 
-def run(spec: AttentionSpec, q: np.ndarray, k: np.ndarray, v: np.ndarray):
-    """``q`` (batch, sq, d), ``k`` (batch, sk, d), ``v`` (batch, sk, dv) -> (out, writes)."""
+def run(
+    spec: AttentionSpec,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None = None,
+):
+    """``q`` (batch, sq, d), ``k`` (batch, sk, d), ``v`` (batch, sk, dv) -> (out, writes);
+    ``mask`` (batch, sq, sk): the mask a ``spec.mask`` kernel reads (``mask_as_addressed``),
+    added to the scores in natural units, log2 e applied after the maximum."""
     out = np.full((spec.batch, spec.sq, spec.dv), np.nan, dtype=np.float32)
     writes = np.zeros(out.shape, dtype=np.int64)
     p_type = np.float16 if spec.dtype == "f16" else np.float32  # bf16: no numpy type
-    sl2 = np.float32(spec.scale * LOG2E)
+    has_mask = bool(spec.mask)
+    assert has_mask == (mask is not None)
+    sl2 = np.float32(spec.scale if has_mask else spec.scale * LOG2E)
+    unit = np.float32(LOG2E if has_mask else 1.0)
     nkv_all = -(-spec.sk // BN)
     for bh in range(spec.batch):
         for qb in range(spec.q_blocks):
@@ -36,6 +47,13 @@ def run(spec: AttentionSpec, q: np.ndarray, k: np.ndarray, v: np.ndarray):
                 for j in range(nkv):
                     cols = j * BN + np.arange(BN)
                     s = (q_tile @ _rows(k[bh], cols).T).astype(np.float32) * sl2
+                    if mask is not None:  # read where row and key exist
+                        ok = (rows[:, None] < spec.sq) & (cols[None, :] < spec.sk)
+                        tile = mask[bh][
+                            np.ix_(np.minimum(rows, spec.sq - 1), np.minimum(cols, spec.sk - 1))
+                        ]
+                        with np.errstate(invalid="ignore"):
+                            s = s + np.where(ok, tile, np.float32(0)).astype(np.float32)
                     edge = (j + 1) * BN > spec.sk or (
                         spec.causal and (j + 1) * BN > qb * BM + cw * 64
                     )
@@ -46,13 +64,15 @@ def run(spec: AttentionSpec, q: np.ndarray, k: np.ndarray, v: np.ndarray):
                         s = np.where(masked, -np.inf, s)
                     mx = np.maximum(m_run, s.max(axis=1))
                     shift = np.where(mx == -np.inf, 0.0, mx).astype(np.float32)
-                    corr = np.exp2(m_run - shift)
-                    p = np.exp2(s - shift[:, None])
+                    with np.errstate(invalid="ignore", over="ignore"):
+                        corr = np.exp2((m_run - shift) * unit)
+                        p = np.exp2((s - shift[:, None]) * unit)
                     l_run = l_run * corr + p.sum(axis=1)
                     m_run = mx
                     p16 = p.astype(p_type).astype(np.float32)
                     o = o * corr[:, None] + p16 @ _rows(v[bh], cols)
-                inv = np.where(l_run > 0, 1.0 / np.where(l_run > 0, l_run, 1.0), 0.0)
+                empty = np.nan if has_mask and not spec.nan_to_zero else 0.0
+                inv = np.where(l_run > 0, 1.0 / np.where(l_run > 0, l_run, 1.0), empty)
                 valid = rows < spec.sq
                 out[bh, rows[valid]] = (o * inv[:, None])[valid]
                 writes[bh, rows[valid]] += 1
@@ -137,3 +157,20 @@ def scatter_output(spec: AttentionSpec, result: np.ndarray, size: int):
             out[start : start + spec.dv] = result[bh, row]
             writes[start : start + spec.dv] += 1
     return out, writes
+
+
+def mask_as_addressed(spec: AttentionSpec, flat: np.ndarray) -> np.ndarray:
+    """The (batch, sq, sk) mask a ``spec.mask`` kernel reads from the group input ``flat``:
+    the generated C++'s ``mask_offset(bh, row, col)`` evaluated at every score."""
+    import re
+
+    found = re.search(
+        r"mask_offset\(int bh, int row, int col\) \{\s*return (.*?);", spec.cpp_source()
+    )
+    assert found, "no mask_offset in the generated C++"
+    expression = found.group(1).replace("(long long)", "").replace("/", "//")
+    bh, row, col = np.meshgrid(
+        np.arange(spec.batch), np.arange(spec.sq), np.arange(spec.sk), indexing="ij"
+    )
+    offsets = eval(expression, {"bh": bh, "row": row, "col": col})  # generated integer maths
+    return np.asarray(flat, dtype=np.float32)[np.broadcast_to(offsets, bh.shape)]

@@ -1,5 +1,6 @@
-"""The CUDA C++ of the fused attention kernel: ``softmax(Q K^T * scale [+ causal]) V``
-(an ``ai.attention`` whose mask is none or causal; the scale is a constant of the kernel).
+"""The CUDA C++ of the fused attention kernel: ``softmax(Q K^T * scale [+ mask]) V``
+(an ``ai.attention`` whose mask is none, causal (by index), or, with ``mask``, a tensor
+read from memory through broadcast strides; the scale is a constant of the kernel).
 
 One block computes ``BM = 128`` query rows of one (batch, head): FlashAttention's
 online softmax on the Hopper core (FA3's structure without its intra-warpgroup
@@ -12,7 +13,10 @@ pipelining), as one ``extern "C"`` device function in the shape of the GEMM's:
 * two consumer warpgroups own 64 query rows each: ``S = Q K^T`` by
   ``wgmma.m64n128k16`` from shared memory; in registers, ``S * scale * log2 e``,
   the causal / ragged-key mask, the running row maximum (quad shuffles), the
-  rescale of the running sum and of O, ``P = exp2(S - m)``; then
+  rescale of the running sum and of O, ``P = exp2(S - m)`` (with a mask tensor:
+  ``S * scale + mask`` in natural units, each element read from global memory at its
+  broadcast strides, and ``P = exp2((S - m) * log2 e)``, so that a mask of the dtype's
+  minimum stays finite until the maximum is subtracted); then
   ``O += P V`` by ``wgmma.m64n{DV}k16`` with P as the A operand *in
   registers*: the accumulator fragment of S, packed to 16-bit pairs, is
   exactly the A fragment of the next wgmma (no shared-memory round trip);
@@ -31,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fusec.targets.cuda.attention.views import OperandView
+from fusec.targets.cuda.attention.views import MaskView, OperandView
 from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
 from fusec.targets.cuda.linked import LinkedSpec
 from fusec.targets.cuda.ptx import CONSUMER_REGISTERS, PRODUCER_REGISTERS, wgmma_rs, wgmma_ss
@@ -42,6 +46,7 @@ KV_STAGES = 2
 THREADS = 384
 HEAD_DIMS = (64, 128)
 DTYPES = ("f16", "bf16")
+MASK_DTYPES = ("f16", "bf16", "f32")
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,10 @@ class AttentionSpec(LinkedSpec):
     #: (offset, row stride, batch atoms) of q, k, v and the output (``OperandView``), where
     #: one is not contiguous ``[batch, rows, cols]``; () when all four are
     views: tuple = ()
+    #: an additive mask read from memory (``views.MaskView.as_tuple``: element type,
+    #: offset, row stride, column stride, batch atoms; strides 0 where it broadcasts); ()
+    #: for none (or causal, by index)
+    mask: tuple = ()
 
     def __post_init__(self) -> None:
         why = problem(self)
@@ -75,8 +84,13 @@ class AttentionSpec(LinkedSpec):
         return expand(generate(self))
 
     def arg_count(self) -> tuple[int, int]:
-        """(u64, int32) kernel parameters: map_q, map_k, map_v, out."""
-        return 4, 0
+        """(u64, int32) kernel parameters: map_q, map_k, map_v, out (and the mask's
+        address)."""
+        return (5 if self.mask else 4), 0
+
+    @property
+    def mask_view(self) -> MaskView | None:
+        return MaskView.from_tuple(self.mask) if self.mask else None
 
     def view(self, role: str) -> OperandView:
         """How the kernel addresses ``role`` (``"q"``, ``"k"``, ``"v"`` or ``"o"``)."""
@@ -124,6 +138,12 @@ def problem(spec: AttentionSpec) -> str | None:
         return "an empty dimension"
     if spec.views and len(spec.views) != 4:
         return "views: one for each of q, k, v and the output"
+    mask = spec.mask_view
+    if mask is not None:
+        if mask.dtype not in MASK_DTYPES:
+            return f"a {mask.dtype} mask: the kernel reads f16, bf16 or f32 ones"
+        if math.prod(n for n, _ in mask.batch) != spec.batch:
+            return f"the mask's batch atoms {mask.batch} are not a batch of {spec.batch}"
     for role in "qkvo" if spec.views else "":
         view = spec.view(role)
         if math.prod(n for n, _ in view.batch) != spec.batch:
@@ -153,11 +173,7 @@ def _views(spec: AttentionSpec) -> str:
             "}",
         ]
     out = spec.view("o")
-    terms, div = [], 1
-    for n, s in reversed(out.batch):
-        terms.append(f"(long long){_digit(n, div, n * div == spec.batch)} * {s}")
-        div *= n
-    terms.append(f"(long long)row * {out.row_stride}")
+    terms = _batch_terms(spec.batch, out.batch) + [f"(long long)row * {out.row_stride}"]
     if out.offset:
         terms.append(str(out.offset))
     lines += [
@@ -165,7 +181,29 @@ def _views(spec: AttentionSpec) -> str:
         f"  return {' + '.join(reversed(terms))};",
         "}",
     ]
+    mask = spec.mask_view
+    if mask is not None:
+        terms = _batch_terms(spec.batch, mask.batch)
+        terms += [f"(long long)row * {mask.row_stride}" for _ in [0] if mask.row_stride]
+        terms += [f"(long long)col * {mask.col_stride}" for _ in [0] if mask.col_stride]
+        terms += [str(mask.offset)] if mask.offset else []
+        lines += [
+            "static __device__ __forceinline__ long long mask_offset(int bh, int row, int col) {",
+            f"  return {' + '.join(reversed(terms)) or '0'};",
+            "}",
+        ]
     return "\n".join(lines)
+
+
+def _batch_terms(batch: int, atoms: tuple) -> list[str]:
+    """The element offset of ``bh``'s digits in ``atoms`` ((size, stride), outer first;
+    stride-0 digits add nothing), innermost first."""
+    terms, div = [], 1
+    for n, s in reversed(atoms):
+        if s:
+            terms.append(f"(long long){_digit(n, div, n * div == batch)} * {s}")
+        div *= n
+    return terms
 
 
 def _config(spec: AttentionSpec) -> str:
@@ -176,16 +214,20 @@ def _config(spec: AttentionSpec) -> str:
         "BM": BM, "BN": BN, "SQ": spec.sq, "SK": spec.sk, "D": spec.d, "DV": spec.dv,
         "QB": spec.q_blocks, "NKV": -(-spec.sk // BN), "KV_STAGES": KV_STAGES,
         "CAUSAL": int(spec.causal), "NAN_TO_ZERO": int(spec.nan_to_zero),
+        "MASK": int(bool(spec.mask)),
         "PRODUCER_REGISTERS": PRODUCER_REGISTERS, "CONSUMER_REGISTERS": CONSUMER_REGISTERS,
     }  # fmt: skip
     mma = wgmma_ss("qk", BN, spec.dtype, 0, 0) + wgmma_rs("pv", spec.dv, spec.dtype, 1)
+    mask = spec.mask_view
     return f"""struct Config {{
   enum : int {{
 {enumerators([f"{k} = {v}" for k, v in ints.items()])}
   }};
   static __host__ __device__ constexpr float sl2() {{ return {scale_log2!r}f; }}
+  static __host__ __device__ constexpr float scale() {{ return {float(spec.scale)!r}f; }}
   using In = {ELEMENT_TYPES[spec.dtype]};
   using Out = {ELEMENT_TYPES[spec.out_dtype]};
+  using Mask = {ELEMENT_TYPES[mask.dtype if mask else "f32"]};
 {indent_lines(mma.strip(), 2)}
 {indent_lines(_views(spec), 2)}
 }};
@@ -197,13 +239,15 @@ def generate(spec: AttentionSpec) -> str:
     kernel layer's ``fusec/attention.cuh``, the instantiation's ``Config`` and the
     ``extern "C"`` wrapper (``cpp_source`` inlines the header)."""
     mask = " + causal mask" if spec.causal else ""
+    mask += " + mask (read from memory)" if spec.mask else ""
+    extra, passed = (", u64 mask", ", mask") if spec.mask else ("", "")
     return f"""// fusec generated fused attention: softmax(Q K^T * scale{mask}) V
 // batch {spec.batch}, {spec.sq} queries x {spec.sk} keys, head {spec.d}/{spec.dv}, {spec.dtype},
 // scale {spec.scale!r}
 {include("attention")}
 {_config(spec)}
 extern "C" __device__ __attribute__((always_inline))
-int {spec.function_name}(int* ret, u64 smem_raw, u64 map_q, u64 map_k, u64 map_v, u64 out) {{
-  return fusec::attention<Config>(smem_raw, map_q, map_k, map_v, out);
+int {spec.function_name}(int* ret, u64 smem_raw, u64 map_q, u64 map_k, u64 map_v, u64 out{extra}) {{
+  return fusec::attention<Config>(smem_raw, map_q, map_k, map_v, out{passed});
 }}
 """

@@ -3,7 +3,8 @@
 Per call, on the caller's stream: the Q, K and V tensor maps (cached by
 address; ``[head size, length, batch atoms...]``, 3-D for a contiguous operand, up to
 5-D for one read in place through the group's views (``AttentionSpec.view``), with
-64 x 128 boxes and the 128-byte swizzle) and one launch of ``batch x ceil(Sq / 128)``
+64 x 128 boxes and the 128-byte swizzle; a mask read from memory goes by its address)
+and one launch of ``batch x ceil(Sq / 128)``
 blocks.
 """
 
@@ -56,9 +57,12 @@ class AttentionLaunch(LinkedLaunch):
             return tensor_map(spec.dtype, address, dims, strides, box, stream)
 
         u64 = ctypes.c_uint64
+        # a mask read from memory: its group input's address (its offset and strides are
+        # in the kernel's mask_offset)
+        mask = (inputs[self.inputs["mask"]],) if spec.mask else ()
         with kernel.lock:
             maps = (operand("q"), operand("k"), operand("v"))
-            args = [(u64, v) for v in (*maps, outputs[0])]
+            args = [(u64, v) for v in (*maps, outputs[0], *mask)]
             kernel.launch(
                 kernel.function,
                 spec.grid,

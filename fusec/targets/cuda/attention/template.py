@@ -33,7 +33,13 @@ from fusec.dialect.ops import spec_of
 from fusec.errors import FusecError
 from fusec.passes.matching import ATTENTION_VIEWS
 from fusec.targets.cuda.attention.cpp import AttentionSpec
-from fusec.targets.cuda.attention.views import Layout, OperandView, operand_view
+from fusec.targets.cuda.attention.views import (
+    Layout,
+    MaskView,
+    OperandView,
+    mask_view,
+    operand_view,
+)
 from fusec.targets.cuda.common import body_ops, kernel_name, plan_accepts, yielded
 from fusec.targets.cuda.linked import linked_kernel_source
 
@@ -70,17 +76,36 @@ def mask_kind(mask: SSAValue, queries: int, keys: int) -> str | None:
     return "causal" if causal else None
 
 
+#: Which masks the kernel takes: "index" (none or causal, computed by index; the
+#: default) or "tensor" (also any other, read from memory: a padding mask from an
+#: ``attention_mask`` input, a relative-position bias). "tensor" is opt-in until the
+#: kernel's reads of it have run on a GPU (written 2026-12-06 without one:
+#: ``tests/targets/cuda/test_attention_mask_gpu.py`` is the check that turns it on).
+MASKS_ENV = "FUSEC_ATTENTION_MASKS"
+
+
+def tensor_masks() -> bool:
+    """Whether ``$FUSEC_ATTENTION_MASKS`` lets the kernel read masks from memory."""
+    from fusec.environ import switch
+
+    return switch(MASKS_ENV, ("index", "tensor")) == "tensor"
+
+
 def kernel_spec(
-    op: ai.AttentionOp, mask: SSAValue, views: tuple[OperandView, ...] = ()
+    op: ai.AttentionOp,
+    mask: SSAValue,
+    views: tuple[OperandView, ...] = (),
+    mask_view: MaskView | None = None,
 ) -> AttentionSpec | str:
     """The flash kernel's spec for ``op`` (``mask`` the value outside the group that
     feeds its mask operand; ``views`` how q, k, v and the output are addressed, none
-    when all are contiguous), or why the kernel cannot compute it."""
+    when all are contiguous; ``mask_view`` how it reads a mask that is neither zero nor
+    causal from memory), or why the kernel cannot compute it."""
     q, key, v = (spec_of(x.type) for x in op.operands[:3])
     if not q.shape[:-2] == key.shape[:-2] == v.shape[:-2]:
         return "q, key and v have different batch dims (the kernel does not broadcast them)"
     kind = mask_kind(mask, q.shape[-2], key.shape[-2])
-    if kind is None:
+    if kind is None and mask_view is None:
         return "the mask is neither zero nor a causal constant (0 on and below the diagonal)"
     batch = math.prod(q.shape[:-2])
     rows = {"q": q.shape[-2], "k": key.shape[-2], "v": key.shape[-2], "o": q.shape[-2]}
@@ -99,6 +124,7 @@ def kernel_spec(
             causal=kind == "causal",
             nan_to_zero=bool(op.attr("nan_to_zero")),
             views=() if not views or views == plain else tuple(w.as_tuple() for w in views),
+            mask=mask_view.as_tuple() if kind is None and mask_view is not None else (),
         )
     except ValueError as err:
         return str(err)
@@ -213,16 +239,36 @@ def plan(fused_op: ai.FusedOp) -> tuple[AttentionSpec, dict[str, int]] | str:
     if isinstance(view, str):
         return view
     views.append(view)
+    read_mask = _mask_read(fused_op, op, seen, inputs)
+    if isinstance(read_mask, str):
+        return read_mask
     others = [o.name for o in ops if o not in seen]
     if others:
         return (
             "it takes ai.attention with the layout ops of its operands and output only (the "
             f"kernel has no prologue or epilogue): {', '.join(others)} stays a kernel of its own"
         )
-    spec = kernel_spec(op, _outer(fused_op, op.mask), tuple(views))
+    spec = kernel_spec(op, _outer(fused_op, op.mask), tuple(views), read_mask)
     if isinstance(spec, str):
         return spec
     return spec, inputs
+
+
+def _mask_read(
+    fused_op: ai.FusedOp, op: ai.AttentionOp, seen: set, inputs: dict[str, int]
+) -> MaskView | None | str:
+    """How the kernel reads ``op``'s mask from memory (its group input becomes
+    ``inputs["mask"]``), None where it computes the mask by index or ``tensor_masks`` is
+    off, or why it cannot read it."""
+    scores = (*spec_of(op.query.type).shape[:-1], spec_of(op.key.type).shape[-2])
+    if not tensor_masks() or mask_kind(_outer(fused_op, op.mask), *scores[-2:]) is not None:
+        return None
+    traced = _layout_in(fused_op, op.mask, "the mask", seen)
+    if isinstance(traced, str):
+        return traced
+    inputs["mask"], layout = traced
+    mask = spec_of(op.mask.type)
+    return mask_view(layout, tuple(mask.shape), scores, mask.dtype)
 
 
 def plan_problem(fused_op: ai.FusedOp) -> str | None:
@@ -250,7 +296,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         "sm_90a): online softmax, the scores never leave registers;",
         f"batch {spec.batch}, {spec.sq} queries x {spec.sk} keys, head {spec.d}/{spec.dv}, "
         f"{spec.dtype} -> {spec.out_dtype}, scale {spec.scale!r}"
-        f"{', causal' if spec.causal else ''}{', NaN rows to 0' if spec.nan_to_zero else ''}; "
+        f"{', causal' if spec.causal else ''}{', NaN rows to 0' if spec.nan_to_zero else ''}"
+        f"{', the mask read from memory' if spec.mask else ''}; "
         f"{spec.grid} blocks of 128 query rows",
     ]
     if spec.views:

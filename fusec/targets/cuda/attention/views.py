@@ -83,3 +83,54 @@ def operand_view(
     if any(s % ALIGN_ELEMENTS for s in strides):
         return f"{what}'s offset or strides {list(strides)} are not 16-byte aligned"
     return view
+
+
+@dataclass(frozen=True)
+class MaskView:
+    """How the kernel reads an additive mask broadcast to the scores ``[batch..., rows,
+    cols]``: score (bh, r, c) adds the element at ``offset + digits(bh) . batch + r *
+    row_stride + c * col_stride`` (elements; stride 0 where the mask broadcasts, e.g. a
+    padding mask ``[B, 1, 1, T]`` over heads and queries). Read element by element, so
+    any strides serve."""
+
+    dtype: str
+    offset: int
+    row_stride: int
+    col_stride: int
+    batch: tuple[Atom, ...]
+
+    def as_tuple(self) -> tuple:
+        return (self.dtype, self.offset, self.row_stride, self.col_stride, self.batch)
+
+    @staticmethod
+    def from_tuple(value: tuple) -> MaskView:
+        dtype, offset, row_stride, col_stride, batch = value
+        return MaskView(dtype, offset, row_stride, col_stride, tuple(batch))
+
+
+def mask_view(
+    layout: Layout, shape: tuple[int, ...], scores: tuple[int, ...], dtype: str
+) -> MaskView | str:
+    """The mask of ``shape`` at ``layout`` (its group input's elements) broadcast to the
+    ``scores`` shape ``[batch..., rows, cols]`` (numpy's rules, as ``ai.attention`` adds
+    it), or why the kernel cannot address it: one stride along rows and along columns."""
+    if len(shape) > len(scores):
+        return f"a mask of rank {len(shape)} for scores of rank {len(scores)}"
+    lead = len(scores) - len(shape)
+    dims: list[tuple[Atom, ...]] = []
+    for axis, size in enumerate(scores):
+        own = axis - lead
+        if own < 0 or shape[own] == 1:  # broadcast: the digit is not read
+            dims.append(((size, 0),) if size != 1 else ())
+        elif shape[own] == size:
+            dims.append(tuple(a for a in layout.dims[own] if a[0] != 1))
+        else:
+            return f"a mask of shape {list(shape)} does not broadcast to the scores {list(scores)}"
+    *batch_dims, row_dim, col_dim = dims
+    strides = []
+    for what, dim in (("rows", row_dim), ("keys", col_dim)):
+        if len(dim) > 1:
+            return f"the mask is not one stride along its {what}"
+        strides.append(dim[0][1] if dim else 0)
+    batch = tuple(merged_runs(a for dim in batch_dims for a in dim))
+    return MaskView(dtype, layout.offset, strides[0], strides[1], batch)

@@ -9,12 +9,15 @@
 // wgmma from shared memory, the mask and the online softmax in registers, then O += P V by
 // wgmma with P as the A operand in registers. An instantiation supplies C:
 //   BM, BN, SQ, SK, D, DV (sizes), QB (query blocks), NKV (key blocks), KV_STAGES, CAUSAL,
-//   NAN_TO_ZERO, PRODUCER_REGISTERS, CONSUMER_REGISTERS; sl2() (scale * log2 e); the
-//   element types In (Q, K, V) and Out; its wgmma instructions `qk` (m64nBNk16, both
-//   operands in shared memory) and `pv` (m64nDVk16, A from registers); and how the operands
-//   are addressed: load_q/load_k/load_v(dst, map, bar, c0, row, bh), a TMA load of the box
+//   NAN_TO_ZERO, MASK, PRODUCER_REGISTERS, CONSUMER_REGISTERS; sl2() (scale * log2 e) and
+//   scale(); the element types In (Q, K, V), Out and Mask; its wgmma instructions `qk`
+//   (m64nBNk16, both operands in shared memory) and `pv` (m64nDVk16, A from registers); and
+//   how the operands are addressed: load_q/load_k/load_v(dst, map, bar, c0, row, bh), a TMA
+//   load of the box
 //   at head-size column c0 and row `row` of batch-head bh (the map's batch coordinates
-//   computed from bh), and out_offset(bh, row), the element offset of output row `row`.
+//   computed from bh), and out_offset(bh, row), the element offset of output row `row`;
+//   with MASK, mask_offset(bh, row, col), the element offset of the mask added to score
+//   (row, col) of batch-head bh (a broadcast dimension has stride 0).
 #pragma once
 
 #include "fusec/barrier.cuh"
@@ -71,7 +74,7 @@ static __device__ __forceinline__ void attention_producer(u32 sq, u32 sk, u32 sv
 
 template <class C>
 static __device__ __forceinline__ int attention(u64 smem_raw, u64 map_q, u64 map_k, u64 map_v,
-                                                u64 out) {
+                                                u64 out, u64 mask = 0) {
   enum : int {
     Q_BYTES = C::BM * C::D * 2,
     K_BYTES = C::BN * C::D * 2,
@@ -113,7 +116,12 @@ static __device__ __forceinline__ int attention(u64 smem_raw, u64 map_q, u64 map
     }
   } else {
     const auto [cw, lt, warp, lane] = fs_consumer_thread<C::CONSUMER_REGISTERS>(wg, tid);
-    const float sl2 = C::sl2();  // scale * log2(e): the softmax in base 2
+    // the scores' factor and the softmax's base: by index (no mask or causal), scores in
+    // base 2 (scale * log2 e); with a mask read from memory, scale * S + mask in natural
+    // units and log2 e applied after the maximum is subtracted (a mask of the dtype's
+    // minimum, -3.4e38 in f32, times log2 e would be -inf, and a row of them NaN)
+    const float sl2 = C::MASK ? C::scale() : C::sl2();
+    const float unit = C::MASK ? 1.4426950408889634f : 1.0f;
     const float NEG_INF = __int_as_float(0xff800000);
     // this thread's two rows (h = 0, 1) of the 64-row slice: 16 warp + lane/4 + 8 h
     const int row0 = qb * C::BM + cw * 64 + warp * 16 + lane / 4;
@@ -149,6 +157,12 @@ static __device__ __forceinline__ int attention(u64 smem_raw, u64 map_q, u64 map
 #pragma unroll
       for (int i = 0; i < S_REGS; ++i) {
         float v = s[i] * sl2;
+        if constexpr (C::MASK) {
+          const int col = j * C::BN + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
+          const int row = row0 + 8 * ((i / 2) % 2);
+          if (col < C::SK && row < C::SQ)
+            v += C::Mask::ld((const void*)mask, C::mask_offset(bh, row, col));
+        }
         if (edge) {
           const int col = j * C::BN + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
           const int row = row0 + 8 * ((i / 2) % 2);
@@ -163,13 +177,13 @@ static __device__ __forceinline__ int attention(u64 smem_raw, u64 map_q, u64 map
         mx[h] = fmaxf(mx[h], attention_shfl_xor(mx[h], 1));
         mx[h] = fmaxf(mx[h], attention_shfl_xor(mx[h], 2));
         shift[h] = mx[h] == NEG_INF ? 0.0f : mx[h];  // a fully masked row stays 0
-        corr[h] = fs_ex2(m_run[h] - shift[h]);
+        corr[h] = fs_ex2((m_run[h] - shift[h]) * unit);
         m_run[h] = mx[h];
         sum[h] = 0.0f;
       }
 #pragma unroll
       for (int i = 0; i < S_REGS; ++i) {
-        const float p = fs_ex2(s[i] - shift[(i / 2) % 2]);
+        const float p = fs_ex2((s[i] - shift[(i / 2) % 2]) * unit);
         s[i] = p;
         sum[(i / 2) % 2] += p;
       }
@@ -202,7 +216,10 @@ static __device__ __forceinline__ int attention(u64 smem_raw, u64 map_q, u64 map
       float l = l_run[h];
       l += attention_shfl_xor(l, 1);
       l += attention_shfl_xor(l, 2);
-      const float inv = l > 0.0f ? attention_rcp(l) : 0.0f;
+      // l = 0: every score of the row -inf (a row the mask hides entirely): the graph's
+      // softmax is NaN there, 0 with nan_to_zero (a causal row always sees its own key)
+      const float empty = C::MASK && !C::NAN_TO_ZERO ? __int_as_float(0x7fc00000) : 0.0f;
+      const float inv = l > 0.0f ? attention_rcp(l) : empty;
       // nan_to_zero: a NaN sum means a NaN or infinite score in the row, which makes every
       // probability of the row NaN (the row maximum is NaN) and the graph sets them to 0.
       const bool zero_row = C::NAN_TO_ZERO && !(l == l);
