@@ -9,11 +9,12 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
 from xdsl.ir import SSAValue
 
 from fusec.dialect import ops as ai
 from fusec.frontend.onnx_core import Importer, Node, _reshape_to, converter
-from fusec.ir.tensors import shape_of
+from fusec.ir.tensors import dtype_of, shape_of
 
 
 @converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
@@ -25,7 +26,8 @@ def _conv(imp: Importer, node: Node) -> list[SSAValue]:
     strides = tuple(int(v) for v in node.attrs.get("strides", (1,) * dims))
     dilations = tuple(int(v) for v in node.attrs.get("dilations", (1,) * dims))
     if flat:
-        x, w = (_reshape_to(imp, v, (*shape_of(v)[:2], 1, shape_of(v)[2])) for v in (x, w))
+        x = _reshape_to(imp, x, (*shape_of(x)[:2], 1, shape_of(x)[2]))
+        w = _height_one_weight(imp, node, w)
         kernel, strides, dilations = ((1, *v) for v in (kernel, strides, dilations))
     view = _height_one(imp, node) if flat else node
     padding = _conv_padding(imp, view, Window(shape_of(x)[2:], kernel, strides, dilations))
@@ -62,6 +64,19 @@ def conv_operands(
             f"kernel_shape {list(node.attrs['kernel_shape'])} does not match the weight {w.type}"
         )
     return x, w, kernel
+
+
+def _height_one_weight(imp: Importer, node: Node, w: SSAValue) -> SSAValue:
+    """A 1-D conv's weight ``[K, C, R]`` as ``[K, C, 1, R]``: a constant weight reshaped
+    at import into a constant of its own, so that the compile-time folds of constants (the
+    cuda conv layout's KCRS -> KRSC transpose) see an ``arith.constant`` and no weight is
+    re-laid out at run time; a weight computed at run time viewed by ``ai.reshape``."""
+    k, c, r = shape_of(w)
+    known = imp.array(node, 1)
+    if known is not None:
+        array = np.asarray(known).reshape(k, c, 1, r)
+        return imp.constant(array, dtype_of(w), node.proto.input[1])
+    return _reshape_to(imp, w, (k, c, 1, r))
 
 
 def _height_one(imp: Importer, node: Node) -> Node:

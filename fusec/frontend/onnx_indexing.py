@@ -6,7 +6,13 @@
   import, reshaped to the indices' shape. With indices computed at run time it is a
   one-hot select: ``indices == iota`` along a new axis next to ``axis``, ``ai.where``
   of the data there (else 0) and a sum over the new axis (float data; a select, so a
-  non-finite element that is not picked stays out).
+  non-finite element that is not picked stays out; elementwise ops and a reduction,
+  which fuse with their neighbours). Other data (integers, bool) is looked up as
+  ``torch.gather``'s is (``index_lookup.lookup``: iotas along the other dims, the
+  indices along ``axis``, one ``ai.take`` of the flattened data, which takes every
+  element type), where an index outside the axis fails as onnxruntime's does:
+  RoBERTa's position ids, computed from ``input_ids``, index its int64
+  ``token_type_ids`` buffer so.
 * ``GatherND`` picks slices of the data's leading ``batch_dims + k`` dims (``k`` the
   indices' last dim): the data flattened over them, one ``ai.gather`` at the flat
   positions computed at import (constant indices: what the dynamo exporter writes for
@@ -107,13 +113,12 @@ def _flat_positions(imp: Importer, data: SSAValue, indices: np.ndarray, axis: in
 
 
 def _gather_at_run_time(imp: Importer, data: SSAValue, indices: SSAValue, axis: int) -> SSAValue:
-    """The one-hot select along a new dim after ``axis``, summed over it."""
-    if dtype_of(data) not in FLOAT_TYPES or dtype_of(indices) not in ("i64", "i32"):
-        raise imp.error(
-            f"indices computed at run time need float data and integer indices, got "
-            f"{data.type} and {indices.type}",
-            "dtype",
-        )
+    """Float data: the one-hot select along a new dim after ``axis``, summed over it.
+    Other data: one ``ai.take`` (``_take_at_run_time``)."""
+    if dtype_of(indices) not in ("i64", "i32"):
+        raise imp.error(f"the indices must be integers, got {indices.type}", "dtype")
+    if dtype_of(data) not in FLOAT_TYPES:
+        return _take_at_run_time(imp, data, indices, axis)
     shape, index_shape = shape_of(data), shape_of(indices)
     dim = shape[axis]
     sizes = [dim if k == axis else i for k, i in enumerate(index_shape)]
@@ -125,6 +130,19 @@ def _gather_at_run_time(imp: Importer, data: SSAValue, indices: SSAValue, axis: 
     spread = _reshape_to(imp, data, tuple(sizes[:axis]) + (1, dim) + tuple(sizes[axis + 1 :]))
     chosen = imp.emit(ai.WhereOp, hot, spread, imp.scalar(0.0, data))
     return imp.emit(ai.ReduceSumOp, chosen, axes=(axis + 1,), keepdims=False)
+
+
+def _take_at_run_time(imp: Importer, data: SSAValue, indices: SSAValue, axis: int) -> SSAValue:
+    """``data`` at ``indices`` along ``axis``, each element's other coordinates its own:
+    the lookup in the flattened data (torch.gather's) of the iotas along the other dims
+    and the indices (negative ones counting from the end) along ``axis``."""
+    shape, index_shape = shape_of(data), shape_of(indices)
+    items: list[Item] = [
+        indices if k == axis else np.arange(n).reshape((n,) + (1,) * (len(shape) - k - 1))
+        for k, n in enumerate(index_shape)
+    ]
+    flat = _reshape_to(imp, data, (math.prod(shape),))
+    return _reshape_to(imp, lookup(imp, flat, 0, shape, items), index_shape)
 
 
 @converter("GatherND", attrs=("batch_dims",))

@@ -1,14 +1,16 @@
 """ONNX ``GatherElements`` and ``Hardmax`` imported as ai ops
 (``fusec/frontend/onnx_indexing.py``), against onnxruntime on fresh random data:
-constant indices (one ai.gather) and indices given at run time (a one-hot select),
-negative ones among them; the refusals are located."""
+constant indices (one ai.gather) and indices given at run time (a one-hot select of
+float data, one ai.take of integer data), negative ones among them; the refusals are
+located."""
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from numerics import assert_close
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx_nets import node_model, run_onnxruntime
 
 import fusec
@@ -94,12 +96,92 @@ def test_out_of_range_constant_indices_are_a_located_error():
     assert 'node "ge"' in info.value.format()
 
 
-def test_integer_data_at_run_time_indices_is_refused_with_the_reason():
-    data = RNG.integers(0, 9, size=(3, 4)).astype(np.int64)
-    indices = np.array([[0, 1]], dtype=np.int64)
+@pytest.mark.parametrize("target", ["reference", pytest.param("cpu", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.bool_])
+@pytest.mark.parametrize(("data_shape", "index_shape", "axis"), GATHERS)
+def test_gather_elements_of_integer_data_at_run_time_indices_is_one_take(
+    data_shape, index_shape, axis, dtype, target
+):
+    """Integer and bool data at run-time indices (negative ones among them): the lookup
+    torch.gather lowers to, one ai.take of the flattened data; exact."""
+    data = RNG.integers(-50, 50, size=data_shape).astype(dtype)
+    indices = _indices(data_shape, index_shape, axis)
+    model = node_model("GatherElements", {"data": data, "indices": indices}, axis=axis)
+    names = [op.name for op in fusec.from_onnx(model).walk()]
+    assert names.count("ai.take") == 1 and "ai.reduce_sum" not in names
+    got = fusec.compile(fusec.from_onnx(model), target=target)(data, indices)
+    want = run_onnxruntime(model, {"data": data, "indices": indices})[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("target", ["reference", pytest.param("cpu", marks=pytest.mark.slow)])
+def test_integer_gather_elements_at_an_index_out_of_range_fails(target):
+    """An index outside the axis fails the lookup, as onnxruntime's does, instead of
+    reading the next row's element at the same flat position."""
+    data = np.arange(12, dtype=np.int64).reshape(3, 4)
+    indices = np.array([[0, 1], [4, 2]], dtype=np.int64)  # (1, 4): flat 8 is inside
     model = node_model("GatherElements", {"data": data, "indices": indices}, axis=1)
-    with pytest.raises(FusecError, match="need float data"):
+    compiled = fusec.compile(fusec.from_onnx(model), target=target)
+    with pytest.raises(FusecError, match="out of range"):
+        compiled(data, indices)
+
+
+def test_float_indices_at_run_time_are_refused_with_the_reason():
+    data = RNG.standard_normal((3, 4)).astype(np.float32)
+    indices = np.array([[0.0, 1.0]], dtype=np.float32)
+    model = node_model("GatherElements", {"data": data, "indices": indices}, axis=1)
+    with pytest.raises(FusecError, match="the indices must be integers, got tensor<1x2xf32>"):
         fusec.from_onnx(model)
+
+
+def _position_ids_model(table: np.ndarray, vocab: int, width: int) -> onnx.ModelProto:
+    """RoBERTa's position lookup from ``input_ids`` (HF ``create_position_ids_from_input_ids``
+    and the buffered ``token_type_ids``), as the dynamo exporter writes it: positions
+    ``cumsum(ids != pad) * (ids != pad) + pad`` index the int64 buffer ``table`` through
+    GatherElements, the result is an embedding lookup (Gather) of a float table."""
+    pad = 1
+    nodes = [
+        helper.make_node("Equal", ["ids", "pad"], ["is_pad"]),
+        helper.make_node("Not", ["is_pad"], ["keep"]),
+        helper.make_node("Cast", ["keep"], ["mask"], to=TensorProto.INT32),
+        helper.make_node("CumSum", ["mask", "one"], ["running"]),
+        helper.make_node("Mul", ["running", "mask"], ["counted"]),
+        helper.make_node("Cast", ["counted"], ["counted64"], to=TensorProto.INT64),
+        helper.make_node("Add", ["counted64", "pad"], ["positions"]),
+        helper.make_node("GatherElements", ["table", "positions"], ["types"], axis=1),
+        helper.make_node("Gather", ["embedding", "types"], ["y"]),
+    ]
+    embedding = RNG.standard_normal((vocab, width)).astype(np.float32)
+    graph = helper.make_graph(
+        nodes,
+        "position_ids",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, (2, 12))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(np.array(pad, np.int64), "pad"),
+            numpy_helper.from_array(np.array(1, np.int32), "one"),
+            numpy_helper.from_array(table, "table"),
+            numpy_helper.from_array(embedding, "embedding"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("target", ["reference", pytest.param("cpu", marks=pytest.mark.slow)])
+def test_position_ids_computed_from_the_ids_index_an_integer_buffer(target):
+    """RoBERTa fed ``input_ids``: the computed positions gather from a constant int64
+    buffer (random types here, so that every position's entry counts), then a float
+    embedding row each; padding tokens among the ids."""
+    table = RNG.integers(0, 3, size=(2, 20)).astype(np.int64)
+    model = _position_ids_model(table, vocab=3, width=8)
+    ids = RNG.integers(0, 50, size=(2, 12)).astype(np.int64)
+    ids[0, 9:] = 1  # padding at the end of the first row
+    ids[1, 4] = 1
+    got = fusec.compile(fusec.from_onnx(model), target=target)(ids)
+    np.testing.assert_array_equal(got, run_onnxruntime(model, {"ids": ids})[0])
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1])

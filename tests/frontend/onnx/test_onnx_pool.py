@@ -1,17 +1,23 @@
-"""ONNX 1-D Conv/MaxPool/AveragePool (2-D of a height-1 view), 3-D pooling (two 2-D
-pools: (H, W), then depth) and LpPool (1-D, 2-D and 3-D: the window's mean of |x|^p,
-padding as zeros, times its size, to the power 1/p) against onnxruntime on fresh random
-inputs; the refusals say why."""
+"""ONNX 1-D Conv/MaxPool/AveragePool (2-D of a height-1 view; a constant conv weight
+reshaped at import), 3-D pooling (two 2-D pools: (H, W), then depth) and LpPool (1-D,
+2-D and 3-D: the window's mean of |x|^p, padding as zeros, times its size, to the power
+1/p) against onnxruntime on fresh random inputs; the refusals say why."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import onnx
 import pytest
 from numerics import assert_close
 from onnx_nets import node_model, run_onnxruntime
+from xdsl.dialects import arith
 
 import fusec
+from fusec.dialect import ops as ai
 from fusec.frontend.onnx_import import UnsupportedOnnx
+from fusec.ir.tensors import shape_of
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -131,3 +137,44 @@ def test_conv_1d_is_a_2d_conv_of_height_one(case):
     want = run_onnxruntime(model, {"x": x, "w": w, "b": b})[0]
     assert got.shape == want.shape
     assert_close(got, want, tol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["reference", pytest.param("cpu", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("case", sorted(CONVS))
+def test_conv_1d_constant_weight_is_reshaped_at_import(case, target):
+    """A constant (initializer) weight ``[K, C, R]`` becomes a ``[K, C, 1, R]`` constant
+    at import, no ai.reshape of it at run time; same numbers as onnxruntime."""
+    shape, weight_shape, attrs = CONVS[case]
+    x = RNG.standard_normal(shape).astype(np.float32)
+    w = RNG.standard_normal(weight_shape).astype(np.float32)
+    b = RNG.standard_normal(weight_shape[0]).astype(np.float32)
+    model = node_model("Conv", {"x": x}, weights={"w": w, "b": b}, opset=13, **attrs)
+    module = fusec.from_onnx(model)
+    (conv,) = [op for op in module.walk() if isinstance(op, ai.Conv2DOp)]
+    weight = conv.operands[1].owner
+    assert isinstance(weight, arith.ConstantOp)  # not ai.reshape of one
+    k, c, r = weight_shape
+    assert shape_of(weight.results[0]) == (k, c, 1, r)
+    got = fusec.compile(module, target=target)(x)
+    want = run_onnxruntime(model, {"x": x})[0]
+    assert got.shape == want.shape
+    assert_close(got, want, tol=1e-4)
+
+
+def _weight_copies(model: onnx.ModelProto) -> list[str]:
+    """What the channels-last copy kernels of a cuda compile (no GPU needed) transpose."""
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+    heads = [k.source.split("\n\n")[0] for k in compiled.kernels if k.kind == "copy"]
+    return [m[1] for h in heads if (m := re.search(r"channels-last transpose (\S+)", h))]
+
+
+def test_conv_1d_constant_weight_is_not_relaid_out_per_call_on_cuda():
+    """Whisper's front end: the cuda conv layout folds the KCRS -> KRSC transpose of a
+    constant weight at compile time, which it sees only when the 1-D conv's weight is a
+    constant and not an ai.reshape of one; a weight given at run time is still copied."""
+    x = RNG.standard_normal((1, 16, 32)).astype(np.float16)
+    w = RNG.standard_normal((32, 16, 3)).astype(np.float16)
+    constant = node_model("Conv", {"x": x}, weights={"w": w}, pads=[1, 1])
+    assert _weight_copies(constant) == ["[1][16][32]"]  # the input's only
+    given = node_model("Conv", {"x": x, "w": w}, pads=[1, 1])
+    assert _weight_copies(given) == ["[1][16][32]", "[32][16][3]"]
