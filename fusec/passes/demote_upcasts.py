@@ -15,7 +15,9 @@ f16 (f32 accumulation and statistics inside the matmul, norm and softmax kernels
 op's result rounded to f16), and the casts left are at the program's f32 results.
 
 Only values downstream of an upcast attention are demoted, and only through ops that
-compute in f32 inside (matmuls, norms, softmax, elementwise ops, layout ops): an f32
+compute in f32 inside (matmuls, norms, softmax, elementwise ops) or whose f16 result is
+their f32 one exactly (layout ops, concat, RoPE's rotate_half: moves and a negation, so a
+later layer's rotary q and k, and its attention after them, are f16 again): an f32
 computation the model wrote on purpose elsewhere (an RMSNorm's f32 statistics, an f32
 reduction) is left alone. bf16 likewise.
 """
@@ -23,6 +25,7 @@ reduction) is left alone. bf16 likewise.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from xdsl.context import Context
 from xdsl.dialects import func
@@ -39,7 +42,11 @@ from fusec.ir.tensors import ShapeError
 from fusec.passes.matching import constant
 from fusec.passes.recognize_attention import half_mask_values
 
-#: Ops that compute in f32 inside whatever their element type (or move elements only).
+if TYPE_CHECKING:
+    import numpy as np
+
+#: Ops that compute in f32 inside whatever their element type, or move elements only
+#: (layout ops, concat) or move and negate them (rotate_half): exact in any type.
 _DEMOTABLE = (
     ai.MatmulOp,
     ai.BiasAddOp,
@@ -50,6 +57,8 @@ _DEMOTABLE = (
     ai.TransposeOp,
     ai.SliceOp,
     ai.ExpandOp,
+    ai.ConcatOp,
+    ai.RotateHalfOp,
     ai.AttentionOp,
     BinaryOp,
     UnaryOp,
@@ -62,6 +71,17 @@ _HALF = ("f16", "bf16")
 
 def _dtype(value: SSAValue) -> str:
     return spec_of(value.type).dtype
+
+
+def _held(values: np.ndarray, dtype: str) -> np.ndarray:
+    """f32 ``values`` as ``dtype`` holds them (f32 again); a value past f16's range is
+    inf there, so no exact one (numpy's overflow warning is that answer, not a fault)."""
+    import numpy as np
+
+    if dtype == "bf16":  # the upper 16 bits of the f32 pattern
+        return (values.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    with np.errstate(over="ignore"):
+        return values.astype(np.float16).astype(np.float32)
 
 
 @dataclass
@@ -94,13 +114,9 @@ class _Demotion:
         import numpy as np
 
         exact = array.astype(np.float32)
-        if dtype == "f16":
-            held = exact.astype(np.float16).astype(np.float32)
-        else:  # bf16: the upper 16 bits of the f32 pattern
-            held = (exact.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
         if rounded:
             exact = half_mask_values(exact, dtype)
-        elif not np.array_equal(held, exact):
+        elif not np.array_equal(_held(exact, dtype), exact):
             return None
         new = dense_constant(exact, dtype)
         Rewriter.insert_op(new, InsertPoint.before(before))

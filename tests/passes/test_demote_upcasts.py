@@ -115,3 +115,77 @@ def test_softmax_upcast_and_back_is_the_half_attention():
         got = run_reference(after, inputs)[0]
         assert not np.isnan(got).any()
         assert_close(got, want, tol=1e-2)
+
+
+#: GPT-NeoX's second layer behind an upcast attention, its partial RoPE (rotate_half and
+#: the concat of the rotated and passed-through head dims) f32, as the FileCheck test
+#: states its facts
+ROPE = (
+    Path(__file__).parent / "filecheck" / "recognize" / "upcast_attention_rope.mlir"
+).read_text()
+
+
+def _f16_weights(text: str, seed: int) -> str:
+    """``text`` with its splat projection weights random ones f16 holds exactly (f32
+    constants, as the exporter folds f16 weights), so the numerics see a real mixing."""
+    rng = np.random.default_rng(seed)
+    for splat, shape in (
+        ("dense<1.250000e-01> : tensor<128x128xf32>", (128, 128)),  # layer 0's output projection
+        ("dense<6.250000e-02> : tensor<128x384xf32>", (128, 384)),
+        ("dense<1.250000e-01> : tensor<128x128xf32>", (128, 128)),  # layer 1's
+    ):
+        values = (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float16)
+        raw = values.astype(np.float32).tobytes().hex().upper()
+        assert splat in text
+        text = text.replace(splat, f'dense<"0x{raw}"> : tensor<{shape[0]}x{shape[1]}xf32>', 1)
+    return text
+
+
+def test_a_later_layers_rope_and_attention_compute_in_f16_and_keep_their_meaning():
+    """rotate_half (a move and a negation) and concat (a move) are exact in f16: the tail
+    goes on through them, so layer 1's RoPE, attention and projections are f16 again.
+    The reference before and after: the same maths (float64, no rounding), and, each op's
+    result rounded to its type as PyTorch's f16 model rounds them, f16 precision."""
+    text = _f16_weights(ROPE, seed=5)
+    before = fusec.parse(text)
+    after = run_pipeline(fusec.parse(text), PIPELINE)
+    found = _dtypes(after)
+    assert found[("ai.rotate_half", "f16")] == 2 and found[("ai.concat", "f16")] == 2, found
+    assert found[("ai.attention", "f16")] == 2 and found[("ai.matmul", "f16")] == 3, found
+    assert [key for key in found if key[1] == "f32"] == [("ai.cast", "f32")], found
+    assert found[("ai.cast", "f32")] == 1, found  # the program's f32 result only
+    for seed in (1, 2):
+        inputs = _inputs(before, seed)
+        want = run_reference(before, inputs)[0]
+        assert_close(run_reference(after, inputs)[0], want, tol=1e-9)
+        want = run_reference(before, inputs, rounding="every-op")[0]
+        got = run_reference(after, inputs, rounding="every-op")[0]
+        assert not np.isnan(got).any()
+        assert_close(got, want, "f16")
+
+
+def test_a_rope_table_f16_does_not_hold_keeps_rope_and_the_attention_in_f32():
+    """A sin table of f32 values that are no f16 numbers (0.1; Gemma's folded (1 + w)
+    norm scale is such a constant) is no upcast f16 weight: its product stays f32, and
+    with it the concat and the attention; the rotate_half before it is f16 all the same."""
+    table = "dense<1.000000e-01> : tensor<1x1x8x16xf32>"
+    start = ROPE.index("%sin = arith.constant ") + len("%sin = arith.constant ")
+    end = ROPE.index("tensor<1x1x8x16xf32>", start) + len("tensor<1x1x8x16xf32>")
+    found = _dtypes(run_pipeline(fusec.parse(ROPE[:start] + table + ROPE[end:]), PIPELINE))
+    assert found[("ai.rotate_half", "f16")] == 2, found
+    assert found[("ai.mul", "f32")] == 2 and found[("ai.concat", "f32")] == 2, found
+    assert found[("ai.attention", "f16")] == 1 and found[("ai.attention", "f32")] == 1, found
+
+
+def test_cuda_runs_the_rope_tail_without_the_pytorch_fallback():
+    """Compiled for cuda (kernels generated, nothing run): no group falls back to PyTorch
+    (before the rotate_half and concat were demoted: the f32 attention and the f32 GEMMs
+    after it did, 'the Tensor Core kernel takes f16 or bf16')."""
+    program = fusec.compile(fusec.parse(_f16_weights(ROPE, 5)), target="cuda", executable=False)
+    fallbacks = [
+        next((line for line in k.source.splitlines() if "FALLBACK" in line), k.kind)
+        for k in program.kernels
+        if k.runs_op_by_op or "FALLBACK:" in k.source
+    ]
+    assert not fallbacks, fallbacks
+    assert [k.kind for k in program.kernels].count("attention") == 2, program.kernels
