@@ -14,11 +14,12 @@ single scalar load per vector. Results smaller than the output space are
 written by the one thread whose index is 0 along their broadcast dims.
 
 A group input may be read through layout ops at the head of the body (``VIEW_OPS``: a
-slice and a reshape, which ``read-views-in-place`` moves in from the copy and view groups
-before a pointwise group): its elements are then at strides of the input's buffer
+slice, a reshape and a transpose, which ``read-views-in-place`` moves in from the copy and
+view groups before a pointwise group): its elements are then at strides of the input's buffer
 (``strided.view_after``, as the copy kernel's views), the last dim contiguous, so that a
 vector is still one 16-byte access, at an offset computed per vector (a column slice of a
-combined QKV projection read by RoPE, issue 28).
+combined QKV projection read by RoPE, issue 28; GPT-NeoX's per-head interleaved one,
+whose heads move before the sequence first).
 """
 
 from __future__ import annotations
@@ -209,7 +210,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
 
 #: The layout ops a pointwise kernel reads a group input through in place, at the head of
 #: its body (``input_views``).
-VIEW_OPS = (ai.SliceOp, ai.ReshapeOp)
+VIEW_OPS = (ai.SliceOp, ai.ReshapeOp, ai.TransposeOp)
 
 
 class _InputView:

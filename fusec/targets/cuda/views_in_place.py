@@ -8,13 +8,13 @@ layout ops into the pointwise group instead, at the head of its body, reading th
 root: the pointwise kernel addresses the elements through the chain's strides
 (``pointwise.input_views``) and the copy kernel goes.
 
-A chain qualifies when every group on it is a ``copy`` or ``view`` group of slices and
-reshapes only (``pointwise.VIEW_OPS``), with one input and one result that nothing else
-reads, at least one of them a copy (a chain of views alone costs nothing), its end has the
-shape of the pointwise group's loop (not a broadcast operand), and the pointwise kernel can
-address it (each dim one stride, the last contiguous: ``pointwise.view_problem``). Cuda
-only (the cpu pointwise kernel reads whole buffers); in the ``fusec-cuda`` pipeline after
-``fuse``.
+A chain qualifies when every group on it is a ``copy`` or ``view`` group of slices,
+reshapes and transposes only (``pointwise.VIEW_OPS``), with one input and one result that
+nothing else reads, at least one of them a copy (a chain of views alone costs nothing),
+its end has the shape of the pointwise group's loop (not a broadcast operand), and the
+pointwise kernel can address it (each dim one stride, the last contiguous:
+``pointwise.view_problem``). Cuda only (the cpu pointwise kernel reads whole buffers); in
+the ``fusec-cuda`` pipeline after ``fuse``.
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ def read_in_place(fused: ai.FusedOp, index: int, space: tuple[int, ...]) -> bool
 
 @dataclass(frozen=True)
 class ReadViewsInPlacePass(ModulePass):
-    """Move slice/reshape chains that only a pointwise group reads into that group."""
+    """Move slice/reshape/transpose chains that only a pointwise group reads into that
+    group."""
 
     name = "read-views-in-place"
 

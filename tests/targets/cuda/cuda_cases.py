@@ -86,6 +86,30 @@ def sliced_rope(seq: int, heads: int, d: int, width: int, start: int, dtype: str
     )
 
 
+def interleaved_rope(seq: int, heads: int, d: int, part: int, dtype: str) -> str:
+    """RoPE on q, k or v (``part`` 0, 1 or 2) of GPT-NeoX's fused QKV projection, whose
+    columns hold each head's q, k and v side by side: ``[1, S, H * 3D]`` split into
+    ``[1, S, H, 3D]``, the heads moved before the sequence (``transpose [0, 2, 1, 3]``),
+    the part's D columns sliced, then ``x * cos + rotate_half(x) * sin`` (cos and sin
+    ``[1, 1, S, D]``). Through ``fusec-cuda`` the pointwise kernel reads it in place: a
+    transpose that keeps the last dim is a strided view."""
+    x, split = _t((1, seq, heads * 3 * d), dtype), _t((1, seq, heads, 3 * d), dtype)
+    heads_first, q = _t((1, heads, seq, 3 * d), dtype), _t((1, heads, seq, d), dtype)
+    table = _t((1, 1, seq, d), dtype)
+    return (
+        f"func.func @interleaved_rope(%x: {x}, %c: {table}, %s: {table}) -> {q} {{\n"
+        f"  %h = ai.reshape %x {{shape = array<i64: 1, {seq}, {heads}, {3 * d}>}} : {x}\n"
+        f"  %t = ai.transpose %h {{perm = array<i64: 0, 2, 1, 3>}} : {split}\n"
+        f"  %p = ai.slice %t {{offsets = array<i64: 0, 0, 0, {part * d}>, sizes = array<i64: "
+        f"1, {heads}, {seq}, {d}>, strides = array<i64: 1, 1, 1, 1>}} : {heads_first}\n"
+        f"  %a = ai.mul %p, %c : {q} * {table}\n"
+        f"  %r = ai.rotate_half %p : {q}\n"
+        f"  %b = ai.mul %r, %s : {q} * {table}\n"
+        f"  %y = ai.add %a, %b : {q} * {q}\n"
+        f"  return %y : {q}\n}}\n"
+    )
+
+
 def slice_square(shape, offsets, sizes, steps, dtype: str) -> str:
     """``p * sigmoid(p)`` of a slice ``p`` of x (unfused): the pointwise kernel reads the
     slice in place (``read-views-in-place``) where its strides allow."""
@@ -101,21 +125,32 @@ def slice_square(shape, offsets, sizes, steps, dtype: str) -> str:
     )
 
 
-def random_view_graph(seed: int) -> str | None:
+def random_view_graph(seed: int, transposes: bool = False) -> str | None:
     """A random chain of 1-3 slices (outer steps 1, 2 or -1; the last dim's 1) and reshapes
     (a dim split or merged, a size-1 dim added or dropped) of x, then ``view * c`` (c
     broadcast with size-1 dims anywhere), ``rotate_half`` of the view on even rows, the
     view cast to f32 as a second result at times: the graphs ``read-views-in-place`` and
-    the pointwise kernel's strided inputs were fuzzed with (a review, 2026-12-06). None
-    where the draw ends on a dim of one element."""
+    the pointwise kernel's strided inputs were fuzzed with (a review, 2026-12-06). With
+    ``transposes``, a random permutation of the dims joins the chain at a random place
+    (one moving the last dim too: such a chain stays a copy). None where the draw ends on
+    a dim of one element."""
     import random
 
     rng = random.Random(seed)
+    transpose_at = rng.randint(0, 3) if transposes else -1
     dtype = rng.choice(["f32", "f16", "bf16"])
     root = [rng.choice([1, 2, 3, 4, 5, 6]) for _ in range(rng.choice([1, 2, 3]))]
     root.append(rng.choice([8, 16, 32, 48]))
     lines, value, shape = [], "%x", list(root)
     for n in range(rng.randint(1, 3)):
+        if n == transpose_at or (transpose_at == 3 and n == 0 and len(shape) > 1):
+            perm = list(range(len(shape)))
+            rng.shuffle(perm)
+            lines.append(
+                f"%t{n} = ai.transpose {value} {{perm = array<i64: {_ints(perm)}>}} : "
+                f"{_t(shape, dtype)}"
+            )
+            value, shape = f"%t{n}", [shape[k] for k in perm]
         if rng.random() < 0.6:
             offsets, sizes, steps = _random_slice(rng, shape)
             lines.append(

@@ -74,6 +74,12 @@ VIEW_CASES = [
         (f"views_{seed}", "random_view_graph", [seed], None)
         for seed in (0, 3, 6, 9, 10, 12, 18, 20)
     ),
+    # GPT-NeoX's interleaved QKV: the head split, heads before the sequence (a transpose
+    # keeping the last dim) and k's slice read in place; random chains whose transpose
+    # moves in
+    ("interleaved_rope_f16", "interleaved_rope", [7, 3, 32, 1, "f16"], "f16"),
+    ("interleaved_rope_bf16", "interleaved_rope", [5, 2, 64, 2, "bf16"], "bf16"),
+    *((f"views_t{seed}", "random_view_graph", [seed, True], None) for seed in (29, 43)),
 ]
 
 

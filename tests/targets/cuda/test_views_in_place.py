@@ -6,7 +6,7 @@ the kernels fusec plans (the numerics: ``test_cuda_sim.py``'s ``rope_slice`` cas
 from __future__ import annotations
 
 import pytest
-from cuda_cases import random_view_graph, slice_square, sliced_rope
+from cuda_cases import interleaved_rope, random_view_graph, slice_square, sliced_rope
 from projection_cases import projections_graph
 
 import fusec
@@ -71,8 +71,9 @@ def test_a_group_reading_one_input_through_two_views_is_refused() -> None:
         sliced_rope(16, 4, 64, 512, 128, "f16"),
         slice_square((6, 20), (5, 4), (3, 16), (-2, 1), "f16"),
         slice_square((4, 8), (2, 3), (1, 1), (1, 1), "f32"),
+        interleaved_rope(7, 3, 32, 1, "f16"),
     ],
-    ids=["rope", "rows-back", "one-element"],
+    ids=["rope", "rows-back", "one-element", "interleaved-rope"],
 )
 def test_the_pass_keeps_the_values(text: str) -> None:
     """The reference executor on the pipeline's IR gives the input graph's values."""
@@ -92,6 +93,45 @@ def test_random_view_chains_keep_their_values(seed: int) -> None:
     text = random_view_graph(seed)
     assert text is not None
     _assert_same_values(text)
+
+
+#: ... with a random transpose in the chain (the draws that hold one)
+DRAWN_TRANSPOSED = [
+    seed for seed in range(60) if "transpose" in (random_view_graph(seed, transposes=True) or "")
+]
+
+
+@pytest.mark.parametrize("seed", DRAWN_TRANSPOSED)
+def test_random_view_chains_with_a_transpose_keep_their_values(seed: int) -> None:
+    """A transpose in the chain: one keeping the last dim in place is a strided view the
+    kernel reads in place, one moving it keeps the copy; the values either way."""
+    text = random_view_graph(seed, transposes=True)
+    assert text is not None
+    _assert_same_values(text)
+
+
+@pytest.mark.parametrize("part", [0, 1, 2])
+def test_gpt_neox_rope_reads_the_interleaved_projection_in_place(part: int) -> None:
+    """GPT-NeoX's q, k or v: the head split, the heads moved before the sequence and the
+    part's slice are the pointwise kernel's strides (the survey of 2026-12-06: two copy
+    kernels a layer before), heads 3 * D apart, the sequence H * 3 * D."""
+    text = interleaved_rope(7, 3, 32, part, "f16")
+    (kernel,) = fusec.compile(text, target="cuda", executable=False).kernels
+    assert kernel.kind == "pointwise"
+    offset = f"{32 * part} + " if part else ""
+    assert f"b_in0 = {offset}i0 * 96 + i1 * 288 + i2" in kernel.source
+
+
+def test_a_transpose_moving_the_last_dim_stays_a_copy() -> None:
+    """A vector along the view's last dim would run down the input's rows."""
+    text = """func.func @f(%x: tensor<4x8x16xf16>) -> tensor<4x16x8xf16> {
+  %t = ai.transpose %x {perm = array<i64: 0, 2, 1>} : tensor<4x8x16xf16>
+  %g = ai.sigmoid %t : tensor<4x16x8xf16>
+  %y = ai.mul %t, %g : tensor<4x16x8xf16> * tensor<4x16x8xf16>
+  return %y : tensor<4x16x8xf16>
+}
+"""
+    assert _kinds(text) == ["copy", "pointwise"]
 
 
 def test_a_slice_read_twice_stays_a_copy() -> None:
