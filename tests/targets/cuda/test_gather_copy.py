@@ -416,11 +416,17 @@ def test_attention_head_split_of_the_default_pipeline_is_a_gather_kernel() -> No
   %e = ai.exp %t : {_t((2, 2, 16, 64), d)}
   return %e : {_t((2, 2, 16, 64), d)}
 }}"""
-    compiled = fusec.compile(text, target="cuda", executable=False)
+    # without read-views-in-place (the pipeline before it): the head split's copy
+    compiled = fusec.compile(
+        text, target="cuda", pipeline="fusec-cuda-separate-rope", executable=False
+    )
     copies = [k for k in compiled.kernels if k.kind == "copy"]
     assert copies, [k.kind for k in compiled.kernels]
     for kernel in copies:
         assert "template: gather" in kernel.source and "FALLBACK" not in kernel.source
+    # the default reads it in place: the transpose keeps the last dim (ab315d4)
+    kinds = [k.kind for k in fusec.compile(text, target="cuda", executable=False).kernels]
+    assert kinds == ["matmul", "pointwise"], kinds
 
 
 if __name__ == "__main__":
