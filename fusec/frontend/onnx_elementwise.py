@@ -8,10 +8,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from onnx import TensorProto
 from xdsl.ir import SSAValue
 
 from fusec.dialect import ops as ai
 from fusec.frontend.onnx_core import Importer, Node, converter
+from fusec.ir.dtypes import FLOAT_TYPES
 from fusec.ir.tensors import dtype_of, shape_of
 
 
@@ -246,8 +248,41 @@ def _cast(imp: Importer, node: Node) -> list[SSAValue]:
     x = imp.input(node, 0)
     if "to" not in node.attrs:
         raise imp.error("attribute 'to' is required")
+    if node.attrs["to"] == TensorProto.DOUBLE and dtype_of(x) in FLOAT_TYPES:
+        return [_widened(imp, node, x)]
     to = imp.element_type(node.attrs["to"], "the cast target")
     return [x if dtype_of(x) == to else imp.emit(ai.CastOp, x, to)]
+
+
+#: Operators whose result from a DOUBLE input that is an f16, bf16 or f32 value widened
+#: (exactly) is the result from that value itself: the infinity and NaN tests, and
+#: casts (one rounding of the same number to any type; to DOUBLE again, the rule again).
+_WIDTH_BLIND = frozenset({"IsInf", "IsNaN", "Cast"})
+
+
+def _widened(imp: Importer, node: Node, x: SSAValue) -> SSAValue:
+    """A Cast of float ``x`` to DOUBLE, which fusec has no tensors of, is ``x`` itself
+    when only ``_WIDTH_BLIND`` nodes read it (the TorchScript exporter writes T5's f16
+    ``isinf(h).any()`` as Cast(DOUBLE) -> IsInf -> ...); any other reader (arithmetic,
+    a comparison, a graph output) would see f64 values, and is a located error."""
+    name = node.proto.output[0]
+    readers = [n for n in imp.graph.node if name in n.input]
+    other = next(
+        (n for n in readers if n.domain not in ("", "ai.onnx") or n.op_type not in _WIDTH_BLIND),
+        None,
+    )
+    if other is not None:
+        why = f'node "{other.name or other.op_type}" ({other.op_type}) reads it'
+    elif any(o.name == name for o in imp.graph.output):
+        why = "it is a graph output"
+    else:
+        return x
+    raise imp.error(
+        f"the cast target has element type DOUBLE, and {why}: fusec supports FLOAT, FLOAT16, "
+        f"BFLOAT16, INT64, INT32 and BOOL (a {dtype_of(x)} value cast to DOUBLE is imported "
+        f"as itself where only {', '.join(sorted(_WIDTH_BLIND))} nodes read it)",
+        "dtype",
+    )
 
 
 @converter("CastLike", attrs=("saturate", "round_mode"))

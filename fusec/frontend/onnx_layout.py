@@ -101,6 +101,23 @@ def _transpose(imp: Importer, node: Node) -> list[SSAValue]:
 def _slice_of(imp: Importer, x: SSAValue, starts, ends, axes, steps) -> SSAValue:
     """ONNX Slice semantics (negative indices count from the end, clamping) as ai.slice."""
     shape = shape_of(x)
+    offsets, sizes, strides = _slice_window(imp, shape, starts, ends, axes, steps)
+    if 0 in sizes:
+        raise imp.error(
+            f"slicing axis {sizes.index(0)} gives an empty tensor: fusec does not support "
+            "empty tensors",
+            "attribute",
+        )
+    if tuple(sizes) == shape and all(s == 1 for s in strides):
+        return x
+    return imp.emit(ai.SliceOp, x, offsets=offsets, sizes=sizes, strides=strides)
+
+
+def _slice_window(
+    imp: Importer, shape: tuple[int, ...], starts, ends, axes, steps
+) -> tuple[list[int], list[int], list[int]]:
+    """The offsets, sizes (0 where a slice is empty) and strides per dim of an ONNX
+    Slice of a tensor of ``shape``."""
     rank = len(shape)
     axes = _normalised(imp, axes if axes is not None else range(len(starts)), rank)
     steps = steps if steps is not None else [1] * len(starts)
@@ -117,19 +134,15 @@ def _slice_of(imp: Importer, x: SSAValue, starts, ends, axes, steps) -> SSAValue
         else:
             start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
         count = max(0, -(-(end - start) // step))
-        if count == 0:
-            raise imp.error(
-                f"slicing axis {axis} gives an empty tensor: fusec does not support empty tensors",
-                "attribute",
-            )
         offsets[axis], sizes[axis], strides[axis] = start, count, step
-    if tuple(sizes) == shape and all(s == 1 for s in strides):
-        return x
-    return imp.emit(ai.SliceOp, x, offsets=offsets, sizes=sizes, strides=strides)
+    return offsets, sizes, strides
 
 
 @converter("Slice", attrs=("starts", "ends", "axes"))
-def _slice(imp: Importer, node: Node) -> list[SSAValue]:
+def _slice(imp: Importer, node: Node) -> list[SSAValue | None]:
+    """ai.slice; an empty slice is an empty constant (``_empty_result``): Phi-3's
+    partial-rotary pass-through ``q[..., rot:]`` with rot = head_dim, which the
+    TorchScript exporter keeps and concatenates."""
     x = imp.input(node, 0)
     if "starts" in node.attrs:  # opset < 10
         starts: list[int] | None = list(node.attrs["starts"])
@@ -144,14 +157,25 @@ def _slice(imp: Importer, node: Node) -> list[SSAValue]:
         raise imp.error("starts and ends are required")
     big = 2**62  # INT64_MAX and friends mean "to the end"
     clip = [max(min(v, big), -big) for v in ends]
+    _, sizes, _ = _slice_window(imp, shape_of(x), list(starts), clip, axes, steps)
+    if 0 in sizes:
+        _empty_result(imp, node.proto.output[0], sizes, dtype_of(x))
+        return [None]
     return [_slice_of(imp, x, list(starts), clip, axes, steps)]
+
+
+def _empty_result(imp: Importer, name: str, shape: Sequence[int], dtype: str) -> None:
+    """Record result ``name`` of zero elements as the constant it is (it has no data to
+    compute): Concat leaves it out, an operator whose inputs are all constants is
+    evaluated at import, and any other use is a located error (``Importer.constant``
+    refuses empty tensors)."""
+    imp.arrays[name] = np.empty(tuple(shape), dtype=numpy_dtype(dtype))
 
 
 @converter("Split", attrs=("axis", "split", "num_outputs"))
 def _split(imp: Importer, node: Node) -> list[SSAValue | None]:
-    """Slices along the axis; a part of size 0 is an empty constant (RoPE graphs split
-    off the values not rotated, none when all are): Concat leaves it out, and any
-    other use of it is a located error."""
+    """Slices along the axis; a part of size 0 is an empty constant (``_empty_result``;
+    RoPE graphs split off the values not rotated, none when all are)."""
     x = imp.input(node, 0)
     shape = shape_of(x)
     axis = _normalised(imp, [node.attrs.get("axis", 0)], len(shape))[0]
@@ -167,8 +191,7 @@ def _split(imp: Importer, node: Node) -> list[SSAValue | None]:
     start = 0
     for name, size in zip(node.proto.output, parts, strict=True):
         if size == 0:
-            empty = shape[:axis] + (0,) + shape[axis + 1 :]
-            imp.arrays[name] = np.empty(empty, dtype=numpy_dtype(dtype_of(x)))
+            _empty_result(imp, name, shape[:axis] + (0,) + shape[axis + 1 :], dtype_of(x))
             results.append(None)
             continue
         results.append(_slice_of(imp, x, [start], [start + size], [axis], [1]))
