@@ -680,16 +680,23 @@ def attention(
     mask: np.ndarray,
     scale: float = 1.0,
     nan_to_zero: bool = False,
+    softcap: float = 0.0,
 ) -> np.ndarray:
     """softmax(q @ key^T * scale + mask) @ v over the last axis, key (..., T, D) (float32
-    accumulation for 16-bit inputs); with ``nan_to_zero`` a probability that is NaN (a
-    row masked out entirely) is 0, as PyTorch's decomposed scaled_dot_product_attention
-    writes it."""
+    accumulation for 16-bit inputs); with ``softcap`` > 0 the scores are ``softcap *
+    tanh(q @ key^T * scale / softcap)`` before the mask (in the accumulation type, in
+    the order Gemma-2 and ONNX's Attention write it); with ``nan_to_zero`` a
+    probability that is NaN (a row masked out entirely) is 0, as PyTorch's decomposed
+    scaled_dot_product_attention writes it."""
     out_dt = _result_dtype(q, key, v)
     acc = _compute_dtype(out_dt)
     q, key, v, mask = (np.asarray(a).astype(acc, copy=False) for a in (q, key, v, mask))
     with np.errstate(invalid="ignore", over="ignore"):
-        scores = np.matmul(q, np.swapaxes(key, -1, -2)) * acc.type(scale) + mask
+        scores = np.matmul(q, np.swapaxes(key, -1, -2)) * acc.type(scale)
+        if softcap > 0:
+            cap = acc.type(softcap)
+            scores = np.tanh(scores / cap) * cap
+        scores = scores + mask
         p = softmax(scores, axis=-1)
         if nan_to_zero:
             p = np.where(np.isnan(p), acc.type(0), p)

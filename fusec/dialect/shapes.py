@@ -653,10 +653,18 @@ def moe_experts(
     return TensorSpec(x.shape, dtype)
 
 
-def attention(q: TensorSpec, key: TensorSpec, v: TensorSpec, mask: TensorSpec) -> TensorSpec:
+def attention(
+    q: TensorSpec, key: TensorSpec, v: TensorSpec, mask: TensorSpec, softcap: float = 0.0
+) -> TensorSpec:
     """softmax(q @ key^T * scale + mask) @ v: q (..., S, D), key (..., T, D), v (..., T, E),
-    mask broadcasting to the scores (..., S, T) -> (..., S, E)."""
+    mask broadcasting to the scores (..., S, T) -> (..., S, E); ``softcap`` 0 (none) or a
+    positive finite number (a negative one has no meaning, an infinite one would be
+    inf * tanh(0) = NaN rather than no cap)."""
     op = "ai.attention"
+    if not (softcap == 0.0 or 0.0 < softcap < math.inf):
+        raise ShapeError(
+            f"{op}: softcap must be 0 (none) or a positive finite number, got {softcap}"
+        )
     dtype = _same_dtype(op, [("query", q), ("key", key), ("value", v), ("mask", mask)])
     for name, spec in (("query", q), ("key", key), ("value", v)):
         if spec.rank < 2:

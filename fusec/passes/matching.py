@@ -112,9 +112,12 @@ def commuted(value: SSAValue, op_type: type) -> list[tuple[SSAValue, SSAValue]]:
 
 @dataclass
 class Recognized:
-    """Counts of rewrites by name (what ``fusec import`` reports)."""
+    """Counts of rewrites by name (what ``fusec import`` reports); ``softcap``: whether
+    soft-capped attention becomes ``ai.attention`` (``recognize-patterns{softcap=false}``
+    leaves it as its ops, for a target whose attention kernel has no tanh)."""
 
     counts: Counter[str] = field(default_factory=Counter)
+    softcap: bool = True
 
 
 class Recognition(RewritePattern):

@@ -909,9 +909,10 @@ PATTERNS: tuple[type[Recognition], ...] = (
 )
 
 
-def recognize(module: ModuleOp) -> Counter[str]:
-    """Apply every pattern to a fixed point; the rewrites made, by name."""
-    seen = Recognized()
+def recognize(module: ModuleOp, softcap: bool = True) -> Counter[str]:
+    """Apply every pattern to a fixed point; the rewrites made, by name (``softcap``:
+    ``RecognizePatternsPass.softcap``)."""
+    seen = Recognized(softcap=softcap)
     walker = PatternRewriteWalker(
         GreedyRewritePatternApplier([p(seen) for p in PATTERNS]), apply_recursively=True
     )
@@ -921,9 +922,14 @@ def recognize(module: ModuleOp) -> Counter[str]:
 
 @dataclass(frozen=True)
 class RecognizePatternsPass(ModulePass):
-    """Rewrite elementary-op spellings (GELU, LayerNorm, scales, reshapes) into ai ops."""
+    """Rewrite elementary-op spellings (GELU, LayerNorm, scales, reshapes) into ai ops.
+    ``softcap=false`` leaves soft-capped attention (Gemma-2's tanh-capped scores) as its
+    ops: the cuda pipelines, whose flash kernel has no tanh, run it as a GEMM group with
+    the cap and the softmax in its epilogue and a second GEMM, not through PyTorch."""
 
     name = "recognize-patterns"
 
+    softcap: bool = True
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        recognize(op)
+        recognize(op, softcap=self.softcap)

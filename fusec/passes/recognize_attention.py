@@ -4,6 +4,12 @@ computes the attention; the key is taken back from the transpose that made ``k^T
 there is one). ``attention_chain`` is also how fusion remarks explain an attention left
 in parts.
 
+Soft-capped scores (Gemma-2's ``attn_logit_softcapping``, ONNX Attention's ``softcap``):
+``tanh(q @ k^T [* c] [/ cap | * 1/cap]) * cap`` before the mask is ``ai.attention`` with
+``softcap = cap`` and ``scale`` the product of the factors inside the tanh times ``cap``,
+when ``cap`` is one positive finite constant (for any other the attribute would not mean
+the same).
+
 The softmax upcast (issue 28): an f16 (or bf16) attention whose scores are cast to f32
 before the softmax and whose v is cast to f32 for the second product, as the
 TorchScript exporter writes ``scaled_dot_product_attention`` of an f16 model (the f32
@@ -55,16 +61,20 @@ class AttentionChain:
     new_ops: list[Operation]
     #: the chain's f32 result is the half-precision attention's, upcast
     upcast: bool = False
+    #: the scores' soft cap (0: none)
+    softcap: float = 0.0
 
 
 def attention_chain(op: Operation) -> AttentionChain | str | None:
     """The attention chain ending at the matmul ``op``; None when ``op`` reads no softmax
     (no attention candidate), else why it is not one (a remark's reason).
 
-    The chain: ``softmax(q @ k^T [* c | / c] [+ mask])`` (the softmax over the last
-    axis, ``c`` one constant value, the product written ``matmul(q, k) {transpose_b}`` or
-    ``matmul(q, kt)`` with ``kt`` any (..., D, T) value), optionally NaN-guarded
-    (``where(isnan(p), 0, p)``), then ``@ v``; the scores and probabilities used only here.
+    The chain: ``softmax(q @ k^T [* c | / c] [+ mask])`` or, soft-capped,
+    ``softmax(tanh(q @ k^T [* c | / c] [* d | / d]) * cap [+ mask])`` (the softmax over
+    the last axis, ``c``, ``d`` and ``cap`` one constant value each, ``cap`` positive,
+    the product written ``matmul(q, k) {transpose_b}`` or ``matmul(q, kt)`` with ``kt``
+    any (..., D, T) value), optionally NaN-guarded (``where(isnan(p), 0, p)``), then
+    ``@ v``; the scores and probabilities used only here.
     """
     if not isinstance(op, ai.MatmulOp):
         return None
@@ -88,7 +98,7 @@ def attention_chain(op: Operation) -> AttentionChain | str | None:
     found = _scaled_masked_scores(softmax.operands[0], softmax)
     if isinstance(found, str):
         return found
-    scores, scale, mask, half = found
+    scores, scale, softcap, mask, half = found
     if scores.attr("transpose_a"):
         return "the score product reads the query transposed"
     q, k = scores.operands
@@ -113,7 +123,7 @@ def attention_chain(op: Operation) -> AttentionChain | str | None:
         new.append(zero := dense_constant(np.zeros(()), spec_of(q.type).dtype))
         mask = zero.results[0]
     upcast = half is not None and down is None
-    return AttentionChain(q, key, v, mask, scale, guarded is not None, new, upcast)
+    return AttentionChain(q, key, v, mask, scale, guarded is not None, new, upcast, softcap)
 
 
 class AttentionFromParts(Recognition):
@@ -125,7 +135,7 @@ class AttentionFromParts(Recognition):
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         chain = attention_chain(op)
-        if not isinstance(chain, AttentionChain):
+        if not isinstance(chain, AttentionChain) or (chain.softcap and not self.seen.softcap):
             return
         attention = ai.AttentionOp(
             chain.q,
@@ -134,6 +144,7 @@ class AttentionFromParts(Recognition):
             chain.mask,
             scale=chain.scale,
             nan_to_zero=chain.nan_to_zero,
+            softcap=chain.softcap,
         )
         new = [*chain.new_ops, attention]
         if chain.upcast:
@@ -237,67 +248,126 @@ def _half_mask(mask: SSAValue, half: str, new: list[Operation]) -> SSAValue:
 
 def _scaled_masked_scores(
     value: SSAValue, softmax: Operation
-) -> tuple[ai.MatmulOp, float, SSAValue | None, str | None] | str:
-    """(the score matmul, the scale, the mask or None, the half type the scores are
-    upcast from or None) when ``value`` is ``q @ k^T``, optionally times (or divided by)
-    a one-element constant, optionally cast from f16/bf16 to f32 (before or after the
-    scale), optionally plus a mask that broadcasts to it, every intermediate used once;
-    else why not."""
+) -> tuple[ai.MatmulOp, float, float, SSAValue | None, str | None] | str:
+    """(the score matmul, the scale, the softcap (0: none), the mask or None, the half type
+    the scores are upcast from or None) when ``value`` is ``q @ k^T``, optionally times (or
+    divided by) a one-element constant, optionally soft-capped (``_soft_cap``), optionally
+    cast from f16/bf16 to f32 (before or after the scale, or after the mask where the
+    mask is of the half type), optionally plus a mask that broadcasts to it, every
+    intermediate used once; else why not."""
     if not single_use(value):
         return f"the scores are also read by {_other_readers(value, softmax)}"
+    half = None
+    # HF's eager attention in f16/bf16 adds a mask of the model's type and upcasts the sum
+    # for the softmax (``softmax(scores + mask, dtype=float32)``): the sum's rounding to
+    # the half type is one the attention skips, as it skips the scores' own rounding.
+    source = _upcast(value)
+    if source is not None and isinstance(source.owner, ai.AddOp) and single_use(source):
+        value, half = source, spec_of(source.type).dtype
     mask = None
     if isinstance(value.owner, ai.AddOp):
         for scores, m in commuted(value, ai.AddOp):
-            if shape(scores) == shape(value) and _reaches_product(scores):
+            if shape(scores) == shape(value) and (
+                _reaches_product(scores) or _capped_product(scores)
+            ):
                 if not single_use(scores):
                     return "the unmasked scores are also read elsewhere"
                 value, mask = scores, m
                 break
         else:
             return "the scores plus a mask: neither addend is a (scaled) matrix product"
-    half = None
-    if (source := _upcast(value)) is not None:
+    if half is None and (source := _upcast(value)) is not None:
         if not single_use(value):
             return "the upcast scores are also read elsewhere"
         value, half = source, spec_of(source.type).dtype
-    scale = 1.0
-    owner = value.owner
-    if isinstance(owner, ai.MulOp | ai.DivOp):
-        pairs = commuted(value, ai.MulOp) if isinstance(owner, ai.MulOp) else [owner.operands]
-        for product, c in pairs:
-            factor = scalar(c) if math.prod(shape(c)) == 1 else None
-            if shape(product) != shape(value) or not _is_product(product, half is None):
-                continue
-            if factor is None or (isinstance(owner, ai.DivOp) and factor == 0.0):
-                return "the scores are scaled by a value that is not one constant"
-            if not single_use(product):
-                return "the unscaled scores are also read elsewhere"
-            value, scale = product, factor if isinstance(owner, ai.MulOp) else 1.0 / factor
+    softcap, steps = 0.0, 1
+    capped = _soft_cap(value)
+    if isinstance(capped, str):
+        return capped
+    if capped is not None:
+        # the scale and the division by the cap: two constant factors (or one of them)
+        value, softcap = capped
+        steps = 2
+    scale, owner = 1.0, value.owner
+    for step in range(steps):
+        if half is None and (source := _upcast(value)) is not None and single_use(value):
+            value, half = source, spec_of(source.type).dtype
+        owner = value.owner
+        scaled = _scaling(value, half, steps - step - 1)
+        if isinstance(scaled, str):
+            return scaled
+        if scaled is None:
             break
+        value, factor = scaled
+        scale *= factor
     if half is None and (source := _upcast(value)) is not None and single_use(value):
         value, half = source, spec_of(source.type).dtype
     matmul = value.owner
     if not isinstance(matmul, ai.MatmulOp):
         what = owner.name if isinstance(owner, Operation) else "an argument"
         return f"the softmax reads {what}, not scores q @ k^T"
-    return matmul, scale, mask, half
+    # softcap * tanh(s * f) with f the factors' product is ai.attention's softcap *
+    # tanh(s * scale / softcap) with scale = f * softcap (exact in real arithmetic; the
+    # property holds the f32 rounding of the product)
+    return matmul, scale * softcap if softcap else scale, softcap, mask, half
 
 
-def _is_product(value: SSAValue, upcast: bool = True) -> bool:
-    """``value`` is a matmul (or, with ``upcast``, its f16/bf16 result cast to f32)."""
-    source = _upcast(value) if upcast else None
-    return isinstance((value if source is None else source).owner, ai.MatmulOp)
+def _scaling(value: SSAValue, half: str | None, depth: int) -> tuple[SSAValue, float] | str | None:
+    """(the scaled value, the factor) when ``value`` is a product reaching a matmul
+    through at most ``depth`` more scalings times (or divided by) a one-element constant;
+    None when it is no such product; why not when the factor is no constant."""
+    owner = value.owner
+    if not isinstance(owner, ai.MulOp | ai.DivOp):
+        return None
+    pairs = commuted(value, ai.MulOp) if isinstance(owner, ai.MulOp) else [owner.operands]
+    for product, c in pairs:
+        factor = scalar(c) if math.prod(shape(c)) == 1 else None
+        if shape(product) != shape(value) or not _reaches_product(product, depth, half is None):
+            continue
+        if factor is None or (isinstance(owner, ai.DivOp) and factor == 0.0):
+            return "the scores are scaled by a value that is not one constant"
+        if not single_use(product):
+            return "the unscaled scores are also read elsewhere"
+        return product, factor if isinstance(owner, ai.MulOp) else 1.0 / factor
+    return None
 
 
-def _reaches_product(value: SSAValue) -> bool:
-    """``value`` is a matmul, or a matmul times or divided by something (either maybe
-    upcast from f16/bf16 to f32)."""
+def _soft_cap(value: SSAValue) -> tuple[SSAValue, float] | str | None:
+    """(the scores inside the tanh, the cap) when ``value`` is ``tanh(x) * cap`` (either
+    order) with ``x`` a (scaled) matrix product, Gemma-2's logit soft-capping
+    ``cap * tanh(s / cap)``; None when it is no soft cap; why not when the cap is not one
+    positive finite constant (the only case ``ai.attention``'s softcap means the same)."""
+    for tanh, c in commuted(value, ai.MulOp):
+        op = tanh.owner
+        if not isinstance(op, ai.TanhOp) or shape(tanh) != shape(value):
+            continue
+        inner = op.operands[0]
+        if not _reaches_product(inner, 2):
+            continue
+        cap = scalar(c) if math.prod(shape(c)) == 1 else None
+        if cap is None or not 0.0 < cap < math.inf:
+            return "the scores are soft-capped by a value that is not one positive constant"
+        if not (single_use(tanh) and single_use(inner)):
+            return "the soft-capped scores are also read elsewhere"
+        return inner, cap
+    return None
+
+
+def _capped_product(value: SSAValue) -> bool:
+    """``value`` is a soft-capped (scaled) matrix product (``_soft_cap``), maybe upcast."""
     source = _upcast(value)
+    return _soft_cap(value if source is None else source) is not None
+
+
+def _reaches_product(value: SSAValue, depth: int = 1, upcast: bool = True) -> bool:
+    """``value`` is a matmul, or a matmul times or divided by something, at most ``depth``
+    times (each maybe upcast from f16/bf16 to f32, with ``upcast``)."""
+    source = _upcast(value) if upcast else None
     owner = (value if source is None else source).owner
-    if isinstance(owner, ai.MulOp):
-        return any(_is_product(x) for x in owner.operands)
-    if isinstance(owner, ai.DivOp):
-        return _is_product(owner.operands[0])
+    if depth > 0 and isinstance(owner, ai.MulOp):
+        return any(_reaches_product(x, depth - 1, upcast) for x in owner.operands)
+    if depth > 0 and isinstance(owner, ai.DivOp):
+        return _reaches_product(owner.operands[0], depth - 1, upcast)
     return isinstance(owner, ai.MatmulOp)
 
 

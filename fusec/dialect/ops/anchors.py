@@ -139,10 +139,13 @@ class AttentionOp(AiOp):
     """Scaled dot-product attention: ``softmax(q @ key^T * scale + mask) @ v``, the softmax
     over the last axis; q (..., S, D), key (..., T, D) and v (..., T, E) as
     ``scaled_dot_product_attention`` and ONNX's Attention take them, the mask added to
-    the (..., S, T) scores. With ``nan_to_zero`` a NaN probability (a row masked out
-    entirely) is 0. ``recognize-patterns`` makes it of the chain matmul -> scale ->
-    [mask] -> softmax -> matmul, written or exported; each target runs it as one kernel
-    (cuda: the flash kernel where it applies)."""
+    the (..., S, T) scores. With ``softcap`` > 0 the scores are soft-capped before the
+    mask (Gemma-2's logit soft-capping, ONNX Attention's ``softcap``): ``softcap *
+    tanh(q @ key^T * scale / softcap) + mask``; 0 (the default) is none, and a negative
+    or non-finite softcap is an error. With ``nan_to_zero`` a NaN probability (a row
+    masked out entirely) is 0. ``recognize-patterns`` makes it of the chain matmul ->
+    scale -> [soft cap] -> [mask] -> softmax -> matmul, written or exported; each target
+    runs it as one kernel (cuda: the flash kernel where it applies)."""
 
     name = "ai.attention"
     query = operand()
@@ -152,13 +155,16 @@ class AttentionOp(AiOp):
     output = result()
     scale = float_prop(1.0)
     nan_to_zero = bool_prop(False)
+    softcap = float_prop(0.0)
 
     PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="attention")
 
     @classmethod
     def infer(cls, operands, attrs):
-        return shapes.attention(*operands)  # scale and nan_to_zero leave the type as it is
+        # scale, softcap and nan_to_zero leave the type as it is; softcap is checked here,
+        # where the builders, the parser and the verifier all pass
+        return shapes.attention(*operands, softcap=attrs.get("softcap", 0.0))
 
     REFERENCE: ClassVar[str] = "attention"
 

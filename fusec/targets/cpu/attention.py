@@ -15,7 +15,8 @@ of the batch (``AttentionBlocks``); per block, in its task's workspace:
    sum. When the mask is constant along the row and ``scale > 0``, ``x -> x * scale +
    mask`` is monotone in float32, so the max of the raw scores, transformed, is the
    reference's max exactly and the scaled scores are never stored (otherwise a pass
-   stores them first);
+   stores them first: always with a ``softcap``, whose scores are ``softcap *
+   tanh(x * scale / softcap) + mask``);
 3. ``sbuf @ v`` (``gemm_nn`` when E is a whole number of its vectors, else sgemm)
    into the output rows (or the block's ``cbuf`` when an
    elementwise epilogue follows, which the shared machinery runs per block), then each
@@ -94,8 +95,12 @@ class AttentionBlocks(blocked.BlockedCore):
         self.q_batch, self.k_batch, self.v_batch = q[:-2], key[:-2], v[:-2]
         self.mask = tuple(mask)
         self.scale, self.nan_to_zero = float(op.attr("scale")), bool(op.attr("nan_to_zero"))
-        #: x -> x * scale + mask is monotone: the exponent takes it (module docstring)
-        self.folded = self._mask_row()[1] == "mval" and 0 < self.scale < math.inf
+        self.softcap = float(op.attr("softcap"))
+        #: x -> x * scale + mask is monotone: the exponent takes it (module docstring); a
+        #: soft cap's tanh is a libm call per score, stored once like the masked scores
+        self.folded = (
+            self._mask_row()[1] == "mval" and 0 < self.scale < math.inf and not self.softcap
+        )
         exp_sum = "row_exp_sum_affine_inplace" if self.folded else "row_exp_sum_inplace"
         self.row_helpers = frozenset({"row_max", exp_sum})
         fit = BLOCK_BYTES // (4 * (self.t + (self.e if c_local else 0)))
@@ -248,7 +253,8 @@ class AttentionBlocks(blocked.BlockedCore):
         return lines
 
     def _row_exp(self) -> list[str]:
-        """Lines leaving ``exp(x * scale + mask - max)`` of row ``i`` in ``srow`` and the
+        """Lines leaving ``exp(x * scale + mask - max)`` (soft-capped: ``exp(softcap *
+        tanh(x * scale / softcap) + mask - max)``) of row ``i`` in ``srow`` and the
         reciprocal of its sum in ``inv``."""
         mask_lines, mask_term = self._mask_row()
         scale = f"f32({self.scale!r})"
@@ -259,6 +265,9 @@ class AttentionBlocks(blocked.BlockedCore):
                 f"inv = f32(1.0 / row_exp_sum_affine_inplace(srow, {scale}, mval, m))",
             ]
         scaled = "srow[j]" if self.scale == 1.0 else f"srow[j] * {scale}"
+        if self.softcap:  # cap * tanh(x * scale / cap), in the reference's order
+            cap = f"f32({self.softcap!r})"
+            scaled = f"{cap} * math.tanh({scaled} / {cap})"
         return [
             *mask_lines,
             f"for j in range({self.t}):",

@@ -194,7 +194,9 @@ def _addmm(op: ai.AiOp, a: list[str], bias: str) -> str:
 
 def _attention(op: ai.AiOp, a: list[str]) -> str:
     scale, nan = float(op.attr("scale")), bool(op.attr("nan_to_zero"))
-    return f"ieee_attention(torch, {', '.join(a)}, {scale!r}, {nan})"
+    softcap = float(op.attr("softcap"))  # the flash kernel refuses these: always here
+    cap = f", softcap={softcap!r}" if softcap else ""
+    return f"ieee_attention(torch, {', '.join(a)}, {scale!r}, {nan}{cap})"
 
 
 def _moe_experts(op: ai.AiOp, a: list[str]) -> str:

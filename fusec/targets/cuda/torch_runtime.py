@@ -92,17 +92,29 @@ def ieee_addmm(torch: Any, bias: Any, a: Any, b: Any) -> Any:
 
 
 def ieee_attention(
-    torch: Any, q: Any, key: Any, v: Any, mask: Any, scale: float, nan_to_zero: bool
+    torch: Any,
+    q: Any,
+    key: Any,
+    v: Any,
+    mask: Any,
+    scale: float,
+    nan_to_zero: bool,
+    softcap: float = 0.0,
 ) -> Any:
     """``softmax(q @ key^T * scale + mask) @ v`` (``ai.attention``) op by op, in IEEE f32
     (16-bit operands widened, as the reference and the flash kernel accumulate: scores
     and probabilities rounded to bf16 were off by 1-4% on the H200's differential run);
-    NaN probabilities 0 with ``nan_to_zero``. (PyTorch's fused
+    with ``softcap`` > 0 the scores are ``softcap * tanh(scores / softcap)`` before the
+    mask (the flash kernel has no tanh: such an attention always runs here); NaN
+    probabilities 0 with ``nan_to_zero``. (PyTorch's fused
     scaled_dot_product_attention would give a masked-out row 0 or NaN depending on its
     backend: these are the dialect's semantics on every backend.)"""
     out_dtype = q.dtype
     q, key, v, mask = (t.float() for t in (q, key, v, mask))
-    p = torch.softmax(ieee_matmul(torch, q, key.transpose(-1, -2)) * scale + mask, dim=-1)
+    scores = ieee_matmul(torch, q, key.transpose(-1, -2)) * scale
+    if softcap > 0:
+        scores = torch.tanh(scores / softcap) * softcap
+    p = torch.softmax(scores + mask, dim=-1)
     if nan_to_zero:
         p = torch.nan_to_num(p, nan=0.0, posinf=float("inf"), neginf=float("-inf"))
     return ieee_matmul(torch, p, v).to(out_dtype)

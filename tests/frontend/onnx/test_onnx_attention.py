@@ -209,3 +209,29 @@ def test_unsupported_forms_are_refused() -> None:
     model.graph.node[0].attribute.append(helper.make_attribute("left_window_size", -2))
     with pytest.raises(FusecError, match="window sizes -2, -1 must be -1 or nonnegative"):
         fusec.from_onnx(model)
+
+
+@pytest.mark.parametrize("dtype", [F32, TensorProto.FLOAT16])
+def test_a_softcap_without_a_bias_is_one_soft_capped_attention(dtype: int) -> None:
+    """The decomposition's cap (``tanh(scores / softcap) * softcap``) is recognised as
+    ``ai.attention``'s softcap: one attention kernel on the cpu target (f16 with the
+    softmax in f32 included). (With a bias, the zeroed fully masked rows keep the ops
+    as they do without a softcap.)"""
+    spec = [(n, dtype, s) for n, _, s in (Q4, K4, V4)]
+    attrs = {"scale": 0.3, "softcap": 2.0}
+    if dtype != F32:
+        attrs["softmax_precision"] = F32
+    model = _model(spec, attrs)
+    model.graph.output[0].type.tensor_type.elem_type = dtype
+    rng = np.random.default_rng(5)
+    np_dtype = np.float32 if dtype == F32 else np.float16
+    arrays = [(3 * rng.standard_normal(s)).astype(np_dtype) for _, _, s in spec]
+    (want,) = ReferenceEvaluator(model).run(None, dict(zip("QKV", arrays, strict=True)))
+    program = fusec.compile(fusec.from_onnx(model), target="cpu")
+    assert [k.kind for k in program.kernels] == ["attention"]
+    (op,) = [o for o in program.module.walk() if o.name == "ai.attention"]
+    # sqrt(scale) on Q and K moves after the product (rounded to f16 there)
+    assert op.attr("softcap") == 2.0 and op.attr("scale") == pytest.approx(0.3, rel=1e-3)
+    got = program(*arrays)
+    tol = 1e-5 if dtype == F32 else 2e-2  # ONNX's reference rounds each step to f16
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=tol, atol=tol)
