@@ -62,7 +62,7 @@ def run(
                         if spec.causal:
                             masked = masked | (cols[None, :] > rows[:, None])
                         s = np.where(masked, -np.inf, s)
-                    mx = np.maximum(m_run, s.max(axis=1))
+                    mx = np.fmax(m_run, np.fmax.reduce(s, axis=1))  # fmaxf: NaN ignored
                     shift = np.where(mx == -np.inf, 0.0, mx).astype(np.float32)
                     with np.errstate(invalid="ignore", over="ignore"):
                         corr = np.exp2((m_run - shift) * unit)
@@ -74,7 +74,10 @@ def run(
                 empty = np.nan if has_mask and not spec.nan_to_zero else 0.0
                 inv = np.where(l_run > 0, 1.0 / np.where(l_run > 0, l_run, 1.0), empty)
                 valid = rows < spec.sq
-                out[bh, rows[valid]] = (o * inv[:, None])[valid]
+                result = o * inv[:, None]
+                if spec.nan_to_zero:  # the kernel's zero_row: a NaN sum (a NaN score) gives 0
+                    result = np.where(np.isnan(l_run)[:, None], 0.0, result)
+                out[bh, rows[valid]] = result[valid]
                 writes[bh, rows[valid]] += 1
     return out, writes
 

@@ -108,8 +108,24 @@ def _masked_spec(batch: int, sq: int, sk: int, **kw) -> AttentionSpec:
 
 @pytest.mark.parametrize(
     "fill, nan_to_zero",
-    [("-inf", False), ("-inf", True), ("min", False), ("bias", False)],
-    ids=["padding-inf", "padding-inf-nan-to-zero", "padding-f32-min", "random-bias"],
+    [
+        ("-inf", False),
+        ("-inf", True),
+        ("min", False),
+        ("bias", False),
+        ("nan", False),
+        ("nan", True),
+        ("+inf", True),
+    ],
+    ids=[
+        "padding-inf",
+        "padding-inf-nan-to-zero",
+        "padding-f32-min",
+        "random-bias",
+        "a-nan",
+        "a-nan-nan-to-zero",
+        "a-plus-inf-nan-to-zero",
+    ],
 )
 def test_the_mask_path_of_the_online_softmax_matches_the_reference(fill, nan_to_zero) -> None:
     """The model of the kernel (``attention_model.run``) against the reference executor's
@@ -122,6 +138,9 @@ def test_the_mask_path_of_the_online_softmax_matches_the_reference(fill, nan_to_
     q, k, v = (rng.standard_normal((batch, n, 64)).astype(np.float16) for n in (sq, sk, sk))
     if fill == "bias":
         mask = rng.standard_normal((batch, sq, sk)).astype(np.float32) * 3
+    elif fill in ("nan", "+inf"):  # one poisoned score a row in a few rows: NaN rows
+        mask = rng.standard_normal((batch, sq, sk)).astype(np.float32)
+        mask[0, ::7, 150] = np.nan if fill == "nan" else np.inf
     else:
         value = -np.inf if fill == "-inf" else np.finfo(np.float32).min
         lengths = rng.integers(1, sk, size=(batch, sq, 1))
