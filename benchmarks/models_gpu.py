@@ -42,9 +42,24 @@ backend's own table, with graph breaks and the cpu target). ``--pipeline NAME`` 
 fusec with that pipeline instead of the target's (an opt-in one such as
 ``fusec-cuda-separate-rope``); with ``--target cpu`` it is the pipeline of the cuda
 structure columns (what the cuda target would make of each model, no GPU needed).
+``--attention-mask`` exports the transformers (BERT, GPT-2, Llama) as users do, with a
+second graph input ``attention_mask`` (int64 [batch, seq]: ones, and in rows 0, 2, ... the
+last seq / 8 positions zero, right padding as a tokenizer pads, so every row is padded at
+batch 1 and no softmax row is fully masked; ``padding_mask``), and feeds the same mask to
+the float32 module, eager, torch.compile (both modes, and ``--torch-backend``) and fusec.
+Every output position is compared, padded ones included (the models compute them; they are
+not discarded); where the float32 module gives NaN, fusec must give NaN too and those
+positions are left out of the error (``errors``'s ``same_nan``: the transformers here give
+none, not even for a fully masked row). Rows say ``mask: yes`` and their input column
+``inputs_embeds+mask``; models without a mask input (the CNNs, ViT) are not run, and the
+table says so. The default suffix gains ``-mask``. Which attention kernel reads the mask is
+fusec's choice: ``FUSEC_ATTENTION_MASKS=tensor`` in the environment (the workers inherit it,
+and the table names it) lets the flash kernel read it from memory, else the attention runs
+on the PyTorch fallback (``fusec/targets/cuda/attention/template.py``).
 
     python3 benchmarks/models_gpu.py --quick --budget 540 --out results/       # H200
     python3 benchmarks/models_gpu.py --models resnet50,bert --dtypes bf16 --out results/
+    FUSEC_ATTENTION_MASKS=tensor python3 benchmarks/models_gpu.py --quick --attention-mask
     python3 benchmarks/models_gpu.py --target cpu --smoke --out /tmp/zoo       # no GPU
 
 ``--target cpu --smoke`` runs the same script end to end on the CPU (tiny configs: one or two
@@ -92,6 +107,7 @@ class ZooEntry:
     throughput_batch: int
     full_size: str  # what the full-size build is
     smoke_size: str  # what --smoke builds instead
+    attention_mask: bool = False  # takes an attention_mask input (--attention-mask)
 
 
 IMAGE, SMOKE_IMAGE = 224, 64  # 64: 2x2 after five stride-2 stages, as tests/frontend/onnx/models
@@ -124,9 +140,16 @@ ZOO: dict[str, ZooEntry] = {
             8,
             "12 layers, seq 128",
             "2 layers, hidden 128",
+            attention_mask=True,
         ),
         ZooEntry(
-            "gpt2", "GPT-2 decoder", "transformers", 8, "12 layers, seq 128", "2 layers, hidden 128"
+            "gpt2",
+            "GPT-2 decoder",
+            "transformers",
+            8,
+            "12 layers, seq 128",
+            "2 layers, hidden 128",
+            attention_mask=True,
         ),
         ZooEntry(
             "llama",
@@ -135,6 +158,7 @@ ZOO: dict[str, ZooEntry] = {
             8,
             "4 layers of TinyLlama's (hidden 2048, 32 heads, 4 KV heads), seq 128",
             "2 layers, hidden 256, 4 heads, 2 KV heads",
+            attention_mask=True,
         ),
     )
 }
@@ -148,6 +172,41 @@ def input_name(entry: ZooEntry, form: str) -> str:
     if entry.source == "torchvision":
         return "x"
     return "inputs_embeds" if form == "embeds" else "input_ids"
+
+
+#: ``--attention-mask``: the second graph input, and how its sample pads (``padding_mask``)
+MASK_INPUT = "attention_mask"
+#: every other row from the first is padded, over its last 1/PAD_FRACTION positions
+PAD_EVERY, PAD_FRACTION = 2, 8
+
+
+def input_names(entry: ZooEntry, form: str, mask: bool = False) -> list[str]:
+    """The graph inputs of ``entry``: its input, then ``attention_mask`` with ``mask``."""
+    return [input_name(entry, form)] + ([MASK_INPUT] if mask else [])
+
+
+def input_label(entry: ZooEntry, form: str, mask: bool = False) -> str:
+    """The table's input column: the input's name, "+mask" with an attention mask."""
+    return input_name(entry, form) + ("+mask" if mask else "")
+
+
+def padding_lengths(batch: int, sequence: int) -> list[int]:
+    """Each row's valid length in the ``attention_mask`` sample: rows 0, 2, 4, ... (so
+    batch 1 too) are padded over their last ``sequence // PAD_FRACTION`` positions (at
+    least one, never all), the others are full. Right padding, as tokenizers pad for
+    these models: every query, padded or not, still sees key 0 and on, so no row of
+    the softmax is fully masked (no NaN by construction)."""
+    pad = min(max(1, sequence // PAD_FRACTION), sequence - 1)
+    return [sequence - pad if row % PAD_EVERY == 0 else sequence for row in range(batch)]
+
+
+def padding_mask(batch: int, sequence: int) -> Any:
+    """The ``attention_mask`` sample: int64 [batch, sequence], 1 at a row's first
+    ``padding_lengths`` positions and 0 after them (numpy; torch takes it as is)."""
+    import numpy as np
+
+    lengths = np.asarray(padding_lengths(batch, sequence), dtype=np.int64)
+    return (np.arange(sequence, dtype=np.int64)[None, :] < lengths[:, None]).astype(np.int64)
 
 
 def batches_of(entry: ZooEntry, wanted: Sequence[str], smoke: bool) -> list[int]:
@@ -378,6 +437,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
         "why not). "
         f"Workers at a time: {meta.get('jobs', 1)} (exporting and compiling side by side; "
         "timing one at a time).",
+        *mask_paragraph(meta),
         "",
         head,
         "|" + " --- |" * (head.count("|") - 1),
@@ -422,9 +482,32 @@ def markdown(rows: list[dict], meta: dict) -> str:
         lines += ["", "Fallback reasons (kernel headers):", "", *[f"- {f}" for f in fallbacks]]
     if meta.get("skipped"):
         lines += ["", f"Not run (over the --budget): {', '.join(meta['skipped'])}."]
+    if meta.get("mask_skipped"):
+        lines += [
+            "",
+            f"Not run with --attention-mask (no {MASK_INPUT} input): "
+            f"{', '.join(meta['mask_skipped'])}.",
+        ]
     if meta.get("chart_note"):
         lines += ["", meta["chart_note"]]
     return "\n".join(lines) + "\n"
+
+
+def mask_paragraph(meta: dict) -> list[str]:
+    """What ``--attention-mask`` fed, as lines before the table (none without it)."""
+    if not meta.get("attention_mask"):
+        return []
+    kernel = meta.get("attention_masks_env") or "unset (index)"
+    return [
+        "",
+        f"Attention masks: the transformers take a second input `{MASK_INPUT}` (int64 "
+        f"[batch, seq]; ones, the last 1/{PAD_FRACTION} of the positions zero in rows 0, "
+        f"{PAD_EVERY}, ...: right padding, no fully masked softmax row), fed the same to "
+        "the float32 module, eager, torch.compile and fusec; every position is compared, "
+        "padded ones included (their outputs are computed, not discarded), and where the "
+        "float32 module gives NaN, fusec must too, those positions left out of the error "
+        f"(none with this padding). `$FUSEC_ATTENTION_MASKS`: {kernel}.",
+    ]
 
 
 def write_results(out: Path, suffix: str, rows: list[dict], meta: dict) -> tuple[Path, Path]:
@@ -528,12 +611,15 @@ def kernel_stats(kernels: Sequence[Any]) -> dict:
 # ------------------------------------------------------------------ the worker (torch)
 
 
-def build(name: str, smoke: bool, form: str = "embeds", size: dict | None = None) -> Any:
+def build(
+    name: str, smoke: bool, form: str = "embeds", size: dict | None = None, mask: bool = False
+) -> Any:
     """The zoo model ``name`` in float32, eval mode, random weights from a fixed seed.
 
     ``size``: the configuration's size fields instead of the full or smoke ones (the cpu
     zoo's sizes, ``models_cpu.py``): a transformers config's, or ViT's constructor's; the
-    other CNNs take none (their size is the input's)."""
+    other CNNs take none (their size is the input's). ``mask``: a transformer takes its
+    ``attention_mask`` as a second input (``masked_wrapper``; the same weights)."""
     import torch
 
     sys.path.insert(0, str(ROOT / "tests" / "frontend" / "onnx" / "models"))
@@ -543,7 +629,8 @@ def build(name: str, smoke: bool, form: str = "embeds", size: dict | None = None
     if ZOO[name].source == "torchvision":
         model = _torchvision_model(name, smoke, narrow, size)
     else:
-        model = hf_wrapper()(_transformers_model(name, smoke, size), form)
+        wrapper = masked_wrapper() if mask else hf_wrapper()
+        model = wrapper(_transformers_model(name, smoke, size), form)
     randomise(model)  # non-trivial biases, norm scales and BatchNorm statistics
     return model.eval()
 
@@ -671,6 +758,23 @@ def hf_wrapper() -> type:
     return HFWrapper
 
 
+@functools.cache
+def masked_wrapper() -> type:
+    """``hf_wrapper``'s model fed its attention mask as a second input (int64 [batch,
+    seq], 1: a token, 0: padding) instead of the all-ones mask (``--attention-mask``)."""
+    import torch
+
+    class MaskedWrapper(hf_wrapper()):  # type: ignore[misc]
+        def forward(  # type: ignore[override]
+            self, x: torch.Tensor, attention_mask: torch.Tensor
+        ) -> tuple[torch.Tensor, ...]:
+            feed = {"inputs_embeds": x} if self.form == "embeds" else {"input_ids": x}
+            out = self.model(**feed, attention_mask=attention_mask, return_dict=False)
+            return tuple(t for t in out if isinstance(t, torch.Tensor))
+
+    return MaskedWrapper
+
+
 def sample(model: Any, name: str, batch: int, smoke: bool, form: str, dtype: Any) -> Any:
     """A fresh random input (fixed seed per batch) for ``model``; float inputs in ``dtype``."""
     import torch
@@ -686,8 +790,33 @@ def sample(model: Any, name: str, batch: int, smoke: bool, form: str, dtype: Any
     return torch.randn(batch, sequence, config.hidden_size, generator=generator).to(dtype)
 
 
-def export(model: Any, example: Any, path: Path, exporter: str, name: str) -> None:
-    """Write ``model`` on ``example`` (static shapes) to ``path`` with one exporter.
+def sample_inputs(
+    model: Any, name: str, batch: int, smoke: bool, form: str, dtype: Any, mask: bool = False
+) -> tuple[Any, ...]:
+    """``sample``'s input, then with ``mask`` the ``padding_mask`` of its batch and
+    sequence (a torch int64 tensor): the module's and the graph's inputs in order."""
+    x = sample(model, name, batch, smoke, form, dtype)
+    if not mask:
+        return (x,)
+    import torch
+
+    return x, torch.from_numpy(padding_mask(*x.shape[:2]))
+
+
+def as_args(x: Any) -> tuple[Any, ...]:
+    """A module's inputs as a tuple: ``x`` itself when it is one, else ``(x,)``."""
+    return x if isinstance(x, tuple) else (x,)
+
+
+def widened(x: Any) -> tuple[Any, ...]:
+    """The inputs ``x`` (one tensor or a tuple) for the float32 module: float ones in
+    float32, integer ones (ids, a mask) as they are."""
+    return tuple(t.float() if t.is_floating_point() else t for t in as_args(x))
+
+
+def export(model: Any, example: Any, path: Path, exporter: str, name: str | Sequence[str]) -> None:
+    """Write ``model`` on ``example`` (static shapes) to ``path`` with one exporter;
+    ``example`` a tensor or a tuple of them (the inputs in order, one ``name`` each).
 
     nn.MultiheadAttention's inference fast path (ViT's attention under no_grad) is one
     ``aten::_native_multi_head_attention`` call that the TorchScript exporter cannot write:
@@ -706,12 +835,15 @@ def export(model: Any, example: Any, path: Path, exporter: str, name: str) -> No
             torch.backends.mha.set_fastpath_enabled(fastpath)
 
 
-def _export(torch: Any, model: Any, example: Any, path: Path, exporter: str, name: str) -> None:
+def _export(
+    torch: Any, model: Any, example: Any, path: Path, exporter: str, name: str | Sequence[str]
+) -> None:
+    args, names = as_args(example), [name] if isinstance(name, str) else list(name)
     if exporter == "torchscript":
-        torch.onnx.export(model, (example,), str(path), dynamo=False, input_names=[name])
+        torch.onnx.export(model, args, str(path), dynamo=False, input_names=names)
     else:
         program = torch.onnx.export(
-            model, (example,), dynamo=True, input_names=[name], external_data=False
+            model, args, dynamo=True, input_names=names, external_data=False
         )
         program.save(str(path), external_data=False)
 
@@ -743,8 +875,12 @@ def fusec_argument(x: Any, target: str) -> Any:
     return x.numpy()
 
 
-def errors(got: list, want: list) -> tuple[float, int]:
-    """(largest relative L2 error over the outputs, non-finite elements of ``got``)."""
+def errors(got: list, want: list, same_nan: bool = False) -> tuple[float, int]:
+    """(largest relative L2 error over the outputs, non-finite elements of ``got``).
+
+    ``same_nan`` (``--attention-mask``): where ``want`` is NaN (a softmax row with every key
+    masked, in a model that leaves it NaN), ``got`` must be NaN too and the position is
+    left out of the error; ``got`` finite there counts as non-finite (a mismatch)."""
     import numpy as np
 
     sys.path.insert(0, str(ROOT / "tests"))
@@ -755,6 +891,10 @@ def errors(got: list, want: list) -> tuple[float, int]:
     worst, bad = 0.0, 0
     for g, w in zip(got, want, strict=True):
         a, b = to_numpy(g), to_numpy(w)
+        if same_nan and a.shape == b.shape:
+            hole = np.isnan(b)
+            bad += int(np.count_nonzero(~np.isnan(a[hole])))
+            a, b = a[~hole], b[~hole]
         bad += int(np.count_nonzero(~np.isfinite(a)))
         worst = max(worst, compare(a, b, dtype="f32").rel_l2)
     return worst, bad
@@ -907,6 +1047,7 @@ class Worker:
     profile: bool = False
     torch_backend: bool = False
     pipeline: str | None = None  # fusec's pipeline (None: the target's)
+    attention_mask: bool = False  # --attention-mask: an attention_mask input too
 
     @property
     def timer(self) -> Timer:
@@ -958,23 +1099,41 @@ def environment(torch: Any, target: str) -> dict:
     return env
 
 
-def prepare(name: str, dtype: str, smoke: bool, form: str, device: Any) -> tuple[Any, Any]:
-    """(the float32 module, the same weights in ``dtype``) on ``device``."""
+def prepare(
+    name: str, dtype: str, smoke: bool, form: str, device: Any, mask: bool = False
+) -> tuple[Any, Any]:
+    """(the float32 module, the same weights in ``dtype``) on ``device``; ``mask``: fed an
+    ``attention_mask`` too."""
     import torch
 
-    reference = build(name, smoke, form).to(device)
-    model = build(name, smoke, form).to(device=device, dtype=getattr(torch, TORCH_DTYPES[dtype]))
+    reference = build(name, smoke, form, mask=mask).to(device)
+    model = build(name, smoke, form, mask=mask).to(
+        device=device, dtype=getattr(torch, TORCH_DTYPES[dtype])
+    )
     return reference, model
 
 
 @dataclass
 class Checked:
-    """A case's row and, when fusec ran it, what timing it needs."""
+    """A case's row and, when fusec ran it, what timing it needs: its input as fusec and
+    as torch take it, and with ``--attention-mask`` the mask likewise."""
 
     row: dict
     compiled: Any = None
     arg: Any = None
     x: Any = None
+    mask_arg: Any = None
+    mask: Any = None
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """fusec's arguments in the graph's order."""
+        return (self.arg,) if self.mask_arg is None else (self.arg, self.mask_arg)
+
+    @property
+    def xs(self) -> tuple[Any, ...]:
+        """The torch module's inputs in order."""
+        return (self.x,) if self.mask is None else (self.x, self.mask)
 
 
 def check_fusec(
@@ -987,28 +1146,46 @@ def check_fusec(
     form: str,
     emit: Callable[[dict], None],
     pipeline: str | None = None,
+    mask: bool = False,
 ) -> Checked:
     """Export ``model`` at ``row``'s batch, import, compile and run it with fusec, and
     compare fusec and eager with the float32 ``reference``; each stage is announced by
-    ``emit`` first (a killed worker says where it stopped), a failure is the row's status."""
+    ``emit`` first (a killed worker says where it stopped), a failure is the row's status.
+    ``mask``: ``model`` and ``reference`` take an ``attention_mask`` (``masked_wrapper``),
+    the graph has it as its second input, and NaN of the reference must be NaN in fusec
+    (``errors``'s ``same_nan``)."""
     import torch
 
     import fusec
     from fusec.errors import FusecError
 
-    name = input_name(ZOO[row["model"]], form)
+    entry = ZOO[row["model"]]
+    name = input_name(entry, form)
+    names = input_names(entry, form, mask)
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
-    x = sample(model, row["model"], row["batch"], smoke, form, dtype).to(device)
-    row |= {"input_form": name, "input": list(x.shape), "stage": "export"}
+    xs = tuple(
+        t.to(device)
+        for t in sample_inputs(model, row["model"], row["batch"], smoke, form, dtype, mask)
+    )
+    x = xs[0]
+    row |= {"input_form": input_label(entry, form, mask), "input": list(x.shape)}
+    if mask:
+        row |= {
+            "mask": "yes",
+            "padded_rows": sum(1 for n in padding_lengths(*x.shape[:2]) if n < x.shape[1]),
+        }
+    row["stage"] = "export"
     emit(row)
     with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
-        want = as_list(reference(x.float() if x.is_floating_point() else x))
-        row["eager_err"], row["eager_nonfinite"] = errors(as_list(model(x)), want)
+        want = as_list(reference(*widened(xs)))
+        if mask:
+            row["reference_nan"] = sum(int(torch.isnan(t).sum()) for t in want)
+        row["eager_err"], row["eager_nonfinite"] = errors(as_list(model(*xs)), want, mask)
         path = Path(tmp) / f"{row['model']}-b{row['batch']}.onnx"
         t0 = time.perf_counter()
         try:
-            export(model, x, path, row["exporter"], name)
+            export(model, xs if mask else x, path, row["exporter"], names if mask else name)
         except Exception as err:  # the exporter's own failure, not fusec's
             return Checked(row | failure("export error", err))
         row["export_s"] = time.perf_counter() - t0
@@ -1016,7 +1193,8 @@ def check_fusec(
         emit(row | {"stage": "import"})
         t0 = time.perf_counter()
         try:
-            module = fusec.from_onnx(path, input_shapes={name: tuple(x.shape)})
+            shapes = {n: tuple(t.shape) for n, t in zip(names, xs, strict=True)}
+            module = fusec.from_onnx(path, input_shapes=shapes)
         except FusecError as err:
             return Checked(row | {"status": "refused at import", "message": short(str(err))})
         except Exception as err:
@@ -1026,20 +1204,22 @@ def check_fusec(
         row["cuda_structure"] = cuda_structure(module, pipeline)
         pipeline = None  # (a cuda pipeline: the cpu target compiles with its own)
     emit(row | {"stage": "compile"})
-    arg = fusec_argument(x, target)
+    args = tuple(fusec_argument(t, target) for t in xs)
     try:
         t0 = time.perf_counter()
         compiled = fusec.compile(module, target=target, pipeline=pipeline)
-        got = as_list(compiled(arg))
+        got = as_list(compiled(*args))
         if target == "cuda":
             torch.cuda.synchronize()
         row["fusec_compile_s"] = time.perf_counter() - t0
     except Exception as err:
         return Checked(row | failure("compile error", err))
     row |= kernel_stats(compiled.kernels)
-    row["fusec_err"], row["nonfinite"] = errors(got, want)
+    row["fusec_err"], row["nonfinite"] = errors(got, want, mask)
     row["status"] = verdict(row["fusec_err"], row["eager_err"], row["nonfinite"])
-    return Checked(row, compiled, arg, x)
+    if mask:
+        return Checked(row, compiled, args[0], x, args[1], xs[1])
+    return Checked(row, compiled, args[0], x)
 
 
 def cuda_graph_state(program: Any) -> str:
@@ -1063,10 +1243,12 @@ def profile_case(w: Worker, checked: Checked, batch: int) -> str:
 
     from fusec.tools.profile import profile
 
-    arg = checked.arg
-    host = arg.detach().cpu().numpy() if hasattr(arg, "detach") else np.asarray(arg)
+    hosts = [
+        arg.detach().cpu().numpy() if hasattr(arg, "detach") else np.asarray(arg)
+        for arg in checked.args
+    ]
     with w.timer.exclusive():  # its sleep kernels and timed calls load the GPU
-        prof = profile(checked.compiled, inputs=[host], repeat=10, warmup=2)
+        prof = profile(checked.compiled, inputs=hosts, repeat=10, warmup=2)
     print(f"== profile of {w.case.slug} batch {batch}\n{prof.table()}", flush=True)
     path = w.results.parent / f"profile-{w.case.slug}-b{batch}.json"
     path.write_text(json.dumps(prof.to_dict(), indent=1, default=str))
@@ -1077,7 +1259,9 @@ def run_fusec_job(w: Worker) -> None:
     """Check, then time fusec and eager, for each batch of the case."""
     torch, device = torch_setup(w.target)
     w.emit(environment(torch, w.target))
-    reference, model = prepare(w.case.model, w.case.dtype, w.smoke, w.form, device)
+    reference, model = prepare(
+        w.case.model, w.case.dtype, w.smoke, w.form, device, w.attention_mask
+    )
     timer = w.timer
     for batch in w.case.batches:
         checked = check_fusec(
@@ -1089,13 +1273,14 @@ def run_fusec_job(w: Worker) -> None:
             form=w.form,
             emit=w.emit,
             pipeline=w.pipeline,
+            mask=w.attention_mask,
         )
         row = checked.row
         if checked.compiled is not None:
             w.emit(row | {"stage": "timing"})
             with torch.no_grad():
-                fusec_t = timer(functools.partial(checked.compiled, checked.arg))
-                eager_t = timer(functools.partial(model, checked.x))
+                fusec_t = timer(functools.partial(checked.compiled, *checked.args))
+                eager_t = timer(functools.partial(model, *checked.xs))
             row["fusec_ms"], row["fusec_min_ms"] = fusec_t["ms"], fusec_t["min_ms"]
             row["fusec_wall_ms"] = fusec_t.get("wall_ms")
             row["stream_check"] = fusec_t.get("stream_check")
@@ -1115,15 +1300,24 @@ def run_torch_job(w: Worker) -> None:
     each compiled afresh for its static shape; compile time = the first call."""
     torch, device = torch_setup(w.target)
     dtype = getattr(torch, TORCH_DTYPES[w.case.dtype])
+    mask = w.attention_mask
     if w.torch_backend:  # the float32 module too: the backend's error
-        reference, model = prepare(w.case.model, w.case.dtype, w.smoke, w.form, device)
+        reference, model = prepare(w.case.model, w.case.dtype, w.smoke, w.form, device, mask)
     else:
-        reference, model = None, build(w.case.model, w.smoke, w.form).to(device, dtype)
+        reference, model = None, build(w.case.model, w.smoke, w.form, mask=mask).to(device, dtype)
     timer = w.timer
     for batch in w.case.batches:
         row = w.base(batch) | {"stage": "torch.compile"}
+        if mask:
+            row["mask"] = "yes"
         w.emit(row)
-        x = sample(model, w.case.model, batch, w.smoke, w.form, dtype).to(device)
+        if mask:  # the module's inputs as a tuple (first_call_and_time's *x)
+            x = tuple(
+                t.to(device)
+                for t in sample_inputs(model, w.case.model, batch, w.smoke, w.form, dtype, True)
+            )
+        else:
+            x = sample(model, w.case.model, batch, w.smoke, w.form, dtype).to(device)
         modes = [("compile", "default")]
         if batch == 1 and w.reduce_overhead:
             modes.append(("reduce_overhead", "reduce-overhead"))
@@ -1146,22 +1340,25 @@ def run_torch_job(w: Worker) -> None:
 def first_call_and_time(
     torch: Any, fn: Callable[[Any], Any], x: Any, timer: Timer, target: str
 ) -> tuple[Any, float, dict]:
-    """A compiled ``fn``'s first call on ``x`` (where it compiles): its result and seconds
-    (to the device's end on cuda), then ``timer``'s figures of the calls after it."""
+    """A compiled ``fn``'s first call on ``x`` (where it compiles; a tuple: its inputs in
+    order): its result and seconds (to the device's end on cuda), then ``timer``'s figures
+    of the calls after it."""
+    args = as_args(x)
     t0 = time.perf_counter()
-    out = fn(x)
+    out = fn(*args)
     if target == "cuda":
         torch.cuda.synchronize()
     first_s = time.perf_counter() - t0
-    return out, first_s, timer(lambda: fn(x))
+    return out, first_s, timer(lambda: fn(*args))
 
 
 def backend_timing(
     torch: Any, model: Any, reference: Any, x: Any, timer: Timer, target: str
 ) -> dict:
-    """``torch.compile(model, backend="fusec")`` for ``x``'s shape: its first call's seconds,
-    median ms and error against the float32 ``reference``, and what the backend did
-    (Dynamo graphs, fusec partitions, ATen nodes left to eager)."""
+    """``torch.compile(model, backend="fusec")`` for ``x``'s shape (a tuple: the inputs in
+    order): its first call's seconds, median ms and error against the float32
+    ``reference``, and what the backend did (Dynamo graphs, fusec partitions, ATen nodes
+    left to eager)."""
     import fusec.torch as fusec_torch
 
     torch._dynamo.reset()
@@ -1169,8 +1366,8 @@ def backend_timing(
     fn = torch.compile(model, backend="fusec", dynamic=False)
     with torch.no_grad():
         got, first_s, timed = first_call_and_time(torch, fn, x, timer, target)
-        want = as_list(reference(x.float() if x.is_floating_point() else x))
-    err, nonfinite = errors(as_list(got), want)
+        want = as_list(reference(*widened(x)))
+    err, nonfinite = errors(as_list(got), want, isinstance(x, tuple))
     stats = fusec_torch.stats()
     return {
         "torch_backend_s": first_s,
@@ -1264,11 +1461,24 @@ def driver() -> str:
     return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout else "n/a"
 
 
-def plan(args: argparse.Namespace) -> list[Case]:
+def wanted_models(args: argparse.Namespace) -> list[str]:
     models = args.models.split(",") if args.models else list(ZOO)
     unknown = [m for m in models if m not in ZOO]
     if unknown:
         raise SystemExit(f"unknown model(s) {', '.join(unknown)}; the zoo: {', '.join(ZOO)}")
+    return models
+
+
+def mask_skipped(args: argparse.Namespace) -> list[str]:
+    """The wanted models that ``--attention-mask`` leaves out: they take no mask."""
+    if not getattr(args, "attention_mask", False):
+        return []
+    return [m for m in wanted_models(args) if not ZOO[m].attention_mask]
+
+
+def plan(args: argparse.Namespace) -> list[Case]:
+    skip = mask_skipped(args)
+    models = [m for m in wanted_models(args) if m not in skip]
     dtypes = [QUICK_DTYPE] if args.quick else args.dtypes.split(",")
     exporters = [QUICK_EXPORTER] if args.quick else args.exporters.split(",")
     wanted = ["1", "throughput"] if args.quick else args.batches.split(",")
@@ -1294,6 +1504,8 @@ def run_worker(job: str, case: Case, args: argparse.Namespace, results: Path, li
         "torch_backend": args.torch_backend,
         "pipeline": args.pipeline,
     }
+    if args.attention_mask:
+        spec["attention_mask"] = True
     from bench_common import run_logged
 
     log = results.parent / "logs" / f"{case.slug}-{job}.log"
@@ -1381,11 +1593,28 @@ def report(args: argparse.Namespace, results: Path, meta: dict, skipped: list[st
     return md
 
 
+def mask_conflict(rows: dict[tuple, dict], mask: bool) -> str | None:
+    """Why ``--resume`` must not add to these rows: fusec rows of the other ``--attention-
+    mask`` setting (rows do not key on it), or None."""
+    other = [
+        row_key(r) for r in rows.values() if "input_form" in r and (r.get("mask") == "yes") != mask
+    ]
+    if not other:
+        return None
+    was = "with" if not mask else "without"
+    return f"--resume: the run's rows were made {was} --attention-mask (e.g. {other[0]})"
+
+
 def main_parent(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / f"models-gpu-{args.suffix}.jsonl"
     if results.exists() and not args.resume:
         results.unlink()
+    if results.exists():
+        rows, _ = merge_records(results.read_text().splitlines())
+        conflict = mask_conflict(rows, args.attention_mask)
+        if conflict:
+            raise SystemExit(conflict)
     cases = plan(args)
     from bench_common import commit
 
@@ -1401,6 +1630,11 @@ def main_parent(args: argparse.Namespace) -> int:
         "torch_backend": args.torch_backend,
         "pipeline": args.pipeline,
     }
+    if args.attention_mask:  # (the workers inherit the environment, and its kernel choice)
+        from fusec.targets.cuda.attention.template import MASKS_ENV
+
+        meta |= {"attention_mask": True, "attention_masks_env": os.environ.get(MASKS_ENV)}
+        meta["mask_skipped"] = [ZOO[m].label for m in mask_skipped(args)]
     start = time.monotonic()
     skipped: list[str] = []
     passes = [[("fusec", c) for c in cases]]
@@ -1492,6 +1726,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="embeds",
         help="transformers' input: float inputs_embeds, or int64 input_ids (issue 29)",
     )
+    parser.add_argument(
+        "--attention-mask",
+        action="store_true",
+        help=f"the transformers take a second input {MASK_INPUT} (int64 [batch, seq], right "
+        "padding in every other row); models without one are not run. Default suffix: "
+        "<date>[-smoke]-mask",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny configs (cpu end to end)")
     parser.add_argument("--resume", action="store_true", help="keep the JSON lines of a run")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -1499,6 +1740,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.suffix is None:
         day = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
         args.suffix = f"{day}-smoke" if args.smoke else day
+        if args.attention_mask:
+            args.suffix += "-mask"
     return args
 
 

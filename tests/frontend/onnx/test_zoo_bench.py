@@ -2,8 +2,10 @@
 
 The ratio and verdict maths, the merging of a run's JSON lines (a torn last line, rows of a
 killed worker), the table and JSON writing, the kernel counts on real cuda kernels (generated
-without a GPU) and the bar chart (with matplotlib). The zoo itself runs end to end with
-``python benchmarks/models_gpu.py --target cpu --smoke`` and on the GPU in
+without a GPU), the bar chart (with matplotlib) and ``--attention-mask``'s pieces (the padding
+mask sample, the inputs, the skipped models, the table, NaN where the reference has NaN, no
+resume across the setting). The zoo itself runs end to end with ``python
+benchmarks/models_gpu.py --target cpu --smoke`` and on the GPU in
 tests/targets/cuda/test_zoo_gpu.py.
 """
 
@@ -297,3 +299,79 @@ def test_a_worker_that_times_stops_the_other_workers_until_it_is_done(tmp_path) 
     finally:
         other.kill()
         other.wait()
+
+
+def test_the_attention_mask_sample_pads_every_other_row_on_the_right() -> None:
+    """--attention-mask: int64 [batch, seq], ones, the last seq // 8 positions zero in rows
+    0, 2, ... (batch 1 is padded too), never a whole row (no fully masked softmax row)."""
+    import numpy as np
+
+    assert zoo.padding_lengths(4, 16) == [14, 16, 14, 16]
+    assert zoo.padding_lengths(1, 128) == [112]
+    assert zoo.padding_lengths(3, 4) == [3, 4, 3]  # at least one position padded
+    assert zoo.padding_lengths(2, 2) == [1, 2]  # and never all of a row
+    mask = zoo.padding_mask(3, 16)
+    assert mask.dtype == np.int64 and mask.shape == (3, 16)
+    assert mask.sum(axis=1).tolist() == [14, 16, 14]
+    assert set(np.unique(mask).tolist()) == {0, 1}
+    # right padding: each row is its ones, then its zeros
+    assert (np.diff(mask, axis=1) <= 0).all() and (mask[:, 0] == 1).all()
+
+
+def test_the_attention_mask_option_feeds_the_transformers_and_skips_the_rest() -> None:
+    bert = zoo.ZOO["bert"]
+    assert zoo.input_names(bert, "embeds") == ["inputs_embeds"]  # the default: one input
+    assert zoo.input_names(bert, "ids", mask=True) == ["input_ids", "attention_mask"]
+    assert zoo.input_label(bert, "embeds", mask=True) == "inputs_embeds+mask"
+    assert zoo.input_label(bert, "embeds") == "inputs_embeds"
+    assert {m for m, e in zoo.ZOO.items() if e.attention_mask} == {"bert", "gpt2", "llama"}
+    argv = ["--quick", "--models", "resnet50,bert,vit_b_16,llama"]
+    masked = zoo.parse_args([*argv, "--attention-mask"])
+    assert [c.model for c in zoo.plan(masked)] == ["bert", "llama"]
+    assert zoo.mask_skipped(masked) == ["resnet50", "vit_b_16"]
+    plain = zoo.parse_args(argv)
+    assert [c.model for c in zoo.plan(plain)] == ["resnet50", "bert", "vit_b_16", "llama"]
+    assert zoo.mask_skipped(plain) == []
+    assert masked.suffix.endswith("-mask") and not plain.suffix.endswith("-mask")
+    assert zoo.parse_args(["--smoke", "--attention-mask"]).suffix.endswith("-smoke-mask")
+
+
+def test_the_attention_mask_is_said_in_the_table() -> None:
+    row = _row(model="gpt2", batch=2, status="ok", input_form="inputs_embeds+mask", mask="yes")
+    meta = {"attention_mask": True, "attention_masks_env": "tensor"}
+    text = zoo.markdown([row], meta | {"mask_skipped": ["ResNet-50", "ViT-B/16"]})
+    assert "| GPT-2 decoder | f16 | dynamo | 2 | inputs_embeds+mask | ok |" in text
+    assert "`$FUSEC_ATTENTION_MASKS`: tensor." in text
+    assert "Not run with --attention-mask (no attention_mask input): ResNet-50, ViT-B/16." in text
+    plain = zoo.markdown([_row(batch=1, status="ok")], {})
+    assert "Attention masks" not in plain and "--attention-mask" not in plain
+
+
+def test_errors_with_same_nan_leave_out_the_references_nan_positions() -> None:
+    """--attention-mask: where the float32 module is NaN (a fully masked softmax row),
+    fusec must be NaN too; those positions are out of the error, a finite value there is
+    counted as non-finite; without the option any NaN of fusec counts, as before."""
+    import numpy as np
+
+    want = [np.array([[1.0, 2.0], [np.nan, np.nan]])]
+    same = [np.array([[1.0, 2.0], [np.nan, np.nan]])]
+    assert zoo.errors(same, want, same_nan=True) == (0.0, 0)
+    err, bad = zoo.errors(same, want)
+    assert bad == 2 and err == float("inf")  # the default: NaN is non-finite
+    finite = [np.array([[1.0, 2.0], [0.5, np.nan]])]
+    assert zoo.errors(finite, want, same_nan=True) == (0.0, 1)
+    extra = [np.array([[np.nan, 2.0], [np.nan, np.nan]])]
+    assert zoo.errors(extra, want, same_nan=True)[1] == 1
+
+
+def test_resume_refuses_rows_of_the_other_mask_setting() -> None:
+    """Rows do not key on --attention-mask: a resumed run must not mix the two."""
+    plain = _row(model="bert", batch=1, stage="done", input_form="inputs_embeds")
+    masked = plain | {"input_form": "inputs_embeds+mask", "mask": "yes"}
+    closed = _row(model="gpt2", batch=1, stage="done", status="timeout")  # never exported
+    rows = {zoo.row_key(r): r for r in (plain, closed)}
+    assert zoo.mask_conflict(rows, mask=False) is None
+    assert "made without --attention-mask" in zoo.mask_conflict(rows, mask=True)
+    rows = {zoo.row_key(r): r for r in (masked, closed)}
+    assert zoo.mask_conflict(rows, mask=True) is None
+    assert "made with --attention-mask" in zoo.mask_conflict(rows, mask=False)
