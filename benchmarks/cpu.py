@@ -291,6 +291,13 @@ def smoke_zoo() -> runner.SmokeResult:
     return ["case", "batches", "size", "status"], rows
 
 
+def smoke_survey() -> runner.SmokeResult:
+    import models_survey as b
+
+    # without torch nothing is built: the smoke checks the survey's case table
+    return b.smoke()
+
+
 def smoke_trace_overhead() -> runner.SmokeResult:
     import numpy as np
     from bench_common import best_ms
@@ -463,6 +470,15 @@ SUITES: list[Suite] = [
         table="models-cpu",
         requires=("torch", "torchvision", "transformers", "onnxruntime"),
         options={"torch-backend": ("--out", "{out}", "--torch-backend")},
+    ),
+    Suite(
+        "survey",
+        "models_survey.py",
+        "models outside the zoo: import, the cuda plan without a GPU, cpu numerics",
+        smoke_survey,
+        args=("--out", "{out}"),
+        table="models-survey",
+        requires=("torch", "torchvision", "transformers"),
     ),
     Suite(
         "trace-overhead",
