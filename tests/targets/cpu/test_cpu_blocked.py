@@ -1332,21 +1332,27 @@ func.func @f(%q: {q}, %kt: {kt}, %v: {v}, %m: {_t(())}) -> ({y}, {key}) {{
     assert "sgemm(0, 1, r1 - r0, 30, 8," in program.kernels[0].source  # the copy, (T, D)
 
 
-def test_attention_masked_out_rows_are_zero_with_nan_to_zero(cache):
+@pytest.mark.parametrize("softcap", [0.0, 1.0], ids=["plain", "softcap"])
+def test_attention_masked_out_rows_are_zero_with_nan_to_zero(cache, softcap):
+    """... with Gemma-2's softcap too (the scores' tanh in the kernel's score loop)."""
     q, k, v, y = _t((2, 40, 8)), _t((2, 30, 8)), _t((2, 30, 8)), _t((2, 40, 8))
     mask = np.zeros((40, 30))
     mask[3, :] = -np.inf  # a row masked out entirely: NaN, then 0
     mask[7, 2:] = -np.inf
     rows = ", ".join("[" + ", ".join("0xFF800000" if v else "0.0" for v in r) + "]" for r in mask)
+    cap = f", softcap = {softcap} : f32" if softcap else ""
     text = f"""
 func.func @f(%q: {q}, %k: {k}, %v: {v}) -> {y} {{
   %m = arith.constant dense<[{rows}]> : {_t((40, 30))}
-  %a = ai.attention %q, %k, %v, %m {{scale = 0.5 : f32, nan_to_zero = true}} : {q} * {k} * {v} * {_t((40, 30))}
+  %a = ai.attention %q, %k, %v, %m {{scale = 0.5 : f32, nan_to_zero = true{cap}}} : {q} * {k} * {v} * {_t((40, 30))}
   return %a : {y}
 }}"""  # noqa: E501
     program = check(text, cache=cache, fuse=True)
     assert [k.kind for k in program.kernels] == ["attention"]
-    assert "rinv" not in program.kernels[0].source  # probabilities normalised, NaN -> 0
+    if softcap:
+        assert "math.tanh(" in program.kernels[0].source
+    else:
+        assert "rinv" not in program.kernels[0].source  # probabilities normalised, NaN -> 0
 
 
 @pytest.mark.parametrize("key_layout", ["DT", "TD"])

@@ -173,26 +173,32 @@ def _views(spec: AttentionSpec) -> str:
             "}",
         ]
     out = spec.view("o")
-    terms = _batch_terms(spec.batch, out.batch) + [f"(long long)row * {out.row_stride}"]
-    if out.offset:
-        terms.append(str(out.offset))
-    lines += [
-        "static __device__ __forceinline__ long long out_offset(int bh, int row) {",
-        f"  return {' + '.join(reversed(terms))};",
-        "}",
-    ]
+    lines += _offset_function(
+        "out_offset", spec.batch, out.batch, {"row": out.row_stride}, out.offset
+    )
     mask = spec.mask_view
     if mask is not None:
-        terms = _batch_terms(spec.batch, mask.batch)
-        terms += [f"(long long)row * {mask.row_stride}" for _ in [0] if mask.row_stride]
-        terms += [f"(long long)col * {mask.col_stride}" for _ in [0] if mask.col_stride]
-        terms += [str(mask.offset)] if mask.offset else []
-        lines += [
-            "static __device__ __forceinline__ long long mask_offset(int bh, int row, int col) {",
-            f"  return {' + '.join(reversed(terms)) or '0'};",
-            "}",
-        ]
+        strides = {"row": mask.row_stride, "col": mask.col_stride}
+        lines += _offset_function("mask_offset", spec.batch, mask.batch, strides, mask.offset)
     return "\n".join(lines)
+
+
+def _offset_function(
+    name: str, batch: int, atoms: tuple, strides: dict[str, int], offset: int
+) -> list[str]:
+    """``long long name(int bh, int <index>...)``: the element offset of batch-head ``bh``
+    (its digits in ``atoms``) and of each index at its stride (0: a broadcast index adds
+    nothing), plus ``offset``."""
+    terms = _batch_terms(batch, atoms)
+    terms += [f"(long long){index} * {stride}" for index, stride in strides.items() if stride]
+    if offset:
+        terms.append(str(offset))
+    params = ", ".join(f"int {index}" for index in ("bh", *strides))
+    return [
+        f"static __device__ __forceinline__ long long {name}({params}) {{",
+        f"  return {' + '.join(reversed(terms)) or '0'};",
+        "}",
+    ]
 
 
 def _batch_terms(batch: int, atoms: tuple) -> list[str]:

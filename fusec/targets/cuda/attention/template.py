@@ -104,7 +104,7 @@ def kernel_spec(
     q, key, v = (spec_of(x.type) for x in op.operands[:3])
     if not q.shape[:-2] == key.shape[:-2] == v.shape[:-2]:
         return "q, key and v have different batch dims (the kernel does not broadcast them)"
-    if "softcap" in op.declared_properties() and op.attr("softcap") > 0:
+    if op.attr("softcap") > 0:
         return f"soft-capped scores (softcap {op.attr('softcap')!r}): the kernel has no tanh"
     kind = mask_kind(mask, q.shape[-2], key.shape[-2])
     if kind is None and mask_view is None:
