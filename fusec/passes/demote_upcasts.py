@@ -99,7 +99,7 @@ class _Demotion:
     ) -> SSAValue | None:
         """``value`` (an operand of ``before``) in ``dtype``, or None; a constant must be
         exact in ``dtype`` unless ``rounded`` (an attention's mask: rounded, values past
-        the range clamped, ``half_mask_values``)."""
+        the range clamped, ``half_mask_values``; a mask computed at run time is cast)."""
         if _dtype(value) != "f32":
             return value if _dtype(value) not in ("f64",) else None
         source = self.half.get(value)
@@ -109,6 +109,15 @@ class _Demotion:
         if key in self.constants:
             return self.constants[key]
         array = constant(value, max_elements=1 << 26)
+        if array is None and rounded:
+            # a mask computed at run time (a padding mask from an ``attention_mask``
+            # input: ``where(keep, 0, -inf)`` in f32): cast, as ``recognize_attention``
+            # casts the upcast attention's (exact for 0 and infinities)
+            cast = ai.CastOp(value, dtype)
+            cast.location = before.location
+            Rewriter.insert_op(cast, InsertPoint.before(before))
+            self.constants[key] = cast.output
+            return cast.output
         if array is None:
             return None
         import numpy as np
