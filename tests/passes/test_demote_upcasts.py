@@ -193,25 +193,9 @@ def test_cuda_runs_the_rope_tail_without_the_pytorch_fallback():
 
 #: layer 1 of a TorchScript export fed an ``attention_mask``: its f32 attention reads the
 #: additive mask the graph computes at run time (here an input), not a constant
-RUNTIME_MASK = """
-func.func @f(%q0: tensor<1x2x8x64xf16>, %k0: tensor<1x2x8x64xf16>, %v0: tensor<1x2x8x64xf16>, %mask: tensor<1x1x8x8xf32>) -> tensor<1x8x128xf32> {
-  %zero = arith.constant dense<0.0> : tensor<1x1x8x8xf16>
-  %a0 = ai.attention %q0, %k0, %v0, %zero {scale = 1.250000e-01 : f32, nan_to_zero = true} : tensor<1x2x8x64xf16> * tensor<1x2x8x64xf16> * tensor<1x2x8x64xf16> * tensor<1x1x8x8xf16>
-  %a0u = ai.cast %a0 : tensor<1x2x8x64xf16> to tensor<1x2x8x64xf32>
-  %a0t = ai.transpose %a0u {perm = array<i64: 0, 2, 1, 3>} : tensor<1x2x8x64xf32>
-  %h = ai.reshape %a0t {shape = array<i64: 1, 8, 128>} : tensor<1x8x2x64xf32>
-  %wqkv = arith.constant dense<6.250000e-02> : tensor<128x384xf32>
-  %qkv = ai.matmul %h, %wqkv : tensor<1x8x128xf32> * tensor<128x384xf32>
-  %qkv4 = ai.reshape %qkv {shape = array<i64: 1, 8, 2, 192>} : tensor<1x8x384xf32>
-  %qkvt = ai.transpose %qkv4 {perm = array<i64: 0, 2, 1, 3>} : tensor<1x8x2x192xf32>
-  %q = ai.slice %qkvt {offsets = array<i64: 0, 0, 0, 0>, sizes = array<i64: 1, 2, 8, 64>, strides = array<i64: 1, 1, 1, 1>} : tensor<1x2x8x192xf32>
-  %k = ai.slice %qkvt {offsets = array<i64: 0, 0, 0, 64>, sizes = array<i64: 1, 2, 8, 64>, strides = array<i64: 1, 1, 1, 1>} : tensor<1x2x8x192xf32>
-  %v = ai.slice %qkvt {offsets = array<i64: 0, 0, 0, 128>, sizes = array<i64: 1, 2, 8, 64>, strides = array<i64: 1, 1, 1, 1>} : tensor<1x2x8x192xf32>
-  %a1 = ai.attention %q, %k, %v, %mask {scale = 1.250000e-01 : f32, nan_to_zero = true} : tensor<1x2x8x64xf32> * tensor<1x2x8x64xf32> * tensor<1x2x8x64xf32> * tensor<1x1x8x8xf32>
-  %a1t = ai.transpose %a1 {perm = array<i64: 0, 2, 1, 3>} : tensor<1x2x8x64xf32>
-  %y = ai.reshape %a1t {shape = array<i64: 1, 8, 128>} : tensor<1x8x2x64xf32>
-  return %y : tensor<1x8x128xf32>
-}"""
+RUNTIME_MASK = (
+    Path(__file__).parent / "filecheck" / "recognize" / "upcast_attention_runtime_mask.mlir"
+).read_text()
 
 
 def test_a_later_attention_with_a_mask_computed_at_run_time_computes_in_f16():
