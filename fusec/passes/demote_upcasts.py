@@ -20,6 +20,13 @@ their f32 one exactly (layout ops, concat, RoPE's rotate_half: moves and a negat
 later layer's rotary q and k, and its attention after them, are f16 again): an f32
 computation the model wrote on purpose elsewhere (an RMSNorm's f32 statistics, an f32
 reduction) is left alone. bf16 likewise.
+
+Two exporter spellings the tail meets are taken too: an attention's mask computed at run
+time (a padding mask from an ``attention_mask`` input, ``where(keep, 0, -inf)`` in f32) is
+cast to the half type, as ``recognize_attention`` casts the first attention's; and a norm
+whose scale or shift the half type does not hold (Gemma's ``1 + w``, folded in f32)
+computes in f32 as written with its result rounded to the half type, as the f16 model's
+norm returns it (``type_as(x)``), so the projections reading it are half GEMMs again.
 """
 
 from __future__ import annotations
@@ -161,7 +168,7 @@ def _demote(op: Operation, sweep: _Demotion) -> bool:
         mask = isinstance(op, ai.AttentionOp) and index == 3
         half = sweep.operand(value, dtype, op, rounded=mask)
         if half is None:
-            return False
+            return _round_norm(op, sweep, dtype)
         operands.append(half)
     try:
         demoted = type(op)(*operands, **op.attr_values())
@@ -173,6 +180,25 @@ def _demote(op: Operation, sweep: _Demotion) -> bool:
     op.results[0].replace_all_uses_with(up.output)
     Rewriter.erase_op(op)
     sweep.half[up.output] = demoted.results[0]
+    sweep.tainted[up.output] = dtype
+    return True
+
+
+def _round_norm(op: Operation, sweep: _Demotion, dtype: str) -> bool:
+    """A norm of a tainted value whose scale or shift the half type does not hold (Gemma's
+    ``1 + w``, folded in f32) computes in f32 as written, its result rounded to ``dtype``:
+    the f16 model's norm returns an f16 tensor (HF's norms end in ``type_as(x)``, a cast
+    the f32 tail made a no-op), which its readers, the next layer's projections, take.
+    True when it was."""
+    if not isinstance(op, ai.LayerNormOp | ai.RMSNormOp) or op.operands[0] not in sweep.tainted:
+        return False
+    result = op.results[0]
+    down = ai.CastOp(result, dtype)
+    up = ai.CastOp(down.output, "f32")
+    down.location = up.location = op.location
+    Rewriter.insert_op([down, up], InsertPoint.after(op))
+    result.replace_uses_with_if(up.output, lambda use: use.operation is not down)
+    sweep.half[up.output] = down.output
     sweep.tainted[up.output] = dtype
     return True
 

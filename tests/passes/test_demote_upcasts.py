@@ -87,6 +87,38 @@ def test_a_layernorm_whose_beta_f16_does_not_hold_stays_f32_and_leaves_no_consta
     assert not dead, dead
 
 
+def test_a_norm_f16_does_not_hold_computes_in_f32_and_its_readers_in_f16():
+    """Gemma's RMSNorm scale ``1 + w`` folded in f32 is no f16 number: the norm computes in
+    f32 as written, its result is rounded to f16 (the f16 model's norm ends in
+    ``type_as(x)``, which the f32 tail made a no-op), and the projection reading it is an
+    f16 GEMM again (before: it and everything after stayed f32, on cuda the PyTorch
+    fallback: Gemma's TorchScript export, 9 fallbacks)."""
+    scale = "dense<1.000000e+00> : tensor<128xf32>"
+    text = SDPA.replace(scale, "dense<1.1> : tensor<128xf32>").replace(
+        "  return %y : tensor<1x8x128xf32>",
+        "  %w2 = arith.constant dense<1.250000e-01> : tensor<128x128xf32>\n"
+        "  %z = ai.matmul %y, %w2 : tensor<1x8x128xf32> * tensor<128x128xf32>\n"
+        "  return %z : tensor<1x8x128xf32>",
+    )
+    before = fusec.parse(text)
+    after = run_pipeline(fusec.parse(text), PIPELINE)
+    found = _dtypes(after)
+    assert found[("ai.layernorm", "f32")] == 1 and found[("ai.matmul", "f16")] == 2, found
+    norm = next(op for op in after.walk() if isinstance(op, ai.LayerNormOp))
+    (use,) = norm.results[0].uses  # the rounding to f16, which the matmul reads
+    assert isinstance(use.operation, ai.CastOp) and _dtype_of(use.operation) == "f16"
+    for seed in (1, 2):
+        inputs = _inputs(before, seed)
+        want = run_reference(before, inputs)[0]
+        got = run_reference(after, inputs)[0]
+        assert not np.isnan(got).any()
+        assert_close(got, want, tol=1e-2)
+
+
+def _dtype_of(op) -> str:
+    return spec_of(op.results[0].type).dtype
+
+
 def test_f32_maths_not_after_an_attention_stays_f32():
     """An f32 product of an upcast f16 value the model wrote on purpose is left alone."""
     text = """
