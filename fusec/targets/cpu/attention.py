@@ -84,9 +84,10 @@ class AttentionBlocks(blocked.BlockedCore):
                 chains[index] = chain
         return chains
 
-    def __init__(self, op, reads, workspace: blocked.Workspace, a_array, c_array, c_local) -> None:
+    def __init__(self, args: blocked.CoreArgs) -> None:
+        op, workspace, c_array, c_local = args.op, args.workspace, args.c_array, args.c_local
         assert isinstance(op, ai.AttentionOp)
-        self.op, self.reads, self.c_array, self.c_local = op, reads, c_array, c_local
+        super().__init__(args)
         q, key, v, mask = (shape_of(x) for x in op.operands)
         self.result = shape_of(op.output)
         self.s, self.d = q[-2:]

@@ -118,6 +118,34 @@ class EpilogueRows:
     block: RowBlock
 
 
+@dataclass(frozen=True)
+class CoreArgs:
+    """What ``generate_core_group`` gives a core's factory (``CoreFactory``)."""
+
+    #: The core op.
+    op: Operation
+    #: The group's arrays by value (the names ``compute`` reads them by).
+    reads: dict[SSAValue, str]
+    #: The task's workspace, to which the core adds its buffers.
+    workspace: Workspace
+    #: The A block's array when A has a per-block prologue (``abuf``, sized by the
+    #: core), else None.
+    a_array: str | None
+    #: The C block's array, and whether it is block-local (in the workspace) rather than
+    #: the group's result.
+    c_array: str
+    c_local: bool
+    #: Whether the epilogue holds a row reduction (which needs whole rows of C).
+    whole_rows: bool
+    #: The group's constant inputs (``constant_inputs``): name -> input index.
+    constants: Mapping[str, int]
+
+    def constant_operand(self, index: int) -> int | None:
+        """The input index of the core's operand ``index`` when it is one of the group's
+        constant inputs (a weight a kernel may take in a layout of its own), else None."""
+        return self.constants.get(self.reads.get(self.op.operands[index], ""))
+
+
 class BlockedCore:
     """What a core op contributes to the blocked kernel (see ``MatmulBlocks``).
 
@@ -129,6 +157,10 @@ class BlockedCore:
     count: int
     #: The group's arrays by value (the names ``compute`` reads them by).
     reads: dict[SSAValue, str]
+    #: ``CoreArgs``' arrays: A's block (or None) and C's, which may be block-local.
+    a_array: str | None
+    c_array: str
+    c_local: bool
     #: Row helpers (``ROW_HELPERS``) and expression helpers (``fusec.codegen.expr``)
     #: that ``compute`` calls.
     row_helpers: frozenset[str] = frozenset()
@@ -151,6 +183,10 @@ class BlockedCore:
     #: The first op of A's per-block prologue when the core computes it itself into
     #: ``abuf`` (``prologue_core_lines``: a 1x1 expansion by a GEMM), else None.
     prologue_core: Operation | None = None
+
+    def __init__(self, args: CoreArgs) -> None:
+        self.op, self.reads = args.op, args.reads
+        self.a_array, self.c_array, self.c_local = args.a_array, args.c_array, args.c_local
 
     @staticmethod
     def strided_views(core_op: Operation, views: Sequence[Operation]) -> dict[int, list[Operation]]:
@@ -205,9 +241,8 @@ class BlockedCore:
         raise NotImplementedError
 
 
-#: Builds a core: (op, arrays of values, the workspace, the A block's array or None
-#: when A has no per-block prologue, the C block's array and whether it is block-local).
-CoreFactory = Callable[..., BlockedCore]
+#: Builds a core (a ``BlockedCore`` class, or a function choosing one).
+CoreFactory = Callable[[CoreArgs], BlockedCore]
 
 
 def generate_core_group(
@@ -263,12 +298,11 @@ def generate_core_group(
     c_array = "cbuf" if c_local else c_outputs[0]
     buffers.reads[core_value] = c_array
     whole_rows = any(isinstance(op, REDUCE_OPS) for op in after)
-    options: dict[str, object] = {}
-    if getattr(make_core, "column_tiles", False):
-        options["whole_rows"] = whole_rows
-    if getattr(make_core, "takes_constants", False):
-        options["constants"] = constant_inputs(fused_op)
-    core = make_core(core_op, buffers.reads, workspace, a_array, c_array, c_local, **options)
+    constants = constant_inputs(fused_op)
+    args = CoreArgs(
+        core_op, buffers.reads, workspace, a_array, c_array, c_local, whole_rows, constants
+    )
+    core = make_core(args)
     core.transposed = frozenset(swapped)
     core.strided = strided
 
@@ -298,8 +332,7 @@ def generate_core_group(
     if after or epilogue_writes:
         shapes = [shape_of(v) for v, _ in epilogue_writes]
         shapes += [s for s in leaf_shapes(after).values()] + [shape_of(v) for v in _results(after)]
-        reduces = any(isinstance(op, REDUCE_OPS) for op in after)
-        rows = core.epilogue_rows(shapes, reduces)
+        rows = core.epilogue_rows(shapes, whole_rows)
         parts = row_statements(gen, after, buffers.reads, epilogue_writes, rows.space, rows.block)
         body += _row_buffer(workspace, parts, rows.space)
         body += rows.loops + _indented(rows.indent, parts.lines)

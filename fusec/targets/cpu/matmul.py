@@ -22,8 +22,8 @@ from fusec.targets.cpu import abi, host
 from fusec.targets.cpu.blocked import (
     MIN_BLOCKS,
     BlockedCore,
+    CoreArgs,
     EpilogueRows,
-    Workspace,
     decode_row_block,
     generate_core_group,
     row_loop,
@@ -97,9 +97,6 @@ class MatmulBlocks(BlockedCore):
     """
 
     block_prologue = True
-    column_tiles = True
-    #: Takes the group's constant inputs (``constant_inputs``): a constant B is packed.
-    takes_constants = True
 
     @staticmethod
     def strided_views(core_op, views: Sequence[Operation]) -> dict[int, list[Operation]]:
@@ -110,19 +107,11 @@ class MatmulBlocks(BlockedCore):
         chain = _head_merge(core_op, views)
         return {0: chain} if chain else {}
 
-    def __init__(
-        self,
-        op,
-        reads,
-        workspace: Workspace,
-        a_array,
-        c_array,
-        c_local,
-        whole_rows=True,
-        constants: Mapping[str, int] | None = None,
-    ) -> None:
-        self.op, self.reads = op, reads
-        self.a_array, self.c_array, self.c_local = a_array, c_array, c_local
+    def __init__(self, args: CoreArgs) -> None:
+        super().__init__(args)
+        op, reads, workspace = args.op, args.reads, args.workspace
+        a_array, c_array, c_local = args.a_array, args.c_array, args.c_local
+        assert isinstance(op, ai.MatmulOp)
         a_shape, b_shape = shape_of(op.operands[0]), shape_of(op.operands[1])
         self.result = shape_of(op.results[0])
         self.ta, self.tb = bool(op.attr("transpose_a")), bool(op.attr("transpose_b"))
@@ -141,7 +130,7 @@ class MatmulBlocks(BlockedCore):
                 self.a_batch = self.batch = ()
         a_row_major = bool(a_array) or not self.ta  # a prologue writes row-major blocks
         narrow = min(self.k, self.n) <= NN_MAX_NARROW
-        b_input = (constants or {}).get(reads[op.operands[1]])
+        b_input = args.constant_operand(1)  # a constant B is packed
         #: (the zero point's array, its offset to uint8) when the GEMM runs on integer codes
         #: (``gemm_q8_packed``), else None
         self.q8 = None
@@ -174,7 +163,7 @@ class MatmulBlocks(BlockedCore):
             gemm = self.q8_gemm if self.q8 else "gemm_packed_call as gemm_packed"
             self.imports = (abi.import_line(gemm),)
         # column tiles compute A's prologue again each: not worth it unless B streams
-        split_columns = not (whole_rows or (a_array and not self.streams) or self.b_is_vector)
+        split_columns = not (args.whole_rows or (a_array and not self.streams) or self.b_is_vector)
         row_blocks = math.prod(self.batch) * math.ceil(self.m / MIN_ROWS)
         if (self.nn or (self.packed and not self.streams)) and row_blocks >= MIN_BLOCKS:
             split_columns = False  # no packing to share out: row blocks, when there are enough

@@ -27,8 +27,8 @@ from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
 from fusec.targets.cpu.blocked import (
     BlockedCore,
+    CoreArgs,
     EpilogueRows,
-    Workspace,
     generate_core_group,
     merge_last_two,
     merges_hw,
@@ -55,9 +55,10 @@ class PoolBlocks(BlockedCore):
 
     op: ai.Pool2DOp
 
-    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
+    def __init__(self, args: CoreArgs) -> None:
+        op, workspace, c_array, c_local = args.op, args.workspace, args.c_array, args.c_local
         assert isinstance(op, ai.Pool2DOp)
-        self.op, self.reads, self.c_array, self.c_local = op, reads, c_array, c_local
+        super().__init__(args)
         self.n, self.c, _, _ = shape_of(op.input)
         _, _, self.oh, self.ow = shape_of(op.output)
         self.count = self.n * self.c

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from fusec.codegen import KernelSource
 from fusec.dialect import ops as ai
-from fusec.targets.cpu.blocked import Workspace, generate_core_group
+from fusec.targets.cpu.blocked import CoreArgs, generate_core_group
 from fusec.targets.cpu.conv.choice import conv_method, image_rows
 from fusec.targets.cpu.conv.gemm import ConvBlocks
 from fusec.targets.cpu.conv.planes import (
@@ -40,28 +40,26 @@ def generate(fused_op, name: str) -> KernelSource:
     return generate_core_group(fused_op, name, "conv", ai.Conv2DOp, conv_blocks)
 
 
-def conv_blocks(
-    op, reads, workspace: Workspace, a_array, c_array, c_local, constants=None
-) -> ConvBlocks:
+def conv_blocks(args: CoreArgs) -> ConvBlocks:
     """The blocked core of a conv group: ``DepthwiseBlocks``, ``ChannelBlocks``,
     ``PixelRowsBlocks``, ``Q8Blocks`` (a QDQ conv on the int8 GEMM) or ``ConvBlocks``."""
-    weights = (constants or {}).get(reads.get(op.operands[1], ""))
-    method = conv_method(op, weights is not None)
+    weights = args.constant_operand(1)
+    method = conv_method(args.op, weights is not None)
     if method == "depthwise":
-        return DepthwiseBlocks(op, reads, workspace, a_array, c_array, c_local, weights)
+        return DepthwiseBlocks(args, weights)
     if method == "channels":
-        return ChannelBlocks(op, reads, workspace, a_array, c_array, c_local)
+        return ChannelBlocks(args)
     if method == "q8":
         from fusec.targets.cpu.conv.q8 import Q8Blocks
 
-        return Q8Blocks(op, reads, workspace, a_array, c_array, c_local, weights)
+        return Q8Blocks(args, weights)
     if method == "im2row":
-        rows = ImageRowsBlocks if image_rows(op) else PixelRowsBlocks
-        return rows(op, reads, workspace, a_array, c_array, c_local, weights)
-    return ConvBlocks(op, reads, workspace, a_array, c_array, c_local, constants)
+        assert weights is not None  # (``conv_method``: a constant weight's only)
+        rows = ImageRowsBlocks if image_rows(args.op) else PixelRowsBlocks
+        return rows(args, weights)
+    return ConvBlocks(args)
 
 
 # what generate_core_group asks of a core factory
 conv_blocks.block_prologue = False  # type: ignore[attr-defined]
 conv_blocks.local_result = ConvBlocks.local_result  # type: ignore[attr-defined]
-conv_blocks.takes_constants = True  # type: ignore[attr-defined]

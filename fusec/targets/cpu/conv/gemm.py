@@ -51,16 +51,17 @@ and cost a pass over the input.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from fusec.codegen.expr import shape_of
+from fusec.dialect import ops as ai
 from fusec.dialect.shapes import conv2d_padding
 from fusec.targets.cpu import abi, host
 from fusec.targets.cpu.blocked import (
     MIN_BLOCKS,
     BlockedCore,
+    CoreArgs,
     EpilogueRows,
-    Workspace,
     merge_last_two,
     merges_hw,
     row_loop,
@@ -174,20 +175,12 @@ class ConvBlocks(BlockedCore):
         n, _, oh, ow = shape_of(op.results[0])
         return n == 1 and oh * ow <= SMALL_PLANE
 
-    def __init__(
-        self,
-        op,
-        reads,
-        workspace: Workspace,
-        a_array,
-        c_array,
-        c_local,
-        constants: Mapping[str, int] | None = None,
-    ) -> None:
-        constant = reads.get(op.operands[1]) in (constants or {})
-        self._read_op(op, reads, c_array, c_local, constant)
+    def __init__(self, args: CoreArgs) -> None:
+        weights = args.constant_operand(1)
+        self._read_op(args, weights is not None)
+        workspace, c_array, c_local = args.workspace, args.c_array, args.c_local
         # constant weights (a model's) transformed once by the Program, not at each launch
-        weights = (constants or {}).get(reads[op.operands[1]]) if self.winograd else None
+        weights = weights if self.winograd else None
         layout = f"winograd:{self.groups}" + (":4" if self.m == 4 else "")
         self.prepared = () if weights is None else ((weights, layout),)
         if self.winograd and not self.prepared:
@@ -290,9 +283,11 @@ class ConvBlocks(BlockedCore):
             return 1
         return max(1, min(-(-host.W // tpi), -(-self.n // MIN_BLOCKS), most // tpi))
 
-    def _read_op(self, op, reads, c_array: str, c_local: bool, constant: bool = False) -> None:
+    def _read_op(self, args: CoreArgs, constant: bool = False) -> None:
         """The convolution's shapes, attributes and method (``constant``: its weight is)."""
-        self.op, self.reads, self.c_array, self.c_local = op, reads, c_array, c_local
+        BlockedCore.__init__(self, args)
+        op = args.op
+        assert isinstance(op, ai.Conv2DOp)
         self.n, self.c, self.h, self.w = shape_of(op.operands[0])
         self.k, cg, self.r, self.s = shape_of(op.operands[1])
         _, _, self.oh, self.ow = shape_of(op.results[0])

@@ -9,11 +9,12 @@ import math
 from collections.abc import Sequence
 
 from fusec.codegen.expr import shape_of
+from fusec.dialect import ops as ai
 from fusec.targets.cpu import abi, depthwise, host
 from fusec.targets.cpu.blocked import (
     MIN_BLOCKS,
+    CoreArgs,
     EpilogueRows,
-    Workspace,
     merge_last_two,
     row_loop,
 )
@@ -38,13 +39,12 @@ class DepthwiseBlocks(ConvBlocks):
     """Blocks of whole channel planes of a depthwise ``ai.conv2d`` (one input and one
     output channel a group, ``conv_method`` "depthwise"): direct multiply-adds, no GEMM."""
 
-    def __init__(
-        self, op, reads, workspace: Workspace, a_array, c_array, c_local, weights=None
-    ) -> None:
+    def __init__(self, args: CoreArgs, weights: int | None = None) -> None:
         """Blocks of ``cb`` whole channel planes of one image (``DEPTHWISE_PIXELS``, and
         at least ``MIN_BLOCKS`` blocks when there are enough planes); a constant weight
         (``weights``: its input index) of the lanes form is packed once (``pack_lanes``)."""
-        self._read_op(op, reads, c_array, c_local)
+        self._read_op(args)
+        workspace = args.workspace
         planes, p = self.n * self.k, self.oh * self.ow
         #: short output rows: the block's channels in the vector lanes (``depthwise``)
         self.lanes = depthwise.takes_lanes(self.ow, self.r * self.s)
@@ -60,9 +60,9 @@ class DepthwiseBlocks(ConvBlocks):
         hp = (self.oh - 1) * self.sh + (self.r - 1) * self.dh + 1
         wp = (self.ow - 1) * self.sw + (self.s - 1) * self.dw + 1
         self.xpad_shape = (hp, wp)
-        self.packed = self.lanes and weights is not None
-        if self.packed:
+        if self.lanes and weights is not None:
             self.prepared = ((weights, f"depthwise_lanes:{cb}"),)
+        self.packed = bool(self.prepared)
         if self.lanes:
             self.imports = (
                 abi.import_line(
@@ -90,8 +90,8 @@ class DepthwiseBlocks(ConvBlocks):
                 self.imports += (abi.import_line("depthwise_deinterleave"),)
             if self.sw == 1:  # each input row by one memcpy (``_copy``)
                 self.imports += (abi.import_line("copy_floats"),)
-        if c_local:
-            workspace.add(c_array, self.pixels)
+        if self.c_local:
+            workspace.add(self.c_array, self.pixels)
 
     def _planes_per_block(self) -> int:
         """Channel planes a block of the planar form takes (at least one)."""
@@ -254,22 +254,26 @@ class ExpandDepthwiseBlocks(DepthwiseBlocks):
 
     #: the expansion's elementwise ops run per block (``generate_core_group`` reads it)
     block_prologue = True
+    #: the block's expanded planes (``abuf``): always, as A's prologue runs per block
+    a_array: str
 
-    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
+    def __init__(self, args: CoreArgs) -> None:
         from fusec.targets.cpu.expand_depthwise import expansion_of
 
-        pair = expansion_of(op.parent_op())  # the joined group's (1x1, depthwise) convs
+        op, reads, a_array, group = args.op, args.reads, args.a_array, args.op.parent_op()
+        assert isinstance(group, ai.FusedOp)
+        pair = expansion_of(group)  # the joined group's (1x1, depthwise) convs
         assert pair is not None and pair[1] is op and a_array is not None
         expansion = pair[0]
         #: the 1x1 conv the block computes first (``prologue_core_lines``)
         self.prologue_core = expansion
         self.expand_x, self.expand_w = (reads[v] for v in expansion.operands)
         self.cin = shape_of(expansion.operands[0])[1]
-        super().__init__(op, reads, workspace, a_array, c_array, c_local)
+        super().__init__(args)
         assert not self.lanes  # (``expand_depthwise._planar_depthwise``)
-        names = [name for name, _ in workspace.buffers]
-        workspace.buffers[names.index(a_array)] = (a_array, self.cb * self.h * self.w)
-        self.a_array = a_array
+        buffers = args.workspace.buffers
+        names = [name for name, _ in buffers]
+        buffers[names.index(a_array)] = (a_array, self.cb * self.h * self.w)
         self.imports += (abi.import_line("gemm_nn_call as gemm_nn"),)
 
     def _planes_per_block(self) -> int:
@@ -339,10 +343,11 @@ class ChannelBlocks(WholePlaneBlocks):
     stages): split by pixel rows, every thread read (and sgemm packed) the whole
     weight for a few pixels each; split by channels, each reads its part once."""
 
-    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local) -> None:
+    def __init__(self, args: CoreArgs) -> None:
         """``channel_blocks()`` blocks of about equal numbers of output channels."""
-        self._read_op(op, reads, c_array, c_local)
-        self.direct = reads_input_in_place(op)
+        self._read_op(args)
+        workspace = args.workspace
+        self.direct = reads_input_in_place(self.op)
         self.per = -(-self.k // channel_blocks())  # output channels a block
         self.nsb = -(-self.k // self.per)
         self.count, self.bh, self.nrb = self.nsb, self.oh, 1
@@ -361,8 +366,8 @@ class ChannelBlocks(WholePlaneBlocks):
                 workspace.add("xrow", self.sw * self.xrow_phase)
         if self.padded:
             workspace.add("xpad", self.c * math.prod(self.xpad_shape))
-        if c_local:
-            workspace.add(c_array, self.per * self.pixels)
+        if self.c_local:
+            workspace.add(self.c_array, self.per * self.pixels)
 
     def task_lines(self) -> list[str]:
         """A padded plane's ``xpad`` zeroed once a task (``DepthwiseBlocks.task_lines``)."""
@@ -433,7 +438,7 @@ class PixelRowsBlocks(WholePlaneBlocks):
     once as the B^T of the GEMM, layout "strips_kcrs") into ``ct`` (P x channels), then
     transposed into ``cbuf``'s channel rows for the epilogue."""
 
-    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local, weights):
+    def __init__(self, args: CoreArgs, weights: int) -> None:
         """One block per image and ``STRIP`` columns of output channels, those split
         among ``MIN_BLOCKS`` blocks when there are fewer images; one block of all the
         channels when they are not whole strips (a one-pixel plane: ``gemm_packed``
@@ -442,7 +447,8 @@ class PixelRowsBlocks(WholePlaneBlocks):
         size in L2, ``choice.plane_fits_l2``) splits by output rows instead, all channels
         a block: split by channels, every block wrote the im2row of the whole plane
         (ResNet-50's 256 3x3 on 8x8: 64 x 2304 floats), the same rows twice at 2 threads."""
-        self._read_op(op, reads, c_array, c_local, True)
+        self._read_op(args, True)
+        workspace = args.workspace
         strips = self.k // host.STRIP
         self.by_rows = self.n < MIN_BLOCKS and self.oh * self.ow > SMALL_PLANE
         if self.by_rows:
@@ -467,7 +473,7 @@ class PixelRowsBlocks(WholePlaneBlocks):
         self.imports = (abi.import_line(gemm),)
         workspace.add("rows", self.pixels * self.crs)
         workspace.add("ct", self.pixels * (host.STRIP if self.window else self.per))
-        workspace.add(c_array, self.pixels * self.per)
+        workspace.add(self.c_array, self.pixels * self.per)
 
     def describe(self) -> str:
         what = (
@@ -550,8 +556,8 @@ class ImageRowsBlocks(WholePlaneBlocks):
     once a block): MobileNetV3-Large's 960 -> 240 at batch 8, one thread, a Zen 4 core,
     131 us against onnxruntime's 93 before (benchmarks/results/cpu-notes.md)."""
 
-    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local, weights):
-        self._read_op(op, reads, c_array, c_local, True)
+    def __init__(self, args: CoreArgs, weights: int) -> None:
+        self._read_op(args, True)
         strips = self.k // host.STRIP
         split = min(strips, channel_blocks())
         self.per = -(-strips // split) * host.STRIP if host.packs(self.k) else self.k
@@ -564,7 +570,7 @@ class ImageRowsBlocks(WholePlaneBlocks):
         self.ldc = host.STRIP if self.window else self.per  # the block's C, a row an image
         gemm = "gemm_nn_call as gemm_nn" if self.window else "gemm_packed_call as gemm_packed"
         self.imports = (abi.import_line(gemm),)
-        workspace.add(c_array, self.n * self.ldc)
+        args.workspace.add(self.c_array, self.n * self.ldc)
 
     @staticmethod
     def local_result(op) -> bool:

@@ -50,8 +50,8 @@ from collections.abc import Sequence
 from fusec.targets.cpu import abi
 from fusec.targets.cpu.blocked import (
     MIN_BLOCKS,
+    CoreArgs,
     EpilogueRows,
-    Workspace,
     merge_last_two,
     merges_hw,
     row_loop,
@@ -95,10 +95,11 @@ class Q8Blocks(WholePlaneBlocks):
     ``gemm_q8_rows`` of the weight packed once into the channel rows, the epilogue
     (module docstring)."""
 
-    def __init__(self, op, reads, workspace: Workspace, a_array, c_array, c_local, weights):
-        self._read_op(op, reads, c_array, c_local, True)
+    def __init__(self, args: CoreArgs, weights: int | None) -> None:
+        self._read_op(args, True)
+        op, workspace, c_array = args.op, args.workspace, args.c_array
         zero = q8_zero(op)
-        assert zero is not None and weights is not None and c_local
+        assert zero is not None and weights is not None and args.c_local
         self.zero = zero
         from fusec.targets.cpu.host import STRIP
 
