@@ -46,7 +46,12 @@ def run(
                 l_run = np.zeros(64, dtype=np.float32)
                 for j in range(nkv):
                     cols = j * BN + np.arange(BN)
-                    s = (q_tile @ _rows(k[bh], cols).T).astype(np.float32) * sl2
+                    s = (q_tile @ _rows(k[bh], cols).T).astype(np.float32)
+                    if spec.softcap:  # cap * tanh(S * scale / cap), in the units above
+                        cap = np.float32(spec.softcap * (1.0 if has_mask else LOG2E))
+                        s = cap * np.tanh(s * np.float32(spec.scale / spec.softcap))
+                    else:
+                        s = s * sl2
                     if mask is not None:  # read where row and key exist
                         ok = (rows[:, None] < spec.sq) & (cols[None, :] < spec.sk)
                         tile = mask[bh][

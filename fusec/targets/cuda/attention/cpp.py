@@ -70,6 +70,9 @@ class AttentionSpec(LinkedSpec):
     #: offset, row stride, column stride, batch atoms; strides 0 where it broadcasts); ()
     #: for none (or causal, by index)
     mask: tuple = ()
+    #: Gemma-2's logit soft-capping: the scaled scores are ``softcap * tanh(S * scale /
+    #: softcap)`` before the mask (``ai.attention``'s softcap); 0 for none
+    softcap: float = 0.0
 
     def __post_init__(self) -> None:
         why = problem(self)
@@ -132,6 +135,8 @@ def problem(spec: AttentionSpec) -> str | None:
         return f"head sizes {spec.d}/{spec.dv}: the kernel takes 64 or 128"
     if not math.isfinite(spec.scale):
         return f"scale {spec.scale}: not a finite number"
+    if not (math.isfinite(spec.softcap) and spec.softcap >= 0):
+        return f"softcap {spec.softcap}: not a finite number >= 0"
     if spec.causal and spec.sq != spec.sk:
         return "a causal mask with different query and key lengths"
     if min(spec.batch, spec.sq, spec.sk) < 1:
@@ -220,10 +225,13 @@ def _config(spec: AttentionSpec) -> str:
         "BM": BM, "BN": BN, "SQ": spec.sq, "SK": spec.sk, "D": spec.d, "DV": spec.dv,
         "QB": spec.q_blocks, "NKV": -(-spec.sk // BN), "KV_STAGES": KV_STAGES,
         "CAUSAL": int(spec.causal), "NAN_TO_ZERO": int(spec.nan_to_zero),
-        "MASK": int(bool(spec.mask)),
+        "MASK": int(bool(spec.mask)), "SOFTCAP": int(spec.softcap > 0),
         "PRODUCER_REGISTERS": PRODUCER_REGISTERS, "CONSUMER_REGISTERS": CONSUMER_REGISTERS,
     }  # fmt: skip
     mma = wgmma_ss("qk", BN, spec.dtype, 0, 0) + wgmma_rs("pv", spec.dv, spec.dtype, 1)
+    # with no softcap the kernel never calls these: 1s keep the text free of inf
+    cap = float(spec.softcap) if spec.softcap > 0 else 1.0
+    scale_over_cap = float(spec.scale) / cap
     mask = spec.mask_view
     return f"""struct Config {{
   enum : int {{
@@ -231,6 +239,8 @@ def _config(spec: AttentionSpec) -> str:
   }};
   static __host__ __device__ constexpr float sl2() {{ return {scale_log2!r}f; }}
   static __host__ __device__ constexpr float scale() {{ return {float(spec.scale)!r}f; }}
+  static __host__ __device__ constexpr float cap() {{ return {cap!r}f; }}
+  static __host__ __device__ constexpr float scale_over_cap() {{ return {scale_over_cap!r}f; }}
   using In = {ELEMENT_TYPES[spec.dtype]};
   using Out = {ELEMENT_TYPES[spec.out_dtype]};
   using Mask = {ELEMENT_TYPES[mask.dtype if mask else "f32"]};
@@ -246,10 +256,13 @@ def generate(spec: AttentionSpec) -> str:
     ``extern "C"`` wrapper (``cpp_source`` inlines the header)."""
     mask = " + causal mask" if spec.causal else ""
     mask += " + mask (read from memory)" if spec.mask else ""
+    scores = f"softcap * tanh(Q K^T * scale / softcap){mask}" if spec.softcap else ""
+    scores = scores or f"Q K^T * scale{mask}"
     extra, passed = (", u64 mask", ", mask") if spec.mask else ("", "")
-    return f"""// fusec generated fused attention: softmax(Q K^T * scale{mask}) V
+    cap = f", softcap {spec.softcap!r}" if spec.softcap else ""
+    return f"""// fusec generated fused attention: softmax({scores}) V
 // batch {spec.batch}, {spec.sq} queries x {spec.sk} keys, head {spec.d}/{spec.dv}, {spec.dtype},
-// scale {spec.scale!r}
+// scale {spec.scale!r}{cap}
 {include("attention")}
 {_config(spec)}
 extern "C" __device__ __attribute__((always_inline))

@@ -104,8 +104,6 @@ def kernel_spec(
     q, key, v = (spec_of(x.type) for x in op.operands[:3])
     if not q.shape[:-2] == key.shape[:-2] == v.shape[:-2]:
         return "q, key and v have different batch dims (the kernel does not broadcast them)"
-    if op.attr("softcap") > 0:
-        return f"soft-capped scores (softcap {op.attr('softcap')!r}): the kernel has no tanh"
     kind = mask_kind(mask, q.shape[-2], key.shape[-2])
     if kind is None and mask_view is None:
         return "the mask is neither zero nor a causal constant (0 on and below the diagonal)"
@@ -125,6 +123,7 @@ def kernel_spec(
             scale=float(op.attr("scale")),
             causal=kind == "causal",
             nan_to_zero=bool(op.attr("nan_to_zero")),
+            softcap=float(op.attr("softcap")),
             views=() if not views or views == plain else tuple(w.as_tuple() for w in views),
             mask=mask_view.as_tuple() if kind is None and mask_view is not None else (),
         )
@@ -299,7 +298,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         f"batch {spec.batch}, {spec.sq} queries x {spec.sk} keys, head {spec.d}/{spec.dv}, "
         f"{spec.dtype} -> {spec.out_dtype}, scale {spec.scale!r}"
         f"{', causal' if spec.causal else ''}{', NaN rows to 0' if spec.nan_to_zero else ''}"
-        f"{', the mask read from memory' if spec.mask else ''}; "
+        f"{', the mask read from memory' if spec.mask else ''}"
+        f"{f', scores soft-capped at {spec.softcap!r} (tanh)' if spec.softcap else ''}; "
         f"{spec.grid} blocks of 128 query rows",
     ]
     if spec.views:

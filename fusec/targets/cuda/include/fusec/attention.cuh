@@ -9,8 +9,9 @@
 // wgmma from shared memory, the mask and the online softmax in registers, then O += P V by
 // wgmma with P as the A operand in registers. An instantiation supplies C:
 //   BM, BN, SQ, SK, D, DV (sizes), QB (query blocks), NKV (key blocks), KV_STAGES, CAUSAL,
-//   NAN_TO_ZERO, MASK, PRODUCER_REGISTERS, CONSUMER_REGISTERS; sl2() (scale * log2 e) and
-//   scale(); the element types In (Q, K, V), Out and Mask; its wgmma instructions `qk`
+//   NAN_TO_ZERO, MASK, SOFTCAP, PRODUCER_REGISTERS, CONSUMER_REGISTERS; sl2() (scale * log2 e),
+//   scale(), and with SOFTCAP cap() and scale_over_cap() (scores cap * tanh(S * scale / cap));
+//   the element types In (Q, K, V), Out and Mask; its wgmma instructions `qk`
 //   (m64nBNk16, both operands in shared memory) and `pv` (m64nDVk16, A from registers); and
 //   how the operands are addressed: load_q/load_k/load_v(dst, map, bar, c0, row, bh), a TMA
 //   load of the box
@@ -122,6 +123,8 @@ static __device__ __forceinline__ int attention(u64 smem_raw, u64 map_q, u64 map
     // minimum, -3.4e38 in f32, times log2 e would be -inf, and a row of them NaN)
     const float sl2 = C::MASK ? C::scale() : C::sl2();
     const float unit = C::MASK ? 1.4426950408889634f : 1.0f;
+    // soft-capped scores: cap * tanh(S * scale / cap), in the same units as above
+    const float cap_units = C::MASK ? C::cap() : C::cap() * 1.4426950408889634f;
     const float NEG_INF = __int_as_float(0xff800000);
     // this thread's two rows (h = 0, 1) of the 64-row slice: 16 warp + lane/4 + 8 h
     const int row0 = qb * C::BM + cw * 64 + warp * 16 + lane / 4;
@@ -156,7 +159,7 @@ static __device__ __forceinline__ int attention(u64 smem_raw, u64 map_q, u64 map
       float mx[2] = {m_run[0], m_run[1]};
 #pragma unroll
       for (int i = 0; i < S_REGS; ++i) {
-        float v = s[i] * sl2;
+        float v = C::SOFTCAP ? cap_units * tanhf(s[i] * C::scale_over_cap()) : s[i] * sl2;
         if constexpr (C::MASK) {
           const int col = j * C::BN + 8 * (i / 4) + 2 * (lane % 4) + (i % 2);
           const int row = row0 + 8 * ((i / 2) % 2);
