@@ -52,14 +52,14 @@ not discarded); where the float32 module gives NaN, fusec must give NaN too and 
 positions are left out of the error (``errors``'s ``same_nan``: the transformers here give
 none, not even for a fully masked row). Rows say ``mask: yes`` and their input column
 ``inputs_embeds+mask``; models without a mask input (the CNNs, ViT) are not run, and the
-table says so. The default suffix gains ``-mask``. Which attention kernel reads the mask is
-fusec's choice: ``FUSEC_ATTENTION_MASKS=tensor`` in the environment (the workers inherit it,
-and the table names it) lets the flash kernel read it from memory, else the attention runs
-on the PyTorch fallback (``fusec/targets/cuda/attention/template.py``).
+table says so. The default suffix gains ``-mask``. The flash kernel reads the mask from
+memory; ``FUSEC_ATTENTION_MASKS=index`` in the environment (the workers inherit it, and the
+table names it) sends those attentions to the PyTorch fallback instead, the A/B baseline
+(``fusec/targets/cuda/attention/template.py``).
 
     python3 benchmarks/models_gpu.py --quick --budget 540 --out results/       # H200
     python3 benchmarks/models_gpu.py --models resnet50,bert --dtypes bf16 --out results/
-    FUSEC_ATTENTION_MASKS=tensor python3 benchmarks/models_gpu.py --quick --attention-mask
+    python3 benchmarks/models_gpu.py --quick --attention-mask
     python3 benchmarks/models_gpu.py --target cpu --smoke --out /tmp/zoo       # no GPU
 
 ``--target cpu --smoke`` runs the same script end to end on the CPU (tiny configs: one or two
@@ -497,7 +497,7 @@ def mask_paragraph(meta: dict) -> list[str]:
     """What ``--attention-mask`` fed, as lines before the table (none without it)."""
     if not meta.get("attention_mask"):
         return []
-    kernel = meta.get("attention_masks_env") or "unset (index)"
+    kernel = meta.get("attention_masks_env") or "unset (tensor)"
     return [
         "",
         f"Attention masks: the transformers take a second input `{MASK_INPUT}` (int64 "

@@ -194,7 +194,7 @@ def _addmm(op: ai.AiOp, a: list[str], bias: str) -> str:
 
 def _attention(op: ai.AiOp, a: list[str]) -> str:
     scale, nan = float(op.attr("scale")), bool(op.attr("nan_to_zero"))
-    softcap = float(op.attr("softcap"))  # the flash kernel refuses these: always here
+    softcap = float(op.attr("softcap"))  # where the flash kernel refuses the attention
     cap = f", softcap={softcap!r}" if softcap else ""
     return f"ieee_attention(torch, {', '.join(a)}, {scale!r}, {nan}{cap})"
 

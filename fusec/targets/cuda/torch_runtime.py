@@ -105,7 +105,7 @@ def ieee_attention(
     (16-bit operands widened, as the reference and the flash kernel accumulate: scores
     and probabilities rounded to bf16 were off by 1-4% on the H200's differential run);
     with ``softcap`` > 0 the scores are ``softcap * tanh(scores / softcap)`` before the
-    mask (the flash kernel has no tanh: such an attention always runs here); NaN
+    mask (where the flash kernel refuses such an attention, e.g. heads of 256); NaN
     probabilities 0 with ``nan_to_zero``. (PyTorch's fused
     scaled_dot_product_attention would give a masked-out row 0 or NaN depending on its
     backend: these are the dialect's semantics on every backend.)"""

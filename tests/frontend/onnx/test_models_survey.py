@@ -219,10 +219,19 @@ PROGRAM = f"""func.func @f(%x: tensor<1x64x8x8xf16>, %k: tensor<64x8x3x3xf16>,
 
 
 @pytest.mark.requires_target("cuda")
-def test_plan_facts_read_the_cuda_kernel_headers() -> None:
+def test_plan_facts_read_the_cuda_kernel_headers(monkeypatch) -> None:
     """A grouped conv of 8 channels a group on the direct kernel (a depthwise one is
     counted apart), the NCHW -> NHWC transpose as a copy with its types, one attention on
-    the flash kernel and one with a run-time mask on the PyTorch fallback."""
+    the flash kernel and one with a run-time mask on the PyTorch fallback (masks computed
+    by index only: ``FUSEC_ATTENTION_MASKS=index``; by default the flash kernel reads it)."""
+    from fusec.targets.cuda.attention.template import MASKS_ENV
+
+    monkeypatch.delenv(MASKS_ENV, raising=False)
+    compiled = fusec.compile(PROGRAM, target="cuda", executable=False)
+    facts = survey.plan_facts(compiled.kernels)
+    assert (facts["attention_kernels"], facts["flash_attention"]) == (2, 2)
+    assert facts["fallbacks"] == []
+    monkeypatch.setenv(MASKS_ENV, "index")
     compiled = fusec.compile(PROGRAM, target="cuda", executable=False)
     facts = survey.plan_facts(compiled.kernels)
     assert facts["kernels"] == len(compiled.kernels) == sum(facts["kinds"].values())

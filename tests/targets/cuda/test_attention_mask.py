@@ -1,6 +1,6 @@
 """The flash kernel reading a mask from memory (issue 28: padding masks from an
-``attention_mask`` input, relative-position biases), opt-in by
-``FUSEC_ATTENTION_MASKS=tensor`` until ``test_attention_mask_gpu.py`` has run on a GPU.
+``attention_mask`` input, relative-position biases), the default since
+``test_attention_mask_gpu.py`` passed on a GPU (``FUSEC_ATTENTION_MASKS=index``: off).
 
 No GPU here: the plan (which masks, their broadcast strides), the generated C++'s
 ``mask_offset`` evaluated at every score against numpy's broadcast, the numpy model of the
@@ -51,12 +51,15 @@ def _launch(text: str, monkeypatch):
     return namespace["ATTENTION"]
 
 
-def test_by_default_a_mask_tensor_stays_on_the_fallback(monkeypatch) -> None:
+def test_by_default_a_mask_tensor_is_read_by_the_flash_kernel(monkeypatch) -> None:
     text = attention_graph((2, 4), 40, 40, 64, 64, mask=(2, 1, 1, 40))
     monkeypatch.delenv(MASKS_ENV, raising=False)
     (kernel,) = fusec.compile(text, target="cuda", executable=False).kernels
+    assert "FALLBACK" not in kernel.source and "the mask read from memory" in kernel.source
+    monkeypatch.setenv(MASKS_ENV, "index")  # the A/B baseline: the PyTorch fallback
+    (kernel,) = fusec.compile(text, target="cuda", executable=False).kernels
     assert "FALLBACK" in kernel.source and "neither zero nor a causal" in kernel.source
-    with pytest.raises(Exception, match="expected 'index' or 'tensor'"):
+    with pytest.raises(Exception, match="expected 'tensor' or 'index'"):
         _kernel(text, monkeypatch, masks="sometimes")
 
 

@@ -1,6 +1,6 @@
 """The flash kernel with a mask read from memory on the GPU vs the reference (skipped
-without a GPU; issue 28). ``FUSEC_ATTENTION_MASKS=tensor`` turns the path on: it is off by
-default until these cases have passed on a GPU (written 2026-12-06, not run yet). Fresh
+without a GPU; issue 28): the default since these cases passed on an H100 (2026-12-07;
+``FUSEC_ATTENTION_MASKS=index`` turns the path off, so the cases set "tensor"). Fresh
 random inputs, padding masks with -inf or the dtype's minimum past each row's length
 (one batch's keys all hidden for the -inf case: NaN where the graph's softmax is NaN),
 biases broadcast over the batch or heads, outputs poisoned first; the one kernel must be

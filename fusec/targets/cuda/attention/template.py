@@ -76,11 +76,12 @@ def mask_kind(mask: SSAValue, queries: int, keys: int) -> str | None:
     return "causal" if causal else None
 
 
-#: Which masks the kernel takes: "index" (none or causal, computed by index; the
-#: default) or "tensor" (also any other, read from memory: a padding mask from an
-#: ``attention_mask`` input, a relative-position bias). "tensor" is opt-in until the
-#: kernel's reads of it have run on a GPU (written 2026-12-06 without one:
-#: ``tests/targets/cuda/test_attention_mask_gpu.py`` is the check that turns it on).
+#: Which masks the kernel takes: "tensor" (the default: none or causal by index, any
+#: other read from memory: a padding mask from an ``attention_mask`` input, a
+#: relative-position bias) or "index" (none or causal only; any other mask sends the
+#: attention to the PyTorch fallback: the A/B baseline). The reads from memory passed
+#: ``tests/targets/cuda/test_attention_mask_gpu.py`` and the zoo with padding masks on an
+#: H100 (2026-12-07, benchmarks/results/models-gpu.md).
 MASKS_ENV = "FUSEC_ATTENTION_MASKS"
 
 
@@ -88,7 +89,7 @@ def tensor_masks() -> bool:
     """Whether ``$FUSEC_ATTENTION_MASKS`` lets the kernel read masks from memory."""
     from fusec.environ import switch
 
-    return switch(MASKS_ENV, ("index", "tensor")) == "tensor"
+    return switch(MASKS_ENV, ("tensor", "index")) == "tensor"
 
 
 def kernel_spec(

@@ -1,7 +1,7 @@
 """Soft-capped attention (Gemma-2's logit soft-capping: scores ``cap * tanh(q k^T *
 scale / cap)`` before the mask, ``ai.attention``'s softcap) on the flash kernel, without
 a GPU: the plan, the kernel's model against the reference, the build for sm_90a
-(``test_attention_softcap_gpu.py`` runs it)."""
+(``test_flash_softcap_gpu.py`` runs it)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from numerics import assert_close
-from test_attention_softcap import softcap_graph
+from test_flash_softcap import softcap_graph
 
 from fusec.targets.cuda.attention.template import MASKS_ENV
 
@@ -29,7 +29,9 @@ def test_soft_capped_attention_matches_the_reference(name: str, monkeypatch) -> 
 
     batch, heads, sq, sk, d, dtype, cap, mask = CASES[name]
     monkeypatch.setenv(MASKS_ENV, "tensor")
-    compiled = fusec.compile(softcap_graph(batch, heads, sq, sk, d, dtype, cap, mask), "cuda")
+    compiled = fusec.compile(
+        softcap_graph(batch, heads, sq, sk, d, dtype, cap, mask), target="cuda"
+    )
     (kernel,) = compiled.kernels
     assert "soft-capped" in kernel.source and "FALLBACK" not in kernel.source
     for seed in (0, 1):
