@@ -114,10 +114,16 @@ def commuted(value: SSAValue, op_type: type) -> list[tuple[SSAValue, SSAValue]]:
 class Recognized:
     """Counts of rewrites by name (what ``fusec import`` reports); ``softcap``: whether
     soft-capped attention becomes ``ai.attention`` (``recognize-patterns{softcap=false}``
-    leaves it as its ops, for a target whose attention kernel has no tanh)."""
+    leaves it as its ops, for a target that runs it better as its ops); ``softcap_heads``:
+    the head sizes it does for (() for any)."""
 
     counts: Counter[str] = field(default_factory=Counter)
     softcap: bool = True
+    softcap_heads: tuple[int, ...] = ()
+
+    def takes_softcap(self, head: int) -> bool:
+        """Whether a soft-capped attention of head size ``head`` becomes ``ai.attention``."""
+        return self.softcap and (not self.softcap_heads or head in self.softcap_heads)
 
 
 class Recognition(RewritePattern):

@@ -909,10 +909,12 @@ PATTERNS: tuple[type[Recognition], ...] = (
 )
 
 
-def recognize(module: ModuleOp, softcap: bool = True) -> Counter[str]:
-    """Apply every pattern to a fixed point; the rewrites made, by name (``softcap``:
-    ``RecognizePatternsPass.softcap``)."""
-    seen = Recognized(softcap=softcap)
+def recognize(
+    module: ModuleOp, softcap: bool = True, softcap_heads: tuple[int, ...] = ()
+) -> Counter[str]:
+    """Apply every pattern to a fixed point; the rewrites made, by name (``softcap``,
+    ``softcap_heads``: ``RecognizePatternsPass``'s)."""
+    seen = Recognized(softcap=softcap, softcap_heads=softcap_heads)
     walker = PatternRewriteWalker(
         GreedyRewritePatternApplier([p(seen) for p in PATTERNS]), apply_recursively=True
     )
@@ -924,12 +926,15 @@ def recognize(module: ModuleOp, softcap: bool = True) -> Counter[str]:
 class RecognizePatternsPass(ModulePass):
     """Rewrite elementary-op spellings (GELU, LayerNorm, scales, reshapes) into ai ops.
     ``softcap=false`` leaves soft-capped attention (Gemma-2's tanh-capped scores) as its
-    ops: the cuda pipelines, whose flash kernel has no tanh, run it as a GEMM group with
-    the cap and the softmax in its epilogue and a second GEMM, not through PyTorch."""
+    ops; ``softcap_heads`` (e.g. ``64,128``) recognises it only where q's head size is one
+    of these: the cuda pipelines' flash kernel caps scores for heads of 64 and 128, and a
+    soft-capped attention of other heads (Gemma-2's 256) runs better as a GEMM group with
+    the cap and the softmax in its epilogue and a second GEMM than through PyTorch."""
 
     name = "recognize-patterns"
 
     softcap: bool = True
+    softcap_heads: tuple[int, ...] = ()
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        recognize(op, softcap=self.softcap)
+        recognize(op, softcap=self.softcap, softcap_heads=self.softcap_heads)

@@ -135,7 +135,9 @@ class AttentionFromParts(Recognition):
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         chain = attention_chain(op)
-        if not isinstance(chain, AttentionChain) or (chain.softcap and not self.seen.softcap):
+        if not isinstance(chain, AttentionChain):
+            return
+        if chain.softcap and not self.seen.takes_softcap(spec_of(chain.q.type).shape[-1]):
             return
         attention = ai.AttentionOp(
             chain.q,

@@ -87,11 +87,13 @@ class CudaTarget(Target):
         # both; cse first, as sink-transposes leaves the cos and sin views twice), fusion,
         # slices that only a pointwise kernel reads read in place, the channels-last layout
         # of the conv groups (explicit conversions), then the Tensor Core tile of every GEMM
-        # group. Soft-capped attention (Gemma-2) stays its ops (the flash kernel has no
-        # tanh: a GEMM with the cap and softmax in its epilogue beats the fallback). The
+        # group. Soft-capped attention (Gemma-2) is one ai.attention for the flash kernel's
+        # head sizes (attention.cpp.HEAD_DIMS: it caps the scores itself) and stays its ops
+        # for others (Gemma-2's 256: a GEMM with the cap and softmax in its epilogue beats
+        # the PyTorch fallback). The
         # RoPE part measured on the H200 (2026-12-06, the zoo's Llama): b1 0.337
         # -> 0.282 ms, b8 0.767 -> 0.715 (benchmarks/results/models-gpu.md)
-        "fusec-cuda": "infer-shapes,recognize-patterns{softcap=false},conv-patchify,"
+        "fusec-cuda": "infer-shapes,recognize-patterns{softcap_heads=64,128},conv-patchify,"
         "canonicalize,cse,fp8-constant-weights,demote-upcasts,sink-transposes,"
         "attention-layout,cse,combine-projections{repeated_heads=true rope=true},fuse,"
         "read-views-in-place,conv-layout,tile-gemm",
@@ -99,7 +101,7 @@ class CudaTarget(Target):
         # block tile: the GEMM's partials epilogue and a finalise pass). Measured slower
         # than the softmax as its own kernel on the H200 (benchmarks/results/
         # gemm-2026-11-30.md, git history, 0fa3236), so not the default
-        "fusec-cuda-long-softmax": "infer-shapes,recognize-patterns{softcap=false},"
+        "fusec-cuda-long-softmax": "infer-shapes,recognize-patterns{softcap_heads=64,128},"
         "conv-patchify,canonicalize,cse,fp8-constant-weights,demote-upcasts,"
         "sink-transposes,attention-layout,cse,"
         "combine-projections{repeated_heads=true rope=true},fuse{softmax_tile_limit=1048576},"
@@ -107,7 +109,7 @@ class CudaTarget(Target):
         # the default before Llama's RoPE combined (three GEMMs and two RoPE kernels a
         # layer): the A/B baseline of `benchmarks/profile_zoo.py --pipeline
         # fusec-cuda-separate-rope`
-        "fusec-cuda-separate-rope": "infer-shapes,recognize-patterns{softcap=false},"
+        "fusec-cuda-separate-rope": "infer-shapes,recognize-patterns{softcap_heads=64,128},"
         "conv-patchify,canonicalize,cse,fp8-constant-weights,demote-upcasts,sink-transposes,"
         "attention-layout,combine-projections{repeated_heads=true},fuse,conv-layout,tile-gemm",
     }

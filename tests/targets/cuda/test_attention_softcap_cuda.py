@@ -1,6 +1,7 @@
 """Soft-capped ``ai.attention`` (Gemma-2) on the cuda target, without a GPU: the flash
-kernel has no tanh, so its plan refuses ``softcap > 0`` with the reason and the group runs
-on the PyTorch fallback, whose ``ieee_attention`` caps the scores before the mask. Where
+kernel caps the scores itself (``test_flash_softcap.py``); where it refuses the attention
+for another reason (a head size of 32) the group runs on the PyTorch fallback, whose
+``ieee_attention`` caps the scores before the mask. Where
 PyTorch is installed (any build), ``ieee_attention`` and the generated fallback run on
 CPU tensors against the float64 reference."""
 
@@ -23,8 +24,8 @@ from fusec.targets.cuda import torch_fallback as cuda_torch
 S = 64  # a causal f16 attention the flash kernel takes without the cap
 
 
-def _model(softcap: float) -> str:
-    q = f"tensor<1x2x{S}x64xf16>"
+def _model(softcap: float, head: int = 64) -> str:
+    q = f"tensor<1x2x{S}x{head}xf16>"
     mask = np.triu(np.full((S, S), -np.inf), 1)
     rows = ", ".join("[" + ", ".join("0xFC00" if x else "0.0" for x in r) + "]" for r in mask)
     cap = f", softcap = {softcap} : f32" if softcap else ""
@@ -35,21 +36,22 @@ def _model(softcap: float) -> str:
 }}"""  # noqa: E501
 
 
-def _attention_kernel(softcap: float):
-    program = fusec.compile(_model(softcap), target="cuda", executable=False)
+def _attention_kernel(softcap: float, head: int = 64):
+    program = fusec.compile(_model(softcap, head), target="cuda", executable=False)
     (kernel,) = [k for k in program.kernels if k.kind == "attention"]
     return kernel
 
 
-def test_the_flash_kernel_refuses_a_softcap_with_the_reason() -> None:
-    assert not _attention_kernel(0.0).runs_op_by_op  # the same attention uncapped: flash
+def test_the_flash_kernel_takes_a_softcap() -> None:
     kernel = _attention_kernel(50.0)
-    assert kernel.runs_op_by_op
-    assert "soft-capped scores (softcap 50.0): the kernel has no tanh" in kernel.source
+    assert not kernel.runs_op_by_op
+    assert "scores soft-capped at 50.0 (tanh)" in kernel.source
 
 
 def test_the_fallback_passes_the_softcap() -> None:
-    source = _attention_kernel(50.0).source
+    kernel = _attention_kernel(50.0, head=32)  # a head size the flash kernel refuses
+    assert kernel.runs_op_by_op and "head sizes 32/32" in kernel.source
+    source = kernel.source
     (call,) = [line for line in source.splitlines() if "= ieee_attention(" in line]
     assert re.search(r"0\.125, False, (softcap=)?50\.0\)$", call), call
 
@@ -94,15 +96,25 @@ def test_the_generated_fallback_matches_the_reference() -> None:
     assert_close(got.numpy(), want)
 
 
-def test_the_cuda_pipeline_keeps_a_soft_capped_chain_on_the_gemm() -> None:
-    """``recognize-patterns{softcap=false}`` in the cuda pipelines: Gemma-2's capped scores
-    stay a GEMM group with the cap and the softmax in its epilogue and a second GEMM (the
-    Tensor Core kernels), not an ``ai.attention`` the flash kernel would refuse."""
+@pytest.mark.parametrize("head", [64, 256])
+def test_the_cuda_pipeline_recognises_soft_capped_attention_for_the_flash_kernels_heads(
+    head: int,
+) -> None:
+    """``recognize-patterns{softcap_heads=64,128}`` in the cuda pipelines: Gemma-2's capped
+    scores with heads of 64 are one ``ai.attention`` on the flash kernel, which caps them;
+    with heads of 256 (real Gemma-2's, which the flash kernel refuses) the chain stays a
+    GEMM group with the cap and the softmax in its epilogue and a second GEMM (the Tensor
+    Core kernels), not an attention on the PyTorch fallback."""
     from pathlib import Path
 
     here = Path(__file__).parents[2] / "passes/filecheck/recognize/softcap_attention.mlir"
     text = here.read_text().split("// -----")[0]
+    text = text.replace("x64x", f"x{head}x").replace("x64xf16", f"x{head}xf16")
     program = fusec.compile(text, target="cuda", executable=False)
-    assert [k.kind for k in program.kernels] == ["copy", "matmul", "matmul"]
     assert not any(k.runs_op_by_op for k in program.kernels)
+    if head == 64:
+        (kernel,) = program.kernels
+        assert kernel.kind == "attention" and "soft-capped at 50.0" in kernel.source
+        return
+    assert [k.kind for k in program.kernels] == ["copy", "matmul", "matmul"]
     assert "ai.tanh" in program.kernels[1].source.split("\n\n")[0]

@@ -7,6 +7,7 @@
 // RUN: fusec-opt %s --split-input-file -p "infer-shapes,recognize-patterns,canonicalize,cse" | filecheck %s
 // RUN: fusec-opt %s --split-input-file -p "fusec-cpu" | filecheck %s --check-prefix=CPU
 // RUN: fusec-opt %s --split-input-file -p "infer-shapes,recognize-patterns{softcap=false}" | filecheck %s --check-prefix=KEEP
+// RUN: fusec-opt %s --split-input-file -p "infer-shapes,recognize-patterns{softcap_heads=128,256}" | filecheck %s --check-prefix=KEEP
 
 // CHECK-LABEL: func.func @gemma2_f16
 // CHECK-NOT:   ai.tanh
@@ -18,7 +19,7 @@
 // CPU-NEXT:    ai.attention {{.*}}softcap = 5.000000e+01 : f32
 // CPU-NEXT:    ai.yield
 // CPU-NOT:     ai.fused
-// softcap=false (the cuda pipelines: the flash kernel has no tanh) keeps the ops
+// softcap=false, or softcap_heads without q's head size (64 here), keeps the ops
 // KEEP-LABEL:  func.func @gemma2_f16
 // KEEP-NOT:    ai.attention
 // KEEP:        ai.tanh
