@@ -118,3 +118,15 @@ def test_the_cuda_pipeline_recognises_soft_capped_attention_for_the_flash_kernel
         return
     assert [k.kind for k in program.kernels] == ["copy", "matmul", "matmul"]
     assert "ai.tanh" in program.kernels[1].source.split("\n\n")[0]
+
+
+def test_the_pipelines_recognise_softcap_for_the_flash_kernels_head_sizes() -> None:
+    """The head sizes ``softcap_heads`` names in every cuda pipeline are the flash
+    kernel's (``attention.cpp.HEAD_DIMS``): a size it refused would send Gemma-2's
+    attention to PyTorch; one it takes but not named would keep it off the kernel."""
+    from fusec.targets.cuda.attention.cpp import HEAD_DIMS
+    from fusec.targets.cuda.target import CudaTarget
+
+    heads = ",".join(map(str, HEAD_DIMS))
+    for name, spec in CudaTarget.pipelines.items():
+        assert f"recognize-patterns{{softcap_heads={heads}}}" in spec, name
