@@ -77,6 +77,7 @@ class CudaTarget(Target):
         "attention-layout": "fusec.targets.cuda.attention.rowwise:AttentionLayoutPass",
         "fp8-constant-weights": "fusec.targets.cuda.gemm.fp8_weights:Fp8ConstantWeightsPass",
         "read-views-in-place": "fusec.targets.cuda.views_in_place:ReadViewsInPlacePass",
+        "rope-into-attention": "fusec.targets.cuda.rope_into_attention:RopeIntoAttentionPass",
     }
     pipelines = {
         # patchify convs as GEMMs, constant weights of float8 values as float8 codes (the
@@ -85,7 +86,9 @@ class CudaTarget(Target):
         # across GEMMs towards the attention, the q, k and v projections of one input as
         # one GEMM (Llama-style q and k through RoPE too: q's and k's RoPE one chain over
         # both; cse first, as sink-transposes leaves the cos and sin views twice), fusion,
-        # slices that only a pointwise kernel reads read in place, the channels-last layout
+        # slices that only a pointwise kernel reads read in place, RoPE groups that only an
+        # attention reads moved into it (the flash kernel rotates q and k after loading
+        # them), the channels-last layout
         # of the conv groups (explicit conversions), then the Tensor Core tile of every GEMM
         # group. Soft-capped attention (Gemma-2) is one ai.attention for the flash kernel's
         # head sizes (attention.cpp.HEAD_DIMS: it caps the scores itself) and stays its ops
@@ -96,6 +99,12 @@ class CudaTarget(Target):
         "fusec-cuda": "infer-shapes,recognize-patterns{softcap_heads=64,128},conv-patchify,"
         "canonicalize,cse,fp8-constant-weights,demote-upcasts,sink-transposes,"
         "attention-layout,cse,combine-projections{repeated_heads=true rope=true},fuse,"
+        "read-views-in-place,rope-into-attention,conv-layout,tile-gemm",
+        # ... with RoPE as a pointwise kernel of its own (before rope-into-attention: the
+        # A/B baseline of the attention's RoPE prologue)
+        "fusec-cuda-rope-kernel": "infer-shapes,recognize-patterns{softcap_heads=64,128},"
+        "conv-patchify,canonicalize,cse,fp8-constant-weights,demote-upcasts,sink-transposes,"
+        "attention-layout,cse,combine-projections{repeated_heads=true rope=true},fuse,"
         "read-views-in-place,conv-layout,tile-gemm",
         # ... with a softmax of any row length in its matmul's group (rows longer than a
         # block tile: the GEMM's partials epilogue and a finalise pass). Measured slower
@@ -105,7 +114,7 @@ class CudaTarget(Target):
         "conv-patchify,canonicalize,cse,fp8-constant-weights,demote-upcasts,"
         "sink-transposes,attention-layout,cse,"
         "combine-projections{repeated_heads=true rope=true},fuse{softmax_tile_limit=1048576},"
-        "read-views-in-place,conv-layout,tile-gemm",
+        "read-views-in-place,rope-into-attention,conv-layout,tile-gemm",
         # the default before Llama's RoPE combined (three GEMMs and two RoPE kernels a
         # layer): the A/B baseline of `benchmarks/profile_zoo.py --pipeline
         # fusec-cuda-separate-rope`

@@ -170,15 +170,53 @@ def scatter_output(spec: AttentionSpec, result: np.ndarray, size: int):
 def mask_as_addressed(spec: AttentionSpec, flat: np.ndarray) -> np.ndarray:
     """The (batch, sq, sk) mask a ``spec.mask`` kernel reads from the group input ``flat``:
     the generated C++'s ``mask_offset(bh, row, col)`` evaluated at every score."""
+    return read_as_addressed(spec, "mask_offset", flat, spec.sq, spec.sk)
+
+
+def read_as_addressed(
+    spec: AttentionSpec, function: str, flat: np.ndarray, rows: int, cols: int
+) -> np.ndarray:
+    """The (batch, rows, cols) elements of ``flat`` at the generated C++'s offsets
+    ``function(bh, row, col)`` (``mask_offset``, ``q_cos_offset``...), float32."""
     import re
 
     found = re.search(
-        r"mask_offset\(int bh, int row, int col\) \{\s*return (.*?);", spec.cpp_source()
+        function + r"\(int bh, int row, int col\) \{\s*return (.*?);", spec.cpp_source()
     )
-    assert found, "no mask_offset in the generated C++"
+    assert found, f"no {function} in the generated C++"
     expression = found.group(1).replace("(long long)", "").replace("/", "//")
     bh, row, col = np.meshgrid(
-        np.arange(spec.batch), np.arange(spec.sq), np.arange(spec.sk), indexing="ij"
+        np.arange(spec.batch), np.arange(rows), np.arange(cols), indexing="ij"
     )
     offsets = eval(expression, {"bh": bh, "row": row, "col": col})  # generated integer maths
-    return np.asarray(flat, dtype=np.float32)[np.broadcast_to(offsets, bh.shape)]
+    return np.asarray(flat, dtype=np.float32).reshape(-1)[np.broadcast_to(offsets, bh.shape)]
+
+
+def operand_as_addressed(spec: AttentionSpec, role: str, flat: np.ndarray) -> np.ndarray:
+    """Operand ``role`` (batch, rows, cols) as the kernel's tensor maps read it from its
+    group input ``flat``: element (bh, r, c) at ``offset + digits(bh) . batch + r *
+    row_stride + c`` (``AttentionSpec.view``)."""
+    view = spec.view(role)
+    rows = spec.sq if role == "q" else spec.sk
+    cols = spec.dv if role == "v" else spec.d
+    offset = np.full(spec.batch, view.offset, dtype=np.int64)
+    div = 1
+    for n, stride in reversed(view.batch):
+        offset += (np.arange(spec.batch) // div % n) * stride
+        div *= n
+    index = offset[:, None, None] + np.arange(rows)[:, None] * view.row_stride + np.arange(cols)
+    return np.asarray(flat).reshape(-1)[index]
+
+
+def rotated_as_kernel(
+    spec: AttentionSpec, role: str, x: np.ndarray, cos: np.ndarray, sin: np.ndarray
+) -> np.ndarray:
+    """Operand ``x`` (batch, rows, d) of the 16-bit type after the kernel's RoPE prologue
+    (``attention_rope``): ``x[d] cos - x[d + D/2] sin`` below D/2, ``x[d] cos + x[d - D/2]
+    sin`` above, in float32 with one rounding, ``cos``/``sin`` the factors as addressed
+    (``read_as_addressed`` of ``<role>_cos_offset``...)."""
+    half = spec.d // 2
+    a, b = x[..., :half].astype(np.float32), x[..., half:].astype(np.float32)
+    lo = a * cos[..., :half] - b * sin[..., :half]
+    hi = b * cos[..., half:] + a * sin[..., half:]
+    return np.concatenate([lo, hi], axis=-1).astype(x.dtype)

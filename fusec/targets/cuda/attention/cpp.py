@@ -73,6 +73,12 @@ class AttentionSpec(LinkedSpec):
     #: Gemma-2's logit soft-capping: the scaled scores are ``softcap * tanh(S * scale /
     #: softcap)`` before the mask (``ai.attention``'s softcap); 0 for none
     softcap: float = 0.0
+    #: Rotary position embeddings the kernel applies to q and/or k after loading them
+    #: (``x * cos + rotate_half(x) * sin``, the RoPE group ``rope-into-attention`` moved
+    #: into the attention's): ``(role, cos, sin)`` for role "q" and "k" as present, cos
+    #: and sin ``MaskView.as_tuple``s addressing the factor of element (bh, row, col) of
+    #: that operand; () for none
+    rope: tuple = ()
 
     def __post_init__(self) -> None:
         why = problem(self)
@@ -88,8 +94,16 @@ class AttentionSpec(LinkedSpec):
 
     def arg_count(self) -> tuple[int, int]:
         """(u64, int32) kernel parameters: map_q, map_k, map_v, out (and the mask's
-        address)."""
-        return (5 if self.mask else 4), 0
+        address, and each rotated operand's cos and sin addresses)."""
+        return 4 + bool(self.mask) + 2 * len(self.rope), 0
+
+    @property
+    def rope_views(self) -> dict[str, tuple[MaskView, MaskView]]:
+        """role -> (cos, sin) views of the operands the kernel rotates."""
+        return {
+            role: (MaskView.from_tuple(cos), MaskView.from_tuple(sin))
+            for role, cos, sin in self.rope
+        }
 
     @property
     def mask_view(self) -> MaskView | None:
@@ -143,6 +157,16 @@ def problem(spec: AttentionSpec) -> str | None:
         return "an empty dimension"
     if spec.views and len(spec.views) != 4:
         return "views: one for each of q, k, v and the output"
+    ropes = spec.rope_views
+    if set(ropes) - {"q", "k"} or len(ropes) != len(spec.rope):
+        return f"rope for {[r for r, _, _ in spec.rope]}: the kernel rotates q and k once each"
+    for role, pair in ropes.items():
+        if any(v.dtype not in MASK_DTYPES for v in pair):
+            return f"{role}'s cos/sin of {[v.dtype for v in pair]}: the kernel reads f16, bf16, f32"
+        if len({v.dtype for views in ropes.values() for v in views}) > 1:
+            return "cos and sin of different element types"
+        if any(math.prod(n for n, _ in v.batch) != spec.batch for v in pair):
+            return f"{role}'s cos/sin batch atoms are not a batch of {spec.batch}"
     mask = spec.mask_view
     if mask is not None:
         if mask.dtype not in MASK_DTYPES:
@@ -185,6 +209,11 @@ def _views(spec: AttentionSpec) -> str:
     if mask is not None:
         strides = {"row": mask.row_stride, "col": mask.col_stride}
         lines += _offset_function("mask_offset", spec.batch, mask.batch, strides, mask.offset)
+    for role, pair in spec.rope_views.items():
+        for which, view in zip(("cos", "sin"), pair, strict=True):
+            strides = {"row": view.row_stride, "col": view.col_stride}
+            name = f"{role}_{which}_offset"
+            lines += _offset_function(name, spec.batch, view.batch, strides, view.offset)
     return "\n".join(lines)
 
 
@@ -226,6 +255,7 @@ def _config(spec: AttentionSpec) -> str:
         "QB": spec.q_blocks, "NKV": -(-spec.sk // BN), "KV_STAGES": KV_STAGES,
         "CAUSAL": int(spec.causal), "NAN_TO_ZERO": int(spec.nan_to_zero),
         "MASK": int(bool(spec.mask)), "SOFTCAP": int(spec.softcap > 0),
+        "ROPE_Q": int("q" in spec.rope_views), "ROPE_K": int("k" in spec.rope_views),
         "PRODUCER_REGISTERS": PRODUCER_REGISTERS, "CONSUMER_REGISTERS": CONSUMER_REGISTERS,
     }  # fmt: skip
     mma = wgmma_ss("qk", BN, spec.dtype, 0, 0) + wgmma_rs("pv", spec.dv, spec.dtype, 1)
@@ -233,6 +263,7 @@ def _config(spec: AttentionSpec) -> str:
     cap = float(spec.softcap) if spec.softcap > 0 else 1.0
     scale_over_cap = float(spec.scale) / cap
     mask = spec.mask_view
+    rope_dtype = next((v.dtype for pair in spec.rope_views.values() for v in pair), "f32")
     return f"""struct Config {{
   enum : int {{
 {enumerators([f"{k} = {v}" for k, v in ints.items()])}
@@ -244,6 +275,7 @@ def _config(spec: AttentionSpec) -> str:
   using In = {ELEMENT_TYPES[spec.dtype]};
   using Out = {ELEMENT_TYPES[spec.out_dtype]};
   using Mask = {ELEMENT_TYPES[mask.dtype if mask else "f32"]};
+  using Rope = {ELEMENT_TYPES[rope_dtype]};
 {indent_lines(mma.strip(), 2)}
 {indent_lines(_views(spec), 2)}
 }};
@@ -259,7 +291,14 @@ def generate(spec: AttentionSpec) -> str:
     scores = f"softcap * tanh(Q K^T * scale / softcap){mask}" if spec.softcap else ""
     scores = scores or f"Q K^T * scale{mask}"
     extra, passed = (", u64 mask", ", mask") if spec.mask else ("", "")
+    ropes = spec.rope_views
+    if ropes:
+        names = [f"{r}_{w}" for r in "qk" for w in ("cos", "sin")]
+        given = [n if n[0] in ropes else "0" for n in names]
+        extra += "".join(f", u64 {n}" for n in names if n[0] in ropes)
+        passed = (passed or ", 0") + "".join(f", {g}" for g in given)
     cap = f", softcap {spec.softcap!r}" if spec.softcap else ""
+    cap += f", RoPE of {' and '.join(ropes)} in shared memory after the load" if ropes else ""
     return f"""// fusec generated fused attention: softmax({scores}) V
 // batch {spec.batch}, {spec.sq} queries x {spec.sk} keys, head {spec.d}/{spec.dv}, {spec.dtype},
 // scale {spec.scale!r}{cap}

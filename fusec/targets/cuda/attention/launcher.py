@@ -60,9 +60,17 @@ class AttentionLaunch(LinkedLaunch):
         # a mask read from memory: its group input's address (its offset and strides are
         # in the kernel's mask_offset)
         mask = (inputs[self.inputs["mask"]],) if spec.mask else ()
+        # RoPE factors: their group inputs' addresses (offsets and strides in the kernel's
+        # q_cos_offset...), cos then sin, q's then k's
+        rope = tuple(
+            inputs[self.inputs[f"{role}_{which}"]]
+            for role in "qk"
+            if role in spec.rope_views
+            for which in ("cos", "sin")
+        )
         with kernel.lock:
             maps = (operand("q"), operand("k"), operand("v"))
-            args = [(u64, v) for v in (*maps, outputs[0], *mask)]
+            args = [(u64, v) for v in (*maps, outputs[0], *mask, *rope)]
             kernel.launch(
                 kernel.function,
                 spec.grid,

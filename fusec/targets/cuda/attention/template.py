@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 from xdsl.dialects import arith
-from xdsl.ir import BlockArgument, SSAValue
+from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import header
@@ -97,6 +97,7 @@ def kernel_spec(
     mask: SSAValue,
     views: tuple[OperandView, ...] = (),
     mask_view: MaskView | None = None,
+    rope: tuple = (),
 ) -> AttentionSpec | str:
     """The flash kernel's spec for ``op`` (``mask`` the value outside the group that
     feeds its mask operand; ``views`` how q, k, v and the output are addressed, none
@@ -127,6 +128,7 @@ def kernel_spec(
             softcap=float(op.attr("softcap")),
             views=() if not views or views == plain else tuple(w.as_tuple() for w in views),
             mask=mask_view.as_tuple() if kind is None and mask_view is not None else (),
+            rope=rope,
         )
     except ValueError as err:
         return str(err)
@@ -148,14 +150,38 @@ def _shape(value: SSAValue) -> tuple[int, ...]:
     return tuple(spec_of(value.type).shape)
 
 
+def _through(layout: Layout, op: Operation) -> Layout | None:
+    """``layout`` of ``op``'s operand as the layout of its result (None: no strided view)."""
+    shape = _shape(op.results[0])
+    if isinstance(op, ai.ReshapeOp):
+        return layout.reshape(shape)
+    if isinstance(op, ai.TransposeOp):
+        return layout.transpose(op.attr("perm"))
+    if isinstance(op, ai.SliceOp):
+        return layout.slice(op.attr("offsets"), shape, op.attr("strides"))
+    if isinstance(op, ai.ExpandOp):
+        return layout.expand(_shape(op.operands[0]), shape)
+    axis = op.attr("axis") % len(_shape(op.operands[0]))
+    return layout.gather(axis, [int(i) for i in op.attr("indices")])
+
+
 def _layout_in(
-    fused_op: ai.FusedOp, value: SSAValue, role: str, seen: set
+    fused_op: ai.FusedOp, value: SSAValue, role: str, seen: set, ropes: dict | None = None
 ) -> tuple[int, Layout] | str:
     """(group input, its layout as the operand ``value``) through the group's layout ops,
-    or why the operand is not a view of one group input."""
-    chain = []
+    or why the operand is not a view of one group input. With ``ropes`` (q and k) the chain
+    may pass one RoPE (``_rope_of``): the kernel loads what it rotates and rotates it after
+    the load, so the layout is that of the rotated value's source, and ``ropes[role]``
+    says where its cos and sin factors are (``_rope_factors``)."""
+    chain: list[Operation] = []
+    rope: tuple | None = None
     while not (isinstance(value, BlockArgument) and value.block is fused_op.block):
         op = value.owner
+        found = _rope_of(op) if ropes is not None and rope is None else None
+        if found is not None:
+            rope = (list(chain), *found)
+            value = found[0]
+            continue
         if not isinstance(op, ATTENTION_VIEWS):
             return f"{role} is computed inside the group ({getattr(op, 'name', op)})"
         chain.append(op)
@@ -164,22 +190,90 @@ def _layout_in(
     layout: Layout | None = Layout.contiguous(_shape(value))
     for op in reversed(chain):
         assert layout is not None
-        shape = _shape(op.results[0])
-        if isinstance(op, ai.ReshapeOp):
-            layout = layout.reshape(shape)
-        elif isinstance(op, ai.TransposeOp):
-            layout = layout.transpose(op.attr("perm"))
-        elif isinstance(op, ai.SliceOp):
-            layout = layout.slice(op.attr("offsets"), shape, op.attr("strides"))
-        elif isinstance(op, ai.ExpandOp):
-            layout = layout.expand(_shape(op.operands[0]), shape)
-        else:
-            axis = op.attr("axis") % len(_shape(op.operands[0]))
-            layout = layout.gather(axis, [int(i) for i in op.attr("indices")])
+        layout = _through(layout, op)
         if layout is None:
             return f"{role} is read through {op.name}, which is no strided view of it"
     assert layout is not None
+    if rope is not None:
+        assert ropes is not None
+        factors = _rope_factors(fused_op, role, rope, seen)
+        if isinstance(factors, str):
+            return factors
+        ropes[role] = factors
     return value.index, layout
+
+
+def _rope_of(op: Operation | None) -> tuple[SSAValue, SSAValue, SSAValue, list] | None:
+    """(x, cos, sin, the ops) when ``op`` is rotary position embedding's ``x * cos +
+    rotate_half(x) * sin`` (either order of each sum and product), its products and
+    rotation read by it alone, the result of ``x``'s shape; else None."""
+    if not isinstance(op, ai.AddOp):
+        return None
+    for first, second in (op.operands, reversed(op.operands)):
+        plain, rotated = first.owner, second.owner
+        if not (isinstance(plain, ai.MulOp) and isinstance(rotated, ai.MulOp)):
+            continue
+        for x, cos in (plain.operands, reversed(plain.operands)):
+            for turn, sin in (rotated.operands, reversed(rotated.operands)):
+                half = turn.owner
+                if not (isinstance(half, ai.RotateHalfOp) and half.input is x):
+                    continue
+                ops = [op, plain, rotated, half]
+                if _shape(x) != _shape(op.results[0]) or any(
+                    len(list(o.results[0].uses)) != 1 for o in ops[1:]
+                ):
+                    return None
+                return x, cos, sin, ops
+    return None
+
+
+def _keeps_last_axis(op: Operation) -> bool:
+    """Whether layout op ``op`` leaves its operand's last axis as its result's (RoPE's
+    rotate_half pairs elements of that axis)."""
+    old, new = _shape(op.operands[0]), _shape(op.results[0])
+    if isinstance(op, ai.TransposeOp):
+        return tuple(op.attr("perm"))[-1] == len(old) - 1
+    if isinstance(op, ai.SliceOp):
+        return new[-1] == old[-1] and tuple(op.attr("strides"))[-1] == 1
+    if isinstance(op, ai.ReshapeOp | ai.ExpandOp):
+        return new[-1] == old[-1]
+    return op.attr("axis") % len(old) != len(old) - 1  # a gather
+
+
+def _rope_factors(fused_op: ai.FusedOp, role: str, rope: tuple, seen: set) -> tuple | str:
+    """Where the kernel reads the cos and sin factors of element (bh, row, col) of operand
+    ``role``, whose chain passes the RoPE ``rope`` (the layout ops after it, x, cos, sin,
+    its ops): each factor's group input and ``MaskView``, broadcast to the rotated value
+    and then through the same layout ops as the operand; or why it cannot."""
+    after, _x, cos, sin, ops = rope
+    if not all(_keeps_last_axis(op) for op in after):
+        return f"{role}'s RoPE is followed by a layout op that moves its head dimension"
+    rotated = _shape(ops[0].results[0])
+    operand = _shape(after[0].results[0]) if after else rotated
+    found = []
+    for which, factor in (("cos", cos), ("sin", sin)):
+        traced = _layout_in(fused_op, factor, f"{role}'s RoPE {which}", seen)
+        if isinstance(traced, str):
+            return traced
+        index, layout = traced
+        shape = _shape(factor)
+        if len(shape) > len(rotated) or any(
+            a not in (1, b) for a, b in zip(shape[::-1], rotated[::-1], strict=False)
+        ):
+            return f"{role}'s RoPE {which} of shape {list(shape)} does not broadcast to it"
+        view: Layout | None = layout.expand(shape, rotated)
+        for op in reversed(after):
+            assert view is not None
+            view = _through(view, op)
+            if view is None:
+                return f"{role}'s RoPE {which} is read through {op.name}: no strided view"
+        assert view is not None
+        read = mask_view(view, operand, operand, spec_of(factor.type).dtype)
+        if isinstance(read, str):
+            return f"{role}'s RoPE {which}: {read}"
+        found.append((index, read))
+    seen.update(ops)
+    return tuple(found)
 
 
 def _layout_out(fused_op: ai.FusedOp, op: ai.AttentionOp, seen: set) -> Layout | str:
@@ -225,8 +319,9 @@ def plan(fused_op: ai.FusedOp) -> tuple[AttentionSpec, dict[str, int]] | str:
     }
     seen: set = {op}
     inputs, views = {}, []
+    ropes: dict[str, tuple] = {}
     for role, (value, rows, cols) in sizes.items():
-        traced = _layout_in(fused_op, value, role, seen)
+        traced = _layout_in(fused_op, value, role, seen, ropes if role in "qk" else None)
         if isinstance(traced, str):
             return traced
         inputs[role], layout = traced
@@ -250,7 +345,11 @@ def plan(fused_op: ai.FusedOp) -> tuple[AttentionSpec, dict[str, int]] | str:
             "it takes ai.attention with the layout ops of its operands and output only (the "
             f"kernel has no prologue or epilogue): {', '.join(others)} stays a kernel of its own"
         )
-    spec = kernel_spec(op, _outer(fused_op, op.mask), tuple(views), read_mask)
+    rope = []
+    for role, ((cos_index, cos), (sin_index, sin)) in ropes.items():
+        inputs[f"{role}_cos"], inputs[f"{role}_sin"] = cos_index, sin_index
+        rope.append((role, cos.as_tuple(), sin.as_tuple()))
+    spec = kernel_spec(op, _outer(fused_op, op.mask), tuple(views), read_mask, tuple(rope))
     if isinstance(spec, str):
         return spec
     return spec, inputs
@@ -271,6 +370,12 @@ def _mask_read(
     inputs["mask"], layout = traced
     mask = spec_of(op.mask.type)
     return mask_view(layout, tuple(mask.shape), scores, mask.dtype)
+
+
+def rope_note(spec: AttentionSpec) -> str:
+    """The kernel header's words for the RoPE it applies ('' for none)."""
+    roles = " and ".join(role for role, _, _ in spec.rope)
+    return f", RoPE of {roles} applied in shared memory after the load" if roles else ""
 
 
 def plan_problem(fused_op: ai.FusedOp) -> str | None:
@@ -300,7 +405,8 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         f"{spec.dtype} -> {spec.out_dtype}, scale {spec.scale!r}"
         f"{', causal' if spec.causal else ''}{', NaN rows to 0' if spec.nan_to_zero else ''}"
         f"{', the mask read from memory' if spec.mask else ''}"
-        f"{f', scores soft-capped at {spec.softcap!r} (tanh)' if spec.softcap else ''}; "
+        f"{f', scores soft-capped at {spec.softcap!r} (tanh)' if spec.softcap else ''}"
+        f"{rope_note(spec)}; "
         f"{spec.grid} blocks of 128 query rows",
     ]
     if spec.views:

@@ -18,11 +18,15 @@
 //   at head-size column c0 and row `row` of batch-head bh (the map's batch coordinates
 //   computed from bh), and out_offset(bh, row), the element offset of output row `row`;
 //   with MASK, mask_offset(bh, row, col), the element offset of the mask added to score
-//   (row, col) of batch-head bh (a broadcast dimension has stride 0).
+//   (row, col) of batch-head bh (a broadcast dimension has stride 0); with ROPE_Q / ROPE_K
+//   (rotary position embeddings of Q / K, applied in shared memory after the TMA load:
+//   attention_rope), the element type Rope and q_cos_offset, q_sin_offset (k_...) (bh,
+//   row, col), the offsets of the cos and sin factors of element (row, col).
 #pragma once
 
 #include "fusec/barrier.cuh"
 #include "fusec/common.cuh"
+#include "fusec/shared.cuh"
 #include "fusec/tma.cuh"
 #include "fusec/wgmma.cuh"
 
@@ -36,6 +40,74 @@ static __device__ __forceinline__ float attention_rcp(float x) {
 }
 static __device__ __forceinline__ float attention_shfl_xor(float v, int mask) {
   return __shfl_xor_sync(0xffffffffu, v, mask);
+}
+
+// Named barriers of the RoPE prologue: a consumer warpgroup's Q rows (1 + cw), both
+// consumers' K rows (3).
+enum : int { ROPE_Q_BARRIER = 1, ROPE_K_BARRIER = 3 };
+
+// RoPE of rows [r0, r0 + 64) of a tile of ROWS rows of D 16-bit elements in shared memory
+// at `base` (D / 64 TMA boxes of ROWS x 128 bytes, the 128-byte swizzle: 16-byte chunk k
+// of row r at chunk k ^ (r % 8)), in place, by one warpgroup's threads (lt): element d of
+// tile row r (row row0 + r of batch-head bh) becomes x[d] cos - x[d + D/2] sin below D/2
+// and x[d] cos + x[d - D/2] sin above (rotate_half), in f32 with one rounding, cos and
+// sin read at the Config's offsets (Q: q_cos_offset, K: k_cos_offset). Chunk k < D / 16
+// and its partner k + D / 16 (the other half of the head) are one work item. Rows at or
+// past `rows` (TMA's zero fill) are left as they are.
+template <class C, bool Q, int ROWS>
+static __device__ __forceinline__ void attention_rope(u32 base, int r0, int row0, int rows, int bh,
+                                                      int lt, u64 cos_p, u64 sin_p) {
+  constexpr int HALF = C::D / 16;  // 16-byte chunks in half a row
+  using In = typename C::In;
+  using Rope = typename C::Rope;
+#pragma unroll 1
+  for (int item = lt; item < 64 * HALF; item += 128) {
+    const int r = r0 + item / HALF;
+    const int k = item % HALF;
+    const int row = row0 + r;
+    if (row >= rows) continue;
+    u32 addr[2];
+    uint4 x[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int chunk = k + h * HALF;
+      addr[h] = base + (u32)((chunk / 8) * (ROWS * 128) + r * 128 + (((chunk % 8) ^ (r % 8)) * 16));
+      x[h] = fs_ld_shared4(addr[h]);
+    }
+    float lo[8], hi[8];
+    const u32 wl[4] = {x[0].x, x[0].y, x[0].z, x[0].w};
+    const u32 wh[4] = {x[1].x, x[1].y, x[1].z, x[1].w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      In::unpack(wl[e], lo[2 * e], lo[2 * e + 1]);
+      In::unpack(wh[e], hi[2 * e], hi[2 * e + 1]);
+    }
+    u32 out[2][4];
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      float y[2][2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int d = 8 * k + e + i;  // below D / 2; its partner d + D / 2
+        long long c0, s0, c1, s1;
+        if constexpr (Q) {
+          c0 = C::q_cos_offset(bh, row, d), s0 = C::q_sin_offset(bh, row, d);
+          c1 = C::q_cos_offset(bh, row, d + C::D / 2), s1 = C::q_sin_offset(bh, row, d + C::D / 2);
+        } else {
+          c0 = C::k_cos_offset(bh, row, d), s0 = C::k_sin_offset(bh, row, d);
+          c1 = C::k_cos_offset(bh, row, d + C::D / 2), s1 = C::k_sin_offset(bh, row, d + C::D / 2);
+        }
+        const float a = lo[e + i], b = hi[e + i];
+        y[0][i] = a * Rope::ld((const void*)cos_p, c0) - b * Rope::ld((const void*)sin_p, s0);
+        y[1][i] = b * Rope::ld((const void*)cos_p, c1) + a * Rope::ld((const void*)sin_p, s1);
+      }
+      out[0][e / 2] = In::pack(y[0][0], y[0][1]);
+      out[1][e / 2] = In::pack(y[1][0], y[1][1]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) fs_st_shared4(addr[h], out[h][0], out[h][1], out[h][2], out[h][3]);
+  }
+  fs_fence_async_smem();  // the writes before the wgmma's (async proxy) reads
 }
 
 // A ROWS x COLS tile of 16-bit elements (Q, K or V) from row `row` of batch-head bh to dst
@@ -75,7 +147,8 @@ static __device__ __forceinline__ void attention_producer(u32 sq, u32 sk, u32 sv
 
 template <class C>
 static __device__ __forceinline__ int attention(u64 smem_raw, u64 map_q, u64 map_k, u64 map_v,
-                                                u64 out, u64 mask = 0) {
+                                                u64 out, u64 mask = 0, u64 q_cos = 0, u64 q_sin = 0,
+                                                u64 k_cos = 0, u64 k_sin = 0) {
   enum : int {
     Q_BYTES = C::BM * C::D * 2,
     K_BYTES = C::BN * C::D * 2,
@@ -134,6 +207,10 @@ static __device__ __forceinline__ int attention(u64 smem_raw, u64 map_q, u64 map
     float m_run[2] = {NEG_INF, NEG_INF};
     float l_run[2] = {0.0f, 0.0f};
     fs_bar_wait(q_full, 0u);
+    if constexpr (C::ROPE_Q) {  // this warpgroup's 64 rows of Q
+      attention_rope<C, true, C::BM>(sq, cw * 64, qb * C::BM, C::SQ, bh, lt, q_cos, q_sin);
+      fs_named_sync(ROPE_Q_BARRIER + cw, 128);
+    }
     const u32 q_base = sq + (u32)(cw * 64 * 128);
     for (int j = 0; j < nkv; ++j) {
       const int st = j % C::KV_STAGES;
@@ -141,6 +218,11 @@ static __device__ __forceinline__ int attention(u64 smem_raw, u64 map_q, u64 map
       float s[S_REGS];
       fs_bar_wait(k_full + 8 * st, phase);
       const u32 k_base = sk + st * K_BYTES;
+      if constexpr (C::ROPE_K) {  // half of the stage's BN rows each, once for both
+        static_assert(C::BN == 128, "the two consumers rotate 64 rows of K each");
+        attention_rope<C, false, C::BN>(k_base, cw * 64, j * C::BN, C::SK, bh, lt, k_cos, k_sin);
+        fs_named_sync(ROPE_K_BARRIER, 256);
+      }
       fs_wg_fence();
 #pragma unroll
       for (int kk = 0; kk < C::D / 16; ++kk) {

@@ -1,0 +1,83 @@
+"""An attention whose q and k pass rotary position embeddings (Llama's layer after its
+combined q/k/v projection: ``x * cos + rotate_half(x) * sin`` over q's and k's heads, a GQA
+head repeat, a causal mask), as IR text, for the RoPE prologue's tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _t(shape: tuple[int, ...], dtype: str) -> str:
+    return f"tensor<{'x'.join(map(str, shape))}x{dtype}>"
+
+
+def _slice(
+    value: str, shape: tuple[int, ...], offsets: tuple[int, ...], sizes: tuple[int, ...]
+) -> str:
+    ones = ", ".join("1" for _ in shape)
+    return (
+        f"ai.slice {value} {{offsets = array<i64: {', '.join(map(str, offsets))}>, "
+        f"sizes = array<i64: {', '.join(map(str, sizes))}>, strides = array<i64: {ones}>}}"
+    )
+
+
+def rope_attention_graph(
+    batch: int, seq: int, heads: int, kv_heads: int, d: int, dtype: str = "f16"
+) -> str:
+    """``qkv`` ``[batch, seq, (heads + 2 kv_heads) d]`` (a combined projection's result),
+    ``cos`` and ``sin`` ``[seq, d]``: RoPE on q's and k's heads, a causal attention with k
+    and v repeated over ``heads / kv_heads``, the heads merged: ``[batch, seq, heads d]``."""
+    h, k, g = heads, kv_heads, heads // kv_heads
+    qkv = _t((batch, seq, (h + 2 * k) * d), dtype)
+    table, table3 = _t((seq, d), dtype), _t((seq, 1, d), dtype)
+    part, part4 = _t((batch, seq, (h + k) * d), dtype), _t((batch, seq, h + k, d), dtype)
+    q4, k4 = _t((batch, seq, h, d), dtype), _t((batch, seq, k, d), dtype)
+    qt, kt = _t((batch, h, seq, d), dtype), _t((batch, k, seq, d), dtype)
+    k5, kx = _t((batch, k, 1, seq, d), dtype), _t((batch, k, g, seq, d), dtype)
+    vcols = _t((batch, seq, k * d), dtype)
+    mask = _t((seq, seq), dtype)
+    rows = ", ".join(
+        "[" + ", ".join("0xFC00" if j > i else "0.0" for j in range(seq)) + "]" for i in range(seq)
+    )
+    lines = [
+        f"%qk = {_slice('%qkv', (0, 0, 0), (0, 0, 0), (batch, seq, (h + k) * d))} : {qkv}",
+        f"%qk4 = ai.reshape %qk {{shape = array<i64: {batch}, {seq}, {h + k}, {d}>}} : {part}",
+        f"%c3 = ai.reshape %cos {{shape = array<i64: {seq}, 1, {d}>}} : {table}",
+        f"%s3 = ai.reshape %sin {{shape = array<i64: {seq}, 1, {d}>}} : {table}",
+        f"%a = ai.mul %qk4, %c3 : {part4} * {table3}",
+        f"%r = ai.rotate_half %qk4 : {part4}",
+        f"%b = ai.mul %r, %s3 : {part4} * {table3}",
+        f"%y = ai.add %a, %b : {part4} * {part4}",
+        f"%q = {_slice('%y', (0,) * 4, (0, 0, 0, 0), (batch, seq, h, d))} : {part4}",
+        f"%qt = ai.transpose %q {{perm = array<i64: 0, 2, 1, 3>}} : {q4}",
+        f"%k = {_slice('%y', (0,) * 4, (0, 0, h, 0), (batch, seq, k, d))} : {part4}",
+        f"%kt = ai.transpose %k {{perm = array<i64: 0, 2, 1, 3>}} : {k4}",
+        f"%k5 = ai.reshape %kt {{shape = array<i64: {batch}, {k}, 1, {seq}, {d}>}} : {kt}",
+        f"%ke = ai.expand %k5 {{shape = array<i64: {batch}, {k}, {g}, {seq}, {d}>}} : {k5}",
+        f"%kx = ai.reshape %ke {{shape = array<i64: {batch}, {h}, {seq}, {d}>}} : {kx}",
+        f"%v = {_slice('%qkv', (0, 0, 0), (0, 0, (h + k) * d), (batch, seq, k * d))} : {qkv}",
+        f"%v4 = ai.reshape %v {{shape = array<i64: {batch}, {seq}, {k}, {d}>}} : {vcols}",
+        f"%vt = ai.transpose %v4 {{perm = array<i64: 0, 2, 1, 3>}} : {k4}",
+        f"%v5 = ai.reshape %vt {{shape = array<i64: {batch}, {k}, 1, {seq}, {d}>}} : {kt}",
+        f"%ve = ai.expand %v5 {{shape = array<i64: {batch}, {k}, {g}, {seq}, {d}>}} : {k5}",
+        f"%vx = ai.reshape %ve {{shape = array<i64: {batch}, {h}, {seq}, {d}>}} : {kx}",
+        f"%m = arith.constant dense<[{rows}]> : {mask}",
+        f"%o = ai.attention %qt, %kx, %vx, %m {{scale = {d**-0.5}, nan_to_zero = true}} : "
+        f"{qt} * {qt} * {qt} * {mask}",
+        f"%ot = ai.transpose %o {{perm = array<i64: 0, 2, 1, 3>}} : {qt}",
+        f"%out = ai.reshape %ot {{shape = array<i64: {batch}, {seq}, {h * d}>}} : {q4}",
+    ]
+    out = _t((batch, seq, h * d), dtype)
+    body = "\n  ".join(lines)
+    return f"""func.func @f(%qkv: {qkv}, %cos: {table}, %sin: {table}) -> {out} {{
+  {body}
+  return %out : {out}
+}}"""
+
+
+def rope_tables(seq: int, d: int, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """Llama's cos and sin tables ``[seq, d]`` (the two halves alike), float32."""
+    inv = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    angles = np.outer(np.arange(seq), inv)
+    angles = np.concatenate([angles, angles], axis=-1)
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)

@@ -1,0 +1,113 @@
+"""RoPE as the flash attention's prologue (issue 28), without a GPU: ``rope-into-attention``
+moves Llama's RoPE group into the attention group; the plan reads q and k where the RoPE
+read them and where cos and sin are; the generated offsets and the kernel's numpy model
+(rotation after the load, then the online softmax) against the reference; the build for
+sm_90a. ``test_attention_rope_gpu.py`` runs the kernel."""
+
+from __future__ import annotations
+
+import re
+
+import attention_model as model
+import numpy as np
+import pytest
+from rope_cases import rope_attention_graph, rope_tables
+from test_gemm_build import needs_toolchain
+
+import fusec
+from fusec.runtime.reference import entry_function, run_reference
+from fusec.tools.runner import random_inputs
+
+pytestmark = pytest.mark.requires_target("cuda")
+
+#: (batch, seq, heads, kv heads, head size): Llama's GQA, a long sequence of heads of 128
+#: (three query blocks, a ragged key block), MHA with a ragged sequence
+CASES = {
+    "gqa-d64": (2, 40, 4, 2, 64),
+    "long-d128": (1, 300, 2, 1, 128),
+    "mha-ragged": (3, 17, 2, 2, 64),
+}
+
+
+def _attention(text: str, pipeline: str | None = None):
+    compiled = fusec.compile(text, target="cuda", executable=False, pipeline=pipeline)
+    return compiled, [k for k in compiled.kernels if k.kind == "attention"]
+
+
+def test_the_rope_group_moves_into_the_attention() -> None:
+    text = rope_attention_graph(2, 40, 4, 2, 64)
+    compiled, (kernel,) = _attention(text)
+    assert [k.kind for k in compiled.kernels] == ["attention"]
+    assert "RoPE of q and k applied in shared memory after the load" in kernel.source
+    (spec,) = kernel.specs
+    # q and k read from the projection where the RoPE read them: rows of 512 (the whole
+    # q/k/v row), not the rotated buffer's 384
+    assert spec.view("q").row_stride == spec.view("k").row_stride == 512
+    # cos and sin [seq, d] broadcast over batch and heads: rows of 64, heads stride 0
+    cos = ("f16", 0, 64, 1, ((8, 0),))
+    assert spec.rope == (("q", cos, cos), ("k", cos, cos))
+    source = spec.cpp_source()
+    assert "ROPE_Q = 1, ROPE_K = 1" in source
+    assert "u64 q_cos, u64 q_sin, u64 k_cos, u64 k_sin)" in source
+
+
+def test_the_baseline_pipeline_keeps_the_rope_kernel() -> None:
+    compiled, (kernel,) = _attention(
+        rope_attention_graph(2, 40, 4, 2, 64), "fusec-cuda-rope-kernel"
+    )
+    assert [k.kind for k in compiled.kernels] == ["pointwise", "attention"]
+    assert not kernel.specs[0].rope
+
+
+def test_a_rope_the_kernel_cannot_take_stays_a_kernel() -> None:
+    """A head size of 32 (the flash kernel takes 64 and 128): the merged group would fall
+    back to PyTorch, so the pass leaves the RoPE kernel and the attention as they were."""
+    compiled, (kernel,) = _attention(rope_attention_graph(1, 16, 2, 1, 32))
+    rope = [k for k in compiled.kernels if "ai.rotate_half" in k.source.split("\n\n")[0]]
+    assert [k.kind for k in rope] == ["pointwise"]
+    assert kernel.runs_op_by_op and "head sizes 32/32" in kernel.source
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_kernels_model_with_the_rope_prologue_matches_the_reference(name: str) -> None:
+    """The kernel's reads (its tensor maps' views of the projection, cos and sin at the
+    generated offsets), its rotation and online softmax (``attention_model``) against the
+    reference executor's run of the graph as written."""
+    batch, seq, heads, kv_heads, d = CASES[name]
+    compiled, (kernel,) = _attention(rope_attention_graph(batch, seq, heads, kv_heads, d))
+    (spec,) = kernel.specs
+    namespace: dict = {}
+    exec(compile(kernel.source, kernel.name, "exec"), namespace)
+    inputs = namespace["ATTENTION"].inputs
+    args = random_inputs(entry_function(compiled.module), seed=3)
+    cos, sin = rope_tables(seq, d)
+    args[1], args[2] = cos.astype(np.float16), sin.astype(np.float16)
+    operands = {r: model.operand_as_addressed(spec, r, args[inputs[r]]) for r in "qkv"}
+    for role in "qk":
+        rows = spec.sq if role == "q" else spec.sk
+        factors = [
+            model.read_as_addressed(
+                spec, f"{role}_{w}_offset", args[inputs[f"{role}_{w}"]], rows, d
+            )
+            for w in ("cos", "sin")
+        ]
+        operands[role] = model.rotated_as_kernel(spec, role, operands[role], *factors)
+    out, writes = model.run(spec, operands["q"], operands["k"], operands["v"])
+    assert (writes == 1).all()
+    (want,) = run_reference(compiled.module, args, rounding="groups")
+    got = out.reshape(batch, heads, seq, d).transpose(0, 2, 1, 3).reshape(want.shape)
+    assert not np.isnan(got).any()
+    rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert rel < 2e-3, rel
+
+
+@needs_toolchain
+@pytest.mark.parametrize("name", ["gqa-d64", "long-d128"])
+def test_the_rope_kernel_builds_for_sm_90a(name: str, tmp_path) -> None:
+    """With the rotation in shared memory the kernel still builds without spills."""
+    from fusec.runtime.cache import KernelCache
+    from fusec.targets.cuda import build
+
+    _, (kernel,) = _attention(rope_attention_graph(*CASES[name]))
+    built = build.build(kernel.specs[0], KernelCache(tmp_path))
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", built.log)
