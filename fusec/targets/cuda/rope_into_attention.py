@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, Operation
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
@@ -54,7 +54,7 @@ def _plans_merged(rope: ai.FusedOp, attention: ai.FusedOp) -> bool:
 
     scratch = Block()
     rope_clone = rope.clone()
-    mapping = {rope.results[0]: rope_clone.results[0]}
+    mapping: dict[SSAValue, SSAValue] = {rope.results[0]: rope_clone.results[0]}
     attention_clone = attention.clone(value_mapper=mapping)
     # a reader of the attention's results, as the program's ops are: the merge yields them
     reader = ai.YieldOp(*attention_clone.results)

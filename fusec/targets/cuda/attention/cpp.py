@@ -210,10 +210,10 @@ def _views(spec: AttentionSpec) -> str:
         strides = {"row": mask.row_stride, "col": mask.col_stride}
         lines += _offset_function("mask_offset", spec.batch, mask.batch, strides, mask.offset)
     for role, pair in spec.rope_views.items():
-        for which, view in zip(("cos", "sin"), pair, strict=True):
-            strides = {"row": view.row_stride, "col": view.col_stride}
+        for which, factor in zip(("cos", "sin"), pair, strict=True):
+            strides = {"row": factor.row_stride, "col": factor.col_stride}
             name = f"{role}_{which}_offset"
-            lines += _offset_function(name, spec.batch, view.batch, strides, view.offset)
+            lines += _offset_function(name, spec.batch, factor.batch, strides, factor.offset)
     return "\n".join(lines)
 
 

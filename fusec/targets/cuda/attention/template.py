@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 from xdsl.dialects import arith
-from xdsl.ir import BlockArgument, Operation, SSAValue
+from xdsl.ir import BlockArgument, SSAValue
 
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import header
@@ -150,7 +150,7 @@ def _shape(value: SSAValue) -> tuple[int, ...]:
     return tuple(spec_of(value.type).shape)
 
 
-def _through(layout: Layout, op: Operation) -> Layout | None:
+def _through(layout: Layout, op: ai.AiOp) -> Layout | None:
     """``layout`` of ``op``'s operand as the layout of its result (None: no strided view)."""
     shape = _shape(op.results[0])
     if isinstance(op, ai.ReshapeOp):
@@ -173,7 +173,7 @@ def _layout_in(
     may pass one RoPE (``_rope_of``): the kernel loads what it rotates and rotates it after
     the load, so the layout is that of the rotated value's source, and ``ropes[role]``
     says where its cos and sin factors are (``_rope_factors``)."""
-    chain: list[Operation] = []
+    chain: list[ai.AiOp] = []
     rope: tuple | None = None
     while not (isinstance(value, BlockArgument) and value.block is fused_op.block):
         op = value.owner
@@ -203,7 +203,7 @@ def _layout_in(
     return value.index, layout
 
 
-def _rope_of(op: Operation | None) -> tuple[SSAValue, SSAValue, SSAValue, list] | None:
+def _rope_of(op: object) -> tuple[SSAValue, SSAValue, SSAValue, list] | None:
     """(x, cos, sin, the ops) when ``op`` is rotary position embedding's ``x * cos +
     rotate_half(x) * sin`` (either order of each sum and product), its products and
     rotation read by it alone, the result of ``x``'s shape; else None."""
@@ -227,7 +227,7 @@ def _rope_of(op: Operation | None) -> tuple[SSAValue, SSAValue, SSAValue, list] 
     return None
 
 
-def _keeps_last_axis(op: Operation) -> bool:
+def _keeps_last_axis(op: ai.AiOp) -> bool:
     """Whether layout op ``op`` leaves its operand's last axis as its result's (RoPE's
     rotate_half pairs elements of that axis)."""
     old, new = _shape(op.operands[0]), _shape(op.results[0])
