@@ -13,8 +13,9 @@ the round trip of the rotated q and k through memory go.
 
 A group moves only where the merged group plans onto the flash kernel: the pass asks the
 template's ``plan`` of the merged group built aside first (a dry run on clones), so a
-group the kernel would not take stays as it was (never a fallback). Cuda only; in the
-``fusec-cuda`` pipelines after ``read-views-in-place``.
+group the kernel would not take stays as it was (never a fallback). Cuda only; after
+``read-views-in-place`` in the ``fusec-cuda-rope-prologue`` pipeline, opt-in until
+``tests/targets/cuda/test_attention_rope_gpu.py`` has passed on a GPU (then the default).
 """
 
 from __future__ import annotations

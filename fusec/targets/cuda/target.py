@@ -86,9 +86,7 @@ class CudaTarget(Target):
         # across GEMMs towards the attention, the q, k and v projections of one input as
         # one GEMM (Llama-style q and k through RoPE too: q's and k's RoPE one chain over
         # both; cse first, as sink-transposes leaves the cos and sin views twice), fusion,
-        # slices that only a pointwise kernel reads read in place, RoPE groups that only an
-        # attention reads moved into it (the flash kernel rotates q and k after loading
-        # them), the channels-last layout
+        # slices that only a pointwise kernel reads read in place, the channels-last layout
         # of the conv groups (explicit conversions), then the Tensor Core tile of every GEMM
         # group. Soft-capped attention (Gemma-2) is one ai.attention for the flash kernel's
         # head sizes (attention.cpp.HEAD_DIMS: it caps the scores itself) and stays its ops
@@ -99,13 +97,15 @@ class CudaTarget(Target):
         "fusec-cuda": "infer-shapes,recognize-patterns{softcap_heads=64,128},conv-patchify,"
         "canonicalize,cse,fp8-constant-weights,demote-upcasts,sink-transposes,"
         "attention-layout,cse,combine-projections{repeated_heads=true rope=true},fuse,"
-        "read-views-in-place,rope-into-attention,conv-layout,tile-gemm",
-        # ... with RoPE as a pointwise kernel of its own (before rope-into-attention: the
-        # A/B baseline of the attention's RoPE prologue)
-        "fusec-cuda-rope-kernel": "infer-shapes,recognize-patterns{softcap_heads=64,128},"
+        "read-views-in-place,conv-layout,tile-gemm",
+        # ... with RoPE as the flash kernel's prologue (rope-into-attention: the kernel
+        # rotates q and k in shared memory, no RoPE kernel). Opt-in until its GPU test
+        # (tests/targets/cuda/test_attention_rope_gpu.py) has passed: written 2026-12-07
+        # without a GPU; then the default
+        "fusec-cuda-rope-prologue": "infer-shapes,recognize-patterns{softcap_heads=64,128},"
         "conv-patchify,canonicalize,cse,fp8-constant-weights,demote-upcasts,sink-transposes,"
         "attention-layout,cse,combine-projections{repeated_heads=true rope=true},fuse,"
-        "read-views-in-place,conv-layout,tile-gemm",
+        "read-views-in-place,rope-into-attention,conv-layout,tile-gemm",
         # ... with a softmax of any row length in its matmul's group (rows longer than a
         # block tile: the GEMM's partials epilogue and a finalise pass). Measured slower
         # than the softmax as its own kernel on the H200 (benchmarks/results/
@@ -114,7 +114,7 @@ class CudaTarget(Target):
         "conv-patchify,canonicalize,cse,fp8-constant-weights,demote-upcasts,"
         "sink-transposes,attention-layout,cse,"
         "combine-projections{repeated_heads=true rope=true},fuse{softmax_tile_limit=1048576},"
-        "read-views-in-place,rope-into-attention,conv-layout,tile-gemm",
+        "read-views-in-place,conv-layout,tile-gemm",
         # the default before Llama's RoPE combined (three GEMMs and two RoPE kernels a
         # layer): the A/B baseline of `benchmarks/profile_zoo.py --pipeline
         # fusec-cuda-separate-rope`
