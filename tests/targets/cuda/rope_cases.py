@@ -62,7 +62,7 @@ def rope_attention_graph(
         f"%ve = ai.expand %v5 {{shape = array<i64: {batch}, {k}, {g}, {seq}, {d}>}} : {k5}",
         f"%vx = ai.reshape %ve {{shape = array<i64: {batch}, {h}, {seq}, {d}>}} : {kx}",
         f"%m = arith.constant dense<[{rows}]> : {mask}",
-        f"%o = ai.attention %qt, %kx, %vx, %m {{scale = {d**-0.5}, nan_to_zero = true}} : "
+        f"%o = ai.attention %qt, %kx, %vx, %m {{scale = {d**-0.5} : f32, nan_to_zero = true}} : "
         f"{qt} * {qt} * {qt} * {mask}",
         f"%ot = ai.transpose %o {{perm = array<i64: 0, 2, 1, 3>}} : {qt}",
         f"%out = ai.reshape %ot {{shape = array<i64: {batch}, {seq}, {h * d}>}} : {q4}",
