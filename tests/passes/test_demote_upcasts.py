@@ -38,6 +38,17 @@ def _inputs(module, seed: int) -> list[np.ndarray]:
     return runner.random_inputs(entry_function(module), seed=seed)
 
 
+def _assert_same_meaning(before, after, tol: float) -> None:
+    """The reference runs of ``before`` and ``after`` agree to ``tol`` on fresh inputs,
+    with no NaN."""
+    for seed in (1, 2):
+        inputs = _inputs(before, seed)
+        want = run_reference(before, inputs)[0]
+        got = run_reference(after, inputs)[0]
+        assert not np.isnan(got).any()
+        assert_close(got, want, tol=tol)
+
+
 @pytest.mark.parametrize("half", ["f16", "bf16"])
 def test_the_tail_computes_in_half_precision_and_keeps_its_meaning(half: str):
     text = SDPA.replace("f16", half)
@@ -48,12 +59,7 @@ def test_the_tail_computes_in_half_precision_and_keeps_its_meaning(half: str):
     assert found[("ai.matmul", half)] == 1 and found[("ai.layernorm", half)] == 1, found
     assert not [key for key in found if key[1] == "f32" and key[0] != "ai.cast"], found
     assert found[("ai.cast", "f32")] == 1, found  # the program's f32 result only
-    for seed in (1, 2):
-        inputs = _inputs(before, seed)
-        want = run_reference(before, inputs)[0]
-        got = run_reference(after, inputs)[0]
-        assert not np.isnan(got).any()
-        assert_close(got, want, tol=1e-2 if half == "f16" else 3e-2)
+    _assert_same_meaning(before, after, tol=1e-2 if half == "f16" else 3e-2)
 
 
 @pytest.mark.slow  # cpu kernels compiled: ~11 s with an empty kernel cache
@@ -107,12 +113,7 @@ def test_a_norm_f16_does_not_hold_computes_in_f32_and_its_readers_in_f16():
     norm = next(op for op in after.walk() if isinstance(op, ai.LayerNormOp))
     (use,) = norm.results[0].uses  # the rounding to f16, which the matmul reads
     assert isinstance(use.operation, ai.CastOp) and _dtype_of(use.operation) == "f16"
-    for seed in (1, 2):
-        inputs = _inputs(before, seed)
-        want = run_reference(before, inputs)[0]
-        got = run_reference(after, inputs)[0]
-        assert not np.isnan(got).any()
-        assert_close(got, want, tol=1e-2)
+    _assert_same_meaning(before, after, tol=1e-2)
 
 
 def _dtype_of(op) -> str:
@@ -141,12 +142,7 @@ def test_softmax_upcast_and_back_is_the_half_attention():
     after = run_pipeline(fusec.parse(text), "infer-shapes,recognize-patterns,canonicalize,cse")
     found = _dtypes(after)
     assert found == Counter({("ai.attention", "f16"): 1}), found
-    for seed in (1, 2):
-        inputs = _inputs(before, seed)
-        want = run_reference(before, inputs)[0]
-        got = run_reference(after, inputs)[0]
-        assert not np.isnan(got).any()
-        assert_close(got, want, tol=1e-2)
+    _assert_same_meaning(before, after, tol=1e-2)
 
 
 #: GPT-NeoX's second layer behind an upcast attention, its partial RoPE (rotate_half and

@@ -165,6 +165,19 @@ def _through(layout: Layout, op: ai.AiOp) -> Layout | None:
     return layout.gather(axis, [int(i) for i in op.attr("indices")])
 
 
+def _through_chain(layout: Layout, chain: list[ai.AiOp], what: str) -> Layout | str:
+    """``layout`` through the layout ops of ``chain`` (the last op first: ``chain`` runs
+    from the value read back to its source), or why ``what`` is no strided view."""
+    result: Layout | None = layout
+    for op in reversed(chain):
+        assert result is not None
+        result = _through(result, op)
+        if result is None:
+            return f"{what} is read through {op.name}, which is no strided view of it"
+    assert result is not None
+    return result
+
+
 def _layout_in(
     fused_op: ai.FusedOp, value: SSAValue, role: str, seen: set, ropes: dict | None = None
 ) -> tuple[int, Layout] | str:
@@ -187,13 +200,9 @@ def _layout_in(
         chain.append(op)
         value = op.operands[0]
     seen.update(chain)
-    layout: Layout | None = Layout.contiguous(_shape(value))
-    for op in reversed(chain):
-        assert layout is not None
-        layout = _through(layout, op)
-        if layout is None:
-            return f"{role} is read through {op.name}, which is no strided view of it"
-    assert layout is not None
+    layout = _through_chain(Layout.contiguous(_shape(value)), chain, role)
+    if isinstance(layout, str):
+        return layout
     if rope is not None:
         assert ropes is not None
         factors = _rope_factors(fused_op, role, rope, seen)
@@ -261,13 +270,9 @@ def _rope_factors(fused_op: ai.FusedOp, role: str, rope: tuple, seen: set) -> tu
             a not in (1, b) for a, b in zip(shape[::-1], rotated[::-1], strict=False)
         ):
             return f"{role}'s RoPE {which} of shape {list(shape)} does not broadcast to it"
-        view: Layout | None = layout.expand(shape, rotated)
-        for op in reversed(after):
-            assert view is not None
-            view = _through(view, op)
-            if view is None:
-                return f"{role}'s RoPE {which} is read through {op.name}: no strided view"
-        assert view is not None
+        view = _through_chain(layout.expand(shape, rotated), after, f"{role}'s RoPE {which}")
+        if isinstance(view, str):
+            return view
         read = mask_view(view, operand, operand, spec_of(factor.type).dtype)
         if isinstance(read, str):
             return f"{role}'s RoPE {which}: {read}"
