@@ -47,6 +47,25 @@ class FoldIdentityCast(RewritePattern):
             rewriter.replace(op, [], [op.input])
 
 
+#: (from, to) element types where ``to`` holds every value of ``from`` exactly.
+_EXACT_WIDENINGS = frozenset({("f16", "f32"), ("bf16", "f32"), ("i32", "i64")})
+
+
+class FoldExactCastRoundTrip(RewritePattern):
+    """``ai.cast (ai.cast %x : T to U) : U to T`` is ``%x`` where ``U`` holds every value
+    of ``T`` (f16 -> f32 -> f16: TorchScript exports write it around an f16 softmax)."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        from fusec.dialect.ops import CastOp, spec_of
+
+        if not isinstance(op, CastOp) or not isinstance(inner := op.input.owner, CastOp):
+            return
+        source = inner.input
+        widening = (spec_of(source.type).dtype, spec_of(op.input.type).dtype)
+        if source.type == op.output.type and widening in _EXACT_WIDENINGS:
+            rewriter.replace(op, [], [source])
+
+
 class FoldReluOfRelu(RewritePattern):
     """``relu(relu(x))`` is ``relu(x)``."""
 
@@ -391,7 +410,7 @@ ai.CANONICAL_PATTERNS.update(
         ai.AddOp: (AddOfRowIsBiasAdd(),),
         ai.BiasAddOp: (NonNegativeBiasAxis(),),
         ai.Conv2DOp: (SymmetricConvPadding(),),
-        ai.CastOp: (FoldIdentityCast(),),
+        ai.CastOp: (FoldIdentityCast(), FoldExactCastRoundTrip()),
         ai.QuantizeOp: (FoldRequantize(),),
         ai.DequantizeOp: (FoldConstantDequantize(),),
         ai.ReluOp: (FoldReluOfRelu(),),
