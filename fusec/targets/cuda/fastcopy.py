@@ -86,32 +86,43 @@ def _split(code: Source, indent: int, flat: str, names: list[str], sizes: list[i
     code.add(indent, f"{names[0]} = r")
 
 
-def _module(
-    fused_op: ai.FusedOp, name: str, plan: CopyPlan, notes: list[str], body: str, tail: list[str]
+def copy_module(
+    fused_op: ai.FusedOp,
+    name: str,
+    label: str,
+    notes: list[str],
+    helpers: list[str],
+    constants: list[str],
+    body: str,
+    tail: list[str],
 ) -> KernelSource:
+    """A copy kernel's module (this module's paths and ``gather``'s): its header (``path:
+    label``, then ``notes``), the prelude of ``helpers``, ``SIGNATURE`` then
+    ``constants``, the kernel ``body`` and its launch ``tail``."""
     (result,) = yielded(fused_op)
-    dtype = spec_of(result.type).dtype
-    dtypes = [dtype] + [spec_of(v.type).dtype for v in fused_op.inputs]
-    storage = f"np.{NUMBA_STORAGE[dtype]}"  # the kernel's array type: int16 for f16/bf16
-    moves = [f"move{plan.vector_bytes}"] if plan.vector_bytes else ["load_bits", "store_bits"]
-    helpers = moves + INDEX_HELPERS
-    notes = [
-        f"target: cuda (Numba CUDA), template: gather, path: {plan.label} (an index-map copy)",
-        plan.why,
-        *notes,
-    ]
+    dtypes = [spec_of(result.type).dtype] + [spec_of(v.type).dtype for v in fused_op.inputs]
+    path = f"target: cuda (Numba CUDA), template: gather, path: {label} (an index-map copy)"
     text = module_text(
-        [header(fused_op, notes=notes), prelude(helpers), "import numpy as np", ""],
-        [
-            f"SIGNATURE = {storage_signature(dtypes)!r}",
-            f"STORAGE = {storage}",
-            f"THREADS = {THREADS}",
-        ],
+        [header(fused_op, notes=[path, *notes]), prelude(helpers), "import numpy as np", ""],
+        [f"SIGNATURE = {storage_signature(dtypes)!r}", *constants],
         body,
         tail,
     )
     inputs, outputs = io_specs(fused_op)
     return KernelSource(name, "copy", "cuda", text, inputs, outputs, array_dtype=None)
+
+
+def _module(
+    fused_op: ai.FusedOp, name: str, plan: CopyPlan, notes: list[str], body: str, tail: list[str]
+) -> KernelSource:
+    dtype = spec_of(yielded(fused_op)[0].type).dtype
+    storage = f"np.{NUMBA_STORAGE[dtype]}"  # the kernel's array type: int16 for f16/bf16
+    moves = [f"move{plan.vector_bytes}"] if plan.vector_bytes else ["load_bits", "store_bits"]
+    constants = [f"STORAGE = {storage}", f"THREADS = {THREADS}"]
+    notes = [plan.why, *notes]
+    return copy_module(
+        fused_op, name, plan.label, notes, moves + INDEX_HELPERS, constants, body, tail
+    )
 
 
 def _params(fused_op: ai.FusedOp) -> tuple[list[str], list[str]]:

@@ -37,8 +37,7 @@ from dataclasses import dataclass, field
 
 from xdsl.ir import BlockArgument, SSAValue
 
-from fusec.codegen import KernelSource, io_specs
-from fusec.codegen.expr import header
+from fusec.codegen import KernelSource
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.targets.cuda import common, fastcopy
@@ -202,32 +201,19 @@ def _generic(fused_op: ai.FusedOp, name: str, why: str) -> KernelSource:
     code.add(2, f"{idx[0]} = r")
     code.add(2, *maps.lines)
     code.add(2, f"out0[e] = {value}", "e += step")
-    dtypes = [spec.dtype] + [spec_of(v.type).dtype for v in fused_op.inputs]
     ins = [f"in{k}" for k in range(len(fused_op.inputs))]
     notes = [
-        "target: cuda (Numba CUDA), template: gather, path: gather (an index-map copy)",
         why,
         f"one element per thread and loop step over {math.prod(shape)} elements, read "
         "from the source index the transposes, reshapes, slices, gathers and concats give",
     ]
-    text = common.module_text(
-        [
-            header(fused_op, notes=notes),
-            common.prelude(fastcopy.INDEX_HELPERS if n <= fastcopy.NARROW else []),
-            "import numpy as np",
-            "",
-        ],
-        [
-            f"SIGNATURE = {common.storage_signature(dtypes)!r}",
-            f"N = {math.prod(shape)}",
-            f"THREADS = {THREADS}",
-            *(
-                f"TABLE{k} = np.array({list(t)!r}, dtype=np.int64)"
-                for k, t in enumerate(maps.tables)
-            ),
-        ],
-        code.text(),
-        common.grid_stride_launch(name, "N", BLOCKS_PER_SM, [*ins, "out0"], params),
+    constants = [
+        f"N = {math.prod(shape)}",
+        f"THREADS = {THREADS}",
+        *(f"TABLE{k} = np.array({list(t)!r}, dtype=np.int64)" for k, t in enumerate(maps.tables)),
+    ]
+    helpers = fastcopy.INDEX_HELPERS if n <= fastcopy.NARROW else []
+    tail = common.grid_stride_launch(name, "N", BLOCKS_PER_SM, [*ins, "out0"], params)
+    return fastcopy.copy_module(
+        fused_op, name, "gather", notes, helpers, constants, code.text(), tail
     )
-    inputs, outputs = io_specs(fused_op)
-    return KernelSource(name, "copy", "cuda", text, inputs, outputs, array_dtype=None)
