@@ -14,8 +14,8 @@ the round trip of the rotated q and k through memory go.
 A group moves only where the merged group plans onto the flash kernel: the pass asks the
 template's ``plan`` of the merged group built aside first (a dry run on clones), so a
 group the kernel would not take stays as it was (never a fallback). Cuda only; after
-``read-views-in-place`` in the ``fusec-cuda-rope-prologue`` pipeline, opt-in until
-``tests/targets/cuda/test_attention_rope_gpu.py`` has passed on a GPU (then the default).
+``read-views-in-place`` in ``fusec-cuda`` (``fusec-cuda-rope-kernel`` leaves it out: the
+A/B baseline); ``tests/targets/cuda/test_attention_rope_gpu.py`` runs the kernel.
 """
 
 from __future__ import annotations
@@ -32,50 +32,79 @@ from fusec.dialect import ops as ai
 from fusec.passes.fusion.outline import merge_groups
 
 
-def _rope_groups(attention: ai.FusedOp) -> list[ai.FusedOp]:
-    """The pointwise groups with a rotate_half whose one result only ``attention`` reads."""
-    found = []
-    for value in attention.inputs:
-        group = value.owner
-        if not (isinstance(group, ai.FusedOp) and group.kind_name == "pointwise"):
+def _read_by_alone(value: SSAValue, reader: Operation) -> ai.FusedOp | None:
+    """The group making ``value`` when it has that one result and ``reader`` alone reads
+    it, else None."""
+    group = value.owner
+    if not isinstance(group, ai.FusedOp) or len(group.results) != 1:
+        return None
+    return group if all(use.operation is reader for use in value.uses) else None
+
+
+def _is_rope(group: ai.FusedOp) -> bool:
+    return group.kind_name == "pointwise" and any(
+        isinstance(op, ai.RotateHalfOp) for op in group.block.ops
+    )
+
+
+def _rope_chains(attention: ai.FusedOp) -> list[list[ai.FusedOp]]:
+    """The groups to move into ``attention``, each chain's groups read by the next alone:
+    a RoPE pointwise group it alone reads (``[rope]``), or a copy group it alone reads
+    whose concat puts a RoPE group's rotated part before the passed-through one (GPT-NeoX's
+    partial rotary: ``[rope, copy]``)."""
+    found: list[list[ai.FusedOp]] = []
+    for value in dict.fromkeys(attention.inputs):
+        group = _read_by_alone(value, attention)
+        if group is None:
             continue
-        if len(group.results) != 1 or group in found:
-            continue
-        if any(use.operation is not attention for use in value.uses):
-            continue
-        if any(isinstance(op, ai.RotateHalfOp) for op in group.block.ops):
-            found.append(group)
+        if _is_rope(group):
+            found.append([group])
+        elif group.kind_name == "copy" and any(
+            isinstance(op, ai.ConcatOp) for op in group.block.ops
+        ):
+            ropes = [_read_by_alone(v, group) for v in dict.fromkeys(group.inputs)]
+            found += [[rope, group] for rope in ropes if rope is not None and _is_rope(rope)][:1]
     return found
 
 
-def _plans_merged(rope: ai.FusedOp, attention: ai.FusedOp) -> bool:
-    """Whether the flash kernel takes ``attention`` with ``rope`` moved in: the merge made
+def _merged(block: Block, chain: list[ai.FusedOp], attention: ai.FusedOp) -> ai.FusedOp:
+    """``chain``'s groups and ``attention`` merged in ``block``, in order."""
+    merged = chain[0]
+    for group in [*chain[1:], attention]:
+        merged = merge_groups(block, merged, group)
+    return merged
+
+
+def _plans_merged(chain: list[ai.FusedOp], attention: ai.FusedOp) -> bool:
+    """Whether the flash kernel takes ``attention`` with ``chain`` moved in: the merge made
     on clones in a scratch block, planned, and thrown away."""
     from fusec.targets.cuda.attention.template import plan
 
     scratch = Block()
-    rope_clone = rope.clone()
-    mapping: dict[SSAValue, SSAValue] = {rope.results[0]: rope_clone.results[0]}
-    attention_clone = attention.clone(value_mapper=mapping)
+    mapping: dict[SSAValue, SSAValue] = {}
+    clones = []
+    for group in [*chain, attention]:
+        clone = group.clone(value_mapper=mapping)
+        mapping[group.results[0]] = clone.results[0]
+        clones.append(clone)
     # a reader of the attention's results, as the program's ops are: the merge yields them
-    reader = ai.YieldOp(*attention_clone.results)
-    scratch.add_ops([rope_clone, attention_clone, reader])
+    reader = ai.YieldOp(*clones[-1].results)
+    scratch.add_ops([*clones, reader])
     try:
-        merged = merge_groups(scratch, rope_clone, attention_clone)
-        return not isinstance(plan(merged), str)
+        return not isinstance(plan(_merged(scratch, clones[:-1], clones[-1])), str)
     finally:
         for op in reversed(list(scratch.ops)):
             Rewriter.erase_op(op, safe_erase=False)
 
 
 def rope_into_attention(attention: ai.FusedOp) -> ai.FusedOp:
-    """``attention`` with each RoPE group it alone reads moved in where the flash kernel
-    then takes it (the new group, or ``attention`` itself)."""
-    for rope in _rope_groups(attention):
-        if _plans_merged(rope, attention):
+    """``attention`` with each RoPE group it alone reads (``_rope_chains``) moved in where
+    the flash kernel then takes it (the new group, or ``attention`` itself)."""
+    for chain in _rope_chains(attention):
+        if _plans_merged(chain, attention):
             block = attention.parent_block()
             assert block is not None
-            attention = merge_groups(block, rope, attention)
+            attention = _merged(block, chain, attention)
     return attention
 
 

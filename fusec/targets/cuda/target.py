@@ -93,19 +93,20 @@ class CudaTarget(Target):
         # for others (Gemma-2's 256: a GEMM with the cap and softmax in its epilogue beats
         # the PyTorch fallback). The
         # RoPE part measured on the H200 (2026-12-06, the zoo's Llama): b1 0.337
-        # -> 0.282 ms, b8 0.767 -> 0.715 (benchmarks/results/models-gpu.md)
+        # -> 0.282 ms, b8 0.767 -> 0.715 (benchmarks/results/models-gpu.md). RoPE is the
+        # flash kernel's prologue (rope-into-attention: the kernel rotates q and k in
+        # shared memory, no RoPE kernel; tests/targets/cuda/test_attention_rope_gpu.py)
         "fusec-cuda": "infer-shapes,recognize-patterns{softcap_heads=64,128},conv-patchify,"
         "canonicalize,cse,fp8-constant-weights,demote-upcasts,sink-transposes,"
         "attention-layout,cse,combine-projections{repeated_heads=true rope=true},fuse,"
-        "read-views-in-place,conv-layout,tile-gemm",
-        # ... with RoPE as the flash kernel's prologue (rope-into-attention: the kernel
-        # rotates q and k in shared memory, no RoPE kernel). Opt-in until its GPU test
-        # (tests/targets/cuda/test_attention_rope_gpu.py) has passed: written 2026-12-07
-        # without a GPU; then the default
-        "fusec-cuda-rope-prologue": "infer-shapes,recognize-patterns{softcap_heads=64,128},"
+        "read-views-in-place,rope-into-attention,conv-layout,tile-gemm",
+        # ... with RoPE as its own kernel (one a layer over q's and k's heads, the
+        # default before rope-into-attention): the A/B baseline of
+        # `benchmarks/profile_zoo.py --pipeline fusec-cuda-rope-kernel`
+        "fusec-cuda-rope-kernel": "infer-shapes,recognize-patterns{softcap_heads=64,128},"
         "conv-patchify,canonicalize,cse,fp8-constant-weights,demote-upcasts,sink-transposes,"
         "attention-layout,cse,combine-projections{repeated_heads=true rope=true},fuse,"
-        "read-views-in-place,rope-into-attention,conv-layout,tile-gemm",
+        "read-views-in-place,conv-layout,tile-gemm",
         # ... with a softmax of any row length in its matmul's group (rows longer than a
         # block tile: the GEMM's partials epilogue and a finalise pass). Measured slower
         # than the softmax as its own kernel on the H200 (benchmarks/results/
@@ -114,7 +115,7 @@ class CudaTarget(Target):
         "conv-patchify,canonicalize,cse,fp8-constant-weights,demote-upcasts,"
         "sink-transposes,attention-layout,cse,"
         "combine-projections{repeated_heads=true rope=true},fuse{softmax_tile_limit=1048576},"
-        "read-views-in-place,conv-layout,tile-gemm",
+        "read-views-in-place,rope-into-attention,conv-layout,tile-gemm",
         # the default before Llama's RoPE combined (three GEMMs and two RoPE kernels a
         # layer): the A/B baseline of `benchmarks/profile_zoo.py --pipeline
         # fusec-cuda-separate-rope`

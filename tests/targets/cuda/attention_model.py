@@ -212,11 +212,13 @@ def rotated_as_kernel(
     spec: AttentionSpec, role: str, x: np.ndarray, cos: np.ndarray, sin: np.ndarray
 ) -> np.ndarray:
     """Operand ``x`` (batch, rows, d) of the 16-bit type after the kernel's RoPE prologue
-    (``attention_rope``): ``x[d] cos - x[d + D/2] sin`` below D/2, ``x[d] cos + x[d - D/2]
-    sin`` above, in float32 with one rounding, ``cos``/``sin`` the factors as addressed
-    (``read_as_addressed`` of ``<role>_cos_offset``...)."""
-    half = spec.d // 2
-    a, b = x[..., :half].astype(np.float32), x[..., half:].astype(np.float32)
+    (``attention_rope``) over its first R = ``spec.rotary or spec.d`` dims: ``x[d] cos -
+    x[d + R/2] sin`` below R/2, ``x[d] cos + x[d - R/2] sin`` from R/2 to R, in float32
+    with one rounding, the dims past R as loaded; ``cos``/``sin`` (batch, rows, R) the
+    factors as addressed (``read_as_addressed`` of ``<role>_cos_offset``...)."""
+    rot = spec.rotary or spec.d
+    half = rot // 2
+    a, b = x[..., :half].astype(np.float32), x[..., half:rot].astype(np.float32)
     lo = a * cos[..., :half] - b * sin[..., :half]
-    hi = b * cos[..., half:] + a * sin[..., half:]
-    return np.concatenate([lo, hi], axis=-1).astype(x.dtype)
+    hi = b * cos[..., half:rot] + a * sin[..., half:rot]
+    return np.concatenate([lo.astype(x.dtype), hi.astype(x.dtype), x[..., rot:]], axis=-1)

@@ -22,14 +22,23 @@ def _slice(
 
 
 def rope_attention_graph(
-    batch: int, seq: int, heads: int, kv_heads: int, d: int, dtype: str = "f16"
+    batch: int,
+    seq: int,
+    heads: int,
+    kv_heads: int,
+    d: int,
+    dtype: str = "f16",
+    rotary: int | None = None,
 ) -> str:
     """``qkv`` ``[batch, seq, (heads + 2 kv_heads) d]`` (a combined projection's result),
-    ``cos`` and ``sin`` ``[seq, d]``: RoPE on q's and k's heads, a causal attention with k
-    and v repeated over ``heads / kv_heads``, the heads merged: ``[batch, seq, heads d]``."""
+    ``cos`` and ``sin`` ``[seq, rotary]``: RoPE on the first ``rotary`` (default all ``d``)
+    of q's and k's head dims (GPT-NeoX's partial rotary below ``d``: the rotated part
+    concatenated with the rest), a causal attention with k and v repeated over ``heads /
+    kv_heads``, the heads merged: ``[batch, seq, heads d]``."""
     h, k, g = heads, kv_heads, heads // kv_heads
+    r = d if rotary is None else rotary
     qkv = _t((batch, seq, (h + 2 * k) * d), dtype)
-    table, table3 = _t((seq, d), dtype), _t((seq, 1, d), dtype)
+    table = _t((seq, r), dtype)
     part, part4 = _t((batch, seq, (h + k) * d), dtype), _t((batch, seq, h + k, d), dtype)
     q4, k4 = _t((batch, seq, h, d), dtype), _t((batch, seq, k, d), dtype)
     qt, kt = _t((batch, h, seq, d), dtype), _t((batch, k, seq, d), dtype)
@@ -42,12 +51,9 @@ def rope_attention_graph(
     lines = [
         f"%qk = {_slice('%qkv', (0, 0, 0), (0, 0, 0), (batch, seq, (h + k) * d))} : {qkv}",
         f"%qk4 = ai.reshape %qk {{shape = array<i64: {batch}, {seq}, {h + k}, {d}>}} : {part}",
-        f"%c3 = ai.reshape %cos {{shape = array<i64: {seq}, 1, {d}>}} : {table}",
-        f"%s3 = ai.reshape %sin {{shape = array<i64: {seq}, 1, {d}>}} : {table}",
-        f"%a = ai.mul %qk4, %c3 : {part4} * {table3}",
-        f"%r = ai.rotate_half %qk4 : {part4}",
-        f"%b = ai.mul %r, %s3 : {part4} * {table3}",
-        f"%y = ai.add %a, %b : {part4} * {part4}",
+        f"%c3 = ai.reshape %cos {{shape = array<i64: {seq}, 1, {r}>}} : {table}",
+        f"%s3 = ai.reshape %sin {{shape = array<i64: {seq}, 1, {r}>}} : {table}",
+        *_rope_lines(batch, seq, h + k, d, r, dtype),
         f"%q = {_slice('%y', (0,) * 4, (0, 0, 0, 0), (batch, seq, h, d))} : {part4}",
         f"%qt = ai.transpose %q {{perm = array<i64: 0, 2, 1, 3>}} : {q4}",
         f"%k = {_slice('%y', (0,) * 4, (0, 0, h, 0), (batch, seq, k, d))} : {part4}",
@@ -73,6 +79,30 @@ def rope_attention_graph(
   {body}
   return %out : {out}
 }}"""
+
+
+def _rope_lines(batch: int, seq: int, heads: int, d: int, r: int, dtype: str) -> list[str]:
+    """``%y``: RoPE of ``%qk4`` ``[batch, seq, heads, d]`` by ``%c3``, ``%s3`` ``[seq, 1,
+    r]``; below ``d``, of its first ``r`` dims, the rest concatenated after them."""
+    whole, table3 = _t((batch, seq, heads, d), dtype), _t((seq, 1, r), dtype)
+    part = _t((batch, seq, heads, r), dtype)
+    x, lines = "%qk4", []
+    if r != d:
+        rest = _t((batch, seq, heads, d - r), dtype)
+        lines += [
+            f"%xr = {_slice('%qk4', (0,) * 4, (0, 0, 0, 0), (batch, seq, heads, r))} : {whole}",
+            f"%xp = {_slice('%qk4', (0,) * 4, (0, 0, 0, r), (batch, seq, heads, d - r))} : {whole}",
+        ]
+        x = "%xr"
+    lines += [
+        f"%a = ai.mul {x}, %c3 : {part} * {table3}",
+        f"%r = ai.rotate_half {x} : {part}",
+        f"%b = ai.mul %r, %s3 : {part} * {table3}",
+        f"%{'y' if r == d else 'yr'} = ai.add %a, %b : {part} * {part}",
+    ]
+    if r != d:
+        lines.append(f"%y = ai.concat %yr, %xp {{axis = -1 : i64}} : {part} * {rest}")
+    return lines
 
 
 def rope_tables(seq: int, d: int, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:

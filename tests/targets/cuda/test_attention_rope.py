@@ -1,5 +1,5 @@
 """RoPE as the flash attention's prologue (issue 28), without a GPU: ``rope-into-attention``
-(the ``fusec-cuda-rope-prologue`` pipeline, opt-in until the GPU test passes) moves
+(in ``fusec-cuda``, the default cuda pipeline, since its GPU test passed) moves
 Llama's RoPE group into the attention group; the plan reads q and k where the RoPE
 read them and where cos and sin are; the generated offsets and the kernel's numpy model
 (rotation after the load, then the online softmax) against the reference; the build for
@@ -21,20 +21,23 @@ from fusec.tools.runner import random_inputs
 
 pytestmark = pytest.mark.requires_target("cuda")
 
-#: (batch, seq, heads, kv heads, head size): Llama's GQA, a long sequence of heads of 128
-#: (three query blocks, a ragged key block), MHA with a ragged sequence
+#: (batch, seq, heads, kv heads, head size[, rotary dims]): Llama's GQA, a long sequence
+#: of heads of 128 (three query blocks, a ragged key block), MHA with a ragged sequence;
+#: GPT-NeoX's partial rotary (a quarter of the head; half of it with heads of 128)
 CASES = {
     "gqa-d64": (2, 40, 4, 2, 64),
     "long-d128": (1, 300, 2, 1, 128),
     "mha-ragged": (3, 17, 2, 2, 64),
+    "partial-d64": (2, 40, 4, 4, 64, "f16", 16),
+    "partial-d128-gqa": (1, 300, 4, 2, 128, "f16", 64),
 }
 
 
-#: opt-in until the GPU test passed (CudaTarget.pipelines)
-PROLOGUE = "fusec-cuda-rope-prologue"
+#: the A/B baseline: RoPE as its own kernel (CudaTarget.pipelines)
+ROPE_KERNEL = "fusec-cuda-rope-kernel"
 
 
-def _attention(text: str, pipeline: str | None = PROLOGUE):
+def _attention(text: str, pipeline: str | None = None):
     compiled = fusec.compile(text, target="cuda", executable=False, pipeline=pipeline)
     return compiled, [k for k in compiled.kernels if k.kind == "attention"]
 
@@ -56,8 +59,8 @@ def test_the_rope_group_moves_into_the_attention() -> None:
     assert "u64 q_cos, u64 q_sin, u64 k_cos, u64 k_sin)" in source
 
 
-def test_the_default_pipeline_keeps_the_rope_kernel() -> None:
-    compiled, (kernel,) = _attention(rope_attention_graph(2, 40, 4, 2, 64), None)
+def test_the_rope_kernel_pipeline_keeps_the_rope_kernel() -> None:
+    compiled, (kernel,) = _attention(rope_attention_graph(2, 40, 4, 2, 64), ROPE_KERNEL)
     assert [k.kind for k in compiled.kernels] == ["pointwise", "attention"]
     assert not kernel.specs[0].rope
 
@@ -76,21 +79,22 @@ def test_the_kernels_model_with_the_rope_prologue_matches_the_reference(name: st
     """The kernel's reads (its tensor maps' views of the projection, cos and sin at the
     generated offsets), its rotation and online softmax (``attention_model``) against the
     reference executor's run of the graph as written."""
-    batch, seq, heads, kv_heads, d = CASES[name]
-    compiled, (kernel,) = _attention(rope_attention_graph(batch, seq, heads, kv_heads, d))
+    batch, seq, heads, _, d, *_ = CASES[name]
+    compiled, (kernel,) = _attention(rope_attention_graph(*CASES[name]))
     (spec,) = kernel.specs
+    rot = spec.rotary or d
     namespace: dict = {}
     exec(compile(kernel.source, kernel.name, "exec"), namespace)
     inputs = namespace["ATTENTION"].inputs
     args = random_inputs(entry_function(compiled.module), seed=3)
-    cos, sin = rope_tables(seq, d)
+    cos, sin = rope_tables(seq, rot)
     args[1], args[2] = cos.astype(np.float16), sin.astype(np.float16)
     operands = {r: model.operand_as_addressed(spec, r, args[inputs[r]]) for r in "qkv"}
     for role in "qk":
         rows = spec.sq if role == "q" else spec.sk
         factors = [
             model.read_as_addressed(
-                spec, f"{role}_{w}_offset", args[inputs[f"{role}_{w}"]], rows, d
+                spec, f"{role}_{w}_offset", args[inputs[f"{role}_{w}"]], rows, rot
             )
             for w in ("cos", "sin")
         ]
@@ -104,8 +108,33 @@ def test_the_kernels_model_with_the_rope_prologue_matches_the_reference(name: st
     assert rel < 2e-3, rel
 
 
+def test_a_partial_rope_moves_in_with_its_concat() -> None:
+    """GPT-NeoX's partial rotary (the first 16 of 64 head dims rotated, concatenated with
+    the rest): without the prologue a RoPE kernel and a copy kernel (the concat); with it
+    one attention kernel that rotates the first 16 dims, reading cos and sin ``[seq, 16]``
+    at rows of 16."""
+    text = rope_attention_graph(*CASES["partial-d64"])
+    separate, _ = _attention(text, ROPE_KERNEL)
+    assert [k.kind for k in separate.kernels] == ["pointwise", "copy", "attention"]
+    compiled, (kernel,) = _attention(text)
+    assert [k.kind for k in compiled.kernels] == ["attention"]
+    assert "RoPE of q and k (the first 16 of 64 head dims)" in kernel.source
+    (spec,) = kernel.specs
+    assert spec.rotary == 16 and "ROT = 16" in spec.cpp_source()
+    cos = ("f16", 0, 16, 1, ((8, 0),))
+    assert spec.rope == (("q", cos, cos), ("k", cos, cos))
+
+
+def test_a_partial_rope_of_no_whole_chunk_pairs_stays_a_kernel() -> None:
+    """8 rotated dims (the kernel rotates 16-byte chunk pairs: multiples of 16): the RoPE
+    and concat kernels stay, the attention as it was."""
+    compiled, (kernel,) = _attention(rope_attention_graph(2, 40, 4, 2, 64, "f16", 8))
+    assert [k.kind for k in compiled.kernels] == ["pointwise", "copy", "attention"]
+    assert not kernel.specs[0].rope and not kernel.runs_op_by_op
+
+
 @needs_toolchain
-@pytest.mark.parametrize("name", ["gqa-d64", "long-d128"])
+@pytest.mark.parametrize("name", ["gqa-d64", "long-d128", "partial-d128-gqa"])
 def test_the_rope_kernel_builds_for_sm_90a(name: str, tmp_path) -> None:
     """With the rotation in shared memory the kernel still builds without spills."""
     from fusec.runtime.cache import KernelCache

@@ -18,6 +18,9 @@ CASES = {
     "long-d128-f16": (1, 300, 2, 1, 128, "f16"),
     "mha-ragged-f16": (3, 17, 2, 2, 64, "f16"),
     "gqa-d128-bf16": (2, 200, 8, 2, 128, "bf16"),
+    # GPT-NeoX's partial rotary: the first 16 of 64 dims; 64 of 128 with GQA in bf16
+    "partial-d64-f16": (2, 40, 4, 4, 64, "f16", 16),
+    "partial-d128-bf16": (1, 300, 4, 2, 128, "bf16", 64),
 }
 
 
@@ -27,15 +30,11 @@ def test_rope_in_the_attention_matches_the_reference(name: str) -> None:
     from fusec.runtime.reference import entry_function, run_reference
     from fusec.tools.runner import random_inputs
 
-    batch, seq, heads, kv_heads, d, dtype = CASES[name]
-    compiled = fusec.compile(
-        rope_attention_graph(batch, seq, heads, kv_heads, d, dtype),
-        target="cuda",
-        pipeline="fusec-cuda-rope-prologue",  # opt-in until these cases pass
-    )
+    batch, seq, heads, kv_heads, d, dtype, *rotary = CASES[name]
+    compiled = fusec.compile(rope_attention_graph(*CASES[name]), target="cuda")
     (kernel,) = compiled.kernels
     assert "RoPE of q and k" in kernel.source and "FALLBACK" not in kernel.source
-    cos, sin = rope_tables(seq, d)
+    cos, sin = rope_tables(seq, rotary[0] if rotary else d)
     for seed in (0, 1):
         args = random_inputs(entry_function(compiled.module), seed=seed)
         args[1], args[2] = cos.astype(args[1].dtype), sin.astype(args[2].dtype)

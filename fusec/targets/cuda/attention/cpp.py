@@ -79,6 +79,9 @@ class AttentionSpec(LinkedSpec):
     #: and sin ``MaskView.as_tuple``s addressing the factor of element (bh, row, col) of
     #: that operand; () for none
     rope: tuple = ()
+    #: the head dims the RoPE rotates, the first ``rotary`` of q's and k's (GPT-NeoX's
+    #: partial rotary: ``concat(rope(x[..., :rotary]), x[..., rotary:])``); 0: all ``d``
+    rotary: int = 0
 
     def __post_init__(self) -> None:
         why = problem(self)
@@ -167,6 +170,11 @@ def problem(spec: AttentionSpec) -> str | None:
             return "cos and sin of different element types"
         if any(math.prod(n for n, _ in v.batch) != spec.batch for v in pair):
             return f"{role}'s cos/sin batch atoms are not a batch of {spec.batch}"
+    if spec.rotary and not (spec.rope and 16 <= spec.rotary < spec.d and spec.rotary % 16 == 0):
+        return (
+            f"RoPE of the first {spec.rotary} of {spec.d} head dims: the kernel rotates a "
+            "multiple of 16 below the head size, with rope"
+        )
     mask = spec.mask_view
     if mask is not None:
         if mask.dtype not in MASK_DTYPES:
@@ -256,6 +264,7 @@ def _config(spec: AttentionSpec) -> str:
         "CAUSAL": int(spec.causal), "NAN_TO_ZERO": int(spec.nan_to_zero),
         "MASK": int(bool(spec.mask)), "SOFTCAP": int(spec.softcap > 0),
         "ROPE_Q": int("q" in spec.rope_views), "ROPE_K": int("k" in spec.rope_views),
+        "ROT": spec.rotary or spec.d,
         "PRODUCER_REGISTERS": PRODUCER_REGISTERS, "CONSUMER_REGISTERS": CONSUMER_REGISTERS,
     }  # fmt: skip
     mma = wgmma_ss("qk", BN, spec.dtype, 0, 0) + wgmma_rs("pv", spec.dv, spec.dtype, 1)
@@ -298,7 +307,8 @@ def generate(spec: AttentionSpec) -> str:
         extra += "".join(f", u64 {n}" for n in names if n[0] in ropes)
         passed = (passed or ", 0") + "".join(f", {g}" for g in given)
     cap = f", softcap {spec.softcap!r}" if spec.softcap else ""
-    cap += f", RoPE of {' and '.join(ropes)} in shared memory after the load" if ropes else ""
+    part = f" (the first {spec.rotary} head dims)" if spec.rotary else ""
+    cap += f", RoPE of {' and '.join(ropes)}{part} in shared memory after the load" if ropes else ""
     return f"""// fusec generated fused attention: softmax({scores}) V
 // batch {spec.batch}, {spec.sq} queries x {spec.sk} keys, head {spec.d}/{spec.dv}, {spec.dtype},
 // scale {spec.scale!r}{cap}

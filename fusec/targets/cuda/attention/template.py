@@ -98,6 +98,7 @@ def kernel_spec(
     views: tuple[OperandView, ...] = (),
     mask_view: MaskView | None = None,
     rope: tuple = (),
+    rotary: int = 0,
 ) -> AttentionSpec | str:
     """The flash kernel's spec for ``op`` (``mask`` the value outside the group that
     feeds its mask operand; ``views`` how q, k, v and the output are addressed, none
@@ -129,6 +130,7 @@ def kernel_spec(
             views=() if not views or views == plain else tuple(w.as_tuple() for w in views),
             mask=mask_view.as_tuple() if kind is None and mask_view is not None else (),
             rope=rope,
+            rotary=rotary,
         )
     except ValueError as err:
         return str(err)
@@ -183,17 +185,20 @@ def _layout_in(
 ) -> tuple[int, Layout] | str:
     """(group input, its layout as the operand ``value``) through the group's layout ops,
     or why the operand is not a view of one group input. With ``ropes`` (q and k) the chain
-    may pass one RoPE (``_rope_of``): the kernel loads what it rotates and rotates it after
-    the load, so the layout is that of the rotated value's source, and ``ropes[role]``
-    says where its cos and sin factors are (``_rope_factors``)."""
+    may pass one RoPE (``_rope_of``, or ``_partial_rope_of``): the kernel loads what it
+    rotates and rotates it after the load, so the layout is that of the rotated value's
+    source, and ``ropes[role]`` says where its cos and sin factors are (``_rope_factors``)
+    and how many head dims it rotates."""
     chain: list[ai.AiOp] = []
     rope: tuple | None = None
+    passed: SSAValue | None = None  # a partial RoPE's passed-through part: x's too
     while not (isinstance(value, BlockArgument) and value.block is fused_op.block):
         op = value.owner
-        found = _rope_of(op) if ropes is not None and rope is None else None
+        found = _rope_or_partial(op) if ropes is not None and rope is None else None
         if found is not None:
-            rope = (list(chain), *found)
-            value = found[0]
+            x, cos, sin, ops, passed = found
+            rope = (list(chain), x, cos, sin, ops)
+            value = x if passed is None else x.owner.operands[0]  # x: a[..., :R]
             continue
         if not isinstance(op, ATTENTION_VIEWS):
             return f"{role} is computed inside the group ({getattr(op, 'name', op)})"
@@ -205,10 +210,12 @@ def _layout_in(
         return layout
     if rope is not None:
         assert ropes is not None
+        if passed is not None and not _same_source(fused_op, value, chain, rope, passed, seen):
+            return f"{role}'s partial RoPE passes through elements of another tensor"
         factors = _rope_factors(fused_op, role, rope, seen)
         if isinstance(factors, str):
             return factors
-        ropes[role] = factors
+        ropes[role] = (*factors, _shape(rope[1])[-1])
     return value.index, layout
 
 
@@ -236,6 +243,66 @@ def _rope_of(op: object) -> tuple[SSAValue, SSAValue, SSAValue, list] | None:
     return None
 
 
+def _rope_or_partial(op: object) -> tuple | None:
+    """(x, cos, sin, the ops, None) of a RoPE ``op`` (``_rope_of``), or (the rotated
+    slice, cos, sin, the ops, the passed-through slice) of a partial one."""
+    found = _rope_of(op)
+    if found is not None:
+        return (*found, None)
+    return _partial_rope_of(op)
+
+
+def _partial_rope_of(op: object) -> tuple | None:
+    """GPT-NeoX's partial rotary ``concat(rope(a[..., :R]), b[..., R:])`` along the last
+    axis (``a`` and ``b`` views of one tensor, which ``_same_source`` checks; the group
+    holds the chains of both when the RoPE came from another group): (the slice
+    ``a[..., :R]``, cos, sin, the ops (the RoPE's, then the two slices and the concat),
+    the slice ``b[..., R:]``); else None."""
+    if not isinstance(op, ai.ConcatOp) or len(op.operands) != 2:
+        return None
+    width = _shape(op.results[0])
+    if op.attr("axis") % len(width) != len(width) - 1:
+        return None
+    rotated, passed = op.operands
+    found = _rope_of(rotated.owner)
+    if found is None or len(list(rotated.uses)) != 1 or len(list(passed.uses)) != 1:
+        return None
+    x, cos, sin, ops = found
+    rot = _shape(x)[-1]
+    head, tail = _last_axis_slice(x, 0, rot), _last_axis_slice(passed, rot, width[-1] - rot)
+    if head is None or tail is None or len(list(x.uses)) != 2:
+        return None
+    return x, cos, sin, [*ops, head, tail, op], tail.operands[0]
+
+
+def _last_axis_slice(value: SSAValue, start: int, size: int) -> ai.SliceOp | None:
+    """The ``ai.slice`` that makes ``value`` as elements [start, start + size) of its
+    operand's last axis (the others whole, unit steps), else None."""
+    op = value.owner
+    if not isinstance(op, ai.SliceOp):
+        return None
+    full = _shape(op.operands[0])
+    offsets, sizes = tuple(op.attr("offsets")), tuple(op.attr("sizes"))
+    whole = offsets[:-1] == (0,) * (len(full) - 1) and sizes[:-1] == full[:-1]
+    if not (whole and set(op.attr("strides")) == {1} and (offsets[-1], sizes[-1]) == (start, size)):
+        return None
+    return op
+
+
+def _same_source(
+    fused_op: ai.FusedOp, value: SSAValue, chain: list, rope: tuple, passed: SSAValue, seen: set
+) -> bool:
+    """Whether a partial RoPE's passed-through slice reads the tensor its rotated slice
+    reads (the same group input at the same layout): the kernel loads the whole head
+    from there. ``chain`` from the operand to the group input ``value``, ``rope[0]`` its
+    part after the RoPE; ``passed`` the tensor the passed-through slice takes."""
+    assert isinstance(value, BlockArgument)
+    below = chain[len(rope[0]) :]
+    rotated = _through_chain(Layout.contiguous(_shape(value)), below, "x")
+    traced = _layout_in(fused_op, passed, "x", seen)
+    return not isinstance(traced, str) and traced == (value.index, rotated)
+
+
 def _keeps_last_axis(op: ai.AiOp) -> bool:
     """Whether layout op ``op`` leaves its operand's last axis as its result's (RoPE's
     rotate_half pairs elements of that axis)."""
@@ -258,7 +325,10 @@ def _rope_factors(fused_op: ai.FusedOp, role: str, rope: tuple, seen: set) -> tu
     if not all(_keeps_last_axis(op) for op in after):
         return f"{role}'s RoPE is followed by a layout op that moves its head dimension"
     rotated = _shape(ops[0].results[0])
-    operand = _shape(after[0].results[0]) if after else rotated
+    # a partial RoPE's factors address the first columns of the whole head (ops[-1]: the
+    # concat); the kernel reads none past them
+    head = _shape(ops[-1].results[0])
+    operand = _shape(after[0].results[0]) if after else head
     found = []
     for which, factor in (("cos", cos), ("sin", sin)):
         traced = _layout_in(fused_op, factor, f"{role}'s RoPE {which}", seen)
@@ -270,7 +340,10 @@ def _rope_factors(fused_op: ai.FusedOp, role: str, rope: tuple, seen: set) -> tu
             a not in (1, b) for a, b in zip(shape[::-1], rotated[::-1], strict=False)
         ):
             return f"{role}'s RoPE {which} of shape {list(shape)} does not broadcast to it"
-        view = _through_chain(layout.expand(shape, rotated), after, f"{role}'s RoPE {which}")
+        wide = _widened(layout.expand(shape, rotated), rotated[-1], head[-1])
+        if wide is None:
+            return f"{role}'s RoPE {which} is not one stride along the head"
+        view = _through_chain(wide, after, f"{role}'s RoPE {which}")
         if isinstance(view, str):
             return view
         read = mask_view(view, operand, operand, spec_of(factor.type).dtype)
@@ -279,6 +352,18 @@ def _rope_factors(fused_op: ai.FusedOp, role: str, rope: tuple, seen: set) -> tu
         found.append((index, read))
     seen.update(ops)
     return tuple(found)
+
+
+def _widened(layout: Layout, size: int, width: int) -> Layout | None:
+    """``layout`` of a tensor whose last dimension is ``size`` long, that dimension made
+    ``width`` long at its stride (a partial RoPE's factors as columns of the whole head;
+    the kernel reads the first ``size`` only); None where it is no one stride."""
+    *dims, last = layout.dims
+    if width == size:
+        return layout
+    if len(last) != 1:
+        return None
+    return Layout((*dims, ((width, last[0][1]),)), layout.offset)
 
 
 def _layout_out(fused_op: ai.FusedOp, op: ai.AttentionOp, seen: set) -> Layout | str:
@@ -350,11 +435,17 @@ def plan(fused_op: ai.FusedOp) -> tuple[AttentionSpec, dict[str, int]] | str:
             "it takes ai.attention with the layout ops of its operands and output only (the "
             f"kernel has no prologue or epilogue): {', '.join(others)} stays a kernel of its own"
         )
-    rope = []
-    for role, ((cos_index, cos), (sin_index, sin)) in ropes.items():
+    rope, rotary = [], set()
+    for role, ((cos_index, cos), (sin_index, sin), dims) in ropes.items():
         inputs[f"{role}_cos"], inputs[f"{role}_sin"] = cos_index, sin_index
         rope.append((role, cos.as_tuple(), sin.as_tuple()))
-    spec = kernel_spec(op, _outer(fused_op, op.mask), tuple(views), read_mask, tuple(rope))
+        rotary.add(dims)
+    if len(rotary) > 1:
+        return f"q and k rotate different numbers of head dims ({sorted(rotary)})"
+    dims = rotary.pop() if rotary else q.shape[-1]
+    partial = dims if dims != q.shape[-1] else 0
+    mask = _outer(fused_op, op.mask)
+    spec = kernel_spec(op, mask, tuple(views), read_mask, tuple(rope), partial)
     if isinstance(spec, str):
         return spec
     return spec, inputs
@@ -380,7 +471,8 @@ def _mask_read(
 def rope_note(spec: AttentionSpec) -> str:
     """The kernel header's words for the RoPE it applies ('' for none)."""
     roles = " and ".join(role for role, _, _ in spec.rope)
-    return f", RoPE of {roles} applied in shared memory after the load" if roles else ""
+    part = f" (the first {spec.rotary} of {spec.d} head dims)" if spec.rotary else ""
+    return f", RoPE of {roles}{part} applied in shared memory after the load" if roles else ""
 
 
 def plan_problem(fused_op: ai.FusedOp) -> str | None:

@@ -49,15 +49,18 @@ enum : int { ROPE_Q_BARRIER = 1, ROPE_K_BARRIER = 3 };
 // RoPE of rows [r0, r0 + 64) of a tile of ROWS rows of D 16-bit elements in shared memory
 // at `base` (D / 64 TMA boxes of ROWS x 128 bytes, the 128-byte swizzle: 16-byte chunk k
 // of row r at chunk k ^ (r % 8)), in place, by one warpgroup's threads (lt): element d of
-// tile row r (row row0 + r of batch-head bh) becomes x[d] cos - x[d + D/2] sin below D/2
-// and x[d] cos + x[d - D/2] sin above (rotate_half), in f32 with one rounding, cos and
-// sin read at the Config's offsets (Q: q_cos_offset, K: k_cos_offset). Chunk k < D / 16
-// and its partner k + D / 16 (the other half of the head) are one work item. Rows at or
-// past `rows` (TMA's zero fill) are left as they are.
+// tile row r (row row0 + r of batch-head bh) becomes x[d] cos - x[d + R/2] sin below R/2
+// and x[d] cos + x[d - R/2] sin from R/2 to R (rotate_half of the first R = C::ROT
+// elements: all D, or GPT-NeoX's partial rotary; the elements past R stay as loaded), in
+// f32 with one rounding, cos and sin read at the Config's offsets (Q: q_cos_offset, K:
+// k_cos_offset). Chunk k < R / 16 and its partner k + R / 16 (the other half of the
+// rotated part) are one work item. Rows at or past `rows` (TMA's zero fill) are left as
+// they are.
 template <class C, bool Q, int ROWS>
 static __device__ __forceinline__ void attention_rope(u32 base, int r0, int row0, int rows, int bh,
                                                       int lt, u64 cos_p, u64 sin_p) {
-  constexpr int HALF = C::D / 16;  // 16-byte chunks in half a row
+  static_assert(C::ROT % 16 == 0 && C::ROT <= C::D, "RoPE of whole 16-byte chunk pairs");
+  constexpr int HALF = C::ROT / 16;  // 16-byte chunks in half the rotated part of a row
   using In = typename C::In;
   using Rope = typename C::Rope;
 #pragma unroll 1
@@ -88,14 +91,16 @@ static __device__ __forceinline__ void attention_rope(u32 base, int r0, int row0
       float y[2][2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int d = 8 * k + e + i;  // below D / 2; its partner d + D / 2
+        const int d = 8 * k + e + i;  // below R / 2; its partner d + R / 2
         long long c0, s0, c1, s1;
         if constexpr (Q) {
           c0 = C::q_cos_offset(bh, row, d), s0 = C::q_sin_offset(bh, row, d);
-          c1 = C::q_cos_offset(bh, row, d + C::D / 2), s1 = C::q_sin_offset(bh, row, d + C::D / 2);
+          c1 = C::q_cos_offset(bh, row, d + C::ROT / 2);
+          s1 = C::q_sin_offset(bh, row, d + C::ROT / 2);
         } else {
           c0 = C::k_cos_offset(bh, row, d), s0 = C::k_sin_offset(bh, row, d);
-          c1 = C::k_cos_offset(bh, row, d + C::D / 2), s1 = C::k_sin_offset(bh, row, d + C::D / 2);
+          c1 = C::k_cos_offset(bh, row, d + C::ROT / 2);
+          s1 = C::k_sin_offset(bh, row, d + C::ROT / 2);
         }
         const float a = lo[e + i], b = hi[e + i];
         y[0][i] = a * Rope::ld((const void*)cos_p, c0) - b * Rope::ld((const void*)sin_p, s0);
