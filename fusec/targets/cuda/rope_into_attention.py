@@ -11,6 +11,13 @@ rotates the Q tile and each K stage in shared memory after the TMA load, reading
 sin at their broadcast strides (``attention.cuh``: ``attention_rope``). One kernel and
 the round trip of the rotated q and k through memory go.
 
+GPT-NeoX rotates the first R of each head's dims only (``concat(rope(x[..., :R]),
+x[..., R:])``): the concat is a copy group reading the RoPE group, and both move in (the
+kernel rotates the first R dims, ``AttentionSpec.rotary``). Its q, k and v are slices of
+one per-head split of the projection, which leaves v's split a copy group of layout ops
+alone: such a copy, read by the attention group alone, moves in too (the kernel reads v
+through the strides, as it reads a head split in its own group).
+
 A group moves only where the merged group plans onto the flash kernel: the pass asks the
 template's ``plan`` of the merged group built aside first (a dry run on clones), so a
 group the kernel would not take stays as it was (never a fallback). Cuda only; after
@@ -30,6 +37,7 @@ from xdsl.rewriter import Rewriter
 
 from fusec.dialect import ops as ai
 from fusec.passes.fusion.outline import merge_groups
+from fusec.passes.matching import ATTENTION_VIEWS
 
 
 def _read_by_alone(value: SSAValue, reader: Operation) -> ai.FusedOp | None:
@@ -47,6 +55,13 @@ def _is_rope(group: ai.FusedOp) -> bool:
     )
 
 
+def _is_view(group: ai.FusedOp) -> bool:
+    """A copy group of layout ops the attention kernel addresses through strides."""
+    return group.kind_name == "copy" and all(
+        isinstance(op, ATTENTION_VIEWS) for op in group.block.ops if not isinstance(op, ai.YieldOp)
+    )
+
+
 def _rope_chains(attention: ai.FusedOp) -> list[list[ai.FusedOp]]:
     """The groups to move into ``attention``, each chain's groups read by the next alone:
     a RoPE pointwise group it alone reads (``[rope]``), or a copy group it alone reads
@@ -57,7 +72,7 @@ def _rope_chains(attention: ai.FusedOp) -> list[list[ai.FusedOp]]:
         group = _read_by_alone(value, attention)
         if group is None:
             continue
-        if _is_rope(group):
+        if _is_rope(group) or _is_view(group):
             found.append([group])
         elif group.kind_name == "copy" and any(
             isinstance(op, ai.ConcatOp) for op in group.block.ops

@@ -81,6 +81,55 @@ def rope_attention_graph(
 }}"""
 
 
+def neox_attention_graph(batch: int, seq: int, heads: int, d: int, rotary: int) -> str:
+    """GPT-NeoX's layer after its q/k/v projection (f16): ``qkv`` ``[batch, seq, heads 3d]``
+    split per head into q, k and v (``[batch, heads, seq, 3d]``, a slice of d each), RoPE on
+    the first ``rotary`` dims of q and k (``cos``, ``sin`` ``[seq, rotary]``), a causal
+    attention, the heads merged: ``[batch, seq, heads d]``."""
+    h, r = heads, rotary
+    qkv, split = _t((batch, seq, h * 3 * d), "f16"), _t((batch, seq, h, 3 * d), "f16")
+    heads3, x4 = _t((batch, h, seq, 3 * d), "f16"), _t((batch, h, seq, d), "f16")
+    part, rest = _t((batch, h, seq, r), "f16"), _t((batch, h, seq, d - r), "f16")
+    table, table4 = _t((seq, r), "f16"), _t((1, 1, seq, r), "f16")
+    mask = _t((seq, seq), "f16")
+    rows = ", ".join(
+        "[" + ", ".join("0xFC00" if j > i else "0.0" for j in range(seq)) + "]" for i in range(seq)
+    )
+    lines = [
+        f"%s = ai.reshape %qkv {{shape = array<i64: {batch}, {seq}, {h}, {3 * d}>}} : {qkv}",
+        f"%t = ai.transpose %s {{perm = array<i64: 0, 2, 1, 3>}} : {split}",
+        f"%c4 = ai.reshape %cos {{shape = array<i64: 1, 1, {seq}, {r}>}} : {table}",
+        f"%s4 = ai.reshape %sin {{shape = array<i64: 1, 1, {seq}, {r}>}} : {table}",
+    ]
+    for name, start in (("q", 0), ("k", d)):
+        lines += [
+            f"%{name} = {_slice('%t', (0,) * 4, (0, 0, 0, start), (batch, h, seq, d))} : {heads3}",
+            f"%{name}r = {_slice(f'%{name}', (0,) * 4, (0, 0, 0, 0), (batch, h, seq, r))} : {x4}",
+            f"%{name}p = {_slice(f'%{name}', (0,) * 4, (0, 0, 0, r), (batch, h, seq, d - r))} "
+            f": {x4}",
+            f"%{name}a = ai.mul %{name}r, %c4 : {part} * {table4}",
+            f"%{name}h = ai.rotate_half %{name}r : {part}",
+            f"%{name}b = ai.mul %{name}h, %s4 : {part} * {table4}",
+            f"%{name}y = ai.add %{name}a, %{name}b : {part} * {part}",
+            f"%{name}e = ai.concat %{name}y, %{name}p {{axis = -1 : i64}} : {part} * {rest}",
+        ]
+    lines += [
+        f"%v = {_slice('%t', (0,) * 4, (0, 0, 0, 2 * d), (batch, h, seq, d))} : {heads3}",
+        f"%m = arith.constant dense<[{rows}]> : {mask}",
+        f"%o = ai.attention %qe, %ke, %v, %m {{scale = {d**-0.5} : f32, nan_to_zero = true}} : "
+        f"{x4} * {x4} * {x4} * {mask}",
+        f"%ot = ai.transpose %o {{perm = array<i64: 0, 2, 1, 3>}} : {x4}",
+        f"%out = ai.reshape %ot {{shape = array<i64: {batch}, {seq}, {h * d}>}} : "
+        f"{_t((batch, seq, h, d), 'f16')}",
+    ]
+    out = _t((batch, seq, h * d), "f16")
+    body = "\n  ".join(lines)
+    return f"""func.func @f(%qkv: {qkv}, %cos: {table}, %sin: {table}) -> {out} {{
+  {body}
+  return %out : {out}
+}}"""
+
+
 def _rope_lines(batch: int, seq: int, heads: int, d: int, r: int, dtype: str) -> list[str]:
     """``%y``: RoPE of ``%qk4`` ``[batch, seq, heads, d]`` by ``%c3``, ``%s3`` ``[seq, 1,
     r]``; below ``d``, of its first ``r`` dims, the rest concatenated after them."""

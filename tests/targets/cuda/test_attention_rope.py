@@ -12,7 +12,7 @@ import re
 import attention_model as model
 import numpy as np
 import pytest
-from rope_cases import rope_attention_graph, rope_tables
+from rope_cases import neox_attention_graph, rope_attention_graph, rope_tables
 from test_gemm_build import needs_toolchain
 
 import fusec
@@ -31,6 +31,18 @@ CASES = {
     "partial-d64": (2, 40, 4, 4, 64, "f16", 16),
     "partial-d128-gqa": (1, 300, 4, 2, 128, "f16", 64),
 }
+#: GPT-NeoX's layer (q, k and v slices of one head split, a partial rotary): (batch, seq,
+#: heads, head size, rotary dims)
+NEOX = {"neox-d64": (2, 40, 4, 64, 16), "neox-d128": (1, 130, 2, 128, 32)}
+
+
+def _case(name: str) -> tuple[str, int, int, int, int]:
+    """(the graph, batch, seq, heads, head size) of case ``name``."""
+    if name in NEOX:
+        batch, seq, heads, d, _ = NEOX[name]
+        return neox_attention_graph(*NEOX[name]), batch, seq, heads, d
+    batch, seq, heads, _, d, *_ = CASES[name]
+    return rope_attention_graph(*CASES[name]), batch, seq, heads, d
 
 
 #: the A/B baseline: RoPE as its own kernel (CudaTarget.pipelines)
@@ -74,13 +86,13 @@ def test_a_rope_the_kernel_cannot_take_stays_a_kernel() -> None:
     assert kernel.runs_op_by_op and "head sizes 32/32" in kernel.source
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", [*CASES, *NEOX])
 def test_the_kernels_model_with_the_rope_prologue_matches_the_reference(name: str) -> None:
     """The kernel's reads (its tensor maps' views of the projection, cos and sin at the
     generated offsets), its rotation and online softmax (``attention_model``) against the
     reference executor's run of the graph as written."""
-    batch, seq, heads, _, d, *_ = CASES[name]
-    compiled, (kernel,) = _attention(rope_attention_graph(*CASES[name]))
+    text, batch, seq, heads, d = _case(name)
+    compiled, (kernel,) = _attention(text)
     (spec,) = kernel.specs
     rot = spec.rotary or d
     namespace: dict = {}
@@ -123,6 +135,26 @@ def test_a_partial_rope_moves_in_with_its_concat() -> None:
     assert spec.rotary == 16 and "ROT = 16" in spec.cpp_source()
     cos = ("f16", 0, 16, 1, ((8, 0),))
     assert spec.rope == (("q", cos, cos), ("k", cos, cos))
+
+
+def test_neox_layer_is_one_attention_kernel() -> None:
+    """GPT-NeoX's q, k and v are slices of one per-head split: the split's copy kernel (v's
+    source), q's and k's RoPE kernels and their concat copies all move into the attention,
+    which reads q, k and v from the projection in place."""
+    text = neox_attention_graph(*NEOX["neox-d64"])
+    separate, _ = _attention(text, ROPE_KERNEL)
+    assert sorted(k.kind for k in separate.kernels) == [
+        "attention",
+        *["copy"] * 3,
+        "pointwise",
+        "pointwise",
+    ]
+    compiled, (kernel,) = _attention(text)
+    assert [k.kind for k in compiled.kernels] == ["attention"]
+    (spec,) = kernel.specs
+    assert spec.rotary == 16
+    # q, k and v rows of the whole projection row (4 heads x 192), heads 192 apart
+    assert {spec.view(r).row_stride for r in "qkv"} == {768}
 
 
 def test_a_partial_rope_of_no_whole_chunk_pairs_stays_a_kernel() -> None:

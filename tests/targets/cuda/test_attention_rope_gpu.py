@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from numerics import assert_close
-from rope_cases import rope_attention_graph, rope_tables
+from rope_cases import neox_attention_graph, rope_attention_graph, rope_tables
 
 pytestmark = pytest.mark.gpu
 
@@ -22,19 +22,31 @@ CASES = {
     "partial-d64-f16": (2, 40, 4, 4, 64, "f16", 16),
     "partial-d128-bf16": (1, 300, 4, 2, 128, "bf16", 64),
 }
+#: GPT-NeoX's layer, f16 (q, k and v slices of one head split): (batch, seq, heads, head
+#: size, rotary dims)
+NEOX = {"neox-d64": (2, 40, 4, 64, 16), "neox-d128": (1, 130, 2, 128, 32)}
 
 
-@pytest.mark.parametrize("name", list(CASES))
+def _case(name: str) -> tuple[str, int, str, int]:
+    """(the graph, seq, dtype, rotary dims) of case ``name``."""
+    if name in NEOX:
+        _, seq, _, _, rotary = NEOX[name]
+        return neox_attention_graph(*NEOX[name]), seq, "f16", rotary
+    _, seq, _, _, d, dtype, *rotary = CASES[name]
+    return rope_attention_graph(*CASES[name]), seq, dtype, rotary[0] if rotary else d
+
+
+@pytest.mark.parametrize("name", [*CASES, *NEOX])
 def test_rope_in_the_attention_matches_the_reference(name: str) -> None:
     import fusec
     from fusec.runtime.reference import entry_function, run_reference
     from fusec.tools.runner import random_inputs
 
-    batch, seq, heads, kv_heads, d, dtype, *rotary = CASES[name]
-    compiled = fusec.compile(rope_attention_graph(*CASES[name]), target="cuda")
+    text, seq, dtype, rotary = _case(name)
+    compiled = fusec.compile(text, target="cuda")
     (kernel,) = compiled.kernels
     assert "RoPE of q and k" in kernel.source and "FALLBACK" not in kernel.source
-    cos, sin = rope_tables(seq, rotary[0] if rotary else d)
+    cos, sin = rope_tables(seq, rotary)
     for seed in (0, 1):
         args = random_inputs(entry_function(compiled.module), seed=seed)
         args[1], args[2] = cos.astype(args[1].dtype), sin.astype(args[2].dtype)
