@@ -90,9 +90,10 @@ def _merged(block: Block, chain: list[ai.FusedOp], attention: ai.FusedOp) -> ai.
     return merged
 
 
-def _plans_merged(chain: list[ai.FusedOp], attention: ai.FusedOp) -> bool:
-    """Whether the flash kernel takes ``attention`` with ``chain`` moved in: the merge made
-    on clones in a scratch block, planned, and thrown away."""
+def _plans_merged(chain: list[ai.FusedOp], attention: ai.FusedOp, max_query_blocks: int) -> bool:
+    """Whether the flash kernel takes ``attention`` with ``chain`` moved in, rotating k
+    for at most ``max_query_blocks`` query blocks (0: any number): the merge made on
+    clones in a scratch block, planned, and thrown away."""
     from fusec.targets.cuda.attention.template import plan
 
     scratch = Block()
@@ -106,17 +107,23 @@ def _plans_merged(chain: list[ai.FusedOp], attention: ai.FusedOp) -> bool:
     reader = ai.YieldOp(*clones[-1].results)
     scratch.add_ops([*clones, reader])
     try:
-        return not isinstance(plan(_merged(scratch, clones[:-1], clones[-1])), str)
+        planned = plan(_merged(scratch, clones[:-1], clones[-1]))
+        if isinstance(planned, str):
+            return False
+        spec = planned[0]
+        rotates_k = any(role == "k" for role, _, _ in spec.rope)
+        return not (rotates_k and 0 < max_query_blocks < spec.q_blocks)
     finally:
         for op in reversed(list(scratch.ops)):
             Rewriter.erase_op(op, safe_erase=False)
 
 
-def rope_into_attention(attention: ai.FusedOp) -> ai.FusedOp:
+def rope_into_attention(attention: ai.FusedOp, max_query_blocks: int = 0) -> ai.FusedOp:
     """``attention`` with each RoPE group it alone reads (``_rope_chains``) moved in where
-    the flash kernel then takes it (the new group, or ``attention`` itself)."""
+    the flash kernel then takes it (``max_query_blocks``: ``RopeIntoAttentionPass``'s; the
+    new group, or ``attention`` itself)."""
     for chain in _rope_chains(attention):
-        if _plans_merged(chain, attention):
+        if _plans_merged(chain, attention, max_query_blocks):
             block = attention.parent_block()
             assert block is not None
             attention = _merged(block, chain, attention)
@@ -125,12 +132,20 @@ def rope_into_attention(attention: ai.FusedOp) -> ai.FusedOp:
 
 @dataclass(frozen=True)
 class RopeIntoAttentionPass(ModulePass):
-    """Move the RoPE pointwise groups that only an attention group reads into it."""
+    """Move the RoPE pointwise groups that only an attention group reads into it.
+
+    ``max_query_blocks`` (0: no limit): move a RoPE of k only where the attention has at
+    most this many query blocks of 128 rows a (batch, head). The kernel rotates each K
+    tile once per query block, so at one block it does the RoPE kernel's work without
+    its launch and round trip through memory, and at more it repeats that work; `fusec-cuda`
+    takes 1 until an A/B on long sequences says more."""
 
     name = "rope-into-attention"
+
+    max_query_blocks: int = 0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         groups: list[Operation] = [o for o in op.walk() if isinstance(o, ai.FusedOp)]
         for group in groups:
             if isinstance(group, ai.FusedOp) and group.kind_name == "attention":
-                rope_into_attention(group)
+                rope_into_attention(group, self.max_query_blocks)

@@ -96,8 +96,15 @@ class CudaTarget(Target):
         # -> 0.282 ms, b8 0.767 -> 0.715 (benchmarks/results/models-gpu.md). RoPE is the
         # flash kernel's prologue (rope-into-attention: the kernel rotates q and k in
         # shared memory, no RoPE kernel; tests/targets/cuda/test_attention_rope_gpu.py)
+        # where a (batch, head) has one block of 128 queries: beyond, the kernel would
+        # rotate each K tile once per query block
         "fusec-cuda": "infer-shapes,recognize-patterns{softcap_heads=64,128},conv-patchify,"
         "canonicalize,cse,fp8-constant-weights,demote-upcasts,sink-transposes,"
+        "attention-layout,cse,combine-projections{repeated_heads=true rope=true},fuse,"
+        "read-views-in-place,rope-into-attention{max_query_blocks=1},conv-layout,tile-gemm",
+        # ... with RoPE as the prologue at every sequence length (the A/B of long ones)
+        "fusec-cuda-rope-prologue": "infer-shapes,recognize-patterns{softcap_heads=64,128},"
+        "conv-patchify,canonicalize,cse,fp8-constant-weights,demote-upcasts,sink-transposes,"
         "attention-layout,cse,combine-projections{repeated_heads=true rope=true},fuse,"
         "read-views-in-place,rope-into-attention,conv-layout,tile-gemm",
         # ... with RoPE as its own kernel (one a layer over q's and k's heads, the
@@ -115,7 +122,7 @@ class CudaTarget(Target):
         "conv-patchify,canonicalize,cse,fp8-constant-weights,demote-upcasts,"
         "sink-transposes,attention-layout,cse,"
         "combine-projections{repeated_heads=true rope=true},fuse{softmax_tile_limit=1048576},"
-        "read-views-in-place,rope-into-attention,conv-layout,tile-gemm",
+        "read-views-in-place,rope-into-attention{max_query_blocks=1},conv-layout,tile-gemm",
         # the default before Llama's RoPE combined (three GEMMs and two RoPE kernels a
         # layer): the A/B baseline of `benchmarks/profile_zoo.py --pipeline
         # fusec-cuda-separate-rope`

@@ -47,9 +47,11 @@ def _case(name: str) -> tuple[str, int, int, int, int]:
 
 #: the A/B baseline: RoPE as its own kernel (CudaTarget.pipelines)
 ROPE_KERNEL = "fusec-cuda-rope-kernel"
+#: the prologue at every sequence length (``fusec-cuda`` takes it up to 128 queries)
+PROLOGUE = "fusec-cuda-rope-prologue"
 
 
-def _attention(text: str, pipeline: str | None = None):
+def _attention(text: str, pipeline: str | None = PROLOGUE):
     compiled = fusec.compile(text, target="cuda", executable=False, pipeline=pipeline)
     return compiled, [k for k in compiled.kernels if k.kind == "attention"]
 
@@ -118,6 +120,17 @@ def test_the_kernels_model_with_the_rope_prologue_matches_the_reference(name: st
     assert not np.isnan(got).any()
     rel = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert rel < 2e-3, rel
+
+
+def test_the_default_takes_the_prologue_up_to_one_query_block() -> None:
+    """``fusec-cuda`` moves a RoPE of k in where a (batch, head) has one block of 128
+    queries (each K tile rotated once, as the RoPE kernel does); at 300 queries (three
+    blocks: each K tile rotated three times) the RoPE kernel stays."""
+    short, _ = _attention(rope_attention_graph(2, 128, 4, 2, 64), None)
+    assert [k.kind for k in short.kernels] == ["attention"]
+    long, (kernel,) = _attention(rope_attention_graph(*CASES["long-d128"]), None)
+    assert [k.kind for k in long.kernels] == ["pointwise", "attention"]
+    assert not kernel.specs[0].rope
 
 
 def test_a_partial_rope_moves_in_with_its_concat() -> None:

@@ -15,6 +15,8 @@ pytestmark = pytest.mark.gpu
 
 #: the plan with RoPE as its own kernel (its output rounded as the kernel rounds the tiles)
 ROPE_KERNEL = "fusec-cuda-rope-kernel"
+#: the prologue at every sequence length (``fusec-cuda`` takes it up to 128 queries)
+PROLOGUE = "fusec-cuda-rope-prologue"
 
 CASES = {
     "gqa-d64-f16": (2, 40, 4, 2, 64, "f16"),
@@ -46,7 +48,7 @@ def test_rope_in_the_attention_matches_the_reference(name: str) -> None:
     from fusec.tools.runner import random_inputs
 
     text, seq, dtype, rotary = _case(name)
-    compiled = fusec.compile(text, target="cuda")
+    compiled = fusec.compile(text, target="cuda", pipeline=PROLOGUE)
     (kernel,) = compiled.kernels
     assert "RoPE of q and k" in kernel.source and "FALLBACK" not in kernel.source
     # the kernel rounds the rotated q and k tiles to their 16-bit type (the wgmma's
