@@ -21,6 +21,13 @@ def _slice(
     )
 
 
+def _causal_rows(seq: int) -> str:
+    """The rows of a causal mask of ``seq`` queries and keys (-inf above the diagonal)."""
+    return ", ".join(
+        "[" + ", ".join("0xFC00" if j > i else "0.0" for j in range(seq)) + "]" for i in range(seq)
+    )
+
+
 def rope_attention_graph(
     batch: int,
     seq: int,
@@ -45,9 +52,6 @@ def rope_attention_graph(
     k5, kx = _t((batch, k, 1, seq, d), dtype), _t((batch, k, g, seq, d), dtype)
     vcols = _t((batch, seq, k * d), dtype)
     mask = _t((seq, seq), dtype)
-    rows = ", ".join(
-        "[" + ", ".join("0xFC00" if j > i else "0.0" for j in range(seq)) + "]" for i in range(seq)
-    )
     lines = [
         f"%qk = {_slice('%qkv', (0, 0, 0), (0, 0, 0), (batch, seq, (h + k) * d))} : {qkv}",
         f"%qk4 = ai.reshape %qk {{shape = array<i64: {batch}, {seq}, {h + k}, {d}>}} : {part}",
@@ -67,7 +71,7 @@ def rope_attention_graph(
         f"%v5 = ai.reshape %vt {{shape = array<i64: {batch}, {k}, 1, {seq}, {d}>}} : {kt}",
         f"%ve = ai.expand %v5 {{shape = array<i64: {batch}, {k}, {g}, {seq}, {d}>}} : {k5}",
         f"%vx = ai.reshape %ve {{shape = array<i64: {batch}, {h}, {seq}, {d}>}} : {kx}",
-        f"%m = arith.constant dense<[{rows}]> : {mask}",
+        f"%m = arith.constant dense<[{_causal_rows(seq)}]> : {mask}",
         f"%o = ai.attention %qt, %kx, %vx, %m {{scale = {d**-0.5} : f32, nan_to_zero = true}} : "
         f"{qt} * {qt} * {qt} * {mask}",
         f"%ot = ai.transpose %o {{perm = array<i64: 0, 2, 1, 3>}} : {qt}",
@@ -92,9 +96,6 @@ def neox_attention_graph(batch: int, seq: int, heads: int, d: int, rotary: int) 
     part, rest = _t((batch, h, seq, r), "f16"), _t((batch, h, seq, d - r), "f16")
     table, table4 = _t((seq, r), "f16"), _t((1, 1, seq, r), "f16")
     mask = _t((seq, seq), "f16")
-    rows = ", ".join(
-        "[" + ", ".join("0xFC00" if j > i else "0.0" for j in range(seq)) + "]" for i in range(seq)
-    )
     lines = [
         f"%s = ai.reshape %qkv {{shape = array<i64: {batch}, {seq}, {h}, {3 * d}>}} : {qkv}",
         f"%t = ai.transpose %s {{perm = array<i64: 0, 2, 1, 3>}} : {split}",
@@ -115,7 +116,7 @@ def neox_attention_graph(batch: int, seq: int, heads: int, d: int, rotary: int) 
         ]
     lines += [
         f"%v = {_slice('%t', (0,) * 4, (0, 0, 0, 2 * d), (batch, h, seq, d))} : {heads3}",
-        f"%m = arith.constant dense<[{rows}]> : {mask}",
+        f"%m = arith.constant dense<[{_causal_rows(seq)}]> : {mask}",
         f"%o = ai.attention %qe, %ke, %v, %m {{scale = {d**-0.5} : f32, nan_to_zero = true}} : "
         f"{x4} * {x4} * {x4} * {mask}",
         f"%ot = ai.transpose %o {{perm = array<i64: 0, 2, 1, 3>}} : {x4}",
