@@ -64,6 +64,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from fusec.dialect import ops as ai
+from fusec.dialect.canonical import FoldExactCastRoundTrip
 from fusec.dialect.ops import spec_of
 from fusec.ir.constants import dense_constant
 from fusec.passes.matching import (
@@ -915,9 +916,10 @@ def recognize(
     """Apply every pattern to a fixed point; the rewrites made, by name (``softcap``,
     ``softcap_heads``: ``RecognizePatternsPass``'s)."""
     seen = Recognized(softcap=softcap, softcap_heads=softcap_heads)
-    walker = PatternRewriteWalker(
-        GreedyRewritePatternApplier([p(seen) for p in PATTERNS]), apply_recursively=True
-    )
+    # exact cast round trips fold first: the idioms match through them (TorchScript's
+    # Gemma-2 casts its f16 probabilities to f32 and back before the product with v)
+    patterns = [FoldExactCastRoundTrip(), *(p(seen) for p in PATTERNS)]
+    walker = PatternRewriteWalker(GreedyRewritePatternApplier(patterns), apply_recursively=True)
     walker.rewrite_module(module)
     return seen.counts
 

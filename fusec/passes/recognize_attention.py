@@ -79,7 +79,6 @@ def attention_chain(op: Operation) -> AttentionChain | str | None:
     if not isinstance(op, ai.MatmulOp):
         return None
     probs, v = op.operands
-    probs = _round_trip(probs) or probs  # f16 -> f32 -> f16 (TorchScript's Gemma-2)
     down = _downcast(probs)  # softmax in f32, its probabilities cast back (HF's eager)
     if down is not None:
         probs = down
@@ -189,17 +188,6 @@ def _upcast(value: SSAValue) -> SSAValue | None:
     if not isinstance(cast, ai.CastOp) or spec_of(value.type).dtype != "f32":
         return None
     return cast.input if spec_of(cast.input.type).dtype in _HALF else None
-
-
-def _round_trip(probs: SSAValue) -> SSAValue | None:
-    """p when ``probs`` is ``p`` (f16/bf16) cast to f32 and back, each cast read only
-    here: the round trip is exact, so the probabilities are ``p`` itself."""
-    if not single_use(probs) or (upcast := _downcast(probs)) is None:
-        return None
-    source = _upcast(upcast)
-    if source is None or source.type != probs.type or not single_use(upcast):
-        return None
-    return source
 
 
 def _downcast(probs: SSAValue) -> SSAValue | None:

@@ -245,7 +245,8 @@ def _rope_of(op: object) -> tuple[SSAValue, SSAValue, SSAValue, list] | None:
 
 def _rope_or_partial(op: object) -> tuple | None:
     """(x, cos, sin, the ops, None) of a RoPE ``op`` (``_rope_of``), or (the rotated
-    slice, cos, sin, the ops, the passed-through slice) of a partial one."""
+    slice, cos, sin, the ops, the tensor the passed-through slice reads) of a partial one
+    (``_partial_rope_of``)."""
     found = _rope_of(op)
     if found is not None:
         return (*found, None)
@@ -257,7 +258,7 @@ def _partial_rope_of(op: object) -> tuple | None:
     axis (``a`` and ``b`` views of one tensor, which ``_same_source`` checks; the group
     holds the chains of both when the RoPE came from another group): (the slice
     ``a[..., :R]``, cos, sin, the ops (the RoPE's, then the two slices and the concat),
-    the slice ``b[..., R:]``); else None."""
+    ``b``); else None."""
     if not isinstance(op, ai.ConcatOp) or len(op.operands) != 2:
         return None
     width = _shape(op.results[0])
@@ -325,9 +326,9 @@ def _rope_factors(fused_op: ai.FusedOp, role: str, rope: tuple, seen: set) -> tu
     if not all(_keeps_last_axis(op) for op in after):
         return f"{role}'s RoPE is followed by a layout op that moves its head dimension"
     rotated = _shape(ops[0].results[0])
-    # a partial RoPE's factors address the first columns of the whole head (ops[-1]: the
-    # concat); the kernel reads none past them
-    head = _shape(ops[-1].results[0])
+    # a partial RoPE's factors address the first columns of the whole head (the concat's
+    # result); the kernel reads none past them
+    head = _shape(ops[-1].results[0]) if isinstance(ops[-1], ai.ConcatOp) else rotated
     operand = _shape(after[0].results[0]) if after else head
     found = []
     for which, factor in (("cos", cos), ("sin", sin)):
