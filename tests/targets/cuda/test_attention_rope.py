@@ -178,6 +178,36 @@ def test_a_partial_rope_of_no_whole_chunk_pairs_stays_a_kernel() -> None:
     assert not kernel.specs[0].rope and not kernel.runs_op_by_op
 
 
+def test_the_factors_are_read_as_vectors_only_where_every_run_of_8_is_aligned() -> None:
+    """ROPE_VEC (cos and sin 8 at a time, 16-byte loads) where every factor view is
+    contiguous along the head dim with offset, row and batch strides whole 16-byte steps;
+    element by element otherwise (the kernel also checks the tables' addresses)."""
+    import dataclasses
+
+    from fusec.targets.cuda.attention.cpp import _rope_vectors
+    from fusec.targets.cuda.attention.views import MaskView
+
+    _, (kernel,) = _attention(rope_attention_graph(*CASES["gqa-d64"]))
+    (spec,) = kernel.specs
+    assert _rope_vectors(spec) and "ROPE_VEC = 1" in spec.cpp_source()
+
+    def with_factor(**change) -> bool:
+        """Whether ``spec`` with ``change`` made to every cos and sin view reads vectors."""
+
+        def changed(view: tuple) -> tuple:
+            return dataclasses.replace(MaskView.from_tuple(view), **change).as_tuple()
+
+        rope = tuple((role, changed(cos), changed(sin)) for role, cos, sin in spec.rope)
+        return _rope_vectors(dataclasses.replace(spec, rope=rope))
+
+    assert with_factor(offset=16) and with_factor(dtype="f32", offset=4, row_stride=68)
+    assert not with_factor(offset=4)  # 8 bytes in
+    assert not with_factor(row_stride=68)  # rows 136 bytes apart
+    assert not with_factor(col_stride=2)
+    assert not with_factor(batch=((8, 12),))
+    assert not _rope_vectors(dataclasses.replace(spec, rope=()))
+
+
 @needs_toolchain
 @pytest.mark.parametrize("name", ["gqa-d64", "long-d128", "partial-d128-gqa"])
 def test_the_rope_kernel_builds_for_sm_90a(name: str, tmp_path) -> None:

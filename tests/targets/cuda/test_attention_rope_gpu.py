@@ -66,3 +66,34 @@ def test_rope_in_the_attention_matches_the_reference(name: str) -> None:
         for module, check in ((separate.module, assert_close), (compiled.module, assert_rel_l2)):
             (ref,) = run_reference(module, args, rounding="groups")
             check(out, np.asarray(ref, dtype=np.float64), dtype, what=f"{name}, seed {seed}")
+
+
+@pytest.mark.parametrize("name", ["gqa-d64-f16", "long-d128-f16"])
+def test_rope_tables_at_an_unaligned_address_read_element_by_element(name: str) -> None:
+    """The kernel reads cos and sin 8 at a time where the tables' addresses are 16-byte
+    aligned (ROPE_VEC), element by element where not (a tensor 2 bytes into its storage):
+    the same factors, so the same output bits."""
+    torch = pytest.importorskip("torch")
+    import fusec
+
+    text, seq, dtype, rotary = _case(name)
+    compiled = fusec.compile(text, target="cuda", pipeline=PROLOGUE)
+    (kernel,) = compiled.kernels
+    assert "ROPE_VEC = 1" in kernel.specs[0].cpp_source()
+    _, _, heads, kv, d, *_ = CASES[name]
+    rng = np.random.default_rng(5)
+    qkv = torch.from_numpy(rng.standard_normal((CASES[name][0], seq, (heads + 2 * kv) * d)))
+    qkv = qkv.to(torch.float16).cuda()
+    tables = [torch.from_numpy(t).to(torch.float16).cuda() for t in rope_tables(seq, rotary)]
+    unaligned = []
+    for table in tables:
+        storage = torch.empty(table.numel() + 8, dtype=torch.float16, device="cuda")
+        shifted = storage[1 : 1 + table.numel()].view(table.shape)
+        shifted.copy_(table)
+        assert shifted.data_ptr() % 16 != 0
+        unaligned.append(shifted)
+    aligned_out = compiled(qkv, *tables).clone()  # (a program may reuse its output buffer)
+    unaligned_out = compiled(qkv, *unaligned)
+    torch.cuda.synchronize()
+    assert not torch.isnan(aligned_out).any()
+    assert torch.equal(aligned_out, unaligned_out)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fusec.ir.dtypes import element_type
 from fusec.targets.cuda.attention.views import MaskView, OperandView
 from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
 from fusec.targets.cuda.linked import LinkedSpec
@@ -254,6 +255,23 @@ def _batch_terms(batch: int, atoms: tuple) -> list[str]:
     return terms
 
 
+def _rope_vectors(spec: AttentionSpec) -> bool:
+    """Whether the kernel may read the RoPE factors 8 at a time (16-byte vectors): every
+    cos and sin view contiguous along the head dim with its offset, row and batch strides
+    whole 16-byte steps, so that each run of 8 factors from a multiple of 8 starts 16-byte
+    aligned past the table's address (the kernel checks that address at run time)."""
+    views = [view for pair in spec.rope_views.values() for view in pair]
+    if not views:
+        return False
+    step = 16 // element_type(views[0].dtype).itemsize
+    return all(
+        view.col_stride == 1
+        and all(n % step == 0 for n in (view.offset, view.row_stride))
+        and all(stride % step == 0 for _, stride in view.batch)
+        for view in views
+    )
+
+
 def _config(spec: AttentionSpec) -> str:
     """``struct Config``: the compile-time parameters of ``fusec::attention`` (attention.cuh)
     and its two wgmma instructions."""
@@ -264,7 +282,7 @@ def _config(spec: AttentionSpec) -> str:
         "CAUSAL": int(spec.causal), "NAN_TO_ZERO": int(spec.nan_to_zero),
         "MASK": int(bool(spec.mask)), "SOFTCAP": int(spec.softcap > 0),
         "ROPE_Q": int("q" in spec.rope_views), "ROPE_K": int("k" in spec.rope_views),
-        "ROT": spec.rotary or spec.d,
+        "ROT": spec.rotary or spec.d, "ROPE_VEC": int(_rope_vectors(spec)),
         "PRODUCER_REGISTERS": PRODUCER_REGISTERS, "CONSUMER_REGISTERS": CONSUMER_REGISTERS,
     }  # fmt: skip
     mma = wgmma_ss("qk", BN, spec.dtype, 0, 0) + wgmma_rs("pv", spec.dv, spec.dtype, 1)

@@ -20,8 +20,10 @@
 //   with MASK, mask_offset(bh, row, col), the element offset of the mask added to score
 //   (row, col) of batch-head bh (a broadcast dimension has stride 0); with ROPE_Q / ROPE_K
 //   (rotary position embeddings of Q / K, applied in shared memory after the TMA load:
-//   attention_rope), the element type Rope and q_cos_offset, q_sin_offset (k_...) (bh,
-//   row, col), the offsets of the cos and sin factors of element (row, col).
+//   AttentionRope), ROT (the rotated head dims), the element type Rope, q_cos_offset,
+//   q_sin_offset (k_...) (bh, row, col), the offsets of the cos and sin factors of element
+//   (row, col), and ROPE_VEC: 1 where every factor row is contiguous and each run of 8
+//   factors 16-byte aligned past the table's address (read as 16-byte vectors).
 #pragma once
 
 #include "fusec/barrier.cuh"
@@ -46,34 +48,127 @@ static __device__ __forceinline__ float attention_shfl_xor(float v, int mask) {
 // consumers' K rows (3).
 enum : int { ROPE_Q_BARRIER = 1, ROPE_K_BARRIER = 3 };
 
-// RoPE of rows [r0, r0 + 64) of a tile of ROWS rows of D 16-bit elements in shared memory
-// at `base` (D / 64 TMA boxes of ROWS x 128 bytes, the 128-byte swizzle: 16-byte chunk k
-// of row r at chunk k ^ (r % 8)), in place, by one warpgroup's threads (lt): element d of
-// tile row r (row row0 + r of batch-head bh) becomes x[d] cos - x[d + R/2] sin below R/2
-// and x[d] cos + x[d - R/2] sin from R/2 to R (rotate_half of the first R = C::ROT
-// elements: all D, or GPT-NeoX's partial rotary; the elements past R stay as loaded), in
-// f32 with one rounding, cos and sin read at the Config's offsets (Q: q_cos_offset, K:
-// k_cos_offset). Chunk k < R / 16 and its partner k + R / 16 (the other half of the
-// rotated part) are one work item. Rows at or past `rows` (TMA's zero fill) are left as
-// they are.
-template <class C, bool Q, int ROWS>
-static __device__ __forceinline__ void attention_rope(u32 base, int r0, int row0, int rows, int bh,
-                                                      int lt, u64 cos_p, u64 sin_p) {
-  static_assert(C::ROT % 16 == 0 && C::ROT <= C::D, "RoPE of whole 16-byte chunk pairs");
-  constexpr int HALF = C::ROT / 16;  // 16-byte chunks in half the rotated part of a row
-  using In = typename C::In;
+// The RoPE of one consumer warpgroup's 64 rows [r0, r0 + 64) of a tile (rows row0 + r of
+// batch-head bh) in two steps: attention_rope_load reads the cos and sin factors into
+// registers ahead of the tile (their global loads in flight while its TMA lands), then
+// attention_rope_apply rotates the tile in shared memory. Element d of a row becomes
+// x[d] cos - x[d + R/2] sin below R/2 and x[d] cos + x[d - R/2] sin from R/2 to R
+// (rotate_half of the first R = C::ROT elements: all D, or GPT-NeoX's partial rotary; the
+// elements past R stay as loaded), in f32 with one rounding, cos and sin read at the
+// Config's offsets (Q: q_cos_offset, K: k_cos_offset). A work item is a 16-byte chunk k <
+// R / 16 of a row and its partner k + R / 16 (the other half of the rotated part); thread lt
+// takes items lt, lt + 128, ... Rows at or past `rows` (TMA's zero fill) are left as they
+// are.
+template <class C>
+static __host__ __device__ constexpr int attention_rope_items() {
+  return (64 * (C::ROT / 16) + 127) / 128;
+}
+
+// The factors of N of a thread's items (all by default) from item i0 on.
+template <class C, int N = attention_rope_items<C>()>
+struct AttentionRope {
   using Rope = typename C::Rope;
-#pragma unroll 1
-  for (int item = lt; item < 64 * HALF; item += 128) {
-    const int r = r0 + item / HALF;
-    const int k = item % HALF;
-    const int row = row0 + r;
-    if (row >= rows) continue;
+  enum : int {
+    HALF = C::ROT / 16,                   // 16-byte chunks in half the rotated part of a row
+    ITEMS = attention_rope_items<C>(),  // work items a thread
+    WORDS = 2 * Rope::BYTES,              // 32-bit words of 8 factors (16-bit: 2 a word)
+  };
+  static_assert(C::ROT % 16 == 0 && C::ROT <= C::D, "RoPE of whole 16-byte chunk pairs");
+  // item i0 + i's factors as their own bits: cos at d = 8k..8k+7, cos at d + R/2, sin at d,
+  // sin at d + R/2
+  u32 w[N][4][WORDS];
+
+  // tile row, chunk and sequence row of this thread's item i; false past the tile or rows
+  static __device__ __forceinline__ bool item(int i, int lt, int r0, int row0, int rows, int& r,
+                                              int& k, int& row) {
+    const int it = lt + 128 * i;
+    r = r0 + it / HALF, k = it % HALF, row = row0 + r;
+    return it < 64 * HALF && row < rows;
+  }
+
+  template <bool Q>
+  static __device__ __forceinline__ long long offset(bool sin, int bh, int row, int d) {
+    if constexpr (Q)
+      return sin ? C::q_sin_offset(bh, row, d) : C::q_cos_offset(bh, row, d);
+    else
+      return sin ? C::k_sin_offset(bh, row, d) : C::k_cos_offset(bh, row, d);
+  }
+
+  // the 8 factors from element d on: one or two 16-byte loads where the Config says the
+  // factors' rows are contiguous and 16-byte aligned (ROPE_VEC) and the table's address is
+  // too (vec), else element by element at the offset function's address
+  template <bool Q>
+  static __device__ __forceinline__ void fetch(u32 (&dst)[WORDS], u64 p, bool sin, int bh, int row,
+                                               int d, bool vec) {
+    if (C::ROPE_VEC && vec) {
+      const uint4* src =
+          (const uint4*)((const unsigned char*)p + offset<Q>(sin, bh, row, d) * Rope::BYTES);
+#pragma unroll
+      for (int j = 0; j < WORDS / 4; ++j) {
+        const uint4 v = __ldg(src + j);
+        dst[4 * j] = v.x, dst[4 * j + 1] = v.y, dst[4 * j + 2] = v.z, dst[4 * j + 3] = v.w;
+      }
+      return;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      const float a = Rope::ld((const void*)p, offset<Q>(sin, bh, row, d + e));
+      const float b = Rope::ld((const void*)p, offset<Q>(sin, bh, row, d + e + 1));
+      if constexpr (Rope::BYTES == 2) {
+        dst[e / 2] = Rope::pack(a, b);  // exact: the values are of the type
+      } else {
+        dst[e] = __float_as_uint(a), dst[e + 1] = __float_as_uint(b);
+      }
+    }
+  }
+
+  // factors e and e + 1 of a fetched set
+  static __device__ __forceinline__ void get(const u32 (&src)[WORDS], int e, float& a, float& b) {
+    if constexpr (Rope::BYTES == 2) {
+      Rope::unpack(src[e / 2], a, b);
+    } else {
+      a = __uint_as_float(src[e]), b = __uint_as_float(src[e + 1]);
+    }
+  }
+};
+
+template <class C, bool Q, int N>
+static __device__ __forceinline__ void attention_rope_load(AttentionRope<C, N>& f, int r0,
+                                                           int row0, int rows, int bh, int lt,
+                                                           u64 cos_p, u64 sin_p, bool vec,
+                                                           int i0 = 0) {
+  using R = AttentionRope<C, N>;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    int r, k, row;
+    if (i0 + i >= R::ITEMS || !R::item(i0 + i, lt, r0, row0, rows, r, k, row)) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int d = 8 * k + h * (C::ROT / 2);
+      R::template fetch<Q>(f.w[i][h], cos_p, false, bh, row, d, vec);
+      R::template fetch<Q>(f.w[i][2 + h], sin_p, true, bh, row, d, vec);
+    }
+  }
+}
+
+// The rotation of the tile of ROWS rows of D 16-bit elements in shared memory at `base`
+// (D / 64 TMA boxes of ROWS x 128 bytes, the 128-byte swizzle: 16-byte chunk k of row r at
+// chunk k ^ (r % 8)), in place, with the factors attention_rope_load read for these rows.
+template <class C, int ROWS, int N>
+static __device__ __forceinline__ void attention_rope_apply(const AttentionRope<C, N>& f,
+                                                            u32 base, int r0, int row0, int rows,
+                                                            int lt, int i0 = 0) {
+  using R = AttentionRope<C, N>;
+  using In = typename C::In;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    int r, k, row;
+    if (i0 + i >= R::ITEMS || !R::item(i0 + i, lt, r0, row0, rows, r, k, row)) continue;
     u32 addr[2];
     uint4 x[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int chunk = k + h * HALF;
+      const int chunk = k + h * R::HALF;
       addr[h] = base + (u32)((chunk / 8) * (ROWS * 128) + r * 128 + (((chunk % 8) ^ (r % 8)) * 16));
       x[h] = fs_ld_shared4(addr[h]);
     }
@@ -88,23 +183,16 @@ static __device__ __forceinline__ void attention_rope(u32 base, int r0, int row0
     u32 out[2][4];
 #pragma unroll
     for (int e = 0; e < 8; e += 2) {
-      float y[2][2];
+      float c0[2], c1[2], s0[2], s1[2], y[2][2];
+      R::get(f.w[i][0], e, c0[0], c0[1]);
+      R::get(f.w[i][1], e, c1[0], c1[1]);
+      R::get(f.w[i][2], e, s0[0], s0[1]);
+      R::get(f.w[i][3], e, s1[0], s1[1]);
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int d = 8 * k + e + i;  // below R / 2; its partner d + R / 2
-        long long c0, s0, c1, s1;
-        if constexpr (Q) {
-          c0 = C::q_cos_offset(bh, row, d), s0 = C::q_sin_offset(bh, row, d);
-          c1 = C::q_cos_offset(bh, row, d + C::ROT / 2);
-          s1 = C::q_sin_offset(bh, row, d + C::ROT / 2);
-        } else {
-          c0 = C::k_cos_offset(bh, row, d), s0 = C::k_sin_offset(bh, row, d);
-          c1 = C::k_cos_offset(bh, row, d + C::ROT / 2);
-          s1 = C::k_sin_offset(bh, row, d + C::ROT / 2);
-        }
-        const float a = lo[e + i], b = hi[e + i];
-        y[0][i] = a * Rope::ld((const void*)cos_p, c0) - b * Rope::ld((const void*)sin_p, s0);
-        y[1][i] = b * Rope::ld((const void*)cos_p, c1) + a * Rope::ld((const void*)sin_p, s1);
+      for (int j = 0; j < 2; ++j) {
+        const float a = lo[e + j], b = hi[e + j];  // elements d and d + R / 2
+        y[0][j] = a * c0[j] - b * s0[j];
+        y[1][j] = b * c1[j] + a * s1[j];
       }
       out[0][e / 2] = In::pack(y[0][0], y[0][1]);
       out[1][e / 2] = In::pack(y[1][0], y[1][1]);
@@ -113,6 +201,21 @@ static __device__ __forceinline__ void attention_rope(u32 base, int r0, int row0
     for (int h = 0; h < 2; ++h) fs_st_shared4(addr[h], out[h][0], out[h][1], out[h][2], out[h][3]);
   }
   fs_fence_async_smem();  // the writes before the wgmma's (async proxy) reads
+}
+
+// Both steps on a tile that has landed, two items at a time: the factors of the two in
+// flight together, and no more registers held than two items' (a K tile in the key loop
+// at D 128, where the output accumulators are live).
+template <class C, bool Q, int ROWS>
+static __device__ __forceinline__ void attention_rope_tile(u32 base, int r0, int row0, int rows,
+                                                           int bh, int lt, u64 cos_p, u64 sin_p,
+                                                           bool vec) {
+#pragma unroll 1
+  for (int i0 = 0; i0 < attention_rope_items<C>(); i0 += 2) {
+    AttentionRope<C, 2> f;
+    attention_rope_load<C, Q>(f, r0, row0, rows, bh, lt, cos_p, sin_p, vec, i0);
+    attention_rope_apply<C, ROWS>(f, base, r0, row0, rows, lt, i0);
+  }
 }
 
 // A ROWS x COLS tile of 16-bit elements (Q, K or V) from row `row` of batch-head bh to dst
@@ -211,9 +314,19 @@ static __device__ __forceinline__ int attention(u64 smem_raw, u64 map_q, u64 map
     for (int i = 0; i < O_REGS; ++i) o[i] = 0.0f;
     float m_run[2] = {NEG_INF, NEG_INF};
     float l_run[2] = {0.0f, 0.0f};
+    // RoPE: the factors of this warpgroup's Q rows and of its K rows of the first key block
+    // read before their tiles land; a later key block's at the top of its step
+    AttentionRope<C> q_rope, k_rope;
+    const bool q_vec = ((q_cos | q_sin) & 15u) == 0, k_vec = ((k_cos | k_sin) & 15u) == 0;
+    // (the first key block's early only where both sets fit: 2 items a thread, D 64)
+    constexpr bool K_EARLY = attention_rope_items<C>() <= 2;
+    if constexpr (C::ROPE_K && K_EARLY)
+      attention_rope_load<C, false>(k_rope, cw * 64, 0, C::SK, bh, lt, k_cos, k_sin, k_vec);
+    if constexpr (C::ROPE_Q)
+      attention_rope_load<C, true>(q_rope, cw * 64, qb * C::BM, C::SQ, bh, lt, q_cos, q_sin, q_vec);
     fs_bar_wait(q_full, 0u);
     if constexpr (C::ROPE_Q) {  // this warpgroup's 64 rows of Q
-      attention_rope<C, true, C::BM>(sq, cw * 64, qb * C::BM, C::SQ, bh, lt, q_cos, q_sin);
+      attention_rope_apply<C, C::BM>(q_rope, sq, cw * 64, qb * C::BM, C::SQ, lt);
       fs_named_sync(ROPE_Q_BARRIER + cw, 128);
     }
     const u32 q_base = sq + (u32)(cw * 64 * 128);
@@ -221,11 +334,20 @@ static __device__ __forceinline__ int attention(u64 smem_raw, u64 map_q, u64 map
       const int st = j % C::KV_STAGES;
       const u32 phase = (u32)(j / C::KV_STAGES) & 1u;
       float s[S_REGS];
+      if constexpr (C::ROPE_K && K_EARLY) {
+        if (j > 0)
+          attention_rope_load<C, false>(k_rope, cw * 64, j * C::BN, C::SK, bh, lt, k_cos, k_sin,
+                                        k_vec);
+      }
       fs_bar_wait(k_full + 8 * st, phase);
       const u32 k_base = sk + st * K_BYTES;
       if constexpr (C::ROPE_K) {  // half of the stage's BN rows each, once for both
         static_assert(C::BN == 128, "the two consumers rotate 64 rows of K each");
-        attention_rope<C, false, C::BN>(k_base, cw * 64, j * C::BN, C::SK, bh, lt, k_cos, k_sin);
+        if constexpr (K_EARLY)
+          attention_rope_apply<C, C::BN>(k_rope, k_base, cw * 64, j * C::BN, C::SK, lt);
+        else
+          attention_rope_tile<C, false, C::BN>(k_base, cw * 64, j * C::BN, C::SK, bh, lt, k_cos,
+                                               k_sin, k_vec);
         fs_named_sync(ROPE_K_BARRIER, 256);
       }
       fs_wg_fence();
