@@ -7,7 +7,11 @@ twin, ``pointwise``, run only when ``--only`` names it: the shape that
 ``FUSEC_CONV_INPUT=nchw`` reads in place); a ResNet basic
 block (conv-bn-relu-conv-bn-add-relu, BatchNorm folded to a per-channel scale
 and shift, N32 C64 56x56); attention softmax(Q K^T / 8) V at 32 x 1024 x 64
-and 16 x 4096 x 128 (batch x heads flattened). Baselines in the same run:
+and 16 x 4096 x 128 (batch x heads flattened); and, run only when ``--only`` names it,
+``rope``: Llama-8B's attention after its q/k/v projection (32 heads, 8 KV heads, head
+128, batch 1, RoPE on q and k) at 128 to 4096 positions, the default plan (a RoPE kernel,
+then the flash kernel) against ``fusec-cuda-rope-prologue`` (the flash kernel rotating q
+and k itself), written to rope-prologue.md/.json. Baselines in the same run:
 PyTorch eager (NCHW), torch.compile (default mode), eager channels_last
 (cuDNN NHWC) for the convs, ``scaled_dot_product_attention`` for attention.
 
@@ -41,6 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "targets" / "cuda"))
 
 from attention_cases import attention_graph  # noqa: E402
+from rope_cases import rope_attention_graph  # noqa: E402
 from stream_timing import checked_loop  # noqa: E402  (beside this script)
 
 CONV = """func.func @f(%x: tensor<32x64x56x56xf16>, %w: tensor<64x64x3x3xf16>, %b: tensor<64xf16>) -> tensor<32x64x56x56xf16> {
@@ -464,6 +469,8 @@ def main() -> None:
                 conv_row(case + " (direct kernel)", text, inputs, conv, flops, min_bytes)
             finally:
                 del os.environ["FUSEC_CONV_FEW_CHANNELS"]
+    if only and wanted("rope"):  # asked for by name only (the prologue's A/B)
+        rope_prologue_ab(args.out)
     if only and wanted("pointwise"):  # asked for by name only (the input A/B)
         (x, w, b), conv = pointwise_case()
         conv_row(
@@ -474,7 +481,92 @@ def main() -> None:
             2.0 * 32 * 64 * 56 * 56 * 64,
             2.0 * (2 * x.numel() + w.numel() + b.numel()),
         )
-    write(args.out, rows, final=True)
+    if rows:  # (--only rope writes its own table)
+        write(args.out, rows, final=True)
+
+
+#: (positions, causal) of the RoPE rows: the zero mask (every query block reads every K
+#: tile: the prologue's most repeated rotation) at 128 to 4096, and the causal mask at 512
+ROPE_CASES = [(128, False), (512, False), (1024, False), (2048, False), (4096, False), (512, True)]
+
+
+def rope_graph(seq: int, causal: bool, heads: int = 32, kv_heads: int = 8, d: int = 128) -> str:
+    """``rope_cases.rope_attention_graph`` at batch 1, with its causal mask or a zero one
+    (a splat: no text of seq x seq elements)."""
+    if causal:
+        return rope_attention_graph(1, seq, heads, kv_heads, d)
+    import rope_cases
+
+    causal_rows = rope_cases._causal_rows
+    rope_cases._causal_rows = lambda _: "ZERO"
+    try:
+        text = rope_attention_graph(1, seq, heads, kv_heads, d)
+    finally:
+        rope_cases._causal_rows = causal_rows
+    return text.replace("dense<[ZERO]>", "dense<0.0>")
+
+
+def rope_prologue_ab(out: str) -> None:
+    """The RoPE rows: each plan's call and graph-replay time on the same inputs (Llama's
+    cos and sin tables), the prologue's output against the default's (the same roundings:
+    rel L2 0 expected), its time over the default's."""
+    import torch
+    from bench_common import commit, write_results
+
+    import fusec
+
+    rows = []
+    for seq, causal in ROPE_CASES:
+        text = rope_graph(seq, causal)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        qkv = torch.randn(1, seq, 48 * 128, device="cuda", dtype=torch.float16, generator=g)
+        angles = torch.arange(seq, device="cuda").float()[:, None] * 10000 ** (
+            -torch.arange(0, 128, 2, device="cuda").float() / 128
+        )
+        angles = torch.cat([angles, angles], -1)
+        inputs = (qkv, angles.cos().half(), angles.sin().half())
+        row: dict = {
+            "case": f"RoPE attention 1x{seq} 32/8 heads d128, {'causal' if causal else 'zero'} mask"
+        }
+        outs = {}
+        for name, pipeline in (("default", None), ("prologue", "fusec-cuda-rope-prologue")):
+            f = fusec.compile(text, target="cuda", pipeline=pipeline)
+            row[f"{name}_kernels"] = ", ".join(k.kind for k in f.kernels)
+            outs[name] = f(*inputs).float()
+            row[f"{name}_ms"] = time_it(functools.partial(f, *inputs))
+            row[f"{name}_graph_ms"] = graph_ms(f, inputs)
+        a, b = outs["prologue"], outs["default"]
+        row["rel_l2"] = float((a - b).norm() / b.norm())
+        row["nan"] = int(torch.isnan(a).sum())
+        best = {n: row[f"{n}_graph_ms"] or row[f"{n}_ms"] for n in ("default", "prologue")}
+        row["prologue_over_default"] = best["prologue"] / best["default"]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    meta = {
+        "date": datetime.date.today().isoformat(),
+        "device": torch.cuda.get_device_name(),
+        "commit": commit(),
+        "torch": torch.__version__,
+        "timing": TIMING,
+        "rows": rows,
+    }
+    lines = [
+        f"# RoPE: its own kernel (the default) vs the flash kernel's prologue ({meta['device']}, "
+        f"{meta['date']}, commit {meta['commit']})",
+        "",
+        f"Timing: {TIMING}. ms of the CUDA-graph replay (the kernels alone).",
+        "",
+        "| case | default kernels | default ms | prologue ms | prologue / default | rel L2 |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        ms = [r[f"{n}_graph_ms"] or r[f"{n}_ms"] for n in ("default", "prologue")]
+        lines.append(
+            f"| {r['case']} | {r['default_kernels']} | {ms[0]:.4f} | {ms[1]:.4f} | "
+            f"{r['prologue_over_default']:.3f} | {r['rel_l2']:.1e} |"
+        )
+    write_results(Path(out) / "rope-prologue", meta, "\n".join(lines) + "\n", indent=1)
+    print("\n".join(lines))
 
 
 def write(out: str, rows: list[dict], final: bool = False) -> None:

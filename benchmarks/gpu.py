@@ -208,6 +208,7 @@ def smoke_conv_attn() -> runner.SmokeResult:
         cases.append((name, b.strided_text(1, c, h // 4, w // 4, k, r, stride, pad)))
     cases.append(("attention 2x64x64", b.attention_graph((2,), 64, 64, 64, 64, scale="mul")))
     cases.append(("attention 1x128x128", b.attention_graph((1,), 128, 128, 128, 128, scale="mul")))
+    cases.append(("RoPE attention 1x128 32/8 heads d128 (rope)", b.rope_graph(128, True)))
     return CUDA_COLUMNS, [cuda_row(n, t) for n, t in cases]
 
 

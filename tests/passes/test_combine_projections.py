@@ -168,21 +168,21 @@ def test_the_targets_run_the_layer_as_one_gemm_and_the_attention(
 
 def test_the_cuda_pipeline_runs_one_gemm_for_a_llama_layer() -> None:
     """``fusec-cuda``: the q, k and v projections of a Llama-style layer (RoPE on q and k)
-    as one GEMM, q, k and v read in place by the attention, which applies the RoPE
-    itself (``rope-into-attention``; ``fusec-cuda-rope-kernel``: one RoPE kernel over
-    q's and k's heads together reading its slice in place, ``read-views-in-place``): two
-    kernels where ``fusec-cuda-separate-rope`` (the default before) runs three GEMMs and
-    two RoPE kernels before the attention."""
+    as one GEMM, one RoPE kernel over q's and k's heads together reading its slice in
+    place (``read-views-in-place``), q, k and v read in place by the attention: three
+    kernels (``fusec-cuda-rope-prologue``: two, the attention applying the RoPE itself)
+    where ``fusec-cuda-separate-rope`` (the default before) runs three GEMMs and two RoPE
+    kernels before the attention."""
     text = projections_graph(rope=True, bias=False, heads=4, kv_heads=2)
     separate = fusec.compile(
         text, target="cuda", pipeline="fusec-cuda-separate-rope", executable=False
     )
     assert [k.kind for k in separate.kernels].count("matmul") == 3
-    rope_kernel = fusec.compile(
-        text, target="cuda", pipeline="fusec-cuda-rope-kernel", executable=False
+    prologue = fusec.compile(
+        text, target="cuda", pipeline="fusec-cuda-rope-prologue", executable=False
     )
-    kinds = [k.kind for k in rope_kernel.kernels]
-    assert kinds == ["matmul", "pointwise", "attention"], kinds
+    kinds = [k.kind for k in prologue.kernels]
+    assert kinds == ["matmul", "attention"], kinds
     combined = fusec.compile(text, target="cuda", executable=False)
     kinds = [k.kind for k in combined.kernels]
-    assert kinds == ["matmul", "attention"], kinds
+    assert kinds == ["matmul", "pointwise", "attention"], kinds

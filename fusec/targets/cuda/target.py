@@ -93,27 +93,23 @@ class CudaTarget(Target):
         # for others (Gemma-2's 256: a GEMM with the cap and softmax in its epilogue beats
         # the PyTorch fallback). The
         # RoPE part measured on the H200 (2026-12-06, the zoo's Llama): b1 0.337
-        # -> 0.282 ms, b8 0.767 -> 0.715 (benchmarks/results/models-gpu.md). RoPE is the
-        # flash kernel's prologue (rope-into-attention: the kernel rotates q and k in
-        # shared memory, no RoPE kernel; tests/targets/cuda/test_attention_rope_gpu.py)
-        # where a (batch, head) has one block of 128 queries: beyond, the kernel would
-        # rotate each K tile once per query block
+        # -> 0.282 ms, b8 0.767 -> 0.715 (benchmarks/results/models-gpu.md). RoPE stays
+        # its own kernel (one a layer over q's and k's heads): as the flash kernel's
+        # prologue (fusec-cuda-rope-prologue) it measured no faster for the zoo's Llama
+        # (seq 128; H200 2026-12-07 before the factors were read ahead: 6% slower; H100
+        # after: a tie) and slower with every further block of 128 queries (each K tile
+        # rotated once per query block: 1.18x at 512 keys, 1.77x at 4096)
         "fusec-cuda": "infer-shapes,recognize-patterns{softcap_heads=64,128},conv-patchify,"
         "canonicalize,cse,fp8-constant-weights,demote-upcasts,sink-transposes,"
         "attention-layout,cse,combine-projections{repeated_heads=true rope=true},fuse,"
-        "read-views-in-place,rope-into-attention{max_query_blocks=1},conv-layout,tile-gemm",
-        # ... with RoPE as the prologue at every sequence length (the A/B of long ones)
+        "read-views-in-place,conv-layout,tile-gemm",
+        # ... with RoPE as the flash kernel's prologue (rope-into-attention: the kernel
+        # rotates q and k in shared memory, no RoPE kernel): the A/B of
+        # `benchmarks/profile_zoo.py --pipeline fusec-cuda-rope-prologue`
         "fusec-cuda-rope-prologue": "infer-shapes,recognize-patterns{softcap_heads=64,128},"
         "conv-patchify,canonicalize,cse,fp8-constant-weights,demote-upcasts,sink-transposes,"
         "attention-layout,cse,combine-projections{repeated_heads=true rope=true},fuse,"
         "read-views-in-place,rope-into-attention,conv-layout,tile-gemm",
-        # ... with RoPE as its own kernel (one a layer over q's and k's heads, the
-        # default before rope-into-attention): the A/B baseline of
-        # `benchmarks/profile_zoo.py --pipeline fusec-cuda-rope-kernel`
-        "fusec-cuda-rope-kernel": "infer-shapes,recognize-patterns{softcap_heads=64,128},"
-        "conv-patchify,canonicalize,cse,fp8-constant-weights,demote-upcasts,sink-transposes,"
-        "attention-layout,cse,combine-projections{repeated_heads=true rope=true},fuse,"
-        "read-views-in-place,conv-layout,tile-gemm",
         # ... with a softmax of any row length in its matmul's group (rows longer than a
         # block tile: the GEMM's partials epilogue and a finalise pass). Measured slower
         # than the softmax as its own kernel on the H200 (benchmarks/results/
@@ -122,7 +118,7 @@ class CudaTarget(Target):
         "conv-patchify,canonicalize,cse,fp8-constant-weights,demote-upcasts,"
         "sink-transposes,attention-layout,cse,"
         "combine-projections{repeated_heads=true rope=true},fuse{softmax_tile_limit=1048576},"
-        "read-views-in-place,rope-into-attention{max_query_blocks=1},conv-layout,tile-gemm",
+        "read-views-in-place,conv-layout,tile-gemm",
         # the default before Llama's RoPE combined (three GEMMs and two RoPE kernels a
         # layer): the A/B baseline of `benchmarks/profile_zoo.py --pipeline
         # fusec-cuda-separate-rope`

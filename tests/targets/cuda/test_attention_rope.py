@@ -1,6 +1,6 @@
 """RoPE as the flash attention's prologue (issue 28), without a GPU: ``rope-into-attention``
-(in ``fusec-cuda``, the default cuda pipeline, since its GPU test passed) moves
-Llama's RoPE group into the attention group; the plan reads q and k where the RoPE
+(in ``fusec-cuda-rope-prologue``; not in ``fusec-cuda``, the default, where it measured no
+faster) moves Llama's RoPE group into the attention group; the plan reads q and k where the RoPE
 read them and where cos and sin are; the generated offsets and the kernel's numpy model
 (rotation after the load, then the online softmax) against the reference; the build for
 sm_90a. ``test_attention_rope_gpu.py`` runs the kernel."""
@@ -17,6 +17,7 @@ from test_gemm_build import needs_toolchain
 
 import fusec
 from fusec.runtime.reference import entry_function, run_reference
+from fusec.targets.cuda.target import CudaTarget
 from fusec.tools.runner import random_inputs
 
 pytestmark = pytest.mark.requires_target("cuda")
@@ -45,9 +46,9 @@ def _case(name: str) -> tuple[str, int, int, int, int]:
     return rope_attention_graph(*CASES[name]), batch, seq, heads, d
 
 
-#: the A/B baseline: RoPE as its own kernel (CudaTarget.pipelines)
-ROPE_KERNEL = "fusec-cuda-rope-kernel"
-#: the prologue at every sequence length (``fusec-cuda`` takes it up to 128 queries)
+#: the default: RoPE as its own kernel (CudaTarget.pipelines)
+ROPE_KERNEL = "fusec-cuda"
+#: RoPE as the flash kernel's prologue (not the default: measured no faster)
 PROLOGUE = "fusec-cuda-rope-prologue"
 
 
@@ -73,7 +74,7 @@ def test_the_rope_group_moves_into_the_attention() -> None:
     assert "u64 q_cos, u64 q_sin, u64 k_cos, u64 k_sin)" in source
 
 
-def test_the_rope_kernel_pipeline_keeps_the_rope_kernel() -> None:
+def test_the_default_keeps_the_rope_kernel() -> None:
     compiled, (kernel,) = _attention(rope_attention_graph(2, 40, 4, 2, 64), ROPE_KERNEL)
     assert [k.kind for k in compiled.kernels] == ["pointwise", "attention"]
     assert not kernel.specs[0].rope
@@ -122,15 +123,21 @@ def test_the_kernels_model_with_the_rope_prologue_matches_the_reference(name: st
     assert rel < 2e-3, rel
 
 
-def test_the_default_takes_the_prologue_up_to_one_query_block() -> None:
-    """``fusec-cuda`` moves a RoPE of k in where a (batch, head) has one block of 128
-    queries (each K tile rotated once, as the RoPE kernel does); at 300 queries (three
-    blocks: each K tile rotated three times) the RoPE kernel stays."""
-    short, _ = _attention(rope_attention_graph(2, 128, 4, 2, 64), None)
+def test_the_pass_option_limits_a_rope_of_k_to_one_query_block() -> None:
+    """``rope-into-attention{max_query_blocks=1}`` moves a RoPE of k in where a (batch,
+    head) has one block of 128 queries (each K tile rotated once, as the RoPE kernel
+    does); at 300 queries (three blocks: each K tile rotated three times) the RoPE kernel
+    stays. ``fusec-cuda``, the default, keeps RoPE as its own kernel at every length."""
+    pipeline = CudaTarget.pipelines[PROLOGUE].replace(
+        "rope-into-attention", "rope-into-attention{max_query_blocks=1}"
+    )
+    short, _ = _attention(rope_attention_graph(2, 128, 4, 2, 64), pipeline)
     assert [k.kind for k in short.kernels] == ["attention"]
-    long, (kernel,) = _attention(rope_attention_graph(*CASES["long-d128"]), None)
+    long, (kernel,) = _attention(rope_attention_graph(*CASES["long-d128"]), pipeline)
     assert [k.kind for k in long.kernels] == ["pointwise", "attention"]
     assert not kernel.specs[0].rope
+    default, _ = _attention(rope_attention_graph(2, 128, 4, 2, 64), None)
+    assert [k.kind for k in default.kernels] == ["pointwise", "attention"]
 
 
 def test_a_partial_rope_moves_in_with_its_concat() -> None:

@@ -13,9 +13,9 @@ from rope_cases import neox_attention_graph, rope_attention_graph, rope_tables
 
 pytestmark = pytest.mark.gpu
 
-#: the plan with RoPE as its own kernel (its output rounded as the kernel rounds the tiles)
-ROPE_KERNEL = "fusec-cuda-rope-kernel"
-#: the prologue at every sequence length (``fusec-cuda`` takes it up to 128 queries)
+#: the default plan, RoPE as its own kernel (its output rounded as the kernel rounds the tiles)
+ROPE_KERNEL = "fusec-cuda"
+#: RoPE as the flash kernel's prologue (not the default: measured no faster)
 PROLOGUE = "fusec-cuda-rope-prologue"
 
 CASES = {

@@ -187,17 +187,17 @@ def test_full_size_resnet50_stays_channels_last() -> None:
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
 def test_llama_runs_one_projection_gemm_a_layer(exporter: str) -> None:
     """``fusec-cuda``: the q, k and v projections of each layer as one GEMM (two fewer a
-    layer than ``fusec-cuda-separate-rope``, the default before), RoPE the flash
-    attention's prologue (no RoPE kernel: two fewer a layer; one fewer than
-    ``fusec-cuda-rope-kernel``'s one RoPE kernel over q's and k's heads), no copy, no
-    fallback."""
+    layer than ``fusec-cuda-separate-rope``, the default before) and one RoPE kernel over
+    q's and k's heads (one fewer a layer); ``fusec-cuda-rope-prologue``: RoPE the flash
+    attention's prologue (no RoPE kernel: one fewer again); no copy, no fallback."""
     separate = structure("llama", exporter, pipeline="fusec-cuda-separate-rope")
-    rope_kernel = structure("llama", exporter, pipeline="fusec-cuda-rope-kernel")
+    prologue = structure("llama", exporter, pipeline="fusec-cuda-rope-prologue")
     combined = structure("llama", exporter)
     layers = ATTENTION_LAYERS["llama"]
     assert combined["matmuls"] == separate["matmuls"] - 2 * layers, (separate, combined)
-    assert rope_kernel["pointwise"] == separate["pointwise"] - layers, (separate, rope_kernel)
-    assert combined["pointwise"] == rope_kernel["pointwise"] - layers, (rope_kernel, combined)
+    assert combined["pointwise"] == separate["pointwise"] - layers, (separate, combined)
+    assert prologue["pointwise"] == combined["pointwise"] - layers, (combined, prologue)
+    assert not prologue["copies"] and not prologue["fallback"], prologue
     assert not combined["copies"] and not combined["fallback"], combined
     assert combined["attention"] == layers, combined
 
