@@ -69,9 +69,9 @@ template <class C, int N = attention_rope_items<C>()>
 struct AttentionRope {
   using Rope = typename C::Rope;
   enum : int {
-    HALF = C::ROT / 16,                   // 16-byte chunks in half the rotated part of a row
+    HALF = C::ROT / 16,                 // 16-byte chunks in half the rotated part of a row
     ITEMS = attention_rope_items<C>(),  // work items a thread
-    WORDS = 2 * Rope::BYTES,              // 32-bit words of 8 factors (16-bit: 2 a word)
+    WORDS = 2 * Rope::BYTES,            // 32-bit words of 8 factors (16-bit: 2 a word)
   };
   static_assert(C::ROT % 16 == 0 && C::ROT <= C::D, "RoPE of whole 16-byte chunk pairs");
   // item i0 + i's factors as their own bits: cos at d = 8k..8k+7, cos at d + R/2, sin at d,
@@ -133,10 +133,9 @@ struct AttentionRope {
 };
 
 template <class C, bool Q, int N>
-static __device__ __forceinline__ void attention_rope_load(AttentionRope<C, N>& f, int r0,
-                                                           int row0, int rows, int bh, int lt,
-                                                           u64 cos_p, u64 sin_p, bool vec,
-                                                           int i0 = 0) {
+static __device__ __forceinline__ void attention_rope_load(AttentionRope<C, N>& f, int r0, int row0,
+                                                           int rows, int bh, int lt, u64 cos_p,
+                                                           u64 sin_p, bool vec, int i0 = 0) {
   using R = AttentionRope<C, N>;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
@@ -155,9 +154,9 @@ static __device__ __forceinline__ void attention_rope_load(AttentionRope<C, N>& 
 // (D / 64 TMA boxes of ROWS x 128 bytes, the 128-byte swizzle: 16-byte chunk k of row r at
 // chunk k ^ (r % 8)), in place, with the factors attention_rope_load read for these rows.
 template <class C, int ROWS, int N>
-static __device__ __forceinline__ void attention_rope_apply(const AttentionRope<C, N>& f,
-                                                            u32 base, int r0, int row0, int rows,
-                                                            int lt, int i0 = 0) {
+static __device__ __forceinline__ void attention_rope_apply(const AttentionRope<C, N>& f, u32 base,
+                                                            int r0, int row0, int rows, int lt,
+                                                            int i0 = 0) {
   using R = AttentionRope<C, N>;
   using In = typename C::In;
 #pragma unroll
