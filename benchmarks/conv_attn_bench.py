@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "targets" / "cuda"))
 
 from attention_cases import attention_graph  # noqa: E402
-from rope_cases import rope_attention_graph  # noqa: E402
+from rope_cases import rope_attention_graph, rope_tables  # noqa: E402
 from stream_timing import checked_loop  # noqa: E402  (beside this script)
 
 CONV = """func.func @f(%x: tensor<32x64x56x56xf16>, %w: tensor<64x64x3x3xf16>, %b: tensor<64xf16>) -> tensor<32x64x56x56xf16> {
@@ -491,19 +491,8 @@ ROPE_CASES = [(128, False), (512, False), (1024, False), (2048, False), (4096, F
 
 
 def rope_graph(seq: int, causal: bool, heads: int = 32, kv_heads: int = 8, d: int = 128) -> str:
-    """``rope_cases.rope_attention_graph`` at batch 1, with its causal mask or a zero one
-    (a splat: no text of seq x seq elements)."""
-    if causal:
-        return rope_attention_graph(1, seq, heads, kv_heads, d)
-    import rope_cases
-
-    causal_rows = rope_cases._causal_rows
-    rope_cases._causal_rows = lambda _: "ZERO"
-    try:
-        text = rope_attention_graph(1, seq, heads, kv_heads, d)
-    finally:
-        rope_cases._causal_rows = causal_rows
-    return text.replace("dense<[ZERO]>", "dense<0.0>")
+    """``rope_cases.rope_attention_graph`` at batch 1, with its causal mask or a zero one."""
+    return rope_attention_graph(1, seq, heads, kv_heads, d, causal=causal)
 
 
 def rope_prologue_ab(out: str) -> None:
@@ -520,11 +509,8 @@ def rope_prologue_ab(out: str) -> None:
         text = rope_graph(seq, causal)
         g = torch.Generator(device="cuda").manual_seed(0)
         qkv = torch.randn(1, seq, 48 * 128, device="cuda", dtype=torch.float16, generator=g)
-        angles = torch.arange(seq, device="cuda").float()[:, None] * 10000 ** (
-            -torch.arange(0, 128, 2, device="cuda").float() / 128
-        )
-        angles = torch.cat([angles, angles], -1)
-        inputs = (qkv, angles.cos().half(), angles.sin().half())
+        tables = [torch.from_numpy(t).half().cuda() for t in rope_tables(seq, 128)]
+        inputs = (qkv, *tables)
         row: dict = {
             "case": f"RoPE attention 1x{seq} 32/8 heads d128, {'causal' if causal else 'zero'} mask"
         }

@@ -28,6 +28,11 @@ def _causal_rows(seq: int) -> str:
     )
 
 
+def _mask(seq: int, causal: bool) -> str:
+    """The attention's mask constant: causal, or zero."""
+    return f"dense<[{_causal_rows(seq)}]>" if causal else "dense<0.0>"
+
+
 def rope_attention_graph(
     batch: int,
     seq: int,
@@ -36,12 +41,14 @@ def rope_attention_graph(
     d: int,
     dtype: str = "f16",
     rotary: int | None = None,
+    causal: bool = True,
 ) -> str:
     """``qkv`` ``[batch, seq, (heads + 2 kv_heads) d]`` (a combined projection's result),
     ``cos`` and ``sin`` ``[seq, rotary]``: RoPE on the first ``rotary`` (default all ``d``)
     of q's and k's head dims (GPT-NeoX's partial rotary below ``d``: the rotated part
     concatenated with the rest), a causal attention with k and v repeated over ``heads /
-    kv_heads``, the heads merged: ``[batch, seq, heads d]``."""
+    kv_heads``, the heads merged: ``[batch, seq, heads d]``. ``causal=False``: a zero mask
+    instead (a splat constant: no text of seq x seq elements at long lengths)."""
     h, k, g = heads, kv_heads, heads // kv_heads
     r = d if rotary is None else rotary
     qkv = _t((batch, seq, (h + 2 * k) * d), dtype)
@@ -71,7 +78,7 @@ def rope_attention_graph(
         f"%v5 = ai.reshape %vt {{shape = array<i64: {batch}, {k}, 1, {seq}, {d}>}} : {kt}",
         f"%ve = ai.expand %v5 {{shape = array<i64: {batch}, {k}, {g}, {seq}, {d}>}} : {k5}",
         f"%vx = ai.reshape %ve {{shape = array<i64: {batch}, {h}, {seq}, {d}>}} : {kx}",
-        f"%m = arith.constant dense<[{_causal_rows(seq)}]> : {mask}",
+        f"%m = arith.constant {_mask(seq, causal)} : {mask}",
         f"%o = ai.attention %qt, %kx, %vx, %m {{scale = {d**-0.5} : f32, nan_to_zero = true}} : "
         f"{qt} * {qt} * {qt} * {mask}",
         f"%ot = ai.transpose %o {{perm = array<i64: 0, 2, 1, 3>}} : {qt}",
