@@ -6,12 +6,19 @@ templates name a layout, the runtime lays constants out without importing a temp
   [N][K / 8], code ``k`` of row ``n`` in bits ``4 * (k % 8)`` of word ``k // 8``, stored
   as ``q + 8`` for i4 codes (a nibble 0..15 either way): the W4A16 route's weight
   (``gemm/w4.py``).
+* ``w4gemm:<kn|nk>:<i4|ui4>``: the same words [N][K / 8], code ``2i`` of a word's eight
+  in nibble ``i`` and code ``2i + 1`` in nibble ``i + 4`` (``GEMM_NIBBLE``): a word masked
+  by ``0x000F000F`` after a shift by ``4i`` holds codes ``2i`` and ``2i + 1`` as the low
+  bits of its two 16-bit halves, in K order: the Tensor Core GEMM's int4 B, which its
+  producer warpgroup dequantizes (``include/fusec/gemm_w4.cuh``).
 * ``w4mma:<kn|nk>:<i4|ui4>:<CW>``: the same nibbles as ``mma.sync`` A fragments of 16
   output columns x 16 K (``pack_int4_mma``): the W4A16 route's Tensor Core kernel
   (``gemm/w4_mma.py``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -42,13 +49,33 @@ def stored_nibbles(order: str, dtype: str, codes: np.ndarray) -> np.ndarray:
 
 def pack_int4(layout: str, codes: np.ndarray) -> np.ndarray:
     """4-bit ``codes`` (one a byte, or ml_dtypes int4/uint4) in ``layout`` (``int4_layout``)."""
+    return _packed_words(layout, codes, range(WORD))
+
+
+def _packed_words(layout: str, codes: np.ndarray, nibble_of: Sequence[int]) -> np.ndarray:
+    """int32 words [N][K / 8] of ``codes`` (``layout``'s order and type), code ``j`` of a
+    word's eight K in its nibble ``nibble_of[j]``."""
     _, order, dtype = layout.split(":")
     nibbles = stored_nibbles(order, dtype, codes)
     n, k = nibbles.shape
     words = np.zeros((n, k // WORD), np.uint32)
-    for j in range(WORD):
-        words |= nibbles[:, j::WORD].astype(np.uint32) << np.uint32(4 * j)
+    for j, nibble in enumerate(nibble_of):
+        words |= nibbles[:, j::WORD].astype(np.uint32) << np.uint32(4 * nibble)
     return np.ascontiguousarray(words.view(np.int32))
+
+
+def int4_gemm_layout(k_major: bool, signed: bool) -> str:
+    """The ``pack_int4_gemm`` layout of 4-bit codes stored N x K (``k_major``) or K x N."""
+    return f"w4gemm:{'nk' if k_major else 'kn'}:{'i4' if signed else 'ui4'}"
+
+
+#: The nibble of a ``w4gemm`` word holding code j of its eight K.
+GEMM_NIBBLE = (0, 4, 1, 5, 2, 6, 3, 7)
+
+
+def pack_int4_gemm(layout: str, codes: np.ndarray) -> np.ndarray:
+    """4-bit ``codes`` in ``layout`` (``int4_gemm_layout``): int32 words [N][K / 8]."""
+    return _packed_words(layout, codes, GEMM_NIBBLE)
 
 
 def int4_mma_layout(k_major: bool, signed: bool, words: int) -> str:
@@ -92,6 +119,8 @@ def prepare(layout: str, array: np.ndarray) -> np.ndarray:
     """``array`` (a constant) in ``layout``, on the host."""
     if layout.startswith("w4mma:"):
         return pack_int4_mma(layout, array)
+    if layout.startswith("w4gemm:"):
+        return pack_int4_gemm(layout, array)
     if layout.startswith("w4:"):
         return pack_int4(layout, array)
     raise FusecError(f"the cuda target has no constant layout {layout!r}")

@@ -108,7 +108,7 @@ class TileGemmPass(ModulePass):
                 _tile_conv(fused, device)
             if not isinstance(fused, ai.FusedOp) or fused.kind_name != "matmul":
                 continue
-            if w4.dequantizes_four_bit(fused):
+            if w4.dequantizes_four_bit(fused) and not isinstance(w4.plan(fused), str):
                 device = device or given_device(self.sms)
                 _choose_w4_loop(fused, device)
                 continue

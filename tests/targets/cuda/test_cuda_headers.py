@@ -96,6 +96,29 @@ extern "C" __global__ void probe(const void* x, const void* w, float* out) {
   const float folded = fusec::gemm_ln_exact<fusec::BF16, 0>(x, w, 0, col, 64, 128, 0.f, 1.f);
   out[threadIdx.x] = fusec::gemm_ln_inexact(exact, 0.5f, 2.0f) ? exact : folded;
 }""",
+    "fusec/gemm_w4.cuh": """
+struct W4 {
+  enum : int { BN = 128, BK = 64, W4_BLOCK = 128, W4_SIGNED = 1, W4_ZERO_BIAS = 8 };
+  enum : int { W4_MAGIC = 0x4300, W4_BF16 = 1 };
+  static __device__ __forceinline__ int w4_index(int n, int blk, int N) { return blk * N + n; }
+};
+struct W4F16 {
+  enum : int { BN = 64, BK = 64, W4_BLOCK = 64, W4_SIGNED = 0, W4_ZERO_BIAS = 0 };
+  enum : int { W4_MAGIC = 0x6400, W4_BF16 = 0 };
+  static __device__ __forceinline__ int w4_index(int n, int, int) { return n; }
+};
+template <class C>
+__device__ void probe_step(const u32* codes, const void* s, const void* z, u32 dst) {
+  fusec::W4Step<C> st;
+  fusec::w4_load<C>(st, codes, s, z, 1, 0, 200, 256, threadIdx.x);
+  fusec::w4_store<C>(st, dst, threadIdx.x);
+}
+extern "C" __global__ void probe(const u32* codes, const void* s, const void* z) {
+  __shared__ __align__(1024) unsigned char stage[128 * 128];
+  const u32 dst = (u32)__cvta_generic_to_shared(stage);
+  probe_step<W4>(codes, s, z, dst);
+  probe_step<W4F16>(codes, s, z, dst);
+}""",
     "fusec/reduce.cuh": """
 extern "C" __global__ void probe(float* out) {
   const float s = fs_warp_sum(out[threadIdx.x]);

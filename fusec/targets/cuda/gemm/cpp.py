@@ -83,10 +83,17 @@ Float8 operands (issue 31) are read as their codes: ``wgmma...k32.f32.e4m3.e4m3`
 e5m2) takes 32 codes of each K-major row a step, from the same 128-byte swizzled rows (128
 codes a row, BK = 128; TMA moves them as bytes), accumulating in f32; K-major only, as
 tf32. The quantization scales are the epilogue's (the template's plan).
+
+An int4 weight-only B (``GemmSpec.w4``, issue 31's W4A16 at many rows): the producer
+warpgroup's 128 threads read the weight's 4-bit codes (packed at load, constant_layouts
+"w4gemm") with its scales and zero points and write each stage's B tile dequantized, in the
+layout TMA would have written (``include/fusec/gemm_w4.cuh``); thread 0 still issues A's
+TMA loads. No dequantized copy of the weight is ever stored.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from fusec.environ import switch
@@ -94,7 +101,12 @@ from fusec.targets.cuda.epilogue import Epilogue
 from fusec.targets.cuda.gemm.config import TileConfig, Variant
 from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
 from fusec.targets.cuda.linked import LinkedSpec
-from fusec.targets.cuda.ptx import PRODUCER_REGISTERS, consumer_registers, wgmma_ss
+from fusec.targets.cuda.ptx import (
+    PRODUCER_REGISTERS,
+    REGISTER_FILE,
+    consumer_registers,
+    wgmma_ss,
+)
 
 #: operand types: f32 operands run as tf32 (``precision="tf32"``, a tile with bk = 32),
 #: float8 codes (issue 31) on a tile with bk = 128
@@ -131,6 +143,35 @@ def bias_relu(dtype: str) -> Epilogue:
     )
 
 
+#: the int4 B's producer warpgroup keeps a K step's codes, scales and zero points of its
+#: rows a step ahead (2 x 24 registers): 72 + 2 x 216 = 3 x 168, as the conv's loading
+#: producer (``conv.cpp.LD_PRODUCER_REGISTERS``)
+W4_PRODUCER_REGISTERS = 72
+#: where a row's scale is: an expression of the row ``n``, the K block ``blk`` and ``N``
+#: (``w4.scale_layout``), integers and those names alone
+_W4_INDEX = re.compile(r"^[0-9nNblk *+]+$")
+#: 16-bit floats with a unit last place whose low 4 mantissa bits take a code
+_W4_MAGIC = {"bf16": 0x4300, "f16": 0x6400}
+
+
+@dataclass(frozen=True)
+class W4B:
+    """B as a weight's 4-bit codes, dequantized into each stage by the producer warpgroup
+    (``gemm_w4.cuh``): scales and zero points per ``block`` values of K (a multiple of
+    64: one a K step and row), i4 (stored ``q + 8``) or ui4 codes, a row's scale and zero
+    point at ``index`` of their arrays (an expression of ``n``, ``blk`` and ``N``)."""
+
+    block: int
+    signed: bool
+    index: str
+
+    def __post_init__(self) -> None:
+        if self.block <= 0 or self.block % 64:
+            raise ValueError(f"int4 B: blocks of {self.block} K values, not a multiple of 64")
+        if not _W4_INDEX.match(self.index):
+            raise ValueError(f"int4 B: scale index {self.index!r}")
+
+
 @dataclass(frozen=True)
 class GemmSpec(LinkedSpec):
     """Everything the generated C++ specialises on."""
@@ -156,6 +197,8 @@ class GemmSpec(LinkedSpec):
     #: kernels before it itself, its producer after issuing the first stages' B loads
     #: (``gemm.cuh``, programmatic dependent launch: ``fusec.targets.cuda.dependent``)
     early_b: bool = False
+    #: B is an int4 weight dequantized by the producer (``W4B``), or None
+    w4: W4B | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES or self.out_dtype not in OUT_DTYPES:
@@ -193,6 +236,8 @@ class GemmSpec(LinkedSpec):
             raise ValueError(f"gated epilogue: {swiglu_problem(self)}")
         if self.early_b and (self.grouped or self.config.ln == "tile"):
             raise ValueError("early B: not with a groups table or ln=tile (read before B)")
+        if self.w4 is not None and (problem := w4_problem(self)) is not None:
+            raise ValueError(f"int4 B: {problem}")
 
     PREFIX = "gemm"
 
@@ -211,6 +256,21 @@ class GemmSpec(LinkedSpec):
         """The C++ body calls ``fs_grid_dependency_wait`` itself (early B), so the Numba
         wrapper must not wait first."""
         return self.early_b
+
+
+def w4_problem(spec: GemmSpec) -> str | None:
+    """Why ``spec`` cannot read an int4 B (``GemmSpec.w4``), or None: 16-bit activations,
+    B K-major in steps of 64 K (a tile's BN, a multiple of 64, is whole 64-row boxes), one
+    batch of it, and none of the variants that load B otherwise (early, gated, grouped) or
+    A first (ln=tile)."""
+    c = spec.config
+    if spec.dtype not in _W4_MAGIC or spec.b_dtype:
+        return f"{spec.dtype} activations (f16 or bf16)"
+    if spec.b_major != "k" or spec.batch_b or c.bk != 64:
+        return "B K-major, not batched, a tile of 64 K"
+    if spec.early_b or spec.swiglu or spec.grouped or c.ln == "tile":
+        return "not with early B, the gated epilogue, a groups table or ln=tile"
+    return None
 
 
 def grouped_problem(spec: GemmSpec) -> str | None:
@@ -305,8 +365,8 @@ def _config(spec: GemmSpec) -> str:
         "GROUP_M": c.group_m, "WM": c.rows_per_consumer, "A_BYTES": c.a_stage_bytes,
         "B_BYTES": c.b_stage_bytes, "EPI_BYTES": c.epi_bytes if c.epilogue == "smem" else 0,
         "VEC_BYTES": c.vec_bytes, "LN_BYTES": c.ln_bytes,
-        "PRODUCER_REGISTERS": PRODUCER_REGISTERS,
-        "CONSUMER_REGISTERS": consumer_registers(c.consumers),
+        "PRODUCER_REGISTERS": W4_PRODUCER_REGISTERS if spec.w4 else PRODUCER_REGISTERS,
+        "CONSUMER_REGISTERS": _consumer_registers(spec),
         "PREFETCH_AHEAD": PREFETCH_AHEAD, "SPLIT_K": c.split_k,
     }  # fmt: skip
     flags = {
@@ -315,7 +375,7 @@ def _config(spec: GemmSpec) -> str:
         "SMEM_EPILOGUE": c.epilogue == "smem", "STAGED": _staged(spec),
         "LN_TILE": _ln_tile(spec), "FAST_MATH": _fast_math(spec), "PREFETCH": _prefetches(spec),
         "ROLLED": c.loop == "rolled", "GROUPED": spec.grouped, "SWIGLU": spec.swiglu,
-        "EARLY_B": spec.early_b,
+        "EARLY_B": spec.early_b, "B_W4": spec.w4 is not None,
         "EPILOGUE_FIRST": epilogue_first() and c.acc_registers <= FIRST_MAX_ACCUMULATORS,
     }  # fmt: skip
     int_lines = enumerators([f"{k} = {v}" for k, v in ints.items()])
@@ -332,8 +392,34 @@ def _config(spec: GemmSpec) -> str:
   static __host__ __device__ constexpr float ln_eps() {{ return {eps}f; }}
   using In = {ELEMENT_TYPES[spec.dtype]};
   using Out = {ELEMENT_TYPES[spec.out_dtype]};
-{_wgmma(spec)}
+{_w4_members(spec)}{_wgmma(spec)}
 }};
+"""
+
+
+def _consumer_registers(spec: GemmSpec) -> int:
+    """``setmaxnreg.inc`` of a consumer thread beside the spec's producer warpgroup."""
+    if spec.w4 is None:
+        return consumer_registers(spec.config.consumers)
+    share = (REGISTER_FILE // 128 - W4_PRODUCER_REGISTERS) // spec.config.consumers // 8 * 8
+    return min(consumer_registers(spec.config.consumers), share)
+
+
+def _w4_members(spec: GemmSpec) -> str:
+    """The int4 B's constants and scale index (``gemm_w4.cuh``), or nothing."""
+    w4 = spec.w4
+    if w4 is None:
+        return ""
+    ints = {
+        "W4_BLOCK": w4.block, "W4_SIGNED": int(w4.signed), "W4_ZERO_BIAS": 8 * w4.signed,
+        "W4_MAGIC": _W4_MAGIC[spec.dtype], "W4_BF16": int(spec.dtype == "bf16"),
+    }  # fmt: skip
+    return f"""  enum : int {{  // the int4 B (gemm_w4.cuh)
+{enumerators([f"{k} = {v}" for k, v in ints.items()])}
+  }};
+  static __device__ __forceinline__ int w4_index(int n, int blk, int N) {{
+    return {w4.index};
+  }}
 """
 
 
@@ -449,8 +535,9 @@ def _params(spec: GemmSpec) -> list[str]:
     out_map = ["u64 map_out"] if spec.config.epilogue == "smem" else []
     split = ["u64 split_ws", "u64 split_counters"] if spec.config.split_k > 1 else []
     groups = ["u64 groups"] if spec.grouped else []
+    w4 = ["u64 w4_scale", "u64 w4_zero"] if spec.w4 else []
     head = ["int* ret", "u64 smem_raw", "u64 map_a", "u64 map_b", "u64 out", *out_map]
-    return [*head, *extras, *split, *groups] + [
+    return [*head, *extras, *w4, *split, *groups] + [
         "int M",
         "int N",
         "int K",
@@ -460,12 +547,14 @@ def _params(spec: GemmSpec) -> list[str]:
 
 def kernel_arg_count(spec: GemmSpec) -> tuple[int, int]:
     """(u64, int32) parameters of the kernel: the device function takes the shared-memory
-    address, then these (map_a, map_b, out, [map_out: the "smem" epilogue's output tensor
-    map, 0 when the output cannot have one], extras..., [split-K: its workspace and tile
+    address, then these (map_a, map_b: B's tensor map, or an int4 B's packed codes, out,
+    [map_out: the "smem" epilogue's output tensor map, 0 when the output cannot have one],
+    extras..., [int4 B: its scales and zero points], [split-K: its workspace and tile
     counters], [grouped: the groups table], M, N, K, batches)."""
     split = 2 * (spec.config.split_k > 1)
     head = 3 + (spec.config.epilogue == "smem")
-    return head + len(spec.epilogue.extras) + split + spec.grouped, 4
+    w4 = 2 * (spec.w4 is not None)
+    return head + len(spec.epilogue.extras) + w4 + split + spec.grouped, 4
 
 
 def generate(spec: GemmSpec) -> str:
@@ -490,7 +579,11 @@ def generate(spec: GemmSpec) -> str:
     map_out = "map_out" if c.epilogue == "smem" else "0"
     split = "split_ws, split_counters" if c.split_k > 1 else "0, 0"
     split += ", groups" if spec.grouped else ""
+    split += f"{', 0' * (not spec.grouped)}, w4_scale, w4_zero" if spec.w4 else ""
     types = f"{spec.dtype} x {spec.b_dtype}" if spec.b_dtype else spec.dtype
+    if spec.w4:
+        codes = "i4" if spec.w4.signed else "ui4"
+        types = f"{spec.dtype} x {codes} (blocks of {spec.w4.block}, dequantized by the producer)"
     return f"""// fusec generated Hopper GEMM: {c.text}, {types} -> {spec.out_dtype}
 // {layout}, {batch}, epilogue {spec.epilogue.name}{variant_note}
 {include("gemm")}

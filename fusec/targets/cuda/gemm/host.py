@@ -30,7 +30,8 @@ class GemmCall(NamedTuple):
     """One launch's operands and sizes: ``out[z] = epilogue(A[z] @ B[z])`` for z <
     ``batches``, queued on ``stream``, over at most ``sms`` blocks (the key of its
     ``Prepared`` launch); ``groups``: a grouped GEMM's device table (``GemmSpec.grouped``:
-    the row tiles in use and each one's B batch), 0 otherwise."""
+    the row tiles in use and each one's B batch), 0 otherwise; ``w4``: an int4 B's scales
+    and zero points (``GemmSpec.w4``: ``b`` is then its packed codes), () otherwise."""
 
     stream: int
     a: Operand
@@ -43,6 +44,7 @@ class GemmCall(NamedTuple):
     batches: int
     sms: int
     groups: int = 0
+    w4: tuple[int, ...] = ()
 
 
 class GemmKernel(LoadedKernel):
@@ -100,12 +102,17 @@ class GemmKernel(LoadedKernel):
 
     def prepare(self, call: GemmCall) -> Prepared:
         """Tensor maps, padded-copy descriptors and the parameter block of one launch."""
-        stream, a, b, out, extras, m, n, k, batches, sms, groups = call
+        stream, a, b, out, extras, m, n, k, batches, sms, groups, w4 = call
         spec, config, drv = self.spec, self.spec.config, self.drv
         if k <= 0:
             raise FusecError("the GEMM kernel needs K >= 1")
         if spec.grouped != bool(groups):
             raise FusecError("a grouped GEMM kernel and a groups table come together")
+        if (spec.w4 is not None) != (len(w4) == 2) or (w4 and (b.ptr % 16 or k % 64)):
+            raise FusecError(
+                "an int4-B GEMM kernel takes its scales and zero points, 16-byte aligned "
+                "codes and K a multiple of 64"
+            )
         if len(extras) != len(spec.epilogue.extras):
             raise FusecError(
                 f"epilogue takes {len(spec.epilogue.extras)} inputs, got {len(extras)}"
@@ -117,11 +124,13 @@ class GemmKernel(LoadedKernel):
         b_box = (config.bk, b_rows, 1) if spec.b_major == "k" else (64, 64, 1)
         with self.lock:
             (a, a_pitch, a_copy) = self._pitched(a, "a", stream)
-            (b, b_pitch, b_copy) = self._pitched(b, "b", stream)
+            b_copy = None  # (an int4 B's codes are read by the producer's threads, no map)
+            if not w4:
+                (b, b_pitch, b_copy) = self._pitched(b, "b", stream)
             while True:  # until no slab was retired meanwhile (which drops the maps made)
                 generation = tm._maps.generation
                 map_a = tm.tensor_map(spec.dtype, a, a_pitch, a_box, stream)
-                map_b = tm.tensor_map(spec.dtype, b, b_pitch, b_box, stream)
+                map_b = b.ptr if w4 else tm.tensor_map(spec.dtype, b, b_pitch, b_box, stream)
                 out_map = (self._output_map(out, m, n, batches, stream),) if self.staged else ()
                 if tm._maps.generation == generation:
                     break
@@ -133,7 +142,7 @@ class GemmKernel(LoadedKernel):
                 )
             table = (groups,) if spec.grouped else ()
             params, keep = parameter_block(
-                (map_a, map_b, out, *out_map, *extras, *split, *table), (m, n, k, batches)
+                (map_a, map_b, out, *out_map, *extras, *w4, *split, *table), (m, n, k, batches)
             )
             n_tiles = 2 * n if spec.swiglu else n  # gated: BN / 2 output columns a tile
             grid = min(tile_count(config, m, n_tiles, batches) * config.split_k, sms)

@@ -92,8 +92,10 @@ class GemmLaunch:
         prologue: Prologue | None = None,
         finalise: Finalise | None = None,
         transposes: tuple[Transpose, ...] = (),
+        w4: tuple[Source, ...] = (),
     ) -> None:
         self.spec = spec
+        self.w4 = w4  # an int4 B's scales and zero points (b: its packed codes)
         self.a, self.b, self.extras = a, b, extras  # (source, rows, cols, batch)
         self.m, self.n, self.k, self.batches = m, n, k, batches
         self.prologue, self.finalise = prologue, finalise
@@ -228,6 +230,7 @@ class GemmLaunch:
                 self.k,
                 self.batches,
                 self.sms,
+                w4=tuple(address(s) for s in self.w4),
             )
         )
         call.steps.append(("gemm", prepared))

@@ -43,6 +43,11 @@ after the product (``ScalesAfterQuantizedMatmul``), so they ride in the epilogue
 rest; a saturating quantize to float8 codes ending the group is the store
 (``float8_output_problem``).
 
+An int4 weight (issue 31's W4A16 beyond the rows ``gemm/w4.py``'s route takes): a group
+``dequantize(constant 4-bit codes, scale, zero point)`` as the matmul's B -> elementwise*
+is the GEMM whose producer warpgroup dequantizes the codes into each stage
+(``cpp.W4B``, ``w4.gemm_weight``): B K-major, the codes packed at load.
+
 Everything else (f32 graphs, which keep IEEE f32 maths by default; partial batch
 broadcasting; 1-D operands; other prologues) is served by the PyTorch fallback
 (``fusec.targets.cuda.torch_fallback``), whose kernel header says why.
@@ -85,7 +90,7 @@ from fusec.targets.cuda.gemm.config import (
     ln_tile_problem,
     with_variant,
 )
-from fusec.targets.cuda.gemm.cpp import Epilogue, GemmSpec
+from fusec.targets.cuda.gemm.cpp import W4B, Epilogue, GemmSpec
 from fusec.targets.cuda.linked import loads_early
 
 TILE_ATTR = "fusec.tile"
@@ -120,6 +125,8 @@ class GemmPlan:
     #: zero point 0, saturating): its division in the epilogue, the conversion at the
     #: store (``Float8::st2``, cvt.rn.satfinite), float8 codes out; or None
     quantize: ai.QuantizeOp | None = None
+    #: B an int4 weight the producer dequantizes (``w4.gemm_weight``), or None
+    w4: w4.GemmWeight | None = None
 
     @property
     def softmax_mode(self) -> str:
@@ -164,8 +171,14 @@ def plan_ops(
     ops = list(ops)
     if precision is None:
         precision = precision_of(ops[0]) if ops else "ieee"
-    if any(w4.is_four_bit(op) for op in ops):
-        return "a dequantize of 4-bit codes (the W4A16 route, gemm/w4.py, or a kernel of its own)"
+    weight: w4.GemmWeight | None = None
+    four_bit = [op for op in ops if isinstance(op, ai.DequantizeOp) and w4.is_four_bit(op)]
+    if four_bit:
+        found_weight = w4.gemm_weight(four_bit, args)
+        if isinstance(found_weight, str):
+            return f"an int4 weight: {found_weight}"
+        weight = found_weight
+        ops = [op for op in ops if op is not weight.dequantize]
     blocked = next(
         (op for op in ops if isinstance(op, ai.QuantizationOp) and op.blocks() is not None), None
     )
@@ -202,6 +215,10 @@ def plan_ops(
         return "the epilogue is not a chain of elementwise ops (and one softmax) with one result"
     if dequantized and (layernorm is not None or set(codes) != {matmul.lhs, matmul.rhs}):
         return "float8 codes: both matmul operands are dequantized, no LayerNorm prologue"
+    if weight is not None:
+        if matmul.rhs is not weight.dequantize.output or layernorm is not None or dequantized:
+            return "an int4 weight: the matmul's B, no LayerNorm prologue or float8 operands"
+        codes[matmul.rhs] = weight.dequantize.input
     if dequantized:
         fp8, fp8_b = types[matmul.lhs], types[matmul.rhs]
         fp8_b = "" if fp8_b == fp8 else fp8_b
@@ -245,6 +262,8 @@ def plan_ops(
         return "a LayerNorm prologue needs a plain (not transposed) A and a 2-D B"
     a_rows, a_cols = (k, m) if ta else (m, k)
     b_rows, b_cols = (n, k) if tb else (k, n)
+    if weight is not None:  # the packed codes: words [N][K / 8], read K-major
+        tb, b_rows, b_cols = True, n, k // 8
     a_batch = batches if batch_of["a"] else 1
     b_batch = batches if batch_of["b"] else 1
     if folded:
@@ -270,6 +289,7 @@ def plan_ops(
         fp8,
         fp8_b,
         quantize,
+        weight,
     )
 
 
@@ -390,10 +410,13 @@ def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | Non
     if len(members) == 1 or not isinstance(anchor, ai.MatmulOp):
         return None
     if any(w4.is_four_bit(op) for op in members):
-        problem = w4.members_problem(members)
-        return (
-            None if problem is None else f"the cuda W4A16 route cannot take the group ({problem})"
-        )
+        problem = w4.members_problem(members)  # a few rows: the W4A16 route
+        if problem is None:
+            return None
+        gemm = plan_members(members)  # more: the GEMM dequantizing the weight as it loads it
+        if isinstance(gemm, str):
+            return f"the cuda W4A16 route ({problem}) and Tensor Core GEMM ({gemm}) cannot take it"
+        return None
     p = plan_members(members)
     if isinstance(p, str):
         return f"the cuda Tensor Core GEMM cannot take the group ({p}), {_FALLBACK}"
@@ -469,7 +492,8 @@ def _heuristic_config(p: GemmPlan, sms: int) -> tuple[TileConfig, str]:
                 return in_kernel, why
             config = with_variant(config, replace(config.variant, vectors="smem"))
         return config, why
-    config = choose_config(p.m, p.n, p.k, p.batches, sms, three_consumers=not (p.tf32 or p.fp8))
+    three = not (p.tf32 or p.fp8 or p.w4)  # (int4 B: its producer takes more registers)
+    config = choose_config(p.m, p.n, p.k, p.batches, sms, three_consumers=three)
     if _reads_output_shaped_input(p) and config.consumers == 2:
         config = with_variant(config, replace(config.variant, prefetch="tile"))
     if config.epilogue == "smem" and heuristic_loop(p) == "rolled":
@@ -780,6 +804,8 @@ def _loads_constant_b(fused_op: ai.FusedOp, p: GemmPlan, ln_tile: bool) -> bool:
     between two fusec kernels become programmatic), so the copy is done before it starts."""
     if ln_tile or p.layernorm is not None or ((p.tf32 or p.fp8) and p.b_major == "n"):
         return False  # B is the pre-pass's or the transpose's output
+    if p.w4 is not None:
+        return False  # the producer's 128 threads load an int4 B after the wait
     return loads_early(fused_op, p.b[0])
 
 
@@ -795,6 +821,8 @@ def gemm_spec(fused_op: ai.FusedOp, p: GemmPlan, config: TileConfig):
     # tf32, float8: an operand stored MN-major is read from its K-major copy (``generate``)
     a_major, b_major = ("k", "k") if p.tf32 or p.fp8 else (p.a_major, p.b_major)
     spec = GemmSpec(config, dtype, out_dtype, a_major, b_major, p.batch_a, p.batch_b, epi, p.fp8_b)
+    if p.w4 is not None:
+        spec = replace(spec, w4=W4B(p.w4.block, p.w4.signed, p.w4.index))
     prep = None
     if _loads_constant_b(fused_op, p, ln_tile):
         spec = replace(spec, early_b=True)
@@ -814,7 +842,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The kernel module of a matmul group (the fallback's when the kernel cannot serve it)."""
     from fusec.targets.cuda import torch_fallback
 
-    if w4.dequantizes_four_bit(fused_op):
+    if w4.dequantizes_four_bit(fused_op) and not isinstance(w4.plan(fused_op), str):
         return w4_mma.generate(fused_op, name)
     name = kernel_name(name)
     p = plan(fused_op)
@@ -863,6 +891,15 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             if p.fp8
             else []
         ),
+        *(
+            [
+                f"int4 weight: {'i4' if p.w4.signed else 'ui4'} codes packed at load "
+                f"({p.w4.layout}), dequantized into each B stage by the producer warpgroup, "
+                f"scales and zero points per {p.w4.block} K"
+            ]
+            if p.w4
+            else []
+        ),
         f"epilogue on the accumulators: {spec.epilogue.name} (f32, one rounding at the store)",
     ]
     if prep is not None:
@@ -891,6 +928,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             f"    prologue={prologue_text},",
             f"    finalise={finalise_text},",
             *([f"    transposes=({', '.join(transposes)},),"] if transposes else []),
+            *([f"    w4=({p.w4.scale}, {p.w4.zero}),"] if p.w4 else []),
             ")",
             "",
             "",
@@ -920,6 +958,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         array_dtype=None,
         extra_sources=cpp,
         specs=tuple(linked),
+        prepared_inputs=((p.w4.codes, p.w4.layout),) if p.w4 else (),
     )
 
 

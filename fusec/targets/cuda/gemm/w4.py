@@ -259,6 +259,62 @@ def _plan(dq: ai.DequantizeOp, matmul: ai.MatmulOp, args: Mapping[SSAValue, int]
     )
 
 
+@dataclass(frozen=True)
+class GemmWeight:
+    """An int4 weight as the Tensor Core GEMM's B (``gemm_w4.cuh``: the producer
+    dequantizes it into each stage), for groups of more rows than this route takes: the
+    dequantize, the group inputs of its codes (packed at load, ``layout``), scales and
+    zero points, and the spec's ``W4B`` facts (block along K, signedness, scale index)."""
+
+    dequantize: ai.DequantizeOp
+    codes: int
+    scale: int
+    zero: int
+    block: int
+    signed: bool
+    index: str
+    layout: str
+
+
+def gemm_weight(
+    four_bit: Sequence[ai.DequantizeOp], args: Mapping[SSAValue, int]
+) -> GemmWeight | str:
+    """The int4 weight of a GEMM group (the one dequantize of 4-bit codes in it), or why
+    the GEMM cannot read it: constant 2-D codes (packed once, at load), the matmul's right
+    operand alone, scales of the activations' 16-bit type per block of a multiple of 64
+    along K (or per column or tensor), K a multiple of 64."""
+    from fusec.targets.cuda.constant_layouts import int4_gemm_layout
+
+    if len(four_bit) != 1:
+        return "more than one dequantize of 4-bit codes"
+    dq = four_bit[0]
+    uses = list(dq.output.uses)
+    if len(uses) != 1 or not isinstance(uses[0].operation, ai.MatmulOp) or uses[0].index != 1:
+        return "the dequantized 4-bit weight is not a matmul's right operand alone"
+    matmul = uses[0].operation
+    if any(v not in args for v in (dq.input, dq.scale, dq.zero_point)):
+        return "an operand of the dequantize is computed inside the group"
+    codes = spec_of(dq.input.type)
+    if outer_constant(dq.input) is None or len(codes.shape) != 2:
+        return "the 4-bit codes are no 2-D constant (they are packed once, at load)"
+    out = spec_of(dq.output.type).dtype
+    if out not in _DTYPES or spec_of(matmul.lhs.type).dtype != out:
+        return f"a {out} weight times {spec_of(matmul.lhs.type).dtype} activations"
+    k_major = bool(matmul.attr("transpose_b"))
+    layout = scale_layout(dq, 1 if k_major else 0)
+    if isinstance(layout, str):
+        return layout
+    index, block = layout
+    k = codes.shape[1 if k_major else 0]
+    if k % 64 or block % 64:
+        return f"K = {k} or a block of {block}: not multiples of 64 (the GEMM's K step)"
+    signed = codes.dtype == "i4"
+    return GemmWeight(
+        dq, args[dq.input], args[dq.scale], args[dq.zero_point], block, signed, index,
+        int4_gemm_layout(k_major, signed),
+    )  # fmt: skip
+
+
 def plan(fused_op: ai.FusedOp) -> W4Plan | str:
     """``plan_ops`` of a packed group."""
     args: dict[SSAValue, int] = {arg: i for i, arg in enumerate(fused_op.block.args)}

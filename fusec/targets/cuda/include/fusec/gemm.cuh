@@ -16,6 +16,7 @@
 #include "fusec/barrier.cuh"
 #include "fusec/common.cuh"
 #include "fusec/gemm_layernorm.cuh"
+#include "fusec/gemm_w4.cuh"
 #include "fusec/shared.cuh"
 #include "fusec/split_k.cuh"
 #include "fusec/tma.cuh"
@@ -102,6 +103,55 @@ static __device__ __forceinline__ void gemm_load_b(u32 dst, u64 map, u32 full, i
     gemm_load_gated<C>(dst, map, full, kb, pn, z, N);
   } else {
     gemm_load<C, C::B_K_MAJOR, C::BN>(dst, map, full, kb, pn, z);
+  }
+}
+
+// C::B_W4 (gemm_w4.cuh): the producer warpgroup's walk. Per K step its 128 threads wait
+// for the free stage, thread 0 announces A's bytes on the stage's full barrier (one of its
+// 1 + 128 arrivals) and issues A's TMA load, every thread dequantizes its share of B into
+// the stage, fences the stores for the async proxy (wgmma reads the stage) and arrives.
+// A thread's codes, scales and zero points of the next step are loaded before it stores
+// this one's, so that their latency overlaps the stores and the wait for a free stage.
+template <class C>
+static __device__ __forceinline__ void gemm_w4_producer(u32 sa, u32 sb, u32 bars, int tid,
+                                                        u64 map_a, u64 codes, u64 scale, u64 zero,
+                                                        int M, int N, int K, int units, int kblocks,
+                                                        int tiles_m, int tiles_n) {
+  if (tid == 0) fs_prefetch_map(map_a);
+  int u = blockIdx.x;
+  if (u >= units) return;
+  TileUnit w = gemm_unit<C>(u, kblocks, tiles_m, tiles_n);
+  int kb = w.kb0;
+  W4Step<C> cur;
+  w4_load<C>(cur, (const u32*)codes, (const void*)scale, (const void*)zero, kb, w.pn, N, K, tid);
+  for (int it = 0;; ++it) {
+    const int pm = w.pm, za = C::BATCH_A ? w.pz : 0, kb_now = kb;
+    // the next step: this unit's next K step, or the block's next unit's first
+    bool more = true;
+    if (++kb >= w.kb1) {
+      u += gridDim.x;
+      more = u < units;
+      if (more) {
+        w = gemm_unit<C>(u, kblocks, tiles_m, tiles_n);
+        kb = w.kb0;
+      }
+    }
+    W4Step<C> next;
+    if (more)
+      w4_load<C>(next, (const u32*)codes, (const void*)scale, (const void*)zero, kb, w.pn, N, K,
+                 tid);
+    const int s = it % C::STAGES;
+    const u32 full = bars + 8 * s;
+    fs_bar_wait(bars + 8 * (C::STAGES + s), ((u32)(it / C::STAGES) & 1u) ^ 1u);
+    if (tid == 0) {
+      fs_bar_expect(full, C::A_BYTES);
+      gemm_load<C, C::A_K_MAJOR, C::BM>(sa + s * C::A_BYTES, map_a, full, kb_now, pm, za);
+    }
+    w4_store<C>(cur, sb + s * C::B_BYTES, tid);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fs_bar_arrive(full);
+    if (!more) return;
+    cur = next;
   }
 }
 
@@ -837,7 +887,8 @@ static __device__ __forceinline__ void gemm_consumer_tile(
 template <class C, class E>
 static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a, u64 map_b,
                                            u64 out, u64 map_out, int M, int N, int K, int batches,
-                                           u64 ws, u64 counters, u64 groups = 0) {
+                                           u64 ws, u64 counters, u64 groups = 0, u64 w4_scale = 0,
+                                           u64 w4_zero = 0) {
   static_assert(C::SPLIT_K == 1 || (!C::PINGPONG && !C::LN_TILE),
                 "split-K runs the cooperative schedule without ln=tile");
   static_assert(!C::GROUPED || (C::SPLIT_K == 1 && !C::PINGPONG && !C::LN_TILE && C::BATCH_B &&
@@ -850,6 +901,9 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
   static_assert(C::CONSUMERS >= 1 && C::CONSUMERS <= 3, "the named barriers serve 1-3 consumers");
   static_assert(!C::EARLY_B || (!C::GROUPED && !C::LN_TILE),
                 "early B: the groups table and ln=tile's A-first loads come after the wait");
+  static_assert(!C::B_W4 || (C::B_K_MAJOR && !C::EARLY_B && !C::GROUPED && !C::LN_TILE &&
+                             !C::SWIGLU && !C::BATCH_B && C::BK == 64 && C::BN % 64 == 0),
+                "int4 B: K-major, 64 K a step, whole 64-row boxes, one batch, TMA's A alone");
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES, WM = C::WM;
   constexpr int A_BYTES = C::A_BYTES, B_BYTES = C::B_BYTES, MI = WM / 64, HALF = BN / 2;
   const u32 base = (fs_smem((const void*)smem_raw) + 1023u) & ~1023u;
@@ -863,7 +917,7 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
   const int wg = tid / 128;
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      fs_bar_init(bars + 8 * s, 1);
+      fs_bar_init(bars + 8 * s, C::B_W4 ? 1 + 128 : 1);  // int4 B: + its 128 threads
       fs_bar_init(bars + 8 * (STAGES + s), C::PINGPONG ? 1 : C::CONSUMERS);
       if constexpr (C::LN_TILE) fs_bar_init(bars + 8 * (2 * STAGES + s), 1);
     }
@@ -882,62 +936,67 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
   const int kblocks = (K + BK - 1) / BK;
   if (wg == 0) {
     fs_setmaxnreg_dec<C::PRODUCER_REGISTERS>();
-    if constexpr (C::EARLY_B) {
-      if (tid != 0) fs_grid_dependency_wait();  // (thread 0: after its early B loads)
-    }
-    // The producer: one thread walks the block's tiles and per K step waits for a free
-    // stage, announces its bytes on the stage's full barrier and issues the TMA loads. With
-    // ln=tile every K step's A tile comes first, each on its stage's own a_full barrier, so
-    // that the consumers normalise A while B is still landing; full then counts B alone.
-    if (tid == 0) {
-      fs_prefetch_map(map_a);
-      fs_prefetch_map(map_b);
-      // early B: the stages whose B is loading before the wait (their full barriers
-      // announced for A and B; the main loop then adds A alone)
-      int early = 0;
+    if constexpr (C::B_W4) {
+      gemm_w4_producer<C>(sa, sb, bars, tid, map_a, map_b, w4_scale, w4_zero, M, N, K, units,
+                          kblocks, tiles_m, tiles_n);
+    } else {
       if constexpr (C::EARLY_B) {
-        if (blockIdx.x < units) {
-          const auto [t, kb0, kb1, pm, pn, pz] =
-              gemm_unit<C>(blockIdx.x, kblocks, tiles_m, tiles_n);
-          const int zb = C::BATCH_B ? pz : 0;
-          early = min(kb1 - kb0, STAGES);
-          for (int i = 0; i < early; ++i) {
-            fs_bar_expect(bars + 8 * i, A_BYTES + B_BYTES);
-            gemm_load_b<C>(sb + i * B_BYTES, map_b, bars + 8 * i, kb0 + i, pn, zb, N);
-          }
-        }
-        fs_grid_dependency_wait();
+        if (tid != 0) fs_grid_dependency_wait();  // (thread 0: after its early B loads)
       }
-      int it = 0;
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        const auto [t, kb0, kb1, pm, pn, pz] = gemm_unit<C>(u, kblocks, tiles_m, tiles_n);
-        const int za = C::BATCH_A ? pz : 0;
-        const int zb = C::GROUPED ? __ldg((const int*)groups + 1 + pm) : C::BATCH_B ? pz : 0;
-        if constexpr (C::LN_TILE) {
-          for (int kb = 0; kb < kblocks; ++kb) {  // ln=tile: the A tiles first
-            const int s = (it + kb) % STAGES;
-            fs_bar_wait(bars + 8 * (STAGES + s), ((u32)((it + kb) / STAGES) & 1u) ^ 1u);
-            const u32 a_full = bars + 8 * (2 * STAGES + s);
-            fs_bar_expect(a_full, A_BYTES);
-            fs_tma_load(sa + s * A_BYTES, map_a, a_full, kb * BK, pm * BM, za);
+      // The producer: one thread walks the block's tiles and per K step waits for a free
+      // stage, announces its bytes on the stage's full barrier and issues the TMA loads. With
+      // ln=tile every K step's A tile comes first, each on its stage's own a_full barrier, so
+      // that the consumers normalise A while B is still landing; full then counts B alone.
+      if (tid == 0) {
+        fs_prefetch_map(map_a);
+        fs_prefetch_map(map_b);
+        // early B: the stages whose B is loading before the wait (their full barriers
+        // announced for A and B; the main loop then adds A alone)
+        int early = 0;
+        if constexpr (C::EARLY_B) {
+          if (blockIdx.x < units) {
+            const auto [t, kb0, kb1, pm, pn, pz] =
+                gemm_unit<C>(blockIdx.x, kblocks, tiles_m, tiles_n);
+            const int zb = C::BATCH_B ? pz : 0;
+            early = min(kb1 - kb0, STAGES);
+            for (int i = 0; i < early; ++i) {
+              fs_bar_expect(bars + 8 * i, A_BYTES + B_BYTES);
+              gemm_load_b<C>(sb + i * B_BYTES, map_b, bars + 8 * i, kb0 + i, pn, zb, N);
+            }
           }
+          fs_grid_dependency_wait();
         }
-        for (int kb = kb0; kb < kb1; ++kb, ++it) {
-          const int s = it % STAGES;
-          const u32 full = bars + 8 * s;
+        int it = 0;
+        for (int u = blockIdx.x; u < units; u += gridDim.x) {
+          const auto [t, kb0, kb1, pm, pn, pz] = gemm_unit<C>(u, kblocks, tiles_m, tiles_n);
+          const int za = C::BATCH_A ? pz : 0;
+          const int zb = C::GROUPED ? __ldg((const int*)groups + 1 + pm) : C::BATCH_B ? pz : 0;
           if constexpr (C::LN_TILE) {
-            fs_bar_expect(full, B_BYTES);
-            gemm_load_b<C>(sb + s * B_BYTES, map_b, full, kb, pn, zb, N);
-          } else {
-            const u32 phase = (u32)(it / STAGES) & 1u;
-            fs_bar_wait(bars + 8 * (STAGES + s), phase ^ 1u);
-            // early B: this stage's B announced and issued already
-            const bool b_loading = C::EARLY_B && it < early;
-            if (!b_loading) fs_bar_expect(full, A_BYTES + B_BYTES);
-            const u32 a_dst = sa + s * A_BYTES;
-            const u32 b_dst = sb + s * B_BYTES;
-            gemm_load<C, C::A_K_MAJOR, C::BM>(a_dst, map_a, full, kb, pm, za);
-            if (!b_loading) gemm_load_b<C>(b_dst, map_b, full, kb, pn, zb, N);
+            for (int kb = 0; kb < kblocks; ++kb) {  // ln=tile: the A tiles first
+              const int s = (it + kb) % STAGES;
+              fs_bar_wait(bars + 8 * (STAGES + s), ((u32)((it + kb) / STAGES) & 1u) ^ 1u);
+              const u32 a_full = bars + 8 * (2 * STAGES + s);
+              fs_bar_expect(a_full, A_BYTES);
+              fs_tma_load(sa + s * A_BYTES, map_a, a_full, kb * BK, pm * BM, za);
+            }
+          }
+          for (int kb = kb0; kb < kb1; ++kb, ++it) {
+            const int s = it % STAGES;
+            const u32 full = bars + 8 * s;
+            if constexpr (C::LN_TILE) {
+              fs_bar_expect(full, B_BYTES);
+              gemm_load_b<C>(sb + s * B_BYTES, map_b, full, kb, pn, zb, N);
+            } else {
+              const u32 phase = (u32)(it / STAGES) & 1u;
+              fs_bar_wait(bars + 8 * (STAGES + s), phase ^ 1u);
+              // early B: this stage's B announced and issued already
+              const bool b_loading = C::EARLY_B && it < early;
+              if (!b_loading) fs_bar_expect(full, A_BYTES + B_BYTES);
+              const u32 a_dst = sa + s * A_BYTES;
+              const u32 b_dst = sb + s * B_BYTES;
+              gemm_load<C, C::A_K_MAJOR, C::BM>(a_dst, map_a, full, kb, pm, za);
+              if (!b_loading) gemm_load_b<C>(b_dst, map_b, full, kb, pn, zb, N);
+            }
           }
         }
       }
