@@ -21,8 +21,8 @@ internals can move without invalidating cached kernels or their text:
   depends on in a graph with programmatic edges (``fusec.targets.cuda.dependent``);
 * ``ieee_conv2d``, ``ieee_matmul``, ``ieee_addmm``, ``ieee_attention``, ``moe_experts``:
   the PyTorch fallback's IEEE-f32 library calls (``fusec.targets.cuda.torch_runtime``);
-* ``TileConfig``, ``Epilogue``, ``GemmSpec``, ``GemmLaunch``: the Tensor Core
-  GEMM's description and launcher, with ``Prologue``/``LayerNormPrep`` (its
+* ``TileConfig``, ``Epilogue``, ``GemmSpec``, ``W4B``, ``GemmLaunch``: the Tensor Core
+  GEMM's description (``W4B``: an int4 B its producer dequantizes) and launcher, with ``Prologue``/``LayerNormPrep`` (its
   LayerNorm pre-pass) and ``Finalise``/``SoftmaxFinalise`` (its long-row
   softmax pass) (``fusec.targets.cuda.gemm``);
 * ``ConvGeometry``, ``ConvTile``, ``ConvSpec``, ``DirectConvSpec``, ``ConvLaunch``: the
@@ -82,6 +82,7 @@ _PROVIDERS: dict[str, str] = {
     "TileConfig": "fusec.targets.cuda.gemm.config",
     "Epilogue": "fusec.targets.cuda.epilogue",
     "GemmSpec": "fusec.targets.cuda.gemm.cpp",
+    "W4B": "fusec.targets.cuda.gemm.cpp",
     "GemmLaunch": "fusec.targets.cuda.gemm.launcher",
     "Prologue": "fusec.targets.cuda.gemm.launcher",
     "Finalise": "fusec.targets.cuda.gemm.launcher",

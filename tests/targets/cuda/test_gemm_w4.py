@@ -89,6 +89,9 @@ def test_many_rows_are_one_gemm_that_dequantizes_its_b(transposed, scales, index
     assert gemm.prepared_inputs == ((0, int4_gemm_layout(transposed, True)),)
     assert "dequantized into each B stage by the producer warpgroup" in gemm.source
     assert gemm.remark is None
+    namespace: dict = {}  # the module's text names everything it builds (the ABI's names)
+    exec(compile(gemm.source, gemm.name, "exec"), namespace)
+    assert namespace["GEMM"].spec == spec and namespace["GEMM"].w4 == (1, 2)
 
 
 def test_up_to_16_rows_keep_the_w4a16_route() -> None:

@@ -919,6 +919,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
             "    Epilogue, Finalise, GemmLaunch, GemmSpec, LayerNormPrep, Prologue,",
             "    SoftmaxFinalise, TileConfig,",
             *([f"    Transpose, {type(copier).__name__},"] if transposes else []),
+            *(["    W4B,"] if p.w4 else []),
             ")",
             "",
             "GEMM = GemmLaunch(",
