@@ -22,9 +22,9 @@ internals can move without invalidating cached kernels or their text:
 * ``ieee_conv2d``, ``ieee_matmul``, ``ieee_addmm``, ``ieee_attention``, ``moe_experts``:
   the PyTorch fallback's IEEE-f32 library calls (``fusec.targets.cuda.torch_runtime``);
 * ``TileConfig``, ``Epilogue``, ``GemmSpec``, ``W4B``, ``GemmLaunch``: the Tensor Core
-  GEMM's description (``W4B``: an int4 B its producer dequantizes) and launcher, with ``Prologue``/``LayerNormPrep`` (its
-  LayerNorm pre-pass) and ``Finalise``/``SoftmaxFinalise`` (its long-row
-  softmax pass) (``fusec.targets.cuda.gemm``);
+  GEMM's description (``W4B``: an int4 B its producer dequantizes) and launcher, with
+  ``Prologue``/``LayerNormPrep`` (its LayerNorm pre-pass) and
+  ``Finalise``/``SoftmaxFinalise`` (its long-row softmax pass) (``fusec.targets.cuda.gemm``);
 * ``ConvGeometry``, ``ConvTile``, ``ConvSpec``, ``DirectConvSpec``, ``ConvLaunch``: the
   implicit-GEMM and direct convs (``fusec.targets.cuda.conv``);
 * ``AttentionSpec``, ``AttentionLaunch``: flash attention (``fusec.targets.cuda.attention``);

@@ -98,22 +98,26 @@ extern "C" __global__ void probe(const void* x, const void* w, float* out) {
 }""",
     "fusec/gemm_w4.cuh": """
 struct W4 {
-  enum : int { BN = 128, BK = 64, W4_BLOCK = 128, W4_SIGNED = 1, W4_ZERO_BIAS = 8 };
-  enum : int { W4_MAGIC = 0x4300, W4_BF16 = 1 };
+  enum : int { BN = 128, BK = 64, B_BYTES = 128 * 128, W4_BLOCK = 128, W4_SIGNED = 1 };
+  enum : int { W4_ZERO_BIAS = 8, W4_MAGIC = 0x4300, W4_BF16 = 1 };
   static __device__ __forceinline__ int w4_index(int n, int blk, int N) { return blk * N + n; }
 };
 struct W4F16 {
-  enum : int { BN = 64, BK = 64, W4_BLOCK = 64, W4_SIGNED = 0, W4_ZERO_BIAS = 0 };
-  enum : int { W4_MAGIC = 0x6400, W4_BF16 = 0 };
+  enum : int { BN = 64, BK = 64, B_BYTES = 64 * 128, W4_BLOCK = 64, W4_SIGNED = 0 };
+  enum : int { W4_ZERO_BIAS = 0, W4_MAGIC = 0x6400, W4_BF16 = 0 };
   static __device__ __forceinline__ int w4_index(int n, int, int) { return n; }
 };
 template <class C>
-__device__ void probe_step(const u32* codes, const void* s, const void* z, u32 dst) {
+__device__ void probe_step(u64 codes, u64 s, u64 z, u32 stage) {
+  fusec::w4_copy<C>(stage, codes, s, z, 1, 0, 200, 256, threadIdx.x);
+  fs_cp_commit();
+  fusec::w4_cp_wait<0>();
   fusec::W4Step<C> st;
-  fusec::w4_load<C>(st, codes, s, z, 1, 0, 200, 256, threadIdx.x);
-  fusec::w4_store<C>(st, dst, threadIdx.x);
+  fusec::w4_step<C>(st, stage, s, z, 1, 0, 200, threadIdx.x);
+  fs_named_sync(fusec::W4_BARRIER, 128);
+  fusec::w4_store<C>(st, stage, threadIdx.x);
 }
-extern "C" __global__ void probe(const u32* codes, const void* s, const void* z) {
+extern "C" __global__ void probe(u64 codes, u64 s, u64 z) {
   __shared__ __align__(1024) unsigned char stage[128 * 128];
   const u32 dst = (u32)__cvta_generic_to_shared(stage);
   probe_step<W4>(codes, s, z, dst);

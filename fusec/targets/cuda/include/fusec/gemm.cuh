@@ -106,52 +106,84 @@ static __device__ __forceinline__ void gemm_load_b(u32 dst, u64 map, u32 full, i
   }
 }
 
-// C::B_W4 (gemm_w4.cuh): the producer warpgroup's walk. Per K step its 128 threads wait
-// for the free stage, thread 0 announces A's bytes on the stage's full barrier (one of its
-// 1 + 128 arrivals) and issues A's TMA load, every thread dequantizes its share of B into
-// the stage, fences the stores for the async proxy (wgmma reads the stage) and arrives.
-// A thread's codes, scales and zero points of the next step are loaded before it stores
-// this one's, so that their latency overlaps the stores and the wait for a free stage.
+// The producer's position in the block's walk: work unit u, its K step kb.
+template <class C>
+struct GemmWalk {
+  int u, kb;
+  TileUnit w;
+};
+
+// The walk's next step (false: past the block's last).
+template <class C>
+static __device__ __forceinline__ bool gemm_walk_next(GemmWalk<C>& p, int units, int kblocks,
+                                                      int tiles_m, int tiles_n) {
+  while (++p.kb >= p.w.kb1) {
+    p.u += gridDim.x;
+    if (p.u >= units) return false;
+    p.w = gemm_unit<C>(p.u, kblocks, tiles_m, tiles_n);
+    p.kb = p.w.kb0 - 1;
+  }
+  return true;
+}
+
+// The walk's first step (false: the block has no work).
+template <class C>
+static __device__ __forceinline__ bool gemm_walk_start(GemmWalk<C>& p, int units, int kblocks,
+                                                       int tiles_m, int tiles_n) {
+  p.u = blockIdx.x - (int)gridDim.x;
+  p.kb = p.w.kb1 = 0;
+  return gemm_walk_next<C>(p, units, kblocks, tiles_m, tiles_n);
+}
+
+// C::B_W4 (gemm_w4.cuh): the producer warpgroup's walk. W4_AHEAD steps ahead of the one it
+// fills, its 128 threads wait for that step's stage to be free and copy their codes,
+// scales and zero points into it (cp.async, one group a step), and thread 0 announces A's
+// bytes on the stage's full barrier (one of its 1 + 128 arrivals) and issues A's TMA load.
+// Then, for the step it fills, each thread waits for its own copies, reads them back, the
+// warpgroup meets (W4_BARRIER), each thread writes its rows of the stage dequantized,
+// fences the stores for the async proxy (wgmma reads the stage) and arrives.
 template <class C>
 static __device__ __forceinline__ void gemm_w4_producer(u32 sa, u32 sb, u32 bars, int tid,
                                                         u64 map_a, u64 codes, u64 scale, u64 zero,
-                                                        int M, int N, int K, int units, int kblocks,
+                                                        int N, int K, int units, int kblocks,
                                                         int tiles_m, int tiles_n) {
+  static_assert(C::STAGES > W4_AHEAD, "the copies land W4_AHEAD stages ahead");
   if (tid == 0) fs_prefetch_map(map_a);
-  int u = blockIdx.x;
-  if (u >= units) return;
-  TileUnit w = gemm_unit<C>(u, kblocks, tiles_m, tiles_n);
-  int kb = w.kb0;
-  W4Step<C> cur;
-  w4_load<C>(cur, (const u32*)codes, (const void*)scale, (const void*)zero, kb, w.pn, N, K, tid);
-  for (int it = 0;; ++it) {
-    const int pm = w.pm, za = C::BATCH_A ? w.pz : 0, kb_now = kb;
-    // the next step: this unit's next K step, or the block's next unit's first
-    bool more = true;
-    if (++kb >= w.kb1) {
-      u += gridDim.x;
-      more = u < units;
-      if (more) {
-        w = gemm_unit<C>(u, kblocks, tiles_m, tiles_n);
-        kb = w.kb0;
+  GemmWalk<C> now, ahead;
+  if (!gemm_walk_start<C>(now, units, kblocks, tiles_m, tiles_n)) return;
+  ahead = now;
+  bool ahead_live = true;
+  int issued = 0;       // steps whose copies are issued
+  auto issue = [&]() {  // the copies and A's load of step `issued` (ahead's position)
+    if (ahead_live) {
+      const int s = issued % C::STAGES;
+      const u32 full = bars + 8 * s;
+      fs_bar_wait(bars + 8 * (C::STAGES + s), ((u32)(issued / C::STAGES) & 1u) ^ 1u);
+      w4_copy<C>(sb + s * C::B_BYTES, codes, scale, zero, ahead.kb, ahead.w.pn, N, K, tid);
+      if (tid == 0) {
+        fs_bar_expect(full, C::A_BYTES);
+        const int za = C::BATCH_A ? ahead.w.pz : 0;
+        gemm_load<C, C::A_K_MAJOR, C::BM>(sa + s * C::A_BYTES, map_a, full, ahead.kb, ahead.w.pm,
+                                          za);
       }
+      ++issued;
+      ahead_live = gemm_walk_next<C>(ahead, units, kblocks, tiles_m, tiles_n);
     }
-    W4Step<C> next;
-    if (more)
-      w4_load<C>(next, (const u32*)codes, (const void*)scale, (const void*)zero, kb, w.pn, N, K,
-                 tid);
+    fs_cp_commit();  // (an empty group past the walk's end keeps the count: one a step)
+  };
+  for (int i = 0; i < W4_AHEAD; ++i) issue();
+  for (int it = 0;; ++it) {
+    issue();
+    w4_cp_wait<W4_AHEAD>();  // this step's group done: W4_AHEAD groups committed after it
     const int s = it % C::STAGES;
-    const u32 full = bars + 8 * s;
-    fs_bar_wait(bars + 8 * (C::STAGES + s), ((u32)(it / C::STAGES) & 1u) ^ 1u);
-    if (tid == 0) {
-      fs_bar_expect(full, C::A_BYTES);
-      gemm_load<C, C::A_K_MAJOR, C::BM>(sa + s * C::A_BYTES, map_a, full, kb_now, pm, za);
-    }
-    w4_store<C>(cur, sb + s * C::B_BYTES, tid);
+    const u32 stage = sb + s * C::B_BYTES;
+    W4Step<C> st;
+    w4_step<C>(st, stage, scale, zero, now.kb, now.w.pn, N, tid);
+    fs_named_sync(W4_BARRIER, 128);  // every thread's copies read before rows cover them
+    w4_store<C>(st, stage, tid);
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    fs_bar_arrive(full);
-    if (!more) return;
-    cur = next;
+    fs_bar_arrive(bars + 8 * s);
+    if (!gemm_walk_next<C>(now, units, kblocks, tiles_m, tiles_n)) return;
   }
 }
 
@@ -937,8 +969,8 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
   if (wg == 0) {
     fs_setmaxnreg_dec<C::PRODUCER_REGISTERS>();
     if constexpr (C::B_W4) {
-      gemm_w4_producer<C>(sa, sb, bars, tid, map_a, map_b, w4_scale, w4_zero, M, N, K, units,
-                          kblocks, tiles_m, tiles_n);
+      gemm_w4_producer<C>(sa, sb, bars, tid, map_a, map_b, w4_scale, w4_zero, N, K, units, kblocks,
+                          tiles_m, tiles_n);
     } else {
       if constexpr (C::EARLY_B) {
         if (tid != 0) fs_grid_dependency_wait();  // (thread 0: after its early B loads)

@@ -19,15 +19,33 @@
 // per tensor); C::W4_BLOCK is a multiple of 64, so a K step has one per row.
 //
 // Thread t of the warpgroup fills rows t / 2 + 64 r (r < BN / 64) of the stage, chunks
-// 4 (t % 2) .. 4 (t % 2) + 3 of each (a chunk: 8 K values, one word of codes): one 16-byte
-// load of codes a row, two adjacent threads reading a row's 32 bytes of the step.
+// 4 (t % 2) .. 4 (t % 2) + 3 of each (a chunk: 8 K values, one word of codes). Its codes
+// (16 bytes a row: two adjacent threads copy a row's 32 bytes of the step) and the 32-bit
+// words holding its rows' scales and zero points arrive by `cp.async`, W4_AHEAD K steps
+// ahead, into the tail of the very stage they are dequantized into (codes: BN rows of 32
+// bytes at its last quarter; words: 8 bytes a thread and row just before): a thread reads
+// its own copies back into registers, the warpgroup meets at W4_BARRIER (every copy read
+// before any row is written over it), then each thread writes its rows.
 #pragma once
 
+#include "fusec/barrier.cuh"
 #include "fusec/common.cuh"
+#include "fusec/shared.cuh"
 
 namespace fusec {
 
-// One thread's share of a K step, loaded a step ahead of its stores.
+// K steps ahead the codes of a step are copied: the stage of step it + W4_AHEAD must be
+// free while step it is filled, so the producer runs at most STAGES - W4_AHEAD steps
+// ahead of the consumers.
+enum W4Constants { W4_AHEAD = 2, W4_BARRIER = 11 };
+
+// Where a step's copies land in its stage (C::BN rows of 128 bytes).
+template <class C>
+struct W4Tail {
+  enum : int { CODES = C::B_BYTES - C::BN * 32, WORDS = CODES - 128 * (C::BN / 64) * 8 };
+};
+
+// One thread's share of a K step, in registers.
 template <class C>
 struct W4Step {
   uint4 q[C::BN / 64];  // the codes of its rows' 4 chunks
@@ -35,53 +53,62 @@ struct W4Step {
   u32 z[C::BN / 64];    // MAGIC + z' of its rows, in both halves
 };
 
-static __device__ __forceinline__ uint4 w4_ld_codes(const u32* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
+static __device__ __forceinline__ void w4_cp4(u32 dst, u64 src, u32 bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes)
+               : "memory");
 }
 
-static __device__ __forceinline__ u32 w4_ld_half(const void* p) {
-  u32 r;
-  asm volatile("ld.global.nc.u16 %0, [%1];" : "=r"(r) : "l"(p));
-  return r;
+template <int N>
+static __device__ __forceinline__ void w4_cp_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-template <bool SIGNED>
-static __device__ __forceinline__ int w4_ld_zero(const void* p) {
-  int r;
-  if constexpr (SIGNED) {
-    asm volatile("ld.global.nc.s8 %0, [%1];" : "=r"(r) : "l"(p));
-  } else {
-    asm volatile("ld.global.nc.u8 %0, [%1];" : "=r"(r) : "l"(p));
-  }
-  return r;
-}
-
-// The codes, scales and zero points of K step kb of row tile pn (rows past N: zeros).
+// The thread's copies of K step kb of row tile pn into stage `stage` (rows past N: zeros;
+// the caller commits them as one group).
 template <class C>
-static __device__ __forceinline__ void w4_load(W4Step<C>& st, const u32* codes, const void* scale,
-                                               const void* zero, int kb, int pn, int N, int K,
-                                               int tid) {
+static __device__ __forceinline__ void w4_copy(u32 stage, u64 codes, u64 scale, u64 zero, int kb,
+                                               int pn, int N, int K, int tid) {
   const int blk = kb * C::BK / C::W4_BLOCK;
 #pragma unroll
   for (int r = 0; r < C::BN / 64; ++r) {
-    const int n = pn * C::BN + tid / 2 + 64 * r;
-    if (n < N) {
-      const long long word = (long long)n * (K / 8) + kb * (C::BK / 8) + 4 * (tid % 2);
-      st.q[r] = w4_ld_codes(codes + word);
-      const int at = C::w4_index(n, blk, N);
-      const u32 s = w4_ld_half((const u16*)scale + at);
-      const u32 z = (u32)(w4_ld_zero<C::W4_SIGNED>((const char*)zero + at) + C::W4_ZERO_BIAS);
-      st.s[r] = s | (s << 16);
-      st.z[r] = (C::W4_MAGIC | z) * 0x10001u;
-    } else {
-      st.q[r] = uint4{0u, 0u, 0u, 0u};
-      st.s[r] = 0u;
-      st.z[r] = C::W4_MAGIC * 0x10001u;
-    }
+    const int row = tid / 2 + 64 * r;
+    const int n = pn * C::BN + row;
+    const bool in = n < N;
+    const long long word = (long long)min(n, N - 1) * (K / 8) + kb * (C::BK / 8) + 4 * (tid % 2);
+    const u32 at = (u32)C::w4_index(min(n, N - 1), blk, N);
+    const u32 words = stage + W4Tail<C>::WORDS + (u32)((tid * (C::BN / 64) + r) * 8);
+    fs_cp16(stage + W4Tail<C>::CODES + (u32)(row * 32 + 16 * (tid % 2)), codes + 4ull * word,
+            in ? 16u : 0u);
+    // the aligned 32-bit words holding the scale and the zero point (w4_step: the half or
+    // byte of each)
+    w4_cp4(words, (scale + 2ull * at) & ~3ull, in ? 4u : 0u);
+    w4_cp4(words + 4, (zero + at) & ~3ull, in ? 4u : 0u);
+  }
+}
+
+// The thread's copies of K step kb of row tile pn, read back from stage `stage` (their
+// group complete) and turned into the pairs w4_pair multiplies by.
+template <class C>
+static __device__ __forceinline__ void w4_step(W4Step<C>& st, u32 stage, u64 scale, u64 zero,
+                                               int kb, int pn, int N, int tid) {
+  const int blk = kb * C::BK / C::W4_BLOCK;
+#pragma unroll
+  for (int r = 0; r < C::BN / 64; ++r) {
+    const int row = tid / 2 + 64 * r;
+    const int n = min(pn * C::BN + row, N - 1);
+    const u32 at = (u32)C::w4_index(n, blk, N);
+    const u32 words = stage + W4Tail<C>::WORDS + (u32)((tid * (C::BN / 64) + r) * 8);
+    const u32 codes = stage + W4Tail<C>::CODES + (u32)(row * 32 + 16 * (tid % 2));
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(st.q[r].x), "=r"(st.q[r].y), "=r"(st.q[r].z), "=r"(st.q[r].w)
+                 : "r"(codes));
+    u32 sw, zw;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(sw), "=r"(zw) : "r"(words));
+    const u32 s = (sw >> (8 * (((u32)scale + 2u * at) & 2u))) & 0xFFFFu;
+    u32 z = (zw >> (8 * (((u32)zero + at) & 3u))) & 0xFFu;
+    if constexpr (C::W4_SIGNED) z = (u32)((int)(signed char)z + C::W4_ZERO_BIAS);
+    st.s[r] = s | (s << 16);
+    st.z[r] = (C::W4_MAGIC | (z & 15u)) * 0x10001u;
   }
 }
 
