@@ -84,12 +84,11 @@ e5m2) takes 32 codes of each K-major row a step, from the same 128-byte swizzled
 codes a row, BK = 128; TMA moves them as bytes), accumulating in f32; K-major only, as
 tf32. The quantization scales are the epilogue's (the template's plan).
 
-An int4 weight-only B (``GemmSpec.w4``, issue 31's W4A16 at many rows): two producer
-warpgroups (the block's first and one after the consumers: ``threads`` is 128 more) copy
-the weight's 4-bit codes (packed at load, constant_layouts "w4gemm") with its scales and
-zero points into each stage and write its B tile dequantized over them, in the layout TMA
-would have written (``include/fusec/gemm_w4.cuh``); thread 0 still issues A's TMA loads.
-No dequantized copy of the weight is ever stored.
+An int4 weight-only B (``GemmSpec.w4``, issue 31's W4A16 at many rows): the producer
+warpgroup's 128 threads read the weight's 4-bit codes (packed at load, constant_layouts
+"w4gemm") with its scales and zero points and write each stage's B tile dequantized, in the
+layout TMA would have written (``include/fusec/gemm_w4.cuh``); thread 0 still issues A's
+TMA loads. No dequantized copy of the weight is ever stored.
 """
 
 from __future__ import annotations
@@ -144,8 +143,9 @@ def bias_relu(dtype: str) -> Epilogue:
     )
 
 
-#: the int4 B's two producer warpgroups (``gemm_w4.cuh``) dequantize a step's rows in
-#: registers: 2 x 72 + 2 x 184 = 4 x 128, the register file of a 512-thread block
+#: the int4 B's producer warpgroup keeps a K step's codes, scales and zero points of its
+#: rows a step ahead (2 x 24 registers): 72 + 2 x 216 = 3 x 168, as the conv's loading
+#: producer (``conv.cpp.LD_PRODUCER_REGISTERS``)
 W4_PRODUCER_REGISTERS = 72
 #: where a row's scale is: an expression of the row ``n``, the K block ``blk`` and ``N``
 #: (``w4.scale_layout``), integers and those names alone
@@ -243,8 +243,7 @@ class GemmSpec(LinkedSpec):
 
     @property
     def threads(self) -> int:
-        """The block's threads: the config's, and an int4 B's second producer warpgroup."""
-        return self.config.threads + 128 * (self.w4 is not None)
+        return self.config.threads
 
     def cpp_source(self) -> str:
         return expand(generate(self))
@@ -271,27 +270,7 @@ def w4_problem(spec: GemmSpec) -> str | None:
         return "B K-major, not batched, a tile of 64 K"
     if spec.early_b or spec.swiglu or spec.grouped or c.ln == "tile":
         return "not with early B, the gated epilogue, a groups table or ln=tile"
-    if c.acc_registers > w4_max_accumulators(c.consumers):
-        return (
-            f"{c.acc_registers} accumulators a consumer thread, more than the "
-            f"{w4_max_accumulators(c.consumers)} a block of {128 * (c.consumers + 2)} threads "
-            "compiles for (a tile at most 128 wide beside two consumers)"
-        )
     return None
-
-
-#: registers a consumer thread needs beside its accumulators (the three-consumer tile's
-#: 152 registers hold 96 accumulators without spills)
-W4_CONSUMER_OVERHEAD = 56
-
-
-def w4_max_accumulators(consumers: int) -> int:
-    """Accumulators a consumer thread may have in an int4-B kernel: ptxas compiles every
-    instruction within what a block of ``128 (consumers + 2)`` threads leaves a thread
-    (``setmaxnreg`` only moves registers between warpgroups at run time), so a wgmma of
-    m64n256 (128 accumulators) cannot be built beside the second producer warpgroup."""
-    cap = REGISTER_FILE // (128 * (consumers + 2)) // 8 * 8
-    return cap - W4_CONSUMER_OVERHEAD
 
 
 def grouped_problem(spec: GemmSpec) -> str | None:
@@ -422,7 +401,7 @@ def _consumer_registers(spec: GemmSpec) -> int:
     """``setmaxnreg.inc`` of a consumer thread beside the spec's producer warpgroup."""
     if spec.w4 is None:
         return consumer_registers(spec.config.consumers)
-    share = (REGISTER_FILE // 128 - 2 * W4_PRODUCER_REGISTERS) // spec.config.consumers // 8 * 8
+    share = (REGISTER_FILE // 128 - W4_PRODUCER_REGISTERS) // spec.config.consumers // 8 * 8
     return min(consumer_registers(spec.config.consumers), share)
 
 

@@ -54,7 +54,7 @@ class GemmKernel(LoadedKernel):
         super().__init__(cubin, spec.config.smem_bytes)
         self.spec = spec
         self.staged = spec.config.epilogue == "smem"  # takes the output's tensor map
-        self.threads = spec.threads  # (an int4 B's second producer warpgroup included)
+        self.threads = spec.config.threads
         self.lock = threading.Lock()
         self.prepared: dict[GemmCall, Prepared] = {}
         #: padded copies of operands TMA cannot read in place, per (stream, operand, bytes):

@@ -90,7 +90,7 @@ from fusec.targets.cuda.gemm.config import (
     ln_tile_problem,
     with_variant,
 )
-from fusec.targets.cuda.gemm.cpp import W4B, Epilogue, GemmSpec, w4_max_accumulators
+from fusec.targets.cuda.gemm.cpp import W4B, Epilogue, GemmSpec
 from fusec.targets.cuda.linked import loads_early
 
 TILE_ATTR = "fusec.tile"
@@ -492,13 +492,8 @@ def _heuristic_config(p: GemmPlan, sms: int) -> tuple[TileConfig, str]:
                 return in_kernel, why
             config = with_variant(config, replace(config.variant, vectors="smem"))
         return config, why
-    three = not (p.tf32 or p.fp8 or p.w4)  # (int4 B: its producers take a warpgroup more)
+    three = not (p.tf32 or p.fp8 or p.w4)  # (int4 B: its producer takes more registers)
     config = choose_config(p.m, p.n, p.k, p.batches, sms, three_consumers=three)
-    if p.w4 is not None and config.acc_registers > w4_max_accumulators(config.consumers):
-        # beside the int4 B's second producer warpgroup, a tile at most 128 wide
-        stages = 6 if config.bm == 128 else config.stages
-        narrow = TileConfig(config.bm, 128, 64, stages, config.consumers, config.group_m)
-        config = with_variant(narrow, config.variant)
     if _reads_output_shaped_input(p) and config.consumers == 2:
         config = with_variant(config, replace(config.variant, prefetch="tile"))
     if config.epilogue == "smem" and heuristic_loop(p) == "rolled":

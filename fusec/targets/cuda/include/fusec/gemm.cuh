@@ -135,20 +135,20 @@ static __device__ __forceinline__ bool gemm_walk_start(GemmWalk<C>& p, int units
   return gemm_walk_next<C>(p, units, kblocks, tiles_m, tiles_n);
 }
 
-// C::B_W4 (gemm_w4.cuh): the producers' walk (thread p of W4_THREADS). W4_AHEAD steps
-// ahead of the one they fill, they wait for that step's stage to be free and copy its
-// codes, scales and zero points into it (cp.async, one group a step), and thread 0
-// announces A's bytes on the stage's full barrier (one of its 1 + W4_THREADS arrivals) and
-// issues A's TMA load. Then, for the step they fill: each thread waits for its own copies,
-// the producers meet, read their shares back, meet again, write their rows of the stage
-// dequantized, fence the stores for the async proxy (wgmma reads the stage) and arrive.
+// C::B_W4 (gemm_w4.cuh): the producer warpgroup's walk. W4_AHEAD steps ahead of the one it
+// fills, its 128 threads wait for that step's stage to be free and copy their codes,
+// scales and zero points into it (cp.async, one group a step), and thread 0 announces A's
+// bytes on the stage's full barrier (one of its 1 + 128 arrivals) and issues A's TMA load.
+// Then, for the step it fills, each thread waits for its own copies, reads them back, the
+// warpgroup meets (W4_BARRIER), each thread writes its rows of the stage dequantized,
+// fences the stores for the async proxy (wgmma reads the stage) and arrives.
 template <class C>
-static __device__ __forceinline__ void gemm_w4_producer(u32 sa, u32 sb, u32 bars, int p, u64 map_a,
-                                                        u64 codes, u64 scale, u64 zero, int N,
-                                                        int K, int units, int kblocks, int tiles_m,
-                                                        int tiles_n) {
+static __device__ __forceinline__ void gemm_w4_producer(u32 sa, u32 sb, u32 bars, int tid,
+                                                        u64 map_a, u64 codes, u64 scale, u64 zero,
+                                                        int N, int K, int units, int kblocks,
+                                                        int tiles_m, int tiles_n) {
   static_assert(C::STAGES > W4_AHEAD, "the copies land W4_AHEAD stages ahead");
-  if (p == 0) fs_prefetch_map(map_a);
+  if (tid == 0) fs_prefetch_map(map_a);
   GemmWalk<C> now, ahead;
   if (!gemm_walk_start<C>(now, units, kblocks, tiles_m, tiles_n)) return;
   ahead = now;
@@ -159,8 +159,8 @@ static __device__ __forceinline__ void gemm_w4_producer(u32 sa, u32 sb, u32 bars
       const int s = issued % C::STAGES;
       const u32 full = bars + 8 * s;
       fs_bar_wait(bars + 8 * (C::STAGES + s), ((u32)(issued / C::STAGES) & 1u) ^ 1u);
-      w4_copy<C>(sb + s * C::B_BYTES, codes, scale, zero, ahead.kb, ahead.w.pn, N, K, p);
-      if (p == 0) {
+      w4_copy<C>(sb + s * C::B_BYTES, codes, scale, zero, ahead.kb, ahead.w.pn, N, K, tid);
+      if (tid == 0) {
         fs_bar_expect(full, C::A_BYTES);
         const int za = C::BATCH_A ? ahead.w.pz : 0;
         gemm_load<C, C::A_K_MAJOR, C::BM>(sa + s * C::A_BYTES, map_a, full, ahead.kb, ahead.w.pm,
@@ -177,11 +177,10 @@ static __device__ __forceinline__ void gemm_w4_producer(u32 sa, u32 sb, u32 bars
     w4_cp_wait<W4_AHEAD>();  // this step's group done: W4_AHEAD groups committed after it
     const int s = it % C::STAGES;
     const u32 stage = sb + s * C::B_BYTES;
-    fs_named_sync(W4_BARRIER, W4_THREADS);  // every producer's copies landed
     W4Step<C> st;
-    w4_step<C>(st, stage, scale, zero, now.kb, now.w.pn, N, p);
-    fs_named_sync(W4_BARRIER, W4_THREADS);  // every share read before rows cover the copies
-    w4_store<C>(st, stage, p);
+    w4_step<C>(st, stage, scale, zero, now.kb, now.w.pn, N, tid);
+    fs_named_sync(W4_BARRIER, 128);  // every thread's copies read before rows cover them
+    w4_store<C>(st, stage, tid);
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     fs_bar_arrive(bars + 8 * s);
     if (!gemm_walk_next<C>(now, units, kblocks, tiles_m, tiles_n)) return;
@@ -950,7 +949,7 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
   const int wg = tid / 128;
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      fs_bar_init(bars + 8 * s, C::B_W4 ? 1 + W4_THREADS : 1);  // int4 B: + its producers
+      fs_bar_init(bars + 8 * s, C::B_W4 ? 1 + 128 : 1);  // int4 B: + its 128 threads
       fs_bar_init(bars + 8 * (STAGES + s), C::PINGPONG ? 1 : C::CONSUMERS);
       if constexpr (C::LN_TILE) fs_bar_init(bars + 8 * (2 * STAGES + s), 1);
     }
@@ -967,12 +966,10 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
   const int tiles = tiles_m * tiles_n * batches;
   const int units = tiles * C::SPLIT_K;
   const int kblocks = (K + BK - 1) / BK;
-  // int4 B: a second producer warpgroup after the consumers (their indices unchanged)
-  if (wg == 0 || (C::B_W4 && wg == C::CONSUMERS + 1)) {
+  if (wg == 0) {
     fs_setmaxnreg_dec<C::PRODUCER_REGISTERS>();
     if constexpr (C::B_W4) {
-      const int p = wg == 0 ? tid : tid - 128 * C::CONSUMERS;  // 0 .. W4_THREADS - 1
-      gemm_w4_producer<C>(sa, sb, bars, p, map_a, map_b, w4_scale, w4_zero, N, K, units, kblocks,
+      gemm_w4_producer<C>(sa, sb, bars, tid, map_a, map_b, w4_scale, w4_zero, N, K, units, kblocks,
                           tiles_m, tiles_n);
     } else {
       if constexpr (C::EARLY_B) {

@@ -18,16 +18,14 @@
 // `C::w4_index(n, blk, N)` of their arrays (per block of C::W4_BLOCK along K, per column or
 // per tensor); C::W4_BLOCK is a multiple of 64, so a K step has one per row.
 //
-// Two producer warpgroups (W4_THREADS = 256 threads: warpgroup 0 and the one after the
-// consumers) share a step. A step's codes (BN rows of 32 bytes, 16 bytes a copy) and the
-// 32-bit words holding each row's scale and zero point arrive by `cp.async`, W4_AHEAD K
-// steps ahead, into the tail of the very stage they are dequantized into (codes: its last
-// quarter; words: 8 bytes a row just before). For the step it fills, each thread waits for
-// its own copies, the producers meet (W4_BARRIER: every copy landed), each thread reads
-// its share back into registers, they meet again (every share read before any row is
-// written over the copies), and each thread writes its rows: thread p the rows p / 4 +
-// 64 r (r < BN / 64), chunks 2 (p % 4) and 2 (p % 4) + 1 of each (a chunk: 8 K values,
-// one word of codes).
+// Thread t of the warpgroup fills rows t / 2 + 64 r (r < BN / 64) of the stage, chunks
+// 4 (t % 2) .. 4 (t % 2) + 3 of each (a chunk: 8 K values, one word of codes). Its codes
+// (16 bytes a row: two adjacent threads copy a row's 32 bytes of the step) and the 32-bit
+// words holding its rows' scales and zero points arrive by `cp.async`, W4_AHEAD K steps
+// ahead, into the tail of the very stage they are dequantized into (codes: BN rows of 32
+// bytes at its last quarter; words: 8 bytes a thread and row just before): a thread reads
+// its own copies back into registers, the warpgroup meets at W4_BARRIER (every copy read
+// before any row is written over it), then each thread writes its rows.
 #pragma once
 
 #include "fusec/barrier.cuh"
@@ -37,20 +35,20 @@
 namespace fusec {
 
 // K steps ahead the codes of a step are copied: the stage of step it + W4_AHEAD must be
-// free while step it is filled, so the producers run at most STAGES - W4_AHEAD steps
+// free while step it is filled, so the producer runs at most STAGES - W4_AHEAD steps
 // ahead of the consumers.
-enum W4Constants { W4_AHEAD = 2, W4_BARRIER = 11, W4_THREADS = 256 };
+enum W4Constants { W4_AHEAD = 2, W4_BARRIER = 11 };
 
 // Where a step's copies land in its stage (C::BN rows of 128 bytes).
 template <class C>
 struct W4Tail {
-  enum : int { CODES = C::B_BYTES - C::BN * 32, WORDS = CODES - C::BN * 8 };
+  enum : int { CODES = C::B_BYTES - C::BN * 32, WORDS = CODES - 128 * (C::BN / 64) * 8 };
 };
 
 // One thread's share of a K step, in registers.
 template <class C>
 struct W4Step {
-  uint2 q[C::BN / 64];  // the codes of its rows' 2 chunks
+  uint4 q[C::BN / 64];  // the codes of its rows' 4 chunks
   u32 s[C::BN / 64];    // its rows' scales, bits (16-bit), in both halves
   u32 z[C::BN / 64];    // MAGIC + z' of its rows, in both halves
 };
@@ -65,45 +63,47 @@ static __device__ __forceinline__ void w4_cp_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// Producer thread p's copies of K step kb of row tile pn into stage `stage` (rows past N:
-// zeros; the caller commits them as one group).
+// The thread's copies of K step kb of row tile pn into stage `stage` (rows past N: zeros;
+// the caller commits them as one group).
 template <class C>
 static __device__ __forceinline__ void w4_copy(u32 stage, u64 codes, u64 scale, u64 zero, int kb,
-                                               int pn, int N, int K, int p) {
-  for (int i = p; i < C::BN * 2; i += W4_THREADS) {  // 16 bytes: half a row's codes
-    const int row = i / 2;
-    const int n = pn * C::BN + row;
-    const long long word = (long long)min(n, N - 1) * (K / 8) + kb * (C::BK / 8) + 4 * (i % 2);
-    fs_cp16(stage + W4Tail<C>::CODES + (u32)(16 * i), codes + 4ull * word, n < N ? 16u : 0u);
-  }
-  const int blk = kb * C::BK / C::W4_BLOCK;
-  for (int row = p; row < C::BN; row += W4_THREADS) {  // the words of the scale, zero point
-    const int n = pn * C::BN + row;
-    const u32 at = (u32)C::w4_index(min(n, N - 1), blk, N);
-    const u32 words = stage + W4Tail<C>::WORDS + (u32)(8 * row);
-    w4_cp4(words, (scale + 2ull * at) & ~3ull, n < N ? 4u : 0u);
-    w4_cp4(words + 4, (zero + at) & ~3ull, n < N ? 4u : 0u);
-  }
-}
-
-// Producer thread p's share of K step kb of row tile pn, read back from stage `stage`
-// (every copy landed) and turned into the pairs w4_pair multiplies by.
-template <class C>
-static __device__ __forceinline__ void w4_step(W4Step<C>& st, u32 stage, u64 scale, u64 zero,
-                                               int kb, int pn, int N, int p) {
+                                               int pn, int N, int K, int tid) {
   const int blk = kb * C::BK / C::W4_BLOCK;
 #pragma unroll
   for (int r = 0; r < C::BN / 64; ++r) {
-    const int row = p / 4 + 64 * r;
-    const u32 at = (u32)C::w4_index(min(pn * C::BN + row, N - 1), blk, N);
-    const u32 codes = stage + W4Tail<C>::CODES + (u32)(row * 32 + 8 * (p % 4));
-    u32 sw, zw;
-    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];"
-                 : "=r"(st.q[r].x), "=r"(st.q[r].y)
+    const int row = tid / 2 + 64 * r;
+    const int n = pn * C::BN + row;
+    const bool in = n < N;
+    const long long word = (long long)min(n, N - 1) * (K / 8) + kb * (C::BK / 8) + 4 * (tid % 2);
+    const u32 at = (u32)C::w4_index(min(n, N - 1), blk, N);
+    const u32 words = stage + W4Tail<C>::WORDS + (u32)((tid * (C::BN / 64) + r) * 8);
+    fs_cp16(stage + W4Tail<C>::CODES + (u32)(row * 32 + 16 * (tid % 2)), codes + 4ull * word,
+            in ? 16u : 0u);
+    // the aligned 32-bit words holding the scale and the zero point (w4_step: the half or
+    // byte of each)
+    w4_cp4(words, (scale + 2ull * at) & ~3ull, in ? 4u : 0u);
+    w4_cp4(words + 4, (zero + at) & ~3ull, in ? 4u : 0u);
+  }
+}
+
+// The thread's copies of K step kb of row tile pn, read back from stage `stage` (their
+// group complete) and turned into the pairs w4_pair multiplies by.
+template <class C>
+static __device__ __forceinline__ void w4_step(W4Step<C>& st, u32 stage, u64 scale, u64 zero,
+                                               int kb, int pn, int N, int tid) {
+  const int blk = kb * C::BK / C::W4_BLOCK;
+#pragma unroll
+  for (int r = 0; r < C::BN / 64; ++r) {
+    const int row = tid / 2 + 64 * r;
+    const int n = min(pn * C::BN + row, N - 1);
+    const u32 at = (u32)C::w4_index(n, blk, N);
+    const u32 words = stage + W4Tail<C>::WORDS + (u32)((tid * (C::BN / 64) + r) * 8);
+    const u32 codes = stage + W4Tail<C>::CODES + (u32)(row * 32 + 16 * (tid % 2));
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(st.q[r].x), "=r"(st.q[r].y), "=r"(st.q[r].z), "=r"(st.q[r].w)
                  : "r"(codes));
-    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];"
-                 : "=r"(sw), "=r"(zw)
-                 : "r"(stage + W4Tail<C>::WORDS + (u32)(8 * row)));
+    u32 sw, zw;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(sw), "=r"(zw) : "r"(words));
     const u32 s = (sw >> (8 * (((u32)scale + 2u * at) & 2u))) & 0xFFFFu;
     u32 z = (zw >> (8 * (((u32)zero + at) & 3u))) & 0xFFu;
     if constexpr (C::W4_SIGNED) z = (u32)((int)(signed char)z + C::W4_ZERO_BIAS);
@@ -129,17 +129,17 @@ static __device__ __forceinline__ u32 w4_pair(u32 w, int i, u32 z, u32 s) {
   return d;
 }
 
-// Thread p's chunks of the step dequantized into the stage at dst (128-byte swizzle:
-// chunk u of row r at r * 128 + (u ^ (r % 8)) * 16).
+// The step's chunks dequantized into the stage at dst (128-byte swizzle: chunk u of row
+// r at r * 128 + (u ^ (r % 8)) * 16).
 template <class C>
-static __device__ __forceinline__ void w4_store(const W4Step<C>& st, u32 dst, int p) {
+static __device__ __forceinline__ void w4_store(const W4Step<C>& st, u32 dst, int tid) {
 #pragma unroll
   for (int r = 0; r < C::BN / 64; ++r) {
-    const int row = p / 4 + 64 * r;
-    const u32 words[2] = {st.q[r].x, st.q[r].y};
+    const int row = tid / 2 + 64 * r;
+    const u32 words[4] = {st.q[r].x, st.q[r].y, st.q[r].z, st.q[r].w};
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int u = 2 * (p % 4) + j;
+    for (int j = 0; j < 4; ++j) {
+      const int u = 4 * (tid % 2) + j;
       u32 o[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) o[i] = w4_pair<C>(words[j], i, st.z[r], st.s[r]);
