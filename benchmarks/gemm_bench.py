@@ -653,15 +653,17 @@ def w4_cases(bench, rows: list[dict], out: str) -> None:
     fusec's bf16 GEMMs of the dequantized weight, in the same run (the W4A16 rows name
     ``$FUSEC_W4_KERNEL``'s kernel where it is set)."""
     import os
+    from unittest import mock
 
     import torch
 
+    from fusec.targets.cuda.gemm.w4 import GEMM_ROUTE_ENV
     from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
 
     def matmul(a, b):
         return a @ b
 
-    cases = [(m, W4_K, W4_N) for m in (1, 16, 4096)] + [(1, k, n) for k, n in W4_DECODE_LAYERS]
+    cases = [(m, W4_K, W4_N) for m in (1, 16, 256, 4096)] + [(1, k, n) for k, n in W4_DECODE_LAYERS]
     chosen = os.environ.get(KERNEL_CHOICE)  # a variant's rows say so
     kernel = f" ({chosen})" if chosen else ""
     layer: tuple = ()
@@ -684,6 +686,10 @@ def w4_cases(bench, rows: list[dict], out: str) -> None:
               exact=exact, cold=True)  # fmt: skip
         if rows and rows[-1]["case"] == name:  # (eager: cuBLAS of the bf16 weight)
             rows[-1].update(weight_bytes=weight_bytes, eager_weight_bytes=k * n * 2)
+        if m > 16:  # the A/B of the route past 16 rows: the GEMM's producer dequantizes
+            with mock.patch.dict(os.environ, {GEMM_ROUTE_ENV: "producer"}):
+                bench(f"{name} ({GEMM_ROUTE_ENV}=producer)", w4_program(m, q, k, n), (x, s, z),
+                      dense, flops, compile_fn=False, exact=exact, cold=True)  # fmt: skip
         text = MATMUL.format(m=m, n=n, k=k, t="bf16")
         bench(f"bf16 matmul {m}x{k}x{n}", text, (x, wd16), matmul, flops, compile_fn=False,
               cold=m < 4096)  # fmt: skip

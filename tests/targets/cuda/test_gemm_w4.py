@@ -67,6 +67,23 @@ def _compiled(m: int, block: int, transposed: bool = False, scales: str = "block
     return fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
 
 
+@pytest.fixture
+def producer_route(monkeypatch):
+    """``$FUSEC_W4_GEMM=producer``: fusion gives the GEMM the dequantize (not the default)."""
+    from fusec.targets.cuda.gemm import w4
+
+    monkeypatch.setenv(w4.GEMM_ROUTE_ENV, "producer")
+
+
+def test_by_default_many_rows_dequantize_in_a_kernel_of_their_own() -> None:
+    """The producer route is slower than a dequantize kernel and the GEMM (gemm-w4.md), so
+    it is opt-in; the remark names the switch."""
+    compiled = _compiled(17, 128)
+    assert [k.kind for k in compiled.kernels] == ["pointwise", "matmul"]
+    assert "FUSEC_W4_GEMM=producer" in str(compiled.remarks())
+    assert compiled.kernels[1].specs[0].w4 is None
+
+
 @pytest.mark.parametrize(
     "transposed, scales, index",
     [
@@ -76,8 +93,11 @@ def _compiled(m: int, block: int, transposed: bool = False, scales: str = "block
         (False, "tensor", "0"),
     ],
 )
-def test_many_rows_are_one_gemm_that_dequantizes_its_b(transposed, scales, index) -> None:
-    """Past 16 rows a layer whose blocks step whole K steps is one GEMM group: its spec
+def test_many_rows_are_one_gemm_that_dequantizes_its_b(
+    transposed, scales, index, producer_route
+) -> None:
+    """Past 16 rows (``$FUSEC_W4_GEMM=producer``) a layer whose blocks step whole K steps
+    is one GEMM group: its spec
     reads an int4 B (the codes packed at load for it, K-major), no pointwise kernel writes
     the 16-bit weight, and B is not loaded before the grid dependency wait (the
     producer's threads read it)."""
@@ -100,7 +120,9 @@ def test_up_to_16_rows_keep_the_w4a16_route() -> None:
     assert not kernel.specs
 
 
-def test_blocks_smaller_than_a_k_step_dequantize_in_a_kernel_of_their_own() -> None:
+def test_blocks_smaller_than_a_k_step_dequantize_in_a_kernel_of_their_own(
+    producer_route,
+) -> None:
     compiled = _compiled(17, 32)
     assert [k.kind for k in compiled.kernels] == ["pointwise", "matmul"]
     remarks = str(compiled.remarks())

@@ -3,10 +3,10 @@
 A layer as ONNX writes it (``DequantizeLinear`` of an INT4 weight with per-block scales
 and zero points along K -> ``MatMul`` + bias -> ``Relu``, or a ``Gemm`` with transB of
 codes stored N x K) keeps its weight as codes. Up to 16 rows of activations the W4A16
-route reads the codes packed (one kernel, ``gemm/w4.py``); past that the Tensor Core
-GEMM's producer warpgroup dequantizes them into each B stage (``gemm_w4.cuh``), where the
-scale blocks step whole K steps (else one pointwise kernel dequantizes them each call and
-the GEMM multiplies). A layer whose codes are an argument (run-time codes, the IR
+route reads the codes packed (one kernel, ``gemm/w4.py``); past that one pointwise
+kernel dequantizes them each call and the Tensor Core GEMM multiplies, or, with
+``$FUSEC_W4_GEMM=producer``, the GEMM's producer warpgroup dequantizes them into each B
+stage (``gemm_w4.cuh``). A layer whose codes are an argument (run-time codes, the IR
 ``w4a16_ir``) takes the dequantize kernel at any M. Each case draws fresh codes, scales,
 zero points and activations, runs with its output poisoned (NaN) first on a side torch
 stream and compares with the float64 reference executor on the same inputs: rel L2 < 1e-2,
@@ -65,8 +65,7 @@ def test_onnx_w4a16_layer_matches_the_reference(m, k, n, block, transposed, scal
     model, x = w4a16_onnx(m, k, n, block, dtype, m * 7 + k, transposed, scales)
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
     kinds = [kernel.kind for kernel in compiled.kernels]
-    steps = (block or k) % 64 == 0 and k % 64 == 0  # the GEMM's int4 B takes 64 K a step
-    assert kinds == (["matmul"] if m <= 16 or steps else ["pointwise", "matmul"])
+    assert kinds == (["matmul"] if m <= 16 else ["pointwise", "matmul"])
     assert compiled.kernels[-1].remark is None  # no fallback
     assert _check(compiled, [x], [_device(x, dtype)]) < 1e-2
 
@@ -84,13 +83,16 @@ def test_onnx_w4a16_layer_matches_the_reference(m, k, n, block, transposed, scal
     ],
 )
 def test_the_gemm_dequantizing_its_int4_b_matches_the_reference(
-    m, k, n, block, transposed, scales, unsigned, dtype
+    m, k, n, block, transposed, scales, unsigned, dtype, monkeypatch
 ):
-    """Past 16 rows: one GEMM whose producer dequantizes the codes into each B stage
-    (``gemm_w4.cuh``), on tiles of one and two consumers, ragged N, i4 and u4 codes,
-    per-block, per-column and per-tensor scales, bias + ReLU in the epilogue."""
+    """Past 16 rows with ``$FUSEC_W4_GEMM=producer``: one GEMM whose producer dequantizes
+    the codes into each B stage (``gemm_w4.cuh``), on tiles of one and two consumers,
+    ragged N, i4 and u4 codes, per-block, per-column and per-tensor scales, bias + ReLU in
+    the epilogue."""
     import fusec
+    from fusec.targets.cuda.gemm import w4
 
+    monkeypatch.setenv(w4.GEMM_ROUTE_ENV, "producer")
     model, x = w4a16_onnx(m, k, n, block, dtype, m + k, transposed, scales, unsigned)
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
     (gemm,) = compiled.kernels

@@ -46,7 +46,9 @@ rest; a saturating quantize to float8 codes ending the group is the store
 An int4 weight (issue 31's W4A16 beyond the rows ``gemm/w4.py``'s route takes): a group
 ``dequantize(constant 4-bit codes, scale, zero point)`` as the matmul's B -> elementwise*
 is the GEMM whose producer warpgroup dequantizes the codes into each stage
-(``cpp.W4B``, ``w4.gemm_weight``): B K-major, the codes packed at load.
+(``cpp.W4B``, ``w4.gemm_weight``): B K-major, the codes packed at load. Fusion forms such
+groups only with ``$FUSEC_W4_GEMM=producer`` (``w4.gemm_route``: slower than a dequantize
+kernel and the GEMM so far); a group that holds one is planned either way.
 
 Everything else (f32 graphs, which keep IEEE f32 maths by default; partial batch
 broadcasting; 1-D operands; other prologues) is served by the PyTorch fallback
@@ -413,7 +415,12 @@ def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | Non
         problem = w4.members_problem(members)  # a few rows: the W4A16 route
         if problem is None:
             return None
-        gemm = plan_members(members)  # more: the GEMM dequantizing the weight as it loads it
+        if w4.gemm_route() == "separate":  # more: a dequantize kernel, then the GEMM
+            return (
+                f"the cuda W4A16 route cannot take the group ({problem}); the dequantize is a "
+                f"kernel of its own (${w4.GEMM_ROUTE_ENV}=producer: the GEMM dequantizes it)"
+            )
+        gemm = plan_members(members)  # the GEMM dequantizing the weight as it loads it
         if isinstance(gemm, str):
             return f"the cuda W4A16 route ({problem}) and Tensor Core GEMM ({gemm}) cannot take it"
         return None

@@ -259,6 +259,25 @@ def _plan(dq: ai.DequantizeOp, matmul: ai.MatmulOp, args: Mapping[SSAValue, int]
     )
 
 
+#: ``$FUSEC_W4_GEMM``: how a weight-only int4 layer of more than ``MAX_ROWS`` rows runs on
+#: cuda: "separate" (the default: a pointwise kernel dequantizes the codes each call, then
+#: the Tensor Core GEMM multiplies) or "producer" (one GEMM whose producer warpgroup
+#: dequantizes the codes into each B stage, ``gemm_w4.cuh``). Measured on an H100
+#: (benchmarks/results/gemm-w4.md, 4096^3 bf16, blocks of 128): "producer" 0.33 ms against
+#: fusec's bf16 GEMM 0.18 and cuBLAS of the dequantized weight 0.18: its producer warpgroup
+#: (one warp a scheduler, an instruction every ~10 cycles by ncu) is the bottleneck, so
+#: the two kernels stay the default.
+GEMM_ROUTE_ENV = "FUSEC_W4_GEMM"
+GEMM_ROUTES = ("separate", "producer")
+
+
+def gemm_route() -> str:
+    """``$FUSEC_W4_GEMM`` (validated: "separate", the default, or "producer")."""
+    from fusec.environ import switch
+
+    return switch(GEMM_ROUTE_ENV, GEMM_ROUTES)
+
+
 @dataclass(frozen=True)
 class GemmWeight:
     """An int4 weight as the Tensor Core GEMM's B (``gemm_w4.cuh``: the producer
