@@ -193,9 +193,19 @@ def _torch_on_gpu() -> Any:
 
 
 def _torch_tensor(torch: Any, array: np.ndarray) -> Any:
-    """``array`` as a tensor on the current GPU (bfloat16 through its bits: numpy's
-    bfloat16 is ml_dtypes', which torch does not read)."""
-    if array.dtype.name == "bfloat16":
-        bits = torch.from_numpy(np.ascontiguousarray(array).view(np.int16))
-        return bits.view(torch.bfloat16).cuda()
-    return torch.from_numpy(np.ascontiguousarray(array)).cuda()
+    """``array`` as a tensor on the current GPU: bfloat16 and float8 through their bits
+    (numpy's are ml_dtypes', which torch does not read), 4-bit codes by value, a byte each
+    (the kernels' storage of i4 and ui4)."""
+    array = np.ascontiguousarray(array)
+    name = array.dtype.name
+    if name in ("int4", "uint4"):
+        array = array.astype(np.int8 if name == "int4" else np.uint8)
+    through_bits = {
+        "bfloat16": (np.int16, "bfloat16"),
+        "float8_e4m3fn": (np.uint8, "float8_e4m3fn"),
+        "float8_e5m2": (np.uint8, "float8_e5m2"),
+    }
+    if name in through_bits:
+        storage, dtype = through_bits[name]
+        return torch.from_numpy(array.view(storage)).view(getattr(torch, dtype)).cuda()
+    return torch.from_numpy(array).cuda()

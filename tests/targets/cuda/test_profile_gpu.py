@@ -60,3 +60,28 @@ def test_kernel_events_add_up_to_the_call(text: str) -> None:
         for k in p.kernels:
             assert k.roofline is not None and 0 < k.roofline <= 105.0, p.table()
     print(p.table())
+
+
+# a weight-only int4 layer whose zero points (i4) and scales (bf16) are arguments: the
+# random inputs hold ml_dtypes int4 and bfloat16 arrays, which torch reads only by value
+# or through their bits
+INT4_ARGUMENTS = """\
+func.func @w4(%x: tensor<64x256xbf16>, %s: tensor<2x128xbf16>, %z: tensor<2x128xi4>) \
+-> tensor<64x128xbf16> {
+  %q = arith.constant dense<3> : tensor<256x128xi4>
+  %w = ai.dequantize %q, %s, %z {axis = 0 : i64, block_size = 128 : i64} : \
+tensor<256x128xi4> * tensor<2x128xbf16> * tensor<2x128xi4>
+  %y = ai.matmul %x, %w : tensor<64x256xbf16> * tensor<256x128xbf16>
+  return %y : tensor<64x128xbf16>
+}
+"""
+
+
+def test_random_inputs_of_4_bit_codes_reach_the_gpu() -> None:
+    """``fusec profile`` of a graph with i4 arguments (the bug: torch cannot read
+    ml_dtypes' int4, an internal error before any kernel ran)."""
+    import fusec
+
+    compiled = fusec.compile(INT4_ARGUMENTS, target="cuda")
+    p = fusec.profile(compiled, repeat=5, warmup=1)
+    assert len(p.kernels) >= 1 and all(k.seconds > 0 for k in p.kernels), p.table()
