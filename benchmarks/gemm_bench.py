@@ -288,6 +288,13 @@ def main() -> int:
         "cold, one line a layer (printed: the same-call A/B of its loops)",
     )
     parser.add_argument(
+        "--w4-routes",
+        action="store_true",
+        help="the W4A16 layer past 16 rows by both routes ($FUSEC_W4_GEMM: dequantize kernel "
+        "+ GEMM, or the GEMM's producer dequantizing), M from 32 to 4096 "
+        "(gemm-w4-routes.md/.json)",
+    )
+    parser.add_argument(
         "--moe",
         action="store_true",
         help="the MoE experts layer instead (vs a PyTorch loop over experts, dense GEMMs)",
@@ -363,6 +370,9 @@ def main() -> int:
         return 0
     if args.w4_decode:
         w4_decode()
+        return 0
+    if args.w4_routes:
+        w4_routes(args.out)
         return 0
     if args.w4:
         w4_cases(bench, rows, args.out)
@@ -819,6 +829,86 @@ def w4_decode() -> None:
               f"{cold * 1e3:.1f} us{shares[1]}, rel L2 {rel:.1e}", flush=True)  # fmt: skip
         del q, s, z, wd
         torch.cuda.empty_cache()
+
+
+#: (K, N, rows) of ``--w4-routes``: the square layer of ``--w4`` and a Llama-3-8B MLP's down
+#: projection
+W4_ROUTE_CASES = (
+    (W4_K, W4_N, (32, 64, 128, 256, 512, 1024, 2048)),
+    (14336, 4096, (64, 256, 1024)),
+)
+
+
+def w4_routes(out: str) -> None:
+    """``--w4-routes``: the weight-only int4 layer (bf16, blocks of 128) past the W4A16
+    route's 16 rows by both of ``$FUSEC_W4_GEMM``'s routes, "separate" (a pointwise kernel
+    dequantizes the codes, then the GEMM) and "producer" (the GEMM's producer warpgroup
+    dequantizes them into each B stage), and fusec's bf16 GEMM of the dequantized weight:
+    GPU time of a CUDA-graph replay, warm (``time_gpu``), each result checked against the
+    f32 product; one process, every row's baselines in it. Where the producer route wins
+    is where it could be the default."""
+    import os
+    from unittest import mock
+
+    import torch
+
+    import fusec
+    from fusec.targets.cuda.gemm.w4 import GEMM_ROUTE_ENV
+
+    rows: list[dict] = []
+    for k, n, ms in W4_ROUTE_CASES:
+        q, s, z, wd, _ = w4_layer(k, n)
+        wd16 = wd.to(torch.bfloat16)
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            row: dict = {"m": m, "k": k, "n": n}
+            for route in ("separate", "producer"):
+                with mock.patch.dict(os.environ, {GEMM_ROUTE_ENV: route}):
+                    compiled = fusec.compile(w4_program(m, q, k, n), target="cuda")
+                row[f"{route}_rel"] = check(compiled(x, s, z), x.float() @ wd)
+                row[f"{route}_ms"] = time_gpu(fusec_graph(compiled, (x, s, z)))
+                row[f"{route}_kernels"] = [kernel.kind for kernel in compiled.kernels]
+            dense = fusec.compile(MATMUL.format(m=m, n=n, k=k, t="bf16"), target="cuda")
+            row["bf16_ms"] = time_gpu(fusec_graph(dense, (x, wd16)))
+            row["producer_vs_separate"] = row["separate_ms"] / row["producer_ms"]
+            times = f"{row['separate_ms']:.4f} / {row['producer_ms']:.4f} / {row['bf16_ms']:.4f}"
+            print(f"W4A16 {m}x{k}x{n}: separate / producer / bf16 GEMM {times} ms", flush=True)
+            rows.append(row)
+            _write_w4_routes(rows, out)  # (after each row: a cut-short run keeps its rows)
+        del q, s, z, wd, wd16
+        torch.cuda.empty_cache()
+
+
+def _write_w4_routes(rows: list[dict], out: str) -> None:
+    import datetime
+
+    import torch
+    from bench_common import commit as tree_commit
+    from bench_common import write_results
+
+    from fusec.targets.cuda.gemm.w4 import GEMM_ROUTE_ENV
+
+    device = torch.cuda.get_device_name()
+    lines = [
+        f"# W4A16 past 16 rows: the two routes ({device}, {datetime.date.today()}, "
+        f"commit {tree_commit()})",
+        "",
+        "`gemm_bench.py --w4-routes`: ms of a CUDA-graph replay (GPU time alone), bf16, scales "
+        "and zero points per block of 128 along K; separate = a pointwise kernel dequantizes "
+        f"the codes, then the GEMM (the default); producer = `{GEMM_ROUTE_ENV}=producer`, the "
+        "GEMM's producer warpgroup dequantizes them into each B stage; bf16 = fusec's GEMM "
+        "of the dequantized weight.",
+        "",
+        "| M x K x N | separate ms | producer ms | separate / producer | bf16 GEMM ms |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['m']}x{r['k']}x{r['n']} | {r['separate_ms']:.4f} | {r['producer_ms']:.4f} | "
+            f"{r['producer_vs_separate']:.2f} | {r['bf16_ms']:.4f} |"
+        )
+    meta = {"device": device, "commit": tree_commit(), "torch": torch.__version__, "rows": rows}
+    write_results(f"{out}/gemm-w4-routes", meta, "\n".join(lines) + "\n")
 
 
 def w4_sweep() -> None:
