@@ -667,7 +667,7 @@ def w4_cases(bench, rows: list[dict], out: str) -> None:
 
     import torch
 
-    from fusec.targets.cuda.gemm.w4 import GEMM_ROUTE_ENV
+    from fusec.targets.cuda.gemm.w4 import GEMM_ROUTE_ENV, gemm_route
     from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
 
     def matmul(a, b):
@@ -696,9 +696,10 @@ def w4_cases(bench, rows: list[dict], out: str) -> None:
               exact=exact, cold=True)  # fmt: skip
         if rows and rows[-1]["case"] == name:  # (eager: cuBLAS of the bf16 weight)
             rows[-1].update(weight_bytes=weight_bytes, eager_weight_bytes=k * n * 2)
-        if m > 16:  # the A/B of the route past 16 rows: the GEMM's producer dequantizes
-            with mock.patch.dict(os.environ, {GEMM_ROUTE_ENV: "producer"}):
-                bench(f"{name} ({GEMM_ROUTE_ENV}=producer)", w4_program(m, q, k, n), (x, s, z),
+        if m > 16:  # the A/B of the routes past 16 rows: the one the default does not take
+            other = "separate" if gemm_route(m) == "producer" else "producer"
+            with mock.patch.dict(os.environ, {GEMM_ROUTE_ENV: other}):
+                bench(f"{name} ({GEMM_ROUTE_ENV}={other})", w4_program(m, q, k, n), (x, s, z),
                       dense, flops, compile_fn=False, exact=exact, cold=True)  # fmt: skip
         text = MATMUL.format(m=m, n=n, k=k, t="bf16")
         bench(f"bf16 matmul {m}x{k}x{n}", text, (x, wd16), matmul, flops, compile_fn=False,
@@ -895,9 +896,9 @@ def _write_w4_routes(rows: list[dict], out: str) -> None:
         "",
         "`gemm_bench.py --w4-routes`: ms of a CUDA-graph replay (GPU time alone), bf16, scales "
         "and zero points per block of 128 along K; separate = a pointwise kernel dequantizes "
-        f"the codes, then the GEMM (the default); producer = `{GEMM_ROUTE_ENV}=producer`, the "
-        "GEMM's producer warpgroup dequantizes them into each B stage; bf16 = fusec's GEMM "
-        "of the dequantized weight.",
+        "the codes, then the GEMM (the default past 512 rows); producer = "
+        f"`{GEMM_ROUTE_ENV}=producer`, the GEMM's producer warpgroup dequantizes them into "
+        "each B stage; bf16 = fusec's GEMM of the dequantized weight.",
         "",
         "| M x K x N | separate ms | producer ms | separate / producer | bf16 GEMM ms |",
         "| --- | --- | --- | --- | --- |",

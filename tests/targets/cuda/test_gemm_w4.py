@@ -75,13 +75,31 @@ def producer_route(monkeypatch):
     monkeypatch.setenv(w4.GEMM_ROUTE_ENV, "producer")
 
 
-def test_by_default_many_rows_dequantize_in_a_kernel_of_their_own() -> None:
-    """The producer route is slower than a dequantize kernel and the GEMM (gemm-w4.md), so
-    it is opt-in; the remark names the switch."""
-    compiled = _compiled(17, 128)
-    assert [k.kind for k in compiled.kernels] == ["pointwise", "matmul"]
-    assert "FUSEC_W4_GEMM=producer" in str(compiled.remarks())
-    assert compiled.kernels[1].specs[0].w4 is None
+@pytest.mark.parametrize("rows, route", [(17, "producer"), (512, "producer"), (513, "separate")])
+def test_the_route_by_rows_of_activations(rows, route) -> None:
+    """By default (``$FUSEC_W4_GEMM`` unset: "auto") the GEMM dequantizes its B up to
+    ``PRODUCER_MAX_ROWS`` rows (faster there by gemm-w4-routes.md); past them the
+    dequantize is a kernel of its own, and the remark names the rule."""
+    from fusec.targets.cuda.gemm import w4
+
+    compiled = _compiled(rows, 128)
+    kinds = [k.kind for k in compiled.kernels]
+    assert kinds == (["matmul"] if route == "producer" else ["pointwise", "matmul"])
+    assert (compiled.kernels[-1].specs[0].w4 is not None) == (route == "producer")
+    if route == "separate":
+        assert f"more than {w4.PRODUCER_MAX_ROWS}" in str(compiled.remarks())
+
+
+@pytest.mark.parametrize("route, kinds", [("separate", 2), ("producer", 1)])
+def test_the_switch_forces_either_route(route, kinds, monkeypatch) -> None:
+    from fusec.errors import FusecError
+    from fusec.targets.cuda.gemm import w4
+
+    monkeypatch.setenv(w4.GEMM_ROUTE_ENV, route)
+    assert len(_compiled(17 if route == "separate" else 600, 128).kernels) == kinds
+    monkeypatch.setenv(w4.GEMM_ROUTE_ENV, "fused")
+    with pytest.raises(FusecError, match="FUSEC_W4_GEMM"):
+        _compiled(17, 128)
 
 
 @pytest.mark.parametrize(

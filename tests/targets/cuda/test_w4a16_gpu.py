@@ -3,14 +3,15 @@
 A layer as ONNX writes it (``DequantizeLinear`` of an INT4 weight with per-block scales
 and zero points along K -> ``MatMul`` + bias -> ``Relu``, or a ``Gemm`` with transB of
 codes stored N x K) keeps its weight as codes. Up to 16 rows of activations the W4A16
-route reads the codes packed (one kernel, ``gemm/w4.py``); past that one pointwise
-kernel dequantizes them each call and the Tensor Core GEMM multiplies, or, with
-``$FUSEC_W4_GEMM=producer``, the GEMM's producer warpgroup dequantizes them into each B
-stage (``gemm_w4.cuh``). A layer whose codes are an argument (run-time codes, the IR
-``w4a16_ir``) takes the dequantize kernel at any M. Each case draws fresh codes, scales,
-zero points and activations, runs with its output poisoned (NaN) first on a side torch
-stream and compares with the float64 reference executor on the same inputs: rel L2 < 1e-2,
-the bound of every 16-bit kernel here.
+route reads the codes packed (one kernel, ``gemm/w4.py``); up to 512 rows (where K and
+the scale blocks are multiples of 64) the Tensor Core GEMM's producer warpgroup
+dequantizes them into each B stage (``gemm_w4.cuh``); past that one pointwise kernel
+dequantizes them each call and the GEMM multiplies (``$FUSEC_W4_GEMM`` forces either). A
+layer whose codes are an argument (run-time codes, the IR ``w4a16_ir``) takes the
+dequantize kernel at any M. Each case draws fresh codes, scales, zero points and
+activations, runs with its output poisoned (NaN) first on a side torch stream and
+compares with the float64 reference executor on the same inputs: rel L2 < 1e-2, the bound
+of every 16-bit kernel here.
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ def test_onnx_w4a16_layer_matches_the_reference(m, k, n, block, transposed, scal
     model, x = w4a16_onnx(m, k, n, block, dtype, m * 7 + k, transposed, scales)
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
     kinds = [kernel.kind for kernel in compiled.kernels]
-    assert kinds == (["matmul"] if m <= 16 else ["pointwise", "matmul"])
+    steps = (block or k) % 64 == 0 and k % 64 == 0  # the GEMM's int4 B: 64 K a step
+    one = m <= 16 or (m <= 512 and steps)  # the W4A16 route, or the GEMM's producer
+    assert kinds == (["matmul"] if one else ["pointwise", "matmul"])
     assert compiled.kernels[-1].remark is None  # no fallback
     assert _check(compiled, [x], [_device(x, dtype)]) < 1e-2
 
@@ -85,7 +88,8 @@ def test_onnx_w4a16_layer_matches_the_reference(m, k, n, block, transposed, scal
 def test_the_gemm_dequantizing_its_int4_b_matches_the_reference(
     m, k, n, block, transposed, scales, unsigned, dtype, monkeypatch
 ):
-    """Past 16 rows with ``$FUSEC_W4_GEMM=producer``: one GEMM whose producer dequantizes
+    """Past 16 rows with ``$FUSEC_W4_GEMM=producer`` (the default up to 512 rows): one GEMM
+    whose producer dequantizes
     the codes into each B stage (``gemm_w4.cuh``), on tiles of one and two consumers,
     ragged N, i4 and u4 codes, per-block, per-column and per-tensor scales, bias + ReLU in
     the epilogue."""

@@ -47,8 +47,9 @@ An int4 weight (issue 31's W4A16 beyond the rows ``gemm/w4.py``'s route takes): 
 ``dequantize(constant 4-bit codes, scale, zero point)`` as the matmul's B -> elementwise*
 is the GEMM whose producer warpgroup dequantizes the codes into each stage
 (``cpp.W4B``, ``w4.gemm_weight``): B K-major, the codes packed at load. Fusion forms such
-groups only with ``$FUSEC_W4_GEMM=producer`` (``w4.gemm_route``: slower than a dequantize
-kernel and the GEMM so far); a group that holds one is planned either way.
+groups up to ``w4.PRODUCER_MAX_ROWS`` rows (``w4.gemm_route``, measured: past them a
+dequantize kernel and the GEMM are faster; ``$FUSEC_W4_GEMM`` forces either); a group
+that holds one is planned either way.
 
 Everything else (f32 graphs, which keep IEEE f32 maths by default; partial batch
 broadcasting; 1-D operands; other prologues) is served by the PyTorch fallback
@@ -415,10 +416,12 @@ def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | Non
         problem = w4.members_problem(members)  # a few rows: the W4A16 route
         if problem is None:
             return None
-        if w4.gemm_route() == "separate":  # more: a dequantize kernel, then the GEMM
+        rows = math.prod(spec_of(anchor.lhs.type).shape[:-1])
+        if w4.gemm_route(rows) == "separate":  # many rows: a dequantize kernel, then the GEMM
             return (
-                f"the cuda W4A16 route cannot take the group ({problem}); the dequantize is a "
-                f"kernel of its own (${w4.GEMM_ROUTE_ENV}=producer: the GEMM dequantizes it)"
+                f"the cuda W4A16 route cannot take the group ({problem}); at {rows} rows the "
+                f"dequantize is a kernel of its own (more than {w4.PRODUCER_MAX_ROWS}, or "
+                f"${w4.GEMM_ROUTE_ENV}=separate)"
             )
         gemm = plan_members(members)  # the GEMM dequantizing the weight as it loads it
         if isinstance(gemm, str):

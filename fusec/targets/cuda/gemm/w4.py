@@ -260,22 +260,32 @@ def _plan(dq: ai.DequantizeOp, matmul: ai.MatmulOp, args: Mapping[SSAValue, int]
 
 
 #: ``$FUSEC_W4_GEMM``: how a weight-only int4 layer of more than ``MAX_ROWS`` rows runs on
-#: cuda: "separate" (the default: a pointwise kernel dequantizes the codes each call, then
-#: the Tensor Core GEMM multiplies) or "producer" (one GEMM whose producer warpgroup
-#: dequantizes the codes into each B stage, ``gemm_w4.cuh``). Measured on an H100
-#: (benchmarks/results/gemm-w4.md, 4096^3 bf16, blocks of 128): "producer" 0.33 ms against
-#: fusec's bf16 GEMM 0.18 and cuBLAS of the dequantized weight 0.18: its producer warpgroup
-#: (one warp a scheduler, an instruction every ~10 cycles by ncu) is the bottleneck, so
-#: the two kernels stay the default.
+#: cuda: "auto" (the default: "producer" up to ``PRODUCER_MAX_ROWS`` rows, "separate" past
+#: them), "separate" (a pointwise kernel dequantizes the codes each call, then the Tensor
+#: Core GEMM multiplies) or "producer" (one GEMM whose producer warpgroup dequantizes the
+#: codes into each B stage, ``gemm_w4.cuh``).
 GEMM_ROUTE_ENV = "FUSEC_W4_GEMM"
-GEMM_ROUTES = ("separate", "producer")
+GEMM_ROUTES = ("auto", "separate", "producer")
+#: Rows of activations up to which "auto" takes the producer route. Measured on an H100
+#: (``gemm_bench.py --w4-routes``, benchmarks/results/gemm-w4-routes.md; bf16, blocks of
+#: 128; separate / producer ms): 4096 x 4096 at 32 rows 0.0353 / 0.0176, 64 0.0337 /
+#: 0.0179, 128 0.0372 / 0.0285, 256 0.0437 / 0.0402, 512 0.0465 / 0.0459, 1024 0.0638 /
+#: 0.0860, 2048 0.1086 / 0.1699; 14336 x 4096 at 64 rows 0.1210 / 0.0482, 256 0.1570 /
+#: 0.1306, 1024 0.2188 / 0.2898. The producer skips the dequantize kernel's 16-bit weight
+#: (written and read back each call), which dominates few rows; past ~512 its one producer
+#: warpgroup (an instruction every ~10 cycles a warp by ncu) sets the GEMM's pace.
+PRODUCER_MAX_ROWS = 512
 
 
-def gemm_route() -> str:
-    """``$FUSEC_W4_GEMM`` (validated: "separate", the default, or "producer")."""
+def gemm_route(rows: int) -> str:
+    """The route of a layer of ``rows`` rows of activations past ``MAX_ROWS``:
+    ``$FUSEC_W4_GEMM`` (validated), "auto" resolved by ``PRODUCER_MAX_ROWS``."""
     from fusec.environ import switch
 
-    return switch(GEMM_ROUTE_ENV, GEMM_ROUTES)
+    route = switch(GEMM_ROUTE_ENV, GEMM_ROUTES)
+    if route == "auto":
+        return "producer" if rows <= PRODUCER_MAX_ROWS else "separate"
+    return route
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,20 @@
-// A weight-only int4 layer (issue 31's W4A16) on cuda past 16 rows: by default the
-// dequantize is a pointwise kernel of its own (its 16-bit weight written each call) before
-// the GEMM; with FUSEC_W4_GEMM=producer the Tensor Core GEMM's producer dequantizes the
-// codes into each B stage (gemm_w4.cuh), one matmul group, except where it cannot read the
-// weight (here blocks of 32 along K, not a whole 64-value K step).
-// RUN: env FUSEC_W4_GEMM=producer fusec-opt %s -p "infer-shapes,canonicalize,fuse{target=cuda}" | filecheck %s
-// RUN: fusec-opt %s -p "infer-shapes,canonicalize,fuse{target=cuda}" | filecheck %s --check-prefix=DEFAULT
+// A weight-only int4 layer (issue 31's W4A16) on cuda from 17 to 512 rows (by default;
+// FUSEC_W4_GEMM=producer at any number) is one matmul group: the Tensor Core GEMM's
+// producer dequantizes the codes into each B stage (gemm_w4.cuh), except where it cannot
+// read the weight (here blocks of 32 along K, not a whole 64-value K step). Past 512 rows
+// (or with FUSEC_W4_GEMM=separate) the dequantize is a pointwise kernel of its own, its
+// 16-bit weight written each call, before the GEMM.
+// RUN: fusec-opt %s -p "infer-shapes,canonicalize,fuse{target=cuda}" | filecheck %s
+// RUN: env FUSEC_W4_GEMM=separate fusec-opt %s -p "infer-shapes,canonicalize,fuse{target=cuda}" | filecheck %s --check-prefix=SEPARATE
 
-// DEFAULT-LABEL: func.func @prefill
-// DEFAULT:       ai.fused "pointwise"
-// DEFAULT-NEXT:  ^bb0
-// DEFAULT-NEXT:  ai.dequantize
-// DEFAULT-NEXT:  ai.yield
-// DEFAULT:       ai.fused "matmul"
-// DEFAULT-NEXT:  ^bb0
-// DEFAULT-NEXT:  ai.matmul
+// SEPARATE-LABEL: func.func @prefill
+// SEPARATE:       ai.fused "pointwise"
+// SEPARATE-NEXT:  ^bb0
+// SEPARATE-NEXT:  ai.dequantize
+// SEPARATE-NEXT:  ai.yield
+// SEPARATE:       ai.fused "matmul"
+// SEPARATE-NEXT:  ^bb0
+// SEPARATE-NEXT:  ai.matmul
 
 // CHECK-LABEL: func.func @prefill
 // CHECK:       ai.fused "matmul" ({{[^)]*}}) : (tensor<512x256xi4>, tensor<4x256xbf16>, tensor<4x256xi4>, tensor<300x512xbf16>, tensor<256xbf16>)
