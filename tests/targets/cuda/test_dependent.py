@@ -231,10 +231,10 @@ def test_only_the_weights_are_loaded_before_the_wait() -> None:
     common = (root / "common.cuh").read_text()
     assert f'asm volatile("{WAIT_PTX}" ::: "memory");' in common  # the Numba kernels' text
     gemm = (root / "gemm.cuh").read_text()
-    head = "if constexpr (C::EARLY_B) {\n        if (blockIdx.x < units)"
+    head = "if constexpr (C::EARLY_B) {\n          if (blockIdx.x < units)"
     early = _between(gemm, head, "int it = 0;")
     assert "gemm_load_b<C>(sb + i * B_BYTES, map_b" in early and "map_a" not in early
-    assert early.rstrip().endswith("fs_grid_dependency_wait();\n      }")
+    assert early.rstrip().endswith("fs_grid_dependency_wait();\n        }")
     producer = _between(gemm, "fs_setmaxnreg_dec<C::PRODUCER_REGISTERS>();", "if (tid == 0) {")
     assert "if (tid != 0) fs_grid_dependency_wait();" in producer
     consumer = _between(gemm, "fs_consumer_thread<C::CONSUMER_REGISTERS>(wg, tid);", "float acc[")
