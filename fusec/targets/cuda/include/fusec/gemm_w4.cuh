@@ -80,7 +80,8 @@ static __device__ __forceinline__ void w4_copy(u32 stage, u64 codes, u64 scale, 
     fs_cp16(stage + W4Tail<C>::CODES + (u32)(row * 32 + 16 * (tid % 2)), codes + 4ull * word,
             in ? 16u : 0u);
     // the aligned 32-bit words holding the scale and the zero point (w4_step: the half or
-    // byte of each)
+    // byte of each); a word may reach up to 3 bytes past the array's last element, inside
+    // its allocation (device allocations come in multiples of 256 bytes)
     w4_cp4(words, (scale + 2ull * at) & ~3ull, in ? 4u : 0u);
     w4_cp4(words + 4, (zero + at) & ~3ull, in ? 4u : 0u);
   }
