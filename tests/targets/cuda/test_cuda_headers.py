@@ -98,8 +98,9 @@ extern "C" __global__ void probe(const void* x, const void* w, float* out) {
 }""",
     "fusec/gemm_w4.cuh": """
 struct W4 {
-  enum : int { BN = 128, BK = 64, B_BYTES = 128 * 128, W4_BLOCK = 128, W4_SIGNED = 1 };
-  enum : int { W4_ZERO_BIAS = 8, W4_MAGIC = 0x4300, W4_BF16 = 1 };
+  enum : int { BM = 128, BN = 128, BK = 64, STAGES = 4, SPLIT_K = 1, GROUP_M = 8 };
+  enum : int { A_BYTES = 128 * 128, B_BYTES = 128 * 128, A_K_MAJOR = 1, BATCH_A = 0 };
+  enum : int { W4_BLOCK = 128, W4_SIGNED = 1, W4_ZERO_BIAS = 8, W4_MAGIC = 0x4300, W4_BF16 = 1 };
   static __device__ __forceinline__ int w4_index(int n, int blk, int N) { return blk * N + n; }
 };
 struct W4F16 {
@@ -117,11 +118,36 @@ __device__ void probe_step(u64 codes, u64 s, u64 z, u32 stage) {
   fs_named_sync(fusec::W4_BARRIER, 128);
   fusec::w4_store<C>(st, stage, threadIdx.x);
 }
-extern "C" __global__ void probe(u64 codes, u64 s, u64 z) {
-  __shared__ __align__(1024) unsigned char stage[128 * 128];
-  const u32 dst = (u32)__cvta_generic_to_shared(stage);
-  probe_step<W4>(codes, s, z, dst);
-  probe_step<W4F16>(codes, s, z, dst);
+extern "C" __global__ void probe(u64 map_a, u64 codes, u64 s, u64 z) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const u32 base = (u32)__cvta_generic_to_shared(smem);
+  probe_step<W4F16>(codes, s, z, base);
+  fusec::gemm_w4_producer<W4>(base, base + 4 * W4::A_BYTES, base + 8 * W4::A_BYTES,
+                              threadIdx.x, map_a, codes, s, z, 256, 512, 8, 8, 2, 2);
+}""",
+    "fusec/gemm_walk.cuh": """
+struct Walk {
+  enum : int { BM = 128, BN = 128, BK = 64, SPLIT_K = 2, GROUP_M = 8, SWIGLU = 0 };
+  enum : int { B_K_MAJOR = 0 };
+};
+struct Gated {
+  enum : int { BM = 128, BN = 128, BK = 64, SPLIT_K = 1, GROUP_M = 8, SWIGLU = 1 };
+  enum : int { B_K_MAJOR = 1 };
+};
+extern "C" __global__ void probe(u64 map, int* out) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const u32 dst = (u32)__cvta_generic_to_shared(smem);
+  fusec::GemmWalk<Walk> walk;
+  int steps = 0;
+  if (fusec::gemm_walk_start<Walk>(walk, 12, 8, 3, 2)) {
+    do {
+      fusec::gemm_load<Walk, true, Walk::BM>(dst, map, dst + 65536, walk.kb, walk.w.pm, 0);
+      fusec::gemm_load_b<Walk>(dst, map, dst + 65536, walk.kb, walk.w.pn, 0, 256);
+      fusec::gemm_load_b<Gated>(dst, map, dst + 65536, walk.kb, walk.w.pn, 0, 256);
+      ++steps;
+    } while (fusec::gemm_walk_next<Walk>(walk, 12, 8, 3, 2));
+  }
+  out[threadIdx.x] = steps;
 }""",
     "fusec/reduce.cuh": """
 extern "C" __global__ void probe(float* out) {

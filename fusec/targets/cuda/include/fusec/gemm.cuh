@@ -17,6 +17,7 @@
 #include "fusec/common.cuh"
 #include "fusec/gemm_layernorm.cuh"
 #include "fusec/gemm_w4.cuh"
+#include "fusec/gemm_walk.cuh"
 #include "fusec/shared.cuh"
 #include "fusec/split_k.cuh"
 #include "fusec/tma.cuh"
@@ -35,31 +36,6 @@ enum GemmSoftmax { SOFTMAX_NONE = 0, SOFTMAX_ROW = 1, SOFTMAX_PARTIALS = 2 };
 // disjoint for up to 3 consumer warpgroups (cw = 0..2).
 enum GemmBarrier { VECTOR_BARRIER = 3, LN_BARRIER = 6, LN_AFFINE_BARRIER = 9, SPLIT_BARRIER = 10 };
 
-// Tile t of the persistent walk -> (pm, pn, pz), grouped GroupM tile rows at a time.
-template <int GroupM>
-static __device__ __forceinline__ void gemm_tile(int t, int tiles_m, int tiles_n, int& pm, int& pn,
-                                                 int& pz) {
-  const int per_batch = tiles_m * tiles_n;
-  pz = t / per_batch;
-  const int r = t - pz * per_batch;
-  const int group = GroupM * tiles_n;
-  const int first = (r / group) * GroupM;
-  const int rows = min(tiles_m - first, GroupM);
-  const int w = r % group;
-  pm = first + w % rows;
-  pn = w / rows;
-}
-
-// Work unit u of the persistent walk (a tile, or with split-K a tile's share of its K
-// steps): its tile, K steps and the tile's (pm, pn, pz).
-template <class C>
-static __device__ __forceinline__ TileUnit gemm_unit(int u, int kblocks, int tiles_m, int tiles_n) {
-  TileUnit w;
-  fs_split_unit<C::SPLIT_K>(u, kblocks, w.t, w.kb0, w.kb1);
-  gemm_tile<C::GROUP_M>(w.t, tiles_m, tiles_n, w.pm, w.pn, w.pz);
-  return w;
-}
-
 // The first row of the consumer's accumulators: its share of the block tile (cooperative)
 // or the tile's first row (pingpong: the warpgroup owns the tile). Evaluated where it is
 // used, as part of each row expression.
@@ -69,121 +45,6 @@ static __device__ __forceinline__ int gemm_rows(int pm, int cw) {
     return pm * C::BM;
   } else {
     return pm * C::BM + cw * C::WM;
-  }
-}
-
-// The TMA load of K step kb's A tile (ROWS = BM, tile row p = pm) or B tile (ROWS = BN,
-// p = pn): K-major, one box; else (M- or N-major) ROWS / 64 boxes of 64 rows.
-template <class C, bool K_MAJOR, int ROWS>
-static __device__ __forceinline__ void gemm_load(u32 dst, u64 map, u32 full, int kb, int p, int z) {
-  if constexpr (K_MAJOR) {
-    fs_tma_load(dst, map, full, kb * C::BK, p * ROWS, z);
-  } else {
-    for (int c = 0; c < ROWS / 64; ++c)
-      fs_tma_load(dst + c * 8192, map, full, p * ROWS + c * 64, kb * C::BK, z);
-  }
-}
-
-// C::SWIGLU: K step kb's B tile as its two halves, BN / 2 gate rows of B (rows pn BN / 2 on)
-// and the same rows' up values N rows further (B stacks the gates, then the ups: 2 N rows),
-// one box each (the map's box is BN / 2 rows).
-template <class C>
-static __device__ __forceinline__ void gemm_load_gated(u32 dst, u64 map, u32 full, int kb, int pn,
-                                                       int z, int N) {
-  constexpr int ROWS = C::BN / 2;
-  fs_tma_load(dst, map, full, kb * C::BK, pn * ROWS, z);
-  fs_tma_load(dst + ROWS * 128, map, full, kb * C::BK, N + pn * ROWS, z);
-}
-
-// K step kb's B tile (the gated epilogue's two halves, or one tile).
-template <class C>
-static __device__ __forceinline__ void gemm_load_b(u32 dst, u64 map, u32 full, int kb, int pn,
-                                                   int z, int N) {
-  if constexpr (C::SWIGLU) {
-    gemm_load_gated<C>(dst, map, full, kb, pn, z, N);
-  } else {
-    gemm_load<C, C::B_K_MAJOR, C::BN>(dst, map, full, kb, pn, z);
-  }
-}
-
-// The producer's position in the block's walk: work unit u, its K step kb.
-template <class C>
-struct GemmWalk {
-  int u, kb;
-  TileUnit w;
-};
-
-// The walk's next step (false: past the block's last).
-template <class C>
-static __device__ __forceinline__ bool gemm_walk_next(GemmWalk<C>& p, int units, int kblocks,
-                                                      int tiles_m, int tiles_n) {
-  while (++p.kb >= p.w.kb1) {
-    p.u += gridDim.x;
-    if (p.u >= units) return false;
-    p.w = gemm_unit<C>(p.u, kblocks, tiles_m, tiles_n);
-    p.kb = p.w.kb0 - 1;
-  }
-  return true;
-}
-
-// The walk's first step (false: the block has no work).
-template <class C>
-static __device__ __forceinline__ bool gemm_walk_start(GemmWalk<C>& p, int units, int kblocks,
-                                                       int tiles_m, int tiles_n) {
-  p.u = blockIdx.x - (int)gridDim.x;
-  p.kb = p.w.kb1 = 0;
-  return gemm_walk_next<C>(p, units, kblocks, tiles_m, tiles_n);
-}
-
-// C::B_W4 (gemm_w4.cuh): the producer warpgroup's walk. W4_AHEAD steps ahead of the one it
-// fills, its 128 threads wait for that step's stage to be free and copy their codes,
-// scales and zero points into it (cp.async, one group a step), and thread 0 announces A's
-// bytes on the stage's full barrier (one of its 1 + 128 arrivals) and issues A's TMA load.
-// Then, for the step it fills, each thread waits for its own copies, reads them back, the
-// warpgroup meets (W4_BARRIER), each thread writes its rows of the stage dequantized,
-// fences the stores for the async proxy (wgmma reads the stage) and arrives.
-template <class C>
-static __device__ __forceinline__ void gemm_w4_producer(u32 sa, u32 sb, u32 bars, int tid,
-                                                        u64 map_a, u64 codes, u64 scale, u64 zero,
-                                                        int N, int K, int units, int kblocks,
-                                                        int tiles_m, int tiles_n) {
-  static_assert(C::STAGES > W4_AHEAD, "the copies land W4_AHEAD stages ahead");
-  if (tid == 0) fs_prefetch_map(map_a);
-  GemmWalk<C> now, ahead;
-  if (!gemm_walk_start<C>(now, units, kblocks, tiles_m, tiles_n)) return;
-  ahead = now;
-  bool ahead_live = true;
-  int issued = 0;       // steps whose copies are issued
-  auto issue = [&]() {  // the copies and A's load of step `issued` (ahead's position)
-    if (ahead_live) {
-      const int s = issued % C::STAGES;
-      const u32 full = bars + 8 * s;
-      fs_bar_wait(bars + 8 * (C::STAGES + s), ((u32)(issued / C::STAGES) & 1u) ^ 1u);
-      w4_copy<C>(sb + s * C::B_BYTES, codes, scale, zero, ahead.kb, ahead.w.pn, N, K, tid);
-      if (tid == 0) {
-        fs_bar_expect(full, C::A_BYTES);
-        const int za = C::BATCH_A ? ahead.w.pz : 0;
-        gemm_load<C, C::A_K_MAJOR, C::BM>(sa + s * C::A_BYTES, map_a, full, ahead.kb, ahead.w.pm,
-                                          za);
-      }
-      ++issued;
-      ahead_live = gemm_walk_next<C>(ahead, units, kblocks, tiles_m, tiles_n);
-    }
-    fs_cp_commit();  // (an empty group past the walk's end keeps the count: one a step)
-  };
-  for (int i = 0; i < W4_AHEAD; ++i) issue();
-  for (int it = 0;; ++it) {
-    issue();
-    w4_cp_wait<W4_AHEAD>();  // this step's group done: W4_AHEAD groups committed after it
-    const int s = it % C::STAGES;
-    const u32 stage = sb + s * C::B_BYTES;
-    W4Step<C> st;
-    w4_step<C>(st, stage, scale, zero, now.kb, now.w.pn, N, tid);
-    fs_named_sync(W4_BARRIER, 128);  // every thread's copies read before rows cover them
-    w4_store<C>(st, stage, tid);
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    fs_bar_arrive(bars + 8 * s);
-    if (!gemm_walk_next<C>(now, units, kblocks, tiles_m, tiles_n)) return;
   }
 }
 

@@ -30,7 +30,9 @@
 
 #include "fusec/barrier.cuh"
 #include "fusec/common.cuh"
+#include "fusec/gemm_walk.cuh"
 #include "fusec/shared.cuh"
+#include "fusec/tma.cuh"
 
 namespace fusec {
 
@@ -149,6 +151,58 @@ static __device__ __forceinline__ void w4_store(const W4Step<C>& st, u32 dst, in
                    "r"(o[2]), "r"(o[3])
                    : "memory");
     }
+  }
+}
+
+// C::B_W4 (gemm_w4.cuh): the producer warpgroup's walk. W4_AHEAD steps ahead of the one it
+// fills, its 128 threads wait for that step's stage to be free and copy their codes,
+// scales and zero points into it (cp.async, one group a step), and thread 0 announces A's
+// bytes on the stage's full barrier (one of its 1 + 128 arrivals) and issues A's TMA load.
+// Then, for the step it fills, each thread waits for its own copies, reads them back, the
+// warpgroup meets (W4_BARRIER), each thread writes its rows of the stage dequantized,
+// fences the stores for the async proxy (wgmma reads the stage) and arrives.
+template <class C>
+static __device__ __forceinline__ void gemm_w4_producer(u32 sa, u32 sb, u32 bars, int tid,
+                                                        u64 map_a, u64 codes, u64 scale, u64 zero,
+                                                        int N, int K, int units, int kblocks,
+                                                        int tiles_m, int tiles_n) {
+  static_assert(C::STAGES > W4_AHEAD, "the copies land W4_AHEAD stages ahead");
+  if (tid == 0) fs_prefetch_map(map_a);
+  GemmWalk<C> now, ahead;
+  if (!gemm_walk_start<C>(now, units, kblocks, tiles_m, tiles_n)) return;
+  ahead = now;
+  bool ahead_live = true;
+  int issued = 0;       // steps whose copies are issued
+  auto issue = [&]() {  // the copies and A's load of step `issued` (ahead's position)
+    if (ahead_live) {
+      const int s = issued % C::STAGES;
+      const u32 full = bars + 8 * s;
+      fs_bar_wait(bars + 8 * (C::STAGES + s), ((u32)(issued / C::STAGES) & 1u) ^ 1u);
+      w4_copy<C>(sb + s * C::B_BYTES, codes, scale, zero, ahead.kb, ahead.w.pn, N, K, tid);
+      if (tid == 0) {
+        fs_bar_expect(full, C::A_BYTES);
+        const int za = C::BATCH_A ? ahead.w.pz : 0;
+        gemm_load<C, C::A_K_MAJOR, C::BM>(sa + s * C::A_BYTES, map_a, full, ahead.kb, ahead.w.pm,
+                                          za);
+      }
+      ++issued;
+      ahead_live = gemm_walk_next<C>(ahead, units, kblocks, tiles_m, tiles_n);
+    }
+    fs_cp_commit();  // (an empty group past the walk's end keeps the count: one a step)
+  };
+  for (int i = 0; i < W4_AHEAD; ++i) issue();
+  for (int it = 0;; ++it) {
+    issue();
+    w4_cp_wait<W4_AHEAD>();  // this step's group done: W4_AHEAD groups committed after it
+    const int s = it % C::STAGES;
+    const u32 stage = sb + s * C::B_BYTES;
+    W4Step<C> st;
+    w4_step<C>(st, stage, scale, zero, now.kb, now.w.pn, N, tid);
+    fs_named_sync(W4_BARRIER, 128);  // every thread's copies read before rows cover them
+    w4_store<C>(st, stage, tid);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fs_bar_arrive(bars + 8 * s);
+    if (!gemm_walk_next<C>(now, units, kblocks, tiles_m, tiles_n)) return;
   }
 }
 
