@@ -84,11 +84,12 @@ e5m2) takes 32 codes of each K-major row a step, from the same 128-byte swizzled
 codes a row, BK = 128; TMA moves them as bytes), accumulating in f32; K-major only, as
 tf32. The quantization scales are the epilogue's (the template's plan).
 
-An int4 weight-only B (``GemmSpec.w4``, issue 31's W4A16 at many rows): the producer
-warpgroup's 128 threads read the weight's 4-bit codes (packed at load, constant_layouts
-"w4gemm") with its scales and zero points and write each stage's B tile dequantized, in the
-layout TMA would have written (``include/fusec/gemm_w4.cuh``); thread 0 still issues A's
-TMA loads. No dequantized copy of the weight is ever stored.
+An int4 weight-only B (``GemmSpec.w4``, issue 31's W4A16 at 17..512 rows): the producer
+warpgroup's 128 threads copy the weight's 4-bit codes (packed at load, constant_layouts
+"w4gemm"), scales and zero points by ``cp.async`` two K steps ahead into the tail of each
+stage and write the stage's B tile dequantized over them, in the layout TMA would have
+written (``include/fusec/gemm_w4.cuh``); thread 0 still issues A's TMA loads. No
+dequantized copy of the weight is ever stored.
 """
 
 from __future__ import annotations
@@ -143,9 +144,9 @@ def bias_relu(dtype: str) -> Epilogue:
     )
 
 
-#: the int4 B's producer warpgroup keeps a K step's codes, scales and zero points of its
-#: rows a step ahead (2 x 24 registers): 72 + 2 x 216 = 3 x 168, as the conv's loading
-#: producer (``conv.cpp.LD_PRODUCER_REGISTERS``)
+#: the int4 B's producer warpgroup holds a K step's share of codes, scales and zero points
+#: (24 registers) and their addresses while it dequantizes: 72 + 2 x 216 = 3 x 168, as the
+#: conv's loading producer (``conv.cpp.LD_PRODUCER_REGISTERS``)
 W4_PRODUCER_REGISTERS = 72
 #: where a row's scale is: an expression of the row ``n``, the K block ``blk`` and ``N``
 #: (``w4.scale_layout``), integers and those names alone
