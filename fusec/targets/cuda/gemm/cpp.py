@@ -146,7 +146,10 @@ def bias_relu(dtype: str) -> Epilogue:
 
 #: the int4 B's producer warpgroup holds a K step's share of codes, scales and zero points
 #: (24 registers) and their addresses while it dequantizes: 72 + 2 x 216 = 3 x 168, as the
-#: conv's loading producer (``conv.cpp.LD_PRODUCER_REGISTERS``)
+#: conv's loading producer (``conv.cpp.LD_PRODUCER_REGISTERS``). (A second producer
+#: warpgroup was tried, f7a4fba: ptxas compiles every instruction within 65536 / threads
+#: registers whatever ``setmaxnreg`` grants later, so a 512-thread block cannot hold an
+#: m64n256 wgmma's 128 accumulators; on 128x128 tiles it ran slower.)
 W4_PRODUCER_REGISTERS = 72
 #: where a row's scale is: an expression of the row ``n``, the K block ``blk`` and ``N``
 #: (``w4.scale_layout``), integers and those names alone
