@@ -14,15 +14,15 @@ from __future__ import annotations
 PRODUCER_REGISTERS = 40
 CONSUMER_REGISTERS = 232
 #: the registers of one SM, all of which one block of these kernels takes (one block an SM)
-REGISTER_FILE = 65536
+_REGISTER_FILE = 65536
 
 
-def consumer_registers(consumers: int) -> int:
-    """What ``setmaxnreg.inc`` gives each consumer thread beside a 40-register producer:
-    ``CONSUMER_REGISTERS`` for one or two consumer warpgroups, what the register file
-    leaves for three (152: 40 x 128 + 152 x 384 <= 65536; 232 would never be granted and
-    the warpgroups would wait for it forever)."""
-    share = (REGISTER_FILE // 128 - PRODUCER_REGISTERS) // consumers // 8 * 8  # setmaxnreg: x8
+def consumer_registers(consumers: int, producer: int = PRODUCER_REGISTERS) -> int:
+    """What ``setmaxnreg.inc`` gives each consumer thread beside a producer warpgroup of
+    ``producer`` registers (40 by default): ``CONSUMER_REGISTERS`` for one or two consumer
+    warpgroups, what the register file leaves for three (152: 40 x 128 + 152 x 384 <=
+    65536; 232 would never be granted and the warpgroups would wait for it forever)."""
+    share = (_REGISTER_FILE // 128 - producer) // consumers // 8 * 8  # setmaxnreg: x8
     return min(CONSUMER_REGISTERS, share)
 
 

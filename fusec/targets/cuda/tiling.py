@@ -51,6 +51,7 @@ from fusec.targets.cuda.caps import DeviceCaps, given_device, tuning_device
 
 if TYPE_CHECKING:
     from fusec.targets.cuda.gemm.config import TileConfig, Variant
+    from fusec.targets.cuda.gemm.w4 import W4Plan
 
 
 @dataclass(frozen=True)
@@ -108,9 +109,9 @@ class TileGemmPass(ModulePass):
                 _tile_conv(fused, device)
             if not isinstance(fused, ai.FusedOp) or fused.kind_name != "matmul":
                 continue
-            if w4.dequantizes_four_bit(fused) and not isinstance(w4.plan(fused), str):
+            if (route := w4.route_plan(fused)) is not None:
                 device = device or given_device(self.sms)
-                _choose_w4_loop(fused, device)
+                _choose_w4_loop(fused, route, device)
                 continue
             p = template.plan(fused)
             if isinstance(p, str):
@@ -166,16 +167,15 @@ class TileGemmPass(ModulePass):
         return replace(config.variant, **{name: value for name, value in asked.items() if value})
 
 
-def _choose_w4_loop(fused: ai.FusedOp, device: DeviceCaps) -> None:
-    """Write the W4A16 Tensor Core kernel's loop on a weight-only int4 group it serves
-    (``w4_mma.choose_loop`` for ``device``'s SM count); groups it cannot serve (the CUDA-core
-    kernel's) get no attribute."""
+def _choose_w4_loop(fused: ai.FusedOp, p: W4Plan, device: DeviceCaps) -> None:
+    """Write the W4A16 Tensor Core kernel's loop on a weight-only int4 group it serves (the
+    route's plan ``p``; ``w4_mma.choose_loop`` for ``device``'s SM count); groups it cannot
+    serve (the CUDA-core kernel's) get no attribute."""
     from xdsl.dialects.builtin import StringAttr
 
-    from fusec.targets.cuda.gemm import w4, w4_mma
+    from fusec.targets.cuda.gemm import w4_mma
 
-    p = w4.plan(fused)
-    if isinstance(p, str) or w4_mma.mma_problem(p) is not None:
+    if w4_mma.mma_problem(p) is not None:
         return
     fused.attributes[w4_mma.LOOP_ATTR] = StringAttr(w4_mma.choose_loop(p, device.sms))
 

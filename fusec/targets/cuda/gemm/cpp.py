@@ -102,12 +102,7 @@ from fusec.targets.cuda.epilogue import Epilogue
 from fusec.targets.cuda.gemm.config import TileConfig, Variant
 from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
 from fusec.targets.cuda.linked import LinkedSpec
-from fusec.targets.cuda.ptx import (
-    PRODUCER_REGISTERS,
-    REGISTER_FILE,
-    consumer_registers,
-    wgmma_ss,
-)
+from fusec.targets.cuda.ptx import PRODUCER_REGISTERS, consumer_registers, wgmma_ss
 
 #: operand types: f32 operands run as tf32 (``precision="tf32"``, a tile with bk = 32),
 #: float8 codes (issue 31) on a tile with bk = 128
@@ -369,8 +364,8 @@ def _config(spec: GemmSpec) -> str:
         "GROUP_M": c.group_m, "WM": c.rows_per_consumer, "A_BYTES": c.a_stage_bytes,
         "B_BYTES": c.b_stage_bytes, "EPI_BYTES": c.epi_bytes if c.epilogue == "smem" else 0,
         "VEC_BYTES": c.vec_bytes, "LN_BYTES": c.ln_bytes,
-        "PRODUCER_REGISTERS": W4_PRODUCER_REGISTERS if spec.w4 else PRODUCER_REGISTERS,
-        "CONSUMER_REGISTERS": _consumer_registers(spec),
+        "PRODUCER_REGISTERS": _producer_registers(spec),
+        "CONSUMER_REGISTERS": consumer_registers(c.consumers, _producer_registers(spec)),
         "PREFETCH_AHEAD": PREFETCH_AHEAD, "SPLIT_K": c.split_k,
     }  # fmt: skip
     flags = {
@@ -401,12 +396,9 @@ def _config(spec: GemmSpec) -> str:
 """
 
 
-def _consumer_registers(spec: GemmSpec) -> int:
-    """``setmaxnreg.inc`` of a consumer thread beside the spec's producer warpgroup."""
-    if spec.w4 is None:
-        return consumer_registers(spec.config.consumers)
-    share = (REGISTER_FILE // 128 - W4_PRODUCER_REGISTERS) // spec.config.consumers // 8 * 8
-    return min(consumer_registers(spec.config.consumers), share)
+def _producer_registers(spec: GemmSpec) -> int:
+    """``setmaxnreg.dec`` of the producer warpgroup (an int4 B's dequantizes: more)."""
+    return W4_PRODUCER_REGISTERS if spec.w4 else PRODUCER_REGISTERS
 
 
 def _w4_members(spec: GemmSpec) -> str:

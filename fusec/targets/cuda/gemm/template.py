@@ -852,7 +852,7 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
     """The kernel module of a matmul group (the fallback's when the kernel cannot serve it)."""
     from fusec.targets.cuda import torch_fallback
 
-    if w4.dequantizes_four_bit(fused_op) and not isinstance(w4.plan(fused_op), str):
+    if w4.route_plan(fused_op) is not None:
         return w4_mma.generate(fused_op, name)
     name = kernel_name(name)
     p = plan(fused_op)

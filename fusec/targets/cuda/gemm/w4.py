@@ -149,10 +149,14 @@ def is_four_bit(op: Operation) -> bool:
     return isinstance(op, ai.DequantizeOp) and spec_of(op.input.type).dtype in INT4_TYPES
 
 
-def dequantizes_four_bit(fused_op: ai.FusedOp) -> bool:
-    """Whether a matmul group holds a dequantize of 4-bit codes: the W4A16 route's group
-    (``w4_mma.generate`` serves it, ``tile-gemm`` writes its loop)."""
-    return any(is_four_bit(op) for op in body_ops(fused_op))
+def route_plan(fused_op: ai.FusedOp) -> W4Plan | None:
+    """This route's plan of a matmul group that dequantizes 4-bit codes (``w4_mma.generate``
+    serves it, ``tile-gemm`` writes its loop), or None: no 4-bit dequantize, or one the
+    route does not take (past ``MAX_ROWS`` rows: the Tensor Core GEMM's int4 B)."""
+    if not any(is_four_bit(op) for op in body_ops(fused_op)):
+        return None
+    p = plan(fused_op)
+    return None if isinstance(p, str) else p
 
 
 def plan_ops(ops: Sequence[Operation], args: Mapping[SSAValue, int], results: int) -> W4Plan | str:
