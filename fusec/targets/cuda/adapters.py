@@ -11,7 +11,7 @@ from typing import Any
 
 from fusec.dialect.shapes import TensorSpec
 from fusec.errors import FusecError
-from fusec.ir.dtypes import ELEMENT_TYPES
+from fusec.ir.dtypes import ELEMENT_TYPES, INT4_TYPES
 from fusec.targets.cuda.env import numba_cuda, simulator_enabled
 from fusec.targets.cuda.streams import (
     LEGACY,
@@ -116,6 +116,18 @@ def _storage_np(dtype: str):
     return np.dtype(ELEMENT_TYPES[dtype].storage)
 
 
+def host_storage(array: Any, dtype: str) -> Any:
+    """The numpy ``array`` of element type ``dtype`` as kernels store it, contiguous, in
+    its shape: 16-bit floats as their int16 bits, float8 as uint8 bits, bools as uint8,
+    4-bit codes by value (a byte each, not ml_dtypes' bits), the others as themselves."""
+    import numpy as np
+
+    host = np.ascontiguousarray(array)
+    if dtype in INT4_TYPES:
+        return host.astype(_storage_np(dtype))
+    return host.view(_storage_np(dtype))
+
+
 class _Adapter:
     """Moves one call's tensors of one family (torch, cupy, numba/CAI, host) to and from
     the kernels' flat views, without copies for device tensors that are already
@@ -216,9 +228,7 @@ class _Adapter:
             return _Buffer(obj, spec, flat=arr.reshape(-1).view(_storage_np(spec.dtype)))
         host = np.asarray(obj)
         _check_dtype(host.dtype == numpy_dtype(spec.dtype), host.dtype, spec, index, fn_name)
-        if host.dtype.name in ("int4", "uint4"):  # by value: a byte each (not ml_dtypes' bits)
-            host = host.astype(_storage_np(spec.dtype))
-        flat = np.ascontiguousarray(host).reshape(-1).view(_storage_np(spec.dtype))
+        flat = host_storage(host, spec.dtype).reshape(-1)
         return _Buffer(None, spec, flat=cuda.to_device(flat, stream=stream.numba))
 
     def as_torch(self, buffer: _Buffer) -> Any:
@@ -370,15 +380,16 @@ def _from_dlpack(obj: Any) -> Any:
 
 
 def _device_copy(arg: Any) -> Any:
-    """A device-resident argument for graph capture: numpy arrays are uploaded (as their
-    storage: float32, or the raw bits of 16-bit floats)."""
-    if _family(arg) != "host":
+    """A device-resident argument for graph capture: numpy arrays are uploaded as the
+    kernels store their element type (``host_storage``), in their shape."""
+    if _family(arg) != "host" or simulator_enabled():  # (simulated arrays are host ones)
         return arg
-    import numpy as np
+    from fusec.ir.dtypes import element_type_of
 
-    host = np.ascontiguousarray(arg)
-    storage = np.float32 if host.dtype == np.float32 else np.int16
-    return numba_cuda().to_device(host.view(storage))
+    dtype = element_type_of(arg.dtype, floats_only=False)
+    if dtype is None:
+        raise FusecError(f"an argument of numpy dtype {arg.dtype} has no fusec element type")
+    return numba_cuda().to_device(host_storage(arg, dtype))
 
 
 def _check(result: Any) -> Any:

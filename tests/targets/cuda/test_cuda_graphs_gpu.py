@@ -251,3 +251,33 @@ def test_arguments_that_outweigh_the_launches_run_launch_by_launch() -> None:
         compiled(*_torch_args(torch, random_inputs(compiled.module, seed)))
     torch.cuda.synchronize()
     assert not compiled._runner.graphs.recorded
+
+
+WIDTHS = """
+func.func @f(%a: tensor<3x5xi32>, %b: tensor<3x5xi64>, %c: tensor<3x5xbf16>)
+    -> (tensor<3x5xi32>, tensor<3x5xi64>, tensor<3x5xbf16>) {
+  %y = ai.add %a, %a : tensor<3x5xi32> * tensor<3x5xi32>
+  %z = ai.mul %b, %b : tensor<3x5xi64> * tensor<3x5xi64>
+  %w = ai.relu %c : tensor<3x5xbf16>
+  return %y, %z, %w : tensor<3x5xi32>, tensor<3x5xi64>, tensor<3x5xbf16>
+}
+"""
+
+
+def test_a_capture_uploads_numpy_arguments_of_every_width() -> None:
+    """``capture`` of numpy arguments uploads each as its element type's storage (it viewed
+    every non-f32 array as int16: an int32 argument had twice its columns, an int64 one
+    four times, and the capture failed)."""
+    torch = pytest.importorskip("torch")
+    import fusec
+    from fusec.runtime.reference import run_reference
+
+    compiled = fusec.compile(WIDTHS, target="cuda")
+    arrays = random_inputs(compiled.module, 5)
+    graph = compiled.capture(*arrays)
+    graph.replay()
+    torch.cuda.synchronize()
+    refs = run_reference(compiled.module, arrays)
+    for out, ref in zip(graph.outputs, refs, strict=True):
+        got = out.float().cpu().numpy() if out.dtype == torch.bfloat16 else out.cpu().numpy()
+        np.testing.assert_array_equal(got, ref.astype(got.dtype))
