@@ -835,16 +835,21 @@ def w4_decode() -> None:
 #: (K, N, rows) of ``--w4-routes``: the square layer of ``--w4`` and a Llama-3-8B MLP's down
 #: projection
 W4_ROUTE_CASES = (
-    (W4_K, W4_N, (32, 64, 128, 256, 512, 1024, 2048)),
+    (W4_K, W4_N, (32, 64, 128, 256, 512, 1024, 2048, 4096)),
     (14336, 4096, (64, 256, 1024)),
 )
 
 
+#: ``$FUSEC_W4_GEMM``'s routes ``--w4-routes`` times
+W4_ROUTES = ("separate", "producer", "consumer")
+
+
 def w4_routes(out: str) -> None:
     """``--w4-routes``: the weight-only int4 layer (bf16, blocks of 128) past the W4A16
-    route's 16 rows by both of ``$FUSEC_W4_GEMM``'s routes, "separate" (a pointwise kernel
-    dequantizes the codes, then the GEMM) and "producer" (the GEMM's producer warpgroup
-    dequantizes them into each B stage), and fusec's bf16 GEMM of the dequantized weight:
+    route's 16 rows by each of ``$FUSEC_W4_GEMM``'s routes, "separate" (a pointwise kernel
+    dequantizes the codes, then the GEMM), "producer" (the GEMM's producer warpgroup
+    dequantizes them into each B stage) and "consumer" (its consumers dequantize them into
+    wgmma's A registers), and fusec's bf16 GEMM of the dequantized weight:
     GPU time of a CUDA-graph replay, warm (``time_gpu``), each result checked against the
     f32 product; one process, every row's baselines in it. Where the producer route wins
     is where it could be the default."""
@@ -863,7 +868,7 @@ def w4_routes(out: str) -> None:
         for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             row: dict = {"m": m, "k": k, "n": n}
-            for route in ("separate", "producer"):
+            for route in W4_ROUTES:
                 with mock.patch.dict(os.environ, {GEMM_ROUTE_ENV: route}):
                     compiled = fusec.compile(w4_program(m, q, k, n), target="cuda")
                 row[f"{route}_rel"] = check(compiled(x, s, z), x.float() @ wd)
@@ -871,9 +876,8 @@ def w4_routes(out: str) -> None:
                 row[f"{route}_kernels"] = [kernel.kind for kernel in compiled.kernels]
             dense = fusec.compile(MATMUL.format(m=m, n=n, k=k, t="bf16"), target="cuda")
             row["bf16_ms"] = time_gpu(fusec_graph(dense, (x, wd16)))
-            row["producer_vs_separate"] = row["separate_ms"] / row["producer_ms"]
-            times = f"{row['separate_ms']:.4f} / {row['producer_ms']:.4f} / {row['bf16_ms']:.4f}"
-            print(f"W4A16 {m}x{k}x{n}: separate / producer / bf16 GEMM {times} ms", flush=True)
+            times = " / ".join(f"{row[f'{r}_ms']:.4f}" for r in (*W4_ROUTES, "bf16"))
+            print(f"W4A16 {m}x{k}x{n}: {' / '.join(W4_ROUTES)} / bf16 GEMM {times} ms", flush=True)
             rows.append(row)
             _write_w4_routes(rows, out)  # (after each row: a cut-short run keeps its rows)
         del q, s, z, wd, wd16
@@ -891,23 +895,27 @@ def _write_w4_routes(rows: list[dict], out: str) -> None:
 
     device = torch.cuda.get_device_name()
     lines = [
-        f"# W4A16 past 16 rows: the two routes ({device}, {datetime.date.today()}, "
+        f"# W4A16 past 16 rows: the routes ({device}, {datetime.date.today()}, "
         f"commit {tree_commit()})",
         "",
         "`gemm_bench.py --w4-routes`: ms of a CUDA-graph replay (GPU time alone), bf16, scales "
         "and zero points per block of 128 along K; separate = a pointwise kernel dequantizes "
-        "the codes, then the GEMM (the default past 512 rows); producer = "
-        f"`{GEMM_ROUTE_ENV}=producer`, the GEMM's producer warpgroup dequantizes them into "
-        "each B stage; bf16 = fusec's GEMM of the dequantized weight.",
+        f"the codes, then the GEMM; producer = `{GEMM_ROUTE_ENV}=producer`, the GEMM's "
+        "producer warpgroup dequantizes them into each B stage; consumer = "
+        f"`{GEMM_ROUTE_ENV}=consumer`, its consumers dequantize them into wgmma's A "
+        "registers; bf16 = fusec's GEMM of the dequantized weight; the last column the "
+        "fastest route's time over the bf16 GEMM's.",
         "",
-        "| M x K x N | separate ms | producer ms | separate / producer | bf16 GEMM ms |",
-        "| --- | --- | --- | --- | --- |",
+        "| M x K x N | "
+        + " | ".join(f"{r} ms" for r in W4_ROUTES)
+        + " | bf16 GEMM ms | best / bf16 |",
+        "| --- " * (len(W4_ROUTES) + 3) + "|",
     ]
     for r in rows:
-        lines.append(
-            f"| {r['m']}x{r['k']}x{r['n']} | {r['separate_ms']:.4f} | {r['producer_ms']:.4f} | "
-            f"{r['producer_vs_separate']:.2f} | {r['bf16_ms']:.4f} |"
-        )
+        best = min(r[f"{route}_ms"] for route in W4_ROUTES)
+        times = " | ".join(f"{r[f'{route}_ms']:.4f}" for route in W4_ROUTES)
+        shape = f"{r['m']}x{r['k']}x{r['n']}"
+        lines.append(f"| {shape} | {times} | {r['bf16_ms']:.4f} | {best / r['bf16_ms']:.2f} |")
     meta = {"device": device, "commit": tree_commit(), "torch": torch.__version__, "rows": rows}
     write_results(f"{out}/gemm-w4-routes", meta, "\n".join(lines) + "\n")
 

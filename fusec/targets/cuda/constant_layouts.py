@@ -14,6 +14,9 @@ templates name a layout, the runtime lays constants out without importing a temp
 * ``w4mma:<kn|nk>:<i4|ui4>:<CW>``: the same nibbles as ``mma.sync`` A fragments of 16
   output columns x 16 K (``pack_int4_mma``): the W4A16 route's Tensor Core kernel
   (``gemm/w4_mma.py``).
+* ``w4rs:<kn|nk>:<i4|ui4>``: the same nibbles as wgmma's m64k16 A fragments in registers,
+  one 4 KB chunk a (128 output columns, 64 K) tile step (``pack_int4_rs``): the Tensor Core
+  GEMM whose consumers dequantize the weight (``include/fusec/gemm_w4_rs.cuh``).
 """
 
 from __future__ import annotations
@@ -115,8 +118,44 @@ def pack_int4_mma(layout: str, codes: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(packed.transpose(0, 2, 1, 3, 4)).view(np.int32).reshape(-1)
 
 
+def int4_rs_layout(k_major: bool, signed: bool) -> str:
+    """The ``pack_int4_rs`` layout of 4-bit codes stored N x K (``k_major``) or K x N."""
+    return f"w4rs:{'nk' if k_major else 'kn'}:{'i4' if signed else 'ui4'}"
+
+
+#: Output columns a ``w4rs`` chunk (the GEMM's BN: two consumer warpgroups of 64) and K.
+RS_COLUMNS = 128
+RS_STEP = 64
+
+
+def pack_int4_rs(layout: str, codes: np.ndarray) -> np.ndarray:
+    """4-bit ``codes`` in ``layout`` (``int4_rs_layout``): int32 words [N/128 tiles][K/64
+    steps][2 consumers][4 warps][32 lanes][4 k16] (N padded to 128 with code 0's nibble):
+    lane ``4 g + t`` of warp ``w`` of consumer ``c`` holds in word ``kk`` its m16k16 A
+    fragment of output columns ``128 T + 64 c + 16 w + g`` (``+ 8``) at K = ``64 step +
+    16 kk`` + (2t, 2t + 1, 2t + 8, 2t + 9) (``MMA_NIBBLE``: nibbles (i, i + 4) are fragment
+    register i), so that a (tile, step) is one contiguous 4 KB chunk and a lane's four
+    words one 16-byte shared-memory read."""
+    _, order, dtype = layout.split(":")
+    nibbles = stored_nibbles(order, dtype, codes).astype(np.uint32)
+    n, k = nibbles.shape
+    tiles = -(-n // RS_COLUMNS)
+    padded = np.zeros((tiles * RS_COLUMNS, k), np.uint32)
+    padded[:n] = nibbles
+    # [T][c][w][h][g][step][kk][hi][t][e]: column 128 T + 64 c + 16 w + 8 h + g,
+    # K 64 step + 16 kk + 8 hi + 2 t + e (fragment K position j = 2 hi + e)
+    grid = padded.reshape(tiles, 2, 4, 2, 8, k // RS_STEP, 4, 2, 4, 2)
+    packed = np.zeros((tiles, 2, 4, 8, k // RS_STEP, 4, 4), np.uint32)
+    for (h, j), nibble in MMA_NIBBLE.items():
+        packed |= grid[:, :, :, h, :, :, :, j // 2, :, j % 2] << np.uint32(4 * nibble)
+    # [T][c][w][g][step][kk][t] -> [T][step][c][w][g][t][kk]
+    return np.ascontiguousarray(packed.transpose(0, 4, 1, 2, 3, 6, 5)).view(np.int32).reshape(-1)
+
+
 def prepare(layout: str, array: np.ndarray) -> np.ndarray:
     """``array`` (a constant) in ``layout``, on the host."""
+    if layout.startswith("w4rs:"):
+        return pack_int4_rs(layout, array)
     if layout.startswith("w4mma:"):
         return pack_int4_mma(layout, array)
     if layout.startswith("w4gemm:"):

@@ -125,6 +125,37 @@ extern "C" __global__ void probe(u64 map_a, u64 codes, u64 s, u64 z) {
   fusec::gemm_w4_producer<W4>(base, base + 4 * W4::A_BYTES, base + 8 * W4::A_BYTES,
                               threadIdx.x, map_a, codes, s, z, 256, 512, 8, 8, 2, 2);
 }""",
+    "fusec/gemm_w4_rs.cuh": """
+struct Rs {
+  enum : int { BM = 16, BN = 128, BK = 64, STAGES = 4, SPLIT_K = 1, GROUP_M = 8 };
+  enum : int { A_BYTES = 16 * 128, B_BYTES = 128 * 128, A_K_MAJOR = 1, BATCH_A = 0 };
+  enum : int { W4_BLOCK = 128, W4_SIGNED = 1, W4_ZERO_BIAS = 8, W4_MAGIC = 0x4300, W4_BF16 = 1 };
+  using Out = fusec::BF16;
+  static __device__ __forceinline__ int w4_index(int n, int blk, int N) { return blk * N + n; }
+  static __device__ __forceinline__ void mma_rs(float* d, const u32* a, u64 db, int scale_d) {
+    asm volatile(
+        "{.reg .pred p; setp.ne.b32 p, %13, 0; wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16"
+        " {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+  }
+};
+struct Relu {
+  __device__ float operator()(float acc, int, int, int, u32, u32) const { return fmaxf(acc, 0.f); }
+};
+extern "C" __global__ void probe(u64 map_a, u64 codes, u64 s, u64 z, u64 out) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const u32 base = (u32)__cvta_generic_to_shared(smem);
+  const u32 sb = base + 4 * Rs::A_BYTES, bars = sb + 4 * Rs::B_BYTES;
+  if (threadIdx.x < 128) {
+    if (threadIdx.x == 0) fusec::gemm_w4_rs_producer<Rs>(base, sb, bars, map_a, codes, 6, 8, 3, 2);
+  } else {
+    const int lt = threadIdx.x % 128;
+    fusec::gemm_w4_rs_consumer<Rs>(Relu{}, base, sb, bars, out, s, z, threadIdx.x / 128 - 1, lt,
+                                   lt / 32, lt % 32, 6, 8, 3, 2, 40, 200);
+  }
+}""",
     "fusec/gemm_walk.cuh": """
 struct Walk {
   enum : int { BM = 128, BN = 128, BK = 64, SPLIT_K = 2, GROUP_M = 8, SWIGLU = 0 };

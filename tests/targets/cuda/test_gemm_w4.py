@@ -20,7 +20,7 @@ from test_gemm_build import clean_sass, needs_toolchain
 from w4_cases import w4a16_onnx
 
 from fusec.dialect import numpy_ops
-from fusec.targets.cuda.constant_layouts import int4_gemm_layout, pack_int4_gemm
+from fusec.targets.cuda.constant_layouts import int4_gemm_layout, pack_int4_gemm, pack_int4_rs
 from fusec.targets.cuda.gemm import cpp
 from fusec.targets.cuda.gemm.config import TileConfig
 
@@ -75,28 +75,37 @@ def producer_route(monkeypatch):
     monkeypatch.setenv(w4.GEMM_ROUTE_ENV, "producer")
 
 
-@pytest.mark.parametrize("rows, route", [(17, "producer"), (512, "producer"), (513, "separate")])
+@pytest.mark.parametrize(
+    "rows, route", [(17, "producer"), (128, "producer"), (129, "consumer"), (4096, "consumer")]
+)
 def test_the_route_by_rows_of_activations(rows, route) -> None:
-    """By default (``$FUSEC_W4_GEMM`` unset: "auto") the GEMM dequantizes its B up to
-    ``PRODUCER_MAX_ROWS`` rows (faster there by gemm-w4-routes.md); past them the
-    dequantize is a kernel of its own, and the remark names the rule."""
-    from fusec.targets.cuda.gemm import w4
-
+    """By default (``$FUSEC_W4_GEMM`` unset: "auto") the GEMM dequantizes its B itself: its
+    producer up to ``PRODUCER_MAX_ROWS`` rows, its consumers into wgmma's A registers past
+    them (each faster there by gemm-w4-routes.md); the codes packed for the one that reads
+    them."""
     compiled = _compiled(rows, 128)
-    kinds = [k.kind for k in compiled.kernels]
-    assert kinds == (["matmul"] if route == "producer" else ["pointwise", "matmul"])
-    assert (compiled.kernels[-1].specs[0].w4 is not None) == (route == "producer")
-    if route == "separate":
-        assert f"more than {w4.PRODUCER_MAX_ROWS}" in str(compiled.remarks())
+    (gemm,) = compiled.kernels
+    (spec,) = gemm.specs
+    assert spec.w4 is not None and spec.w4.in_registers == (route == "consumer")
+    layout = "w4rs" if route == "consumer" else "w4gemm"
+    assert gemm.prepared_inputs[0][1].startswith(layout + ":")
+    assert gemm.remark is None
 
 
-@pytest.mark.parametrize("route, kinds", [("separate", 2), ("producer", 1)])
-def test_the_switch_forces_either_route(route, kinds, monkeypatch) -> None:
+@pytest.mark.parametrize(
+    "route, rows, kinds", [("separate", 17, 2), ("producer", 600, 1), ("consumer", 17, 1)]
+)
+def test_the_switch_forces_each_route(route, rows, kinds, monkeypatch) -> None:
     from fusec.errors import FusecError
     from fusec.targets.cuda.gemm import w4
 
     monkeypatch.setenv(w4.GEMM_ROUTE_ENV, route)
-    assert len(_compiled(17 if route == "separate" else 600, 128).kernels) == kinds
+    compiled = _compiled(rows, 128)
+    assert len(compiled.kernels) == kinds
+    if route == "separate":
+        assert f"${w4.GEMM_ROUTE_ENV}=separate" in str(compiled.remarks())
+    else:
+        assert compiled.kernels[-1].specs[0].w4.in_registers == (route == "consumer")
     monkeypatch.setenv(w4.GEMM_ROUTE_ENV, "fused")
     with pytest.raises(FusecError, match="FUSEC_W4_GEMM"):
         _compiled(17, 128)
@@ -211,3 +220,90 @@ def test_the_int4_b_gemm_builds_for_sm_90a_without_spills(spec, tmp_path) -> Non
     assert len(re.findall(r"\bHADD2\b", sass)) >= pairs
     assert len(re.findall(r"\bHMUL2\b", sass)) >= pairs
     assert "UTMALDG" in sass
+
+
+# ------------------------------------------------ the consumers' registers (gemm_w4_rs.cuh)
+
+
+@pytest.mark.parametrize("order", ["kn", "nk"])
+def test_a_lanes_rs_word_is_its_wgmma_a_fragment(order, rng) -> None:
+    """``pack_int4_rs`` against the m64k16 A fragment as PTX defines it (per warp, an
+    m16n8k16 A fragment): register i of lane 4 g + t holds rows g + 8 (i % 2) and K 2t,
+    2t + 1 (+ 8 for i >= 2) in its low and high halves, and a word's register i is nibbles
+    (i, i + 4) after a shift by 4 i. N ragged (padded to 128 with code 0)."""
+    k, n = 128, 200
+    codes = rng.integers(-8, 8, (k, n) if order == "kn" else (n, k)).astype(np.int8)
+    words = pack_int4_rs(f"w4rs:{order}:i4", codes).view(np.uint32)
+    rows = codes.T if order == "kn" else codes  # N x K
+    tiles, steps = 2, k // 64
+    assert words.shape == (tiles * steps * 1024,)
+    chunks = words.reshape(tiles, steps, 2, 4, 32, 4)  # [T][step][cw][warp][lane][kk]
+    got = np.full((tiles * 128, k), 99)
+    for lane in range(32):
+        g, t = divmod(lane, 4)
+        for i in range(4):
+            half = (chunks[..., lane, :] >> np.uint32(4 * i)) & np.uint32(0x000F000F)
+            for e, value in enumerate((half & 15, half >> 16)):  # [T][step][cw][warp][kk]
+                col = 2 * t + e + 8 * (i // 2)
+                for cw, warp, kk in np.ndindex(2, 4, 4):
+                    row = np.arange(tiles)[:, None] * 128 + 64 * cw + 16 * warp + g + 8 * (i % 2)
+                    kcol = np.arange(steps)[None, :] * 64 + 16 * kk + col
+                    got[row, kcol] = value[:, :, cw, warp, kk].astype(int) - 8
+    assert np.array_equal(got[:n], rows) and np.all(got[n:] == -8)
+
+
+def _rs_spec(**changes) -> cpp.GemmSpec:
+    fields = dict(
+        config=TileConfig(256, 128, 64, 4, 2, 8),
+        w4=cpp.W4B(128, True, "blk * N + n", in_registers=True),
+    )
+    return _spec(**{**fields, **changes})
+
+
+@pytest.mark.parametrize(
+    "changes, problem",
+    [
+        ({"config": TileConfig(128, 256, 64, 4, 2, 8)}, "64 weight columns a consumer"),
+        ({"config": TileConfig(128, 128, 64, 4, 2, 8, schedule="pingpong")}, "cooperative"),
+        ({"config": TileConfig(128, 128, 64, 4, 2, 8, epilogue="smem")}, "direct epilogue"),
+        ({"a_major": "m"}, "activations K-major"),
+        ({"batch_a": True}, "one batch"),
+    ],
+)
+def test_the_registers_spec_refuses_what_its_consumers_cannot_read(changes, problem) -> None:
+    with pytest.raises(ValueError, match=problem):
+        _rs_spec(**changes)
+
+
+def test_the_consumer_route_keeps_the_producer_for_a_transposed_a(monkeypatch) -> None:
+    """The consumers read plain K-major activations: a group whose A is transposed takes the
+    producer's way under ``$FUSEC_W4_GEMM=consumer`` (both exact; no refusal)."""
+    import fusec
+    from fusec.targets.cuda.gemm import w4
+
+    monkeypatch.setenv(w4.GEMM_ROUTE_ENV, "consumer")
+    ir = """
+func.func @f(%x: tensor<512x300xbf16>, %s: tensor<4x192xbf16>, %z: tensor<4x192xi4>)
+    -> tensor<300x192xbf16> {
+  %q = arith.constant dense<3> : tensor<512x192xi4>
+  %w = ai.dequantize %q, %s, %z {axis = 0 : i64, block_size = 128 : i64}
+    : tensor<512x192xi4> * tensor<4x192xbf16> * tensor<4x192xi4>
+  %y = ai.matmul %x, %w {transpose_a = true} : tensor<512x300xbf16> * tensor<512x192xbf16>
+  return %y : tensor<300x192xbf16>
+}
+"""
+    (gemm,) = fusec.compile(ir, target="cuda", executable=False).kernels
+    assert gemm.specs[0].w4 is not None and not gemm.specs[0].w4.in_registers
+
+
+@needs_toolchain
+def test_the_registers_gemm_builds_for_sm_90a_without_spills(tmp_path) -> None:
+    """The linked kernel: no local memory, A's fragments from registers into wgmma (the
+    HGMMA's second operand a register, not a descriptor), a 16-byte shared read of a
+    step's codes, the dequantize (a 16-bit pair subtract and multiply a register, 16 a
+    step), the codes by one bulk copy (UBLKCP) beside X's TMA load (UTMALDG)."""
+    sass = clean_sass(_rs_spec(), tmp_path)
+    assert re.search(r"HGMMA\.64x256x16\.F32\.BF16 R\d+, R\d+, gdesc", sass)
+    assert len(re.findall(r"\bHADD2\.BF16", sass)) >= 16
+    assert len(re.findall(r"\bHMUL2\.BF16", sass)) >= 16
+    assert "LDS.128" in sass and "UBLKCP" in sass and "UTMALDG" in sass

@@ -3,10 +3,12 @@
 A layer as ONNX writes it (``DequantizeLinear`` of an INT4 weight with per-block scales
 and zero points along K -> ``MatMul`` + bias -> ``Relu``, or a ``Gemm`` with transB of
 codes stored N x K) keeps its weight as codes. Up to 16 rows of activations the W4A16
-route reads the codes packed (one kernel, ``gemm/w4.py``); up to 512 rows (where K and
-the scale blocks are multiples of 64) the Tensor Core GEMM's producer warpgroup
-dequantizes them into each B stage (``gemm_w4.cuh``); past that one pointwise kernel
-dequantizes them each call and the GEMM multiplies (``$FUSEC_W4_GEMM`` forces either). A
+route reads the codes packed (one kernel, ``gemm/w4.py``); past them (where K and the
+scale blocks are multiples of 64) the Tensor Core GEMM dequantizes them itself: up to 128
+rows its producer warpgroup into each B stage (``gemm_w4.cuh``), past that its consumers
+into wgmma's A registers (``gemm_w4_rs.cuh``); else, or with
+``$FUSEC_W4_GEMM=separate``, one pointwise kernel dequantizes them each call and the GEMM
+multiplies (``$FUSEC_W4_GEMM`` forces each route). A
 layer whose codes are an argument (run-time codes, the IR ``w4a16_ir``) takes the
 dequantize kernel at any M. Each case draws fresh codes, scales, zero points and
 activations, runs with its output poisoned (NaN) first on a side torch stream and
@@ -67,7 +69,7 @@ def test_onnx_w4a16_layer_matches_the_reference(m, k, n, block, transposed, scal
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
     kinds = [kernel.kind for kernel in compiled.kernels]
     steps = (block or k) % 64 == 0 and k % 64 == 0  # the GEMM's int4 B: 64 K a step
-    one = m <= 16 or (m <= 512 and steps)  # the W4A16 route, or the GEMM's producer
+    one = m <= 16 or steps  # the W4A16 route, or the GEMM dequantizing its B
     assert kinds == (["matmul"] if one else ["pointwise", "matmul"])
     assert compiled.kernels[-1].remark is None  # no fallback
     assert _check(compiled, [x], [_device(x, dtype)]) < 1e-2
@@ -85,22 +87,27 @@ def test_onnx_w4a16_layer_matches_the_reference(m, k, n, block, transposed, scal
         (4096, 4096, 512, 128, False, "block", False),  # the benchmark's K, the big tile
     ],
 )
+@pytest.mark.parametrize("route", ["producer", "consumer"])
 def test_the_gemm_dequantizing_its_int4_b_matches_the_reference(
-    m, k, n, block, transposed, scales, unsigned, dtype, monkeypatch
+    m, k, n, block, transposed, scales, unsigned, dtype, route, monkeypatch
 ):
-    """Past 16 rows with ``$FUSEC_W4_GEMM=producer`` (the default up to 512 rows): one GEMM
-    whose producer dequantizes
-    the codes into each B stage (``gemm_w4.cuh``), on tiles of one and two consumers,
-    ragged N, i4 and u4 codes, per-block, per-column and per-tensor scales, bias + ReLU in
+    """Past 16 rows with ``$FUSEC_W4_GEMM=producer`` (the default up to 128 rows): one GEMM
+    whose producer dequantizes the codes into each B stage (``gemm_w4.cuh``), on tiles of
+    one and two consumers; with ``consumer`` one whose consumers dequantize them into
+    wgmma's A registers (``gemm_w4_rs.cuh``: 64, 128 and 256 rows of activations a tile).
+    Ragged N, i4 and u4 codes, per-block, per-column and per-tensor scales, bias + ReLU in
     the epilogue."""
     import fusec
     from fusec.targets.cuda.gemm import w4
 
-    monkeypatch.setenv(w4.GEMM_ROUTE_ENV, "producer")
+    monkeypatch.setenv(w4.GEMM_ROUTE_ENV, route)
     model, x = w4a16_onnx(m, k, n, block, dtype, m + k, transposed, scales, unsigned)
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
     (gemm,) = compiled.kernels
-    assert gemm.specs[0].w4 is not None and gemm.prepared_inputs[0][1].startswith("w4gemm")
+    assert gemm.specs[0].w4 is not None
+    assert gemm.specs[0].w4.in_registers == (route == "consumer")
+    layout = "w4rs" if route == "consumer" else "w4gemm"
+    assert gemm.prepared_inputs[0][1].startswith(layout)
     assert _check(compiled, [x], [_device(x, dtype)]) < 1e-2
 
 

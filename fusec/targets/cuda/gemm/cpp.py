@@ -89,7 +89,11 @@ warpgroup's 128 threads copy the weight's 4-bit codes (packed at load, constant_
 "w4gemm"), scales and zero points by ``cp.async`` two K steps ahead into the tail of each
 stage and write the stage's B tile dequantized over them, in the layout TMA would have
 written (``include/fusec/gemm_w4.cuh``); thread 0 still issues A's TMA loads. No
-dequantized copy of the weight is ever stored.
+dequantized copy of the weight is ever stored. With ``W4B.in_registers`` the consumers
+dequantize instead, into wgmma's A fragments (the product computed transposed: the weight's
+columns as A's rows, the activations' TMA tile as B; ``include/fusec/gemm_w4_rs.cuh``,
+codes packed "w4rs"): BN is 64 weight columns a consumer warpgroup, BM (at most 256) rows
+of activations, the direct epilogue.
 """
 
 from __future__ import annotations
@@ -102,7 +106,7 @@ from fusec.targets.cuda.epilogue import Epilogue
 from fusec.targets.cuda.gemm.config import TileConfig, Variant
 from fusec.targets.cuda.headers import ELEMENT_TYPES, enumerators, expand, include, indent_lines
 from fusec.targets.cuda.linked import LinkedSpec
-from fusec.targets.cuda.ptx import PRODUCER_REGISTERS, consumer_registers, wgmma_ss
+from fusec.targets.cuda.ptx import PRODUCER_REGISTERS, consumer_registers, wgmma_rs, wgmma_ss
 
 #: operand types: f32 operands run as tf32 (``precision="tf32"``, a tile with bk = 32),
 #: float8 codes (issue 31) on a tile with bk = 128
@@ -163,6 +167,9 @@ class W4B:
     block: int
     signed: bool
     index: str
+    #: the consumers dequantize into wgmma's A registers (``gemm_w4_rs.cuh``), not the
+    #: producer into each B stage
+    in_registers: bool = False
 
     def __post_init__(self) -> None:
         if self.block <= 0 or self.block % 64:
@@ -269,6 +276,21 @@ def w4_problem(spec: GemmSpec) -> str | None:
         return "B K-major, not batched, a tile of 64 K"
     if spec.early_b or spec.swiglu or spec.grouped or c.ln == "tile":
         return "not with early B, the gated epilogue, a groups table or ln=tile"
+    if spec.w4 is not None and spec.w4.in_registers:
+        return registers_problem(spec)
+    return None
+
+
+def registers_problem(spec: GemmSpec) -> str | None:
+    """Why the consumers cannot dequantize ``spec``'s int4 B into registers
+    (``W4B.in_registers``, ``gemm_w4_rs.cuh``), or None."""
+    c, epi = spec.config, spec.epilogue
+    if c.bn != 64 * c.consumers or c.bm % 16 or c.bm > 256:
+        return f"a {c.bm}x{c.bn} tile (64 weight columns a consumer, at most 256 rows)"
+    if c.pingpong or c.split_k > 1 or c.epilogue != "direct":
+        return "the cooperative schedule, no split of K, the direct epilogue"
+    if spec.a_major != "k" or spec.batch_a or epi.softmax or epi.ln_slots:
+        return "activations K-major, one batch, no row softmax or LayerNorm rewrite"
     return None
 
 
@@ -324,6 +346,13 @@ def _wgmma(spec: GemmSpec) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
+def _wgmma_rs(spec: GemmSpec) -> str:
+    """``Config::mma_rs``: one m64nBMk16 with the weight's A fragments from registers and
+    the activations' K-major tile as B (``gemm_w4_rs.cuh``)."""
+    text = wgmma_rs("mma_rs", spec.config.bm, spec.dtype, 0).strip("\n")
+    return "\n".join("  " + line for line in text.splitlines()) + "\n"
+
+
 def _ln_tile(spec: GemmSpec) -> bool:
     return spec.config.ln == "tile"
 
@@ -374,7 +403,8 @@ def _config(spec: GemmSpec) -> str:
         "SMEM_EPILOGUE": c.epilogue == "smem", "STAGED": _staged(spec),
         "LN_TILE": _ln_tile(spec), "FAST_MATH": _fast_math(spec), "PREFETCH": _prefetches(spec),
         "ROLLED": c.loop == "rolled", "GROUPED": spec.grouped, "SWIGLU": spec.swiglu,
-        "EARLY_B": spec.early_b, "B_W4": spec.w4 is not None,
+        "EARLY_B": spec.early_b, "B_W4": _w4_path(spec) == "producer",
+        "W4_RS": _w4_path(spec) == "registers",
         "EPILOGUE_FIRST": epilogue_first() and c.acc_registers <= FIRST_MAX_ACCUMULATORS,
     }  # fmt: skip
     int_lines = enumerators([f"{k} = {v}" for k, v in ints.items()])
@@ -396,9 +426,16 @@ def _config(spec: GemmSpec) -> str:
 """
 
 
+def _w4_path(spec: GemmSpec) -> str:
+    """Who dequantizes an int4 B: "producer", "registers" (the consumers), or ""."""
+    if spec.w4 is None:
+        return ""
+    return "registers" if spec.w4.in_registers else "producer"
+
+
 def _producer_registers(spec: GemmSpec) -> int:
-    """``setmaxnreg.dec`` of the producer warpgroup (an int4 B's dequantizes: more)."""
-    return W4_PRODUCER_REGISTERS if spec.w4 else PRODUCER_REGISTERS
+    """``setmaxnreg.dec`` of the producer warpgroup (one that dequantizes: more)."""
+    return W4_PRODUCER_REGISTERS if _w4_path(spec) == "producer" else PRODUCER_REGISTERS
 
 
 def _w4_members(spec: GemmSpec) -> str:
@@ -416,7 +453,7 @@ def _w4_members(spec: GemmSpec) -> str:
   static __device__ __forceinline__ int w4_index(int n, int blk, int N) {{
     return {w4.index};
   }}
-"""
+{_wgmma_rs(spec) if w4.in_registers else ""}"""
 
 
 def _ln_correction(spec: GemmSpec) -> str:

@@ -45,11 +45,12 @@ rest; a saturating quantize to float8 codes ending the group is the store
 
 An int4 weight (issue 31's W4A16 beyond the rows ``gemm/w4.py``'s route takes): a group
 ``dequantize(constant 4-bit codes, scale, zero point)`` as the matmul's B -> elementwise*
-is the GEMM whose producer warpgroup dequantizes the codes into each stage
-(``cpp.W4B``, ``w4.gemm_weight``): B K-major, the codes packed at load. Fusion forms such
-groups up to ``w4.PRODUCER_MAX_ROWS`` rows (``w4.gemm_route``, measured: past them a
-dequantize kernel and the GEMM are faster; ``$FUSEC_W4_GEMM`` forces either); a group
-that holds one is planned either way.
+is the GEMM that dequantizes the codes itself (``cpp.W4B``, ``w4.gemm_weight``): B
+K-major, the codes packed at load; up to ``w4.PRODUCER_MAX_ROWS`` rows its producer
+warpgroup writes each B stage dequantized, past them its consumers dequantize into wgmma's
+A registers (``w4.gemm_route``, measured; plain K-major activations and epilogue only,
+else the producer's way). ``$FUSEC_W4_GEMM=separate`` makes the dequantize a kernel of its
+own (fusion refuses the group); a group that holds one is planned either way.
 
 Everything else (f32 graphs, which keep IEEE f32 maths by default; partial batch
 broadcasting; 1-D operands; other prologues) is served by the PyTorch fallback
@@ -271,6 +272,12 @@ def plan_ops(
     b_batch = batches if batch_of["b"] else 1
     if folded:
         a_rows, a_batch = batches * m, 1
+    rows = batches * m if folded else m
+    if weight is not None and w4.gemm_route(rows) == "consumer":
+        # the consumers' registers take plain K-major activations and a plain epilogue;
+        # other groups keep the producer's way (the route is a choice of kernel, both exact)
+        plain = not ta and a_batch == 1 and layernorm is None and softmax is None
+        weight = weight.into_registers() if plain else weight
     return GemmPlan(
         matmul,
         tuple(pre),
@@ -417,11 +424,10 @@ def accepts(members: Sequence[Operation], anchor: Operation | None) -> str | Non
         if problem is None:
             return None
         rows = math.prod(spec_of(anchor.lhs.type).shape[:-1])
-        if w4.gemm_route(rows) == "separate":  # many rows: a dequantize kernel, then the GEMM
+        if w4.gemm_route(rows) == "separate":  # asked for: a dequantize kernel, then the GEMM
             return (
-                f"the cuda W4A16 route cannot take the group ({problem}); at {rows} rows the "
-                f"dequantize is a kernel of its own (more than {w4.PRODUCER_MAX_ROWS}, or "
-                f"${w4.GEMM_ROUTE_ENV}=separate)"
+                f"the cuda W4A16 route cannot take the group ({problem}); the dequantize is "
+                f"a kernel of its own (${w4.GEMM_ROUTE_ENV}=separate)"
             )
         gemm = plan_members(members)  # the GEMM dequantizing the weight as it loads it
         if isinstance(gemm, str):
@@ -494,6 +500,8 @@ def fit_operands(p: GemmPlan, config: TileConfig) -> TileConfig:
 
 
 def _heuristic_config(p: GemmPlan, sms: int) -> tuple[TileConfig, str]:
+    if p.w4 is not None and p.w4.in_registers:
+        return w4_registers_config(p.m), "int4 weight in the consumers' registers"
     if p.softmax_mode == "row":
         config, why = choose_row_config(p.m, p.n, p.batches, sms), "row softmax"
         if p.layernorm is not None:
@@ -509,6 +517,14 @@ def _heuristic_config(p: GemmPlan, sms: int) -> tuple[TileConfig, str]:
     if config.epilogue == "smem" and heuristic_loop(p) == "rolled":
         config = with_variant(config, replace(config.variant, loop="rolled"))
     return config, "heuristic"
+
+
+def w4_registers_config(m: int) -> TileConfig:
+    """The tile of a GEMM whose consumers dequantize its int4 weight (``gemm_w4_rs.cuh``):
+    64 weight columns a consumer warpgroup (two: the ``w4rs`` chunk's 128), the rows of
+    activations wgmma's N (256 from 1024 rows, else 128: a tile's rows are a multiple of
+    64 per consumer, as ``TileConfig`` checks for every tile), direct stores."""
+    return TileConfig(256 if m >= 1024 else 128, 128, 64, 4, 2, 8)
 
 
 #: Which groups the heuristic gives the rolled epilogue (``loop="rolled"``):
@@ -832,7 +848,7 @@ def gemm_spec(fused_op: ai.FusedOp, p: GemmPlan, config: TileConfig):
     a_major, b_major = ("k", "k") if p.tf32 or p.fp8 else (p.a_major, p.b_major)
     spec = GemmSpec(config, dtype, out_dtype, a_major, b_major, p.batch_a, p.batch_b, epi, p.fp8_b)
     if p.w4 is not None:
-        spec = replace(spec, w4=W4B(p.w4.block, p.w4.signed, p.w4.index))
+        spec = replace(spec, w4=W4B(p.w4.block, p.w4.signed, p.w4.index, p.w4.in_registers))
     prep = None
     if _loads_constant_b(fused_op, p, ln_tile):
         spec = replace(spec, early_b=True)
@@ -904,8 +920,13 @@ def generate(fused_op: ai.FusedOp, name: str) -> KernelSource:
         *(
             [
                 f"int4 weight: {'i4' if p.w4.signed else 'ui4'} codes packed at load "
-                f"({p.w4.layout}), dequantized into each B stage by the producer warpgroup, "
-                f"scales and zero points per {p.w4.block} K"
+                f"({p.w4.layout}), dequantized "
+                + (
+                    "by the consumers into wgmma's A registers (Y^T = W^T X^T), "
+                    if p.w4.in_registers
+                    else "into each B stage by the producer warpgroup, "
+                )
+                + f"scales and zero points per {p.w4.block} K"
             ]
             if p.w4
             else []

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xdsl.ir import Operation, SSAValue
 
@@ -264,21 +264,26 @@ def _plan(dq: ai.DequantizeOp, matmul: ai.MatmulOp, args: Mapping[SSAValue, int]
 
 
 #: ``$FUSEC_W4_GEMM``: how a weight-only int4 layer of more than ``MAX_ROWS`` rows runs on
-#: cuda: "auto" (the default: "producer" up to ``PRODUCER_MAX_ROWS`` rows, "separate" past
+#: cuda: "auto" (the default: "producer" up to ``PRODUCER_MAX_ROWS`` rows, "consumer" past
 #: them), "separate" (a pointwise kernel dequantizes the codes each call, then the Tensor
-#: Core GEMM multiplies) or "producer" (one GEMM whose producer warpgroup dequantizes the
-#: codes into each B stage, ``gemm_w4.cuh``).
+#: Core GEMM multiplies), "producer" (one GEMM whose producer warpgroup dequantizes the
+#: codes into each B stage, ``gemm_w4.cuh``) or "consumer" (one GEMM whose consumer
+#: warpgroups dequantize them into wgmma's A registers, ``gemm_w4_rs.cuh``).
 GEMM_ROUTE_ENV = "FUSEC_W4_GEMM"
-GEMM_ROUTES = ("auto", "separate", "producer")
-#: Rows of activations up to which "auto" takes the producer route. Measured on an H100
-#: (``gemm_bench.py --w4-routes``, benchmarks/results/gemm-w4-routes.md; bf16, blocks of
-#: 128; separate / producer ms): 4096 x 4096 at 32 rows 0.0353 / 0.0176, 64 0.0337 /
-#: 0.0179, 128 0.0372 / 0.0285, 256 0.0437 / 0.0402, 512 0.0465 / 0.0459, 1024 0.0638 /
-#: 0.0860, 2048 0.1086 / 0.1699; 14336 x 4096 at 64 rows 0.1210 / 0.0482, 256 0.1570 /
-#: 0.1306, 1024 0.2188 / 0.2898. The producer skips the dequantize kernel's 16-bit weight
-#: (written and read back each call), which dominates few rows; past ~512 its one producer
-#: warpgroup (an instruction every ~10 cycles a warp by ncu) sets the GEMM's pace.
-PRODUCER_MAX_ROWS = 512
+GEMM_ROUTES = ("auto", "separate", "producer", "consumer")
+#: Rows of activations up to which "auto" takes the producer route, the consumer route
+#: past them. Measured on an H100 (``gemm_bench.py --w4-routes``,
+#: benchmarks/results/gemm-w4-routes.md; bf16, blocks of 128; separate / producer /
+#: consumer / fusec's bf16 GEMM of the dequantized weight, ms): 4096 x 4096 at 32 rows
+#: 0.0356 / 0.0175 / 0.0302 / 0.0167, 128 0.0366 / 0.0285 / 0.0308 / 0.0143, 256 0.0434 /
+#: 0.0402 / 0.0308 / 0.0166, 1024 0.0643 / 0.0851 / 0.0467 / 0.0461, 4096 0.2005 / 0.3325 /
+#: 0.1963 / 0.1807; 14336 x 4096 at 64 rows 0.1210 / 0.0475 / 0.0989 / 0.0462, 256 0.1567 /
+#: 0.1294 / 0.1142 / 0.0507, 1024 0.2197 / 0.2892 / 0.1572 / 0.1509. The producer skips the
+#: dequantize kernel's 16-bit weight, which dominates few rows, but its one warpgroup (an
+#: instruction every ~10 cycles a warp by ncu) and the shared memory its B tiles cross set
+#: the pace of many; the consumers' tile is 128 weight columns wide, so few rows make few
+#: tiles (32 for 128 rows of a 4096-wide layer).
+PRODUCER_MAX_ROWS = 128
 
 
 def gemm_route(rows: int) -> str:
@@ -288,7 +293,7 @@ def gemm_route(rows: int) -> str:
 
     route = switch(GEMM_ROUTE_ENV, GEMM_ROUTES)
     if route == "auto":
-        return "producer" if rows <= PRODUCER_MAX_ROWS else "separate"
+        return "producer" if rows <= PRODUCER_MAX_ROWS else "consumer"
     return route
 
 
@@ -307,6 +312,16 @@ class GemmWeight:
     signed: bool
     index: str
     layout: str
+    #: the consumers dequantize it into wgmma's A registers (``gemm_w4_rs.cuh``; codes
+    #: packed "w4rs"), not the producer into each B stage
+    in_registers: bool = False
+
+    def into_registers(self) -> GemmWeight:
+        """The same weight read by the consumers' registers (``gemm_w4_rs.cuh``)."""
+        from fusec.targets.cuda.constant_layouts import int4_rs_layout
+
+        layout = int4_rs_layout(self.layout.split(":")[1] == "nk", self.signed)
+        return replace(self, in_registers=True, layout=layout)
 
 
 def gemm_weight(

@@ -17,6 +17,7 @@
 #include "fusec/common.cuh"
 #include "fusec/gemm_layernorm.cuh"
 #include "fusec/gemm_w4.cuh"
+#include "fusec/gemm_w4_rs.cuh"
 #include "fusec/gemm_walk.cuh"
 #include "fusec/shared.cuh"
 #include "fusec/split_k.cuh"
@@ -797,6 +798,11 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
   static_assert(!C::B_W4 || (C::B_K_MAJOR && !C::EARLY_B && !C::GROUPED && !C::LN_TILE &&
                              !C::SWIGLU && !C::BATCH_B && C::BK == 64 && C::BN % 64 == 0),
                 "int4 B: K-major, 64 K a step, whole 64-row boxes, one batch, TMA's A alone");
+  static_assert(!C::W4_RS || (C::A_K_MAJOR && !C::BATCH_A && !C::PINGPONG && C::SPLIT_K == 1 &&
+                              !C::SMEM_EPILOGUE && C::SOFTMAX == SOFTMAX_NONE && !C::STAGED &&
+                              C::BN == 64 * C::CONSUMERS && C::BM % 16 == 0 && C::BM <= 256),
+                "int4 B in the consumers' registers: the cooperative schedule, 64 weight "
+                "columns a consumer, X K-major as wgmma's B (at most 256 rows), direct stores");
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, STAGES = C::STAGES, WM = C::WM;
   constexpr int A_BYTES = C::A_BYTES, B_BYTES = C::B_BYTES, MI = WM / 64, HALF = BN / 2;
   const u32 base = (fs_smem((const void*)smem_raw) + 1023u) & ~1023u;
@@ -810,7 +816,7 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
   const int wg = tid / 128;
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      fs_bar_init(bars + 8 * s, C::B_W4 ? 1 + 128 : 1);  // int4 B: + its 128 threads
+      fs_bar_init(bars + 8 * s, C::B_W4 && !C::W4_RS ? 1 + 128 : 1);  // + the producer's 128
       fs_bar_init(bars + 8 * (STAGES + s), C::PINGPONG ? 1 : C::CONSUMERS);
       if constexpr (C::LN_TILE) fs_bar_init(bars + 8 * (2 * STAGES + s), 1);
     }
@@ -829,7 +835,10 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
   const int kblocks = (K + BK - 1) / BK;
   if (wg == 0) {
     fs_setmaxnreg_dec<C::PRODUCER_REGISTERS>();
-    if constexpr (C::B_W4) {
+    if constexpr (C::W4_RS) {
+      if (tid == 0)
+        gemm_w4_rs_producer<C>(sa, sb, bars, map_a, map_b, units, kblocks, tiles_m, tiles_n);
+    } else if constexpr (C::B_W4) {
       gemm_w4_producer<C>(sa, sb, bars, tid, map_a, map_b, w4_scale, w4_zero, N, K, units, kblocks,
                           tiles_m, tiles_n);
     } else {
@@ -896,6 +905,11 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
     }
   } else {
     const auto [cw, lt, warp, lane] = fs_consumer_thread<C::CONSUMER_REGISTERS>(wg, tid);
+    if constexpr (C::W4_RS) {
+      gemm_w4_rs_consumer<C>(epi, sa, sb, bars, out, w4_scale, w4_zero, cw, lt, warp, lane, units,
+                             kblocks, tiles_m, tiles_n, M, N);
+      return 0;
+    }
     if constexpr (C::EARLY_B) fs_grid_dependency_wait();
     const u32 sv_mine = sv + (u32)cw * (8u * (BN + WM));
     if constexpr (C::LN_TILE) gemm_ln_affine<C>(epi, sg, tid, K);
