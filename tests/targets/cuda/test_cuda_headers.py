@@ -153,7 +153,7 @@ extern "C" __global__ void probe(u64 map_a, u64 codes, u64 s, u64 z, u64 out) {
   } else {
     const int lt = threadIdx.x % 128;
     fusec::gemm_w4_rs_consumer<Rs>(Relu{}, base, sb, bars, out, s, z, threadIdx.x / 128 - 1, lt,
-                                   lt / 32, lt % 32, 6, 8, 3, 2, 40, 200);
+                                   lt / 32, lt % 32, 6, 8, 3, 2, 40, 200, 0, 0, 10);
   }
 }""",
     "fusec/gemm_walk.cuh": """

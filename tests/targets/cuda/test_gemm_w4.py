@@ -265,7 +265,7 @@ def _rs_spec(**changes) -> cpp.GemmSpec:
     [
         ({"config": TileConfig(128, 256, 64, 4, 2, 8)}, "64 weight columns a consumer"),
         ({"config": TileConfig(128, 128, 64, 4, 2, 8, schedule="pingpong")}, "cooperative"),
-        ({"config": TileConfig(128, 128, 64, 4, 2, 8, epilogue="smem")}, "direct epilogue"),
+        ({"config": TileConfig(128, 128, 64, 4, 2, 8, epilogue="smem")}, "the direct epilogue"),
         ({"a_major": "m"}, "activations K-major"),
         ({"batch_a": True}, "one batch"),
     ],
@@ -297,13 +297,16 @@ func.func @f(%x: tensor<512x300xbf16>, %s: tensor<4x192xbf16>, %z: tensor<4x192x
 
 
 @needs_toolchain
-def test_the_registers_gemm_builds_for_sm_90a_without_spills(tmp_path) -> None:
+@pytest.mark.parametrize("split", [1, 3])
+def test_the_registers_gemm_builds_for_sm_90a_without_spills(split, tmp_path) -> None:
     """The linked kernel: no local memory, A's fragments from registers into wgmma (the
     HGMMA's second operand a register, not a descriptor), a 16-byte shared read of a
     step's codes, the dequantize (a 16-bit pair subtract and multiply a register, 16 a
-    step), the codes by one bulk copy (UBLKCP) beside X's TMA load (UTMALDG)."""
-    sass = clean_sass(_rs_spec(), tmp_path)
-    assert re.search(r"HGMMA\.64x256x16\.F32\.BF16 R\d+, R\d+, gdesc", sass)
+    step), the codes by one bulk copy (UBLKCP) beside X's TMA load (UTMALDG); split K
+    too (split_k.cuh's reduction of the thread's sums)."""
+    rows = 256 if split == 1 else 128  # (split-K: at most 64 accumulators a thread)
+    sass = clean_sass(_rs_spec(config=TileConfig(rows, 128, 64, 4, 2, 8, split_k=split)), tmp_path)
+    assert re.search(rf"HGMMA\.64x{rows}x16\.F32\.BF16 R\d+, R\d+, gdesc", sass)
     assert len(re.findall(r"\bHADD2\.BF16", sass)) >= 16
     assert len(re.findall(r"\bHMUL2\.BF16", sass)) >= 16
     assert "LDS.128" in sass and "UBLKCP" in sass and "UTMALDG" in sass

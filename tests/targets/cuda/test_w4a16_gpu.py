@@ -85,6 +85,8 @@ def test_onnx_w4a16_layer_matches_the_reference(m, k, n, block, transposed, scal
         (64, 256, 128, 0, False, "column", False),
         (130, 320, 256, 0, True, "tensor", True),
         (4096, 4096, 512, 128, False, "block", False),  # the benchmark's K, the big tile
+        (256, 4096, 256, 128, False, "block", False),  # consumer: K split 4 ways
+        (140, 2496, 130, 192, True, "block", True),  # consumer: 2 splits, one mid-block
     ],
 )
 @pytest.mark.parametrize("route", ["producer", "consumer"])
@@ -106,6 +108,8 @@ def test_the_gemm_dequantizing_its_int4_b_matches_the_reference(
     (gemm,) = compiled.kernels
     assert gemm.specs[0].w4 is not None
     assert gemm.specs[0].w4.in_registers == (route == "consumer")
+    if route == "consumer" and k >= 2496:  # (the heuristic splits these few deep tiles)
+        assert gemm.specs[0].config.split_k > 1
     layout = "w4rs" if route == "consumer" else "w4gemm"
     assert gemm.prepared_inputs[0][1].startswith(layout)
     assert _check(compiled, [x], [_device(x, dtype)]) < 1e-2

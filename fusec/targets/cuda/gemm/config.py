@@ -516,7 +516,7 @@ def choose_config(
 
     def small() -> TileConfig:
         tile = with_variant(small_tile(m, n, batch, sms), SMALL_TILE_VARIANT)
-        return _split(tile, m, n, k, batch, sms)
+        return heuristic_split(tile, m, n, k, batch, sms)
 
     if m <= 64:
         return small()
@@ -541,7 +541,7 @@ def choose_config(
         best = candidates[1]
     if three_consumers and _wave_tile_wins(waste(WAVE_TILE), waste(best), k):
         best = WAVE_TILE
-    return _split(with_variant(best, HEURISTIC_VARIANT), m, n, k, batch, sms)
+    return heuristic_split(with_variant(best, HEURISTIC_VARIANT), m, n, k, batch, sms)
 
 
 #: The tile of three consumer warpgroups (64 rows each, 96 accumulators a thread in the 152
@@ -636,7 +636,9 @@ def split_k_for(config: TileConfig, m: int, n: int, k: int, batch: int, sms: int
     return splits if splits >= 2 else 1
 
 
-def _split(config: TileConfig, m: int, n: int, k: int, batch: int, sms: int) -> TileConfig:
+def heuristic_split(config: TileConfig, m: int, n: int, k: int, batch: int, sms: int) -> TileConfig:
+    """``config`` with the K split ``split_k_for`` gives it (none where ``$FUSEC_SPLIT_K``
+    turns the GEMM's off)."""
     if not heuristic_split_k("gemm"):
         return config
     return replace(config, split_k=split_k_for(config, m, n, k, batch, sms))

@@ -91,6 +91,7 @@ from fusec.targets.cuda.gemm.config import (
     choose_config,
     choose_row_config,
     from_attr,
+    heuristic_split,
     ln_tile_problem,
     with_variant,
 )
@@ -501,7 +502,7 @@ def fit_operands(p: GemmPlan, config: TileConfig) -> TileConfig:
 
 def _heuristic_config(p: GemmPlan, sms: int) -> tuple[TileConfig, str]:
     if p.w4 is not None and p.w4.in_registers:
-        return w4_registers_config(p.m), "int4 weight in the consumers' registers"
+        return w4_registers_config(p.m, p.n, p.k, sms), "int4 weight in the consumers' registers"
     if p.softmax_mode == "row":
         config, why = choose_row_config(p.m, p.n, p.batches, sms), "row softmax"
         if p.layernorm is not None:
@@ -519,12 +520,14 @@ def _heuristic_config(p: GemmPlan, sms: int) -> tuple[TileConfig, str]:
     return config, "heuristic"
 
 
-def w4_registers_config(m: int) -> TileConfig:
+def w4_registers_config(m: int, n: int, k: int, sms: int = H200.sms) -> TileConfig:
     """The tile of a GEMM whose consumers dequantize its int4 weight (``gemm_w4_rs.cuh``):
     64 weight columns a consumer warpgroup (two: the ``w4rs`` chunk's 128), the rows of
     activations wgmma's N (256 from 1024 rows, else 128: a tile's rows are a multiple of
-    64 per consumer, as ``TileConfig`` checks for every tile), direct stores."""
-    return TileConfig(256 if m >= 1024 else 128, 128, 64, 4, 2, 8)
+    64 per consumer, as ``TileConfig`` checks for every tile), direct stores; K split as
+    the heuristic splits an under-filled GEMM's (``split_k_for``: few tiles of a deep K)."""
+    config = TileConfig(256 if m >= 1024 else 128, 128, 64, 4, 2, 8)
+    return heuristic_split(config, m, n, k, 1, sms)
 
 
 #: Which groups the heuristic gives the rolled epilogue (``loop="rolled"``):

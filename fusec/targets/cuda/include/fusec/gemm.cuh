@@ -798,8 +798,8 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
   static_assert(!C::B_W4 || (C::B_K_MAJOR && !C::EARLY_B && !C::GROUPED && !C::LN_TILE &&
                              !C::SWIGLU && !C::BATCH_B && C::BK == 64 && C::BN % 64 == 0),
                 "int4 B: K-major, 64 K a step, whole 64-row boxes, one batch, TMA's A alone");
-  static_assert(!C::W4_RS || (C::A_K_MAJOR && !C::BATCH_A && !C::PINGPONG && C::SPLIT_K == 1 &&
-                              !C::SMEM_EPILOGUE && C::SOFTMAX == SOFTMAX_NONE && !C::STAGED &&
+  static_assert(!C::W4_RS || (C::A_K_MAJOR && !C::BATCH_A && !C::PINGPONG && !C::SMEM_EPILOGUE &&
+                              C::SOFTMAX == SOFTMAX_NONE && !C::STAGED &&
                               C::BN == 64 * C::CONSUMERS && C::BM % 16 == 0 && C::BM <= 256),
                 "int4 B in the consumers' registers: the cooperative schedule, 64 weight "
                 "columns a consumer, X K-major as wgmma's B (at most 256 rows), direct stores");
@@ -907,7 +907,7 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
     const auto [cw, lt, warp, lane] = fs_consumer_thread<C::CONSUMER_REGISTERS>(wg, tid);
     if constexpr (C::W4_RS) {
       gemm_w4_rs_consumer<C>(epi, sa, sb, bars, out, w4_scale, w4_zero, cw, lt, warp, lane, units,
-                             kblocks, tiles_m, tiles_n, M, N);
+                             kblocks, tiles_m, tiles_n, M, N, ws, counters, SPLIT_BARRIER);
       return 0;
     }
     if constexpr (C::EARLY_B) fs_grid_dependency_wait();

@@ -38,6 +38,7 @@
 #include "fusec/gemm_w4.cuh"
 #include "fusec/gemm_walk.cuh"
 #include "fusec/shared.cuh"
+#include "fusec/split_k.cuh"
 #include "fusec/tma.cuh"
 #include "fusec/wgmma.cuh"
 
@@ -160,25 +161,31 @@ static __device__ __forceinline__ void w4_rs_store(const E& epi, float (&acc)[BM
   }
 }
 
-// One tile of a consumer warpgroup: the main loop (one wgmma group in flight; the A
-// fragments in two register sets, so that a step's dequantize never writes registers the
-// previous step's wgmma may still read), then the epilogue.
+// One work unit of a consumer warpgroup (a tile's K steps kb0 .. kb1 - 1: all of them, or
+// a split's share): the main loop (one wgmma group in flight; the A fragments in two
+// register sets, so that a step's dequantize never writes registers the previous step's
+// wgmma may still read), [split-K: the partial sums meet in the workspace; the split that
+// arrives last goes on], then the epilogue.
 template <class C, class E, int BM>
-static __device__ __forceinline__ void gemm_w4_rs_tile(const E& epi, float (&acc)[BM / 2], int& it,
+static __device__ __forceinline__ void gemm_w4_rs_unit(const E& epi, float (&acc)[BM / 2], int& it,
                                                        u32 sa, u32 sb, u32 bars, u64 out, u64 scale,
-                                                       u64 zero, int pm, int pn, int cw, int lt,
-                                                       int warp, int lane, int kblocks, int M,
-                                                       int N) {
+                                                       u64 zero, const TileUnit& w, int split,
+                                                       int cw, int lt, int warp, int lane, int M,
+                                                       int N, u64 ws, u64 counters,
+                                                       int split_barrier) {
   constexpr int STAGES = C::STAGES, STEPS = C::W4_BLOCK / C::BK;  // K steps a scale block
-  const int n0 = pn * C::BN + cw * 64 + warp * 16 + lane / 4;
+  const int n0 = w.pn * C::BN + cw * 64 + warp * 16 + lane / 4;
   const u32 mine = (u32)((((cw * 4 + warp) * 32) + lane) * 16);  // the thread's codes
-  W4RsRows rows = w4_rs_rows<C>(scale, zero, n0, 0, N);
+  const int steps = w.kb1 - w.kb0;
+  W4RsRows rows = w4_rs_rows<C>(scale, zero, n0, w.kb0 / STEPS, N);
   W4RsRows next = rows;
   u32 a0[4][4], a1[4][4];
   const auto step = [&](u32(&a)[4][4], int kb) __attribute__((always_inline)) {
-    if (kb % STEPS == 0) {
+    const int at = w.kb0 + kb;  // the K step in the whole K
+    if (at % STEPS == 0 || kb == 0) {
       if (kb > 0) rows = next;
-      if (kb + STEPS < kblocks) next = w4_rs_rows<C>(scale, zero, n0, kb / STEPS + 1, N);
+      if ((at / STEPS + 1) * STEPS < w.kb1)
+        next = w4_rs_rows<C>(scale, zero, n0, at / STEPS + 1, N);  // the next block's
     }
     const int s = it % STAGES;
     fs_bar_wait(bars + 8 * s, (u32)(it / STAGES) & 1u);
@@ -189,31 +196,39 @@ static __device__ __forceinline__ void gemm_w4_rs_tile(const E& epi, float (&acc
     }
     ++it;
   };
-  for (int kb = 0; kb < kblocks; kb += 2) {
+  for (int kb = 0; kb < steps; kb += 2) {
     step(a0, kb);
-    if (kb + 1 < kblocks) step(a1, kb + 1);
+    if (kb + 1 < steps) step(a1, kb + 1);
   }
   fs_wg_wait<0>();
-  if (lt == 0 && kblocks > 0) fs_bar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
+  if (lt == 0 && steps > 0) fs_bar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
 #pragma unroll
   for (int j = 0; j < BM / 2; ++j) fs_fence_reg(acc[j]);
-  w4_rs_store<C, E, BM>(epi, acc, out, pm, pn, cw, warp, lane, M, N);
+  if constexpr (C::SPLIT_K > 1) {  // (split_k.cuh: the layout of a thread's sums is its own)
+    float (&sums)[1][BM / 2] = *reinterpret_cast<float (*)[1][BM / 2]>(&acc);
+    if (!fs_split_reduce<C::SPLIT_K, 128 * C::CONSUMERS>(sums, ws, counters, w.t, split,
+                                                         cw * 128 + lt, steps == 0, split_barrier))
+      return;
+  }
+  w4_rs_store<C, E, BM>(epi, acc, out, w.pm, w.pn, cw, warp, lane, M, N);
 }
 
-// The consumers' walk: each consumer warpgroup takes its 64 weight columns of every tile of
-// the block (the producer's order: gemm_unit).
+// The consumers' walk: each consumer warpgroup takes its 64 weight columns of every work
+// unit of the block (the producer's order: gemm_unit).
 template <class C, class E>
 static __device__ __forceinline__ void gemm_w4_rs_consumer(const E& epi, u32 sa, u32 sb, u32 bars,
                                                            u64 out, u64 scale, u64 zero, int cw,
                                                            int lt, int warp, int lane, int units,
                                                            int kblocks, int tiles_m, int tiles_n,
-                                                           int M, int N) {
+                                                           int M, int N, u64 ws, u64 counters,
+                                                           int split_barrier) {
   float acc[C::BM / 2];
   int it = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
-    const auto [t, kb0, kb1, pm, pn, pz] = gemm_unit<C>(u, kblocks, tiles_m, tiles_n);
-    gemm_w4_rs_tile<C, E, C::BM>(epi, acc, it, sa, sb, bars, out, scale, zero, pm, pn, cw, lt, warp,
-                                 lane, kb1 - kb0, M, N);
+    const TileUnit w = gemm_unit<C>(u, kblocks, tiles_m, tiles_n);
+    gemm_w4_rs_unit<C, E, C::BM>(epi, acc, it, sa, sb, bars, out, scale, zero, w,
+                                 u - w.t * C::SPLIT_K, cw, lt, warp, lane, M, N, ws, counters,
+                                 split_barrier);
   }
 }
 
