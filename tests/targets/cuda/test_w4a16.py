@@ -173,15 +173,17 @@ def test_mma_fragments_are_magic_plus_the_codes_exactly(fmt: str) -> None:
 
 
 def test_more_rows_and_run_time_codes_dequantize_then_multiply() -> None:
-    """Past 512 rows, or with codes that are no constant, one pointwise kernel dequantizes
-    the codes and the Tensor Core GEMM multiplies (from 17 to 512 rows the GEMM dequantizes
-    constant codes as it loads them, ``test_gemm_w4.py``); the remark says why."""
+    """With codes that are no constant, or blocks that do not step whole K steps, one
+    pointwise kernel dequantizes the codes and the Tensor Core GEMM multiplies (past 16
+    rows the GEMM dequantizes constant codes itself where it can, ``test_gemm_w4.py``);
+    the remark says why."""
     import fusec
 
-    model, _ = w4a16_onnx(600, 512, 64, 128, "f16", seed=2)
+    model, _ = w4a16_onnx(600, 512, 64, 32, "f16", seed=2)
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
     assert [k.kind for k in compiled.kernels] == ["pointwise", "matmul"]
-    assert "600 rows of activations" in str(compiled.remarks())
+    remarks = str(compiled.remarks())
+    assert "600 rows of activations" in remarks and "not multiples of 64" in remarks
     compiled = fusec.compile(w4a16_ir(4, 256, 64, 32, "f16", True), target="cuda", executable=False)
     assert [k.kind for k in compiled.kernels] == ["pointwise", "matmul"]
     assert "the codes are no constant" in str(compiled.remarks())
