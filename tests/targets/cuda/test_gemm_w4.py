@@ -76,7 +76,7 @@ def producer_route(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "rows, route", [(17, "producer"), (128, "producer"), (129, "consumer"), (4096, "consumer")]
+    "rows, route", [(17, "producer"), (64, "producer"), (65, "consumer"), (4096, "consumer")]
 )
 def test_the_route_by_rows_of_activations(rows, route) -> None:
     """By default (``$FUSEC_W4_GEMM`` unset: "auto") the GEMM dequantizes its B itself: its

@@ -272,18 +272,20 @@ def _plan(dq: ai.DequantizeOp, matmul: ai.MatmulOp, args: Mapping[SSAValue, int]
 GEMM_ROUTE_ENV = "FUSEC_W4_GEMM"
 GEMM_ROUTES = ("auto", "separate", "producer", "consumer")
 #: Rows of activations up to which "auto" takes the producer route, the consumer route
-#: past them. Measured on an H100 (``gemm_bench.py --w4-routes``,
+#: past them. Measured on an H100 (``gemm_bench.py --w4-routes`` at 5404718,
 #: benchmarks/results/gemm-w4-routes.md; bf16, blocks of 128; separate / producer /
 #: consumer / fusec's bf16 GEMM of the dequantized weight, ms): 4096 x 4096 at 32 rows
-#: 0.0356 / 0.0175 / 0.0302 / 0.0167, 128 0.0366 / 0.0285 / 0.0308 / 0.0143, 256 0.0434 /
-#: 0.0402 / 0.0308 / 0.0166, 1024 0.0643 / 0.0851 / 0.0467 / 0.0461, 4096 0.2005 / 0.3325 /
-#: 0.1963 / 0.1807; 14336 x 4096 at 64 rows 0.1210 / 0.0475 / 0.0989 / 0.0462, 256 0.1567 /
-#: 0.1294 / 0.1142 / 0.0507, 1024 0.2197 / 0.2892 / 0.1572 / 0.1509. The producer skips the
-#: dequantize kernel's 16-bit weight, which dominates few rows, but its one warpgroup (an
-#: instruction every ~10 cycles a warp by ncu) and the shared memory its B tiles cross set
-#: the pace of many; the consumers' tile is 128 weight columns wide, so few rows make few
-#: tiles (32 for 128 rows of a 4096-wide layer).
-PRODUCER_MAX_ROWS = 128
+#: 0.0354 / 0.0175 / 0.0218 / 0.0166, 64 0.0335 / 0.0177 / 0.0195 / 0.0118, 128 0.0369 /
+#: 0.0285 / 0.0181 / 0.0144, 256 0.0442 / 0.0404 / 0.0244 / 0.0171, 1024 0.0637 / 0.0852 /
+#: 0.0476 / 0.0461, 4096 0.1984 / 0.3329 / 0.1941 / 0.1784; 14336 x 4096 at 64 rows 0.1212
+#: / 0.0479 / 0.0430 / 0.0459, 256 0.1569 / 0.1301 / 0.0749 / 0.0506, 1024 0.2188 / 0.2893 /
+#: 0.1553 / 0.1483. The producer skips the dequantize kernel's 16-bit weight, which
+#: dominates few rows, but its one warpgroup (an instruction every ~10 cycles a warp by
+#: ncu) and the shared memory its B tiles cross set the pace of many; the consumers' tile
+#: is 128 weight columns wide (split K where few tiles are deep), which few rows of a
+#: narrow layer leave under-filled. At 64 rows the two are 10% apart either way (the
+#: square layer the producer's, the deep one the consumer's).
+PRODUCER_MAX_ROWS = 64
 
 
 def gemm_route(rows: int) -> str:
