@@ -310,3 +310,28 @@ def test_the_registers_gemm_builds_for_sm_90a_without_spills(split, tmp_path) ->
     assert len(re.findall(r"\bHADD2\.BF16", sass)) >= 16
     assert len(re.findall(r"\bHMUL2\.BF16", sass)) >= 16
     assert "LDS.128" in sass and "UBLKCP" in sass and "UTMALDG" in sass
+
+
+@pytest.mark.parametrize(
+    "options, problem",
+    [
+        ('tile="128x256x64 s4 c2 g8"', "64 weight columns a consumer"),
+        ("epilogue=smem", "the direct epilogue"),
+        ("schedule=pingpong", "the cooperative schedule"),
+    ],
+)
+def test_a_forced_tile_the_consumers_cannot_run_is_an_error(options, problem) -> None:
+    """``tile-gemm`` options that the int4 consumers' kernel cannot run say so (a
+    FusecError naming the reason, not a failed spec at code generation); tuning records,
+    which hold the plain GEMM's tiles, are not applied to it."""
+    import fusec
+    from fusec.errors import FusecError
+
+    model, _ = w4a16_onnx(300, 512, 192, 128, "bf16", 3)
+    with pytest.raises(FusecError, match=f"consumers. registers: .*{problem}"):
+        fusec.compile(
+            fusec.from_onnx(model),
+            target="cuda",
+            pipeline=f"fusec-cuda,tile-gemm{{{options}}}",
+            executable=False,
+        )

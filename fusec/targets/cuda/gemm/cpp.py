@@ -281,14 +281,22 @@ def w4_problem(spec: GemmSpec) -> str | None:
     return None
 
 
-def registers_problem(spec: GemmSpec) -> str | None:
-    """Why the consumers cannot dequantize ``spec``'s int4 B into registers
-    (``W4B.in_registers``, ``gemm_w4_rs.cuh``), or None."""
-    c, epi = spec.config, spec.epilogue
+def registers_tile_problem(c: TileConfig) -> str | None:
+    """Why a GEMM whose consumers dequantize an int4 B into registers (``W4B.in_registers``,
+    ``gemm_w4_rs.cuh``) cannot run tile ``c``, or None."""
     if c.bn != 64 * c.consumers or c.bm % 16 or c.bm > 256:
         return f"a {c.bm}x{c.bn} tile (64 weight columns a consumer, at most 256 rows)"
     if c.pingpong or c.epilogue != "direct":
         return "the cooperative schedule, the direct epilogue"
+    return None
+
+
+def registers_problem(spec: GemmSpec) -> str | None:
+    """Why the consumers cannot dequantize ``spec``'s int4 B into registers
+    (``W4B.in_registers``, ``gemm_w4_rs.cuh``), or None."""
+    epi = spec.epilogue
+    if (problem := registers_tile_problem(spec.config)) is not None:
+        return problem
     if spec.a_major != "k" or spec.batch_a or epi.softmax or epi.ln_slots:
         return "activations K-major, one batch, no row softmax or LayerNorm rewrite"
     return None

@@ -95,7 +95,7 @@ from fusec.targets.cuda.gemm.config import (
     ln_tile_problem,
     with_variant,
 )
-from fusec.targets.cuda.gemm.cpp import W4B, Epilogue, GemmSpec
+from fusec.targets.cuda.gemm.cpp import W4B, Epilogue, GemmSpec, registers_tile_problem
 from fusec.targets.cuda.linked import loads_early
 
 TILE_ATTR = "fusec.tile"
@@ -623,6 +623,13 @@ def tile_config(fused_op: ai.FusedOp, p: GemmPlan, sms: int = H200.sms) -> TileC
             f"has {TILE_ATTR} {config.text!r}, but its float8 output is stored by the direct "
             "epilogue, unrolled",
         )
+    if p.w4 is not None and p.w4.in_registers:
+        if (problem := registers_tile_problem(config)) is not None:
+            raise error_at(
+                fused_op,
+                f"has {TILE_ATTR} {config.text!r}, but its int4 weight is dequantized in the "
+                f"consumers' registers: {problem}",
+            )
     if config.ln == "tile":
         problem = (
             "ln=tile needs a LayerNorm prologue"
