@@ -84,7 +84,7 @@ e5m2) takes 32 codes of each K-major row a step, from the same 128-byte swizzled
 codes a row, BK = 128; TMA moves them as bytes), accumulating in f32; K-major only, as
 tf32. The quantization scales are the epilogue's (the template's plan).
 
-An int4 weight-only B (``GemmSpec.w4``, issue 31's W4A16 at 17..512 rows): the producer
+An int4 weight-only B (``GemmSpec.w4``, issue 31's W4A16 past 16 rows): the producer
 warpgroup's 128 threads copy the weight's 4-bit codes (packed at load, constant_layouts
 "w4gemm"), scales and zero points by ``cp.async`` two K steps ahead into the tail of each
 stage and write the stage's B tile dequantized over them, in the layout TMA would have
