@@ -89,6 +89,15 @@ static __device__ __forceinline__ void w4_copy(u32 stage, u64 codes, u64 scale, 
   }
 }
 
+// A scale's 16 bits as the pair w4_pair multiplies by (both halves), and a zero point's
+// stored byte (i4: a signed byte, stored as the codes are, + 8) as MAGIC + z' in both.
+static __device__ __forceinline__ u32 w4_scale_pair(u32 s) { return s | (s << 16); }
+template <class C>
+static __device__ __forceinline__ u32 w4_zero_pair(u32 z) {
+  if constexpr (C::W4_SIGNED) z = (u32)((int)(signed char)z + C::W4_ZERO_BIAS);
+  return (C::W4_MAGIC | (z & 15u)) * 0x10001u;
+}
+
 // The thread's copies of K step kb of row tile pn, read back from stage `stage` (their
 // group complete) and turned into the pairs w4_pair multiplies by.
 template <class C>
@@ -107,11 +116,8 @@ static __device__ __forceinline__ void w4_step(W4Step<C>& st, u32 stage, u64 sca
                  : "r"(codes));
     u32 sw, zw;
     asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(sw), "=r"(zw) : "r"(words));
-    const u32 s = (sw >> (8 * (((u32)scale + 2u * at) & 2u))) & 0xFFFFu;
-    u32 z = (zw >> (8 * (((u32)zero + at) & 3u))) & 0xFFu;
-    if constexpr (C::W4_SIGNED) z = (u32)((int)(signed char)z + C::W4_ZERO_BIAS);
-    st.s[r] = s | (s << 16);
-    st.z[r] = (C::W4_MAGIC | (z & 15u)) * 0x10001u;
+    st.s[r] = w4_scale_pair((sw >> (8 * (((u32)scale + 2u * at) & 2u))) & 0xFFFFu);
+    st.z[r] = w4_zero_pair<C>((zw >> (8 * (((u32)zero + at) & 3u))) & 0xFFu);
   }
 }
 

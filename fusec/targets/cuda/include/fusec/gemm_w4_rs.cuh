@@ -95,11 +95,8 @@ static __device__ __forceinline__ W4RsRows w4_rs_rows(u64 scale, u64 zero, int n
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int at = C::w4_index(min(n0 + 8 * h, N - 1), blk, N);
-    const u32 s = (u32)__ldg((const unsigned short*)scale + at);
-    u32 z = (u32)__ldg((const unsigned char*)zero + at);
-    if constexpr (C::W4_SIGNED) z = (u32)((int)(signed char)z + C::W4_ZERO_BIAS);
-    r.s[h] = s | (s << 16);
-    r.z[h] = (C::W4_MAGIC | (z & 15u)) * 0x10001u;
+    r.s[h] = w4_scale_pair((u32)__ldg((const unsigned short*)scale + at));
+    r.z[h] = w4_zero_pair<C>((u32)__ldg((const unsigned char*)zero + at));
   }
   return r;
 }
