@@ -50,6 +50,7 @@ extern "C" __global__ void probe(u64 map, int c) {
   fs_tma_load(dst, map, b, c, 0, 0);
   fs_tma_load(dst, map, b, c, 0, 0, 0);
   fs_tma_load(dst, map, b, c, 0, 0, 0, 0);
+  fs_bulk_load(dst, map, 1024u, b);
   fs_fence_async_smem();
   fs_tma_store(map, dst, c, 0, 0);
   fs_bulk_commit();

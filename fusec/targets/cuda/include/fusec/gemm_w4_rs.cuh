@@ -30,7 +30,9 @@
 // The accumulators: element j of a thread's BM / 2 is weight column 16 w + g + 8 ((j / 2) %
 // 2) of the warpgroup's and row 8 (j / 4) + 2 t + j % 2 of the tile's X rows; the epilogue
 // calls E with (row, column) of Y, and each pair of adjacent columns meets in one thread
-// (a shuffle with lane ^ 4) so that Y is written 4 bytes at a time.
+// (a shuffle with lane ^ 4) so that Y is written 4 bytes at a time. Where few tiles are
+// deep the walk's units are splits of a tile's K (split_k.cuh): the last split to finish
+// adds the others' sums, as they lie in its threads' registers, and stores.
 #pragma once
 
 #include "fusec/barrier.cuh"
@@ -49,15 +51,6 @@ template <class C>
 struct W4RsChunk {
   enum : int { BYTES = C::BN * C::BK / 2 };
 };
-
-// Copies `bytes` (a multiple of 16) from global src to shared dst, counted on mbarrier bar.
-static __device__ __forceinline__ void fs_bulk_load(u32 dst, u64 src, u32 bytes, u32 bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
 
 // The producer (its thread 0): per K step, a free stage, X's tile by TMA and the step's
 // chunk of codes by one bulk copy, both on the stage's full barrier.

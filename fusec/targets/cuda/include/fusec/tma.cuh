@@ -31,6 +31,16 @@ static __device__ __forceinline__ void fs_tma_load(u32 dst, u64 map, u32 bar, in
       : "memory");
 }
 
+// A bulk copy (no tensor map): `bytes` (a multiple of 16) from global src to shared dst,
+// counted on mbarrier bar.
+static __device__ __forceinline__ void fs_bulk_load(u32 dst, u64 src, u32 bytes, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
 // Brings the tensor map's descriptor into the cache ahead of the first load through it.
 static __device__ __forceinline__ void fs_prefetch_map(u64 map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
