@@ -87,6 +87,7 @@ def test_onnx_w4a16_layer_matches_the_reference(m, k, n, block, transposed, scal
         (4096, 4096, 512, 128, False, "block", False),  # the benchmark's K, the big tile
         (256, 4096, 256, 128, False, "block", False),  # consumer: K split 4 ways
         (140, 2496, 130, 192, True, "block", True),  # consumer: 2 splits, one mid-block
+        (65, 512, 201, 128, False, "block", False),  # N odd: the consumers' single stores
     ],
 )
 @pytest.mark.parametrize("route", ["producer", "consumer"])
