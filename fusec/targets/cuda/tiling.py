@@ -101,7 +101,6 @@ class TileGemmPass(ModulePass):
         from fusec.errors import FusecError
         from fusec.targets.cuda.gemm import template, tuning, w4
         from fusec.targets.cuda.gemm.config import to_attr, with_variant
-        from fusec.targets.cuda.gemm.cpp import registers_tile_problem
 
         device = None
         for fused in list(op.walk()):  # (a constant B may be replaced on the way)
@@ -122,9 +121,9 @@ class TileGemmPass(ModulePass):
                 assert not isinstance(p, str), p
             device = device or given_device(self.sms)
             config, choice = template.heuristic_config(p, device.sms)
-            # (tuning records are of the plain GEMM's tiles, not the int4 consumers' kernel)
-            registers = p.w4 is not None and p.w4.in_registers
-            tunable = self.tuned and not registers
+            # (tuning records are of the plain GEMM's tiles, not the int4 consumers' kernel;
+            # a forced tile it cannot run is refused by ``template.tile_config``)
+            tunable = self.tuned and not (p.w4 is not None and p.w4.in_registers)
             record = tuning.lookup(fused, p, tuning_device(self.sms)) if tunable else None
             if record is not None:
                 config, choice = record, "tuned"
@@ -143,11 +142,6 @@ class TileGemmPass(ModulePass):
                 except ValueError as err:
                     raise FusecError(f"tile-gemm options: {err}") from None
                 choice = f"{choice}, variant option"
-            if registers and (problem := registers_tile_problem(config)) is not None:
-                raise FusecError(
-                    f"tile-gemm options: {config.text!r} cannot serve a GEMM whose int4 "
-                    f"weight is dequantized in its consumers' registers: {problem}"
-                )
             fused.attributes[template.TILE_ATTR] = to_attr(config, choice)
 
     def forced_tile(self) -> TileConfig:

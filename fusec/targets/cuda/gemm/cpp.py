@@ -350,15 +350,13 @@ def _wgmma(spec: GemmSpec) -> str:
     trans_a = 1 if spec.a_major == "m" else 0
     trans_b = 1 if spec.b_major == "n" else 0
     text = wgmma_ss("mma", spec.config.bn, spec.dtype, trans_a, trans_b, spec.b_dtype or None)
-    text = text.strip("\n")
-    return "\n".join("  " + line for line in text.splitlines())
+    return indent_lines(text.strip("\n"), 2)
 
 
 def _wgmma_rs(spec: GemmSpec) -> str:
     """``Config::mma_rs``: one m64nBMk16 with the weight's A fragments from registers and
     the activations' K-major tile as B (``gemm_w4_rs.cuh``)."""
-    text = wgmma_rs("mma_rs", spec.config.bm, spec.dtype, 0).strip("\n")
-    return "\n".join("  " + line for line in text.splitlines()) + "\n"
+    return indent_lines(wgmma_rs("mma_rs", spec.config.bm, spec.dtype, 0).strip("\n"), 2) + "\n"
 
 
 def _ln_tile(spec: GemmSpec) -> bool:

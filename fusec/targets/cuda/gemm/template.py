@@ -278,11 +278,11 @@ def plan_ops(
         # the consumers' registers take plain K-major activations and a plain epilogue;
         # other groups keep the producer's way (the route is a choice of kernel, both exact)
         plain = not ta and a_batch == 1 and layernorm is None and softmax is None
-        weight = weight.into_registers() if plain else weight
+        weight = replace(weight, in_registers=plain)
     return GemmPlan(
         matmul,
         tuple(pre),
-        batches * m if folded else m,
+        rows,
         n,
         k,
         1 if folded else batches,

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from xdsl.ir import Operation, SSAValue
 
@@ -313,17 +313,20 @@ class GemmWeight:
     block: int
     signed: bool
     index: str
-    layout: str
+    #: the codes are stored N x K (else K x N)
+    k_major: bool
     #: the consumers dequantize it into wgmma's A registers (``gemm_w4_rs.cuh``; codes
-    #: packed "w4rs"), not the producer into each B stage
+    #: packed "w4rs"), not the producer into each B stage ("w4gemm")
     in_registers: bool = False
 
-    def into_registers(self) -> GemmWeight:
-        """The same weight read by the consumers' registers (``gemm_w4_rs.cuh``)."""
-        from fusec.targets.cuda.constant_layouts import int4_rs_layout
+    @property
+    def layout(self) -> str:
+        """The constant layout the codes are packed in at load for the kernel that reads
+        them."""
+        from fusec.targets.cuda.constant_layouts import int4_gemm_layout, int4_rs_layout
 
-        layout = int4_rs_layout(self.layout.split(":")[1] == "nk", self.signed)
-        return replace(self, in_registers=True, layout=layout)
+        packed = int4_rs_layout if self.in_registers else int4_gemm_layout
+        return packed(self.k_major, self.signed)
 
 
 def gemm_weight(
@@ -333,8 +336,6 @@ def gemm_weight(
     the GEMM cannot read it: constant 2-D codes (packed once, at load), the matmul's right
     operand alone, scales of the activations' 16-bit type per block of a multiple of 64
     along K (or per column or tensor), K a multiple of 64."""
-    from fusec.targets.cuda.constant_layouts import int4_gemm_layout
-
     if len(four_bit) != 1:
         return "more than one dequantize of 4-bit codes"
     dq = four_bit[0]
@@ -358,10 +359,9 @@ def gemm_weight(
     k = codes.shape[1 if k_major else 0]
     if k % 64 or block % 64:
         return f"K = {k} or a block of {block}: not multiples of 64 (the GEMM's K step)"
-    signed = codes.dtype == "i4"
     return GemmWeight(
-        dq, args[dq.input], args[dq.scale], args[dq.zero_point], block, signed, index,
-        int4_gemm_layout(k_major, signed),
+        dq, args[dq.input], args[dq.scale], args[dq.zero_point], block, codes.dtype == "i4",
+        index, k_major,
     )  # fmt: skip
 
 

@@ -46,19 +46,14 @@
 
 namespace fusec {
 
-// Bytes of a (tile column, K step) chunk of codes: BN weight columns x 64 K, 4 bits each.
-template <class C>
-struct W4RsChunk {
-  enum : int { BYTES = C::BN * C::BK / 2 };
-};
-
 // The producer (its thread 0): per K step, a free stage, X's tile by TMA and the step's
 // chunk of codes by one bulk copy, both on the stage's full barrier.
 template <class C>
 static __device__ __forceinline__ void gemm_w4_rs_producer(u32 sa, u32 sb, u32 bars, u64 map_a,
                                                            u64 codes, int units, int kblocks,
                                                            int tiles_m, int tiles_n) {
-  constexpr int STAGES = C::STAGES, CHUNK = W4RsChunk<C>::BYTES;
+  // a (tile column, K step) chunk of codes: BN weight columns x 64 K, 4 bits each
+  constexpr int STAGES = C::STAGES, CHUNK = C::BN * C::BK / 2;
   fs_prefetch_map(map_a);
   int it = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
