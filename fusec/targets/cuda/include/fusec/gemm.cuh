@@ -905,41 +905,41 @@ static __device__ __forceinline__ int gemm(const E& epi, u64 smem_raw, u64 map_a
     }
   } else {
     const auto [cw, lt, warp, lane] = fs_consumer_thread<C::CONSUMER_REGISTERS>(wg, tid);
-    if constexpr (C::W4_RS) {
+    if constexpr (C::W4_RS) {  // (else: the operands' own consumers, not compiled here)
       gemm_w4_rs_consumer<C>(epi, sa, sb, bars, out, w4_scale, w4_zero, cw, lt, warp, lane, units,
                              kblocks, tiles_m, tiles_n, M, N, ws, counters, SPLIT_BARRIER);
-      return 0;
-    }
-    if constexpr (C::EARLY_B) fs_grid_dependency_wait();
-    const u32 sv_mine = sv + (u32)cw * (8u * (BN + WM));
-    if constexpr (C::LN_TILE) gemm_ln_affine<C>(epi, sg, tid, K);
-    float acc[MI][HALF];
-    int epi_it = 0;  // staged chunks so far: the staging buffer's parity
-    if constexpr (C::PINGPONG) {
-      // consumer cw takes the block's tiles cw, cw + 2, ...; the producer fills the ring
-      // tile after tile, so a tile's first K step is at ring position local * kblocks. A
-      // consumer starts a main loop only after the other has issued its previous one.
-      int local = cw;
-      for (int t = blockIdx.x + cw * gridDim.x; t < tiles; t += 2 * gridDim.x, local += 2) {
-        int pm, pn, pz;
-        gemm_tile<C::GROUP_M>(t, tiles_m, tiles_n, pm, pn, pz);
-        int it = local * kblocks;
-        if (local > 0) fs_named_sync(1 + cw, 256);  // wait for the tensor cores' turn
-        gemm_consumer_tile<C>(epi, acc, it, epi_it, t, tiles, sa, sb, se, sg, sv_mine, bars, out,
-                              map_out, pm, pn, pz, cw, lt, warp, lane, kblocks, M, N, K, ws,
-                              counters, 0);
-      }
     } else {
-      int it = 0;
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        const auto [t, kb0, kb1, pm, pn, pz] = gemm_unit<C>(u, kblocks, tiles_m, tiles_n);
-        gemm_consumer_tile<C>(epi, acc, it, epi_it, t, tiles, sa, sb, se, sg, sv_mine, bars, out,
-                              map_out, pm, pn, pz, cw, lt, warp, lane, kb1 - kb0, M, N, K, ws,
-                              counters, u - t * C::SPLIT_K);
+      if constexpr (C::EARLY_B) fs_grid_dependency_wait();
+      const u32 sv_mine = sv + (u32)cw * (8u * (BN + WM));
+      if constexpr (C::LN_TILE) gemm_ln_affine<C>(epi, sg, tid, K);
+      float acc[MI][HALF];
+      int epi_it = 0;  // staged chunks so far: the staging buffer's parity
+      if constexpr (C::PINGPONG) {
+        // consumer cw takes the block's tiles cw, cw + 2, ...; the producer fills the ring
+        // tile after tile, so a tile's first K step is at ring position local * kblocks. A
+        // consumer starts a main loop only after the other has issued its previous one.
+        int local = cw;
+        for (int t = blockIdx.x + cw * gridDim.x; t < tiles; t += 2 * gridDim.x, local += 2) {
+          int pm, pn, pz;
+          gemm_tile<C::GROUP_M>(t, tiles_m, tiles_n, pm, pn, pz);
+          int it = local * kblocks;
+          if (local > 0) fs_named_sync(1 + cw, 256);  // wait for the tensor cores' turn
+          gemm_consumer_tile<C>(epi, acc, it, epi_it, t, tiles, sa, sb, se, sg, sv_mine, bars, out,
+                                map_out, pm, pn, pz, cw, lt, warp, lane, kblocks, M, N, K, ws,
+                                counters, 0);
+        }
+      } else {
+        int it = 0;
+        for (int u = blockIdx.x; u < units; u += gridDim.x) {
+          const auto [t, kb0, kb1, pm, pn, pz] = gemm_unit<C>(u, kblocks, tiles_m, tiles_n);
+          gemm_consumer_tile<C>(epi, acc, it, epi_it, t, tiles, sa, sb, se, sg, sv_mine, bars, out,
+                                map_out, pm, pn, pz, cw, lt, warp, lane, kb1 - kb0, M, N, K, ws,
+                                counters, u - t * C::SPLIT_K);
+        }
       }
-    }
-    if constexpr (C::SMEM_EPILOGUE) {
-      if (lane == 0) fs_bulk_wait<0>();  // every TMA store done
+      if constexpr (C::SMEM_EPILOGUE) {
+        if (lane == 0) fs_bulk_wait<0>();  // every TMA store done
+      }
     }
   }
   return 0;
