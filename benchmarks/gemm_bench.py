@@ -288,6 +288,12 @@ def main() -> int:
         "cold, one line a layer (printed: the same-call A/B of its loops)",
     )
     parser.add_argument(
+        "--w4-ring-sweep",
+        action="store_true",
+        help="the W4A16 block ring's stages and blocks a multiprocessor (and the register "
+        "loop) at M = 1 on the 8192 x 28672 layer, warm and cold (printed)",
+    )
+    parser.add_argument(
         "--w4-routes",
         action="store_true",
         help="the W4A16 layer past 16 rows by both routes ($FUSEC_W4_GEMM: dequantize kernel "
@@ -368,6 +374,9 @@ def main() -> int:
     if args.w4_sweep:
         w4_sweep()
         return 0
+    if args.w4_ring_sweep:
+        w4_ring_sweep()
+        return
     if args.w4_decode:
         w4_decode()
         return 0
@@ -806,6 +815,12 @@ def w4_timed(m: int, q, s, z, wd, k: int = W4_K, n: int = W4_N) -> tuple:
     return time_gpu(replay), time_gpu_cold(replay), rel, compiled
 
 
+def hbm_shares(weight_bytes: int, hbm: float | None, *ms: float) -> list[str]:
+    """`` (x%)``: the share of HBM peak ``hbm`` (none where the GPU is not in ``HBM_PEAK``)
+    that reading ``weight_bytes`` in each of the times ``ms`` (milliseconds) is."""
+    return [f" ({weight_bytes / t / 1e-3 / hbm:.1%})" if hbm else "" for t in ms]
+
+
 def w4_decode() -> None:
     """``--w4-decode``: the W4A16 kernel that ``$FUSEC_W4_KERNEL`` picks (the Tensor Core
     one by default; ``ring``, ``cuda-cores``) at M = 1 on 4096 x 4096 and
@@ -825,11 +840,59 @@ def w4_decode() -> None:
     for k, n in ((W4_K, W4_N), *W4_DECODE_LAYERS):
         q, s, z, wd, weight_bytes = w4_layer(k, n)
         warm, cold, rel, _ = w4_timed(1, q, s, z, wd, k, n)
-        shares = [f" ({weight_bytes / t / 1e-3 / hbm:.1%})" if hbm else "" for t in (warm, cold)]
+        shares = hbm_shares(weight_bytes, hbm, warm, cold)
         print(f"W4A16 {kernel} 1x{k}x{n}: warm {warm * 1e3:.1f} us{shares[0]}, cold "
               f"{cold * 1e3:.1f} us{shares[1]}, rel L2 {rel:.1e}", flush=True)  # fmt: skip
         del q, s, z, wd
         torch.cuda.empty_cache()
+
+
+#: (loop, ring stages, blocks a multiprocessor at most) ``--w4-ring-sweep`` times; the
+#: first is the default (``w4_mma.STAGES``, ``w4.BLOCKS_PER_SM``): 3 blocks of 8 warps are
+#: what fits a multiprocessor (registers), so 3 is a persistent grid
+W4_RING_VARIANTS = (
+    ("ring", 3, 8),
+    ("registers", 3, 8),
+    ("ring", 3, 3),
+    ("ring", 4, 3),
+    ("ring", 6, 3),
+    ("ring", 4, 2),
+    ("ring", 6, 2),
+    ("ring", 4, 8),
+)
+
+
+def w4_ring_sweep(k: int = 8192, n: int = 28672) -> None:
+    """``--w4-ring-sweep``: the W4A16 Tensor Core kernel at M = 1 on the k x n layer with each
+    of ``W4_RING_VARIANTS`` (the ring's ``STAGES`` and the grid's blocks a multiprocessor set
+    on ``w4_mma`` for the compile), GPU time of a CUDA-graph replay warm and cold as a share
+    of HBM peak, each result checked against the f32 product; one line a variant."""
+    import os
+
+    import torch
+
+    from fusec.targets.cuda.gemm import w4_mma
+    from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
+
+    name = torch.cuda.get_device_name()
+    hbm = next((v for key, v in HBM_PEAK.items() if key in name), None)
+    q, s, z, wd, weight_bytes = w4_layer(k, n)
+    saved = os.environ.get(KERNEL_CHOICE), w4_mma.STAGES, w4_mma.BLOCKS_PER_SM
+    try:
+        for loop, stages, blocks in W4_RING_VARIANTS:
+            os.environ[KERNEL_CHOICE] = loop
+            w4_mma.STAGES, w4_mma.BLOCKS_PER_SM = stages, blocks
+            warm, cold, rel, _ = w4_timed(1, q, s, z, wd, k, n)
+            shares = hbm_shares(weight_bytes, hbm, warm, cold)
+            print(f"{name} W4A16 1x{k}x{n} {loop}, {stages} stages, <= {blocks} blocks/SM: warm "
+                  f"{warm * 1e3:.1f} us{shares[0]}, cold {cold * 1e3:.1f} us{shares[1]}, "
+                  f"rel L2 {rel:.1e}", flush=True)  # fmt: skip
+    finally:
+        chosen, w4_mma.STAGES, w4_mma.BLOCKS_PER_SM = saved
+        if chosen is None:
+            del os.environ[KERNEL_CHOICE]
+        else:
+            os.environ[KERNEL_CHOICE] = chosen
 
 
 #: (K, N, rows) of ``--w4-routes``: the square layer of ``--w4`` and a Llama-3-8B MLP's down

@@ -94,7 +94,9 @@ TILE = 16
 REGISTER_SETS = ("0", "1")
 #: The block ring's stages of codes in shared memory (a step's codes, a chunk a warp;
 #: STAGES - 1 in flight while the block reads one: 3 measured 49.3 us on the 123 MB layer,
-#: 4 51.9, 5 55.9, more shared memory leaving less L1 for the activations).
+#: 4 51.9, 5 55.9, more shared memory leaving less L1 for the activations; again at 28a8243,
+#: ``gemm_bench.py --w4-ring-sweep``, H100: 3 stages 50.0 us, 4 53.6, and a persistent grid
+#: of the 3 blocks that fit a multiprocessor 55.3-59.2 at 3-6 stages: results/gemm-w4.md).
 STAGES = 3
 
 
