@@ -370,6 +370,8 @@ SUITES: list[Suite] = [
             "w4": ("--out", "{out}", "--w4"),
             "moe": ("--out", "{out}", "--moe"),
             "w4-sweep": ("--w4-sweep",),
+            "w4-decode": ("--w4-decode",),
+            "w4-ring-sweep": ("--w4-ring-sweep",),
             "w4-routes": ("--out", "{out}", "--w4-routes"),
             "no-compile": ("--out", "{out}", "--no-compile"),
         },
