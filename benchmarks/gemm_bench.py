@@ -290,8 +290,8 @@ def main() -> int:
     parser.add_argument(
         "--w4-ring-sweep",
         action="store_true",
-        help="the W4A16 block ring's stages and blocks a multiprocessor (and the register "
-        "loop) at M = 1 on the 8192 x 28672 layer, warm and cold (printed)",
+        help="the W4A16 block ring's stages, blocks a multiprocessor and chunks a warp a step "
+        "(and the register loop) at M = 1 on the 8192 x 28672 layer, warm and cold (printed)",
     )
     parser.add_argument(
         "--w4-routes",
@@ -847,26 +847,27 @@ def w4_decode() -> None:
         torch.cuda.empty_cache()
 
 
-#: (loop, ring stages, blocks a multiprocessor at most) ``--w4-ring-sweep`` times; the
-#: first is the default (``w4_mma.STAGES``, ``w4.BLOCKS_PER_SM``): 3 blocks of 8 warps are
-#: what fits a multiprocessor (registers), so 3 is a persistent grid
+#: (loop, ring stages, blocks a multiprocessor at most, chunks a warp a ring step)
+#: ``--w4-ring-sweep`` times; the first is the default (``w4_mma.STAGES``,
+#: ``w4.BLOCKS_PER_SM``, ``w4_mma.CHUNKS_PER_STEP``). 3 blocks of 8 warps are what fits a
+#: multiprocessor (registers), so 3 is a persistent grid; deeper rings and persistent grids
+#: of one chunk a step were measured slower (H100, 28a8243: results/gemm-w4.md)
 W4_RING_VARIANTS = (
-    ("ring", 3, 8),
-    ("registers", 3, 8),
-    ("ring", 3, 3),
-    ("ring", 4, 3),
-    ("ring", 6, 3),
-    ("ring", 4, 2),
-    ("ring", 6, 2),
-    ("ring", 4, 8),
+    ("ring", 3, 8, 1),
+    ("registers", 3, 8, 1),
+    ("ring", 2, 8, 2),
+    ("ring", 3, 8, 2),
+    ("ring", 4, 8, 2),
+    ("ring", 3, 3, 2),
 )
 
 
 def w4_ring_sweep(k: int = 8192, n: int = 28672) -> None:
     """``--w4-ring-sweep``: the W4A16 Tensor Core kernel at M = 1 on the k x n layer with each
-    of ``W4_RING_VARIANTS`` (the ring's ``STAGES`` and the grid's blocks a multiprocessor set
-    on ``w4_mma`` for the compile), GPU time of a CUDA-graph replay warm and cold as a share
-    of HBM peak, each result checked against the f32 product; one line a variant."""
+    of ``W4_RING_VARIANTS`` (the ring's ``STAGES``, the grid's blocks a multiprocessor and the
+    chunks a warp a step set on ``w4_mma`` for the compile), GPU time of a CUDA-graph replay
+    warm and cold as a share of HBM peak, each result checked against the f32 product; one
+    line a variant."""
     import os
 
     import torch
@@ -877,18 +878,24 @@ def w4_ring_sweep(k: int = 8192, n: int = 28672) -> None:
     name = torch.cuda.get_device_name()
     hbm = next((v for key, v in HBM_PEAK.items() if key in name), None)
     q, s, z, wd, weight_bytes = w4_layer(k, n)
-    saved = os.environ.get(KERNEL_CHOICE), w4_mma.STAGES, w4_mma.BLOCKS_PER_SM
+    saved = (
+        os.environ.get(KERNEL_CHOICE),
+        w4_mma.STAGES,
+        w4_mma.BLOCKS_PER_SM,
+        w4_mma.CHUNKS_PER_STEP,
+    )
     try:
-        for loop, stages, blocks in W4_RING_VARIANTS:
+        for loop, stages, blocks, chunks in W4_RING_VARIANTS:
             os.environ[KERNEL_CHOICE] = loop
-            w4_mma.STAGES, w4_mma.BLOCKS_PER_SM = stages, blocks
+            w4_mma.STAGES, w4_mma.BLOCKS_PER_SM, w4_mma.CHUNKS_PER_STEP = stages, blocks, chunks
             warm, cold, rel, _ = w4_timed(1, q, s, z, wd, k, n)
             shares = hbm_shares(weight_bytes, hbm, warm, cold)
-            print(f"{name} W4A16 1x{k}x{n} {loop}, {stages} stages, <= {blocks} blocks/SM: warm "
+            print(f"{name} W4A16 1x{k}x{n} {loop}, {stages} stages, <= {blocks} blocks/SM, "
+                  f"{chunks} chunk(s) a warp a step: warm "
                   f"{warm * 1e3:.1f} us{shares[0]}, cold {cold * 1e3:.1f} us{shares[1]}, "
                   f"rel L2 {rel:.1e}", flush=True)  # fmt: skip
     finally:
-        chosen, w4_mma.STAGES, w4_mma.BLOCKS_PER_SM = saved
+        chosen, w4_mma.STAGES, w4_mma.BLOCKS_PER_SM, w4_mma.CHUNKS_PER_STEP = saved
         if chosen is None:
             del os.environ[KERNEL_CHOICE]
         else:

@@ -235,11 +235,25 @@ RING_SIM_LAYERS = [
 ]
 
 
+#: Ring layers run again with two chunks a warp a step (``w4_mma.CHUNKS_PER_STEP``, the
+#: variant ``gemm_bench.py --w4-ring-sweep`` times): across tiles, a last step of fewer
+#: chunks than its warps take, one step of fewer chunks than warps.
+RING_TWO_CHUNK_LAYERS = [
+    RING_SIM_LAYERS[0],
+    (2, 2560, 24, 128, "f16", True, "block"),
+    RING_SIM_LAYERS[3],
+]
+
+
 @pytest.fixture(scope="module")
 def ring_sim_results() -> dict:
     from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
 
     cases = [{"name": str(layer), "layer": list(layer)} for layer in RING_SIM_LAYERS]
+    cases += [
+        {"name": f"{layer} x2", "layer": list(layer), "ring_chunks": 2}
+        for layer in RING_TWO_CHUNK_LAYERS
+    ]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(KERNEL_CHOICE, "ring")  # the simulator's subprocess inherits it
         return run_simulator(HERE / "w4_sim.py", cases)
@@ -248,6 +262,13 @@ def ring_sim_results() -> dict:
 @pytest.mark.parametrize("layer", RING_SIM_LAYERS, ids=str)
 def test_w4a16_ring_under_the_simulator_matches_the_reference(layer, ring_sim_results) -> None:
     record = ring_sim_results[str(layer)]
+    assert record["kinds"] == ["matmul"], record
+    assert record["nan"] == 0 and record["rel_l2"] < 1e-2, record
+
+
+@pytest.mark.parametrize("layer", RING_TWO_CHUNK_LAYERS, ids=str)
+def test_w4a16_ring_of_two_chunks_a_step_matches_the_reference(layer, ring_sim_results) -> None:
+    record = ring_sim_results[f"{layer} x2"]
     assert record["kinds"] == ["matmul"], record
     assert record["nan"] == 0 and record["rel_l2"] < 1e-2, record
 
@@ -276,21 +297,24 @@ def test_w4a16_tensor_core_kernel_compiles_to_mma(m: int, dtype: str, count: int
 
 @pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
 @pytest.mark.parametrize("m, dtype, count", [(1, "bf16", 16), (12, "f16", 32)])
-def test_w4a16_ring_compiles_to_bulk_copies(monkeypatch, m, dtype, count):
-    """``FUSEC_W4_KERNEL=ring``: one chunk a step, its codes through shared memory (bulk
-    copies on mbarriers, two 16-byte shared loads a lane), the activations 16-byte global
-    loads."""
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_w4a16_ring_compiles_to_bulk_copies(monkeypatch, m, dtype, count, chunks):
+    """``FUSEC_W4_KERNEL=ring``: ``chunks`` chunks a warp a step (``CHUNKS_PER_STEP``), their
+    codes through shared memory (bulk copies on mbarriers, one stage wait a step, two 16-byte
+    shared loads a lane a chunk), the activations 16-byte global loads."""
     import fusec
-    from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
+    from fusec.targets.cuda.gemm import w4_mma
 
-    monkeypatch.setenv(KERNEL_CHOICE, "ring")
+    monkeypatch.setenv(w4_mma.KERNEL_CHOICE, "ring")
+    monkeypatch.setattr(w4_mma, "CHUNKS_PER_STEP", chunks)
     model, _ = w4a16_onnx(m, 1024, 64, 128, dtype, seed=3)
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
     ((_, ptx),) = compiled.assembly("sm_90")
-    assert ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{dtype}.{dtype}.f32") == count
+    mmas = ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{dtype}.{dtype}.f32")
+    assert mmas == count * chunks
     assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
-    assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx
-    assert ptx.count("ld.shared.v4.u32") == 2 and ptx.count("ld.global.v4.u32") >= 4
+    assert ptx.count("mbarrier.try_wait.parity.shared::cta.b64") == 1
+    assert ptx.count("ld.shared.v4.u32") == 2 * chunks and ptx.count("ld.global.v4.u32") >= 4
     assert ".local" not in ptx
 
 

@@ -98,6 +98,12 @@ REGISTER_SETS = ("0", "1")
 #: ``gemm_bench.py --w4-ring-sweep``, H100: 3 stages 50.0 us, 4 53.6, and a persistent grid
 #: of the 3 blocks that fit a multiprocessor 55.3-59.2 at 3-6 stages: results/gemm-w4.md).
 STAGES = 3
+#: Chunks a warp takes a step of the ring (a stage holds ``CHUNKS_PER_STEP`` chunks a warp):
+#: the step's fixed cost (its copy's bookkeeping, the stage's wait, the block barrier) is
+#: paid once for them. 1 is what was measured; ``gemm_bench.py --w4-ring-sweep`` times 2
+#: (issue 31's M = 1 on the H200: the ring's step is ~300 SASS instructions a warp for 8
+#: words of codes a lane, results/gemm-w4.md).
+CHUNKS_PER_STEP = 1
 
 
 def chunk_words(p: W4Plan) -> int:
@@ -318,9 +324,9 @@ class W4RingEmitter(W4MmaEmitter):
         return super().kernel_helpers() | ring
 
     def loop_constants(self, chunks: int) -> list[tuple[str, int]]:
-        stage_words = WARPS * 32 * self.words  # a step's codes
+        stage_words = CHUNKS_PER_STEP * WARPS * 32 * self.words  # a step's codes
         return [
-            ("STEPS", -(-chunks // WARPS)),  # a tile's steps: a chunk a warp each
+            ("STEPS", -(-chunks // (CHUNKS_PER_STEP * WARPS))),  # a tile's steps
             ("STAGES", STAGES),
             ("STAGE_WORDS", stage_words),
             ("RING", STAGES * stage_words + 4),  # (+ 16 bytes to align the first stage)
@@ -339,22 +345,38 @@ class W4RingEmitter(W4MmaEmitter):
         self._tile_loop(code)
         self._fetch_chunk(code, 2, "warp", "1", codes=False)
         code.add(2, "for st in range(STEPS):  # the same count in every warp")
-        code.add(3, "chunk0 = st * WARPS + warp  # the warp's chunk")
-        # the stage the last step read: every thread passed its closing barrier
-        code.add(3, "jj = j + STAGES - 1", "if cuda.threadIdx.x == 0 and jj < steps:")
-        self._copy_step(code, 4)
-        code.add(3, "sra0, srb0, zra0, zrb0 = sra1, srb1, zra1, zrb1")
-        self._fetch_chunk(code, 3, "chunk0 + WARPS", "1", codes=False)
-        code.add(3, "slot = urem32(j, STAGES)", "mbar_wait(bars, slot, udiv32(j, STAGES) % 2)")
-        code.add(3, "at = r0 + slot * STAGE_WORDS + (warp * 32 + lane) * CW")
-        for q in range(self.words // 4):
-            code.add(3, f"lds_words4(ring, at + {4 * q}, words0, {4 * q})")
-        self._chunk_mmas(code, 3, "0")
+        for c in range(CHUNKS_PER_STEP):
+            self._step_chunk(code, c)
         code.add(3, "cuda.syncthreads()  # the stage is read: the ring may refill it")
         code.add(3, "j += 1")
         self._finish_tile(code)
         code.add(2, "t += cuda.gridDim.x")
         return self.module(code, params)
+
+    def _step_chunk(self, code: Source, c: int) -> None:
+        """The step's ``c``-th chunk of the warp (chunk ``c WARPS + warp`` of the step's):
+        first in a step, the next copy issued and the stage waited for; then its scales
+        taken from register set 1 (the next chunk's fetched there), its codes read from the
+        stage, its ``mma``s."""
+        if CHUNKS_PER_STEP == 1:
+            code.add(3, "chunk0 = st * WARPS + warp  # the warp's chunk")
+        else:
+            code.add(3, f"chunk0 = (st * {CHUNKS_PER_STEP} + {c}) * WARPS + warp  # the warp's")
+        if c == 0:
+            # the stage the last step read: every thread passed its closing barrier
+            code.add(3, "jj = j + STAGES - 1", "if cuda.threadIdx.x == 0 and jj < steps:")
+            self._copy_step(code, 4)
+        code.add(3, "sra0, srb0, zra0, zrb0 = sra1, srb1, zra1, zrb1")
+        self._fetch_chunk(code, 3, "chunk0 + WARPS", "1", codes=False)
+        if c == 0:
+            code.add(3, "slot = urem32(j, STAGES)", "mbar_wait(bars, slot, udiv32(j, STAGES) % 2)")
+        lane_words = (
+            "(warp * 32 + lane) * CW" if c == 0 else f"(({c} * WARPS + warp) * 32 + lane) * CW"
+        )
+        code.add(3, f"at = r0 + slot * STAGE_WORDS + {lane_words}")
+        for q in range(self.words // 4):
+            code.add(3, f"lds_words4(ring, at + {4 * q}, words0, {4 * q})")
+        self._chunk_mmas(code, 3, "0")
 
     def _setup(self, code: Source) -> None:
         code.add(1, "if cuda.threadIdx.x == 0:")
@@ -368,16 +390,19 @@ class W4RingEmitter(W4MmaEmitter):
         code.add(1, "j = 0  # the block's steps so far")
 
     def _copy_step(self, code: Source, indent: int) -> None:
-        """One thread's bulk copy of step ``jj``'s codes (its tile's chunks ``WARPS`` at a
-        time, contiguous in ``pack_int4_mma``'s layout) into the ring's stage ``jj % STAGES``."""
+        """One thread's bulk copy of step ``jj``'s codes (its tile's chunks ``CHUNKS_PER_STEP
+        * WARPS`` at a time, contiguous in ``pack_int4_mma``'s layout) into the ring's stage
+        ``jj % STAGES``."""
+        step_chunks = "WARPS" if CHUNKS_PER_STEP == 1 else f"{CHUNKS_PER_STEP} * WARPS"
         code.add(
             indent,
             "tile = cuda.blockIdx.x + udiv32(jj, STEPS) * cuda.gridDim.x",
-            "first = urem32(jj, STEPS) * WARPS",
+            "first = urem32(jj, STEPS) * WARPS"
+            + ("" if CHUNKS_PER_STEP == 1 else f" * {CHUNKS_PER_STEP}"),
             "stage = urem32(jj, STAGES)",
             f"bulk_load(ring, r0 + stage * STAGE_WORDS, in{self.p.codes}, "
             "(tile * CHUNKS + first) * (32 * CW), "
-            "min(WARPS, CHUNKS - first) * (128 * CW), bars, stage)",
+            f"min({step_chunks}, CHUNKS - first) * (128 * CW), bars, stage)",
         )
 
 
