@@ -376,7 +376,7 @@ def main() -> int:
         return 0
     if args.w4_ring_sweep:
         w4_ring_sweep()
-        return
+        return 0
     if args.w4_decode:
         w4_decode()
         return 0
@@ -869,37 +869,27 @@ def w4_ring_sweep(k: int = 8192, n: int = 28672) -> None:
     warm and cold as a share of HBM peak, each result checked against the f32 product; one
     line a variant."""
     import os
+    from unittest import mock
 
     import torch
 
     from fusec.targets.cuda.gemm import w4_mma
-    from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
 
     name = torch.cuda.get_device_name()
     hbm = next((v for key, v in HBM_PEAK.items() if key in name), None)
     q, s, z, wd, weight_bytes = w4_layer(k, n)
-    saved = (
-        os.environ.get(KERNEL_CHOICE),
-        w4_mma.STAGES,
-        w4_mma.BLOCKS_PER_SM,
-        w4_mma.CHUNKS_PER_STEP,
-    )
-    try:
-        for loop, stages, blocks, chunks in W4_RING_VARIANTS:
-            os.environ[KERNEL_CHOICE] = loop
-            w4_mma.STAGES, w4_mma.BLOCKS_PER_SM, w4_mma.CHUNKS_PER_STEP = stages, blocks, chunks
+    for loop, stages, blocks, chunks in W4_RING_VARIANTS:
+        with (
+            mock.patch.dict(os.environ, {w4_mma.KERNEL_CHOICE: loop}),
+            mock.patch.multiple(
+                w4_mma, STAGES=stages, BLOCKS_PER_SM=blocks, CHUNKS_PER_STEP=chunks
+            ),
+        ):
             warm, cold, rel, _ = w4_timed(1, q, s, z, wd, k, n)
-            shares = hbm_shares(weight_bytes, hbm, warm, cold)
-            print(f"{name} W4A16 1x{k}x{n} {loop}, {stages} stages, <= {blocks} blocks/SM, "
-                  f"{chunks} chunk(s) a warp a step: warm "
-                  f"{warm * 1e3:.1f} us{shares[0]}, cold {cold * 1e3:.1f} us{shares[1]}, "
-                  f"rel L2 {rel:.1e}", flush=True)  # fmt: skip
-    finally:
-        chosen, w4_mma.STAGES, w4_mma.BLOCKS_PER_SM, w4_mma.CHUNKS_PER_STEP = saved
-        if chosen is None:
-            del os.environ[KERNEL_CHOICE]
-        else:
-            os.environ[KERNEL_CHOICE] = chosen
+        shares = hbm_shares(weight_bytes, hbm, warm, cold)
+        print(f"{name} W4A16 1x{k}x{n} {loop}, {stages} stages, <= {blocks} blocks/SM, "
+              f"{chunks} chunk(s) a warp a step: warm {warm * 1e3:.1f} us{shares[0]}, "
+              f"cold {cold * 1e3:.1f} us{shares[1]}, rel L2 {rel:.1e}", flush=True)  # fmt: skip
 
 
 #: (K, N, rows) of ``--w4-routes``: the square layer of ``--w4`` and a Llama-3-8B MLP's down
