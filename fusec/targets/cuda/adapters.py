@@ -25,7 +25,7 @@ from fusec.targets.cuda.streams import (
 
 #: The torch dtype of each element type's tensors; 4-bit integers are a byte each, as on
 #: the device (torch's int4/uint4 hold no usable tensors: a caller passes int8/uint8).
-_TORCH_DTYPES = {
+TORCH_DTYPES = {
     name: t.storage if name in ("i4", "ui4") else t.torch for name, t in ELEMENT_TYPES.items()
 }
 _NO_CONTEXT = contextlib.nullcontext()  # reusable: nothing to enter
@@ -142,7 +142,7 @@ class _Adapter:
 
             self.torch = torch
             self.device = example.device
-            self.torch_dtypes = {k: getattr(torch, v) for k, v in _TORCH_DTYPES.items()}
+            self.torch_dtypes = {k: getattr(torch, v) for k, v in TORCH_DTYPES.items()}
         elif family == "cupy":
             import cupy
 
@@ -239,7 +239,7 @@ class _Adapter:
 
         flat = torch.as_tensor(buffer.flat, device="cuda")
         if buffer.spec.dtype != "f32":
-            flat = flat.view(getattr(torch, _TORCH_DTYPES[buffer.spec.dtype]))
+            flat = flat.view(getattr(torch, TORCH_DTYPES[buffer.spec.dtype]))
         return flat.view(buffer.spec.shape)
 
     # ------------------------------------------------------------ outputs

@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from fusec.ir.dtypes import element_type_of
 from fusec.runtime.launch import CallTimes, HostLaunchRecorder, Span
-from fusec.targets.cuda.adapters import _device_copy
+from fusec.targets.cuda.adapters import TORCH_DTYPES, _device_copy, host_storage
 from fusec.targets.cuda.env import numba_cuda, simulator_enabled
 
 #: Bounds of the sleep a timed call is queued behind (seconds), and its first length.
@@ -193,19 +194,11 @@ def _torch_on_gpu() -> Any:
 
 
 def _torch_tensor(torch: Any, array: np.ndarray) -> Any:
-    """``array`` as a tensor on the current GPU: bfloat16 and float8 through their bits
-    (numpy's are ml_dtypes', which torch does not read), 4-bit codes by value, a byte each
-    (the kernels' storage of i4 and ui4)."""
-    array = np.ascontiguousarray(array)
-    name = array.dtype.name
-    if name in ("int4", "uint4"):
-        array = array.astype(np.int8 if name == "int4" else np.uint8)
-    through_bits = {
-        "bfloat16": (np.int16, "bfloat16"),
-        "float8_e4m3fn": (np.uint8, "float8_e4m3fn"),
-        "float8_e5m2": (np.uint8, "float8_e5m2"),
-    }
-    if name in through_bits:
-        storage, dtype = through_bits[name]
-        return torch.from_numpy(array.view(storage)).view(getattr(torch, dtype)).cuda()
-    return torch.from_numpy(array).cuda()
+    """``array`` as a tensor on the current GPU, stored as the kernels store its element
+    type (``host_storage``: bfloat16 and float8 through their bits, which torch cannot read
+    from ml_dtypes' arrays, 4-bit codes by value, a byte each)."""
+    dtype = element_type_of(array.dtype, floats_only=False)
+    if dtype is None:
+        return torch.from_numpy(np.ascontiguousarray(array)).cuda()
+    stored = torch.from_numpy(host_storage(array, dtype))
+    return stored.view(getattr(torch, TORCH_DTYPES[dtype])).cuda()

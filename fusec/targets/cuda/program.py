@@ -16,7 +16,7 @@ from fusec.ir.dtypes import element_type, element_type_of
 from fusec.ir.tensors import TensorSpec
 from fusec.runtime.launch import nvtx_range
 from fusec.targets.cuda.adapters import (
-    _TORCH_DTYPES,
+    TORCH_DTYPES,
     _Adapter,
     _adapter_for,
     _Buffer,
@@ -144,7 +144,7 @@ class TorchGroup:
         self.run = module.run
         self.outputs = kernel.outputs
         self.name = kernel.name
-        self.dtypes = [getattr(torch, _TORCH_DTYPES[spec.dtype]) for spec in kernel.outputs]
+        self.dtypes = [getattr(torch, TORCH_DTYPES[spec.dtype]) for spec in kernel.outputs]
 
     def __call__(self, tensors: list[Any]) -> list[Any]:
         results = list(self.run(self.torch, *tensors))
