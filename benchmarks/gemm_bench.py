@@ -847,27 +847,31 @@ def w4_decode() -> None:
         torch.cuda.empty_cache()
 
 
-#: (loop, ring stages, blocks a multiprocessor at most, chunks a warp a ring step)
-#: ``--w4-ring-sweep`` times; the first is the default (``w4_mma.STAGES``,
-#: ``w4.BLOCKS_PER_SM``, ``w4_mma.CHUNKS_PER_STEP``). 3 blocks of 8 warps are what fits a
-#: multiprocessor (registers), so 3 is a persistent grid; deeper rings and persistent grids
-#: of one chunk a step were measured slower (H100, 28a8243: results/gemm-w4.md)
+#: (loop, ring stages, blocks a multiprocessor at most, chunks a warp a ring step, blocks
+#: a multiprocessor asked of ptxas or None) ``--w4-ring-sweep`` times; the first is the
+#: default (``w4_mma.STAGES``, ``w4.BLOCKS_PER_SM``, ``w4_mma.CHUNKS_PER_STEP``,
+#: ``w4_mma.MIN_BLOCKS_PER_SM``). ptxas's own registers fit 3 blocks of 8 warps a
+#: multiprocessor; deeper rings and persistent grids (H100, 28a8243) and two chunks a step
+#: (H200, 3782bcd) were measured slower (results/gemm-w4.md)
 W4_RING_VARIANTS = (
-    ("ring", 3, 8, 1),
-    ("registers", 3, 8, 1),
-    ("ring", 2, 8, 2),
-    ("ring", 3, 8, 2),
-    ("ring", 4, 8, 2),
-    ("ring", 3, 3, 2),
+    ("ring", 3, 8, 1, None),
+    ("registers", 3, 8, 1, None),
+    ("ring", 3, 8, 1, 4),
+    ("ring", 3, 8, 1, 5),
+    ("ring", 3, 8, 1, 6),
+    ("ring", 2, 8, 1, 6),
+    ("registers", 3, 8, 1, 4),
+    ("registers", 3, 8, 1, 5),
+    ("ring", 2, 8, 2, 5),
 )
 
 
 def w4_ring_sweep(k: int = 8192, n: int = 28672) -> None:
     """``--w4-ring-sweep``: the W4A16 Tensor Core kernel at M = 1 on the k x n layer with each
-    of ``W4_RING_VARIANTS`` (the ring's ``STAGES``, the grid's blocks a multiprocessor and the
-    chunks a warp a step set on ``w4_mma`` for the compile), GPU time of a CUDA-graph replay
-    warm and cold as a share of HBM peak, each result checked against the f32 product; one
-    line a variant."""
+    of ``W4_RING_VARIANTS`` (the ring's ``STAGES``, the grid's blocks a multiprocessor, the
+    chunks a warp a step and the blocks asked to fit set on ``w4_mma`` for the compile), GPU
+    time of a CUDA-graph replay warm and cold as a share of HBM peak, each result checked
+    against the f32 product; one line a variant."""
     import os
     from unittest import mock
 
@@ -878,18 +882,18 @@ def w4_ring_sweep(k: int = 8192, n: int = 28672) -> None:
     name = torch.cuda.get_device_name()
     hbm = next((v for key, v in HBM_PEAK.items() if key in name), None)
     q, s, z, wd, weight_bytes = w4_layer(k, n)
-    for loop, stages, blocks, chunks in W4_RING_VARIANTS:
+    for loop, stages, blocks, chunks, fit in W4_RING_VARIANTS:
+        knobs = {"STAGES": stages, "BLOCKS_PER_SM": blocks, "CHUNKS_PER_STEP": chunks}
         with (
             mock.patch.dict(os.environ, {w4_mma.KERNEL_CHOICE: loop}),
-            mock.patch.multiple(
-                w4_mma, STAGES=stages, BLOCKS_PER_SM=blocks, CHUNKS_PER_STEP=chunks
-            ),
+            mock.patch.multiple(w4_mma, MIN_BLOCKS_PER_SM=fit, **knobs),
         ):
             warm, cold, rel, _ = w4_timed(1, q, s, z, wd, k, n)
         shares = hbm_shares(weight_bytes, hbm, warm, cold)
         print(f"{name} W4A16 1x{k}x{n} {loop}, {stages} stages, <= {blocks} blocks/SM, "
-              f"{chunks} chunk(s) a warp a step: warm {warm * 1e3:.1f} us{shares[0]}, "
-              f"cold {cold * 1e3:.1f} us{shares[1]}, rel L2 {rel:.1e}", flush=True)  # fmt: skip
+              f"{chunks} chunk(s) a warp a step, {fit or 'ptxas'} blocks/SM fit: "
+              f"warm {warm * 1e3:.1f} us{shares[0]}, cold {cold * 1e3:.1f} us{shares[1]}, "
+              f"rel L2 {rel:.1e}", flush=True)  # fmt: skip
 
 
 #: (K, N, rows) of ``--w4-routes``: the square layer of ``--w4`` and a Llama-3-8B MLP's down

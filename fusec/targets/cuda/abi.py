@@ -3,7 +3,8 @@
 Generated source names everything it needs from here, so the runtime's
 internals can move without invalidating cached kernels or their text:
 
-* ``cuda``: ``numba.cuda``, prepared (``fusec.targets.cuda.env``);
+* ``cuda``: ``numba.cuda``, prepared, and ``launch_bounds``: ``cuda.jit``'s options for a
+  number of blocks a multiprocessor (``fusec.targets.cuda.env``);
 * the device helpers of ``fusec.targets.cuda.device`` (``ld_f16``,
   ``load_bf16x8``, ``block_sum``, ``round_f16``...; ``device.helper_names()``);
 * ``move4``, ``move8``, ``move16``, ``load_bits``, ``store_bits``, ``udiv32``,
@@ -73,6 +74,7 @@ _PROVIDERS: dict[str, str] = {
     "mbar_wait": "fusec.targets.cuda.bulk",
     "lds_words4": "fusec.targets.cuda.bulk",
     "grid_dependency_wait": "fusec.targets.cuda.dependent",
+    "launch_bounds": "fusec.targets.cuda.env",
     "ieee_conv2d": "fusec.targets.cuda.torch_runtime",
     "tf32_conv2d": "fusec.targets.cuda.torch_runtime",
     "ieee_matmul": "fusec.targets.cuda.torch_runtime",

@@ -58,11 +58,17 @@ def prelude(helpers: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def kernel_def(code: Source, name: str, params: Sequence[str], doc: str) -> None:
-    """A generated kernel's head: ``@cuda.jit``, its signature, docstring ``doc`` and, as
-    its first statement, the wait for the kernels it depends on (``fusec.targets.cuda.
-    dependent``: programmatic dependent launch in recorded graphs)."""
-    code.add(0, "@cuda.jit", f"def {name}({', '.join(params)}):")
+def kernel_def(
+    code: Source, name: str, params: Sequence[str], doc: str, min_blocks: int | None = None
+) -> None:
+    """A generated kernel's head: ``@cuda.jit`` (asking for ``min_blocks`` blocks of
+    ``THREADS`` a multiprocessor where given: ``abi.launch_bounds``), its signature,
+    docstring ``doc`` and, as its first statement, the wait for the kernels it depends on
+    (``fusec.targets.cuda.dependent``: programmatic dependent launch in recorded graphs)."""
+    jit = (
+        "@cuda.jit" if min_blocks is None else f"@cuda.jit(**launch_bounds(THREADS, {min_blocks}))"
+    )
+    code.add(0, jit, f"def {name}({', '.join(params)}):")
     code.add(1, f'"""{doc}"""', "grid_dependency_wait()  # (the kernels before it: done)")
 
 

@@ -21,6 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from fusec.errors import FusecError
 
@@ -71,6 +72,21 @@ def numba_cuda() -> ModuleType:
 def simulator_enabled() -> bool:
     """True when Numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM=1`` before import)."""
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def launch_bounds(threads: int, min_blocks: int) -> dict[str, Any]:
+    """``cuda.jit``'s options that ask for ``min_blocks`` blocks of ``threads`` threads to
+    fit a multiprocessor (PTX ``.maxntid`` / ``.minnctapersm``: ptxas caps the registers to
+    fit, spilling if it must); none under the simulator, which allocates no registers, and
+    ``max_registers`` (the same cap, in allocation units of 8) where numba-cuda predates
+    ``launch_bounds``."""
+    if simulator_enabled():
+        return {}
+    import inspect
+
+    if "launch_bounds" in inspect.signature(numba_cuda().jit).parameters:
+        return {"launch_bounds": (threads, min_blocks)}
+    return {"max_registers": min(255, 65536 // (threads * min_blocks) // 8 * 8)}
 
 
 def cuda_support() -> str | None:

@@ -86,7 +86,8 @@ def emit_ptx(kernel: KernelSource, cc: tuple[int, int] = (9, 0), cache: Any = No
     if simulator_enabled():
         raise FusecError("cannot emit PTX under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
     cache = cache if cache is not None else default_cache()
-    key = cache_key(kernel.source, "ptx", f"sm_{cc[0]}{cc[1]}", kernel_layer_digest("cuda"))
+    # ("ptx+bounds": PTX with the launch bounds, unlike what this key held before them)
+    key = cache_key(kernel.source, "ptx+bounds", f"sm_{cc[0]}{cc[1]}", kernel_layer_digest("cuda"))
 
     def build() -> bytes:
         cuda = numba_cuda()
@@ -94,7 +95,9 @@ def emit_ptx(kernel: KernelSource, cc: tuple[int, int] = (9, 0), cache: Any = No
         exec(compile(kernel.source, f"<fusec kernel {kernel.name}>", "exec"), namespace)
         parts = []
         for dispatcher, signature in namespace["KERNELS"]:
-            ptx, _ = cuda.compile_ptx(dispatcher.py_func, signature, cc=cc)
+            # (the kernel's launch bounds reach its PTX as its .maxntid / .minnctapersm)
+            bounds = dispatcher.targetoptions.get("launch_bounds")
+            ptx, _ = cuda.compile_ptx(dispatcher.py_func, signature, cc=cc, launch_bounds=bounds)
             parts.append(ptx)
         return "\n".join(parts).encode()
 

@@ -254,6 +254,9 @@ def ring_sim_results() -> dict:
         {"name": f"{layer} x2", "layer": list(layer), "ring_chunks": 2}
         for layer in RING_TWO_CHUNK_LAYERS
     ]
+    # the kernel's source with its launch bounds (``MIN_BLOCKS_PER_SM``) runs there too
+    layer = RING_SIM_LAYERS[0]
+    cases.append({"name": f"{layer} bounded", "layer": list(layer), "min_blocks": 5})
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(KERNEL_CHOICE, "ring")  # the simulator's subprocess inherits it
         return run_simulator(HERE / "w4_sim.py", cases)
@@ -270,6 +273,11 @@ def test_w4a16_ring_under_the_simulator_matches_the_reference(layer, ring_sim_re
 def test_w4a16_ring_of_two_chunks_a_step_matches_the_reference(layer, ring_sim_results) -> None:
     record = ring_sim_results[f"{layer} x2"]
     assert record["kinds"] == ["matmul"], record
+    assert record["nan"] == 0 and record["rel_l2"] < 1e-2, record
+
+
+def test_w4a16_ring_with_launch_bounds_matches_the_reference(ring_sim_results) -> None:
+    record = ring_sim_results[f"{RING_SIM_LAYERS[0]} bounded"]
     assert record["nan"] == 0 and record["rel_l2"] < 1e-2, record
 
 
@@ -316,6 +324,26 @@ def test_w4a16_ring_compiles_to_bulk_copies(monkeypatch, m, dtype, count, chunks
     assert ptx.count("mbarrier.try_wait.parity.shared::cta.b64") == 1
     assert ptx.count("ld.shared.v4.u32") == 2 * chunks and ptx.count("ld.global.v4.u32") >= 4
     assert ".local" not in ptx
+
+
+@pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
+@pytest.mark.parametrize("loop", ["registers", "ring"])
+@pytest.mark.parametrize("blocks", [None, 5])
+def test_blocks_asked_to_fit_a_multiprocessor_reach_the_ptx(monkeypatch, loop, blocks):
+    """``MIN_BLOCKS_PER_SM``: the kernel's launch bounds (256 threads, that many blocks) in
+    its PTX, which ptxas fits by capping registers; none by default."""
+    import fusec
+    from fusec.targets.cuda.gemm import w4_mma
+
+    monkeypatch.setenv(w4_mma.KERNEL_CHOICE, loop)
+    monkeypatch.setattr(w4_mma, "MIN_BLOCKS_PER_SM", blocks)
+    model, _ = w4a16_onnx(1, 1024, 64, 128, "bf16", seed=3)
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+    ((_, ptx),) = compiled.assembly("sm_90")
+    if blocks is None:
+        assert ".minnctapersm" not in ptx and ".maxntid" not in ptx
+    else:
+        assert ".maxntid 256, 1, 1" in ptx and f".minnctapersm {blocks}" in ptx
 
 
 @pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")

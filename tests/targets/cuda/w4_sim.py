@@ -1,6 +1,7 @@
 """Run under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) by test_w4a16.py
 (``sim_client.run_simulator``): W4A16 layers (``w4_cases.w4a16_onnx``; the cases as JSON,
-the first argument; a case's ``ring_chunks`` sets ``w4_mma.CHUNKS_PER_STEP``) through the
+the first argument; a case's ``ring_chunks`` sets ``w4_mma.CHUNKS_PER_STEP``, its
+``min_blocks`` ``w4_mma.MIN_BLOCKS_PER_SM``) through the
 cuda target, outputs poisoned first; prints one JSON
 line per case: its name, the kernels' kinds, NaN count and rel L2 against the reference
 executor."""
@@ -27,6 +28,7 @@ def main() -> None:
         model, x = w4a16_onnx(m, k, n, block, dtype, m + k, transposed, scales, *unsigned)
         # the block ring's chunks a warp a step (a case's "ring_chunks"; the default else)
         w4_mma.CHUNKS_PER_STEP = case.get("ring_chunks", 1)
+        w4_mma.MIN_BLOCKS_PER_SM = case.get("min_blocks")  # (launch bounds: none simulated)
         compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
         got = np.asarray(compiled._runner([x], poison=True)[0]).astype(np.float64)
         want = fusec.compile(fusec.from_onnx(model), target="reference")(x).astype(np.float64)

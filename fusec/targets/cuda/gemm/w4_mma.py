@@ -104,6 +104,12 @@ STAGES = 3
 #: (issue 31's M = 1 on the H200: the ring's step is ~300 SASS instructions a warp for 8
 #: words of codes a lane, results/gemm-w4.md).
 CHUNKS_PER_STEP = 1
+#: Blocks of ``THREADS`` the kernel asks ptxas to fit a multiprocessor (``launch_bounds``:
+#: registers capped to fit, spilling if they must), or None for ptxas's own choice (62-79
+#: registers: 3 blocks, 24 warps). ``gemm_bench.py --w4-ring-sweep`` times 4 to 6: two
+#: chunks a step (30% fewer instructions) measured slower on the H200, so the kernel is
+#: not issue-bound; more warps hide more of a step's latency.
+MIN_BLOCKS_PER_SM: int | None = None
 
 
 def chunk_words(p: W4Plan) -> int:
@@ -132,7 +138,8 @@ class W4MmaEmitter(W4Emitter):
         return 1 if self.p.m <= 8 else 2
 
     def kernel_helpers(self) -> set[str]:
-        return self.scale_helpers() | {"load_words4", "load_bits", "udiv32", self.mma}
+        helpers = self.scale_helpers() | {"load_words4", "load_bits", "udiv32", self.mma}
+        return helpers if MIN_BLOCKS_PER_SM is None else helpers | {"launch_bounds"}
 
     @property
     def mma(self) -> str:
@@ -148,7 +155,7 @@ class W4MmaEmitter(W4Emitter):
         p = self.p
         code = Source([])
         doc = "A tile of 16 output columns a block, its warps over K (module notes)."
-        kernel_def(code, self.name, params, doc)
+        kernel_def(code, self.name, params, doc, MIN_BLOCKS_PER_SM)
         code.add(1, "red = cuda.shared.array(RED, f32)  # the warps' sums", *shared)
         code.add(1, "acc = cuda.local.array(ACC, f32)  # the lane's outputs, f32")
         code.add(1, "tmp = cuda.local.array(ACC, f32)", "sx = cuda.local.array(ACC, f32)")
