@@ -394,10 +394,10 @@ def test_torch_callers_pass_four_bit_values_a_byte_each() -> None:
     """A run-time int4/uint4 argument from torch is an int8/uint8 tensor (a byte a value, as
     on the device): torch's own int4 dtypes hold no usable tensors (the adapter asked for
     them and refused every run-time int4 argument on the H100, 2026-12-05)."""
-    from fusec.targets.cuda.adapters import _TORCH_DTYPES
+    from fusec.targets.cuda.adapters import TORCH_DTYPES
 
-    assert (_TORCH_DTYPES["i4"], _TORCH_DTYPES["ui4"]) == ("int8", "uint8")
-    assert _TORCH_DTYPES["i8"] == "int8" and _TORCH_DTYPES["f8E4M3FN"] == "float8_e4m3fn"
+    assert (TORCH_DTYPES["i4"], TORCH_DTYPES["ui4"]) == ("int8", "uint8")
+    assert TORCH_DTYPES["i8"] == "int8" and TORCH_DTYPES["f8E4M3FN"] == "float8_e4m3fn"
 
 
 def test_unpacked_fields_minus_their_bias_are_the_codes_exactly() -> None:
