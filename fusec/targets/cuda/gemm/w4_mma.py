@@ -100,15 +100,15 @@ REGISTER_SETS = ("0", "1")
 STAGES = 3
 #: Chunks a warp takes a step of the ring (a stage holds ``CHUNKS_PER_STEP`` chunks a warp):
 #: the step's fixed cost (its copy's bookkeeping, the stage's wait, the block barrier) is
-#: paid once for them. 1 is what was measured; ``gemm_bench.py --w4-ring-sweep`` times 2
-#: (issue 31's M = 1 on the H200: the ring's step is ~300 SASS instructions a warp for 8
-#: words of codes a lane, results/gemm-w4.md).
+#: paid once for them. 2 gives ~30% fewer SASS instructions a chunk, yet measured slower at
+#: every depth (H200, 3782bcd, ``gemm_bench.py --w4-ring-sweep``: 50.3 us at 2 stages, 56.8 at
+#: 3, 65.7 at 4, against 47.8 for the default 1): the kernel is not issue-bound.
 CHUNKS_PER_STEP = 1
 #: Blocks of ``THREADS`` the kernel asks ptxas to fit a multiprocessor (``launch_bounds``:
-#: registers capped to fit, spilling if they must), or None for ptxas's own choice (62-79
-#: registers: 3 blocks, 24 warps). ``gemm_bench.py --w4-ring-sweep`` times 4 to 6: two
-#: chunks a step (30% fewer instructions) measured slower on the H200, so the kernel is
-#: not issue-bound; more warps hide more of a step's latency.
+#: registers capped to fit, spilling if they must), or None for ptxas's own choice. ptxas
+#: 13.5 for sm_90 (on the CPU, M = 1): the ring 66 registers (3 blocks, 24 warps), 61 for 4
+#: (no spills), 48 for 5 (44 bytes spilled); the register loop 72, 64 for 4 (64 bytes
+#: spilled). ``gemm_bench.py --w4-ring-sweep`` times 4 to 6; not yet measured on a GPU.
 MIN_BLOCKS_PER_SM: int | None = None
 
 
