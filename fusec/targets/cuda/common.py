@@ -59,15 +59,13 @@ def prelude(helpers: Sequence[str]) -> str:
 
 
 def kernel_def(
-    code: Source, name: str, params: Sequence[str], doc: str, min_blocks: int | None = None
+    code: Source, name: str, params: Sequence[str], doc: str, jit_options: Sequence[str] = ()
 ) -> None:
-    """A generated kernel's head: ``@cuda.jit`` (asking for ``min_blocks`` blocks of
-    ``THREADS`` a multiprocessor where given: ``abi.launch_bounds``), its signature,
+    """A generated kernel's head: ``@cuda.jit`` (with ``jit_options``, keyword arguments as
+    source, e.g. ``**launch_bounds(THREADS, 4)``: ``abi.launch_bounds``), its signature,
     docstring ``doc`` and, as its first statement, the wait for the kernels it depends on
     (``fusec.targets.cuda.dependent``: programmatic dependent launch in recorded graphs)."""
-    jit = (
-        "@cuda.jit" if min_blocks is None else f"@cuda.jit(**launch_bounds(THREADS, {min_blocks}))"
-    )
+    jit = f"@cuda.jit({', '.join(jit_options)})" if jit_options else "@cuda.jit"
     code.add(0, jit, f"def {name}({', '.join(params)}):")
     code.add(1, f'"""{doc}"""', "grid_dependency_wait()  # (the kernels before it: done)")
 

@@ -77,16 +77,9 @@ def simulator_enabled() -> bool:
 def launch_bounds(threads: int, min_blocks: int) -> dict[str, Any]:
     """``cuda.jit``'s options that ask for ``min_blocks`` blocks of ``threads`` threads to
     fit a multiprocessor (PTX ``.maxntid`` / ``.minnctapersm``: ptxas caps the registers to
-    fit, spilling if it must); none under the simulator, which allocates no registers, and
-    ``max_registers`` (the same cap, in allocation units of 8) where numba-cuda predates
-    ``launch_bounds``."""
-    if simulator_enabled():
-        return {}
-    import inspect
-
-    if "launch_bounds" in inspect.signature(numba_cuda().jit).parameters:
-        return {"launch_bounds": (threads, min_blocks)}
-    return {"max_registers": min(255, 65536 // (threads * min_blocks) // 8 * 8)}
+    fit, spilling if it must); none under the simulator, whose ``cuda.jit`` takes no launch
+    bounds and which allocates no registers."""
+    return {} if simulator_enabled() else {"launch_bounds": (threads, min_blocks)}
 
 
 def cuda_support() -> str | None:

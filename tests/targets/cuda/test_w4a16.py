@@ -254,9 +254,9 @@ def ring_sim_results() -> dict:
         {"name": f"{layer} x2", "layer": list(layer), "ring_chunks": 2}
         for layer in RING_TWO_CHUNK_LAYERS
     ]
-    # the kernel's source with its launch bounds (``MIN_BLOCKS_PER_SM``) runs there too
-    layer = RING_SIM_LAYERS[0]
-    cases.append({"name": f"{layer} bounded", "layer": list(layer), "min_blocks": 5})
+    # the kernel's source with its jit options (launch bounds, carveout) runs there too
+    layer, options = RING_SIM_LAYERS[0], {"min_blocks": 5, "carveout": 50}
+    cases.append({"name": f"{layer} bounded", "layer": list(layer), **options})
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(KERNEL_CHOICE, "ring")  # the simulator's subprocess inherits it
         return run_simulator(HERE / "w4_sim.py", cases)
@@ -278,6 +278,7 @@ def test_w4a16_ring_of_two_chunks_a_step_matches_the_reference(layer, ring_sim_r
 
 def test_w4a16_ring_with_launch_bounds_matches_the_reference(ring_sim_results) -> None:
     record = ring_sim_results[f"{RING_SIM_LAYERS[0]} bounded"]
+    assert record["kinds"] == ["matmul"], record
     assert record["nan"] == 0 and record["rel_l2"] < 1e-2, record
 
 
@@ -344,6 +345,38 @@ def test_blocks_asked_to_fit_a_multiprocessor_reach_the_ptx(monkeypatch, loop, b
         assert ".minnctapersm" not in ptx and ".maxntid" not in ptx
     else:
         assert ".maxntid 256, 1, 1" in ptx and f".minnctapersm {blocks}" in ptx
+
+
+@pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
+def test_every_kernel_of_the_ring_sweep_compiles_for_sm_90(monkeypatch) -> None:
+    """``gemm_bench.py --w4-ring-sweep``'s variants (device time is scarce: each must build
+    before a GPU sees it) compile to PTX with their knobs: the launch bounds in the PTX, the
+    carveout on the kernel's ``cuda.jit`` (a launch attribute, not PTX)."""
+    import importlib.util
+
+    import fusec
+    from fusec.targets.cuda.gemm import w4_mma
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "gemm_bench.py"
+    spec = importlib.util.spec_from_file_location("gemm_bench", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    model, _ = w4a16_onnx(1, 2048, 64, 128, "bf16", seed=3)
+    for variant in bench.W4_RING_VARIANTS:
+        monkeypatch.setenv(w4_mma.KERNEL_CHOICE, variant.loop)
+        for knob, value in variant.knobs().items():
+            monkeypatch.setattr(w4_mma, knob, value)
+        compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+        ((kernel, ptx),) = compiled.assembly("sm_90")
+        # 16 a chunk: the register loop takes two an iteration, the ring ``chunks`` a step
+        # (NVVM may copy a loop's body: two stages' ring has two copies)
+        chunks, mmas = variant.chunks, ptx.count("mma.sync.aligned.m16n8k16")
+        assert mmas >= 16 * chunks and mmas % (16 * chunks) == 0, variant
+        assert ("cp.async.bulk" in ptx) == (variant.loop == "ring"), variant
+        assert (f".minnctapersm {variant.fit}" in ptx) == (variant.fit is not None), variant
+        carveout = f"shared_memory_carveout={variant.carveout}"
+        assert (carveout in kernel.source) == (variant.carveout is not None), variant
 
 
 @pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")

@@ -1,10 +1,9 @@
 """Run under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) by test_w4a16.py
 (``sim_client.run_simulator``): W4A16 layers (``w4_cases.w4a16_onnx``; the cases as JSON,
 the first argument; a case's ``ring_chunks`` sets ``w4_mma.CHUNKS_PER_STEP``, its
-``min_blocks`` ``w4_mma.MIN_BLOCKS_PER_SM``) through the
-cuda target, outputs poisoned first; prints one JSON
-line per case: its name, the kernels' kinds, NaN count and rel L2 against the reference
-executor."""
+``min_blocks`` ``w4_mma.MIN_BLOCKS_PER_SM``, its ``carveout`` ``w4_mma.SHARED_CARVEOUT``)
+through the cuda target, outputs poisoned first; prints one JSON line per case: its name,
+the kernels' kinds, NaN count and rel L2 against the reference executor."""
 
 from __future__ import annotations
 
@@ -29,6 +28,7 @@ def main() -> None:
         # the block ring's chunks a warp a step (a case's "ring_chunks"; the default else)
         w4_mma.CHUNKS_PER_STEP = case.get("ring_chunks", 1)
         w4_mma.MIN_BLOCKS_PER_SM = case.get("min_blocks")  # (launch bounds: none simulated)
+        w4_mma.SHARED_CARVEOUT = case.get("carveout")
         compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
         got = np.asarray(compiled._runner([x], poison=True)[0]).astype(np.float64)
         want = fusec.compile(fusec.from_onnx(model), target="reference")(x).astype(np.float64)

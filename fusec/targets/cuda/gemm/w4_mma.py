@@ -110,6 +110,11 @@ CHUNKS_PER_STEP = 1
 #: (no spills), 48 for 5 (44 bytes spilled); the register loop 72, 64 for 4 (64 bytes
 #: spilled). ``gemm_bench.py --w4-ring-sweep`` times 4 to 6; not yet measured on a GPU.
 MIN_BLOCKS_PER_SM: int | None = None
+#: The share (0-100) of a multiprocessor's unified L1 / shared memory the kernel asks to be
+#: shared memory (``cuda.jit``'s ``shared_memory_carveout``), or None for the driver's
+#: choice (the least that fits the blocks: the ring's stages leave the rest to L1, which
+#: holds the activations every warp reads). ``gemm_bench.py --w4-ring-sweep`` times it.
+SHARED_CARVEOUT: int | None = None
 
 
 def chunk_words(p: W4Plan) -> int:
@@ -141,6 +146,17 @@ class W4MmaEmitter(W4Emitter):
         helpers = self.scale_helpers() | {"load_words4", "load_bits", "udiv32", self.mma}
         return helpers if MIN_BLOCKS_PER_SM is None else helpers | {"launch_bounds"}
 
+    @staticmethod
+    def jit_options() -> list[str]:
+        """``cuda.jit``'s options (``MIN_BLOCKS_PER_SM``, ``SHARED_CARVEOUT``; none by
+        default)."""
+        options = (
+            [] if MIN_BLOCKS_PER_SM is None else [f"**launch_bounds(THREADS, {MIN_BLOCKS_PER_SM})"]
+        )
+        if SHARED_CARVEOUT is not None:
+            options.append(f"shared_memory_carveout={int(SHARED_CARVEOUT)}")
+        return options
+
     @property
     def mma(self) -> str:
         return f"w4_mma_{self.dtype}x{self.fragments}"
@@ -155,7 +171,7 @@ class W4MmaEmitter(W4Emitter):
         p = self.p
         code = Source([])
         doc = "A tile of 16 output columns a block, its warps over K (module notes)."
-        kernel_def(code, self.name, params, doc, MIN_BLOCKS_PER_SM)
+        kernel_def(code, self.name, params, doc, self.jit_options())
         code.add(1, "red = cuda.shared.array(RED, f32)  # the warps' sums", *shared)
         code.add(1, "acc = cuda.local.array(ACC, f32)  # the lane's outputs, f32")
         code.add(1, "tmp = cuda.local.array(ACC, f32)", "sx = cuda.local.array(ACC, f32)")
