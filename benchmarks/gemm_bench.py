@@ -858,6 +858,7 @@ class W4Variant(NamedTuple):
     chunks: int = 1  # CHUNKS_PER_STEP: chunks a warp a ring step
     fit: int | None = None  # MIN_BLOCKS_PER_SM: blocks asked of ptxas (None: its choice)
     carveout: int | None = None  # SHARED_CARVEOUT: % of L1 / shared memory as shared
+    ahead: int = 1  # SCALES_AHEAD: the warp's chunks the ring fetches scales ahead
 
     def knobs(self) -> dict:
         """``w4_mma``'s module constants for the variant."""
@@ -867,6 +868,7 @@ class W4Variant(NamedTuple):
             "CHUNKS_PER_STEP": self.chunks,
             "MIN_BLOCKS_PER_SM": self.fit,
             "SHARED_CARVEOUT": self.carveout,
+            "SCALES_AHEAD": self.ahead,
         }
 
 
@@ -887,6 +889,9 @@ W4_RING_VARIANTS = (
     W4Variant("registers", fit=5),
     W4Variant("ring", carveout=100),  # the least L1 (the most shared memory)
     W4Variant("ring", fit=4, carveout=50),
+    W4Variant("ring", ahead=2),  # the scales as far ahead as the codes
+    W4Variant("ring", stages=4, ahead=3),
+    W4Variant("ring", ahead=2, fit=4),
 )
 
 

@@ -245,6 +245,19 @@ RING_TWO_CHUNK_LAYERS = [
 ]
 
 
+#: Ring layers run again with the scales and zero points fetched 2 or 3 of the warp's chunks
+#: ahead (``w4_mma.SCALES_AHEAD``), with one or two chunks a step: across 9 tiles on 8
+#: blocks (a block's second tile fetched during its first), a last step of fewer chunks than
+#: its warps, a block of one step (the fetches ahead past its chunks).
+RING_AHEAD_CASES = [
+    (RING_SIM_LAYERS[0], 2, 1),
+    (RING_SIM_LAYERS[0], 3, 2),
+    ((2, 2560, 24, 128, "f16", True, "block"), 2, 2),
+    (RING_SIM_LAYERS[3], 3, 1),
+    (RING_SIM_LAYERS[4], 2, 1),
+]
+
+
 @pytest.fixture(scope="module")
 def ring_sim_results() -> dict:
     from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
@@ -254,6 +267,11 @@ def ring_sim_results() -> dict:
         {"name": f"{layer} x2", "layer": list(layer), "ring_chunks": 2}
         for layer in RING_TWO_CHUNK_LAYERS
     ]
+    cases += [
+        {"name": f"{layer} ahead {a} x{c}", "layer": list(layer), "scales_ahead": a,
+         "ring_chunks": c}
+        for layer, a, c in RING_AHEAD_CASES
+    ]  # fmt: skip
     # the kernel's source with its jit options (launch bounds, carveout) runs there too
     layer, options = RING_SIM_LAYERS[0], {"min_blocks": 5, "carveout": 50}
     cases.append({"name": f"{layer} bounded", "layer": list(layer), **options})
@@ -272,6 +290,14 @@ def test_w4a16_ring_under_the_simulator_matches_the_reference(layer, ring_sim_re
 @pytest.mark.parametrize("layer", RING_TWO_CHUNK_LAYERS, ids=str)
 def test_w4a16_ring_of_two_chunks_a_step_matches_the_reference(layer, ring_sim_results) -> None:
     record = ring_sim_results[f"{layer} x2"]
+    assert record["kinds"] == ["matmul"], record
+    assert record["nan"] == 0 and record["rel_l2"] < 1e-2, record
+
+
+@pytest.mark.parametrize("case", RING_AHEAD_CASES, ids=str)
+def test_w4a16_ring_with_scales_fetched_ahead_matches_the_reference(case, ring_sim_results):
+    layer, ahead, chunks = case
+    record = ring_sim_results[f"{layer} ahead {ahead} x{chunks}"]
     assert record["kinds"] == ["matmul"], record
     assert record["nan"] == 0 and record["rel_l2"] < 1e-2, record
 
