@@ -881,6 +881,9 @@ class W4Variant(NamedTuple):
 W4_RING_VARIANTS = (
     W4Variant("ring"),
     W4Variant("registers"),
+    W4Variant("ring", ahead=2),  # the scales as far ahead as the codes
+    W4Variant("ring", stages=4, ahead=3),
+    W4Variant("ring", ahead=2, fit=4),
     W4Variant("ring", fit=4),
     W4Variant("ring", fit=5),
     W4Variant("ring", fit=6),
@@ -889,9 +892,6 @@ W4_RING_VARIANTS = (
     W4Variant("registers", fit=5),
     W4Variant("ring", carveout=100),  # the least L1 (the most shared memory)
     W4Variant("ring", fit=4, carveout=50),
-    W4Variant("ring", ahead=2),  # the scales as far ahead as the codes
-    W4Variant("ring", stages=4, ahead=3),
-    W4Variant("ring", ahead=2, fit=4),
 )
 
 
