@@ -858,7 +858,7 @@ class W4Variant(NamedTuple):
     chunks: int = 1  # CHUNKS_PER_STEP: chunks a warp a ring step
     fit: int | None = None  # MIN_BLOCKS_PER_SM: blocks asked of ptxas (None: its choice)
     carveout: int | None = None  # SHARED_CARVEOUT: % of L1 / shared memory as shared
-    ahead: int = 1  # SCALES_AHEAD: the warp's chunks the ring fetches scales ahead
+    staggered: bool = False  # STAGGERED_HALVES: the ring's lanes read their halves in turn
 
     def knobs(self) -> dict:
         """``w4_mma``'s module constants for the variant."""
@@ -868,33 +868,28 @@ class W4Variant(NamedTuple):
             "CHUNKS_PER_STEP": self.chunks,
             "MIN_BLOCKS_PER_SM": self.fit,
             "SHARED_CARVEOUT": self.carveout,
-            "SCALES_AHEAD": self.ahead,
+            "STAGGERED_HALVES": self.staggered,
         }
 
 
 #: ``--w4-ring-sweep``'s kernels; the first two are the defaults of the layer's loop
-#: (the ring) and the other loop. ptxas's own registers fit 4 blocks of 8 warps a
-#: multiprocessor to the ring (60 registers since its scales run ahead across tiles), 3 to
-#: the register loop (72) (launch bounds ask for more: ``fit``); the driver gives shared memory the
+#: (the ring) and the other loop. ptxas's own registers fit 3 blocks of 8 warps a
+#: multiprocessor (launch bounds ask for more: ``fit``); the driver gives shared memory the
 #: least of the unified L1 that fits them (``carveout`` asks for a share). Deeper rings and
 #: persistent grids (H100, 28a8243) and two chunks a step (H200, 3782bcd) were measured
-#: slower (results/gemm-w4.md). ``ahead``: every one of those fetched the scales and zero
-#: points one chunk of the warp ahead, which a step may wait on whatever the ring's depth
-#: (``w4_mma.SCALES_AHEAD``); registers of ptxas 13.5 for sm_90 in the comments
+#: slower (results/gemm-w4.md)
 W4_RING_VARIANTS = (
     W4Variant("ring"),
     W4Variant("registers"),
-    W4Variant("ring", ahead=2),  # the scales as far ahead as the codes (64 registers: 4 fit)
-    W4Variant("ring", stages=4, ahead=2),  # 64 registers: 4 blocks, 3 steps of codes ahead
-    W4Variant("ring", stages=4, ahead=3),  # 68 registers: 3 blocks
-    W4Variant("ring", stages=5, ahead=4),  # 72 registers: 3 blocks, 4 steps ahead
+    W4Variant("ring", staggered=True),  # no bank conflicts on the ring's shared loads
+    W4Variant("ring", fit=4),
     W4Variant("ring", fit=5),
     W4Variant("ring", fit=6),
     W4Variant("ring", stages=2, fit=6),
     W4Variant("registers", fit=4),
     W4Variant("registers", fit=5),
     W4Variant("ring", carveout=100),  # the least L1 (the most shared memory)
-    W4Variant("ring", carveout=50),
+    W4Variant("ring", fit=4, carveout=50),
 )
 
 

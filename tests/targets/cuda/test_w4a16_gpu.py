@@ -176,23 +176,6 @@ def test_blocks_that_walk_several_tiles_match_the_reference(kernel, monkeypatch)
     assert _check(compiled, [x], [_device(x, "bf16")]) < 1e-2
 
 
-@pytest.mark.parametrize("ahead, chunks", [(2, 1), (3, 1), (3, 2)])
-def test_scales_fetched_ahead_across_tiles_match_the_reference(ahead, chunks, monkeypatch):
-    """The ring with the scales and zero points ``ahead`` of the warp's chunks ahead
-    (``SCALES_AHEAD``), one or two chunks a step, on the layer of more tiles than blocks:
-    the fetches ahead run from a block's first tile into its second."""
-    import fusec
-    from fusec.targets.cuda.gemm import w4_mma
-
-    monkeypatch.setenv(w4_mma.KERNEL_CHOICE, "ring")
-    monkeypatch.setattr(w4_mma, "SCALES_AHEAD", ahead)
-    monkeypatch.setattr(w4_mma, "CHUNKS_PER_STEP", chunks)
-    model, x = w4a16_onnx(2, 1024, 17024, 128, "bf16", 29, False, "block")
-    compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
-    assert compiled.kernels[0].prepared_inputs[0][1].startswith("w4mma")
-    assert _check(compiled, [x], [_device(x, "bf16")]) < 1e-2
-
-
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_positive_activations_keep_the_tensor_core_sums_exact_enough(dtype):
     """The Tensor Core kernel sums ``(MAGIC + q) x`` and subtracts ``(MAGIC + z) sum x``

@@ -2,7 +2,7 @@
 (``sim_client.run_simulator``): W4A16 layers (``w4_cases.w4a16_onnx``; the cases as JSON,
 the first argument; a case's ``ring_chunks`` sets ``w4_mma.CHUNKS_PER_STEP``, its
 ``min_blocks`` ``w4_mma.MIN_BLOCKS_PER_SM``, its ``carveout`` ``w4_mma.SHARED_CARVEOUT``, its
-``scales_ahead`` ``w4_mma.SCALES_AHEAD``)
+``staggered`` ``w4_mma.STAGGERED_HALVES``)
 through the cuda target, outputs poisoned first; prints one JSON line per case: its name,
 the kernels' kinds, NaN count and rel L2 against the reference executor."""
 
@@ -30,7 +30,7 @@ def main() -> None:
         w4_mma.CHUNKS_PER_STEP = case.get("ring_chunks", 1)
         w4_mma.MIN_BLOCKS_PER_SM = case.get("min_blocks")  # (launch bounds: none simulated)
         w4_mma.SHARED_CARVEOUT = case.get("carveout")
-        w4_mma.SCALES_AHEAD = case.get("scales_ahead", 1)
+        w4_mma.STAGGERED_HALVES = case.get("staggered", False)
         compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
         got = np.asarray(compiled._runner([x], poison=True)[0]).astype(np.float64)
         want = fusec.compile(fusec.from_onnx(model), target="reference")(x).astype(np.float64)

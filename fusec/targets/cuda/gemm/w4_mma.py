@@ -115,12 +115,11 @@ MIN_BLOCKS_PER_SM: int | None = None
 #: choice (the least that fits the blocks: the ring's stages leave the rest to L1, which
 #: holds the activations every warp reads). ``gemm_bench.py --w4-ring-sweep`` times it.
 SHARED_CARVEOUT: int | None = None
-#: The warp's chunks ahead of the one it multiplies that the ring fetches scales and zero
-#: points for (register sets ``1 .. SCALES_AHEAD``), across the block's tiles as its copies
-#: run ahead. They are global loads of a few bytes a lane, from HBM: one chunk ahead is one
-#: step of the ring, about one HBM latency at the rate measured (H100 and H200 alike ~2.5
-#: TB/s at M = 1), so a step may wait on them whatever the depth of the ring of codes.
-SCALES_AHEAD = 1
+#: Whether the ring's lanes of eight words read their two 16-byte halves in turn (lanes 4-7
+#: of every 8 the second half first, the halves then swapped back in registers): a lane's
+#: words lie 32 bytes apart, so the 8 lanes of one shared-memory wavefront of 16-byte loads
+#: hit each bank twice (ncu, H100, e61233da: 7.8 wavefronts a load request against 4).
+STAGGERED_HALVES = False
 
 
 def chunk_words(p: W4Plan) -> int:
@@ -171,12 +170,9 @@ class W4MmaEmitter(W4Emitter):
     def layout(self) -> str:
         return int4_mma_layout(self.p.k_major, self.p.signed, self.words)
 
-    def _kernel_head(
-        self, params: list[str], shared: list[str], sets: tuple[str, ...], scale_sets: int = 2
-    ) -> Source:
+    def _kernel_head(self, params: list[str], shared: list[str], sets: tuple[str, ...]) -> Source:
         """The kernel's signature and its arrays (``shared``: more shared ones; ``sets``: the
-        register sets of codes), the lane's coordinates, the registers of ``scale_sets``
-        sets of scales and zero points."""
+        register sets of codes), the lane's coordinates, the scales' registers."""
         p = self.p
         code = Source([])
         doc = "A tile of 16 output columns a block, its warps over K (module notes)."
@@ -193,9 +189,8 @@ class W4MmaEmitter(W4Emitter):
         rows = range(self.fragments)
         code.add(1, *[f"xrow{j} = min(g + {8 * j}, M - 1) * K + tq * XLANE" for j in rows])
         # the scales' and zero points' raw values (typed by a first read)
-        for kind, array in (("sr", p.scale), ("zr", p.zero)):
-            names = [f"{kind}{side}{r}" for r in range(scale_sets) for side in "ab"]
-            code.add(1, f"{' = '.join(names)} = in{array}[0]")
+        code.add(1, f"sra0 = srb0 = sra1 = srb1 = in{p.scale}[0]")
+        code.add(1, f"zra0 = zrb0 = zra1 = zrb1 = in{p.zero}[0]")
         return code
 
     @staticmethod
@@ -360,8 +355,6 @@ class W4RingEmitter(W4MmaEmitter):
         stage_words = CHUNKS_PER_STEP * WARPS * 32 * self.words  # a step's codes
         return [
             ("STEPS", -(-chunks // (CHUNKS_PER_STEP * WARPS))),  # a tile's steps
-            ("TILE_CHUNKS", -(-chunks // (CHUNKS_PER_STEP * WARPS)) * CHUNKS_PER_STEP),
-            ("SCALES_AHEAD", SCALES_AHEAD),
             ("STAGES", STAGES),
             ("STAGE_WORDS", stage_words),
             ("RING", STAGES * stage_words + 4),  # (+ 16 bytes to align the first stage)
@@ -373,12 +366,12 @@ class W4RingEmitter(W4MmaEmitter):
             "ring = cuda.shared.array(RING, int32)  # STAGES steps' codes",
             "bars = cuda.shared.array(STAGES, int64)  # a stage's copy completes on one",
         ]
-        # set 0: this chunk's codes, scales and zero points; sets 1 .. SCALES_AHEAD: the
-        # scales and zero points of the warp's next chunks
-        code = self._kernel_head(params, shared, ("0",), SCALES_AHEAD + 1)
+        # set 0: this step's codes, scales and zero points; set 1: the next step's scales
+        code = self._kernel_head(params, shared, ("0",))
         code.add(1, "r0 = align16(ring)")
         self._setup(code)
         self._tile_loop(code)
+        self._fetch_chunk(code, 2, "warp", "1", codes=False)
         code.add(2, "for st in range(STEPS):  # the same count in every warp")
         for c in range(CHUNKS_PER_STEP):
             self._step_chunk(code, c)
@@ -401,42 +394,25 @@ class W4RingEmitter(W4MmaEmitter):
             # the stage the last step read: every thread passed its closing barrier
             code.add(3, "jj = j + STAGES - 1", "if cuda.threadIdx.x == 0 and jj < steps:")
             self._copy_step(code, 4)
-        for r in range(SCALES_AHEAD):  # the sets move down one; the last takes a new chunk
-            ours, theirs = (
-                f"sra{r}, srb{r}, zra{r}, zrb{r}",
-                f"sra{r + 1}, srb{r + 1}, zra{r + 1}, zrb{r + 1}",
-            )
-            code.add(3, f"{ours} = {theirs}")
-        u = "j" if CHUNKS_PER_STEP == 1 else f"j * {CHUNKS_PER_STEP} + {c}"
-        self._fetch_ahead(code, 3, f"{u} + SCALES_AHEAD", str(SCALES_AHEAD))
+        code.add(3, "sra0, srb0, zra0, zrb0 = sra1, srb1, zra1, zrb1")
+        self._fetch_chunk(code, 3, "chunk0 + WARPS", "1", codes=False)
         if c == 0:
             code.add(3, "slot = urem32(j, STAGES)", "mbar_wait(bars, slot, udiv32(j, STAGES) % 2)")
         lane_words = (
             "(warp * 32 + lane) * CW" if c == 0 else f"(({c} * WARPS + warp) * 32 + lane) * CW"
         )
         code.add(3, f"at = r0 + slot * STAGE_WORDS + {lane_words}")
-        for q in range(self.words // 4):
-            code.add(3, f"lds_words4(ring, at + {4 * q}, words0, {4 * q})")
+        if STAGGERED_HALVES and self.words == 8:
+            code.add(3, "h = (lane >> 2) & 1  # lanes 4-7 of 8: the second half first")
+            code.add(3, "lds_words4(ring, at + 4 * h, words0, 0)")
+            code.add(3, "lds_words4(ring, at + 4 - 4 * h, words0, 4)")
+            code.add(3, "if h:  # (the halves back in their places)")
+            for q in range(4):
+                code.add(4, f"words0[{q}], words0[{q + 4}] = words0[{q + 4}], words0[{q}]")
+        else:
+            for q in range(self.words // 4):
+                code.add(3, f"lds_words4(ring, at + {4 * q}, words0, {4 * q})")
         self._chunk_mmas(code, 3, "0")
-
-    def _fetch_ahead(self, code: Source, indent: int, u: str, r: str) -> None:
-        """The scales and zero points of the warp's chunk ``u`` of the block (counted across
-        its tiles: ``TILE_CHUNKS`` a tile) into register set ``r``; none past the block's last
-        or its tile's chunks (a chunk there multiplies zero activations: stale scales add
-        nothing)."""
-        p = self.p
-        code.add(indent, f"un = {u}", "if un < warp_chunks:")
-        code.add(indent + 1, "uq = udiv32(un, TILE_CHUNKS)")
-        code.add(indent + 1, "cn = (un - uq * TILE_CHUNKS) * WARPS + warp")
-        code.add(indent + 1, "if cn < CHUNKS:")
-        body = indent + 2
-        code.add(body, "n0u = (cuda.blockIdx.x + uq * cuda.gridDim.x) * TILE")
-        if "blk" in p.scale_index:  # a scale block is whole chunks (mma_problem)
-            code.add(body, f"blk = udiv32(cn, {p.block // (16 * self.words)})")
-        for column, side in (("g", "a"), ("g + 8", "b")):
-            code.add(body, f"n = min(n0u + {column}, N - 1)")
-            code.add(body, f"sr{side}{r} = load_bits(in{p.scale}, {p.scale_index})")
-            code.add(body, f"zr{side}{r} = load_bits(in{p.zero}, {p.scale_index})")
 
     def _setup(self, code: Source) -> None:
         code.add(1, "if cuda.threadIdx.x == 0:")
@@ -444,9 +420,6 @@ class W4RingEmitter(W4MmaEmitter):
         code.add(1, "cuda.syncthreads()")
         code.add(1, "tiles = (TILES - 1 - cuda.blockIdx.x) // cuda.gridDim.x + 1  # the block's")
         code.add(1, "steps = tiles * STEPS")
-        code.add(1, "warp_chunks = tiles * TILE_CHUNKS  # the warp's chunks, its tiles'")
-        for r in range(1, SCALES_AHEAD + 1):  # the warp's first chunks' scales
-            self._fetch_ahead(code, 1, str(r - 1), str(r))
         code.add(1, "if cuda.threadIdx.x == 0:  # the ring's first stages")
         code.add(2, "for jj in range(STAGES - 1):", "    if jj < steps:")
         self._copy_step(code, 4)
