@@ -108,17 +108,21 @@ CHUNKS_PER_STEP = 1
 #: registers capped to fit, spilling if they must), or None for ptxas's own choice. ptxas
 #: 13.5 for sm_90 (on the CPU, M = 1): the ring 66 registers (3 blocks, 24 warps), 61 for 4
 #: (no spills), 48 for 5 (44 bytes spilled); the register loop 72, 64 for 4 (64 bytes
-#: spilled). ``gemm_bench.py --w4-ring-sweep`` times 4 to 6; not yet measured on a GPU.
+#: spilled). Measured slower (H100, 8c53fa9, ``--w4-ring-sweep`` on the 123 MB layer, a ring
+#: of 58 registers that fit 4 blocks by itself: 53.8 us; 5 blocks 71.9, 6 81.7; the register
+#: loop 52.1, at 4 blocks 70.1): more warps cost the L1 the activations and scales live in.
 MIN_BLOCKS_PER_SM: int | None = None
 #: The share (0-100) of a multiprocessor's unified L1 / shared memory the kernel asks to be
 #: shared memory (``cuda.jit``'s ``shared_memory_carveout``), or None for the driver's
 #: choice (the least that fits the blocks: the ring's stages leave the rest to L1, which
-#: holds the activations every warp reads). ``gemm_bench.py --w4-ring-sweep`` times it.
+#: holds the activations every warp reads). The whole L1 as shared memory measured 7% slower,
+#: half of it the same (H100, 8c53fa9: 57.7 and 53.5 us against 53.8).
 SHARED_CARVEOUT: int | None = None
 #: Whether the ring's lanes of eight words read their two 16-byte halves in turn (lanes 4-7
 #: of every 8 the second half first, the halves then swapped back in registers): a lane's
 #: words lie 32 bytes apart, so the 8 lanes of one shared-memory wavefront of 16-byte loads
-#: hit each bank twice (ncu, H100, e61233da: 7.8 wavefronts a load request against 4).
+#: hit each bank twice (ncu, H100, 8c53fa9: 7.8 wavefronts a load request against 4). 70
+#: registers (3 blocks still fit), 8 more ``SEL``s a chunk; not yet timed on a GPU.
 STAGGERED_HALVES = False
 
 
