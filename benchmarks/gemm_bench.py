@@ -57,6 +57,11 @@ then the Tensor Core GEMM), and at M = 1 on larger weights (``W4_DECODE_LAYERS``
 of the weight's bytes (packed 4-bit codes, scales, zero points) against the GPU's HBM
 peak. Checked against the
 f32 product with the dequantized weight (rel L2 < 1e-2). Writes gemm-w4.md/.json.
+
+    ncu --profile-from-start off --set full -o w4 python3 benchmarks/gemm_bench.py --w4-profile 0
+
+profiles one call of ``--w4-ring-sweep``'s variant 0 (the default ring; ``W4_RING_VARIANTS``
+gives the others' indices) at M = 1 on the 8192 x 28672 layer: the generated kernel alone.
 """
 
 from __future__ import annotations
@@ -295,6 +300,15 @@ def main() -> int:
         "(and the register loop) at M = 1 on the 8192 x 28672 layer, warm and cold (printed)",
     )
     parser.add_argument(
+        "--w4-profile",
+        type=int,
+        metavar="I",
+        help="one call of --w4-ring-sweep's variant I (0: the default) on the 8192 x 28672 "
+        "layer between cudaProfilerStart/Stop, after warm-up calls, for "
+        "`ncu --profile-from-start off --set full python3 benchmarks/gemm_bench.py "
+        "--w4-profile I`",
+    )
+    parser.add_argument(
         "--w4-routes",
         action="store_true",
         help="the W4A16 layer past 16 rows by both routes ($FUSEC_W4_GEMM: dequantize kernel "
@@ -380,6 +394,9 @@ def main() -> int:
         return 0
     if args.w4_decode:
         w4_decode()
+        return 0
+    if args.w4_profile is not None:
+        w4_profile(W4_RING_VARIANTS[args.w4_profile])
         return 0
     if args.w4_routes:
         w4_routes(args.out)
@@ -923,6 +940,36 @@ def w4_ring_sweep(k: int = 8192, n: int = 28672) -> None:
         shares = hbm_shares(weight_bytes, hbm, warm, cold)
         print(f"{label}: warm {warm * 1e3:.1f} us{shares[0]}, cold {cold * 1e3:.1f} us"
               f"{shares[1]}, rel L2 {rel:.1e}", flush=True)  # fmt: skip
+
+
+def w4_profile(variant: W4Variant, k: int = 8192, n: int = 28672) -> None:
+    """``--w4-profile``: the W4A16 kernel of ``variant`` at M = 1 on the k x n layer, three
+    calls to warm it up, then one between ``cudaProfilerStart`` and ``cudaProfilerStop`` (what
+    ``ncu --profile-from-start off`` profiles: the generated kernel alone), its result
+    checked against the f32 product."""
+    import os
+    from unittest import mock
+
+    import torch
+
+    import fusec
+    from fusec.targets.cuda.gemm import w4_mma
+
+    q, s, z, wd, _ = w4_layer(k, n)
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    with (
+        mock.patch.dict(os.environ, {w4_mma.KERNEL_CHOICE: variant.loop}),
+        mock.patch.multiple(w4_mma, **variant.knobs()),
+    ):
+        compiled = fusec.compile(w4_program(1, q, k, n), target="cuda")
+        for _ in range(3):
+            out = compiled(x, s, z)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        out = compiled(x, s, z)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+    print(f"W4A16 1x{k}x{n} {variant}: rel L2 {check(out, x.float() @ wd):.1e}", flush=True)
 
 
 #: (K, N, rows) of ``--w4-routes``: the square layer of ``--w4`` and a Llama-3-8B MLP's down
