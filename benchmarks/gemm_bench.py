@@ -876,6 +876,7 @@ class W4Variant(NamedTuple):
     fit: int | None = None  # MIN_BLOCKS_PER_SM: blocks asked of ptxas (None: its choice)
     carveout: int | None = None  # SHARED_CARVEOUT: % of L1 / shared memory as shared
     staggered: bool = False  # STAGGERED_HALVES: the ring's lanes read their halves in turn
+    x_sums: bool = False  # SHARED_X_SUMS: x's chunk sums from a table, not a second mma
 
     def knobs(self) -> dict:
         """``w4_mma``'s module constants for the variant."""
@@ -886,6 +887,7 @@ class W4Variant(NamedTuple):
             "MIN_BLOCKS_PER_SM": self.fit,
             "SHARED_CARVEOUT": self.carveout,
             "STAGGERED_HALVES": self.staggered,
+            "SHARED_X_SUMS": self.x_sums,
         }
 
 
@@ -899,6 +901,9 @@ W4_RING_VARIANTS = (
     W4Variant("ring"),
     W4Variant("registers"),
     W4Variant("ring", staggered=True),  # no bank conflicts on the ring's shared loads
+    W4Variant("ring", x_sums=True),  # 8 HMMA a chunk fewer (72 registers: 3 blocks)
+    W4Variant("ring", staggered=True, x_sums=True),
+    W4Variant("registers", x_sums=True),  # (94 registers: 2 blocks)
     W4Variant("ring", fit=4),
     W4Variant("ring", fit=5),
     W4Variant("ring", fit=6),

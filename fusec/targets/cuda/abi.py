@@ -13,8 +13,8 @@ internals can move without invalidating cached kernels or their text:
 * ``load_words1/2/4``, ``unpack_i4x8``, ``w4_magic``, ``f16_bits``, ``bf16_bits``: the W4A16
   kernels' vector loads of codes, 4-bit codes unpacked as float bits, and 16-bit floats'
   bits as f32 (``fusec.targets.cuda.w4_device``);
-* ``w4_mma_<f16|bf16>x<1|2>``: the W4A16 Tensor Core kernel's codes as 16-bit floats into
-  ``mma.sync``
+* ``w4_mma_<f16|bf16>x<1|2>``, ``w4_mmaq_<f16|bf16>x<1|2>`` (no sums of x): the W4A16
+  Tensor Core kernel's codes as 16-bit floats into ``mma.sync``
   (``fusec.targets.cuda.w4_mma_device``);
 * ``align16``, ``mbar_init``, ``bulk_load``, ``mbar_wait``, ``lds_words4``:
   bulk copies into a ring of shared-memory stages on mbarriers (``fusec.targets.cuda.bulk``);
@@ -68,6 +68,10 @@ _PROVIDERS: dict[str, str] = {
     "w4_mma_f16x2": "fusec.targets.cuda.w4_mma_device",
     "w4_mma_bf16x1": "fusec.targets.cuda.w4_mma_device",
     "w4_mma_bf16x2": "fusec.targets.cuda.w4_mma_device",
+    "w4_mmaq_f16x1": "fusec.targets.cuda.w4_mma_device",
+    "w4_mmaq_f16x2": "fusec.targets.cuda.w4_mma_device",
+    "w4_mmaq_bf16x1": "fusec.targets.cuda.w4_mma_device",
+    "w4_mmaq_bf16x2": "fusec.targets.cuda.w4_mma_device",
     "align16": "fusec.targets.cuda.bulk",
     "mbar_init": "fusec.targets.cuda.bulk",
     "bulk_load": "fusec.targets.cuda.bulk",

@@ -7,7 +7,7 @@ kernels through ``fusec.targets.cuda.abi``:
   ``2 n`` elements ``arr[e:e + 2 n]`` as ``n`` words, the lower element in the low half
   (``e`` a multiple of ``2 n``): the W4A16 Tensor Core kernel's B fragments;
 * ``f16_bits(raw)``, ``bf16_bits(raw)``: the float32 value of a 16-bit float's bits (an
-  int16 read from an array, kept raw until used);
+  int16 read from an array, kept raw until used; of a wider integer, its low 16 bits);
 * ``unpack_i4x8(word, magic, dst, d)``: the word's eight 4-bit fields as the float32
   ``2**23 + q_j * 16**E[j]`` (``E`` = 0, 1, 2, 3, 4, 0, 1, 2) into ``dst[d:d + 8]``;
   ``magic`` is ``w4_magic()``: the bits of ``2**23``, read once a kernel.
@@ -73,11 +73,12 @@ def _make_sim() -> dict[str, Any]:
 
     helpers["unpack_i4x8"], helpers["w4_magic"] = unpack_i4x8, lambda: np.int32(MAGIC)
 
+    # the low 16 bits of ``raw``, as the GPU helpers truncate it
     def f16_bits(raw: Any) -> np.float32:
-        return np.float32(np.array([raw], dtype=np.int16).view(np.float16)[0])
+        return np.float32(np.array([int(raw) & 0xFFFF], dtype=np.uint16).view(np.float16)[0])
 
     def bf16_bits(raw: Any) -> np.float32:
-        bits = np.array([raw], dtype=np.int16).astype(np.uint16).astype(np.uint32) << 16
+        bits = np.array([int(raw) & 0xFFFF], dtype=np.uint32) << 16
         return bits.view(np.float32)[0]
 
     helpers["f16_bits"], helpers["bf16_bits"] = f16_bits, bf16_bits

@@ -6,7 +6,9 @@ given to generated kernels through ``fusec.targets.cuda.abi``:
   16-bit floats ``MAGIC + q`` in registers, then per B fragment (``b...``: 2 (x1) or 4 (x2)
   int32 words of the activations' pairs) one ``mma.sync.m16n8k16`` with f32 accumulation
   of ``(MAGIC + q) x`` into ``tmp[d:d + 4]`` (``tmp[d + 4:d + 8]`` for the second) and one
-  of an all-ones A into ``sx``: the sums of x over K, each lane's for its fragment's rows.
+  of an all-ones A into ``sx``: the sums of x over K, each lane's for its fragment's rows;
+* ``w4_mmaq_<f16|bf16>x<1|2>(word, b..., tmp, d)``: the same without ``sx`` (a kernel that
+  has x's sums from elsewhere: ``w4_mma.SHARED_X_SUMS``).
 
 Why raw codes: the dequantized value ``(q - z) s`` costs a packed subtract and multiply a
 pair of codes (Marlin's way, Frantar et al., 2024), and this kernel is issue-bound. Over a
@@ -46,7 +48,7 @@ MAGIC = {"f16": 0x64006400, "bf16": 0x43004300}
 
 def helper_names() -> list[str]:
     """The names this module gives generated kernels (through ``fusec.targets.cuda.abi``)."""
-    return [f"w4_mma_{f}x{n}" for f in FORMATS for n in FRAGMENTS]
+    return [f"w4_mma{q}_{f}x{n}" for q in ("", "q") for f in FORMATS for n in FRAGMENTS]
 
 
 # ----------------------------------------------------------------------- simulator
@@ -83,9 +85,10 @@ def _warp_slots(thread: Any) -> dict:
     return slots
 
 
-def _sim_mma(fmt: str, count: int) -> Any:
+def _sim_mma(fmt: str, count: int, sums: bool = True) -> Any:
     def mma(word: Any, *rest: Any) -> None:
-        regs, tmp, sx = rest[: 2 * count], rest[2 * count], rest[2 * count + 1]
+        regs, tmp = rest[: 2 * count], rest[2 * count]
+        sx = rest[2 * count + 1] if sums else None
         d = int(rest[-1])
         thread: Any = threading.current_thread()  # (the simulator's block thread)
         tid = thread.thread_id
@@ -111,11 +114,12 @@ def _sim_mma(fmt: str, count: int) -> Any:
                     cols[j, k, g] = fb[4 * j + i]
         g, t = (tid % 32) // 4, tid % 4
         for j in range(count):
-            product, sums = tile @ cols[j], cols[j].sum(axis=0)
+            product, col_sums = tile @ cols[j], cols[j].sum(axis=0)
             outputs = ((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))
             for i, (r, c) in enumerate(outputs):
                 tmp[d + 4 * j + i] = np.float32(float(tmp[d + 4 * j + i]) + product[r, c])
-                sx[d + 4 * j + i] = np.float32(float(sx[d + 4 * j + i]) + sums[c])
+                if sx is not None:
+                    sx[d + 4 * j + i] = np.float32(float(sx[d + 4 * j + i]) + col_sums[c])
 
     return mma
 
@@ -125,6 +129,7 @@ def _make_sim() -> dict[str, Any]:
     for fmt in FORMATS:
         for count in FRAGMENTS:
             helpers[f"w4_mma_{fmt}x{count}"] = _sim_mma(fmt, count)
+            helpers[f"w4_mmaq_{fmt}x{count}"] = _sim_mma(fmt, count, sums=False)
     return helpers
 
 
@@ -135,11 +140,12 @@ def _make_sim() -> dict[str, Any]:
 ONES = {"f16": 0x3C003C00, "bf16": 0x3F803F80}
 
 
-def mma_asm(fmt: str, count: int) -> str:
+def mma_asm(fmt: str, count: int, sums: bool = True) -> str:
     """The inline PTX of ``w4_mma_<fmt>x<count>``: operands ``$0..`` the 8 * count f32
     results (``tmp``'s 4 * count, then ``sx``'s), the 8 * count accumulators in the same
-    order, the word and the 2 * count B-fragment words."""
-    n = 8 * count
+    order, the word and the 2 * count B-fragment words; without ``sums``
+    (``w4_mmaq_<fmt>x<count>``) 4 * count results and accumulators, ``tmp``'s alone."""
+    n = (8 if sums else 4) * count
     word = f"${2 * n}"
     b = [f"${2 * n + 1 + i}" for i in range(2 * count)]
     magic = f"{MAGIC[fmt]:#010x}"
@@ -150,7 +156,9 @@ def mma_asm(fmt: str, count: int) -> str:
     shape = f"mma.sync.aligned.m16n8k16.row.col.f32.{fmt}.{fmt}.f32"
     for j in range(count):
         frag = f"{b[2 * j]}, {b[2 * j + 1]}"
-        for first, a in ((4 * j, "p0, p1, p2, p3"), (4 * count + 4 * j, "one, one, one, one")):
+        products = [(4 * j, "p0, p1, p2, p3")]
+        products += [(4 * count + 4 * j, "one, one, one, one")] if sums else []
+        for first, a in products:
             d = ", ".join(f"${first + i}" for i in range(4))
             c = ", ".join(f"${n + first + i}" for i in range(4))
             lines.append(f"{shape} {{{d}}}, {{{a}}}, {{{frag}}}, {{{c}}};")
@@ -165,14 +173,13 @@ def _make_gpu() -> dict[str, Any]:
 
     i32, f32 = ir.IntType(32), ir.FloatType()
 
-    def make_mma(fmt: str, count: int) -> Any:
+    def make_mma(fmt: str, count: int, sums: bool = True) -> Any:
         n = 4 * count
+        m = 2 * n if sums else n  # f32 results (and accumulators)
         asm = ir.InlineAsm(
-            ir.FunctionType(
-                ir.LiteralStructType([f32] * 2 * n), [f32] * 2 * n + [i32] * (1 + 2 * count)
-            ),
-            mma_asm(fmt, count),
-            ",".join(["=f"] * 2 * n + ["f"] * 2 * n + ["r"] * (1 + 2 * count)),
+            ir.FunctionType(ir.LiteralStructType([f32] * m), [f32] * m + [i32] * (1 + 2 * count)),
+            mma_asm(fmt, count, sums),
+            ",".join(["=f"] * m + ["f"] * m + ["r"] * (1 + 2 * count)),
             side_effect=True,  # warp-collective: never moved into divergent code
         )
 
@@ -180,11 +187,14 @@ def _make_gpu() -> dict[str, Any]:
             sig = types.void(*args)
 
             def codegen(context: Any, builder: Any, sig: Any, values: Any) -> Any:
-                tmp_t, sx_t = sig.args[1 + 2 * count], sig.args[2 + 2 * count]
-                tmp_v, sx_v, d_v = values[1 + 2 * count], values[2 + 2 * count], values[-1]
+                d_v = values[-1]
                 at = [builder.add(d_v, ir.Constant(d_v.type, i)) for i in range(n)]
-                slots = [pointer(context, builder, tmp_t, tmp_v, index) for index in at]
-                slots += [pointer(context, builder, sx_t, sx_v, index) for index in at]
+                arrays = [1 + 2 * count, 2 + 2 * count] if sums else [1 + 2 * count]
+                slots = [
+                    pointer(context, builder, sig.args[a], values[a], index)
+                    for a in arrays
+                    for index in at
+                ]
                 inputs = [builder.load(slot) for slot in slots]
                 inputs += [as_i32(builder, v) for v in values[: 1 + 2 * count]]
                 result = builder.call(asm, inputs)
@@ -195,22 +205,35 @@ def _make_gpu() -> dict[str, Any]:
             return sig, codegen
 
         # (numba's @intrinsic types the parameters its function names)
-        if count == 1:
+        if count == 1 and sums:
 
             def mma1(typingctx, word, b0, b1, tmp, sx, d):
                 return typer(typingctx, word, b0, b1, tmp, sx, d)
 
             return intrinsic(mma1)
+        if count == 1:
 
-        def mma2(typingctx, word, b0, b1, b2, b3, tmp, sx, d):
-            return typer(typingctx, word, b0, b1, b2, b3, tmp, sx, d)
+            def mmaq1(typingctx, word, b0, b1, tmp, d):
+                return typer(typingctx, word, b0, b1, tmp, d)
 
-        return intrinsic(mma2)
+            return intrinsic(mmaq1)
+        if sums:
+
+            def mma2(typingctx, word, b0, b1, b2, b3, tmp, sx, d):
+                return typer(typingctx, word, b0, b1, b2, b3, tmp, sx, d)
+
+            return intrinsic(mma2)
+
+        def mmaq2(typingctx, word, b0, b1, b2, b3, tmp, d):
+            return typer(typingctx, word, b0, b1, b2, b3, tmp, d)
+
+        return intrinsic(mmaq2)
 
     helpers: dict[str, Any] = {}
     for fmt in FORMATS:
         for count in FRAGMENTS:
             helpers[f"w4_mma_{fmt}x{count}"] = make_mma(fmt, count)
+            helpers[f"w4_mmaq_{fmt}x{count}"] = make_mma(fmt, count, sums=False)
     return helpers
 
 

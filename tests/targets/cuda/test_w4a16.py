@@ -245,6 +245,16 @@ RING_TWO_CHUNK_LAYERS = [
 ]
 
 
+#: Layers run again with x's chunk sums from the block's shared table
+#: (``w4_mma.SHARED_X_SUMS``) through both loops: one B fragment across tiles, two (M = 16,
+#: rows past M in the first), one step of fewer chunks than warps (a chunk past K).
+X_SUMS_LAYERS = [
+    RING_SIM_LAYERS[0],
+    (12, 1024, 10, 64, "f16", True, "block"),
+    RING_SIM_LAYERS[3],
+]
+
+
 @pytest.fixture(scope="module")
 def ring_sim_results() -> dict:
     from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
@@ -257,6 +267,9 @@ def ring_sim_results() -> dict:
     cases += [
         {"name": f"{layer} staggered", "layer": list(layer), "staggered": True}
         for layer in RING_SIM_LAYERS[:2]
+    ]
+    cases += [
+        {"name": f"{layer} x sums", "layer": list(layer), "x_sums": True} for layer in X_SUMS_LAYERS
     ]
     # the kernel's source with its jit options (launch bounds, carveout) runs there too
     layer, options = RING_SIM_LAYERS[0], {"min_blocks": 5, "carveout": 50}
@@ -298,7 +311,22 @@ def test_w4a16_ring_with_launch_bounds_matches_the_reference(ring_sim_results) -
 @pytest.fixture(scope="module")
 def sim_results() -> dict:
     cases = [{"name": str(layer), "layer": list(layer)} for layer in SIM_LAYERS]
+    cases += [
+        {"name": f"{layer} x sums", "layer": list(layer), "x_sums": True, "loop": "registers"}
+        for layer in X_SUMS_LAYERS
+    ]
     return run_simulator(HERE / "w4_sim.py", cases)
+
+
+@pytest.mark.parametrize("loop", ["registers", "ring"])
+@pytest.mark.parametrize("layer", X_SUMS_LAYERS, ids=str)
+def test_x_sums_from_the_blocks_table_match_the_reference(loop, layer, request):
+    """``SHARED_X_SUMS``: x's sums over each chunk from the block's shared table, the codes'
+    ``mma`` alone a word, in the register loop and the ring."""
+    results = request.getfixturevalue("ring_sim_results" if loop == "ring" else "sim_results")
+    record = results[f"{layer} x sums"]
+    assert record["kinds"] == ["matmul"], record
+    assert record["nan"] == 0 and record["rel_l2"] < 1e-2, record
 
 
 @pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
@@ -338,6 +366,26 @@ def test_w4a16_ring_compiles_to_bulk_copies(monkeypatch, m, dtype, count, chunks
     assert ptx.count("mbarrier.try_wait.parity.shared::cta.b64") == 1
     assert ptx.count("ld.shared.v4.u32") == 2 * chunks and ptx.count("ld.global.v4.u32") >= 4
     assert ".local" not in ptx
+
+
+@pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
+@pytest.mark.parametrize("loop", ["registers", "ring"])
+def test_x_sums_from_a_table_halve_the_mmas(monkeypatch, loop: str) -> None:
+    """``SHARED_X_SUMS``: one ``mma.sync`` a word (the codes') where the default has two, x's
+    sums read from shared memory, no local memory."""
+    import fusec
+    from fusec.targets.cuda.gemm import w4_mma
+
+    monkeypatch.setenv(w4_mma.KERNEL_CHOICE, loop)
+    model, _ = w4a16_onnx(1, 1024, 64, 128, "bf16", seed=3)
+    counts = []
+    for x_sums in (False, True):
+        monkeypatch.setattr(w4_mma, "SHARED_X_SUMS", x_sums)
+        compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+        ((_, ptx),) = compiled.assembly("sm_90")
+        counts.append(ptx.count("mma.sync.aligned.m16n8k16"))
+        assert ".local" not in ptx
+    assert counts[1] * 2 == counts[0] > 0
 
 
 @pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
@@ -382,10 +430,12 @@ def test_every_kernel_of_the_ring_sweep_compiles_for_sm_90(monkeypatch) -> None:
             monkeypatch.setattr(w4_mma, knob, value)
         compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
         ((kernel, ptx),) = compiled.assembly("sm_90")
-        # 16 a chunk: the register loop takes two an iteration, the ring ``chunks`` a step
-        # (NVVM may copy a loop's body: two stages' ring has two copies)
+        # 16 a chunk (8 with x's sums from a table): the register loop takes two an
+        # iteration, the ring ``chunks`` a step (NVVM may copy a loop's body: two stages'
+        # ring has two copies)
+        a_chunk = 8 if variant.x_sums else 16
         chunks, mmas = variant.chunks, ptx.count("mma.sync.aligned.m16n8k16")
-        assert mmas >= 16 * chunks and mmas % (16 * chunks) == 0, variant
+        assert mmas >= a_chunk * chunks and mmas % (a_chunk * chunks) == 0, variant
         assert ("cp.async.bulk" in ptx) == (variant.loop == "ring"), variant
         assert (f".minnctapersm {variant.fit}" in ptx) == (variant.fit is not None), variant
         carveout = f"shared_memory_carveout={variant.carveout}"

@@ -176,6 +176,24 @@ def test_blocks_that_walk_several_tiles_match_the_reference(kernel, monkeypatch)
     assert _check(compiled, [x], [_device(x, "bf16")]) < 1e-2
 
 
+@pytest.mark.parametrize("kernel", ["registers", "ring"])
+@pytest.mark.parametrize("staggered", [False, True])
+@pytest.mark.parametrize("m, dtype", [(2, "bf16"), (12, "f16")])
+def test_x_sums_from_a_shared_table_match_the_reference(kernel, staggered, m, dtype, monkeypatch):
+    """``SHARED_X_SUMS`` (x's chunk sums computed once a block) with and without
+    ``STAGGERED_HALVES``, one and two B fragments, on more tiles than blocks."""
+    import fusec
+    from fusec.targets.cuda.gemm import w4_mma
+
+    monkeypatch.setenv(w4_mma.KERNEL_CHOICE, kernel)
+    monkeypatch.setattr(w4_mma, "SHARED_X_SUMS", True)
+    monkeypatch.setattr(w4_mma, "STAGGERED_HALVES", staggered)
+    model, x = w4a16_onnx(m, 1024, 17024, 128, dtype, 31, False, "block")
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
+    assert compiled.kernels[0].prepared_inputs[0][1].startswith("w4mma")
+    assert _check(compiled, [x], [_device(x, dtype)]) < 1e-2
+
+
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_positive_activations_keep_the_tensor_core_sums_exact_enough(dtype):
     """The Tensor Core kernel sums ``(MAGIC + q) x`` and subtracts ``(MAGIC + z) sum x``

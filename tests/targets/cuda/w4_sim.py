@@ -2,7 +2,8 @@
 (``sim_client.run_simulator``): W4A16 layers (``w4_cases.w4a16_onnx``; the cases as JSON,
 the first argument; a case's ``ring_chunks`` sets ``w4_mma.CHUNKS_PER_STEP``, its
 ``min_blocks`` ``w4_mma.MIN_BLOCKS_PER_SM``, its ``carveout`` ``w4_mma.SHARED_CARVEOUT``, its
-``staggered`` ``w4_mma.STAGGERED_HALVES``)
+``staggered`` ``w4_mma.STAGGERED_HALVES``, its ``x_sums`` ``w4_mma.SHARED_X_SUMS``, its
+``loop`` ``$FUSEC_W4_KERNEL`` for that case)
 through the cuda target, outputs poisoned first; prints one JSON line per case: its name,
 the kernels' kinds, NaN count and rel L2 against the reference executor."""
 
@@ -23,6 +24,7 @@ import fusec  # noqa: E402
 def main() -> None:
     from fusec.targets.cuda.gemm import w4_mma
 
+    default_loop = os.environ.get(w4_mma.KERNEL_CHOICE, "auto")
     for case in json.loads(sys.argv[1]):
         m, k, n, block, dtype, transposed, scales, *unsigned = case["layer"]
         model, x = w4a16_onnx(m, k, n, block, dtype, m + k, transposed, scales, *unsigned)
@@ -31,6 +33,8 @@ def main() -> None:
         w4_mma.MIN_BLOCKS_PER_SM = case.get("min_blocks")  # (launch bounds: none simulated)
         w4_mma.SHARED_CARVEOUT = case.get("carveout")
         w4_mma.STAGGERED_HALVES = case.get("staggered", False)
+        w4_mma.SHARED_X_SUMS = case.get("x_sums", False)
+        os.environ[w4_mma.KERNEL_CHOICE] = case.get("loop", default_loop)
         compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
         got = np.asarray(compiled._runner([x], poison=True)[0]).astype(np.float64)
         want = fusec.compile(fusec.from_onnx(model), target="reference")(x).astype(np.float64)

@@ -124,6 +124,12 @@ SHARED_CARVEOUT: int | None = None
 #: hit each bank twice (ncu, H100, 8c53fa9: 7.8 wavefronts a load request against 4). 70
 #: registers (3 blocks still fit), 8 more ``SEL``s a chunk; not yet timed on a GPU.
 STAGGERED_HALVES = False
+#: Whether x's sums over each chunk (``sx``, which the correction ``s (tmp - (MAGIC + z) sx)``
+#: needs) come from a table the block computes once into shared memory (``CHUNKS x M``
+#: floats) instead of a second ``mma`` a word with an all-ones A: they are the same for every
+#: tile. Saves 8 ``HMMA``, 4 moves and 4 registers a chunk of 8 words (results/gemm-w4.md:
+#: the H200 needs fewer instructions a chunk); not yet timed on a GPU.
+SHARED_X_SUMS = False
 
 
 def chunk_words(p: W4Plan) -> int:
@@ -153,6 +159,8 @@ class W4MmaEmitter(W4Emitter):
 
     def kernel_helpers(self) -> set[str]:
         helpers = self.scale_helpers() | {"load_words4", "load_bits", "udiv32", self.mma}
+        if SHARED_X_SUMS:
+            helpers |= {f"{self.dtype}_bits"}
         return helpers if MIN_BLOCKS_PER_SM is None else helpers | {"launch_bounds"}
 
     @staticmethod
@@ -168,7 +176,8 @@ class W4MmaEmitter(W4Emitter):
 
     @property
     def mma(self) -> str:
-        return f"w4_mma_{self.dtype}x{self.fragments}"
+        kind = "w4_mmaq" if SHARED_X_SUMS else "w4_mma"  # (no sums of x)
+        return f"{kind}_{self.dtype}x{self.fragments}"
 
     @property
     def layout(self) -> str:
@@ -195,7 +204,23 @@ class W4MmaEmitter(W4Emitter):
         # the scales' and zero points' raw values (typed by a first read)
         code.add(1, f"sra0 = srb0 = sra1 = srb1 = in{p.scale}[0]")
         code.add(1, f"zra0 = zrb0 = zra1 = zrb1 = in{p.zero}[0]")
+        if SHARED_X_SUMS:
+            self._x_sums(code)
         return code
+
+    def _x_sums(self, code: Source) -> None:
+        """``SHARED_X_SUMS``: x's sums over each chunk and row into the shared table ``xs``
+        (entry ``c * M + r``), a thread an entry, 8 elements a 16-byte load."""
+        bits = f"{self.dtype}_bits"
+        code.add(1, "xs = cuda.shared.array(XS, f32)  # x's sums a chunk and row")
+        code.add(1, "xi = cuda.threadIdx.x", "while xi < XS:")
+        code.add(2, "xsum = f32(0.0)", "xat = (xi % M) * K + (xi // M) * CHUNK")
+        code.add(2, "for e in range(CHUNK // 8):")
+        code.add(3, f"load_words4(in{self.p.x}, xat + 8 * e, xw, 0)")
+        code.add(3, "for q in range(4):")
+        code.add(4, f"xsum += {bits}(xw[q]) + {bits}(xw[q] >> 16)  # (the low 16 bits)")
+        code.add(2, "xs[xi] = xsum", "xi += THREADS")
+        code.add(1, "cuda.syncthreads()")
 
     @staticmethod
     def _tile_loop(code: Source, *lines: str) -> None:
@@ -255,7 +280,15 @@ class W4MmaEmitter(W4Emitter):
             for q in range(self.words // 2):
                 e, d = f"xrow{j} + kb + {8 * q}", 2 * self.words * j + 4 * q
                 code.add(indent + 1, f"load_words4(in{self.p.x}, {e}, xw, {d})")
+        if SHARED_X_SUMS:  # D columns 2 tq, 2 tq + 1 of a fragment: x's rows (module notes)
+            code.add(indent + 1, f"xsb = chunk{r} * M")
+            for j in range(self.fragments):
+                for c in range(2):
+                    row = f"min({8 * j + c} + 2 * tq, M - 1)"
+                    code.add(indent + 1, f"sx[{4 * j + c}] = sx[{4 * j + c + 2}] = xs[xsb + {row}]")
         code.add(indent, "else:", "    for i in range(XW):", "        xw[i] = 0")
+        if SHARED_X_SUMS:  # (a chunk past K adds nothing)
+            code.add(indent + 1, "for i in range(ACC):", "    sx[i] = f32(0.0)")
 
     def _chunk_mmas(self, code: Source, indent: int, r: str) -> None:
         """The ``mma``s of the chunk in register set ``r``, a word of codes each, into ``tmp``
@@ -269,7 +302,8 @@ class W4MmaEmitter(W4Emitter):
             regs = [f"xw[{2 * s}]", f"xw[{2 * s + 1}]"]
             if self.fragments == 2:
                 regs += [f"xw[{second + 2 * s}]", f"xw[{second + 2 * s + 1}]"]
-            code.add(indent, f"{self.mma}(words{r}[{s}], {', '.join(regs)}, tmp, sx, 0)")
+            sums = "" if SHARED_X_SUMS else "sx, "
+            code.add(indent, f"{self.mma}(words{r}[{s}], {', '.join(regs)}, tmp, {sums}0)")
         magic = {"f16": 1024.0, "bf16": 128.0}[self.dtype] + (8.0 if p.signed else 0.0)
         code.add(
             indent, f"sa = {self.scale_value('sra' + r)}", f"sb = {self.scale_value('srb' + r)}"
@@ -279,7 +313,8 @@ class W4MmaEmitter(W4Emitter):
             for i in range(4):  # D rows g, g, g + 8, g + 8: columns na, na, nb, nb
                 k, (scale, zero) = 4 * j + i, (("sa", "za") if i < 2 else ("sb", "zb"))
                 code.add(indent, f"acc[{k}] += {scale} * (tmp[{k}] - {zero} * sx[{k}])")
-        code.add(indent, "for i in range(ACC):", "    tmp[i] = f32(0.0)", "    sx[i] = f32(0.0)")
+        resets = ["    tmp[i] = f32(0.0)"] + ([] if SHARED_X_SUMS else ["    sx[i] = f32(0.0)"])
+        code.add(indent, "for i in range(ACC):", *resets)
 
     def _finish_tile(self, code: Source) -> None:
         """The warps' accumulators through ``red`` (D row g / g + 8: the lane's columns, D
@@ -326,6 +361,7 @@ class W4MmaEmitter(W4Emitter):
             ("MP", mp),  # rows of x a tile's sums hold (the B fragments' columns)
             ("RED", WARPS * TILE * mp),
             ("TILES", -(-p.n // TILE)),
+            *([("XS", chunks * p.m)] if SHARED_X_SUMS else []),  # its table's entries
             ("THREADS", THREADS),
         ]
         dtypes = self.epilogue.dtypes()
