@@ -122,7 +122,7 @@ SHARED_CARVEOUT: int | None = None
 #: of every 8 the second half first, the halves then swapped back in registers): a lane's
 #: words lie 32 bytes apart, so the 8 lanes of one shared-memory wavefront of 16-byte loads
 #: hit each bank twice (ncu, H100, 8c53fa9: 7.8 wavefronts a load request against 4). 70
-#: registers (3 blocks still fit), 8 more ``SEL``s a chunk; not yet timed on a GPU.
+#: registers (3 blocks still fit), 13 more SASS instructions a step; not yet timed on a GPU.
 STAGGERED_HALVES = False
 #: Whether x's sums over each chunk (``sx``, which the correction ``s (tmp - (MAGIC + z) sx)``
 #: needs) come from a table the block computes once into shared memory (``CHUNKS x M``
