@@ -67,11 +67,13 @@ gives the others' indices) at M = 1 on the 8192 x 28672 layer: the generated ker
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
 import json
 import sys
 import time
+from collections.abc import Iterator
 from typing import NamedTuple
 
 MATMUL = """func.func @f(%a: tensor<{m}x{k}x{t}>, %b: tensor<{k}x{n}x{t}>) -> tensor<{m}x{n}x{t}> {{
@@ -890,6 +892,21 @@ class W4Variant(NamedTuple):
             "SHARED_X_SUMS": self.x_sums,
         }
 
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        """The variant's loop (``$FUSEC_W4_KERNEL``) and knobs in force for the compiles
+        inside."""
+        import os
+        from unittest import mock
+
+        from fusec.targets.cuda.gemm import w4_mma
+
+        with (
+            mock.patch.dict(os.environ, {w4_mma.KERNEL_CHOICE: self.loop}),
+            mock.patch.multiple(w4_mma, **self.knobs()),
+        ):
+            yield
+
 
 #: ``--w4-ring-sweep``'s kernels; the first two are the defaults of the layer's loop
 #: (the ring) and the other loop. ptxas's own registers fit 3 blocks of 8 warps a
@@ -921,12 +938,7 @@ def w4_ring_sweep(k: int = 8192, n: int = 28672) -> None:
     CUDA-graph replay warm and cold as a share of HBM peak, each result checked against the
     f32 product; one line a variant (a variant that fails to build or run says why, and the
     sweep goes on)."""
-    import os
-    from unittest import mock
-
     import torch
-
-    from fusec.targets.cuda.gemm import w4_mma
 
     name = torch.cuda.get_device_name()
     hbm = next((v for key, v in HBM_PEAK.items() if key in name), None)
@@ -934,10 +946,7 @@ def w4_ring_sweep(k: int = 8192, n: int = 28672) -> None:
     for variant in W4_RING_VARIANTS:
         label = f"{name} W4A16 1x{k}x{n} {variant}"
         try:
-            with (
-                mock.patch.dict(os.environ, {w4_mma.KERNEL_CHOICE: variant.loop}),
-                mock.patch.multiple(w4_mma, **variant.knobs()),
-            ):
+            with variant.applied():
                 warm, cold, rel, _ = w4_timed(1, q, s, z, wd, k, n)
         except Exception as error:  # (a knob this numba-cuda lacks: the others still run)
             print(f"{label}: failed: {type(error).__name__}: {error}", flush=True)
@@ -952,20 +961,13 @@ def w4_profile(variant: W4Variant, k: int = 8192, n: int = 28672) -> None:
     calls to warm it up, then one between ``cudaProfilerStart`` and ``cudaProfilerStop`` (what
     ``ncu --profile-from-start off`` profiles: the generated kernel alone), its result
     checked against the f32 product."""
-    import os
-    from unittest import mock
-
     import torch
 
     import fusec
-    from fusec.targets.cuda.gemm import w4_mma
 
     q, s, z, wd, _ = w4_layer(k, n)
     x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
-    with (
-        mock.patch.dict(os.environ, {w4_mma.KERNEL_CHOICE: variant.loop}),
-        mock.patch.multiple(w4_mma, **variant.knobs()),
-    ):
+    with variant.applied():
         compiled = fusec.compile(w4_program(1, q, k, n), target="cuda")
         for _ in range(3):
             out = compiled(x, s, z)

@@ -127,8 +127,10 @@ STAGGERED_HALVES = False
 #: Whether x's sums over each chunk (``sx``, which the correction ``s (tmp - (MAGIC + z) sx)``
 #: needs) come from a table the block computes once into shared memory (``CHUNKS x M``
 #: floats) instead of a second ``mma`` a word with an all-ones A: they are the same for every
-#: tile. Saves 8 ``HMMA``, 4 moves and 4 registers a chunk of 8 words (results/gemm-w4.md:
-#: the H200 needs fewer instructions a chunk); not yet timed on a GPU.
+#: tile. Saves 8 ``HMMA`` a chunk of 8 words (results/gemm-w4.md: the H200 needs fewer
+#: instructions a chunk). Every block computes the whole table (K x M elements of x, L2
+#: hits) while its ring's first copies are in flight; a kernel before it would compute it
+#: once, at a launch's cost. Not yet timed on a GPU.
 SHARED_X_SUMS = False
 
 
