@@ -879,6 +879,7 @@ class W4Variant(NamedTuple):
     carveout: int | None = None  # SHARED_CARVEOUT: % of L1 / shared memory as shared
     staggered: bool = False  # STAGGERED_HALVES: the ring's lanes read their halves in turn
     x_sums: bool = False  # SHARED_X_SUMS: x's chunk sums from a table, not a second mma
+    producer: bool = False  # PRODUCER_WARP: a ninth warp copies, no block barrier a step
 
     def knobs(self) -> dict:
         """``w4_mma``'s module constants for the variant."""
@@ -890,6 +891,7 @@ class W4Variant(NamedTuple):
             "SHARED_CARVEOUT": self.carveout,
             "STAGGERED_HALVES": self.staggered,
             "SHARED_X_SUMS": self.x_sums,
+            "PRODUCER_WARP": self.producer,
         }
 
     @contextlib.contextmanager
@@ -917,6 +919,12 @@ class W4Variant(NamedTuple):
 W4_RING_VARIANTS = (
     W4Variant("ring"),
     W4Variant("registers"),
+    # a producer warp (69 registers under launch bounds for 3 blocks of 9 warps; 76 by
+    # ptxas's choice: 2 blocks): loop 199 SASS a step against 250
+    W4Variant("ring", producer=True, fit=3),
+    W4Variant("ring", producer=True, fit=3, x_sums=True),
+    W4Variant("ring", producer=True, fit=3, stages=4),
+    W4Variant("ring", producer=True),
     W4Variant("ring", staggered=True),  # no bank conflicts on the ring's shared loads
     W4Variant("ring", x_sums=True),  # 8 HMMA a chunk fewer (72 registers: 3 blocks)
     W4Variant("ring", staggered=True, x_sums=True),

@@ -16,7 +16,7 @@ internals can move without invalidating cached kernels or their text:
 * ``w4_mma_<f16|bf16>x<1|2>``, ``w4_mmaq_<f16|bf16>x<1|2>`` (no sums of x): the W4A16
   Tensor Core kernel's codes as 16-bit floats into ``mma.sync``
   (``fusec.targets.cuda.w4_mma_device``);
-* ``align16``, ``mbar_init``, ``bulk_load``, ``mbar_wait``, ``lds_words4``:
+* ``align16``, ``mbar_init``, ``mbar_arrive``, ``bulk_load``, ``mbar_wait``, ``lds_words4``:
   bulk copies into a ring of shared-memory stages on mbarriers (``fusec.targets.cuda.bulk``);
 * ``grid_dependency_wait``: every kernel's first statement, the wait for the kernels it
   depends on in a graph with programmatic edges (``fusec.targets.cuda.dependent``);
@@ -74,6 +74,7 @@ _PROVIDERS: dict[str, str] = {
     "w4_mmaq_bf16x2": "fusec.targets.cuda.w4_mma_device",
     "align16": "fusec.targets.cuda.bulk",
     "mbar_init": "fusec.targets.cuda.bulk",
+    "mbar_arrive": "fusec.targets.cuda.bulk",
     "bulk_load": "fusec.targets.cuda.bulk",
     "mbar_wait": "fusec.targets.cuda.bulk",
     "lds_words4": "fusec.targets.cuda.bulk",

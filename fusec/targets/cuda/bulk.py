@@ -13,6 +13,8 @@ in issued instructions (the kernels that need this are issue- and latency-bound 
   static shared array is aligned to its element's size only; bulk copies need 16);
 * ``mbar_init(bars, i, count)``: mbarrier ``bars[i]`` (an ``int64`` shared array) expects
   ``count`` arrivals a phase (one thread calls it, then the block's barrier);
+* ``mbar_arrive(bars, i)``: the calling thread arrives on ``bars[i]`` (release: its earlier
+  reads of a stage are done before a thread that waits on the phase reuses it);
 * ``bulk_load(dst, de, src, se, nbytes, bars, i)``: one thread arrives on ``bars[i]``
   expecting ``nbytes`` and copies ``nbytes`` from element ``se`` of global ``src`` to
   element ``de`` of shared ``dst`` (both 16-byte aligned, ``nbytes`` a multiple of 16),
@@ -26,16 +28,19 @@ in issued instructions (the kernels that need this are issue- and latency-bound 
   array with one ``ld.shared.v4`` (``e`` a multiple of 4 from a 16-byte-aligned start).
 
 The caller orders reuse: a stage is copied into again only after every thread finished
-reading it (the W4A16 kernel's block barrier at the end of a step).
+reading it (the W4A16 kernel's block barrier at the end of a step, or, with a producer
+warp, the stage's second mbarrier that every reader arrives on).
 
 Under Numba's CUDA simulator the copy happens when issued (in the issuing thread), an
-mbarrier counts its completed phases (a waiting thread yields until its phase completes:
-the simulator's threads are Python threads), ``align16`` is 0, and the helpers check
-alignment and ranges (and a barrier's single arrival).
+mbarrier holds its expected arrivals, the arrivals of its current phase and its completed
+phases (a waiting thread yields until its phase completes: the simulator's threads are
+Python threads), ``align16`` is 0, and the helpers check alignment and ranges (and that a
+copy's barrier expects a single arrival).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, NamedTuple
 
@@ -48,9 +53,22 @@ class _Helpers(NamedTuple):
 
     align16: Any
     mbar_init: Any
+    mbar_arrive: Any
     bulk_load: Any
     mbar_wait: Any
     lds_words4: Any
+
+
+#: A simulated mbarrier's ``int64``: its completed phases in the low ``_FIELD`` bits, the
+#: current phase's arrivals above them, the arrivals a phase expects above those.
+_FIELD = 20
+_MASK = (1 << _FIELD) - 1
+
+
+def _sim_fields(value: int) -> tuple[int, int, int]:
+    """(completed phases, arrivals of the current phase, expected arrivals)."""
+    value = int(value)
+    return value & _MASK, (value >> _FIELD) & _MASK, value >> (2 * _FIELD)
 
 
 def helper_names() -> list[str]:
@@ -62,11 +80,22 @@ def _make_sim() -> dict[str, Any]:
     def align16(arr: Any) -> int:
         return 0
 
-    # a simulated mbarrier holds the number of its completed phases
+    lock = threading.Lock()  # (the simulated block's threads arrive concurrently)
+
     def mbar_init(bars: Any, i: int, count: int) -> None:
-        if not 0 <= i < len(bars) or count != 1:
+        if not 0 <= i < len(bars) or not 0 < count <= _MASK:
             raise AssertionError(f"mbar_init: barrier {i} of {len(bars)}, count {count}")
-        bars[i] = 0
+        bars[i] = count << (2 * _FIELD)
+
+    def mbar_arrive(bars: Any, i: int) -> None:
+        if not 0 <= i < len(bars):
+            raise AssertionError(f"mbar_arrive: barrier {i} of {len(bars)}")
+        with lock:
+            phases, arrivals, count = _sim_fields(bars[i])
+            arrivals += 1
+            if arrivals == count:  # the phase completes
+                phases, arrivals = (phases + 1) & _MASK, 0
+            bars[i] = phases | (arrivals << _FIELD) | (count << (2 * _FIELD))
 
     def bulk_load(dst: Any, de: int, src: Any, se: int, nbytes: int, bars: Any, i: int) -> None:
         size = dst.dtype.itemsize
@@ -75,16 +104,18 @@ def _make_sim() -> dict[str, Any]:
         count = nbytes // size
         if de < 0 or de + count > len(dst) or se < 0 or se + count > len(src):
             raise AssertionError(f"bulk_load: {count} elements {se} -> {de} out of range")
-        if not 0 <= i < len(bars):
-            raise AssertionError(f"bulk_load: barrier {i} of {len(bars)}")
+        if not 0 <= i < len(bars) or _sim_fields(bars[i])[2] != 1:
+            raise AssertionError(f"bulk_load: barrier {i} of {len(bars)} (one arrival a phase)")
         dst[de : de + count] = src[se : se + count]
-        bars[i] += 1  # the phase completes with its one arrival and its bytes
+        with lock:  # the phase completes with its one arrival and its bytes
+            phases, _, expected = _sim_fields(bars[i])
+            bars[i] = ((phases + 1) & _MASK) | (expected << (2 * _FIELD))
 
     def mbar_wait(bars: Any, i: int, parity: int) -> None:
         if not 0 <= i < len(bars) or parity not in (0, 1):
             raise AssertionError(f"mbar_wait: barrier {i} of {len(bars)}, parity {parity}")
         deadline = time.monotonic() + 60
-        while bars[i] % 2 == parity:  # the phase of that parity has not completed
+        while _sim_fields(bars[i])[0] % 2 == parity:  # that parity's phase has not completed
             if time.monotonic() > deadline:
                 raise AssertionError(f"mbar_wait: barrier {i}'s phase {parity} never completed")
             time.sleep(0)
@@ -95,7 +126,7 @@ def _make_sim() -> dict[str, Any]:
         for k in range(4):
             dst[d + k] = arr[e + k]
 
-    return _Helpers(align16, mbar_init, bulk_load, mbar_wait, lds_words4)._asdict()
+    return _Helpers(align16, mbar_init, mbar_arrive, bulk_load, mbar_wait, lds_words4)._asdict()
 
 
 def _make_gpu() -> dict[str, Any]:
@@ -155,6 +186,20 @@ def _make_gpu() -> dict[str, Any]:
 
     mbar_init = on_barrier(lambda builder, bar, count: builder.call(init, [bar, count]))
 
+    arrive = asm(
+        ir.VoidType(), [i32], "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}"
+    )  # fmt: skip
+
+    @intrinsic
+    def mbar_arrive(typingctx: Any, bars: Any, i: Any) -> Any:
+        sig = types.void(bars, i)
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            builder.call(arrive, [at(context, builder, sig.args[0], args[0], args[1])])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
     copy = asm(
         ir.VoidType(), [i32, i64, i32, i32],
         "{ .reg .u64 g; cvta.to.global.u64 g, $1; fence.proxy.async.shared::cta; "
@@ -196,7 +241,7 @@ def _make_gpu() -> dict[str, Any]:
 
     mbar_wait = on_barrier(wait)
     lds_words4 = word_loader(4, "shared")
-    return _Helpers(align16, mbar_init, bulk_load, mbar_wait, lds_words4)._asdict()
+    return _Helpers(align16, mbar_init, mbar_arrive, bulk_load, mbar_wait, lds_words4)._asdict()
 
 
 numba_cuda()  # prepared before numba.cuda's extending API is touched

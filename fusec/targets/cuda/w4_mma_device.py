@@ -25,8 +25,9 @@ word gives are (0, 4), (1, 5), (2, 6), (3, 7), each shifted down to bits 0-3 / 1
 fragment's registers a0a1, a2a3, a4a5, a6a7.
 
 Under Numba's CUDA simulator the same names are plain Python with the same meaning; the
-warp-wide ``mma`` meets its 32 lanes through the simulated block's barrier, so every
-thread of a block must call it the same number of times (the kernel's loops are uniform).
+warp-wide ``mma`` meets its 32 lanes on a barrier of the warp's own (not the block's: a
+producer warp that never calls it may wait on the block's barrier meanwhile), so every lane
+of a warp must call it the same number of times (the kernel's loops are uniform).
 """
 
 from __future__ import annotations
@@ -77,12 +78,26 @@ def sim_fragment(fmt: str, word: int) -> list[float]:
     return [v for field in fields for v in _halves(fmt, field)]
 
 
-def _warp_slots(thread: Any) -> dict:
+_SIM_LOCK = threading.Lock()
+#: Seconds a simulated lane waits for the rest of its warp before the kernel fails.
+_SIM_TIMEOUT = 120
+
+
+def _warp_state(thread: Any) -> tuple[dict, threading.Barrier]:
+    """The simulated block's fragment slots (a thread's id a key) and the barrier of the
+    calling thread's warp (blocks run one after another: the manager's state serves each)."""
     manager = thread._manager
-    slots = getattr(manager, "_fusec_mma_slots", None)
-    if slots is None:
-        slots = manager._fusec_mma_slots = {}
-    return slots
+    with _SIM_LOCK:
+        state: tuple[dict, dict[int, threading.Barrier]] | None = getattr(
+            manager, "_fusec_mma_state", None
+        )
+        if state is None:
+            state = manager._fusec_mma_state = ({}, {})
+        slots, barriers = state
+        warp = thread.thread_id // 32
+        if warp not in barriers:
+            barriers[warp] = threading.Barrier(32, timeout=_SIM_TIMEOUT)
+    return slots, barriers[warp]
 
 
 def _sim_mma(fmt: str, count: int, sums: bool = True) -> Any:
@@ -94,12 +109,12 @@ def _sim_mma(fmt: str, count: int, sums: bool = True) -> Any:
         tid = thread.thread_id
         a = sim_fragment(fmt, int(word))
         b = [v for r in regs for v in _halves(fmt, int(r) & 0xFFFFFFFF)]
-        slots = _warp_slots(thread)
+        slots, warp = _warp_state(thread)
         slots[tid] = (a, b)
-        thread.syncthreads()  # every lane's fragments are in
+        warp.wait()  # every lane's fragments are in
         base = tid - tid % 32
         lanes = [slots[base + lane] for lane in range(32)]
-        thread.syncthreads()  # (read before any lane's next call writes its slot)
+        warp.wait()  # (read before any lane's next call writes its slot)
         tile = np.zeros((16, 16))
         cols = np.zeros((count, 16, 8))
         for lane, (fa, fb) in enumerate(lanes):

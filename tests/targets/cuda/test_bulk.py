@@ -29,7 +29,22 @@ def test_a_simulated_copy_completes_its_barriers_phase_and_wakes_the_waiter() ->
     assert not waiter.is_alive()
     assert ring.tolist() == [-1] * 4 + list(range(8, 16)) + [-1] * 4
     sim["mbar_wait"](bars, 1, 0)  # a completed phase does not block
-    assert bars[1] == 1  # phase 1 (parity 1) is the next to complete
+    assert bulk._sim_fields(bars[1])[0] == 1  # phase 1 (parity 1) is the next to complete
+
+
+def test_a_simulated_barrier_completes_a_phase_with_its_last_arrival() -> None:
+    """``mbar_arrive``: a barrier of 3 arrivals completes phase 0 with the third, phase 1
+    with the sixth; a copy refuses a barrier that expects more than its one arrival."""
+    sim = bulk._make_sim()
+    bars = np.zeros(1, np.int64)
+    sim["mbar_init"](bars, 0, 3)
+    for arrival in range(6):
+        assert bulk._sim_fields(bars[0])[:2] == (arrival // 3, arrival % 3)
+        sim["mbar_arrive"](bars, 0)
+    assert bulk._sim_fields(bars[0]) == (2, 0, 3)
+    sim["mbar_wait"](bars, 0, 1)  # phase 1 completed: no wait
+    with pytest.raises(AssertionError, match="one arrival"):
+        sim["bulk_load"](np.zeros(4, np.int32), 0, np.zeros(4, np.int32), 0, 16, bars, 0)
 
 
 @pytest.mark.parametrize("de, se, nbytes", [(1, 0, 16), (0, 2, 16), (0, 0, 24), (12, 0, 32)])
@@ -45,7 +60,15 @@ def test_a_simulated_copy_refuses_what_the_copy_engine_would(de: int, se: int, n
 def test_the_gpu_helpers_compile_to_bulk_copies_on_mbarriers_for_sm_90() -> None:
     from numba.cuda import compile_ptx, types
 
-    from fusec.targets.cuda.abi import align16, bulk_load, cuda, lds_words4, mbar_init, mbar_wait
+    from fusec.targets.cuda.abi import (
+        align16,
+        bulk_load,
+        cuda,
+        lds_words4,
+        mbar_arrive,
+        mbar_init,
+        mbar_wait,
+    )
 
     def kernel(out, src):
         ring = cuda.shared.array(36, types.int32)
@@ -60,10 +83,12 @@ def test_the_gpu_helpers_compile_to_bulk_copies_on_mbarriers_for_sm_90() -> None
         mbar_wait(bars, 0, 0)
         lds_words4(ring, r0 + 4 * (cuda.threadIdx.x % 8), words, 0)
         out[cuda.threadIdx.x] = words[0] + words[3]
+        mbar_arrive(bars, 0)
 
     ptx, _ = compile_ptx(kernel, (types.int32[::1], types.int32[::1]), cc=(9, 0))
     assert "mbarrier.init.shared::cta.b64" in ptx
     assert "mbarrier.arrive.expect_tx.shared::cta.b64" in ptx
+    assert "mbarrier.arrive.shared::cta.b64" in ptx  # (a reader's release)
     assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
     assert "fence.proxy.async.shared::cta" in ptx  # the stage's reads before the refill
     assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx

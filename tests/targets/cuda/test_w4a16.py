@@ -255,6 +255,16 @@ X_SUMS_LAYERS = [
 ]
 
 
+#: Ring layers run again with a producer warp (``w4_mma.PRODUCER_WARP``), with the ring's
+#: other knobs: across tiles; two B fragments, two chunks a step; a step of fewer chunks
+#: than warps, with the x sums' table and staggered halves.
+PRODUCER_SIM_CASES = [
+    (RING_SIM_LAYERS[0], {}),
+    (RING_SIM_LAYERS[2], {"ring_chunks": 2}),
+    (RING_SIM_LAYERS[3], {"x_sums": True, "staggered": True}),
+]
+
+
 @pytest.fixture(scope="module")
 def ring_sim_results() -> dict:
     from fusec.targets.cuda.gemm.w4_mma import KERNEL_CHOICE
@@ -270,6 +280,10 @@ def ring_sim_results() -> dict:
     ]
     cases += [
         {"name": f"{layer} x sums", "layer": list(layer), "x_sums": True} for layer in X_SUMS_LAYERS
+    ]
+    cases += [
+        {"name": f"{layer} producer", "layer": list(layer), "producer": True, **knobs}
+        for layer, knobs in PRODUCER_SIM_CASES
     ]
     # the kernel's source with its jit options (launch bounds, carveout) runs there too
     layer, options = RING_SIM_LAYERS[0], {"min_blocks": 5, "carveout": 50}
@@ -298,6 +312,15 @@ def test_w4a16_ring_reading_staggered_halves_matches_the_reference(layer, ring_s
     """``STAGGERED_HALVES``: lanes 4-7 of every 8 read their second 16 bytes of codes first
     and swap the halves back: across tiles, two B fragments' worth of rows."""
     record = ring_sim_results[f"{layer} staggered"]
+    assert record["kinds"] == ["matmul"], record
+    assert record["nan"] == 0 and record["rel_l2"] < 1e-2, record
+
+
+@pytest.mark.parametrize("layer", [layer for layer, _ in PRODUCER_SIM_CASES], ids=str)
+def test_w4a16_ring_with_a_producer_warp_matches_the_reference(layer, ring_sim_results):
+    """``PRODUCER_WARP``: a ninth warp issues the copies once a stage's readers have all
+    arrived on its second mbarrier; no block barrier ends a step."""
+    record = ring_sim_results[f"{layer} producer"]
     assert record["kinds"] == ["matmul"], record
     assert record["nan"] == 0 and record["rel_l2"] < 1e-2, record
 

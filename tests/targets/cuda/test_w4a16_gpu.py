@@ -194,6 +194,34 @@ def test_x_sums_from_a_shared_table_match_the_reference(kernel, staggered, m, dt
     assert _check(compiled, [x], [_device(x, dtype)]) < 1e-2
 
 
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"MIN_BLOCKS_PER_SM": 3},
+        {"MIN_BLOCKS_PER_SM": 3, "SHARED_X_SUMS": True, "STAGGERED_HALVES": True},
+        {"CHUNKS_PER_STEP": 2, "STAGES": 2},
+        {"STAGES": 4},
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("m, dtype", [(2, "bf16"), (12, "f16")])
+def test_the_ring_with_a_producer_warp_matches_the_reference(knobs, m, dtype, monkeypatch):
+    """``PRODUCER_WARP`` (a ninth warp copies, the readers release each stage on its
+    mbarrier, no block barrier a step) with the ring's other knobs, on more tiles than
+    blocks: stages refilled across tiles while faster warps run ahead."""
+    import fusec
+    from fusec.targets.cuda.gemm import w4_mma
+
+    monkeypatch.setenv(w4_mma.KERNEL_CHOICE, "ring")
+    monkeypatch.setattr(w4_mma, "PRODUCER_WARP", True)
+    for name, value in knobs.items():
+        monkeypatch.setattr(w4_mma, name, value)
+    model, x = w4a16_onnx(m, 1024, 17024, 128, dtype, 37, False, "block")
+    compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
+    assert "mbar_arrive(empty, slot)" in compiled.kernels[0].source
+    assert _check(compiled, [x], [_device(x, dtype)]) < 1e-2
+
+
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_positive_activations_keep_the_tensor_core_sums_exact_enough(dtype):
     """The Tensor Core kernel sums ``(MAGIC + q) x`` and subtracts ``(MAGIC + z) sum x``

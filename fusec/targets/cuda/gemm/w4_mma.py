@@ -132,6 +132,15 @@ STAGGERED_HALVES = False
 #: hits) while its ring's first copies are in flight; a kernel before it would compute it
 #: once, at a launch's cost. Not yet timed on a GPU.
 SHARED_X_SUMS = False
+#: Whether the ring's copies come from a warp of their own (a ninth, ``THREADS + 32``
+#: threads a block) instead of thread 0 between its chunks: every reader of a stage arrives
+#: on the stage's second mbarrier after its shared loads, and the producer waits on it before
+#: refilling the stage, so no block barrier ends a step (a warp may run up to ``STAGES - 1``
+#: steps ahead of the slowest) and no reading warp spends issue slots on a copy. The
+#: ncu profile of the ring (H100, 8c53fa9) had two eligible warps a scheduler and none in 38%
+#: of cycles: the barrier a step couples the block's 8 warps to the slowest one's loads.
+#: Not yet timed on a GPU.
+PRODUCER_WARP = False
 
 
 def chunk_words(p: W4Plan) -> int:
@@ -321,14 +330,24 @@ class W4MmaEmitter(W4Emitter):
     def _finish_tile(self, code: Source) -> None:
         """The warps' accumulators through ``red`` (D row g / g + 8: the lane's columns, D
         columns 2t, 2t + 1: rows of x), summed, then the epilogue, a thread an output."""
+        indent = 2
+        if self.producer:  # (its warp holds no sums)
+            code.add(2, "if warp < WARPS:")
+            indent = 3
         for j in range(self.fragments):
             for i, (row, col) in enumerate((("g", 0), ("g", 1), ("g + 8", 0), ("g + 8", 1))):
                 at = f"((warp * TILE + {row}) * MP + {8 * j} + 2 * tq + {col})"
-                code.add(2, f"red[{at}] = acc[{4 * j + i}]")
+                code.add(indent, f"red[{at}] = acc[{4 * j + i}]")
         terms = " + ".join(f"red[({w} * TILE + col) * MP + r]" for w in range(WARPS))
         self.store_outputs(code, "TILE * M", terms, ["col = i % TILE", "r = i // TILE"], "n0 + col")
 
     numpy_types = "int32"
+    #: Whether a warp of its own issues the copies (``PRODUCER_WARP``: the ring's).
+    producer = False
+
+    def block_threads(self) -> int:
+        """Threads a block: ``THREADS``, and a producer warp's 32."""
+        return THREADS + 32 if self.producer else THREADS
 
     def loop_constants(self, chunks: int) -> list[tuple[str, int]]:
         return [("PAIRS", -(-chunks // (2 * WARPS)))]  # iterations of two chunks a warp
@@ -364,7 +383,7 @@ class W4MmaEmitter(W4Emitter):
             ("RED", WARPS * TILE * mp),
             ("TILES", -(-p.n // TILE)),
             *([("XS", chunks * p.m)] if SHARED_X_SUMS else []),  # its table's entries
-            ("THREADS", THREADS),
+            ("THREADS", self.block_threads()),
         ]
         dtypes = self.epilogue.dtypes()
         parts = storage_signature(dtypes)[len("void(") : -1].split(", ")
@@ -389,9 +408,13 @@ class W4RingEmitter(W4MmaEmitter):
 
     numpy_types = "int32, int64"
 
+    @property
+    def producer(self) -> bool:  # type: ignore[override]
+        return PRODUCER_WARP
+
     def kernel_helpers(self) -> set[str]:
         ring = {"align16", "mbar_init", "bulk_load", "mbar_wait", "lds_words4", "urem32"}
-        return super().kernel_helpers() | ring
+        return super().kernel_helpers() | ring | ({"mbar_arrive"} if self.producer else set())
 
     def loop_constants(self, chunks: int) -> list[tuple[str, int]]:
         stage_words = CHUNKS_PER_STEP * WARPS * 32 * self.words  # a step's codes
@@ -408,57 +431,98 @@ class W4RingEmitter(W4MmaEmitter):
             "ring = cuda.shared.array(RING, int32)  # STAGES steps' codes",
             "bars = cuda.shared.array(STAGES, int64)  # a stage's copy completes on one",
         ]
+        if self.producer:
+            shared.append("empty = cuda.shared.array(STAGES, int64)  # a stage's readers, done")
         # set 0: this step's codes, scales and zero points; set 1: the next step's scales
         code = self._kernel_head(params, shared, ("0",))
         code.add(1, "r0 = align16(ring)")
         self._setup(code)
         self._tile_loop(code)
-        self._fetch_chunk(code, 2, "warp", "1", codes=False)
-        code.add(2, "for st in range(STEPS):  # the same count in every warp")
+        indent = 2
+        if self.producer:
+            self._producer_steps(code)
+            code.add(2, "else:")
+            indent = 3
+        self._fetch_chunk(code, indent, "warp", "1", codes=False)
+        code.add(indent, "for st in range(STEPS):  # the same count in every warp")
         for c in range(CHUNKS_PER_STEP):
-            self._step_chunk(code, c)
-        code.add(3, "cuda.syncthreads()  # the stage is read: the ring may refill it")
-        code.add(3, "j += 1")
+            self._step_chunk(code, c, indent + 1)
+        if self.producer:
+            code.add(2, "j += STEPS")
+        else:
+            code.add(3, "cuda.syncthreads()  # the stage is read: the ring may refill it")
+            code.add(3, "j += 1")
         self._finish_tile(code)
         code.add(2, "t += cuda.gridDim.x")
         return self.module(code, params)
 
-    def _step_chunk(self, code: Source, c: int) -> None:
+    def _producer_steps(self, code: Source) -> None:
+        """``PRODUCER_WARP``: the producer warp's lane 0 walks the tile's steps, copying step
+        ``j + st + STAGES - 1`` (the block's) once the step ``STAGES`` before it, which read
+        the same stage, has every reader's arrival on ``empty``."""
+        code.add(2, "if warp == WARPS:  # the producer warp: the ring's copies")
+        code.add(3, "for st in range(STEPS):", "    jj = j + st + STAGES - 1")
+        code.add(4, "if lane == 0 and jj < steps:")
+        code.add(5, "if jj >= STAGES:  # (its phase udiv32(jj, STAGES) - 1)")
+        code.add(6, "mbar_wait(empty, urem32(jj, STAGES), (udiv32(jj, STAGES) + 1) % 2)")
+        self._copy_step(code, 5)
+
+    def _step_chunk(self, code: Source, c: int, indent: int) -> None:
         """The step's ``c``-th chunk of the warp (chunk ``c WARPS + warp`` of the step's):
-        first in a step, the next copy issued and the stage waited for; then its scales
-        taken from register set 1 (the next chunk's fetched there), its codes read from the
-        stage, its ``mma``s."""
+        first in a step, the next copy issued (unless a producer warp does) and the stage
+        waited for; then its scales taken from register set 1 (the next chunk's fetched
+        there), its codes read from the stage (and, with a producer warp, the stage released
+        once the step's last chunk is read), its ``mma``s."""
         if CHUNKS_PER_STEP == 1:
-            code.add(3, "chunk0 = st * WARPS + warp  # the warp's chunk")
+            code.add(indent, "chunk0 = st * WARPS + warp  # the warp's chunk")
         else:
-            code.add(3, f"chunk0 = (st * {CHUNKS_PER_STEP} + {c}) * WARPS + warp  # the warp's")
-        if c == 0:
+            code.add(
+                indent, f"chunk0 = (st * {CHUNKS_PER_STEP} + {c}) * WARPS + warp  # the warp's"
+            )
+        step = "j + st" if self.producer else "j"  # (the block's steps so far)
+        if c == 0 and not self.producer:
             # the stage the last step read: every thread passed its closing barrier
-            code.add(3, "jj = j + STAGES - 1", "if cuda.threadIdx.x == 0 and jj < steps:")
-            self._copy_step(code, 4)
-        code.add(3, "sra0, srb0, zra0, zrb0 = sra1, srb1, zra1, zrb1")
-        self._fetch_chunk(code, 3, "chunk0 + WARPS", "1", codes=False)
+            code.add(indent, "jj = j + STAGES - 1", "if cuda.threadIdx.x == 0 and jj < steps:")
+            self._copy_step(code, indent + 1)
+        code.add(indent, "sra0, srb0, zra0, zrb0 = sra1, srb1, zra1, zrb1")
+        self._fetch_chunk(code, indent, "chunk0 + WARPS", "1", codes=False)
         if c == 0:
-            code.add(3, "slot = urem32(j, STAGES)", "mbar_wait(bars, slot, udiv32(j, STAGES) % 2)")
+            if self.producer:
+                code.add(indent, f"js = {step}")
+                step = "js"
+            code.add(
+                indent,
+                f"slot = urem32({step}, STAGES)",
+                f"mbar_wait(bars, slot, udiv32({step}, STAGES) % 2)",
+            )
         lane_words = (
             "(warp * 32 + lane) * CW" if c == 0 else f"(({c} * WARPS + warp) * 32 + lane) * CW"
         )
-        code.add(3, f"at = r0 + slot * STAGE_WORDS + {lane_words}")
+        code.add(indent, f"at = r0 + slot * STAGE_WORDS + {lane_words}")
         if STAGGERED_HALVES and self.words == 8:
-            code.add(3, "h = (lane >> 2) & 1  # lanes 4-7 of 8: the second half first")
-            code.add(3, "lds_words4(ring, at + 4 * h, words0, 0)")
-            code.add(3, "lds_words4(ring, at + 4 - 4 * h, words0, 4)")
-            code.add(3, "if h:  # (the halves back in their places)")
-            for q in range(4):
-                code.add(4, f"words0[{q}], words0[{q + 4}] = words0[{q + 4}], words0[{q}]")
+            code.add(indent, "h = (lane >> 2) & 1  # lanes 4-7 of 8: the second half first")
+            code.add(indent, "lds_words4(ring, at + 4 * h, words0, 0)")
+            code.add(indent, "lds_words4(ring, at + 4 - 4 * h, words0, 4)")
+            swaps = [
+                f"words0[{q}], words0[{q + 4}] = words0[{q + 4}], words0[{q}]" for q in range(4)
+            ]
+            release = (
+                ["mbar_arrive(empty, slot)"] if self.producer and c == CHUNKS_PER_STEP - 1 else []
+            )
+            code.add(indent, *release, "if h:  # (the halves back in their places)")
+            code.add(indent + 1, *swaps)
         else:
             for q in range(self.words // 4):
-                code.add(3, f"lds_words4(ring, at + {4 * q}, words0, {4 * q})")
-        self._chunk_mmas(code, 3, "0")
+                code.add(indent, f"lds_words4(ring, at + {4 * q}, words0, {4 * q})")
+            if self.producer and c == CHUNKS_PER_STEP - 1:
+                code.add(indent, "mbar_arrive(empty, slot)  # (the words are in registers)")
+        self._chunk_mmas(code, indent, "0")
 
     def _setup(self, code: Source) -> None:
         code.add(1, "if cuda.threadIdx.x == 0:")
         code.add(2, "for i in range(STAGES):", "    mbar_init(bars, i, 1)")
+        if self.producer:  # every reading thread arrives
+            code.add(3, "mbar_init(empty, i, WARPS * 32)")
         code.add(1, "cuda.syncthreads()")
         code.add(1, "tiles = (TILES - 1 - cuda.blockIdx.x) // cuda.gridDim.x + 1  # the block's")
         code.add(1, "steps = tiles * STEPS")
