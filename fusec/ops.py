@@ -9,7 +9,7 @@ whose result type the dialect's shape function infers; a bad shape is
 reported at the calling line.
 
 The functions of unary and binary ops without attributes (``relu``, ``add``,
-...) are made from the op classes' facts (``FRONTEND.function``), so a new
+...) are made from the op classes' facts (``function_name()``), so a new
 such op needs nothing here; ops with attributes have a function below.
 """
 
@@ -73,11 +73,9 @@ def _elementwise_function(op_cls: type[ai.AiOp], name: str) -> Callable[..., Tra
 def _simple_ops() -> dict[str, type[ai.AiOp]]:
     """The ops whose ``fusec.ops`` function follows from their facts alone."""
     return {
-        op.FRONTEND.function: op
+        op.function_name(): op
         for op in ai.TENSOR_OPS
-        if op.FRONTEND.function is not None
-        and issubclass(op, (ai.UnaryOp, ai.BinaryOp))
-        and not op.declared_properties()
+        if issubclass(op, (ai.UnaryOp, ai.BinaryOp)) and not op.declared_properties()
     }
 
 

@@ -236,11 +236,10 @@ TRACER_KEYWORDS: dict[type[AiOp], dict[str, str]] = {
 
 
 def tracer_function(op_cls: type[AiOp]) -> Callable[..., Any] | None:
-    """The ``fusec.ops`` function of an op (its ``FRONTEND.function`` fact), if it has one."""
+    """The ``fusec.ops`` function of an op (its ``function_name()`` fact), if it has one."""
     import fusec.ops as fops
 
-    name = op_cls.FRONTEND.function
-    return getattr(fops, name, None) if name else None
+    return getattr(fops, op_cls.function_name(), None)
 
 
 def traceable(graph: Graph) -> bool:

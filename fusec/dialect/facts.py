@@ -11,8 +11,8 @@ keeping their own tables.
   definition renders to every code generator's language (Numba Python, CUDA
   C++, PyTorch).
 * ``reference(*arrays)``: the numpy implementation the reference executor runs.
-* ``FRONTEND_NAMES``: the ``fusec.ops`` function, numpy ufuncs and ONNX
-  operators that map one-to-one onto the op.
+* ``FRONTEND``: the ``fusec.ops`` function (named as the op unless it says
+  otherwise), numpy ufuncs and ONNX operators that map one-to-one onto the op.
 * ``UNSUPPORTED``: targets that cannot lower the op at all, each with the reason
   (an explicit "no", which the fusion planner respects, instead of a silent gap).
 
@@ -148,8 +148,9 @@ class ScalarBuilder(Protocol):
 class FrontendNames:
     """The names front ends map one-to-one onto an op.
 
-    ``function``: the ``fusec.ops`` function (generated from the op class for
-    unary and binary ops without attributes); ``ufuncs``: numpy ufuncs a traced
+    ``function``: the ``fusec.ops`` function where it is not named as the op
+    (``AiOp.function_name``; generated from the op class for unary and binary ops
+    without attributes); ``ufuncs``: numpy ufuncs a traced
     tensor turns into the op; ``onnx``: ONNX operators converted to it
     directly (no attributes besides the legacy ``consumed_inputs``/broadcast).
     """

@@ -42,8 +42,8 @@ class MathOp(MathCallOp):
         return K.unary_math(args[0], getattr(np, ufunc))
 
 
-def _math_names(function: str, ufunc: str, onnx: str) -> FrontendNames:
-    return FrontendNames(function, ufuncs=(ufunc,), onnx=(onnx,))
+def _math_names(ufunc: str, onnx: str) -> FrontendNames:
+    return FrontendNames(ufuncs=(ufunc,), onnx=(onnx,))
 
 
 @irdl_op_definition
@@ -51,8 +51,7 @@ class LogOp(MathOp):
     """The natural logarithm (-inf at 0, NaN below)."""
 
     name = "ai.log"
-    FUNCTION: ClassVar[str] = "log"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("log", "log", "Log")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("log", "Log")
 
 
 @irdl_op_definition
@@ -60,8 +59,7 @@ class SinOp(MathOp):
     """sin(x)."""
 
     name = "ai.sin"
-    FUNCTION: ClassVar[str] = "sin"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("sin", "sin", "Sin")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("sin", "Sin")
 
 
 @irdl_op_definition
@@ -69,8 +67,7 @@ class CosOp(MathOp):
     """cos(x)."""
 
     name = "ai.cos"
-    FUNCTION: ClassVar[str] = "cos"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("cos", "cos", "Cos")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("cos", "Cos")
 
 
 @irdl_op_definition
@@ -78,8 +75,7 @@ class TanOp(MathOp):
     """tan(x)."""
 
     name = "ai.tan"
-    FUNCTION: ClassVar[str] = "tan"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("tan", "tan", "Tan")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("tan", "Tan")
 
 
 @irdl_op_definition
@@ -87,8 +83,7 @@ class AsinOp(MathOp):
     """arcsin(x) (NaN outside [-1, 1])."""
 
     name = "ai.asin"
-    FUNCTION: ClassVar[str] = "asin"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("asin", "arcsin", "Asin")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("arcsin", "Asin")
 
 
 @irdl_op_definition
@@ -96,8 +91,7 @@ class AcosOp(MathOp):
     """arccos(x) (NaN outside [-1, 1])."""
 
     name = "ai.acos"
-    FUNCTION: ClassVar[str] = "acos"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("acos", "arccos", "Acos")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("arccos", "Acos")
 
 
 @irdl_op_definition
@@ -105,8 +99,7 @@ class AtanOp(MathOp):
     """arctan(x)."""
 
     name = "ai.atan"
-    FUNCTION: ClassVar[str] = "atan"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("atan", "arctan", "Atan")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("arctan", "Atan")
 
 
 @irdl_op_definition
@@ -114,8 +107,7 @@ class SinhOp(MathOp):
     """sinh(x)."""
 
     name = "ai.sinh"
-    FUNCTION: ClassVar[str] = "sinh"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("sinh", "sinh", "Sinh")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("sinh", "Sinh")
 
 
 @irdl_op_definition
@@ -123,8 +115,7 @@ class CoshOp(MathOp):
     """cosh(x)."""
 
     name = "ai.cosh"
-    FUNCTION: ClassVar[str] = "cosh"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("cosh", "cosh", "Cosh")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("cosh", "Cosh")
 
 
 @irdl_op_definition
@@ -132,8 +123,7 @@ class AsinhOp(MathOp):
     """arsinh(x)."""
 
     name = "ai.asinh"
-    FUNCTION: ClassVar[str] = "asinh"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("asinh", "arcsinh", "Asinh")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("arcsinh", "Asinh")
 
 
 @irdl_op_definition
@@ -141,8 +131,7 @@ class AcoshOp(MathOp):
     """arcosh(x) (NaN below 1)."""
 
     name = "ai.acosh"
-    FUNCTION: ClassVar[str] = "acosh"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("acosh", "arccosh", "Acosh")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("arccosh", "Acosh")
 
 
 @irdl_op_definition
@@ -150,8 +139,7 @@ class AtanhOp(MathOp):
     """artanh(x) (+-inf at +-1, NaN beyond)."""
 
     name = "ai.atanh"
-    FUNCTION: ClassVar[str] = "atanh"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("atanh", "arctanh", "Atanh")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("arctanh", "Atanh")
 
 
 _TWO_23 = 8388608.0  # 2**23: every float32 of this magnitude or more is an integer
@@ -183,7 +171,7 @@ class FloorOp(MathOp):
 
     name = "ai.floor"
     ROUNDING: ClassVar[str] = "floor"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("floor", "floor", "Floor")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("floor", "Floor")
 
 
 @irdl_op_definition
@@ -192,7 +180,7 @@ class CeilOp(MathOp):
 
     name = "ai.ceil"
     ROUNDING: ClassVar[str] = "ceil"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("ceil", "ceil", "Ceil")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("ceil", "Ceil")
 
 
 @irdl_op_definition
@@ -201,7 +189,7 @@ class RoundOp(MathOp):
 
     name = "ai.round"
     ROUNDING: ClassVar[str] = "even"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("round", "rint", "Round")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("rint", "Round")
 
 
 @irdl_op_definition
@@ -209,7 +197,7 @@ class SignOp(UnaryOp):
     """-1, 0 or 1 by the sign of x (0.0 for both zeros; NaN stays), as ``numpy.sign``."""
 
     name = "ai.sign"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("sign", "sign", "Sign")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("sign", "Sign")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         (a,) = args
@@ -218,20 +206,16 @@ class SignOp(UnaryOp):
         rest = s.select(s.compare(a, "<", zero), s.literal(-1.0), s.arith(a, "-", a))
         return s.select(s.compare(a, ">", zero), s.literal(1.0), s.bind(rest))
 
-    REFERENCE: ClassVar[str] = "sign"
-
 
 @irdl_op_definition
 class ReciprocalOp(UnaryOp):
     """1 / x."""
 
     name = "ai.reciprocal"
-    FRONTEND: ClassVar[FrontendNames] = _math_names("reciprocal", "reciprocal", "Reciprocal")
+    FRONTEND: ClassVar[FrontendNames] = _math_names("reciprocal", "Reciprocal")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.arith(s.literal(1.0), "/", args[0])
-
-    REFERENCE: ClassVar[str] = "reciprocal"
 
 
 def _clamp_unit(s: ScalarBuilder, y: str) -> str:
@@ -252,12 +236,9 @@ class HardSigmoidOp(UnaryOp):
     name = "ai.hard_sigmoid"
     alpha = float_prop(0.2)
     beta = float_prop(0.5)
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("hard_sigmoid")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return _clamp_unit(s, _linear(s, args[0], self.attr("alpha"), self.attr("beta")))
-
-    REFERENCE: ClassVar[str] = "hard_sigmoid"
 
 
 @irdl_op_definition
@@ -265,13 +246,11 @@ class HardSwishOp(UnaryOp):
     """x * hard_sigmoid(x) with alpha 1/6, beta 1/2 (MobileNetV3's h-swish)."""
 
     name = "ai.hard_swish"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("hard_swish", onnx=("HardSwish",))
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(onnx=("HardSwish",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         (a,) = args
         return gated(s, a, _clamp_unit(s, _linear(s, a, 1.0 / 6.0, 0.5)))
-
-    REFERENCE: ClassVar[str] = "hard_swish"
 
 
 def _negative_slope(s: ScalarBuilder, x: str, slope: str) -> str:
@@ -285,12 +264,9 @@ class LeakyReluOp(UnaryOp):
 
     name = "ai.leaky_relu"
     alpha = float_prop(0.01)
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("leaky_relu")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return _negative_slope(s, args[0], s.literal(self.attr("alpha")))
-
-    REFERENCE: ClassVar[str] = "leaky_relu"
 
 
 @irdl_op_definition
@@ -298,12 +274,10 @@ class PReluOp(BinaryOp):
     """x where x >= 0, else slope * x (the slope broadcast, numpy's rules)."""
 
     name = "ai.prelu"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("prelu", onnx=("PRelu",))
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(onnx=("PRelu",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return _negative_slope(s, *args)
-
-    REFERENCE: ClassVar[str] = "prelu"
 
 
 def _exponential_linear(s: ScalarBuilder, x: str, alpha: float, exponent: str) -> str:
@@ -318,12 +292,9 @@ class EluOp(UnaryOp):
 
     name = "ai.elu"
     alpha = float_prop(1.0)
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("elu")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return _exponential_linear(s, args[0], self.attr("alpha"), args[0])
-
-    REFERENCE: ClassVar[str] = "elu"
 
 
 _SELU_ALPHA = 1.67326319217681884765625  # ONNX's defaults, float32 values
@@ -339,7 +310,6 @@ class SeluOp(UnaryOp):
     name = "ai.selu"
     alpha = float_prop(_SELU_ALPHA)
     gamma = float_prop(_SELU_GAMMA)
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("selu")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         inner = s.bind(_exponential_linear(s, args[0], self.attr("alpha"), args[0]))
@@ -354,7 +324,6 @@ class CeluOp(UnaryOp):
 
     name = "ai.celu"
     alpha = float_prop(1.0)
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("celu")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         (a,) = args
@@ -379,12 +348,10 @@ class SoftplusOp(UnaryOp):
     """log(1 + exp(x)), computed without overflow."""
 
     name = "ai.softplus"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("softplus", onnx=("Softplus",))
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(onnx=("Softplus",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return _softplus(s, args[0])
-
-    REFERENCE: ClassVar[str] = "softplus"
 
 
 @irdl_op_definition
@@ -392,13 +359,11 @@ class SoftsignOp(UnaryOp):
     """x / (1 + |x|)."""
 
     name = "ai.softsign"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("softsign", onnx=("Softsign",))
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(onnx=("Softsign",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         (a,) = args
         return s.arith(a, "/", s.arith(s.literal(1.0), "+", s.call("fabs", a)))
-
-    REFERENCE: ClassVar[str] = "softsign"
 
 
 @irdl_op_definition
@@ -406,13 +371,11 @@ class MishOp(UnaryOp):
     """x * tanh(softplus(x))."""
 
     name = "ai.mish"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("mish", onnx=("Mish",))
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(onnx=("Mish",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         (a,) = args
         return gated(s, a, s.call("tanh", s.bind(_softplus(s, a))))
-
-    REFERENCE: ClassVar[str] = "mish"
 
 
 @irdl_op_definition
@@ -421,13 +384,10 @@ class ThresholdedReluOp(UnaryOp):
 
     name = "ai.thresholded_relu"
     alpha = float_prop(1.0)
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("thresholded_relu")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         alpha = s.literal(self.attr("alpha"))
         return nan_or_where(s, args[0], ">", alpha, otherwise=s.literal(0.0))
-
-    REFERENCE: ClassVar[str] = "thresholded_relu"
 
 
 @irdl_op_definition
@@ -447,7 +407,6 @@ class WhereOp(AiOp):
     output = result()
 
     PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("where")
 
     SHAPE_FUNCTION = shapes.where
 

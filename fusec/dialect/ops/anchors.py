@@ -48,11 +48,8 @@ class Conv2DOp(AiOp):
     traits = traits_def(Pure(), Canonicalized())
 
     PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="conv2d")
 
     SHAPE_FUNCTION = shapes.conv2d
-
-    REFERENCE: ClassVar[str] = "conv2d"
 
 
 @irdl_op_definition
@@ -68,14 +65,11 @@ class BiasAddOp(AiOp):
     traits = traits_def(Pure(), Canonicalized())
 
     PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="bias_add")
 
     SHAPE_FUNCTION = shapes.bias_add
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.arith(args[0], "+", args[1])  # an add, once the bias is broadcast
-
-    REFERENCE: ClassVar[str] = "bias_add"
 
 
 @irdl_op_definition
@@ -94,11 +88,8 @@ class MatmulOp(AiOp):
     transpose_b = bool_prop(False)
 
     PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="matmul")
 
     SHAPE_FUNCTION = shapes.matmul
-
-    REFERENCE: ClassVar[str] = "matmul"
 
 
 @irdl_op_definition
@@ -122,7 +113,6 @@ class BatchNormOp(AiOp):
     traits = traits_def(Pure(), Canonicalized())
 
     PATTERN: ClassVar[Pattern] = Pattern.OPAQUE
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("batch_norm")
     UNSUPPORTED: ClassVar[Mapping[str, str]] = {
         target: "canonicalize rewrites it (folded into its conv2d, or a multiply and a "
         "bias_add): run canonicalize before fusion"
@@ -130,8 +120,6 @@ class BatchNormOp(AiOp):
     }
 
     SHAPE_FUNCTION = shapes.batch_norm
-
-    REFERENCE: ClassVar[str] = "batch_norm"
 
 
 @irdl_op_definition
@@ -158,15 +146,12 @@ class AttentionOp(AiOp):
     softcap = float_prop(0.0)
 
     PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="attention")
 
     @classmethod
     def infer(cls, operands, attrs):
         # scale, softcap and nan_to_zero leave the type as it is; softcap is checked here,
         # where the builders, the parser and the verifier all pass
         return shapes.attention(*operands, softcap=attrs.get("softcap", 0.0))
-
-    REFERENCE: ClassVar[str] = "attention"
 
 
 @irdl_op_definition
@@ -191,7 +176,6 @@ class MoEExpertsOp(AiOp):
 
     DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     PATTERN: ClassVar[Pattern] = Pattern.ANCHOR
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="moe_experts")
 
     SHAPE_FUNCTION = shapes.moe_experts
 
@@ -213,11 +197,8 @@ class LayerNormOp(AiOp):
     epsilon = float_prop(1e-5)
 
     PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="layernorm")
 
     SHAPE_FUNCTION = shapes.layernorm
-
-    REFERENCE: ClassVar[str] = "layernorm"
 
 
 @irdl_op_definition
@@ -232,13 +213,9 @@ class RMSNormOp(AiOp):
     epsilon = float_prop(1e-6)
 
     PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
-        function="rms_norm", onnx=("RMSNormalization",)
-    )
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(onnx=("RMSNormalization",))
 
     SHAPE_FUNCTION = shapes.rms_norm
-
-    REFERENCE: ClassVar[str] = "rms_norm"
 
 
 @irdl_op_definition
@@ -251,11 +228,8 @@ class SoftmaxOp(AiOp):
     axis = int_prop(-1)
 
     PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="softmax")
 
     SHAPE_FUNCTION = shapes.softmax
-
-    REFERENCE: ClassVar[str] = "softmax"
 
 
 @irdl_op_definition
@@ -273,7 +247,6 @@ class CastOp(AiOp):
 
     HAS_TO_TYPE: ClassVar[bool] = True
     PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="cast")
 
     def __init__(self, value: SSAValue, to_dtype: str) -> None:
         self.check_dtypes([spec_of(value.type)])  # a quantized value: ai.dequantize reads it

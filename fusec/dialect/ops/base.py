@@ -157,7 +157,8 @@ class AiOp(IRDLOperation):
     #: A broadcast op with no per-element scalar: an element of its result is its operand
     #: at another index (``ai.rotate_half``), which the pointwise templates read in place.
     INDEX_MAPPED: ClassVar[bool] = False
-    #: Names front ends map one-to-one onto this op.
+    #: Names front ends map one-to-one onto this op (its ``fusec.ops`` function is named
+    #: as the op unless this names another: ``function_name``).
     FRONTEND: ClassVar[FrontendNames] = FrontendNames()
     #: Targets that cannot lower this op, each with the reason.
     UNSUPPORTED: ClassVar[Mapping[str, str]] = NO_TARGETS
@@ -165,8 +166,10 @@ class AiOp(IRDLOperation):
     #: op says otherwise, so a float-only op refuses an integer operand by name.
     DTYPES: ClassVar[tuple[str, ...]] = FLOAT_TYPES
     #: The op's numpy reference, declared: the ``fusec.dialect.numpy_ops`` function that
-    #: computes it from the operands, every attribute of the op passed by name.
-    #: An op whose reference is more than that call overrides ``reference``.
+    #: computes it from the operands, every attribute of the op passed by name. Unset,
+    #: it is the function named as the op where ``numpy_ops`` has one (``ai.relu``:
+    #: ``numpy_ops.relu``; see ``reference_name``). An op whose reference is more than
+    #: that call overrides ``reference``.
     REFERENCE: ClassVar[str] = ""
     #: The op's shape function, declared: the ``fusec.dialect.shapes`` function that gives
     #: the result type from the operand types, every attribute passed by name. Read
@@ -192,6 +195,17 @@ class AiOp(IRDLOperation):
             properties=properties,
             attributes=dict(attributes or {}),
         )
+
+    @classmethod
+    def short_name(cls) -> str:
+        """The op's name without the dialect's prefix (``ai.relu``: ``relu``), which its
+        facts default to: its ``fusec.ops`` function, its numpy reference."""
+        return cls.name.removeprefix("ai.")
+
+    @classmethod
+    def function_name(cls) -> str:
+        """The op's ``fusec.ops`` function: ``FRONTEND.function``, else named as the op."""
+        return cls.FRONTEND.function or cls.short_name()
 
     @classmethod
     def declared_properties(cls) -> dict[str, OptPropertyDef]:
@@ -320,16 +334,27 @@ class AiOp(IRDLOperation):
 
     @classmethod
     def has_reference(cls) -> bool:
-        """True when the op has a numpy reference (``REFERENCE`` or ``reference``)."""
-        return bool(cls.REFERENCE) or cls.reference is not AiOp.reference
+        """True when the op has a numpy reference (``reference_name`` or ``reference``)."""
+        return bool(cls.reference_name()) or cls.reference is not AiOp.reference
+
+    @classmethod
+    def reference_name(cls) -> str:
+        """The ``numpy_ops`` function of the op's declared reference: ``REFERENCE``, else
+        the one named as the op if there is one, else ""."""
+        if cls.REFERENCE:
+            return cls.REFERENCE
+        from fusec.dialect import numpy_ops as K
+
+        return cls.short_name() if callable(getattr(K, cls.short_name(), None)) else ""
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         """The numpy implementation (``fusec.dialect.numpy_ops``) of the op."""
-        if not self.REFERENCE:
+        function = self.reference_name()
+        if not function:
             raise NotImplementedError(f"{self.name} has no reference implementation")
         from fusec.dialect import numpy_ops as K
 
-        return getattr(K, self.REFERENCE)(*args, **self.attr_values())
+        return getattr(K, function)(*args, **self.attr_values())
 
     # ------------------------------------------------------------ verification
     def verify(self, verify_nested_ops: bool = True) -> None:

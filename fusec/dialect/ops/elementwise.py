@@ -59,8 +59,7 @@ class AddOp(ArithmeticOp):
     name = "ai.add"
     traits = traits_def(Pure(), Canonicalized())
     SYMBOL: ClassVar[str] = "+"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("add", ufuncs=("add",), onnx=("Add",))
-    REFERENCE: ClassVar[str] = "add"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(ufuncs=("add",), onnx=("Add",))
 
 
 @irdl_op_definition
@@ -69,8 +68,7 @@ class SubOp(ArithmeticOp):
 
     name = "ai.sub"
     SYMBOL: ClassVar[str] = "-"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("sub", ufuncs=("subtract",), onnx=("Sub",))
-    REFERENCE: ClassVar[str] = "sub"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(ufuncs=("subtract",), onnx=("Sub",))
 
 
 @irdl_op_definition
@@ -79,8 +77,7 @@ class MulOp(ArithmeticOp):
 
     name = "ai.mul"
     SYMBOL: ClassVar[str] = "*"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("mul", ufuncs=("multiply",), onnx=("Mul",))
-    REFERENCE: ClassVar[str] = "mul"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(ufuncs=("multiply",), onnx=("Mul",))
 
 
 @irdl_op_definition
@@ -91,7 +88,7 @@ class DivOp(ArithmeticOp):
     name = "ai.div"
     SYMBOL: ClassVar[str] = "/"
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(
-        "div", ufuncs=("divide", "true_divide"), onnx=("Div",)
+        ufuncs=("divide", "true_divide"), onnx=("Div",)
     )
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
@@ -132,8 +129,7 @@ class MaximumOp(ExtremumOp):
 
     name = "ai.maximum"
     SYMBOL: ClassVar[str] = ">"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("maximum", ufuncs=("maximum",))
-    REFERENCE: ClassVar[str] = "maximum"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(ufuncs=("maximum",))
 
 
 @irdl_op_definition
@@ -142,7 +138,7 @@ class MinimumOp(ExtremumOp):
 
     name = "ai.minimum"
     SYMBOL: ClassVar[str] = "<"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("minimum", ufuncs=("minimum",))
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(ufuncs=("minimum",))
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         import numpy as np
@@ -167,10 +163,11 @@ class MathCallOp(UnaryOp):
     """One call of C's math library, ``FUNCTION``, on the element, which every language
     computes in float32 (``math.FUNCTION``, ``FUNCTIONf``, ``torch.FUNCTION``)."""
 
+    #: The function, where it is not named as the op (``ai.tanh``: ``tanh``).
     FUNCTION: ClassVar[str] = ""
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        return s.call(self.FUNCTION, args[0])
+        return s.call(self.FUNCTION or self.short_name(), args[0])
 
 
 @irdl_op_definition
@@ -179,14 +176,12 @@ class ReluOp(UnaryOp):
 
     name = "ai.relu"
     traits = traits_def(Pure(), Canonicalized())
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("relu", onnx=("Relu",))
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(onnx=("Relu",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         # maximum(a, 0): relu(NaN) is NaN, relu(-0.0) is 0.0, as numpy
         zero = s.literal(0.0)
         return nan_or_where(s, args[0], ">", zero, otherwise=zero)
-
-    REFERENCE: ClassVar[str] = "relu"
 
 
 @irdl_op_definition
@@ -194,12 +189,10 @@ class SigmoidOp(UnaryOp):
     """1 / (1 + exp(-x))."""
 
     name = "ai.sigmoid"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("sigmoid", onnx=("Sigmoid",))
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(onnx=("Sigmoid",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.logistic(s.literal(1.0), args[0])
-
-    REFERENCE: ClassVar[str] = "sigmoid"
 
 
 @irdl_op_definition
@@ -207,9 +200,7 @@ class TanhOp(MathCallOp):
     """tanh(x)."""
 
     name = "ai.tanh"
-    FUNCTION: ClassVar[str] = "tanh"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("tanh", ufuncs=("tanh",), onnx=("Tanh",))
-    REFERENCE: ClassVar[str] = "tanh"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(ufuncs=("tanh",), onnx=("Tanh",))
 
 
 @irdl_op_definition
@@ -217,12 +208,10 @@ class ExpOp(UnaryOp):
     """exp(x)."""
 
     name = "ai.exp"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("exp", ufuncs=("exp",), onnx=("Exp",))
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(ufuncs=("exp",), onnx=("Exp",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.exp(args[0])
-
-    REFERENCE: ClassVar[str] = "exp"
 
 
 @irdl_op_definition
@@ -230,9 +219,7 @@ class SqrtOp(MathCallOp):
     """sqrt(x) (NaN for x < 0): needed to normalise by a variance known only at run time."""
 
     name = "ai.sqrt"
-    FUNCTION: ClassVar[str] = "sqrt"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("sqrt", ufuncs=("sqrt",), onnx=("Sqrt",))
-    REFERENCE: ClassVar[str] = "sqrt"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(ufuncs=("sqrt",), onnx=("Sqrt",))
 
 
 @irdl_op_definition
@@ -241,7 +228,7 @@ class NegOp(UnaryOp):
 
     name = "ai.neg"
     DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("neg", ufuncs=("negative",), onnx=("Neg",))
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(ufuncs=("negative",), onnx=("Neg",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.neg(args[0])
@@ -258,7 +245,7 @@ class AbsOp(MathCallOp):
 
     name = "ai.abs"
     FUNCTION: ClassVar[str] = "fabs"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("abs", ufuncs=("absolute",), onnx=("Abs",))
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(ufuncs=("absolute",), onnx=("Abs",))
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         import numpy as np
@@ -271,13 +258,10 @@ class SiluOp(UnaryOp):
     """x * sigmoid(x)."""
 
     name = "ai.silu"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("silu")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         (a,) = args
         return _minus_zero_at_minus_inf(s, a, s.logistic(a, a))
-
-    REFERENCE: ClassVar[str] = "silu"
 
 
 def _minus_zero_at_minus_inf(s: ScalarBuilder, x: str, value: str) -> str:
@@ -304,7 +288,6 @@ class GeluOp(UnaryOp):
 
     name = "ai.gelu"
     approximate = choice_prop("none", "none", "tanh")
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("gelu")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         (a,) = args
@@ -319,17 +302,13 @@ class GeluOp(UnaryOp):
             value = s.arith(s.arith(s.literal(0.5), "*", a), "*", erfc)
         return _minus_zero_at_minus_inf(s, a, value)
 
-    REFERENCE: ClassVar[str] = "gelu"
-
 
 @irdl_op_definition
 class ErfOp(MathCallOp):
     """The error function erf(x)."""
 
     name = "ai.erf"
-    FUNCTION: ClassVar[str] = "erf"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("erf", onnx=("Erf",))
-    REFERENCE: ClassVar[str] = "erf"
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(onnx=("Erf",))
 
 
 @irdl_op_definition
@@ -338,7 +317,6 @@ class IsNanOp(UnaryOp):
     (the dialect's tensors are float; a boolean is 0 or 1)."""
 
     name = "ai.isnan"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("isnan")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         (a,) = args
@@ -360,7 +338,6 @@ class ClipOp(UnaryOp):
     name = "ai.clip"
     min = float_prop(-math.inf)
     max = float_prop(math.inf)
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("clip")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         (a,) = args
@@ -389,7 +366,7 @@ class PowOp(BinaryOp):
     non-integer exponent)."""
 
     name = "ai.pow"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("pow", ufuncs=("power",))
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(ufuncs=("power",))
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.call("pow", *args)

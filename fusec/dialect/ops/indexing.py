@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar
 from xdsl.irdl import irdl_op_definition
 
 from fusec.dialect import shapes
-from fusec.dialect.facts import FrontendNames, Pattern, ScalarBuilder
+from fusec.dialect.facts import Pattern, ScalarBuilder
 from fusec.dialect.ops.base import AiOp, bool_prop, int_array_prop, int_prop, operand, result
 from fusec.ir.dtypes import ALL_TYPES, NUMERIC_TYPES
 from fusec.ir.tensors import spec_of
@@ -30,7 +30,6 @@ class TakeOp(AiOp):
 
     DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("take")
 
     SHAPE_FUNCTION = shapes.take
 
@@ -55,7 +54,6 @@ class CumSumOp(AiOp):
 
     DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("cumsum")
 
     SHAPE_FUNCTION = shapes.cumsum
 
@@ -78,7 +76,6 @@ class ExpandOp(AiOp):
 
     DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("expand")
 
     SHAPE_FUNCTION = shapes.expand
 
@@ -130,7 +127,6 @@ class ArgMaxOp(ArgReduceOp):
 
     name = "ai.argmax"
     KIND: ClassVar[str] = "max"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("argmax")
 
 
 @irdl_op_definition
@@ -139,4 +135,3 @@ class ArgMinOp(ArgReduceOp):
 
     name = "ai.argmin"
     KIND: ClassVar[str] = "min"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("argmin")

@@ -10,7 +10,7 @@ from xdsl.irdl import IRDLOperation, irdl_op_definition, traits_def, var_operand
 from xdsl.traits import Pure
 
 from fusec.dialect import shapes
-from fusec.dialect.facts import FrontendNames, Pattern
+from fusec.dialect.facts import Pattern
 from fusec.dialect.ops.base import (
     AiOp,
     Canonicalized,
@@ -49,8 +49,6 @@ class ReshapeOp(LayoutOp):
     shape = int_array_prop()
     traits = traits_def(Pure(), Canonicalized())
 
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("reshape")
-
     SHAPE_FUNCTION = shapes.reshape
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
@@ -66,8 +64,6 @@ class TransposeOp(LayoutOp):
     name = "ai.transpose"
     perm = int_array_prop()
     traits = traits_def(Pure(), Canonicalized())
-
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("transpose")
 
     SHAPE_FUNCTION = shapes.transpose
 
@@ -86,8 +82,6 @@ class SliceOp(LayoutOp):
     offsets = int_array_prop()
     sizes = int_array_prop()
     strides = int_array_prop()
-
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("slice")
 
     SHAPE_FUNCTION = shapes.slice_
 
@@ -119,7 +113,6 @@ class ConcatOp(AiOp):
     traits = traits_def(Pure(), Canonicalized())
 
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("concat")
 
     def __init__(self, *operands: SSAValue, **attrs: Any) -> None:
         properties = self.encode_attrs(attrs)
@@ -153,8 +146,6 @@ class GatherOp(LayoutOp):
     axis = int_prop(0)
     indices = int_array_prop()
 
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("gather")
-
     SHAPE_FUNCTION = shapes.gather
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
@@ -179,7 +170,6 @@ class RotateHalfOp(AiOp):
 
     PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
     INDEX_MAPPED: ClassVar[bool] = True
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("rotate_half")
 
     SHAPE_FUNCTION = shapes.rotate_half
 

@@ -51,7 +51,7 @@ class EqualOp(CompareOp):
     name = "ai.equal"
     DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
     SYMBOL: ClassVar[str] = "=="
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("equal", ufuncs=("equal",), onnx=("Equal",))
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(ufuncs=("equal",), onnx=("Equal",))
 
 
 @irdl_op_definition
@@ -60,7 +60,7 @@ class LessOp(CompareOp):
 
     name = "ai.less"
     SYMBOL: ClassVar[str] = "<"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("less", ufuncs=("less",), onnx=("Less",))
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(ufuncs=("less",), onnx=("Less",))
 
 
 @irdl_op_definition
@@ -69,9 +69,7 @@ class GreaterOp(CompareOp):
 
     name = "ai.greater"
     SYMBOL: ClassVar[str] = ">"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
-        "greater", ufuncs=("greater",), onnx=("Greater",)
-    )
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(ufuncs=("greater",), onnx=("Greater",))
 
 
 @irdl_op_definition
@@ -80,9 +78,7 @@ class LessEqualOp(CompareOp):
 
     name = "ai.less_equal"
     SYMBOL: ClassVar[str] = "<="
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames(
-        "less_equal", ufuncs=("less_equal",), onnx=("LessOrEqual",)
-    )
+    FRONTEND: ClassVar[FrontendNames] = FrontendNames(ufuncs=("less_equal",), onnx=("LessOrEqual",))
 
 
 @irdl_op_definition
@@ -92,7 +88,7 @@ class GreaterEqualOp(CompareOp):
     name = "ai.greater_equal"
     SYMBOL: ClassVar[str] = ">="
     FRONTEND: ClassVar[FrontendNames] = FrontendNames(
-        "greater_equal", ufuncs=("greater_equal",), onnx=("GreaterOrEqual",)
+        ufuncs=("greater_equal",), onnx=("GreaterOrEqual",)
     )
 
 
@@ -170,7 +166,6 @@ class ModOp(BinaryOp):
     name = "ai.mod"
     fmod = bool_prop(False)
     DTYPES: ClassVar[tuple[str, ...]] = INT_TYPES
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("mod")
 
     def scalar(self, s: ScalarBuilder, *args: str) -> str:
         return s.int_remainder(args[0], args[1], floored=not self.attr("fmod"))

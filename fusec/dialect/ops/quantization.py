@@ -9,7 +9,7 @@ from xdsl.irdl import irdl_op_definition, traits_def
 from xdsl.traits import Pure
 
 from fusec.dialect import shapes
-from fusec.dialect.facts import FrontendNames, Pattern, ScalarBuilder
+from fusec.dialect.facts import Pattern, ScalarBuilder
 from fusec.dialect.ops.base import AiOp, Canonicalized, bool_prop, int_prop, operand, result
 from fusec.dialect.shapes import TensorSpec
 from fusec.ir.tensors import spec_of
@@ -82,7 +82,6 @@ class QuantizeOp(QuantizationOp):
     to it (f8E4M3FN, f8E5M2; clamped to its largest finite value with ``saturate``)."""
 
     name = "ai.quantize"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="quantize")
     #: float8 results: values beyond the type's range become its largest finite value
     #: (ONNX's default), else NaN (e4m3fn) or inf (e5m2).
     saturate = bool_prop(True)
@@ -107,7 +106,6 @@ class DequantizeOp(QuantizationOp):
     scale's element type."""
 
     name = "ai.dequantize"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames(function="dequantize")
 
     SHAPE_FUNCTION = shapes.dequantize
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar
 from xdsl.irdl import irdl_op_definition
 
 from fusec.dialect import shapes
-from fusec.dialect.facts import FrontendNames, Pattern
+from fusec.dialect.facts import Pattern
 from fusec.dialect.ops.base import AiOp, bool_prop, int_array_prop, operand, result
 from fusec.ir.tensors import spec_of
 
@@ -46,7 +46,6 @@ class ReduceMeanOp(ReduceOp):
 
     name = "ai.reduce_mean"
     KIND: ClassVar[str] = "mean"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("reduce_mean")
 
 
 @irdl_op_definition
@@ -55,7 +54,6 @@ class ReduceSumOp(ReduceOp):
 
     name = "ai.reduce_sum"
     KIND: ClassVar[str] = "sum"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("reduce_sum")
 
 
 @irdl_op_definition
@@ -64,7 +62,6 @@ class ReduceMaxOp(ReduceOp):
 
     name = "ai.reduce_max"
     KIND: ClassVar[str] = "max"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("reduce_max")
 
 
 class Pool2DOp(AiOp):
@@ -113,7 +110,6 @@ class MaxPool2DOp(Pool2DOp):
 
     name = "ai.max_pool2d"
     KIND: ClassVar[str] = "max"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("max_pool2d")
 
 
 @irdl_op_definition
@@ -124,4 +120,3 @@ class AvgPool2DOp(Pool2DOp):
     name = "ai.avg_pool2d"
     count_include_pad = bool_prop(False)
     KIND: ClassVar[str] = "avg"
-    FRONTEND: ClassVar[FrontendNames] = FrontendNames("avg_pool2d")
