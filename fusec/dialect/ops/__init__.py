@@ -92,6 +92,9 @@ from fusec.dialect.ops.activations import (
     ReciprocalOp as ReciprocalOp,
 )
 from fusec.dialect.ops.activations import (
+    RoundingOp as RoundingOp,
+)
+from fusec.dialect.ops.activations import (
     RoundOp as RoundOp,
 )
 from fusec.dialect.ops.activations import (

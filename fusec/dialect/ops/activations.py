@@ -22,16 +22,7 @@ class MathOp(MathCallOp):
     """A function of C's math library, ``FUNCTION``, computed in float32 by every
     language (``math.FUNCTION``, ``FUNCTIONf``, ``torch.FUNCTION``); its reference is
     the numpy ufunc its ``FRONTEND`` names (the one traced tensors turn into the op, as
-    for the comparisons): NaN or inf outside the domain, as C gives. Rounding
-    (floor, ceil, round) has the ufunc's reference and ``ROUNDING``, the direction its
-    scalar rounds in (``_to_integer``)."""
-
-    ROUNDING: ClassVar[str] = ""
-
-    def scalar(self, s: ScalarBuilder, *args: str) -> str:
-        if self.ROUNDING:
-            return _to_integer(s, args[0], self.ROUNDING)
-        return super().scalar(s, *args)
+    for the comparisons): NaN or inf outside the domain, as C gives."""
 
     def reference(self, *args: np.ndarray) -> np.ndarray:
         import numpy as np
@@ -146,7 +137,7 @@ _TWO_23 = 8388608.0  # 2**23: every float32 of this magnitude or more is an inte
 
 
 def _to_integer(s: ScalarBuilder, x: str, direction: str) -> str:
-    """``x`` rounded to an integer ("even": to nearest, ties to even; "floor"; "ceil") in
+    """``x`` rounded to an integer ("round": to nearest, ties to even; "floor"; "ceil") in
     float32 arithmetic every language renders alike (Numba's ``math.floor`` is an int).
     ``(|x| + 2**23) - 2**23`` rounds |x| < 2**23 to the nearest integer, ties to even;
     floor and ceil step back by one where that went past x; ``copysign`` gives -0.0
@@ -165,30 +156,35 @@ def _to_integer(s: ScalarBuilder, x: str, direction: str) -> str:
     return s.select(s.compare(magnitude, "<", big), rounded, x)
 
 
+class RoundingOp(MathOp):
+    """Rounding to an integer in the direction the op is named for (``_to_integer``),
+    with the ufunc's reference."""
+
+    def scalar(self, s: ScalarBuilder, *args: str) -> str:
+        return _to_integer(s, args[0], self.short_name())
+
+
 @irdl_op_definition
-class FloorOp(MathOp):
+class FloorOp(RoundingOp):
     """The largest integer <= x (-0.0, inf and NaN stay)."""
 
     name = "ai.floor"
-    ROUNDING: ClassVar[str] = "floor"
     FRONTEND: ClassVar[FrontendNames] = _math_names("floor", "Floor")
 
 
 @irdl_op_definition
-class CeilOp(MathOp):
+class CeilOp(RoundingOp):
     """The smallest integer >= x (ceil(-0.5) is -0.0; inf and NaN stay)."""
 
     name = "ai.ceil"
-    ROUNDING: ClassVar[str] = "ceil"
     FRONTEND: ClassVar[FrontendNames] = _math_names("ceil", "Ceil")
 
 
 @irdl_op_definition
-class RoundOp(MathOp):
+class RoundOp(RoundingOp):
     """The nearest integer, halves to even (ONNX's Round, ``numpy.rint``)."""
 
     name = "ai.round"
-    ROUNDING: ClassVar[str] = "even"
     FRONTEND: ClassVar[FrontendNames] = _math_names("rint", "Round")
 
 
