@@ -242,10 +242,12 @@ _SKIP_ROOM, _DUMMY_W = 30, 12
 
 @dataclass
 class _Box:
+    """A w x h box; ``_place`` moves its top left corner (x, y) from the origin."""
+
+    w: float
+    h: float
     x: float = 0.0
     y: float = 0.0
-    w: float = 0.0
-    h: float = 0.0
 
     @property
     def cx(self) -> float:
@@ -299,7 +301,7 @@ def layout_svg(graph: VizGraph) -> str:
 
 def _size_units(lay: _Layout, cluster_ids: set[str]) -> None:
     for node in lay.graph.nodes.values():
-        lay.boxes[node.id] = _Box(0, 0, *_node_size(node))
+        lay.boxes[node.id] = _Box(*_node_size(node))
     for unit, members in lay.units.items():
         w = max(lay.boxes[n].w for n in members)
         h = sum(lay.boxes[n].h for n in members) + _NODE_GAP * (len(members) - 1)
@@ -308,7 +310,7 @@ def _size_units(lay: _Layout, cluster_ids: set[str]) -> None:
                 lay.boxes[n].w = w
             w = max(w + 2 * _CLUSTER_PAD + _SKIP_ROOM, 160.0)
             h += 2 * _CLUSTER_PAD + _CLUSTER_TITLE
-        lay.boxes[unit] = _Box(0, 0, w, h)
+        lay.boxes[unit] = _Box(w, h)
 
 
 def _place(lay: _Layout) -> None:
@@ -324,7 +326,7 @@ def _place(lay: _Layout) -> None:
         chain, previous = [], source
         for level in range(depth[source] + 1, depth[target]):
             dummy = f"d{len(lay.boxes)}"
-            lay.boxes[dummy] = _Box(0, 0, _DUMMY_W, 0)
+            lay.boxes[dummy] = _Box(_DUMMY_W, 0)
             layers[level].append(dummy)
             preds[dummy] = [previous]
             chain.append(dummy)
