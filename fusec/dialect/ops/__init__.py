@@ -182,6 +182,9 @@ from fusec.dialect.ops.base import (
     Canonicalized as Canonicalized,
 )
 from fusec.dialect.ops.base import (
+    OneInputOp as OneInputOp,
+)
+from fusec.dialect.ops.base import (
     ShapeError as ShapeError,
 )
 from fusec.dialect.ops.base import (

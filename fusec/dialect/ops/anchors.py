@@ -15,6 +15,7 @@ from fusec.dialect.facts import FrontendNames, Pattern, ScalarBuilder
 from fusec.dialect.ops.base import (
     AiOp,
     Canonicalized,
+    OneInputOp,
     bool_prop,
     float_prop,
     int_array_prop,
@@ -219,12 +220,10 @@ class RMSNormOp(AiOp):
 
 
 @irdl_op_definition
-class SoftmaxOp(AiOp):
+class SoftmaxOp(OneInputOp):
     """Softmax along ``axis`` (default the last)."""
 
     name = "ai.softmax"
-    input = operand()
-    output = result()
     axis = int_prop(-1)
 
     PATTERN: ClassVar[Pattern] = Pattern.REDUCTION
@@ -233,7 +232,7 @@ class SoftmaxOp(AiOp):
 
 
 @irdl_op_definition
-class CastOp(AiOp):
+class CastOp(OneInputOp):
     """Element type conversion: ``ai.cast %x : T_from to T_to``, between any two of f16,
     bf16, f32, i64, i32 and i1: floats round to nearest-even, a float becomes an integer
     truncated toward zero (NaN and values out of range are undefined, as in ONNX), any
@@ -241,8 +240,6 @@ class CastOp(AiOp):
 
     name = "ai.cast"
     DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
-    input = operand()
-    output = result()
     traits = traits_def(Pure(), Canonicalized())
 
     HAS_TO_TYPE: ClassVar[bool] = True

@@ -500,3 +500,11 @@ def operand() -> Any:
 
 def result() -> Any:
     return result_def(TensorType)
+
+
+class OneInputOp(AiOp):
+    """An op of one tensor, ``input``, into one, ``output``: elementwise unary ops, layout
+    ops, reductions, pooling, scans, casts."""
+
+    input = operand()
+    output = result()

@@ -11,7 +11,15 @@ from xdsl.traits import Pure
 
 from fusec.dialect import shapes
 from fusec.dialect.facts import FrontendNames, Pattern, ScalarBuilder
-from fusec.dialect.ops.base import AiOp, Canonicalized, choice_prop, float_prop, operand, result
+from fusec.dialect.ops.base import (
+    AiOp,
+    Canonicalized,
+    OneInputOp,
+    choice_prop,
+    float_prop,
+    operand,
+    result,
+)
 from fusec.ir.dtypes import NUMERIC_TYPES, is_float
 from fusec.ir.tensors import spec_of
 
@@ -146,11 +154,8 @@ class MinimumOp(ExtremumOp):
         return np.asarray(np.minimum(*args))
 
 
-class UnaryOp(AiOp):
+class UnaryOp(OneInputOp):
     """Elementwise unary op: result type equals operand type."""
-
-    input = operand()
-    output = result()
 
     PATTERN: ClassVar[Pattern] = Pattern.ELEMENTWISE
 

@@ -8,7 +8,15 @@ from xdsl.irdl import irdl_op_definition
 
 from fusec.dialect import shapes
 from fusec.dialect.facts import Pattern, ScalarBuilder
-from fusec.dialect.ops.base import AiOp, bool_prop, int_array_prop, int_prop, operand, result
+from fusec.dialect.ops.base import (
+    AiOp,
+    OneInputOp,
+    bool_prop,
+    int_array_prop,
+    int_prop,
+    operand,
+    result,
+)
 from fusec.ir.dtypes import ALL_TYPES, NUMERIC_TYPES
 from fusec.ir.tensors import spec_of
 
@@ -41,13 +49,11 @@ class TakeOp(AiOp):
 
 
 @irdl_op_definition
-class CumSumOp(AiOp):
+class CumSumOp(OneInputOp):
     """Running sums along ``axis`` (ONNX ``CumSum``): ``exclusive`` leaves each element
     out of its own sum, ``reverse`` sums from the end."""
 
     name = "ai.cumsum"
-    input = operand()
-    output = result()
     axis = int_prop(0)
     exclusive = bool_prop(False)
     reverse = bool_prop(False)
@@ -65,13 +71,11 @@ class CumSumOp(AiOp):
 
 
 @irdl_op_definition
-class ExpandOp(AiOp):
+class ExpandOp(OneInputOp):
     """``input`` broadcast to the static ``shape`` (ONNX ``Expand``, ``numpy.broadcast_to``):
     a broadcast op that kernels read through, no copy of its own."""
 
     name = "ai.expand"
-    input = operand()
-    output = result()
     shape = int_array_prop()
 
     DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
@@ -93,13 +97,11 @@ class ExpandOp(AiOp):
         return np.ascontiguousarray(np.broadcast_to(args[0], self.attr("shape")))
 
 
-class ArgReduceOp(AiOp):
+class ArgReduceOp(OneInputOp):
     """The i64 index of the extreme of ``input`` along ``axis`` (kept as a size-1 dim with
     ``keepdims``); the first one of equal extremes, or the last with
     ``select_last_index`` (ONNX ``ArgMax``/``ArgMin``); NaN counts as the extreme."""
 
-    input = operand()
-    output = result()
     axis = int_prop(0)
     keepdims = bool_prop(True)
     select_last_index = bool_prop(False)

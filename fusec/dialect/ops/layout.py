@@ -14,10 +14,10 @@ from fusec.dialect.facts import Pattern
 from fusec.dialect.ops.base import (
     AiOp,
     Canonicalized,
+    OneInputOp,
     _property_problem,
     int_array_prop,
     int_prop,
-    operand,
     python_value,
     result,
 )
@@ -29,14 +29,12 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-class LayoutOp(AiOp):
+class LayoutOp(OneInputOp):
     """An op that rearranges the elements of its one input (of any element type) and
     computes none: each result element is one input element (injective). Reshape,
     transpose, slice and gather; ``ai.concat`` (several inputs) declares its own."""
 
     DTYPES: ClassVar[tuple[str, ...]] = ALL_TYPES
-    input = operand()
-    output = result()
 
     PATTERN: ClassVar[Pattern] = Pattern.INJECTIVE
 
@@ -155,7 +153,7 @@ class GatherOp(LayoutOp):
 
 
 @irdl_op_definition
-class RotateHalfOp(AiOp):
+class RotateHalfOp(OneInputOp):
     """The rotate-half of rotary position embeddings (RoPE): ``concat(-x[..., n/2:],
     x[..., :n/2])`` along the last axis of even size ``n``, as Llama-style models write
     ``q * cos + rotate_half(q) * sin``. No copy of its own: element ``i`` of the last axis
@@ -165,8 +163,6 @@ class RotateHalfOp(AiOp):
 
     name = "ai.rotate_half"
     DTYPES: ClassVar[tuple[str, ...]] = NUMERIC_TYPES
-    input = operand()
-    output = result()
 
     PATTERN: ClassVar[Pattern] = Pattern.BROADCAST
     INDEX_MAPPED: ClassVar[bool] = True

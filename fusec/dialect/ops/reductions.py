@@ -8,18 +8,16 @@ from xdsl.irdl import irdl_op_definition
 
 from fusec.dialect import shapes
 from fusec.dialect.facts import Pattern
-from fusec.dialect.ops.base import AiOp, bool_prop, int_array_prop, operand, result
+from fusec.dialect.ops.base import OneInputOp, bool_prop, int_array_prop
 from fusec.ir.tensors import spec_of
 
 if TYPE_CHECKING:
     import numpy as np
 
 
-class ReduceOp(AiOp):
+class ReduceOp(OneInputOp):
     """A reduction over ``axes`` (all when empty), kept as size-1 dims with ``keepdims``."""
 
-    input = operand()
-    output = result()
     axes = int_array_prop()
     keepdims = bool_prop(False)
 
@@ -64,7 +62,7 @@ class ReduceMaxOp(ReduceOp):
     KIND: ClassVar[str] = "max"
 
 
-class Pool2DOp(AiOp):
+class Pool2DOp(OneInputOp):
     """2-D pooling of an NCHW input: one value per window of ``kernel`` (h, w).
 
     ``padding`` has 2 values (symmetric) or 4 (h_begin, w_begin, h_end, w_end),
@@ -72,8 +70,6 @@ class Pool2DOp(AiOp):
     window may overhang the padding, as in ONNX and PyTorch).
     """
 
-    input = operand()
-    output = result()
     kernel = int_array_prop(1, 1)
     strides = int_array_prop(1, 1)
     padding = int_array_prop(0, 0)
