@@ -880,6 +880,7 @@ class W4Variant(NamedTuple):
     staggered: bool = False  # STAGGERED_HALVES: the ring's lanes read their halves in turn
     x_sums: bool = False  # SHARED_X_SUMS: x's chunk sums from a table, not a second mma
     producer: bool = False  # PRODUCER_WARP: a ninth warp copies, no block barrier a step
+    scales: bool = False  # RING_SCALES: with it, the step's scales through the stage
 
     def knobs(self) -> dict:
         """``w4_mma``'s module constants for the variant."""
@@ -892,6 +893,7 @@ class W4Variant(NamedTuple):
             "STAGGERED_HALVES": self.staggered,
             "SHARED_X_SUMS": self.x_sums,
             "PRODUCER_WARP": self.producer,
+            "RING_SCALES": self.scales,
         }
 
     @contextlib.contextmanager
@@ -922,8 +924,10 @@ W4_RING_VARIANTS = (
     # a producer warp (69 registers under launch bounds for 3 blocks of 9 warps; 76 by
     # ptxas's choice: 2 blocks): loop 199 SASS a step against 250
     W4Variant("ring", producer=True, fit=3),
+    W4Variant("ring", producer=True, fit=3, scales=True),  # (70 registers)
     W4Variant("ring", producer=True, fit=3, x_sums=True),
     W4Variant("ring", producer=True, fit=3, stages=4),
+    W4Variant("ring", producer=True, fit=3, stages=4, scales=True),
     W4Variant("ring", producer=True),
     W4Variant("ring", staggered=True),  # no bank conflicts on the ring's shared loads
     W4Variant("ring", x_sums=True),  # 8 HMMA a chunk fewer (72 registers: 3 blocks)

@@ -8,16 +8,18 @@ internals can move without invalidating cached kernels or their text:
 * the device helpers of ``fusec.targets.cuda.device`` (``ld_f16``,
   ``load_bf16x8``, ``block_sum``, ``round_f16``...; ``device.helper_names()``);
 * ``move4``, ``move8``, ``move16``, ``load_bits``, ``store_bits``, ``udiv32``,
-  ``urem32``, ``load_bytes4/8/16``: raw moves and 32-bit index arithmetic of the copy
-  kernels, vector loads of one-byte elements (``fusec.targets.cuda.rawmove``);
+  ``urem32``, ``ufield32``, ``sfield32``, ``load_bytes4/8/16``: raw moves and 32-bit index
+  and bit-field arithmetic of the copy kernels, vector loads of one-byte elements
+  (``fusec.targets.cuda.rawmove``);
 * ``load_words1/2/4``, ``unpack_i4x8``, ``w4_magic``, ``f16_bits``, ``bf16_bits``: the W4A16
   kernels' vector loads of codes, 4-bit codes unpacked as float bits, and 16-bit floats'
   bits as f32 (``fusec.targets.cuda.w4_device``);
 * ``w4_mma_<f16|bf16>x<1|2>``, ``w4_mmaq_<f16|bf16>x<1|2>`` (no sums of x): the W4A16
   Tensor Core kernel's codes as 16-bit floats into ``mma.sync``
   (``fusec.targets.cuda.w4_mma_device``);
-* ``align16``, ``mbar_init``, ``mbar_arrive``, ``bulk_load``, ``mbar_wait``, ``lds_words4``:
-  bulk copies into a ring of shared-memory stages on mbarriers (``fusec.targets.cuda.bulk``);
+* ``align16``, ``mbar_init``, ``mbar_arrive``, ``bulk_load``, ``mbar_wait``, ``lds_words4``,
+  ``cp_async16``, ``cp_async_arrive``: bulk and asynchronous copies into a ring of
+  shared-memory stages on mbarriers (``fusec.targets.cuda.bulk``);
 * ``grid_dependency_wait``: every kernel's first statement, the wait for the kernels it
   depends on in a graph with programmatic edges (``fusec.targets.cuda.dependent``);
 * ``ieee_conv2d``, ``ieee_matmul``, ``ieee_addmm``, ``ieee_attention``, ``moe_experts``:
@@ -57,6 +59,8 @@ _PROVIDERS: dict[str, str] = {
     "store_bits": "fusec.targets.cuda.rawmove",
     "udiv32": "fusec.targets.cuda.rawmove",
     "urem32": "fusec.targets.cuda.rawmove",
+    "ufield32": "fusec.targets.cuda.rawmove",
+    "sfield32": "fusec.targets.cuda.rawmove",
     "load_words1": "fusec.targets.cuda.w4_device",
     "load_words2": "fusec.targets.cuda.w4_device",
     "load_words4": "fusec.targets.cuda.w4_device",
@@ -78,6 +82,8 @@ _PROVIDERS: dict[str, str] = {
     "bulk_load": "fusec.targets.cuda.bulk",
     "mbar_wait": "fusec.targets.cuda.bulk",
     "lds_words4": "fusec.targets.cuda.bulk",
+    "cp_async16": "fusec.targets.cuda.bulk",
+    "cp_async_arrive": "fusec.targets.cuda.bulk",
     "grid_dependency_wait": "fusec.targets.cuda.dependent",
     "launch_bounds": "fusec.targets.cuda.env",
     "ieee_conv2d": "fusec.targets.cuda.torch_runtime",

@@ -25,7 +25,13 @@ in issued instructions (the kernels that need this are issue- and latency-bound 
   (0 for its first phase, 1 for its second, ...) has completed; a memory clobber, so no
   read of the stage moves above it;
 * ``lds_words4(arr, e, dst, d)``: ``dst[d:d + 4] = arr[e:e + 4]`` of a 32-bit shared
-  array with one ``ld.shared.v4`` (``e`` a multiple of 4 from a 16-byte-aligned start).
+  array with one ``ld.shared.v4`` (``e`` a multiple of 4 from a 16-byte-aligned start);
+* ``cp_async16(dst, de, src, se)``: one thread's asynchronous copy of the 16 bytes at
+  element ``se`` of global ``src`` (any element type) to element ``de`` of a 32-bit shared
+  ``dst`` (``cp.async.cg``; both 16-byte aligned);
+* ``cp_async_arrive(bars, i)``: the thread arrives on ``bars[i]`` once its earlier
+  ``cp_async16`` copies have landed (``cp.async.mbarrier.arrive.noinc``: the barrier's
+  count includes this arrival).
 
 The caller orders reuse: a stage is copied into again only after every thread finished
 reading it (the W4A16 kernel's block barrier at the end of a step, or, with a producer
@@ -34,8 +40,7 @@ warp, the stage's second mbarrier that every reader arrives on).
 Under Numba's CUDA simulator the copy happens when issued (in the issuing thread), an
 mbarrier holds its expected arrivals, the arrivals of its current phase and its completed
 phases (a waiting thread yields until its phase completes: the simulator's threads are
-Python threads), ``align16`` is 0, and the helpers check alignment and ranges (and that a
-copy's barrier expects a single arrival).
+Python threads), ``align16`` is 0, and the helpers check alignment and ranges.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ from __future__ import annotations
 import threading
 import time
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from fusec.targets.cuda.env import numba_cuda, simulator_enabled
 from fusec.targets.cuda.rawmove import as_i32, pointer, word_loader
@@ -57,6 +64,8 @@ class _Helpers(NamedTuple):
     bulk_load: Any
     mbar_wait: Any
     lds_words4: Any
+    cp_async16: Any
+    cp_async_arrive: Any
 
 
 #: A simulated mbarrier's ``int64``: its completed phases in the low ``_FIELD`` bits, the
@@ -104,12 +113,10 @@ def _make_sim() -> dict[str, Any]:
         count = nbytes // size
         if de < 0 or de + count > len(dst) or se < 0 or se + count > len(src):
             raise AssertionError(f"bulk_load: {count} elements {se} -> {de} out of range")
-        if not 0 <= i < len(bars) or _sim_fields(bars[i])[2] != 1:
-            raise AssertionError(f"bulk_load: barrier {i} of {len(bars)} (one arrival a phase)")
+        if not 0 <= i < len(bars):
+            raise AssertionError(f"bulk_load: barrier {i} of {len(bars)}")
         dst[de : de + count] = src[se : se + count]
-        with lock:  # the phase completes with its one arrival and its bytes
-            phases, _, expected = _sim_fields(bars[i])
-            bars[i] = ((phases + 1) & _MASK) | (expected << (2 * _FIELD))
+        mbar_arrive(bars, i)  # its arrival, its bytes landed
 
     def mbar_wait(bars: Any, i: int, parity: int) -> None:
         if not 0 <= i < len(bars) or parity not in (0, 1):
@@ -126,7 +133,20 @@ def _make_sim() -> dict[str, Any]:
         for k in range(4):
             dst[d + k] = arr[e + k]
 
-    return _Helpers(align16, mbar_init, mbar_arrive, bulk_load, mbar_wait, lds_words4)._asdict()
+    def cp_async16(dst: Any, de: int, src: Any, se: int) -> None:
+        source = np.asarray(getattr(src, "_ary", src)).reshape(-1).view(np.uint8)
+        start = se * src.dtype.itemsize
+        if de % 4 or start % 16 or not 0 <= de <= len(dst) - 4 or start + 16 > len(source):
+            raise AssertionError(f"cp_async16: element {se} -> {de}: not 16-byte aligned or out")
+        dst.view(np.uint8)[4 * de : 4 * de + 16] = source[start : start + 16]
+
+    def cp_async_arrive(bars: Any, i: int) -> None:
+        mbar_arrive(bars, i)  # (the simulated copies landed when issued)
+
+    return _Helpers(
+        align16, mbar_init, mbar_arrive, bulk_load, mbar_wait, lds_words4, cp_async16,
+        cp_async_arrive,
+    )._asdict()  # fmt: skip
 
 
 def _make_gpu() -> dict[str, Any]:
@@ -186,19 +206,23 @@ def _make_gpu() -> dict[str, Any]:
 
     mbar_init = on_barrier(lambda builder, bar, count: builder.call(init, [bar, count]))
 
-    arrive = asm(
-        ir.VoidType(), [i32], "mbarrier.arrive.shared::cta.b64 _, [$0];", "r,~{memory}"
-    )  # fmt: skip
+    def on_barrier_only(text: str) -> Any:
+        """An intrinsic ``(bars, i)`` that runs the PTX ``text`` with mbarrier ``bars[i]``'s
+        shared address as ``$0``."""
+        statement = asm(ir.VoidType(), [i32], text, "r,~{memory}")
 
-    @intrinsic
-    def mbar_arrive(typingctx: Any, bars: Any, i: Any) -> Any:
-        sig = types.void(bars, i)
+        def typer(typingctx: Any, bars: Any, i: Any) -> Any:
+            sig = types.void(bars, i)
 
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            builder.call(arrive, [at(context, builder, sig.args[0], args[0], args[1])])
-            return context.get_dummy_value()
+            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+                builder.call(statement, [at(context, builder, sig.args[0], args[0], args[1])])
+                return context.get_dummy_value()
 
-        return sig, codegen
+            return sig, codegen
+
+        return intrinsic(typer)
+
+    mbar_arrive = on_barrier_only("mbarrier.arrive.shared::cta.b64 _, [$0];")
 
     copy = asm(
         ir.VoidType(), [i32, i64, i32, i32],
@@ -241,7 +265,30 @@ def _make_gpu() -> dict[str, Any]:
 
     mbar_wait = on_barrier(wait)
     lds_words4 = word_loader(4, "shared")
-    return _Helpers(align16, mbar_init, mbar_arrive, bulk_load, mbar_wait, lds_words4)._asdict()
+
+    async_copy = asm(
+        ir.VoidType(), [i32, i64],
+        "{ .reg .u64 g; cvta.to.global.u64 g, $1; cp.async.cg.shared.global [$0], [g], 16; }",
+        "r,l,~{memory}",
+    )  # fmt: skip
+
+    @intrinsic
+    def cp_async16(typingctx: Any, dst: Any, de: Any, src: Any, se: Any) -> Any:
+        sig = types.void(dst, de, src, se)
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            target = at(context, builder, sig.args[0], args[0], args[1])
+            source = builder.ptrtoint(pointer(context, builder, sig.args[2], args[2], args[3]), i64)
+            builder.call(async_copy, [target, source])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    cp_async_arrive = on_barrier_only("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [$0];")
+    return _Helpers(
+        align16, mbar_init, mbar_arrive, bulk_load, mbar_wait, lds_words4, cp_async16,
+        cp_async_arrive,
+    )._asdict()  # fmt: skip
 
 
 numba_cuda()  # prepared before numba.cuda's extending API is touched

@@ -28,6 +28,11 @@ multiply and sign fix-ups per division, several instructions each); in 32 bits a
 division by a constant is one ``mul.hi.u32`` and a shift. The index arithmetic of the
 copy kernels splits element or vector numbers below 2**31 this way.
 
+``ufield32(word, pos, length)`` and ``sfield32(word, pos, length)`` are the ``length``-bit
+field at bit ``pos`` of a 32-bit ``word``, zero- or sign-extended, as an int32 (a
+shift and a mask, or two shifts, in 32 bits: Numba's ``>>`` and ``&`` of an int32 are
+64-bit, and a conversion of their int64 result to float32 an ``I2F.S64``).
+
 Under Numba's CUDA simulator the same names are Python that also checks alignment,
 index range and the 32-bit range, so a simulator test catches an access a GPU would
 fault on.
@@ -44,7 +49,7 @@ WIDTHS = (4, 8, 16)
 
 def helper_names() -> list[str]:
     """The names this module gives generated kernels (through ``fusec.targets.cuda.abi``)."""
-    names = ["load_bits", "store_bits", "udiv32", "urem32"]
+    names = ["load_bits", "store_bits", "udiv32", "urem32", "ufield32", "sfield32"]
     return [f"move{w}" for w in WIDTHS] + names + [f"load_bytes{w}" for w in WIDTHS]
 
 
@@ -79,6 +84,15 @@ def _make_sim_moves() -> dict[str, Any]:
             raise AssertionError(f"urem32({x}, {d}): out of the 32-bit range")
         return x % d
 
+    def ufield32(word: int, pos: int, length: int) -> int:
+        if not 0 <= pos and 0 < length and pos + length <= 32:
+            raise AssertionError(f"ufield32: bits {pos}..{pos + length} of a 32-bit word")
+        return (int(word) >> int(pos)) & ((1 << int(length)) - 1)
+
+    def sfield32(word: int, pos: int, length: int) -> int:
+        value = ufield32(word, pos, length)
+        return value - (1 << int(length)) if value >> (int(length) - 1) else value
+
     def make_bytes(width: int) -> Any:
         def load_bytes(arr: Any, e: int, dst: Any, d: int) -> None:
             if arr.dtype.itemsize != 1 or e % width or not 0 <= e <= len(arr) - width:
@@ -96,6 +110,8 @@ def _make_sim_moves() -> dict[str, Any]:
         "store_bits": store_bits,
         "udiv32": udiv32,
         "urem32": urem32,
+        "ufield32": ufield32,
+        "sfield32": sfield32,
     }
 
 
@@ -268,6 +284,22 @@ def _make_gpu_moves() -> dict[str, Any]:
 
         return divide
 
+    def make_field(signed: bool) -> Any:
+        @intrinsic
+        def field(typingctx: Any, word: Any, pos: Any, length: Any) -> Any:
+            sig = types.int32(word, pos, length)
+
+            def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+                w, p, n = (as_i32(builder, v) for v in args)
+                width = ir.Constant(i32, 32)
+                high = builder.shl(w, builder.sub(builder.sub(width, p), n))  # field on top
+                down = builder.sub(width, n)
+                return builder.ashr(high, down) if signed else builder.lshr(high, down)
+
+            return sig, codegen
+
+        return field
+
     def bytes_of(context: Any, builder: Any, word: Any, arr_t: Any, dst_t: Any) -> list:
         """A word's 4 one-byte elements (little-endian), each converted to ``dst``'s type."""
         signed = getattr(arr_t.dtype, "signed", False)  # (bool: unsigned)
@@ -287,6 +319,8 @@ def _make_gpu_moves() -> dict[str, Any]:
         **moves,
         "load_bits": load_bits,
         "store_bits": store_bits,
+        "ufield32": make_field(False),
+        "sfield32": make_field(True),
         "udiv32": make_divide(False),
         "urem32": make_divide(True),
     }

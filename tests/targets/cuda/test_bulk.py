@@ -34,7 +34,8 @@ def test_a_simulated_copy_completes_its_barriers_phase_and_wakes_the_waiter() ->
 
 def test_a_simulated_barrier_completes_a_phase_with_its_last_arrival() -> None:
     """``mbar_arrive``: a barrier of 3 arrivals completes phase 0 with the third, phase 1
-    with the sixth; a copy refuses a barrier that expects more than its one arrival."""
+    with the sixth; a copy (``bulk_load``) and a thread's async copies (``cp_async_arrive``)
+    are an arrival each."""
     sim = bulk._make_sim()
     bars = np.zeros(1, np.int64)
     sim["mbar_init"](bars, 0, 3)
@@ -43,8 +44,15 @@ def test_a_simulated_barrier_completes_a_phase_with_its_last_arrival() -> None:
         sim["mbar_arrive"](bars, 0)
     assert bulk._sim_fields(bars[0]) == (2, 0, 3)
     sim["mbar_wait"](bars, 0, 1)  # phase 1 completed: no wait
-    with pytest.raises(AssertionError, match="one arrival"):
-        sim["bulk_load"](np.zeros(4, np.int32), 0, np.zeros(4, np.int32), 0, 16, bars, 0)
+    ring, src = np.zeros(8, np.int32), np.arange(16, dtype=np.int16)
+    sim["bulk_load"](ring, 0, np.arange(4, dtype=np.int32), 0, 16, bars, 0)
+    sim["cp_async16"](ring, 4, src, 8)  # 16 bytes of int16 into 4 words
+    sim["cp_async_arrive"](bars, 0)
+    assert bulk._sim_fields(bars[0]) == (2, 2, 3)
+    assert ring[:4].tolist() == [0, 1, 2, 3]
+    assert ring[4:].view(np.int16).tolist() == list(range(8, 16))
+    with pytest.raises(AssertionError, match="not 16-byte aligned"):
+        sim["cp_async16"](ring, 4, src, 3)
 
 
 @pytest.mark.parametrize("de, se, nbytes", [(1, 0, 16), (0, 2, 16), (0, 0, 24), (12, 0, 32)])
@@ -63,6 +71,8 @@ def test_the_gpu_helpers_compile_to_bulk_copies_on_mbarriers_for_sm_90() -> None
     from fusec.targets.cuda.abi import (
         align16,
         bulk_load,
+        cp_async16,
+        cp_async_arrive,
         cuda,
         lds_words4,
         mbar_arrive,
@@ -84,11 +94,15 @@ def test_the_gpu_helpers_compile_to_bulk_copies_on_mbarriers_for_sm_90() -> None
         lds_words4(ring, r0 + 4 * (cuda.threadIdx.x % 8), words, 0)
         out[cuda.threadIdx.x] = words[0] + words[3]
         mbar_arrive(bars, 0)
+        cp_async16(ring, r0, src, 4)
+        cp_async_arrive(bars, 0)
 
     ptx, _ = compile_ptx(kernel, (types.int32[::1], types.int32[::1]), cc=(9, 0))
     assert "mbarrier.init.shared::cta.b64" in ptx
     assert "mbarrier.arrive.expect_tx.shared::cta.b64" in ptx
     assert "mbarrier.arrive.shared::cta.b64" in ptx  # (a reader's release)
+    assert "cp.async.cg.shared.global" in ptx
+    assert "cp.async.mbarrier.arrive.noinc.shared::cta.b64" in ptx
     assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
     assert "fence.proxy.async.shared::cta" in ptx  # the stage's reads before the refill
     assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx

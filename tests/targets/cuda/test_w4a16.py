@@ -264,6 +264,17 @@ PRODUCER_SIM_CASES = [
     (RING_SIM_LAYERS[3], {"x_sums": True, "staggered": True}),
 ]
 
+#: Layers run with a producer warp that also copies each step's scales and zero points
+#: into the stage (``w4_mma.RING_SCALES``): across tiles (signed zero points); two B
+#: fragments with unsigned codes and zero points; a scale block of two chunks with the x
+#: sums' table and staggered halves; per-column scales (the per-lane loads instead).
+RING_SCALES_SIM_LAYERS = [
+    (1, 2048, 144, 128, "bf16", False, "block"),
+    (16, 1024, 32, 64, "f16", False, "block", True),
+    (3, 2560, 48, 256, "bf16", False, "block"),
+    (2, 128, 32, 0, "f16", False, "column"),
+]
+
 
 @pytest.fixture(scope="module")
 def ring_sim_results() -> dict:
@@ -285,6 +296,11 @@ def ring_sim_results() -> dict:
         {"name": f"{layer} producer", "layer": list(layer), "producer": True, **knobs}
         for layer, knobs in PRODUCER_SIM_CASES
     ]
+    cases += [
+        {"name": f"{layer} ring scales", "layer": list(layer), "producer": True,
+         "ring_scales": True, **({"x_sums": True, "staggered": True} if layer[3] == 256 else {})}
+        for layer in RING_SCALES_SIM_LAYERS
+    ]  # fmt: skip
     # the kernel's source with its jit options (launch bounds, carveout) runs there too
     layer, options = RING_SIM_LAYERS[0], {"min_blocks": 5, "carveout": 50}
     cases.append({"name": f"{layer} bounded", "layer": list(layer), **options})
@@ -323,6 +339,43 @@ def test_w4a16_ring_with_a_producer_warp_matches_the_reference(layer, ring_sim_r
     record = ring_sim_results[f"{layer} producer"]
     assert record["kinds"] == ["matmul"], record
     assert record["nan"] == 0 and record["rel_l2"] < 1e-2, record
+
+
+@pytest.mark.parametrize("layer", RING_SCALES_SIM_LAYERS, ids=str)
+def test_w4a16_ring_with_the_scales_in_the_stage_matches_the_reference(layer, ring_sim_results):
+    """``RING_SCALES``: the producer warp's lanes copy a step's scale and zero-point rows
+    behind its codes (``cp_async16`` on the stage's mbarrier); readers take theirs from the
+    stage (zero points signed or not, a scale block of one or two chunks)."""
+    record = ring_sim_results[f"{layer} ring scales"]
+    assert record["kinds"] == ["matmul"], record
+    assert record["nan"] == 0 and record["rel_l2"] < 1e-2, record
+
+
+@pytest.mark.parametrize(
+    "layer, applies",
+    [
+        ((1, 2048, 144, 128, "bf16", False, "block"), True),
+        ((1, 2048, 136, 128, "bf16", False, "block"), False),
+        ((2, 128, 32, 0, "f16", False, "column"), False),
+        ((2, 256, 32, 128, "f16", True, "block"), False),
+    ],
+    ids=str,
+)
+def test_the_scales_come_through_the_ring_where_their_rows_are_aligned(layer, applies, monkeypatch):
+    """Scales per block of K stored ``[K / block, N]`` with N a multiple of 16 take the
+    ring (``ring_scales_problem``); N = 136, per-column scales or scales stored ``[N, K /
+    block]`` keep the per-lane loads."""
+    import fusec
+    from fusec.targets.cuda.gemm import w4_mma
+
+    monkeypatch.setenv(w4_mma.KERNEL_CHOICE, "ring")
+    monkeypatch.setattr(w4_mma, "PRODUCER_WARP", True)
+    monkeypatch.setattr(w4_mma, "RING_SCALES", True)
+    m, k, n, block, dtype, transposed, scales = layer
+    model, _ = w4a16_onnx(m, k, n, block, dtype, 1, transposed, scales)
+    (kernel,) = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False).kernels
+    assert ("cp_async16(" in kernel.source) == applies
+    assert ("sra1 = load_bits(" in kernel.source) != applies  # (the per-lane loads)
 
 
 def test_w4a16_ring_with_launch_bounds_matches_the_reference(ring_sim_results) -> None:

@@ -201,6 +201,8 @@ def test_x_sums_from_a_shared_table_match_the_reference(kernel, staggered, m, dt
         {"MIN_BLOCKS_PER_SM": 3, "SHARED_X_SUMS": True, "STAGGERED_HALVES": True},
         {"CHUNKS_PER_STEP": 2, "STAGES": 2},
         {"STAGES": 4},
+        {"MIN_BLOCKS_PER_SM": 3, "RING_SCALES": True},
+        {"RING_SCALES": True, "SHARED_X_SUMS": True, "STAGGERED_HALVES": True, "STAGES": 4},
     ],
     ids=str,
 )
@@ -218,7 +220,9 @@ def test_the_ring_with_a_producer_warp_matches_the_reference(knobs, m, dtype, mo
         monkeypatch.setattr(w4_mma, name, value)
     model, x = w4a16_onnx(m, 1024, 17024, 128, dtype, 37, False, "block")
     compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
-    assert "mbar_arrive(empty, slot)" in compiled.kernels[0].source
+    source = compiled.kernels[0].source
+    assert "mbar_arrive(empty, slot)" in source
+    assert ("cp_async16(" in source) == knobs.get("RING_SCALES", False)
     assert _check(compiled, [x], [_device(x, dtype)]) < 1e-2
 
 

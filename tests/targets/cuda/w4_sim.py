@@ -3,7 +3,8 @@
 the first argument; a case's ``ring_chunks`` sets ``w4_mma.CHUNKS_PER_STEP``, its
 ``min_blocks`` ``w4_mma.MIN_BLOCKS_PER_SM``, its ``carveout`` ``w4_mma.SHARED_CARVEOUT``, its
 ``staggered`` ``w4_mma.STAGGERED_HALVES``, its ``x_sums`` ``w4_mma.SHARED_X_SUMS``, its
-``producer`` ``w4_mma.PRODUCER_WARP``, its ``loop`` ``$FUSEC_W4_KERNEL`` for that case)
+``producer`` ``w4_mma.PRODUCER_WARP``, its ``ring_scales`` ``w4_mma.RING_SCALES``, its
+``loop`` ``$FUSEC_W4_KERNEL`` for that case)
 through the cuda target, outputs poisoned first; prints one JSON line per case: its name,
 the kernels' kinds, NaN count and rel L2 against the reference executor."""
 
@@ -35,6 +36,7 @@ def main() -> None:
         w4_mma.STAGGERED_HALVES = case.get("staggered", False)
         w4_mma.SHARED_X_SUMS = case.get("x_sums", False)
         w4_mma.PRODUCER_WARP = case.get("producer", False)
+        w4_mma.RING_SCALES = case.get("ring_scales", False)
         os.environ[w4_mma.KERNEL_CHOICE] = case.get("loop", default_loop)
         compiled = fusec.compile(fusec.from_onnx(model), target="cuda")
         got = np.asarray(compiled._runner([x], poison=True)[0]).astype(np.float64)

@@ -74,6 +74,7 @@ from xdsl.dialects.builtin import StringAttr
 from fusec.codegen import KernelSource
 from fusec.codegen.expr import error_at
 from fusec.dialect import ops as ai
+from fusec.dialect.ops import spec_of
 from fusec.environ import switch
 from fusec.targets.cuda.common import (
     Source,
@@ -141,11 +142,38 @@ SHARED_X_SUMS = False
 #: of cycles: the barrier a step couples the block's 8 warps to the slowest one's loads.
 #: Not yet timed on a GPU.
 PRODUCER_WARP = False
+#: Whether, with ``PRODUCER_WARP``, a step's scales and zero points come through the ring
+#: too: the producer warp's lanes copy the step's 8 chunks' rows of the tile (16-byte
+#: ``cp.async``, completing on the stage's mbarrier with the codes' bulk copy) behind its
+#: codes, and a reading lane takes its two columns' from the stage (4 shared loads) instead
+#: of 4 global loads of 2 and 1 bytes with 64-bit addresses a chunk, one chunk ahead in a
+#: second register set. Where the layout allows (``ring_scales_problem``: scales per block
+#: of K as ``[K / block, N]`` in 16 bits, 1-byte zero points, N a multiple of 16, one chunk a
+#: step); elsewhere the per-lane loads. Not yet timed on a GPU.
+RING_SCALES = False
 
 
 def chunk_words(p: W4Plan) -> int:
     """Words of codes a lane reads a chunk (16 of them make a chunk of ``16 * words`` K)."""
     return 8 if p.k % 128 == 0 and p.block % 128 == 0 else 4
+
+
+#: Zero-point types stored a byte each (4-bit ones as their value in a byte), and whether
+#: signed.
+ZERO_BYTES = {"i8": True, "ui8": False, "i4": True, "ui4": False}
+
+
+def ring_scales_problem(p: W4Plan, sdtype: str, zdtype: str) -> str | None:
+    """Why a step's scales and zero points cannot come through the ring (``RING_SCALES``),
+    or None: each chunk's row of a tile's 16 scales (32 bytes) and zero points (16 bytes)
+    must be 16-byte aligned and contiguous."""
+    if p.scale_index != "blk * N + n":
+        return "scales not per block of K stored [K / block, N]"
+    if sdtype not in ("f16", "bf16") or zdtype not in ZERO_BYTES:
+        return f"scales {sdtype} and zero points {zdtype}, not 16-bit and a byte each"
+    if p.n % TILE or CHUNKS_PER_STEP != 1:
+        return f"N = {p.n} not a multiple of {TILE}, or more than one chunk a step"
+    return None
 
 
 def mma_problem(p: W4Plan) -> str | None:
@@ -412,17 +440,39 @@ class W4RingEmitter(W4MmaEmitter):
     def producer(self) -> bool:  # type: ignore[override]
         return PRODUCER_WARP
 
+    @property
+    def ring_scales(self) -> bool:
+        """Whether the step's scales and zero points come through the ring
+        (``RING_SCALES``, where ``ring_scales_problem`` finds none)."""
+        if not (RING_SCALES and self.producer):
+            return False
+        return ring_scales_problem(self.p, self.sdtype, self.zero_dtype) is None
+
+    @property
+    def zero_dtype(self) -> str:
+        return spec_of(self.p.dequantize.zero_point.type).dtype
+
     def kernel_helpers(self) -> set[str]:
         ring = {"align16", "mbar_init", "bulk_load", "mbar_wait", "lds_words4", "urem32"}
-        return super().kernel_helpers() | ring | ({"mbar_arrive"} if self.producer else set())
+        if self.producer:
+            ring.add("mbar_arrive")
+        if self.ring_scales:
+            ring |= {"cp_async16", "cp_async_arrive", "load_bits", "ufield32"}
+            ring.add("sfield32" if ZERO_BYTES[self.zero_dtype] else "ufield32")
+        return super().kernel_helpers() | ring
 
     def loop_constants(self, chunks: int) -> list[tuple[str, int]]:
-        stage_words = CHUNKS_PER_STEP * WARPS * 32 * self.words  # a step's codes
+        code_words = CHUNKS_PER_STEP * WARPS * 32 * self.words  # a step's codes
+        # (RING_SCALES: then its chunks' rows of 16 scales, 8 words each, and of 16 zero
+        # points, 4 words each)
+        scales = [("SCALES_AT", code_words), ("ZEROS_AT", code_words + 8 * WARPS)]
+        stage_words = code_words + 12 * WARPS if self.ring_scales else code_words
         return [
             ("STEPS", -(-chunks // (CHUNKS_PER_STEP * WARPS))),  # a tile's steps
             ("STAGES", STAGES),
             ("STAGE_WORDS", stage_words),
             ("RING", STAGES * stage_words + 4),  # (+ 16 bytes to align the first stage)
+            *(scales if self.ring_scales else []),
         ]
 
     def emit(self) -> str:
@@ -443,7 +493,8 @@ class W4RingEmitter(W4MmaEmitter):
             self._producer_steps(code)
             code.add(2, "else:")
             indent = 3
-        self._fetch_chunk(code, indent, "warp", "1", codes=False)
+        if not self.ring_scales:
+            self._fetch_chunk(code, indent, "warp", "1", codes=False)
         code.add(indent, "for st in range(STEPS):  # the same count in every warp")
         for c in range(CHUNKS_PER_STEP):
             self._step_chunk(code, c, indent + 1)
@@ -462,10 +513,44 @@ class W4RingEmitter(W4MmaEmitter):
         the same stage, has every reader's arrival on ``empty``."""
         code.add(2, "if warp == WARPS:  # the producer warp: the ring's copies")
         code.add(3, "for st in range(STEPS):", "    jj = j + st + STAGES - 1")
+        if self.ring_scales:  # (every lane: the scales' copies)
+            code.add(4, "if jj < steps:")
+            code.add(5, "if jj >= STAGES:  # (its phase udiv32(jj, STAGES) - 1)")
+            code.add(6, "mbar_wait(empty, urem32(jj, STAGES), (udiv32(jj, STAGES) + 1) % 2)")
+            self._copy_scales(code, 5)
+            code.add(5, "if lane == 0:")
+            self._copy_step(code, 6)
+            return
         code.add(4, "if lane == 0 and jj < steps:")
         code.add(5, "if jj >= STAGES:  # (its phase udiv32(jj, STAGES) - 1)")
         code.add(6, "mbar_wait(empty, urem32(jj, STAGES), (udiv32(jj, STAGES) + 1) % 2)")
         self._copy_step(code, 5)
+
+    def _copy_scales(self, code: Source, indent: int) -> None:
+        """``RING_SCALES``: the producer warp's lanes copy step ``jj``'s rows of its tile's
+        scales (lanes 0-15: a 16-byte half of chunk ``lane // 2``'s 32 bytes) and zero points
+        (lanes 16-23: chunk ``lane - 16``'s 16 bytes) behind the stage's codes; then every lane
+        arrives on the stage's barrier once its copies have landed."""
+        p = self.p
+        code.add(
+            indent,
+            "stage = urem32(jj, STAGES)",
+            "first = urem32(jj, STEPS) * WARPS",
+            "cn = first + (lane >> 1 if lane < 16 else lane - 16)  # the lane's chunk",
+            "if lane < 24 and cn < CHUNKS:",
+        )
+        blocks = p.block // (16 * self.words)  # chunks a scale block
+        code.add(
+            indent + 1,
+            "tile = cuda.blockIdx.x + udiv32(jj, STEPS) * cuda.gridDim.x",
+            f"e = udiv32(cn, {blocks}) * N + tile * TILE",
+            "row = r0 + stage * STAGE_WORDS + (cn - first) * 8 + SCALES_AT",
+            "if lane < 16:",
+            f"    cp_async16(ring, row + 4 * (lane & 1), in{p.scale}, e + 8 * (lane & 1))",
+            "else:",
+            f"    cp_async16(ring, row - (cn - first) * 4 - SCALES_AT + ZEROS_AT, in{p.zero}, e)",
+        )
+        code.add(indent, "cp_async_arrive(bars, stage)")
 
     def _step_chunk(self, code: Source, c: int, indent: int) -> None:
         """The step's ``c``-th chunk of the warp (chunk ``c WARPS + warp`` of the step's):
@@ -484,8 +569,9 @@ class W4RingEmitter(W4MmaEmitter):
             # the stage the last step read: every thread passed its closing barrier
             code.add(indent, "jj = j + STAGES - 1", "if cuda.threadIdx.x == 0 and jj < steps:")
             self._copy_step(code, indent + 1)
-        code.add(indent, "sra0, srb0, zra0, zrb0 = sra1, srb1, zra1, zrb1")
-        self._fetch_chunk(code, indent, "chunk0 + WARPS", "1", codes=False)
+        if not self.ring_scales:
+            code.add(indent, "sra0, srb0, zra0, zrb0 = sra1, srb1, zra1, zrb1")
+            self._fetch_chunk(code, indent, "chunk0 + WARPS", "1", codes=False)
         if c == 0:
             if self.producer:
                 code.add(indent, f"js = {step}")
@@ -499,36 +585,75 @@ class W4RingEmitter(W4MmaEmitter):
             "(warp * 32 + lane) * CW" if c == 0 else f"(({c} * WARPS + warp) * 32 + lane) * CW"
         )
         code.add(indent, f"at = r0 + slot * STAGE_WORDS + {lane_words}")
-        if STAGGERED_HALVES and self.words == 8:
+        staggered = STAGGERED_HALVES and self.words == 8
+        if staggered:
             code.add(indent, "h = (lane >> 2) & 1  # lanes 4-7 of 8: the second half first")
             code.add(indent, "lds_words4(ring, at + 4 * h, words0, 0)")
             code.add(indent, "lds_words4(ring, at + 4 - 4 * h, words0, 4)")
-            swaps = [
-                f"words0[{q}], words0[{q + 4}] = words0[{q + 4}], words0[{q}]" for q in range(4)
-            ]
-            release = (
-                ["mbar_arrive(empty, slot)"] if self.producer and c == CHUNKS_PER_STEP - 1 else []
-            )
-            code.add(indent, *release, "if h:  # (the halves back in their places)")
-            code.add(indent + 1, *swaps)
         else:
             for q in range(self.words // 4):
                 code.add(indent, f"lds_words4(ring, at + {4 * q}, words0, {4 * q})")
-            if self.producer and c == CHUNKS_PER_STEP - 1:
-                code.add(indent, "mbar_arrive(empty, slot)  # (the words are in registers)")
+        if self.ring_scales:
+            self._stage_scales(code, indent)
+        if self.producer and c == CHUNKS_PER_STEP - 1:
+            code.add(indent, "mbar_arrive(empty, slot)  # (the words are in registers)")
+        if staggered:
+            code.add(indent, "if h:  # (the halves back in their places)")
+            for q in range(4):
+                code.add(indent + 1, f"words0[{q}], words0[{q + 4}] = words0[{q + 4}], words0[{q}]")
         self._chunk_mmas(code, indent, "0")
+
+    def _stage_scales(self, code: Source, indent: int) -> None:
+        """``RING_SCALES``: the lane's two columns' scales (16 bits of a word each) and zero
+        points (a byte each) from the stage, at the lane's offsets ``sofs`` / ``zofs`` and
+        bits ``s16`` / ``z8`` (``_lane_scales``); zeros for a chunk past K (its stage rows
+        were never copied)."""
+        field = "sfield32" if ZERO_BYTES[self.zero_dtype] else "ufield32"
+        code.add(indent, "if chunk0 < CHUNKS:")
+        code.add(
+            indent + 1,
+            "sb = r0 + slot * STAGE_WORDS",
+            "sra0 = ufield32(load_bits(ring, sb + sofs), s16, 16)",
+            "srb0 = ufield32(load_bits(ring, sb + sofs + 4), s16, 16)",
+            f"zra0 = {field}(load_bits(ring, sb + zofs), z8, 8)",
+            f"zrb0 = {field}(load_bits(ring, sb + zofs + 2), z8, 8)",
+        )
+        code.add(indent, "else:", "    sra0 = srb0 = zra0 = zrb0 = int32(0)")
+
+    @staticmethod
+    def _lane_scales(code: Source) -> None:
+        """``RING_SCALES``: where in a stage the lane's columns ``g`` and ``g + 8`` of its
+        warp's chunk have their scales (words ``sofs``, ``+ 4``; bits ``s16``) and zero
+        points (words ``zofs``, ``+ 2``; bits ``z8``)."""
+        code.add(
+            1,
+            "sofs = SCALES_AT + warp * 8 + (g >> 1)",
+            "s16 = 16 * (g & 1)",
+            "zofs = ZEROS_AT + warp * 4 + (g >> 2)",
+            "z8 = 8 * (g & 3)",
+        )
 
     def _setup(self, code: Source) -> None:
         code.add(1, "if cuda.threadIdx.x == 0:")
-        code.add(2, "for i in range(STAGES):", "    mbar_init(bars, i, 1)")
+        # (RING_SCALES: the copy's arrival and each producer lane's, its cp.asyncs landed)
+        arrivals = "1 + 32" if self.ring_scales else "1"
+        code.add(2, "for i in range(STAGES):", f"    mbar_init(bars, i, {arrivals})")
         if self.producer:  # every reading thread arrives
             code.add(3, "mbar_init(empty, i, WARPS * 32)")
         code.add(1, "cuda.syncthreads()")
         code.add(1, "tiles = (TILES - 1 - cuda.blockIdx.x) // cuda.gridDim.x + 1  # the block's")
         code.add(1, "steps = tiles * STEPS")
-        code.add(1, "if cuda.threadIdx.x == 0:  # the ring's first stages")
-        code.add(2, "for jj in range(STAGES - 1):", "    if jj < steps:")
-        self._copy_step(code, 4)
+        if self.ring_scales:
+            self._lane_scales(code)
+            code.add(1, "if warp == WARPS:  # the ring's first stages")
+            code.add(2, "for jj in range(STAGES - 1):", "    if jj < steps:")
+            self._copy_scales(code, 4)
+            code.add(4, "if lane == 0:")
+            self._copy_step(code, 5)
+        else:
+            code.add(1, "if cuda.threadIdx.x == 0:  # the ring's first stages")
+            code.add(2, "for jj in range(STAGES - 1):", "    if jj < steps:")
+            self._copy_step(code, 4)
         code.add(1, "j = 0  # the block's steps so far")
 
     def _copy_step(self, code: Source, indent: int) -> None:
