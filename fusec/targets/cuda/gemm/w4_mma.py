@@ -432,7 +432,12 @@ class W4RingEmitter(W4MmaEmitter):
     chunk's codes from the stage (two 16-byte shared loads) after the stage's mbarrier, its
     scales and zero points one step ahead in register set 1; a block barrier ends a step,
     and the stage the last step read is refilled at the top of the next (its words consumed
-    by that step's ``mma``s: the copy's proxy fence then waits for no fresh load)."""
+    by that step's ``mma``s: the copy's proxy fence then waits for no fresh load).
+
+    With ``PRODUCER_WARP`` a ninth warp issues the copies instead: each reader arrives on the
+    stage's ``empty`` mbarrier after its shared loads, the producer waits on it before the
+    refill, and no block barrier ends a step; with ``RING_SCALES`` too, the producer's
+    lanes also copy the step's scale and zero-point rows into the stage."""
 
     numpy_types = "int32, int64"
 
