@@ -73,7 +73,7 @@ import functools
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 MATMUL = """func.func @f(%a: tensor<{m}x{k}x{t}>, %b: tensor<{k}x{n}x{t}>) -> tensor<{m}x{n}x{t}> {{
@@ -297,9 +297,12 @@ def main() -> int:
     )
     parser.add_argument(
         "--w4-ring-sweep",
-        action="store_true",
-        help="the W4A16 block ring's stages, blocks a multiprocessor and chunks a warp a step "
-        "(and the register loop) at M = 1 on the 8192 x 28672 layer, warm and cold (printed)",
+        nargs="?",
+        type=int,
+        const=len(W4_RING_VARIANTS),
+        metavar="FIRST",
+        help="the W4A16 Tensor Core kernel's knobs (W4_RING_VARIANTS, or its FIRST variants) at "
+        "M = 1 on the 8192 x 28672 layer, warm and cold (printed)",
     )
     parser.add_argument(
         "--w4-profile",
@@ -391,8 +394,8 @@ def main() -> int:
     if args.w4_sweep:
         w4_sweep()
         return 0
-    if args.w4_ring_sweep:
-        w4_ring_sweep()
+    if args.w4_ring_sweep is not None:
+        w4_ring_sweep(W4_RING_VARIANTS[: args.w4_ring_sweep])
         return 0
     if args.w4_decode:
         w4_decode()
@@ -944,9 +947,9 @@ W4_RING_VARIANTS = (
 )
 
 
-def w4_ring_sweep(k: int = 8192, n: int = 28672) -> None:
+def w4_ring_sweep(variants: Sequence[W4Variant], k: int = 8192, n: int = 28672) -> None:
     """``--w4-ring-sweep``: the W4A16 Tensor Core kernel at M = 1 on the k x n layer with each
-    of ``W4_RING_VARIANTS`` (its knobs set on ``w4_mma`` for the compile), GPU time of a
+    of ``variants`` (its knobs set on ``w4_mma`` for the compile), GPU time of a
     CUDA-graph replay warm and cold as a share of HBM peak, each result checked against the
     f32 product; one line a variant (a variant that fails to build or run says why, and the
     sweep goes on)."""
@@ -955,7 +958,7 @@ def w4_ring_sweep(k: int = 8192, n: int = 28672) -> None:
     name = torch.cuda.get_device_name()
     hbm = next((v for key, v in HBM_PEAK.items() if key in name), None)
     q, s, z, wd, weight_bytes = w4_layer(k, n)
-    for variant in W4_RING_VARIANTS:
+    for variant in variants:
         label = f"{name} W4A16 1x{k}x{n} {variant}"
         try:
             with variant.applied():
