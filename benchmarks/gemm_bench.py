@@ -951,15 +951,15 @@ def w4_ring_sweep(variants: Sequence[W4Variant], k: int = 8192, n: int = 28672) 
     """``--w4-ring-sweep``: the W4A16 Tensor Core kernel at M = 1 on the k x n layer with each
     of ``variants`` (its knobs set on ``w4_mma`` for the compile), GPU time of a
     CUDA-graph replay warm and cold as a share of HBM peak, each result checked against the
-    f32 product; one line a variant (a variant that fails to build or run says why, and the
-    sweep goes on)."""
+    f32 product; one line a variant, its index first (a variant that fails to build or run
+    says why, and the sweep goes on)."""
     import torch
 
     name = torch.cuda.get_device_name()
     hbm = next((v for key, v in HBM_PEAK.items() if key in name), None)
     q, s, z, wd, weight_bytes = w4_layer(k, n)
-    for variant in variants:
-        label = f"{name} W4A16 1x{k}x{n} {variant}"
+    for i, variant in enumerate(variants):
+        label = f"[{i}] {name} W4A16 1x{k}x{n} {variant}"  # (i: for --w4-profile)
         try:
             with variant.applied():
                 warm, cold, rel, _ = w4_timed(1, q, s, z, wd, k, n)
