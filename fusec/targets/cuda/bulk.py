@@ -167,6 +167,14 @@ def _make_gpu() -> dict[str, Any]:
         )  # fmt: skip
         return builder.call(to_shared, [generic])
 
+    def window_address(builder: Any, generic: Any) -> Any:
+        """The same 32-bit address as ``shared_address``, by an address-space cast that the
+        compiler folds into the shared array's own address (no special-register reads of
+        the shared window a call; used by the producer warp's helpers, ``mbar_arrive`` and
+        the ``cp_async`` ones)."""
+        shared = builder.addrspacecast(generic, ir.PointerType(generic.type.pointee, 3))
+        return builder.ptrtoint(shared, i32)
+
     def at(context: Any, builder: Any, arrty: Any, arr: Any, index: Any) -> Any:
         return shared_address(builder, pointer(context, builder, arrty, arr, index))
 
@@ -215,7 +223,9 @@ def _make_gpu() -> dict[str, Any]:
             sig = types.void(bars, i)
 
             def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-                builder.call(statement, [at(context, builder, sig.args[0], args[0], args[1])])
+                slot = pointer(context, builder, sig.args[0], args[0], args[1])
+                bar = window_address(builder, slot)
+                builder.call(statement, [bar])
                 return context.get_dummy_value()
 
             return sig, codegen
@@ -277,7 +287,9 @@ def _make_gpu() -> dict[str, Any]:
         sig = types.void(dst, de, src, se)
 
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            target = at(context, builder, sig.args[0], args[0], args[1])
+            target = window_address(
+                builder, pointer(context, builder, sig.args[0], args[0], args[1])
+            )
             source = builder.ptrtoint(pointer(context, builder, sig.args[2], args[2], args[3]), i64)
             builder.call(async_copy, [target, source])
             return context.get_dummy_value()
