@@ -925,7 +925,7 @@ W4_RING_VARIANTS = (
     W4Variant("ring"),
     W4Variant("registers"),
     # a producer warp (69 registers under launch bounds for 3 blocks of 9 warps; 76 by
-    # ptxas's choice: 2 blocks): loop 199 SASS a step against 250
+    # ptxas's choice: 2 blocks): loop 194 SASS a step against 250
     W4Variant("ring", producer=True, fit=3),
     W4Variant("ring", producer=True, fit=3, scales=True),  # (70 registers)
     W4Variant("ring", producer=True, fit=3, x_sums=True),

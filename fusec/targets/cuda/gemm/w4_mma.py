@@ -140,7 +140,9 @@ SHARED_X_SUMS = False
 #: steps ahead of the slowest) and no reading warp spends issue slots on a copy. The
 #: ncu profile of the ring (H100, 8c53fa9) had two eligible warps a scheduler and none in 38%
 #: of cycles: the barrier a step couples the block's 8 warps to the slowest one's loads.
-#: Not yet timed on a GPU.
+#: ptxas 13.5 for sm_90 (CPU, M = 1): 76 registers (2 blocks of 9 warps fit), 69 with launch
+#: bounds for 3 (``MIN_BLOCKS_PER_SM = 3``, no spills); the readers' loop 194 SASS a step
+#: against the default ring's 250. Not yet timed on a GPU.
 PRODUCER_WARP = False
 #: Whether, with ``PRODUCER_WARP``, a step's scales and zero points come through the ring
 #: too: the producer warp's lanes copy the step's 8 chunks' rows of the tile (16-byte
@@ -149,7 +151,9 @@ PRODUCER_WARP = False
 #: of 4 global loads of 2 and 1 bytes with 64-bit addresses a chunk, one chunk ahead in a
 #: second register set. Where the layout allows (``ring_scales_problem``: scales per block
 #: of K as ``[K / block, N]`` in 16 bits, 1-byte zero points, N a multiple of 16, one chunk a
-#: step); elsewhere the per-lane loads. Not yet timed on a GPU.
+#: step); elsewhere the per-lane loads. 70 registers under launch bounds for 3 blocks, the
+#: loop 194 SASS a step (as many as without: the loads' addresses go, the fields' shifts
+#: come), the scales 2 steps ahead instead of 1 chunk. Not yet timed on a GPU.
 RING_SCALES = False
 
 
