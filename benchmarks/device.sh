@@ -23,6 +23,11 @@
 #                  (profile_device.sh): PROFILE_CASES, NCU_CASES, NCU_SET, PROFILE_TILES.
 #   zoo            the GPU model zoo: benchmarks/models_gpu_device.sh, unchanged (RESUME,
 #                  SUFFIX, BUDGET, CASE, JOBS, ZOO_ARGS, TESTS).
+#   w4             the W4A16 Tensor Core kernel's knobs (issue 31): `gemm_bench.py
+#                  --w4-ring-sweep` (W4_FIRST: its first variants only; default all), the W4A16
+#                  gpu tests, then Nsight Compute (`--set full`, W4_NCU=0: none) of the
+#                  fastest of the sweep's first W4_PICK (default 8) variants, as text:
+#                  $OUT/w4-ncu.txt (~5 minutes on a fresh machine).
 # Every benchmark a stage runs is a suite of benchmarks/gpu.py (`python benchmarks/gpu.py list`).
 #
 # Each stage's logs are $OUT/<stage's test or bench>.log (the all and profile stages work in
@@ -46,8 +51,8 @@ if [ "$#" -eq 0 ]; then
 fi
 for name in "$@"; do
   case $name in
-    all | gemm | gemm-variants | conv-attn | profile | zoo) ;;
-    *) echo "unknown stage '$name' (all, gemm, gemm-variants, conv-attn, profile, zoo)" >&2; exit 2 ;;
+    all | gemm | gemm-variants | conv-attn | profile | zoo | w4) ;;
+    *) echo "unknown stage '$name' (all, gemm, gemm-variants, conv-attn, profile, zoo, w4)" >&2; exit 2 ;;
   esac
 done
 
@@ -259,6 +264,29 @@ stage_profile() {
   fi
   [ "$DRY" = 1 ] && return 0
   (cd "$w" && tar czf "$OUT/profile.tgz" .)
+}
+
+stage_w4() {
+  # shellcheck disable=SC2086  # W4_FIRST: empty, or one number
+  stage "$OUT" w4_sweep "${SWEEP_TIMEOUT:-240}" python3 benchmarks/gemm_bench.py \
+    --w4-ring-sweep ${W4_FIRST:-}
+  stage "$OUT" w4_tests "${TEST_TIMEOUT:-150}" $PYTEST -n 8 tests/targets/cuda/test_w4a16_gpu.py
+  [ "${W4_NCU:-1}" = 1 ] || return 0
+  local best=0
+  if [ "$DRY" != 1 ]; then  # the sweep's lines: "[I] ... warm <us> us ..."
+    best=$(grep '^\[' "$OUT/w4_sweep.log" | head -"${W4_PICK:-8}" \
+      | awk '{for (i = 1; i <= NF; i++) if ($i == "warm") {gsub(/[][]/, "", $1); print $1, $(i + 1)}}' \
+      | sort -k2 -n | head -1 | cut -d' ' -f1)
+    echo "fastest of the first ${W4_PICK:-8}: variant ${best:-none}"
+    [ -n "$best" ] || return 0
+  fi
+  stage "$OUT" w4_ncu 150 ncu --clock-control none --profile-from-start off --set full \
+    -o "$OUT/w4-ncu" python3 benchmarks/gemm_bench.py --w4-profile "$best"
+  [ "$DRY" = 1 ] && return 0
+  ncu --import "$OUT/w4-ncu.ncu-rep" --page details >"$OUT/w4-ncu.txt" 2>&1 \
+    && rm "$OUT/w4-ncu.ncu-rep"  # (the text: a report file may be too large to come back)
+  grep -E "Duration|DRAM Throughput|Issue Slots|Registers Per|No Eligible|Eligible Warps" \
+    "$OUT/w4-ncu.txt" | head -12
 }
 
 stage_zoo() {

@@ -190,7 +190,7 @@ def test_every_cited_results_file_exists() -> None:
 
 def test_device_script_stages_name_existing_scripts(tmp_path: Path) -> None:
     env = os.environ | {"DRY_RUN": "1", "OUT": str(tmp_path)}
-    stages = ["all", "gemm", "gemm-variants", "conv-attn", "profile", "zoo"]
+    stages = ["all", "gemm", "gemm-variants", "conv-attn", "profile", "zoo", "w4"]
     done = subprocess.run(
         ["bash", str(BENCHMARKS / "device.sh"), *stages],
         capture_output=True,
