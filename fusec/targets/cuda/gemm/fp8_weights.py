@@ -35,6 +35,7 @@ from xdsl.pattern_rewriter import (
 from fusec.dialect import ops as ai
 from fusec.dialect.ops import spec_of
 from fusec.ir.constants import constant_value, dense_constant, is_constant
+from fusec.targets.cuda.gemm.fp8_plan import fp8_operand_problem
 
 
 def _float8_codes(weight, dtype: str, transposed: bool):
@@ -57,8 +58,6 @@ class ConstantWeightAsFloat8Codes(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: ai.MatmulOp, rewriter: PatternRewriter) -> None:
-        from fusec.targets.cuda.gemm.template import fp8_operand_problem
-
         dq, weight = op.lhs.owner, op.rhs.owner
         if not isinstance(dq, ai.DequantizeOp) or fp8_operand_problem(dq, None) is not None:
             return
