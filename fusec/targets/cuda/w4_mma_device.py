@@ -33,6 +33,7 @@ of a warp must call it the same number of times (the kernel's loops are uniform)
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -139,13 +140,18 @@ def _sim_mma(fmt: str, count: int, sums: bool = True) -> Any:
     return mma
 
 
+def _by_name(make: Callable[[str, int, bool], Any]) -> dict[str, Any]:
+    """Every helper by its name (``helper_names``), made by ``make(fmt, count, sums)``."""
+    return {
+        f"w4_mma{'' if sums else 'q'}_{fmt}x{count}": make(fmt, count, sums)
+        for sums in (True, False)
+        for fmt in FORMATS
+        for count in FRAGMENTS
+    }
+
+
 def _make_sim() -> dict[str, Any]:
-    helpers: dict[str, Any] = {}
-    for fmt in FORMATS:
-        for count in FRAGMENTS:
-            helpers[f"w4_mma_{fmt}x{count}"] = _sim_mma(fmt, count)
-            helpers[f"w4_mmaq_{fmt}x{count}"] = _sim_mma(fmt, count, sums=False)
-    return helpers
+    return _by_name(_sim_mma)
 
 
 # --------------------------------------------------------------------------- GPU
@@ -244,12 +250,7 @@ def _make_gpu() -> dict[str, Any]:
 
         return intrinsic(mmaq2)
 
-    helpers: dict[str, Any] = {}
-    for fmt in FORMATS:
-        for count in FRAGMENTS:
-            helpers[f"w4_mma_{fmt}x{count}"] = make_mma(fmt, count)
-            helpers[f"w4_mmaq_{fmt}x{count}"] = make_mma(fmt, count, sums=False)
-    return helpers
+    return _by_name(make_mma)
 
 
 globals().update(_make_sim() if simulator_enabled() else _make_gpu())
