@@ -465,6 +465,34 @@ def test_x_sums_from_a_table_halve_the_mmas(monkeypatch, loop: str) -> None:
 
 
 @pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
+@pytest.mark.parametrize("scales", [False, True])
+def test_a_producer_warp_takes_the_block_barrier_out_of_the_step(monkeypatch, scales) -> None:
+    """``PRODUCER_WARP``: the ring's PTX has one block barrier fewer (the step's), its readers
+    release stages with ``mbarrier.arrive``, 288 threads a block (launch bounds for 3 blocks);
+    with ``RING_SCALES`` the scales come by ``cp.async`` onto the stage's mbarrier. No local
+    memory either way."""
+    import fusec
+    from fusec.targets.cuda.gemm import w4_mma
+
+    monkeypatch.setenv(w4_mma.KERNEL_CHOICE, "ring")
+    model, _ = w4a16_onnx(1, 1024, 64, 128, "bf16", seed=3)
+    barriers = []
+    for producer in (False, True):
+        monkeypatch.setattr(w4_mma, "PRODUCER_WARP", producer)
+        monkeypatch.setattr(w4_mma, "RING_SCALES", producer and scales)
+        monkeypatch.setattr(w4_mma, "MIN_BLOCKS_PER_SM", 3 if producer else None)
+        compiled = fusec.compile(fusec.from_onnx(model), target="cuda", executable=False)
+        ((_, ptx),) = compiled.assembly("sm_90")
+        barriers.append(ptx.count("barrier.sync") + ptx.count("bar.sync"))
+        assert ".local" not in ptx
+    assert barriers[1] == barriers[0] - 1 > 0
+    assert "mbarrier.arrive.shared::cta.b64" in ptx and ".maxntid 288, 1, 1" in ptx
+    assert (
+        ("cp.async.mbarrier.arrive.noinc" in ptx) == ("cp.async.cg.shared.global" in ptx) == scales
+    )
+
+
+@pytest.mark.skipif(simulator_enabled(), reason="NUMBA_ENABLE_CUDASIM=1: no PTX under it")
 @pytest.mark.parametrize("loop", ["registers", "ring"])
 @pytest.mark.parametrize("blocks", [None, 5])
 def test_blocks_asked_to_fit_a_multiprocessor_reach_the_ptx(monkeypatch, loop, blocks):
