@@ -85,7 +85,7 @@ def _make_sim_moves() -> dict[str, Any]:
         return x % d
 
     def ufield32(word: int, pos: int, length: int) -> int:
-        if not 0 <= pos and 0 < length and pos + length <= 32:
+        if not (0 <= pos and 0 < length and pos + length <= 32):
             raise AssertionError(f"ufield32: bits {pos}..{pos + length} of a 32-bit word")
         return (int(word) >> int(pos)) & ((1 << int(length)) - 1)
 

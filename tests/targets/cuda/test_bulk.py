@@ -107,3 +107,17 @@ def test_the_gpu_helpers_compile_to_bulk_copies_on_mbarriers_for_sm_90() -> None
     assert "fence.proxy.async.shared::cta" in ptx  # the stage's reads before the refill
     assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx
     assert "ld.shared.v4.u32" in ptx and ".local" not in ptx
+
+
+def test_simulated_bit_fields_are_32_bit_fields() -> None:
+    """``ufield32``/``sfield32`` under the simulator: a field zero- or sign-extended, and a
+    field past bit 31 refused as the GPU's 32-bit shifts could not give it."""
+    from fusec.targets.cuda import rawmove
+
+    sim = rawmove._make_sim_moves()
+    word = 0x80F0_1234
+    assert sim["ufield32"](word, 16, 8) == 0xF0 and sim["sfield32"](word, 16, 8) == -16
+    assert sim["ufield32"](word, 0, 16) == 0x1234 and sim["sfield32"](word, 24, 8) == -128
+    for pos, length in ((-1, 8), (28, 8), (0, 0)):
+        with pytest.raises(AssertionError, match="ufield32"):
+            sim["ufield32"](word, pos, length)
