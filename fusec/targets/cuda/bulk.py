@@ -178,6 +178,9 @@ def _make_gpu() -> dict[str, Any]:
     def at(context: Any, builder: Any, arrty: Any, arr: Any, index: Any) -> Any:
         return shared_address(builder, pointer(context, builder, arrty, arr, index))
 
+    def window_at(context: Any, builder: Any, arrty: Any, arr: Any, index: Any) -> Any:
+        return window_address(builder, pointer(context, builder, arrty, arr, index))
+
     @intrinsic
     def align16(typingctx: Any, arr: Any) -> Any:
         sig = types.int64(arr)
@@ -223,8 +226,7 @@ def _make_gpu() -> dict[str, Any]:
             sig = types.void(bars, i)
 
             def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-                slot = pointer(context, builder, sig.args[0], args[0], args[1])
-                bar = window_address(builder, slot)
+                bar = window_at(context, builder, sig.args[0], args[0], args[1])
                 builder.call(statement, [bar])
                 return context.get_dummy_value()
 
@@ -287,9 +289,7 @@ def _make_gpu() -> dict[str, Any]:
         sig = types.void(dst, de, src, se)
 
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            target = window_address(
-                builder, pointer(context, builder, sig.args[0], args[0], args[1])
-            )
+            target = window_at(context, builder, sig.args[0], args[0], args[1])
             source = builder.ptrtoint(pointer(context, builder, sig.args[2], args[2], args[3]), i64)
             builder.call(async_copy, [target, source])
             return context.get_dummy_value()

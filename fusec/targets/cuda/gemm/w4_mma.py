@@ -522,42 +522,40 @@ class W4RingEmitter(W4MmaEmitter):
         the same stage, has every reader's arrival on ``empty``."""
         code.add(2, "if warp == WARPS:  # the producer warp: the ring's copies")
         code.add(3, "for st in range(STEPS):", "    jj = j + st + STAGES - 1")
-        if self.ring_scales:  # (every lane: the scales' copies)
-            code.add(4, "if jj < steps:")
-            code.add(5, "if jj >= STAGES:  # (its phase udiv32(jj, STAGES) - 1)")
-            code.add(6, "mbar_wait(empty, urem32(jj, STAGES), (udiv32(jj, STAGES) + 1) % 2)")
-            self._copy_scales(code, 5)
-            code.add(5, "if lane == 0:")
-            self._copy_step(code, 6)
-            return
-        code.add(4, "if lane == 0 and jj < steps:")
+        # (RING_SCALES: every lane copies scales, lane 0 the codes too)
+        code.add(4, "if jj < steps:" if self.ring_scales else "if lane == 0 and jj < steps:")
         code.add(5, "if jj >= STAGES:  # (its phase udiv32(jj, STAGES) - 1)")
         code.add(6, "mbar_wait(empty, urem32(jj, STAGES), (udiv32(jj, STAGES) + 1) % 2)")
-        self._copy_step(code, 5)
+        if self.ring_scales:
+            self._copy_scales(code, 5)
+            code.add(5, "if lane == 0:")
+            self._copy_step(code, 6, located=True)
+        else:
+            self._copy_step(code, 5)
 
     def _copy_scales(self, code: Source, indent: int) -> None:
         """``RING_SCALES``: the producer warp's lanes copy step ``jj``'s rows of its tile's
         scales (lanes 0-15: a 16-byte half of chunk ``lane // 2``'s 32 bytes) and zero points
         (lanes 16-23: chunk ``lane - 16``'s 16 bytes) behind the stage's codes; then every lane
-        arrives on the stage's barrier once its copies have landed."""
+        arrives on the stage's barrier once its copies have landed. Leaves the step located
+        (``tile``, ``first``, ``stage``) for ``_copy_step``."""
         p = self.p
+        blocks = p.block // (16 * self.words)  # chunks a scale block
+        self._locate_step(code, indent)
         code.add(
             indent,
-            "stage = urem32(jj, STAGES)",
-            "first = urem32(jj, STEPS) * WARPS",
-            "cn = first + (lane >> 1 if lane < 16 else lane - 16)  # the lane's chunk",
-            "if lane < 24 and cn < CHUNKS:",
+            "w = lane >> 1 if lane < 16 else lane - 16  # the lane's chunk of the step",
+            "if lane < 24 and first + w < CHUNKS:",
         )
-        blocks = p.block // (16 * self.words)  # chunks a scale block
         code.add(
             indent + 1,
-            "tile = cuda.blockIdx.x + udiv32(jj, STEPS) * cuda.gridDim.x",
-            f"e = udiv32(cn, {blocks}) * N + tile * TILE",
-            "row = r0 + stage * STAGE_WORDS + (cn - first) * 8 + SCALES_AT",
+            f"e = udiv32(first + w, {blocks}) * N + tile * TILE",
+            "at = r0 + stage * STAGE_WORDS",
             "if lane < 16:",
-            f"    cp_async16(ring, row + 4 * (lane & 1), in{p.scale}, e + 8 * (lane & 1))",
+            f"    cp_async16(ring, at + SCALES_AT + 8 * w + 4 * (lane & 1), in{p.scale}, "
+            "e + 8 * (lane & 1))",
             "else:",
-            f"    cp_async16(ring, row - (cn - first) * 4 - SCALES_AT + ZEROS_AT, in{p.zero}, e)",
+            f"    cp_async16(ring, at + ZEROS_AT + 4 * w, in{p.zero}, e)",
         )
         code.add(indent, "cp_async_arrive(bars, stage)")
 
@@ -665,17 +663,27 @@ class W4RingEmitter(W4MmaEmitter):
             self._copy_step(code, 4)
         code.add(1, "j = 0  # the block's steps so far")
 
-    def _copy_step(self, code: Source, indent: int) -> None:
-        """One thread's bulk copy of step ``jj``'s codes (its tile's chunks ``CHUNKS_PER_STEP
-        * WARPS`` at a time, contiguous in ``pack_int4_mma``'s layout) into the ring's stage
-        ``jj % STAGES``."""
-        step_chunks = "WARPS" if CHUNKS_PER_STEP == 1 else f"{CHUNKS_PER_STEP} * WARPS"
+    @staticmethod
+    def _locate_step(code: Source, indent: int) -> None:
+        """Step ``jj``'s tile, its first chunk and its stage (the block's steps walk its
+        tiles, ``STEPS`` a tile)."""
         code.add(
             indent,
             "tile = cuda.blockIdx.x + udiv32(jj, STEPS) * cuda.gridDim.x",
             "first = urem32(jj, STEPS) * WARPS"
             + ("" if CHUNKS_PER_STEP == 1 else f" * {CHUNKS_PER_STEP}"),
             "stage = urem32(jj, STAGES)",
+        )
+
+    def _copy_step(self, code: Source, indent: int, located: bool = False) -> None:
+        """One thread's bulk copy of step ``jj``'s codes (its tile's chunks ``CHUNKS_PER_STEP
+        * WARPS`` at a time, contiguous in ``pack_int4_mma``'s layout) into the ring's stage
+        ``jj % STAGES`` (``located``: ``_locate_step``'s names already set)."""
+        step_chunks = "WARPS" if CHUNKS_PER_STEP == 1 else f"{CHUNKS_PER_STEP} * WARPS"
+        if not located:
+            self._locate_step(code, indent)
+        code.add(
+            indent,
             f"bulk_load(ring, r0 + stage * STAGE_WORDS, in{self.p.codes}, "
             "(tile * CHUNKS + first) * (32 * CW), "
             f"min({step_chunks}, CHUNKS - first) * (128 * CW), bars, stage)",
